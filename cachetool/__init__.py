@@ -1,0 +1,47 @@
+"""cachetool: make the on-disk cache of Hugging Face `datasets` visible, trustworthy and tidy.
+
+The Python API mirrors the command line; every command has a function behind it::
+
+    from cachetool import scan_cache
+    report = scan_cache("~/.cache/huggingface/datasets")
+    for entry in report.entries:
+        print(entry.kind, entry.fingerprint, entry.rows, entry.size_str)
+
+Names are imported lazily so that `import cachetool` (and `cachetool --help`) stays cheap: nothing
+here imports pyarrow, dill or `datasets` until it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "scan_cache": "cachetool.cache.scan",
+    "find_entry": "cachetool.cache.scan",
+    "CacheReport": "cachetool.cache.scan",
+    "DatasetDir": "cachetool.cache.scan",
+    "Entry": "cachetool.cache.scan",
+    "CacheFile": "cachetool.cache.scan",
+    "Kind": "cachetool.cache.layout",
+    "resolve_dirs": "cachetool.cache.dirs",
+    "resolve_cache_root": "cachetool.cache.dirs",
+    "build_demo": "cachetool.demo",
+}
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cachetool' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

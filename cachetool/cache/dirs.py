@@ -1,0 +1,132 @@
+"""Where `datasets` (and cachetool) keep things, resolved in the same order as `datasets` itself.
+
+`datasets.config` reads these variables once, at import; this module reads them each time it is
+called, so `cachetool dirs` always describes the environment it runs in.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachetool.errors import CacheNotFound, NotADirectory
+
+
+@dataclass(frozen=True)
+class Location:
+    """One folder and where its value came from."""
+
+    name: str
+    path: Path
+    source: str  # "--cache-dir", "HF_DATASETS_CACHE", "HF_HOME", "XDG_CACHE_HOME", "default", ...
+    description: str
+
+    @property
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+
+def _env(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name)
+    return value if value else None
+
+
+def resolve_cache_root(cache_dir: str | os.PathLike[str] | None = None,
+                       environ: Mapping[str, str] | None = None) -> Location:
+    """The datasets cache root: `--cache-dir`, else `HF_DATASETS_CACHE`, else `HF_HOME/datasets`,
+    else `XDG_CACHE_HOME/huggingface/datasets`, else `~/.cache/huggingface/datasets`."""
+    env = os.environ if environ is None else environ
+    desc = "datasets cache root (Arrow cache files, prepared splits, downloads)"
+    if cache_dir is not None:
+        return Location("datasets cache", Path(cache_dir).expanduser(), "--cache-dir", desc)
+    if (value := _env(env, "HF_DATASETS_CACHE")) is not None:
+        # datasets uses this variable verbatim (no `~` expansion); so do we, except for display.
+        return Location("datasets cache", Path(value), "HF_DATASETS_CACHE", desc)
+    home = hf_home(env)
+    return Location("datasets cache", home.path / "datasets", home.source, desc)
+
+
+def hf_home(environ: Mapping[str, str] | None = None) -> Location:
+    """`HF_HOME`, else `XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`."""
+    env = os.environ if environ is None else environ
+    desc = "Hugging Face home (token, hub cache, datasets cache by default)"
+    if (value := _env(env, "HF_HOME")) is not None:
+        return Location("HF home", Path(os.path.expanduser(value)), "HF_HOME", desc)
+    if (value := _env(env, "XDG_CACHE_HOME")) is not None:
+        return Location("HF home", Path(os.path.expanduser(value)) / "huggingface", "XDG_CACHE_HOME", desc)
+    return Location("HF home", Path(os.path.expanduser("~/.cache")) / "huggingface", "default", desc)
+
+
+def temp_dir(environ: Mapping[str, str] | None = None) -> Location:
+    """The folder `datasets` puts `hf_datasets-*` temp dirs in: `TMPDIR`, `TEMP`, `TMP`, system default."""
+    env = os.environ if environ is None else environ
+    desc = "temp dir: hf_datasets-* folders (caching disabled) and pymp-* folders (num_proc pools)"
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        if (value := _env(env, name)) is not None:
+            return Location("temp dir", Path(os.path.normpath(value)), name, desc)
+    return Location("temp dir", Path(tempfile.gettempdir()), "default", desc)
+
+
+def resolve_dirs(cache_dir: str | os.PathLike[str] | None = None,
+                 environ: Mapping[str, str] | None = None) -> tuple[Location, ...]:
+    """Every location cachetool and `datasets` use, each with where its value came from."""
+    env = os.environ if environ is None else environ
+    home = hf_home(env)
+    root = resolve_cache_root(cache_dir, env)
+    out = [root]
+    if (value := _env(env, "HF_DATASETS_DOWNLOADED_DATASETS_PATH")) is not None:
+        downloads = Location("downloads", Path(value), "HF_DATASETS_DOWNLOADED_DATASETS_PATH",
+                             "raw files downloaded from URLs by load_dataset")
+    else:
+        downloads = Location("downloads", root.path / "downloads", f"cache root ({root.source})",
+                             "raw files downloaded from URLs by load_dataset")
+    out.append(downloads)
+    out.append(Location("extracted", downloads.path / "extracted", "downloads",
+                        "archives extracted by load_dataset"))
+    if (value := _env(env, "HF_MODULES_CACHE")) is not None:
+        out.append(Location("modules", Path(value), "HF_MODULES_CACHE", "dataset loading scripts' modules"))
+    else:
+        out.append(Location("modules", home.path / "modules", home.source, "dataset loading scripts' modules"))
+    if (value := _env(env, "HF_HUB_CACHE")) is not None:
+        hub = Location("hub cache", Path(os.path.expanduser(value)), "HF_HUB_CACHE",
+                       "raw files of Hub datasets and models; manage it with `hf cache`")
+    else:
+        hub = Location("hub cache", home.path / "hub", home.source,
+                       "raw files of Hub datasets and models; manage it with `hf cache`")
+    out.append(hub)
+    out.append(home)
+    out.append(temp_dir(env))
+    out.append(Location("cachetool ledger", root.path / ".cachetool", f"cache root ({root.source})",
+                        "cachetool's records of this root: lineage ledger and read index"))
+    out.append(Location("cachetool user dir", user_state_dir(env), _user_state_source(env),
+                        "registry of known cache roots; ledger fallback for read-only roots"))
+    return tuple(out)
+
+
+def _user_state_source(env: Mapping[str, str]) -> str:
+    if _env(env, "CACHETOOL_HOME"):
+        return "CACHETOOL_HOME"
+    return "XDG_STATE_HOME" if _env(env, "XDG_STATE_HOME") else "default"
+
+
+def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """cachetool's per-user folder: `CACHETOOL_HOME`, else `XDG_STATE_HOME/cachetool`,
+    else `~/.local/state/cachetool`."""
+    env = os.environ if environ is None else environ
+    if (value := _env(env, "CACHETOOL_HOME")) is not None:
+        return Path(os.path.expanduser(value))
+    base = _env(env, "XDG_STATE_HOME") or "~/.local/state"
+    return Path(os.path.expanduser(base)) / "cachetool"
+
+
+def existing_root(path: str | os.PathLike[str] | None) -> Path:
+    """The cache root to read (an explicit path, else the resolved default), checked to be a folder."""
+    root = resolve_cache_root(path).path.expanduser()
+    if not root.exists() and not root.is_symlink():
+        raise CacheNotFound(root)
+    if not root.is_dir():
+        raise NotADirectory(root)
+    return root

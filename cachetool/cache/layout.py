@@ -1,0 +1,102 @@
+"""The naming rules of a `datasets` 5.x cache: what each file and folder name means.
+
+This module is the one place that knows the patterns; the scan, verify and gc all ask it.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+
+class Kind(str, Enum):
+    """What a cache entry is. The values are the words used in tables, filters and JSON."""
+
+    SOURCE = "source"  # a prepared split: <name>-<split>.arrow or <name>-<split>-00000-of-00003.arrow
+    DERIVED = "derived"  # cache-<fp>.arrow holding data (map, cast, flatten_indices, ...)
+    INDICES = "indices"  # cache-<fp>.arrow holding one `indices: uint64` column (filter, sort, shuffle, ...)
+    SHARDS = "shards"  # cache-<fp>_00000_of_00002.arrow ...: one num_proc map/filter, complete or partial
+    SAVED = "saved"  # a save_to_disk folder (state.json + data-*.arrow); one entry per split of a DatasetDict
+    ARROW = "arrow"  # any other Arrow file (a custom cache_file_name=, a folder of Arrow files)
+    TEMP = "temp"  # tmp[a-z0-9_]{8}: a writer in progress, or the leftover of a killed one
+    INCOMPLETE_PREPARE = "incomplete-prepare"  # <hash or version>.incomplete/ of an interrupted load_dataset
+    INCOMPLETE_SAVE = "incomplete-save"  # data-*.arrow with no state.json: an interrupted save_to_disk
+    LOCK = "lock"  # *.lock (filelock; never deleted by datasets on Linux)
+    DOWNLOAD = "download"  # downloads/<sha256(url)>... (remote files only)
+    EXTRACTED = "extracted"  # downloads/extracted/<sha256>/
+    METADATA = "metadata"  # dataset_info.json, state.json, dataset_dict.json, LICENSE, downloads' .json
+    UNREADABLE = "unreadable"  # an Arrow-named file that cannot be read (truncated, garbage, no permission)
+    OTHER = "other"  # anything else: FIFOs, symlinks, files datasets does not write
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Kinds that hold a dataset state with a fingerprint (or a recomputable one).
+DATA_KINDS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED, Kind.ARROW})
+#: Kinds that `cachetool gc --temp` is about.
+LEFTOVER_KINDS = frozenset({Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE})
+
+DATASET_INFO = "dataset_info.json"
+STATE_JSON = "state.json"
+DATASET_DICT_JSON = "dataset_dict.json"
+METADATA_NAMES = frozenset({DATASET_INFO, STATE_JSON, DATASET_DICT_JSON, "dataset_infos.json", "LICENSE"})
+LEDGER_DIR = ".cachetool"
+
+# datasets' validate_fingerprint() refuses these characters and anything longer than 64.
+_FP = r"[^<>:/\\|?*]{1,64}?"
+CACHE_FILE_RE = re.compile(rf"^cache-(?P<fp>{_FP})(?:_(?P<rank>\d{{5}})_of_(?P<count>\d{{5}}))?\.arrow$")
+TEMP_FILE_RE = re.compile(r"^tmp[a-z0-9_]{8}$")
+SAVED_SHARD_RE = re.compile(r"^data-(?P<index>\d{5})-of-(?P<count>\d{5})\.arrow$")
+SOURCE_SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?:arrow|parquet)$")
+# Written inside <hash>.incomplete/ by a running or killed prepare: job id, shard id and a literal NNNNN.
+PREPARE_PART_RE = re.compile(r"^.+-\d{5}-\d{5}-of-NNNNN\.(?:arrow|parquet)$")
+INCOMPLETE_DIR_SUFFIX = ".incomplete"
+TEMP_DIR_RE = re.compile(r"^hf_datasets-[a-z0-9_]{8}$")
+POOL_DIR_RE = re.compile(r"^pymp-[a-z0-9_]{8}$")
+VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+INDICES_COLUMN = "indices"
+
+
+def parse_cache_file(name: str) -> tuple[str, int | None, int | None] | None:
+    """`cache-<fp>.arrow` -> (fp, None, None); `cache-<fp>_00001_of_00004.arrow` -> (fp, 1, 4)."""
+    m = CACHE_FILE_RE.match(name)
+    if m is None:
+        return None
+    rank = m.group("rank")
+    count = m.group("count")
+    return m.group("fp"), (int(rank) if rank else None), (int(count) if count else None)
+
+
+def shard_fingerprint(fp: str, rank: int, count: int) -> str:
+    """The fingerprint `datasets` writes into the metadata of one num_proc shard."""
+    return f"{fp}_{rank:05d}_of_{count:05d}"
+
+
+def source_split_of(name: str, splits: list[str]) -> tuple[str, int | None, int | None] | None:
+    """Match a prepared split file against the splits named in `dataset_info.json`.
+
+    `csv-train.arrow` -> ("train", None, None); `events-train-00001-of-00002.arrow` -> ("train", 1, 2).
+    Longest split names first, so `train` does not claim `my-train`.
+    """
+    stem = name
+    index = count = None
+    m = SOURCE_SHARD_RE.match(name)
+    if m is not None:
+        stem = m.group("prefix")
+        index, count = int(m.group("index")), int(m.group("count"))
+    else:
+        for ext in (".arrow", ".parquet"):
+            if stem.endswith(ext):
+                stem = stem[: -len(ext)]
+                break
+        else:
+            return None
+    for split in sorted(splits, key=len, reverse=True):
+        if stem.endswith("-" + split) and len(stem) > len(split) + 1:
+            return split, index, count
+    return None
+
+
+def is_incomplete_dir(name: str) -> bool:
+    return name.endswith(INCOMPLETE_DIR_SUFFIX) and len(name) > len(INCOMPLETE_DIR_SUFFIX)

@@ -1,0 +1,88 @@
+"""Domain exceptions and the exit codes they map to.
+
+The library raises these; one mapping at the process boundary (`cachetool.cli.common.handle_errors`)
+turns them into a single `Error: ...` line on stderr and a named exit code. A traceback appears only
+with `CACHETOOL_DEBUG=1`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+from pathlib import Path
+
+
+class ExitCode(IntEnum):
+    """Exit codes shared by every command (documented in README and `--help`)."""
+
+    OK = 0
+    #: verify found errors; check-determinism found a differing fingerprint.
+    PROBLEMS_FOUND = 1
+    #: bad options or arguments, a missing cache directory, an unknown or ambiguous fingerprint.
+    USAGE = 2
+    #: check-determinism: every fingerprint matched but `datasets` fell back to a random one.
+    RANDOM_FINGERPRINT = 3
+    #: interrupted by Ctrl-C.
+    INTERRUPTED = 130
+
+
+class CachetoolError(Exception):
+    """Base class of the errors a user can cause; the message is one line."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CacheNotFound(CachetoolError):
+    """The cache directory (or the PATH given instead) does not exist."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(f"cache directory not found: {root}")
+        self.root = root
+
+
+class NotADirectory(CachetoolError):
+    """A path given as a cache directory is a file."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(f"not a directory: {root}")
+        self.root = root
+
+
+class UnknownFingerprint(CachetoolError):
+    """No entry has this fingerprint (or fingerprint prefix)."""
+
+    def __init__(self, prefix: str, root: Path) -> None:
+        super().__init__(f"no cache entry matches '{prefix}' in {root}")
+        self.prefix = prefix
+        self.root = root
+
+
+class AmbiguousFingerprint(CachetoolError):
+    """A fingerprint prefix matches more than one entry."""
+
+    def __init__(self, prefix: str, matches: Sequence[str]) -> None:
+        shown = ", ".join(matches[:8]) + (", ..." if len(matches) > 8 else "")
+        super().__init__(f"'{prefix}' is ambiguous: it matches {len(matches)} entries ({shown})")
+        self.prefix = prefix
+        self.matches = tuple(matches)
+
+
+class BadExpression(CachetoolError):
+    """A `--filter` or `--sort` expression that cannot be parsed."""
+
+    def __init__(self, option: str, expression: str, reason: str) -> None:
+        super().__init__(f"invalid {option} '{expression}': {reason}")
+        self.option = option
+        self.expression = expression
+
+
+class MissingDependency(CachetoolError):
+    """An optional dependency (such as `datasets`) is needed for this command."""
+
+    def __init__(self, package: str, hint: str) -> None:
+        super().__init__(f"{package} is not installed; {hint}")
+        self.package = package

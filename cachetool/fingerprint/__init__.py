@@ -1,0 +1,1 @@
+"""Deterministic hashing the way `datasets` does it (dill + xxhash) and hash trees."""
