@@ -1,0 +1,315 @@
+"""Compare hash trees from several processes and name the culprit.
+
+The culprit is the deepest node on which all differences lie: walk the trees together, descend into
+every child whose digest differs between runs, collect the nodes where the difference cannot be
+pushed further down (no child differs), and take their longest common path. It comes only from the
+trees' digests, never from a type or a name; the *hint* then says what usually causes a culprit of
+that kind and how to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Culprit",
+    "Unpicklable",
+    "diff_trees",
+    "find_unpicklable",
+    "find_unpicklable_in_tree",
+    "hint_for",
+    "render_path",
+]
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """The deepest part of an argument on which every difference between the runs lies."""
+
+    argument: str
+    #: Access steps below the argument, e.g. ``("closure 'stop'",)``; empty: the argument itself.
+    path: tuple[str, ...]
+    type: str
+    #: A few words, e.g. ``frozenset of 12 str``.
+    description: str
+    #: One short repr per run.
+    reprs: tuple[str, ...]
+    #: One digest per run (None where the part could not be pickled).
+    digests: tuple[str | None, ...]
+    #: What kind of difference this is: ``set-order``, ``order``, ``timestamp``, ``uuid``,
+    #: ``temp-path``, ``address``, ``code``, ``random-state``, ``value``.
+    kind: str
+    hint: str
+    #: When the differences sit in several places, each of them (paths below the argument).
+    leaves: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+
+    @property
+    def path_str(self) -> str:
+        """``function → closure 'stop' (frozenset of 12 str)``."""
+        return f"{render_path(self.argument, self.path)} ({self.description})"
+
+    @property
+    def values_str(self) -> str:
+        """``4187 vs 912``: the reprs of the runs, distinct ones only, in run order."""
+        seen: list[str] = []
+        for r in self.reprs:
+            if r not in seen:
+                seen.append(r)
+        return " vs ".join(seen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argument": self.argument,
+            "path": list(self.path),
+            "path_str": self.path_str,
+            "type": self.type,
+            "description": self.description,
+            "reprs": list(self.reprs),
+            "digests": list(self.digests),
+            "kind": self.kind,
+            "hint": self.hint,
+            "leaves": [render_path(self.argument, leaf) for leaf in self.leaves],
+        }
+
+
+@dataclass(frozen=True)
+class Unpicklable:
+    """The smallest part of an argument that cannot be pickled, with the real exception text."""
+
+    argument: str
+    path: tuple[str, ...]
+    type: str
+    description: str
+    repr: str
+    error: str
+
+    @property
+    def path_str(self) -> str:
+        return f"{render_path(self.argument, self.path)} ({self.description})"
+
+    @property
+    def hint(self) -> str:
+        return (
+            f"{self.description} cannot be pickled ({self.error}), so datasets uses a random "
+            "fingerprint and never reuses the cache: create it inside the function (or make it "
+            "picklable), or pass new_fingerprint= to the transform."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argument": self.argument,
+            "path": list(self.path),
+            "path_str": self.path_str,
+            "type": self.type,
+            "description": self.description,
+            "repr": self.repr,
+            "error": self.error,
+            "hint": self.hint,
+        }
+
+
+def render_path(argument: str, path: Sequence[str]) -> str:
+    """``fn_kwargs['seed']``, ``function → __self__ → .label2id``: subscripts attach to the step
+    before them, other steps are joined with arrows."""
+    out = argument
+    for step in path:
+        if step.startswith("[") and out:
+            out += step
+        else:
+            out = f"{out} → {step}" if out else step
+    return out
+
+
+def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit | None:
+    """The culprit among N trees of one argument (one tree per run), or None when all agree.
+
+    A tree missing in a run (None) makes the argument itself the culprit.
+    """
+    if len(trees) < 2:
+        return None
+    if any(t is None for t in trees):
+        present = [t for t in trees if t is not None]
+        base = present[0] if present else {}
+        return _culprit(argument, (), [t or base for t in trees], ())
+    nodes = [t for t in trees if t is not None]
+    if _same(nodes):
+        return None
+    leaves: list[tuple[str, ...]] = []
+    _collect(nodes, (), leaves)
+    if not leaves:
+        return None
+    common = _common_prefix(leaves)
+    found = [_find(t, common) for t in nodes]
+    return _culprit(argument, common, [f for f in found if f is not None] or nodes, tuple(leaves))
+
+
+def _same(nodes: Sequence[dict[str, Any]]) -> bool:
+    digests = {n.get("d") for n in nodes}
+    if len(digests) == 1 and None not in digests:
+        return True
+    if None in digests:
+        # Unpicklable in every run: not a difference between runs (the random fallback is reported
+        # separately); a part that pickles in one run and not in another is.
+        return all(n.get("d") is None for n in nodes) and len({n.get("e") for n in nodes}) == 1
+    return False
+
+
+def _collect(nodes: Sequence[dict[str, Any]], path: tuple[str, ...], out: list[tuple[str, ...]]) -> None:
+    children = [{c["l"]: c for c in n.get("c", ())} for n in nodes]
+    labels = [tuple(c) for c in children]
+    differing: list[str] = []
+    if all(lab == labels[0] for lab in labels) and labels[0]:
+        for label in labels[0]:
+            group = [c[label] for c in children]
+            if not _same(group):
+                differing.append(label)
+    if not differing:
+        out.append(path)
+        return
+    for label in differing:
+        _collect([c[label] for c in children], (*path, label), out)
+
+
+def _common_prefix(paths: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+    first = paths[0]
+    n = len(first)
+    for p in paths[1:]:
+        n = min(n, len(p))
+        for i in range(n):
+            if p[i] != first[i]:
+                n = i
+                break
+    return first[:n]
+
+
+def _find(tree: dict[str, Any], path: Sequence[str]) -> dict[str, Any] | None:
+    node = tree
+    for step in path:
+        for child in node.get("c", ()):
+            if child["l"] == step:
+                node = child
+                break
+        else:
+            return None
+    return node
+
+
+def _culprit(
+    argument: str, path: tuple[str, ...], nodes: Sequence[dict[str, Any]], leaves: tuple[tuple[str, ...], ...]
+) -> Culprit:
+    first = nodes[0]
+    kind, hint = hint_for(nodes, path)
+    if kind == "value" and len(leaves) > 1:
+        # Several differing parts below: when they are all of one kind, that kind explains the culprit.
+        hints: dict[str, str] = {}
+        for leaf in leaves:
+            leaf_nodes = [n for n in (_find(t, leaf[len(path) :]) for t in nodes) if n is not None]
+            leaf_kind, leaf_hint = hint_for(leaf_nodes, leaf) if len(leaf_nodes) == len(nodes) else ("", "")
+            hints.setdefault(leaf_kind, leaf_hint)
+        if len(hints) == 1 and "" not in hints:
+            kind, hint = next(iter(hints.items()))
+    return Culprit(
+        argument=argument,
+        path=path,
+        type=str(first.get("t", "?")),
+        description=str(first.get("s") or first.get("t", "?")),
+        reprs=tuple(str(n.get("r", "")) for n in nodes),
+        digests=tuple(n.get("d") for n in nodes),
+        kind=kind,
+        hint=hint,
+        leaves=leaves if len(leaves) > 1 else (),
+    )
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+_ADDRESS = re.compile(r"0x[0-9a-f]{6,}", re.I)
+_TEMP = re.compile(r"(/tmp/|/var/folders/|\\Temp\\|tmp[a-z0-9_]{8})", re.I)
+_DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b")
+
+
+def hint_for(nodes: Sequence[dict[str, Any]], path: Sequence[str] = ()) -> tuple[str, str]:
+    """``(kind, one-line hint)`` for a culprit, from its nodes in each run (type, reprs, digests)."""
+    type_name = str(nodes[0].get("t", ""))
+    reprs = [str(n.get("r", "")) for n in nodes]
+    last = path[-1] if path else ""
+    if type_name == "frozenset":
+        if last.startswith("const["):
+            return "set-order", (
+                "a set literal of constants in a function (`x in {'a', 'b'}`) compiles to a frozenset "
+                "constant whose order follows PYTHONHASHSEED: use a tuple, or a module-level set "
+                "(datasets sorts sets)."
+            )
+        return "set-order", (
+            "a frozenset pickles in PYTHONHASHSEED order: use a set (datasets sorts sets) or a sorted tuple."
+        )
+    orders = {n.get("o") for n in nodes}
+    if len(orders) == 1 and None not in orders and type_name in ("str", "list", "tuple", "dict"):
+        return "order", (
+            f"the same items in a different order in each run: this {type_name} is built by iterating "
+            "a set or frozenset; iterate sorted(...) instead."
+        )
+    joined = " ".join(reprs)
+    if type_name not in ("str", "bytes", "int", "float"):
+        # An object's repr is not what gets hashed; only a scalar's text is.
+        joined = ""
+    if type_name.startswith("numpy.random") or type_name in ("Generator", "RandomState"):
+        return "random-state", (
+            "an unseeded random generator (shuffle or train_test_split without seed=): pass seed= "
+            "or generator=np.random.default_rng(<fixed seed>)."
+        )
+    if type_name == "code" or last in ("bytecode", "linetable", "names", "varnames"):
+        return "code", "the function's code differs between runs: is it generated or edited at run time?"
+    runtime = (
+        "compute it inside the function, or pass it in as an argument that is the same in every run "
+        "(e.g. from the command line)."
+    )
+    if _ADDRESS.search(joined):
+        return "address", f"a repr with a memory address (id()-based) differs in every run: {runtime}"
+    if _UUID.search(joined):
+        return "uuid", f"a uuid is made at run time: {runtime}"
+    if _TEMP.search(joined):
+        return "temp-path", f"a temporary path is made at run time: {runtime}"
+    if (type_name == "float" and all(_looks_like_time(r) for r in reprs)) or _DATETIME.search(joined):
+        return "timestamp", f"a timestamp is taken at run time: {runtime}"
+    return "value", f"this value is different in each run: {runtime}"
+
+
+def _looks_like_time(text: str) -> bool:
+    try:
+        return 1e9 < float(text) < 1e10
+    except ValueError:
+        return False
+
+
+def find_unpicklable_in_tree(argument: str, tree: dict[str, Any]) -> Unpicklable | None:
+    """The deepest node that cannot be pickled while all of its children can, or None when the whole
+    argument pickles."""
+    if tree.get("d") is not None or "e" not in tree:
+        return None
+    path: tuple[str, ...] = ()
+    node = tree
+    while True:
+        failing = [c for c in node.get("c", ()) if c.get("d") is None and "e" in c]
+        if not failing:
+            break
+        node = failing[0]
+        path = (*path, node["l"])
+    return Unpicklable(
+        argument=argument,
+        path=path,
+        type=str(node.get("t", "?")),
+        description=str(node.get("s") or node.get("t", "?")),
+        repr=str(node.get("r", "")),
+        error=str(node.get("e", "")),
+    )
+
+
+def find_unpicklable(argument: str, obj: Any) -> Unpicklable | None:
+    """Decompose `obj` and try to pickle each piece: the smallest piece that fails, with the real
+    exception text, or None when `obj` pickles."""
+    from cachetool.fingerprint.tree import build_tree
+
+    return find_unpicklable_in_tree(argument, build_tree(obj))

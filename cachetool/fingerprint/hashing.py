@@ -1,0 +1,215 @@
+"""Hash any object exactly as `datasets.fingerprint.Hasher.hash` does.
+
+`datasets` hashes a value as ``xxh64(dumps(value)).hexdigest()`` where ``dumps`` is its own dill
+pickler (`datasets.utils._dill`): dict items and sets are sorted, strings are never memoized, code
+objects keep only the base name of their file and ``co_firstlineno = 1``, Arrow tables are hashed
+chunk-independently. When `datasets` is already imported we call its pickler, so the digests are
+the ones it computes by construction. Otherwise a replica with the same rules is used (the tests
+compare the two byte for byte): importing `datasets` costs over a second, which a plain-Python
+pipeline calling `cachetool.checkpoint` should not pay.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Callable
+from types import CodeType
+from typing import Any
+
+import xxhash
+
+__all__ = ["HashError", "dumps", "hash_bytes", "hash_object", "try_hash", "using_datasets_pickler"]
+
+
+class HashError(Exception):
+    """An object could not be pickled, so `datasets` would fall back to a random fingerprint."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(describe_exception(error))
+        self.error = error
+
+
+def describe_exception(error: BaseException) -> str:
+    """``"TypeError: cannot pickle 'generator' object"``: the exception as a user would see it."""
+    text = str(error)
+    name = type(error).__name__
+    return f"{name}: {text}" if text else name
+
+
+def hash_bytes(data: bytes) -> str:
+    """``Hasher.hash_bytes``: the 16-hex-digit xxh64 of some bytes."""
+    return str(xxhash.xxh64(data).hexdigest())
+
+
+def using_datasets_pickler() -> bool:
+    """True when digests come from `datasets`' own pickler (it is imported in this process)."""
+    return "datasets" in sys.modules and _datasets_dumps() is not None
+
+
+# Types datasets' pickler special-cases when their library is loaded; their values go to datasets.
+_DATASETS_SPECIAL_MODULES = ("torch", "transformers", "regex", "spacy", "tiktoken")
+
+_DATASETS_DUMPS: Callable[[Any], bytes] | None = None
+
+
+def _datasets_dumps() -> Callable[[Any], bytes] | None:
+    global _DATASETS_DUMPS
+    if _DATASETS_DUMPS is None:
+        try:
+            from datasets.utils._dill import dumps as datasets_dumps
+        except Exception:  # datasets half-imported, or an incompatible release
+            return None
+        _DATASETS_DUMPS = datasets_dumps
+    return _DATASETS_DUMPS
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle `obj` the way `datasets` does for fingerprinting. Raises what the pickler raises."""
+    if "datasets" in sys.modules or any(m in sys.modules for m in _DATASETS_SPECIAL_MODULES):
+        fn = _datasets_dumps()
+        if fn is not None:
+            return fn(obj)
+    return _replica_dumps(obj)
+
+
+def hash_object(obj: Any) -> str:
+    """``datasets.fingerprint.Hasher.hash(obj)``. Raises whatever pickling raises."""
+    return hash_bytes(dumps(obj))
+
+
+def try_hash(obj: Any) -> tuple[str | None, str | None]:
+    """``(digest, None)``, or ``(None, "TypeError: cannot pickle ...")`` when `obj` cannot be pickled."""
+    try:
+        return hash_object(obj), None
+    except RecursionError as e:
+        return None, describe_exception(e)
+    except Exception as e:
+        return None, describe_exception(e)
+
+
+# --- the replica of datasets.utils._dill, used when datasets is not imported -----------------------
+
+_REPLICA: type | None = None
+
+
+def _replica_dumps(obj: Any) -> bytes:
+    pickler_cls = _replica_pickler()
+    buf = io.BytesIO()
+    pickler_cls(buf, recurse=True).dump(obj)
+    return buf.getvalue()
+
+
+def _replica_pickler() -> type:
+    """Build the replica pickler class once (dill is imported lazily)."""
+    global _REPLICA
+    if _REPLICA is not None:
+        return _REPLICA
+    import dill
+
+    class Pickler(dill.Pickler):
+        dispatch = dill._dill.MetaCatchingDict(dill.Pickler.dispatch.copy())
+
+        def _batch_setitems(self, items: Any, *args: Any, **kwargs: Any) -> Any:
+            # Ignore the order of keys in a dict.
+            try:
+                items = sorted(items)
+            except Exception:
+                items = sorted(items, key=lambda x: hash_object(x[0]))
+            return super()._batch_setitems(items, *args, **kwargs)
+
+        def memoize(self, obj: Any) -> None:
+            # Two equal strings can have different ids: never memoize them.
+            if type(obj) is not str:
+                dill.Pickler.memoize(self, obj)
+
+    def save_set(pickler: Any, obj: Any) -> None:
+        try:
+            args = (sorted(obj),)
+        except Exception:
+            args = (sorted(obj, key=hash_object),)
+        pickler.save_reduce(set, args, obj=obj)
+
+    def save_code(pickler: Any, obj: CodeType) -> None:
+        co_filename = (
+            ""
+            if obj.co_filename.startswith("<")
+            or (
+                len(obj.co_filename.split(os.path.sep)) > 1
+                and obj.co_filename.split(os.path.sep)[-2].startswith("ipykernel_")
+            )
+            or obj.co_name == "<lambda>"
+            else os.path.basename(obj.co_filename)
+        )
+        args: tuple[Any, ...]
+        if hasattr(obj, "co_exceptiontable"):  # Python 3.11+
+            args = (
+                obj.co_linetable,
+                obj.co_argcount,
+                obj.co_posonlyargcount,
+                obj.co_kwonlyargcount,
+                obj.co_nlocals,
+                obj.co_stacksize,
+                obj.co_flags,
+                obj.co_code,
+                obj.co_consts,
+                obj.co_names,
+                obj.co_varnames,
+                co_filename,
+                obj.co_name,
+                obj.co_qualname,  # type: ignore[attr-defined,unused-ignore]
+                1,
+                obj.co_linetable,
+                obj.co_exceptiontable,
+                obj.co_freevars,
+                obj.co_cellvars,
+            )
+        else:  # Python 3.10
+            args = (
+                obj.co_linetable,
+                obj.co_argcount,
+                obj.co_posonlyargcount,
+                obj.co_kwonlyargcount,
+                obj.co_nlocals,
+                obj.co_stacksize,
+                obj.co_flags,
+                obj.co_code,
+                obj.co_consts,
+                obj.co_names,
+                obj.co_varnames,
+                co_filename,
+                obj.co_name,
+                1,
+                obj.co_linetable,
+                obj.co_freevars,
+                obj.co_cellvars,
+            )
+        pickler.save_reduce(dill._dill._create_code, args, obj=obj)
+
+    Pickler.dispatch[set] = save_set
+    Pickler.dispatch[CodeType] = save_code
+
+    if "pyarrow" in sys.modules:
+        import pyarrow as pa
+
+        # datasets hashes Arrow tables chunk-independently through reducer functions pickled by
+        # value under its own module name; only its own code gives those bytes, so an Arrow value
+        # imports datasets (when installed) and uses its reducers.
+        Pickler.dispatch[pa.Table] = _arrow_reducer("_save_arrowTable")
+        Pickler.dispatch[pa.ChunkedArray] = _arrow_reducer("_save_arrowChunkedArray")
+
+    _REPLICA = Pickler
+    return Pickler
+
+
+def _arrow_reducer(name: str) -> Callable[[Any, Any], None]:
+    def save(pickler: Any, obj: Any) -> None:
+        try:
+            from datasets.utils import _dill as datasets_dill
+        except ImportError:
+            pickler.save_reduce(*obj.__reduce_ex__(pickler.proto), obj=obj)
+            return
+        getattr(datasets_dill, name)(pickler, obj)
+
+    return save
