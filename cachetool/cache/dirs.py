@@ -63,7 +63,7 @@ def hf_home(environ: Mapping[str, str] | None = None) -> Location:
 def temp_dir(environ: Mapping[str, str] | None = None) -> Location:
     """The folder `datasets` puts `hf_datasets-*` temp dirs in: `TMPDIR`, `TEMP`, `TMP`, system default."""
     env = os.environ if environ is None else environ
-    desc = "temp dir: hf_datasets-* folders (caching disabled) and pymp-* folders (num_proc pools)"
+    desc = "hf_datasets-* folders (caching disabled) and pymp-* folders (num_proc pools)"
     for name in ("TMPDIR", "TEMP", "TMP"):
         if (value := _env(env, name)) is not None:
             return Location("temp dir", Path(os.path.normpath(value)), name, desc)

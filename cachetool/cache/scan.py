@@ -420,22 +420,26 @@ class _Scanner:
             self.saved(path, items, unit=unit)
             return
         ds: DatasetDir | None = dataset_hint
-        if layout.DATASET_INFO in names:
-            ds = self.builder_dir(path, items)
-        elif not is_root and any(layout.SAVED_SHARD_RE.match(n) for n in names):
+        if any(layout.SAVED_SHARD_RE.match(n) for n in names):
+            # state.json is written last: data-*.arrow without it is a save that did not finish.
             self.incomplete_save(path, items)
             return
+        if layout.DATASET_INFO in names:
+            ds = self.builder_dir(path, items)
         self.files_in(path, items, ds)
         for it in items:
             if not it.is_dir:
                 continue
-            if is_root and it.name == layout.LEDGER_DIR:
-                continue
+            if it.name == layout.LEDGER_DIR:
+                continue  # cachetool's own records (any folder can be a root of its own)
             if layout.is_incomplete_dir(it.name):
                 files = self.tree_files(it.path)
+                final = it.path.with_name(it.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
+                rel = _relative_data_dir(final)
+                label = "/".join(rel.split("/")[:2]) if rel else (ds.name if ds else it.name)
                 self.entries.append(Entry(
-                    Kind.INCOMPLETE_PREPARE, it.path, tuple(files), dataset=ds.name if ds else it.name,
-                    dataset_dir=path, problems=("interrupted load_dataset preparation",)))
+                    Kind.INCOMPLETE_PREPARE, it.path, tuple(files), dataset=label, dataset_dir=final,
+                    problems=("interrupted load_dataset preparation",)))
                 continue
             if is_root and it.name == "downloads":
                 self.downloads(it.path)
@@ -648,7 +652,7 @@ class _Scanner:
         # A map after load_from_disk writes cache-<fp>.arrow into the saved folder.
         self.files_in(path, [it for it in other if not it.is_dir], ds)
         for it in other:
-            if it.is_dir:
+            if it.is_dir and it.name != layout.LEDGER_DIR:
                 self.walk(it.path, dataset_hint=ds)
 
     def saved_dict(self, path: Path, items: Sequence[_Item]) -> None:
@@ -705,7 +709,7 @@ class _Scanner:
                 continue
             f = self.cache_file(it, arrow=False)
             if it.name.endswith(".lock"):
-                self.entries.append(Entry(Kind.LOCK, it.path, (f,)))
+                self.entries.append(Entry(Kind.LOCK, it.path, (f,), dataset="downloads"))
                 continue
             base = it.name
             for suffix in (".json", ".incomplete"):
@@ -731,7 +735,8 @@ class _Scanner:
                 self.entries.append(Entry(Kind.EXTRACTED, it.path, tuple(self.tree_files(it.path)),
                                           dataset="downloads/extracted"))
             elif it.name.endswith(".lock"):
-                self.entries.append(Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),)))
+                self.entries.append(Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),),
+                                          dataset="downloads/extracted"))
             else:
                 self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
 
@@ -786,12 +791,33 @@ def scan_cache(
     scanner = _Scanner(root_path, index, progress)
     scanner.walk(root_path)
     index.save()
-    entries = scanner.entries
+    entries = _attribute_locks(scanner.entries, scanner.datasets)
     if ledger:
         entries = _attach_ledger(root_path, entries)
     entries.sort(key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", _path_str(e.path)))
     datasets = sorted(scanner.datasets, key=lambda d: _path_str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
+
+
+def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[Entry]:
+    """Give lock files the dataset folder they guard: `<hash>_builder.lock` and
+    `<hash>.incomplete_info.lock` sit next to it; the root's lock encodes its absolute path
+    with "/" turned into "_" (`DatasetBuilder.__init__`)."""
+    guarded = [(d.path, d.name) for d in datasets if d.kind == "builder"]
+    guarded += [(e.dataset_dir, e.dataset) for e in entries
+                if e.kind == Kind.INCOMPLETE_PREPARE and e.dataset_dir is not None]
+    by_lock_name: dict[str, tuple[Path, str | None]] = {}
+    for path, name in guarded:
+        by_lock_name[f"{path.name}_builder.lock"] = (path, name)
+        by_lock_name[f"{path.name}.incomplete_info.lock"] = (path, name)
+        by_lock_name[os.fsdecode(path.as_posix()).replace("/", "_") + ".lock"] = (path, name)
+    out = []
+    for e in entries:
+        hit = by_lock_name.get(e.path.name) if e.kind == Kind.LOCK and e.dataset is None else None
+        if hit is not None:
+            e = replace(e, dataset=hit[1], dataset_dir=hit[0])
+        out.append(e)
+    return out
 
 
 def _attach_ledger(root: Path, entries: list[Entry]) -> list[Entry]:
@@ -831,7 +857,7 @@ def find_entry(report: CacheReport, prefix: str) -> Entry:
     if not prefix or not matches:
         raise UnknownFingerprint(prefix, report.root)
     if len(matches) > 1:
-        raise AmbiguousFingerprint(prefix, [f"{e.id} ({e.kind.value})" for e in matches])
+        raise AmbiguousFingerprint(prefix, [f"{e.id} ({e.kind.value}, {_path_str(e.path)})" for e in matches])
     return matches[0]
 
 

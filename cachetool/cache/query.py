@@ -1,0 +1,170 @@
+"""`--filter` and `--sort` expressions over entries, with `hf cache ls` semantics.
+
+Filters: `KEY OP VALUE` with OP one of `= != > < >= <=`.
+- `size>100MB`: bytes (decimal units k/KB, M/MB, G/GB, T/TB, as `hf cache`).
+- `rows<1000`, `files>1`: counts.
+- `used>7d`, `modified>30d`: *age*, i.e. now minus the time; `used>7d` means "not used in the
+  last 7 days" (units s, m, h, d, w, mo, y).
+- `kind=temp`, `dataset=csv`, `split=train`, `content=indices`: text; `=` and `!=` only;
+  `dataset=` matches the dataset name or its first part (`csv` matches `csv/default-…`), `kind=`
+  accepts several kinds separated by commas.
+An entry without a value for the key (rows of a lock file) never matches a comparison.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cachetool.cache.layout import Kind
+from cachetool.cache.scan import Entry
+from cachetool.errors import BadExpression
+
+_FILTER_RE = re.compile(r"(?P<key>[a-zA-Z_]+)\s*(?P<op>==|!=|>=|<=|>|<|=)\s*(?P<value>.+)")
+_NUMBER_UNIT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
+
+BYTE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+              "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15,
+              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "mo": 30 * 86400, "y": 365 * 86400}
+
+NUMERIC_KEYS = {"size": BYTE_UNITS, "rows": None, "files": None}
+AGE_KEYS = {"used", "modified"}
+TEXT_KEYS = {"kind", "dataset", "split", "content", "fingerprint"}
+FILTER_KEYS = sorted({*NUMERIC_KEYS, *AGE_KEYS, *TEXT_KEYS})
+SORT_KEYS = ("size", "modified", "used", "rows", "name", "files", "kind")
+# Newest, biggest, most first unless told otherwise; names ascending (as `hf cache ls`).
+_DEFAULT_DESC = {"size", "modified", "used", "rows", "files"}
+
+EntryTest = Callable[[Entry, float], bool]
+
+
+def _parse_number(value: str, units: dict[str, int] | None, option: str, expr: str) -> float:
+    m = _NUMBER_UNIT_RE.fullmatch(value.strip())
+    if m is None:
+        raise BadExpression(option, expr, f"'{value}' is not a number")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if units is None:
+        if unit:
+            raise BadExpression(option, expr, f"'{value}' takes no unit")
+        return number
+    if unit not in units:
+        raise BadExpression(option, expr, f"unknown unit '{unit}' (use one of {', '.join(u for u in units if u)})")
+    return number * units[unit]
+
+
+def _compare(left: float | None, op: str, right: float) -> bool:
+    if left is None:
+        return False
+    if op in ("=", "=="):
+        return left == right
+    if op == "!=":
+        return left != right
+    if op == ">":
+        return left > right
+    if op == "<":
+        return left < right
+    if op == ">=":
+        return left >= right
+    return left <= right
+
+
+def _numeric_value(e: Entry, key: str) -> float | None:
+    if key == "size":
+        return e.size
+    if key == "rows":
+        return e.rows
+    return len(e.files)
+
+
+def compile_filter(expr: str) -> EntryTest:
+    """Turn one `--filter` expression into a test of (entry, now)."""
+    m = _FILTER_RE.fullmatch(expr.strip())
+    if m is None:
+        raise BadExpression("--filter", expr, "expected KEY OP VALUE, e.g. 'size>100MB' or 'kind=temp'")
+    key, op, value = m.group("key").lower(), m.group("op"), m.group("value").strip()
+    if key in NUMERIC_KEYS:
+        threshold = _parse_number(value, NUMERIC_KEYS[key], "--filter", expr)
+        return lambda e, now: _compare(_numeric_value(e, key), op, threshold)
+    if key in AGE_KEYS:
+        seconds = _parse_number(value, TIME_UNITS, "--filter", expr)
+
+        def age_test(e: Entry, now: float) -> bool:
+            ts = e.used if key == "used" else e.modified
+            return _compare(None if ts is None else now - ts, op, seconds)
+
+        return age_test
+    if key in TEXT_KEYS:
+        if op not in ("=", "==", "!="):
+            raise BadExpression("--filter", expr, f"'{key}' takes only = or !=")
+        wanted = {v.strip().lower() for v in value.split(",") if v.strip()}
+        if key == "kind":
+            known = {k.value for k in Kind} | {"shard", "leftover"}
+            bad = sorted(wanted - known)
+            if bad:
+                raise BadExpression("--filter", expr, f"unknown kind '{bad[0]}' (kinds: {', '.join(k.value for k in Kind)})")
+        negate = op == "!="
+
+        def text_test(e: Entry, now: float) -> bool:
+            return _text_match(e, key, wanted) != negate
+
+        return text_test
+    raise BadExpression("--filter", expr, f"unknown key '{key}' (keys: {', '.join(FILTER_KEYS)})")
+
+
+def _text_match(e: Entry, key: str, wanted: set[str]) -> bool:
+    if key == "kind":
+        kinds = {e.kind.value}
+        if e.kind.value in ("temp", "incomplete-prepare", "incomplete-save"):
+            kinds.add("leftover")
+        if e.kind == Kind.SHARDS:
+            kinds.add("shard")
+        return bool(kinds & wanted)
+    if key == "dataset":
+        name = (e.dataset or "").lower()
+        return name in wanted or name.split("/")[0] in wanted
+    if key == "fingerprint":
+        fps = [fp.lower() for fp in (e.fingerprint, *e.aliases) if fp]
+        return any(fp.startswith(w) for fp in fps for w in wanted)
+    attr = {"split": e.split, "content": e.content}[key]
+    return (attr or "").lower() in wanted
+
+
+def apply_filters(entries: Sequence[Entry], exprs: Sequence[str], now: float | None = None) -> list[Entry]:
+    """Entries passing every filter (filters combine with AND)."""
+    tests = [compile_filter(x) for x in exprs]
+    t = time.time() if now is None else now
+    return [e for e in entries if all(test(e, t) for test in tests)]
+
+
+def sort_entries(entries: Sequence[Entry], expr: str | None) -> list[Entry]:
+    """Sort by `key[:asc|:desc]`; entries lacking the value go last."""
+    if not expr:
+        return list(entries)
+    key, _, order = expr.strip().lower().partition(":")
+    if key not in SORT_KEYS:
+        raise BadExpression("--sort", expr, f"unknown key '{key}' (keys: {', '.join(SORT_KEYS)})")
+    if order not in ("", "asc", "desc"):
+        raise BadExpression("--sort", expr, "order must be 'asc' or 'desc'")
+    desc = order == "desc" or (order == "" and key in _DEFAULT_DESC)
+
+    def value(e: Entry) -> Any:
+        if key == "size":
+            return e.size
+        if key == "modified":
+            return e.modified
+        if key == "used":
+            return e.used
+        if key == "rows":
+            return e.rows
+        if key == "files":
+            return len(e.files)
+        if key == "kind":
+            return e.kind.value
+        return (e.dataset or "~", e.split or "", e.id)
+
+    present = [e for e in entries if value(e) is not None]
+    missing = [e for e in entries if value(e) is None]
+    return sorted(present, key=value, reverse=desc) + missing

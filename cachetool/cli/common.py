@@ -1,0 +1,200 @@
+"""What every command shares: option types, the output sink, and the error boundary.
+
+Commands read the same way: parse options -> call the model -> map a domain error to a message ->
+pure helpers (filter, sort, limit) -> one output object -> exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from cachetool.errors import CachetoolError, ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class OutputFormat(str, Enum):
+    human = "human"
+    json = "json"
+    quiet = "quiet"
+
+
+CacheDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        help="The datasets cache root. Default: HF_DATASETS_CACHE, else HF_HOME/datasets, "
+        "else XDG_CACHE_HOME/huggingface/datasets, else ~/.cache/huggingface/datasets.",
+        show_default=False,
+    ),
+]
+FormatOption = Annotated[
+    OutputFormat,
+    typer.Option("--format", help="human: tables; json: one document with raw values; quiet: one id a line."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+QuietOption = Annotated[bool, typer.Option("-q", "--quiet", help="Same as --format quiet.")]
+
+
+def choose_format(fmt: OutputFormat, as_json: bool = False, quiet: bool = False) -> OutputFormat:
+    if as_json:
+        return OutputFormat.json
+    if quiet:
+        return OutputFormat.quiet
+    return fmt
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("CACHETOOL_DEBUG", "") not in ("", "0", "false", "no")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(func: F) -> F:
+    """The process boundary: a `CachetoolError` becomes one `Error: ...` line and its exit code.
+
+    With `CACHETOOL_DEBUG=1` the traceback is shown instead. Ctrl-C exits 130 quietly.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except CachetoolError as e:
+            if debug_enabled():
+                raise
+            error(e.message)
+            raise typer.Exit(int(e.exit_code)) from None
+        except KeyboardInterrupt:
+            if debug_enabled():
+                raise
+            error("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except BrokenPipeError:
+            # `cachetool ls | head`: the reader went away; nothing more to say.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise typer.Exit(int(ExitCode.OK)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def error(message: str) -> None:
+    """One line on stderr, escaped (paths may contain markup)."""
+    from rich.markup import escape
+
+    stderr_console().print(f"[bold red]Error:[/] {escape(safe_text(message))}")
+
+
+def warn(message: str) -> None:
+    from rich.markup import escape
+
+    stderr_console().print(f"[yellow]Warning:[/] {escape(safe_text(message))}")
+
+
+def hint(message: str) -> None:
+    from rich.markup import escape
+
+    stderr_console().print(f"[dim]Hint:[/] {escape(safe_text(message))}")
+
+
+def safe_text(text: str) -> str:
+    """Make a string safe for a terminal: control characters (escape sequences) become visible
+    `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if o < 0x20 and ch not in "\t" or 0x7F <= o < 0xA0:
+            out.append(f"\\x{o:02x}")
+        elif 0xDC80 <= o <= 0xDCFF:  # surrogate-escaped byte from a non-UTF-8 file name
+            out.append(f"\\x{o - 0xDC00:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+class Output:
+    """One sink, chosen once per command: human tables, one JSON document, or ids."""
+
+    def __init__(self, fmt: OutputFormat, width: int | None = None) -> None:
+        self.format = fmt
+        self._width = width
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, soft_wrap=False, width=self._width)
+        return self._console
+
+    @property
+    def human(self) -> bool:
+        return self.format == OutputFormat.human
+
+    def table(self, title: str | None, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]],
+              caption: str | None = None, widths: dict[str, tuple[int, int]] | None = None) -> None:
+        """Columns are (header, justify). Every cell is escaped: file names can contain markup."""
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=title, caption=caption, show_edge=False, pad_edge=False, box=None,
+                      header_style="bold", caption_justify="left")
+        widths = widths or {}
+        for header, justify in columns:
+            fixed = header in widths
+            lo, hi = widths.get(header, (None, None))
+            table.add_column(header, justify=justify, no_wrap=justify == "right" or fixed,  # type: ignore[arg-type]
+                             overflow="ellipsis" if fixed else "fold", min_width=lo, max_width=hi)
+        for row in rows:
+            table.add_row(*(Text(safe_text("" if c is None else str(c))) for c in row))
+        self.console.print(table)
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        from rich.text import Text
+
+        self.console.print(Text(safe_text(text), style=style or ""))
+
+    def json(self, doc: Any) -> None:
+        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=True, default=_json_default) + "\n")
+        sys.stdout.flush()
+
+    def ids(self, ids: Iterable[str]) -> None:
+        for i in ids:
+            sys.stdout.write(safe_text(i) + "\n")
+        sys.stdout.flush()
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return os.fsdecode(obj)
+    if isinstance(obj, Enum):
+        return obj.value
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def confirm(question: str, yes: bool, out: Output) -> bool:
+    """Ask unless `--yes`; outside human mode or without a terminal, refuse with a clear message."""
+    if yes:
+        return True
+    if not out.human or not sys.stdin.isatty():
+        raise CachetoolError("refusing to act without confirmation: pass --yes")
+    return bool(typer.confirm(question, default=False))

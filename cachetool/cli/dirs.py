@@ -1,0 +1,64 @@
+"""`cachetool dirs`: where everything is, and why."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cachetool.cli.common import (
+    CacheDirOption,
+    FormatOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    handle_errors,
+)
+
+
+def dirs_command(
+    cache_dir: CacheDirOption = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Print every location cachetool and `datasets` use, and where each value came from.
+
+    Resolved in the same order as `datasets` itself: `--cache-dir`, `HF_DATASETS_CACHE`,
+    `HF_HOME`, `XDG_CACHE_HOME`, default. Also the temp dir `datasets` puts `hf_datasets-*`
+    folders in (`TMPDIR`, `TEMP`, `TMP`, system default) and the Hub cache (`HF_HUB_CACHE`),
+    where raw files of Hub datasets live (manage that one with `hf cache`).
+
+    **Examples**
+
+        cachetool dirs
+
+        HF_HOME=/data/hf cachetool dirs
+
+        cachetool dirs --json
+
+        du -sh "$(cachetool dirs -q | head -1)"
+    """
+    _dirs(cache_dir, choose_format(fmt, as_json, quiet))
+
+
+@handle_errors
+def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
+    from cachetool.cache.dirs import resolve_dirs
+
+    locations = resolve_dirs(cache_dir)
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json({"version": 1, "locations": [
+            {"name": loc.name, "path": os.fsdecode(loc.path), "source": loc.source, "exists": loc.exists,
+             "description": loc.description} for loc in locations]})
+    elif fmt == OutputFormat.quiet:
+        out.ids(os.fsdecode(loc.path) for loc in locations)
+    else:
+        out.table(None, [("location", "left"), ("path", "left"), ("from", "left")],
+                  [(loc.name, os.fsdecode(loc.path) + ("" if loc.exists else "  (missing)"), loc.source)
+                   for loc in locations], widths={"location": (18, 18)})
+        out.line()
+        for loc in locations:
+            out.line(f"{loc.name}: {loc.description}", style="dim")

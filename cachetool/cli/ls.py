@@ -1,0 +1,226 @@
+"""`cachetool ls`: list the cache as entries, grouped by dataset folder."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from cachetool.cli.common import (
+    CacheDirOption,
+    FormatOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    handle_errors,
+    hint,
+)
+from cachetool.errors import CachetoolError
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import CacheReport, Entry
+
+
+def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
+    """PATH argument or --cache-dir (not both), else the default cache root; must exist."""
+    from cachetool.cache.dirs import existing_root
+
+    if path is not None and cache_dir is not None:
+        raise CachetoolError("give either PATH or --cache-dir, not both")
+    return existing_root(path if path is not None else cache_dir)
+
+
+def scan_with_progress(root: Path, out: Output) -> CacheReport:
+    """Scan, showing a live file count on a terminal (stderr) for long scans."""
+    from cachetool.cache.scan import scan_cache
+
+    if not sys.stderr.isatty():
+        return scan_cache(root)
+    from rich.status import Status
+
+    from cachetool.cli.common import stderr_console
+
+    with Status("Scanning…", console=stderr_console()) as status:
+
+        def progress(n: int) -> None:
+            status.update(f"Scanning… {n} files")
+
+        return scan_cache(root, progress=progress)
+
+
+def report_warnings(report: CacheReport) -> None:
+    """One hint line on stderr; the details are `cachetool verify`'s job."""
+    if not report.warnings:
+        return
+    first = report.warnings[0]
+    more = f" and {len(report.warnings) - 1} more" if len(report.warnings) > 1 else ""
+    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `cachetool verify` for details")
+
+
+def _short(path: Path, root: Path) -> str:
+    try:
+        return os.fsdecode(path.relative_to(root))
+    except ValueError:
+        return os.fsdecode(path)
+
+
+def entry_label(e: Entry) -> str:
+    """The fingerprint, else the file or folder name (full paths are in --json and `show`)."""
+    if e.fingerprint:
+        return e.fingerprint
+    name = os.fsdecode(e.path.name) + ("/" if e.path.is_dir() and not e.path.is_symlink() else "")
+    return name if len(name) <= 16 else f"{name[:6]}…{name[-9:]}"
+
+
+def ls_command(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="A cache root, a save_to_disk folder or any folder of Arrow files.", show_default=False),
+    ] = None,
+    cache_dir: CacheDirOption = None,
+    filter: Annotated[
+        list[str] | None,
+        typer.Option("--filter", "-f", help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
+                     "Keys: size, rows, files, used, modified, kind, dataset, split, content, fingerprint."),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option("--sort", help="size|modified|used|rows|files|kind|name, optionally :asc or :desc "
+                     "(default desc for size/modified/used/rows/files, asc for name)."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Show at most N entries.")] = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
+
+    One row per dataset state (a fingerprint and all its files), grouped by dataset folder, then
+    a totals line with files and bytes per kind. Reads only file headers, never column data, and
+    never changes access times. "Last used" is the latest ledger record touching the entry (see
+    `cachetool run`), else its modification time.
+
+    **Filters** (`hf cache ls` semantics): `size>100MB`, `rows<1000`, `used>7d` (not used in the
+    last 7 days), `modified<1h`, `kind=temp` (or `kind=leftover`), `dataset=csv`, `split=train`.
+
+    **Examples**
+
+        cachetool ls
+
+        cachetool ls --filter "size>100MB" --sort size --limit 10
+
+        cachetool ls --filter kind=leftover --json
+
+        cachetool ls ./saved/my_dataset
+
+        cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
+
+    Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
+    """
+    _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet))
+
+
+@handle_errors
+def _ls(path: Path | None, cache_dir: Path | None, filters: list[str], sort: str | None,
+        limit: int | None, fmt: OutputFormat) -> None:
+    from cachetool.cache.query import apply_filters, compile_filter, sort_entries
+
+    for expr in filters:  # bad expressions fail before the (possibly long) scan
+        compile_filter(expr)
+    sort_entries([], sort)
+    root = resolve_target(path, cache_dir)
+    out = Output(fmt)
+    report = scan_with_progress(root, out)
+    entries = sort_entries(apply_filters(report.entries, filters), sort)
+    if limit is not None:
+        entries = entries[:limit]
+    if fmt == OutputFormat.json:
+        out.json(ls_document(report, entries))
+    elif fmt == OutputFormat.quiet:
+        out.ids(e.id for e in entries)
+    else:
+        render_human(out, report, entries, grouped=sort is None)
+    report_warnings(report)
+
+
+def ls_document(report: CacheReport, entries: list[Entry]) -> dict[str, object]:
+    """The `--json` document (schema in README: "ls --json")."""
+    return {
+        "version": 1,
+        "root": os.fsdecode(report.root),
+        "entries": [e.to_json() for e in entries],
+        "totals": {k: {"files": n, "bytes": b} for k, (n, b) in report.totals().items()},
+        "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
+    }
+
+
+def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped: bool = True) -> None:
+    """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
+    out.line(f"Cache: {os.fsdecode(report.root)}", style="bold")
+    if not entries:
+        out.line("No entries." if not report.entries else "No entries match.")
+    elif grouped:
+        groups: dict[str, list[Entry]] = {}
+        for e in entries:
+            groups.setdefault(e.dataset or "(cache root)", []).append(e)
+        for name, members in groups.items():
+            where = members[0].dataset_dir
+            out.line()
+            out.line(name, style="bold cyan")
+            if where is not None and _short(where, report.root) not in (name, "."):
+                out.line(f"  {_short(where, report.root)}", style="dim")
+            _entry_table(out, report, members, with_dataset=False)
+    else:
+        _entry_table(out, report, entries, with_dataset=True)
+    out.line()
+    for text in totals_line(report, len(entries)).splitlines():
+        out.line(text)
+
+
+def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_dataset: bool) -> None:
+    recorded = any(e.parent or e.operation for e in entries)
+    columns = [("kind", "left"), ("fingerprint", "left"), ("files", "right"), ("rows", "right"),
+               ("cols", "right"), ("size", "right"), ("modified", "right"), ("used", "right")]
+    if with_dataset:
+        columns.insert(0, ("dataset", "left"))
+    if recorded:
+        columns += [("op", "left"), ("parent", "left")]
+    rows = []
+    now = report.scanned_at
+    for e in entries:
+        row: list[object] = [e.kind_str, entry_label(e), len(e.files),
+                             "" if e.rows is None else f"{e.rows:,}", len(e.columns) or "", e.size_str,
+                             age_short(e.modified, now), age_short(e.used, now)]
+        if with_dataset:
+            row.insert(0, e.dataset or "")
+        if recorded:
+            row += [e.operation or "", e.parent or ""]
+        rows.append(row)
+    out.table(None, columns, rows, widths={"kind": (10, 18), "fingerprint": (16, 16), "dataset": (10, 24)})
+
+
+def age_short(ts: float | None, now: float) -> str:
+    """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y` ago: narrow enough for a table."""
+    if ts is None:
+        return ""
+    d = max(0.0, now - ts)
+    for unit, size in (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86400),
+                       ("h", 3600), ("m", 60)):
+        if d >= size:
+            return f"{int(d // size)}{unit} ago"
+    return f"{int(d)}s ago"
+
+
+def totals_line(report: CacheReport, shown: int) -> str:
+    import humanize
+
+    totals = report.totals()
+    parts = [f"{k} {n} file{'s' if n != 1 else ''} {humanize.naturalsize(b)}" for k, (n, b) in totals.items()]
+    head = (f"{shown} of {len(report.entries)} entries; cache holds {report.file_count} files, "
+            f"{humanize.naturalsize(report.size)}")
+    return head + ("\nby kind: " + "; ".join(parts) if parts else "")

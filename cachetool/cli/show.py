@@ -1,0 +1,183 @@
+"""`cachetool show`: everything known about one entry."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cachetool.cli.common import (
+    CacheDirOption,
+    FormatOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    choose_format,
+    handle_errors,
+)
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import CacheReport, Entry
+
+
+def show_command(
+    fingerprint: Annotated[str, typer.Argument(help="A fingerprint, a unique prefix of one, an alias, or a path.")],
+    cache_dir: CacheDirOption = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+) -> None:
+    """Show everything known about one cache entry.
+
+    Files with sizes and paths, content (data or indices), schema and `features`, row count, the
+    fingerprint recorded inside each file and whether it matches the name, completeness (the
+    end-of-stream marker), timestamps, expected rows for source splits, and the recorded lineage
+    when the pipeline ran under `cachetool run`. A unique prefix of a fingerprint is enough.
+
+    **Examples**
+
+        cachetool show 7a5731241fa9ef8b
+
+        cachetool show 7a57 --json
+
+        cachetool show 7a57 --cache-dir /data/hf-cache
+
+    Exit codes: 0 shown; 2 unknown or ambiguous fingerprint (candidates listed), or missing cache.
+    """
+    _show(fingerprint, cache_dir, choose_format(fmt, as_json))
+
+
+@handle_errors
+def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.cli.ls import report_warnings, scan_with_progress
+
+    root = existing_root(cache_dir)
+    out = Output(fmt)
+    report = scan_with_progress(root, out)
+    entry = report.find(prefix)
+    records = _records(report.root, entry)
+    if fmt == OutputFormat.json:
+        out.json(show_document(report, entry, records))
+    elif fmt == OutputFormat.quiet:
+        out.ids([entry.id])
+    else:
+        render(out, report, entry, records)
+    report_warnings(report)
+
+
+def _records(root: Path, entry: Entry) -> list[dict[str, Any]]:
+    try:
+        from cachetool.lineage.ledger import records_for
+    except ImportError:
+        return []
+    out: list[dict[str, Any]] = []
+    for fp in (entry.fingerprint, *entry.aliases):
+        if fp:
+            out.extend(records_for(root, fp))
+    return out
+
+
+def show_document(report: CacheReport, e: Entry, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `--json` document of `show` (schema in README)."""
+    doc = e.to_json()
+    doc["root"] = os.fsdecode(report.root)
+    doc["files"] = [f.to_json() for f in e.files]
+    doc["schema"] = [{"name": n, "type": t} for n, t in e.columns]
+    features = next((f.summary.features for f in e.files if f.summary and f.summary.features), None)
+    doc["features"] = features
+    doc["records"] = records
+    return doc
+
+
+def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, Any]]) -> None:
+    def rel(p: Path) -> str:
+        try:
+            return os.fsdecode(p.relative_to(report.root))
+        except ValueError:
+            return os.fsdecode(p)
+
+    facts: list[tuple[str, Any]] = [
+        ("fingerprint", e.fingerprint or "(none)"),
+        ("aliases", ", ".join(e.aliases) if e.aliases else None),
+        ("kind", e.kind_str),
+        ("dataset", e.dataset),
+        ("split", e.split),
+        ("content", e.content),
+        ("path", os.fsdecode(e.path)),
+        ("rows", None if e.rows is None else f"{e.rows:,}"),
+        ("expected rows", None if e.expected_rows is None else f"{e.expected_rows:,} (dataset_info.json)"),
+        ("size", f"{e.size_str} ({e.size:,} bytes) in {len(e.files)} file(s)"),
+        ("complete", None if e.complete is None else ("yes" if e.complete else "NO")),
+        ("modified", _when(e.modified)),
+        ("last used", _when(e.used)),
+        ("operation", e.operation),
+        ("parent", e.parent),
+        ("deleted with", os.fsdecode(e.unit) if e.unit and e.unit != e.path else None),
+    ]
+    out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
+    for p in e.problems:
+        out.line(f"problem: {p}", style="red")
+    out.line()
+    rows = []
+    for f in e.files:
+        s = f.summary
+        if s is None:
+            rows.append((rel(f.path), f.size_str, "", "", "", ""))
+            continue
+        if s.fingerprint is None:
+            fp_note = "(none)"
+        elif e.fingerprint and s.fingerprint in (e.fingerprint,) or (
+            f.shard and e.fingerprint and s.fingerprint.startswith(e.fingerprint + "_")
+        ):
+            fp_note = f"{s.fingerprint} (matches)"
+        else:
+            fp_note = f"{s.fingerprint} (differs)"
+        state = "complete" if s.complete else (s.error or s.format)
+        rows.append((rel(f.path), f.size_str, "" if s.rows is None else f"{s.rows:,}",
+                     "" if s.batches is None else s.batches, fp_note, state))
+    out.table("Files", [("file", "left"), ("size", "right"), ("rows", "right"), ("batches", "right"),
+                        ("fingerprint in file", "left"), ("state", "left")], rows)
+    if e.columns:
+        out.line()
+        features = next((f.summary.features for f in e.files if f.summary and f.summary.features), None) or {}
+        out.table("Schema", [("column", "left"), ("arrow type", "left"), ("feature", "left")],
+                  [(n, t, _feature(features.get(n))) for n, t in e.columns])
+    if records:
+        out.line()
+        rec_rows = []
+        for r in records[-10:]:
+            fn = r.get("function") or {}
+            rec_rows.append((r.get("time", ""), r.get("operation", ""), r.get("status", ""),
+                             ", ".join(r.get("parents") or []), fn.get("qualname", "") if fn else "",
+                             _site(r.get("call_site"))))
+        out.table(f"Recorded ({len(records)} record(s), latest last)",
+                  [("time", "left"), ("op", "left"), ("status", "left"), ("parent", "left"),
+                   ("function", "left"), ("call site", "left")], rec_rows)
+
+
+def _site(site: Any) -> str:
+    if not isinstance(site, dict):
+        return ""
+    return f"{site.get('file', '?')}:{site.get('line', '?')}"
+
+
+def _feature(f: Any) -> str:
+    if f is None:
+        return ""
+    if isinstance(f, dict) and f.get("_type") == "Value":
+        return f"Value({f.get('dtype')})"
+    if isinstance(f, dict) and "_type" in f:
+        return str(f["_type"])
+    return type(f).__name__
+
+
+def _when(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    from datetime import datetime
+
+    import humanize
+
+    return f"{datetime.fromtimestamp(ts).isoformat(sep=' ', timespec='seconds')} ({humanize.naturaltime(datetime.fromtimestamp(ts))})"
