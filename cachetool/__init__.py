@@ -29,6 +29,8 @@ _LAZY = {
     "resolve_dirs": "cachetool.cache.dirs",
     "resolve_cache_root": "cachetool.cache.dirs",
     "build_demo": "cachetool.demo",
+    "checkpoint": "cachetool.determinism.checkpoint",
+    "check_determinism": "cachetool.determinism.runner",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

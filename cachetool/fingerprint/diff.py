@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
@@ -45,6 +45,8 @@ class Culprit:
     hint: str
     #: When the differences sit in several places, each of them (paths below the argument).
     leaves: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+    #: When the differences sit in several places, a culprit for each (the first few).
+    parts: tuple[Culprit, ...] = field(default_factory=tuple)
 
     @property
     def path_str(self) -> str:
@@ -60,6 +62,11 @@ class Culprit:
                 seen.append(r)
         return " vs ".join(seen)
 
+    @property
+    def leaves_str(self) -> list[str]:
+        """Each differing part, when there are several, as a rendered path."""
+        return [render_path(self.argument, leaf) for leaf in self.leaves]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "argument": self.argument,
@@ -71,7 +78,8 @@ class Culprit:
             "digests": list(self.digests),
             "kind": self.kind,
             "hint": self.hint,
-            "leaves": [render_path(self.argument, leaf) for leaf in self.leaves],
+            "leaves": self.leaves_str,
+            "parts": [p.to_dict() for p in self.parts],
         }
 
 
@@ -143,7 +151,18 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
         return None
     common = _common_prefix(leaves)
     found = [_find(t, common) for t in nodes]
-    return _culprit(argument, common, [f for f in found if f is not None] or nodes, tuple(leaves))
+    culprit = _culprit(argument, common, [f for f in found if f is not None] or nodes, tuple(leaves))
+    if len(leaves) > 1:
+        parts = []
+        for leaf in leaves[:_MAX_PARTS]:
+            leaf_nodes = [n for n in (_find(t, leaf) for t in nodes) if n is not None]
+            if len(leaf_nodes) == len(nodes):
+                parts.append(_culprit(argument, leaf, leaf_nodes, ()))
+        culprit = replace(culprit, parts=tuple(parts))
+    return culprit
+
+
+_MAX_PARTS = 6
 
 
 def _same(nodes: Sequence[dict[str, Any]]) -> bool:

@@ -1,0 +1,300 @@
+"""Align the trace events of N runs and explain the first fingerprint that differs.
+
+Pure functions over event lists (one list per run, as read from each run's events file): no
+subprocess, no disk. The runner (`cachetool.determinism.runner`) feeds them.
+
+Rules:
+
+* events are aligned by order and call site (operation, transform, file, line); an event present in
+  one run only is counted, not compared;
+* a step whose fingerprint differs while its parents match is a **cause**; its differing arguments
+  are diffed tree against tree to name the culprit;
+* a step whose parent is a fingerprint that differed earlier belongs to that cause's **cascade**;
+* a root (a source dataset) that differs, or a step whose differing parent no recorded step made,
+  is a **source** difference: no argument differs, the input does;
+* a step where `datasets` fell back to a random fingerprint (an argument that cannot be pickled) is
+  a **random** cause: it differs in every process by construction; the unpicklable piece is named.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
+
+__all__ = ["Cause", "Step", "align", "analyze"]
+
+Event = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One aligned event: the same call in every run."""
+
+    index: int
+    #: The position of this step's event in each run's event list.
+    positions: tuple[int, ...]
+    type: str
+    operation: str
+    transform: str
+    file: str | None
+    line: int | None
+    function: str | None
+    internal: bool
+    results: tuple[str | None, ...]
+    #: One tuple of parent fingerprints per run.
+    parents: tuple[tuple[str, ...], ...]
+    #: ``same``, ``cause``, ``cascade`` or ``source`` / ``random`` (both causes too).
+    status: str = "same"
+    #: For a cascade step: the index of its cause in `Analysis.causes`.
+    cause: int | None = None
+
+    @property
+    def differs(self) -> bool:
+        return len(set(self.results)) > 1
+
+    @property
+    def location(self) -> str:
+        if self.file is None:
+            return "?"
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "type": self.type,
+            "operation": self.operation,
+            "transform": self.transform,
+            "call_site": {"file": self.file, "line": self.line},
+            "function": self.function,
+            "internal": self.internal,
+            "fingerprints": list(self.results),
+            "parents": [list(p) for p in self.parents],
+            "status": self.status,
+            "cause": self.cause,
+        }
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A fingerprint that differs between runs while its inputs do not (or a source that differs)."""
+
+    step: Step
+    #: ``arguments`` (a hashed argument differs), ``source`` (the input dataset differs),
+    #: ``random`` (datasets used a random fingerprint), ``unexplained`` (no recorded argument differs).
+    kind: str
+    differing_args: tuple[str, ...] = ()
+    culprits: tuple[Culprit, ...] = ()
+    unpicklable: tuple[Unpicklable, ...] = ()
+    #: The exception text datasets swallowed, one per run that fell back (random causes).
+    errors: tuple[str, ...] = ()
+    cascade: int = 0
+    #: ``PYTHONHASHSEED`` (equal hash seeds give equal fingerprints), ``every run``, or None (not checked).
+    variation: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "step": self.step.index,
+            "call_site": {"file": self.step.file, "line": self.step.line},
+            "operation": self.step.operation,
+            "transform": self.step.transform,
+            "function": self.step.function,
+            "fingerprints": list(self.step.results),
+            "differing_arguments": list(self.differing_args),
+            "culprits": [c.to_dict() for c in self.culprits],
+            "unpicklable": [u.to_dict() for u in self.unpicklable],
+            "errors": list(self.errors),
+            "cascade": self.cascade,
+            "variation": self.variation,
+        }
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything compared: aligned steps, the causes in order, random fallbacks, unaligned events."""
+
+    steps: tuple[Step, ...]
+    causes: tuple[Cause, ...]
+    #: Events of some run that have no counterpart in another run.
+    unaligned: int = 0
+    #: Random fallbacks on steps whose fingerprints all matched anyway.
+    hidden_random: tuple[Cause, ...] = field(default_factory=tuple)
+
+    @property
+    def deterministic_causes(self) -> tuple[Cause, ...]:
+        """Causes that are real hashing differences (not random fallbacks)."""
+        return tuple(c for c in self.causes if c.kind != "random")
+
+    @property
+    def random_causes(self) -> tuple[Cause, ...]:
+        return tuple(c for c in self.causes if c.kind == "random") + self.hidden_random
+
+
+def _key(event: Event) -> tuple[Any, ...]:
+    site = event.get("call_site") or {}
+    return (
+        event.get("type"),
+        event.get("operation"),
+        event.get("transform"),
+        site.get("file"),
+        site.get("line"),
+        bool(event.get("internal")),
+    )
+
+
+def align(runs: Sequence[Sequence[Event]]) -> tuple[list[tuple[int, ...]], int]:
+    """Rows of event positions, one position per run, matched by order and call site; plus the
+    number of events that could not be matched in every run."""
+    if not runs:
+        return [], 0
+    base_keys = [_key(e) for e in runs[0]]
+    maps: list[dict[int, int]] = []
+    for other in runs[1:]:
+        matcher = difflib.SequenceMatcher(None, base_keys, [_key(e) for e in other], autojunk=False)
+        mapping: dict[int, int] = {}
+        for block in matcher.get_matching_blocks():
+            for k in range(block.size):
+                mapping[block.a + k] = block.b + k
+        maps.append(mapping)
+    rows = [(i, *(m[i] for m in maps)) for i in range(len(base_keys)) if all(i in m for m in maps)]
+    unaligned = sum(len(r) for r in runs) - len(rows) * len(runs)
+    return rows, unaligned
+
+
+def _site(event: Event) -> tuple[str | None, int | None, str | None]:
+    site = event.get("call_site") or {}
+    fn = event.get("function") or {}
+    return site.get("file"), site.get("line"), fn.get("qualname") if isinstance(fn, Mapping) else None
+
+
+def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
+    """Compare N runs' events (N >= 2): steps, causes with culprits, and their cascades."""
+    positions, unaligned = align(runs)
+    rows = [[runs[k][i] for k, i in enumerate(row)] for row in positions]
+    steps: list[Step] = []
+    causes: list[Cause] = []
+    hidden_random: list[Cause] = []
+    # fingerprint (per run) -> index of the cause it descends from
+    tainted: list[dict[str, int]] = [{} for _ in runs]
+    cascade_count: dict[int, int] = {}
+    for index, row in enumerate(rows):
+        file, line, function = _site(row[0])
+        results = tuple(e.get("result") for e in row)
+        parents = tuple(tuple(e.get("parents") or ()) for e in row)
+        step = Step(
+            index=index,
+            positions=positions[index],
+            type=str(row[0].get("type") or "transform"),
+            operation=str(row[0].get("operation") or ""),
+            transform=str(row[0].get("transform") or ""),
+            file=file,
+            line=line,
+            function=function,
+            internal=bool(row[0].get("internal")),
+            results=results,
+            parents=parents,
+        )
+        fallbacks = [e.get("random_fallback") for e in row]
+        if not step.differs:
+            if any(fallbacks):
+                hidden_random.append(_random_cause(step, row))
+            steps.append(step)
+            continue
+        inherited = None
+        for k, run_parents in enumerate(parents):
+            for p in run_parents:
+                if p in tainted[k]:
+                    inherited = tainted[k][p]
+                    break
+            if inherited is not None:
+                break
+        if inherited is not None:
+            step = _replace(step, status="cascade", cause=inherited)
+            cascade_count[inherited] = cascade_count.get(inherited, 0) + 1
+            cause_index = inherited
+        else:
+            cause_index = len(causes)
+            if any(fallbacks):
+                cause = _random_cause(step, row)
+                step = _replace(step, status="random", cause=cause_index)
+            elif len(set(parents)) > 1 or step.type == "root":
+                cause = Cause(step=step, kind="source", **_arg_diffs(row))
+                step = _replace(step, status="source", cause=cause_index)
+            else:
+                diffs = _arg_diffs(row)
+                kind = "arguments" if diffs["differing_args"] else "unexplained"
+                cause = Cause(step=step, kind=kind, **diffs)
+                step = _replace(step, status="cause", cause=cause_index)
+            causes.append(_replace_cause(cause, step=step))
+        for k, fp in enumerate(results):
+            if fp is not None:
+                tainted[k][fp] = cause_index
+        steps.append(step)
+    final = tuple(_replace_cause(c, cascade=cascade_count.get(i, 0)) for i, c in enumerate(causes))
+    return Analysis(steps=tuple(steps), causes=final, unaligned=unaligned, hidden_random=tuple(hidden_random))
+
+
+def _replace(step: Step, **changes: Any) -> Step:
+    from dataclasses import replace
+
+    return replace(step, **changes)
+
+
+def _replace_cause(cause: Cause, **changes: Any) -> Cause:
+    from dataclasses import replace
+
+    return replace(cause, **changes)
+
+
+def _arg_diffs(row: Sequence[Event]) -> dict[str, Any]:
+    names: list[str] = []
+    for event in row:
+        for name in event.get("args") or {}:
+            if name not in names:
+                names.append(name)
+    differing: list[str] = []
+    culprits: list[Culprit] = []
+    for name in sorted(names):
+        entries = [(e.get("args") or {}).get(name) for e in row]
+        digests = [en.get("digest") if isinstance(en, Mapping) else None for en in entries]
+        if len(set(digests)) == 1 and digests[0] is not None:
+            continue
+        differing.append(name)
+        trees = [en.get("tree") if isinstance(en, Mapping) else None for en in entries]
+        if all(t is not None for t in trees):
+            culprit = diff_trees(name, trees)
+            if culprit is not None:
+                culprits.append(culprit)
+    return {"differing_args": tuple(differing), "culprits": tuple(culprits)}
+
+
+def _random_cause(step: Step, row: Sequence[Event]) -> Cause:
+    errors: list[str] = []
+    found: list[Unpicklable] = []
+    args: list[str] = []
+    for event in row:
+        fallback = event.get("random_fallback")
+        if not fallback:
+            continue
+        errors.append(str(fallback.get("error") or ""))
+        name = fallback.get("argument")
+        if name is not None and name not in args:
+            args.append(name)
+    for name in args:
+        entry = (row[0].get("args") or {}).get(name)
+        tree = entry.get("tree") if isinstance(entry, Mapping) else None
+        if tree is not None:
+            piece = find_unpicklable_in_tree(name, tree)
+            if piece is not None:
+                found.append(piece)
+    return Cause(
+        step=step,
+        kind="random",
+        differing_args=tuple(args),
+        unpicklable=tuple(found),
+        errors=tuple(dict.fromkeys(errors)),
+    )

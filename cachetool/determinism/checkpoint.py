@@ -1,0 +1,77 @@
+"""`cachetool.checkpoint(name, obj)`: record the hash of any object as a trace event.
+
+A pipeline that does not use `datasets` (plain Python, tf.data, a config object for a trainer) can
+still be checked by `cachetool check-determinism`: each checkpoint is compared across runs like a
+fingerprint, and a difference is explained from its hash tree. Outside a determinism run (no
+``CACHETOOL_TRACE_EVENTS`` in the environment) a checkpoint does nothing and costs nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["EVENTS_ENV", "TREES_ENV", "append_event", "checkpoint"]
+
+EVENTS_ENV = "CACHETOOL_TRACE_EVENTS"
+TREES_ENV = "CACHETOOL_TRACE_TREES"
+EVENT_VERSION = 1
+
+_counter = itertools.count()
+
+
+def checkpoint(name: str, obj: Any) -> str | None:
+    """Record `obj`'s digest (and, in a determinism run, its hash tree) under `name`.
+
+    Returns the digest — ``datasets.fingerprint.Hasher.hash(obj)`` — or None when not recording
+    or when `obj` cannot be pickled (the event then carries the exception text). Never raises
+    into the caller because of hashing.
+    """
+    path = os.environ.get(EVENTS_ENV)
+    if not path:
+        return None
+    from cachetool.fingerprint.hashing import try_hash
+    from cachetool.fingerprint.tree import build_tree, short_repr
+
+    frame = sys._getframe(1)
+    tree = build_tree(obj) if os.environ.get(TREES_ENV, "") not in ("", "0") else None
+    if tree is not None:
+        digest, error = tree.get("d"), tree.get("e")
+    else:
+        digest, error = try_hash(obj)
+    arg: dict[str, Any] = {"digest": digest, "repr": short_repr(obj)}
+    if tree is not None:
+        arg["tree"] = tree
+    event: dict[str, Any] = {
+        "v": EVENT_VERSION,
+        "type": "checkpoint",
+        "seq": next(_counter),
+        "operation": "checkpoint",
+        "transform": str(name),
+        "result": digest,
+        "parents": [],
+        "internal": False,
+        "call_site": {
+            "file": frame.f_code.co_filename,
+            "line": frame.f_lineno,
+            "function": frame.f_code.co_name,
+        },
+        "function": None,
+        "args": {"value": arg},
+        "random_fallback": None if error is None else {"argument": "value", "error": error},
+    }
+    append_event(path, event)
+    return digest
+
+
+def append_event(path: str, event: dict[str, Any]) -> None:
+    """Append one JSON line with a single write (O_APPEND), so concurrent writers do not interleave."""
+    line = (json.dumps(event, ensure_ascii=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)

@@ -1,0 +1,172 @@
+"""Text forms of a `DeterminismReport`: human lines and GitHub Actions annotations (pure functions)."""
+
+from __future__ import annotations
+
+import os
+
+from cachetool.determinism.analysis import Cause
+from cachetool.determinism.runner import DeterminismReport
+
+__all__ = ["github_lines", "human_lines"]
+
+
+def _short(fp: str | None) -> str:
+    return "-" if fp is None else fp[:16]
+
+
+def _location(cause: Cause) -> str:
+    step = cause.step
+    if step.file is None:
+        return "?"
+    try:
+        rel = os.path.relpath(step.file)
+    except ValueError:
+        rel = step.file
+    if rel.startswith(".." + os.sep):
+        rel = step.file
+    return f"{rel}:{step.line}" if step.line is not None else rel
+
+
+def _what(cause: Cause) -> str:
+    step = cause.step
+    parts = [step.operation or step.type]
+    if step.function:
+        parts.append(step.function)
+    elif step.type == "checkpoint":
+        parts.append(repr(step.transform))
+    return " ".join(parts)
+
+
+def _variation(cause: Cause) -> str | None:
+    if cause.variation == "PYTHONHASHSEED":
+        return "depends on PYTHONHASHSEED (a run with an equal hash seed gave the same fingerprint)"
+    if cause.variation == "every run":
+        return "changes on every run (even with an equal hash seed)"
+    return None
+
+
+def cause_lines(cause: Cause) -> list[str]:
+    """The explanation of one cause, as indented lines."""
+    lines: list[str] = []
+    fps = " vs ".join(dict.fromkeys(_short(fp) for fp in cause.step.results))
+    lines.append(f"{_location(cause)}  {_what(cause)}: fingerprint {fps}")
+    if cause.kind == "source":
+        lines.append("  the source dataset differs between runs (no argument differs, the input does):")
+        lines.append("  an input file rewritten or touched between runs, or data built at run time.")
+        for culprit in cause.culprits:
+            lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
+    elif cause.kind == "random":
+        lines.append(
+            "  datasets could not hash an argument and used a random fingerprint: the cache is never reused"
+        )
+        for piece in cause.unpicklable:
+            lines.append(f"  cannot pickle: {piece.path_str} {piece.repr}")
+            lines.append(f"  error: {piece.error}")
+            lines.append(f"  hint: {piece.hint}")
+        if not cause.unpicklable:
+            for error in cause.errors:
+                lines.append(f"  error: {error}")
+            args = ", ".join(cause.differing_args) or "?"
+            lines.append(f"  hint: make '{args}' picklable, or pass new_fingerprint= to the transform")
+    elif cause.kind == "unexplained":
+        lines.append("  no recorded argument differs; the difference is in what datasets hashed internally")
+    else:
+        lines.append(f"  differing argument(s): {', '.join(cause.differing_args)}")
+        for culprit in cause.culprits:
+            lines.append(f"  culprit: {culprit.path_str}")
+            if not culprit.parts:
+                lines.append(f"    {culprit.values_str}")
+                lines.append(f"  hint: {culprit.hint}")
+                continue
+            lines.append(f"  it differs in {len(culprit.leaves)} places:")
+            for part in culprit.parts:
+                lines.append(f"  - {part.path_str}: {part.values_str}")
+                lines.append(f"    hint: {part.hint}")
+            if len(culprit.leaves) > len(culprit.parts):
+                lines.append(f"  - ... and {len(culprit.leaves) - len(culprit.parts)} more")
+        if not cause.culprits:
+            lines.append("  (no hash tree recorded for it: cannot say which part differs)")
+    variation = _variation(cause)
+    if variation:
+        lines.append(f"  {variation}")
+    if cause.cascade:
+        noun = "fingerprint differs" if cause.cascade == 1 else "fingerprints differ"
+        lines.append(f"  {cause.cascade} downstream {noun} because of this")
+    return lines
+
+
+def human_lines(report: DeterminismReport) -> list[str]:
+    """The whole report for a person (the CLI escapes and prints each line)."""
+    seeds = ", ".join(str(r.hash_seed) for r in report.runs)
+    mode = "isolated caches" if report.isolated else "shared cache"
+    lines = [f"{report.script}: {report.verdict} ({len(report.runs)} runs, PYTHONHASHSEED {seeds}; {mode})"]
+    failed = report.failed_run
+    if failed is not None:
+        how = (
+            f"timed out after {failed.duration:.0f} s" if failed.timed_out else f"exited {failed.returncode}"
+        )
+        lines.append(
+            f"run {failed.index + 1} (PYTHONHASHSEED={failed.hash_seed}) {how}; last lines of its stderr:"
+        )
+        lines.extend(f"  | {line}" for line in failed.stderr_tail.splitlines())
+        return lines
+    analysis = report.analysis
+    if analysis is None:
+        return lines
+    compared = len(analysis.steps)
+    differing = sum(1 for s in analysis.steps if s.differs)
+    for cause in analysis.deterministic_causes:
+        lines.append("")
+        lines.extend(cause_lines(cause))
+    for cause in analysis.random_causes:
+        lines.append("")
+        lines.extend(cause_lines(cause))
+    lines.append("")
+    summary = f"{compared} fingerprint(s) compared, {differing} differ"
+    if analysis.deterministic_causes:
+        summary += f"; {len(analysis.deterministic_causes)} cause(s)"
+    if analysis.random_causes:
+        summary += f"; {len(analysis.random_causes)} random fingerprint(s)"
+    lines.append(summary)
+    if report.exit_code != 0:
+        lines.append(
+            f"reproduce: cachetool check-determinism {report.script} --hash-seeds {seeds.replace(' ', '')}"
+        )
+    return lines
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_lines(report: DeterminismReport) -> list[str]:
+    """``::error file=...,line=...::message`` workflow commands, one per cause (GitHub Actions)."""
+    out: list[str] = []
+    failed = report.failed_run
+    if failed is not None:
+        tail = failed.stderr_tail.splitlines()[-1:] or [""]
+        out.append(
+            f"::error file={_escape_property(report.script)}::"
+            + _escape_data(f"check-determinism: the script failed (exit {failed.returncode}): {tail[0]}")
+        )
+        return out
+    analysis = report.analysis
+    if analysis is None:
+        return out
+    for cause in (*analysis.deterministic_causes, *analysis.random_causes):
+        props = []
+        if cause.step.file:
+            props.append(f"file={_escape_property(os.path.relpath(cause.step.file))}")
+        if cause.step.line is not None:
+            props.append(f"line={cause.step.line}")
+        title = "random fingerprint" if cause.kind == "random" else "fingerprint not deterministic"
+        props.append(f"title={_escape_property(title)}")
+        message = "\n".join(cause_lines(cause)[1:]) or _what(cause)
+        out.append(f"::error {','.join(props)}::{_escape_data(_what(cause) + ': ' + message.strip())}")
+    if not out:
+        out.append(f"::notice::{_escape_data(f'{report.script}: every fingerprint matched')}")
+    return out
