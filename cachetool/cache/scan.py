@@ -613,7 +613,7 @@ class _Scanner:
         meta = tuple(self.cache_file(it, arrow=False) for it in items
                      if it.is_file and it.name in layout.METADATA_NAMES)
         label = f"{unit.name}/{path.name}" if unit is not None else path.name
-        ds = DatasetDir(path, label, "saved", meta_files=meta)
+        ds = DatasetDir(path, label, "saved")  # its metadata files belong to the entry below
         self.datasets.append(ds)
         problems: list[str] = []
         fp = aliases = None
@@ -806,14 +806,17 @@ def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[E
     guarded = [(d.path, d.name) for d in datasets if d.kind == "builder"]
     guarded += [(e.dataset_dir, e.dataset) for e in entries
                 if e.kind == Kind.INCOMPLETE_PREPARE and e.dataset_dir is not None]
+    by_lock_path: dict[Path, tuple[Path, str | None]] = {}
     by_lock_name: dict[str, tuple[Path, str | None]] = {}
     for path, name in guarded:
-        by_lock_name[f"{path.name}_builder.lock"] = (path, name)
-        by_lock_name[f"{path.name}.incomplete_info.lock"] = (path, name)
+        by_lock_path[path.parent / f"{path.name}_builder.lock"] = (path, name)
+        by_lock_path[path.parent / f"{path.name}.incomplete_info.lock"] = (path, name)
         by_lock_name[os.fsdecode(path.as_posix()).replace("/", "_") + ".lock"] = (path, name)
     out = []
     for e in entries:
-        hit = by_lock_name.get(e.path.name) if e.kind == Kind.LOCK and e.dataset is None else None
+        hit = None
+        if e.kind == Kind.LOCK and e.dataset is None:
+            hit = by_lock_path.get(e.path) or by_lock_name.get(e.path.name)
         if hit is not None:
             e = replace(e, dataset=hit[1], dataset_dir=hit[0])
         out.append(e)

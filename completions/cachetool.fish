@@ -1,0 +1,1 @@
+complete --command cachetool --no-files --arguments "(env _CACHETOOL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) cachetool)" --condition "env _CACHETOOL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) cachetool"

@@ -1,0 +1,60 @@
+"""Shared fixtures: real caches built by the real `datasets` library, in temporary folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+BUILDERS = HERE / "builders"
+
+
+def hf_env(base: Path, **extra: str) -> dict[str, str]:
+    """An environment for a subprocess that uses `datasets` inside `base` only: cache, temp dir
+    and HF home all point there, and nothing reaches for the network."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CACHETOOL_"))}
+    env.update(
+        HF_HOME=str(base / "hf_home"),
+        HF_DATASETS_CACHE=str(base / "cache"),
+        HF_HUB_OFFLINE="1",
+        HF_UPDATE_DOWNLOAD_COUNTS="0",
+        HF_DATASETS_DISABLE_PROGRESS_BARS="1",
+        TMPDIR=str(base / "tmp"),
+        CACHETOOL_HOME=str(base / "cachetool_home"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    (base / "tmp").mkdir(parents=True, exist_ok=True)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def real_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A cache holding every kind of entry (see tests/builders/build_cache.py), built once."""
+    base = tmp_path_factory.mktemp("real_cache")
+    env = hf_env(base, HF_HUB_OFFLINE="0")  # the remote files come from a loopback HTTP server
+    proc = subprocess.run([sys.executable, str(BUILDERS / "build_cache.py"), str(base)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = json.loads(proc.stdout.strip().splitlines()[-1])
+    made["base"] = str(base)
+    return made
+
+
+@pytest.fixture
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point every location variable into tmp_path for in-process CLI tests."""
+    for k in list(os.environ):
+        if k.startswith(("HF_", "CACHETOOL_")) or k in ("XDG_CACHE_HOME", "XDG_STATE_HOME"):
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+    monkeypatch.setenv("COLUMNS", "120")
+    yield tmp_path

@@ -1,0 +1,78 @@
+"""The command line as a whole: startup cost, help with examples, completions, version."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from cachetool import __version__
+from cachetool.cli.app import app
+from cachetool.cli.completions import SHELLS, completion_script
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("pyarrow", "dill", "datasets", "xxhash", "humanize")
+
+
+def command_names() -> list[str]:
+    group = typer.main.get_command(app)
+    assert hasattr(group, "commands")
+    return sorted(group.commands)  # type: ignore[attr-defined]
+
+
+def test_version_and_module_entry_point() -> None:
+    proc = subprocess.run([sys.executable, "-m", "cachetool", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == f"cachetool {__version__}\n"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["ls", "--help"], ["show", "--help"]])
+def test_help_and_version_import_nothing_heavy(argv: list[str]) -> None:
+    """`cachetool --help` stays light: no pyarrow, dill, xxhash or datasets at startup."""
+    code = (
+        "import sys\n"
+        f"sys.argv = ['cachetool', *{argv!r}]\n"
+        "from cachetool.cli.app import app\n"
+        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY="
+
+
+def test_every_command_has_help_with_an_examples_block() -> None:
+    runner = CliRunner()
+    names = command_names()
+    assert {"ls", "show", "dirs", "demo"} <= set(names)
+    for name in names:
+        result = runner.invoke(app, [name, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, name
+        assert "Examples" in result.stdout, f"`cachetool {name} --help` has no Examples block"
+        assert f"cachetool {name}" in result.stdout
+
+
+def complete(words: str) -> list[str]:
+    """Drive completion the way bash does when TAB is pressed."""
+    env = {**os.environ, "_CACHETOOL_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    proc = subprocess.run([sys.executable, "-m", "cachetool"], env=env, capture_output=True, text=True)
+    return proc.stdout.split()
+
+
+def test_completion_offers_real_command_and_option_names() -> None:
+    assert sorted(complete("cachetool d")) == ["demo", "dirs"]
+    assert complete("cachetool ls --so") == ["--sort"]
+    assert "--cache-dir" in complete("cachetool show --")
+    if "verify" in command_names():
+        assert complete("cachetool v") == ["verify"]
+
+
+def test_completion_scripts_are_current() -> None:
+    for shell, name in SHELLS.items():
+        path = ROOT / "completions" / name
+        assert path.read_text() == completion_script(shell), (
+            f"{path} is stale: run python -m cachetool.cli.completions completions")
