@@ -1,0 +1,122 @@
+"""In-process recording of `datasets` fingerprinting: `tracing()`, `install_tracing()`.
+
+Nothing here imports `datasets`: it reads `HF_DATASETS_CACHE` and friends when it is imported, and
+scripts commonly set them first. When `datasets` is not imported yet, an import hook installs the
+hooks the moment the script imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cachetool.trace.hooks import Tracer
+
+__all__ = ["active_tracer", "install_tracing", "tracing", "uninstall_tracing"]
+
+_lock = threading.RLock()
+_tracer: Tracer | None = None
+_pending = False  # the import hook waits for `datasets`
+
+
+def active_tracer() -> Tracer | None:
+    """The installed tracer, if the hooks are in place."""
+    return _tracer
+
+
+def install_tracing(events_file: str | os.PathLike[str] | None = None) -> None:
+    """Record every transform call of `datasets` from now on (in this process).
+
+    Records go to the ledger of the cache root each call belongs to, or, when `events_file` is given
+    or `CACHETOOL_TRACE_EVENTS` is set, to that JSON Lines file instead (the determinism runner's
+    mode; `CACHETOOL_TRACE_TREES=1` adds hash trees). If `datasets` is not imported yet, the hooks
+    are installed when it is. Never raises: a problem is one warning on stderr, and the pipeline
+    runs untraced.
+    """
+    global _pending
+    with _lock:
+        if _tracer is not None or _pending:
+            return
+        events = os.environ.get("CACHETOOL_TRACE_EVENTS") if events_file is None else os.fspath(events_file)
+        if "datasets" in sys.modules and getattr(sys.modules["datasets"], "__spec__", None) is not None:
+            _install_now(events or None)
+            return
+        from cachetool.trace.importhook import add_post_import_hook
+
+        _pending = True
+        add_post_import_hook("datasets", lambda _module: _on_datasets_imported(events or None))
+
+
+def _on_datasets_imported(events: str | None) -> None:
+    global _pending
+    with _lock:
+        if not _pending:
+            return
+        _pending = False
+        _install_now(events)
+
+
+def _install_now(events: str | None) -> None:
+    global _tracer
+    try:
+        from cachetool.trace.hooks import EventsSink, LedgerSink, Tracer
+
+        sink: LedgerSink | EventsSink
+        if events:
+            trees = os.environ.get("CACHETOOL_TRACE_TREES", "") not in ("", "0", "false", "no")
+            sink = EventsSink(events, trees)
+        else:
+            sink = LedgerSink()
+        tracer = Tracer(sink)
+        if tracer.install():
+            _tracer = tracer
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_after_fork)
+        else:
+            sink.close()
+    except Exception as e:  # never raise into the user's code
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"cachetool: warning: tracing is off ({type(e).__name__}: {e})\n")
+
+
+def _after_fork() -> None:
+    tracer = _tracer
+    if tracer is not None:
+        tracer.after_fork()
+
+
+def uninstall_tracing() -> None:
+    """Remove the hooks (the original `datasets` functions come back) and close the ledger files."""
+    global _tracer, _pending
+    with _lock:
+        if _pending:
+            from cachetool.trace.importhook import remove_post_import_hooks
+
+            remove_post_import_hooks("datasets")
+            _pending = False
+        if _tracer is not None:
+            _tracer.uninstall()
+            _tracer = None
+
+
+@contextlib.contextmanager
+def tracing(events_file: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Record the `datasets` transform calls made inside the block::
+
+        with cachetool.tracing():
+            ds = load_dataset("csv", data_files="x.csv", split="train").map(f)
+
+    Hooks installed before the block (by `cachetool run` or `install_tracing()`) stay after it.
+    """
+    already = _tracer is not None or _pending
+    install_tracing(events_file)
+    try:
+        yield
+    finally:
+        if not already:
+            uninstall_tracing()

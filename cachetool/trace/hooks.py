@@ -1,0 +1,1237 @@
+"""Hooks into `datasets` that record every transform call while a pipeline runs.
+
+Two layers (DESIGN.md, Tracing):
+
+1. The transform methods and entry points (`Dataset.map`, the `fingerprint_transform`-decorated
+   methods, `concatenate_datasets`, `DatasetBuilder.as_dataset`, `load_from_disk`, `save_to_disk`)
+   are wrapped in *frames*: input fingerprint(s) -> result fingerprint(s), the files written or
+   reused, duration, call site. This layer also sees steps given `new_fingerprint=`.
+2. `update_fingerprint`, `generate_random_fingerprint` and `generate_fingerprint`, replaced in every
+   `datasets` module that imported them by name, give the hash inputs. The per-argument digests
+   come from watching `Hasher.hash` inside the original call (no second pickling), and the
+   exception `datasets` swallows before falling back to a random fingerprint is caught on its way.
+
+Every hook calls the original and returns its result unchanged; the bookkeeping around it runs
+under `try/except Exception` and is switched off in forked children (a `num_proc` pool worker).
+A call that `datasets` makes itself while another traced call is running is marked internal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import itertools
+import json
+import os
+import platform
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from cachetool.lineage.ledger import RECORD_VERSION, LedgerWriter, Record, SegmentWriter
+
+_MISSING = object()
+_CACHE_NAME_KWARGS = (
+    "cache_file_name",
+    "indices_cache_file_name",
+    "train_indices_cache_file_name",
+    "test_indices_cache_file_name",
+)
+
+#: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
+TRANSFORM_METHODS = (
+    "map",
+    "filter",
+    "select",
+    "sort",
+    "shuffle",
+    "train_test_split",
+    "remove_columns",
+    "rename_column",
+    "rename_columns",
+    "select_columns",
+    "flatten",
+    "cast",
+    "cast_column",
+    "add_column",
+    "add_item",
+    "batch",
+    "flatten_indices",
+    "shard",
+    "skip",
+    "take",
+    "repeat",
+    "with_format",
+    "class_encode_column",
+    "align_labels_with_mapping",
+)
+#: Methods that change the dataset in place (the result is `self` afterwards).
+INPLACE_METHODS = ("set_format",)
+
+
+def _warn(message: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"cachetool: warning: {message}\n")
+        sys.stderr.flush()
+
+
+def operation_of(transform: Any) -> str:
+    """`datasets.arrow_dataset.Dataset.filter@2.0.1` -> `filter`; `..._map_single` -> `map`."""
+    if callable(transform):
+        name = getattr(transform, "__name__", "transform")
+    else:
+        name = str(transform).split("@", 1)[0].rsplit(".", 1)[-1]
+    if name == "_map_single":
+        return "map"
+    if name == "_concatenate_map_style_datasets":
+        return "concatenate_datasets"
+    return name.lstrip("_") or "transform"
+
+
+def transform_string(transform: Any) -> str:
+    if isinstance(transform, str):
+        return transform
+    module = getattr(transform, "__module__", None) or ""
+    qualname = getattr(transform, "__qualname__", None) or type(transform).__name__
+    return f"{module}.{qualname}" if module else qualname
+
+
+# ------------------------------------------------------------------------------------------
+# Small safe descriptions of argument values
+# ------------------------------------------------------------------------------------------
+
+_PLAIN = (bool, int, float, type(None))
+
+
+def safe_repr(value: Any, budget: int = 120) -> str | None:
+    """A short repr of small plain values (numbers, short strings, small containers of them);
+    None for anything else. Never calls a user-defined `__repr__`."""
+    out = _safe_repr(value, budget, 3)
+    return out if out is not None and len(out) <= budget else None
+
+
+def _safe_repr(value: Any, budget: int, depth: int) -> str | None:
+    t = type(value)
+    if t in _PLAIN:
+        return repr(value)
+    if t is str:
+        return repr(value) if len(value) <= budget else None
+    if depth <= 0:
+        return None
+    if t in (list, tuple, set, frozenset):
+        if len(value) > 12:
+            return None
+        items = sorted(value, key=repr) if t in (set, frozenset) else value
+        parts = []
+        for v in items:
+            r = _safe_repr(v, budget, depth - 1)
+            if r is None:
+                return None
+            parts.append(r)
+        body = ", ".join(parts)
+        if t is list:
+            return f"[{body}]"
+        if t is tuple:
+            return f"({body}{',' if len(parts) == 1 else ''})"
+        return ("{" + body + "}") if parts and t is set else f"{t.__name__}({{{body}}})"
+    if t is dict:
+        if len(value) > 12:
+            return None
+        parts = []
+        for k, v in value.items():
+            rk = _safe_repr(k, budget, depth - 1)
+            rv = _safe_repr(v, budget, depth - 1)
+            if rk is None or rv is None:
+                return None
+            parts.append(f"{rk}: {rv}")
+        return "{" + ", ".join(parts) + "}"
+    return None
+
+
+def type_name(value: Any) -> str:
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+# ------------------------------------------------------------------------------------------
+# State of one traced call
+# ------------------------------------------------------------------------------------------
+
+
+class _Watch:
+    """What `Hasher.hash` saw during one `update_fingerprint` call."""
+
+    __slots__ = ("depth", "digests", "error", "error_at", "error_type", "random")
+
+    def __init__(self) -> None:
+        self.digests: list[str] = []
+        self.depth = 0
+        self.error: str | None = None
+        self.error_type: str | None = None
+        self.error_at: int | None = None
+        self.random = False
+
+
+class _HashEvent:
+    __slots__ = ("args", "call_site", "internal", "parent", "result", "seq", "start", "transform", "watch")
+
+    def __init__(self, parent: Any, transform: Any, args: Any, result: Any, watch: _Watch, seq: int) -> None:
+        self.parent = parent
+        self.transform = transform
+        self.args = args
+        self.result = result
+        self.watch = watch
+        self.seq = seq
+        self.start = time.time()
+        self.call_site: dict[str, Any] | None = None
+        self.internal = False
+
+
+class _Frame:
+    __slots__ = (
+        "args",
+        "call_site",
+        "children",
+        "entry",
+        "hashes",
+        "internal",
+        "kind",
+        "kwargs",
+        "op",
+        "original",
+        "parent_fps",
+        "parents",
+        "pending",
+        "seq",
+        "start",
+        "t0",
+    )
+    args: tuple[Any, ...]
+    call_site: dict[str, Any] | None
+    entry: str | None
+    internal: bool
+    kind: str
+    kwargs: dict[str, Any]
+    op: str
+    original: Any
+    parent_fps: list[Any]
+    parents: list[Any]
+    seq: int
+    start: float
+    t0: float
+
+    def __init__(self) -> None:
+        self.hashes: list[_HashEvent] = []
+        self.children: list[Record] = []
+        self.pending: list[Record] = []
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[_Frame] = []
+        self.watch: _Watch | None = None
+        self.snapshot: dict[str, int | None] = {}
+
+
+# ------------------------------------------------------------------------------------------
+# Where records go
+# ------------------------------------------------------------------------------------------
+
+
+class LedgerSink:
+    """Records go to the ledger of the root each belongs to."""
+
+    def __init__(self) -> None:
+        self.writer = LedgerWriter(warn=_warn)
+
+    @property
+    def run_id(self) -> str:
+        return self.writer.run_id
+
+    def emit(self, record: Record) -> None:
+        kind = "saved" if (record.get("source") or {}).get("kind") == "saved" else "cache"
+        self.writer.append(record["root"], record, kind)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class EventsSink:
+    """The determinism runner's mode: every event, in one file, instead of the ledger."""
+
+    def __init__(self, path: str, trees: bool) -> None:
+        from pathlib import Path
+
+        self.path = Path(path)
+        self.segment = SegmentWriter(self.path)
+        self.trees = trees
+        self.run_id = f"{socket.gethostname()}-{os.getpid()}"
+
+    def emit(self, record: Record) -> None:
+        self.segment.append(record)
+
+    def close(self) -> None:
+        self.segment.close()
+
+
+# ------------------------------------------------------------------------------------------
+# The tracer
+# ------------------------------------------------------------------------------------------
+
+
+class Tracer:
+    """Installs the hooks into an imported `datasets` and turns what they see into records."""
+
+    def __init__(self, sink: LedgerSink | EventsSink) -> None:
+        self.sink = sink
+        self.trees = isinstance(sink, EventsSink) and sink.trees
+        self.enabled = False
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.local = _Local()
+        self._seq = _shared_counter()
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._where: dict[Any, int] = {}
+        self._fn_info: dict[Any, dict[str, Any]] = {}
+        self._dir_roots: dict[str, tuple[str, str]] = {}
+        self._known_roots: dict[str, str] = {}  # root -> kind
+        self._registered: set[str] = set()
+        self.default_root = ""
+        self.versions: dict[str, str] = {}
+        self._datasets_prefix = ""
+        self._cachetool_prefix = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        self._hook_errors = 0
+
+    # -- installation -----------------------------------------------------------------------
+    def install(self) -> bool:
+        """Patch the imported `datasets`. Returns False (after one warning) when a hook point is
+        missing: the pipeline then runs untraced."""
+        import datasets
+        import datasets.arrow_dataset as ad
+        import datasets.builder as builder_mod
+        import datasets.fingerprint as fp_mod
+
+        missing = [
+            name
+            for name in ("update_fingerprint", "generate_random_fingerprint", "Hasher")
+            if not hasattr(fp_mod, name)
+        ]
+        missing += [
+            f"arrow_dataset.{name}"
+            for name in ("Dataset", "generate_fingerprint", "_concatenate_map_style_datasets")
+            if not hasattr(ad, name)
+        ]
+        dataset_cls = getattr(ad, "Dataset", None)
+        builder_cls = getattr(builder_mod, "DatasetBuilder", None)
+        if dataset_cls is not None:
+            missing += [
+                f"Dataset.{m}"
+                for m in (
+                    *TRANSFORM_METHODS,
+                    *INPLACE_METHODS,
+                    "save_to_disk",
+                    "load_from_disk",
+                    "_get_cache_file_path",
+                )
+                if m not in vars(dataset_cls)
+            ]
+        if builder_cls is None or not all(
+            hasattr(builder_cls, m) for m in ("as_dataset", "download_and_prepare", "_relative_data_dir")
+        ):
+            missing.append("DatasetBuilder.as_dataset/download_and_prepare")
+        hasher = getattr(fp_mod, "Hasher", None)
+        if hasher is not None and not isinstance(vars(hasher).get("hash"), classmethod):
+            missing.append("Hasher.hash")
+        if missing:
+            _warn(
+                f"tracing is off: this datasets {getattr(datasets, '__version__', '?')} has no "
+                f"{', '.join(missing[:5])}; the script runs untraced"
+            )
+            return False
+        assert dataset_cls is not None and builder_cls is not None and hasher is not None
+        self._datasets_prefix = os.path.dirname(os.path.abspath(datasets.__file__)) + os.sep
+        self.default_root = _abs(str(datasets.config.HF_DATASETS_CACHE))
+        self.versions = _versions()
+        try:
+            self._patch_all(fp_mod, ad, dataset_cls, builder_cls, hasher)
+        except Exception as e:
+            self.uninstall()
+            _warn(f"tracing is off: installing the hooks failed ({type(e).__name__}: {e})")
+            return False
+        self.enabled = True
+        return True
+
+    def _patch(self, obj: Any, name: str, value: Any) -> None:
+        self._patches.append((obj, name, vars(obj)[name] if isinstance(obj, type) else getattr(obj, name)))
+        setattr(obj, name, value)
+
+    def _patch_all(self, fp_mod: Any, ad: Any, dataset_cls: type, builder_cls: type, hasher: type) -> None:
+        # Layer 2: the hash inputs, in every datasets module that imported the functions by name.
+        originals = {
+            "update_fingerprint": (fp_mod.update_fingerprint, self._wrap_update_fingerprint),
+            "generate_random_fingerprint": (fp_mod.generate_random_fingerprint, self._wrap_random),
+            "generate_fingerprint": (ad.generate_fingerprint, self._wrap_generate_fingerprint),
+            "_concatenate_map_style_datasets": (ad._concatenate_map_style_datasets, self._wrap_concat),
+        }
+        wrapped = {name: make(orig) for name, (orig, make) in originals.items()}
+        for mod_name, mod in list(sys.modules.items()):
+            if mod is None or not (mod_name == "datasets" or mod_name.startswith("datasets.")):
+                continue
+            d = getattr(mod, "__dict__", None)
+            if not isinstance(d, dict):
+                continue
+            for name, (orig, _) in originals.items():
+                if d.get(name) is orig:
+                    self._patch(mod, name, wrapped[name])
+        hash_cm = vars(hasher)["hash"]
+        self._patch(hasher, "hash", classmethod(self._wrap_hash(hash_cm.__func__)))
+
+        # Layer 1: the edges.
+        names = set(TRANSFORM_METHODS)
+        for name, value in vars(dataset_cls).items():
+            if not name.startswith("_") and _is_fingerprint_transform(value) and name not in INPLACE_METHODS:
+                names.add(name)
+        for name in sorted(names):
+            self._patch(dataset_cls, name, self._wrap_method(vars(dataset_cls)[name], name, "transform"))
+        for name in INPLACE_METHODS:
+            self._patch(dataset_cls, name, self._wrap_method(vars(dataset_cls)[name], name, "inplace"))
+        self._patch(
+            dataset_cls,
+            "save_to_disk",
+            self._wrap_method(vars(dataset_cls)["save_to_disk"], "save_to_disk", "save"),
+        )
+        load = vars(dataset_cls)["load_from_disk"]
+        self._patch(
+            dataset_cls,
+            "load_from_disk",
+            staticmethod(self._wrap_method(load.__func__, "load_from_disk", "load_saved")),
+        )
+        self._patch(
+            dataset_cls,
+            "_get_cache_file_path",
+            self._wrap_cache_path(vars(dataset_cls)["_get_cache_file_path"]),
+        )
+        self._patch(
+            builder_cls,
+            "as_dataset",
+            self._wrap_method(vars(builder_cls)["as_dataset"], "as_dataset", "builder"),
+        )
+        self._patch(
+            builder_cls, "download_and_prepare", self._wrap_prepare(vars(builder_cls)["download_and_prepare"])
+        )
+
+    def uninstall(self) -> None:
+        """Restore every patched attribute (the originals come back in reverse order)."""
+        self.enabled = False
+        for obj, name, original in reversed(self._patches):
+            with contextlib.suppress(Exception):
+                setattr(obj, name, original)
+        self._patches.clear()
+        with contextlib.suppress(Exception):
+            self.sink.close()
+
+    def after_fork(self) -> None:
+        # A num_proc worker inherits the hooks; its calls are datasets' own business, and its
+        # records would land in the parent's segment. Pass everything through.
+        self.enabled = False
+
+    def _hook_failed(self, where: str, e: BaseException) -> None:
+        self._hook_errors += 1
+        if self._hook_errors == 1:
+            _warn(
+                f"a tracing hook failed in {where} ({type(e).__name__}: {e}); the pipeline is not "
+                "affected, but its lineage may be incomplete"
+            )
+        if os.environ.get("CACHETOOL_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+
+    # -- layer 2 ------------------------------------------------------------------------------
+    def _wrap_hash(self, original: Callable[..., str]) -> Callable[..., str]:
+        local = self.local
+
+        @functools.wraps(original)
+        def hash(cls: Any, value: Any) -> str:
+            w = local.watch
+            if w is None or w.depth:
+                return original(cls, value)
+            w.depth = 1
+            try:
+                digest = original(cls, value)
+            except BaseException as e:
+                w.error = str(e)
+                w.error_type = type(e).__name__
+                w.error_at = len(w.digests)
+                raise
+            finally:
+                w.depth = 0
+            w.digests.append(digest)
+            return digest
+
+        return hash
+
+    def _wrap_update_fingerprint(self, original: Callable[..., str]) -> Callable[..., str]:
+        local = self.local
+
+        @functools.wraps(original)
+        def update_fingerprint(fingerprint: Any, transform: Any, transform_args: Any) -> str:
+            if not self.enabled:
+                return original(fingerprint, transform, transform_args)
+            watch = _Watch()
+            previous = local.watch
+            local.watch = watch
+            try:
+                result = original(fingerprint, transform, transform_args)
+            finally:
+                local.watch = previous
+            try:
+                self._on_hash(fingerprint, transform, transform_args, result, watch)
+            except Exception as e:
+                self._hook_failed("update_fingerprint", e)
+            return result
+
+        return update_fingerprint
+
+    def _wrap_random(self, original: Callable[..., str]) -> Callable[..., str]:
+        local = self.local
+
+        @functools.wraps(original)
+        def generate_random_fingerprint(*args: Any, **kwargs: Any) -> str:
+            w = local.watch
+            if w is not None:
+                w.random = True
+            return original(*args, **kwargs)
+
+        return generate_random_fingerprint
+
+    def _wrap_generate_fingerprint(self, original: Callable[..., str]) -> Callable[..., str]:
+        @functools.wraps(original)
+        def generate_fingerprint(dataset: Any) -> str:
+            fp = original(dataset)
+            if self.enabled and not self.local.stack:
+                try:
+                    self._on_in_memory_root(dataset, fp)
+                except Exception as e:
+                    self._hook_failed("generate_fingerprint", e)
+            return fp
+
+        return generate_fingerprint
+
+    def _on_hash(self, parent: Any, transform: Any, args: Any, result: str, watch: _Watch) -> None:
+        ev = _HashEvent(parent, transform, args, result, watch, next(self._seq))
+        stack = self.local.stack
+        if stack:
+            stack[-1].hashes.append(ev)
+            return
+        # update_fingerprint outside any traced call (a method this tracer does not wrap).
+        _, call_site, _ = self._call_site(sys._getframe(2))
+        ev.call_site = call_site
+        self._emit(self._hash_record(ev, internal=False, root=self.default_root))
+
+    # -- layer 1 ------------------------------------------------------------------------------
+    def _wrap_method(self, original: Callable[..., Any], op: str, kind: str) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return original(*args, **kwargs)
+            try:
+                frame = self._enter(op, kind, original, args, kwargs)
+            except Exception as e:
+                self._hook_failed(op, e)
+                return original(*args, **kwargs)
+            try:
+                out = original(*args, **kwargs)
+            except BaseException as e:
+                self._exit(frame, None, e)
+                raise
+            self._exit(frame, out, None)
+            return out
+
+        return wrapper
+
+    def _wrap_concat(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        # Keep the name, module and qualname: `datasets` hashes this very function object as the
+        # transform of concatenate_datasets, and dill pickles it by reference to that name.
+        return self._wrap_method(original, "concatenate_datasets", "concat")
+
+    def _wrap_cache_path(self, original: Callable[..., str]) -> Callable[..., str]:
+        @functools.wraps(original)
+        def _get_cache_file_path(self_ds: Any, fingerprint: str) -> str:
+            path = original(self_ds, fingerprint)
+            if self.enabled and self.local.stack:
+                try:
+                    self._snapshot(path)
+                except Exception as e:
+                    self._hook_failed("_get_cache_file_path", e)
+            return path
+
+        return _get_cache_file_path
+
+    def _wrap_prepare(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def download_and_prepare(builder: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return original(builder, *args, **kwargs)
+            existed = None
+            with contextlib.suppress(Exception):
+                existed = os.path.isdir(builder._output_dir)
+            out = original(builder, *args, **kwargs)
+            with contextlib.suppress(Exception):
+                builder.__dict__["_cachetool_prepared"] = "hit" if existed else "miss"
+            return out
+
+        return download_and_prepare
+
+    def _snapshot(self, path: str) -> None:
+        """Remember which outputs of a call exist before it writes: `cache-<fp>.arrow` and its
+        num_proc shards `cache-<fp>_00000_of_00002.arrow` (by inode, so a rewrite shows)."""
+        snap = self.local.snapshot
+        path = _abs(path)
+        if path in snap:
+            return
+        folder, base = os.path.split(path)
+        stem, ext = os.path.splitext(base)
+        snap[path] = None
+        try:
+            with os.scandir(folder) as it:
+                for de in it:
+                    name = de.name
+                    if name.startswith(stem) and name.endswith(ext):
+                        with contextlib.suppress(OSError):
+                            snap.setdefault(os.path.join(folder, name), de.inode())
+                            if name == base:
+                                snap[path] = de.inode()
+        except OSError:
+            pass
+
+    def _call_site(self, f: Any) -> tuple[bool, dict[str, Any] | None, str | None]:
+        """(called by datasets?, first frame outside datasets and cachetool, the datasets function
+        the user called)."""
+        where = self._where
+        caller_in_datasets: bool | None = None
+        entry: str | None = None
+        while f is not None:
+            code = f.f_code
+            w = where.get(code)
+            if w is None:
+                fn = code.co_filename
+                w = 1 if fn.startswith(self._datasets_prefix) else 0
+                if not w and fn.startswith(self._cachetool_prefix):
+                    w = 2
+                where[code] = w
+            if w == 2:
+                f = f.f_back
+                continue
+            if caller_in_datasets is None:
+                caller_in_datasets = w == 1
+            if w == 0:
+                return (
+                    bool(caller_in_datasets),
+                    {"file": code.co_filename, "line": f.f_lineno, "function": code.co_name},
+                    entry,
+                )
+            entry = code.co_name
+            f = f.f_back
+        return bool(caller_in_datasets), None, entry
+
+    def _enter(
+        self, op: str, kind: str, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> _Frame:
+        stack = self.local.stack
+        frame = _Frame()
+        frame.op = op
+        frame.kind = kind
+        frame.original = original
+        frame.args = args
+        frame.kwargs = kwargs
+        caller_in_datasets, frame.call_site, frame.entry = self._call_site(sys._getframe(2))
+        frame.internal = bool(stack) and caller_in_datasets
+        frame.seq = next(self._seq)
+        if kind == "concat":
+            parents = list(args[0] if args else kwargs.get("dsets") or [])
+        elif kind in ("transform", "inplace", "save"):
+            parents = [args[0]] if args else [kwargs.get("self")]
+        else:
+            parents = []
+        frame.parents = parents
+        frame.parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
+        for key in _CACHE_NAME_KWARGS:
+            value = kwargs.get(key)
+            if isinstance(value, str):
+                self._snapshot(value)
+        frame.start = time.time()
+        frame.t0 = time.perf_counter()
+        stack.append(frame)
+        return frame
+
+    def _exit(self, frame: _Frame, out: Any, exc: BaseException | None) -> None:
+        local = self.local
+        stack = local.stack
+        try:
+            duration = time.perf_counter() - frame.t0
+            if stack and stack[-1] is frame:
+                stack.pop()
+            elif frame in stack:
+                stack.remove(frame)
+            records = self._records(frame, out, exc, duration)
+            if stack:
+                # Nested calls finish first; hold their records so that the file is in call order.
+                stack[-1].children.extend(records)
+                stack[0].pending.extend(records)
+            else:
+                frame.pending.extend(records)
+                frame.pending.sort(key=lambda r: r["seq"])
+                for rec in frame.pending:
+                    self._emit(rec)
+        except Exception as e:
+            self._hook_failed(frame.op, e)
+        finally:
+            if not stack:
+                local.snapshot.clear()
+
+    def _emit(self, record: Record) -> None:
+        self.sink.emit(record)
+
+    # -- records ------------------------------------------------------------------------------
+    def _base(
+        self,
+        *,
+        type_: str,
+        seq: int,
+        start: float,
+        duration: float,
+        operation: str,
+        internal: bool,
+        call_site: dict[str, Any] | None,
+        root: str,
+    ) -> Record:
+        return {
+            "v": RECORD_VERSION,
+            "type": type_,
+            "seq": seq,
+            "run": self.sink.run_id,
+            "time": round(start, 6),
+            "duration": round(duration, 6),
+            "host": self.host,
+            "pid": self.pid,
+            "versions": self.versions,
+            "operation": operation,
+            "transform": None,
+            "result": None,
+            "parents": [],
+            "output": None,
+            "internal": internal,
+            "call_site": call_site,
+            "function": None,
+            "args": {},
+            "random_fallback": None,
+            "fingerprint_given": False,
+            "files": [],
+            "cache": "none",
+            "in_memory": False,
+            "root": root,
+            "split": None,
+            "source": None,
+            "error": None,
+        }
+
+    def _records(self, frame: _Frame, out: Any, exc: BaseException | None, duration: float) -> list[Record]:
+        kind = frame.kind
+        if kind == "builder":
+            return self._builder_records(frame, out, exc, duration)
+        if kind == "load_saved":
+            return self._load_saved_records(frame, out, exc, duration)
+        if kind == "save":
+            return self._save_records(frame, exc, duration)
+        results: list[tuple[str | None, Any]]
+        if exc is not None:
+            results = []
+        elif kind == "inplace":
+            results = [(None, frame.parents[0])]
+        elif isinstance(out, dict):
+            results = [(str(k), v) for k, v in out.items()]
+        else:
+            results = [(None, out)]
+        joined = "".join(fp for fp in frame.parent_fps if isinstance(fp, str))
+        own = [h for h in frame.hashes if h.parent == joined]
+        used: set[int] = set()
+        records: list[Record] = []
+        parent_files = {_abs(f["filename"]) for d in frame.parents for f in _cache_files(d)}
+        for output, ds in results:
+            fp = getattr(ds, "_fingerprint", None)
+            h = next((x for x in own if id(x) not in used and x.result == fp), None)
+            if h is None:
+                h = next((x for x in own if id(x) not in used), None)
+            if h is not None:
+                used.add(id(h))
+            rec = self._transform_record(frame, ds, fp, output, h, parent_files, duration)
+            records.append(rec)
+        if exc is not None and not frame.internal:
+            rec = self._base(
+                type_="transform",
+                seq=frame.seq,
+                start=frame.start,
+                duration=duration,
+                operation=frame.op,
+                internal=frame.internal,
+                call_site=frame.call_site,
+                root=self._root_of(frame.parents[0])[0] if frame.parents else self.default_root,
+            )
+            rec["parents"] = list(frame.parent_fps)
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            if own:
+                self._fill_hash(rec, own[0])
+            records.append(rec)
+        # Hashes made directly in this call that are not its own (rare): internal events.
+        for h in frame.hashes:
+            if h not in own:
+                h.call_site = frame.call_site
+                records.append(
+                    self._hash_record(
+                        h, internal=True, root=records[0]["root"] if records else self.default_root
+                    )
+                )
+        return records
+
+    def _transform_record(
+        self,
+        frame: _Frame,
+        ds: Any,
+        fp: Any,
+        output: str | None,
+        h: _HashEvent | None,
+        parent_files: set[str],
+        duration: float,
+    ) -> Record:
+        root, in_memory = self._root_of(ds)
+        rec = self._base(
+            type_="transform",
+            seq=frame.seq,
+            start=frame.start,
+            duration=duration,
+            operation=frame.op,
+            internal=frame.internal,
+            call_site=frame.call_site,
+            root=root,
+        )
+        rec["result"] = fp
+        rec["parents"] = list(frame.parent_fps)
+        rec["output"] = output
+        rec["in_memory"] = in_memory
+        rec["split"] = _split_of(ds)
+        if h is not None:
+            self._fill_hash(rec, h)
+        else:
+            adopted = self._adopt(frame, fp)
+            if adopted is not None:
+                for key in ("transform", "args", "function", "random_fallback"):
+                    rec[key] = adopted.get(key)
+            elif frame.kind != "concat":
+                rec["fingerprint_given"] = _given_fingerprint(frame.kwargs) is not None
+                rec["args"] = self._call_args(frame)
+                fn = _function_arg(frame)
+                rec["function"] = self._function_info(fn) if fn is not None else None
+        files, cache = self._files(frame, ds, parent_files)
+        rec["files"] = files
+        rec["cache"] = cache
+        return rec
+
+    def _adopt(self, frame: _Frame, fp: Any) -> Record | None:
+        """A call that hashed nothing itself but whose one nested call made the same step
+        (`with_format` -> `set_format`, `take` -> `select`): describe it by that call's hash."""
+        match = [
+            c
+            for c in frame.children
+            if c.get("result") == fp and c.get("parents") == frame.parent_fps and c.get("transform")
+        ]
+        return match[0] if len(match) == 1 else None
+
+    def _fill_hash(self, rec: Record, h: _HashEvent) -> None:
+        rec["transform"] = transform_string(h.transform)
+        args = h.args if isinstance(h.args, Mapping) else {}
+        keys = sorted(args)
+        digests = h.watch.digests
+        out: dict[str, Any] = {}
+        for i, key in enumerate(keys):
+            pos = 3 + 2 * i  # [parent, transform, key0, value0, key1, value1, ...]
+            value = args[key]
+            entry: dict[str, Any] = {
+                "digest": digests[pos] if pos < len(digests) else None,
+                "repr": safe_repr(value),
+                "type": type_name(value),
+            }
+            if self.trees:
+                entry["tree"] = _tree(value)
+            out[str(key)] = entry
+        rec["args"] = out
+        fn = args.get("function")
+        if fn is not None:
+            rec["function"] = self._function_info(fn)
+        w = h.watch
+        if w.random:
+            argument = None
+            if w.error_at is not None and w.error_at >= 2:
+                index = (w.error_at - 2) // 2
+                argument = str(keys[index]) if index < len(keys) else None
+            rec["random_fallback"] = {"argument": argument, "error": w.error, "error_type": w.error_type}
+
+    def _hash_record(self, h: _HashEvent, *, internal: bool, root: str) -> Record:
+        rec = self._base(
+            type_="transform",
+            seq=h.seq,
+            start=h.start,
+            duration=0.0,
+            operation=operation_of(h.transform),
+            internal=internal,
+            call_site=h.call_site,
+            root=root,
+        )
+        rec["result"] = h.result
+        rec["parents"] = [h.parent] if isinstance(h.parent, str) else []
+        self._fill_hash(rec, h)
+        return rec
+
+    def _call_args(self, frame: _Frame) -> dict[str, Any]:
+        """Arguments of a call that hashed nothing (`new_fingerprint=` given): reprs, no digests."""
+        try:
+            bound = inspect.signature(frame.original).bind_partial(*frame.args, **frame.kwargs).arguments
+        except (TypeError, ValueError):
+            bound = dict(frame.kwargs)
+        out: dict[str, Any] = {}
+        for i, (name, value) in enumerate(bound.items()):
+            if i == 0 and frame.kind in ("transform", "inplace", "save"):
+                continue  # the dataset itself
+            items = list(value.items()) if name == "kwargs" and isinstance(value, dict) else [(name, value)]
+            for k, v in items:
+                out[str(k)] = {"digest": None, "repr": safe_repr(v), "type": type_name(v)}
+        return out
+
+    def _function_info(self, fn: Any) -> dict[str, Any] | None:
+        target = fn
+        while isinstance(target, functools.partial):
+            target = target.func
+        target = getattr(target, "__func__", target)
+        code = getattr(target, "__code__", None)
+        if code is None:
+            code = getattr(vars(type(target)).get("__call__"), "__code__", None)
+        key = code if code is not None else id(target)
+        info = self._fn_info.get(key)
+        if info is not None:
+            return info
+        qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+        module = getattr(target, "__module__", None)
+        info = {
+            "qualname": qualname if module in (None, "__main__", "__mp_main__") else f"{module}.{qualname}",
+            "file": code.co_filename if code is not None else None,
+            "line": code.co_firstlineno if code is not None else None,
+            "source_hash": _source_hash(target, code),
+        }
+        self._fn_info[key] = info
+        return info
+
+    def _files(self, frame: _Frame, ds: Any, parent_files: set[str]) -> tuple[list[dict[str, Any]], str]:
+        snap = self.local.snapshot
+        files = []
+        written = reused = 0
+        for f in _cache_files(ds):
+            path = _abs(f["filename"])
+            if path in parent_files:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            before = snap.get(path, _MISSING)
+            if before is _MISSING:
+                # Not predicted (a custom file name): judge by the time it was last written.
+                new = st.st_mtime >= frame.start - 0.005
+            else:
+                new = before is None or before != st.st_ino
+            status = "written" if new else "reused"
+            written += new
+            reused += not new
+            files.append({"path": path, "size": st.st_size, "status": status})
+        if not files:
+            return files, "none"
+        return files, "miss" if not reused else "hit" if not written else "partial"
+
+    def _builder_records(
+        self, frame: _Frame, out: Any, exc: BaseException | None, duration: float
+    ) -> list[Record]:
+        if exc is not None or out is None:
+            return []
+        builder: Any = frame.args[0] if frame.args else frame.kwargs.get("self")
+        cache_root = _abs(str(getattr(builder, "_cache_dir_root", "") or self.default_root))
+        self._add_root(cache_root, "cache")
+        rel = None
+        with contextlib.suppress(Exception):
+            rel = builder._relative_data_dir()
+        with contextlib.suppress(Exception):
+            self._dir_roots[_abs(builder._output_dir)] = (cache_root, "cache")
+        prepared = getattr(builder, "__dict__", {}).get("_cachetool_prepared", "hit")
+        items = (
+            list(out.items())
+            if isinstance(out, dict)
+            else ([(None, d) for d in out] if isinstance(out, (list, tuple)) else [(None, out)])
+        )
+        records = []
+        for output, ds in items:
+            fp = getattr(ds, "_fingerprint", None)
+            operation = frame.entry if frame.entry and not frame.entry.startswith("_") else "as_dataset"
+            rec = self._base(
+                type_="root",
+                seq=frame.seq,
+                start=frame.start,
+                duration=duration,
+                operation=operation,
+                internal=frame.internal,
+                call_site=frame.call_site,
+                root=cache_root,
+            )
+            rec["result"] = fp
+            rec["output"] = output
+            rec["split"] = _split_of(ds)
+            rec["source"] = {
+                "kind": "builder",
+                "builder": getattr(builder, "name", None),
+                "config": getattr(getattr(builder, "config", None), "name", None),
+                "relative_data_dir": rel,
+                "split": _split_of(ds),
+            }
+            files = []
+            for f in _cache_files(ds):
+                path = _abs(f["filename"])
+                with contextlib.suppress(OSError):
+                    files.append(
+                        {
+                            "path": path,
+                            "size": os.stat(path).st_size,
+                            "status": "reused" if prepared == "hit" else "written",
+                        }
+                    )
+            rec["files"] = files
+            rec["cache"] = prepared if files else "none"
+            rec["in_memory"] = not files
+            records.append(rec)
+        return records
+
+    def _load_saved_records(
+        self, frame: _Frame, out: Any, exc: BaseException | None, duration: float
+    ) -> list[Record]:
+        if exc is not None or out is None:
+            return []
+        raw = frame.args[0] if frame.args else frame.kwargs.get("dataset_path")
+        path = _abs(os.fspath(raw)) if isinstance(raw, (str, os.PathLike)) else str(raw)
+        root = self._saved_root(path)
+        state_fp = None
+        with contextlib.suppress(Exception), open(os.path.join(path, "state.json"), encoding="utf-8") as fh:
+            state_fp = json.load(fh).get("_fingerprint")
+        rec = self._base(
+            type_="root",
+            seq=frame.seq,
+            start=frame.start,
+            duration=duration,
+            operation="load_from_disk",
+            internal=frame.internal,
+            call_site=frame.call_site,
+            root=root,
+        )
+        rec["result"] = getattr(out, "_fingerprint", None)
+        rec["parents"] = [state_fp] if isinstance(state_fp, str) else []
+        rec["split"] = _split_of(out)
+        rec["source"] = {"kind": "saved", "path": path, "state_fingerprint": state_fp}
+        files = []
+        for f in _cache_files(out):
+            p = _abs(f["filename"])
+            with contextlib.suppress(OSError):
+                files.append({"path": p, "size": os.stat(p).st_size, "status": "reused"})
+        rec["files"] = files
+        rec["cache"] = "hit" if files else "none"
+        rec["in_memory"] = not files
+        return [rec]
+
+    def _save_records(self, frame: _Frame, exc: BaseException | None, duration: float) -> list[Record]:
+        if exc is not None:
+            return []
+        ds = frame.parents[0]
+        raw = frame.args[1] if len(frame.args) > 1 else frame.kwargs.get("dataset_path")
+        if not isinstance(raw, (str, os.PathLike)):
+            return []
+        path = _abs(os.fspath(raw))
+        root = self._saved_root(path)
+        rec = self._base(
+            type_="save",
+            seq=frame.seq,
+            start=frame.start,
+            duration=duration,
+            operation="save_to_disk",
+            internal=frame.internal,
+            call_site=frame.call_site,
+            root=root,
+        )
+        fp = getattr(ds, "_fingerprint", None)
+        rec["result"] = fp
+        rec["parents"] = [fp] if fp else []
+        rec["split"] = _split_of(ds)
+        rec["source"] = {"kind": "saved", "path": path}
+        files = []
+        with contextlib.suppress(OSError), os.scandir(path) as it:
+            for de in it:
+                if de.name.startswith("data-") and de.name.endswith(".arrow"):
+                    files.append({"path": de.path, "size": de.stat().st_size, "status": "written"})
+        rec["files"] = sorted(files, key=lambda f: f["path"])
+        rec["cache"] = "miss" if files else "none"
+        return [rec]
+
+    def _on_in_memory_root(self, dataset: Any, fp: str) -> None:
+        _, call_site, entry = self._call_site(sys._getframe(3))
+        root, in_memory = self._root_of(dataset)
+        rec = self._base(
+            type_="root",
+            seq=next(self._seq),
+            start=time.time(),
+            duration=0.0,
+            operation=entry or "Dataset",
+            internal=False,
+            call_site=call_site,
+            root=root,
+        )
+        rec["result"] = fp
+        rec["in_memory"] = in_memory
+        rec["split"] = _split_of(dataset)
+        rec["source"] = {"kind": "in-memory" if in_memory else "file", "constructor": entry}
+        self._emit(rec)
+
+    # -- roots --------------------------------------------------------------------------------
+    def _add_root(self, root: str, kind: str) -> None:
+        if root not in self._known_roots:
+            self._known_roots[root] = kind
+            self._dir_roots.clear()
+
+    def _saved_root(self, path: str) -> str:
+        """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""
+        parent = os.path.dirname(path)
+        root = parent if os.path.isfile(os.path.join(parent, "dataset_dict.json")) else path
+        self._add_root(root, "saved")
+        return root
+
+    def _root_of(self, ds: Any) -> tuple[str, bool]:
+        """(the root whose ledger holds records about `ds`, whether `ds` lives only in memory)."""
+        files = _cache_files(ds)
+        if not files:
+            return self.default_root, True
+        folder = os.path.dirname(_abs(files[0]["filename"]))
+        hit = self._dir_roots.get(folder)
+        if hit is not None:
+            return hit[0], False
+        best = ""
+        candidates = dict(self._known_roots)
+        candidates.setdefault(self.default_root, "cache")
+        for r in candidates:
+            if (folder == r or folder.startswith(r.rstrip(os.sep) + os.sep)) and len(r) > len(best):
+                best = r
+        if not best:
+            # A folder of Arrow files of its own (Dataset.from_file, a custom cache_file_name).
+            best = self._saved_root(folder) if os.path.isfile(os.path.join(folder, "state.json")) else folder
+        self._dir_roots[folder] = (best, candidates.get(best, "cache"))
+        return best, False
+
+
+# ------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _abs(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _cache_files(ds: Any) -> list[dict[str, Any]]:
+    try:
+        files = ds.cache_files
+    except Exception:  # not a Dataset, or a broken one
+        return []
+    return files if isinstance(files, list) else []
+
+
+def _split_of(ds: Any) -> str | None:
+    split = getattr(ds, "_split", None)
+    return str(split) if split is not None else None
+
+
+def _given_fingerprint(kwargs: Mapping[str, Any]) -> str | None:
+    for key in ("new_fingerprint", "train_new_fingerprint", "test_new_fingerprint"):
+        if isinstance(kwargs.get(key), str):
+            return str(kwargs[key])
+    return None
+
+
+def _function_arg(frame: _Frame) -> Any:
+    fn = frame.kwargs.get("function")
+    if fn is None and frame.op in ("map", "filter") and len(frame.args) > 1:
+        fn = frame.args[1]
+    return fn if callable(fn) else None
+
+
+def _is_fingerprint_transform(value: Any) -> bool:
+    f = getattr(value, "__func__", value)
+    for _ in range(8):
+        if f is None:
+            return False
+        if getattr(f, "_decorator_name_", None) == "fingerprint":
+            return True
+        f = getattr(f, "__wrapped__", None)
+    return False
+
+
+def _source_hash(target: Any, code: Any) -> str | None:
+    import hashlib
+
+    try:
+        source = inspect.getsource(target)
+    except (OSError, TypeError):
+        source = None
+    if source is not None:
+        return "sha256:" + hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    if code is not None:
+        return "code:" + hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:16]
+    return None
+
+
+def _tree(value: Any) -> Any:
+    try:
+        from cachetool.fingerprint.tree import build_tree
+    except Exception:  # the tree module is optional for tracing
+        return None
+    try:
+        return build_tree(value)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _shared_counter() -> Iterator[int]:
+    """One sequence for tracer events and `cachetool.checkpoint()` events, so that `seq` orders both."""
+    try:
+        from cachetool.determinism import checkpoint
+
+        counter = checkpoint._counter
+        if isinstance(counter, itertools.count):
+            return counter
+    except Exception:  # the determinism package is optional for tracing
+        pass
+    return itertools.count()
+
+
+def _versions() -> dict[str, str]:
+    from cachetool import __version__
+
+    out = {"python": platform.python_version(), "cachetool": __version__}
+    for name in ("datasets", "dill", "pyarrow"):
+        mod = sys.modules.get(name)
+        out[name] = str(getattr(mod, "__version__", "?")) if mod is not None else "?"
+    return out
