@@ -31,6 +31,8 @@ _LAZY = {
     "build_demo": "cachetool.demo",
     "checkpoint": "cachetool.determinism.checkpoint",
     "check_determinism": "cachetool.determinism.runner",
+    "tracing": "cachetool.trace",
+    "install_tracing": "cachetool.trace",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]
