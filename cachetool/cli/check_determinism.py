@@ -128,6 +128,10 @@ def _check(
         isolated=isolated,
         jobs=jobs,
     )
+    from cachetool.cli.common import warn
+
+    for message in report.warnings:
+        warn(message)
     if fmt == CheckFormat.json:
         Output(OutputFormat.json).json(report.to_dict())
     elif fmt == CheckFormat.github:

@@ -205,7 +205,14 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             steps.append(step)
             continue
         inherited = None
+        # A fingerprint already explained (the same dataset seen again, e.g. reloaded) is part of
+        # that cascade, not a new cause.
+        owners = {tainted[k].get(fp) for k, fp in enumerate(results) if fp is not None}
+        if len(owners) == 1 and None not in owners:
+            inherited = owners.pop()
         for k, run_parents in enumerate(parents):
+            if inherited is not None:
+                break
             for p in run_parents:
                 if p in tainted[k]:
                     inherited = tainted[k][p]

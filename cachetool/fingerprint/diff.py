@@ -152,7 +152,7 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
     common = _common_prefix(leaves)
     found = [_find(t, common) for t in nodes]
     culprit = _culprit(argument, common, [f for f in found if f is not None] or nodes, tuple(leaves))
-    if len(leaves) > 1:
+    if len(leaves) > 1 and culprit.kind == "value":
         parts = []
         for leaf in leaves[:_MAX_PARTS]:
             leaf_nodes = [n for n in (_find(t, leaf) for t in nodes) if n is not None]
@@ -274,7 +274,7 @@ def hint_for(nodes: Sequence[dict[str, Any]], path: Sequence[str] = ()) -> tuple
     if type_name not in ("str", "bytes", "int", "float"):
         # An object's repr is not what gets hashed; only a scalar's text is.
         joined = ""
-    if type_name.startswith("numpy.random") or type_name in ("Generator", "RandomState"):
+    if type_name.split(".")[-1] in ("Generator", "RandomState", "BitGenerator", "PCG64", "MT19937"):
         return "random-state", (
             "an unseeded random generator (shuffle or train_test_split without seed=): pass seed= "
             "or generator=np.random.default_rng(<fixed seed>)."
