@@ -1,0 +1,51 @@
+"""`cachetool run`: run a pipeline script with lineage recording on."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cachetool.cli.common import handle_errors
+
+#: Everything after the script belongs to the script, `--help` included.
+CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+def run_command(
+    script: Annotated[
+        str, typer.Argument(help="The Python script to run, as you would give it to `python`.")
+    ],
+    args: Annotated[
+        list[str] | None, typer.Argument(help="Arguments for the script, passed through untouched.")
+    ] = None,
+) -> None:
+    """Run a pipeline script exactly as `python script.py args...` would, recording lineage.
+
+    The script gets the same `sys.argv`, `__main__`, `sys.path[0]` (its own folder), working
+    directory, stdin/stdout, exit code and tracebacks; `num_proc` pools (fork and spawn) keep
+    working. From its first `import datasets` on, every transform call (map, filter, select,
+    shuffle, ...) is recorded in the ledger of the cache root it belongs to: parent and result
+    fingerprints, arguments, the function and the call site, files written or reused, hit or miss.
+    Read it back with `cachetool lineage`, `cachetool ls` and `cachetool show`.
+
+    In your own code, `with cachetool.tracing(): ...` does the same.
+
+    **Examples**
+
+        cachetool run pipeline.py
+
+        cachetool run train.py --epochs 3 --data ./data
+
+        python -m cachetool run pipeline.py
+
+    Exit codes: the script's own; 2 when the script does not exist.
+    """
+    _run(script, list(args or []))
+
+
+@handle_errors
+def _run(script: str, args: list[str]) -> None:
+    from cachetool.trace.runner import run_script
+
+    run_script(script, args)

@@ -1,0 +1,154 @@
+"""Run a script exactly as `python script.py args...` would, with tracing on.
+
+`run_script()` replaces the current process (`os.execv`) by a fresh interpreter started as
+`python -c <bootstrap> script.py args...`: no cachetool CLI state (Typer, Rich) stays behind, the
+pid, stdio, signals and exit status are the script's own, and CPython itself handles `SystemExit`,
+uncaught exceptions and `KeyboardInterrupt` (which ends the process by SIGINT, as usual).
+
+The bootstrap then makes the interpreter look as if it had been started on the script:
+
+* `sys.argv` is `[script, *args]`; `sys.path[0]` is the script's folder (symlinks resolved, like
+  CPython), so helper modules next to the script import;
+* `__main__` is a fresh module with the same attributes CPython gives a script (`__file__`
+  absolute, `__loader__` a `SourceFileLoader`, `__spec__` None), so `multiprocessing` spawn
+  workers re-import it from its path (as `__mp_main__`) and fork workers inherit it;
+* tracing is installed by an import hook that fires on the script's own `import datasets`
+  (never earlier: `datasets` reads `HF_DATASETS_CACHE` at import);
+* tracebacks printed for an uncaught exception leave out the bootstrap and tracer frames.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType, TracebackType
+from typing import Any, NoReturn
+
+from cachetool.errors import CachetoolError
+
+_BOOTSTRAP = (
+    "import sys; sys.path.append({path!r}); import cachetool.trace.runner as _r; "
+    "sys.path.pop(); _r._bootstrap()"
+)
+
+
+class ScriptNotFound(CachetoolError):
+    """The script given to `cachetool run` does not exist."""
+
+    def __init__(self, script: str) -> None:
+        super().__init__(f"can't open file '{script}': No such file or directory")
+        self.script = script
+
+
+def command(script: str, args: Sequence[str]) -> list[str]:
+    """The interpreter command line that runs `script` under the bootstrap."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    return [sys.executable, *flags, "-c", _BOOTSTRAP.format(path=package_parent), script, *args]
+
+
+def run_script(script: str, args: Sequence[str], *, events_file: str | None = None) -> NoReturn:
+    """Replace this process by `python script.py args...` with tracing on. Does not return.
+
+    With `events_file`, every event goes to that JSON Lines file instead of the ledger."""
+    if not os.path.exists(script):
+        raise ScriptNotFound(script)
+    env = dict(os.environ)
+    if events_file is not None:
+        env["CACHETOOL_TRACE_EVENTS"] = os.path.abspath(events_file)
+    argv = command(script, args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        os.execve(argv[0], argv, env)
+    # No exec on this platform: run as a child and pass its exit status on.
+    proc = subprocess.run(argv, env=env)  # pragma: no cover - Windows
+    raise SystemExit(proc.returncode)  # pragma: no cover
+
+
+def _bootstrap() -> None:
+    """Inside the fresh interpreter: become `python script.py args...`, install tracing, run."""
+    import importlib.machinery
+
+    argv = sys.argv[1:]  # sys.argv was ["-c", script, *args]
+    script = argv[0]
+    sys.argv[:] = argv
+    from cachetool.trace import install_tracing
+
+    if os.path.isdir(script) or (not script.endswith((".py", ".pyw")) and _is_zip(script)):
+        # A folder or zip with __main__.py: runpy knows those rules.
+        import runpy
+
+        sys.path[0] = script
+        install_tracing()
+        sys.excepthook = _trimming_hook(sys.excepthook)
+        runpy.run_path(script, run_name="__main__")
+        return
+
+    path = os.path.abspath(script)
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    with open(path, "rb") as f:
+        source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = ModuleType("__main__")
+    main.__dict__.update(
+        {
+            "__file__": path,
+            "__cached__": None,
+            "__loader__": importlib.machinery.SourceFileLoader("__main__", path),
+            "__spec__": None,
+            "__package__": None,
+            "__annotations__": {},
+            "__builtins__": sys.modules["builtins"],
+        }
+    )
+    sys.modules["__main__"] = main
+    install_tracing()
+    sys.excepthook = _trimming_hook(sys.excepthook)
+    exec(code, main.__dict__)
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
+
+
+def _trimming_hook(original: ExceptHook) -> ExceptHook:
+    """An excepthook that drops the bootstrap's and the tracer's frames from tracebacks, so an
+    uncaught exception reads as it would under plain `python script.py`."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        seen: set[int] = set()
+        e: BaseException | None = exc
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            e.__traceback__ = _trim(e.__traceback__, here)
+            e = e.__cause__ or e.__context__
+        original(exc_type, exc, exc.__traceback__)
+
+    return hook
+
+
+def _trim(tb: TracebackType | None, here: str) -> TracebackType | None:
+    keep: list[TracebackType] = []
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not (filename == "<string>" and not keep) and not filename.startswith(here):
+            keep.append(tb)
+        tb = tb.tb_next
+    for i in range(len(keep) - 1):
+        keep[i].tb_next = keep[i + 1]
+    if keep:
+        keep[-1].tb_next = None
+        return keep[0]
+    return None
