@@ -91,6 +91,9 @@ class Cause:
     unpicklable: tuple[Unpicklable, ...] = ()
     #: The exception text datasets swallowed, one per run that fell back (random causes).
     errors: tuple[str, ...] = ()
+    #: Source causes: the recorded description of the source (builder, config, data dir, path)
+    #: where it differs, as ``(key, (value per run, ...))``.
+    source_diffs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cascade: int = 0
     #: ``PYTHONHASHSEED`` (equal hash seeds give equal fingerprints), ``every run``, or None (not checked).
     variation: str | None = None
@@ -108,6 +111,7 @@ class Cause:
             "culprits": [c.to_dict() for c in self.culprits],
             "unpicklable": [u.to_dict() for u in self.unpicklable],
             "errors": list(self.errors),
+            "source_differences": {key: list(values) for key, values in self.source_diffs},
             "cascade": self.cascade,
             "variation": self.variation,
         }
@@ -180,7 +184,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
     hidden_random: list[Cause] = []
     # fingerprint (per run) -> index of the cause it descends from
     tainted: list[dict[str, int]] = [{} for _ in runs]
-    cascade_count: dict[int, int] = {}
+    cascade_count: dict[int, set[str]] = {}
     for index, row in enumerate(rows):
         file, line, function = _site(row[0])
         results = tuple(e.get("result") for e in row)
@@ -221,7 +225,13 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 break
         if inherited is not None:
             step = _replace(step, status="cascade", cause=inherited)
-            cascade_count[inherited] = cascade_count.get(inherited, 0) + 1
+            if (
+                not step.internal
+                and results[0] is not None
+                and results[0] != causes[inherited].step.results[0]
+            ):
+                # Downstream fingerprints, counted once each (internal steps repeat their caller's).
+                cascade_count.setdefault(inherited, set()).add(results[0])
             cause_index = inherited
         else:
             cause_index = len(causes)
@@ -229,7 +239,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 cause = _random_cause(step, row)
                 step = _replace(step, status="random", cause=cause_index)
             elif len(set(parents)) > 1 or step.type == "root":
-                cause = Cause(step=step, kind="source", **_arg_diffs(row))
+                cause = Cause(step=step, kind="source", source_diffs=_source_diffs(row), **_arg_diffs(row))
                 step = _replace(step, status="source", cause=cause_index)
             else:
                 diffs = _arg_diffs(row)
@@ -241,7 +251,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             if fp is not None:
                 tainted[k][fp] = cause_index
         steps.append(step)
-    final = tuple(_replace_cause(c, cascade=cascade_count.get(i, 0)) for i, c in enumerate(causes))
+    final = tuple(_replace_cause(c, cascade=len(cascade_count.get(i, ()))) for i, c in enumerate(causes))
     return Analysis(steps=tuple(steps), causes=final, unaligned=unaligned, hidden_random=tuple(hidden_random))
 
 
@@ -268,7 +278,8 @@ def _arg_diffs(row: Sequence[Event]) -> dict[str, Any]:
     for name in sorted(names):
         entries = [(e.get("args") or {}).get(name) for e in row]
         digests = [en.get("digest") if isinstance(en, Mapping) else None for en in entries]
-        if len(set(digests)) == 1 and digests[0] is not None:
+        if len(set(digests)) == 1 and (digests[0] is not None or all(en is not None for en in entries)):
+            # Equal digests, or an argument recorded without a digest in every run (not hashed).
             continue
         differing.append(name)
         trees = [en.get("tree") if isinstance(en, Mapping) else None for en in entries]
@@ -305,3 +316,19 @@ def _random_cause(step: Step, row: Sequence[Event]) -> Cause:
         unpicklable=tuple(found),
         errors=tuple(dict.fromkeys(errors)),
     )
+
+
+def _source_diffs(row: Sequence[Event]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    sources: list[Mapping[str, Any]] = []
+    for event in row:
+        source = event.get("source")
+        sources.append(source if isinstance(source, Mapping) else {})
+    keys: list[str] = []
+    for source in sources:
+        keys.extend(k for k in source if k not in keys)
+    out = []
+    for key in keys:
+        values = tuple(str(source.get(key)) for source in sources)
+        if len(set(values)) > 1:
+            out.append((key, values))
+    return tuple(out)

@@ -53,8 +53,18 @@ def cause_lines(cause: Cause) -> list[str]:
     if cause.kind == "source":
         lines.append("  the source dataset differs between runs (no argument differs, the input does):")
         lines.append("  an input file rewritten or touched between runs, or data built at run time.")
+        for key, values in cause.source_diffs:
+            lines.append(f"  source {key}: {' vs '.join(dict.fromkeys(values))}")
         for culprit in cause.culprits:
             lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
+        if cause.step.operation == "load_dataset" or any(
+            k == "relative_data_dir" for k, _ in cause.source_diffs
+        ):
+            lines.append(
+                "  hint: load_dataset identifies local data files by path and modification time: a file "
+                "rewritten before each run (even with the same content) is a new source; write it only "
+                "when its content changes."
+            )
     elif cause.kind == "random":
         lines.append(
             "  datasets could not hash an argument and used a random fingerprint: the cache is never reused"

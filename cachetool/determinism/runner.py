@@ -26,7 +26,7 @@ from cachetool.determinism.analysis import Analysis, Cause, align, analyze
 from cachetool.determinism.checkpoint import EVENTS_ENV, TREES_ENV
 from cachetool.errors import CachetoolError, ExitCode
 
-__all__ = ["DeterminismReport", "RunOutcome", "check_determinism", "default_launcher", "read_events"]
+__all__ = ["DeterminismReport", "RunOutcome", "check_determinism", "read_events", "run_command"]
 
 REPORT_VERSION = 1
 _STDERR_TAIL_LINES = 20
@@ -126,9 +126,17 @@ class DeterminismReport:
         }
 
 
-def default_launcher() -> list[str]:
-    """How a run starts: the script under cachetool's tracing, in this Python."""
-    return [sys.executable, "-m", "cachetool", "run"]
+def run_command(script: str, args: Sequence[str], launcher: Sequence[str] | None = None) -> list[str]:
+    """The command line of one run: the script under cachetool's tracing (what
+    ``python -m cachetool run script.py args`` executes, without the CLI hop), or
+    ``[*launcher, script, *args]`` when a launcher is given."""
+    if launcher is not None:
+        return [*launcher, script, *args]
+    try:
+        from cachetool.trace.runner import command
+    except ImportError:
+        return [sys.executable, "-m", "cachetool", "run", script, *args]
+    return command(script, list(args))
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -147,6 +155,9 @@ def read_events(path: Path) -> list[dict[str, Any]]:
             continue
         if isinstance(event, dict):
             events.append(event)
+    # Tracer and checkpoint events share one sequence; writers may buffer differently.
+    if all(isinstance(e.get("seq"), int) for e in events):
+        events.sort(key=lambda e: e["seq"])
     return events
 
 
@@ -167,7 +178,7 @@ def _run_once(
     *,
     timeout: float | None,
     isolated: bool,
-    launcher: Sequence[str],
+    launcher: Sequence[str] | None,
     cwd: Path,
     env: Mapping[str, str],
 ) -> RunOutcome:
@@ -188,7 +199,7 @@ def _run_once(
     returncode: int | None
     with open(stderr_path, "wb") as err, open(run_dir / "stdout.txt", "wb") as out:
         proc = subprocess.Popen(
-            [*launcher, str(script), *args],
+            run_command(str(script), args, launcher),
             cwd=cwd,
             env=run_env,
             stdin=subprocess.DEVNULL,
@@ -260,8 +271,8 @@ def check_determinism(
     a verdict is reproducible. `isolated` gives each run a fresh temporary cache and runs up to
     `jobs` of them at once (default: as many as there are runs and cores). When a difference is
     found and `rerun` is true, one more run with the first run's seed tells whether the difference
-    depends on ``PYTHONHASHSEED`` or changes on every run. `launcher` is the command a run starts
-    with (default ``python -m cachetool run``).
+    depends on ``PYTHONHASHSEED`` or changes on every run. `launcher` replaces the traced
+    interpreter (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events).
 
     Mirrors ``cachetool check-determinism`` (``--runs``, ``--hash-seeds``, ``--timeout``,
     ``--isolated``, ``--jobs``).
@@ -276,7 +287,6 @@ def check_determinism(
         raise CachetoolError("hash seeds must be integers from 0 to 4294967295")
     work_cwd = Path(cwd) if cwd is not None else Path.cwd()
     run_env = dict(os.environ if env is None else env)
-    run_launcher = list(launcher) if launcher is not None else default_launcher()
     workers = 1
     if isolated:
         workers = max(1, min(len(seeds), jobs or (os.cpu_count() or 1)))
@@ -293,7 +303,7 @@ def check_determinism(
                 workdir,
                 timeout=timeout,
                 isolated=isolated,
-                launcher=run_launcher,
+                launcher=launcher,
                 cwd=work_cwd,
                 env=run_env,
             )
