@@ -53,6 +53,11 @@ def _register() -> None:
 
     app.command("check-determinism")(check_determinism.check_determinism_command)
 
+    from cachetool.cli import lineage, run
+
+    app.command("run", context_settings=run.CONTEXT_SETTINGS)(run.run_command)
+    app.command("lineage")(lineage.lineage_command)
+
 
 _register()
 

@@ -1,0 +1,313 @@
+"""`cachetool lineage`: where a fingerprint comes from, and what was made from it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.lineage.graph import LineageGraph, Step
+
+NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
+
+
+class LineageFormat(str, Enum):
+    human = "human"
+    json = "json"
+    dot = "dot"
+    mermaid = "mermaid"
+
+
+@dataclass(frozen=True)
+class LineageView:
+    """The answer of one `lineage` query: steps in order (with depth for trees) and the edges."""
+
+    fingerprint: str
+    mode: str  # "chain" | "descendants" | "all"
+    steps: tuple[tuple[int, Step], ...]
+    edges: tuple[tuple[str, str], ...]
+    entry: Entry | None  # what the disk holds for the fingerprint, if anything
+
+    @property
+    def recorded(self) -> bool:
+        return any(s.fingerprint == self.fingerprint and s.recorded for _, s in self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "mode": self.mode,
+            "recorded": self.recorded,
+            "steps": [{"depth": d, **s.to_json()} for d, s in self.steps],
+            "edges": [list(e) for e in self.edges],
+            "entry": self.entry.to_json() if self.entry is not None else None,
+        }
+
+
+def lineage_command(
+    fingerprint: Annotated[str, typer.Argument(help="A fingerprint or a unique prefix of one.")],
+    descendants: Annotated[
+        bool, typer.Option("--descendants", "-d", help="Show the tree of what was made from it.")
+    ] = False,
+    all_: Annotated[
+        bool, typer.Option("--all", "-a", help="Show the whole forest of its dataset (every branch).")
+    ] = False,
+    internal: Annotated[
+        bool, typer.Option("--internal", help="Include calls datasets makes itself (set_format, shards).")
+    ] = False,
+    cache_dir: CacheDirOption = None,
+    fmt: Annotated[
+        LineageFormat,
+        typer.Option("--format", help="human: one step a line; json: raw values; dot, mermaid: a graph."),
+    ] = LineageFormat.human,
+    as_json: JsonOption = False,
+) -> None:
+    """Show where a fingerprint comes from: the chain of recorded steps from its source.
+
+    One step a line: operation, function (name @ file:line), key arguments, fingerprint, how many
+    recorded runs hit or missed the cache, and whether its cache file exists now (size) or is gone.
+    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. A
+    parent in another root (the cache a saved folder came from) is followed through the registry
+    of known roots. Lineage exists only for pipelines run under `cachetool run` (or
+    `cachetool.tracing()`); for other entries it says what the disk tells.
+
+    **Examples**
+
+        cachetool lineage 7a5731241fa9ef8b
+
+        cachetool lineage 7a57 --descendants
+
+        cachetool lineage 7a57 --all --format dot | dot -Tsvg > lineage.svg
+
+        cachetool lineage 7a57 --format mermaid
+
+    Exit codes: 0 shown (even when no parent is recorded); 2 unknown or ambiguous fingerprint,
+    or missing cache.
+    """
+    mode = "all" if all_ else "descendants" if descendants else "chain"
+    _lineage(fingerprint, mode, internal, cache_dir, LineageFormat.json if as_json else fmt)
+
+
+@handle_errors
+def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: LineageFormat) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.scan import scan_cache
+
+    root = existing_root(cache_dir)
+    report = scan_cache(root)
+    warnings: list[str] = []
+    view = lineage_view(report, prefix, mode=mode, include_internal=internal, warnings=warnings)
+    if fmt == LineageFormat.json:
+        Output(OutputFormat.json).json(view.to_json())
+    elif fmt == LineageFormat.dot:
+        sys.stdout.write(to_dot(view))
+    elif fmt == LineageFormat.mermaid:
+        sys.stdout.write(to_mermaid(view))
+    else:
+        render(Output(OutputFormat.human), view)
+    for w in warnings:
+        warn(w)
+    if not view.recorded:
+        hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
+
+
+def resolve(report: CacheReport, graph: LineageGraph, prefix: str) -> tuple[str, Entry | None]:
+    """The one fingerprint `prefix` names, on disk or in the ledger, and its disk entry if any."""
+    from cachetool.cache.scan import find_entry
+
+    entry: Entry | None = None
+    try:
+        entry = find_entry(report, prefix)
+    except UnknownFingerprint:
+        entry = None
+    except AmbiguousFingerprint:
+        raise
+    recorded = graph.matching(prefix)
+    candidates: set[str] = set(recorded)
+    if entry is not None and entry.fingerprint:
+        fps = {entry.fingerprint, *entry.aliases}
+        # Prefer the fingerprint the user named; else the one the ledger knows (after
+        # load_from_disk the recorded one is the alias).
+        named = sorted(fp for fp in fps if fp.startswith(prefix))
+        known = [fp for fp in named if graph.is_recorded(fp)] or sorted(
+            fp for fp in fps if graph.is_recorded(fp)
+        )
+        main = known[0] if known else named[0] if named else entry.fingerprint
+        candidates -= fps
+        candidates.add(main)
+    if not candidates:
+        raise UnknownFingerprint(prefix, report.root)
+    if len(candidates) > 1:
+        raise AmbiguousFingerprint(prefix, sorted(candidates))
+    fp = candidates.pop()
+    if entry is None:
+        entry = next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
+    return fp, entry
+
+
+def lineage_view(
+    report: CacheReport,
+    prefix: str,
+    *,
+    mode: str = "chain",
+    include_internal: bool = False,
+    warnings: list[str] | None = None,
+) -> LineageView:
+    """The lineage of the fingerprint `prefix` names, in the cache `report` scanned.
+
+    `mode` is "chain" (source to fingerprint), "descendants" (the tree below it) or "all" (every
+    branch of its dataset). The Python side of `cachetool lineage`."""
+    from cachetool.lineage.graph import load_graph
+
+    graph = load_graph(report.root, include_internal=include_internal, warnings=warnings)
+    fp, entry = resolve(report, graph, prefix)
+    if mode == "descendants":
+        items = graph.descendants(fp)
+    elif mode == "all":
+        items = graph.forest(fp)
+    else:
+        ancestors = graph.ancestors(fp)
+        items = [(0, x) for x in ancestors]
+    fps = [x for _, x in items]
+    return LineageView(
+        fingerprint=fp,
+        mode=mode,
+        steps=tuple((d, graph.step(x)) for d, x in items),
+        edges=tuple(sorted(graph.edges(fps))),
+        entry=entry,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Rendering
+# ------------------------------------------------------------------------------------------
+
+
+def _what(step: Step) -> str:
+    if not step.recorded:
+        return "?"
+    op = step.operation or step.type or "?"
+    src = step.source or {}
+    if step.type == "root" and src.get("kind") == "builder":
+        return f"{op} {src.get('builder')} [{src.get('split')}]"
+    if step.type == "root" and src.get("kind") == "saved":
+        return f"{op} {Path(str(src.get('path'))).name}"
+    return op
+
+
+def _runs(step: Step) -> str:
+    if not step.recorded:
+        return ""
+    parts = []
+    if step.misses:
+        parts.append(f"{step.misses} miss" + ("es" if step.misses > 1 else ""))
+    if step.hits:
+        parts.append(f"{step.hits} hit" + ("s" if step.hits > 1 else ""))
+    return ", ".join(parts) or f"{step.runs} run" + ("s" if step.runs != 1 else "")
+
+
+def _notes(step: Step) -> str:
+    notes = []
+    if step.fingerprint_given:
+        notes.append("new_fingerprint= given")
+    if step.random_fallback:
+        rf = step.random_fallback
+        arg = rf.get("argument") or "the transform"
+        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.get('error')})")
+    for path in step.saved_to:
+        notes.append(f"saved to {path}")
+    return "; ".join(notes)
+
+
+def step_line(step: Step) -> str:
+    """`map  upper @ pipeline.py:21  batched=True  ->  5f0c…  1.5 kB  (1 miss, 2 hits)`."""
+    if not step.recorded:
+        return f"{step.fingerprint}  {NOT_RECORDED}"
+    parts = [_what(step)]
+    if step.function_str:
+        parts.append(step.function_str)
+    if step.args_str:
+        parts.append(step.args_str)
+    tail = f"{step.fingerprint}  {step.file_str}"
+    runs = _runs(step)
+    if runs:
+        tail += f"  ({runs})"
+    notes = _notes(step)
+    if notes:
+        tail += f"  [{notes}]"
+    return "  ".join(parts) + "  ->  " + tail
+
+
+def render(out: Output, view: LineageView) -> None:
+    title = {"chain": "Lineage of", "descendants": "Descendants of", "all": "Lineage forest of"}[view.mode]
+    out.line(f"{title} {view.fingerprint}", style="bold")
+    for number, (depth, s) in enumerate(view.steps, 1):
+        prefix = f"{number:>3}. " if view.mode == "chain" else "  " * (depth + 1) + ("└ " if depth else "")
+        mark = "* " if s.fingerprint == view.fingerprint and view.mode == "all" else ""
+        out.line(prefix + mark + step_line(s), style="bold" if mark else None)
+    if not view.recorded:
+        e = view.entry
+        if e is not None:
+            out.line("")
+            out.line(f"{view.fingerprint}: {NOT_RECORDED}")
+            facts = [f"kind {e.kind_str}"]
+            if e.dataset:
+                facts.append(f"dataset {e.dataset}")
+            if e.split:
+                facts.append(f"split {e.split}")
+            if e.content:
+                facts.append(f"content {e.content}")
+            facts.append(f"size {e.size_str}")
+            out.line("On disk: " + ", ".join(facts))
+            out.line(f"Path: {e.path}")
+
+
+def _label(step: Step) -> str:
+    parts = [_what(step)]
+    if step.function_str:
+        parts.append(step.function_str)
+    parts.append(step.fingerprint)
+    if step.recorded:
+        parts.append(step.file_str)
+    return "\n".join(parts)
+
+
+def to_dot(view: LineageView) -> str:
+    """Graphviz: `cachetool lineage FP --all --format dot | dot -Tsvg > lineage.svg`."""
+    lines = ["digraph lineage {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+    for _, s in view.steps:
+        attrs = [f"label={json.dumps(_label(s))}"]
+        if s.fingerprint == view.fingerprint:
+            attrs.append("penwidth=2")
+        if not s.recorded:
+            attrs.append("style=dashed")
+        lines.append(f"  {json.dumps(s.fingerprint)} [{', '.join(attrs)}];")
+    for p, c in view.edges:
+        lines.append(f"  {json.dumps(p)} -> {json.dumps(c)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_text(text: str) -> str:
+    return text.replace('"', "#quot;").replace("\n", "<br/>")
+
+
+def to_mermaid(view: LineageView) -> str:
+    """A Mermaid flowchart (renders on GitHub in a ```mermaid block)."""
+    ids = {s.fingerprint: f"n{i}" for i, (_, s) in enumerate(view.steps)}
+    lines = ["flowchart TD"]
+    for _, s in view.steps:
+        lines.append(f'  {ids[s.fingerprint]}["{_mermaid_text(_label(s))}"]')
+    for p, c in view.edges:
+        if p in ids and c in ids:
+            lines.append(f"  {ids[p]} --> {ids[c]}")
+    return "\n".join(lines) + "\n"
