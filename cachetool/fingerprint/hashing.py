@@ -92,6 +92,7 @@ def try_hash(obj: Any) -> tuple[str | None, str | None]:
 # --- the replica of datasets.utils._dill, used when datasets is not imported -----------------------
 
 _REPLICA: type | None = None
+_DILL_NUMPY = ("save_numpy_ufunc", "save_numpy_dtype", "save_numpy_array")
 
 
 def _replica_dumps(obj: Any) -> bytes:
@@ -109,7 +110,11 @@ def _replica_pickler() -> type:
     import dill
 
     class Pickler(dill.Pickler):
-        dispatch = dill._dill.MetaCatchingDict(dill.Pickler.dispatch.copy())
+        # datasets copies dill's table when it is imported, before any numpy value was pickled;
+        # dill later adds numpy reducers to its own table only, which datasets never sees.
+        dispatch = dill._dill.MetaCatchingDict(
+            {t: f for t, f in dill.Pickler.dispatch.items() if getattr(f, "__name__", "") not in _DILL_NUMPY}
+        )
 
         def _batch_setitems(self, items: Any, *args: Any, **kwargs: Any) -> Any:
             # Ignore the order of keys in a dict.

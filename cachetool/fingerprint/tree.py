@@ -299,9 +299,12 @@ def _children_unsafe(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
             yield f"args[{i}]", arg
         for key in sorted(obj.keywords):
             yield f"keywords[{key!r}]", obj.keywords[key]
-        if getattr(obj, "__dict__", None):
-            for key in sorted(obj.__dict__):
-                yield f".{key}", obj.__dict__[key]
+        # Not obj.__dict__: reading it creates an empty dict, which would change the pickle.
+        state = obj.__reduce__()[2]
+        extra = state[3] if isinstance(state, tuple) and len(state) > 3 else None
+        if isinstance(extra, dict):
+            for key in sorted(extra):
+                yield f".{key}", extra[key]
     elif isinstance(obj, dict):
         try:
             keys = sorted(obj)
