@@ -393,40 +393,39 @@ class Usage:
     random_fallback: bool = False
 
 
+def _new_usage() -> dict[str, Any]:
+    return {"last": 0.0, "origin": None, "n": 0, "hits": 0, "misses": 0, "random": False}
+
+
 def usage_by_fingerprint(root: str | os.PathLike[str]) -> dict[str, Usage]:
     """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
 
     Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then. Torn
     or unreadable lines are skipped silently here; `cachetool lineage` reports them."""
     acc: dict[str, dict[str, Any]] = {}
-    for seg in iter_segments(root):
-        for rec in read_segment(seg):
-            if rec.get("internal"):
-                continue
-            t = rec.get("time")
-            when = float(t) + float(rec.get("duration") or 0.0) if isinstance(t, (int, float)) else 0.0
-            fp = rec.get("result")
-            parents = [p for p in rec.get("parents") or [] if isinstance(p, str)]
-            if isinstance(fp, str):
-                a = acc.setdefault(
-                    fp, {"last": 0.0, "origin": None, "n": 0, "hits": 0, "misses": 0, "random": False}
-                )
-                a["last"] = max(a["last"], when)
+    records = [rec for seg in iter_segments(root) for rec in read_segment(seg) if not rec.get("internal")]
+    records.sort(key=_order_key)  # oldest first: the latest origin wins
+    for rec in records:
+        t = rec.get("time")
+        when = float(t) + float(rec.get("duration") or 0.0) if isinstance(t, (int, float)) else 0.0
+        fp = rec.get("result")
+        parents = [p for p in rec.get("parents") or [] if isinstance(p, str)]
+        if isinstance(fp, str):
+            a = acc.setdefault(fp, _new_usage())
+            a["last"] = max(a["last"], when)
+            # A save or a no-op map (its function returned None) says nothing about where the
+            # fingerprint comes from, and reads no cache of its own.
+            if rec.get("type") not in ("save", "checkpoint") and fp not in parents:
+                a["origin"] = rec
                 a["n"] += 1
                 cache = rec.get("cache")
                 a["hits"] += cache == "hit"
                 a["misses"] += cache in ("miss", "partial")
                 a["random"] = a["random"] or bool(rec.get("random_fallback"))
-                # The origin is the latest record that made this fingerprint from something else
-                # (a checkpoint or a no-op map returning its parent says nothing new).
-                if rec.get("type") not in ("save", "checkpoint") and fp not in parents:
-                    a["origin"] = rec
-            # Using a dataset as a parent is a use of it too.
-            for p in parents:
-                pa = acc.setdefault(
-                    p, {"last": 0.0, "origin": None, "n": 0, "hits": 0, "misses": 0, "random": False}
-                )
-                pa["last"] = max(pa["last"], when)
+        # Using a dataset as a parent is a use of it too.
+        for p in parents:
+            pa = acc.setdefault(p, _new_usage())
+            pa["last"] = max(pa["last"], when)
     out: dict[str, Usage] = {}
     for fp, a in acc.items():
         origin = a["origin"]

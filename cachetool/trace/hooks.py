@@ -523,7 +523,15 @@ class Tracer:
         return generate_fingerprint
 
     def _on_hash(self, parent: Any, transform: Any, args: Any, result: str, watch: _Watch) -> None:
-        ev = _HashEvent(parent, transform, args, result, watch, next(self._seq))
+        # A copy: train_test_split reuses one dict for its two hashes, changing fingerprint_name.
+        ev = _HashEvent(
+            parent,
+            transform,
+            dict(args) if isinstance(args, Mapping) else args,
+            result,
+            watch,
+            next(self._seq),
+        )
         stack = self.local.stack
         if stack:
             stack[-1].hashes.append(ev)

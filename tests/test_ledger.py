@@ -1,0 +1,182 @@
+"""The ledger: per-process segments, merged by readers that survive torn and future records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cachetool.lineage import ledger
+from cachetool.lineage.ledger import (
+    LedgerWriter,
+    fallback_ledger_dir,
+    known_roots,
+    read_ledger,
+    records_for,
+    usage_by_fingerprint,
+)
+
+
+@pytest.fixture(autouse=True)
+def _user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "CACHETOOL_HOME": str(tmp_path / "cachetool_home")}
+
+
+def _record(i: int, result: str, parent: str | None = None, **extra: object) -> dict[str, object]:
+    rec: dict[str, object] = {
+        "v": 1,
+        "type": "transform",
+        "seq": i,
+        "time": 1000.0 + i,
+        "duration": 0.5,
+        "operation": "map",
+        "result": result,
+        "parents": [parent] if parent else [],
+        "internal": False,
+        "cache": "miss",
+    }
+    rec.update(extra)
+    return rec
+
+
+WRITER = textwrap.dedent(
+    """\
+    import os, sys
+    from cachetool.lineage.ledger import LedgerWriter
+    root, n, worker = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    w = LedgerWriter()
+    for i in range(n):
+        w.append(root, {"v": 1, "type": "transform", "seq": i, "time": 1.0, "worker": worker,
+                        "result": f"{worker:04d}{i:012d}", "parents": [], "payload": "x" * (i % 300)})
+    """
+)
+
+
+@pytest.mark.slow
+def test_eight_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
+    """8 processes appending 500 records each to one root: every one of the 4,000 reads back intact."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(root), "500", str(w)], env=_env(tmp_path))
+        for w in range(8)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 8
+    got = read_ledger(root)
+    assert got.warnings == ()
+    assert len(got.segments) == 8  # one segment per process, named by host, pid and start time
+    assert len(got.records) == 4000
+    seen = {(r["worker"], r["seq"]) for r in got.records}
+    assert seen == {(w, i) for w in range(8) for i in range(500)}
+    assert all(r["payload"] == "x" * (r["seq"] % 300) for r in got.records)
+    assert str(root) in known_roots()
+
+
+KILLED = textwrap.dedent(
+    """\
+    import os, sys, time
+    from cachetool.lineage.ledger import LedgerWriter
+    root = sys.argv[1]
+    w = LedgerWriter()
+    for i in range(20):
+        w.append(root, {"v": 1, "type": "transform", "seq": i, "time": 1.0, "result": f"fp{i:014d}",
+                        "parents": []})
+    # The kernel may cut a large write short when a fatal signal arrives; this is the state it leaves.
+    seg = w.segment_for(root)
+    os.write(seg._fd, b'{"v": 1, "type": "transform", "seq": 20, "result": "fp000000000000')
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_record_leaves_a_torn_tail_that_is_skipped(tmp_path: Path) -> None:
+    """SIGKILL in the middle of a record: the torn last line is skipped with a warning, the 20
+    records before it survive, and the cheap reader used by `ls` does not stumble."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(root)], stdout=subprocess.PIPE, text=True, env=_env(tmp_path)
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    got = read_ledger(root)
+    assert [r["seq"] for r in got.records] == list(range(20))
+    assert len(got.warnings) == 1
+    assert "torn last record" in got.warnings[0]
+    assert set(usage_by_fingerprint(root)) == {f"fp{i:014d}" for i in range(20)}
+
+
+def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_path: Path) -> None:
+    """A ledger written by a newer cachetool (v2, fields this one does not know) still reads."""
+    root = tmp_path / "cache"
+    seg = ledger.ledger_dir(root) / "otherhost-1-20300101T000000.000000Z.jsonl"
+    seg.parent.mkdir(parents=True)
+    future = _record(1, "bbbb", "aaaa", v=2, quantum={"entangled": True}, operation="teleport")
+    lines = [json.dumps(_record(0, "aaaa")), json.dumps(future), "not json at all", json.dumps([1, 2])]
+    seg.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    got = read_ledger(root)
+    assert [r["result"] for r in got.records] == ["aaaa", "bbbb"]
+    assert got.records[1]["quantum"] == {"entangled": True}
+    assert len(got.warnings) == 2  # the two bad lines, each named
+    usage = usage_by_fingerprint(root)
+    assert usage["bbbb"].parent == "aaaa"
+    assert usage["bbbb"].operation == "teleport"
+    assert records_for(root, "bbbb")[0]["quantum"] == {"entangled": True}
+
+
+def test_no_ledger_means_no_usage(tmp_path: Path) -> None:
+    """A cache nobody traced: the scan's ledger lookup returns nothing, cheaply."""
+    assert usage_by_fingerprint(tmp_path) == {}
+    assert records_for(tmp_path, "abc") == []
+
+
+def test_usage_has_last_use_parent_operation_and_hit_counts(tmp_path: Path) -> None:
+    """The newest use wins `last_used`; being used as a parent counts as a use; a no-op step
+    (result equal to its parent) does not hide where a fingerprint came from."""
+    root = tmp_path / "cache"
+    w = LedgerWriter()
+    w.append(str(root), _record(0, "src", None, type="root", operation="load_dataset", cache="hit"))
+    w.append(str(root), _record(1, "m1", "src"))
+    w.append(str(root), _record(2, "m1", "src", cache="hit"))
+    w.append(str(root), _record(3, "m1", "m1", operation="map"))  # function returned None
+    w.append(str(root), _record(9, "m2", "m1", operation="filter"))
+    w.close()
+    usage = usage_by_fingerprint(root)
+    assert usage["m1"].parent == "src" and usage["m1"].operation == "map"
+    assert (usage["m1"].hits, usage["m1"].misses) == (1, 1)
+    assert usage["src"].last_used == pytest.approx(1002.5)  # last used as m1's parent
+    assert usage["m1"].last_used == pytest.approx(1009.5)  # last used as m2's parent
+    assert usage["m2"].parents == ("m1",)
+    assert usage["src"].parent is None and usage["src"].operation == "load_dataset"
+
+
+def test_an_unwritable_root_falls_back_to_the_user_folder_and_says_so_once(tmp_path: Path) -> None:
+    """When `<root>/.cachetool` cannot be created, records go to the per-user fallback, one warning
+    says where, and readers of the root still find them."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / ".cachetool").write_text("in the way")  # mkdir fails even for root (read-only mounts too)
+    said: list[str] = []
+    w = LedgerWriter(warn=said.append)
+    for i in range(3):
+        w.append(str(root), _record(i, f"fp{i}"))
+    w.close()
+    assert len(said) == 1
+    assert str(fallback_ledger_dir(root)) in said[0]
+    assert [r["result"] for r in read_ledger(root).records] == ["fp0", "fp1", "fp2"]
+    assert "fp2" in usage_by_fingerprint(root)
