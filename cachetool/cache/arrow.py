@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -35,7 +35,7 @@ class ArrowSummary:
     batches: int | None = None
     columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type)
     fingerprint: str | None = None  # the `fingerprint` in the `huggingface` schema metadata
-    features_json: str | None = None  # `info.features` from that metadata, as JSON
+    metadata_json: str | None = None  # the whole `huggingface` metadata value, as written
     eos: bool = False  # ends with the end-of-stream marker: the writer closed it
     error: str | None = None  # why it cannot be read to its end (truncated, garbage, ...)
 
@@ -50,19 +50,24 @@ class ArrowSummary:
 
     @property
     def features(self) -> dict[str, Any] | None:
-        return json.loads(self.features_json) if self.features_json else None
+        """`info.features` from the `huggingface` metadata (the `datasets` feature types)."""
+        if not self.metadata_json:
+            return None
+        try:
+            features = (json.loads(self.metadata_json).get("info") or {}).get("features")
+        except (ValueError, AttributeError):
+            return None
+        return features if isinstance(features, dict) else None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["columns"] = [list(c) for c in self.columns]
-        return d
+    def to_row(self) -> list[Any]:
+        """A compact, JSON-able form for the read index."""
+        return [self.format, self.rows, self.batches, [list(c) for c in self.columns], self.fingerprint,
+                self.metadata_json, self.eos, self.error]
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ArrowSummary:
-        d = dict(d)
-        d["columns"] = tuple(tuple(c) for c in d.get("columns", ()))
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+    def from_row(cls, row: list[Any]) -> ArrowSummary:
+        fmt, rows, batches, columns, fp, meta, eos, error = row
+        return cls(fmt, rows, batches, tuple((str(n), str(t)) for n, t in columns), fp, meta, bool(eos), error)
 
 
 def open_noatime(path: str | os.PathLike[str]) -> int:
@@ -83,12 +88,12 @@ def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
     if raw is None:
         return None, None
     try:
-        doc = json.loads(raw)
+        text = raw.decode("utf-8")
+        doc = json.loads(text)
     except ValueError:
         return None, None
-    fp = doc.get("fingerprint")
-    features = (doc.get("info") or {}).get("features")
-    return (fp if isinstance(fp, str) else None), (json.dumps(features) if features is not None else None)
+    fp = doc.get("fingerprint") if isinstance(doc, dict) else None
+    return (fp if isinstance(fp, str) else None), text
 
 
 def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:

@@ -16,7 +16,7 @@ from cachetool.cache.arrow import ArrowSummary
 from cachetool.cache.layout import LEDGER_DIR
 
 INDEX_NAME = "read-index.json"
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 
 
 class ReadIndex:
@@ -48,7 +48,7 @@ class ReadIndex:
         row = self._old.get(rel)
         if row and len(row) == 3 and row[0] == size and row[1] == mtime_ns:
             try:
-                summary = ArrowSummary.from_dict(row[2])
+                summary = ArrowSummary.from_row(row[2])
             except (TypeError, ValueError):
                 return None
             self._new[rel] = row
@@ -58,7 +58,7 @@ class ReadIndex:
 
     def put(self, rel: str, size: int, mtime_ns: int, summary: ArrowSummary) -> None:
         self.misses += 1
-        self._new[rel] = [size, mtime_ns, summary.to_dict()]
+        self._new[rel] = [size, mtime_ns, summary.to_row()]
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where the root is read-only."""
@@ -69,7 +69,7 @@ class ReadIndex:
             folder.mkdir(exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".read-index-", dir=folder)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"version": INDEX_VERSION, "files": self._new}, f, separators=(",", ":"))
+                f.write(json.dumps({"version": INDEX_VERSION, "files": self._new}, separators=(",", ":")))
             os.replace(tmp, self.path)
         except OSError:
             return False

@@ -330,6 +330,7 @@ class _Scanner:
         self.warnings: list[ScanWarning] = []
         self.progress = progress
         self.files_seen = 0
+        self.root_len = len(str(root).rstrip("/")) + 1
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
@@ -355,7 +356,7 @@ class _Scanner:
         return CacheFile(item.path, st.st_size, st.st_mtime, st.st_mode, st.st_uid, summary, shard, link)
 
     def summary(self, path: Path, st: os.stat_result) -> ArrowSummary:
-        rel = _path_str(path.relative_to(self.root))
+        rel = str(path)[self.root_len:]  # cheaper than Path.relative_to on 100,000 files
         cached = self.index.get(rel, st.st_size, st.st_mtime_ns)
         if cached is not None:
             return cached

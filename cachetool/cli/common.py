@@ -174,7 +174,9 @@ class Output:
         self.console.print(Text(safe_text(text), style=style or ""))
 
     def json(self, doc: Any) -> None:
-        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=True, default=_json_default) + "\n")
+        # Indented for a person at a terminal; compact (and several times faster) in a pipe.
+        indent = 2 if sys.stdout.isatty() else None
+        sys.stdout.write(json.dumps(doc, indent=indent, ensure_ascii=True, default=_json_default) + "\n")
         sys.stdout.flush()
 
     def ids(self, ids: Iterable[str]) -> None:
