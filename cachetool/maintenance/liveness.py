@@ -1,0 +1,139 @@
+"""Which files are in use right now by a live process on this host.
+
+A live `datasets` writer holds its `tmp*` file open (twice: `NamedTemporaryFile` and the Arrow
+writer); a live dataset memory-maps its cache files, and maps show up in `/proc/<pid>/maps`, not
+in the fd list. One pass over `/proc/*/fd` and `/proc/*/maps` collects both into a map from
+(device, inode) to the pids using it. Where `/proc` is missing (macOS), psutil's open files are
+used; memory maps of other processes are not visible there.
+
+Processes on other machines of a shared file system are invisible to this check: for them,
+file age is the only guard.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FileKey = tuple[int, int]  # (st_dev, st_ino)
+
+
+@dataclass(frozen=True)
+class InUse:
+    """A snapshot of files held open or mapped by live processes."""
+
+    holders: dict[FileKey, frozenset[int]] = field(default_factory=dict)
+    writers: dict[FileKey, frozenset[int]] = field(default_factory=dict)  # opened for writing
+    complete: bool = True  # False when some processes could not be inspected (permissions)
+
+    def pids(self, st: os.stat_result) -> frozenset[int]:
+        return self.holders.get((st.st_dev, st.st_ino), frozenset())
+
+    def writer_pids(self, st: os.stat_result) -> frozenset[int]:
+        return self.writers.get((st.st_dev, st.st_ino), frozenset())
+
+
+def _proc_pids() -> Iterable[int]:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            yield int(name)
+
+
+def _dev_from_maps(dev: str) -> int:
+    major, minor = dev.split(":")
+    return os.makedev(int(major, 16), int(minor, 16))
+
+
+def scan_in_use(exclude_self: bool = True) -> InUse:
+    """One pass over every process this user may inspect."""
+    if not os.path.isdir("/proc/self/fd"):
+        return _scan_psutil(exclude_self)
+    holders: dict[FileKey, set[int]] = defaultdict(set)
+    writers: dict[FileKey, set[int]] = defaultdict(set)
+    complete = True
+    me = os.getpid()
+    for pid in _proc_pids():
+        if exclude_self and pid == me:
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except FileNotFoundError:
+            continue  # exited meanwhile
+        except PermissionError:
+            complete = False
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            holders[key].add(pid)
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
+                    for line in f:
+                        if line.startswith("flags:"):
+                            if int(line.split()[1], 8) & (os.O_WRONLY | os.O_RDWR):
+                                writers[key].add(pid)
+                            break
+            except (OSError, ValueError):
+                pass
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) < 6 or parts[4] == "0":
+                        continue
+                    try:
+                        holders[(_dev_from_maps(parts[3]), int(parts[4]))].add(pid)
+                    except ValueError:
+                        continue
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        except PermissionError:
+            complete = False
+    return InUse({k: frozenset(v) for k, v in holders.items()}, {k: frozenset(v) for k, v in writers.items()},
+                 complete)
+
+
+def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms without /proc
+    import psutil
+
+    holders: dict[FileKey, set[int]] = defaultdict(set)
+    writers: dict[FileKey, set[int]] = defaultdict(set)
+    complete = True
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if exclude_self and proc.pid == me:
+            continue
+        try:
+            files = proc.open_files()
+        except (psutil.AccessDenied, psutil.ZombieProcess):
+            complete = False
+            continue
+        except psutil.NoSuchProcess:
+            continue
+        for of in files:
+            try:
+                st = os.stat(of.path)
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            holders[key].add(proc.pid)
+            if "w" in getattr(of, "mode", "") or "a" in getattr(of, "mode", ""):
+                writers[key].add(proc.pid)
+    return InUse({k: frozenset(v) for k, v in holders.items()}, {k: frozenset(v) for k, v in writers.items()},
+                 complete)
+
+
+def pids_using(path: Path, snapshot: InUse | None = None) -> frozenset[int]:
+    """The live pids holding `path` open or mapped (a fresh scan unless a snapshot is given)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return frozenset()
+    return (snapshot or scan_in_use()).pids(st)
