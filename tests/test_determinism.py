@@ -1,0 +1,480 @@
+"""`cachetool check-determinism`: alignment and causes (pure), the runner on small scripts, the CLI,
+and the corpus of real `datasets` pipelines in tests/corpus with known culprits and look-alikes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from cachetool.cli.app import app
+from cachetool.determinism.analysis import analyze
+from cachetool.determinism.render import github_lines, human_lines
+from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
+from cachetool.errors import ExitCode
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+def clean_env(base: Path) -> dict[str, str]:
+    """An environment whose datasets cache and temp dir live in `base`, with no network."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CACHETOOL_", "PYTHONHASHSEED"))}
+    (base / "tmp").mkdir(parents=True, exist_ok=True)
+    env.update(
+        HF_HOME=str(base / "hf_home"),
+        HF_DATASETS_CACHE=str(base / "cache"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_DISABLE_PROGRESS_BARS="1",
+        TMPDIR=str(base / "tmp"),
+        CACHETOOL_HOME=str(base / "cachetool_home"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env
+
+
+# --- alignment and causes, on hand-written events ----------------------------------------------
+
+
+def ev(op: str, line: int, result: str, parents: list[str], **kw: Any) -> dict[str, Any]:
+    event = {
+        "v": 1,
+        "type": kw.pop("type", "transform"),
+        "seq": kw.pop("seq", line),
+        "operation": op,
+        "transform": f"datasets.arrow_dataset.Dataset.{op}",
+        "result": result,
+        "parents": parents,
+        "internal": kw.pop("internal", False),
+        "call_site": {"file": "/p/pipe.py", "line": line, "function": "<module>"},
+        "function": None,
+        "args": kw.pop("args", {}),
+        "random_fallback": kw.pop("random_fallback", None),
+    }
+    event.update(kw)
+    return event
+
+
+def arg(digest: str | None, tree: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"digest": digest, "repr": "x", "tree": tree}
+
+
+def leaf(digest: str, r: str, t: str = "int") -> dict[str, Any]:
+    return {"l": "", "t": t, "s": t, "r": r, "d": digest}
+
+
+def test_first_difference_with_equal_parents_is_the_cause_and_the_rest_its_cascade() -> None:
+    """A map whose argument differs is the cause; two later steps are its cascade."""
+    run_a = [
+        ev("from_dict", 1, "root", [], type="root"),
+        ev("map", 2, "m1", ["root"], args={"fn_kwargs": arg("k1", leaf("k1", "4187"))}),
+        ev("set_format", 2, "s1", ["root"], internal=True),
+        ev("filter", 3, "f1", ["m1"]),
+        ev("select", 4, "x1", ["f1"]),
+    ]
+    run_b = [
+        ev("from_dict", 1, "root", [], type="root"),
+        ev("map", 2, "m2", ["root"], args={"fn_kwargs": arg("k2", leaf("k2", "912"))}),
+        ev("set_format", 2, "s1", ["root"], internal=True),
+        ev("filter", 3, "f2", ["m2"]),
+        ev("select", 4, "x2", ["f2"]),
+    ]
+    analysis = analyze([run_a, run_b])
+    (cause,) = analysis.causes
+    assert cause.kind == "arguments"
+    assert cause.step.line == 2 and cause.step.operation == "map"
+    assert cause.differing_args == ("fn_kwargs",)
+    assert cause.culprits[0].path_str == "fn_kwargs (int)"
+    assert cause.culprits[0].values_str == "4187 vs 912"
+    assert cause.cascade == 2
+    assert [s.status for s in analysis.steps] == ["same", "cause", "same", "cascade", "cascade"]
+
+
+def test_a_differing_source_is_reported_as_such() -> None:
+    """A root that differs (an input file rewritten) is a source cause; no argument is blamed."""
+    src = {"kind": "builder", "relative_data_dir": "csv/default-aaaa/0.0.0/h"}
+    run_a = [ev("load_dataset", 1, "r1", [], type="root", source=src), ev("map", 2, "m1", ["r1"])]
+    src_b = {**src, "relative_data_dir": "csv/default-bbbb/0.0.0/h"}
+    run_b = [ev("load_dataset", 1, "r2", [], type="root", source=src_b), ev("map", 2, "m2", ["r2"])]
+    (cause,) = analyze([run_a, run_b]).causes
+    assert cause.kind == "source"
+    assert cause.source_diffs == (
+        ("relative_data_dir", ("csv/default-aaaa/0.0.0/h", "csv/default-bbbb/0.0.0/h")),
+    )
+    assert cause.cascade == 1
+    lines = "\n".join(human_lines(_report([run_a, run_b])))
+    assert "the source dataset differs between runs" in lines
+
+
+def test_random_fallbacks_are_not_hashing_differences() -> None:
+    """A random fingerprint differs by construction: it is reported with the unpicklable piece,
+    and alone it makes exit code 3, not 1."""
+    tree = {
+        "l": "",
+        "t": "function",
+        "s": "function 'f'",
+        "r": "<function f>",
+        "d": None,
+        "e": "TypeError: cannot pickle 'generator' object",
+        "c": [
+            {"l": "code", "t": "code", "s": "code", "r": "", "d": "c"},
+            {
+                "l": "global 'ids'",
+                "t": "generator",
+                "s": "generator",
+                "r": "<gen>",
+                "d": None,
+                "e": "TypeError: x",
+            },
+        ],
+    }
+    fb = {"argument": "function", "error": "TypeError: cannot pickle 'generator' object"}
+    runs = [
+        [
+            ev("map", 1, fp, ["p"], args={"function": arg(None, tree)}, random_fallback=fb),
+            ev("filter", 2, fp + "f", [fp]),
+        ]
+        for fp in ("a", "b")
+    ]
+    analysis = analyze(runs)
+    assert analysis.deterministic_causes == ()
+    (cause,) = analysis.random_causes
+    assert cause.unpicklable[0].path_str == "function → global 'ids' (generator)"
+    assert cause.errors == ("TypeError: cannot pickle 'generator' object",)
+    assert cause.cascade == 1
+    assert _report(runs).exit_code == ExitCode.RANDOM_FINGERPRINT
+
+
+def test_events_align_by_call_site_when_a_run_has_extra_events() -> None:
+    """An event only one run has is counted, and the rest still line up."""
+    run_a = [ev("map", 1, "a", ["p"]), ev("filter", 2, "b", ["a"])]
+    run_b = [ev("map", 1, "a", ["p"]), ev("sort", 5, "z", ["a"]), ev("filter", 2, "b", ["a"])]
+    analysis = analyze([run_a, run_b])
+    assert analysis.unaligned == 1
+    assert analysis.causes == ()
+    assert [s.operation for s in analysis.steps] == ["map", "filter"]
+
+
+def test_read_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps({"seq": 2, "x": 1}) + "\n" + json.dumps({"seq": 1}) + "\n" + '{"seq": 3, "tor')
+    assert [e["seq"] for e in read_events(path)] == [1, 2]
+
+
+def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
+    from cachetool.determinism.runner import RunOutcome
+
+    outcomes = tuple(
+        RunOutcome(
+            index=i,
+            hash_seed=i + 1,
+            returncode=0,
+            timed_out=False,
+            duration=0.1,
+            events=tuple(r),
+            stderr_tail="",
+        )
+        for i, r in enumerate(runs)
+    )
+    return DeterminismReport(script="pipe.py", args=(), isolated=False, runs=outcomes, analysis=analyze(runs))
+
+
+# --- the runner on small scripts (cachetool.checkpoint, no datasets) ------------------------------
+
+CHECKPOINTS = textwrap.dedent(
+    """
+    import sys, time
+    import cachetool
+
+    STOP = frozenset(["the", "a", "an", "of", "to", "in"])
+    mode = sys.argv[1]
+    if mode == "stable":
+        cachetool.checkpoint("config", {"lr": 0.1, "tags": {"b", "a"}, "stop": sorted(STOP)})
+    elif mode == "frozenset":
+        cachetool.checkpoint("config", {"lr": 0.1, "stop": STOP})
+    elif mode == "clock":
+        cachetool.checkpoint("config", {"lr": 0.1, "started": time.time()})
+    elif mode == "unpicklable":
+        cachetool.checkpoint("ids", {"gen": (i for i in range(3))})
+    elif mode == "fail":
+        raise RuntimeError("boom: the input is missing")
+    elif mode == "sleep":
+        time.sleep(30)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("checkpoints") / "pipeline.py"
+    path.write_text(CHECKPOINTS)
+    return path
+
+
+def run_plain(script: Path, mode: str, tmp_path: Path, **kw: Any) -> DeterminismReport:
+    return check_determinism(script, [mode], launcher=[sys.executable], env=clean_env(tmp_path), **kw)
+
+
+@pytest.mark.slow
+def test_checkpoints_that_match_exit_0(checkpoint_script: Path, tmp_path: Path) -> None:
+    report = run_plain(checkpoint_script, "stable", tmp_path, runs=3)
+    assert report.exit_code == ExitCode.OK
+    assert [r.hash_seed for r in report.runs] == [1, 2, 3]
+    assert len(report.analysis.steps) == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_a_frozenset_depends_on_the_hash_seed(checkpoint_script: Path, tmp_path: Path) -> None:
+    """The equal-seed rerun tells that the difference depends on PYTHONHASHSEED."""
+    report = run_plain(checkpoint_script, "frozenset", tmp_path)
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND
+    (cause,) = report.analysis.causes  # type: ignore[union-attr]
+    assert cause.culprits[0].path_str == "value['stop'] (frozenset of 6 str)"
+    assert cause.variation == "PYTHONHASHSEED"
+    assert report.rerun is not None and report.rerun.hash_seed == 1
+    assert cause.step.line == 10 and cause.step.file == str(checkpoint_script)
+
+
+@pytest.mark.slow
+def test_a_timestamp_changes_on_every_run(checkpoint_script: Path, tmp_path: Path) -> None:
+    report = run_plain(checkpoint_script, "clock", tmp_path, hash_seeds=[7, 8], isolated=True)
+    (cause,) = report.analysis.causes  # type: ignore[union-attr]
+    assert cause.culprits[0].path == ("['started']",)
+    assert cause.culprits[0].kind == "timestamp"
+    assert cause.variation == "every run"
+    assert [r.hash_seed for r in report.runs] == [7, 8]
+    github = github_lines(report)
+    assert github[0].startswith(f"::error file={os.path.relpath(checkpoint_script)},line=12,")
+
+
+@pytest.mark.slow
+def test_an_unpicklable_checkpoint_exits_3_with_the_exception(
+    checkpoint_script: Path, tmp_path: Path
+) -> None:
+    report = run_plain(checkpoint_script, "unpicklable", tmp_path)
+    assert report.exit_code == ExitCode.RANDOM_FINGERPRINT
+    (cause,) = report.analysis.random_causes  # type: ignore[union-attr]
+    assert cause.unpicklable[0].path_str == "value['gen'] (generator)"
+    assert "cannot pickle 'generator' object" in cause.unpicklable[0].error
+
+
+@pytest.mark.slow
+def test_a_failing_script_exits_2_with_the_tail_of_its_stderr(
+    checkpoint_script: Path, tmp_path: Path
+) -> None:
+    report = run_plain(checkpoint_script, "fail", tmp_path)
+    assert report.exit_code == ExitCode.USAGE
+    failed = report.failed_run
+    assert failed is not None and failed.returncode == 1
+    assert "RuntimeError: boom: the input is missing" in failed.stderr_tail
+    assert len(report.runs) == 1  # the other runs are not started
+    text = "\n".join(human_lines(report))
+    assert "exited 1" in text and "boom: the input is missing" in text
+
+
+@pytest.mark.slow
+def test_a_script_that_times_out_exits_2(checkpoint_script: Path, tmp_path: Path) -> None:
+    report = run_plain(checkpoint_script, "sleep", tmp_path, timeout=1.0)
+    assert report.exit_code == ExitCode.USAGE
+    assert report.failed_run is not None and report.failed_run.timed_out
+
+
+# --- the command -----------------------------------------------------------------------------------
+
+
+def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["check-determinism", str(tmp_path / "missing.py")])
+    assert result.exit_code == 2
+    assert "script not found" in result.stderr
+    (tmp_path / "p.py").write_text("")
+    result = runner.invoke(app, ["check-determinism", str(tmp_path / "p.py"), "--hash-seeds", "1,x"])
+    assert result.exit_code == 2
+    assert "invalid --hash-seeds '1,x'" in result.stderr
+
+
+def test_help_documents_exit_codes_and_examples() -> None:
+    result = CliRunner().invoke(app, ["check-determinism", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "Exit codes: 0" in result.stdout
+    assert "cachetool check-determinism prepare.py -- --split train" in result.stdout
+
+
+@pytest.mark.slow
+def test_cli_json_document_and_script_args(
+    checkpoint_script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Arguments after `--` reach the script; --json prints the documented document."""
+    for key, value in clean_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(
+        app, ["check-determinism", str(checkpoint_script), "--hash-seeds", "3,4", "--json", "--", "frozenset"]
+    )
+    assert result.exit_code == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["version"] == 1
+    assert doc["exit_code"] == 1 and doc["verdict"] == "not deterministic"
+    assert doc["args"] == ["frozenset"]
+    assert doc["variations"] == {"hash_seeds": [3, 4], "isolated_cache": False}
+    (difference,) = doc["differences"]
+    assert difference["culprits"][0]["path_str"] == "value['stop'] (frozenset of 6 str)"
+    assert difference["culprits"][0]["kind"] == "set-order"
+    assert difference["variation"] == "PYTHONHASHSEED"
+    assert set(doc) == {
+        "version",
+        "script",
+        "args",
+        "exit_code",
+        "verdict",
+        "variations",
+        "runs",
+        "rerun",
+        "transforms",
+        "unaligned_events",
+        "differences",
+        "random_fingerprints",
+        "warnings",
+    }
+
+
+# --- the corpus: real datasets pipelines -----------------------------------------------------------
+
+#: script -> (argument, access path below it, culprit kind)
+CULPRITS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "c01_lambda_set_literal.py": ("function", ("code", "const[2]"), "set-order"),
+    "c02_closure_frozenset.py": ("function", ("closure 'stop'",), "set-order"),
+    "c03_global_config.py": ("function", ("global 'CONFIG'", ".languages"), "set-order"),
+    "c04_label2id_from_set.py": ("function", ("__self__", ".label2id"), "order"),
+    "c05_prompt_from_set.py": ("fn_kwargs", ("['prompt']",), "order"),
+    "c06_regex_from_set.py": ("function", ("global 'PATTERN'", ".pattern"), "order"),
+    "c07_columns_from_set.py": ("remove_columns", (), "order"),
+    "c08_time_closure.py": ("function", ("closure 'started'",), "timestamp"),
+    "c09_uuid_default.py": ("function", ("default 'run_id'",), "uuid"),
+    "c10_mkdtemp_self.py": ("function", (".out_dir",), "temp-path"),
+    "c11_address_repr.py": ("fn_kwargs", ("['cache_key']",), "address"),
+    "c12_unseeded_shuffle.py": ("generator", (), "random-state"),
+    "c15_helper_module.py": ("function", ("closure 'keep'",), "set-order"),
+    "c17_seed_from_clock.py": ("fn_kwargs", ("['seed']",), "value"),
+    "c18_cascade.py": ("function", ("code", "const[2]"), "set-order"),
+}
+UNPICKLABLE = {
+    "c13_unpicklable_connection.py": (
+        "function → .conn (Connection)",
+        "cannot pickle 'sqlite3.Connection' object",
+    ),
+    "c14_generator_global.py": ("function → global 'ids' (generator)", "cannot pickle 'generator' object"),
+}
+CONTROLS = sorted(p.name for p in CORPUS.glob("k0*.py") if not p.name.endswith("_helpers.py"))
+
+
+@pytest.fixture(scope="module")
+def corpus_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("corpus")
+
+
+def check_corpus(script: str, base: Path, **kw: Any) -> DeterminismReport:
+    kw.setdefault("isolated", True)
+    kw.setdefault("rerun", False)
+    kw.setdefault("timeout", 120)
+    return check_determinism(CORPUS / script, env=clean_env(base / script), cwd=CORPUS, **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(CULPRITS))
+def test_corpus_culprit_is_named(script: str, corpus_base: Path) -> None:
+    """Each pipeline's first differing fingerprint is traced to the known part of its argument."""
+    report = check_corpus(script, corpus_base)
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND, "\n".join(human_lines(report))
+    assert report.analysis is not None
+    cause = report.analysis.deterministic_causes[0]
+    assert cause.kind == "arguments"
+    assert cause.step.file == str(CORPUS / script)
+    argument, path, kind = CULPRITS[script]
+    assert argument in cause.differing_args
+    culprit = next(c for c in cause.culprits if c.argument == argument)
+    assert (culprit.path, culprit.kind) == (path, kind), "\n".join(human_lines(report))
+    if script == "c18_cascade.py":
+        assert cause.cascade == 4
+        assert "  4 downstream fingerprints differ because of this" in human_lines(report)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(UNPICKLABLE))
+def test_corpus_unpicklable_argument_exits_3(script: str, corpus_base: Path) -> None:
+    """A transform datasets cannot hash: the piece that fails to pickle and the real exception."""
+    report = check_corpus(script, corpus_base)
+    assert report.exit_code == ExitCode.RANDOM_FINGERPRINT, "\n".join(human_lines(report))
+    (cause,) = report.analysis.random_causes  # type: ignore[union-attr]
+    path, error = UNPICKLABLE[script]
+    assert cause.unpicklable[0].path_str == path
+    assert error in cause.unpicklable[0].error
+
+
+@pytest.mark.slow
+def test_corpus_input_rewritten_between_runs_is_a_source_difference(corpus_base: Path) -> None:
+    """Default mode (the user's cache, one run after the other): the CSV is rewritten by each run."""
+    report = check_corpus("c16_input_rewritten.py", corpus_base, isolated=False, rerun=True)
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND
+    (cause,) = report.analysis.causes  # type: ignore[union-attr]
+    assert cause.kind == "source" and cause.step.operation == "load_dataset"
+    assert cause.differing_args == ()
+    assert [k for k, _ in cause.source_diffs] == ["relative_data_dir"]
+    assert cause.variation == "every run"
+    assert cause.cascade >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", CONTROLS)
+def test_corpus_controls_are_deterministic_over_3_runs(script: str, corpus_base: Path) -> None:
+    """Look-alikes (set attribute, tuple literal, lock, seeded shuffle, sorted set, int frozenset,
+    imported function, timestamp taken inside) report no difference."""
+    report = check_corpus(script, corpus_base, runs=3)
+    assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
+    assert report.analysis is not None and len(report.analysis.steps) >= 2
+
+
+@pytest.mark.slow
+def test_recorded_fingerprints_equal_a_plain_run(corpus_base: Path) -> None:
+    """Tracing changes no fingerprint: a plain `python script.py` with the same hash seed prints the
+    fingerprint the traced run recorded (a seed-dependent pipeline makes this a strong check)."""
+    script = "c05_prompt_from_set.py"
+    report = check_corpus(script, corpus_base, hash_seeds=[5, 6])
+    for run in report.runs:
+        env = {**clean_env(corpus_base / "plain"), "PYTHONHASHSEED": str(run.hash_seed)}
+        proc = subprocess.run(
+            [sys.executable, str(CORPUS / script)],
+            env=env,
+            cwd=CORPUS,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        printed = proc.stdout.split()[-1]
+        recorded = [e["result"] for e in run.events if not e.get("internal")]
+        assert recorded[-1] == printed
+
+
+@pytest.mark.slow
+def test_cli_on_a_corpus_pipeline_github_annotations(
+    corpus_base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--format github prints an ::error annotation at the call site in the user's script."""
+    for key, value in clean_env(corpus_base / "cli").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(CORPUS)
+    result = CliRunner().invoke(
+        app, ["check-determinism", "c02_closure_frozenset.py", "--isolated", "--format", "github"]
+    )
+    assert result.exit_code == 1, result.stderr
+    line = result.stdout.strip().splitlines()[0]
+    assert line.startswith(
+        "::error file=c02_closure_frozenset.py,line=18,title=fingerprint not deterministic::"
+    )
+    assert "closure 'stop' (frozenset of 12 str)" in line
