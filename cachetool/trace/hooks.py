@@ -778,6 +778,8 @@ class Tracer:
             if h is not None:
                 used.add(id(h))
             rec = self._transform_record(frame, ds, fp, output, h, parent_files, duration)
+            if records:  # a second output of one call (train_test_split's test): its own seq
+                rec["seq"] = next(self._seq)
             records.append(rec)
         if exc is not None and not frame.internal:
             rec = self._base(
@@ -987,13 +989,14 @@ class Tracer:
             if isinstance(out, dict)
             else ([(None, d) for d in out] if isinstance(out, (list, tuple)) else [(None, out)])
         )
-        records = []
+        records: list[Record] = []
         for output, ds in items:
             fp = getattr(ds, "_fingerprint", None)
+            seq = next(self._seq) if records else frame.seq
             operation = frame.entry if frame.entry and not frame.entry.startswith("_") else "as_dataset"
             rec = self._base(
                 type_="root",
-                seq=frame.seq,
+                seq=seq,
                 start=frame.start,
                 duration=duration,
                 operation=operation,

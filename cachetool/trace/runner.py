@@ -87,7 +87,8 @@ def _bootstrap() -> None:
         runpy.run_path(script, run_name="__main__")
         return
 
-    path = os.path.abspath(script)
+    # CPython joins a relative script path to the cwd without normalising it (`work/../x.py`).
+    path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     with open(path, "rb") as f:
         source = f.read()

@@ -1,0 +1,374 @@
+"""Tracing real pipelines: what `cachetool run` and `cachetool.tracing()` record, checked against the
+fingerprints `datasets` itself reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env
+
+from cachetool.lineage.graph import LineageGraph, load_graph
+from cachetool.lineage.ledger import read_ledger
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> PipelineRuns:
+    return pipeline_runs(tmp_path_factory.mktemp("lineage"))
+
+
+@pytest.fixture
+def graph(runs: PipelineRuns, monkeypatch: pytest.MonkeyPatch) -> LineageGraph:
+    monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
+    warnings: list[str] = []
+    g = load_graph(runs.cache, warnings=warnings)
+    assert warnings == []
+    return g
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_fingerprints_under_cachetool_run_equal_plain_python(runs: PipelineRuns) -> None:
+    """The hooks never change a fingerprint: every step of the traced run (and of the events-file
+    run) has the fingerprint a plain `python pipeline.py` gives, except the one that `datasets`
+    itself made random. Fork (map num_proc=2) and spawn (save_to_disk num_proc=2) pools ran."""
+    names = set(runs.fps) - {"random"}
+    assert {k: runs.fps[k] for k in names} == {k: runs.plain_fps[k] for k in names}
+    assert {k: runs.events_fps[k] for k in names} == {k: runs.plain_fps[k] for k in names}
+    assert runs.fps["random"] != runs.plain_fps["random"]
+    assert "cachetool: warning" not in runs.stderr
+
+
+def test_each_chain_matches_the_fingerprints_datasets_reports(
+    runs: PipelineRuns, graph: LineageGraph
+) -> None:
+    """The chain of every step, from its source, is exactly the sequence of `ds._fingerprint`s
+    the script saw, across the saved folder and back into the cache root."""
+    fp = runs.fps
+    chain = ["csv", "map", "batched", "num_proc", "filter", "shuffle", "sort", "train"]
+    assert graph.ancestors(fp["remove_columns"]) == [fp[k] for k in [*chain, "remove_columns"]]
+    assert graph.ancestors(fp["loaded_map"]) == [
+        fp[k] for k in [*chain, "remove_columns", "loaded", "loaded_map"]
+    ]
+    assert graph.ancestors(fp["select"]) == [
+        fp[k] for k in ["csv", "map", "batched", "num_proc", "filter", "select"]
+    ]
+    assert graph.ancestors(fp["test"]) == [fp[k] for k in [*chain[:-1], "test"]]
+    assert graph.ancestors(fp["concat"]) == [fp[k] for k in [*chain, "test", "concat"]]
+    assert graph.ancestors(fp["new_fp"]) == [fp["csv"], fp["map"], "my-step-1"]
+    assert graph.ancestors(fp["mem_map"]) == [fp["mem_root"], fp["mem_map"]]
+    for source in ("json", "parquet"):
+        assert graph.ancestors(fp[source]) == [fp[source]]
+    # Two branches (and more) from one source.
+    assert set(graph.children(fp["csv"])) == {fp[k] for k in ("map", "branch1", "branch2", "random")}
+    assert set(graph.children(fp["map"])) == {fp["batched"], "my-step-1"}
+
+
+def test_operations_functions_arguments_and_files(runs: PipelineRuns, graph: LineageGraph) -> None:
+    """Each step says what it was, which user function ran (name, file, line, source hash), its
+    small arguments, and the cache files it wrote; steps that write no file say so."""
+    fp = runs.fps
+    step = {name: graph.step(fp[name]) for name in fp}
+    ops = {name: s.operation for name, s in step.items()}
+    assert ops == {
+        "csv": "load_dataset",
+        "json": "load_dataset",
+        "parquet": "load_dataset",
+        "map": "map",
+        "batched": "map",
+        "num_proc": "map",
+        "filter": "filter",
+        "select": "select",
+        "shuffle": "shuffle",
+        "sort": "sort",
+        "train": "train_test_split",
+        "test": "train_test_split",
+        "remove_columns": "remove_columns",
+        "loaded": "load_from_disk",
+        "loaded_map": "map",
+        "concat": "concatenate_datasets",
+        "new_fp": "map",
+        "branch1": "filter",
+        "branch2": "map",
+        "random": "map",
+        "mem_root": "from_dict",
+        "mem_map": "map",
+    }
+    assert step["csv"].source is not None and step["csv"].source["builder"] == "csv"
+    assert step["csv"].source["split"] == "train" and step["csv"].type == "root"
+    fn = step["map"].function
+    assert fn is not None and fn["qualname"] == "add_len"
+    assert fn["file"] == str(runs.script) and fn["line"] == _line_of(PIPELINE, "def add_len")
+    assert str(fn["source_hash"]).startswith("sha256:")
+    assert step["map"].call_site == {
+        "file": str(runs.script),
+        "line": _line_of(PIPELINE, "csv.map(add_len)"),
+        "function": "<module>",
+    }
+    assert dict(step["batched"].args) == {"batch_size": "8", "batched": "True"}
+    assert dict(step["select"].args) == {"indices": "[3, 1, 2, 0]"}
+    assert dict(step["train"].args)["seed"] == "0"
+    assert step["train"].record is not None and step["train"].record["output"] == "train"
+    assert graph.step(fp["test"]).record["args"]["fingerprint_name"]["repr"] == "'test_new_fingerprint'"
+    assert step["train"].record["args"]["fingerprint_name"]["repr"] == "'train_new_fingerprint'"
+    shards = [Path(f.path).name for f in step["num_proc"].files]
+    assert shards == [f"cache-{fp['num_proc']}_0000{r}_of_00002.arrow" for r in (0, 1)]
+    assert step["num_proc"].cache == "miss" and all(f.exists for f in step["num_proc"].files)
+    for name in ("select", "remove_columns", "concat"):
+        assert step[name].files == () and step[name].cache == "none" and step[name].file_str == "no file"
+    assert step["mem_map"].in_memory and step["mem_map"].file_str == "no file (in memory)"
+    assert [Path(f.path).name for f in step["loaded_map"].files] == [f"cache-{fp['loaded_map']}.arrow"]
+    assert Path(step["loaded_map"].files[0].path).parent == runs.saved  # a saved folder is a root
+    assert step["remove_columns"].saved_to == (str(runs.saved),)
+    assert step["new_fp"].fingerprint_given and step["new_fp"].transform is None
+    assert step["map"].transform == "datasets.arrow_dataset.Dataset._map_single"
+    assert step["filter"].transform == "datasets.arrow_dataset.Dataset.filter@2.0.1"
+
+
+def test_an_unhashable_function_is_recorded_as_a_random_fallback(
+    graph: LineageGraph, runs: PipelineRuns
+) -> None:
+    """A function closing over a generator cannot be pickled: the record names the argument and
+    the exception text `datasets` swallowed before making the fingerprint up."""
+    s = graph.step(runs.fps["random"])
+    assert s.random_fallback == {
+        "argument": "function",
+        "error": "cannot pickle 'generator' object",
+        "error_type": "TypeError",
+    }
+    assert s.function is not None and s.function["qualname"] == "make_unhashable.<locals>.tag"
+    assert graph.step(runs.fps["map"]).random_fallback is None
+
+
+def test_internal_calls_are_recorded_but_hidden_by_default(runs: PipelineRuns) -> None:
+    """`set_format` inside map and the per-shard `select` of a num_proc map are in the ledger,
+    marked internal; the lineage graph leaves them out unless asked."""
+    records = read_ledger(runs.cache).records
+    internal = [r for r in records if r["internal"]]
+    assert {"set_format", "select"} <= {r["operation"] for r in internal}
+    assert all(
+        not r["internal"] for r in records if r["result"] == runs.fps["map"] and r["operation"] == "map"
+    )
+    shown = LineageGraph(records)
+    assert all(not r["internal"] for r in shown.records)
+    with_internal = LineageGraph(records, include_internal=True)
+    assert len(with_internal.records) == len(records)
+
+
+def test_records_carry_run_host_pid_versions_and_timing(runs: PipelineRuns) -> None:
+    records = read_ledger(runs.cache).records + read_ledger(runs.saved).records
+    assert len({r["run"] for r in records}) == 1 and len({r["pid"] for r in records}) == 1
+    r = records[0]
+    assert r["v"] == 1 and r["host"] and isinstance(r["time"], float) and r["duration"] >= 0
+    assert set(r["versions"]) >= {"python", "datasets", "dill", "pyarrow", "cachetool"}
+    assert all(rec["root"] in (str(runs.cache), str(runs.saved)) for rec in records)
+    assert {rec["root"] for rec in records if rec["operation"] in ("save_to_disk", "load_from_disk")} == {
+        str(runs.saved)
+    }
+
+
+EVENT_KEYS = {
+    "v",
+    "type",
+    "seq",
+    "operation",
+    "transform",
+    "result",
+    "parents",
+    "internal",
+    "call_site",
+    "function",
+    "args",
+    "random_fallback",
+}
+
+
+def test_events_file_mode_writes_every_event_there_and_not_to_the_ledger(runs: PipelineRuns) -> None:
+    """The determinism runner's contract: with CACHETOOL_TRACE_EVENTS every event goes to that file,
+    in call order (`seq`), with the documented keys; CACHETOOL_TRACE_TREES=1 adds a hash tree per
+    argument. The cache root gets no ledger."""
+    events = runs.events()
+    assert not (runs.events_run / "cache" / ".cachetool").exists()
+    assert not (runs.events_run / "saved" / ".cachetool").exists()
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    for e in events:
+        assert set(e) >= EVENT_KEYS, EVENT_KEYS - set(e)
+        assert e["type"] in ("transform", "root", "save") and isinstance(e["internal"], bool)
+        assert isinstance(e["parents"], list)
+        assert set(e["call_site"]) == {"file", "line", "function"}
+        for arg in e["args"].values():
+            assert {"digest", "repr"} <= set(arg)
+    results = {e["result"] for e in events}
+    assert {v for k, v in runs.events_fps.items()} <= results
+    maps = [e for e in events if e["operation"] == "map" and e["result"] == runs.events_fps["map"]]
+    assert maps and maps[0]["args"]["function"]["digest"] and "tree" in maps[0]["args"]["function"]
+    rnd = [e for e in events if e["result"] == runs.events_fps["random"]]
+    assert rnd[0]["random_fallback"]["argument"] == "function"
+
+
+TRACING_API = textwrap.dedent(
+    """\
+    import json, os, sys
+    import cachetool
+    cachetool.install_tracing()          # before datasets: must not import it
+    assert "datasets" not in sys.modules
+    import datasets
+    from datasets import load_dataset
+    assert cachetool.trace.active_tracer() is not None
+
+    def f(ex):
+        return {"y": ex["id"] + 1}
+
+    def g(ex):
+        return {"z": ex["id"] * 3}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    a = ds.map(f)
+    b = ds.map(f)                        # the same step again: a cache hit
+    c = ds.map(g, num_proc=2)
+    os.remove(c.cache_files[1]["filename"])
+    d = ds.map(g, num_proc=2)            # one shard reused, one recomputed: partial
+    cachetool.trace.uninstall_tracing()
+    e = ds.map(lambda ex: {"w": 1})      # untraced
+    print(json.dumps([a._fingerprint, c._fingerprint, e._fingerprint]))
+    """
+)
+
+
+def test_tracing_api_records_hits_misses_and_partial_num_proc_reuse(tmp_path: Path) -> None:
+    """`cachetool.install_tracing()` before `import datasets` hooks in on import; a repeated step
+    is a hit, a num_proc step with one surviving shard is partial; nothing after uninstall."""
+    script = tmp_path / "api.py"
+    script.write_text(TRACING_API, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "d.csv")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fp_f, fp_g, fp_untraced = json.loads(proc.stdout.strip().splitlines()[-1])
+    records = [r for r in read_ledger(tmp_path / "cache", include_internal=False).records]
+    by_result: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_result.setdefault(r["result"], []).append(r)
+    assert [r["cache"] for r in by_result[fp_f]] == ["miss", "hit"]
+    assert [r["cache"] for r in by_result[fp_g]] == ["miss", "partial"]
+    assert [f["status"] for f in by_result[fp_g][1]["files"]] == ["reused", "written"]
+    assert fp_untraced not in by_result
+
+
+def test_a_missing_hook_point_warns_once_and_runs_untraced(tmp_path: Path) -> None:
+    """Another `datasets` version without a method the tracer hooks: one warning, no ledger, and
+    the pipeline runs as usual."""
+    script = tmp_path / "old.py"
+    script.write_text(
+        textwrap.dedent("""\
+        import datasets.arrow_dataset
+        del datasets.arrow_dataset.Dataset.repeat   # as if this datasets had no repeat()
+        import cachetool
+        cachetool.install_tracing()
+        from datasets import Dataset
+        ds = Dataset.from_dict({"x": [1, 2]}).map(lambda ex: {"y": 1})
+        print(ds._fingerprint)
+        """),
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("cachetool: warning")]
+    assert len(warnings) == 1 and "tracing is off" in warnings[0] and "Dataset.repeat" in warnings[0]
+    assert not (tmp_path / "cache" / ".cachetool").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# `cachetool run` behaves like `python`
+# ------------------------------------------------------------------------------------------
+
+PROBE = textwrap.dedent(
+    """\
+    import os, sys
+    import helper
+    print("argv", sys.argv)
+    print("path0", sys.path[0])
+    print("name", __name__, "file", __file__, "spec", __spec__, "cwd", os.getcwd())
+    main = sys.modules["__main__"]
+    print("main", type(main.__loader__).__name__, main.__dict__ is globals())
+    print("stdin", sys.stdin.read().strip())
+    if "--raise" in sys.argv:
+        helper.fail()
+    if "--interrupt" in sys.argv:
+        raise KeyboardInterrupt
+    sys.exit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0)
+    """
+)
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "probe.py").write_text(PROBE, encoding="utf-8")
+    (scripts / "helper.py").write_text("def fail():\n    raise ValueError('bad input')\n", encoding="utf-8")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    return scripts / "probe.py", cwd, subprocess_env(tmp_path)
+
+
+@pytest.mark.parametrize("args", [["--help", "-x", "3"], ["--raise"], ["--interrupt"], []])
+def test_run_behaves_like_python(probe: tuple[Path, Path, dict[str, str]], args: list[str]) -> None:
+    """Same argv (options after the script are the script's, `--help` too), sys.path[0], __main__,
+    cwd, stdin, stdout, exit code, traceback and KeyboardInterrupt as `python script.py`."""
+    script, cwd, env = probe
+    rel = os.path.relpath(script, cwd)
+    plain = subprocess.run(
+        [sys.executable, rel, *args],
+        cwd=cwd,
+        env=env,
+        input="hello",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    traced = subprocess.run(
+        [sys.executable, "-m", "cachetool", "run", rel, *args],
+        cwd=cwd,
+        env=env,
+        input="hello",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (traced.returncode, traced.stdout, traced.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    if args == ["--raise"]:
+        assert plain.stderr.splitlines()[-1] == "ValueError: bad input"
+    if args == ["--interrupt"]:
+        assert plain.returncode == -2  # CPython ends by SIGINT after a KeyboardInterrupt
+
+
+def test_run_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "run", "nope.py"],
+        cwd=tmp_path,
+        env=subprocess_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "Error: can't open file 'nope.py': No such file or directory"
