@@ -28,12 +28,28 @@ class InUse:
     holders: dict[FileKey, frozenset[int]] = field(default_factory=dict)
     writers: dict[FileKey, frozenset[int]] = field(default_factory=dict)  # opened for writing
     complete: bool = True  # False when some processes could not be inspected (permissions)
+    # The same holders by path, as /proc names them (fd links and map names): lets a plan be built
+    # from a scan's paths without stat'ing every file again. Inodes stay the authority at execute time.
+    paths: dict[str, frozenset[int]] = field(default_factory=dict, compare=False)
 
     def pids(self, st: os.stat_result) -> frozenset[int]:
         return self.holders.get((st.st_dev, st.st_ino), frozenset())
 
     def writer_pids(self, st: os.stat_result) -> frozenset[int]:
         return self.writers.get((st.st_dev, st.st_ino), frozenset())
+
+    def pids_for_path(self, path: str | os.PathLike[str]) -> frozenset[int]:
+        """Holders of the file at `path` (a resolved path), by name."""
+        return self.paths.get(os.fspath(path), frozenset())
+
+    def pids_under(self, folder: str | os.PathLike[str]) -> frozenset[int]:
+        """Holders of any file below `folder` (a resolved path), by name."""
+        prefix = os.fspath(folder).rstrip("/") + "/"
+        out: set[int] = set()
+        for p, pids in self.paths.items():
+            if p.startswith(prefix):
+                out |= pids
+        return frozenset(out)
 
 
 def _proc_pids() -> Iterable[int]:
@@ -53,6 +69,7 @@ def scan_in_use(exclude_self: bool = True) -> InUse:
         return _scan_psutil(exclude_self)
     holders: dict[FileKey, set[int]] = defaultdict(set)
     writers: dict[FileKey, set[int]] = defaultdict(set)
+    paths: dict[str, set[int]] = defaultdict(set)
     complete = True
     me = os.getpid()
     for pid in _proc_pids():
@@ -74,6 +91,12 @@ def scan_in_use(exclude_self: bool = True) -> InUse:
             key = (st.st_dev, st.st_ino)
             holders[key].add(pid)
             try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+                if target.startswith("/"):
+                    paths[target].add(pid)
+            except OSError:
+                pass
+            try:
                 with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
                     for line in f:
                         if line.startswith("flags:"):
@@ -92,12 +115,33 @@ def scan_in_use(exclude_self: bool = True) -> InUse:
                         holders[(_dev_from_maps(parts[3]), int(parts[4]))].add(pid)
                     except ValueError:
                         continue
+                    name = parts[5].rstrip("\n")
+                    if name.startswith("/"):
+                        paths[name].add(pid)
         except (FileNotFoundError, ProcessLookupError):
             continue
         except PermissionError:
             complete = False
     return InUse({k: frozenset(v) for k, v in holders.items()}, {k: frozenset(v) for k, v in writers.items()},
-                 complete)
+                 complete, {k: frozenset(v) for k, v in paths.items()})
+
+
+def bound_socket_paths() -> frozenset[str]:
+    """Paths of the Unix sockets some live process on this host has bound (`/proc/net/unix`).
+
+    A `pymp-*` folder holds the listener socket of a multiprocess Manager; while its server lives,
+    the socket is bound here, even though no process has the socket *file* open."""
+    out: set[str] = set()
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="surrogateescape") as f:
+            next(f, None)  # header
+            for line in f:
+                parts = line.split(None, 7)
+                if len(parts) == 8 and parts[7].startswith("/"):
+                    out.add(parts[7].rstrip("\n"))
+    except OSError:
+        pass
+    return frozenset(out)
 
 
 def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms without /proc
@@ -105,6 +149,7 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
 
     holders: dict[FileKey, set[int]] = defaultdict(set)
     writers: dict[FileKey, set[int]] = defaultdict(set)
+    paths: dict[str, set[int]] = defaultdict(set)
     complete = True
     me = os.getpid()
     for proc in psutil.process_iter():
@@ -124,10 +169,11 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
                 continue
             key = (st.st_dev, st.st_ino)
             holders[key].add(proc.pid)
+            paths[of.path].add(proc.pid)
             if "w" in getattr(of, "mode", "") or "a" in getattr(of, "mode", ""):
                 writers[key].add(proc.pid)
     return InUse({k: frozenset(v) for k, v in holders.items()}, {k: frozenset(v) for k, v in writers.items()},
-                 complete)
+                 complete, {k: frozenset(v) for k, v in paths.items()})
 
 
 def pids_using(path: Path, snapshot: InUse | None = None) -> frozenset[int]:
