@@ -49,6 +49,10 @@ def _register() -> None:
     app.command("dirs")(dirs.dirs_command)
     app.command("demo")(demo.demo_command)
 
+    from cachetool.cli import verify
+
+    app.command("verify")(verify.verify_command)
+
     from cachetool.cli import check_determinism
 
     app.command("check-determinism")(check_determinism.check_determinism_command)

@@ -1,0 +1,157 @@
+"""`cachetool verify`: integrity of every cache file; non-zero exit on problems (a CI step)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint
+from cachetool.errors import CachetoolError, ExitCode
+
+
+class VerifyFormat(str, Enum):
+    human = "human"
+    json = "json"
+    github = "github"
+
+
+def verify_command(
+    fingerprints: Annotated[
+        list[str] | None,
+        typer.Argument(help="Check only these entries (fingerprints, unique prefixes or paths).", show_default=False),
+    ] = None,
+    cache_dir: CacheDirOption = None,
+    deep: Annotated[bool, typer.Option("--deep", help="Also read and validate every buffer (offsets, UTF-8, "
+                                       "nulls) and checksum every byte (xxh3).")] = False,
+    record: Annotated[bool, typer.Option("--record", help="With --deep: store the checksums, so a later "
+                                         "`verify --deep` reports files whose bytes changed.")] = False,
+    quarantine: Annotated[bool, typer.Option("--quarantine", help="Move files with errors into "
+                                             "<root>/.cachetool/quarantine/ (never deletes; logged).")] = False,
+    restore: Annotated[bool, typer.Option("--restore", help="Put quarantined files back, then verify.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Threads for --deep (default: "
+                                             "one per core).")] = None,
+    fmt: Annotated[VerifyFormat, typer.Option("--format", help="human: a table; json: one document; "
+                                              "github: workflow annotations.")] = VerifyFormat.human,
+    as_json: JsonOption = False,
+) -> None:
+    """Prove every cache file is whole and what it claims to be.
+
+    Checks each entry: the file is an Arrow IPC stream that reads to its end-of-stream marker
+    (a stream cut at a message boundary reads without an error in pyarrow, so both are checked);
+    the fingerprint inside matches the file name; shard sets and source-split shards are
+    complete; source splits have the rows `dataset_info.json` promises; every file `state.json`
+    names exists and is whole; indices point inside their data. Leftovers (`tmp*`,
+    `*.incomplete/`, stale locks) are warnings; a file a live process is writing right now is
+    reported as "being written by pid N", never as corrupt. Ledger records whose files are gone
+    are information.
+
+    Exit codes: 0 no errors (warnings alone exit 0 unless --strict); 1 errors found; 2 usage
+    (bad option, missing cache, unknown fingerprint).
+
+    **Examples**
+
+        cachetool verify
+
+        cachetool verify --deep --record          # remember checksums
+
+        cachetool verify --deep                   # later: which bytes changed?
+
+        cachetool verify 7a57 --json
+
+        cachetool verify --quarantine             # move broken files aside; datasets recomputes them
+
+        cachetool verify --format github          # annotations in a GitHub Actions step
+    """
+    _verify(fingerprints or [], cache_dir, deep, record, quarantine, restore, strict, jobs,
+            VerifyFormat.json if as_json else fmt)
+
+
+@handle_errors
+def _verify(fingerprints: list[str], cache_dir: Path | None, deep: bool, record: bool, quarantine: bool,
+            restore: bool, strict: bool, jobs: int | None, fmt: VerifyFormat) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.maintenance import verify as v
+
+    if record and not deep:
+        raise CachetoolError("--record needs --deep (checksums come from reading every byte)")
+    root = existing_root(cache_dir)
+    out = Output(OutputFormat.json if fmt == VerifyFormat.json else OutputFormat.human)
+    if restore:
+        back = v.restore(root)
+        for src, dst in back:
+            hint(f"restored {dst}")
+        if not back:
+            hint("nothing to restore")
+    progress = None
+    status = None
+    if deep and sys.stderr.isatty() and fmt == VerifyFormat.human:
+        from rich.progress import Progress
+
+        from cachetool.cli.common import stderr_console
+
+        status = Progress(console=stderr_console(), transient=True)
+        task = status.add_task("Verifying", total=None)
+        status.start()
+
+        def progress(done: int, total: int) -> None:
+            status.update(task, completed=done, total=total)
+
+    try:
+        report = v.verify_cache(root, fingerprints, deep=deep, record=record, jobs=jobs, progress=progress)
+    finally:
+        if status is not None:
+            status.stop()
+    if quarantine:
+        report = v.quarantine(report)
+    if fmt == VerifyFormat.json:
+        out.json(report.to_json())
+    elif fmt == VerifyFormat.github:
+        for f in report.findings:
+            level = {"error": "error", "warning": "warning", "info": "notice"}[f.severity.value]
+            msg = f"{f.problem}" + (f" — {f.hint}" if f.hint else "")
+            sys.stdout.write(f"::{level} file={_gh(os.fsdecode(f.path))}::{_gh(msg)}\n")
+    else:
+        render(out, report)
+    if report.failed(strict):
+        raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+
+
+def _gh(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").replace(":", "%3A").replace(",", "%2C")
+
+
+def render(out: Output, report: object) -> None:
+    from cachetool.maintenance.verify import VerifyReport
+
+    assert isinstance(report, VerifyReport)
+
+    def rel(p: Path) -> str:
+        try:
+            return os.fsdecode(p.relative_to(report.root))
+        except ValueError:
+            return os.fsdecode(p)
+
+    styles = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+    for f in report.findings:
+        label = f.entry if f.entry and "/" not in f.entry else f.kind
+        out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
+        out.line(f"        {label} · {rel(f.path)}", style="dim")
+        if f.hint:
+            out.line(f"        hint: {f.hint}", style="dim")
+    if report.findings:
+        out.line()
+    for src, dst in report.quarantined:
+        out.line(f"quarantined {rel(src)} -> {rel(dst)}")
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    n_info = len(report.findings) - n_err - n_warn
+    deep = f", {report.bytes_checked:,} bytes read in full" if report.deep else ""
+    rec = f", {report.recorded} checksums recorded" if report.recorded else ""
+    out.line(f"Checked {report.entries_checked} entries, {report.files_checked} files{deep}{rec}: "
+             f"{n_err} error(s), {n_warn} warning(s), {n_info} info.",
+             style="bold red" if n_err else ("yellow" if n_warn else "green"))

@@ -1,0 +1,608 @@
+"""`verify`: prove every cache file is whole and what it claims to be.
+
+`verify_cache(root)` scans the root without the read index (every header is read again), turns
+what the scan found into findings of three severities, and adds the checks only verify makes:
+shard lengths against `dataset_info.json`, indices that point past the end of their data, leftovers
+and who is writing them, ledger records whose files are gone, and with `deep=True` a full
+validation of every buffer plus an xxh3 checksum of every byte (compared with checksums stored by
+an earlier `record=True`).
+
+A file a live process is writing right now is never reported as corrupt: it is "being written by
+pid N". A save in progress looks like an interrupted one for a moment (state.json is written last),
+so an incomplete save touched in the last minutes is a warning, not an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from cachetool.cache import layout
+from cachetool.cache.layout import Kind
+from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
+from cachetool.maintenance.liveness import InUse, scan_in_use
+
+CHECKSUMS_NAME = "checksums.json"
+QUARANTINE_DIR = "quarantine"
+QUARANTINE_LOG = "log.jsonl"
+#: An interrupted save younger than this may still be running (state.json comes last).
+RECENT_SAVE_SECONDS = 300.0
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing verify has to say: how bad, about which entry and file, and what to do."""
+
+    severity: Severity
+    entry: str  # the entry id (fingerprint, or path)
+    kind: str
+    path: Path
+    problem: str
+    hint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"severity": self.severity.value, "entry": self.entry, "kind": self.kind,
+                "path": os.fsdecode(self.path), "problem": self.problem, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    root: Path
+    findings: tuple[Finding, ...]
+    entries_checked: int
+    files_checked: int
+    bytes_checked: int = 0  # bytes read in full (deep)
+    deep: bool = False
+    recorded: int = 0  # checksums stored (record)
+    quarantined: tuple[tuple[Path, Path], ...] = field(default=())
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == Severity.ERROR)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == Severity.WARNING)
+
+    def failed(self, strict: bool = False) -> bool:
+        return bool(self.errors) or (strict and bool(self.warnings))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "root": os.fsdecode(self.root),
+            "deep": self.deep,
+            "entries_checked": self.entries_checked,
+            "files_checked": self.files_checked,
+            "bytes_checked": self.bytes_checked,
+            "checksums_recorded": self.recorded,
+            "counts": {s.value: sum(f.severity == s for f in self.findings) for s in Severity},
+            "findings": [f.to_json() for f in self.findings],
+            "quarantined": [{"from": os.fsdecode(a), "to": os.fsdecode(b)} for a, b in self.quarantined],
+        }
+
+
+GC_HINT = "run `cachetool gc --temp` to remove leftovers"
+RECOMPUTE_HINT = "delete or quarantine it (`cachetool verify --quarantine`); datasets will recompute it"
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return os.fsdecode(path.relative_to(root))
+    except ValueError:
+        return os.fsdecode(path)
+
+
+class _Checker:
+    def __init__(self, report: CacheReport, in_use: InUse, now: float) -> None:
+        self.report = report
+        self.in_use = in_use
+        self.now = now
+        self.findings: list[Finding] = []
+
+    def add(self, sev: Severity, e: Entry, path: Path, problem: str, hint: str = "") -> None:
+        self.findings.append(Finding(sev, e.id, e.kind.value, path, problem, hint))
+
+    def writers_of(self, path: Path) -> frozenset[int]:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return frozenset()
+        return self.in_use.writer_pids(st) or frozenset()
+
+    def live_writer(self, e: Entry) -> tuple[Path, frozenset[int]] | None:
+        for f in e.files:
+            pids = self.writers_of(f.path)
+            if pids:
+                return f.path, pids
+        return None
+
+    # -- per entry ---------------------------------------------------------------------------
+    def entry(self, e: Entry) -> None:
+        if e.kind == Kind.TEMP:
+            return self.temp(e)
+        if e.kind == Kind.INCOMPLETE_PREPARE:
+            return self.leftover_dir(e, "an interrupted load_dataset preparation")
+        if e.kind == Kind.INCOMPLETE_SAVE:
+            return self.incomplete_save(e)
+        if e.kind == Kind.LOCK:
+            return self.lock(e)
+        if e.kind == Kind.DOWNLOAD and e.problems:
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+            return None
+        if e.kind == Kind.OTHER:
+            for p in e.problems:
+                sev = Severity.WARNING if p.startswith(("not a regular file", "symlink")) else Severity.INFO
+                self.add(sev, e, e.path, p)
+            return None
+        if e.kind in (Kind.SHARDS,) and e.problems and self.shards_in_progress(e):
+            self.add(Severity.INFO, e, e.path, "shard set being written right now")
+            return None
+        for f in e.files:
+            self.file(e, f)
+        for p in e.problems:
+            if not any(p.startswith(f"{f.name}: ") for f in e.files) and not self.per_file_problem(e, p):
+                self.add(Severity.ERROR, e, e.path, p, RECOMPUTE_HINT)
+        if e.kind == Kind.SOURCE:
+            self.shard_lengths(e)
+        return None
+
+    def per_file_problem(self, e: Entry, problem: str) -> bool:
+        """Problems the per-file checks already reported (file errors, fingerprint mismatch)."""
+        if len(e.files) == 1 and e.files[0].summary is not None:
+            s = e.files[0].summary
+            return problem == s.error or problem.startswith("file holds fingerprint")
+        return False
+
+    def file(self, e: Entry, f: CacheFile) -> None:
+        s = f.summary
+        if s is None:
+            return
+        if s.error is not None:
+            pids = self.writers_of(f.path)
+            if pids:
+                self.add(Severity.INFO, e, f.path, f"being written by pid {_pids(pids)}")
+                return
+            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT)
+            return
+        expected = self.expected_metadata_fingerprint(e, f)
+        if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
+            self.add(Severity.ERROR, e, f.path, f"file holds fingerprint {s.fingerprint}, name says {expected}",
+                     "the file was written under another name or overwritten; " + RECOMPUTE_HINT)
+
+    def expected_metadata_fingerprint(self, e: Entry, f: CacheFile) -> str | None:
+        parsed = layout.parse_cache_file(f.name)
+        if parsed is None:
+            return None
+        fp, rank, count = parsed
+        if rank is not None and count is not None:
+            return layout.shard_fingerprint(fp, rank, count)
+        return fp
+
+    def shards_in_progress(self, e: Entry) -> bool:
+        """A num_proc map renames each shard into place when it finishes; while the others are
+        still tmp* files held by live workers, the set is in progress, not broken."""
+        assert e.fingerprint is not None
+        folder = e.path.parent
+        for other in self.report.entries:
+            if other.kind != Kind.TEMP or other.path.parent != folder:
+                continue
+            if any(a.startswith(e.fingerprint + "_") for a in other.aliases) and self.live_writer(other):
+                return True
+        return False
+
+    def shard_lengths(self, e: Entry) -> None:
+        ds = next((d for d in self.report.datasets if d.path == e.dataset_dir), None)
+        if ds is None or e.split is None:
+            return
+        lengths = ds.expected_shard_lengths(e.split)
+        if not lengths or len(lengths) != len(e.files):
+            return
+        for f, want in zip(e.files, lengths):
+            got = f.summary.rows if f.summary else None
+            if got is not None and f.summary is not None and f.summary.error is None and got != want:
+                self.add(Severity.ERROR, e, f.path, f"{got} rows, dataset_info.json shard_lengths says {want}",
+                         RECOMPUTE_HINT)
+
+    def temp(self, e: Entry) -> None:
+        live = self.live_writer(e)
+        if live is not None:
+            self.add(Severity.INFO, e, e.path, f"being written by pid {_pids(live[1])}")
+            return
+        holders = self.holders(e)
+        if holders:
+            self.add(Severity.INFO, e, e.path, f"temporary file held open by pid {_pids(holders)}")
+            return
+        self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", GC_HINT)
+
+    def holders(self, e: Entry) -> frozenset[int]:
+        pids: set[int] = set()
+        for f in e.files:
+            try:
+                pids |= self.in_use.pids(os.stat(f.path, follow_symlinks=False))
+            except OSError:
+                continue
+        return frozenset(pids)
+
+    def leftover_dir(self, e: Entry, what: str) -> None:
+        live = self.live_writer(e)
+        if live is not None:
+            self.add(Severity.INFO, e, e.path, f"{what} in progress: being written by pid {_pids(live[1])}")
+            return
+        self.add(Severity.WARNING, e, e.path, f"leftover of {what}", GC_HINT)
+
+    def incomplete_save(self, e: Entry) -> None:
+        live = self.live_writer(e)
+        if live is not None:
+            self.add(Severity.INFO, e, e.path, f"save_to_disk in progress: being written by pid {_pids(live[1])}")
+            return
+        age = self.now - (e.modified or 0.0)
+        if age < RECENT_SAVE_SECONDS:
+            self.add(Severity.WARNING, e, e.path,
+                     f"data-*.arrow without state.json, last written {int(age)}s ago: a save in progress "
+                     "or an interrupted one", "verify again later; if it stays, it is interrupted")
+            return
+        self.add(Severity.ERROR, e, e.path, "data-*.arrow without state.json: an interrupted save_to_disk",
+                 "save it again; " + GC_HINT)
+
+    def lock(self, e: Entry) -> None:
+        """A lock is stale when its guarded folder is gone and nobody holds it."""
+        name = e.path.name
+        guarded = None
+        for suffix in ("_builder.lock", ".incomplete_info.lock"):
+            if name.endswith(suffix):
+                guarded = e.path.with_name(name[: -len(suffix)])
+        if guarded is None and e.dataset_dir is not None:
+            guarded = e.dataset_dir
+        if guarded is None or guarded.exists():
+            return
+        if _lock_held(e.path):
+            return
+        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", GC_HINT)
+
+    # -- indices bounds ------------------------------------------------------------------------
+    def indices(self, entries: Sequence[Entry], parents: dict[str, str | None]) -> None:
+        """An indices mapping must point inside the data it indexes. The recorded parent tells
+        which data that is; without a record, an index past the end of every data file in the
+        folder is wrong whatever it indexes."""
+        by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
+        for e in entries:
+            if e.kind != Kind.INDICES or not e.files or e.files[0].summary is None or e.files[0].summary.error:
+                continue
+            biggest = _max_index(e.files[0].path)
+            if biggest is None:
+                continue
+            parent = by_fp.get(parents.get(e.fingerprint or "") or "")
+            if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
+                if biggest >= parent.rows:
+                    self.add(Severity.ERROR, e, e.files[0].path,
+                             f"index {biggest} points past the end of its data ({parent.rows} rows in "
+                             f"{parent.id})", RECOMPUTE_HINT)
+                continue
+            sizes = [x.rows for x in entries if x.dataset_dir == e.dataset_dir and x.rows is not None
+                     and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)]
+            if sizes and biggest >= max(sizes):
+                self.add(Severity.ERROR, e, e.files[0].path,
+                         f"index {biggest} points past the end of every dataset in its folder "
+                         f"(largest has {max(sizes)} rows)", RECOMPUTE_HINT)
+
+
+def _pids(pids: Iterable[int]) -> str:
+    return ", ".join(str(p) for p in sorted(pids))
+
+
+def _lock_held(path: Path) -> bool:
+    """Try a non-blocking exclusive lock, as filelock does; held means another process has it."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _max_index(path: Path) -> int | None:
+    """The largest value of an indices file (reads its single uint64 column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        with pa.memory_map(os.fspath(path)) as source:
+            table = pa.ipc.open_stream(source).read_all()
+            if table.num_rows == 0:
+                return None
+            value = pc.max(table.column(0)).as_py()
+            return int(value) if value is not None else None
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return None
+
+
+# -- deep checks ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeepResult:
+    path: Path
+    size: int
+    mtime_ns: int
+    checksum: str | None
+    error: str | None
+
+
+def deep_check(path: Path) -> DeepResult:
+    """Validate every buffer of every batch (offsets, UTF-8, nulls) and hash every byte (xxh3)."""
+    import mmap
+
+    from cachetool.cache.arrow import open_noatime
+
+    try:
+        fd = open_noatime(path)
+    except OSError as e:
+        return DeepResult(path, 0, 0, None, e.strerror or str(e))
+    try:
+        st = os.fstat(fd)
+        if st.st_size == 0:
+            return DeepResult(path, 0, st.st_mtime_ns, None, "empty file (0 bytes)")
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        try:
+            checksum, error = _hash_and_validate(mm)
+        finally:
+            try:
+                mm.close()
+            except BufferError:  # pragma: no cover - a view outlived the walk; GC unmaps it
+                pass
+        return DeepResult(path, st.st_size, st.st_mtime_ns, checksum, error)
+    finally:
+        os.close(fd)
+
+
+def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
+    """Every pyarrow view of the map lives in this frame only, so the map can close after."""
+    import pyarrow as pa
+    import xxhash
+
+    checksum = xxhash.xxh3_64(mm).hexdigest()
+    try:
+        reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mm)))
+        for index, batch in enumerate(reader):
+            try:
+                batch.validate(full=True)
+            except pa.ArrowInvalid as e:
+                return checksum, f"invalid data in batch {index}: {' '.join(str(e).split())}"
+    except (pa.ArrowInvalid, OSError) as e:
+        return checksum, " ".join(str(e).split())
+    return checksum, None
+
+
+def _checksums_path(root: Path) -> Path:
+    return root / layout.LEDGER_DIR / CHECKSUMS_NAME
+
+
+def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
+    try:
+        with open(_checksums_path(root), encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    files = doc.get("files") if isinstance(doc, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
+    folder = root / layout.LEDGER_DIR
+    folder.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".checksums-", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"version": 1, "files": files}, separators=(",", ":")))
+    os.replace(tmp, _checksums_path(root))
+
+
+# -- the entry point -----------------------------------------------------------------------------
+
+
+def verify_cache(
+    root: str | os.PathLike[str],
+    fingerprints: Sequence[str] = (),
+    *,
+    deep: bool = False,
+    record: bool = False,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
+
+    `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
+    one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
+    report = scan_cache(root, use_index=False)
+    in_use = scan_in_use()
+    now = time.time()
+    entries = list(report.entries)
+    if fingerprints:
+        chosen = {id(find_entry(report, fp)) for fp in fingerprints}
+        entries = [e for e in entries if id(e) in chosen]
+    checker = _Checker(report, in_use, now)
+    for e in entries:
+        checker.entry(e)
+    parents = _recorded_parents(report.root)
+    checker.indices(entries, parents)
+    if not fingerprints:
+        _ledger_findings(checker, report)
+    bytes_checked = 0
+    recorded = 0
+    if deep or record:
+        bytes_checked, recorded = _deep(checker, report, entries, record=record, jobs=jobs, progress=progress)
+    files_checked = sum(len(e.files) for e in entries)
+    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    findings = sorted(checker.findings, key=lambda f: (order[f.severity], os.fsdecode(f.path)))
+    return VerifyReport(report.root, tuple(findings), len(entries), files_checked, bytes_checked, deep, recorded)
+
+
+def _recorded_parents(root: Path) -> dict[str, str | None]:
+    try:
+        from cachetool.lineage.ledger import usage_by_fingerprint
+    except ImportError:  # pragma: no cover
+        return {}
+    return {fp: u.parent for fp, u in usage_by_fingerprint(root).items()}
+
+
+def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
+    """Records whose files are gone: information (gc or a user removed them), not corruption."""
+    try:
+        from cachetool.lineage.ledger import read_ledger
+    except ImportError:  # pragma: no cover
+        return
+    gone: dict[str, str] = {}
+    for rec in read_ledger(report.root, include_internal=False).records:
+        for f in rec.get("files") or []:
+            path = f.get("path") if isinstance(f, dict) else None
+            if isinstance(path, str) and path not in gone and not os.path.lexists(path):
+                gone[path] = str(rec.get("result") or "?")
+    for path, fp in sorted(gone.items()):
+        checker.findings.append(Finding(Severity.INFO, fp, "record", Path(path),
+                                        "recorded file no longer exists (removed since)"))
+
+
+def _deep(checker: _Checker, report: CacheReport, entries: Sequence[Entry], *, record: bool,
+          jobs: int | None, progress: Callable[[int, int], None] | None) -> tuple[int, int]:
+    targets: list[tuple[Entry, CacheFile]] = []
+    for e in entries:
+        if e.kind in (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE):
+            continue
+        for f in e.files:
+            if f.summary is not None and f.summary.error is None and f.summary.format == "stream":
+                targets.append((e, f))
+    stored = load_checksums(report.root)
+    workers = jobs or os.cpu_count() or 1
+    done = 0
+    total_bytes = 0
+    results: list[tuple[Entry, DeepResult]] = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for (e, _), res in zip(targets, pool.map(deep_check, [f.path for _, f in targets])):
+            results.append((e, res))
+            done += 1
+            total_bytes += res.size
+            if progress is not None:
+                progress(done, len(targets))
+    new_sums: dict[str, dict[str, Any]] = dict(stored)
+    for e, res in results:
+        rel = _rel(res.path, report.root)
+        if res.error is not None:
+            checker.add(Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT)
+            continue
+        old = stored.get(rel)
+        if old is not None and old.get("xxh3") != res.checksum:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(old.get("time", 0))))
+            same_stat = old.get("size") == res.size and old.get("mtime_ns") == res.mtime_ns
+            checker.add(Severity.ERROR, e, res.path,
+                        f"bytes changed since checksum recorded {when}"
+                        + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
+                        "if it was rewritten on purpose, run `cachetool verify --deep --record` again")
+        if record:
+            new_sums[rel] = {"size": res.size, "mtime_ns": res.mtime_ns, "xxh3": res.checksum,
+                             "time": time.time()}
+    recorded = 0
+    if record:
+        try:
+            save_checksums(report.root, new_sums)
+            recorded = sum(1 for _, r in results if r.error is None)
+        except OSError as err:
+            checker.findings.append(Finding(Severity.WARNING, "", "record", _checksums_path(report.root),
+                                            f"cannot store checksums: {err.strerror or err}"))
+    return total_bytes, recorded
+
+
+# -- quarantine ----------------------------------------------------------------------------------
+
+
+def quarantine(report: VerifyReport) -> VerifyReport:
+    """Move every file with an error into `<root>/.cachetool/quarantine/<time>/` (never delete),
+    so the next `datasets` run recomputes it instead of crashing. Each move is logged."""
+    root = report.root
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    qdir = root / layout.LEDGER_DIR / QUARANTINE_DIR / stamp
+    moved: list[tuple[Path, Path]] = []
+    in_use = scan_in_use()
+    for f in report.errors:
+        src = f.path
+        if not src.is_file() or src.is_symlink() or src.parent == qdir:
+            continue
+        try:
+            st = os.stat(src, follow_symlinks=False)
+        except OSError:
+            continue
+        if in_use.pids(st):
+            continue  # a live process holds it: never pull a file from under a reader
+        rel = _rel(src, root)
+        if rel.startswith(".."):
+            continue
+        dst = qdir / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dst)
+        moved.append((src, dst))
+        _log_move(root, {"action": "quarantine", "from": os.fsdecode(src), "to": os.fsdecode(dst),
+                         "problem": f.problem, "time": time.time(), "size": st.st_size})
+    return replace(report, quarantined=tuple(moved))
+
+
+def restore(root: str | os.PathLike[str]) -> list[tuple[Path, Path]]:
+    """Put quarantined files back where they were, unless something new took their place."""
+    root_path = Path(root).resolve()
+    log = root_path / layout.LEDGER_DIR / QUARANTINE_DIR / QUARANTINE_LOG
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    pending: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("action") == "quarantine":
+            pending[rec["to"]] = rec
+        elif rec.get("action") == "restore":
+            pending.pop(rec.get("from", ""), None)
+    restored = []
+    for rec in pending.values():
+        src, dst = Path(rec["to"]), Path(rec["from"])
+        if not src.exists() or dst.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dst)
+        restored.append((src, dst))
+        _log_move(root_path, {"action": "restore", "from": os.fsdecode(src), "to": os.fsdecode(dst),
+                              "time": time.time()})
+    return restored
+
+
+def _log_move(root: Path, rec: dict[str, Any]) -> None:
+    log = root / layout.LEDGER_DIR / QUARANTINE_DIR / QUARANTINE_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(json.dumps(rec) + "\n")

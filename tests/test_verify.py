@@ -1,0 +1,467 @@
+"""`cachetool verify` on real caches: clean ones pass, each kind of damage is named precisely."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from cachetool.cache.layout import Kind
+from cachetool.cache.scan import scan_cache
+from cachetool.cli.app import app
+from cachetool.maintenance.verify import Severity, VerifyReport, restore, verify_cache
+from tests.conftest import hf_env
+
+pytestmark = pytest.mark.slow
+
+
+def clean_copy(real_cache: dict[str, Any], dest: Path) -> Path:
+    """A copy of the real cache without the damage the builder planted on purpose."""
+    root = dest / "cache"
+    shutil.copytree(real_cache["cache"], root, symlinks=True)
+    report = scan_cache(root, use_index=False, ledger=False)
+    for e in report.entries:
+        planted = e.kind in (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE) or (
+            e.fingerprint == real_cache["partial_shards"])
+        if planted:
+            for f in e.files:
+                f.path.unlink()
+            if e.path.is_dir():
+                shutil.rmtree(e.path)
+    for lock in root.glob("*generator*.lock"):
+        lock.unlink()
+    for lock in (root / "generator").rglob("*.lock"):
+        lock.unlink()
+    return root
+
+
+def errors(report: VerifyReport) -> list[tuple[str, str]]:
+    return sorted((f.path.name, f.problem) for f in report.errors)
+
+
+def test_real_cache_of_every_kind_verifies_with_zero_errors(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    report = verify_cache(root, deep=True)
+    assert report.errors == () and report.warnings == ()
+    kinds = {e.kind for e in scan_cache(root).entries}
+    assert {Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED, Kind.DOWNLOAD, Kind.EXTRACTED,
+            Kind.LOCK} <= kinds
+    assert report.bytes_checked > 100_000
+
+
+def test_planted_leftovers_are_warnings_and_planted_damage_errors(real_cache: dict[str, Any]) -> None:
+    report = verify_cache(real_cache["cache"])
+    assert {(f.kind, f.problem) for f in report.errors} == {
+        ("shards", "partial: 1 of 2 shards (missing 00001)"),
+        ("incomplete-save", "data-*.arrow without state.json: an interrupted save_to_disk"),
+    } or all(f.kind in ("shards", "incomplete-save") for f in report.errors)
+    warned = {f.kind for f in report.warnings}
+    assert {"temp", "incomplete-prepare"} <= warned
+    assert all("cachetool gc --temp" in f.hint for f in report.warnings if f.kind in ("temp", "incomplete-prepare"))
+
+
+# -- the corpus of damage --------------------------------------------------------------------------
+
+def find(root: Path, pattern: str) -> Path:
+    hits = sorted(root.rglob(pattern))
+    assert hits, pattern
+    return hits[0]
+
+
+def cut(at: Callable[[bytes], int]) -> Callable[[Path, dict[str, Any]], Path]:
+    def damage(root: Path, made: dict[str, Any]) -> Path:
+        target = find(root, f"cache-{made['mapped']}.arrow")
+        data = target.read_bytes()
+        target.write_bytes(data[: at(data)])
+        return target
+    return damage
+
+
+def _message_offsets(data: bytes) -> list[int]:
+    """Start offsets of the IPC messages of a stream (continuation marker, length, body)."""
+    offsets = []
+    pos = 0
+    reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(data))
+    while True:
+        offsets.append(pos)
+        try:
+            msg = reader.read_next_message()
+        except StopIteration:
+            break
+        pos += len(msg.serialize())
+    return offsets
+
+
+def between_batches(data: bytes) -> int:
+    return _message_offsets(data)[2]  # schema, batch 0 | cut | ...
+
+
+def mid_body(data: bytes) -> int:
+    offs = _message_offsets(data)
+    return (offs[1] + offs[2]) // 2 + 40
+
+
+def overwrite(name: str, content: bytes) -> Callable[[Path, dict[str, Any]], Path]:
+    def damage(root: Path, made: dict[str, Any]) -> Path:
+        target = find(root, f"cache-{made[name]}.arrow")
+        target.write_bytes(content)
+        return target
+    return damage
+
+
+def wrong_magic(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, f"cache-{made['mapped']}.arrow")
+    data = bytearray(target.read_bytes())
+    data[0:4] = b"\x00\x11\x22\x33"
+    target.write_bytes(bytes(data))
+    return target
+
+
+def ipc_file_format(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, f"cache-{made['mapped']}.arrow")
+    table = pa.ipc.open_stream(target.read_bytes()).read_all()
+    with pa.OSFile(str(target), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    return target
+
+
+def rewrite(target: Path, table: pa.Table, batches: list[pa.RecordBatch] | None = None) -> None:
+    with pa.OSFile(str(target), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        for b in batches or table.to_batches():
+            w.write_batch(b)
+
+
+def other_fingerprint(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, f"cache-{made['mapped']}.arrow")
+    table = pa.ipc.open_stream(target.read_bytes()).read_all()
+    meta = json.loads(table.schema.metadata[b"huggingface"])
+    meta["fingerprint"] = "ffffffffffffffff"
+    rewrite(target, table.replace_schema_metadata({"huggingface": json.dumps(meta)}))
+    return target
+
+
+def missing_num_proc_shard(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, f"cache-{made['shards']}_00001_of_00002.arrow")
+    target.unlink()
+    return find(root, f"cache-{made['shards']}_00000_of_00002.arrow")
+
+
+def missing_source_shard(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, "json-train-00001-of-00002.arrow")
+    target.unlink()
+    return find(root, "json-train-00000-of-00002.arrow")
+
+
+def info_rows(root: Path, made: dict[str, Any]) -> Path:
+    info = Path(made["csv_dir"].replace(made["cache"], str(root))) / "dataset_info.json"
+    doc = json.loads(info.read_text())
+    doc["splits"]["train"]["num_examples"] = 301
+    info.write_text(json.dumps(doc))
+    return info.parent / "csv-train.arrow"
+
+
+def shard_lengths(root: Path, made: dict[str, Any]) -> Path:
+    info = find(root, "json-train-00000-of-00002.arrow").parent / "dataset_info.json"
+    doc = json.loads(info.read_text())
+    doc["splits"]["train"]["shard_lengths"] = [50, 51]
+    info.write_text(json.dumps(doc))
+    return find(root, "json-train-00001-of-00002.arrow")
+
+
+def state_names_missing(root: Path, made: dict[str, Any]) -> Path:
+    target = root / "saved" / "items" / "data-00001-of-00002.arrow"
+    target.unlink()
+    return root / "saved" / "items"
+
+
+def saved_data_truncated(root: Path, made: dict[str, Any]) -> Path:
+    target = root / "saved" / "items" / "data-00000-of-00002.arrow"
+    target.write_bytes(target.read_bytes()[:-8])
+    return target
+
+
+def indices_past_end(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, f"cache-{made['filtered']}.arrow")
+    table = pa.ipc.open_stream(target.read_bytes()).read_all()
+    bad = pa.table({"indices": pa.array([0, 5, 100_000], type=pa.uint64())}).replace_schema_metadata(
+        table.schema.metadata)
+    rewrite(target, bad)
+    return target
+
+
+def symlink_loop(root: Path, made: dict[str, Any]) -> Path:
+    target = Path(made["csv_dir"].replace(made["cache"], str(root))) / "cache-loop0000loop0000.arrow"
+    target.symlink_to(target.name)
+    return target
+
+
+def stale_lock(root: Path, made: dict[str, Any]) -> Path:
+    target = root / "csv" / "gone_builder.lock"
+    target.write_bytes(b"")
+    return target
+
+
+def invalid_utf8(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, f"cache-{made['mapped']}.arrow")
+    table = pa.ipc.open_stream(target.read_bytes()).read_all()
+    text = pa.Array.from_buffers(pa.large_string(), 2, [None, pa.py_buffer(
+        pa.array([0, 2, 4], type=pa.int64()).buffers()[1]), pa.py_buffer(b"ok\xff\xfe")])
+    cols = {name: table.column(name).combine_chunks()[:2] for name in table.column_names}
+    cols["text"] = text
+    rewrite(target, pa.table(cols).replace_schema_metadata(table.schema.metadata))
+    return target
+
+
+def bad_offsets(root: Path, made: dict[str, Any]) -> Path:
+    target = find(root, f"cache-{made['mapped']}.arrow")
+    table = pa.ipc.open_stream(target.read_bytes()).read_all()
+    # Non-monotonic offsets pass pyarrow's cheap checks (first and last offset are in range).
+    text = pa.Array.from_buffers(pa.large_string(), 3, [None, pa.py_buffer(
+        pa.array([0, 3, 1, 4], type=pa.int64()).buffers()[1]), pa.py_buffer(b"okok")])
+    cols = {name: table.column(name).combine_chunks()[:3] for name in table.column_names}
+    cols["text"] = text
+    rewrite(target, pa.table(cols).replace_schema_metadata(table.schema.metadata))
+    return target
+
+
+# (case id, damage, expected error problem (prefix), only with --deep)
+CASES: list[tuple[str, Callable[[Path, dict[str, Any]], Path], str, bool]] = [
+    ("cut-in-schema-prefix", cut(lambda d: 6), "unreadable schema:", False),
+    ("cut-in-schema-body", cut(lambda d: 60), "unreadable schema:", False),
+    ("cut-after-schema", cut(lambda d: _message_offsets(d)[1]), "no end-of-stream marker after 0 batches", False),
+    ("cut-between-batches", cut(between_batches), "no end-of-stream marker after 1 batches", False),
+    ("cut-mid-body", cut(mid_body), "truncated after 0 batches (0 rows):", False),
+    ("cut-in-batch-header", cut(lambda d: _message_offsets(d)[1] + 12), "truncated after 0 batches", False),
+    ("only-eos-missing", cut(lambda d: len(d) - 8), "no end-of-stream marker after", False),
+    ("eos-half-missing", cut(lambda d: len(d) - 4), "truncated after", False),
+    ("zero-length", overwrite("mapped", b""), "empty file (0 bytes)", False),
+    ("random-bytes", overwrite("mapped", os.urandom(4096)), "not an Arrow IPC stream", False),
+    ("wrong-magic", wrong_magic, "not an Arrow IPC stream (starts with 00112233", False),
+    ("ipc-file-format", ipc_file_format, "Arrow IPC file format, but datasets reads the stream format", False),
+    ("fingerprint-differs", other_fingerprint, "file holds fingerprint ffffffffffffffff, name says", False),
+    ("missing-num-proc-shard", missing_num_proc_shard, "partial: 1 of 2 shards (missing 00001)", False),
+    ("missing-source-shard", missing_source_shard, "missing shards 00001 of 2", False),
+    ("rows-differ-from-info", info_rows, "300 rows, dataset_info.json says 301", False),
+    ("shard-lengths-differ", shard_lengths, "50 rows, dataset_info.json shard_lengths says 51", False),
+    ("state-names-missing-file", state_names_missing, "state.json names data-00001-of-00002.arrow, which is missing",
+     False),
+    ("saved-file-truncated", saved_data_truncated, "no end-of-stream marker after", False),
+    ("indices-past-end", indices_past_end, "index 100000 points past the end", False),
+    ("invalid-utf8", invalid_utf8, "invalid data in batch 0:", True),
+    ("out-of-range-offsets", bad_offsets, "invalid data in batch 0:", True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_each_damage_is_found_with_its_precise_message(case: Any, real_cache: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    _, damage, expected, deep_only = case
+    root = clean_copy(real_cache, tmp_path)
+    target = damage(root, real_cache)
+    report = verify_cache(root)
+    hits = [f for f in report.errors if f.problem.startswith(expected) or expected in f.problem]
+    if deep_only:
+        assert hits == [], "found without --deep: the header walk should not see this"
+        report = verify_cache(root, deep=True)
+        hits = [f for f in report.errors if f.problem.startswith(expected)]
+    assert len(hits) == 1, errors(report)
+    assert hits[0].path == target
+    assert len(report.errors) == 1, errors(report)
+
+
+@pytest.mark.parametrize("damage,problem", [(symlink_loop, "symlink to cache-loop0000loop0000.arrow"),
+                                            (stale_lock, "stale lock: gone no longer exists")])
+def test_odd_things_are_warnings(damage: Any, problem: str, real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    target = damage(root, real_cache)
+    report = verify_cache(root)
+    assert report.errors == ()
+    assert [(f.path, f.problem.split(" (")[0]) for f in report.warnings] == [(target, problem)]
+
+
+def test_fifo_in_the_cache_does_not_hang(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    os.mkfifo(root / "csv" / "cache-fifo000fifo0000.arrow")
+    proc = subprocess.run([sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0
+    assert [f["problem"] for f in doc["findings"]] == ["not a regular file (FIFO)"]
+
+
+def test_permission_denied_file_is_an_error(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    target = find(root, f"cache-{real_cache['mapped']}.arrow")
+    os.chmod(target, 0)
+    if os.geteuid() != 0:
+        assert [(f.path, f.problem) for f in verify_cache(root).errors] == [(target, "permission denied")]
+        return
+    # As root the kernel lets everything through: verify as an unprivileged user in a child.
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o005)
+        p = p.parent
+    for dirpath, _, files in os.walk(root):
+        os.chmod(dirpath, 0o755)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            rep = verify_cache(root)
+            os.write(w, json.dumps([[str(f.path), f.problem] for f in rep.errors]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert got == [[str(target), "permission denied"]]
+
+
+def test_a_changed_byte_after_record_is_reported(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    first = verify_cache(root, deep=True, record=True)
+    assert first.errors == () and first.recorded > 10
+    target = Path(real_cache["csv_dir"].replace(real_cache["cache"], str(root))) / "csv-train.arrow"
+    st = os.stat(target)
+    data = bytearray(target.read_bytes())
+    data[data.index(b"item number 150") + 5] ^= 0x01  # one flipped bit in a string value, headers intact
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert verify_cache(root).errors == ()  # the headers cannot see it
+    report = verify_cache(root, deep=True)
+    assert [(f.path, f.problem.split(" recorded")[0]) for f in report.errors] == [
+        (target, "bytes changed since checksum")]
+    assert "same size and mtime" in report.errors[0].problem
+
+
+KILL_SAVE = """
+import sys
+from datasets import Dataset
+ds = Dataset.from_dict({"text": ["x" * 2000] * 20000})
+ds.save_to_disk(sys.argv[1], num_shards=200)
+"""
+
+
+def test_save_to_disk_killed_midway(tmp_path: Path) -> None:
+    """A real SIGKILL during save_to_disk: a warning while it might still be running, an error
+    once it is old; gc is the hint."""
+    env = hf_env(tmp_path)
+    target = tmp_path / "cache" / "saved" / "big"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SAVE, str(target)], env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(target.glob("data-0000[3-9]-of-*.arrow")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (target / "state.json").exists(), "the save finished before it could be killed"
+    root = tmp_path / "cache"
+    fresh = verify_cache(root)
+    assert [f.problem.split(",")[0] for f in fresh.warnings] == ["data-*.arrow without state.json"]
+    for f in target.iterdir():
+        os.utime(f, (time.time() - 3600, time.time() - 3600))
+    old = verify_cache(root)
+    assert [(f.path, f.problem) for f in old.errors if f.kind == "incomplete-save"] == [
+        (target, "data-*.arrow without state.json: an interrupted save_to_disk")]
+
+
+def test_a_temp_file_being_written_is_never_called_corrupt(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    folder = Path(real_cache["csv_dir"].replace(real_cache["cache"], str(root)))
+    tmp = folder / "tmpabcd1234"
+    code = f"import time\nf = open({str(tmp)!r}, 'wb')\nf.write(b'\\xff\\xff\\xff\\xff' + b'x' * 100)\nf.flush()\n" \
+           "print('ready', flush=True)\ntime.sleep(30)\n"
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        report = verify_cache(root)
+        assert report.errors == () and report.warnings == ()
+        assert [(f.path, f.problem) for f in report.findings] == [(tmp, f"being written by pid {writer.pid}")]
+    finally:
+        writer.kill()
+        writer.wait()
+    after = verify_cache(root)
+    assert [(f.path, f.problem) for f in after.warnings] == [(tmp, "leftover temporary file of a killed writer")]
+
+
+CONCURRENT = """
+import sys, time
+from datasets import Dataset, load_from_disk
+ds = Dataset.from_dict({"i": list(range(4000)), "t": ["row %d" % i for i in range(4000)]})
+ds.save_to_disk(sys.argv[1] + "/base")
+ds = load_from_disk(sys.argv[1] + "/base")
+def slow(x):
+    time.sleep(0.0005)
+    return {"j": x["i"] * 2}
+out = ds.map(slow, writer_batch_size=100)
+out.save_to_disk(sys.argv[1] + "/out", num_shards=8)
+print(len(load_from_disk(sys.argv[1] + "/out")))
+"""
+
+
+def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) -> None:
+    env = hf_env(tmp_path)
+    root = tmp_path / "cache"
+    root.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", CONCURRENT, str(root)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    runs = 0
+    seen_live = False
+    while proc.poll() is None:
+        report = verify_cache(root)
+        runs += 1
+        assert report.errors == (), [(f.path, f.problem) for f in report.errors]
+        seen_live = seen_live or any("being written" in f.problem for f in report.findings)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    assert out.strip() == "4000"
+    assert runs >= 3
+    assert verify_cache(root).errors == ()
+
+
+def test_quarantine_moves_broken_files_aside_and_restore_puts_them_back(real_cache: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    target = cut(between_batches)(root, real_cache)
+    result = CliRunner().invoke(app, ["verify", "--cache-dir", str(root), "--quarantine", "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert [q["from"] for q in doc["quarantined"]] == [str(target)]
+    assert not target.exists() and Path(doc["quarantined"][0]["to"]).is_file()
+    assert verify_cache(root).errors == ()  # datasets would now recompute it
+    assert restore(root) == [(Path(doc["quarantined"][0]["to"]), target)]
+    assert target.is_file() and len(verify_cache(root).errors) == 1
+
+
+def test_cli_exit_codes_strict_and_github_format(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(app, ["verify", "--cache-dir", str(root)]).exit_code == 0
+    stale_lock(root, real_cache)
+    assert runner.invoke(app, ["verify", "--cache-dir", str(root)]).exit_code == 0
+    assert runner.invoke(app, ["verify", "--cache-dir", str(root), "--strict"]).exit_code == 1
+    gh = runner.invoke(app, ["verify", "--cache-dir", str(root), "--format", "github"])
+    assert gh.stdout.startswith(f"::warning file={root}/csv/gone_builder.lock::stale lock")
+    bad = runner.invoke(app, ["verify", "--cache-dir", str(root), "--record"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("Error: --record needs --deep")
+    unknown = runner.invoke(app, ["verify", "zzzz", "--cache-dir", str(root)])
+    assert unknown.exit_code == 2
+    one = json.loads(runner.invoke(app, ["verify", real_cache["csv_source"][:8], "--cache-dir", str(root),
+                                         "--json"]).stdout)
+    assert one["entries_checked"] == 1 and one["counts"]["error"] == 0
+    assert Severity.ERROR.value == "error"
