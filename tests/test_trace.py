@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env
+
+try:  # tests/ may or may not be a package
+    from tests.lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env
+except ImportError:
+    from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env  # type: ignore[no-redef]
 
 from cachetool.lineage.graph import LineageGraph, load_graph
 from cachetool.lineage.ledger import read_ledger

@@ -1,0 +1,174 @@
+"""`cachetool lineage` on a cache filled by a real traced pipeline (see lineage_pipeline.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+try:  # tests/ may or may not be a package
+    from tests.lineage_pipeline import PipelineRuns, pipeline_runs
+except ImportError:
+    from lineage_pipeline import PipelineRuns, pipeline_runs  # type: ignore[no-redef]
+from typer.testing import CliRunner
+
+from cachetool.cache.scan import scan_cache
+from cachetool.cli.app import app
+
+pytestmark = pytest.mark.slow
+
+NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> PipelineRuns:
+    return pipeline_runs(tmp_path_factory.mktemp("lineage"))
+
+
+@pytest.fixture
+def cli(runs: PipelineRuns, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    return CliRunner()
+
+
+def _lineage(cli: CliRunner, *args: str) -> tuple[int, str, str]:
+    result = cli.invoke(app, ["lineage", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+CHAIN = [
+    "csv",
+    "map",
+    "batched",
+    "num_proc",
+    "filter",
+    "shuffle",
+    "sort",
+    "train",
+    "remove_columns",
+    "loaded",
+    "loaded_map",
+]
+
+
+def test_chain_one_step_a_line_from_the_source_across_the_saved_folder(
+    runs: PipelineRuns, cli: CliRunner
+) -> None:
+    """The chain of the map made after load_from_disk starts at the csv load in the cache root,
+    passes through the saved folder, and says per step what it was and what is on disk now."""
+    fp = runs.fps
+    code, out, err = _lineage(cli, fp["loaded_map"][:8], "--cache-dir", str(runs.saved))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"Lineage of {fp['loaded_map']}"
+    steps = lines[1:]
+    assert len(steps) == len(CHAIN)
+    for number, (line, name) in enumerate(zip(steps, CHAIN, strict=True), 1):
+        assert line.lstrip().startswith(f"{number}. ")
+        assert f"->  {fp[name]}  " in line
+    assert "load_dataset csv [train]" in steps[0] and "(1 miss)" in steps[0]
+    assert "map  add_len @ pipeline.py:" in steps[1]
+    assert "batch_size=8, batched=True" in steps[2]
+    assert "no file" in steps[8] and "saved to " + str(runs.saved) in steps[8]
+    assert "load_from_disk saved" in steps[9]
+    assert "map  score @ pipeline.py:" in steps[10]
+    assert NOT_RECORDED not in out
+
+
+def test_json_chain(runs: PipelineRuns, cli: CliRunner) -> None:
+    fp = runs.fps
+    code, out, _ = _lineage(cli, fp["loaded_map"], "--cache-dir", str(runs.cache), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["mode"] == "chain" and doc["recorded"] is True
+    assert [s["fingerprint"] for s in doc["steps"]] == [fp[k] for k in CHAIN]
+    assert doc["steps"][3]["cache"] == "miss" and len(doc["steps"][3]["files"]) == 2
+    assert all(f["exists"] for f in doc["steps"][3]["files"])
+    assert [fp["remove_columns"], fp["loaded"]] in doc["edges"]
+    assert doc["entry"] is None  # its file lives in the saved folder, a root of its own
+    doc = json.loads(_lineage(cli, fp["loaded_map"], "--cache-dir", str(runs.saved), "--json")[1])
+    assert doc["entry"]["kind"] == "derived" and doc["entry"]["fingerprint"] == fp["loaded_map"]
+    assert [s["fingerprint"] for s in doc["steps"]] == [fp[k] for k in CHAIN]
+
+
+def test_descendants_and_the_whole_forest(runs: PipelineRuns, cli: CliRunner) -> None:
+    """--descendants shows the tree below a fingerprint (both branches of the csv source);
+    --all shows every branch of the dataset from any member of it."""
+    fp = runs.fps
+    code, out, _ = _lineage(cli, fp["csv"], "--cache-dir", str(runs.cache), "--descendants", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    depth = {s["fingerprint"]: s["depth"] for s in doc["steps"]}
+    assert depth[fp["csv"]] == 0
+    assert {depth[fp[k]] for k in ("map", "branch1", "branch2", "random")} == {1}
+    assert depth[fp["batched"]] == 2 and depth[fp["loaded_map"]] == 10
+    assert fp["json"] not in depth and fp["mem_map"] not in depth
+    code, out, _ = _lineage(cli, fp["test"], "--cache-dir", str(runs.cache), "--all", "--json")
+    forest = {s["fingerprint"] for s in json.loads(out)["steps"]}
+    assert forest == set(depth)
+    code, human, _ = _lineage(cli, fp["csv"], "--cache-dir", str(runs.cache), "--descendants")
+    assert human.splitlines()[0] == f"Descendants of {fp['csv']}"
+    assert any(line.startswith("    └ map  add_len") for line in human.splitlines())
+
+
+def test_dot_and_mermaid_draw_the_graph(runs: PipelineRuns, cli: CliRunner) -> None:
+    fp = runs.fps
+    code, dot, _ = _lineage(cli, fp["concat"], "--cache-dir", str(runs.cache), "--format", "dot")
+    assert code == 0
+    assert dot.startswith("digraph lineage {") and dot.rstrip().endswith("}")
+    assert f'"{fp["train"]}" -> "{fp["concat"]}";' in dot
+    assert f'"{fp["test"]}" -> "{fp["concat"]}";' in dot
+    code, mermaid, _ = _lineage(cli, fp["concat"], "--cache-dir", str(runs.cache), "--format", "mermaid")
+    assert mermaid.startswith("flowchart TD\n")
+    # 7 edges from the csv load to train, sort -> test, and the two into the concatenation.
+    assert mermaid.count(" --> ") == 7 + 1 + 2
+
+
+def test_an_entry_without_a_record_says_so_and_shows_the_disk(
+    runs: PipelineRuns, cli: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The plain run's cache has no ledger: lineage is honest about it and still shows what the
+    disk says about the entry."""
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "empty_home"))
+    fp = runs.plain_fps
+    code, out, err = _lineage(cli, fp["map"], "--cache-dir", str(runs.plain / "cache"))
+    assert code == 0
+    assert f"{fp['map']}  {NOT_RECORDED}" in out
+    assert "On disk: kind derived, dataset csv/" in out
+    assert "cachetool run" in err  # the hint
+    doc = json.loads(_lineage(cli, fp["map"], "--cache-dir", str(runs.plain / "cache"), "--json")[1])
+    assert doc["recorded"] is False and doc["entry"]["kind"] == "derived"
+
+
+def test_unknown_and_ambiguous_fingerprints_are_usage_errors(runs: PipelineRuns, cli: CliRunner) -> None:
+    code, out, err = _lineage(cli, "zzzz", "--cache-dir", str(runs.cache))
+    assert code == 2 and out == ""
+    assert err.strip() == f"Error: no cache entry matches 'zzzz' in {runs.cache}"
+    firsts: dict[str, int] = {}
+    for v in runs.fps.values():
+        firsts[v[0]] = firsts.get(v[0], 0) + 1
+    shared = next(c for c, n in firsts.items() if n > 1)
+    code, _, err = _lineage(cli, shared, "--cache-dir", str(runs.cache))
+    assert code == 2 and err.startswith(f"Error: '{shared}' is ambiguous")
+
+
+def test_scan_attaches_recorded_parent_and_operation(runs: PipelineRuns, cli: CliRunner) -> None:
+    """What `ls` and `show` read: recorded parent and operation on the entries of the cache."""
+    report = scan_cache(runs.cache)
+    by_fp = {e.fingerprint: e for e in report.entries if e.fingerprint}
+    fp = runs.fps
+    assert (by_fp[fp["map"]].parent, by_fp[fp["map"]].operation) == (fp["csv"], "map")
+    assert (by_fp[fp["filter"]].parent, by_fp[fp["filter"]].operation) == (fp["num_proc"], "filter")
+    assert by_fp[fp["csv"]].operation == "load_dataset" and by_fp[fp["csv"]].parent is None
+    assert by_fp[fp["csv"]].last_used is not None
+
+
+def test_help_has_examples() -> None:
+    runner = CliRunner()
+    for command in ("run", "lineage"):
+        result = runner.invoke(app, [command, "--help"])
+        assert result.exit_code == 0
+        assert "Examples" in result.stdout
