@@ -34,12 +34,17 @@ def synthesize(root: Path, files: int, folders: int = 200) -> None:
 
     per_folder = files // folders
     features = {"id": {"dtype": "int64", "_type": "Value"}, "text": {"dtype": "string", "_type": "Value"}}
-    batch = pa.record_batch([pa.array(range(64)), pa.array([f"row {i}" for i in range(64)])], names=["id", "text"])
+    batch = pa.record_batch(
+        [pa.array(range(64)), pa.array([f"row {i}" for i in range(64)])], names=["id", "text"]
+    )
     for d in range(folders):
         folder = root / f"ds{d:03d}" / f"default-{d:016x}" / "0.0.0" / f"{d:064x}"
         folder.mkdir(parents=True)
-        (folder / "dataset_info.json").write_text(json.dumps(
-            {"splits": {"train": {"name": "train", "num_examples": 128, "dataset_name": f"ds{d:03d}"}}}))
+        (folder / "dataset_info.json").write_text(
+            json.dumps(
+                {"splits": {"train": {"name": "train", "num_examples": 128, "dataset_name": f"ds{d:03d}"}}}
+            )
+        )
         for i in range(per_folder):
             if i == 0:
                 name, fp = f"ds{d:03d}-train.arrow", None
@@ -118,15 +123,22 @@ def main() -> None:
         run_cli("ls", str(root), "--json")  # make sure the index exists
         warm_t = timed(lambda: run_cli("ls", str(root), "--json"), args.repeat)
         version_t = timed(lambda: run_cli("--version"), args.repeat + 2)
-        typer_t = timed(lambda: subprocess.run([sys.executable, "-c", "import typer"], check=True),
-                        args.repeat + 2)
+        typer_t = timed(
+            lambda: subprocess.run([sys.executable, "-c", "import typer"], check=True), args.repeat + 2
+        )
 
         print(f"{'contender':34} {'median s':>9} {'vs floor':>9} {'vs naive':>9}")
-        for name, t in [("floor: scandir + stat walk", floor), ("naive: open + read all batches", naive),
-                        ("cachetool ls --json (cold)", cold_t), ("cachetool ls --json (warm)", warm_t)]:
+        for name, t in [
+            ("floor: scandir + stat walk", floor),
+            ("naive: open + read all batches", naive),
+            ("cachetool ls --json (cold)", cold_t),
+            ("cachetool ls --json (warm)", warm_t),
+        ]:
             print(f"{name:34} {t:9.3f} {t / floor:9.2f} {t / naive:9.2f}")
-        print(f"{'cachetool --version':34} {version_t:9.3f}   vs `python -c 'import typer'` "
-              f"{typer_t:.3f}s: ratio {version_t / typer_t:.2f}")
+        print(
+            f"{'cachetool --version':34} {version_t:9.3f}   vs `python -c 'import typer'` "
+            f"{typer_t:.3f}s: ratio {version_t / typer_t:.2f}"
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -40,8 +40,13 @@ def real_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A cache holding every kind of entry (see tests/builders/build_cache.py), built once."""
     base = tmp_path_factory.mktemp("real_cache")
     env = hf_env(base, HF_HUB_OFFLINE="0")  # the remote files come from a loopback HTTP server
-    proc = subprocess.run([sys.executable, str(BUILDERS / "build_cache.py"), str(base)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(BUILDERS / "build_cache.py"), str(base)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     made = json.loads(proc.stdout.strip().splitlines()[-1])
     made["base"] = str(base)

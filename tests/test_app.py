@@ -57,8 +57,12 @@ def test_every_command_has_help_with_an_examples_block() -> None:
 
 def complete(words: str) -> list[str]:
     """Drive completion the way bash does when TAB is pressed."""
-    env = {**os.environ, "_CACHETOOL_COMPLETE": "complete_bash", "COMP_WORDS": words,
-           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    env = {
+        **os.environ,
+        "_CACHETOOL_COMPLETE": "complete_bash",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+    }
     proc = subprocess.run([sys.executable, "-m", "cachetool"], env=env, capture_output=True, text=True)
     return proc.stdout.split()
 
@@ -75,4 +79,5 @@ def test_completion_scripts_are_current() -> None:
     for shell, name in SHELLS.items():
         path = ROOT / "completions" / name
         assert path.read_text() == completion_script(shell), (
-            f"{path} is stale: run python -m cachetool.cli.completions completions")
+            f"{path} is stale: run python -m cachetool.cli.completions completions"
+        )

@@ -29,8 +29,19 @@ class TestOnRealCache:
         doc = json.loads(result.stdout)
         assert doc["root"] == real_cache["cache"]
         kinds = {e["kind"] for e in doc["entries"]}
-        assert kinds == {"source", "derived", "indices", "shards", "saved", "temp", "incomplete-prepare",
-                         "incomplete-save", "lock", "download", "extracted"}
+        assert kinds == {
+            "source",
+            "derived",
+            "indices",
+            "shards",
+            "saved",
+            "temp",
+            "incomplete-prepare",
+            "incomplete-save",
+            "lock",
+            "download",
+            "extracted",
+        }
         src = next(e for e in doc["entries"] if e["fingerprint"] == real_cache["csv_source"])
         assert src["rows"] == 300 and isinstance(src["size"], int) and src["modified"].endswith("+00:00")
         assert src["columns"] == ["id", "text", "label"] and src["kind"] == "source"
@@ -49,16 +60,37 @@ class TestOnRealCache:
         assert result.exit_code == 0
         ids = result.stdout.split()
         assert ids[0] == real_cache["test"] and sorted(ids) == sorted(
-            [real_cache["test"], real_cache["filtered"], real_cache["train"], real_cache["shuffled"]])
-        rows = [json.loads(invoke("ls", real_cache["cache"], "--json", "--filter", "kind=indices",
-                                  "--sort", "rows:asc").stdout)["entries"][i]["rows"] for i in range(4)]
+            [real_cache["test"], real_cache["filtered"], real_cache["train"], real_cache["shuffled"]]
+        )
+        rows = [
+            json.loads(
+                invoke(
+                    "ls", real_cache["cache"], "--json", "--filter", "kind=indices", "--sort", "rows:asc"
+                ).stdout
+            )["entries"][i]["rows"]
+            for i in range(4)
+        ]
         assert rows == sorted(rows) and rows[0] == 75
-        limited = invoke("ls", real_cache["cache"], "-q", "--filter", "rows>=200", "--filter", "kind=indices",
-                         "--limit", "1", "--sort", "rows")
+        limited = invoke(
+            "ls",
+            real_cache["cache"],
+            "-q",
+            "--filter",
+            "rows>=200",
+            "--filter",
+            "kind=indices",
+            "--limit",
+            "1",
+            "--sort",
+            "rows",
+        )
         assert limited.stdout.split() in ([real_cache["shuffled"]], [real_cache["filtered"]])
         leftovers = invoke("ls", real_cache["cache"], "--json", "--filter", "kind=leftover")
         assert {e["kind"] for e in json.loads(leftovers.stdout)["entries"]} == {
-            "temp", "incomplete-prepare", "incomplete-save"}
+            "temp",
+            "incomplete-prepare",
+            "incomplete-save",
+        }
         big = invoke("ls", real_cache["cache"], "-q", "--filter", "size>1GB")
         assert big.stdout == ""
         old = invoke("ls", real_cache["cache"], "-q", "--filter", "used>7d")
@@ -81,9 +113,12 @@ class TestOnRealCache:
         assert f"{real_cache['shards']}_00001_of_00002 (matches)" in out
         assert "complete" in out and "Schema" in out and "large_string" in out
 
-    def test_show_json_of_a_source_split_has_expected_rows_and_features(self, real_cache: dict[str, Any]) -> None:
-        doc = json.loads(invoke("show", real_cache["csv_source"], "--cache-dir", real_cache["cache"],
-                                "--json").stdout)
+    def test_show_json_of_a_source_split_has_expected_rows_and_features(
+        self, real_cache: dict[str, Any]
+    ) -> None:
+        doc = json.loads(
+            invoke("show", real_cache["csv_source"], "--cache-dir", real_cache["cache"], "--json").stdout
+        )
         assert doc["kind"] == "source" and doc["expected_rows"] == 300 and doc["rows"] == 300
         assert doc["features"]["text"] == {"dtype": "large_string", "_type": "Value"}
         assert doc["files"][0]["complete"] is True and doc["files"][0]["fingerprint_in_file"] is None
@@ -117,32 +152,50 @@ def test_bad_filter_is_a_usage_error_quoting_the_expression(tmp_path: Path) -> N
 
 def test_path_and_cache_dir_together_are_refused(tmp_path: Path) -> None:
     result = invoke("ls", str(tmp_path), "--cache-dir", str(tmp_path))
-    assert result.exit_code == 2 and result.stderr.strip() == "Error: give either PATH or --cache-dir, not both"
+    assert (
+        result.exit_code == 2 and result.stderr.strip() == "Error: give either PATH or --cache-dir, not both"
+    )
 
 
 def test_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
     env = {**os.environ, "CACHETOOL_DEBUG": "1"}
-    proc = subprocess.run([sys.executable, "-m", "cachetool", "ls", str(tmp_path / "nope")], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "ls", str(tmp_path / "nope")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "CacheNotFound" in proc.stderr
     env.pop("CACHETOOL_DEBUG")
-    proc = subprocess.run([sys.executable, "-m", "cachetool", "ls", str(tmp_path / "nope")], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "ls", str(tmp_path / "nope")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
 def test_dirs_resolves_like_datasets_and_says_where_each_came_from(tmp_path: Path) -> None:
-    env = {"HF_DATASETS_CACHE": "", "HF_HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": "/xdg",
-           "TMPDIR": str(tmp_path), "HF_HUB_CACHE": "", "HF_MODULES_CACHE": "",
-           "HF_DATASETS_DOWNLOADED_DATASETS_PATH": ""}
+    env = {
+        "HF_DATASETS_CACHE": "",
+        "HF_HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": "/xdg",
+        "TMPDIR": str(tmp_path),
+        "HF_HUB_CACHE": "",
+        "HF_MODULES_CACHE": "",
+        "HF_DATASETS_DOWNLOADED_DATASETS_PATH": "",
+    }
     doc = json.loads(invoke("dirs", "--json", env=env).stdout)
     locs = {d["name"]: (d["path"], d["source"]) for d in doc["locations"]}
     assert locs["datasets cache"] == (str(tmp_path / "home" / "datasets"), "HF_HOME")
     assert locs["hub cache"] == (str(tmp_path / "home" / "hub"), "HF_HOME")
     assert locs["temp dir"] == (str(tmp_path), "TMPDIR")
     env.update(HF_HOME="", HF_DATASETS_CACHE="/data/hf")
-    locs = {d["name"]: (d["path"], d["source"]) for d in json.loads(invoke("dirs", "--json", env=env).stdout)[
-        "locations"]}
+    locs = {
+        d["name"]: (d["path"], d["source"])
+        for d in json.loads(invoke("dirs", "--json", env=env).stdout)["locations"]
+    }
     assert locs["datasets cache"] == ("/data/hf", "HF_DATASETS_CACHE")
     assert locs["HF home"] == ("/xdg/huggingface", "XDG_CACHE_HOME")
     assert invoke("dirs", "-q", "--cache-dir", "/flag", env=env).stdout.splitlines()[0] == "/flag"
@@ -153,13 +206,29 @@ def test_dirs_resolves_like_datasets_and_says_where_each_came_from(tmp_path: Pat
 @pytest.mark.slow
 def test_dirs_agrees_with_datasets_config(tmp_path: Path) -> None:
     """The cache root cachetool resolves is the one `datasets` itself uses, for each source."""
-    cases = [{"HF_DATASETS_CACHE": str(tmp_path / "a")}, {"HF_HOME": str(tmp_path / "b")},
-             {"XDG_CACHE_HOME": str(tmp_path / "c")}, {}]
+    cases = [
+        {"HF_DATASETS_CACHE": str(tmp_path / "a")},
+        {"HF_HOME": str(tmp_path / "b")},
+        {"XDG_CACHE_HOME": str(tmp_path / "c")},
+        {},
+    ]
     for extra in cases:
-        env = {k: v for k, v in os.environ.items() if k not in ("HF_DATASETS_CACHE", "HF_HOME", "XDG_CACHE_HOME")}
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("HF_DATASETS_CACHE", "HF_HOME", "XDG_CACHE_HOME")
+        }
         env.update(extra)
-        ours = subprocess.run([sys.executable, "-m", "cachetool", "dirs", "-q"], env=env, capture_output=True,
-                              text=True, check=True).stdout.splitlines()[0]
-        theirs = subprocess.run([sys.executable, "-c", "import datasets.config as c; print(c.HF_DATASETS_CACHE)"],
-                                env=env, capture_output=True, text=True, check=True).stdout.strip()
+        ours = subprocess.run(
+            [sys.executable, "-m", "cachetool", "dirs", "-q"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()[0]
+        theirs = subprocess.run(
+            [sys.executable, "-c", "import datasets.config as c; print(c.HF_DATASETS_CACHE)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         assert ours == theirs, extra

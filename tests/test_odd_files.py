@@ -20,8 +20,9 @@ from cachetool.cli.app import app
 FP = "0123456789abcdef"
 
 
-def write_stream(path: Path, rows: int = 100, batches: int = 4, fingerprint: str | None = FP,
-                 indices: bool = False) -> None:
+def write_stream(
+    path: Path, rows: int = 100, batches: int = 4, fingerprint: str | None = FP, indices: bool = False
+) -> None:
     meta = {"info": {"features": {"x": {"dtype": "int64", "_type": "Value"}}}}
     if fingerprint is not None:
         meta["fingerprint"] = fingerprint  # type: ignore[assignment]
@@ -41,7 +42,9 @@ def odd_cache(tmp_path: Path) -> Path:
     root = tmp_path / "cache"
     ds = root / "csv" / "default-aaaa" / "0.0.0" / ("f" * 64)
     ds.mkdir(parents=True)
-    (ds / "dataset_info.json").write_text(json.dumps({"splits": {"train": {"name": "train", "num_examples": 100}}}))
+    (ds / "dataset_info.json").write_text(
+        json.dumps({"splits": {"train": {"name": "train", "num_examples": 100}}})
+    )
     write_stream(ds / "csv-train.arrow", fingerprint=None)
     write_stream(ds / f"cache-{FP}.arrow")
     good = (ds / f"cache-{FP}.arrow").read_bytes()
@@ -49,10 +52,14 @@ def odd_cache(tmp_path: Path) -> Path:
     (ds / "cache-2222222222222222.arrow").write_bytes(good[: len(good) // 2 + 3])  # cut mid-message
     (ds / "cache-3333333333333333.arrow").write_bytes(b"")
     (ds / "cache-4444444444444444.arrow").write_bytes(b"this is not arrow at all" * 10)
-    with pa.OSFile(str(ds / "cache-5555555555555555.arrow"), "wb") as sink, pa.ipc.new_file(
-            sink, pa.schema([("x", pa.int64())])) as w:
+    with (
+        pa.OSFile(str(ds / "cache-5555555555555555.arrow"), "wb") as sink,
+        pa.ipc.new_file(sink, pa.schema([("x", pa.int64())])) as w,
+    ):
         w.write_batch(pa.record_batch([pa.array([1, 2])], names=["x"]))
-    write_stream(ds / "cache-6666666666666666.arrow", fingerprint="9999999999999999")  # name and metadata differ
+    write_stream(
+        ds / "cache-6666666666666666.arrow", fingerprint="9999999999999999"
+    )  # name and metadata differ
     os.mkfifo(ds / "cache-7777777777777777.arrow")
     outside = tmp_path / "outside.arrow"
     write_stream(outside)
@@ -77,9 +84,12 @@ def test_scan_turns_every_problem_into_a_warning_not_a_crash(odd_cache: Path) ->
     assert kinds["cache-3333333333333333.arrow"] == (Kind.UNREADABLE, ("empty file (0 bytes)",))
     assert kinds["cache-4444444444444444.arrow"][0] == Kind.UNREADABLE
     assert kinds["cache-4444444444444444.arrow"][1][0].startswith("not an Arrow IPC stream")
-    assert kinds["cache-5555555555555555.arrow"][1] == ("Arrow IPC file format, but datasets reads the stream format",)
+    assert kinds["cache-5555555555555555.arrow"][1] == (
+        "Arrow IPC file format, but datasets reads the stream format",
+    )
     assert kinds["cache-6666666666666666.arrow"][1] == (
-        "file holds fingerprint 9999999999999999, name says 6666666666666666",)
+        "file holds fingerprint 9999999999999999, name says 6666666666666666",
+    )
     assert kinds["cache-7777777777777777.arrow"] == (Kind.OTHER, ("not a regular file (FIFO)",))
     link = kinds["cache-8888888888888888.arrow"]
     assert link[0] == Kind.OTHER and link[1][0].startswith("symlink to ") and "not followed" in link[1][0]
@@ -87,29 +97,44 @@ def test_scan_turns_every_problem_into_a_warning_not_a_crash(odd_cache: Path) ->
     assert not any("outside_dir" in str(e.path) or e.fingerprint == "9" * 16 for e in report.entries)
     assert kinds[os.fsdecode(b"cache-\xff\xfe.arrow")][0] == Kind.DERIVED
     assert {w.path.name for w in report.warnings} >= {
-        "cache-1111111111111111.arrow", "cache-2222222222222222.arrow", "cache-3333333333333333.arrow",
-        "cache-4444444444444444.arrow", "cache-7777777777777777.arrow"}
+        "cache-1111111111111111.arrow",
+        "cache-2222222222222222.arrow",
+        "cache-3333333333333333.arrow",
+        "cache-4444444444444444.arrow",
+        "cache-7777777777777777.arrow",
+    }
 
 
 def test_ls_survives_and_escapes_hostile_names(odd_cache: Path) -> None:
     """Exit 0, one hint line on stderr, markup and escape sequences shown literally."""
-    proc = subprocess.run([sys.executable, "-m", "cachetool", "ls", str(odd_cache)], capture_output=True,
-                          timeout=60, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "ls", str(odd_cache)],
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode()
     assert "\x1b" not in out  # no terminal escape reaches the terminal
     assert "[bold red]boom" in out and "\\x1b[31mred" in out and "\\xff\\xfe" in out
     err = proc.stderr.decode().strip().splitlines()
     assert len(err) == 1 and err[0].startswith("Hint: ") and "run `cachetool verify`" in err[0]
-    doc = json.loads(subprocess.run([sys.executable, "-m", "cachetool", "ls", str(odd_cache), "--json"],
-                                    capture_output=True, timeout=60, check=True).stdout)
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "cachetool", "ls", str(odd_cache), "--json"],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
     names = {Path(e["path"]).name for e in doc["entries"]}
     assert "cache-\x1b[31mred.arrow" in names and "cache-\udcff\udcfe.arrow" in names
 
 
 def test_show_of_a_truncated_file_says_what_is_wrong(odd_cache: Path) -> None:
-    result = CliRunner().invoke(app, ["show", "1111111111111111", "--cache-dir", str(odd_cache), "--json"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["show", "1111111111111111", "--cache-dir", str(odd_cache), "--json"], catch_exceptions=False
+    )
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert doc["complete"] is False and doc["rows"] == 100
@@ -162,8 +187,10 @@ def _make_traversable(root: Path) -> None:
 
 def _scan_here(root: Path) -> dict[str, Any]:
     report = scan_cache(root)
-    return {"problems": [(e.path.name, list(e.problems)) for e in report.entries],
-            "kinds": [(e.path.name, e.kind.value) for e in report.entries]}
+    return {
+        "problems": [(e.path.name, list(e.problems)) for e in report.entries],
+        "kinds": [(e.path.name, e.kind.value) for e in report.entries],
+    }
 
 
 def _assert_as_nobody(root: Path, what: str) -> dict[str, Any]:

@@ -35,17 +35,22 @@ def test_command_reference_is_generated_from_the_app() -> None:
 def test_readme_demo_command_works_as_written(tmp_path: Path) -> None:
     """On a copy of the checkout: make a venv, install, run `cachetool demo`."""
     demo_command = next(c for c in fenced_commands() if "cachetool demo" in c)
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     for rel in files:
         src = ROOT / rel
         if src.is_file() and not rel.startswith(".venv"):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, tmp_path / rel)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HF_", "CACHETOOL_", "VIRTUAL_ENV", "PYTHON"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HF_", "CACHETOOL_", "VIRTUAL_ENV", "PYTHON"))
+    }
     env["TMPDIR"] = str(tmp_path)
-    proc = subprocess.run(["bash", "-c", demo_command], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600, env=env)
+    proc = subprocess.run(
+        ["bash", "-c", demo_command], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "shards 2/2" in proc.stdout and "source" in proc.stdout and "indices" in proc.stdout

@@ -27,11 +27,15 @@ def by_fp(report: CacheReport, fp: str, kind: Kind | None = None) -> Entry:
 
 
 def test_every_entry_of_the_csv_dataset_has_the_kind_and_fingerprint_datasets_reports(
-        report: CacheReport, real_cache: dict[str, Any]) -> None:
+    report: CacheReport, real_cache: dict[str, Any]
+) -> None:
     """ls shows one row per dataset state, with the fingerprint `ds._fingerprint` had."""
     csv_dir = Path(real_cache["csv_dir"])
-    rows = {(e.kind, e.fingerprint, e.rows, len(e.files), e.split, e.content, e.expected_files)
-            for e in report.entries if e.dataset_dir == csv_dir and e.kind not in (Kind.LOCK, Kind.TEMP)}
+    rows = {
+        (e.kind, e.fingerprint, e.rows, len(e.files), e.split, e.content, e.expected_files)
+        for e in report.entries
+        if e.dataset_dir == csv_dir and e.kind not in (Kind.LOCK, Kind.TEMP)
+    }
     assert rows == {
         (Kind.SOURCE, real_cache["csv_source"], 300, 1, "train", "data", None),
         (Kind.DERIVED, real_cache["mapped"], 300, 1, None, "data", None),
@@ -49,8 +53,9 @@ def test_every_entry_of_the_csv_dataset_has_the_kind_and_fingerprint_datasets_re
     assert by_fp(report, real_cache["shards"]).complete is True
 
 
-def test_source_split_fingerprint_is_recomputed_from_the_builder_path(report: CacheReport,
-                                                                     real_cache: dict[str, Any]) -> None:
+def test_source_split_fingerprint_is_recomputed_from_the_builder_path(
+    report: CacheReport, real_cache: dict[str, Any]
+) -> None:
     """The fingerprint of csv-train.arrow equals what load_dataset(...)._fingerprint was."""
     src = by_fp(report, real_cache["csv_source"], Kind.SOURCE)
     assert src.expected_rows == 300 and src.rows == 300 and src.problems == ()
@@ -61,13 +66,18 @@ def test_source_split_fingerprint_is_recomputed_from_the_builder_path(report: Ca
     assert remote.rows == 2
 
 
-def test_saved_dataset_has_state_fingerprint_and_load_from_disk_alias(report: CacheReport,
-                                                                      real_cache: dict[str, Any]) -> None:
+def test_saved_dataset_has_state_fingerprint_and_load_from_disk_alias(
+    report: CacheReport, real_cache: dict[str, Any]
+) -> None:
     """A save_to_disk folder is one entry; its alias is the fingerprint load_from_disk gives."""
     saved = by_fp(report, real_cache["saved_state_fp"], Kind.SAVED)
     assert saved.aliases == (real_cache["saved_loaded_fp"],)
     assert sorted(f.name for f in saved.files) == [
-        "data-00000-of-00002.arrow", "data-00001-of-00002.arrow", "dataset_info.json", "state.json"]
+        "data-00000-of-00002.arrow",
+        "data-00001-of-00002.arrow",
+        "dataset_info.json",
+        "state.json",
+    ]
     assert saved.rows == 300 and saved.problems == ()
     assert report.find(real_cache["saved_loaded_fp"][:10]) == saved
     # The map after load_from_disk wrote its cache file into the saved folder.
@@ -75,8 +85,9 @@ def test_saved_dataset_has_state_fingerprint_and_load_from_disk_alias(report: Ca
     assert remapped.kind == Kind.DERIVED and remapped.path.parent == saved.path
 
 
-def test_saved_datasetdict_lists_one_entry_per_split_deleted_as_one_unit(report: CacheReport,
-                                                                         real_cache: dict[str, Any]) -> None:
+def test_saved_datasetdict_lists_one_entry_per_split_deleted_as_one_unit(
+    report: CacheReport, real_cache: dict[str, Any]
+) -> None:
     splits = [e for e in report.entries if e.kind == Kind.SAVED and e.unit and e.unit.name == "splits"]
     assert sorted((e.split, e.rows) for e in splits) == [("test", 75), ("train", 225)]
     assert {e.unit for e in splits} == {Path(real_cache["cache"]) / "saved" / "splits"}

@@ -33,7 +33,8 @@ def clean_copy(real_cache: dict[str, Any], dest: Path) -> Path:
     report = scan_cache(root, use_index=False, ledger=False)
     for e in report.entries:
         planted = e.kind in (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE) or (
-            e.fingerprint == real_cache["partial_shards"])
+            e.fingerprint == real_cache["partial_shards"]
+        )
         if planted:
             for f in e.files:
                 f.path.unlink()
@@ -50,13 +51,23 @@ def errors(report: VerifyReport) -> list[tuple[str, str]]:
     return sorted((f.path.name, f.problem) for f in report.errors)
 
 
-def test_real_cache_of_every_kind_verifies_with_zero_errors(real_cache: dict[str, Any], tmp_path: Path) -> None:
+def test_real_cache_of_every_kind_verifies_with_zero_errors(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
     root = clean_copy(real_cache, tmp_path)
     report = verify_cache(root, deep=True)
     assert report.errors == () and report.warnings == ()
     kinds = {e.kind for e in scan_cache(root).entries}
-    assert {Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED, Kind.DOWNLOAD, Kind.EXTRACTED,
-            Kind.LOCK} <= kinds
+    assert {
+        Kind.SOURCE,
+        Kind.DERIVED,
+        Kind.INDICES,
+        Kind.SHARDS,
+        Kind.SAVED,
+        Kind.DOWNLOAD,
+        Kind.EXTRACTED,
+        Kind.LOCK,
+    } <= kinds
     assert report.bytes_checked > 100_000
 
 
@@ -68,10 +79,13 @@ def test_planted_leftovers_are_warnings_and_planted_damage_errors(real_cache: di
     } or all(f.kind in ("shards", "incomplete-save") for f in report.errors)
     warned = {f.kind for f in report.warnings}
     assert {"temp", "incomplete-prepare"} <= warned
-    assert all("cachetool gc --temp" in f.hint for f in report.warnings if f.kind in ("temp", "incomplete-prepare"))
+    assert all(
+        "cachetool gc --temp" in f.hint for f in report.warnings if f.kind in ("temp", "incomplete-prepare")
+    )
 
 
 # -- the corpus of damage --------------------------------------------------------------------------
+
 
 def find(root: Path, pattern: str) -> Path:
     hits = sorted(root.rglob(pattern))
@@ -85,6 +99,7 @@ def cut(at: Callable[[bytes], int]) -> Callable[[Path, dict[str, Any]], Path]:
         data = target.read_bytes()
         target.write_bytes(data[: at(data)])
         return target
+
     return damage
 
 
@@ -117,6 +132,7 @@ def overwrite(name: str, content: bytes) -> Callable[[Path, dict[str, Any]], Pat
         target = find(root, f"cache-{made[name]}.arrow")
         target.write_bytes(content)
         return target
+
     return damage
 
 
@@ -195,7 +211,8 @@ def indices_past_end(root: Path, made: dict[str, Any]) -> Path:
     target = find(root, f"cache-{made['filtered']}.arrow")
     table = pa.ipc.open_stream(target.read_bytes()).read_all()
     bad = pa.table({"indices": pa.array([0, 5, 100_000], type=pa.uint64())}).replace_schema_metadata(
-        table.schema.metadata)
+        table.schema.metadata
+    )
     rewrite(target, bad)
     return target
 
@@ -215,8 +232,11 @@ def stale_lock(root: Path, made: dict[str, Any]) -> Path:
 def invalid_utf8(root: Path, made: dict[str, Any]) -> Path:
     target = find(root, f"cache-{made['mapped']}.arrow")
     table = pa.ipc.open_stream(target.read_bytes()).read_all()
-    text = pa.Array.from_buffers(pa.large_string(), 2, [None, pa.py_buffer(
-        pa.array([0, 2, 4], type=pa.int64()).buffers()[1]), pa.py_buffer(b"ok\xff\xfe")])
+    text = pa.Array.from_buffers(
+        pa.large_string(),
+        2,
+        [None, pa.py_buffer(pa.array([0, 2, 4], type=pa.int64()).buffers()[1]), pa.py_buffer(b"ok\xff\xfe")],
+    )
     cols = {name: table.column(name).combine_chunks()[:2] for name in table.column_names}
     cols["text"] = text
     rewrite(target, pa.table(cols).replace_schema_metadata(table.schema.metadata))
@@ -227,8 +247,11 @@ def bad_offsets(root: Path, made: dict[str, Any]) -> Path:
     target = find(root, f"cache-{made['mapped']}.arrow")
     table = pa.ipc.open_stream(target.read_bytes()).read_all()
     # Non-monotonic offsets pass pyarrow's cheap checks (first and last offset are in range).
-    text = pa.Array.from_buffers(pa.large_string(), 3, [None, pa.py_buffer(
-        pa.array([0, 3, 1, 4], type=pa.int64()).buffers()[1]), pa.py_buffer(b"okok")])
+    text = pa.Array.from_buffers(
+        pa.large_string(),
+        3,
+        [None, pa.py_buffer(pa.array([0, 3, 1, 4], type=pa.int64()).buffers()[1]), pa.py_buffer(b"okok")],
+    )
     cols = {name: table.column(name).combine_chunks()[:3] for name in table.column_names}
     cols["text"] = text
     rewrite(target, pa.table(cols).replace_schema_metadata(table.schema.metadata))
@@ -239,7 +262,12 @@ def bad_offsets(root: Path, made: dict[str, Any]) -> Path:
 CASES: list[tuple[str, Callable[[Path, dict[str, Any]], Path], str, bool]] = [
     ("cut-in-schema-prefix", cut(lambda d: 6), "unreadable schema:", False),
     ("cut-in-schema-body", cut(lambda d: 60), "unreadable schema:", False),
-    ("cut-after-schema", cut(lambda d: _message_offsets(d)[1]), "no end-of-stream marker after 0 batches", False),
+    (
+        "cut-after-schema",
+        cut(lambda d: _message_offsets(d)[1]),
+        "no end-of-stream marker after 0 batches",
+        False,
+    ),
     ("cut-between-batches", cut(between_batches), "no end-of-stream marker after 1 batches", False),
     ("cut-mid-body", cut(mid_body), "truncated after 0 batches (0 rows):", False),
     ("cut-in-batch-header", cut(lambda d: _message_offsets(d)[1] + 12), "truncated after 0 batches", False),
@@ -248,14 +276,23 @@ CASES: list[tuple[str, Callable[[Path, dict[str, Any]], Path], str, bool]] = [
     ("zero-length", overwrite("mapped", b""), "empty file (0 bytes)", False),
     ("random-bytes", overwrite("mapped", os.urandom(4096)), "not an Arrow IPC stream", False),
     ("wrong-magic", wrong_magic, "not an Arrow IPC stream (starts with 00112233", False),
-    ("ipc-file-format", ipc_file_format, "Arrow IPC file format, but datasets reads the stream format", False),
+    (
+        "ipc-file-format",
+        ipc_file_format,
+        "Arrow IPC file format, but datasets reads the stream format",
+        False,
+    ),
     ("fingerprint-differs", other_fingerprint, "file holds fingerprint ffffffffffffffff, name says", False),
     ("missing-num-proc-shard", missing_num_proc_shard, "partial: 1 of 2 shards (missing 00001)", False),
     ("missing-source-shard", missing_source_shard, "missing shards 00001 of 2", False),
     ("rows-differ-from-info", info_rows, "300 rows, dataset_info.json says 301", False),
     ("shard-lengths-differ", shard_lengths, "50 rows, dataset_info.json shard_lengths says 51", False),
-    ("state-names-missing-file", state_names_missing, "state.json names data-00001-of-00002.arrow, which is missing",
-     False),
+    (
+        "state-names-missing-file",
+        state_names_missing,
+        "state.json names data-00001-of-00002.arrow, which is missing",
+        False,
+    ),
     ("saved-file-truncated", saved_data_truncated, "no end-of-stream marker after", False),
     ("indices-past-end", indices_past_end, "index 100000 points past the end", False),
     ("invalid-utf8", invalid_utf8, "invalid data in batch 0:", True),
@@ -264,8 +301,9 @@ CASES: list[tuple[str, Callable[[Path, dict[str, Any]], Path], str, bool]] = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_each_damage_is_found_with_its_precise_message(case: Any, real_cache: dict[str, Any],
-                                                       tmp_path: Path) -> None:
+def test_each_damage_is_found_with_its_precise_message(
+    case: Any, real_cache: dict[str, Any], tmp_path: Path
+) -> None:
     _, damage, expected, deep_only = case
     root = clean_copy(real_cache, tmp_path)
     target = damage(root, real_cache)
@@ -280,9 +318,16 @@ def test_each_damage_is_found_with_its_precise_message(case: Any, real_cache: di
     assert len(report.errors) == 1, errors(report)
 
 
-@pytest.mark.parametrize("damage,problem", [(symlink_loop, "symlink to cache-loop0000loop0000.arrow"),
-                                            (stale_lock, "stale lock: gone no longer exists")])
-def test_odd_things_are_warnings(damage: Any, problem: str, real_cache: dict[str, Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "damage,problem",
+    [
+        (symlink_loop, "symlink to cache-loop0000loop0000.arrow"),
+        (stale_lock, "stale lock: gone no longer exists"),
+    ],
+)
+def test_odd_things_are_warnings(
+    damage: Any, problem: str, real_cache: dict[str, Any], tmp_path: Path
+) -> None:
     root = clean_copy(real_cache, tmp_path)
     target = damage(root, real_cache)
     report = verify_cache(root)
@@ -293,8 +338,12 @@ def test_odd_things_are_warnings(damage: Any, problem: str, real_cache: dict[str
 def test_fifo_in_the_cache_does_not_hang(real_cache: dict[str, Any], tmp_path: Path) -> None:
     root = clean_copy(real_cache, tmp_path)
     os.mkfifo(root / "csv" / "cache-fifo000fifo0000.arrow")
-    proc = subprocess.run([sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root), "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0
     assert [f["problem"] for f in doc["findings"]] == ["not a regular file (FIFO)"]
@@ -312,7 +361,7 @@ def test_permission_denied_file_is_an_error(real_cache: dict[str, Any], tmp_path
     while p != p.parent:
         os.chmod(p, os.stat(p).st_mode | 0o005)
         p = p.parent
-    for dirpath, _, files in os.walk(root):
+    for dirpath, _, _ in os.walk(root):
         os.chmod(dirpath, 0o755)
     r, w = os.pipe()
     pid = os.fork()
@@ -345,7 +394,8 @@ def test_a_changed_byte_after_record_is_reported(real_cache: dict[str, Any], tmp
     assert verify_cache(root).errors == ()  # the headers cannot see it
     report = verify_cache(root, deep=True)
     assert [(f.path, f.problem.split(" recorded")[0]) for f in report.errors] == [
-        (target, "bytes changed since checksum")]
+        (target, "bytes changed since checksum")
+    ]
     assert "same size and mtime" in report.errors[0].problem
 
 
@@ -376,15 +426,21 @@ def test_save_to_disk_killed_midway(tmp_path: Path) -> None:
         os.utime(f, (time.time() - 3600, time.time() - 3600))
     old = verify_cache(root)
     assert [(f.path, f.problem) for f in old.errors if f.kind == "incomplete-save"] == [
-        (target, "data-*.arrow without state.json: an interrupted save_to_disk")]
+        (target, "data-*.arrow without state.json: an interrupted save_to_disk")
+    ]
 
 
-def test_a_temp_file_being_written_is_never_called_corrupt(real_cache: dict[str, Any], tmp_path: Path) -> None:
+def test_a_temp_file_being_written_is_never_called_corrupt(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
     root = clean_copy(real_cache, tmp_path)
     folder = Path(real_cache["csv_dir"].replace(real_cache["cache"], str(root)))
     tmp = folder / "tmpabcd1234"
-    code = f"import time\nf = open({str(tmp)!r}, 'wb')\nf.write(b'\\xff\\xff\\xff\\xff' + b'x' * 100)\nf.flush()\n" \
-           "print('ready', flush=True)\ntime.sleep(30)\n"
+    code = (
+        f"import time\nf = open({str(tmp)!r}, 'wb')\n"
+        "f.write(b'\\xff\\xff\\xff\\xff' + b'x' * 100)\nf.flush()\n"
+        "print('ready', flush=True)\ntime.sleep(30)\n"
+    )
     writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
@@ -395,7 +451,9 @@ def test_a_temp_file_being_written_is_never_called_corrupt(real_cache: dict[str,
         writer.kill()
         writer.wait()
     after = verify_cache(root)
-    assert [(f.path, f.problem) for f in after.warnings] == [(tmp, "leftover temporary file of a killed writer")]
+    assert [(f.path, f.problem) for f in after.warnings] == [
+        (tmp, "leftover temporary file of a killed writer")
+    ]
 
 
 CONCURRENT = """
@@ -417,8 +475,13 @@ def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) 
     env = hf_env(tmp_path)
     root = tmp_path / "cache"
     root.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", CONCURRENT, str(root)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CONCURRENT, str(root)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     runs = 0
     seen_live = False
     while proc.poll() is None:
@@ -433,12 +496,14 @@ def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) 
     assert verify_cache(root).errors == ()
 
 
-def test_quarantine_moves_broken_files_aside_and_restore_puts_them_back(real_cache: dict[str, Any],
-                                                                      tmp_path: Path) -> None:
+def test_quarantine_moves_broken_files_aside_and_restore_puts_them_back(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
     root = clean_copy(real_cache, tmp_path)
     target = cut(between_batches)(root, real_cache)
-    result = CliRunner().invoke(app, ["verify", "--cache-dir", str(root), "--quarantine", "--json"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["verify", "--cache-dir", str(root), "--quarantine", "--json"], catch_exceptions=False
+    )
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert [q["from"] for q in doc["quarantined"]] == [str(target)]
@@ -461,7 +526,10 @@ def test_cli_exit_codes_strict_and_github_format(real_cache: dict[str, Any], tmp
     assert bad.exit_code == 2 and bad.stderr.startswith("Error: --record needs --deep")
     unknown = runner.invoke(app, ["verify", "zzzz", "--cache-dir", str(root)])
     assert unknown.exit_code == 2
-    one = json.loads(runner.invoke(app, ["verify", real_cache["csv_source"][:8], "--cache-dir", str(root),
-                                         "--json"]).stdout)
+    one = json.loads(
+        runner.invoke(
+            app, ["verify", real_cache["csv_source"][:8], "--cache-dir", str(root), "--json"]
+        ).stdout
+    )
     assert one["entries_checked"] == 1 and one["counts"]["error"] == 0
     assert Severity.ERROR.value == "error"

@@ -61,13 +61,23 @@ class ArrowSummary:
 
     def to_row(self) -> list[Any]:
         """A compact, JSON-able form for the read index."""
-        return [self.format, self.rows, self.batches, [list(c) for c in self.columns], self.fingerprint,
-                self.metadata_json, self.eos, self.error]
+        return [
+            self.format,
+            self.rows,
+            self.batches,
+            [list(c) for c in self.columns],
+            self.fingerprint,
+            self.metadata_json,
+            self.eos,
+            self.error,
+        ]
 
     @classmethod
     def from_row(cls, row: list[Any]) -> ArrowSummary:
         fmt, rows, batches, columns, fp, meta, eos, error = row
-        return cls(fmt, rows, batches, tuple((str(n), str(t)) for n, t in columns), fp, meta, bool(eos), error)
+        return cls(
+            fmt, rows, batches, tuple((str(n), str(t)) for n, t in columns), fp, meta, bool(eos), error
+        )
 
 
 def open_noatime(path: str | os.PathLike[str]) -> int:
@@ -155,7 +165,9 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
             batches += 1
             del batch
         if error is None and not eos:
-            error = f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
+            error = (
+                f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
+            )
         del reader
         return ArrowSummary(STREAM, rows, batches, columns, fingerprint, features, eos, error)
     finally:
@@ -175,8 +187,16 @@ def _ipc_file(mm: mmap.mmap) -> ArrowSummary:
             columns = tuple((f.name, str(f.type)) for f in schema)
             n = reader.num_record_batches
             del reader
-            return ArrowSummary(IPC_FILE, rows, n, columns, fp, features, False,
-                                "Arrow IPC file format, but datasets reads the stream format")
+            return ArrowSummary(
+                IPC_FILE,
+                rows,
+                n,
+                columns,
+                fp,
+                features,
+                False,
+                "Arrow IPC file format, but datasets reads the stream format",
+            )
         except (pa.ArrowInvalid, OSError) as e:
             return ArrowSummary(NOT_ARROW, error=f"damaged Arrow IPC file: {_one_line(e)}")
     finally:

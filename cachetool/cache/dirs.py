@@ -34,8 +34,9 @@ def _env(environ: Mapping[str, str], name: str) -> str | None:
     return value if value else None
 
 
-def resolve_cache_root(cache_dir: str | os.PathLike[str] | None = None,
-                       environ: Mapping[str, str] | None = None) -> Location:
+def resolve_cache_root(
+    cache_dir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Location:
     """The datasets cache root: `--cache-dir`, else `HF_DATASETS_CACHE`, else `HF_HOME/datasets`,
     else `XDG_CACHE_HOME/huggingface/datasets`, else `~/.cache/huggingface/datasets`."""
     env = os.environ if environ is None else environ
@@ -70,39 +71,71 @@ def temp_dir(environ: Mapping[str, str] | None = None) -> Location:
     return Location("temp dir", Path(tempfile.gettempdir()), "default", desc)
 
 
-def resolve_dirs(cache_dir: str | os.PathLike[str] | None = None,
-                 environ: Mapping[str, str] | None = None) -> tuple[Location, ...]:
+def resolve_dirs(
+    cache_dir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Location, ...]:
     """Every location cachetool and `datasets` use, each with where its value came from."""
     env = os.environ if environ is None else environ
     home = hf_home(env)
     root = resolve_cache_root(cache_dir, env)
     out = [root]
     if (value := _env(env, "HF_DATASETS_DOWNLOADED_DATASETS_PATH")) is not None:
-        downloads = Location("downloads", Path(value), "HF_DATASETS_DOWNLOADED_DATASETS_PATH",
-                             "raw files downloaded from URLs by load_dataset")
+        downloads = Location(
+            "downloads",
+            Path(value),
+            "HF_DATASETS_DOWNLOADED_DATASETS_PATH",
+            "raw files downloaded from URLs by load_dataset",
+        )
     else:
-        downloads = Location("downloads", root.path / "downloads", f"cache root ({root.source})",
-                             "raw files downloaded from URLs by load_dataset")
+        downloads = Location(
+            "downloads",
+            root.path / "downloads",
+            f"cache root ({root.source})",
+            "raw files downloaded from URLs by load_dataset",
+        )
     out.append(downloads)
-    out.append(Location("extracted", downloads.path / "extracted", "downloads",
-                        "archives extracted by load_dataset"))
+    out.append(
+        Location("extracted", downloads.path / "extracted", "downloads", "archives extracted by load_dataset")
+    )
     if (value := _env(env, "HF_MODULES_CACHE")) is not None:
         out.append(Location("modules", Path(value), "HF_MODULES_CACHE", "dataset loading scripts' modules"))
     else:
-        out.append(Location("modules", home.path / "modules", home.source, "dataset loading scripts' modules"))
+        out.append(
+            Location("modules", home.path / "modules", home.source, "dataset loading scripts' modules")
+        )
     if (value := _env(env, "HF_HUB_CACHE")) is not None:
-        hub = Location("hub cache", Path(os.path.expanduser(value)), "HF_HUB_CACHE",
-                       "raw files of Hub datasets and models; manage it with `hf cache`")
+        hub = Location(
+            "hub cache",
+            Path(os.path.expanduser(value)),
+            "HF_HUB_CACHE",
+            "raw files of Hub datasets and models; manage it with `hf cache`",
+        )
     else:
-        hub = Location("hub cache", home.path / "hub", home.source,
-                       "raw files of Hub datasets and models; manage it with `hf cache`")
+        hub = Location(
+            "hub cache",
+            home.path / "hub",
+            home.source,
+            "raw files of Hub datasets and models; manage it with `hf cache`",
+        )
     out.append(hub)
     out.append(home)
     out.append(temp_dir(env))
-    out.append(Location("cachetool ledger", root.path / ".cachetool", f"cache root ({root.source})",
-                        "cachetool's records of this root: lineage ledger and read index"))
-    out.append(Location("cachetool user dir", user_state_dir(env), _user_state_source(env),
-                        "registry of known cache roots; ledger fallback for read-only roots"))
+    out.append(
+        Location(
+            "cachetool ledger",
+            root.path / ".cachetool",
+            f"cache root ({root.source})",
+            "cachetool's records of this root: lineage ledger and read index",
+        )
+    )
+    out.append(
+        Location(
+            "cachetool user dir",
+            user_state_dir(env),
+            _user_state_source(env),
+            "registry of known cache roots; ledger fallback for read-only roots",
+        )
+    )
     return tuple(out)
 
 

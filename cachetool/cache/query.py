@@ -25,10 +25,34 @@ from cachetool.errors import BadExpression
 _FILTER_RE = re.compile(r"(?P<key>[a-zA-Z_]+)\s*(?P<op>==|!=|>=|<=|>|<|=)\s*(?P<value>.+)")
 _NUMBER_UNIT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
 
-BYTE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-              "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15,
-              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "mo": 30 * 86400, "y": 365 * 86400}
+BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "p": 10**15,
+    "pb": 10**15,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+TIME_UNITS = {
+    "": 1,
+    "s": 1,
+    "m": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 7 * 86400,
+    "mo": 30 * 86400,
+    "y": 365 * 86400,
+}
 
 NUMERIC_KEYS = {"size": BYTE_UNITS, "rows": None, "files": None}
 AGE_KEYS = {"used", "modified"}
@@ -51,7 +75,9 @@ def _parse_number(value: str, units: dict[str, int] | None, option: str, expr: s
             raise BadExpression(option, expr, f"'{value}' takes no unit")
         return number
     if unit not in units:
-        raise BadExpression(option, expr, f"unknown unit '{unit}' (use one of {', '.join(u for u in units if u)})")
+        raise BadExpression(
+            option, expr, f"unknown unit '{unit}' (use one of {', '.join(u for u in units if u)})"
+        )
     return number * units[unit]
 
 
@@ -104,7 +130,9 @@ def compile_filter(expr: str) -> EntryTest:
             known = {k.value for k in Kind} | {"shard", "leftover"}
             bad = sorted(wanted - known)
             if bad:
-                raise BadExpression("--filter", expr, f"unknown kind '{bad[0]}' (kinds: {', '.join(k.value for k in Kind)})")
+                raise BadExpression(
+                    "--filter", expr, f"unknown kind '{bad[0]}' (kinds: {', '.join(k.value for k in Kind)})"
+                )
         negate = op == "!="
 
         def text_test(e: Entry, now: float) -> bool:

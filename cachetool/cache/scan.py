@@ -356,7 +356,7 @@ class _Scanner:
         return CacheFile(item.path, st.st_size, st.st_mtime, st.st_mode, st.st_uid, summary, shard, link)
 
     def summary(self, path: Path, st: os.stat_result) -> ArrowSummary:
-        rel = str(path)[self.root_len:]  # cheaper than Path.relative_to on 100,000 files
+        rel = str(path)[self.root_len :]  # cheaper than Path.relative_to on 100,000 files
         cached = self.index.get(rel, st.st_size, st.st_mtime_ns)
         if cached is not None:
             return cached
@@ -388,20 +388,36 @@ class _Scanner:
         """Entries for things that are not regular files or folders; None for ordinary items."""
         if item.st is None:
             self.warn(item.path, item.error or "cannot stat")
-            return Entry(Kind.UNREADABLE, item.path, (), dataset=ds.name if ds else None,
-                         problems=(item.error or "cannot stat",))
+            return Entry(
+                Kind.UNREADABLE,
+                item.path,
+                (),
+                dataset=ds.name if ds else None,
+                problems=(item.error or "cannot stat",),
+            )
         mode = item.st.st_mode
         if stat.S_ISLNK(mode):
             f = self.cache_file(item, arrow=False)
             problem = f"symlink to {f.link_target} (not followed)"
-            return Entry(Kind.OTHER, item.path, (f,), dataset=ds.name if ds else None,
-                         dataset_dir=ds.path if ds else None, problems=(problem,))
+            return Entry(
+                Kind.OTHER,
+                item.path,
+                (f,),
+                dataset=ds.name if ds else None,
+                dataset_dir=ds.path if ds else None,
+                problems=(problem,),
+            )
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             what = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
             f = CacheFile(item.path, 0, item.st.st_mtime, mode, item.st.st_uid)
             self.warn(item.path, f"not a regular file ({what}); not opened")
-            return Entry(Kind.OTHER, item.path, (f,), dataset=ds.name if ds else None,
-                         problems=(f"not a regular file ({what})",))
+            return Entry(
+                Kind.OTHER,
+                item.path,
+                (f,),
+                dataset=ds.name if ds else None,
+                problems=(f"not a regular file ({what})",),
+            )
         return None
 
     # -- the walk -------------------------------------------------------------------------------
@@ -438,9 +454,16 @@ class _Scanner:
                 final = it.path.with_name(it.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
                 rel = _relative_data_dir(final)
                 label = "/".join(rel.split("/")[:2]) if rel else (ds.name if ds else it.name)
-                self.entries.append(Entry(
-                    Kind.INCOMPLETE_PREPARE, it.path, tuple(files), dataset=label, dataset_dir=final,
-                    problems=("interrupted load_dataset preparation",)))
+                self.entries.append(
+                    Entry(
+                        Kind.INCOMPLETE_PREPARE,
+                        it.path,
+                        tuple(files),
+                        dataset=label,
+                        dataset_dir=final,
+                        problems=("interrupted load_dataset preparation",),
+                    )
+                )
                 continue
             if is_root and it.name == "downloads":
                 self.downloads(it.path)
@@ -467,15 +490,31 @@ class _Scanner:
             if ds is not None and name in layout.METADATA_NAMES:
                 continue  # attached to the DatasetDir
             if name.endswith(".lock"):
-                self.entries.append(Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),),
-                                          dataset=dsname, dataset_dir=dspath))
+                self.entries.append(
+                    Entry(
+                        Kind.LOCK,
+                        it.path,
+                        (self.cache_file(it, arrow=False),),
+                        dataset=dsname,
+                        dataset_dir=dspath,
+                    )
+                )
                 continue
             if layout.TEMP_FILE_RE.match(name):
                 f = self.cache_file(it, arrow=True)
                 fp = f.summary.fingerprint if f.summary else None
-                self.entries.append(Entry(Kind.TEMP, it.path, (f,), dataset=dsname, dataset_dir=dspath,
-                                          fingerprint=None, aliases=(fp,) if fp else (),
-                                          problems=("temporary file: a writer in progress or killed",)))
+                self.entries.append(
+                    Entry(
+                        Kind.TEMP,
+                        it.path,
+                        (f,),
+                        dataset=dsname,
+                        dataset_dir=dspath,
+                        fingerprint=None,
+                        aliases=(fp,) if fp else (),
+                        problems=("temporary file: a writer in progress or killed",),
+                    )
+                )
                 continue
             parsed = layout.parse_cache_file(name)
             if parsed is not None:
@@ -516,8 +555,15 @@ class _Scanner:
 
     def _unreadable(self, f: CacheFile, ds: DatasetDir | None, fp: str | None) -> Entry:
         problem = f.summary.error if f.summary and f.summary.error else "unreadable"
-        return Entry(Kind.UNREADABLE, f.path, (f,), dataset=ds.name if ds else None,
-                     dataset_dir=ds.path if ds else None, fingerprint=fp, problems=(problem,))
+        return Entry(
+            Kind.UNREADABLE,
+            f.path,
+            (f,),
+            dataset=ds.name if ds else None,
+            dataset_dir=ds.path if ds else None,
+            fingerprint=fp,
+            problems=(problem,),
+        )
 
     def derived(self, f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
         s = f.summary
@@ -529,17 +575,31 @@ class _Scanner:
         if s.fingerprint is not None and s.fingerprint != fp:
             problems.append(f"file holds fingerprint {s.fingerprint}, name says {fp}")
         content = self._content(f)
-        return Entry(Kind.INDICES if content == "indices" else Kind.DERIVED, f.path, (f,),
-                     dataset=ds.name if ds else None, dataset_dir=ds.path if ds else None,
-                     fingerprint=fp, content=content, problems=tuple(problems))
+        return Entry(
+            Kind.INDICES if content == "indices" else Kind.DERIVED,
+            f.path,
+            (f,),
+            dataset=ds.name if ds else None,
+            dataset_dir=ds.path if ds else None,
+            fingerprint=fp,
+            content=content,
+            problems=tuple(problems),
+        )
 
     def plain_arrow(self, f: CacheFile, ds: DatasetDir | None) -> Entry:
         s = f.summary
         if s is None or s.format not in ("stream", "ipc-file"):
             return self._unreadable(f, ds, None)
-        return Entry(Kind.ARROW, f.path, (f,), dataset=ds.name if ds else None,
-                     dataset_dir=ds.path if ds else None, fingerprint=s.fingerprint,
-                     content=self._content(f), problems=(s.error,) if s.error else ())
+        return Entry(
+            Kind.ARROW,
+            f.path,
+            (f,),
+            dataset=ds.name if ds else None,
+            dataset_dir=ds.path if ds else None,
+            fingerprint=s.fingerprint,
+            content=self._content(f),
+            problems=(s.error,) if s.error else (),
+        )
 
     def shard_set(self, fp: str, files: list[CacheFile], count: int, ds: DatasetDir | None) -> Entry:
         files.sort(key=lambda f: f.shard or (0, 0))
@@ -559,9 +619,17 @@ class _Scanner:
                 if s.fingerprint != expect:
                     problems.append(f"{f.name}: file holds fingerprint {s.fingerprint}, name says {expect}")
         content = next((c for f in files if (c := self._content(f))), None)
-        return Entry(Kind.SHARDS, files[0].path, tuple(files), dataset=ds.name if ds else None,
-                     dataset_dir=ds.path if ds else None, fingerprint=fp, content=content,
-                     expected_files=count, problems=tuple(problems))
+        return Entry(
+            Kind.SHARDS,
+            files[0].path,
+            tuple(files),
+            dataset=ds.name if ds else None,
+            dataset_dir=ds.path if ds else None,
+            fingerprint=fp,
+            content=content,
+            expected_files=count,
+            problems=tuple(problems),
+        )
 
     def source(self, split: str, files: list[CacheFile], count: int | None, ds: DatasetDir | None) -> Entry:
         assert ds is not None
@@ -583,9 +651,19 @@ class _Scanner:
             got = sum(r or 0 for r in rows)
             if got != expected:
                 problems.append(f"{got} rows, dataset_info.json says {expected}")
-        return Entry(Kind.SOURCE, files[0].path, tuple(files), dataset=ds.name, dataset_dir=ds.path,
-                     fingerprint=fp, split=split, content="data", expected_rows=expected,
-                     expected_files=count, problems=tuple(problems))
+        return Entry(
+            Kind.SOURCE,
+            files[0].path,
+            tuple(files),
+            dataset=ds.name,
+            dataset_dir=ds.path,
+            fingerprint=fp,
+            split=split,
+            content="data",
+            expected_rows=expected,
+            expected_files=count,
+            problems=tuple(problems),
+        )
 
     def builder_dir(self, path: Path, items: Sequence[_Item]) -> DatasetDir:
         info = _read_json(path / layout.DATASET_INFO)
@@ -602,18 +680,25 @@ class _Scanner:
         else:
             self.warn(path / layout.DATASET_INFO, "unreadable dataset_info.json")
         rel = _relative_data_dir(path)
-        meta = tuple(self.cache_file(it, arrow=False) for it in items
-                     if it.is_file and it.name in layout.METADATA_NAMES)
+        meta = tuple(
+            self.cache_file(it, arrow=False)
+            for it in items
+            if it.is_file and it.name in layout.METADATA_NAMES
+        )
         name = "/".join(rel.split("/")[:2]) if rel else path.name
         ds = DatasetDir(path, name, "builder", rel, tuple(split_rows), tuple(shard_lengths), meta)
         self.datasets.append(ds)
         return ds
 
-    def saved(self, path: Path, items: Sequence[_Item], unit: Path | None = None,
-              split_name: str | None = None) -> None:
+    def saved(
+        self, path: Path, items: Sequence[_Item], unit: Path | None = None, split_name: str | None = None
+    ) -> None:
         state = _read_json(path / layout.STATE_JSON)
-        meta = tuple(self.cache_file(it, arrow=False) for it in items
-                     if it.is_file and it.name in layout.METADATA_NAMES)
+        meta = tuple(
+            self.cache_file(it, arrow=False)
+            for it in items
+            if it.is_file and it.name in layout.METADATA_NAMES
+        )
         label = f"{unit.name}/{path.name}" if unit is not None else path.name
         ds = DatasetDir(path, label, "saved")  # its metadata files belong to the entry below
         self.datasets.append(ds)
@@ -647,10 +732,22 @@ class _Scanner:
         for f in files:
             if f.summary is not None and f.summary.error:
                 problems.append(f"{f.name}: {f.summary.error}")
-        self.entries.append(Entry(
-            Kind.SAVED, path, tuple(files), dataset=label, dataset_dir=path, fingerprint=fp,
-            aliases=aliases or (), split=split_name, content="data", expected_files=len(named) or None,
-            unit=unit or path, problems=tuple(problems)))
+        self.entries.append(
+            Entry(
+                Kind.SAVED,
+                path,
+                tuple(files),
+                dataset=label,
+                dataset_dir=path,
+                fingerprint=fp,
+                aliases=aliases or (),
+                split=split_name,
+                content="data",
+                expected_files=len(named) or None,
+                unit=unit or path,
+                problems=tuple(problems),
+            )
+        )
         # A map after load_from_disk writes cache-<fp>.arrow into the saved folder.
         self.files_in(path, [it for it in other if not it.is_dir], ds)
         for it in other:
@@ -663,8 +760,11 @@ class _Scanner:
         if not isinstance(splits, list):
             self.warn(path / layout.DATASET_DICT_JSON, "unreadable dataset_dict.json")
             splits = []
-        meta = tuple(self.cache_file(it, arrow=False) for it in items
-                     if it.is_file and it.name in layout.METADATA_NAMES)
+        meta = tuple(
+            self.cache_file(it, arrow=False)
+            for it in items
+            if it.is_file and it.name in layout.METADATA_NAMES
+        )
         self.datasets.append(DatasetDir(path, path.name, "saved-dict", meta_files=meta))
         for it in items:
             if it.is_dir:
@@ -688,9 +788,16 @@ class _Scanner:
                 files.extend(self.tree_files(it.path))
             elif it.st is not None:
                 files.append(self.cache_file(it, arrow=bool(layout.SAVED_SHARD_RE.match(it.name))))
-        self.entries.append(Entry(Kind.INCOMPLETE_SAVE, path, tuple(files), dataset=path.name,
-                                  dataset_dir=path,
-                                  problems=("data-*.arrow without state.json: an interrupted save_to_disk",)))
+        self.entries.append(
+            Entry(
+                Kind.INCOMPLETE_SAVE,
+                path,
+                tuple(files),
+                dataset=path.name,
+                dataset_dir=path,
+                problems=("data-*.arrow without state.json: an interrupted save_to_disk",),
+            )
+        )
 
     def downloads(self, path: Path) -> None:
         items, err = _list_dir(path)
@@ -721,8 +828,9 @@ class _Scanner:
         for base, files in sorted(by_base.items()):
             main = next((f for f in files if f.name == base), files[0])
             problems = ("incomplete download",) if any(f.name.endswith(".incomplete") for f in files) else ()
-            self.entries.append(Entry(Kind.DOWNLOAD, main.path, tuple(files), dataset="downloads",
-                                      problems=problems))
+            self.entries.append(
+                Entry(Kind.DOWNLOAD, main.path, tuple(files), dataset="downloads", problems=problems)
+            )
 
     def extracted(self, path: Path) -> None:
         items, err = _list_dir(path)
@@ -734,11 +842,20 @@ class _Scanner:
             if odd is not None:
                 self.entries.append(odd)
             elif it.is_dir:
-                self.entries.append(Entry(Kind.EXTRACTED, it.path, tuple(self.tree_files(it.path)),
-                                          dataset="downloads/extracted"))
+                self.entries.append(
+                    Entry(
+                        Kind.EXTRACTED,
+                        it.path,
+                        tuple(self.tree_files(it.path)),
+                        dataset="downloads/extracted",
+                    )
+                )
             elif it.name.endswith(".lock"):
-                self.entries.append(Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),),
-                                          dataset="downloads/extracted"))
+                self.entries.append(
+                    Entry(
+                        Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), dataset="downloads/extracted"
+                    )
+                )
             else:
                 self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
 
@@ -805,9 +922,12 @@ def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[E
     """Give lock files the dataset folder they guard: `<hash>_builder.lock` and
     `<hash>.incomplete_info.lock` sit next to it; the root's lock encodes its absolute path
     with "/" turned into "_" (`DatasetBuilder.__init__`)."""
-    guarded = [(d.path, d.name) for d in datasets if d.kind == "builder"]
-    guarded += [(e.dataset_dir, e.dataset) for e in entries
-                if e.kind == Kind.INCOMPLETE_PREPARE and e.dataset_dir is not None]
+    guarded: list[tuple[Path, str | None]] = [(d.path, d.name) for d in datasets if d.kind == "builder"]
+    guarded += [
+        (e.dataset_dir, e.dataset)
+        for e in entries
+        if e.kind == Kind.INCOMPLETE_PREPARE and e.dataset_dir is not None
+    ]
     by_lock_path: dict[Path, tuple[Path, str | None]] = {}
     by_lock_name: dict[str, tuple[Path, str | None]] = {}
     for path, name in guarded:
@@ -852,12 +972,13 @@ def find_entry(report: CacheReport, prefix: str) -> Entry:
     """The one entry whose fingerprint (or alias) starts with `prefix`, or whose path equals it.
 
     Raises `UnknownFingerprint` or `AmbiguousFingerprint` (listing candidates)."""
-    exact = [e for e in report.entries if prefix in (e.fingerprint, *e.aliases) or _path_str(e.path) == prefix]
+    exact = [
+        e for e in report.entries if prefix in (e.fingerprint, *e.aliases) or _path_str(e.path) == prefix
+    ]
     if len(exact) == 1:
         return exact[0]
     matches = exact or [
-        e for e in report.entries
-        if any(fp and fp.startswith(prefix) for fp in (e.fingerprint, *e.aliases))
+        e for e in report.entries if any(fp and fp.startswith(prefix) for fp in (e.fingerprint, *e.aliases))
     ]
     if not prefix or not matches:
         raise UnknownFingerprint(prefix, report.root)

@@ -35,7 +35,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     """See, verify and tidy the on-disk cache of Hugging Face `datasets`."""

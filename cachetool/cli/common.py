@@ -121,7 +121,7 @@ def safe_text(text: str) -> str:
     out = []
     for ch in text:
         o = ord(ch)
-        if o < 0x20 and ch not in "\t" or 0x7F <= o < 0xA0:
+        if (o < 0x20 and ch not in "\t") or 0x7F <= o < 0xA0:
             out.append(f"\\x{o:02x}")
         elif 0xDC80 <= o <= 0xDCFF:  # surrogate-escaped byte from a non-UTF-8 file name
             out.append(f"\\x{o - 0xDC00:02x}")
@@ -150,20 +150,39 @@ class Output:
     def human(self) -> bool:
         return self.format == OutputFormat.human
 
-    def table(self, title: str | None, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]],
-              caption: str | None = None, widths: dict[str, tuple[int, int]] | None = None) -> None:
+    def table(
+        self,
+        title: str | None,
+        columns: Sequence[tuple[str, str]],
+        rows: Iterable[Sequence[Any]],
+        caption: str | None = None,
+        widths: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
         """Columns are (header, justify). Every cell is escaped: file names can contain markup."""
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=title, caption=caption, show_edge=False, pad_edge=False, box=None,
-                      header_style="bold", caption_justify="left")
+        table = Table(
+            title=title,
+            caption=caption,
+            show_edge=False,
+            pad_edge=False,
+            box=None,
+            header_style="bold",
+            caption_justify="left",
+        )
         widths = widths or {}
         for header, justify in columns:
             fixed = header in widths
             lo, hi = widths.get(header, (None, None))
-            table.add_column(header, justify=justify, no_wrap=justify == "right" or fixed,  # type: ignore[arg-type]
-                             overflow="ellipsis" if fixed else "fold", min_width=lo, max_width=hi)
+            table.add_column(
+                header,
+                justify=justify,  # type: ignore[arg-type]
+                no_wrap=justify == "right" or fixed,
+                overflow="ellipsis" if fixed else "fold",
+                min_width=lo,
+                max_width=hi,
+            )
         for row in rows:
             table.add_row(*(Text(safe_text("" if c is None else str(c))) for c in row))
         self.console.print(table)

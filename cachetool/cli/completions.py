@@ -16,7 +16,9 @@ SHELLS = {"bash": "cachetool.bash", "zsh": "_cachetool", "fish": "cachetool.fish
 def completion_script(shell: str) -> str:
     from typer._completion_shared import get_completion_script
 
-    return get_completion_script(prog_name="cachetool", complete_var="_CACHETOOL_COMPLETE", shell=shell) + "\n"
+    return (
+        get_completion_script(prog_name="cachetool", complete_var="_CACHETOOL_COMPLETE", shell=shell) + "\n"
+    )
 
 
 def write_completions(folder: Path) -> list[Path]:

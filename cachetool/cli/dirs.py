@@ -50,15 +50,33 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     locations = resolve_dirs(cache_dir)
     out = Output(fmt)
     if fmt == OutputFormat.json:
-        out.json({"version": 1, "locations": [
-            {"name": loc.name, "path": os.fsdecode(loc.path), "source": loc.source, "exists": loc.exists,
-             "description": loc.description} for loc in locations]})
+        out.json(
+            {
+                "version": 1,
+                "locations": [
+                    {
+                        "name": loc.name,
+                        "path": os.fsdecode(loc.path),
+                        "source": loc.source,
+                        "exists": loc.exists,
+                        "description": loc.description,
+                    }
+                    for loc in locations
+                ],
+            }
+        )
     elif fmt == OutputFormat.quiet:
         out.ids(os.fsdecode(loc.path) for loc in locations)
     else:
-        out.table(None, [("location", "left"), ("path", "left"), ("from", "left")],
-                  [(loc.name, os.fsdecode(loc.path) + ("" if loc.exists else "  (missing)"), loc.source)
-                   for loc in locations], widths={"location": (18, 18)})
+        out.table(
+            None,
+            [("location", "left"), ("path", "left"), ("from", "left")],
+            [
+                (loc.name, os.fsdecode(loc.path) + ("" if loc.exists else "  (missing)"), loc.source)
+                for loc in locations
+            ],
+            widths={"location": (18, 18)},
+        )
         out.line()
         for loc in locations:
             out.line(f"{loc.name}: {loc.description}", style="dim")

@@ -80,18 +80,27 @@ def entry_label(e: Entry) -> str:
 def ls_command(
     path: Annotated[
         Path | None,
-        typer.Argument(help="A cache root, a save_to_disk folder or any folder of Arrow files.", show_default=False),
+        typer.Argument(
+            help="A cache root, a save_to_disk folder or any folder of Arrow files.", show_default=False
+        ),
     ] = None,
     cache_dir: CacheDirOption = None,
     filter: Annotated[
         list[str] | None,
-        typer.Option("--filter", "-f", help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
-                     "Keys: size, rows, files, used, modified, kind, dataset, split, content, fingerprint."),
+        typer.Option(
+            "--filter",
+            "-f",
+            help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
+            "Keys: size, rows, files, used, modified, kind, dataset, split, content, fingerprint.",
+        ),
     ] = None,
     sort: Annotated[
         str | None,
-        typer.Option("--sort", help="size|modified|used|rows|files|kind|name, optionally :asc or :desc "
-                     "(default desc for size/modified/used/rows/files, asc for name)."),
+        typer.Option(
+            "--sort",
+            help="size|modified|used|rows|files|kind|name, optionally :asc or :desc "
+            "(default desc for size/modified/used/rows/files, asc for name).",
+        ),
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=0, help="Show at most N entries.")] = None,
     fmt: FormatOption = OutputFormat.human,
@@ -126,8 +135,14 @@ def ls_command(
 
 
 @handle_errors
-def _ls(path: Path | None, cache_dir: Path | None, filters: list[str], sort: str | None,
-        limit: int | None, fmt: OutputFormat) -> None:
+def _ls(
+    path: Path | None,
+    cache_dir: Path | None,
+    filters: list[str],
+    sort: str | None,
+    limit: int | None,
+    fmt: OutputFormat,
+) -> None:
     from cachetool.cache.query import apply_filters, compile_filter, sort_entries
 
     for expr in filters:  # bad expressions fail before the (possibly long) scan
@@ -184,8 +199,16 @@ def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped
 
 def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_dataset: bool) -> None:
     recorded = any(e.parent or e.operation for e in entries)
-    columns = [("kind", "left"), ("fingerprint", "left"), ("files", "right"), ("rows", "right"),
-               ("cols", "right"), ("size", "right"), ("modified", "right"), ("used", "right")]
+    columns = [
+        ("kind", "left"),
+        ("fingerprint", "left"),
+        ("files", "right"),
+        ("rows", "right"),
+        ("cols", "right"),
+        ("size", "right"),
+        ("modified", "right"),
+        ("used", "right"),
+    ]
     if with_dataset:
         columns.insert(0, ("dataset", "left"))
     if recorded:
@@ -193,9 +216,16 @@ def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_da
     rows = []
     now = report.scanned_at
     for e in entries:
-        row: list[object] = [e.kind_str, entry_label(e), len(e.files),
-                             "" if e.rows is None else f"{e.rows:,}", len(e.columns) or "", e.size_str,
-                             age_short(e.modified, now), age_short(e.used, now)]
+        row: list[object] = [
+            e.kind_str,
+            entry_label(e),
+            len(e.files),
+            "" if e.rows is None else f"{e.rows:,}",
+            len(e.columns) or "",
+            e.size_str,
+            age_short(e.modified, now),
+            age_short(e.used, now),
+        ]
         if with_dataset:
             row.insert(0, e.dataset or "")
         if recorded:
@@ -209,8 +239,14 @@ def age_short(ts: float | None, now: float) -> str:
     if ts is None:
         return ""
     d = max(0.0, now - ts)
-    for unit, size in (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86400),
-                       ("h", 3600), ("m", 60)):
+    for unit, size in (
+        ("y", 365 * 86400),
+        ("mo", 30 * 86400),
+        ("w", 7 * 86400),
+        ("d", 86400),
+        ("h", 3600),
+        ("m", 60),
+    ):
         if d >= size:
             return f"{int(d // size)}{unit} ago"
     return f"{int(d)}s ago"
@@ -221,6 +257,8 @@ def totals_line(report: CacheReport, shown: int) -> str:
 
     totals = report.totals()
     parts = [f"{k} {n} file{'s' if n != 1 else ''} {humanize.naturalsize(b)}" for k, (n, b) in totals.items()]
-    head = (f"{shown} of {len(report.entries)} entries; cache holds {report.file_count} files, "
-            f"{humanize.naturalsize(report.size)}")
+    head = (
+        f"{shown} of {len(report.entries)} entries; cache holds {report.file_count} files, "
+        f"{humanize.naturalsize(report.size)}"
+    )
     return head + ("\nby kind: " + "; ".join(parts) if parts else "")

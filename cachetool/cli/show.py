@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 
 def show_command(
-    fingerprint: Annotated[str, typer.Argument(help="A fingerprint, a unique prefix of one, an alias, or a path.")],
+    fingerprint: Annotated[
+        str, typer.Argument(help="A fingerprint, a unique prefix of one, an alias, or a path.")
+    ],
     cache_dir: CacheDirOption = None,
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
@@ -120,7 +122,7 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, A
     for p in e.problems:
         out.line(f"problem: {p}", style="red")
     out.line()
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for f in e.files:
         s = f.summary
         if s is None:
@@ -128,33 +130,70 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, A
             continue
         if s.fingerprint is None:
             fp_note = "(none)"
-        elif e.fingerprint and s.fingerprint in (e.fingerprint,) or (
+        elif (e.fingerprint and s.fingerprint in (e.fingerprint,)) or (
             f.shard and e.fingerprint and s.fingerprint.startswith(e.fingerprint + "_")
         ):
             fp_note = f"{s.fingerprint} (matches)"
         else:
             fp_note = f"{s.fingerprint} (differs)"
         state = "complete" if s.complete else (s.error or s.format)
-        rows.append((rel(f.path), f.size_str, "" if s.rows is None else f"{s.rows:,}",
-                     "" if s.batches is None else s.batches, fp_note, state))
-    out.table("Files", [("file", "left"), ("size", "right"), ("rows", "right"), ("batches", "right"),
-                        ("fingerprint in file", "left"), ("state", "left")], rows)
+        rows.append(
+            (
+                rel(f.path),
+                f.size_str,
+                "" if s.rows is None else f"{s.rows:,}",
+                "" if s.batches is None else s.batches,
+                fp_note,
+                state,
+            )
+        )
+    out.table(
+        "Files",
+        [
+            ("file", "left"),
+            ("size", "right"),
+            ("rows", "right"),
+            ("batches", "right"),
+            ("fingerprint in file", "left"),
+            ("state", "left"),
+        ],
+        rows,
+    )
     if e.columns:
         out.line()
         features = next((f.summary.features for f in e.files if f.summary and f.summary.features), None) or {}
-        out.table("Schema", [("column", "left"), ("arrow type", "left"), ("feature", "left")],
-                  [(n, t, _feature(features.get(n))) for n, t in e.columns])
+        out.table(
+            "Schema",
+            [("column", "left"), ("arrow type", "left"), ("feature", "left")],
+            [(n, t, _feature(features.get(n))) for n, t in e.columns],
+        )
     if records:
         out.line()
         rec_rows = []
         for r in records[-10:]:
             fn = r.get("function") or {}
-            rec_rows.append((r.get("time", ""), r.get("operation", ""), r.get("status", ""),
-                             ", ".join(r.get("parents") or []), fn.get("qualname", "") if fn else "",
-                             _site(r.get("call_site"))))
-        out.table(f"Recorded ({len(records)} record(s), latest last)",
-                  [("time", "left"), ("op", "left"), ("status", "left"), ("parent", "left"),
-                   ("function", "left"), ("call site", "left")], rec_rows)
+            rec_rows.append(
+                (
+                    r.get("time", ""),
+                    r.get("operation", ""),
+                    r.get("status", ""),
+                    ", ".join(r.get("parents") or []),
+                    fn.get("qualname", "") if fn else "",
+                    _site(r.get("call_site")),
+                )
+            )
+        out.table(
+            f"Recorded ({len(records)} record(s), latest last)",
+            [
+                ("time", "left"),
+                ("op", "left"),
+                ("status", "left"),
+                ("parent", "left"),
+                ("function", "left"),
+                ("call site", "left"),
+            ],
+            rec_rows,
+        )
 
 
 def _site(site: Any) -> str:
@@ -180,4 +219,5 @@ def _when(ts: float | None) -> str | None:
 
     import humanize
 
-    return f"{datetime.fromtimestamp(ts).isoformat(sep=' ', timespec='seconds')} ({humanize.naturaltime(datetime.fromtimestamp(ts))})"
+    when = datetime.fromtimestamp(ts)
+    return f"{when.isoformat(sep=' ', timespec='seconds')} ({humanize.naturaltime(when)})"

@@ -23,21 +23,45 @@ class VerifyFormat(str, Enum):
 def verify_command(
     fingerprints: Annotated[
         list[str] | None,
-        typer.Argument(help="Check only these entries (fingerprints, unique prefixes or paths).", show_default=False),
+        typer.Argument(
+            help="Check only these entries (fingerprints, unique prefixes or paths).", show_default=False
+        ),
     ] = None,
     cache_dir: CacheDirOption = None,
-    deep: Annotated[bool, typer.Option("--deep", help="Also read and validate every buffer (offsets, UTF-8, "
-                                       "nulls) and checksum every byte (xxh3).")] = False,
-    record: Annotated[bool, typer.Option("--record", help="With --deep: store the checksums, so a later "
-                                         "`verify --deep` reports files whose bytes changed.")] = False,
-    quarantine: Annotated[bool, typer.Option("--quarantine", help="Move files with errors into "
-                                             "<root>/.cachetool/quarantine/ (never deletes; logged).")] = False,
-    restore: Annotated[bool, typer.Option("--restore", help="Put quarantined files back, then verify.")] = False,
+    deep: Annotated[
+        bool,
+        typer.Option(
+            "--deep",
+            help="Also read and validate every buffer (offsets, UTF-8, "
+            "nulls) and checksum every byte (xxh3).",
+        ),
+    ] = False,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="With --deep: store the checksums, so a later "
+            "`verify --deep` reports files whose bytes changed.",
+        ),
+    ] = False,
+    quarantine: Annotated[
+        bool,
+        typer.Option(
+            "--quarantine",
+            help="Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged).",
+        ),
+    ] = False,
+    restore: Annotated[
+        bool, typer.Option("--restore", help="Put quarantined files back, then verify.")
+    ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Threads for --deep (default: "
-                                             "one per core).")] = None,
-    fmt: Annotated[VerifyFormat, typer.Option("--format", help="human: a table; json: one document; "
-                                              "github: workflow annotations.")] = VerifyFormat.human,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", min=1, help="Threads for --deep (default: one per core).")
+    ] = None,
+    fmt: Annotated[
+        VerifyFormat,
+        typer.Option("--format", help="human: a table; json: one document; github: workflow annotations."),
+    ] = VerifyFormat.human,
     as_json: JsonOption = False,
 ) -> None:
     """Prove every cache file is whole and what it claims to be.
@@ -68,13 +92,31 @@ def verify_command(
 
         cachetool verify --format github          # annotations in a GitHub Actions step
     """
-    _verify(fingerprints or [], cache_dir, deep, record, quarantine, restore, strict, jobs,
-            VerifyFormat.json if as_json else fmt)
+    _verify(
+        fingerprints or [],
+        cache_dir,
+        deep,
+        record,
+        quarantine,
+        restore,
+        strict,
+        jobs,
+        VerifyFormat.json if as_json else fmt,
+    )
 
 
 @handle_errors
-def _verify(fingerprints: list[str], cache_dir: Path | None, deep: bool, record: bool, quarantine: bool,
-            restore: bool, strict: bool, jobs: int | None, fmt: VerifyFormat) -> None:
+def _verify(
+    fingerprints: list[str],
+    cache_dir: Path | None,
+    deep: bool,
+    record: bool,
+    quarantine: bool,
+    restore: bool,
+    strict: bool,
+    jobs: int | None,
+    fmt: VerifyFormat,
+) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.maintenance import verify as v
 
@@ -84,7 +126,7 @@ def _verify(fingerprints: list[str], cache_dir: Path | None, deep: bool, record:
     out = Output(OutputFormat.json if fmt == VerifyFormat.json else OutputFormat.human)
     if restore:
         back = v.restore(root)
-        for src, dst in back:
+        for _, dst in back:
             hint(f"restored {dst}")
         if not back:
             hint("nothing to restore")
@@ -123,7 +165,13 @@ def _verify(fingerprints: list[str], cache_dir: Path | None, deep: bool, record:
 
 
 def _gh(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").replace(":", "%3A").replace(",", "%2C")
+    return (
+        text.replace("%", "%25")
+        .replace("\r", "%0D")
+        .replace("\n", "%0A")
+        .replace(":", "%3A")
+        .replace(",", "%2C")
+    )
 
 
 def render(out: Output, report: object) -> None:
@@ -152,6 +200,8 @@ def render(out: Output, report: object) -> None:
     n_info = len(report.findings) - n_err - n_warn
     deep = f", {report.bytes_checked:,} bytes read in full" if report.deep else ""
     rec = f", {report.recorded} checksums recorded" if report.recorded else ""
-    out.line(f"Checked {report.entries_checked} entries, {report.files_checked} files{deep}{rec}: "
-             f"{n_err} error(s), {n_warn} warning(s), {n_info} info.",
-             style="bold red" if n_err else ("yellow" if n_warn else "green"))
+    out.line(
+        f"Checked {report.entries_checked} entries, {report.files_checked} files{deep}{rec}: "
+        f"{n_err} error(s), {n_warn} warning(s), {n_info} info.",
+        style="bold red" if n_err else ("yellow" if n_warn else "green"),
+    )

@@ -18,7 +18,11 @@ import xxhash
 _PROTOCOL = 4  # dill.settings["protocol"] on Python 3.11 (pickle.DEFAULT_PROTOCOL)
 
 
-class _PlainPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
+# The pure-Python pickler (the one dill extends); typeshed does not describe it.
+_PythonPickler: Any = pickle._Pickler
+
+
+class _PlainPickler(_PythonPickler):
     def memoize(self, obj: Any) -> None:
         if type(obj) is not str:
             super().memoize(obj)

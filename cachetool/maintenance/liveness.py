@@ -122,8 +122,12 @@ def scan_in_use(exclude_self: bool = True) -> InUse:
             continue
         except PermissionError:
             complete = False
-    return InUse({k: frozenset(v) for k, v in holders.items()}, {k: frozenset(v) for k, v in writers.items()},
-                 complete, {k: frozenset(v) for k, v in paths.items()})
+    return InUse(
+        {k: frozenset(v) for k, v in holders.items()},
+        {k: frozenset(v) for k, v in writers.items()},
+        complete,
+        {k: frozenset(v) for k, v in paths.items()},
+    )
 
 
 def bound_socket_paths() -> frozenset[str]:
@@ -172,8 +176,12 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
             paths[of.path].add(proc.pid)
             if "w" in getattr(of, "mode", "") or "a" in getattr(of, "mode", ""):
                 writers[key].add(proc.pid)
-    return InUse({k: frozenset(v) for k, v in holders.items()}, {k: frozenset(v) for k, v in writers.items()},
-                 complete, {k: frozenset(v) for k, v in paths.items()})
+    return InUse(
+        {k: frozenset(v) for k, v in holders.items()},
+        {k: frozenset(v) for k, v in writers.items()},
+        complete,
+        {k: frozenset(v) for k, v in paths.items()},
+    )
 
 
 def pids_using(path: Path, snapshot: InUse | None = None) -> frozenset[int]:

@@ -58,8 +58,14 @@ class Finding:
     hint: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"severity": self.severity.value, "entry": self.entry, "kind": self.kind,
-                "path": os.fsdecode(self.path), "problem": self.problem, "hint": self.hint}
+        return {
+            "severity": self.severity.value,
+            "entry": self.entry,
+            "kind": self.kind,
+            "path": os.fsdecode(self.path),
+            "problem": self.problem,
+            "hint": self.hint,
+        }
 
 
 @dataclass(frozen=True)
@@ -184,8 +190,13 @@ class _Checker:
             return
         expected = self.expected_metadata_fingerprint(e, f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
-            self.add(Severity.ERROR, e, f.path, f"file holds fingerprint {s.fingerprint}, name says {expected}",
-                     "the file was written under another name or overwritten; " + RECOMPUTE_HINT)
+            self.add(
+                Severity.ERROR,
+                e,
+                f.path,
+                f"file holds fingerprint {s.fingerprint}, name says {expected}",
+                "the file was written under another name or overwritten; " + RECOMPUTE_HINT,
+            )
 
     def expected_metadata_fingerprint(self, e: Entry, f: CacheFile) -> str | None:
         parsed = layout.parse_cache_file(f.name)
@@ -215,11 +226,16 @@ class _Checker:
         lengths = ds.expected_shard_lengths(e.split)
         if not lengths or len(lengths) != len(e.files):
             return
-        for f, want in zip(e.files, lengths):
+        for f, want in zip(e.files, lengths, strict=True):
             got = f.summary.rows if f.summary else None
             if got is not None and f.summary is not None and f.summary.error is None and got != want:
-                self.add(Severity.ERROR, e, f.path, f"{got} rows, dataset_info.json shard_lengths says {want}",
-                         RECOMPUTE_HINT)
+                self.add(
+                    Severity.ERROR,
+                    e,
+                    f.path,
+                    f"{got} rows, dataset_info.json shard_lengths says {want}",
+                    RECOMPUTE_HINT,
+                )
 
     def temp(self, e: Entry) -> None:
         live = self.live_writer(e)
@@ -251,16 +267,28 @@ class _Checker:
     def incomplete_save(self, e: Entry) -> None:
         live = self.live_writer(e)
         if live is not None:
-            self.add(Severity.INFO, e, e.path, f"save_to_disk in progress: being written by pid {_pids(live[1])}")
+            self.add(
+                Severity.INFO, e, e.path, f"save_to_disk in progress: being written by pid {_pids(live[1])}"
+            )
             return
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
-            self.add(Severity.WARNING, e, e.path,
-                     f"data-*.arrow without state.json, last written {int(age)}s ago: a save in progress "
-                     "or an interrupted one", "verify again later; if it stays, it is interrupted")
+            self.add(
+                Severity.WARNING,
+                e,
+                e.path,
+                f"data-*.arrow without state.json, last written {int(age)}s ago: a save in progress "
+                "or an interrupted one",
+                "verify again later; if it stays, it is interrupted",
+            )
             return
-        self.add(Severity.ERROR, e, e.path, "data-*.arrow without state.json: an interrupted save_to_disk",
-                 "save it again; " + GC_HINT)
+        self.add(
+            Severity.ERROR,
+            e,
+            e.path,
+            "data-*.arrow without state.json: an interrupted save_to_disk",
+            "save it again; " + GC_HINT,
+        )
 
     def lock(self, e: Entry) -> None:
         """A lock is stale when its guarded folder is gone and nobody holds it."""
@@ -284,7 +312,12 @@ class _Checker:
         folder is wrong whatever it indexes."""
         by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
         for e in entries:
-            if e.kind != Kind.INDICES or not e.files or e.files[0].summary is None or e.files[0].summary.error:
+            if (
+                e.kind != Kind.INDICES
+                or not e.files
+                or e.files[0].summary is None
+                or e.files[0].summary.error
+            ):
                 continue
             biggest = _max_index(e.files[0].path)
             if biggest is None:
@@ -292,16 +325,31 @@ class _Checker:
             parent = by_fp.get(parents.get(e.fingerprint or "") or "")
             if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
                 if biggest >= parent.rows:
-                    self.add(Severity.ERROR, e, e.files[0].path,
-                             f"index {biggest} points past the end of its data ({parent.rows} rows in "
-                             f"{parent.id})", RECOMPUTE_HINT)
+                    self.add(
+                        Severity.ERROR,
+                        e,
+                        e.files[0].path,
+                        f"index {biggest} points past the end of its data ({parent.rows} rows in "
+                        f"{parent.id})",
+                        RECOMPUTE_HINT,
+                    )
                 continue
-            sizes = [x.rows for x in entries if x.dataset_dir == e.dataset_dir and x.rows is not None
-                     and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)]
+            sizes = [
+                x.rows
+                for x in entries
+                if x.dataset_dir == e.dataset_dir
+                and x.rows is not None
+                and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
+            ]
             if sizes and biggest >= max(sizes):
-                self.add(Severity.ERROR, e, e.files[0].path,
-                         f"index {biggest} points past the end of every dataset in its folder "
-                         f"(largest has {max(sizes)} rows)", RECOMPUTE_HINT)
+                self.add(
+                    Severity.ERROR,
+                    e,
+                    e.files[0].path,
+                    f"index {biggest} points past the end of every dataset in its folder "
+                    f"(largest has {max(sizes)} rows)",
+                    RECOMPUTE_HINT,
+                )
 
 
 def _pids(pids: Iterable[int]) -> str:
@@ -460,7 +508,9 @@ def verify_cache(
     files_checked = sum(len(e.files) for e in entries)
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     findings = sorted(checker.findings, key=lambda f: (order[f.severity], os.fsdecode(f.path)))
-    return VerifyReport(report.root, tuple(findings), len(entries), files_checked, bytes_checked, deep, recorded)
+    return VerifyReport(
+        report.root, tuple(findings), len(entries), files_checked, bytes_checked, deep, recorded
+    )
 
 
 def _recorded_parents(root: Path) -> dict[str, str | None]:
@@ -484,12 +534,20 @@ def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
             if isinstance(path, str) and path not in gone and not os.path.lexists(path):
                 gone[path] = str(rec.get("result") or "?")
     for path, fp in sorted(gone.items()):
-        checker.findings.append(Finding(Severity.INFO, fp, "record", Path(path),
-                                        "recorded file no longer exists (removed since)"))
+        checker.findings.append(
+            Finding(Severity.INFO, fp, "record", Path(path), "recorded file no longer exists (removed since)")
+        )
 
 
-def _deep(checker: _Checker, report: CacheReport, entries: Sequence[Entry], *, record: bool,
-          jobs: int | None, progress: Callable[[int, int], None] | None) -> tuple[int, int]:
+def _deep(
+    checker: _Checker,
+    report: CacheReport,
+    entries: Sequence[Entry],
+    *,
+    record: bool,
+    jobs: int | None,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[int, int]:
     targets: list[tuple[Entry, CacheFile]] = []
     for e in entries:
         if e.kind in (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE):
@@ -503,7 +561,7 @@ def _deep(checker: _Checker, report: CacheReport, entries: Sequence[Entry], *, r
     total_bytes = 0
     results: list[tuple[Entry, DeepResult]] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for (e, _), res in zip(targets, pool.map(deep_check, [f.path for _, f in targets])):
+        for (e, _), res in zip(targets, pool.map(deep_check, [f.path for _, f in targets]), strict=True):
             results.append((e, res))
             done += 1
             total_bytes += res.size
@@ -519,21 +577,36 @@ def _deep(checker: _Checker, report: CacheReport, entries: Sequence[Entry], *, r
         if old is not None and old.get("xxh3") != res.checksum:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(old.get("time", 0))))
             same_stat = old.get("size") == res.size and old.get("mtime_ns") == res.mtime_ns
-            checker.add(Severity.ERROR, e, res.path,
-                        f"bytes changed since checksum recorded {when}"
-                        + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
-                        "if it was rewritten on purpose, run `cachetool verify --deep --record` again")
+            checker.add(
+                Severity.ERROR,
+                e,
+                res.path,
+                f"bytes changed since checksum recorded {when}"
+                + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
+                "if it was rewritten on purpose, run `cachetool verify --deep --record` again",
+            )
         if record:
-            new_sums[rel] = {"size": res.size, "mtime_ns": res.mtime_ns, "xxh3": res.checksum,
-                             "time": time.time()}
+            new_sums[rel] = {
+                "size": res.size,
+                "mtime_ns": res.mtime_ns,
+                "xxh3": res.checksum,
+                "time": time.time(),
+            }
     recorded = 0
     if record:
         try:
             save_checksums(report.root, new_sums)
             recorded = sum(1 for _, r in results if r.error is None)
         except OSError as err:
-            checker.findings.append(Finding(Severity.WARNING, "", "record", _checksums_path(report.root),
-                                            f"cannot store checksums: {err.strerror or err}"))
+            checker.findings.append(
+                Finding(
+                    Severity.WARNING,
+                    "",
+                    "record",
+                    _checksums_path(report.root),
+                    f"cannot store checksums: {err.strerror or err}",
+                )
+            )
     return total_bytes, recorded
 
 
@@ -565,8 +638,17 @@ def quarantine(report: VerifyReport) -> VerifyReport:
         dst.parent.mkdir(parents=True, exist_ok=True)
         os.rename(src, dst)
         moved.append((src, dst))
-        _log_move(root, {"action": "quarantine", "from": os.fsdecode(src), "to": os.fsdecode(dst),
-                         "problem": f.problem, "time": time.time(), "size": st.st_size})
+        _log_move(
+            root,
+            {
+                "action": "quarantine",
+                "from": os.fsdecode(src),
+                "to": os.fsdecode(dst),
+                "problem": f.problem,
+                "time": time.time(),
+                "size": st.st_size,
+            },
+        )
     return replace(report, quarantined=tuple(moved))
 
 
@@ -596,8 +678,10 @@ def restore(root: str | os.PathLike[str]) -> list[tuple[Path, Path]]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         os.rename(src, dst)
         restored.append((src, dst))
-        _log_move(root_path, {"action": "restore", "from": os.fsdecode(src), "to": os.fsdecode(dst),
-                              "time": time.time()})
+        _log_move(
+            root_path,
+            {"action": "restore", "from": os.fsdecode(src), "to": os.fsdecode(dst), "time": time.time()},
+        )
     return restored
 
 

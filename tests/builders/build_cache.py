@@ -60,8 +60,12 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
 
 def killed_run(code: str, *args: str, ready) -> None:
     """Run `code` in a child and SIGKILL it as soon as `ready()` says it is mid-write."""
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=os.environ.copy(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: ready() or proc.poll() is not None)
         time.sleep(0.3)
@@ -111,8 +115,9 @@ def main() -> None:
         with open(DATA / f"part{k}.jsonl", "w") as f:
             for i in range(50):
                 f.write(json.dumps({"i": i + 50 * k, "s": f"row {i}"}) + "\n")
-    js = load_dataset("json", data_files=[str(DATA / "part0.jsonl"), str(DATA / "part1.jsonl")],
-                      split="train", num_proc=2)
+    js = load_dataset(
+        "json", data_files=[str(DATA / "part0.jsonl"), str(DATA / "part1.jsonl")], split="train", num_proc=2
+    )
     made["json_source"] = js._fingerprint
     made["json_files"] = [os.path.basename(f["filename"]) for f in js.cache_files]
 
@@ -127,8 +132,9 @@ def main() -> None:
     made["saved_remapped"] = remapped._fingerprint
     dd = DatasetDict({"train": split["train"], "test": split["test"]})
     dd.save_to_disk(str(CACHE / "saved" / "splits"))
-    made["dict_train_state_fp"] = json.loads((CACHE / "saved" / "splits" / "train" / "state.json").read_text())[
-        "_fingerprint"]
+    made["dict_train_state_fp"] = json.loads(
+        (CACHE / "saved" / "splits" / "train" / "state.json").read_text()
+    )["_fingerprint"]
     broken_save = CACHE / "saved" / "interrupted"
     Dataset.from_dict({"a": list(range(10))}).save_to_disk(str(broken_save))
     os.remove(broken_save / "state.json")
@@ -136,15 +142,25 @@ def main() -> None:
     # A map killed by SIGKILL mid-write leaves a tmp* file next to its input.
     csv_dir = Path(made["csv_dir"])  # type: ignore[arg-type]
     before = set(os.listdir(csv_dir))
-    killed_run(KILL_MAP, str(csv_path),
-               ready=lambda: any(n.startswith("tmp") and (csv_dir / n).stat().st_size > 0
-                                 for n in set(os.listdir(csv_dir)) - before))
+    killed_run(
+        KILL_MAP,
+        str(csv_path),
+        ready=lambda: any(
+            n.startswith("tmp") and (csv_dir / n).stat().st_size > 0
+            for n in set(os.listdir(csv_dir)) - before
+        ),
+    )
     made["temp_files"] = sorted(n for n in set(os.listdir(csv_dir)) - before if n.startswith("tmp"))
 
     # A generator prepare killed mid-way leaves <version>.incomplete/.
     gen_root = CACHE / "generator"
-    killed_run(KILL_PREPARE, ready=lambda: gen_root.exists() and any(
-        p.name.endswith(".incomplete") and any(p.iterdir()) for p in gen_root.glob("*/*")))
+    killed_run(
+        KILL_PREPARE,
+        ready=lambda: (
+            gen_root.exists()
+            and any(p.name.endswith(".incomplete") and any(p.iterdir()) for p in gen_root.glob("*/*"))
+        ),
+    )
     made["incomplete_prepare"] = sorted(str(p) for p in gen_root.glob("*/*.incomplete"))
 
     # A remote CSV and a tar.gz served on loopback: downloads/ and downloads/extracted/.
@@ -153,6 +169,7 @@ def main() -> None:
     (srv_dir / "remote.csv").write_text("a,b\n1,2\n3,4\n")
     with tarfile.open(srv_dir / "bundle.tar.gz", "w:gz") as tar:
         tar.add(srv_dir / "remote.csv", arcname="bundle/remote.csv")
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
