@@ -96,6 +96,23 @@ def test_first_difference_with_equal_parents_is_the_cause_and_the_rest_its_casca
     assert [s.status for s in analysis.steps] == ["same", "cause", "same", "cascade", "cascade"]
 
 
+def test_a_second_problem_inside_the_cascade_is_reported_too() -> None:
+    """A later step whose own argument differs as well is named, not lost in the cascade."""
+    run_a = [
+        ev("map", 1, "m1", ["root"], args={"function": arg("f1", leaf("f1", "a"))}),
+        ev("map", 2, "n1", ["m1"], args={"fn_kwargs": arg("k1", leaf("k1", "1795306683.42", "float"))}),
+    ]
+    run_b = [
+        ev("map", 1, "m2", ["root"], args={"function": arg("f2", leaf("f2", "b"))}),
+        ev("map", 2, "n2", ["m2"], args={"fn_kwargs": arg("k2", leaf("k2", "1795306690.17", "float"))}),
+    ]
+    analysis = analyze([run_a, run_b])
+    assert len(analysis.causes) == 1 and analysis.causes[0].cascade == 1
+    (masked,) = analysis.masked
+    assert masked.step.line == 2 and masked.culprits[0].kind == "timestamp"
+    assert "also differs on its own" in "\n".join(human_lines(_report([run_a, run_b])))
+
+
 def test_a_differing_source_is_reported_as_such() -> None:
     """A root that differs (an input file rewritten) is a source cause; no argument is blamed."""
     src = {"kind": "builder", "relative_data_dir": "csv/default-aaaa/0.0.0/h"}
@@ -339,6 +356,7 @@ def test_cli_json_document_and_script_args(
         "unaligned_events",
         "differences",
         "random_fingerprints",
+        "masked_differences",
         "warnings",
     }
 

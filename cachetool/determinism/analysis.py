@@ -127,6 +127,8 @@ class Analysis:
     unaligned: int = 0
     #: Random fallbacks on steps whose fingerprints all matched anyway.
     hidden_random: tuple[Cause, ...] = field(default_factory=tuple)
+    #: Steps inside a cascade whose own arguments differ as well (hidden by an earlier cause).
+    masked: tuple[Cause, ...] = field(default_factory=tuple)
 
     @property
     def deterministic_causes(self) -> tuple[Cause, ...]:
@@ -182,6 +184,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
     steps: list[Step] = []
     causes: list[Cause] = []
     hidden_random: list[Cause] = []
+    masked: list[Cause] = []
     # fingerprint (per run) -> index of the cause it descends from
     tainted: list[dict[str, int]] = [{} for _ in runs]
     cascade_count: dict[int, set[str]] = {}
@@ -232,6 +235,11 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             ):
                 # Downstream fingerprints, counted once each (internal steps repeat their caller's).
                 cascade_count.setdefault(inherited, set()).add(results[0])
+                # A step of the cascade whose own arguments differ too: a second problem that would
+                # show up once the first is fixed.
+                own = _arg_diffs(row, skip_datasets=True)
+                if own["differing_args"]:
+                    masked.append(Cause(step=step, kind="arguments", **own))
             cause_index = inherited
         else:
             cause_index = len(causes)
@@ -252,7 +260,13 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 tainted[k][fp] = cause_index
         steps.append(step)
     final = tuple(_replace_cause(c, cascade=len(cascade_count.get(i, ()))) for i, c in enumerate(causes))
-    return Analysis(steps=tuple(steps), causes=final, unaligned=unaligned, hidden_random=tuple(hidden_random))
+    return Analysis(
+        steps=tuple(steps),
+        causes=final,
+        unaligned=unaligned,
+        hidden_random=tuple(hidden_random),
+        masked=tuple(masked),
+    )
 
 
 def _replace(step: Step, **changes: Any) -> Step:
@@ -267,7 +281,10 @@ def _replace_cause(cause: Cause, **changes: Any) -> Cause:
     return replace(cause, **changes)
 
 
-def _arg_diffs(row: Sequence[Event]) -> dict[str, Any]:
+def _arg_diffs(row: Sequence[Event], *, skip_datasets: bool = False) -> dict[str, Any]:
+    """The arguments whose digests differ between runs, and the culprit inside each. With
+    `skip_datasets`, arguments that are datasets (their digest follows upstream fingerprints)
+    are left out."""
     names: list[str] = []
     for event in row:
         for name in event.get("args") or {}:
@@ -281,8 +298,12 @@ def _arg_diffs(row: Sequence[Event]) -> dict[str, Any]:
         if len(set(digests)) == 1 and (digests[0] is not None or all(en is not None for en in entries)):
             # Equal digests, or an argument recorded without a digest in every run (not hashed).
             continue
-        differing.append(name)
         trees = [en.get("tree") if isinstance(en, Mapping) else None for en in entries]
+        if skip_datasets and any(
+            isinstance(t, Mapping) and str(t.get("t", "")).startswith("datasets.") for t in trees
+        ):
+            continue
+        differing.append(name)
         if all(t is not None for t in trees):
             culprit = diff_trees(name, trees)
             if culprit is not None:

@@ -131,6 +131,10 @@ def human_lines(report: DeterminismReport) -> list[str]:
     for cause in analysis.random_causes:
         lines.append("")
         lines.extend(cause_lines(cause))
+    for cause in analysis.masked:
+        lines.append("")
+        lines.append("also differs on its own (inside the cascade above; it will show once that is fixed):")
+        lines.extend(cause_lines(cause))
     lines.append("")
     summary = f"{compared} fingerprint(s) compared, {differing} differ"
     if analysis.deterministic_causes:

@@ -122,6 +122,7 @@ class DeterminismReport:
             "unaligned_events": analysis.unaligned if analysis else 0,
             "differences": [c.to_dict() for c in analysis.deterministic_causes] if analysis else [],
             "random_fingerprints": [c.to_dict() for c in analysis.random_causes] if analysis else [],
+            "masked_differences": [c.to_dict() for c in analysis.masked] if analysis else [],
             "warnings": list(self.warnings),
         }
 
@@ -181,6 +182,7 @@ def _run_once(
     launcher: Sequence[str] | None,
     cwd: Path,
     env: Mapping[str, str],
+    live: set[subprocess.Popen[bytes]] | None = None,
 ) -> RunOutcome:
     run_dir = workdir / f"run-{index}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -207,6 +209,8 @@ def _run_once(
             stderr=err,
             start_new_session=True,
         )
+        if live is not None:
+            live.add(proc)
         try:
             returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -216,6 +220,9 @@ def _run_once(
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            if live is not None:
+                live.discard(proc)
     duration = time.monotonic() - start
     outcome = RunOutcome(
         index=index,
@@ -291,6 +298,9 @@ def check_determinism(
     if isolated:
         workers = max(1, min(len(seeds), jobs or (os.cpu_count() or 1)))
 
+    # Runs start in their own sessions (a timeout stops a whole num_proc pool), so Ctrl-C does not
+    # reach them: every live run is stopped here when this process is interrupted.
+    live: set[subprocess.Popen[bytes]] = set()
     with tempfile.TemporaryDirectory(prefix="cachetool-determinism-") as tmp:
         workdir = Path(tmp)
 
@@ -306,6 +316,7 @@ def check_determinism(
                 launcher=launcher,
                 cwd=work_cwd,
                 env=run_env,
+                live=live,
             )
 
         outcomes: list[RunOutcome] = []
@@ -316,8 +327,15 @@ def check_determinism(
                 if outcome.failed:
                     break  # no point running the others: the report is about the failure
         else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
+            pool = ThreadPoolExecutor(max_workers=workers)
+            try:
                 outcomes = list(pool.map(one, range(len(seeds)), seeds))
+            except BaseException:
+                for proc in list(live):
+                    _kill_group(proc)
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
         report = DeterminismReport(
             script=str(script),
             args=tuple(args),

@@ -31,6 +31,7 @@ A node is a small dict, compact in JSON::
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import reprlib
 import types
@@ -184,7 +185,7 @@ def describe(obj: Any) -> str:
     """A few words for a person: ``frozenset of 12 str``, ``function 'clean'``, ``code 'f'``."""
     try:
         if isinstance(obj, (set, frozenset, list, tuple)):
-            return f"{_type_name(obj)} of {len(obj)}{_elem_desc(list(obj)[:200])}"
+            return f"{_type_name(obj)} of {len(obj)}{_elem_desc(list(itertools.islice(obj, 200)))}"
         if isinstance(obj, dict):
             return f"{_type_name(obj)} of {len(obj)}"
         if isinstance(obj, types.FunctionType):
@@ -228,7 +229,7 @@ def _order_free_digest(obj: Any) -> str | None:
     set": a string with the same characters, a list, tuple or dict with the same items or values."""
     try:
         if isinstance(obj, str):
-            if len(obj) < 2:
+            if not 2 <= len(obj) <= 100_000:
                 return None
             return str(xxhash.xxh64("".join(sorted(obj)).encode("utf-8", "surrogatepass")).hexdigest())
         if isinstance(obj, (list, tuple)):
