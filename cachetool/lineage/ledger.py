@@ -87,6 +87,8 @@ SEGMENT_SUFFIX = ".jsonl"
 ROOTS_FILE = "roots.json"
 
 Record = dict[str, Any]
+# One encoder for every record: compact, UTF-8, anything odd (a Path) as its str().
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False)
 WarnFn = Callable[[str], None]
 
 
@@ -147,9 +149,7 @@ class SegmentWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
 
     def append(self, record: Mapping[str, Any]) -> None:
-        data = (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode(
-            "utf-8", "surrogateescape"
-        )
+        data = (_ENCODER.encode(record) + "\n").encode("utf-8", "surrogateescape")
         view = memoryview(data)
         # A short write (signal, full disk) would leave half a line; finishing it keeps the segment
         # readable, and a kill in between is exactly the torn tail readers expect.

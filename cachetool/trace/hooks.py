@@ -35,6 +35,8 @@ from typing import Any
 from cachetool.lineage.ledger import RECORD_VERSION, LedgerWriter, Record, SegmentWriter
 
 _MISSING = object()
+_WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
+_FN_INFO: dict[Any, dict[str, Any]] = {}  # code object -> the "function" field of records
 _CACHE_NAME_KWARGS = (
     "cache_file_name",
     "indices_cache_file_name",
@@ -295,8 +297,9 @@ class Tracer:
         self.local = _Local()
         self._seq = _shared_counter()
         self._patches: list[tuple[Any, str, Any]] = []
-        self._where: dict[Any, int] = {}
-        self._fn_info: dict[Any, dict[str, Any]] = {}
+        # Per code object, shared by every tracer of the process (tracing() may install twice).
+        self._where = _WHERE
+        self._fn_info = _FN_INFO
         self._dir_roots: dict[str, tuple[str, str]] = {}
         self._known_roots: dict[str, str] = {}  # root -> kind
         self._registered: set[str] = set()
@@ -602,18 +605,24 @@ class Tracer:
         path = _abs(path)
         if path in snap:
             return
+        try:
+            snap[path] = os.stat(path).st_ino
+        except OSError:
+            snap[path] = None
+        stack = self.local.stack
+        num_proc = stack[-1].kwargs.get("num_proc") if stack else None
+        if snap[path] is not None and not num_proc:
+            # Without num_proc, datasets reuses an existing single file over any shard set.
+            return
         folder, base = os.path.split(path)
         stem, ext = os.path.splitext(base)
-        snap[path] = None
         try:
             with os.scandir(folder) as it:
                 for de in it:
                     name = de.name
-                    if name.startswith(stem) and name.endswith(ext):
+                    if name != base and name.startswith(stem) and name.endswith(ext):
                         with contextlib.suppress(OSError):
                             snap.setdefault(os.path.join(folder, name), de.inode())
-                            if name == base:
-                                snap[path] = de.inode()
         except OSError:
             pass
 
@@ -818,7 +827,8 @@ class Tracer:
         parent_files: set[str],
         duration: float,
     ) -> Record:
-        root, in_memory = self._root_of(ds)
+        ds_files = _cache_files(ds)
+        root, in_memory = self._root_of(ds, ds_files)
         rec = self._base(
             type_="transform",
             seq=frame.seq,
@@ -846,7 +856,7 @@ class Tracer:
                 rec["args"] = self._call_args(frame)
                 fn = _function_arg(frame)
                 rec["function"] = self._function_info(fn) if fn is not None else None
-        files, cache = self._files(frame, ds, parent_files)
+        files, cache = self._files(frame, ds_files, parent_files)
         rec["files"] = files
         rec["cache"] = cache
         return rec
@@ -944,11 +954,13 @@ class Tracer:
         self._fn_info[key] = info
         return info
 
-    def _files(self, frame: _Frame, ds: Any, parent_files: set[str]) -> tuple[list[dict[str, Any]], str]:
+    def _files(
+        self, frame: _Frame, ds_files: list[dict[str, Any]], parent_files: set[str]
+    ) -> tuple[list[dict[str, Any]], str]:
         snap = self.local.snapshot
         files = []
         written = reused = 0
-        for f in _cache_files(ds):
+        for f in ds_files:
             path = _abs(f["filename"])
             if path in parent_files:
                 continue
@@ -1131,9 +1143,10 @@ class Tracer:
         self._add_root(root, "saved")
         return root
 
-    def _root_of(self, ds: Any) -> tuple[str, bool]:
+    def _root_of(self, ds: Any, files: list[dict[str, Any]] | None = None) -> tuple[str, bool]:
         """(the root whose ledger holds records about `ds`, whether `ds` lives only in memory)."""
-        files = _cache_files(ds)
+        if files is None:
+            files = _cache_files(ds)
         if not files:
             return self.default_root, True
         folder = os.path.dirname(_abs(files[0]["filename"]))
@@ -1159,6 +1172,8 @@ class Tracer:
 
 
 def _abs(path: str) -> str:
+    if path.startswith("/") and "/." not in path and "//" not in path:
+        return path  # already absolute and normal: the common case, kept cheap
     return os.path.abspath(os.path.expanduser(path))
 
 

@@ -1,0 +1,85 @@
+"""What does tracing cost? The worst case: 50 cheap maps that all hit the cache.
+
+A cache hit is the fastest thing `datasets` does per step (hash the function, find the file,
+memory-map it), so the tracer's fixed cost per record weighs the most there. In one process:
+
+1. build a small csv dataset and run the 50-map pipeline once, untraced, to fill the cache;
+2. alternate rounds untraced / traced (hooks installed and removed between rounds; traced rounds
+   write their records to the real ledger of the temporary cache);
+3. print the median round of each, microseconds per record, and the ratio (aim: at most 1.10).
+
+    python benchmarks/bench_trace.py [--maps 50] [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def add(example: dict, k: int) -> dict:
+    return {"v": example["x"] + k}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--maps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rows", type=int, default=200)
+    ns = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_trace-"))
+    # datasets reads these at import: set them first, as a pipeline script would.
+    os.environ["HF_DATASETS_CACHE"] = str(tmp / "cache")
+    os.environ["CACHETOOL_HOME"] = str(tmp / "cachetool_home")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    import datasets
+    from datasets import load_dataset
+
+    from cachetool.lineage.ledger import read_ledger
+    from cachetool.trace import active_tracer, install_tracing, uninstall_tracing
+
+    datasets.logging.set_verbosity_error()
+    data = tmp / "data.csv"
+    data.write_text("x\n" + "".join(f"{i}\n" for i in range(ns.rows)), encoding="utf-8")
+    source = load_dataset("csv", data_files=str(data), split="train")
+
+    def pipeline() -> float:
+        start = time.perf_counter()
+        ds = source
+        for k in range(ns.maps):
+            ds = ds.map(add, fn_kwargs={"k": k})
+        return time.perf_counter() - start
+
+    pipeline()  # fill the cache: every later map is a hit
+    times: dict[str, list[float]] = {"untraced": [], "traced": []}
+    for _ in range(ns.rounds):
+        for mode in ("untraced", "traced"):
+            if mode == "traced":
+                install_tracing()
+                assert active_tracer() is not None
+            times[mode].append(pipeline())
+            if mode == "traced":
+                uninstall_tracing()
+
+    records = [r for r in read_ledger(tmp / "cache").records if r["operation"] == "map" and not r["internal"]]
+    assert len(records) == ns.maps * ns.rounds, len(records)
+    assert all(r["cache"] == "hit" for r in records)
+    plain = statistics.median(times["untraced"])
+    traced = statistics.median(times["traced"])
+    per_record_us = (traced - plain) / ns.maps * 1e6
+    print(f"datasets {datasets.__version__}, Python {sys.version.split()[0]}, {ns.maps} cached maps, "
+          f"{ns.rounds} rounds each (medians)")
+    print(f"untraced: {plain * 1e3:8.1f} ms  ({plain / ns.maps * 1e6:7.0f} us per map)")
+    print(f"traced:   {traced * 1e3:8.1f} ms  ({traced / ns.maps * 1e6:7.0f} us per map)")
+    print(f"tracing cost: {per_record_us:.0f} us per record; ratio traced/untraced = {traced / plain:.3f}")
+
+
+if __name__ == "__main__":
+    main()
