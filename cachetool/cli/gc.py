@@ -1,0 +1,377 @@
+"""`cachetool gc`: reclaim disk safely — leftovers first, then age and size limits."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cachetool.cli.common import (
+    CacheDirOption,
+    FormatOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    handle_errors,
+    hint,
+    warn,
+)
+from cachetool.errors import CachetoolError, ExitCode
+
+if TYPE_CHECKING:
+    from cachetool.maintenance.gc import GcOptions, GcPlan, GcResult
+
+
+def gc_command(
+    fingerprints: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Entries to evict: fingerprints (or prefixes) or paths, as `cachetool ls -q` prints them.",
+            show_default=False,
+        ),
+    ] = None,
+    temp: Annotated[
+        bool,
+        typer.Option(
+            "--temp",
+            help="Remove leftovers of killed processes: `tmp*` files, `.incomplete` folders, interrupted "
+            "saves and downloads, unheld locks of folders that are gone, and `hf_datasets-*` / `pymp-*` "
+            "folders in the temp dir (nothing else there).",
+        ),
+    ] = False,
+    tmp_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--tmp-dir",
+            help="The temp dir to clean with --temp. Default: the one datasets uses (TMPDIR, TEMP, TMP, "
+            "else the system default).",
+            show_default=False,
+        ),
+    ] = None,
+    min_age: Annotated[
+        str,
+        typer.Option(
+            "--min-age",
+            help="Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
+            "machines of a shared file system are invisible to gc: there, age is the only guard.",
+        ),
+    ] = "1h",
+    all_users: Annotated[
+        bool, typer.Option("--all-users", help="Also remove files other users own (default: only yours).")
+    ] = False,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Evict entries not used in this long (e.g. 30d): last ledger record, else modified time.",
+            show_default=False,
+        ),
+    ] = None,
+    max_size: Annotated[
+        str | None,
+        typer.Option(
+            "--max-size",
+            help="Evict least recently used entries until the cache is under this size (e.g. 50GB).",
+            show_default=False,
+        ),
+    ] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dataset", help="Only entries of this dataset (e.g. csv or csv/default-…); repeatable."
+        ),
+    ] = None,
+    keep: Annotated[
+        list[str] | None,
+        typer.Option("--keep", help="Never evict this fingerprint or its recorded ancestors (repeatable)."),
+    ] = None,
+    include_sources: Annotated[
+        bool,
+        typer.Option(
+            "--include-sources", help="Also evict source splits and saved datasets (kept by default)."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    cache_dir: CacheDirOption = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Reclaim disk: remove what killed runs left behind, evict entries by age or size.
+
+    Always a plan first. `--dry-run` prints what would go, why, and what it frees; otherwise the
+    plan is shown and confirmed (`-y` skips the question; without a terminal and without `--yes`
+    the plan is printed and nothing is removed). Whole entries only: every shard of a fingerprint,
+    a saved DatasetDict as one folder. Pinned entries (`cachetool pin`) and their recorded
+    ancestors, `--keep` entries, source splits and saved datasets (unless `--include-sources`)
+    always stay.
+
+    Right before each removal gc checks again that no live process on this host has the item open
+    or memory-mapped, that no lock on it is held, that it is older than `--min-age`, that it is
+    yours (unless `--all-users`), inside the cache (or the temp dir) and not a symlink; it deletes
+    through folder descriptors that never follow symlinks. When in doubt an item is kept, with the
+    reason. Every removal is recorded in the cache's ledger.
+
+    **Examples**
+
+        cachetool gc --temp --dry-run
+
+        cachetool gc --temp --min-age 0 -y
+
+        cachetool gc --older-than 30d --max-size 50GB
+
+        cachetool gc --dataset csv --older-than 7d --keep 3f2a9c1b
+
+        cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
+
+    Exit codes: 0 the plan ran (or there was nothing to do); 1 some item failed, or another gc is
+    running; 2 bad options, or confirmation needed (pass --yes).
+    """
+    _gc(
+        fingerprints or [],
+        temp,
+        tmp_dir,
+        min_age,
+        all_users,
+        older_than,
+        max_size,
+        dataset or [],
+        keep or [],
+        include_sources,
+        dry_run,
+        yes,
+        cache_dir,
+        choose_format(fmt, as_json, quiet),
+    )
+
+
+def parse_options(
+    fingerprints: list[str],
+    temp: bool,
+    tmp_dir: Path | None,
+    min_age: str,
+    all_users: bool,
+    older_than: str | None,
+    max_size: str | None,
+    datasets: list[str],
+    keep: list[str],
+    include_sources: bool,
+) -> GcOptions:
+    """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
+    from cachetool.cache.query import BYTE_UNITS, TIME_UNITS, _parse_number
+    from cachetool.maintenance.gc import GcOptions
+
+    age = _parse_number(min_age, TIME_UNITS, "--min-age", min_age)
+    older = (
+        _parse_number(older_than, TIME_UNITS, "--older-than", older_than) if older_than is not None else None
+    )
+    size = int(_parse_number(max_size, BYTE_UNITS, "--max-size", max_size)) if max_size is not None else None
+    options = GcOptions(
+        temp=temp,
+        tmp_dir=tmp_dir,
+        min_age=age,
+        all_users=all_users,
+        older_than=older,
+        max_size=size,
+        datasets=tuple(datasets),
+        fingerprints=tuple(fingerprints),
+        keep=tuple(keep),
+        include_sources=include_sources,
+    )
+    if not temp and not options.evicts:
+        raise CachetoolError(
+            "nothing to collect: pass --temp, --older-than, --max-size, --dataset or fingerprints"
+        )
+    if tmp_dir is not None and not temp:
+        raise CachetoolError("--tmp-dir only makes sense with --temp")
+    return options
+
+
+@handle_errors
+def _gc(
+    fingerprints: list[str],
+    temp: bool,
+    tmp_dir: Path | None,
+    min_age: str,
+    all_users: bool,
+    older_than: str | None,
+    max_size: str | None,
+    datasets: list[str],
+    keep: list[str],
+    include_sources: bool,
+    dry_run: bool,
+    yes: bool,
+    cache_dir: Path | None,
+    fmt: OutputFormat,
+) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.maintenance.gc import execute, plan_gc
+
+    options = parse_options(
+        fingerprints, temp, tmp_dir, min_age, all_users, older_than, max_size, datasets, keep, include_sources
+    )
+    root = existing_root(cache_dir)
+    out = Output(fmt)
+    plan = plan_gc(root, options)
+    for w in plan.warnings:
+        warn(w)
+    if dry_run:
+        _show_plan(out, plan, dry_run=True, final=True)
+        return
+    if not plan.items:
+        from cachetool.maintenance.gc import GcResult
+
+        if fmt == OutputFormat.human:
+            _show_plan(out, plan, dry_run=False, final=True)
+        else:
+            _show_result(out, GcResult(plan, ()))
+        return
+    if not yes:
+        if fmt != OutputFormat.human or not sys.stdin.isatty():
+            _show_plan(out, plan, dry_run=False, final=True)
+            raise CachetoolError(
+                f"refusing to remove {len(plan.items)} item(s) without confirmation: pass --yes"
+            )
+        _show_plan(out, plan, dry_run=False, final=False)
+        if not typer.confirm(
+            f"Remove {len(plan.items)} item(s), {_size(plan.expected_freed)}?", default=False
+        ):
+            out.line("Nothing removed.")
+            return
+    elif fmt == OutputFormat.human:
+        _show_plan(out, plan, dry_run=False, final=False)
+    result = execute(plan)
+    _show_result(out, result)
+    if result.exit_code != ExitCode.OK:
+        raise typer.Exit(int(result.exit_code))
+
+
+# ------------------------------------------------------------------------------------------
+# Rendering
+# ------------------------------------------------------------------------------------------
+
+
+def _size(n: int) -> str:
+    import humanize
+
+    return str(humanize.naturalsize(n))
+
+
+def _where(path: Path, plan: GcPlan) -> str:
+    for base in (plan.root, plan.temp_dir):
+        if base is None:
+            continue
+        try:
+            rel = path.relative_to(base)
+        except ValueError:
+            continue
+        if base != plan.root:
+            return os.fsdecode(path)
+        parts = rel.parts
+        # Deep builder paths wrap badly in a table; the full path is in --json.
+        return os.fsdecode(rel) if len(parts) <= 3 else f"{parts[0]}/…/{parts[-2]}/{parts[-1]}"
+    return os.fsdecode(path)
+
+
+def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[str, Any]:
+    """The `--json` document (schema in README: "gc --json")."""
+    o = plan.options
+    return {
+        "version": 1,
+        "root": os.fsdecode(plan.root),
+        "temp_dir": os.fsdecode(plan.temp_dir) if plan.temp_dir else None,
+        "dry_run": dry_run,
+        "options": {
+            "temp": o.temp,
+            "min_age": o.min_age,
+            "all_users": o.all_users,
+            "older_than": o.older_than,
+            "max_size": o.max_size,
+            "datasets": list(o.datasets),
+            "fingerprints": list(o.fingerprints),
+            "keep": list(o.keep),
+            "include_sources": o.include_sources,
+        },
+        "plan": plan.to_json(),
+        "result": result.to_json() if result is not None else None,
+    }
+
+
+def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None:
+    """The plan in the chosen sink. `final`: nothing else will be printed (dry run, refusal)."""
+    if out.format == OutputFormat.json:
+        if final:
+            out.json(gc_document(plan, None, dry_run))
+        return
+    if out.format == OutputFormat.quiet:
+        if final:
+            out.ids(i.id for i in plan.items)
+        return
+    out.line(f"Cache: {os.fsdecode(plan.root)}", style="bold")
+    if plan.temp_dir is not None:
+        out.line(f"Temp dir: {os.fsdecode(plan.temp_dir)} (only hf_datasets-* and pymp-*)", style="dim")
+    if plan.items:
+        out.line()
+        out.line("Would remove:" if dry_run or not final else "Plan:", style="bold")
+        rows = [
+            (i.kind.value, i.fingerprint or _where(i.path, plan), _size(i.size), i.files, i.reason)
+            for i in plan.items
+        ]
+        out.table(
+            None,
+            [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
+            rows,
+        )
+    if plan.skipped:
+        out.line()
+        out.line("Kept:", style="bold")
+        out.table(
+            None,
+            [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
+            [
+                (s.kind.value, s.fingerprint or _where(s.path, plan), _size(s.size), s.reason)
+                for s in plan.skipped
+            ],
+        )
+    out.line()
+    if plan.items:
+        verb = "Would free" if dry_run or not final else "Frees"
+        freed = f"{_size(plan.expected_freed)} in {plan.expected_files} file(s)"
+        out.line(f"{verb} {freed} ({len(plan.items)} item(s)); {plan.keeps_sentence()}.")
+    else:
+        out.line(f"Nothing to remove; {plan.keeps_sentence()}.")
+    if dry_run and plan.items:
+        hint("run again without --dry-run to remove them (each item is checked again right before)")
+
+
+def _show_result(out: Output, result: GcResult) -> None:
+    plan = result.plan
+    if out.format == OutputFormat.json:
+        out.json(gc_document(plan, result, False))
+        return
+    if out.format == OutputFormat.quiet:
+        out.ids(o.item.id for o in result.removed)
+        return
+    out.line()
+    if result.skipped or result.failed:
+        out.table(
+            None,
+            [("status", "left"), ("kind", "left"), ("what", "left"), ("why", "left")],
+            [
+                (o.status, o.item.kind.value, o.item.fingerprint or _where(o.item.path, plan), o.reason or "")
+                for o in (*result.failed, *result.skipped)
+            ],
+        )
+    freed = f"{_size(result.freed_bytes)} in {result.freed_files} file(s)"
+    out.line(
+        f"Removed {len(result.removed)} item(s), freed {freed}; "
+        f"{len(result.skipped)} kept on a last check, {len(result.failed)} failed."
+    )

@@ -1,0 +1,130 @@
+"""`cachetool pin` / `cachetool unpin`: entries that gc never evicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cachetool.cli.common import (
+    CacheDirOption,
+    FormatOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    handle_errors,
+)
+from cachetool.errors import UnknownFingerprint
+
+FingerprintArg = Annotated[
+    str, typer.Argument(help="A fingerprint or a unique prefix of one.", show_default=False)
+]
+
+
+def pin_command(
+    fingerprint: FingerprintArg,
+    cache_dir: CacheDirOption = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Pin an entry: `cachetool gc` never evicts it, nor any ancestor the ledger records for it.
+
+    Ancestors count because rerunning a pipeline recomputes every evicted step before the pinned
+    one, even when the pinned step itself is still cached. The fingerprint may also be one that
+    only the ledger knows (a step that wrote no file). Pins are stored with the cache, in
+    `<cache>/.cachetool/pins.json`.
+
+    **Examples**
+
+        cachetool pin 3f2a9c1b
+
+        cachetool pin 3f2a9c1b --cache-dir /data/hf-cache
+
+    Exit codes: 0 pinned (or already pinned); 2 unknown or ambiguous fingerprint, missing cache.
+    """
+    _pin(fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
+
+
+def unpin_command(
+    fingerprint: FingerprintArg,
+    cache_dir: CacheDirOption = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Unpin an entry, so that `cachetool gc` may evict it (and its ancestors) again.
+
+    **Examples**
+
+        cachetool unpin 3f2a9c1b
+
+    Exit codes: 0 unpinned; 2 not pinned, ambiguous prefix, missing cache.
+    """
+    _unpin(fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
+
+
+def resolve_fingerprint(root: Path, prefix: str) -> str:
+    """The full fingerprint for `prefix`: an entry's fingerprint or alias, else one the ledger knows."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.errors import AmbiguousFingerprint
+
+    report = scan_cache(root)
+    try:
+        entry = report.find(prefix)
+    except UnknownFingerprint:
+        from cachetool.lineage.ledger import usage_by_fingerprint
+
+        known = sorted(usage_by_fingerprint(report.root))
+        matches = [fp for fp in known if fp == prefix] or [
+            fp for fp in known if prefix and fp.startswith(prefix)
+        ]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise AmbiguousFingerprint(prefix, matches) from None
+        raise
+    exact = [fp for fp in (entry.fingerprint, *entry.aliases) if fp == prefix]
+    if exact:
+        return exact[0]
+    if entry.fingerprint is None:
+        raise UnknownFingerprint(prefix, report.root)  # a path of a file without a fingerprint
+    return next(
+        (fp for fp in (entry.fingerprint, *entry.aliases) if fp and fp.startswith(prefix)), entry.fingerprint
+    )
+
+
+@handle_errors
+def _pin(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.maintenance.pins import add_pin
+
+    root = existing_root(cache_dir).resolve()
+    fp = resolve_fingerprint(root, prefix)
+    added = add_pin(root, fp)
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json({"version": 1, "root": str(root), "fingerprint": fp, "pinned": True, "changed": added})
+    elif fmt == OutputFormat.quiet:
+        out.ids([fp])
+    else:
+        out.line(f"Pinned {fp}" if added else f"{fp} was already pinned")
+
+
+@handle_errors
+def _unpin(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.maintenance.pins import remove_pin
+
+    root = existing_root(cache_dir).resolve()
+    fp = remove_pin(root, prefix)
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json({"version": 1, "root": str(root), "fingerprint": fp, "pinned": False, "changed": True})
+    elif fmt == OutputFormat.quiet:
+        out.ids([fp])
+    else:
+        out.line(f"Unpinned {fp}")

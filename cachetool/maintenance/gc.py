@@ -1,0 +1,1487 @@
+"""`cachetool gc` as a plan: decide what goes (pure data), show it, then execute it item by item.
+
+Two kinds of work, both planned the same way:
+
+* **leftovers** (`--temp`): what killed processes leave behind — `tmp*` files of a killed writer,
+  `<hash or version>.incomplete/` folders of an interrupted preparation, interrupted
+  `save_to_disk` folders, `*.incomplete` downloads, lock files that guard nothing any more, and in
+  the temp dir `datasets` uses only `hf_datasets-*` and `pymp-*` folders;
+* **eviction** (`--older-than`, `--max-size`, `--dataset`, fingerprints): whole entries — every
+  shard of a fingerprint together, a saved DatasetDict folder as one unit, the source splits of a
+  builder folder together with its `dataset_info.json` (so `datasets` prepares it again instead
+  of trusting a folder with holes).
+
+`build_plan()` decides from a scan, a liveness snapshot and a few lock probes; `execute()` trusts
+none of it: right before each item it takes a fresh look — not open or memory-mapped by a live
+process (one `/proc` pass just before executing), no lock held, old enough, owned by this user,
+inside the root (or the temp dir) and not a symlink — and it deletes through directory file
+descriptors opened with `O_NOFOLLOW`, so a folder swapped for a symlink after the check makes the
+open fail instead of redirecting the delete. One item failing never stops the others.
+
+Processes on other machines of a shared file system are invisible to the liveness check; there,
+`--min-age` is the only guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cachetool.cache import layout
+from cachetool.cache.layout import DATA_KINDS, Kind
+from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.errors import CachetoolError, ExitCode
+from cachetool.maintenance.liveness import InUse
+
+#: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
+DEFAULT_MIN_AGE = 3600.0
+#: How long a second gc waits for the first before giving up.
+LOCK_TIMEOUT = 30.0
+GC_LOCK_NAME = "gc.lock"
+
+# datasets names an incomplete prepare after the folder it becomes: a module hash or a version.
+_PREPARE_NAME_RE = re.compile(r"^(?:[0-9a-f]{16,64}|\d+\.\d+\.\d+)$")
+_SOURCE_LIKE = frozenset({Kind.SOURCE, Kind.SAVED, Kind.ARROW})
+_EVICTABLE = frozenset({Kind.DERIVED, Kind.INDICES, Kind.SHARDS}) | _SOURCE_LIKE
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class GcBusy(CachetoolError):
+    """Another `cachetool gc` holds this cache's gc lock."""
+
+    exit_code = ExitCode.PROBLEMS_FOUND
+
+    def __init__(self, root: Path, lock: Path, timeout: float) -> None:
+        super().__init__(
+            f"another cachetool gc is running on {root} (waited {timeout:g}s for {lock}); "
+            "try again when it ends"
+        )
+        self.root = root
+        self.lock = lock
+
+
+# ------------------------------------------------------------------------------------------
+# The plan: plain frozen data
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GcOptions:
+    """Every choice of a gc run; mirrors `cachetool gc`'s options one to one."""
+
+    temp: bool = False
+    tmp_dir: Path | None = None  # None: the temp dir datasets uses (TMPDIR, TEMP, TMP, system default)
+    min_age: float = DEFAULT_MIN_AGE
+    all_users: bool = False
+    older_than: float | None = None
+    max_size: int | None = None
+    datasets: tuple[str, ...] = ()
+    fingerprints: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    include_sources: bool = False
+
+    @property
+    def evicts(self) -> bool:
+        """True when the run evicts entries (not only leftovers)."""
+        return bool(
+            self.older_than is not None or self.max_size is not None or self.datasets or self.fingerprints
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """One file or folder an item removes, as the plan saw it (execute compares)."""
+
+    path: Path
+    is_dir: bool
+    size: int
+    mtime: float | None  # for folders: the newest modification time inside
+
+
+@dataclass(frozen=True)
+class GcItem:
+    """One unit of deletion: removed entirely or not at all (short of an I/O error)."""
+
+    path: Path
+    kind: Kind
+    size: int
+    files: int  # files freed (inodes matter: caches hit inode quotas)
+    reason: str
+    targets: tuple[Target, ...]
+    action: str = "leftover"  # "leftover" | "evict"
+    scope: str = "root"  # "root": inside the cache root; "temp": a folder in the temp dir
+    fingerprint: str | None = None
+    aliases: tuple[str, ...] = ()
+    dataset: str | None = None
+    used: float | None = None
+    lock: Path | None = None  # held (non-blocking) across the removal; someone holding it keeps the item
+
+    @property
+    def id(self) -> str:
+        return self.fingerprint or os.fsdecode(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "action": self.action,
+            "kind": self.kind.value,
+            "scope": self.scope,
+            "path": os.fsdecode(self.path),
+            "paths": [os.fsdecode(t.path) for t in self.targets],
+            "fingerprint": self.fingerprint,
+            "aliases": list(self.aliases),
+            "dataset": self.dataset,
+            "size": self.size,
+            "files": self.files,
+            "last_used": self.used,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Something gc looked at and keeps, and why (a leftover not proven dead, a protected entry)."""
+
+    path: Path
+    kind: Kind
+    reason: str
+    size: int = 0
+    fingerprint: str | None = None
+    scope: str = "root"
+
+    @property
+    def id(self) -> str:
+        return self.fingerprint or os.fsdecode(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind.value,
+            "scope": self.scope,
+            "path": os.fsdecode(self.path),
+            "fingerprint": self.fingerprint,
+            "size": self.size,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    """What a gc run would remove, what it keeps and why. `execute(plan)` carries it out."""
+
+    root: Path
+    temp_dir: Path | None
+    options: GcOptions
+    items: tuple[GcItem, ...]
+    skipped: tuple[Skip, ...] = ()
+    kept_entries: int = 0
+    kept_bytes: int = 0
+    kept_reasons: tuple[tuple[str, int], ...] = ()  # (reason, entries), most common first
+    warnings: tuple[str, ...] = ()
+    created_at: float = field(default=0.0, compare=False)
+
+    @property
+    def expected_freed(self) -> int:
+        return sum(i.size for i in self.items)
+
+    @property
+    def expected_files(self) -> int:
+        return sum(i.files for i in self.items)
+
+    def keeps_sentence(self) -> str:
+        """One sentence on what survives: "keeps 12 entries (3.1 GB): 2 pinned, ... and 9 used in
+        the last 30d"."""
+        n = self.kept_entries
+        head = f"keeps {n} entr{'y' if n == 1 else 'ies'} ({_size(self.kept_bytes)})"
+        parts = [f"{n} {reason}" for reason, n in self.kept_reasons]
+        if not parts:
+            return head
+        body = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        return f"{head}: {body}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": os.fsdecode(self.root),
+            "temp_dir": os.fsdecode(self.temp_dir) if self.temp_dir else None,
+            "items": [i.to_json() for i in self.items],
+            "bytes": self.expected_freed,
+            "files": self.expected_files,
+            "skipped": [s.to_json() for s in self.skipped],
+            "kept": {
+                "entries": self.kept_entries,
+                "bytes": self.kept_bytes,
+                "reasons": dict(self.kept_reasons),
+                "summary": self.keeps_sentence(),
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What execute did with one item."""
+
+    item: GcItem
+    status: str  # "removed" | "skipped" | "failed"
+    reason: str | None = None
+    freed: int = 0
+    files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.item.to_json(),
+            "status": self.status,
+            "why": self.reason,
+            "freed": self.freed,
+            "files_removed": self.files,
+        }
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """The outcome of every item of a plan, in plan order."""
+
+    plan: GcPlan
+    outcomes: tuple[Outcome, ...]
+    finished_at: float = field(default=0.0, compare=False)
+
+    def _with(self, status: str) -> tuple[Outcome, ...]:
+        return tuple(o for o in self.outcomes if o.status == status)
+
+    @property
+    def removed(self) -> tuple[Outcome, ...]:
+        return self._with("removed")
+
+    @property
+    def skipped(self) -> tuple[Outcome, ...]:
+        return self._with("skipped")
+
+    @property
+    def failed(self) -> tuple[Outcome, ...]:
+        return self._with("failed")
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(o.freed for o in self.outcomes)
+
+    @property
+    def freed_files(self) -> int:
+        return sum(o.files for o in self.outcomes)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.PROBLEMS_FOUND if self.failed else ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "removed": [o.to_json() for o in self.removed],
+            "skipped": [o.to_json() for o in self.skipped],
+            "failed": [o.to_json() for o in self.failed],
+            "freed_bytes": self.freed_bytes,
+            "freed_files": self.freed_files,
+        }
+
+
+# ------------------------------------------------------------------------------------------
+# The temp dir: only hf_datasets-* and pymp-* are ever looked at
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TempFolder:
+    """An `hf_datasets-*` or `pymp-*` entry of the temp dir, as `lstat` and a walk tell it."""
+
+    path: Path
+    kind: str  # "hf_datasets" | "pymp"
+    is_dir: bool  # False for a symlink or a file with such a name (never followed, never removed)
+    uid: int
+    size: int = 0
+    files: int = 0
+    newest: float = 0.0
+
+
+@dataclass(frozen=True)
+class TempScan:
+    """The temp dir and its `datasets` leftovers."""
+
+    path: Path
+    folders: tuple[TempFolder, ...] = ()
+    error: str | None = None
+
+
+def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
+    """List the `hf_datasets-*` and `pymp-*` folders of a temp dir; nothing else there is read."""
+    resolved = Path(os.path.realpath(path))
+    try:
+        names = sorted(os.listdir(resolved))
+    except OSError as e:
+        return TempScan(resolved, (), e.strerror or str(e))
+    out = []
+    for name in names:
+        kind = (
+            "hf_datasets"
+            if layout.TEMP_DIR_RE.match(name)
+            else "pymp"
+            if layout.POOL_DIR_RE.match(name)
+            else None
+        )
+        if kind is None:
+            continue
+        p = resolved / name
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            out.append(TempFolder(p, kind, False, st.st_uid, 0, 0, st.st_mtime))
+            continue
+        size, files, newest = _tree_totals(p, st.st_mtime)
+        out.append(TempFolder(p, kind, True, st.st_uid, size, files, newest))
+    return TempScan(resolved, tuple(out))
+
+
+def _tree_totals(path: Path, newest: float) -> tuple[int, int, float]:
+    size = files = 0
+    stack = [path]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                for de in it:
+                    try:
+                        st = de.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    newest = max(newest, st.st_mtime)
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(Path(de.path))
+                    else:
+                        size += st.st_size
+                        files += 1
+        except OSError:
+            continue
+    return size, files, newest
+
+
+# ------------------------------------------------------------------------------------------
+# Locks
+# ------------------------------------------------------------------------------------------
+
+
+def lock_is_held(path: str | os.PathLike[str]) -> bool:
+    """True when a live process holds the filelock at `path` (a non-blocking `flock` fails).
+
+    Opens without `O_CREAT` (a probe must not create lock files) and without following symlinks;
+    a missing lock file is held by nobody."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: keep
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held (EWOULDBLOCK), or no way to tell: either way, keep
+    finally:
+        os.close(fd)  # closing releases a flock we won
+    return False
+
+
+def lock_guards(lock: Path) -> tuple[str, tuple[Path, ...]] | None:
+    """What a `datasets` lock file guards: (what, the paths whose existence keeps it useful).
+
+    `<dir>_builder.lock` and `<dir>.incomplete_info.lock` guard `<dir>` (and its `.incomplete`
+    while preparing); `downloads/<name>.lock` guards the download; `extracted/<sha>.lock` its
+    folder; a root lock encodes the absolute folder path with "/" turned into "_" and is decoded
+    against the file system. None: not a lock we can attribute (kept)."""
+    name = lock.name
+    parent = lock.parent
+    for suffix, what in (("_builder.lock", "builder lock"), (".incomplete_info.lock", "info lock")):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            g = parent / name[: -len(suffix)]
+            return what, (g, g.with_name(g.name + layout.INCOMPLETE_DIR_SUFFIX))
+    if not name.endswith(".lock") or len(name) <= len(".lock"):
+        return None
+    base = name[: -len(".lock")]
+    if parent.name == "extracted" and parent.parent.name == "downloads":
+        return "extraction lock", (parent / base,)
+    if parent.name == "downloads":
+        return "download lock", (parent / base, parent / (base + layout.INCOMPLETE_DIR_SUFFIX))
+    if base.startswith("_") and "..." not in base:
+        found = _decode_root_lock(base)
+        return "builder root lock", found
+    return None
+
+
+def _decode_root_lock(mangled: str, budget: int = 64) -> tuple[Path, ...]:
+    """Existing folders whose absolute path, "/" turned into "_", is `mangled` (the ambiguity of
+    "_" is resolved by looking at what exists). Empty when nothing matches: the folder is gone."""
+    found: list[Path] = []
+    calls = [0]
+
+    def walk(folder: Path, rest: str) -> None:
+        if calls[0] >= budget or len(found) > 4:
+            return
+        calls[0] += 1
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for n in names:
+            if n in (rest, rest + layout.INCOMPLETE_DIR_SUFFIX):
+                found.append(folder / n)
+            elif rest.startswith(n + "_") and os.path.isdir(folder / n):
+                walk(folder / n, rest[len(n) + 1 :])
+
+    walk(Path("/"), mangled[1:])
+    return tuple(found)
+
+
+def _guard_alive(lock: Path, ignoring: frozenset[Path] = frozenset()) -> bool | None:
+    got = lock_guards(lock)
+    if got is None:
+        return None
+    _, guards = got
+    return any(os.path.lexists(g) and g not in ignoring for g in guards)
+
+
+# ------------------------------------------------------------------------------------------
+# Building the plan
+# ------------------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float) -> str:
+    """`30d`, `1h`, `90s`: the shortest exact form, as the options are written."""
+    s = int(seconds)
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def _too_young(age: float, min_age: float) -> str:
+    return f"modified {format_duration(age)} ago, younger than --min-age {format_duration(min_age)}"
+
+
+def _size(n: int) -> str:
+    import humanize
+
+    return str(humanize.naturalsize(n))
+
+
+@dataclass
+class _Unit:
+    key: Path
+    kind: Kind
+    members: list[Entry]
+    targets: tuple[Target, ...]
+    size: int
+    files: int
+    used: float | None
+    newest: float | None
+    label: str | None
+
+    @property
+    def fingerprints(self) -> set[str]:
+        return {fp for e in self.members for fp in (e.fingerprint, *e.aliases) if fp}
+
+    @property
+    def primary(self) -> Entry:
+        return self.members[0]
+
+
+class _Builder:
+    def __init__(
+        self,
+        report: CacheReport,
+        in_use: InUse,
+        options: GcOptions,
+        now: float,
+        euid: int,
+        pins: Mapping[str, Any],
+        parents: Mapping[str, Iterable[str]],
+        sockets: frozenset[str],
+        temp: TempScan | None,
+    ) -> None:
+        self.report = report
+        self.root = report.root
+        self.in_use = in_use
+        self.o = options
+        self.now = now
+        self.euid = euid
+        self.sockets = sockets
+        self.temp = temp
+        self.items: list[GcItem] = []
+        self.skipped: list[Skip] = []
+        self.warnings: list[str] = []
+        self.removing: set[Path] = set()
+        self.pins = set(pins)
+        self.keep_fps = self._resolve_keep(options.keep, parents)
+        from cachetool.maintenance.pins import ancestors
+
+        self.pin_ancestors = ancestors(sorted(self.pins), parents)
+        self.keep_ancestors = ancestors(sorted(self.keep_fps), parents)
+        if not in_use.complete and options.all_users:
+            # Without --all-users only our own files are touched, which other users' processes
+            # (the ones we cannot inspect) rarely hold; with it, say that the check is partial.
+            self.warnings.append("some processes could not be inspected; files they hold look unused")
+
+    def _resolve_keep(self, prefixes: Sequence[str], parents: Mapping[str, Iterable[str]]) -> set[str]:
+        known = {fp for e in self.report.entries for fp in (e.fingerprint, *e.aliases) if fp} | set(parents)
+        out: set[str] = set()
+        for p in prefixes:
+            hits = {fp for fp in known if fp == p} or {fp for fp in known if p and fp.startswith(p)}
+            if not hits:
+                self.warnings.append(f"--keep {p}: no entry or recorded fingerprint matches")
+            out |= hits
+        return out
+
+    # -- shared refusals ------------------------------------------------------------------------
+    def refusal(
+        self, uids: Iterable[int], newest: float | None, pids: Iterable[int], age_applies: bool = True
+    ) -> str | None:
+        if not self.o.all_users:
+            others = sorted({u for u in uids if u != self.euid})
+            if others:
+                return f"owned by uid {others[0]}, not by you (pass --all-users)"
+        held = sorted(set(pids))
+        if held:
+            return f"in use by pid {', '.join(map(str, held[:5]))}" + (" …" if len(held) > 5 else "")
+        if age_applies and newest is not None and self.now - newest < self.o.min_age:
+            age = max(0.0, self.now - newest)
+            return _too_young(age, self.o.min_age)
+        return None
+
+    def file_pids(self, files: Iterable[CacheFile]) -> set[int]:
+        out: set[int] = set()
+        for f in files:
+            out |= self.in_use.pids_for_path(os.fspath(f.path))
+        return out
+
+    def skip(
+        self,
+        e: Entry | None,
+        reason: str,
+        *,
+        path: Path | None = None,
+        kind: Kind | None = None,
+        size: int | None = None,
+        scope: str = "root",
+    ) -> None:
+        self.skipped.append(
+            Skip(
+                path or (e.path if e else self.root),
+                kind or (e.kind if e else Kind.OTHER),
+                reason,
+                size if size is not None else (e.size if e else 0),
+                e.fingerprint if e else None,
+                scope,
+            )
+        )
+
+    def add(self, item: GcItem) -> None:
+        self.items.append(item)
+        for t in item.targets:
+            self.removing.add(t.path)
+
+    # -- leftovers ----------------------------------------------------------------------------
+    def leftovers(self, only: set[Path] | None = None) -> None:
+        data_dirs = {d.path for d in self.report.datasets}
+        data_dirs |= {e.path.parent for e in self.report.entries if e.kind in DATA_KINDS}
+        locks: list[Entry] = []
+        for e in self.report.entries:
+            if only is not None and e.path not in only:
+                continue
+            if e.kind == Kind.TEMP:
+                self.temp_file(e, data_dirs)
+            elif e.kind == Kind.INCOMPLETE_PREPARE:
+                self.incomplete_prepare(e)
+            elif e.kind == Kind.INCOMPLETE_SAVE:
+                self.incomplete_save(e)
+            elif e.kind == Kind.DOWNLOAD:
+                self.incomplete_download(e)
+            elif e.kind == Kind.LOCK:
+                locks.append(e)
+        # Locks last: whether a lock still guards something depends on the folders removed above.
+        for e in locks:
+            self.lock(e)
+
+    def temp_file(self, e: Entry, data_dirs: set[Path]) -> None:
+        f = e.files[0] if e.files else None
+        if f is None or not stat.S_ISREG(f.mode):
+            self.skip(e, "not a regular file")
+            return
+        if e.dataset_dir is None and e.path.parent not in data_dirs:
+            self.skip(e, "not in a dataset folder: datasets did not write it")
+            return
+        why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
+        if why:
+            self.skip(e, why)
+            return
+        what = "empty temp file" if f.size == 0 else "partial temp file"
+        reason = f"{what} of a killed writer (map, filter, sort, shuffle)"
+        self.add(
+            GcItem(
+                e.path,
+                Kind.TEMP,
+                f.size,
+                1,
+                reason,
+                (Target(e.path, False, f.size, f.mtime),),
+                dataset=e.dataset,
+                aliases=e.aliases,
+            )
+        )
+
+    def incomplete_prepare(self, e: Entry) -> None:
+        final = e.dataset_dir or e.path.with_name(e.path.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
+        if not _PREPARE_NAME_RE.match(final.name):
+            self.skip(e, "not named <hash or version>.incomplete: datasets did not make it")
+            return
+        lock = final.with_name(final.name + "_builder.lock")
+        if lock_is_held(lock):
+            self.skip(e, f"a preparation is running ({lock.name} is held)")
+            return
+        newest = _newest(e)
+        uids = [f.uid for f in e.files] + [_uid(e.path)]
+        why = self.refusal(uids, newest, self.in_use.pids_under(e.path))
+        if why:
+            self.skip(e, why)
+            return
+        self.add(
+            GcItem(
+                e.path,
+                Kind.INCOMPLETE_PREPARE,
+                e.size,
+                len(e.files),
+                "interrupted load_dataset preparation (its builder lock is free)",
+                (Target(e.path, True, e.size, newest),),
+                dataset=e.dataset,
+                lock=lock,
+            )
+        )
+
+    def incomplete_save(self, e: Entry) -> None:
+        if e.path == self.root:
+            self.skip(e, "is the cache root itself")
+            return
+        newest = _newest(e)
+        why = self.refusal([f.uid for f in e.files] + [_uid(e.path)], newest, self.in_use.pids_under(e.path))
+        if why:
+            self.skip(e, why)
+            return
+        self.add(
+            GcItem(
+                e.path,
+                Kind.INCOMPLETE_SAVE,
+                e.size,
+                len(e.files),
+                "interrupted save_to_disk (data files, no state.json)",
+                (Target(e.path, True, e.size, newest),),
+                dataset=e.dataset,
+            )
+        )
+
+    def incomplete_download(self, e: Entry) -> None:
+        for f in e.files:
+            if not f.name.endswith(layout.INCOMPLETE_DIR_SUFFIX) or not stat.S_ISREG(f.mode):
+                continue
+            base = f.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)]
+            lock = f.path.with_name(base + ".lock")
+            if lock_is_held(lock):
+                self.skip(e, f"a download is running ({lock.name} is held)", path=f.path, size=f.size)
+                continue
+            why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
+            if why:
+                self.skip(e, why, path=f.path, size=f.size)
+                continue
+            self.add(
+                GcItem(
+                    f.path,
+                    Kind.DOWNLOAD,
+                    f.size,
+                    1,
+                    "interrupted download (its lock is free)",
+                    (Target(f.path, False, f.size, f.mtime),),
+                    dataset=e.dataset,
+                    lock=lock,
+                )
+            )
+
+    def lock(self, e: Entry) -> None:
+        f = e.files[0] if e.files else None
+        if f is None or not stat.S_ISREG(f.mode):
+            self.skip(e, "not a regular file")
+            return
+        alive = _guard_alive(e.path, frozenset(self.removing))
+        if alive is None:
+            self.skip(e, "cannot tell which folder it guards")
+            return
+        if alive:
+            return  # a lock of a live folder: nothing to say, it is simply part of the cache
+        if lock_is_held(e.path):
+            self.skip(e, "held by a live process")
+            return
+        # Age says nothing about a lock: filelock never touches its mtime.
+        why = self.refusal([f.uid], None, self.file_pids([f]), age_applies=False)
+        if why:
+            self.skip(e, why)
+            return
+        self.add(
+            GcItem(
+                e.path,
+                Kind.LOCK,
+                f.size,
+                1,
+                "lock nobody holds, of a folder that no longer exists",
+                (Target(e.path, False, f.size, f.mtime),),
+                dataset=e.dataset,
+                lock=e.path,
+            )
+        )
+
+    def temp_folders(self) -> None:
+        if self.temp is None:
+            return
+        if self.temp.error:
+            self.warnings.append(f"cannot read the temp dir {self.temp.path}: {self.temp.error}")
+        for tf in self.temp.folders:
+            if not tf.is_dir:
+                self.skip(
+                    None,
+                    "a symlink or not a folder (never followed)",
+                    path=tf.path,
+                    kind=Kind.TEMP,
+                    size=0,
+                    scope="temp",
+                )
+                continue
+            pids = set(self.in_use.pids_under(tf.path))
+            prefix = os.fspath(tf.path) + "/"
+            bound = any(s.startswith(prefix) for s in self.sockets)
+            why = self.refusal([tf.uid], tf.newest, pids)
+            if why is None and bound:
+                why = "a live process listens on a socket inside"
+            if why:
+                self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
+                continue
+            if tf.kind == "hf_datasets":
+                reason = "temp folder of a datasets process that is gone (caching disabled)"
+            else:
+                reason = "folder of a multiprocess pool whose processes are gone"
+            self.add(
+                GcItem(
+                    tf.path,
+                    Kind.TEMP,
+                    tf.size,
+                    tf.files,
+                    reason,
+                    (Target(tf.path, True, tf.size, tf.newest),),
+                    scope="temp",
+                )
+            )
+
+    # -- eviction -----------------------------------------------------------------------------
+    def units(self) -> list[_Unit]:
+        entries = self.report.entries
+        meta_by_dir = {d.path: d.meta_files for d in self.report.datasets}
+        out: list[_Unit] = []
+        saved_keys = sorted({e.unit or e.path for e in entries if e.kind == Kind.SAVED})
+        for key in saved_keys:
+            if key == self.root:
+                continue  # a saved folder given as the root: never remove the root
+            members = [e for e in entries if e.path == key or key in e.path.parents]
+            members.sort(key=lambda e: (e.kind != Kind.SAVED, os.fsdecode(e.path)))
+            metas = [f for d, fs in meta_by_dir.items() if d == key or key in d.parents for f in fs]
+            files = [f for e in members for f in e.files] + metas
+            size = sum(f.size for f in files)
+            newest = max((f.mtime for f in files), default=None)
+            used = max((u for e in members if (u := e.used) is not None), default=None)
+            out.append(
+                _Unit(
+                    key,
+                    Kind.SAVED,
+                    members,
+                    (Target(key, True, size, newest),),
+                    size,
+                    len(files),
+                    used,
+                    newest,
+                    members[0].dataset,
+                )
+            )
+        by_source_dir: dict[Path, list[Entry]] = {}
+        for e in entries:
+            if e.kind == Kind.SOURCE and e.dataset_dir is not None:
+                by_source_dir.setdefault(e.dataset_dir, []).append(e)
+        for d, members in sorted(by_source_dir.items()):
+            metas = sorted(meta_by_dir.get(d, ()), key=lambda f: f.name != layout.DATASET_INFO)
+            files = list(metas) + [f for e in members for f in e.files]
+            # dataset_info.json goes first: without it datasets prepares again rather than
+            # trusting a folder whose splits are half gone.
+            targets = tuple(Target(f.path, False, f.size, f.mtime) for f in files)
+            used = max((u for e in members if (u := e.used) is not None), default=None)
+            newest = max((f.mtime for f in files), default=None)
+            out.append(
+                _Unit(
+                    d,
+                    Kind.SOURCE,
+                    members,
+                    targets,
+                    sum(f.size for f in files),
+                    len(files),
+                    used,
+                    newest,
+                    members[0].dataset,
+                )
+            )
+        for e in entries:
+            if e.kind in (Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.ARROW):
+                targets = tuple(Target(f.path, False, f.size, f.mtime) for f in e.files)
+                out.append(
+                    _Unit(e.path, e.kind, [e], targets, e.size, len(e.files), e.used, e.modified, e.dataset)
+                )
+        return out
+
+    def protection(self, u: _Unit) -> tuple[str, str] | None:
+        """(short reason for the keeps sentence, full reason) when a unit must stay."""
+        fps = u.fingerprints
+        if fps & self.pins:
+            return "pinned", "pinned (cachetool unpin to release)"
+        hit = next((fp for fp in sorted(fps) if fp in self.pin_ancestors), None)
+        if hit:
+            return "ancestors of pinned entries", f"ancestor of pinned {self.pin_ancestors[hit]}"
+        if fps & self.keep_fps:
+            return "kept by --keep", "kept by --keep"
+        hit = next((fp for fp in sorted(fps) if fp in self.keep_ancestors), None)
+        if hit:
+            return "kept by --keep", f"ancestor of --keep {self.keep_ancestors[hit]}"
+        if u.kind in _SOURCE_LIKE and not self.o.include_sources:
+            return (
+                "source splits and saved datasets",
+                "source split or saved dataset (pass --include-sources)",
+            )
+        pids: set[int] = set()
+        for e in u.members:
+            pids |= self.file_pids(e.files)
+        if u.kind == Kind.SAVED:
+            pids |= self.in_use.pids_under(u.key)
+        uids = [f.uid for e in u.members for f in e.files]
+        why = self.refusal(uids, u.newest, pids)
+        if why:
+            short = (
+                "in use"
+                if why.startswith("in use")
+                else "younger than --min-age"
+                if why.startswith("modified")
+                else "owned by other users"
+            )
+            return short, why
+        return None
+
+    def evictions(self, explicit: list[Entry]) -> dict[Path, str]:
+        """Plan evictions; returns, per unit key, why a unit that stays stays (for the sentence)."""
+        o = self.o
+        units = self.units()
+        scoped = units
+        explicit_keys = {self._unit_key_of(e) for e in explicit}
+        if explicit:
+            scoped = [u for u in scoped if u.key in explicit_keys]
+        if o.datasets:
+            from cachetool.cache.query import compile_filter
+
+            tests = [compile_filter(f"dataset={name}") for name in o.datasets]
+            scoped = [u for u in scoped if any(t(e, self.now) for e in u.members for t in tests)]
+        scoped_keys = {u.key for u in scoped}
+        protected = {u.key: self.protection(u) for u in scoped}
+        selected: list[_Unit] = []
+        why_kept: dict[Path, str] = {}
+        for u in units:
+            if u.key not in scoped_keys:
+                why_kept[u.key] = "outside the selection"
+        if o.older_than is not None:
+            for u in scoped:
+                if u.used is not None and self.now - u.used > o.older_than:
+                    selected.append(u)
+                else:
+                    why_kept[u.key] = f"used in the last {format_duration(o.older_than)}"
+        elif o.max_size is None:
+            selected = list(scoped)
+        chosen: list[_Unit] = []
+        by_size: set[Path] = set()
+        for u in selected:
+            p = protected[u.key]
+            if p is None:
+                chosen.append(u)
+            else:
+                why_kept[u.key] = p[0]
+                self.protected_skip(u, p[1], explicit_keys)
+        if o.max_size is not None:
+            leftover_bytes = sum(i.size for i in self.items if i.scope == "root")
+            current = self.report.size - leftover_bytes - sum(u.size for u in _outermost(chosen))
+            rest = [u for u in scoped if u not in selected]
+            rest.sort(key=lambda u: (u.used if u.used is not None else 0.0, -u.size, os.fsdecode(u.key)))
+            for u in rest:
+                if current <= o.max_size:
+                    why_kept.setdefault(u.key, f"that fit under {_size(o.max_size)}")
+                    continue
+                p = protected[u.key]
+                if p is not None:
+                    why_kept[u.key] = p[0]
+                    self.protected_skip(u, p[1], explicit_keys)
+                    continue
+                if any(c.kind == Kind.SAVED and c.key in u.key.parents for c in chosen):
+                    continue
+                chosen.append(u)
+                by_size.add(u.key)
+                current -= u.size
+                why_kept.pop(u.key, None)
+            if current > o.max_size:
+                self.warnings.append(
+                    f"the cache stays above {_size(o.max_size)} ({_size(current)}): the rest is protected"
+                )
+        for u in _outermost(chosen):
+            self.add(self._evict_item(u, by_size=u.key in by_size))
+        return why_kept
+
+    def protected_skip(self, u: _Unit, reason: str, explicit_keys: set[Path]) -> None:
+        # Sources and saved datasets stay by default; listing each of them would bury the skips
+        # that matter (pinned, in use, too young) unless the user named them.
+        if u.kind in _SOURCE_LIKE and not self.o.include_sources and u.key not in explicit_keys:
+            return
+        self.skip(u.primary, reason, path=u.key, size=u.size)
+
+    def _unit_key_of(self, e: Entry) -> Path:
+        if e.kind == Kind.SAVED:
+            return e.unit or e.path
+        if e.kind == Kind.SOURCE and e.dataset_dir is not None:
+            return e.dataset_dir
+        return e.path
+
+    def _evict_item(self, u: _Unit, by_size: bool = False) -> GcItem:
+        o = self.o
+        ago = f" (last used {format_duration(self.now - u.used)} ago)" if u.used is not None else ""
+        if by_size and o.max_size is not None:
+            reason = f"least recently used{ago}, cache over {_size(o.max_size)}"
+        elif o.older_than is not None:
+            reason = f"not used in {format_duration(o.older_than)}{ago}"
+        elif o.fingerprints:
+            reason = "named on the command line"
+        else:
+            reason = f"in --dataset {', '.join(o.datasets)}"
+        e = u.primary
+        fp = e.fingerprint if u.kind != Kind.SOURCE or len(u.members) == 1 else None
+        aliases = tuple(sorted(u.fingerprints - {fp} if fp else u.fingerprints))
+        return GcItem(
+            u.key if u.kind in (Kind.SAVED, Kind.SOURCE) else e.path,
+            u.kind,
+            u.size,
+            u.files,
+            reason,
+            u.targets,
+            action="evict",
+            fingerprint=fp,
+            aliases=aliases,
+            dataset=u.label,
+            used=u.used,
+        )
+
+    def kept(
+        self, why_kept: Mapping[Path, str], evicting: bool
+    ) -> tuple[int, int, tuple[tuple[str, int], ...]]:
+        removed = {t.path for i in self.items for t in i.targets}
+        counts: dict[str, int] = {}
+        n = size = 0
+        units = self.units() if evicting else []
+        reason_of_entry: dict[Path, str] = {}
+        for u in units:
+            for e in u.members:
+                reason_of_entry.setdefault(e.path, why_kept.get(u.key, "not selected"))
+        for e in self.report.entries:
+            if e.kind not in DATA_KINDS:
+                continue
+            if (
+                e.path in removed
+                or any(p in removed for p in e.path.parents)
+                or any(f.path in removed for f in e.files)
+            ):
+                continue
+            n += 1
+            size += e.size
+            reason = reason_of_entry.get(e.path) if evicting else "entries (--temp removes leftovers only)"
+            if reason is None:
+                reason = "unreadable or not evictable"
+            counts[reason] = counts.get(reason, 0) + 1
+        order = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return n, size, tuple(order)
+
+
+def _outermost(units: Sequence[_Unit]) -> list[_Unit]:
+    """Drop units inside a chosen saved folder: removing the folder removes them."""
+    folders = [u.key for u in units if u.kind == Kind.SAVED]
+    return [u for u in units if not any(f in u.key.parents for f in folders)]
+
+
+def _newest(e: Entry) -> float | None:
+    got = max((f.mtime for f in e.files), default=None)
+    try:
+        own = os.lstat(e.path).st_mtime
+    except OSError:
+        return got
+    return own if got is None else max(got, own)
+
+
+def _uid(path: Path) -> int:
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return os.geteuid()
+
+
+def build_plan(
+    report: CacheReport,
+    in_use: InUse,
+    options: GcOptions,
+    *,
+    temp: TempScan | None = None,
+    pins: Mapping[str, Any] | None = None,
+    parents: Mapping[str, Iterable[str]] | None = None,
+    sockets: frozenset[str] = frozenset(),
+    now: float | None = None,
+    euid: int | None = None,
+) -> GcPlan:
+    """Decide what a gc run removes, from a scan and a liveness snapshot (plus lock probes).
+
+    Nothing is removed here. The same rules run again in `execute()` right before each item,
+    because processes start and finish between the two."""
+    t = time.time() if now is None else now
+    b = _Builder(
+        report,
+        in_use,
+        options,
+        t,
+        os.geteuid() if euid is None else euid,
+        pins or {},
+        parents or {},
+        sockets,
+        temp,
+    )
+    explicit = [report.find(fp) for fp in options.fingerprints]
+    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD}
+    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
+    explicit = [e for e in explicit if e.kind not in leftover_kinds]
+    if options.temp:
+        b.leftovers()
+        b.temp_folders()
+    elif named_leftovers:
+        b.leftovers(only=named_leftovers)
+    why_kept: dict[Path, str] = {}
+    evicting = (
+        bool(explicit)
+        or options.older_than is not None
+        or options.max_size is not None
+        or bool(options.datasets)
+    )
+    if evicting:
+        for e in explicit:
+            if e.kind not in _EVICTABLE:
+                b.skip(e, f"a {e.kind.value} entry is not evicted (see cachetool verify)")
+        why_kept = b.evictions([e for e in explicit if e.kind in _EVICTABLE])
+    n, size, reasons = b.kept(why_kept, evicting)
+    return GcPlan(
+        report.root,
+        temp.path if temp else None,
+        options,
+        tuple(b.items),
+        tuple(b.skipped),
+        n,
+        size,
+        reasons,
+        tuple(b.warnings),
+        t,
+    )
+
+
+def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
+    """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
+    ledger's parents, and build the plan."""
+    from cachetool.cache.dirs import temp_dir
+    from cachetool.cache.scan import scan_cache
+    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use
+    from cachetool.maintenance.pins import read_pins, recorded_parents
+
+    report = scan_cache(root)
+    temp = None
+    if options.temp:
+        temp = scan_temp_dir(options.tmp_dir if options.tmp_dir is not None else temp_dir().path)
+    pins = read_pins(report.root)
+    parents = recorded_parents(report.root) if options.evicts and (pins or options.keep) else {}
+    # Liveness last: the snapshot should be younger than everything it judges.
+    in_use = scan_in_use()
+    return build_plan(
+        report, in_use, options, temp=temp, pins=pins, parents=parents, sockets=bound_socket_paths()
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Executing the plan
+# ------------------------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """A re-check failed: keep the item and say why."""
+
+
+@contextlib.contextmanager
+def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[Path]:
+    """Hold the exclusive gc lock of `root` (`<root>/.cachetool/gc.lock`, or a per-user lock when
+    the root cannot be written), so two gc runs never work on one cache at once."""
+    from filelock import FileLock, Timeout
+
+    path = root / layout.LEDGER_DIR / GC_LOCK_NAME
+    try:
+        path.parent.mkdir(exist_ok=True)
+        if not os.access(path.parent, os.W_OK):
+            raise PermissionError(path.parent)
+    except OSError:
+        from cachetool.cache.dirs import user_state_dir
+        from cachetool.lineage.ledger import root_key
+
+        path = user_state_dir() / "gc-locks" / f"{root_key(root)}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path), timeout=timeout)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise GcBusy(root, path, timeout) from None
+    try:
+        yield path
+    finally:
+        lock.release()
+
+
+@dataclass
+class _Ctx:
+    anchors: dict[str, tuple[Path, int]]
+    in_use: InUse
+    sockets: frozenset[str]
+    now: float
+    euid: int
+    options: GcOptions
+
+
+def execute(
+    plan: GcPlan,
+    *,
+    in_use: InUse | None = None,
+    lock_timeout: float = LOCK_TIMEOUT,
+    log: bool = True,
+) -> GcResult:
+    """Carry out a plan under the gc lock, re-checking every item right before removing it.
+
+    A fresh liveness snapshot is taken after the lock is won (unless one is given). Items that
+    fail a re-check are skipped with the reason; an I/O error fails that item only. Every removal
+    is recorded in the root's ledger (`cachetool.lineage.gclog`) after its files are gone."""
+    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use
+
+    with gc_lock(plan.root, lock_timeout):
+        snapshot = in_use if in_use is not None else scan_in_use()
+        ctx = _Ctx({}, snapshot, bound_socket_paths(), time.time(), os.geteuid(), plan.options)
+        for scope, anchor in (("root", plan.root), ("temp", plan.temp_dir)):
+            if anchor is None:
+                continue
+            try:
+                ctx.anchors[scope] = (anchor, os.open(anchor, _O_DIR))
+            except OSError:
+                pass  # its items fail their re-check below
+        gclog = None
+        if log:
+            from cachetool.lineage.gclog import GcLog
+
+            gclog = GcLog(plan.root)
+        outcomes: list[_Outcome] = []
+        try:
+            for item in plan.items:
+                outcome = _run_item(item, ctx)
+                outcomes.append(outcome)
+                if gclog is not None and outcome.freed_anything:
+                    gclog.removed(
+                        kind=item.kind.value,
+                        paths=[t.path for t in item.targets],
+                        size=outcome.freed,
+                        files=outcome.files,
+                        reason=item.reason,
+                        fingerprint=item.fingerprint,
+                        aliases=item.aliases,
+                        dataset=item.dataset,
+                        when=time.time(),
+                    )
+        finally:
+            for _, fd in ctx.anchors.values():
+                os.close(fd)
+            if gclog is not None:
+                gclog.close()
+    return GcResult(plan, tuple(o.public() for o in outcomes), time.time())
+
+
+@dataclass
+class _Outcome:
+    item: GcItem
+    status: str
+    reason: str | None = None
+    freed: int = 0
+    files: int = 0
+
+    @property
+    def freed_anything(self) -> bool:
+        return self.status == "removed" or self.files > 0
+
+    def public(self) -> Outcome:
+        return Outcome(self.item, self.status, self.reason, self.freed, self.files)
+
+
+def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
+    out = _Outcome(item, "removed")
+    fds: list[int] = []
+    try:
+        anchor = ctx.anchors.get(item.scope)
+        if anchor is None:
+            raise _Refused(f"cannot open the {'cache root' if item.scope == 'root' else 'temp dir'}")
+        if item.lock is not None:
+            lock_fd = _take_lock(anchor, item.lock)
+            if lock_fd is not None:
+                fds.append(lock_fd)
+        checked = []
+        for t in item.targets:
+            got = _check_target(item, t, anchor, ctx)
+            if got is not None:
+                checked.append(got)
+                fds.append(got[0])
+                if got[2] is not None:
+                    fds.append(got[2])
+        if not checked:
+            return _Outcome(item, "skipped", "already gone")
+        if item.kind == Kind.LOCK and _guard_alive(item.path):
+            raise _Refused("its folder exists again")
+        for parent_fd, name, dir_fd, _st in checked:
+            if dir_fd is not None:
+                freed = [0, 0]
+                try:
+                    _remove_tree(dir_fd, freed)
+                finally:
+                    out.freed += freed[0]
+                    out.files += freed[1]
+                os.rmdir(name, dir_fd=parent_fd)
+            else:
+                st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+                os.unlink(name, dir_fd=parent_fd)
+                if stat.S_ISREG(st.st_mode):
+                    out.freed += st.st_size
+                    out.files += 1
+        return out
+    except _Refused as r:
+        return _Outcome(item, "skipped", str(r), out.freed, out.files)
+    except OSError as e:
+        where = e.filename or item.path
+        return _Outcome(item, "failed", f"{e.strerror or e} ({where})", out.freed, out.files)
+    except Exception as e:  # one broken item must not stop the others
+        return _Outcome(item, "failed", f"{type(e).__name__}: {e}", out.freed, out.files)
+    finally:
+        for fd in reversed(fds):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _relative_parts(anchor: Path, path: Path) -> tuple[str, ...]:
+    try:
+        rel = path.relative_to(anchor)
+    except ValueError:
+        raise _Refused(f"outside {anchor}") from None
+    parts = rel.parts
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise _Refused(f"not strictly inside {anchor}")
+    return parts
+
+
+def _open_parent(anchor: tuple[Path, int], path: Path) -> tuple[int, str]:
+    """Open the folder holding `path` one component at a time from the anchor, never following a
+    symlink: a component swapped for a symlink makes the open fail (ELOOP/ENOTDIR)."""
+    root, root_fd = anchor
+    parts = _relative_parts(root, path)
+    # The lexical check above is about names; this one is about where the names lead now.
+    real_parent = os.path.realpath(path.parent)
+    if real_parent != os.fspath(root) and not real_parent.startswith(os.fspath(root).rstrip("/") + "/"):
+        raise _Refused(f"resolves outside {root} (a folder on the way is a symlink)")
+    fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            try:
+                nfd = os.open(part, _O_DIR, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _Refused(f"{part} on the way is now a symlink or not a folder") from None
+                if e.errno == errno.ENOENT:
+                    raise FileNotFoundError(e.errno, e.strerror, part) from None
+                raise
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def _take_lock(anchor: tuple[Path, int], lock: Path) -> int | None:
+    """Win the filelock at `lock` without blocking and without creating it; held until the item
+    is done, so no preparation or download can start on what is being removed."""
+    try:
+        parent_fd, name = _open_parent(anchor, lock)
+    except FileNotFoundError:
+        return None
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=parent_fd
+        )
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _Refused(f"{lock.name} is a symlink") from None
+        raise
+    finally:
+        os.close(parent_fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise _Refused(f"{lock.name} is held by a live process") from None
+    return fd
+
+
+def _check_target(
+    item: GcItem, t: Target, anchor: tuple[Path, int], ctx: _Ctx
+) -> tuple[int, str, int | None, os.stat_result] | None:
+    """Re-check one target; returns (parent fd, name, folder fd or None, stat) or None if gone."""
+    try:
+        parent_fd, name = _open_parent(anchor, t.path)
+    except FileNotFoundError:
+        return None
+    keep_open = False
+    dir_fd: int | None = None
+    try:
+        try:
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            raise _Refused("is a symlink (never followed)")
+        if stat.S_ISDIR(st.st_mode) != t.is_dir:
+            raise _Refused("changed type since the plan")
+        stats = [st]
+        if t.is_dir:
+            try:
+                dir_fd = os.open(name, _O_DIR, dir_fd=parent_fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _Refused("is now a symlink") from None
+                raise
+            stats += _inventory(dir_fd)
+        _judge(item, t, stats, ctx, dir_fd)
+        keep_open = True
+        return parent_fd, name, dir_fd, st
+    finally:
+        if not keep_open:
+            os.close(parent_fd)
+            if dir_fd is not None:
+                os.close(dir_fd)
+
+
+def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_fd: int | None) -> None:
+    o = ctx.options
+    if not o.all_users:
+        other = next((s.st_uid for s in stats if s.st_uid != ctx.euid), None)
+        if other is not None:
+            raise _Refused(f"owned by uid {other}, not by you (pass --all-users)")
+    pids: set[int] = set()
+    for s in stats:
+        pids |= ctx.in_use.pids(s)
+    if pids:
+        raise _Refused(f"in use by pid {', '.join(map(str, sorted(pids)[:5]))}")
+    if t.is_dir:
+        prefix = os.fspath(t.path) + "/"
+        if any(s.startswith(prefix) for s in ctx.sockets):
+            raise _Refused("a live process listens on a socket inside")
+    if item.kind != Kind.LOCK:
+        newest = max(s.st_mtime for s in stats)
+        if ctx.now - newest < o.min_age:
+            raise _Refused(_too_young(max(0.0, ctx.now - newest), o.min_age))
+    top = stats[0]
+    if item.action == "evict" and not t.is_dir and (top.st_size != t.size or top.st_mtime != t.mtime):
+        raise _Refused("changed since the plan")
+    if item.kind == Kind.TEMP and item.scope == "root" and not layout.TEMP_FILE_RE.match(t.path.name):
+        raise _Refused("not a temp file name")
+    if item.kind == Kind.INCOMPLETE_SAVE and dir_fd is not None:
+        try:
+            os.stat(layout.STATE_JSON, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            raise _Refused("state.json appeared: the save finished")
+    if item.kind == Kind.LOCK and _guard_alive(t.path):
+        raise _Refused("its folder exists again")
+
+
+def _inventory(dir_fd: int) -> list[os.stat_result]:
+    """stat of everything below an open folder, walking by descriptors without following links."""
+    out: list[os.stat_result] = []
+    with os.scandir(dir_fd) as it:
+        entries = list(it)
+    for de in entries:
+        st = os.stat(de.name, dir_fd=dir_fd, follow_symlinks=False)
+        out.append(st)
+        if stat.S_ISDIR(st.st_mode):
+            sub = os.open(de.name, _O_DIR, dir_fd=dir_fd)
+            try:
+                out += _inventory(sub)
+            finally:
+                os.close(sub)
+    return out
+
+
+def _remove_tree(dir_fd: int, freed: list[int]) -> None:
+    """Empty an open folder through descriptors: `unlink`/`rmdir` relative to each folder's fd,
+    subfolders opened with `O_NOFOLLOW`. A symlink inside is removed as a link, never followed.
+    Keeps going past errors and raises the first one at the end; `freed` ([bytes, files]) counts
+    what is gone either way."""
+    first_error: OSError | None = None
+    with os.scandir(dir_fd) as it:
+        entries = list(it)
+    for de in entries:
+        try:
+            st = os.stat(de.name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(de.name, _O_DIR, dir_fd=dir_fd)
+                try:
+                    _remove_tree(sub, freed)
+                finally:
+                    os.close(sub)
+                os.rmdir(de.name, dir_fd=dir_fd)
+            else:
+                os.unlink(de.name, dir_fd=dir_fd)
+                if stat.S_ISREG(st.st_mode):
+                    freed[0] += st.st_size
+                freed[1] += 1
+        except OSError as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error

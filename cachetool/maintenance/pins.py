@@ -1,0 +1,152 @@
+"""Pins: fingerprints that `cachetool gc` never evicts, with their recorded ancestors.
+
+Pins live with the cache they protect, in `<root>/.cachetool/pins.json` (a copied or shared cache
+keeps its pins), written under a file lock and replaced atomically::
+
+    {"v": 1, "pins": {"<fingerprint>": {"time": 1700000000.0, "host": "...", "user": 1000}}}
+
+A pinned result stays cheap to reproduce only if the steps before it stay cached too: rerunning
+the pipeline recomputes every evicted ancestor even when the pinned step itself is a cache hit.
+So gc protects the pinned fingerprints *and* every fingerprint the ledger records as their
+ancestor (`protected_fingerprints`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cachetool.cache.layout import LEDGER_DIR
+from cachetool.errors import CachetoolError
+
+PINS_FILE = "pins.json"
+
+
+class NotPinned(CachetoolError):
+    """`cachetool unpin` of a fingerprint that is not pinned."""
+
+    def __init__(self, prefix: str, root: Path) -> None:
+        super().__init__(f"'{prefix}' is not pinned in {root}")
+        self.prefix = prefix
+        self.root = root
+
+
+def pins_path(root: str | os.PathLike[str]) -> Path:
+    """`<root>/.cachetool/pins.json`."""
+    return Path(root) / LEDGER_DIR / PINS_FILE
+
+
+def read_pins(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The pins of `root`: `{fingerprint: {"time", "host", "user"}}`; `{}` when there are none.
+
+    An unreadable pins file is an error rather than "no pins": gc must not evict what a user pinned
+    because a file got damaged."""
+    path = pins_path(root)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise CachetoolError(f"cannot read the pins of this cache ({path}): {e}") from None
+    pins = doc.get("pins") if isinstance(doc, dict) else None
+    if not isinstance(pins, dict):
+        raise CachetoolError(f"cannot read the pins of this cache ({path}): no 'pins' object")
+    return {str(k): (v if isinstance(v, dict) else {}) for k, v in pins.items()}
+
+
+def _write_pins(root: Path, pins: Mapping[str, Mapping[str, Any]]) -> None:
+    path = pins_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{PINS_FILE}.{os.getpid()}.tmp")
+    doc = {"v": 1, "pins": dict(sorted(pins.items()))}
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _locked(root: Path) -> Any:
+    from filelock import FileLock
+
+    path = pins_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock", timeout=10)
+
+
+def add_pin(root: str | os.PathLike[str], fingerprint: str) -> bool:
+    """Pin `fingerprint` in `root`. Returns False when it was already pinned."""
+    root_path = Path(root)
+    try:
+        with _locked(root_path):
+            pins = read_pins(root_path)
+            if fingerprint in pins:
+                return False
+            pins[fingerprint] = {"time": time.time(), "host": socket.gethostname(), "user": os.geteuid()}
+            _write_pins(root_path, pins)
+            return True
+    except OSError as e:
+        raise CachetoolError(f"cannot write the pins of {root_path}: {e.strerror or e}") from None
+
+
+def remove_pin(root: str | os.PathLike[str], prefix: str) -> str:
+    """Unpin the one pinned fingerprint starting with `prefix`; returns it.
+
+    Raises `NotPinned`, or `AmbiguousFingerprint` when the prefix names several pins."""
+    from cachetool.errors import AmbiguousFingerprint
+
+    root_path = Path(root)
+    try:
+        with _locked(root_path):
+            pins = read_pins(root_path)
+            matches = [fp for fp in pins if fp == prefix]
+            matches = matches or [fp for fp in pins if prefix and fp.startswith(prefix)]
+            if not matches:
+                raise NotPinned(prefix, root_path)
+            if len(matches) > 1:
+                raise AmbiguousFingerprint(prefix, sorted(matches))
+            del pins[matches[0]]
+            _write_pins(root_path, pins)
+            return matches[0]
+    except OSError as e:
+        raise CachetoolError(f"cannot write the pins of {root_path}: {e.strerror or e}") from None
+
+
+def recorded_parents(root: str | os.PathLike[str]) -> dict[str, frozenset[str]]:
+    """Every parent the ledger of `root` records for each fingerprint, across all runs.
+
+    All records count, internal ones too (a `set_format` inside `load_from_disk` links two
+    fingerprints of one state): for protection, a superset of the true ancestry is the safe side."""
+    from cachetool.lineage.ledger import read_ledger
+
+    parents: dict[str, set[str]] = {}
+    for rec in read_ledger(root).records:
+        fp = rec.get("result")
+        if not isinstance(fp, str):
+            continue
+        got = parents.setdefault(fp, set())
+        got.update(p for p in rec.get("parents") or () if isinstance(p, str) and p != fp)
+    return {k: frozenset(v) for k, v in parents.items()}
+
+
+def ancestors(fingerprints: Iterable[str], parents: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """Every recorded ancestor of `fingerprints` -> the first of `fingerprints` it was reached from.
+
+    The fingerprints themselves are not included (unless one is an ancestor of another)."""
+    out: dict[str, str] = {}
+    queue: deque[tuple[str, str]] = deque((fp, fp) for fp in fingerprints)
+    seen: set[str] = set()
+    while queue:
+        fp, origin = queue.popleft()
+        if fp in seen:
+            continue
+        seen.add(fp)
+        for p in parents.get(fp, ()):
+            if p not in out:
+                out[p] = origin
+            queue.append((p, origin))
+    return out
