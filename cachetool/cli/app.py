@@ -63,6 +63,12 @@ def _register() -> None:
     app.command("run", context_settings=run.CONTEXT_SETTINGS)(run.run_command)
     app.command("lineage")(lineage.lineage_command)
 
+    from cachetool.cli import gc, pin
+
+    app.command("gc")(gc.gc_command)
+    app.command("pin")(pin.pin_command)
+    app.command("unpin")(pin.unpin_command)
+
 
 _register()
 
