@@ -141,7 +141,12 @@ def _check(
             sys.stdout.write(line + "\n")
         sys.stdout.flush()
     else:
+        from rich.text import Text
+
+        from cachetool.cli.common import safe_text
+
         out = Output(OutputFormat.human)
         for line in human_lines(report):
-            out.line(line)
+            # Paths and reprs are long: let the terminal wrap them rather than cutting words.
+            out.console.print(Text(safe_text(line)), soft_wrap=True)
     return int(report.exit_code)

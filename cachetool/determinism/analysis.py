@@ -84,7 +84,8 @@ class Cause:
 
     step: Step
     #: ``arguments`` (a hashed argument differs), ``source`` (the input dataset differs),
-    #: ``random`` (datasets used a random fingerprint), ``unexplained`` (no recorded argument differs).
+    #: ``random`` (datasets used a random fingerprint), ``given`` (the caller passed a
+    #: ``new_fingerprint=`` that differs), ``unexplained`` (no recorded argument differs).
     kind: str
     differing_args: tuple[str, ...] = ()
     culprits: tuple[Culprit, ...] = ()
@@ -185,6 +186,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
     causes: list[Cause] = []
     hidden_random: list[Cause] = []
     masked: list[Cause] = []
+    masked_seen: set[tuple[Any, ...]] = set()
     # fingerprint (per run) -> index of the cause it descends from
     tainted: list[dict[str, int]] = [{} for _ in runs]
     cascade_count: dict[int, set[str]] = {}
@@ -238,7 +240,15 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 # A step of the cascade whose own arguments differ too: a second problem that would
                 # show up once the first is fixed.
                 own = _arg_diffs(row, skip_datasets=True)
-                if own["differing_args"]:
+                key = (
+                    step.file,
+                    step.line,
+                    tuple(c.path_str for c in own["culprits"]),
+                    own["differing_args"],
+                )
+                if own["differing_args"] and key not in masked_seen:
+                    # Once per call site and culprit (DatasetDict.map repeats it for every split).
+                    masked_seen.add(key)
                     masked.append(Cause(step=step, kind="arguments", **own))
             cause_index = inherited
         else:
@@ -249,6 +259,9 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             elif len(set(parents)) > 1 or step.type == "root":
                 cause = Cause(step=step, kind="source", source_diffs=_source_diffs(row), **_arg_diffs(row))
                 step = _replace(step, status="source", cause=cause_index)
+            elif any(e.get("fingerprint_given") for e in row):
+                cause = Cause(step=step, kind="given")
+                step = _replace(step, status="cause", cause=cause_index)
             else:
                 diffs = _arg_diffs(row)
                 kind = "arguments" if diffs["differing_args"] else "unexplained"

@@ -78,6 +78,11 @@ def cause_lines(cause: Cause) -> list[str]:
                 lines.append(f"  error: {error}")
             args = ", ".join(cause.differing_args) or "?"
             lines.append(f"  hint: make '{args}' picklable, or pass new_fingerprint= to the transform")
+    elif cause.kind == "given":
+        lines.append("  the fingerprint was given with new_fingerprint= and differs between runs")
+        lines.append(
+            "  hint: derive new_fingerprint from inputs that are the same in every run (not a clock or uuid)"
+        )
     elif cause.kind == "unexplained":
         lines.append("  no recorded argument differs; the difference is in what datasets hashed internally")
     else:
