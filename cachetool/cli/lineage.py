@@ -258,7 +258,11 @@ def render(out: Output, view: LineageView) -> None:
         e = view.entry
         if e is not None:
             out.line("")
-            out.line(f"{view.fingerprint}: {NOT_RECORDED}")
+            if e.kind.value == "source":
+                # A prepared split starts every chain: nothing comes before it, recorded or not.
+                out.line(f"{view.fingerprint}: a source split, the start of its chains (no run recorded)")
+            else:
+                out.line(f"{view.fingerprint}: {NOT_RECORDED}")
             facts = [f"kind {e.kind_str}"]
             if e.dataset:
                 facts.append(f"dataset {e.dataset}")

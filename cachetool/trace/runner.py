@@ -81,7 +81,8 @@ def _bootstrap() -> None:
         # A folder or zip with __main__.py: runpy knows those rules.
         import runpy
 
-        sys.path[0] = script
+        if not getattr(sys.flags, "safe_path", False):
+            sys.path[0] = script
         install_tracing()
         sys.excepthook = _trimming_hook(sys.excepthook)
         runpy.run_path(script, run_name="__main__")
@@ -89,7 +90,8 @@ def _bootstrap() -> None:
 
     # CPython joins a relative script path to the cwd without normalising it (`work/../x.py`).
     path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    if not getattr(sys.flags, "safe_path", False):  # `python -P` adds no script folder
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
     with open(path, "rb") as f:
         source = f.read()
     code = compile(source, path, "exec", dont_inherit=True)
