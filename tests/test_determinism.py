@@ -202,6 +202,37 @@ def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
     return DeterminismReport(script="pipe.py", args=(), isolated=False, runs=outcomes, analysis=analyze(runs))
 
 
+# --- cachetool.checkpoint -------------------------------------------------------------------------
+
+
+def test_checkpoint_does_nothing_outside_a_determinism_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cachetool
+
+    monkeypatch.delenv("CACHETOOL_TRACE_EVENTS", raising=False)
+    assert cachetool.checkpoint("config", {"a": 1}) is None
+
+
+def test_checkpoint_records_the_datasets_digest_and_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint event carries the digest datasets would compute, its tree, and the call site."""
+    from datasets.fingerprint import Hasher
+
+    import cachetool
+
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv("CACHETOOL_TRACE_EVENTS", str(events))
+    monkeypatch.setenv("CACHETOOL_TRACE_TREES", "1")
+    value = {"lr": 0.1, "stop": frozenset(["a", "b"])}
+    digest = cachetool.checkpoint("config", value)
+    (event,) = read_events(events)
+    assert digest == event["result"] == Hasher.hash(value)
+    assert event["type"] == "checkpoint" and event["transform"] == "config"
+    assert event["args"]["value"]["tree"]["d"] == digest
+    assert event["call_site"]["file"] == __file__
+    assert event["random_fallback"] is None
+
+
 # --- the runner on small scripts (cachetool.checkpoint, no datasets) ------------------------------
 
 CHECKPOINTS = textwrap.dedent(
