@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
@@ -230,6 +230,10 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 break
         if inherited is not None:
             step = _replace(step, status="cascade", cause=inherited)
+            origin = causes[inherited].step
+            if any(fallbacks) and (step.file, step.line) != (origin.file, origin.line):
+                # Still a transform datasets cannot hash: its cache would never be reused.
+                hidden_random.append(_random_cause(step, row))
             if (
                 not step.internal
                 and results[0] is not None
@@ -283,14 +287,10 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
 
 
 def _replace(step: Step, **changes: Any) -> Step:
-    from dataclasses import replace
-
     return replace(step, **changes)
 
 
 def _replace_cause(cause: Cause, **changes: Any) -> Cause:
-    from dataclasses import replace
-
     return replace(cause, **changes)
 
 
