@@ -151,8 +151,11 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
         return None
     common = _common_prefix(leaves)
     found = [_find(t, common) for t in nodes]
-    culprit = _culprit(argument, common, [f for f in found if f is not None] or nodes, tuple(leaves))
-    if len(leaves) > 1 and culprit.kind == "value":
+    culprit_nodes = [f for f in found if f is not None] or nodes
+    culprit = _culprit(argument, common, culprit_nodes, tuple(leaves))
+    # The differences sit in several places below a node that is not itself the problem (a
+    # function, an object): name each place. A dict or list reordered as a whole is one problem.
+    if len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value":
         parts = []
         for leaf in leaves[:_MAX_PARTS]:
             leaf_nodes = [n for n in (_find(t, leaf) for t in nodes) if n is not None]
