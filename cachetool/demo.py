@@ -83,7 +83,11 @@ def build_demo(folder: str | os.PathLike[str], *, traced: bool = False) -> Demo:
     `HF_DATASETS_CACHE` is read fresh by `datasets`). Needs `datasets` installed."""
     import importlib.util
 
-    if importlib.util.find_spec("datasets") is None:
+    try:
+        found = importlib.util.find_spec("datasets") is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        found = False
+    if not found:
         raise MissingDependency("datasets", 'install it with: pip install "cachetool[datasets]"')
     base = Path(folder).expanduser().resolve()
     script = write_demo_files(base)

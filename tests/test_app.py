@@ -81,3 +81,17 @@ def test_completion_scripts_are_current() -> None:
         assert path.read_text() == completion_script(shell), (
             f"{path} is stale: run python -m cachetool.cli.completions completions"
         )
+
+
+def test_demo_without_datasets_says_how_to_install_it(tmp_path: Path) -> None:
+    """`sys.modules["datasets"] = None` is how Python itself marks a module as not importable."""
+    code = (
+        "import sys\nsys.modules['datasets'] = None\n"
+        f"sys.argv = ['cachetool', 'demo', {str(tmp_path / 'demo')!r}]\n"
+        "from cachetool.cli.app import main\nmain()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        'Error: datasets is not installed; install it with: pip install "cachetool[datasets]"'
+    )
