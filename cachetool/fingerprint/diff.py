@@ -156,13 +156,33 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
     # The differences sit in several places below a node that is not itself the problem (a
     # function, an object): name each place. A dict or list reordered as a whole is one problem.
     if len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value":
+        places = _places(nodes, common, leaves)
         parts = []
-        for leaf in leaves[:_MAX_PARTS]:
-            leaf_nodes = [n for n in (_find(t, leaf) for t in nodes) if n is not None]
-            if len(leaf_nodes) == len(nodes):
-                parts.append(_culprit(argument, leaf, leaf_nodes, ()))
-        culprit = replace(culprit, parts=tuple(parts))
+        for place in places[:_MAX_PARTS]:
+            place_nodes = [n for n in (_find(t, place) for t in nodes) if n is not None]
+            if len(place_nodes) == len(nodes):
+                parts.append(_culprit(argument, place, place_nodes, ()))
+        culprit = replace(culprit, parts=tuple(parts), leaves=tuple(places))
     return culprit
+
+
+def _places(
+    trees: Sequence[dict[str, Any]], common: tuple[str, ...], leaves: Sequence[tuple[str, ...]]
+) -> list[tuple[str, ...]]:
+    """Group differing leaves under their shallowest ancestor that explains itself (a reordered
+    list or dict, a frozenset, a timestamp ...): one place per thing to fix."""
+    places: list[tuple[str, ...]] = []
+    for leaf in leaves:
+        place = leaf
+        for depth in range(len(common) + 1, len(leaf)):
+            prefix = leaf[:depth]
+            found = [n for n in (_find(t, prefix) for t in trees) if n is not None]
+            if len(found) == len(trees) and hint_for(found, prefix)[0] != "value":
+                place = prefix
+                break
+        if place not in places:
+            places.append(place)
+    return places
 
 
 _MAX_PARTS = 6

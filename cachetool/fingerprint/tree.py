@@ -62,9 +62,16 @@ _LEAF_MODULES = (
     "scipy",
     "PIL",
     "polars",
-    "datasets",
     "transformers",
     "tokenizers",
+)
+# datasets' data containers are leaves; its small objects (Features, ClassLabel, configs) are not.
+_DATASETS_DATA_MODULES = (
+    "datasets.arrow_dataset",
+    "datasets.table",
+    "datasets.iterable_dataset",
+    "datasets.dataset_dict",
+    "datasets.builder",
 )
 _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, slice)
 _CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -173,7 +180,8 @@ def _type_name(obj: Any) -> str:
     name = getattr(cls, "__qualname__", cls.__name__)
     if module in ("builtins", "__main__") or module.startswith("_"):
         return str(name)
-    return f"{module.split('.')[0]}.{name}" if module.split(".")[0] in _LEAF_MODULES else str(name)
+    top = module.split(".")[0]
+    return f"{top}.{name}" if top in _LEAF_MODULES or top == "datasets" else str(name)
 
 
 def _elem_desc(items: list[Any]) -> str:
@@ -259,8 +267,8 @@ def _by_reference(obj: Any) -> bool:
 def _decomposable(obj: Any) -> bool:
     if isinstance(obj, (_SCALARS, set, frozenset, types.ModuleType)):
         return False
-    module = (getattr(type(obj), "__module__", "") or "").split(".")[0]
-    if module in _LEAF_MODULES:
+    full_module = getattr(type(obj), "__module__", "") or ""
+    if full_module.split(".")[0] in _LEAF_MODULES or full_module.startswith(_DATASETS_DATA_MODULES):
         return False
     if isinstance(obj, (types.FunctionType, type)):
         return not _by_reference(obj)
