@@ -392,3 +392,22 @@ def test_unpicklable_tree_in_json_still_names_the_piece(tmp_path: Path) -> None:
     tree = json.loads(json.dumps(build_tree({"ids": gen, "ok": 1})))
     piece = find_unpicklable_in_tree("fn_kwargs", tree)
     assert piece is not None and piece.path_str == "fn_kwargs['ids'] (generator)"
+
+
+def test_several_places_are_grouped_under_what_explains_them() -> None:
+    """Differences below a plain object are listed per place; a reordered list is one place."""
+
+    def run(order: tuple[str, str], stamp: str) -> dict[str, Any]:
+        items = [_node(f"[{i}]", f"i{w}", t="str", s="str of 1", r=repr(w)) for i, w in enumerate(order)]
+        names = _node(
+            ".names", "n" + "".join(order), items, t="list", s="list of 2 str", r=repr(list(order)), o="o"
+        )
+        made = _node(".made", stamp, t="float", s="float", r=stamp)
+        return _node("", "root" + stamp, [names, made], t="Config", s="Config", r="<Config>")
+
+    culprit = diff_trees("fn_kwargs", [run(("a", "b"), "1795306683.42"), run(("b", "a"), "1795306690.17")])
+    assert culprit is not None and culprit.path == ()
+    assert [(p.path_str, p.kind) for p in culprit.parts] == [
+        ("fn_kwargs → .names (list of 2 str)", "order"),
+        ("fn_kwargs → .made (float)", "timestamp"),
+    ]
