@@ -198,40 +198,50 @@ def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped
 
 
 def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_dataset: bool) -> None:
+    """One row per entry. `op` and `parent` appear once the ledger knows any entry; on a narrow
+    terminal they take the place of `files`, `cols` and `modified` (all stay in --json and `show`)."""
     recorded = any(e.parent or e.operation for e in entries)
-    columns = [
-        ("kind", "left"),
-        ("fingerprint", "left"),
-        ("files", "right"),
-        ("rows", "right"),
-        ("cols", "right"),
-        ("size", "right"),
-        ("modified", "right"),
-        ("used", "right"),
-    ]
-    if with_dataset:
-        columns.insert(0, ("dataset", "left"))
-    if recorded:
-        columns += [("op", "left"), ("parent", "left")]
-    rows = []
+    narrow = recorded and out.console.width < 110 + (26 if with_dataset else 0)
     now = report.scanned_at
+    cells: dict[str, tuple[str, object]] = {}
+    table_rows = []
     for e in entries:
-        row: list[object] = [
-            e.kind_str,
-            entry_label(e),
-            len(e.files),
-            "" if e.rows is None else f"{e.rows:,}",
-            len(e.columns) or "",
-            e.size_str,
-            age_short(e.modified, now),
-            age_short(e.used, now),
-        ]
-        if with_dataset:
-            row.insert(0, e.dataset or "")
-        if recorded:
-            row += [e.operation or "", e.parent or ""]
-        rows.append(row)
-    out.table(None, columns, rows, widths={"kind": (10, 18), "fingerprint": (16, 16), "dataset": (10, 24)})
+        cells = {
+            "dataset": ("left", e.dataset or ""),
+            "kind": ("left", e.kind_str),
+            "fingerprint": ("left", entry_label(e)),
+            "files": ("right", len(e.files)),
+            "rows": ("right", "" if e.rows is None else f"{e.rows:,}"),
+            "cols": ("right", len(e.columns) or ""),
+            "size": ("right", e.size_str),
+            "modified": ("right", age_short(e.modified, now)),
+            "used": ("right", age_short(e.used, now)),
+            "op": ("left", e.operation or ""),
+            "parent": ("left", (e.parent or "")[:8] if narrow else (e.parent or "")),
+        }
+        table_rows.append(cells)
+    names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
+    if with_dataset:
+        names.insert(0, "dataset")
+    if recorded:
+        names += ["op", "parent"]
+    if narrow:
+        names = [n for n in names if n not in ("files", "modified", "cols")]
+    justify = {
+        n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
+    }
+    out.table(
+        None,
+        [(n, justify[n]) for n in names],
+        [[row[n][1] for n in names] for row in table_rows],
+        widths={
+            "kind": (10, 18),
+            "fingerprint": (16, 16),
+            "dataset": (10, 24),
+            "op": (2, 12),
+            "parent": (8, 16),
+        },
+    )
 
 
 def age_short(ts: float | None, now: float) -> str:

@@ -172,34 +172,52 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, A
         rec_rows = []
         for r in records[-10:]:
             fn = r.get("function") or {}
+            duration = r.get("duration")
             rec_rows.append(
                 (
-                    r.get("time", ""),
-                    r.get("operation", ""),
-                    r.get("status", ""),
-                    ", ".join(r.get("parents") or []),
-                    fn.get("qualname", "") if fn else "",
+                    _clock(r.get("time")),
+                    r.get("operation") or "",
+                    r.get("cache") or "",
+                    f"{duration:.2f}s" if isinstance(duration, (int, float)) else "",
+                    ", ".join(p[:16] for p in r.get("parents") or []),
+                    fn.get("qualname", "") if isinstance(fn, dict) else "",
                     _site(r.get("call_site")),
                 )
             )
         out.table(
             f"Recorded ({len(records)} record(s), latest last)",
             [
-                ("time", "left"),
+                ("when", "left"),
                 ("op", "left"),
-                ("status", "left"),
+                ("cache", "left"),
+                ("took", "right"),
                 ("parent", "left"),
                 ("function", "left"),
                 ("call site", "left"),
             ],
             rec_rows,
         )
+        fallback = next((r["random_fallback"] for r in reversed(records) if r.get("random_fallback")), None)
+        if isinstance(fallback, dict):
+            out.line(
+                f"datasets used a random fingerprint: {fallback.get('argument') or 'the transform'} "
+                f"could not be hashed ({fallback.get('error')})",
+                style="red",
+            )
+
+
+def _clock(ts: Any) -> str:
+    if not isinstance(ts, (int, float)):
+        return ""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _site(site: Any) -> str:
     if not isinstance(site, dict):
         return ""
-    return f"{site.get('file', '?')}:{site.get('line', '?')}"
+    return f"{os.path.basename(str(site.get('file', '?')))}:{site.get('line', '?')}"
 
 
 def _feature(f: Any) -> str:
