@@ -232,3 +232,70 @@ def test_dirs_agrees_with_datasets_config(tmp_path: Path) -> None:
             check=True,
         ).stdout.strip()
         assert ours == theirs, extra
+
+
+@pytest.fixture(scope="module")
+def traced_demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`cachetool demo` as a user runs it: the pipeline runs traced, the lineage is printed."""
+    from tests.conftest import hf_env
+
+    base = tmp_path_factory.mktemp("demo")
+    env = hf_env(base, COLUMNS="100")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "demo", str(base / "demo")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {"base": base, "env": env, "stdout": proc.stdout, "cache": str(base / "demo" / "cache")}
+
+
+@pytest.mark.slow
+def test_demo_lists_the_cache_and_ends_with_the_lineage(traced_demo: dict[str, Any]) -> None:
+    out = traced_demo["stdout"]
+    assert "shards 2/2" in out and "Lineage of " in out
+    lineage = out.split("Lineage of ", 1)[1]
+    assert [line.split(".", 1)[1].split()[0] for line in lineage.splitlines()[1:7]] == [
+        "load_dataset",
+        "map",
+        "filter",
+        "shuffle",
+        "flatten_indices",
+        "map",
+    ]
+
+
+@pytest.mark.slow
+def test_recorded_entries_show_op_and_parent_in_ls_and_records_in_show(traced_demo: dict[str, Any]) -> None:
+    env = traced_demo["env"]
+    doc = json.loads(invoke("ls", traced_demo["cache"], "--json", env=env).stdout)
+    by_fp = {e["fingerprint"]: e for e in doc["entries"] if e["fingerprint"]}
+    source = next(e for e in doc["entries"] if e["kind"] == "source")
+    chain = [source]
+    while True:
+        child = [e for e in by_fp.values() if e["parent"] == chain[-1]["fingerprint"]]
+        if not child:
+            break
+        assert len(child) == 1
+        chain.append(child[0])
+    assert [e["operation"] for e in chain] == [
+        "load_dataset",
+        "map",
+        "filter",
+        "shuffle",
+        "flatten_indices",
+        "map",
+    ]
+    assert [e["kind"] for e in chain] == ["source", "derived", "indices", "indices", "derived", "shards"]
+    human = invoke("ls", traced_demo["cache"], env={**env, "COLUMNS": "80"}).stdout
+    assert "op" in human and "parent" in human and max(len(line) for line in human.splitlines()) <= 80
+    shown = json.loads(
+        invoke(
+            "show", chain[-1]["fingerprint"], "--cache-dir", traced_demo["cache"], "--json", env=env
+        ).stdout
+    )
+    assert [r["operation"] for r in shown["records"]] == ["map"]
+    assert shown["records"][0]["parents"] == [chain[-2]["fingerprint"]]
+    assert shown["records"][0]["function"]["qualname"] == "upper"

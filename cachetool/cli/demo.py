@@ -22,7 +22,8 @@ def demo_command(
     Writes a CSV file and a pipeline script into FOLDER and runs the pipeline with the real
     `datasets` library, with `HF_DATASETS_CACHE` set to FOLDER/cache — never your real cache:
     a csv load, two maps, a filter, a shuffle, a `num_proc=2` map and a `save_to_disk`. Then shows
-    `cachetool ls` of the result. Needs `datasets`: `pip install "cachetool[datasets]"`.
+    `cachetool ls` of the result. The pipeline runs under `cachetool run`, so the demo ends with
+    the recorded lineage of its final dataset. Needs `datasets`: `pip install "cachetool[datasets]"`.
 
     **Examples**
 
@@ -42,10 +43,16 @@ def _demo(folder: Path | None) -> None:
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
     out = Output(OutputFormat.human)
     out.line(f"Building a demo cache in {target} with the real datasets library…")
-    demo = build_demo(target)
+    demo = build_demo(target, traced=True)
     report = scan_cache(demo.cache_dir)
     render_human(out, report, list(report.entries))
     report_warnings(report)
+    if demo.final_fingerprint:
+        from cachetool.cli.lineage import lineage_view
+        from cachetool.cli.lineage import render as render_lineage
+
+        out.line()
+        render_lineage(out, lineage_view(report, demo.final_fingerprint))
     out.line()
     hint(f"explore it: cachetool show {demo.final_fingerprint[:8]} --cache-dir {demo.cache_dir}")
     hint(f"the pipeline that made it: {demo.script}; the saved copy: {demo.folder / 'saved' / 'reviews'}")
