@@ -30,7 +30,7 @@ def test_version_and_module_entry_point() -> None:
     assert proc.returncode == 0 and proc.stdout == f"cachetool {__version__}\n"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["ls", "--help"], ["show", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], *([name, "--help"] for name in command_names())])
 def test_help_and_version_import_nothing_heavy(argv: list[str]) -> None:
     """`cachetool --help` stays light: no pyarrow, dill, xxhash or datasets at startup."""
     code = (
