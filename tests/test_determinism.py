@@ -448,6 +448,14 @@ def test_corpus_culprit_is_named(script: str, corpus_base: Path) -> None:
     assert argument in cause.differing_args
     culprit = next(c for c in cause.culprits if c.argument == argument)
     assert (culprit.path, culprit.kind) == (path, kind), "\n".join(human_lines(report))
+    # The root of every recorded tree is the digest datasets computed for that argument.
+    compared = 0
+    for event in report.runs[0].events:
+        for entry in (event.get("args") or {}).values():
+            if entry.get("digest") is not None and entry.get("tree") is not None:
+                assert entry["tree"]["d"] == entry["digest"], (event["operation"], entry["repr"])
+                compared += 1
+    assert compared >= 2
     if script == "c18_cascade.py":
         assert cause.cascade == 4
         assert "  4 downstream fingerprints differ because of this" in human_lines(report)
