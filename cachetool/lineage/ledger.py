@@ -254,6 +254,11 @@ def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
 
     Failures are silent: a registry we cannot write only means `lineage` cannot cross roots."""
     path = os.path.realpath(os.fspath(root))
+    seen = known_roots().get(path)
+    if seen and (seen.get("kind") == kind or kind != "saved"):
+        last = seen.get("last_seen")
+        if isinstance(last, (int, float)) and time.time() - last < 3600:
+            return  # known and recently seen: no lock, no rewrite
     try:
         from filelock import FileLock
 

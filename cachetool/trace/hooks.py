@@ -154,9 +154,16 @@ def _safe_repr(value: Any, budget: int, depth: int) -> str | None:
     return None
 
 
+_TYPE_NAMES: dict[type, str] = {}
+
+
 def type_name(value: Any) -> str:
     t = type(value)
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    name = _TYPE_NAMES.get(t)
+    if name is None:
+        name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+        _TYPE_NAMES[t] = name
+    return name
 
 
 # ------------------------------------------------------------------------------------------
@@ -188,7 +195,7 @@ class _HashEvent:
         self.result = result
         self.watch = watch
         self.seq = seq
-        self.start = time.time()
+        self.start = 0.0  # set for hashes outside any traced call; others use their call's start
         self.call_site: dict[str, Any] | None = None
         self.internal = False
 
@@ -540,6 +547,7 @@ class Tracer:
             stack[-1].hashes.append(ev)
             return
         # update_fingerprint outside any traced call (a method this tracer does not wrap).
+        ev.start = time.time()
         _, call_site, _ = self._call_site(sys._getframe(2))
         ev.call_site = call_site
         self._emit(self._hash_record(ev, internal=False, root=self.default_root))
@@ -810,6 +818,7 @@ class Tracer:
         for h in frame.hashes:
             if h not in own:
                 h.call_site = frame.call_site
+                h.start = frame.start
                 records.append(
                     self._hash_record(
                         h, internal=True, root=records[0]["root"] if records else self.default_root
