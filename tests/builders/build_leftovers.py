@@ -1,0 +1,233 @@
+"""Build a real cache with complete entries and the leftovers of real SIGKILLs, for gc's tests.
+
+Run as `python build_leftovers.py OUT` with HF_DATASETS_CACHE=OUT/cache and TMPDIR=OUT/tmp (the
+tests' `hf_env` sets both). Complete entries: a CSV source, a traced chain (map -> map, recorded
+in the ledger with its parents), a derived map, a filter (indices), a num_proc=2 map (shards), a
+saved Dataset and a saved DatasetDict. Leftovers, each made by killing a real `datasets` process:
+
+* a map killed mid-write: one `tmp*` file;
+* a num_proc=2 map whose worker kills itself: two `tmp*` files, one of them 0 bytes;
+* a `from_generator` preparation killed mid-way: `<version>.incomplete/` and its locks;
+* a `save_to_disk` killed mid-way (its writer slowed down): data files without `state.json`;
+* a pipeline with `disable_caching()` killed mid-map: `hf_datasets-*` in TMPDIR.
+
+Prints one JSON document: the fingerprints and the leftover paths (relative to OUT).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+OUT = Path(sys.argv[1]).resolve()
+CACHE = Path(os.environ["HF_DATASETS_CACHE"]).resolve()
+TMP = Path(os.environ["TMPDIR"]).resolve()
+DATA = OUT / "data"
+
+KILL_MAP = """
+import sys, time
+from datasets import load_dataset
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+def slow(x):
+    time.sleep(0.02)
+    return {"slow": x["id"] * 2}
+ds.map(slow, writer_batch_size=1)
+"""
+
+# Rank 1 writes a few batches, then kills itself; rank 0 is still in its first batch, so its
+# tmp file exists (created after the first example) but holds nothing yet (0 bytes). The parent
+# sees the dead worker, terminates the pool and lives on: both tmp files stay.
+KILL_WORKER = """
+import os, signal, sys, time
+from datasets import load_dataset
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+def f(x, rank):
+    if rank == 0:
+        time.sleep(0.5)
+    elif x["id"] >= 200:
+        time.sleep(2.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"w": rank}
+try:
+    ds.map(f, with_rank=True, num_proc=2, writer_batch_size=10)
+except Exception as e:
+    print("map failed:", type(e).__name__)
+"""
+
+KILL_PREPARE = """
+import time
+from datasets import Dataset
+def gen():
+    for i in range(100000):
+        if i > 5:
+            time.sleep(0.05)
+        yield {"i": i}
+Dataset.from_generator(gen, writer_batch_size=1)
+"""
+
+KILL_SAVE = """
+import sys, time
+import datasets.arrow_writer as aw
+from datasets import Dataset
+original = aw.ArrowWriter.write_table
+def slow(self, *args, **kwargs):
+    time.sleep(0.2)
+    return original(self, *args, **kwargs)
+aw.ArrowWriter.write_table = slow
+Dataset.from_dict({"i": list(range(4000))}).save_to_disk(sys.argv[1], num_shards=20)
+"""
+
+KILL_UNCACHED = """
+import sys, time
+from datasets import disable_caching, load_dataset
+disable_caching()
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+ds = ds.map(lambda x: {"q": 1})
+def slow(x):
+    time.sleep(0.05)
+    return {"z": 0}
+ds.map(slow, writer_batch_size=1)
+"""
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise SystemExit("timed out waiting for a writer")
+
+
+def killed_run(code: str, *args: str, ready: Callable[[], bool]) -> None:
+    """Run `code` in a child and SIGKILL it as soon as `ready()` says it is mid-write."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: ready() or proc.poll() is not None)
+        time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def all_paths() -> set[Path]:
+    out = set()
+    for base in (CACHE, TMP):
+        for dirpath, dirnames, filenames in os.walk(base):
+            for n in dirnames + filenames:
+                out.add(Path(dirpath) / n)
+    return out
+
+
+def rel(p: Path) -> str:
+    return str(p.relative_to(OUT))
+
+
+def main() -> None:
+    import datasets
+    from datasets import DatasetDict, load_dataset
+
+    import cachetool
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    csv_path = DATA / "items.csv"
+    with open(csv_path, "w") as f:
+        f.write("id,text,label\n")
+        for i in range(300):
+            f.write(f"{i},item number {i} {'x' * (i % 13)},{i % 3}\n")
+    made: dict[str, object] = {"datasets_version": datasets.__version__, "csv": str(csv_path)}
+
+    csv = load_dataset("csv", data_files=str(csv_path), split="train")
+    made["source"] = csv._fingerprint
+    made["csv_dir"] = rel(Path(csv.cache_files[0]["filename"]).parent)
+    with cachetool.tracing():
+        a = csv.map(lambda x: {"a": x["id"] + 1})
+        b = a.map(lambda x: {"b": x["a"] * 2})
+    made["chain_a"] = a._fingerprint
+    made["chain_b"] = b._fingerprint
+    made["derived"] = csv.map(lambda x: {"n": len(x["text"])})._fingerprint
+    made["indices"] = csv.filter(lambda x: x["label"] != 1)._fingerprint
+    made["shards"] = csv.map(
+        lambda b: {"u": [t.upper() for t in b["text"]]}, batched=True, num_proc=2
+    )._fingerprint
+    split = csv.train_test_split(test_size=0.25, seed=1)
+    made["train"] = split["train"]._fingerprint
+    made["test"] = split["test"]._fingerprint
+    DatasetDict({"train": split["train"], "test": split["test"]}).save_to_disk(
+        str(CACHE / "saved" / "splits")
+    )
+    csv.save_to_disk(str(CACHE / "saved" / "items"), num_shards=2)
+    made["complete"] = sorted(rel(p) for p in all_paths())
+
+    csv_dir = OUT / made["csv_dir"]  # type: ignore[operator]
+    leftovers: dict[str, list[str]] = {}
+
+    def fresh(before: set[Path]) -> list[Path]:
+        return sorted(all_paths() - before)
+
+    before = all_paths()
+    killed_run(
+        KILL_MAP,
+        str(csv_path),
+        ready=lambda: any(p.name.startswith("tmp") and p.stat().st_size > 0 for p in csv_dir.iterdir()),
+    )
+    leftovers["killed_map"] = [rel(p) for p in fresh(before) if p.name.startswith("tmp")]
+
+    before = all_paths()
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_WORKER, str(csv_path)],
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "map failed" in proc.stdout, proc.stderr[-2000:]
+    leftovers["killed_worker"] = [rel(p) for p in fresh(before) if p.name.startswith("tmp")]
+    leftovers["killed_worker_other"] = [rel(p) for p in fresh(before) if not p.name.startswith("tmp")]
+
+    gen_root = CACHE / "generator"
+    before = all_paths()
+    killed_run(
+        KILL_PREPARE,
+        ready=lambda: (
+            gen_root.exists()
+            and any(p.name.endswith(".incomplete") and any(p.iterdir()) for p in gen_root.glob("*/*"))
+        ),
+    )
+    new = fresh(before)
+    leftovers["killed_prepare"] = [rel(p) for p in new if p.name.endswith(".incomplete")]
+    leftovers["killed_prepare_locks"] = [rel(p) for p in new if p.name.endswith(".lock")]
+    leftovers["killed_prepare_other"] = [
+        rel(p) for p in new if not p.name.endswith((".incomplete", ".lock")) and ".incomplete/" not in str(p)
+    ]
+
+    target = CACHE / "saved" / "killed"
+    killed_run(KILL_SAVE, str(target), ready=lambda: len(list(target.glob("data-*.arrow"))) >= 2)
+    assert not (target / "state.json").exists()
+    leftovers["killed_save"] = [rel(target)]
+
+    before = all_paths()
+    killed_run(
+        KILL_UNCACHED,
+        str(csv_path),
+        ready=lambda: any(p.name.startswith("tmp") for d in TMP.glob("hf_datasets-*") for p in d.iterdir()),
+    )
+    leftovers["killed_uncached"] = [rel(p) for p in fresh(before) if p.parent == TMP]
+
+    made["leftovers"] = leftovers
+    print(json.dumps(made))
+
+
+if __name__ == "__main__":
+    main()

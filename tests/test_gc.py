@@ -1,0 +1,620 @@
+"""`cachetool gc` on real caches: leftovers of real SIGKILLs, live writers, memory maps, symlink
+attacks, eviction by age and size, pins and their recorded ancestors."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from cachetool.cli.app import app
+from cachetool.maintenance.gc import GcBusy, GcOptions, execute, gc_lock, plan_gc
+from tests.conftest import BUILDERS, hf_env
+
+DAY = 86400.0
+
+
+# ------------------------------------------------------------------------------------------
+# Fixtures: one real cache with leftovers, built once per session (shared by xdist workers)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def leftovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The cache of tests/builders/build_leftovers.py, built once even under xdist."""
+    from filelock import FileLock
+
+    base_tmp = tmp_path_factory.getbasetemp()
+    shared = base_tmp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_tmp
+    base = shared / "gc_leftovers"
+    with FileLock(str(shared / "gc_leftovers.lock")):
+        made_file = base / "made.json"
+        if not made_file.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir()
+            proc = subprocess.run(
+                [sys.executable, str(BUILDERS / "build_leftovers.py"), str(base)],
+                env=hf_env(base),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            made_file.write_text(proc.stdout.strip().splitlines()[-1])
+    made: dict[str, Any] = json.loads(made_file.read_text())
+    made["base"] = base
+    return made
+
+
+@pytest.fixture
+def copy(leftovers: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the leftovers cache (cache/ and tmp/), in a base that hf_env understands."""
+    for k in list(os.environ):
+        if k.startswith(("HF_", "CACHETOOL_")):
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+    base = tmp_path / "base"
+    for name in ("cache", "tmp"):
+        shutil.copytree(leftovers["base"] / name, base / name, symlinks=True)
+    return base
+
+
+def cli(*args: str) -> Any:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"}, catch_exceptions=False)
+    return result
+
+
+def tree(base: Path) -> dict[str, tuple[str, int, str]]:
+    """Every path below `base` (links not followed): type, size and a digest of the content."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        for n in dirnames + filenames:
+            p = Path(dirpath) / n
+            st = p.lstat()
+            rel = str(p.relative_to(base))
+            if p.is_symlink():
+                out[rel] = ("link", 0, os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir", 0, "")
+            else:
+                out[rel] = ("file", st.st_size, hashlib.sha256(p.read_bytes()).hexdigest()[:16])
+    return out
+
+
+def expand(base: Path, rels: list[str]) -> set[str]:
+    """The paths themselves and, for folders, everything inside."""
+    out = set()
+    for rel in rels:
+        out.add(rel)
+        p = base / rel
+        if p.is_dir() and not p.is_symlink():
+            out |= {str(q.relative_to(base)) for q in p.rglob("*")}
+    return out
+
+
+def gc_json(base: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    result = cli("gc", "--cache-dir", str(base / "cache"), "--json", *args)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def set_age(paths: list[Path], days: float) -> None:
+    t = time.time() - days * DAY
+    for p in paths:
+        for q in [p, *(p.rglob("*") if p.is_dir() else [])]:
+            os.utime(q, (t, t), follow_symlinks=False)
+
+
+def cache_file(base: Path, made: dict[str, Any], fp: str) -> list[Path]:
+    return sorted((base / made["csv_dir"]).glob(f"cache-{fp}*.arrow"))
+
+
+# ------------------------------------------------------------------------------------------
+# Leftovers
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
+    copy: Path, leftovers: dict[str, Any]
+) -> None:
+    """After killed map, num_proc map, prepare, save and uncached runs, `gc --temp --min-age 0 -y`
+    removes their leftovers and nothing else, and logs each removal in the ledger."""
+    lo = leftovers["leftovers"]
+    assert len(lo["killed_worker"]) == 2
+    assert sorted((copy / p).stat().st_size == 0 for p in lo["killed_worker"]) == [False, True]
+    builder_lock = next(p for p in lo["killed_prepare_locks"] if p.endswith("_builder.lock"))
+    expected = expand(
+        copy,
+        lo["killed_map"]
+        + lo["killed_worker"]
+        + lo["killed_prepare"]
+        + lo["killed_save"]
+        + lo["killed_uncached"],
+    ) | {builder_lock}
+    before = tree(copy)
+    code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
+    assert code == 0, doc
+    after = tree(copy)
+    assert set(before) - set(after) == expected
+    # The root lock names the folder's absolute path in the original cache, where the
+    # interrupted preparation still exists: it guards something, so it stays.
+    assert all(p in after for p in lo["killed_prepare_locks"] if p != builder_lock)
+    assert all(p.startswith("cache/.cachetool/") for p in set(after) - set(before))
+    assert all(before[p] == after[p] for p in after if p in before)
+    result = doc["result"]
+    assert result["failed"] == [] and result["skipped"] == []
+    assert len(result["removed"]) == 7
+    assert result["freed_files"] == sum(1 for p in expected if before[p][0] == "file")
+    assert result["freed_bytes"] == sum(before[p][1] for p in expected)
+    assert {r["kind"] for r in result["removed"]} == {"temp", "incomplete-prepare", "incomplete-save", "lock"}
+
+    from cachetool.lineage.gclog import gc_records
+
+    records = gc_records(copy / "cache")
+    assert sorted(r["path"] for r in records) == sorted(r["path"] for r in result["removed"])
+    assert all(r["reason"] and r["size"] is not None for r in records)
+
+    code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
+    assert code == 0 and doc["plan"]["items"] == [] and doc["result"]["removed"] == []
+
+
+@pytest.mark.slow
+def test_dry_run_min_age_and_confirmation(copy: Path, leftovers: dict[str, Any]) -> None:
+    """--dry-run and a missing --yes change nothing; fresh leftovers are younger than the default
+    --min-age and stay, with the reason."""
+    before = tree(copy)
+    args = ["gc", "--cache-dir", str(copy / "cache"), "--temp", "--tmp-dir", str(copy / "tmp")]
+    dry = cli(*args, "--min-age", "0", "--dry-run")
+    assert dry.exit_code == 0
+    assert "Would free" in dry.stdout and "keeps" in dry.stdout
+    refused = cli(*args, "--min-age", "0")
+    assert refused.exit_code == 2
+    assert "pass --yes" in refused.stderr
+    code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "-y")  # default --min-age 1h
+    assert code == 0 and doc["plan"]["items"] == []
+    reasons = {s["reason"] for s in doc["plan"]["skipped"]}
+    assert reasons and all("younger than --min-age 1h" in r for r in reasons)
+    after = tree(copy)
+    assert {k: v for k, v in after.items() if not k.startswith("cache/.cachetool")} == {
+        k: v for k, v in before.items() if not k.startswith("cache/.cachetool")
+    }
+    quiet = cli(*args, "--min-age", "0", "--dry-run", "-q")
+    assert quiet.exit_code == 0 and len(quiet.stdout.splitlines()) == 7
+
+
+@pytest.mark.slow
+def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: dict[str, Any]) -> None:
+    """A map runs in another process while `gc --temp --min-age 0 -y` runs in a loop: its tmp
+    file is never removed, the map completes, and its cache file loads."""
+    code = (
+        "import json, sys, time\n"
+        "from datasets import Dataset, load_dataset\n"
+        "ds = load_dataset('csv', data_files=sys.argv[1], split='train')\n"
+        "def slow(x):\n"
+        "    time.sleep(0.01)\n"
+        "    return {'live': x['id'] * 3}\n"
+        "out = ds.map(slow, writer_batch_size=5)\n"
+        "again = Dataset.from_file(out.cache_files[0]['filename'])\n"
+        "print(json.dumps({'fp': out._fingerprint, 'rows': again.num_rows, 'sum': sum(again['live'])}))\n"
+    )
+    csv_dir = copy / leftovers["csv_dir"]
+    initial_tmp = {p.name for p in csv_dir.glob("tmp*")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, leftovers["csv"]],
+        env=hf_env(copy),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    removed: set[str] = set()
+    runs_during_write = 0
+    try:
+        while proc.poll() is None:
+            live = {p.name for p in csv_dir.glob("tmp*")} - initial_tmp
+            code_, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
+            assert code_ == 0, doc
+            removed |= {Path(r["path"]).name for r in doc["result"]["removed"]}
+            if live and live <= {p.name for p in csv_dir.glob("tmp*")}:
+                runs_during_write += 1
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert runs_during_write >= 2, "gc never ran while the writer's tmp file existed"
+    assert removed & {n for n in removed if n.startswith("tmp")} <= initial_tmp
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["rows"] == 300 and got["sum"] == 3 * sum(range(300))
+    assert (csv_dir / f"cache-{got['fp']}.arrow").is_file()
+
+
+@pytest.mark.slow
+def test_a_memory_mapped_entry_is_in_use_and_skipped_by_max_size(
+    copy: Path, leftovers: dict[str, Any]
+) -> None:
+    """A process holding a dataset memory-mapped keeps it through --max-size eviction: the plan
+    says "in use by pid N", and execute() re-checks a plan made before the process mapped it."""
+    derived = leftovers["derived"]
+    target = cache_file(copy, leftovers, derived)[0]
+    stale_plan = plan_gc(copy / "cache", GcOptions(max_size=0, min_age=0))
+    assert derived in {i.fingerprint for i in stale_plan.items}
+    code = (
+        "import sys, time\n"
+        "from datasets import Dataset\n"
+        "ds = Dataset.from_file(sys.argv[1])\n"
+        "print(len(ds), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(target)], env=hf_env(copy), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "300"
+        result = execute(stale_plan)
+        by_fp = {o.item.fingerprint: o for o in result.outcomes}
+        assert by_fp[derived].status == "skipped"
+        assert by_fp[derived].reason == f"in use by pid {proc.pid}"
+        assert target.exists()
+        assert {o.status for fp, o in by_fp.items() if fp != derived} == {"removed"}
+
+        fresh = plan_gc(copy / "cache", GcOptions(max_size=0, min_age=0))
+        assert [s.reason for s in fresh.skipped if s.fingerprint == derived] == [f"in use by pid {proc.pid}"]
+        assert derived not in {i.fingerprint for i in fresh.items}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isolated_env: Path) -> None:
+    """A pymp-* folder stays while the Manager that listens in it lives (even orphaned by a
+    SIGKILLed parent), and goes once it is dead."""
+    tmp = tmp_path / "tmp"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    tmp.mkdir(exist_ok=True)
+    code = (
+        "import multiprocess, time\n"
+        "m = multiprocess.Manager()\n"
+        "print(m._process.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**hf_env(tmp_path), "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    manager = int(proc.stdout.readline())
+    try:
+        proc.kill()
+        proc.wait()
+        (pymp,) = tmp.glob("pymp-*")
+        code_, doc = gc_json(tmp_path, "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y")
+        assert code_ == 0 and doc["plan"]["items"] == []
+        assert [s["reason"] for s in doc["plan"]["skipped"]] == ["a live process listens on a socket inside"]
+        assert pymp.exists()
+    finally:
+        os.kill(manager, signal.SIGKILL)
+    deadline = time.time() + 10
+    while Path(f"/proc/{manager}").exists() and time.time() < deadline:
+        time.sleep(0.05)  # the orphan is reaped by init
+    code_, doc = gc_json(tmp_path, "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y")
+    assert code_ == 0 and [r["path"] for r in doc["result"]["removed"]] == [str(pymp)]
+    assert not pymp.exists()
+
+
+# ------------------------------------------------------------------------------------------
+# Symlink attacks
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_symlinks_never_lead_gc_outside(copy: Path, leftovers: dict[str, Any], tmp_path: Path) -> None:
+    """A tmp* symlink to an outside file, an hf_datasets-* symlink to an outside folder and a
+    dataset folder that is a symlink to the outside: nothing outside is touched, by --temp or
+    by eviction."""
+    outside = tmp_path / "outside"
+    victim = outside / "victim"
+    victim.mkdir(parents=True)
+    (outside / "secret.txt").write_text("keep me")
+    src_dir = copy / leftovers["csv_dir"]
+    for p in src_dir.glob("*"):
+        shutil.copy2(p, victim / p.name)  # cache files, tmp files, source split: all look like a cache
+    (victim / "tmpabcdefgh").write_bytes(b"x" * 100)
+    (victim / "0.0.0.incomplete").mkdir()
+    (victim / "0.0.0.incomplete" / "part-00000-00000-of-NNNNN.arrow").write_bytes(b"y")
+    set_age([outside], 10)
+    os.symlink(outside / "secret.txt", src_dir / "tmpzzzzzzzz")
+    os.symlink(outside, copy / "tmp" / "hf_datasets-zzzzzzzz")
+    os.symlink(victim, copy / "cache" / "linked")
+    before = tree(outside)
+    code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
+    assert code == 0
+    assert "hf_datasets-zzzzzzzz" in {Path(s["path"]).name for s in doc["plan"]["skipped"]}
+    code, doc = gc_json(copy, "--max-size", "0", "--include-sources", "--min-age", "0", "-y")
+    assert code == 0 and doc["result"]["removed"]
+    assert tree(outside) == before
+    assert (src_dir / "tmpzzzzzzzz").is_symlink() and (copy / "cache" / "linked").is_symlink()
+    assert (copy / "tmp" / "hf_datasets-zzzzzzzz").is_symlink()
+
+
+@pytest.mark.slow
+def test_a_folder_swapped_for_a_symlink_after_the_plan_redirects_nothing(
+    copy: Path, leftovers: dict[str, Any], tmp_path: Path
+) -> None:
+    """Between plan and execute, folders are swapped for symlinks to decoys holding the same
+    names: execute() skips those items and the decoys stay whole."""
+    lo = leftovers["leftovers"]
+    cache = copy / "cache"
+    plan = plan_gc(cache, GcOptions(temp=True, tmp_dir=copy / "tmp", min_age=0, max_size=0))
+    planned = {i.path for i in plan.items}
+    csv_dir = copy / leftovers["csv_dir"]
+    assert {copy / p for p in lo["killed_map"] + lo["killed_save"] + lo["killed_uncached"]} <= planned
+    decoys = tmp_path / "decoys"
+    swapped = {
+        csv_dir: decoys / "csv",  # tmp files and cache-*.arrow of evictions
+        cache / "saved" / "killed": decoys / "save",  # an interrupted save (the folder itself)
+        copy / lo["killed_uncached"][0]: decoys / "uncached",  # an hf_datasets-* folder
+        (copy / lo["killed_prepare"][0]).parent: decoys / "generator",  # the folder above .incomplete
+    }
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for i, (real, decoy) in enumerate(swapped.items()):
+        shutil.copytree(real, decoy, symlinks=True)  # same names, same ages
+        real.rename(moved / str(i))
+        os.symlink(decoy, real)
+    before = tree(decoys), tree(moved)
+    result = execute(plan)
+    assert (tree(decoys), tree(moved)) == before
+    assert result.failed == ()
+    assert result.skipped and all("symlink" in (o.reason or "") for o in result.skipped)
+    swapped_items = [
+        o for o in result.outcomes if any(o.item.path == r or r in o.item.path.parents for r in swapped)
+    ]
+    assert swapped_items and all(o.status == "skipped" for o in swapped_items)
+
+
+# ------------------------------------------------------------------------------------------
+# Eviction
+# ------------------------------------------------------------------------------------------
+
+
+def _age_everything(base: Path, made: dict[str, Any]) -> dict[str, list[Path]]:
+    """Give every entry a known age: by fingerprint, the files that make it."""
+    cache = base / "cache"
+    files = {
+        fp: cache_file(base, made, made[fp])
+        for fp in ("chain_a", "chain_b", "derived", "indices", "shards", "train", "test")
+    }
+    assert len(files["shards"]) == 2
+    ages = {"chain_a": 50, "chain_b": 45, "derived": 10, "indices": 5, "shards": 40, "train": 60, "test": 60}
+    for fp, days in ages.items():
+        set_age(files[fp], days)
+    set_age([cache / "saved"], 100)
+    src = base / made["csv_dir"]
+    set_age([src / "csv-train.arrow", src / "dataset_info.json"], 100)
+    return files
+
+
+@pytest.mark.slow
+def test_older_than_evicts_whole_entries_and_keeps_sources(copy: Path, leftovers: dict[str, Any]) -> None:
+    """--older-than 30d evicts exactly the entries not used in 30 days (both shards of a num_proc
+    map together); entries the ledger saw recently, sources and saved datasets stay."""
+    files = _age_everything(copy, leftovers)
+    code, doc = gc_json(copy, "--older-than", "30d", "--min-age", "0", "-y")
+    assert code == 0
+    removed = {r["fingerprint"]: r for r in doc["result"]["removed"]}
+    # chain_a/chain_b were recorded by the tracer minutes ago: last used is the ledger's time.
+    assert set(removed) == {leftovers["shards"], leftovers["train"], leftovers["test"]}
+    assert sorted(removed[leftovers["shards"]]["paths"]) == sorted(str(p) for p in files["shards"])
+    assert not any(p.exists() for p in files["shards"] + files["train"] + files["test"])
+    assert all(p.exists() for fp in ("chain_a", "chain_b", "derived", "indices") for p in files[fp])
+    kept = doc["plan"]["kept"]
+    # The source split and its saved copy (same fingerprint) are parents in the ledger: used recently.
+    assert kept["reasons"] == {"used in the last 30d": 6, "source splits and saved datasets": 2}
+    assert kept["summary"].startswith(f"keeps {kept['entries']} entries")
+
+    from cachetool.lineage.gclog import removed_fingerprints
+
+    assert set(removed_fingerprints(copy / "cache")) >= set(removed)
+
+
+@pytest.mark.slow
+def test_include_sources_removes_a_saved_dict_as_one_folder(copy: Path, leftovers: dict[str, Any]) -> None:
+    """With --include-sources a saved DatasetDict goes as one folder, and a source split goes
+    with its dataset_info.json so datasets prepares it again."""
+    _age_everything(copy, leftovers)
+    code, doc = gc_json(copy, "--older-than", "90d", "--include-sources", "--min-age", "0", "--dry-run")
+    (item,) = doc["plan"]["items"]
+    assert (
+        item["kind"] == "saved" and item["paths"] == [str(copy / "cache/saved/splits")] and item["files"] == 7
+    )
+    code, doc = gc_json(copy, "--older-than", "90d", "--include-sources", "--min-age", "0", "-y")
+    # The source and its saved copy are recorded parents of the traced chain: used minutes ago.
+    assert code == 0 and [Path(r["path"]).name for r in doc["result"]["removed"]] == ["splits"]
+    code, doc = gc_json(copy, "--max-size", "0", "--include-sources", "--min-age", "0", "-y")
+    assert code == 0
+    removed = {Path(r["path"]).name: r for r in doc["result"]["removed"] if r["kind"] in ("saved", "source")}
+    assert set(removed) == {"items", Path(leftovers["csv_dir"]).name}
+    src = removed[Path(leftovers["csv_dir"]).name]
+    assert [Path(p).name for p in src["paths"]] == ["dataset_info.json", "csv-train.arrow"]
+    assert not (copy / "cache/saved/splits").exists() and not (copy / "cache/saved/items").exists()
+    assert (copy / "cache/saved/killed").exists()  # a leftover, not an entry: only --temp removes it
+
+
+@pytest.mark.slow
+def test_max_size_evicts_least_recently_used_first(copy: Path, leftovers: dict[str, Any]) -> None:
+    """--max-size removes the least recently used entries until the cache fits, no more."""
+    from cachetool.cache.scan import scan_cache
+
+    files = _age_everything(copy, leftovers)
+    total = scan_cache(copy / "cache").size
+    oldest = sum(p.stat().st_size for fp in ("train", "test", "shards") for p in files[fp])
+    code, doc = gc_json(copy, "--max-size", str(total - oldest), "--min-age", "0", "--dry-run")
+    assert code == 0 and doc["result"] is None
+    assert [i["fingerprint"] for i in doc["plan"]["items"]][:2] in (
+        [leftovers["train"], leftovers["test"]],
+        [leftovers["test"], leftovers["train"]],
+    )
+    assert {i["fingerprint"] for i in doc["plan"]["items"]} == {
+        leftovers["train"],
+        leftovers["test"],
+        leftovers["shards"],
+    }
+    assert doc["plan"]["bytes"] == oldest
+    code, doc = gc_json(copy, "--max-size", str(total - oldest - 1), "--min-age", "0", "--dry-run")
+    # The next least recently used: derived (10 days); the chain's ledger records are minutes old.
+    assert {i["fingerprint"] for i in doc["plan"]["items"]} == {
+        leftovers["train"],
+        leftovers["test"],
+        leftovers["shards"],
+        leftovers["derived"],
+    }
+
+
+@pytest.mark.slow
+def test_pins_and_their_recorded_ancestors_survive(copy: Path, leftovers: dict[str, Any]) -> None:
+    """`cachetool pin` keeps an entry and the ancestors the ledger recorded for it; --keep keeps
+    one more; unpin releases them."""
+    cache = copy / "cache"
+    b, a = leftovers["chain_b"], leftovers["chain_a"]
+    res = cli("pin", b[:8], "--cache-dir", str(cache))
+    assert res.exit_code == 0 and b in res.stdout
+    assert json.loads((cache / ".cachetool" / "pins.json").read_text())["pins"].keys() == {b}
+    _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--keep", leftovers["derived"], "--dry-run")
+    planned = {i["fingerprint"] for i in doc["plan"]["items"]}
+    assert {a, b, leftovers["derived"]}.isdisjoint(planned)
+    assert {leftovers["indices"], leftovers["shards"], leftovers["train"], leftovers["test"]} <= planned
+    reasons = doc["plan"]["kept"]["reasons"]
+    # Ancestors of chain_b: chain_a, the source split, and the saved copy of the source (same fingerprint).
+    assert (reasons["pinned"], reasons["ancestors of pinned entries"], reasons["kept by --keep"]) == (1, 3, 1)
+    skipped = {s["fingerprint"]: s["reason"] for s in doc["plan"]["skipped"]}
+    assert skipped[b].startswith("pinned") and skipped[a] == f"ancestor of pinned {b}"
+    assert cli("unpin", b, "--cache-dir", str(cache)).exit_code == 0
+    assert cli("unpin", b, "--cache-dir", str(cache)).exit_code == 2
+    assert cli("pin", "ffffffffffff", "--cache-dir", str(cache)).exit_code == 2
+    _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--dry-run")
+    assert {a, b} <= {i["fingerprint"] for i in doc["plan"]["items"]}
+
+
+@pytest.mark.slow
+def test_fingerprints_on_the_command_line_and_unknown_ones(copy: Path, leftovers: dict[str, Any]) -> None:
+    """Positional fingerprints (as `ls -q` prints them) evict exactly those entries."""
+    files = _age_everything(copy, leftovers)
+    code, doc = gc_json(copy, leftovers["shards"][:8], leftovers["indices"], "--min-age", "0", "-y")
+    assert code == 0
+    assert {r["fingerprint"] for r in doc["result"]["removed"]} == {leftovers["shards"], leftovers["indices"]}
+    assert not any(p.exists() for p in files["shards"] + files["indices"])
+    assert all(p.exists() for p in files["derived"])
+    res = cli("gc", "--cache-dir", str(copy / "cache"), "0123456789abcdef", "-y")
+    assert res.exit_code == 2 and "no cache entry matches '0123456789abcdef'" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Locks, ownership, concurrency, usage (small real folders, no datasets run)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lockroot(tmp_path: Path, isolated_env: Path) -> Iterator[Path]:
+    root = tmp_path / "locks"
+    (root / "csv" / "default" / "0.0.0" / "abc123abc123abc1").mkdir(parents=True)
+    yield root
+
+
+def _mangle(p: Path) -> str:
+    return str(p).replace("/", "_") + ".lock"
+
+
+def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> None:
+    """A lock is removed only when a non-blocking acquire succeeds and what it guards is gone;
+    an `.incomplete_info.lock` of a live folder stays."""
+    version = lockroot / "csv" / "default" / "0.0.0"
+    live = version / "abc123abc123abc1"
+    gone = version / "fedcba9876543210"
+    names = {
+        "live_builder": version / f"{live.name}_builder.lock",
+        "live_info": version / f"{live.name}.incomplete_info.lock",
+        "gone_builder": version / f"{gone.name}_builder.lock",
+        "gone_info": version / f"{gone.name}.incomplete_info.lock",
+        "root_live": lockroot / _mangle(live),
+        "root_gone": lockroot / _mangle(gone),
+        "held_gone": lockroot / _mangle(lockroot / "held" / "0.0.0"),
+    }
+    for p in names.values():
+        p.touch()
+    fd = os.open(names["held_gone"], os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        res = cli(
+            "gc",
+            "--cache-dir",
+            str(lockroot),
+            "--temp",
+            "--tmp-dir",
+            str(lockroot / "csv"),
+            "--min-age",
+            "0",
+            "-y",
+            "--json",
+        )
+        assert res.exit_code == 0, res.stderr
+        doc = json.loads(res.stdout)
+    finally:
+        os.close(fd)
+    removed = {Path(r["path"]) for r in doc["result"]["removed"]}
+    assert removed == {names["gone_builder"], names["gone_info"], names["root_gone"]}
+    assert {Path(s["path"]): s["reason"] for s in doc["plan"]["skipped"]} == {
+        names["held_gone"]: "held by a live process"
+    }
+    assert all(p.exists() for k, p in names.items() if p not in removed)
+
+
+def test_other_users_files_stay_unless_all_users(lockroot: Path) -> None:
+    """A leftover owned by another uid is kept (and said so) unless --all-users."""
+    version = lockroot / "csv" / "default" / "0.0.0"
+    lock = version / "0123456789abcdef_builder.lock"
+    lock.touch()
+    os.chown(lock, 54321, 54321)
+    args = ["gc", "--cache-dir", str(lockroot), "--temp", "--tmp-dir", str(version), "--min-age", "0", "-y"]
+    doc = json.loads(cli(*args, "--json").stdout)
+    assert doc["plan"]["items"] == []
+    assert doc["plan"]["skipped"][0]["reason"] == "owned by uid 54321, not by you (pass --all-users)"
+    doc = json.loads(cli(*args, "--json", "--all-users").stdout)
+    assert [r["path"] for r in doc["result"]["removed"]] == [str(lock)]
+
+
+def test_two_gc_runs_do_not_collide(lockroot: Path) -> None:
+    """While one gc holds the cache's gc lock, another gives up with a clear message."""
+    (lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock").touch()
+    plan = plan_gc(lockroot, GcOptions(temp=True, tmp_dir=lockroot / "csv", min_age=0))
+    assert len(plan.items) == 1
+    with gc_lock(lockroot), pytest.raises(GcBusy, match="another cachetool gc is running"):
+        execute(plan, lock_timeout=0.2)
+    assert execute(plan).removed
+
+
+def test_usage_errors(lockroot: Path) -> None:
+    """Nothing selected, bad sizes and durations are usage errors (exit 2) quoting the value."""
+    res = cli("gc", "--cache-dir", str(lockroot))
+    assert res.exit_code == 2 and "nothing to collect" in res.stderr
+    res = cli("gc", "--cache-dir", str(lockroot), "--max-size", "12 parsecs")
+    assert res.exit_code == 2 and "invalid --max-size '12 parsecs'" in res.stderr
+    res = cli("gc", "--cache-dir", str(lockroot), "--temp", "--min-age", "soon")
+    assert res.exit_code == 2 and "invalid --min-age 'soon'" in res.stderr
+    res = cli("gc", "--cache-dir", str(lockroot / "missing"), "--temp")
+    assert res.exit_code == 2 and "cache directory not found" in res.stderr
