@@ -317,6 +317,42 @@ def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isola
     assert not pymp.exists()
 
 
+@pytest.mark.slow
+def test_an_idle_uncached_pipeline_keeps_its_hf_datasets_folder(
+    copy: Path, leftovers: dict[str, Any]
+) -> None:
+    """A live pipeline with caching disabled holds nothing open in its hf_datasets-* folder
+    between maps; gc keeps the folder while the process lives and removes it after."""
+    code = (
+        "import gc, sys, time\n"
+        "from datasets import disable_caching, load_dataset\n"
+        "disable_caching()\n"
+        "ds = load_dataset('csv', data_files=sys.argv[1], split='train')\n"
+        "ds.map(lambda x: {'q': 1})\n"
+        "gc.collect()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    tmp = copy / "tmp"
+    old = {p.name for p in tmp.glob("hf_datasets-*")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, leftovers["csv"]], env=hf_env(copy), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        (mine,) = [p for p in tmp.glob("hf_datasets-*") if p.name not in old]
+        code_, doc = gc_json(copy, "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y")
+        assert code_ == 0
+        skipped = {Path(s["path"]).name: s["reason"] for s in doc["plan"]["skipped"]}
+        assert f"pid {proc.pid}" in skipped[mine.name]
+        assert mine.exists() and not any((tmp / n).exists() for n in old)  # the killed run's folder went
+    finally:
+        proc.kill()
+        proc.wait()
+    code_, doc = gc_json(copy, "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y")
+    assert code_ == 0 and [r["path"] for r in doc["result"]["removed"]] == [str(mine)]
+
+
 # ------------------------------------------------------------------------------------------
 # Symlink attacks
 # ------------------------------------------------------------------------------------------

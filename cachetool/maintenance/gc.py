@@ -40,7 +40,7 @@ from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.errors import CachetoolError, ExitCode
-from cachetool.maintenance.liveness import InUse
+from cachetool.maintenance.liveness import InUse, TempDirUser
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
 DEFAULT_MIN_AGE = 3600.0
@@ -307,6 +307,7 @@ class TempFolder:
     size: int = 0
     files: int = 0
     newest: float = 0.0
+    made_by: float = 0.0  # the latest the folder can have been created: min(its mtime, its ctime)
 
 
 @dataclass(frozen=True)
@@ -341,11 +342,12 @@ def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
             st = os.lstat(p)
         except OSError:
             continue
+        made_by = min(st.st_mtime, st.st_ctime)
         if not stat.S_ISDIR(st.st_mode):
-            out.append(TempFolder(p, kind, False, st.st_uid, 0, 0, st.st_mtime))
+            out.append(TempFolder(p, kind, False, st.st_uid, 0, 0, st.st_mtime, made_by))
             continue
         size, files, newest = _tree_totals(p, st.st_mtime)
-        out.append(TempFolder(p, kind, True, st.st_uid, size, files, newest))
+        out.append(TempFolder(p, kind, True, st.st_uid, size, files, newest, made_by))
     return TempScan(resolved, tuple(out))
 
 
@@ -370,6 +372,16 @@ def _tree_totals(path: Path, newest: float) -> tuple[int, int, float]:
         except OSError:
             continue
     return size, files, newest
+
+
+#: Clock slack when comparing a process start time (boot-time based) with a file time.
+_START_SLACK = 2.0
+
+
+def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:
+    """Pids of live datasets processes using this temp dir that started before an `hf_datasets-*`
+    folder existed: any of them may be its owner, idle between writes."""
+    return sorted(u.pid for u in users if u.started <= made_by + _START_SLACK)
 
 
 # ------------------------------------------------------------------------------------------
@@ -512,6 +524,7 @@ class _Builder:
         parents: Mapping[str, Iterable[str]],
         sockets: frozenset[str],
         temp: TempScan | None,
+        temp_users: Sequence[TempDirUser] = (),
     ) -> None:
         self.report = report
         self.root = report.root
@@ -521,6 +534,7 @@ class _Builder:
         self.euid = euid
         self.sockets = sockets
         self.temp = temp
+        self.temp_users = tuple(temp_users)
         self.items: list[GcItem] = []
         self.skipped: list[Skip] = []
         self.warnings: list[str] = []
@@ -772,6 +786,9 @@ class _Builder:
             why = self.refusal([tf.uid], tf.newest, pids)
             if why is None and bound:
                 why = "a live process listens on a socket inside"
+            owners = possible_owners(tf.made_by, self.temp_users) if tf.kind == "hf_datasets" else []
+            if why is None and owners:
+                why = f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
             if why:
                 self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
                 continue
@@ -1057,6 +1074,7 @@ def build_plan(
     pins: Mapping[str, Any] | None = None,
     parents: Mapping[str, Iterable[str]] | None = None,
     sockets: frozenset[str] = frozenset(),
+    temp_users: Sequence[TempDirUser] = (),
     now: float | None = None,
     euid: int | None = None,
 ) -> GcPlan:
@@ -1075,6 +1093,7 @@ def build_plan(
         parents or {},
         sockets,
         temp,
+        temp_users,
     )
     explicit = [report.find(fp) for fp in options.fingerprints]
     leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD}
@@ -1117,7 +1136,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     ledger's parents, and build the plan."""
     from cachetool.cache.dirs import temp_dir
     from cachetool.cache.scan import scan_cache
-    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use
+    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
     from cachetool.maintenance.pins import read_pins, recorded_parents
 
     report = scan_cache(root)
@@ -1128,8 +1147,16 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     parents = recorded_parents(report.root) if options.evicts and (pins or options.keep) else {}
     # Liveness last: the snapshot should be younger than everything it judges.
     in_use = scan_in_use()
+    users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
     return build_plan(
-        report, in_use, options, temp=temp, pins=pins, parents=parents, sockets=bound_socket_paths()
+        report,
+        in_use,
+        options,
+        temp=temp,
+        pins=pins,
+        parents=parents,
+        sockets=bound_socket_paths(),
+        temp_users=users,
     )
 
 
@@ -1178,6 +1205,7 @@ class _Ctx:
     now: float
     euid: int
     options: GcOptions
+    temp_users: tuple[TempDirUser, ...] = ()
 
 
 def execute(
@@ -1192,11 +1220,13 @@ def execute(
     A fresh liveness snapshot is taken after the lock is won (unless one is given). Items that
     fail a re-check are skipped with the reason; an I/O error fails that item only. Every removal
     is recorded in the root's ledger (`cachetool.lineage.gclog`) after its files are gone."""
-    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use
+    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
 
     with gc_lock(plan.root, lock_timeout):
         snapshot = in_use if in_use is not None else scan_in_use()
-        ctx = _Ctx({}, snapshot, bound_socket_paths(), time.time(), os.geteuid(), plan.options)
+        temp_items = plan.temp_dir is not None and any(i.scope == "temp" for i in plan.items)
+        users = temp_dir_users(plan.temp_dir) if temp_items and plan.temp_dir is not None else ()
+        ctx = _Ctx({}, snapshot, bound_socket_paths(), time.time(), os.geteuid(), plan.options, users)
         for scope, anchor in (("root", plan.root), ("temp", plan.temp_dir)):
             if anchor is None:
                 continue
@@ -1421,6 +1451,10 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
         prefix = os.fspath(t.path) + "/"
         if any(s.startswith(prefix) for s in ctx.sockets):
             raise _Refused("a live process listens on a socket inside")
+    if item.scope == "temp" and layout.TEMP_DIR_RE.match(t.path.name):
+        owners = possible_owners(min(stats[0].st_mtime, stats[0].st_ctime), ctx.temp_users)
+        if owners:
+            raise _Refused(f"a live datasets process using this temp dir (pid {owners[0]}) may own it")
     if item.kind != Kind.LOCK:
         newest = max(s.st_mtime for s in stats)
         if ctx.now - newest < o.min_age:

@@ -191,3 +191,64 @@ def pids_using(path: Path, snapshot: InUse | None = None) -> frozenset[int]:
     except OSError:
         return frozenset()
     return (snapshot or scan_in_use()).pids(st)
+
+
+@dataclass(frozen=True)
+class TempDirUser:
+    """A live process that may keep `hf_datasets-*` folders in a temp dir: pyarrow is loaded (so
+    `datasets` may be) and its environment names that temp dir (or cannot be read)."""
+
+    pid: int
+    started: float  # seconds since the epoch
+
+
+def _proc_temp_dir(pid: int) -> str | None:
+    """The temp dir `tempfile` picks in process `pid`, from its initial environment; None if unknown."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    for name in (b"TMPDIR", b"TEMP", b"TMP"):
+        value = env.get(name)
+        if value:
+            return os.path.realpath(os.fsdecode(value))
+    return os.path.realpath("/tmp")
+
+
+def temp_dir_users(temp_dir: str | os.PathLike[str], exclude_self: bool = True) -> tuple[TempDirUser, ...]:
+    """Live processes on this host that may own an `hf_datasets-*` folder in `temp_dir`.
+
+    Such a folder lives as long as its process, which holds nothing in it between writes (its
+    datasets may have been dropped, or the first map has not written yet), so an open-files check
+    alone cannot prove it dead. A process that has pyarrow mapped, uses this temp dir and started
+    before the folder existed may be its owner. (A process that changed TMPDIR after it started is
+    judged by its initial environment.)"""
+    import psutil
+
+    target = os.path.realpath(temp_dir)
+    me = os.getpid()
+    out: list[TempDirUser] = []
+    try:
+        pids = list(_proc_pids())
+    except OSError:
+        return ()
+    for pid in pids:
+        if exclude_self and pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                if "libarrow" not in f.read():
+                    continue
+        except OSError:
+            continue
+        where = _proc_temp_dir(pid)
+        if where is not None and where != target:
+            continue
+        try:
+            started = psutil.Process(pid).create_time()
+        except (psutil.Error, OSError):
+            continue
+        out.append(TempDirUser(pid, started))
+    return tuple(out)
