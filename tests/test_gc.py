@@ -335,6 +335,7 @@ def test_an_idle_uncached_pipeline_keeps_its_hf_datasets_folder(
     )
     tmp = copy / "tmp"
     old = {p.name for p in tmp.glob("hf_datasets-*")}
+    set_age(list(tmp.glob("hf_datasets-*")), 1)  # left by a run killed yesterday
     proc = subprocess.Popen(
         [sys.executable, "-c", code, leftovers["csv"]], env=hf_env(copy), stdout=subprocess.PIPE, text=True
     )
