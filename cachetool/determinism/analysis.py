@@ -161,7 +161,11 @@ def align(runs: Sequence[Sequence[Event]]) -> tuple[list[tuple[int, ...]], int]:
     base_keys = [_key(e) for e in runs[0]]
     maps: list[dict[int, int]] = []
     for other in runs[1:]:
-        matcher = difflib.SequenceMatcher(None, base_keys, [_key(e) for e in other], autojunk=False)
+        other_keys = [_key(e) for e in other]
+        if other_keys == base_keys:  # the usual case: the runs took the same path
+            maps.append(dict(enumerate(range(len(base_keys)))))
+            continue
+        matcher = difflib.SequenceMatcher(None, base_keys, other_keys, autojunk=False)
         mapping: dict[int, int] = {}
         for block in matcher.get_matching_blocks():
             for k in range(block.size):
