@@ -448,6 +448,8 @@ def test_corpus_culprit_is_named(script: str, corpus_base: Path) -> None:
     assert argument in cause.differing_args
     culprit = next(c for c in cause.culprits if c.argument == argument)
     assert (culprit.path, culprit.kind) == (path, kind), "\n".join(human_lines(report))
+    # --isolated: the runs used temporary caches; the cache the script would use is untouched.
+    assert not (corpus_base / script / "cache").exists()
     # The root of every recorded tree is the digest datasets computed for that argument.
     compared = 0
     for event in report.runs[0].events:
