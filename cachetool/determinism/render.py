@@ -114,7 +114,10 @@ def human_lines(report: DeterminismReport) -> list[str]:
     """The whole report for a person (the CLI escapes and prints each line)."""
     seeds = ", ".join(str(r.hash_seed) for r in report.runs)
     mode = "isolated caches" if report.isolated else "shared cache"
-    lines = [f"{report.script}: {report.verdict} ({len(report.runs)} runs, PYTHONHASHSEED {seeds}; {mode})"]
+    n = len(report.runs)
+    lines = [
+        f"{report.script}: {report.verdict} ({n} run{'' if n == 1 else 's'}, PYTHONHASHSEED {seeds}; {mode})"
+    ]
     failed = report.failed_run
     if failed is not None:
         how = (
