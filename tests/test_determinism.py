@@ -458,6 +458,9 @@ def test_corpus_culprit_is_named(script: str, corpus_base: Path) -> None:
                 assert entry["tree"]["d"] == entry["digest"], (event["operation"], entry["repr"])
                 compared += 1
     assert compared >= 2
+    if script == "c15_helper_module.py":
+        assert cause.step.function_defined == f"{CORPUS / 'c15_helpers.py'}:7"
+        assert "(defined in " in human_lines(report)[2]
     if script == "c18_cascade.py":
         assert cause.cascade == 4
         assert "  4 downstream fingerprints differ because of this" in human_lines(report)

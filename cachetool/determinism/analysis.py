@@ -47,6 +47,8 @@ class Step:
     results: tuple[str | None, ...]
     #: One tuple of parent fingerprints per run.
     parents: tuple[tuple[str, ...], ...]
+    #: Where the function passed to the transform is defined (``file:line``), when recorded.
+    function_defined: str | None = None
     #: ``same``, ``cause``, ``cascade`` or ``source`` / ``random`` (both causes too).
     status: str = "same"
     #: For a cascade step: the index of its cause in `Analysis.causes`.
@@ -70,6 +72,7 @@ class Step:
             "transform": self.transform,
             "call_site": {"file": self.file, "line": self.line},
             "function": self.function,
+            "function_defined": self.function_defined,
             "internal": self.internal,
             "fingerprints": list(self.results),
             "parents": [list(p) for p in self.parents],
@@ -176,6 +179,13 @@ def align(runs: Sequence[Sequence[Event]]) -> tuple[list[tuple[int, ...]], int]:
     return rows, unaligned
 
 
+def _defined(event: Event) -> str | None:
+    fn = event.get("function")
+    if not isinstance(fn, Mapping) or not fn.get("file"):
+        return None
+    return f"{fn['file']}:{fn['line']}" if fn.get("line") is not None else str(fn["file"])
+
+
 def _site(event: Event) -> tuple[str | None, int | None, str | None]:
     site = event.get("call_site") or {}
     fn = event.get("function") or {}
@@ -210,6 +220,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             internal=bool(row[0].get("internal")),
             results=results,
             parents=parents,
+            function_defined=_defined(row[0]),
         )
         fallbacks = [e.get("random_fallback") for e in row]
         if not step.differs:

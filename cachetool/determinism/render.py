@@ -14,6 +14,14 @@ def _short(fp: str | None) -> str:
     return "-" if fp is None else fp[:16]
 
 
+def _relative(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(".." + os.sep) else rel
+
+
 def _location(cause: Cause) -> str:
     step = cause.step
     if step.file is None:
@@ -32,6 +40,10 @@ def _what(cause: Cause) -> str:
     parts = [step.operation or step.type]
     if step.function:
         parts.append(step.function)
+        defined = step.function_defined
+        if defined and step.file and not defined.startswith(step.file + ":"):
+            # The function lives elsewhere (a helper module): say where to look.
+            parts.append(f"(defined in {_relative(defined)})")
     elif step.type == "checkpoint":
         parts.append(repr(step.transform))
     return " ".join(parts)
