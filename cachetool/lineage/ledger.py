@@ -71,6 +71,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ SEGMENT_SUFFIX = ".jsonl"
 ROOTS_FILE = "roots.json"
 
 Record = dict[str, Any]
+_UNSET: Any = object()
 # One encoder for every record: compact, UTF-8, anything odd (a Path) as its str().
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False)
 WarnFn = Callable[[str], None]
@@ -182,6 +184,7 @@ class LedgerWriter:
         self.name = segment_name(self.host, self.pid, self.start)
         self._warn = warn or _stderr_warning
         self._segments: dict[str, SegmentWriter | None] = {}
+        self._lock = threading.Lock()
 
     @property
     def run_id(self) -> str:
@@ -189,8 +192,15 @@ class LedgerWriter:
 
     def segment_for(self, root: str, kind: str = "cache") -> SegmentWriter | None:
         """The open segment of `root`, creating it (or its fallback) the first time."""
-        if root in self._segments:
-            return self._segments[root]
+        seg = self._segments.get(root, _UNSET)
+        if seg is not _UNSET:
+            return seg
+        with self._lock:  # two threads writing to a new root at once open one segment
+            if root in self._segments:
+                return self._segments[root]
+            return self._open(root, kind)
+
+    def _open(self, root: str, kind: str) -> SegmentWriter | None:
         writer: SegmentWriter | None = None
         try:
             writer = SegmentWriter(ledger_dir(root) / self.name)

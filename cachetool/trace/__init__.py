@@ -75,13 +75,23 @@ def _install_now(events: str | None) -> None:
         tracer = Tracer(sink)
         if tracer.install():
             _tracer = tracer
-            if hasattr(os, "register_at_fork"):
-                os.register_at_fork(after_in_child=_after_fork)
+            _register_fork_handler()
         else:
             sink.close()
     except Exception as e:  # never raise into the user's code
         with contextlib.suppress(Exception):
             sys.stderr.write(f"cachetool: warning: tracing is off ({type(e).__name__}: {e})\n")
+
+
+_fork_handler = False
+
+
+def _register_fork_handler() -> None:
+    # Handlers cannot be unregistered: one for the process, looking up the current tracer.
+    global _fork_handler
+    if not _fork_handler and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork)
+        _fork_handler = True
 
 
 def _after_fork() -> None:
