@@ -591,6 +591,8 @@ def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> Non
         "root_live": lockroot / _mangle(live),
         "root_gone": lockroot / _mangle(gone),
         "held_gone": lockroot / _mangle(lockroot / "held" / "0.0.0"),
+        # Only locks directly in the root are decoded as paths; elsewhere such a name is unknown.
+        "not_in_root": version / _mangle(gone),
     }
     for p in names.values():
         p.touch()
@@ -616,9 +618,37 @@ def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> Non
     removed = {Path(r["path"]) for r in doc["result"]["removed"]}
     assert removed == {names["gone_builder"], names["gone_info"], names["root_gone"]}
     assert {Path(s["path"]): s["reason"] for s in doc["plan"]["skipped"]} == {
-        names["held_gone"]: "held by a live process"
+        names["held_gone"]: "held by a live process",
+        names["not_in_root"]: "cannot tell which folder it guards",
     }
     assert all(p.exists() for k, p in names.items() if p not in removed)
+
+
+def test_a_plan_is_plain_data(lockroot: Path) -> None:
+    """Plans compare by value: a test (or a user) can assert a whole plan."""
+    from cachetool.cache.layout import Kind
+    from cachetool.cache.scan import scan_cache
+    from cachetool.maintenance.gc import GcItem, Target, build_plan
+    from cachetool.maintenance.liveness import InUse
+
+    lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"
+    lock.touch()
+    mtime = lock.stat().st_mtime
+    options = GcOptions(temp=True, min_age=0)
+    plan = build_plan(scan_cache(lockroot), InUse(), options)
+    assert plan.items == (
+        GcItem(
+            lock,
+            Kind.LOCK,
+            0,
+            1,
+            "lock nobody holds, of a folder that no longer exists",
+            (Target(lock, False, 0, mtime),),
+            lock=lock,
+        ),
+    )
+    assert plan.expected_freed == 0 and plan.expected_files == 1
+    assert plan.keeps_sentence() == "keeps 0 entries (0 Bytes)"
 
 
 def test_other_users_files_stay_unless_all_users(lockroot: Path) -> None:

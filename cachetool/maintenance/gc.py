@@ -25,6 +25,7 @@ Processes on other machines of a shared file system are invisible to the livenes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import os
@@ -409,13 +410,16 @@ def lock_is_held(path: str | os.PathLike[str]) -> bool:
     return False
 
 
-def lock_guards(lock: Path) -> tuple[str, tuple[Path, ...]] | None:
+def lock_guards(
+    lock: Path, root: Path | None = None, listings: dict[Path, list[str]] | None = None
+) -> tuple[str, tuple[Path, ...]] | None:
     """What a `datasets` lock file guards: (what, the paths whose existence keeps it useful).
 
     `<dir>_builder.lock` and `<dir>.incomplete_info.lock` guard `<dir>` (and its `.incomplete`
     while preparing); `downloads/<name>.lock` guards the download; `extracted/<sha>.lock` its
-    folder; a root lock encodes the absolute folder path with "/" turned into "_" and is decoded
-    against the file system. None: not a lock we can attribute (kept)."""
+    folder; a lock directly in the cache `root` whose name is an absolute folder path with "/"
+    turned into "_" guards that folder (decoded against the file system). None: a lock we cannot
+    attribute, or a decoding that could not finish (kept either way)."""
     name = lock.name
     parent = lock.parent
     for suffix, what in (("_builder.lock", "builder lock"), (".incomplete_info.lock", "info lock")):
@@ -429,26 +433,39 @@ def lock_guards(lock: Path) -> tuple[str, tuple[Path, ...]] | None:
         return "extraction lock", (parent / base,)
     if parent.name == "downloads":
         return "download lock", (parent / base, parent / (base + layout.INCOMPLETE_DIR_SUFFIX))
-    if base.startswith("_") and "..." not in base:
-        found = _decode_root_lock(base)
-        return "builder root lock", found
+    # `...` marks filelock's shortened form of a name too long for the file system: undecodable.
+    if root is not None and parent == root and base.startswith("_") and "..." not in base:
+        found = _decode_root_lock(base, listings if listings is not None else {})
+        return None if found is None else ("builder root lock", found)
     return None
 
 
-def _decode_root_lock(mangled: str, budget: int = 64) -> tuple[Path, ...]:
+def _decode_root_lock(
+    mangled: str, listings: dict[Path, list[str]], budget: int = 64
+) -> tuple[Path, ...] | None:
     """Existing folders whose absolute path, "/" turned into "_", is `mangled` (the ambiguity of
-    "_" is resolved by looking at what exists). Empty when nothing matches: the folder is gone."""
+    "_" is resolved by looking at what exists). Empty: nothing matches, the folder is gone. None:
+    a folder on the way could not be listed or the search ran too long, so nobody knows."""
     found: list[Path] = []
-    calls = [0]
+    calls = 0
+    unsure = False
 
     def walk(folder: Path, rest: str) -> None:
-        if calls[0] >= budget or len(found) > 4:
+        nonlocal calls, unsure
+        if calls >= budget:
+            unsure = True
             return
-        calls[0] += 1
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            return
+        calls += 1
+        names = listings.get(folder)
+        if names is None:
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                return
+            except OSError:
+                unsure = True
+                return
+            listings[folder] = names
         for n in names:
             if n in (rest, rest + layout.INCOMPLETE_DIR_SUFFIX):
                 found.append(folder / n)
@@ -456,11 +473,18 @@ def _decode_root_lock(mangled: str, budget: int = 64) -> tuple[Path, ...]:
                 walk(folder / n, rest[len(n) + 1 :])
 
     walk(Path("/"), mangled[1:])
-    return tuple(found)
+    if found:
+        return tuple(found)
+    return None if unsure else ()
 
 
-def _guard_alive(lock: Path, ignoring: frozenset[Path] = frozenset()) -> bool | None:
-    got = lock_guards(lock)
+def _guard_alive(
+    lock: Path,
+    root: Path | None,
+    ignoring: frozenset[Path] = frozenset(),
+    listings: dict[Path, list[str]] | None = None,
+) -> bool | None:
+    got = lock_guards(lock, root, listings)
     if got is None:
         return None
     _, guards = got
@@ -535,6 +559,7 @@ class _Builder:
         self.sockets = sockets
         self.temp = temp
         self.temp_users = tuple(temp_users)
+        self.listings: dict[Path, list[str]] = {}  # folder listings for decoding root locks, per plan
         self.items: list[GcItem] = []
         self.skipped: list[Skip] = []
         self.warnings: list[str] = []
@@ -737,7 +762,7 @@ class _Builder:
         if f is None or not stat.S_ISREG(f.mode):
             self.skip(e, "not a regular file")
             return
-        alive = _guard_alive(e.path, frozenset(self.removing))
+        alive = _guard_alive(e.path, self.root, frozenset(self.removing), self.listings)
         if alive is None:
             self.skip(e, "cannot tell which folder it guards")
             return
@@ -1206,6 +1231,9 @@ class _Ctx:
     euid: int
     options: GcOptions
     temp_users: tuple[TempDirUser, ...] = ()
+    root: Path | None = None
+    first_item: GcItem | None = None  # judged by the run's own snapshot, taken just before
+    refresh: bool = True  # False when the caller handed in a snapshot: use only that one
 
 
 def execute(
@@ -1226,7 +1254,18 @@ def execute(
         snapshot = in_use if in_use is not None else scan_in_use()
         temp_items = plan.temp_dir is not None and any(i.scope == "temp" for i in plan.items)
         users = temp_dir_users(plan.temp_dir) if temp_items and plan.temp_dir is not None else ()
-        ctx = _Ctx({}, snapshot, bound_socket_paths(), time.time(), os.geteuid(), plan.options, users)
+        ctx = _Ctx(
+            {},
+            snapshot,
+            bound_socket_paths(),
+            time.time(),
+            os.geteuid(),
+            plan.options,
+            users,
+            plan.root,
+            plan.items[0] if plan.items else None,
+            in_use is None,
+        )
         for scope, anchor in (("root", plan.root), ("temp", plan.temp_dir)):
             if anchor is None:
                 continue
@@ -1291,6 +1330,12 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
             lock_fd = _take_lock(anchor, item.lock)
             if lock_fd is not None:
                 fds.append(lock_fd)
+        if ctx.refresh and any(t.is_dir for t in item.targets) and item is not ctx.first_item:
+            # A folder may be written in bursts (save_to_disk between two shards holds nothing
+            # open): judge it by a snapshot taken right now, not at the start of the run.
+            from cachetool.maintenance.liveness import scan_in_use
+
+            ctx = dataclasses.replace(ctx, in_use=scan_in_use())
         checked = []
         for t in item.targets:
             got = _check_target(item, t, anchor, ctx)
@@ -1301,8 +1346,8 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
                     fds.append(got[2])
         if not checked:
             return _Outcome(item, "skipped", "already gone")
-        if item.kind == Kind.LOCK and _guard_alive(item.path):
-            raise _Refused("its folder exists again")
+        if item.kind == Kind.LOCK and _guard_alive(item.path, ctx.root) is not False:
+            raise _Refused("its folder exists again, or cannot be told")
         for parent_fd, name, dir_fd, _st in checked:
             if dir_fd is not None:
                 freed = [0, 0]
@@ -1471,8 +1516,8 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
             pass
         else:
             raise _Refused("state.json appeared: the save finished")
-    if item.kind == Kind.LOCK and _guard_alive(t.path):
-        raise _Refused("its folder exists again")
+    if item.kind == Kind.LOCK and _guard_alive(t.path, ctx.root) is not False:
+        raise _Refused("its folder exists again, or cannot be told")
 
 
 def _inventory(dir_fd: int) -> list[os.stat_result]:
