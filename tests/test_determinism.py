@@ -96,6 +96,26 @@ def test_first_difference_with_equal_parents_is_the_cause_and_the_rest_its_casca
     assert [s.status for s in analysis.steps] == ["same", "cause", "same", "cascade", "cascade"]
 
 
+def test_num_proc_shards_belong_to_the_cascade_of_their_map() -> None:
+    """map(num_proc=2) concatenates shards named <fp>_00000_of_00002: not a new source."""
+    runs = [
+        [
+            ev("map", 1, fp, ["root"], args={"function": arg("f" + fp, leaf("f" + fp, fp))}),
+            ev(
+                "concatenate_datasets",
+                1,
+                fp + "c",
+                [f"{fp}_00000_of_00002", f"{fp}_00001_of_00002"],
+                internal=True,
+            ),
+        ]
+        for fp in ("aaaa", "bbbb")
+    ]
+    analysis = analyze(runs)
+    assert len(analysis.causes) == 1
+    assert [s.status for s in analysis.steps] == ["cause", "cascade"]
+
+
 def test_a_second_problem_inside_the_cascade_is_reported_too() -> None:
     """A later step whose own argument differs as well is named, not lost in the cascade."""
     run_a = [

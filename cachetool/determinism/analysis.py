@@ -19,6 +19,7 @@ Rules:
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,6 +29,7 @@ from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_un
 __all__ = ["Cause", "Step", "align", "analyze"]
 
 Event = Mapping[str, Any]
+_SHARD = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
 
 
 @dataclass(frozen=True)
@@ -238,8 +240,13 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             if inherited is not None:
                 break
             for p in run_parents:
-                if p in tainted[k]:
-                    inherited = tainted[k][p]
+                owner = tainted[k].get(p)
+                if owner is None:
+                    # num_proc shards are named after the map's fingerprint: <fp>_00000_of_00002.
+                    shard = _SHARD.match(p) if isinstance(p, str) else None
+                    owner = tainted[k].get(shard.group(1)) if shard else None
+                if owner is not None:
+                    inherited = owner
                     break
             if inherited is not None:
                 break
