@@ -100,11 +100,16 @@ def cause_lines(cause: Cause) -> list[str]:
     else:
         lines.append(f"  differing argument(s): {', '.join(cause.differing_args)}")
         for culprit in cause.culprits:
-            lines.append(f"  culprit: {culprit.path_str}")
             if not culprit.parts:
-                lines.append(f"    {culprit.values_str}")
+                values = culprit.values_str
+                if len(values) <= 60:  # fn_kwargs['seed'] (int): 4187 vs 912
+                    lines.append(f"  culprit: {culprit.path_str}: {values}")
+                else:
+                    lines.append(f"  culprit: {culprit.path_str}")
+                    lines.append(f"    {values}")
                 lines.append(f"  hint: {culprit.hint}")
                 continue
+            lines.append(f"  culprit: {culprit.path_str}")
             lines.append(f"  it differs in {len(culprit.leaves)} places:")
             for part in culprit.parts:
                 lines.append(f"  - {part.path_str}: {part.values_str}")
