@@ -14,6 +14,10 @@ Two layers (DESIGN.md, Tracing):
 Every hook calls the original and returns its result unchanged; the bookkeeping around it runs
 under `try/except Exception` and is switched off in forked children (a `num_proc` pool worker).
 A call that `datasets` makes itself while another traced call is running is marked internal.
+
+Known limits: calls made in forked children (datasets' own `num_proc` workers, but also a user's
+own fork pool) and in spawned children (fresh interpreters) are not recorded; `IterableDataset`
+(streaming) and `DatasetDict` methods are seen through the `Dataset` calls they make.
 """
 
 from __future__ import annotations
