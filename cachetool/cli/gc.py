@@ -277,7 +277,7 @@ def _where(path: Path, plan: GcPlan) -> str:
             return os.fsdecode(path)
         parts = rel.parts
         # Deep builder paths wrap badly in a table; the full path is in --json.
-        return os.fsdecode(rel) if len(parts) <= 3 else f"{parts[0]}/…/{parts[-2]}/{parts[-1]}"
+        return os.fsdecode(rel) if len(parts) <= 3 else f"{parts[0]}/{parts[1]}/…/{parts[-1]}"
     return os.fsdecode(path)
 
 
@@ -320,7 +320,7 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         out.line(f"Temp dir: {os.fsdecode(plan.temp_dir)} (only hf_datasets-* and pymp-*)", style="dim")
     if plan.items:
         out.line()
-        out.line("Would remove:" if dry_run or not final else "Plan:", style="bold")
+        out.line("Would remove:" if dry_run else "Plan:", style="bold")
         rows = [
             (i.kind.value, i.fingerprint or _where(i.path, plan), _size(i.size), i.files, i.reason)
             for i in plan.items
@@ -343,7 +343,7 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         )
     out.line()
     if plan.items:
-        verb = "Would free" if dry_run or not final else "Frees"
+        verb = "Would free" if dry_run else "Frees"
         freed = f"{_size(plan.expected_freed)} in {plan.expected_files} file(s)"
         out.line(f"{verb} {freed} ({len(plan.items)} item(s)); {plan.keeps_sentence()}.")
     else:

@@ -505,8 +505,17 @@ def format_duration(seconds: float) -> str:
     return f"{s}s"
 
 
+def format_age(seconds: float) -> str:
+    """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit."""
+    s = max(0, int(seconds))
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
 def _too_young(age: float, min_age: float) -> str:
-    return f"modified {format_duration(age)} ago, younger than --min-age {format_duration(min_age)}"
+    return f"modified {format_age(age)} ago, younger than --min-age {format_duration(min_age)}"
 
 
 def _size(n: int) -> str:
@@ -560,6 +569,7 @@ class _Builder:
         self.temp = temp
         self.temp_users = tuple(temp_users)
         self.listings: dict[Path, list[str]] = {}  # folder listings for decoding root locks, per plan
+        self._units: list[_Unit] = []
         self.items: list[GcItem] = []
         self.skipped: list[Skip] = []
         self.warnings: list[str] = []
@@ -934,7 +944,7 @@ class _Builder:
     def evictions(self, explicit: list[Entry]) -> dict[Path, str]:
         """Plan evictions; returns, per unit key, why a unit that stays stays (for the sentence)."""
         o = self.o
-        units = self.units()
+        units = self._units = self.units()
         scoped = units
         explicit_keys = {self._unit_key_of(e) for e in explicit}
         if explicit:
@@ -1012,7 +1022,7 @@ class _Builder:
 
     def _evict_item(self, u: _Unit, by_size: bool = False) -> GcItem:
         o = self.o
-        ago = f" (last used {format_duration(self.now - u.used)} ago)" if u.used is not None else ""
+        ago = f" (last used {format_age(self.now - u.used)} ago)" if u.used is not None else ""
         if by_size and o.max_size is not None:
             reason = f"least recently used{ago}, cache over {_size(o.max_size)}"
         elif o.older_than is not None:
@@ -1044,7 +1054,7 @@ class _Builder:
         removed = {t.path for i in self.items for t in i.targets}
         counts: dict[str, int] = {}
         n = size = 0
-        units = self.units() if evicting else []
+        units = self._units if evicting else []
         reason_of_entry: dict[Path, str] = {}
         for u in units:
             for e in u.members:
@@ -1060,11 +1070,14 @@ class _Builder:
                 continue
             n += 1
             size += e.size
-            reason = reason_of_entry.get(e.path) if evicting else "entries (--temp removes leftovers only)"
+            reason = reason_of_entry.get(e.path) if evicting else "untouched (--temp removes only leftovers)"
             if reason is None:
                 reason = "unreadable or not evictable"
             counts[reason] = counts.get(reason, 0) + 1
-        order = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        # Protections first, in the order they apply; then the reasons the selection left out.
+        first = ("pinned", "ancestors of pinned entries", "kept by --keep", "in use", "owned by other users")
+        rank = {r: i for i, r in enumerate(first)}
+        order = sorted(counts.items(), key=lambda kv: (rank.get(kv[0], len(first)), -kv[1], kv[0]))
         return n, size, tuple(order)
 
 
