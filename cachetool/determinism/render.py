@@ -101,12 +101,12 @@ def cause_lines(cause: Cause) -> list[str]:
         lines.append(f"  differing argument(s): {', '.join(cause.differing_args)}")
         for culprit in cause.culprits:
             if not culprit.parts:
-                values = culprit.values_str
-                if len(values) <= 60:  # fn_kwargs['seed'] (int): 4187 vs 912
-                    lines.append(f"  culprit: {culprit.path_str}: {values}")
+                shown = culprit.values_str
+                if len(shown) <= 60:  # fn_kwargs['seed'] (int): 4187 vs 912
+                    lines.append(f"  culprit: {culprit.path_str}: {shown}")
                 else:
                     lines.append(f"  culprit: {culprit.path_str}")
-                    lines.append(f"    {values}")
+                    lines.append(f"    {shown}")
                 lines.append(f"  hint: {culprit.hint}")
                 continue
             lines.append(f"  culprit: {culprit.path_str}")

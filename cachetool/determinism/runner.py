@@ -293,6 +293,8 @@ def check_determinism(
     if any(not 0 <= s <= 4294967295 for s in seeds):
         raise CachetoolError("hash seeds must be integers from 0 to 4294967295")
     work_cwd = Path(cwd) if cwd is not None else Path.cwd()
+    # As the user typed it (sys.argv[0] of a plain run), unless the runs start somewhere else.
+    run_script = script_path if cwd is None else script_path.resolve()
     run_env = dict(os.environ if env is None else env)
     workers = 1
     if isolated:
@@ -307,7 +309,7 @@ def check_determinism(
         def one(index: int, seed: int) -> RunOutcome:
             return _run_once(
                 index,
-                script_path.resolve(),
+                run_script,
                 args,
                 seed,
                 workdir,
