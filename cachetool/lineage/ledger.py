@@ -90,7 +90,7 @@ ROOTS_FILE = "roots.json"
 Record = dict[str, Any]
 _UNSET: Any = object()
 # One encoder for every record: compact, UTF-8, anything odd (a Path) as its str().
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False)
+ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False)
 WarnFn = Callable[[str], None]
 
 
@@ -151,8 +151,11 @@ class SegmentWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
 
     def append(self, record: Mapping[str, Any]) -> None:
-        data = (_ENCODER.encode(record) + "\n").encode("utf-8", "surrogateescape")
-        view = memoryview(data)
+        self.append_line(ENCODER.encode(record))
+
+    def append_line(self, line: str) -> None:
+        """Append one record already encoded as JSON (without its newline)."""
+        view = memoryview((line + "\n").encode("utf-8", "surrogateescape"))
         # A short write (signal, full disk) would leave half a line; finishing it keeps the segment
         # readable, and a kill in between is exactly the torn tail readers expect.
         while view:
@@ -224,6 +227,11 @@ class LedgerWriter:
         seg = self.segment_for(root, kind)
         if seg is not None:
             seg.append(record)
+
+    def append_line(self, root: str, line: str, kind: str = "cache") -> None:
+        seg = self.segment_for(root, kind)
+        if seg is not None:
+            seg.append_line(line)
 
     def close(self) -> None:
         for seg in self._segments.values():

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from cachetool.lineage.ledger import RECORD_VERSION, LedgerWriter, Record, SegmentWriter
+from cachetool.lineage.ledger import ENCODER, RECORD_VERSION, LedgerWriter, Record, SegmentWriter
 
 _MISSING = object()
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
@@ -265,9 +265,10 @@ class LedgerSink:
     def run_id(self) -> str:
         return self.writer.run_id
 
-    def emit(self, record: Record) -> None:
+    def emit_line(self, record: Record, line: str) -> None:
+        """Write one record, already encoded as `line` (JSON, no newline)."""
         kind = "saved" if (record.get("source") or {}).get("kind") == "saved" else "cache"
-        self.writer.append(record["root"], record, kind)
+        self.writer.append_line(record["root"], line, kind)
 
     def close(self) -> None:
         self.writer.close()
@@ -284,8 +285,8 @@ class EventsSink:
         self.trees = trees
         self.run_id = f"{socket.gethostname()}-{os.getpid()}"
 
-    def emit(self, record: Record) -> None:
-        self.segment.append(record)
+    def emit_line(self, record: Record, line: str) -> None:
+        self.segment.append_line(line)
 
     def close(self) -> None:
         self.segment.close()
@@ -319,6 +320,7 @@ class Tracer:
         self._datasets_prefix = ""
         self._cachetool_prefix = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         self._hook_errors = 0
+        self._prefix: str | None = None
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -724,7 +726,16 @@ class Tracer:
                 local.snapshot.clear()
 
     def _emit(self, record: Record) -> None:
-        self.sink.emit(record)
+        if self._prefix is None:
+            constant = {
+                "v": RECORD_VERSION,
+                "run": self.sink.run_id,
+                "host": self.host,
+                "pid": self.pid,
+                "versions": self.versions,
+            }
+            self._prefix = ENCODER.encode(constant)[:-1] + ","
+        self.sink.emit_line(record, self._prefix + ENCODER.encode(record)[1:])
 
     # -- records ------------------------------------------------------------------------------
     def _base(
@@ -739,16 +750,14 @@ class Tracer:
         call_site: dict[str, Any] | None,
         root: str,
     ) -> Record:
+        # "v", "run", "host", "pid" and "versions" are the same in every record of the process:
+        # `_emit` writes them from one pre-encoded prefix (encoding them each time is a third of
+        # the cost of a record).
         return {
-            "v": RECORD_VERSION,
             "type": type_,
             "seq": seq,
-            "run": self.sink.run_id,
             "time": round(start, 6),
             "duration": round(duration, 6),
-            "host": self.host,
-            "pid": self.pid,
-            "versions": self.versions,
             "operation": operation,
             "transform": None,
             "result": None,
