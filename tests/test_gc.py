@@ -129,8 +129,9 @@ def cache_file(base: Path, made: dict[str, Any], fp: str) -> list[Path]:
 def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
     copy: Path, leftovers: dict[str, Any]
 ) -> None:
-    """After killed map, num_proc map, prepare, save and uncached runs, `gc --temp --min-age 0 -y`
-    removes their leftovers and nothing else, and logs each removal in the ledger."""
+    """After a killed map, num_proc map, prepare, save, uncached run and download,
+    `gc --temp --min-age 0 -y` removes their leftovers and nothing else, and logs each removal
+    in the ledger."""
     lo = leftovers["leftovers"]
     assert len(lo["killed_worker"]) == 2
     assert sorted((copy / p).stat().st_size == 0 for p in lo["killed_worker"]) == [False, True]
@@ -141,24 +142,30 @@ def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
         + lo["killed_worker"]
         + lo["killed_prepare"]
         + lo["killed_save"]
-        + lo["killed_uncached"],
+        + lo["killed_uncached"]
+        + lo["killed_download"]
+        + lo["killed_download_prepare"],
     ) | {builder_lock}
     before = tree(copy)
     code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
     assert code == 0, doc
     after = tree(copy)
     assert set(before) - set(after) == expected
-    # The root lock names the folder's absolute path in the original cache, where the
-    # interrupted preparation still exists: it guards something, so it stays.
-    assert all(p in after for p in lo["killed_prepare_locks"] if p != builder_lock)
+    # A root lock names its folder's absolute path, which is in the original cache: there the
+    # interrupted preparations still exist, so in this copy the root locks guard something and stay.
+    root_locks = [p for p in lo["killed_prepare_locks"] if p != builder_lock] + lo[
+        "killed_download_root_lock"
+    ]
+    assert len(root_locks) == 2 and all(p in after for p in root_locks)
     assert all(p.startswith("cache/.cachetool/") for p in set(after) - set(before))
     assert all(before[p] == after[p] for p in after if p in before)
     result = doc["result"]
     assert result["failed"] == [] and result["skipped"] == []
-    assert len(result["removed"]) == 7
+    assert len(result["removed"]) == 11
     assert result["freed_files"] == sum(1 for p in expected if before[p][0] == "file")
     assert result["freed_bytes"] == sum(before[p][1] for p in expected)
-    assert {r["kind"] for r in result["removed"]} == {"temp", "incomplete-prepare", "incomplete-save", "lock"}
+    kinds = {"temp", "incomplete-prepare", "incomplete-save", "lock", "download"}
+    assert {r["kind"] for r in result["removed"]} == kinds
 
     from cachetool.lineage.gclog import gc_records
 
@@ -191,7 +198,21 @@ def test_dry_run_min_age_and_confirmation(copy: Path, leftovers: dict[str, Any])
         k: v for k, v in before.items() if not k.startswith("cache/.cachetool")
     }
     quiet = cli(*args, "--min-age", "0", "--dry-run", "-q")
-    assert quiet.exit_code == 0 and len(quiet.stdout.splitlines()) == 7
+    assert quiet.exit_code == 0 and len(quiet.stdout.splitlines()) == 11
+
+
+@pytest.mark.slow
+def test_leftovers_named_on_the_command_line(copy: Path, leftovers: dict[str, Any]) -> None:
+    """`cachetool gc $(cachetool ls -q --filter kind=temp)` removes exactly the listed leftovers,
+    under the same checks as --temp."""
+    ls = cli("ls", "--cache-dir", str(copy / "cache"), "-q", "--filter", "kind=temp")
+    named = ls.stdout.split()
+    assert sorted(named) == sorted(
+        str(copy / p) for p in leftovers["leftovers"]["killed_worker"] + leftovers["leftovers"]["killed_map"]
+    )
+    code, doc = gc_json(copy, named[0], "--min-age", "0", "-y")
+    assert code == 0 and [r["path"] for r in doc["result"]["removed"]] == [named[0]]
+    assert all(Path(p).exists() for p in named[1:])
 
 
 @pytest.mark.slow

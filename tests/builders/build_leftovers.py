@@ -9,18 +9,23 @@ saved Dataset and a saved DatasetDict. Leftovers, each made by killing a real `d
 * a num_proc=2 map whose worker kills itself: two `tmp*` files, one of them 0 bytes;
 * a `from_generator` preparation killed mid-way: `<version>.incomplete/` and its locks;
 * a `save_to_disk` killed mid-way (its writer slowed down): data files without `state.json`;
-* a pipeline with `disable_caching()` killed mid-map: `hf_datasets-*` in TMPDIR.
+* a pipeline with `disable_caching()` killed mid-map: `hf_datasets-*` in TMPDIR;
+* a `load_dataset` of a remote CSV (a slow loopback server) killed mid-download:
+  `downloads/<sha>.incomplete` and its lock, plus an empty `<hash>.incomplete/` and its locks.
 
 Prints one JSON document: the fingerprints and the leftover paths (relative to OUT).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -95,6 +100,40 @@ def slow(x):
 ds.map(slow, writer_batch_size=1)
 """
 
+KILL_DOWNLOAD = """
+import sys
+from datasets import load_dataset
+load_dataset("csv", data_files=sys.argv[1], split="train")
+"""
+
+SLOW_BODY = ("a,b\n" + "".join(f"{i},{i * 2}\n" for i in range(20000))).encode()
+
+
+class SlowCSV(http.server.BaseHTTPRequestHandler):
+    """Serves one CSV file, 2 kB every 0.1 s: a download that is still running when killed."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _head(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(SLOW_BODY)))
+        self.send_header("Content-Type", "text/csv")
+        self.end_headers()
+
+    def do_HEAD(self) -> None:
+        self._head()
+
+    def do_GET(self) -> None:
+        self._head()
+        try:
+            for i in range(0, len(SLOW_BODY), 2000):
+                self.wfile.write(SLOW_BODY[i : i + 2000])
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
     deadline = time.time() + timeout
@@ -105,11 +144,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
     raise SystemExit("timed out waiting for a writer")
 
 
-def killed_run(code: str, *args: str, ready: Callable[[], bool]) -> None:
+def killed_run(code: str, *args: str, ready: Callable[[], bool], **env: str) -> None:
     """Run `code` in a child and SIGKILL it as soon as `ready()` says it is mid-write."""
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *args],
-        env=os.environ.copy(),
+        env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -224,6 +263,32 @@ def main() -> None:
         ready=lambda: any(p.name.startswith("tmp") for d in TMP.glob("hf_datasets-*") for p in d.iterdir()),
     )
     leftovers["killed_uncached"] = [rel(p) for p in fresh(before) if p.parent == TMP]
+
+    downloads = CACHE / "downloads"
+    before = all_paths()
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), SlowCSV) as httpd:
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/remote.csv"
+        killed_run(
+            KILL_DOWNLOAD,
+            url,
+            HF_HUB_OFFLINE="0",
+            ready=lambda: (
+                downloads.is_dir() and any(p.stat().st_size > 0 for p in downloads.glob("*.incomplete"))
+            ),
+        )
+        httpd.shutdown()
+    new = fresh(before)
+    leftovers["killed_download"] = [rel(p) for p in new if p.parent == downloads]
+    leftovers["killed_download_prepare"] = [
+        rel(p)
+        for p in new
+        if (p.name.endswith(".incomplete") and p.parent != downloads) or p.name.endswith("_builder.lock")
+    ]
+    leftovers["killed_download_root_lock"] = [
+        rel(p) for p in new if p.parent == CACHE and p.suffix == ".lock"
+    ]
 
     made["leftovers"] = leftovers
     print(json.dumps(made))
