@@ -178,6 +178,23 @@ def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
 
 
 @pytest.mark.slow
+def test_one_failing_item_never_stops_the_rest(copy: Path, leftovers: dict[str, Any]) -> None:
+    """An item that cannot be removed (an immutable file) fails alone: the others go, exit 1."""
+    stuck = copy / leftovers["leftovers"]["killed_map"][0]
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
+    assert code == 1
+    result = doc["result"]
+    assert [(f["path"], f["status"]) for f in result["failed"]] == [(str(stuck), "failed")]
+    assert "Operation not permitted" in result["failed"][0]["why"]
+    assert len(result["removed"]) == 10 and stuck.exists()
+
+
+@pytest.mark.slow
 def test_dry_run_min_age_and_confirmation(copy: Path, leftovers: dict[str, Any]) -> None:
     """--dry-run and a missing --yes change nothing; fresh leftovers are younger than the default
     --min-age and stay, with the reason."""
