@@ -680,7 +680,7 @@ def test_a_plan_is_plain_data(lockroot: Path) -> None:
             Kind.LOCK,
             0,
             1,
-            "lock nobody holds, of a folder that no longer exists",
+            "builder lock nobody holds; its folder is gone",
             (Target(lock, False, 0, mtime),),
             lock=lock,
         ),

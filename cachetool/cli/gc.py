@@ -274,11 +274,16 @@ def _where(path: Path, plan: GcPlan) -> str:
         except ValueError:
             continue
         if base != plan.root:
-            return os.fsdecode(path)
-        parts = rel.parts
+            return os.fsdecode(rel)  # the temp dir is named above the table
+        parts = [_short(p) for p in rel.parts]
         # Deep builder paths wrap badly in a table; the full path is in --json.
-        return os.fsdecode(rel) if len(parts) <= 3 else f"{parts[0]}/{parts[1]}/…/{parts[-1]}"
+        return "/".join(parts) if len(parts) <= 3 else f"{parts[0]}/{parts[1]}/…/{parts[-1]}"
     return os.fsdecode(path)
+
+
+def _short(name: str) -> str:
+    """Hash-named folders and downloads (64 hex digits) shortened for a table."""
+    return name if len(name) <= 36 else f"{name[:12]}…{name[-20:]}"
 
 
 def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[str, Any]:

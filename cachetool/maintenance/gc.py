@@ -677,8 +677,7 @@ class _Builder:
         if why:
             self.skip(e, why)
             return
-        what = "empty temp file" if f.size == 0 else "partial temp file"
-        reason = f"{what} of a killed writer (map, filter, sort, shuffle)"
+        reason = ("empty" if f.size == 0 else "partial") + " tmp file of a killed writer"
         self.add(
             GcItem(
                 e.path,
@@ -713,7 +712,7 @@ class _Builder:
                 Kind.INCOMPLETE_PREPARE,
                 e.size,
                 len(e.files),
-                "interrupted load_dataset preparation (its builder lock is free)",
+                "interrupted preparation, its builder lock is free",
                 (Target(e.path, True, e.size, newest),),
                 dataset=e.dataset,
                 lock=lock,
@@ -735,7 +734,7 @@ class _Builder:
                 Kind.INCOMPLETE_SAVE,
                 e.size,
                 len(e.files),
-                "interrupted save_to_disk (data files, no state.json)",
+                "interrupted save_to_disk (no state.json)",
                 (Target(e.path, True, e.size, newest),),
                 dataset=e.dataset,
             )
@@ -760,7 +759,7 @@ class _Builder:
                     Kind.DOWNLOAD,
                     f.size,
                     1,
-                    "interrupted download (its lock is free)",
+                    "interrupted download, its lock is free",
                     (Target(f.path, False, f.size, f.mtime),),
                     dataset=e.dataset,
                     lock=lock,
@@ -786,13 +785,16 @@ class _Builder:
         if why:
             self.skip(e, why)
             return
+        got = lock_guards(e.path, self.root, self.listings)
+        what = got[0] if got else "lock"
+        guarded = "download" if what == "download lock" else "folder"
         self.add(
             GcItem(
                 e.path,
                 Kind.LOCK,
                 f.size,
                 1,
-                "lock nobody holds, of a folder that no longer exists",
+                f"{what} nobody holds; its {guarded} is gone",
                 (Target(e.path, False, f.size, f.mtime),),
                 dataset=e.dataset,
                 lock=e.path,
@@ -828,9 +830,9 @@ class _Builder:
                 self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
                 continue
             if tf.kind == "hf_datasets":
-                reason = "temp folder of a datasets process that is gone (caching disabled)"
+                reason = "temp folder of a process that is gone (caching disabled)"
             else:
-                reason = "folder of a multiprocess pool whose processes are gone"
+                reason = "multiprocess pool folder, its processes are gone"
             self.add(
                 GcItem(
                     tf.path,
