@@ -143,7 +143,7 @@ class GcItem:
             "dataset": self.dataset,
             "size": self.size,
             "files": self.files,
-            "last_used": self.used,
+            "last_used": _iso(self.used),
             "reason": self.reason,
         }
 
@@ -494,6 +494,15 @@ def _guard_alive(
 # ------------------------------------------------------------------------------------------
 # Building the plan
 # ------------------------------------------------------------------------------------------
+
+
+def _iso(ts: float | None) -> str | None:
+    """UTC ISO 8601 to the second, as `ls --json` writes times."""
+    if ts is None:
+        return None
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
 def format_duration(seconds: float) -> str:
