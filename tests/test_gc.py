@@ -595,6 +595,13 @@ def test_fingerprints_on_the_command_line_and_unknown_ones(copy: Path, leftovers
     assert {r["fingerprint"] for r in doc["result"]["removed"]} == {leftovers["shards"], leftovers["indices"]}
     assert not any(p.exists() for p in files["shards"] + files["indices"])
     assert all(p.exists() for p in files["derived"])
+    _, doc = gc_json(copy, "--dataset", "csv", "--min-age", "0", "--dry-run")
+    assert {i["fingerprint"] for i in doc["plan"]["items"]} == {
+        leftovers[k] for k in ("chain_a", "chain_b", "derived", "train", "test")
+    }
+    assert doc["plan"]["kept"]["reasons"]["source splits and saved datasets"] == 1
+    _, doc = gc_json(copy, "--dataset", "json", "--min-age", "0", "--dry-run")
+    assert doc["plan"]["items"] == [] and doc["plan"]["kept"]["reasons"] == {"outside the selection": 9}
     res = cli("gc", "--cache-dir", str(copy / "cache"), "0123456789abcdef", "-y")
     assert res.exit_code == 2 and "no cache entry matches '0123456789abcdef'" in res.stderr
 
