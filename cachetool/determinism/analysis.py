@@ -375,16 +375,33 @@ def _random_cause(step: Step, row: Sequence[Event]) -> Cause:
 
 
 def _source_diffs(row: Sequence[Event]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    sources: list[Mapping[str, Any]] = []
+    """Where the recorded descriptions of a source differ: ``(key, (value per run, ...))``, nested
+    values flattened (``data_files[reviews.csv].mtime``) so that only what changed is shown."""
+    flat: list[dict[str, str]] = []
     for event in row:
         source = event.get("source")
-        sources.append(source if isinstance(source, Mapping) else {})
+        out: dict[str, str] = {}
+        _flatten(source if isinstance(source, Mapping) else {}, "", out)
+        flat.append(out)
     keys: list[str] = []
-    for source in sources:
-        keys.extend(k for k in source if k not in keys)
-    out = []
+    for f in flat:
+        keys.extend(k for k in f if k not in keys)
+    diffs = []
     for key in keys:
-        values = tuple(str(source.get(key)) for source in sources)
+        values = tuple(f.get(key, "-") for f in flat)
         if len(set(values)) > 1:
-            out.append((key, values))
-    return tuple(out)
+            diffs.append((key, values))
+    return tuple(diffs)
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list) and value and all(isinstance(v, Mapping) and "path" in v for v in value):
+        # Files: keyed by their name, so an added or removed file shows as such.
+        for v in value:
+            name = str(v["path"]).rsplit("/", 1)[-1]
+            _flatten({k: x for k, x in v.items() if k != "path"}, f"{prefix}[{name}]", out)
+    else:
+        out[prefix] = str(value)
