@@ -20,8 +20,9 @@ Record schema, version 1 (one JSON object per line; fields may be added, never r
     v               1
     type            "transform" (a transform call), "root" (a dataset that starts a chain: a
                     builder split, load_from_disk, an in-memory dataset), "save" (save_to_disk:
-                    the saved folder holds `result`); events files also hold "checkpoint"
-                    events of `cachetool.checkpoint()`
+                    the saved folder holds `result`), "source" (the text of a user function,
+                    see below); events files also hold "checkpoint" events of
+                    `cachetool.checkpoint()`
     seq             order of the call within its process (sort by it; nested calls finish first)
     run             the segment id: "<host>-<pid>-<start>"; records of one run share it
     time            call start, seconds since the epoch
@@ -40,10 +41,24 @@ Record schema, version 1 (one JSON object per line; fields may be added, never r
     internal        true for calls `datasets` makes itself (set_format inside map, the per-shard
                     select of num_proc maps, ...); hidden by default
     call_site       {"file", "line", "function"}: the first frame outside datasets and cachetool
-    function        {"qualname", "file", "line", "source_hash"} of the user's function, or null
-    args            {name: {"digest", "repr", "type"}}: per hashed argument its `Hasher` digest
-                    (null when not hashed), a short safe repr of small plain values (else null)
-                    and its type name
+    function        {"qualname", "file", "line", "source_hash", "code_hash", "by_reference",
+                    "deps"} of the user's function, or null. `source_hash` is "sha256:<16 hex>" of
+                    its source text ("code:<16 hex>" without source); `code_hash` hashes its
+                    bytecode, constants and names but not line numbers (a moved function or an
+                    edited comment keeps it); `by_reference` is true when `datasets` pickles it by
+                    module and name (a function of an importable module), so editing it keeps the
+                    fingerprint; `deps` lists the functions of the user's own modules it reaches
+                    through its globals that are pickled by reference, each {"qualname", "file",
+                    "line", "source_hash", "code_hash"} (at most 16). [added: code_hash,
+                    by_reference, deps]
+    args            {name: {"digest", "repr", "type", "summary"?}}: per hashed argument its
+                    `Hasher` digest (null when not hashed), a short safe repr of small plain
+                    values (else null) and its type name. `summary` (only in records of steps
+                    that computed their result, cache "miss"/"partial", or fell back to a random
+                    fingerprint; not for plain scalars) is a bounded hash tree of the argument in
+                    the node format of `cachetool.fingerprint.tree` (keys l, t, d, s, r, e, o, x,
+                    c): three levels at most, reprs of at most 48 characters, at most 2.5 kB of
+                    JSON per argument (deeper levels are dropped to fit). [added: summary]
     random_fallback null, or {"argument": name or null (the transform itself), "error": text,
                     "error_type": name}: `datasets` could not hash and used a random fingerprint
     fingerprint_given  true when the caller passed `new_fingerprint=` (no hashing took place)
@@ -55,9 +70,17 @@ Record schema, version 1 (one JSON object per line; fields may be added, never r
     root            the cache root whose ledger holds the record
     split           the dataset's split, if any
     source          roots only: {"kind": "builder", "builder", "config", "relative_data_dir",
-                    "split"} | {"kind": "saved", "path", "state_fingerprint"} |
+                    "split", "data_files": [{"split", "path", "size", "mtime"}] (local data files
+                    at load time, at most 16) [added: data_files]} |
+                    {"kind": "saved", "path", "state_fingerprint"} |
                     {"kind": "in-memory", "constructor"}; saves: {"kind": "saved", "path"}
     error           null, or "ExceptionType: message" when the call raised
+
+Source records (`"type": "source"`, `"internal": true`, `"result": null`) carry the text of a user
+function (or of a helper it calls) named by a record's `function` field, written once per process
+and root, before the first record that names it: {"hash" (its source_hash), "qualname", "file",
+"line", "text" (at most 20,000 characters), "truncated"}. `cachetool explain` diffs two of them
+to show the line that changed.
 
 The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same dicts, each with its
 `seq`, plus `"tree"` per argument when `CACHETOOL_TRACE_TREES=1`.

@@ -37,10 +37,15 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from cachetool.lineage.ledger import ENCODER, RECORD_VERSION, LedgerWriter, Record, SegmentWriter
+from cachetool.trace.sources import describe as describe_function
+from cachetool.trace.sources import unwrap
+from cachetool.trace.summary import summarize
 
 _MISSING = object()
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
 _FN_INFO: dict[Any, dict[str, Any]] = {}  # code object -> the "function" field of records
+_SOURCES: dict[str, dict[str, Any]] = {}  # source hash -> the text of a user function, for "source" records
+_SCALAR_TYPES = frozenset({"bool", "int", "float", "str", "NoneType"})
 _CACHE_NAME_KWARGS = (
     "cache_file_name",
     "indices_cache_file_name",
@@ -303,6 +308,8 @@ class Tracer:
     def __init__(self, sink: LedgerSink | EventsSink) -> None:
         self.sink = sink
         self.trees = isinstance(sink, EventsSink) and sink.trees
+        # Summaries and source texts are for the ledger; the determinism runner has full trees.
+        self._ledger = isinstance(sink, LedgerSink)
         self.enabled = False
         self.pid = os.getpid()
         self.host = socket.gethostname()
@@ -321,6 +328,7 @@ class Tracer:
         self._cachetool_prefix = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         self._hook_errors = 0
         self._prefix: str | None = None
+        self._sources_done: set[tuple[Any, str]] = set()
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -735,6 +743,9 @@ class Tracer:
                 "versions": self.versions,
             }
             self._prefix = ENCODER.encode(constant)[:-1] + ","
+        if self._ledger and record.get("function") is not None:
+            for src in self._source_records(record):
+                self.sink.emit_line(src, self._prefix + ENCODER.encode(src)[1:])
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record)[1:])
 
     # -- records ------------------------------------------------------------------------------
@@ -881,6 +892,13 @@ class Tracer:
         files, cache = self._files(frame, ds_files, parent_files)
         rec["files"] = files
         rec["cache"] = cache
+        if (
+            h is not None
+            and self._ledger
+            and not frame.internal
+            and (cache in ("miss", "partial") or rec["random_fallback"])
+        ):
+            self._summarize(rec, h)
         return rec
 
     def _adopt(self, frame: _Frame, fp: Any) -> Record | None:
@@ -954,27 +972,61 @@ class Tracer:
         return out
 
     def _function_info(self, fn: Any) -> dict[str, Any] | None:
-        target = fn
-        while isinstance(target, functools.partial):
-            target = target.func
-        target = getattr(target, "__func__", target)
-        code = getattr(target, "__code__", None)
-        if code is None:
-            code = getattr(vars(type(target)).get("__call__"), "__code__", None)
+        target, code = unwrap(fn)
         key = code if code is not None else id(target)
         info = self._fn_info.get(key)
         if info is not None:
             return info
-        qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
-        module = getattr(target, "__module__", None)
-        info = {
-            "qualname": qualname if module in (None, "__main__", "__mp_main__") else f"{module}.{qualname}",
-            "file": code.co_filename if code is not None else None,
-            "line": code.co_firstlineno if code is not None else None,
-            "source_hash": _source_hash(target, code),
-        }
+        info = describe_function(fn, _SOURCES)
         self._fn_info[key] = info
         return info
+
+    def _summarize(self, rec: Record, h: _HashEvent) -> None:
+        """Bounded hash-tree summaries of the arguments of a step that computed its result (or
+        fell back to a random fingerprint), for `cachetool explain`. Plain scalars need none:
+        their repr is the whole story."""
+        args = h.args if isinstance(h.args, Mapping) else {}
+        for name, entry in rec["args"].items():
+            if entry.get("repr") is not None and entry.get("type") in _SCALAR_TYPES:
+                continue
+            if name in ("fingerprint_name", "new_fingerprint"):
+                continue
+            summary = summarize(args.get(name))
+            if summary is not None:
+                entry["summary"] = summary
+
+    def _source_records(self, record: Record) -> list[Record]:
+        """The `"source"` records a record's function info names that this process has not yet
+        written to the record's root."""
+        fn = record.get("function")
+        if not fn:
+            return []
+        root = record["root"]
+        key = (id(fn), root)
+        if key in self._sources_done:
+            return []
+        self._sources_done.add(key)
+        out = []
+        for item in (fn, *fn.get("deps", ())):
+            shash = item.get("source_hash")
+            text = _SOURCES.get(shash) if isinstance(shash, str) else None
+            if text is None or (shash, root) in self._sources_done:
+                continue
+            self._sources_done.add((shash, root))
+            rec = self._base(
+                type_="source",
+                seq=next(self._seq),
+                start=record["time"],
+                duration=0.0,
+                operation="source",
+                internal=True,
+                call_site=None,
+                root=root,
+            )
+            rec["hash"] = shash
+            rec.update(text)
+            out.append(rec)
+        return out
 
     def _files(
         self, frame: _Frame, ds_files: list[dict[str, Any]], parent_files: set[str]
@@ -1018,6 +1070,7 @@ class Tracer:
         with contextlib.suppress(Exception):
             self._dir_roots[_abs(builder._output_dir)] = (cache_root, "cache")
         prepared = getattr(builder, "__dict__", {}).get("_cachetool_prepared", "hit")
+        data_files = _data_files(builder)
         items = (
             list(out.items())
             if isinstance(out, dict)
@@ -1047,6 +1100,7 @@ class Tracer:
                 "config": getattr(getattr(builder, "config", None), "name", None),
                 "relative_data_dir": rel,
                 "split": _split_of(ds),
+                "data_files": data_files,
             }
             files = []
             for f in _cache_files(ds):
@@ -1212,6 +1266,37 @@ def _split_of(ds: Any) -> str | None:
     return str(split) if split is not None else None
 
 
+#: Local data files recorded per builder root (enough to name the one that changed).
+MAX_DATA_FILES = 16
+
+
+def _data_files(builder: Any) -> list[dict[str, Any]]:
+    """The builder's local data files with their size and mtime at load time, so that `explain`
+    can say which input file changed when a source dataset gets a new fingerprint."""
+    out: list[dict[str, Any]] = []
+    data_files = getattr(getattr(builder, "config", None), "data_files", None)
+    if not isinstance(data_files, Mapping):
+        return out
+    try:
+        for split, files in data_files.items():
+            for f in files if isinstance(files, (list, tuple)) else [files]:
+                path = str(f)
+                if path.startswith("file://"):
+                    path = path[len("file://") :]
+                if "://" in path or "::" in path:
+                    continue
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                out.append({"split": str(split), "path": path, "size": st.st_size, "mtime": st.st_mtime})
+                if len(out) >= MAX_DATA_FILES:
+                    return out
+    except Exception:  # an odd data_files object: the fingerprint still says the source changed
+        return out
+    return out
+
+
 def _given_fingerprint(kwargs: Mapping[str, Any]) -> str | None:
     for key in ("new_fingerprint", "train_new_fingerprint", "test_new_fingerprint"):
         if isinstance(kwargs.get(key), str):
@@ -1235,20 +1320,6 @@ def _is_fingerprint_transform(value: Any) -> bool:
             return True
         f = getattr(f, "__wrapped__", None)
     return False
-
-
-def _source_hash(target: Any, code: Any) -> str | None:
-    import hashlib
-
-    try:
-        source = inspect.getsource(target)
-    except (OSError, TypeError):
-        source = None
-    if source is not None:
-        return "sha256:" + hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    if code is not None:
-        return "code:" + hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:16]
-    return None
 
 
 def _tree(value: Any) -> Any:

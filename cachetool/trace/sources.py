@@ -1,0 +1,258 @@
+"""What the tracer records about the user's function: enough to tell later that its code changed.
+
+`datasets` pickles a function defined in `__main__` by value (its code is in the fingerprint) but a
+function imported from one of the user's own modules by reference, as module and name. Editing
+such a function keeps the fingerprint, and `datasets` silently reuses a result computed by the old
+code. So, once per code object and process, the tracer records:
+
+* the function's source hash (as before) and a `code_hash` of its bytecode, constants and names
+  (line numbers left out, so moving a function or editing a comment is not a change);
+* whether `datasets` pickles it by reference (`by_reference`);
+* `deps`: the functions of the user's own modules it calls, directly or through other user
+  functions, that are pickled by reference — each with its own hashes (at most `MAX_DEPS`);
+* the source text of each of these, written to the ledger once per process as a `"source"`
+  record, so that `cachetool explain` can show the line that changed.
+
+Everything here runs once per code object, never per record.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+import site
+import sys
+import sysconfig
+import types
+from typing import Any
+
+#: At most this many helper functions per recorded function.
+MAX_DEPS = 16
+#: Source texts longer than this are cut (and marked truncated).
+MAX_SOURCE_CHARS = 20_000
+
+_NOT_USER: tuple[str, ...] | None = None
+
+
+def _system_prefixes() -> tuple[str, ...]:
+    global _NOT_USER
+    if _NOT_USER is None:
+        paths = set()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            p = sysconfig.get_paths().get(key)
+            if p:
+                paths.add(os.path.realpath(p))
+        for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+            paths.add(os.path.realpath(p))
+        try:
+            paths.update(os.path.realpath(p) for p in site.getsitepackages())
+        except Exception:  # some embedded interpreters have no site.getsitepackages
+            pass
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        paths.add(here)
+        _NOT_USER = tuple(p.rstrip(os.sep) + os.sep for p in sorted(paths))
+    return _NOT_USER
+
+
+def is_user_file(filename: str | None) -> bool:
+    """A file of the user's own code: not the standard library, not an installed package, not
+    cachetool. A package installed in editable mode from the user's project counts as theirs."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    return not path.startswith(_system_prefixes())
+
+
+def by_reference(fn: Any) -> bool:
+    """Whether dill (and so `datasets`) pickles this function as module + name, not as code."""
+    module = getattr(fn, "__module__", None)
+    if module in (None, "__main__", "__mp_main__"):
+        return False
+    qualname = getattr(fn, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        return False
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is fn
+
+
+def code_hash(code: types.CodeType) -> str:
+    """A digest of what a function does: bytecode, constants (nested code recursively) and names,
+    not its line numbers or file."""
+    h = hashlib.sha256()
+    _feed_code(h, code, 0)
+    return h.hexdigest()[:16]
+
+
+def _feed_code(h: Any, code: types.CodeType, depth: int) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    h.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_flags)).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            if depth < 20:
+                _feed_code(h, const, depth + 1)
+        else:
+            try:
+                text = repr(sorted(const, key=repr)) if isinstance(const, frozenset) else repr(const)
+            except Exception:
+                text = type(const).__name__
+            h.update(text.encode("utf-8", "surrogateescape"))
+        h.update(b"\x00")
+
+
+def source_of(target: Any) -> str | None:
+    """The source text of a function (`inspect.getsource`), or None when it has none (a lambda
+    typed at a prompt, a builtin)."""
+    try:
+        return inspect.getsource(target)
+    except (OSError, TypeError):
+        return None
+    except Exception:  # odd objects: a broken __wrapped__, a file that vanished
+        return None
+
+
+def source_hash(source: str | None, code: types.CodeType | None) -> str | None:
+    """``sha256:<16 hex>`` of the source text; ``code:<16 hex>`` when there is no source."""
+    if source is not None:
+        return "sha256:" + hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    if code is not None:
+        return "code:" + code_hash(code)
+    return None
+
+
+def unwrap(fn: Any) -> tuple[Any, types.CodeType | None]:
+    """The plain function behind a partial, a bound method or a callable object, and its code."""
+    target = fn
+    for _ in range(8):
+        if isinstance(target, functools.partial):
+            target = target.func
+        else:
+            break
+    target = getattr(target, "__func__", target)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        call = vars(type(target)).get("__call__")
+        call = getattr(call, "__func__", call)
+        code = getattr(call, "__code__", None)
+        if code is not None:
+            target = call
+    return target, code if isinstance(code, types.CodeType) else None
+
+
+def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The `function` field of a record for `fn`; the source texts it names are added to `sources`
+    (source hash -> {"qualname", "file", "line", "text", "truncated"})."""
+    target, code = unwrap(fn)
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    module = getattr(target, "__module__", None)
+    source = source_of(target)
+    shash = source_hash(source, code)
+    info: dict[str, Any] = {
+        "qualname": qualname if module in (None, "__main__", "__mp_main__") else f"{module}.{qualname}",
+        "file": code.co_filename if code is not None else None,
+        "line": code.co_firstlineno if code is not None else None,
+        "source_hash": shash,
+        "code_hash": code_hash(code) if code is not None else None,
+        "by_reference": by_reference(target),
+        "deps": [],
+    }
+    if code is not None and shash is not None and source is not None and is_user_file(code.co_filename):
+        _keep_source(sources, shash, info, source)
+    if isinstance(target, types.FunctionType):
+        info["deps"] = _deps(target, sources)
+    return info
+
+
+def _keep_source(sources: dict[str, dict[str, Any]], shash: str, info: dict[str, Any], source: str) -> None:
+    if shash in sources:
+        return
+    sources[shash] = {
+        "qualname": info["qualname"],
+        "file": info["file"],
+        "line": info["line"],
+        "text": source[:MAX_SOURCE_CHARS],
+        "truncated": len(source) > MAX_SOURCE_CHARS,
+    }
+
+
+def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """User-module functions pickled by reference that `fn` reaches through its globals."""
+    out: list[dict[str, Any]] = []
+    seen: set[int] = {id(fn)}
+    queue: list[types.FunctionType] = [fn]
+    while queue and len(out) < MAX_DEPS:
+        current = queue.pop(0)
+        for callee in _referenced_functions(current):
+            if id(callee) in seen:
+                continue
+            seen.add(id(callee))
+            code = callee.__code__
+            if not is_user_file(code.co_filename):
+                continue
+            queue.append(callee)
+            if not by_reference(callee):
+                continue  # pickled by value: a change of it changes the fingerprint
+            source = source_of(callee)
+            shash = source_hash(source, code)
+            dep = {
+                "qualname": f"{callee.__module__}.{callee.__qualname__}",
+                "file": code.co_filename,
+                "line": code.co_firstlineno,
+                "source_hash": shash,
+                "code_hash": code_hash(code),
+            }
+            if source is not None and shash is not None:
+                _keep_source(sources, shash, dep, source)
+            out.append(dep)
+            if len(out) >= MAX_DEPS:
+                break
+    return out
+
+
+def _names(code: types.CodeType, depth: int = 0) -> list[str]:
+    names = list(code.co_names)
+    if depth < 10:
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                names.extend(_names(const, depth + 1))
+    return names
+
+
+def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
+    """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`) or closure."""
+    names = _names(fn.__code__)
+    g = fn.__globals__
+    found: list[types.FunctionType] = []
+    modules: list[types.ModuleType] = []
+    for name in dict.fromkeys(names):
+        value = g.get(name)
+        if isinstance(value, types.FunctionType):
+            found.append(value)
+        elif isinstance(value, types.ModuleType) and is_user_file(getattr(value, "__file__", None)):
+            modules.append(value)
+        elif isinstance(value, type) and is_user_file(
+            getattr(sys.modules.get(value.__module__), "__file__", None)
+        ):
+            # A user class called in the function: its methods run too.
+            found.extend(v for v in vars(value).values() if isinstance(v, types.FunctionType))
+    for module in modules:
+        for name in dict.fromkeys(names):
+            value = getattr(module, name, None)
+            if isinstance(value, types.FunctionType):
+                found.append(value)
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, types.FunctionType):
+            found.append(value)
+    return found
