@@ -69,6 +69,11 @@ def _register() -> None:
     app.command("pin")(pin.pin_command)
     app.command("unpin")(pin.unpin_command)
 
+    from cachetool.cli import explain, stats
+
+    app.command("explain")(explain.explain_command)
+    app.command("stats")(stats.stats_command)
+
 
 _register()
 

@@ -1,0 +1,183 @@
+"""`cachetool explain`: why a step was recomputed, and whether a cache hit is stale."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.errors import CachetoolError, ExitCode
+
+if TYPE_CHECKING:
+    from cachetool.lineage.explain import ExplainReport, Reason, StaleHit, StepExplanation
+
+
+def explain_command(
+    fingerprint: Annotated[
+        str | None,
+        typer.Argument(
+            help="A recorded fingerprint (a unique prefix is enough) or a cache-<fp>.arrow path.",
+            show_default=False,
+        ),
+    ] = None,
+    last: Annotated[
+        bool, typer.Option("--last", help="Explain every step the most recent recorded run computed.")
+    ] = False,
+    script: Annotated[
+        Path | None,
+        typer.Option(
+            "--script", help="Like --last, for the most recent run of this script.", show_default=False
+        ),
+    ] = None,
+    history: Annotated[
+        int, typer.Option("--history", min=0, help="With a fingerprint: also compare this many earlier runs.")
+    ] = 3,
+    cache_dir: CacheDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
+
+    A recorded step is compared with its siblings: earlier records of the same call site (or
+    function) with another fingerprint, most recent first. The answer names what changed: an
+    argument (`fn_kwargs['threshold']` changed 0.5 → 0.6), the function's source (with the line),
+    an object that pickles differently in every process (then run `cachetool check-determinism`),
+    the source dataset (an input file modified), a random fingerprint (an argument `datasets`
+    cannot hash), or only an argument that does not change the result (`writer_batch_size`). A
+    change upstream is named with the step where it happened. "first time this step ran" when
+    there is nothing to compare with.
+
+    **Stale hits.** A function imported from your own module is hashed by name, so editing it
+    keeps the fingerprint and `datasets` reuses the old result. explain reports "cache entry
+    cache-….arrow was reused at 10:31, but `clean_text` in text_helpers.py changed since it was
+    computed", with the line.
+
+    Needs pipelines run under `cachetool run` (or `cachetool.tracing()`).
+
+    **Examples**
+
+        cachetool explain --last
+
+        cachetool explain 7a5731241fa9ef8b
+
+        cachetool explain 7a57 --history 10
+
+        cachetool explain --script train.py --json
+
+    Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
+    --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
+    """
+    _explain(fingerprint, last, script, history, cache_dir, as_json)
+
+
+@handle_errors
+def _explain(
+    fingerprint: str | None,
+    last: bool,
+    script: Path | None,
+    history: int,
+    cache_dir: Path | None,
+    as_json: bool,
+) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.lineage.explain import explain_fingerprint, explain_run
+
+    if fingerprint is None and not last and script is None:
+        raise CachetoolError("give a fingerprint, --last or --script SCRIPT")
+    if fingerprint is not None and (last or script is not None):
+        raise CachetoolError("give either a fingerprint or --last/--script, not both")
+    if script is not None and not script.exists():
+        raise CachetoolError(f"no such script: {script}")
+    root = Path(os.path.abspath(existing_root(cache_dir)))
+    if fingerprint is not None:
+        report = explain_fingerprint(root, fingerprint, history=history)
+    else:
+        report = explain_run(root, script=script)
+    out = Output(OutputFormat.json if as_json else OutputFormat.human)
+    if as_json:
+        out.json(report.to_json())
+    else:
+        render(out, report)
+    for w in report.warnings:
+        warn(w)
+    if report.stale:
+        hint(report.stale[0].hint)
+        raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "?"
+    lt = time.localtime(t)
+    return time.strftime("%Y-%m-%d %H:%M:%S", lt)
+
+
+def _seconds(d: float | None) -> str:
+    if d is None:
+        return ""
+    return f"{d * 1000:.0f} ms" if d < 1 else f"{d:.1f} s"
+
+
+def _reason_lines(out: Output, reason: Reason, indent: str) -> None:
+    out.line(f"{indent}{reason.text}")
+    for change in reason.lines[1:]:
+        out.line(f"{indent}  {change}")
+    if reason.hint and reason.kind in ("nondeterministic", "random", "non-semantic"):
+        out.line(f"{indent}  hint: {reason.hint}", style="dim")
+
+
+def _stale_lines(out: Output, stale: StaleHit, indent: str) -> None:
+    out.line(f"{indent}{stale.message}", style="yellow")
+    shown = next((c.lines[0] for c in stale.changes if c.lines), None)  # in the message already
+    for change in stale.changes:
+        where = os.path.basename(change.file) if change.file else "?"
+        for line in change.lines:
+            if line is not shown:
+                out.line(f"{indent}  {change.name} ({where}) {line}")
+
+
+def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
+    head = f"{s.step.label}  ->  {s.step.fingerprint}"
+    tail = [s.status]
+    if s.duration is not None:
+        tail.append(_seconds(s.duration))
+    out.line(f"{head}  ({', '.join(tail)})", style="bold")
+    if detailed:
+        out.line(f"  at {_when(s.step.time)}, run {s.step.run}")
+    for reason in s.reasons:
+        _reason_lines(out, reason, "    ")
+    if detailed and s.compared_with is not None:
+        c = s.compared_with
+        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run})", style="dim")
+    if detailed and s.history:
+        out.line("  Earlier:")
+        for ref, reasons in s.history:
+            why = reasons[0].text if reasons else "?"
+            out.line(f"    {ref.fingerprint} ({_when(ref.time)}): before that, {why}")
+
+
+def render(out: Output, report: ExplainReport) -> None:
+    """Human output: one block per computed step, then the stale hits."""
+    if report.mode == "run":
+        computed = sum(s.status in ("computed", "partial") for s in report.steps)
+        out.line(
+            f"Run {report.run} at {_when(report.run_time)}: {computed} step"
+            f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache",
+            style="bold",
+        )
+        out.line("")
+        for s in report.steps:
+            _step_lines(out, s, detailed=False)
+        if not report.steps:
+            out.line("Nothing was recomputed.")
+    else:
+        for s in report.steps:
+            _step_lines(out, s, detailed=True)
+    if report.stale:
+        out.line("")
+        out.line("Stale cache hits:", style="bold yellow")
+        for stale in report.stale:
+            _stale_lines(out, stale, "  ")

@@ -1,0 +1,176 @@
+"""`cachetool stats`: how well the cache works, from the recorded runs (like `ccache -s`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+
+if TYPE_CHECKING:
+    from cachetool.lineage.stats import Group, StatsReport
+
+
+def stats_command(
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Count only the last period: 90m, 12h, 7d, 4w (and never before --zero).",
+            show_default=False,
+        ),
+    ] = None,
+    zero: Annotated[
+        bool, typer.Option("--zero", "-z", help="Start a new counting period now (no record is deleted).")
+    ] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Ignore the last --zero: count every record.")] = False,
+    top: Annotated[
+        int, typer.Option("--top", min=0, help="Rows in the per call site and per dataset tables.")
+    ] = 10,
+    cache_dir: CacheDirOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Summarise the cache's hits and misses from the recorded runs, like `ccache -s`.
+
+    Counts runs, steps, hits, misses (a num_proc step that reused some shards is a partial
+    miss), the hit rate per call site and per dataset, the time spent computing misses and the
+    part of it lost to recomputing steps that had run before, random fingerprints with their
+    reasons, and the bytes written. `--zero` starts a new counting period without deleting any
+    record (`--all` looks past it). Needs pipelines run under `cachetool run`.
+
+    **Examples**
+
+        cachetool stats
+
+        cachetool stats --since 7d
+
+        cachetool stats --json | jq .hit_rate
+
+        cachetool stats --zero
+
+    Exit codes: 0 shown (also when nothing is recorded); 2 usage (bad --since, missing cache).
+    """
+    _stats(since, zero, all_, top, cache_dir, as_json)
+
+
+@handle_errors
+def _stats(
+    since: str | None, zero: bool, all_: bool, top: int, cache_dir: Path | None, as_json: bool
+) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.query import TIME_UNITS, _parse_number
+    from cachetool.lineage.stats import ledger_stats, zero_stats
+
+    root = Path(os.path.abspath(existing_root(cache_dir)))
+    out = Output(OutputFormat.json if as_json else OutputFormat.human)
+    if zero:
+        t = zero_stats(root)
+        if as_json:
+            out.json({"v": 1, "root": str(root), "zeroed_at": t})
+        else:
+            out.line(
+                f"Statistics zeroed at {_when(t)} (records kept; `cachetool stats --all` still sees them)"
+            )
+        return
+    now = time.time()
+    start = now - _parse_number(since, TIME_UNITS, "--since", since) if since is not None else None
+    report = ledger_stats(root, since=start, everything=all_, now=now)
+    if as_json:
+        out.json(report.to_json())
+    else:
+        render(out, report, top)
+    for w in report.warnings:
+        warn(w)
+    if report.total.steps == 0 and not report.saves:
+        hint("statistics come from pipelines run with `cachetool run pipeline.py`")
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _seconds(s: float) -> str:
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.1f} s"
+    return f"{s / 60:.1f} min"
+
+
+def _size(n: int) -> str:
+    import humanize
+
+    return str(humanize.naturalsize(n))
+
+
+def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[str]]:
+    rows = []
+    for g in groups[:top]:
+        c = g.counts
+        label = g.key
+        if site and g.function:
+            label = f"{g.key} {g.function}"
+        rows.append(
+            [
+                label,
+                str(c.hits),
+                str(c.misses),
+                c.hit_rate_str,
+                _seconds(c.recompute_seconds),
+                _size(c.bytes_written),
+            ]
+        )
+    return rows
+
+
+def render(out: Output, r: StatsReport, top: int = 10) -> None:
+    """Human output: the totals as `label value` lines, then the two tables."""
+    t = r.total
+    period = f"since {_when(r.start)}" if r.start is not None else "all recorded runs"
+    if r.zeroed_at is not None and r.start == r.zeroed_at:
+        period += " (zeroed)"
+    out.line(f"Cache statistics for {r.root} — {period}", style="bold")
+    looked = t.hits + t.misses
+    rows = [
+        ("Runs", str(t.runs)),
+        ("Steps recorded", str(t.steps)),
+        ("Hits", f"{t.hits}" + (f"  ({t.hit_rate_str})" if looked else "")),
+        ("Misses", f"{t.misses}" + (f"  ({t.partial} partial)" if t.partial else "")),
+        ("Steps without a cache file", str(t.no_file)),
+        ("Time computing misses", _seconds(t.miss_seconds)),
+        ("  of which recomputing", _seconds(t.recompute_seconds)),
+        ("Random fingerprints", str(r.random_count)),
+        ("Saves", str(r.saves)),
+        ("Bytes written", _size(t.bytes_written)),
+    ]
+    width = max(len(k) for k, _ in rows) + 2
+    for k, v in rows:
+        out.line(f"  {k.ljust(width)}{v}")
+    for reason in r.random:
+        arg = reason.argument or "the transform"
+        out.line(f"    {reason.count}× {arg}: {reason.error}")
+    cols = [
+        ("", "left"),
+        ("hits", "right"),
+        ("misses", "right"),
+        ("hit rate", "right"),
+        ("recompute", "right"),
+        ("written", "right"),
+    ]
+    if r.call_sites:
+        out.line("")
+        out.table("Per call site", [("call site", "left"), *cols[1:]], _group_rows(r.call_sites, top, True))
+    if r.datasets:
+        out.line("")
+        out.table("Per dataset", [("dataset", "left"), *cols[1:]], _group_rows(r.datasets, top, False))
+    hidden = [
+        f"{n - top} more {what}"
+        for n, what in ((len(r.call_sites), "call sites"), (len(r.datasets), "datasets"))
+        if n > top
+    ]
+    if hidden:
+        out.line(f"({', '.join(hidden)}: --top N, or --json)", style="dim")

@@ -1,0 +1,1238 @@
+"""Why was a step recomputed, and was a cache hit computed by code that has changed since?
+
+`datasets` recomputes a step when its fingerprint is new, and a fingerprint is a hash of the parent
+fingerprint, the transform and its arguments. The ledger records, per step, each argument's
+digest and (for steps that computed their result) a bounded summary of its hash tree, plus the
+source of the user's function and of the helpers it calls. So a recorded step can be compared
+with its *siblings* — earlier records of the same call site (or function) with another
+fingerprint — and the difference named:
+
+========================  ==================================================================
+kind                      meaning
+========================  ==================================================================
+``argument``              an argument's value changed (``fn_kwargs['threshold']`` 0.5 → 0.6)
+``function``              another function was passed
+``function-source``       the function's code changed (with the lines)
+``nondeterministic``      the same code pickles differently in every process (a frozenset,
+                          an address): not a change of the user's
+``non-semantic``          only arguments that do not change the result (``writer_batch_size``)
+``random``                `datasets` could not hash an argument and used a random fingerprint
+``fingerprint-given``     the caller passed another ``new_fingerprint=``
+``source``                the source dataset changed (an input file was modified)
+``input``                 the input changed upstream and no recorded step says why
+``versions``              `datasets` hashes the step differently (another release)
+``same-fingerprint``      the fingerprint is not new: the cache file was gone (deleted, or
+                          ``load_from_cache_file=False``)
+``first-run``             nothing to compare with
+``unexplained``           no recorded argument differs
+========================  ==================================================================
+
+A change upstream is reported with the step where it happened (`Reason.upstream`).
+
+*Stale hits* are the opposite failure: a function imported from the user's own module is pickled
+by reference, so editing it keeps the fingerprint and `datasets` reuses the old result.
+`stale_hits(root)` finds cache entries whose computing code (the function, or a helper it calls)
+changed since — by a later recorded run, or in the source file on disk now.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import itertools
+import os
+import re
+import tokenize
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cachetool.errors import AmbiguousFingerprint, CachetoolError, UnknownFingerprint
+from cachetool.lineage.ledger import Record
+
+__all__ = [
+    "ExplainReport",
+    "LedgerView",
+    "LineChange",
+    "Reason",
+    "SourceChange",
+    "StaleHit",
+    "StepExplanation",
+    "explain_fingerprint",
+    "explain_run",
+    "load_view",
+    "stale_hits",
+]
+
+#: Arguments `datasets` hashes that do not change the data a step produces.
+NON_SEMANTIC = frozenset(
+    {
+        "writer_batch_size",
+        "keep_in_memory",
+        "num_proc",
+        "desc",
+        "load_from_cache_file",
+        "cache_file_name",
+        "indices_cache_file_name",
+        "train_indices_cache_file_name",
+        "test_indices_cache_file_name",
+        "suffix_template",
+    }
+)
+#: Culprit kinds (`cachetool.fingerprint.diff.hint_for`) that vary from process to process.
+NONDETERMINISTIC_KINDS = frozenset(
+    {"set-order", "order", "address", "uuid", "temp-path", "timestamp", "random-state"}
+)
+_COMPUTED = ("miss", "partial")
+_MAX_UPSTREAM = 50
+_MAX_LINES = 6
+
+
+class NoRecords(CachetoolError):
+    """The ledger has nothing to explain (no pipeline ran under `cachetool run`)."""
+
+    def __init__(self, root: Path, what: str) -> None:
+        super().__init__(f"no recorded {what} in {root}: run the pipeline with `cachetool run script.py`")
+        self.root = root
+
+
+# ------------------------------------------------------------------------------------------
+# The answer
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineChange:
+    """One changed line of a function: its number in the newer source (or the older one, for a
+    removed line) and the text before and after (None: added or removed)."""
+
+    line: int
+    before: str | None
+    after: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "before": self.before, "after": self.after}
+
+    def __str__(self) -> str:
+        if self.before is None:
+            return f"line {self.line}: added `{self.after}`"
+        if self.after is None:
+            return f"line {self.line}: removed `{self.before}`"
+        return f"line {self.line}: `{self.before}` → `{self.after}`"
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """A recorded step, as a person recognises it."""
+
+    fingerprint: str | None
+    operation: str | None
+    function: str | None
+    file: str | None
+    line: int | None
+    time: float | None
+    run: str | None
+
+    @classmethod
+    def of(cls, rec: Mapping[str, Any]) -> StepRef:
+        fn = rec.get("function") if isinstance(rec.get("function"), Mapping) else None
+        site = rec.get("call_site") if isinstance(rec.get("call_site"), Mapping) else None
+        return cls(
+            fingerprint=rec.get("result"),
+            operation=rec.get("operation"),
+            function=str(fn.get("qualname")) if fn and fn.get("qualname") else None,
+            file=str(site.get("file")) if site and site.get("file") else None,
+            line=site.get("line") if site and isinstance(site.get("line"), int) else None,
+            time=float(rec["time"]) if isinstance(rec.get("time"), (int, float)) else None,
+            run=rec.get("run"),
+        )
+
+    @property
+    def label(self) -> str:
+        """`filter keep @ pipeline.py:24`."""
+        parts = [self.operation or "step"]
+        if self.function:
+            parts.append(self.function)
+        text = " ".join(parts)
+        if self.file:
+            text += f" @ {os.path.basename(self.file)}:{self.line}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "operation": self.operation,
+            "function": self.function,
+            "call_site": {"file": self.file, "line": self.line},
+            "time": self.time,
+            "run": self.run,
+        }
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One thing that differs between a step and the sibling it is compared with."""
+
+    kind: str
+    #: One sentence for a person, without the upstream prefix.
+    message: str
+    argument: str | None = None
+    #: The access path of the part that changed (``fn_kwargs['threshold']``,
+    #: ``function → code → const[3]``), when known.
+    path: str | None = None
+    before: str | None = None
+    after: str | None = None
+    lines: tuple[LineChange, ...] = ()
+    hint: str | None = None
+    #: Set when the change happened in an earlier step: that step.
+    upstream: StepRef | None = None
+
+    @property
+    def text(self) -> str:
+        if self.upstream is None:
+            return self.message
+        return f"its input changed: {self.upstream.label} was recomputed because {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.text,
+            "argument": self.argument,
+            "path": self.path,
+            "before": self.before,
+            "after": self.after,
+            "lines": [c.to_json() for c in self.lines],
+            "hint": self.hint,
+            "upstream": self.upstream.to_json() if self.upstream else None,
+        }
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """A function whose code changed between the computation of a result and a later moment."""
+
+    qualname: str
+    file: str | None
+    lines: tuple[LineChange, ...]
+
+    @property
+    def name(self) -> str:
+        return self.qualname.rsplit(".", 1)[-1] if self.file else self.qualname
+
+    def to_json(self) -> dict[str, Any]:
+        return {"qualname": self.qualname, "file": self.file, "lines": [c.to_json() for c in self.lines]}
+
+
+@dataclass(frozen=True)
+class StaleHit:
+    """A cache entry computed by code that has changed since: `datasets` reuses it (or did)."""
+
+    fingerprint: str
+    files: tuple[str, ...]
+    computed_at: float | None
+    computed_run: str | None
+    #: When a later run reused it (None: found by reading the source files now).
+    reused_at: float | None
+    reused_run: str | None
+    changes: tuple[SourceChange, ...]
+    step: StepRef
+
+    @property
+    def file_name(self) -> str:
+        return os.path.basename(self.files[0]) if self.files else f"cache-{self.fingerprint}"
+
+    @property
+    def message(self) -> str:
+        names = ", ".join(
+            f"`{c.name}` in {os.path.basename(c.file)}" if c.file else f"`{c.name}`" for c in self.changes
+        )
+        first = next((c.lines[0] for c in self.changes if c.lines), None)
+        tail = f" ({first})" if first is not None else ""
+        if self.reused_at is not None:
+            return (
+                f"cache entry {self.file_name} was reused at {_clock(self.reused_at)}, but {names} "
+                f"changed since it was computed{tail}"
+            )
+        return (
+            f"cache entry {self.file_name} was computed before {names} changed{tail}; the next run "
+            "will reuse it"
+        )
+
+    @property
+    def hint(self) -> str:
+        return (
+            "datasets hashes functions from your own modules by name, not by code: pass "
+            "new_fingerprint= (or a version argument) to the step, or delete the entry "
+            f"(`cachetool gc {self.fingerprint}`)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "files": list(self.files),
+            "computed_at": self.computed_at,
+            "computed_run": self.computed_run,
+            "reused_at": self.reused_at,
+            "reused_run": self.reused_run,
+            "changes": [c.to_json() for c in self.changes],
+            "step": self.step.to_json(),
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
+class StepExplanation:
+    """Why one recorded step computed its result rather than loading it (or that it loaded it)."""
+
+    step: StepRef
+    cache: str | None
+    duration: float | None
+    #: "computed", "loaded", "partial" (some num_proc shards reused) or "no file".
+    status: str
+    reasons: tuple[Reason, ...]
+    #: The sibling the reasons come from.
+    compared_with: StepRef | None
+    #: Earlier siblings, most recent first, each with what differs from the one before it.
+    history: tuple[tuple[StepRef, tuple[Reason, ...]], ...] = ()
+    stale: tuple[StaleHit, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        if not self.reasons:
+            return "loaded from the cache" if self.status == "loaded" else self.status
+        return "; ".join(r.text for r in self.reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.step.to_json(),
+            "cache": self.cache,
+            "duration": self.duration,
+            "status": self.status,
+            "reasons": [r.to_json() for r in self.reasons],
+            "compared_with": self.compared_with.to_json() if self.compared_with else None,
+            "history": [
+                {"step": ref.to_json(), "reasons": [r.to_json() for r in reasons]}
+                for ref, reasons in self.history
+            ],
+            "stale": [s.to_json() for s in self.stale],
+        }
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    """The answer of `cachetool explain`: one fingerprint, or every computed step of a run."""
+
+    root: Path
+    mode: str  # "fingerprint" | "run"
+    steps: tuple[StepExplanation, ...]
+    run: str | None = None
+    run_time: float | None = None
+    loaded: int = 0
+    stale: tuple[StaleHit, ...] = ()
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "root": str(self.root),
+            "mode": self.mode,
+            "run": self.run,
+            "run_time": self.run_time,
+            "computed": sum(s.status in ("computed", "partial") for s in self.steps),
+            "loaded": self.loaded,
+            "steps": [s.to_json() for s in self.steps],
+            "stale": [s.to_json() for s in self.stale],
+        }
+
+
+# ------------------------------------------------------------------------------------------
+# The records, indexed
+# ------------------------------------------------------------------------------------------
+
+
+class LedgerView:
+    """The records of a root (and of the roots its lineage reaches), indexed for comparisons."""
+
+    def __init__(self, root: Path, records: Iterable[Record], warnings: Sequence[str] = ()) -> None:
+        self.root = root
+        self.warnings = tuple(warnings)
+        self.sources: dict[str, str] = {}
+        self.steps: list[Record] = []
+        self.by_result: dict[str, list[Record]] = {}
+        for rec in records:
+            if rec.get("type") == "source":
+                if isinstance(rec.get("hash"), str) and isinstance(rec.get("text"), str):
+                    self.sources.setdefault(rec["hash"], rec["text"])
+                continue
+            if rec.get("internal") or rec.get("type") not in ("transform", "root"):
+                continue
+            self.steps.append(rec)
+            fp = rec.get("result")
+            if isinstance(fp, str):
+                self.by_result.setdefault(fp, []).append(rec)
+
+    def origin(self, fp: str, before: float | None = None) -> Record | None:
+        """The latest record that made `fp` (before `before`, when given)."""
+        best = None
+        for rec in self.by_result.get(fp, ()):
+            if fp in (rec.get("parents") or ()):
+                continue
+            if before is not None and _time(rec) > before:
+                continue
+            best = rec
+        return best
+
+    def computing(self, fp: str, before: float | None = None) -> Record | None:
+        """The latest record that computed `fp`'s file (a miss), before `before` when given."""
+        best = None
+        for rec in self.by_result.get(fp, ()):
+            if rec.get("cache") in _COMPUTED and (before is None or _time(rec) < before):
+                best = rec
+        return best
+
+    def siblings(self, rec: Record) -> list[Record]:
+        """Earlier records of the same step (call site, else function) with another fingerprint,
+        one per fingerprint, most recent first; those with the same parents come first."""
+        t = _time(rec)
+        key_site = _site_key(rec)
+        key_fn = _fn_key(rec)
+        fp = rec.get("result")
+        same_site: list[Record] = []
+        same_fn: list[Record] = []
+        for other in self.steps:
+            if (
+                other is rec
+                or _time(other) >= t
+                or other.get("result") == fp
+                or other.get("run") == rec.get("run")
+            ):
+                continue
+            if other.get("type") != rec.get("type") or other.get("output") != rec.get("output"):
+                continue
+            if key_site is not None and _site_key(other) == key_site:
+                same_site.append(other)
+            elif key_fn is not None and _fn_key(other) == key_fn:
+                same_fn.append(other)
+        found = same_site or same_fn
+        found.sort(key=_time, reverse=True)
+        parents = rec.get("parents")
+        out: list[Record] = []
+        seen: set[Any] = set()
+        for other in [r for r in found if r.get("parents") == parents] + [
+            r for r in found if r.get("parents") != parents
+        ]:
+            if other.get("result") not in seen:
+                seen.add(other.get("result"))
+                out.append(other)
+        return out
+
+    def earlier_same(self, rec: Record) -> Record | None:
+        """The latest earlier record of the same fingerprint made the same way (not a no-op)."""
+        fp = rec.get("result")
+        best = None
+        for other in self.by_result.get(str(fp), ()):
+            if other is rec or _time(other) >= _time(rec) or other.get("run") == rec.get("run"):
+                continue
+            if other.get("parents") == rec.get("parents"):
+                best = other
+        return best
+
+    def with_summaries(self, rec: Record) -> Record:
+        """`rec`, or an earlier record of the same fingerprint that holds argument summaries (a hit
+        records none; the computation it reused does)."""
+        if _has_summaries(rec):
+            return rec
+        for other in reversed(self.by_result.get(str(rec.get("result")), ())):
+            if _has_summaries(other) and other.get("parents") == rec.get("parents"):
+                return other
+        return rec
+
+
+def load_view(root: str | os.PathLike[str]) -> LedgerView:
+    """Read the ledger of `root` and of every root its lineage may lead to."""
+    from cachetool.lineage.graph import lineage_roots
+    from cachetool.lineage.ledger import read_records
+
+    warnings: list[str] = []
+    records = read_records(lineage_roots(root), include_internal=True, warn=warnings.append)
+    return LedgerView(Path(root), records, warnings)
+
+
+def _m(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else an empty one: records from other versions may lack a field."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _line(item: Mapping[str, Any]) -> int:
+    line = item.get("line")
+    return line if isinstance(line, int) else 1
+
+
+def _time(rec: Mapping[str, Any]) -> float:
+    t = rec.get("time")
+    return float(t) if isinstance(t, (int, float)) else 0.0
+
+
+def _site_key(rec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    site = rec.get("call_site")
+    if not isinstance(site, Mapping) or not site.get("file"):
+        return None
+    return (rec.get("operation"), os.path.realpath(str(site["file"])), site.get("line"))
+
+
+def _fn_key(rec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    fn = rec.get("function")
+    if not isinstance(fn, Mapping) or not fn.get("qualname"):
+        return None
+    return (rec.get("operation"), fn.get("qualname"), fn.get("file"))
+
+
+def _has_summaries(rec: Mapping[str, Any]) -> bool:
+    args = rec.get("args")
+    return isinstance(args, Mapping) and any(isinstance(a, Mapping) and "summary" in a for a in args.values())
+
+
+# ------------------------------------------------------------------------------------------
+# Comparing two records of one step
+# ------------------------------------------------------------------------------------------
+
+
+def compare(view: LedgerView, new: Record, old: Record, depth: int = 0) -> list[Reason]:
+    """What differs between two records of the same step, `old` computed before `new`."""
+    new_s, old_s = view.with_summaries(new), view.with_summaries(old)
+    rf_new, rf_old = new.get("random_fallback"), old.get("random_fallback")
+    if rf_new or rf_old:
+        return [_random_reason(new_s if rf_new else old_s, _m(rf_new or rf_old), earlier=not rf_new)]
+    if new.get("type") == "root":
+        return _source_reasons(view, new, old, depth)
+    reasons: list[Reason] = []
+    if new.get("fingerprint_given") or old.get("fingerprint_given"):
+        a, b = _given(old), _given(new)
+        return [
+            Reason(
+                "fingerprint-given",
+                f"new_fingerprint= changed {a} → {b}",
+                argument="new_fingerprint",
+                before=a,
+                after=b,
+            )
+        ]
+    if (new.get("parents") or []) != (old.get("parents") or []):
+        reasons.extend(_input_reasons(view, new, old, depth))
+    if new.get("transform") != old.get("transform"):
+        reasons.append(_versions_reason(new, old))
+    reasons.extend(_argument_reasons(view, new_s, old_s))
+    if not reasons:
+        reasons.append(
+            Reason(
+                "unexplained",
+                "no recorded argument differs (the fingerprints were made from something cachetool "
+                "does not see)",
+            )
+        )
+    return reasons
+
+
+def _given(rec: Mapping[str, Any]) -> str:
+    if rec.get("fingerprint_given"):
+        return str(rec.get("result"))
+    return f"(hashed: {rec.get('result')})"
+
+
+def _random_reason(rec: Mapping[str, Any], rf: Mapping[str, Any], earlier: bool) -> Reason:
+    from cachetool.fingerprint.diff import find_unpicklable_in_tree, render_path
+
+    argument = rf.get("argument")
+    error = rf.get("error")
+    error_type = rf.get("error_type")
+    err = f"{error_type}: {error}" if error_type and error else str(error or error_type or "unknown error")
+    path = argument
+    what = f"`{argument}`" if argument else "the transform"
+    args = _m(rec.get("args"))
+    summary = (args.get(argument) or {}).get("summary") if argument and isinstance(args, Mapping) else None
+    if isinstance(summary, Mapping):
+        found = find_unpicklable_in_tree(str(argument), dict(summary))
+        if found is not None:
+            path = render_path(str(argument), found.path)
+            what = f"`{path}` ({found.description})"
+    when = "the earlier run" if earlier else "datasets"
+    message = (
+        f"{when} used a random fingerprint: {what} cannot be hashed ({err})"
+        if not earlier
+        else f"the earlier run used a random fingerprint ({what} could not be hashed: {err})"
+    )
+    hint = (
+        "a random fingerprint is new in every run, so the step is always recomputed: make the "
+        "argument picklable (create it inside the function), or pass new_fingerprint="
+    )
+    return Reason("random", message, argument=argument, path=path, hint=hint)
+
+
+def _versions_reason(new: Mapping[str, Any], old: Mapping[str, Any]) -> Reason:
+    va = (old.get("versions") or {}).get("datasets")
+    vb = (new.get("versions") or {}).get("datasets")
+    extra = f" (datasets {va} → {vb})" if va != vb else ""
+    return Reason(
+        "versions",
+        f"datasets hashes this step differently now: {old.get('transform')} → {new.get('transform')}{extra}",
+        before=str(old.get("transform")),
+        after=str(new.get("transform")),
+    )
+
+
+def _input_reasons(view: LedgerView, new: Record, old: Record, depth: int) -> list[Reason]:
+    """The parent fingerprints differ: explain the parent against the old parent, upstream."""
+    new_parents = list(new.get("parents") or [])
+    old_parents = list(old.get("parents") or [])
+    out: list[Reason] = []
+    for i, p_new in enumerate(new_parents):
+        p_old = old_parents[i] if i < len(old_parents) else None
+        if p_new == p_old or not isinstance(p_new, str):
+            continue
+        rec_new = view.origin(p_new, before=_time(new) + 1e-6)
+        rec_old = view.origin(p_old, before=_time(old) + 1e-6) if isinstance(p_old, str) else None
+        if rec_new is None or rec_old is None or depth >= _MAX_UPSTREAM:
+            out.append(
+                Reason(
+                    "input",
+                    f"its input changed ({p_old} → {p_new}); the step that made it is not recorded",
+                    before=p_old,
+                    after=p_new,
+                )
+            )
+            continue
+        upstream = StepRef.of(rec_new)
+        for r in compare(view, rec_new, rec_old, depth + 1):
+            if r.upstream is None:
+                r = replace(r, upstream=upstream)
+            out.append(r)
+    if len(old_parents) > len(new_parents):
+        out.append(Reason("input", "it has fewer inputs than before"))
+    return out
+
+
+def _source_reasons(view: LedgerView, new: Record, old: Record, depth: int) -> list[Reason]:
+    src_new = _m(new.get("source"))
+    src_old = _m(old.get("source"))
+    kind = src_new.get("kind")
+    if kind == "builder":
+        files_new = {f["path"]: f for f in src_new.get("data_files") or () if isinstance(f, Mapping)}
+        files_old = {f["path"]: f for f in src_old.get("data_files") or () if isinstance(f, Mapping)}
+        parts = []
+        for path in sorted(set(files_new) | set(files_old)):
+            a, b = files_old.get(path), files_new.get(path)
+            name = os.path.basename(path)
+            if a is None:
+                parts.append(f"{name} added")
+            elif b is None:
+                parts.append(f"{name} removed")
+            elif (a.get("size"), a.get("mtime")) != (b.get("size"), b.get("mtime")):
+                detail = (
+                    f"size {a.get('size')} → {b.get('size')} bytes"
+                    if a.get("size") != b.get("size")
+                    else f"modified {_clock(b.get('mtime'))}"
+                )
+                parts.append(f"{name} modified ({detail})")
+        builder = src_new.get("builder") or "?"
+        if parts:
+            message = f"the source dataset changed: {', '.join(parts)}"
+        elif src_new.get("relative_data_dir") != src_old.get("relative_data_dir"):
+            message = (
+                f"the source dataset changed: the {builder} builder's data or configuration differs "
+                f"({src_old.get('relative_data_dir')} → {src_new.get('relative_data_dir')})"
+            )
+        else:
+            message = f"the source dataset changed ({old.get('result')} → {new.get('result')})"
+        return [
+            Reason(
+                "source",
+                message,
+                before=str(src_old.get("relative_data_dir")),
+                after=str(src_new.get("relative_data_dir")),
+            )
+        ]
+    if kind == "saved":
+        return [
+            Reason(
+                "source",
+                f"the saved dataset at {src_new.get('path')} holds another state "
+                f"({src_old.get('state_fingerprint')} → {src_new.get('state_fingerprint')})",
+                before=src_old.get("state_fingerprint"),
+                after=src_new.get("state_fingerprint"),
+            )
+        ]
+    if (new.get("parents") or []) != (old.get("parents") or []):
+        return _input_reasons(view, new, old, depth)
+    return [Reason("source", "the source data changed (an in-memory dataset or a file of its own)")]
+
+
+def _digest(entry: Any) -> Any:
+    return entry.get("digest") if isinstance(entry, Mapping) else None
+
+
+def _argument_reasons(view: LedgerView, new: Record, old: Record) -> list[Reason]:
+    args_new = _m(new.get("args"))
+    args_old = _m(old.get("args"))
+    differing = []
+    for name in sorted(set(args_new) | set(args_old)):
+        a, b = args_old.get(name), args_new.get(name)
+        if a is None or b is None:
+            differing.append(name)
+            continue
+        da, db = _digest(a), _digest(b)
+        if da is not None and db is not None:
+            if da != db:
+                differing.append(name)
+        elif a.get("repr") != b.get("repr"):
+            differing.append(name)
+    if not differing:
+        return []
+    if all(name in NON_SEMANTIC for name in differing):
+        changes = [f"{n} {_repr(args_old.get(n))} → {_repr(args_new.get(n))}" for n in differing]
+        return [
+            Reason(
+                "non-semantic",
+                f"only {', '.join(changes)} changed, which does not change the result "
+                "(datasets hashes it anyway)",
+                argument=differing[0],
+                before=_repr(args_old.get(differing[0])),
+                after=_repr(args_new.get(differing[0])),
+                hint="pass the same value every time, or new_fingerprint= to keep the cached result",
+            )
+        ]
+    out = []
+    for name in differing:
+        if name == "function":
+            out.extend(_function_reasons(view, new, old))
+        else:
+            out.append(_value_reason(name, args_old.get(name), args_new.get(name)))
+    return out
+
+
+def _repr(entry: Any) -> str:
+    # datasets leaves out arguments equal to their default before hashing.
+    if not isinstance(entry, Mapping):
+        return "(default)"
+    r = entry.get("repr")
+    return str(r) if r is not None else f"<{entry.get('type') or '?'}>"
+
+
+def _value_reason(name: str, old: Any, new: Any) -> Reason:
+    """An argument other than the function changed: name the part, with its values."""
+    from cachetool.fingerprint.diff import diff_trees, render_path
+
+    if old is None or new is None:
+        before, after = _repr(old), _repr(new)
+        return Reason(
+            "argument",
+            f"`{name}` changed {before} → {after}",
+            argument=name,
+            path=name,
+            before=before,
+            after=after,
+        )
+    sa, sb = old.get("summary"), new.get("summary")
+    if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+        culprit = diff_trees(name, [dict(sa), dict(sb)])
+        if culprit is not None:
+            before, after = culprit.reprs[0], culprit.reprs[-1]
+            path = render_path(name, culprit.path)
+            if culprit.kind in NONDETERMINISTIC_KINDS:
+                return _nondeterministic(name, path, culprit.description, culprit.hint)
+            return Reason(
+                "argument",
+                f"`{path}` changed {before} → {after}",
+                argument=name,
+                path=path,
+                before=before,
+                after=after,
+            )
+    before, after = _repr(old), _repr(new)
+    return Reason(
+        "argument",
+        f"`{name}` changed {before} → {after}",
+        argument=name,
+        path=name,
+        before=before,
+        after=after,
+    )
+
+
+def _nondeterministic(argument: str, path: str, description: str | None, hint: str | None) -> Reason:
+    what = f"`{path}` ({description})" if description else f"`{path}`"
+    return Reason(
+        "nondeterministic",
+        f"{what} pickles differently in every process — not a change of yours; run "
+        "`cachetool check-determinism` on the script",
+        argument=argument,
+        path=path,
+        hint=hint,
+    )
+
+
+def _function_reasons(view: LedgerView, new: Record, old: Record) -> list[Reason]:
+    from cachetool.fingerprint.diff import diff_trees, render_path
+
+    fa = _m(old.get("function"))
+    fb = _m(new.get("function"))
+    if fa.get("qualname") != fb.get("qualname"):
+        return [
+            Reason(
+                "function",
+                f"another function: {fa.get('qualname')} → {fb.get('qualname')}",
+                argument="function",
+                before=fa.get("qualname"),
+                after=fb.get("qualname"),
+            )
+        ]
+    code_a, code_b = fa.get("code_hash"), fb.get("code_hash")
+    changed = code_a != code_b if code_a and code_b else fa.get("source_hash") != fb.get("source_hash")
+    if changed:
+        lines = _line_changes(view, fa, fb)
+        where = f" ({lines[0]})" if lines else ""
+        return [
+            Reason(
+                "function-source",
+                f"the source of `{fb.get('qualname')}` changed{where}",
+                argument="function",
+                path="function",
+                lines=tuple(lines),
+            )
+        ]
+    sa = (old.get("args") or {}).get("function", {}).get("summary")
+    sb = (new.get("args") or {}).get("function", {}).get("summary")
+    if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+        culprit = diff_trees("function", [dict(sa), dict(sb)])
+        if culprit is not None:
+            before, after = culprit.reprs[0], culprit.reprs[-1]
+            path = render_path("function", culprit.path)
+            if culprit.kind in NONDETERMINISTIC_KINDS or before == after or culprit.kind == "code":
+                return [_nondeterministic("function", path, culprit.description, culprit.hint)]
+            return [
+                Reason(
+                    "argument",
+                    f"`{path}` changed {before} → {after}",
+                    argument="function",
+                    path=path,
+                    before=before,
+                    after=after,
+                )
+            ]
+    return [
+        _nondeterministic(
+            "function",
+            "function",
+            f"function {fb.get('qualname')!r}",
+            "its source is unchanged, yet it hashes differently: something it references is "
+            "built at run time",
+        )
+    ]
+
+
+def _line_changes(view: LedgerView, fa: Mapping[str, Any], fb: Mapping[str, Any]) -> list[LineChange]:
+    old_text = view.sources.get(str(fa.get("source_hash")))
+    new_text = view.sources.get(str(fb.get("source_hash")))
+    if old_text is None or new_text is None:
+        return []
+    start_old = _line(fa)
+    start_new = _line(fb)
+    return diff_lines(old_text, new_text, start_old, start_new)
+
+
+def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> list[LineChange]:
+    """Changed lines between two versions of a function, numbered in the file (the newer one
+    for changed and added lines)."""
+    a, b = old.splitlines(), new.splitlines()
+    out: list[LineChange] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        for k in range(max(i2 - i1, j2 - j1)):
+            before = a[i1 + k].strip() if i1 + k < i2 else None
+            after = b[j1 + k].strip() if j1 + k < j2 else None
+            line = start_new + j1 + k if after is not None else start_old + i1 + k
+            out.append(LineChange(line, before, after))
+            if len(out) >= _MAX_LINES:
+                return out
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Explaining steps
+# ------------------------------------------------------------------------------------------
+
+
+def _status(rec: Mapping[str, Any]) -> str:
+    cache = rec.get("cache")
+    return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(str(cache), "no file")
+
+
+def explain_record(view: LedgerView, rec: Record, *, history: int = 0) -> StepExplanation:
+    """Why `rec`'s step computed its result: compared with its most recent sibling."""
+    ref = StepRef.of(rec)
+    duration = float(rec["duration"]) if isinstance(rec.get("duration"), (int, float)) else None
+    stale = tuple(_stale_for_hit(view, rec)) if rec.get("cache") == "hit" else ()
+    same = view.earlier_same(rec)
+    siblings = view.siblings(rec)
+    reasons: tuple[Reason, ...]
+    compared: StepRef | None = None
+    if rec.get("random_fallback"):
+        reasons = (_random_reason(view.with_summaries(rec), rec["random_fallback"], earlier=False),)
+        compared = StepRef.of(siblings[0]) if siblings else None
+    elif same is not None and rec.get("cache") in _COMPUTED:
+        reasons = (
+            Reason(
+                "same-fingerprint",
+                f"its fingerprint is not new (also made at {_clock(_time(same))}); the cache file "
+                "was gone (deleted, cleaned up, or load_from_cache_file=False)",
+            ),
+        )
+        compared = StepRef.of(same)
+    elif siblings:
+        reasons = tuple(compare(view, rec, siblings[0]))
+        compared = StepRef.of(siblings[0])
+    else:
+        reasons = (Reason("first-run", "first time this step ran (nothing recorded to compare with)"),)
+    past: list[tuple[StepRef, tuple[Reason, ...]]] = []
+    for newer, older in itertools.pairwise(siblings[: 1 + history]):
+        past.append((StepRef.of(older), tuple(compare(view, newer, older))))
+    if rec.get("cache") == "hit" and not stale:
+        reasons = ()
+    return StepExplanation(
+        step=ref,
+        cache=rec.get("cache"),
+        duration=duration,
+        status=_status(rec),
+        reasons=reasons,
+        compared_with=compared,
+        history=tuple(past),
+        stale=stale,
+    )
+
+
+def resolve_fingerprint(view: LedgerView, prefix: str) -> str:
+    """The recorded fingerprint `prefix` names; a cache file name or path works too."""
+    m = re.search(r"cache-([^/\\]+?)(?:_\d{5}_of_\d{5})?\.arrow$", prefix)
+    if m:
+        prefix = m.group(1)
+    if prefix in view.by_result:
+        return prefix
+    matches = sorted(fp for fp in view.by_result if fp.startswith(prefix))
+    if not matches:
+        raise UnknownFingerprint(prefix, view.root)
+    if len(matches) > 1:
+        raise AmbiguousFingerprint(prefix, matches)
+    return matches[0]
+
+
+def explain_fingerprint(
+    root: str | os.PathLike[str], fingerprint: str, *, history: int = 3, view: LedgerView | None = None
+) -> ExplainReport:
+    """Why the step that made `fingerprint` (a unique prefix is enough) was computed: its latest
+    computation compared with the siblings before it, most recent first, plus stale reuses.
+
+    The Python side of `cachetool explain FINGERPRINT`."""
+    view = view or load_view(root)
+    fp = resolve_fingerprint(view, fingerprint)
+    recs = [r for r in view.by_result[fp] if fp not in (r.get("parents") or ())]
+    if not recs:
+        raise NoRecords(Path(root), f"step that made {fp}")
+    computed = [r for r in recs if r.get("cache") in _COMPUTED or r.get("random_fallback")]
+    target = computed[-1] if computed else recs[-1]
+    step = explain_record(view, target, history=history)
+    stale = tuple(s for r in recs if r.get("cache") == "hit" for s in _stale_for_hit(view, r))
+    stale += tuple(s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None)
+    return ExplainReport(
+        root=Path(root),
+        mode="fingerprint",
+        steps=(step,),
+        run=target.get("run"),
+        run_time=_time(target),
+        loaded=sum(r.get("cache") == "hit" for r in recs),
+        stale=_dedupe(stale),
+        warnings=view.warnings,
+    )
+
+
+def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> str:
+    """The id of the most recent recorded run of this root (of `script`, when given)."""
+    root = os.path.abspath(os.fspath(view.root))
+    wanted = os.path.realpath(os.fspath(script)) if script is not None else None
+    best: tuple[float, str] | None = None
+    for rec in view.steps:
+        if rec.get("_root") not in (None, root) and rec.get("root") != root:
+            continue
+        if wanted is not None:
+            site = rec.get("call_site") or {}
+            if not site.get("file") or os.path.realpath(str(site["file"])) != wanted:
+                continue
+        run = rec.get("run")
+        if isinstance(run, str) and (best is None or _time(rec) >= best[0]):
+            best = (_time(rec), run)
+    if best is None:
+        what = f"run of {script}" if script is not None else "run"
+        raise NoRecords(Path(root), what)
+    return best[1]
+
+
+def explain_run(
+    root: str | os.PathLike[str],
+    run: str | None = None,
+    *,
+    script: str | os.PathLike[str] | None = None,
+    view: LedgerView | None = None,
+) -> ExplainReport:
+    """Every step of a run that computed its result, each with its reason ("first time this step
+    ran" when there is nothing to compare with), and the stale hits of the run. The latest run
+    of the root (or of `script`) unless `run` names one.
+
+    The Python side of `cachetool explain --last` / `--script`."""
+    view = view or load_view(root)
+    run_id = run or last_run(view, script)
+    records = sorted((r for r in view.steps if r.get("run") == run_id), key=lambda r: r.get("seq") or 0)
+    if not records:
+        raise NoRecords(Path(root), f"records of run {run_id}")
+    steps = []
+    stale: list[StaleHit] = []
+    loaded = 0
+    for rec in records:
+        if rec.get("cache") == "hit":
+            loaded += 1
+            stale.extend(_stale_for_hit(view, rec))
+        elif rec.get("cache") in _COMPUTED or rec.get("random_fallback"):
+            steps.append(explain_record(view, rec))
+    return ExplainReport(
+        root=Path(root),
+        mode="run",
+        steps=tuple(steps),
+        run=run_id,
+        run_time=min(_time(r) for r in records),
+        loaded=loaded,
+        stale=_dedupe(stale),
+        warnings=view.warnings,
+    )
+
+
+def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
+    out: dict[tuple[str, float | None], StaleHit] = {}
+    for s in items:
+        out.setdefault((s.fingerprint, s.reused_at), s)
+    return tuple(out.values())
+
+
+# ------------------------------------------------------------------------------------------
+# Stale hits
+# ------------------------------------------------------------------------------------------
+
+
+def _by_reference_parts(fn: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The function and helpers of a record that `datasets` hashes by name only."""
+    parts: list[Mapping[str, Any]] = []
+    if fn.get("by_reference"):
+        parts.append(fn)
+    parts.extend(d for d in fn.get("deps") or () if isinstance(d, Mapping))
+    return parts
+
+
+def _stale_for_hit(view: LedgerView, hit: Record) -> list[StaleHit]:
+    """A hit whose function or helpers differ from those of the computation it reused."""
+    fn_hit = hit.get("function")
+    fp = hit.get("result")
+    if not isinstance(fn_hit, Mapping) or not isinstance(fp, str):
+        return []
+    comp = view.computing(fp, before=_time(hit))
+    if comp is None or not isinstance(comp.get("function"), Mapping):
+        return []
+    then = {str(p.get("qualname")): p for p in _by_reference_parts(comp["function"])}
+    changes = []
+    for part in _by_reference_parts(fn_hit):
+        old = then.get(str(part.get("qualname")))
+        if old is None:
+            continue
+        a, b = old.get("code_hash"), part.get("code_hash")
+        differs = a != b if a and b else old.get("source_hash") != part.get("source_hash")
+        if differs:
+            changes.append(
+                SourceChange(
+                    str(part.get("qualname")), part.get("file"), tuple(_line_changes(view, old, part))
+                )
+            )
+    if not changes:
+        return []
+    return [
+        StaleHit(
+            fingerprint=fp,
+            files=tuple(str(f.get("path")) for f in hit.get("files") or () if isinstance(f, Mapping)),
+            computed_at=_time(comp),
+            computed_run=comp.get("run"),
+            reused_at=_time(hit),
+            reused_run=hit.get("run"),
+            changes=tuple(changes),
+            step=StepRef.of(hit),
+        )
+    ]
+
+
+def stale_hits(
+    root: str | os.PathLike[str], *, view: LedgerView | None = None, only: str | None = None
+) -> list[StaleHit]:
+    """Cache entries of `root` that still exist and were computed by code that has changed since:
+    a function from the user's own module (or a helper of theirs it calls), which `datasets`
+    hashes by name, so the entry is (or will be) reused although the code is new.
+
+    Two kinds of evidence, the latest per entry: a later recorded run reused it with other code
+    (`reused_at` set), or the source file on disk now differs from the code recorded when it was
+    computed (`reused_at` None). Changes in comments and blank lines do not count.
+
+    The Python side of `cachetool verify --stale`."""
+    view = view or load_view(root)
+    root_abs = os.path.abspath(os.fspath(root))
+    out: list[StaleHit] = []
+    disk_cache: dict[str, str | None] = {}
+    for fp, recs in view.by_result.items():
+        if only is not None and fp != only:
+            continue
+        comp = view.computing(fp)
+        if comp is None or not isinstance(comp.get("function"), Mapping):
+            continue
+        files = [str(f.get("path")) for f in comp.get("files") or () if isinstance(f, Mapping)]
+        if not files or not all(os.path.exists(p) for p in files):
+            continue
+        if not any(os.path.abspath(p).startswith(root_abs + os.sep) for p in files):
+            continue
+        later = [r for r in recs if r.get("cache") == "hit" and _time(r) > _time(comp)]
+        found: list[StaleHit] = []
+        for hit in reversed(later):
+            found = _stale_for_hit(view, hit)
+            if found:
+                break
+        if found:
+            out.extend(found)
+            continue
+        changes = _disk_changes(view, comp["function"], disk_cache)
+        if changes:
+            out.append(
+                StaleHit(
+                    fingerprint=fp,
+                    files=tuple(files),
+                    computed_at=_time(comp),
+                    computed_run=comp.get("run"),
+                    reused_at=None,
+                    reused_run=None,
+                    changes=tuple(changes),
+                    step=StepRef.of(comp),
+                )
+            )
+    out.sort(key=lambda s: (s.computed_at or 0.0, s.fingerprint))
+    return out
+
+
+def _disk_changes(
+    view: LedgerView, fn: Mapping[str, Any], files: dict[str, str | None]
+) -> list[SourceChange]:
+    changes = []
+    for part in _by_reference_parts(fn):
+        recorded = view.sources.get(str(part.get("source_hash")))
+        path = part.get("file")
+        if recorded is None or not isinstance(path, str):
+            continue
+        if path not in files:
+            try:
+                files[path] = Path(path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                files[path] = None
+        text = files[path]
+        if text is None:
+            continue
+        qualname = str(part.get("qualname"))
+        local = _strip_module(qualname, path) or qualname.split(".", 1)[-1]
+        current = function_source(text, local)
+        if current is None or _tokens(current) == _tokens(recorded):
+            continue
+        start = _line(part)
+        lines = diff_lines(recorded, current, start, _def_line(text, local) or start)
+        changes.append(SourceChange(qualname, path, tuple(lines)))
+    return changes
+
+
+def _strip_module(qualname: str, path: str) -> str | None:
+    """`pkg.text_helpers.clean_text` in `.../text_helpers.py` -> `clean_text`."""
+    stem = Path(path).stem
+    marker = f"{stem}."
+    idx = qualname.find(marker)
+    if stem == "__init__":
+        return qualname.rsplit(".", 1)[-1]
+    return qualname[idx + len(marker) :] if idx >= 0 else None
+
+
+def _find_def(tree: ast.AST, qualname: str) -> ast.AST | None:
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        found = None
+        for child in getattr(node, "body", ()):
+            if (
+                isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and child.name == part
+            ):
+                found = child
+        if found is None:
+            return None
+        node = found
+    return node
+
+
+def _def_line(text: str, qualname: str) -> int | None:
+    try:
+        node = _find_def(ast.parse(text), qualname)
+    except SyntaxError:
+        return None
+    if node is None:
+        return None
+    decorators = getattr(node, "decorator_list", [])
+    return min([getattr(node, "lineno", 1), *(d.lineno for d in decorators)])
+
+
+def function_source(text: str, qualname: str) -> str | None:
+    """The source of the function `qualname` in a module's text, as `inspect.getsource` gives
+    it (decorators included), or None when it is not there any more."""
+    try:
+        node = _find_def(ast.parse(text), qualname)
+    except SyntaxError:
+        return None
+    if node is None or not hasattr(node, "end_lineno"):
+        return None
+    start = _def_line(text, qualname) or 1
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[start - 1 : getattr(node, "end_lineno", start)])
+
+
+def _tokens(source: str) -> list[tuple[int, str]] | str:
+    """The tokens of a piece of source without comments, blank lines and indentation amounts: two
+    versions with equal tokens are the same code."""
+    import textwrap
+
+    try:
+        toks = tokenize.generate_tokens(io.StringIO(textwrap.dedent(source)).readline)
+        return [
+            (t.type, t.string)
+            for t in toks
+            if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT)
+        ]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return source.strip()
+
+
+def _clock(t: Any) -> str:
+    """`10:31` today, else `2026-11-20 10:31`."""
+    import time as _t
+
+    if not isinstance(t, (int, float)):
+        return "?"
+    now = _t.localtime()
+    lt = _t.localtime(t)
+    if (lt.tm_year, lt.tm_yday) == (now.tm_year, now.tm_yday):
+        return _t.strftime("%H:%M", lt)
+    return _t.strftime("%Y-%m-%d %H:%M", lt)
