@@ -1,0 +1,256 @@
+"""`cachetool explain` on two real runs of one pipeline, with one change of each kind in between
+(tests/explain_pipeline.py): each recomputed step names what changed, and reused results of
+edited helper functions are reported as stale."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+try:  # tests/ may or may not be a package
+    from tests.explain_pipeline import HELPERS_V1, SCRIPT, ExplainRuns, shared_explain_runs
+except ImportError:
+    from explain_pipeline import (  # type: ignore[no-redef]
+        HELPERS_V1,
+        SCRIPT,
+        ExplainRuns,
+        shared_explain_runs,
+    )
+
+from cachetool.cli.app import app
+from cachetool.lineage.explain import (
+    ExplainReport,
+    LineChange,
+    StepExplanation,
+    diff_lines,
+    explain_fingerprint,
+    explain_run,
+    function_source,
+    stale_hits,
+)
+from cachetool.lineage.ledger import read_ledger
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> ExplainRuns:
+    return shared_explain_runs(tmp_path_factory)
+
+
+@pytest.fixture
+def report(runs: ExplainRuns, monkeypatch: pytest.MonkeyPatch) -> ExplainReport:
+    monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
+    return explain_run(runs.cache)
+
+
+def step(report: ExplainReport, fingerprint: str) -> StepExplanation:
+    found = [s for s in report.steps if s.step.fingerprint == fingerprint]
+    assert len(found) == 1, [s.step.fingerprint for s in report.steps]
+    return found[0]
+
+
+def test_the_runs_changed_what_the_scenario_says(runs: ExplainRuns) -> None:
+    """Sanity of the scenario: the steps meant to hit kept their fingerprints (the stale ones
+    too: datasets hashes the edited helpers by name), all others got new ones."""
+    same = {k for k in runs.first if runs.first[k] == runs.second[k]}
+    assert same == {"base", "stale", "stale_dep", "big"}
+
+
+def test_last_explains_every_computed_step_of_the_latest_run(
+    report: ExplainReport, runs: ExplainRuns
+) -> None:
+    """`explain --last`: exactly the steps the second run computed, in call order; the hits are
+    counted as loaded."""
+    changed = ["threshold", "cascade", "shout", "tag", "random", "wbs", "data2_source", "data2"]
+    assert [s.step.fingerprint for s in report.steps] == [runs.second[k] for k in changed]
+    assert all(s.status == "computed" for s in report.steps)
+    assert report.loaded == 5  # the csv source, base, stale, stale_dep, big
+
+
+def test_an_argument_change_names_the_key_and_both_values(report: ExplainReport, runs: ExplainRuns) -> None:
+    s = step(report, runs.second["threshold"])
+    [reason] = s.reasons
+    assert (reason.kind, reason.path, reason.before, reason.after) == (
+        "argument",
+        "fn_kwargs['threshold']",
+        "0.5",
+        "0.6",
+    )
+    assert reason.text == "`fn_kwargs['threshold']` changed 0.5 → 0.6"
+    assert s.compared_with is not None and s.compared_with.fingerprint == runs.first["threshold"]
+
+
+def test_a_step_downstream_of_a_change_names_where_it_happened(
+    report: ExplainReport, runs: ExplainRuns
+) -> None:
+    [reason] = step(report, runs.second["cascade"]).reasons
+    assert reason.kind == "argument" and reason.path == "fn_kwargs['threshold']"
+    assert reason.upstream is not None and reason.upstream.fingerprint == runs.second["threshold"]
+    assert reason.text.startswith(
+        f"its input changed: filter keep @ pipeline.py:{runs.line('base.filter(keep')} was recomputed because"
+    )
+
+
+def test_an_edited_function_shows_the_changed_line(report: ExplainReport, runs: ExplainRuns) -> None:
+    [reason] = step(report, runs.second["shout"]).reasons
+    assert reason.kind == "function-source"
+    line = runs.line('ex["text"].upper()')
+    assert reason.lines == (
+        LineChange(line, 'return {"up": ex["text"].upper()}', 'return {"up": ex["text"].casefold()}'),
+    )
+    assert f"line {line}: `return" in reason.text
+
+
+def test_a_set_literal_is_reported_as_nondeterministic_not_as_a_change(
+    report: ExplainReport, runs: ExplainRuns
+) -> None:
+    """`x in {"alpha", ...}` compiles to a frozenset constant that pickles in hash-seed order: the
+    code did not change, the pickle did. Point to check-determinism."""
+    [reason] = step(report, runs.second["tag"]).reasons
+    assert reason.kind == "nondeterministic"
+    assert reason.path is not None and re.fullmatch(r"function → code → const\[\d+\]", reason.path)
+    assert "(frozenset of 5 str)" in reason.text and "cachetool check-determinism" in reason.text
+    assert reason.hint is not None and "PYTHONHASHSEED" in reason.hint
+
+
+def test_a_random_fingerprint_names_the_unhashable_part(report: ExplainReport, runs: ExplainRuns) -> None:
+    [reason] = step(report, runs.second["random"]).reasons
+    assert (reason.kind, reason.argument, reason.path) == ("random", "fn_kwargs", "fn_kwargs['model']")
+    assert "cannot pickle 'generator' object" in reason.text
+
+
+def test_only_a_non_semantic_argument_changed(report: ExplainReport, runs: ExplainRuns) -> None:
+    """writer_batch_size=1000 is the default (datasets leaves it out of the hash), 500 is not."""
+    [reason] = step(report, runs.second["wbs"]).reasons
+    assert (reason.kind, reason.argument, reason.before, reason.after) == (
+        "non-semantic",
+        "writer_batch_size",
+        "(default)",
+        "500",
+    )
+    assert reason.text.startswith("only writer_batch_size (default) → 500 changed")
+
+
+def test_a_modified_input_file_is_named(report: ExplainReport, runs: ExplainRuns) -> None:
+    [source] = step(report, runs.second["data2_source"]).reasons
+    assert source.kind == "source" and source.upstream is None
+    assert source.text == "the source dataset changed: data2.csv modified (size 498 → 514 bytes)"
+    [downstream] = step(report, runs.second["data2"]).reasons
+    assert downstream.kind == "source"
+    assert downstream.upstream is not None and downstream.upstream.fingerprint == runs.second["data2_source"]
+
+
+def test_edited_helpers_make_stale_hits_with_the_changed_line(
+    report: ExplainReport, runs: ExplainRuns
+) -> None:
+    """`clean_row` (mapped directly) and `clean_text` (called by a function of the script) come
+    from text_helpers.py, which datasets hashes by name: both steps were hits in run 2 although
+    the helpers changed. Each stale hit names the helper and the line."""
+    stale = {s.fingerprint: s for s in report.stale}
+    assert set(stale) == {runs.second["stale"], runs.second["stale_dep"]}
+    dep = stale[runs.second["stale_dep"]]
+    assert [c.qualname for c in dep.changes] == ["text_helpers.clean_text"]
+    assert dep.changes[0].lines == (
+        LineChange(2, "return text.strip().lower()", "return text.strip().casefold()"),
+    )
+    assert re.fullmatch(
+        rf"cache entry cache-{dep.fingerprint}\.arrow was reused at \d\d:\d\d, but `clean_text` in "
+        r"text_helpers\.py changed since it was computed \(line 2: `return text\.strip\(\)\.lower\(\)` → "
+        r"`return text\.strip\(\)\.casefold\(\)`\)",
+        dep.message,
+    )
+    direct = stale[runs.second["stale"]]
+    assert [c.qualname for c in direct.changes] == ["text_helpers.clean_row", "text_helpers.clean_text"]
+    assert direct.changes[0].lines[0].line == 6
+
+
+def test_stale_hits_of_the_root_read_the_sources_on_disk(
+    runs: ExplainRuns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stale_hits(root)` (behind `verify --stale`): the entries whose computing code differs from
+    the source files now, with the run that reused them."""
+    monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
+    found = {s.fingerprint: s for s in stale_hits(runs.cache)}
+    assert set(found) == {runs.second["stale"], runs.second["stale_dep"]}
+    assert all(s.reused_run is not None and s.files and Path(s.files[0]).exists() for s in found.values())
+
+
+def test_explain_one_fingerprint_with_its_history(runs: ExplainRuns, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
+    rep = explain_fingerprint(runs.cache, runs.second["shout"][:8])
+    [s] = rep.steps
+    assert s.step.fingerprint == runs.second["shout"] and s.reasons[0].kind == "function-source"
+    first = explain_fingerprint(runs.cache, f"cache-{runs.first['base']}.arrow")
+    assert first.steps[0].reasons[0].kind == "first-run"
+    assert first.steps[0].reasons[0].text == "first time this step ran (nothing recorded to compare with)"
+
+
+def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
+    """`explain --last --json`: the documented document; exit 1 because of the stale hits."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "200"}
+    result = CliRunner().invoke(app, ["explain", "--last", "--json", "--cache-dir", str(runs.cache)], env=env)
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"v", "root", "mode", "run", "run_time", "computed", "loaded", "steps", "stale"}
+    assert doc["mode"] == "run" and doc["computed"] == 8 and doc["loaded"] == 5
+    kinds = {s["fingerprint"]: s["reasons"][0]["kind"] for s in doc["steps"]}
+    assert kinds[runs.second["tag"]] == "nondeterministic"
+    human = CliRunner().invoke(
+        app, ["explain", runs.second["threshold"], "--cache-dir", str(runs.cache)], env=env
+    )
+    assert human.exit_code == 0, human.output
+    assert "`fn_kwargs['threshold']` changed 0.5 → 0.6" in human.stdout
+    missing = CliRunner().invoke(app, ["explain", "--cache-dir", str(runs.cache)], env=env)
+    assert missing.exit_code == 2
+
+
+def test_records_stay_small_with_a_10_mb_closure(runs: ExplainRuns) -> None:
+    """The step whose function closes over a 10 MB array records a bounded summary: a digest and a
+    type for the array. Bytes per record are printed for the record (run with -s)."""
+    segments = sorted((runs.cache / ".cachetool" / "ledger").glob("*.jsonl"))
+    first_run = segments[0].read_text(encoding="utf-8").splitlines()
+    sizes = {}
+    for line in first_run:
+        rec = json.loads(line)
+        if rec["type"] in ("transform", "root") and not rec["internal"]:
+            sizes[rec["result"]] = len(line.encode())
+    big = sizes[runs.first["big"]]
+    mean = sum(sizes.values()) / len(sizes)
+    total = sum(len(line.encode()) + 1 for line in first_run)
+    print(
+        f"\nledger bytes per step record: mean {mean:.0f}, max {max(sizes.values())}, 10 MB closure {big}; "
+        f"run 1 segment {total} bytes for {len(first_run)} lines"
+    )
+    assert big < 4000 and max(sizes.values()) < 4000
+    assert total < 100_000
+    big_rec = next(
+        r
+        for r in read_ledger(runs.cache).records
+        if r["result"] == runs.first["big"] and r["cache"] == "miss"
+    )
+    closure = big_rec["args"]["function"]["summary"]["c"]
+    assert any(c["l"] == "closure 'table'" and c["t"] == "numpy.ndarray" and c["d"] for c in closure)
+
+
+def test_function_source_and_line_diff_ignore_comments_but_not_code() -> None:
+    """The disk check behind `verify --stale`: a comment or blank line is not a change."""
+    from cachetool.lineage.explain import _tokens
+
+    edited = HELPERS_V1.replace(
+        "    return text.strip().lower()", "    # tidy\n    return text.strip().lower()\n"
+    )
+    a, b = function_source(HELPERS_V1, "clean_text"), function_source(edited, "clean_text")
+    assert a == "def clean_text(text):\n    return text.strip().lower()\n"
+    assert a is not None and b is not None and _tokens(a) == _tokens(b)
+    changed = HELPERS_V1.replace(".lower()", ".upper()")
+    c = function_source(changed, "clean_text")
+    assert c is not None and _tokens(a) != _tokens(c)
+    assert diff_lines(a, c, 1, 1) == [
+        LineChange(2, "return text.strip().lower()", "return text.strip().upper()")
+    ]
+    assert function_source(SCRIPT, "make_big.lookup") is not None

@@ -1,0 +1,199 @@
+"""`cachetool stats`: counts from a ledger with known records, and from two real runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+try:  # tests/ may or may not be a package
+    from tests.explain_pipeline import ExplainRuns, shared_explain_runs
+except ImportError:
+    from explain_pipeline import ExplainRuns, shared_explain_runs  # type: ignore[no-redef]
+
+from cachetool.cli.app import app
+from cachetool.lineage.ledger import LedgerWriter
+from cachetool.lineage.stats import Counts, RandomReason, ledger_stats, zero_stats, zeroed_at
+
+T0 = 1_700_000_000.0
+DAY = 86400.0
+
+
+def record(root: Path, **fields: Any) -> dict[str, Any]:
+    """A step record as the tracer writes it (the fields stats reads, and a few more)."""
+    rec: dict[str, Any] = {
+        "v": 1,
+        "type": "transform",
+        "seq": 0,
+        "operation": "map",
+        "internal": False,
+        "parents": ["p0"],
+        "call_site": {"file": "/work/pipe.py", "line": 10, "function": "<module>"},
+        "function": {"qualname": "f"},
+        "random_fallback": None,
+        "files": [],
+        "cache": "none",
+        "root": str(root),
+        "duration": 0.0,
+    }
+    rec.update(fields)
+    return rec
+
+
+def data_file(root: Path, fp: str, size: int, status: str) -> dict[str, Any]:
+    return {
+        "path": str(root / "csv" / "default-1" / "0.0.0" / "abc" / f"cache-{fp}.arrow"),
+        "size": size,
+        "status": status,
+    }
+
+
+@pytest.fixture
+def known(tmp_path: Path, isolated_env: Path) -> Path:
+    """Three runs of a two-step pipeline: run A computes both steps, run B hits both, run C
+    recomputes step 1 (2.5 s lost) with a random fingerprint and makes an in-memory step; an
+    internal call is there too."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    site1 = {"file": "/work/pipe.py", "line": 10, "function": "<module>"}
+    site2 = {"file": "/work/pipe.py", "line": 11, "function": "<module>"}
+    runs = {
+        "A": [
+            record(
+                root,
+                time=T0,
+                result="a1",
+                call_site=site1,
+                cache="miss",
+                duration=3.0,
+                files=[data_file(root, "a1", 1000, "written")],
+            ),
+            record(
+                root,
+                time=T0 + 1,
+                result="a2",
+                call_site=site2,
+                cache="miss",
+                duration=1.0,
+                files=[data_file(root, "a2", 500, "written")],
+            ),
+        ],
+        "B": [
+            record(
+                root,
+                time=T0 + DAY,
+                result="a1",
+                call_site=site1,
+                cache="hit",
+                duration=0.01,
+                files=[data_file(root, "a1", 1000, "reused")],
+            ),
+            record(
+                root,
+                time=T0 + DAY + 1,
+                result="a2",
+                call_site=site2,
+                cache="hit",
+                duration=0.01,
+                files=[data_file(root, "a2", 500, "reused")],
+            ),
+        ],
+        "C": [
+            record(
+                root,
+                time=T0 + 3 * DAY,
+                result="c1",
+                call_site=site1,
+                cache="miss",
+                duration=2.5,
+                files=[data_file(root, "c1", 2000, "written")],
+                random_fallback={
+                    "argument": "fn_kwargs",
+                    "error": "cannot pickle 'generator' object",
+                    "error_type": "TypeError",
+                },
+            ),
+            record(root, time=T0 + 3 * DAY + 1, result="m1", call_site=site2, cache="none", in_memory=True),
+            record(root, time=T0 + 3 * DAY + 2, result="x", internal=True, cache="miss", duration=9.0),
+        ],
+    }
+    for i, recs in enumerate(runs.values()):
+        writer = LedgerWriter(host="host", pid=100 + i, start=recs[0]["time"])
+        for seq, rec in enumerate(recs):
+            writer.append(str(root), {**rec, "run": writer.run_id, "seq": seq})
+        writer.close()
+    return root
+
+
+def test_totals_per_call_site_and_per_dataset_on_a_known_ledger(known: Path) -> None:
+    """Internal calls are not counted; a repeated call site's miss is recompute time; the written
+    bytes are only the files a step wrote."""
+    r = ledger_stats(known, now=T0 + 4 * DAY)
+    assert r.total == Counts(
+        steps=6,
+        hits=2,
+        misses=3,
+        partial=0,
+        no_file=1,
+        runs=3,
+        miss_seconds=6.5,
+        recompute_seconds=2.5,
+        bytes_written=3500,
+    )
+    assert r.total.hit_rate == pytest.approx(0.4)
+    assert r.random_count == 1
+    assert r.random == (RandomReason("fn_kwargs", "TypeError: cannot pickle 'generator' object", 1),)
+    sites = {g.key: g.counts for g in r.call_sites}
+    assert sites["pipe.py:10 map"] == Counts(
+        steps=3, hits=1, misses=2, runs=3, miss_seconds=5.5, recompute_seconds=2.5, bytes_written=3000
+    )
+    assert sites["pipe.py:11 map"].hits == 1 and sites["pipe.py:11 map"].no_file == 1
+    assert [g.key for g in r.datasets] == ["csv/default-1", "(in memory)"]
+
+
+def test_since_and_zero_start_a_new_period_without_deleting_records(known: Path) -> None:
+    assert ledger_stats(known, since=T0 + 2 * DAY, now=T0 + 4 * DAY).total.steps == 2
+    assert zeroed_at(known) is None
+    zero_stats(known, now=T0 + DAY + 10)
+    assert zeroed_at(known) == T0 + DAY + 10
+    after = ledger_stats(known, now=T0 + 4 * DAY)
+    assert (after.start, after.total.steps, after.total.runs) == (T0 + DAY + 10, 2, 1)
+    # Recompute time still knows the earlier runs: step 1 ran before the period began.
+    assert after.total.recompute_seconds == 2.5
+    assert ledger_stats(known, everything=True, now=T0 + 4 * DAY).total.steps == 6
+
+
+def test_cli_stats_json_and_zero(known: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["stats", "--json", "--cache-dir", str(known)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["steps"], doc["hits"], doc["misses"], doc["bytes_written"]) == (6, 2, 3, 3500)
+    assert doc["random_fingerprints"]["count"] == 1
+    assert {"v", "root", "period", "call_sites", "datasets", "hit_rate", "recompute_seconds"} <= set(doc)
+    human = runner.invoke(app, ["stats", "--cache-dir", str(known)], env={"COLUMNS": "120"})
+    assert human.exit_code == 0 and "Per call site" in human.stdout and "40.0 %" in human.stdout
+    zeroed = runner.invoke(app, ["stats", "--zero", "--cache-dir", str(known)])
+    assert zeroed.exit_code == 0 and zeroed.stdout.startswith("Statistics zeroed at")
+    assert json.loads(runner.invoke(app, ["stats", "--json", "--cache-dir", str(known)]).stdout)["steps"] == 0
+    bad = runner.invoke(app, ["stats", "--since", "soon", "--cache-dir", str(known)])
+    assert bad.exit_code == 2
+
+
+@pytest.mark.slow
+def test_stats_of_two_real_runs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 1 computes 13 steps (two csv sources and eleven maps and filters); run 2 reuses 5 and
+    recomputes 8; the unhashable argument gives a random fingerprint in both."""
+    runs: ExplainRuns = shared_explain_runs(tmp_path_factory)
+    monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
+    r = ledger_stats(runs.cache)
+    assert (r.total.runs, r.total.steps, r.total.hits, r.total.misses) == (2, 26, 5, 21)
+    assert r.random_count == 2 and r.random[0].argument == "fn_kwargs"
+    assert r.total.bytes_written > 0 and r.total.recompute_seconds > 0
+    threshold = next(g for g in r.call_sites if g.function == "keep")
+    assert (threshold.counts.hits, threshold.counts.misses) == (0, 2)
