@@ -992,7 +992,8 @@ class _Builder:
         if o.max_size is not None:
             leftover_bytes = sum(i.size for i in self.items if i.scope == "root")
             current = self.report.size - leftover_bytes - sum(u.size for u in _outermost(chosen))
-            rest = [u for u in scoped if u not in selected]
+            selected_keys = {u.key for u in selected}
+            rest = [u for u in scoped if u.key not in selected_keys]
             rest.sort(key=lambda u: (u.used if u.used is not None else 0.0, -u.size, os.fsdecode(u.key)))
             for u in rest:
                 if current <= o.max_size:
@@ -1005,6 +1006,9 @@ class _Builder:
                     continue
                 if any(c.kind == Kind.SAVED and c.key in u.key.parents for c in chosen):
                     continue
+                # A saved folder holds entries chosen before it (a map's cache file written into
+                # it): their bytes are in its size already.
+                current += sum(c.size for c in chosen if u.kind == Kind.SAVED and u.key in c.key.parents)
                 chosen.append(u)
                 by_size.add(u.key)
                 current -= u.size
