@@ -310,6 +310,11 @@ def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[st
     }
 
 
+def render_dry_run(out: Output, plan: GcPlan) -> None:
+    """Print a plan as `cachetool gc --dry-run` does (for other commands, e.g. the demo)."""
+    _show_plan(out, plan, dry_run=True, final=True)
+
+
 def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None:
     """The plan in the chosen sink. `final`: nothing else will be printed (dry run, refusal)."""
     if out.format == OutputFormat.json:
