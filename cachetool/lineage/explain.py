@@ -1109,19 +1109,19 @@ def stale_hits(
             found = _stale_for_hit(view, hit)
             if found:
                 break
-        if found:
+        changes, checked = _disk_changes(view, comp["function"], disk_cache)
+        if not checked:
+            # The sources cannot be read here (another machine, a moved file): the runs decide.
             out.extend(found)
-            continue
-        changes = _disk_changes(view, comp["function"], disk_cache)
-        if changes:
+        elif changes:
             out.append(
                 StaleHit(
                     fingerprint=fp,
                     files=tuple(files),
                     computed_at=_time(comp),
                     computed_run=comp.get("run"),
-                    reused_at=None,
-                    reused_run=None,
+                    reused_at=found[0].reused_at if found else None,
+                    reused_run=found[0].reused_run if found else None,
                     changes=tuple(changes),
                     step=StepRef.of(comp),
                 )
@@ -1132,8 +1132,11 @@ def stale_hits(
 
 def _disk_changes(
     view: LedgerView, fn: Mapping[str, Any], files: dict[str, str | None]
-) -> list[SourceChange]:
+) -> tuple[list[SourceChange], int]:
+    """The by-reference parts of `fn` whose source on disk now differs from the recorded one, and
+    how many parts could be compared at all."""
     changes = []
+    checked = 0
     for part in _by_reference_parts(fn):
         recorded = view.sources.get(str(part.get("source_hash")))
         path = part.get("file")
@@ -1150,12 +1153,15 @@ def _disk_changes(
         qualname = str(part.get("qualname"))
         local = _strip_module(qualname, path) or qualname.split(".", 1)[-1]
         current = function_source(text, local)
-        if current is None or _tokens(current) == _tokens(recorded):
+        if current is None:
+            continue
+        checked += 1
+        if _tokens(current) == _tokens(recorded):
             continue
         start = _line(part)
         lines = diff_lines(recorded, current, start, _def_line(text, local) or start)
         changes.append(SourceChange(qualname, path, tuple(lines)))
-    return changes
+    return changes, checked
 
 
 def _strip_module(qualname: str, path: str) -> str | None:
