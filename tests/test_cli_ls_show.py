@@ -299,3 +299,38 @@ def test_recorded_entries_show_op_and_parent_in_ls_and_records_in_show(traced_de
     assert [r["operation"] for r in shown["records"]] == ["map"]
     assert shown["records"][0]["parents"] == [chain[-2]["fingerprint"]]
     assert shown["records"][0]["function"]["qualname"] == "upper"
+
+
+@pytest.mark.slow
+def test_lineage_shows_a_step_gc_removed_as_deleted(tmp_path: Path) -> None:
+    from cachetool.demo import write_demo_files
+    from tests.conftest import hf_env
+
+    env = hf_env(tmp_path)
+    script = write_demo_files(tmp_path / "demo")
+    run = subprocess.run(
+        [sys.executable, "-m", "cachetool", "run", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    final = run.stdout.strip().splitlines()[-1]
+    cache = env["HF_DATASETS_CACHE"]
+    chain = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json", env=env).stdout)["steps"]
+    victim = next(s["fingerprint"] for s in chain if s["operation"] == "filter")
+    gc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "gc", victim, "--cache-dir", cache, "--min-age", "0", "-y"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gc.returncode == 0, gc.stderr
+    after = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json", env=env).stdout)["steps"]
+    step = next(s for s in after if s["fingerprint"] == victim)
+    assert step["deleted"].startswith("deleted by gc ") and all(not f["exists"] for f in step["files"])
+    human = invoke("lineage", final, "--cache-dir", cache, env={**env, "COLUMNS": "200"}).stdout
+    line = next(x for x in human.splitlines() if victim in x)
+    assert "deleted" in line

@@ -23,7 +23,8 @@ def demo_command(
     `datasets` library, with `HF_DATASETS_CACHE` set to FOLDER/cache — never your real cache:
     a csv load, two maps, a filter, a shuffle, a `num_proc=2` map and a `save_to_disk`. Then shows
     `cachetool ls` of the result. The pipeline runs under `cachetool run`, so the demo ends with
-    the recorded lineage of its final dataset. Needs `datasets`: `pip install "cachetool[datasets]"`.
+    the recorded lineage of its final dataset and what `cachetool gc --temp --dry-run` would
+    remove. Needs `datasets`: `pip install "cachetool[datasets]"`.
 
     **Examples**
 
@@ -53,6 +54,12 @@ def _demo(folder: Path | None) -> None:
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))
+    from cachetool.cli.gc import render_dry_run
+    from cachetool.maintenance.gc import GcOptions, plan_gc
+
+    out.line()
+    out.line("What `cachetool gc --temp --dry-run` would remove (leftovers of killed runs):", style="bold")
+    render_dry_run(out, plan_gc(demo.cache_dir, GcOptions(temp=True)))
     out.line()
     hint(f"explore it: cachetool show {demo.final_fingerprint[:8]} --cache-dir {demo.cache_dir}")
     hint(f"the pipeline that made it: {demo.script}; the saved copy: {demo.folder / 'saved' / 'reviews'}")

@@ -225,6 +225,8 @@ def _notes(step: Step) -> str:
         notes.append(f"random fingerprint: {arg} could not be hashed ({rf.get('error')})")
     for path in step.saved_to:
         notes.append(f"saved to {path}")
+    if step.deleted:
+        notes.append(step.deleted)
     return "; ".join(notes)
 
 

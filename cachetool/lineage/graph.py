@@ -59,6 +59,7 @@ class Step:
     split: str | None = None
     last_used: float | None = None
     saved_to: tuple[str, ...] = ()  # save_to_disk folders that hold this fingerprint
+    deleted: str | None = None  # "deleted by gc <time>: <reason>" when gc removed its files
     record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -87,6 +88,8 @@ class Step:
             return ""
         if not self.files:
             return "no file (in memory)" if self.in_memory else "no file"
+        if self.deleted and not any(f.exists for f in self.files):
+            return "deleted"
         if all(f.exists for f in self.files):
             return _size_str(sum(f.size or 0 for f in self.files))
         if not any(f.exists for f in self.files):
@@ -118,6 +121,7 @@ class Step:
             "split": self.split,
             "last_used": self.last_used,
             "saved_to": list(self.saved_to),
+            "deleted": self.deleted,
         }
 
 
@@ -135,9 +139,15 @@ class LineageGraph:
         self._stats: dict[str, list[float]] = {}  # fp -> [runs, hits, misses, last_used]
         self._children: dict[str, list[str]] = {}
         self._saved: dict[str, list[str]] = {}
+        self._removed: dict[str, Record] = {}  # fp -> the latest gc record that removed its files
         self.records: list[Record] = []
         for rec in records:
             if rec.get("internal") and not include_internal:
+                continue
+            if rec.get("type") == "gc":
+                for gone in (rec.get("fingerprint"), *(rec.get("aliases") or ())):
+                    if isinstance(gone, str):
+                        self._removed[gone] = rec
                 continue
             self.records.append(rec)
             fp = rec.get("result")
@@ -189,6 +199,13 @@ class LineageGraph:
     def children(self, fp: str) -> tuple[str, ...]:
         return tuple(self._children.get(fp, ()))
 
+    def _deleted(self, fp: str) -> str | None:
+        """What gc said when it removed `fp`, while the files it removed are still gone."""
+        from cachetool.lineage.gclog import describe, paths_gone
+
+        rec = self._removed.get(fp)
+        return describe(rec) if rec is not None and paths_gone(rec) else None
+
     def step(self, fp: str) -> Step:
         """What the records say about `fp`, with its files checked on disk now."""
         rec = self._origin.get(fp)
@@ -235,6 +252,7 @@ class LineageGraph:
             last_used=stats[3] or None,
             saved_to=tuple(self._saved.get(fp, ())),
             record=rec,
+            deleted=self._deleted(fp),
         )
 
     # -- queries -------------------------------------------------------------------------------
