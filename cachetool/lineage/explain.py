@@ -558,12 +558,10 @@ def _random_reason(rec: Mapping[str, Any], rf: Mapping[str, Any], earlier: bool)
         if found is not None:
             path = render_path(str(argument), found.path)
             what = f"`{path}` ({found.description})"
-    when = "the earlier run" if earlier else "datasets"
-    message = (
-        f"{when} used a random fingerprint: {what} cannot be hashed ({err})"
-        if not earlier
-        else f"the earlier run used a random fingerprint ({what} could not be hashed: {err})"
-    )
+    if earlier:
+        message = f"the earlier run used a random fingerprint ({what} could not be hashed: {err})"
+    else:
+        message = f"datasets used a random fingerprint: {what} cannot be hashed ({err})"
     hint = (
         "a random fingerprint is new in every run, so the step is always recomputed: make the "
         "argument picklable (create it inside the function), or pass new_fingerprint="
@@ -879,15 +877,18 @@ def explain_record(view: LedgerView, rec: Record, *, history: int = 0) -> StepEx
     siblings = view.siblings(rec)
     reasons: tuple[Reason, ...]
     compared: StepRef | None = None
-    if rec.get("random_fallback"):
+    if rec.get("cache") == "hit":
+        reasons = ()  # loaded: nothing to explain (a stale reuse is in `stale`)
+    elif rec.get("random_fallback"):
         reasons = (_random_reason(view.with_summaries(rec), rec["random_fallback"], earlier=False),)
         compared = StepRef.of(siblings[0]) if siblings else None
     elif same is not None and rec.get("cache") in _COMPUTED:
+        gone = "some of its num_proc shards were" if rec.get("cache") == "partial" else "its cache file was"
         reasons = (
             Reason(
                 "same-fingerprint",
-                f"its fingerprint is not new (also made at {_clock(_time(same))}); the cache file "
-                "was gone (deleted, cleaned up, or load_from_cache_file=False)",
+                f"its fingerprint is not new (also made at {_clock(_time(same))}); {gone} gone "
+                "(deleted, cleaned up, or load_from_cache_file=False)",
             ),
         )
         compared = StepRef.of(same)
@@ -899,8 +900,6 @@ def explain_record(view: LedgerView, rec: Record, *, history: int = 0) -> StepEx
     past: list[tuple[StepRef, tuple[Reason, ...]]] = []
     for newer, older in itertools.pairwise(siblings[: 1 + history]):
         past.append((StepRef.of(older), tuple(compare(view, newer, older))))
-    if rec.get("cache") == "hit" and not stale:
-        reasons = ()
     return StepExplanation(
         step=ref,
         cache=rec.get("cache"),

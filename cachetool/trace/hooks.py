@@ -983,11 +983,12 @@ class Tracer:
 
     def _summarize(self, rec: Record, h: _HashEvent) -> None:
         """Bounded hash-tree summaries of the arguments of a step that computed its result (or
-        fell back to a random fingerprint), for `cachetool explain`. Plain scalars need none:
-        their repr is the whole story."""
+        fell back to a random fingerprint), for `cachetool explain`. Plain scalars and empty
+        containers need none: their repr is the whole story."""
         args = h.args if isinstance(h.args, Mapping) else {}
         for name, entry in rec["args"].items():
-            if entry.get("repr") is not None and entry.get("type") in _SCALAR_TYPES:
+            r = entry.get("repr")
+            if r is not None and (entry.get("type") in _SCALAR_TYPES or r in ("{}", "[]", "()")):
                 continue
             if name in ("fingerprint_name", "new_fingerprint"):
                 continue
