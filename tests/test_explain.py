@@ -205,8 +205,13 @@ def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
     )
     assert human.exit_code == 0, human.output
     assert "`fn_kwargs['threshold']` changed 0.5 → 0.6" in human.stdout
+    by_script = CliRunner().invoke(
+        app, ["explain", "--script", str(runs.script), "--json", "--cache-dir", str(runs.cache)], env=env
+    )
+    assert json.loads(by_script.stdout)["run"] == doc["run"]
     missing = CliRunner().invoke(app, ["explain", "--cache-dir", str(runs.cache)], env=env)
     assert missing.exit_code == 2
+    assert missing.stderr.strip() == "Error: give a fingerprint, --last or --script SCRIPT"
 
 
 def test_records_stay_small_with_a_10_mb_closure(runs: ExplainRuns) -> None:
