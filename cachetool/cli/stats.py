@@ -150,9 +150,10 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         out.line(f"  {k.ljust(width)}{v}")
-    for reason in r.random:
-        arg = reason.argument or "the transform"
-        out.line(f"    {reason.count}× {arg}: {reason.error}")
+        if k == "Random fingerprints":
+            for reason in r.random:
+                arg = reason.argument or "the transform"
+                out.line(f"    {reason.count}× {arg}: {reason.error}")
     cols = [
         ("", "left"),
         ("hits", "right"),
