@@ -12,6 +12,7 @@ shout      the script is edited: `.upper()` → `.casefold()`             functi
 tag        nothing: a set literal of str pickles in hash-seed order     nondeterministic
 random     nothing: an argument holds a generator                       random fingerprint
 wbs        `writer_batch_size` from the WBS variable                    only a non-semantic arg
+global     a module-level constant the function reads (LIMIT variable)  function → global 'LIMIT'
 data2      the second csv file gets one more row                        source dataset changed
 stale      `clean_row` in text_helpers.py is edited (by reference)      a stale hit
 stale_dep  `normalize` (in the script) calls the edited `clean_text`    a stale hit
@@ -51,6 +52,7 @@ SCRIPT = textwrap.dedent(
     here = os.path.dirname(os.path.abspath(__file__))
     THRESHOLD = float(os.environ.get("THRESHOLD", "0.5"))
     WBS = int(os.environ.get("WBS", "1000"))
+    LIMIT = int(os.environ.get("LIMIT", "5"))
 
 
     def add_len(ex):
@@ -75,6 +77,10 @@ SCRIPT = textwrap.dedent(
 
     def add_one(ex):
         return {"n1": ex["n"] + 1}
+
+
+    def short(ex):
+        return {"short": ex["n"] < LIMIT}
 
 
     def normalize(ex):
@@ -102,6 +108,7 @@ SCRIPT = textwrap.dedent(
         fps["tag"] = base.map(tag)._fingerprint
         fps["random"] = base.map(ident, fn_kwargs={"model": (i for i in range(3))})._fingerprint
         fps["wbs"] = base.map(add_one, writer_batch_size=WBS)._fingerprint
+        fps["global"] = base.map(short)._fingerprint
         csv2 = load_dataset("csv", data_files=os.path.join(here, "data2.csv"), split="train")
         fps["data2_source"] = csv2._fingerprint
         fps["data2"] = csv2.map(add_len)._fingerprint
@@ -184,7 +191,9 @@ def explain_runs(base: Path) -> ExplainRuns:
     (project / "text_helpers.py").write_text(HELPERS_V2, encoding="utf-8")
     with open(project / "data2.csv", "a", encoding="utf-8") as f:
         f.write("30,one more row\n")
-    second, err2 = _run(project, {**env, "PYTHONHASHSEED": "3", "THRESHOLD": "0.6", "WBS": "500"})
+    second, err2 = _run(
+        project, {**env, "PYTHONHASHSEED": "3", "THRESHOLD": "0.6", "WBS": "500", "LIMIT": "6"}
+    )
     return ExplainRuns(base, project, cache, env, first, second, (err1, err2))
 
 

@@ -66,7 +66,7 @@ def test_last_explains_every_computed_step_of_the_latest_run(
 ) -> None:
     """`explain --last`: exactly the steps the second run computed, in call order; the hits are
     counted as loaded."""
-    changed = ["threshold", "cascade", "shout", "tag", "random", "wbs", "data2_source", "data2"]
+    changed = ["threshold", "cascade", "shout", "tag", "random", "wbs", "global", "data2_source", "data2"]
     assert [s.step.fingerprint for s in report.steps] == [runs.second[k] for k in changed]
     assert all(s.status == "computed" for s in report.steps)
     assert report.loaded == 5  # the csv source, base, stale, stale_dep, big
@@ -136,6 +136,18 @@ def test_only_a_non_semantic_argument_changed(report: ExplainReport, runs: Expla
     assert reason.text.startswith("only writer_batch_size (default) → 500 changed")
 
 
+def test_a_changed_global_of_the_function_is_named(report: ExplainReport, runs: ExplainRuns) -> None:
+    """`short` reads the module-level LIMIT, which datasets pickles with the function."""
+    [reason] = step(report, runs.second["global"]).reasons
+    assert (reason.kind, reason.argument, reason.path, reason.before, reason.after) == (
+        "argument",
+        "function",
+        "function → global 'LIMIT'",
+        "5",
+        "6",
+    )
+
+
 def test_a_modified_input_file_is_named(report: ExplainReport, runs: ExplainRuns) -> None:
     [source] = step(report, runs.second["data2_source"]).reasons
     assert source.kind == "source" and source.upstream is None
@@ -197,7 +209,7 @@ def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
     assert set(doc) == {"v", "root", "mode", "run", "run_time", "computed", "loaded", "steps", "stale"}
-    assert doc["mode"] == "run" and doc["computed"] == 8 and doc["loaded"] == 5
+    assert doc["mode"] == "run" and doc["computed"] == 9 and doc["loaded"] == 5
     kinds = {s["fingerprint"]: s["reasons"][0]["kind"] for s in doc["steps"]}
     assert kinds[runs.second["tag"]] == "nondeterministic"
     human = CliRunner().invoke(

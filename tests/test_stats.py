@@ -187,12 +187,12 @@ def test_cli_stats_json_and_zero(known: Path) -> None:
 def test_stats_of_two_real_runs(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Run 1 computes 13 steps (two csv sources and eleven maps and filters); run 2 reuses 5 and
-    recomputes 8; the unhashable argument gives a random fingerprint in both."""
+    """Run 1 computes 14 steps (two csv sources and twelve maps and filters); run 2 reuses 5 and
+    recomputes 9; the unhashable argument gives a random fingerprint in both."""
     runs: ExplainRuns = shared_explain_runs(tmp_path_factory)
     monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
     r = ledger_stats(runs.cache)
-    assert (r.total.runs, r.total.steps, r.total.hits, r.total.misses) == (2, 26, 5, 21)
+    assert (r.total.runs, r.total.steps, r.total.hits, r.total.misses) == (2, 28, 5, 23)
     assert r.random_count == 2 and r.random[0].argument == "fn_kwargs"
     assert r.total.bytes_written > 0 and r.total.recompute_seconds > 0
     threshold = next(g for g in r.call_sites if g.function == "keep")
