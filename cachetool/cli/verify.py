@@ -54,6 +54,14 @@ def verify_command(
     restore: Annotated[
         bool, typer.Option("--restore", help="Put quarantined files back, then verify.")
     ] = False,
+    stale: Annotated[
+        bool,
+        typer.Option(
+            "--stale",
+            help="Also report entries computed by code that changed since: functions from your own "
+            "modules, which datasets hashes by name (needs runs recorded by `cachetool run`).",
+        ),
+    ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
     jobs: Annotated[
         int | None, typer.Option("--jobs", "-j", min=1, help="Threads for --deep (default: one per core).")
@@ -73,7 +81,8 @@ def verify_command(
     names exists and is whole; indices point inside their data. Leftovers (`tmp*`,
     `*.incomplete/`, stale locks) are warnings; a file a live process is writing right now is
     reported as "being written by pid N", never as corrupt. Ledger records whose files are gone
-    are information.
+    are information. With --stale, an entry computed by code that has changed since (a function
+    of your own module, which datasets hashes by name) is an error too.
 
     Exit codes: 0 no errors (warnings alone exit 0 unless --strict); 1 errors found; 2 usage
     (bad option, missing cache, unknown fingerprint).
@@ -91,6 +100,8 @@ def verify_command(
         cachetool verify --quarantine             # move broken files aside; datasets recomputes them
 
         cachetool verify --format github          # annotations in a GitHub Actions step
+
+        cachetool verify --stale                  # results of code edited since they were computed
     """
     _verify(
         fingerprints or [],
@@ -102,6 +113,7 @@ def verify_command(
         strict,
         jobs,
         VerifyFormat.json if as_json else fmt,
+        stale,
     )
 
 
@@ -116,6 +128,7 @@ def _verify(
     strict: bool,
     jobs: int | None,
     fmt: VerifyFormat,
+    stale: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.maintenance import verify as v
@@ -149,6 +162,8 @@ def _verify(
     finally:
         if status is not None:
             status.stop()
+    if stale:
+        report = v.with_stale_findings(report)
     if quarantine:
         report = v.quarantine(report)
     if fmt == VerifyFormat.json:

@@ -613,6 +613,27 @@ def _deep(
 # -- quarantine ----------------------------------------------------------------------------------
 
 
+STALE_HINT = (
+    "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
+    "or delete the entry (`cachetool gc <fp>`, or --quarantine)"
+)
+
+
+def with_stale_findings(report: VerifyReport) -> VerifyReport:
+    """`report` plus an error for each entry computed by code that has changed since
+    (`cachetool.lineage.explain.stale_hits`): `verify_cache(...)` then `verify --stale`."""
+    from dataclasses import replace
+
+    from cachetool.lineage.explain import stale_hits
+
+    found = [
+        Finding(Severity.ERROR, s.fingerprint, "stale", Path(s.files[0]), s.message, STALE_HINT)
+        for s in stale_hits(report.root)
+        if s.files
+    ]
+    return replace(report, findings=(*report.findings, *found))
+
+
 def quarantine(report: VerifyReport) -> VerifyReport:
     """Move every file with an error into `<root>/.cachetool/quarantine/<time>/` (never delete),
     so the next `datasets` run recomputes it instead of crashing. Each move is logged."""
