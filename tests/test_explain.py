@@ -192,6 +192,19 @@ def test_stale_hits_of_the_root_read_the_sources_on_disk(
     assert all(s.reused_run is not None and s.files and Path(s.files[0]).exists() for s in found.values())
 
 
+def test_verify_stale_reports_them_as_errors(runs: ExplainRuns) -> None:
+    """`cachetool verify --stale`: one error per stale entry, exit 1; without --stale they are
+    not looked for."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "200"}
+    result = CliRunner().invoke(app, ["verify", "--stale", "--json", "--cache-dir", str(runs.cache)], env=env)
+    assert result.exit_code == 1, result.output
+    stale = [f for f in json.loads(result.stdout)["findings"] if f["kind"] == "stale"]
+    assert sorted(f["entry"] for f in stale) == sorted([runs.second["stale"], runs.second["stale_dep"]])
+    assert all(f["severity"] == "error" and "changed since it was computed" in f["problem"] for f in stale)
+    plain = CliRunner().invoke(app, ["verify", "--json", "--cache-dir", str(runs.cache)], env=env)
+    assert not [f for f in json.loads(plain.stdout)["findings"] if f["kind"] == "stale"]
+
+
 def test_explain_one_fingerprint_with_its_history(runs: ExplainRuns, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
     rep = explain_fingerprint(runs.cache, runs.second["shout"][:8])
