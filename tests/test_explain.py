@@ -284,3 +284,44 @@ def test_function_source_and_line_diff_ignore_comments_but_not_code() -> None:
         LineChange(2, "return text.strip().lower()", "return text.strip().upper()")
     ]
     assert function_source(SCRIPT, "make_big.lookup") is not None
+
+
+def test_the_function_info_names_the_user_helpers_datasets_hashes_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script function (pickled by value) reaching helpers of the user's module three ways — a
+    function imported by name, `module.function`, and a method of an object — records each helper
+    with its code hash; the source texts are kept for `explain`."""
+    import sys
+
+    from cachetool.trace.sources import describe
+
+    (tmp_path / "myhelpers.py").write_text(
+        "def clean(t):\n    return t.strip()\n\n\n"
+        "def shout(t):\n    return t.upper()\n\n\n"
+        "class Cutter:\n    def cut(self, t):\n        return t[:3]\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "myhelpers", raising=False)
+    import myhelpers  # type: ignore[import-not-found]
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import myhelpers\nfrom myhelpers import clean\ncutter = myhelpers.Cutter()\n\n\n"
+        "def step(ex):\n    return {'t': cutter.cut(myhelpers.shout(clean(ex['t'])))}\n",
+        encoding="utf-8",
+    )
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    sources: dict[str, dict[str, object]] = {}
+    info = describe(namespace["step"], sources)
+    assert info["by_reference"] is False and info["qualname"] == "step"
+    assert sorted(d["qualname"] for d in info["deps"]) == [
+        "myhelpers.Cutter.cut",
+        "myhelpers.clean",
+        "myhelpers.shout",
+    ]
+    assert all(d["code_hash"] and d["source_hash"] in sources for d in info["deps"])
+    direct = describe(myhelpers.clean, sources)
+    assert direct["by_reference"] is True and direct["deps"] == []

@@ -238,11 +238,13 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
             found.append(value)
         elif isinstance(value, types.ModuleType) and is_user_file(getattr(value, "__file__", None)):
             modules.append(value)
-        elif isinstance(value, type) and is_user_file(
-            getattr(sys.modules.get(value.__module__), "__file__", None)
-        ):
-            # A user class called in the function: its methods run too.
-            found.extend(v for v in vars(value).values() if isinstance(v, types.FunctionType))
+        elif value is not None and not isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
+            # A user class called in the function, or an object of one: its methods run too, and an
+            # object pickles its attributes but names its class (the code of its methods is not in
+            # the fingerprint).
+            cls = value if isinstance(value, type) else type(value)
+            if is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
+                found.extend(v for v in vars(cls).values() if isinstance(v, types.FunctionType))
     for module in modules:
         for name in dict.fromkeys(names):
             value = getattr(module, name, None)
