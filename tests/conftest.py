@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,21 +19,39 @@ HERE = Path(__file__).parent
 BUILDERS = HERE / "builders"
 
 
+_SHORT_TMP_DIRS: list[Path] = []
+
+
+def short_tmp_dir(base: Path) -> Path:
+    """A temp dir for subprocesses with a short path: multiprocessing puts its manager sockets
+    there, and a Unix socket path may not exceed 107 bytes (pytest's tmp_path easily does)."""
+    digest = hashlib.sha1(os.fsencode(base)).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"ct-{digest}"
+    path.mkdir(exist_ok=True)
+    if path not in _SHORT_TMP_DIRS:
+        _SHORT_TMP_DIRS.append(path)
+    return path
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for path in _SHORT_TMP_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def hf_env(base: Path, **extra: str) -> dict[str, str]:
     """An environment for a subprocess that uses `datasets` inside `base` only: cache, temp dir
     and HF home all point there, and nothing reaches for the network."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CACHETOOL_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CACHETOOL_", "PYTHONHASHSEED"))}
     env.update(
         HF_HOME=str(base / "hf_home"),
         HF_DATASETS_CACHE=str(base / "cache"),
         HF_HUB_OFFLINE="1",
         HF_UPDATE_DOWNLOAD_COUNTS="0",
         HF_DATASETS_DISABLE_PROGRESS_BARS="1",
-        TMPDIR=str(base / "tmp"),
+        TMPDIR=str(short_tmp_dir(base)),
         CACHETOOL_HOME=str(base / "cachetool_home"),
         PYTHONDONTWRITEBYTECODE="1",
     )
-    (base / "tmp").mkdir(parents=True, exist_ok=True)
     env.update(extra)
     return env
 

@@ -9,7 +9,6 @@ fingerprints must agree across the runs.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -107,21 +106,14 @@ PIPELINE = textwrap.dedent(
 
 
 def subprocess_env(base: Path, **extra: str) -> dict[str, str]:
-    """Everything `datasets` and cachetool touch points inside `base`; nothing reaches the network."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CACHETOOL_"))}
-    env.update(
-        HF_HOME=str(base / "hf_home"),
-        HF_DATASETS_CACHE=str(base / "unused-default-cache"),
-        HF_HUB_OFFLINE="1",
-        HF_UPDATE_DOWNLOAD_COUNTS="0",
-        HF_DATASETS_DISABLE_PROGRESS_BARS="1",
-        TMPDIR=str(base / "tmp"),
-        CACHETOOL_HOME=str(base / "cachetool_home"),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    (base / "tmp").mkdir(parents=True, exist_ok=True)
-    env.update(extra)
-    return env
+    """Everything `datasets` and cachetool touch points inside `base`; nothing reaches the network.
+    The pipeline names its cache folders itself, so the default cache is one nobody uses."""
+    try:
+        from tests.conftest import hf_env
+    except ImportError:  # imported as a top-level module
+        from conftest import hf_env  # type: ignore[no-redef]
+
+    return hf_env(base, **{"HF_DATASETS_CACHE": str(base / "unused-default-cache"), **extra})
 
 
 def write_inputs(folder: Path, rows: int = 40) -> Path:

@@ -19,24 +19,14 @@ from cachetool.determinism.analysis import analyze
 from cachetool.determinism.render import github_lines, human_lines
 from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
+from tests.conftest import hf_env
 
 CORPUS = Path(__file__).parent / "corpus"
 
 
 def clean_env(base: Path) -> dict[str, str]:
     """An environment whose datasets cache and temp dir live in `base`, with no network."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CACHETOOL_", "PYTHONHASHSEED"))}
-    (base / "tmp").mkdir(parents=True, exist_ok=True)
-    env.update(
-        HF_HOME=str(base / "hf_home"),
-        HF_DATASETS_CACHE=str(base / "cache"),
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_DISABLE_PROGRESS_BARS="1",
-        TMPDIR=str(base / "tmp"),
-        CACHETOOL_HOME=str(base / "cachetool_home"),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    return env
+    return hf_env(base)
 
 
 # --- alignment and causes, on hand-written events ----------------------------------------------

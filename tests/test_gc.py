@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from cachetool.cli.app import app
 from cachetool.maintenance.gc import GcBusy, GcOptions, execute, gc_lock, plan_gc
-from tests.conftest import BUILDERS, hf_env
+from tests.conftest import BUILDERS, hf_env, short_tmp_dir
 
 DAY = 86400.0
 
@@ -44,9 +44,10 @@ def leftovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if not made_file.exists():
             shutil.rmtree(base, ignore_errors=True)
             base.mkdir()
+            (base / "tmp").mkdir()  # the builder's temp dir is part of what the tests copy
             proc = subprocess.run(
                 [sys.executable, str(BUILDERS / "build_leftovers.py"), str(base)],
-                env=hf_env(base),
+                env=hf_env(base, TMPDIR=str(base / "tmp")),
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -319,10 +320,9 @@ def test_a_memory_mapped_entry_is_in_use_and_skipped_by_max_size(
 def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isolated_env: Path) -> None:
     """A pymp-* folder stays while the Manager that listens in it lives (even orphaned by a
     SIGKILLed parent), and goes once it is dead."""
-    tmp = tmp_path / "tmp"
+    tmp = short_tmp_dir(tmp_path)  # the manager's socket path must stay under 108 bytes
     cache = tmp_path / "cache"
     cache.mkdir()
-    tmp.mkdir(exist_ok=True)
     code = (
         "import multiprocess, time\n"
         "m = multiprocess.Manager()\n"
@@ -375,7 +375,10 @@ def test_an_idle_uncached_pipeline_keeps_its_hf_datasets_folder(
     old = {p.name for p in tmp.glob("hf_datasets-*")}
     set_age(list(tmp.glob("hf_datasets-*")), 1)  # left by a run killed yesterday
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, leftovers["csv"]], env=hf_env(copy), stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, leftovers["csv"]],
+        env=hf_env(copy, TMPDIR=str(tmp)),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
