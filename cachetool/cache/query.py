@@ -65,7 +65,9 @@ _DEFAULT_DESC = {"size", "modified", "used", "rows", "files"}
 EntryTest = Callable[[Entry, float], bool]
 
 
-def _parse_number(value: str, units: dict[str, int] | None, option: str, expr: str) -> float:
+def parse_quantity(value: str, units: dict[str, int] | None, option: str, expr: str) -> float:
+    """`100MB` with BYTE_UNITS, `7d` with TIME_UNITS, a bare count with None; a bad value is a
+    `BadExpression` naming `option` and quoting `expr` (a usage error, exit 2)."""
     m = _NUMBER_UNIT_RE.fullmatch(value.strip())
     if m is None:
         raise BadExpression(option, expr, f"'{value}' is not a number")
@@ -112,10 +114,10 @@ def compile_filter(expr: str) -> EntryTest:
         raise BadExpression("--filter", expr, "expected KEY OP VALUE, e.g. 'size>100MB' or 'kind=temp'")
     key, op, value = m.group("key").lower(), m.group("op"), m.group("value").strip()
     if key in NUMERIC_KEYS:
-        threshold = _parse_number(value, NUMERIC_KEYS[key], "--filter", expr)
+        threshold = parse_quantity(value, NUMERIC_KEYS[key], "--filter", expr)
         return lambda e, now: _compare(_numeric_value(e, key), op, threshold)
     if key in AGE_KEYS:
-        seconds = _parse_number(value, TIME_UNITS, "--filter", expr)
+        seconds = parse_quantity(value, TIME_UNITS, "--filter", expr)
 
         def age_test(e: Entry, now: float) -> bool:
             ts = e.used if key == "used" else e.modified

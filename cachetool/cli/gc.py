@@ -166,14 +166,14 @@ def parse_options(
     include_sources: bool,
 ) -> GcOptions:
     """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
-    from cachetool.cache.query import BYTE_UNITS, TIME_UNITS, _parse_number
+    from cachetool.cache.query import BYTE_UNITS, TIME_UNITS, parse_quantity
     from cachetool.maintenance.gc import GcOptions
 
-    age = _parse_number(min_age, TIME_UNITS, "--min-age", min_age)
+    age = parse_quantity(min_age, TIME_UNITS, "--min-age", min_age)
     older = (
-        _parse_number(older_than, TIME_UNITS, "--older-than", older_than) if older_than is not None else None
+        parse_quantity(older_than, TIME_UNITS, "--older-than", older_than) if older_than is not None else None
     )
-    size = int(_parse_number(max_size, BYTE_UNITS, "--max-size", max_size)) if max_size is not None else None
+    size = int(parse_quantity(max_size, BYTE_UNITS, "--max-size", max_size)) if max_size is not None else None
     options = GcOptions(
         temp=temp,
         tmp_dir=tmp_dir,

@@ -62,7 +62,7 @@ def _stats(
     since: str | None, zero: bool, all_: bool, top: int, cache_dir: Path | None, as_json: bool
 ) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.query import TIME_UNITS, _parse_number
+    from cachetool.cache.query import TIME_UNITS, parse_quantity
     from cachetool.lineage.stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))
@@ -77,7 +77,7 @@ def _stats(
             )
         return
     now = time.time()
-    start = now - _parse_number(since, TIME_UNITS, "--since", since) if since is not None else None
+    start = now - parse_quantity(since, TIME_UNITS, "--since", since) if since is not None else None
     report = ledger_stats(root, since=start, everything=all_, now=now)
     if as_json:
         out.json(report.to_json())
