@@ -70,8 +70,9 @@ def check_determinism_command(
     in any script adds its own values to the comparison.
 
     Exit codes: 0 every fingerprint matched; 1 a fingerprint differs; 2 the script failed, timed
-    out, or the usage was wrong (the tail of its stderr is shown); 3 every fingerprint matched but
-    `datasets` used a random fingerprint (an argument cannot be pickled: the cache is never reused).
+    out, or the usage was wrong (the tail of its stderr is shown); 3 the only differences come
+    from `datasets` falling back to a random fingerprint (an argument cannot be pickled, so that
+    cache is never reused; the report names the object and the exception).
 
     **Examples**
 
