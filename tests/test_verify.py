@@ -533,3 +533,89 @@ def test_cli_exit_codes_strict_and_github_format(real_cache: dict[str, Any], tmp
     )
     assert one["entries_checked"] == 1 and one["counts"]["error"] == 0
     assert Severity.ERROR.value == "error"
+
+
+def test_restore_does_not_trust_the_log(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    """A record pointing outside the quarantine folder or the root moves nothing; garbage lines
+    are skipped with a warning, never a traceback."""
+    root = clean_copy(real_cache, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("keep me")
+    log = root / ".cachetool" / "quarantine" / "log.jsonl"
+    log.parent.mkdir(parents=True)
+    records = [
+        {"action": "quarantine", "to": str(victim), "from": str(tmp_path / "elsewhere" / "stolen.txt")},
+        {"action": "quarantine", "to": str(victim), "from": str(root / "csv" / "stolen.txt")},
+        {"action": "quarantine"},
+        [1, 2],
+    ]
+    log.write_text("\n".join(json.dumps(r) for r in records) + "\nnot json\n")
+    said: list[str] = []
+    assert restore(root, warn=said.append) == []
+    assert victim.read_text() == "keep me" and not (tmp_path / "elsewhere").exists()
+    # three unreadable lines, and the one pending record whose source is outside the quarantine
+    assert len(said) == 4 and all("log.jsonl" in w for w in said)
+    result = CliRunner().invoke(
+        app, ["verify", "--cache-dir", str(root), "--restore"], catch_exceptions=False
+    )
+    assert result.exit_code == 0 and "Traceback" not in result.output
+
+
+def test_quarantined_source_split_is_prepared_again_by_datasets(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
+    """dataset_info.json goes with a damaged split, so load_dataset prepares instead of crashing."""
+    root = clean_copy(real_cache, tmp_path)
+    folder = Path(real_cache["csv_dir"].replace(real_cache["cache"], str(root)))
+    split = folder / "csv-train.arrow"
+    split.write_bytes(split.read_bytes()[:500])
+    report = quarantine_report(root)
+    assert {p.name for p, _ in report.quarantined} == {"dataset_info.json", "csv-train.arrow"}
+    csv = Path(real_cache["base"]) / "data" / "items.csv"
+    code = (
+        "from datasets import load_dataset\n"
+        f"print(len(load_dataset('csv', data_files={str(csv)!r}, split='train')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=hf_env(tmp_path, HF_DATASETS_CACHE=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "300"
+    assert verify_cache(root).errors == ()
+
+
+def quarantine_report(root: Path) -> VerifyReport:
+    from cachetool.maintenance.verify import quarantine
+
+    return quarantine(verify_cache(root))
+
+
+def test_a_failing_quarantine_is_a_finding_not_a_traceback(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    target = cut(between_batches)(root, real_cache)
+    (root / ".cachetool").mkdir(exist_ok=True)
+    (root / ".cachetool" / "quarantine").write_text("in the way")
+    result = CliRunner().invoke(
+        app, ["verify", "--cache-dir", str(root), "--quarantine", "--json"], catch_exceptions=False
+    )
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["quarantined"] == [] and target.exists()
+    assert [f["problem"].split(":")[0] for f in doc["findings"] if f["severity"] == "warning"] == [
+        "not quarantined"
+    ]
+
+
+def test_indices_of_a_broken_parent_are_not_blamed(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    root = clean_copy(real_cache, tmp_path)
+    source = Path(real_cache["csv_dir"].replace(real_cache["cache"], str(root))) / "csv-train.arrow"
+    source.write_bytes(source.read_bytes()[:-8])  # no end-of-stream marker: rows still readable
+    assert [f.path for f in verify_cache(root).errors] == [source]

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint
+from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
 from cachetool.errors import CachetoolError, ExitCode
 
 
@@ -138,7 +138,7 @@ def _verify(
     root = existing_root(cache_dir)
     out = Output(OutputFormat.json if fmt == VerifyFormat.json else OutputFormat.human)
     if restore:
-        back = v.restore(root)
+        back = v.restore(root, warn=warn)
         for _, dst in back:
             hint(f"restored {dst}")
         if not back:

@@ -14,6 +14,7 @@ so an incomplete save touched in the last minutes is a warning, not an error.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -323,6 +324,8 @@ class _Checker:
             if biggest is None:
                 continue
             parent = by_fp.get(parents.get(e.fingerprint or "") or "")
+            if parent is not None and (parent.problems or parent.complete is False):
+                continue  # the parent is the broken one: its own finding says so
             if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
                 if biggest >= parent.rows:
                     self.add(
@@ -339,6 +342,7 @@ class _Checker:
                 for x in entries
                 if x.dataset_dir == e.dataset_dir
                 and x.rows is not None
+                and not x.problems
                 and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
             ]
             if sizes and biggest >= max(sizes):
@@ -627,83 +631,189 @@ def with_stale_findings(report: VerifyReport) -> VerifyReport:
     from cachetool.lineage.explain import stale_hits
 
     found = [
-        Finding(Severity.ERROR, s.fingerprint, "stale", Path(s.files[0]), s.message, STALE_HINT)
+        Finding(Severity.ERROR, s.fingerprint, "stale", Path(path), s.message, STALE_HINT)
         for s in stale_hits(report.root)
-        if s.files
+        for path in s.files[:1]
     ]
     return replace(report, findings=(*report.findings, *found))
 
 
+def _quarantine_units(root: Path, findings: Sequence[Finding]) -> list[tuple[Finding, list[Path]]]:
+    """What to move for each error so that `datasets` recomputes instead of crashing.
+
+    A damaged source split takes `dataset_info.json` with it (moved first: without it `datasets`
+    prepares the folder again); a saved dataset moves as its whole folder (a saved DatasetDict as
+    the dict folder; `load_from_disk` reads every file `state.json` names); a shard set moves
+    with all its shards; anything else is the damaged file alone."""
+    report = scan_cache(root, use_index=False, ledger=False)
+    by_file = {f.path: e for e in report.entries for f in e.files}
+    by_path = {e.path: e for e in report.entries}
+    out: list[tuple[Finding, list[Path]]] = []
+    for f in findings:
+        e = by_file.get(f.path) or by_path.get(f.path)
+        if e is None:
+            paths = [f.path]
+        elif e.kind == Kind.SOURCE and e.dataset_dir is not None:
+            paths = [e.dataset_dir / layout.DATASET_INFO, *(x.path for x in e.files)]
+        elif e.kind == Kind.SAVED:
+            paths = [e.unit or e.path]
+        elif e.kind in (Kind.INCOMPLETE_SAVE, Kind.INCOMPLETE_PREPARE):
+            paths = [e.path]
+        else:
+            paths = [x.path for x in e.files] or [e.path]
+        out.append((f, paths))
+    return out
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """`path` (its folder resolved, its last component not followed) lies inside `folder`."""
+    real = Path(os.path.realpath(path.parent)) / path.name
+    return real == folder or folder in real.parents
+
+
 def quarantine(report: VerifyReport) -> VerifyReport:
-    """Move every file with an error into `<root>/.cachetool/quarantine/<time>/` (never delete),
-    so the next `datasets` run recomputes it instead of crashing. Each move is logged."""
+    """Move what has errors into `<root>/.cachetool/quarantine/<time>-<pid>/` (never delete), so the
+    next `datasets` run recomputes it instead of crashing. Each move is logged before it happens;
+    one that fails becomes a finding and the others go on. Nothing a live process holds moves."""
     root = report.root
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    qdir = root / layout.LEDGER_DIR / QUARANTINE_DIR / stamp
+    qbase = root / layout.LEDGER_DIR / QUARANTINE_DIR
+    qdir = qbase / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     moved: list[tuple[Path, Path]] = []
+    problems: list[Finding] = []
     in_use = scan_in_use()
-    for f in report.errors:
-        src = f.path
-        if not src.is_file() or src.is_symlink() or src.parent == qdir:
-            continue
+    done: set[Path] = set()
+    for finding, paths in _quarantine_units(root, report.errors):
+        for src in paths:
+            if src in done or any(p in done for p in src.parents) or not os.path.lexists(src):
+                continue
+            why = _cannot_move(src, root, in_use)
+            if why is not None:
+                problems.append(
+                    replace(
+                        finding,
+                        severity=Severity.WARNING,
+                        path=src,
+                        problem=f"not quarantined: {why}",
+                        hint="",
+                    )
+                )
+                continue
+            dst = qdir / _rel(src, root)
+            try:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                if os.path.lexists(dst):
+                    raise FileExistsError(f"{dst} already exists")
+                _log_move(
+                    root,
+                    {
+                        "action": "quarantine",
+                        "from": os.fsdecode(src),
+                        "to": os.fsdecode(dst),
+                        "problem": finding.problem,
+                        "time": time.time(),
+                    },
+                )
+                os.rename(src, dst)
+            except OSError as err:
+                problems.append(
+                    replace(
+                        finding,
+                        severity=Severity.WARNING,
+                        path=src,
+                        problem=f"not quarantined: {err.strerror or err}",
+                        hint="",
+                    )
+                )
+                continue
+            done.add(src)
+            moved.append((src, dst))
+    return replace(report, findings=(*report.findings, *problems), quarantined=tuple(moved))
+
+
+def _cannot_move(src: Path, root: Path, in_use: InUse) -> str | None:
+    if src.is_symlink():
+        return "a symlink"
+    if not _inside(src, root) or _inside(src, root / layout.LEDGER_DIR):
+        return "outside the cache root"
+    targets = [src] if not src.is_dir() else [Path(d) / n for d, _, names in os.walk(src) for n in names]
+    for t in targets:
         try:
-            st = os.stat(src, follow_symlinks=False)
+            pids = in_use.pids(os.stat(t, follow_symlinks=False))
         except OSError:
             continue
-        if in_use.pids(st):
-            continue  # a live process holds it: never pull a file from under a reader
-        rel = _rel(src, root)
-        if rel.startswith(".."):
-            continue
-        dst = qdir / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(src, dst)
-        moved.append((src, dst))
-        _log_move(
-            root,
-            {
-                "action": "quarantine",
-                "from": os.fsdecode(src),
-                "to": os.fsdecode(dst),
-                "problem": f.problem,
-                "time": time.time(),
-                "size": st.st_size,
-            },
-        )
-    return replace(report, quarantined=tuple(moved))
+        if pids:
+            return f"in use by pid {_pids(pids)}"
+    return None
 
 
-def restore(root: str | os.PathLike[str]) -> list[tuple[Path, Path]]:
-    """Put quarantined files back where they were, unless something new took their place."""
+def restore(
+    root: str | os.PathLike[str], warn: Callable[[str], None] | None = None
+) -> list[tuple[Path, Path]]:
+    """Put quarantined files back where they were, unless something new took their place.
+
+    The log is checked, not trusted: a record moves something only from inside the quarantine
+    folder to a place inside the root (never into `.cachetool`), and nothing is overwritten."""
     root_path = Path(root).resolve()
-    log = root_path / layout.LEDGER_DIR / QUARANTINE_DIR / QUARANTINE_LOG
+    qbase = root_path / layout.LEDGER_DIR / QUARANTINE_DIR
+    log = qbase / QUARANTINE_LOG
     try:
         lines = log.read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
-    pending: dict[str, dict[str, Any]] = {}
-    for line in lines:
+    say = warn or (lambda _msg: None)
+    pending: dict[str, dict[str, str]] = {}
+    for number, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
         except ValueError:
+            say(f"{log}:{number}: not a JSON record; skipped")
+            continue
+        if (
+            not isinstance(rec, dict)
+            or not isinstance(rec.get("to"), str)
+            or not isinstance(rec.get("from"), str)
+        ):
+            say(f"{log}:{number}: not a quarantine record; skipped")
             continue
         if rec.get("action") == "quarantine":
             pending[rec["to"]] = rec
         elif rec.get("action") == "restore":
-            pending.pop(rec.get("from", ""), None)
+            pending.pop(rec["from"], None)
     restored = []
     for rec in pending.values():
         src, dst = Path(rec["to"]), Path(rec["from"])
-        if not src.exists() or dst.exists():
+        if not os.path.lexists(src):
             continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(src, dst)
+        if not _inside(src, qbase) or src.is_symlink():
+            say(f"{log}: {src} is not inside the quarantine folder; not restored")
+            continue
+        if not _inside(dst, root_path) or _inside(dst, root_path / layout.LEDGER_DIR):
+            say(f"{log}: {dst} is not inside the cache root; not restored")
+            continue
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _move_no_replace(src, dst)
+        except OSError as err:
+            say(f"{dst}: not restored: {err.strerror or err}")
+            continue
         restored.append((src, dst))
         _log_move(
             root_path,
             {"action": "restore", "from": os.fsdecode(src), "to": os.fsdecode(dst), "time": time.time()},
         )
     return restored
+
+
+def _move_no_replace(src: Path, dst: Path) -> None:
+    """Move without ever replacing what is at `dst`: a hard link fails on an existing name, and
+    renaming a folder fails onto a non-empty one."""
+    if src.is_dir():
+        if os.path.lexists(dst) and not (dst.is_dir() and not any(dst.iterdir())):
+            raise FileExistsError(errno.EEXIST, "something new is in its place", os.fsdecode(dst))
+        os.rename(src, dst)
+        return
+    os.link(src, dst)
+    os.unlink(src)
 
 
 def _log_move(root: Path, rec: dict[str, Any]) -> None:
