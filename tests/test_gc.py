@@ -733,3 +733,50 @@ def test_usage_errors(lockroot: Path) -> None:
     assert res.exit_code == 2 and "invalid --min-age 'soon'" in res.stderr
     res = cli("gc", "--cache-dir", str(lockroot / "missing"), "--temp")
     assert res.exit_code == 2 and "cache directory not found" in res.stderr
+
+
+def test_a_unit_of_more_files_than_the_open_file_limit_is_evicted(tmp_path: Path) -> None:
+    """All shards of one fingerprint go together, even 300 of them under a limit of 64 open files."""
+    import pyarrow as pa
+
+    folder = tmp_path / "cache" / "csv" / "default-x" / "0.0.0" / ("a" * 64)
+    folder.mkdir(parents=True)
+    fp = "abcdef0123456789"
+    table = pa.table({"x": [1, 2, 3]})
+    for rank in range(300):
+        meta = {"huggingface": json.dumps({"fingerprint": f"{fp}_{rank:05d}_of_00300"})}
+        with (
+            pa.OSFile(str(folder / f"cache-{fp}_{rank:05d}_of_00300.arrow"), "wb") as sink,
+            pa.ipc.new_stream(sink, table.schema.with_metadata(meta)) as w,
+        ):
+            w.write_table(table)
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "from cachetool.cli.app import main\n"
+        "sys.argv = ['cachetool'] + sys.argv[1:]\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "gc",
+            fp,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--min-age",
+            "0",
+            "-y",
+            "--json",
+        ],
+        env=hf_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["result"]["freed_files"] == 300 and doc["result"]["failed"] == []
+    assert list(folder.glob("cache-*")) == []

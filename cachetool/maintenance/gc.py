@@ -1350,6 +1350,9 @@ class _Outcome:
 def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
     out = _Outcome(item, "removed")
     fds: list[int] = []
+    # One descriptor per distinct folder: a unit of thousands of shards in one folder must not
+    # run into the open-file limit.
+    parents: dict[Path, int] = {}
     try:
         anchor = ctx.anchors.get(item.scope)
         if anchor is None:
@@ -1366,10 +1369,9 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
             ctx = dataclasses.replace(ctx, in_use=scan_in_use())
         checked = []
         for t in item.targets:
-            got = _check_target(item, t, anchor, ctx)
+            got = _check_target(item, t, anchor, ctx, parents)
             if got is not None:
                 checked.append(got)
-                fds.append(got[0])
                 if got[2] is not None:
                     fds.append(got[2])
         if not checked:
@@ -1384,6 +1386,12 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
                 finally:
                     out.freed += freed[0]
                     out.files += freed[1]
+                # rmdir goes by name: make sure the name still leads to the folder just emptied,
+                # not to one another process made in its place meanwhile.
+                now = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+                mine = os.fstat(dir_fd)
+                if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+                    raise _Refused("replaced by a new folder while it was being removed")
                 os.rmdir(name, dir_fd=parent_fd)
             else:
                 st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
@@ -1395,12 +1403,12 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
     except _Refused as r:
         return _Outcome(item, "skipped", str(r), out.freed, out.files)
     except OSError as e:
-        where = e.filename or item.path
-        return _Outcome(item, "failed", f"{e.strerror or e} ({where})", out.freed, out.files)
+        detail = f", at {e.filename}" if e.filename and os.fspath(e.filename) != os.fspath(item.path) else ""
+        return _Outcome(item, "failed", f"{e.strerror or e} ({item.path}{detail})", out.freed, out.files)
     except Exception as e:  # one broken item must not stop the others
         return _Outcome(item, "failed", f"{type(e).__name__}: {e}", out.freed, out.files)
     finally:
-        for fd in reversed(fds):
+        for fd in [*reversed(fds), *parents.values()]:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -1472,13 +1480,19 @@ def _take_lock(anchor: tuple[Path, int], lock: Path) -> int | None:
 
 
 def _check_target(
-    item: GcItem, t: Target, anchor: tuple[Path, int], ctx: _Ctx
+    item: GcItem, t: Target, anchor: tuple[Path, int], ctx: _Ctx, parents: dict[Path, int]
 ) -> tuple[int, str, int | None, os.stat_result] | None:
-    """Re-check one target; returns (parent fd, name, folder fd or None, stat) or None if gone."""
-    try:
-        parent_fd, name = _open_parent(anchor, t.path)
-    except FileNotFoundError:
-        return None
+    """Re-check one target; returns (parent fd, name, folder fd or None, stat) or None if gone.
+    Parent folders are opened once and kept in `parents` (closed by the caller)."""
+    name = t.path.name
+    if t.path.parent in parents:
+        parent_fd = parents[t.path.parent]
+    else:
+        try:
+            parent_fd, name = _open_parent(anchor, t.path)
+        except FileNotFoundError:
+            return None
+        parents[t.path.parent] = parent_fd
     keep_open = False
     dir_fd: int | None = None
     try:
@@ -1503,10 +1517,8 @@ def _check_target(
         keep_open = True
         return parent_fd, name, dir_fd, st
     finally:
-        if not keep_open:
-            os.close(parent_fd)
-            if dir_fd is not None:
-                os.close(dir_fd)
+        if not keep_open and dir_fd is not None:
+            os.close(dir_fd)
 
 
 def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_fd: int | None) -> None:
@@ -1565,6 +1577,9 @@ def _inventory(dir_fd: int) -> list[os.stat_result]:
     return out
 
 
+_MARKER_FILES = frozenset({"state.json", "dataset_dict.json", "dataset_info.json"})
+
+
 def _remove_tree(dir_fd: int, freed: list[int]) -> None:
     """Empty an open folder through descriptors: `unlink`/`rmdir` relative to each folder's fd,
     subfolders opened with `O_NOFOLLOW`. A symlink inside is removed as a link, never followed.
@@ -1573,6 +1588,9 @@ def _remove_tree(dir_fd: int, freed: list[int]) -> None:
     first_error: OSError | None = None
     with os.scandir(dir_fd) as it:
         entries = list(it)
+    # The files that make a folder count as a dataset go first: a removal that stops half-way
+    # then leaves a folder datasets will not load, never one with data files missing.
+    entries.sort(key=lambda de: de.name not in _MARKER_FILES)
     for de in entries:
         try:
             st = os.stat(de.name, dir_fd=dir_fd, follow_symlinks=False)
