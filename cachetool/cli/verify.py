@@ -145,17 +145,21 @@ def _verify(
             hint("nothing to restore")
     progress = None
     status = None
-    if deep and sys.stderr.isatty() and fmt == VerifyFormat.human:
+    if sys.stderr.isatty() and fmt == VerifyFormat.human:
         from rich.progress import Progress
 
         from cachetool.cli.common import stderr_console
 
         status = Progress(console=stderr_console(), transient=True)
-        task = status.add_task("Verifying", total=None)
+        task = status.add_task("Reading headers", total=None)
         status.start()
 
         def progress(done: int, total: int) -> None:
-            status.update(task, completed=done, total=total)
+            # total 0: the header walk (a running count); then --deep's files, with a bar
+            if total:
+                status.update(task, description="Validating", completed=done, total=total)
+            else:
+                status.update(task, description=f"Reading headers ({done} files)")
 
     try:
         report = v.verify_cache(root, fingerprints, deep=deep, record=record, jobs=jobs, progress=progress)

@@ -491,7 +491,9 @@ def verify_cache(
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
-    report = scan_cache(root, use_index=False)
+    report = scan_cache(
+        root, use_index=False, progress=(lambda n: progress(n, 0)) if progress is not None else None
+    )
     in_use = scan_in_use()
     now = time.time()
     entries = list(report.entries)
