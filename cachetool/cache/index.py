@@ -16,7 +16,7 @@ from cachetool.cache.arrow import ArrowSummary
 from cachetool.cache.layout import LEDGER_DIR
 
 INDEX_NAME = "read-index.json"
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 
 
 class ReadIndex:
@@ -28,6 +28,11 @@ class ReadIndex:
         self.path = root / LEDGER_DIR / INDEX_NAME
         self._old: dict[str, list[Any]] = {}
         self._new: dict[str, list[Any]] = {}
+        # The `huggingface` metadata repeats across files of a dataset: stored once, referenced by
+        # number, so the index stays small and loads fast.
+        self._old_meta: list[str] = []
+        self._meta: list[str] = []
+        self._meta_ids: dict[str, int] = {}
         self.hits = 0
         self.misses = 0
         if enabled:
@@ -41,24 +46,40 @@ class ReadIndex:
             return
         if isinstance(doc, dict) and doc.get("version") == INDEX_VERSION:
             files = doc.get("files")
-            if isinstance(files, dict):
+            meta = doc.get("meta")
+            if isinstance(files, dict) and isinstance(meta, list):
                 self._old = files
+                self._old_meta = meta
 
     def get(self, rel: str, size: int, mtime_ns: int) -> ArrowSummary | None:
         row = self._old.get(rel)
         if row and len(row) == 3 and row[0] == size and row[1] == mtime_ns:
             try:
-                summary = ArrowSummary.from_row(row[2])
-            except (TypeError, ValueError):
+                stored = list(row[2])
+                ref = stored[5]
+                stored[5] = self._old_meta[ref] if isinstance(ref, int) else None
+                summary = ArrowSummary.from_row(stored)
+            except (TypeError, ValueError, IndexError):
                 return None
-            self._new[rel] = row
+            self._remember(rel, size, mtime_ns, summary)
             self.hits += 1
             return summary
         return None
 
     def put(self, rel: str, size: int, mtime_ns: int, summary: ArrowSummary) -> None:
         self.misses += 1
-        self._new[rel] = [size, mtime_ns, summary.to_row()]
+        self._remember(rel, size, mtime_ns, summary)
+
+    def _remember(self, rel: str, size: int, mtime_ns: int, summary: ArrowSummary) -> None:
+        row = summary.to_row()
+        meta = row[5]
+        if meta is not None:
+            ref = self._meta_ids.get(meta)
+            if ref is None:
+                ref = self._meta_ids[meta] = len(self._meta)
+                self._meta.append(meta)
+            row[5] = ref
+        self._new[rel] = [size, mtime_ns, row]
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where the root is read-only."""
@@ -69,7 +90,8 @@ class ReadIndex:
             folder.mkdir(exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".read-index-", dir=folder)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps({"version": INDEX_VERSION, "files": self._new}, separators=(",", ":")))
+                doc = {"version": INDEX_VERSION, "meta": self._meta, "files": self._new}
+                f.write(json.dumps(doc, separators=(",", ":")))
             os.replace(tmp, self.path)
         except OSError:
             return False

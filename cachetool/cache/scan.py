@@ -304,10 +304,13 @@ class _Item:
 
 def _list_dir(path: Path) -> tuple[list[_Item], str | None]:
     items: list[_Item] = []
+    # Path(de.path) parses the whole path again for each of 100,000 files; joining one name to
+    # an already parsed folder does not (a private helper of pathlib, where it exists).
+    child = getattr(path, "_make_child_relpath", None)
     try:
         with os.scandir(path) as it:
             for de in it:
-                p = Path(de.path)
+                p = child(de.name) if child is not None else Path(de.path)
                 try:
                     st = de.stat(follow_symlinks=False)
                     items.append(_Item(de.name, p, st))
