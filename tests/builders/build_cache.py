@@ -13,14 +13,13 @@ import functools
 import http.server
 import json
 import os
-import signal
 import socketserver
-import subprocess
 import sys
 import tarfile
 import threading
-import time
 from pathlib import Path
+
+from killing import killed_run
 
 OUT = Path(sys.argv[1]).resolve()
 CACHE = Path(os.environ["HF_DATASETS_CACHE"]).resolve()
@@ -47,31 +46,6 @@ def gen():
         yield {"i": i}
 Dataset.from_generator(gen, writer_batch_size=1)
 """
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise SystemExit("timed out waiting for a writer")
-
-
-def killed_run(code: str, *args: str, ready) -> None:
-    """Run `code` in a child and SIGKILL it as soon as `ready()` says it is mid-write."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        env=os.environ.copy(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(lambda: ready() or proc.poll() is not None)
-        time.sleep(0.3)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
 
 
 def main() -> None:

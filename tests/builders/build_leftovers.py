@@ -21,14 +21,14 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import signal
 import socketserver
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from killing import killed_run
 
 OUT = Path(sys.argv[1]).resolve()
 CACHE = Path(os.environ["HF_DATASETS_CACHE"]).resolve()
@@ -133,31 +133,6 @@ class SlowCSV(http.server.BaseHTTPRequestHandler):
                 time.sleep(0.1)
         except OSError:
             pass
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise SystemExit("timed out waiting for a writer")
-
-
-def killed_run(code: str, *args: str, ready: Callable[[], bool], **env: str) -> None:
-    """Run `code` in a child and SIGKILL it as soon as `ready()` says it is mid-write."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(lambda: ready() or proc.poll() is not None)
-        time.sleep(0.2)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
 
 
 def all_paths() -> set[Path]:
