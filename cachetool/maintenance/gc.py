@@ -1262,6 +1262,12 @@ class _Ctx:
     root: Path | None = None
     first_item: GcItem | None = None  # judged by the run's own snapshot, taken just before
     refresh: bool = True  # False when the caller handed in a snapshot: use only that one
+    taken: float = dataclasses.field(default_factory=time.monotonic)  # when `in_use` was taken
+
+
+#: A liveness snapshot older than this is taken again before the next item (a reader may have
+#: mapped a file since; a long eviction must not judge its last items by its first snapshot).
+SNAPSHOT_MAX_AGE = 2.0
 
 
 def execute(
@@ -1361,12 +1367,15 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
             lock_fd = _take_lock(anchor, item.lock)
             if lock_fd is not None:
                 fds.append(lock_fd)
-        if ctx.refresh and any(t.is_dir for t in item.targets) and item is not ctx.first_item:
+        stale = time.monotonic() - ctx.taken > SNAPSHOT_MAX_AGE
+        if ctx.refresh and item is not ctx.first_item and (stale or any(t.is_dir for t in item.targets)):
             # A folder may be written in bursts (save_to_disk between two shards holds nothing
-            # open): judge it by a snapshot taken right now, not at the start of the run.
+            # open): judge it by a snapshot taken right now, not at the start of the run. The new
+            # snapshot serves the items after it too.
             from cachetool.maintenance.liveness import scan_in_use
 
-            ctx = dataclasses.replace(ctx, in_use=scan_in_use())
+            ctx.in_use = scan_in_use()
+            ctx.taken = time.monotonic()
         checked = []
         for t in item.targets:
             got = _check_target(item, t, anchor, ctx, parents)
