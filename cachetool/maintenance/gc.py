@@ -709,44 +709,25 @@ class _Builder:
         if lock_is_held(lock):
             self.skip(e, f"a preparation is running ({lock.name} is held)")
             return
+        self.leftover_folder(e, "interrupted preparation, its builder lock is free", lock=lock)
+
+    def incomplete_save(self, e: Entry) -> None:
+        if e.path == self.root:
+            self.skip(e, "is the cache root itself")
+            return
+        self.leftover_folder(e, "interrupted save_to_disk (no state.json)")
+
+    def leftover_folder(self, e: Entry, reason: str, lock: Path | None = None) -> None:
+        """Plan to remove a leftover folder as one item, unless something in it says keep."""
         newest = _newest(e)
         uids = [f.uid for f in e.files] + [_uid(e.path)]
         why = self.refusal(uids, newest, self.in_use.pids_under(e.path))
         if why:
             self.skip(e, why)
             return
+        target = Target(e.path, True, e.size, newest)
         self.add(
-            GcItem(
-                e.path,
-                Kind.INCOMPLETE_PREPARE,
-                e.size,
-                len(e.files),
-                "interrupted preparation, its builder lock is free",
-                (Target(e.path, True, e.size, newest),),
-                dataset=e.dataset,
-                lock=lock,
-            )
-        )
-
-    def incomplete_save(self, e: Entry) -> None:
-        if e.path == self.root:
-            self.skip(e, "is the cache root itself")
-            return
-        newest = _newest(e)
-        why = self.refusal([f.uid for f in e.files] + [_uid(e.path)], newest, self.in_use.pids_under(e.path))
-        if why:
-            self.skip(e, why)
-            return
-        self.add(
-            GcItem(
-                e.path,
-                Kind.INCOMPLETE_SAVE,
-                e.size,
-                len(e.files),
-                "interrupted save_to_disk (no state.json)",
-                (Target(e.path, True, e.size, newest),),
-                dataset=e.dataset,
-            )
+            GcItem(e.path, e.kind, e.size, len(e.files), reason, (target,), dataset=e.dataset, lock=lock)
         )
 
     def incomplete_download(self, e: Entry) -> None:
