@@ -16,7 +16,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,7 @@ from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.errors import AmbiguousFingerprint, CacheNotFound, NotADirectory, UnknownFingerprint
 from cachetool.fingerprint.plain import loaded_fingerprint, source_split_fingerprint
-
-
-def _human_size(n: int | None) -> str:
-    if n is None:
-        return ""
-    import humanize
-
-    return str(humanize.naturalsize(n))
+from cachetool.formatting import human_size, iso_time
 
 
 def _human_age(ts: float | None, now: float | None = None) -> str:
@@ -43,12 +35,6 @@ def _human_age(ts: float | None, now: float | None = None) -> str:
 
     delta = max(0.0, (now or time.time()) - ts)
     return str(humanize.naturaltime(delta))
-
-
-def _iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -70,14 +56,14 @@ class CacheFile:
 
     @property
     def size_str(self) -> str:
-        return _human_size(self.size)
+        return human_size(self.size)
 
     def to_json(self) -> dict[str, Any]:
         s = self.summary
         return {
             "path": _path_str(self.path),
             "size": self.size,
-            "modified": _iso(self.mtime),
+            "modified": iso_time(self.mtime),
             "shard": list(self.shard) if self.shard else None,
             "link_target": self.link_target,
             "format": s.format if s else None,
@@ -182,7 +168,7 @@ class Entry:
     # --- human forms ------------------------------------------------------------------------
     @property
     def size_str(self) -> str:
-        return _human_size(self.size)
+        return human_size(self.size)
 
     @property
     def modified_str(self) -> str:
@@ -215,8 +201,8 @@ class Entry:
             "expected_rows": self.expected_rows,
             "columns": [name for name, _ in self.columns],
             "size": self.size,
-            "modified": _iso(self.modified),
-            "last_used": _iso(self.used),
+            "modified": iso_time(self.modified),
+            "last_used": iso_time(self.used),
             "complete": self.complete,
             "parent": self.parent,
             "operation": self.operation,

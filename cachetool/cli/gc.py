@@ -22,6 +22,7 @@ from cachetool.cli.common import (
     warn,
 )
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
     from cachetool.maintenance.gc import GcOptions, GcPlan, GcResult
@@ -242,7 +243,7 @@ def _gc(
             )
         _show_plan(out, plan, dry_run=False, final=False)
         if not typer.confirm(
-            f"Remove {len(plan.items)} item(s), {_size(plan.expected_freed)}?", default=False
+            f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?", default=False
         ):
             out.line("Nothing removed.")
             return
@@ -257,12 +258,6 @@ def _gc(
 # ------------------------------------------------------------------------------------------
 # Rendering
 # ------------------------------------------------------------------------------------------
-
-
-def _size(n: int) -> str:
-    import humanize
-
-    return str(humanize.naturalsize(n))
 
 
 def _where(path: Path, plan: GcPlan) -> str:
@@ -332,7 +327,7 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
         rows = [
-            (i.kind.value, i.fingerprint or _where(i.path, plan), _size(i.size), i.files, i.reason)
+            (i.kind.value, i.fingerprint or _where(i.path, plan), human_size(i.size), i.files, i.reason)
             for i in plan.items
         ]
         out.table(
@@ -347,14 +342,14 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
             None,
             [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
             [
-                (s.kind.value, s.fingerprint or _where(s.path, plan), _size(s.size), s.reason)
+                (s.kind.value, s.fingerprint or _where(s.path, plan), human_size(s.size), s.reason)
                 for s in plan.skipped
             ],
         )
     out.line()
     if plan.items:
         verb = "Would free" if dry_run else "Frees"
-        freed = f"{_size(plan.expected_freed)} in {plan.expected_files} file(s)"
+        freed = f"{human_size(plan.expected_freed)} in {plan.expected_files} file(s)"
         out.line(f"{verb} {freed} ({len(plan.items)} item(s)); {plan.keeps_sentence()}.")
     else:
         out.line(f"Nothing to remove; {plan.keeps_sentence()}.")
@@ -380,7 +375,7 @@ def _show_result(out: Output, result: GcResult) -> None:
                 for o in (*result.failed, *result.skipped)
             ],
         )
-    freed = f"{_size(result.freed_bytes)} in {result.freed_files} file(s)"
+    freed = f"{human_size(result.freed_bytes)} in {result.freed_files} file(s)"
     out.line(
         f"Removed {len(result.removed)} item(s), freed {freed}; "
         f"{len(result.skipped)} kept on a last check, {len(result.failed)} failed."

@@ -263,12 +263,12 @@ def age_short(ts: float | None, now: float) -> str:
 
 
 def totals_line(report: CacheReport, shown: int) -> str:
-    import humanize
+    from cachetool.formatting import human_size
 
     totals = report.totals()
-    parts = [f"{k} {n} file{'s' if n != 1 else ''} {humanize.naturalsize(b)}" for k, (n, b) in totals.items()]
+    parts = [f"{k} {n} file{'s' if n != 1 else ''} {human_size(b)}" for k, (n, b) in totals.items()]
     head = (
         f"{shown} of {len(report.entries)} entries; cache holds {report.file_count} files, "
-        f"{humanize.naturalsize(report.size)}"
+        f"{human_size(report.size)}"
     )
     return head + ("\nby kind: " + "; ".join(parts) if parts else "")

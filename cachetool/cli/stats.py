@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
     from cachetool.lineage.stats import Group, StatsReport
@@ -101,12 +102,6 @@ def _seconds(s: float) -> str:
     return f"{s / 60:.1f} min"
 
 
-def _size(n: int) -> str:
-    import humanize
-
-    return str(humanize.naturalsize(n))
-
-
 def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[str]]:
     rows = []
     for g in groups[:top]:
@@ -121,7 +116,7 @@ def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[st
                 str(c.misses),
                 c.hit_rate_str,
                 _seconds(c.recompute_seconds),
-                _size(c.bytes_written),
+                human_size(c.bytes_written),
             ]
         )
     return rows
@@ -145,7 +140,7 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("  of which recomputing", _seconds(t.recompute_seconds)),
         ("Random fingerprints", str(r.random_count)),
         ("Saves", str(r.saves)),
-        ("Bytes written", _size(t.bytes_written)),
+        ("Bytes written", human_size(t.bytes_written)),
     ]
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:

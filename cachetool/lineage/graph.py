@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachetool.formatting import human_size
 from cachetool.lineage.ledger import Record, known_roots, read_records
 
 #: Arguments that say nothing a reader needs in a one-line summary.
@@ -91,7 +92,7 @@ class Step:
         if self.deleted and not any(f.exists for f in self.files):
             return "deleted"
         if all(f.exists for f in self.files):
-            return _size_str(sum(f.size or 0 for f in self.files))
+            return human_size(sum(f.size or 0 for f in self.files))
         if not any(f.exists for f in self.files):
             return "gone"
         gone = sum(not f.exists for f in self.files)
@@ -123,12 +124,6 @@ class Step:
             "saved_to": list(self.saved_to),
             "deleted": self.deleted,
         }
-
-
-def _size_str(n: int) -> str:
-    import humanize
-
-    return str(humanize.naturalsize(n))
 
 
 class LineageGraph:

@@ -41,6 +41,7 @@ from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import human_size, iso_time
 from cachetool.maintenance.liveness import InUse, TempDirUser
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
@@ -143,7 +144,7 @@ class GcItem:
             "dataset": self.dataset,
             "size": self.size,
             "files": self.files,
-            "last_used": _iso(self.used),
+            "last_used": iso_time(self.used),
             "reason": self.reason,
         }
 
@@ -202,7 +203,7 @@ class GcPlan:
         """One sentence on what survives: "keeps 12 entries (3.1 GB): 2 pinned, ... and 9 used in
         the last 30d"."""
         n = self.kept_entries
-        head = f"keeps {n} entr{'y' if n == 1 else 'ies'} ({_size(self.kept_bytes)})"
+        head = f"keeps {n} entr{'y' if n == 1 else 'ies'} ({human_size(self.kept_bytes)})"
         parts = [f"{n} {reason}" for reason, n in self.kept_reasons]
         if not parts:
             return head
@@ -496,15 +497,6 @@ def _guard_alive(
 # ------------------------------------------------------------------------------------------
 
 
-def _iso(ts: float | None) -> str | None:
-    """UTC ISO 8601 to the second, as `ls --json` writes times."""
-    if ts is None:
-        return None
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
-
-
 def format_duration(seconds: float) -> str:
     """`30d`, `1h`, `90s`: the shortest exact form, as the options are written."""
     s = int(seconds)
@@ -525,12 +517,6 @@ def format_age(seconds: float) -> str:
 
 def _too_young(age: float, min_age: float) -> str:
     return f"modified {format_age(age)} ago, younger than --min-age {format_duration(min_age)}"
-
-
-def _size(n: int) -> str:
-    import humanize
-
-    return str(humanize.naturalsize(n))
 
 
 @dataclass
@@ -978,7 +964,7 @@ class _Builder:
             rest.sort(key=lambda u: (u.used if u.used is not None else 0.0, -u.size, os.fsdecode(u.key)))
             for u in rest:
                 if current <= o.max_size:
-                    why_kept.setdefault(u.key, f"that fit under {_size(o.max_size)}")
+                    why_kept.setdefault(u.key, f"that fit under {human_size(o.max_size)}")
                     continue
                 p = protected[u.key]
                 if p is not None:
@@ -996,7 +982,8 @@ class _Builder:
                 why_kept.pop(u.key, None)
             if current > o.max_size:
                 self.warnings.append(
-                    f"the cache stays above {_size(o.max_size)} ({_size(current)}): the rest is protected"
+                    f"the cache stays above {human_size(o.max_size)} ({human_size(current)}): "
+                    "the rest is protected"
                 )
         for u in _outermost(chosen):
             self.add(self._evict_item(u, by_size=u.key in by_size))
@@ -1020,7 +1007,7 @@ class _Builder:
         o = self.o
         ago = f" (last used {format_age(self.now - u.used)} ago)" if u.used is not None else ""
         if by_size and o.max_size is not None:
-            reason = f"least recently used{ago}, cache over {_size(o.max_size)}"
+            reason = f"least recently used{ago}, cache over {human_size(o.max_size)}"
         elif o.older_than is not None:
             reason = f"not used in {format_duration(o.older_than)}{ago}"
         elif o.fingerprints:

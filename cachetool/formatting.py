@@ -1,0 +1,21 @@
+"""How sizes and times look, the same in every command (humanize is imported only when used)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def human_size(n: int | None) -> str:
+    """`3.1 MB` (decimal units, as `hf cache` and the `size>` filter use); "" for unknown."""
+    if n is None:
+        return ""
+    import humanize
+
+    return str(humanize.naturalsize(n))
+
+
+def iso_time(ts: float | None) -> str | None:
+    """UTC ISO 8601 to the second, as every `--json` document writes times."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
