@@ -19,3 +19,10 @@ def iso_time(ts: float | None) -> str | None:
     if ts is None:
         return None
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def human_duration(seconds: float) -> str:
+    """`3 hours`, `12 seconds`: a rounded span of time for people."""
+    import humanize
+
+    return str(humanize.naturaldelta(seconds))

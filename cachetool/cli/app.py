@@ -74,6 +74,10 @@ def _register() -> None:
     app.command("explain")(explain.explain_command)
     app.command("stats")(stats.stats_command)
 
+    from cachetool.cli import report
+
+    app.command("report")(report.report_command)
+
 
 _register()
 

@@ -1,0 +1,91 @@
+"""`cachetool report`: a picture of the cache in one self-contained HTML file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cachetool.cli.common import (
+    CacheDirOption,
+    FormatOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    handle_errors,
+    warn,
+)
+
+
+def report_command(
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="The HTML file to write (replaced if it exists).", dir_okay=False
+        ),
+    ] = Path("report.html"),
+    no_verify: Annotated[
+        bool, typer.Option("--no-verify", help="Leave out verify's findings (faster on a large cache).")
+    ] = False,
+    cache_dir: CacheDirOption = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Write one self-contained HTML page that pictures the cache.
+
+    The page holds a treemap of the cache by dataset folder and entry (size, kind, age), the
+    lineage graph of the runs recorded by `cachetool run` (click a step to see its arguments,
+    files, hits and misses), the hit rate and the time lost to recomputation per call site over
+    time, and the leftovers and verify findings. Plotly's script is embedded: the page opens
+    with no network. Needs the extra: `pip install 'cachetool[report]'`.
+
+    **Examples**
+
+        cachetool report
+
+        cachetool report -o /tmp/cache.html --cache-dir /data/hf/datasets
+
+        cachetool report --no-verify -q
+
+    Exit codes: 0 written; 2 usage (missing cache, Plotly not installed, output not writable).
+    """
+    _report(output, no_verify, cache_dir, choose_format(fmt, as_json, quiet))
+
+
+@handle_errors
+def _report(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.errors import CachetoolError
+    from cachetool.formatting import human_size
+    from cachetool.report.html import _plotly, write_report
+    from cachetool.report.model import build_report
+
+    _plotly()  # say it is missing before the scan, not after
+    root = existing_root(cache_dir)
+    folder = output.parent if str(output.parent) else Path(".")
+    if not folder.is_dir():
+        raise CachetoolError(f"cannot write {output}: folder {folder} does not exist")
+    data = build_report(root, verify=not no_verify)
+    try:
+        size = write_report(data, output)
+    except OSError as e:
+        raise CachetoolError(f"cannot write {output}: {e.strerror or e}") from None
+    out = Output(fmt)
+    path = os.path.abspath(output)
+    for w in data.warnings[:5]:
+        warn(w)
+    if fmt == OutputFormat.json:
+        out.json({"version": 1, "output": path, "bytes": size, **data.to_json()})
+    elif fmt == OutputFormat.quiet:
+        out.ids([path])
+    else:
+        out.line(
+            f"Wrote {path} ({human_size(size)}): {data.dataset_count} dataset folder(s), "
+            f"{data.entry_count} entries, {len(data.nodes)} recorded step(s), "
+            f"{len(data.problems)} problem(s)."
+        )

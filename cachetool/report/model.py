@@ -1,0 +1,252 @@
+"""What `cachetool report` shows, as plain data: gathered from the scan, the ledger, verify and
+the leftovers gc would remove. No HTML here (see `cachetool.report.html`), so a test can assert
+on the data and another renderer can use it."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cachetool.cache.layout import LEFTOVER_KINDS, Kind
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One rectangle of the treemap: the root, a dataset folder, or an entry."""
+
+    id: str
+    parent: str  # "" for the root
+    label: str
+    size: int
+    kind: str  # an entry's kind; "dataset" or "root" for folders
+    age: float | None  # seconds since last use, entries only
+    rows: int | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    """One recorded fingerprint of the lineage graph, with what a click shows."""
+
+    fingerprint: str
+    label: str  # "map fp[:8]"
+    depth: int  # steps from the chain's source
+    details: Mapping[str, Any]  # the step as `cachetool lineage --json` gives it
+
+
+@dataclass(frozen=True)
+class SiteRun:
+    """What one call site did in one run: hits, misses and the seconds the misses took."""
+
+    site: str  # "pipeline.py:42 map"
+    run_time: float  # the run's first record, seconds since the epoch
+    hits: int
+    misses: int
+    seconds_computing: float  # what the misses took
+    seconds_lost: float  # what the misses took when an earlier run had computed this call site
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / (self.hits + self.misses) if self.hits + self.misses else 0.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A leftover or a verify finding, one row of the report's last table."""
+
+    source: str  # "leftover" | "verify"
+    severity: str  # "error" | "warning" | "info"
+    path: str
+    what: str
+
+
+@dataclass(frozen=True)
+class ReportData:
+    root: Path
+    generated_at: float
+    tiles: tuple[Tile, ...]
+    nodes: tuple[Node, ...]
+    edges: tuple[tuple[str, str], ...]  # (parent, child) fingerprints
+    site_runs: tuple[SiteRun, ...]
+    problems: tuple[Problem, ...]
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def dataset_count(self) -> int:
+        return sum(t.kind == "dataset" for t in self.tiles)
+
+    @property
+    def entry_count(self) -> int:
+        return sum(t.kind not in ("dataset", "root") for t in self.tiles)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": os.fsdecode(self.root),
+            "generated_at": self.generated_at,
+            "datasets": self.dataset_count,
+            "entries": self.entry_count,
+            "size": sum(t.size for t in self.tiles if t.parent == ""),
+            "steps": len(self.nodes),
+            "edges": len(self.edges),
+            "call_sites": len({s.site for s in self.site_runs}),
+            "problems": [
+                {"source": p.source, "severity": p.severity, "path": p.path, "what": p.what}
+                for p in self.problems
+            ],
+        }
+
+
+def build_report(
+    root: str | os.PathLike[str], *, verify: bool = True, now: float | None = None
+) -> ReportData:
+    """Gather everything `cachetool report` draws for the cache `root`.
+
+    `verify` runs the header checks of `cachetool verify` (no deep read) to list findings."""
+    import time
+
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.graph import load_graph
+
+    now = time.time() if now is None else now
+    report = scan_cache(root)
+    warnings: list[str] = [str(w) for w in report.warnings]
+    tiles = _tiles(report, now)
+    graph = load_graph(report.root, warnings=warnings)
+    nodes, edges = _lineage(graph)
+    site_runs = _site_runs(graph.records)
+    problems = [
+        Problem("leftover", "warning", os.fsdecode(e.path), f"{e.kind.value}, {e.size_str}")
+        for e in report.entries
+        if e.kind in LEFTOVER_KINDS
+    ]
+    if verify:
+        from cachetool.maintenance.verify import verify_cache
+
+        for f in verify_cache(report.root).findings:
+            problems.append(Problem("verify", f.severity.value, os.fsdecode(f.path), f.problem))
+    return ReportData(
+        report.root,
+        now,
+        tuple(tiles),
+        tuple(nodes),
+        tuple(edges),
+        tuple(site_runs),
+        tuple(problems),
+        tuple(warnings),
+    )
+
+
+def _tiles(report: Any, now: float) -> list[Tile]:
+    root_id = os.fsdecode(report.root)
+    tiles = [Tile(root_id, "", os.path.basename(root_id) or root_id, report.size, "root", None)]
+    folders: dict[str, list[Any]] = defaultdict(list)
+    for e in report.entries:
+        folder = os.fsdecode(e.dataset_dir) if e.dataset_dir else root_id
+        folders[folder].append(e)
+    names = {os.fsdecode(d.path): d.name for d in report.datasets}
+    for d in report.datasets:
+        folders.setdefault(os.fsdecode(d.path), [])
+    for folder, entries in sorted(folders.items()):
+        parent = root_id
+        if folder != root_id:
+            parent = folder
+            size = sum(e.size for e in entries)
+            tiles.append(
+                Tile(folder, root_id, names.get(folder, os.path.basename(folder)), size, "dataset", None)
+            )
+        for e in entries:
+            used = e.used
+            label = f"{e.kind.value} {e.fingerprint[:8]}" if e.fingerprint else e.path.name
+            if e.split and e.kind in (Kind.SOURCE, Kind.SAVED):
+                label = f"{e.split} ({label})"
+            tiles.append(
+                Tile(
+                    f"{folder}\x00{os.fsdecode(e.path)}",
+                    parent,
+                    label,
+                    e.size,
+                    e.kind.value,
+                    None if used is None else max(0.0, now - used),
+                    e.rows,
+                    e.fingerprint,
+                )
+            )
+    return tiles
+
+
+def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:
+    fps = sorted(graph.fingerprints, key=lambda fp: (_time_of(graph.origin(fp)), fp))
+    depth: dict[str, int] = {}
+
+    def depth_of(fp: str, seen: frozenset[str] = frozenset()) -> int:
+        if fp in depth:
+            return depth[fp]
+        parents = [p for p in graph.parents(fp) if p in graph.fingerprints and p not in seen]
+        d = 0 if not parents else 1 + max(depth_of(p, seen | {fp}) for p in parents)
+        depth[fp] = d
+        return d
+
+    nodes = []
+    for fp in fps:
+        step = graph.step(fp)
+        op = step.operation or step.type or "?"
+        details = step.to_json()
+        details["args"] = {**_all_args(step.record), **details["args"]}
+        nodes.append(Node(fp, f"{op} {fp[:8]}", depth_of(fp), details))
+    edges = [(p, c) for p, c in graph.edges(fps) if p in depth and c in depth]
+    return nodes, edges
+
+
+def _all_args(rec: Mapping[str, Any] | None) -> dict[str, str]:
+    """Every hashed argument of a record as a short string: its repr when small, else its type."""
+    out: dict[str, str] = {}
+    args = rec.get("args") if rec else None
+    if not isinstance(args, Mapping):
+        return out
+    for name, a in args.items():
+        if isinstance(a, Mapping):
+            shown = a.get("repr") if isinstance(a.get("repr"), str) else f"<{a.get('type') or '?'}>"
+            out[str(name)] = str(shown)
+    return out
+
+
+def _time_of(rec: Mapping[str, Any] | None) -> float:
+    t = rec.get("time") if rec else None
+    return float(t) if isinstance(t, (int, float)) else 0.0
+
+
+def _site_runs(records: Iterable[Mapping[str, Any]]) -> list[SiteRun]:
+    """Per run and call site: hits, misses and the time the misses took. Time is *lost* when an
+    earlier run had already computed that call site: the work was done before and done again."""
+    runs: dict[str, float] = {}
+    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    for rec in records:
+        if rec.get("type") != "transform" or rec.get("internal"):
+            continue
+        cache = rec.get("cache")
+        if cache not in ("hit", "miss", "partial"):
+            continue
+        run = str(rec.get("run") or "")
+        t = _time_of(rec)
+        runs[run] = min(runs.get(run, t), t)
+        site = rec.get("call_site") or {}
+        file = os.path.basename(str(site.get("file") or "?"))
+        name = f"{file}:{site.get('line') or '?'} {rec.get('operation')}"
+        row = acc[(run, name)]
+        if cache == "hit":
+            row[0] += 1
+        else:
+            row[1] += 1
+            d = rec.get("duration")
+            row[2] += float(d) if isinstance(d, (int, float)) else 0.0
+    out: list[SiteRun] = []
+    computed: set[str] = set()  # call sites an earlier run computed
+    for (run, site), (h, m, s) in sorted(acc.items(), key=lambda kv: (runs[kv[0][0]], kv[0][1])):
+        out.append(SiteRun(site, runs[run], int(h), int(m), s, s if site in computed else 0.0))
+        if m:
+            computed.add(site)
+    return out
