@@ -38,7 +38,18 @@ def test_wheel_installs_and_runs_with_its_completions(tmp_path: Path) -> None:
     assert not [n for n in names if n.startswith("tests/")]
     prefix = tmp_path / "prefix"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(prefix), str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--ignore-installed",
+            "--prefix",
+            str(prefix),
+            str(wheel),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

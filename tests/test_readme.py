@@ -27,8 +27,34 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 
 def test_command_reference_is_generated_from_the_app() -> None:
-    block = README.split(START, 1)[1].split(END, 1)[0]
-    assert block.strip() == command_reference().strip(), "run: python -m cachetool.cli.docs README.md"
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    block = text.split(START, 1)[1].split(END, 1)[0]
+    assert block.strip() == command_reference().strip(), "run: python -m cachetool.cli.docs docs/commands.md"
+
+
+def test_readme_is_a_front_door_with_working_links() -> None:
+    """README stays short, and every relative link in it and in docs/ points at a file that exists."""
+    assert len(README.splitlines()) <= 300
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+
+
+def test_every_command_has_a_guide() -> None:
+    """Each command is named in the title of a page in docs/ (besides the generated reference)."""
+    from cachetool.cli.docs import _commands
+
+    titles = " ".join(
+        p.read_text(encoding="utf-8").splitlines()[0]
+        + " "
+        + " ".join(line for line in p.read_text(encoding="utf-8").splitlines() if line.startswith("## "))
+        for p in (ROOT / "docs").glob("*.md")
+        if p.name != "commands.md"
+    )
+    missing = [
+        name for name, _ in _commands() if f"`cachetool {name}`" not in titles and f"`{name}`" not in titles
+    ]
+    assert not missing
 
 
 @pytest.mark.slow

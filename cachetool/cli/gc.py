@@ -282,7 +282,7 @@ def _short(name: str) -> str:
 
 
 def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[str, Any]:
-    """The `--json` document (schema in README: "gc --json")."""
+    """The `--json` document (schema in docs/gc.md)."""
     o = plan.options
     return {
         "version": 1,

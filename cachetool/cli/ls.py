@@ -164,7 +164,7 @@ def _ls(
 
 
 def ls_document(report: CacheReport, entries: list[Entry]) -> dict[str, object]:
-    """The `--json` document (schema in README: "ls --json")."""
+    """The `--json` document (schema in docs/listing.md)."""
     return {
         "version": 1,
         "root": os.fsdecode(report.root),

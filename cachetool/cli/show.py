@@ -82,7 +82,7 @@ def _records(root: Path, entry: Entry) -> list[dict[str, Any]]:
 
 
 def show_document(report: CacheReport, e: Entry, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The `--json` document of `show` (schema in README)."""
+    """The `--json` document of `show` (schema in docs/listing.md)."""
     doc = e.to_json()
     doc["root"] = os.fsdecode(report.root)
     doc["files"] = [f.to_json() for f in e.files]
