@@ -1,0 +1,551 @@
+"""Every performance goal of cachetool, measured in one command, as paired ratios with their noise.
+
+Each row times a contender against a baseline measured in the same run, in pairs (baseline and
+contender back to back, the order alternating from pair to pair), and prints the median of the
+per-pair ratios, their spread (min–max: the noise of this machine right now) and the goal.
+Whole processes are timed unless a row says otherwise. Nothing here asserts: a goal missed is a
+line in the table, not a failure.
+
+    python benchmarks/run_all.py                  # every row at the sizes of the goals
+    python benchmarks/run_all.py --quick          # small sizes, a few pairs: a smoke run
+    python benchmarks/run_all.py --only ls,startup --pairs 7
+    python benchmarks/run_all.py --json results.json
+
+Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (time, peak memory,
+read-index bytes per file, linearity), startup (--help, --version), verify (--deep against cat),
+run (cachetool run against python on cache hits), determinism (check-determinism against one
+plain run), ledger (a long-lived ledger: ls, lineage, explain).
+Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_ls import synthesize  # noqa: E402
+
+PY = sys.executable
+CT = [PY, "-m", "cachetool"]
+
+
+@dataclass
+class Row:
+    what: str
+    ratio: float | None  # median of the per-pair ratios (contender / baseline)
+    low: float | None
+    high: float | None
+    goal: str
+    met: bool | None
+    detail: str = ""
+
+
+@dataclass
+class Sample:
+    seconds: float
+    max_rss_kb: int
+
+
+def run(
+    cmd: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None, stdout: int | None = None
+) -> Sample:
+    """Run a whole process; its wall time and its own peak memory (wait4, not the children's max)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        list(cmd), env=env, cwd=cwd, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Sample(seconds, usage.ru_maxrss)
+
+
+def paired(
+    baseline: Callable[[], float], contender: Callable[[], float], pairs: int, warmup: bool = True
+) -> tuple[float, float, float, list[float], list[float]]:
+    """Median, min and max of contender/baseline over `pairs` back-to-back pairs (ABBA order)."""
+    if warmup:
+        baseline()
+        contender()
+    ratios, base_t, cont_t = [], [], []
+    for i in range(pairs):
+        if i % 2 == 0:
+            b = baseline()
+            c = contender()
+        else:
+            c = contender()
+            b = baseline()
+        base_t.append(b)
+        cont_t.append(c)
+        ratios.append(c / b)
+    return statistics.median(ratios), min(ratios), max(ratios), base_t, cont_t
+
+
+def row(
+    what: str,
+    result: tuple[float, float, float, list[float], list[float]],
+    goal: float,
+    higher_is_better: bool = False,
+    detail: str = "",
+) -> Row:
+    med, lo, hi, b, c = result
+    met = med >= goal if higher_is_better else med <= goal
+    sign = "≥" if higher_is_better else "≤"
+    detail = detail or f"baseline {statistics.median(b):.3f}s, contender {statistics.median(c):.3f}s"
+    return Row(what, med, lo, hi, f"{sign} {goal:g}×", met, detail)
+
+
+def env_for(base: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CACHETOOL_"))}
+    env.update(
+        HF_DATASETS_CACHE=str(base / "cache"),
+        HF_HOME=str(base / "hf_home"),
+        HF_HUB_OFFLINE="1",
+        HF_UPDATE_DOWNLOAD_COUNTS="0",
+        HF_DATASETS_DISABLE_PROGRESS_BARS="1",
+        CACHETOOL_HOME=str(base / "cachetool_home"),
+    )
+    return env
+
+
+WALK = "import sys; sys.path.insert(0, {here!r}); from bench_ls import floor_walk; floor_walk({root!r})"
+
+
+# --- ls ---------------------------------------------------------------------------------------
+
+
+def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
+    root = base / f"ls{files}"
+    synthesize(root, files)
+    env = env_for(base)
+    index = root / ".cachetool" / "read-index.json"
+    walk = [PY, "-c", WALK.format(here=str(HERE), root=str(root))]
+    ls_json = [*CT, "ls", str(root), "--json"]
+
+    def walk_t() -> float:
+        return run(walk, env).seconds
+
+    def warm_t() -> float:
+        return run(ls_json, env).seconds
+
+    def cold_t() -> float:
+        shutil.rmtree(root / ".cachetool", ignore_errors=True)
+        return run(ls_json, env).seconds
+
+    def human_t() -> float:
+        return run([*CT, "ls", str(root)], {**env, "COLUMNS": "120"}).seconds  # stdout is a pipe
+
+    run(ls_json, env)  # the index exists for the warm rows
+    rows = [
+        row(f"ls --json, {files // 1000}k files, warm / walk process", paired(walk_t, warm_t, pairs), 2),
+        row(f"ls --json, {files // 1000}k files, cold / walk process", paired(walk_t, cold_t, pairs), 5),
+    ]
+    run(ls_json, env)
+    rows.append(
+        row(f"ls human piped / ls --json, {files // 1000}k files, warm", paired(warm_t, human_t, pairs), 1.2)
+    )
+    del index
+    return rows
+
+
+def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
+    """Time and peak memory at `files`, and how time grows from `small` files (linear: ratio ≈
+    files/small)."""
+    env = env_for(base)
+    out: list[Row] = []
+    stats: dict[int, dict[str, float]] = {}
+    for n in (small, files):
+        root = base / f"large{n}"
+        synthesize(root, n)
+        ls_json = [*CT, "ls", str(root), "--json"]
+        cold, warm, rss = [], [], []
+        for _ in range(max(1, pairs // 2)):
+            shutil.rmtree(root / ".cachetool", ignore_errors=True)
+            s = run(ls_json, env)
+            cold.append(s.seconds)
+            rss.append(s.max_rss_kb)
+            s = run(ls_json, env)
+            warm.append(s.seconds)
+            rss.append(s.max_rss_kb)
+        index_bytes = sum(p.stat().st_size for p in (root / ".cachetool").glob("read-index*") if p.is_file())
+        stats[n] = {
+            "cold": statistics.median(cold),
+            "warm": statistics.median(warm),
+            "rss_mb": max(rss) / 1024,
+            "index_per_file": index_bytes / n,
+        }
+    big, little = stats[files], stats[small]
+    scale = files / small
+    for key in ("cold", "warm"):
+        growth = big[key] / little[key]
+        out.append(
+            Row(
+                f"ls --json {key}: time at {files // 1000}k / time at {small // 1000}k files",
+                growth,
+                None,
+                None,
+                f"≤ {scale:g}× (linear)",
+                growth <= scale * 1.1,
+                f"{little[key]:.2f}s → {big[key]:.2f}s",
+            )
+        )
+    out.append(
+        Row(
+            f"ls peak memory at {files // 1000}k files (MB)",
+            big["rss_mb"],
+            None,
+            None,
+            "≤ 150",
+            big["rss_mb"] <= 150,
+        )
+    )
+    out.append(
+        Row(
+            f"read index bytes per file at {files // 1000}k files",
+            big["index_per_file"],
+            None,
+            None,
+            "≤ 60",
+            big["index_per_file"] <= 60,
+        )
+    )
+    return out
+
+
+# --- start-up --------------------------------------------------------------------------------
+
+
+def bench_startup(base: Path, pairs: int) -> list[Row]:
+    env = env_for(base)
+
+    def typer_t() -> float:
+        return run([PY, "-c", "import typer"], env).seconds
+
+    return [
+        row(
+            "cachetool --help / import typer",
+            paired(typer_t, lambda: run([*CT, "--help"], env).seconds, pairs),
+            1.5,
+        ),
+        row(
+            "cachetool --version / import typer",
+            paired(typer_t, lambda: run([*CT, "--version"], env).seconds, pairs),
+            1.5,
+        ),
+    ]
+
+
+# --- verify --deep ----------------------------------------------------------------------------
+
+BUILD_VERIFY = """
+import sys
+from datasets import Dataset, concatenate_datasets, load_from_disk
+rows = int(sys.argv[1]); n = 200_000
+def gen(start):
+    stop = min(start + n, rows)
+    return {"id": list(range(start, stop)), "score": [i * 0.5 for i in range(start, stop)],
+            "label": ["label-%d" % (i % 17) for i in range(start, stop)],
+            "text": [("row %d " % i) * (20 + i % 40) for i in range(start, stop)]}
+ds = concatenate_datasets([Dataset.from_dict(gen(s)) for s in range(0, rows, n)])
+ds.save_to_disk(sys.argv[2] + "/saved", num_shards=max(1, rows // 500_000))
+ds = load_from_disk(sys.argv[2] + "/saved")
+ds.map(lambda b: {"n": [len(t) for t in b["text"]]}, batched=True, batch_size=10_000)
+"""
+
+
+def bench_verify(base: Path, sizes_gb: Sequence[float], pairs: int) -> list[Row]:
+    out = []
+    for gb in sizes_gb:
+        folder = base / f"verify{gb:g}"
+        env = env_for(folder)
+        root = folder / "cache"
+        subprocess.run([PY, "-c", BUILD_VERIFY, str(int(gb * 1e9 / 1020)), str(root)], check=True, env=env)
+        files = sorted(str(p) for p in root.rglob("*.arrow"))
+        total = sum(os.path.getsize(f) for f in files)
+        subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+
+        def cat_t(files: list[str] = files, env: dict[str, str] = env) -> float:
+            return run(["cat", *files], env).seconds
+
+        def deep_t(root: Path = root, env: dict[str, str] = env) -> float:
+            return run([*CT, "verify", "--deep", "--cache-dir", str(root)], env).seconds
+
+        med, lo, hi, b, c = paired(cat_t, deep_t, pairs)
+        goal = 0.9 if gb >= 20 else 0.7
+        # Throughput ratio: cat time / verify time (higher is better).
+        out.append(
+            Row(
+                f"verify --deep throughput / cat, {total / 1e9:.1f} GB, page cache warm",
+                1 / med,
+                1 / hi,
+                1 / lo,
+                f"≥ {goal:g}×",
+                1 / med >= goal,
+                f"cat {total / 1e9 / statistics.median(b):.2f} GB/s, "
+                f"verify {total / 1e9 / statistics.median(c):.2f} GB/s",
+            )
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+# --- cachetool run ----------------------------------------------------------------------------
+
+HITS = """
+import os, sys
+from datasets import load_dataset
+here = os.path.dirname(os.path.abspath(__file__))
+ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+def add(ex, k):
+    return {"v": ex["x"] + k}
+for k in range(int(sys.argv[1])):
+    ds = ds.map(add, fn_kwargs={"k": k})
+"""
+
+
+def bench_run(base: Path, steps: int, pairs: int) -> list[Row]:
+    work = base / "run"
+    work.mkdir()
+    (work / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(200)))
+    (work / "pipeline.py").write_text(HITS)
+    env = env_for(work)
+    subprocess.run([PY, "pipeline.py", str(steps)], cwd=work, env=env, check=True, capture_output=True)
+    return [
+        row(
+            f"cachetool run / python, {steps} cache-hit transforms",
+            paired(
+                lambda: run([PY, "pipeline.py", str(steps)], env, work).seconds,
+                lambda: run([*CT, "run", "pipeline.py", str(steps)], env, work).seconds,
+                pairs,
+            ),
+            1.05,
+        )
+    ]
+
+
+# --- check-determinism ------------------------------------------------------------------------
+
+CPU_PIPELINE = textwrap.dedent(
+    """\
+    import os
+    from datasets import load_dataset
+    here = os.path.dirname(os.path.abspath(__file__))
+    def score(ex):
+        words = ex["text"].split()
+        return {"score": sum(len(w) * (i % 7) for i, w in enumerate(words)), "n": len(words)}
+    ds = load_dataset("json", data_files=os.path.join(here, "rows.jsonl"), split="train")
+    ds = ds.map(score).filter(lambda ex: ex["n"] > 3).map(lambda ex: {"half": ex["score"] // 2})
+    """
+)
+
+
+def bench_determinism(base: Path, rows: int, pairs: int) -> list[Row]:
+    work = base / "determinism"
+    work.mkdir()
+    with open(work / "rows.jsonl", "w") as f:
+        for i in range(rows):
+            f.write(json.dumps({"id": i, "text": " ".join(f"w{(i * j) % 997}" for j in range(40))}) + "\n")
+    (work / "pipeline.py").write_text(CPU_PIPELINE)
+
+    def fresh(tag: str) -> dict[str, str]:
+        folder = base / f"det-{tag}"
+        shutil.rmtree(folder, ignore_errors=True)
+        return env_for(folder)
+
+    return [
+        row(
+            f"check-determinism (default) / one plain run, {rows // 1000}k rows, wall",
+            paired(
+                lambda: run([PY, "pipeline.py"], fresh("plain"), work).seconds,
+                lambda: run([*CT, "check-determinism", "pipeline.py"], fresh("check"), work).seconds,
+                pairs,
+                warmup=False,
+            ),
+            1.1,
+        )
+    ]
+
+
+# --- a long-lived ledger ----------------------------------------------------------------------
+
+
+def synthesize_ledger(root: Path, runs: int, steps: int) -> str:
+    """`runs` segments of `steps` transform records each, shaped as the tracer writes them; returns
+    a fingerprint in the middle of the last run."""
+    folder = root / ".cachetool" / "ledger"
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.time() - runs * 600
+    middle = ""
+    for r in range(runs):
+        run_id = f"host-{1000 + r}-{int(t0 + r * 600)}"
+        lines = []
+        parent = f"{r:08x}00000000"
+        for s in range(steps):
+            fp = f"{r:08x}{s + 1:08x}"
+            lines.append(
+                json.dumps(
+                    {
+                        "v": 1,
+                        "type": "transform",
+                        "seq": s,
+                        "run": run_id,
+                        "time": t0 + r * 600 + s,
+                        "duration": 0.01,
+                        "host": "host",
+                        "pid": 1000 + r,
+                        "versions": {"python": "3.11", "datasets": "5.2.0"},
+                        "operation": "map",
+                        "transform": "datasets.arrow_dataset.Dataset._map_single",
+                        "result": fp,
+                        "parents": [parent],
+                        "output": None,
+                        "internal": False,
+                        "call_site": {"file": "/work/pipeline.py", "line": 10 + s, "function": "<module>"},
+                        "function": {
+                            "qualname": f"step{s}",
+                            "file": "/work/pipeline.py",
+                            "line": 5,
+                            "source_hash": "sha256:0123456789abcdef",
+                            "code_hash": "x",
+                            "by_reference": False,
+                            "deps": [],
+                        },
+                        "args": {
+                            "function": {"digest": f"{s:016x}", "repr": None, "type": "function"},
+                            "batched": {"digest": "aa", "repr": "False", "type": "bool"},
+                        },
+                        "random_fallback": None,
+                        "fingerprint_given": False,
+                        "files": [{"path": f"/gone/cache-{fp}.arrow", "size": 1000, "status": "written"}],
+                        "cache": "miss",
+                        "in_memory": False,
+                        "root": str(root),
+                        "split": "train",
+                        "error": None,
+                    }
+                )
+            )
+            parent = fp
+            if r == runs - 1 and s == steps // 2:
+                middle = fp
+        (folder / f"{run_id}.jsonl").write_text("\n".join(lines) + "\n")
+    return middle
+
+
+def bench_ledger(base: Path, runs: int, steps: int, pairs: int) -> list[Row]:
+    plain = base / "ledger-none"
+    synthesize(plain, 2000, folders=20)
+    with_ledger = base / "ledger-full"
+    shutil.copytree(plain, with_ledger)
+    fp = synthesize_ledger(with_ledger, runs, steps)
+    size = sum(p.stat().st_size for p in (with_ledger / ".cachetool" / "ledger").iterdir())
+    env = env_for(base)
+    for r in (plain, with_ledger):
+        run([*CT, "ls", str(r), "--json"], env)  # read indexes in place for both
+    rows = [
+        row(
+            f"ls with a ledger of {runs * steps // 1000}k records / without ({size / 1e6:.0f} MB)",
+            paired(
+                lambda: run([*CT, "ls", str(plain), "--json"], env).seconds,
+                lambda: run([*CT, "ls", str(with_ledger), "--json"], env).seconds,
+                pairs,
+            ),
+            1.2,
+        )
+    ]
+    for name, cmd in [
+        ("lineage", [*CT, "lineage", fp, "--cache-dir", str(with_ledger), "--json"]),
+        ("explain", [*CT, "explain", fp, "--cache-dir", str(with_ledger), "--json"]),
+    ]:
+        samples = [run(cmd, env).seconds for _ in range(max(1, pairs // 2))]
+        t = statistics.median(samples)
+        rows.append(
+            Row(
+                f"{name} of one fingerprint, {runs * steps // 1000}k records (s)",
+                t,
+                min(samples),
+                max(samples),
+                "≤ 0.3 s",
+                t <= 0.3,
+            )
+        )
+    return rows
+
+
+# --- main -------------------------------------------------------------------------------------
+
+ALL = ("ls", "ls100k", "startup", "verify", "run", "determinism", "ledger")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and 3 pairs: a smoke run")
+    parser.add_argument("--only", default=",".join(ALL), help=f"comma-separated rows: {', '.join(ALL)}")
+    parser.add_argument("--pairs", type=int, default=None, help="pairs per row (default 5; --quick 3)")
+    parser.add_argument("--verify-gb", default=None, help="comma-separated sizes (default 6,20; --quick 0.5)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    ns = parser.parse_args()
+    only = [x.strip() for x in ns.only.split(",") if x.strip()]
+    unknown = set(only) - set(ALL)
+    if unknown:
+        parser.error(f"unknown rows: {', '.join(sorted(unknown))}")
+    pairs = ns.pairs or (3 if ns.quick else 5)
+    quick = ns.quick
+    compileall.compile_dir(str(HERE.parent / "cachetool"), quiet=1)
+
+    base = Path(tempfile.mkdtemp(prefix="ct-bench-"))
+    rows: list[Row] = []
+    try:
+        for name in only:
+            t0 = time.perf_counter()
+            print(f"[{name}] …", file=sys.stderr, flush=True)
+            if name == "ls":
+                rows += bench_ls(base, 2000 if quick else 20_000, pairs)
+            elif name == "ls100k":
+                rows += bench_ls_large(base, 10_000 if quick else 100_000, 2000 if quick else 20_000, pairs)
+            elif name == "startup":
+                rows += bench_startup(base, pairs * 2)
+            elif name == "verify":
+                sizes = ns.verify_gb or ("0.5" if quick else "6,20")
+                rows += bench_verify(base, [float(x) for x in sizes.split(",")], pairs)
+            elif name == "run":
+                rows += bench_run(base, 60, pairs)
+            elif name == "determinism":
+                rows += bench_determinism(base, 10_000 if quick else 80_000, pairs)
+            elif name == "ledger":
+                rows += bench_ledger(base, 50 if quick else 1000, 100, pairs)
+            print(f"[{name}] {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    print(f"\nMachine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"{'what':64} {'value':>8} {'noise':>13} {'goal':>16}  met")
+    for r in rows:
+        value = "" if r.ratio is None else f"{r.ratio:8.2f}"
+        noise = "" if r.low is None or r.high is None else f"{r.low:.2f}–{r.high:.2f}"
+        met = {True: "yes", False: "NO", None: ""}[r.met]
+        print(f"{r.what:64} {value:>8} {noise:>13} {r.goal:>16}  {met}")
+        if r.detail:
+            print(f"    {r.detail}")
+    if ns.json:
+        ns.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+
+
+if __name__ == "__main__":
+    main()
