@@ -95,3 +95,31 @@ def test_demo_without_datasets_says_how_to_install_it(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines()[-1] == (
         'Error: datasets is not installed; install it with: pip install "cachetool[datasets]"'
     )
+
+
+def test_root_help_is_plain_lists_every_command_and_skips_rich() -> None:
+    """`cachetool --help` answers without Rich (the most asked-for help is the cheapest), names
+    every command with its summary at the terminal's width, and exits 0; bare `cachetool` prints
+    the same help with the usage exit code 2."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['cachetool', *sys.argv[1:]]\n"
+        "from cachetool.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+        "print('RICH=' + str('rich' in sys.modules), code, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "COLUMNS": "80"}
+    proc = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, env=env)
+    assert proc.stderr.strip() == "RICH=False 0"
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "Usage: cachetool [OPTIONS] COMMAND [ARGS]..."
+    assert max(len(line) for line in lines) <= 80
+    listed = [
+        line.split()[0]
+        for line in lines[lines.index("Commands:") + 1 :]
+        if line.startswith("  ") and line[2] != " "
+    ]
+    assert sorted(listed) == command_names()
+    assert "  report             Write one self-contained HTML page that pictures the cache." in lines
+    bare = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert bare.stdout == proc.stdout and bare.stderr.strip() == "RICH=False 2"

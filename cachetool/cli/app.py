@@ -6,6 +6,7 @@ Command modules are imported here to register their commands; each keeps its hea
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -82,6 +83,54 @@ def _register() -> None:
 _register()
 
 
+def _summary(doc: str | None) -> str:
+    """A command's first paragraph on one line, without markdown backticks."""
+    first = (doc or "").strip().split("\n\n", 1)[0]
+    return " ".join(first.split()).replace("`", "")
+
+
+def root_help(width: int) -> str:
+    """`cachetool --help` as plain text: the root's help is the one most often asked for, and
+    rendering it with Rich (markdown, panels) costs more than the rest of start-up together."""
+    import textwrap
+
+    width = max(40, min(width, 100))
+    lines = ["Usage: cachetool [OPTIONS] COMMAND [ARGS]...", ""]
+    for para in (app.info.help or "").split("\n\n"):
+        lines += textwrap.wrap(
+            " ".join(para.split()).replace("`", ""), width - 2, initial_indent="  ", subsequent_indent="  "
+        )
+        lines.append("")
+    options = [
+        ("-V, --version", "Print the version and exit."),
+        ("--install-completion", "Install completion for the current shell."),
+        (
+            "--show-completion",
+            "Show completion for the current shell, to copy it or customize the installation.",
+        ),
+        ("-h, --help", "Show this message and exit."),
+    ]
+    commands = [
+        (c.name or "", _summary(c.callback.__doc__ if c.callback else None)) for c in app.registered_commands
+    ]
+    for title, rows in (("Options", options), ("Commands", commands)):
+        lines.append(f"{title}:")
+        left = max(len(name) for name, _ in rows) + 4
+        for name, text in rows:
+            wrapped = textwrap.wrap(text, max(20, width - left)) or [""]
+            lines.append(f"  {name:<{left - 2}}{wrapped[0]}")
+            lines += [" " * left + more for more in wrapped[1:]]
+        lines.append("")
+    lines.append("Run `cachetool COMMAND --help` for a command's options and examples.")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     """Console-script entry point."""
+    argv = sys.argv[1:]
+    if argv in (["--help"], ["-h"], []) and "_CACHETOOL_COMPLETE" not in os.environ:  # not a TAB
+        import shutil
+
+        sys.stdout.write(root_help(shutil.get_terminal_size().columns))
+        sys.exit(0 if argv else 2)  # no arguments: help, and the usage exit code, as before
     sys.exit(app(prog_name="cachetool"))
