@@ -1,0 +1,311 @@
+"""TensorFlow `tf.data.Dataset.cache(prefix)` file caches, read without importing TensorFlow.
+
+What a file cache leaves on disk (TensorFlow's `cache_dataset_ops.cc` and `tensor_bundle`):
+
+* while it is written: `<prefix>_<shard>.lockfile` (the text `Created at: <epoch seconds>`, no
+  PID) and the bundle being written, `<prefix>_<shard>.data-00000-of-00001.tempstate<digits>`
+  (and `<prefix>_<shard>.index.tempstate<digits>` once a shard is flushed); a checkpointed
+  iterator adds finished shards `<prefix>_<shard>.index` / `.data-…`;
+* once finished: `<prefix>.index` and `<prefix>.data-NNNNN-of-MMMMM`; the lockfiles are deleted.
+
+A writer killed mid-way leaves the lockfile and the temp state; the next run then fails with
+`AlreadyExistsError: There appears to be a concurrent caching iterator running`. The index is a
+LevelDB-style table (`tensorflow/tsl/lib/io/table`): sorted key → value entries in blocks, a
+footer naming the index block. Its first entry (key "") is a `BundleHeaderProto` (number of data
+shards); every other entry is a `BundleEntryProto` saying in which data shard, at which offset and
+with what size a tensor lies. Both are decoded here from the protobuf wire format.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: `<prefix>.index` of a finished cache (or of a flushed shard, `<prefix>_<n>.index`).
+INDEX_RE = re.compile(r"^(?P<prefix>.+)\.index$")
+DATA_RE = re.compile(r"^(?P<prefix>.+)\.data-(?P<shard>\d{5})-of-(?P<count>\d{5})$")
+LOCK_RE = re.compile(r"^(?P<prefix>.+)_(?P<shard>\d+)\.lockfile$")
+TEMPSTATE_RE = re.compile(r"^(?P<prefix>.+)_(?P<shard>\d+)\.(?:index|data-\d{5}-of-\d{5})\.tempstate\d+$")
+WRITER_SHARD_RE = re.compile(r"^(?P<prefix>.+)_(?P<shard>\d+)$")
+
+_MAGIC = 0xDB4775248B80FB57
+_FOOTER = 48
+#: An index larger than this is not read (a real one holds ~40 bytes per tensor).
+MAX_INDEX_BYTES = 512 * 1024 * 1024
+
+TfState = Literal["complete", "being-written", "abandoned", "incomplete"]
+
+
+class TfIndexError(ValueError):
+    """The index file is not a tensor bundle index this module can read."""
+
+
+@dataclass(frozen=True)
+class TfIndex:
+    num_shards: int
+    entries: int
+    #: per data shard, the end of its last tensor (the size the data file must have at least)
+    shard_ends: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TfCache:
+    """One `tf.data` file cache: every file that shares its prefix, and what state it is in."""
+
+    folder: str
+    prefix: str  # the basename given to `Dataset.cache()`
+    state: TfState
+    files: tuple[str, ...]  # basenames
+    size: int
+    writer_pids: tuple[int, ...] = ()  # live processes holding its files (being-written)
+    created_at: float | None = None  # from the lockfile
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.folder, self.prefix)
+
+    @property
+    def leftovers(self) -> tuple[str, ...]:
+        """What a killed writer left: its lockfiles and temp state (removable once proven dead)."""
+        if self.state != "abandoned":
+            return ()
+        return tuple(n for n in self.files if LOCK_RE.match(n) or TEMPSTATE_RE.match(n))
+
+
+# --- the index -------------------------------------------------------------------------------
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise TfIndexError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> dict[int, list[int | bytes]]:
+    """Protobuf wire format: field number → values (varints as ints, length-delimited as bytes)."""
+    out: dict[int, list[int | bytes]] = {}
+    pos, end = 0, len(buf)
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        number, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+        elif wire == 1:
+            if pos + 8 > end:
+                raise TfIndexError("truncated fixed64")
+            value, pos = int.from_bytes(buf[pos : pos + 8], "little"), pos + 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos, end)
+            if pos + n > end:
+                raise TfIndexError("truncated field")
+            value, pos = buf[pos : pos + n], pos + n
+        elif wire == 5:
+            if pos + 4 > end:
+                raise TfIndexError("truncated fixed32")
+            value, pos = int.from_bytes(buf[pos : pos + 4], "little"), pos + 4
+        else:
+            raise TfIndexError(f"unknown wire type {wire}")
+        out.setdefault(number, []).append(value)
+    return out
+
+
+def _int(fields: dict[int, list[int | bytes]], number: int) -> int:
+    values = fields.get(number) or [0]
+    v = values[-1]
+    if not isinstance(v, int):
+        raise TfIndexError(f"field {number} is not a number")
+    return v
+
+
+def _block(data: bytes, offset: int, size: int) -> Iterable[tuple[bytes, bytes]]:
+    """The key/value entries of one table block (keys are prefix-compressed)."""
+    if offset < 0 or size < 4 or offset + size + 5 > len(data):
+        raise TfIndexError("a block points past the end of the file")
+    if data[offset + size] != 0:
+        raise TfIndexError(f"compressed block (type {data[offset + size]}) is not supported")
+    block = data[offset : offset + size]
+    restarts = int.from_bytes(block[-4:], "little")
+    end = len(block) - 4 - 4 * restarts
+    if end < 0:
+        raise TfIndexError("bad restart array")
+    pos, key = 0, b""
+    while pos < end:
+        shared, pos = _varint(block, pos, end)
+        non_shared, pos = _varint(block, pos, end)
+        value_len, pos = _varint(block, pos, end)
+        if shared > len(key) or pos + non_shared + value_len > end:
+            raise TfIndexError("bad block entry")
+        key = key[:shared] + block[pos : pos + non_shared]
+        pos += non_shared
+        yield key, block[pos : pos + value_len]
+        pos += value_len
+
+
+def parse_index(data: bytes) -> TfIndex:
+    """Decode a tensor bundle index; raises `TfIndexError` when it is not one."""
+    if len(data) < _FOOTER:
+        raise TfIndexError(f"{len(data)} bytes: shorter than a table footer")
+    footer = data[-_FOOTER:]
+    if int.from_bytes(footer[-8:], "little") != _MAGIC:
+        raise TfIndexError("no table magic number at the end")
+    _, pos = _varint(footer, 0, 40)  # metaindex offset
+    _, pos = _varint(footer, pos, 40)  # metaindex size
+    index_offset, pos = _varint(footer, pos, 40)
+    index_size, _ = _varint(footer, pos, 40)
+    num_shards: int | None = None
+    ends: dict[int, int] = {}
+    entries = 0
+    for _, handle in _block(data, index_offset, index_size):
+        offset, p = _varint(handle, 0, len(handle))
+        size, _ = _varint(handle, p, len(handle))
+        for key, value in _block(data, offset, size):
+            fields = _fields(value)
+            if key == b"":
+                num_shards = _int(fields, 1)
+                continue
+            entries += 1
+            shard, start, length = _int(fields, 3), _int(fields, 4), _int(fields, 5)
+            ends[shard] = max(ends.get(shard, 0), start + length)
+    if num_shards is None:
+        raise TfIndexError("no bundle header entry")
+    if num_shards < 1 or num_shards > 100_000 or any(s >= num_shards for s in ends):
+        raise TfIndexError(f"bad shard count {num_shards}")
+    return TfIndex(num_shards, entries, tuple(ends.get(s, 0) for s in range(num_shards)))
+
+
+def read_index(path: str) -> TfIndex:
+    """Read and decode an index file (regular files only, size-capped; never follows a symlink)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOATIME", 0))
+    try:
+        st = os.fstat(fd)
+        import stat
+
+        if not stat.S_ISREG(st.st_mode):
+            raise TfIndexError("not a regular file")
+        if st.st_size > MAX_INDEX_BYTES:
+            raise TfIndexError(f"{st.st_size} bytes: larger than any index this reads")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return parse_index(f.read())
+    finally:
+        os.close(fd)
+
+
+# --- grouping files into caches ----------------------------------------------------------------
+
+
+def is_tf_cache_file(name: str) -> bool:
+    return bool(
+        LOCK_RE.match(name) or TEMPSTATE_RE.match(name) or DATA_RE.match(name) or INDEX_RE.match(name)
+    )
+
+
+def _owner(name: str) -> str | None:
+    """The cache prefix a file belongs to (the writer's `<prefix>_<n>` files name `<prefix>`)."""
+    for rx in (LOCK_RE, TEMPSTATE_RE):
+        m = rx.match(name)
+        if m:
+            return m.group("prefix")
+    for rx in (INDEX_RE, DATA_RE):
+        m = rx.match(name)
+        if m:
+            prefix = m.group("prefix")
+            w = WRITER_SHARD_RE.match(prefix)
+            return w.group("prefix") if w else prefix
+    return None
+
+
+def find_tf_caches(
+    folder: str,
+    names: Iterable[str],
+    *,
+    sizes: Callable[[str], int] | None = None,
+    holders: Callable[[str], tuple[int, ...]] | None = None,
+) -> list[TfCache]:
+    """Group the `tf.data` cache files among `names` (basenames in `folder`) by prefix.
+
+    `holders(name)` returns the live processes that hold a file open or mapped (default: none
+    known); a cache with a lockfile is `being-written` while any of its files is held, else
+    `abandoned`. A finished cache (index and every data shard it names, sizes as the index says)
+    is `complete`; anything else is `incomplete`, with its problems."""
+    size_of = sizes or (lambda n: os.lstat(os.path.join(folder, n)).st_size)
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        owner = _owner(name)
+        if owner is not None:
+            groups.setdefault(owner, []).append(name)
+    out = []
+    for prefix, files in sorted(groups.items()):
+        files.sort()
+        # A lone `x.index` with no data files and no writer state is not a tf.data cache.
+        if files == [f"{prefix}.index"] and not (LOCK_RE.match(files[0]) or TEMPSTATE_RE.match(files[0])):
+            continue
+        if all(INDEX_RE.match(n) for n in files):
+            continue
+        locks = [n for n in files if LOCK_RE.match(n)]
+        pids = sorted({pid for n in files for pid in (holders(n) if holders else ())})
+        created = _created_at(os.path.join(folder, locks[0])) if locks else None
+        total = sum(size_of(n) for n in files)
+        if locks:
+            state: TfState = "being-written" if pids else "abandoned"
+            out.append(TfCache(folder, prefix, state, tuple(files), total, tuple(pids), created))
+            continue
+        problems = check_complete(folder, prefix, files, size_of)
+        out.append(
+            TfCache(
+                folder,
+                prefix,
+                "incomplete" if problems else "complete",
+                tuple(files),
+                total,
+                tuple(pids),
+                problems=tuple(problems),
+            )
+        )
+    return out
+
+
+def check_complete(folder: str, prefix: str, files: list[str], size_of: Callable[[str], int]) -> list[str]:
+    """What keeps a finished cache from loading: a missing or unreadable index, a data shard the
+    index names that is missing or shorter than the tensors it must hold."""
+    index = f"{prefix}.index"
+    if index not in files:
+        return [f"{index} is missing"]
+    try:
+        idx = read_index(os.path.join(folder, index))
+    except (OSError, TfIndexError) as e:
+        return [f"{index}: {e.strerror if isinstance(e, OSError) else e}"]
+    problems = []
+    for shard, end in enumerate(idx.shard_ends):
+        data = f"{prefix}.data-{shard:05d}-of-{idx.num_shards:05d}"
+        if data not in files:
+            problems.append(f"{data} is missing (the index names {idx.num_shards} data shard(s))")
+            continue
+        size = size_of(data)
+        if size < end:
+            problems.append(f"{data} is {size} bytes; the index places tensors up to byte {end}")
+    return problems
+
+
+def _created_at(path: str) -> float | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 200).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    m = re.match(r"Created at: (\d+)", text)
+    return float(m.group(1)) if m else None

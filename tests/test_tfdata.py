@@ -1,0 +1,118 @@
+"""`tf.data` file caches, written by real TensorFlow, read by cachetool without TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cachetool.cache.tfdata import TfIndexError, find_tf_caches, parse_index, read_index
+from cachetool.maintenance.liveness import scan_in_use
+
+pytestmark = pytest.mark.slow
+
+WRITER = textwrap.dedent(
+    """\
+    import os, sys, time
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+
+    prefix, n, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+
+    def rows():
+        for i in range(n):
+            if pause and i == 5:
+                print("writing", flush=True)
+            if pause:
+                time.sleep(pause)
+            yield i, f"row {i} " * 10
+
+    spec = (tf.TensorSpec((), tf.int64), tf.TensorSpec((), tf.string))
+    for _ in tf.data.Dataset.from_generator(rows, output_signature=spec).cache(prefix):
+        pass
+    """
+)
+
+
+def _writer(tmp: Path, prefix: Path, n: int, pause: float) -> subprocess.Popen[str]:
+    script = tmp / "writer.py"
+    script.write_text(WRITER)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(prefix), str(n), str(pause)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _holders(folder: Path):  # type: ignore[no-untyped-def]
+    snapshot = scan_in_use()
+    return lambda name: tuple(sorted(snapshot.pids_for_path(os.path.realpath(folder / name))))
+
+
+def test_a_finished_cache_is_one_complete_entry_whose_index_names_its_data(tmp_path: Path) -> None:
+    """A finished cache is `<prefix>.index` plus `<prefix>.data-00000-of-00001`; the index decodes
+    to 1 data shard holding 2 tensors per row, ending exactly at the data file's size."""
+    folder = tmp_path / "tfcache"
+    proc = _writer(tmp_path, folder / "train", 300, 0)
+    assert proc.wait(timeout=120) == 0
+    names = sorted(os.listdir(folder))
+    assert names == ["train.data-00000-of-00001", "train.index"]
+    idx = read_index(str(folder / "train.index"))
+    assert (idx.num_shards, idx.entries) == (1, 600)
+    assert idx.shard_ends == ((folder / "train.data-00000-of-00001").stat().st_size,)
+    (cache,) = find_tf_caches(str(folder), names)
+    assert (cache.prefix, cache.state, cache.problems) == ("train", "complete", ())
+    assert cache.size == sum((folder / n).stat().st_size for n in names)
+
+    # A data shard cut short and an index that is not a table are named, never raised.
+    data = folder / "train.data-00000-of-00001"
+    os.truncate(data, data.stat().st_size - 100)
+    (cache,) = find_tf_caches(str(folder), names)
+    assert cache.state == "incomplete"
+    assert cache.problems == (
+        f"train.data-00000-of-00001 is {data.stat().st_size} bytes; the index places tensors up to "
+        f"byte {idx.shard_ends[0]}",
+    )
+    raw = (folder / "train.index").read_bytes()
+    with pytest.raises(TfIndexError, match="no table magic number"):
+        parse_index(raw[:-1] + b"\x00")
+    for cut in range(0, len(raw), max(1, len(raw) // 97)):  # every truncation fails cleanly
+        with pytest.raises(TfIndexError):
+            parse_index(raw[:cut])
+
+
+def test_a_killed_writer_is_abandoned_and_a_live_one_is_being_written(tmp_path: Path) -> None:
+    """While a writer runs, its lockfile and temp state are one entry `being-written` by its pid;
+    after SIGKILL the same files are `abandoned`, and they are exactly what blocks the next run."""
+    folder = tmp_path / "tfcache"
+    proc = _writer(tmp_path, folder / "train", 100_000, 0.001)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "writing"
+    try:
+        names = sorted(os.listdir(folder))
+        (live,) = find_tf_caches(str(folder), names, holders=_holders(folder))
+        assert (live.prefix, live.state, live.writer_pids) == ("train", "being-written", (proc.pid,))
+        assert live.leftovers == ()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    names = sorted(os.listdir(folder))
+    assert names[-1] == "train_0.lockfile" and names[0].startswith("train_0.data-00000-of-00001.tempstate")
+    (dead,) = find_tf_caches(str(folder), names, holders=_holders(folder))
+    assert dead.state == "abandoned"
+    assert sorted(dead.leftovers) == names
+    assert dead.created_at is not None and abs(dead.created_at - time.time()) < 120
+
+    # The next run fails on the lockfile, as users report.
+    again = _writer(tmp_path, folder / "train", 10, 0)
+    _, err = again.communicate(timeout=120)
+    assert again.returncode != 0
+    assert "There appears to be a concurrent caching iterator running" in err
