@@ -53,6 +53,10 @@ SOURCE_SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{
 PREPARE_PART_RE = re.compile(r"^.+-\d{5}-\d{5}-of-NNNNN\.(?:arrow|parquet)$")
 INCOMPLETE_DIR_SUFFIX = ".incomplete"
 TEMP_DIR_RE = re.compile(r"^hf_datasets-[a-z0-9_]{8}$")
+#: What gc sets aside before it removes it (same folder, so a rename never crosses file systems):
+#: `.cachetool-gc-<gc pid>-<n>`. Left behind only by a gc that was killed; the next gc removes it.
+GC_TRASH_PREFIX = ".cachetool-gc-"
+GC_TRASH_RE = re.compile(r"^\.cachetool-gc-(?P<pid>\d+)-\d+$")
 POOL_DIR_RE = re.compile(r"^pymp-[a-z0-9_]{8}$")
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 INDICES_COLUMN = "indices"

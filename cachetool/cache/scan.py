@@ -438,6 +438,9 @@ class _Scanner:
                 continue
             if it.name == layout.LEDGER_DIR:
                 continue  # cachetool's own records (any folder can be a root of its own)
+            if layout.GC_TRASH_RE.match(it.name):
+                self.entries.append(self.gc_trash(it, ds))
+                continue
             if layout.is_incomplete_dir(it.name):
                 files = self.tree_files(it.path)
                 final = it.path.with_name(it.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
@@ -489,6 +492,9 @@ class _Scanner:
                     )
                 )
                 continue
+            if layout.GC_TRASH_RE.match(name):
+                self.entries.append(self.gc_trash(it, ds))
+                continue
             if layout.TEMP_FILE_RE.match(name):
                 f = self.cache_file(it, arrow=True)
                 fp = f.summary.fingerprint if f.summary else None
@@ -536,6 +542,18 @@ class _Scanner:
             self.entries.append(self.source(split, files, source_counts.get(split), ds))
 
     # -- entry builders ------------------------------------------------------------------------
+    def gc_trash(self, item: _Item, ds: DatasetDir | None) -> Entry:
+        """What a killed gc set aside (`.cachetool-gc-<pid>-<n>`): a leftover for `gc --temp`."""
+        files = self.tree_files(item.path) if item.is_dir else [self.cache_file(item, arrow=False)]
+        return Entry(
+            Kind.TEMP,
+            item.path,
+            tuple(files),
+            dataset=ds.name if ds else None,
+            dataset_dir=ds.path if ds else None,
+            problems=("set aside by a gc that did not finish",),
+        )
+
     def _content(self, f: CacheFile) -> str | None:
         s = f.summary
         if s is None or not s.columns:

@@ -42,7 +42,8 @@ from cachetool.cache.layout import DATA_KINDS, Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size, iso_time
-from cachetool.maintenance.liveness import InUse, TempDirUser
+from cachetool.maintenance.fdops import inventory, rename_noreplace, same_file
+from cachetool.maintenance.liveness import InUse, TempDirUser, pids_holding
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
 DEFAULT_MIN_AGE = 3600.0
@@ -646,7 +647,9 @@ class _Builder:
         for e in self.report.entries:
             if only is not None and e.path not in only:
                 continue
-            if e.kind == Kind.TEMP:
+            if e.kind == Kind.TEMP and layout.GC_TRASH_RE.match(e.path.name):
+                self.gc_trash(e)
+            elif e.kind == Kind.TEMP:
                 self.temp_file(e, data_dirs)
             elif e.kind == Kind.INCOMPLETE_PREPARE:
                 self.incomplete_prepare(e)
@@ -685,6 +688,23 @@ class _Builder:
                 aliases=e.aliases,
             )
         )
+
+    def gc_trash(self, e: Entry) -> None:
+        """What a gc set aside and could not finish removing (it was killed)."""
+        m = layout.GC_TRASH_RE.match(e.path.name)
+        if m and _gc_alive(int(m.group("pid"))):
+            self.skip(e, f"the gc that set it aside (pid {m.group('pid')}) is still running")
+            return
+        reason = "set aside by a gc that did not finish"
+        if not e.files or any(f.path != e.path for f in e.files):
+            self.leftover_folder(e, reason)
+            return
+        f = e.files[0]
+        why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
+        if why:
+            self.skip(e, why)
+            return
+        self.add(GcItem(e.path, Kind.TEMP, f.size, 1, reason, (Target(e.path, False, f.size, f.mtime),)))
 
     def incomplete_prepare(self, e: Entry) -> None:
         final = e.dataset_dir or e.path.with_name(e.path.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
@@ -1064,6 +1084,19 @@ class _Builder:
         return n, size, tuple(order)
 
 
+def _gc_alive(pid: int) -> bool:
+    """Is `pid` a live cachetool process (the gc whose set-aside name carries it)?"""
+    if pid == os.getpid():
+        return True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"cachetool" in f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: keep it
+
+
 def _outermost(units: Sequence[_Unit]) -> list[_Unit]:
     """Drop units inside a chosen saved folder: removing the folder removes them."""
     folders = [u.key for u in units if u.kind == Kind.SAVED]
@@ -1230,6 +1263,7 @@ class _Ctx:
     root: Path | None = None
     first_item: GcItem | None = None  # judged by the run's own snapshot, taken just before
     refresh: bool = True  # False when the caller handed in a snapshot: use only that one
+    trash_seq: int = 0  # names of what this run set aside: .cachetool-gc-<pid>-<seq>
     taken: float = dataclasses.field(default_factory=time.monotonic)  # when `in_use` was taken
 
 
@@ -1355,7 +1389,8 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
             return _Outcome(item, "skipped", "already gone")
         if item.kind == Kind.LOCK and _guard_alive(item.path, ctx.root) is not False:
             raise _Refused("its folder exists again, or cannot be told")
-        for parent_fd, name, dir_fd, _st in checked:
+        aside = _set_aside(checked, ctx)
+        for parent_fd, name, dir_fd, st in aside:
             if dir_fd is not None:
                 freed = [0, 0]
                 try:
@@ -1363,15 +1398,12 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
                 finally:
                     out.freed += freed[0]
                     out.files += freed[1]
-                # rmdir goes by name: make sure the name still leads to the folder just emptied,
-                # not to one another process made in its place meanwhile.
+                # rmdir goes by name: make sure the name still leads to the folder just emptied.
                 now = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-                mine = os.fstat(dir_fd)
-                if (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+                if not same_file(now, os.fstat(dir_fd)):
                     raise _Refused("replaced by a new folder while it was being removed")
                 os.rmdir(name, dir_fd=parent_fd)
             else:
-                st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
                 os.unlink(name, dir_fd=parent_fd)
                 if stat.S_ISREG(st.st_mode):
                     out.freed += st.st_size
@@ -1388,6 +1420,50 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
         for fd in [*reversed(fds), *parents.values()]:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+_Checked = tuple[int, str, "int | None", os.stat_result]
+
+
+def _set_aside(checked: list[_Checked], ctx: _Ctx) -> list[_Checked]:
+    """Take every target of an item out of reach, then ask `/proc` again whether any process
+    holds one of them; put everything back if one does.
+
+    Between the last liveness check and an unlink, a reader could open and map the file. After
+    the rename to `.cachetool-gc-<pid>-<n>` in the same folder, no one can open it by its name
+    any more, so a check made after the rename is final: a process that opened the file before
+    holds a descriptor or a mapping that this check sees. Returns the targets under their new
+    names, ready to be removed."""
+    aside: list[_Checked] = []
+    keys: set[tuple[int, int]] = set()
+    try:
+        for parent_fd, name, dir_fd, st in checked:
+            ctx.trash_seq += 1
+            new = f"{layout.GC_TRASH_PREFIX}{os.getpid()}-{ctx.trash_seq}"
+            rename_noreplace(parent_fd, name, parent_fd, new)
+            moved = os.stat(new, dir_fd=parent_fd, follow_symlinks=False)
+            aside.append((parent_fd, new, dir_fd, st))
+            if not same_file(moved, st):
+                raise _Refused("replaced while it was being removed")
+            keys.add((st.st_dev, st.st_ino))
+            if dir_fd is not None:
+                keys |= {(s.st_dev, s.st_ino) for s in inventory(dir_fd) if not stat.S_ISDIR(s.st_mode)}
+        holders = pids_holding(keys)
+        if holders:
+            pids = sorted({p for v in holders.values() for p in v})
+            raise _Refused(f"became in use by pid {', '.join(map(str, pids[:5]))} (put back)")
+    except BaseException:
+        _put_back(aside, checked)
+        raise
+    return aside
+
+
+def _put_back(aside: list[_Checked], checked: list[_Checked]) -> None:
+    """Undo `_set_aside`: every target gets its name back, unless something new took the name
+    meanwhile; then it stays set aside, and the next gc removes it once no one holds it."""
+    for (parent_fd, new, _, _), (_, old, _, _) in zip(aside, checked, strict=False):
+        with contextlib.suppress(OSError):
+            rename_noreplace(parent_fd, new, parent_fd, old)
 
 
 def _relative_parts(anchor: Path, path: Path) -> tuple[str, ...]:
@@ -1524,8 +1600,13 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
     top = stats[0]
     if item.action == "evict" and not t.is_dir and (top.st_size != t.size or top.st_mtime != t.mtime):
         raise _Refused("changed since the plan")
-    if item.kind == Kind.TEMP and item.scope == "root" and not layout.TEMP_FILE_RE.match(t.path.name):
-        raise _Refused("not a temp file name")
+    name = t.path.name
+    if item.kind == Kind.TEMP and item.scope == "root":
+        trash = layout.GC_TRASH_RE.match(name)
+        if not (layout.TEMP_FILE_RE.match(name) or trash):
+            raise _Refused("not a temp file name")
+        if trash and _gc_alive(int(trash.group("pid"))):
+            raise _Refused(f"the gc that set it aside (pid {trash.group('pid')}) is still running")
     if item.kind == Kind.INCOMPLETE_SAVE and dir_fd is not None:
         try:
             os.stat(layout.STATE_JSON, dir_fd=dir_fd, follow_symlinks=False)

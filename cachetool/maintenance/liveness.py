@@ -130,6 +130,58 @@ def scan_in_use(exclude_self: bool = True) -> InUse:
     )
 
 
+def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[FileKey, frozenset[int]]:
+    """Which live processes hold any of these files open or memory-mapped, read from `/proc` now.
+
+    The check gc makes after it took an item out of reach: for every process the open
+    descriptors are read before its memory maps, so a reader that opened the file before it was
+    moved and mapped it since is seen by one or the other."""
+    wanted = set(keys)
+    found: dict[FileKey, set[int]] = defaultdict(set)
+    if not wanted:
+        return {}
+    if not os.path.isdir("/proc/self/fd"):
+        snapshot = _scan_psutil(exclude_self)
+        return {k: snapshot.holders[k] for k in wanted if k in snapshot.holders}
+    devs = {d for d, _ in wanted}
+    inos = {i for _, i in wanted}
+    me = os.getpid()
+    for pid in _proc_pids():
+        if exclude_self and pid == me:
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if st.st_ino in inos and (st.st_dev, st.st_ino) in wanted:
+                found[(st.st_dev, st.st_ino)].add(pid)
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) < 6 or parts[4] == "0":
+                        continue
+                    try:
+                        ino = int(parts[4])
+                        if ino in inos:
+                            dev = _dev_from_maps(parts[3])
+                            if (dev, ino) in wanted or (dev not in devs and any(i == ino for _, i in wanted)):
+                                # Some file systems (overlay, btrfs) show another device number in
+                                # maps than stat gives: an inode match alone counts, to be safe.
+                                found[next(k for k in wanted if k[1] == ino)].add(pid)
+                    except (ValueError, StopIteration):
+                        continue
+        except OSError:
+            continue
+    return {k: frozenset(v) for k, v in found.items()}
+
+
 def bound_socket_paths() -> frozenset[str]:
     """Paths of the Unix sockets some live process on this host has bound (`/proc/net/unix`).
 
