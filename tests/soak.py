@@ -41,6 +41,13 @@ PIPELINE = textwrap.dedent(
     ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
     ds = ds.map(add).filter(keep).map(lambda b: {"u": [t.upper() for t in b["text"]]}, batched=True)
     assert len(ds) > 0 and ds[0]["u"]
+    # Every file this process has mapped must still be there while it holds it.
+    import time
+    time.sleep(0.3)
+    held = [f["filename"] for f in ds.cache_files]
+    lost = [p for p in held if not os.path.exists(p)]
+    if lost:
+        sys.exit(f"lost {len(lost)} mapped file(s): {lost[0]}")
     """
 )
 

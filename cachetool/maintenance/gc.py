@@ -191,6 +191,10 @@ class GcPlan:
     kept_reasons: tuple[tuple[str, int], ...] = ()  # (reason, entries), most common first
     warnings: tuple[str, ...] = ()
     created_at: float = field(default=0.0, compare=False)
+    #: (st_dev, st_ino) of the cache root and the temp dir when the plan was made: execute works
+    #: only inside those very folders, whatever their paths lead to by then.
+    root_id: tuple[int, int] | None = field(default=None, compare=False)
+    temp_id: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def expected_freed(self) -> int:
@@ -1193,16 +1197,24 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
     from cachetool.maintenance.pins import read_pins, recorded_parents
 
+    root_id = _folder_id(root)
     report = scan_cache(root)
+    if _folder_id(report.root) != root_id:
+        raise CachetoolError(
+            f"the cache root {report.root} was replaced while it was scanned; nothing removed"
+        )
     temp = None
+    temp_id = None
     if options.temp:
-        temp = scan_temp_dir(options.tmp_dir if options.tmp_dir is not None else temp_dir().path)
+        tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
+        temp_id = _folder_id(tmp)
+        temp = scan_temp_dir(tmp)
     pins = read_pins(report.root)
     parents = recorded_parents(report.root) if options.evicts and (pins or options.keep) else {}
     # Liveness last: the snapshot should be younger than everything it judges.
     in_use = scan_in_use()
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
-    return build_plan(
+    plan = build_plan(
         report,
         in_use,
         options,
@@ -1212,6 +1224,15 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         sockets=bound_socket_paths(),
         temp_users=users,
     )
+    return dataclasses.replace(plan, root_id=root_id, temp_id=temp_id)
+
+
+def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1224,31 +1245,66 @@ class _Refused(Exception):
 
 
 @contextlib.contextmanager
-def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[Path]:
+def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT, root_fd: int | None = None) -> Iterator[Path]:
     """Hold the exclusive gc lock of `root` (`<root>/.cachetool/gc.lock`, or a per-user lock when
-    the root cannot be written), so two gc runs never work on one cache at once."""
-    from filelock import FileLock, Timeout
+    the root cannot be written), so two gc runs never work on one cache at once.
 
+    With `root_fd` the lock file is reached from that descriptor (no path is resolved again); it
+    is an `flock`, the same lock `filelock` takes, so older runs and this one exclude each other."""
+    fd = None
     path = root / layout.LEDGER_DIR / GC_LOCK_NAME
+    own_root = root_fd is None
     try:
-        path.parent.mkdir(exist_ok=True)
-        if not os.access(path.parent, os.W_OK):
-            raise PermissionError(path.parent)
+        if root_fd is None:
+            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(layout.LEDGER_DIR, dir_fd=root_fd)
+        state_fd = os.open(layout.LEDGER_DIR, _O_DIR, dir_fd=root_fd)
+        try:
+            fd = os.open(
+                GC_LOCK_NAME,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                0o644,
+                dir_fd=state_fd,
+            )
+        finally:
+            os.close(state_fd)
     except OSError:
+        fd = None
+    finally:
+        if own_root and root_fd is not None:
+            os.close(root_fd)
+    if fd is None:  # a read-only root: a lock of this user's, outside the root
+        from filelock import FileLock, Timeout
+
         from cachetool.cache.dirs import user_state_dir
         from cachetool.lineage.ledger import root_key
 
         path = user_state_dir() / "gc-locks" / f"{root_key(root)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path), timeout=timeout)
+        lock = FileLock(str(path), timeout=timeout)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise GcBusy(root, path, timeout) from None
+        try:
+            yield path
+        finally:
+            lock.release()
+        return
     try:
-        lock.acquire()
-    except Timeout:
-        raise GcBusy(root, path, timeout) from None
-    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise GcBusy(root, path, timeout) from None
+                time.sleep(0.05)
         yield path
     finally:
-        lock.release()
+        os.close(fd)  # releases the flock
 
 
 @dataclass
@@ -1264,6 +1320,7 @@ class _Ctx:
     first_item: GcItem | None = None  # judged by the run's own snapshot, taken just before
     refresh: bool = True  # False when the caller handed in a snapshot: use only that one
     trash_seq: int = 0  # names of what this run set aside: .cachetool-gc-<pid>-<seq>
+    anchor_errors: dict[str, str] = dataclasses.field(default_factory=dict)
     taken: float = dataclasses.field(default_factory=time.monotonic)  # when `in_use` was taken
 
 
@@ -1284,58 +1341,91 @@ def execute(
     A fresh liveness snapshot is taken after the lock is won (unless one is given). Items that
     fail a re-check are skipped with the reason; an I/O error fails that item only. Every removal
     is recorded in the root's ledger (`cachetool.lineage.gclog`) after its files are gone."""
+    anchors: dict[str, tuple[Path, int]] = {}
+    anchor_errors: dict[str, str] = {}
+    for scope, anchor, expected in (("root", plan.root, plan.root_id), ("temp", plan.temp_dir, plan.temp_id)):
+        if anchor is None:
+            continue
+        try:
+            # The one time a path is resolved: from here on everything is relative to this
+            # descriptor, and it must be the very folder the plan was made for.
+            fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue  # its items fail their re-check below
+        st = os.fstat(fd)
+        if expected is not None and (st.st_dev, st.st_ino) != expected:
+            os.close(fd)
+            anchor_errors[scope] = (
+                f"{anchor} is no longer the folder the plan was made for (a folder on the way "
+                "was replaced); nothing in it is touched"
+            )
+            continue
+        anchors[scope] = (anchor, fd)
+    try:
+        root_fd = anchors["root"][1] if "root" in anchors else None
+        with gc_lock(plan.root, lock_timeout, root_fd=root_fd) if root_fd is not None else _no_lock():
+            return _execute_locked(plan, anchors, anchor_errors, in_use, log)
+    finally:
+        for _, fd in anchors.values():
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _no_lock() -> Iterator[None]:
+    yield  # the root cannot be opened: every item of it is refused, nothing needs the lock
+
+
+def _execute_locked(
+    plan: GcPlan,
+    anchors: dict[str, tuple[Path, int]],
+    anchor_errors: dict[str, str],
+    in_use: InUse | None,
+    log: bool,
+) -> GcResult:
+    """The body of `execute()`, under the gc lock."""
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
 
-    with gc_lock(plan.root, lock_timeout):
-        snapshot = in_use if in_use is not None else scan_in_use()
-        temp_items = plan.temp_dir is not None and any(i.scope == "temp" for i in plan.items)
-        users = temp_dir_users(plan.temp_dir) if temp_items and plan.temp_dir is not None else ()
-        ctx = _Ctx(
-            {},
-            snapshot,
-            bound_socket_paths(),
-            time.time(),
-            os.geteuid(),
-            plan.options,
-            users,
-            plan.root,
-            plan.items[0] if plan.items else None,
-            in_use is None,
-        )
-        for scope, anchor in (("root", plan.root), ("temp", plan.temp_dir)):
-            if anchor is None:
-                continue
-            try:
-                ctx.anchors[scope] = (anchor, os.open(anchor, _O_DIR))
-            except OSError:
-                pass  # its items fail their re-check below
-        gclog = None
-        if log:
-            from cachetool.lineage.gclog import GcLog
+    snapshot = in_use if in_use is not None else scan_in_use()
+    temp_items = plan.temp_dir is not None and any(i.scope == "temp" for i in plan.items)
+    users = temp_dir_users(plan.temp_dir) if temp_items and plan.temp_dir is not None else ()
+    ctx = _Ctx(
+        anchors,
+        snapshot,
+        bound_socket_paths(),
+        time.time(),
+        os.geteuid(),
+        plan.options,
+        users,
+        plan.root,
+        plan.items[0] if plan.items else None,
+        in_use is None,
+    )
+    ctx.anchor_errors = anchor_errors
+    gclog = None
+    if log:
+        from cachetool.lineage.gclog import GcLog
 
-            gclog = GcLog(plan.root)
-        outcomes: list[_Outcome] = []
-        try:
-            for item in plan.items:
-                outcome = _run_item(item, ctx)
-                outcomes.append(outcome)
-                if gclog is not None and outcome.freed_anything:
-                    gclog.removed(
-                        kind=item.kind.value,
-                        paths=[t.path for t in item.targets],
-                        size=outcome.freed,
-                        files=outcome.files,
-                        reason=item.reason,
-                        fingerprint=item.fingerprint,
-                        aliases=item.aliases,
-                        dataset=item.dataset,
-                        when=time.time(),
-                    )
-        finally:
-            for _, fd in ctx.anchors.values():
-                os.close(fd)
-            if gclog is not None:
-                gclog.close()
+        gclog = GcLog(plan.root)
+    outcomes: list[_Outcome] = []
+    try:
+        for item in plan.items:
+            outcome = _run_item(item, ctx)
+            outcomes.append(outcome)
+            if gclog is not None and outcome.freed_anything:
+                gclog.removed(
+                    kind=item.kind.value,
+                    paths=[t.path for t in item.targets],
+                    size=outcome.freed,
+                    files=outcome.files,
+                    reason=item.reason,
+                    fingerprint=item.fingerprint,
+                    aliases=item.aliases,
+                    dataset=item.dataset,
+                    when=time.time(),
+                )
+    finally:
+        if gclog is not None:
+            gclog.close()
     return GcResult(plan, tuple(o.public() for o in outcomes), time.time())
 
 
@@ -1364,7 +1454,10 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
     try:
         anchor = ctx.anchors.get(item.scope)
         if anchor is None:
-            raise _Refused(f"cannot open the {'cache root' if item.scope == 'root' else 'temp dir'}")
+            raise _Refused(
+                ctx.anchor_errors.get(item.scope)
+                or f"cannot open the {'cache root' if item.scope == 'root' else 'temp dir'}"
+            )
         if item.lock is not None:
             lock_fd = _take_lock(anchor, item.lock)
             if lock_fd is not None:
@@ -1482,10 +1575,8 @@ def _open_parent(anchor: tuple[Path, int], path: Path) -> tuple[int, str]:
     symlink: a component swapped for a symlink makes the open fail (ELOOP/ENOTDIR)."""
     root, root_fd = anchor
     parts = _relative_parts(root, path)
-    # The lexical check above is about names; this one is about where the names lead now.
-    real_parent = os.path.realpath(path.parent)
-    if real_parent != os.fspath(root) and not real_parent.startswith(os.fspath(root).rstrip("/") + "/"):
-        raise _Refused(f"resolves outside {root} (a folder on the way is a symlink)")
+    # No path string is resolved here: each component is opened relative to the one before,
+    # without following symlinks, starting from the root's own descriptor.
     fd = os.dup(root_fd)
     try:
         for part in parts[:-1]:

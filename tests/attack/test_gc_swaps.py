@@ -1,0 +1,71 @@
+"""gc while an ancestor of the cache root is swapped for a symlink to a decoy tree, again and
+again, by a real process (`renameat2(RENAME_EXCHANGE)`): nothing outside the root is removed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cachetool.maintenance.gc import GcOptions, execute, plan_gc
+from tests.attack.races import synthesize_cache
+
+pytestmark = pytest.mark.slow
+
+SWAPPER = textwrap.dedent(
+    """\
+    import ctypes, os, sys
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    print("swapping", flush=True)
+    n = 0
+    while not os.path.exists(sys.argv[3]):
+        libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
+        n += 1
+    if os.path.islink(sys.argv[1]):  # leave the real folder in place
+        libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
+    print(n, flush=True)
+    """
+)
+
+
+def test_a_swapped_ancestor_never_leads_gc_outside_the_root(tmp_path: Path) -> None:
+    """The plan is made on the real root; while gc executes it, `base/a` (an ancestor of the
+    root) and `base/a-link` (a symlink to a decoy holding the same relative names) trade places
+    as fast as a process can. Over 20 runs no decoy file is removed and no run raises; runs whose
+    root was swapped at the moment gc opened it remove nothing and say why."""
+    base = tmp_path
+    root = base / "a" / "b" / "cache"
+    decoy_root = base / "decoy" / "b" / "cache"
+    (base / "a-link").symlink_to(base / "decoy")
+    removed_somewhere = 0
+    refused = 0
+    for i in range(20):
+        synthesize_cache(root, 30)
+        decoys = synthesize_cache(decoy_root, 30)
+        plan = plan_gc(root, GcOptions(max_size=1, min_age=0))
+        assert len(plan.items) == 30
+        stop = base / f"stop{i}"
+        swapper = subprocess.Popen(
+            [sys.executable, "-c", SWAPPER, str(base / "a"), str(base / "a-link"), str(stop)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert swapper.stdout is not None and swapper.stdout.readline().strip() == "swapping"
+        try:
+            result = execute(plan, log=False)
+        finally:
+            stop.touch()
+            swapper.wait(timeout=30)
+        assert not (base / "a").is_symlink()
+        assert [p for p in decoys if not p.exists()] == [], f"run {i} removed files outside the root"
+        removed_somewhere += bool(result.removed)
+        refused += any(
+            "no longer the folder the plan was made for" in (o.reason or "") for o in result.skipped
+        )
+    # Both outcomes happened: the race was real.
+    assert removed_somewhere and refused, (removed_somewhere, refused)
