@@ -123,3 +123,33 @@ def test_root_help_is_plain_lists_every_command_and_skips_rich() -> None:
     assert "  report             Write one self-contained HTML page that pictures the cache." in lines
     bare = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert bare.stdout == proc.stdout and bare.stderr.strip() == "RICH=False 2"
+
+
+def test_an_empty_cache_dir_is_a_usage_error_for_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--cache-dir ''` (an unset variable in a script) never means the current folder: every
+    command that takes the option stops with exit 2 and says it is empty, and removes nothing."""
+    import typer
+
+    from cachetool.cli.app import app
+
+    (tmp_path / "tmpabcdefgh").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    group = typer.main.get_command(app)
+    runner = CliRunner()
+    checked = []
+    for name, cmd in sorted(group.commands.items()):  # type: ignore[attr-defined]
+        if not any("--cache-dir" in p.opts for p in cmd.params):
+            continue
+        args = [name, "--cache-dir", ""]
+        if name in ("show", "lineage", "pin", "unpin"):
+            args.append("abc")
+        if name == "gc":
+            args += ["--temp", "--min-age", "0s", "-y"]
+        result = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 2, (name, result.output)
+        assert "is empty" in result.output, (name, result.output)
+        checked.append(name)
+    assert {"ls", "gc", "verify", "show", "stats"} <= set(checked)
+    assert (tmp_path / "tmpabcdefgh").exists()

@@ -29,10 +29,19 @@ class OutputFormat(str, Enum):
     quiet = "quiet"
 
 
+def _cache_dir(value: str) -> Path:
+    """`--cache-dir ''` is a mistake (an unset variable in a script), not the current folder."""
+    if not value.strip():
+        raise typer.BadParameter("is empty (an unset variable?); give a folder, or leave the option out")
+    return Path(value)
+
+
 CacheDirOption = Annotated[
     Path | None,
     typer.Option(
         "--cache-dir",
+        parser=_cache_dir,
+        metavar="DIR",
         help="The datasets cache root. Default: HF_DATASETS_CACHE, else HF_HOME/datasets, "
         "else XDG_CACHE_HOME/huggingface/datasets, else ~/.cache/huggingface/datasets.",
         show_default=False,
