@@ -43,7 +43,7 @@ from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size, iso_time
 from cachetool.maintenance.fdops import inventory, rename_noreplace, same_file
-from cachetool.maintenance.liveness import InUse, TempDirUser, pids_holding
+from cachetool.maintenance.liveness import InUse, TempDirUser, cwd_pids_under, pids_holding
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
 DEFAULT_MIN_AGE = 3600.0
@@ -385,6 +385,21 @@ def _tree_totals(path: Path, newest: float) -> tuple[int, int, float]:
 _START_SLACK = 2.0
 
 
+def _owner_refusal(
+    kind: str, made_by: float, datasets_users: Iterable[TempDirUser], python_users: Iterable[TempDirUser]
+) -> str | None:
+    """Why a temp-dir folder may still have an owner that holds nothing in it right now."""
+    if kind == "hf_datasets":
+        owners = possible_owners(made_by, datasets_users)
+        if owners:
+            return f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
+    elif kind == "pymp":
+        owners = possible_owners(made_by, python_users)
+        if owners:
+            return f"a live Python process using this temp dir (pid {owners[0]}) may own it"
+    return None
+
+
 def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:
     """Pids of live datasets processes using this temp dir that started before an `hf_datasets-*`
     folder existed: any of them may be its owner, idle between writes."""
@@ -558,6 +573,7 @@ class _Builder:
         sockets: frozenset[str],
         temp: TempScan | None,
         temp_users: Sequence[TempDirUser] = (),
+        pool_users: Sequence[TempDirUser] = (),
     ) -> None:
         self.report = report
         self.root = report.root
@@ -568,6 +584,7 @@ class _Builder:
         self.sockets = sockets
         self.temp = temp
         self.temp_users = tuple(temp_users)
+        self.pool_users = tuple(pool_users)
         self.listings: dict[Path, list[str]] = {}  # folder listings for decoding root locks, per plan
         self._units: list[_Unit] = []
         self.items: list[GcItem] = []
@@ -817,15 +834,14 @@ class _Builder:
                     scope="temp",
                 )
                 continue
-            pids = set(self.in_use.pids_under(tf.path))
+            pids = set(self.in_use.pids_under(tf.path)) | set(cwd_pids_under(tf.path))
             prefix = os.fspath(tf.path) + "/"
             bound = any(s.startswith(prefix) for s in self.sockets)
             why = self.refusal([tf.uid], tf.newest, pids)
             if why is None and bound:
                 why = "a live process listens on a socket inside"
-            owners = possible_owners(tf.made_by, self.temp_users) if tf.kind == "hf_datasets" else []
-            if why is None and owners:
-                why = f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
+            if why is None:
+                why = _owner_refusal(tf.kind, tf.made_by, self.temp_users, self.pool_users)
             if why:
                 self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
                 continue
@@ -1133,6 +1149,7 @@ def build_plan(
     parents: Mapping[str, Iterable[str]] | None = None,
     sockets: frozenset[str] = frozenset(),
     temp_users: Sequence[TempDirUser] = (),
+    pool_users: Sequence[TempDirUser] = (),
     now: float | None = None,
     euid: int | None = None,
 ) -> GcPlan:
@@ -1152,6 +1169,7 @@ def build_plan(
         sockets,
         temp,
         temp_users,
+        pool_users,
     )
     explicit = [report.find(fp) for fp in options.fingerprints]
     leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD}
@@ -1214,6 +1232,11 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     # Liveness last: the snapshot should be younger than everything it judges.
     in_use = scan_in_use()
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
+    pools = (
+        temp_dir_users(temp.path, python=True)
+        if temp is not None and any(f.kind == "pymp" for f in temp.folders)
+        else ()
+    )
     plan = build_plan(
         report,
         in_use,
@@ -1223,6 +1246,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         parents=parents,
         sockets=bound_socket_paths(),
         temp_users=users,
+        pool_users=pools,
     )
     return dataclasses.replace(plan, root_id=root_id, temp_id=temp_id)
 
@@ -1321,6 +1345,7 @@ class _Ctx:
     refresh: bool = True  # False when the caller handed in a snapshot: use only that one
     trash_seq: int = 0  # names of what this run set aside: .cachetool-gc-<pid>-<seq>
     anchor_errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    pool_users: tuple[TempDirUser, ...] = ()
     taken: float = dataclasses.field(default_factory=time.monotonic)  # when `in_use` was taken
 
 
@@ -1388,6 +1413,7 @@ def _execute_locked(
     snapshot = in_use if in_use is not None else scan_in_use()
     temp_items = plan.temp_dir is not None and any(i.scope == "temp" for i in plan.items)
     users = temp_dir_users(plan.temp_dir) if temp_items and plan.temp_dir is not None else ()
+    pools = temp_dir_users(plan.temp_dir, python=True) if temp_items and plan.temp_dir is not None else ()
     ctx = _Ctx(
         anchors,
         snapshot,
@@ -1401,6 +1427,7 @@ def _execute_locked(
         in_use is None,
     )
     ctx.anchor_errors = anchor_errors
+    ctx.pool_users = pools
     gclog = None
     if log:
         from cachetool.lineage.gclog import GcLog
@@ -1680,10 +1707,15 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
         prefix = os.fspath(t.path) + "/"
         if any(s.startswith(prefix) for s in ctx.sockets):
             raise _Refused("a live process listens on a socket inside")
-    if item.scope == "temp" and layout.TEMP_DIR_RE.match(t.path.name):
-        owners = possible_owners(min(stats[0].st_mtime, stats[0].st_ctime), ctx.temp_users)
-        if owners:
-            raise _Refused(f"a live datasets process using this temp dir (pid {owners[0]}) may own it")
+    if item.scope == "temp" and t.is_dir:
+        cwd = cwd_pids_under(t.path)
+        if cwd:
+            raise _Refused(f"in use by pid {', '.join(map(str, sorted(cwd)[:5]))} (its working folder)")
+        kind = "hf_datasets" if layout.TEMP_DIR_RE.match(t.path.name) else "pymp"
+        made_by = min(stats[0].st_mtime, stats[0].st_ctime)
+        why = _owner_refusal(kind, made_by, ctx.temp_users, ctx.pool_users)
+        if why:
+            raise _Refused(why)
     if item.kind != Kind.LOCK:
         newest = max(s.st_mtime for s in stats)
         if ctx.now - newest < o.min_age:

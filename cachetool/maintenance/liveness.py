@@ -269,14 +269,43 @@ def _proc_temp_dir(pid: int) -> str | None:
     return os.path.realpath("/tmp")
 
 
-def temp_dir_users(temp_dir: str | os.PathLike[str], exclude_self: bool = True) -> tuple[TempDirUser, ...]:
+def _is_python(pid: int, maps: str) -> bool:
+    if "libpython" in maps:
+        return True
+    try:
+        return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False
+
+
+def cwd_pids_under(folder: str | os.PathLike[str], exclude_self: bool = True) -> frozenset[int]:
+    """Live processes whose working directory is `folder` or below it."""
+    prefix = os.fspath(folder).rstrip("/")
+    me = os.getpid()
+    out = set()
+    for pid in _proc_pids():
+        if exclude_self and pid == me:
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd == prefix or cwd.startswith(prefix + "/"):
+            out.add(pid)
+    return frozenset(out)
+
+
+def temp_dir_users(
+    temp_dir: str | os.PathLike[str], exclude_self: bool = True, python: bool = False
+) -> tuple[TempDirUser, ...]:
     """Live processes on this host that may own an `hf_datasets-*` folder in `temp_dir`.
 
     Such a folder lives as long as its process, which holds nothing in it between writes (its
     datasets may have been dropped, or the first map has not written yet), so an open-files check
     alone cannot prove it dead. A process that has pyarrow mapped, uses this temp dir and started
-    before the folder existed may be its owner. (A process that changed TMPDIR after it started is
-    judged by its initial environment.)"""
+    before the folder existed may be its owner. With `python`, any live Python process counts (the
+    owners of `pymp-*` folders: `multiprocessing.util.get_temp_dir()` makes one that nothing holds
+    open). (A process that changed TMPDIR after it started is judged by its initial environment.)"""
     import psutil
 
     target = os.path.realpath(temp_dir)
@@ -291,9 +320,10 @@ def temp_dir_users(temp_dir: str | os.PathLike[str], exclude_self: bool = True) 
             continue
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                if "libarrow" not in f.read():
-                    continue
+                maps = f.read()
         except OSError:
+            continue
+        if not (_is_python(pid, maps) if python else "libarrow" in maps):
             continue
         where = _proc_temp_dir(pid)
         if where is not None and where != target:

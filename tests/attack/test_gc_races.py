@@ -33,3 +33,61 @@ def test_a_real_pipeline_beside_a_gc_loop_never_fails(tmp_path: Path) -> None:
     from tests.soak import soak_pipeline
 
     assert soak_pipeline(5, tmp_path) == 0
+
+
+def test_a_pymp_folder_of_a_live_process_that_holds_nothing_in_it_stays(tmp_path: Path) -> None:
+    """A live process called `multiprocessing.util.get_temp_dir()` and holds nothing in the
+    folder (no socket, no open file): `gc --temp --min-age 0` keeps it, naming the process; once
+    the process is gone, the folder goes."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import short_tmp_dir
+
+    tmp = short_tmp_dir(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = (
+        "import multiprocessing.util, time\n"
+        "print(multiprocessing.util.get_temp_dir(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**hf_env(tmp_path), "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    pymp = Path(proc.stdout.readline().strip())
+    args = [
+        sys.executable,
+        "-m",
+        "cachetool",
+        "gc",
+        "--cache-dir",
+        str(cache),
+        "--temp",
+        "--tmp-dir",
+        str(tmp),
+        "--min-age",
+        "0",
+        "-y",
+        "--json",
+    ]
+    try:
+        doc = json.loads(subprocess.run(args, env=hf_env(tmp_path), capture_output=True, text=True).stdout)
+        assert doc["plan"]["items"] == []
+        assert [s["reason"] for s in doc["plan"]["skipped"]] == [
+            f"a live Python process using this temp dir (pid {proc.pid}) may own it"
+        ]
+        assert pymp.is_dir()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    doc = json.loads(subprocess.run(args, env=hf_env(tmp_path), capture_output=True, text=True).stdout)
+    assert [r["path"] for r in doc["result"]["removed"]] == [str(pymp)]
+    assert not pymp.exists()
