@@ -419,18 +419,22 @@ class _Scanner:
         names = {it.name for it in items if it.is_file}
         is_root = path == self.root
 
-        if layout.DATASET_DICT_JSON in names:
+        if layout.DATASET_DICT_JSON in names and _is_dataset_dict(path / layout.DATASET_DICT_JSON):
             self.saved_dict(path, items)
             return
-        if layout.STATE_JSON in names:
+        if layout.STATE_JSON in names and _is_datasets_state(_read_json(path / layout.STATE_JSON), names):
             self.saved(path, items, unit=unit)
             return
         ds: DatasetDir | None = dataset_hint
-        if any(layout.SAVED_SHARD_RE.match(n) for n in names):
+        if (
+            layout.STATE_JSON not in names
+            and any(layout.SAVED_SHARD_RE.match(n) for n in names)
+            and _is_interrupted_save(items)
+        ):
             # state.json is written last: data-*.arrow without it is a save that did not finish.
             self.incomplete_save(path, items)
             return
-        if layout.DATASET_INFO in names:
+        if layout.DATASET_INFO in names and _relative_data_dir(path) is not None:
             ds = self.builder_dir(path, items)
         self.files_in(path, items, ds)
         for it in items:
@@ -441,10 +445,12 @@ class _Scanner:
             if layout.GC_TRASH_RE.match(it.name):
                 self.entries.append(self.gc_trash(it, ds))
                 continue
+            rel = None
             if layout.is_incomplete_dir(it.name):
-                files = self.tree_files(it.path)
                 final = it.path.with_name(it.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
                 rel = _relative_data_dir(final)
+            if rel is not None:  # `<name>/<config>/<version>[/<hash>].incomplete`, as datasets names it
+                files = self.tree_files(it.path)
                 label = "/".join(rel.split("/")[:2]) if rel else (ds.name if ds else it.name)
                 self.entries.append(
                     Entry(
@@ -495,7 +501,7 @@ class _Scanner:
             if layout.GC_TRASH_RE.match(name):
                 self.entries.append(self.gc_trash(it, ds))
                 continue
-            if layout.TEMP_FILE_RE.match(name):
+            if layout.TEMP_FILE_RE.match(name) and _looks_like_arrow_stream(it.path):
                 f = self.cache_file(it, arrow=True)
                 fp = f.summary.fingerprint if f.summary else None
                 self.entries.append(
@@ -871,12 +877,88 @@ def _ranks(ranks: Iterable[int]) -> str:
     return ", ".join(f"{r:05d}" for r in ranks)
 
 
+#: Metadata files larger than this are not read (a real dataset_info.json is a few kB to a few MB).
+MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
 def _read_json(path: Path) -> Any:
+    """A small JSON file `datasets` wrote, or None: regular files only (a FIFO is never waited
+    on), size-capped, and nesting too deep to parse is a bad file like any other."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _is_dataset_dict(path: Path) -> bool:
+    """`dataset_dict.json` as `DatasetDict.save_to_disk` writes it: {"splits": ["train", ...]}."""
+    doc = _read_json(path)
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("splits"), list)
+        and all(isinstance(x, str) for x in doc["splits"])
+    )
+
+
+def _is_datasets_state(state: Any, names: set[str]) -> bool:
+    """A `state.json` as `Dataset.save_to_disk` writes it: `_fingerprint` is a string and
+    `_data_files` names `data-NNNNN-of-NNNNN.arrow` files, at least one of them here (a missing
+    one is a damaged save that verify reports). Anything else is a user's file."""
+    if not isinstance(state, dict) or not isinstance(state.get("_fingerprint"), str):
+        return False
+    files = state.get("_data_files")
+    if not isinstance(files, list) or not files:
+        return False
+    named = [d.get("filename") if isinstance(d, dict) else None for d in files]
+    if not all(isinstance(n, str) and layout.SAVED_SHARD_RE.match(n) for n in named):
+        return False
+    return any(n in names for n in named)
+
+
+def _is_interrupted_save(items: Sequence[_Item]) -> bool:
+    """Only what `save_to_disk` writes (data-NNNNN-of-NNNNN.arrow, dataset_info.json, locks),
+    and the data files are Arrow streams or empty: a killed save, not a user's folder."""
+    for it in items:
+        if it.is_dir:
+            if it.name != layout.LEDGER_DIR:
+                return False
+            continue
+        if it.name in (layout.DATASET_INFO, "dataset_infos.json") or it.name.endswith(".lock"):
+            continue
+        if not layout.SAVED_SHARD_RE.match(it.name) or not _looks_like_arrow_stream(it.path):
+            return False
+    return True
+
+
+def _looks_like_arrow_stream(path: Path) -> bool:
+    """Empty, or starting as every Arrow IPC stream `datasets` writes starts (the continuation
+    marker `ff ff ff ff`): what a killed writer leaves. A user's text file is neither."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOATIME", 0))
+    except OSError:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 4)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return head in (b"", b"\xff\xff\xff\xff")
 
 
 def _relative_data_dir(path: Path) -> str | None:

@@ -97,6 +97,14 @@ def gc_command(
             "--include-sources", help="Also evict source splits and saved datasets (kept by default)."
         ),
     ] = False,
+    force_root: Annotated[
+        bool,
+        typer.Option(
+            "--force-root",
+            help="Clean the folder even if it is /, holds your home folder, or has no datasets "
+            "layout (refused by default: there, leftover-looking names may be your own files).",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
     ] = False,
@@ -151,6 +159,7 @@ def gc_command(
         yes,
         cache_dir,
         choose_format(fmt, as_json, quiet),
+        force_root,
     )
 
 
@@ -165,6 +174,7 @@ def parse_options(
     datasets: list[str],
     keep: list[str],
     include_sources: bool,
+    force_root: bool = False,
 ) -> GcOptions:
     """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
     from cachetool.cache.query import BYTE_UNITS, TIME_UNITS, parse_quantity
@@ -186,6 +196,7 @@ def parse_options(
         fingerprints=tuple(fingerprints),
         keep=tuple(keep),
         include_sources=include_sources,
+        force_root=force_root,
     )
     if not temp and not options.evicts:
         raise CachetoolError(
@@ -212,12 +223,23 @@ def _gc(
     yes: bool,
     cache_dir: Path | None,
     fmt: OutputFormat,
+    force_root: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.maintenance.gc import execute, plan_gc
 
     options = parse_options(
-        fingerprints, temp, tmp_dir, min_age, all_users, older_than, max_size, datasets, keep, include_sources
+        fingerprints,
+        temp,
+        tmp_dir,
+        min_age,
+        all_users,
+        older_than,
+        max_size,
+        datasets,
+        keep,
+        include_sources,
+        force_root,
     )
     root = existing_root(cache_dir)
     out = Output(fmt)

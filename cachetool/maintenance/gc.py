@@ -91,6 +91,7 @@ class GcOptions:
     fingerprints: tuple[str, ...] = ()
     keep: tuple[str, ...] = ()
     include_sources: bool = False
+    force_root: bool = False  # clean a root that is `/`, a home folder, or has no datasets layout
 
     @property
     def evicts(self) -> bool:
@@ -662,8 +663,10 @@ class _Builder:
 
     # -- leftovers ----------------------------------------------------------------------------
     def leftovers(self, only: set[Path] | None = None) -> None:
+        # Folders `datasets` writes cache files into: dataset folders, and folders holding its
+        # cache-<fp>.arrow files. A folder of a user's own .arrow files is not one of them.
         data_dirs = {d.path for d in self.report.datasets}
-        data_dirs |= {e.path.parent for e in self.report.entries if e.kind in DATA_KINDS}
+        data_dirs |= {e.path.parent for e in self.report.entries if e.kind in _WRITTEN_BY_DATASETS}
         locks: list[Entry] = []
         for e in self.report.entries:
             if only is not None and e.path not in only:
@@ -1151,6 +1154,7 @@ def build_plan(
     temp_users: Sequence[TempDirUser] = (),
     pool_users: Sequence[TempDirUser] = (),
     now: float | None = None,
+    root_refused: str | None = None,
     euid: int | None = None,
 ) -> GcPlan:
     """Decide what a gc run removes, from a scan and a liveness snapshot (plus lock probes).
@@ -1175,7 +1179,11 @@ def build_plan(
     leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD}
     named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
     explicit = [e for e in explicit if e.kind not in leftover_kinds]
-    if options.temp:
+    if root_refused is not None:
+        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
+        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
+        b.temp_folders()
+    elif options.temp:
         b.leftovers()
         b.temp_folders()
     elif named_leftovers:
@@ -1207,6 +1215,35 @@ def build_plan(
     )
 
 
+_WRITTEN_BY_DATASETS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED})
+_LAYOUT_KINDS = _WRITTEN_BY_DATASETS | {
+    Kind.INCOMPLETE_PREPARE,
+    Kind.INCOMPLETE_SAVE,
+    Kind.DOWNLOAD,
+    Kind.EXTRACTED,
+}
+
+
+def root_refusal(report: CacheReport) -> str | None:
+    """Why gc will not clean this root without `--force-root`: it is `/` or holds a home
+    folder, or nothing in it looks like a `datasets` cache (then whatever matches a leftover
+    name is somebody's own file)."""
+    root = os.path.realpath(report.root)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if root == "/":
+        return f"refusing to clean {report.root}: it is the file system root"
+    if home != "/" and (root == home or home.startswith(root.rstrip("/") + "/")):
+        return f"refusing to clean {report.root}: it is or holds your home folder"
+    if report.datasets or any(e.kind in _LAYOUT_KINDS for e in report.entries):
+        return None
+    if any(layout.VERSION_RE.match(p.name) for p in Path(report.root).glob("*/*/*") if p.is_dir()):
+        return None  # builder folders (`<name>/<config>/<version>`) not prepared yet
+    return (
+        f"refusing to clean {report.root}: nothing in it looks like a datasets cache "
+        "(no dataset folder, cache file or download)"
+    )
+
+
 def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
     ledger's parents, and build the plan."""
@@ -1221,6 +1258,9 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         raise CachetoolError(
             f"the cache root {report.root} was replaced while it was scanned; nothing removed"
         )
+    why = None if options.force_root or not report.entries else root_refusal(report)
+    if why is not None and (options.evicts or "nothing in it looks like" not in why):
+        raise CachetoolError(f"{why}; pass --force-root if you mean it")
     temp = None
     temp_id = None
     if options.temp:
@@ -1247,6 +1287,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         sockets=bound_socket_paths(),
         temp_users=users,
         pool_users=pools,
+        root_refused=why.split(": ", 1)[1] if why else None,
     )
     return dataclasses.replace(plan, root_id=root_id, temp_id=temp_id)
 
