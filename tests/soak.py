@@ -116,7 +116,7 @@ def soak_pipeline(iterations: int, base: Path) -> int:
                 text=True,
             )
             if "Traceback" in proc.stderr:
-                gc_problems.append(proc.stderr[-1500:])
+                gc_problems.append(proc.stderr.strip().splitlines()[-1])
 
     thread = threading.Thread(target=gc_loop, daemon=True)
     thread.start()
@@ -135,7 +135,7 @@ def soak_pipeline(iterations: int, base: Path) -> int:
         thread.join()
     for p in gc_problems:
         failures += 1
-        print(f"gc printed a traceback:\n{p}", flush=True)
+        print(f"gc printed a traceback: {p}", flush=True)
     return failures
 
 
