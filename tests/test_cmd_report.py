@@ -112,7 +112,7 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
     """In headless Chromium the page loads with no console errors, the treemap shows every dataset
     folder, and clicking a lineage step shows its arguments and files."""
     assert CHROMIUM, "Chromium is missing: .ci/run installs it (apt-get install chromium)"
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     out = cache["base"] / "browser.html"
     proc = _cachetool(cache["env"], "report", "-o", str(out), "--no-verify")
@@ -146,9 +146,12 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
             filters = [i for i, t in enumerate(texts) if t.startswith("filter ")]
             assert len(filters) == 2, texts  # min_len 5 and 20: two steps, two fingerprints
             shown = []
+            details = page.locator("#step-details")
             for i in filters:
                 steps.nth(i).click(force=True)
-                shown.append(page.locator("#step-details").text_content() or "")
+                fp8 = texts[i].split()[1]
+                expect(details).to_contain_text(f"filter  {fp8}")  # the click's handler has run
+                shown.append(details.text_content() or "")
             assert all("function: longer @ " in s and "files:" in s for s in shown), shown
             assert shown[0] != shown[1]
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
