@@ -39,9 +39,10 @@ class ReadIndex:
             self._load()
 
     def _load(self) -> None:
+        from cachetool.safejson import read_json_file
+
         try:
-            with open(self.path, encoding="utf-8") as f:
-                doc = json.load(f)
+            doc = read_json_file(self.path)
         except (OSError, ValueError):
             return
         if isinstance(doc, dict) and doc.get("version") == INDEX_VERSION:
@@ -59,7 +60,14 @@ class ReadIndex:
                 ref = stored[5]
                 stored[5] = self._old_meta[ref] if isinstance(ref, int) else None
                 summary = ArrowSummary.from_row(stored)
-            except (TypeError, ValueError, IndexError):
+                if not (
+                    all(v is None or _is_count(v) for v in (summary.rows, summary.batches))
+                    and isinstance(summary.format, str)
+                    and all(v is None or isinstance(v, str) for v in (summary.fingerprint, summary.error))
+                    and (summary.metadata_json is None or isinstance(summary.metadata_json, str))
+                ):
+                    return None  # a damaged index: read the file again
+            except (TypeError, ValueError, IndexError, AttributeError):
                 return None
             self._remember(rel, size, mtime_ns, summary)
             self.hits += 1
@@ -96,3 +104,7 @@ class ReadIndex:
         except OSError:
             return False
         return True
+
+
+def _is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0

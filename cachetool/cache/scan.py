@@ -9,7 +9,6 @@ files, and never reads column data (see `cachetool.cache.arrow`).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -688,8 +687,13 @@ class _Scanner:
                 for name, s in splits.items():
                     if isinstance(s, dict) and isinstance(s.get("num_examples"), int):
                         split_rows.append((str(name), s["num_examples"]))
-                        if isinstance(s.get("shard_lengths"), list):
-                            shard_lengths.append((str(name), tuple(int(x) for x in s["shard_lengths"])))
+                        lengths = s.get("shard_lengths")
+                        if isinstance(lengths, list) and all(_is_count(x) for x in lengths):
+                            shard_lengths.append((str(name), tuple(lengths)))
+                        elif lengths is not None:
+                            self.warn(
+                                path / layout.DATASET_INFO, f"split {name}: shard_lengths are not counts"
+                            )
         else:
             self.warn(path / layout.DATASET_INFO, "unreadable dataset_info.json")
         rel = _relative_data_dir(path)
@@ -884,20 +888,16 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 def _read_json(path: Path) -> Any:
     """A small JSON file `datasets` wrote, or None: regular files only (a FIFO is never waited
     on), size-capped, and nesting too deep to parse is a bad file like any other."""
+    from cachetool.safejson import read_json_file
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        return read_json_file(path, MAX_JSON_BYTES)
+    except (OSError, ValueError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError, RecursionError):
-        return None
-    finally:
-        os.close(fd)
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _is_dataset_dict(path: Path) -> bool:

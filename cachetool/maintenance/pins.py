@@ -48,9 +48,10 @@ def read_pins(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     An unreadable pins file is an error rather than "no pins": gc must not evict what a user pinned
     because a file got damaged."""
     path = pins_path(root)
+    from cachetool.safejson import read_json_file
+
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = read_json_file(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:

@@ -1,0 +1,44 @@
+"""Reading the small JSON files of a cache (`dataset_info.json`, `state.json`, cachetool's own
+state) without trusting them: regular files only (a FIFO is never waited on, `/dev/zero` behind a
+symlink is never read), a size cap, and nesting too deep to parse is a bad file like any other."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+#: No metadata file of a cache comes near this (a dataset_info.json of many configs is a few MB).
+MAX_BYTES = 64 * 1024 * 1024
+
+
+class BadJsonFile(ValueError):
+    """The file exists but is not a JSON document this reads; the message says why."""
+
+
+def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> Any:
+    """The parsed document; FileNotFoundError when the file is missing, BadJsonFile otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise BadJsonFile(e.strerror or str(e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadJsonFile("not a regular file")
+        if st.st_size > max_bytes:
+            raise BadJsonFile(f"{st.st_size} bytes, more than any such file holds")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(max_bytes + 1)
+        return json.loads(data)
+    except RecursionError:
+        raise BadJsonFile("nested too deeply") from None
+    except (OSError, ValueError) as e:
+        if isinstance(e, BadJsonFile):
+            raise
+        raise BadJsonFile(str(e).splitlines()[0][:200]) from None
+    finally:
+        os.close(fd)

@@ -1,0 +1,93 @@
+"""Damaged or hostile metadata files never crash or hang a command: each ends with a finding, a
+warning or one `Error:` line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.attack.races import synthesize_cache
+from tests.conftest import hf_env
+
+pytestmark = pytest.mark.slow
+
+COMMANDS = [["ls"], ["ls", "--json"], ["verify"], ["gc", "--temp", "--dry-run"], ["stats"]]
+
+
+def _run_all(root: Path, env: dict[str, str]) -> list[tuple[list[str], int, str]]:
+    out = []
+    for cmd in COMMANDS:
+        args = [sys.executable, "-m", "cachetool", *cmd]
+        args += [str(root)] if cmd[0] == "ls" else ["--cache-dir", str(root)]
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+        out.append((cmd, proc.returncode, proc.stderr))
+    return out
+
+
+def _assert_no_crash(results: list[tuple[list[str], int, str]]) -> None:
+    for cmd, code, err in results:
+        assert "Traceback" not in err, (cmd, err[-1500:])
+        assert code in (0, 1, 2), (cmd, code, err[-500:])
+
+
+@pytest.mark.parametrize(
+    "lengths", [["x"], [None], "1e400", "deep"], ids=["string", "null", "huge-float", "deep-nesting"]
+)
+def test_damaged_dataset_info(tmp_path: Path, lengths: object) -> None:
+    root = tmp_path / "cache"
+    files = synthesize_cache(root, 2)
+    info = files[0].parent / "dataset_info.json"
+    if lengths == "deep":
+        info.write_text("[" * 100_000 + "]" * 100_000)
+    elif lengths == "1e400":
+        info.write_text(
+            '{"splits": {"train": {"name": "train", "num_examples": 4, "shard_lengths": [1e400]}}}'
+        )
+    else:
+        doc = {"splits": {"train": {"name": "train", "num_examples": 4, "shard_lengths": lengths}}}
+        info.write_text(json.dumps(doc))
+    _assert_no_crash(_run_all(root, hf_env(tmp_path)))
+
+
+def test_damaged_state_and_dataset_dict(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    synthesize_cache(root, 1)
+    saved = root / "saved"
+    saved.mkdir()
+    (saved / "data-00000-of-00001.arrow").write_bytes(b"")
+    (saved / "state.json").write_text('{"_data_files": 5, "_fingerprint": "abc"}')
+    dd = root / "dd"
+    dd.mkdir()
+    (dd / "dataset_dict.json").write_text("{" * 50_000)
+    _assert_no_crash(_run_all(root, hf_env(tmp_path)))
+
+
+def test_a_damaged_read_index_is_read_again(tmp_path: Path) -> None:
+    """`"rows": "many"` in the read index: ls reads the file again and shows its real rows."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 2)
+    env = hf_env(tmp_path)
+    ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
+    first = json.loads(subprocess.run(ls, env=env, capture_output=True, text=True, check=True).stdout)
+    index = root / ".cachetool" / "read-index.json"
+    doc = json.loads(index.read_text())
+    for row in doc["files"].values():
+        row[2][1] = "many"
+    index.write_text(json.dumps(doc))
+    again = subprocess.run(ls, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "Traceback" not in again.stderr
+    assert [e["rows"] for e in json.loads(again.stdout)["entries"]] == [e["rows"] for e in first["entries"]]
+
+
+@pytest.mark.parametrize("name", ["read-index.json", "pins.json"])
+def test_a_fifo_in_place_of_cachetools_own_files_never_hangs(tmp_path: Path, name: str) -> None:
+    root = tmp_path / "cache"
+    synthesize_cache(root, 2)
+    (root / ".cachetool").mkdir(exist_ok=True)
+    os.mkfifo(root / ".cachetool" / name)
+    _assert_no_crash(_run_all(root, hf_env(tmp_path)))  # each command has 60 s: a hang fails
