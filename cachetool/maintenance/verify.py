@@ -391,7 +391,7 @@ def _max_index(path: Path) -> int | None:
                 return None
             value = pc.max(table.column(0)).as_py()
             return int(value) if value is not None else None
-    except (pa.ArrowInvalid, OSError, ValueError):
+    except Exception:  # a damaged file has no bounds to check; its own finding says so
         return None
 
 
@@ -449,6 +449,8 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
                 return checksum, f"invalid data in batch {index}: {' '.join(str(e).split())}"
     except (pa.ArrowInvalid, OSError) as e:
         return checksum, " ".join(str(e).split())
+    except Exception as e:  # whatever pyarrow raises on damage is a finding
+        return checksum, f"damaged Arrow file: {type(e).__name__}: {' '.join(str(e).split())}"
     return checksum, None
 
 
