@@ -31,6 +31,7 @@ from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
+from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.liveness import InUse, scan_in_use
 
 CHECKSUMS_NAME = "checksums.json"
@@ -131,6 +132,7 @@ class _Checker:
         self.in_use = in_use
         self.now = now
         self.findings: list[Finding] = []
+        self.removed_folders: frozenset[Path] | None = None
 
     def add(
         self,
@@ -327,6 +329,23 @@ class _Checker:
         self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", GC_HINT)
 
     # -- indices bounds ------------------------------------------------------------------------
+    def orphan(self, e: Entry, why: str) -> None:
+        """An indices file whose data is gone: harmless (datasets never reads it without its
+        data), removable, and never quarantined."""
+        self.add(Severity.WARNING, e, e.files[0].path, f"orphan: {why}", gc_hint(self.report.root, e.id))
+
+    def data_removed(self, e: Entry) -> bool:
+        """The data an unrecorded indices file points into is gone: its folder has no source
+        split left, or gc removed data files from it."""
+        if self.removed_folders is None:
+            self.removed_folders = _removed_folders(self.report.root)
+        folder = e.files[0].path.parent
+        no_source = not any(
+            x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder
+            for x in self.report.entries
+        )
+        return no_source or folder in self.removed_folders
+
     def indices(self, entries: Sequence[Entry], parents: dict[str, str | None]) -> None:
         """An indices mapping must point inside the data it indexes. The recorded parent tells
         which data that is; without a record, an index past the end of every data file in the
@@ -343,7 +362,11 @@ class _Checker:
             biggest = _max_index(e.files[0].path)
             if biggest is None:
                 continue
-            parent = by_fp.get(parents.get(e.fingerprint or "") or "")
+            parent_fp = parents.get(e.fingerprint or "")
+            parent = by_fp.get(parent_fp or "")
+            if parent_fp and parent is None:
+                self.orphan(e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+                continue
             if parent is not None and (parent.problems or parent.complete is False):
                 continue  # the parent is the broken one: its own finding says so
             if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
@@ -365,7 +388,13 @@ class _Checker:
                 and not x.problems
                 and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
             ]
-            if sizes and biggest >= max(sizes):
+            if sizes and biggest >= max(sizes) and self.data_removed(e):
+                self.orphan(
+                    e,
+                    f"index {biggest} is past the end of every dataset left in its folder (largest has "
+                    f"{max(sizes)} rows): the data it indexes was removed",
+                )
+            elif sizes and biggest >= max(sizes):
                 self.add(
                     Severity.ERROR,
                     e,
@@ -393,6 +422,20 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
+def _removed_folders(root: Path) -> frozenset[Path]:
+    """Folders from which gc (as its log in the ledger says) removed data files."""
+    try:
+        from cachetool.lineage.gclog import gc_records
+    except ImportError:  # pragma: no cover
+        return frozenset()
+    out: set[Path] = set()
+    for rec in gc_records(root):
+        paths = rec.get("paths")
+        if rec.get("kind") in ("source", "derived", "shards", "arrow") and isinstance(paths, list):
+            out.update(Path(p).parent for p in paths if isinstance(p, str))
+    return frozenset(out)
 
 
 def _pids(pids: Iterable[int]) -> str:
@@ -577,7 +620,8 @@ def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
         return
     gone: dict[str, str] = {}
     for rec in read_ledger(report.root, include_internal=False).records:
-        for f in rec.get("files") or []:
+        files = rec.get("files")
+        for f in files if isinstance(files, list) else []:  # gc's records count files: an int
             path = f.get("path") if isinstance(f, dict) else None
             if isinstance(path, str) and path not in gone and not os.path.lexists(path):
                 gone[path] = str(rec.get("result") or "?")
