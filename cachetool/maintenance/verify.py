@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -525,6 +526,9 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
     checksum = xxhash.xxh3_64(mm).hexdigest()
     try:
         reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mm)))
+        why = load_error(reader.schema)
+        if why is not None:
+            return checksum, why
         for index, batch in enumerate(reader):
             try:
                 batch.validate(full=True)
@@ -535,6 +539,65 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
     except Exception as e:  # whatever pyarrow raises on damage is a finding
         return checksum, f"damaged Arrow file: {type(e).__name__}: {' '.join(str(e).split())}"
     return checksum, None
+
+
+_LOAD_ERRORS: dict[bytes, str | None] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_error(schema: Any) -> str | None:
+    """Why `datasets` would refuse a file with this Arrow schema, or None if it would load it.
+
+    `datasets.Dataset.from_file` reads the `huggingface` schema metadata as JSON and builds
+    `Features.from_arrow_schema` (which runs `Features.from_dict` on `info.features`), then checks
+    column names and types in `Dataset.__init__`. The same constructor runs here on an empty table
+    of the same schema (everything it checks depends on the schema alone), so the answer is the
+    one `datasets` gives, for every feature type and version; once per distinct schema. Without
+    `datasets` installed, the metadata is only parsed as JSON and its shape checked."""
+    key = schema.serialize().to_pybytes()
+    with _LOAD_LOCK:
+        if key in _LOAD_ERRORS:
+            return _LOAD_ERRORS[key]
+    why = _load_error(schema)
+    with _LOAD_LOCK:
+        _LOAD_ERRORS[key] = why
+    return why
+
+
+def _load_error(schema: Any) -> str | None:
+    try:
+        import datasets
+    except ImportError:
+        return _metadata_shape_error(schema)
+    import pyarrow as pa
+
+    try:
+        datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches([], schema)))
+    except Exception as e:  # whatever datasets raises is the reason it would not load the file
+        return f"datasets cannot load it: {type(e).__name__}: {_first_line(e)}"
+    return None
+
+
+def _metadata_shape_error(schema: Any) -> str | None:
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw.decode())
+    except (ValueError, RecursionError) as e:
+        return f"datasets cannot load it: the huggingface schema metadata is not JSON ({_first_line(e)})"
+    info = doc.get("info") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or (info is not None and not isinstance(info, dict)):
+        return "datasets cannot load it: the huggingface schema metadata is not an object with an info object"
+    features = info.get("features") if isinstance(info, dict) else None
+    if features is not None and not isinstance(features, dict):
+        return "datasets cannot load it: info.features in the huggingface schema metadata is not an object"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _checksums_path(root: Path) -> Path:
