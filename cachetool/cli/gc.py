@@ -344,7 +344,11 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         return
     out.line(f"Cache: {os.fsdecode(plan.root)}", style="bold")
     if plan.temp_dir is not None:
-        out.line(f"Temp dir: {os.fsdecode(plan.temp_dir)} (only hf_datasets-* and pymp-*)", style="dim")
+        out.line(
+            f"Temp dir: {os.fsdecode(plan.temp_dir)} "
+            "(only hf_datasets-*, pymp-* and cachetool-determinism-*)",
+            style="dim",
+        )
     if plan.items:
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
