@@ -19,6 +19,7 @@ from cachetool.annotations import annotation
 from cachetool.cli.app import app
 from cachetool.determinism.runner import OUTPUT_CAP, check_determinism
 from cachetool.errors import ExitCode
+from tests.attack.races import SLOW_MAP
 from tests.conftest import hf_env, short_tmp_dir
 
 CLI = [sys.executable, "-m", "cachetool"]
@@ -202,20 +203,6 @@ def test_a_timeout_stops_a_double_forked_setsid_grandchild(tmp_path: Path) -> No
     assert _dead(pid), f"grandchild {pid} survived the timeout"
     assert report.failed_run.stopped >= 2
     assert any("stopped" in w for w in report.warnings)
-
-
-SLOW_MAP = """\
-import sys, time
-from datasets import load_dataset
-csv = sys.argv[1]
-with open(csv, "w") as f:
-    f.write("id\\n" + "".join(f"{i}\\n" for i in range(200)))
-ds = load_dataset("csv", data_files=csv, split="train")
-def slow(x):
-    time.sleep(0.05)
-    return {"y": x["id"] * 2}
-ds.map(slow, writer_batch_size=10)
-"""
 
 
 def _leftovers(cache: Path, tmp: Path) -> tuple[list[str], list[str]]:
