@@ -58,3 +58,41 @@ def short_path(path: str | os.PathLike[str], width: int | None = 80) -> str:
         return "/".join([*head, *tail])
     shortened = "/".join([*head, "…", *tail])
     return shortened if len(shortened) <= width else "…/" + parts[-1]
+
+
+def wrap_line(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` columns, broken only at spaces (a path or a hash is
+    never split; one wider than `width` stands on its own line), continuation lines indented two
+    more than the first."""
+    if len(text) <= width:
+        return [text]
+    import textwrap
+
+    body = text.lstrip(" ")
+    lead = text[: len(text) - len(body)]
+    return textwrap.wrap(
+        body,
+        width,
+        initial_indent=lead,
+        subsequent_indent=lead + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [text]
+
+
+def fit_paths(message: str, width: int) -> str:
+    """A one-line message made to fit `width` columns by shortening the paths in it (`~` for the
+    home folder, middle folders as `…`); the words and the names of files stay whole."""
+    if len(message) <= width:
+        return message
+    words = message.split(" ")
+    paths = sorted((i for i, w in enumerate(words) if "/" in w), key=lambda i: -len(words[i]))
+    for i in paths:
+        over = len(" ".join(words)) - width
+        if over <= 0:
+            break
+        word = words[i]
+        trail = len(word) - len(word.rstrip(".,:;)'\""))
+        core, end = (word[:-trail], word[-trail:]) if trail else (word, "")
+        words[i] = short_path(core, max(1, len(core) - over)) + end
+    return " ".join(words)

@@ -147,12 +147,7 @@ def _check(
             sys.stdout.write(line + "\n")
         sys.stdout.flush()
     else:
-        from rich.text import Text
-
-        from cachetool.cli.common import safe_text
-
         out = Output(OutputFormat.human)
         for line in human_lines(report):
-            # Paths and reprs are long: let the terminal wrap them rather than cutting words.
-            out.console.print(Text(safe_text(line)), soft_wrap=True)
+            out.line(line)  # wrapped at spaces: paths and reprs are never cut
     return int(report.exit_code)

@@ -150,23 +150,30 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def error(message: str) -> None:
-    """One line on stderr, escaped (paths may contain markup)."""
-    from rich.markup import escape
+def _stderr_line(label: str, style: str, message: str) -> None:
+    """One line on stderr, escaped (paths may contain markup). On a terminal, paths in a line
+    wider than the window are shortened from the middle (names whole) so the line fits."""
+    from rich.text import Text
 
-    stderr_console().print(f"[bold red]Error:[/] {escape(safe_text(message))}")
+    text = safe_text(message)
+    if sys.stderr.isatty() and not debug_enabled():
+        from cachetool.formatting import fit_paths
+
+        width = stderr_console().width
+        text = fit_paths(text, width - len(label) - 1)
+    stderr_console().print(Text.assemble((label, style), " ", text))
+
+
+def error(message: str) -> None:
+    _stderr_line("Error:", "bold red", message)
 
 
 def warn(message: str) -> None:
-    from rich.markup import escape
-
-    stderr_console().print(f"[yellow]Warning:[/] {escape(safe_text(message))}")
+    _stderr_line("Warning:", "yellow", message)
 
 
 def hint(message: str) -> None:
-    from rich.markup import escape
-
-    stderr_console().print(f"[dim]Hint:[/] {escape(safe_text(message))}")
+    _stderr_line("Hint:", "dim", message)
 
 
 def safe_text(text: str) -> str:
@@ -260,9 +267,15 @@ class Output:
         return short_path(path, self.console.width if room is None else room)
 
     def line(self, text: str = "", style: str | None = None) -> None:
+        """One line of text; wider than the terminal, it is wrapped at spaces only (paths and
+        hashes never split), continuation lines indented."""
         from rich.text import Text
 
-        self.console.print(Text(safe_text(text), style=style or ""))
+        from cachetool.formatting import wrap_line
+
+        pieces = [safe_text(text)] if self.no_truncate else wrap_line(safe_text(text), self.console.width)
+        for piece in pieces:
+            self.console.print(Text(piece, style=style or ""), soft_wrap=True)
 
     def json(self, doc: dict[str, Any]) -> None:
         """One document in the envelope every command shares: `version` first, then the fields."""
