@@ -106,10 +106,12 @@ def stderr_console() -> Console:
 
 
 def error(message: str) -> None:
-    """One line on stderr, escaped (paths may contain markup)."""
+    """One line on stderr, escaped (paths may contain markup); a message made of several lines
+    (the candidates of an ambiguous prefix) keeps its line breaks, each line escaped."""
     from rich.markup import escape
 
-    stderr_console().print(f"[bold red]Error:[/] {escape(safe_text(message))}")
+    text = "\n".join(escape(safe_text(line)) for line in message.split("\n"))
+    stderr_console().print(f"[bold red]Error:[/] {text}")
 
 
 def warn(message: str) -> None:
