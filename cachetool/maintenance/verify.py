@@ -31,6 +31,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
+from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
 from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.liveness import InUse, scan_in_use
@@ -433,9 +434,8 @@ def _removed_folders(root: Path) -> frozenset[Path]:
         return frozenset()
     out: set[Path] = set()
     for rec in gc_records(root):
-        paths = rec.get("paths")
-        if rec.get("kind") in ("source", "derived", "shards", "arrow") and isinstance(paths, list):
-            out.update(Path(p).parent for p in paths if isinstance(p, str))
+        if rec.kind in ("source", "derived", "shards", "arrow"):
+            out.update(Path(p).parent for p in rec.paths)
     return frozenset(out)
 
 
@@ -639,22 +639,26 @@ def verify_cache(
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
+    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     report = scan_cache(
-        root, use_index=False, progress=(lambda n: progress(n, 0)) if progress is not None else None
+        root,
+        use_index=False,
+        ledger=ledger,
+        progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
     in_use = scan_in_use()
     now = time.time()
     entries = list(report.entries)
     if fingerprints:
-        chosen = {id(find_entry(report, fp)) for fp in fingerprints}
+        chosen = {id(find_entry(report, fp, ledger)) for fp in fingerprints}
         entries = [e for e in entries if id(e) in chosen]
     checker = _Checker(report, in_use, now)
     for e in entries:
         checker.entry(e)
-    parents = _recorded_parents(report.root)
+    parents = {fp: u.parent for fp, u in ledger.usage().items()}
     checker.indices(entries, parents)
     if not fingerprints:
-        _ledger_findings(checker, report)
+        _ledger_findings(checker, ledger)
     bytes_checked = 0
     recorded = 0
     if deep or record:
@@ -667,27 +671,13 @@ def verify_cache(
     )
 
 
-def _recorded_parents(root: Path) -> dict[str, str | None]:
-    try:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-    except ImportError:  # pragma: no cover
-        return {}
-    return {fp: u.parent for fp, u in usage_by_fingerprint(root).items()}
-
-
-def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
+def _ledger_findings(checker: _Checker, ledger: Ledger) -> None:
     """Records whose files are gone: information (gc or a user removed them), not corruption."""
-    try:
-        from cachetool.lineage.ledger import read_ledger
-    except ImportError:  # pragma: no cover
-        return
     gone: dict[str, str] = {}
-    for rec in read_ledger(report.root, include_internal=False).records:
-        files = rec.get("files")
-        for f in files if isinstance(files, list) else []:  # gc's records count files: an int
-            path = f.get("path") if isinstance(f, dict) else None
-            if isinstance(path, str) and path not in gone and not os.path.lexists(path):
-                gone[path] = str(rec.get("result") or "?")
+    for rec in ledger.own_steps():
+        for f in rec.files:
+            if f.path not in gone and not os.path.lexists(f.path):
+                gone[f.path] = rec.result or "?"
     for path, fp in sorted(gone.items()):
         checker.findings.append(
             Finding(Severity.INFO, fp, "record", Path(path), "recorded file no longer exists (removed since)")
