@@ -266,6 +266,7 @@ class LedgerSink:
 
     def __init__(self) -> None:
         self.writer = LedgerWriter(warn=_warn)
+        self.cache_root = ""  # the process's cache root: also where steps on other file systems go
 
     @property
     def run_id(self) -> str:
@@ -273,7 +274,8 @@ class LedgerSink:
 
     def emit_line(self, record: Record, line: str) -> None:
         """Write one record, already encoded as `line` (JSON, no newline)."""
-        kind = "saved" if (record.get("source") or {}).get("kind") == "saved" else "cache"
+        saved = (record.get("source") or {}).get("kind") == "saved" and record["root"] != self.cache_root
+        kind = "saved" if saved else "cache"
         self.writer.append_line(record["root"], line, kind)
 
     def close(self) -> None:
@@ -507,6 +509,8 @@ class Tracer:
         assert dataset_cls is not None and builder_cls is not None and hasher is not None
         self._datasets_prefix = os.path.dirname(os.path.abspath(datasets.__file__)) + os.sep
         self.default_root = _abs(str(datasets.config.HF_DATASETS_CACHE))
+        if isinstance(self.sink, LedgerSink):
+            self.sink.cache_root = self.default_root
         self.versions = _versions()
         try:
             self._patch_all(fp_mod, ad, dataset_cls, builder_cls, hasher)
@@ -1267,11 +1271,15 @@ class Tracer:
         if exc is not None or out is None:
             return []
         raw = frame.args[0] if frame.args else frame.kwargs.get("dataset_path")
-        path = _abs(os.fspath(raw)) if isinstance(raw, (str, os.PathLike)) else str(raw)
-        root = self._saved_root(path)
+        local = local_path(raw)
+        # A saved dataset on another file system: the step belongs to this process's cache root.
+        path = local if local is not None else str(os.fspath(raw) if isinstance(raw, os.PathLike) else raw)
+        root = self._saved_root(local) if local is not None else self.default_root
         state_fp = None
-        with contextlib.suppress(Exception), open(os.path.join(path, "state.json"), encoding="utf-8") as fh:
-            state_fp = json.load(fh).get("_fingerprint")
+        state_file = os.path.join(local, "state.json") if local is not None else None
+        if state_file is not None:
+            with contextlib.suppress(Exception), open(state_file, encoding="utf-8") as fh:
+                state_fp = json.load(fh).get("_fingerprint")
         rec = self._base(
             type_="root",
             seq=frame.seq,
@@ -1303,8 +1311,9 @@ class Tracer:
         raw = frame.args[1] if len(frame.args) > 1 else frame.kwargs.get("dataset_path")
         if not isinstance(raw, (str, os.PathLike)):
             return []
-        path = _abs(os.fspath(raw))
-        root = self._saved_root(path)
+        local = local_path(raw)
+        path = local if local is not None else os.fspath(raw)
+        root = self._saved_root(local) if local is not None else self.default_root
         rec = self._base(
             type_="save",
             seq=frame.seq,
@@ -1321,10 +1330,11 @@ class Tracer:
         rec["split"] = _split_of(ds)
         rec["source"] = {"kind": "saved", "path": path}
         files = []
-        with contextlib.suppress(OSError), os.scandir(path) as it:
-            for de in it:
-                if de.name.startswith("data-") and de.name.endswith(".arrow"):
-                    files.append({"path": de.path, "size": de.stat().st_size, "status": "written"})
+        if local is not None:
+            with contextlib.suppress(OSError), os.scandir(local) as it:
+                for de in it:
+                    if de.name.startswith("data-") and de.name.endswith(".arrow"):
+                        files.append({"path": de.path, "size": de.stat().st_size, "status": "written"})
         rec["files"] = sorted(files, key=lambda f: f["path"])
         rec["cache"] = "miss" if files else "none"
         return [rec]
@@ -1395,6 +1405,27 @@ def _abs(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+_LOCAL_SCHEMES = ("file://", "local://")
+
+
+def local_path(url: Any) -> str | None:
+    """The absolute local path an fsspec-style location names (`/a/b`, `a/b`, `file:///a/b`,
+    `file:/a/b`, `local:///a/b`, a path-like); None for any other file system (`s3://…`,
+    `memory://…`, a chained `simplecache::file://…`)."""
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str) or not url:
+        return None
+    for scheme in _LOCAL_SCHEMES:
+        if url.startswith(scheme):
+            return _abs(url[len(scheme) :] or os.sep)
+    if url.startswith("file:") and url[5:6] == "/":
+        return _abs(url[5:])
+    if "::" in url or "://" in url:
+        return None
+    return _abs(url)
+
+
 def _cache_files(ds: Any) -> list[dict[str, Any]]:
     try:
         files = ds.cache_files
@@ -1422,10 +1453,8 @@ def _data_files(builder: Any) -> list[dict[str, Any]]:
     try:
         for split, files in data_files.items():
             for f in files if isinstance(files, (list, tuple)) else [files]:
-                path = str(f)
-                if path.startswith("file://"):
-                    path = path[len("file://") :]
-                if "://" in path or "::" in path:
+                path = local_path(str(f))
+                if path is None:
                     continue
                 try:
                     st = os.stat(path)
