@@ -6,9 +6,11 @@ non-local file system are recorded in the running process's cache root."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,12 +39,19 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def test_fsspec_urls_are_paths_or_the_cache_root_never_folders_in_the_cwd(tmp_path: Path) -> None:
-    """`DatasetDict.load_from_disk` and a save to / load from `memory://` under `cachetool run`:
-    the working directory stays as it was (no `file:` or `memory:` folders), cachetool writes
-    only in the cache root, the saved folder and its state folder, the loads of `file:///…/train`
-    are recorded in the saved folder with the saved state as parent, and `lineage` of a map after
-    the load goes back to the csv source."""
+@dataclass(frozen=True)
+class Traced:
+    base: Path
+    work: Path
+    saved: Path
+    env: dict[str, str]
+    fps: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Traced:
+    """The pipeline above, run once under `cachetool run` from an empty working directory."""
+    tmp_path = tmp_path_factory.mktemp("paths")
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(8)), encoding="utf-8")
     work = tmp_path / "work"
@@ -54,7 +63,16 @@ def test_fsspec_urls_are_paths_or_the_cache_root_never_folders_in_the_cwd(tmp_pa
     proc = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "cachetool: warning" not in proc.stderr
-    fps = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Traced(tmp_path, work, saved, env, json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_fsspec_urls_are_paths_or_the_cache_root_never_folders_in_the_cwd(traced: Traced) -> None:
+    """`DatasetDict.load_from_disk` and a save to / load from `memory://` under `cachetool run`:
+    the working directory stays as it was (no `file:` or `memory:` folders), cachetool writes
+    only in the cache root, the saved folder and its state folder, the loads of `file:///…/train`
+    are recorded in the saved folder with the saved state as parent, and `lineage` of a map after
+    the load goes back to the csv source."""
+    tmp_path, work, saved, env, fps = traced.base, traced.work, traced.saved, traced.env, traced.fps
     assert list(work.iterdir()) == []
     segments = list(tmp_path.rglob("ledger/*.jsonl"))
     ledgers = sorted(str(p.parent.parent.parent.relative_to(tmp_path)) for p in segments)
@@ -85,3 +103,43 @@ def test_fsspec_urls_are_paths_or_the_cache_root_never_folders_in_the_cwd(tmp_pa
     steps = json.loads(lineage.stdout)["steps"]
     assert steps[0]["source"]["kind"] == "builder" and steps[-1]["fingerprint"] == fps["after"]
     assert fps["train"] in [s["fingerprint"] for s in steps]
+
+
+def _cli(traced: Traced, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", *args],
+        env=traced.env,
+        cwd=traced.work,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_cachetools_own_files_are_never_listed(traced: Traced) -> None:
+    """`ls` of the saved DatasetDict, of one of its splits, of the cache root (with a pin), of a
+    folder holding only cachetool's state, and of the state folder itself: no entry is a ledger
+    segment, the read index or pins.json, so `gc $(cachetool ls -q …)` cannot name them."""
+    _cli(traced, "pin", traced.fps["after"], "--cache-dir", str(traced.saved))
+    _cli(traced, "pin", traced.fps["train"], "--cache-dir", str(traced.base / "cache"))
+    state_only = traced.base / "state-only"
+    shutil.copytree(traced.saved / ".cachetool", state_only / ".cachetool")
+    folders = [
+        traced.saved,
+        traced.saved / "train",
+        traced.base / "cache",
+        state_only,
+        traced.saved / ".cachetool",
+        traced.base / "cachetool_home",
+    ]
+    for folder in folders:
+        assert any(folder.rglob("*.json*")), folder  # cachetool's files are there to be left out
+        human = _cli(traced, "ls", str(folder)).stdout
+        quiet = _cli(traced, "ls", "-q", str(folder)).stdout.split()
+        listed = json.loads(_cli(traced, "ls", "--json", str(folder)).stdout)
+        paths = [e["path"] for e in listed["entries"]]
+        assert ".jsonl" not in human and "read-index" not in human and "pins" not in human
+        assert [p for p in paths + quiet if ".cachetool" in p or "cachetool_home" in p] == [], folder
+    assert len(_cli(traced, "ls", "-q", str(traced.saved)).stdout.split()) == 3
