@@ -457,6 +457,7 @@ class Tracer:
         self._datasets_prefix = ""
         self._cachetool_prefix = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         self._hook_errors = 0
+        self.untraced: list[str] = []  # methods this datasets version lacks
         self._prefix: str | None = None
         self._sources_done: set[tuple[Any, str]] = set()
 
@@ -484,13 +485,7 @@ class Tracer:
         if dataset_cls is not None:
             missing += [
                 f"Dataset.{m}"
-                for m in (
-                    *TRANSFORM_METHODS,
-                    *INPLACE_METHODS,
-                    "save_to_disk",
-                    "load_from_disk",
-                    "_get_cache_file_path",
-                )
+                for m in (*INPLACE_METHODS, "save_to_disk", "load_from_disk", "_get_cache_file_path")
                 if m not in vars(dataset_cls)
             ]
         if builder_cls is None or not all(
@@ -507,6 +502,14 @@ class Tracer:
             )
             return False
         assert dataset_cls is not None and builder_cls is not None and hasher is not None
+        # Transform methods this version lacks (2.21 has no `repeat`; 2.14 no `skip`, `take`,
+        # `batch`): the rest is traced, and the user hears once what is not.
+        self.untraced = [f"Dataset.{m}" for m in TRANSFORM_METHODS if m not in vars(dataset_cls)]
+        if self.untraced:
+            _warn(
+                f"this datasets {getattr(datasets, '__version__', '?')} has no "
+                f"{', '.join(self.untraced)}: calls of those are not traced; everything else is"
+            )
         self._datasets_prefix = os.path.dirname(os.path.abspath(datasets.__file__)) + os.sep
         self.default_root = _abs(str(datasets.config.HF_DATASETS_CACHE))
         if isinstance(self.sink, LedgerSink):
@@ -561,7 +564,7 @@ class Tracer:
         self._patch(hasher, "hash", self._wrap_hash(vars(hasher)["hash"].__func__))
 
         # Layer 1: the edges.
-        names = set(TRANSFORM_METHODS)
+        names = {m for m in TRANSFORM_METHODS if m in vars(dataset_cls)}
         for name, value in vars(dataset_cls).items():
             if not name.startswith("_") and _is_fingerprint_transform(value) and name not in INPLACE_METHODS:
                 names.add(name)
