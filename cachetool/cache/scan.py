@@ -9,6 +9,7 @@ files, and never reads column data (see `cachetool.cache.arrow`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
+from cachetool.cache.dirs import user_state_dir
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.errors import CacheNotFound, NotADirectory, RecordedOnly
@@ -298,6 +300,8 @@ def _list_dir(path: Path) -> tuple[list[_Item], str | None]:
     try:
         with os.scandir(path) as it:
             for de in it:
+                if de.name == layout.LEDGER_DIR:
+                    continue  # cachetool's own state (ledger, read index, pins): never an entry
                 p = child(de.name) if child is not None else Path(de.path)
                 try:
                     st = de.stat(follow_symlinks=False)
@@ -998,9 +1002,11 @@ def scan_cache(
     if not root_path.is_dir():
         raise NotADirectory(root_path)
     root_path = root_path.resolve()
-    index = ReadIndex(root_path, enabled=use_index)
+    own = _is_cachetool_state(root_path)
+    index = ReadIndex(root_path, enabled=use_index and not own)
     scanner = _Scanner(root_path, index, progress)
-    scanner.walk(root_path)
+    if not own:
+        scanner.walk(root_path)
     index.save()
     entries = _attribute_locks(scanner.entries, scanner.datasets)
     if ledger is not False:
@@ -1008,6 +1014,18 @@ def scan_cache(
     entries.sort(key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", _path_str(e.path)))
     datasets = sorted(scanner.datasets, key=lambda d: _path_str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
+
+
+def _is_cachetool_state(path: Path) -> bool:
+    """A folder of cachetool's own state (a root's `.cachetool/`, or the per-user state folder):
+    nothing in it is a cache entry."""
+    if layout.LEDGER_DIR in path.parts:
+        return True
+    state = user_state_dir()
+    with contextlib.suppress(OSError):
+        state = state.resolve()
+    # Only the folder itself and its ledgers: CACHETOOL_HOME may be a broad folder holding caches.
+    return path == state or state / "ledgers" in (path, *path.parents)
 
 
 def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[Entry]:
