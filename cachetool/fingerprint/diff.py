@@ -319,6 +319,22 @@ def hint_for(nodes: Sequence[dict[str, Any]], path: Sequence[str] = ()) -> tuple
     return "value", f"this value is different in each run: {runtime}"
 
 
+#: The datasets issue where changing an object inside the mapped function is discussed.
+STATE_CHANGE_ISSUE = "https://github.com/huggingface/datasets/issues/3638"
+
+
+def state_change_hint(types: str) -> str:
+    """What to do about an object a step changes while it runs (the hint of a cache-state culprit);
+    `types` names the types on the way to the changed part."""
+    what = "the tokenizer" if "tokenizer" in types.lower() else "the object"
+    return (
+        f"the mapped function changes {what} while it runs, and datasets hashes it again later: build "
+        f"and configure {what} completely before the first map (truncation, padding, added tokens, a "
+        f"lazily built vocabulary: call it once up front), or create it inside the function. See "
+        f"{STATE_CHANGE_ISSUE}"
+    )
+
+
 def _looks_like_time(text: str) -> bool:
     try:
         return 1e9 < float(text) < 1e10
@@ -326,18 +342,24 @@ def _looks_like_time(text: str) -> bool:
         return False
 
 
-def find_unpicklable_in_tree(argument: str, tree: dict[str, Any]) -> Unpicklable | None:
+def find_unpicklable_in_tree(
+    argument: str, tree: dict[str, Any], error: str | None = None
+) -> Unpicklable | None:
     """The deepest node that cannot be pickled while all of its children can, or None when the whole
-    argument pickles."""
+    argument pickles. Where several parts fail, the one the exception names is followed (`error`,
+    the text datasets swallowed, else the argument's own): `cannot pickle '_queue.SimpleQueue'
+    object` leads to a pool's `._work_queue`, not to its `._threads` (which hold that queue) nor to
+    a part that failed in another way (a RecursionError on some later state)."""
     if tree.get("d") is not None or "e" not in tree:
         return None
+    wanted = error or str(tree.get("e", ""))
     path: tuple[str, ...] = ()
     node = tree
     while True:
         failing = [c for c in node.get("c", ()) if c.get("d") is None and "e" in c]
         if not failing:
             break
-        node = failing[0]
+        node = min(failing, key=lambda c: _blame_order(c, wanted))
         path = (*path, node["l"])
     return Unpicklable(
         argument=argument,
@@ -347,6 +369,15 @@ def find_unpicklable_in_tree(argument: str, tree: dict[str, Any]) -> Unpicklable
         repr=str(node.get("r", "")),
         error=str(node.get("e", "")),
     )
+
+
+def _blame_order(node: dict[str, Any], wanted: str) -> tuple[int, int, int]:
+    """Sort key among failing parts: the type the exception names first, then the same exception,
+    then anything but a RecursionError; ties keep the tree's order (min is stable)."""
+    type_name = str(node.get("t", "")).rsplit(".", 1)[-1]
+    error = str(node.get("e", ""))
+    named = bool(type_name) and bool(re.search(rf"['.]{re.escape(type_name)}'", wanted))
+    return (0 if named else 1, 0 if error == wanted else 1, 1 if error.startswith("RecursionError") else 0)
 
 
 def find_unpicklable(argument: str, obj: Any) -> Unpicklable | None:

@@ -264,9 +264,27 @@ def _by_reference(obj: Any) -> bool:
         return False
 
 
+def _tokenizer_state(obj: Any) -> dict[str, Any] | None:
+    """The parts of a `tokenizers.Tokenizer` as it pickles them (its JSON form: truncation,
+    padding, added tokens, model ...), or None for anything else. A map that switches truncation on
+    changes exactly one of these, and a person can read which."""
+    cls = type(obj)
+    if cls.__name__ != "Tokenizer" or not (getattr(cls, "__module__", "") or "").startswith("tokenizers"):
+        return None
+    try:
+        import json
+
+        state = json.loads(obj.to_str())
+    except Exception:
+        return None
+    return state if isinstance(state, dict) else None
+
+
 def _decomposable(obj: Any) -> bool:
     if isinstance(obj, (_SCALARS, set, frozenset, types.ModuleType)):
         return False
+    if _tokenizer_state(obj) is not None:
+        return True
     full_module = getattr(type(obj), "__module__", "") or ""
     if full_module.split(".")[0] in _LEAF_MODULES or full_module.startswith(_DATASETS_DATA_MODULES):
         return False
@@ -329,6 +347,9 @@ def _children_unsafe(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
         yield ".flags", obj.flags
     elif isinstance(obj, types.CellType):
         yield "cell_contents", obj.cell_contents
+    elif (state := _tokenizer_state(obj)) is not None:
+        for key, value in state.items():
+            yield f".{key}", value
     else:
         yield from _object_children(obj, max_items)
 
