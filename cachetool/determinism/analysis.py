@@ -544,7 +544,35 @@ def _source_diffs(row: Sequence[Event]) -> tuple[tuple[str, tuple[str, ...]], ..
         values = tuple(f.get(key, "-") for f in flat)
         if len(set(values)) > 1:
             diffs.append((key, values))
+    diffs.extend(_column_diffs(row))
     return tuple(diffs)
+
+
+def _column_diffs(row: Sequence[Event]) -> list[tuple[str, tuple[str, ...]]]:
+    """For a dataset built in memory: each column whose digest differs, with the first row whose
+    value differs (``("column 'loaded_at' row 0", ("1795…", "1796…"))``)."""
+    tables = [e.get("columns") for e in row]
+    if not all(isinstance(t, Mapping) and t for t in tables):
+        return []
+    out: list[tuple[str, tuple[str, ...]]] = []
+    first = tables[0]
+    assert isinstance(first, Mapping)
+    for name in first:
+        columns = [t.get(name) if isinstance(t, Mapping) else None for t in tables]
+        if not all(isinstance(c, Mapping) for c in columns):
+            out.append((f"column {name!r}", tuple("present" if c else "absent" for c in columns)))
+            continue
+        if len({c.get("digest") for c in columns if isinstance(c, Mapping)}) == 1:
+            continue
+        heads = [list(c.get("head") or []) if isinstance(c, Mapping) else [] for c in columns]
+        for i in range(max(len(h) for h in heads)):
+            values = tuple(h[i] if i < len(h) else "-" for h in heads)
+            if len(set(values)) > 1:
+                out.append((f"column {name!r} row {i}", values))
+                break
+        else:
+            out.append((f"column {name!r}", tuple(f"differs after row {len(h)}" for h in heads)))
+    return out
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:

@@ -75,7 +75,10 @@ def cause_lines(cause: Cause) -> list[str]:
     lines.append(f"{_location(cause)}  {_what(cause)}: fingerprint {fps}")
     if cause.kind == "source":
         lines.append("  the source dataset differs between runs (no argument differs, the input does):")
-        lines.append("  an input file rewritten or touched between runs, or data built at run time.")
+        if any(key.startswith("column ") for key, _ in cause.source_diffs):
+            lines.append(f"  the data given to {cause.step.operation} is built at run time.")
+        else:
+            lines.append("  an input file rewritten or touched between runs, or data built at run time.")
         for key, values in cause.source_diffs:
             lines.append(f"  source {key}: {' vs '.join(dict.fromkeys(values))}")
         for culprit in cause.culprits:

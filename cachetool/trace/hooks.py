@@ -1241,6 +1241,8 @@ class Tracer:
         rec["in_memory"] = in_memory
         rec["split"] = _split_of(dataset)
         rec["source"] = {"kind": "in-memory" if in_memory else "file", "constructor": entry}
+        if self.trees and in_memory:
+            rec["columns"] = _column_heads(dataset)
         self._emit(rec)
 
     # -- roots --------------------------------------------------------------------------------
@@ -1368,6 +1370,31 @@ def _tree(value: Any) -> Any:
         return build_tree(value)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
+
+
+#: Values per column kept for a dataset built in memory (determinism runs), to name the first one
+#: that differs between runs.
+COLUMN_HEAD = 50
+
+
+def _column_heads(dataset: Any) -> dict[str, Any]:
+    """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
+    values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
+    is explained by the column and the first value that differs."""
+    from cachetool.fingerprint.tree import short_repr
+
+    out: dict[str, Any] = {}
+    try:
+        table = dataset.data.table
+        for name in table.column_names[:64]:
+            column = table.column(name)
+            out[str(name)] = {
+                "digest": _try_hash(column),
+                "head": [short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist()],
+            }
+    except Exception:  # an odd table: the fingerprint still says the source differs
+        return out
+    return out
 
 
 def _try_hash(value: Any) -> str | None:

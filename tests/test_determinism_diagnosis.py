@@ -1,7 +1,10 @@
-"""check-determinism on objects a map changes (datasets issues #3638, #5985, #3847): hash trees are
-taken when `datasets` hashes, a step that hashes an object an earlier step changed is named with the
-part that changed, in the default, warm-start and `--isolated` modes, and the look-alike controls
-stay deterministic. The pipelines are in tests/corpus (m*: problems, k09-k13: controls)."""
+"""check-determinism's diagnosis on the corpus of tests/corpus (m*: objects a map changes, l*: values
+a person must read, k09-k13: look-alike controls): hash trees are taken when `datasets` hashes, a
+step that hashes an object an earlier step changed is named with the part that changed (datasets
+issues #3638, #5985, #3847) in the default, warm-start and `--isolated` modes, culprits read as
+what they are (a timestamp, a DataFrame cell, a generator given to the function, a column of an
+in-memory source), an unpicklable pool is blamed on the part the exception names, and the script
+sees the environment of a plain run."""
 
 from __future__ import annotations
 
@@ -212,3 +215,89 @@ def test_a_change_nobody_hashes_again_is_not_a_cause() -> None:
     assert cause.changed_by.line == 1
     assert cause.culprits[0].path == ("global 'tok'",)
     assert json.dumps(cause.to_dict())  # the JSON form carries it
+
+
+#: script -> (argument, path below it, culprit kind, text the report must contain)
+LEAVES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "l01_datetime_fn_kwargs.py": ("fn_kwargs", ("['as_of']",), "timestamp", "a timestamp (datetime)"),
+    "l02_dataframe_closure.py": (
+        "function",
+        ("closure 'table'", "['fetched']"),
+        "timestamp",
+        "['fetched'][0] (float): ",
+    ),
+    "l03_unseeded_rng_fn_kwargs.py": ("fn_kwargs", ("['rng']",), "random-state", "reaches the function"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(LEAVES))
+def test_culprits_read_as_what_they_are(script: str, base: Path) -> None:
+    """A datetime shows as ISO text with a timestamp hint, a DataFrame by the column and row of the
+    cells that differ, an unseeded generator in fn_kwargs gets a generator hint (not a shuffle one)."""
+    argument, path, kind, text = LEAVES[script]
+    report = check(script, base / script, "isolated")
+    lines = "\n".join(human_lines(report))
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND, lines
+    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+    (culprit,) = cause.culprits
+    assert (culprit.argument, culprit.path, culprit.kind) == (argument, path, kind), lines
+    assert text in lines
+    assert "bytes of" not in lines and "shuffle" not in lines
+
+
+@pytest.mark.slow
+def test_an_in_memory_source_names_the_column_and_first_value(base: Path) -> None:
+    """from_pandas of a frame with a column filled at run time: the column and its first value."""
+    report = check("l04_from_pandas_root.py", base / "l04", "isolated")
+    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+    assert cause.kind == "source" and cause.step.operation == "from_pandas"
+    (key, values), *_ = cause.source_diffs
+    assert key == "column 'loaded_at' row 0" and len(set(values)) == 2
+    assert any(line.startswith("  source column 'loaded_at' row 0: ") for line in human_lines(report))
+
+
+@pytest.mark.slow
+def test_an_unpicklable_pool_is_blamed_on_its_work_queue(base: Path) -> None:
+    """A ThreadPoolExecutor in a global: the part datasets failed on and its real exception, not a
+    RecursionError on the threads the map started."""
+    report = check("m09_threadpool_global.py", base / "m09", "default")
+    lines = "\n".join(human_lines(report))
+    assert report.exit_code == ExitCode.RANDOM_FINGERPRINT, lines
+    (cause,) = report.analysis.random_causes  # type: ignore[union-attr]
+    piece = cause.unpicklable[0]
+    assert piece.path_str == "function → global 'POOL' → ._work_queue (SimpleQueue)"
+    assert piece.error == "TypeError: cannot pickle '_queue.SimpleQueue' object"
+    assert "RecursionError" not in lines
+
+
+ENVIRONMENT = """
+import json, os, sys
+import cachetool
+seen = {k: v for k, v in os.environ.items() if k.startswith("CACHETOOL_") or k == "PYTHONHASHSEED"}
+with open(os.path.join(sys.argv[1], f"{os.getpid()}.json"), "w") as f:
+    json.dump(seen, f)
+cachetool.checkpoint("config", {"lr": 0.1})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("user_seed", [None, "7"])
+def test_the_script_sees_the_environment_of_a_plain_run(user_seed: str | None, tmp_path: Path) -> None:
+    """The variables the check sets for a run are gone from the script's os.environ, PYTHONHASHSEED is
+    the user's own (or absent), the user's CACHETOOL_HOME stays, and checkpoints still record."""
+    script = tmp_path / "env_script.py"
+    script.write_text(ENVIRONMENT)
+    out = tmp_path / "seen"
+    out.mkdir()
+    env = hf_env(tmp_path)
+    if user_seed is not None:
+        env["PYTHONHASHSEED"] = user_seed
+    report = check_determinism(script, [str(out)], env=env, rerun=False, timeout=120)
+    assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
+    assert report.analysis is not None and len(report.analysis.steps) == 1
+    seen = [json.loads(p.read_text()) for p in sorted(out.iterdir())]
+    expected = {"CACHETOOL_HOME": env["CACHETOOL_HOME"]}
+    if user_seed is not None:
+        expected["PYTHONHASHSEED"] = user_seed
+    assert seen == [expected, expected]
