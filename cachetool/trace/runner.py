@@ -112,7 +112,10 @@ def _bootstrap() -> None:
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
+    from cachetool.determinism.checkpoint import take_environment
     from cachetool.trace import install_tracing
+
+    take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
 
     if os.path.isdir(script) or (not script.endswith((".py", ".pyw")) and _is_zip(script)):
         # A folder or zip with __main__.py: runpy knows those rules.
