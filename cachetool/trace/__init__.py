@@ -76,6 +76,10 @@ def _install_now(events: str | None) -> None:
         if tracer.install():
             _tracer = tracer
             _register_fork_handler()
+            from cachetool.trace.lease import hold_lease
+
+            # Announce this writer to gc and verify on every host that shares the root.
+            hold_lease(tracer.default_root)
         else:
             sink.close()
     except Exception as e:  # never raise into the user's code
@@ -112,6 +116,9 @@ def uninstall_tracing() -> None:
         if _tracer is not None:
             _tracer.uninstall()
             _tracer = None
+            from cachetool.trace.lease import release_all
+
+            release_all()
 
 
 @contextlib.contextmanager
