@@ -38,7 +38,7 @@ WRITER = textwrap.dedent(
     stop = sys.argv[2]
 
     def slow(x, r):
-        time.sleep(0.004)
+        time.sleep(0.005)
         return {"v": x["id"] * r}
 
     n = 0
@@ -77,7 +77,7 @@ def gc_from_other_host(base: Path, *args: str) -> dict[str, Any]:
 def base(tmp_path: Path) -> Path:
     """A cache root with one prepared csv dataset, and the csv."""
     (tmp_path / "tmp").mkdir()
-    rows = "\n".join(f"{i},row {i}" for i in range(300))
+    rows = "\n".join(f"{i},row {i}" for i in range(600))
     (tmp_path / "data.csv").write_text("id,text\n" + rows + "\n")
     code = "import sys, datasets; datasets.load_dataset('csv', data_files=sys.argv[1], split='train')"
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "data.csv")], env=hf_env(tmp_path), check=True)
@@ -115,19 +115,21 @@ def test_gc_on_another_host_never_removes_a_live_leased_writers_file(base: Path)
     runs = int(os.environ.get("CACHETOOL_HOSTS_SOAK", "4"))
     proc = _writer(base, leased=True)
     removed: list[str] = []
-    during = 0
+    kept = 0  # gc runs that found a live tmp file and kept it for the lease
     try:
         _wait_for_tmp(base, proc)
         for _ in range(runs):
-            before = _tmp_files(base)
             doc = gc_from_other_host(base, "--min-age", "0", "-y")
             removed += [r["path"] for r in doc["result"]["removed"] if Path(r["path"]).name.startswith("tmp")]
-            during += bool(before & _tmp_files(base))
             leases = doc["plan"]["leases"]
-            assert [(lease["host"], lease["state"]) for lease in leases] == [("vm", "live")] or not leases
-            for s in doc["plan"]["skipped"]:
-                if Path(s["path"]).name.startswith("tmp"):
-                    assert s["reason"].startswith("in use by a run holding a lease (pid"), s
+            assert [(lease["host"], lease["state"]) for lease in leases] == [("vm", "live")]
+            tmp_kept = [s for s in doc["plan"]["skipped"] if Path(s["path"]).name.startswith("tmp")]
+            for s in tmp_kept:
+                assert (
+                    s["reason"]
+                    == f"in use by a run holding a lease (pid {proc.pid} on vm): it may be writing this"
+                )
+            kept += bool(tmp_kept)
             assert proc.poll() is None, proc.communicate()[1][-2000:]
         (base / "stop").touch()
         out, err = proc.communicate(timeout=120)
@@ -135,8 +137,9 @@ def test_gc_on_another_host_never_removes_a_live_leased_writers_file(base: Path)
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-2000:]
+    print(f"{runs} gc runs on node-7: {kept} kept a live tmp file for its lease, {len(removed)} removed one")
     assert removed == []
-    assert during >= max(1, runs // 2), "gc seldom ran while the writer had a tmp file"
+    assert kept >= max(1, runs // 2), f"only {kept} of {runs} gc runs met a live tmp file"
     assert json.loads(out.strip().splitlines()[-1])["maps"] >= 1
     assert not list((base / "cache" / ".cachetool" / "leases").glob("*.json")), "the lease outlived its run"
 
