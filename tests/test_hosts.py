@@ -60,17 +60,22 @@ def _other_host() -> list[str]:
     return ["unshare", *user, *namespaces, "sh", "-c", 'hostname node-7 && exec "$@"', "sh"]
 
 
-def gc_from_other_host(base: Path, *args: str) -> dict[str, Any]:
-    """`cachetool gc --temp ... --json` run on node-7; its JSON document."""
+def on_other_host(base: Path, *args: str, ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    """`cachetool ARGS --json` run on node-7; its JSON document."""
     proc = subprocess.run(
-        [*_other_host(), CACHETOOL, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--json", *args],
+        [*_other_host(), CACHETOOL, *args, "--json"],
         env=hf_env(base, COLUMNS="200"),
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode in ok, proc.stderr[-2000:]
     return dict(json.loads(proc.stdout))
+
+
+def gc_from_other_host(base: Path, *args: str) -> dict[str, Any]:
+    """`cachetool gc --temp ... --json` run on node-7."""
+    return on_other_host(base, "gc", "--temp", "--tmp-dir", str(base / "tmp"), *args)
 
 
 @pytest.fixture
@@ -188,6 +193,12 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
         f"in use by a run holding a lease (pid {proc.pid} on vm): it may be writing this"
     ] * len(leftovers)
     assert _tmp_files(base) == leftovers and lease.exists()
+    findings = on_other_host(base, "verify", ok=(0, 1))["findings"]
+    assert {(f["severity"], f["problem"]) for f in findings if Path(f["path"]) in leftovers} == {
+        ("info", f"may be being written by pid {proc.pid} on vm (a live lease)")
+    }
+    listed = on_other_host(base, "ls")["entries"]
+    assert not [e for e in listed if "/.cachetool/" in e["path"]]  # leases are never entries
 
     here = subprocess.run(
         [CACHETOOL, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--min-age", "0", "--dry-run", "--json"],
