@@ -78,19 +78,19 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     elif fmt == OutputFormat.quiet:
         out.ids(os.fsdecode(loc.path) for loc in locations)
     else:
+        sources = [loc.source + ("" if loc.exists else "; missing") for loc in locations]
+        # Paths get the room the names and a folded `from` column leave; names are never split.
+        fs_cells = [_fs_cell(systems[loc.path]) for loc in locations]
+        room = out.console.width - 18 - 6 - min(24, max(len(s) for s in sources)) - max(map(len, fs_cells))
         out.table(
             None,
             [("location", "left"), ("path", "left"), ("from", "left"), ("fs", "left")],
             [
-                (
-                    loc.name,
-                    os.fsdecode(loc.path) + ("" if loc.exists else "  (missing)"),
-                    loc.source,
-                    _fs_cell(systems[loc.path]),
-                )
-                for loc in locations
+                (loc.name, out.path(loc.path, room), src, fs)
+                for loc, src, fs in zip(locations, sources, fs_cells, strict=True)
             ],
             widths={"location": (18, 18)},
+            whole=("path",),
         )
         out.line()
         for loc in locations:
