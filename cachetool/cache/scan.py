@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import time
 from collections import defaultdict
@@ -119,6 +120,9 @@ class Entry:
     last_used: float | None = None  # latest ledger record touching the entry, if any
     parent: str | None = None  # recorded parent fingerprint (from the ledger)
     operation: str | None = None  # recorded operation (from the ledger)
+    #: tf.data caches: "complete", "incomplete", "being-written" or "abandoned" (see cache.tfdata)
+    state: str | None = None
+    writer_pids: tuple[int, ...] = ()  # tf.data caches being written: the live writers on this host
 
     # --- raw derived values -------------------------------------------------------------
     @property
@@ -157,7 +161,10 @@ class Entry:
 
     @property
     def complete(self) -> bool | None:
-        """Every file read to its end-of-stream marker and, for shard sets, every shard present."""
+        """Every file read to its end-of-stream marker and, for shard sets, every shard present
+        (tf.data caches: the index and every data shard it names, as large as it says)."""
+        if self.kind == Kind.TF_CACHE:
+            return self.state == "complete"
         summaries = [f.summary for f in self.files if f.summary is not None]
         if not summaries:
             return None
@@ -186,6 +193,8 @@ class Entry:
     def kind_str(self) -> str:
         if self.kind == Kind.SHARDS and self.expected_files:
             return f"shards {len(self.files_of_data)}/{self.expected_files}"
+        if self.kind == Kind.TF_CACHE and self.state:
+            return f"tf-cache {_TF_STATE_SHORT.get(self.state, self.state)}"
         return self.kind.value
 
     def to_json(self) -> dict[str, Any]:
@@ -212,7 +221,15 @@ class Entry:
             "operation": self.operation,
             "unit": _path_str(self.unit) if self.unit else None,
             "problems": list(self.problems),
+            **(
+                {"prefix": self.path.name, "state": self.state, "writer_pids": list(self.writer_pids)}
+                if self.kind == Kind.TF_CACHE
+                else {}
+            ),
         }
+
+
+_TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}
 
 
 @dataclass(frozen=True)
@@ -326,6 +343,7 @@ class _Scanner:
         self.progress = progress
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
+        self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
@@ -483,6 +501,7 @@ class _Scanner:
         splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == "builder" else []
         dsname = ds.name if ds else None
         dspath = ds.path if ds else None
+        items = self.tf_caches(path, items, ds)
         for it in items:
             if it.is_dir:
                 continue
@@ -554,6 +573,61 @@ class _Scanner:
             self.entries.append(self.source(split, files, source_counts.get(split), ds))
 
     # -- entry builders ------------------------------------------------------------------------
+    def tf_caches(self, path: Path, items: Sequence[_Item], ds: DatasetDir | None) -> Sequence[_Item]:
+        """Group the files of `tf.data` file caches in this folder into one entry each; returns the
+        items left for the other rules."""
+        candidates = [it for it in items if it.is_file and _TF_HINT.search(it.name)]
+        if not candidates:
+            return items
+        from cachetool.cache import tfdata
+
+        by_name = {it.name: it for it in candidates if tfdata.is_tf_cache_file(it.name)}
+        if not by_name:
+            return items
+        caches = tfdata.find_tf_caches(
+            os.fsdecode(path),
+            list(by_name),
+            sizes=lambda n: getattr(by_name[n].st, "st_size", 0),
+            holders=lambda n: tuple(self.in_use().pids_for_path(os.fsdecode(path / n))),
+        )
+        claimed: set[str] = set()
+        for c in caches:
+            files = tuple(self.cache_file(by_name[n], arrow=False) for n in c.files)
+            state, problems = c.state, list(c.problems)
+            newest = max(f.mtime for f in files)
+            if state == "abandoned" and (lease := self.in_use().lease_over(newest)) is not None:
+                state = "being-written"
+                problems.append(f"may be being written by {lease} (a live lease)")
+            elif state == "abandoned":
+                problems.append(
+                    "abandoned by a killed writer: its lockfile makes the next run fail "
+                    "(AlreadyExistsError); `cachetool gc --temp` removes it"
+                )
+            elif state == "being-written":
+                problems.append(f"being written by pid {', '.join(map(str, c.writer_pids))}")
+            self.entries.append(
+                Entry(
+                    Kind.TF_CACHE,
+                    Path(c.path),
+                    files,
+                    dataset=ds.name if ds else None,
+                    dataset_dir=ds.path if ds else None,
+                    problems=tuple(problems),
+                    state=state,
+                    writer_pids=c.writer_pids,
+                )
+            )
+            claimed.update(c.files)
+        return [it for it in items if it.name not in claimed]
+
+    def in_use(self) -> Any:
+        """Which files live processes hold, and the root's live leases (taken once, when needed)."""
+        if self._in_use is None:
+            from cachetool.maintenance.liveness import scan_in_use
+
+            self._in_use = scan_in_use(root=self.root)
+        return self._in_use
+
     def gc_trash(self, item: _Item, ds: DatasetDir | None) -> Entry:
         """What a killed gc set aside (`.cachetool-gc-<pid>-<n>`): a leftover for `gc --temp`."""
         files = self.tree_files(item.path) if item.is_dir else [self.cache_file(item, arrow=False)]
@@ -882,6 +956,10 @@ class _Scanner:
                 )
             else:
                 self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
+
+
+#: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
+_TF_HINT = re.compile(r"\.index$|\.data-\d{5}-of-\d{5}$|\.lockfile$|\.tempstate\d")
 
 
 def _ranks(ranks: Iterable[int]) -> str:

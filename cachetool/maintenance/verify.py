@@ -117,6 +117,7 @@ class VerifyReport:
         }
 
 
+TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
 GC_HINT = "run `cachetool gc --temp` to remove leftovers"
 RECOMPUTE_HINT = "delete or quarantine it (`cachetool verify --quarantine`); datasets will recompute it"
 
@@ -165,6 +166,14 @@ class _Checker:
                 return f.path, pids
         return None
 
+    def leased(self, e: Entry) -> bool:
+        """A live lease's process (on this host or another) may be writing `e`: say so, as info."""
+        lease = self.in_use.lease_over(e.modified)
+        if lease is None:
+            return False
+        self.add(Severity.INFO, e, e.path, f"may be being written by {lease} (a live lease)")
+        return True
+
     # -- per entry ---------------------------------------------------------------------------
     def entry(self, e: Entry) -> None:
         if e.kind == Kind.TEMP:
@@ -175,6 +184,8 @@ class _Checker:
             return self.incomplete_save(e)
         if e.kind == Kind.LOCK:
             return self.lock(e)
+        if e.kind == Kind.TF_CACHE:
+            return self.tf_cache(e)
         if e.kind == Kind.DOWNLOAD and e.problems:
             self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
             return None
@@ -194,6 +205,17 @@ class _Checker:
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
+
+    def tf_cache(self, e: Entry) -> None:
+        """A finished tf.data cache must have an index that parses and every data shard it names,
+        as long as the index says; a killed writer's lockfile blocks the next run."""
+        if e.state == "incomplete":
+            for p in e.problems:
+                self.add(Severity.ERROR, e, e.path, p, TF_RECOMPUTE_HINT)
+        elif e.state == "abandoned":
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+        elif e.state == "being-written":
+            self.add(Severity.INFO, e, e.path, "; ".join(e.problems))
 
     def per_file_problem(self, e: Entry, problem: str) -> bool:
         """Problems the per-file checks already reported (file errors, fingerprint mismatch)."""
@@ -271,6 +293,8 @@ class _Checker:
         if holders:
             self.add(Severity.INFO, e, e.path, f"temporary file held open by pid {_pids(holders)}")
             return
+        if self.leased(e):
+            return
         self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", GC_HINT)
 
     def holders(self, e: Entry) -> frozenset[int]:
@@ -287,6 +311,8 @@ class _Checker:
         if live is not None:
             self.add(Severity.INFO, e, e.path, f"{what} in progress: being written by pid {_pids(live[1])}")
             return
+        if self.leased(e):
+            return
         self.add(Severity.WARNING, e, e.path, f"leftover of {what}", GC_HINT)
 
     def incomplete_save(self, e: Entry) -> None:
@@ -295,6 +321,8 @@ class _Checker:
             self.add(
                 Severity.INFO, e, e.path, f"save_to_disk in progress: being written by pid {_pids(live[1])}"
             )
+            return
+        if self.leased(e):
             return
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
@@ -646,7 +674,7 @@ def verify_cache(
         ledger=ledger,
         progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=report.root)
     now = time.time()
     entries = list(report.entries)
     if fingerprints:
@@ -839,7 +867,7 @@ def quarantine(report: VerifyReport) -> VerifyReport:
         for finding in report.errors:
             refuse(finding, finding.path, f"cannot open the cache root: {err.strerror or err}")
         return replace(report, findings=(*report.findings, *problems))
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=root)
     done: set[Path] = set()
     try:
         for finding, paths in _quarantine_units(root, report.errors):
@@ -999,11 +1027,15 @@ def _cannot_move(src: Path, root: Path, in_use: InUse) -> str | None:
     targets = [src] if not src.is_dir() else [Path(d) / n for d, _, names in os.walk(src) for n in names]
     for t in targets:
         try:
-            pids = in_use.pids(os.stat(t, follow_symlinks=False))
+            st = os.stat(t, follow_symlinks=False)
         except OSError:
             continue
+        pids = in_use.pids(st)
         if pids:
             return f"in use by pid {_pids(pids)}"
+        lease = in_use.lease_over(st.st_mtime)
+        if lease is not None:
+            return f"may be being written by {lease} (a live lease)"
     return None
 
 

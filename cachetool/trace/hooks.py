@@ -1404,6 +1404,10 @@ class Tracer:
         if root not in self._known_roots:
             self._known_roots[root] = kind
             self._dir_roots.clear()
+            if self.enabled:
+                from cachetool.trace.lease import hold_lease
+
+                hold_lease(root)  # this process may write here: gc on other hosts must know
 
     def _saved_root(self, path: str) -> str:
         """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""
