@@ -233,3 +233,38 @@ def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
     shown = proc.stdout.strip()
     assert shown.endswith(" prepare.py --rows 10"), shown
     assert " -c " not in shown and "import" not in shown, shown
+
+
+def test_exit_codes_are_documented_once_and_every_help_uses_them() -> None:
+    """docs/exit-codes.md is the one table: every `ExitCode` with its number and name, every
+    command in the per-command table; each command's `--help` has an `Exit codes:` line naming
+    only codes from it, and the command reference links the table for each command."""
+    import re
+
+    import typer
+
+    from cachetool.errors import ExitCode
+
+    root = Path(__file__).resolve().parents[1]
+    table = (root / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+    for code in ExitCode:
+        assert f"| {int(code)} | `{code.name}` |" in table, code
+    group = typer.main.get_command(app)
+    for name in group.commands:  # type: ignore[attr-defined]
+        assert f"`{name}`" in table.split("Per command:")[1], name
+        text = " ".join(invoke(name, "--help", columns=200).stdout.split())
+        line = text.split("Exit codes:", 1)[1].split(".")[0] if "Exit codes:" in text else ""
+        assert line, f"`cachetool {name} --help` names no exit codes"
+        assert {int(n) for n in re.findall(r"\b(\d+) ", line)} <= {int(c) for c in ExitCode}, (name, line)
+    reference = (root / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert reference.count("All exit codes: [exit-codes.md](exit-codes.md)") == len(group.commands)  # type: ignore[attr-defined]
+
+
+def test_python_api_reference_is_generated_from_the_docstrings() -> None:
+    """docs/api.md is what `python -m cachetool.cli.docs docs/api.md` writes from the docstrings."""
+    from cachetool.cli.docs import API_END, API_START, api_reference
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = text.split(API_START, 1)[1].split(API_END, 1)[0]
+    assert block.strip() == api_reference().strip(), "run: python -m cachetool.cli.docs docs/api.md"
+    assert "### `scan_cache(" in block and "### `verify_cache(" in block and "### `plan_gc(" in block

@@ -39,6 +39,8 @@ def dirs_command(
         cachetool dirs --json
 
         du -sh "$(cachetool dirs -q | head -1)"
+
+    Exit codes: 0 shown (missing folders are shown as missing); 2 usage.
     """
     _dirs(cache_dir, choose_format(fmt, as_json, quiet))
 

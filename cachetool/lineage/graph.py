@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachetool.formatting import human_size
+from cachetool.formatting import human_size, iso_time
 from cachetool.lineage.ledger import Record, known_roots, read_records
 
 #: Arguments that say nothing a reader needs in a one-line summary.
@@ -120,7 +120,7 @@ class Step:
             "source": dict(self.source) if self.source else None,
             "root": self.root,
             "split": self.split,
-            "last_used": self.last_used,
+            "used": iso_time(self.last_used),
             "saved_to": list(self.saved_to),
             "deleted": self.deleted,
         }

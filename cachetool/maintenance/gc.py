@@ -146,7 +146,7 @@ class GcItem:
             "dataset": self.dataset,
             "size": self.size,
             "files": self.files,
-            "last_used": iso_time(self.used),
+            "used": iso_time(self.used),
             "reason": self.reason,
         }
 
@@ -248,7 +248,7 @@ class Outcome:
         return {
             **self.item.to_json(),
             "status": self.status,
-            "why": self.reason,
+            "reason": self.reason,
             "freed": self.freed,
             "files_removed": self.files,
         }
