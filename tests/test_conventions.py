@@ -268,3 +268,19 @@ def test_python_api_reference_is_generated_from_the_docstrings() -> None:
     block = text.split(API_START, 1)[1].split(API_END, 1)[0]
     assert block.strip() == api_reference().strip(), "run: python -m cachetool.cli.docs docs/api.md"
     assert "### `scan_cache(" in block and "### `verify_cache(" in block and "### `plan_gc(" in block
+
+
+@pytest.mark.slow
+def test_gc_plan_at_80_columns_names_every_item_whole(real_cache: dict[str, Any]) -> None:
+    """`gc --dry-run` at 80 columns: every line fits, and every item's name (hash-named folders
+    and downloads included) appears whole, with its kind, size and reason."""
+    args = ["gc", "--temp", "--min-age", "0", "--dry-run", "--cache-dir", real_cache["cache"]]
+    doc = json.loads(invoke(*args, "--json").stdout)
+    names = [Path(i["path"]).name for i in doc["plan"]["items"] if not i["fingerprint"]]
+    assert any(len(n) > 40 for n in names), names  # a hash-named leftover is among them
+    human = invoke(*args, columns=80).stdout
+    # Only a name wider than the terminal by itself stands alone on a longer line.
+    wide = [line.strip() for line in human.splitlines() if len(line.rstrip()) > 80]
+    assert all(line in names and len(line) > 78 for line in wide), (wide, human)
+    for name in names:
+        assert name in human, (name, human)
