@@ -284,3 +284,60 @@ def test_gc_plan_at_80_columns_names_every_item_whole(real_cache: dict[str, Any]
     assert all(line in names and len(line) > 78 for line in wide), (wide, human)
     for name in names:
         assert name in human, (name, human)
+
+
+@pytest.fixture(scope="module")
+def traced_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`cachetool demo`'s cache: a pipeline of six steps recorded by `cachetool run`."""
+    from tests.conftest import hf_env
+
+    base = tmp_path_factory.mktemp("quiet")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "demo", str(base / "demo")],
+        env=hf_env(base),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cache = str(base / "demo" / "cache")
+    final = json.loads(invoke("ls", cache, "--json", "--filter", "kind=shards").stdout)["entries"][0]
+    return {"cache": cache, "final": final["fingerprint"]}
+
+
+@pytest.mark.slow
+def test_quiet_prints_ids_that_compose(traced_cache: dict[str, Any]) -> None:
+    """`-q` prints one id a line in the commands that gained it: `lineage` the chain's
+    fingerprints (source first), `explain` the explained steps', `stats` the hit rate alone,
+    `verify` the entries with errors (none on a sound cache, the broken one after damage)."""
+    cache, final = traced_cache["cache"], traced_cache["final"]
+    chain = invoke("lineage", final, "--cache-dir", cache, "-q").stdout.split()
+    doc = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json").stdout)
+    assert chain == [s["fingerprint"] for s in doc["steps"]] and len(chain) == 6 and chain[-1] == final
+    explained = invoke("explain", "--last", "--cache-dir", cache, "-q").stdout.split()
+    assert final in explained and set(explained) <= set(chain)
+    assert invoke("stats", "--cache-dir", cache, "-q").stdout == "0\n"  # six misses, no hit
+    assert json.loads(invoke("stats", "--cache-dir", cache, "--format", "json").stdout)["misses"] == 6
+    sound = invoke("verify", "--cache-dir", cache, "-q")
+    assert (sound.exit_code, sound.stdout) == (0, "")
+    victim = chain[1]
+    path = Path(json.loads(invoke("show", victim, "--cache-dir", cache, "--json").stdout)["path"])
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    broken = invoke("verify", "--cache-dir", cache, "-q")
+    assert (broken.exit_code, broken.stdout) == (1, f"{victim}\n")
+
+
+def test_a_long_report_line_wraps_at_spaces_at_80_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    """A long human line (as check-determinism, verify and explain print them) wraps at spaces
+    to 80 columns with an indent; the path in it stays on one line, whole."""
+    from cachetool.cli.common import Output, OutputFormat
+
+    path = f"/srv/projects/pipelines/{HASH}/prepare_dataset_for_training.py:118"
+    line = f"  hint: load_dataset identifies local data files by path and modification time: {path} rewritten"
+    Output(OutputFormat.human, width=80).line(line)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "  hint: load_dataset identifies local data files by path and modification time:",
+        f"    {path}",
+        "    rewritten",
+    ]
