@@ -341,3 +341,17 @@ def test_a_long_report_line_wraps_at_spaces_at_80_columns(capsys: pytest.Capture
         f"    {path}",
         "    rewritten",
     ]
+
+
+def test_generated_markdown_shows_every_angle_bracket() -> None:
+    """In docs/commands.md and docs/api.md a `<root>` outside backticks is escaped, so Markdown
+    does not read it as an HTML tag and swallow it."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "docs"
+    for page in ("commands.md", "api.md"):
+        for line in (root / page).read_text(encoding="utf-8").splitlines():
+            if line.startswith(("    ", "<!--")):
+                continue
+            outside = "".join(line.split("`")[0::2])
+            assert not re.search(r"<[A-Za-z/]", outside), (page, line)

@@ -26,6 +26,18 @@ def _commands() -> list[tuple[str, Any]]:
     return sorted(group.commands.items())  # type: ignore[attr-defined]
 
 
+def _md_text(text: str) -> str:
+    """Help text made safe for Markdown: a `<root>` outside backticks and code blocks would be
+    read as an HTML tag and vanish, so its `<` is escaped."""
+    out = []
+    for line in text.split("\n"):
+        if not line.startswith("    "):
+            pieces = line.split("`")
+            line = "`".join(p.replace("<", "&lt;") if i % 2 == 0 else p for i, p in enumerate(pieces))
+        out.append(line)
+    return "\n".join(out)
+
+
 def command_reference() -> str:
     """Markdown: one section per command with its usage, description and options."""
     parts: list[str] = []
@@ -37,7 +49,7 @@ def command_reference() -> str:
             usage = usage.replace(arg, arg.upper())
         parts.append(f"## `cachetool {name}`\n")
         parts.append(f"```\ncachetool {name} {usage}\n```\n")
-        parts.append(inspect.cleandoc(cmd.help or "").replace("**Examples**", "Examples:") + "\n")
+        parts.append(_md_text(inspect.cleandoc(cmd.help or "").replace("**Examples**", "Examples:")) + "\n")
         parts.append("All exit codes: [exit-codes.md](exit-codes.md); JSON keys: [json.md](json.md).\n")
         rows = []
         for p in cmd.params:
@@ -47,7 +59,7 @@ def command_reference() -> str:
             help_text = " ".join((getattr(p, "help", None) or "").split())
             if isinstance(p, typer.core.TyperArgument):
                 opts = f"`{p.name.upper()}`" if p.name else opts
-            escaped = help_text.replace("|", "\\|")
+            escaped = _md_text(help_text).replace("|", "\\|")
             rows.append(f"| {opts} | {escaped} |")
         if rows:
             parts.append("| argument / option | meaning |\n|---|---|\n" + "\n".join(rows) + "\n")
@@ -147,7 +159,7 @@ def _api_item(dotted: str) -> str:
     shown = _signature(obj, name) if kind == "function" else name
     where = f"`{dotted}`" if not dotted.startswith("cachetool." + name) else f"`from cachetool import {name}`"
     lines = [f"### `{shown}`", "", f"{kind}, {where}", ""]
-    doc = inspect.cleandoc(obj.__doc__ or "(no docstring)")
+    doc = _md_text(inspect.cleandoc(obj.__doc__ or "(no docstring)"))
     lines.append(doc)
     if kind == "class":
         import dataclasses
