@@ -54,7 +54,6 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     if fmt == OutputFormat.json:
         out.json(
             {
-                "version": 1,
                 "locations": [
                     {
                         "name": loc.name,
