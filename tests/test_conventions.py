@@ -205,8 +205,14 @@ class TestOnRealCache:
         for name in names:
             assert any(line.split()[:1] == [name] for line in shown.splitlines()), (name, shown)
         assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80
-        listing = invoke("ls", cache, columns=80).stdout
-        assert fp in listing
+        entries = json.loads(invoke("ls", cache, "--json").stdout)["entries"]
+        fingerprints = [e["fingerprint"] for e in entries if e["fingerprint"]]
+        assert len(fingerprints) > 10
+        for args in ([], ["--sort", "size"]):  # grouped by dataset, and one flat table
+            listing = invoke("ls", cache, *args, columns=80).stdout
+            assert max(len(line.rstrip()) for line in listing.splitlines()) <= 80, listing
+            assert all(f in listing for f in fingerprints), listing
+            assert "…" not in "".join(line.split()[1] for line in listing.splitlines() if fp in line)
 
 
 @pytest.mark.slow
