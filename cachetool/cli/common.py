@@ -140,6 +140,17 @@ def handle_errors(func: F) -> F:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             raise typer.Exit(int(ExitCode.OK)) from None
+        except OSError as e:
+            # The last line of defence: a file system error nothing above expected (a path longer
+            # than PATH_MAX, EINVAL while a folder on the way is swapped, EIO) names the file and
+            # the reason in one line, never a traceback.
+            if debug_enabled():
+                raise
+            from cachetool.cache.dirs import os_reason
+
+            where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
+            error(f"{where}{os_reason(e)}")
+            raise typer.Exit(int(ExitCode.USAGE)) from None
 
     return wrapper  # type: ignore[return-value]
 
