@@ -215,7 +215,7 @@ class Entry:
             "columns": [name for name, _ in self.columns],
             "size": self.size,
             "modified": iso_time(self.modified),
-            "last_used": iso_time(self.used),
+            "used": iso_time(self.used),
             "complete": self.complete,
             "parent": self.parent,
             "operation": self.operation,

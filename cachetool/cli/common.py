@@ -267,7 +267,22 @@ class Output:
             )
         for row in rows:
             table.add_row(*(Text(c) for c in row))
-        self.console.print(table)
+        headers = [h for h, _ in columns]
+        others = [i for i, h in enumerate(headers) if h not in whole]
+        need = sum(widths[h][0] for h in whole) + 2 * (len(columns) - 1)
+        need += sum(min(12, max([len(headers[i]), *(len(r[i]) for r in rows)])) for i in others)
+        if not whole or self.no_truncate or need <= self.console.width:
+            self.console.print(table)
+            return
+        # The names do not fit beside the other columns: one block per row instead, the names on
+        # their own line, the rest as `header value` pairs below, so nothing is cut or dropped.
+        if title:
+            self.line(title, style="bold")
+        for row in rows:
+            for h in whole:
+                self.line(row[headers.index(h)])
+            pairs = [f"{headers[i]} {row[i]}".strip() for i in others if row[i]]
+            self.line("  " + " · ".join(pairs), style="dim")
 
     def path(self, path: str | os.PathLike[str], room: int | None = None) -> str:
         """A path for a human line: `~` for the home folder, shortened from the middle to fit

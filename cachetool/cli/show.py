@@ -164,34 +164,43 @@ def render(
     def name(p: Path) -> str:
         return os.path.relpath(p, folder) if folder is not None else rel(p)
 
+    # On a narrow terminal the fingerprint and state columns fold into one `check` column, so
+    # the file names keep their room: `ok`, or what is wrong.
+    narrow = not out.no_truncate and out.console.width < 100
     rows: list[tuple[object, ...]] = []
     for f in e.files:
         s = f.summary
         if s is None:
-            rows.append((name(f.path), f.size_str, "", "", "", ""))
+            rows.append(
+                (name(f.path), f.size_str, "", "") if narrow else (name(f.path), f.size_str, "", "", "", "")
+            )
             continue
+        matches = s.fingerprint is None or bool(
+            e.fingerprint
+            and (
+                s.fingerprint == e.fingerprint or (f.shard and s.fingerprint.startswith(e.fingerprint + "_"))
+            )
+        )
         if s.fingerprint is None:
             fp_note = "(none)"
-        elif (e.fingerprint and s.fingerprint in (e.fingerprint,)) or (
-            f.shard and e.fingerprint and s.fingerprint.startswith(e.fingerprint + "_")
-        ):
+        elif matches:
             fp_note = "matches" if not out.no_truncate else f"{s.fingerprint} (matches)"
         else:
             fp_note = f"{s.fingerprint} (differs)"
         state = "complete" if s.complete else (s.error or s.format)
+        n_rows = "" if s.rows is None else f"{s.rows:,}"
+        if narrow:
+            wrong = ([] if matches else [f"fingerprint {fp_note}"]) + ([] if s.complete else [state])
+            rows.append((name(f.path), f.size_str, n_rows, "; ".join(wrong) or "ok"))
+            continue
         rows.append(
-            (
-                name(f.path),
-                f.size_str,
-                "" if s.rows is None else f"{s.rows:,}",
-                "" if s.batches is None else s.batches,
-                fp_note,
-                state,
-            )
+            (name(f.path), f.size_str, n_rows, "" if s.batches is None else s.batches, fp_note, state)
         )
     out.table(
         "Files",
-        [
+        [("file", "left"), ("size", "right"), ("rows", "right"), ("check", "left")]
+        if narrow
+        else [
             ("file", "left"),
             ("size", "right"),
             ("rows", "right"),

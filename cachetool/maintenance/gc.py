@@ -155,7 +155,7 @@ class GcItem:
             "dataset": self.dataset,
             "size": self.size,
             "files": self.files,
-            "last_used": iso_time(self.used),
+            "used": iso_time(self.used),
             "reason": self.reason,
         }
 
@@ -260,7 +260,7 @@ class Outcome:
         return {
             **self.item.to_json(),
             "status": self.status,
-            "why": self.reason,
+            "reason": self.reason,
             "freed": self.freed,
             "files_removed": self.files,
         }
