@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.determinism.analysis import Analysis, Cause, align, analyze
-from cachetool.determinism.checkpoint import EVENTS_ENV, TREES_ENV
+from cachetool.determinism.checkpoint import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
 from cachetool.errors import CachetoolError, ExitCode
 
 __all__ = ["DeterminismReport", "RunOutcome", "check_determinism", "read_events", "run_command"]
@@ -59,6 +59,8 @@ class RunOutcome:
     stopped: int = 0
     #: Bytes the script wrote to stdout and stderr (only the last OUTPUT_CAP of each are kept).
     output_bytes: int = 0
+    #: A cold run: every transform computed (caching disabled), nothing loaded from the cache.
+    cold: bool = False
 
     @property
     def failed(self) -> bool:
@@ -73,6 +75,7 @@ class RunOutcome:
             "duration_s": round(self.duration, 3),
             "events": len(self.events),
             "isolated_cache": self.isolated_cache,
+            "cold": self.cold,
             "stderr_tail": self.stderr_tail if self.failed else None,
             "stopped_processes": self.stopped,
             "output_bytes": self.output_bytes,
@@ -301,14 +304,18 @@ def _run_once(
     cwd: Path,
     env: Mapping[str, str],
     live: dict[subprocess.Popen[bytes], str] | None = None,
+    cold: bool = False,
 ) -> RunOutcome:
     run_dir = workdir / f"run-{index}"
     run_dir.mkdir(parents=True, exist_ok=True)
     events_path = run_dir / "events.jsonl"
     run_env = dict(env)
+    run_env[SEED_ENV] = env.get("PYTHONHASHSEED", "")  # the script gets the user's own back
     run_env["PYTHONHASHSEED"] = str(hash_seed)
     run_env[EVENTS_ENV] = str(events_path)
     run_env[TREES_ENV] = "1"
+    if cold:
+        run_env[COLD_ENV] = "1"
     if isolated:
         cache = run_dir / "hf-datasets-cache"
         cache.mkdir()
@@ -365,6 +372,7 @@ def _run_once(
         isolated_cache=isolated,
         stopped=stopped,
         output_bytes=out_tail.total + err_tail.total,
+        cold=cold,
     )
     if isolated:
         shutil.rmtree(run_dir / "hf-datasets-cache", ignore_errors=True)
@@ -440,6 +448,7 @@ def check_determinism(
     # and what the runs left (their temp folder, tmp files in the cache) is removed.
     live: dict[subprocess.Popen[bytes], str] = {}
     cache_root = None if isolated else _cache_root(run_env)
+    leftovers = _Leftovers(cache_root, run_env)
     started = time.time()
     with (
         _terminate_as_interrupt(),
@@ -448,6 +457,10 @@ def check_determinism(
         workdir = Path(tmp)
 
         def one(index: int, seed: int) -> RunOutcome:
+            # On the user's cache, the first run computes every step (caching disabled, its files go
+            # to a temporary folder) and the next ones use the cache as it is: a step whose result
+            # depends on whether an earlier one was computed or loaded shows even on a warm cache.
+            # Isolated runs start from empty caches: they compute everything anyway.
             return _run_once(
                 index,
                 run_script,
@@ -460,6 +473,7 @@ def check_determinism(
                 cwd=work_cwd,
                 env=run_env,
                 live=live,
+                cold=not isolated and index == 0,
             )
 
         outcomes: list[RunOutcome] = []
@@ -480,15 +494,15 @@ def check_determinism(
                         stop_marked(marker)
                     pool.shutdown(wait=True, cancel_futures=True)
         except BaseException as e:
-            removed = _remove_run_leftovers(cache_root, started)
-            raise CheckInterrupted(e, len(live), removed, cache_root, workdir) from None
+            removed = leftovers.remove(started, workdir)
+            raise CheckInterrupted(e, removed, workdir) from None
         cleanup: list[str] = []
         if any(o.timed_out for o in outcomes):
-            removed = _remove_run_leftovers(cache_root, started)
+            removed = leftovers.remove(started, workdir)
             stopped = sum(o.stopped for o in outcomes)
             cleanup.append(
                 f"stopped {stopped} process(es) of the run that timed out"
-                + (f"; removed {removed} tmp file(s) it left in {cache_root}" if removed else "")
+                + (f"; removed what it left: {removed}" if removed else "")
                 + f"; its temp folder {workdir} is removed"
             )
         capped = [o for o in outcomes if o.output_bytes > 2 * OUTPUT_CAP]
@@ -544,13 +558,11 @@ class CheckInterrupted(CachetoolError):
 
     exit_code = ExitCode.INTERRUPTED
 
-    def __init__(
-        self, cause: BaseException, runs: int, removed: int, cache_root: Path | None, workdir: Path
-    ) -> None:
+    def __init__(self, cause: BaseException, removed: str, workdir: Path) -> None:
         what = "terminated" if isinstance(cause, _Terminated) else "interrupted"
         parts = [f"check-determinism {what}: stopped the running script"]
-        if removed and cache_root is not None:
-            parts.append(f"removed {removed} tmp file(s) its runs left in {cache_root}")
+        if removed:
+            parts.append(f"removed what its runs left: {removed}")
         parts.append(f"removed its temp folder {workdir}")
         super().__init__("; ".join(parts))
         self.cause = cause
@@ -585,32 +597,62 @@ def _cache_root(env: Mapping[str, str]) -> Path:
     return resolve_cache_root(None, environ=env).path.expanduser()
 
 
-def _remove_run_leftovers(cache_root: Path | None, since: float) -> int:
-    """Remove the `tmp*` files the stopped runs left in the user's cache: only those made since
-    the check started, and each through gc's checks (not open, not mapped, not written to by
-    any live process). Returns how many went."""
-    if cache_root is None or not cache_root.is_dir():
-        return 0
-    try:
-        from dataclasses import replace
+class _Leftovers:
+    """What stopped runs leave: `tmp*` files in the user's cache, `hf_datasets-*` and `pymp-*`
+    folders in the temp dir (a cold run writes to an `hf_datasets-*` folder). Only what the check
+    made is removed: cache files written since it started, temp folders that were not there
+    before it; each through gc's own checks (not open, not mapped, not owned by a live process)."""
 
-        from cachetool.cache.layout import Kind
-        from cachetool.maintenance.gc import GcOptions, execute, plan_gc
+    def __init__(self, cache_root: Path | None, env: Mapping[str, str]) -> None:
+        from cachetool.cache.dirs import temp_dir
 
-        plan = plan_gc(cache_root, GcOptions(temp=True, min_age=0.0))
-        mine = tuple(
-            i
-            for i in plan.items
-            if i.kind == Kind.TEMP
-            and i.scope == "root"
-            and all(t.mtime is not None and t.mtime >= since - 1 for t in i.targets)
-        )
-        if not mine:
-            return 0
-        result = execute(replace(plan, items=mine), log=False)
-        return sum(o.files for o in result.removed)
-    except Exception:  # cleanup must never hide the report; gc --temp removes them later
-        return 0
+        self.cache_root = cache_root
+        self.temp = temp_dir(env).path
+        self.before = self._temp_folders()
+
+    def _temp_folders(self) -> set[str]:
+        from cachetool.cache.layout import temp_folder_kind
+
+        try:
+            return {n for n in os.listdir(self.temp) if temp_folder_kind(n) in ("hf_datasets", "pymp")}
+        except OSError:
+            return set()
+
+    def remove(self, since: float, workdir: Path) -> str:
+        """Remove them; returns what went, in words ("" when nothing)."""
+        try:
+            from dataclasses import replace
+
+            from cachetool.cache.layout import Kind
+            from cachetool.maintenance.gc import GcOptions, execute, plan_gc
+
+            root = self.cache_root if self.cache_root is not None and self.cache_root.is_dir() else workdir
+            plan = plan_gc(root, GcOptions(temp=True, min_age=0.0, tmp_dir=self.temp))
+            new_temp = self._temp_folders() - self.before
+            mine = tuple(
+                i
+                for i in plan.items
+                if (
+                    i.scope == "root"
+                    and root != workdir
+                    and i.kind == Kind.TEMP
+                    and all(t.mtime is not None and t.mtime >= since - 1 for t in i.targets)
+                )
+                or (i.scope == "temp" and i.path.name in new_temp)
+            )
+            if not mine:
+                return ""
+            result = execute(replace(plan, items=mine), log=False)
+        except Exception:  # cleanup must never hide the report; gc --temp removes them later
+            return ""
+        files = sum(1 for o in result.removed if o.item.scope == "root")
+        folders = sum(1 for o in result.removed if o.item.scope == "temp")
+        words = []
+        if files:
+            words.append(f"{files} tmp file(s) in {self.cache_root}")
+        if folders:
+            words.append(f"{folders} temp folder(s) in {self.temp}")
+        return " and ".join(words)
 
 
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:
@@ -623,7 +665,7 @@ def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) ->
     causes: list[Cause] = []
     for cause in analysis.causes:
         position = cause.step.positions[0]
-        if cause.kind == "random" or position not in twin_of:
+        if cause.kind in ("random", "cache-state") or position not in twin_of:
             causes.append(cause)
             continue
         same = extra.events[twin_of[position]].get("result") == first.events[position].get("result")

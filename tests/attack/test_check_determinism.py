@@ -206,15 +206,17 @@ def test_a_timeout_stops_a_double_forked_setsid_grandchild(tmp_path: Path) -> No
 
 
 def _leftovers(cache: Path, tmp: Path) -> tuple[list[str], list[str]]:
+    """tmp files in the cache; the check's own and `datasets`' folders in the temp dir."""
     tmp_files = [n for _, _, names in os.walk(cache) for n in names if n.startswith("tmp")]
-    folders = [n for n in os.listdir(tmp) if n.startswith("cachetool-determinism-")]
+    folders = [n for n in os.listdir(tmp) if n.startswith(("cachetool-determinism-", "hf_datasets-"))]
     return tmp_files, folders
 
 
 @pytest.mark.slow
 def test_a_timed_out_check_removes_what_its_runs_left(tmp_path: Path) -> None:
-    """A run killed by `--timeout` in the middle of a map leaves a tmp file in the user's cache:
-    the check removes it and its own temp folder, and the report says so."""
+    """A run killed by `--timeout` in the middle of a map leaves a partial file (the first, cold
+    run writes into an `hf_datasets-*` temp folder; a cache run a tmp file in the cache): the check
+    removes it and its own temp folder, and the report says so."""
     env = hf_env(tmp_path)
     script = _script(tmp_path, SLOW_MAP)
     proc = subprocess.run(
@@ -225,7 +227,7 @@ def test_a_timed_out_check_removes_what_its_runs_left(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 2, proc.stderr
-    assert "removed 1 tmp file(s)" in proc.stderr or "removed 1 tmp file(s)" in proc.stdout, proc.stderr
+    assert "removed what it left: 1 temp folder(s)" in proc.stderr, proc.stderr
     assert _leftovers(Path(env["HF_DATASETS_CACHE"]), Path(env["TMPDIR"])) == ([], [])
 
 
@@ -243,9 +245,10 @@ def test_sigterm_stops_the_runs_and_removes_what_they_left(tmp_path: Path) -> No
         text=True,
     )
     cache = Path(env["HF_DATASETS_CACHE"])
+    tmp = Path(env["TMPDIR"])
     deadline = time.time() + 120
     while time.time() < deadline and not any(
-        n.startswith("tmp") for _, _, names in os.walk(cache) for n in names
+        n.startswith("tmp") for d, _, names in os.walk(tmp) for n in names if "hf_datasets-" in d
     ):
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
