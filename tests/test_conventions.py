@@ -85,7 +85,7 @@ def test_dirs_fits_80_columns_exactly(tmp_path: Path) -> None:
     assert rows["datasets cache"].split()[0] == "~/…/huggingface-cache/datasets"
     assert rows["downloads"].split()[0] == "~/projects/…/datasets/downloads"
     assert rows["modules"].split()[0] == "~/.cache/huggingface/modules"
-    assert rows["temp dir"].split() == ["/tmp", "TMPDIR"]
+    assert rows["temp dir"].split()[:2] == ["/tmp", "TMPDIR;"]
 
 
 # -- durations -----------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
 
     (tmp_path / "prepare.py").write_text(
         "import os, subprocess\n"
-        "ps = ['ps', '-o', 'args=', '-p', str(os.getpid())]\n"
+        "ps = ['ps', '-ww', '-o', 'args=', '-p', str(os.getpid())]\n"
         "print(subprocess.run(ps, capture_output=True, text=True).stdout.strip())\n",
         encoding="utf-8",
     )

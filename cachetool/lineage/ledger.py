@@ -731,7 +731,8 @@ def resolve(
 ) -> Resolved:
     """The one fingerprint `name` means, with one rule for every command:
 
-    1. a path: the entry at that path (as typed, or made absolute);
+    1. a path: the entry at that path (as typed, or made absolute); an entry without a
+       fingerprint (a leftover) resolves to its path;
     2. an exact fingerprint: an entry's fingerprint or alias, else one the ledger records (as a
        result or a parent);
     3. a prefix: the fingerprints (of entries, aliases included, and of the ledger) that start
@@ -757,9 +758,8 @@ def resolve(
         path = os.fsdecode(e.path)
         if path == name or (absolute is not None and path == absolute):
             fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
-            if fp is None:
-                raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
-            return Resolved(fp, e)
+            # A file without a fingerprint (a leftover) is named by its path, as `ls -q` prints it.
+            return Resolved(fp if fp is not None else e.id, e)
     # 2. exact
     exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
     if len(exact) == 1:
