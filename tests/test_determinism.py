@@ -399,6 +399,7 @@ def test_cli_json_document_and_script_args(
         "random_fingerprints",
         "masked_differences",
         "warnings",
+        "nothing_compared",
     }
 
 

@@ -126,7 +126,7 @@ def _check(
         script_args,
         runs=runs,
         hash_seeds=seeds,
-        timeout=timeout or None,
+        timeout=timeout,
         isolated=isolated,
         jobs=jobs,
     )

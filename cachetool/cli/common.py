@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -186,21 +187,6 @@ def warn(message: str) -> None:
 
 def hint(message: str) -> None:
     _stderr_line("Hint:", "dim", message)
-
-
-def safe_text(text: str) -> str:
-    """Make a string safe for a terminal: control characters (escape sequences) become visible
-    `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if (o < 0x20 and ch not in "\t") or 0x7F <= o < 0xA0:
-            out.append(f"\\x{o:02x}")
-        elif 0xDC80 <= o <= 0xDCFF:  # surrogate-escaped byte from a non-UTF-8 file name
-            out.append(f"\\x{o - 0xDC00:02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 class Output:

@@ -63,7 +63,10 @@ def report_warnings(report: CacheReport) -> None:
         return
     first = report.warnings[0]
     more = f" and {len(report.warnings) - 1} more" if len(report.warnings) > 1 else ""
-    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `cachetool verify` for details")
+    from cachetool.maintenance.hints import shell_command
+
+    verify = shell_command("verify", "--cache-dir", os.fsdecode(report.root))
+    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `{verify}` for details")
 
 
 def _short(path: Path, root: Path) -> str:

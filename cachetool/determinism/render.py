@@ -206,38 +206,36 @@ def human_lines(report: DeterminismReport) -> list[str]:
     return lines
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def github_lines(report: DeterminismReport) -> list[str]:
     """``::error file=...,line=...::message`` workflow commands, one per cause (GitHub Actions)."""
+    from cachetool.annotations import annotation
+
     out: list[str] = []
     failed = report.failed_run
     if failed is not None:
         tail = failed.stderr_tail.splitlines()[-1:] or [""]
+        what = "timed out" if failed.timed_out else f"failed (exit {failed.returncode})"
         out.append(
-            f"::error file={_escape_property(report.script)}::"
-            + _escape_data(f"check-determinism: the script failed (exit {failed.returncode}): {tail[0]}")
+            annotation("error", f"check-determinism: the script {what}: {tail[0]}", file=report.script)
         )
         return out
     analysis = report.analysis
     if analysis is None:
         return out
+    if report.nothing_compared is not None:
+        return [annotation("error", f"check-determinism: {report.nothing_compared}", file=report.script)]
     for cause in (*analysis.deterministic_causes, *analysis.random_causes):
-        props = []
-        if cause.step.file:
-            props.append(f"file={_escape_property(os.path.relpath(cause.step.file))}")
-        if cause.step.line is not None:
-            props.append(f"line={cause.step.line}")
         title = "random fingerprint" if cause.kind == "random" else "fingerprint not deterministic"
-        props.append(f"title={_escape_property(title)}")
         message = "\n".join(cause_lines(cause)[1:]) or _what(cause)
-        out.append(f"::error {','.join(props)}::{_escape_data(_what(cause) + ': ' + message.strip())}")
+        out.append(
+            annotation(
+                "error",
+                _what(cause) + ": " + message.strip(),
+                file=os.path.relpath(cause.step.file) if cause.step.file else None,
+                line=cause.step.line,
+                title=title,
+            )
+        )
     if not out:
-        out.append(f"::notice::{_escape_data(f'{report.script}: every fingerprint matched')}")
+        out.append(annotation("notice", f"{report.script}: every fingerprint matched"))
     return out

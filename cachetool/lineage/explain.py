@@ -249,10 +249,21 @@ class StaleHit:
     reused_run: str | None
     changes: tuple[SourceChange, ...]
     step: StepRef
+    #: The cache root it was found in (so the hint names it).
+    root: str | None = field(default=None, compare=False)
 
     @property
     def file_name(self) -> str:
         return os.path.basename(self.files[0]) if self.files else f"cache-{self.fingerprint}"
+
+    @property
+    def gc_command(self) -> str:
+        """The command that removes this entry now (min-age 0: it was just found stale)."""
+        from cachetool.maintenance.hints import gc_command
+
+        if self.root is None:
+            return f"cachetool gc {self.fingerprint} --min-age 0"
+        return gc_command(self.root, self.fingerprint)
 
     @property
     def message(self) -> str:
@@ -276,7 +287,7 @@ class StaleHit:
         return (
             "datasets hashes functions from your own modules by name, not by code: pass "
             "new_fingerprint= (or a version argument) to the step, or delete the entry "
-            f"(`cachetool gc {self.fingerprint}`)"
+            f"(`{self.gc_command}`)"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -1125,7 +1136,7 @@ def stale_hits(
                 )
             )
     out.sort(key=lambda s: (s.computed_at or 0.0, s.fingerprint))
-    return out
+    return [replace(s, root=root_abs) for s in out]
 
 
 def _disk_changes(
