@@ -157,7 +157,12 @@ def test_a_fresh_cache_explains_its_own_run_not_another_caches(runs: Runs) -> No
     chain = json.loads(_ok(cachetool(runs, "lineage", runs.fps["map"], "--json", "--cache-dir", str(runs.b))))
     mapped = next(s for s in chain["steps"] if s["fingerprint"] == runs.fps["map"])
     assert (mapped["runs"], mapped["misses"], mapped["hits"]) == (1, 1, 0)
-    assert all(s["root"] == str(runs.b) for s in chain["steps"])
+    assert all(s["root"] == str(runs.b) and not s["foreign"] for s in chain["steps"])
+    both = json.loads(
+        _ok(cachetool(runs, "lineage", runs.fps["map"], "--json", "--all-roots", "--cache-dir", str(runs.b)))
+    )
+    mapped = next(s for s in both["steps"] if s["fingerprint"] == runs.fps["map"])
+    assert mapped["runs"] == 3  # asked for: A's two runs and B's, the latest labelled with its root
 
 
 def _lineage(runs: Runs, fp: str, cache: Path) -> dict[str, Any]:

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.cli.common import (
+    AllRootsOption,
+    CacheDirOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    handle_errors,
+    hint,
+    warn,
+)
 from cachetool.errors import CachetoolError, ExitCode
 
 if TYPE_CHECKING:
@@ -38,6 +47,7 @@ def explain_command(
     ] = 3,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
+    all_roots: AllRootsOption = False,
 ) -> None:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
@@ -72,7 +82,7 @@ def explain_command(
     Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
-    _explain(fingerprint, last, script, history, cache_dir, as_json)
+    _explain(fingerprint, last, script, history, cache_dir, as_json, all_roots)
 
 
 @handle_errors
@@ -83,6 +93,7 @@ def _explain(
     history: int,
     cache_dir: Path | None,
     as_json: bool,
+    all_roots: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.lineage.explain import explain_fingerprint, explain_run
@@ -95,9 +106,9 @@ def _explain(
         raise CachetoolError(f"no such script: {script}")
     root = Path(os.path.abspath(existing_root(cache_dir)))
     if fingerprint is not None:
-        report = explain_fingerprint(root, fingerprint, history=history)
+        report = explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
     else:
-        report = explain_run(root, script=script)
+        report = explain_run(root, script=script, all_roots=all_roots)
     out = Output(OutputFormat.json if as_json else OutputFormat.human)
     if as_json:
         out.json(report.to_json())

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.cli.common import (
+    AllRootsOption,
+    CacheDirOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    handle_errors,
+    hint,
+    warn,
+)
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
@@ -65,6 +74,7 @@ def lineage_command(
         bool, typer.Option("--internal", help="Include calls datasets makes itself (set_format, shards).")
     ] = False,
     cache_dir: CacheDirOption = None,
+    all_roots: AllRootsOption = False,
     fmt: Annotated[
         LineageFormat,
         typer.Option("--format", help="human: one step a line; json: raw values; dot, mermaid: a graph."),
@@ -75,10 +85,14 @@ def lineage_command(
 
     One step a line: operation, function (name @ file:line), key arguments, fingerprint, how many
     recorded runs hit or missed the cache, and whether its cache file exists now (size) or is gone.
-    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. A
+    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. Only
+    this cache's records count (another cache's runs of the same pipeline are not its hits), but a
     parent in another root (the cache a saved folder came from) is followed through the registry
-    of known roots. Lineage exists only for pipelines run under `cachetool run` (or
-    `cachetool.tracing()`); for other entries it says what the disk tells.
+    of known roots, and the saved folders made from this cache are followed too; such steps say
+    "recorded in <root>". `--all-roots` reads every known root. A file written by a call
+    `datasets` makes itself (`cast_column` runs `map`) keeps its step, marked as such. Lineage
+    exists only for pipelines run under `cachetool run` (or `cachetool.tracing()`); for other
+    entries it says what the disk tells.
 
     **Examples**
 
@@ -94,18 +108,27 @@ def lineage_command(
     or missing cache.
     """
     mode = "all" if all_ else "descendants" if descendants else "chain"
-    _lineage(fingerprint, mode, internal, cache_dir, LineageFormat.json if as_json else fmt)
+    _lineage(fingerprint, mode, internal, cache_dir, LineageFormat.json if as_json else fmt, all_roots)
 
 
 @handle_errors
-def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: LineageFormat) -> None:
+def _lineage(
+    prefix: str,
+    mode: str,
+    internal: bool,
+    cache_dir: Path | None,
+    fmt: LineageFormat,
+    all_roots: bool = False,
+) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.scan import scan_cache
 
     root = existing_root(cache_dir)
     report = scan_cache(root)
     warnings: list[str] = []
-    view = lineage_view(report, prefix, mode=mode, include_internal=internal, warnings=warnings)
+    view = lineage_view(
+        report, prefix, mode=mode, include_internal=internal, warnings=warnings, all_roots=all_roots
+    )
     if fmt == LineageFormat.json:
         Output(OutputFormat.json).json(view.to_json())
     elif fmt == LineageFormat.dot:
