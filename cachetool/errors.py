@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 class ExitCode(IntEnum):
-    """Exit codes shared by every command (documented in README and `--help`)."""
+    """Exit codes shared by every command (the table: docs/exit-codes.md)."""
 
     OK = 0
     #: verify found errors; check-determinism found a differing fingerprint.

@@ -191,7 +191,7 @@ def test_one_failing_item_never_stops_the_rest(copy: Path, leftovers: dict[str, 
     assert code == 1
     result = doc["result"]
     assert [(f["path"], f["status"]) for f in result["failed"]] == [(str(stuck), "failed")]
-    assert "Operation not permitted" in result["failed"][0]["why"]
+    assert "Operation not permitted" in result["failed"][0]["reason"]
     assert len(result["removed"]) == 10 and stuck.exists()
 
 

@@ -276,28 +276,53 @@ def test_tracing_api_records_hits_misses_and_partial_num_proc_reuse(tmp_path: Pa
     assert fp_untraced not in by_result
 
 
-def test_a_missing_hook_point_warns_once_and_runs_untraced(tmp_path: Path) -> None:
-    """Another `datasets` version without a method the tracer hooks: one warning, no ledger, and
-    the pipeline runs as usual."""
+OLD_DATASETS = textwrap.dedent(
+    """\
+    import importlib, sys
+    for name in sys.argv[1:]:   # as if this datasets had no such method: module.Class.method
+        module, cls, attr = name.rsplit(".", 2)
+        delattr(getattr(importlib.import_module("datasets." + module), cls), attr)
+    import cachetool
+    cachetool.install_tracing()
+    from datasets import Dataset
+    ds = Dataset.from_dict({"x": [1, 2]})
+    ds.save_to_disk(sys.argv[0] + ".saved")
+    ds = Dataset.load_from_disk(sys.argv[0] + ".saved").map(lambda ex: {"y": 1})
+    ds = ds.map(lambda ex: {"z": 2})
+    print(ds._fingerprint)
+    """
+)
+
+
+def _run_old(tmp_path: Path, *missing: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     script = tmp_path / "old.py"
-    script.write_text(
-        textwrap.dedent("""\
-        import datasets.arrow_dataset
-        del datasets.arrow_dataset.Dataset.repeat   # as if this datasets had no repeat()
-        import cachetool
-        cachetool.install_tracing()
-        from datasets import Dataset
-        ds = Dataset.from_dict({"x": [1, 2]}).map(lambda ex: {"y": 1})
-        print(ds._fingerprint)
-        """),
-        encoding="utf-8",
-    )
+    script.write_text(OLD_DATASETS, encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), *missing], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("cachetool: warning")]
-    assert len(warnings) == 1 and "tracing is off" in warnings[0] and "Dataset.repeat" in warnings[0]
+    return proc, [line for line in proc.stderr.splitlines() if line.startswith("cachetool: warning")]
+
+
+def test_a_missing_transform_method_is_reported_once_and_the_rest_is_traced(tmp_path: Path) -> None:
+    """A `datasets` without some transform methods (2.21 has no `Dataset.repeat`, 2.14 no `skip`,
+    `take`, `batch`): one warning names what is not traced, and every other call is recorded."""
+    proc, warnings = _run_old(tmp_path, "arrow_dataset.Dataset.repeat", "arrow_dataset.Dataset.skip")
+    assert len(warnings) == 1, proc.stderr
+    assert "Dataset.repeat" in warnings[0] and "Dataset.skip" in warnings[0] and "not traced" in warnings[0]
+    records = read_ledger(tmp_path / "old.py.saved").steps()
+    maps = [r for r in records if r.operation == "map"]
+    assert len(maps) == 2 and maps[-1].result == proc.stdout.split()[-1]
+
+
+def test_a_missing_hook_point_warns_once_and_runs_untraced(tmp_path: Path) -> None:
+    """A `datasets` without a hook point the tracer cannot do without: one warning, no ledger, and
+    the pipeline runs as usual."""
+    _, warnings = _run_old(tmp_path, "builder.DatasetBuilder._relative_data_dir")
+    assert len(warnings) == 1 and "tracing is off" in warnings[0] and "DatasetBuilder" in warnings[0]
     assert not (tmp_path / "cache" / ".cachetool").exists()
+    assert not (tmp_path / "old.py.saved" / ".cachetool").exists()
 
 
 # ------------------------------------------------------------------------------------------

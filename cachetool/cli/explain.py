@@ -15,6 +15,9 @@ from cachetool.cli.common import (
     JsonOption,
     Output,
     OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
     handle_errors,
     hint,
     warn,
@@ -46,7 +49,11 @@ def explain_command(
         int, typer.Option("--history", min=0, help="With a fingerprint: also compare this many earlier runs.")
     ] = 3,
     cache_dir: CacheDirOption = None,
+    fmt: Annotated[OutputFormat, format_option(quiet="the explained steps' fingerprints, one a line")] = (
+        OutputFormat.human
+    ),
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
     all_roots: AllRootsOption = False,
 ) -> None:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
@@ -82,7 +89,7 @@ def explain_command(
     Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
-    _explain(fingerprint, last, script, history, cache_dir, as_json, all_roots)
+    _explain(fingerprint, last, script, history, cache_dir, choose_format(fmt, as_json, quiet), all_roots)
 
 
 @handle_errors
@@ -92,7 +99,7 @@ def _explain(
     script: Path | None,
     history: int,
     cache_dir: Path | None,
-    as_json: bool,
+    fmt: OutputFormat,
     all_roots: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
@@ -109,9 +116,11 @@ def _explain(
         report = explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
     else:
         report = explain_run(root, script=script, all_roots=all_roots)
-    out = Output(OutputFormat.json if as_json else OutputFormat.human)
-    if as_json:
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
         out.json(report.to_json())
+    elif fmt == OutputFormat.quiet:
+        out.ids(s.step.fingerprint for s in report.steps if s.step.fingerprint)
     else:
         render(out, report)
     for w in report.warnings:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,6 +16,9 @@ from cachetool.cli.common import (
     JsonOption,
     Output,
     OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
     handle_errors,
     hint,
     warn,
@@ -28,13 +30,6 @@ if TYPE_CHECKING:
     from cachetool.lineage.ledger import Ledger
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
-
-
-class LineageFormat(str, Enum):
-    human = "human"
-    json = "json"
-    dot = "dot"
-    mermaid = "mermaid"
 
 
 @dataclass(frozen=True)
@@ -76,10 +71,10 @@ def lineage_command(
     cache_dir: CacheDirOption = None,
     all_roots: AllRootsOption = False,
     fmt: Annotated[
-        LineageFormat,
-        typer.Option("--format", help="human: one step a line; json: raw values; dot, mermaid: a graph."),
-    ] = LineageFormat.human,
+        OutputFormat, format_option("dot", "mermaid", quiet="the steps' fingerprints, one a line")
+    ] = OutputFormat.human,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Show where a fingerprint comes from: the chain of recorded steps from its source.
 
@@ -108,7 +103,7 @@ def lineage_command(
     or missing cache.
     """
     mode = "all" if all_ else "descendants" if descendants else "chain"
-    _lineage(fingerprint, mode, internal, cache_dir, LineageFormat.json if as_json else fmt, all_roots)
+    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet), all_roots)
 
 
 @handle_errors
@@ -117,7 +112,7 @@ def _lineage(
     mode: str,
     internal: bool,
     cache_dir: Path | None,
-    fmt: LineageFormat,
+    fmt: OutputFormat,
     all_roots: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
@@ -129,11 +124,13 @@ def _lineage(
     view = lineage_view(
         report, prefix, mode=mode, include_internal=internal, warnings=warnings, all_roots=all_roots
     )
-    if fmt == LineageFormat.json:
-        Output(OutputFormat.json).json(view.to_json())
-    elif fmt == LineageFormat.dot:
+    if fmt == OutputFormat.json:
+        Output(fmt).json(view.to_json())
+    elif fmt == OutputFormat.quiet:
+        Output(fmt).ids(s.fingerprint for _, s in view.steps)
+    elif fmt == OutputFormat.dot:
         sys.stdout.write(to_dot(view))
-    elif fmt == LineageFormat.mermaid:
+    elif fmt == OutputFormat.mermaid:
         sys.stdout.write(to_mermaid(view))
     else:
         render(Output(OutputFormat.human), view)

@@ -12,8 +12,10 @@ from cachetool.cli.common import (
     CacheDirOption,
     FormatOption,
     JsonOption,
+    NoTruncateOption,
     Output,
     OutputFormat,
+    QuietOption,
     choose_format,
     handle_errors,
 )
@@ -31,6 +33,8 @@ def show_command(
     cache_dir: CacheDirOption = None,
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
+    no_truncate: NoTruncateOption = False,
 ) -> None:
     """Show everything known about one cache entry.
 
@@ -49,17 +53,18 @@ def show_command(
 
     Exit codes: 0 shown; 2 unknown or ambiguous fingerprint (candidates listed), or missing cache.
     """
-    _show(fingerprint, cache_dir, choose_format(fmt, as_json))
+    _show(fingerprint, cache_dir, choose_format(fmt, as_json, quiet), no_truncate)
 
 
 @handle_errors
-def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.cli.ls import report_warnings, scan_with_progress
+    from cachetool.cache.query import is_pinned
+    from cachetool.cli.ls import read_pinned, report_warnings, scan_with_progress
     from cachetool.lineage.ledger import Ledger, resolve
 
     root = existing_root(cache_dir)
-    out = Output(fmt)
+    out = Output(fmt, no_truncate=no_truncate)
     ledger = Ledger.load(root.expanduser().resolve(), follow=False)
     report = scan_with_progress(root, out, ledger)
     got = resolve(prefix, report, ledger)
@@ -68,12 +73,13 @@ def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
         _show_recorded_only(out, fmt, report, got.fingerprint, ledger.for_result(got.fingerprint))
         return
     records = _records(ledger, entry, got.fingerprint)
+    pinned = is_pinned(entry, read_pinned(report.root))
     if fmt == OutputFormat.json:
-        out.json(show_document(report, entry, records))
+        out.json({**show_document(report, entry, records), "pinned": pinned})
     elif fmt == OutputFormat.quiet:
         out.ids([entry.id])
     else:
-        render(out, report, entry, records)
+        render(out, report, entry, records, pinned)
     report_warnings(report)
 
 
@@ -118,12 +124,14 @@ def show_document(report: CacheReport, e: Entry, records: list[StepRecord]) -> d
     return doc
 
 
-def render(out: Output, report: CacheReport, e: Entry, records: list[StepRecord]) -> None:
+def render(
+    out: Output, report: CacheReport, e: Entry, records: list[StepRecord], pinned: bool = False
+) -> None:
     def rel(p: Path) -> str:
         try:
             return os.fsdecode(p.relative_to(report.root))
         except ValueError:
-            return os.fsdecode(p)
+            return out.path(p, 40)
 
     facts: list[tuple[str, Any]] = [
         ("fingerprint", e.fingerprint or "(none)"),
@@ -132,7 +140,7 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[StepRecord]
         ("dataset", e.dataset),
         ("split", e.split),
         ("content", e.content),
-        ("path", os.fsdecode(e.path)),
+        ("path", out.path(e.path, out.console.width - 16)),
         ("rows", None if e.rows is None else f"{e.rows:,}"),
         ("expected rows", None if e.expected_rows is None else f"{e.expected_rows:,} (dataset_info.json)"),
         ("size", f"{e.size_str} ({e.size:,} bytes) in {len(e.files)} file(s)"),
@@ -141,40 +149,58 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[StepRecord]
         ("last used", _when(e.used)),
         ("operation", e.operation),
         ("parent", e.parent),
-        ("deleted with", os.fsdecode(e.unit) if e.unit and e.unit != e.path else None),
+        ("deleted with", out.path(e.unit, out.console.width - 16) if e.unit and e.unit != e.path else None),
+        ("pinned", "yes (gc never evicts it or its recorded ancestors)" if pinned else None),
     ]
     out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
     for p in e.problems:
         out.line(f"problem: {p}", style="red")
     out.line()
+    # File names are never split: the table names files inside their common folder, given once.
+    folder = os.path.commonpath([f.path.parent for f in e.files]) if e.files else None
+    if folder is not None:
+        out.line(f"in {out.path(rel(Path(folder)), out.console.width - 3)}", style="dim")
+
+    def name(p: Path) -> str:
+        return os.path.relpath(p, folder) if folder is not None else rel(p)
+
+    # On a narrow terminal the fingerprint and state columns fold into one `check` column, so
+    # the file names keep their room: `ok`, or what is wrong.
+    narrow = not out.no_truncate and out.console.width < 100
     rows: list[tuple[object, ...]] = []
     for f in e.files:
         s = f.summary
         if s is None:
-            rows.append((rel(f.path), f.size_str, "", "", "", ""))
+            rows.append(
+                (name(f.path), f.size_str, "", "") if narrow else (name(f.path), f.size_str, "", "", "", "")
+            )
             continue
+        matches = s.fingerprint is None or bool(
+            e.fingerprint
+            and (
+                s.fingerprint == e.fingerprint or (f.shard and s.fingerprint.startswith(e.fingerprint + "_"))
+            )
+        )
         if s.fingerprint is None:
             fp_note = "(none)"
-        elif (e.fingerprint and s.fingerprint in (e.fingerprint,)) or (
-            f.shard and e.fingerprint and s.fingerprint.startswith(e.fingerprint + "_")
-        ):
-            fp_note = f"{s.fingerprint} (matches)"
+        elif matches:
+            fp_note = "matches" if not out.no_truncate else f"{s.fingerprint} (matches)"
         else:
             fp_note = f"{s.fingerprint} (differs)"
         state = "complete" if s.complete else (s.error or s.format)
+        n_rows = "" if s.rows is None else f"{s.rows:,}"
+        if narrow:
+            wrong = ([] if matches else [f"fingerprint {fp_note}"]) + ([] if s.complete else [state])
+            rows.append((name(f.path), f.size_str, n_rows, "; ".join(wrong) or "ok"))
+            continue
         rows.append(
-            (
-                rel(f.path),
-                f.size_str,
-                "" if s.rows is None else f"{s.rows:,}",
-                "" if s.batches is None else s.batches,
-                fp_note,
-                state,
-            )
+            (name(f.path), f.size_str, n_rows, "" if s.batches is None else s.batches, fp_note, state)
         )
     out.table(
         "Files",
-        [
+        [("file", "left"), ("size", "right"), ("rows", "right"), ("check", "left")]
+        if narrow
+        else [
             ("file", "left"),
             ("size", "right"),
             ("rows", "right"),
@@ -183,6 +209,7 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[StepRecord]
             ("state", "left"),
         ],
         rows,
+        whole=("file",),
     )
     if e.columns:
         out.line()

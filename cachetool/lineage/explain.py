@@ -347,7 +347,7 @@ class ExplainReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "v": 1,
+            "version": 1,
             "root": str(self.root),
             "mode": self.mode,
             "run": self.run,

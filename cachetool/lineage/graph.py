@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachetool.formatting import human_size
+from cachetool.formatting import human_size, iso_time
 from cachetool.lineage.ledger import Ledger
 from cachetool.lineage.records import (
     CallSite,
@@ -134,7 +134,7 @@ class Step:
             "foreign": self.foreign,
             "internal": self.internal,
             "split": self.split,
-            "last_used": self.last_used,
+            "used": iso_time(self.last_used),
             "saved_to": list(self.saved_to),
             "deleted": self.deleted,
         }
