@@ -1346,7 +1346,8 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     shared = shared_state(report.root)
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins = read_pins(report.root)
-    parents = recorded_parents(ledger) if options.evicts and (pins or options.keep) else {}
+    named = pins or options.keep or options.fingerprints
+    parents = recorded_parents(ledger) if options.evicts and named else {}
     # Liveness last: the snapshot should be younger than everything it judges.
     in_use = scan_in_use(root=report.root)
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
