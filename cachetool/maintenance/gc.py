@@ -1199,8 +1199,11 @@ def _find(report: CacheReport, name: str, recorded: Sequence[str]) -> Entry:
     """The entry `name` means, by the one naming rule; a fingerprint only the ledger knows has
     nothing to remove (`RecordedOnly`)."""
     from cachetool.errors import RecordedOnly
-    from cachetool.lineage.ledger import resolve
+    from cachetool.lineage.ledger import entry_at_path, resolve
 
+    at_path = entry_at_path(report, name)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
     got = resolve(name, report, recorded=recorded)
     if got.entry is None:
         raise RecordedOnly(got.fingerprint, report.root)
