@@ -117,12 +117,14 @@ def _lineage(
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
 
     root = existing_root(cache_dir)
-    report = scan_cache(root)
+    ledger = Ledger.load(root.expanduser().resolve(), all_roots=all_roots)
+    report = scan_cache(root, ledger=ledger)
     warnings: list[str] = []
     view = lineage_view(
-        report, prefix, mode=mode, include_internal=internal, warnings=warnings, all_roots=all_roots
+        report, prefix, mode=mode, include_internal=internal, warnings=warnings, ledger=ledger
     )
     if fmt == OutputFormat.json:
         Output(fmt).json(view.to_json())
@@ -162,6 +164,7 @@ def lineage_view(
     include_internal: bool = False,
     warnings: list[str] | None = None,
     all_roots: bool = False,
+    ledger: Ledger | None = None,
 ) -> LineageView:
     """The lineage of the fingerprint `prefix` names, in the cache `report` scanned.
 
@@ -170,7 +173,8 @@ def lineage_view(
     from cachetool.lineage.graph import load_graph
     from cachetool.lineage.ledger import Ledger
 
-    ledger = Ledger.load(report.root, all_roots=all_roots)
+    if ledger is None:
+        ledger = Ledger.load(report.root, all_roots=all_roots)
     graph = load_graph(ledger, include_internal=include_internal, warnings=warnings)
     fp, entry = resolve(report, graph, prefix, ledger)
     if mode == "descendants":
