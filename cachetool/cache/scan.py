@@ -1159,8 +1159,11 @@ def find_entry(report: CacheReport, prefix: str, ledger: Ledger | None = None) -
     exact fingerprint or alias, unique prefix). With a `ledger`, fingerprints only it knows are
     candidates too; one of them named is `UnknownFingerprint` here (no entry holds it, and the
     message says what the ledger knows). Raises `AmbiguousFingerprint` listing candidates."""
-    from cachetool.lineage.ledger import resolve
+    from cachetool.lineage.ledger import entry_at_path, resolve
 
+    at_path = entry_at_path(report, prefix)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
     got = resolve(prefix, report, ledger)
     if got.entry is None:
         raise RecordedOnly(got.fingerprint, report.root, ledger)

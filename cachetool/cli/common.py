@@ -81,6 +81,14 @@ def _cache_dir(value: str) -> Path:
     return Path(value)
 
 
+AllRootsOption = Annotated[
+    bool,
+    typer.Option(
+        "--all-roots",
+        help="Also read the ledgers of every other cache root this user traced (each step says "
+        "its root). By default only this cache's records count, plus the roots its inputs come from.",
+    ),
+]
 CacheDirOption = Annotated[
     Path | None,
     typer.Option(

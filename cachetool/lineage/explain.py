@@ -383,8 +383,13 @@ class LedgerView:
         root: Path,
         records: Iterable[LedgerRecord],
         warnings: Sequence[str] = (),
+        ledger: Ledger | None = None,
+        *,
+        all_roots: bool = False,
     ) -> None:
         self.root = root
+        self.ledger = ledger
+        self.all_roots = all_roots  # records of other roots count as this root's
         self.warnings = tuple(warnings)
         self.sources: dict[str, str] = {}
         self.steps: list[StepRecord] = []
@@ -402,7 +407,7 @@ class LedgerView:
 
     def own(self, rec: StepRecord) -> bool:
         """The record was read from this root's ledger (not followed into another root)."""
-        return rec.read_from is None or Path(rec.read_from) == self.root
+        return self.all_roots or rec.read_from is None or Path(rec.read_from) == self.root
 
     def first_run(self, rec: StepRecord) -> bool:
         """No run of this root was recorded before `rec`'s run: the cache started empty."""
@@ -482,7 +487,7 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     """The ledger of `root` (a loaded `Ledger`, or a root to load), indexed: its own records, plus
     the origins of inputs recorded in other roots (every known root with `all_roots`)."""
     ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
-    return LedgerView(ledger.root, ledger.records, ledger.warnings)
+    return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
 
 
 def _line(item: FunctionRef) -> int:
@@ -926,28 +931,53 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
 
 
 def resolve_fingerprint(view: LedgerView, prefix: str) -> str:
-    """The recorded fingerprint `prefix` names; a cache file name or path works too."""
+    """The recorded fingerprint `prefix` names, by the one naming rule
+    (`cachetool.lineage.ledger.resolve`: path, exact fingerprint or alias, unique prefix); a cache
+    file's name works too. An entry whose own fingerprint is not recorded resolves to the one of
+    its fingerprints that is (after `load_from_disk`, the alias)."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import resolve
+
     m = re.search(r"cache-([^/\\]+?)(?:_\d{5}_of_\d{5})?\.arrow$", prefix)
-    if m:
+    if m and os.sep not in prefix:
         prefix = m.group(1)
-    if prefix in view.by_result:
-        return prefix
-    matches = sorted(fp for fp in view.by_result if fp.startswith(prefix))
-    if not matches:
-        raise UnknownFingerprint(prefix, view.root)
-    if len(matches) > 1:
-        raise AmbiguousFingerprint(prefix, matches)
-    return matches[0]
+    ledger = view.ledger or Ledger.load(view.root, follow=False)
+    try:
+        report = scan_cache(view.root, use_index=True, ledger=ledger)
+    except CachetoolError:
+        report = None
+    if report is None:
+        matches = sorted(fp for fp in view.by_result if fp == prefix) or sorted(
+            fp for fp in view.by_result if fp.startswith(prefix)
+        )
+        if not matches:
+            raise UnknownFingerprint(prefix, view.root)
+        if len(matches) > 1:
+            raise AmbiguousFingerprint(prefix, matches)
+        return matches[0]
+    got = resolve(prefix, report, ledger, recorded=view.by_result)
+    if got.fingerprint not in view.by_result and got.entry is not None:
+        e = got.entry
+        return next(
+            (fp for fp in (e.fingerprint, *e.aliases) if fp and fp in view.by_result), got.fingerprint
+        )
+    return got.fingerprint
 
 
 def explain_fingerprint(
-    root: str | os.PathLike[str], fingerprint: str, *, history: int = 3, view: LedgerView | None = None
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    history: int = 3,
+    view: LedgerView | None = None,
+    all_roots: bool = False,
 ) -> ExplainReport:
     """Why the step that made `fingerprint` (a unique prefix is enough) was computed: its latest
     computation compared with the siblings before it, most recent first, plus stale reuses.
 
-    The Python side of `cachetool explain FINGERPRINT`."""
-    view = view or load_view(root)
+    The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
+    every known cache root too (`--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
     fp = resolve_fingerprint(view, fingerprint)
     recs = [r for r in view.by_result[fp] if fp not in r.parents and view.own(r)] or [
         r for r in view.by_result[fp] if fp not in r.parents
@@ -997,13 +1027,14 @@ def explain_run(
     *,
     script: str | os.PathLike[str] | None = None,
     view: LedgerView | None = None,
+    all_roots: bool = False,
 ) -> ExplainReport:
     """Every step of a run that computed its result, each with its reason ("first time this step
     ran" when there is nothing to compare with), and the stale hits of the run. The latest run
     of the root (or of `script`) unless `run` names one.
 
-    The Python side of `cachetool explain --last` / `--script`."""
-    view = view or load_view(root)
+    The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
     run_id = run or last_run(view, script)
     records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
     if not records:
