@@ -196,7 +196,18 @@ class _Watch:
 
 
 class _HashEvent:
-    __slots__ = ("args", "call_site", "internal", "parent", "result", "seq", "start", "transform", "watch")
+    __slots__ = (
+        "args",
+        "call_site",
+        "internal",
+        "parent",
+        "result",
+        "seq",
+        "start",
+        "transform",
+        "trees",
+        "watch",
+    )
 
     def __init__(self, parent: Any, transform: Any, args: Any, result: Any, watch: _Watch, seq: int) -> None:
         self.parent = parent
@@ -208,6 +219,8 @@ class _HashEvent:
         self.start = 0.0  # set for hashes outside any traced call; others use their call's start
         self.call_site: dict[str, Any] | None = None
         self.internal = False
+        #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
+        self.trees: dict[str, Any] | None = None
 
 
 class _Frame:
@@ -704,6 +717,10 @@ class Tracer:
             watch,
             next(self._seq),
         )
+        if self.trees and isinstance(ev.args, Mapping):
+            # Now, before the transform runs: a map may change the objects its function uses
+            # (a tokenizer switching truncation on), and the tree must show what datasets hashed.
+            ev.trees = {str(key): _tree(value) for key, value in ev.args.items()}
         stack = self.local.stack
         if stack:
             stack[-1].hashes.append(ev)
@@ -1040,6 +1057,8 @@ class Tracer:
         files, cache = self._files(frame, ds_files, parent_files)
         rec["files"] = files
         rec["cache"] = cache
+        if self.trees and h is not None and cache != "hit":
+            self._note_changes(rec, h)
         if (
             h is not None
             and self._ledger
@@ -1074,7 +1093,7 @@ class Tracer:
                 "type": type_name(value),
             }
             if self.trees:
-                entry["tree"] = _tree(value)
+                entry["tree"] = (h.trees or {}).get(str(key)) if h.trees is not None else _tree(value)
             out[str(key)] = entry
         rec["args"] = out
         fn = args.get("function")
@@ -1087,6 +1106,23 @@ class Tracer:
                 index = (w.error_at - 2) // 2
                 argument = str(keys[index]) if index < len(keys) else None
             rec["random_fallback"] = {"argument": argument, "error": w.error, "error_type": w.error_type}
+
+    def _note_changes(self, rec: Record, h: _HashEvent) -> None:
+        """Determinism runs: an argument whose digest at the end of a step that ran differs from
+        the one datasets computed when it hashed the step was changed by the step itself (a
+        tokenizer configured inside the mapped function, a vocabulary built on the first call).
+        Its tree after the step goes next to the one taken at hash time, as ``"after"``."""
+        args = {str(k): v for k, v in h.args.items()} if isinstance(h.args, Mapping) else {}
+        for key, entry in rec["args"].items():
+            before = entry.get("digest")
+            tree = entry.get("tree")
+            if before is None or not isinstance(tree, Mapping) or key not in args:
+                continue
+            if str(tree.get("t", "")).startswith("datasets."):
+                continue  # a dataset argument: its digest follows fingerprints, not the step
+            after = _try_hash(args[key])
+            if after is not None and after != before:
+                entry["after"] = _tree(args[key])
 
     def _hash_record(self, h: _HashEvent, *, internal: bool, root: str) -> Record:
         rec = self._base(
@@ -1359,6 +1395,8 @@ class Tracer:
         rec["in_memory"] = in_memory
         rec["split"] = _split_of(dataset)
         rec["source"] = {"kind": "in-memory" if in_memory else "file", "constructor": entry}
+        if self.trees and in_memory:
+            rec["columns"] = _column_heads(dataset)
         self._emit(rec)
 
     # -- roots --------------------------------------------------------------------------------
@@ -1366,6 +1404,10 @@ class Tracer:
         if root not in self._known_roots:
             self._known_roots[root] = kind
             self._dir_roots.clear()
+            if self.enabled:
+                from cachetool.trace.lease import hold_lease
+
+                hold_lease(root)  # this process may write here: gc on other hosts must know
 
     def _saved_root(self, path: str) -> str:
         """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""
@@ -1505,6 +1547,39 @@ def _tree(value: Any) -> Any:
         return build_tree(value)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
+
+
+#: Values per column kept for a dataset built in memory (determinism runs), to name the first one
+#: that differs between runs.
+COLUMN_HEAD = 50
+
+
+def _column_heads(dataset: Any) -> dict[str, Any]:
+    """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
+    values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
+    is explained by the column and the first value that differs."""
+    from cachetool.fingerprint.tree import short_repr
+
+    out: dict[str, Any] = {}
+    try:
+        table = dataset.data.table
+        for name in table.column_names[:64]:
+            column = table.column(name)
+            out[str(name)] = {
+                "digest": _try_hash(column),
+                "head": [short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist()],
+            }
+    except Exception:  # an odd table: the fingerprint still says the source differs
+        return out
+    return out
+
+
+def _try_hash(value: Any) -> str | None:
+    try:
+        from cachetool.fingerprint.hashing import try_hash
+    except Exception:  # the fingerprint package is optional for tracing
+        return None
+    return try_hash(value)[0]
 
 
 def _shared_counter() -> Iterator[int]:
