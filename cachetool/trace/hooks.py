@@ -1098,6 +1098,10 @@ class Tracer:
         files, cache = self._files(frame, ds_files, parent_files)
         rec["files"] = files
         rec["cache"] = cache
+        if frame.op in ("map", "filter") and not frame.internal:
+            no_cache = self._no_cache(frame, cache, in_memory)
+            if no_cache is not None:
+                rec["no_cache"] = no_cache
         if self.trees and h is not None and cache != "hit":
             self._note_changes(rec, h)
         if (
@@ -1108,6 +1112,21 @@ class Tracer:
         ):
             self._summarize(rec, h)
         return rec
+
+    def _no_cache(self, frame: _Frame, cache: str, in_memory: bool) -> str | None:
+        """Why a map or filter ran without a persistent cache (it will run again next time)."""
+        kwargs = frame.kwargs
+        if kwargs.get("keep_in_memory") is True:
+            return "keep-in-memory"
+        if in_memory:
+            return "in-memory"
+        fp_mod = sys.modules.get("datasets.fingerprint")
+        enabled = getattr(fp_mod, "is_caching_enabled", None)
+        if callable(enabled) and not enabled():
+            return "caching-disabled"
+        if kwargs.get("load_from_cache_file") is False and cache in ("miss", "partial"):
+            return "load-from-cache-file-false"
+        return None
 
     def _show_args(self, rec: Record, frame: _Frame, h: _HashEvent | None) -> None:
         """Give every hashed argument a readable value for `lineage` (a summary where it is too
@@ -1487,6 +1506,10 @@ class Tracer:
         hit = self._dir_roots.get(folder)
         if hit is not None:
             return hit[0], False
+        if os.path.basename(folder).startswith("hf_datasets-"):
+            # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
+            self._dir_roots[folder] = (self.default_root, "cache")
+            return self.default_root, False
         best = ""
         candidates = dict(self._known_roots)
         candidates.setdefault(self.default_root, "cache")
