@@ -181,19 +181,39 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
             out.line(f"    {ref.fingerprint} ({_when(ref.time)}): before that, {why}")
 
 
+def _uncached_lines(out: Output, report: ExplainReport) -> None:
+    from cachetool.lineage.explain import UNCACHED_HINT
+
+    n = len(report.uncached)
+    if report.steps:
+        out.line("")
+    out.line(
+        f"{n} step{'' if n == 1 else 's'} ran without a persistent cache, "
+        f"{_seconds(report.uncached_seconds)} in this run; they run again in every run:",
+        style="bold yellow",
+    )
+    for u in report.uncached:
+        out.line(f"  {u.step.label}  {_seconds(u.duration)}: {u.reason_text}")
+    out.line(UNCACHED_HINT)
+
+
 def render(out: Output, report: ExplainReport) -> None:
     """Human output: one block per computed step, then the stale hits."""
     if report.mode == "run":
         computed = sum(s.status in ("computed", "partial") for s in report.steps)
+        n = len(report.uncached)
         out.line(
             f"Run {report.run} at {_when(report.run_time)}: {computed} step"
-            f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache",
+            f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache"
+            + (f", {n} without a persistent cache" if n else ""),
             style="bold",
         )
         out.line("")
         for s in report.steps:
             _step_lines(out, s, detailed=False)
-        if not report.steps:
+        if report.uncached:
+            _uncached_lines(out, report)
+        elif not report.steps:
             out.line("Nothing was recomputed.")
     else:
         for s in report.steps:

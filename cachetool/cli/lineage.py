@@ -292,6 +292,8 @@ def _label(step: Step) -> str:
     parts = [_what(step)]
     if step.function_str:
         parts.append(step.function_str)
+    if step.args_str:
+        parts.append(step.args_str)
     parts.append(step.fingerprint)
     if step.recorded:
         parts.append(step.file_str)

@@ -59,6 +59,11 @@ def _datasets_dumps() -> Callable[[Any], bytes] | None:
     if _DATASETS_DUMPS is None:
         try:
             from datasets.utils._dill import dumps as datasets_dumps
+        except ImportError:
+            try:  # datasets < 2.15 kept its pickler in py_utils
+                from datasets.utils.py_utils import dumps as datasets_dumps
+            except Exception:  # datasets half-imported, or an incompatible release
+                return None
         except Exception:  # datasets half-imported, or an incompatible release
             return None
         _DATASETS_DUMPS = datasets_dumps

@@ -343,6 +343,37 @@ class StepExplanation:
         }
 
 
+#: What each reason for running without a persistent cache reads as, and how to make the step
+#: reusable across runs.
+UNCACHED_TEXT = {
+    "in-memory": "in memory (Dataset.from_dict, from_pandas, from_list, or a dataset with no cache files)",
+    "keep-in-memory": "keep_in_memory=True",
+    "caching-disabled": "datasets.disable_caching() (results go to a temp folder deleted at exit)",
+    "load-from-cache-file-false": "load_from_cache_file=False (computed again over its cache file)",
+}
+UNCACHED_HINT = (
+    "To reuse them across runs: save_to_disk the dataset they start from and load_from_disk it "
+    "(its maps and filters are then cached next to it), or pass cache_file_name= to map/filter; "
+    "drop keep_in_memory=True, load_from_cache_file=False or disable_caching() where you did not mean them."
+)
+
+
+@dataclass(frozen=True)
+class UncachedStep:
+    """A step of the run that ran without a persistent cache: it runs again in every run."""
+
+    step: StepRef
+    reason: str  # one of records.UNCACHED_REASONS
+    duration: float
+
+    @property
+    def reason_text(self) -> str:
+        return UNCACHED_TEXT.get(self.reason, self.reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step.to_json(), "reason": self.reason, "duration": self.duration}
+
+
 @dataclass(frozen=True)
 class ExplainReport:
     """The answer of `cachetool explain`: one fingerprint, or every computed step of a run."""
@@ -355,6 +386,12 @@ class ExplainReport:
     loaded: int = 0
     stale: tuple[StaleHit, ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: Steps of the run that ran without a persistent cache (mode "run").
+    uncached: tuple[UncachedStep, ...] = ()
+
+    @property
+    def uncached_seconds(self) -> float:
+        return sum(u.duration for u in self.uncached)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -367,6 +404,9 @@ class ExplainReport:
             "loaded": self.loaded,
             "steps": [s.to_json() for s in self.steps],
             "stale": [s.to_json() for s in self.stale],
+            "uncached": [u.to_json() for u in self.uncached],
+            "uncached_seconds": round(self.uncached_seconds, 6),
+            "uncached_hint": UNCACHED_HINT if self.uncached else None,
         }
 
 
@@ -1041,9 +1081,13 @@ def explain_run(
         raise NoRecords(Path(root), f"records of run {run_id}")
     steps = []
     stale: list[StaleHit] = []
+    uncached: list[UncachedStep] = []
     loaded = 0
     for rec in records:
-        if rec.cache == "hit":
+        reason = rec.uncached
+        if reason is not None:
+            uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
+        elif rec.cache == "hit":
             loaded += 1
             stale.extend(_stale_for_hit(view, rec))
         elif rec.computed or rec.random_fallback is not None:
@@ -1057,6 +1101,7 @@ def explain_run(
         loaded=loaded,
         stale=_dedupe(stale),
         warnings=view.warnings,
+        uncached=tuple(uncached),
     )
 
 

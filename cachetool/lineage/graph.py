@@ -29,7 +29,7 @@ from cachetool.lineage.records import (
 )
 
 #: Arguments that say nothing a reader needs in a one-line summary.
-_QUIET_ARGS = frozenset({"fingerprint_name", "function", "fn_kwargs", "new_fingerprint"})
+_QUIET_ARGS = frozenset({"fingerprint_name", "function", "new_fingerprint"})
 
 
 @dataclass(frozen=True)
@@ -82,10 +82,15 @@ class Step:
 
     @property
     def function_str(self) -> str:
+        """`keep @ pipeline.py:14`: the function and the line the step was called at (two calls of
+        one function look different); the line it is defined at where no call site is known."""
         fn = self.function
         if not fn:
             return ""
         name = fn.qualname or "?"
+        site = self.call_site
+        if site is not None and site.file and site.line is not None:
+            return f"{name} @ {os.path.basename(site.file)}:{site.line}"
         if fn.file:
             return f"{name} @ {os.path.basename(fn.file)}:{fn.line}"
         return name

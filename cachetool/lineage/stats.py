@@ -6,7 +6,9 @@ least one (a `num_proc` step that reused some shards is a partial miss). Steps t
 file (in-memory datasets, `select` with a list, `remove_columns`) are counted as steps, not as
 hits or misses. *Recompute time* is the recorded duration of misses of steps that had run
 before (same call site, or the same fingerprint): the time a better-kept cache would have
-saved; first runs are not lost time.
+saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
+in-memory dataset, `keep_in_memory=True`, `disable_caching()`, `load_from_cache_file=False`) run
+again every time: they are counted apart, and from their second run on their time is lost too.
 
 `zero_stats(root)` starts a new counting period, as `ccache -z` does, without deleting a record:
 it writes the time into `<root>/.cachetool/stats.json`, and later reports count from there.
@@ -46,6 +48,11 @@ class Counts:
     miss_seconds: float = 0.0
     recompute_seconds: float = 0.0
     bytes_written: int = 0
+    #: Steps that ran without a persistent cache (in memory, keep_in_memory=True,
+    #: disable_caching(), load_from_cache_file=False) and their time; from their second run on
+    #: that time is in `recompute_seconds`, the time lost.
+    uncached: int = 0
+    uncached_seconds: float = 0.0
 
     @property
     def hit_rate(self) -> float | None:
@@ -70,6 +77,8 @@ class Counts:
             "miss_seconds": round(self.miss_seconds, 6),
             "recompute_seconds": round(self.recompute_seconds, 6),
             "bytes_written": self.bytes_written,
+            "uncached": self.uncached,
+            "uncached_seconds": round(self.uncached_seconds, 6),
         }
 
 
@@ -144,7 +153,8 @@ class _Acc:
 
     def __init__(self) -> None:
         self.steps = self.hits = self.misses = self.partial = self.no_file = self.bytes = 0
-        self.miss_s = self.recompute_s = 0.0
+        self.miss_s = self.recompute_s = self.uncached_s = 0.0
+        self.uncached = 0
         self.runs: set[str] = set()
 
     def add(self, rec: StepRecord, recomputed: bool) -> None:
@@ -163,6 +173,11 @@ class _Acc:
                 self.recompute_s += seconds
         else:
             self.no_file += 1
+        if rec.uncached is not None:
+            self.uncached += 1
+            self.uncached_s += seconds
+            if recomputed and cache not in ("miss", "partial"):  # misses are counted above
+                self.recompute_s += seconds
         self.bytes += written_bytes(rec)
 
     def counts(self) -> Counts:
@@ -176,6 +191,8 @@ class _Acc:
             miss_seconds=self.miss_s,
             recompute_seconds=self.recompute_s,
             bytes_written=self.bytes,
+            uncached=self.uncached,
+            uncached_seconds=self.uncached_s,
         )
 
 
