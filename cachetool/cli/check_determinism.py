@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cachetool.cli.common import JsonOption, Output, OutputFormat, handle_errors
+
+if TYPE_CHECKING:
+    from cachetool.determinism.runner import RunProgress
+
+#: Options after the script that check-determinism does not know go to the script.
+CONTEXT_SETTINGS = {"ignore_unknown_options": True}
 
 
 class CheckFormat(str, Enum):
@@ -21,7 +28,11 @@ def check_determinism_command(
     script: Annotated[Path, typer.Argument(help="The pipeline script to run.", show_default=False)],
     script_args: Annotated[
         list[str] | None,
-        typer.Argument(help="Arguments for the script (put them after `--`).", show_default=False),
+        typer.Argument(
+            help="Arguments for the script, after it, as with `cachetool run`. Options check-determinism "
+            "knows are its own: put script arguments that clash with them after `--`.",
+            show_default=False,
+        ),
     ] = None,
     runs: Annotated[int, typer.Option("--runs", "-n", min=2, help="How many runs to compare.")] = 2,
     hash_seeds: Annotated[
@@ -78,7 +89,9 @@ def check_determinism_command(
 
         cachetool check-determinism prepare.py
 
-        cachetool check-determinism prepare.py -- --split train --max-rows 1000
+        cachetool check-determinism prepare.py --split train --max-rows 1000
+
+        cachetool check-determinism prepare.py -- --runs 3
 
         cachetool check-determinism prepare.py --hash-seeds 1,2
 
@@ -89,6 +102,28 @@ def check_determinism_command(
     fmt_used = CheckFormat.json if as_json else fmt
     code = _check(script, list(script_args or []), runs, hash_seeds, timeout, isolated, jobs, fmt_used)
     raise typer.Exit(code)
+
+
+class _Progress:
+    """One status line on a terminal (stderr) while the runs go: which run, steps seen so far."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.shown = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, run: RunProgress) -> None:
+        state = "done" if run.finished else "running"
+        cold = ", cold" if run.cold else ""
+        text = (
+            f"check-determinism: run {run.index + 1} (PYTHONHASHSEED={run.hash_seed}{cold}) {state}, "
+            f"{run.steps} step(s) seen, {run.elapsed:.0f} s"
+        )
+        with self.lock:
+            pad = " " * max(0, self.shown - len(text))
+            self.stream.write("\r" + text + pad + ("\n" if run.finished else ""))
+            self.stream.flush()
+            self.shown = 0 if run.finished else len(text)
 
 
 def _parse_seeds(text: str | None) -> list[int] | None:
@@ -116,6 +151,8 @@ def _check(
     jobs: int | None,
     fmt: CheckFormat,
 ) -> int:
+    import sys
+
     from cachetool.determinism.render import github_lines, human_lines
     from cachetool.determinism.runner import check_determinism
 
@@ -128,6 +165,7 @@ def _check(
         timeout=timeout or None,
         isolated=isolated,
         jobs=jobs,
+        progress=_Progress(sys.stderr) if sys.stderr.isatty() else None,
     )
     from cachetool.cli.common import warn
 
@@ -136,8 +174,6 @@ def _check(
     if fmt == CheckFormat.json:
         Output(OutputFormat.json).json(report.to_dict())
     elif fmt == CheckFormat.github:
-        import sys
-
         for line in github_lines(report):
             sys.stdout.write(line + "\n")
         sys.stdout.flush()

@@ -180,8 +180,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
     analysis = report.analysis
     if analysis is None:
         return lines
-    compared = len(analysis.steps)
-    differing = sum(1 for s in analysis.steps if s.differs)
+    # The steps the user made (datasets' internal ones repeat their caller's fingerprints).
+    compared = sum(1 for s in analysis.steps if not s.internal)
+    differing = sum(1 for s in analysis.steps if s.differs and not s.internal)
     for cause in analysis.deterministic_causes:
         lines.append("")
         lines.extend(cause_lines(cause))
@@ -198,6 +199,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
         summary += f"; {len(analysis.deterministic_causes)} cause(s)"
     if analysis.random_causes:
         summary += f"; {len(analysis.random_causes)} random fingerprint(s)"
+    downstream = sum(c.cascade for c in analysis.causes)
+    if downstream:
+        summary += f", {downstream} downstream"
     lines.append(summary)
     if report.exit_code != 0:
         lines.append(

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +28,15 @@ from cachetool.determinism.analysis import Analysis, Cause, align, analyze
 from cachetool.determinism.checkpoint import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
 from cachetool.errors import CachetoolError, ExitCode
 
-__all__ = ["DeterminismReport", "RunOutcome", "check_determinism", "read_events", "run_command"]
+__all__ = [
+    "DeterminismReport",
+    "RunOutcome",
+    "RunProgress",
+    "check_determinism",
+    "read_events",
+    "run_command",
+    "terminal_lines",
+]
 
 REPORT_VERSION = 1
 _STDERR_TAIL_LINES = 20
@@ -63,6 +73,18 @@ class RunOutcome:
             "cold": self.cold,
             "stderr_tail": self.stderr_tail if self.failed else None,
         }
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where one run is, for a progress display: reported about twice a second while it runs."""
+
+    index: int
+    hash_seed: int
+    cold: bool
+    steps: int
+    elapsed: float
+    finished: bool
 
 
 @dataclass(frozen=True)
@@ -170,7 +192,22 @@ def _tail(path: Path, lines: int = _STDERR_TAIL_LINES) -> str:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(terminal_lines(text)[-lines:])
+
+
+_PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\|\s*\d+/\d+ \[|[0-9.?]+ ?(it|examples|ba|B)/s\]")
+
+
+def terminal_lines(text: str) -> list[str]:
+    """The lines of a script's stderr as a terminal last showed them: each line is what follows
+    its last carriage return (a progress bar redraws itself with ``\\r``), and progress-bar lines
+    (``Map: 100%|████| 4/4 [00:00<00:00, 248 examples/s]``) are left out."""
+    out = []
+    for raw in text.split("\n"):
+        line = raw.rstrip("\r").rsplit("\r", 1)[-1]
+        if line.strip() and not _PROGRESS_BAR.search(line):
+            out.append(line)
+    return out
 
 
 def _run_once(
@@ -279,6 +316,7 @@ def check_determinism(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     launcher: Sequence[str] | None = None,
+    progress: Callable[[RunProgress], None] | None = None,
 ) -> DeterminismReport:
     """Run `script` `runs` times with distinct hash seeds, compare every fingerprint, explain the first.
 
@@ -288,6 +326,8 @@ def check_determinism(
     found and `rerun` is true, one more run with the first run's seed tells whether the difference
     depends on ``PYTHONHASHSEED`` or changes on every run. `launcher` replaces the traced
     interpreter (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events).
+    `progress` is called about twice a second per running run (the steps it recorded so far) and
+    once when it ends.
 
     Mirrors ``cachetool check-determinism`` (``--runs``, ``--hash-seeds``, ``--timeout``,
     ``--isolated``, ``--jobs``).
@@ -319,20 +359,22 @@ def check_determinism(
             # to a temporary folder) and the next ones use the cache as it is: a step whose result
             # depends on whether an earlier one was computed or loaded shows even on a warm cache.
             # Isolated runs start from empty caches: they compute everything anyway.
-            return _run_once(
-                index,
-                run_script,
-                args,
-                seed,
-                workdir,
-                timeout=timeout,
-                isolated=isolated,
-                launcher=launcher,
-                cwd=work_cwd,
-                env=run_env,
-                live=live,
-                cold=not isolated and index == 0,
-            )
+            cold = not isolated and index == 0
+            with _watching(progress, workdir / f"run-{index}" / "events.jsonl", index, seed, cold):
+                return _run_once(
+                    index,
+                    run_script,
+                    args,
+                    seed,
+                    workdir,
+                    timeout=timeout,
+                    isolated=isolated,
+                    launcher=launcher,
+                    cwd=work_cwd,
+                    env=run_env,
+                    live=live,
+                    cold=cold,
+                )
 
         outcomes: list[RunOutcome] = []
         if workers == 1:
@@ -388,6 +430,51 @@ def check_determinism(
             rerun=extra,
             warnings=tuple(warnings),
         )
+
+
+class _watching:
+    """While a run goes, report its progress (the lines of its events file) from a thread."""
+
+    def __init__(
+        self, progress: Callable[[RunProgress], None] | None, events: Path, index: int, seed: int, cold: bool
+    ) -> None:
+        self.progress = progress
+        self.events = events
+        self.index, self.seed, self.cold = index, seed, cold
+        self.stop = threading.Event()
+        self.start = time.monotonic()
+        self.thread: threading.Thread | None = None
+
+    def report(self, finished: bool) -> None:
+        if self.progress is None:
+            return
+        try:
+            steps = self.events.read_bytes().count(b"\n")
+        except OSError:
+            steps = 0
+        try:
+            self.progress(
+                RunProgress(self.index, self.seed, self.cold, steps, time.monotonic() - self.start, finished)
+            )
+        except Exception:  # a display problem never stops the check
+            self.progress = None
+
+    def __enter__(self) -> _watching:
+        if self.progress is not None:
+
+            def loop() -> None:
+                while not self.stop.wait(0.5):
+                    self.report(False)
+
+            self.thread = threading.Thread(target=loop, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.report(True)
 
 
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:

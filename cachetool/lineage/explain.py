@@ -13,6 +13,7 @@ kind                      meaning
 ``argument``              an argument's value changed (``fn_kwargs['threshold']`` 0.5 → 0.6)
 ``function``              another function was passed
 ``function-source``       the function's code changed (with the lines)
+``source-file``           the same function from another file (the script renamed or moved)
 ``nondeterministic``      the same code pickles differently in every process (a frozenset,
                           an address): not a change of the user's
 ``non-semantic``          only arguments that do not change the result (``writer_batch_size``)
@@ -399,9 +400,11 @@ class LedgerView:
         t = _time(rec)
         key_site = _site_key(rec)
         key_fn = _fn_key(rec)
+        key_moved = _moved_key(rec)
         fp = rec.get("result")
         same_site: list[Record] = []
         same_fn: list[Record] = []
+        moved: list[Record] = []
         for other in self.steps:
             if (
                 other is rec
@@ -416,7 +419,10 @@ class LedgerView:
                 same_site.append(other)
             elif key_fn is not None and _fn_key(other) == key_fn:
                 same_fn.append(other)
-        found = same_site or same_fn
+            elif key_moved is not None and _moved_key(other) == key_moved:
+                moved.append(other)
+        # The same function (same code) from another file: the script was renamed or moved.
+        found = same_site or same_fn or moved
         found.sort(key=_time, reverse=True)
         parents = rec.get("parents")
         out: list[Record] = []
@@ -488,6 +494,13 @@ def _fn_key(rec: Mapping[str, Any]) -> tuple[Any, ...] | None:
     if not isinstance(fn, Mapping) or not fn.get("qualname"):
         return None
     return (rec.get("operation"), fn.get("qualname"), fn.get("file"))
+
+
+def _moved_key(rec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    fn = rec.get("function")
+    if not isinstance(fn, Mapping) or not fn.get("qualname") or not fn.get("code_hash"):
+        return None
+    return (rec.get("operation"), fn.get("qualname"), fn.get("code_hash"), tuple(rec.get("parents") or ()))
 
 
 def _has_summaries(rec: Mapping[str, Any]) -> bool:
@@ -787,6 +800,20 @@ def _function_reasons(view: LedgerView, new: Record, old: Record) -> list[Reason
             )
         ]
     code_a, code_b = fa.get("code_hash"), fb.get("code_hash")
+    file_a, file_b = (os.path.basename(str(f.get("file") or "")) for f in (fa, fb))
+    if code_a and code_a == code_b and file_a != file_b and fb.get("qualname") != "<lambda>":
+        return [
+            Reason(
+                "source-file",
+                f"the function `{fb.get('qualname')}` is the same but its source file changed "
+                f"({file_a} → {file_b}), which datasets hashes (a function's code keeps its file name)",
+                argument="function",
+                path="function",
+                before=file_a,
+                after=file_b,
+                hint="run the script under one name, or define the function in a module both scripts import",
+            )
+        ]
     changed = code_a != code_b if code_a and code_b else fa.get("source_hash") != fb.get("source_hash")
     if changed:
         lines = _line_changes(view, fa, fb)
