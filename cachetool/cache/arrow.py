@@ -55,7 +55,7 @@ class ArrowSummary:
             return None
         try:
             features = (json.loads(self.metadata_json).get("info") or {}).get("features")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             return None
         return features if isinstance(features, dict) else None
 
@@ -100,7 +100,7 @@ def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
     try:
         text = raw.decode("utf-8")
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, None
     fp = doc.get("fingerprint") if isinstance(doc, dict) else None
     return (fp if isinstance(fp, str) else None), text
@@ -124,6 +124,11 @@ def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:
             return ArrowSummary(UNREADABLE, error=f"cannot map file: {e}")
         try:
             return _walk(mm, size)
+        except Exception as e:  # any damage pyarrow trips over is a finding, not a crash
+            # pyarrow raises more than ArrowInvalid on damaged headers: ArrowNotImplementedError
+            # ("Integers with more than 64 bits"), ArrowKeyError (a dictionary id), a
+            # UnicodeDecodeError for a column name that is not UTF-8, ...
+            return ArrowSummary(UNREADABLE, error=f"damaged Arrow file: {_describe(e)}")
         finally:
             try:
                 mm.close()
@@ -148,8 +153,13 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
             reader = pa.ipc.open_stream(pa.BufferReader(buf))
         except (pa.ArrowInvalid, OSError) as e:
             return ArrowSummary(NOT_ARROW, error=f"unreadable schema: {_one_line(e)}")
+        except Exception as e:  # see read_summary
+            return ArrowSummary(UNREADABLE, error=f"unreadable schema: {_describe(e)}")
         schema = reader.schema
-        columns = tuple((f.name, str(f.type)) for f in schema)
+        try:
+            columns = tuple((f.name, str(f.type)) for f in schema)
+        except UnicodeDecodeError:
+            return ArrowSummary(UNREADABLE, error="unreadable schema: a column name is not UTF-8")
         fingerprint, features = _parse_metadata(schema)
         rows = batches = 0
         error = None
@@ -160,6 +170,9 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
                 break
             except (pa.ArrowInvalid, OSError) as e:
                 error = f"truncated after {batches} batches ({rows} rows): {_one_line(e)}"
+                break
+            except Exception as e:  # see read_summary
+                error = f"damaged after {batches} batches ({rows} rows): {_describe(e)}"
                 break
             rows += batch.num_rows
             batches += 1
@@ -199,9 +212,19 @@ def _ipc_file(mm: mmap.mmap) -> ArrowSummary:
             )
         except (pa.ArrowInvalid, OSError) as e:
             return ArrowSummary(NOT_ARROW, error=f"damaged Arrow IPC file: {_one_line(e)}")
+        except Exception as e:  # see read_summary
+            return ArrowSummary(UNREADABLE, error=f"damaged Arrow IPC file: {_describe(e)}")
     finally:
         del buf
 
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
+
+
+def _describe(e: BaseException) -> str:
+    """The exception's class and message on one line ("ArrowNotImplementedError: Integers ...")."""
+    if isinstance(e, UnicodeDecodeError):
+        return "a name or metadata string is not UTF-8"
+    text = _one_line(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

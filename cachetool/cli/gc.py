@@ -13,6 +13,7 @@ from cachetool.cli.common import (
     CacheDirOption,
     FormatOption,
     JsonOption,
+    NoTruncateOption,
     Output,
     OutputFormat,
     QuietOption,
@@ -59,7 +60,8 @@ def gc_command(
         typer.Option(
             "--min-age",
             help="Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
-            "machines of a shared file system are invisible to gc: there, age is the only guard.",
+            "hosts of a shared file system are invisible to gc: there, their leases and age are the "
+            "guards (at least 10m for temp files no lease covers).",
         ),
     ] = "1h",
     all_users: Annotated[
@@ -105,6 +107,15 @@ def gc_command(
             "layout (refused by default: there, leftover-looking names may be your own files).",
         ),
     ] = False,
+    other_hosts_idle: Annotated[
+        bool,
+        typer.Option(
+            "--other-hosts-idle",
+            help="On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
+            "10m for temp files no lease covers: you know no process on another host writes this cache "
+            "outside `cachetool run` or `cachetool.tracing()`.",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
     ] = False,
@@ -113,6 +124,7 @@ def gc_command(
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    no_truncate: NoTruncateOption = False,
 ) -> None:
     """Reclaim disk: remove what killed runs left behind, evict entries by age or size.
 
@@ -128,6 +140,10 @@ def gc_command(
     yours (unless `--all-users`), inside the cache (or the temp dir) and not a symlink; it deletes
     through folder descriptors that never follow symlinks. When in doubt an item is kept, with the
     reason. Every removal is recorded in the cache's ledger.
+
+    Runs under `cachetool run` or `cachetool.tracing()` hold a lease in the cache
+    (`.cachetool/leases/`): what they may be writing stays while the lease lives, on every host.
+    Leases that expired, or whose process on this host is gone, are removed and logged.
 
     **Examples**
 
@@ -160,6 +176,8 @@ def gc_command(
         cache_dir,
         choose_format(fmt, as_json, quiet),
         force_root,
+        no_truncate,
+        other_hosts_idle,
     )
 
 
@@ -175,15 +193,14 @@ def parse_options(
     keep: list[str],
     include_sources: bool,
     force_root: bool = False,
+    other_hosts_idle: bool = False,
 ) -> GcOptions:
     """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
-    from cachetool.cache.query import BYTE_UNITS, TIME_UNITS, parse_quantity
+    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
     from cachetool.maintenance.gc import GcOptions
 
-    age = parse_quantity(min_age, TIME_UNITS, "--min-age", min_age)
-    older = (
-        parse_quantity(older_than, TIME_UNITS, "--older-than", older_than) if older_than is not None else None
-    )
+    age = parse_duration(min_age, "--min-age")
+    older = parse_duration(older_than, "--older-than") if older_than is not None else None
     size = int(parse_quantity(max_size, BYTE_UNITS, "--max-size", max_size)) if max_size is not None else None
     options = GcOptions(
         temp=temp,
@@ -197,6 +214,7 @@ def parse_options(
         keep=tuple(keep),
         include_sources=include_sources,
         force_root=force_root,
+        other_hosts_idle=other_hosts_idle,
     )
     if not temp and not options.evicts:
         raise CachetoolError(
@@ -224,6 +242,8 @@ def _gc(
     cache_dir: Path | None,
     fmt: OutputFormat,
     force_root: bool = False,
+    no_truncate: bool = False,
+    other_hosts_idle: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.maintenance.gc import execute, plan_gc
@@ -240,9 +260,10 @@ def _gc(
         keep,
         include_sources,
         force_root,
+        other_hosts_idle,
     )
     root = existing_root(cache_dir)
-    out = Output(fmt)
+    out = Output(fmt, no_truncate=no_truncate)
     plan = plan_gc(root, options)
     for w in plan.warnings:
         warn(w)
@@ -252,10 +273,14 @@ def _gc(
     if not plan.items:
         from cachetool.maintenance.gc import GcResult
 
+        # Stale leases go without a question: they protect nothing any more.
+        result = execute(plan) if plan.shared and plan.shared.stale else GcResult(plan, ())
         if fmt == OutputFormat.human:
             _show_plan(out, plan, dry_run=False, final=True)
+            for lease in result.leases_removed:
+                out.line(f"Removed the stale lease of {lease}.", style="dim")
         else:
-            _show_result(out, GcResult(plan, ()))
+            _show_result(out, result)
         return
     if not yes:
         if fmt != OutputFormat.human or not sys.stdin.isatty():
@@ -282,7 +307,11 @@ def _gc(
 # ------------------------------------------------------------------------------------------
 
 
-def _where(path: Path, plan: GcPlan) -> str:
+def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
+    """The item's path inside the cache (or the temp dir, named above the table), shortened from
+    the middle for a table; names, hashes among them, stay whole. The full path is in --json."""
+    from cachetool.formatting import short_path
+
     for base in (plan.root, plan.temp_dir):
         if base is None:
             continue
@@ -290,24 +319,14 @@ def _where(path: Path, plan: GcPlan) -> str:
             rel = path.relative_to(base)
         except ValueError:
             continue
-        if base != plan.root:
-            return os.fsdecode(rel)  # the temp dir is named above the table
-        parts = [_short(p) for p in rel.parts]
-        # Deep builder paths wrap badly in a table; the full path is in --json.
-        return "/".join(parts) if len(parts) <= 3 else f"{parts[0]}/{parts[1]}/…/{parts[-1]}"
-    return os.fsdecode(path)
-
-
-def _short(name: str) -> str:
-    """Hash-named folders and downloads (64 hex digits) shortened for a table."""
-    return name if len(name) <= 36 else f"{name[:12]}…{name[-20:]}"
+        return short_path(rel, None if whole else 40)
+    return short_path(path, None if whole else 40)
 
 
 def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[str, Any]:
     """The `--json` document (schema in docs/gc.md)."""
     o = plan.options
     return {
-        "version": 1,
         "root": os.fsdecode(plan.root),
         "temp_dir": os.fsdecode(plan.temp_dir) if plan.temp_dir else None,
         "dry_run": dry_run,
@@ -321,6 +340,7 @@ def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[st
             "fingerprints": list(o.fingerprints),
             "keep": list(o.keep),
             "include_sources": o.include_sources,
+            "other_hosts_idle": o.other_hosts_idle,
         },
         "plan": plan.to_json(),
         "result": result.to_json() if result is not None else None,
@@ -342,20 +362,29 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         if final:
             out.ids(i.id for i in plan.items)
         return
-    out.line(f"Cache: {os.fsdecode(plan.root)}", style="bold")
+    out.line(f"Cache: {out.path(plan.root, out.console.width - 7)}", style="bold")
     if plan.temp_dir is not None:
-        out.line(f"Temp dir: {os.fsdecode(plan.temp_dir)} (only hf_datasets-* and pymp-*)", style="dim")
+        out.line(f"Temp dir: {out.path(plan.temp_dir, 40)} (only hf_datasets-* and pymp-*)", style="dim")
+    for note in plan.shared.notes() if plan.shared is not None else ():
+        out.line(note, style="dim")
     if plan.items:
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
         rows = [
-            (i.kind.value, i.fingerprint or _where(i.path, plan), human_size(i.size), i.files, i.reason)
+            (
+                i.kind.value,
+                i.fingerprint or _where(i.path, plan, out.no_truncate),
+                human_size(i.size),
+                i.files,
+                i.reason,
+            )
             for i in plan.items
         ]
         out.table(
             None,
             [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
             rows,
+            whole=("what",),
         )
     if plan.skipped:
         out.line()
@@ -364,7 +393,12 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
             None,
             [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
             [
-                (s.kind.value, s.fingerprint or _where(s.path, plan), human_size(s.size), s.reason)
+                (
+                    s.kind.value,
+                    s.fingerprint or _where(s.path, plan, out.no_truncate),
+                    human_size(s.size),
+                    s.reason,
+                )
                 for s in plan.skipped
             ],
         )
@@ -393,7 +427,12 @@ def _show_result(out: Output, result: GcResult) -> None:
             None,
             [("status", "left"), ("kind", "left"), ("what", "left"), ("why", "left")],
             [
-                (o.status, o.item.kind.value, o.item.fingerprint or _where(o.item.path, plan), o.reason or "")
+                (
+                    o.status,
+                    o.item.kind.value,
+                    o.item.fingerprint or _where(o.item.path, plan, out.no_truncate),
+                    o.reason or "",
+                )
                 for o in (*result.failed, *result.skipped)
             ],
         )
@@ -402,3 +441,5 @@ def _show_result(out: Output, result: GcResult) -> None:
         f"Removed {len(result.removed)} item(s), freed {freed}; "
         f"{len(result.skipped)} kept on a last check, {len(result.failed)} failed."
     )
+    for lease in result.leases_removed:
+        out.line(f"Removed the stale lease of {lease}.", style="dim")

@@ -5,27 +5,30 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
-from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
+from cachetool.cli.common import (
+    CacheDirOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
+    handle_errors,
+    hint,
+    warn,
+)
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.graph import LineageGraph, Step
+    from cachetool.lineage.ledger import Ledger
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
-
-
-class LineageFormat(str, Enum):
-    human = "human"
-    json = "json"
-    dot = "dot"
-    mermaid = "mermaid"
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,10 @@ def lineage_command(
     ] = False,
     cache_dir: CacheDirOption = None,
     fmt: Annotated[
-        LineageFormat,
-        typer.Option("--format", help="human: one step a line; json: raw values; dot, mermaid: a graph."),
-    ] = LineageFormat.human,
+        OutputFormat, format_option("dot", "mermaid", quiet="the steps' fingerprints, one a line")
+    ] = OutputFormat.human,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Show where a fingerprint comes from: the chain of recorded steps from its source.
 
@@ -94,11 +97,11 @@ def lineage_command(
     or missing cache.
     """
     mode = "all" if all_ else "descendants" if descendants else "chain"
-    _lineage(fingerprint, mode, internal, cache_dir, LineageFormat.json if as_json else fmt)
+    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet))
 
 
 @handle_errors
-def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: LineageFormat) -> None:
+def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.scan import scan_cache
 
@@ -106,11 +109,13 @@ def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt
     report = scan_cache(root)
     warnings: list[str] = []
     view = lineage_view(report, prefix, mode=mode, include_internal=internal, warnings=warnings)
-    if fmt == LineageFormat.json:
-        Output(OutputFormat.json).json(view.to_json())
-    elif fmt == LineageFormat.dot:
+    if fmt == OutputFormat.json:
+        Output(fmt).json(view.to_json())
+    elif fmt == OutputFormat.quiet:
+        Output(fmt).ids(s.fingerprint for _, s in view.steps)
+    elif fmt == OutputFormat.dot:
         sys.stdout.write(to_dot(view))
-    elif fmt == LineageFormat.mermaid:
+    elif fmt == OutputFormat.mermaid:
         sys.stdout.write(to_mermaid(view))
     else:
         render(Output(OutputFormat.human), view)
@@ -120,38 +125,18 @@ def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt
         hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
 
 
-def resolve(report: CacheReport, graph: LineageGraph, prefix: str) -> tuple[str, Entry | None]:
-    """The one fingerprint `prefix` names, on disk or in the ledger, and its disk entry if any."""
-    from cachetool.cache.scan import find_entry
+def resolve(
+    report: CacheReport, graph: LineageGraph, prefix: str, ledger: Ledger
+) -> tuple[str, Entry | None]:
+    """The one fingerprint `prefix` names (`cachetool.lineage.ledger.resolve`), and its disk entry."""
+    from cachetool.lineage.ledger import resolve as resolve_name
 
-    entry: Entry | None = None
-    try:
-        entry = find_entry(report, prefix)
-    except UnknownFingerprint:
-        entry = None
-    except AmbiguousFingerprint:
-        raise
-    recorded = graph.matching(prefix)
-    candidates: set[str] = set(recorded)
-    if entry is not None and entry.fingerprint:
-        fps = {entry.fingerprint, *entry.aliases}
-        # Prefer the fingerprint the user named; else the one the ledger knows (after
-        # load_from_disk the recorded one is the alias).
-        named = sorted(fp for fp in fps if fp.startswith(prefix))
-        known = [fp for fp in named if graph.is_recorded(fp)] or sorted(
-            fp for fp in fps if graph.is_recorded(fp)
-        )
-        main = known[0] if known else named[0] if named else entry.fingerprint
-        candidates -= fps
-        candidates.add(main)
-    if not candidates:
-        raise UnknownFingerprint(prefix, report.root)
-    if len(candidates) > 1:
-        raise AmbiguousFingerprint(prefix, sorted(candidates))
-    fp = candidates.pop()
-    if entry is None:
-        entry = next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
-    return fp, entry
+    got = resolve_name(prefix, report, ledger)
+    fp = got.fingerprint
+    if got.entry is not None and not graph.is_recorded(fp):
+        # After load_from_disk the fingerprint the ledger knows is the entry's alias.
+        fp = next((x for x in (got.entry.fingerprint, *got.entry.aliases) if x and graph.is_recorded(x)), fp)
+    return fp, got.entry
 
 
 def lineage_view(
@@ -161,15 +146,18 @@ def lineage_view(
     mode: str = "chain",
     include_internal: bool = False,
     warnings: list[str] | None = None,
+    all_roots: bool = False,
 ) -> LineageView:
     """The lineage of the fingerprint `prefix` names, in the cache `report` scanned.
 
     `mode` is "chain" (source to fingerprint), "descendants" (the tree below it) or "all" (every
     branch of its dataset). The Python side of `cachetool lineage`."""
     from cachetool.lineage.graph import load_graph
+    from cachetool.lineage.ledger import Ledger
 
-    graph = load_graph(report.root, include_internal=include_internal, warnings=warnings)
-    fp, entry = resolve(report, graph, prefix)
+    ledger = Ledger.load(report.root, all_roots=all_roots)
+    graph = load_graph(ledger, include_internal=include_internal, warnings=warnings)
+    fp, entry = resolve(report, graph, prefix, ledger)
     if mode == "descendants":
         items = graph.descendants(fp)
     elif mode == "all":
@@ -196,11 +184,11 @@ def _what(step: Step) -> str:
     if not step.recorded:
         return "?"
     op = step.operation or step.type or "?"
-    src = step.source or {}
-    if step.type == "root" and src.get("kind") == "builder":
-        return f"{op} {src.get('builder')} [{src.get('split')}]"
-    if step.type == "root" and src.get("kind") == "saved":
-        return f"{op} {Path(str(src.get('path'))).name}"
+    src = step.source
+    if step.type == "root" and src is not None and src.kind == "builder":
+        return f"{op} {src.builder} [{src.split}]"
+    if step.type == "root" and src is not None and src.kind == "saved":
+        return f"{op} {Path(str(src.path)).name}"
     return op
 
 
@@ -221,8 +209,12 @@ def _notes(step: Step) -> str:
         notes.append("new_fingerprint= given")
     if step.random_fallback:
         rf = step.random_fallback
-        arg = rf.get("argument") or "the transform"
-        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.get('error')})")
+        arg = rf.argument or "the transform"
+        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.error})")
+    if step.internal:
+        notes.append("made inside another step by datasets")
+    if step.foreign and step.root:
+        notes.append(f"recorded in {step.root}")
     for path in step.saved_to:
         notes.append(f"saved to {path}")
     if step.deleted:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -13,17 +14,20 @@ from cachetool.cli.common import (
     CacheDirOption,
     FormatOption,
     JsonOption,
+    NoTruncateOption,
     Output,
     OutputFormat,
     QuietOption,
     choose_format,
     handle_errors,
     hint,
+    warn,
 )
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.lineage.ledger import Ledger
 
 
 def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
@@ -35,12 +39,12 @@ def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
     return existing_root(path if path is not None else cache_dir)
 
 
-def scan_with_progress(root: Path, out: Output) -> CacheReport:
+def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) -> CacheReport:
     """Scan, showing a live file count on a terminal (stderr) for long scans."""
     from cachetool.cache.scan import scan_cache
 
     if not sys.stderr.isatty():
-        return scan_cache(root)
+        return scan_cache(root, ledger=ledger)
     from rich.status import Status
 
     from cachetool.cli.common import stderr_console
@@ -50,7 +54,7 @@ def scan_with_progress(root: Path, out: Output) -> CacheReport:
         def progress(n: int) -> None:
             status.update(f"Scanning… {n} files")
 
-        return scan_cache(root, progress=progress)
+        return scan_cache(root, ledger=ledger, progress=progress)
 
 
 def report_warnings(report: CacheReport) -> None:
@@ -69,12 +73,35 @@ def _short(path: Path, root: Path) -> str:
         return os.fsdecode(path)
 
 
-def entry_label(e: Entry) -> str:
-    """The fingerprint, else the file or folder name (full paths are in --json and `show`)."""
+_CONFIG_HASH = re.compile(r"-[0-9a-f]{16}$")
+_LONG_HEX = re.compile(r"[0-9a-f]{12,}")
+
+
+def entry_label(e: Entry, whole: bool = False) -> str:
+    """The fingerprint, else the file or folder name (full paths are in --json and `show`).
+    A long name shows each hash by its first 8 digits (as git abbreviates), or else as `…`, then
+    loses its head; a hash is never shown cut anywhere else."""
     if e.fingerprint:
         return e.fingerprint
     name = os.fsdecode(e.path.name) + ("/" if e.path.is_dir() and not e.path.is_symlink() else "")
-    return name if len(name) <= 16 else f"{name[:6]}…{name[-9:]}"
+    if len(name) <= 16 or whole:
+        return name
+    short = _LONG_HEX.sub(lambda m: m.group(0)[:8] + "…", name)
+    if len(short) <= 16:
+        return short
+    short = _LONG_HEX.sub("…", name)
+    return short if len(short) <= 16 else "…" + short[-15:]
+
+
+def read_pinned(root: Path) -> frozenset[str]:
+    """The pinned fingerprints of `root`; a damaged pins file is a warning here (listing goes on)."""
+    from cachetool.maintenance.pins import read_pins
+
+    try:
+        return frozenset(read_pins(root))
+    except CachetoolError as e:
+        warn(e.message)
+        return frozenset()
 
 
 def ls_command(
@@ -91,21 +118,27 @@ def ls_command(
             "--filter",
             "-f",
             help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
-            "Keys: size, rows, files, used, modified, kind, dataset, split, content, fingerprint.",
+            "Keys: size, rows, files, used (or accessed), modified, kind, dataset, split, content, "
+            "fingerprint, pinned.",
+            metavar="EXPR",
         ),
     ] = None,
     sort: Annotated[
         str | None,
         typer.Option(
             "--sort",
-            help="size|modified|used|rows|files|kind|name, optionally :asc or :desc "
+            help="size|modified|used|accessed|rows|files|kind|name, optionally :asc or :desc "
             "(default desc for size/modified/used/rows/files, asc for name).",
+            metavar="KEY",
         ),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Show at most N entries.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=0, metavar="N", help="Show at most N entries.")
+    ] = None,
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    no_truncate: NoTruncateOption = False,
 ) -> None:
     """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
 
@@ -115,7 +148,8 @@ def ls_command(
     `cachetool run`), else its modification time.
 
     **Filters** (`hf cache ls` semantics): `size>100MB`, `rows<1000`, `used>7d` (not used in the
-    last 7 days), `modified<1h`, `kind=temp` (or `kind=leftover`), `dataset=csv`, `split=train`.
+    last 7 days; `accessed>7d` is the same), `modified<1h`, `kind=temp` (or `kind=leftover`),
+    `dataset=csv`, `split=train`, `pinned=yes`. Pinned entries are marked in the `pin` column.
 
     **Examples**
 
@@ -131,7 +165,7 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet))
+    _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
 
 
 @handle_errors
@@ -142,6 +176,7 @@ def _ls(
     sort: str | None,
     limit: int | None,
     fmt: OutputFormat,
+    no_truncate: bool = False,
 ) -> None:
     from cachetool.cache.query import apply_filters, compile_filter, sort_entries
 
@@ -149,34 +184,44 @@ def _ls(
         compile_filter(expr)
     sort_entries([], sort)
     root = resolve_target(path, cache_dir)
-    out = Output(fmt)
+    out = Output(fmt, no_truncate=no_truncate)
     report = scan_with_progress(root, out)
-    entries = sort_entries(apply_filters(report.entries, filters), sort)
+    pinned = read_pinned(report.root)
+    entries = sort_entries(apply_filters(report.entries, filters, pinned=pinned), sort)
     if limit is not None:
         entries = entries[:limit]
     if fmt == OutputFormat.json:
-        out.json(ls_document(report, entries))
+        out.json(ls_document(report, entries, pinned))
     elif fmt == OutputFormat.quiet:
         out.ids(e.id for e in entries)
     else:
-        render_human(out, report, entries, grouped=sort is None)
+        render_human(out, report, entries, grouped=sort is None, pinned=pinned)
     report_warnings(report)
 
 
-def ls_document(report: CacheReport, entries: list[Entry]) -> dict[str, object]:
-    """The `--json` document (schema in docs/listing.md)."""
+def ls_document(
+    report: CacheReport, entries: list[Entry], pinned: frozenset[str] = frozenset()
+) -> dict[str, object]:
+    """The `--json` document (schema in docs/listing.md, key names in docs/json.md)."""
+    from cachetool.cache.query import is_pinned
+
     return {
-        "version": 1,
         "root": os.fsdecode(report.root),
-        "entries": [e.to_json() for e in entries],
+        "entries": [{**e.to_json(), "pinned": is_pinned(e, pinned)} for e in entries],
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in report.totals().items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
 
 
-def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped: bool = True) -> None:
+def render_human(
+    out: Output,
+    report: CacheReport,
+    entries: list[Entry],
+    grouped: bool = True,
+    pinned: frozenset[str] = frozenset(),
+) -> None:
     """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
-    out.line(f"Cache: {os.fsdecode(report.root)}", style="bold")
+    out.line(f"Cache: {out.path(report.root, out.console.width - 7)}", style="bold")
     if not entries:
         out.line("No entries." if not report.entries else "No entries match.")
     elif grouped:
@@ -188,59 +233,89 @@ def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped
             out.line()
             out.line(name, style="bold cyan")
             if where is not None and _short(where, report.root) not in (name, "."):
-                out.line(f"  {_short(where, report.root)}", style="dim")
-            _entry_table(out, report, members, with_dataset=False)
+                out.line(f"  {out.path(_short(where, report.root), out.console.width - 2)}", style="dim")
+            _entry_table(out, report, members, with_dataset=False, pinned=pinned)
     else:
-        _entry_table(out, report, entries, with_dataset=True)
+        _entry_table(out, report, entries, with_dataset=True, pinned=pinned)
     out.line()
     for text in totals_line(report, len(entries)).splitlines():
         out.line(text)
 
 
-def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_dataset: bool) -> None:
-    """One row per entry. `op` and `parent` appear once the ledger knows any entry; on a narrow
-    terminal they take the place of `files`, `cols` and `modified` (all stay in --json and `show`)."""
+def _entry_table(
+    out: Output,
+    report: CacheReport,
+    entries: list[Entry],
+    with_dataset: bool,
+    pinned: frozenset[str] = frozenset(),
+) -> None:
+    """One row per entry. `op` and `parent` appear once the ledger knows any entry. On a narrow
+    terminal the dataset shows without its config hash, parents by their first 8 digits, then
+    `cols`, `files`, `modified`, `parent` and `op` give way, in that order, until the table fits
+    (all stay in --json and `show`; --no-truncate keeps everything). A `pin` column marks pinned
+    entries when there are any."""
+    from cachetool.cache.query import is_pinned
+
     recorded = any(e.parent or e.operation for e in entries)
-    narrow = recorded and out.console.width < 110 + (26 if with_dataset else 0)
+    any_pinned = any(is_pinned(e, pinned) for e in entries)
     now = report.scanned_at
-    cells: dict[str, tuple[str, object]] = {}
     table_rows = []
     for e in entries:
-        cells = {
-            "dataset": ("left", e.dataset or ""),
-            "kind": ("left", e.kind_str),
-            "fingerprint": ("left", entry_label(e)),
-            "files": ("right", len(e.files)),
-            "rows": ("right", "" if e.rows is None else f"{e.rows:,}"),
-            "cols": ("right", len(e.columns) or ""),
-            "size": ("right", e.size_str),
-            "modified": ("right", age_short(e.modified, now)),
-            "used": ("right", age_short(e.used, now)),
-            "op": ("left", e.operation or ""),
-            "parent": ("left", (e.parent or "")[:8] if narrow else (e.parent or "")),
-        }
-        table_rows.append(cells)
+        table_rows.append(
+            {
+                "dataset": e.dataset or "",
+                "kind": e.kind_str,
+                "fingerprint": entry_label(e, whole=out.no_truncate),
+                "pin": "yes" if is_pinned(e, pinned) else "",
+                "files": str(len(e.files)),
+                "rows": "" if e.rows is None else f"{e.rows:,}",
+                "cols": str(len(e.columns) or ""),
+                "size": e.size_str,
+                "modified": age_short(e.modified, now),
+                "used": age_short(e.used, now),
+                "op": e.operation or "",
+                "parent": e.parent or "",
+            }
+        )
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
+    if any_pinned:
+        names.insert(2, "pin")
     if with_dataset:
         names.insert(0, "dataset")
     if recorded:
         names += ["op", "parent"]
-    if narrow:
-        names = [n for n in names if n not in ("files", "modified", "cols")]
+    # A fingerprint is never cut (`new_fingerprint=` may be any string): its column is as wide as
+    # the longest.
+    longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
+    widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
+
+    def width_of(cols: list[str]) -> int:
+        def natural(n: str) -> int:
+            longest = max([len(n), *(len(row[n]) for row in table_rows)])
+            return min(longest, widths[n][1]) if n in widths else longest
+
+        return sum(natural(n) for n in cols) + 2 * (len(cols) - 1)
+
+    if not out.no_truncate:
+        room = out.console.width
+        steps = [
+            ("dataset", lambda row: row.update(dataset=_CONFIG_HASH.sub("", row["dataset"]))),
+            ("parent", lambda row: row.update(parent=row["parent"][:8])),
+        ]
+        for column, shorten in steps:
+            if column in names and width_of(names) > room:
+                for row in table_rows:
+                    shorten(row)
+        for column in ("cols", "files", "modified", "parent", "op"):
+            if width_of(names) <= room:
+                break
+            if column in names:
+                names.remove(column)
     justify = {
         n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
     out.table(
-        None,
-        [(n, justify[n]) for n in names],
-        [[row[n][1] for n in names] for row in table_rows],
-        widths={
-            "kind": (10, 18),
-            "fingerprint": (16, 16),
-            "dataset": (10, 24),
-            "op": (2, 12),
-            "parent": (8, 16),
-        },
+        None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
     )
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +31,9 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
+from cachetool.lineage.ledger import Ledger
+from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
+from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.liveness import InUse, scan_in_use
 
 CHECKSUMS_NAME = "checksums.json"
@@ -57,6 +62,12 @@ class Finding:
     path: Path
     problem: str
     hint: str = ""
+    #: The file version the finding is about (device, inode, size, mtime ns), taken when it was
+    #: read; `quarantine` moves nothing else. None for folders; CHANGED when it changed meanwhile.
+    identity: tuple[int, int, int, int] | None = field(default=None, compare=False, repr=False)
+    #: How to tell the finding still holds: "header" (read the headers again), "deep" (validate
+    #: every buffer again), "" (the identity alone).
+    check: str = field(default="", compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,6 +117,7 @@ class VerifyReport:
         }
 
 
+TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
 GC_HINT = "run `cachetool gc --temp` to remove leftovers"
 RECOMPUTE_HINT = "delete or quarantine it (`cachetool verify --quarantine`); datasets will recompute it"
 
@@ -123,9 +135,22 @@ class _Checker:
         self.in_use = in_use
         self.now = now
         self.findings: list[Finding] = []
+        self.removed_folders: frozenset[Path] | None = None
 
-    def add(self, sev: Severity, e: Entry, path: Path, problem: str, hint: str = "") -> None:
-        self.findings.append(Finding(sev, e.id, e.kind.value, path, problem, hint))
+    def add(
+        self,
+        sev: Severity,
+        e: Entry,
+        path: Path,
+        problem: str,
+        hint: str = "",
+        *,
+        check: str = "",
+        ident: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        if ident is None:
+            ident = _scanned_identity(e, path)
+        self.findings.append(Finding(sev, e.id, e.kind.value, path, problem, hint, ident, check))
 
     def writers_of(self, path: Path) -> frozenset[int]:
         try:
@@ -141,6 +166,14 @@ class _Checker:
                 return f.path, pids
         return None
 
+    def leased(self, e: Entry) -> bool:
+        """A live lease's process (on this host or another) may be writing `e`: say so, as info."""
+        lease = self.in_use.lease_over(e.modified)
+        if lease is None:
+            return False
+        self.add(Severity.INFO, e, e.path, f"may be being written by {lease} (a live lease)")
+        return True
+
     # -- per entry ---------------------------------------------------------------------------
     def entry(self, e: Entry) -> None:
         if e.kind == Kind.TEMP:
@@ -151,6 +184,8 @@ class _Checker:
             return self.incomplete_save(e)
         if e.kind == Kind.LOCK:
             return self.lock(e)
+        if e.kind == Kind.TF_CACHE:
+            return self.tf_cache(e)
         if e.kind == Kind.DOWNLOAD and e.problems:
             self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
             return None
@@ -171,6 +206,17 @@ class _Checker:
             self.shard_lengths(e)
         return None
 
+    def tf_cache(self, e: Entry) -> None:
+        """A finished tf.data cache must have an index that parses and every data shard it names,
+        as long as the index says; a killed writer's lockfile blocks the next run."""
+        if e.state == "incomplete":
+            for p in e.problems:
+                self.add(Severity.ERROR, e, e.path, p, TF_RECOMPUTE_HINT)
+        elif e.state == "abandoned":
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+        elif e.state == "being-written":
+            self.add(Severity.INFO, e, e.path, "; ".join(e.problems))
+
     def per_file_problem(self, e: Entry, problem: str) -> bool:
         """Problems the per-file checks already reported (file errors, fingerprint mismatch)."""
         if len(e.files) == 1 and e.files[0].summary is not None:
@@ -187,7 +233,7 @@ class _Checker:
             if pids:
                 self.add(Severity.INFO, e, f.path, f"being written by pid {_pids(pids)}")
                 return
-            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT)
+            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT, check="header")
             return
         expected = self.expected_metadata_fingerprint(e, f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
@@ -247,6 +293,8 @@ class _Checker:
         if holders:
             self.add(Severity.INFO, e, e.path, f"temporary file held open by pid {_pids(holders)}")
             return
+        if self.leased(e):
+            return
         self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", GC_HINT)
 
     def holders(self, e: Entry) -> frozenset[int]:
@@ -263,6 +311,8 @@ class _Checker:
         if live is not None:
             self.add(Severity.INFO, e, e.path, f"{what} in progress: being written by pid {_pids(live[1])}")
             return
+        if self.leased(e):
+            return
         self.add(Severity.WARNING, e, e.path, f"leftover of {what}", GC_HINT)
 
     def incomplete_save(self, e: Entry) -> None:
@@ -271,6 +321,8 @@ class _Checker:
             self.add(
                 Severity.INFO, e, e.path, f"save_to_disk in progress: being written by pid {_pids(live[1])}"
             )
+            return
+        if self.leased(e):
             return
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
@@ -307,6 +359,23 @@ class _Checker:
         self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", GC_HINT)
 
     # -- indices bounds ------------------------------------------------------------------------
+    def orphan(self, e: Entry, why: str) -> None:
+        """An indices file whose data is gone: harmless (datasets never reads it without its
+        data), removable, and never quarantined."""
+        self.add(Severity.WARNING, e, e.files[0].path, f"orphan: {why}", gc_hint(self.report.root, e.id))
+
+    def data_removed(self, e: Entry) -> bool:
+        """The data an unrecorded indices file points into is gone: its folder has no source
+        split left, or gc removed data files from it."""
+        if self.removed_folders is None:
+            self.removed_folders = _removed_folders(self.report.root)
+        folder = e.files[0].path.parent
+        no_source = not any(
+            x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder
+            for x in self.report.entries
+        )
+        return no_source or folder in self.removed_folders
+
     def indices(self, entries: Sequence[Entry], parents: dict[str, str | None]) -> None:
         """An indices mapping must point inside the data it indexes. The recorded parent tells
         which data that is; without a record, an index past the end of every data file in the
@@ -323,7 +392,11 @@ class _Checker:
             biggest = _max_index(e.files[0].path)
             if biggest is None:
                 continue
-            parent = by_fp.get(parents.get(e.fingerprint or "") or "")
+            parent_fp = parents.get(e.fingerprint or "")
+            parent = by_fp.get(parent_fp or "")
+            if parent_fp and parent is None:
+                self.orphan(e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+                continue
             if parent is not None and (parent.problems or parent.complete is False):
                 continue  # the parent is the broken one: its own finding says so
             if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
@@ -345,7 +418,13 @@ class _Checker:
                 and not x.problems
                 and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
             ]
-            if sizes and biggest >= max(sizes):
+            if sizes and biggest >= max(sizes) and self.data_removed(e):
+                self.orphan(
+                    e,
+                    f"index {biggest} is past the end of every dataset left in its folder (largest has "
+                    f"{max(sizes)} rows): the data it indexes was removed",
+                )
+            elif sizes and biggest >= max(sizes):
                 self.add(
                     Severity.ERROR,
                     e,
@@ -354,6 +433,38 @@ class _Checker:
                     f"(largest has {max(sizes)} rows)",
                     RECOMPUTE_HINT,
                 )
+
+
+#: The identity of a file that changed between the scan and the finding: matches no file.
+CHANGED = (0, 0, -1, 0)
+
+
+def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
+    """The identity of `path` as the scan read it: its stat now, if size and mtime are still the
+    scan's; CHANGED if not; None for what is not one of the entry's regular files."""
+    f = next((f for f in e.files if f.path == path), None)
+    if f is None:
+        return None
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return CHANGED
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
+def _removed_folders(root: Path) -> frozenset[Path]:
+    """Folders from which gc (as its log in the ledger says) removed data files."""
+    try:
+        from cachetool.lineage.gclog import gc_records
+    except ImportError:  # pragma: no cover
+        return frozenset()
+    out: set[Path] = set()
+    for rec in gc_records(root):
+        if rec.kind in ("source", "derived", "shards", "arrow"):
+            out.update(Path(p).parent for p in rec.paths)
+    return frozenset(out)
 
 
 def _pids(pids: Iterable[int]) -> str:
@@ -391,7 +502,7 @@ def _max_index(path: Path) -> int | None:
                 return None
             value = pc.max(table.column(0)).as_py()
             return int(value) if value is not None else None
-    except (pa.ArrowInvalid, OSError, ValueError):
+    except Exception:  # a damaged file has no bounds to check; its own finding says so
         return None
 
 
@@ -405,6 +516,7 @@ class DeepResult:
     mtime_ns: int
     checksum: str | None
     error: str | None
+    identity: tuple[int, int, int, int] | None = None  # of the very file read (its descriptor)
 
 
 def deep_check(path: Path) -> DeepResult:
@@ -429,7 +541,7 @@ def deep_check(path: Path) -> DeepResult:
                 mm.close()
             except BufferError:  # pragma: no cover - a view outlived the walk; GC unmaps it
                 pass
-        return DeepResult(path, st.st_size, st.st_mtime_ns, checksum, error)
+        return DeepResult(path, st.st_size, st.st_mtime_ns, checksum, error, identity(st))
     finally:
         os.close(fd)
 
@@ -442,6 +554,9 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
     checksum = xxhash.xxh3_64(mm).hexdigest()
     try:
         reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mm)))
+        why = load_error(reader.schema)
+        if why is not None:
+            return checksum, why
         for index, batch in enumerate(reader):
             try:
                 batch.validate(full=True)
@@ -449,7 +564,68 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
                 return checksum, f"invalid data in batch {index}: {' '.join(str(e).split())}"
     except (pa.ArrowInvalid, OSError) as e:
         return checksum, " ".join(str(e).split())
+    except Exception as e:  # whatever pyarrow raises on damage is a finding
+        return checksum, f"damaged Arrow file: {type(e).__name__}: {' '.join(str(e).split())}"
     return checksum, None
+
+
+_LOAD_ERRORS: dict[bytes, str | None] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_error(schema: Any) -> str | None:
+    """Why `datasets` would refuse a file with this Arrow schema, or None if it would load it.
+
+    `datasets.Dataset.from_file` reads the `huggingface` schema metadata as JSON and builds
+    `Features.from_arrow_schema` (which runs `Features.from_dict` on `info.features`), then checks
+    column names and types in `Dataset.__init__`. The same constructor runs here on an empty table
+    of the same schema (everything it checks depends on the schema alone), so the answer is the
+    one `datasets` gives, for every feature type and version; once per distinct schema. Without
+    `datasets` installed, the metadata is only parsed as JSON and its shape checked."""
+    key = schema.serialize().to_pybytes()
+    with _LOAD_LOCK:
+        if key in _LOAD_ERRORS:
+            return _LOAD_ERRORS[key]
+    why = _load_error(schema)
+    with _LOAD_LOCK:
+        _LOAD_ERRORS[key] = why
+    return why
+
+
+def _load_error(schema: Any) -> str | None:
+    try:
+        import datasets
+    except ImportError:
+        return _metadata_shape_error(schema)
+    import pyarrow as pa
+
+    try:
+        datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches([], schema)))
+    except Exception as e:  # whatever datasets raises is the reason it would not load the file
+        return f"datasets cannot load it: {type(e).__name__}: {_first_line(e)}"
+    return None
+
+
+def _metadata_shape_error(schema: Any) -> str | None:
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw.decode())
+    except (ValueError, RecursionError) as e:
+        return f"datasets cannot load it: the huggingface schema metadata is not JSON ({_first_line(e)})"
+    info = doc.get("info") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or (info is not None and not isinstance(info, dict)):
+        return "datasets cannot load it: the huggingface schema metadata is not an object with an info object"
+    features = info.get("features") if isinstance(info, dict) else None
+    if features is not None and not isinstance(features, dict):
+        return "datasets cannot load it: info.features in the huggingface schema metadata is not an object"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _checksums_path(root: Path) -> Path:
@@ -491,22 +667,26 @@ def verify_cache(
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
+    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     report = scan_cache(
-        root, use_index=False, progress=(lambda n: progress(n, 0)) if progress is not None else None
+        root,
+        use_index=False,
+        ledger=ledger,
+        progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=report.root)
     now = time.time()
     entries = list(report.entries)
     if fingerprints:
-        chosen = {id(find_entry(report, fp)) for fp in fingerprints}
+        chosen = {id(find_entry(report, fp, ledger)) for fp in fingerprints}
         entries = [e for e in entries if id(e) in chosen]
     checker = _Checker(report, in_use, now)
     for e in entries:
         checker.entry(e)
-    parents = _recorded_parents(report.root)
+    parents = {fp: u.parent for fp, u in ledger.usage().items()}
     checker.indices(entries, parents)
     if not fingerprints:
-        _ledger_findings(checker, report)
+        _ledger_findings(checker, ledger)
     bytes_checked = 0
     recorded = 0
     if deep or record:
@@ -519,26 +699,13 @@ def verify_cache(
     )
 
 
-def _recorded_parents(root: Path) -> dict[str, str | None]:
-    try:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-    except ImportError:  # pragma: no cover
-        return {}
-    return {fp: u.parent for fp, u in usage_by_fingerprint(root).items()}
-
-
-def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
+def _ledger_findings(checker: _Checker, ledger: Ledger) -> None:
     """Records whose files are gone: information (gc or a user removed them), not corruption."""
-    try:
-        from cachetool.lineage.ledger import read_ledger
-    except ImportError:  # pragma: no cover
-        return
     gone: dict[str, str] = {}
-    for rec in read_ledger(report.root, include_internal=False).records:
-        for f in rec.get("files") or []:
-            path = f.get("path") if isinstance(f, dict) else None
-            if isinstance(path, str) and path not in gone and not os.path.lexists(path):
-                gone[path] = str(rec.get("result") or "?")
+    for rec in ledger.own_steps():
+        for f in rec.files:
+            if f.path not in gone and not os.path.lexists(f.path):
+                gone[f.path] = rec.result or "?"
     for path, fp in sorted(gone.items()):
         checker.findings.append(
             Finding(Severity.INFO, fp, "record", Path(path), "recorded file no longer exists (removed since)")
@@ -577,7 +744,9 @@ def _deep(
     for e, res in results:
         rel = _rel(res.path, report.root)
         if res.error is not None:
-            checker.add(Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT)
+            checker.add(
+                Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT, check="deep", ident=res.identity
+            )
             continue
         old = stored.get(rel)
         if old is not None and old.get("xxh3") != res.checksum:
@@ -676,60 +845,178 @@ def _inside(path: Path, folder: Path) -> bool:
 def quarantine(report: VerifyReport) -> VerifyReport:
     """Move what has errors into `<root>/.cachetool/quarantine/<time>-<pid>/` (never delete), so the
     next `datasets` run recomputes it instead of crashing. Each move is logged before it happens;
-    one that fails becomes a finding and the others go on. Nothing a live process holds moves."""
+    one that fails becomes a finding and the others go on. Nothing a live process holds moves.
+
+    Only the file version verify judged moves: its identity (device, inode, size, mtime) is
+    compared before the move, and again with the finding itself once the unit is out of reach in
+    the quarantine folder; a file replaced or repaired meanwhile is put back. Every step goes
+    through folder descriptors opened from the root without following symlinks."""
     root = report.root
-    qbase = root / layout.LEDGER_DIR / QUARANTINE_DIR
-    qdir = qbase / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     moved: list[tuple[Path, Path]] = []
     problems: list[Finding] = []
-    in_use = scan_in_use()
+
+    def refuse(finding: Finding, src: Path, why: str) -> None:
+        problems.append(
+            replace(finding, severity=Severity.WARNING, path=src, problem=f"not quarantined: {why}", hint="")
+        )
+
+    try:
+        root_fd = os.open(root, O_DIR)
+    except OSError as err:
+        for finding in report.errors:
+            refuse(finding, finding.path, f"cannot open the cache root: {err.strerror or err}")
+        return replace(report, findings=(*report.findings, *problems))
+    in_use = scan_in_use(root=root)
     done: set[Path] = set()
-    for finding, paths in _quarantine_units(root, report.errors):
-        for src in paths:
-            if src in done or any(p in done for p in src.parents) or not os.path.lexists(src):
+    try:
+        for finding, paths in _quarantine_units(root, report.errors):
+            todo = [
+                src
+                for src in paths
+                if src not in done and not any(p in done for p in src.parents) and os.path.lexists(src)
+            ]
+            why = _changed(root_fd, root, finding)
+            if why is not None and todo:
+                refuse(finding, finding.path, why)
                 continue
-            why = _cannot_move(src, root, in_use)
+            unit: list[tuple[Path, Path]] = []
+            for src in todo:
+                why = _cannot_move(src, root, in_use)
+                if why is None:
+                    try:
+                        dst = _move_to_quarantine(root_fd, root, stamp, src, finding)
+                    except OSError as err:
+                        why = err.strerror or str(err)
+                    else:
+                        unit.append((src, dst))
+                        continue
+                refuse(finding, src, why)
+            if not unit:
+                continue
+            # Out of reach now: nobody can swap the file under its old name any more, so this
+            # check is final. If the finding no longer holds, the unit goes back.
+            why = _still_broken(root_fd, root, finding, unit)
             if why is not None:
-                problems.append(
-                    replace(
-                        finding,
-                        severity=Severity.WARNING,
-                        path=src,
-                        problem=f"not quarantined: {why}",
-                        hint="",
-                    )
-                )
+                _put_back(root_fd, root, unit)
+                refuse(finding, finding.path, why + " (put back)")
                 continue
-            dst = qdir / _rel(src, root)
-            try:
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                if os.path.lexists(dst):
-                    raise FileExistsError(f"{dst} already exists")
-                _log_move(
-                    root,
-                    {
-                        "action": "quarantine",
-                        "from": os.fsdecode(src),
-                        "to": os.fsdecode(dst),
-                        "problem": finding.problem,
-                        "time": time.time(),
-                    },
-                )
-                os.rename(src, dst)
-            except OSError as err:
-                problems.append(
-                    replace(
-                        finding,
-                        severity=Severity.WARNING,
-                        path=src,
-                        problem=f"not quarantined: {err.strerror or err}",
-                        hint="",
-                    )
-                )
-                continue
-            done.add(src)
-            moved.append((src, dst))
+            done.update(src for src, _ in unit)
+            moved += unit
+    finally:
+        os.close(root_fd)
     return replace(report, findings=(*report.findings, *problems), quarantined=tuple(moved))
+
+
+def _parts(root: Path, path: Path) -> tuple[str, ...]:
+    parts = path.relative_to(root).parts
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(path)
+    return parts
+
+
+def _stat_at(root_fd: int, parts: tuple[str, ...]) -> os.stat_result:
+    fd = open_parent(root_fd, parts)
+    try:
+        return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+    finally:
+        os.close(fd)
+
+
+def _changed(root_fd: int, root: Path, finding: Finding) -> str | None:
+    """Why the finding's file is no longer the version verify read (None: it still is)."""
+    if finding.identity is None:
+        return None
+    try:
+        st = _stat_at(root_fd, _parts(root, finding.path))
+    except (OSError, ValueError):
+        return "changed since verify read it (gone or moved)"
+    if finding.identity != identity(st):
+        return "changed since verify read it (another file or other bytes now)"
+    return None
+
+
+def _move_to_quarantine(root_fd: int, root: Path, stamp: str, src: Path, finding: Finding) -> Path:
+    """Rename `src` into the quarantine folder of this run, never over anything; logged first."""
+    try:
+        parts = _parts(root, src)
+    except ValueError:
+        raise OSError(errno.EXDEV, "outside the cache root", os.fsdecode(src)) from None
+    dst_parts = (layout.LEDGER_DIR, QUARANTINE_DIR, stamp, *parts)
+    dst = root.joinpath(*dst_parts)
+    src_fd = open_parent(root_fd, parts)
+    try:
+        dst_fd = open_parent(root_fd, dst_parts, create=True)
+        try:
+            _log_move(
+                root,
+                {
+                    "action": "quarantine",
+                    "from": os.fsdecode(src),
+                    "to": os.fsdecode(dst),
+                    "problem": finding.problem,
+                    "time": time.time(),
+                },
+            )
+            rename_noreplace(src_fd, parts[-1], dst_fd, parts[-1])
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    return dst
+
+
+def _still_broken(root_fd: int, root: Path, finding: Finding, unit: list[tuple[Path, Path]]) -> str | None:
+    """Check the finding's file where it now lies in the quarantine folder: same identity, and
+    (for a header or deep finding) the same reading fails again. None when it still holds."""
+    if finding.identity is None:
+        return None
+    where = next(
+        (
+            dst / finding.path.relative_to(src)
+            for src, dst in unit
+            if src == finding.path or src in finding.path.parents
+        ),
+        None,
+    )
+    if where is None:
+        return None
+    try:
+        st = _stat_at(root_fd, _parts(root, where))
+    except (OSError, ValueError):
+        return "changed since verify read it (gone)"
+    if identity(st) != finding.identity:
+        return "changed since verify read it (another file or other bytes now)"
+    if finding.check == "header":
+        from cachetool.cache.arrow import read_summary
+
+        if read_summary(where).error is None:
+            return "changed since verify read it (it reads whole now)"
+    elif finding.check == "deep" and deep_check(where).error is None:
+        return "changed since verify read it (it validates now)"
+    return None
+
+
+def _put_back(root_fd: int, root: Path, unit: list[tuple[Path, Path]]) -> None:
+    """Undo the moves of one unit, never over something new at the old name (then it stays in
+    quarantine, logged, for `--restore` to report)."""
+    for src, dst in reversed(unit):
+        try:
+            s_parts, d_parts = _parts(root, src), _parts(root, dst)
+            s_fd = open_parent(root_fd, s_parts)
+            try:
+                d_fd = open_parent(root_fd, d_parts)
+                try:
+                    rename_noreplace(d_fd, d_parts[-1], s_fd, s_parts[-1])
+                finally:
+                    os.close(d_fd)
+            finally:
+                os.close(s_fd)
+        except (OSError, ValueError):
+            continue
+        _log_move(
+            root, {"action": "restore", "from": os.fsdecode(dst), "to": os.fsdecode(src), "time": time.time()}
+        )
 
 
 def _cannot_move(src: Path, root: Path, in_use: InUse) -> str | None:
@@ -740,11 +1027,15 @@ def _cannot_move(src: Path, root: Path, in_use: InUse) -> str | None:
     targets = [src] if not src.is_dir() else [Path(d) / n for d, _, names in os.walk(src) for n in names]
     for t in targets:
         try:
-            pids = in_use.pids(os.stat(t, follow_symlinks=False))
+            st = os.stat(t, follow_symlinks=False)
         except OSError:
             continue
+        pids = in_use.pids(st)
         if pids:
             return f"in use by pid {_pids(pids)}"
+        lease = in_use.lease_over(st.st_mtime)
+        if lease is not None:
+            return f"may be being written by {lease} (a live lease)"
     return None
 
 

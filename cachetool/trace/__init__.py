@@ -76,6 +76,10 @@ def _install_now(events: str | None, trees: bool = False, cold: bool = False) ->
         if tracer.install():
             _tracer = tracer
             _register_fork_handler()
+            from cachetool.trace.lease import hold_lease
+
+            # Announce this writer to gc and verify on every host that shares the root.
+            hold_lease(tracer.default_root)
             if cold and events:
                 # The determinism runner's cold run: every step computes (its cache files go to a
                 # temporary folder), so what a step changes in its function's objects shows.
@@ -118,6 +122,9 @@ def uninstall_tracing() -> None:
         if _tracer is not None:
             _tracer.uninstall()
             _tracer = None
+            from cachetool.trace.lease import release_all
+
+            release_all()
 
 
 @contextlib.contextmanager
