@@ -159,6 +159,7 @@ def test_warm_cache_tokenizer_report_reads_well(base: Path) -> None:
         for line in lines
     ), lines
     assert any("the tokenizer completely before the first map" in line for line in lines)
+    assert any("a run that computed step 3 (map tokenize on split train at " in line for line in lines), lines
 
 
 @pytest.mark.slow

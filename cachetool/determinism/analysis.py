@@ -67,6 +67,8 @@ class Step:
     status: str = "same"
     #: For a cascade step: the index of its cause in `Analysis.causes`.
     cause: int | None = None
+    #: The split the step made (``train``), when the runs recorded one.
+    split: str | None = None
 
     @property
     def differs(self) -> bool:
@@ -92,6 +94,7 @@ class Step:
             "parents": [list(p) for p in self.parents],
             "status": self.status,
             "cause": self.cause,
+            "split": self.split,
         }
 
 
@@ -248,6 +251,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             results=results,
             parents=parents,
             function_defined=_defined(row[0]),
+            split=str(row[0]["split"]) if row[0].get("split") is not None else None,
         )
         fallbacks = [e.get("random_fallback") for e in row]
         change = changes.get(index)

@@ -65,7 +65,8 @@ def _variation(cause: Cause) -> str | None:
 def _step_name(step: Step) -> str:
     where = f"{_relative(step.file)}:{step.line}" if step.file else "?"
     what = f"{step.operation} {step.function}" if step.function else step.operation
-    return f"step {step.index + 1} ({what} at {where})"
+    split = f" on split {step.split}" if step.split else ""
+    return f"step {step.index + 1} ({what}{split} at {where})"
 
 
 def cause_lines(cause: Cause) -> list[str]:
