@@ -164,6 +164,8 @@ def human_lines(report: DeterminismReport) -> list[str]:
     """The whole report for a person (the CLI escapes and prints each line)."""
     seeds = ", ".join(str(r.hash_seed) for r in report.runs)
     mode = "isolated caches" if report.isolated else "shared cache"
+    if any(r.cold for r in report.runs):
+        mode += ", run 1 cold"
     n = len(report.runs)
     lines = [
         f"{report.script}: {report.verdict} ({n} run{'' if n == 1 else 's'}, PYTHONHASHSEED {seeds}; {mode})"
