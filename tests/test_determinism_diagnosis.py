@@ -441,3 +441,26 @@ def test_a_function_from_a_per_run_file_names_the_file(base: Path) -> None:
     (culprit,) = cause.culprits
     assert culprit.path == ("code", "filename") and culprit.kind == "source-file"
     assert "the function is the same but its source file changed (prep_" in culprit.hint
+
+
+@pytest.mark.slow
+def test_everyday_tracing_builds_no_hash_tree(base: Path) -> None:
+    """`cachetool run` (the ledger) keeps bounded summaries only: no hash tree at hash time, no
+    tree after the step, no column heads; those are for check-determinism's runs."""
+    env = hf_env(base / "everyday")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "run", "m01_tokenizer_truncation_inside_map.py"],
+        env=env,
+        cwd=CORPUS,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    segments = list(Path(env["HF_DATASETS_CACHE"]).glob(".cachetool/**/*.jsonl"))
+    records = [json.loads(line) for seg in segments for line in seg.read_text().splitlines() if line]
+    maps = [r for r in records if r.get("operation") == "map"]
+    assert len(maps) == 2
+    for rec in maps:
+        for entry in rec["args"].values():
+            assert "tree" not in entry and "after" not in entry
+    assert any("summary" in entry for rec in maps for entry in rec["args"].values())
