@@ -81,6 +81,11 @@ def check_determinism_command(
     that differ only because of it are counted as its cascade. `cachetool.checkpoint(name, obj)`
     in any script adds its own values to the comparison.
 
+    The first run computes every step (caching off for that run), so a step that changes an
+    object a later step hashes (a tokenizer configured inside the mapped function, a vocabulary
+    built on the first call) is named even when the cache is warm: "the function's state differs
+    between a run that computed step N and one that loaded it from the cache".
+
     Exit codes: 0 every fingerprint matched; 1 a fingerprint differs; 2 the script failed, timed
     out, or the usage was wrong (the tail of its stderr is shown); 3 the only differences come
     from `datasets` falling back to a random fingerprint (an argument cannot be pickled, so that
