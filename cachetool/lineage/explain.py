@@ -13,6 +13,7 @@ kind                      meaning
 ``argument``              an argument's value changed (``fn_kwargs['threshold']`` 0.5 → 0.6)
 ``function``              another function was passed
 ``function-source``       the function's code changed (with the lines)
+``source-file``           the same function from another file (the script renamed or moved)
 ``nondeterministic``      the same code pickles differently in every process (a frozenset,
                           an address): not a change of the user's
 ``non-semantic``          only arguments that do not change the result (``writer_batch_size``)
@@ -479,9 +480,11 @@ class LedgerView:
         t = rec.time
         key_site = _site_key(rec)
         key_fn = _fn_key(rec)
+        key_moved = _moved_key(rec)
         fp = rec.result
         same_site: list[StepRecord] = []
         same_fn: list[StepRecord] = []
+        moved: list[StepRecord] = []
         for other in self.steps:
             if other is rec or other.time >= t or other.result == fp or other.run == rec.run:
                 continue
@@ -491,7 +494,10 @@ class LedgerView:
                 same_site.append(other)
             elif key_fn is not None and _fn_key(other) == key_fn:
                 same_fn.append(other)
-        found = same_site or same_fn
+            elif key_moved is not None and _moved_key(other) == key_moved:
+                moved.append(other)
+        # The same function (same code) from another file: the script was renamed or moved.
+        found = same_site or same_fn or moved
         found.sort(key=lambda r: r.time, reverse=True)
         parents = rec.parents
         out: list[StepRecord] = []
@@ -546,6 +552,13 @@ def _fn_key(rec: StepRecord) -> tuple[Any, ...] | None:
     if fn is None or not fn.qualname:
         return None
     return (rec.operation, fn.qualname, fn.file)
+
+
+def _moved_key(rec: StepRecord) -> tuple[Any, ...] | None:
+    fn = rec.function
+    if fn is None or not fn.qualname or not fn.code_hash:
+        return None
+    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
 
 
 def _has_summaries(rec: StepRecord) -> bool:
@@ -838,6 +851,20 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
             )
         ]
     code_a, code_b = fa.code_hash, fb.code_hash
+    file_a, file_b = (os.path.basename(f.file or "") for f in (fa, fb))
+    if code_a and code_a == code_b and file_a != file_b and fb.qualname != "<lambda>":
+        return [
+            Reason(
+                "source-file",
+                f"the function `{fb.qualname}` is the same but its source file changed "
+                f"({file_a} → {file_b}), which datasets hashes (a function's code keeps its file name)",
+                argument="function",
+                path="function",
+                before=file_a,
+                after=file_b,
+                hint="run the script under one name, or define the function in a module both scripts import",
+            )
+        ]
     changed = code_a != code_b if code_a and code_b else fa.source_hash != fb.source_hash
     if changed:
         lines = _line_changes(view, fa, fb)
