@@ -171,8 +171,8 @@ def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
     from cachetool.lineage.gclog import gc_records
 
     records = gc_records(copy / "cache")
-    assert sorted(r["path"] for r in records) == sorted(r["path"] for r in result["removed"])
-    assert all(r["reason"] and r["size"] is not None for r in records)
+    assert sorted(r.path or "" for r in records) == sorted(r["path"] for r in result["removed"])
+    assert all(r.reason and r.size is not None for r in records)
 
     code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
     assert code == 0 and doc["plan"]["items"] == [] and doc["result"]["removed"] == []
@@ -191,7 +191,7 @@ def test_one_failing_item_never_stops_the_rest(copy: Path, leftovers: dict[str, 
     assert code == 1
     result = doc["result"]
     assert [(f["path"], f["status"]) for f in result["failed"]] == [(str(stuck), "failed")]
-    assert "Operation not permitted" in result["failed"][0]["why"]
+    assert "Operation not permitted" in result["failed"][0]["reason"]
     assert len(result["removed"]) == 10 and stuck.exists()
 
 

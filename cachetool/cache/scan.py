@@ -9,6 +9,7 @@ files, and never reads column data (see `cachetool.cache.arrow`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -17,15 +18,19 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
+from cachetool.cache.dirs import user_state_dir
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
-from cachetool.errors import AmbiguousFingerprint, CacheNotFound, NotADirectory, UnknownFingerprint
+from cachetool.errors import CacheNotFound, NotADirectory, RecordedOnly
 from cachetool.fingerprint.plain import loaded_fingerprint, source_split_fingerprint
 from cachetool.formatting import human_size, iso_time
+
+if TYPE_CHECKING:
+    from cachetool.lineage.ledger import Ledger
 
 
 def _human_age(ts: float | None, now: float | None = None) -> str:
@@ -210,7 +215,7 @@ class Entry:
             "columns": [name for name, _ in self.columns],
             "size": self.size,
             "modified": iso_time(self.modified),
-            "last_used": iso_time(self.used),
+            "used": iso_time(self.used),
             "complete": self.complete,
             "parent": self.parent,
             "operation": self.operation,
@@ -270,9 +275,9 @@ class CacheReport:
     def file_count(self) -> int:
         return sum(n for n, _ in self.totals().values())
 
-    def find(self, prefix: str) -> Entry:
+    def find(self, prefix: str, ledger: Ledger | None = None) -> Entry:
         """The entry whose fingerprint or alias starts with `prefix` (or whose path is `prefix`)."""
-        return find_entry(self, prefix)
+        return find_entry(self, prefix, ledger)
 
 
 def _path_str(p: Path) -> str:
@@ -312,6 +317,8 @@ def _list_dir(path: Path) -> tuple[list[_Item], str | None]:
     try:
         with os.scandir(path) as it:
             for de in it:
+                if de.name == layout.LEDGER_DIR:
+                    continue  # cachetool's own state (ledger, read index, pins): never an entry
                 p = child(de.name) if child is not None else Path(de.path)
                 try:
                     st = de.stat(follow_symlinks=False)
@@ -1057,15 +1064,15 @@ def scan_cache(
     root: str | os.PathLike[str],
     *,
     use_index: bool = True,
-    ledger: bool = True,
+    ledger: bool | Ledger = True,
     progress: Callable[[int], None] | None = None,
 ) -> CacheReport:
     """Scan a datasets cache root (or a `save_to_disk` folder, or any folder of Arrow files).
 
     Reads only `stat` results, JSON metadata and Arrow headers. With `use_index`, what was read is
     remembered in `<root>/.cachetool/read-index.json` (skipped silently on a read-only root), so a
-    repeat scan only stats unchanged files. With `ledger`, recorded lineage (parent, operation,
-    last use) is attached to entries.
+    repeat scan only stats unchanged files. With `ledger` (True: read it; or a `Ledger` the
+    command already loaded), recorded lineage (parent, operation, last use) is attached to entries.
     """
     root_path = Path(root).expanduser()
     if not root_path.exists() and not root_path.is_symlink():
@@ -1073,16 +1080,30 @@ def scan_cache(
     if not root_path.is_dir():
         raise NotADirectory(root_path)
     root_path = root_path.resolve()
-    index = ReadIndex(root_path, enabled=use_index)
+    own = _is_cachetool_state(root_path)
+    index = ReadIndex(root_path, enabled=use_index and not own)
     scanner = _Scanner(root_path, index, progress)
-    scanner.walk(root_path)
+    if not own:
+        scanner.walk(root_path)
     index.save()
     entries = _attribute_locks(scanner.entries, scanner.datasets)
-    if ledger:
-        entries = _attach_ledger(root_path, entries)
+    if ledger is not False:
+        entries = _attach_ledger(root_path, entries, None if ledger is True else ledger)
     entries.sort(key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", _path_str(e.path)))
     datasets = sorted(scanner.datasets, key=lambda d: _path_str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
+
+
+def _is_cachetool_state(path: Path) -> bool:
+    """A folder of cachetool's own state (a root's `.cachetool/`, or the per-user state folder):
+    nothing in it is a cache entry."""
+    if layout.LEDGER_DIR in path.parts:
+        return True
+    state = user_state_dir()
+    with contextlib.suppress(OSError):
+        state = state.resolve()
+    # Only the folder itself and its ledgers: CACHETOOL_HOME may be a broad folder holding caches.
+    return path == state or state / "ledgers" in (path, *path.parents)
 
 
 def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[Entry]:
@@ -1112,13 +1133,11 @@ def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[E
     return out
 
 
-def _attach_ledger(root: Path, entries: list[Entry]) -> list[Entry]:
+def _attach_ledger(root: Path, entries: list[Entry], ledger: Ledger | None) -> list[Entry]:
     """Fill `parent`, `operation` and `last_used` from the ledger, when one exists."""
-    try:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-    except ImportError:  # pragma: no cover - the lineage package is optional for the model
-        return entries
-    usage = usage_by_fingerprint(root)
+    from cachetool.lineage.ledger import usage_by_fingerprint
+
+    usage = usage_by_fingerprint(ledger if ledger is not None else root)
     if not usage:
         return entries
     out = []
@@ -1135,23 +1154,17 @@ def _attach_ledger(root: Path, entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def find_entry(report: CacheReport, prefix: str) -> Entry:
-    """The one entry whose fingerprint (or alias) starts with `prefix`, or whose path equals it.
+def find_entry(report: CacheReport, prefix: str, ledger: Ledger | None = None) -> Entry:
+    """The one entry `prefix` names, by the rule of `cachetool.lineage.ledger.resolve` (path,
+    exact fingerprint or alias, unique prefix). With a `ledger`, fingerprints only it knows are
+    candidates too; one of them named is `UnknownFingerprint` here (no entry holds it, and the
+    message says what the ledger knows). Raises `AmbiguousFingerprint` listing candidates."""
+    from cachetool.lineage.ledger import resolve
 
-    Raises `UnknownFingerprint` or `AmbiguousFingerprint` (listing candidates)."""
-    exact = [
-        e for e in report.entries if prefix in (e.fingerprint, *e.aliases) or _path_str(e.path) == prefix
-    ]
-    if len(exact) == 1:
-        return exact[0]
-    matches = exact or [
-        e for e in report.entries if any(fp and fp.startswith(prefix) for fp in (e.fingerprint, *e.aliases))
-    ]
-    if not prefix or not matches:
-        raise UnknownFingerprint(prefix, report.root)
-    if len(matches) > 1:
-        raise AmbiguousFingerprint(prefix, [f"{e.id} ({e.kind.value}, {_path_str(e.path)})" for e in matches])
-    return matches[0]
+    got = resolve(prefix, report, ledger)
+    if got.entry is None:
+        raise RecordedOnly(got.fingerprint, report.root, ledger)
+    return got.entry
 
 
 def iter_arrow_files(report: CacheReport) -> Iterator[tuple[Entry, CacheFile]]:

@@ -140,6 +140,17 @@ def handle_errors(func: F) -> F:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             raise typer.Exit(int(ExitCode.OK)) from None
+        except OSError as e:
+            # The last line of defence: a file system error nothing above expected (a path longer
+            # than PATH_MAX, EINVAL while a folder on the way is swapped, EIO) names the file and
+            # the reason in one line, never a traceback.
+            if debug_enabled():
+                raise
+            from cachetool.cache.dirs import os_reason
+
+            where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
+            error(f"{where}{os_reason(e)}")
+            raise typer.Exit(int(ExitCode.USAGE)) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -151,17 +162,18 @@ def stderr_console() -> Console:
 
 
 def _stderr_line(label: str, style: str, message: str) -> None:
-    """One line on stderr, escaped (paths may contain markup). On a terminal, paths in a line
-    wider than the window are shortened from the middle (names whole) so the line fits."""
+    """Lines on stderr, escaped (paths may contain markup); a message of several lines (the
+    candidates of an ambiguous prefix) keeps its line breaks. On a terminal, paths in a line wider
+    than the window are shortened from the middle (names whole) so the line fits."""
     from rich.text import Text
 
-    text = safe_text(message)
+    lines = [safe_text(line) for line in message.split("\n")]
     if sys.stderr.isatty() and not debug_enabled():
         from cachetool.formatting import fit_paths
 
         width = stderr_console().width
-        text = fit_paths(text, width - len(label) - 1)
-    stderr_console().print(Text.assemble((label, style), " ", text))
+        lines = [fit_paths(line, width - len(label) - 1) for line in lines]
+    stderr_console().print(Text.assemble((label, style), " ", "\n".join(lines)))
 
 
 def error(message: str) -> None:
@@ -255,7 +267,22 @@ class Output:
             )
         for row in rows:
             table.add_row(*(Text(c) for c in row))
-        self.console.print(table)
+        headers = [h for h, _ in columns]
+        others = [i for i, h in enumerate(headers) if h not in whole]
+        need = sum(widths[h][0] for h in whole) + 2 * (len(columns) - 1)
+        need += sum(min(12, max([len(headers[i]), *(len(r[i]) for r in rows)])) for i in others)
+        if not whole or self.no_truncate or need <= self.console.width:
+            self.console.print(table)
+            return
+        # The names do not fit beside the other columns: one block per row instead, the names on
+        # their own line, the rest as `header value` pairs below, so nothing is cut or dropped.
+        if title:
+            self.line(title, style="bold")
+        for row in rows:
+            for h in whole:
+                self.line(row[headers.index(h)])
+            pairs = [f"{headers[i]} {row[i]}".strip() for i in others if row[i]]
+            self.line("  " + " · ".join(pairs), style="dim")
 
     def path(self, path: str | os.PathLike[str], room: int | None = None) -> str:
         """A path for a human line: `~` for the home folder, shortened from the middle to fit

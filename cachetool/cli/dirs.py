@@ -45,6 +45,8 @@ def dirs_command(
         cachetool dirs --json
 
         du -sh "$(cachetool dirs -q | head -1)"
+
+    Exit codes: 0 shown (missing folders are shown as missing); 2 usage.
     """
     _dirs(cache_dir, choose_format(fmt, as_json, quiet))
 
@@ -60,7 +62,6 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     if fmt == OutputFormat.json:
         out.json(
             {
-                "version": 1,
                 "locations": [
                     {
                         "name": loc.name,

@@ -327,7 +327,6 @@ def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[st
     """The `--json` document (schema in docs/gc.md)."""
     o = plan.options
     return {
-        "version": 1,
         "root": os.fsdecode(plan.root),
         "temp_dir": os.fsdecode(plan.temp_dir) if plan.temp_dir else None,
         "dry_run": dry_run,

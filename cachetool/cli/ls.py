@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -26,6 +27,7 @@ from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.lineage.ledger import Ledger
 
 
 def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
@@ -37,12 +39,12 @@ def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
     return existing_root(path if path is not None else cache_dir)
 
 
-def scan_with_progress(root: Path, out: Output) -> CacheReport:
+def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) -> CacheReport:
     """Scan, showing a live file count on a terminal (stderr) for long scans."""
     from cachetool.cache.scan import scan_cache
 
     if not sys.stderr.isatty():
-        return scan_cache(root)
+        return scan_cache(root, ledger=ledger)
     from rich.status import Status
 
     from cachetool.cli.common import stderr_console
@@ -52,7 +54,7 @@ def scan_with_progress(root: Path, out: Output) -> CacheReport:
         def progress(n: int) -> None:
             status.update(f"Scanning… {n} files")
 
-        return scan_cache(root, progress=progress)
+        return scan_cache(root, ledger=ledger, progress=progress)
 
 
 def report_warnings(report: CacheReport) -> None:
@@ -71,12 +73,24 @@ def _short(path: Path, root: Path) -> str:
         return os.fsdecode(path)
 
 
+_CONFIG_HASH = re.compile(r"-[0-9a-f]{16}$")
+_LONG_HEX = re.compile(r"[0-9a-f]{12,}")
+
+
 def entry_label(e: Entry, whole: bool = False) -> str:
-    """The fingerprint, else the file or folder name (full paths are in --json and `show`)."""
+    """The fingerprint, else the file or folder name (full paths are in --json and `show`).
+    A long name shows each hash by its first 8 digits (as git abbreviates), or else as `…`, then
+    loses its head; a hash is never shown cut anywhere else."""
     if e.fingerprint:
         return e.fingerprint
     name = os.fsdecode(e.path.name) + ("/" if e.path.is_dir() and not e.path.is_symlink() else "")
-    return name if len(name) <= 16 or whole else f"{name[:6]}…{name[-9:]}"
+    if len(name) <= 16 or whole:
+        return name
+    short = _LONG_HEX.sub(lambda m: m.group(0)[:8] + "…", name)
+    if len(short) <= 16:
+        return short
+    short = _LONG_HEX.sub("…", name)
+    return short if len(short) <= 16 else "…" + short[-15:]
 
 
 def read_pinned(root: Path) -> frozenset[str]:
@@ -235,33 +249,34 @@ def _entry_table(
     with_dataset: bool,
     pinned: frozenset[str] = frozenset(),
 ) -> None:
-    """One row per entry. `op` and `parent` appear once the ledger knows any entry; on a narrow
-    terminal they take the place of `files`, `cols` and `modified` (all stay in --json and `show`).
-    A `pin` column marks pinned entries when there are any."""
+    """One row per entry. `op` and `parent` appear once the ledger knows any entry. On a narrow
+    terminal the dataset shows without its config hash, parents by their first 8 digits, then
+    `cols`, `files`, `modified`, `parent` and `op` give way, in that order, until the table fits
+    (all stay in --json and `show`; --no-truncate keeps everything). A `pin` column marks pinned
+    entries when there are any."""
     from cachetool.cache.query import is_pinned
 
     recorded = any(e.parent or e.operation for e in entries)
-    narrow = recorded and not out.no_truncate and out.console.width < 110 + (26 if with_dataset else 0)
     any_pinned = any(is_pinned(e, pinned) for e in entries)
     now = report.scanned_at
-    cells: dict[str, tuple[str, object]] = {}
     table_rows = []
     for e in entries:
-        cells = {
-            "dataset": ("left", e.dataset or ""),
-            "kind": ("left", e.kind_str),
-            "fingerprint": ("left", entry_label(e, whole=out.no_truncate)),
-            "pin": ("left", "yes" if is_pinned(e, pinned) else ""),
-            "files": ("right", len(e.files)),
-            "rows": ("right", "" if e.rows is None else f"{e.rows:,}"),
-            "cols": ("right", len(e.columns) or ""),
-            "size": ("right", e.size_str),
-            "modified": ("right", age_short(e.modified, now)),
-            "used": ("right", age_short(e.used, now)),
-            "op": ("left", e.operation or ""),
-            "parent": ("left", (e.parent or "")[:8] if narrow else (e.parent or "")),
-        }
-        table_rows.append(cells)
+        table_rows.append(
+            {
+                "dataset": e.dataset or "",
+                "kind": e.kind_str,
+                "fingerprint": entry_label(e, whole=out.no_truncate),
+                "pin": "yes" if is_pinned(e, pinned) else "",
+                "files": str(len(e.files)),
+                "rows": "" if e.rows is None else f"{e.rows:,}",
+                "cols": str(len(e.columns) or ""),
+                "size": e.size_str,
+                "modified": age_short(e.modified, now),
+                "used": age_short(e.used, now),
+                "op": e.operation or "",
+                "parent": e.parent or "",
+            }
+        )
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
     if any_pinned:
         names.insert(2, "pin")
@@ -269,22 +284,38 @@ def _entry_table(
         names.insert(0, "dataset")
     if recorded:
         names += ["op", "parent"]
-    if narrow:
-        names = [n for n in names if n not in ("files", "modified", "cols")]
+    # A fingerprint is never cut (`new_fingerprint=` may be any string): its column is as wide as
+    # the longest.
+    longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
+    widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
+
+    def width_of(cols: list[str]) -> int:
+        def natural(n: str) -> int:
+            longest = max([len(n), *(len(row[n]) for row in table_rows)])
+            return min(longest, widths[n][1]) if n in widths else longest
+
+        return sum(natural(n) for n in cols) + 2 * (len(cols) - 1)
+
+    if not out.no_truncate:
+        room = out.console.width
+        steps = [
+            ("dataset", lambda row: row.update(dataset=_CONFIG_HASH.sub("", row["dataset"]))),
+            ("parent", lambda row: row.update(parent=row["parent"][:8])),
+        ]
+        for column, shorten in steps:
+            if column in names and width_of(names) > room:
+                for row in table_rows:
+                    shorten(row)
+        for column in ("cols", "files", "modified", "parent", "op"):
+            if width_of(names) <= room:
+                break
+            if column in names:
+                names.remove(column)
     justify = {
         n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
     out.table(
-        None,
-        [(n, justify[n]) for n in names],
-        [[row[n][1] for n in names] for row in table_rows],
-        widths={
-            "kind": (10, 18),
-            "fingerprint": (16, 16),
-            "dataset": (10, 24),
-            "op": (2, 12),
-            "parent": (8, 16),
-        },
+        None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
     )
 
 

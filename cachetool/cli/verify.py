@@ -215,7 +215,8 @@ def render(out: Output, report: object) -> None:
     for f in report.findings:
         label = f.entry if f.entry and "/" not in f.entry else f.kind
         out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
-        out.line(f"        {label} · {rel(f.path)}", style="dim")
+        where = out.path(rel(f.path), out.console.width - 11 - len(label))  # names whole
+        out.line(f"        {label} · {where}", style="dim")
         if f.hint:
             out.line(f"        hint: {f.hint}", style="dim")
     if report.findings:

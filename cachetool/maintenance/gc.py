@@ -155,7 +155,7 @@ class GcItem:
             "dataset": self.dataset,
             "size": self.size,
             "files": self.files,
-            "last_used": iso_time(self.used),
+            "used": iso_time(self.used),
             "reason": self.reason,
         }
 
@@ -260,7 +260,7 @@ class Outcome:
         return {
             **self.item.to_json(),
             "status": self.status,
-            "why": self.reason,
+            "reason": self.reason,
             "freed": self.freed,
             "files_removed": self.files,
         }
@@ -619,13 +619,20 @@ class _Builder:
             self.warnings.append("some processes could not be inspected; files they hold look unused")
 
     def _resolve_keep(self, prefixes: Sequence[str], parents: Mapping[str, Iterable[str]]) -> set[str]:
-        known = {fp for e in self.report.entries for fp in (e.fingerprint, *e.aliases) if fp} | set(parents)
+        """Each `--keep` by the one naming rule (`cachetool.lineage.ledger.resolve`): ambiguous is
+        an error; a name nothing matches is only warned about (there is nothing to keep)."""
+        from cachetool.errors import UnknownFingerprint
+        from cachetool.lineage.ledger import resolve
+
         out: set[str] = set()
         for p in prefixes:
-            hits = {fp for fp in known if fp == p} or {fp for fp in known if p and fp.startswith(p)}
-            if not hits:
+            try:
+                got = resolve(p, self.report, recorded=[*parents, *(x for v in parents.values() for x in v)])
+            except UnknownFingerprint:
                 self.warnings.append(f"--keep {p}: no entry or recorded fingerprint matches")
-            out |= hits
+                continue
+            e = got.entry
+            out |= {got.fingerprint, *((fp for fp in (e.fingerprint, *e.aliases) if fp) if e else ())}
         return out
 
     # -- shared refusals ------------------------------------------------------------------------
@@ -1188,6 +1195,18 @@ def _newest(e: Entry) -> float | None:
     return own if got is None else max(got, own)
 
 
+def _find(report: CacheReport, name: str, recorded: Sequence[str]) -> Entry:
+    """The entry `name` means, by the one naming rule; a fingerprint only the ledger knows has
+    nothing to remove (`RecordedOnly`)."""
+    from cachetool.errors import RecordedOnly
+    from cachetool.lineage.ledger import resolve
+
+    got = resolve(name, report, recorded=recorded)
+    if got.entry is None:
+        raise RecordedOnly(got.fingerprint, report.root)
+    return got.entry
+
+
 def _uid(path: Path) -> int:
     try:
         return os.lstat(path).st_uid
@@ -1228,7 +1247,8 @@ def build_plan(
         temp_users,
         pool_users,
     )
-    explicit = [report.find(fp) for fp in options.fingerprints]
+    recorded = [*(parents or {}), *(x for v in (parents or {}).values() for x in v)]
+    explicit = [_find(report, fp, recorded) for fp in options.fingerprints]
     leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
     named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
     explicit = [e for e in explicit if e.kind not in leftover_kinds]
@@ -1303,11 +1323,13 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     ledger's parents, and build the plan."""
     from cachetool.cache.dirs import temp_dir
     from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
     from cachetool.maintenance.pins import read_pins, recorded_parents
 
     root_id = _folder_id(root)
-    report = scan_cache(root)
+    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    report = scan_cache(root, ledger=ledger)
     if _folder_id(report.root) != root_id:
         raise CachetoolError(
             f"the cache root {report.root} was replaced while it was scanned; nothing removed"
@@ -1324,7 +1346,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     shared = shared_state(report.root)
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins = read_pins(report.root)
-    parents = recorded_parents(report.root) if options.evicts and (pins or options.keep) else {}
+    parents = recorded_parents(ledger) if options.evicts and (pins or options.keep) else {}
     # Liveness last: the snapshot should be younger than everything it judges.
     in_use = scan_in_use(root=report.root)
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()

@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,9 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
+from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
+from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.liveness import InUse, scan_in_use
 
 CHECKSUMS_NAME = "checksums.json"
@@ -132,6 +135,7 @@ class _Checker:
         self.in_use = in_use
         self.now = now
         self.findings: list[Finding] = []
+        self.removed_folders: frozenset[Path] | None = None
 
     def add(
         self,
@@ -355,6 +359,23 @@ class _Checker:
         self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", GC_HINT)
 
     # -- indices bounds ------------------------------------------------------------------------
+    def orphan(self, e: Entry, why: str) -> None:
+        """An indices file whose data is gone: harmless (datasets never reads it without its
+        data), removable, and never quarantined."""
+        self.add(Severity.WARNING, e, e.files[0].path, f"orphan: {why}", gc_hint(self.report.root, e.id))
+
+    def data_removed(self, e: Entry) -> bool:
+        """The data an unrecorded indices file points into is gone: its folder has no source
+        split left, or gc removed data files from it."""
+        if self.removed_folders is None:
+            self.removed_folders = _removed_folders(self.report.root)
+        folder = e.files[0].path.parent
+        no_source = not any(
+            x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder
+            for x in self.report.entries
+        )
+        return no_source or folder in self.removed_folders
+
     def indices(self, entries: Sequence[Entry], parents: dict[str, str | None]) -> None:
         """An indices mapping must point inside the data it indexes. The recorded parent tells
         which data that is; without a record, an index past the end of every data file in the
@@ -371,7 +392,11 @@ class _Checker:
             biggest = _max_index(e.files[0].path)
             if biggest is None:
                 continue
-            parent = by_fp.get(parents.get(e.fingerprint or "") or "")
+            parent_fp = parents.get(e.fingerprint or "")
+            parent = by_fp.get(parent_fp or "")
+            if parent_fp and parent is None:
+                self.orphan(e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+                continue
             if parent is not None and (parent.problems or parent.complete is False):
                 continue  # the parent is the broken one: its own finding says so
             if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
@@ -393,7 +418,13 @@ class _Checker:
                 and not x.problems
                 and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
             ]
-            if sizes and biggest >= max(sizes):
+            if sizes and biggest >= max(sizes) and self.data_removed(e):
+                self.orphan(
+                    e,
+                    f"index {biggest} is past the end of every dataset left in its folder (largest has "
+                    f"{max(sizes)} rows): the data it indexes was removed",
+                )
+            elif sizes and biggest >= max(sizes):
                 self.add(
                     Severity.ERROR,
                     e,
@@ -421,6 +452,19 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
+def _removed_folders(root: Path) -> frozenset[Path]:
+    """Folders from which gc (as its log in the ledger says) removed data files."""
+    try:
+        from cachetool.lineage.gclog import gc_records
+    except ImportError:  # pragma: no cover
+        return frozenset()
+    out: set[Path] = set()
+    for rec in gc_records(root):
+        if rec.kind in ("source", "derived", "shards", "arrow"):
+            out.update(Path(p).parent for p in rec.paths)
+    return frozenset(out)
 
 
 def _pids(pids: Iterable[int]) -> str:
@@ -510,6 +554,9 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
     checksum = xxhash.xxh3_64(mm).hexdigest()
     try:
         reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mm)))
+        why = load_error(reader.schema)
+        if why is not None:
+            return checksum, why
         for index, batch in enumerate(reader):
             try:
                 batch.validate(full=True)
@@ -520,6 +567,65 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
     except Exception as e:  # whatever pyarrow raises on damage is a finding
         return checksum, f"damaged Arrow file: {type(e).__name__}: {' '.join(str(e).split())}"
     return checksum, None
+
+
+_LOAD_ERRORS: dict[bytes, str | None] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_error(schema: Any) -> str | None:
+    """Why `datasets` would refuse a file with this Arrow schema, or None if it would load it.
+
+    `datasets.Dataset.from_file` reads the `huggingface` schema metadata as JSON and builds
+    `Features.from_arrow_schema` (which runs `Features.from_dict` on `info.features`), then checks
+    column names and types in `Dataset.__init__`. The same constructor runs here on an empty table
+    of the same schema (everything it checks depends on the schema alone), so the answer is the
+    one `datasets` gives, for every feature type and version; once per distinct schema. Without
+    `datasets` installed, the metadata is only parsed as JSON and its shape checked."""
+    key = schema.serialize().to_pybytes()
+    with _LOAD_LOCK:
+        if key in _LOAD_ERRORS:
+            return _LOAD_ERRORS[key]
+    why = _load_error(schema)
+    with _LOAD_LOCK:
+        _LOAD_ERRORS[key] = why
+    return why
+
+
+def _load_error(schema: Any) -> str | None:
+    try:
+        import datasets
+    except ImportError:
+        return _metadata_shape_error(schema)
+    import pyarrow as pa
+
+    try:
+        datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches([], schema)))
+    except Exception as e:  # whatever datasets raises is the reason it would not load the file
+        return f"datasets cannot load it: {type(e).__name__}: {_first_line(e)}"
+    return None
+
+
+def _metadata_shape_error(schema: Any) -> str | None:
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw.decode())
+    except (ValueError, RecursionError) as e:
+        return f"datasets cannot load it: the huggingface schema metadata is not JSON ({_first_line(e)})"
+    info = doc.get("info") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or (info is not None and not isinstance(info, dict)):
+        return "datasets cannot load it: the huggingface schema metadata is not an object with an info object"
+    features = info.get("features") if isinstance(info, dict) else None
+    if features is not None and not isinstance(features, dict):
+        return "datasets cannot load it: info.features in the huggingface schema metadata is not an object"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _checksums_path(root: Path) -> Path:
@@ -561,22 +667,26 @@ def verify_cache(
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
+    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     report = scan_cache(
-        root, use_index=False, progress=(lambda n: progress(n, 0)) if progress is not None else None
+        root,
+        use_index=False,
+        ledger=ledger,
+        progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
     in_use = scan_in_use(root=report.root)
     now = time.time()
     entries = list(report.entries)
     if fingerprints:
-        chosen = {id(find_entry(report, fp)) for fp in fingerprints}
+        chosen = {id(find_entry(report, fp, ledger)) for fp in fingerprints}
         entries = [e for e in entries if id(e) in chosen]
     checker = _Checker(report, in_use, now)
     for e in entries:
         checker.entry(e)
-    parents = _recorded_parents(report.root)
+    parents = {fp: u.parent for fp, u in ledger.usage().items()}
     checker.indices(entries, parents)
     if not fingerprints:
-        _ledger_findings(checker, report)
+        _ledger_findings(checker, ledger)
     bytes_checked = 0
     recorded = 0
     if deep or record:
@@ -589,29 +699,13 @@ def verify_cache(
     )
 
 
-def _recorded_parents(root: Path) -> dict[str, str | None]:
-    try:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-    except ImportError:  # pragma: no cover
-        return {}
-    return {fp: u.parent for fp, u in usage_by_fingerprint(root).items()}
-
-
-def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
+def _ledger_findings(checker: _Checker, ledger: Ledger) -> None:
     """Records whose files are gone: information (gc or a user removed them), not corruption."""
-    try:
-        from cachetool.lineage.ledger import read_ledger
-    except ImportError:  # pragma: no cover
-        return
     gone: dict[str, str] = {}
-    for rec in read_ledger(report.root, include_internal=False).records:
-        files = rec.get("files")
-        if not isinstance(files, list):
-            continue  # a gc record counts the files it removed
-        for f in files:
-            path = f.get("path") if isinstance(f, dict) else None
-            if isinstance(path, str) and path not in gone and not os.path.lexists(path):
-                gone[path] = str(rec.get("result") or "?")
+    for rec in ledger.own_steps():
+        for f in rec.files:
+            if f.path not in gone and not os.path.lexists(f.path):
+                gone[f.path] = rec.result or "?"
     for path, fp in sorted(gone.items()):
         checker.findings.append(
             Finding(Severity.INFO, fp, "record", Path(path), "recorded file no longer exists (removed since)")
