@@ -172,10 +172,10 @@ def test_without_a_lease_gc_on_another_host_removes_a_live_writers_file(base: Pa
 
 def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> None:
     """A leased writer SIGKILLed mid-map leaves a tmp file and its lease. On node-7 the lease is
-    live until it expires (CACHETOOL_LEASE_SECONDS=4): the tmp file stays. On this host the lease
+    live until it expires (CACHETOOL_LEASE_SECONDS=10): the tmp file stays. On this host the lease
     is checked against /proc: its process is gone, so gc here would remove the file at once. Once
     the lease expired, gc on node-7 removes the tmp file and the lease, and logs both."""
-    proc = _writer(base, leased=True, CACHETOOL_LEASE_SECONDS="4")
+    proc = _writer(base, leased=True, CACHETOOL_LEASE_SECONDS="10")
     try:
         _wait_for_tmp(base, proc)
         time.sleep(0.2)
@@ -211,7 +211,7 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
     assert {Path(i["path"]) for i in plan["items"]} >= leftovers
     assert [lease["state"] for lease in plan["leases"]] == ["dead"]
 
-    time.sleep(max(0.0, killed_at + 4.5 - time.time()))
+    time.sleep(max(0.0, killed_at + 10.5 - time.time()))
     doc = gc_from_other_host(base, "--min-age", "0", "-y")
     assert {Path(r["path"]) for r in doc["result"]["removed"]} >= leftovers
     assert [(r["pid"], r["host"]) for r in doc["result"]["leases_removed"]] == [(proc.pid, "vm")]
