@@ -225,3 +225,40 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
     assert [(r["host"], r["paths"], r["reason"].split(": ")[1][:7]) for r in logged] == [
         ("node-7", [str(lease)], "expired")
     ]
+
+
+def test_on_its_own_host_a_live_lease_keeps_only_what_its_process_holds(base: Path) -> None:
+    """A traced process that idles (a notebook under `cachetool.tracing()`) holds a live lease; on
+    its own host that lease keeps nothing /proc does not show, so gc --temp still removes the
+    leftover of another writer killed beside it. From node-7 the same leftover stays (the lease
+    may be writing it)."""
+    idle = base / "idle.py"
+    idle.write_text("import time, datasets\nprint('ready', flush=True)\ntime.sleep(120)\n")
+    sleeper = subprocess.Popen(
+        [CACHETOOL, "run", str(idle)], env=hf_env(base), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert sleeper.stdout is not None and sleeper.stdout.readline().strip() == "ready"
+        proc = _writer(base, leased=False)
+        try:
+            _wait_for_tmp(base, proc)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        leftovers = _tmp_files(base)
+        there = gc_from_other_host(base, "--min-age", "0", "--dry-run")["plan"]
+        assert not {Path(i["path"]) for i in there["items"]} & leftovers
+        assert [(lease["pid"], lease["state"]) for lease in there["leases"]] == [(sleeper.pid, "live")]
+        here = subprocess.run(
+            [CACHETOOL, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--min-age", "0", "-y", "--json"],
+            env=hf_env(base),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        removed = {Path(r["path"]) for r in json.loads(here.stdout)["result"]["removed"]}
+        assert removed >= leftovers and not _tmp_files(base)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
