@@ -51,13 +51,13 @@ WRITER = textwrap.dedent(
 )
 
 
-def _other_host() -> list[str]:
-    """The command prefix that runs a process on "another host"."""
+def _other_host(name: str = "node-7") -> list[str]:
+    """The command prefix that runs a process on "another host" called `name`."""
     if shutil.which("unshare") is None:
         pytest.fail("unshare (util-linux) is needed to simulate a second host")
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     namespaces = ["--pid", "--uts", "--fork", "--mount-proc"]
-    return ["unshare", *user, *namespaces, "sh", "-c", 'hostname node-7 && exec "$@"', "sh"]
+    return ["unshare", *user, *namespaces, "sh", "-c", 'hostname "$0" && exec "$@"', name]
 
 
 def on_other_host(base: Path, *args: str, ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
@@ -262,3 +262,68 @@ def test_on_its_own_host_a_live_lease_keeps_only_what_its_process_holds(base: Pa
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+PIPELINE = textwrap.dedent(
+    """\
+    import sys, time
+    from datasets import load_dataset
+
+    def slow(x):
+        time.sleep(0.005)
+        return {"v": x["id"] * 2}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    open(sys.argv[2], "w").close()
+    while len(__import__("glob").glob(sys.argv[3])) < 2:  # both hosts loaded: map at once
+        time.sleep(0.01)
+    print(ds.map(slow)._fingerprint)
+    """
+)
+
+
+def _pipeline(base: Path, host: str | None, ready: str) -> subprocess.Popen[str]:
+    script = base / "pipeline.py"
+    script.write_text(PIPELINE)
+    cmd = [CACHETOOL, "run", str(script), str(base / "data.csv"), str(base / ready), str(base / "ready-*")]
+    if host is not None:
+        cmd = [*_other_host(host), *cmd]
+    return subprocess.Popen(cmd, env=hf_env(base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
+    """The same pipeline starts on host `vm` and on `node-7` at once: both compute the same map.
+    `stats` reports that both runs computed it concurrently and the time one of them lost; a later
+    run on `node-9` loads it; `lineage` says where it was computed and where loaded."""
+    procs = [_pipeline(base, None, "ready-a"), _pipeline(base, "node-7", "ready-b")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    fps = {out.strip().splitlines()[-1] for out, _ in outs}
+    assert len(fps) == 1
+    fp = fps.pop()
+    (base / "ready-c").touch()
+    third = _pipeline(base, "node-9", "ready-c")
+    _, err = third.communicate(timeout=300)
+    assert third.returncode == 0, err[-2000:]
+
+    env = hf_env(base, COLUMNS="200")
+    got = subprocess.run([CACHETOOL, "stats", "--json"], env=env, capture_output=True, check=True)
+    stats = json.loads(got.stdout)
+    (dup,) = stats["concurrent"]["computations"]
+    assert (dup["fingerprint"], dup["operation"], dup["runs"]) == (fp, "map", 2)
+    assert dup["hosts"] == ["node-7", "vm"]
+    durations = sorted(c["duration"] for c in dup["computations"])
+    assert dup["lost_seconds"] == pytest.approx(durations[0]) and durations[0] > 1.0
+    assert stats["concurrent"]["lost_seconds"] == pytest.approx(dup["lost_seconds"])
+    assert set(stats["hosts"]) == {"vm", "node-7", "node-9"}
+    human = subprocess.run([CACHETOOL, "stats"], env=env, capture_output=True, text=True, check=True).stdout
+    assert f"2 runs computed {fp[:8]}… concurrently (node-7, vm);" in human
+
+    lineage = subprocess.run(
+        [CACHETOOL, "lineage", fp, "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    steps = [s for s in json.loads(lineage.stdout)["steps"] if s["fingerprint"] == fp]
+    assert steps and steps[0]["where"] in (
+        "computed on vm, node-7, loaded on node-9",
+        "computed on node-7, vm, loaded on node-9",
+    )

@@ -145,6 +145,7 @@ class StepRef:
     line: int | None
     time: float | None
     run: str | None
+    host: str | None = None
 
     @classmethod
     def of(cls, rec: StepRecord) -> StepRef:
@@ -158,6 +159,7 @@ class StepRef:
             line=site.line if site else None,
             time=rec.time,
             run=rec.run or None,
+            host=rec.host,
         )
 
     @property
@@ -179,6 +181,7 @@ class StepRef:
             "call_site": {"file": self.file, "line": self.line},
             "time": self.time,
             "run": self.run,
+            "host": self.host,
         }
 
 
@@ -859,6 +862,11 @@ def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> li
 # ------------------------------------------------------------------------------------------
 
 
+def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
+    """` on node-3` when `other` ran on another host than `rec` (a shared cache), else ""."""
+    return f" on {other.host}" if other.host and rec.host and other.host != rec.host else ""
+
+
 def _status(rec: StepRecord) -> str:
     return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(rec.cache, "no file")
 
@@ -882,7 +890,8 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
         reasons = (
             Reason(
                 "same-fingerprint",
-                f"its fingerprint is not new (also made at {_clock(same.time)}); {gone} gone "
+                f"its fingerprint is not new (also made at {_clock(same.time)}{_on_other_host(same, rec)}); "
+                f"{gone} gone "
                 "(deleted, cleaned up, or load_from_cache_file=False)",
             ),
         )
