@@ -327,3 +327,12 @@ def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
         "computed on vm, node-7, loaded on node-9",
         "computed on node-7, vm, loaded on node-9",
     )
+    explain = subprocess.run(
+        [CACHETOOL, "explain", fp, "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    (why,) = json.loads(explain.stdout)["steps"]
+    (reason,) = why["reasons"]
+    hosts = {why["host"], why["compared_with"]["host"]}
+    assert reason["kind"] == "concurrent" and hosts == {"vm", "node-7"}
+    other = why["compared_with"]["host"]
+    assert reason["message"].startswith(f"another run on {other} was computing the same fingerprint at")

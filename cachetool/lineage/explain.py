@@ -23,6 +23,8 @@ kind                      meaning
 ``versions``              `datasets` hashes the step differently (another release)
 ``same-fingerprint``      the fingerprint is not new: the cache file was gone (deleted, or
                           ``load_from_cache_file=False``)
+``concurrent``            another run (on this or another host) was computing the same
+                          fingerprint at the same time: neither could reuse the other's file
 ``first-run``             nothing to compare with
 ``unexplained``           no recorded argument differs
 ========================  ==================================================================
@@ -885,6 +887,16 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     elif rec.random_fallback is not None:
         reasons = (_random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False),)
         compared = StepRef.of(siblings[0]) if siblings else None
+    elif same is not None and rec.computed and same.computed and same.end > rec.time:
+        reasons = (
+            Reason(
+                "concurrent",
+                f"another run{_on_other_host(same, rec)} was computing the same fingerprint at the "
+                f"same time (from {_clock(same.time)} to {_clock(same.end)}): neither could reuse the "
+                "other's file",
+            ),
+        )
+        compared = StepRef.of(same)
     elif same is not None and rec.computed:
         gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
         reasons = (
