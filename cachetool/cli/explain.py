@@ -163,7 +163,10 @@ def _stale_lines(out: Output, stale: StaleHit, indent: str) -> None:
 
 def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
     head = f"{s.step.label}  ->  {s.step.fingerprint}"
-    tail = [s.status]
+    c = s.compared_with
+    # On a shared cache the compared step may come from another node: say where each ran.
+    elsewhere = c is not None and bool(c.host and s.step.host and c.host != s.step.host)
+    tail = [f"{s.status} on {s.step.host}" if elsewhere else s.status]
     if s.duration is not None:
         tail.append(_seconds(s.duration))
     out.line(f"{head}  ({', '.join(tail)})", style="bold")
@@ -171,9 +174,9 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
         out.line(f"  at {_when(s.step.time)}, run {s.step.run}")
     for reason in s.reasons:
         _reason_lines(out, reason, "    ")
-    if detailed and s.compared_with is not None:
-        c = s.compared_with
-        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run})", style="dim")
+    if detailed and c is not None:
+        on = f", on {c.host}" if elsewhere else ""
+        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run}{on})", style="dim")
     if detailed and s.history:
         out.line("  Earlier:")
         for ref, reasons in s.history:

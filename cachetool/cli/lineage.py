@@ -238,6 +238,8 @@ def _notes(step: Step) -> str:
         notes.append(f"saved to {path}")
     if step.deleted:
         notes.append(step.deleted)
+    if step.where:
+        notes.append(step.where)
     return "; ".join(notes)
 
 

@@ -24,6 +24,8 @@ kind                      meaning
 ``versions``              `datasets` hashes the step differently (another release)
 ``same-fingerprint``      the fingerprint is not new: the cache file was gone (deleted, or
                           ``load_from_cache_file=False``)
+``concurrent``            another run (on this or another host) was computing the same
+                          fingerprint at the same time: neither could reuse the other's file
 ``first-run``             nothing to compare with
 ``unexplained``           no recorded argument differs
 ========================  ==================================================================
@@ -146,6 +148,7 @@ class StepRef:
     line: int | None
     time: float | None
     run: str | None
+    host: str | None = None
 
     @classmethod
     def of(cls, rec: StepRecord) -> StepRef:
@@ -159,6 +162,7 @@ class StepRef:
             line=site.line if site else None,
             time=rec.time,
             run=rec.run or None,
+            host=rec.host,
         )
 
     @property
@@ -180,6 +184,7 @@ class StepRef:
             "call_site": {"file": self.file, "line": self.line},
             "time": self.time,
             "run": self.run,
+            "host": self.host,
         }
 
 
@@ -942,6 +947,11 @@ def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> li
 # ------------------------------------------------------------------------------------------
 
 
+def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
+    """` on node-3` when `other` ran on another host than `rec` (a shared cache), else ""."""
+    return f" on {other.host}" if other.host and rec.host and other.host != rec.host else ""
+
+
 def _status(rec: StepRecord) -> str:
     return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(rec.cache, "no file")
 
@@ -960,12 +970,23 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     elif rec.random_fallback is not None:
         reasons = (_random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False),)
         compared = StepRef.of(siblings[0]) if siblings else None
+    elif same is not None and rec.computed and same.computed and same.end > rec.time:
+        reasons = (
+            Reason(
+                "concurrent",
+                f"another run{_on_other_host(same, rec)} was computing the same fingerprint at the "
+                f"same time (from {_clock(same.time)} to {_clock(same.end)}): neither could reuse the "
+                "other's file",
+            ),
+        )
+        compared = StepRef.of(same)
     elif same is not None and rec.computed:
         gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
         reasons = (
             Reason(
                 "same-fingerprint",
-                f"its fingerprint is not new (also made at {_clock(same.time)}); {gone} gone "
+                f"its fingerprint is not new (also made at {_clock(same.time)}{_on_other_host(same, rec)}); "
+                f"{gone} gone "
                 "(deleted, cleaned up, or load_from_cache_file=False)",
             ),
         )

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CachetoolError
+from cachetool.lineage.hosts import ConcurrentComputation, concurrent_computations
 from cachetool.lineage.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
 from cachetool.lineage.records import StepRecord
 from cachetool.safejson import read_json_file
@@ -131,6 +133,14 @@ class StatsReport:
     call_sites: tuple[Group, ...]
     datasets: tuple[Group, ...]
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: steps per host (the ledger of a shared cache merges every node's segments)
+    hosts: tuple[tuple[str, int], ...] = ()
+    #: fingerprints two or more runs computed at the same time (`cachetool.lineage.hosts`)
+    concurrent: tuple[ConcurrentComputation, ...] = ()
+
+    @property
+    def concurrent_seconds(self) -> float:
+        return sum(c.lost_seconds for c in self.concurrent)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +155,12 @@ class StatsReport:
             },
             "call_sites": [g.to_json() for g in self.call_sites],
             "datasets": [g.to_json() for g in self.datasets],
+            "hosts": dict(self.hosts),
+            "concurrent": {
+                "count": len(self.concurrent),
+                "lost_seconds": round(self.concurrent_seconds, 6),
+                "computations": [c.to_json() for c in self.concurrent],
+            },
         }
 
 
@@ -307,6 +323,7 @@ def ledger_stats(
     saves = 0
     random: dict[tuple[str | None, str], int] = {}
     random_count = 0
+    counted: list[StepRecord] = []
     for rec in all_steps:
         site = _site(rec)
         fp = rec.result
@@ -323,6 +340,7 @@ def ledger_stats(
             total.bytes += written_bytes(rec)
             continue
         total.add(rec, recomputed)
+        counted.append(rec)
         acc = sites.get(site[0])
         if acc is None:
             acc = sites[site[0]] = (_Acc(), site)
@@ -355,4 +373,6 @@ def ledger_stats(
         call_sites=tuple(site_groups),
         datasets=tuple(ds_groups),
         warnings=tuple(warnings),
+        hosts=tuple(sorted(Counter(r.host or "?" for r in counted).items(), key=lambda kv: (-kv[1], kv[0]))),
+        concurrent=concurrent_computations(counted),
     )
