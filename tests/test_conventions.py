@@ -107,6 +107,7 @@ def test_a_duration_without_a_unit_is_refused_with_a_hint(tmp_path: Path, option
     assert ok.exit_code == 0, ok.output
 
 
+@pytest.mark.slow
 def test_an_error_line_fits_the_terminal(tmp_path: Path) -> None:
     """On an 80-column terminal an error stays one line that fits: the path in it is shortened
     from the middle, its last name whole."""
