@@ -171,8 +171,8 @@ def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
     from cachetool.lineage.gclog import gc_records
 
     records = gc_records(copy / "cache")
-    assert sorted(r["path"] for r in records) == sorted(r["path"] for r in result["removed"])
-    assert all(r["reason"] and r["size"] is not None for r in records)
+    assert sorted(r.path or "" for r in records) == sorted(r["path"] for r in result["removed"])
+    assert all(r.reason and r.size is not None for r in records)
 
     code, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")
     assert code == 0 and doc["plan"]["items"] == [] and doc["result"]["removed"] == []

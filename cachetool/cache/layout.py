@@ -26,6 +26,7 @@ class Kind(str, Enum):
     EXTRACTED = "extracted"  # downloads/extracted/<sha256>/
     METADATA = "metadata"  # dataset_info.json, state.json, dataset_dict.json, LICENSE, downloads' .json
     UNREADABLE = "unreadable"  # an Arrow-named file that cannot be read (truncated, garbage, no permission)
+    TF_CACHE = "tf-cache"  # a tf.data file cache: <prefix>.index, .data-*, _<n>.lockfile, *.tempstate*
     OTHER = "other"  # anything else: FIFOs, symlinks, files datasets does not write
 
     def __str__(self) -> str:

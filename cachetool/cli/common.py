@@ -162,17 +162,18 @@ def stderr_console() -> Console:
 
 
 def _stderr_line(label: str, style: str, message: str) -> None:
-    """One line on stderr, escaped (paths may contain markup). On a terminal, paths in a line
-    wider than the window are shortened from the middle (names whole) so the line fits."""
+    """Lines on stderr, escaped (paths may contain markup); a message of several lines (the
+    candidates of an ambiguous prefix) keeps its line breaks. On a terminal, paths in a line wider
+    than the window are shortened from the middle (names whole) so the line fits."""
     from rich.text import Text
 
-    text = safe_text(message)
+    lines = [safe_text(line) for line in message.split("\n")]
     if sys.stderr.isatty() and not debug_enabled():
         from cachetool.formatting import fit_paths
 
         width = stderr_console().width
-        text = fit_paths(text, width - len(label) - 1)
-    stderr_console().print(Text.assemble((label, style), " ", text))
+        lines = [fit_paths(line, width - len(label) - 1) for line in lines]
+    stderr_console().print(Text.assemble((label, style), " ", "\n".join(lines)))
 
 
 def error(message: str) -> None:

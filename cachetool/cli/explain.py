@@ -62,8 +62,10 @@ def explain_command(
     an object that pickles differently in every process (then run `cachetool check-determinism`),
     the source dataset (an input file modified), a random fingerprint (an argument `datasets`
     cannot hash), or only an argument that does not change the result (`writer_batch_size`). A
-    change upstream is named with the step where it happened. "first time this step ran" when
-    there is nothing to compare with.
+    change upstream is named with the step where it happened. "first run recorded in this
+    cache" when the cache held nothing before this run (runs recorded in other caches do not
+    count: explain and lineage read the ledger of this cache, plus the roots its inputs come
+    from), "first time this step ran" when there is nothing else to compare with.
 
     **Stale hits.** A function imported from your own module is hashed by name, so editing it
     keeps the fingerprint and `datasets` reuses the old result. explain reports "cache entry

@@ -60,7 +60,8 @@ def gc_command(
         typer.Option(
             "--min-age",
             help="Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
-            "machines of a shared file system are invisible to gc: there, age is the only guard.",
+            "hosts of a shared file system are invisible to gc: there, their leases and age are the "
+            "guards (at least 10m for temp files no lease covers).",
         ),
     ] = "1h",
     all_users: Annotated[
@@ -106,6 +107,15 @@ def gc_command(
             "layout (refused by default: there, leftover-looking names may be your own files).",
         ),
     ] = False,
+    other_hosts_idle: Annotated[
+        bool,
+        typer.Option(
+            "--other-hosts-idle",
+            help="On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
+            "10m for temp files no lease covers: you know no process on another host writes this cache "
+            "outside `cachetool run` or `cachetool.tracing()`.",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
     ] = False,
@@ -130,6 +140,10 @@ def gc_command(
     yours (unless `--all-users`), inside the cache (or the temp dir) and not a symlink; it deletes
     through folder descriptors that never follow symlinks. When in doubt an item is kept, with the
     reason. Every removal is recorded in the cache's ledger.
+
+    Runs under `cachetool run` or `cachetool.tracing()` hold a lease in the cache
+    (`.cachetool/leases/`): what they may be writing stays while the lease lives, on every host.
+    Leases that expired, or whose process on this host is gone, are removed and logged.
 
     **Examples**
 
@@ -163,6 +177,7 @@ def gc_command(
         choose_format(fmt, as_json, quiet),
         force_root,
         no_truncate,
+        other_hosts_idle,
     )
 
 
@@ -178,6 +193,7 @@ def parse_options(
     keep: list[str],
     include_sources: bool,
     force_root: bool = False,
+    other_hosts_idle: bool = False,
 ) -> GcOptions:
     """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
     from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
@@ -198,6 +214,7 @@ def parse_options(
         keep=tuple(keep),
         include_sources=include_sources,
         force_root=force_root,
+        other_hosts_idle=other_hosts_idle,
     )
     if not temp and not options.evicts:
         raise CachetoolError(
@@ -226,6 +243,7 @@ def _gc(
     fmt: OutputFormat,
     force_root: bool = False,
     no_truncate: bool = False,
+    other_hosts_idle: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.maintenance.gc import execute, plan_gc
@@ -242,6 +260,7 @@ def _gc(
         keep,
         include_sources,
         force_root,
+        other_hosts_idle,
     )
     root = existing_root(cache_dir)
     out = Output(fmt, no_truncate=no_truncate)
@@ -254,10 +273,14 @@ def _gc(
     if not plan.items:
         from cachetool.maintenance.gc import GcResult
 
+        # Stale leases go without a question: they protect nothing any more.
+        result = execute(plan) if plan.shared and plan.shared.stale else GcResult(plan, ())
         if fmt == OutputFormat.human:
             _show_plan(out, plan, dry_run=False, final=True)
+            for lease in result.leases_removed:
+                out.line(f"Removed the stale lease of {lease}.", style="dim")
         else:
-            _show_result(out, GcResult(plan, ()))
+            _show_result(out, result)
         return
     if not yes:
         if fmt != OutputFormat.human or not sys.stdin.isatty():
@@ -317,6 +340,7 @@ def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[st
             "fingerprints": list(o.fingerprints),
             "keep": list(o.keep),
             "include_sources": o.include_sources,
+            "other_hosts_idle": o.other_hosts_idle,
         },
         "plan": plan.to_json(),
         "result": result.to_json() if result is not None else None,
@@ -341,6 +365,8 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
     out.line(f"Cache: {out.path(plan.root, out.console.width - 7)}", style="bold")
     if plan.temp_dir is not None:
         out.line(f"Temp dir: {out.path(plan.temp_dir, 40)} (only hf_datasets-* and pymp-*)", style="dim")
+    for note in plan.shared.notes() if plan.shared is not None else ():
+        out.line(note, style="dim")
     if plan.items:
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
@@ -415,3 +441,5 @@ def _show_result(out: Output, result: GcResult) -> None:
         f"Removed {len(result.removed)} item(s), freed {freed}; "
         f"{len(result.skipped)} kept on a last check, {len(result.failed)} failed."
     )
+    for lease in result.leases_removed:
+        out.line(f"Removed the stale lease of {lease}.", style="dim")

@@ -22,11 +22,11 @@ from cachetool.cli.common import (
     hint,
     warn,
 )
-from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.graph import LineageGraph, Step
+    from cachetool.lineage.ledger import Ledger
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
@@ -125,38 +125,18 @@ def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt
         hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
 
 
-def resolve(report: CacheReport, graph: LineageGraph, prefix: str) -> tuple[str, Entry | None]:
-    """The one fingerprint `prefix` names, on disk or in the ledger, and its disk entry if any."""
-    from cachetool.cache.scan import find_entry
+def resolve(
+    report: CacheReport, graph: LineageGraph, prefix: str, ledger: Ledger
+) -> tuple[str, Entry | None]:
+    """The one fingerprint `prefix` names (`cachetool.lineage.ledger.resolve`), and its disk entry."""
+    from cachetool.lineage.ledger import resolve as resolve_name
 
-    entry: Entry | None = None
-    try:
-        entry = find_entry(report, prefix)
-    except UnknownFingerprint:
-        entry = None
-    except AmbiguousFingerprint:
-        raise
-    recorded = graph.matching(prefix)
-    candidates: set[str] = set(recorded)
-    if entry is not None and entry.fingerprint:
-        fps = {entry.fingerprint, *entry.aliases}
-        # Prefer the fingerprint the user named; else the one the ledger knows (after
-        # load_from_disk the recorded one is the alias).
-        named = sorted(fp for fp in fps if fp.startswith(prefix))
-        known = [fp for fp in named if graph.is_recorded(fp)] or sorted(
-            fp for fp in fps if graph.is_recorded(fp)
-        )
-        main = known[0] if known else named[0] if named else entry.fingerprint
-        candidates -= fps
-        candidates.add(main)
-    if not candidates:
-        raise UnknownFingerprint(prefix, report.root)
-    if len(candidates) > 1:
-        raise AmbiguousFingerprint(prefix, sorted(candidates))
-    fp = candidates.pop()
-    if entry is None:
-        entry = next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
-    return fp, entry
+    got = resolve_name(prefix, report, ledger)
+    fp = got.fingerprint
+    if got.entry is not None and not graph.is_recorded(fp):
+        # After load_from_disk the fingerprint the ledger knows is the entry's alias.
+        fp = next((x for x in (got.entry.fingerprint, *got.entry.aliases) if x and graph.is_recorded(x)), fp)
+    return fp, got.entry
 
 
 def lineage_view(
@@ -166,15 +146,18 @@ def lineage_view(
     mode: str = "chain",
     include_internal: bool = False,
     warnings: list[str] | None = None,
+    all_roots: bool = False,
 ) -> LineageView:
     """The lineage of the fingerprint `prefix` names, in the cache `report` scanned.
 
     `mode` is "chain" (source to fingerprint), "descendants" (the tree below it) or "all" (every
     branch of its dataset). The Python side of `cachetool lineage`."""
     from cachetool.lineage.graph import load_graph
+    from cachetool.lineage.ledger import Ledger
 
-    graph = load_graph(report.root, include_internal=include_internal, warnings=warnings)
-    fp, entry = resolve(report, graph, prefix)
+    ledger = Ledger.load(report.root, all_roots=all_roots)
+    graph = load_graph(ledger, include_internal=include_internal, warnings=warnings)
+    fp, entry = resolve(report, graph, prefix, ledger)
     if mode == "descendants":
         items = graph.descendants(fp)
     elif mode == "all":
@@ -201,11 +184,11 @@ def _what(step: Step) -> str:
     if not step.recorded:
         return "?"
     op = step.operation or step.type or "?"
-    src = step.source or {}
-    if step.type == "root" and src.get("kind") == "builder":
-        return f"{op} {src.get('builder')} [{src.get('split')}]"
-    if step.type == "root" and src.get("kind") == "saved":
-        return f"{op} {Path(str(src.get('path'))).name}"
+    src = step.source
+    if step.type == "root" and src is not None and src.kind == "builder":
+        return f"{op} {src.builder} [{src.split}]"
+    if step.type == "root" and src is not None and src.kind == "saved":
+        return f"{op} {Path(str(src.path)).name}"
     return op
 
 
@@ -226,8 +209,12 @@ def _notes(step: Step) -> str:
         notes.append("new_fingerprint= given")
     if step.random_fallback:
         rf = step.random_fallback
-        arg = rf.get("argument") or "the transform"
-        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.get('error')})")
+        arg = rf.argument or "the transform"
+        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.error})")
+    if step.internal:
+        notes.append("made inside another step by datasets")
+    if step.foreign and step.root:
+        notes.append(f"recorded in {step.root}")
     for path in step.saved_to:
         notes.append(f"saved to {path}")
     if step.deleted:

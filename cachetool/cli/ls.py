@@ -27,6 +27,7 @@ from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.lineage.ledger import Ledger
 
 
 def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
@@ -38,12 +39,12 @@ def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
     return existing_root(path if path is not None else cache_dir)
 
 
-def scan_with_progress(root: Path, out: Output) -> CacheReport:
+def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) -> CacheReport:
     """Scan, showing a live file count on a terminal (stderr) for long scans."""
     from cachetool.cache.scan import scan_cache
 
     if not sys.stderr.isatty():
-        return scan_cache(root)
+        return scan_cache(root, ledger=ledger)
     from rich.status import Status
 
     from cachetool.cli.common import stderr_console
@@ -53,7 +54,7 @@ def scan_with_progress(root: Path, out: Output) -> CacheReport:
         def progress(n: int) -> None:
             status.update(f"Scanning… {n} files")
 
-        return scan_cache(root, progress=progress)
+        return scan_cache(root, ledger=ledger, progress=progress)
 
 
 def report_warnings(report: CacheReport) -> None:

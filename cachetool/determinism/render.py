@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cachetool.determinism.analysis import Cause
+from cachetool.determinism.analysis import Cause, Step
 from cachetool.determinism.runner import DeterminismReport
 
 __all__ = ["github_lines", "human_lines"]
@@ -54,7 +54,18 @@ def _variation(cause: Cause) -> str | None:
         return "depends on PYTHONHASHSEED (a run with an equal hash seed gave the same fingerprint)"
     if cause.variation == "every run":
         return "changes on every run (even with an equal hash seed)"
+    if cause.variation == "cache state":
+        return (
+            "depends on the cache state: it differs between a run that computed the earlier step and "
+            "one that loaded it from the cache (a warm cache hides it; a cold one shows it)"
+        )
     return None
+
+
+def _step_name(step: Step) -> str:
+    where = f"{_relative(step.file)}:{step.line}" if step.file else "?"
+    what = f"{step.operation} {step.function}" if step.function else step.operation
+    return f"step {step.index + 1} ({what} at {where})"
 
 
 def cause_lines(cause: Cause) -> list[str]:
@@ -64,7 +75,10 @@ def cause_lines(cause: Cause) -> list[str]:
     lines.append(f"{_location(cause)}  {_what(cause)}: fingerprint {fps}")
     if cause.kind == "source":
         lines.append("  the source dataset differs between runs (no argument differs, the input does):")
-        lines.append("  an input file rewritten or touched between runs, or data built at run time.")
+        if any(key.startswith("column ") for key, _ in cause.source_diffs):
+            lines.append(f"  the data given to {cause.step.operation} is built at run time.")
+        else:
+            lines.append("  an input file rewritten or touched between runs, or data built at run time.")
         for key, values in cause.source_diffs:
             lines.append(f"  source {key}: {' vs '.join(dict.fromkeys(values))}")
         for culprit in cause.culprits:
@@ -90,6 +104,24 @@ def cause_lines(cause: Cause) -> list[str]:
                 lines.append(f"  error: {error}")
             args = ", ".join(cause.differing_args) or "?"
             lines.append(f"  hint: make '{args}' picklable, or pass new_fingerprint= to the transform")
+    elif cause.kind == "cache-state":
+        origin = _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
+        subject = (
+            "the function's state"
+            if "function" in cause.differing_args or not cause.differing_args
+            else (f"the state of {', '.join(cause.differing_args)}")
+        )
+        lines.append(
+            f"  {subject} differs between a run that computed {origin} and one that loaded it from the cache:"
+        )
+        lines.append("  that step changes an object while it runs, and this step hashes the object again")
+        for culprit in cause.culprits:
+            if not culprit.parts:
+                lines.append(f"  changed: {culprit.path_str}: {culprit.values_str}")
+            else:
+                for part in culprit.parts:
+                    lines.append(f"  changed: {part.path_str}: {part.values_str}")
+            lines.append(f"  hint: {culprit.hint}")
     elif cause.kind == "given":
         lines.append("  the fingerprint was given with new_fingerprint= and differs between runs")
         lines.append(

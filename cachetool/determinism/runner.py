@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.determinism.analysis import Analysis, Cause, align, analyze
-from cachetool.determinism.checkpoint import EVENTS_ENV, TREES_ENV
+from cachetool.determinism.checkpoint import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
 from cachetool.errors import CachetoolError, ExitCode
 
 __all__ = ["DeterminismReport", "RunOutcome", "check_determinism", "read_events", "run_command"]
@@ -44,6 +44,8 @@ class RunOutcome:
     events: tuple[dict[str, Any], ...]
     stderr_tail: str
     isolated_cache: bool = False
+    #: A cold run: every transform computed (caching disabled), nothing loaded from the cache.
+    cold: bool = False
 
     @property
     def failed(self) -> bool:
@@ -58,6 +60,7 @@ class RunOutcome:
             "duration_s": round(self.duration, 3),
             "events": len(self.events),
             "isolated_cache": self.isolated_cache,
+            "cold": self.cold,
             "stderr_tail": self.stderr_tail if self.failed else None,
         }
 
@@ -183,15 +186,19 @@ def _run_once(
     cwd: Path,
     env: Mapping[str, str],
     live: set[subprocess.Popen[bytes]] | None = None,
+    cold: bool = False,
 ) -> RunOutcome:
     run_dir = workdir / f"run-{index}"
     run_dir.mkdir(parents=True, exist_ok=True)
     events_path = run_dir / "events.jsonl"
     stderr_path = run_dir / "stderr.txt"
     run_env = dict(env)
+    run_env[SEED_ENV] = env.get("PYTHONHASHSEED", "")  # the script gets the user's own back
     run_env["PYTHONHASHSEED"] = str(hash_seed)
     run_env[EVENTS_ENV] = str(events_path)
     run_env[TREES_ENV] = "1"
+    if cold:
+        run_env[COLD_ENV] = "1"
     if isolated:
         cache = run_dir / "hf-datasets-cache"
         cache.mkdir()
@@ -233,6 +240,7 @@ def _run_once(
         events=tuple(read_events(events_path)),
         stderr_tail=_tail(stderr_path),
         isolated_cache=isolated,
+        cold=cold,
     )
     if isolated:
         shutil.rmtree(run_dir / "hf-datasets-cache", ignore_errors=True)
@@ -307,6 +315,10 @@ def check_determinism(
         workdir = Path(tmp)
 
         def one(index: int, seed: int) -> RunOutcome:
+            # On the user's cache, the first run computes every step (caching disabled, its files go
+            # to a temporary folder) and the next ones use the cache as it is: a step whose result
+            # depends on whether an earlier one was computed or loaded shows even on a warm cache.
+            # Isolated runs start from empty caches: they compute everything anyway.
             return _run_once(
                 index,
                 run_script,
@@ -319,6 +331,7 @@ def check_determinism(
                 cwd=work_cwd,
                 env=run_env,
                 live=live,
+                cold=not isolated and index == 0,
             )
 
         outcomes: list[RunOutcome] = []
@@ -387,7 +400,7 @@ def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) ->
     causes: list[Cause] = []
     for cause in analysis.causes:
         position = cause.step.positions[0]
-        if cause.kind == "random" or position not in twin_of:
+        if cause.kind in ("random", "cache-state") or position not in twin_of:
             causes.append(cause)
             continue
         same = extra.events[twin_of[position]].get("result") == first.events[position].get("result")

@@ -31,6 +31,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
+from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
 from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.liveness import InUse, scan_in_use
@@ -116,6 +117,7 @@ class VerifyReport:
         }
 
 
+TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
 GC_HINT = "run `cachetool gc --temp` to remove leftovers"
 RECOMPUTE_HINT = "delete or quarantine it (`cachetool verify --quarantine`); datasets will recompute it"
 
@@ -164,6 +166,14 @@ class _Checker:
                 return f.path, pids
         return None
 
+    def leased(self, e: Entry) -> bool:
+        """A live lease's process (on this host or another) may be writing `e`: say so, as info."""
+        lease = self.in_use.lease_over(e.modified)
+        if lease is None:
+            return False
+        self.add(Severity.INFO, e, e.path, f"may be being written by {lease} (a live lease)")
+        return True
+
     # -- per entry ---------------------------------------------------------------------------
     def entry(self, e: Entry) -> None:
         if e.kind == Kind.TEMP:
@@ -174,6 +184,8 @@ class _Checker:
             return self.incomplete_save(e)
         if e.kind == Kind.LOCK:
             return self.lock(e)
+        if e.kind == Kind.TF_CACHE:
+            return self.tf_cache(e)
         if e.kind == Kind.DOWNLOAD and e.problems:
             self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
             return None
@@ -193,6 +205,17 @@ class _Checker:
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
+
+    def tf_cache(self, e: Entry) -> None:
+        """A finished tf.data cache must have an index that parses and every data shard it names,
+        as long as the index says; a killed writer's lockfile blocks the next run."""
+        if e.state == "incomplete":
+            for p in e.problems:
+                self.add(Severity.ERROR, e, e.path, p, TF_RECOMPUTE_HINT)
+        elif e.state == "abandoned":
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+        elif e.state == "being-written":
+            self.add(Severity.INFO, e, e.path, "; ".join(e.problems))
 
     def per_file_problem(self, e: Entry, problem: str) -> bool:
         """Problems the per-file checks already reported (file errors, fingerprint mismatch)."""
@@ -270,6 +293,8 @@ class _Checker:
         if holders:
             self.add(Severity.INFO, e, e.path, f"temporary file held open by pid {_pids(holders)}")
             return
+        if self.leased(e):
+            return
         self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", GC_HINT)
 
     def holders(self, e: Entry) -> frozenset[int]:
@@ -286,6 +311,8 @@ class _Checker:
         if live is not None:
             self.add(Severity.INFO, e, e.path, f"{what} in progress: being written by pid {_pids(live[1])}")
             return
+        if self.leased(e):
+            return
         self.add(Severity.WARNING, e, e.path, f"leftover of {what}", GC_HINT)
 
     def incomplete_save(self, e: Entry) -> None:
@@ -294,6 +321,8 @@ class _Checker:
             self.add(
                 Severity.INFO, e, e.path, f"save_to_disk in progress: being written by pid {_pids(live[1])}"
             )
+            return
+        if self.leased(e):
             return
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
@@ -433,9 +462,8 @@ def _removed_folders(root: Path) -> frozenset[Path]:
         return frozenset()
     out: set[Path] = set()
     for rec in gc_records(root):
-        paths = rec.get("paths")
-        if rec.get("kind") in ("source", "derived", "shards", "arrow") and isinstance(paths, list):
-            out.update(Path(p).parent for p in paths if isinstance(p, str))
+        if rec.kind in ("source", "derived", "shards", "arrow"):
+            out.update(Path(p).parent for p in rec.paths)
     return frozenset(out)
 
 
@@ -639,22 +667,26 @@ def verify_cache(
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
+    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     report = scan_cache(
-        root, use_index=False, progress=(lambda n: progress(n, 0)) if progress is not None else None
+        root,
+        use_index=False,
+        ledger=ledger,
+        progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=report.root)
     now = time.time()
     entries = list(report.entries)
     if fingerprints:
-        chosen = {id(find_entry(report, fp)) for fp in fingerprints}
+        chosen = {id(find_entry(report, fp, ledger)) for fp in fingerprints}
         entries = [e for e in entries if id(e) in chosen]
     checker = _Checker(report, in_use, now)
     for e in entries:
         checker.entry(e)
-    parents = _recorded_parents(report.root)
+    parents = {fp: u.parent for fp, u in ledger.usage().items()}
     checker.indices(entries, parents)
     if not fingerprints:
-        _ledger_findings(checker, report)
+        _ledger_findings(checker, ledger)
     bytes_checked = 0
     recorded = 0
     if deep or record:
@@ -667,27 +699,13 @@ def verify_cache(
     )
 
 
-def _recorded_parents(root: Path) -> dict[str, str | None]:
-    try:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-    except ImportError:  # pragma: no cover
-        return {}
-    return {fp: u.parent for fp, u in usage_by_fingerprint(root).items()}
-
-
-def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
+def _ledger_findings(checker: _Checker, ledger: Ledger) -> None:
     """Records whose files are gone: information (gc or a user removed them), not corruption."""
-    try:
-        from cachetool.lineage.ledger import read_ledger
-    except ImportError:  # pragma: no cover
-        return
     gone: dict[str, str] = {}
-    for rec in read_ledger(report.root, include_internal=False).records:
-        files = rec.get("files")
-        for f in files if isinstance(files, list) else []:  # gc's records count files: an int
-            path = f.get("path") if isinstance(f, dict) else None
-            if isinstance(path, str) and path not in gone and not os.path.lexists(path):
-                gone[path] = str(rec.get("result") or "?")
+    for rec in ledger.own_steps():
+        for f in rec.files:
+            if f.path not in gone and not os.path.lexists(f.path):
+                gone[f.path] = rec.result or "?"
     for path, fp in sorted(gone.items()):
         checker.findings.append(
             Finding(Severity.INFO, fp, "record", Path(path), "recorded file no longer exists (removed since)")
@@ -849,7 +867,7 @@ def quarantine(report: VerifyReport) -> VerifyReport:
         for finding in report.errors:
             refuse(finding, finding.path, f"cannot open the cache root: {err.strerror or err}")
         return replace(report, findings=(*report.findings, *problems))
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=root)
     done: set[Path] = set()
     try:
         for finding, paths in _quarantine_units(root, report.errors):
@@ -1009,11 +1027,15 @@ def _cannot_move(src: Path, root: Path, in_use: InUse) -> str | None:
     targets = [src] if not src.is_dir() else [Path(d) / n for d, _, names in os.walk(src) for n in names]
     for t in targets:
         try:
-            pids = in_use.pids(os.stat(t, follow_symlinks=False))
+            st = os.stat(t, follow_symlinks=False)
         except OSError:
             continue
+        pids = in_use.pids(st)
         if pids:
             return f"in use by pid {_pids(pids)}"
+        lease = in_use.lease_over(st.st_mtime)
+        if lease is not None:
+            return f"may be being written by {lease} (a live lease)"
     return None
 
 

@@ -60,10 +60,30 @@ def _importable_in_child(package_parent: str, flags: Sequence[str]) -> bool:
     or it is the working folder, which `-m` puts first unless `-I`/`-P` say not to."""
     here = os.path.realpath(package_parent)
     inherited = {os.path.realpath(p) for p in sys.path[1:] if p}  # [0]: this launcher's own folder
-    if here in inherited:
+    if here in inherited or ("-S" not in flags and _found_by_installed_finder(here)):
         return True
     isolated = "-I" in flags or "-P" in flags
     return not isolated and here == os.path.realpath(os.getcwd())
+
+
+def _found_by_installed_finder(here: str) -> bool:
+    """An editable install (setuptools' finder, added by a `.pth` file in site-packages, so every
+    interpreter that runs `site` gets it) maps cachetool to `here` without putting it on sys.path."""
+    import importlib.machinery
+
+    for finder in sys.meta_path:
+        if finder in (importlib.machinery.PathFinder, importlib.machinery.BuiltinImporter):
+            continue
+        if finder is importlib.machinery.FrozenImporter or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            spec = finder.find_spec("cachetool", None)
+        except Exception:
+            continue
+        origin = getattr(spec, "origin", None) if spec is not None else None
+        if origin and os.path.realpath(origin).startswith(here + os.sep):
+            return True
+    return False
 
 
 def run_script(script: str, args: Sequence[str], *, events_file: str | None = None) -> NoReturn:
@@ -92,7 +112,10 @@ def _bootstrap() -> None:
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
+    from cachetool.determinism.checkpoint import take_environment
     from cachetool.trace import install_tracing
+
+    take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
 
     if os.path.isdir(script) or (not script.endswith((".py", ".pyw")) and _is_zip(script)):
         # A folder or zip with __main__.py: runpy knows those rules.
