@@ -80,8 +80,8 @@ def test_dirs_fits_80_columns_exactly(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = [line.rstrip() for line in result.stdout.splitlines()]
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
-    assert lines[0].split() == ["location", "path", "from"]
-    rows = dict((line[:20].strip(), line[20:]) for line in lines[1:13] if line[:20].strip())
+    assert lines[0].split()[:3] == ["location", "path", "from"]
+    rows = dict((line[:20].strip(), line[20:]) for line in lines[1:] if line[:20].strip())
     assert rows["datasets cache"].split()[0] == "~/…/huggingface-cache/datasets"
     assert rows["downloads"].split()[0] == "~/projects/…/datasets/downloads"
     assert rows["modules"].split()[0] == "~/.cache/huggingface/modules"
@@ -107,6 +107,7 @@ def test_a_duration_without_a_unit_is_refused_with_a_hint(tmp_path: Path, option
     assert ok.exit_code == 0, ok.output
 
 
+@pytest.mark.slow
 def test_an_error_line_fits_the_terminal(tmp_path: Path) -> None:
     """On an 80-column terminal an error stays one line that fits: the path in it is shortened
     from the middle, its last name whole."""
