@@ -107,6 +107,7 @@ def expand(base: Path, rels: list[str]) -> set[str]:
 
 def gc_json(base: Path, *args: str) -> tuple[int, dict[str, Any]]:
     result = cli("gc", "--cache-dir", str(base / "cache"), "--json", *args)
+    assert result.stdout, f"exit {result.exit_code}: {result.stderr}"
     return result.exit_code, json.loads(result.stdout)
 
 

@@ -157,7 +157,12 @@ def test_a_fresh_cache_explains_its_own_run_not_another_caches(runs: Runs) -> No
     chain = json.loads(_ok(cachetool(runs, "lineage", runs.fps["map"], "--json", "--cache-dir", str(runs.b))))
     mapped = next(s for s in chain["steps"] if s["fingerprint"] == runs.fps["map"])
     assert (mapped["runs"], mapped["misses"], mapped["hits"]) == (1, 1, 0)
-    assert all(s["root"] == str(runs.b) for s in chain["steps"])
+    assert all(s["root"] == str(runs.b) and not s["foreign"] for s in chain["steps"])
+    both = json.loads(
+        _ok(cachetool(runs, "lineage", runs.fps["map"], "--json", "--all-roots", "--cache-dir", str(runs.b)))
+    )
+    mapped = next(s for s in both["steps"] if s["fingerprint"] == runs.fps["map"])
+    assert mapped["runs"] == 3  # asked for: A's two runs and B's, the latest labelled with its root
 
 
 def _lineage(runs: Runs, fp: str, cache: Path) -> dict[str, Any]:
@@ -195,3 +200,22 @@ def test_stats_counts_the_saves_of_a_pipeline(runs: Runs) -> None:
     assert doc["saves"] >= 1, doc
     human = _ok(cachetool(runs, "stats", "--cache-dir", str(runs.b)))
     assert "Saves 0" not in " ".join(human.split())
+
+
+@pytest.mark.slow
+def test_the_typed_records_serialize_exactly_what_the_writers_wrote(runs: Runs) -> None:
+    """Every line the tracer and gc wrote in both caches parses into its record class, and the
+    class writes it back as the same JSON object: a writer can build the classes instead of dicts
+    without changing a byte of meaning, and no field has two types."""
+    from cachetool.lineage.ledger import iter_segments
+    from cachetool.lineage.records import parse_record
+
+    roots = [runs.a, runs.b, runs.a.parent / "saved", runs.b.parent / "saved"]
+    seen: set[str] = set()
+    for root in roots:
+        for seg in iter_segments(root):
+            for line in seg.read_text(encoding="utf-8").splitlines():
+                raw = json.loads(line)
+                assert parse_record(raw).to_json() == raw, raw
+                seen.add(raw["type"])
+    assert {"transform", "root", "save", "source"} <= seen

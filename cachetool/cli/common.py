@@ -81,6 +81,14 @@ def _cache_dir(value: str) -> Path:
     return Path(value)
 
 
+AllRootsOption = Annotated[
+    bool,
+    typer.Option(
+        "--all-roots",
+        help="Also read the ledgers of every other cache root this user traced (each step says "
+        "its root). By default only this cache's records count, plus the roots its inputs come from.",
+    ),
+]
 CacheDirOption = Annotated[
     Path | None,
     typer.Option(
@@ -225,9 +233,10 @@ class Output:
         from rich.text import Text
 
         rows = [[safe_text("" if c is None else str(c)) for c in row] for row in rows]
+        headers = [h for h, _ in columns]
         widths = dict(widths or {})
         for header in whole:
-            i = [h for h, _ in columns].index(header)
+            i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
 
@@ -253,7 +262,6 @@ class Output:
             )
         for row in rows:
             table.add_row(*(Text(c) for c in row))
-        headers = [h for h, _ in columns]
         others = [i for i, h in enumerate(headers) if h not in whole]
         need = sum(widths[h][0] for h in whole) + 2 * (len(columns) - 1)
         need += sum(min(12, max([len(headers[i]), *(len(r[i]) for r in rows)])) for i in others)

@@ -292,12 +292,14 @@ def _entry_table(
     longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
-    def width_of(cols: list[str]) -> int:
-        def natural(n: str) -> int:
-            longest = max([len(n), *(len(row[n]) for row in table_rows)])
-            return min(longest, widths[n][1]) if n in widths else longest
+    def natural(n: str) -> int:
+        longest = max([len(n), *(len(row[n]) for row in table_rows)])
+        return min(longest, widths[n][1]) if n in widths else longest
 
-        return sum(natural(n) for n in cols) + 2 * (len(cols) - 1)
+    natural_width = {n: natural(n) for n in names}  # once: a listing may hold 100k entries
+
+    def width_of(cols: list[str]) -> int:
+        return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
 
     if not out.no_truncate:
         room = out.console.width
@@ -309,6 +311,7 @@ def _entry_table(
             if column in names and width_of(names) > room:
                 for row in table_rows:
                     shorten(row)
+                natural_width[column] = natural(column)
         for column in ("cols", "files", "modified", "parent", "op"):
             if width_of(names) <= room:
                 break

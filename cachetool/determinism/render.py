@@ -65,7 +65,8 @@ def _variation(cause: Cause) -> str | None:
 def _step_name(step: Step) -> str:
     where = f"{_relative(step.file)}:{step.line}" if step.file else "?"
     what = f"{step.operation} {step.function}" if step.function else step.operation
-    return f"step {step.index + 1} ({what} at {where})"
+    split = f" on split {step.split}" if step.split else ""
+    return f"step {step.index + 1} ({what}{split} at {where})"
 
 
 def cause_lines(cause: Cause) -> list[str]:
@@ -163,6 +164,8 @@ def human_lines(report: DeterminismReport) -> list[str]:
     """The whole report for a person (the CLI escapes and prints each line)."""
     seeds = ", ".join(str(r.hash_seed) for r in report.runs)
     mode = "isolated caches" if report.isolated else "shared cache"
+    if any(r.cold for r in report.runs):
+        mode += ", run 1 cold"
     n = len(report.runs)
     lines = [
         f"{report.script}: {report.verdict} ({n} run{'' if n == 1 else 's'}, PYTHONHASHSEED {seeds}; {mode})"
@@ -180,8 +183,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
     analysis = report.analysis
     if analysis is None:
         return lines
-    compared = len(analysis.steps)
-    differing = sum(1 for s in analysis.steps if s.differs)
+    # The steps the user made (datasets' internal ones repeat their caller's fingerprints).
+    compared = sum(1 for s in analysis.steps if not s.internal)
+    differing = sum(1 for s in analysis.steps if s.differs and not s.internal)
     for cause in analysis.deterministic_causes:
         lines.append("")
         lines.extend(cause_lines(cause))
@@ -198,6 +202,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
         summary += f"; {len(analysis.deterministic_causes)} cause(s)"
     if analysis.random_causes:
         summary += f"; {len(analysis.random_causes)} random fingerprint(s)"
+    downstream = sum(c.cascade for c in analysis.causes)
+    if downstream:
+        summary += f", {downstream} downstream"
     lines.append(summary)
     if report.exit_code != 0:
         lines.append(

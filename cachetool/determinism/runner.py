@@ -2,9 +2,11 @@
 
 Each run is ``python -m cachetool run script.py [args]`` with its own ``PYTHONHASHSEED`` and its
 own events file (``CACHETOOL_TRACE_EVENTS``, with hash trees: ``CACHETOOL_TRACE_TREES=1``). By
-default the runs use the cache the script would use anyway, one after the other: fingerprints are
-computed before any cache lookup, so a warm cache cannot hide a difference. ``isolated=True`` gives
-each run a fresh temporary ``HF_DATASETS_CACHE`` (removed afterwards) and runs them in parallel.
+default the runs use the cache the script would use anyway, one after the other; the first computes
+every step (``CACHETOOL_TRACE_COLD=1``: caching disabled, nothing read from or written to the cache)
+so that a step changing an object that a later step hashes shows even when the cache is warm
+(fingerprints themselves are computed before any cache lookup). ``isolated=True`` gives each run a
+fresh temporary ``HF_DATASETS_CACHE`` (removed afterwards) and runs them in parallel.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +32,15 @@ from cachetool.determinism.analysis import Analysis, Cause, align, analyze
 from cachetool.determinism.checkpoint import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
 from cachetool.errors import CachetoolError, ExitCode
 
-__all__ = ["DeterminismReport", "RunOutcome", "check_determinism", "read_events", "run_command"]
+__all__ = [
+    "DeterminismReport",
+    "RunOutcome",
+    "RunProgress",
+    "check_determinism",
+    "read_events",
+    "run_command",
+    "terminal_lines",
+]
 
 REPORT_VERSION = 1
 _STDERR_TAIL_LINES = 20
@@ -80,6 +92,18 @@ class RunOutcome:
             "stopped_processes": self.stopped,
             "output_bytes": self.output_bytes,
         }
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where one run is, for a progress display: reported about twice a second while it runs."""
+
+    index: int
+    hash_seed: int
+    cold: bool
+    steps: int
+    elapsed: float
+    finished: bool
 
 
 @dataclass(frozen=True)
@@ -239,7 +263,8 @@ class _Tail:
 
 
 def _tail_lines(data: bytes, lines: int = _STDERR_TAIL_LINES) -> str:
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+    """The script's last real lines, as its terminal showed them (no progress-bar redraws)."""
+    return "\n".join(terminal_lines(data.decode(errors="replace"))[-lines:])
 
 
 def marked_pids(marker: str) -> list[int]:
@@ -289,6 +314,21 @@ def _is_zombie(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
     except (OSError, IndexError):
         return True
+
+
+_PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\|\s*\d+/\d+ \[|[0-9.?]+ ?(it|examples|ba|B)/s\]")
+
+
+def terminal_lines(text: str) -> list[str]:
+    """The lines of a script's stderr as a terminal last showed them: each line is what follows
+    its last carriage return (a progress bar redraws itself with ``\\r``), and progress-bar lines
+    (``Map: 100%|████| 4/4 [00:00<00:00, 248 examples/s]``) are left out."""
+    out = []
+    for raw in text.split("\n"):
+        line = raw.rstrip("\r").rsplit("\r", 1)[-1]
+        if line.strip() and not _PROGRESS_BAR.search(line):
+            out.append(line)
+    return out
 
 
 def _run_once(
@@ -411,6 +451,7 @@ def check_determinism(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     launcher: Sequence[str] | None = None,
+    progress: Callable[[RunProgress], None] | None = None,
 ) -> DeterminismReport:
     """Run `script` `runs` times with distinct hash seeds, compare every fingerprint, explain the first.
 
@@ -420,6 +461,8 @@ def check_determinism(
     found and `rerun` is true, one more run with the first run's seed tells whether the difference
     depends on ``PYTHONHASHSEED`` or changes on every run. `launcher` replaces the traced
     interpreter (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events).
+    `progress` is called about twice a second per running run (the steps it recorded so far) and
+    once when it ends.
 
     Mirrors ``cachetool check-determinism`` (``--runs``, ``--hash-seeds``, ``--timeout``,
     ``--isolated``, ``--jobs``).
@@ -461,20 +504,22 @@ def check_determinism(
             # to a temporary folder) and the next ones use the cache as it is: a step whose result
             # depends on whether an earlier one was computed or loaded shows even on a warm cache.
             # Isolated runs start from empty caches: they compute everything anyway.
-            return _run_once(
-                index,
-                run_script,
-                args,
-                seed,
-                workdir,
-                timeout=timeout,
-                isolated=isolated,
-                launcher=launcher,
-                cwd=work_cwd,
-                env=run_env,
-                live=live,
-                cold=not isolated and index == 0,
-            )
+            cold = not isolated and index == 0
+            with _watching(progress, workdir / f"run-{index}" / "events.jsonl", index, seed, cold):
+                return _run_once(
+                    index,
+                    run_script,
+                    args,
+                    seed,
+                    workdir,
+                    timeout=timeout,
+                    isolated=isolated,
+                    launcher=launcher,
+                    cwd=work_cwd,
+                    env=run_env,
+                    live=live,
+                    cold=cold,
+                )
 
         outcomes: list[RunOutcome] = []
         try:
@@ -653,6 +698,51 @@ class _Leftovers:
         if folders:
             words.append(f"{folders} temp folder(s) in {self.temp}")
         return " and ".join(words)
+
+
+class _watching:
+    """While a run goes, report its progress (the lines of its events file) from a thread."""
+
+    def __init__(
+        self, progress: Callable[[RunProgress], None] | None, events: Path, index: int, seed: int, cold: bool
+    ) -> None:
+        self.progress = progress
+        self.events = events
+        self.index, self.seed, self.cold = index, seed, cold
+        self.stop = threading.Event()
+        self.start = time.monotonic()
+        self.thread: threading.Thread | None = None
+
+    def report(self, finished: bool) -> None:
+        if self.progress is None:
+            return
+        try:
+            steps = self.events.read_bytes().count(b"\n")
+        except OSError:
+            steps = 0
+        try:
+            self.progress(
+                RunProgress(self.index, self.seed, self.cold, steps, time.monotonic() - self.start, finished)
+            )
+        except Exception:  # a display problem never stops the check
+            self.progress = None
+
+    def __enter__(self) -> _watching:
+        if self.progress is not None:
+
+            def loop() -> None:
+                while not self.stop.wait(0.5):
+                    self.report(False)
+
+            self.thread = threading.Thread(target=loop, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.report(True)
 
 
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:

@@ -752,14 +752,12 @@ def resolve(
         raise UnknownFingerprint(name, report.root)
     known = set(recorded or ()) | (ledger.fingerprints() if ledger is not None else set())
     # 1. a path
-    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
-    for e in report.entries:
-        path = os.fsdecode(e.path)
-        if path == name or (absolute is not None and path == absolute):
-            fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
-            if fp is None:
-                raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
-            return Resolved(fp, e)
+    e = entry_at_path(report, name)
+    if e is not None:
+        fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
+        if fp is None:
+            raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
+        return Resolved(fp, e)
     # 2. exact
     exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
     if len(exact) == 1:
@@ -787,6 +785,16 @@ def resolve(
     if len(candidates) > 1:
         raise AmbiguousFingerprint(name, sorted(candidates))
     return next(iter(candidates.values()))
+
+
+def entry_at_path(report: CacheReport, name: str) -> Entry | None:
+    """The entry at the path `name` (as typed, or made absolute), if `name` is one's path."""
+    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
+    for e in report.entries:
+        path = os.fsdecode(e.path)
+        if path == name or (absolute is not None and path == absolute):
+            return e
+    return None
 
 
 def _entry_of(report: CacheReport, fp: str) -> Entry | None:

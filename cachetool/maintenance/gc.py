@@ -1227,14 +1227,11 @@ def _find(report: CacheReport, name: str, recorded: Sequence[str]) -> Entry:
     """The entry `name` means, by the one naming rule; a fingerprint only the ledger knows has
     nothing to remove (`RecordedOnly`)."""
     from cachetool.errors import RecordedOnly
-    from cachetool.lineage.ledger import resolve
+    from cachetool.lineage.ledger import entry_at_path, resolve
 
-    # A leftover (tmp file, lock, interrupted download or save) has no fingerprint: its path,
-    # as verify's hints name it, is the only way to name it.
-    absolute = os.path.abspath(name) if os.sep in name else None
-    for e in report.entries:
-        if e.fingerprint is None and absolute is not None and os.fsdecode(e.path) in (name, absolute):
-            return e
+    at_path = entry_at_path(report, name)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
     got = resolve(name, report, recorded=recorded)
     if got.entry is None:
         raise RecordedOnly(got.fingerprint, report.root)
@@ -1380,7 +1377,8 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     shared = shared_state(report.root)
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins = read_pins(report.root)
-    parents = recorded_parents(ledger) if options.evicts and (pins or options.keep) else {}
+    named = pins or options.keep or options.fingerprints
+    parents = recorded_parents(ledger) if options.evicts and named else {}
     # Liveness last: the snapshot should be younger than everything it judges.
     in_use = scan_in_use(root=report.root)
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()

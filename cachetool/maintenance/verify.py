@@ -671,12 +671,14 @@ def verify_cache(
     record: bool = False,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> VerifyReport:
     """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
-    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    if ledger is None:  # a command that has loaded the ledger passes it
+        ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     report = scan_cache(
         root,
         use_index=False,
