@@ -58,7 +58,6 @@ DUMPS = textwrap.dedent(
                 digest(dill.dumps, value),
                 digest(lambda o: dill.dumps(o, recurse=True), value),
                 digest(pickler_dumps, value),
-                digest(lambda o: dill.dumps(referencing(o), recurse=True), value),
                 digest(lambda o: pickler_dumps(referencing(o)), value),
             ]
         return out

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -196,21 +197,6 @@ def hint(message: str) -> None:
     _stderr_line("Hint:", "dim", message)
 
 
-def safe_text(text: str) -> str:
-    """Make a string safe for a terminal: control characters (escape sequences) become visible
-    `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if (o < 0x20 and ch not in "\t") or 0x7F <= o < 0xA0:
-            out.append(f"\\x{o:02x}")
-        elif 0xDC80 <= o <= 0xDCFF:  # surrogate-escaped byte from a non-UTF-8 file name
-            out.append(f"\\x{o - 0xDC00:02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 class Output:
     """One sink, chosen once per command: human tables, one JSON document, or ids."""
 
@@ -247,9 +233,10 @@ class Output:
         from rich.text import Text
 
         rows = [[safe_text("" if c is None else str(c)) for c in row] for row in rows]
+        headers = [h for h, _ in columns]
         widths = dict(widths or {})
         for header in whole:
-            i = [h for h, _ in columns].index(header)
+            i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
 
@@ -275,7 +262,6 @@ class Output:
             )
         for row in rows:
             table.add_row(*(Text(c) for c in row))
-        headers = [h for h, _ in columns]
         others = [i for i, h in enumerate(headers) if h not in whole]
         need = sum(widths[h][0] for h in whole) + 2 * (len(columns) - 1)
         need += sum(min(12, max([len(headers[i]), *(len(r[i]) for r in rows)])) for i in others)

@@ -163,7 +163,10 @@ def _stale_lines(out: Output, stale: StaleHit, indent: str) -> None:
 
 def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
     head = f"{s.step.label}  ->  {s.step.fingerprint}"
-    tail = [s.status]
+    c = s.compared_with
+    # On a shared cache the compared step may come from another node: say where each ran.
+    elsewhere = c is not None and bool(c.host and s.step.host and c.host != s.step.host)
+    tail = [f"{s.status} on {s.step.host}" if elsewhere else s.status]
     if s.duration is not None:
         tail.append(_seconds(s.duration))
     out.line(f"{head}  ({', '.join(tail)})", style="bold")
@@ -171,9 +174,9 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
         out.line(f"  at {_when(s.step.time)}, run {s.step.run}")
     for reason in s.reasons:
         _reason_lines(out, reason, "    ")
-    if detailed and s.compared_with is not None:
-        c = s.compared_with
-        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run})", style="dim")
+    if detailed and c is not None:
+        on = f", on {c.host}" if elsewhere else ""
+        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run}{on})", style="dim")
     if detailed and s.history:
         out.line("  Earlier:")
         for ref, reasons in s.history:
@@ -181,19 +184,39 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
             out.line(f"    {ref.fingerprint} ({_when(ref.time)}): before that, {why}")
 
 
+def _uncached_lines(out: Output, report: ExplainReport) -> None:
+    from cachetool.lineage.explain import UNCACHED_HINT
+
+    n = len(report.uncached)
+    if report.steps:
+        out.line("")
+    out.line(
+        f"{n} step{'' if n == 1 else 's'} ran without a persistent cache, "
+        f"{_seconds(report.uncached_seconds)} in this run; they run again in every run:",
+        style="bold yellow",
+    )
+    for u in report.uncached:
+        out.line(f"  {u.step.label}  {_seconds(u.duration)}: {u.reason_text}")
+    out.line(UNCACHED_HINT)
+
+
 def render(out: Output, report: ExplainReport) -> None:
     """Human output: one block per computed step, then the stale hits."""
     if report.mode == "run":
         computed = sum(s.status in ("computed", "partial") for s in report.steps)
+        n = len(report.uncached)
         out.line(
             f"Run {report.run} at {_when(report.run_time)}: {computed} step"
-            f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache",
+            f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache"
+            + (f", {n} without a persistent cache" if n else ""),
             style="bold",
         )
         out.line("")
         for s in report.steps:
             _step_lines(out, s, detailed=False)
-        if not report.steps:
+        if report.uncached:
+            _uncached_lines(out, report)
+        elif not report.steps:
             out.line("Nothing was recomputed.")
     else:
         for s in report.steps:

@@ -238,6 +238,8 @@ def _notes(step: Step) -> str:
         notes.append(f"saved to {path}")
     if step.deleted:
         notes.append(step.deleted)
+    if step.where:
+        notes.append(step.where)
     return "; ".join(notes)
 
 
@@ -292,6 +294,8 @@ def _label(step: Step) -> str:
     parts = [_what(step)]
     if step.function_str:
         parts.append(step.function_str)
+    if step.args_str:
+        parts.append(step.args_str)
     parts.append(step.fingerprint)
     if step.recorded:
         parts.append(step.file_str)

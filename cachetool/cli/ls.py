@@ -63,7 +63,10 @@ def report_warnings(report: CacheReport) -> None:
         return
     first = report.warnings[0]
     more = f" and {len(report.warnings) - 1} more" if len(report.warnings) > 1 else ""
-    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `cachetool verify` for details")
+    from cachetool.maintenance.hints import shell_command
+
+    verify = shell_command("verify", "--cache-dir", os.fsdecode(report.root))
+    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `{verify}` for details")
 
 
 def _short(path: Path, root: Path) -> str:
@@ -289,12 +292,14 @@ def _entry_table(
     longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
-    def width_of(cols: list[str]) -> int:
-        def natural(n: str) -> int:
-            longest = max([len(n), *(len(row[n]) for row in table_rows)])
-            return min(longest, widths[n][1]) if n in widths else longest
+    def natural(n: str) -> int:
+        longest = max([len(n), *(len(row[n]) for row in table_rows)])
+        return min(longest, widths[n][1]) if n in widths else longest
 
-        return sum(natural(n) for n in cols) + 2 * (len(cols) - 1)
+    natural_width = {n: natural(n) for n in names}  # once: a listing may hold 100k entries
+
+    def width_of(cols: list[str]) -> int:
+        return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
 
     if not out.no_truncate:
         room = out.console.width
@@ -306,6 +311,7 @@ def _entry_table(
             if column in names and width_of(names) > room:
                 for row in table_rows:
                     shorten(row)
+                natural_width[column] = natural(column)
         for column in ("cols", "files", "modified", "parent", "op"):
             if width_of(names) <= room:
                 break

@@ -13,6 +13,7 @@ kind                      meaning
 ``argument``              an argument's value changed (``fn_kwargs['threshold']`` 0.5 → 0.6)
 ``function``              another function was passed
 ``function-source``       the function's code changed (with the lines)
+``source-file``           the same function from another file (the script renamed or moved)
 ``nondeterministic``      the same code pickles differently in every process (a frozenset,
                           an address): not a change of the user's
 ``non-semantic``          only arguments that do not change the result (``writer_batch_size``)
@@ -23,6 +24,8 @@ kind                      meaning
 ``versions``              `datasets` hashes the step differently (another release)
 ``same-fingerprint``      the fingerprint is not new: the cache file was gone (deleted, or
                           ``load_from_cache_file=False``)
+``concurrent``            another run (on this or another host) was computing the same
+                          fingerprint at the same time: neither could reuse the other's file
 ``first-run``             nothing to compare with
 ``unexplained``           no recorded argument differs
 ========================  ==================================================================
@@ -145,6 +148,7 @@ class StepRef:
     line: int | None
     time: float | None
     run: str | None
+    host: str | None = None
 
     @classmethod
     def of(cls, rec: StepRecord) -> StepRef:
@@ -158,6 +162,7 @@ class StepRef:
             line=site.line if site else None,
             time=rec.time,
             run=rec.run or None,
+            host=rec.host,
         )
 
     @property
@@ -179,6 +184,7 @@ class StepRef:
             "call_site": {"file": self.file, "line": self.line},
             "time": self.time,
             "run": self.run,
+            "host": self.host,
         }
 
 
@@ -249,10 +255,21 @@ class StaleHit:
     reused_run: str | None
     changes: tuple[SourceChange, ...]
     step: StepRef
+    #: The cache root it was found in (so the hint names it).
+    root: str | None = field(default=None, compare=False)
 
     @property
     def file_name(self) -> str:
         return os.path.basename(self.files[0]) if self.files else f"cache-{self.fingerprint}"
+
+    @property
+    def gc_command(self) -> str:
+        """The command that removes this entry now (min-age 0: it was just found stale)."""
+        from cachetool.maintenance.hints import gc_command
+
+        if self.root is None:
+            return f"cachetool gc {self.fingerprint} --min-age 0"
+        return gc_command(self.root, self.fingerprint)
 
     @property
     def message(self) -> str:
@@ -276,7 +293,7 @@ class StaleHit:
         return (
             "datasets hashes functions from your own modules by name, not by code: pass "
             "new_fingerprint= (or a version argument) to the step, or delete the entry "
-            f"(`cachetool gc {self.fingerprint}`)"
+            f"(`{self.gc_command}`)"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -332,6 +349,37 @@ class StepExplanation:
         }
 
 
+#: What each reason for running without a persistent cache reads as, and how to make the step
+#: reusable across runs.
+UNCACHED_TEXT = {
+    "in-memory": "in memory (Dataset.from_dict, from_pandas, from_list, or a dataset with no cache files)",
+    "keep-in-memory": "keep_in_memory=True",
+    "caching-disabled": "datasets.disable_caching() (results go to a temp folder deleted at exit)",
+    "load-from-cache-file-false": "load_from_cache_file=False (computed again over its cache file)",
+}
+UNCACHED_HINT = (
+    "To reuse them across runs: save_to_disk the dataset they start from and load_from_disk it "
+    "(its maps and filters are then cached next to it), or pass cache_file_name= to map/filter; "
+    "drop keep_in_memory=True, load_from_cache_file=False or disable_caching() where you did not mean them."
+)
+
+
+@dataclass(frozen=True)
+class UncachedStep:
+    """A step of the run that ran without a persistent cache: it runs again in every run."""
+
+    step: StepRef
+    reason: str  # one of records.UNCACHED_REASONS
+    duration: float
+
+    @property
+    def reason_text(self) -> str:
+        return UNCACHED_TEXT.get(self.reason, self.reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step.to_json(), "reason": self.reason, "duration": self.duration}
+
+
 @dataclass(frozen=True)
 class ExplainReport:
     """The answer of `cachetool explain`: one fingerprint, or every computed step of a run."""
@@ -344,6 +392,12 @@ class ExplainReport:
     loaded: int = 0
     stale: tuple[StaleHit, ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: Steps of the run that ran without a persistent cache (mode "run").
+    uncached: tuple[UncachedStep, ...] = ()
+
+    @property
+    def uncached_seconds(self) -> float:
+        return sum(u.duration for u in self.uncached)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -356,6 +410,9 @@ class ExplainReport:
             "loaded": self.loaded,
             "steps": [s.to_json() for s in self.steps],
             "stale": [s.to_json() for s in self.stale],
+            "uncached": [u.to_json() for u in self.uncached],
+            "uncached_seconds": round(self.uncached_seconds, 6),
+            "uncached_hint": UNCACHED_HINT if self.uncached else None,
         }
 
 
@@ -428,9 +485,11 @@ class LedgerView:
         t = rec.time
         key_site = _site_key(rec)
         key_fn = _fn_key(rec)
+        key_moved = _moved_key(rec)
         fp = rec.result
         same_site: list[StepRecord] = []
         same_fn: list[StepRecord] = []
+        moved: list[StepRecord] = []
         for other in self.steps:
             if other is rec or other.time >= t or other.result == fp or other.run == rec.run:
                 continue
@@ -440,7 +499,10 @@ class LedgerView:
                 same_site.append(other)
             elif key_fn is not None and _fn_key(other) == key_fn:
                 same_fn.append(other)
-        found = same_site or same_fn
+            elif key_moved is not None and _moved_key(other) == key_moved:
+                moved.append(other)
+        # The same function (same code) from another file: the script was renamed or moved.
+        found = same_site or same_fn or moved
         found.sort(key=lambda r: r.time, reverse=True)
         parents = rec.parents
         out: list[StepRecord] = []
@@ -495,6 +557,13 @@ def _fn_key(rec: StepRecord) -> tuple[Any, ...] | None:
     if fn is None or not fn.qualname:
         return None
     return (rec.operation, fn.qualname, fn.file)
+
+
+def _moved_key(rec: StepRecord) -> tuple[Any, ...] | None:
+    fn = rec.function
+    if fn is None or not fn.qualname or not fn.code_hash:
+        return None
+    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
 
 
 def _has_summaries(rec: StepRecord) -> bool:
@@ -787,6 +856,20 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
             )
         ]
     code_a, code_b = fa.code_hash, fb.code_hash
+    file_a, file_b = (os.path.basename(f.file or "") for f in (fa, fb))
+    if code_a and code_a == code_b and file_a != file_b and fb.qualname != "<lambda>":
+        return [
+            Reason(
+                "source-file",
+                f"the function `{fb.qualname}` is the same but its source file changed "
+                f"({file_a} → {file_b}), which datasets hashes (a function's code keeps its file name)",
+                argument="function",
+                path="function",
+                before=file_a,
+                after=file_b,
+                hint="run the script under one name, or define the function in a module both scripts import",
+            )
+        ]
     changed = code_a != code_b if code_a and code_b else fa.source_hash != fb.source_hash
     if changed:
         lines = _line_changes(view, fa, fb)
@@ -864,6 +947,11 @@ def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> li
 # ------------------------------------------------------------------------------------------
 
 
+def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
+    """` on node-3` when `other` ran on another host than `rec` (a shared cache), else ""."""
+    return f" on {other.host}" if other.host and rec.host and other.host != rec.host else ""
+
+
 def _status(rec: StepRecord) -> str:
     return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(rec.cache, "no file")
 
@@ -882,12 +970,23 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     elif rec.random_fallback is not None:
         reasons = (_random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False),)
         compared = StepRef.of(siblings[0]) if siblings else None
+    elif same is not None and rec.computed and same.computed and same.end > rec.time:
+        reasons = (
+            Reason(
+                "concurrent",
+                f"another run{_on_other_host(same, rec)} was computing the same fingerprint at the "
+                f"same time (from {_clock(same.time)} to {_clock(same.end)}): neither could reuse the "
+                "other's file",
+            ),
+        )
+        compared = StepRef.of(same)
     elif same is not None and rec.computed:
         gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
         reasons = (
             Reason(
                 "same-fingerprint",
-                f"its fingerprint is not new (also made at {_clock(same.time)}); {gone} gone "
+                f"its fingerprint is not new (also made at {_clock(same.time)}{_on_other_host(same, rec)}); "
+                f"{gone} gone "
                 "(deleted, cleaned up, or load_from_cache_file=False)",
             ),
         )
@@ -1030,9 +1129,13 @@ def explain_run(
         raise NoRecords(Path(root), f"records of run {run_id}")
     steps = []
     stale: list[StaleHit] = []
+    uncached: list[UncachedStep] = []
     loaded = 0
     for rec in records:
-        if rec.cache == "hit":
+        reason = rec.uncached
+        if reason is not None:
+            uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
+        elif rec.cache == "hit":
             loaded += 1
             stale.extend(_stale_for_hit(view, rec))
         elif rec.computed or rec.random_fallback is not None:
@@ -1046,6 +1149,7 @@ def explain_run(
         loaded=loaded,
         stale=_dedupe(stale),
         warnings=view.warnings,
+        uncached=tuple(uncached),
     )
 
 
@@ -1156,7 +1260,7 @@ def stale_hits(
                 )
             )
     out.sort(key=lambda s: (s.computed_at or 0.0, s.fingerprint))
-    return out
+    return [replace(s, root=root_abs) for s in out]
 
 
 def _disk_changes(

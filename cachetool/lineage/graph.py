@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.formatting import human_size, iso_time
+from cachetool.lineage.hosts import where_sentence
 from cachetool.lineage.ledger import Ledger
 from cachetool.lineage.records import (
     CallSite,
@@ -29,7 +30,7 @@ from cachetool.lineage.records import (
 )
 
 #: Arguments that say nothing a reader needs in a one-line summary.
-_QUIET_ARGS = frozenset({"fingerprint_name", "function", "fn_kwargs", "new_fingerprint"})
+_QUIET_ARGS = frozenset({"fingerprint_name", "function", "new_fingerprint"})
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Step:
     last_used: float | None = None
     saved_to: tuple[str, ...] = ()  # save_to_disk folders that hold this fingerprint
     deleted: str | None = None  # "deleted by gc <time>: <reason>" when gc removed its files
+    where: str | None = None  # "computed on node-3, loaded on node-7" when several hosts ran it
     record: StepRecord | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -82,10 +84,15 @@ class Step:
 
     @property
     def function_str(self) -> str:
+        """`keep @ pipeline.py:14`: the function and the line the step was called at (two calls of
+        one function look different); the line it is defined at where no call site is known."""
         fn = self.function
         if not fn:
             return ""
         name = fn.qualname or "?"
+        site = self.call_site
+        if site is not None and site.file and site.line is not None:
+            return f"{name} @ {os.path.basename(site.file)}:{site.line}"
         if fn.file:
             return f"{name} @ {os.path.basename(fn.file)}:{fn.line}"
         return name
@@ -137,6 +144,7 @@ class Step:
             "used": iso_time(self.last_used),
             "saved_to": list(self.saved_to),
             "deleted": self.deleted,
+            "where": self.where,
         }
 
 
@@ -156,6 +164,7 @@ class LineageGraph:
         self._saved: dict[str, list[str]] = {}
         self._removed: dict[str, GcRecord] = {}  # fp -> the latest gc record that removed its files
         self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
+        self._hosts: dict[str, list[StepRecord]] = {}  # fp -> its origins from hosts not seen before
         self.records: list[StepRecord] = []
         for rec in records:
             if isinstance(rec, GcRecord):
@@ -185,6 +194,9 @@ class LineageGraph:
             st[1] += rec.cache == "hit"
             st[2] += rec.computed
             self._origin[fp] = rec  # records come oldest first: the latest origin wins
+            seen = self._hosts.setdefault(fp, [])
+            if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
+                seen.append(rec)
         # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
         # still a cache entry: its step stays reachable, marked internal.
         for fp, rec in self._internal.items():
@@ -303,6 +315,7 @@ class LineageGraph:
             saved_to=tuple(self._saved.get(fp, ())),
             record=rec,
             deleted=self._deleted(fp),
+            where=where_sentence(self._hosts.get(fp, ())),
         )
 
     # -- queries -------------------------------------------------------------------------------

@@ -445,6 +445,7 @@ _STEP_KEYS = (
     "split",
     "source",
     "error",
+    "no_cache",
 )
 
 
@@ -471,6 +472,9 @@ class StepRecord(LedgerRecord):
     split: str | None = None
     source: SourceInfo | None = None
     error: str | None = None
+    #: Why the step ran without a persistent cache (it runs again in every run), or None:
+    #: one of `UNCACHED_REASONS`.
+    no_cache: str | None = None
 
     @classmethod
     def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepRecord:
@@ -502,10 +506,21 @@ class StepRecord(LedgerRecord):
             split=_opt_str(d, "split"),
             source=SourceInfo.parse(src) if src is not None else None,
             error=_opt_str(d, "error"),
+            no_cache=_opt_str(d, "no_cache"),
             extra={k: v for k, v in d.items() if k not in _STEP_ALL},
         )
 
     # -- what readers ask ----------------------------------------------------------------------
+    @property
+    def uncached(self) -> str | None:
+        """Why this step runs again in every run (`UNCACHED_REASONS`), or None. Records written
+        before the tracer said so count a map or filter of an in-memory dataset."""
+        if self.no_cache is not None:
+            return self.no_cache
+        if self.in_memory and self.cache == "none" and self.operation in ("map", "filter"):
+            return "in-memory"
+        return None
+
     @property
     def computed(self) -> bool:
         """The step computed (part of) its result: cache "miss" or "partial"."""
@@ -552,8 +567,17 @@ class StepRecord(LedgerRecord):
                 "error": self.error,
             }
         )
+        if self.no_cache is not None:
+            out["no_cache"] = self.no_cache
         out.update(self.extra)
         return out
+
+
+#: Why a step ran without a persistent cache: its dataset lives in memory (`Dataset.from_dict`,
+#: `from_pandas`, `from_list`, any dataset without cache files), `keep_in_memory=True`,
+#: `datasets.disable_caching()` (results go to a temp folder deleted at exit), or
+#: `load_from_cache_file=False` (the file is there, and computed again).
+UNCACHED_REASONS = ("in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false")
 
 
 @dataclass(frozen=True, kw_only=True)

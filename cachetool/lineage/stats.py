@@ -6,7 +6,9 @@ least one (a `num_proc` step that reused some shards is a partial miss). Steps t
 file (in-memory datasets, `select` with a list, `remove_columns`) are counted as steps, not as
 hits or misses. *Recompute time* is the recorded duration of misses of steps that had run
 before (same call site, or the same fingerprint): the time a better-kept cache would have
-saved; first runs are not lost time.
+saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
+in-memory dataset, `keep_in_memory=True`, `disable_caching()`, `load_from_cache_file=False`) run
+again every time: they are counted apart, and from their second run on their time is lost too.
 
 `zero_stats(root)` starts a new counting period, as `ccache -z` does, without deleting a record:
 it writes the time into `<root>/.cachetool/stats.json`, and later reports count from there.
@@ -17,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CachetoolError
+from cachetool.lineage.hosts import ConcurrentComputation, concurrent_computations
 from cachetool.lineage.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
 from cachetool.lineage.records import StepRecord
 from cachetool.safejson import read_json_file
@@ -46,6 +50,11 @@ class Counts:
     miss_seconds: float = 0.0
     recompute_seconds: float = 0.0
     bytes_written: int = 0
+    #: Steps that ran without a persistent cache (in memory, keep_in_memory=True,
+    #: disable_caching(), load_from_cache_file=False) and their time; from their second run on
+    #: that time is in `recompute_seconds`, the time lost.
+    uncached: int = 0
+    uncached_seconds: float = 0.0
 
     @property
     def hit_rate(self) -> float | None:
@@ -70,6 +79,8 @@ class Counts:
             "miss_seconds": round(self.miss_seconds, 6),
             "recompute_seconds": round(self.recompute_seconds, 6),
             "bytes_written": self.bytes_written,
+            "uncached": self.uncached,
+            "uncached_seconds": round(self.uncached_seconds, 6),
         }
 
 
@@ -122,6 +133,14 @@ class StatsReport:
     call_sites: tuple[Group, ...]
     datasets: tuple[Group, ...]
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: steps per host (the ledger of a shared cache merges every node's segments)
+    hosts: tuple[tuple[str, int], ...] = ()
+    #: fingerprints two or more runs computed at the same time (`cachetool.lineage.hosts`)
+    concurrent: tuple[ConcurrentComputation, ...] = ()
+
+    @property
+    def concurrent_seconds(self) -> float:
+        return sum(c.lost_seconds for c in self.concurrent)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +155,12 @@ class StatsReport:
             },
             "call_sites": [g.to_json() for g in self.call_sites],
             "datasets": [g.to_json() for g in self.datasets],
+            "hosts": dict(self.hosts),
+            "concurrent": {
+                "count": len(self.concurrent),
+                "lost_seconds": round(self.concurrent_seconds, 6),
+                "computations": [c.to_json() for c in self.concurrent],
+            },
         }
 
 
@@ -144,7 +169,8 @@ class _Acc:
 
     def __init__(self) -> None:
         self.steps = self.hits = self.misses = self.partial = self.no_file = self.bytes = 0
-        self.miss_s = self.recompute_s = 0.0
+        self.miss_s = self.recompute_s = self.uncached_s = 0.0
+        self.uncached = 0
         self.runs: set[str] = set()
 
     def add(self, rec: StepRecord, recomputed: bool) -> None:
@@ -163,6 +189,11 @@ class _Acc:
                 self.recompute_s += seconds
         else:
             self.no_file += 1
+        if rec.uncached is not None:
+            self.uncached += 1
+            self.uncached_s += seconds
+            if recomputed and cache not in ("miss", "partial"):  # misses are counted above
+                self.recompute_s += seconds
         self.bytes += written_bytes(rec)
 
     def counts(self) -> Counts:
@@ -176,6 +207,8 @@ class _Acc:
             miss_seconds=self.miss_s,
             recompute_seconds=self.recompute_s,
             bytes_written=self.bytes,
+            uncached=self.uncached,
+            uncached_seconds=self.uncached_s,
         )
 
 
@@ -290,6 +323,7 @@ def ledger_stats(
     saves = 0
     random: dict[tuple[str | None, str], int] = {}
     random_count = 0
+    counted: list[StepRecord] = []
     for rec in all_steps:
         site = _site(rec)
         fp = rec.result
@@ -306,6 +340,7 @@ def ledger_stats(
             total.bytes += written_bytes(rec)
             continue
         total.add(rec, recomputed)
+        counted.append(rec)
         acc = sites.get(site[0])
         if acc is None:
             acc = sites[site[0]] = (_Acc(), site)
@@ -338,4 +373,6 @@ def ledger_stats(
         call_sites=tuple(site_groups),
         datasets=tuple(ds_groups),
         warnings=tuple(warnings),
+        hosts=tuple(sorted(Counter(r.host or "?" for r in counted).items(), key=lambda kv: (-kv[1], kv[0]))),
+        concurrent=concurrent_computations(counted),
     )

@@ -33,7 +33,7 @@ from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
 from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
-from cachetool.maintenance.hints import gc_hint
+from cachetool.maintenance.hints import gc_hint, shell_command
 from cachetool.maintenance.liveness import InUse, scan_in_use
 
 CHECKSUMS_NAME = "checksums.json"
@@ -117,9 +117,13 @@ class VerifyReport:
         }
 
 
+def recompute_hint(root: Path) -> str:
+    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it."""
+    command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
+    return f"move it aside with `{command}`; datasets will recompute it"
+
+
 TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
-GC_HINT = "run `cachetool gc --temp` to remove leftovers"
-RECOMPUTE_HINT = "delete or quarantine it (`cachetool verify --quarantine`); datasets will recompute it"
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -136,6 +140,11 @@ class _Checker:
         self.now = now
         self.findings: list[Finding] = []
         self.removed_folders: frozenset[Path] | None = None
+        self.recompute = recompute_hint(report.root)
+
+    def gc_hint(self, e: Entry) -> str:
+        """The gc command that removes this leftover now (it was just proven unheld)."""
+        return gc_hint(self.report.root, os.fsdecode(e.path))
 
     def add(
         self,
@@ -187,7 +196,7 @@ class _Checker:
         if e.kind == Kind.TF_CACHE:
             return self.tf_cache(e)
         if e.kind == Kind.DOWNLOAD and e.problems:
-            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), self.gc_hint(e))
             return None
         if e.kind == Kind.OTHER:
             for p in e.problems:
@@ -201,7 +210,7 @@ class _Checker:
             self.file(e, f)
         for p in e.problems:
             if not any(p.startswith(f"{f.name}: ") for f in e.files) and not self.per_file_problem(e, p):
-                self.add(Severity.ERROR, e, e.path, p, RECOMPUTE_HINT)
+                self.add(Severity.ERROR, e, e.path, p, self.recompute)
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
@@ -213,7 +222,7 @@ class _Checker:
             for p in e.problems:
                 self.add(Severity.ERROR, e, e.path, p, TF_RECOMPUTE_HINT)
         elif e.state == "abandoned":
-            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), self.gc_hint(e))
         elif e.state == "being-written":
             self.add(Severity.INFO, e, e.path, "; ".join(e.problems))
 
@@ -233,7 +242,7 @@ class _Checker:
             if pids:
                 self.add(Severity.INFO, e, f.path, f"being written by pid {_pids(pids)}")
                 return
-            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT, check="header")
+            self.add(Severity.ERROR, e, f.path, s.error, self.recompute, check="header")
             return
         expected = self.expected_metadata_fingerprint(e, f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
@@ -242,7 +251,7 @@ class _Checker:
                 e,
                 f.path,
                 f"file holds fingerprint {s.fingerprint}, name says {expected}",
-                "the file was written under another name or overwritten; " + RECOMPUTE_HINT,
+                "the file was written under another name or overwritten; " + self.recompute,
             )
 
     def expected_metadata_fingerprint(self, e: Entry, f: CacheFile) -> str | None:
@@ -281,7 +290,7 @@ class _Checker:
                     e,
                     f.path,
                     f"{got} rows, dataset_info.json shard_lengths says {want}",
-                    RECOMPUTE_HINT,
+                    self.recompute,
                 )
 
     def temp(self, e: Entry) -> None:
@@ -295,7 +304,7 @@ class _Checker:
             return
         if self.leased(e):
             return
-        self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", GC_HINT)
+        self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", self.gc_hint(e))
 
     def holders(self, e: Entry) -> frozenset[int]:
         pids: set[int] = set()
@@ -313,7 +322,7 @@ class _Checker:
             return
         if self.leased(e):
             return
-        self.add(Severity.WARNING, e, e.path, f"leftover of {what}", GC_HINT)
+        self.add(Severity.WARNING, e, e.path, f"leftover of {what}", self.gc_hint(e))
 
     def incomplete_save(self, e: Entry) -> None:
         live = self.live_writer(e)
@@ -340,7 +349,7 @@ class _Checker:
             e,
             e.path,
             "data-*.arrow without state.json: an interrupted save_to_disk",
-            "save it again; " + GC_HINT,
+            "save it again; " + self.gc_hint(e),
         )
 
     def lock(self, e: Entry) -> None:
@@ -356,7 +365,7 @@ class _Checker:
             return
         if _lock_held(e.path):
             return
-        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", GC_HINT)
+        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", self.gc_hint(e))
 
     # -- indices bounds ------------------------------------------------------------------------
     def orphan(self, e: Entry, why: str) -> None:
@@ -407,7 +416,7 @@ class _Checker:
                         e.files[0].path,
                         f"index {biggest} points past the end of its data ({parent.rows} rows in "
                         f"{parent.id})",
-                        RECOMPUTE_HINT,
+                        self.recompute,
                     )
                 continue
             sizes = [
@@ -431,7 +440,7 @@ class _Checker:
                     e.files[0].path,
                     f"index {biggest} points past the end of every dataset in its folder "
                     f"(largest has {max(sizes)} rows)",
-                    RECOMPUTE_HINT,
+                    self.recompute,
                 )
 
 
@@ -743,11 +752,12 @@ def _deep(
             if progress is not None:
                 progress(done, len(targets))
     new_sums: dict[str, dict[str, Any]] = dict(stored)
+    record_command = shell_command("verify", "--deep", "--record", "--cache-dir", os.fsdecode(report.root))
     for e, res in results:
         rel = _rel(res.path, report.root)
         if res.error is not None:
             checker.add(
-                Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT, check="deep", ident=res.identity
+                Severity.ERROR, e, res.path, res.error, checker.recompute, check="deep", ident=res.identity
             )
             continue
         old = stored.get(rel)
@@ -760,7 +770,7 @@ def _deep(
                 res.path,
                 f"bytes changed since checksum recorded {when}"
                 + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
-                "if it was rewritten on purpose, run `cachetool verify --deep --record` again",
+                f"if it was rewritten on purpose, run `{record_command}` again",
             )
         if record:
             new_sums[rel] = {
@@ -790,10 +800,11 @@ def _deep(
 # -- quarantine ----------------------------------------------------------------------------------
 
 
-STALE_HINT = (
-    "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
-    "or delete the entry (`cachetool gc <fp>`, or --quarantine)"
-)
+def stale_hint(gc_command: str) -> str:
+    return (
+        "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
+        f"or delete the entry (`{gc_command}`, or --quarantine)"
+    )
 
 
 def with_stale_findings(report: VerifyReport) -> VerifyReport:
@@ -804,7 +815,7 @@ def with_stale_findings(report: VerifyReport) -> VerifyReport:
     from cachetool.lineage.explain import stale_hits
 
     found = [
-        Finding(Severity.ERROR, s.fingerprint, "stale", Path(path), s.message, STALE_HINT)
+        Finding(Severity.ERROR, s.fingerprint, "stale", Path(path), s.message, stale_hint(s.gc_command))
         for s in stale_hits(report.root)
         for path in s.files[:1]
     ]

@@ -164,6 +164,46 @@ def _safe_repr(value: Any, budget: int, depth: int) -> str | None:
     return None
 
 
+_NUMBER_KINDS = {"int": "ints", "float": "floats", "bool": "bools", "str": "strings"}
+
+
+def describe_value(value: Any, digest: str | None, budget: int = 120) -> str | None:
+    """A bounded description of an argument too large or too rich for `safe_repr`: a range as
+    written (`range(0, 20000)`), a long sequence as its length, element kind and digest
+    (`20000 ints, digest 3f2a…`), `Features` as `name: dtype` pairs; None for anything else.
+    Never calls a user-defined `__repr__`."""
+    try:
+        if type(value) is range:
+            return repr(value)
+        t = type(value)
+        if t.__name__ == "Features" or (t is dict and value and all(_is_feature(v) for v in value.values())):
+            body = ", ".join(f"{k}: {_feature_str(v)}" for k, v in value.items())
+            return body if len(body) <= budget else body[: budget - 1] + "…"
+        if t in (list, tuple) or t.__name__ == "ndarray":
+            n = len(value)
+            kinds = {type(x).__name__ for x in value[:64]} if t in (list, tuple) else {str(value.dtype)}
+            kind = next(iter(kinds)) if len(kinds) == 1 else "value"
+            noun = _NUMBER_KINDS.get(kind, kind + " values" if t.__name__ == "ndarray" else f"{kind}s")
+            for prefix, word in (("int", "ints"), ("uint", "ints"), ("float", "floats")):
+                if kind.startswith(prefix) and t.__name__ == "ndarray":
+                    noun = word
+            return f"{n} {noun}" + (f", digest {digest}" if digest else "")
+    except Exception:  # an odd object: no description rather than a failed record
+        return None
+    return None
+
+
+def _is_feature(value: Any) -> bool:
+    return type(value).__module__.startswith("datasets.features")
+
+
+def _feature_str(value: Any) -> str:
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, str):
+        return dtype
+    return type(value).__name__
+
+
 _TYPE_NAMES: dict[type, str] = {}
 
 
@@ -1054,9 +1094,14 @@ class Tracer:
                 rec["args"] = self._call_args(frame)
                 fn = _function_arg(frame)
                 rec["function"] = self._function_info(fn) if fn is not None else None
+        self._show_args(rec, frame, h)
         files, cache = self._files(frame, ds_files, parent_files)
         rec["files"] = files
         rec["cache"] = cache
+        if frame.op in ("map", "filter") and not frame.internal:
+            no_cache = self._no_cache(frame, cache, in_memory)
+            if no_cache is not None:
+                rec["no_cache"] = no_cache
         if self.trees and h is not None and cache != "hit":
             self._note_changes(rec, h)
         if (
@@ -1067,6 +1112,37 @@ class Tracer:
         ):
             self._summarize(rec, h)
         return rec
+
+    def _no_cache(self, frame: _Frame, cache: str, in_memory: bool) -> str | None:
+        """Why a map or filter ran without a persistent cache (it will run again next time)."""
+        kwargs = frame.kwargs
+        if kwargs.get("keep_in_memory") is True:
+            return "keep-in-memory"
+        if in_memory:
+            return "in-memory"
+        fp_mod = sys.modules.get("datasets.fingerprint")
+        enabled = getattr(fp_mod, "is_caching_enabled", None)
+        if callable(enabled) and not enabled():
+            return "caching-disabled"
+        if kwargs.get("load_from_cache_file") is False and cache in ("miss", "partial"):
+            return "load-from-cache-file-false"
+        return None
+
+    def _show_args(self, rec: Record, frame: _Frame, h: _HashEvent | None) -> None:
+        """Give every hashed argument a readable value for `lineage` (a summary where it is too
+        large for a repr: `20000 ints, digest …`, a range, the features of a cast), and record
+        `num_proc`, which does not enter the fingerprint but says how the step ran."""
+        args = dict(rec["args"] or {})
+        values = h.args if h is not None and isinstance(h.args, Mapping) else {}
+        for name, entry in list(args.items()):
+            if isinstance(entry, dict) and entry.get("repr") is None and name in values:
+                shown = describe_value(values[name], entry.get("digest"))
+                if shown is not None:
+                    args[name] = {**entry, "repr": shown}
+        num_proc = frame.kwargs.get("num_proc")
+        if frame.op in ("map", "filter") and type(num_proc) is int and "num_proc" not in args:
+            args["num_proc"] = {"digest": None, "repr": repr(num_proc), "type": "int"}
+        rec["args"] = args
 
     def _adopt(self, frame: _Frame, fp: Any) -> Record | None:
         """A call that hashed nothing itself but whose one nested call made the same step
@@ -1152,7 +1228,11 @@ class Tracer:
                 continue  # the dataset itself
             items = list(value.items()) if name == "kwargs" and isinstance(value, dict) else [(name, value)]
             for k, v in items:
-                out[str(k)] = {"digest": None, "repr": safe_repr(v), "type": type_name(v)}
+                out[str(k)] = {
+                    "digest": None,
+                    "repr": safe_repr(v) or describe_value(v, None),
+                    "type": type_name(v),
+                }
         return out
 
     def _function_info(self, fn: Any) -> dict[str, Any] | None:
@@ -1426,6 +1506,10 @@ class Tracer:
         hit = self._dir_roots.get(folder)
         if hit is not None:
             return hit[0], False
+        if os.path.basename(folder).startswith("hf_datasets-"):
+            # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
+            self._dir_roots[folder] = (self.default_root, "cache")
+            return self.default_root, False
         best = ""
         candidates = dict(self._known_roots)
         candidates.setdefault(self.default_root, "cache")

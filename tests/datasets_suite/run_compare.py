@@ -98,7 +98,7 @@ def _outcomes(junit: Path) -> dict[str, str]:
     return out
 
 
-def _run(work: Path, traced: bool, extra: list[str]) -> tuple[dict[str, str], float, int]:
+def _start(work: Path, traced: bool, extra: list[str]) -> tuple[subprocess.Popen[str], Path, float]:
     name = "traced" if traced else "plain"
     base = work / name
     base.mkdir()
@@ -106,18 +106,24 @@ def _run(work: Path, traced: bool, extra: list[str]) -> tuple[dict[str, str], fl
     (base / "tmp").mkdir()
     env["PYTHONPATH"] = os.pathsep.join([str(work), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     junit = base / "junit.xml"
-    cmd = [sys.executable, "-m", "pytest", *FILES, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
-    cmd += [f"--basetemp={base / 'pytest'}", *extra]
+    # --tb=native: pytest's own traceback formatting parses source and crashed on one failure.
+    cmd = [sys.executable, "-m", "pytest", *FILES, "-q", "-p", "no:cacheprovider", "--tb=native"]
+    cmd += [f"--junitxml={junit}", f"--basetemp={base / 'pytest'}", *extra]
     if traced:
         cmd += ["-p", "cachetool_tracing_plugin"]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    log = open(base / "pytest.log", "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    return proc, base, time.monotonic()
+
+
+def _finish(proc: subprocess.Popen[str], base: Path, t0: float) -> dict[str, str]:
+    code = proc.wait()
     seconds = time.monotonic() - t0
-    tail = proc.stdout.strip().splitlines()[-1:] or proc.stderr.strip().splitlines()[-1:]
-    print(f"{name}: {tail[0] if tail else '(no output)'} [{seconds:.0f} s, exit {proc.returncode}]")
-    if proc.returncode not in (0, 1):
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-    return _outcomes(junit), seconds, proc.returncode
+    lines = (base / "pytest.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    print(f"{base.name}: {lines[-1] if lines else '(no output)'} [{seconds:.0f} s, exit {code}]")
+    if code not in (0, 1):
+        sys.stderr.write("\n".join(lines[-40:]) + "\n")
+    return _outcomes(base / "junit.xml")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         _export(args.repo, rev, work)
         (work / "cachetool_tracing_plugin.py").write_text(PLUGIN, encoding="utf-8")
-        plain, _, _ = _run(work, False, args.pytest_args)
-        traced, _, _ = _run(work, True, args.pytest_args)
+        # Both at once: they share nothing but the machine.
+        runs = [_start(work, traced, args.pytest_args) for traced in (False, True)]
+        plain, traced = (_finish(*run) for run in runs)
     differ = sorted(t for t in set(plain) | set(traced) if plain.get(t) != traced.get(t))
     for test_id in differ:
         before, after = plain.get(test_id, "absent"), traced.get(test_id, "absent")
