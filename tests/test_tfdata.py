@@ -51,6 +51,7 @@ def _writer(tmp: Path, prefix: Path, n: int, pause: float) -> subprocess.Popen[s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "KERAS_HOME": str(tmp / "keras")},  # keras writes keras.json there on import
     )
 
 
