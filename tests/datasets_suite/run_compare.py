@@ -34,7 +34,7 @@ FILES = (
     "tests/test_fingerprint_tokenizer_stability.py",
 )
 
-TEST_TIMEOUT = 300  # seconds
+TEST_TIMEOUT = 240  # seconds
 
 PLUGIN = "import cachetool\n\ncachetool.install_tracing()\n"
 
@@ -113,7 +113,7 @@ def _start(work: Path, traced: bool, extra: list[str]) -> tuple[subprocess.Popen
     cmd += [f"--junitxml={junit}", f"--basetemp={base / 'pytest'}", *extra]
     # A few of those tests hang in a spawned multiprocess pool on a busy machine (traced or not):
     # a time limit per test (pytest-timeout) fails them and the pass goes on.
-    cmd += [f"--timeout={TEST_TIMEOUT}", "--timeout-method=thread"]
+    cmd += [f"--timeout={TEST_TIMEOUT}", "--timeout-method=signal"]
     if traced:
         cmd += ["-p", "cachetool_tracing_plugin"]
     log = open(base / "pytest.log", "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
