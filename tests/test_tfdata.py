@@ -136,7 +136,11 @@ def _ls(folder: Path) -> list[dict[str, Any]]:
 
 
 def _gc(folder: Path) -> dict[str, Any]:
-    result = _cli("gc", "--cache-dir", str(folder), "--temp", "--min-age", "0", "-y", "--json")
+    tmp = folder.parent / "tmp"  # never the real temp dir: other processes' pymp-* folders are there
+    tmp.mkdir(exist_ok=True)
+    result = _cli(
+        "gc", "--cache-dir", str(folder), "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y", "--json"
+    )
     assert result.exit_code == 0, result.output
     return dict(json.loads(result.stdout))
 
