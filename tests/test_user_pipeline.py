@@ -1,0 +1,111 @@
+"""A new user's pipeline, run as they would run it: CSV, JSON and Parquet loads, maps with and
+without `num_proc`, filter, shuffle, select, sort, cast_column, train_test_split, a DatasetDict
+saved, loaded and mapped again, all under `cachetool run`, twice (the second run loads every step
+from the cache); then the commands a user runs on that cache. Each test is a failure met there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hf_env
+
+PIPELINE = textwrap.dedent(
+    """\
+    import os
+    import sys
+
+    from datasets import Value, load_dataset, load_from_disk
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    def add_len(ex):
+        return {"n": len(ex["text"].split())}
+
+
+    def upper(batch):
+        return {"up": [t.upper() for t in batch["text"]]}
+
+
+    def keep_long(ex):
+        return ex["n"] > 2
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    js = load_dataset("json", data_files=os.path.join(here, "data.jsonl"), split="train")
+    pq = load_dataset("parquet", data_files=os.path.join(here, "data.parquet"), split="train")
+    ds = ds.map(add_len).map(upper, batched=True, num_proc=2).filter(keep_long)
+    ds = ds.shuffle(seed=42).select(range(100)).sort("id").cast_column("id", Value("int32"))
+    parts = ds.train_test_split(test_size=0.2, seed=1)
+    parts.save_to_disk(sys.argv[1])
+    again = load_from_disk(sys.argv[1])["train"].map(add_len, num_proc=2)
+    js.map(add_len, num_proc=2).filter(keep_long)
+    pq.map(upper, batched=True)
+    """
+)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    base: Path
+    env: dict[str, str]
+    cache: Path
+    saved: Path
+
+
+def cachetool(p: Pipeline, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cachetool", *args],
+        env={**p.env, "COLUMNS": str(columns)},
+        cwd=p.base / "project",
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = tmp_path_factory.mktemp("user")
+    project = base / "project"
+    project.mkdir()
+    (project / "pipeline.py").write_text(PIPELINE, encoding="utf-8")
+    words = ["the", "cat", "sat", "on", "a", "mat"]
+    rows = [{"id": i, "text": " ".join(words[: 1 + i % 6])} for i in range(300)]
+    (project / "data.csv").write_text(
+        "id,text\n" + "".join(f"{r['id']},{r['text']}\n" for r in rows), encoding="utf-8"
+    )
+    (project / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist(rows), project / "data.parquet")
+    env = hf_env(base)
+    p = Pipeline(base, env, base / "cache", base / "saved")
+    for _ in range(2):
+        done = cachetool(p, "run", "pipeline.py", str(p.saved))
+        assert done.returncode == 0, done.stderr[-3000:]
+    return p
+
+
+def _ok(proc: subprocess.CompletedProcess[str], *codes: int) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (codes or (0,)), (proc.returncode, proc.stdout, proc.stderr)
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_verify_finds_no_orphan_in_a_healthy_cache(pipeline: Pipeline) -> None:
+    """The indices files of `sort` after a `select` (which writes no file) and of
+    `train_test_split` after `cast_column` (whose data sits under its internal map's fingerprint)
+    index data that is in the cache: `verify` reports nothing (it called them orphans "no longer
+    in the cache" and printed `cachetool gc FP` hints that would have removed live files)."""
+    doc = json.loads(_ok(cachetool(pipeline, "verify", "--json")))
+    assert doc["findings"] == [], doc["findings"]
