@@ -109,3 +109,16 @@ def test_verify_finds_no_orphan_in_a_healthy_cache(pipeline: Pipeline) -> None:
     in the cache" and printed `cachetool gc FP` hints that would have removed live files)."""
     doc = json.loads(_ok(cachetool(pipeline, "verify", "--json")))
     assert doc["findings"] == [], doc["findings"]
+
+
+@pytest.mark.slow
+def test_stats_loses_no_time_when_nothing_was_recomputed(pipeline: Pipeline) -> None:
+    """The first run computed every step once and the second loaded all of them: no time was lost
+    to recomputation. (`train_test_split` records its train and test splits at one call site, and
+    `stats` counted the second as a recomputation of the first: "Time lost recomputing 13 ms"
+    after a single run.)"""
+    doc = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
+    assert doc["runs"] == 2 and doc["hits"] > 0, doc
+    assert doc["recompute_seconds"] == 0, [
+        (s["key"], s["recompute_seconds"]) for s in doc["call_sites"] if s["recompute_seconds"]
+    ]
