@@ -6,6 +6,7 @@ from the cache); then the commands a user runs on that cache. Each test is a fai
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -122,3 +123,44 @@ def test_stats_loses_no_time_when_nothing_was_recomputed(pipeline: Pipeline) -> 
     assert doc["recompute_seconds"] == 0, [
         (s["key"], s["recompute_seconds"]) for s in doc["call_sites"] if s["recompute_seconds"]
     ]
+
+
+KILLED_MAP = textwrap.dedent(
+    """\
+    import os
+    import signal
+
+    from datasets import load_dataset
+
+
+    def die_midway(ex, idx):
+        if idx == 150:  # a crash (OOM kill, kill -9) in the middle of a map
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"m": idx}
+
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    ds.map(die_midway, with_indices=True, writer_batch_size=10)
+    """
+)
+
+
+@pytest.mark.slow
+def test_verify_hints_run_as_printed_at_80_columns(pipeline: Pipeline) -> None:
+    """A map killed with SIGKILL left a temp file deep in the cache; `verify` at 80 columns
+    prints a hint per finding, and each hint line pasted into a shell as printed does what it
+    says: the command stands whole on one line (it was wrapped after `cachetool gc`, so a paste
+    ran a bare `cachetool gc`, then the path as a command). After it, `verify` is green."""
+    script = pipeline.base / "project" / "killed.py"
+    script.write_text(KILLED_MAP, encoding="utf-8")
+    killed = cachetool(pipeline, "run", str(script))
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    found = cachetool(pipeline, "verify")
+    _ok(found)  # a leftover is a warning
+    hints = [line.split("hint: ", 1)[1] for line in found.stdout.splitlines() if "hint: " in line]
+    assert hints and all(h.startswith("cachetool gc ") for h in hints), found.stdout
+    for pasted in hints:
+        argv = shlex.split(pasted)
+        _ok(cachetool(pipeline, *argv[1:], "--yes"))
+    assert json.loads(_ok(cachetool(pipeline, "verify", "--json")))["findings"] == []
