@@ -58,7 +58,10 @@ def test_wrap_line_breaks_only_at_spaces() -> None:
 def test_wrap_line_keeps_a_command_in_backticks_whole() -> None:
     """A hint like "move it aside with `cachetool verify --quarantine --cache-dir /data/hf`" is
     pasted from the terminal: the command in backticks stays on one line."""
-    line = "        hint: move it aside with `cachetool verify --quarantine --cache-dir /data/hf`; datasets will recompute it"
+    line = (
+        "        hint: move it aside with `cachetool verify --quarantine --cache-dir /data/hf`; "
+        "datasets will recompute it"
+    )
     pieces = wrap_line(line, 80)
     assert pieces == [
         "        hint: move it aside with",
