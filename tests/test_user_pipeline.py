@@ -151,11 +151,18 @@ def test_verify_hints_run_as_printed_at_80_columns(pipeline: Pipeline) -> None:
     """A map killed with SIGKILL left a temp file deep in the cache; `verify` at 80 columns
     prints a hint per finding, and each hint line pasted into a shell as printed does what it
     says: the command stands whole on one line (it was wrapped after `cachetool gc`, so a paste
-    ran a bare `cachetool gc`, then the path as a command). After it, `verify` is green."""
+    ran a bare `cachetool gc`, then the path as a command). After it, `verify` is green. The
+    killed run's lease stays through `gc --temp --dry-run`, whose plan says it "would be removed"
+    (it said "is removed")."""
     script = pipeline.base / "project" / "killed.py"
     script.write_text(KILLED_MAP, encoding="utf-8")
     killed = cachetool(pipeline, "run", str(script))
     assert killed.returncode == -9, killed.stderr[-2000:]
+    leases = pipeline.cache / ".cachetool" / "leases"
+    before = sorted(leases.iterdir())
+    dry = _ok(cachetool(pipeline, "gc", "--temp", "--dry-run"))
+    assert "its lease would be removed" in dry and "its lease is removed" not in dry, dry
+    assert sorted(leases.iterdir()) == before and before  # a dry run removes nothing
     found = cachetool(pipeline, "verify")
     _ok(found)  # a leftover is a warning
     hints = [line.split("hint: ", 1)[1] for line in found.stdout.splitlines() if "hint: " in line]
