@@ -6,6 +6,7 @@ from the cache); then the commands a user runs on that cache. Each test is a fai
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -171,3 +172,15 @@ def test_verify_hints_run_as_printed_at_80_columns(pipeline: Pipeline) -> None:
         argv = shlex.split(pasted)
         _ok(cachetool(pipeline, *argv[1:], "--yes"))
     assert json.loads(_ok(cachetool(pipeline, "verify", "--json")))["findings"] == []
+
+
+@pytest.mark.slow
+def test_stats_tables_show_no_row_of_zeros(pipeline: Pipeline) -> None:
+    """`select(range(...))` writes no file: `stats` counts it among "Steps without a cache file",
+    and its tables show no row that says nothing (they had "(no file)  0  0  -  0 ms  0 Bytes");
+    `--json` still lists every group."""
+    human = _ok(cachetool(pipeline, "stats"))
+    empty = [line for line in human.splitlines() if re.search(r"\s0\s+0\s+-\s+0 ms\s+0 Bytes$", line)]
+    assert not empty, human
+    doc = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
+    assert any(d["key"] == "(no file)" for d in doc["datasets"]), doc["datasets"]
