@@ -41,6 +41,7 @@ def test_indices_whose_data_gc_removed_are_orphans_not_errors(
     indices as an orphan warning (exit 0), not "points past the end of every dataset";
     `--quarantine` leaves it in place; the hint, pasted, removes it."""
     env = hf_env(tmp_path)
+    monkeypatch.setenv("CACHETOOL_HOME", env["CACHETOOL_HOME"])  # the in-process commands' home
     proc = subprocess.run(
         [sys.executable, "-c", PIPELINE, str(tmp_path / "items.csv")],
         env=env,
