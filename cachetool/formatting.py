@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 
 
@@ -18,6 +19,23 @@ def iso_time(ts: float | None) -> str | None:
     """UTC ISO 8601 to the second, as every `--json` document writes times."""
     if ts is None:
         return None
+    # Files of one cache share their seconds: a listing of 100,000 files formats each second
+    # once. A fraction this close to the next second may round up to it, so it is not shared.
+    second = math.floor(ts)
+    if ts - second < 0.9999995:
+        text = _ISO_SECONDS.get(second)
+        if text is None:
+            if len(_ISO_SECONDS) > 100_000:
+                _ISO_SECONDS.clear()
+            text = _ISO_SECONDS[second] = _iso(second)
+        return text
+    return _iso(ts)
+
+
+_ISO_SECONDS: dict[int, str] = {}
+
+
+def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 

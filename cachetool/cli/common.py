@@ -207,6 +207,26 @@ class Output:
         sys.stdout.write(json.dumps(doc, indent=indent, ensure_ascii=True, default=_json_default) + "\n")
         sys.stdout.flush()
 
+    def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str]]) -> None:
+        """The same document as `json(doc())`; in a pipe (compact) written from `pieces`, the
+        document's text in order, so a large listing is never held whole as objects or text."""
+        if sys.stdout.isatty():
+            self.json(doc())
+            return
+        sys.stdout.flush()
+        binary = getattr(sys.stdout, "buffer", None)
+        for piece in pieces():
+            if binary is not None:
+                binary.write(piece.encode("ascii"))
+            else:
+                sys.stdout.write(piece)
+        if binary is not None:
+            binary.write(b"\n")
+            binary.flush()
+        else:
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+
     def ids(self, ids: Iterable[str]) -> None:
         for i in ids:
             sys.stdout.write(safe_text(i) + "\n")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -131,7 +133,10 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet))
+    from cachetool.cache.scan import gc_paused
+
+    with gc_paused(freeze=True):
+        _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet))
 
 
 @handle_errors
@@ -155,7 +160,7 @@ def _ls(
     if limit is not None:
         entries = entries[:limit]
     if fmt == OutputFormat.json:
-        out.json(ls_document(report, entries))
+        out.json_pieces(lambda: ls_document(report, entries), lambda: ls_document_text(report, entries))
     elif fmt == OutputFormat.quiet:
         out.ids(e.id for e in entries)
     else:
@@ -172,6 +177,19 @@ def ls_document(report: CacheReport, entries: list[Entry]) -> dict[str, object]:
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in report.totals().items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
+
+
+def ls_document_text(report: CacheReport, entries: list[Entry]) -> Iterator[str]:
+    """`ls_document` as compact JSON text (what `json.dumps` writes), in pieces of a thousand
+    entries: no dict per entry, and never the whole text of a 100,000-entry listing at once."""
+    doc = ls_document(report, [])
+    head = json.dumps(doc, ensure_ascii=True)
+    cut = head.index('"entries": []') + len('"entries": [')
+    yield head[:cut]
+    for start in range(0, len(entries), 1000):
+        piece = ", ".join([e.to_json_text() for e in entries[start : start + 1000]])
+        yield piece if start == 0 else ", " + piece
+    yield head[cut:]
 
 
 def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped: bool = True) -> None:
