@@ -7,12 +7,28 @@ from datetime import datetime, timezone
 
 
 def human_size(n: int | None) -> str:
-    """`3.1 MB` (decimal units, as `hf cache` and the `size>` filter use); "" for unknown."""
+    """`3.1 MB` (decimal units, as `hf cache` and the `size>` filter use); "" for unknown.
+
+    The text of `humanize.naturalsize(n)`, written here: a listing formats one per entry, and
+    humanize's general version (any base, translations) took a third of a human listing."""
     if n is None:
         return ""
-    import humanize
+    if n == 1 or n == -1:
+        return f"{n} Byte"
+    size = abs(n)
+    if size < 1000:
+        return f"{int(n)} Bytes"
+    exp = 1
+    while exp < len(_DECIMAL) and size >= 1000 ** (exp + 1):
+        exp += 1
+    # The unit is chosen from the exact count; rounding the mantissa may reach 1000 (999,999
+    # bytes are 999.999 kB, "1000.0 kB"): then the next unit up ("1.0 MB"), as humanize does.
+    if exp < len(_DECIMAL) and abs(float("%.1f" % (size / 1000**exp))) >= 1000:
+        exp += 1
+    return "%.1f" % (n / 1000**exp) + " " + _DECIMAL[exp - 1]
 
-    return str(humanize.naturalsize(n))
+
+_DECIMAL = ("kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB", "RB", "QB")
 
 
 def iso_time(ts: float | None) -> str | None:

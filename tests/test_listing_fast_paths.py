@@ -124,3 +124,43 @@ def test_ls_json_text_is_what_json_dumps_writes(real_cache: dict[str, Any], tmp_
     report = scan_cache(root)
     expected = json.loads(json.dumps(ls_document(report, list(report.entries))))
     assert json.loads(proc.stdout)["entries"] == expected["entries"]
+
+
+def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: Any, width: int) -> str:
+    import io
+
+    from rich.console import Console
+
+    from cachetool.cli.common import Output, OutputFormat
+
+    out = Output(OutputFormat.human, width=width)
+    buf = io.StringIO()
+    out._console = Console(highlight=False, soft_wrap=False, width=width, file=buf)
+    out._rich_table(None, columns, rows, None, widths)
+    return buf.getvalue()
+
+
+def test_large_tables_are_drawn_as_rich_draws_them() -> None:
+    """`ls` on 20,000 entries pads its table directly instead of through Rich; the text is the
+    one Rich draws, cut fingerprints, wide characters and markup-like names included, at 80 and
+    120 columns; a table too wide for the terminal is still Rich's."""
+    import random
+
+    from cachetool.cli.common import plain_table_lines
+
+    rng = random.Random(7)
+    words = ["derived", "shards 1/2", "[bold]x[/]", "héllo", "数据集", "", "0123456789abcdef0123", "1,234"]
+    columns = [("kind", "left"), ("fingerprint", "left"), ("files", "right"), ("rows", "right")]
+    widths = {"kind": (10, 18), "fingerprint": (16, 16)}
+    drawn = 0
+    for width in (80, 120, 30):
+        for _ in range(60):
+            rows = [
+                [rng.choice(words) * rng.randint(1, 2) for _ in columns] for _ in range(rng.randint(0, 6))
+            ]
+            lines = plain_table_lines(columns, rows, widths, width)
+            if lines is not None:
+                drawn += 1
+                assert "\n".join(lines) + "\n" == _rich_lines(columns, rows, widths, width), rows
+    assert drawn > 60
+    assert plain_table_lines(columns, [["", "", "9" * 200, ""]], widths, 80) is None

@@ -124,13 +124,22 @@ class Entry:
         """What `-q` prints and what `show`/`gc` accept: the fingerprint, else the path."""
         return self.fingerprint or _path_str(self.path)
 
+    # Most entries hold one file: each property answers that case first (a listing of 100,000
+    # entries asks each of them several times).
     @property
     def size(self) -> int:
-        return sum(f.size for f in self.files)
+        files = self.files
+        return files[0].size if len(files) == 1 else sum(f.size for f in files)
 
     @property
     def rows(self) -> int | None:
-        summaries = [f.summary for f in self.files if f.summary is not None]
+        files = self.files
+        if len(files) == 1:
+            s = files[0].summary
+            if s is not None and s.rows is not None:
+                return s.rows
+            return self.expected_rows if self.kind == Kind.SOURCE else None
+        summaries = [f.summary for f in files if f.summary is not None]
         if not summaries or any(s.rows is None for s in summaries):
             return self.expected_rows if self.kind == Kind.SOURCE else None
         return sum(s.rows or 0 for s in summaries)
@@ -144,7 +153,8 @@ class Entry:
 
     @property
     def modified(self) -> float | None:
-        return max((f.mtime for f in self.files), default=None)
+        files = self.files
+        return files[0].mtime if len(files) == 1 else max((f.mtime for f in files), default=None)
 
     @property
     def used(self) -> float | None:
@@ -156,7 +166,13 @@ class Entry:
     @property
     def complete(self) -> bool | None:
         """Every file read to its end-of-stream marker and, for shard sets, every shard present."""
-        summaries = [f.summary for f in self.files if f.summary is not None]
+        files = self.files
+        if len(files) == 1:
+            s = files[0].summary
+            if s is None:
+                return None
+            return False if self.expected_files is not None and self.expected_files > 1 else s.complete
+        summaries = [f.summary for f in files if f.summary is not None]
         if not summaries:
             return None
         if self.expected_files is not None and len(self.files_of_data) < self.expected_files:
@@ -184,7 +200,7 @@ class Entry:
     def kind_str(self) -> str:
         if self.kind == Kind.SHARDS and self.expected_files:
             return f"shards {len(self.files_of_data)}/{self.expected_files}"
-        return self.kind.value
+        return self.kind._value_  # what .value gives, without the enum's descriptor
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,43 +232,21 @@ class Entry:
         """`json.dumps(self.to_json())` (default separators, ASCII), written directly: a listing
         of 100,000 entries spent more time building and encoding those dicts than scanning."""
         files = self.files
-        if len(files) == 1:
-            f = files[0]
-            s = f.summary
-            size: int = f.size
-            modified: float | None = f.mtime
-            if s is None:
-                rows = self.expected_rows if self.kind == Kind.SOURCE else None
-                columns: tuple[tuple[str, str], ...] = ()
-                complete: bool | None = None
-            else:
-                rows = s.rows
-                if rows is None and self.kind == Kind.SOURCE:
-                    rows = self.expected_rows
-                columns = s.columns
-                complete = (
-                    False if self.expected_files is not None and self.expected_files > 1 else s.complete
-                )
-        else:
-            size, modified, rows, columns, complete = (
-                self.size,
-                self.modified,
-                self.rows,
-                self.columns,
-                self.complete,
-            )
+        modified = self.modified
+        rows = self.rows
+        complete = self.complete
         used = modified if self.last_used is None else max(self.last_used, modified or 0.0)
         mod_iso = _js(iso_time(modified))
         path = _js(_path_str(self.path))
         return (
             f'{{"id": {_js(self.fingerprint) if self.fingerprint else path}, '
-            f'"kind": {_js(self.kind.value)}, "fingerprint": {_js(self.fingerprint)}, '
+            f'"kind": {_js(self.kind._value_)}, "fingerprint": {_js(self.fingerprint)}, '
             f'"aliases": {_js_list(self.aliases)}, "dataset": {_js(self.dataset)}, '
             f'"dataset_dir": {_js(_path_str(self.dataset_dir)) if self.dataset_dir else "null"}, '
             f'"split": {_js(self.split)}, "content": {_js(self.content)}, "path": {path}, '
             f'"files": {len(files)}, "expected_files": {_js_int(self.expected_files)}, '
             f'"rows": {_js_int(rows)}, "expected_rows": {_js_int(self.expected_rows)}, '
-            f'"columns": {_js_list([name for name, _ in columns])}, "size": {size}, '
+            f'"columns": {_js_list([name for name, _ in self.columns])}, "size": {self.size}, '
             f'"modified": {mod_iso}, '
             f'"last_used": {mod_iso if used == modified else _js(iso_time(used))}, '
             f'"complete": {"null" if complete is None else "true" if complete else "false"}, '

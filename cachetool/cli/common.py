@@ -127,6 +127,8 @@ def hint(message: str) -> None:
 def safe_text(text: str) -> str:
     """Make a string safe for a terminal: control characters (escape sequences) become visible
     `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""
+    if text.isprintable():  # no control character, no surrogate: nothing to escape (the common case)
+        return text
     out = []
     for ch in text:
         o = ord(ch)
@@ -167,7 +169,39 @@ class Output:
         caption: str | None = None,
         widths: dict[str, tuple[int, int]] | None = None,
     ) -> None:
-        """Columns are (header, justify). Every cell is escaped: file names can contain markup."""
+        """Columns are (header, justify). Every cell is escaped: file names can contain markup.
+
+        A table that fits the width is written directly, as Rich lays it out (columns two spaces
+        apart, each as wide as its widest cell within `widths`, an ellipsis where a cell is cut):
+        Rich takes ~0.4 ms per row, 10 s for a listing of 20,000 entries. Rich draws the rest."""
+        cells = [[safe_text("" if c is None else str(c)) for c in row] for row in rows]
+        if title is None and caption is None:
+            lines = plain_table_lines(columns, cells, widths or {}, self.console.width)
+            if lines is not None:
+                self._write_plain_table(lines)
+                return
+        self._rich_table(title, columns, cells, caption, widths)
+
+    def _write_plain_table(self, lines: list[str]) -> None:
+        console = self.console
+        if console.is_terminal:
+            from rich.text import Text
+
+            console.print(Text(lines[0], style="bold"), overflow="ignore", crop=False)
+            lines = lines[1:]
+        write = console.file.write
+        for start in range(0, len(lines), 1000):
+            write("\n".join(lines[start : start + 1000]) + "\n")
+        console.file.flush()
+
+    def _rich_table(
+        self,
+        title: str | None,
+        columns: Sequence[tuple[str, str]],
+        cells: list[list[str]],
+        caption: str | None,
+        widths: dict[str, tuple[int, int]] | None,
+    ) -> None:
         from rich.table import Table
         from rich.text import Text
 
@@ -192,8 +226,8 @@ class Output:
                 min_width=lo,
                 max_width=hi,
             )
-        for row in rows:
-            table.add_row(*(Text(safe_text("" if c is None else str(c))) for c in row))
+        for row in cells:
+            table.add_row(*(Text(c) for c in row))
         self.console.print(table)
 
     def line(self, text: str = "", style: str | None = None) -> None:
@@ -231,6 +265,53 @@ class Output:
         for i in ids:
             sys.stdout.write(safe_text(i) + "\n")
         sys.stdout.flush()
+
+
+def plain_table_lines(
+    columns: Sequence[tuple[str, str]],
+    cells: Sequence[Sequence[str]],
+    widths: dict[str, tuple[int, int]],
+    width: int,
+) -> list[str] | None:
+    """The lines Rich draws for a table without box, edge or title (header first), or None
+    where Rich would have to do more than pad: the table is wider than `width`, a cell holds a
+    tab, or a cell with wide characters must be cut."""
+    from rich.cells import cell_len
+
+    n = len(columns)
+    if any(len(row) != n for row in cells):
+        return None
+    col_widths: list[int] = []
+    for i, (header, _) in enumerate(columns):
+        w = len(header) if header.isascii() else cell_len(header)
+        for row in cells:
+            c = row[i]
+            lc = len(c) if c.isascii() else cell_len(c)
+            if lc > w:
+                w = lc
+        lo, hi = widths.get(header, (None, None))
+        if lo is not None:
+            w = max(w, lo)
+        if hi is not None:
+            w = min(w, hi)
+        col_widths.append(max(w, 0))
+    if sum(col_widths) + 2 * (n - 1) > width:
+        return None
+    lines: list[str] = []
+    right = [justify == "right" for _, justify in columns]
+    for row in [[h for h, _ in columns], *cells]:
+        out: list[str] = []
+        for c, w, r in zip(row, col_widths, right, strict=True):
+            if "\t" in c:
+                return None
+            lc = len(c) if c.isascii() else cell_len(c)
+            if lc > w:
+                if not c.isascii() or w < 1:
+                    return None
+                c, lc = c[: w - 1] + "…", w
+            out.append(" " * (w - lc) + c if r else c + " " * (w - lc))
+        lines.append("  ".join(out))
+    return lines
 
 
 def _json_default(obj: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -221,23 +221,6 @@ def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_da
     recorded = any(e.parent or e.operation for e in entries)
     narrow = recorded and out.console.width < 110 + (26 if with_dataset else 0)
     now = report.scanned_at
-    cells: dict[str, tuple[str, object]] = {}
-    table_rows = []
-    for e in entries:
-        cells = {
-            "dataset": ("left", e.dataset or ""),
-            "kind": ("left", e.kind_str),
-            "fingerprint": ("left", entry_label(e)),
-            "files": ("right", len(e.files)),
-            "rows": ("right", "" if e.rows is None else f"{e.rows:,}"),
-            "cols": ("right", len(e.columns) or ""),
-            "size": ("right", e.size_str),
-            "modified": ("right", age_short(e.modified, now)),
-            "used": ("right", age_short(e.used, now)),
-            "op": ("left", e.operation or ""),
-            "parent": ("left", (e.parent or "")[:8] if narrow else (e.parent or "")),
-        }
-        table_rows.append(cells)
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
     if with_dataset:
         names.insert(0, "dataset")
@@ -245,13 +228,26 @@ def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_da
         names += ["op", "parent"]
     if narrow:
         names = [n for n in names if n not in ("files", "modified", "cols")]
-    justify = {
-        n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
+    right = ("files", "rows", "cols", "size", "modified", "used")
+    # One function per column, so each row computes only the cells shown.
+    cell: dict[str, Callable[[Entry], object]] = {
+        "dataset": lambda e: e.dataset or "",
+        "kind": lambda e: e.kind_str,
+        "fingerprint": entry_label,
+        "files": lambda e: len(e.files),
+        "rows": lambda e: "" if (r := e.rows) is None else f"{r:,}",
+        "cols": lambda e: len(e.columns) or "",
+        "size": lambda e: e.size_str,
+        "modified": lambda e: age_short(e.modified, now),
+        "used": lambda e: age_short(e.used, now),
+        "op": lambda e: e.operation or "",
+        "parent": lambda e: (e.parent or "")[:8] if narrow else (e.parent or ""),
     }
+    getters = [cell[n] for n in names]
     out.table(
         None,
-        [(n, justify[n]) for n in names],
-        [[row[n][1] for n in names] for row in table_rows],
+        [(n, "right" if n in right else "left") for n in names],
+        [[get(e) for get in getters] for e in entries],
         widths={
             "kind": (10, 18),
             "fingerprint": (16, 16),
@@ -283,10 +279,9 @@ def age_short(ts: float | None, now: float) -> str:
 def totals_line(report: CacheReport, shown: int) -> str:
     from cachetool.formatting import human_size
 
-    totals = report.totals()
+    totals = report.totals()  # once: it sums every entry
+    files = sum(n for n, _ in totals.values())
+    size = sum(b for _, b in totals.values())
     parts = [f"{k} {n} file{'s' if n != 1 else ''} {human_size(b)}" for k, (n, b) in totals.items()]
-    head = (
-        f"{shown} of {len(report.entries)} entries; cache holds {report.file_count} files, "
-        f"{human_size(report.size)}"
-    )
+    head = f"{shown} of {len(report.entries)} entries; cache holds {files} files, {human_size(size)}"
     return head + ("\nby kind: " + "; ".join(parts) if parts else "")
