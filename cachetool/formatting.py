@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from datetime import datetime, timezone
 
 
@@ -60,3 +61,72 @@ def human_duration(seconds: float) -> str:
     import humanize
 
     return str(humanize.naturaldelta(seconds))
+
+
+def short_path(path: str | os.PathLike[str], width: int | None = 80) -> str:
+    """A path as a person reads it: the home folder as `~`, and when longer than `width`, the
+    middle folders replaced by `…`. Names are never cut (a fingerprint or hash stays whole): at
+    worst only `…/` and the last name remain, even if that is wider.
+
+    `short_path("/home/me/.cache/huggingface/datasets/csv/default-1f2e/0.0.0/9a8b/cache-7a57.arrow",
+    50)` is `~/.cache/…/0.0.0/9a8b/cache-7a57.arrow`.
+    """
+    text = os.fsdecode(path)
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and (text == home or text.startswith(home.rstrip("/") + "/")):
+        text = "~" + text[len(home.rstrip("/")) :]
+    if width is None or len(text) <= width:
+        return text
+    parts = text.split("/")
+    if len(parts) < 3:
+        return text
+    # The first name (`~`, or the top folder) and the last always; then trailing names (the
+    # nearest folders say most), then leading ones, while they fit.
+    first = 2 if parts[0] == "" else 1
+    head, middle, tail = parts[:first], parts[first:-1], [parts[-1]]
+    while middle and len("/".join([*head, "…", middle[-1], *tail])) <= width:
+        tail.insert(0, middle.pop())
+    while middle and len("/".join([*head, middle[0], "…", *tail])) <= width:
+        head.append(middle.pop(0))
+    if not middle:
+        return "/".join([*head, *tail])
+    shortened = "/".join([*head, "…", *tail])
+    return shortened if len(shortened) <= width else "…/" + parts[-1]
+
+
+def wrap_line(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` columns, broken only at spaces (a path or a hash is
+    never split; one wider than `width` stands on its own line), continuation lines indented two
+    more than the first."""
+    if len(text) <= width:
+        return [text]
+    import textwrap
+
+    body = text.lstrip(" ")
+    lead = text[: len(text) - len(body)]
+    return textwrap.wrap(
+        body,
+        width,
+        initial_indent=lead,
+        subsequent_indent=lead + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [text]
+
+
+def fit_paths(message: str, width: int) -> str:
+    """A one-line message made to fit `width` columns by shortening the paths in it (`~` for the
+    home folder, middle folders as `…`); the words and the names of files stay whole."""
+    if len(message) <= width:
+        return message
+    words = message.split(" ")
+    paths = sorted((i for i, w in enumerate(words) if "/" in w), key=lambda i: -len(words[i]))
+    for i in paths:
+        over = len(" ".join(words)) - width
+        if over <= 0:
+            break
+        word = words[i]
+        trail = len(word) - len(word.rstrip(".,:;)'\""))
+        core, end = (word[:-trail], word[-trail:]) if trail else (word, "")
+        words[i] = short_path(core, max(1, len(core) - over)) + end
+    return " ".join(words)

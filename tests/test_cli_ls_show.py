@@ -110,7 +110,11 @@ class TestOnRealCache:
         assert result.exit_code == 0, result.output
         out = result.stdout
         assert real_cache["shards"] in out and "shards 2/2" in out
-        assert f"{real_cache['shards']}_00001_of_00002 (matches)" in out
+        # The file table names each file whole and says whether its recorded fingerprint matches it.
+        row = next(line for line in out.splitlines() if f"{real_cache['shards']}_00001_of_00002" in line)
+        assert row.split()[0] == f"cache-{real_cache['shards']}_00001_of_00002.arrow" and "matches" in row
+        whole = invoke("show", real_cache["shards"][:7], "--cache-dir", real_cache["cache"], "--no-truncate")
+        assert f"{real_cache['shards']}_00001_of_00002 (matches)" in whole.stdout
         assert "complete" in out and "Schema" in out and "large_string" in out
 
     def test_show_json_of_a_source_split_has_expected_rows_and_features(

@@ -221,7 +221,7 @@ def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
     result = CliRunner().invoke(app, ["explain", "--last", "--json", "--cache-dir", str(runs.cache)], env=env)
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
-    assert set(doc) == {"v", "root", "mode", "run", "run_time", "computed", "loaded", "steps", "stale"}
+    assert set(doc) == {"version", "root", "mode", "run", "run_time", "computed", "loaded", "steps", "stale"}
     assert doc["mode"] == "run" and doc["computed"] == 9 and doc["loaded"] == 5
     kinds = {s["fingerprint"]: s["reasons"][0]["kind"] for s in doc["steps"]}
     assert kinds[runs.second["tag"]] == "nondeterministic"

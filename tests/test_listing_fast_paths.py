@@ -16,6 +16,7 @@ import pytest
 
 from cachetool.cache import arrow
 from cachetool.cache.scan import scan_cache
+from cachetool.cli.common import envelope
 from cachetool.cli.ls import ls_document, ls_document_text
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env
@@ -112,7 +113,10 @@ def test_ls_json_text_is_what_json_dumps_writes(real_cache: dict[str, Any], tmp_
     (odd.parent / os.fsdecode(b"bad-\xff-name.arrow")).write_bytes(b"\xff\xff\xff\xffjunk")
     report = scan_cache(root)
     entries = list(report.entries)
-    assert "".join(ls_document_text(report, entries)) == json.dumps(ls_document(report, entries))
+    pinned = frozenset({entries[0].id})
+    for pins in (frozenset(), pinned):
+        text = "".join(ls_document_text(report, entries, pins))
+        assert text == json.dumps(envelope(ls_document(report, entries, pins)))
     for e in entries:
         assert e.to_json_text() == json.dumps(e.to_json())
     proc = subprocess.run(
@@ -122,7 +126,7 @@ def test_ls_json_text_is_what_json_dumps_writes(real_cache: dict[str, Any], tmp_
         check=True,
     )
     report = scan_cache(root)
-    expected = json.loads(json.dumps(ls_document(report, list(report.entries))))
+    expected = json.loads(json.dumps(envelope(ls_document(report, list(report.entries)))))
     assert json.loads(proc.stdout)["entries"] == expected["entries"]
 
 

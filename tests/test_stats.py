@@ -173,7 +173,9 @@ def test_cli_stats_json_and_zero(known: Path) -> None:
     doc = json.loads(result.stdout)
     assert (doc["steps"], doc["hits"], doc["misses"], doc["bytes_written"]) == (6, 2, 3, 3500)
     assert doc["random_fingerprints"]["count"] == 1
-    assert {"v", "root", "period", "call_sites", "datasets", "hit_rate", "recompute_seconds"} <= set(doc)
+    assert {"version", "root", "period", "call_sites", "datasets", "hit_rate", "recompute_seconds"} <= set(
+        doc
+    )
     human = runner.invoke(app, ["stats", "--cache-dir", str(known)], env={"COLUMNS": "120"})
     assert human.exit_code == 0 and "Per call site" in human.stdout and "40.0 %" in human.stdout
     zeroed = runner.invoke(app, ["stats", "--zero", "--cache-dir", str(known)])

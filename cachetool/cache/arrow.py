@@ -56,7 +56,7 @@ class ArrowSummary:
             return None
         try:
             features = (json.loads(self.metadata_json).get("info") or {}).get("features")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             return None
         return features if isinstance(features, dict) else None
 
@@ -140,6 +140,11 @@ def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:
                 if fast is not None:
                     return fast
             return _walk(mm, size)
+        except Exception as e:  # any damage pyarrow trips over is a finding, not a crash
+            # pyarrow raises more than ArrowInvalid on damaged headers: ArrowNotImplementedError
+            # ("Integers with more than 64 bits"), ArrowKeyError (a dictionary id), a
+            # UnicodeDecodeError for a column name that is not UTF-8, ...
+            return ArrowSummary(UNREADABLE, error=f"damaged Arrow file: {_describe(e)}")
         finally:
             try:
                 mm.close()
@@ -320,7 +325,7 @@ def _walk_headers(buf: Any, size: int) -> ArrowSummary | None:
             pos = end
             if pos == size:
                 break  # no end-of-stream marker: the same answer pyarrow's reader gives below
-    except (ValueError, struct.error):
+    except Exception:  # anything unusual (struct.error, ValueError, ...): pyarrow's reader says what
         return None
     eos = buf[size - 8 : size] == EOS_MARKER
     error = None
@@ -341,7 +346,7 @@ def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:
         for f in schema:
             top.append(count)
             count += _node_count(f.type)
-    except (pa.ArrowException, OSError, ValueError, AttributeError):
+    except Exception:  # pyarrow refuses it (ArrowException, UnicodeDecodeError, ...): its reader says why
         return None
     return tuple((f.name, str(f.type)) for f in schema), tuple(top), count
 
@@ -356,7 +361,7 @@ def _parse_hf_metadata(raw: bytes) -> tuple[str | None, str | None]:
     try:
         text = raw.decode("utf-8")
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, None
     fp = doc.get("fingerprint") if isinstance(doc, dict) else None
     return (fp if isinstance(fp, str) else None), text
@@ -375,13 +380,15 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
     try:
         try:
             reader = pa.ipc.open_stream(pa.BufferReader(buf))
-        except (pa.ArrowException, OSError) as e:
+        except (pa.ArrowInvalid, OSError) as e:
             return ArrowSummary(NOT_ARROW, error=f"unreadable schema: {_one_line(e)}")
+        except Exception as e:  # see read_summary
+            return ArrowSummary(UNREADABLE, error=f"unreadable schema: {_describe(e)}")
         schema = reader.schema
         try:
             columns = tuple((f.name, str(f.type)) for f in schema)
-        except UnicodeDecodeError as e:
-            return ArrowSummary(NOT_ARROW, error=f"unreadable schema: {_one_line(e)}")
+        except UnicodeDecodeError:
+            return ArrowSummary(UNREADABLE, error="unreadable schema: a column name is not UTF-8")
         fingerprint, features = _parse_metadata(schema)
         rows = batches = 0
         error = None
@@ -390,8 +397,11 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
                 batch = reader.read_next_batch()
             except StopIteration:
                 break
-            except (pa.ArrowException, OSError) as e:
+            except (pa.ArrowInvalid, OSError) as e:
                 error = f"truncated after {batches} batches ({rows} rows): {_one_line(e)}"
+                break
+            except Exception as e:  # see read_summary
+                error = f"damaged after {batches} batches ({rows} rows): {_describe(e)}"
                 break
             rows += batch.num_rows
             batches += 1
@@ -429,11 +439,21 @@ def _ipc_file(mm: mmap.mmap) -> ArrowSummary:
                 False,
                 "Arrow IPC file format, but datasets reads the stream format",
             )
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        except (pa.ArrowInvalid, OSError) as e:
             return ArrowSummary(NOT_ARROW, error=f"damaged Arrow IPC file: {_one_line(e)}")
+        except Exception as e:  # see read_summary
+            return ArrowSummary(UNREADABLE, error=f"damaged Arrow IPC file: {_describe(e)}")
     finally:
         del buf
 
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
+
+
+def _describe(e: BaseException) -> str:
+    """The exception's class and message on one line ("ArrowNotImplementedError: Integers ...")."""
+    if isinstance(e, UnicodeDecodeError):
+        return "a name or metadata string is not UTF-8"
+    text = _one_line(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

@@ -5,6 +5,8 @@ Filters: `KEY OP VALUE` with OP one of `= != > < >= <=`.
 - `rows<1000`, `files>1`: counts.
 - `used>7d`, `modified>30d`: *age*, i.e. now minus the time; `used>7d` means "not used in the
   last 7 days" (units s, m, h, d, w, mo, y).
+  `accessed` is the same as `used` (the key `hf cache` uses).
+- `pinned=yes` / `pinned=no`: entries pinned with `cachetool pin` (or not).
 - `kind=temp`, `dataset=csv`, `split=train`, `content=indices`: text; `=` and `!=` only;
   `dataset=` matches the dataset name or its first part (`csv` matches `csv/default-…`), `kind=`
   accepts several kinds separated by commas.
@@ -57,8 +59,12 @@ TIME_UNITS = {
 NUMERIC_KEYS = {"size": BYTE_UNITS, "rows": None, "files": None}
 AGE_KEYS = {"used", "modified"}
 TEXT_KEYS = {"kind", "dataset", "split", "content", "fingerprint"}
-FILTER_KEYS = sorted({*NUMERIC_KEYS, *AGE_KEYS, *TEXT_KEYS})
-SORT_KEYS = ("size", "modified", "used", "rows", "name", "files", "kind")
+#: Other names for a key: `accessed` is what `hf cache ls` calls last use.
+KEY_SYNONYMS = {"accessed": "used"}
+FILTER_KEYS = sorted({*NUMERIC_KEYS, *AGE_KEYS, *TEXT_KEYS, *KEY_SYNONYMS, "pinned"})
+SORT_KEYS = ("size", "modified", "used", "accessed", "rows", "name", "files", "kind")
+_YES = {"yes", "true", "1", "y"}
+_NO = {"no", "false", "0", "n"}
 # Newest, biggest, most first unless told otherwise; names ascending (as `hf cache ls`).
 _DEFAULT_DESC = {"size", "modified", "used", "rows", "files"}
 
@@ -81,6 +87,21 @@ def parse_quantity(value: str, units: dict[str, int] | None, option: str, expr: 
             option, expr, f"unknown unit '{unit}' (use one of {', '.join(u for u in units if u)})"
         )
     return number * units[unit]
+
+
+def parse_duration(value: str, option: str, expr: str | None = None) -> float:
+    """Seconds from `30d`, `12h`, `90m`; a bare number other than 0 is refused with a hint, since
+    `--older-than 30` reads as days to some and as seconds to others (a usage error, exit 2)."""
+    m = _NUMBER_UNIT_RE.fullmatch(value.strip())
+    if m is not None and not m.group(2) and float(m.group(1)) != 0:
+        n = m.group(1)
+        raise BadExpression(
+            option,
+            expr if expr is not None else value,
+            f"'{value}' needs a unit: {n}d (days)? {n}h (hours)? {n}s (seconds)? "
+            f"(units: {', '.join(u for u in TIME_UNITS if u)})",
+        )
+    return parse_quantity(value, TIME_UNITS, option, expr if expr is not None else value)
 
 
 def _compare(left: float | None, op: str, right: float) -> bool:
@@ -107,12 +128,19 @@ def _numeric_value(e: Entry, key: str) -> float | None:
     return len(e.files)
 
 
-def compile_filter(expr: str) -> EntryTest:
-    """Turn one `--filter` expression into a test of (entry, now)."""
+def compile_filter(expr: str, pinned: frozenset[str] = frozenset()) -> EntryTest:
+    """Turn one `--filter` expression into a test of (entry, now); `pinned` holds the pinned
+    fingerprints, for `pinned=yes`."""
     m = _FILTER_RE.fullmatch(expr.strip())
     if m is None:
         raise BadExpression("--filter", expr, "expected KEY OP VALUE, e.g. 'size>100MB' or 'kind=temp'")
     key, op, value = m.group("key").lower(), m.group("op"), m.group("value").strip()
+    key = KEY_SYNONYMS.get(key, key)
+    if key == "pinned":
+        if op not in ("=", "==", "!=") or value.lower() not in _YES | _NO:
+            raise BadExpression("--filter", expr, "use pinned=yes or pinned=no")
+        want = (value.lower() in _YES) != (op == "!=")
+        return lambda e, now: is_pinned(e, pinned) == want
     if key in NUMERIC_KEYS:
         threshold = parse_quantity(value, NUMERIC_KEYS[key], "--filter", expr)
         return lambda e, now: _compare(_numeric_value(e, key), op, threshold)
@@ -162,9 +190,19 @@ def _text_match(e: Entry, key: str, wanted: set[str]) -> bool:
     return (attr or "").lower() in wanted
 
 
-def apply_filters(entries: Sequence[Entry], exprs: Sequence[str], now: float | None = None) -> list[Entry]:
+def is_pinned(e: Entry, pinned: frozenset[str] | set[str]) -> bool:
+    """The entry's fingerprint, or one of its aliases, is pinned."""
+    return any(fp in pinned for fp in (e.fingerprint, *e.aliases) if fp)
+
+
+def apply_filters(
+    entries: Sequence[Entry],
+    exprs: Sequence[str],
+    now: float | None = None,
+    pinned: frozenset[str] = frozenset(),
+) -> list[Entry]:
     """Entries passing every filter (filters combine with AND)."""
-    tests = [compile_filter(x) for x in exprs]
+    tests = [compile_filter(x, pinned) for x in exprs]
     t = time.time() if now is None else now
     return [e for e in entries if all(test(e, t) for test in tests)]
 
@@ -174,6 +212,7 @@ def sort_entries(entries: Sequence[Entry], expr: str | None) -> list[Entry]:
     if not expr:
         return list(entries)
     key, _, order = expr.strip().lower().partition(":")
+    key = KEY_SYNONYMS.get(key, key)
     if key not in SORT_KEYS:
         raise BadExpression("--sort", expr, f"unknown key '{key}' (keys: {', '.join(SORT_KEYS)})")
     if order not in ("", "asc", "desc"):

@@ -6,11 +6,13 @@ Command modules are imported here to register their commands; each keeps its hea
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer import _click as click
 
 from cachetool import __version__
 
@@ -22,7 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
+    # Plain Click help: Rich's panels cut long values, show `<bool>` type placeholders and read
+    # `<root>` in help text as markup; `HelpCommand` renders the docstrings as plain text instead.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -43,41 +47,72 @@ def _root(
     """See, verify and tidy the on-disk cache of Hugging Face `datasets`."""
 
 
+class HelpCommand(typer.core.TyperCommand):
+    """A command whose `--help` is plain text at most 80 columns wide: the docstring's paragraphs
+    reflowed, its indented example blocks kept line by line, markdown marks (`**`, backticks)
+    dropped, and a name for every value (`--jobs N`, `FINGERPRINTS...`) instead of a type."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for p in self.params:
+            if isinstance(p, typer.core.TyperArgument):
+                p.metavar = p.metavar or (p.name or "value").upper()
+                p.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+            elif isinstance(p, typer.core.TyperOption) and not p.is_flag and not p.count:
+                p.metavar = p.metavar or (p.name or "value").upper().strip("_")
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        text = inspect.cleandoc(self.help or "").replace("**", "").replace("`", "")
+        for block in text.split("\n\n"):
+            formatter.write_paragraph()
+            with formatter.indentation():
+                lines = block.splitlines()
+                if all(line.startswith("    ") for line in lines):  # an example: as written
+                    for line in lines:
+                        formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+                else:
+                    formatter.write_text(block)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help(ctx, formatter)
+        formatter.buffer[:] = [piece.replace("`", "") for piece in formatter.buffer]
+
+
 def _register() -> None:
     from cachetool.cli import demo, dirs, ls, show
 
-    app.command("ls")(ls.ls_command)
-    app.command("show")(show.show_command)
-    app.command("dirs")(dirs.dirs_command)
-    app.command("demo")(demo.demo_command)
+    app.command("ls", cls=HelpCommand)(ls.ls_command)
+    app.command("show", cls=HelpCommand)(show.show_command)
+    app.command("dirs", cls=HelpCommand)(dirs.dirs_command)
+    app.command("demo", cls=HelpCommand)(demo.demo_command)
 
     from cachetool.cli import verify
 
-    app.command("verify")(verify.verify_command)
+    app.command("verify", cls=HelpCommand)(verify.verify_command)
 
     from cachetool.cli import check_determinism
 
-    app.command("check-determinism")(check_determinism.check_determinism_command)
+    app.command("check-determinism", cls=HelpCommand)(check_determinism.check_determinism_command)
 
     from cachetool.cli import lineage, run
 
-    app.command("run", context_settings=run.CONTEXT_SETTINGS)(run.run_command)
-    app.command("lineage")(lineage.lineage_command)
+    app.command("run", cls=HelpCommand, context_settings=run.CONTEXT_SETTINGS)(run.run_command)
+    app.command("lineage", cls=HelpCommand)(lineage.lineage_command)
 
     from cachetool.cli import gc, pin
 
-    app.command("gc")(gc.gc_command)
-    app.command("pin")(pin.pin_command)
-    app.command("unpin")(pin.unpin_command)
+    app.command("gc", cls=HelpCommand)(gc.gc_command)
+    app.command("pin", cls=HelpCommand)(pin.pin_command)
+    app.command("unpin", cls=HelpCommand)(pin.unpin_command)
 
     from cachetool.cli import explain, stats
 
-    app.command("explain")(explain.explain_command)
-    app.command("stats")(stats.stats_command)
+    app.command("explain", cls=HelpCommand)(explain.explain_command)
+    app.command("stats", cls=HelpCommand)(stats.stats_command)
 
     from cachetool.cli import report
 
-    app.command("report")(report.report_command)
+    app.command("report", cls=HelpCommand)(report.report_command)
 
 
 _register()

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from cachetool.cli.common import JsonOption, Output, OutputFormat, handle_errors
-
-
-class CheckFormat(str, Enum):
-    human = "human"
-    json = "json"
-    github = "github"
+from cachetool.cli.common import (
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
+    handle_errors,
+)
 
 
 def check_determinism_command(
@@ -55,10 +56,10 @@ def check_determinism_command(
         ),
     ] = None,
     fmt: Annotated[
-        CheckFormat,
-        typer.Option("--format", help="human: explained report; json: one document; github: annotations."),
-    ] = CheckFormat.human,
+        OutputFormat, format_option("github", quiet="the call sites (file:line) that differ, one a line")
+    ] = OutputFormat.human,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Run a pipeline script several times with different PYTHONHASHSEED values, compare every
     fingerprint `datasets` computes, and explain the first one that differs.
@@ -86,7 +87,7 @@ def check_determinism_command(
 
         cachetool check-determinism prepare.py --format github
     """
-    fmt_used = CheckFormat.json if as_json else fmt
+    fmt_used = choose_format(fmt, as_json, quiet)
     code = _check(script, list(script_args or []), runs, hash_seeds, timeout, isolated, jobs, fmt_used)
     raise typer.Exit(code)
 
@@ -114,7 +115,7 @@ def _check(
     timeout: float,
     isolated: bool,
     jobs: int | None,
-    fmt: CheckFormat,
+    fmt: OutputFormat,
 ) -> int:
     from cachetool.determinism.render import github_lines, human_lines
     from cachetool.determinism.runner import check_determinism
@@ -133,21 +134,20 @@ def _check(
 
     for message in report.warnings:
         warn(message)
-    if fmt == CheckFormat.json:
-        Output(OutputFormat.json).json(report.to_dict())
-    elif fmt == CheckFormat.github:
+    if fmt == OutputFormat.json:
+        Output(fmt).json(report.to_dict())
+    elif fmt == OutputFormat.quiet:
+        a = report.analysis
+        causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
+        Output(fmt).ids(dict.fromkeys(c.step.location for c in causes))
+    elif fmt == OutputFormat.github:
         import sys
 
         for line in github_lines(report):
             sys.stdout.write(line + "\n")
         sys.stdout.flush()
     else:
-        from rich.text import Text
-
-        from cachetool.cli.common import safe_text
-
         out = Output(OutputFormat.human)
         for line in human_lines(report):
-            # Paths and reprs are long: let the terminal wrap them rather than cutting words.
-            out.console.print(Text(safe_text(line)), soft_wrap=True)
+            out.line(line)  # wrapped at spaces: paths and reprs are never cut
     return int(report.exit_code)

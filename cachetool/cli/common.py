@@ -24,9 +24,53 @@ if TYPE_CHECKING:
 
 
 class OutputFormat(str, Enum):
+    """Every output format of every command; each command accepts human, json, quiet and its extras."""
+
     human = "human"
     json = "json"
     quiet = "quiet"
+    dot = "dot"
+    mermaid = "mermaid"
+    github = "github"
+
+
+#: The schema version every `--json` document carries first (key names in docs/json.md).
+JSON_VERSION = 1
+
+_FORMAT_MEANING = {
+    "human": "tables and sentences",
+    "json": "one document with raw values (docs/json.md)",
+    "dot": "a Graphviz graph",
+    "mermaid": "a Mermaid graph",
+    "github": "GitHub Actions annotations",
+}
+
+
+def format_option(*extra: str, quiet: str = "one id a line") -> Any:
+    """The one `--format` option: human, json and quiet, plus this command's `extra` formats.
+
+    `quiet` says what the command prints in quiet mode. A value outside the command's own list is
+    a usage error naming the accepted ones.
+    """
+    choices = ("human", "json", "quiet", *extra)
+
+    def parse(value: str | OutputFormat) -> OutputFormat:
+        text = value.value if isinstance(value, OutputFormat) else str(value)
+        if text not in choices:
+            raise typer.BadParameter(f"'{text}' is not one of {', '.join(choices)}")
+        return OutputFormat(text)
+
+    def complete(incomplete: str) -> list[str]:
+        return [c for c in choices if c.startswith(incomplete)]
+
+    meaning = {**_FORMAT_MEANING, "quiet": quiet}
+    return typer.Option(
+        "--format",
+        parser=parse,
+        metavar="|".join(choices),
+        autocompletion=complete,
+        help="; ".join(f"{c}: {meaning[c]}" for c in choices) + ".",
+    )
 
 
 def _cache_dir(value: str) -> Path:
@@ -47,12 +91,13 @@ CacheDirOption = Annotated[
         show_default=False,
     ),
 ]
-FormatOption = Annotated[
-    OutputFormat,
-    typer.Option("--format", help="human: tables; json: one document with raw values; quiet: one id a line."),
-]
+FormatOption = Annotated[OutputFormat, format_option()]
 JsonOption = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 QuietOption = Annotated[bool, typer.Option("-q", "--quiet", help="Same as --format quiet.")]
+NoTruncateOption = Annotated[
+    bool,
+    typer.Option("--no-truncate", help="Show fingerprints, names and paths whole, however wide the table."),
+]
 
 
 def choose_format(fmt: OutputFormat, as_json: bool = False, quiet: bool = False) -> OutputFormat:
@@ -105,23 +150,30 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def error(message: str) -> None:
-    """One line on stderr, escaped (paths may contain markup)."""
-    from rich.markup import escape
+def _stderr_line(label: str, style: str, message: str) -> None:
+    """One line on stderr, escaped (paths may contain markup). On a terminal, paths in a line
+    wider than the window are shortened from the middle (names whole) so the line fits."""
+    from rich.text import Text
 
-    stderr_console().print(f"[bold red]Error:[/] {escape(safe_text(message))}")
+    text = safe_text(message)
+    if sys.stderr.isatty() and not debug_enabled():
+        from cachetool.formatting import fit_paths
+
+        width = stderr_console().width
+        text = fit_paths(text, width - len(label) - 1)
+    stderr_console().print(Text.assemble((label, style), " ", text))
+
+
+def error(message: str) -> None:
+    _stderr_line("Error:", "bold red", message)
 
 
 def warn(message: str) -> None:
-    from rich.markup import escape
-
-    stderr_console().print(f"[yellow]Warning:[/] {escape(safe_text(message))}")
+    _stderr_line("Warning:", "yellow", message)
 
 
 def hint(message: str) -> None:
-    from rich.markup import escape
-
-    stderr_console().print(f"[dim]Hint:[/] {escape(safe_text(message))}")
+    _stderr_line("Hint:", "dim", message)
 
 
 def safe_text(text: str) -> str:
@@ -144,9 +196,10 @@ def safe_text(text: str) -> str:
 class Output:
     """One sink, chosen once per command: human tables, one JSON document, or ids."""
 
-    def __init__(self, fmt: OutputFormat, width: int | None = None) -> None:
+    def __init__(self, fmt: OutputFormat, width: int | None = None, no_truncate: bool = False) -> None:
         self.format = fmt
         self._width = width
+        self.no_truncate = no_truncate
         self._console: Console | None = None
 
     @property
@@ -168,15 +221,24 @@ class Output:
         rows: Iterable[Sequence[Any]],
         caption: str | None = None,
         widths: dict[str, tuple[int, int]] | None = None,
+        whole: Sequence[str] = (),
     ) -> None:
         """Columns are (header, justify). Every cell is escaped: file names can contain markup.
+        Cells of the `whole` columns (names, paths) are never split: other columns give way.
 
         A table that fits the width is written directly, as Rich lays it out (columns two spaces
         apart, each as wide as its widest cell within `widths`, an ellipsis where a cell is cut):
         Rich takes ~0.4 ms per row, 10 s for a listing of 20,000 entries. Rich draws the rest."""
         cells = [[safe_text("" if c is None else str(c)) for c in row] for row in rows]
+        widths = dict(widths or {})
+        for header in whole:
+            i = [h for h, _ in columns].index(header)
+            longest = max((len(r[i]) for r in cells), default=len(header))
+            widths[header] = (max(longest, len(header)), max(longest, len(header)))
+        if self.no_truncate:
+            widths = {}
         if title is None and caption is None:
-            lines = plain_table_lines(columns, cells, widths or {}, self.console.width)
+            lines = plain_table_lines(columns, cells, widths, self.console.width)
             if lines is not None:
                 self._write_plain_table(lines)
                 return
@@ -200,8 +262,9 @@ class Output:
         columns: Sequence[tuple[str, str]],
         cells: list[list[str]],
         caption: str | None,
-        widths: dict[str, tuple[int, int]] | None,
+        widths: dict[str, tuple[int, int]],
     ) -> None:
+        """Rich's table; a column named in `widths` is fixed: cut with an ellipsis, never wrapped."""
         from rich.table import Table
         from rich.text import Text
 
@@ -214,7 +277,6 @@ class Output:
             header_style="bold",
             caption_justify="left",
         )
-        widths = widths or {}
         for header, justify in columns:
             fixed = header in widths
             lo, hi = widths.get(header, (None, None))
@@ -230,15 +292,32 @@ class Output:
             table.add_row(*(Text(c) for c in row))
         self.console.print(table)
 
+    def path(self, path: str | os.PathLike[str], room: int | None = None) -> str:
+        """A path for a human line: `~` for the home folder, shortened from the middle to fit
+        `room` columns (default: the terminal's width) unless --no-truncate; names stay whole."""
+        from cachetool.formatting import short_path
+
+        if self.no_truncate:
+            return short_path(path, None)
+        return short_path(path, self.console.width if room is None else room)
+
     def line(self, text: str = "", style: str | None = None) -> None:
+        """One line of text; wider than the terminal, it is wrapped at spaces only (paths and
+        hashes never split), continuation lines indented."""
         from rich.text import Text
 
-        self.console.print(Text(safe_text(text), style=style or ""))
+        from cachetool.formatting import wrap_line
 
-    def json(self, doc: Any) -> None:
+        pieces = [safe_text(text)] if self.no_truncate else wrap_line(safe_text(text), self.console.width)
+        for piece in pieces:
+            self.console.print(Text(piece, style=style or ""), soft_wrap=True)
+
+    def json(self, doc: dict[str, Any]) -> None:
+        """One document in the envelope every command shares: `version` first, then the fields."""
         # Indented for a person at a terminal; compact (and several times faster) in a pipe.
         indent = 2 if sys.stdout.isatty() else None
-        sys.stdout.write(json.dumps(doc, indent=indent, ensure_ascii=True, default=_json_default) + "\n")
+        text = json.dumps(envelope(doc), indent=indent, ensure_ascii=True, default=_json_default)
+        sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
     def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str]]) -> None:
@@ -312,6 +391,12 @@ def plain_table_lines(
             out.append(" " * (w - lc) + c if r else c + " " * (w - lc))
         lines.append("  ".join(out))
     return lines
+
+
+def envelope(doc: dict[str, Any]) -> dict[str, Any]:
+    """`{"version": 1, ...fields}`: the schema version first, whatever the model called it."""
+    fields = {k: v for k, v in doc.items() if k not in ("version", "v")}
+    return {"version": JSON_VERSION, **fields}
 
 
 def _json_default(obj: Any) -> Any:

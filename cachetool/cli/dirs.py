@@ -68,14 +68,15 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     elif fmt == OutputFormat.quiet:
         out.ids(os.fsdecode(loc.path) for loc in locations)
     else:
+        sources = [loc.source + ("" if loc.exists else "; missing") for loc in locations]
+        # Paths get the room the names and a folded `from` column leave; names are never split.
+        room = out.console.width - 18 - 4 - min(24, max(len(s) for s in sources))
         out.table(
             None,
             [("location", "left"), ("path", "left"), ("from", "left")],
-            [
-                (loc.name, os.fsdecode(loc.path) + ("" if loc.exists else "  (missing)"), loc.source)
-                for loc in locations
-            ],
+            [(loc.name, out.path(loc.path, room), src) for loc, src in zip(locations, sources, strict=True)],
             widths={"location": (18, 18)},
+            whole=("path",),
         )
         out.line()
         for loc in locations:

@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.cli.common import (
+    CacheDirOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
+    handle_errors,
+    hint,
+    warn,
+)
 from cachetool.errors import CachetoolError, ExitCode
 
 if TYPE_CHECKING:
@@ -37,7 +48,11 @@ def explain_command(
         int, typer.Option("--history", min=0, help="With a fingerprint: also compare this many earlier runs.")
     ] = 3,
     cache_dir: CacheDirOption = None,
+    fmt: Annotated[OutputFormat, format_option(quiet="the explained steps' fingerprints, one a line")] = (
+        OutputFormat.human
+    ),
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
@@ -70,7 +85,7 @@ def explain_command(
     Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
-    _explain(fingerprint, last, script, history, cache_dir, as_json)
+    _explain(fingerprint, last, script, history, cache_dir, choose_format(fmt, as_json, quiet))
 
 
 @handle_errors
@@ -80,7 +95,7 @@ def _explain(
     script: Path | None,
     history: int,
     cache_dir: Path | None,
-    as_json: bool,
+    fmt: OutputFormat,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.lineage.explain import explain_fingerprint, explain_run
@@ -96,9 +111,11 @@ def _explain(
         report = explain_fingerprint(root, fingerprint, history=history)
     else:
         report = explain_run(root, script=script)
-    out = Output(OutputFormat.json if as_json else OutputFormat.human)
-    if as_json:
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
         out.json(report.to_json())
+    elif fmt == OutputFormat.quiet:
+        out.ids(s.step.fingerprint for s in report.steps if s.step.fingerprint)
     else:
         render(out, report)
     for w in report.warnings:

@@ -13,6 +13,7 @@ from cachetool.cli.common import (
     CacheDirOption,
     FormatOption,
     JsonOption,
+    NoTruncateOption,
     Output,
     OutputFormat,
     QuietOption,
@@ -113,6 +114,7 @@ def gc_command(
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    no_truncate: NoTruncateOption = False,
 ) -> None:
     """Reclaim disk: remove what killed runs left behind, evict entries by age or size.
 
@@ -160,6 +162,7 @@ def gc_command(
         cache_dir,
         choose_format(fmt, as_json, quiet),
         force_root,
+        no_truncate,
     )
 
 
@@ -177,13 +180,11 @@ def parse_options(
     force_root: bool = False,
 ) -> GcOptions:
     """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
-    from cachetool.cache.query import BYTE_UNITS, TIME_UNITS, parse_quantity
+    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
     from cachetool.maintenance.gc import GcOptions
 
-    age = parse_quantity(min_age, TIME_UNITS, "--min-age", min_age)
-    older = (
-        parse_quantity(older_than, TIME_UNITS, "--older-than", older_than) if older_than is not None else None
-    )
+    age = parse_duration(min_age, "--min-age")
+    older = parse_duration(older_than, "--older-than") if older_than is not None else None
     size = int(parse_quantity(max_size, BYTE_UNITS, "--max-size", max_size)) if max_size is not None else None
     options = GcOptions(
         temp=temp,
@@ -224,6 +225,7 @@ def _gc(
     cache_dir: Path | None,
     fmt: OutputFormat,
     force_root: bool = False,
+    no_truncate: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.maintenance.gc import execute, plan_gc
@@ -242,7 +244,7 @@ def _gc(
         force_root,
     )
     root = existing_root(cache_dir)
-    out = Output(fmt)
+    out = Output(fmt, no_truncate=no_truncate)
     plan = plan_gc(root, options)
     for w in plan.warnings:
         warn(w)
@@ -282,7 +284,11 @@ def _gc(
 # ------------------------------------------------------------------------------------------
 
 
-def _where(path: Path, plan: GcPlan) -> str:
+def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
+    """The item's path inside the cache (or the temp dir, named above the table), shortened from
+    the middle for a table; names, hashes among them, stay whole. The full path is in --json."""
+    from cachetool.formatting import short_path
+
     for base in (plan.root, plan.temp_dir):
         if base is None:
             continue
@@ -290,17 +296,8 @@ def _where(path: Path, plan: GcPlan) -> str:
             rel = path.relative_to(base)
         except ValueError:
             continue
-        if base != plan.root:
-            return os.fsdecode(rel)  # the temp dir is named above the table
-        parts = [_short(p) for p in rel.parts]
-        # Deep builder paths wrap badly in a table; the full path is in --json.
-        return "/".join(parts) if len(parts) <= 3 else f"{parts[0]}/{parts[1]}/…/{parts[-1]}"
-    return os.fsdecode(path)
-
-
-def _short(name: str) -> str:
-    """Hash-named folders and downloads (64 hex digits) shortened for a table."""
-    return name if len(name) <= 36 else f"{name[:12]}…{name[-20:]}"
+        return short_path(rel, None if whole else 40)
+    return short_path(path, None if whole else 40)
 
 
 def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[str, Any]:
@@ -342,20 +339,27 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         if final:
             out.ids(i.id for i in plan.items)
         return
-    out.line(f"Cache: {os.fsdecode(plan.root)}", style="bold")
+    out.line(f"Cache: {out.path(plan.root, out.console.width - 7)}", style="bold")
     if plan.temp_dir is not None:
-        out.line(f"Temp dir: {os.fsdecode(plan.temp_dir)} (only hf_datasets-* and pymp-*)", style="dim")
+        out.line(f"Temp dir: {out.path(plan.temp_dir, 40)} (only hf_datasets-* and pymp-*)", style="dim")
     if plan.items:
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
         rows = [
-            (i.kind.value, i.fingerprint or _where(i.path, plan), human_size(i.size), i.files, i.reason)
+            (
+                i.kind.value,
+                i.fingerprint or _where(i.path, plan, out.no_truncate),
+                human_size(i.size),
+                i.files,
+                i.reason,
+            )
             for i in plan.items
         ]
         out.table(
             None,
             [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
             rows,
+            whole=("what",),
         )
     if plan.skipped:
         out.line()
@@ -364,7 +368,12 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
             None,
             [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
             [
-                (s.kind.value, s.fingerprint or _where(s.path, plan), human_size(s.size), s.reason)
+                (
+                    s.kind.value,
+                    s.fingerprint or _where(s.path, plan, out.no_truncate),
+                    human_size(s.size),
+                    s.reason,
+                )
                 for s in plan.skipped
             ],
         )
@@ -393,7 +402,12 @@ def _show_result(out: Output, result: GcResult) -> None:
             None,
             [("status", "left"), ("kind", "left"), ("what", "left"), ("why", "left")],
             [
-                (o.status, o.item.kind.value, o.item.fingerprint or _where(o.item.path, plan), o.reason or "")
+                (
+                    o.status,
+                    o.item.kind.value,
+                    o.item.fingerprint or _where(o.item.path, plan, out.no_truncate),
+                    o.reason or "",
+                )
                 for o in (*result.failed, *result.skipped)
             ],
         )

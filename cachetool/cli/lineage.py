@@ -5,13 +5,23 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.cli.common import (
+    CacheDirOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
+    handle_errors,
+    hint,
+    warn,
+)
 from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
 
 if TYPE_CHECKING:
@@ -19,13 +29,6 @@ if TYPE_CHECKING:
     from cachetool.lineage.graph import LineageGraph, Step
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
-
-
-class LineageFormat(str, Enum):
-    human = "human"
-    json = "json"
-    dot = "dot"
-    mermaid = "mermaid"
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,10 @@ def lineage_command(
     ] = False,
     cache_dir: CacheDirOption = None,
     fmt: Annotated[
-        LineageFormat,
-        typer.Option("--format", help="human: one step a line; json: raw values; dot, mermaid: a graph."),
-    ] = LineageFormat.human,
+        OutputFormat, format_option("dot", "mermaid", quiet="the steps' fingerprints, one a line")
+    ] = OutputFormat.human,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Show where a fingerprint comes from: the chain of recorded steps from its source.
 
@@ -94,11 +97,11 @@ def lineage_command(
     or missing cache.
     """
     mode = "all" if all_ else "descendants" if descendants else "chain"
-    _lineage(fingerprint, mode, internal, cache_dir, LineageFormat.json if as_json else fmt)
+    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet))
 
 
 @handle_errors
-def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: LineageFormat) -> None:
+def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.scan import scan_cache
 
@@ -106,11 +109,13 @@ def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt
     report = scan_cache(root)
     warnings: list[str] = []
     view = lineage_view(report, prefix, mode=mode, include_internal=internal, warnings=warnings)
-    if fmt == LineageFormat.json:
-        Output(OutputFormat.json).json(view.to_json())
-    elif fmt == LineageFormat.dot:
+    if fmt == OutputFormat.json:
+        Output(fmt).json(view.to_json())
+    elif fmt == OutputFormat.quiet:
+        Output(fmt).ids(s.fingerprint for _, s in view.steps)
+    elif fmt == OutputFormat.dot:
         sys.stdout.write(to_dot(view))
-    elif fmt == LineageFormat.mermaid:
+    elif fmt == OutputFormat.mermaid:
         sys.stdout.write(to_mermaid(view))
     else:
         render(Output(OutputFormat.human), view)

@@ -15,12 +15,14 @@ from cachetool.cli.common import (
     CacheDirOption,
     FormatOption,
     JsonOption,
+    NoTruncateOption,
     Output,
     OutputFormat,
     QuietOption,
     choose_format,
     handle_errors,
     hint,
+    warn,
 )
 from cachetool.errors import CachetoolError
 
@@ -71,12 +73,23 @@ def _short(path: Path, root: Path) -> str:
         return os.fsdecode(path)
 
 
-def entry_label(e: Entry) -> str:
+def entry_label(e: Entry, whole: bool = False) -> str:
     """The fingerprint, else the file or folder name (full paths are in --json and `show`)."""
     if e.fingerprint:
         return e.fingerprint
     name = os.fsdecode(e.path.name) + ("/" if e.path.is_dir() and not e.path.is_symlink() else "")
-    return name if len(name) <= 16 else f"{name[:6]}…{name[-9:]}"
+    return name if len(name) <= 16 or whole else f"{name[:6]}…{name[-9:]}"
+
+
+def read_pinned(root: Path) -> frozenset[str]:
+    """The pinned fingerprints of `root`; a damaged pins file is a warning here (listing goes on)."""
+    from cachetool.maintenance.pins import read_pins
+
+    try:
+        return frozenset(read_pins(root))
+    except CachetoolError as e:
+        warn(e.message)
+        return frozenset()
 
 
 def ls_command(
@@ -93,21 +106,27 @@ def ls_command(
             "--filter",
             "-f",
             help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
-            "Keys: size, rows, files, used, modified, kind, dataset, split, content, fingerprint.",
+            "Keys: size, rows, files, used (or accessed), modified, kind, dataset, split, content, "
+            "fingerprint, pinned.",
+            metavar="EXPR",
         ),
     ] = None,
     sort: Annotated[
         str | None,
         typer.Option(
             "--sort",
-            help="size|modified|used|rows|files|kind|name, optionally :asc or :desc "
+            help="size|modified|used|accessed|rows|files|kind|name, optionally :asc or :desc "
             "(default desc for size/modified/used/rows/files, asc for name).",
+            metavar="KEY",
         ),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Show at most N entries.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=0, metavar="N", help="Show at most N entries.")
+    ] = None,
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    no_truncate: NoTruncateOption = False,
 ) -> None:
     """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
 
@@ -117,7 +136,8 @@ def ls_command(
     `cachetool run`), else its modification time.
 
     **Filters** (`hf cache ls` semantics): `size>100MB`, `rows<1000`, `used>7d` (not used in the
-    last 7 days), `modified<1h`, `kind=temp` (or `kind=leftover`), `dataset=csv`, `split=train`.
+    last 7 days; `accessed>7d` is the same), `modified<1h`, `kind=temp` (or `kind=leftover`),
+    `dataset=csv`, `split=train`, `pinned=yes`. Pinned entries are marked in the `pin` column.
 
     **Examples**
 
@@ -136,7 +156,7 @@ def ls_command(
     from cachetool.cache.scan import gc_paused
 
     with gc_paused(freeze=True):
-        _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet))
+        _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
 
 
 @handle_errors
@@ -147,6 +167,7 @@ def _ls(
     sort: str | None,
     limit: int | None,
     fmt: OutputFormat,
+    no_truncate: bool = False,
 ) -> None:
     from cachetool.cache.query import apply_filters, compile_filter, sort_entries
 
@@ -154,47 +175,70 @@ def _ls(
         compile_filter(expr)
     sort_entries([], sort)
     root = resolve_target(path, cache_dir)
-    out = Output(fmt)
+    out = Output(fmt, no_truncate=no_truncate)
     report = scan_with_progress(root, out)
-    entries = sort_entries(apply_filters(report.entries, filters), sort)
+    pinned = read_pinned(report.root)
+    entries = sort_entries(apply_filters(report.entries, filters, pinned=pinned), sort)
     if limit is not None:
         entries = entries[:limit]
     if fmt == OutputFormat.json:
-        out.json_pieces(lambda: ls_document(report, entries), lambda: ls_document_text(report, entries))
+        out.json_pieces(
+            lambda: ls_document(report, entries, pinned), lambda: ls_document_text(report, entries, pinned)
+        )
     elif fmt == OutputFormat.quiet:
         out.ids(e.id for e in entries)
     else:
-        render_human(out, report, entries, grouped=sort is None)
+        render_human(out, report, entries, grouped=sort is None, pinned=pinned)
     report_warnings(report)
 
 
-def ls_document(report: CacheReport, entries: list[Entry]) -> dict[str, object]:
-    """The `--json` document (schema in docs/listing.md)."""
+def ls_document(
+    report: CacheReport, entries: list[Entry], pinned: frozenset[str] = frozenset()
+) -> dict[str, object]:
+    """The `--json` document (schema in docs/listing.md, key names in docs/json.md)."""
+    from cachetool.cache.query import is_pinned
+
     return {
-        "version": 1,
         "root": os.fsdecode(report.root),
-        "entries": [e.to_json() for e in entries],
+        "entries": [{**e.to_json(), "pinned": is_pinned(e, pinned)} for e in entries],
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in report.totals().items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
 
 
-def ls_document_text(report: CacheReport, entries: list[Entry]) -> Iterator[str]:
-    """`ls_document` as compact JSON text (what `json.dumps` writes), in pieces of a thousand
-    entries: no dict per entry, and never the whole text of a 100,000-entry listing at once."""
-    doc = ls_document(report, [])
-    head = json.dumps(doc, ensure_ascii=True)
+def ls_document_text(
+    report: CacheReport, entries: list[Entry], pinned: frozenset[str] = frozenset()
+) -> Iterator[str]:
+    """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
+    of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
+    at once."""
+    from cachetool.cache.query import is_pinned
+    from cachetool.cli.common import envelope
+
+    head = json.dumps(envelope(ls_document(report, [], pinned)), ensure_ascii=True)
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
     for start in range(0, len(entries), 1000):
-        piece = ", ".join([e.to_json_text() for e in entries[start : start + 1000]])
+        piece = ", ".join(
+            [
+                e.to_json_text()[:-1]
+                + (', "pinned": true}' if pinned and is_pinned(e, pinned) else ', "pinned": false}')
+                for e in entries[start : start + 1000]
+            ]
+        )
         yield piece if start == 0 else ", " + piece
     yield head[cut:]
 
 
-def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped: bool = True) -> None:
+def render_human(
+    out: Output,
+    report: CacheReport,
+    entries: list[Entry],
+    grouped: bool = True,
+    pinned: frozenset[str] = frozenset(),
+) -> None:
     """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
-    out.line(f"Cache: {os.fsdecode(report.root)}", style="bold")
+    out.line(f"Cache: {out.path(report.root, out.console.width - 7)}", style="bold")
     if not entries:
         out.line("No entries." if not report.entries else "No entries match.")
     elif grouped:
@@ -206,22 +250,34 @@ def render_human(out: Output, report: CacheReport, entries: list[Entry], grouped
             out.line()
             out.line(name, style="bold cyan")
             if where is not None and _short(where, report.root) not in (name, "."):
-                out.line(f"  {_short(where, report.root)}", style="dim")
-            _entry_table(out, report, members, with_dataset=False)
+                out.line(f"  {out.path(_short(where, report.root), out.console.width - 2)}", style="dim")
+            _entry_table(out, report, members, with_dataset=False, pinned=pinned)
     else:
-        _entry_table(out, report, entries, with_dataset=True)
+        _entry_table(out, report, entries, with_dataset=True, pinned=pinned)
     out.line()
     for text in totals_line(report, len(entries)).splitlines():
         out.line(text)
 
 
-def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_dataset: bool) -> None:
+def _entry_table(
+    out: Output,
+    report: CacheReport,
+    entries: list[Entry],
+    with_dataset: bool,
+    pinned: frozenset[str] = frozenset(),
+) -> None:
     """One row per entry. `op` and `parent` appear once the ledger knows any entry; on a narrow
-    terminal they take the place of `files`, `cols` and `modified` (all stay in --json and `show`)."""
+    terminal they take the place of `files`, `cols` and `modified` (all stay in --json and `show`).
+    A `pin` column marks pinned entries when there are any."""
+    from cachetool.cache.query import is_pinned
+
     recorded = any(e.parent or e.operation for e in entries)
-    narrow = recorded and out.console.width < 110 + (26 if with_dataset else 0)
+    narrow = recorded and not out.no_truncate and out.console.width < 110 + (26 if with_dataset else 0)
+    any_pinned = any(is_pinned(e, pinned) for e in entries)
     now = report.scanned_at
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
+    if any_pinned:
+        names.insert(2, "pin")
     if with_dataset:
         names.insert(0, "dataset")
     if recorded:
@@ -233,7 +289,8 @@ def _entry_table(out: Output, report: CacheReport, entries: list[Entry], with_da
     cell: dict[str, Callable[[Entry], object]] = {
         "dataset": lambda e: e.dataset or "",
         "kind": lambda e: e.kind_str,
-        "fingerprint": entry_label,
+        "fingerprint": lambda e: entry_label(e, whole=out.no_truncate),
+        "pin": lambda e: "yes" if is_pinned(e, pinned) else "",
         "files": lambda e: len(e.files),
         "rows": lambda e: "" if (r := e.rows) is None else f"{r:,}",
         "cols": lambda e: len(e.columns) or "",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,13 +19,22 @@ from cachetool.cli.common import (
 )
 from cachetool.errors import UnknownFingerprint
 
+if TYPE_CHECKING:
+    from cachetool.cache.scan import Entry
+
 FingerprintArg = Annotated[
     str, typer.Argument(help="A fingerprint or a unique prefix of one.", show_default=False)
 ]
 
 
 def pin_command(
-    fingerprint: FingerprintArg,
+    fingerprint: Annotated[
+        str | None,
+        typer.Argument(help="A fingerprint or a unique prefix of one (not with --list).", show_default=False),
+    ] = None,
+    list_: Annotated[
+        bool, typer.Option("--list", "-l", help="List the pins of the cache instead of adding one.")
+    ] = False,
     cache_dir: CacheDirOption = None,
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
@@ -44,8 +53,20 @@ def pin_command(
 
         cachetool pin 3f2a9c1b --cache-dir /data/hf-cache
 
-    Exit codes: 0 pinned (or already pinned); 2 unknown or ambiguous fingerprint, missing cache.
+        cachetool pin --list
+
+        cachetool ls --filter pinned=yes
+
+    Exit codes: 0 pinned (or already pinned), or listed; 2 unknown or ambiguous fingerprint,
+    missing cache, no fingerprint and no --list.
     """
+    if list_:
+        if fingerprint is not None:
+            raise typer.BadParameter("give a fingerprint or --list, not both", param_hint="FINGERPRINT")
+        _list_pins(cache_dir, choose_format(fmt, as_json, quiet))
+        return
+    if fingerprint is None:
+        raise typer.BadParameter("give the fingerprint to pin, or --list", param_hint="FINGERPRINT")
     _pin(fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
 
 
@@ -107,7 +128,7 @@ def _pin(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
     added = add_pin(root, fp)
     out = Output(fmt)
     if fmt == OutputFormat.json:
-        out.json({"version": 1, "root": str(root), "fingerprint": fp, "pinned": True, "changed": added})
+        out.json({"root": str(root), "fingerprint": fp, "pinned": True, "changed": added})
     elif fmt == OutputFormat.quiet:
         out.ids([fp])
     else:
@@ -123,8 +144,64 @@ def _unpin(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
     fp = remove_pin(root, prefix)
     out = Output(fmt)
     if fmt == OutputFormat.json:
-        out.json({"version": 1, "root": str(root), "fingerprint": fp, "pinned": False, "changed": True})
+        out.json({"root": str(root), "fingerprint": fp, "pinned": False, "changed": True})
     elif fmt == OutputFormat.quiet:
         out.ids([fp])
     else:
         out.line(f"Unpinned {fp}")
+
+
+@handle_errors
+def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
+    from cachetool.cache.dirs import existing_root
+    from cachetool.formatting import human_size, iso_time
+    from cachetool.maintenance.pins import read_pins
+
+    root = existing_root(cache_dir).resolve()
+    pins = read_pins(root)
+    out = Output(fmt)
+    if fmt == OutputFormat.quiet:
+        out.ids(pins)
+        return
+    from cachetool.cache.scan import scan_cache
+
+    on_disk: dict[str, Entry] = {}
+    for entry in scan_cache(root).entries:
+        for fp in (entry.fingerprint, *entry.aliases):
+            if fp in pins:
+                on_disk[fp] = entry
+    rows: list[dict[str, Any]] = []
+    for fp, meta in pins.items():
+        e = on_disk.get(fp)
+        when = meta.get("time")
+        rows.append(
+            {
+                "fingerprint": fp,
+                "time": iso_time(when) if isinstance(when, (int, float)) else None,
+                "host": meta.get("host"),
+                "user": meta.get("user"),
+                "kind": e.kind.value if e is not None else None,
+                "path": str(e.path) if e is not None else None,
+                "size": e.size if e is not None else None,
+            }
+        )
+    if fmt == OutputFormat.json:
+        out.json({"root": str(root), "pins": rows})
+        return
+    if not rows:
+        out.line(f"No pins in {out.path(root, out.console.width - 12)}.")
+        return
+    out.table(
+        None,
+        [("fingerprint", "left"), ("pinned", "left"), ("kind", "left"), ("size", "right")],
+        [
+            (
+                r["fingerprint"],
+                (r["time"] or "").replace("T", " ").replace("+00:00", " UTC"),
+                r["kind"] or "(not on disk: ledger only)",
+                human_size(r["size"]) if r["size"] is not None else "",
+            )
+            for r in rows
+        ],
+        whole=("fingerprint",),
+    )

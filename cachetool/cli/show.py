@@ -12,8 +12,10 @@ from cachetool.cli.common import (
     CacheDirOption,
     FormatOption,
     JsonOption,
+    NoTruncateOption,
     Output,
     OutputFormat,
+    QuietOption,
     choose_format,
     handle_errors,
 )
@@ -29,6 +31,8 @@ def show_command(
     cache_dir: CacheDirOption = None,
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
+    no_truncate: NoTruncateOption = False,
 ) -> None:
     """Show everything known about one cache entry.
 
@@ -47,25 +51,27 @@ def show_command(
 
     Exit codes: 0 shown; 2 unknown or ambiguous fingerprint (candidates listed), or missing cache.
     """
-    _show(fingerprint, cache_dir, choose_format(fmt, as_json))
+    _show(fingerprint, cache_dir, choose_format(fmt, as_json, quiet), no_truncate)
 
 
 @handle_errors
-def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.cli.ls import report_warnings, scan_with_progress
+    from cachetool.cache.query import is_pinned
+    from cachetool.cli.ls import read_pinned, report_warnings, scan_with_progress
 
     root = existing_root(cache_dir)
-    out = Output(fmt)
+    out = Output(fmt, no_truncate=no_truncate)
     report = scan_with_progress(root, out)
     entry = report.find(prefix)
     records = _records(report.root, entry)
+    pinned = is_pinned(entry, read_pinned(report.root))
     if fmt == OutputFormat.json:
-        out.json(show_document(report, entry, records))
+        out.json({**show_document(report, entry, records), "pinned": pinned})
     elif fmt == OutputFormat.quiet:
         out.ids([entry.id])
     else:
-        render(out, report, entry, records)
+        render(out, report, entry, records, pinned)
     report_warnings(report)
 
 
@@ -93,12 +99,14 @@ def show_document(report: CacheReport, e: Entry, records: list[dict[str, Any]]) 
     return doc
 
 
-def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, Any]]) -> None:
+def render(
+    out: Output, report: CacheReport, e: Entry, records: list[dict[str, Any]], pinned: bool = False
+) -> None:
     def rel(p: Path) -> str:
         try:
             return os.fsdecode(p.relative_to(report.root))
         except ValueError:
-            return os.fsdecode(p)
+            return out.path(p, 40)
 
     facts: list[tuple[str, Any]] = [
         ("fingerprint", e.fingerprint or "(none)"),
@@ -107,7 +115,7 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, A
         ("dataset", e.dataset),
         ("split", e.split),
         ("content", e.content),
-        ("path", os.fsdecode(e.path)),
+        ("path", out.path(e.path, out.console.width - 16)),
         ("rows", None if e.rows is None else f"{e.rows:,}"),
         ("expected rows", None if e.expected_rows is None else f"{e.expected_rows:,} (dataset_info.json)"),
         ("size", f"{e.size_str} ({e.size:,} bytes) in {len(e.files)} file(s)"),
@@ -116,30 +124,39 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, A
         ("last used", _when(e.used)),
         ("operation", e.operation),
         ("parent", e.parent),
-        ("deleted with", os.fsdecode(e.unit) if e.unit and e.unit != e.path else None),
+        ("deleted with", out.path(e.unit, out.console.width - 16) if e.unit and e.unit != e.path else None),
+        ("pinned", "yes (gc never evicts it or its recorded ancestors)" if pinned else None),
     ]
     out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
     for p in e.problems:
         out.line(f"problem: {p}", style="red")
     out.line()
+    # File names are never split: the table names files inside their common folder, given once.
+    folder = os.path.commonpath([f.path.parent for f in e.files]) if e.files else None
+    if folder is not None:
+        out.line(f"in {out.path(rel(Path(folder)), out.console.width - 3)}", style="dim")
+
+    def name(p: Path) -> str:
+        return os.path.relpath(p, folder) if folder is not None else rel(p)
+
     rows: list[tuple[object, ...]] = []
     for f in e.files:
         s = f.summary
         if s is None:
-            rows.append((rel(f.path), f.size_str, "", "", "", ""))
+            rows.append((name(f.path), f.size_str, "", "", "", ""))
             continue
         if s.fingerprint is None:
             fp_note = "(none)"
         elif (e.fingerprint and s.fingerprint in (e.fingerprint,)) or (
             f.shard and e.fingerprint and s.fingerprint.startswith(e.fingerprint + "_")
         ):
-            fp_note = f"{s.fingerprint} (matches)"
+            fp_note = "matches" if not out.no_truncate else f"{s.fingerprint} (matches)"
         else:
             fp_note = f"{s.fingerprint} (differs)"
         state = "complete" if s.complete else (s.error or s.format)
         rows.append(
             (
-                rel(f.path),
+                name(f.path),
                 f.size_str,
                 "" if s.rows is None else f"{s.rows:,}",
                 "" if s.batches is None else s.batches,
@@ -158,6 +175,7 @@ def render(out: Output, report: CacheReport, e: Entry, records: list[dict[str, A
             ("state", "left"),
         ],
         rows,
+        whole=("file",),
     )
     if e.columns:
         out.line()

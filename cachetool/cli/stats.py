@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.cli.common import (
+    CacheDirOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
+    handle_errors,
+    hint,
+    warn,
+)
 from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
@@ -33,7 +44,11 @@ def stats_command(
         int, typer.Option("--top", min=0, help="Rows in the per call site and per dataset tables.")
     ] = 10,
     cache_dir: CacheDirOption = None,
+    fmt: Annotated[OutputFormat, format_option(quiet="the hit rate alone, 0 to 1 (empty: no lookups)")] = (
+        OutputFormat.human
+    ),
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Summarise the cache's hits and misses from the recorded runs, like `ccache -s`.
 
@@ -55,33 +70,38 @@ def stats_command(
 
     Exit codes: 0 shown (also when nothing is recorded); 2 usage (bad --since, missing cache).
     """
-    _stats(since, zero, all_, top, cache_dir, as_json)
+    _stats(since, zero, all_, top, cache_dir, choose_format(fmt, as_json, quiet))
 
 
 @handle_errors
 def _stats(
-    since: str | None, zero: bool, all_: bool, top: int, cache_dir: Path | None, as_json: bool
+    since: str | None, zero: bool, all_: bool, top: int, cache_dir: Path | None, fmt: OutputFormat
 ) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.query import TIME_UNITS, parse_quantity
+    from cachetool.cache.query import parse_duration
     from cachetool.lineage.stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))
-    out = Output(OutputFormat.json if as_json else OutputFormat.human)
+    out = Output(fmt)
     if zero:
         t = zero_stats(root)
-        if as_json:
-            out.json({"v": 1, "root": str(root), "zeroed_at": t})
+        if fmt == OutputFormat.json:
+            out.json({"root": str(root), "zeroed_at": t})
+        elif fmt == OutputFormat.quiet:
+            out.ids([str(t)])
         else:
             out.line(
                 f"Statistics zeroed at {_when(t)} (records kept; `cachetool stats --all` still sees them)"
             )
         return
     now = time.time()
-    start = now - parse_quantity(since, TIME_UNITS, "--since", since) if since is not None else None
+    start = now - parse_duration(since, "--since") if since is not None else None
     report = ledger_stats(root, since=start, everything=all_, now=now)
-    if as_json:
+    if fmt == OutputFormat.json:
         out.json(report.to_json())
+    elif fmt == OutputFormat.quiet:
+        looked = report.total.hits + report.total.misses
+        out.ids([f"{report.total.hits / looked:.4g}" if looked else ""])
     else:
         render(out, report, top)
     for w in report.warnings:

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, Output, OutputFormat, handle_errors, hint, warn
+from cachetool.cli.common import (
+    CacheDirOption,
+    JsonOption,
+    Output,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    format_option,
+    handle_errors,
+    hint,
+    warn,
+)
 from cachetool.errors import CachetoolError, ExitCode
-
-
-class VerifyFormat(str, Enum):
-    human = "human"
-    json = "json"
-    github = "github"
 
 
 def verify_command(
@@ -67,10 +71,10 @@ def verify_command(
         int | None, typer.Option("--jobs", "-j", min=1, help="Threads for --deep (default: one per core).")
     ] = None,
     fmt: Annotated[
-        VerifyFormat,
-        typer.Option("--format", help="human: a table; json: one document; github: workflow annotations."),
-    ] = VerifyFormat.human,
+        OutputFormat, format_option("github", quiet="the entries with errors, one a line")
+    ] = OutputFormat.human,
     as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Prove every cache file is whole and what it claims to be.
 
@@ -91,17 +95,17 @@ def verify_command(
 
         cachetool verify
 
-        cachetool verify --deep --record          # remember checksums
+        cachetool verify --deep --record    # remember checksums
 
-        cachetool verify --deep                   # later: which bytes changed?
+        cachetool verify --deep             # later: which bytes changed?
 
         cachetool verify 7a57 --json
 
-        cachetool verify --quarantine             # move broken files aside; datasets recomputes them
+        cachetool verify --quarantine       # move broken files aside
 
-        cachetool verify --format github          # annotations in a GitHub Actions step
+        cachetool verify --format github    # annotations in a GitHub Actions step
 
-        cachetool verify --stale                  # results of code edited since they were computed
+        cachetool verify --stale            # results of code edited since
     """
     _verify(
         fingerprints or [],
@@ -112,7 +116,7 @@ def verify_command(
         restore,
         strict,
         jobs,
-        VerifyFormat.json if as_json else fmt,
+        choose_format(fmt, as_json, quiet),
         stale,
     )
 
@@ -127,7 +131,7 @@ def _verify(
     restore: bool,
     strict: bool,
     jobs: int | None,
-    fmt: VerifyFormat,
+    fmt: OutputFormat,
     stale: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
@@ -136,7 +140,7 @@ def _verify(
     if record and not deep:
         raise CachetoolError("--record needs --deep (checksums come from reading every byte)")
     root = existing_root(cache_dir)
-    out = Output(OutputFormat.json if fmt == VerifyFormat.json else OutputFormat.human)
+    out = Output(fmt)
     if restore:
         back = v.restore(root, warn=warn)
         for _, dst in back:
@@ -145,7 +149,7 @@ def _verify(
             hint("nothing to restore")
     progress = None
     status = None
-    if sys.stderr.isatty() and fmt == VerifyFormat.human:
+    if sys.stderr.isatty() and fmt == OutputFormat.human:
         from rich.progress import Progress
 
         from cachetool.cli.common import stderr_console
@@ -170,9 +174,12 @@ def _verify(
         report = v.with_stale_findings(report)
     if quarantine:
         report = v.quarantine(report)
-    if fmt == VerifyFormat.json:
+    if fmt == OutputFormat.json:
         out.json(report.to_json())
-    elif fmt == VerifyFormat.github:
+    elif fmt == OutputFormat.quiet:
+        shown = report.errors + (report.warnings if strict else ())
+        out.ids(dict.fromkeys(f.entry or os.fsdecode(f.path) for f in shown))
+    elif fmt == OutputFormat.github:
         for f in report.findings:
             level = {"error": "error", "warning": "warning", "info": "notice"}[f.severity.value]
             msg = f"{f.problem}" + (f" — {f.hint}" if f.hint else "")

@@ -336,7 +336,7 @@ class ExplainReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "v": 1,
+            "version": 1,
             "root": str(self.root),
             "mode": self.mode,
             "run": self.run,

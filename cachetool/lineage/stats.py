@@ -123,7 +123,7 @@ class StatsReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "v": 1,
+            "version": 1,
             "root": str(self.root),
             "period": {"start": self.start, "end": self.end, "zeroed_at": self.zeroed_at},
             **self.total.to_json(),

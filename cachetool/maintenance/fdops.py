@@ -73,3 +73,31 @@ def inventory(dir_fd: int) -> list[os.stat_result]:
             finally:
                 os.close(sub)
     return out
+
+
+def open_parent(root_fd: int, parts: tuple[str, ...], *, create: bool = False) -> int:
+    """Open the folder `root/parts[0]/…/parts[-2]` one component at a time from `root_fd`, never
+    following a symlink: a component swapped for a symlink fails with ELOOP or ENOTDIR. With
+    `create`, missing folders are made (mode 0o700). Returns a new descriptor of that folder."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            if part in ("", ".", ".."):
+                raise OSError(errno.EINVAL, "not a plain path component", part)
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nfd = os.open(part, O_DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one file version from another: device, inode, size, mtime (ns)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

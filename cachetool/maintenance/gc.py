@@ -42,7 +42,7 @@ from cachetool.cache.layout import DATA_KINDS, Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size, iso_time
-from cachetool.maintenance.fdops import inventory, rename_noreplace, same_file
+from cachetool.maintenance.fdops import inventory, open_parent, rename_noreplace, same_file
 from cachetool.maintenance.liveness import InUse, TempDirUser, cwd_pids_under, pids_holding
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
@@ -1645,23 +1645,14 @@ def _open_parent(anchor: tuple[Path, int], path: Path) -> tuple[int, str]:
     parts = _relative_parts(root, path)
     # No path string is resolved here: each component is opened relative to the one before,
     # without following symlinks, starting from the root's own descriptor.
-    fd = os.dup(root_fd)
     try:
-        for part in parts[:-1]:
-            try:
-                nfd = os.open(part, _O_DIR, dir_fd=fd)
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise _Refused(f"{part} on the way is now a symlink or not a folder") from None
-                if e.errno == errno.ENOENT:
-                    raise FileNotFoundError(e.errno, e.strerror, part) from None
-                raise
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
+        return open_parent(root_fd, parts), parts[-1]
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _Refused(f"{e.filename} on the way is now a symlink or not a folder") from None
+        if e.errno == errno.ENOENT:
+            raise FileNotFoundError(e.errno, e.strerror, e.filename) from None
         raise
-    return fd, parts[-1]
 
 
 def _take_lock(anchor: tuple[Path, int], lock: Path) -> int | None:

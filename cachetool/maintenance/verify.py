@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
+from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
 from cachetool.maintenance.liveness import InUse, scan_in_use
 
 CHECKSUMS_NAME = "checksums.json"
@@ -57,6 +59,12 @@ class Finding:
     path: Path
     problem: str
     hint: str = ""
+    #: The file version the finding is about (device, inode, size, mtime ns), taken when it was
+    #: read; `quarantine` moves nothing else. None for folders; CHANGED when it changed meanwhile.
+    identity: tuple[int, int, int, int] | None = field(default=None, compare=False, repr=False)
+    #: How to tell the finding still holds: "header" (read the headers again), "deep" (validate
+    #: every buffer again), "" (the identity alone).
+    check: str = field(default="", compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,8 +132,20 @@ class _Checker:
         self.now = now
         self.findings: list[Finding] = []
 
-    def add(self, sev: Severity, e: Entry, path: Path, problem: str, hint: str = "") -> None:
-        self.findings.append(Finding(sev, e.id, e.kind.value, path, problem, hint))
+    def add(
+        self,
+        sev: Severity,
+        e: Entry,
+        path: Path,
+        problem: str,
+        hint: str = "",
+        *,
+        check: str = "",
+        ident: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        if ident is None:
+            ident = _scanned_identity(e, path)
+        self.findings.append(Finding(sev, e.id, e.kind.value, path, problem, hint, ident, check))
 
     def writers_of(self, path: Path) -> frozenset[int]:
         try:
@@ -187,7 +207,7 @@ class _Checker:
             if pids:
                 self.add(Severity.INFO, e, f.path, f"being written by pid {_pids(pids)}")
                 return
-            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT)
+            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT, check="header")
             return
         expected = self.expected_metadata_fingerprint(e, f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
@@ -356,6 +376,25 @@ class _Checker:
                 )
 
 
+#: The identity of a file that changed between the scan and the finding: matches no file.
+CHANGED = (0, 0, -1, 0)
+
+
+def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
+    """The identity of `path` as the scan read it: its stat now, if size and mtime are still the
+    scan's; CHANGED if not; None for what is not one of the entry's regular files."""
+    f = next((f for f in e.files if f.path == path), None)
+    if f is None:
+        return None
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return CHANGED
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
 def _pids(pids: Iterable[int]) -> str:
     return ", ".join(str(p) for p in sorted(pids))
 
@@ -391,7 +430,7 @@ def _max_index(path: Path) -> int | None:
                 return None
             value = pc.max(table.column(0)).as_py()
             return int(value) if value is not None else None
-    except (pa.ArrowInvalid, OSError, ValueError):
+    except Exception:  # a damaged file has no bounds to check; its own finding says so
         return None
 
 
@@ -405,6 +444,7 @@ class DeepResult:
     mtime_ns: int
     checksum: str | None
     error: str | None
+    identity: tuple[int, int, int, int] | None = None  # of the very file read (its descriptor)
 
 
 def deep_check(path: Path) -> DeepResult:
@@ -429,7 +469,7 @@ def deep_check(path: Path) -> DeepResult:
                 mm.close()
             except BufferError:  # pragma: no cover - a view outlived the walk; GC unmaps it
                 pass
-        return DeepResult(path, st.st_size, st.st_mtime_ns, checksum, error)
+        return DeepResult(path, st.st_size, st.st_mtime_ns, checksum, error, identity(st))
     finally:
         os.close(fd)
 
@@ -449,6 +489,8 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
                 return checksum, f"invalid data in batch {index}: {' '.join(str(e).split())}"
     except (pa.ArrowInvalid, OSError) as e:
         return checksum, " ".join(str(e).split())
+    except Exception as e:  # whatever pyarrow raises on damage is a finding
+        return checksum, f"damaged Arrow file: {type(e).__name__}: {' '.join(str(e).split())}"
     return checksum, None
 
 
@@ -577,7 +619,9 @@ def _deep(
     for e, res in results:
         rel = _rel(res.path, report.root)
         if res.error is not None:
-            checker.add(Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT)
+            checker.add(
+                Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT, check="deep", ident=res.identity
+            )
             continue
         old = stored.get(rel)
         if old is not None and old.get("xxh3") != res.checksum:
@@ -676,60 +720,178 @@ def _inside(path: Path, folder: Path) -> bool:
 def quarantine(report: VerifyReport) -> VerifyReport:
     """Move what has errors into `<root>/.cachetool/quarantine/<time>-<pid>/` (never delete), so the
     next `datasets` run recomputes it instead of crashing. Each move is logged before it happens;
-    one that fails becomes a finding and the others go on. Nothing a live process holds moves."""
+    one that fails becomes a finding and the others go on. Nothing a live process holds moves.
+
+    Only the file version verify judged moves: its identity (device, inode, size, mtime) is
+    compared before the move, and again with the finding itself once the unit is out of reach in
+    the quarantine folder; a file replaced or repaired meanwhile is put back. Every step goes
+    through folder descriptors opened from the root without following symlinks."""
     root = report.root
-    qbase = root / layout.LEDGER_DIR / QUARANTINE_DIR
-    qdir = qbase / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     moved: list[tuple[Path, Path]] = []
     problems: list[Finding] = []
+
+    def refuse(finding: Finding, src: Path, why: str) -> None:
+        problems.append(
+            replace(finding, severity=Severity.WARNING, path=src, problem=f"not quarantined: {why}", hint="")
+        )
+
+    try:
+        root_fd = os.open(root, O_DIR)
+    except OSError as err:
+        for finding in report.errors:
+            refuse(finding, finding.path, f"cannot open the cache root: {err.strerror or err}")
+        return replace(report, findings=(*report.findings, *problems))
     in_use = scan_in_use()
     done: set[Path] = set()
-    for finding, paths in _quarantine_units(root, report.errors):
-        for src in paths:
-            if src in done or any(p in done for p in src.parents) or not os.path.lexists(src):
+    try:
+        for finding, paths in _quarantine_units(root, report.errors):
+            todo = [
+                src
+                for src in paths
+                if src not in done and not any(p in done for p in src.parents) and os.path.lexists(src)
+            ]
+            why = _changed(root_fd, root, finding)
+            if why is not None and todo:
+                refuse(finding, finding.path, why)
                 continue
-            why = _cannot_move(src, root, in_use)
+            unit: list[tuple[Path, Path]] = []
+            for src in todo:
+                why = _cannot_move(src, root, in_use)
+                if why is None:
+                    try:
+                        dst = _move_to_quarantine(root_fd, root, stamp, src, finding)
+                    except OSError as err:
+                        why = err.strerror or str(err)
+                    else:
+                        unit.append((src, dst))
+                        continue
+                refuse(finding, src, why)
+            if not unit:
+                continue
+            # Out of reach now: nobody can swap the file under its old name any more, so this
+            # check is final. If the finding no longer holds, the unit goes back.
+            why = _still_broken(root_fd, root, finding, unit)
             if why is not None:
-                problems.append(
-                    replace(
-                        finding,
-                        severity=Severity.WARNING,
-                        path=src,
-                        problem=f"not quarantined: {why}",
-                        hint="",
-                    )
-                )
+                _put_back(root_fd, root, unit)
+                refuse(finding, finding.path, why + " (put back)")
                 continue
-            dst = qdir / _rel(src, root)
-            try:
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                if os.path.lexists(dst):
-                    raise FileExistsError(f"{dst} already exists")
-                _log_move(
-                    root,
-                    {
-                        "action": "quarantine",
-                        "from": os.fsdecode(src),
-                        "to": os.fsdecode(dst),
-                        "problem": finding.problem,
-                        "time": time.time(),
-                    },
-                )
-                os.rename(src, dst)
-            except OSError as err:
-                problems.append(
-                    replace(
-                        finding,
-                        severity=Severity.WARNING,
-                        path=src,
-                        problem=f"not quarantined: {err.strerror or err}",
-                        hint="",
-                    )
-                )
-                continue
-            done.add(src)
-            moved.append((src, dst))
+            done.update(src for src, _ in unit)
+            moved += unit
+    finally:
+        os.close(root_fd)
     return replace(report, findings=(*report.findings, *problems), quarantined=tuple(moved))
+
+
+def _parts(root: Path, path: Path) -> tuple[str, ...]:
+    parts = path.relative_to(root).parts
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(path)
+    return parts
+
+
+def _stat_at(root_fd: int, parts: tuple[str, ...]) -> os.stat_result:
+    fd = open_parent(root_fd, parts)
+    try:
+        return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+    finally:
+        os.close(fd)
+
+
+def _changed(root_fd: int, root: Path, finding: Finding) -> str | None:
+    """Why the finding's file is no longer the version verify read (None: it still is)."""
+    if finding.identity is None:
+        return None
+    try:
+        st = _stat_at(root_fd, _parts(root, finding.path))
+    except (OSError, ValueError):
+        return "changed since verify read it (gone or moved)"
+    if finding.identity != identity(st):
+        return "changed since verify read it (another file or other bytes now)"
+    return None
+
+
+def _move_to_quarantine(root_fd: int, root: Path, stamp: str, src: Path, finding: Finding) -> Path:
+    """Rename `src` into the quarantine folder of this run, never over anything; logged first."""
+    try:
+        parts = _parts(root, src)
+    except ValueError:
+        raise OSError(errno.EXDEV, "outside the cache root", os.fsdecode(src)) from None
+    dst_parts = (layout.LEDGER_DIR, QUARANTINE_DIR, stamp, *parts)
+    dst = root.joinpath(*dst_parts)
+    src_fd = open_parent(root_fd, parts)
+    try:
+        dst_fd = open_parent(root_fd, dst_parts, create=True)
+        try:
+            _log_move(
+                root,
+                {
+                    "action": "quarantine",
+                    "from": os.fsdecode(src),
+                    "to": os.fsdecode(dst),
+                    "problem": finding.problem,
+                    "time": time.time(),
+                },
+            )
+            rename_noreplace(src_fd, parts[-1], dst_fd, parts[-1])
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+    return dst
+
+
+def _still_broken(root_fd: int, root: Path, finding: Finding, unit: list[tuple[Path, Path]]) -> str | None:
+    """Check the finding's file where it now lies in the quarantine folder: same identity, and
+    (for a header or deep finding) the same reading fails again. None when it still holds."""
+    if finding.identity is None:
+        return None
+    where = next(
+        (
+            dst / finding.path.relative_to(src)
+            for src, dst in unit
+            if src == finding.path or src in finding.path.parents
+        ),
+        None,
+    )
+    if where is None:
+        return None
+    try:
+        st = _stat_at(root_fd, _parts(root, where))
+    except (OSError, ValueError):
+        return "changed since verify read it (gone)"
+    if identity(st) != finding.identity:
+        return "changed since verify read it (another file or other bytes now)"
+    if finding.check == "header":
+        from cachetool.cache.arrow import read_summary
+
+        if read_summary(where).error is None:
+            return "changed since verify read it (it reads whole now)"
+    elif finding.check == "deep" and deep_check(where).error is None:
+        return "changed since verify read it (it validates now)"
+    return None
+
+
+def _put_back(root_fd: int, root: Path, unit: list[tuple[Path, Path]]) -> None:
+    """Undo the moves of one unit, never over something new at the old name (then it stays in
+    quarantine, logged, for `--restore` to report)."""
+    for src, dst in reversed(unit):
+        try:
+            s_parts, d_parts = _parts(root, src), _parts(root, dst)
+            s_fd = open_parent(root_fd, s_parts)
+            try:
+                d_fd = open_parent(root_fd, d_parts)
+                try:
+                    rename_noreplace(d_fd, d_parts[-1], s_fd, s_parts[-1])
+                finally:
+                    os.close(d_fd)
+            finally:
+                os.close(s_fd)
+        except (OSError, ValueError):
+            continue
+        _log_move(
+            root, {"action": "restore", "from": os.fsdecode(dst), "to": os.fsdecode(src), "time": time.time()}
+        )
 
 
 def _cannot_move(src: Path, root: Path, in_use: InUse) -> str | None:

@@ -43,10 +43,27 @@ class ScriptNotFound(CachetoolError):
 
 
 def command(script: str, args: Sequence[str]) -> list[str]:
-    """The interpreter command line that runs `script` under the bootstrap."""
+    """The interpreter command line that runs `script` under the bootstrap:
+    `python -m cachetool.trace.bootstrap script.py args...`, so `ps` shows the script and its
+    arguments; `python -c <bootstrap>` only when a fresh interpreter could not import cachetool
+    by itself (run from a source folder with `-I` or `-P`)."""
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    if _importable_in_child(package_parent, flags):
+        return [sys.executable, *flags, "-m", "cachetool.trace.bootstrap", script, *args]
     return [sys.executable, *flags, "-c", _BOOTSTRAP.format(path=package_parent), script, *args]
+
+
+def _importable_in_child(package_parent: str, flags: Sequence[str]) -> bool:
+    """A new interpreter with `flags`, in this working folder and environment, finds cachetool:
+    its folder is on the path every interpreter gets (site-packages, `.pth` files, PYTHONPATH),
+    or it is the working folder, which `-m` puts first unless `-I`/`-P` say not to."""
+    here = os.path.realpath(package_parent)
+    inherited = {os.path.realpath(p) for p in sys.path[1:] if p}  # [0]: this launcher's own folder
+    if here in inherited:
+        return True
+    isolated = "-I" in flags or "-P" in flags
+    return not isolated and here == os.path.realpath(os.getcwd())
 
 
 def run_script(script: str, args: Sequence[str], *, events_file: str | None = None) -> NoReturn:
@@ -72,7 +89,7 @@ def _bootstrap() -> None:
     """Inside the fresh interpreter: become `python script.py args...`, install tracing, run."""
     import importlib.machinery
 
-    argv = sys.argv[1:]  # sys.argv was ["-c", script, *args]
+    argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
     from cachetool.trace import install_tracing
@@ -146,7 +163,8 @@ def _trim(tb: TracebackType | None, here: str) -> TracebackType | None:
     keep: list[TracebackType] = []
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if not (filename == "<string>" and not keep) and not filename.startswith(here):
+        launcher = filename in ("<string>", "<frozen runpy>") or filename.endswith(os.sep + "runpy.py")
+        if not (launcher and not keep) and not filename.startswith(here):
             keep.append(tb)
         tb = tb.tb_next
     for i in range(len(keep) - 1):

@@ -1,0 +1,134 @@
+"""`verify --quarantine` moves only the file it found broken: a good file swapped in after the
+check stays where it is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cachetool.maintenance.verify import quarantine, verify_cache
+from tests.attack.races import synthesize_cache
+from tests.conftest import hf_env
+
+
+def _broken_and_good(root: Path) -> tuple[Path, bytes, bytes]:
+    target = synthesize_cache(root, 2)[0]
+    good = target.read_bytes()
+    bad = good[:-8]  # no end-of-stream marker: an error for verify
+    target.write_bytes(bad)
+    return target, good, bad
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["headers", "deep"])
+def test_a_good_file_swapped_in_after_verify_is_not_quarantined(tmp_path: Path, deep: bool) -> None:
+    """verify finds a broken file; before the quarantine moves it, a good copy replaces it (a new
+    inode, as `datasets` writes one): the good file stays in place and the report says why it was
+    not quarantined."""
+    root = tmp_path / "cache"
+    target, good, _ = _broken_and_good(root)
+    report = verify_cache(root, deep=deep)
+    assert [f.path for f in report.errors] == [target]
+    fresh = tmp_path / "fresh.arrow"
+    fresh.write_bytes(good)
+    os.replace(fresh, target)
+    done = quarantine(report)
+    assert done.quarantined == ()
+    assert target.read_bytes() == good
+    notes = [f.problem for f in done.warnings if f.path == target]
+    assert notes and notes[0].startswith("not quarantined: changed since verify read it"), notes
+
+
+def test_a_file_rewritten_in_place_to_a_good_one_is_not_quarantined(tmp_path: Path) -> None:
+    """The same inode made whole again after verify (size and mtime change): left in place."""
+    root = tmp_path / "cache"
+    target, good, _ = _broken_and_good(root)
+    report = verify_cache(root, deep=True)
+    time.sleep(0.01)
+    target.write_bytes(good)
+    assert quarantine(report).quarantined == ()
+    assert target.read_bytes() == good
+
+
+def test_a_file_still_broken_is_quarantined(tmp_path: Path) -> None:
+    """Nothing changed since verify: the broken file moves, and only it."""
+    root = tmp_path / "cache"
+    target, _, bad = _broken_and_good(root)
+    done = quarantine(verify_cache(root, deep=True))
+    assert [src for src, _ in done.quarantined] == [target]
+    assert done.quarantined[0][1].read_bytes() == bad
+
+
+SWAPPER = textwrap.dedent(
+    """\
+    import os, random, sys, time
+    target, staging, good, bad = sys.argv[1:5]
+    blobs = [open(bad, "rb").read(), open(good, "rb").read()]
+    i = 0
+    deadline = time.time() + 120
+    while time.time() < deadline and not os.path.exists(staging + ".stop"):
+        with open(staging, "wb") as f:
+            f.write(blobs[i % 2])
+        os.replace(staging, target)
+        i += 1
+        time.sleep(random.uniform(0.02, 0.6))
+    """
+)
+
+
+@pytest.mark.slow
+def test_quarantine_beside_a_process_swapping_good_and_broken_versions(tmp_path: Path) -> None:
+    """A real process replaces a cache file by a broken and a good version in turn while
+    `verify --deep --quarantine` runs again and again: every file that lands in quarantine is the
+    broken version, never the good one."""
+    root = tmp_path / "cache"
+    target, good, bad = _broken_and_good(root)
+    (tmp_path / "good.bin").write_bytes(good)
+    (tmp_path / "bad.bin").write_bytes(bad)
+    staging = tmp_path / "staging.arrow"
+    swapper = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SWAPPER,
+            str(target),
+            str(staging),
+            str(tmp_path / "good.bin"),
+            str(tmp_path / "bad.bin"),
+        ]
+    )
+    env = hf_env(tmp_path)
+    moved: list[bytes] = []
+    try:
+        for _ in range(20):
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "cachetool",
+                    "verify",
+                    "--deep",
+                    "--quarantine",
+                    "--json",
+                    "--cache-dir",
+                    str(root),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+            for q in json.loads(proc.stdout)["quarantined"]:
+                moved.append(Path(q["to"]).read_bytes())
+    finally:
+        staging.with_name(staging.name + ".stop").touch()
+        swapper.wait(timeout=60)
+    assert moved, "nothing was quarantined: the race did not happen"
+    assert all(m == bad for m in moved), f"{sum(m == good for m in moved)} good file(s) quarantined"
