@@ -183,51 +183,20 @@ def test_sizes_read_as_humanize_writes_them() -> None:
     assert [human_size(v) for v in values] == [humanize.naturalsize(v) for v in values]
 
 
-def test_deep_check_reading_in_chunks_finds_what_pyarrows_reader_finds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.slow
+def test_headers_read_ahead_on_other_cores_give_the_same_report(
+    real_cache: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`verify --deep` reads a file in chunks (here 64 bytes, so messages straddle them): the
-    checksum and the finding are those of hashing the whole file and reading it with pyarrow,
-    for a good file, a file with invalid UTF-8 in batch 1, and the file cut anywhere."""
-    from concurrent.futures import ThreadPoolExecutor
+    """A cold listing of many files reads their headers in forked processes first: the report
+    (every entry, file, summary and warning) is the one a listing in one process makes."""
+    from cachetool.cache import scan
 
-    import pyarrow as pa
-
-    from cachetool.maintenance import verify
-
-    monkeypatch.setattr(verify, "DEEP_CHUNK", 64)
-    good = tmp_path / "good.arrow"
-    bad = tmp_path / "bad.arrow"
-    text = pa.array(["ok", "fine"], type=pa.large_string())
-    broken = pa.Array.from_buffers(
-        pa.large_string(),
-        2,
-        [None, pa.py_buffer(pa.array([0, 2, 4], pa.int64()).buffers()[1]), pa.py_buffer(b"ok\xff\xfe")],
-    )
-    for path, second in ((good, text), (bad, broken)):
-        with (
-            pa.OSFile(str(path), "wb") as sink,
-            pa.ipc.new_stream(sink, pa.schema([("t", pa.large_string())])) as w,
-        ):
-            w.write_batch(pa.record_batch([text], names=["t"]))
-            w.write_batch(pa.record_batch([second], names=["t"]))
-
-    def whole(path: Path) -> tuple[str, str | None]:
-        with open(path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
-                return verify._hash_and_validate(mm)
-            finally:
-                mm.close()
-
-    with ThreadPoolExecutor(2) as pool:
-        for path in (good, bad):
-            res = verify.deep_check(path, pool)
-            assert (res.checksum, res.error) == whole(path)
-        assert verify.deep_check(bad, pool).error.startswith("invalid data in batch 1:")
-        data = good.read_bytes()
-        cut = tmp_path / "cut.arrow"
-        for n in range(1, len(data)):
-            cut.write_bytes(data[:n])
-            res = verify.deep_check(cut, pool)
-            assert (res.checksum, res.error) == whole(cut), n
+    serial = scan_cache(real_cache["cache"], use_index=False)
+    monkeypatch.setattr(scan, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(scan, "_spare_cores", lambda: 2)
+    calls: list[int] = []
+    real = scan._read_summaries
+    monkeypatch.setattr(scan, "_read_summaries", lambda paths, n: calls.append(len(paths)) or real(paths, n))
+    parallel = scan_cache(real_cache["cache"], use_index=False)
+    assert calls and calls[0] > 5
+    assert parallel == serial

@@ -251,25 +251,6 @@ def _message(buf: Any, pos: int, size: int) -> tuple[int, tuple[int, tuple[int, 
     return kind, header, body, end, hi
 
 
-def message_frame(buf: Any, pos: int, size: int) -> tuple[int, int, int] | None:
-    """Where the message at `pos` of a stream of `size` bytes ends, for a reader holding only
-    `buf` (the stream's first bytes, at least 8 past `pos`): (header type, end of the message,
-    end of its header), or None for the end-of-stream marker. Until `buf` holds the header, the
-    type is 0 and the message's end is its header's end. ValueError for anything not well formed."""
-    length = _i32(buf, pos + 4)[0]
-    if length == 0:
-        return None
-    meta_end = pos + 8 + length
-    if length < 0 or meta_end > size:
-        raise ValueError("message past the end")
-    if meta_end > len(buf):
-        return 0, meta_end, meta_end
-    msg = _message(buf, pos, size)
-    if msg is None:  # pragma: no cover - a zero length was answered above
-        return None
-    return msg[0], msg[3], meta_end
-
-
 def _walk_headers(buf: Any, size: int) -> ArrowSummary | None:
     """Rows, batches, columns and metadata of a well-formed stream; None for anything else (the
     caller reads it through pyarrow then). Raises nothing on a good file."""

@@ -98,6 +98,11 @@ class ReadIndex:
             return row[3]
         return None
 
+    def knows(self, rel: str, size: int, mtime_ns: int, inode: int) -> bool:
+        """Whether `get` would answer for this file (without counting it as used)."""
+        row = self._old.get(rel)
+        return row is not None and row[0] == size and row[1] == mtime_ns and row[2] == inode
+
     def put(self, rel: str, size: int, mtime_ns: int, inode: int, summary: ArrowSummary) -> None:
         self.misses += 1
         self._new[rel] = (size, mtime_ns, inode, summary)

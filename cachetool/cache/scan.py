@@ -422,6 +422,42 @@ class _Scanner:
         self.progress = progress
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
+        self.listings: dict[str, tuple[list[_Item], str | None]] = {}  # folders listed ahead
+        self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, on other cores
+
+    def list_dir(self, path: Path) -> tuple[list[_Item], str | None]:
+        """The folder's items, from the listing made ahead when there was one."""
+        listed = self.listings.pop(str(path), None)
+        return listed if listed is not None else _list_dir(path)
+
+    def read_ahead(self, workers: int) -> None:
+        """List every folder and read the headers of the Arrow files the read index does not
+        know, split over `workers` processes, before the walk classifies them: a cold listing of
+        many files waits mostly on those reads. Folders the walk never reads Arrow headers in
+        (cachetool's own, downloads, interrupted prepares, gc leftovers) are listed, not read."""
+        todo: list[str] = []
+        stack = [self.root]
+        while stack:
+            folder = stack.pop()
+            items, _ = self.listings[str(folder)] = _list_dir(folder)
+            for it in items:
+                st = it.st
+                if st is None:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    name = it.name
+                    if name == layout.LEDGER_DIR or (folder == self.root and name == "downloads"):
+                        continue
+                    if layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name):
+                        continue
+                    stack.append(it.path)
+                elif stat.S_ISREG(st.st_mode) and it.name.endswith(".arrow"):
+                    path = str(it.path)
+                    if not self.index.knows(path[self.root_len :], st.st_size, st.st_mtime_ns, st.st_ino):
+                        todo.append(path)
+        if len(todo) < READ_AHEAD_MIN_FILES:
+            return
+        self.prefetched = dict(zip(todo, _read_summaries(todo, workers), strict=True))
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
@@ -451,7 +487,7 @@ class _Scanner:
         cached = self.index.get(rel, st.st_size, st.st_mtime_ns, st.st_ino)
         if cached is not None:
             return cached
-        summary = read_summary(path)
+        summary = self.prefetched.pop(str(path), None) or read_summary(path)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(path.name):
             self.index.put(rel, st.st_size, st.st_mtime_ns, st.st_ino, summary)
@@ -463,7 +499,7 @@ class _Scanner:
         stack = [path]
         while stack:
             d = stack.pop()
-            items, err = _list_dir(d)
+            items, err = self.list_dir(d)
             if err:
                 self.warn(d, err)
             for it in items:
@@ -513,7 +549,7 @@ class _Scanner:
 
     # -- the walk -------------------------------------------------------------------------------
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
-        items, err = _list_dir(path)
+        items, err = self.list_dir(path)
         if err:
             self.warn(path, err)
             self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))
@@ -888,7 +924,7 @@ class _Scanner:
         self.datasets.append(DatasetDir(path, path.name, "saved-dict", meta_files=meta))
         for it in items:
             if it.is_dir:
-                sub_items, err = _list_dir(it.path)
+                sub_items, err = self.list_dir(it.path)
                 if err is None and any(s.name == layout.STATE_JSON for s in sub_items):
                     self.saved(it.path, sub_items, unit=path, split_name=it.name)
                 else:
@@ -920,7 +956,7 @@ class _Scanner:
         )
 
     def downloads(self, path: Path) -> None:
-        items, err = _list_dir(path)
+        items, err = self.list_dir(path)
         if err:
             self.warn(path, err)
             return
@@ -953,7 +989,7 @@ class _Scanner:
             )
 
     def extracted(self, path: Path) -> None:
-        items, err = _list_dir(path)
+        items, err = self.list_dir(path)
         if err:
             self.warn(path, err)
             return
@@ -978,6 +1014,33 @@ class _Scanner:
                 )
             else:
                 self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
+
+
+#: Below this many unread Arrow files, starting processes costs more than it saves.
+READ_AHEAD_MIN_FILES = 2000
+
+
+def _spare_cores() -> int:
+    """Processes a cold listing may read headers in: the cores this process may run on, and one
+    only where forking is unsafe (another thread runs, e.g. a progress display) or unavailable."""
+    import threading
+
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _read_summaries(paths: list[str], workers: int) -> list[ArrowSummary]:
+    """`read_summary` of each path, on `workers` forked processes, in order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunk = max(64, len(paths) // (workers * 8))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(read_summary, paths, chunksize=chunk))
 
 
 def _ranks(ranks: Iterable[int]) -> str:
@@ -1101,6 +1164,9 @@ def scan_cache(
     with gc_paused():
         index = ReadIndex(root_path, enabled=use_index)
         scanner = _Scanner(root_path, index, progress)
+        workers = _spare_cores()
+        if workers > 1:
+            scanner.read_ahead(workers)
         scanner.walk(root_path)
         index.save()
         entries = _attribute_locks(scanner.entries, scanner.datasets)

@@ -1,6 +1,7 @@
 """`verify`: prove every cache file is whole and what it claims to be.
 
-`verify_cache(root)` scans the root without the read index (every header is read again), turns
+`verify_cache(root)` scans the root without the read index (every header is read again; with
+`deep=True` the index is used, as every byte is read and validated after), turns
 what the scan found into findings of three severities, and adds the checks only verify makes:
 shard lengths against `dataset_info.json`, indices that point past the end of their data, leftovers
 and who is writing them, ledger records whose files are gone, and with `deep=True` a full
@@ -18,11 +19,10 @@ import errno
 import json
 import os
 import stat
-import struct
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -448,18 +448,10 @@ class DeepResult:
     identity: tuple[int, int, int, int] | None = None  # of the very file read (its descriptor)
 
 
-#: Bytes asked for per read(): large enough that system calls and Python steps vanish against
-#: the copying, small enough that the chunks in flight (two per worker) stay a few hundred MB.
-DEEP_CHUNK = 16 << 20
+def deep_check(path: Path) -> DeepResult:
+    """Validate every buffer of every batch (offsets, UTF-8, nulls) and hash every byte (xxh3)."""
+    import mmap
 
-
-def deep_check(path: Path, pool: Executor | None = None) -> DeepResult:
-    """Validate every buffer of every batch (offsets, UTF-8, nulls) and hash every byte (xxh3).
-
-    The file is read once, front to back, in large chunks: each chunk is hashed as it arrives
-    and its record batches go to `pool` to be validated (pyarrow releases the GIL there, so the
-    next chunk is read and hashed meanwhile). A file this reader does not frame (dictionary
-    batches, damage) is read again through pyarrow's stream reader, which says what is wrong."""
     from cachetool.cache.arrow import open_noatime
 
     try:
@@ -470,145 +462,17 @@ def deep_check(path: Path, pool: Executor | None = None) -> DeepResult:
         st = os.fstat(fd)
         if st.st_size == 0:
             return DeepResult(path, 0, st.st_mtime_ns, None, "empty file (0 bytes)")
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         try:
-            streamed = _stream_check(fd, st.st_size, pool)
-        except OSError as e:
-            return DeepResult(path, st.st_size, st.st_mtime_ns, None, e.strerror or str(e), identity(st))
-        if streamed is not None:
-            checksum, error = streamed
-        else:
-            import mmap
-
-            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            checksum, error = _hash_and_validate(mm)
+        finally:
             try:
-                checksum, error = _hash_and_validate(mm)
-            finally:
-                try:
-                    mm.close()
-                except BufferError:  # pragma: no cover - a view outlived the walk; GC unmaps it
-                    pass
+                mm.close()
+            except BufferError:  # pragma: no cover - a view outlived the walk; GC unmaps it
+                pass
         return DeepResult(path, st.st_size, st.st_mtime_ns, checksum, error, identity(st))
     finally:
         os.close(fd)
-
-
-def _stream_check(fd: int, size: int, pool: Executor | None) -> tuple[str, str | None] | None:
-    """(xxh3 of every byte, the first problem or None), reading `fd` from its start; None for a
-    file that is not a plain Arrow stream of record batches (the caller reads it another way)."""
-    import pyarrow as pa
-    import xxhash
-
-    from cachetool.cache.arrow import CONTINUATION, message_frame
-
-    hasher = xxhash.xxh3_64()
-    pending: list[Future[tuple[int, str] | None]] = []
-    schema = None
-    window = bytearray()  # the bytes of the file from offset `base` on, as far as read
-    base = pos = 0  # pos: where the next message starts, inside the window
-    read_to = 0
-    batch = 0
-    done = False
-    while not done:
-        spans: list[tuple[int, int, int]] = []  # (batch index, start, end) complete in the window
-        need = pos + 8
-        while True:
-            if len(window) < need:
-                break
-            if window[pos : pos + 4] != CONTINUATION:
-                return None
-            try:
-                frame = message_frame(window, pos, size - base)
-            except (ValueError, struct.error):
-                return None
-            if frame is None:  # end-of-stream marker: pyarrow's reader stops here too
-                done = True
-                break
-            kind, end, meta_end = frame
-            if meta_end > len(window) or end > len(window):
-                need = end if meta_end <= len(window) else meta_end
-                break
-            if schema is None:
-                if kind != 1:
-                    return None
-                try:
-                    schema = pa.ipc.read_schema(pa.py_buffer(window[pos:end]))
-                except Exception:  # pyarrow's own stream reader says what is wrong
-                    return None
-            elif kind == 3:
-                spans.append((batch, pos, end))
-                batch += 1
-            else:
-                return None  # dictionary batches and the like: pyarrow's stream reader handles them
-            pos = end
-            need = pos + 8
-        if spans:
-            task = (window, spans, schema)
-            pending.append(pool.submit(_validate_batches, *task) if pool else _done(_validate_batches(*task)))
-        if done:
-            break
-        if read_to >= size:
-            return None  # ends inside a message or without the end-of-stream marker
-        # The next window: the unfinished message carried over, then at least one chunk read
-        # straight into place (never concatenated: that would copy every byte once more).
-        carry = len(window) - pos
-        want = min(max(DEEP_CHUNK, need - len(window)), size - read_to)
-        nxt = bytearray(carry + want)
-        view = memoryview(nxt)
-        view[:carry] = memoryview(window)[pos:]
-        got = carry
-        while got < len(nxt):
-            n = os.readv(fd, [view[got:]])
-            if n == 0:
-                return None  # shorter than its stat said: read it the other way
-            got += n
-        hasher.update(view[carry:])
-        view.release()
-        read_to += want
-        window = nxt
-        base += pos
-        pos = 0
-        # Memory in flight stays bounded: past a few queued chunks, wait for the oldest.
-        waiting = [f for f in pending if not f.done()]
-        if len(waiting) > 4:
-            waiting[0].result()
-    while read_to < size:  # bytes after the end-of-stream marker: hashed all the same
-        chunk = os.read(fd, min(DEEP_CHUNK, size - read_to))
-        if not chunk:
-            break
-        hasher.update(chunk)
-        read_to += len(chunk)
-    problems = [p for p in (f.result() for f in pending) if p is not None]
-    if schema is None:
-        return None
-    error = min(problems)[1] if problems else None
-    return hasher.hexdigest(), error
-
-
-def _done(value: tuple[int, str] | None) -> Future[tuple[int, str] | None]:
-    f: Future[tuple[int, str] | None] = Future()
-    f.set_result(value)
-    return f
-
-
-def _validate_batches(
-    window: bytearray, spans: list[tuple[int, int, int]], schema: Any
-) -> tuple[int, str] | None:
-    """The first problem among the record batches at `spans` of `window`, as (batch index, text)."""
-    import pyarrow as pa
-
-    view = memoryview(window)
-    for index, start, end in spans:
-        try:
-            batch = pa.ipc.read_record_batch(pa.ipc.read_message(pa.py_buffer(view[start:end])), schema)
-        except (pa.ArrowInvalid, OSError) as e:
-            return index, " ".join(str(e).split())
-        except Exception as e:  # whatever pyarrow raises on damage is a finding
-            return index, f"damaged Arrow file: {type(e).__name__}: {' '.join(str(e).split())}"
-        try:
-            batch.validate(full=True)
-        except pa.ArrowInvalid as e:
-            return index, f"invalid data in batch {index}: {' '.join(str(e).split())}"
-    return None
 
 
 def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
@@ -747,11 +611,8 @@ def _deep(
     done = 0
     total_bytes = 0
     results: list[tuple[Entry, DeepResult]] = []
-    # One reader (this thread: reading and hashing hold the GIL part of the time), `workers`
-    # validators (pyarrow releases the GIL while it validates).
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for e, f in targets:
-            res = deep_check(f.path, pool)
+        for (e, _), res in zip(targets, pool.map(deep_check, [f.path for _, f in targets]), strict=True):
             results.append((e, res))
             done += 1
             total_bytes += res.size
