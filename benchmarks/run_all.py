@@ -134,7 +134,6 @@ def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
     root = base / f"ls{files}"
     synthesize(root, files)
     env = env_for(base)
-    index = root / ".cachetool" / "read-index.json"
     walk = [PY, "-c", WALK.format(here=str(HERE), root=str(root))]
     ls_json = [*CT, "ls", str(root), "--json"]
 
@@ -160,7 +159,6 @@ def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
     rows.append(
         row(f"ls human piped / ls --json, {files // 1000}k files, warm", paired(warm_t, human_t, pairs), 1.2)
     )
-    del index
     return rows
 
 
