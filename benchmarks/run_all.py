@@ -529,11 +529,14 @@ def main() -> None:
             elif name == "ledger":
                 rows += bench_ledger(base, 50 if quick else 1000, 100, pairs)
             print(f"[{name}] {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+        report(rows, ns.json)  # before the clean-up: removing 100,000 files can take minutes
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
+
+def report(rows: list[Row], json_path: Path | None) -> None:
     print(f"\nMachine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"{'what':64} {'value':>8} {'noise':>13} {'goal':>16}  met")
+    print(f"{'what':64} {'value':>8} {'noise':>13} {'goal':>16}  met", flush=True)
     for r in rows:
         value = "" if r.ratio is None else f"{r.ratio:8.2f}"
         noise = "" if r.low is None or r.high is None else f"{r.low:.2f}–{r.high:.2f}"
@@ -541,8 +544,9 @@ def main() -> None:
         print(f"{r.what:64} {value:>8} {noise:>13} {r.goal:>16}  {met}")
         if r.detail:
             print(f"    {r.detail}")
-    if ns.json:
-        ns.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    sys.stdout.flush()
+    if json_path:
+        json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2))
 
 
 if __name__ == "__main__":
