@@ -32,8 +32,13 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) 
             raise BadJsonFile("not a regular file")
         if st.st_size > max_bytes:
             raise BadJsonFile(f"{st.st_size} bytes, more than any such file holds")
+        # Sized from the stat (one more byte tells a file that grew meanwhile): asking for the
+        # cap would allocate all of it up front.
         with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(max_bytes + 1)
+            data = f.read(st.st_size + 1)
+        if len(data) > max_bytes:
+            raise BadJsonFile(f"{len(data)} bytes, more than any such file holds")
+        return data
     except OSError as e:
         raise BadJsonFile(str(e).splitlines()[0][:200]) from None
     finally:

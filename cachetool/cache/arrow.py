@@ -27,9 +27,10 @@ NOT_ARROW = "not-arrow"
 UNREADABLE = "unreadable"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ArrowSummary:
-    """What the headers of one Arrow file say. Raw values only."""
+    """What the headers of one Arrow file say. Raw values only. Slots: a listing holds one per
+    file, 100,000 of them in a large cache."""
 
     format: str
     rows: int | None = None
@@ -60,24 +61,18 @@ class ArrowSummary:
             return None
         return features if isinstance(features, dict) else None
 
-    def to_row(self) -> list[Any]:
-        """A compact, JSON-able form for the read index."""
-        return [
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
+        # dataclasses with slots learned to pickle in 3.11).
+        return ArrowSummary, (
             self.format,
             self.rows,
             self.batches,
-            [list(c) for c in self.columns],
+            self.columns,
             self.fingerprint,
             self.metadata_json,
             self.eos,
             self.error,
-        ]
-
-    @classmethod
-    def from_row(cls, row: list[Any]) -> ArrowSummary:
-        fmt, rows, batches, columns, fp, meta, eos, error = row
-        return cls(
-            fmt, rows, batches, tuple((str(n), str(t)) for n, t in columns), fp, meta, bool(eos), error
         )
 
 

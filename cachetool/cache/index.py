@@ -181,7 +181,6 @@ def _decode(data: bytes) -> dict[str, _Row]:
             schemas[sid] = (tuple((str(n), str(t)) for n, t in cols), meta)
         dirs = {d: (p + "/" if p else "") for d, p in db.execute("SELECT id, path FROM dirs")}
         out: dict[str, _Row] = {}
-        summary_new = ArrowSummary.__new__
         for d, name, size, mtime_ns, inode, fp, rows, batches, state, error, sid in db.execute(
             "SELECT dir, name, size, mtime_ns, inode, fingerprint, rows, batches, state, error, schema "
             "FROM files"
@@ -201,19 +200,7 @@ def _decode(data: bytes) -> dict[str, _Row]:
             columns, meta = schemas[sid] if sid is not None else ((), None)
             if meta is not None and fp is not None:
                 meta = meta.replace(_FP_MARK, fp)
-            # ArrowSummary is frozen: filling its __dict__ skips eight object.__setattr__ calls
-            # per file, the largest cost of a warm listing after the stat itself.
-            s = summary_new(ArrowSummary)
-            s.__dict__.update(
-                format=_FORMATS[state >> 1],
-                rows=rows,
-                batches=batches,
-                columns=columns,
-                fingerprint=fp,
-                metadata_json=meta,
-                eos=bool(state & 1),
-                error=error,
-            )
+            s = ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
             out[dirs[d] + name] = (size, mtime_ns, inode, s)
         return out
     finally:

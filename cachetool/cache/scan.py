@@ -39,7 +39,7 @@ def _human_age(ts: float | None, now: float | None = None) -> str:
     return str(humanize.naturaltime(delta))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheFile:
     """One file on disk, as `stat` and (for Arrow files) the headers tell it."""
 
@@ -97,7 +97,7 @@ class DatasetDir:
         return dict(self.shard_lengths).get(split)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One logical dataset state (one fingerprint) or one leftover, with all its files."""
 
