@@ -76,9 +76,9 @@ def main() -> None:
             if mode == "traced":
                 uninstall_tracing()
 
-    records = [r for r in read_ledger(tmp / "cache").records if r["operation"] == "map" and not r["internal"]]
+    records = [r for r in read_ledger(tmp / "cache").steps() if r.operation == "map"]
     assert len(records) == ns.maps * ns.rounds, len(records)
-    assert all(r["cache"] == "hit" for r in records)
+    assert all(r.cache == "hit" for r in records)
     plain = statistics.median(times["untraced"])
     traced = statistics.median(times["traced"])
     per_record_us = (traced - plain) / ns.maps * 1e6

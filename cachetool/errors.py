@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 class ExitCode(IntEnum):
-    """Exit codes shared by every command (documented in README and `--help`)."""
+    """Exit codes shared by every command (the table: docs/exit-codes.md)."""
 
     OK = 0
     #: verify found errors; check-determinism found a differing fingerprint.
@@ -61,12 +61,34 @@ class UnknownFingerprint(CachetoolError):
         self.root = root
 
 
+class RecordedOnly(UnknownFingerprint):
+    """The fingerprint is known to the ledger only: no cache file holds it (now)."""
+
+    def __init__(self, fingerprint: str, root: Path, ledger: object = None) -> None:
+        CachetoolError.__init__(
+            self,
+            f"no cache entry holds {fingerprint} in {root}: only the ledger records it (its files "
+            f"were removed, or it never had any); `cachetool lineage {fingerprint}` shows its steps",
+        )
+        self.prefix = fingerprint
+        self.root = root
+
+
 class AmbiguousFingerprint(CachetoolError):
     """A fingerprint prefix matches more than one entry."""
 
+    #: Candidates listed, one per line; the rest are counted.
+    MAX_SHOWN = 8
+
     def __init__(self, prefix: str, matches: Sequence[str]) -> None:
-        shown = ", ".join(matches[:8]) + (", ..." if len(matches) > 8 else "")
-        super().__init__(f"'{prefix}' is ambiguous: it matches {len(matches)} entries ({shown})")
+        n = len(matches)
+        lines = [
+            f"'{prefix}' is ambiguous: it matches {n} entries (name one by a longer prefix or its path):"
+        ]
+        lines += [f"  {m}" for m in matches[: self.MAX_SHOWN]]
+        if len(matches) > self.MAX_SHOWN:
+            lines.append(f"  ... and {len(matches) - self.MAX_SHOWN} more")
+        super().__init__("\n".join(lines))
         self.prefix = prefix
         self.matches = tuple(matches)
 

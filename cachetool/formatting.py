@@ -63,6 +63,23 @@ def human_duration(seconds: float) -> str:
     return str(humanize.naturaldelta(seconds))
 
 
+def safe_text(text: str) -> str:
+    """Make a string safe for a terminal: control characters (escape sequences) become visible
+    `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""
+    if text.isprintable():  # no control character, no surrogate: nothing to escape (the common case)
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if (o < 0x20 and ch not in "\t") or 0x7F <= o < 0xA0:
+            out.append(f"\\x{o:02x}")
+        elif 0xDC80 <= o <= 0xDCFF:  # surrogate-escaped byte from a non-UTF-8 file name
+            out.append(f"\\x{o - 0xDC00:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def short_path(path: str | os.PathLike[str], width: int | None = 80) -> str:
     """A path as a person reads it: the home folder as `~`, and when longer than `width`, the
     middle folders replaced by `…`. Names are never cut (a fingerprint or hash stays whole): at

@@ -80,12 +80,12 @@ def test_dirs_fits_80_columns_exactly(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = [line.rstrip() for line in result.stdout.splitlines()]
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
-    assert lines[0].split() == ["location", "path", "from"]
-    rows = dict((line[:20].strip(), line[20:]) for line in lines[1:13] if line[:20].strip())
+    assert lines[0].split()[:3] == ["location", "path", "from"]
+    rows = dict((line[:20].strip(), line[20:]) for line in lines[1:] if line[:20].strip())
     assert rows["datasets cache"].split()[0] == "~/…/huggingface-cache/datasets"
     assert rows["downloads"].split()[0] == "~/projects/…/datasets/downloads"
     assert rows["modules"].split()[0] == "~/.cache/huggingface/modules"
-    assert rows["temp dir"].split() == ["/tmp", "TMPDIR"]
+    assert rows["temp dir"].split()[:2] == ["/tmp", "TMPDIR;"]
 
 
 # -- durations -----------------------------------------------------------------------------
@@ -107,6 +107,7 @@ def test_a_duration_without_a_unit_is_refused_with_a_hint(tmp_path: Path, option
     assert ok.exit_code == 0, ok.output
 
 
+@pytest.mark.slow
 def test_an_error_line_fits_the_terminal(tmp_path: Path) -> None:
     """On an 80-column terminal an error stays one line that fits: the path in it is shortened
     from the middle, its last name whole."""
@@ -205,8 +206,14 @@ class TestOnRealCache:
         for name in names:
             assert any(line.split()[:1] == [name] for line in shown.splitlines()), (name, shown)
         assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80
-        listing = invoke("ls", cache, columns=80).stdout
-        assert fp in listing
+        entries = json.loads(invoke("ls", cache, "--json").stdout)["entries"]
+        fingerprints = [e["fingerprint"] for e in entries if e["fingerprint"]]
+        assert len(fingerprints) > 10
+        for args in ([], ["--sort", "size"]):  # grouped by dataset, and one flat table
+            listing = invoke("ls", cache, *args, columns=80).stdout
+            assert max(len(line.rstrip()) for line in listing.splitlines()) <= 80, listing
+            assert all(f in listing for f in fingerprints), listing
+            assert "…" not in "".join(line.split()[1] for line in listing.splitlines() if fp in line)
 
 
 @pytest.mark.slow
@@ -217,7 +224,7 @@ def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
 
     (tmp_path / "prepare.py").write_text(
         "import os, subprocess\n"
-        "ps = ['ps', '-o', 'args=', '-p', str(os.getpid())]\n"
+        "ps = ['ps', '-ww', '-o', 'args=', '-p', str(os.getpid())]\n"
         "print(subprocess.run(ps, capture_output=True, text=True).stdout.strip())\n",
         encoding="utf-8",
     )
@@ -233,3 +240,125 @@ def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
     shown = proc.stdout.strip()
     assert shown.endswith(" prepare.py --rows 10"), shown
     assert " -c " not in shown and "import" not in shown, shown
+
+
+def test_exit_codes_are_documented_once_and_every_help_uses_them() -> None:
+    """docs/exit-codes.md is the one table: every `ExitCode` with its number and name, every
+    command in the per-command table; each command's `--help` has an `Exit codes:` line naming
+    only codes from it, and the command reference links the table for each command."""
+    import re
+
+    import typer
+
+    from cachetool.errors import ExitCode
+
+    root = Path(__file__).resolve().parents[1]
+    table = (root / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+    for code in ExitCode:
+        assert f"| {int(code)} | `{code.name}` |" in table, code
+    group = typer.main.get_command(app)
+    for name in group.commands:  # type: ignore[attr-defined]
+        assert f"`{name}`" in table.split("Per command:")[1], name
+        text = " ".join(invoke(name, "--help", columns=200).stdout.split())
+        line = text.split("Exit codes:", 1)[1].split(".")[0] if "Exit codes:" in text else ""
+        assert line, f"`cachetool {name} --help` names no exit codes"
+        assert {int(n) for n in re.findall(r"\b(\d+) ", line)} <= {int(c) for c in ExitCode}, (name, line)
+    reference = (root / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert reference.count("All exit codes: [exit-codes.md](exit-codes.md)") == len(group.commands)  # type: ignore[attr-defined]
+
+
+def test_python_api_reference_is_generated_from_the_docstrings() -> None:
+    """docs/api.md is what `python -m cachetool.cli.docs docs/api.md` writes from the docstrings."""
+    from cachetool.cli.docs import API_END, API_START, api_reference
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = text.split(API_START, 1)[1].split(API_END, 1)[0]
+    assert block.strip() == api_reference().strip(), "run: python -m cachetool.cli.docs docs/api.md"
+    assert "### `scan_cache(" in block and "### `verify_cache(" in block and "### `plan_gc(" in block
+
+
+@pytest.mark.slow
+def test_gc_plan_at_80_columns_names_every_item_whole(real_cache: dict[str, Any]) -> None:
+    """`gc --dry-run` at 80 columns: every line fits, and every item's name (hash-named folders
+    and downloads included) appears whole, with its kind, size and reason."""
+    args = ["gc", "--temp", "--min-age", "0", "--dry-run", "--cache-dir", real_cache["cache"]]
+    doc = json.loads(invoke(*args, "--json").stdout)
+    names = [Path(i["path"]).name for i in doc["plan"]["items"] if not i["fingerprint"]]
+    assert any(len(n) > 40 for n in names), names  # a hash-named leftover is among them
+    human = invoke(*args, columns=80).stdout
+    # Only a name wider than the terminal by itself stands alone on a longer line.
+    wide = [line.strip() for line in human.splitlines() if len(line.rstrip()) > 80]
+    assert all(line in names and len(line) > 78 for line in wide), (wide, human)
+    for name in names:
+        assert name in human, (name, human)
+
+
+@pytest.fixture(scope="module")
+def traced_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`cachetool demo`'s cache: a pipeline of six steps recorded by `cachetool run`."""
+    from tests.conftest import hf_env
+
+    base = tmp_path_factory.mktemp("quiet")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "demo", str(base / "demo")],
+        env=hf_env(base),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cache = str(base / "demo" / "cache")
+    final = json.loads(invoke("ls", cache, "--json", "--filter", "kind=shards").stdout)["entries"][0]
+    return {"cache": cache, "final": final["fingerprint"]}
+
+
+@pytest.mark.slow
+def test_quiet_prints_ids_that_compose(traced_cache: dict[str, Any]) -> None:
+    """`-q` prints one id a line in the commands that gained it: `lineage` the chain's
+    fingerprints (source first), `explain` the explained steps', `stats` the hit rate alone,
+    `verify` the entries with errors (none on a sound cache, the broken one after damage)."""
+    cache, final = traced_cache["cache"], traced_cache["final"]
+    chain = invoke("lineage", final, "--cache-dir", cache, "-q").stdout.split()
+    doc = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json").stdout)
+    assert chain == [s["fingerprint"] for s in doc["steps"]] and len(chain) == 6 and chain[-1] == final
+    explained = invoke("explain", "--last", "--cache-dir", cache, "-q").stdout.split()
+    assert final in explained and set(explained) <= set(chain)
+    assert invoke("stats", "--cache-dir", cache, "-q").stdout == "0\n"  # six misses, no hit
+    assert json.loads(invoke("stats", "--cache-dir", cache, "--format", "json").stdout)["misses"] == 6
+    sound = invoke("verify", "--cache-dir", cache, "-q")
+    assert (sound.exit_code, sound.stdout) == (0, "")
+    victim = chain[1]
+    path = Path(json.loads(invoke("show", victim, "--cache-dir", cache, "--json").stdout)["path"])
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    broken = invoke("verify", "--cache-dir", cache, "-q")
+    assert (broken.exit_code, broken.stdout) == (1, f"{victim}\n")
+
+
+def test_a_long_report_line_wraps_at_spaces_at_80_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    """A long human line (as check-determinism, verify and explain print them) wraps at spaces
+    to 80 columns with an indent; the path in it stays on one line, whole."""
+    from cachetool.cli.common import Output, OutputFormat
+
+    path = f"/srv/projects/pipelines/{HASH}/prepare_dataset_for_training.py:118"
+    line = f"  hint: load_dataset identifies local data files by path and modification time: {path} rewritten"
+    Output(OutputFormat.human, width=80).line(line)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "  hint: load_dataset identifies local data files by path and modification time:",
+        f"    {path}",
+        "    rewritten",
+    ]
+
+
+def test_generated_markdown_shows_every_angle_bracket() -> None:
+    """In docs/commands.md and docs/api.md a `<root>` outside backticks is escaped, so Markdown
+    does not read it as an HTML tag and swallow it."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "docs"
+    for page in ("commands.md", "api.md"):
+        for line in (root / page).read_text(encoding="utf-8").splitlines():
+            if line.startswith(("    ", "<!--")):
+                continue
+            outside = "".join(line.split("`")[0::2])
+            assert not re.search(r"<[A-Za-z/]", outside), (page, line)

@@ -212,7 +212,8 @@ def test_explain_one_fingerprint_with_its_history(runs: ExplainRuns, monkeypatch
     assert s.step.fingerprint == runs.second["shout"] and s.reasons[0].kind == "function-source"
     first = explain_fingerprint(runs.cache, f"cache-{runs.first['base']}.arrow")
     assert first.steps[0].reasons[0].kind == "first-run"
-    assert first.steps[0].reasons[0].text == "first time this step ran (nothing recorded to compare with)"
+    first_text = "first run recorded in this cache: it held nothing yet, so every step ran"
+    assert first.steps[0].reasons[0].text == first_text
 
 
 def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
@@ -221,7 +222,20 @@ def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
     result = CliRunner().invoke(app, ["explain", "--last", "--json", "--cache-dir", str(runs.cache)], env=env)
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
-    assert set(doc) == {"version", "root", "mode", "run", "run_time", "computed", "loaded", "steps", "stale"}
+    assert set(doc) == {
+        "version",
+        "root",
+        "mode",
+        "run",
+        "run_time",
+        "computed",
+        "loaded",
+        "steps",
+        "stale",
+        "uncached",
+        "uncached_seconds",
+        "uncached_hint",
+    }
     assert doc["mode"] == "run" and doc["computed"] == 9 and doc["loaded"] == 5
     kinds = {s["fingerprint"]: s["reasons"][0]["kind"] for s in doc["steps"]}
     assert kinds[runs.second["tag"]] == "nondeterministic"
@@ -259,11 +273,11 @@ def test_records_stay_small_with_a_10_mb_closure(runs: ExplainRuns) -> None:
     assert big < 4000 and max(sizes.values()) < 4000
     assert total < 100_000
     big_rec = next(
-        r
-        for r in read_ledger(runs.cache).records
-        if r["result"] == runs.first["big"] and r["cache"] == "miss"
+        r for r in read_ledger(runs.cache).steps() if r.result == runs.first["big"] and r.cache == "miss"
     )
-    closure = big_rec["args"]["function"]["summary"]["c"]
+    summary = big_rec.args["function"].summary
+    assert summary is not None
+    closure = summary["c"]
     assert any(c["l"] == "closure 'table'" and c["t"] == "numpy.ndarray" and c["d"] for c in closure)
 
 

@@ -76,9 +76,9 @@ def test_eight_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
     assert got.warnings == ()
     assert len(got.segments) == 8  # one segment per process, named by host, pid and start time
     assert len(got.records) == 4000
-    seen = {(r["worker"], r["seq"]) for r in got.records}
+    seen = {(r.extra["worker"], r.seq) for r in got.records}
     assert seen == {(w, i) for w in range(8) for i in range(500)}
-    assert all(r["payload"] == "x" * (r["seq"] % 300) for r in got.records)
+    assert all(r.extra["payload"] == "x" * (r.seq % 300) for r in got.records)
     assert str(root) in known_roots()
 
 
@@ -115,7 +115,7 @@ def test_a_writer_killed_mid_record_leaves_a_torn_tail_that_is_skipped(tmp_path:
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
     got = read_ledger(root)
-    assert [r["seq"] for r in got.records] == list(range(20))
+    assert [r.seq for r in got.records] == list(range(20))
     assert len(got.warnings) == 1
     assert "torn last record" in got.warnings[0]
     assert set(usage_by_fingerprint(root)) == {f"fp{i:014d}" for i in range(20)}
@@ -130,13 +130,13 @@ def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_pat
     lines = [json.dumps(_record(0, "aaaa")), json.dumps(future), "not json at all", json.dumps([1, 2])]
     seg.write_text("\n".join(lines) + "\n", encoding="utf-8")
     got = read_ledger(root)
-    assert [r["result"] for r in got.records] == ["aaaa", "bbbb"]
-    assert got.records[1]["quantum"] == {"entangled": True}
+    assert [r.result for r in got.steps()] == ["aaaa", "bbbb"]
+    assert got.records[1].extra["quantum"] == {"entangled": True}
     assert len(got.warnings) == 2  # the two bad lines, each named
     usage = usage_by_fingerprint(root)
     assert usage["bbbb"].parent == "aaaa"
     assert usage["bbbb"].operation == "teleport"
-    assert records_for(root, "bbbb")[0]["quantum"] == {"entangled": True}
+    assert records_for(root, "bbbb")[0].extra["quantum"] == {"entangled": True}
 
 
 def test_no_ledger_means_no_usage(tmp_path: Path) -> None:
@@ -178,5 +178,108 @@ def test_an_unwritable_root_falls_back_to_the_user_folder_and_says_so_once(tmp_p
     w.close()
     assert len(said) == 1
     assert str(fallback_ledger_dir(root)) in said[0]
-    assert [r["result"] for r in read_ledger(root).records] == ["fp0", "fp1", "fp2"]
+    assert [r.result for r in read_ledger(root).steps()] == ["fp0", "fp1", "fp2"]
     assert "fp2" in usage_by_fingerprint(root)
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "why"),
+    [
+        ("parents", 5, "'parents' is not a list of strings"),
+        ("duration", "abc", "'duration' is not a finite number"),
+        ("files", 5, "'files' is not a list of objects"),
+        ("time", float("inf"), "'time' is not a finite number"),
+        ("args", {"x": 3}, "'args.x' is not an object"),
+        ("call_site", {"line": "twelve"}, "'call_site.line' is not an integer"),
+        ("cache", "maybe", "'cache' is not one of"),
+    ],
+)
+def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
+    tmp_path: Path, field: str, bad: object, why: str
+) -> None:
+    """One record with a wrong type (`"parents":5`, `"duration":"abc"`, `"time":1e400`, ...) is
+    skipped with a warning naming the file, the line and the field; every other record reads."""
+    root = tmp_path / "cache"
+    seg = ledger.ledger_dir(root) / "h-1-20300101T000000.000000Z.jsonl"
+    seg.parent.mkdir(parents=True)
+    line = json.dumps(_record(1, "bbbb", "aaaa", **{field: bad})).replace("Infinity", "1e400")
+    seg.write_text(json.dumps(_record(0, "aaaa")) + "\n" + line + "\n", encoding="utf-8")
+    got = read_ledger(root)
+    assert [r.result for r in got.steps()] == ["aaaa"]
+    assert len(got.warnings) == 1 and got.warnings[0].startswith(f"{seg}:2: skipped a record: {why}")
+    assert set(usage_by_fingerprint(root)) == {"aaaa"}
+
+
+def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> None:
+    """gc's `"files": 1` (a count) and a step's `"files": [...]` (a list) are two classes, so no
+    reader can take one for the other; each round-trips through its writer's JSON unchanged."""
+    from cachetool.lineage.gclog import GcLog, gc_records
+    from cachetool.lineage.records import GcRecord, StepRecord, parse_record
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    with GcLog(root) as log:
+        log.removed(kind="temp", paths=[root / "tmp1234"], size=10, files=1, reason="leftover", when=2000.0)
+    w = LedgerWriter()
+    w.append(str(root), _record(0, "aaaa", files=[{"path": "/x.arrow", "size": 3, "status": "written"}]))
+    w.close()
+    got = read_ledger(root)
+    assert got.warnings == ()
+    (gc,) = gc_records(root)
+    assert isinstance(gc, GcRecord) and gc.files == 1 and gc.paths == (str(root / "tmp1234"),)
+    (step,) = got.steps()
+    assert isinstance(step, StepRecord) and step.files[0].path == "/x.arrow"
+    for rec in got.records:
+        assert parse_record(rec.to_json()) == rec
+
+
+def test_deep_nesting_huge_lines_fifos_and_dev_zero_are_skipped(tmp_path: Path) -> None:
+    """200,000 nested brackets, a line over the cap, a FIFO segment and a segment symlinked to
+    /dev/zero: each is a warning; the command neither crashes, hangs nor runs out of memory."""
+    root = tmp_path / "cache"
+    d = ledger.ledger_dir(root)
+    d.mkdir(parents=True)
+    (d / "a-1-x.jsonl").write_text(
+        "[" * 200_000
+        + "\n"
+        + '{"v":1,"type":"transform","x":"'
+        + "y" * ledger.MAX_LINE_BYTES
+        + '"}\n'
+        + json.dumps(_record(0, "aaaa"))
+        + "\n",
+        encoding="utf-8",
+    )
+    os.mkfifo(d / "b-2-x.jsonl")
+    os.symlink("/dev/zero", d / "c-3-x.jsonl")
+    got = read_ledger(root)
+    assert [r.result for r in got.steps()] == ["aaaa"]
+    text = "\n".join(got.warnings)
+    assert "nested too deeply" in text and "at most" in text
+    assert text.count("not a regular file") == 2
+
+
+@pytest.mark.parametrize(
+    "command", [["lineage"], ["show"], ["explain"], ["pin"], ["gc", "--older-than", "1d", "--keep"], ["gc"]]
+)
+def test_an_ambiguous_prefix_lists_its_candidates_in_at_most_ten_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """30 recorded fingerprints share the prefix `ab`: every command that takes a fingerprint says
+    it is ambiguous (exit 2) with the candidates one per line, at most 10 lines in all."""
+    from typer.testing import CliRunner
+
+    from cachetool.cli.app import app
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    w = LedgerWriter()
+    for i in range(30):
+        w.append(str(root), _record(i, f"ab{i:014d}", "0" * 16))
+    w.close()
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(app, [*command, "ab", "--cache-dir", str(root)], catch_exceptions=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, result.stderr
+    assert lines[0].startswith("Error: 'ab' is ambiguous: it matches 30 entries")
+    assert 2 < len(lines) <= 10 and lines[1].strip().startswith("ab00000000000000")
+    assert lines[-1].strip() == "... and 22 more"

@@ -131,16 +131,19 @@ def test_ls_json_text_is_what_json_dumps_writes(real_cache: dict[str, Any], tmp_
 
 
 def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: Any, width: int) -> str:
+    """The table as Rich draws it (the direct path turned off)."""
     import io
+    from unittest import mock
 
     from rich.console import Console
 
-    from cachetool.cli.common import Output, OutputFormat
+    from cachetool.cli import common
 
-    out = Output(OutputFormat.human, width=width)
+    out = common.Output(common.OutputFormat.human, width=width)
     buf = io.StringIO()
     out._console = Console(highlight=False, soft_wrap=False, width=width, file=buf)
-    out._rich_table(None, columns, rows, None, widths)
+    with mock.patch.object(common, "plain_table_lines", lambda *a: None):
+        out.table(None, columns, rows, widths=widths)
     return buf.getvalue()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +118,80 @@ def test_a_killed_writer_is_abandoned_and_a_live_one_is_being_written(tmp_path: 
     _, err = again.communicate(timeout=120)
     assert again.returncode != 0
     assert "There appears to be a concurrent caching iterator running" in err
+
+
+def _cli(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from cachetool.cli.app import app
+
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"}, catch_exceptions=False)
+
+
+def _ls(folder: Path) -> list[dict[str, Any]]:
+    result = _cli("ls", "--cache-dir", str(folder), "--json")
+    assert result.exit_code == 0, result.output
+    return [e for e in json.loads(result.stdout)["entries"] if e["kind"] == "tf-cache"]
+
+
+def _gc(folder: Path) -> dict[str, Any]:
+    result = _cli("gc", "--cache-dir", str(folder), "--temp", "--min-age", "0", "-y", "--json")
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.stdout))
+
+
+def test_gc_keeps_a_live_writer_and_clears_a_killed_ones_lockfile_so_the_next_run_works(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    """While a tf.data writer runs, `ls` shows its cache as one `tf-cache` entry being written by
+    its pid, and `gc --temp --min-age 0 -y` in a loop keeps its lockfile and partial shard. Killed,
+    the entry is `abandoned`; `verify` says so; gc removes exactly the lockfile and partial shard;
+    the next run then writes the cache, which `ls` shows `complete` and `verify` finds sound."""
+    folder = tmp_path / "tfcache"
+    proc = _writer(tmp_path, folder / "train", 100_000, 0.002)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "writing"
+    try:
+        (live,) = _ls(folder)
+        assert (live["prefix"], live["state"], live["complete"]) == ("train", "being-written", False)
+        assert live["writer_pids"] == [proc.pid] and live["files"] == 2
+        for _ in range(3):
+            doc = _gc(folder)
+            assert doc["result"]["removed"] == []
+            assert [s["reason"] for s in doc["plan"]["skipped"]] == [f"being written by pid {proc.pid}"]
+            assert (folder / "train_0.lockfile").exists() and proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    leftovers = sorted(n for n in os.listdir(folder) if n != ".cachetool")
+    (dead,) = _ls(folder)
+    assert (dead["state"], dead["complete"], dead["size"]) == (
+        "abandoned",
+        False,
+        sum((folder / n).stat().st_size for n in leftovers),
+    )
+    verify = _cli("verify", "--cache-dir", str(folder), "--json")
+    (finding,) = json.loads(verify.stdout)["findings"]
+    assert (finding["severity"], finding["kind"]) == ("warning", "tf-cache")
+    assert "AlreadyExistsError" in finding["problem"]
+
+    doc = _gc(folder)
+    (item,) = doc["result"]["removed"]
+    assert item["kind"] == "tf-cache" and item["files"] == len(leftovers)
+    assert os.listdir(folder) == [".cachetool"]  # gc's lock and its record of the removal
+
+    again = _writer(tmp_path, folder / "train", 50, 0)
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err[-2000:]
+    (done,) = _ls(folder)
+    assert (done["state"], done["complete"], done["problems"]) == ("complete", True, [])
+    verify = _cli("verify", "--cache-dir", str(folder), "--json")
+    assert verify.exit_code == 0 and json.loads(verify.stdout)["findings"] == []
+
+    # A data shard cut short is an error verify names; gc --temp never touches a cache's data.
+    data = folder / "train.data-00000-of-00001"
+    os.truncate(data, data.stat().st_size // 2)
+    verify = _cli("verify", "--cache-dir", str(folder), "--json")
+    (finding,) = json.loads(verify.stdout)["findings"]
+    assert finding["severity"] == "error" and "the index places tensors up to byte" in finding["problem"]
+    assert _gc(folder)["result"]["removed"] == [] and data.exists()

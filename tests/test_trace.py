@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,6 +19,7 @@ except ImportError:
 
 from cachetool.lineage.graph import LineageGraph, load_graph
 from cachetool.lineage.ledger import read_ledger
+from cachetool.lineage.records import StepRecord
 
 pytestmark = pytest.mark.slow
 
@@ -108,13 +108,13 @@ def test_operations_functions_arguments_and_files(runs: PipelineRuns, graph: Lin
         "mem_root": "from_dict",
         "mem_map": "map",
     }
-    assert step["csv"].source is not None and step["csv"].source["builder"] == "csv"
-    assert step["csv"].source["split"] == "train" and step["csv"].type == "root"
+    assert step["csv"].source is not None and step["csv"].source.builder == "csv"
+    assert step["csv"].source.split == "train" and step["csv"].type == "root"
     fn = step["map"].function
-    assert fn is not None and fn["qualname"] == "add_len"
-    assert fn["file"] == str(runs.script) and fn["line"] == _line_of(PIPELINE, "def add_len")
-    assert str(fn["source_hash"]).startswith("sha256:")
-    assert step["map"].call_site == {
+    assert fn is not None and fn.qualname == "add_len"
+    assert fn.file == str(runs.script) and fn.line == _line_of(PIPELINE, "def add_len")
+    assert str(fn.source_hash).startswith("sha256:")
+    assert step["map"].call_site is not None and step["map"].call_site.to_json() == {
         "file": str(runs.script),
         "line": _line_of(PIPELINE, "csv.map(add_len)"),
         "function": "<module>",
@@ -122,9 +122,10 @@ def test_operations_functions_arguments_and_files(runs: PipelineRuns, graph: Lin
     assert dict(step["batched"].args) == {"batch_size": "8", "batched": "True"}
     assert dict(step["select"].args) == {"indices": "[3, 1, 2, 0]"}
     assert dict(step["train"].args)["seed"] == "0"
-    assert step["train"].record is not None and step["train"].record["output"] == "train"
-    assert graph.step(fp["test"]).record["args"]["fingerprint_name"]["repr"] == "'test_new_fingerprint'"
-    assert step["train"].record["args"]["fingerprint_name"]["repr"] == "'train_new_fingerprint'"
+    train, test = step["train"].record, graph.step(fp["test"]).record
+    assert train is not None and train.output == "train" and test is not None
+    assert test.args["fingerprint_name"].repr == "'test_new_fingerprint'"
+    assert train.args["fingerprint_name"].repr == "'train_new_fingerprint'"
     shards = [Path(f.path).name for f in step["num_proc"].files]
     assert shards == [f"cache-{fp['num_proc']}_0000{r}_of_00002.arrow" for r in (0, 1)]
     assert step["num_proc"].cache == "miss" and all(f.exists for f in step["num_proc"].files)
@@ -145,12 +146,12 @@ def test_an_unhashable_function_is_recorded_as_a_random_fallback(
     """A function closing over a generator cannot be pickled: the record names the argument and
     the exception text `datasets` swallowed before making the fingerprint up."""
     s = graph.step(runs.fps["random"])
-    assert s.random_fallback == {
+    assert s.random_fallback is not None and s.random_fallback.to_json() == {
         "argument": "function",
         "error": "cannot pickle 'generator' object",
         "error_type": "TypeError",
     }
-    assert s.function is not None and s.function["qualname"] == "make_unhashable.<locals>.tag"
+    assert s.function is not None and s.function.qualname == "make_unhashable.<locals>.tag"
     assert graph.step(runs.fps["map"]).random_fallback is None
 
 
@@ -158,25 +159,24 @@ def test_internal_calls_are_recorded_but_hidden_by_default(runs: PipelineRuns) -
     """`set_format` inside map and the per-shard `select` of a num_proc map are in the ledger,
     marked internal; the lineage graph leaves them out unless asked."""
     records = read_ledger(runs.cache).records
-    internal = [r for r in records if r["internal"]]
-    assert {"set_format", "select"} <= {r["operation"] for r in internal}
-    assert all(
-        not r["internal"] for r in records if r["result"] == runs.fps["map"] and r["operation"] == "map"
-    )
+    internal = [r for r in records if r.internal]
+    assert {"set_format", "select"} <= {getattr(r, "operation", None) for r in internal}
+    steps = read_ledger(runs.cache).steps(include_internal=True)
+    assert all(not r.internal for r in steps if r.result == runs.fps["map"] and r.operation == "map")
     shown = LineageGraph(records)
-    assert all(not r["internal"] for r in shown.records)
+    assert all(not r.internal for r in shown.records)
     with_internal = LineageGraph(records, include_internal=True)
-    assert len(with_internal.records) == len(records)
+    assert len(with_internal.records) == len(steps)
 
 
 def test_records_carry_run_host_pid_versions_and_timing(runs: PipelineRuns) -> None:
-    records = read_ledger(runs.cache).records + read_ledger(runs.saved).records
-    assert len({r["run"] for r in records}) == 1 and len({r["pid"] for r in records}) == 1
+    records = [*read_ledger(runs.cache).steps(include_internal=True), *read_ledger(runs.saved).steps()]
+    assert len({r.run for r in records}) == 1 and len({r.pid for r in records}) == 1
     r = records[0]
-    assert r["v"] == 1 and r["host"] and isinstance(r["time"], float) and r["duration"] >= 0
-    assert set(r["versions"]) >= {"python", "datasets", "dill", "pyarrow", "cachetool"}
-    assert all(rec["root"] in (str(runs.cache), str(runs.saved)) for rec in records)
-    assert {rec["root"] for rec in records if rec["operation"] in ("save_to_disk", "load_from_disk")} == {
+    assert r.v == 1 and r.host and isinstance(r.time, float) and r.duration >= 0
+    assert set(r.versions) >= {"python", "datasets", "dill", "pyarrow", "cachetool"}
+    assert all(rec.root in (str(runs.cache), str(runs.saved)) for rec in records)
+    assert {rec.root for rec in records if rec.operation in ("save_to_disk", "load_from_disk")} == {
         str(runs.saved)
     }
 
@@ -266,38 +266,63 @@ def test_tracing_api_records_hits_misses_and_partial_num_proc_reuse(tmp_path: Pa
     )
     assert proc.returncode == 0, proc.stderr
     fp_f, fp_g, fp_untraced = json.loads(proc.stdout.strip().splitlines()[-1])
-    records = [r for r in read_ledger(tmp_path / "cache", include_internal=False).records]
-    by_result: dict[str, list[dict[str, Any]]] = {}
+    records = read_ledger(tmp_path / "cache").steps()
+    by_result: dict[str | None, list[StepRecord]] = {}
     for r in records:
-        by_result.setdefault(r["result"], []).append(r)
-    assert [r["cache"] for r in by_result[fp_f]] == ["miss", "hit"]
-    assert [r["cache"] for r in by_result[fp_g]] == ["miss", "partial"]
-    assert [f["status"] for f in by_result[fp_g][1]["files"]] == ["reused", "written"]
+        by_result.setdefault(r.result, []).append(r)
+    assert [r.cache for r in by_result[fp_f]] == ["miss", "hit"]
+    assert [r.cache for r in by_result[fp_g]] == ["miss", "partial"]
+    assert [f.status for f in by_result[fp_g][1].files] == ["reused", "written"]
     assert fp_untraced not in by_result
 
 
-def test_a_missing_hook_point_warns_once_and_runs_untraced(tmp_path: Path) -> None:
-    """Another `datasets` version without a method the tracer hooks: one warning, no ledger, and
-    the pipeline runs as usual."""
+OLD_DATASETS = textwrap.dedent(
+    """\
+    import importlib, sys
+    for name in sys.argv[1:]:   # as if this datasets had no such method: module.Class.method
+        module, cls, attr = name.rsplit(".", 2)
+        delattr(getattr(importlib.import_module("datasets." + module), cls), attr)
+    import cachetool
+    cachetool.install_tracing()
+    from datasets import Dataset
+    ds = Dataset.from_dict({"x": [1, 2]})
+    ds.save_to_disk(sys.argv[0] + ".saved")
+    ds = Dataset.load_from_disk(sys.argv[0] + ".saved").map(lambda ex: {"y": 1})
+    ds = ds.map(lambda ex: {"z": 2})
+    print(ds._fingerprint)
+    """
+)
+
+
+def _run_old(tmp_path: Path, *missing: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     script = tmp_path / "old.py"
-    script.write_text(
-        textwrap.dedent("""\
-        import datasets.arrow_dataset
-        del datasets.arrow_dataset.Dataset.repeat   # as if this datasets had no repeat()
-        import cachetool
-        cachetool.install_tracing()
-        from datasets import Dataset
-        ds = Dataset.from_dict({"x": [1, 2]}).map(lambda ex: {"y": 1})
-        print(ds._fingerprint)
-        """),
-        encoding="utf-8",
-    )
+    script.write_text(OLD_DATASETS, encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), *missing], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("cachetool: warning")]
-    assert len(warnings) == 1 and "tracing is off" in warnings[0] and "Dataset.repeat" in warnings[0]
+    return proc, [line for line in proc.stderr.splitlines() if line.startswith("cachetool: warning")]
+
+
+def test_a_missing_transform_method_is_reported_once_and_the_rest_is_traced(tmp_path: Path) -> None:
+    """A `datasets` without some transform methods (2.21 has no `Dataset.repeat`, 2.14 no `skip`,
+    `take`, `batch`): one warning names what is not traced, and every other call is recorded."""
+    proc, warnings = _run_old(tmp_path, "arrow_dataset.Dataset.repeat", "arrow_dataset.Dataset.skip")
+    assert len(warnings) == 1, proc.stderr
+    assert "Dataset.repeat" in warnings[0] and "Dataset.skip" in warnings[0] and "not traced" in warnings[0]
+    records = read_ledger(tmp_path / "old.py.saved").steps()
+    maps = [r for r in records if r.operation == "map"]
+    assert len(maps) == 2 and maps[-1].result == proc.stdout.split()[-1]
+
+
+def test_a_missing_hook_point_warns_once_and_runs_untraced(tmp_path: Path) -> None:
+    """A `datasets` without a hook point the tracer cannot do without: one warning, no ledger, and
+    the pipeline runs as usual."""
+    _, warnings = _run_old(tmp_path, "builder.DatasetBuilder._relative_data_dir")
+    assert len(warnings) == 1 and "tracing is off" in warnings[0] and "DatasetBuilder" in warnings[0]
     assert not (tmp_path / "cache" / ".cachetool").exists()
+    assert not (tmp_path / "old.py.saved" / ".cachetool").exists()
 
 
 # ------------------------------------------------------------------------------------------

@@ -6,13 +6,15 @@ called, so `cachetool dirs` always describes the environment it runs in.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cachetool.errors import CacheNotFound, NotADirectory
+from cachetool.errors import CacheNotFound, CachetoolError, NotADirectory
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,22 @@ def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
 def existing_root(path: str | os.PathLike[str] | None) -> Path:
     """The cache root to read (an explicit path, else the resolved default), checked to be a folder."""
     root = resolve_cache_root(path).path.expanduser()
-    if not root.exists() and not root.is_symlink():
-        raise CacheNotFound(root)
-    if not root.is_dir():
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        if not root.is_symlink():
+            raise CacheNotFound(root) from None
+        raise NotADirectory(root) from None
+    except OSError as e:
+        # ENAMETOOLONG (longer than PATH_MAX), ELOOP, EACCES on the way, ...
+        raise CachetoolError(f"cannot use {root} as a cache directory: {os_reason(e)}") from None
+    if not stat.S_ISDIR(st.st_mode):
         raise NotADirectory(root)
     return root
+
+
+def os_reason(e: OSError) -> str:
+    """The reason an OSError gives, in words a user reads ("path longer than the system allows")."""
+    if e.errno == errno.ENAMETOOLONG:
+        return "the path is longer than the system allows (PATH_MAX) or has a name that is too long"
+    return e.strerror or str(e)

@@ -9,8 +9,10 @@ files, and never reads column data (see `cachetool.cache.arrow`).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import re
 import stat
 import time
 from collections import defaultdict
@@ -19,15 +21,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring_ascii as _encode_ascii
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
+from cachetool.cache.dirs import user_state_dir
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
-from cachetool.errors import AmbiguousFingerprint, CacheNotFound, NotADirectory, UnknownFingerprint
+from cachetool.errors import CacheNotFound, NotADirectory, RecordedOnly
 from cachetool.fingerprint.plain import loaded_fingerprint, source_split_fingerprint
 from cachetool.formatting import human_size, iso_time
+
+if TYPE_CHECKING:
+    from cachetool.lineage.ledger import Ledger
 
 
 def _human_age(ts: float | None, now: float | None = None) -> str:
@@ -117,6 +123,9 @@ class Entry:
     last_used: float | None = None  # latest ledger record touching the entry, if any
     parent: str | None = None  # recorded parent fingerprint (from the ledger)
     operation: str | None = None  # recorded operation (from the ledger)
+    #: tf.data caches: "complete", "incomplete", "being-written" or "abandoned" (see cache.tfdata)
+    state: str | None = None
+    writer_pids: tuple[int, ...] = ()  # tf.data caches being written: the live writers on this host
 
     # --- raw derived values -------------------------------------------------------------
     @property
@@ -165,7 +174,10 @@ class Entry:
 
     @property
     def complete(self) -> bool | None:
-        """Every file read to its end-of-stream marker and, for shard sets, every shard present."""
+        """Every file read to its end-of-stream marker and, for shard sets, every shard present
+        (tf.data caches: the index and every data shard it names, as large as it says)."""
+        if self.kind == Kind.TF_CACHE:
+            return self.state == "complete"
         files = self.files
         if len(files) == 1:
             s = files[0].summary
@@ -200,6 +212,8 @@ class Entry:
     def kind_str(self) -> str:
         if self.kind == Kind.SHARDS and self.expected_files:
             return f"shards {len(self.files_of_data)}/{self.expected_files}"
+        if self.kind == Kind.TF_CACHE and self.state:
+            return f"tf-cache {_TF_STATE_SHORT.get(self.state, self.state)}"
         return self.kind._value_  # what .value gives, without the enum's descriptor
 
     def to_json(self) -> dict[str, Any]:
@@ -220,17 +234,26 @@ class Entry:
             "columns": [name for name, _ in self.columns],
             "size": self.size,
             "modified": iso_time(self.modified),
-            "last_used": iso_time(self.used),
+            "used": iso_time(self.used),
             "complete": self.complete,
             "parent": self.parent,
             "operation": self.operation,
             "unit": _path_str(self.unit) if self.unit else None,
             "problems": list(self.problems),
+            **(
+                {"prefix": self.path.name, "state": self.state, "writer_pids": list(self.writer_pids)}
+                if self.kind == Kind.TF_CACHE
+                else {}
+            ),
         }
 
     def to_json_text(self) -> str:
         """`json.dumps(self.to_json())` (default separators, ASCII), written directly: a listing
         of 100,000 entries spent more time building and encoding those dicts than scanning."""
+        if self.kind == Kind.TF_CACHE:  # a few, with keys of their own
+            import json
+
+            return json.dumps(self.to_json())
         files = self.files
         modified = self.modified
         rows = self.rows
@@ -248,12 +271,15 @@ class Entry:
             f'"rows": {_js_int(rows)}, "expected_rows": {_js_int(self.expected_rows)}, '
             f'"columns": {_js_list([name for name, _ in self.columns])}, "size": {self.size}, '
             f'"modified": {mod_iso}, '
-            f'"last_used": {mod_iso if used == modified else _js(iso_time(used))}, '
+            f'"used": {mod_iso if used == modified else _js(iso_time(used))}, '
             f'"complete": {"null" if complete is None else "true" if complete else "false"}, '
             f'"parent": {_js(self.parent)}, "operation": {_js(self.operation)}, '
             f'"unit": {_js(_path_str(self.unit)) if self.unit else "null"}, '
             f'"problems": {_js_list(self.problems)}}}'
         )
+
+
+_TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}
 
 
 @dataclass(frozen=True)
@@ -299,9 +325,9 @@ class CacheReport:
     def file_count(self) -> int:
         return sum(n for n, _ in self.totals().values())
 
-    def find(self, prefix: str) -> Entry:
+    def find(self, prefix: str, ledger: Ledger | None = None) -> Entry:
         """The entry whose fingerprint or alias starts with `prefix` (or whose path is `prefix`)."""
-        return find_entry(self, prefix)
+        return find_entry(self, prefix, ledger)
 
 
 def _path_str(p: Path) -> str:
@@ -378,6 +404,8 @@ def _list_dir(path: Path) -> tuple[list[_Item], str | None]:
         with os.scandir(path) as it:
             for de in it:
                 name = de.name
+                if name == layout.LEDGER_DIR:
+                    continue  # cachetool's own state (ledger, read index, pins): never an entry
                 try:
                     items.append(_Item(name, child(name), de.stat(follow_symlinks=False)))
                 except OSError as e:
@@ -424,6 +452,7 @@ class _Scanner:
         self.root_len = len(str(root).rstrip("/")) + 1
         self.listings: dict[str, tuple[list[_Item], str | None]] = {}  # folders listed ahead
         self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, on other cores
+        self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
 
     def list_dir(self, path: Path) -> tuple[list[_Item], str | None]:
         """The folder's items, from the listing made ahead when there was one."""
@@ -615,6 +644,7 @@ class _Scanner:
         splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == "builder" else []
         dsname = ds.name if ds else None
         dspath = ds.path if ds else None
+        items = self.tf_caches(path, items, ds)
         for it in items:
             if it.is_dir:
                 continue
@@ -686,6 +716,64 @@ class _Scanner:
             self.entries.append(self.source(split, files, source_counts.get(split), ds))
 
     # -- entry builders ------------------------------------------------------------------------
+    def tf_caches(self, path: Path, items: Sequence[_Item], ds: DatasetDir | None) -> Sequence[_Item]:
+        """Group the files of `tf.data` file caches in this folder into one entry each; returns the
+        items left for the other rules."""
+        # Most names in a datasets cache end in .arrow: one suffix test keeps 100k files cheap.
+        candidates = [
+            it for it in items if not it.name.endswith(".arrow") and _TF_HINT.search(it.name) and it.is_file
+        ]
+        if not candidates:
+            return items
+        from cachetool.cache import tfdata
+
+        by_name = {it.name: it for it in candidates if tfdata.is_tf_cache_file(it.name)}
+        if not by_name:
+            return items
+        caches = tfdata.find_tf_caches(
+            os.fsdecode(path),
+            list(by_name),
+            sizes=lambda n: getattr(by_name[n].st, "st_size", 0),
+            holders=lambda n: tuple(self.in_use().pids_for_path(os.fsdecode(path / n))),
+        )
+        claimed: set[str] = set()
+        for c in caches:
+            files = tuple(self.cache_file(by_name[n], arrow=False) for n in c.files)
+            state, problems = c.state, list(c.problems)
+            newest = max(f.mtime for f in files)
+            if state == "abandoned" and (lease := self.in_use().lease_over(newest)) is not None:
+                state = "being-written"
+                problems.append(f"may be being written by {lease} (a live lease)")
+            elif state == "abandoned":
+                problems.append(
+                    "abandoned by a killed writer: its lockfile makes the next run fail "
+                    "(AlreadyExistsError); `cachetool gc --temp` removes it"
+                )
+            elif state == "being-written":
+                problems.append(f"being written by pid {', '.join(map(str, c.writer_pids))}")
+            self.entries.append(
+                Entry(
+                    Kind.TF_CACHE,
+                    Path(c.path),
+                    files,
+                    dataset=ds.name if ds else None,
+                    dataset_dir=ds.path if ds else None,
+                    problems=tuple(problems),
+                    state=state,
+                    writer_pids=c.writer_pids,
+                )
+            )
+            claimed.update(c.files)
+        return [it for it in items if it.name not in claimed]
+
+    def in_use(self) -> Any:
+        """Which files live processes hold, and the root's live leases (taken once, when needed)."""
+        if self._in_use is None:
+            from cachetool.maintenance.liveness import scan_in_use
+
+            self._in_use = scan_in_use(root=self.root)
+        return self._in_use
+
     def gc_trash(self, item: _Item, ds: DatasetDir | None) -> Entry:
         """What a killed gc set aside (`.cachetool-gc-<pid>-<n>`): a leftover for `gc --temp`."""
         files = self.tree_files(item.path) if item.is_dir else [self.cache_file(item, arrow=False)]
@@ -1043,6 +1131,10 @@ def _read_summaries(paths: list[str], workers: int) -> list[ArrowSummary]:
         return list(pool.map(read_summary, paths, chunksize=chunk))
 
 
+#: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
+_TF_HINT = re.compile(r"\.index$|\.data-\d{5}-of-\d{5}$|\.lockfile$|\.tempstate\d")
+
+
 def _ranks(ranks: Iterable[int]) -> str:
     return ", ".join(f"{r:05d}" for r in ranks)
 
@@ -1145,15 +1237,15 @@ def scan_cache(
     root: str | os.PathLike[str],
     *,
     use_index: bool = True,
-    ledger: bool = True,
+    ledger: bool | Ledger = True,
     progress: Callable[[int], None] | None = None,
 ) -> CacheReport:
     """Scan a datasets cache root (or a `save_to_disk` folder, or any folder of Arrow files).
 
     Reads only `stat` results, JSON metadata and Arrow headers. With `use_index`, what was read is
-    remembered in `<root>/.cachetool/read-index.sqlite.z` (skipped silently on a read-only root), so a
-    repeat scan only stats unchanged files. With `ledger`, recorded lineage (parent, operation,
-    last use) is attached to entries.
+    remembered in `<root>/.cachetool/read-index.sqlite.z` (skipped silently on a read-only root),
+    so a repeat scan only stats unchanged files. With `ledger` (True: read it; or a `Ledger` the
+    command already loaded), recorded lineage (parent, operation, last use) is attached to entries.
     """
     root_path = Path(root).expanduser()
     if not root_path.exists() and not root_path.is_symlink():
@@ -1161,20 +1253,34 @@ def scan_cache(
     if not root_path.is_dir():
         raise NotADirectory(root_path)
     root_path = root_path.resolve()
+    own = _is_cachetool_state(root_path)
     with gc_paused():
-        index = ReadIndex(root_path, enabled=use_index)
+        index = ReadIndex(root_path, enabled=use_index and not own)
         scanner = _Scanner(root_path, index, progress)
-        workers = _spare_cores()
-        if workers > 1:
-            scanner.read_ahead(workers)
-        scanner.walk(root_path)
+        if not own:
+            workers = _spare_cores()
+            if workers > 1:
+                scanner.read_ahead(workers)
+            scanner.walk(root_path)
         index.save()
         entries = _attribute_locks(scanner.entries, scanner.datasets)
-        if ledger:
-            entries = _attach_ledger(root_path, entries)
+        if ledger is not False:
+            entries = _attach_ledger(root_path, entries, None if ledger is True else ledger)
         entries.sort(key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", _path_str(e.path)))
         datasets = sorted(scanner.datasets, key=lambda d: _path_str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
+
+
+def _is_cachetool_state(path: Path) -> bool:
+    """A folder of cachetool's own state (a root's `.cachetool/`, or the per-user state folder):
+    nothing in it is a cache entry."""
+    if layout.LEDGER_DIR in path.parts:
+        return True
+    state = user_state_dir()
+    with contextlib.suppress(OSError):
+        state = state.resolve()
+    # Only the folder itself and its ledgers: CACHETOOL_HOME may be a broad folder holding caches.
+    return path == state or state / "ledgers" in (path, *path.parents)
 
 
 def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[Entry]:
@@ -1204,13 +1310,11 @@ def _attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[E
     return out
 
 
-def _attach_ledger(root: Path, entries: list[Entry]) -> list[Entry]:
+def _attach_ledger(root: Path, entries: list[Entry], ledger: Ledger | None) -> list[Entry]:
     """Fill `parent`, `operation` and `last_used` from the ledger, when one exists."""
-    try:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-    except ImportError:  # pragma: no cover - the lineage package is optional for the model
-        return entries
-    usage = usage_by_fingerprint(root)
+    from cachetool.lineage.ledger import usage_by_fingerprint
+
+    usage = usage_by_fingerprint(ledger if ledger is not None else root)
     if not usage:
         return entries
     out = []
@@ -1227,23 +1331,20 @@ def _attach_ledger(root: Path, entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def find_entry(report: CacheReport, prefix: str) -> Entry:
-    """The one entry whose fingerprint (or alias) starts with `prefix`, or whose path equals it.
+def find_entry(report: CacheReport, prefix: str, ledger: Ledger | None = None) -> Entry:
+    """The one entry `prefix` names, by the rule of `cachetool.lineage.ledger.resolve` (path,
+    exact fingerprint or alias, unique prefix). With a `ledger`, fingerprints only it knows are
+    candidates too; one of them named is `UnknownFingerprint` here (no entry holds it, and the
+    message says what the ledger knows). Raises `AmbiguousFingerprint` listing candidates."""
+    from cachetool.lineage.ledger import entry_at_path, resolve
 
-    Raises `UnknownFingerprint` or `AmbiguousFingerprint` (listing candidates)."""
-    exact = [
-        e for e in report.entries if prefix in (e.fingerprint, *e.aliases) or _path_str(e.path) == prefix
-    ]
-    if len(exact) == 1:
-        return exact[0]
-    matches = exact or [
-        e for e in report.entries if any(fp and fp.startswith(prefix) for fp in (e.fingerprint, *e.aliases))
-    ]
-    if not prefix or not matches:
-        raise UnknownFingerprint(prefix, report.root)
-    if len(matches) > 1:
-        raise AmbiguousFingerprint(prefix, [f"{e.id} ({e.kind.value}, {_path_str(e.path)})" for e in matches])
-    return matches[0]
+    at_path = entry_at_path(report, prefix)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
+    got = resolve(prefix, report, ledger)
+    if got.entry is None:
+        raise RecordedOnly(got.fingerprint, report.root, ledger)
+    return got.entry
 
 
 def iter_arrow_files(report: CacheReport) -> Iterator[tuple[Entry, CacheFile]]:

@@ -205,6 +205,11 @@ def read_index(path: str) -> TfIndex:
 # --- grouping files into caches ----------------------------------------------------------------
 
 
+def tf_leftover_name(name: str) -> bool:
+    """A writer's lockfile or temp state: what a killed writer leaves and gc may remove."""
+    return bool(LOCK_RE.match(name) or TEMPSTATE_RE.match(name))
+
+
 def is_tf_cache_file(name: str) -> bool:
     return bool(
         LOCK_RE.match(name) or TEMPSTATE_RE.match(name) or DATA_RE.match(name) or INDEX_RE.match(name)
@@ -254,9 +259,16 @@ def find_tf_caches(
         if all(INDEX_RE.match(n) for n in files):
             continue
         locks = [n for n in files if LOCK_RE.match(n)]
-        pids = sorted({pid for n in files for pid in (holders(n) if holders else ())})
+        # Liveness matters only where a writer left its lockfile (it costs a pass over /proc).
+        pids = sorted({pid for n in files for pid in (holders(n) if holders and locks else ())})
         created = _created_at(os.path.join(folder, locks[0])) if locks else None
         total = sum(size_of(n) for n in files)
+        if locks and not pids and created is None:
+            # TensorFlow writes `Created at: <epoch>` into every lockfile: without it, the file is
+            # somebody else's, and nothing here is called abandoned (gc removes only abandoned).
+            problem = f"{locks[0]} does not hold TensorFlow's `Created at:` line"
+            out.append(TfCache(folder, prefix, "incomplete", tuple(files), total, problems=(problem,)))
+            continue
         if locks:
             state: TfState = "being-written" if pids else "abandoned"
             out.append(TfCache(folder, prefix, state, tuple(files), total, tuple(pids), created))

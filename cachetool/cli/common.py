@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -80,6 +81,14 @@ def _cache_dir(value: str) -> Path:
     return Path(value)
 
 
+AllRootsOption = Annotated[
+    bool,
+    typer.Option(
+        "--all-roots",
+        help="Also read the ledgers of every other cache root this user traced (each step says "
+        "its root). By default only this cache's records count, plus the roots its inputs come from.",
+    ),
+]
 CacheDirOption = Annotated[
     Path | None,
     typer.Option(
@@ -140,6 +149,17 @@ def handle_errors(func: F) -> F:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             raise typer.Exit(int(ExitCode.OK)) from None
+        except OSError as e:
+            # The last line of defence: a file system error nothing above expected (a path longer
+            # than PATH_MAX, EINVAL while a folder on the way is swapped, EIO) names the file and
+            # the reason in one line, never a traceback.
+            if debug_enabled():
+                raise
+            from cachetool.cache.dirs import os_reason
+
+            where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
+            error(f"{where}{os_reason(e)}")
+            raise typer.Exit(int(ExitCode.USAGE)) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -151,17 +171,18 @@ def stderr_console() -> Console:
 
 
 def _stderr_line(label: str, style: str, message: str) -> None:
-    """One line on stderr, escaped (paths may contain markup). On a terminal, paths in a line
-    wider than the window are shortened from the middle (names whole) so the line fits."""
+    """Lines on stderr, escaped (paths may contain markup); a message of several lines (the
+    candidates of an ambiguous prefix) keeps its line breaks. On a terminal, paths in a line wider
+    than the window are shortened from the middle (names whole) so the line fits."""
     from rich.text import Text
 
-    text = safe_text(message)
+    lines = [safe_text(line) for line in message.split("\n")]
     if sys.stderr.isatty() and not debug_enabled():
         from cachetool.formatting import fit_paths
 
         width = stderr_console().width
-        text = fit_paths(text, width - len(label) - 1)
-    stderr_console().print(Text.assemble((label, style), " ", text))
+        lines = [fit_paths(line, width - len(label) - 1) for line in lines]
+    stderr_console().print(Text.assemble((label, style), " ", "\n".join(lines)))
 
 
 def error(message: str) -> None:
@@ -174,23 +195,6 @@ def warn(message: str) -> None:
 
 def hint(message: str) -> None:
     _stderr_line("Hint:", "dim", message)
-
-
-def safe_text(text: str) -> str:
-    """Make a string safe for a terminal: control characters (escape sequences) become visible
-    `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""
-    if text.isprintable():  # no control character, no surrogate: nothing to escape (the common case)
-        return text
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if (o < 0x20 and ch not in "\t") or 0x7F <= o < 0xA0:
-            out.append(f"\\x{o:02x}")
-        elif 0xDC80 <= o <= 0xDCFF:  # surrogate-escaped byte from a non-UTF-8 file name
-            out.append(f"\\x{o - 0xDC00:02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 class Output:
@@ -229,42 +233,18 @@ class Output:
         A table that fits the width is written directly, as Rich lays it out (columns two spaces
         apart, each as wide as its widest cell within `widths`, an ellipsis where a cell is cut):
         Rich takes ~0.4 ms per row, 10 s for a listing of 20,000 entries. Rich draws the rest."""
-        cells = [[safe_text("" if c is None else str(c)) for c in row] for row in rows]
+        rows = [[safe_text("" if c is None else str(c)) for c in row] for row in rows]
+        headers = [h for h, _ in columns]
         widths = dict(widths or {})
         for header in whole:
-            i = [h for h, _ in columns].index(header)
-            longest = max((len(r[i]) for r in cells), default=len(header))
+            i = headers.index(header)
+            longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
-        if self.no_truncate:
-            widths = {}
         if title is None and caption is None:
-            lines = plain_table_lines(columns, cells, widths, self.console.width)
+            lines = plain_table_lines(columns, rows, {} if self.no_truncate else widths, self.console.width)
             if lines is not None:
                 self._write_plain_table(lines)
                 return
-        self._rich_table(title, columns, cells, caption, widths)
-
-    def _write_plain_table(self, lines: list[str]) -> None:
-        console = self.console
-        if console.is_terminal:
-            from rich.text import Text
-
-            console.print(Text(lines[0], style="bold"), overflow="ignore", crop=False)
-            lines = lines[1:]
-        write = console.file.write
-        for start in range(0, len(lines), 1000):
-            write("\n".join(lines[start : start + 1000]) + "\n")
-        console.file.flush()
-
-    def _rich_table(
-        self,
-        title: str | None,
-        columns: Sequence[tuple[str, str]],
-        cells: list[list[str]],
-        caption: str | None,
-        widths: dict[str, tuple[int, int]],
-    ) -> None:
-        """Rich's table; a column named in `widths` is fixed: cut with an ellipsis, never wrapped."""
         from rich.table import Table
         from rich.text import Text
 
@@ -278,8 +258,8 @@ class Output:
             caption_justify="left",
         )
         for header, justify in columns:
-            fixed = header in widths
-            lo, hi = widths.get(header, (None, None))
+            fixed = header in widths and not self.no_truncate
+            lo, hi = widths.get(header, (None, None)) if fixed else (None, None)
             table.add_column(
                 header,
                 justify=justify,  # type: ignore[arg-type]
@@ -288,9 +268,35 @@ class Output:
                 min_width=lo,
                 max_width=hi,
             )
-        for row in cells:
+        for row in rows:
             table.add_row(*(Text(c) for c in row))
-        self.console.print(table)
+        others = [i for i, h in enumerate(headers) if h not in whole]
+        need = sum(widths[h][0] for h in whole) + 2 * (len(columns) - 1)
+        need += sum(min(12, max([len(headers[i]), *(len(r[i]) for r in rows)])) for i in others)
+        if not whole or self.no_truncate or need <= self.console.width:
+            self.console.print(table)
+            return
+        # The names do not fit beside the other columns: one block per row instead, the names on
+        # their own line, the rest as `header value` pairs below, so nothing is cut or dropped.
+        if title:
+            self.line(title, style="bold")
+        for row in rows:
+            for h in whole:
+                self.line(row[headers.index(h)])
+            pairs = [f"{headers[i]} {row[i]}".strip() for i in others if row[i]]
+            self.line("  " + " · ".join(pairs), style="dim")
+
+    def _write_plain_table(self, lines: list[str]) -> None:
+        console = self.console
+        if console.is_terminal:
+            from rich.text import Text
+
+            console.print(Text(lines[0], style="bold"), overflow="ignore", crop=False)
+            lines = lines[1:]
+        write = console.file.write
+        for start in range(0, len(lines), 1000):
+            write("\n".join(lines[start : start + 1000]) + "\n")
+        console.file.flush()
 
     def path(self, path: str | os.PathLike[str], room: int | None = None) -> str:
         """A path for a human line: `~` for the home folder, shortened from the middle to fit

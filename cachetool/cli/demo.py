@@ -31,6 +31,8 @@ def demo_command(
         cachetool demo
 
         cachetool demo ./demo && cachetool ls ./demo/cache --json
+
+    Exit codes: 0 built and listed; 2 `datasets` not installed, or the pipeline failed.
     """
     _demo(folder)
 

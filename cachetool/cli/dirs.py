@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.cli.common import (
     CacheDirOption,
@@ -15,6 +16,9 @@ from cachetool.cli.common import (
     choose_format,
     handle_errors,
 )
+
+if TYPE_CHECKING:
+    from cachetool.cache.fstype import FileSystem
 
 
 def dirs_command(
@@ -28,7 +32,9 @@ def dirs_command(
     Resolved in the same order as `datasets` itself: `--cache-dir`, `HF_DATASETS_CACHE`,
     `HF_HOME`, `XDG_CACHE_HOME`, default. Also the temp dir `datasets` puts `hf_datasets-*`
     folders in (`TMPDIR`, `TEMP`, `TMP`, system default) and the Hub cache (`HF_HUB_CACHE`),
-    where raw files of Hub datasets live (manage that one with `hf cache`).
+    where raw files of Hub datasets live (manage that one with `hf cache`). The `from` column also
+    names each existing folder's file system, marked `shared` for network and cluster ones (NFS, Lustre, GPFS,
+    CephFS, CIFS, FUSE), where other hosts may write the same cache.
 
     **Examples**
 
@@ -39,6 +45,8 @@ def dirs_command(
         cachetool dirs --json
 
         du -sh "$(cachetool dirs -q | head -1)"
+
+    Exit codes: 0 shown (missing folders are shown as missing); 2 usage.
     """
     _dirs(cache_dir, choose_format(fmt, as_json, quiet))
 
@@ -46,13 +54,14 @@ def dirs_command(
 @handle_errors
 def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import resolve_dirs
+    from cachetool.cache.fstype import file_system
 
     locations = resolve_dirs(cache_dir)
+    systems = {loc.path: file_system(loc.path) if loc.exists else None for loc in locations}
     out = Output(fmt)
     if fmt == OutputFormat.json:
         out.json(
             {
-                "version": 1,
                 "locations": [
                     {
                         "name": loc.name,
@@ -60,6 +69,8 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
                         "source": loc.source,
                         "exists": loc.exists,
                         "description": loc.description,
+                        "filesystem": fs.type if (fs := systems[loc.path]) else None,
+                        "shared": fs.shared if fs else None,
                     }
                     for loc in locations
                 ],
@@ -68,7 +79,11 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     elif fmt == OutputFormat.quiet:
         out.ids(os.fsdecode(loc.path) for loc in locations)
     else:
-        sources = [loc.source + ("" if loc.exists else "; missing") for loc in locations]
+        # `from` says where the path came from and what holds it: its file system, or "missing".
+        sources = [
+            f"{loc.source}; {_fs_cell(systems[loc.path]) if loc.exists else 'missing'}".rstrip("; ")
+            for loc in locations
+        ]
         # Paths get the room the names and a folded `from` column leave; names are never split.
         room = out.console.width - 18 - 4 - min(24, max(len(s) for s in sources))
         out.table(
@@ -81,3 +96,9 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
         out.line()
         for loc in locations:
             out.line(f"{loc.name}: {loc.description}", style="dim")
+
+
+def _fs_cell(fs: FileSystem | None) -> str:
+    if fs is None:
+        return ""
+    return f"{fs.type} (shared)" if fs.shared else fs.type

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cachetool.cli.common import (
+    AllRootsOption,
     CacheDirOption,
     JsonOption,
     Output,
@@ -53,6 +54,7 @@ def explain_command(
     ),
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    all_roots: AllRootsOption = False,
 ) -> None:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
@@ -62,8 +64,10 @@ def explain_command(
     an object that pickles differently in every process (then run `cachetool check-determinism`),
     the source dataset (an input file modified), a random fingerprint (an argument `datasets`
     cannot hash), or only an argument that does not change the result (`writer_batch_size`). A
-    change upstream is named with the step where it happened. "first time this step ran" when
-    there is nothing to compare with.
+    change upstream is named with the step where it happened. "first run recorded in this
+    cache" when the cache held nothing before this run (runs recorded in other caches do not
+    count: explain and lineage read the ledger of this cache, plus the roots its inputs come
+    from), "first time this step ran" when there is nothing else to compare with.
 
     **Stale hits.** A function imported from your own module is hashed by name, so editing it
     keeps the fingerprint and `datasets` reuses the old result. explain reports "cache entry
@@ -85,7 +89,7 @@ def explain_command(
     Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
-    _explain(fingerprint, last, script, history, cache_dir, choose_format(fmt, as_json, quiet))
+    _explain(fingerprint, last, script, history, cache_dir, choose_format(fmt, as_json, quiet), all_roots)
 
 
 @handle_errors
@@ -96,6 +100,7 @@ def _explain(
     history: int,
     cache_dir: Path | None,
     fmt: OutputFormat,
+    all_roots: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.lineage.explain import explain_fingerprint, explain_run
@@ -108,9 +113,9 @@ def _explain(
         raise CachetoolError(f"no such script: {script}")
     root = Path(os.path.abspath(existing_root(cache_dir)))
     if fingerprint is not None:
-        report = explain_fingerprint(root, fingerprint, history=history)
+        report = explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
     else:
-        report = explain_run(root, script=script)
+        report = explain_run(root, script=script, all_roots=all_roots)
     out = Output(fmt)
     if fmt == OutputFormat.json:
         out.json(report.to_json())
@@ -158,7 +163,10 @@ def _stale_lines(out: Output, stale: StaleHit, indent: str) -> None:
 
 def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
     head = f"{s.step.label}  ->  {s.step.fingerprint}"
-    tail = [s.status]
+    c = s.compared_with
+    # On a shared cache the compared step may come from another node: say where each ran.
+    elsewhere = c is not None and bool(c.host and s.step.host and c.host != s.step.host)
+    tail = [f"{s.status} on {s.step.host}" if elsewhere else s.status]
     if s.duration is not None:
         tail.append(_seconds(s.duration))
     out.line(f"{head}  ({', '.join(tail)})", style="bold")
@@ -166,9 +174,9 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
         out.line(f"  at {_when(s.step.time)}, run {s.step.run}")
     for reason in s.reasons:
         _reason_lines(out, reason, "    ")
-    if detailed and s.compared_with is not None:
-        c = s.compared_with
-        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run})", style="dim")
+    if detailed and c is not None:
+        on = f", on {c.host}" if elsewhere else ""
+        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run}{on})", style="dim")
     if detailed and s.history:
         out.line("  Earlier:")
         for ref, reasons in s.history:
@@ -176,19 +184,39 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
             out.line(f"    {ref.fingerprint} ({_when(ref.time)}): before that, {why}")
 
 
+def _uncached_lines(out: Output, report: ExplainReport) -> None:
+    from cachetool.lineage.explain import UNCACHED_HINT
+
+    n = len(report.uncached)
+    if report.steps:
+        out.line("")
+    out.line(
+        f"{n} step{'' if n == 1 else 's'} ran without a persistent cache, "
+        f"{_seconds(report.uncached_seconds)} in this run; they run again in every run:",
+        style="bold yellow",
+    )
+    for u in report.uncached:
+        out.line(f"  {u.step.label}  {_seconds(u.duration)}: {u.reason_text}")
+    out.line(UNCACHED_HINT)
+
+
 def render(out: Output, report: ExplainReport) -> None:
     """Human output: one block per computed step, then the stale hits."""
     if report.mode == "run":
         computed = sum(s.status in ("computed", "partial") for s in report.steps)
+        n = len(report.uncached)
         out.line(
             f"Run {report.run} at {_when(report.run_time)}: {computed} step"
-            f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache",
+            f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache"
+            + (f", {n} without a persistent cache" if n else ""),
             style="bold",
         )
         out.line("")
         for s in report.steps:
             _step_lines(out, s, detailed=False)
-        if not report.steps:
+        if report.uncached:
+            _uncached_lines(out, report)
+        elif not report.steps:
             out.line("Nothing was recomputed.")
     else:
         for s in report.steps:

@@ -18,6 +18,7 @@ from cachetool.cli.common import (
     OutputFormat,
     QuietOption,
     choose_format,
+    error,
     handle_errors,
     hint,
     warn,
@@ -60,7 +61,8 @@ def gc_command(
         typer.Option(
             "--min-age",
             help="Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
-            "machines of a shared file system are invisible to gc: there, age is the only guard.",
+            "hosts of a shared file system are invisible to gc: there, their leases and age are the "
+            "guards (at least 10m for temp files no lease covers).",
         ),
     ] = "1h",
     all_users: Annotated[
@@ -106,6 +108,15 @@ def gc_command(
             "layout (refused by default: there, leftover-looking names may be your own files).",
         ),
     ] = False,
+    other_hosts_idle: Annotated[
+        bool,
+        typer.Option(
+            "--other-hosts-idle",
+            help="On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
+            "10m for temp files no lease covers: you know no process on another host writes this cache "
+            "outside `cachetool run` or `cachetool.tracing()`.",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
     ] = False,
@@ -131,6 +142,10 @@ def gc_command(
     through folder descriptors that never follow symlinks. When in doubt an item is kept, with the
     reason. Every removal is recorded in the cache's ledger.
 
+    Runs under `cachetool run` or `cachetool.tracing()` hold a lease in the cache
+    (`.cachetool/leases/`): what they may be writing stays while the lease lives, on every host.
+    Leases that expired, or whose process on this host is gone, are removed and logged.
+
     **Examples**
 
         cachetool gc --temp --dry-run
@@ -143,8 +158,9 @@ def gc_command(
 
         cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
 
-    Exit codes: 0 the plan ran (or there was nothing to do); 1 some item failed, or another gc is
-    running; 2 bad options, or confirmation needed (pass --yes).
+    Exit codes: 0 the plan ran (or there was nothing to do, also when nothing was selected);
+    1 some item failed, an entry named on the command line was kept, or another gc is running;
+    2 bad options, or confirmation needed (pass --yes).
     """
     _gc(
         fingerprints or [],
@@ -163,6 +179,7 @@ def gc_command(
         choose_format(fmt, as_json, quiet),
         force_root,
         no_truncate,
+        other_hosts_idle,
     )
 
 
@@ -178,6 +195,7 @@ def parse_options(
     keep: list[str],
     include_sources: bool,
     force_root: bool = False,
+    other_hosts_idle: bool = False,
 ) -> GcOptions:
     """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
     from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
@@ -198,11 +216,8 @@ def parse_options(
         keep=tuple(keep),
         include_sources=include_sources,
         force_root=force_root,
+        other_hosts_idle=other_hosts_idle,
     )
-    if not temp and not options.evicts:
-        raise CachetoolError(
-            "nothing to collect: pass --temp, --older-than, --max-size, --dataset or fingerprints"
-        )
     if tmp_dir is not None and not temp:
         raise CachetoolError("--tmp-dir only makes sense with --temp")
     return options
@@ -226,6 +241,7 @@ def _gc(
     fmt: OutputFormat,
     force_root: bool = False,
     no_truncate: bool = False,
+    other_hosts_idle: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.maintenance.gc import execute, plan_gc
@@ -242,22 +258,39 @@ def _gc(
         keep,
         include_sources,
         force_root,
+        other_hosts_idle,
     )
     root = existing_root(cache_dir)
     out = Output(fmt, no_truncate=no_truncate)
+    if not options.temp and not options.evicts:
+        # An empty selection (`gc $(cachetool ls -q --filter …)` when nothing matches) is nothing
+        # to do, not a mistake: exit 0, and say so on stderr.
+        from cachetool.maintenance.gc import GcPlan
+
+        hint(NOTHING_SELECTED)
+        if fmt == OutputFormat.json:
+            out.json(gc_document(GcPlan(root, None, options, ()), None, dry_run))
+        return
     plan = plan_gc(root, options)
     for w in plan.warnings:
         warn(w)
     if dry_run:
         _show_plan(out, plan, dry_run=True, final=True)
+        for what, why in _named_but_kept(fingerprints, plan, None):
+            warn(f"{what} would be kept: {why}")
         return
     if not plan.items:
         from cachetool.maintenance.gc import GcResult
 
+        # Stale leases go without a question: they protect nothing any more.
+        result = execute(plan) if plan.shared and plan.shared.stale else GcResult(plan, ())
         if fmt == OutputFormat.human:
             _show_plan(out, plan, dry_run=False, final=True)
+            for lease in result.leases_removed:
+                out.line(f"Removed the stale lease of {lease}.", style="dim")
         else:
-            _show_result(out, GcResult(plan, ()))
+            _show_result(out, result)
+        _fail_if_named_kept(fingerprints, plan, None)
         return
     if not yes:
         if fmt != OutputFormat.human or not sys.stdin.isatty():
@@ -275,8 +308,45 @@ def _gc(
         _show_plan(out, plan, dry_run=False, final=False)
     result = execute(plan)
     _show_result(out, result)
+    _fail_if_named_kept(fingerprints, plan, result)
     if result.exit_code != ExitCode.OK:
         raise typer.Exit(int(result.exit_code))
+
+
+#: What gc says when nothing was selected at all (exit 0; see docs/gc.md).
+NOTHING_SELECTED = (
+    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset given "
+    "(an empty `cachetool ls -q` selection selects nothing)"
+)
+
+
+def _named_but_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> list[tuple[str, str]]:
+    """(entry, reason) for each entry named on the command line that gc keeps."""
+    if not names:
+        return []
+
+    def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
+        ids = [x for x in (fp, *aliases) if x]
+        return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
+
+    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, (), s.path)]
+    if result is not None:
+        kept += [
+            (o.item.id, o.reason or o.status)
+            for o in (*result.skipped, *result.failed)
+            if named(o.item.fingerprint, o.item.aliases, o.item.path)
+        ]
+    return kept
+
+
+def _fail_if_named_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> None:
+    """Naming an entry asks for its removal: if gc keeps it, say why on stderr and exit 1."""
+    kept = _named_but_kept(names, plan, result)
+    if not kept:
+        return
+    for what, why in kept:
+        error(f"{what} was named but kept: {why}")
+    raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
 
 
 # ------------------------------------------------------------------------------------------
@@ -304,7 +374,6 @@ def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[st
     """The `--json` document (schema in docs/gc.md)."""
     o = plan.options
     return {
-        "version": 1,
         "root": os.fsdecode(plan.root),
         "temp_dir": os.fsdecode(plan.temp_dir) if plan.temp_dir else None,
         "dry_run": dry_run,
@@ -318,6 +387,7 @@ def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[st
             "fingerprints": list(o.fingerprints),
             "keep": list(o.keep),
             "include_sources": o.include_sources,
+            "other_hosts_idle": o.other_hosts_idle,
         },
         "plan": plan.to_json(),
         "result": result.to_json() if result is not None else None,
@@ -341,7 +411,13 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         return
     out.line(f"Cache: {out.path(plan.root, out.console.width - 7)}", style="bold")
     if plan.temp_dir is not None:
-        out.line(f"Temp dir: {out.path(plan.temp_dir, 40)} (only hf_datasets-* and pymp-*)", style="dim")
+        out.line(
+            f"Temp dir: {out.path(plan.temp_dir, 40)} "
+            "(only hf_datasets-*, pymp-* and cachetool-determinism-*)",
+            style="dim",
+        )
+    for note in plan.shared.notes() if plan.shared is not None else ():
+        out.line(note, style="dim")
     if plan.items:
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
@@ -416,3 +492,5 @@ def _show_result(out: Output, result: GcResult) -> None:
         f"Removed {len(result.removed)} item(s), freed {freed}; "
         f"{len(result.skipped)} kept on a last check, {len(result.failed)} failed."
     )
+    for lease in result.leases_removed:
+        out.line(f"Removed the stale lease of {lease}.", style="dim")

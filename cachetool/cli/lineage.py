@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cachetool.cli.common import (
+    AllRootsOption,
     CacheDirOption,
     JsonOption,
     Output,
@@ -22,11 +23,11 @@ from cachetool.cli.common import (
     hint,
     warn,
 )
-from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.graph import LineageGraph, Step
+    from cachetool.lineage.ledger import Ledger
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
@@ -68,6 +69,7 @@ def lineage_command(
         bool, typer.Option("--internal", help="Include calls datasets makes itself (set_format, shards).")
     ] = False,
     cache_dir: CacheDirOption = None,
+    all_roots: AllRootsOption = False,
     fmt: Annotated[
         OutputFormat, format_option("dot", "mermaid", quiet="the steps' fingerprints, one a line")
     ] = OutputFormat.human,
@@ -78,10 +80,14 @@ def lineage_command(
 
     One step a line: operation, function (name @ file:line), key arguments, fingerprint, how many
     recorded runs hit or missed the cache, and whether its cache file exists now (size) or is gone.
-    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. A
+    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. Only
+    this cache's records count (another cache's runs of the same pipeline are not its hits), but a
     parent in another root (the cache a saved folder came from) is followed through the registry
-    of known roots. Lineage exists only for pipelines run under `cachetool run` (or
-    `cachetool.tracing()`); for other entries it says what the disk tells.
+    of known roots, and the saved folders made from this cache are followed too; such steps say
+    "recorded in <root>". `--all-roots` reads every known root. A file written by a call
+    `datasets` makes itself (`cast_column` runs `map`) keeps its step, marked as such. Lineage
+    exists only for pipelines run under `cachetool run` (or `cachetool.tracing()`); for other
+    entries it says what the disk tells.
 
     **Examples**
 
@@ -97,18 +103,29 @@ def lineage_command(
     or missing cache.
     """
     mode = "all" if all_ else "descendants" if descendants else "chain"
-    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet))
+    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet), all_roots)
 
 
 @handle_errors
-def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _lineage(
+    prefix: str,
+    mode: str,
+    internal: bool,
+    cache_dir: Path | None,
+    fmt: OutputFormat,
+    all_roots: bool = False,
+) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
 
     root = existing_root(cache_dir)
-    report = scan_cache(root)
+    ledger = Ledger.load(root.expanduser().resolve(), all_roots=all_roots)
+    report = scan_cache(root, ledger=ledger)
     warnings: list[str] = []
-    view = lineage_view(report, prefix, mode=mode, include_internal=internal, warnings=warnings)
+    view = lineage_view(
+        report, prefix, mode=mode, include_internal=internal, warnings=warnings, ledger=ledger
+    )
     if fmt == OutputFormat.json:
         Output(fmt).json(view.to_json())
     elif fmt == OutputFormat.quiet:
@@ -125,38 +142,18 @@ def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt
         hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
 
 
-def resolve(report: CacheReport, graph: LineageGraph, prefix: str) -> tuple[str, Entry | None]:
-    """The one fingerprint `prefix` names, on disk or in the ledger, and its disk entry if any."""
-    from cachetool.cache.scan import find_entry
+def resolve(
+    report: CacheReport, graph: LineageGraph, prefix: str, ledger: Ledger
+) -> tuple[str, Entry | None]:
+    """The one fingerprint `prefix` names (`cachetool.lineage.ledger.resolve`), and its disk entry."""
+    from cachetool.lineage.ledger import resolve as resolve_name
 
-    entry: Entry | None = None
-    try:
-        entry = find_entry(report, prefix)
-    except UnknownFingerprint:
-        entry = None
-    except AmbiguousFingerprint:
-        raise
-    recorded = graph.matching(prefix)
-    candidates: set[str] = set(recorded)
-    if entry is not None and entry.fingerprint:
-        fps = {entry.fingerprint, *entry.aliases}
-        # Prefer the fingerprint the user named; else the one the ledger knows (after
-        # load_from_disk the recorded one is the alias).
-        named = sorted(fp for fp in fps if fp.startswith(prefix))
-        known = [fp for fp in named if graph.is_recorded(fp)] or sorted(
-            fp for fp in fps if graph.is_recorded(fp)
-        )
-        main = known[0] if known else named[0] if named else entry.fingerprint
-        candidates -= fps
-        candidates.add(main)
-    if not candidates:
-        raise UnknownFingerprint(prefix, report.root)
-    if len(candidates) > 1:
-        raise AmbiguousFingerprint(prefix, sorted(candidates))
-    fp = candidates.pop()
-    if entry is None:
-        entry = next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
-    return fp, entry
+    got = resolve_name(prefix, report, ledger)
+    fp = got.fingerprint
+    if got.entry is not None and not graph.is_recorded(fp):
+        # After load_from_disk the fingerprint the ledger knows is the entry's alias.
+        fp = next((x for x in (got.entry.fingerprint, *got.entry.aliases) if x and graph.is_recorded(x)), fp)
+    return fp, got.entry
 
 
 def lineage_view(
@@ -166,15 +163,20 @@ def lineage_view(
     mode: str = "chain",
     include_internal: bool = False,
     warnings: list[str] | None = None,
+    all_roots: bool = False,
+    ledger: Ledger | None = None,
 ) -> LineageView:
     """The lineage of the fingerprint `prefix` names, in the cache `report` scanned.
 
     `mode` is "chain" (source to fingerprint), "descendants" (the tree below it) or "all" (every
     branch of its dataset). The Python side of `cachetool lineage`."""
     from cachetool.lineage.graph import load_graph
+    from cachetool.lineage.ledger import Ledger
 
-    graph = load_graph(report.root, include_internal=include_internal, warnings=warnings)
-    fp, entry = resolve(report, graph, prefix)
+    if ledger is None:
+        ledger = Ledger.load(report.root, all_roots=all_roots)
+    graph = load_graph(ledger, include_internal=include_internal, warnings=warnings)
+    fp, entry = resolve(report, graph, prefix, ledger)
     if mode == "descendants":
         items = graph.descendants(fp)
     elif mode == "all":
@@ -201,11 +203,11 @@ def _what(step: Step) -> str:
     if not step.recorded:
         return "?"
     op = step.operation or step.type or "?"
-    src = step.source or {}
-    if step.type == "root" and src.get("kind") == "builder":
-        return f"{op} {src.get('builder')} [{src.get('split')}]"
-    if step.type == "root" and src.get("kind") == "saved":
-        return f"{op} {Path(str(src.get('path'))).name}"
+    src = step.source
+    if step.type == "root" and src is not None and src.kind == "builder":
+        return f"{op} {src.builder} [{src.split}]"
+    if step.type == "root" and src is not None and src.kind == "saved":
+        return f"{op} {Path(str(src.path)).name}"
     return op
 
 
@@ -226,12 +228,18 @@ def _notes(step: Step) -> str:
         notes.append("new_fingerprint= given")
     if step.random_fallback:
         rf = step.random_fallback
-        arg = rf.get("argument") or "the transform"
-        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.get('error')})")
+        arg = rf.argument or "the transform"
+        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.error})")
+    if step.internal:
+        notes.append("made inside another step by datasets")
+    if step.foreign and step.root:
+        notes.append(f"recorded in {step.root}")
     for path in step.saved_to:
         notes.append(f"saved to {path}")
     if step.deleted:
         notes.append(step.deleted)
+    if step.where:
+        notes.append(step.where)
     return "; ".join(notes)
 
 
@@ -286,6 +294,8 @@ def _label(step: Step) -> str:
     parts = [_what(step)]
     if step.function_str:
         parts.append(step.function_str)
+    if step.args_str:
+        parts.append(step.args_str)
     parts.append(step.fingerprint)
     if step.recorded:
         parts.append(step.file_str)

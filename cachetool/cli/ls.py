@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,6 +29,7 @@ from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.lineage.ledger import Ledger
 
 
 def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
@@ -39,12 +41,12 @@ def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
     return existing_root(path if path is not None else cache_dir)
 
 
-def scan_with_progress(root: Path, out: Output) -> CacheReport:
+def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) -> CacheReport:
     """Scan, showing a live file count on a terminal (stderr) for long scans."""
     from cachetool.cache.scan import scan_cache
 
     if not sys.stderr.isatty():
-        return scan_cache(root)
+        return scan_cache(root, ledger=ledger)
     from rich.status import Status
 
     from cachetool.cli.common import stderr_console
@@ -54,7 +56,7 @@ def scan_with_progress(root: Path, out: Output) -> CacheReport:
         def progress(n: int) -> None:
             status.update(f"Scanning… {n} files")
 
-        return scan_cache(root, progress=progress)
+        return scan_cache(root, ledger=ledger, progress=progress)
 
 
 def report_warnings(report: CacheReport) -> None:
@@ -63,7 +65,10 @@ def report_warnings(report: CacheReport) -> None:
         return
     first = report.warnings[0]
     more = f" and {len(report.warnings) - 1} more" if len(report.warnings) > 1 else ""
-    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `cachetool verify` for details")
+    from cachetool.maintenance.hints import shell_command
+
+    verify = shell_command("verify", "--cache-dir", os.fsdecode(report.root))
+    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `{verify}` for details")
 
 
 def _short(path: Path, root: Path) -> str:
@@ -73,12 +78,24 @@ def _short(path: Path, root: Path) -> str:
         return os.fsdecode(path)
 
 
+_CONFIG_HASH = re.compile(r"-[0-9a-f]{16}$")
+_LONG_HEX = re.compile(r"[0-9a-f]{12,}")
+
+
 def entry_label(e: Entry, whole: bool = False) -> str:
-    """The fingerprint, else the file or folder name (full paths are in --json and `show`)."""
+    """The fingerprint, else the file or folder name (full paths are in --json and `show`).
+    A long name shows each hash by its first 8 digits (as git abbreviates), or else as `…`, then
+    loses its head; a hash is never shown cut anywhere else."""
     if e.fingerprint:
         return e.fingerprint
     name = os.fsdecode(e.path.name) + ("/" if e.path.is_dir() and not e.path.is_symlink() else "")
-    return name if len(name) <= 16 or whole else f"{name[:6]}…{name[-9:]}"
+    if len(name) <= 16 or whole:
+        return name
+    short = _LONG_HEX.sub(lambda m: m.group(0)[:8] + "…", name)
+    if len(short) <= 16:
+        return short
+    short = _LONG_HEX.sub("…", name)
+    return short if len(short) <= 16 else "…" + short[-15:]
 
 
 def read_pinned(root: Path) -> frozenset[str]:
@@ -266,15 +283,34 @@ def _entry_table(
     with_dataset: bool,
     pinned: frozenset[str] = frozenset(),
 ) -> None:
-    """One row per entry. `op` and `parent` appear once the ledger knows any entry; on a narrow
-    terminal they take the place of `files`, `cols` and `modified` (all stay in --json and `show`).
-    A `pin` column marks pinned entries when there are any."""
+    """One row per entry. `op` and `parent` appear once the ledger knows any entry. On a narrow
+    terminal the dataset shows without its config hash, parents by their first 8 digits, then
+    `cols`, `files`, `modified`, `parent` and `op` give way, in that order, until the table fits
+    (all stay in --json and `show`; --no-truncate keeps everything). A `pin` column marks pinned
+    entries when there are any."""
     from cachetool.cache.query import is_pinned
 
     recorded = any(e.parent or e.operation for e in entries)
-    narrow = recorded and not out.no_truncate and out.console.width < 110 + (26 if with_dataset else 0)
     any_pinned = any(is_pinned(e, pinned) for e in entries)
     now = report.scanned_at
+    table_rows = []
+    for e in entries:
+        table_rows.append(
+            {
+                "dataset": e.dataset or "",
+                "kind": e.kind_str,
+                "fingerprint": entry_label(e, whole=out.no_truncate),
+                "pin": "yes" if is_pinned(e, pinned) else "",
+                "files": str(len(e.files)),
+                "rows": "" if e.rows is None else f"{e.rows:,}",
+                "cols": str(len(e.columns) or ""),
+                "size": e.size_str,
+                "modified": age_short(e.modified, now),
+                "used": age_short(e.used, now),
+                "op": e.operation or "",
+                "parent": e.parent or "",
+            }
+        )
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
     if any_pinned:
         names.insert(2, "pin")
@@ -282,36 +318,41 @@ def _entry_table(
         names.insert(0, "dataset")
     if recorded:
         names += ["op", "parent"]
-    if narrow:
-        names = [n for n in names if n not in ("files", "modified", "cols")]
-    right = ("files", "rows", "cols", "size", "modified", "used")
-    # One function per column, so each row computes only the cells shown.
-    cell: dict[str, Callable[[Entry], object]] = {
-        "dataset": lambda e: e.dataset or "",
-        "kind": lambda e: e.kind_str,
-        "fingerprint": lambda e: entry_label(e, whole=out.no_truncate),
-        "pin": lambda e: "yes" if is_pinned(e, pinned) else "",
-        "files": lambda e: len(e.files),
-        "rows": lambda e: "" if (r := e.rows) is None else f"{r:,}",
-        "cols": lambda e: len(e.columns) or "",
-        "size": lambda e: e.size_str,
-        "modified": lambda e: age_short(e.modified, now),
-        "used": lambda e: age_short(e.used, now),
-        "op": lambda e: e.operation or "",
-        "parent": lambda e: (e.parent or "")[:8] if narrow else (e.parent or ""),
+    # A fingerprint is never cut (`new_fingerprint=` may be any string): its column is as wide as
+    # the longest.
+    longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
+    widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
+
+    def natural(n: str) -> int:
+        longest = max([len(n), *(len(row[n]) for row in table_rows)])
+        return min(longest, widths[n][1]) if n in widths else longest
+
+    natural_width = {n: natural(n) for n in names}  # once: a listing may hold 100k entries
+
+    def width_of(cols: list[str]) -> int:
+        return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
+
+    if not out.no_truncate:
+        room = out.console.width
+        steps = [
+            ("dataset", lambda row: row.update(dataset=_CONFIG_HASH.sub("", row["dataset"]))),
+            ("parent", lambda row: row.update(parent=row["parent"][:8])),
+        ]
+        for column, shorten in steps:
+            if column in names and width_of(names) > room:
+                for row in table_rows:
+                    shorten(row)
+                natural_width[column] = natural(column)
+        for column in ("cols", "files", "modified", "parent", "op"):
+            if width_of(names) <= room:
+                break
+            if column in names:
+                names.remove(column)
+    justify = {
+        n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
-    getters = [cell[n] for n in names]
     out.table(
-        None,
-        [(n, "right" if n in right else "left") for n in names],
-        [[get(e) for get in getters] for e in entries],
-        widths={
-            "kind": (10, 18),
-            "fingerprint": (16, 16),
-            "dataset": (10, 24),
-            "op": (2, 12),
-            "parent": (8, 16),
-        },
+        None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
     )
 
 

@@ -17,7 +17,6 @@ from cachetool.cli.common import (
     choose_format,
     handle_errors,
 )
-from cachetool.errors import UnknownFingerprint
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import Entry
@@ -89,33 +88,13 @@ def unpin_command(
 
 
 def resolve_fingerprint(root: Path, prefix: str) -> str:
-    """The full fingerprint for `prefix`: an entry's fingerprint or alias, else one the ledger knows."""
+    """The full fingerprint for `prefix` (`cachetool.lineage.ledger.resolve`): an entry's
+    fingerprint or alias, else one the ledger knows."""
     from cachetool.cache.scan import scan_cache
-    from cachetool.errors import AmbiguousFingerprint
+    from cachetool.lineage.ledger import Ledger, resolve
 
-    report = scan_cache(root)
-    try:
-        entry = report.find(prefix)
-    except UnknownFingerprint:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-
-        known = sorted(usage_by_fingerprint(report.root))
-        matches = [fp for fp in known if fp == prefix] or [
-            fp for fp in known if prefix and fp.startswith(prefix)
-        ]
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise AmbiguousFingerprint(prefix, matches) from None
-        raise
-    exact = [fp for fp in (entry.fingerprint, *entry.aliases) if fp == prefix]
-    if exact:
-        return exact[0]
-    if entry.fingerprint is None:
-        raise UnknownFingerprint(prefix, report.root)  # a path of a file without a fingerprint
-    return next(
-        (fp for fp in (entry.fingerprint, *entry.aliases) if fp and fp.startswith(prefix)), entry.fingerprint
-    )
+    ledger = Ledger.load(root, follow=False)
+    return resolve(prefix, scan_cache(root, ledger=ledger), ledger).fingerprint
 
 
 @handle_errors

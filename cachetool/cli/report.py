@@ -80,7 +80,7 @@ def _report(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFo
     for w in data.warnings[:5]:
         warn(w)
     if fmt == OutputFormat.json:
-        out.json({"version": 1, "output": path, "bytes": size, **data.to_json()})
+        out.json({"output": path, "bytes": size, **data.to_json()})
     elif fmt == OutputFormat.quiet:
         out.ids([path])
     else:

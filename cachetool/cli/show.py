@@ -22,6 +22,8 @@ from cachetool.cli.common import (
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.records import CallSite, StepRecord
 
 
 def show_command(
@@ -59,12 +61,18 @@ def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: b
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.query import is_pinned
     from cachetool.cli.ls import read_pinned, report_warnings, scan_with_progress
+    from cachetool.lineage.ledger import Ledger, resolve
 
     root = existing_root(cache_dir)
     out = Output(fmt, no_truncate=no_truncate)
-    report = scan_with_progress(root, out)
-    entry = report.find(prefix)
-    records = _records(report.root, entry)
+    ledger = Ledger.load(root.expanduser().resolve(), follow=False)
+    report = scan_with_progress(root, out, ledger)
+    got = resolve(prefix, report, ledger)
+    entry = got.entry
+    if entry is None:
+        _show_recorded_only(out, fmt, report, got.fingerprint, ledger.for_result(got.fingerprint))
+        return
+    records = _records(ledger, entry, got.fingerprint)
     pinned = is_pinned(entry, read_pinned(report.root))
     if fmt == OutputFormat.json:
         out.json({**show_document(report, entry, records), "pinned": pinned})
@@ -75,19 +83,36 @@ def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: b
     report_warnings(report)
 
 
-def _records(root: Path, entry: Entry) -> list[dict[str, Any]]:
-    try:
-        from cachetool.lineage.ledger import records_for
-    except ImportError:
-        return []
-    out: list[dict[str, Any]] = []
-    for fp in (entry.fingerprint, *entry.aliases):
-        if fp:
-            out.extend(records_for(root, fp))
-    return out
+def _show_recorded_only(
+    out: Output, fmt: OutputFormat, report: CacheReport, fp: str, records: list[StepRecord]
+) -> None:
+    """A fingerprint the ledger records but no cache file holds (in memory, or removed since)."""
+    if fmt == OutputFormat.json:
+        out.json(
+            {
+                "fingerprint": fp,
+                "kind": None,
+                "root": os.fsdecode(report.root),
+                "files": [],
+                "records": [r.to_json() for r in records],
+            }
+        )
+        return
+    if fmt == OutputFormat.quiet:
+        out.ids([fp])
+        return
+    out.line(f"{fp}: no cache file holds it; the ledger records {len(records)} step(s) that made it")
+    _render_records(out, records)
 
 
-def show_document(report: CacheReport, e: Entry, records: list[dict[str, Any]]) -> dict[str, Any]:
+def _records(ledger: Ledger, entry: Entry, named: str) -> list[StepRecord]:
+    """The records of the entry's fingerprints, and of the one named when its step wrote the
+    entry's files under another name (oldest first)."""
+    fps = dict.fromkeys(fp for fp in (entry.fingerprint, *entry.aliases, named) if fp)
+    return sorted((r for fp in fps for r in ledger.for_result(fp)), key=lambda r: (r.time, r.run, r.seq))
+
+
+def show_document(report: CacheReport, e: Entry, records: list[StepRecord]) -> dict[str, Any]:
     """The `--json` document of `show` (schema in docs/listing.md)."""
     doc = e.to_json()
     doc["root"] = os.fsdecode(report.root)
@@ -95,12 +120,12 @@ def show_document(report: CacheReport, e: Entry, records: list[dict[str, Any]]) 
     doc["schema"] = [{"name": n, "type": t} for n, t in e.columns]
     features = next((f.summary.features for f in e.files if f.summary and f.summary.features), None)
     doc["features"] = features
-    doc["records"] = records
+    doc["records"] = [r.to_json() for r in records]
     return doc
 
 
 def render(
-    out: Output, report: CacheReport, e: Entry, records: list[dict[str, Any]], pinned: bool = False
+    out: Output, report: CacheReport, e: Entry, records: list[StepRecord], pinned: bool = False
 ) -> None:
     def rel(p: Path) -> str:
         try:
@@ -139,34 +164,43 @@ def render(
     def name(p: Path) -> str:
         return os.path.relpath(p, folder) if folder is not None else rel(p)
 
+    # On a narrow terminal the fingerprint and state columns fold into one `check` column, so
+    # the file names keep their room: `ok`, or what is wrong.
+    narrow = not out.no_truncate and out.console.width < 100
     rows: list[tuple[object, ...]] = []
     for f in e.files:
         s = f.summary
         if s is None:
-            rows.append((name(f.path), f.size_str, "", "", "", ""))
+            rows.append(
+                (name(f.path), f.size_str, "", "") if narrow else (name(f.path), f.size_str, "", "", "", "")
+            )
             continue
+        matches = s.fingerprint is None or bool(
+            e.fingerprint
+            and (
+                s.fingerprint == e.fingerprint or (f.shard and s.fingerprint.startswith(e.fingerprint + "_"))
+            )
+        )
         if s.fingerprint is None:
             fp_note = "(none)"
-        elif (e.fingerprint and s.fingerprint in (e.fingerprint,)) or (
-            f.shard and e.fingerprint and s.fingerprint.startswith(e.fingerprint + "_")
-        ):
+        elif matches:
             fp_note = "matches" if not out.no_truncate else f"{s.fingerprint} (matches)"
         else:
             fp_note = f"{s.fingerprint} (differs)"
         state = "complete" if s.complete else (s.error or s.format)
+        n_rows = "" if s.rows is None else f"{s.rows:,}"
+        if narrow:
+            wrong = ([] if matches else [f"fingerprint {fp_note}"]) + ([] if s.complete else [state])
+            rows.append((name(f.path), f.size_str, n_rows, "; ".join(wrong) or "ok"))
+            continue
         rows.append(
-            (
-                name(f.path),
-                f.size_str,
-                "" if s.rows is None else f"{s.rows:,}",
-                "" if s.batches is None else s.batches,
-                fp_note,
-                state,
-            )
+            (name(f.path), f.size_str, n_rows, "" if s.batches is None else s.batches, fp_note, state)
         )
     out.table(
         "Files",
-        [
+        [("file", "left"), ("size", "right"), ("rows", "right"), ("check", "left")]
+        if narrow
+        else [
             ("file", "left"),
             ("size", "right"),
             ("rows", "right"),
@@ -187,19 +221,22 @@ def render(
         )
     if records:
         out.line()
+        _render_records(out, records)
+
+
+def _render_records(out: Output, records: list[StepRecord]) -> None:
+    if records:
         rec_rows = []
         for r in records[-10:]:
-            fn = r.get("function") or {}
-            duration = r.get("duration")
             rec_rows.append(
                 (
-                    _clock(r.get("time")),
-                    r.get("operation") or "",
-                    r.get("cache") or "",
-                    f"{duration:.2f}s" if isinstance(duration, (int, float)) else "",
-                    ", ".join(p[:16] for p in r.get("parents") or []),
-                    fn.get("qualname", "") if isinstance(fn, dict) else "",
-                    _site(r.get("call_site")),
+                    _clock(r.time),
+                    r.operation or "",
+                    r.cache,
+                    f"{r.duration:.2f}s",
+                    ", ".join(p[:16] for p in r.parents),
+                    (r.function.qualname or "") if r.function else "",
+                    _site(r.call_site),
                 )
             )
         out.table(
@@ -215,11 +252,11 @@ def render(
             ],
             rec_rows,
         )
-        fallback = next((r["random_fallback"] for r in reversed(records) if r.get("random_fallback")), None)
-        if isinstance(fallback, dict):
+        fallback = next((r.random_fallback for r in reversed(records) if r.random_fallback), None)
+        if fallback is not None:
             out.line(
-                f"datasets used a random fingerprint: {fallback.get('argument') or 'the transform'} "
-                f"could not be hashed ({fallback.get('error')})",
+                f"datasets used a random fingerprint: {fallback.argument or 'the transform'} "
+                f"could not be hashed ({fallback.error})",
                 style="red",
             )
 
@@ -232,10 +269,10 @@ def _clock(ts: Any) -> str:
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _site(site: Any) -> str:
-    if not isinstance(site, dict):
+def _site(site: CallSite | None) -> str:
+    if site is None:
         return ""
-    return f"{os.path.basename(str(site.get('file', '?')))}:{site.get('line', '?')}"
+    return f"{os.path.basename(site.file or '?')}:{site.line if site.line is not None else '?'}"
 
 
 def _feature(f: Any) -> str:

@@ -56,7 +56,9 @@ def stats_command(
     miss), the hit rate per call site and per dataset, the time spent computing misses and the
     part of it lost to recomputing steps that had run before, random fingerprints with their
     reasons, and the bytes written. `--zero` starts a new counting period without deleting any
-    record (`--all` looks past it). Needs pipelines run under `cachetool run`.
+    record (`--all` looks past it). Needs pipelines run under `cachetool run`. On a cache several
+    hosts share: steps per host, and the fingerprints two runs computed at the same time, with
+    the time lost.
 
     **Examples**
 
@@ -95,7 +97,8 @@ def _stats(
             )
         return
     now = time.time()
-    start = now - parse_duration(since, "--since") if since is not None else None
+    # A period longer than the clock's past (`--since 9999999999y`) means every recorded run.
+    start = max(0.0, now - parse_duration(since, "--since")) if since is not None else None
     report = ledger_stats(root, since=start, everything=all_, now=now)
     if fmt == OutputFormat.json:
         out.json(report.to_json())
@@ -156,12 +159,17 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("Hits", f"{t.hits}" + (f"  ({t.hit_rate_str})" if looked else "")),
         ("Misses", f"{t.misses}" + (f"  ({t.partial} partial)" if t.partial else "")),
         ("Steps without a cache file", str(t.no_file)),
+        ("Steps without a persistent cache", f"{t.uncached}  ({_seconds(t.uncached_seconds)})"),
         ("Time computing misses", _seconds(t.miss_seconds)),
-        ("  of which recomputing", _seconds(t.recompute_seconds)),
+        ("Time lost recomputing", _seconds(t.recompute_seconds)),
         ("Random fingerprints", str(r.random_count)),
         ("Saves", str(r.saves)),
         ("Bytes written", human_size(t.bytes_written)),
     ]
+    if len(r.hosts) > 1:
+        rows.insert(1, ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts)))
+    if r.concurrent:
+        rows.append(("Lost to concurrent runs", _seconds(r.concurrent_seconds)))
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         out.line(f"  {k.ljust(width)}{v}")
@@ -169,6 +177,9 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
             for reason in r.random:
                 arg = reason.argument or "the transform"
                 out.line(f"    {reason.count}× {arg}: {reason.error}")
+        if k == "Lost to concurrent runs":
+            for c in r.concurrent[:top]:
+                out.line(f"    {c.sentence()}")
     cols = [
         ("", "left"),
         ("hits", "right"),

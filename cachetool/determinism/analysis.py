@@ -13,7 +13,12 @@ Rules:
 * a root (a source dataset) that differs, or a step whose differing parent no recorded step made,
   is a **source** difference: no argument differs, the input does;
 * a step where `datasets` fell back to a random fingerprint (an argument that cannot be pickled) is
-  a **random** cause: it differs in every process by construction; the unpicklable piece is named.
+  a **random** cause: it differs in every process by construction; the unpicklable piece is named;
+* a step that hashes an object an earlier step changed while it ran (a tokenizer the mapped
+  function configured, a vocabulary built on the first call: the tracer records the argument's tree
+  at hash time and, when it changed, at the end of the step) is a **cache-state** cause: its
+  fingerprint depends on whether the earlier step was computed or loaded from the cache, even when
+  every run compared here happened to agree.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
+from cachetool.fingerprint.diff import (
+    Culprit,
+    Unpicklable,
+    diff_trees,
+    find_unpicklable_in_tree,
+    state_change_hint,
+)
+from cachetool.fingerprint.tree import iter_nodes
 
 __all__ = ["Cause", "Step", "align", "analyze"]
 
@@ -55,6 +67,8 @@ class Step:
     status: str = "same"
     #: For a cascade step: the index of its cause in `Analysis.causes`.
     cause: int | None = None
+    #: The split the step made (``train``), when the runs recorded one.
+    split: str | None = None
 
     @property
     def differs(self) -> bool:
@@ -80,6 +94,7 @@ class Step:
             "parents": [list(p) for p in self.parents],
             "status": self.status,
             "cause": self.cause,
+            "split": self.split,
         }
 
 
@@ -90,7 +105,8 @@ class Cause:
     step: Step
     #: ``arguments`` (a hashed argument differs), ``source`` (the input dataset differs),
     #: ``random`` (datasets used a random fingerprint), ``given`` (the caller passed a
-    #: ``new_fingerprint=`` that differs), ``unexplained`` (no recorded argument differs).
+    #: ``new_fingerprint=`` that differs), ``cache-state`` (an argument holds an object an earlier
+    #: step changed while it ran: `changed_by`), ``unexplained`` (no recorded argument differs).
     kind: str
     differing_args: tuple[str, ...] = ()
     culprits: tuple[Culprit, ...] = ()
@@ -101,8 +117,11 @@ class Cause:
     #: where it differs, as ``(key, (value per run, ...))``.
     source_diffs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cascade: int = 0
-    #: ``PYTHONHASHSEED`` (equal hash seeds give equal fingerprints), ``every run``, or None (not checked).
+    #: ``PYTHONHASHSEED`` (equal hash seeds give equal fingerprints), ``every run``, ``cache state``
+    #: (computed or loaded from the cache upstream), or None (not checked).
     variation: str | None = None
+    #: Cache-state causes: the earlier step that changed the object while it ran.
+    changed_by: Step | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +139,14 @@ class Cause:
             "source_differences": {key: list(values) for key, values in self.source_diffs},
             "cascade": self.cascade,
             "variation": self.variation,
+            "changed_by": None
+            if self.changed_by is None
+            else {
+                "step": self.changed_by.index,
+                "call_site": {"file": self.changed_by.file, "line": self.changed_by.line},
+                "operation": self.changed_by.operation,
+                "function": self.changed_by.function,
+            },
         }
 
 
@@ -198,6 +225,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
     """Compare N runs' events (N >= 2): steps, causes with culprits, and their cascades."""
     positions, unaligned = align(runs)
     rows = [[runs[k][i] for k, i in enumerate(row)] for row in positions]
+    changes = _state_changes(runs, positions)
     steps: list[Step] = []
     causes: list[Cause] = []
     hidden_random: list[Cause] = []
@@ -205,7 +233,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
     masked_seen: set[tuple[Any, ...]] = set()
     # fingerprint (per run) -> index of the cause it descends from
     tainted: list[dict[str, int]] = [{} for _ in runs]
-    cascade_count: dict[int, set[str]] = {}
+    deferred: list[int] = []
     for index, row in enumerate(rows):
         file, line, function = _site(row[0])
         results = tuple(e.get("result") for e in row)
@@ -223,10 +251,17 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             results=results,
             parents=parents,
             function_defined=_defined(row[0]),
+            split=str(row[0]["split"]) if row[0].get("split") is not None else None,
         )
         fallbacks = [e.get("random_fallback") for e in row]
+        change = changes.get(index)
         if not step.differs:
-            if any(fallbacks):
+            if change is not None and not any(fallbacks):
+                # Every run here agrees, but only because they all computed (or all loaded) the
+                # step that changes the object: a run that differs upstream would not.
+                step = _replace(step, status="cause", cause=len(causes))
+                causes.append(_state_cause(step, row, change, steps))
+            elif any(fallbacks):
                 hidden_random.append(_random_cause(step, row))
             steps.append(step)
             continue
@@ -261,8 +296,6 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 and results[0] is not None
                 and results[0] != causes[inherited].step.results[0]
             ):
-                # Downstream fingerprints, counted once each (internal steps repeat their caller's).
-                cascade_count.setdefault(inherited, set()).add(results[0])
                 # A step of the cascade whose own arguments differ too: a second problem that would
                 # show up once the first is fixed.
                 own = _arg_diffs(row, skip_datasets=True)
@@ -277,6 +310,17 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                     masked_seen.add(key)
                     masked.append(Cause(step=step, kind="arguments", **own))
             cause_index = inherited
+        elif step.internal and any(
+            not other[0].get("internal") and tuple(e.get("result") for e in other) == results
+            for j, other in enumerate(rows)
+            if j != index
+        ):
+            # datasets' own step (`select(..., new_fingerprint=)` inside train_test_split) made the
+            # fingerprint of a call the user made: that call is the cause, never this step.
+            step = _replace(step, status="cascade")
+            deferred.append(index)
+            steps.append(step)
+            continue
         else:
             cause_index = len(causes)
             if any(fallbacks):
@@ -285,6 +329,9 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             elif len(set(parents)) > 1 or step.type == "root":
                 cause = Cause(step=step, kind="source", source_diffs=_source_diffs(row), **_arg_diffs(row))
                 step = _replace(step, status="source", cause=cause_index)
+            elif change is not None:
+                cause = _state_cause(step, row, change, steps)
+                step = _replace(step, status="cause", cause=cause_index)
             elif any(e.get("fingerprint_given") for e in row):
                 cause = Cause(step=step, kind="given")
                 step = _replace(step, status="cause", cause=cause_index)
@@ -293,18 +340,52 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 kind = "arguments" if diffs["differing_args"] else "unexplained"
                 cause = Cause(step=step, kind=kind, **diffs)
                 step = _replace(step, status="cause", cause=cause_index)
-            causes.append(_replace_cause(cause, step=step))
-        for k, fp in enumerate(results):
-            if fp is not None:
-                tainted[k][fp] = cause_index
+            repeated = next((i for i, c in enumerate(causes) if _same_story(c, cause)), None)
+            if repeated is not None:
+                # The same call and culprit again (the other split of a DatasetDict.map, the test
+                # output of train_test_split): part of the first, not a cause of its own.
+                cause_index = repeated
+                step = _replace(step, status="cascade", cause=repeated)
+            else:
+                causes.append(_replace_cause(cause, step=step))
+        if step.differs:
+            for k, fp in enumerate(results):
+                if fp is not None:
+                    tainted[k][fp] = cause_index
         steps.append(step)
-    final = tuple(_replace_cause(c, cascade=len(cascade_count.get(i, ()))) for i, c in enumerate(causes))
+    for index in deferred:
+        twin = next(
+            (
+                s
+                for s in steps
+                if not s.internal and s.results == steps[index].results and s.cause is not None
+            ),
+            None,
+        )
+        steps[index] = _replace(steps[index], cause=twin.cause if twin is not None else None)
+    # Downstream of a cause: the steps the user made whose fingerprint differs because of it, so
+    # that "N differ" = causes + downstream (+ random fallbacks).
+    downstream = [
+        sum(1 for s in steps if s.status == "cascade" and s.cause == i and s.differs and not s.internal)
+        for i in range(len(causes))
+    ]
+    final = tuple(_replace_cause(c, cascade=downstream[i]) for i, c in enumerate(causes))
     return Analysis(
         steps=tuple(steps),
         causes=final,
         unaligned=unaligned,
         hidden_random=tuple(hidden_random),
         masked=tuple(masked),
+    )
+
+
+def _same_story(a: Cause, b: Cause) -> bool:
+    """Two causes at one call site with the same kind, arguments and culprits (one call made twice)."""
+    return (
+        (a.step.file, a.step.line, a.step.operation, a.kind, a.differing_args)
+        == (b.step.file, b.step.line, b.step.operation, b.kind, b.differing_args)
+        and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
+        and a.kind not in ("source", "unexplained")
     )
 
 
@@ -346,6 +427,124 @@ def _arg_diffs(row: Sequence[Event], *, skip_datasets: bool = False) -> dict[str
     return {"differing_args": tuple(differing), "culprits": tuple(culprits)}
 
 
+@dataclass(frozen=True)
+class _Change:
+    """An object a step changed while it ran (`changed_at`, a step index), hashed again later."""
+
+    changed_at: int
+    culprit: Culprit
+
+
+_SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
+
+
+def _node_key(label: str, node: Mapping[str, Any], depth: int) -> tuple[str, ...] | None:
+    """How a changed part is recognised in a later tree: an object or container by its digest
+    (distinctive), a scalar only as a named variable (``global 'n'``, ``closure 'k'``) with its
+    value's digest, so that an unrelated ``True`` or ``None`` elsewhere is not taken for it."""
+    digest = node.get("d")
+    if not isinstance(digest, str):
+        return None
+    if str(node.get("t", "")) not in _SCALAR_TYPES:
+        return (digest,)
+    if depth >= 1 and label.startswith(("global ", "closure ", "[")):
+        return (label, digest)
+    return None
+
+
+def _state_changes(
+    runs: Sequence[Sequence[Event]], positions: Sequence[tuple[int, ...]]
+) -> dict[int, _Change]:
+    """Steps (by index) whose arguments hold a part that an earlier step of the same run changed
+    while it ran (the tracer records an argument's tree after a step that ran when its digest
+    changed: ``"after"``), with what changed, diffed before against after."""
+    step_of = [{pos[k]: index for index, pos in enumerate(positions)} for k in range(len(runs))]
+    out: dict[int, _Change] = {}
+    for k, events in enumerate(runs):
+        # part key -> (position of the step that changed it, culprit)
+        changed: dict[tuple[str, ...], tuple[int, Culprit]] = {}
+        reported: set[tuple[int, tuple[str, ...]]] = set()
+        for pos, event in enumerate(events):
+            args = event.get("args") or {}
+            if changed and pos in step_of[k] and step_of[k][pos] not in out:
+                found = _hashed_again(args, changed)
+                if found is not None:
+                    at, what = found
+                    seen = (at, what.path)
+                    if seen not in reported and at in step_of[k]:
+                        # The first step that hashes it again is the one to fix.
+                        reported.add(seen)
+                        out[step_of[k][pos]] = _Change(changed_at=step_of[k][at], culprit=what)
+            for name, entry in args.items():
+                if not isinstance(entry, Mapping):
+                    continue
+                before, after = entry.get("tree"), entry.get("after")
+                if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+                    continue
+                diff = diff_trees(str(name), [dict(before), dict(after)])
+                if diff is None:
+                    continue
+                paths = list(diff.leaves) or [diff.path]
+                types = " ".join(
+                    str((_node_at(after, leaf[:d]) or {}).get("t", ""))
+                    for leaf in paths
+                    for d in range(len(leaf) + 1)
+                )
+                culprit = _as_state_change(diff, types)
+                for leaf in paths:
+                    for depth in range(len(leaf) + 1):
+                        node = _node_at(after, leaf[:depth])
+                        label = leaf[depth - 1] if depth else ""
+                        key = _node_key(label, node, depth) if node is not None else None
+                        if key is not None:
+                            changed[key] = (pos, culprit)
+    return out
+
+
+def _hashed_again(
+    args: Mapping[str, Any], changed: Mapping[tuple[str, ...], tuple[int, Culprit]]
+) -> tuple[int, Culprit] | None:
+    for entry in args.values():
+        tree = entry.get("tree") if isinstance(entry, Mapping) else None
+        if not isinstance(tree, Mapping):
+            continue
+        for path, node in iter_nodes(dict(tree)):
+            key = _node_key(path[-1] if path else "", node, len(path))
+            if key is not None and key in changed:
+                return changed[key]
+    return None
+
+
+def _node_at(tree: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any] | None:
+    node = tree
+    for label in path:
+        for child in node.get("c", ()):
+            if child.get("l") == label:
+                node = child
+                break
+        else:
+            return None
+    return node
+
+
+def _as_state_change(culprit: Culprit, types: str) -> Culprit:
+    hint = state_change_hint(types)
+    parts = tuple(replace(p, kind="cache-state", hint=hint) for p in culprit.parts)
+    return replace(culprit, kind="cache-state", hint=hint, parts=parts)
+
+
+def _state_cause(step: Step, row: Sequence[Event], change: _Change, steps: Sequence[Step]) -> Cause:
+    diffs = _arg_diffs(row)
+    return Cause(
+        step=step,
+        kind="cache-state",
+        differing_args=diffs["differing_args"],
+        culprits=(change.culprit,),
+        variation="cache state",
+        changed_by=steps[change.changed_at] if change.changed_at < len(steps) else None,
+    )
+
+
 def _random_cause(step: Step, row: Sequence[Event]) -> Cause:
     errors: list[str] = []
     found: list[Unpicklable] = []
@@ -362,7 +561,7 @@ def _random_cause(step: Step, row: Sequence[Event]) -> Cause:
         entry = (row[0].get("args") or {}).get(name)
         tree = entry.get("tree") if isinstance(entry, Mapping) else None
         if tree is not None:
-            piece = find_unpicklable_in_tree(name, tree)
+            piece = find_unpicklable_in_tree(name, tree, errors[0] if errors else None)
             if piece is not None:
                 found.append(piece)
     return Cause(
@@ -391,7 +590,35 @@ def _source_diffs(row: Sequence[Event]) -> tuple[tuple[str, tuple[str, ...]], ..
         values = tuple(f.get(key, "-") for f in flat)
         if len(set(values)) > 1:
             diffs.append((key, values))
+    diffs.extend(_column_diffs(row))
     return tuple(diffs)
+
+
+def _column_diffs(row: Sequence[Event]) -> list[tuple[str, tuple[str, ...]]]:
+    """For a dataset built in memory: each column whose digest differs, with the first row whose
+    value differs (``("column 'loaded_at' row 0", ("1795…", "1796…"))``)."""
+    tables = [e.get("columns") for e in row]
+    if not all(isinstance(t, Mapping) and t for t in tables):
+        return []
+    out: list[tuple[str, tuple[str, ...]]] = []
+    first = tables[0]
+    assert isinstance(first, Mapping)
+    for name in first:
+        columns = [t.get(name) if isinstance(t, Mapping) else None for t in tables]
+        if not all(isinstance(c, Mapping) for c in columns):
+            out.append((f"column {name!r}", tuple("present" if c else "absent" for c in columns)))
+            continue
+        if len({c.get("digest") for c in columns if isinstance(c, Mapping)}) == 1:
+            continue
+        heads = [list(c.get("head") or []) if isinstance(c, Mapping) else [] for c in columns]
+        for i in range(max(len(h) for h in heads)):
+            values = tuple(h[i] if i < len(h) else "-" for h in heads)
+            if len(set(values)) > 1:
+                out.append((f"column {name!r} row {i}", values))
+                break
+        else:
+            out.append((f"column {name!r}", tuple(f"differs after row {len(h)}" for h in heads)))
+    return out
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:

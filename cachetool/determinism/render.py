@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cachetool.determinism.analysis import Cause
+from cachetool.determinism.analysis import Cause, Step
 from cachetool.determinism.runner import DeterminismReport
 
 __all__ = ["github_lines", "human_lines"]
@@ -54,7 +54,19 @@ def _variation(cause: Cause) -> str | None:
         return "depends on PYTHONHASHSEED (a run with an equal hash seed gave the same fingerprint)"
     if cause.variation == "every run":
         return "changes on every run (even with an equal hash seed)"
+    if cause.variation == "cache state":
+        return (
+            "depends on the cache state: it differs between a run that computed the earlier step and "
+            "one that loaded it from the cache (a warm cache hides it; a cold one shows it)"
+        )
     return None
+
+
+def _step_name(step: Step) -> str:
+    where = f"{_relative(step.file)}:{step.line}" if step.file else "?"
+    what = f"{step.operation} {step.function}" if step.function else step.operation
+    split = f" on split {step.split}" if step.split else ""
+    return f"step {step.index + 1} ({what}{split} at {where})"
 
 
 def cause_lines(cause: Cause) -> list[str]:
@@ -64,7 +76,10 @@ def cause_lines(cause: Cause) -> list[str]:
     lines.append(f"{_location(cause)}  {_what(cause)}: fingerprint {fps}")
     if cause.kind == "source":
         lines.append("  the source dataset differs between runs (no argument differs, the input does):")
-        lines.append("  an input file rewritten or touched between runs, or data built at run time.")
+        if any(key.startswith("column ") for key, _ in cause.source_diffs):
+            lines.append(f"  the data given to {cause.step.operation} is built at run time.")
+        else:
+            lines.append("  an input file rewritten or touched between runs, or data built at run time.")
         for key, values in cause.source_diffs:
             lines.append(f"  source {key}: {' vs '.join(dict.fromkeys(values))}")
         for culprit in cause.culprits:
@@ -90,6 +105,24 @@ def cause_lines(cause: Cause) -> list[str]:
                 lines.append(f"  error: {error}")
             args = ", ".join(cause.differing_args) or "?"
             lines.append(f"  hint: make '{args}' picklable, or pass new_fingerprint= to the transform")
+    elif cause.kind == "cache-state":
+        origin = _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
+        subject = (
+            "the function's state"
+            if "function" in cause.differing_args or not cause.differing_args
+            else (f"the state of {', '.join(cause.differing_args)}")
+        )
+        lines.append(
+            f"  {subject} differs between a run that computed {origin} and one that loaded it from the cache:"
+        )
+        lines.append("  that step changes an object while it runs, and this step hashes the object again")
+        for culprit in cause.culprits:
+            if not culprit.parts:
+                lines.append(f"  changed: {culprit.path_str}: {culprit.values_str}")
+            else:
+                for part in culprit.parts:
+                    lines.append(f"  changed: {part.path_str}: {part.values_str}")
+            lines.append(f"  hint: {culprit.hint}")
     elif cause.kind == "given":
         lines.append("  the fingerprint was given with new_fingerprint= and differs between runs")
         lines.append(
@@ -131,6 +164,8 @@ def human_lines(report: DeterminismReport) -> list[str]:
     """The whole report for a person (the CLI escapes and prints each line)."""
     seeds = ", ".join(str(r.hash_seed) for r in report.runs)
     mode = "isolated caches" if report.isolated else "shared cache"
+    if any(r.cold for r in report.runs):
+        mode += ", run 1 cold"
     n = len(report.runs)
     lines = [
         f"{report.script}: {report.verdict} ({n} run{'' if n == 1 else 's'}, PYTHONHASHSEED {seeds}; {mode})"
@@ -148,8 +183,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
     analysis = report.analysis
     if analysis is None:
         return lines
-    compared = len(analysis.steps)
-    differing = sum(1 for s in analysis.steps if s.differs)
+    # The steps the user made (datasets' internal ones repeat their caller's fingerprints).
+    compared = sum(1 for s in analysis.steps if not s.internal)
+    differing = sum(1 for s in analysis.steps if s.differs and not s.internal)
     for cause in analysis.deterministic_causes:
         lines.append("")
         lines.extend(cause_lines(cause))
@@ -166,6 +202,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
         summary += f"; {len(analysis.deterministic_causes)} cause(s)"
     if analysis.random_causes:
         summary += f"; {len(analysis.random_causes)} random fingerprint(s)"
+    downstream = sum(c.cascade for c in analysis.causes)
+    if downstream:
+        summary += f", {downstream} downstream"
     lines.append(summary)
     if report.exit_code != 0:
         lines.append(
@@ -174,38 +213,36 @@ def human_lines(report: DeterminismReport) -> list[str]:
     return lines
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def github_lines(report: DeterminismReport) -> list[str]:
     """``::error file=...,line=...::message`` workflow commands, one per cause (GitHub Actions)."""
+    from cachetool.annotations import annotation
+
     out: list[str] = []
     failed = report.failed_run
     if failed is not None:
         tail = failed.stderr_tail.splitlines()[-1:] or [""]
+        what = "timed out" if failed.timed_out else f"failed (exit {failed.returncode})"
         out.append(
-            f"::error file={_escape_property(report.script)}::"
-            + _escape_data(f"check-determinism: the script failed (exit {failed.returncode}): {tail[0]}")
+            annotation("error", f"check-determinism: the script {what}: {tail[0]}", file=report.script)
         )
         return out
     analysis = report.analysis
     if analysis is None:
         return out
+    if report.nothing_compared is not None:
+        return [annotation("error", f"check-determinism: {report.nothing_compared}", file=report.script)]
     for cause in (*analysis.deterministic_causes, *analysis.random_causes):
-        props = []
-        if cause.step.file:
-            props.append(f"file={_escape_property(os.path.relpath(cause.step.file))}")
-        if cause.step.line is not None:
-            props.append(f"line={cause.step.line}")
         title = "random fingerprint" if cause.kind == "random" else "fingerprint not deterministic"
-        props.append(f"title={_escape_property(title)}")
         message = "\n".join(cause_lines(cause)[1:]) or _what(cause)
-        out.append(f"::error {','.join(props)}::{_escape_data(_what(cause) + ': ' + message.strip())}")
+        out.append(
+            annotation(
+                "error",
+                _what(cause) + ": " + message.strip(),
+                file=os.path.relpath(cause.step.file) if cause.step.file else None,
+                line=cause.step.line,
+                title=title,
+            )
+        )
     if not out:
-        out.append(f"::notice::{_escape_data(f'{report.script}: every fingerprint matched')}")
+        out.append(annotation("notice", f"{report.script}: every fingerprint matched"))
     return out

@@ -40,7 +40,8 @@ class Culprit:
     #: One digest per run (None where the part could not be pickled).
     digests: tuple[str | None, ...]
     #: What kind of difference this is: ``set-order``, ``order``, ``timestamp``, ``uuid``,
-    #: ``temp-path``, ``address``, ``code``, ``random-state``, ``value``.
+    #: ``temp-path``, ``address``, ``code``, ``source-file``, ``lines``, ``random-state``,
+    #: ``cache-state``, ``value``.
     kind: str
     hint: str
     #: When the differences sit in several places, each of them (paths below the argument).
@@ -243,13 +244,15 @@ def _culprit(
     argument: str, path: tuple[str, ...], nodes: Sequence[dict[str, Any]], leaves: tuple[tuple[str, ...], ...]
 ) -> Culprit:
     first = nodes[0]
-    kind, hint = hint_for(nodes, path)
+    kind, hint = hint_for(nodes, path, argument)
     if kind == "value" and len(leaves) > 1:
         # Several differing parts below: when they are all of one kind, that kind explains the culprit.
         hints: dict[str, str] = {}
         for leaf in leaves:
             leaf_nodes = [n for n in (_find(t, leaf[len(path) :]) for t in nodes) if n is not None]
-            leaf_kind, leaf_hint = hint_for(leaf_nodes, leaf) if len(leaf_nodes) == len(nodes) else ("", "")
+            leaf_kind, leaf_hint = (
+                hint_for(leaf_nodes, leaf, argument) if len(leaf_nodes) == len(nodes) else ("", "")
+            )
             hints.setdefault(leaf_kind, leaf_hint)
         if len(hints) == 1 and "" not in hints:
             kind, hint = next(iter(hints.items()))
@@ -266,14 +269,22 @@ def _culprit(
     )
 
 
+_RUNTIME = (
+    "compute it inside the function, or pass it in as an argument that is the same in every run "
+    "(e.g. from the command line)."
+)
 _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
 _ADDRESS = re.compile(r"0x[0-9a-f]{6,}", re.I)
 _TEMP = re.compile(r"(/tmp/|/var/folders/|\\Temp\\|tmp[a-z0-9_]{8})", re.I)
 _DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b")
 
 
-def hint_for(nodes: Sequence[dict[str, Any]], path: Sequence[str] = ()) -> tuple[str, str]:
-    """``(kind, one-line hint)`` for a culprit, from its nodes in each run (type, reprs, digests)."""
+def hint_for(
+    nodes: Sequence[dict[str, Any]], path: Sequence[str] = (), argument: str = ""
+) -> tuple[str, str]:
+    """``(kind, one-line hint)`` for a culprit, from its nodes in each run (type, reprs, digests);
+    `argument` is the hashed argument it sits in (a generator given to `shuffle` is not one given
+    to the mapped function)."""
     type_name = str(nodes[0].get("t", ""))
     reprs = [str(n.get("r", "")) for n in nodes]
     last = path[-1] if path else ""
@@ -298,16 +309,33 @@ def hint_for(nodes: Sequence[dict[str, Any]], path: Sequence[str] = ()) -> tuple
         # An object's repr is not what gets hashed; only a scalar's text is.
         joined = ""
     if type_name.split(".")[-1] in ("Generator", "RandomState", "BitGenerator", "PCG64", "MT19937"):
+        if argument in ("generator", "seed", ""):
+            return "random-state", (
+                "an unseeded random generator (shuffle or train_test_split without seed=): pass seed= "
+                "or generator=np.random.default_rng(<fixed seed>)."
+            )
         return "random-state", (
-            "an unseeded random generator (shuffle or train_test_split without seed=): pass seed= "
-            "or generator=np.random.default_rng(<fixed seed>)."
+            "an unseeded random generator reaches the function (np.random.default_rng() or "
+            "RandomState() without a seed): datasets hashes its state, new in every run; create it "
+            "with a fixed seed (np.random.default_rng(42)), or inside the function from a seed argument."
         )
-    if type_name == "code" or last in ("bytecode", "linetable", "names", "varnames"):
+    if type_name.split(".")[-1] in ("datetime", "date", "time", "Timestamp"):
+        return "timestamp", f"a timestamp ({type_name}) is taken at run time: {_RUNTIME}"
+    if last == "filename":
+        names = " → ".join(dict.fromkeys(r.strip("'\"") for r in reprs))
+        return "source-file", (
+            f"the function is the same but its source file changed ({names}), which datasets hashes "
+            "(a function's code keeps its file name): run the script under one name, or define the "
+            "function in a module both scripts import."
+        )
+    if last == "linetable":
+        return "lines", (
+            "the function's code is the same but its lines moved inside it (a blank or comment line "
+            "added or removed), which datasets hashes (line numbers from the function's first line)."
+        )
+    if type_name == "code" or last in ("bytecode", "names", "varnames"):
         return "code", "the function's code differs between runs: is it generated or edited at run time?"
-    runtime = (
-        "compute it inside the function, or pass it in as an argument that is the same in every run "
-        "(e.g. from the command line)."
-    )
+    runtime = _RUNTIME
     if _ADDRESS.search(joined):
         return "address", f"a repr with a memory address (id()-based) differs in every run: {runtime}"
     if _UUID.search(joined):
@@ -319,6 +347,22 @@ def hint_for(nodes: Sequence[dict[str, Any]], path: Sequence[str] = ()) -> tuple
     return "value", f"this value is different in each run: {runtime}"
 
 
+#: The datasets issue where changing an object inside the mapped function is discussed.
+STATE_CHANGE_ISSUE = "https://github.com/huggingface/datasets/issues/3638"
+
+
+def state_change_hint(types: str) -> str:
+    """What to do about an object a step changes while it runs (the hint of a cache-state culprit);
+    `types` names the types on the way to the changed part."""
+    what = "the tokenizer" if "tokenizer" in types.lower() else "the object"
+    return (
+        f"the mapped function changes {what} while it runs, and datasets hashes it again later: build "
+        f"and configure {what} completely before the first map (truncation, padding, added tokens, a "
+        f"lazily built vocabulary: call it once up front), or create it inside the function. See "
+        f"{STATE_CHANGE_ISSUE}"
+    )
+
+
 def _looks_like_time(text: str) -> bool:
     try:
         return 1e9 < float(text) < 1e10
@@ -326,18 +370,24 @@ def _looks_like_time(text: str) -> bool:
         return False
 
 
-def find_unpicklable_in_tree(argument: str, tree: dict[str, Any]) -> Unpicklable | None:
+def find_unpicklable_in_tree(
+    argument: str, tree: dict[str, Any], error: str | None = None
+) -> Unpicklable | None:
     """The deepest node that cannot be pickled while all of its children can, or None when the whole
-    argument pickles."""
+    argument pickles. Where several parts fail, the one the exception names is followed (`error`,
+    the text datasets swallowed, else the argument's own): `cannot pickle '_queue.SimpleQueue'
+    object` leads to a pool's `._work_queue`, not to its `._threads` (which hold that queue) nor to
+    a part that failed in another way (a RecursionError on some later state)."""
     if tree.get("d") is not None or "e" not in tree:
         return None
+    wanted = error or str(tree.get("e", ""))
     path: tuple[str, ...] = ()
     node = tree
     while True:
         failing = [c for c in node.get("c", ()) if c.get("d") is None and "e" in c]
         if not failing:
             break
-        node = failing[0]
+        node = min(failing, key=lambda c: _blame_order(c, wanted))
         path = (*path, node["l"])
     return Unpicklable(
         argument=argument,
@@ -347,6 +397,15 @@ def find_unpicklable_in_tree(argument: str, tree: dict[str, Any]) -> Unpicklable
         repr=str(node.get("r", "")),
         error=str(node.get("e", "")),
     )
+
+
+def _blame_order(node: dict[str, Any], wanted: str) -> tuple[int, int, int]:
+    """Sort key among failing parts: the type the exception names first, then the same exception,
+    then anything but a RecursionError; ties keep the tree's order (min is stable)."""
+    type_name = str(node.get("t", "")).rsplit(".", 1)[-1]
+    error = str(node.get("e", ""))
+    named = bool(type_name) and bool(re.search(rf"['.]{re.escape(type_name)}'", wanted))
+    return (0 if named else 1, 0 if error == wanted else 1, 1 if error.startswith("RecursionError") else 0)
 
 
 def find_unpicklable(argument: str, obj: Any) -> Unpicklable | None:

@@ -30,6 +30,7 @@ A node is a small dict, compact in JSON::
 
 from __future__ import annotations
 
+import datetime
 import functools
 import itertools
 import re
@@ -40,7 +41,7 @@ from typing import Any
 
 import xxhash
 
-from cachetool.fingerprint.hashing import try_hash
+from cachetool.fingerprint.hashing import pickled_filename, try_hash
 
 __all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_ITEMS", "DEFAULT_MAX_NODES", "build_tree", "iter_nodes"]
 
@@ -74,6 +75,8 @@ _DATASETS_DATA_MODULES = (
     "datasets.builder",
 )
 _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, slice)
+# Leaves shown by their ISO text: they pickle as bytes, which no person reads.
+_TIMES = (datetime.datetime, datetime.date, datetime.time, datetime.timedelta)
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 _repr = reprlib.Repr()
@@ -223,6 +226,8 @@ def short_repr(obj: Any) -> str:
             text = f"<code {obj.co_name}>"
         elif isinstance(obj, types.ModuleType):
             text = f"<module {obj.__name__}>"
+        elif isinstance(obj, (datetime.datetime, datetime.date, datetime.time)):
+            text = obj.isoformat()
         else:
             text = _repr.repr(obj)
     except Exception as e:
@@ -264,9 +269,52 @@ def _by_reference(obj: Any) -> bool:
         return False
 
 
+def _tokenizer_state(obj: Any) -> dict[str, Any] | None:
+    """The parts of a `tokenizers.Tokenizer` as it pickles them (its JSON form: truncation,
+    padding, added tokens, model ...), or None for anything else. A map that switches truncation on
+    changes exactly one of these, and a person can read which."""
+    cls = type(obj)
+    if cls.__name__ != "Tokenizer" or not (getattr(cls, "__module__", "") or "").startswith("tokenizers"):
+        return None
+    try:
+        import json
+
+        state = json.loads(obj.to_str())
+    except Exception:
+        return None
+    return state if isinstance(state, dict) else None
+
+
+#: A small pandas frame or series is shown by its cells (column, then row); a larger one is a leaf.
+_MAX_CELLS = 10_000
+
+
+def _pandas_columns(obj: Any) -> list[tuple[str, Any]] | None:
+    """``[(label, values)]`` of a small DataFrame (one list per column) or Series (its values), so
+    that a difference reads as the column and row of the cells that differ; None otherwise."""
+    cls = type(obj)
+    if not (getattr(cls, "__module__", "") or "").startswith("pandas") or cls.__name__ not in (
+        "DataFrame",
+        "Series",
+    ):
+        return None
+    try:
+        if cls.__name__ == "Series":
+            if len(obj) > _MAX_CELLS:
+                return None
+            return [(".values", obj.tolist())]
+        if obj.size > _MAX_CELLS:
+            return None
+        return [(_key_label(col), obj[col].tolist()) for col in obj.columns]
+    except Exception:
+        return None
+
+
 def _decomposable(obj: Any) -> bool:
-    if isinstance(obj, (_SCALARS, set, frozenset, types.ModuleType)):
+    if isinstance(obj, (_SCALARS, set, frozenset, types.ModuleType, _TIMES)):
         return False
+    if _tokenizer_state(obj) is not None or _pandas_columns(obj) is not None:
+        return True
     full_module = getattr(type(obj), "__module__", "") or ""
     if full_module.split(".")[0] in _LEAF_MODULES or full_module.startswith(_DATASETS_DATA_MODULES):
         return False
@@ -329,6 +377,11 @@ def _children_unsafe(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
         yield ".flags", obj.flags
     elif isinstance(obj, types.CellType):
         yield "cell_contents", obj.cell_contents
+    elif (state := _tokenizer_state(obj)) is not None:
+        for key, value in state.items():
+            yield f".{key}", value
+    elif (columns := _pandas_columns(obj)) is not None:
+        yield from _items(columns, max_items)
     else:
         yield from _object_children(obj, max_items)
 
@@ -370,6 +423,7 @@ def _code_children(code: types.CodeType) -> Iterator[tuple[str, Any]]:
     yield "names", code.co_names
     yield "varnames", code.co_varnames
     yield "linetable", code.co_linetable
+    yield "filename", pickled_filename(code)
 
 
 def _class_children(cls: type) -> Iterator[tuple[str, Any]]:

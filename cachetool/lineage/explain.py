@@ -13,6 +13,7 @@ kind                      meaning
 ``argument``              an argument's value changed (``fn_kwargs['threshold']`` 0.5 → 0.6)
 ``function``              another function was passed
 ``function-source``       the function's code changed (with the lines)
+``source-file``           the same function from another file (the script renamed or moved)
 ``nondeterministic``      the same code pickles differently in every process (a frozenset,
                           an address): not a change of the user's
 ``non-semantic``          only arguments that do not change the result (``writer_batch_size``)
@@ -23,6 +24,8 @@ kind                      meaning
 ``versions``              `datasets` hashes the step differently (another release)
 ``same-fingerprint``      the fingerprint is not new: the cache file was gone (deleted, or
                           ``load_from_cache_file=False``)
+``concurrent``            another run (on this or another host) was computing the same
+                          fingerprint at the same time: neither could reuse the other's file
 ``first-run``             nothing to compare with
 ``unexplained``           no recorded argument differs
 ========================  ==================================================================
@@ -44,13 +47,24 @@ import itertools
 import os
 import re
 import tokenize
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cachetool.errors import AmbiguousFingerprint, CachetoolError, UnknownFingerprint
-from cachetool.lineage.ledger import Record
+from cachetool.lineage.ledger import Ledger
+from cachetool.lineage.records import (
+    ArgInfo,
+    FunctionInfo,
+    FunctionRef,
+    LedgerRecord,
+    RandomFallback,
+    RootRecord,
+    SourceRecord,
+    StepRecord,
+    TransformRecord,
+)
 
 __all__ = [
     "ExplainReport",
@@ -134,19 +148,21 @@ class StepRef:
     line: int | None
     time: float | None
     run: str | None
+    host: str | None = None
 
     @classmethod
-    def of(cls, rec: Mapping[str, Any]) -> StepRef:
-        fn = rec.get("function") if isinstance(rec.get("function"), Mapping) else None
-        site = rec.get("call_site") if isinstance(rec.get("call_site"), Mapping) else None
+    def of(cls, rec: StepRecord) -> StepRef:
+        fn = rec.function
+        site = rec.call_site
         return cls(
-            fingerprint=rec.get("result"),
-            operation=rec.get("operation"),
-            function=str(fn.get("qualname")) if fn and fn.get("qualname") else None,
-            file=str(site.get("file")) if site and site.get("file") else None,
-            line=site.get("line") if site and isinstance(site.get("line"), int) else None,
-            time=float(rec["time"]) if isinstance(rec.get("time"), (int, float)) else None,
-            run=rec.get("run"),
+            fingerprint=rec.result,
+            operation=rec.operation,
+            function=fn.qualname if fn and fn.qualname else None,
+            file=site.file if site and site.file else None,
+            line=site.line if site else None,
+            time=rec.time,
+            run=rec.run or None,
+            host=rec.host,
         )
 
     @property
@@ -168,6 +184,7 @@ class StepRef:
             "call_site": {"file": self.file, "line": self.line},
             "time": self.time,
             "run": self.run,
+            "host": self.host,
         }
 
 
@@ -238,10 +255,21 @@ class StaleHit:
     reused_run: str | None
     changes: tuple[SourceChange, ...]
     step: StepRef
+    #: The cache root it was found in (so the hint names it).
+    root: str | None = field(default=None, compare=False)
 
     @property
     def file_name(self) -> str:
         return os.path.basename(self.files[0]) if self.files else f"cache-{self.fingerprint}"
+
+    @property
+    def gc_command(self) -> str:
+        """The command that removes this entry now (min-age 0: it was just found stale)."""
+        from cachetool.maintenance.hints import gc_command
+
+        if self.root is None:
+            return f"cachetool gc {self.fingerprint} --min-age 0"
+        return gc_command(self.root, self.fingerprint)
 
     @property
     def message(self) -> str:
@@ -265,7 +293,7 @@ class StaleHit:
         return (
             "datasets hashes functions from your own modules by name, not by code: pass "
             "new_fingerprint= (or a version argument) to the step, or delete the entry "
-            f"(`cachetool gc {self.fingerprint}`)"
+            f"(`{self.gc_command}`)"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -321,6 +349,37 @@ class StepExplanation:
         }
 
 
+#: What each reason for running without a persistent cache reads as, and how to make the step
+#: reusable across runs.
+UNCACHED_TEXT = {
+    "in-memory": "in memory (Dataset.from_dict, from_pandas, from_list, or a dataset with no cache files)",
+    "keep-in-memory": "keep_in_memory=True",
+    "caching-disabled": "datasets.disable_caching() (results go to a temp folder deleted at exit)",
+    "load-from-cache-file-false": "load_from_cache_file=False (computed again over its cache file)",
+}
+UNCACHED_HINT = (
+    "To reuse them across runs: save_to_disk the dataset they start from and load_from_disk it "
+    "(its maps and filters are then cached next to it), or pass cache_file_name= to map/filter; "
+    "drop keep_in_memory=True, load_from_cache_file=False or disable_caching() where you did not mean them."
+)
+
+
+@dataclass(frozen=True)
+class UncachedStep:
+    """A step of the run that ran without a persistent cache: it runs again in every run."""
+
+    step: StepRef
+    reason: str  # one of records.UNCACHED_REASONS
+    duration: float
+
+    @property
+    def reason_text(self) -> str:
+        return UNCACHED_TEXT.get(self.reason, self.reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step.to_json(), "reason": self.reason, "duration": self.duration}
+
+
 @dataclass(frozen=True)
 class ExplainReport:
     """The answer of `cachetool explain`: one fingerprint, or every computed step of a run."""
@@ -333,6 +392,12 @@ class ExplainReport:
     loaded: int = 0
     stale: tuple[StaleHit, ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: Steps of the run that ran without a persistent cache (mode "run").
+    uncached: tuple[UncachedStep, ...] = ()
+
+    @property
+    def uncached_seconds(self) -> float:
+        return sum(u.duration for u in self.uncached)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -345,6 +410,9 @@ class ExplainReport:
             "loaded": self.loaded,
             "steps": [s.to_json() for s in self.steps],
             "stale": [s.to_json() for s in self.stale],
+            "uncached": [u.to_json() for u in self.uncached],
+            "uncached_seconds": round(self.uncached_seconds, 6),
+            "uncached_hint": UNCACHED_HINT if self.uncached else None,
         }
 
 
@@ -356,143 +424,150 @@ class ExplainReport:
 class LedgerView:
     """The records of a root (and of the roots its lineage reaches), indexed for comparisons."""
 
-    def __init__(self, root: Path, records: Iterable[Record], warnings: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        root: Path,
+        records: Iterable[LedgerRecord],
+        warnings: Sequence[str] = (),
+        ledger: Ledger | None = None,
+        *,
+        all_roots: bool = False,
+    ) -> None:
         self.root = root
+        self.ledger = ledger
+        self.all_roots = all_roots  # records of other roots count as this root's
         self.warnings = tuple(warnings)
         self.sources: dict[str, str] = {}
-        self.steps: list[Record] = []
-        self.by_result: dict[str, list[Record]] = {}
+        self.steps: list[StepRecord] = []
+        self.by_result: dict[str, list[StepRecord]] = {}
         for rec in records:
-            if rec.get("type") == "source":
-                if isinstance(rec.get("hash"), str) and isinstance(rec.get("text"), str):
-                    self.sources.setdefault(rec["hash"], rec["text"])
+            if isinstance(rec, SourceRecord):
+                if rec.hash is not None and rec.text is not None:
+                    self.sources.setdefault(rec.hash, rec.text)
                 continue
-            if rec.get("internal") or rec.get("type") not in ("transform", "root"):
+            if rec.internal or not isinstance(rec, (TransformRecord, RootRecord)):
                 continue
             self.steps.append(rec)
-            fp = rec.get("result")
-            if isinstance(fp, str):
-                self.by_result.setdefault(fp, []).append(rec)
+            if rec.result is not None:
+                self.by_result.setdefault(rec.result, []).append(rec)
 
-    def origin(self, fp: str, before: float | None = None) -> Record | None:
+    def own(self, rec: StepRecord) -> bool:
+        """The record was read from this root's ledger (not followed into another root)."""
+        return self.all_roots or rec.read_from is None or Path(rec.read_from) == self.root
+
+    def first_run(self, rec: StepRecord) -> bool:
+        """No run of this root was recorded before `rec`'s run: the cache started empty."""
+        return not any(self.own(r) and r.run != rec.run and r.time < rec.time for r in self.steps)
+
+    def origin(self, fp: str, before: float | None = None) -> StepRecord | None:
         """The latest record that made `fp` (before `before`, when given)."""
         best = None
         for rec in self.by_result.get(fp, ()):
-            if fp in (rec.get("parents") or ()):
+            if fp in rec.parents:
                 continue
-            if before is not None and _time(rec) > before:
+            if before is not None and rec.time > before:
                 continue
             best = rec
         return best
 
-    def computing(self, fp: str, before: float | None = None) -> Record | None:
+    def computing(self, fp: str, before: float | None = None) -> StepRecord | None:
         """The latest record that computed `fp`'s file (a miss), before `before` when given."""
         best = None
         for rec in self.by_result.get(fp, ()):
-            if rec.get("cache") in _COMPUTED and (before is None or _time(rec) < before):
+            if rec.computed and (before is None or rec.time < before):
                 best = rec
         return best
 
-    def siblings(self, rec: Record) -> list[Record]:
+    def siblings(self, rec: StepRecord) -> list[StepRecord]:
         """Earlier records of the same step (call site, else function) with another fingerprint,
-        one per fingerprint, most recent first; those with the same parents come first."""
-        t = _time(rec)
+        one per fingerprint, most recent first; those with the same parents come first. Only
+        records of this root count: another cache's runs say nothing about what this one holds."""
+        t = rec.time
         key_site = _site_key(rec)
         key_fn = _fn_key(rec)
-        fp = rec.get("result")
-        same_site: list[Record] = []
-        same_fn: list[Record] = []
+        key_moved = _moved_key(rec)
+        fp = rec.result
+        same_site: list[StepRecord] = []
+        same_fn: list[StepRecord] = []
+        moved: list[StepRecord] = []
         for other in self.steps:
-            if (
-                other is rec
-                or _time(other) >= t
-                or other.get("result") == fp
-                or other.get("run") == rec.get("run")
-            ):
+            if other is rec or other.time >= t or other.result == fp or other.run == rec.run:
                 continue
-            if other.get("type") != rec.get("type") or other.get("output") != rec.get("output"):
+            if other.type != rec.type or other.output != rec.output or not self.own(other):
                 continue
             if key_site is not None and _site_key(other) == key_site:
                 same_site.append(other)
             elif key_fn is not None and _fn_key(other) == key_fn:
                 same_fn.append(other)
-        found = same_site or same_fn
-        found.sort(key=_time, reverse=True)
-        parents = rec.get("parents")
-        out: list[Record] = []
-        seen: set[Any] = set()
-        for other in [r for r in found if r.get("parents") == parents] + [
-            r for r in found if r.get("parents") != parents
-        ]:
-            if other.get("result") not in seen:
-                seen.add(other.get("result"))
+            elif key_moved is not None and _moved_key(other) == key_moved:
+                moved.append(other)
+        # The same function (same code) from another file: the script was renamed or moved.
+        found = same_site or same_fn or moved
+        found.sort(key=lambda r: r.time, reverse=True)
+        parents = rec.parents
+        out: list[StepRecord] = []
+        seen: set[str | None] = set()
+        for other in [r for r in found if r.parents == parents] + [r for r in found if r.parents != parents]:
+            if other.result not in seen:
+                seen.add(other.result)
                 out.append(other)
         return out
 
-    def earlier_same(self, rec: Record) -> Record | None:
-        """The latest earlier record of the same fingerprint made the same way (not a no-op)."""
-        fp = rec.get("result")
+    def earlier_same(self, rec: StepRecord) -> StepRecord | None:
+        """The latest earlier record of this root of the same fingerprint made the same way."""
         best = None
-        for other in self.by_result.get(str(fp), ()):
-            if other is rec or _time(other) >= _time(rec) or other.get("run") == rec.get("run"):
+        for other in self.by_result.get(str(rec.result), ()):
+            if other is rec or other.time >= rec.time or other.run == rec.run or not self.own(other):
                 continue
-            if other.get("parents") == rec.get("parents"):
+            if other.parents == rec.parents:
                 best = other
         return best
 
-    def with_summaries(self, rec: Record) -> Record:
+    def with_summaries(self, rec: StepRecord) -> StepRecord:
         """`rec`, or an earlier record of the same fingerprint that holds argument summaries (a hit
         records none; the computation it reused does)."""
         if _has_summaries(rec):
             return rec
-        for other in reversed(self.by_result.get(str(rec.get("result")), ())):
-            if _has_summaries(other) and other.get("parents") == rec.get("parents"):
+        for other in reversed(self.by_result.get(str(rec.result), ())):
+            if _has_summaries(other) and other.parents == rec.parents:
                 return other
         return rec
 
 
-def load_view(root: str | os.PathLike[str]) -> LedgerView:
-    """Read the ledger of `root` and of every root its lineage may lead to."""
-    from cachetool.lineage.graph import lineage_roots
-    from cachetool.lineage.ledger import read_records
-
-    warnings: list[str] = []
-    records = read_records(lineage_roots(root), include_internal=True, warn=warnings.append)
-    return LedgerView(Path(root), records, warnings)
+def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False) -> LedgerView:
+    """The ledger of `root` (a loaded `Ledger`, or a root to load), indexed: its own records, plus
+    the origins of inputs recorded in other roots (every known root with `all_roots`)."""
+    ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
+    return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
 
 
-def _m(value: Any) -> Mapping[str, Any]:
-    """`value` if it is a mapping, else an empty one: records from other versions may lack a field."""
-    return value if isinstance(value, Mapping) else {}
+def _line(item: FunctionRef) -> int:
+    return item.line if item.line is not None else 1
 
 
-def _line(item: Mapping[str, Any]) -> int:
-    line = item.get("line")
-    return line if isinstance(line, int) else 1
-
-
-def _time(rec: Mapping[str, Any]) -> float:
-    t = rec.get("time")
-    return float(t) if isinstance(t, (int, float)) else 0.0
-
-
-def _site_key(rec: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    site = rec.get("call_site")
-    if not isinstance(site, Mapping) or not site.get("file"):
+def _site_key(rec: StepRecord) -> tuple[Any, ...] | None:
+    site = rec.call_site
+    if site is None or not site.file:
         return None
-    return (rec.get("operation"), os.path.realpath(str(site["file"])), site.get("line"))
+    return (rec.operation, os.path.realpath(site.file), site.line)
 
 
-def _fn_key(rec: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    fn = rec.get("function")
-    if not isinstance(fn, Mapping) or not fn.get("qualname"):
+def _fn_key(rec: StepRecord) -> tuple[Any, ...] | None:
+    fn = rec.function
+    if fn is None or not fn.qualname:
         return None
-    return (rec.get("operation"), fn.get("qualname"), fn.get("file"))
+    return (rec.operation, fn.qualname, fn.file)
 
 
-def _has_summaries(rec: Mapping[str, Any]) -> bool:
-    args = rec.get("args")
-    return isinstance(args, Mapping) and any(isinstance(a, Mapping) and "summary" in a for a in args.values())
+def _moved_key(rec: StepRecord) -> tuple[Any, ...] | None:
+    fn = rec.function
+    if fn is None or not fn.qualname or not fn.code_hash:
+        return None
+    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
+
+
+def _has_summaries(rec: StepRecord) -> bool:
+    return any(a.summary is not None for a in rec.args.values())
 
 
 # ------------------------------------------------------------------------------------------
@@ -500,16 +575,16 @@ def _has_summaries(rec: Mapping[str, Any]) -> bool:
 # ------------------------------------------------------------------------------------------
 
 
-def compare(view: LedgerView, new: Record, old: Record, depth: int = 0) -> list[Reason]:
+def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) -> list[Reason]:
     """What differs between two records of the same step, `old` computed before `new`."""
     new_s, old_s = view.with_summaries(new), view.with_summaries(old)
-    rf_new, rf_old = new.get("random_fallback"), old.get("random_fallback")
-    if rf_new or rf_old:
-        return [_random_reason(new_s if rf_new else old_s, _m(rf_new or rf_old), earlier=not rf_new)]
-    if new.get("type") == "root":
+    rf = new.random_fallback or old.random_fallback
+    if rf is not None:
+        return [_random_reason(new_s if new.random_fallback else old_s, rf, earlier=not new.random_fallback)]
+    if new.type == "root":
         return _source_reasons(view, new, old, depth)
     reasons: list[Reason] = []
-    if new.get("fingerprint_given") or old.get("fingerprint_given"):
+    if new.fingerprint_given or old.fingerprint_given:
         a, b = _given(old), _given(new)
         return [
             Reason(
@@ -520,9 +595,9 @@ def compare(view: LedgerView, new: Record, old: Record, depth: int = 0) -> list[
                 after=b,
             )
         ]
-    if (new.get("parents") or []) != (old.get("parents") or []):
+    if new.parents != old.parents:
         reasons.extend(_input_reasons(view, new, old, depth))
-    if new.get("transform") != old.get("transform"):
+    if new.transform != old.transform:
         reasons.append(_versions_reason(new, old))
     reasons.extend(_argument_reasons(view, new_s, old_s))
     if not reasons:
@@ -536,24 +611,24 @@ def compare(view: LedgerView, new: Record, old: Record, depth: int = 0) -> list[
     return reasons
 
 
-def _given(rec: Mapping[str, Any]) -> str:
-    if rec.get("fingerprint_given"):
-        return str(rec.get("result"))
-    return f"(hashed: {rec.get('result')})"
+def _given(rec: StepRecord) -> str:
+    if rec.fingerprint_given:
+        return str(rec.result)
+    return f"(hashed: {rec.result})"
 
 
-def _random_reason(rec: Mapping[str, Any], rf: Mapping[str, Any], earlier: bool) -> Reason:
+def _random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
     from cachetool.fingerprint.diff import find_unpicklable_in_tree, render_path
 
-    argument = rf.get("argument")
-    error = rf.get("error")
-    error_type = rf.get("error_type")
+    argument = rf.argument
+    error = rf.error
+    error_type = rf.error_type
     err = f"{error_type}: {error}" if error_type and error else str(error or error_type or "unknown error")
     path = argument
     what = f"`{argument}`" if argument else "the transform"
-    args = _m(rec.get("args"))
-    summary = (args.get(argument) or {}).get("summary") if argument and isinstance(args, Mapping) else None
-    if isinstance(summary, Mapping):
+    arg = rec.args.get(argument) if argument else None
+    summary = arg.summary if arg is not None else None
+    if summary is not None:
         found = find_unpicklable_in_tree(str(argument), dict(summary))
         if found is not None:
             path = render_path(str(argument), found.path)
@@ -569,29 +644,29 @@ def _random_reason(rec: Mapping[str, Any], rf: Mapping[str, Any], earlier: bool)
     return Reason("random", message, argument=argument, path=path, hint=hint)
 
 
-def _versions_reason(new: Mapping[str, Any], old: Mapping[str, Any]) -> Reason:
-    va = (old.get("versions") or {}).get("datasets")
-    vb = (new.get("versions") or {}).get("datasets")
+def _versions_reason(new: StepRecord, old: StepRecord) -> Reason:
+    va = old.version("datasets")
+    vb = new.version("datasets")
     extra = f" (datasets {va} → {vb})" if va != vb else ""
     return Reason(
         "versions",
-        f"datasets hashes this step differently now: {old.get('transform')} → {new.get('transform')}{extra}",
-        before=str(old.get("transform")),
-        after=str(new.get("transform")),
+        f"datasets hashes this step differently now: {old.transform} → {new.transform}{extra}",
+        before=str(old.transform),
+        after=str(new.transform),
     )
 
 
-def _input_reasons(view: LedgerView, new: Record, old: Record, depth: int) -> list[Reason]:
+def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
     """The parent fingerprints differ: explain the parent against the old parent, upstream."""
-    new_parents = list(new.get("parents") or [])
-    old_parents = list(old.get("parents") or [])
+    new_parents = list(new.parents)
+    old_parents = list(old.parents)
     out: list[Reason] = []
     for i, p_new in enumerate(new_parents):
         p_old = old_parents[i] if i < len(old_parents) else None
-        if p_new == p_old or not isinstance(p_new, str):
+        if p_new == p_old:
             continue
-        rec_new = view.origin(p_new, before=_time(new) + 1e-6)
-        rec_old = view.origin(p_old, before=_time(old) + 1e-6) if isinstance(p_old, str) else None
+        rec_new = view.origin(p_new, before=new.time + 1e-6)
+        rec_old = view.origin(p_old, before=old.time + 1e-6) if p_old is not None else None
         if rec_new is None or rec_old is None or depth >= _MAX_UPSTREAM:
             out.append(
                 Reason(
@@ -612,13 +687,15 @@ def _input_reasons(view: LedgerView, new: Record, old: Record, depth: int) -> li
     return out
 
 
-def _source_reasons(view: LedgerView, new: Record, old: Record, depth: int) -> list[Reason]:
-    src_new = _m(new.get("source"))
-    src_old = _m(old.get("source"))
-    kind = src_new.get("kind")
+def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
+    from cachetool.lineage.records import SourceInfo
+
+    src_new = new.source or SourceInfo()
+    src_old = old.source or SourceInfo()
+    kind = src_new.kind
     if kind == "builder":
-        files_new = {f["path"]: f for f in src_new.get("data_files") or () if isinstance(f, Mapping)}
-        files_old = {f["path"]: f for f in src_old.get("data_files") or () if isinstance(f, Mapping)}
+        files_new = {f.path: f for f in src_new.data_files}
+        files_old = {f.path: f for f in src_old.data_files}
         parts = []
         for path in sorted(set(files_new) | set(files_old)):
             a, b = files_old.get(path), files_new.get(path)
@@ -627,64 +704,57 @@ def _source_reasons(view: LedgerView, new: Record, old: Record, depth: int) -> l
                 parts.append(f"{name} added")
             elif b is None:
                 parts.append(f"{name} removed")
-            elif (a.get("size"), a.get("mtime")) != (b.get("size"), b.get("mtime")):
+            elif (a.size, a.mtime) != (b.size, b.mtime):
                 detail = (
-                    f"size {a.get('size')} → {b.get('size')} bytes"
-                    if a.get("size") != b.get("size")
-                    else f"modified {_clock(b.get('mtime'))}"
+                    f"size {a.size} → {b.size} bytes" if a.size != b.size else f"modified {_clock(b.mtime)}"
                 )
                 parts.append(f"{name} modified ({detail})")
-        builder = src_new.get("builder") or "?"
+        builder = src_new.builder or "?"
         if parts:
             message = f"the source dataset changed: {', '.join(parts)}"
-        elif src_new.get("relative_data_dir") != src_old.get("relative_data_dir"):
+        elif src_new.relative_data_dir != src_old.relative_data_dir:
             message = (
                 f"the source dataset changed: the {builder} builder's data or configuration differs "
-                f"({src_old.get('relative_data_dir')} → {src_new.get('relative_data_dir')})"
+                f"({src_old.relative_data_dir} → {src_new.relative_data_dir})"
             )
         else:
-            message = f"the source dataset changed ({old.get('result')} → {new.get('result')})"
+            message = f"the source dataset changed ({old.result} → {new.result})"
         return [
             Reason(
                 "source",
                 message,
-                before=str(src_old.get("relative_data_dir")),
-                after=str(src_new.get("relative_data_dir")),
+                before=str(src_old.relative_data_dir),
+                after=str(src_new.relative_data_dir),
             )
         ]
     if kind == "saved":
         return [
             Reason(
                 "source",
-                f"the saved dataset at {src_new.get('path')} holds another state "
-                f"({src_old.get('state_fingerprint')} → {src_new.get('state_fingerprint')})",
-                before=src_old.get("state_fingerprint"),
-                after=src_new.get("state_fingerprint"),
+                f"the saved dataset at {src_new.path} holds another state "
+                f"({src_old.state_fingerprint} → {src_new.state_fingerprint})",
+                before=src_old.state_fingerprint,
+                after=src_new.state_fingerprint,
             )
         ]
-    if (new.get("parents") or []) != (old.get("parents") or []):
+    if new.parents != old.parents:
         return _input_reasons(view, new, old, depth)
     return [Reason("source", "the source data changed (an in-memory dataset or a file of its own)")]
 
 
-def _digest(entry: Any) -> Any:
-    return entry.get("digest") if isinstance(entry, Mapping) else None
-
-
-def _argument_reasons(view: LedgerView, new: Record, old: Record) -> list[Reason]:
-    args_new = _m(new.get("args"))
-    args_old = _m(old.get("args"))
+def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
+    args_new = new.args
+    args_old = old.args
     differing = []
     for name in sorted(set(args_new) | set(args_old)):
         a, b = args_old.get(name), args_new.get(name)
         if a is None or b is None:
             differing.append(name)
             continue
-        da, db = _digest(a), _digest(b)
-        if da is not None and db is not None:
-            if da != db:
+        if a.digest is not None and b.digest is not None:
+            if a.digest != b.digest:
                 differing.append(name)
-        elif a.get("repr") != b.get("repr"):
+        elif a.repr != b.repr:
             differing.append(name)
     if not differing:
         return []
@@ -710,15 +780,14 @@ def _argument_reasons(view: LedgerView, new: Record, old: Record) -> list[Reason
     return out
 
 
-def _repr(entry: Any) -> str:
+def _repr(entry: ArgInfo | None) -> str:
     # datasets leaves out arguments equal to their default before hashing.
-    if not isinstance(entry, Mapping):
+    if entry is None:
         return "(default)"
-    r = entry.get("repr")
-    return str(r) if r is not None else f"<{entry.get('type') or '?'}>"
+    return entry.repr if entry.repr is not None else f"<{entry.type or '?'}>"
 
 
-def _value_reason(name: str, old: Any, new: Any) -> Reason:
+def _value_reason(name: str, old: ArgInfo | None, new: ArgInfo | None) -> Reason:
     """An argument other than the function changed: name the part, with its values."""
     from cachetool.fingerprint.diff import diff_trees, render_path
 
@@ -732,8 +801,8 @@ def _value_reason(name: str, old: Any, new: Any) -> Reason:
             before=before,
             after=after,
         )
-    sa, sb = old.get("summary"), new.get("summary")
-    if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+    sa, sb = old.summary, new.summary
+    if sa is not None and sb is not None:
         culprit = diff_trees(name, [dict(sa), dict(sb)])
         if culprit is not None:
             before, after = culprit.reprs[0], culprit.reprs[-1]
@@ -771,38 +840,53 @@ def _nondeterministic(argument: str, path: str, description: str | None, hint: s
     )
 
 
-def _function_reasons(view: LedgerView, new: Record, old: Record) -> list[Reason]:
+def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
     from cachetool.fingerprint.diff import diff_trees, render_path
 
-    fa = _m(old.get("function"))
-    fb = _m(new.get("function"))
-    if fa.get("qualname") != fb.get("qualname"):
+    fa = old.function or FunctionInfo()
+    fb = new.function or FunctionInfo()
+    if fa.qualname != fb.qualname:
         return [
             Reason(
                 "function",
-                f"another function: {fa.get('qualname')} → {fb.get('qualname')}",
+                f"another function: {fa.qualname} → {fb.qualname}",
                 argument="function",
-                before=fa.get("qualname"),
-                after=fb.get("qualname"),
+                before=fa.qualname,
+                after=fb.qualname,
             )
         ]
-    code_a, code_b = fa.get("code_hash"), fb.get("code_hash")
-    changed = code_a != code_b if code_a and code_b else fa.get("source_hash") != fb.get("source_hash")
+    code_a, code_b = fa.code_hash, fb.code_hash
+    file_a, file_b = (os.path.basename(f.file or "") for f in (fa, fb))
+    if code_a and code_a == code_b and file_a != file_b and fb.qualname != "<lambda>":
+        return [
+            Reason(
+                "source-file",
+                f"the function `{fb.qualname}` is the same but its source file changed "
+                f"({file_a} → {file_b}), which datasets hashes (a function's code keeps its file name)",
+                argument="function",
+                path="function",
+                before=file_a,
+                after=file_b,
+                hint="run the script under one name, or define the function in a module both scripts import",
+            )
+        ]
+    changed = code_a != code_b if code_a and code_b else fa.source_hash != fb.source_hash
     if changed:
         lines = _line_changes(view, fa, fb)
         where = f" ({lines[0]})" if lines else ""
         return [
             Reason(
                 "function-source",
-                f"the source of `{fb.get('qualname')}` changed{where}",
+                f"the source of `{fb.qualname}` changed{where}",
                 argument="function",
                 path="function",
                 lines=tuple(lines),
             )
         ]
-    sa = (old.get("args") or {}).get("function", {}).get("summary")
-    sb = (new.get("args") or {}).get("function", {}).get("summary")
-    if isinstance(sa, Mapping) and isinstance(sb, Mapping):
+    arg_a, arg_b = old.arg("function"), new.arg("function")
+    sa = arg_a.summary if arg_a is not None else None
+    sb = arg_b.summary if arg_b is not None else None
+    if sa is not None and sb is not None:
         culprit = diff_trees("function", [dict(sa), dict(sb)])
         if culprit is not None:
             before, after = culprit.reprs[0], culprit.reprs[-1]
@@ -823,16 +907,16 @@ def _function_reasons(view: LedgerView, new: Record, old: Record) -> list[Reason
         _nondeterministic(
             "function",
             "function",
-            f"function {fb.get('qualname')!r}",
+            f"function {fb.qualname!r}",
             "its source is unchanged, yet it hashes differently: something it references is "
             "built at run time",
         )
     ]
 
 
-def _line_changes(view: LedgerView, fa: Mapping[str, Any], fb: Mapping[str, Any]) -> list[LineChange]:
-    old_text = view.sources.get(str(fa.get("source_hash")))
-    new_text = view.sources.get(str(fb.get("source_hash")))
+def _line_changes(view: LedgerView, fa: FunctionRef, fb: FunctionRef) -> list[LineChange]:
+    old_text = view.sources.get(str(fa.source_hash))
+    new_text = view.sources.get(str(fb.source_hash))
     if old_text is None or new_text is None:
         return []
     start_old = _line(fa)
@@ -863,31 +947,46 @@ def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> li
 # ------------------------------------------------------------------------------------------
 
 
-def _status(rec: Mapping[str, Any]) -> str:
-    cache = rec.get("cache")
-    return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(str(cache), "no file")
+def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
+    """` on node-3` when `other` ran on another host than `rec` (a shared cache), else ""."""
+    return f" on {other.host}" if other.host and rec.host and other.host != rec.host else ""
 
 
-def explain_record(view: LedgerView, rec: Record, *, history: int = 0) -> StepExplanation:
+def _status(rec: StepRecord) -> str:
+    return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(rec.cache, "no file")
+
+
+def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> StepExplanation:
     """Why `rec`'s step computed its result: compared with its most recent sibling."""
     ref = StepRef.of(rec)
-    duration = float(rec["duration"]) if isinstance(rec.get("duration"), (int, float)) else None
-    stale = tuple(_stale_for_hit(view, rec)) if rec.get("cache") == "hit" else ()
+    duration = rec.duration
+    stale = tuple(_stale_for_hit(view, rec)) if rec.cache == "hit" else ()
     same = view.earlier_same(rec)
     siblings = view.siblings(rec)
     reasons: tuple[Reason, ...]
     compared: StepRef | None = None
-    if rec.get("cache") == "hit":
+    if rec.cache == "hit":
         reasons = ()  # loaded: nothing to explain (a stale reuse is in `stale`)
-    elif rec.get("random_fallback"):
-        reasons = (_random_reason(view.with_summaries(rec), rec["random_fallback"], earlier=False),)
+    elif rec.random_fallback is not None:
+        reasons = (_random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False),)
         compared = StepRef.of(siblings[0]) if siblings else None
-    elif same is not None and rec.get("cache") in _COMPUTED:
-        gone = "some of its num_proc shards were" if rec.get("cache") == "partial" else "its cache file was"
+    elif same is not None and rec.computed and same.computed and same.end > rec.time:
+        reasons = (
+            Reason(
+                "concurrent",
+                f"another run{_on_other_host(same, rec)} was computing the same fingerprint at the "
+                f"same time (from {_clock(same.time)} to {_clock(same.end)}): neither could reuse the "
+                "other's file",
+            ),
+        )
+        compared = StepRef.of(same)
+    elif same is not None and rec.computed:
+        gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
         reasons = (
             Reason(
                 "same-fingerprint",
-                f"its fingerprint is not new (also made at {_clock(_time(same))}); {gone} gone "
+                f"its fingerprint is not new (also made at {_clock(same.time)}{_on_other_host(same, rec)}); "
+                f"{gone} gone "
                 "(deleted, cleaned up, or load_from_cache_file=False)",
             ),
         )
@@ -895,6 +994,13 @@ def explain_record(view: LedgerView, rec: Record, *, history: int = 0) -> StepEx
     elif siblings:
         reasons = tuple(compare(view, rec, siblings[0]))
         compared = StepRef.of(siblings[0])
+    elif view.first_run(rec):
+        reasons = (
+            Reason(
+                "first-run",
+                "first run recorded in this cache: it held nothing yet, so every step ran",
+            ),
+        )
     else:
         reasons = (Reason("first-run", "first time this step ran (nothing recorded to compare with)"),)
     past: list[tuple[StepRef, tuple[Reason, ...]]] = []
@@ -902,7 +1008,7 @@ def explain_record(view: LedgerView, rec: Record, *, history: int = 0) -> StepEx
         past.append((StepRef.of(older), tuple(compare(view, newer, older))))
     return StepExplanation(
         step=ref,
-        cache=rec.get("cache"),
+        cache=rec.cache,
         duration=duration,
         status=_status(rec),
         reasons=reasons,
@@ -913,44 +1019,71 @@ def explain_record(view: LedgerView, rec: Record, *, history: int = 0) -> StepEx
 
 
 def resolve_fingerprint(view: LedgerView, prefix: str) -> str:
-    """The recorded fingerprint `prefix` names; a cache file name or path works too."""
+    """The recorded fingerprint `prefix` names, by the one naming rule
+    (`cachetool.lineage.ledger.resolve`: path, exact fingerprint or alias, unique prefix); a cache
+    file's name works too. An entry whose own fingerprint is not recorded resolves to the one of
+    its fingerprints that is (after `load_from_disk`, the alias)."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import resolve
+
     m = re.search(r"cache-([^/\\]+?)(?:_\d{5}_of_\d{5})?\.arrow$", prefix)
-    if m:
+    if m and os.sep not in prefix:
         prefix = m.group(1)
-    if prefix in view.by_result:
-        return prefix
-    matches = sorted(fp for fp in view.by_result if fp.startswith(prefix))
-    if not matches:
-        raise UnknownFingerprint(prefix, view.root)
-    if len(matches) > 1:
-        raise AmbiguousFingerprint(prefix, matches)
-    return matches[0]
+    ledger = view.ledger or Ledger.load(view.root, follow=False)
+    try:
+        report = scan_cache(view.root, use_index=True, ledger=ledger)
+    except CachetoolError:
+        report = None
+    if report is None:
+        matches = sorted(fp for fp in view.by_result if fp == prefix) or sorted(
+            fp for fp in view.by_result if fp.startswith(prefix)
+        )
+        if not matches:
+            raise UnknownFingerprint(prefix, view.root)
+        if len(matches) > 1:
+            raise AmbiguousFingerprint(prefix, matches)
+        return matches[0]
+    got = resolve(prefix, report, ledger, recorded=view.by_result)
+    if got.fingerprint not in view.by_result and got.entry is not None:
+        e = got.entry
+        return next(
+            (fp for fp in (e.fingerprint, *e.aliases) if fp and fp in view.by_result), got.fingerprint
+        )
+    return got.fingerprint
 
 
 def explain_fingerprint(
-    root: str | os.PathLike[str], fingerprint: str, *, history: int = 3, view: LedgerView | None = None
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    history: int = 3,
+    view: LedgerView | None = None,
+    all_roots: bool = False,
 ) -> ExplainReport:
     """Why the step that made `fingerprint` (a unique prefix is enough) was computed: its latest
     computation compared with the siblings before it, most recent first, plus stale reuses.
 
-    The Python side of `cachetool explain FINGERPRINT`."""
-    view = view or load_view(root)
+    The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
+    every known cache root too (`--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
     fp = resolve_fingerprint(view, fingerprint)
-    recs = [r for r in view.by_result[fp] if fp not in (r.get("parents") or ())]
+    recs = [r for r in view.by_result[fp] if fp not in r.parents and view.own(r)] or [
+        r for r in view.by_result[fp] if fp not in r.parents
+    ]
     if not recs:
         raise NoRecords(Path(root), f"step that made {fp}")
-    computed = [r for r in recs if r.get("cache") in _COMPUTED or r.get("random_fallback")]
+    computed = [r for r in recs if r.computed or r.random_fallback is not None]
     target = computed[-1] if computed else recs[-1]
     step = explain_record(view, target, history=history)
-    stale = tuple(s for r in recs if r.get("cache") == "hit" for s in _stale_for_hit(view, r))
+    stale = tuple(s for r in recs if r.cache == "hit" for s in _stale_for_hit(view, r))
     stale += tuple(s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None)
     return ExplainReport(
         root=Path(root),
         mode="fingerprint",
         steps=(step,),
-        run=target.get("run"),
-        run_time=_time(target),
-        loaded=sum(r.get("cache") == "hit" for r in recs),
+        run=target.run or None,
+        run_time=target.time,
+        loaded=sum(r.cache == "hit" for r in recs),
         stale=_dedupe(stale),
         warnings=view.warnings,
     )
@@ -962,15 +1095,14 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
     wanted = os.path.realpath(os.fspath(script)) if script is not None else None
     best: tuple[float, str] | None = None
     for rec in view.steps:
-        if rec.get("_root") not in (None, root) and rec.get("root") != root:
+        if not view.own(rec) and rec.root != root:
             continue
         if wanted is not None:
-            site = rec.get("call_site") or {}
-            if not site.get("file") or os.path.realpath(str(site["file"])) != wanted:
+            site = rec.call_site
+            if site is None or not site.file or os.path.realpath(site.file) != wanted:
                 continue
-        run = rec.get("run")
-        if isinstance(run, str) and (best is None or _time(rec) >= best[0]):
-            best = (_time(rec), run)
+        if rec.run and (best is None or rec.time >= best[0]):
+            best = (rec.time, rec.run)
     if best is None:
         what = f"run of {script}" if script is not None else "run"
         raise NoRecords(Path(root), what)
@@ -983,35 +1115,41 @@ def explain_run(
     *,
     script: str | os.PathLike[str] | None = None,
     view: LedgerView | None = None,
+    all_roots: bool = False,
 ) -> ExplainReport:
     """Every step of a run that computed its result, each with its reason ("first time this step
     ran" when there is nothing to compare with), and the stale hits of the run. The latest run
     of the root (or of `script`) unless `run` names one.
 
-    The Python side of `cachetool explain --last` / `--script`."""
-    view = view or load_view(root)
+    The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
     run_id = run or last_run(view, script)
-    records = sorted((r for r in view.steps if r.get("run") == run_id), key=lambda r: r.get("seq") or 0)
+    records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
     if not records:
         raise NoRecords(Path(root), f"records of run {run_id}")
     steps = []
     stale: list[StaleHit] = []
+    uncached: list[UncachedStep] = []
     loaded = 0
     for rec in records:
-        if rec.get("cache") == "hit":
+        reason = rec.uncached
+        if reason is not None:
+            uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
+        elif rec.cache == "hit":
             loaded += 1
             stale.extend(_stale_for_hit(view, rec))
-        elif rec.get("cache") in _COMPUTED or rec.get("random_fallback"):
+        elif rec.computed or rec.random_fallback is not None:
             steps.append(explain_record(view, rec))
     return ExplainReport(
         root=Path(root),
         mode="run",
         steps=tuple(steps),
         run=run_id,
-        run_time=min(_time(r) for r in records),
+        run_time=min(r.time for r in records),
         loaded=loaded,
         stale=_dedupe(stale),
         warnings=view.warnings,
+        uncached=tuple(uncached),
     )
 
 
@@ -1027,48 +1165,44 @@ def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
 # ------------------------------------------------------------------------------------------
 
 
-def _by_reference_parts(fn: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _by_reference_parts(fn: FunctionInfo) -> list[FunctionRef]:
     """The function and helpers of a record that `datasets` hashes by name only."""
-    parts: list[Mapping[str, Any]] = []
-    if fn.get("by_reference"):
+    parts: list[FunctionRef] = []
+    if fn.by_reference:
         parts.append(fn)
-    parts.extend(d for d in fn.get("deps") or () if isinstance(d, Mapping))
+    parts.extend(fn.deps)
     return parts
 
 
-def _stale_for_hit(view: LedgerView, hit: Record) -> list[StaleHit]:
+def _stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
     """A hit whose function or helpers differ from those of the computation it reused."""
-    fn_hit = hit.get("function")
-    fp = hit.get("result")
-    if not isinstance(fn_hit, Mapping) or not isinstance(fp, str):
+    fn_hit = hit.function
+    fp = hit.result
+    if fn_hit is None or fp is None:
         return []
-    comp = view.computing(fp, before=_time(hit))
-    if comp is None or not isinstance(comp.get("function"), Mapping):
+    comp = view.computing(fp, before=hit.time)
+    if comp is None or comp.function is None:
         return []
-    then = {str(p.get("qualname")): p for p in _by_reference_parts(comp["function"])}
+    then = {str(p.qualname): p for p in _by_reference_parts(comp.function)}
     changes = []
     for part in _by_reference_parts(fn_hit):
-        old = then.get(str(part.get("qualname")))
+        old = then.get(str(part.qualname))
         if old is None:
             continue
-        a, b = old.get("code_hash"), part.get("code_hash")
-        differs = a != b if a and b else old.get("source_hash") != part.get("source_hash")
+        a, b = old.code_hash, part.code_hash
+        differs = a != b if a and b else old.source_hash != part.source_hash
         if differs:
-            changes.append(
-                SourceChange(
-                    str(part.get("qualname")), part.get("file"), tuple(_line_changes(view, old, part))
-                )
-            )
+            changes.append(SourceChange(str(part.qualname), part.file, tuple(_line_changes(view, old, part))))
     if not changes:
         return []
     return [
         StaleHit(
             fingerprint=fp,
-            files=tuple(str(f.get("path")) for f in hit.get("files") or () if isinstance(f, Mapping)),
-            computed_at=_time(comp),
-            computed_run=comp.get("run"),
-            reused_at=_time(hit),
-            reused_run=hit.get("run"),
+            files=hit.file_paths,
+            computed_at=comp.time,
+            computed_run=comp.run or None,
+            reused_at=hit.time,
+            reused_run=hit.run or None,
             changes=tuple(changes),
             step=StepRef.of(hit),
         )
@@ -1095,20 +1229,20 @@ def stale_hits(
         if only is not None and fp != only:
             continue
         comp = view.computing(fp)
-        if comp is None or not isinstance(comp.get("function"), Mapping):
+        if comp is None or comp.function is None:
             continue
-        files = [str(f.get("path")) for f in comp.get("files") or () if isinstance(f, Mapping)]
+        files = list(comp.file_paths)
         if not files or not all(os.path.exists(p) for p in files):
             continue
         if not any(os.path.abspath(p).startswith(root_abs + os.sep) for p in files):
             continue
-        later = [r for r in recs if r.get("cache") == "hit" and _time(r) > _time(comp)]
+        later = [r for r in recs if r.cache == "hit" and r.time > comp.time]
         found: list[StaleHit] = []
         for hit in reversed(later):
             found = _stale_for_hit(view, hit)
             if found:
                 break
-        changes, checked = _disk_changes(view, comp["function"], disk_cache)
+        changes, checked = _disk_changes(view, comp.function, disk_cache)
         if not checked:
             # The sources cannot be read here (another machine, a moved file): the runs decide.
             out.extend(found)
@@ -1117,8 +1251,8 @@ def stale_hits(
                 StaleHit(
                     fingerprint=fp,
                     files=tuple(files),
-                    computed_at=_time(comp),
-                    computed_run=comp.get("run"),
+                    computed_at=comp.time,
+                    computed_run=comp.run or None,
                     reused_at=found[0].reused_at if found else None,
                     reused_run=found[0].reused_run if found else None,
                     changes=tuple(changes),
@@ -1126,20 +1260,20 @@ def stale_hits(
                 )
             )
     out.sort(key=lambda s: (s.computed_at or 0.0, s.fingerprint))
-    return out
+    return [replace(s, root=root_abs) for s in out]
 
 
 def _disk_changes(
-    view: LedgerView, fn: Mapping[str, Any], files: dict[str, str | None]
+    view: LedgerView, fn: FunctionInfo, files: dict[str, str | None]
 ) -> tuple[list[SourceChange], int]:
     """The by-reference parts of `fn` whose source on disk now differs from the recorded one, and
     how many parts could be compared at all."""
     changes = []
     checked = 0
     for part in _by_reference_parts(fn):
-        recorded = view.sources.get(str(part.get("source_hash")))
-        path = part.get("file")
-        if recorded is None or not isinstance(path, str):
+        recorded = view.sources.get(str(part.source_hash))
+        path = part.file
+        if recorded is None or path is None:
             continue
         if path not in files:
             try:
@@ -1149,7 +1283,7 @@ def _disk_changes(
         text = files[path]
         if text is None:
             continue
-        qualname = str(part.get("qualname"))
+        qualname = str(part.qualname)
         local = _strip_module(qualname, path) or qualname.split(".", 1)[-1]
         current = function_source(text, local)
         if current is None:

@@ -8,17 +8,29 @@ fingerprint, the tree of its descendants, and the whole forest of a dataset.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachetool.formatting import human_size
-from cachetool.lineage.ledger import Record, known_roots, read_records
+from cachetool.formatting import human_size, iso_time
+from cachetool.lineage.hosts import where_sentence
+from cachetool.lineage.ledger import Ledger
+from cachetool.lineage.records import (
+    CallSite,
+    FunctionInfo,
+    GcRecord,
+    LedgerRecord,
+    RandomFallback,
+    SaveRecord,
+    SourceInfo,
+    StepRecord,
+)
 
 #: Arguments that say nothing a reader needs in a one-line summary.
-_QUIET_ARGS = frozenset({"fingerprint_name", "function", "fn_kwargs", "new_fingerprint"})
+_QUIET_ARGS = frozenset({"fingerprint_name", "function", "new_fingerprint"})
 
 
 @dataclass(frozen=True)
@@ -44,9 +56,9 @@ class Step:
     type: str | None = None
     operation: str | None = None
     transform: str | None = None
-    function: Mapping[str, Any] | None = None
+    function: FunctionInfo | None = None
     args: tuple[tuple[str, str], ...] = ()  # (name, short repr) of the small, telling arguments
-    call_site: Mapping[str, Any] | None = None
+    call_site: CallSite | None = None
     hits: int = 0
     misses: int = 0
     runs: int = 0
@@ -54,14 +66,17 @@ class Step:
     files: tuple[FileNow, ...] = ()
     in_memory: bool = False
     fingerprint_given: bool = False
-    random_fallback: Mapping[str, Any] | None = None
-    source: Mapping[str, Any] | None = None
+    random_fallback: RandomFallback | None = None
+    source: SourceInfo | None = None
     root: str | None = None
+    foreign: bool = False  # recorded in another root than the one asked about (`root` says which)
+    internal: bool = False  # a call `datasets` made itself, shown because it wrote a file
     split: str | None = None
     last_used: float | None = None
     saved_to: tuple[str, ...] = ()  # save_to_disk folders that hold this fingerprint
     deleted: str | None = None  # "deleted by gc <time>: <reason>" when gc removed its files
-    record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    where: str | None = None  # "computed on node-3, loaded on node-7" when several hosts ran it
+    record: StepRecord | None = field(default=None, compare=False, repr=False)
 
     @property
     def wrote_files(self) -> bool:
@@ -69,13 +84,17 @@ class Step:
 
     @property
     def function_str(self) -> str:
+        """`keep @ pipeline.py:14`: the function and the line the step was called at (two calls of
+        one function look different); the line it is defined at where no call site is known."""
         fn = self.function
         if not fn:
             return ""
-        name = str(fn.get("qualname") or "?")
-        file = fn.get("file")
-        if file:
-            return f"{name} @ {os.path.basename(str(file))}:{fn.get('line')}"
+        name = fn.qualname or "?"
+        site = self.call_site
+        if site is not None and site.file and site.line is not None:
+            return f"{name} @ {os.path.basename(site.file)}:{site.line}"
+        if fn.file:
+            return f"{name} @ {os.path.basename(fn.file)}:{fn.line}"
         return name
 
     @property
@@ -106,9 +125,9 @@ class Step:
             "type": self.type,
             "operation": self.operation,
             "transform": self.transform,
-            "function": dict(self.function) if self.function else None,
+            "function": self.function.to_json() if self.function else None,
             "args": dict(self.args),
-            "call_site": dict(self.call_site) if self.call_site else None,
+            "call_site": self.call_site.to_json() if self.call_site else None,
             "runs": self.runs,
             "hits": self.hits,
             "misses": self.misses,
@@ -116,60 +135,106 @@ class Step:
             "files": [{"path": f.path, "size": f.size, "exists": f.exists} for f in self.files],
             "in_memory": self.in_memory,
             "fingerprint_given": self.fingerprint_given,
-            "random_fallback": dict(self.random_fallback) if self.random_fallback else None,
-            "source": dict(self.source) if self.source else None,
+            "random_fallback": self.random_fallback.to_json() if self.random_fallback else None,
+            "source": self.source.to_json() if self.source else None,
             "root": self.root,
+            "foreign": self.foreign,
+            "internal": self.internal,
             "split": self.split,
-            "last_used": self.last_used,
+            "used": iso_time(self.last_used),
             "saved_to": list(self.saved_to),
             "deleted": self.deleted,
+            "where": self.where,
         }
 
 
 class LineageGraph:
-    """Every recorded fingerprint with its origin and children."""
+    """Every recorded fingerprint with its origin and children.
 
-    def __init__(self, records: Iterable[Record], *, include_internal: bool = False) -> None:
-        self._origin: dict[str, Record] = {}
+    `root` is the root the graph was asked about: steps recorded in another root are marked
+    `foreign` (and keep the root they were read from)."""
+
+    def __init__(
+        self, records: Iterable[LedgerRecord], *, include_internal: bool = False, root: str | None = None
+    ) -> None:
+        self.root = root
+        self._origin: dict[str, StepRecord] = {}
         self._stats: dict[str, list[float]] = {}  # fp -> [runs, hits, misses, last_used]
         self._children: dict[str, list[str]] = {}
         self._saved: dict[str, list[str]] = {}
-        self._removed: dict[str, Record] = {}  # fp -> the latest gc record that removed its files
-        self.records: list[Record] = []
+        self._removed: dict[str, GcRecord] = {}  # fp -> the latest gc record that removed its files
+        self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
+        self._hosts: dict[str, list[StepRecord]] = {}  # fp -> its origins from hosts not seen before
+        self.records: list[StepRecord] = []
         for rec in records:
-            if rec.get("internal") and not include_internal:
+            if isinstance(rec, GcRecord):
+                for gone in rec.fingerprints:
+                    self._removed[gone] = rec
                 continue
-            if rec.get("type") == "gc":
-                for gone in (rec.get("fingerprint"), *(rec.get("aliases") or ())):
-                    if isinstance(gone, str):
-                        self._removed[gone] = rec
+            if not isinstance(rec, StepRecord):
+                continue
+            if rec.internal and not include_internal:
+                if rec.is_origin and rec.result is not None:
+                    self._internal[rec.result] = rec
                 continue
             self.records.append(rec)
-            fp = rec.get("result")
-            if not isinstance(fp, str):
+            fp = rec.result
+            if fp is None:
                 continue
-            parents = [p for p in rec.get("parents") or () if isinstance(p, str)]
-            t = rec.get("time")
-            when = float(t) if isinstance(t, (int, float)) else 0.0
             st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
-            st[3] = max(st[3], when)
-            if rec.get("type") == "save":
-                path = (rec.get("source") or {}).get("path")
-                if isinstance(path, str) and path not in self._saved.setdefault(fp, []):
+            st[3] = max(st[3], rec.time)
+            if isinstance(rec, SaveRecord):
+                path = rec.saved_path
+                if path is not None and path not in self._saved.setdefault(fp, []):
                     self._saved[fp].append(path)
                 continue
-            if rec.get("type") == "checkpoint" or fp in parents:
+            if not rec.is_origin:
                 continue  # says nothing about where fp comes from
             st[0] += 1
-            st[1] += rec.get("cache") == "hit"
-            st[2] += rec.get("cache") in ("miss", "partial")
+            st[1] += rec.cache == "hit"
+            st[2] += rec.computed
             self._origin[fp] = rec  # records come oldest first: the latest origin wins
+            seen = self._hosts.setdefault(fp, [])
+            if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
+                seen.append(rec)
+        # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
+        # still a cache entry: its step stays reachable, marked internal.
+        for fp, rec in self._internal.items():
+            if fp not in self._origin and any(f.status == "written" for f in rec.files):
+                self._origin[fp] = rec
+                st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
+                st[0] += 1
+                st[1] += rec.cache == "hit"
+                st[2] += rec.computed
+                st[3] = max(st[3], rec.time)
+        self._bridge_internal()
         for fp, rec in self._origin.items():
-            for p in rec.get("parents") or ():
-                if isinstance(p, str) and p != fp:
+            for p in rec.parents:
+                if p != fp:
                     kids = self._children.setdefault(p, [])
                     if fp not in kids:
                         kids.append(fp)
+
+    def _bridge_internal(self) -> None:
+        """A shown step whose parent was made by hidden internal steps (`cast_column` runs `cast`,
+        `train_test_split` runs `select`) hangs on the nearest shown ancestor instead, so that
+        every recorded file keeps its parent without `--internal`."""
+        if not self._internal:
+            return
+        for fp, rec in list(self._origin.items()):
+            parents = tuple(self._visible_parent(p) for p in rec.parents if p != fp)
+            if parents != rec.parents:
+                self._origin[fp] = dataclasses.replace(rec, parents=tuple(dict.fromkeys(parents)))
+
+    def _visible_parent(self, fp: str) -> str:
+        seen: set[str] = set()
+        while fp not in self._origin and fp in self._internal and fp not in seen:
+            seen.add(fp)
+            hidden = self._internal[fp]
+            if len(hidden.parents) != 1:
+                break
+            fp = hidden.parents[0]
+        return fp
 
     # -- lookups --------------------------------------------------------------------------------
     @property
@@ -177,19 +242,19 @@ class LineageGraph:
         """Every fingerprint a record names, as a result or as a parent."""
         out = set(self._origin) | set(self._stats)
         for rec in self._origin.values():
-            out.update(p for p in rec.get("parents") or () if isinstance(p, str))
+            out.update(rec.parents)
         return out
 
     def is_recorded(self, fp: str) -> bool:
         return fp in self._origin
 
-    def origin(self, fp: str) -> Record | None:
+    def origin(self, fp: str) -> StepRecord | None:
         """The latest record that made `fp` from its parents (None for an unrecorded fingerprint)."""
         return self._origin.get(fp)
 
     def parents(self, fp: str) -> tuple[str, ...]:
         rec = self._origin.get(fp)
-        return tuple(p for p in (rec.get("parents") or ()) if isinstance(p, str)) if rec else ()
+        return rec.parents if rec else ()
 
     def children(self, fp: str) -> tuple[str, ...]:
         return tuple(self._children.get(fp, ()))
@@ -210,44 +275,47 @@ class LineageGraph:
                 fp, recorded=False, last_used=st[3] if st else None, saved_to=tuple(self._saved.get(fp, ()))
             )
         files = []
-        for f in rec.get("files") or ():
-            if isinstance(f, Mapping) and isinstance(f.get("path"), str):
-                try:
-                    size: int | None = os.stat(f["path"]).st_size
-                except OSError:
-                    size = None
-                files.append(FileNow(f["path"], size))
-        args = []
-        for name, a in sorted((rec.get("args") or {}).items()):
-            if name in _QUIET_ARGS or not isinstance(a, Mapping) or a.get("repr") is None:
-                continue
-            args.append((str(name), str(a["repr"])))
+        for f in rec.files:
+            try:
+                size: int | None = os.stat(f.path).st_size
+            except OSError:
+                size = None
+            files.append(FileNow(f.path, size))
+        args = [
+            (name, a.repr)
+            for name, a in sorted(rec.args.items())
+            if name not in _QUIET_ARGS and a.repr is not None
+        ]
         stats = st or [0, 0, 0, 0.0]
+        root = rec.where or None
         return Step(
             fingerprint=fp,
             recorded=True,
             parents=self.parents(fp),
-            type=rec.get("type"),
-            operation=rec.get("operation"),
-            transform=rec.get("transform"),
-            function=rec.get("function") if isinstance(rec.get("function"), Mapping) else None,
+            type=rec.type,
+            operation=rec.operation,
+            transform=rec.transform,
+            function=rec.function,
             args=tuple(args),
-            call_site=rec.get("call_site") if isinstance(rec.get("call_site"), Mapping) else None,
+            call_site=rec.call_site,
             runs=int(stats[0]),
             hits=int(stats[1]),
             misses=int(stats[2]),
-            cache=rec.get("cache"),
+            cache=rec.cache,
             files=tuple(files),
-            in_memory=bool(rec.get("in_memory")),
-            fingerprint_given=bool(rec.get("fingerprint_given")),
-            random_fallback=rec.get("random_fallback") or None,
-            source=rec.get("source") if isinstance(rec.get("source"), Mapping) else None,
-            root=rec.get("root") or rec.get("_root"),
-            split=rec.get("split"),
+            in_memory=rec.in_memory,
+            fingerprint_given=rec.fingerprint_given,
+            random_fallback=rec.random_fallback,
+            source=rec.source,
+            root=root,
+            foreign=bool(self.root and rec.read_from and Path(rec.read_from) != Path(self.root)),
+            split=rec.split,
+            internal=rec.internal,
             last_used=stats[3] or None,
             saved_to=tuple(self._saved.get(fp, ())),
             record=rec,
             deleted=self._deleted(fp),
+            where=where_sentence(self._hosts.get(fp, ())),
         )
 
     # -- queries -------------------------------------------------------------------------------
@@ -314,25 +382,16 @@ class LineageGraph:
         return sorted(x for x in fps if x.startswith(prefix))
 
 
-def lineage_roots(root: str | os.PathLike[str]) -> list[Path]:
-    """The roots whose ledgers a lineage query reads: `root` first, then every known root that
-    still exists (a parent may live in another root)."""
-    first = Path(os.path.abspath(os.fspath(root)))
-    out = [first]
-    for r in known_roots():
-        p = Path(r)
-        if p != first and p.is_dir():
-            out.append(p)
-    return out
-
-
 def load_graph(
-    root: str | os.PathLike[str], *, include_internal: bool = False, warnings: list[str] | None = None
+    root: str | os.PathLike[str] | Ledger,
+    *,
+    include_internal: bool = False,
+    warnings: list[str] | None = None,
+    all_roots: bool = False,
 ) -> LineageGraph:
-    """The lineage graph of `root` and of every root it may lead to."""
-    records = read_records(
-        lineage_roots(root),
-        include_internal=include_internal,
-        warn=warnings.append if warnings is not None else None,
-    )
-    return LineageGraph(records, include_internal=include_internal)
+    """The lineage graph of `root` (a loaded `Ledger`, or a root to load), with the origins of
+    parents recorded in other roots; every known root with `all_roots`."""
+    ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
+    if warnings is not None:
+        warnings.extend(ledger.warnings)
+    return LineageGraph(ledger.records, include_internal=include_internal, root=os.fspath(ledger.root))

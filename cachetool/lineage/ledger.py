@@ -8,8 +8,17 @@ record per transform call to the ledger of the cache root the call belongs to:
 * each process appends to its own *segment*, `<host>-<pid>-<start time>.jsonl`, opened with
   `O_APPEND`, one `write()` per record: no lock on the hot path, safe on NFS, and merging ledgers
   across machines is copying files;
-* readers merge every segment, skip a torn last line (a writer killed mid-record) with a warning,
-  and keep fields they do not know (records from a newer cachetool are still read);
+* readers merge every segment into typed records (`cachetool.lineage.records`: one frozen class
+  per record type), skip a torn last line (a writer killed mid-record) with a warning, and keep
+  fields they do not know (records from a newer cachetool are still read). A line that is not a
+  record of this schema (bad JSON, more than `MAX_LINE_BYTES`, nested too deeply, a field of the
+  wrong type such as `"parents": 5` or `"time": 1e400`, an unknown `type`) is skipped with a
+  warning naming the file and line, never an exception. Only regular files are read (a FIFO is
+  not waited on, a symlink to `/dev/zero` is not read), at most `MAX_SEGMENT_BYTES` each;
+* a command loads a root's ledger once (`Ledger.load`), scoped to that root: other roots' records
+  are read only with `--all-roots` or to find the origin of a parent the root does not record,
+  and keep the root they were read from (`read_from`);
+* one rule turns what a user types into a fingerprint for every command (`resolve`);
 * a read-only root is recorded in `user_state_dir()/ledgers/<key>/` instead (said once on stderr);
   readers look in both places;
 * `user_state_dir()/roots.json` lists every root a tracer wrote to, so `cachetool lineage` can
@@ -76,11 +85,26 @@ Record schema, version 1 (one JSON object per line; fields may be added, never r
                     {"kind": "in-memory", "constructor"}; saves: {"kind": "saved", "path"}
     error           null, or "ExceptionType: message" when the call raised
 
+Types (a record whose field has another type is skipped): `v`, `seq`, `pid`, sizes and lines are
+integers; `time`, `duration`, `mtime` finite numbers; `parents`, `aliases`, `paths` lists of
+strings; `files` of a step a list of objects with a string `path`; `internal`, `in_memory`,
+`fingerprint_given`, `by_reference`, `truncated` true/false; `cache` one of the four values; the
+other scalar fields strings or null. Classes: `TransformRecord`, `RootRecord`, `SaveRecord`,
+`CheckpointRecord` (all `StepRecord`), `SourceRecord`, `GcRecord`.
+
 Source records (`"type": "source"`, `"internal": true`, `"result": null`) carry the text of a user
 function (or of a helper it calls) named by a record's `function` field, written once per process
 and root, before the first record that names it: {"hash" (its source_hash), "qualname", "file",
 "line", "text" (at most 20,000 characters), "truncated"}. `cachetool explain` diffs two of them
 to show the line that changed.
+
+Gc records (`"type": "gc"`, written by `cachetool gc` after each removal, `GcRecord`) carry no
+`result`: {"action": "removed", "fingerprint" (or null: leftovers have none), "aliases", "kind"
+(the entry kind), "path" (the first removed path), "paths" (every removed file or folder),
+"size" (bytes freed), "files" (the *number* of files freed), "reason", "dataset"}.
+
+Checkpoint events (`"type": "checkpoint"`, `CheckpointRecord`, only in events files) are steps:
+`transform` is the checkpoint's name, `result` the object's digest, `args.value` its repr.
 
 The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same dicts, each with its
 `seq`, plus `"tree"` per argument when `CACHETOOL_TRACE_TREES=1`.
@@ -89,10 +113,12 @@ The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same d
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -100,9 +126,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.dirs import user_state_dir
+from cachetool.lineage.records import (
+    BadRecord,
+    GcRecord,
+    LedgerRecord,
+    SaveRecord,
+    SourceRecord,
+    StepRecord,
+    parse_record,
+)
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import CacheReport, Entry
 
 #: The record format this cachetool writes. Readers accept any version >= 1.
 RECORD_VERSION = 1
@@ -281,9 +319,10 @@ def roots_file(environ: Mapping[str, str] | None = None) -> Path:
 
 def known_roots() -> dict[str, dict[str, Any]]:
     """Every root a tracer of this user wrote to: `{absolute path: {"kind", "first_seen", "last_seen"}}`."""
+    from cachetool.safejson import read_json_file
+
     try:
-        with open(roots_file(), encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = read_json_file(roots_file())
     except (OSError, ValueError):
         return {}
     roots = doc.get("roots") if isinstance(doc, dict) else None
@@ -324,15 +363,12 @@ def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
 # Reading
 # ------------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class LedgerRead:
-    """All records of one root, merged from its segments, plus what was skipped and why."""
-
-    root: Path
-    records: tuple[Record, ...]
-    warnings: tuple[str, ...] = ()
-    segments: tuple[Path, ...] = field(default=(), compare=False)
+#: A record longer than this is not one cachetool wrote (source texts stop at 20,000 characters,
+#: argument summaries at 2.5 kB each): skipped with a warning.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+#: A segment is read up to this size; the rest is skipped with a warning (a runaway writer, or a
+#: file that is not a segment).
+MAX_SEGMENT_BYTES = 256 * 1024 * 1024
 
 
 def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
@@ -346,83 +382,263 @@ def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
             yield d / n
 
 
-def read_segment(path: Path, warnings: list[str] | None = None) -> list[Record]:
-    """The records of one segment. A last line without its newline is a record torn by a killed
-    writer: skipped with a warning. Other bad lines are skipped with a warning too."""
+def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
+    """The bytes of a regular file, at most MAX_SEGMENT_BYTES; None (with a warning) for anything
+    else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        if warnings is not None:
-            warnings.append(f"{path}: {e.strerror or e}")
+        warnings.append(f"{path}: {e.strerror or e}")
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            warnings.append(f"{path}: skipped: not a regular file")
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_SEGMENT_BYTES + 1)
+    except OSError as e:
+        warnings.append(f"{path}: {e.strerror or e}")
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SEGMENT_BYTES:
+        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES) + 1
+        warnings.append(
+            f"{path}: read the first {cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
+        )
+        data = data[:cut]
+    return data
+
+
+def read_segment(path: Path, warnings: list[str] | None = None) -> list[LedgerRecord]:
+    """The records of one segment, typed. A last line without its newline is a record torn by a
+    killed writer; it and every line that is not a valid record (bad JSON, too long, nested too
+    deeply, a field of the wrong type, an unknown type) are skipped with a warning naming the line."""
+    sink: list[str] = [] if warnings is None else warnings
+    data = _read_capped(path, sink)
+    if data is None:
         return []
-    out: list[Record] = []
+    out: list[LedgerRecord] = []
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
-    if tail.strip() and warnings is not None:
-        warnings.append(
+    if tail.strip():
+        sink.append(
             f"{path}: skipped a torn last record ({len(tail)} bytes; its writer was killed mid-write)"
         )
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE_BYTES:
+            sink.append(f"{path}:{number}: skipped a record of {len(line)} bytes (at most {MAX_LINE_BYTES})")
+            continue
         try:
-            rec = json.loads(line)
+            obj = json.loads(line)
+        except RecursionError:
+            sink.append(f"{path}:{number}: skipped a record nested too deeply")
+            continue
         except ValueError:
-            if warnings is not None:
-                warnings.append(f"{path}:{number}: skipped an unreadable record")
+            sink.append(f"{path}:{number}: skipped an unreadable record")
             continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("v"), int) or rec["v"] < 1:
-            if warnings is not None:
-                warnings.append(f"{path}:{number}: skipped a record without a version")
-            continue
-        out.append(rec)
+        try:
+            out.append(parse_record(obj))
+        except BadRecord as e:
+            sink.append(f"{path}:{number}: skipped a record: {e}")
+        except RecursionError:
+            sink.append(f"{path}:{number}: skipped a record nested too deeply")
     return out
 
 
-def read_ledger(root: str | os.PathLike[str], *, include_internal: bool = True) -> LedgerRead:
-    """Merge every segment of `root` into one list, ordered by time then per-process order."""
+def _order_key(rec: LedgerRecord) -> tuple[float, str, int]:
+    return (rec.time, rec.run, rec.seq)
+
+
+def _read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
     warnings: list[str] = []
-    records: list[Record] = []
+    records: list[LedgerRecord] = []
     segments = list(iter_segments(root))
+    label = os.fspath(root)
     for seg in segments:
         for rec in read_segment(seg, warnings):
-            if include_internal or not rec.get("internal"):
-                records.append(rec)
-    records.sort(key=_order_key)
-    return LedgerRead(Path(root), tuple(records), tuple(warnings), tuple(segments))
+            records.append(dataclasses.replace(rec, read_from=label))
+    return records, warnings, segments
 
 
-def _order_key(rec: Record) -> tuple[float, str, int]:
-    t = rec.get("time")
-    seq = rec.get("seq")
-    return (
-        float(t) if isinstance(t, (int, float)) else 0.0,
-        str(rec.get("run") or ""),
-        seq if isinstance(seq, int) else 0,
-    )
+@dataclass(frozen=True)
+class Ledger:
+    """The records of one cache root, read once per command, oldest first.
+
+    Scoped to `root`: records of other roots are read only when asked (`all_roots=True`,
+    `--all-roots`), to explain a step whose input lives in another root (a saved folder's
+    `load_from_disk` names a state computed in the cache root it came from), and for the
+    `save_to_disk` folders that hold a state made in `root` (what was made from them descends
+    from it). Those records keep the root they were read from in `read_from` (`is_foreign`)."""
+
+    root: Path
+    records: tuple[LedgerRecord, ...] = ()
+    warnings: tuple[str, ...] = ()
+    segments: tuple[Path, ...] = field(default=(), compare=False)
+    roots: tuple[Path, ...] = ()  # every root read, `root` first
+
+    # -- loading ------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, root: str | os.PathLike[str], *, all_roots: bool = False, follow: bool = True) -> Ledger:
+        """Read the ledger of `root`. With `follow`, the origins of parents that `root` does not
+        record are looked up in the other known roots (and their own parents, transitively);
+        with `all_roots`, every known root is read whole."""
+        first = Path(os.path.abspath(os.fspath(root)))
+        records, warnings, segments = _read_root(first)
+        roots = [first]
+        registry = known_roots()
+        others = [p for p in (Path(r) for r in registry) if p != first and p.is_dir()]
+        if all_roots:
+            for other in others:
+                got, w, segs = _read_root(other)
+                records += got
+                warnings += w
+                segments += segs
+                roots.append(other)
+        elif follow and others:
+            cache: dict[Path, list[LedgerRecord]] = {}
+            saved = [p for p in others if registry.get(os.fspath(p), {}).get("kind") == "saved"]
+            cls._follow_saves(records, warnings, roots, saved, cache)
+            cls._follow(records, warnings, roots, others, cache)
+        records.sort(key=_order_key)
+        return cls(first, tuple(records), tuple(warnings), tuple(segments), tuple(roots))
+
+    @staticmethod
+    def _follow_saves(
+        records: list[LedgerRecord],
+        warnings: list[str],
+        roots: list[Path],
+        saved: list[Path],
+        cache: dict[Path, list[LedgerRecord]],
+    ) -> None:
+        """Add the records of `save_to_disk` folders that hold a state made here (the folder is a
+        root of its own; what was made from it there descends from this root)."""
+        made = {r.result for r in records if isinstance(r, StepRecord) and r.result is not None}
+        for folder in saved:
+            if folder not in cache:
+                got, w, _ = _read_root(folder)
+                cache[folder] = got
+                warnings.extend(w)
+            steps = [r for r in cache[folder] if isinstance(r, StepRecord)]
+            if any(r.result in made for r in steps if isinstance(r, SaveRecord)):
+                records += [r for r in cache[folder] if isinstance(r, (StepRecord, SourceRecord))]
+                roots.append(folder)
+                made |= {r.result for r in steps if r.result is not None}
+
+    @staticmethod
+    def _follow(
+        records: list[LedgerRecord],
+        warnings: list[str],
+        roots: list[Path],
+        others: list[Path],
+        cache: dict[Path, list[LedgerRecord]],
+    ) -> None:
+        """Add the origins (and their ancestry) of parents that `records` do not explain."""
+        whole = set(roots)  # read whole already
+        made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin}
+        needed = {p for r in records if isinstance(r, StepRecord) for p in r.parents} - made
+        while needed:
+            found: list[LedgerRecord] = []
+            for other in others:
+                if other in whole:
+                    continue
+                if other not in cache:
+                    got, w, _ = _read_root(other)
+                    cache[other] = got
+                    warnings.extend(w)
+                hit = [r for r in cache[other] if isinstance(r, StepRecord) and r.result in needed]
+                if hit and other not in roots:
+                    roots.append(other)
+                found += hit
+                # the text of the functions those steps name, for explain
+                hashes = {h for r in hit for h in _source_hashes(r)}
+                found += [r for r in cache[other] if isinstance(r, SourceRecord) and r.hash in hashes]
+            if not found:
+                return
+            records += found
+            made |= {r.result for r in found if isinstance(r, StepRecord) and r.is_origin}
+            needed = {p for r in found if isinstance(r, StepRecord) for p in r.parents} - made
+            needed -= {r.result for r in records if isinstance(r, StepRecord)}
+
+    # -- views ----------------------------------------------------------------------------------
+    def is_foreign(self, rec: LedgerRecord) -> bool:
+        """The record was read from another root than this ledger's."""
+        return rec.read_from is not None and Path(rec.read_from) != self.root
+
+    def steps(self, *, include_internal: bool = False) -> list[StepRecord]:
+        """Step records (transforms, roots, saves, checkpoints), oldest first."""
+        return [r for r in self.records if isinstance(r, StepRecord) and (include_internal or not r.internal)]
+
+    def own_steps(self, *, include_internal: bool = False) -> list[StepRecord]:
+        """Step records of this root only."""
+        return [r for r in self.steps(include_internal=include_internal) if not self.is_foreign(r)]
+
+    def sources(self) -> list[SourceRecord]:
+        return [r for r in self.records if isinstance(r, SourceRecord)]
+
+    def gc_records(self) -> list[GcRecord]:
+        """gc's removals recorded in this root, oldest first."""
+        return [r for r in self.records if isinstance(r, GcRecord) and not self.is_foreign(r)]
+
+    def for_result(self, fingerprint: str, *, include_internal: bool = False) -> list[StepRecord]:
+        """Every step record of this root whose result is `fingerprint` (oldest first)."""
+        return [r for r in self.own_steps(include_internal=include_internal) if r.result == fingerprint]
+
+    def fingerprints(self, *, include_internal: bool = True) -> set[str]:
+        """Every fingerprint a step record names, as a result or as a parent."""
+        out: set[str] = set()
+        for r in self.steps(include_internal=include_internal):
+            if r.result is not None:
+                out.add(r.result)
+            out.update(r.parents)
+        return out
+
+    def saves_elsewhere(self) -> list[SaveRecord]:
+        """`save_to_disk` records of states made in this root: a save is recorded in the saved
+        folder's own ledger (a root of its own), so they are looked up in the other known roots,
+        each labelled with the root it was read from."""
+        made = {r.result for r in self.own_steps(include_internal=True) if r.result is not None}
+        own = {(r.run, r.seq) for r in self.own_steps() if isinstance(r, SaveRecord)}
+        out: list[SaveRecord] = []
+        if not made:
+            return out
+        for r in known_roots():
+            other = Path(r)
+            if other == self.root or not other.is_dir():
+                continue
+            got, _, _ = _read_root(other)
+            out += [
+                x
+                for x in got
+                if isinstance(x, SaveRecord)
+                and not x.internal
+                and x.result in made
+                and (x.run, x.seq) not in own
+            ]
+        return out
+
+    def usage(self) -> dict[str, Usage]:
+        """Per fingerprint of this root: last use, recorded origin, hits and misses."""
+        return _usage(self.own_steps())
 
 
-def read_records(
-    roots: Iterable[str | os.PathLike[str]], *, include_internal: bool = True, warn: WarnFn | None = None
-) -> list[Record]:
-    """Records of several roots, each record tagged with the root it was read from (`_root`)."""
-    out: list[Record] = []
-    seen: set[str] = set()
-    for root in roots:
-        key = os.path.abspath(os.fspath(root))
-        if key in seen:
-            continue
-        seen.add(key)
-        got = read_ledger(key, include_internal=include_internal)
-        if warn is not None:
-            for w in got.warnings:
-                warn(w)
-        for rec in got.records:
-            rec.setdefault("_root", key)
-            out.append(rec)
-    out.sort(key=_order_key)
-    return out
+def _source_hashes(rec: StepRecord) -> list[str]:
+    fn = rec.function
+    if fn is None:
+        return []
+    return [h for h in (fn.source_hash, *(d.source_hash for d in fn.deps)) if h]
+
+
+def read_ledger(root: str | os.PathLike[str], *, include_internal: bool = True) -> Ledger:
+    """The ledger of `root` alone (no other root), internal records included unless told."""
+    got = Ledger.load(root, follow=False)
+    if include_internal:
+        return got
+    kept = tuple(r for r in got.records if not r.internal)
+    return dataclasses.replace(got, records=kept)
 
 
 @dataclass(frozen=True)
@@ -439,59 +655,158 @@ class Usage:
     random_fallback: bool = False
 
 
-def _new_usage() -> dict[str, Any]:
-    return {"last": 0.0, "origin": None, "n": 0, "hits": 0, "misses": 0, "random": False}
-
-
-def usage_by_fingerprint(root: str | os.PathLike[str]) -> dict[str, Usage]:
-    """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
-
-    Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then. Torn
-    or unreadable lines are skipped silently here; `cachetool lineage` reports them."""
-    acc: dict[str, dict[str, Any]] = {}
-    records = [rec for seg in iter_segments(root) for rec in read_segment(seg) if not rec.get("internal")]
-    records.sort(key=_order_key)  # oldest first: the latest origin wins
-    for rec in records:
-        t = rec.get("time")
-        when = float(t) + float(rec.get("duration") or 0.0) if isinstance(t, (int, float)) else 0.0
-        fp = rec.get("result")
-        parents = [p for p in rec.get("parents") or [] if isinstance(p, str)]
-        if isinstance(fp, str):
-            a = acc.setdefault(fp, _new_usage())
-            a["last"] = max(a["last"], when)
-            # A save or a no-op map (its function returned None) says nothing about where the
-            # fingerprint comes from, and reads no cache of its own.
-            if rec.get("type") not in ("save", "checkpoint") and fp not in parents:
-                a["origin"] = rec
-                a["n"] += 1
-                cache = rec.get("cache")
-                a["hits"] += cache == "hit"
-                a["misses"] += cache in ("miss", "partial")
-                a["random"] = a["random"] or bool(rec.get("random_fallback"))
+def _usage(steps: Iterable[StepRecord]) -> dict[str, Usage]:
+    last: dict[str, float] = {}
+    origin: dict[str, StepRecord] = {}
+    counts: dict[str, list[int]] = {}  # fp -> [records, hits, misses, random]
+    for rec in steps:  # oldest first: the latest origin wins
+        when = rec.end
+        fp = rec.result
+        if fp is not None:
+            last[fp] = max(last.get(fp, 0.0), when)
+            # A save or a no-op map says nothing about where the fingerprint comes from.
+            if rec.is_origin:
+                origin[fp] = rec
+                c = counts.setdefault(fp, [0, 0, 0, 0])
+                c[0] += 1
+                c[1] += rec.cache == "hit"
+                c[2] += rec.computed
+                c[3] |= rec.random_fallback is not None
         # Using a dataset as a parent is a use of it too.
-        for p in parents:
-            pa = acc.setdefault(p, _new_usage())
-            pa["last"] = max(pa["last"], when)
+        for p in rec.parents:
+            last[p] = max(last.get(p, 0.0), when)
     out: dict[str, Usage] = {}
-    for fp, a in acc.items():
-        origin = a["origin"]
-        origin_parents = tuple(str(p) for p in origin.get("parents") or ()) if origin else ()
+    for fp, when in last.items():
+        o = origin.get(fp)
+        c = counts.get(fp, [0, 0, 0, 0])
         out[fp] = Usage(
-            last_used=a["last"],
-            parent=origin_parents[0] if origin_parents else None,
-            operation=origin.get("operation") if origin else None,
-            parents=origin_parents,
-            records=a["n"],
-            hits=a["hits"],
-            misses=a["misses"],
-            random_fallback=a["random"],
+            last_used=when,
+            parent=o.parents[0] if o and o.parents else None,
+            operation=o.operation if o else None,
+            parents=o.parents if o else (),
+            records=c[0],
+            hits=c[1],
+            misses=c[2],
+            random_fallback=bool(c[3]),
         )
     return out
 
 
+def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> dict[str, Usage]:
+    """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
+
+    Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then."""
+    ledger = root if isinstance(root, Ledger) else read_ledger(root)
+    return ledger.usage()
+
+
 def records_for(
-    root: str | os.PathLike[str], fingerprint: str, *, include_internal: bool = False
-) -> list[Record]:
+    root: str | os.PathLike[str] | Ledger, fingerprint: str, *, include_internal: bool = False
+) -> list[StepRecord]:
     """Every record of `root` whose result is `fingerprint` (oldest first): what `show` prints."""
-    got = read_ledger(root, include_internal=include_internal)
-    return [r for r in got.records if r.get("result") == fingerprint]
+    ledger = root if isinstance(root, Ledger) else read_ledger(root)
+    return ledger.for_result(fingerprint, include_internal=include_internal)
+
+
+# ------------------------------------------------------------------------------------------
+# Naming a fingerprint
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a name a user typed stands for: one fingerprint, and the cache entry that holds it
+    (None when only the ledger knows it: its files were removed, or it never had any)."""
+
+    fingerprint: str
+    entry: Entry | None = None
+
+    @property
+    def recorded_only(self) -> bool:
+        return self.entry is None
+
+
+def resolve(
+    name: str, report: CacheReport, ledger: Ledger | None = None, *, recorded: Iterable[str] | None = None
+) -> Resolved:
+    """The one fingerprint `name` means, with one rule for every command:
+
+    1. a path: the entry at that path (as typed, or made absolute);
+    2. an exact fingerprint: an entry's fingerprint or alias, else one the ledger records (as a
+       result or a parent);
+    3. a prefix: the fingerprints (of entries, aliases included, and of the ledger) that start
+       with `name`. An entry and its aliases are one candidate; a recorded fingerprint that is
+       one of an entry's is not another. One candidate resolves; several are *ambiguous*
+       (`AmbiguousFingerprint`, listing them); none is `UnknownFingerprint`.
+
+    For an entry, the fingerprint returned is the one typed when it is exact, else the one that
+    starts with the prefix, preferring the one the ledger records (`recorded`: fingerprints known
+    without a loaded ledger) (after `load_from_disk` the
+    recorded one is the alias). A fingerprint only the ledger knows resolves to the entry that
+    holds the files its step wrote (`cast_column`'s result lives in a file its internal `map`
+    named), else with `entry=None`: `lineage`, `explain` and `show` show its records, `pin` pins
+    it, `gc` and `verify` say no cache file holds it."""
+    from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
+
+    if not name:
+        raise UnknownFingerprint(name, report.root)
+    known = set(recorded or ()) | (ledger.fingerprints() if ledger is not None else set())
+    # 1. a path
+    e = entry_at_path(report, name)
+    if e is not None:
+        fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
+        if fp is None:
+            raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
+        return Resolved(fp, e)
+    # 2. exact
+    exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
+    if len(exact) == 1:
+        return Resolved(name, exact[0])
+    if not exact and name in known:
+        return Resolved(name, _entry_of(report, name) or _entry_of_files(report, ledger, name))
+    # 3. prefix
+    candidates: dict[str, Resolved] = {}
+    seen: set[str] = set()
+    for e in exact or report.entries:
+        fps = [x for x in (e.fingerprint, *e.aliases) if x]
+        named = [x for x in fps if x.startswith(name)]
+        if not named:
+            continue
+        seen.update(fps)
+        fp = next((x for x in named if x in known), None) or next((x for x in fps if x in known), named[0])
+        candidates[f"{e.id} ({e.kind.value}, {os.fsdecode(e.path)})"] = Resolved(fp, e)
+    for fp in sorted(known - seen):
+        if fp.startswith(name):
+            entry = _entry_of_files(report, ledger, fp)
+            where = f"files of {entry.id}" if entry is not None else "no cache file"
+            candidates[f"{fp} (recorded in the ledger, {where})"] = Resolved(fp, entry)
+    if not candidates:
+        raise UnknownFingerprint(name, report.root)
+    if len(candidates) > 1:
+        raise AmbiguousFingerprint(name, sorted(candidates))
+    return next(iter(candidates.values()))
+
+
+def entry_at_path(report: CacheReport, name: str) -> Entry | None:
+    """The entry at the path `name` (as typed, or made absolute), if `name` is one's path."""
+    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
+    for e in report.entries:
+        path = os.fsdecode(e.path)
+        if path == name or (absolute is not None and path == absolute):
+            return e
+    return None
+
+
+def _entry_of(report: CacheReport, fp: str) -> Entry | None:
+    return next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
+
+
+def _entry_of_files(report: CacheReport, ledger: Ledger | None, fp: str) -> Entry | None:
+    """The entry holding the files a step that made `fp` wrote: `cast_column`'s result lives in
+    the file its internal `map` named after another fingerprint."""
+    if ledger is None:
+        return None
+    paths = {f.path for r in ledger.for_result(fp, include_internal=True) for f in r.files}
+    if not paths:
+        return None
+    return next((e for e in report.entries if any(os.fsdecode(f.path) in paths for f in e.files)), None)

@@ -6,7 +6,9 @@ least one (a `num_proc` step that reused some shards is a partial miss). Steps t
 file (in-memory datasets, `select` with a list, `remove_columns`) are counted as steps, not as
 hits or misses. *Recompute time* is the recorded duration of misses of steps that had run
 before (same call site, or the same fingerprint): the time a better-kept cache would have
-saved; first runs are not lost time.
+saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
+in-memory dataset, `keep_in_memory=True`, `disable_caching()`, `load_from_cache_file=False`) run
+again every time: they are counted apart, and from their second run on their time is lost too.
 
 `zero_stats(root)` starts a new counting period, as `ccache -z` does, without deleting a record:
 it writes the time into `<root>/.cachetool/stats.json`, and later reports count from there.
@@ -17,13 +19,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CachetoolError
-from cachetool.lineage.ledger import LEDGER_DIR, Record, fallback_ledger_dir, read_ledger
+from cachetool.lineage.hosts import ConcurrentComputation, concurrent_computations
+from cachetool.lineage.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
+from cachetool.lineage.records import StepRecord
+from cachetool.safejson import read_json_file
 
 __all__ = ["Counts", "Group", "RandomReason", "StatsReport", "ledger_stats", "zero_stats", "zeroed_at"]
 
@@ -44,6 +50,11 @@ class Counts:
     miss_seconds: float = 0.0
     recompute_seconds: float = 0.0
     bytes_written: int = 0
+    #: Steps that ran without a persistent cache (in memory, keep_in_memory=True,
+    #: disable_caching(), load_from_cache_file=False) and their time; from their second run on
+    #: that time is in `recompute_seconds`, the time lost.
+    uncached: int = 0
+    uncached_seconds: float = 0.0
 
     @property
     def hit_rate(self) -> float | None:
@@ -68,6 +79,8 @@ class Counts:
             "miss_seconds": round(self.miss_seconds, 6),
             "recompute_seconds": round(self.recompute_seconds, 6),
             "bytes_written": self.bytes_written,
+            "uncached": self.uncached,
+            "uncached_seconds": round(self.uncached_seconds, 6),
         }
 
 
@@ -120,6 +133,14 @@ class StatsReport:
     call_sites: tuple[Group, ...]
     datasets: tuple[Group, ...]
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: steps per host (the ledger of a shared cache merges every node's segments)
+    hosts: tuple[tuple[str, int], ...] = ()
+    #: fingerprints two or more runs computed at the same time (`cachetool.lineage.hosts`)
+    concurrent: tuple[ConcurrentComputation, ...] = ()
+
+    @property
+    def concurrent_seconds(self) -> float:
+        return sum(c.lost_seconds for c in self.concurrent)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -134,6 +155,12 @@ class StatsReport:
             },
             "call_sites": [g.to_json() for g in self.call_sites],
             "datasets": [g.to_json() for g in self.datasets],
+            "hosts": dict(self.hosts),
+            "concurrent": {
+                "count": len(self.concurrent),
+                "lost_seconds": round(self.concurrent_seconds, 6),
+                "computations": [c.to_json() for c in self.concurrent],
+            },
         }
 
 
@@ -142,17 +169,16 @@ class _Acc:
 
     def __init__(self) -> None:
         self.steps = self.hits = self.misses = self.partial = self.no_file = self.bytes = 0
-        self.miss_s = self.recompute_s = 0.0
+        self.miss_s = self.recompute_s = self.uncached_s = 0.0
+        self.uncached = 0
         self.runs: set[str] = set()
 
-    def add(self, rec: Mapping[str, Any], recomputed: bool) -> None:
+    def add(self, rec: StepRecord, recomputed: bool) -> None:
         self.steps += 1
-        run = rec.get("run")
-        if isinstance(run, str):
-            self.runs.add(run)
-        cache = rec.get("cache")
-        duration = rec.get("duration")
-        seconds = float(duration) if isinstance(duration, (int, float)) else 0.0
+        if rec.run:
+            self.runs.add(rec.run)
+        cache = rec.cache
+        seconds = rec.duration
         if cache == "hit":
             self.hits += 1
         elif cache in ("miss", "partial"):
@@ -163,6 +189,11 @@ class _Acc:
                 self.recompute_s += seconds
         else:
             self.no_file += 1
+        if rec.uncached is not None:
+            self.uncached += 1
+            self.uncached_s += seconds
+            if recomputed and cache not in ("miss", "partial"):  # misses are counted above
+                self.recompute_s += seconds
         self.bytes += written_bytes(rec)
 
     def counts(self) -> Counts:
@@ -176,50 +207,41 @@ class _Acc:
             miss_seconds=self.miss_s,
             recompute_seconds=self.recompute_s,
             bytes_written=self.bytes,
+            uncached=self.uncached,
+            uncached_seconds=self.uncached_s,
         )
 
 
-def written_bytes(rec: Mapping[str, Any]) -> int:
+def written_bytes(rec: StepRecord) -> int:
     """Bytes of the files a record wrote (not those it reused)."""
-    total = 0
-    for f in rec.get("files") or ():
-        if isinstance(f, Mapping) and f.get("status") == "written" and isinstance(f.get("size"), int):
-            total += f["size"]
-    return total
+    return sum(f.size or 0 for f in rec.files if f.status == "written")
 
 
-def _time(rec: Mapping[str, Any]) -> float:
-    t = rec.get("time")
-    return float(t) if isinstance(t, (int, float)) else 0.0
+def _site(rec: StepRecord) -> tuple[str, str | None, int | None, str | None, str | None]:
+    site = rec.call_site
+    file = site.file if site else None
+    line = site.line if site else None
+    op = rec.operation
+    qualname = rec.function.qualname if rec.function else None
+    where = f"{os.path.basename(file)}:{line}" if file else "?"
+    return f"{where} {op}", file, line, op, qualname
 
 
-def _site(rec: Mapping[str, Any]) -> tuple[str, str | None, int | None, str | None, str | None]:
-    site = rec.get("call_site") if isinstance(rec.get("call_site"), Mapping) else {}
-    fn = rec.get("function") if isinstance(rec.get("function"), Mapping) else {}
-    file = site.get("file") if isinstance(site, Mapping) else None
-    line = site.get("line") if isinstance(site, Mapping) else None
-    op = rec.get("operation")
-    qualname = fn.get("qualname") if isinstance(fn, Mapping) else None
-    where = f"{os.path.basename(str(file))}:{line}" if file else "?"
-    return f"{where} {op}", str(file) if file else None, line if isinstance(line, int) else None, op, qualname
-
-
-def dataset_of(rec: Mapping[str, Any]) -> str:
+def dataset_of(rec: StepRecord) -> str:
     """`csv/default-c955f4a6b949b4ae` for a step whose files live in that builder folder; the
     saved folder's name for a saved dataset; `(in memory)` or `(no file)` otherwise."""
-    src = rec.get("source") if isinstance(rec.get("source"), Mapping) else None
-    files = [f for f in rec.get("files") or () if isinstance(f, Mapping) and isinstance(f.get("path"), str)]
-    root = rec.get("root") or rec.get("_root")
-    if files and isinstance(root, str):
-        rel = os.path.relpath(os.path.dirname(files[0]["path"]), root)
+    src = rec.source
+    root = rec.where
+    if rec.files and root:
+        rel = os.path.relpath(os.path.dirname(rec.files[0].path), root)
         parts = [] if rel == "." else rel.split(os.sep)
         if parts and parts[0] != "..":
             return "/".join(parts[:2])
         return f"saved:{os.path.basename(root.rstrip(os.sep))}"
-    if isinstance(src, Mapping) and src.get("kind") == "builder":
-        rel = str(src.get("relative_data_dir") or src.get("builder") or "?")
+    if src is not None and src.kind == "builder":
+        rel = str(src.relative_data_dir or src.builder or "?")
         return "/".join(rel.split("/")[:2])
-    if rec.get("in_memory"):
+    if rec.in_memory:
         return "(in memory)"
     return "(no file)"
 
@@ -238,7 +260,7 @@ def zeroed_at(root: str | os.PathLike[str]) -> float | None:
     best: float | None = None
     for path in _stats_files(Path(root)):
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = read_json_file(path)
         except (OSError, ValueError):
             continue
         t = doc.get("zeroed_at") if isinstance(doc, dict) else None
@@ -275,7 +297,8 @@ def ledger_stats(
     since: float | None = None,
     everything: bool = False,
     now: float | None = None,
-    records: Iterable[Record] | None = None,
+    records: Iterable[StepRecord] | None = None,
+    ledger: Ledger | None = None,
 ) -> StatsReport:
     """Count the recorded steps of `root` from the latest `zero_stats` (and not before `since`, an
     epoch time); `everything` ignores the zero mark. The Python side of `cachetool stats`."""
@@ -283,13 +306,14 @@ def ledger_stats(
     end = time.time() if now is None else now
     warnings: tuple[str, ...] = ()
     if records is None:
-        got = read_ledger(root_path, include_internal=False)
-        records, warnings = got.records, got.warnings
+        if ledger is None:
+            ledger = Ledger.load(root_path, follow=False)
+        records, warnings = [*ledger.own_steps(), *ledger.saves_elsewhere()], ledger.warnings
     zero = zeroed_at(root_path)
     starts = [t for t in (since, None if everything else zero) if t is not None]
     start = max(starts) if starts else None
     all_steps = sorted(
-        (r for r in records if r.get("type") in (*_COUNTED, "save") and not r.get("internal")), key=_time
+        (r for r in records if r.type in (*_COUNTED, "save") and not r.internal), key=lambda r: r.time
     )
     total = _Acc()
     sites: dict[str, tuple[_Acc, tuple[str, str | None, int | None, str | None, str | None]]] = {}
@@ -299,34 +323,34 @@ def ledger_stats(
     saves = 0
     random: dict[tuple[str | None, str], int] = {}
     random_count = 0
+    counted: list[StepRecord] = []
     for rec in all_steps:
         site = _site(rec)
-        fp = rec.get("result")
-        recomputed = site[0] in seen_sites or (isinstance(fp, str) and fp in seen_fps)
-        if rec.get("type") != "save":
+        fp = rec.result
+        recomputed = site[0] in seen_sites or (fp is not None and fp in seen_fps)
+        if rec.type != "save":
             seen_sites.add(site[0])
-            if isinstance(fp, str):
+            if fp is not None:
                 seen_fps.add(fp)
-        t = _time(rec)
+        t = rec.time
         if (start is not None and t < start) or t > end:
             continue
-        if rec.get("type") == "save":
+        if rec.type == "save":
             saves += 1
             total.bytes += written_bytes(rec)
             continue
         total.add(rec, recomputed)
+        counted.append(rec)
         acc = sites.get(site[0])
         if acc is None:
             acc = sites[site[0]] = (_Acc(), site)
         acc[0].add(rec, recomputed)
         datasets.setdefault(dataset_of(rec), _Acc()).add(rec, recomputed)
-        rf = rec.get("random_fallback")
-        if isinstance(rf, Mapping):
+        rf = rec.random_fallback
+        if rf is not None:
             random_count += 1
-            err = (
-                f"{rf.get('error_type')}: {rf.get('error')}" if rf.get("error_type") else str(rf.get("error"))
-            )
-            key = (rf.get("argument"), err)
+            err = f"{rf.error_type}: {rf.error}" if rf.error_type else str(rf.error)
+            key = (rf.argument, err)
             random[key] = random.get(key, 0) + 1
     site_groups = [
         Group(key=k, counts=a.counts(), operation=s[3], function=s[4], file=s[1], line=s[2])
@@ -349,4 +373,6 @@ def ledger_stats(
         call_sites=tuple(site_groups),
         datasets=tuple(ds_groups),
         warnings=tuple(warnings),
+        hosts=tuple(sorted(Counter(r.host or "?" for r in counted).items(), key=lambda kv: (-kv[1], kv[0]))),
+        concurrent=concurrent_computations(counted),
     )

@@ -40,10 +40,18 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.cache.tfdata import tf_leftover_name
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size, iso_time
 from cachetool.maintenance.fdops import inventory, open_parent, rename_noreplace, same_file
-from cachetool.maintenance.liveness import InUse, TempDirUser, cwd_pids_under, pids_holding
+from cachetool.maintenance.liveness import InUse, Lease, TempDirUser, cwd_pids_under, pids_holding
+from cachetool.maintenance.shared import (
+    SharedState,
+    check_min_age,
+    leased_reason,
+    remove_stale_leases,
+    shared_state,
+)
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
 DEFAULT_MIN_AGE = 3600.0
@@ -92,6 +100,7 @@ class GcOptions:
     keep: tuple[str, ...] = ()
     include_sources: bool = False
     force_root: bool = False  # clean a root that is `/`, a home folder, or has no datasets layout
+    other_hosts_idle: bool = False  # on a shared file system: no unleased writer runs on another host
 
     @property
     def evicts(self) -> bool:
@@ -146,7 +155,7 @@ class GcItem:
             "dataset": self.dataset,
             "size": self.size,
             "files": self.files,
-            "last_used": iso_time(self.used),
+            "used": iso_time(self.used),
             "reason": self.reason,
         }
 
@@ -196,6 +205,8 @@ class GcPlan:
     #: only inside those very folders, whatever their paths lead to by then.
     root_id: tuple[int, int] | None = field(default=None, compare=False)
     temp_id: tuple[int, int] | None = field(default=None, compare=False)
+    #: The root's file system and leases (`cachetool.maintenance.shared`).
+    shared: SharedState | None = field(default=None, compare=False)
 
     @property
     def expected_freed(self) -> int:
@@ -231,6 +242,7 @@ class GcPlan:
                 "summary": self.keeps_sentence(),
             },
             "warnings": list(self.warnings),
+            **(self.shared.to_json() if self.shared is not None else {}),
         }
 
 
@@ -248,7 +260,7 @@ class Outcome:
         return {
             **self.item.to_json(),
             "status": self.status,
-            "why": self.reason,
+            "reason": self.reason,
             "freed": self.freed,
             "files_removed": self.files,
         }
@@ -261,6 +273,8 @@ class GcResult:
     plan: GcPlan
     outcomes: tuple[Outcome, ...]
     finished_at: float = field(default=0.0, compare=False)
+    #: Leases removed: expired (another host) or of a process of this host that is gone.
+    leases_removed: tuple[Lease, ...] = field(default=(), compare=False)
 
     def _with(self, status: str) -> tuple[Outcome, ...]:
         return tuple(o for o in self.outcomes if o.status == status)
@@ -296,11 +310,12 @@ class GcResult:
             "failed": [o.to_json() for o in self.failed],
             "freed_bytes": self.freed_bytes,
             "freed_files": self.freed_files,
+            "leases_removed": [lease.to_json() for lease in self.leases_removed],
         }
 
 
 # ------------------------------------------------------------------------------------------
-# The temp dir: only hf_datasets-* and pymp-* are ever looked at
+# The temp dir: only hf_datasets-*, pymp-* and cachetool-determinism-* are ever looked at
 # ------------------------------------------------------------------------------------------
 
 
@@ -309,7 +324,7 @@ class TempFolder:
     """An `hf_datasets-*` or `pymp-*` entry of the temp dir, as `lstat` and a walk tell it."""
 
     path: Path
-    kind: str  # "hf_datasets" | "pymp"
+    kind: str  # "hf_datasets" | "pymp" | "determinism"
     is_dir: bool  # False for a symlink or a file with such a name (never followed, never removed)
     uid: int
     size: int = 0
@@ -336,13 +351,7 @@ def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
         return TempScan(resolved, (), e.strerror or str(e))
     out = []
     for name in names:
-        kind = (
-            "hf_datasets"
-            if layout.TEMP_DIR_RE.match(name)
-            else "pymp"
-            if layout.POOL_DIR_RE.match(name)
-            else None
-        )
+        kind = layout.temp_folder_kind(name)
         if kind is None:
             continue
         p = resolved / name
@@ -399,6 +408,31 @@ def _owner_refusal(
         if owners:
             return f"a live Python process using this temp dir (pid {owners[0]}) may own it"
     return None
+
+
+def _check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDirUser]) -> str | None:
+    """A `cachetool-determinism-<pid>-*` folder belongs to that check while the process lives and
+    started before the folder was made (a reused pid started later). Without a pid in the name
+    (older checks), any live Python process using this temp dir may own it."""
+    m = layout.CHECK_DIR_RE.match(name)
+    pid = m.group("pid") if m else None
+    if pid is None:
+        owners = possible_owners(made_by, python_users)
+        return f"a live Python process using this temp dir (pid {owners[0]}) may own it" if owners else None
+    started = _process_start(int(pid))
+    if started is not None and started <= made_by + _START_SLACK:
+        return f"the check that made it (pid {pid}) is still running"
+    return None
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None when it is gone."""
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+    except Exception:  # NoSuchProcess, AccessDenied, no psutil: judged gone only when absent
+        return None if not os.path.exists(f"/proc/{pid}") else 0.0
 
 
 def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:
@@ -604,18 +638,30 @@ class _Builder:
             self.warnings.append("some processes could not be inspected; files they hold look unused")
 
     def _resolve_keep(self, prefixes: Sequence[str], parents: Mapping[str, Iterable[str]]) -> set[str]:
-        known = {fp for e in self.report.entries for fp in (e.fingerprint, *e.aliases) if fp} | set(parents)
+        """Each `--keep` by the one naming rule (`cachetool.lineage.ledger.resolve`): ambiguous is
+        an error; a name nothing matches is only warned about (there is nothing to keep)."""
+        from cachetool.errors import UnknownFingerprint
+        from cachetool.lineage.ledger import resolve
+
         out: set[str] = set()
         for p in prefixes:
-            hits = {fp for fp in known if fp == p} or {fp for fp in known if p and fp.startswith(p)}
-            if not hits:
+            try:
+                got = resolve(p, self.report, recorded=[*parents, *(x for v in parents.values() for x in v)])
+            except UnknownFingerprint:
                 self.warnings.append(f"--keep {p}: no entry or recorded fingerprint matches")
-            out |= hits
+                continue
+            e = got.entry
+            out |= {got.fingerprint, *((fp for fp in (e.fingerprint, *e.aliases) if fp) if e else ())}
         return out
 
     # -- shared refusals ------------------------------------------------------------------------
     def refusal(
-        self, uids: Iterable[int], newest: float | None, pids: Iterable[int], age_applies: bool = True
+        self,
+        uids: Iterable[int],
+        newest: float | None,
+        pids: Iterable[int],
+        age_applies: bool = True,
+        scope: str = "root",
     ) -> str | None:
         if not self.o.all_users:
             others = sorted({u for u in uids if u != self.euid})
@@ -624,6 +670,9 @@ class _Builder:
         held = sorted(set(pids))
         if held:
             return f"in use by pid {', '.join(map(str, held[:5]))}" + (" …" if len(held) > 5 else "")
+        lease = self.in_use.lease_over(newest) if age_applies and scope == "root" else None
+        if lease is not None:
+            return leased_reason(lease)
         if age_applies and newest is not None and self.now - newest < self.o.min_age:
             age = max(0.0, self.now - newest)
             return _too_young(age, self.o.min_age)
@@ -683,6 +732,8 @@ class _Builder:
                 self.incomplete_download(e)
             elif e.kind == Kind.LOCK:
                 locks.append(e)
+            elif e.kind == Kind.TF_CACHE:
+                self.tf_leftovers(e)
         # Locks last: whether a lock still guards something depends on the folders removed above.
         for e in locks:
             self.lock(e)
@@ -710,6 +761,34 @@ class _Builder:
                 (Target(e.path, False, f.size, f.mtime),),
                 dataset=e.dataset,
                 aliases=e.aliases,
+            )
+        )
+
+    def tf_leftovers(self, e: Entry) -> None:
+        """What a killed `tf.data` writer left (its lockfiles and partial shards), as one item;
+        never a finished cache's index or data."""
+        if e.state == "being-written":
+            self.skip(e, e.problems[-1] if e.problems else "being written")
+            return
+        if e.state != "abandoned":
+            return
+        files = [f for f in e.files if tf_leftover_name(f.name)]
+        if not files or any(not stat.S_ISREG(f.mode) for f in files):
+            self.skip(e, "not a regular file")
+            return
+        why = self.refusal([f.uid for f in files], max(f.mtime for f in files), self.file_pids(files))
+        if why:
+            self.skip(e, why)
+            return
+        self.add(
+            GcItem(
+                e.path,
+                Kind.TF_CACHE,
+                sum(f.size for f in files),
+                len(files),
+                "tf.data cache writer killed mid-write: its lockfile and partial shard",
+                tuple(Target(f.path, False, f.size, f.mtime) for f in files),
+                dataset=e.dataset,
             )
         )
 
@@ -840,16 +919,20 @@ class _Builder:
             pids = set(self.in_use.pids_under(tf.path)) | set(cwd_pids_under(tf.path))
             prefix = os.fspath(tf.path) + "/"
             bound = any(s.startswith(prefix) for s in self.sockets)
-            why = self.refusal([tf.uid], tf.newest, pids)
+            why = self.refusal([tf.uid], tf.newest, pids, scope="temp")
             if why is None and bound:
                 why = "a live process listens on a socket inside"
-            if why is None:
+            if why is None and tf.kind == "determinism":
+                why = _check_owner_refusal(tf.path.name, tf.made_by, self.pool_users)
+            elif why is None:
                 why = _owner_refusal(tf.kind, tf.made_by, self.temp_users, self.pool_users)
             if why:
                 self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
                 continue
             if tf.kind == "hf_datasets":
                 reason = "temp folder of a process that is gone (caching disabled)"
+            elif tf.kind == "determinism":
+                reason = "temp folder of a check-determinism that is gone"
             else:
                 reason = "multiprocess pool folder, its processes are gone"
             self.add(
@@ -1135,6 +1218,21 @@ def _newest(e: Entry) -> float | None:
     return own if got is None else max(got, own)
 
 
+def _find(report: CacheReport, name: str, recorded: Sequence[str]) -> Entry:
+    """The entry `name` means, by the one naming rule; a fingerprint only the ledger knows has
+    nothing to remove (`RecordedOnly`)."""
+    from cachetool.errors import RecordedOnly
+    from cachetool.lineage.ledger import entry_at_path, resolve
+
+    at_path = entry_at_path(report, name)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
+    got = resolve(name, report, recorded=recorded)
+    if got.entry is None:
+        raise RecordedOnly(got.fingerprint, report.root)
+    return got.entry
+
+
 def _uid(path: Path) -> int:
     try:
         return os.lstat(path).st_uid
@@ -1175,8 +1273,9 @@ def build_plan(
         temp_users,
         pool_users,
     )
-    explicit = [report.find(fp) for fp in options.fingerprints]
-    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD}
+    recorded = [*(parents or {}), *(x for v in (parents or {}).values() for x in v)]
+    explicit = [_find(report, fp, recorded) for fp in options.fingerprints]
+    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
     named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
     explicit = [e for e in explicit if e.kind not in leftover_kinds]
     if root_refused is not None:
@@ -1221,6 +1320,7 @@ _LAYOUT_KINDS = _WRITTEN_BY_DATASETS | {
     Kind.INCOMPLETE_SAVE,
     Kind.DOWNLOAD,
     Kind.EXTRACTED,
+    Kind.TF_CACHE,
 }
 
 
@@ -1249,11 +1349,13 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     ledger's parents, and build the plan."""
     from cachetool.cache.dirs import temp_dir
     from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
     from cachetool.maintenance.pins import read_pins, recorded_parents
 
     root_id = _folder_id(root)
-    report = scan_cache(root)
+    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    report = scan_cache(root, ledger=ledger)
     if _folder_id(report.root) != root_id:
         raise CachetoolError(
             f"the cache root {report.root} was replaced while it was scanned; nothing removed"
@@ -1267,14 +1369,17 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
         temp_id = _folder_id(tmp)
         temp = scan_temp_dir(tmp)
+    shared = shared_state(report.root)
+    check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins = read_pins(report.root)
-    parents = recorded_parents(report.root) if options.evicts and (pins or options.keep) else {}
+    named = pins or options.keep or options.fingerprints
+    parents = recorded_parents(ledger) if options.evicts and named else {}
     # Liveness last: the snapshot should be younger than everything it judges.
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=report.root)
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
     pools = (
         temp_dir_users(temp.path, python=True)
-        if temp is not None and any(f.kind == "pymp" for f in temp.folders)
+        if temp is not None and any(f.kind in ("pymp", "determinism") for f in temp.folders)
         else ()
     )
     plan = build_plan(
@@ -1289,7 +1394,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         pool_users=pools,
         root_refused=why.split(": ", 1)[1] if why else None,
     )
-    return dataclasses.replace(plan, root_id=root_id, temp_id=temp_id)
+    return dataclasses.replace(plan, root_id=root_id, temp_id=temp_id, shared=shared)
 
 
 def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
@@ -1451,7 +1556,7 @@ def _execute_locked(
     """The body of `execute()`, under the gc lock."""
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
 
-    snapshot = in_use if in_use is not None else scan_in_use()
+    snapshot = in_use if in_use is not None else scan_in_use(root=plan.root)
     temp_items = plan.temp_dir is not None and any(i.scope == "temp" for i in plan.items)
     users = temp_dir_users(plan.temp_dir) if temp_items and plan.temp_dir is not None else ()
     pools = temp_dir_users(plan.temp_dir, python=True) if temp_items and plan.temp_dir is not None else ()
@@ -1491,10 +1596,13 @@ def _execute_locked(
                     dataset=item.dataset,
                     when=time.time(),
                 )
+        leases: tuple[Lease, ...] = ()
+        if plan.shared is not None and "root" in anchors:
+            leases = tuple(remove_stale_leases(anchors["root"][1], plan.shared, gclog))
     finally:
         if gclog is not None:
             gclog.close()
-    return GcResult(plan, tuple(o.public() for o in outcomes), time.time())
+    return GcResult(plan, tuple(o.public() for o in outcomes), time.time(), leases)
 
 
 @dataclass
@@ -1537,7 +1645,7 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
             # snapshot serves the items after it too.
             from cachetool.maintenance.liveness import scan_in_use
 
-            ctx.in_use = scan_in_use()
+            ctx.in_use = scan_in_use(root=ctx.root)
             ctx.taken = time.monotonic()
         checked = []
         for t in item.targets:
@@ -1743,13 +1851,19 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
         cwd = cwd_pids_under(t.path)
         if cwd:
             raise _Refused(f"in use by pid {', '.join(map(str, sorted(cwd)[:5]))} (its working folder)")
-        kind = "hf_datasets" if layout.TEMP_DIR_RE.match(t.path.name) else "pymp"
+        kind = layout.temp_folder_kind(t.path.name) or "pymp"
         made_by = min(stats[0].st_mtime, stats[0].st_ctime)
-        why = _owner_refusal(kind, made_by, ctx.temp_users, ctx.pool_users)
+        if kind == "determinism":
+            why = _check_owner_refusal(t.path.name, made_by, ctx.pool_users)
+        else:
+            why = _owner_refusal(kind, made_by, ctx.temp_users, ctx.pool_users)
         if why:
             raise _Refused(why)
     if item.kind != Kind.LOCK:
         newest = max(s.st_mtime for s in stats)
+        lease = ctx.in_use.lease_over(newest) if item.scope == "root" else None
+        if lease is not None:
+            raise _Refused(leased_reason(lease))
         if ctx.now - newest < o.min_age:
             raise _Refused(_too_young(max(0.0, ctx.now - newest), o.min_age))
     top = stats[0]
@@ -1762,6 +1876,8 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
             raise _Refused("not a temp file name")
         if trash and _gc_alive(int(trash.group("pid"))):
             raise _Refused(f"the gc that set it aside (pid {trash.group('pid')}) is still running")
+    if item.kind == Kind.TF_CACHE and not tf_leftover_name(name):
+        raise _Refused("not a tf.data lockfile or temp state name")
     if item.kind == Kind.INCOMPLETE_SAVE and dir_fd is not None:
         try:
             os.stat(layout.STATE_JSON, dir_fd=dir_fd, follow_symlinks=False)

@@ -20,10 +20,13 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError
+
+if TYPE_CHECKING:
+    from cachetool.lineage.ledger import Ledger
 
 PINS_FILE = "pins.json"
 
@@ -117,20 +120,20 @@ def remove_pin(root: str | os.PathLike[str], prefix: str) -> str:
         raise CachetoolError(f"cannot write the pins of {root_path}: {e.strerror or e}") from None
 
 
-def recorded_parents(root: str | os.PathLike[str]) -> dict[str, frozenset[str]]:
+def recorded_parents(root: str | os.PathLike[str] | Ledger) -> dict[str, frozenset[str]]:
     """Every parent the ledger of `root` records for each fingerprint, across all runs.
 
     All records count, internal ones too (a `set_format` inside `load_from_disk` links two
     fingerprints of one state): for protection, a superset of the true ancestry is the safe side."""
-    from cachetool.lineage.ledger import read_ledger
+    from cachetool.lineage.ledger import Ledger
 
+    ledger = root if isinstance(root, Ledger) else Ledger.load(root, follow=False)
     parents: dict[str, set[str]] = {}
-    for rec in read_ledger(root).records:
-        fp = rec.get("result")
-        if not isinstance(fp, str):
+    for rec in ledger.own_steps(include_internal=True):
+        if rec.result is None:
             continue
-        got = parents.setdefault(fp, set())
-        got.update(p for p in rec.get("parents") or () if isinstance(p, str) and p != fp)
+        got = parents.setdefault(rec.result, set())
+        got.update(p for p in rec.parents if p != rec.result)
     return {k: frozenset(v) for k, v in parents.items()}
 
 

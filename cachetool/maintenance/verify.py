@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,9 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
+from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
+from cachetool.maintenance.hints import gc_hint, shell_command
 from cachetool.maintenance.liveness import InUse, scan_in_use
 
 CHECKSUMS_NAME = "checksums.json"
@@ -115,8 +118,13 @@ class VerifyReport:
         }
 
 
-GC_HINT = "run `cachetool gc --temp` to remove leftovers"
-RECOMPUTE_HINT = "delete or quarantine it (`cachetool verify --quarantine`); datasets will recompute it"
+def recompute_hint(root: Path) -> str:
+    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it."""
+    command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
+    return f"move it aside with `{command}`; datasets will recompute it"
+
+
+TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -132,6 +140,12 @@ class _Checker:
         self.in_use = in_use
         self.now = now
         self.findings: list[Finding] = []
+        self.removed_folders: frozenset[Path] | None = None
+        self.recompute = recompute_hint(report.root)
+
+    def gc_hint(self, e: Entry) -> str:
+        """The gc command that removes this leftover now (it was just proven unheld)."""
+        return gc_hint(self.report.root, os.fsdecode(e.path))
 
     def add(
         self,
@@ -162,6 +176,14 @@ class _Checker:
                 return f.path, pids
         return None
 
+    def leased(self, e: Entry) -> bool:
+        """A live lease's process (on this host or another) may be writing `e`: say so, as info."""
+        lease = self.in_use.lease_over(e.modified)
+        if lease is None:
+            return False
+        self.add(Severity.INFO, e, e.path, f"may be being written by {lease} (a live lease)")
+        return True
+
     # -- per entry ---------------------------------------------------------------------------
     def entry(self, e: Entry) -> None:
         if e.kind == Kind.TEMP:
@@ -172,8 +194,10 @@ class _Checker:
             return self.incomplete_save(e)
         if e.kind == Kind.LOCK:
             return self.lock(e)
+        if e.kind == Kind.TF_CACHE:
+            return self.tf_cache(e)
         if e.kind == Kind.DOWNLOAD and e.problems:
-            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), self.gc_hint(e))
             return None
         if e.kind == Kind.OTHER:
             for p in e.problems:
@@ -187,10 +211,21 @@ class _Checker:
             self.file(e, f)
         for p in e.problems:
             if not any(p.startswith(f"{f.name}: ") for f in e.files) and not self.per_file_problem(e, p):
-                self.add(Severity.ERROR, e, e.path, p, RECOMPUTE_HINT)
+                self.add(Severity.ERROR, e, e.path, p, self.recompute)
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
+
+    def tf_cache(self, e: Entry) -> None:
+        """A finished tf.data cache must have an index that parses and every data shard it names,
+        as long as the index says; a killed writer's lockfile blocks the next run."""
+        if e.state == "incomplete":
+            for p in e.problems:
+                self.add(Severity.ERROR, e, e.path, p, TF_RECOMPUTE_HINT)
+        elif e.state == "abandoned":
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), self.gc_hint(e))
+        elif e.state == "being-written":
+            self.add(Severity.INFO, e, e.path, "; ".join(e.problems))
 
     def per_file_problem(self, e: Entry, problem: str) -> bool:
         """Problems the per-file checks already reported (file errors, fingerprint mismatch)."""
@@ -208,7 +243,7 @@ class _Checker:
             if pids:
                 self.add(Severity.INFO, e, f.path, f"being written by pid {_pids(pids)}")
                 return
-            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT, check="header")
+            self.add(Severity.ERROR, e, f.path, s.error, self.recompute, check="header")
             return
         expected = self.expected_metadata_fingerprint(e, f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
@@ -217,7 +252,7 @@ class _Checker:
                 e,
                 f.path,
                 f"file holds fingerprint {s.fingerprint}, name says {expected}",
-                "the file was written under another name or overwritten; " + RECOMPUTE_HINT,
+                "the file was written under another name or overwritten; " + self.recompute,
             )
 
     def expected_metadata_fingerprint(self, e: Entry, f: CacheFile) -> str | None:
@@ -256,7 +291,7 @@ class _Checker:
                     e,
                     f.path,
                     f"{got} rows, dataset_info.json shard_lengths says {want}",
-                    RECOMPUTE_HINT,
+                    self.recompute,
                 )
 
     def temp(self, e: Entry) -> None:
@@ -268,7 +303,9 @@ class _Checker:
         if holders:
             self.add(Severity.INFO, e, e.path, f"temporary file held open by pid {_pids(holders)}")
             return
-        self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", GC_HINT)
+        if self.leased(e):
+            return
+        self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", self.gc_hint(e))
 
     def holders(self, e: Entry) -> frozenset[int]:
         pids: set[int] = set()
@@ -284,7 +321,9 @@ class _Checker:
         if live is not None:
             self.add(Severity.INFO, e, e.path, f"{what} in progress: being written by pid {_pids(live[1])}")
             return
-        self.add(Severity.WARNING, e, e.path, f"leftover of {what}", GC_HINT)
+        if self.leased(e):
+            return
+        self.add(Severity.WARNING, e, e.path, f"leftover of {what}", self.gc_hint(e))
 
     def incomplete_save(self, e: Entry) -> None:
         live = self.live_writer(e)
@@ -292,6 +331,8 @@ class _Checker:
             self.add(
                 Severity.INFO, e, e.path, f"save_to_disk in progress: being written by pid {_pids(live[1])}"
             )
+            return
+        if self.leased(e):
             return
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
@@ -309,7 +350,7 @@ class _Checker:
             e,
             e.path,
             "data-*.arrow without state.json: an interrupted save_to_disk",
-            "save it again; " + GC_HINT,
+            "save it again; " + self.gc_hint(e),
         )
 
     def lock(self, e: Entry) -> None:
@@ -325,9 +366,26 @@ class _Checker:
             return
         if _lock_held(e.path):
             return
-        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", GC_HINT)
+        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", self.gc_hint(e))
 
     # -- indices bounds ------------------------------------------------------------------------
+    def orphan(self, e: Entry, why: str) -> None:
+        """An indices file whose data is gone: harmless (datasets never reads it without its
+        data), removable, and never quarantined."""
+        self.add(Severity.WARNING, e, e.files[0].path, f"orphan: {why}", gc_hint(self.report.root, e.id))
+
+    def data_removed(self, e: Entry) -> bool:
+        """The data an unrecorded indices file points into is gone: its folder has no source
+        split left, or gc removed data files from it."""
+        if self.removed_folders is None:
+            self.removed_folders = _removed_folders(self.report.root)
+        folder = e.files[0].path.parent
+        no_source = not any(
+            x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder
+            for x in self.report.entries
+        )
+        return no_source or folder in self.removed_folders
+
     def indices(self, entries: Sequence[Entry], parents: dict[str, str | None]) -> None:
         """An indices mapping must point inside the data it indexes. The recorded parent tells
         which data that is; without a record, an index past the end of every data file in the
@@ -344,7 +402,11 @@ class _Checker:
             biggest = _max_index(e.files[0].path)
             if biggest is None:
                 continue
-            parent = by_fp.get(parents.get(e.fingerprint or "") or "")
+            parent_fp = parents.get(e.fingerprint or "")
+            parent = by_fp.get(parent_fp or "")
+            if parent_fp and parent is None:
+                self.orphan(e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+                continue
             if parent is not None and (parent.problems or parent.complete is False):
                 continue  # the parent is the broken one: its own finding says so
             if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
@@ -355,7 +417,7 @@ class _Checker:
                         e.files[0].path,
                         f"index {biggest} points past the end of its data ({parent.rows} rows in "
                         f"{parent.id})",
-                        RECOMPUTE_HINT,
+                        self.recompute,
                     )
                 continue
             sizes = [
@@ -366,14 +428,20 @@ class _Checker:
                 and not x.problems
                 and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
             ]
-            if sizes and biggest >= max(sizes):
+            if sizes and biggest >= max(sizes) and self.data_removed(e):
+                self.orphan(
+                    e,
+                    f"index {biggest} is past the end of every dataset left in its folder (largest has "
+                    f"{max(sizes)} rows): the data it indexes was removed",
+                )
+            elif sizes and biggest >= max(sizes):
                 self.add(
                     Severity.ERROR,
                     e,
                     e.files[0].path,
                     f"index {biggest} points past the end of every dataset in its folder "
                     f"(largest has {max(sizes)} rows)",
-                    RECOMPUTE_HINT,
+                    self.recompute,
                 )
 
 
@@ -394,6 +462,19 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
+def _removed_folders(root: Path) -> frozenset[Path]:
+    """Folders from which gc (as its log in the ledger says) removed data files."""
+    try:
+        from cachetool.lineage.gclog import gc_records
+    except ImportError:  # pragma: no cover
+        return frozenset()
+    out: set[Path] = set()
+    for rec in gc_records(root):
+        if rec.kind in ("source", "derived", "shards", "arrow"):
+            out.update(Path(p).parent for p in rec.paths)
+    return frozenset(out)
 
 
 def _pids(pids: Iterable[int]) -> str:
@@ -483,6 +564,9 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
     checksum = xxhash.xxh3_64(mm).hexdigest()
     try:
         reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mm)))
+        why = load_error(reader.schema)
+        if why is not None:
+            return checksum, why
         for index, batch in enumerate(reader):
             try:
                 batch.validate(full=True)
@@ -493,6 +577,65 @@ def _hash_and_validate(mm: Any) -> tuple[str, str | None]:
     except Exception as e:  # whatever pyarrow raises on damage is a finding
         return checksum, f"damaged Arrow file: {type(e).__name__}: {' '.join(str(e).split())}"
     return checksum, None
+
+
+_LOAD_ERRORS: dict[bytes, str | None] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_error(schema: Any) -> str | None:
+    """Why `datasets` would refuse a file with this Arrow schema, or None if it would load it.
+
+    `datasets.Dataset.from_file` reads the `huggingface` schema metadata as JSON and builds
+    `Features.from_arrow_schema` (which runs `Features.from_dict` on `info.features`), then checks
+    column names and types in `Dataset.__init__`. The same constructor runs here on an empty table
+    of the same schema (everything it checks depends on the schema alone), so the answer is the
+    one `datasets` gives, for every feature type and version; once per distinct schema. Without
+    `datasets` installed, the metadata is only parsed as JSON and its shape checked."""
+    key = schema.serialize().to_pybytes()
+    with _LOAD_LOCK:
+        if key in _LOAD_ERRORS:
+            return _LOAD_ERRORS[key]
+    why = _load_error(schema)
+    with _LOAD_LOCK:
+        _LOAD_ERRORS[key] = why
+    return why
+
+
+def _load_error(schema: Any) -> str | None:
+    try:
+        import datasets
+    except ImportError:
+        return _metadata_shape_error(schema)
+    import pyarrow as pa
+
+    try:
+        datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches([], schema)))
+    except Exception as e:  # whatever datasets raises is the reason it would not load the file
+        return f"datasets cannot load it: {type(e).__name__}: {_first_line(e)}"
+    return None
+
+
+def _metadata_shape_error(schema: Any) -> str | None:
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw.decode())
+    except (ValueError, RecursionError) as e:
+        return f"datasets cannot load it: the huggingface schema metadata is not JSON ({_first_line(e)})"
+    info = doc.get("info") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or (info is not None and not isinstance(info, dict)):
+        return "datasets cannot load it: the huggingface schema metadata is not an object with an info object"
+    features = info.get("features") if isinstance(info, dict) else None
+    if features is not None and not isinstance(features, dict):
+        return "datasets cannot load it: info.features in the huggingface schema metadata is not an object"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _checksums_path(root: Path) -> Path:
@@ -529,29 +672,35 @@ def verify_cache(
     record: bool = False,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> VerifyReport:
     """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
+    if ledger is None:  # a command that has loaded the ledger passes it
+        ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
     # so the listing may take what the read index remembers (keyed by size, mtime and inode).
     report = scan_cache(
-        root, use_index=deep, progress=(lambda n: progress(n, 0)) if progress is not None else None
+        root,
+        use_index=deep,
+        ledger=ledger,
+        progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=report.root)
     now = time.time()
     entries = list(report.entries)
     if fingerprints:
-        chosen = {id(find_entry(report, fp)) for fp in fingerprints}
+        chosen = {id(find_entry(report, fp, ledger)) for fp in fingerprints}
         entries = [e for e in entries if id(e) in chosen]
     checker = _Checker(report, in_use, now)
     for e in entries:
         checker.entry(e)
-    parents = _recorded_parents(report.root)
+    parents = {fp: u.parent for fp, u in ledger.usage().items()}
     checker.indices(entries, parents)
     if not fingerprints:
-        _ledger_findings(checker, report)
+        _ledger_findings(checker, ledger)
     bytes_checked = 0
     recorded = 0
     if deep or record:
@@ -564,26 +713,13 @@ def verify_cache(
     )
 
 
-def _recorded_parents(root: Path) -> dict[str, str | None]:
-    try:
-        from cachetool.lineage.ledger import usage_by_fingerprint
-    except ImportError:  # pragma: no cover
-        return {}
-    return {fp: u.parent for fp, u in usage_by_fingerprint(root).items()}
-
-
-def _ledger_findings(checker: _Checker, report: CacheReport) -> None:
+def _ledger_findings(checker: _Checker, ledger: Ledger) -> None:
     """Records whose files are gone: information (gc or a user removed them), not corruption."""
-    try:
-        from cachetool.lineage.ledger import read_ledger
-    except ImportError:  # pragma: no cover
-        return
     gone: dict[str, str] = {}
-    for rec in read_ledger(report.root, include_internal=False).records:
-        for f in rec.get("files") or []:
-            path = f.get("path") if isinstance(f, dict) else None
-            if isinstance(path, str) and path not in gone and not os.path.lexists(path):
-                gone[path] = str(rec.get("result") or "?")
+    for rec in ledger.own_steps():
+        for f in rec.files:
+            if f.path not in gone and not os.path.lexists(f.path):
+                gone[f.path] = rec.result or "?"
     for path, fp in sorted(gone.items()):
         checker.findings.append(
             Finding(Severity.INFO, fp, "record", Path(path), "recorded file no longer exists (removed since)")
@@ -619,11 +755,12 @@ def _deep(
             if progress is not None:
                 progress(done, len(targets))
     new_sums: dict[str, dict[str, Any]] = dict(stored)
+    record_command = shell_command("verify", "--deep", "--record", "--cache-dir", os.fsdecode(report.root))
     for e, res in results:
         rel = _rel(res.path, report.root)
         if res.error is not None:
             checker.add(
-                Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT, check="deep", ident=res.identity
+                Severity.ERROR, e, res.path, res.error, checker.recompute, check="deep", ident=res.identity
             )
             continue
         old = stored.get(rel)
@@ -636,7 +773,7 @@ def _deep(
                 res.path,
                 f"bytes changed since checksum recorded {when}"
                 + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
-                "if it was rewritten on purpose, run `cachetool verify --deep --record` again",
+                f"if it was rewritten on purpose, run `{record_command}` again",
             )
         if record:
             new_sums[rel] = {
@@ -666,10 +803,11 @@ def _deep(
 # -- quarantine ----------------------------------------------------------------------------------
 
 
-STALE_HINT = (
-    "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
-    "or delete the entry (`cachetool gc <fp>`, or --quarantine)"
-)
+def stale_hint(gc_command: str) -> str:
+    return (
+        "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
+        f"or delete the entry (`{gc_command}`, or --quarantine)"
+    )
 
 
 def with_stale_findings(report: VerifyReport) -> VerifyReport:
@@ -680,7 +818,7 @@ def with_stale_findings(report: VerifyReport) -> VerifyReport:
     from cachetool.lineage.explain import stale_hits
 
     found = [
-        Finding(Severity.ERROR, s.fingerprint, "stale", Path(path), s.message, STALE_HINT)
+        Finding(Severity.ERROR, s.fingerprint, "stale", Path(path), s.message, stale_hint(s.gc_command))
         for s in stale_hits(report.root)
         for path in s.files[:1]
     ]
@@ -745,7 +883,7 @@ def quarantine(report: VerifyReport) -> VerifyReport:
         for finding in report.errors:
             refuse(finding, finding.path, f"cannot open the cache root: {err.strerror or err}")
         return replace(report, findings=(*report.findings, *problems))
-    in_use = scan_in_use()
+    in_use = scan_in_use(root=root)
     done: set[Path] = set()
     try:
         for finding, paths in _quarantine_units(root, report.errors):
@@ -905,11 +1043,15 @@ def _cannot_move(src: Path, root: Path, in_use: InUse) -> str | None:
     targets = [src] if not src.is_dir() else [Path(d) / n for d, _, names in os.walk(src) for n in names]
     for t in targets:
         try:
-            pids = in_use.pids(os.stat(t, follow_symlinks=False))
+            st = os.stat(t, follow_symlinks=False)
         except OSError:
             continue
+        pids = in_use.pids(st)
         if pids:
             return f"in use by pid {_pids(pids)}"
+        lease = in_use.lease_over(st.st_mtime)
+        if lease is not None:
+            return f"may be being written by {lease} (a live lease)"
     return None
 
 

@@ -9,9 +9,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.layout import LEFTOVER_KINDS, Kind
+
+if TYPE_CHECKING:
+    from cachetool.lineage.records import StepRecord
 
 
 @dataclass(frozen=True)
@@ -110,12 +113,14 @@ def build_report(
 
     from cachetool.cache.scan import scan_cache
     from cachetool.lineage.graph import load_graph
+    from cachetool.lineage.ledger import Ledger
 
     now = time.time() if now is None else now
-    report = scan_cache(root)
+    ledger = Ledger.load(Path(root).expanduser().resolve())
+    report = scan_cache(root, ledger=ledger)
     warnings: list[str] = [str(w) for w in report.warnings]
     tiles = _tiles(report, now)
-    graph = load_graph(report.root, warnings=warnings)
+    graph = load_graph(ledger, warnings=warnings)
     nodes, edges = _lineage(graph)
     site_runs = _site_runs(graph.records)
     problems = [
@@ -126,7 +131,7 @@ def build_report(
     if verify:
         from cachetool.maintenance.verify import verify_cache
 
-        for f in verify_cache(report.root).findings:
+        for f in verify_cache(report.root, ledger=ledger).findings:
             problems.append(Problem("verify", f.severity.value, os.fsdecode(f.path), f.problem))
     return ReportData(
         report.root,
@@ -201,48 +206,40 @@ def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:
     return nodes, edges
 
 
-def _all_args(rec: Mapping[str, Any] | None) -> dict[str, str]:
+def _all_args(rec: StepRecord | None) -> dict[str, str]:
     """Every hashed argument of a record as a short string: its repr when small, else its type."""
-    out: dict[str, str] = {}
-    args = rec.get("args") if rec else None
-    if not isinstance(args, Mapping):
-        return out
-    for name, a in args.items():
-        if isinstance(a, Mapping):
-            shown = a.get("repr") if isinstance(a.get("repr"), str) else f"<{a.get('type') or '?'}>"
-            out[str(name)] = str(shown)
-    return out
+    if rec is None:
+        return {}
+    return {name: a.repr if a.repr is not None else f"<{a.type or '?'}>" for name, a in rec.args.items()}
 
 
-def _time_of(rec: Mapping[str, Any] | None) -> float:
-    t = rec.get("time") if rec else None
-    return float(t) if isinstance(t, (int, float)) else 0.0
+def _time_of(rec: StepRecord | None) -> float:
+    return rec.time if rec else 0.0
 
 
-def _site_runs(records: Iterable[Mapping[str, Any]]) -> list[SiteRun]:
+def _site_runs(records: Iterable[StepRecord]) -> list[SiteRun]:
     """Per run and call site: hits, misses and the time the misses took. Time is *lost* when an
     earlier run had already computed that call site: the work was done before and done again."""
     runs: dict[str, float] = {}
     acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0])
     for rec in records:
-        if rec.get("type") != "transform" or rec.get("internal"):
+        if rec.type != "transform" or rec.internal:
             continue
-        cache = rec.get("cache")
+        cache = rec.cache
         if cache not in ("hit", "miss", "partial"):
             continue
-        run = str(rec.get("run") or "")
-        t = _time_of(rec)
+        run = rec.run
+        t = rec.time
         runs[run] = min(runs.get(run, t), t)
-        site = rec.get("call_site") or {}
-        file = os.path.basename(str(site.get("file") or "?"))
-        name = f"{file}:{site.get('line') or '?'} {rec.get('operation')}"
+        cs = rec.call_site
+        file = os.path.basename((cs.file if cs else None) or "?")
+        name = f"{file}:{(cs.line if cs else None) or '?'} {rec.operation}"
         row = acc[(run, name)]
         if cache == "hit":
             row[0] += 1
         else:
             row[1] += 1
-            d = rec.get("duration")
-            row[2] += float(d) if isinstance(d, (int, float)) else 0.0
+            row[2] += rec.duration
     out: list[SiteRun] = []
     computed: set[str] = set()  # call sites an earlier run computed
     for (run, site), (h, m, s) in sorted(acc.items(), key=lambda kv: (runs[kv[0][0]], kv[0][1])):

@@ -42,40 +42,50 @@ def install_tracing(events_file: str | os.PathLike[str] | None = None) -> None:
     with _lock:
         if _tracer is not None or _pending:
             return
-        events = os.environ.get("CACHETOOL_TRACE_EVENTS") if events_file is None else os.fspath(events_file)
+        from cachetool.determinism.checkpoint import run_settings
+
+        # Read now: `cachetool run` removes these variables before the script's code runs.
+        env_events, trees, cold = run_settings()
+        events = env_events if events_file is None else os.fspath(events_file)
         if "datasets" in sys.modules and getattr(sys.modules["datasets"], "__spec__", None) is not None:
-            _install_now(events or None)
+            _install_now(events or None, trees, cold)
             return
         from cachetool.trace.importhook import add_post_import_hook
 
         _pending = True
-        add_post_import_hook("datasets", lambda _module: _on_datasets_imported(events or None))
+        add_post_import_hook("datasets", lambda _module: _on_datasets_imported(events or None, trees, cold))
 
 
-def _on_datasets_imported(events: str | None) -> None:
+def _on_datasets_imported(events: str | None, trees: bool, cold: bool) -> None:
     global _pending
     with _lock:
         if not _pending:
             return
         _pending = False
-        _install_now(events)
+        _install_now(events, trees, cold)
 
 
-def _install_now(events: str | None) -> None:
+def _install_now(events: str | None, trees: bool = False, cold: bool = False) -> None:
     global _tracer
     try:
         from cachetool.trace.hooks import EventsSink, LedgerSink, Tracer
 
         sink: LedgerSink | EventsSink
-        if events:
-            trees = os.environ.get("CACHETOOL_TRACE_TREES", "") not in ("", "0", "false", "no")
-            sink = EventsSink(events, trees)
-        else:
-            sink = LedgerSink()
+        sink = EventsSink(events, trees) if events else LedgerSink()
         tracer = Tracer(sink)
         if tracer.install():
             _tracer = tracer
             _register_fork_handler()
+            from cachetool.trace.lease import hold_lease
+
+            # Announce this writer to gc and verify on every host that shares the root.
+            hold_lease(tracer.default_root)
+            if cold and events:
+                # The determinism runner's cold run: every step computes (its cache files go to a
+                # temporary folder), so what a step changes in its function's objects shows.
+                import datasets
+
+                datasets.disable_caching()
         else:
             sink.close()
     except Exception as e:  # never raise into the user's code
@@ -112,6 +122,9 @@ def uninstall_tracing() -> None:
         if _tracer is not None:
             _tracer.uninstall()
             _tracer = None
+            from cachetool.trace.lease import release_all
+
+            release_all()
 
 
 @contextlib.contextmanager

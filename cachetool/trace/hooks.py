@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -163,6 +164,46 @@ def _safe_repr(value: Any, budget: int, depth: int) -> str | None:
     return None
 
 
+_NUMBER_KINDS = {"int": "ints", "float": "floats", "bool": "bools", "str": "strings"}
+
+
+def describe_value(value: Any, digest: str | None, budget: int = 120) -> str | None:
+    """A bounded description of an argument too large or too rich for `safe_repr`: a range as
+    written (`range(0, 20000)`), a long sequence as its length, element kind and digest
+    (`20000 ints, digest 3f2a…`), `Features` as `name: dtype` pairs; None for anything else.
+    Never calls a user-defined `__repr__`."""
+    try:
+        if type(value) is range:
+            return repr(value)
+        t = type(value)
+        if t.__name__ == "Features" or (t is dict and value and all(_is_feature(v) for v in value.values())):
+            body = ", ".join(f"{k}: {_feature_str(v)}" for k, v in value.items())
+            return body if len(body) <= budget else body[: budget - 1] + "…"
+        if t in (list, tuple) or t.__name__ == "ndarray":
+            n = len(value)
+            kinds = {type(x).__name__ for x in value[:64]} if t in (list, tuple) else {str(value.dtype)}
+            kind = next(iter(kinds)) if len(kinds) == 1 else "value"
+            noun = _NUMBER_KINDS.get(kind, kind + " values" if t.__name__ == "ndarray" else f"{kind}s")
+            for prefix, word in (("int", "ints"), ("uint", "ints"), ("float", "floats")):
+                if kind.startswith(prefix) and t.__name__ == "ndarray":
+                    noun = word
+            return f"{n} {noun}" + (f", digest {digest}" if digest else "")
+    except Exception:  # an odd object: no description rather than a failed record
+        return None
+    return None
+
+
+def _is_feature(value: Any) -> bool:
+    return type(value).__module__.startswith("datasets.features")
+
+
+def _feature_str(value: Any) -> str:
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, str):
+        return dtype
+    return type(value).__name__
+
+
 _TYPE_NAMES: dict[type, str] = {}
 
 
@@ -195,7 +236,18 @@ class _Watch:
 
 
 class _HashEvent:
-    __slots__ = ("args", "call_site", "internal", "parent", "result", "seq", "start", "transform", "watch")
+    __slots__ = (
+        "args",
+        "call_site",
+        "internal",
+        "parent",
+        "result",
+        "seq",
+        "start",
+        "transform",
+        "trees",
+        "watch",
+    )
 
     def __init__(self, parent: Any, transform: Any, args: Any, result: Any, watch: _Watch, seq: int) -> None:
         self.parent = parent
@@ -207,6 +259,8 @@ class _HashEvent:
         self.start = 0.0  # set for hashes outside any traced call; others use their call's start
         self.call_site: dict[str, Any] | None = None
         self.internal = False
+        #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
+        self.trees: dict[str, Any] | None = None
 
 
 class _Frame:
@@ -265,6 +319,7 @@ class LedgerSink:
 
     def __init__(self) -> None:
         self.writer = LedgerWriter(warn=_warn)
+        self.cache_root = ""  # the process's cache root: also where steps on other file systems go
 
     @property
     def run_id(self) -> str:
@@ -272,7 +327,8 @@ class LedgerSink:
 
     def emit_line(self, record: Record, line: str) -> None:
         """Write one record, already encoded as `line` (JSON, no newline)."""
-        kind = "saved" if (record.get("source") or {}).get("kind") == "saved" else "cache"
+        saved = (record.get("source") or {}).get("kind") == "saved" and record["root"] != self.cache_root
+        kind = "saved" if saved else "cache"
         self.writer.append_line(record["root"], line, kind)
 
     def close(self) -> None:
@@ -298,6 +354,132 @@ class EventsSink:
 
 
 # ------------------------------------------------------------------------------------------
+# Replacements that pickle as the originals
+# ------------------------------------------------------------------------------------------
+
+
+class PickledAsOriginal:
+    """A replacement for a `datasets` function that pickles exactly as the original it wraps.
+
+    dill, and every pickler built on it (`datasets`' hashing pickler, `multiprocess`), writes the
+    same bytes for it as for the original: by reference where dill finds the original under its
+    qualified name (the replacement now stands there), else the original itself (by value, as
+    for `Hasher.hash`'s function). dill's search for the globals a pickled function refers to
+    (`dill.detect.globalvars`) sees the original's code, globals and closure. So the fingerprint of
+    anything that references a replaced function does not change under tracing, and unpickling
+    gives the original back. Calls go to the replacement; as a class attribute it binds like a
+    function.
+    """
+
+    __wrapped__: Callable[..., Any]
+
+    def __init__(self, original: Callable[..., Any], replacement: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, original)
+        self.__wrapped__ = original
+        self._replacement = replacement
+        _register_with_dill()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._replacement(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else types.MethodType(self, instance)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # `isinstance(x, FunctionType)` answers as for the original
+        return type(self.__wrapped__)
+
+    def __getattr__(self, name: str) -> Any:  # __code__, __globals__, __closure__, __defaults__ ...
+        return getattr(self.__wrapped__, name)
+
+
+class _Call:
+    """Calls the replacement; not a function, so dill's search for referenced globals stops here."""
+
+    __slots__ = ("replacement",)
+
+    def __init__(self, replacement: Callable[..., Any]) -> None:
+        self.replacement = replacement
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.replacement(*args, **kwargs)
+
+
+_TRAMPOLINES: dict[int, types.CodeType] = {}
+
+
+def _trampoline_code(cells: int) -> types.CodeType:
+    """`def f(*args, **kwargs): return call(*args, **kwargs)` with `cells` more free variables."""
+    code = _TRAMPOLINES.get(cells)
+    if code is None:
+        names = "".join(f", cell{i}" for i in range(cells))
+        source = (
+            f"def outer(call{names}):\n"
+            "    def trampoline(*args, **kwargs):\n"
+            f"        if False:\n            (call{names})\n"
+            "        return call(*args, **kwargs)\n"
+            "    return trampoline\n"
+        )
+        namespace: dict[str, Any] = {}
+        # Compiled as this file: call sites and tracebacks skip its frames like the hooks' own.
+        exec(compile(source, __file__, "exec"), namespace)
+        code = _TRAMPOLINES[cells] = namespace["outer"].__code__.co_consts[1]
+    return code
+
+
+def function_as_original(original: types.FunctionType, replacement: Callable[..., Any]) -> types.FunctionType:
+    """A function that calls `replacement` and that dill pickles as `original`, for an original
+    dill finds under its qualified name (a module function, a method). It is a function (`datasets`
+    hashes `type(value)` too) and stands under that name, so dill pickles it by reference; for
+    dill's search of the globals a pickled function refers to (`dill.detect.globalvars`) it has
+    the original's globals, the original's closure cells, and the original's code among its
+    constants (the search reads them), so the search finds exactly what it finds from the original.
+    """
+    cells = original.__closure__ or ()
+    template = _trampoline_code(len(cells))
+    code = template.replace(co_consts=(*template.co_consts, original.__code__))
+    by_name = {f"cell{i}": cell for i, cell in enumerate(cells)}
+    by_name["call"] = types.CellType(_Call(replacement))
+    closure = tuple(by_name[name] for name in code.co_freevars)
+    function = types.FunctionType(code, original.__globals__, original.__name__, None, closure)
+    functools.update_wrapper(function, original)
+    return function
+
+
+def _save_as_original(pickler: Any, obj: PickledAsOriginal) -> None:
+    original = obj.__wrapped__
+    module = sys.modules.get(getattr(original, "__module__", None) or "")
+    found: Any = module
+    for part in str(getattr(original, "__qualname__", "<")).split("."):
+        found = getattr(found, part, None)
+    save_function = pickler.dispatch.get(types.FunctionType)
+    if found is obj and save_function is not None:
+        # Where dill looks the original up by name, it now finds `obj`: saving `obj` as a
+        # function writes the very reference the original gets.
+        save_function(pickler, obj)
+    else:
+        pickler.save(original)
+
+
+def _register_with_dill() -> None:
+    """Teach every dill pickler class (each may hold its own copy of dill's dispatch table, as
+    `datasets`' does) to save a `PickledAsOriginal` as its original."""
+    dill = sys.modules.get("dill")
+    base = getattr(dill, "Pickler", None)
+    if base is None:
+        return
+    seen: set[int] = set()
+    todo = [base]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        table = vars(cls).get("dispatch")
+        if isinstance(table, dict) and id(table) not in seen:
+            seen.add(id(table))
+            table[PickledAsOriginal] = _save_as_original
+
+
+# ------------------------------------------------------------------------------------------
 # The tracer
 # ------------------------------------------------------------------------------------------
 
@@ -316,6 +498,7 @@ class Tracer:
         self.local = _Local()
         self._seq = _shared_counter()
         self._patches: list[tuple[Any, str, Any]] = []
+        self._replacements: dict[int, Any] = {}
         # Per code object, shared by every tracer of the process (tracing() may install twice).
         self._where = _WHERE
         self._fn_info = _FN_INFO
@@ -327,6 +510,7 @@ class Tracer:
         self._datasets_prefix = ""
         self._cachetool_prefix = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         self._hook_errors = 0
+        self.untraced: list[str] = []  # methods this datasets version lacks
         self._prefix: str | None = None
         self._sources_done: set[tuple[Any, str]] = set()
 
@@ -354,13 +538,7 @@ class Tracer:
         if dataset_cls is not None:
             missing += [
                 f"Dataset.{m}"
-                for m in (
-                    *TRANSFORM_METHODS,
-                    *INPLACE_METHODS,
-                    "save_to_disk",
-                    "load_from_disk",
-                    "_get_cache_file_path",
-                )
+                for m in (*INPLACE_METHODS, "save_to_disk", "load_from_disk", "_get_cache_file_path")
                 if m not in vars(dataset_cls)
             ]
         if builder_cls is None or not all(
@@ -377,8 +555,18 @@ class Tracer:
             )
             return False
         assert dataset_cls is not None and builder_cls is not None and hasher is not None
+        # Transform methods this version lacks (2.21 has no `repeat`; 2.14 no `skip`, `take`,
+        # `batch`): the rest is traced, and the user hears once what is not.
+        self.untraced = [f"Dataset.{m}" for m in TRANSFORM_METHODS if m not in vars(dataset_cls)]
+        if self.untraced:
+            _warn(
+                f"this datasets {getattr(datasets, '__version__', '?')} has no "
+                f"{', '.join(self.untraced)}: calls of those are not traced; everything else is"
+            )
         self._datasets_prefix = os.path.dirname(os.path.abspath(datasets.__file__)) + os.sep
         self.default_root = _abs(str(datasets.config.HF_DATASETS_CACHE))
+        if isinstance(self.sink, LedgerSink):
+            self.sink.cache_root = self.default_root
         self.versions = _versions()
         try:
             self._patch_all(fp_mod, ad, dataset_cls, builder_cls, hasher)
@@ -389,8 +577,23 @@ class Tracer:
         self.enabled = True
         return True
 
-    def _patch(self, obj: Any, name: str, value: Any) -> None:
-        self._patches.append((obj, name, vars(obj)[name] if isinstance(obj, type) else getattr(obj, name)))
+    def _patch(self, obj: Any, name: str, replacement: Callable[..., Any]) -> None:
+        """Put `replacement` in the place of `obj.name` (a function, or the function inside a
+        classmethod or staticmethod), pickling as the original does."""
+        original = vars(obj)[name] if isinstance(obj, type) else getattr(obj, name)
+        self._patches.append((obj, name, original))
+        inner = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
+        # One replacement per original: every module that imported a function by name holds the
+        # same object, the one dill finds under the function's own name.
+        value = self._replacements.get(id(inner))
+        if value is None:
+            if isinstance(original, classmethod) or not isinstance(inner, types.FunctionType):
+                value = PickledAsOriginal(inner, replacement)  # dill pickles the original by value
+            else:
+                value = function_as_original(inner, replacement)
+            self._replacements[id(inner)] = value
+        if isinstance(original, (classmethod, staticmethod)):
+            value = type(original)(value)
         setattr(obj, name, value)
 
     def _patch_all(self, fp_mod: Any, ad: Any, dataset_cls: type, builder_cls: type, hasher: type) -> None:
@@ -411,11 +614,10 @@ class Tracer:
             for name, (orig, _) in originals.items():
                 if d.get(name) is orig:
                     self._patch(mod, name, wrapped[name])
-        hash_cm = vars(hasher)["hash"]
-        self._patch(hasher, "hash", classmethod(self._wrap_hash(hash_cm.__func__)))
+        self._patch(hasher, "hash", self._wrap_hash(vars(hasher)["hash"].__func__))
 
         # Layer 1: the edges.
-        names = set(TRANSFORM_METHODS)
+        names = {m for m in TRANSFORM_METHODS if m in vars(dataset_cls)}
         for name, value in vars(dataset_cls).items():
             if not name.startswith("_") and _is_fingerprint_transform(value) and name not in INPLACE_METHODS:
                 names.add(name)
@@ -430,9 +632,7 @@ class Tracer:
         )
         load = vars(dataset_cls)["load_from_disk"]
         self._patch(
-            dataset_cls,
-            "load_from_disk",
-            staticmethod(self._wrap_method(load.__func__, "load_from_disk", "load_saved")),
+            dataset_cls, "load_from_disk", self._wrap_method(load.__func__, "load_from_disk", "load_saved")
         )
         self._patch(
             dataset_cls,
@@ -455,6 +655,7 @@ class Tracer:
             with contextlib.suppress(Exception):
                 setattr(obj, name, original)
         self._patches.clear()
+        self._replacements.clear()
         with contextlib.suppress(Exception):
             self.sink.close()
 
@@ -556,6 +757,10 @@ class Tracer:
             watch,
             next(self._seq),
         )
+        if self.trees and isinstance(ev.args, Mapping):
+            # Now, before the transform runs: a map may change the objects its function uses
+            # (a tokenizer switching truncation on), and the tree must show what datasets hashed.
+            ev.trees = {str(key): _tree(value) for key, value in ev.args.items()}
         stack = self.local.stack
         if stack:
             stack[-1].hashes.append(ev)
@@ -889,9 +1094,16 @@ class Tracer:
                 rec["args"] = self._call_args(frame)
                 fn = _function_arg(frame)
                 rec["function"] = self._function_info(fn) if fn is not None else None
+        self._show_args(rec, frame, h)
         files, cache = self._files(frame, ds_files, parent_files)
         rec["files"] = files
         rec["cache"] = cache
+        if frame.op in ("map", "filter") and not frame.internal:
+            no_cache = self._no_cache(frame, cache, in_memory)
+            if no_cache is not None:
+                rec["no_cache"] = no_cache
+        if self.trees and h is not None and cache != "hit":
+            self._note_changes(rec, h)
         if (
             h is not None
             and self._ledger
@@ -900,6 +1112,37 @@ class Tracer:
         ):
             self._summarize(rec, h)
         return rec
+
+    def _no_cache(self, frame: _Frame, cache: str, in_memory: bool) -> str | None:
+        """Why a map or filter ran without a persistent cache (it will run again next time)."""
+        kwargs = frame.kwargs
+        if kwargs.get("keep_in_memory") is True:
+            return "keep-in-memory"
+        if in_memory:
+            return "in-memory"
+        fp_mod = sys.modules.get("datasets.fingerprint")
+        enabled = getattr(fp_mod, "is_caching_enabled", None)
+        if callable(enabled) and not enabled():
+            return "caching-disabled"
+        if kwargs.get("load_from_cache_file") is False and cache in ("miss", "partial"):
+            return "load-from-cache-file-false"
+        return None
+
+    def _show_args(self, rec: Record, frame: _Frame, h: _HashEvent | None) -> None:
+        """Give every hashed argument a readable value for `lineage` (a summary where it is too
+        large for a repr: `20000 ints, digest …`, a range, the features of a cast), and record
+        `num_proc`, which does not enter the fingerprint but says how the step ran."""
+        args = dict(rec["args"] or {})
+        values = h.args if h is not None and isinstance(h.args, Mapping) else {}
+        for name, entry in list(args.items()):
+            if isinstance(entry, dict) and entry.get("repr") is None and name in values:
+                shown = describe_value(values[name], entry.get("digest"))
+                if shown is not None:
+                    args[name] = {**entry, "repr": shown}
+        num_proc = frame.kwargs.get("num_proc")
+        if frame.op in ("map", "filter") and type(num_proc) is int and "num_proc" not in args:
+            args["num_proc"] = {"digest": None, "repr": repr(num_proc), "type": "int"}
+        rec["args"] = args
 
     def _adopt(self, frame: _Frame, fp: Any) -> Record | None:
         """A call that hashed nothing itself but whose one nested call made the same step
@@ -926,7 +1169,7 @@ class Tracer:
                 "type": type_name(value),
             }
             if self.trees:
-                entry["tree"] = _tree(value)
+                entry["tree"] = (h.trees or {}).get(str(key)) if h.trees is not None else _tree(value)
             out[str(key)] = entry
         rec["args"] = out
         fn = args.get("function")
@@ -939,6 +1182,23 @@ class Tracer:
                 index = (w.error_at - 2) // 2
                 argument = str(keys[index]) if index < len(keys) else None
             rec["random_fallback"] = {"argument": argument, "error": w.error, "error_type": w.error_type}
+
+    def _note_changes(self, rec: Record, h: _HashEvent) -> None:
+        """Determinism runs: an argument whose digest at the end of a step that ran differs from
+        the one datasets computed when it hashed the step was changed by the step itself (a
+        tokenizer configured inside the mapped function, a vocabulary built on the first call).
+        Its tree after the step goes next to the one taken at hash time, as ``"after"``."""
+        args = {str(k): v for k, v in h.args.items()} if isinstance(h.args, Mapping) else {}
+        for key, entry in rec["args"].items():
+            before = entry.get("digest")
+            tree = entry.get("tree")
+            if before is None or not isinstance(tree, Mapping) or key not in args:
+                continue
+            if str(tree.get("t", "")).startswith("datasets."):
+                continue  # a dataset argument: its digest follows fingerprints, not the step
+            after = _try_hash(args[key])
+            if after is not None and after != before:
+                entry["after"] = _tree(args[key])
 
     def _hash_record(self, h: _HashEvent, *, internal: bool, root: str) -> Record:
         rec = self._base(
@@ -968,7 +1228,11 @@ class Tracer:
                 continue  # the dataset itself
             items = list(value.items()) if name == "kwargs" and isinstance(value, dict) else [(name, value)]
             for k, v in items:
-                out[str(k)] = {"digest": None, "repr": safe_repr(v), "type": type_name(v)}
+                out[str(k)] = {
+                    "digest": None,
+                    "repr": safe_repr(v) or describe_value(v, None),
+                    "type": type_name(v),
+                }
         return out
 
     def _function_info(self, fn: Any) -> dict[str, Any] | None:
@@ -1126,11 +1390,15 @@ class Tracer:
         if exc is not None or out is None:
             return []
         raw = frame.args[0] if frame.args else frame.kwargs.get("dataset_path")
-        path = _abs(os.fspath(raw)) if isinstance(raw, (str, os.PathLike)) else str(raw)
-        root = self._saved_root(path)
+        local = local_path(raw)
+        # A saved dataset on another file system: the step belongs to this process's cache root.
+        path = local if local is not None else str(os.fspath(raw) if isinstance(raw, os.PathLike) else raw)
+        root = self._saved_root(local) if local is not None else self.default_root
         state_fp = None
-        with contextlib.suppress(Exception), open(os.path.join(path, "state.json"), encoding="utf-8") as fh:
-            state_fp = json.load(fh).get("_fingerprint")
+        state_file = os.path.join(local, "state.json") if local is not None else None
+        if state_file is not None:
+            with contextlib.suppress(Exception), open(state_file, encoding="utf-8") as fh:
+                state_fp = json.load(fh).get("_fingerprint")
         rec = self._base(
             type_="root",
             seq=frame.seq,
@@ -1162,8 +1430,9 @@ class Tracer:
         raw = frame.args[1] if len(frame.args) > 1 else frame.kwargs.get("dataset_path")
         if not isinstance(raw, (str, os.PathLike)):
             return []
-        path = _abs(os.fspath(raw))
-        root = self._saved_root(path)
+        local = local_path(raw)
+        path = local if local is not None else os.fspath(raw)
+        root = self._saved_root(local) if local is not None else self.default_root
         rec = self._base(
             type_="save",
             seq=frame.seq,
@@ -1180,10 +1449,11 @@ class Tracer:
         rec["split"] = _split_of(ds)
         rec["source"] = {"kind": "saved", "path": path}
         files = []
-        with contextlib.suppress(OSError), os.scandir(path) as it:
-            for de in it:
-                if de.name.startswith("data-") and de.name.endswith(".arrow"):
-                    files.append({"path": de.path, "size": de.stat().st_size, "status": "written"})
+        if local is not None:
+            with contextlib.suppress(OSError), os.scandir(local) as it:
+                for de in it:
+                    if de.name.startswith("data-") and de.name.endswith(".arrow"):
+                        files.append({"path": de.path, "size": de.stat().st_size, "status": "written"})
         rec["files"] = sorted(files, key=lambda f: f["path"])
         rec["cache"] = "miss" if files else "none"
         return [rec]
@@ -1205,6 +1475,8 @@ class Tracer:
         rec["in_memory"] = in_memory
         rec["split"] = _split_of(dataset)
         rec["source"] = {"kind": "in-memory" if in_memory else "file", "constructor": entry}
+        if self.trees and in_memory:
+            rec["columns"] = _column_heads(dataset)
         self._emit(rec)
 
     # -- roots --------------------------------------------------------------------------------
@@ -1212,6 +1484,10 @@ class Tracer:
         if root not in self._known_roots:
             self._known_roots[root] = kind
             self._dir_roots.clear()
+            if self.enabled:
+                from cachetool.trace.lease import hold_lease
+
+                hold_lease(root)  # this process may write here: gc on other hosts must know
 
     def _saved_root(self, path: str) -> str:
         """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""
@@ -1230,6 +1506,10 @@ class Tracer:
         hit = self._dir_roots.get(folder)
         if hit is not None:
             return hit[0], False
+        if os.path.basename(folder).startswith("hf_datasets-"):
+            # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
+            self._dir_roots[folder] = (self.default_root, "cache")
+            return self.default_root, False
         best = ""
         candidates = dict(self._known_roots)
         candidates.setdefault(self.default_root, "cache")
@@ -1252,6 +1532,27 @@ def _abs(path: str) -> str:
     if path.startswith("/") and "/." not in path and "//" not in path:
         return path  # already absolute and normal: the common case, kept cheap
     return os.path.abspath(os.path.expanduser(path))
+
+
+_LOCAL_SCHEMES = ("file://", "local://")
+
+
+def local_path(url: Any) -> str | None:
+    """The absolute local path an fsspec-style location names (`/a/b`, `a/b`, `file:///a/b`,
+    `file:/a/b`, `local:///a/b`, a path-like); None for any other file system (`s3://…`,
+    `memory://…`, a chained `simplecache::file://…`)."""
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str) or not url:
+        return None
+    for scheme in _LOCAL_SCHEMES:
+        if url.startswith(scheme):
+            return _abs(url[len(scheme) :] or os.sep)
+    if url.startswith("file:") and url[5:6] == "/":
+        return _abs(url[5:])
+    if "::" in url or "://" in url:
+        return None
+    return _abs(url)
 
 
 def _cache_files(ds: Any) -> list[dict[str, Any]]:
@@ -1281,10 +1582,8 @@ def _data_files(builder: Any) -> list[dict[str, Any]]:
     try:
         for split, files in data_files.items():
             for f in files if isinstance(files, (list, tuple)) else [files]:
-                path = str(f)
-                if path.startswith("file://"):
-                    path = path[len("file://") :]
-                if "://" in path or "::" in path:
+                path = local_path(str(f))
+                if path is None:
                     continue
                 try:
                     st = os.stat(path)
@@ -1332,6 +1631,39 @@ def _tree(value: Any) -> Any:
         return build_tree(value)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {e}"}
+
+
+#: Values per column kept for a dataset built in memory (determinism runs), to name the first one
+#: that differs between runs.
+COLUMN_HEAD = 50
+
+
+def _column_heads(dataset: Any) -> dict[str, Any]:
+    """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
+    values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
+    is explained by the column and the first value that differs."""
+    from cachetool.fingerprint.tree import short_repr
+
+    out: dict[str, Any] = {}
+    try:
+        table = dataset.data.table
+        for name in table.column_names[:64]:
+            column = table.column(name)
+            out[str(name)] = {
+                "digest": _try_hash(column),
+                "head": [short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist()],
+            }
+    except Exception:  # an odd table: the fingerprint still says the source differs
+        return out
+    return out
+
+
+def _try_hash(value: Any) -> str | None:
+    try:
+        from cachetool.fingerprint.hashing import try_hash
+    except Exception:  # the fingerprint package is optional for tracing
+        return None
+    return try_hash(value)[0]
 
 
 def _shared_counter() -> Iterator[int]:

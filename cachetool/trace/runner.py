@@ -60,10 +60,30 @@ def _importable_in_child(package_parent: str, flags: Sequence[str]) -> bool:
     or it is the working folder, which `-m` puts first unless `-I`/`-P` say not to."""
     here = os.path.realpath(package_parent)
     inherited = {os.path.realpath(p) for p in sys.path[1:] if p}  # [0]: this launcher's own folder
-    if here in inherited:
+    if here in inherited or ("-S" not in flags and _found_by_installed_finder(here)):
         return True
     isolated = "-I" in flags or "-P" in flags
     return not isolated and here == os.path.realpath(os.getcwd())
+
+
+def _found_by_installed_finder(here: str) -> bool:
+    """An editable install (setuptools' finder, added by a `.pth` file in site-packages, so every
+    interpreter that runs `site` gets it) maps cachetool to `here` without putting it on sys.path."""
+    import importlib.machinery
+
+    for finder in sys.meta_path:
+        if finder in (importlib.machinery.PathFinder, importlib.machinery.BuiltinImporter):
+            continue
+        if finder is importlib.machinery.FrozenImporter or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            spec = finder.find_spec("cachetool", None)
+        except Exception:
+            continue
+        origin = getattr(spec, "origin", None) if spec is not None else None
+        if origin and os.path.realpath(origin).startswith(here + os.sep):
+            return True
+    return False
 
 
 def run_script(script: str, args: Sequence[str], *, events_file: str | None = None) -> NoReturn:
@@ -92,7 +112,10 @@ def _bootstrap() -> None:
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
+    from cachetool.determinism.checkpoint import take_environment
     from cachetool.trace import install_tracing
+
+    take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
 
     if os.path.isdir(script) or (not script.endswith((".py", ".pyw")) and _is_zip(script)):
         # A folder or zip with __main__.py: runpy knows those rules.
@@ -109,9 +132,21 @@ def _bootstrap() -> None:
     path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
     if not getattr(sys.flags, "safe_path", False):  # `python -P` adds no script folder
         sys.path[0] = os.path.dirname(os.path.realpath(script))
-    with open(path, "rb") as f:
-        source = f.read()
-    code = compile(source, path, "exec", dont_inherit=True)
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        # What CPython prints for a script it cannot open, with its exit status.
+        print(f"{sys.executable}: can't open file {path!r}: [Errno {e.errno}] {e.strerror}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        # CPython shows a script's syntax error without a traceback (no frame ran yet).
+        import traceback
+
+        traceback.print_exception(type(e), e, None)
+        raise SystemExit(1) from None
     main = ModuleType("__main__")
     main.__dict__.update(
         {

@@ -130,3 +130,48 @@ def test_a_fifo_in_place_of_cachetools_own_files_never_hangs(tmp_path: Path, nam
     (root / ".cachetool").mkdir(exist_ok=True)
     os.mkfifo(root / ".cachetool" / name)
     _assert_no_crash(_run_all(root, hf_env(tmp_path)))  # each command has 60 s: a hang fails
+
+
+def test_damaged_ledger_records_fifo_and_dev_zero_segments(tmp_path: Path) -> None:
+    """Ledger lines with wrong types (`"parents":5`, `"duration":"abc"`, `"files":5`,
+    `"time":1e400`), 200,000 nested brackets, a FIFO segment and one symlinked to /dev/zero: every
+    command that reads the ledger ends normally (the bad lines are warnings), none hangs."""
+    root = tmp_path / "cache"
+    files = synthesize_cache(root, 2)
+    fp = files[0].name[len("cache-") : -len(".arrow")]
+    good = {"v": 1, "type": "transform", "seq": 0, "time": 1.0, "result": fp, "parents": ["p" * 16]}
+    bad = [
+        {**good, "parents": 5},
+        {**good, "duration": "abc"},
+        {**good, "files": 5},
+        {"v": 1, "type": "gc", "files": [1], "paths": "x"},
+    ]
+    lines = [json.dumps(good), *map(json.dumps, bad), json.dumps(good).replace("1.0", "1e400"), "[" * 200_000]
+    ledger = root / ".cachetool" / "ledger"
+    ledger.mkdir(parents=True)
+    (ledger / "h-1-a.jsonl").write_text("\n".join(lines) + "\n")
+    os.mkfifo(ledger / "h-2-b.jsonl")
+    os.symlink("/dev/zero", ledger / "h-3-c.jsonl")
+    env = hf_env(tmp_path)
+    commands = [
+        ["show", fp],
+        ["lineage", fp],
+        ["lineage", fp, "--json"],
+        ["explain", fp],
+        ["explain", "--last"],
+        ["pin", fp],
+        ["gc", "--older-than", "1s", "--dry-run"],
+    ]
+    results = _run_all(root, env)
+    for cmd in commands:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cachetool", *cmd, "--cache-dir", str(root)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        results.append((cmd, proc.returncode, proc.stderr))
+    _assert_no_crash(results)
+    lineage = next(err for cmd, _, err in results if cmd[:1] == ["lineage"])
+    assert "not a regular file" in lineage and "'parents' is not a list of strings" in lineage

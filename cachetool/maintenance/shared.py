@@ -1,0 +1,162 @@
+"""gc on a cache that other runs and other hosts share: the file system, the leases, the floor.
+
+* The plan says which file system the root is on and, on a network or cluster one, that
+  processes on other hosts are invisible to `/proc`: only their leases speak for them.
+* On such a file system a `--min-age` below `SHARED_MIN_AGE_FLOOR` is refused for the temp files
+  no lease covers, unless the user says no unleased writer runs on another host
+  (`--other-hosts-idle` / `GcOptions(other_hosts_idle=True)`).
+* Leases that are over (expired on another host, or of a process of this host that is gone) are
+  removed by `execute()` and each removal is logged in the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cachetool.cache.fstype import FileSystem, file_system
+from cachetool.cache.layout import LEDGER_DIR
+from cachetool.errors import CachetoolError, ExitCode
+from cachetool.maintenance.liveness import LEASES_DIR, Lease, LeaseState, judge_leases, read_lease
+
+if TYPE_CHECKING:
+    from cachetool.lineage.gclog import GcLog
+
+#: The smallest `--min-age` gc accepts for unleased temp files on a shared file system: a writer
+#: on another host that holds no lease shows only through its file's age.
+SHARED_MIN_AGE_FLOOR = 600.0
+OVERRIDE_FLAG = "--other-hosts-idle"
+
+
+class SharedMinAgeRefused(CachetoolError):
+    """`--min-age` below the floor on a shared file system, without the override."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, root: Path, fs: FileSystem, min_age: float) -> None:
+        super().__init__(
+            f"{root} is on {fs.type} (a file system other hosts may write): --min-age {min_age:g}s is "
+            f"below the {SHARED_MIN_AGE_FLOOR / 60:g} min floor for temp files no lease covers, "
+            f"since writers on other hosts are invisible here; pass {OVERRIDE_FLAG} if no process on "
+            "another host writes this cache without a cachetool lease"
+        )
+
+
+@dataclass(frozen=True)
+class SharedState:
+    """What gc knows about other writers of one root: its file system and its leases."""
+
+    filesystem: FileSystem | None
+    leases: tuple[tuple[Lease, LeaseState], ...] = ()
+
+    @property
+    def live(self) -> tuple[Lease, ...]:
+        return tuple(lease for lease, state in self.leases if state == "live")
+
+    @property
+    def stale(self) -> tuple[tuple[Lease, LeaseState], ...]:
+        return tuple((lease, state) for lease, state in self.leases if state != "live")
+
+    def notes(self, now: float | None = None) -> list[str]:
+        """Lines for the plan: the file system when shared, the live and stale leases."""
+        now = time.time() if now is None else now
+        out = []
+        fs = self.filesystem
+        if fs is not None and fs.shared:
+            out.append(
+                f"the cache is on {fs.type} ({fs.source or '?'} at {fs.mount_point or '?'}), shared with "
+                "other hosts: their processes are invisible here, only their leases protect their files"
+            )
+        for lease in self.live:
+            out.append(f"live lease: {lease} (renewed {max(0.0, now - lease.renewed):.0f}s ago)")
+        for lease, state in self.stale:
+            out.append(f"{_stale_reason(lease, state, now)}: its lease is removed")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "filesystem": self.filesystem.to_json() if self.filesystem else None,
+            "leases": [dict(lease.to_json(), state=state) for lease, state in self.leases],
+        }
+
+
+def leased_reason(lease: Lease) -> str:
+    """Why gc keeps what a live lease's process may be writing (starts "in use", as every
+    reason of a live writer does)."""
+    return f"in use by a run holding a lease ({lease}): it may be writing this"
+
+
+def _stale_reason(lease: Lease, state: LeaseState, now: float) -> str:
+    if state == "dead":
+        return f"{lease}: this host, its process is gone"
+    return f"{lease}: expired {max(0.0, now - lease.expires):.0f}s ago (not renewed)"
+
+
+def shared_state(root: str | os.PathLike[str]) -> SharedState:
+    """The file system of `root` and every lease in it, judged now."""
+    try:
+        fs: FileSystem | None = file_system(root)
+    except OSError:
+        fs = None
+    return SharedState(fs, tuple(judge_leases(root)))
+
+
+def check_min_age(root: Path, state: SharedState, min_age: float, temp: bool, other_hosts_idle: bool) -> None:
+    """Refuse a `--temp` run with `--min-age` under the floor on a shared file system."""
+    fs = state.filesystem
+    if temp and fs is not None and fs.shared and min_age < SHARED_MIN_AGE_FLOOR and not other_hosts_idle:
+        raise SharedMinAgeRefused(root, fs, min_age)
+
+
+def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> list[Lease]:
+    """Remove the leases that were stale at plan time and still are (a lease renewed since, or
+    whose process turns out alive, stays). Reached from the root's descriptor, never following a
+    symlink; every removal is logged."""
+    removed: list[Lease] = []
+    if not state.stale:
+        return removed
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        ledger_fd = os.open(LEDGER_DIR, flags, dir_fd=root_fd)
+    except OSError:
+        return removed
+    try:
+        leases_fd = os.open(LEASES_DIR, flags, dir_fd=ledger_fd)
+    except OSError:
+        os.close(ledger_fd)
+        return removed
+    try:
+        from cachetool.maintenance.liveness import lease_state
+
+        for lease, _ in state.stale:
+            name = lease.path.name
+            again = read_lease(Path(f"/proc/self/fd/{leases_fd}") / name)
+            if again is None:
+                continue
+            state_now = lease_state(again)
+            if state_now == "live":
+                continue
+            try:
+                size = os.stat(name, dir_fd=leases_fd, follow_symlinks=False).st_size
+                os.unlink(name, dir_fd=leases_fd)
+            except OSError:
+                continue
+            removed.append(lease)
+            if log is not None:
+                with contextlib.suppress(Exception):
+                    log.removed(
+                        kind="lease",
+                        paths=[lease.path],
+                        size=size,
+                        files=1,
+                        reason=_stale_reason(again, state_now, time.time()),
+                        when=time.time(),
+                    )
+    finally:
+        os.close(leases_fd)
+        os.close(ledger_fd)
+    return removed

@@ -1,0 +1,65 @@
+"""Shared by the corpus pipelines: small JSON Lines splits on disk and a word-level tokenizer.
+
+The files are written once, atomically, with a fixed modification time, so `load_dataset` gives the
+same source fingerprint in every run; derived datasets are then cached on disk (a dataset built in
+memory is never cached, so it could not show what a warm cache does). The tokenizer is a real
+`tokenizers.Tokenizer` built from the texts, with no download.
+"""
+
+import json
+import os
+import tempfile
+
+TEXTS = {
+    "train": [
+        "the cat sat on the mat",
+        "a dog ran in the park",
+        "the bird sang a song",
+        "cats and dogs play together in the garden today",
+    ],
+    "test": [
+        "the dog sat on a mat",
+        "a cat sang in the park",
+        "birds play in the garden",
+    ],
+}
+FIXED_MTIME = 1_700_000_000
+
+
+def data_files(name: str) -> dict[str, str]:
+    folder = os.path.join(tempfile.gettempdir(), f"cachetool-corpus-data-{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    files = {}
+    for split, texts in TEXTS.items():
+        path = os.path.join(folder, f"{name}-{split}.jsonl")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                for i, text in enumerate(texts):
+                    f.write(json.dumps({"id": i, "text": text, "label": i % 2}) + "\n")
+            os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
+            os.replace(tmp, path)  # concurrent runs never see a half-written file
+        files[split] = path
+    return files
+
+
+def splits(name: str):
+    """A DatasetDict with a train and a test split, read from disk."""
+    from datasets import load_dataset
+
+    return load_dataset("json", data_files=data_files(name))
+
+
+def word_tokenizer():
+    """A WordLevel tokenizer over the corpus texts (sorted vocabulary: the same in every run)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    words = sorted({w for texts in TEXTS.values() for t in texts for w in t.split()})
+    vocab = {"[UNK]": 0, "[PAD]": 1}
+    for w in words:
+        vocab[w] = len(vocab)
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    return tok

@@ -1,0 +1,160 @@
+"""Run `datasets`' own tests with and without `cachetool.install_tracing()` and compare outcomes.
+
+Tracing must not change a result: every test of `datasets`' fingerprinting, transforms, builder
+and writer must pass, fail or skip the same way traced and plain. The test files come from a
+checkout (or bare clone) of the `datasets` repository given on the command line, at the tag of
+the installed `datasets` version when the repository has it (else `--rev`, else HEAD, said so);
+nothing of `datasets` is kept here.
+
+    python tests/datasets_suite/run_compare.py /path/to/datasets [--rev 5.0.1] [-k expr]
+
+Prints one line per test whose outcome differs, a summary, and exits 1 when any differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.conftest import hf_env  # the checkout's own test helpers
+
+FILES = (
+    "tests/test_fingerprint.py",
+    "tests/test_arrow_dataset.py",
+    "tests/test_dataset_dict.py",
+    "tests/test_builder.py",
+    "tests/test_arrow_writer.py",
+    "tests/test_fingerprint_tokenizer_stability.py",
+)
+
+PLUGIN = "import cachetool\n\ncachetool.install_tracing()\n"
+
+
+def _git(repo: Path, *args: str) -> list[str]:
+    inside = ["git", "-C", str(repo)] if (repo / ".git").exists() else ["git", f"--git-dir={repo}"]
+    return [*inside, *args]
+
+
+def _rev(repo: Path, wanted: str | None) -> tuple[str, str]:
+    """(revision, a note on how it was chosen)."""
+    if wanted:
+        return wanted, "given"
+    import importlib.metadata
+
+    version = importlib.metadata.version("datasets")
+    for tag in (version, f"v{version}"):
+        command = _git(repo, "rev-parse", "-q", "--verify", f"refs/tags/{tag}")
+        ok = subprocess.run(command, capture_output=True)
+        if not ok.returncode:
+            return tag, f"the tag of the installed datasets {version}"
+    return "HEAD", f"no tag for the installed datasets {version} in the repository: its HEAD"
+
+
+#: What the test files need besides themselves (fixtures are pytest plugins of conftest.py).
+SUPPORT = ("tests/__init__.py", "tests/conftest.py", "tests/utils.py", "tests/fixtures")
+
+
+def _export(repo: Path, rev: str, dest: Path) -> None:
+    """Write the test files and what they need, file by file (a shallow or partial clone may
+    lack some data blobs; a test that needs one fails the same way traced and plain)."""
+    listing = subprocess.run(
+        _git(repo, "ls-tree", "-r", "--name-only", rev, "--", *SUPPORT, *FILES),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in listing:
+        blob = subprocess.run(_git(repo, "show", f"{rev}:{name}"), capture_output=True)
+        if blob.returncode:
+            print(f"missing in the repository: {name}")
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob.stdout)
+
+
+def _outcomes(junit: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not junit.is_file():
+        return out
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        test_id = f"{case.get('classname')}::{case.get('name')}"
+        status = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                status = {"failure": "failed"}.get(child.tag, child.tag)
+                message = (child.get("message") or "").splitlines()
+                if status != "skipped" and message:
+                    status += f" ({message[0][:160]})"
+                break
+        out[test_id] = status
+    return out
+
+
+def _start(work: Path, traced: bool, extra: list[str]) -> tuple[subprocess.Popen[str], Path, float]:
+    name = "traced" if traced else "plain"
+    base = work / name
+    base.mkdir()
+    env = hf_env(base, TMPDIR=str(base / "tmp"))
+    (base / "tmp").mkdir()
+    env["PYTHONPATH"] = os.pathsep.join([str(work), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    junit = base / "junit.xml"
+    # --tb=native: pytest's own traceback formatting parses source and crashed on one failure.
+    cmd = [sys.executable, "-m", "pytest", *FILES, "-q", "-p", "no:cacheprovider", "--tb=native"]
+    cmd += [f"--junitxml={junit}", f"--basetemp={base / 'pytest'}", *extra]
+    if traced:
+        cmd += ["-p", "cachetool_tracing_plugin"]
+    log = open(base / "pytest.log", "w", encoding="utf-8")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    return proc, base, time.monotonic()
+
+
+def _finish(proc: subprocess.Popen[str], base: Path, t0: float) -> dict[str, str]:
+    code = proc.wait()
+    seconds = time.monotonic() - t0
+    lines = (base / "pytest.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    print(f"{base.name}: {lines[-1] if lines else '(no output)'} [{seconds:.0f} s, exit {code}]")
+    if code not in (0, 1):
+        sys.stderr.write("\n".join(lines[-40:]) + "\n")
+    return _outcomes(base / "junit.xml")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("repo", type=Path, help="a checkout or bare clone of huggingface/datasets")
+    parser.add_argument("--rev", help="tag or commit of tests/ (default: the installed version's tag)")
+    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
+    args = parser.parse_args(argv)
+    import datasets
+
+    rev, how = _rev(args.repo, args.rev)
+    print(f"datasets {datasets.__version__} installed; tests/ of {rev} ({how})")
+    with tempfile.TemporaryDirectory(prefix="cachetool-datasets-suite-") as tmp:
+        work = Path(tmp)
+        _export(args.repo, rev, work)
+        (work / "cachetool_tracing_plugin.py").write_text(PLUGIN, encoding="utf-8")
+        # Both at once: they share nothing but the machine.
+        runs = [_start(work, traced, args.pytest_args) for traced in (False, True)]
+        plain, traced = (_finish(*run) for run in runs)
+    differ = sorted(t for t in set(plain) | set(traced) if plain.get(t) != traced.get(t))
+    for test_id in differ:
+        before, after = plain.get(test_id, "absent"), traced.get(test_id, "absent")
+        print(f"DIFFERS {test_id}: plain {before}, traced {after}")
+    counts: dict[str, int] = {}
+    for status in plain.values():
+        key = status.split(" ", 1)[0]
+        counts[key] = counts.get(key, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"{len(plain)} tests ({summary} without tracing); {len(differ)} differ with tracing on")
+    return 1 if differ or not plain else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""check-determinism's diagnosis on the corpus of tests/corpus (m*: objects a map changes, l*: values
+a person must read, k09-k13: look-alike controls): hash trees are taken when `datasets` hashes, a
+step that hashes an object an earlier step changed is named with the part that changed (datasets
+issues #3638, #5985, #3847) in the default, warm-start and `--isolated` modes, culprits read as
+what they are (a timestamp, a DataFrame cell, a generator given to the function, a column of an
+in-memory source), an unpicklable pool is blamed on the part the exception names, and the script
+sees the environment of a plain run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xxhash
+
+from cachetool.determinism.analysis import analyze
+from cachetool.determinism.render import human_lines
+from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
+from cachetool.errors import ExitCode
+from tests.conftest import hf_env
+
+CORPUS = Path(__file__).parent / "corpus"
+
+#: script -> (argument of the step that changes it, path below it, the mode it is checked in).
+#: Each mode is covered by several classes; benchmarks/bench_corpus.py runs every pipeline of the
+#: corpus in all three modes (m04 added tokens, m07 memo dict and m11 map-then-filter there only).
+STATE_CHANGES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "m01_tokenizer_truncation_inside_map.py": ("function", ("global 'tok'", ".truncation"), "warm"),
+    "m02_tokenizer_padding_two_calls.py": ("function", ("closure 'tok'", ".padding"), "default"),
+    "m03_encoder_lazy_setup.py": ("function", (".tok", ".truncation"), "isolated"),
+    "m05_lazy_vocab_global.py": ("function", ("global 'VOCAB'",), "default"),
+    "m06_lazy_vocab_attribute.py": ("function", ("global 'tokenizer'", ".vocab"), "isolated"),
+    "m08_counter_then_filter.py": ("function", ("global 'FREQ'",), "warm"),
+    "m10_tokenizer_fn_kwargs.py": ("fn_kwargs", ("['tok']", ".truncation"), "isolated"),
+}
+#: look-alikes: a tokenizer configured before the first map, a pre-warmed lazy vocabulary, a seeded
+#: generator, a change nothing hashes again, a tokenizer that only encodes.
+CONTROLS = {
+    "k09_tokenizer_configured_before.py": "warm",
+    "k10_prewarmed_vocab.py": "default",
+    "k11_seeded_generator.py": "isolated",
+    "k12_mutation_not_hashed_again.py": "warm",
+    "k13_tokenizer_encode_only.py": "default",
+}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache-state")
+
+
+def check(script: str, where: Path, mode: str) -> DeterminismReport:
+    """check-determinism in `mode`: default (the script's cache, empty at first), warm (the same
+    after a plain run filled it: the usual moment, a user who noticed a recompute) or isolated."""
+    env = hf_env(where)
+    if mode == "warm":
+        proc = subprocess.run(
+            [sys.executable, str(CORPUS / script)], env=env, cwd=CORPUS, capture_output=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+    return check_determinism(
+        CORPUS / script, env=env, cwd=CORPUS, isolated=mode == "isolated", rerun=False, timeout=120
+    )
+
+
+def _fingerprint(parent: str, transform: Any, args: dict[str, Any]) -> str:
+    """`datasets.fingerprint.update_fingerprint` recomputed from recorded digests: the parent, the
+    transform, then each argument name and its value's digest (here: the root of its hash tree)."""
+    from datasets.fingerprint import Hasher
+
+    m = xxhash.xxh64()
+    for value_type, digest in [
+        (str(type(parent)), Hasher.hash(parent)),
+        (str(type(transform)), Hasher.hash(transform)),
+        *[
+            item
+            for key in sorted(args)
+            for item in (
+                (str(type(key)), Hasher.hash(key)),
+                (f"<class '{args[key]['type']}'>", args[key]["tree"]["d"]),
+            )
+        ],
+    ]:
+        m.update(f"=={value_type}==".encode())
+        m.update(digest.encode())
+    return str(m.hexdigest())
+
+
+@pytest.mark.slow
+def test_hash_trees_are_what_datasets_hashed_before_the_map_ran(base: Path) -> None:
+    """The map switches truncation on inside its function: the train split's tree shows the tokenizer
+    as datasets hashed it (no truncation), its tree after the step shows the change, and every
+    map's fingerprint is recomputed exactly from its trees' root digests."""
+    env = hf_env(base / "trees", CACHETOOL_TRACE_EVENTS=str(base / "events.jsonl"), CACHETOOL_TRACE_TREES="1")
+    script = "m01_tokenizer_truncation_inside_map.py"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "run", script],
+        env=env,
+        cwd=CORPUS,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    maps = [e for e in read_events(base / "events.jsonl") if e["operation"] == "map"]
+    assert [m["split"] for m in maps] == ["train", "test"]
+    for event in maps:
+        for entry in event["args"].values():
+            assert entry["tree"]["d"] == entry["digest"]
+        transform = event["transform"]
+        assert _fingerprint(event["parents"][0], transform, event["args"]) == event["result"]
+
+    def truncation(tree: dict[str, Any]) -> str:
+        tok = next(c for c in tree["c"] if c["l"] == "global 'tok'")
+        return str(next(c for c in tok["c"] if c["l"] == ".truncation")["r"])
+
+    train, test = (m["args"]["function"] for m in maps)
+    assert truncation(train["tree"]) == "None"
+    assert truncation(train["after"]).startswith("{'direction': 'Right', 'max_length': 4")
+    assert truncation(test["tree"]) == truncation(train["after"])
+    assert "after" not in test  # configuring it again changes nothing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(STATE_CHANGES))
+def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(script: str, base: Path) -> None:
+    """The step whose fingerprint depends on whether an earlier one was computed or loaded is a
+    cache-state cause, with the step that changes the object and the part that changed; it is never
+    called "changes on every run". Found in the default, warm-start and --isolated modes."""
+    argument, path, mode = STATE_CHANGES[script]
+    report = check(script, base / script, mode)
+    text = "\n".join(human_lines(report))
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND, text
+    assert report.analysis is not None
+    (cause,) = report.analysis.deterministic_causes
+    assert cause.kind == "cache-state" and cause.variation == "cache state", text
+    (culprit,) = cause.culprits
+    assert culprit.argument == argument
+    # One changed part, or several (a callable's `.ready` flag and its tokenizer's truncation).
+    changed = [culprit.path, *(part.path for part in culprit.parts)]
+    assert any(p[: len(path)] == path for p in changed), text
+    assert culprit.kind == "cache-state"
+    assert cause.changed_by is not None and cause.changed_by.index < cause.step.index
+    assert "and one that loaded it from the cache" in text
+    assert "changes on every run" not in text and "no hash tree recorded" not in text
+    assert "build and configure" in culprit.hint and "datasets/issues/3638" in culprit.hint
+
+
+@pytest.mark.slow
+def test_warm_cache_tokenizer_report_reads_well(base: Path) -> None:
+    """On a warm cache: the tokenizer's truncation before and after the step, and the fix."""
+    report = check("m01_tokenizer_truncation_inside_map.py", base / "m01-text", "warm")
+    lines = human_lines(report)
+    assert any(
+        line.startswith("  changed: function → global 'tok' → .truncation (NoneType): None vs {'direction'")
+        for line in lines
+    ), lines
+    assert any("the tokenizer completely before the first map" in line for line in lines)
+    assert any("a run that computed step 3 (map tokenize on split train at " in line for line in lines), lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(CONTROLS))
+def test_look_alike_controls_stay_deterministic(script: str, base: Path) -> None:
+    """A tokenizer configured before the first map, a pre-warmed vocabulary, a seeded generator, a
+    change nothing hashes again, a tokenizer that only encodes: no cause."""
+    report = check(script, base / script, CONTROLS[script])
+    assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
+
+
+def _event(line: int, result: str, parents: list[str], args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "transform",
+        "operation": "map",
+        "transform": "t",
+        "result": result,
+        "parents": parents,
+        "internal": False,
+        "call_site": {"file": "/p/pipe.py", "line": line},
+        "args": args,
+    }
+
+
+def _node(
+    label: str, digest: str, r: str, t: str = "dict", children: list[Any] | None = None
+) -> dict[str, Any]:
+    node: dict[str, Any] = {"l": label, "t": t, "s": t, "r": r, "d": digest}
+    if children:
+        node["c"] = children
+    return node
+
+
+def test_a_change_nobody_hashes_again_is_not_a_cause() -> None:
+    """Only a later hash of the changed object makes a fingerprint depend on the cache state: the
+    same change with no later step hashing it is no cause (fast, on hand-written events)."""
+    before = _node("", "f0", "<f>", "function", [_node("global 'tok'", "t0", "<tok>", "Tokenizer")])
+    after = _node("", "f1", "<f>", "function", [_node("global 'tok'", "t1", "<tok>", "Tokenizer")])
+    changed = {"function": {"digest": "f0", "tree": before, "after": after}}
+    other = {"function": {"digest": "g0", "tree": _node("", "g0", "<g>", "function")}}
+    runs = [[_event(1, "a", ["p"], changed), _event(2, "b", ["a"], other)] for _ in range(2)]
+    assert analyze(runs).causes == ()
+    # The same with a later step that hashes the tokenizer (through another function): one cause.
+    again = {
+        "function": {
+            "digest": "h0",
+            "tree": _node("", "h0", "<h>", "function", [_node("global 'tok'", "t1", "<tok>", "Tokenizer")]),
+        }
+    }
+    runs = [[_event(1, "a", ["p"], changed), _event(2, "b", ["a"], again)] for _ in range(2)]
+    (cause,) = analyze(runs).causes
+    assert cause.kind == "cache-state" and cause.step.line == 2 and cause.changed_by is not None
+    assert cause.changed_by.line == 1
+    assert cause.culprits[0].path == ("global 'tok'",)
+    assert json.dumps(cause.to_dict())  # the JSON form carries it
+
+
+#: script -> (argument, path below it, culprit kind, text the report must contain)
+LEAVES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "l01_datetime_fn_kwargs.py": ("fn_kwargs", ("['as_of']",), "timestamp", "a timestamp (datetime)"),
+    "l02_dataframe_closure.py": (
+        "function",
+        ("closure 'table'", "['fetched']"),
+        "timestamp",
+        "['fetched'][0] (float): ",
+    ),
+    "l03_unseeded_rng_fn_kwargs.py": ("fn_kwargs", ("['rng']",), "random-state", "reaches the function"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(LEAVES))
+def test_culprits_read_as_what_they_are(script: str, base: Path) -> None:
+    """A datetime shows as ISO text with a timestamp hint, a DataFrame by the column and row of the
+    cells that differ, an unseeded generator in fn_kwargs gets a generator hint (not a shuffle one)."""
+    argument, path, kind, text = LEAVES[script]
+    report = check(script, base / script, "isolated")
+    lines = "\n".join(human_lines(report))
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND, lines
+    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+    (culprit,) = cause.culprits
+    assert (culprit.argument, culprit.path, culprit.kind) == (argument, path, kind), lines
+    assert text in lines
+    assert "bytes of" not in lines and "shuffle" not in lines
+
+
+@pytest.mark.slow
+def test_an_in_memory_source_names_the_column_and_first_value(base: Path) -> None:
+    """from_pandas of a frame with a column filled at run time: the column and its first value."""
+    report = check("l04_from_pandas_root.py", base / "l04", "isolated")
+    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+    assert cause.kind == "source" and cause.step.operation == "from_pandas"
+    (key, values), *_ = cause.source_diffs
+    assert key == "column 'loaded_at' row 0" and len(set(values)) == 2
+    assert any(line.startswith("  source column 'loaded_at' row 0: ") for line in human_lines(report))
+
+
+@pytest.mark.slow
+def test_an_unpicklable_pool_is_blamed_on_its_work_queue(base: Path) -> None:
+    """A ThreadPoolExecutor in a global: the part datasets failed on and its real exception, not a
+    RecursionError on the threads the map started."""
+    report = check("m09_threadpool_global.py", base / "m09", "default")
+    lines = "\n".join(human_lines(report))
+    assert report.exit_code == ExitCode.RANDOM_FINGERPRINT, lines
+    (cause,) = report.analysis.random_causes  # type: ignore[union-attr]
+    piece = cause.unpicklable[0]
+    assert piece.path_str == "function → global 'POOL' → ._work_queue (SimpleQueue)"
+    assert piece.error == "TypeError: cannot pickle '_queue.SimpleQueue' object"
+    assert "RecursionError" not in lines
+
+
+ENVIRONMENT = """
+import json, os, sys
+import cachetool
+seen = {k: v for k, v in os.environ.items() if k.startswith("CACHETOOL_") or k == "PYTHONHASHSEED"}
+with open(os.path.join(sys.argv[1], f"{os.getpid()}.json"), "w") as f:
+    json.dump(seen, f)
+cachetool.checkpoint("config", {"lr": 0.1})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("user_seed", [None, "7"])
+def test_the_script_sees_the_environment_of_a_plain_run(user_seed: str | None, tmp_path: Path) -> None:
+    """The variables the check sets for a run are gone from the script's os.environ, PYTHONHASHSEED is
+    the user's own (or absent), the user's CACHETOOL_HOME stays, and checkpoints still record."""
+    script = tmp_path / "env_script.py"
+    script.write_text(ENVIRONMENT)
+    out = tmp_path / "seen"
+    out.mkdir()
+    env = hf_env(tmp_path)
+    if user_seed is not None:
+        env["PYTHONHASHSEED"] = user_seed
+    report = check_determinism(script, [str(out)], env=env, rerun=False, timeout=120)
+    assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
+    assert report.analysis is not None and len(report.analysis.steps) == 1
+    seen = [json.loads(p.read_text()) for p in sorted(out.iterdir())]
+    expected = {"CACHETOOL_HOME": env["CACHETOOL_HOME"]}
+    if user_seed is not None:
+        expected["PYTHONHASHSEED"] = user_seed
+    assert seen == [expected, expected]
+
+
+@pytest.mark.slow
+def test_internal_steps_are_never_a_cause_and_the_counts_agree(base: Path) -> None:
+    """train_test_split without a seed: the split is the one cause; the `select(new_fingerprint=)`
+    datasets makes inside it is not blamed; its test output and the two maps are downstream, and
+    the summary adds up (compared steps are the user's own)."""
+    report = check("i01_split_without_seed.py", base / "i01", "default")
+    lines = human_lines(report)
+    assert report.analysis is not None
+    (cause,) = report.analysis.causes
+    assert cause.step.operation == "train_test_split" and cause.differing_args == ("generator",)
+    assert cause.culprits[0].kind == "random-state" and "seed=" in cause.culprits[0].hint
+    assert cause.cascade == 3
+    assert all(s.cause == 0 for s in report.analysis.steps if s.differs)
+    assert "6 fingerprint(s) compared, 4 differ; 1 cause(s), 3 downstream" in lines
+    assert not any("new_fingerprint" in line for line in lines), lines
+
+
+ARGV_AND_PROGRESS = """
+import sys, time
+import cachetool
+cachetool.checkpoint("argv", sys.argv[1:])
+if "--hang" in sys.argv:
+    sys.stderr.write("loading reviews.csv\\nbuilding vocabulary\\n")
+    for i in range(0, 101, 25):
+        sys.stderr.write(f"\\rMap: {i:3d}%|{'#' * (i // 10):10s}| {i}/100 [00:01<00:00, 95.1 examples/s]")
+        sys.stderr.flush()
+    time.sleep(60)
+"""
+
+
+@pytest.fixture(scope="module")
+def argv_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("argv") / "prepare.py"
+    path.write_text(ARGV_AND_PROGRESS)
+    return path
+
+
+@pytest.mark.slow
+def test_script_arguments_pass_through_without_a_double_dash(
+    argv_script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with `cachetool run`: what follows the script and is not an option of check-determinism
+    reaches the script, in order; check-determinism's own options may still follow the script."""
+    from typer.testing import CliRunner
+
+    from cachetool.cli.app import app
+
+    for key, value in hf_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    args = ["check-determinism", str(argv_script), "--split", "train", "--max-rows=10", "--hash-seeds", "3,4"]
+    result = CliRunner().invoke(app, [*args, "--json", "x.csv"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["args"] == ["--split", "train", "--max-rows=10", "x.csv"]
+    assert doc["variations"]["hash_seeds"] == [3, 4]
+
+
+@pytest.mark.slow
+def test_progress_is_reported_per_run(argv_script: Path, tmp_path: Path) -> None:
+    """Each run reports while it goes and once at its end, with the steps it recorded so far."""
+    from cachetool.determinism.runner import RunProgress
+
+    seen: list[RunProgress] = []
+    report = check_determinism(argv_script, ["a"], env=hf_env(tmp_path), progress=seen.append, timeout=120)
+    assert report.exit_code == ExitCode.OK
+    finished = [p for p in seen if p.finished]
+    assert [(p.index, p.hash_seed, p.cold, p.steps) for p in finished] == [(0, 1, True, 1), (1, 2, False, 1)]
+
+
+@pytest.mark.slow
+def test_a_timeout_shows_the_scripts_last_real_lines(argv_script: Path, tmp_path: Path) -> None:
+    """On --timeout, the stderr tail is what the terminal last showed, without progress-bar redraws."""
+    report = check_determinism(argv_script, ["--hang"], env=hf_env(tmp_path), timeout=4)
+    assert report.exit_code == ExitCode.USAGE
+    assert report.failed_run is not None and report.failed_run.timed_out
+    assert report.failed_run.stderr_tail.splitlines()[-2:] == ["loading reviews.csv", "building vocabulary"]
+    assert "%|" not in "\n".join(human_lines(report))
+
+
+def test_terminal_lines_keep_what_a_terminal_shows() -> None:
+    from cachetool.determinism.runner import terminal_lines
+
+    bar = "Map:  0%|   | 0/4 [00:00<?, ? examples/s]\rMap: 100%|###| 4/4 [00:00<00:00, 9.1 examples/s]"
+    text = f"a\n{bar}\nb\r c\n"
+    assert terminal_lines(text) == ["a", " c"]
+
+
+RENAMED = """
+import sys
+from datasets import load_dataset
+
+
+def clean(example):
+    return {"t": example["text"].lower()}
+
+
+ds = load_dataset("json", data_files=sys.argv[1], split="train").map(clean)
+print(ds._fingerprint)
+"""
+
+
+@pytest.mark.slow
+def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
+    """pipeline.py copied to pipeline_b.py recomputes its map (dill keeps the file name): explain
+    names the file change instead of "first time this step ran"."""
+    from cachetool.lineage.explain import explain_fingerprint
+
+    env = hf_env(tmp_path)
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "A"}\n{"text": "B"}\n')
+    fingerprints = []
+    for name in ("pipeline.py", "pipeline_b.py"):
+        (tmp_path / name).write_text(RENAMED)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cachetool", "run", name, str(data)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        fingerprints.append(proc.stdout.split()[-1])
+    assert fingerprints[0] != fingerprints[1]
+    report = explain_fingerprint(env["HF_DATASETS_CACHE"], fingerprints[1])
+    (reason,) = report.steps[0].reasons
+    assert reason.kind == "source-file", reason
+    assert "is the same but its source file changed (pipeline.py → pipeline_b.py)" in reason.message
+
+
+@pytest.mark.slow
+def test_a_function_from_a_per_run_file_names_the_file(base: Path) -> None:
+    """check-determinism: the function's code differs only by the file name datasets keeps."""
+    report = check("l05_function_from_generated_file.py", base / "l05", "isolated")
+    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+    (culprit,) = cause.culprits
+    assert culprit.path == ("code", "filename") and culprit.kind == "source-file"
+    assert "the function is the same but its source file changed (prep_" in culprit.hint
+
+
+@pytest.mark.slow
+def test_everyday_tracing_builds_no_hash_tree(base: Path) -> None:
+    """`cachetool run` (the ledger) keeps bounded summaries only: no hash tree at hash time, no
+    tree after the step, no column heads; those are for check-determinism's runs."""
+    env = hf_env(base / "everyday")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "run", "m01_tokenizer_truncation_inside_map.py"],
+        env=env,
+        cwd=CORPUS,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    segments = list(Path(env["HF_DATASETS_CACHE"]).glob(".cachetool/**/*.jsonl"))
+    records = [json.loads(line) for seg in segments for line in seg.read_text().splitlines() if line]
+    maps = [r for r in records if r.get("operation") == "map"]
+    assert len(maps) == 2
+    for rec in maps:
+        for entry in rec["args"].values():
+            assert "tree" not in entry and "after" not in entry
+    assert any("summary" in entry for rec in maps for entry in rec["args"].values())
