@@ -151,6 +151,8 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
             shown = []
             details = page.locator("#step-details")
             for i in filters:
+                # Two clicks within Plotly's double-click delay (300 ms) are one double click.
+                page.wait_for_timeout(500)
                 steps.nth(i).click(force=True)
                 fp8 = texts[i].split()[1]
                 expect(details).to_contain_text(f"filter  {fp8}")  # the click's handler has run

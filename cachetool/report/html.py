@@ -121,6 +121,8 @@ def lineage_figure(data: ReportData) -> Any:
         xaxis={"visible": False},
         yaxis={"visible": False},
         clickmode="event",
+        # A click picks the nearest node; by x alone it would pick the first of a column's nodes.
+        hovermode="closest",
     )
     return fig
 
