@@ -19,7 +19,7 @@ import xxhash
 
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.render import human_lines
-from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
+from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
 
@@ -283,7 +283,9 @@ cachetool.checkpoint("config", {"lr": 0.1})
 @pytest.mark.parametrize("user_seed", [None, "7"])
 def test_the_script_sees_the_environment_of_a_plain_run(user_seed: str | None, tmp_path: Path) -> None:
     """The variables the check sets for a run are gone from the script's os.environ, PYTHONHASHSEED is
-    the user's own (or absent), the user's CACHETOOL_HOME stays, and checkpoints still record."""
+    the user's own (or absent), the user's CACHETOOL_HOME stays, and checkpoints still record. One
+    variable stays on purpose: the run marker every process the run starts inherits, so that what
+    a timed-out run leaves (a double-forked daemon) can be found and stopped."""
     script = tmp_path / "env_script.py"
     script.write_text(ENVIRONMENT)
     out = tmp_path / "seen"
@@ -295,6 +297,7 @@ def test_the_script_sees_the_environment_of_a_plain_run(user_seed: str | None, t
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
     assert report.analysis is not None and len(report.analysis.steps) == 1
     seen = [json.loads(p.read_text()) for p in sorted(out.iterdir())]
+    assert all(s.pop(RUN_MARKER_ENV) for s in seen)
     expected = {"CACHETOOL_HOME": env["CACHETOOL_HOME"]}
     if user_seed is not None:
         expected["PYTHONHASHSEED"] = user_seed

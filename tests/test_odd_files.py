@@ -118,7 +118,7 @@ def test_ls_survives_and_escapes_hostile_names(odd_cache: Path) -> None:
     assert "\x1b" not in out  # no terminal escape reaches the terminal
     assert "[bold red]boom" in out and "\\x1b[31mred" in out and "\\xff\\xfe" in out
     err = proc.stderr.decode().strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("Hint: ") and "run `cachetool verify`" in err[0]
+    assert len(err) == 1 and err[0].startswith("Hint: ") and "run `cachetool verify --cache-dir " in err[0]
     doc = json.loads(
         subprocess.run(
             [sys.executable, "-m", "cachetool", "ls", str(odd_cache), "--json"],
