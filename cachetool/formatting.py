@@ -112,23 +112,27 @@ def short_path(path: str | os.PathLike[str], width: int | None = 80) -> str:
 
 
 def wrap_line(text: str, width: int) -> list[str]:
-    """`text` in lines of at most `width` columns, broken only at spaces (a path or a hash is
-    never split; one wider than `width` stands on its own line), continuation lines indented two
-    more than the first."""
+    """`text` in lines of at most `width` columns, broken only at spaces (a path, a hash or a
+    command in backticks is never split, so it pastes whole; one wider than `width` stands on its
+    own line), continuation lines indented two more than the first."""
     if len(text) <= width:
         return [text]
+    import re
     import textwrap
 
+    glue = "\x00"  # a space inside backticks, kept from textwrap
     body = text.lstrip(" ")
     lead = text[: len(text) - len(body)]
-    return textwrap.wrap(
+    body = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", glue), body)
+    lines = textwrap.wrap(
         body,
         width,
         initial_indent=lead,
         subsequent_indent=lead + "  ",
         break_long_words=False,
         break_on_hyphens=False,
-    ) or [text]
+    )
+    return [line.replace(glue, " ") for line in lines] or [text]
 
 
 def fit_paths(message: str, width: int) -> str:

@@ -55,6 +55,21 @@ def test_wrap_line_breaks_only_at_spaces() -> None:
     ]
 
 
+def test_wrap_line_keeps_a_command_in_backticks_whole() -> None:
+    """A hint like "move it aside with `cachetool verify --quarantine --cache-dir /data/hf`" is
+    pasted from the terminal: the command in backticks stays on one line."""
+    line = (
+        "        hint: move it aside with `cachetool verify --quarantine --cache-dir /data/hf`; "
+        "datasets will recompute it"
+    )
+    pieces = wrap_line(line, 80)
+    assert pieces == [
+        "        hint: move it aside with",
+        "          `cachetool verify --quarantine --cache-dir /data/hf`; datasets will",
+        "          recompute it",
+    ]
+
+
 def test_fit_paths_shortens_the_path_in_a_message_not_the_words() -> None:
     message = "cache directory not found: /srv/a/b/c/d/e/f/g/h/i/j/k/l/m/n/datasets."
     assert fit_paths(message, 50) == "cache directory not found: /srv/…/l/m/n/datasets."

@@ -219,3 +219,22 @@ def test_the_typed_records_serialize_exactly_what_the_writers_wrote(runs: Runs) 
                 assert parse_record(raw).to_json() == raw, raw
                 seen.add(raw["type"])
     assert {"transform", "root", "save", "source"} <= seen
+
+
+@pytest.mark.slow
+def test_a_file_an_internal_step_reused_keeps_its_parent(runs: Runs) -> None:
+    """Cache A ran the pipeline twice (the second run loaded every step from the cache):
+    `lineage` of the file `cast_column` wrote through its internal `map` still reaches the CSV
+    source, and does not say "parent not recorded — run the pipeline with `cachetool run`" (it
+    did, once the latest run had reused the file instead of writing it)."""
+    listing = json.loads(_ok(cachetool(runs, "ls", "--json", "--cache-dir", str(runs.a))))
+    written = {e["fingerprint"] for e in listing["entries"] if e["kind"] in ("derived", "indices")}
+    assert len(written) >= 4, listing["entries"]
+    for fp in sorted(written):
+        doc = _lineage(runs, fp, runs.a)
+        assert all(s["recorded"] for s in doc["steps"]), (fp, doc["steps"])
+        assert doc["steps"][0]["fingerprint"] == runs.fps["csv"], (fp, doc["steps"])
+    internal = [fp for fp in written if fp not in runs.fps.values()]
+    assert internal, written  # the file cast_column wrote under its internal map's fingerprint
+    step = _lineage(runs, internal[0], runs.a)["steps"][-1]
+    assert step["runs"] == 2 and step["hits"] == 1, step

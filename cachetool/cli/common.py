@@ -307,14 +307,16 @@ class Output:
             return short_path(path, None)
         return short_path(path, self.console.width if room is None else room)
 
-    def line(self, text: str = "", style: str | None = None) -> None:
-        """One line of text; wider than the terminal, it is wrapped at spaces only (paths and
-        hashes never split), continuation lines indented."""
+    def line(self, text: str = "", style: str | None = None, *, wrap: bool = True) -> None:
+        """One line of text; wider than the terminal, it is wrapped at spaces only (paths, hashes
+        and commands in backticks never split), continuation lines indented. `wrap=False` for a
+        line that is a command to paste: a wrapped one would run as several commands."""
         from rich.text import Text
 
         from cachetool.formatting import wrap_line
 
-        pieces = [safe_text(text)] if self.no_truncate else wrap_line(safe_text(text), self.console.width)
+        whole = self.no_truncate or not wrap
+        pieces = [safe_text(text)] if whole else wrap_line(safe_text(text), self.console.width)
         for piece in pieces:
             self.console.print(Text(piece, style=style or ""), soft_wrap=True)
 

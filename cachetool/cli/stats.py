@@ -125,6 +125,16 @@ def _seconds(s: float) -> str:
     return f"{s / 60:.1f} min"
 
 
+def _telling(groups: tuple[Group, ...]) -> tuple[Group, ...]:
+    """The groups with something to show: one whose steps wrote no file and lost no time (a
+    `select` of a range) would be a row of zeros; the totals count it, `--json` lists it."""
+    return tuple(
+        g
+        for g in groups
+        if g.counts.hits or g.counts.misses or g.counts.recompute_seconds or g.counts.bytes_written
+    )
+
+
 def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[str]]:
     rows = []
     for g in groups[:top]:
@@ -188,15 +198,16 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("recompute", "right"),
         ("written", "right"),
     ]
-    if r.call_sites:
+    sites, datasets = _telling(r.call_sites), _telling(r.datasets)
+    if sites:
         out.line("")
-        out.table("Per call site", [("call site", "left"), *cols[1:]], _group_rows(r.call_sites, top, True))
-    if r.datasets:
+        out.table("Per call site", [("call site", "left"), *cols[1:]], _group_rows(sites, top, True))
+    if datasets:
         out.line("")
-        out.table("Per dataset", [("dataset", "left"), *cols[1:]], _group_rows(r.datasets, top, False))
+        out.table("Per dataset", [("dataset", "left"), *cols[1:]], _group_rows(datasets, top, False))
     hidden = [
         f"{n - top} more {what}"
-        for n, what in ((len(r.call_sites), "call sites"), (len(r.datasets), "datasets"))
+        for n, what in ((len(sites), "call sites"), (len(datasets), "datasets"))
         if n > top
     ]
     if hidden:

@@ -209,8 +209,8 @@ def render(out: Output, report: object) -> None:
         out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
         where = out.path(rel(f.path), out.console.width - 11 - len(label))  # names whole
         out.line(f"        {label} · {where}", style="dim")
-        if f.hint:
-            out.line(f"        hint: {f.hint}", style="dim")
+        if f.hint:  # a command stays on one line, to paste as printed
+            out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint.startswith("cachetool "))
     if report.findings:
         out.line()
     for src, dst in report.quarantined:

@@ -166,6 +166,7 @@ class LineageGraph:
         self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
         self._hosts: dict[str, list[StepRecord]] = {}  # fp -> its origins from hosts not seen before
         self.records: list[StepRecord] = []
+        made_file: dict[str, list[StepRecord]] = {}  # fp -> its hidden internal origins with files
         for rec in records:
             if isinstance(rec, GcRecord):
                 for gone in rec.fingerprints:
@@ -176,6 +177,8 @@ class LineageGraph:
             if rec.internal and not include_internal:
                 if rec.is_origin and rec.result is not None:
                     self._internal[rec.result] = rec
+                    if rec.files:
+                        made_file.setdefault(rec.result, []).append(rec)
                 continue
             self.records.append(rec)
             fp = rec.result
@@ -198,11 +201,14 @@ class LineageGraph:
             if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
                 seen.append(rec)
         # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
-        # still a cache entry: its step stays reachable, marked internal.
-        for fp, rec in self._internal.items():
-            if fp not in self._origin and any(f.status == "written" for f in rec.files):
-                self._origin[fp] = rec
-                st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
+        # still a cache entry: its step stays reachable, marked internal, with every run that
+        # wrote or reused it (the latest run may well have loaded it from the cache).
+        for fp, made in made_file.items():
+            if fp in self._origin:
+                continue
+            self._origin[fp] = made[-1]
+            st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
+            for rec in made:
                 st[0] += 1
                 st[1] += rec.cache == "hit"
                 st[2] += rec.computed

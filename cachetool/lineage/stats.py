@@ -5,8 +5,8 @@ Counts come from the recorded steps (transform calls and source datasets; intern
 least one (a `num_proc` step that reused some shards is a partial miss). Steps that write no
 file (in-memory datasets, `select` with a list, `remove_columns`) are counted as steps, not as
 hits or misses. *Recompute time* is the recorded duration of misses of steps that had run
-before (same call site, or the same fingerprint): the time a better-kept cache would have
-saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
+before (same call site in an earlier run, or the same fingerprint): the time a better-kept
+cache would have saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
 in-memory dataset, `keep_in_memory=True`, `disable_caching()`, `load_from_cache_file=False`) run
 again every time: they are counted apart, and from their second run on their time is lost too.
 
@@ -318,7 +318,7 @@ def ledger_stats(
     total = _Acc()
     sites: dict[str, tuple[_Acc, tuple[str, str | None, int | None, str | None, str | None]]] = {}
     datasets: dict[str, _Acc] = {}
-    seen_sites: set[str] = set()
+    seen_sites: dict[str, set[str]] = {}  # call site -> the runs that ran a step there
     seen_fps: set[str] = set()
     saves = 0
     random: dict[tuple[str | None, str], int] = {}
@@ -327,9 +327,12 @@ def ledger_stats(
     for rec in all_steps:
         site = _site(rec)
         fp = rec.result
-        recomputed = site[0] in seen_sites or (fp is not None and fp in seen_fps)
+        # A call site counts as run before only from an earlier run: one call makes several
+        # steps there (train_test_split's two splits, a DatasetDict's splits, two maps on a line).
+        site_runs = seen_sites.get(site[0], set())
+        recomputed = bool(site_runs - {rec.run}) or (fp is not None and fp in seen_fps)
         if rec.type != "save":
-            seen_sites.add(site[0])
+            seen_sites.setdefault(site[0], set()).add(rec.run)
             if fp is not None:
                 seen_fps.add(fp)
         t = rec.time

@@ -386,11 +386,12 @@ class _Checker:
         )
         return no_source or folder in self.removed_folders
 
-    def indices(self, entries: Sequence[Entry], parents: dict[str, str | None]) -> None:
+    def indices(self, entries: Sequence[Entry], parents: dict[str, str | None], ledger: Ledger) -> None:
         """An indices mapping must point inside the data it indexes. The recorded parent tells
         which data that is; without a record, an index past the end of every data file in the
         folder is wrong whatever it indexes."""
         by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
+        by_path = {f.path: x for x in self.report.entries for f in x.files}
         for e in entries:
             if (
                 e.kind != Kind.INDICES
@@ -404,6 +405,8 @@ class _Checker:
                 continue
             parent_fp = parents.get(e.fingerprint or "")
             parent = by_fp.get(parent_fp or "")
+            if parent_fp and parent is None:
+                parent = _data_on_disk(parent_fp, ledger, by_fp, by_path)
             if parent_fp and parent is None:
                 self.orphan(e, f"the data it indexes ({parent_fp}) is no longer in the cache")
                 continue
@@ -698,7 +701,7 @@ def verify_cache(
     for e in entries:
         checker.entry(e)
     parents = {fp: u.parent for fp, u in ledger.usage().items()}
-    checker.indices(entries, parents)
+    checker.indices(entries, parents, ledger)
     if not fingerprints:
         _ledger_findings(checker, ledger)
     bytes_checked = 0
@@ -711,6 +714,30 @@ def verify_cache(
     return VerifyReport(
         report.root, tuple(findings), len(entries), files_checked, bytes_checked, deep, recorded
     )
+
+
+def _data_on_disk(
+    fp: str, ledger: Ledger, by_fp: dict[str, Entry], by_path: dict[Path, Entry]
+) -> Entry | None:
+    """The cache entry holding the data of the recorded step `fp` when no entry has its
+    fingerprint: a step that wrote no file (`select` of a range, `set_format`) holds its parent's
+    data, and one that wrote under another fingerprint (`cast_column` through its internal `map`)
+    holds the files its record lists. None when that data is gone."""
+    seen: set[str] = set()
+    while fp not in seen:
+        seen.add(fp)
+        if fp in by_fp:
+            return by_fp[fp]
+        made = [r for r in ledger.for_result(fp, include_internal=True) if r.is_origin]
+        if not made:
+            return None
+        rec = made[-1]
+        if rec.files:
+            return next((by_path[p] for f in rec.files if (p := Path(f.path)) in by_path), None)
+        if len(rec.parents) != 1:
+            return None
+        fp = rec.parents[0]
+    return None
 
 
 def _ledger_findings(checker: _Checker, ledger: Ledger) -> None:
