@@ -33,7 +33,7 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def test_indices_whose_data_gc_removed_are_orphans_not_errors(tmp_path: Path) -> None:
+def test_indices_whose_data_gc_removed_are_orphans_not_errors(tmp_path: Path, isolated_env: Path) -> None:
     """A shuffle's indices (up to 399) stay after `gc <source> --include-sources` removed the
     400-row split they index; the only data left in the folder has 10 rows. verify reports the
     indices as an orphan warning (exit 0), not "points past the end of every dataset";
