@@ -79,7 +79,7 @@ def test_verify_github_format_never_prints_raw_escape_sequences(tmp_path: Path) 
 # --- check-determinism: usage ---------------------------------------------------------------------
 
 
-def test_a_negative_timeout_is_a_usage_error(tmp_path: Path) -> None:
+def test_a_negative_timeout_is_a_usage_error(tmp_path: Path, isolated_env: Path) -> None:
     script = _script(tmp_path, "print('hi')\n")
     result = CliRunner().invoke(app, ["check-determinism", str(script), "--timeout", "-5"])
     assert result.exit_code == 2
@@ -261,7 +261,7 @@ def test_sigterm_stops_the_runs_and_removes_what_they_left(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_gc_temp_removes_the_folders_of_dead_checks_only(tmp_path: Path) -> None:
+def test_gc_temp_removes_the_folders_of_dead_checks_only(tmp_path: Path, isolated_env: Path) -> None:
     """`gc --temp` removes a `cachetool-determinism-<pid>-*` folder whose check is gone and keeps
     the one of a live check."""
     tmp = short_tmp_dir(tmp_path) / "t"

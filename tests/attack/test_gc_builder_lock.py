@@ -22,7 +22,7 @@ def _source_folder(root: Path) -> Path:
     return cache_file.parent
 
 
-def test_a_builder_folder_goes_under_its_builder_lock(tmp_path: Path) -> None:
+def test_a_builder_folder_goes_under_its_builder_lock(tmp_path: Path, isolated_env: Path) -> None:
     """While a process holds `<hash>_builder.lock` (a `load_dataset` preparing the folder again,
     which ends with `rmtree` of the old one), `gc --include-sources` keeps the source split, says
     why and exits 1; once the lock is free, the same command removes it. (Before, the two removed
