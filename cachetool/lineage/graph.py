@@ -277,7 +277,7 @@ class LineageGraph:
         args = [
             (name, a.repr)
             for name, a in sorted(rec.args.items())
-            if name not in _QUIET_ARGS and a.repr is not None
+            if name not in _QUIET_ARGS and a.repr is not None and not (name == "fn_kwargs" and a.repr == "{}")
         ]
         stats = st or [0, 0, 0, 0.0]
         root = rec.where or None
