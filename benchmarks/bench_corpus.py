@@ -81,8 +81,10 @@ def main() -> None:
     prefixes = [p for p in opts.only.split(",") if p]
     scripts = sorted(
         p
-        for p in CORPUS.glob("[cklm]*.py")
-        if "helpers" not in p.name and (not prefixes or p.name.startswith(tuple(prefixes)))
+        for p in CORPUS.glob("[ciklm]*.py")
+        if "helpers" not in p.name
+        and p.name != "corpus_data.py"
+        and (not prefixes or p.name.startswith(tuple(prefixes)))
     )
     modes = [m for m in opts.modes.split(",") if m]
     rows: list[dict[str, Any]] = []

@@ -33,9 +33,37 @@ def short_tmp_dir(base: Path) -> Path:
     return path
 
 
+#: The suite runs with HOME pointed here (and no XDG_* folders): nothing may be written into it.
+TEST_HOME = Path(tempfile.mkdtemp(prefix="cachetool-test-home-"))
+_XDG = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["HOME"] = str(TEST_HOME)
+    for k in _XDG:
+        os.environ.pop(k, None)
+
+
+def _home_contents() -> list[str]:
+    return sorted(p.relative_to(TEST_HOME).as_posix() for p in TEST_HOME.rglob("*"))
+
+
+@pytest.fixture(autouse=True)
+def _home_untouched() -> Iterator[None]:
+    """Every test (and every process it starts) leaves the home folder as it found it: empty. A
+    test that writes there would write into a real user's home (their cachetool state, a cache)."""
+    yield
+    written = _home_contents()
+    if written:
+        shutil.rmtree(TEST_HOME, ignore_errors=True)
+        TEST_HOME.mkdir(exist_ok=True)
+        pytest.fail(f"the test wrote into the home folder: {', '.join(written[:5])}", pytrace=False)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for path in _SHORT_TMP_DIRS:
         shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(TEST_HOME, ignore_errors=True)
 
 
 def hf_env(base: Path, **extra: str) -> dict[str, str]:

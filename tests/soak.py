@@ -10,6 +10,10 @@
             pipeline must never fail and gc must never print a traceback.
 
 Prints one line per failure and a summary; exits 1 if anything was lost.
+
+Another host's gc beside a live leased writer (PID and UTS namespaces) soaks through its test:
+
+    CACHETOOL_HOSTS_SOAK=40 python -m pytest tests/test_hosts.py -k live_leased -s
 """
 
 from __future__ import annotations

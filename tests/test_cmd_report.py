@@ -117,9 +117,12 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
     out = cache["base"] / "browser.html"
     proc = _cachetool(cache["env"], "report", "-o", str(out), "--no-verify")
     assert proc.returncode == 0, proc.stderr
+    home = cache["base"] / "browser-home"  # Chromium writes its profile and dconf cache in HOME
+    home.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
+            env={**os.environ, "HOME": str(home)},
             args=[
                 "--no-sandbox",
                 "--disable-gpu",

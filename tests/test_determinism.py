@@ -361,7 +361,8 @@ def test_help_documents_exit_codes_and_examples() -> None:
     result = CliRunner().invoke(app, ["check-determinism", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "Exit codes: 0" in result.stdout
-    assert "cachetool check-determinism prepare.py -- --split train" in result.stdout
+    assert "cachetool check-determinism prepare.py --split train --max-rows 1000" in result.stdout
+    assert "cachetool check-determinism prepare.py -- --runs 3" in result.stdout
 
 
 @pytest.mark.slow
@@ -399,6 +400,7 @@ def test_cli_json_document_and_script_args(
         "random_fingerprints",
         "masked_differences",
         "warnings",
+        "nothing_compared",
     }
 
 

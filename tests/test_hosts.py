@@ -51,13 +51,13 @@ WRITER = textwrap.dedent(
 )
 
 
-def _other_host() -> list[str]:
-    """The command prefix that runs a process on "another host"."""
+def _other_host(name: str = "node-7") -> list[str]:
+    """The command prefix that runs a process on "another host" called `name`."""
     if shutil.which("unshare") is None:
         pytest.fail("unshare (util-linux) is needed to simulate a second host")
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     namespaces = ["--pid", "--uts", "--fork", "--mount-proc"]
-    return ["unshare", *user, *namespaces, "sh", "-c", 'hostname node-7 && exec "$@"', "sh"]
+    return ["unshare", *user, *namespaces, "sh", "-c", 'hostname "$0" && exec "$@"', name]
 
 
 def on_other_host(base: Path, *args: str, ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
@@ -172,10 +172,10 @@ def test_without_a_lease_gc_on_another_host_removes_a_live_writers_file(base: Pa
 
 def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> None:
     """A leased writer SIGKILLed mid-map leaves a tmp file and its lease. On node-7 the lease is
-    live until it expires (CACHETOOL_LEASE_SECONDS=4): the tmp file stays. On this host the lease
+    live until it expires (CACHETOOL_LEASE_SECONDS=10): the tmp file stays. On this host the lease
     is checked against /proc: its process is gone, so gc here would remove the file at once. Once
     the lease expired, gc on node-7 removes the tmp file and the lease, and logs both."""
-    proc = _writer(base, leased=True, CACHETOOL_LEASE_SECONDS="4")
+    proc = _writer(base, leased=True, CACHETOOL_LEASE_SECONDS="10")
     try:
         _wait_for_tmp(base, proc)
         time.sleep(0.2)
@@ -211,7 +211,7 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
     assert {Path(i["path"]) for i in plan["items"]} >= leftovers
     assert [lease["state"] for lease in plan["leases"]] == ["dead"]
 
-    time.sleep(max(0.0, killed_at + 4.5 - time.time()))
+    time.sleep(max(0.0, killed_at + 10.5 - time.time()))
     doc = gc_from_other_host(base, "--min-age", "0", "-y")
     assert {Path(r["path"]) for r in doc["result"]["removed"]} >= leftovers
     assert [(r["pid"], r["host"]) for r in doc["result"]["leases_removed"]] == [(proc.pid, "vm")]
@@ -225,3 +225,114 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
     assert [(r["host"], r["paths"], r["reason"].split(": ")[1][:7]) for r in logged] == [
         ("node-7", [str(lease)], "expired")
     ]
+
+
+def test_on_its_own_host_a_live_lease_keeps_only_what_its_process_holds(base: Path) -> None:
+    """A traced process that idles (a notebook under `cachetool.tracing()`) holds a live lease; on
+    its own host that lease keeps nothing /proc does not show, so gc --temp still removes the
+    leftover of another writer killed beside it. From node-7 the same leftover stays (the lease
+    may be writing it)."""
+    idle = base / "idle.py"
+    idle.write_text("import time, datasets\nprint('ready', flush=True)\ntime.sleep(120)\n")
+    sleeper = subprocess.Popen(
+        [CACHETOOL, "run", str(idle)], env=hf_env(base), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert sleeper.stdout is not None and sleeper.stdout.readline().strip() == "ready"
+        proc = _writer(base, leased=False)
+        try:
+            _wait_for_tmp(base, proc)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        leftovers = _tmp_files(base)
+        there = gc_from_other_host(base, "--min-age", "0", "--dry-run")["plan"]
+        assert not {Path(i["path"]) for i in there["items"]} & leftovers
+        assert [(lease["pid"], lease["state"]) for lease in there["leases"]] == [(sleeper.pid, "live")]
+        here = subprocess.run(
+            [CACHETOOL, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--min-age", "0", "-y", "--json"],
+            env=hf_env(base),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        removed = {Path(r["path"]) for r in json.loads(here.stdout)["result"]["removed"]}
+        assert removed >= leftovers and not _tmp_files(base)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+PIPELINE = textwrap.dedent(
+    """\
+    import sys, time
+    from datasets import load_dataset
+
+    def slow(x):
+        time.sleep(0.005)
+        return {"v": x["id"] * 2}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    open(sys.argv[2], "w").close()
+    while len(__import__("glob").glob(sys.argv[3])) < 2:  # both hosts loaded: map at once
+        time.sleep(0.01)
+    print(ds.map(slow)._fingerprint)
+    """
+)
+
+
+def _pipeline(base: Path, host: str | None, ready: str) -> subprocess.Popen[str]:
+    script = base / "pipeline.py"
+    script.write_text(PIPELINE)
+    cmd = [CACHETOOL, "run", str(script), str(base / "data.csv"), str(base / ready), str(base / "ready-*")]
+    if host is not None:
+        cmd = [*_other_host(host), *cmd]
+    return subprocess.Popen(cmd, env=hf_env(base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
+    """The same pipeline starts on host `vm` and on `node-7` at once: both compute the same map.
+    `stats` reports that both runs computed it concurrently and the time one of them lost; a later
+    run on `node-9` loads it; `lineage` says where it was computed and where loaded."""
+    procs = [_pipeline(base, None, "ready-a"), _pipeline(base, "node-7", "ready-b")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    fps = {out.strip().splitlines()[-1] for out, _ in outs}
+    assert len(fps) == 1
+    fp = fps.pop()
+    (base / "ready-c").touch()
+    third = _pipeline(base, "node-9", "ready-c")
+    _, err = third.communicate(timeout=300)
+    assert third.returncode == 0, err[-2000:]
+
+    env = hf_env(base, COLUMNS="200")
+    got = subprocess.run([CACHETOOL, "stats", "--json"], env=env, capture_output=True, check=True)
+    stats = json.loads(got.stdout)
+    (dup,) = stats["concurrent"]["computations"]
+    assert (dup["fingerprint"], dup["operation"], dup["runs"]) == (fp, "map", 2)
+    assert dup["hosts"] == ["node-7", "vm"]
+    durations = sorted(c["duration"] for c in dup["computations"])
+    assert dup["lost_seconds"] == pytest.approx(durations[0]) and durations[0] > 1.0
+    assert stats["concurrent"]["lost_seconds"] == pytest.approx(dup["lost_seconds"])
+    assert set(stats["hosts"]) == {"vm", "node-7", "node-9"}
+    human = subprocess.run([CACHETOOL, "stats"], env=env, capture_output=True, text=True, check=True).stdout
+    assert f"2 runs computed {fp[:8]}… concurrently (node-7, vm);" in human
+
+    lineage = subprocess.run(
+        [CACHETOOL, "lineage", fp, "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    steps = [s for s in json.loads(lineage.stdout)["steps"] if s["fingerprint"] == fp]
+    assert steps and steps[0]["where"] in (
+        "computed on vm, node-7, loaded on node-9",
+        "computed on node-7, vm, loaded on node-9",
+    )
+    explain = subprocess.run(
+        [CACHETOOL, "explain", fp, "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    (why,) = json.loads(explain.stdout)["steps"]
+    (reason,) = why["reasons"]
+    hosts = {why["host"], why["compared_with"]["host"]}
+    assert reason["kind"] == "concurrent" and hosts == {"vm", "node-7"}
+    other = why["compared_with"]["host"]
+    assert reason["message"].startswith(f"another run on {other} was computing the same fingerprint at")

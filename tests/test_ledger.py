@@ -256,3 +256,30 @@ def test_deep_nesting_huge_lines_fifos_and_dev_zero_are_skipped(tmp_path: Path) 
     text = "\n".join(got.warnings)
     assert "nested too deeply" in text and "at most" in text
     assert text.count("not a regular file") == 2
+
+
+@pytest.mark.parametrize(
+    "command", [["lineage"], ["show"], ["explain"], ["pin"], ["gc", "--older-than", "1d", "--keep"], ["gc"]]
+)
+def test_an_ambiguous_prefix_lists_its_candidates_in_at_most_ten_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """30 recorded fingerprints share the prefix `ab`: every command that takes a fingerprint says
+    it is ambiguous (exit 2) with the candidates one per line, at most 10 lines in all."""
+    from typer.testing import CliRunner
+
+    from cachetool.cli.app import app
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    w = LedgerWriter()
+    for i in range(30):
+        w.append(str(root), _record(i, f"ab{i:014d}", "0" * 16))
+    w.close()
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(app, [*command, "ab", "--cache-dir", str(root)], catch_exceptions=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, result.stderr
+    assert lines[0].startswith("Error: 'ab' is ambiguous: it matches 30 entries")
+    assert 2 < len(lines) <= 10 and lines[1].strip().startswith("ab00000000000000")
+    assert lines[-1].strip() == "... and 22 more"

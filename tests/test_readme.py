@@ -74,7 +74,10 @@ def test_readme_demo_command_works_as_written(tmp_path: Path) -> None:
         for k, v in os.environ.items()
         if not k.startswith(("HF_", "CACHETOOL_", "VIRTUAL_ENV", "PYTHON"))
     }
+    # As a new user runs it, with no CACHETOOL_* set, but in a home of its own: the suite never
+    # writes into the real home folder (cachetool's state lands in <home>/.local/state/cachetool).
     env["TMPDIR"] = str(tmp_path)
+    env["HOME"] = str(tmp_path / "home")
     proc = subprocess.run(
         ["bash", "-c", demo_command], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
     )

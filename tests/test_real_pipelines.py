@@ -157,7 +157,12 @@ def test_a_fresh_cache_explains_its_own_run_not_another_caches(runs: Runs) -> No
     chain = json.loads(_ok(cachetool(runs, "lineage", runs.fps["map"], "--json", "--cache-dir", str(runs.b))))
     mapped = next(s for s in chain["steps"] if s["fingerprint"] == runs.fps["map"])
     assert (mapped["runs"], mapped["misses"], mapped["hits"]) == (1, 1, 0)
-    assert all(s["root"] == str(runs.b) for s in chain["steps"])
+    assert all(s["root"] == str(runs.b) and not s["foreign"] for s in chain["steps"])
+    both = json.loads(
+        _ok(cachetool(runs, "lineage", runs.fps["map"], "--json", "--all-roots", "--cache-dir", str(runs.b)))
+    )
+    mapped = next(s for s in both["steps"] if s["fingerprint"] == runs.fps["map"])
+    assert mapped["runs"] == 3  # asked for: A's two runs and B's, the latest labelled with its root
 
 
 def _lineage(runs: Runs, fp: str, cache: Path) -> dict[str, Any]:
@@ -195,3 +200,41 @@ def test_stats_counts_the_saves_of_a_pipeline(runs: Runs) -> None:
     assert doc["saves"] >= 1, doc
     human = _ok(cachetool(runs, "stats", "--cache-dir", str(runs.b)))
     assert "Saves 0" not in " ".join(human.split())
+
+
+@pytest.mark.slow
+def test_the_typed_records_serialize_exactly_what_the_writers_wrote(runs: Runs) -> None:
+    """Every line the tracer and gc wrote in both caches parses into its record class, and the
+    class writes it back as the same JSON object: a writer can build the classes instead of dicts
+    without changing a byte of meaning, and no field has two types."""
+    from cachetool.lineage.ledger import iter_segments
+    from cachetool.lineage.records import parse_record
+
+    roots = [runs.a, runs.b, runs.a.parent / "saved", runs.b.parent / "saved"]
+    seen: set[str] = set()
+    for root in roots:
+        for seg in iter_segments(root):
+            for line in seg.read_text(encoding="utf-8").splitlines():
+                raw = json.loads(line)
+                assert parse_record(raw).to_json() == raw, raw
+                seen.add(raw["type"])
+    assert {"transform", "root", "save", "source"} <= seen
+
+
+@pytest.mark.slow
+def test_a_file_an_internal_step_reused_keeps_its_parent(runs: Runs) -> None:
+    """Cache A ran the pipeline twice (the second run loaded every step from the cache):
+    `lineage` of the file `cast_column` wrote through its internal `map` still reaches the CSV
+    source, and does not say "parent not recorded — run the pipeline with `cachetool run`" (it
+    did, once the latest run had reused the file instead of writing it)."""
+    listing = json.loads(_ok(cachetool(runs, "ls", "--json", "--cache-dir", str(runs.a))))
+    written = {e["fingerprint"] for e in listing["entries"] if e["kind"] in ("derived", "indices")}
+    assert len(written) >= 4, listing["entries"]
+    for fp in sorted(written):
+        doc = _lineage(runs, fp, runs.a)
+        assert all(s["recorded"] for s in doc["steps"]), (fp, doc["steps"])
+        assert doc["steps"][0]["fingerprint"] == runs.fps["csv"], (fp, doc["steps"])
+    internal = [fp for fp in written if fp not in runs.fps.values()]
+    assert internal, written  # the file cast_column wrote under its internal map's fingerprint
+    step = _lineage(runs, internal[0], runs.a)["steps"][-1]
+    assert step["runs"] == 2 and step["hits"] == 1, step

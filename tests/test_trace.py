@@ -311,8 +311,8 @@ def test_a_missing_transform_method_is_reported_once_and_the_rest_is_traced(tmp_
     proc, warnings = _run_old(tmp_path, "arrow_dataset.Dataset.repeat", "arrow_dataset.Dataset.skip")
     assert len(warnings) == 1, proc.stderr
     assert "Dataset.repeat" in warnings[0] and "Dataset.skip" in warnings[0] and "not traced" in warnings[0]
-    records = read_ledger(tmp_path / "old.py.saved", include_internal=False).records
-    maps = [r for r in records if getattr(r, "operation", None) == "map"]
+    records = read_ledger(tmp_path / "old.py.saved").steps()
+    maps = [r for r in records if r.operation == "map"]
     assert len(maps) == 2 and maps[-1].result == proc.stdout.split()[-1]
 
 

@@ -80,7 +80,9 @@ def test_planted_leftovers_are_warnings_and_planted_damage_errors(real_cache: di
     warned = {f.kind for f in report.warnings}
     assert {"temp", "incomplete-prepare"} <= warned
     assert all(
-        "cachetool gc --temp" in f.hint for f in report.warnings if f.kind in ("temp", "incomplete-prepare")
+        f.hint.startswith(f"cachetool gc {f.path} --min-age 0 --cache-dir ")
+        for f in report.warnings
+        if f.kind in ("temp", "incomplete-prepare")
     )
 
 

@@ -18,7 +18,6 @@ its own file and renames it into place.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from dataclasses import dataclass
 
@@ -119,7 +118,7 @@ def _statfs_magic(path: str) -> int | None:
     if not os.path.exists("/proc/self/mounts"):
         return None  # not Linux: the struct differs
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the C library already loaded (no ldconfig run)
         buf = ctypes.create_string_buffer(256)  # sizeof(struct statfs) is 120 on 64-bit Linux
         if libc.statfs(os.fsencode(path), buf) != 0:
             return None

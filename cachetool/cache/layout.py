@@ -59,6 +59,22 @@ TEMP_DIR_RE = re.compile(r"^hf_datasets-[a-z0-9_]{8}$")
 GC_TRASH_PREFIX = ".cachetool-gc-"
 GC_TRASH_RE = re.compile(r"^\.cachetool-gc-(?P<pid>\d+)-\d+$")
 POOL_DIR_RE = re.compile(r"^pymp-[a-z0-9_]{8}$")
+#: The temp folder of a `cachetool check-determinism` run: `cachetool-determinism-<pid>-<random>`
+#: (older ones have no pid).
+CHECK_DIR_RE = re.compile(r"^cachetool-determinism-(?:(?P<pid>\d+)-)?[a-z0-9_]{8}$")
+
+
+def temp_folder_kind(name: str) -> str | None:
+    """What a temp-dir entry is to gc: "hf_datasets", "pymp", "determinism", or None (not ours)."""
+    if TEMP_DIR_RE.match(name):
+        return "hf_datasets"
+    if POOL_DIR_RE.match(name):
+        return "pymp"
+    if CHECK_DIR_RE.match(name):
+        return "determinism"
+    return None
+
+
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 INDICES_COLUMN = "indices"
 

@@ -92,7 +92,9 @@ def _register() -> None:
 
     from cachetool.cli import check_determinism
 
-    app.command("check-determinism", cls=HelpCommand)(check_determinism.check_determinism_command)
+    app.command("check-determinism", cls=HelpCommand, context_settings=check_determinism.CONTEXT_SETTINGS)(
+        check_determinism.check_determinism_command
+    )
 
     from cachetool.cli import lineage, run
 

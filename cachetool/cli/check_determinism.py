@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,12 +18,22 @@ from cachetool.cli.common import (
     handle_errors,
 )
 
+if TYPE_CHECKING:
+    from cachetool.determinism.runner import RunProgress
+
+#: Options after the script that check-determinism does not know go to the script.
+CONTEXT_SETTINGS = {"ignore_unknown_options": True}
+
 
 def check_determinism_command(
     script: Annotated[Path, typer.Argument(help="The pipeline script to run.", show_default=False)],
     script_args: Annotated[
         list[str] | None,
-        typer.Argument(help="Arguments for the script (put them after `--`).", show_default=False),
+        typer.Argument(
+            help="Arguments for the script, after it, as with `cachetool run`. Options check-determinism "
+            "knows are its own: put script arguments that clash with them after `--`.",
+            show_default=False,
+        ),
     ] = None,
     runs: Annotated[int, typer.Option("--runs", "-n", min=2, help="How many runs to compare.")] = 2,
     hash_seeds: Annotated[
@@ -70,6 +81,11 @@ def check_determinism_command(
     that differ only because of it are counted as its cascade. `cachetool.checkpoint(name, obj)`
     in any script adds its own values to the comparison.
 
+    The first run computes every step (caching off for that run), so a step that changes an
+    object a later step hashes (a tokenizer configured inside the mapped function, a vocabulary
+    built on the first call) is named even when the cache is warm: "the function's state differs
+    between a run that computed step N and one that loaded it from the cache".
+
     Exit codes: 0 every fingerprint matched; 1 a fingerprint differs; 2 the script failed, timed
     out, or the usage was wrong (the tail of its stderr is shown); 3 the only differences come
     from `datasets` falling back to a random fingerprint (an argument cannot be pickled, so that
@@ -79,7 +95,9 @@ def check_determinism_command(
 
         cachetool check-determinism prepare.py
 
-        cachetool check-determinism prepare.py -- --split train --max-rows 1000
+        cachetool check-determinism prepare.py --split train --max-rows 1000
+
+        cachetool check-determinism prepare.py -- --runs 3
 
         cachetool check-determinism prepare.py --hash-seeds 1,2
 
@@ -90,6 +108,28 @@ def check_determinism_command(
     fmt_used = choose_format(fmt, as_json, quiet)
     code = _check(script, list(script_args or []), runs, hash_seeds, timeout, isolated, jobs, fmt_used)
     raise typer.Exit(code)
+
+
+class _Progress:
+    """One status line on a terminal (stderr) while the runs go: which run, steps seen so far."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.shown = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, run: RunProgress) -> None:
+        state = "done" if run.finished else "running"
+        cold = ", cold" if run.cold else ""
+        text = (
+            f"check-determinism: run {run.index + 1} (PYTHONHASHSEED={run.hash_seed}{cold}) {state}, "
+            f"{run.steps} step(s) seen, {run.elapsed:.0f} s"
+        )
+        with self.lock:
+            pad = " " * max(0, self.shown - len(text))
+            self.stream.write("\r" + text + pad + ("\n" if run.finished else ""))
+            self.stream.flush()
+            self.shown = 0 if run.finished else len(text)
 
 
 def _parse_seeds(text: str | None) -> list[int] | None:
@@ -117,6 +157,8 @@ def _check(
     jobs: int | None,
     fmt: OutputFormat,
 ) -> int:
+    import sys
+
     from cachetool.determinism.render import github_lines, human_lines
     from cachetool.determinism.runner import check_determinism
 
@@ -126,9 +168,10 @@ def _check(
         script_args,
         runs=runs,
         hash_seeds=seeds,
-        timeout=timeout or None,
+        timeout=timeout,
         isolated=isolated,
         jobs=jobs,
+        progress=_Progress(sys.stderr) if sys.stderr.isatty() else None,
     )
     from cachetool.cli.common import warn
 
@@ -141,8 +184,6 @@ def _check(
         causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
         Output(fmt).ids(dict.fromkeys(c.step.location for c in causes))
     elif fmt == OutputFormat.github:
-        import sys
-
         for line in github_lines(report):
             sys.stdout.write(line + "\n")
         sys.stdout.flush()

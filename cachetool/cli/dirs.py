@@ -32,8 +32,8 @@ def dirs_command(
     Resolved in the same order as `datasets` itself: `--cache-dir`, `HF_DATASETS_CACHE`,
     `HF_HOME`, `XDG_CACHE_HOME`, default. Also the temp dir `datasets` puts `hf_datasets-*`
     folders in (`TMPDIR`, `TEMP`, `TMP`, system default) and the Hub cache (`HF_HUB_CACHE`),
-    where raw files of Hub datasets live (manage that one with `hf cache`). The `fs` column names
-    each folder's file system, marked `shared` for network and cluster ones (NFS, Lustre, GPFS,
+    where raw files of Hub datasets live (manage that one with `hf cache`). The `from` column also
+    names each existing folder's file system, marked `shared` for network and cluster ones (NFS, Lustre, GPFS,
     CephFS, CIFS, FUSE), where other hosts may write the same cache.
 
     **Examples**
@@ -79,17 +79,17 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     elif fmt == OutputFormat.quiet:
         out.ids(os.fsdecode(loc.path) for loc in locations)
     else:
-        sources = [loc.source + ("" if loc.exists else "; missing") for loc in locations]
+        # `from` says where the path came from and what holds it: its file system, or "missing".
+        sources = [
+            f"{loc.source}; {_fs_cell(systems[loc.path]) if loc.exists else 'missing'}".rstrip("; ")
+            for loc in locations
+        ]
         # Paths get the room the names and a folded `from` column leave; names are never split.
-        fs_cells = [_fs_cell(systems[loc.path]) for loc in locations]
-        room = out.console.width - 18 - 6 - min(24, max(len(s) for s in sources)) - max(map(len, fs_cells))
+        room = out.console.width - 18 - 4 - min(24, max(len(s) for s in sources))
         out.table(
             None,
-            [("location", "left"), ("path", "left"), ("from", "left"), ("fs", "left")],
-            [
-                (loc.name, out.path(loc.path, room), src, fs)
-                for loc, src, fs in zip(locations, sources, fs_cells, strict=True)
-            ],
+            [("location", "left"), ("path", "left"), ("from", "left")],
+            [(loc.name, out.path(loc.path, room), src) for loc, src in zip(locations, sources, strict=True)],
             widths={"location": (18, 18)},
             whole=("path",),
         )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cachetool.cli.common import (
+    AllRootsOption,
     CacheDirOption,
     JsonOption,
     Output,
@@ -53,6 +54,7 @@ def explain_command(
     ),
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    all_roots: AllRootsOption = False,
 ) -> None:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
@@ -87,7 +89,7 @@ def explain_command(
     Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
-    _explain(fingerprint, last, script, history, cache_dir, choose_format(fmt, as_json, quiet))
+    _explain(fingerprint, last, script, history, cache_dir, choose_format(fmt, as_json, quiet), all_roots)
 
 
 @handle_errors
@@ -98,6 +100,7 @@ def _explain(
     history: int,
     cache_dir: Path | None,
     fmt: OutputFormat,
+    all_roots: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.lineage.explain import explain_fingerprint, explain_run
@@ -110,9 +113,9 @@ def _explain(
         raise CachetoolError(f"no such script: {script}")
     root = Path(os.path.abspath(existing_root(cache_dir)))
     if fingerprint is not None:
-        report = explain_fingerprint(root, fingerprint, history=history)
+        report = explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
     else:
-        report = explain_run(root, script=script)
+        report = explain_run(root, script=script, all_roots=all_roots)
     out = Output(fmt)
     if fmt == OutputFormat.json:
         out.json(report.to_json())
@@ -160,7 +163,10 @@ def _stale_lines(out: Output, stale: StaleHit, indent: str) -> None:
 
 def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
     head = f"{s.step.label}  ->  {s.step.fingerprint}"
-    tail = [s.status]
+    c = s.compared_with
+    # On a shared cache the compared step may come from another node: say where each ran.
+    elsewhere = c is not None and bool(c.host and s.step.host and c.host != s.step.host)
+    tail = [f"{s.status} on {s.step.host}" if elsewhere else s.status]
     if s.duration is not None:
         tail.append(_seconds(s.duration))
     out.line(f"{head}  ({', '.join(tail)})", style="bold")
@@ -168,9 +174,9 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
         out.line(f"  at {_when(s.step.time)}, run {s.step.run}")
     for reason in s.reasons:
         _reason_lines(out, reason, "    ")
-    if detailed and s.compared_with is not None:
-        c = s.compared_with
-        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run})", style="dim")
+    if detailed and c is not None:
+        on = f", on {c.host}" if elsewhere else ""
+        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run}{on})", style="dim")
     if detailed and s.history:
         out.line("  Earlier:")
         for ref, reasons in s.history:

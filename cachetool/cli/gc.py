@@ -18,6 +18,7 @@ from cachetool.cli.common import (
     OutputFormat,
     QuietOption,
     choose_format,
+    error,
     handle_errors,
     hint,
     warn,
@@ -157,8 +158,9 @@ def gc_command(
 
         cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
 
-    Exit codes: 0 the plan ran (or there was nothing to do); 1 some item failed, or another gc is
-    running; 2 bad options, or confirmation needed (pass --yes).
+    Exit codes: 0 the plan ran (or there was nothing to do, also when nothing was selected);
+    1 some item failed, an entry named on the command line was kept, or another gc is running;
+    2 bad options, or confirmation needed (pass --yes).
     """
     _gc(
         fingerprints or [],
@@ -216,10 +218,6 @@ def parse_options(
         force_root=force_root,
         other_hosts_idle=other_hosts_idle,
     )
-    if not temp and not options.evicts:
-        raise CachetoolError(
-            "nothing to collect: pass --temp, --older-than, --max-size, --dataset or fingerprints"
-        )
     if tmp_dir is not None and not temp:
         raise CachetoolError("--tmp-dir only makes sense with --temp")
     return options
@@ -264,11 +262,22 @@ def _gc(
     )
     root = existing_root(cache_dir)
     out = Output(fmt, no_truncate=no_truncate)
+    if not options.temp and not options.evicts:
+        # An empty selection (`gc $(cachetool ls -q --filter …)` when nothing matches) is nothing
+        # to do, not a mistake: exit 0, and say so on stderr.
+        from cachetool.maintenance.gc import GcPlan
+
+        hint(NOTHING_SELECTED)
+        if fmt == OutputFormat.json:
+            out.json(gc_document(GcPlan(root, None, options, ()), None, dry_run))
+        return
     plan = plan_gc(root, options)
     for w in plan.warnings:
         warn(w)
     if dry_run:
         _show_plan(out, plan, dry_run=True, final=True)
+        for what, why in _named_but_kept(fingerprints, plan, None):
+            warn(f"{what} would be kept: {why}")
         return
     if not plan.items:
         from cachetool.maintenance.gc import GcResult
@@ -281,6 +290,7 @@ def _gc(
                 out.line(f"Removed the stale lease of {lease}.", style="dim")
         else:
             _show_result(out, result)
+        _fail_if_named_kept(fingerprints, plan, None)
         return
     if not yes:
         if fmt != OutputFormat.human or not sys.stdin.isatty():
@@ -298,8 +308,45 @@ def _gc(
         _show_plan(out, plan, dry_run=False, final=False)
     result = execute(plan)
     _show_result(out, result)
+    _fail_if_named_kept(fingerprints, plan, result)
     if result.exit_code != ExitCode.OK:
         raise typer.Exit(int(result.exit_code))
+
+
+#: What gc says when nothing was selected at all (exit 0; see docs/gc.md).
+NOTHING_SELECTED = (
+    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset given "
+    "(an empty `cachetool ls -q` selection selects nothing)"
+)
+
+
+def _named_but_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> list[tuple[str, str]]:
+    """(entry, reason) for each entry named on the command line that gc keeps."""
+    if not names:
+        return []
+
+    def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
+        ids = [x for x in (fp, *aliases) if x]
+        return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
+
+    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, (), s.path)]
+    if result is not None:
+        kept += [
+            (o.item.id, o.reason or o.status)
+            for o in (*result.skipped, *result.failed)
+            if named(o.item.fingerprint, o.item.aliases, o.item.path)
+        ]
+    return kept
+
+
+def _fail_if_named_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> None:
+    """Naming an entry asks for its removal: if gc keeps it, say why on stderr and exit 1."""
+    kept = _named_but_kept(names, plan, result)
+    if not kept:
+        return
+    for what, why in kept:
+        error(f"{what} was named but kept: {why}")
+    raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
 
 
 # ------------------------------------------------------------------------------------------
@@ -364,8 +411,12 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         return
     out.line(f"Cache: {out.path(plan.root, out.console.width - 7)}", style="bold")
     if plan.temp_dir is not None:
-        out.line(f"Temp dir: {out.path(plan.temp_dir, 40)} (only hf_datasets-* and pymp-*)", style="dim")
-    for note in plan.shared.notes() if plan.shared is not None else ():
+        out.line(
+            f"Temp dir: {out.path(plan.temp_dir, 40)} "
+            "(only hf_datasets-*, pymp-* and cachetool-determinism-*)",
+            style="dim",
+        )
+    for note in plan.shared.notes(dry_run=dry_run) if plan.shared is not None else ():
         out.line(note, style="dim")
     if plan.items:
         out.line()

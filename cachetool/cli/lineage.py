@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cachetool.cli.common import (
+    AllRootsOption,
     CacheDirOption,
     JsonOption,
     Output,
@@ -68,6 +69,7 @@ def lineage_command(
         bool, typer.Option("--internal", help="Include calls datasets makes itself (set_format, shards).")
     ] = False,
     cache_dir: CacheDirOption = None,
+    all_roots: AllRootsOption = False,
     fmt: Annotated[
         OutputFormat, format_option("dot", "mermaid", quiet="the steps' fingerprints, one a line")
     ] = OutputFormat.human,
@@ -78,10 +80,14 @@ def lineage_command(
 
     One step a line: operation, function (name @ file:line), key arguments, fingerprint, how many
     recorded runs hit or missed the cache, and whether its cache file exists now (size) or is gone.
-    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. A
+    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. Only
+    this cache's records count (another cache's runs of the same pipeline are not its hits), but a
     parent in another root (the cache a saved folder came from) is followed through the registry
-    of known roots. Lineage exists only for pipelines run under `cachetool run` (or
-    `cachetool.tracing()`); for other entries it says what the disk tells.
+    of known roots, and the saved folders made from this cache are followed too; such steps say
+    "recorded in <root>". `--all-roots` reads every known root. A file written by a call
+    `datasets` makes itself (`cast_column` runs `map`) keeps its step, marked as such. Lineage
+    exists only for pipelines run under `cachetool run` (or `cachetool.tracing()`); for other
+    entries it says what the disk tells.
 
     **Examples**
 
@@ -97,18 +103,29 @@ def lineage_command(
     or missing cache.
     """
     mode = "all" if all_ else "descendants" if descendants else "chain"
-    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet))
+    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet), all_roots)
 
 
 @handle_errors
-def _lineage(prefix: str, mode: str, internal: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _lineage(
+    prefix: str,
+    mode: str,
+    internal: bool,
+    cache_dir: Path | None,
+    fmt: OutputFormat,
+    all_roots: bool = False,
+) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
 
     root = existing_root(cache_dir)
-    report = scan_cache(root)
+    ledger = Ledger.load(root.expanduser().resolve(), all_roots=all_roots)
+    report = scan_cache(root, ledger=ledger)
     warnings: list[str] = []
-    view = lineage_view(report, prefix, mode=mode, include_internal=internal, warnings=warnings)
+    view = lineage_view(
+        report, prefix, mode=mode, include_internal=internal, warnings=warnings, ledger=ledger
+    )
     if fmt == OutputFormat.json:
         Output(fmt).json(view.to_json())
     elif fmt == OutputFormat.quiet:
@@ -147,6 +164,7 @@ def lineage_view(
     include_internal: bool = False,
     warnings: list[str] | None = None,
     all_roots: bool = False,
+    ledger: Ledger | None = None,
 ) -> LineageView:
     """The lineage of the fingerprint `prefix` names, in the cache `report` scanned.
 
@@ -155,7 +173,8 @@ def lineage_view(
     from cachetool.lineage.graph import load_graph
     from cachetool.lineage.ledger import Ledger
 
-    ledger = Ledger.load(report.root, all_roots=all_roots)
+    if ledger is None:
+        ledger = Ledger.load(report.root, all_roots=all_roots)
     graph = load_graph(ledger, include_internal=include_internal, warnings=warnings)
     fp, entry = resolve(report, graph, prefix, ledger)
     if mode == "descendants":
@@ -219,6 +238,8 @@ def _notes(step: Step) -> str:
         notes.append(f"saved to {path}")
     if step.deleted:
         notes.append(step.deleted)
+    if step.where:
+        notes.append(step.where)
     return "; ".join(notes)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -63,7 +65,10 @@ def report_warnings(report: CacheReport) -> None:
         return
     first = report.warnings[0]
     more = f" and {len(report.warnings) - 1} more" if len(report.warnings) > 1 else ""
-    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `cachetool verify` for details")
+    from cachetool.maintenance.hints import shell_command
+
+    verify = shell_command("verify", "--cache-dir", os.fsdecode(report.root))
+    hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `{verify}` for details")
 
 
 def _short(path: Path, root: Path) -> str:
@@ -165,7 +170,10 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
+    from cachetool.cache.scan import gc_paused
+
+    with gc_paused(freeze=True):
+        _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
 
 
 @handle_errors
@@ -191,7 +199,9 @@ def _ls(
     if limit is not None:
         entries = entries[:limit]
     if fmt == OutputFormat.json:
-        out.json(ls_document(report, entries, pinned))
+        out.json_pieces(
+            lambda: ls_document(report, entries, pinned), lambda: ls_document_text(report, entries, pinned)
+        )
     elif fmt == OutputFormat.quiet:
         out.ids(e.id for e in entries)
     else:
@@ -211,6 +221,30 @@ def ls_document(
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in report.totals().items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
+
+
+def ls_document_text(
+    report: CacheReport, entries: list[Entry], pinned: frozenset[str] = frozenset()
+) -> Iterator[str]:
+    """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
+    of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
+    at once."""
+    from cachetool.cache.query import is_pinned
+    from cachetool.cli.common import envelope
+
+    head = json.dumps(envelope(ls_document(report, [], pinned)), ensure_ascii=True)
+    cut = head.index('"entries": []') + len('"entries": [')
+    yield head[:cut]
+    for start in range(0, len(entries), 1000):
+        piece = ", ".join(
+            [
+                e.to_json_text()[:-1]
+                + (', "pinned": true}' if pinned and is_pinned(e, pinned) else ', "pinned": false}')
+                for e in entries[start : start + 1000]
+            ]
+        )
+        yield piece if start == 0 else ", " + piece
+    yield head[cut:]
 
 
 def render_human(
@@ -289,12 +323,14 @@ def _entry_table(
     longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
-    def width_of(cols: list[str]) -> int:
-        def natural(n: str) -> int:
-            longest = max([len(n), *(len(row[n]) for row in table_rows)])
-            return min(longest, widths[n][1]) if n in widths else longest
+    def natural(n: str) -> int:
+        longest = max([len(n), *(len(row[n]) for row in table_rows)])
+        return min(longest, widths[n][1]) if n in widths else longest
 
-        return sum(natural(n) for n in cols) + 2 * (len(cols) - 1)
+    natural_width = {n: natural(n) for n in names}  # once: a listing may hold 100k entries
+
+    def width_of(cols: list[str]) -> int:
+        return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
 
     if not out.no_truncate:
         room = out.console.width
@@ -306,6 +342,7 @@ def _entry_table(
             if column in names and width_of(names) > room:
                 for row in table_rows:
                     shorten(row)
+                natural_width[column] = natural(column)
         for column in ("cols", "files", "modified", "parent", "op"):
             if width_of(names) <= room:
                 break
@@ -340,10 +377,9 @@ def age_short(ts: float | None, now: float) -> str:
 def totals_line(report: CacheReport, shown: int) -> str:
     from cachetool.formatting import human_size
 
-    totals = report.totals()
+    totals = report.totals()  # once: it sums every entry
+    files = sum(n for n, _ in totals.values())
+    size = sum(b for _, b in totals.values())
     parts = [f"{k} {n} file{'s' if n != 1 else ''} {human_size(b)}" for k, (n, b) in totals.items()]
-    head = (
-        f"{shown} of {len(report.entries)} entries; cache holds {report.file_count} files, "
-        f"{human_size(report.size)}"
-    )
+    head = f"{shown} of {len(report.entries)} entries; cache holds {files} files, {human_size(size)}"
     return head + ("\nby kind: " + "; ".join(parts) if parts else "")

@@ -56,7 +56,9 @@ def stats_command(
     miss), the hit rate per call site and per dataset, the time spent computing misses and the
     part of it lost to recomputing steps that had run before, random fingerprints with their
     reasons, and the bytes written. `--zero` starts a new counting period without deleting any
-    record (`--all` looks past it). Needs pipelines run under `cachetool run`.
+    record (`--all` looks past it). Needs pipelines run under `cachetool run`. On a cache several
+    hosts share: steps per host, and the fingerprints two runs computed at the same time, with
+    the time lost.
 
     **Examples**
 
@@ -123,6 +125,16 @@ def _seconds(s: float) -> str:
     return f"{s / 60:.1f} min"
 
 
+def _telling(groups: tuple[Group, ...]) -> tuple[Group, ...]:
+    """The groups with something to show: one whose steps wrote no file and lost no time (a
+    `select` of a range) would be a row of zeros; the totals count it, `--json` lists it."""
+    return tuple(
+        g
+        for g in groups
+        if g.counts.hits or g.counts.misses or g.counts.recompute_seconds or g.counts.bytes_written
+    )
+
+
 def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[str]]:
     rows = []
     for g in groups[:top]:
@@ -164,6 +176,10 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("Saves", str(r.saves)),
         ("Bytes written", human_size(t.bytes_written)),
     ]
+    if len(r.hosts) > 1:
+        rows.insert(1, ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts)))
+    if r.concurrent:
+        rows.append(("Lost to concurrent runs", _seconds(r.concurrent_seconds)))
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         out.line(f"  {k.ljust(width)}{v}")
@@ -171,6 +187,9 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
             for reason in r.random:
                 arg = reason.argument or "the transform"
                 out.line(f"    {reason.count}× {arg}: {reason.error}")
+        if k == "Lost to concurrent runs":
+            for c in r.concurrent[:top]:
+                out.line(f"    {c.sentence()}")
     cols = [
         ("", "left"),
         ("hits", "right"),
@@ -179,15 +198,16 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("recompute", "right"),
         ("written", "right"),
     ]
-    if r.call_sites:
+    sites, datasets = _telling(r.call_sites), _telling(r.datasets)
+    if sites:
         out.line("")
-        out.table("Per call site", [("call site", "left"), *cols[1:]], _group_rows(r.call_sites, top, True))
-    if r.datasets:
+        out.table("Per call site", [("call site", "left"), *cols[1:]], _group_rows(sites, top, True))
+    if datasets:
         out.line("")
-        out.table("Per dataset", [("dataset", "left"), *cols[1:]], _group_rows(r.datasets, top, False))
+        out.table("Per dataset", [("dataset", "left"), *cols[1:]], _group_rows(datasets, top, False))
     hidden = [
         f"{n - top} more {what}"
-        for n, what in ((len(r.call_sites), "call sites"), (len(r.datasets), "datasets"))
+        for n, what in ((len(sites), "call sites"), (len(datasets), "datasets"))
         if n > top
     ]
     if hidden:

@@ -180,24 +180,16 @@ def _verify(
         shown = report.errors + (report.warnings if strict else ())
         out.ids(dict.fromkeys(f.entry or os.fsdecode(f.path) for f in shown))
     elif fmt == OutputFormat.github:
+        from cachetool.annotations import annotation
+
         for f in report.findings:
             level = {"error": "error", "warning": "warning", "info": "notice"}[f.severity.value]
             msg = f"{f.problem}" + (f" — {f.hint}" if f.hint else "")
-            sys.stdout.write(f"::{level} file={_gh(os.fsdecode(f.path))}::{_gh(msg)}\n")
+            sys.stdout.write(annotation(level, msg, file=os.fsdecode(f.path)) + "\n")
     else:
         render(out, report)
     if report.failed(strict):
         raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
-
-
-def _gh(text: str) -> str:
-    return (
-        text.replace("%", "%25")
-        .replace("\r", "%0D")
-        .replace("\n", "%0A")
-        .replace(":", "%3A")
-        .replace(",", "%2C")
-    )
 
 
 def render(out: Output, report: object) -> None:
@@ -217,8 +209,8 @@ def render(out: Output, report: object) -> None:
         out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
         where = out.path(rel(f.path), out.console.width - 11 - len(label))  # names whole
         out.line(f"        {label} · {where}", style="dim")
-        if f.hint:
-            out.line(f"        hint: {f.hint}", style="dim")
+        if f.hint:  # a command stays on one line, to paste as printed
+            out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint.startswith("cachetool "))
     if report.findings:
         out.line()
     for src, dst in report.quarantined:

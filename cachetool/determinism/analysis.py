@@ -67,6 +67,8 @@ class Step:
     status: str = "same"
     #: For a cascade step: the index of its cause in `Analysis.causes`.
     cause: int | None = None
+    #: The split the step made (``train``), when the runs recorded one.
+    split: str | None = None
 
     @property
     def differs(self) -> bool:
@@ -92,6 +94,7 @@ class Step:
             "parents": [list(p) for p in self.parents],
             "status": self.status,
             "cause": self.cause,
+            "split": self.split,
         }
 
 
@@ -230,7 +233,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
     masked_seen: set[tuple[Any, ...]] = set()
     # fingerprint (per run) -> index of the cause it descends from
     tainted: list[dict[str, int]] = [{} for _ in runs]
-    cascade_count: dict[int, set[str]] = {}
+    deferred: list[int] = []
     for index, row in enumerate(rows):
         file, line, function = _site(row[0])
         results = tuple(e.get("result") for e in row)
@@ -248,6 +251,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
             results=results,
             parents=parents,
             function_defined=_defined(row[0]),
+            split=str(row[0]["split"]) if row[0].get("split") is not None else None,
         )
         fallbacks = [e.get("random_fallback") for e in row]
         change = changes.get(index)
@@ -292,8 +296,6 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 and results[0] is not None
                 and results[0] != causes[inherited].step.results[0]
             ):
-                # Downstream fingerprints, counted once each (internal steps repeat their caller's).
-                cascade_count.setdefault(inherited, set()).add(results[0])
                 # A step of the cascade whose own arguments differ too: a second problem that would
                 # show up once the first is fixed.
                 own = _arg_diffs(row, skip_datasets=True)
@@ -308,6 +310,17 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                     masked_seen.add(key)
                     masked.append(Cause(step=step, kind="arguments", **own))
             cause_index = inherited
+        elif step.internal and any(
+            not other[0].get("internal") and tuple(e.get("result") for e in other) == results
+            for j, other in enumerate(rows)
+            if j != index
+        ):
+            # datasets' own step (`select(..., new_fingerprint=)` inside train_test_split) made the
+            # fingerprint of a call the user made: that call is the cause, never this step.
+            step = _replace(step, status="cascade")
+            deferred.append(index)
+            steps.append(step)
+            continue
         else:
             cause_index = len(causes)
             if any(fallbacks):
@@ -327,19 +340,52 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
                 kind = "arguments" if diffs["differing_args"] else "unexplained"
                 cause = Cause(step=step, kind=kind, **diffs)
                 step = _replace(step, status="cause", cause=cause_index)
-            causes.append(_replace_cause(cause, step=step))
+            repeated = next((i for i, c in enumerate(causes) if _same_story(c, cause)), None)
+            if repeated is not None:
+                # The same call and culprit again (the other split of a DatasetDict.map, the test
+                # output of train_test_split): part of the first, not a cause of its own.
+                cause_index = repeated
+                step = _replace(step, status="cascade", cause=repeated)
+            else:
+                causes.append(_replace_cause(cause, step=step))
         if step.differs:
             for k, fp in enumerate(results):
                 if fp is not None:
                     tainted[k][fp] = cause_index
         steps.append(step)
-    final = tuple(_replace_cause(c, cascade=len(cascade_count.get(i, ()))) for i, c in enumerate(causes))
+    for index in deferred:
+        twin = next(
+            (
+                s
+                for s in steps
+                if not s.internal and s.results == steps[index].results and s.cause is not None
+            ),
+            None,
+        )
+        steps[index] = _replace(steps[index], cause=twin.cause if twin is not None else None)
+    # Downstream of a cause: the steps the user made whose fingerprint differs because of it, so
+    # that "N differ" = causes + downstream (+ random fallbacks).
+    downstream = [
+        sum(1 for s in steps if s.status == "cascade" and s.cause == i and s.differs and not s.internal)
+        for i in range(len(causes))
+    ]
+    final = tuple(_replace_cause(c, cascade=downstream[i]) for i, c in enumerate(causes))
     return Analysis(
         steps=tuple(steps),
         causes=final,
         unaligned=unaligned,
         hidden_random=tuple(hidden_random),
         masked=tuple(masked),
+    )
+
+
+def _same_story(a: Cause, b: Cause) -> bool:
+    """Two causes at one call site with the same kind, arguments and culprits (one call made twice)."""
+    return (
+        (a.step.file, a.step.line, a.step.operation, a.kind, a.differing_args)
+        == (b.step.file, b.step.line, b.step.operation, b.kind, b.differing_args)
+        and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
+        and a.kind not in ("source", "unexplained")
     )
 
 

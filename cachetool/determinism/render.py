@@ -65,7 +65,8 @@ def _variation(cause: Cause) -> str | None:
 def _step_name(step: Step) -> str:
     where = f"{_relative(step.file)}:{step.line}" if step.file else "?"
     what = f"{step.operation} {step.function}" if step.function else step.operation
-    return f"step {step.index + 1} ({what} at {where})"
+    split = f" on split {step.split}" if step.split else ""
+    return f"step {step.index + 1} ({what}{split} at {where})"
 
 
 def cause_lines(cause: Cause) -> list[str]:
@@ -163,6 +164,8 @@ def human_lines(report: DeterminismReport) -> list[str]:
     """The whole report for a person (the CLI escapes and prints each line)."""
     seeds = ", ".join(str(r.hash_seed) for r in report.runs)
     mode = "isolated caches" if report.isolated else "shared cache"
+    if any(r.cold for r in report.runs):
+        mode += ", run 1 cold"
     n = len(report.runs)
     lines = [
         f"{report.script}: {report.verdict} ({n} run{'' if n == 1 else 's'}, PYTHONHASHSEED {seeds}; {mode})"
@@ -180,8 +183,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
     analysis = report.analysis
     if analysis is None:
         return lines
-    compared = len(analysis.steps)
-    differing = sum(1 for s in analysis.steps if s.differs)
+    # The steps the user made (datasets' internal ones repeat their caller's fingerprints).
+    compared = sum(1 for s in analysis.steps if not s.internal)
+    differing = sum(1 for s in analysis.steps if s.differs and not s.internal)
     for cause in analysis.deterministic_causes:
         lines.append("")
         lines.extend(cause_lines(cause))
@@ -198,6 +202,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
         summary += f"; {len(analysis.deterministic_causes)} cause(s)"
     if analysis.random_causes:
         summary += f"; {len(analysis.random_causes)} random fingerprint(s)"
+    downstream = sum(c.cascade for c in analysis.causes)
+    if downstream:
+        summary += f", {downstream} downstream"
     lines.append(summary)
     if report.exit_code != 0:
         lines.append(
@@ -206,38 +213,36 @@ def human_lines(report: DeterminismReport) -> list[str]:
     return lines
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def github_lines(report: DeterminismReport) -> list[str]:
     """``::error file=...,line=...::message`` workflow commands, one per cause (GitHub Actions)."""
+    from cachetool.annotations import annotation
+
     out: list[str] = []
     failed = report.failed_run
     if failed is not None:
         tail = failed.stderr_tail.splitlines()[-1:] or [""]
+        what = "timed out" if failed.timed_out else f"failed (exit {failed.returncode})"
         out.append(
-            f"::error file={_escape_property(report.script)}::"
-            + _escape_data(f"check-determinism: the script failed (exit {failed.returncode}): {tail[0]}")
+            annotation("error", f"check-determinism: the script {what}: {tail[0]}", file=report.script)
         )
         return out
     analysis = report.analysis
     if analysis is None:
         return out
+    if report.nothing_compared is not None:
+        return [annotation("error", f"check-determinism: {report.nothing_compared}", file=report.script)]
     for cause in (*analysis.deterministic_causes, *analysis.random_causes):
-        props = []
-        if cause.step.file:
-            props.append(f"file={_escape_property(os.path.relpath(cause.step.file))}")
-        if cause.step.line is not None:
-            props.append(f"line={cause.step.line}")
         title = "random fingerprint" if cause.kind == "random" else "fingerprint not deterministic"
-        props.append(f"title={_escape_property(title)}")
         message = "\n".join(cause_lines(cause)[1:]) or _what(cause)
-        out.append(f"::error {','.join(props)}::{_escape_data(_what(cause) + ': ' + message.strip())}")
+        out.append(
+            annotation(
+                "error",
+                _what(cause) + ": " + message.strip(),
+                file=os.path.relpath(cause.step.file) if cause.step.file else None,
+                line=cause.step.line,
+                title=title,
+            )
+        )
     if not out:
-        out.append(f"::notice::{_escape_data(f'{report.script}: every fingerprint matched')}")
+        out.append(annotation("notice", f"{report.script}: every fingerprint matched"))
     return out

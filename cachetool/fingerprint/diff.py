@@ -40,7 +40,8 @@ class Culprit:
     #: One digest per run (None where the part could not be pickled).
     digests: tuple[str | None, ...]
     #: What kind of difference this is: ``set-order``, ``order``, ``timestamp``, ``uuid``,
-    #: ``temp-path``, ``address``, ``code``, ``random-state``, ``value``.
+    #: ``temp-path``, ``address``, ``code``, ``source-file``, ``lines``, ``random-state``,
+    #: ``cache-state``, ``value``.
     kind: str
     hint: str
     #: When the differences sit in several places, each of them (paths below the argument).
@@ -320,7 +321,19 @@ def hint_for(
         )
     if type_name.split(".")[-1] in ("datetime", "date", "time", "Timestamp"):
         return "timestamp", f"a timestamp ({type_name}) is taken at run time: {_RUNTIME}"
-    if type_name == "code" or last in ("bytecode", "linetable", "names", "varnames"):
+    if last == "filename":
+        names = " → ".join(dict.fromkeys(r.strip("'\"") for r in reprs))
+        return "source-file", (
+            f"the function is the same but its source file changed ({names}), which datasets hashes "
+            "(a function's code keeps its file name): run the script under one name, or define the "
+            "function in a module both scripts import."
+        )
+    if last == "linetable":
+        return "lines", (
+            "the function's code is the same but its lines moved inside it (a blank or comment line "
+            "added or removed), which datasets hashes (line numbers from the function's first line)."
+        )
+    if type_name == "code" or last in ("bytecode", "names", "varnames"):
         return "code", "the function's code differs between runs: is it generated or edited at run time?"
     runtime = _RUNTIME
     if _ADDRESS.search(joined):

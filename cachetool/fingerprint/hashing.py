@@ -20,7 +20,15 @@ from typing import Any
 
 import xxhash
 
-__all__ = ["HashError", "dumps", "hash_bytes", "hash_object", "try_hash", "using_datasets_pickler"]
+__all__ = [
+    "HashError",
+    "dumps",
+    "hash_bytes",
+    "hash_object",
+    "pickled_filename",
+    "try_hash",
+    "using_datasets_pickler",
+]
 
 
 class HashError(Exception):
@@ -94,6 +102,21 @@ def try_hash(obj: Any) -> tuple[str | None, str | None]:
         return None, describe_exception(e)
 
 
+def pickled_filename(code: CodeType) -> str:
+    """The file name `datasets` keeps in a code object's pickle: the base name of its file, or ""
+    for a lambda, a notebook cell or a ``<string>``. Renaming a script changes it, so every
+    function defined in it hashes differently."""
+    name = code.co_filename
+    parts = name.split(os.path.sep)
+    if (
+        name.startswith("<")
+        or (len(parts) > 1 and parts[-2].startswith("ipykernel_"))
+        or code.co_name == "<lambda>"
+    ):
+        return ""
+    return os.path.basename(name)
+
+
 # --- the replica of datasets.utils._dill, used when datasets is not imported -----------------------
 
 _REPLICA: type | None = None
@@ -142,16 +165,7 @@ def _replica_pickler() -> type:
         pickler.save_reduce(set, args, obj=obj)
 
     def save_code(pickler: Any, obj: CodeType) -> None:
-        co_filename = (
-            ""
-            if obj.co_filename.startswith("<")
-            or (
-                len(obj.co_filename.split(os.path.sep)) > 1
-                and obj.co_filename.split(os.path.sep)[-2].startswith("ipykernel_")
-            )
-            or obj.co_name == "<lambda>"
-            else os.path.basename(obj.co_filename)
-        )
+        co_filename = pickled_filename(obj)
         args: tuple[Any, ...]
         if hasattr(obj, "co_exceptiontable"):  # Python 3.11+
             args = (

@@ -41,7 +41,7 @@ from typing import Any
 
 import xxhash
 
-from cachetool.fingerprint.hashing import try_hash
+from cachetool.fingerprint.hashing import pickled_filename, try_hash
 
 __all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_ITEMS", "DEFAULT_MAX_NODES", "build_tree", "iter_nodes"]
 
@@ -423,6 +423,7 @@ def _code_children(code: types.CodeType) -> Iterator[tuple[str, Any]]:
     yield "names", code.co_names
     yield "varnames", code.co_varnames
     yield "linetable", code.co_linetable
+    yield "filename", pickled_filename(code)
 
 
 def _class_children(cls: type) -> Iterator[tuple[str, Any]]:

@@ -13,6 +13,7 @@ kind                      meaning
 ``argument``              an argument's value changed (``fn_kwargs['threshold']`` 0.5 → 0.6)
 ``function``              another function was passed
 ``function-source``       the function's code changed (with the lines)
+``source-file``           the same function from another file (the script renamed or moved)
 ``nondeterministic``      the same code pickles differently in every process (a frozenset,
                           an address): not a change of the user's
 ``non-semantic``          only arguments that do not change the result (``writer_batch_size``)
@@ -23,6 +24,8 @@ kind                      meaning
 ``versions``              `datasets` hashes the step differently (another release)
 ``same-fingerprint``      the fingerprint is not new: the cache file was gone (deleted, or
                           ``load_from_cache_file=False``)
+``concurrent``            another run (on this or another host) was computing the same
+                          fingerprint at the same time: neither could reuse the other's file
 ``first-run``             nothing to compare with
 ``unexplained``           no recorded argument differs
 ========================  ==================================================================
@@ -145,6 +148,7 @@ class StepRef:
     line: int | None
     time: float | None
     run: str | None
+    host: str | None = None
 
     @classmethod
     def of(cls, rec: StepRecord) -> StepRef:
@@ -158,6 +162,7 @@ class StepRef:
             line=site.line if site else None,
             time=rec.time,
             run=rec.run or None,
+            host=rec.host,
         )
 
     @property
@@ -179,6 +184,7 @@ class StepRef:
             "call_site": {"file": self.file, "line": self.line},
             "time": self.time,
             "run": self.run,
+            "host": self.host,
         }
 
 
@@ -249,10 +255,21 @@ class StaleHit:
     reused_run: str | None
     changes: tuple[SourceChange, ...]
     step: StepRef
+    #: The cache root it was found in (so the hint names it).
+    root: str | None = field(default=None, compare=False)
 
     @property
     def file_name(self) -> str:
         return os.path.basename(self.files[0]) if self.files else f"cache-{self.fingerprint}"
+
+    @property
+    def gc_command(self) -> str:
+        """The command that removes this entry now (min-age 0: it was just found stale)."""
+        from cachetool.maintenance.hints import gc_command
+
+        if self.root is None:
+            return f"cachetool gc {self.fingerprint} --min-age 0"
+        return gc_command(self.root, self.fingerprint)
 
     @property
     def message(self) -> str:
@@ -276,7 +293,7 @@ class StaleHit:
         return (
             "datasets hashes functions from your own modules by name, not by code: pass "
             "new_fingerprint= (or a version argument) to the step, or delete the entry "
-            f"(`cachetool gc {self.fingerprint}`)"
+            f"(`{self.gc_command}`)"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -412,8 +429,13 @@ class LedgerView:
         root: Path,
         records: Iterable[LedgerRecord],
         warnings: Sequence[str] = (),
+        ledger: Ledger | None = None,
+        *,
+        all_roots: bool = False,
     ) -> None:
         self.root = root
+        self.ledger = ledger
+        self.all_roots = all_roots  # records of other roots count as this root's
         self.warnings = tuple(warnings)
         self.sources: dict[str, str] = {}
         self.steps: list[StepRecord] = []
@@ -431,7 +453,7 @@ class LedgerView:
 
     def own(self, rec: StepRecord) -> bool:
         """The record was read from this root's ledger (not followed into another root)."""
-        return rec.read_from is None or Path(rec.read_from) == self.root
+        return self.all_roots or rec.read_from is None or Path(rec.read_from) == self.root
 
     def first_run(self, rec: StepRecord) -> bool:
         """No run of this root was recorded before `rec`'s run: the cache started empty."""
@@ -463,9 +485,11 @@ class LedgerView:
         t = rec.time
         key_site = _site_key(rec)
         key_fn = _fn_key(rec)
+        key_moved = _moved_key(rec)
         fp = rec.result
         same_site: list[StepRecord] = []
         same_fn: list[StepRecord] = []
+        moved: list[StepRecord] = []
         for other in self.steps:
             if other is rec or other.time >= t or other.result == fp or other.run == rec.run:
                 continue
@@ -475,7 +499,10 @@ class LedgerView:
                 same_site.append(other)
             elif key_fn is not None and _fn_key(other) == key_fn:
                 same_fn.append(other)
-        found = same_site or same_fn
+            elif key_moved is not None and _moved_key(other) == key_moved:
+                moved.append(other)
+        # The same function (same code) from another file: the script was renamed or moved.
+        found = same_site or same_fn or moved
         found.sort(key=lambda r: r.time, reverse=True)
         parents = rec.parents
         out: list[StepRecord] = []
@@ -511,7 +538,7 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     """The ledger of `root` (a loaded `Ledger`, or a root to load), indexed: its own records, plus
     the origins of inputs recorded in other roots (every known root with `all_roots`)."""
     ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
-    return LedgerView(ledger.root, ledger.records, ledger.warnings)
+    return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
 
 
 def _line(item: FunctionRef) -> int:
@@ -530,6 +557,13 @@ def _fn_key(rec: StepRecord) -> tuple[Any, ...] | None:
     if fn is None or not fn.qualname:
         return None
     return (rec.operation, fn.qualname, fn.file)
+
+
+def _moved_key(rec: StepRecord) -> tuple[Any, ...] | None:
+    fn = rec.function
+    if fn is None or not fn.qualname or not fn.code_hash:
+        return None
+    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
 
 
 def _has_summaries(rec: StepRecord) -> bool:
@@ -822,6 +856,20 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
             )
         ]
     code_a, code_b = fa.code_hash, fb.code_hash
+    file_a, file_b = (os.path.basename(f.file or "") for f in (fa, fb))
+    if code_a and code_a == code_b and file_a != file_b and fb.qualname != "<lambda>":
+        return [
+            Reason(
+                "source-file",
+                f"the function `{fb.qualname}` is the same but its source file changed "
+                f"({file_a} → {file_b}), which datasets hashes (a function's code keeps its file name)",
+                argument="function",
+                path="function",
+                before=file_a,
+                after=file_b,
+                hint="run the script under one name, or define the function in a module both scripts import",
+            )
+        ]
     changed = code_a != code_b if code_a and code_b else fa.source_hash != fb.source_hash
     if changed:
         lines = _line_changes(view, fa, fb)
@@ -899,6 +947,11 @@ def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> li
 # ------------------------------------------------------------------------------------------
 
 
+def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
+    """` on node-3` when `other` ran on another host than `rec` (a shared cache), else ""."""
+    return f" on {other.host}" if other.host and rec.host and other.host != rec.host else ""
+
+
 def _status(rec: StepRecord) -> str:
     return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(rec.cache, "no file")
 
@@ -917,12 +970,23 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     elif rec.random_fallback is not None:
         reasons = (_random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False),)
         compared = StepRef.of(siblings[0]) if siblings else None
+    elif same is not None and rec.computed and same.computed and same.end > rec.time:
+        reasons = (
+            Reason(
+                "concurrent",
+                f"another run{_on_other_host(same, rec)} was computing the same fingerprint at the "
+                f"same time (from {_clock(same.time)} to {_clock(same.end)}): neither could reuse the "
+                "other's file",
+            ),
+        )
+        compared = StepRef.of(same)
     elif same is not None and rec.computed:
         gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
         reasons = (
             Reason(
                 "same-fingerprint",
-                f"its fingerprint is not new (also made at {_clock(same.time)}); {gone} gone "
+                f"its fingerprint is not new (also made at {_clock(same.time)}{_on_other_host(same, rec)}); "
+                f"{gone} gone "
                 "(deleted, cleaned up, or load_from_cache_file=False)",
             ),
         )
@@ -955,28 +1019,53 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
 
 
 def resolve_fingerprint(view: LedgerView, prefix: str) -> str:
-    """The recorded fingerprint `prefix` names; a cache file name or path works too."""
+    """The recorded fingerprint `prefix` names, by the one naming rule
+    (`cachetool.lineage.ledger.resolve`: path, exact fingerprint or alias, unique prefix); a cache
+    file's name works too. An entry whose own fingerprint is not recorded resolves to the one of
+    its fingerprints that is (after `load_from_disk`, the alias)."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import resolve
+
     m = re.search(r"cache-([^/\\]+?)(?:_\d{5}_of_\d{5})?\.arrow$", prefix)
-    if m:
+    if m and os.sep not in prefix:
         prefix = m.group(1)
-    if prefix in view.by_result:
-        return prefix
-    matches = sorted(fp for fp in view.by_result if fp.startswith(prefix))
-    if not matches:
-        raise UnknownFingerprint(prefix, view.root)
-    if len(matches) > 1:
-        raise AmbiguousFingerprint(prefix, matches)
-    return matches[0]
+    ledger = view.ledger or Ledger.load(view.root, follow=False)
+    try:
+        report = scan_cache(view.root, use_index=True, ledger=ledger)
+    except CachetoolError:
+        report = None
+    if report is None:
+        matches = sorted(fp for fp in view.by_result if fp == prefix) or sorted(
+            fp for fp in view.by_result if fp.startswith(prefix)
+        )
+        if not matches:
+            raise UnknownFingerprint(prefix, view.root)
+        if len(matches) > 1:
+            raise AmbiguousFingerprint(prefix, matches)
+        return matches[0]
+    got = resolve(prefix, report, ledger, recorded=view.by_result)
+    if got.fingerprint not in view.by_result and got.entry is not None:
+        e = got.entry
+        return next(
+            (fp for fp in (e.fingerprint, *e.aliases) if fp and fp in view.by_result), got.fingerprint
+        )
+    return got.fingerprint
 
 
 def explain_fingerprint(
-    root: str | os.PathLike[str], fingerprint: str, *, history: int = 3, view: LedgerView | None = None
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    history: int = 3,
+    view: LedgerView | None = None,
+    all_roots: bool = False,
 ) -> ExplainReport:
     """Why the step that made `fingerprint` (a unique prefix is enough) was computed: its latest
     computation compared with the siblings before it, most recent first, plus stale reuses.
 
-    The Python side of `cachetool explain FINGERPRINT`."""
-    view = view or load_view(root)
+    The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
+    every known cache root too (`--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
     fp = resolve_fingerprint(view, fingerprint)
     recs = [r for r in view.by_result[fp] if fp not in r.parents and view.own(r)] or [
         r for r in view.by_result[fp] if fp not in r.parents
@@ -1026,13 +1115,14 @@ def explain_run(
     *,
     script: str | os.PathLike[str] | None = None,
     view: LedgerView | None = None,
+    all_roots: bool = False,
 ) -> ExplainReport:
     """Every step of a run that computed its result, each with its reason ("first time this step
     ran" when there is nothing to compare with), and the stale hits of the run. The latest run
     of the root (or of `script`) unless `run` names one.
 
-    The Python side of `cachetool explain --last` / `--script`."""
-    view = view or load_view(root)
+    The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
     run_id = run or last_run(view, script)
     records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
     if not records:
@@ -1170,7 +1260,7 @@ def stale_hits(
                 )
             )
     out.sort(key=lambda s: (s.computed_at or 0.0, s.fingerprint))
-    return out
+    return [replace(s, root=root_abs) for s in out]
 
 
 def _disk_changes(

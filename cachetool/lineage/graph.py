@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.formatting import human_size, iso_time
+from cachetool.lineage.hosts import where_sentence
 from cachetool.lineage.ledger import Ledger
 from cachetool.lineage.records import (
     CallSite,
@@ -74,6 +75,7 @@ class Step:
     last_used: float | None = None
     saved_to: tuple[str, ...] = ()  # save_to_disk folders that hold this fingerprint
     deleted: str | None = None  # "deleted by gc <time>: <reason>" when gc removed its files
+    where: str | None = None  # "computed on node-3, loaded on node-7" when several hosts ran it
     record: StepRecord | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -142,6 +144,7 @@ class Step:
             "used": iso_time(self.last_used),
             "saved_to": list(self.saved_to),
             "deleted": self.deleted,
+            "where": self.where,
         }
 
 
@@ -161,7 +164,9 @@ class LineageGraph:
         self._saved: dict[str, list[str]] = {}
         self._removed: dict[str, GcRecord] = {}  # fp -> the latest gc record that removed its files
         self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
+        self._hosts: dict[str, list[StepRecord]] = {}  # fp -> its origins from hosts not seen before
         self.records: list[StepRecord] = []
+        made_file: dict[str, list[StepRecord]] = {}  # fp -> its hidden internal origins with files
         for rec in records:
             if isinstance(rec, GcRecord):
                 for gone in rec.fingerprints:
@@ -172,6 +177,8 @@ class LineageGraph:
             if rec.internal and not include_internal:
                 if rec.is_origin and rec.result is not None:
                     self._internal[rec.result] = rec
+                    if rec.files:
+                        made_file.setdefault(rec.result, []).append(rec)
                 continue
             self.records.append(rec)
             fp = rec.result
@@ -190,12 +197,18 @@ class LineageGraph:
             st[1] += rec.cache == "hit"
             st[2] += rec.computed
             self._origin[fp] = rec  # records come oldest first: the latest origin wins
+            seen = self._hosts.setdefault(fp, [])
+            if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
+                seen.append(rec)
         # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
-        # still a cache entry: its step stays reachable, marked internal.
-        for fp, rec in self._internal.items():
-            if fp not in self._origin and any(f.status == "written" for f in rec.files):
-                self._origin[fp] = rec
-                st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
+        # still a cache entry: its step stays reachable, marked internal, with every run that
+        # wrote or reused it (the latest run may well have loaded it from the cache).
+        for fp, made in made_file.items():
+            if fp in self._origin:
+                continue
+            self._origin[fp] = made[-1]
+            st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
+            for rec in made:
                 st[0] += 1
                 st[1] += rec.cache == "hit"
                 st[2] += rec.computed
@@ -308,6 +321,7 @@ class LineageGraph:
             saved_to=tuple(self._saved.get(fp, ())),
             record=rec,
             deleted=self._deleted(fp),
+            where=where_sentence(self._hosts.get(fp, ())),
         )
 
     # -- queries -------------------------------------------------------------------------------

@@ -411,7 +411,9 @@ def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
     return data
 
 
-def read_segment(path: Path, warnings: list[str] | None = None) -> list[LedgerRecord]:
+def read_segment(
+    path: Path, warnings: list[str] | None = None, read_from: str | None = None
+) -> list[LedgerRecord]:
     """The records of one segment, typed. A last line without its newline is a record torn by a
     killed writer; it and every line that is not a valid record (bad JSON, too long, nested too
     deeply, a field of the wrong type, an unknown type) are skipped with a warning naming the line."""
@@ -441,7 +443,7 @@ def read_segment(path: Path, warnings: list[str] | None = None) -> list[LedgerRe
             sink.append(f"{path}:{number}: skipped an unreadable record")
             continue
         try:
-            out.append(parse_record(obj))
+            out.append(parse_record(obj, read_from))
         except BadRecord as e:
             sink.append(f"{path}:{number}: skipped a record: {e}")
         except RecursionError:
@@ -459,8 +461,7 @@ def _read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
     segments = list(iter_segments(root))
     label = os.fspath(root)
     for seg in segments:
-        for rec in read_segment(seg, warnings):
-            records.append(dataclasses.replace(rec, read_from=label))
+        records += read_segment(seg, warnings, label)
     return records, warnings, segments
 
 
@@ -752,14 +753,12 @@ def resolve(
         raise UnknownFingerprint(name, report.root)
     known = set(recorded or ()) | (ledger.fingerprints() if ledger is not None else set())
     # 1. a path
-    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
-    for e in report.entries:
-        path = os.fsdecode(e.path)
-        if path == name or (absolute is not None and path == absolute):
-            fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
-            if fp is None:
-                raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
-            return Resolved(fp, e)
+    e = entry_at_path(report, name)
+    if e is not None:
+        fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
+        if fp is None:
+            raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
+        return Resolved(fp, e)
     # 2. exact
     exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
     if len(exact) == 1:
@@ -787,6 +786,16 @@ def resolve(
     if len(candidates) > 1:
         raise AmbiguousFingerprint(name, sorted(candidates))
     return next(iter(candidates.values()))
+
+
+def entry_at_path(report: CacheReport, name: str) -> Entry | None:
+    """The entry at the path `name` (as typed, or made absolute), if `name` is one's path."""
+    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
+    for e in report.entries:
+        path = os.fsdecode(e.path)
+        if path == name or (absolute is not None and path == absolute):
+            return e
+    return None
 
 
 def _entry_of(report: CacheReport, fp: str) -> Entry | None:

@@ -5,8 +5,8 @@ Counts come from the recorded steps (transform calls and source datasets; intern
 least one (a `num_proc` step that reused some shards is a partial miss). Steps that write no
 file (in-memory datasets, `select` with a list, `remove_columns`) are counted as steps, not as
 hits or misses. *Recompute time* is the recorded duration of misses of steps that had run
-before (same call site, or the same fingerprint): the time a better-kept cache would have
-saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
+before (same call site in an earlier run, or the same fingerprint): the time a better-kept
+cache would have saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
 in-memory dataset, `keep_in_memory=True`, `disable_caching()`, `load_from_cache_file=False`) run
 again every time: they are counted apart, and from their second run on their time is lost too.
 
@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CachetoolError
+from cachetool.lineage.hosts import ConcurrentComputation, concurrent_computations
 from cachetool.lineage.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
 from cachetool.lineage.records import StepRecord
 from cachetool.safejson import read_json_file
@@ -131,6 +133,14 @@ class StatsReport:
     call_sites: tuple[Group, ...]
     datasets: tuple[Group, ...]
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: steps per host (the ledger of a shared cache merges every node's segments)
+    hosts: tuple[tuple[str, int], ...] = ()
+    #: fingerprints two or more runs computed at the same time (`cachetool.lineage.hosts`)
+    concurrent: tuple[ConcurrentComputation, ...] = ()
+
+    @property
+    def concurrent_seconds(self) -> float:
+        return sum(c.lost_seconds for c in self.concurrent)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +155,12 @@ class StatsReport:
             },
             "call_sites": [g.to_json() for g in self.call_sites],
             "datasets": [g.to_json() for g in self.datasets],
+            "hosts": dict(self.hosts),
+            "concurrent": {
+                "count": len(self.concurrent),
+                "lost_seconds": round(self.concurrent_seconds, 6),
+                "computations": [c.to_json() for c in self.concurrent],
+            },
         }
 
 
@@ -302,17 +318,21 @@ def ledger_stats(
     total = _Acc()
     sites: dict[str, tuple[_Acc, tuple[str, str | None, int | None, str | None, str | None]]] = {}
     datasets: dict[str, _Acc] = {}
-    seen_sites: set[str] = set()
+    seen_sites: dict[str, set[str]] = {}  # call site -> the runs that ran a step there
     seen_fps: set[str] = set()
     saves = 0
     random: dict[tuple[str | None, str], int] = {}
     random_count = 0
+    counted: list[StepRecord] = []
     for rec in all_steps:
         site = _site(rec)
         fp = rec.result
-        recomputed = site[0] in seen_sites or (fp is not None and fp in seen_fps)
+        # A call site counts as run before only from an earlier run: one call makes several
+        # steps there (train_test_split's two splits, a DatasetDict's splits, two maps on a line).
+        site_runs = seen_sites.get(site[0], set())
+        recomputed = bool(site_runs - {rec.run}) or (fp is not None and fp in seen_fps)
         if rec.type != "save":
-            seen_sites.add(site[0])
+            seen_sites.setdefault(site[0], set()).add(rec.run)
             if fp is not None:
                 seen_fps.add(fp)
         t = rec.time
@@ -323,6 +343,7 @@ def ledger_stats(
             total.bytes += written_bytes(rec)
             continue
         total.add(rec, recomputed)
+        counted.append(rec)
         acc = sites.get(site[0])
         if acc is None:
             acc = sites[site[0]] = (_Acc(), site)
@@ -355,4 +376,6 @@ def ledger_stats(
         call_sites=tuple(site_groups),
         datasets=tuple(ds_groups),
         warnings=tuple(warnings),
+        hosts=tuple(sorted(Counter(r.host or "?" for r in counted).items(), key=lambda kv: (-kv[1], kv[0]))),
+        concurrent=concurrent_computations(counted),
     )

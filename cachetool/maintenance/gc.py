@@ -315,7 +315,7 @@ class GcResult:
 
 
 # ------------------------------------------------------------------------------------------
-# The temp dir: only hf_datasets-* and pymp-* are ever looked at
+# The temp dir: only hf_datasets-*, pymp-* and cachetool-determinism-* are ever looked at
 # ------------------------------------------------------------------------------------------
 
 
@@ -324,7 +324,7 @@ class TempFolder:
     """An `hf_datasets-*` or `pymp-*` entry of the temp dir, as `lstat` and a walk tell it."""
 
     path: Path
-    kind: str  # "hf_datasets" | "pymp"
+    kind: str  # "hf_datasets" | "pymp" | "determinism"
     is_dir: bool  # False for a symlink or a file with such a name (never followed, never removed)
     uid: int
     size: int = 0
@@ -351,13 +351,7 @@ def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
         return TempScan(resolved, (), e.strerror or str(e))
     out = []
     for name in names:
-        kind = (
-            "hf_datasets"
-            if layout.TEMP_DIR_RE.match(name)
-            else "pymp"
-            if layout.POOL_DIR_RE.match(name)
-            else None
-        )
+        kind = layout.temp_folder_kind(name)
         if kind is None:
             continue
         p = resolved / name
@@ -414,6 +408,31 @@ def _owner_refusal(
         if owners:
             return f"a live Python process using this temp dir (pid {owners[0]}) may own it"
     return None
+
+
+def _check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDirUser]) -> str | None:
+    """A `cachetool-determinism-<pid>-*` folder belongs to that check while the process lives and
+    started before the folder was made (a reused pid started later). Without a pid in the name
+    (older checks), any live Python process using this temp dir may own it."""
+    m = layout.CHECK_DIR_RE.match(name)
+    pid = m.group("pid") if m else None
+    if pid is None:
+        owners = possible_owners(made_by, python_users)
+        return f"a live Python process using this temp dir (pid {owners[0]}) may own it" if owners else None
+    started = _process_start(int(pid))
+    if started is not None and started <= made_by + _START_SLACK:
+        return f"the check that made it (pid {pid}) is still running"
+    return None
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None when it is gone."""
+    try:
+        import psutil
+
+        return float(psutil.Process(pid).create_time())
+    except Exception:  # NoSuchProcess, AccessDenied, no psutil: judged gone only when absent
+        return None if not os.path.exists(f"/proc/{pid}") else 0.0
 
 
 def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:
@@ -903,13 +922,17 @@ class _Builder:
             why = self.refusal([tf.uid], tf.newest, pids, scope="temp")
             if why is None and bound:
                 why = "a live process listens on a socket inside"
-            if why is None:
+            if why is None and tf.kind == "determinism":
+                why = _check_owner_refusal(tf.path.name, tf.made_by, self.pool_users)
+            elif why is None:
                 why = _owner_refusal(tf.kind, tf.made_by, self.temp_users, self.pool_users)
             if why:
                 self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
                 continue
             if tf.kind == "hf_datasets":
                 reason = "temp folder of a process that is gone (caching disabled)"
+            elif tf.kind == "determinism":
+                reason = "temp folder of a check-determinism that is gone"
             else:
                 reason = "multiprocess pool folder, its processes are gone"
             self.add(
@@ -1120,6 +1143,10 @@ class _Builder:
         e = u.primary
         fp = e.fingerprint if u.kind != Kind.SOURCE or len(u.members) == 1 else None
         aliases = tuple(sorted(u.fingerprints - {fp} if fp else u.fingerprints))
+        # A builder folder goes under its builder lock, as `datasets` prepares it: a pipeline that
+        # finds the folder incomplete (dataset_info.json goes first) and prepares it again would
+        # otherwise `rmtree` it while gc removes the same files (FileNotFoundError in the pipeline).
+        lock = u.key.with_name(u.key.name + "_builder.lock") if u.kind == Kind.SOURCE else None
         return GcItem(
             u.key if u.kind in (Kind.SAVED, Kind.SOURCE) else e.path,
             u.kind,
@@ -1132,6 +1159,7 @@ class _Builder:
             aliases=aliases,
             dataset=u.label,
             used=u.used,
+            lock=lock,
         )
 
     def kept(
@@ -1199,8 +1227,11 @@ def _find(report: CacheReport, name: str, recorded: Sequence[str]) -> Entry:
     """The entry `name` means, by the one naming rule; a fingerprint only the ledger knows has
     nothing to remove (`RecordedOnly`)."""
     from cachetool.errors import RecordedOnly
-    from cachetool.lineage.ledger import resolve
+    from cachetool.lineage.ledger import entry_at_path, resolve
 
+    at_path = entry_at_path(report, name)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
     got = resolve(name, report, recorded=recorded)
     if got.entry is None:
         raise RecordedOnly(got.fingerprint, report.root)
@@ -1346,13 +1377,14 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     shared = shared_state(report.root)
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins = read_pins(report.root)
-    parents = recorded_parents(ledger) if options.evicts and (pins or options.keep) else {}
+    named = pins or options.keep or options.fingerprints
+    parents = recorded_parents(ledger) if options.evicts and named else {}
     # Liveness last: the snapshot should be younger than everything it judges.
     in_use = scan_in_use(root=report.root)
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
     pools = (
         temp_dir_users(temp.path, python=True)
-        if temp is not None and any(f.kind == "pymp" for f in temp.folders)
+        if temp is not None and any(f.kind in ("pymp", "determinism") for f in temp.folders)
         else ()
     )
     plan = build_plan(
@@ -1824,9 +1856,12 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
         cwd = cwd_pids_under(t.path)
         if cwd:
             raise _Refused(f"in use by pid {', '.join(map(str, sorted(cwd)[:5]))} (its working folder)")
-        kind = "hf_datasets" if layout.TEMP_DIR_RE.match(t.path.name) else "pymp"
+        kind = layout.temp_folder_kind(t.path.name) or "pymp"
         made_by = min(stats[0].st_mtime, stats[0].st_ctime)
-        why = _owner_refusal(kind, made_by, ctx.temp_users, ctx.pool_users)
+        if kind == "determinism":
+            why = _check_owner_refusal(t.path.name, made_by, ctx.pool_users)
+        else:
+            why = _owner_refusal(kind, made_by, ctx.temp_users, ctx.pool_users)
         if why:
             raise _Refused(why)
     if item.kind != Kind.LOCK:

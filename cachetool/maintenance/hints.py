@@ -13,10 +13,14 @@ import os
 import shlex
 
 
+def shell_command(*args: str) -> str:
+    """`cachetool <args>`, quoted for a POSIX shell."""
+    return shlex.join(["cachetool", *args])
+
+
 def gc_command(root: str | os.PathLike[str], *targets: str) -> str:
     """`cachetool gc <targets> --min-age 0 --cache-dir <root>`, quoted for a POSIX shell."""
-    words = ["cachetool", "gc", *targets, "--min-age", "0", "--cache-dir", os.fsdecode(root)]
-    return shlex.join(words)
+    return shell_command("gc", *targets, "--min-age", "0", "--cache-dir", os.fsdecode(root))
 
 
 def gc_hint(root: str | os.PathLike[str], *targets: str) -> str:

@@ -9,9 +9,10 @@ used; memory maps of other processes are not visible there.
 Processes on other machines of a shared file system are invisible to this check, so writers
 announce themselves: a *lease* per writing process in the root's `.cachetool/leases/` (see
 `cachetool.trace.lease`, which holds them). A lease of this host whose PID namespace is ours is
-judged by `/proc` (its process lives, with the same start time); any other lease lives until it
-expires. While a lease lives, whatever its process may be writing in that root (anything modified
-since it started) is live: `InUse.lease_over(mtime)` is the one answer gc and verify ask.
+judged by `/proc` (its process lives, with the same start time; what it writes it holds open, so
+its files are seen like any process's); any other lease lives until it expires, and while it
+lives, whatever its process may be writing in that root (anything modified since it started) is
+live: `InUse.lease_over(mtime)` is the one answer gc and verify ask.
 """
 
 from __future__ import annotations
@@ -90,7 +91,11 @@ def scan_in_use(exclude_self: bool = True, root: str | os.PathLike[str] | None =
         return snapshot
     import dataclasses
 
-    live = tuple(lease for lease, state in judge_leases(root) if state == "live")
+    # A live lease of this host adds nothing to /proc: what its process writes, it holds open
+    # (and gc's other rules keep what it writes in bursts). Leases speak for processes /proc
+    # cannot show: other hosts, other PID namespaces.
+    me = this_host()
+    live = tuple(lease for lease, state in judge_leases(root) if state == "live" and not lease.is_local(me))
     return dataclasses.replace(snapshot, leases=live)
 
 

@@ -61,8 +61,9 @@ class SharedState:
     def stale(self) -> tuple[tuple[Lease, LeaseState], ...]:
         return tuple((lease, state) for lease, state in self.leases if state != "live")
 
-    def notes(self, now: float | None = None) -> list[str]:
-        """Lines for the plan: the file system when shared, the live and stale leases."""
+    def notes(self, now: float | None = None, *, dry_run: bool = False) -> list[str]:
+        """Lines for the plan: the file system when shared, the live and stale leases (which a
+        dry run leaves in place)."""
         now = time.time() if now is None else now
         out = []
         fs = self.filesystem
@@ -73,8 +74,9 @@ class SharedState:
             )
         for lease in self.live:
             out.append(f"live lease: {lease} (renewed {max(0.0, now - lease.renewed):.0f}s ago)")
+        removed = "would be removed" if dry_run else "is removed"
         for lease, state in self.stale:
-            out.append(f"{_stale_reason(lease, state, now)}: its lease is removed")
+            out.append(f"{_stale_reason(lease, state, now)}: its lease {removed}")
         return out
 
     def to_json(self) -> dict[str, Any]:

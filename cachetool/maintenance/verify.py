@@ -1,6 +1,7 @@
 """`verify`: prove every cache file is whole and what it claims to be.
 
-`verify_cache(root)` scans the root without the read index (every header is read again), turns
+`verify_cache(root)` scans the root without the read index (every header is read again; with
+`deep=True` the index is used, as every byte is read and validated after), turns
 what the scan found into findings of three severities, and adds the checks only verify makes:
 shard lengths against `dataset_info.json`, indices that point past the end of their data, leftovers
 and who is writing them, ledger records whose files are gone, and with `deep=True` a full
@@ -33,7 +34,7 @@ from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry, find_entry, scan_cache
 from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
-from cachetool.maintenance.hints import gc_hint
+from cachetool.maintenance.hints import gc_hint, shell_command
 from cachetool.maintenance.liveness import InUse, scan_in_use
 
 CHECKSUMS_NAME = "checksums.json"
@@ -117,9 +118,13 @@ class VerifyReport:
         }
 
 
+def recompute_hint(root: Path) -> str:
+    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it."""
+    command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
+    return f"move it aside with `{command}`; datasets will recompute it"
+
+
 TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
-GC_HINT = "run `cachetool gc --temp` to remove leftovers"
-RECOMPUTE_HINT = "delete or quarantine it (`cachetool verify --quarantine`); datasets will recompute it"
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -136,6 +141,11 @@ class _Checker:
         self.now = now
         self.findings: list[Finding] = []
         self.removed_folders: frozenset[Path] | None = None
+        self.recompute = recompute_hint(report.root)
+
+    def gc_hint(self, e: Entry) -> str:
+        """The gc command that removes this leftover now (it was just proven unheld)."""
+        return gc_hint(self.report.root, os.fsdecode(e.path))
 
     def add(
         self,
@@ -187,7 +197,7 @@ class _Checker:
         if e.kind == Kind.TF_CACHE:
             return self.tf_cache(e)
         if e.kind == Kind.DOWNLOAD and e.problems:
-            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), self.gc_hint(e))
             return None
         if e.kind == Kind.OTHER:
             for p in e.problems:
@@ -201,7 +211,7 @@ class _Checker:
             self.file(e, f)
         for p in e.problems:
             if not any(p.startswith(f"{f.name}: ") for f in e.files) and not self.per_file_problem(e, p):
-                self.add(Severity.ERROR, e, e.path, p, RECOMPUTE_HINT)
+                self.add(Severity.ERROR, e, e.path, p, self.recompute)
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
@@ -213,7 +223,7 @@ class _Checker:
             for p in e.problems:
                 self.add(Severity.ERROR, e, e.path, p, TF_RECOMPUTE_HINT)
         elif e.state == "abandoned":
-            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), GC_HINT)
+            self.add(Severity.WARNING, e, e.path, "; ".join(e.problems), self.gc_hint(e))
         elif e.state == "being-written":
             self.add(Severity.INFO, e, e.path, "; ".join(e.problems))
 
@@ -233,7 +243,7 @@ class _Checker:
             if pids:
                 self.add(Severity.INFO, e, f.path, f"being written by pid {_pids(pids)}")
                 return
-            self.add(Severity.ERROR, e, f.path, s.error, RECOMPUTE_HINT, check="header")
+            self.add(Severity.ERROR, e, f.path, s.error, self.recompute, check="header")
             return
         expected = self.expected_metadata_fingerprint(e, f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
@@ -242,7 +252,7 @@ class _Checker:
                 e,
                 f.path,
                 f"file holds fingerprint {s.fingerprint}, name says {expected}",
-                "the file was written under another name or overwritten; " + RECOMPUTE_HINT,
+                "the file was written under another name or overwritten; " + self.recompute,
             )
 
     def expected_metadata_fingerprint(self, e: Entry, f: CacheFile) -> str | None:
@@ -281,7 +291,7 @@ class _Checker:
                     e,
                     f.path,
                     f"{got} rows, dataset_info.json shard_lengths says {want}",
-                    RECOMPUTE_HINT,
+                    self.recompute,
                 )
 
     def temp(self, e: Entry) -> None:
@@ -295,7 +305,7 @@ class _Checker:
             return
         if self.leased(e):
             return
-        self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", GC_HINT)
+        self.add(Severity.WARNING, e, e.path, "leftover temporary file of a killed writer", self.gc_hint(e))
 
     def holders(self, e: Entry) -> frozenset[int]:
         pids: set[int] = set()
@@ -313,7 +323,7 @@ class _Checker:
             return
         if self.leased(e):
             return
-        self.add(Severity.WARNING, e, e.path, f"leftover of {what}", GC_HINT)
+        self.add(Severity.WARNING, e, e.path, f"leftover of {what}", self.gc_hint(e))
 
     def incomplete_save(self, e: Entry) -> None:
         live = self.live_writer(e)
@@ -340,7 +350,7 @@ class _Checker:
             e,
             e.path,
             "data-*.arrow without state.json: an interrupted save_to_disk",
-            "save it again; " + GC_HINT,
+            "save it again; " + self.gc_hint(e),
         )
 
     def lock(self, e: Entry) -> None:
@@ -356,7 +366,7 @@ class _Checker:
             return
         if _lock_held(e.path):
             return
-        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", GC_HINT)
+        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", self.gc_hint(e))
 
     # -- indices bounds ------------------------------------------------------------------------
     def orphan(self, e: Entry, why: str) -> None:
@@ -376,11 +386,12 @@ class _Checker:
         )
         return no_source or folder in self.removed_folders
 
-    def indices(self, entries: Sequence[Entry], parents: dict[str, str | None]) -> None:
+    def indices(self, entries: Sequence[Entry], parents: dict[str, str | None], ledger: Ledger) -> None:
         """An indices mapping must point inside the data it indexes. The recorded parent tells
         which data that is; without a record, an index past the end of every data file in the
         folder is wrong whatever it indexes."""
         by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
+        by_path = {f.path: x for x in self.report.entries for f in x.files}
         for e in entries:
             if (
                 e.kind != Kind.INDICES
@@ -395,6 +406,8 @@ class _Checker:
             parent_fp = parents.get(e.fingerprint or "")
             parent = by_fp.get(parent_fp or "")
             if parent_fp and parent is None:
+                parent = _data_on_disk(parent_fp, ledger, by_fp, by_path)
+            if parent_fp and parent is None:
                 self.orphan(e, f"the data it indexes ({parent_fp}) is no longer in the cache")
                 continue
             if parent is not None and (parent.problems or parent.complete is False):
@@ -407,7 +420,7 @@ class _Checker:
                         e.files[0].path,
                         f"index {biggest} points past the end of its data ({parent.rows} rows in "
                         f"{parent.id})",
-                        RECOMPUTE_HINT,
+                        self.recompute,
                     )
                 continue
             sizes = [
@@ -431,7 +444,7 @@ class _Checker:
                     e.files[0].path,
                     f"index {biggest} points past the end of every dataset in its folder "
                     f"(largest has {max(sizes)} rows)",
-                    RECOMPUTE_HINT,
+                    self.recompute,
                 )
 
 
@@ -662,15 +675,19 @@ def verify_cache(
     record: bool = False,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> VerifyReport:
     """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
 
     `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
-    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    if ledger is None:  # a command that has loaded the ledger passes it
+        ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
+    # so the listing may take what the read index remembers (keyed by size, mtime and inode).
     report = scan_cache(
         root,
-        use_index=False,
+        use_index=deep,
         ledger=ledger,
         progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
@@ -684,7 +701,7 @@ def verify_cache(
     for e in entries:
         checker.entry(e)
     parents = {fp: u.parent for fp, u in ledger.usage().items()}
-    checker.indices(entries, parents)
+    checker.indices(entries, parents, ledger)
     if not fingerprints:
         _ledger_findings(checker, ledger)
     bytes_checked = 0
@@ -697,6 +714,30 @@ def verify_cache(
     return VerifyReport(
         report.root, tuple(findings), len(entries), files_checked, bytes_checked, deep, recorded
     )
+
+
+def _data_on_disk(
+    fp: str, ledger: Ledger, by_fp: dict[str, Entry], by_path: dict[Path, Entry]
+) -> Entry | None:
+    """The cache entry holding the data of the recorded step `fp` when no entry has its
+    fingerprint: a step that wrote no file (`select` of a range, `set_format`) holds its parent's
+    data, and one that wrote under another fingerprint (`cast_column` through its internal `map`)
+    holds the files its record lists. None when that data is gone."""
+    seen: set[str] = set()
+    while fp not in seen:
+        seen.add(fp)
+        if fp in by_fp:
+            return by_fp[fp]
+        made = [r for r in ledger.for_result(fp, include_internal=True) if r.is_origin]
+        if not made:
+            return None
+        rec = made[-1]
+        if rec.files:
+            return next((by_path[p] for f in rec.files if (p := Path(f.path)) in by_path), None)
+        if len(rec.parents) != 1:
+            return None
+        fp = rec.parents[0]
+    return None
 
 
 def _ledger_findings(checker: _Checker, ledger: Ledger) -> None:
@@ -741,11 +782,12 @@ def _deep(
             if progress is not None:
                 progress(done, len(targets))
     new_sums: dict[str, dict[str, Any]] = dict(stored)
+    record_command = shell_command("verify", "--deep", "--record", "--cache-dir", os.fsdecode(report.root))
     for e, res in results:
         rel = _rel(res.path, report.root)
         if res.error is not None:
             checker.add(
-                Severity.ERROR, e, res.path, res.error, RECOMPUTE_HINT, check="deep", ident=res.identity
+                Severity.ERROR, e, res.path, res.error, checker.recompute, check="deep", ident=res.identity
             )
             continue
         old = stored.get(rel)
@@ -758,7 +800,7 @@ def _deep(
                 res.path,
                 f"bytes changed since checksum recorded {when}"
                 + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
-                "if it was rewritten on purpose, run `cachetool verify --deep --record` again",
+                f"if it was rewritten on purpose, run `{record_command}` again",
             )
         if record:
             new_sums[rel] = {
@@ -788,10 +830,11 @@ def _deep(
 # -- quarantine ----------------------------------------------------------------------------------
 
 
-STALE_HINT = (
-    "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
-    "or delete the entry (`cachetool gc <fp>`, or --quarantine)"
-)
+def stale_hint(gc_command: str) -> str:
+    return (
+        "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
+        f"or delete the entry (`{gc_command}`, or --quarantine)"
+    )
 
 
 def with_stale_findings(report: VerifyReport) -> VerifyReport:
@@ -802,7 +845,7 @@ def with_stale_findings(report: VerifyReport) -> VerifyReport:
     from cachetool.lineage.explain import stale_hits
 
     found = [
-        Finding(Severity.ERROR, s.fingerprint, "stale", Path(path), s.message, STALE_HINT)
+        Finding(Severity.ERROR, s.fingerprint, "stale", Path(path), s.message, stale_hint(s.gc_command))
         for s in stale_hits(report.root)
         for path in s.files[:1]
     ]

@@ -131,7 +131,7 @@ def build_report(
     if verify:
         from cachetool.maintenance.verify import verify_cache
 
-        for f in verify_cache(report.root).findings:
+        for f in verify_cache(report.root, ledger=ledger).findings:
             problems.append(Problem("verify", f.severity.value, os.fsdecode(f.path), f.problem))
     return ReportData(
         report.root,

@@ -132,9 +132,21 @@ def _bootstrap() -> None:
     path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
     if not getattr(sys.flags, "safe_path", False):  # `python -P` adds no script folder
         sys.path[0] = os.path.dirname(os.path.realpath(script))
-    with open(path, "rb") as f:
-        source = f.read()
-    code = compile(source, path, "exec", dont_inherit=True)
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        # What CPython prints for a script it cannot open, with its exit status.
+        print(f"{sys.executable}: can't open file {path!r}: [Errno {e.errno}] {e.strerror}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        # CPython shows a script's syntax error without a traceback (no frame ran yet).
+        import traceback
+
+        traceback.print_exception(type(e), e, None)
+        raise SystemExit(1) from None
     main = ModuleType("__main__")
     main.__dict__.update(
         {

@@ -106,3 +106,18 @@ def mapped_files_survive_gc(root: Path, files: int, env: dict[str, str]) -> tupl
         if reader.stdin is not None:
             reader.stdin.close()
         reader.wait(timeout=60)
+
+
+#: A `datasets` pipeline whose map writes slowly (about 10 s): argv[1] is the CSV it makes.
+SLOW_MAP = """\
+import sys, time
+from datasets import load_dataset
+csv = sys.argv[1]
+with open(csv, "w") as f:
+    f.write("id\\n" + "".join(f"{i}\\n" for i in range(200)))
+ds = load_dataset("csv", data_files=csv, split="train")
+def slow(x):
+    time.sleep(0.05)
+    return {"y": x["id"] * 2}
+ds.map(slow, writer_batch_size=10)
+"""

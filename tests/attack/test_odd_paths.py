@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from cachetool.cli.app import app
 from tests.attack.races import synthesize_cache
 from tests.attack.test_gc_swaps import SWAPPER
 from tests.conftest import hf_env
@@ -29,11 +31,20 @@ COMMANDS = [
 ]
 
 
-def _run(cmd: list[str], root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+class _Done:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _run(cmd: list[str], root: Path, env: dict[str, str]) -> _Done:
+    """The command in this process (fast; an exception escaping it fails the test as a
+    traceback would), with the test's environment."""
     args = [a.format(root=os.fsdecode(root)) for a in cmd]
-    return subprocess.run(
-        [sys.executable, "-m", "cachetool", *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    result = CliRunner().invoke(app, args, env=env, catch_exceptions=True)
+    err = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        err += "\nTraceback: " + repr(result.exception)
+    return _Done(result.exit_code, result.stdout, err)
 
 
 def _deep_tree(base: Path, depth_bytes: int) -> Path:

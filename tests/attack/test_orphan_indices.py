@@ -33,12 +33,15 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def test_indices_whose_data_gc_removed_are_orphans_not_errors(tmp_path: Path) -> None:
+def test_indices_whose_data_gc_removed_are_orphans_not_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A shuffle's indices (up to 399) stay after `gc <source> --include-sources` removed the
     400-row split they index; the only data left in the folder has 10 rows. verify reports the
     indices as an orphan warning (exit 0), not "points past the end of every dataset";
     `--quarantine` leaves it in place; the hint, pasted, removes it."""
     env = hf_env(tmp_path)
+    monkeypatch.setenv("CACHETOOL_HOME", env["CACHETOOL_HOME"])  # the in-process commands' home
     proc = subprocess.run(
         [sys.executable, "-c", PIPELINE, str(tmp_path / "items.csv")],
         env=env,
@@ -48,6 +51,7 @@ def test_indices_whose_data_gc_removed_are_orphans_not_errors(tmp_path: Path) ->
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     made = json.loads(proc.stdout.strip().splitlines()[-1])
+    monkeypatch.setenv("CACHETOOL_HOME", env["CACHETOOL_HOME"])  # gc's log registers the root there
     cache = ["--cache-dir", env["HF_DATASETS_CACHE"]]
     runner = CliRunner()
     gone = runner.invoke(app, ["gc", made["source"], "--include-sources", "--min-age", "0", "-y", *cache])

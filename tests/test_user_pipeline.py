@@ -1,0 +1,186 @@
+"""A new user's pipeline, run as they would run it: CSV, JSON and Parquet loads, maps with and
+without `num_proc`, filter, shuffle, select, sort, cast_column, train_test_split, a DatasetDict
+saved, loaded and mapped again, all under `cachetool run`, twice (the second run loads every step
+from the cache); then the commands a user runs on that cache. Each test is a failure met there."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hf_env
+
+PIPELINE = textwrap.dedent(
+    """\
+    import os
+    import sys
+
+    from datasets import Value, load_dataset, load_from_disk
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    def add_len(ex):
+        return {"n": len(ex["text"].split())}
+
+
+    def upper(batch):
+        return {"up": [t.upper() for t in batch["text"]]}
+
+
+    def keep_long(ex):
+        return ex["n"] > 2
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    js = load_dataset("json", data_files=os.path.join(here, "data.jsonl"), split="train")
+    pq = load_dataset("parquet", data_files=os.path.join(here, "data.parquet"), split="train")
+    ds = ds.map(add_len).map(upper, batched=True, num_proc=2).filter(keep_long)
+    ds = ds.shuffle(seed=42).select(range(100)).sort("id").cast_column("id", Value("int32"))
+    parts = ds.train_test_split(test_size=0.2, seed=1)
+    parts.save_to_disk(sys.argv[1])
+    again = load_from_disk(sys.argv[1])["train"].map(add_len, num_proc=2)
+    js.map(add_len, num_proc=2).filter(keep_long)
+    pq.map(upper, batched=True)
+    """
+)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    base: Path
+    env: dict[str, str]
+    cache: Path
+    saved: Path
+
+
+def cachetool(p: Pipeline, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cachetool", *args],
+        env={**p.env, "COLUMNS": str(columns)},
+        cwd=p.base / "project",
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = tmp_path_factory.mktemp("user")
+    project = base / "project"
+    project.mkdir()
+    (project / "pipeline.py").write_text(PIPELINE, encoding="utf-8")
+    words = ["the", "cat", "sat", "on", "a", "mat"]
+    rows = [{"id": i, "text": " ".join(words[: 1 + i % 6])} for i in range(300)]
+    (project / "data.csv").write_text(
+        "id,text\n" + "".join(f"{r['id']},{r['text']}\n" for r in rows), encoding="utf-8"
+    )
+    (project / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist(rows), project / "data.parquet")
+    env = hf_env(base)
+    p = Pipeline(base, env, base / "cache", base / "saved")
+    for _ in range(2):
+        done = cachetool(p, "run", "pipeline.py", str(p.saved))
+        assert done.returncode == 0, done.stderr[-3000:]
+    return p
+
+
+def _ok(proc: subprocess.CompletedProcess[str], *codes: int) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (codes or (0,)), (proc.returncode, proc.stdout, proc.stderr)
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_verify_finds_no_orphan_in_a_healthy_cache(pipeline: Pipeline) -> None:
+    """The indices files of `sort` after a `select` (which writes no file) and of
+    `train_test_split` after `cast_column` (whose data sits under its internal map's fingerprint)
+    index data that is in the cache: `verify` reports nothing (it called them orphans "no longer
+    in the cache" and printed `cachetool gc FP` hints that would have removed live files)."""
+    doc = json.loads(_ok(cachetool(pipeline, "verify", "--json")))
+    assert doc["findings"] == [], doc["findings"]
+
+
+@pytest.mark.slow
+def test_stats_loses_no_time_when_nothing_was_recomputed(pipeline: Pipeline) -> None:
+    """The first run computed every step once and the second loaded all of them: no time was lost
+    to recomputation. (`train_test_split` records its train and test splits at one call site, and
+    `stats` counted the second as a recomputation of the first: "Time lost recomputing 13 ms"
+    after a single run.)"""
+    doc = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
+    assert doc["runs"] == 2 and doc["hits"] > 0, doc
+    assert doc["recompute_seconds"] == 0, [
+        (s["key"], s["recompute_seconds"]) for s in doc["call_sites"] if s["recompute_seconds"]
+    ]
+
+
+KILLED_MAP = textwrap.dedent(
+    """\
+    import os
+    import signal
+
+    from datasets import load_dataset
+
+
+    def die_midway(ex, idx):
+        if idx == 150:  # a crash (OOM kill, kill -9) in the middle of a map
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"m": idx}
+
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    ds.map(die_midway, with_indices=True, writer_batch_size=10)
+    """
+)
+
+
+@pytest.mark.slow
+def test_verify_hints_run_as_printed_at_80_columns(pipeline: Pipeline) -> None:
+    """A map killed with SIGKILL left a temp file deep in the cache; `verify` at 80 columns
+    prints a hint per finding, and each hint line pasted into a shell as printed does what it
+    says: the command stands whole on one line (it was wrapped after `cachetool gc`, so a paste
+    ran a bare `cachetool gc`, then the path as a command). After it, `verify` is green. The
+    killed run's lease stays through `gc --temp --dry-run`, whose plan says it "would be removed"
+    (it said "is removed")."""
+    script = pipeline.base / "project" / "killed.py"
+    script.write_text(KILLED_MAP, encoding="utf-8")
+    killed = cachetool(pipeline, "run", str(script))
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    leases = pipeline.cache / ".cachetool" / "leases"
+    before = sorted(leases.iterdir())
+    dry = _ok(cachetool(pipeline, "gc", "--temp", "--dry-run"))
+    assert "its lease would be removed" in dry and "its lease is removed" not in dry, dry
+    assert sorted(leases.iterdir()) == before and before  # a dry run removes nothing
+    found = cachetool(pipeline, "verify")
+    _ok(found)  # a leftover is a warning
+    hints = [line.split("hint: ", 1)[1] for line in found.stdout.splitlines() if "hint: " in line]
+    assert hints and all(h.startswith("cachetool gc ") for h in hints), found.stdout
+    for pasted in hints:
+        argv = shlex.split(pasted)
+        _ok(cachetool(pipeline, *argv[1:], "--yes"))
+    assert json.loads(_ok(cachetool(pipeline, "verify", "--json")))["findings"] == []
+
+
+@pytest.mark.slow
+def test_stats_tables_show_no_row_of_zeros(pipeline: Pipeline) -> None:
+    """`select(range(...))` writes no file: `stats` counts it among "Steps without a cache file",
+    and its tables show no row that says nothing (they had "(no file)  0  0  -  0 ms  0 Bytes");
+    `--json` still lists every group."""
+    human = _ok(cachetool(pipeline, "stats"))
+    empty = [line for line in human.splitlines() if re.search(r"\s0\s+0\s+-\s+0 ms\s+0 Bytes$", line)]
+    assert not empty, human
+    doc = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
+    assert any(d["key"] == "(no file)" for d in doc["datasets"]), doc["datasets"]
