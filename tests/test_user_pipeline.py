@@ -184,3 +184,21 @@ def test_stats_tables_show_no_row_of_zeros(pipeline: Pipeline) -> None:
     assert not empty, human
     doc = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
     assert any(d["key"] == "(no file)" for d in doc["datasets"]), doc["datasets"]
+
+
+@pytest.mark.slow
+def test_a_num_proc_map_is_named_by_a_prefix(pipeline: Pipeline) -> None:
+    """The result of `map(..., num_proc=2)` is named by a prefix of its fingerprint in `show`,
+    `lineage`, `explain` and `pin`: the per-shard fingerprints the ledger records
+    (`<fp>_00000_of_00002`) are parts of it, not other candidates (every command said "'fe19' is
+    ambiguous: it matches 3 entries")."""
+    listing = json.loads(_ok(cachetool(pipeline, "ls", "--json")))
+    shards = [e["fingerprint"] for e in listing["entries"] if e["kind"] == "shards"]
+    assert shards, listing["entries"]
+    for fp in shards:
+        prefix = fp[:8]
+        assert json.loads(_ok(cachetool(pipeline, "show", prefix, "--json")))["fingerprint"] == fp
+        assert json.loads(_ok(cachetool(pipeline, "lineage", prefix, "--json")))["fingerprint"] == fp
+        _ok(cachetool(pipeline, "explain", prefix))
+    _ok(cachetool(pipeline, "pin", shards[0][:8]))
+    _ok(cachetool(pipeline, "unpin", shards[0][:8]))
