@@ -202,3 +202,17 @@ def test_a_num_proc_map_is_named_by_a_prefix(pipeline: Pipeline) -> None:
         _ok(cachetool(pipeline, "explain", prefix))
     _ok(cachetool(pipeline, "pin", shards[0][:8]))
     _ok(cachetool(pipeline, "unpin", shards[0][:8]))
+
+
+@pytest.mark.slow
+def test_a_saved_folder_named_in_the_default_cache_says_which_cache_dir(pipeline: Pipeline) -> None:
+    """`lineage <saved folder>/train` without `--cache-dir` looks in the datasets cache, where the
+    folder is not: the one-line error names the `--cache-dir` to pass (the folder holding the
+    saved DatasetDict and its ledger), and the command run with it shows the chain back to the
+    CSV source (it said only "no cache entry matches").)"""
+    train = str(pipeline.saved / "train")
+    failed = cachetool(pipeline, "lineage", train)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr
+    assert failed.stderr.startswith("Error: ") and f"--cache-dir {pipeline.saved}" in failed.stderr
+    doc = json.loads(_ok(cachetool(pipeline, "lineage", train, "--json", "--cache-dir", str(pipeline.saved))))
+    assert doc["steps"][0]["operation"] == "load_dataset" and all(s["recorded"] for s in doc["steps"])
