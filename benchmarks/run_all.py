@@ -134,7 +134,6 @@ def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
     root = base / f"ls{files}"
     synthesize(root, files)
     env = env_for(base)
-    index = root / ".cachetool" / "read-index.json"
     walk = [PY, "-c", WALK.format(here=str(HERE), root=str(root))]
     ls_json = [*CT, "ls", str(root), "--json"]
 
@@ -160,7 +159,6 @@ def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
     rows.append(
         row(f"ls human piped / ls --json, {files // 1000}k files, warm", paired(warm_t, human_t, pairs), 1.2)
     )
-    del index
     return rows
 
 
@@ -531,11 +529,14 @@ def main() -> None:
             elif name == "ledger":
                 rows += bench_ledger(base, 50 if quick else 1000, 100, pairs)
             print(f"[{name}] {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+        report(rows, ns.json)  # before the clean-up: removing 100,000 files can take minutes
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
+
+def report(rows: list[Row], json_path: Path | None) -> None:
     print(f"\nMachine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"{'what':64} {'value':>8} {'noise':>13} {'goal':>16}  met")
+    print(f"{'what':64} {'value':>8} {'noise':>13} {'goal':>16}  met", flush=True)
     for r in rows:
         value = "" if r.ratio is None else f"{r.ratio:8.2f}"
         noise = "" if r.low is None or r.high is None else f"{r.low:.2f}–{r.high:.2f}"
@@ -543,8 +544,9 @@ def main() -> None:
         print(f"{r.what:64} {value:>8} {noise:>13} {r.goal:>16}  {met}")
         if r.detail:
             print(f"    {r.detail}")
-    if ns.json:
-        ns.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    sys.stdout.flush()
+    if json_path:
+        json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2))
 
 
 if __name__ == "__main__":

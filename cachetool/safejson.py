@@ -17,8 +17,9 @@ class BadJsonFile(ValueError):
     """The file exists but is not a JSON document this reads; the message says why."""
 
 
-def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> Any:
-    """The parsed document; FileNotFoundError when the file is missing, BadJsonFile otherwise."""
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, read with one `read()` sized from the
+    stat; FileNotFoundError when it is missing, BadJsonFile (with the reason) otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -31,14 +32,25 @@ def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> 
             raise BadJsonFile("not a regular file")
         if st.st_size > max_bytes:
             raise BadJsonFile(f"{st.st_size} bytes, more than any such file holds")
+        # Sized from the stat (one more byte tells a file that grew meanwhile): asking for the
+        # cap would allocate all of it up front.
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(max_bytes + 1)
-        return json.loads(data)
-    except RecursionError:
-        raise BadJsonFile("nested too deeply") from None
-    except (OSError, ValueError) as e:
-        if isinstance(e, BadJsonFile):
-            raise
+            data = f.read(st.st_size + 1)
+        if len(data) > max_bytes:
+            raise BadJsonFile(f"{len(data)} bytes, more than any such file holds")
+        return data
+    except OSError as e:
         raise BadJsonFile(str(e).splitlines()[0][:200]) from None
     finally:
         os.close(fd)
+
+
+def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> Any:
+    """The parsed document; FileNotFoundError when the file is missing, BadJsonFile otherwise."""
+    data = read_regular_file(path, max_bytes)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise BadJsonFile("nested too deeply") from None
+    except ValueError as e:
+        raise BadJsonFile(str(e).splitlines()[0][:200]) from None

@@ -147,19 +147,17 @@ def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(script: str, b
     assert "and one that loaded it from the cache" in text
     assert "changes on every run" not in text and "no hash tree recorded" not in text
     assert "build and configure" in culprit.hint and "datasets/issues/3638" in culprit.hint
-
-
-@pytest.mark.slow
-def test_warm_cache_tokenizer_report_reads_well(base: Path) -> None:
-    """On a warm cache: the tokenizer's truncation before and after the step, and the fix."""
-    report = check("m01_tokenizer_truncation_inside_map.py", base / "m01-text", "warm")
-    lines = human_lines(report)
-    assert any(
-        line.startswith("  changed: function → global 'tok' → .truncation (NoneType): None vs {'direction'")
-        for line in lines
-    ), lines
-    assert any("the tokenizer completely before the first map" in line for line in lines)
-    assert any("a run that computed step 3 (map tokenize on split train at " in line for line in lines), lines
+    if script.startswith("m01"):
+        # On a warm cache: the tokenizer's truncation before and after the step, and the fix.
+        lines = text.splitlines()
+        assert any(
+            line.startswith(
+                "  changed: function → global 'tok' → .truncation (NoneType): None vs {'direction'"
+            )
+            for line in lines
+        ), lines
+        assert any("the tokenizer completely before the first map" in line for line in lines)
+        assert any("a run that computed step 3 (map tokenize on split train at " in line for line in lines)
 
 
 @pytest.mark.slow

@@ -23,11 +23,14 @@ def test_wheel_installs_and_runs_with_its_completions(tmp_path: Path) -> None:
     prints the version from `cachetool.__version__`, and the shells find its completions."""
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "dist"))
+    # The build tools write caches and toolchain settings into HOME: give them one of their own.
+    build_env = {**os.environ, "HOME": str(tmp_path / "home")}
     proc = subprocess.run(
         [sys.executable, "-m", "build", "-o", str(tmp_path / "dist"), str(src)],
         capture_output=True,
         text=True,
         timeout=300,
+        env=build_env,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("cachetool-*.whl"))
@@ -53,6 +56,7 @@ def test_wheel_installs_and_runs_with_its_completions(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=300,
+        env=build_env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     site = next(prefix.glob("lib/python*/site-packages"))

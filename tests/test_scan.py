@@ -137,7 +137,7 @@ def test_second_scan_uses_the_read_index_and_gives_the_same_report(real_cache: d
     first = scan_cache(real_cache["cache"])
     second = scan_cache(real_cache["cache"])
     assert first == second
-    assert (Path(real_cache["cache"]) / ".cachetool" / "read-index.json").is_file()
+    assert (Path(real_cache["cache"]) / ".cachetool" / "read-index.sqlite.z").is_file()
 
 
 def test_prefix_lookup(report: CacheReport, real_cache: dict[str, Any]) -> None:

@@ -51,6 +51,7 @@ def _writer(tmp: Path, prefix: Path, n: int, pause: float) -> subprocess.Popen[s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "KERAS_HOME": str(tmp / "keras")},  # keras writes keras.json there on import
     )
 
 
@@ -135,7 +136,11 @@ def _ls(folder: Path) -> list[dict[str, Any]]:
 
 
 def _gc(folder: Path) -> dict[str, Any]:
-    result = _cli("gc", "--cache-dir", str(folder), "--temp", "--min-age", "0", "-y", "--json")
+    tmp = folder.parent / "tmp"  # never the real temp dir: other processes' pymp-* folders are there
+    tmp.mkdir(exist_ok=True)
+    result = _cli(
+        "gc", "--cache-dir", str(folder), "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y", "--json"
+    )
     assert result.exit_code == 0, result.output
     return dict(json.loads(result.stdout))
 

@@ -10,13 +10,16 @@ files, and never reads column data (see `cachetool.cache.arrow`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import re
 import stat
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from json.encoder import encode_basestring_ascii as _encode_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +45,7 @@ def _human_age(ts: float | None, now: float | None = None) -> str:
     return str(humanize.naturaltime(delta))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheFile:
     """One file on disk, as `stat` and (for Arrow files) the headers tell it."""
 
@@ -100,7 +103,7 @@ class DatasetDir:
         return dict(self.shard_lengths).get(split)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One logical dataset state (one fingerprint) or one leftover, with all its files."""
 
@@ -130,13 +133,22 @@ class Entry:
         """What `-q` prints and what `show`/`gc` accept: the fingerprint, else the path."""
         return self.fingerprint or _path_str(self.path)
 
+    # Most entries hold one file: each property answers that case first (a listing of 100,000
+    # entries asks each of them several times).
     @property
     def size(self) -> int:
-        return sum(f.size for f in self.files)
+        files = self.files
+        return files[0].size if len(files) == 1 else sum(f.size for f in files)
 
     @property
     def rows(self) -> int | None:
-        summaries = [f.summary for f in self.files if f.summary is not None]
+        files = self.files
+        if len(files) == 1:
+            s = files[0].summary
+            if s is not None and s.rows is not None:
+                return s.rows
+            return self.expected_rows if self.kind == Kind.SOURCE else None
+        summaries = [f.summary for f in files if f.summary is not None]
         if not summaries or any(s.rows is None for s in summaries):
             return self.expected_rows if self.kind == Kind.SOURCE else None
         return sum(s.rows or 0 for s in summaries)
@@ -150,7 +162,8 @@ class Entry:
 
     @property
     def modified(self) -> float | None:
-        return max((f.mtime for f in self.files), default=None)
+        files = self.files
+        return files[0].mtime if len(files) == 1 else max((f.mtime for f in files), default=None)
 
     @property
     def used(self) -> float | None:
@@ -165,7 +178,13 @@ class Entry:
         (tf.data caches: the index and every data shard it names, as large as it says)."""
         if self.kind == Kind.TF_CACHE:
             return self.state == "complete"
-        summaries = [f.summary for f in self.files if f.summary is not None]
+        files = self.files
+        if len(files) == 1:
+            s = files[0].summary
+            if s is None:
+                return None
+            return False if self.expected_files is not None and self.expected_files > 1 else s.complete
+        summaries = [f.summary for f in files if f.summary is not None]
         if not summaries:
             return None
         if self.expected_files is not None and len(self.files_of_data) < self.expected_files:
@@ -195,7 +214,7 @@ class Entry:
             return f"shards {len(self.files_of_data)}/{self.expected_files}"
         if self.kind == Kind.TF_CACHE and self.state:
             return f"tf-cache {_TF_STATE_SHORT.get(self.state, self.state)}"
-        return self.kind.value
+        return self.kind._value_  # what .value gives, without the enum's descriptor
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -227,6 +246,37 @@ class Entry:
                 else {}
             ),
         }
+
+    def to_json_text(self) -> str:
+        """`json.dumps(self.to_json())` (default separators, ASCII), written directly: a listing
+        of 100,000 entries spent more time building and encoding those dicts than scanning."""
+        if self.kind == Kind.TF_CACHE:  # a few, with keys of their own
+            import json
+
+            return json.dumps(self.to_json())
+        files = self.files
+        modified = self.modified
+        rows = self.rows
+        complete = self.complete
+        used = modified if self.last_used is None else max(self.last_used, modified or 0.0)
+        mod_iso = _js(iso_time(modified))
+        path = _js(_path_str(self.path))
+        return (
+            f'{{"id": {_js(self.fingerprint) if self.fingerprint else path}, '
+            f'"kind": {_js(self.kind._value_)}, "fingerprint": {_js(self.fingerprint)}, '
+            f'"aliases": {_js_list(self.aliases)}, "dataset": {_js(self.dataset)}, '
+            f'"dataset_dir": {_js(_path_str(self.dataset_dir)) if self.dataset_dir else "null"}, '
+            f'"split": {_js(self.split)}, "content": {_js(self.content)}, "path": {path}, '
+            f'"files": {len(files)}, "expected_files": {_js_int(self.expected_files)}, '
+            f'"rows": {_js_int(rows)}, "expected_rows": {_js_int(self.expected_rows)}, '
+            f'"columns": {_js_list([name for name, _ in self.columns])}, "size": {self.size}, '
+            f'"modified": {mod_iso}, '
+            f'"used": {mod_iso if used == modified else _js(iso_time(used))}, '
+            f'"complete": {"null" if complete is None else "true" if complete else "false"}, '
+            f'"parent": {_js(self.parent)}, "operation": {_js(self.operation)}, '
+            f'"unit": {_js(_path_str(self.unit)) if self.unit else "null"}, '
+            f'"problems": {_js_list(self.problems)}}}'
+        )
 
 
 _TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}
@@ -281,7 +331,20 @@ class CacheReport:
 
 
 def _path_str(p: Path) -> str:
-    return os.fsdecode(p)
+    return str(p)  # what os.fsdecode gives for a Path, without its two calls
+
+
+def _js(text: str | None) -> str:
+    """A string (or None) as `json.dumps(..., ensure_ascii=True)` writes it."""
+    return "null" if text is None else _encode_ascii(text)
+
+
+def _js_int(n: int | None) -> str:
+    return "null" if n is None else int.__repr__(n)
+
+
+def _js_list(texts: Sequence[str]) -> str:
+    return "[" + ", ".join(map(_encode_ascii, texts)) + "]" if texts else "[]"
 
 
 # ------------------------------------------------------------------------------------------
@@ -289,12 +352,16 @@ def _path_str(p: Path) -> str:
 # ------------------------------------------------------------------------------------------
 
 
-@dataclass
 class _Item:
-    name: str
-    path: Path
-    st: os.stat_result | None
-    error: str | None = None
+    """One folder entry as `scandir` gave it: its name, path and `lstat` (None if that failed)."""
+
+    __slots__ = ("error", "name", "path", "st")
+
+    def __init__(self, name: str, path: Path, st: os.stat_result | None, error: str | None = None) -> None:
+        self.name = name
+        self.path = path
+        self.st = st
+        self.error = error
 
     @property
     def is_dir(self) -> bool:
@@ -309,28 +376,68 @@ class _Item:
         return self.st is not None and stat.S_ISLNK(self.st.st_mode)
 
 
+def _child_maker(folder: Path) -> Callable[[str], Path]:
+    """Paths of a folder's children, built without parsing: `Path(de.path)` parses the whole
+    path again for each of 100,000 files and `str()` of it formats it again. Joining one name to
+    the parsed folder (a private helper of pathlib, where it exists) and handing it the string
+    `scandir` already made costs a fraction of that."""
+    make = getattr(folder, "_make_child_relpath", None)
+    prefix = os.path.join(str(folder), "")
+    if make is None or not _CAN_PRESET_STR:
+        return lambda name: Path(prefix + name)
+
+    def child(name: str) -> Path:
+        p: Path = make(name)
+        p._str = prefix + name  # type: ignore[attr-defined]
+        return p
+
+    return child
+
+
+_CAN_PRESET_STR = any("_str" in getattr(c, "__slots__", ()) for c in Path.__mro__)
+
+
 def _list_dir(path: Path) -> tuple[list[_Item], str | None]:
     items: list[_Item] = []
-    # Path(de.path) parses the whole path again for each of 100,000 files; joining one name to
-    # an already parsed folder does not (a private helper of pathlib, where it exists).
-    child = getattr(path, "_make_child_relpath", None)
+    child = _child_maker(path)
     try:
         with os.scandir(path) as it:
             for de in it:
-                if de.name == layout.LEDGER_DIR:
+                name = de.name
+                if name == layout.LEDGER_DIR:
                     continue  # cachetool's own state (ledger, read index, pins): never an entry
-                p = child(de.name) if child is not None else Path(de.path)
                 try:
-                    st = de.stat(follow_symlinks=False)
-                    items.append(_Item(de.name, p, st))
+                    items.append(_Item(name, child(name), de.stat(follow_symlinks=False)))
                 except OSError as e:
-                    items.append(_Item(de.name, p, None, e.strerror or str(e)))
+                    items.append(_Item(name, child(name), None, e.strerror or str(e)))
     except PermissionError:
         return [], "permission denied"
     except OSError as e:
         return [], e.strerror or str(e)
-    items.sort(key=lambda i: i.name)
+    items.sort(key=_item_name)
     return items, None
+
+
+def _item_name(item: _Item) -> str:
+    return item.name
+
+
+@contextmanager
+def gc_paused(freeze: bool = False) -> Iterator[None]:
+    """No cyclic garbage collection while a listing builds its objects: a scan of 100,000 files
+    makes millions of objects and no cycles, and the collector walking them again and again was
+    a quarter to a third of the time. With `freeze` (a command about to exit) what was made is
+    moved out of the collector's sight on the way out, so no collection walks it even once."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        gc.enable()
 
 
 class _Scanner:
@@ -343,7 +450,43 @@ class _Scanner:
         self.progress = progress
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
+        self.listings: dict[str, tuple[list[_Item], str | None]] = {}  # folders listed ahead
+        self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, on other cores
         self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
+
+    def list_dir(self, path: Path) -> tuple[list[_Item], str | None]:
+        """The folder's items, from the listing made ahead when there was one."""
+        listed = self.listings.pop(str(path), None)
+        return listed if listed is not None else _list_dir(path)
+
+    def read_ahead(self, workers: int) -> None:
+        """List every folder and read the headers of the Arrow files the read index does not
+        know, split over `workers` processes, before the walk classifies them: a cold listing of
+        many files waits mostly on those reads. Folders the walk never reads Arrow headers in
+        (cachetool's own, downloads, interrupted prepares, gc leftovers) are listed, not read."""
+        todo: list[str] = []
+        stack = [self.root]
+        while stack:
+            folder = stack.pop()
+            items, _ = self.listings[str(folder)] = _list_dir(folder)
+            for it in items:
+                st = it.st
+                if st is None:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    name = it.name
+                    if name == layout.LEDGER_DIR or (folder == self.root and name == "downloads"):
+                        continue
+                    if layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name):
+                        continue
+                    stack.append(it.path)
+                elif stat.S_ISREG(st.st_mode) and it.name.endswith(".arrow"):
+                    path = str(it.path)
+                    if not self.index.knows(path[self.root_len :], st.st_size, st.st_mtime_ns, st.st_ino):
+                        todo.append(path)
+        if len(todo) < READ_AHEAD_MIN_FILES:
+            return
+        self.prefetched = dict(zip(todo, _read_summaries(todo, workers), strict=True))
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
@@ -370,13 +513,13 @@ class _Scanner:
 
     def summary(self, path: Path, st: os.stat_result) -> ArrowSummary:
         rel = str(path)[self.root_len :]  # cheaper than Path.relative_to on 100,000 files
-        cached = self.index.get(rel, st.st_size, st.st_mtime_ns)
+        cached = self.index.get(rel, st.st_size, st.st_mtime_ns, st.st_ino)
         if cached is not None:
             return cached
-        summary = read_summary(path)
+        summary = self.prefetched.pop(str(path), None) or read_summary(path)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(path.name):
-            self.index.put(rel, st.st_size, st.st_mtime_ns, summary)
+            self.index.put(rel, st.st_size, st.st_mtime_ns, st.st_ino, summary)
         return summary
 
     def tree_files(self, path: Path) -> list[CacheFile]:
@@ -385,7 +528,7 @@ class _Scanner:
         stack = [path]
         while stack:
             d = stack.pop()
-            items, err = _list_dir(d)
+            items, err = self.list_dir(d)
             if err:
                 self.warn(d, err)
             for it in items:
@@ -435,7 +578,7 @@ class _Scanner:
 
     # -- the walk -------------------------------------------------------------------------------
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
-        items, err = _list_dir(path)
+        items, err = self.list_dir(path)
         if err:
             self.warn(path, err)
             self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))
@@ -869,7 +1012,7 @@ class _Scanner:
         self.datasets.append(DatasetDir(path, path.name, "saved-dict", meta_files=meta))
         for it in items:
             if it.is_dir:
-                sub_items, err = _list_dir(it.path)
+                sub_items, err = self.list_dir(it.path)
                 if err is None and any(s.name == layout.STATE_JSON for s in sub_items):
                     self.saved(it.path, sub_items, unit=path, split_name=it.name)
                 else:
@@ -901,7 +1044,7 @@ class _Scanner:
         )
 
     def downloads(self, path: Path) -> None:
-        items, err = _list_dir(path)
+        items, err = self.list_dir(path)
         if err:
             self.warn(path, err)
             return
@@ -934,7 +1077,7 @@ class _Scanner:
             )
 
     def extracted(self, path: Path) -> None:
-        items, err = _list_dir(path)
+        items, err = self.list_dir(path)
         if err:
             self.warn(path, err)
             return
@@ -959,6 +1102,33 @@ class _Scanner:
                 )
             else:
                 self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
+
+
+#: Below this many unread Arrow files, starting processes costs more than it saves.
+READ_AHEAD_MIN_FILES = 2000
+
+
+def _spare_cores() -> int:
+    """Processes a cold listing may read headers in: the cores this process may run on, and one
+    only where forking is unsafe (another thread runs, e.g. a progress display) or unavailable."""
+    import threading
+
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _read_summaries(paths: list[str], workers: int) -> list[ArrowSummary]:
+    """`read_summary` of each path, on `workers` forked processes, in order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunk = max(64, len(paths) // (workers * 8))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(read_summary, paths, chunksize=chunk))
 
 
 #: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
@@ -1073,8 +1243,8 @@ def scan_cache(
     """Scan a datasets cache root (or a `save_to_disk` folder, or any folder of Arrow files).
 
     Reads only `stat` results, JSON metadata and Arrow headers. With `use_index`, what was read is
-    remembered in `<root>/.cachetool/read-index.json` (skipped silently on a read-only root), so a
-    repeat scan only stats unchanged files. With `ledger` (True: read it; or a `Ledger` the
+    remembered in `<root>/.cachetool/read-index.sqlite.z` (skipped silently on a read-only root),
+    so a repeat scan only stats unchanged files. With `ledger` (True: read it; or a `Ledger` the
     command already loaded), recorded lineage (parent, operation, last use) is attached to entries.
     """
     root_path = Path(root).expanduser()
@@ -1084,16 +1254,20 @@ def scan_cache(
         raise NotADirectory(root_path)
     root_path = root_path.resolve()
     own = _is_cachetool_state(root_path)
-    index = ReadIndex(root_path, enabled=use_index and not own)
-    scanner = _Scanner(root_path, index, progress)
-    if not own:
-        scanner.walk(root_path)
-    index.save()
-    entries = _attribute_locks(scanner.entries, scanner.datasets)
-    if ledger is not False:
-        entries = _attach_ledger(root_path, entries, None if ledger is True else ledger)
-    entries.sort(key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", _path_str(e.path)))
-    datasets = sorted(scanner.datasets, key=lambda d: _path_str(d.path))
+    with gc_paused():
+        index = ReadIndex(root_path, enabled=use_index and not own)
+        scanner = _Scanner(root_path, index, progress)
+        if not own:
+            workers = _spare_cores()
+            if workers > 1:
+                scanner.read_ahead(workers)
+            scanner.walk(root_path)
+        index.save()
+        entries = _attribute_locks(scanner.entries, scanner.datasets)
+        if ledger is not False:
+            entries = _attach_ledger(root_path, entries, None if ledger is True else ledger)
+        entries.sort(key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", _path_str(e.path)))
+        datasets = sorted(scanner.datasets, key=lambda d: _path_str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
 
 

@@ -228,10 +228,11 @@ class Output:
         whole: Sequence[str] = (),
     ) -> None:
         """Columns are (header, justify). Every cell is escaped: file names can contain markup.
-        Cells of the `whole` columns (names, paths) are never split: other columns give way."""
-        from rich.table import Table
-        from rich.text import Text
+        Cells of the `whole` columns (names, paths) are never split: other columns give way.
 
+        A table that fits the width is written directly, as Rich lays it out (columns two spaces
+        apart, each as wide as its widest cell within `widths`, an ellipsis where a cell is cut):
+        Rich takes ~0.4 ms per row, 10 s for a listing of 20,000 entries. Rich draws the rest."""
         rows = [[safe_text("" if c is None else str(c)) for c in row] for row in rows]
         headers = [h for h, _ in columns]
         widths = dict(widths or {})
@@ -239,6 +240,13 @@ class Output:
             i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
+        if title is None and caption is None:
+            lines = plain_table_lines(columns, rows, {} if self.no_truncate else widths, self.console.width)
+            if lines is not None:
+                self._write_plain_table(lines)
+                return
+        from rich.table import Table
+        from rich.text import Text
 
         table = Table(
             title=title,
@@ -278,6 +286,18 @@ class Output:
             pairs = [f"{headers[i]} {row[i]}".strip() for i in others if row[i]]
             self.line("  " + " · ".join(pairs), style="dim")
 
+    def _write_plain_table(self, lines: list[str]) -> None:
+        console = self.console
+        if console.is_terminal:
+            from rich.text import Text
+
+            console.print(Text(lines[0], style="bold"), overflow="ignore", crop=False)
+            lines = lines[1:]
+        write = console.file.write
+        for start in range(0, len(lines), 1000):
+            write("\n".join(lines[start : start + 1000]) + "\n")
+        console.file.flush()
+
     def path(self, path: str | os.PathLike[str], room: int | None = None) -> str:
         """A path for a human line: `~` for the home folder, shortened from the middle to fit
         `room` columns (default: the terminal's width) unless --no-truncate; names stay whole."""
@@ -308,10 +328,77 @@ class Output:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
+    def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str]]) -> None:
+        """The same document as `json(doc())`; in a pipe (compact) written from `pieces`, the
+        document's text in order, so a large listing is never held whole as objects or text."""
+        if sys.stdout.isatty():
+            self.json(doc())
+            return
+        sys.stdout.flush()
+        binary = getattr(sys.stdout, "buffer", None)
+        for piece in pieces():
+            if binary is not None:
+                binary.write(piece.encode("ascii"))
+            else:
+                sys.stdout.write(piece)
+        if binary is not None:
+            binary.write(b"\n")
+            binary.flush()
+        else:
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+
     def ids(self, ids: Iterable[str]) -> None:
         for i in ids:
             sys.stdout.write(safe_text(i) + "\n")
         sys.stdout.flush()
+
+
+def plain_table_lines(
+    columns: Sequence[tuple[str, str]],
+    cells: Sequence[Sequence[str]],
+    widths: dict[str, tuple[int, int]],
+    width: int,
+) -> list[str] | None:
+    """The lines Rich draws for a table without box, edge or title (header first), or None
+    where Rich would have to do more than pad: the table is wider than `width`, a cell holds a
+    tab, or a cell with wide characters must be cut."""
+    from rich.cells import cell_len
+
+    n = len(columns)
+    if any(len(row) != n for row in cells):
+        return None
+    col_widths: list[int] = []
+    for i, (header, _) in enumerate(columns):
+        w = len(header) if header.isascii() else cell_len(header)
+        for row in cells:
+            c = row[i]
+            lc = len(c) if c.isascii() else cell_len(c)
+            if lc > w:
+                w = lc
+        lo, hi = widths.get(header, (None, None))
+        if lo is not None:
+            w = max(w, lo)
+        if hi is not None:
+            w = min(w, hi)
+        col_widths.append(max(w, 0))
+    if sum(col_widths) + 2 * (n - 1) > width:
+        return None
+    lines: list[str] = []
+    right = [justify == "right" for _, justify in columns]
+    for row in [[h for h, _ in columns], *cells]:
+        out: list[str] = []
+        for c, w, r in zip(row, col_widths, right, strict=True):
+            if "\t" in c:
+                return None
+            lc = len(c) if c.isascii() else cell_len(c)
+            if lc > w:
+                if not c.isascii() or w < 1:
+                    return None
+                c, lc = c[: w - 1] + "…", w
+            out.append(" " * (w - lc) + c if r else c + " " * (w - lc))
+        lines.append("  ".join(out))
+    return lines
 
 
 def envelope(doc: dict[str, Any]) -> dict[str, Any]:

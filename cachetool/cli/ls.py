@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -168,7 +170,10 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
+    from cachetool.cache.scan import gc_paused
+
+    with gc_paused(freeze=True):
+        _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
 
 
 @handle_errors
@@ -194,7 +199,9 @@ def _ls(
     if limit is not None:
         entries = entries[:limit]
     if fmt == OutputFormat.json:
-        out.json(ls_document(report, entries, pinned))
+        out.json_pieces(
+            lambda: ls_document(report, entries, pinned), lambda: ls_document_text(report, entries, pinned)
+        )
     elif fmt == OutputFormat.quiet:
         out.ids(e.id for e in entries)
     else:
@@ -214,6 +221,30 @@ def ls_document(
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in report.totals().items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
+
+
+def ls_document_text(
+    report: CacheReport, entries: list[Entry], pinned: frozenset[str] = frozenset()
+) -> Iterator[str]:
+    """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
+    of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
+    at once."""
+    from cachetool.cache.query import is_pinned
+    from cachetool.cli.common import envelope
+
+    head = json.dumps(envelope(ls_document(report, [], pinned)), ensure_ascii=True)
+    cut = head.index('"entries": []') + len('"entries": [')
+    yield head[:cut]
+    for start in range(0, len(entries), 1000):
+        piece = ", ".join(
+            [
+                e.to_json_text()[:-1]
+                + (', "pinned": true}' if pinned and is_pinned(e, pinned) else ', "pinned": false}')
+                for e in entries[start : start + 1000]
+            ]
+        )
+        yield piece if start == 0 else ", " + piece
+    yield head[cut:]
 
 
 def render_human(
@@ -346,10 +377,9 @@ def age_short(ts: float | None, now: float) -> str:
 def totals_line(report: CacheReport, shown: int) -> str:
     from cachetool.formatting import human_size
 
-    totals = report.totals()
+    totals = report.totals()  # once: it sums every entry
+    files = sum(n for n, _ in totals.values())
+    size = sum(b for _, b in totals.values())
     parts = [f"{k} {n} file{'s' if n != 1 else ''} {human_size(b)}" for k, (n, b) in totals.items()]
-    head = (
-        f"{shown} of {len(report.entries)} entries; cache holds {report.file_count} files, "
-        f"{human_size(report.size)}"
-    )
+    head = f"{shown} of {len(report.entries)} entries; cache holds {files} files, {human_size(size)}"
     return head + ("\nby kind: " + "; ".join(parts) if parts else "")

@@ -412,7 +412,9 @@ def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
     return data
 
 
-def read_segment(path: Path, warnings: list[str] | None = None) -> list[LedgerRecord]:
+def read_segment(
+    path: Path, warnings: list[str] | None = None, read_from: str | None = None
+) -> list[LedgerRecord]:
     """The records of one segment, typed. A last line without its newline is a record torn by a
     killed writer; it and every line that is not a valid record (bad JSON, too long, nested too
     deeply, a field of the wrong type, an unknown type) are skipped with a warning naming the line."""
@@ -442,7 +444,7 @@ def read_segment(path: Path, warnings: list[str] | None = None) -> list[LedgerRe
             sink.append(f"{path}:{number}: skipped an unreadable record")
             continue
         try:
-            out.append(parse_record(obj))
+            out.append(parse_record(obj, read_from))
         except BadRecord as e:
             sink.append(f"{path}:{number}: skipped a record: {e}")
         except RecursionError:
@@ -460,8 +462,7 @@ def _read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
     segments = list(iter_segments(root))
     label = os.fspath(root)
     for seg in segments:
-        for rec in read_segment(seg, warnings):
-            records.append(dataclasses.replace(rec, read_from=label))
+        records += read_segment(seg, warnings, label)
     return records, warnings, segments
 
 

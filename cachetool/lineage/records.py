@@ -370,7 +370,7 @@ class LedgerRecord:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @staticmethod
-    def _base(d: Mapping[str, Any]) -> dict[str, Any]:
+    def _base(d: Mapping[str, Any], read_from: str | None = None) -> dict[str, Any]:
         versions = _obj(d, "versions") or {}
         if not all(v is None or isinstance(v, str) for v in versions.values()):
             raise BadRecord("'versions' holds a value that is not a string")
@@ -389,6 +389,7 @@ class LedgerRecord:
             "versions": dict(versions),
             "internal": _bool(d, "internal"),
             "root": _opt_str(d, "root"),
+            "read_from": read_from,
         }
 
     def version(self, package: str) -> str | None:
@@ -448,6 +449,9 @@ _STEP_KEYS = (
 )
 
 
+_STEP_ALL = frozenset(_BASE_KEYS + _STEP_KEYS)
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
@@ -473,7 +477,7 @@ class StepRecord(LedgerRecord):
     no_cache: str | None = None
 
     @classmethod
-    def parse(cls, d: Mapping[str, Any]) -> StepRecord:
+    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepRecord:
         cache = d.get("cache")
         if cache is None:
             cache = "none"
@@ -485,7 +489,7 @@ class StepRecord(LedgerRecord):
                 raise BadRecord(f"'args.{name}' is not an object")
         cs, fn, rf, src = (_obj(d, k) for k in ("call_site", "function", "random_fallback", "source"))
         return cls(
-            **cls._base(d),
+            **cls._base(d, read_from),
             operation=_opt_str(d, "operation"),
             transform=_opt_str(d, "transform"),
             result=_opt_str(d, "result"),
@@ -503,7 +507,7 @@ class StepRecord(LedgerRecord):
             source=SourceInfo.parse(src) if src is not None else None,
             error=_opt_str(d, "error"),
             no_cache=_opt_str(d, "no_cache"),
-            extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k not in _STEP_KEYS},
+            extra={k: v for k, v in d.items() if k not in _STEP_ALL},
         )
 
     # -- what readers ask ----------------------------------------------------------------------
@@ -624,10 +628,10 @@ class SourceRecord(LedgerRecord):
     truncated: bool = False
 
     @classmethod
-    def parse(cls, d: Mapping[str, Any]) -> SourceRecord:
+    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> SourceRecord:
         keys = ("hash", "qualname", "file", "line", "text", "truncated")
         return cls(
-            **cls._base(d),
+            **cls._base(d, read_from),
             hash=_opt_str(d, "hash"),
             qualname=_opt_str(d, "qualname"),
             file=_opt_str(d, "file"),
@@ -671,7 +675,7 @@ class GcRecord(LedgerRecord):
     dataset: str | None = None
 
     @classmethod
-    def parse(cls, d: Mapping[str, Any]) -> GcRecord:
+    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> GcRecord:
         keys = (
             "action",
             "fingerprint",
@@ -685,7 +689,7 @@ class GcRecord(LedgerRecord):
             "dataset",
         )
         return cls(
-            **cls._base(d),
+            **cls._base(d, read_from),
             action=_opt_str(d, "action") or "removed",
             fingerprint=_opt_str(d, "fingerprint"),
             aliases=_strs(d, "aliases"),
@@ -730,8 +734,9 @@ RECORD_TYPES: dict[str, type[LedgerRecord]] = {
 }
 
 
-def parse_record(obj: Any) -> LedgerRecord:
-    """The typed record for one decoded JSON line; `BadRecord` says why it is not one."""
+def parse_record(obj: Any, read_from: str | None = None) -> LedgerRecord:
+    """The typed record for one decoded JSON line (found in the ledger of the root `read_from`);
+    `BadRecord` says why it is not one."""
     if not isinstance(obj, dict):
         raise BadRecord("not a JSON object")
     v = obj.get("v")
@@ -741,7 +746,7 @@ def parse_record(obj: Any) -> LedgerRecord:
     cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise BadRecord(f"unknown record type {str(kind)[:40]!r}")
-    return cls.parse(obj)  # type: ignore[attr-defined]
+    return cls.parse(obj, read_from)  # type: ignore[attr-defined]
 
 
 __all__ = [

@@ -1143,6 +1143,10 @@ class _Builder:
         e = u.primary
         fp = e.fingerprint if u.kind != Kind.SOURCE or len(u.members) == 1 else None
         aliases = tuple(sorted(u.fingerprints - {fp} if fp else u.fingerprints))
+        # A builder folder goes under its builder lock, as `datasets` prepares it: a pipeline that
+        # finds the folder incomplete (dataset_info.json goes first) and prepares it again would
+        # otherwise `rmtree` it while gc removes the same files (FileNotFoundError in the pipeline).
+        lock = u.key.with_name(u.key.name + "_builder.lock") if u.kind == Kind.SOURCE else None
         return GcItem(
             u.key if u.kind in (Kind.SAVED, Kind.SOURCE) else e.path,
             u.kind,
@@ -1155,6 +1159,7 @@ class _Builder:
             aliases=aliases,
             dataset=u.label,
             used=u.used,
+            lock=lock,
         )
 
     def kept(

@@ -1,6 +1,7 @@
 """`verify`: prove every cache file is whole and what it claims to be.
 
-`verify_cache(root)` scans the root without the read index (every header is read again), turns
+`verify_cache(root)` scans the root without the read index (every header is read again; with
+`deep=True` the index is used, as every byte is read and validated after), turns
 what the scan found into findings of three severities, and adds the checks only verify makes:
 shard lengths against `dataset_info.json`, indices that point past the end of their data, leftovers
 and who is writing them, ledger records whose files are gone, and with `deep=True` a full
@@ -682,9 +683,11 @@ def verify_cache(
     one per core); `record` stores those checksums so a later deep verify reports changed bytes."""
     if ledger is None:  # a command that has loaded the ledger passes it
         ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
+    # so the listing may take what the read index remembers (keyed by size, mtime and inode).
     report = scan_cache(
         root,
-        use_index=False,
+        use_index=deep,
         ledger=ledger,
         progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )

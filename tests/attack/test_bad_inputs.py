@@ -67,24 +67,63 @@ def test_damaged_state_and_dataset_dict(tmp_path: Path) -> None:
     _assert_no_crash(_run_all(root, hf_env(tmp_path)))
 
 
-def test_a_damaged_read_index_is_read_again(tmp_path: Path) -> None:
-    """`"rows": "many"` in the read index: ls reads the file again and shows its real rows."""
+def _rewrite_index(root: Path, sql: str) -> None:
+    """Change cachetool's read index in place (a zlib-compressed SQLite image) with `sql`."""
+    import sqlite3
+    import zlib
+
+    index = root / ".cachetool" / "read-index.sqlite.z"
+    db = sqlite3.connect(":memory:")
+    db.deserialize(zlib.decompress(index.read_bytes()))
+    db.execute(sql)
+    db.commit()
+    index.write_bytes(zlib.compress(db.serialize()))
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE files SET rows = 'many'",
+        "UPDATE files SET state = 99",
+        "UPDATE files SET schema = 12345",
+        'UPDATE schemas SET columns = \'{"not": "a list"}\'',
+        "DROP TABLE dirs",
+    ],
+    ids=["text-rows", "bad-state", "missing-schema", "bad-columns", "missing-table"],
+)
+def test_a_damaged_read_index_is_read_again(tmp_path: Path, sql: str) -> None:
+    """A damaged read index (`rows` = "many", a table gone, ...): ls reads the files again and
+    shows their real rows, never a traceback."""
     root = tmp_path / "cache"
     synthesize_cache(root, 2)
     env = hf_env(tmp_path)
     ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
     first = json.loads(subprocess.run(ls, env=env, capture_output=True, text=True, check=True).stdout)
-    index = root / ".cachetool" / "read-index.json"
-    doc = json.loads(index.read_text())
-    for row in doc["files"].values():
-        row[2][1] = "many"
-    index.write_text(json.dumps(doc))
+    _rewrite_index(root, sql)
     again = subprocess.run(ls, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "Traceback" not in again.stderr
     assert [e["rows"] for e in json.loads(again.stdout)["entries"]] == [e["rows"] for e in first["entries"]]
 
 
-@pytest.mark.parametrize("name", ["read-index.json", "pins.json"])
+def test_garbage_or_an_old_json_index_in_place_of_the_read_index(tmp_path: Path) -> None:
+    """An index of an earlier version (read-index.json) is ignored and removed; garbage in place
+    of the read index is read past; the listing is the same either way."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 2)
+    env = hf_env(tmp_path)
+    ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
+    first = subprocess.run(ls, env=env, capture_output=True, text=True, check=True).stdout
+    index = root / ".cachetool" / "read-index.sqlite.z"
+    old = root / ".cachetool" / "read-index.json"
+    old.write_text(json.dumps({"version": 3, "meta": [], "files": {"x": [1, 2, ["stream"]]}}))
+    index.write_bytes(b"\x78\x9c" + os.urandom(300))
+    again = subprocess.run(ls, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and again.stderr == "" and again.stdout == first
+    assert not old.exists() and index.is_file()
+
+
+@pytest.mark.parametrize("name", ["read-index.sqlite.z", "pins.json"])
 def test_a_fifo_in_place_of_cachetools_own_files_never_hangs(tmp_path: Path, name: str) -> None:
     root = tmp_path / "cache"
     synthesize_cache(root, 2)

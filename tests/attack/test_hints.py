@@ -111,3 +111,22 @@ def test_an_empty_selection_is_nothing_to_do(tmp_path: Path) -> None:
     assert "nothing to do" in cron.stderr
     assert _cli(["gc", "zzzz", "--dry-run"], env).returncode == 2
     assert _cli(["gc", "--max-size", "12 parsecs", "--dry-run"], env).returncode == 2
+
+
+def test_the_stale_entry_hint_removes_the_entry(tmp_path: Path) -> None:
+    """A pipeline run twice under `cachetool run` with an edited helper: `verify --stale` reports
+    the stale entries, and the command in each hint, pasted, removes that entry although it was
+    written minutes ago (before, `cachetool gc <fp>` kept it: "younger than --min-age", exit 0)."""
+    from tests.explain_pipeline import explain_runs
+
+    runs = explain_runs(tmp_path / "explain")
+    env = runs.env
+    doc = json.loads(_cli(["verify", "--stale", "--json", "--cache-dir", str(runs.cache)], env).stdout)
+    stale = [f for f in doc["findings"] if f["kind"] == "stale"]
+    assert stale
+    for finding in stale:
+        command = finding["hint"].split("`")[1]
+        assert command.startswith(f"cachetool gc {finding['entry']} --min-age 0 --cache-dir "), command
+        pasted = _paste(command, env)
+        assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+        assert not Path(finding["path"]).exists()

@@ -1,0 +1,205 @@
+"""The fast paths of a listing give what the plain ones give: the read index, the Arrow header
+walk, the JSON written without dicts, the garbage collector left as it was."""
+
+from __future__ import annotations
+
+import gc
+import json
+import mmap
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachetool.cache import arrow
+from cachetool.cache.scan import scan_cache
+from cachetool.cli.common import envelope
+from cachetool.cli.ls import ls_document, ls_document_text
+from tests.attack.races import synthesize_cache
+from tests.conftest import hf_env
+
+
+def _write_stream(path: Path, fingerprint: str, rows: int) -> None:
+    import pyarrow as pa
+
+    meta = {"huggingface": json.dumps({"info": {"features": {}}, "fingerprint": fingerprint})}
+    batch = pa.record_batch([pa.array(range(rows))], names=["id"])
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, batch.schema.with_metadata(meta)) as w:
+        w.write_batch(batch)
+
+
+def test_a_file_swapped_for_one_of_the_same_size_and_mtime_is_read_again(tmp_path: Path) -> None:
+    """A cache file replaced (renamed over) by another of the same size and mtime but other
+    contents: the second listing reads the new file (the index is keyed by inode too)."""
+    root = tmp_path / "cache"
+    target = synthesize_cache(root, 1)[0]
+    fp = target.name[len("cache-") : -len(".arrow")]
+    first = scan_cache(root).find(fp)
+    assert first.problems == ()
+    st = target.stat()
+    other = target.with_name("swap.tmp")
+    other.write_bytes(target.read_bytes().replace(fp.encode(), b"f" * len(fp)))
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, target)
+    second = scan_cache(root).find(fp)
+    assert second.problems == (f"file holds fingerprint {'f' * len(fp)}, name says {fp}",)
+
+
+def test_a_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """Library users keep their collector: scan_cache pauses it and turns it back on."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 3)
+    assert gc.isenabled()
+    scan_cache(root)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        scan_cache(root)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def _pyarrow_walk(path: Path) -> arrow.ArrowSummary:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return arrow.read_summary(path)
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            return arrow._walk(mm, size)
+        finally:
+            mm.close()
+
+
+def test_header_walk_agrees_with_pyarrows_reader_on_every_cut(tmp_path: Path) -> None:
+    """The header walk and pyarrow's stream reader say the same (rows, batches, columns,
+    metadata, completeness, error) for a good file and for the file cut at every byte."""
+    root = tmp_path / "cache"
+    data = synthesize_cache(root, 1)[0].read_bytes()
+    probe = tmp_path / "probe.arrow"
+    for cut in range(1, len(data) + 1):
+        probe.write_bytes(data[:cut])
+        assert arrow.read_summary(probe) == _pyarrow_walk(probe), cut
+
+
+@pytest.mark.slow
+def test_header_walk_agrees_with_pyarrows_reader_on_a_real_cache(real_cache: dict[str, Any]) -> None:
+    """Every Arrow file `datasets` wrote (data, indices, shards, saved, source splits)."""
+    files = sorted(Path(real_cache["cache"]).rglob("*.arrow"))
+    assert len(files) > 10
+    for path in files:
+        if path.is_file() and not path.is_symlink():
+            assert arrow.read_summary(path) == _pyarrow_walk(path), path
+
+
+@pytest.mark.slow
+def test_ls_json_text_is_what_json_dumps_writes(real_cache: dict[str, Any], tmp_path: Path) -> None:
+    """`ls --json` in a pipe writes each entry's text directly; it is the very text json.dumps
+    writes for the same document, with odd file names too (quotes, non-ASCII, bytes that are
+    not UTF-8)."""
+    import shutil
+
+    root = tmp_path / "cache"
+    shutil.copytree(real_cache["cache"], root, symlinks=True)
+    odd = root / "odd"
+    odd.mkdir()
+    for name in ['cache-"quoted"\\x.arrow', "cache-héllo→.arrow", "tmpabcdefgh"]:
+        _write_stream(odd / name, "0123456789abcdef", 3)
+    os.symlink("nowhere", odd / "dangling.arrow")
+    (odd.parent / os.fsdecode(b"bad-\xff-name.arrow")).write_bytes(b"\xff\xff\xff\xffjunk")
+    report = scan_cache(root)
+    entries = list(report.entries)
+    pinned = frozenset({entries[0].id})
+    for pins in (frozenset(), pinned):
+        text = "".join(ls_document_text(report, entries, pins))
+        assert text == json.dumps(envelope(ls_document(report, entries, pins)))
+    for e in entries:
+        assert e.to_json_text() == json.dumps(e.to_json())
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "ls", str(root), "--json"],
+        env=hf_env(tmp_path),
+        capture_output=True,
+        check=True,
+    )
+    report = scan_cache(root)
+    expected = json.loads(json.dumps(envelope(ls_document(report, list(report.entries)))))
+    assert json.loads(proc.stdout)["entries"] == expected["entries"]
+
+
+def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: Any, width: int) -> str:
+    """The table as Rich draws it (the direct path turned off)."""
+    import io
+    from unittest import mock
+
+    from rich.console import Console
+
+    from cachetool.cli import common
+
+    out = common.Output(common.OutputFormat.human, width=width)
+    buf = io.StringIO()
+    out._console = Console(highlight=False, soft_wrap=False, width=width, file=buf)
+    with mock.patch.object(common, "plain_table_lines", lambda *a: None):
+        out.table(None, columns, rows, widths=widths)
+    return buf.getvalue()
+
+
+def test_large_tables_are_drawn_as_rich_draws_them() -> None:
+    """`ls` on 20,000 entries pads its table directly instead of through Rich; the text is the
+    one Rich draws, cut fingerprints, wide characters and markup-like names included, at 80 and
+    120 columns; a table too wide for the terminal is still Rich's."""
+    import random
+
+    from cachetool.cli.common import plain_table_lines
+
+    rng = random.Random(7)
+    words = ["derived", "shards 1/2", "[bold]x[/]", "héllo", "数据集", "", "0123456789abcdef0123", "1,234"]
+    columns = [("kind", "left"), ("fingerprint", "left"), ("files", "right"), ("rows", "right")]
+    widths = {"kind": (10, 18), "fingerprint": (16, 16)}
+    drawn = 0
+    for width in (80, 120, 30):
+        for _ in range(60):
+            rows = [
+                [rng.choice(words) * rng.randint(1, 2) for _ in columns] for _ in range(rng.randint(0, 6))
+            ]
+            lines = plain_table_lines(columns, rows, widths, width)
+            if lines is not None:
+                drawn += 1
+                assert "\n".join(lines) + "\n" == _rich_lines(columns, rows, widths, width), rows
+    assert drawn > 60
+    assert plain_table_lines(columns, [["", "", "9" * 200, ""]], widths, 80) is None
+
+
+def test_sizes_read_as_humanize_writes_them() -> None:
+    """Every size column shows what `humanize.naturalsize` wrote (cachetool formats it itself),
+    at each unit's edges where rounding moves to the next unit."""
+    import humanize
+
+    from cachetool.formatting import human_size
+
+    values = [0, 1, -1, 2, 999, 1000, 999_949, 999_950, 999_999, 10**28, 3 * 10**34, -4096]
+    values += [10**k + d for k in range(3, 34) for d in (-51, -50, -49, -1, 0, 1)]
+    values += [7**k for k in range(1, 40)]
+    assert [human_size(v) for v in values] == [humanize.naturalsize(v) for v in values]
+
+
+@pytest.mark.slow
+def test_headers_read_ahead_on_other_cores_give_the_same_report(
+    real_cache: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold listing of many files reads their headers in forked processes first: the report
+    (every entry, file, summary and warning) is the one a listing in one process makes."""
+    from cachetool.cache import scan
+
+    serial = scan_cache(real_cache["cache"], use_index=False)
+    monkeypatch.setattr(scan, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(scan, "_spare_cores", lambda: 2)
+    calls: list[int] = []
+    real = scan._read_summaries
+    monkeypatch.setattr(scan, "_read_summaries", lambda paths, n: calls.append(len(paths)) or real(paths, n))
+    parallel = scan_cache(real_cache["cache"], use_index=False)
+    assert calls and calls[0] > 5
+    assert parallel == serial
