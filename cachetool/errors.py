@@ -7,6 +7,7 @@ with `CACHETOOL_DEBUG=1`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from enum import IntEnum
 from pathlib import Path
@@ -56,9 +57,45 @@ class UnknownFingerprint(CachetoolError):
     """No entry has this fingerprint (or fingerprint prefix)."""
 
     def __init__(self, prefix: str, root: Path) -> None:
-        super().__init__(f"no cache entry matches '{prefix}' in {root}")
+        elsewhere = _root_of_path_outside(prefix, root)
+        if elsewhere is not None:
+            message = (
+                f"{prefix} is not in the cache {root}: a save_to_disk folder is a cache root of its "
+                f"own, pass --cache-dir {elsewhere}"
+            )
+            if os.path.isfile(os.path.join(prefix, "dataset_dict.json")):
+                splits = sorted(
+                    e.name for e in os.scandir(prefix) if os.path.isfile(os.path.join(e.path, "state.json"))
+                )
+                message += f" and name one of its splits ({', '.join(splits)})"
+        else:
+            message = f"no cache entry matches '{prefix}' in {root}"
+        super().__init__(message)
         self.prefix = prefix
         self.root = root
+
+
+def _root_of_path_outside(name: str, root: Path) -> str | None:
+    """For a name that is a saved dataset's path outside `root`: the folder to pass as
+    `--cache-dir` (its DatasetDict's folder, where a traced run keeps the ledger, else the saved
+    dataset's own folder). None for anything else."""
+    if os.sep not in name or not os.path.exists(name):
+        return None
+    path = os.path.abspath(name)
+    try:
+        if os.path.commonpath([path, os.path.abspath(root)]) == os.path.abspath(root):
+            return None
+    except ValueError:  # different drives
+        pass
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    for probe in (os.path.dirname(folder), folder):  # a split's DatasetDict first: its ledger
+        if os.path.isfile(os.path.join(probe, "dataset_dict.json")):
+            return probe
+    if os.path.isfile(os.path.join(folder, "state.json")) or os.path.isdir(
+        os.path.join(folder, ".cachetool", "ledger")
+    ):
+        return folder
+    return None
 
 
 class RecordedOnly(UnknownFingerprint):

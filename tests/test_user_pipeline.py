@@ -184,3 +184,35 @@ def test_stats_tables_show_no_row_of_zeros(pipeline: Pipeline) -> None:
     assert not empty, human
     doc = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
     assert any(d["key"] == "(no file)" for d in doc["datasets"]), doc["datasets"]
+
+
+@pytest.mark.slow
+def test_a_num_proc_map_is_named_by_a_prefix(pipeline: Pipeline) -> None:
+    """The result of `map(..., num_proc=2)` is named by a prefix of its fingerprint in `show`,
+    `lineage`, `explain` and `pin`: the per-shard fingerprints the ledger records
+    (`<fp>_00000_of_00002`) are parts of it, not other candidates (every command said "'fe19' is
+    ambiguous: it matches 3 entries")."""
+    listing = json.loads(_ok(cachetool(pipeline, "ls", "--json")))
+    shards = [e["fingerprint"] for e in listing["entries"] if e["kind"] == "shards"]
+    assert shards, listing["entries"]
+    for fp in shards:
+        prefix = fp[:8]
+        assert json.loads(_ok(cachetool(pipeline, "show", prefix, "--json")))["fingerprint"] == fp
+        assert json.loads(_ok(cachetool(pipeline, "lineage", prefix, "--json")))["fingerprint"] == fp
+        _ok(cachetool(pipeline, "explain", prefix))
+    _ok(cachetool(pipeline, "pin", shards[0][:8]))
+    _ok(cachetool(pipeline, "unpin", shards[0][:8]))
+
+
+@pytest.mark.slow
+def test_a_saved_folder_named_in_the_default_cache_says_which_cache_dir(pipeline: Pipeline) -> None:
+    """`lineage <saved folder>/train` without `--cache-dir` looks in the datasets cache, where the
+    folder is not: the one-line error names the `--cache-dir` to pass (the folder holding the
+    saved DatasetDict and its ledger), and the command run with it shows the chain back to the
+    CSV source (it said only "no cache entry matches").)"""
+    train = str(pipeline.saved / "train")
+    failed = cachetool(pipeline, "lineage", train)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr
+    assert failed.stderr.startswith("Error: ") and f"--cache-dir {pipeline.saved}" in failed.stderr
+    doc = json.loads(_ok(cachetool(pipeline, "lineage", train, "--json", "--cache-dir", str(pipeline.saved))))
+    assert doc["steps"][0]["operation"] == "load_dataset" and all(s["recorded"] for s in doc["steps"])

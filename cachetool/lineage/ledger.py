@@ -117,6 +117,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import socket
 import stat
 import sys
@@ -737,7 +738,8 @@ def resolve(
        result or a parent);
     3. a prefix: the fingerprints (of entries, aliases included, and of the ledger) that start
        with `name`. An entry and its aliases are one candidate; a recorded fingerprint that is
-       one of an entry's is not another. One candidate resolves; several are *ambiguous*
+       one of an entry's is not another, nor is a shard of a `num_proc` map's result
+       (`<fp>_00000_of_00002`). One candidate resolves; several are *ambiguous*
        (`AmbiguousFingerprint`, listing them); none is `UnknownFingerprint`.
 
     For an entry, the fingerprint returned is the one typed when it is exact, else the one that
@@ -777,6 +779,9 @@ def resolve(
         fp = next((x for x in named if x in known), None) or next((x for x in fps if x in known), named[0])
         candidates[f"{e.id} ({e.kind.value}, {os.fsdecode(e.path)})"] = Resolved(fp, e)
     for fp in sorted(known - seen):
+        shard_of = _SHARD_OF.match(fp)  # a num_proc shard is part of its map's result
+        if shard_of is not None and shard_of.group(1) in seen | known:
+            continue
         if fp.startswith(name):
             entry = _entry_of_files(report, ledger, fp)
             where = f"files of {entry.id}" if entry is not None else "no cache file"
@@ -786,6 +791,10 @@ def resolve(
     if len(candidates) > 1:
         raise AmbiguousFingerprint(name, sorted(candidates))
     return next(iter(candidates.values()))
+
+
+#: `<fp>_00000_of_00002`: the fingerprint `datasets` gives shard 0 of a `num_proc=2` map.
+_SHARD_OF = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
 
 
 def entry_at_path(report: CacheReport, name: str) -> Entry | None:
