@@ -83,3 +83,13 @@ def test_readme_demo_command_works_as_written(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "shards 2/2" in proc.stdout and "source" in proc.stdout and "indices" in proc.stdout
+
+
+def test_every_command_section_links_its_guide() -> None:
+    """Each command's section in docs/commands.md links a guide in docs/ that names the command."""
+    from cachetool.cli.docs import GUIDES, _commands
+
+    for name, _ in _commands():
+        assert name in GUIDES, f"cachetool {name} has no guide in cachetool.cli.docs.GUIDES"
+        guide = (ROOT / "docs" / GUIDES[name]).read_text(encoding="utf-8")
+        assert f"`cachetool {name}" in guide or f"`{name}`" in guide, f"{GUIDES[name]} never names {name}"

@@ -38,6 +38,25 @@ def _md_text(text: str) -> str:
     return "\n".join(out)
 
 
+#: The guide in docs/ that explains each command (a test checks every command has one).
+GUIDES = {
+    "ls": "listing.md",
+    "show": "listing.md",
+    "dirs": "listing.md",
+    "demo": "listing.md",
+    "run": "lineage.md",
+    "lineage": "lineage.md",
+    "verify": "verify.md",
+    "gc": "gc.md",
+    "pin": "gc.md",
+    "unpin": "gc.md",
+    "check-determinism": "check-determinism.md",
+    "explain": "explain.md",
+    "stats": "explain.md",
+    "report": "report.md",
+}
+
+
 def command_reference() -> str:
     """Markdown: one section per command with its usage, description and options."""
     parts: list[str] = []
@@ -50,7 +69,11 @@ def command_reference() -> str:
         parts.append(f"## `cachetool {name}`\n")
         parts.append(f"```\ncachetool {name} {usage}\n```\n")
         parts.append(_md_text(inspect.cleandoc(cmd.help or "").replace("**Examples**", "Examples:")) + "\n")
-        parts.append("All exit codes: [exit-codes.md](exit-codes.md); JSON keys: [json.md](json.md).\n")
+        guide = GUIDES.get(name)
+        parts.append(
+            (f"Guide: [{guide}]({guide}). " if guide else "")
+            + "All exit codes: [exit-codes.md](exit-codes.md); JSON keys: [json.md](json.md).\n"
+        )
         rows = []
         for p in cmd.params:
             if p.name in ("help",) or getattr(p, "hidden", False):
