@@ -94,7 +94,7 @@ def _outcomes(junit: Path) -> dict[str, str]:
                 status = {"failure": "failed"}.get(child.tag, child.tag)
                 message = (child.get("message") or "").splitlines()
                 if status != "skipped" and message:
-                    status += f" ({message[0][:160]})"
+                    status += f" ({message[0]})"
                 break
         out[test_id] = status
     return out
@@ -130,7 +130,7 @@ def _finish(proc: subprocess.Popen[str], base: Path, t0: float) -> dict[str, str
         sys.stderr.write("\n".join(lines[-40:]) + "\n")
     outcomes = _outcomes(base / "junit.xml") or _outcomes_of_log(lines)
     # The passes run in folders of their own: a message naming a path names "plain" or "traced".
-    return {test: status.replace(str(base), "<pass>") for test, status in outcomes.items()}
+    return {test: status.replace(str(base), "<pass>")[:200] for test, status in outcomes.items()}
 
 
 def _outcomes_of_log(lines: list[str]) -> dict[str, str]:
