@@ -216,3 +216,14 @@ def test_a_saved_folder_named_in_the_default_cache_says_which_cache_dir(pipeline
     assert failed.stderr.startswith("Error: ") and f"--cache-dir {pipeline.saved}" in failed.stderr
     doc = json.loads(_ok(cachetool(pipeline, "lineage", train, "--json", "--cache-dir", str(pipeline.saved))))
     assert doc["steps"][0]["operation"] == "load_dataset" and all(s["recorded"] for s in doc["steps"])
+
+
+@pytest.mark.slow
+def test_check_determinism_of_a_deterministic_pipeline_warns_of_nothing(pipeline: Pipeline) -> None:
+    """The pipeline is deterministic: `check-determinism` says so and warns of nothing. (Its cold
+    first run made internal `select` and `set_format` calls that the warm second run skips, and it
+    warned "14 event(s) happened in some runs only (the runs took different paths)".)"""
+    proc = cachetool(pipeline, "check-determinism", "pipeline.py", str(pipeline.base / "saved-check"))
+    out = _ok(proc)
+    assert "deterministic" in out and "not deterministic" not in out, out
+    assert "some runs only" not in proc.stderr, proc.stderr
