@@ -227,3 +227,15 @@ def test_check_determinism_of_a_deterministic_pipeline_warns_of_nothing(pipeline
     out = _ok(proc)
     assert "deterministic" in out and "not deterministic" not in out, out
     assert "some runs only" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_report_and_stats_count_steps_alike(pipeline: Pipeline) -> None:
+    """`report` and `stats` do not give two numbers the same name: the report counts the
+    fingerprints of its lineage graph (it called them "recorded step(s)", while `stats` said
+    "Steps recorded" of a larger number: every record of every run)."""
+    stats = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
+    out = _ok(cachetool(pipeline, "report", "-o", str(pipeline.base / "r.html")))
+    said = re.search(r"(\d+) recorded step", out)
+    assert said is None or int(said.group(1)) == stats["steps"], (out, stats["steps"])
+    assert "recorded step" not in (pipeline.base / "r.html").read_text(encoding="utf-8")
