@@ -239,3 +239,42 @@ def test_report_and_stats_count_steps_alike(pipeline: Pipeline) -> None:
     said = re.search(r"(\d+) recorded step", out)
     assert said is None or int(said.group(1)) == stats["steps"], (out, stats["steps"])
     assert "recorded step" not in (pipeline.base / "r.html").read_text(encoding="utf-8")
+
+
+SMALL = textwrap.dedent(
+    """\
+    import os
+
+    from datasets import load_dataset
+
+
+    def lower(ex):
+        return {"low": ex["text"].lower()}
+
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    print(ds.map(lower)._fingerprint)
+    """
+)
+
+
+@pytest.mark.slow
+def test_explain_names_the_gc_that_removed_a_recomputed_file(tmp_path: Path) -> None:
+    """`explain --last` said the file of a step computed again "was gone (deleted, cleaned up, or
+    load_from_cache_file=False)" when `cachetool gc` had removed it and recorded so: it names the
+    gc and when it ran."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "data.csv").write_text("text\n" + "Word\n" * 50, encoding="utf-8")
+    (project / "small.py").write_text(SMALL, encoding="utf-8")
+    p = Pipeline(tmp_path, hf_env(tmp_path), tmp_path / "cache", tmp_path / "saved")
+    first = cachetool(p, "run", "small.py")
+    assert first.returncode == 0, first.stderr[-2000:]
+    fp = first.stdout.split()[-1]
+    _ok(cachetool(p, "gc", fp, "--min-age", "0", "--yes"))
+    assert cachetool(p, "run", "small.py").returncode == 0
+    doc = json.loads(_ok(cachetool(p, "explain", "--last", "--json")))
+    (step,) = [s for s in doc["steps"] if s["fingerprint"] == fp]
+    (reason,) = step["reasons"]
+    assert reason["kind"] == "same-fingerprint" and "removed by cachetool gc at" in reason["message"], reason
