@@ -278,3 +278,17 @@ def test_explain_names_the_gc_that_removed_a_recomputed_file(tmp_path: Path) -> 
     (step,) = [s for s in doc["steps"] if s["fingerprint"] == fp]
     (reason,) = step["reasons"]
     assert reason["kind"] == "same-fingerprint" and "removed by cachetool gc at" in reason["message"], reason
+
+
+@pytest.mark.slow
+def test_explain_last_points_to_the_saved_folder_the_run_also_wrote(pipeline: Pipeline) -> None:
+    """The map after `load_from_disk` is recorded in the saved folder, a cache root of its own:
+    `explain --last` of the datasets cache says so with the command that explains it there (it
+    did not mention it: a user counted one step fewer than the run made)."""
+    proc = cachetool(pipeline, "explain", "--last")
+    _ok(proc)
+    command = f"`cachetool explain --last --cache-dir {pipeline.saved}`"
+    assert command in proc.stderr, proc.stderr
+    there = _ok(cachetool(pipeline, "explain", "--last", "--json", "--cache-dir", str(pipeline.saved)))
+    mine = json.loads(_ok(cachetool(pipeline, "explain", "--last", "--json")))["run"]
+    assert json.loads(there)["run"] == mine
