@@ -120,7 +120,7 @@ def test_stats_loses_no_time_when_nothing_was_recomputed(pipeline: Pipeline) -> 
     `stats` counted the second as a recomputation of the first: "Time lost recomputing 13 ms"
     after a single run.)"""
     doc = json.loads(_ok(cachetool(pipeline, "stats", "--json")))
-    assert doc["runs"] == 2 and doc["hits"] > 0, doc
+    assert doc["runs"] >= 2 and doc["hits"] > 0, doc
     assert doc["recompute_seconds"] == 0, [
         (s["key"], s["recompute_seconds"]) for s in doc["call_sites"] if s["recompute_seconds"]
     ]
@@ -285,6 +285,8 @@ def test_explain_last_points_to_the_saved_folder_the_run_also_wrote(pipeline: Pi
     """The map after `load_from_disk` is recorded in the saved folder, a cache root of its own:
     `explain --last` of the datasets cache says so with the command that explains it there (it
     did not mention it: a user counted one step fewer than the run made)."""
+    again = cachetool(pipeline, "run", "pipeline.py", str(pipeline.saved))  # the latest run
+    assert again.returncode == 0, again.stderr[-2000:]
     proc = cachetool(pipeline, "explain", "--last")
     _ok(proc)
     command = f"`cachetool explain --last --cache-dir {pipeline.saved}`"
