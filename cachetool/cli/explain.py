@@ -125,9 +125,35 @@ def _explain(
         render(out, report)
     for w in report.warnings:
         warn(w)
+    if report.mode == "run" and report.run is not None:
+        for other in _roots_with_run(root, report.run):
+            hint(
+                f"this run also recorded steps in {other}, a cache root of its own: "
+                f"`cachetool explain --last --cache-dir {other}`"
+            )
     if report.stale:
         hint(report.stale[0].hint)
         raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+
+
+def _roots_with_run(root: Path, run: str) -> list[str]:
+    """Other roots (a `save_to_disk` folder a `map` after `load_from_disk` wrote in) where `run`
+    recorded steps, and where it is the latest run, so `--last` there explains it."""
+    from cachetool.lineage.ledger import known_roots, ledger_dir
+
+    found = []
+    for other in sorted(known_roots()):
+        if Path(other) == root:
+            continue
+        segment = ledger_dir(other) / f"{run}.jsonl"
+        try:
+            mine = segment.stat().st_mtime
+            newest = max(p.stat().st_mtime for p in ledger_dir(other).glob("*.jsonl"))
+        except (OSError, ValueError):
+            continue
+        if mine >= newest:
+            found.append(other)
+    return found
 
 
 def _when(t: float | None) -> str:

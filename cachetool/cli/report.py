@@ -86,6 +86,6 @@ def _report(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFo
     else:
         out.line(
             f"Wrote {path} ({human_size(size)}): {data.dataset_count} dataset folder(s), "
-            f"{data.entry_count} entries, {len(data.nodes)} recorded step(s), "
+            f"{data.entry_count} entries, {len(data.nodes)} fingerprint(s) in the lineage graph, "
             f"{len(data.problems)} problem(s)."
         )

@@ -158,6 +158,9 @@ class Analysis:
     causes: tuple[Cause, ...]
     #: Events of some run that have no counterpart in another run.
     unaligned: int = 0
+    #: Of those, calls `datasets` made itself (`select`, `set_format` inside a step it computed):
+    #: a cold run makes them where a warm one loads the result, on the same path.
+    unaligned_internal: int = 0
     #: Random fallbacks on steps whose fingerprints all matched anyway.
     hidden_random: tuple[Cause, ...] = field(default_factory=tuple)
     #: Steps inside a cascade whose own arguments differ as well (hidden by an earlier cause).
@@ -224,6 +227,13 @@ def _site(event: Event) -> tuple[str | None, int | None, str | None]:
 def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
     """Compare N runs' events (N >= 2): steps, causes with culprits, and their cascades."""
     positions, unaligned = align(runs)
+    matched = [{row[k] for row in positions} for k in range(len(runs))]
+    unaligned_internal = sum(
+        1
+        for k, run in enumerate(runs)
+        for i, e in enumerate(run)
+        if i not in matched[k] and e.get("internal")
+    )
     rows = [[runs[k][i] for k, i in enumerate(row)] for row in positions]
     changes = _state_changes(runs, positions)
     steps: list[Step] = []
@@ -374,6 +384,7 @@ def analyze(runs: Sequence[Sequence[Event]]) -> Analysis:
         steps=tuple(steps),
         causes=final,
         unaligned=unaligned,
+        unaligned_internal=unaligned_internal,
         hidden_random=tuple(hidden_random),
         masked=tuple(masked),
     )

@@ -22,7 +22,7 @@ kind                      meaning
 ``source``                the source dataset changed (an input file was modified)
 ``input``                 the input changed upstream and no recorded step says why
 ``versions``              `datasets` hashes the step differently (another release)
-``same-fingerprint``      the fingerprint is not new: the cache file was gone (deleted, or
+``same-fingerprint``      the fingerprint is not new: the cache file was gone (removed by gc, deleted, or
                           ``load_from_cache_file=False``)
 ``concurrent``            another run (on this or another host) was computing the same
                           fingerprint at the same time: neither could reuse the other's file
@@ -58,6 +58,7 @@ from cachetool.lineage.records import (
     ArgInfo,
     FunctionInfo,
     FunctionRef,
+    GcRecord,
     LedgerRecord,
     RandomFallback,
     RootRecord,
@@ -956,6 +957,14 @@ def _status(rec: StepRecord) -> str:
     return {"miss": "computed", "partial": "partial", "hit": "loaded"}.get(rec.cache, "no file")
 
 
+def _removed_between(view: LedgerView, fp: str | None, after: float, before: float) -> GcRecord | None:
+    """The latest gc record of this root that removed `fp`'s files between two of its steps."""
+    if fp is None or view.ledger is None:
+        return None
+    found = [g for g in view.ledger.gc_records() if fp in g.fingerprints and after < g.time < before]
+    return found[-1] if found else None
+
+
 def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> StepExplanation:
     """Why `rec`'s step computed its result: compared with its most recent sibling."""
     ref = StepRef.of(rec)
@@ -982,12 +991,18 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
         compared = StepRef.of(same)
     elif same is not None and rec.computed:
         gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
+        removal = _removed_between(view, rec.result, same.time, rec.time)
+        why = (
+            f"removed by cachetool gc at {_clock(removal.time)}"
+            + (f" ({removal.reason})" if removal.reason else "")
+            if removal is not None
+            else "gone (deleted, cleaned up, or load_from_cache_file=False)"
+        )
         reasons = (
             Reason(
                 "same-fingerprint",
                 f"its fingerprint is not new (also made at {_clock(same.time)}{_on_other_host(same, rec)}); "
-                f"{gone} gone "
-                "(deleted, cleaned up, or load_from_cache_file=False)",
+                f"{gone} {why}",
             ),
         )
         compared = StepRef.of(same)

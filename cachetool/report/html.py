@@ -266,7 +266,7 @@ tr.error td {{ background: #fde8e8; }} tr.warning td {{ background: #fff6e0; }}
 </head><body>
 <h1>cachetool report</h1>
 <p>Cache <code>{root}</code>: {data.dataset_count} dataset folder(s), {data.entry_count} entries, {size};
-{len(data.nodes)} recorded step(s). Made {when}.</p>
+{len(data.nodes)} fingerprint(s) in the lineage graph. Made {when}.</p>
 <h2>What takes the space</h2>
 <div class="legend">{legend}</div>
 <div id="treemap"></div>
