@@ -45,13 +45,23 @@ PIPELINE = textwrap.dedent(
     ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
     ds = ds.map(add).filter(keep).map(lambda b: {"u": [t.upper() for t in b["text"]]}, batched=True)
     assert len(ds) > 0 and ds[0]["u"]
-    # Every file this process has mapped must still be there while it holds it.
+    # No file this process maps may be deleted while it holds it. The kernel says so: a deleted
+    # file shows as "(deleted)" in /proc/self/maps. (Its path alone is no proof: gc renames an
+    # item aside for a moment before it finds it mapped and puts it back.)
     import time
     time.sleep(0.3)
-    held = [f["filename"] for f in ds.cache_files]
-    lost = [p for p in held if not os.path.exists(p)]
+    held = {f["filename"] for f in ds.cache_files}
+    with open("/proc/self/maps") as maps:
+        lost = sorted({line.rstrip().split(None, 5)[5][: -len(" (deleted)")] for line in maps
+                       if line.rstrip().endswith("(deleted)") and ".arrow" in line})
     if lost:
-        sys.exit(f"lost {len(lost)} mapped file(s): {lost[0]}")
+        sys.exit(f"lost {len(lost)} mapped file(s) (deleted while mapped): {lost[0]}")
+    missing = [p for p in held if not os.path.exists(p)]
+    if missing:
+        time.sleep(2)  # set aside by a gc that is checking it: it must be back by now
+        missing = [p for p in missing if not os.path.exists(p)]
+    if missing:
+        sys.exit(f"{len(missing)} mapped file(s) gone from their path: {missing[0]}")
     """
 )
 
