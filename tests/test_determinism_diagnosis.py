@@ -37,6 +37,17 @@ STATE_CHANGES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "m08_counter_then_filter.py": ("function", ("global 'FREQ'",), "warm"),
     "m10_tokenizer_fn_kwargs.py": ("fn_kwargs", ("['tok']", ".truncation"), "isolated"),
 }
+
+
+@pytest.mark.slow
+def test_no_cold_skips_the_recomputation_and_says_what_it_cannot_see(base: Path) -> None:
+    """`--no-cold` / `cold=False` on a warm cache: no run computes every step, so the tokenizer a
+    map configures goes unseen (the trade-off its help states); the default run names it."""
+    report = check("m01_tokenizer_truncation_inside_map.py", base / "no-cold", "warm", cold=False)
+    assert [run.cold for run in report.runs] == [False, False]
+    assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
+
+
 #: look-alikes: a tokenizer configured before the first map, a pre-warmed lazy vocabulary, a seeded
 #: generator, a change nothing hashes again, a tokenizer that only encodes.
 CONTROLS = {
@@ -53,7 +64,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache-state")
 
 
-def check(script: str, where: Path, mode: str) -> DeterminismReport:
+def check(script: str, where: Path, mode: str, cold: bool = True) -> DeterminismReport:
     """check-determinism in `mode`: default (the script's cache, empty at first), warm (the same
     after a plain run filled it: the usual moment, a user who noticed a recompute) or isolated."""
     env = hf_env(where)
@@ -63,7 +74,7 @@ def check(script: str, where: Path, mode: str) -> DeterminismReport:
         )
         assert proc.returncode == 0, proc.stderr.decode()
     return check_determinism(
-        CORPUS / script, env=env, cwd=CORPUS, isolated=mode == "isolated", rerun=False, timeout=120
+        CORPUS / script, env=env, cwd=CORPUS, isolated=mode == "isolated", rerun=False, timeout=120, cold=cold
     )
 
 

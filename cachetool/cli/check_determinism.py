@@ -56,6 +56,15 @@ def check_determinism_command(
             "them in parallel. Default: the cache the script uses anyway, one run after the other.",
         ),
     ] = False,
+    cold: Annotated[
+        bool,
+        typer.Option(
+            "--cold/--no-cold",
+            help="Make the first run compute every step (caching off for it), so a step that "
+            "changes an object a later step hashes is found on a warm cache too. --no-cold: "
+            "faster on a large warm cache, but such a change goes unseen.",
+        ),
+    ] = True,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -84,7 +93,8 @@ def check_determinism_command(
     The first run computes every step (caching off for that run), so a step that changes an
     object a later step hashes (a tokenizer configured inside the mapped function, a vocabulary
     built on the first call) is named even when the cache is warm: "the function's state differs
-    between a run that computed step N and one that loaded it from the cache".
+    between a run that computed step N and one that loaded it from the cache". On a large warm
+    cache `--no-cold` saves that recomputation and leaves such changes unseen.
 
     Exit codes: 0 every fingerprint matched; 1 a fingerprint differs; 2 the script failed, timed
     out, or the usage was wrong (the tail of its stderr is shown); 3 the only differences come
@@ -103,10 +113,12 @@ def check_determinism_command(
 
         cachetool check-determinism prepare.py --isolated --runs 3 --timeout 300
 
+        cachetool check-determinism prepare.py --no-cold
+
         cachetool check-determinism prepare.py --format github
     """
     fmt_used = choose_format(fmt, as_json, quiet)
-    code = _check(script, list(script_args or []), runs, hash_seeds, timeout, isolated, jobs, fmt_used)
+    code = _check(script, list(script_args or []), runs, hash_seeds, timeout, isolated, jobs, fmt_used, cold)
     raise typer.Exit(code)
 
 
@@ -156,6 +168,7 @@ def _check(
     isolated: bool,
     jobs: int | None,
     fmt: OutputFormat,
+    cold: bool = True,
 ) -> int:
     import sys
 
@@ -171,6 +184,7 @@ def _check(
         timeout=timeout,
         isolated=isolated,
         jobs=jobs,
+        cold=cold,
         progress=_Progress(sys.stderr) if sys.stderr.isatty() else None,
     )
     from cachetool.cli.common import warn

@@ -452,6 +452,7 @@ def check_determinism(
     env: Mapping[str, str] | None = None,
     launcher: Sequence[str] | None = None,
     progress: Callable[[RunProgress], None] | None = None,
+    cold: bool = True,
 ) -> DeterminismReport:
     """Run `script` `runs` times with distinct hash seeds, compare every fingerprint, explain the first.
 
@@ -462,10 +463,12 @@ def check_determinism(
     depends on ``PYTHONHASHSEED`` or changes on every run. `launcher` replaces the traced
     interpreter (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events).
     `progress` is called about twice a second per running run (the steps it recorded so far) and
-    once when it ends.
+    once when it ends. With `cold` (the default) the first run of a shared cache computes every
+    step (caching off for it), so a step whose function changes what a later step hashes shows
+    even on a warm cache; ``cold=False`` saves that recomputation.
 
     Mirrors ``cachetool check-determinism`` (``--runs``, ``--hash-seeds``, ``--timeout``,
-    ``--isolated``, ``--jobs``).
+    ``--isolated``, ``--jobs``, ``--no-cold``).
     """
     script_path = Path(script)
     if not (script_path.is_file() or (script_path / "__main__.py").is_file()):
@@ -504,8 +507,8 @@ def check_determinism(
             # to a temporary folder) and the next ones use the cache as it is: a step whose result
             # depends on whether an earlier one was computed or loaded shows even on a warm cache.
             # Isolated runs start from empty caches: they compute everything anyway.
-            cold = not isolated and index == 0
-            with _watching(progress, workdir / f"run-{index}" / "events.jsonl", index, seed, cold):
+            first_cold = cold and not isolated and index == 0
+            with _watching(progress, workdir / f"run-{index}" / "events.jsonl", index, seed, first_cold):
                 return _run_once(
                     index,
                     run_script,
@@ -518,7 +521,7 @@ def check_determinism(
                     cwd=work_cwd,
                     env=run_env,
                     live=live,
-                    cold=cold,
+                    cold=first_cold,
                 )
 
         outcomes: list[RunOutcome] = []
