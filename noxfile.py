@@ -11,6 +11,11 @@ pipeline under `cachetool run`, then `ls`, `lineage`, `verify --deep`, `gc --tem
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -21,6 +26,26 @@ nox.options.error_on_missing_interpreters = False
 
 #: The Python versions cachetool supports (requires-python and the classifiers say the same).
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+
+
+def _pyenv_versions() -> None:
+    """Where pyenv manages the interpreters, its `pythonX.Y` shims answer only for the versions
+    selected: select every installed one, so each supported Python the machine has is found."""
+    if os.environ.get("PYENV_VERSION") or not shutil.which("pyenv"):
+        return
+    try:
+        found = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return
+    current = "{}.{}.".format(*sys.version_info[:2])
+    wanted = [v for v in found.stdout.split() if any(v.startswith(p + ".") for p in PYTHONS)]
+    # The running interpreter's version first: it is the one plain `python3` keeps meaning.
+    versions = sorted(wanted, key=lambda v: not v.startswith(current))
+    if versions:
+        os.environ["PYENV_VERSION"] = ":".join(versions)
+
+
+_pyenv_versions()
 
 #: datasets line -> what to install with it. Older lines predate numpy 2, pyarrow's removal of
 #: `PyExtensionType` and huggingface_hub 1.0; each pins the fsspec range it was released against.
