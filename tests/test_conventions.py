@@ -377,3 +377,38 @@ def test_generated_markdown_shows_every_angle_bracket() -> None:
                 continue
             outside = "".join(line.split("`")[0::2])
             assert not re.search(r"<[A-Za-z/]", outside), (page, line)
+
+
+def test_ls_counts_a_narrow_kind_column_at_its_minimum_width(capsys: pytest.CaptureFixture[str]) -> None:
+    """At 80 columns, rows of short kinds (`derived`, `saved`) with op and parent fit on one line:
+    the kind column is drawn at least 10 wide, so columns give way as if it were (it used to be
+    counted at 7, and rows wrapped into `parent` cells split over two lines)."""
+    import time
+
+    from cachetool.cache.layout import Kind
+    from cachetool.cache.scan import CacheFile, CacheReport, Entry
+    from cachetool.cli.common import Output, OutputFormat
+    from cachetool.cli.ls import _entry_table
+
+    now = time.time()
+    entries = [
+        Entry(
+            kind=kind,
+            path=Path(f"/c/{fp}"),
+            files=(CacheFile(Path(f"/c/{fp}/f"), 5_100, now - 14), CacheFile(Path(f"/c/{fp}/g"), 5, now)),
+            fingerprint=fp,
+            operation=op,
+            parent=parent,
+            last_used=now - 13,
+        )
+        for kind, fp, op, parent in [
+            (Kind.DERIVED, "c0ca74525869d691", "map", "f28b7fcd1e2a3b4c"),
+            (Kind.SAVED, "a7d4f5b7ca742fec", None, None),
+        ]
+    ]
+    report = CacheReport(Path("/c"), (), tuple(entries), (), now)
+    _entry_table(Output(OutputFormat.human, width=80), report, entries, with_dataset=False)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(lines) == 3, lines  # the header and one line per entry
+    assert all(len(line.rstrip()) <= 80 for line in lines), lines
+    assert lines[1].split()[-2:] == ["map", "f28b7fcd"], lines

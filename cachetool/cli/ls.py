@@ -324,8 +324,12 @@ def _entry_table(
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
     def natural(n: str) -> int:
+        """The width the table gives column `n`: its longest cell, within the column's bounds."""
         longest = max([len(n), *(len(row[n]) for row in table_rows)])
-        return min(longest, widths[n][1]) if n in widths else longest
+        if n not in widths:
+            return longest
+        low, high = widths[n]
+        return max(low, min(longest, high))
 
     natural_width = {n: natural(n) for n in names}  # once: a listing may hold 100k entries
 
