@@ -374,11 +374,11 @@ class _Checker:
         data), removable, and never quarantined."""
         self.add(Severity.WARNING, e, e.files[0].path, f"orphan: {why}", gc_hint(self.report.root, e.id))
 
-    def data_removed(self, e: Entry) -> bool:
+    def data_removed(self, e: Entry, ledger: Ledger) -> bool:
         """The data an unrecorded indices file points into is gone: its folder has no source
         split left, or gc removed data files from it."""
         if self.removed_folders is None:
-            self.removed_folders = _removed_folders(self.report.root)
+            self.removed_folders = _removed_folders(ledger)
         folder = e.files[0].path.parent
         no_source = not any(
             x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder
@@ -431,7 +431,7 @@ class _Checker:
                 and not x.problems
                 and x.kind in (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
             ]
-            if sizes and biggest >= max(sizes) and self.data_removed(e):
+            if sizes and biggest >= max(sizes) and self.data_removed(e, ledger):
                 self.orphan(
                     e,
                     f"index {biggest} is past the end of every dataset left in its folder (largest has "
@@ -467,14 +467,10 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
 
 
-def _removed_folders(root: Path) -> frozenset[Path]:
+def _removed_folders(ledger: Ledger) -> frozenset[Path]:
     """Folders from which gc (as its log in the ledger says) removed data files."""
-    try:
-        from cachetool.lineage.gclog import gc_records
-    except ImportError:  # pragma: no cover
-        return frozenset()
     out: set[Path] = set()
-    for rec in gc_records(root):
+    for rec in ledger.gc_records():
         if rec.kind in ("source", "derived", "shards", "arrow"):
             out.update(Path(p).parent for p in rec.paths)
     return frozenset(out)
