@@ -119,6 +119,7 @@ def test_quarantine_beside_a_process_swapping_good_and_broken_versions(tmp_path:
                     "verify",
                     "--deep",
                     "--quarantine",
+                    "--yes",
                     "--json",
                     "--cache-dir",
                     str(root),
