@@ -17,6 +17,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.formatting import local_minute
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.hints import shell_command
 from cachetool.maintenance.verify.checks import Checker
@@ -201,18 +202,7 @@ def deep_pass(
             checker.add("invalid-data", e, res.path, res.error, checker.recompute, ident=res.identity)
             continue
         key = rel(res.path, report.root)
-        old = stored.get(key)
-        if old is not None and old.get("xxh3") != res.checksum:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(old.get("time", 0))))
-            same_stat = old.get("size") == res.size and old.get("mtime_ns") == res.mtime_ns
-            checker.add(
-                "checksum-changed",
-                e,
-                res.path,
-                f"bytes changed since checksum recorded {when}"
-                + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
-                f"if it was rewritten on purpose, run `{record_command}` again",
-            )
+        _compare(checker, e, res, stored.get(key), record_command)
         if record:
             new_sums[key] = {
                 "size": res.size,
@@ -236,6 +226,24 @@ def deep_pass(
         )
         return total_bytes, 0
     return total_bytes, sum(1 for _, r in results if r.error is None)
+
+
+def _compare(
+    checker: Checker, e: Entry, res: DeepResult, old: dict[str, Any] | None, record_command: str
+) -> None:
+    """An error when the bytes differ from the checksum recorded earlier."""
+    if old is None or old.get("xxh3") == res.checksum:
+        return
+    when = local_minute(float(old.get("time", 0)))
+    same_stat = old.get("size") == res.size and old.get("mtime_ns") == res.mtime_ns
+    checker.add(
+        "checksum-changed",
+        e,
+        res.path,
+        f"bytes changed since checksum recorded {when}"
+        + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
+        f"if it was rewritten on purpose, run `{record_command}` again",
+    )
 
 
 def _read_all(
