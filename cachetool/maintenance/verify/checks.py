@@ -17,6 +17,7 @@ from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.liveness import InUse
+from cachetool.maintenance.locks import stale_guard
 from cachetool.maintenance.verify.model import (
     CHANGED,
     TF_RECOMPUTE_HINT,
@@ -251,19 +252,10 @@ class Checker:
         )
 
     def lock(self, e: Entry) -> None:
-        """A lock is stale when its guarded folder is gone and nobody holds it."""
-        name = e.path.name
-        guarded = None
-        for suffix in ("_builder.lock", ".incomplete_info.lock"):
-            if name.endswith(suffix):
-                guarded = e.path.with_name(name[: -len(suffix)])
-        if guarded is None and e.dataset_dir is not None:
-            guarded = e.dataset_dir
-        if guarded is None or guarded.exists():
-            return
-        if _lock_held(e.path):
-            return
-        self.add("stale-lock", e, e.path, f"stale lock: {guarded.name} no longer exists", self.gc_hint(e))
+        """A lock is stale when what it guards is gone and nobody holds it (`maintenance.locks`)."""
+        guard = stale_guard(e.path, self.report.root)
+        if guard is not None:
+            self.add("stale-lock", e, e.path, f"stale lock: {guard.name} no longer exists", self.gc_hint(e))
 
 
 def expected_metadata_fingerprint(f: CacheFile) -> str | None:
@@ -313,22 +305,3 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
-
-
-def _lock_held(path: Path) -> bool:
-    """Try a non-blocking exclusive lock, as filelock does; held means another process has it."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
