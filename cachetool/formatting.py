@@ -63,6 +63,24 @@ def human_duration(seconds: float) -> str:
     return str(humanize.naturaldelta(seconds))
 
 
+def compact_duration(seconds: float) -> str:
+    """`30d`, `1h`, `90s`: the shortest exact form, as duration options are written."""
+    s = int(seconds)
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def compact_age(seconds: float) -> str:
+    """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit."""
+    s = max(0, int(seconds))
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
 def safe_text(text: str) -> str:
     """Make a string safe for a terminal: control characters (escape sequences) become visible
     `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""

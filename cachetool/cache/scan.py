@@ -371,10 +371,6 @@ class _Item:
     def is_file(self) -> bool:
         return self.st is not None and stat.S_ISREG(self.st.st_mode)
 
-    @property
-    def is_link(self) -> bool:
-        return self.st is not None and stat.S_ISLNK(self.st.st_mode)
-
 
 def _child_maker(folder: Path) -> Callable[[str], Path]:
     """Paths of a folder's children, built without parsing: `Path(de.path)` parses the whole
