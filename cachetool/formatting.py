@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from datetime import datetime, timezone
 
 
@@ -54,6 +55,11 @@ _ISO_SECONDS: dict[int, str] = {}
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def local_minute(ts: float) -> str:
+    """`2026-11-24 14:05`: a moment in local time, to the minute, for people."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
 def human_duration(seconds: float) -> str:
