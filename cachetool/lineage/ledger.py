@@ -117,7 +117,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import socket
 import stat
 import sys
@@ -127,7 +126,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetool.cache.dirs import user_state_dir
 from cachetool.lineage.records import (
@@ -139,9 +138,6 @@ from cachetool.lineage.records import (
     StepRecord,
     parse_record,
 )
-
-if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry
 
 #: The record format this cachetool writes. Readers accept any version >= 1.
 RECORD_VERSION = 1
@@ -710,113 +706,19 @@ def records_for(
     return ledger.for_result(fingerprint, include_internal=include_internal)
 
 
-# ------------------------------------------------------------------------------------------
-# Naming a fingerprint
-# ------------------------------------------------------------------------------------------
+# Naming a fingerprint lives in `cachetool.lineage.resolve`; its names stay importable from here.
+from cachetool.lineage.resolve import Resolved, entry_at_path, resolve  # noqa: E402
 
-
-@dataclass(frozen=True)
-class Resolved:
-    """What a name a user typed stands for: one fingerprint, and the cache entry that holds it
-    (None when only the ledger knows it: its files were removed, or it never had any)."""
-
-    fingerprint: str
-    entry: Entry | None = None
-
-    @property
-    def recorded_only(self) -> bool:
-        return self.entry is None
-
-
-def resolve(
-    name: str, report: CacheReport, ledger: Ledger | None = None, *, recorded: Iterable[str] | None = None
-) -> Resolved:
-    """The one fingerprint `name` means, with one rule for every command:
-
-    1. a path: the entry at that path (as typed, or made absolute);
-    2. an exact fingerprint: an entry's fingerprint or alias, else one the ledger records (as a
-       result or a parent);
-    3. a prefix: the fingerprints (of entries, aliases included, and of the ledger) that start
-       with `name`. An entry and its aliases are one candidate; a recorded fingerprint that is
-       one of an entry's is not another, nor is a shard of a `num_proc` map's result
-       (`<fp>_00000_of_00002`). One candidate resolves; several are *ambiguous*
-       (`AmbiguousFingerprint`, listing them); none is `UnknownFingerprint`.
-
-    For an entry, the fingerprint returned is the one typed when it is exact, else the one that
-    starts with the prefix, preferring the one the ledger records (`recorded`: fingerprints known
-    without a loaded ledger) (after `load_from_disk` the
-    recorded one is the alias). A fingerprint only the ledger knows resolves to the entry that
-    holds the files its step wrote (`cast_column`'s result lives in a file its internal `map`
-    named), else with `entry=None`: `lineage`, `explain` and `show` show its records, `pin` pins
-    it, `gc` and `verify` say no cache file holds it."""
-    from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
-
-    if not name:
-        raise UnknownFingerprint(name, report.root)
-    known = set(recorded or ()) | (ledger.fingerprints() if ledger is not None else set())
-    # 1. a path
-    e = entry_at_path(report, name)
-    if e is not None:
-        fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
-        if fp is None:
-            raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
-        return Resolved(fp, e)
-    # 2. exact
-    exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
-    if len(exact) == 1:
-        return Resolved(name, exact[0])
-    if not exact and name in known:
-        return Resolved(name, _entry_of(report, name) or _entry_of_files(report, ledger, name))
-    # 3. prefix
-    candidates: dict[str, Resolved] = {}
-    seen: set[str] = set()
-    for e in exact or report.entries:
-        fps = [x for x in (e.fingerprint, *e.aliases) if x]
-        named = [x for x in fps if x.startswith(name)]
-        if not named:
-            continue
-        seen.update(fps)
-        fp = next((x for x in named if x in known), None) or next((x for x in fps if x in known), named[0])
-        candidates[f"{e.id} ({e.kind.value}, {os.fsdecode(e.path)})"] = Resolved(fp, e)
-    for fp in sorted(known - seen):
-        shard_of = _SHARD_OF.match(fp)  # a num_proc shard is part of its map's result
-        if shard_of is not None and shard_of.group(1) in seen | known:
-            continue
-        if fp.startswith(name):
-            entry = _entry_of_files(report, ledger, fp)
-            where = f"files of {entry.id}" if entry is not None else "no cache file"
-            candidates[f"{fp} (recorded in the ledger, {where})"] = Resolved(fp, entry)
-    if not candidates:
-        raise UnknownFingerprint(name, report.root)
-    if len(candidates) > 1:
-        raise AmbiguousFingerprint(name, sorted(candidates))
-    return next(iter(candidates.values()))
-
-
-#: `<fp>_00000_of_00002`: the fingerprint `datasets` gives shard 0 of a `num_proc=2` map.
-_SHARD_OF = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
-
-
-def entry_at_path(report: CacheReport, name: str) -> Entry | None:
-    """The entry at the path `name` (as typed, or made absolute), if `name` is one's path."""
-    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
-    for e in report.entries:
-        path = os.fsdecode(e.path)
-        if path == name or (absolute is not None and path == absolute):
-            return e
-    return None
-
-
-def _entry_of(report: CacheReport, fp: str) -> Entry | None:
-    return next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
-
-
-def _entry_of_files(report: CacheReport, ledger: Ledger | None, fp: str) -> Entry | None:
-    """The entry holding the files a step that made `fp` wrote: `cast_column`'s result lives in
-    the file its internal `map` named after another fingerprint."""
-    if ledger is None:
-        return None
-    paths = {f.path for r in ledger.for_result(fp, include_internal=True) for f in r.files}
-    if not paths:
-        return None
-    return next((e for e in report.entries if any(os.fsdecode(f.path) in paths for f in e.files)), None)
+__all__ = [
+    "LEDGER_DIR",
+    "Ledger",
+    "LedgerWriter",
+    "Resolved",
+    "SegmentWriter",
+    "Usage",
+    "entry_at_path",
+    "read_ledger",
+    "records_for",
+    "resolve",
+    "usage_by_fingerprint",
+]
