@@ -21,6 +21,7 @@ from cachetool.cli.common import (
     handle_errors,
     warn,
 )
+from cachetool.formatting import local_time
 from cachetool.lineage.show import fingerprint_check
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def _render_records(out: Output, records: Sequence[StepRecord]) -> None:
         for r in records[-10:]:
             rec_rows.append(
                 (
-                    _clock(r.time),
+                    local_time(r.time),
                     r.operation or "",
                     r.cache,
                     f"{r.duration:.2f}s",
@@ -212,14 +213,6 @@ def _render_records(out: Output, records: Sequence[StepRecord]) -> None:
                 f"could not be hashed ({fallback.error})",
                 style="red",
             )
-
-
-def _clock(ts: Any) -> str:
-    if not isinstance(ts, (int, float)):
-        return ""
-    from datetime import datetime
-
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _site(site: CallSite | None) -> str:
