@@ -32,10 +32,6 @@ class Resolved:
     fingerprint: str
     entry: Entry | None = None
 
-    @property
-    def recorded_only(self) -> bool:
-        return self.entry is None
-
     def recorded_as(self, recorded: Container[str]) -> str:
         """The fingerprint the ledger records the step under: after `load_from_disk` an entry's
         own fingerprint is not recorded, its alias is. The resolved one when none is."""
