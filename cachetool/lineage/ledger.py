@@ -118,7 +118,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -383,12 +383,18 @@ def _usage(steps: Iterable[StepRecord]) -> dict[str, Usage]:
     return out
 
 
-def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> dict[str, Usage]:
+def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:
     """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
 
-    Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then."""
-    ledger = root if isinstance(root, Ledger) else read_ledger(root)
-    return ledger.usage()
+    From a loaded `Ledger`, computed from its records; from a root, read from the root's ledger
+    index (`cachetool.lineage.index`), which reads only what was appended since it was last
+    brought up to date. Cheap when there is no ledger (one `listdir` per candidate folder) and
+    returns `{}` then."""
+    if isinstance(root, Ledger):
+        return root.usage()
+    from cachetool.lineage.index import usage_index
+
+    return usage_index(root)
 
 
 def records_for(

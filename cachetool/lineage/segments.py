@@ -37,9 +37,9 @@ def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
             yield d / n
 
 
-def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
-    """The bytes of a regular file, at most MAX_SEGMENT_BYTES; None (with a warning) for anything
-    else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
+def _read_capped(path: Path, warnings: list[str], start: int = 0) -> bytes | None:
+    """The bytes of a regular file from `start`, up to MAX_SEGMENT_BYTES into it; None (with a
+    warning) for anything else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -51,16 +51,17 @@ def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
             warnings.append(f"{path}: skipped: not a regular file")
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_SEGMENT_BYTES + 1)
+            f.seek(start)
+            data = f.read(MAX_SEGMENT_BYTES + 1 - start)
     except OSError as e:
         warnings.append(f"{path}: {e.strerror or e}")
         return None
     finally:
         os.close(fd)
-    if len(data) > MAX_SEGMENT_BYTES:
-        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES) + 1
+    if start + len(data) > MAX_SEGMENT_BYTES:
+        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES - start) + 1
         warnings.append(
-            f"{path}: read the first {cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
+            f"{path}: read the first {start + cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
         )
         data = data[:cut]
     return data
@@ -76,13 +77,30 @@ def read_segment(
     data = _read_capped(path, sink)
     if data is None:
         return []
-    out: list[LedgerRecord] = []
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     if tail.strip():
         sink.append(
             f"{path}: skipped a torn last record ({len(tail)} bytes; its writer was killed mid-write)"
         )
+    return _parse_lines(path, lines, sink, read_from)
+
+
+def read_segment_from(path: Path, start: int, read_from: str | None = None) -> tuple[list[LedgerRecord], int]:
+    """The records of the whole lines of a segment from byte `start` on, and the offset after the
+    last whole line: where the next read starts (a line still being written is left for then).
+    What cannot be read is skipped silently (`read_segment` says it)."""
+    data = _read_capped(path, [], start)
+    if not data:
+        return [], start
+    whole = data.rfind(b"\n") + 1
+    return _parse_lines(path, data[:whole].split(b"\n")[:-1], [], read_from), start + whole
+
+
+def _parse_lines(
+    path: Path, lines: list[bytes], sink: list[str], read_from: str | None
+) -> list[LedgerRecord]:
+    out: list[LedgerRecord] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
