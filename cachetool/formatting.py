@@ -59,7 +59,33 @@ def _iso(ts: float) -> str:
 
 def local_minute(ts: float) -> str:
     """`2026-11-24 14:05`: a moment in local time, to the minute, for people."""
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    return local_time(ts, seconds=False)
+
+
+def local_time(ts: float | None, *, seconds: bool = True) -> str:
+    """`2026-11-20 10:31:05` (`seconds=False`: `2026-11-20 10:31`) in local time; `?` for unknown."""
+    if not isinstance(ts, (int, float)):
+        return "?"
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def clock_time(ts: float | None) -> str:
+    """`10:31` today, else `2026-11-20 10:31` (local time); `?` for unknown."""
+    if not isinstance(ts, (int, float)):
+        return "?"
+    when = datetime.fromtimestamp(ts)
+    if when.date() == datetime.now().date():
+        return when.strftime("%H:%M")
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def short_duration(seconds: float) -> str:
+    """`340 ms`, `12.5 s`, `3.2 min`: how long a step took."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
 
 
 def human_duration(seconds: float) -> str:
