@@ -48,10 +48,13 @@ from cachetool.lineage.records import (
     LedgerRecord,
     RandomFallback,
     RootRecord,
+    RunEndRecord,
+    RunStartRecord,
     SaveRecord,
     SourceInfo,
     SourceRecord,
     StepRecord,
+    StepStartRecord,
     TransformRecord,
 )
 from cachetool.trace.sources import describe as describe_function
@@ -296,6 +299,7 @@ class _Frame:
         "pending",
         "seq",
         "start",
+        "started",
         "t0",
     )
     args: tuple[Any, ...]
@@ -314,6 +318,7 @@ class _Frame:
 
     def __init__(self) -> None:
         self.hashes: list[_HashEvent] = []
+        self.started = False  # a step-start record was written for this call
         self.children: list[StepRecord] = []
         self.pending: list[LedgerRecord] = []
 
@@ -357,6 +362,7 @@ class LedgerSink:
     def __init__(self) -> None:
         self.writer = LedgerWriter(warn=_warn)
         self.cache_root = ""  # the process's cache root: also where steps on other file systems go
+        self.roots: dict[str, None] = {}  # every root written to, in order
 
     @property
     def run_id(self) -> str:
@@ -367,6 +373,7 @@ class LedgerSink:
         root = record.root or self.cache_root
         source = record.source if isinstance(record, StepRecord) else None
         saved = source is not None and source.kind == "saved" and root != self.cache_root
+        self.roots[root] = None
         self.writer.append_line(root, line, "saved" if saved else "cache")
 
     def close(self) -> None:
@@ -555,6 +562,7 @@ class Tracer:
         self._prefix: str | None = None
         self._sources_done: set[tuple[Any, str]] = set()
         self._arg_infos: dict[tuple[str | None, str | None, str], ArgInfo] = {}
+        self._ended = False
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -693,6 +701,8 @@ class Tracer:
 
     def uninstall(self) -> None:
         """Restore every patched attribute (the originals come back in reverse order)."""
+        with contextlib.suppress(Exception):
+            self.end_run()
         self.enabled = False
         for obj, name, original in reversed(self._patches):
             with contextlib.suppress(Exception):
@@ -847,6 +857,7 @@ class Tracer:
             if self.enabled and self.local.stack:
                 try:
                     self._snapshot(path)
+                    self._note_start(path)
                 except Exception as e:
                     self._hook_failed("_get_cache_file_path", e)
             return path
@@ -896,6 +907,60 @@ class Tracer:
                             snap.setdefault(os.path.join(folder, name), (de.inode(), -1))
         except OSError:
             pass
+
+    def _note_start(self, path: str) -> None:
+        """The user's step is about to compute (its output file is not there to load, or it was
+        told not to load it): say so now, so that a run killed inside the step still tells which
+        step it was and where it wrote. Cache hits write nothing here."""
+        stack = self.local.stack
+        top = stack[0]
+        path = _abs(path)
+        if top.started or not self._ledger:
+            return
+        if (
+            self.local.snapshot.get(path) is not None
+            and stack[-1].kwargs.get("load_from_cache_file") is not False
+        ):
+            return
+        top.started = True
+        self._emit(
+            StepStartRecord(
+                **self._constants,
+                seq=top.seq,
+                time=round(top.start, 6),
+                root=self._folder_root(os.path.dirname(path)),
+                operation=top.op,
+                parents=_fingerprints(top.parent_fps),
+                call_site=top.call_site,
+                split=_split_of(top.parents[0]) if top.parents else None,
+                paths=(path,),
+            )
+        )
+
+    def start_run(self) -> None:
+        """Write the run's start to the ledger of the process's cache root (`end_run` closes it)."""
+        if self._ledger and self.enabled:
+            self._emit(
+                RunStartRecord(
+                    **self._constants,
+                    seq=next(self._seq),
+                    time=round(time.time(), 6),
+                    root=self.default_root,
+                    argv=tuple(str(a) for a in sys.argv),
+                    cwd=_cwd(),
+                )
+            )
+
+    def end_run(self) -> None:
+        """Write the run's end to every root it wrote to: the run ended without being killed.
+        Once; never in a forked child."""
+        sink = self.sink
+        if not (self.enabled and isinstance(sink, LedgerSink)) or self._ended or os.getpid() != self.pid:
+            return
+        self._ended = True
+        now = round(time.time(), 6)
+        for root in list(sink.roots):
+            self._emit(RunEndRecord(**self._constants, seq=next(self._seq), time=now, root=root))
 
     def _call_site(self, f: Any) -> tuple[bool, CallSite | None, str | None]:
         """(called by datasets?, first frame outside datasets and cachetool, the datasets function
@@ -1516,14 +1581,17 @@ class Tracer:
             files = _cache_files(ds)
         if not files:
             return self.default_root, True
-        folder = os.path.dirname(_abs(files[0]["filename"]))
+        return self._folder_root(os.path.dirname(_abs(files[0]["filename"]))), False
+
+    def _folder_root(self, folder: str) -> str:
+        """The root whose ledger holds records about the cache files in `folder`."""
         hit = self._dir_roots.get(folder)
         if hit is not None:
-            return hit[0], False
+            return hit[0]
         if os.path.basename(folder).startswith("hf_datasets-"):
             # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
             self._dir_roots[folder] = (self.default_root, "cache")
-            return self.default_root, False
+            return self.default_root
         best = ""
         candidates = dict(self._known_roots)
         candidates.setdefault(self.default_root, "cache")
@@ -1534,7 +1602,7 @@ class Tracer:
             # A folder of Arrow files of its own (Dataset.from_file, a custom cache_file_name).
             best = self._saved_root(folder) if os.path.isfile(os.path.join(folder, "state.json")) else folder
         self._dir_roots[folder] = (best, candidates.get(best, "cache"))
-        return best, False
+        return best
 
 
 # ------------------------------------------------------------------------------------------
@@ -1580,6 +1648,13 @@ def _cache_files(ds: Any) -> list[dict[str, Any]]:
 def _split_of(ds: Any) -> str | None:
     split = getattr(ds, "_split", None)
     return str(split) if split is not None else None
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the working folder was removed
+        return None
 
 
 def _caching_enabled() -> bool:
