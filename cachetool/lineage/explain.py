@@ -66,6 +66,7 @@ from cachetool.lineage.records import (
     StepRecord,
     TransformRecord,
 )
+from cachetool.lineage.runs import Interruption, interruption
 
 __all__ = [
     "ExplainReport",
@@ -395,6 +396,8 @@ class ExplainReport:
     warnings: tuple[str, ...] = field(default=(), compare=False)
     #: Steps of the run that ran without a persistent cache (mode "run").
     uncached: tuple[UncachedStep, ...] = ()
+    #: The run ended without closing: killed (or still running), in which step (mode "run").
+    interrupted: Interruption | None = None
 
     @property
     def uncached_seconds(self) -> float:
@@ -414,6 +417,7 @@ class ExplainReport:
             "uncached": [u.to_json() for u in self.uncached],
             "uncached_seconds": round(self.uncached_seconds, 6),
             "uncached_hint": UNCACHED_HINT if self.uncached else None,
+            "interrupted": self.interrupted.to_json() if self.interrupted else None,
         }
 
 
@@ -1165,6 +1169,7 @@ def explain_run(
         stale=_dedupe(stale),
         warnings=view.warnings,
         uncached=tuple(uncached),
+        interrupted=interruption(view.ledger.records, run_id) if view.ledger is not None else None,
     )
 
 
