@@ -190,8 +190,10 @@ def test_events_align_by_call_site_when_a_run_has_extra_events() -> None:
 
 def test_read_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    path.write_text(json.dumps({"seq": 2, "x": 1}) + "\n" + json.dumps({"seq": 1}) + "\n" + '{"seq": 3, "tor')
-    assert [e["seq"] for e in read_events(path)] == [1, 2]
+    step = {"v": 1, "type": "checkpoint"}
+    lines = [json.dumps({**step, "seq": 2, "x": 1}), json.dumps({**step, "seq": 1}), '{"seq": 3, "tor']
+    path.write_text("\n".join(lines))
+    assert [e.seq for e in read_events(path)] == [1, 2]
 
 
 def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
@@ -236,11 +238,11 @@ def test_checkpoint_records_the_datasets_digest_and_tree(
     value = {"lr": 0.1, "stop": frozenset(["a", "b"])}
     digest = cachetool.checkpoint("config", value)
     (event,) = read_events(events)
-    assert digest == event["result"] == Hasher.hash(value)
-    assert event["type"] == "checkpoint" and event["transform"] == "config"
-    assert event["args"]["value"]["tree"]["d"] == digest
-    assert event["call_site"]["file"] == __file__
-    assert event["random_fallback"] is None
+    assert digest == event.result == Hasher.hash(value)
+    assert event.type == "checkpoint" and event.transform == "config"
+    assert event.args["value"].tree["d"] == digest  # type: ignore[index]
+    assert event.call_site is not None and event.call_site.file == __file__
+    assert event.random_fallback is None
 
 
 # --- the runner on small scripts (cachetool.checkpoint, no datasets) ------------------------------
@@ -465,9 +467,9 @@ def test_corpus_culprit_is_named(script: str, corpus_base: Path) -> None:
     # The root of every recorded tree is the digest datasets computed for that argument.
     compared = 0
     for event in report.runs[0].events:
-        for entry in (event.get("args") or {}).values():
-            if entry.get("digest") is not None and entry.get("tree") is not None:
-                assert entry["tree"]["d"] == entry["digest"], (event["operation"], entry["repr"])
+        for entry in event.args.values():
+            if entry.digest is not None and entry.tree is not None:
+                assert entry.tree["d"] == entry.digest, (event.operation, entry.repr)
                 compared += 1
     assert compared >= 2
     if script == "c15_helper_module.py":
@@ -534,7 +536,7 @@ def test_recorded_fingerprints_equal_a_plain_run(corpus_base: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr
         printed = proc.stdout.split()[-1]
-        recorded = [e["result"] for e in run.events if not e.get("internal")]
+        recorded = [e.result for e in run.events if not e.internal]
         assert recorded[-1] == printed
 
 

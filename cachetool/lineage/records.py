@@ -207,13 +207,15 @@ class FunctionInfo(FunctionRef):
 @dataclass(frozen=True)
 class ArgInfo:
     """One hashed argument of a step: its `Hasher` digest, a short repr and its type name;
-    `summary` (a bounded hash tree) for steps that computed, `tree` (a full one) in events files."""
+    `summary` (a bounded hash tree) for steps that computed, `tree` (a full one) in events files,
+    and there `after`: its tree at the end of a step that changed it while it ran."""
 
     digest: str | None = None
     repr: str | None = None
     type: str | None = None
     summary: Mapping[str, Any] | None = None
     tree: Mapping[str, Any] | None = None
+    after: Mapping[str, Any] | None = None
 
     @classmethod
     def parse(cls, d: Mapping[str, Any], name: str) -> ArgInfo:
@@ -224,6 +226,7 @@ class ArgInfo:
             _opt_str(d, "type", w),
             _obj(d, "summary", w),
             _obj(d, "tree", w),
+            _obj(d, "after", w),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -232,7 +235,26 @@ class ArgInfo:
             out["summary"] = self.summary
         if self.tree is not None:
             out["tree"] = self.tree
+        if self.after is not None:
+            out["after"] = self.after
         return out
+
+
+@dataclass(frozen=True)
+class ColumnHead:
+    """A column of an in-memory source in an events file: its digest and the short reprs of its
+    first values (a source built at run time is explained by the first value that differs)."""
+
+    digest: str | None = None
+    head: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any], name: str) -> ColumnHead:
+        w = f"columns.{name}."
+        return cls(_opt_str(d, "digest", w), _strs(d, "head", w))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"digest": self.digest, "head": list(self.head)}
 
 
 @dataclass(frozen=True)
@@ -446,6 +468,7 @@ _STEP_KEYS = (
     "source",
     "error",
     "no_cache",
+    "columns",
 )
 
 
@@ -475,6 +498,8 @@ class StepRecord(LedgerRecord):
     #: Why the step ran without a persistent cache (it runs again in every run), or None:
     #: one of `UNCACHED_REASONS`.
     no_cache: str | None = None
+    #: Events files, in-memory roots: each column's digest and first values.
+    columns: Mapping[str, ColumnHead] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepRecord:
@@ -487,6 +512,10 @@ class StepRecord(LedgerRecord):
         for name, a in raw_args.items():
             if not isinstance(a, dict):
                 raise BadRecord(f"'args.{name}' is not an object")
+        raw_columns = _obj(d, "columns") or {}
+        for name, c in raw_columns.items():
+            if not isinstance(c, dict):
+                raise BadRecord(f"'columns.{name}' is not an object")
         cs, fn, rf, src = (_obj(d, k) for k in ("call_site", "function", "random_fallback", "source"))
         return cls(
             **cls._base(d, read_from),
@@ -507,6 +536,7 @@ class StepRecord(LedgerRecord):
             source=SourceInfo.parse(src) if src is not None else None,
             error=_opt_str(d, "error"),
             no_cache=_opt_str(d, "no_cache"),
+            columns={str(k): ColumnHead.parse(v, str(k)) for k, v in raw_columns.items()},
             extra={k: v for k, v in d.items() if k not in _STEP_ALL},
         )
 
@@ -569,6 +599,8 @@ class StepRecord(LedgerRecord):
         )
         if self.no_cache is not None:
             out["no_cache"] = self.no_cache
+        if self.columns:
+            out["columns"] = {k: c.to_json() for k, c in self.columns.items()}
         out.update(self.extra)
         return out
 
@@ -756,6 +788,7 @@ __all__ = [
     "CacheStatus",
     "CallSite",
     "CheckpointRecord",
+    "ColumnHead",
     "DataFile",
     "FileRecord",
     "FunctionInfo",
