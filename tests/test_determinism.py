@@ -345,6 +345,98 @@ def test_a_script_that_times_out_exits_2(checkpoint_script: Path, tmp_path: Path
     assert report.failed_run is not None and report.failed_run.timed_out
 
 
+# --- the next run starts while the one before works ---------------------------------------------
+
+#: Each run notes when its interpreter started (from /proc), when it ended, and whether `datasets`
+#: was imported before the script's first line; it sleeps a little at the end, so runs can overlap.
+OVERLAP = textwrap.dedent(
+    """
+    import os, sys, time
+    preloaded = "datasets" in sys.modules
+    import datasets
+    import cachetool
+
+    cachetool.checkpoint("rows", [1, 2, 3])
+    with open("/proc/self/stat") as f:
+        started = int(f.read().rsplit(")", 1)[1].split()[19])
+    time.sleep(1.5)
+    with open(os.path.join(sys.argv[1], str(os.getpid())), "w") as f:
+        f.write(f"{started} {time.time()} {preloaded}")
+    if sys.argv[2] == "fail":
+        sys.exit(3)
+    """
+)
+
+
+def _boot_time() -> float:
+    with open("/proc/stat") as f:
+        return float(next(line for line in f if line.startswith("btime")).split()[1])
+
+
+@pytest.mark.slow
+def test_the_next_run_starts_and_imports_datasets_while_the_one_before_works(tmp_path: Path) -> None:
+    """With `--no-cold` (runs one after the other on the shared cache), run 2's interpreter was
+    started before run 1 ended, `datasets` was already imported when its script began, and the
+    verdict is the usual one."""
+    script = tmp_path / "pipe.py"
+    script.write_text(OVERLAP)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    report = check_determinism(script, [str(notes), "ok"], env=clean_env(tmp_path), cold=False, rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    ticks = os.sysconf("SC_CLK_TCK")
+    runs = sorted(
+        (float(end), _boot_time() + int(start) / ticks, preloaded == "True")
+        for start, end, preloaded in (n.read_text().split() for n in notes.iterdir())
+    )
+    (end_1, _, preloaded_1), (_, start_2, preloaded_2) = runs
+    assert start_2 < end_1 - 0.5, runs
+    assert preloaded_1 and preloaded_2
+    assert all(run.duration < 30 for run in report.runs)
+
+
+@pytest.mark.slow
+def test_a_script_that_sets_its_environment_imports_datasets_itself(tmp_path: Path) -> None:
+    """A script that sets HF_DATASETS_CACHE before `import datasets` gets its own value: datasets
+    is not imported ahead of it."""
+    script = tmp_path / "pipe.py"
+    mine = tmp_path / "my-cache"
+    script.write_text(
+        "import os, sys\n"
+        "os.environ['HF_DATASETS_CACHE'] = sys.argv[1]\n"
+        "import datasets, cachetool\n"
+        "cachetool.checkpoint('mine', str(datasets.config.HF_DATASETS_CACHE) == sys.argv[1])\n"
+    )
+    report = check_determinism(script, [str(mine)], env=clean_env(tmp_path), rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    for run in report.runs:
+        (event,) = run.events
+        assert event.args["value"].repr == "True"
+
+
+@pytest.mark.slow
+def test_a_failed_run_leaves_no_interpreter_waiting_for_its_turn(tmp_path: Path) -> None:
+    """Run 1 fails while run 2's interpreter waits: the report is about run 1, and run 2's
+    interpreter is gone when the check returns (it never ran the script)."""
+    script = tmp_path / "pipe.py"
+    script.write_text(OVERLAP)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    report = check_determinism(script, [str(notes), "fail"], env=clean_env(tmp_path), cold=False)
+    assert report.exit_code == ExitCode.USAGE and len(report.runs) == 1
+    assert report.runs[0].returncode == 3
+    assert len(list(notes.iterdir())) == 1  # only run 1 ran the script
+    waiting = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(script).encode() in f.read():
+                    waiting.append(pid)
+        except OSError:
+            continue
+    assert waiting == []
+
+
 # --- the command -----------------------------------------------------------------------------------
 
 

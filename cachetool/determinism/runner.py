@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cachetool.determinism.analysis import Analysis, Cause, align, analyze
-from cachetool.determinism.checkpoint import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
 from cachetool.determinism.cleanup import (
     WORKDIR_PREFIX,
     CheckInterrupted,
@@ -35,18 +32,10 @@ from cachetool.determinism.cleanup import (
     cache_root,
     terminate_as_interrupt,
 )
-from cachetool.determinism.events import load_events, read_events
-from cachetool.determinism.process import (
-    OUTPUT_CAP,
-    RUN_MARKER_ENV,
-    Tail,
-    kill_group,
-    marked_pids,
-    stop_marked,
-    tail_lines,
-    terminal_lines,
-)
+from cachetool.determinism.events import read_events
+from cachetool.determinism.process import OUTPUT_CAP, RUN_MARKER_ENV, marked_pids, stop_marked, terminal_lines
 from cachetool.determinism.report import DeterminismReport, RunOutcome, RunProgress
+from cachetool.determinism.run import Run, RunSettings, run_command
 from cachetool.errors import CachetoolError
 
 __all__ = [
@@ -70,17 +59,6 @@ __all__ = [
 _EVENT_WARNINGS_SHOWN = 5
 
 
-def run_command(script: str, args: Sequence[str], launcher: Sequence[str] | None = None) -> list[str]:
-    """The command line of one run: the script under cachetool's tracing (what
-    ``python -m cachetool run script.py args`` executes, without the CLI hop), or
-    ``[*launcher, script, *args]`` when a launcher is given."""
-    if launcher is not None:
-        return [*launcher, script, *args]
-    from cachetool.trace.runner import command
-
-    return command(script, list(args))
-
-
 class BadScript(CachetoolError):
     """The script to check does not exist."""
 
@@ -91,21 +69,14 @@ class BadScript(CachetoolError):
 
 @dataclass(frozen=True)
 class _Settings:
-    """The arguments of `check_determinism`, checked."""
+    """The arguments of `check_determinism`, checked: what the check does, and what each run
+    shares (its `workdir` set once the check's temp folder exists)."""
 
     script: str
-    run_script: Path
-    args: tuple[str, ...]
     seeds: tuple[int, ...]
-    timeout: float | None
-    isolated: bool
     workers: int
     rerun: bool
-    cwd: Path
-    env: Mapping[str, str]
-    launcher: Sequence[str] | None
-    progress: Callable[[RunProgress], None] | None
-    cold: bool
+    runs: RunSettings
 
 
 def _settings(
@@ -136,119 +107,23 @@ def _settings(
         raise CachetoolError("hash seeds must be integers from 0 to 4294967295")
     return _Settings(
         script=str(script),
-        # As the user typed it (sys.argv[0] of a plain run), unless the runs start somewhere else.
-        run_script=script_path if cwd is None else script_path.resolve(),
-        args=tuple(args),
         seeds=seeds,
-        timeout=timeout or None,
-        isolated=isolated,
         workers=max(1, min(len(seeds), jobs or (os.cpu_count() or 1))) if isolated else 1,
         rerun=rerun,
-        cwd=Path(cwd) if cwd is not None else Path.cwd(),
-        env=dict(os.environ if env is None else env),
-        launcher=launcher,
-        progress=progress,
-        cold=cold,
+        runs=RunSettings(
+            # As the user typed it (sys.argv[0] of a plain run), unless the runs start elsewhere.
+            script=script_path if cwd is None else script_path.resolve(),
+            args=tuple(args),
+            timeout=timeout or None,
+            isolated=isolated,
+            cold=cold,
+            cwd=Path(cwd) if cwd is not None else Path.cwd(),
+            env=dict(os.environ if env is None else env),
+            launcher=launcher,
+            progress=progress,
+            workdir=Path(),
+        ),
     )
-
-
-class _Run:
-    """One run of the script: its folder, environment and processes, from start to outcome."""
-
-    def __init__(
-        self,
-        settings: _Settings,
-        workdir: Path,
-        index: int,
-        seed: int,
-        live: dict[subprocess.Popen[bytes], str],
-    ) -> None:
-        self.settings, self.index, self.seed, self.live = settings, index, seed, live
-        # On the user's cache, the first run computes every step (caching disabled, its files go
-        # to a temporary folder) and the next ones use the cache as it is: a step whose result
-        # depends on whether an earlier one was computed or loaded shows even on a warm cache.
-        # Isolated runs start from empty caches: they compute everything anyway.
-        self.cold = settings.cold and not settings.isolated and index == 0
-        self.dir = workdir / f"run-{index}"
-        self.events = self.dir / "events.jsonl"
-        self.marker = f"{os.getpid()}-{index}-{os.urandom(6).hex()}"
-
-    def _env(self) -> dict[str, str]:
-        env = dict(self.settings.env)
-        env[SEED_ENV] = env.get("PYTHONHASHSEED", "")  # the script gets the user's own back
-        env["PYTHONHASHSEED"] = str(self.seed)
-        env[EVENTS_ENV] = str(self.events)
-        env[TREES_ENV] = "1"
-        if self.cold:
-            env[COLD_ENV] = "1"
-        if self.settings.isolated:
-            cache = self.dir / "hf-datasets-cache"
-            cache.mkdir()
-            env["HF_DATASETS_CACHE"] = str(cache)
-        env[RUN_MARKER_ENV] = self.marker
-        return env
-
-    def run(self) -> RunOutcome:
-        with _watching(self.settings.progress, self.events, self.index, self.seed, self.cold):
-            return self._run()
-
-    def _run(self) -> RunOutcome:
-        s = self.settings
-        self.dir.mkdir(parents=True, exist_ok=True)
-        env = self._env()
-        start = time.monotonic()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        try:
-            proc = subprocess.Popen(
-                run_command(str(s.run_script), s.args, s.launcher),
-                cwd=s.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                start_new_session=True,
-            )
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        out_tail, err_tail = Tail(out_r), Tail(err_r)
-        self.live[proc] = self.marker
-        timed_out, stopped = False, 0
-        returncode: int | None
-        try:
-            returncode = proc.wait(timeout=s.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(proc)
-            stopped = 1 + stop_marked(self.marker)
-            returncode = None
-        except BaseException:
-            kill_group(proc)
-            stop_marked(self.marker)
-            raise
-        finally:
-            self.live.pop(proc, None)
-        duration = time.monotonic() - start
-        out_tail.finish(self.dir / "stdout.txt")
-        err = err_tail.finish(self.dir / "stderr.txt")
-        read = load_events(self.events)
-        if s.isolated:
-            shutil.rmtree(self.dir / "hf-datasets-cache", ignore_errors=True)
-        return RunOutcome(
-            index=self.index,
-            hash_seed=self.seed,
-            returncode=returncode,
-            timed_out=timed_out,
-            duration=duration,
-            events=read.events,
-            stderr_tail=tail_lines(err),
-            isolated_cache=s.isolated,
-            stopped=stopped,
-            output_bytes=out_tail.total + err_tail.total,
-            cold=self.cold,
-            event_warnings=read.warnings,
-        )
 
 
 def check_determinism(
@@ -302,49 +177,55 @@ def check_determinism(
     # reach them: every live run is stopped here when this process is interrupted or terminated,
     # and what the runs left (their temp folder, tmp files in the cache) is removed.
     live: dict[subprocess.Popen[bytes], str] = {}
-    leftovers = Leftovers(None if s.isolated else cache_root(s.env), s.env)
+    leftovers = Leftovers(None if s.runs.isolated else cache_root(s.runs.env), s.runs.env)
     started = time.time()
     with (
         terminate_as_interrupt(),
         tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp,
     ):
         workdir = Path(tmp)
-
-        def one(index: int, seed: int) -> RunOutcome:
-            return _Run(s, workdir, index, seed, live).run()
-
+        rs = dataclasses.replace(s.runs, workdir=workdir)
+        planned = [Run(rs, i, seed, live) for i, seed in enumerate(s.seeds)]
         try:
-            outcomes = _run_all(s, one, live)
+            outcomes = _one_after_another(planned) if s.workers == 1 else _at_once(planned, s.workers)
         except BaseException as e:
             raise CheckInterrupted(e, leftovers.remove(started, workdir), workdir) from None
         warnings = _run_warnings(outcomes, leftovers, started, workdir)
         report = DeterminismReport(
-            script=s.script, args=s.args, isolated=s.isolated, runs=tuple(outcomes), analysis=None
+            script=s.script, args=s.runs.args, isolated=s.runs.isolated, runs=tuple(outcomes), analysis=None
         )
         if report.failed_run is not None:
             return dataclasses.replace(report, warnings=tuple(warnings))
-        return _compared(s, report, warnings, lambda: one(len(s.seeds), s.seeds[0]))
+        return _compared(s, report, warnings, lambda: Run(rs, len(s.seeds), s.seeds[0], live).finish())
 
 
-def _run_all(
-    s: _Settings, one: Callable[[int, int], RunOutcome], live: dict[subprocess.Popen[bytes], str]
-) -> list[RunOutcome]:
-    """Every run: one after the other on a shared cache (stopping at the first failure: the
-    report is about it), or up to `workers` at once on isolated caches."""
-    if s.workers == 1:
-        outcomes: list[RunOutcome] = []
-        for i, seed in enumerate(s.seeds):
-            outcomes.append(one(i, seed))
+def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
+    """Runs on the shared cache, each after the one before (it may reuse what that one wrote),
+    stopping at the first failure (the report is about it). The next run's interpreter starts while
+    a run works and waits for its turn, so its start and `import datasets` overlap that work."""
+    outcomes: list[RunOutcome] = []
+    try:
+        for i, run in enumerate(runs):
+            run.go()
+            if i + 1 < len(runs):
+                runs[i + 1].start()
+            outcomes.append(run.finish())
             if outcomes[-1].failed:
                 break
-        return outcomes
-    pool = ThreadPoolExecutor(max_workers=s.workers)
-    try:
-        return list(pool.map(one, range(len(s.seeds)), s.seeds))
     finally:
-        for proc, marker in list(live.items()):
-            kill_group(proc)
-            stop_marked(marker)
+        for run in runs:
+            run.abort()  # what was started and is not needed (after a failure), or interrupted
+    return outcomes
+
+
+def _at_once(runs: Sequence[Run], workers: int) -> list[RunOutcome]:
+    """Runs on isolated caches, up to `workers` at a time."""
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        return list(pool.map(Run.finish, runs))
+    finally:
+        for run in runs:
+            run.abort()
         pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -408,51 +289,6 @@ def _compared(
         extra_lines = [f"run 1 wrote on stderr:\n{said}"] if said else []
         report = dataclasses.replace(report, warnings=(*warnings, report.nothing_compared, *extra_lines))
     return report
-
-
-class _watching:
-    """While a run goes, report its progress (the lines of its events file) from a thread."""
-
-    def __init__(
-        self, progress: Callable[[RunProgress], None] | None, events: Path, index: int, seed: int, cold: bool
-    ) -> None:
-        self.progress = progress
-        self.events = events
-        self.index, self.seed, self.cold = index, seed, cold
-        self.stop = threading.Event()
-        self.start = time.monotonic()
-        self.thread: threading.Thread | None = None
-
-    def report(self, finished: bool) -> None:
-        if self.progress is None:
-            return
-        try:
-            steps = self.events.read_bytes().count(b"\n")
-        except OSError:
-            steps = 0
-        try:
-            self.progress(
-                RunProgress(self.index, self.seed, self.cold, steps, time.monotonic() - self.start, finished)
-            )
-        except Exception:  # a display problem never stops the check
-            self.progress = None
-
-    def __enter__(self) -> _watching:
-        if self.progress is not None:
-
-            def loop() -> None:
-                while not self.stop.wait(0.5):
-                    self.report(False)
-
-            self.thread = threading.Thread(target=loop, daemon=True)
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-            self.report(True)
 
 
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:
