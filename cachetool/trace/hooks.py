@@ -42,6 +42,7 @@ from cachetool.lineage.ledger import ENCODER, RECORD_VERSION, LedgerWriter, Segm
 from cachetool.lineage.records import (
     ArgInfo,
     CallSite,
+    ColumnHead,
     DataFile,
     FileRecord,
     FunctionInfo,
@@ -1554,7 +1555,7 @@ class Tracer:
             in_memory=in_memory,
             split=_split_of(dataset),
             source=SourceInfo(kind="in-memory" if in_memory else "file", constructor=entry),
-            columns=_column_heads(dataset) if self.trees and in_memory else None,
+            columns=_column_heads(dataset) if self.trees and in_memory else {},
         )
         self._emit(record)
 
@@ -1757,21 +1758,20 @@ def _tree(value: Any) -> Any:
 COLUMN_HEAD = 50
 
 
-def _column_heads(dataset: Any) -> dict[str, Any]:
+def _column_heads(dataset: Any) -> dict[str, ColumnHead]:
     """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
     values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
     is explained by the column and the first value that differs."""
     from cachetool.fingerprint.tree import short_repr
 
-    out: dict[str, Any] = {}
+    out: dict[str, ColumnHead] = {}
     try:
         table = dataset.data.table
         for name in table.column_names[:64]:
             column = table.column(name)
-            out[str(name)] = {
-                "digest": _try_hash(column),
-                "head": [short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist()],
-            }
+            out[str(name)] = ColumnHead(
+                _try_hash(column), tuple(short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist())
+            )
     except Exception:  # an odd table: the fingerprint still says the source differs
         return out
     return out
