@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from datetime import datetime, timezone
 
 
@@ -54,6 +55,15 @@ _ISO_SECONDS: dict[int, str] = {}
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def human_age(ts: float | None, now: float | None = None) -> str:
+    """`3 hours ago`: how long before `now` (default: the present) the time `ts` was; "" for None."""
+    if ts is None:
+        return ""
+    import humanize
+
+    return str(humanize.naturaltime(max(0.0, (now or time.time()) - ts)))
 
 
 def human_duration(seconds: float) -> str:

@@ -141,7 +141,7 @@ from cachetool.lineage.records import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.cache.model import CacheReport, Entry
 
 #: The record format this cachetool writes. Readers accept any version >= 1.
 RECORD_VERSION = 1
