@@ -154,18 +154,21 @@ class Walker:
 
     def read_ahead(self) -> None:
         """Where more than one core is free: list every folder and read the headers of the Arrow
-        files the read index does not know, split over the cores, before the walk classifies
-        them: a cold listing of many files waits mostly on those reads. Folders the walk never
-        reads Arrow headers in (cachetool's own, downloads, interrupted prepares, gc leftovers)
-        are listed, not read."""
+        files of folders the read index does not know whole (new folders, or ones whose count
+        of Arrow files changed), split over the cores, before the walk classifies them: a cold
+        listing of many files waits mostly on those reads. Folders the walk never reads Arrow
+        headers in (cachetool's own, downloads, interrupted prepares, gc leftovers) are listed,
+        not read. (A file changed in place in a known folder is read by the walk, here.)"""
         workers = _spare_cores()
         if workers < 2:
             return
         todo: list[str] = []
         stack = [self.root]
+        root_len = self.root_len
         while stack:
             folder = stack.pop()
             items, _ = self.listings[str(folder)] = list_dir(folder)
+            arrow: list[str] = []
             for it in items:
                 st = it.st
                 if st is None:
@@ -178,9 +181,9 @@ class Walker:
                         continue
                     stack.append(it.path)
                 elif stat.S_ISREG(st.st_mode) and it.name.endswith(".arrow"):
-                    path = str(it.path)
-                    if not self.index.knows(path[self.root_len :], st.st_size, st.st_mtime_ns, st.st_ino):
-                        todo.append(path)
+                    arrow.append(str(it.path))
+            if arrow and self.index.folder_rows(str(folder)[root_len:]) != len(arrow):
+                todo += arrow
         if len(todo) < READ_AHEAD_MIN_FILES:
             return
         self.prefetched = dict(zip(todo, _read_summaries(todo, workers), strict=True))
