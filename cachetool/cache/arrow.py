@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from cachetool.cache.frozen import fast_init
 from cachetool.cache.ipc_headers import CONTINUATION, EOS_MARKER, Headers, parse_hf_metadata, walk_headers
 
 FILE_MAGIC = b"ARROW1"
@@ -26,6 +27,7 @@ NOT_ARROW = "not-arrow"
 UNREADABLE = "unreadable"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ArrowSummary:
     """What the headers of one Arrow file say. Raw values only. Slots: a listing holds one per
@@ -72,8 +74,9 @@ class ArrowSummary:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
-        # dataclasses with slots learned to pickle in 3.11).
-        return ArrowSummary, (
+        # dataclasses with slots learned to pickle in 3.11), and arrives sharing the columns and
+        # metadata template of the summaries already here.
+        return _shared_summary, (
             self.format,
             self.rows,
             self.batches,
@@ -83,6 +86,30 @@ class ArrowSummary:
             self.eos,
             self.error,
         )
+
+
+_Columns = tuple[tuple[str, str], ...]
+_COLUMNS: dict[_Columns, _Columns] = {}
+
+
+def _shared_summary(
+    format: str,
+    rows: int | None,
+    batches: int | None,
+    columns: _Columns,
+    fingerprint: str | None,
+    template: str | None,
+    eos: bool,
+    error: str | None,
+) -> ArrowSummary:
+    shared = _COLUMNS.get(columns)
+    if shared is None:
+        if len(_COLUMNS) > 10_000:
+            _COLUMNS.clear()
+        shared = _COLUMNS[columns] = columns
+    return ArrowSummary(
+        format, rows, batches, shared, fingerprint, metadata_template(template, None), eos, error
+    )
 
 
 #: Stands for a file's own fingerprint in a metadata template. JSON text never holds a raw NUL

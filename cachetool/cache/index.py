@@ -251,6 +251,7 @@ def _encode(rows: dict[str, _Row]) -> bytes:
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={INDEX_VERSION}")
         schema_ids: dict[tuple[str, str | None], int] = {}
+        column_texts: dict[tuple[tuple[str, str], ...], str] = {}
         by_folder: dict[str, list[tuple[object, ...]]] = {}
         for rel, (size, mtime_ns, inode, s) in rows.items():
             if not (_encodable(rel) and _encodable(s.fingerprint) and _encodable(s.error)):
@@ -260,7 +261,10 @@ def _encode(rows: dict[str, _Row]) -> bytes:
             folder, _, name = rel.rpartition("/")
             sid = None
             if s.columns or s.metadata_template is not None:
-                key = (json.dumps(s.columns, separators=(",", ":")), s.metadata_template)
+                text = column_texts.get(s.columns)
+                if text is None:
+                    text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
+                key = (text, s.metadata_template)
                 sid = schema_ids.get(key)
                 if sid is None:
                     sid = schema_ids[key] = len(schema_ids)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cachetool.cache.arrow import ArrowSummary
+from cachetool.cache.frozen import fast_init
 from cachetool.cache.layout import Kind
 from cachetool.formatting import human_age, human_size, iso_time
 
@@ -34,6 +35,7 @@ class RecordedUse(Protocol):
     def operation(self) -> str | None: ...
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CacheFile:
     """One file on disk, as `stat` and (for Arrow files) the headers tell it."""
@@ -92,6 +94,7 @@ class DatasetDir:
         return dict(self.shard_lengths).get(split)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One logical dataset state (one fingerprint) or one leftover, with all its files."""

@@ -25,6 +25,7 @@ from cachetool.cache.classify import Scanner
 from cachetool.cache.dirs import user_state_dir
 from cachetool.cache.entries import attach_usage, attribute_locks
 from cachetool.cache.index import ReadIndex
+from cachetool.cache.layout import Kind
 from cachetool.cache.lookup import find_entry
 from cachetool.cache.model import CacheFile, CacheReport, DatasetDir, Entry, RecordedUse, ScanWarning
 from cachetool.cache.walk import gc_paused
@@ -38,6 +39,7 @@ __all__ = [
     "CacheReport",
     "DatasetDir",
     "Entry",
+    "Kind",
     "RecordedUse",
     "ScanWarning",
     "find_entry",
@@ -78,8 +80,11 @@ def scan_cache(
         index = ReadIndex(root_path, enabled=use_index and not own)
         scanner = Scanner(root_path, index, progress)
         if not own:
-            scanner.read_ahead()
-            scanner.walk(root_path)
+            try:
+                scanner.read_ahead()
+                scanner.walk(root_path)
+            finally:
+                scanner.close()
         index.save()
         entries = attribute_locks(scanner.entries, scanner.datasets)
         if usage:

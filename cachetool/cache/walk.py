@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -120,14 +120,27 @@ def _spare_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _read_summaries(paths: list[str], workers: int) -> list[ArrowSummary]:
-    """`read_summary` of each path, on `workers` forked processes, in order."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+class _Reads:
+    """`read_summary` of each path, on `workers` forked processes, handed back in order as they
+    come (the walk classifies the first folders while the others are read)."""
 
-    chunk = max(64, len(paths) // (workers * 8))
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(read_summary, paths, chunksize=chunk))
+    def __init__(self, paths: list[str], workers: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunk = max(64, min(512, len(paths) // (workers * 8)))
+        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self._results = self._pool.map(read_summary, paths, chunksize=chunk)
+
+    def __iter__(self) -> Iterator[ArrowSummary]:
+        return self._results
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _read_summaries(paths: list[str], workers: int) -> Iterable[ArrowSummary]:
+    return _Reads(paths, workers)
 
 
 class Walker:
@@ -144,7 +157,10 @@ class Walker:
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
         self.listings: dict[str, tuple[list[Item], str | None]] = {}  # folders listed ahead
-        self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, on other cores
+        self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, before their turn
+        self._reads: Iterable[ArrowSummary] = ()  # headers being read on other cores
+        self._pending: set[str] = set()  # paths read ahead and not yet asked for
+        self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
         self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
 
     def listing(self, path: Path) -> tuple[list[Item], str | None]:
@@ -169,6 +185,7 @@ class Walker:
             folder = stack.pop()
             items, _ = self.listings[str(folder)] = list_dir(folder)
             arrow: list[str] = []
+            below: list[Path] = []
             for it in items:
                 st = it.st
                 if st is None:
@@ -179,14 +196,38 @@ class Walker:
                         continue
                     if layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name):
                         continue
-                    stack.append(it.path)
+                    below.append(it.path)
                 elif stat.S_ISREG(st.st_mode) and it.name.endswith(".arrow"):
                     arrow.append(str(it.path))
             if arrow and self.index.folder_rows(str(folder)[root_len:]) != len(arrow):
                 todo += arrow
+            stack += reversed(below)  # the walk's order: a folder's files, then its folders by name
         if len(todo) < READ_AHEAD_MIN_FILES:
             return
-        self.prefetched = dict(zip(todo, _read_summaries(todo, workers), strict=True))
+        self._reads = _read_summaries(todo, workers)
+        self._pending = set(todo)
+        self._stream = zip(todo, self._reads, strict=True)
+
+    def _read_ahead_result(self, path: str) -> ArrowSummary | None:
+        """The summary of `path` read ahead, once its turn comes; None for a file not read ahead."""
+        if path not in self._pending:
+            return None
+        self._pending.discard(path)
+        got = self.prefetched.pop(path, None)
+        if got is not None:
+            return got
+        for p, summary in self._stream:
+            if p == path:
+                return summary
+            self.prefetched[p] = summary  # read ahead of its turn (the walk went another way)
+        return None
+
+    def close(self) -> None:
+        """Stop the processes reading ahead (all their work is done once the walk is)."""
+        close = getattr(self._reads, "close", None)
+        if close is not None:
+            close()
+        self._reads = ()
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
@@ -216,7 +257,7 @@ class Walker:
         cached = self.index.get(rel, st.st_size, st.st_mtime_ns, st.st_ino)
         if cached is not None:
             return cached
-        summary = self.prefetched.pop(str(path), None) or read_summary(path)
+        summary = self._read_ahead_result(str(path)) or read_summary(path)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(path.name):
             self.index.put(rel, st.st_size, st.st_mtime_ns, st.st_ino, summary)
