@@ -296,7 +296,7 @@ class Scanner(NonDataWalker):
         for it in items:
             if it.is_dir:
                 files.extend(self.tree_files(it.path))
-            elif it.st is not None:
+            elif it.ok:
                 files.append(self.cache_file(it, arrow=bool(layout.SAVED_SHARD_RE.match(it.name))))
         self.entries.append(
             Entry(

@@ -44,6 +44,8 @@ def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
         problems.append(s.error)
     if s.fingerprint is not None and s.fingerprint != fp:
         problems.append(f"file holds fingerprint {s.fingerprint}, name says {fp}")
+    elif s.fingerprint is not None:
+        fp = s.fingerprint  # the same text: one string for both (a listing holds 100,000)
     content = _content(f)
     return Entry(
         Kind.INDICES if content == "indices" else Kind.DERIVED,

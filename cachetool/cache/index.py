@@ -23,6 +23,7 @@ import os
 import sqlite3
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from cachetool.cache.arrow import EMPTY, IPC_FILE, NOT_ARROW, STREAM, UNREADABLE, ArrowSummary
@@ -246,43 +247,50 @@ def _serialize(db: sqlite3.Connection) -> bytes:
 
 
 def _encode(rows: dict[str, _Row]) -> bytes:
+    """The compressed image of an index holding `rows`, each folder's rows next to each other.
+    Rows go to SQLite one by one (no list of 100,000 tuples beside the listing)."""
     db = _connect()
     try:
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={INDEX_VERSION}")
+        by_folder: dict[str, list[str]] = {}
+        for rel, (_, _, _, s) in rows.items():
+            texts = (rel, s.fingerprint, s.error, s.metadata_template)
+            if all(map(_encodable, texts)):  # else a name that is not UTF-8: read again next time
+                by_folder.setdefault(rel.rpartition("/")[0], []).append(rel)
         schema_ids: dict[tuple[str, str | None], int] = {}
         column_texts: dict[tuple[tuple[str, str], ...], str] = {}
-        by_folder: dict[str, list[tuple[object, ...]]] = {}
-        for rel, (size, mtime_ns, inode, s) in rows.items():
-            if not (_encodable(rel) and _encodable(s.fingerprint) and _encodable(s.error)):
-                continue  # a file name that is not UTF-8: read again next time
-            if not _encodable(s.metadata_template):
-                continue
-            folder, _, name = rel.rpartition("/")
-            sid = None
-            if s.columns or s.metadata_template is not None:
-                text = column_texts.get(s.columns)
-                if text is None:
-                    text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
-                key = (text, s.metadata_template)
-                sid = schema_ids.get(key)
-                if sid is None:
-                    sid = schema_ids[key] = len(schema_ids)
-            state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
-            by_folder.setdefault(folder, []).append(
-                (name, size, mtime_ns, inode, s.fingerprint, s.rows, s.batches, state, s.error, sid)
-            )
-        files: list[tuple[object, ...]] = []
+
+        def schema_id(s: ArrowSummary) -> int | None:
+            if not s.columns and s.metadata_template is None:
+                return None
+            text = column_texts.get(s.columns)
+            if text is None:
+                text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
+            return schema_ids.setdefault((text, s.metadata_template), len(schema_ids))
+
+        def file_rows() -> Iterator[tuple[object, ...]]:
+            n = 0
+            for members in by_folder.values():
+                for rel in members:
+                    size, mtime_ns, inode, s = rows[rel]
+                    n += 1
+                    state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
+                    name = rel.rpartition("/")[2]
+                    sid = schema_id(s)
+                    fp, error = s.fingerprint, s.error
+                    yield (n, name, size, mtime_ns, inode, fp, s.rows, s.batches, state, error, sid)
+
+        db.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", file_rows())
         dirs: list[tuple[int, str, int, int]] = []
+        last = 0
         for folder, members in by_folder.items():
-            first = len(files) + 1
-            dirs.append((len(dirs), folder, first, first + len(members) - 1))
-            files.extend([(first + i, *m) for i, m in enumerate(members)])
+            dirs.append((len(dirs), folder, last + 1, last + len(members)))
+            last += len(members)
+        db.executemany("INSERT INTO dirs VALUES (?, ?, ?, ?)", dirs)
         db.executemany(
             "INSERT INTO schemas VALUES (?, ?, ?)", [(i, c, m) for (c, m), i in schema_ids.items()]
         )
-        db.executemany("INSERT INTO dirs VALUES (?, ?, ?, ?)", dirs)
-        db.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", files)
         db.commit()
         return zlib.compress(_serialize(db), 1)
     finally:

@@ -38,7 +38,7 @@ class NonDataWalker(Walker):
         caches = tfdata.find_tf_caches(
             os.fsdecode(path),
             list(by_name),
-            sizes=lambda n: getattr(by_name[n].st, "st_size", 0),
+            sizes=lambda n: by_name[n].size,
             holders=lambda n: tuple(self.in_use().pids_for_path(os.fsdecode(path / n))),
         )
         claimed: set[str] = set()
