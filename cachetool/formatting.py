@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from datetime import datetime, timezone
 
 
@@ -85,6 +86,15 @@ def short_duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
     return f"{seconds / 60:.1f} min"
+
+
+def human_age(ts: float | None, now: float | None = None) -> str:
+    """`3 hours ago`: how long before `now` (default: the present) the time `ts` was; "" for None."""
+    if ts is None:
+        return ""
+    import humanize
+
+    return str(humanize.naturaltime(max(0.0, (now or time.time()) - ts)))
 
 
 def human_duration(seconds: float) -> str:
