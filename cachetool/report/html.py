@@ -283,7 +283,7 @@ tr.error td {{ background: #fde8e8; }} tr.warning td {{ background: #fff6e0; }}
 """
 
 
-def write_report(data: ReportData, output: str | os.PathLike[str]) -> int:
+def write_page(data: ReportData, output: str | os.PathLike[str]) -> int:
     """Write the page to `output` (atomically: a partial page never replaces a good one) and
     return its size in bytes."""
     text = render_html(data).encode("utf-8")
