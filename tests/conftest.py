@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +112,72 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
     monkeypatch.setenv("COLUMNS", "120")
     yield tmp_path
+
+
+def invoke(*args: str, env: Mapping[str, str] | None = None, columns: int = 120) -> Any:
+    """`cachetool ARGS` run in this process, as at a terminal `columns` wide (stdout and stderr
+    apart, exceptions raised)."""
+    from typer.testing import CliRunner
+
+    from cachetool.cli.app import app
+
+    return CliRunner().invoke(
+        app, list(args), env={"COLUMNS": str(columns), **(env or {})}, catch_exceptions=False
+    )
+
+
+@pytest.fixture(scope="session")
+def leftovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The cache of tests/builders/build_leftovers.py, built once even under xdist."""
+    from filelock import FileLock
+
+    base_tmp = tmp_path_factory.getbasetemp()
+    shared = base_tmp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_tmp
+    base = shared / "gc_leftovers"
+    with FileLock(str(shared / "gc_leftovers.lock")):
+        made_file = base / "made.json"
+        if not made_file.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir()
+            (base / "tmp").mkdir()  # the builder's temp dir is part of what the tests copy
+            proc = subprocess.run(
+                [sys.executable, str(BUILDERS / "build_leftovers.py"), str(base)],
+                env=hf_env(base, TMPDIR=str(base / "tmp")),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            made_file.write_text(proc.stdout.strip().splitlines()[-1])
+    made: dict[str, Any] = json.loads(made_file.read_text())
+    made["base"] = base
+    return made
+
+
+@pytest.fixture
+def copy(leftovers: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the leftovers cache (cache/ and tmp/), in a base that hf_env understands."""
+    for k in list(os.environ):
+        if k.startswith(("HF_", "CACHETOOL_")):
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+    base = tmp_path / "base"
+    for name in ("cache", "tmp"):
+        shutil.copytree(leftovers["base"] / name, base / name, symlinks=True)
+    return base
+
+
+@pytest.fixture(scope="session")
+def traced_demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`cachetool demo` as a user runs it: the pipeline runs traced, the lineage is printed."""
+    base = tmp_path_factory.mktemp("demo")
+    env = hf_env(base, COLUMNS="100")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "demo", str(base / "demo")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {"base": base, "env": env, "stdout": proc.stdout, "cache": str(base / "demo" / "cache")}
