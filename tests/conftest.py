@@ -122,7 +122,7 @@ def invoke(*args: str, env: Mapping[str, str] | None = None, columns: int = 120)
     from cachetool.cli.app import app
 
     return CliRunner().invoke(
-        app, list(args), env={"COLUMNS": str(columns), **(env or {})}, catch_exceptions=False
+        app, list(args), env={**(env or {}), "COLUMNS": str(columns)}, catch_exceptions=False
     )
 
 
@@ -167,17 +167,85 @@ def copy(leftovers: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPa
     return base
 
 
-@pytest.fixture(scope="session")
-def traced_demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """`cachetool demo` as a user runs it: the pipeline runs traced, the lineage is printed."""
-    base = tmp_path_factory.mktemp("demo")
-    env = hf_env(base, COLUMNS="100")
+def cachetool_run(
+    script: str | os.PathLike[str],
+    *args: str,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = 300,
+    check: bool = True,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m cachetool run SCRIPT ARGS...` as a user runs a pipeline: a process of its own
+    with the environment `env` (see `hf_env`), its output captured as text. With `check`, a
+    failure fails the test with the end of the pipeline's stderr."""
     proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "demo", str(base / "demo")],
-        env=env,
+        [sys.executable, "-m", "cachetool", "run", os.fspath(script), *args],
+        env=dict(env),
+        cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
+        **kwargs,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return {"base": base, "env": env, "stdout": proc.stdout, "cache": str(base / "demo" / "cache")}
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+#: The input of the golden cache, at one path for every session: `datasets` hashes a data file's
+#: path and modification time into the fingerprints, so the same path, bytes and mtime give the
+#: same cache, fingerprints included, in every session and on every machine.
+GOLDEN_CSV = Path("/tmp/cachetool-golden-input/reviews.csv")
+
+
+def _golden_csv(made: Path) -> None:
+    """Put the bytes of `made` at GOLDEN_CSV unless they are there already (sessions running at
+    the same time find the file complete: it appears by one rename, with its mtime set)."""
+    from filelock import FileLock
+
+    from cachetool.demo import DEMO_MTIME
+
+    GOLDEN_CSV.parent.mkdir(exist_ok=True)
+    data = made.read_bytes()
+    with FileLock(str(GOLDEN_CSV.parent / ".lock")):
+        try:
+            st = GOLDEN_CSV.stat()
+            if st.st_mtime == DEMO_MTIME and GOLDEN_CSV.read_bytes() == data:
+                return
+        except FileNotFoundError:
+            pass
+        tmp = GOLDEN_CSV.with_name(f".{GOLDEN_CSV.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.utime(tmp, (DEMO_MTIME, DEMO_MTIME))
+        os.replace(tmp, GOLDEN_CSV)
+
+
+@pytest.fixture(scope="session")
+def golden() -> dict[str, Any]:
+    """The golden cache: `cachetool demo`'s pipeline (a csv load, two maps, a filter, a shuffle, a
+    `num_proc=2` map, a `save_to_disk`) run under `cachetool run` on GOLDEN_CSV, built once per
+    session. Its fingerprints and sizes are the same in every session; only times and the temp
+    folder differ. Tests read it; a test that changes it puts it back as it was."""
+    from cachetool.demo import write_demo_files
+
+    # A folder whose path has the same length in every session, so that where a command shortens
+    # a path to fit (`show`), it keeps the same names.
+    base = Path(tempfile.mkdtemp(prefix="ct-golden-", dir="/tmp"))
+    _SHORT_TMP_DIRS.append(base)  # removed at the end of the session
+    script = write_demo_files(base / "demo")
+    _golden_csv(base / "demo" / "reviews.csv")
+    text = script.read_text(encoding="utf-8")
+    fixed = text.replace('os.path.join(here, "reviews.csv")', repr(str(GOLDEN_CSV)))
+    assert fixed != text, "the demo pipeline no longer reads reviews.csv from its folder"
+    script.write_text(fixed, encoding="utf-8")
+    env = hf_env(base)
+    proc = cachetool_run(script, env=env, cwd=script.parent)
+    return {
+        "base": base,
+        "env": env,
+        "cache": env["HF_DATASETS_CACHE"],
+        "folder": script.parent,
+        "final": proc.stdout.split()[-1],
+        "run": proc,
+    }

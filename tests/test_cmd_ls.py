@@ -10,15 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from cachetool.cli.app import app
-
-runner = CliRunner()
-
-
-def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
-    return runner.invoke(app, list(args), env={"COLUMNS": "120", **(env or {})}, catch_exceptions=False)
+from tests.conftest import invoke
 
 
 @pytest.mark.slow
@@ -151,9 +144,9 @@ def test_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_recorded_entries_show_op_and_parent_in_ls_and_records_in_show(traced_demo: dict[str, Any]) -> None:
-    env = traced_demo["env"]
-    doc = json.loads(invoke("ls", traced_demo["cache"], "--json", env=env).stdout)
+def test_recorded_entries_show_op_and_parent_in_ls_and_records_in_show(golden: dict[str, Any]) -> None:
+    env = golden["env"]
+    doc = json.loads(invoke("ls", golden["cache"], "--json", env=env).stdout)
     by_fp = {e["fingerprint"]: e for e in doc["entries"] if e["fingerprint"]}
     source = next(e for e in doc["entries"] if e["kind"] == "source")
     chain = [source]
@@ -172,12 +165,10 @@ def test_recorded_entries_show_op_and_parent_in_ls_and_records_in_show(traced_de
         "map",
     ]
     assert [e["kind"] for e in chain] == ["source", "derived", "indices", "indices", "derived", "shards"]
-    human = invoke("ls", traced_demo["cache"], env={**env, "COLUMNS": "80"}).stdout
+    human = invoke("ls", golden["cache"], env=env, columns=80).stdout
     assert "op" in human and "parent" in human and max(len(line) for line in human.splitlines()) <= 80
     shown = json.loads(
-        invoke(
-            "show", chain[-1]["fingerprint"], "--cache-dir", traced_demo["cache"], "--json", env=env
-        ).stdout
+        invoke("show", chain[-1]["fingerprint"], "--cache-dir", golden["cache"], "--json", env=env).stdout
     )
     assert [r["operation"] for r in shown["records"]] == ["map"]
     assert shown["records"][0]["parents"] == [chain[-2]["fingerprint"]]

@@ -280,9 +280,9 @@ def test_gc_plan_at_80_columns_names_every_item_whole(real_cache: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def traced_cache(traced_demo: dict[str, Any]) -> dict[str, Any]:
+def traced_cache(golden: dict[str, Any]) -> dict[str, Any]:
     """`cachetool demo`'s cache: a pipeline of six steps recorded by `cachetool run`."""
-    cache = traced_demo["cache"]
+    cache = golden["cache"]
     final = json.loads(invoke("ls", cache, "--json", "--filter", "kind=shards").stdout)["entries"][0]
     return {"cache": cache, "final": final["fingerprint"]}
 
