@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
-from tests.conftest import hf_env, invoke
+from tests.conftest import cachetool_run, hf_env, invoke
 
 pytestmark = pytest.mark.slow
 
@@ -183,14 +183,7 @@ def test_lineage_shows_a_step_gc_removed_as_deleted(tmp_path: Path) -> None:
 
     env = hf_env(tmp_path)
     script = write_demo_files(tmp_path / "demo")
-    run = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = cachetool_run(script, env=env)
     final = run.stdout.strip().splitlines()[-1]
     cache = env["HF_DATASETS_CACHE"]
     chain = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json", env=env).stdout)["steps"]

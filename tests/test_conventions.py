@@ -206,7 +206,7 @@ class TestOnRealCache:
 def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
     """`ps` shows a pipeline started with `cachetool run` by its script and arguments (as
     `python prepare.py --rows 10` would), not as `python -c import sys; …`."""
-    from tests.conftest import hf_env
+    from tests.conftest import cachetool_run, hf_env
 
     (tmp_path / "prepare.py").write_text(
         "import os, subprocess\n"
@@ -214,15 +214,7 @@ def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
         "print(subprocess.run(ps, capture_output=True, text=True).stdout.strip())\n",
         encoding="utf-8",
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", "prepare.py", "--rows", "10"],
-        cwd=tmp_path,
-        env=hf_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = cachetool_run("prepare.py", "--rows", "10", env=hf_env(tmp_path), cwd=tmp_path, timeout=60)
     shown = proc.stdout.strip()
     assert shown.endswith(" prepare.py --rows 10"), shown
     assert " -c " not in shown and "import" not in shown, shown
