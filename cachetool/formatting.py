@@ -63,6 +63,44 @@ def human_duration(seconds: float) -> str:
     return str(humanize.naturaldelta(seconds))
 
 
+def human_age(seconds: float) -> str:
+    """`3 hours ago`, `a second ago`, `now`: how long ago something happened, for people."""
+    import humanize
+
+    return str(humanize.naturaltime(max(0.0, seconds)))
+
+
+#: The units of `short_age`, largest first (a month is 30 days, a year 365).
+_AGE_UNITS = (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60))
+
+
+def short_age(seconds: float) -> str:
+    """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y`: an age rounded down to its largest unit,
+    narrow enough for a table column."""
+    s = max(0.0, seconds)
+    for unit, size in _AGE_UNITS:
+        if s >= size:
+            return f"{int(s // size)}{unit}"
+    return f"{int(s)}s"
+
+
+def short_duration(seconds: float) -> str:
+    """`454 ms`, `12.5 s`, `3.2 min`: how long a step took."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def local_time(ts: float, *, seconds: bool = True) -> str:
+    """`2026-11-20 10:31:05` (`2026-11-20 10:31` without `seconds`) in the local time zone: a
+    moment as tables and sentences show it (`--json` writes `iso_time`)."""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", time.localtime(ts))
+
+
 def safe_text(text: str) -> str:
     """Make a string safe for a terminal: control characters (escape sequences) become visible
     `\\x1b`-style escapes, undecodable bytes in file names become `\\udcXX`-free replacements."""
