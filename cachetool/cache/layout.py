@@ -121,3 +121,70 @@ def source_split_of(name: str, splits: list[str]) -> tuple[str, int | None, int 
 
 def is_incomplete_dir(name: str) -> bool:
     return name.endswith(INCOMPLETE_DIR_SUFFIX) and len(name) > len(INCOMPLETE_DIR_SUFFIX)
+
+
+# -- Locks: filelock files `datasets` takes and never deletes on Linux -------------------------------
+LOCK_SUFFIX = ".lock"
+#: `<folder>_builder.lock` next to a builder folder while it is prepared (`builder.py`).
+BUILDER_LOCK_SUFFIX = "_builder.lock"
+#: `<folder>.incomplete_info.lock`: `<output dir>_info.lock` taken while the `.incomplete` folder
+#: of a preparation writes its dataset_info.json.
+INFO_LOCK_SUFFIX = INCOMPLETE_DIR_SUFFIX + "_info.lock"
+#: filelock's shortened form of a name too long for the file system contains this; it cannot be
+#: decoded back into the path it guards.
+SHORTENED_LOCK_MARK = "..."
+
+
+class LockKind(str, Enum):
+    """What a lock file guards, by its name and place. The values are the words used in reasons."""
+
+    BUILDER = "builder lock"  # <folder>_builder.lock: the builder folder (and its .incomplete)
+    INFO = "info lock"  # <folder>.incomplete_info.lock: the same
+    DOWNLOAD = "download lock"  # downloads/<name>.lock: downloads/<name> (and <name>.incomplete)
+    EXTRACTION = "extraction lock"  # downloads/extracted/<sha>.lock: downloads/extracted/<sha>/
+    ROOT = "builder root lock"  # <root>/<absolute folder path, "/" turned into "_">.lock
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def is_lock_name(name: str) -> bool:
+    return name.endswith(LOCK_SUFFIX)
+
+
+def builder_lock_name(folder_name: str) -> str:
+    return folder_name + BUILDER_LOCK_SUFFIX
+
+
+def info_lock_name(folder_name: str) -> str:
+    return folder_name + INFO_LOCK_SUFFIX
+
+
+def download_lock_name(download_name: str) -> str:
+    return download_name + LOCK_SUFFIX
+
+
+def root_lock_name(folder: str) -> str:
+    """The lock `DatasetBuilder.__init__` takes in the cache root for the folder at the absolute
+    path `folder` (as a POSIX string): every "/" turned into "_"."""
+    return folder.replace("/", "_") + LOCK_SUFFIX
+
+
+def parse_lock_name(name: str, parent: str, grandparent: str, in_root: bool) -> tuple[LockKind, str] | None:
+    """What a lock's name and place say it guards: (kind, base). `base` is the guarded name in
+    the same folder, or for a ROOT lock the mangled absolute path (leading "_"). `parent` and
+    `grandparent` are the names of the folders holding the lock; `in_root`: it sits directly in
+    the cache root. None: not a lock, or not one whose guard can be told from its name."""
+    for suffix, kind in ((BUILDER_LOCK_SUFFIX, LockKind.BUILDER), (INFO_LOCK_SUFFIX, LockKind.INFO)):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return kind, name[: -len(suffix)]
+    if not name.endswith(LOCK_SUFFIX) or len(name) <= len(LOCK_SUFFIX):
+        return None
+    base = name[: -len(LOCK_SUFFIX)]
+    if parent == "extracted" and grandparent == "downloads":
+        return LockKind.EXTRACTION, base
+    if parent == "downloads":
+        return LockKind.DOWNLOAD, base
+    if in_root and base.startswith("_") and SHORTENED_LOCK_MARK not in base:
+        return LockKind.ROOT, base
+    return None

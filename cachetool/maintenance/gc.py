@@ -45,6 +45,7 @@ from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size, iso_time
 from cachetool.maintenance.fdops import inventory, open_parent, rename_noreplace, same_file
 from cachetool.maintenance.liveness import InUse, Lease, TempDirUser, cwd_pids_under, pids_holding
+from cachetool.maintenance.locks import LockBusy, LockState, acquire, guard_alive, lock_guard, probe
 from cachetool.maintenance.shared import (
     SharedState,
     check_min_age,
@@ -442,112 +443,6 @@ def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------
-# Locks
-# ------------------------------------------------------------------------------------------
-
-
-def lock_is_held(path: str | os.PathLike[str]) -> bool:
-    """True when a live process holds the filelock at `path` (a non-blocking `flock` fails).
-
-    Opens without `O_CREAT` (a probe must not create lock files) and without following symlinks;
-    a missing lock file is held by nobody."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # cannot tell: keep
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True  # held (EWOULDBLOCK), or no way to tell: either way, keep
-    finally:
-        os.close(fd)  # closing releases a flock we won
-    return False
-
-
-def lock_guards(
-    lock: Path, root: Path | None = None, listings: dict[Path, list[str]] | None = None
-) -> tuple[str, tuple[Path, ...]] | None:
-    """What a `datasets` lock file guards: (what, the paths whose existence keeps it useful).
-
-    `<dir>_builder.lock` and `<dir>.incomplete_info.lock` guard `<dir>` (and its `.incomplete`
-    while preparing); `downloads/<name>.lock` guards the download; `extracted/<sha>.lock` its
-    folder; a lock directly in the cache `root` whose name is an absolute folder path with "/"
-    turned into "_" guards that folder (decoded against the file system). None: a lock we cannot
-    attribute, or a decoding that could not finish (kept either way)."""
-    name = lock.name
-    parent = lock.parent
-    for suffix, what in (("_builder.lock", "builder lock"), (".incomplete_info.lock", "info lock")):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            g = parent / name[: -len(suffix)]
-            return what, (g, g.with_name(g.name + layout.INCOMPLETE_DIR_SUFFIX))
-    if not name.endswith(".lock") or len(name) <= len(".lock"):
-        return None
-    base = name[: -len(".lock")]
-    if parent.name == "extracted" and parent.parent.name == "downloads":
-        return "extraction lock", (parent / base,)
-    if parent.name == "downloads":
-        return "download lock", (parent / base, parent / (base + layout.INCOMPLETE_DIR_SUFFIX))
-    # `...` marks filelock's shortened form of a name too long for the file system: undecodable.
-    if root is not None and parent == root and base.startswith("_") and "..." not in base:
-        found = _decode_root_lock(base, listings if listings is not None else {})
-        return None if found is None else ("builder root lock", found)
-    return None
-
-
-def _decode_root_lock(
-    mangled: str, listings: dict[Path, list[str]], budget: int = 64
-) -> tuple[Path, ...] | None:
-    """Existing folders whose absolute path, "/" turned into "_", is `mangled` (the ambiguity of
-    "_" is resolved by looking at what exists). Empty: nothing matches, the folder is gone. None:
-    a folder on the way could not be listed or the search ran too long, so nobody knows."""
-    found: list[Path] = []
-    calls = 0
-    unsure = False
-
-    def walk(folder: Path, rest: str) -> None:
-        nonlocal calls, unsure
-        if calls >= budget:
-            unsure = True
-            return
-        calls += 1
-        names = listings.get(folder)
-        if names is None:
-            try:
-                names = os.listdir(folder)
-            except FileNotFoundError:
-                return
-            except OSError:
-                unsure = True
-                return
-            listings[folder] = names
-        for n in names:
-            if n in (rest, rest + layout.INCOMPLETE_DIR_SUFFIX):
-                found.append(folder / n)
-            elif rest.startswith(n + "_") and os.path.isdir(folder / n):
-                walk(folder / n, rest[len(n) + 1 :])
-
-    walk(Path("/"), mangled[1:])
-    if found:
-        return tuple(found)
-    return None if unsure else ()
-
-
-def _guard_alive(
-    lock: Path,
-    root: Path | None,
-    ignoring: frozenset[Path] = frozenset(),
-    listings: dict[Path, list[str]] | None = None,
-) -> bool | None:
-    got = lock_guards(lock, root, listings)
-    if got is None:
-        return None
-    _, guards = got
-    return any(os.path.lexists(g) and g not in ignoring for g in guards)
-
-
-# ------------------------------------------------------------------------------------------
 # Building the plan
 # ------------------------------------------------------------------------------------------
 
@@ -814,9 +709,10 @@ class _Builder:
         if not _PREPARE_NAME_RE.match(final.name):
             self.skip(e, "not named <hash or version>.incomplete: datasets did not make it")
             return
-        lock = final.with_name(final.name + "_builder.lock")
-        if lock_is_held(lock):
-            self.skip(e, f"a preparation is running ({lock.name} is held)")
+        lock = final.with_name(layout.builder_lock_name(final.name))
+        state = probe(lock)
+        if state.held:
+            self.skip(e, _busy_reason("a preparation", lock, state))
             return
         self.leftover_folder(e, "interrupted preparation, its builder lock is free", lock=lock)
 
@@ -844,9 +740,10 @@ class _Builder:
             if not f.name.endswith(layout.INCOMPLETE_DIR_SUFFIX) or not stat.S_ISREG(f.mode):
                 continue
             base = f.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)]
-            lock = f.path.with_name(base + ".lock")
-            if lock_is_held(lock):
-                self.skip(e, f"a download is running ({lock.name} is held)", path=f.path, size=f.size)
+            lock = f.path.with_name(layout.download_lock_name(base))
+            state = probe(lock)
+            if state.held:
+                self.skip(e, _busy_reason("a download", lock, state), path=f.path, size=f.size)
                 continue
             why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
             if why:
@@ -870,30 +767,33 @@ class _Builder:
         if f is None or not stat.S_ISREG(f.mode):
             self.skip(e, "not a regular file")
             return
-        alive = _guard_alive(e.path, self.root, frozenset(self.removing), self.listings)
-        if alive is None:
+        guard = lock_guard(e.path, self.root, self.listings)
+        if guard is None:
             self.skip(e, "cannot tell which folder it guards")
             return
-        if alive:
+        if guard.alive(frozenset(self.removing)):
             return  # a lock of a live folder: nothing to say, it is simply part of the cache
-        if lock_is_held(e.path):
-            self.skip(e, "held by a live process")
+        state = probe(e.path)
+        if state.held:
+            self.skip(
+                e,
+                "held by a live process"
+                if state == LockState.HELD
+                else "cannot tell whether a live process holds it (it cannot be probed)",
+            )
             return
         # Age says nothing about a lock: filelock never touches its mtime.
         why = self.refusal([f.uid], None, self.file_pids([f]), age_applies=False)
         if why:
             self.skip(e, why)
             return
-        got = lock_guards(e.path, self.root, self.listings)
-        what = got[0] if got else "lock"
-        guarded = "download" if what == "download lock" else "folder"
         self.add(
             GcItem(
                 e.path,
                 Kind.LOCK,
                 f.size,
                 1,
-                f"{what} nobody holds; its {guarded} is gone",
+                f"{guard.kind} nobody holds; its {guard.what} is gone",
                 (Target(e.path, False, f.size, f.mtime),),
                 dataset=e.dataset,
                 lock=e.path,
@@ -1146,7 +1046,7 @@ class _Builder:
         # A builder folder goes under its builder lock, as `datasets` prepares it: a pipeline that
         # finds the folder incomplete (dataset_info.json goes first) and prepares it again would
         # otherwise `rmtree` it while gc removes the same files (FileNotFoundError in the pipeline).
-        lock = u.key.with_name(u.key.name + "_builder.lock") if u.kind == Kind.SOURCE else None
+        lock = u.key.with_name(layout.builder_lock_name(u.key.name)) if u.kind == Kind.SOURCE else None
         return GcItem(
             u.key if u.kind in (Kind.SAVED, Kind.SOURCE) else e.path,
             u.kind,
@@ -1193,6 +1093,12 @@ class _Builder:
         rank = {r: i for i, r in enumerate(first)}
         order = sorted(counts.items(), key=lambda kv: (rank.get(kv[0], len(first)), -kv[1], kv[0]))
         return n, size, tuple(order)
+
+
+def _busy_reason(who: str, lock: Path, state: LockState) -> str:
+    if state == LockState.HELD:
+        return f"{who} is running ({lock.name} is held)"
+    return f"{who} may be running ({lock.name} cannot be probed)"
 
 
 def _gc_alive(pid: int) -> bool:
@@ -1661,7 +1567,7 @@ def _run_item(item: GcItem, ctx: _Ctx) -> _Outcome:
                     fds.append(got[2])
         if not checked:
             return _Outcome(item, "skipped", "already gone")
-        if item.kind == Kind.LOCK and _guard_alive(item.path, ctx.root) is not False:
+        if item.kind == Kind.LOCK and guard_alive(item.path, ctx.root) is not False:
             raise _Refused("its folder exists again, or cannot be told")
         aside = _set_aside(checked, ctx)
         for parent_fd, name, dir_fd, st in aside:
@@ -1776,23 +1682,11 @@ def _take_lock(anchor: tuple[Path, int], lock: Path) -> int | None:
     except FileNotFoundError:
         return None
     try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=parent_fd
-        )
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _Refused(f"{lock.name} is a symlink") from None
-        raise
+        return acquire(name, dir_fd=parent_fd)
+    except LockBusy as busy:
+        raise _Refused(busy.message()) from None
     finally:
         os.close(parent_fd)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise _Refused(f"{lock.name} is held by a live process") from None
-    return fd
 
 
 def _check_target(
@@ -1890,7 +1784,7 @@ def _judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: _Ctx, dir_
             pass
         else:
             raise _Refused("state.json appeared: the save finished")
-    if item.kind == Kind.LOCK and _guard_alive(t.path, ctx.root) is not False:
+    if item.kind == Kind.LOCK and guard_alive(t.path, ctx.root) is not False:
         raise _Refused("its folder exists again, or cannot be told")
 
 

@@ -36,6 +36,7 @@ from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.fdops import O_DIR, identity, open_parent, rename_noreplace
 from cachetool.maintenance.hints import gc_hint, shell_command
 from cachetool.maintenance.liveness import InUse, scan_in_use
+from cachetool.maintenance.locks import stale_guard
 
 CHECKSUMS_NAME = "checksums.json"
 QUARANTINE_DIR = "quarantine"
@@ -354,19 +355,12 @@ class _Checker:
         )
 
     def lock(self, e: Entry) -> None:
-        """A lock is stale when its guarded folder is gone and nobody holds it."""
-        name = e.path.name
-        guarded = None
-        for suffix in ("_builder.lock", ".incomplete_info.lock"):
-            if name.endswith(suffix):
-                guarded = e.path.with_name(name[: -len(suffix)])
-        if guarded is None and e.dataset_dir is not None:
-            guarded = e.dataset_dir
-        if guarded is None or guarded.exists():
-            return
-        if _lock_held(e.path):
-            return
-        self.add(Severity.WARNING, e, e.path, f"stale lock: {guarded.name} no longer exists", self.gc_hint(e))
+        """A lock is stale when what it guards is gone and nobody holds it (`maintenance.locks`)."""
+        guard = stale_guard(e.path, self.report.root)
+        if guard is not None:
+            self.add(
+                Severity.WARNING, e, e.path, f"stale lock: {guard.name} no longer exists", self.gc_hint(e)
+            )
 
     # -- indices bounds ------------------------------------------------------------------------
     def orphan(self, e: Entry, why: str) -> None:
@@ -478,25 +472,6 @@ def _removed_folders(ledger: Ledger) -> frozenset[Path]:
 
 def _pids(pids: Iterable[int]) -> str:
     return ", ".join(str(p) for p in sorted(pids))
-
-
-def _lock_held(path: Path) -> bool:
-    """Try a non-blocking exclusive lock, as filelock does; held means another process has it."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
 
 
 def _max_index(path: Path) -> int | None:
