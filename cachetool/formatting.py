@@ -57,11 +57,6 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
-def local_minute(ts: float) -> str:
-    """`2026-11-24 14:05`: a moment in local time, to the minute, for people."""
-    return local_time(ts, seconds=False)
-
-
 def local_time(ts: float | None, *, seconds: bool = True) -> str:
     """`2026-11-20 10:31:05` (`seconds=False`: `2026-11-20 10:31`) in local time; `?` for unknown."""
     if not isinstance(ts, (int, float)):

@@ -44,7 +44,6 @@ PENDING = {
     "ls",
     "show",
     "lineage",
-    "verify",
     "gc",
     "pin",
     "unpin",
