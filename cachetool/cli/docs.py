@@ -134,6 +134,8 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Cleaning: `gc`, `pin`, `unpin`",
         (
+            "cachetool.maintenance.gc.gc_cache",
+            "cachetool.maintenance.gc.GcRun",
             "cachetool.maintenance.gc.GcOptions",
             "cachetool.maintenance.gc.plan_gc",
             "cachetool.maintenance.gc.GcPlan",

@@ -46,7 +46,10 @@ class GcBusy(CachetoolError):
 
 @dataclass(frozen=True)
 class GcOptions:
-    """Every choice of a gc run; mirrors `cachetool gc`'s options one to one."""
+    """Every choice of a gc run; mirrors `cachetool gc`'s options one to one (durations in
+    seconds, sizes in bytes). Invalid values raise `CachetoolError` (exit 2) here, so a plan
+    made from Python is refused exactly as the command refuses it (`gc_options` takes the
+    command's strings)."""
 
     temp: bool = False
     tmp_dir: Path | None = None  # None: the temp dir datasets uses (TMPDIR, TEMP, TMP, system default)
@@ -61,12 +64,35 @@ class GcOptions:
     force_root: bool = False  # clean a root that is `/`, a home folder, or has no datasets layout
     other_hosts_idle: bool = False  # on a shared file system: no unleased writer runs on another host
 
+    def __post_init__(self) -> None:
+        if self.tmp_dir is not None and not self.temp:
+            raise CachetoolError("--tmp-dir only makes sense with --temp (tmp_dir needs temp=True)")
+        for name in ("min_age", "older_than", "max_size"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise CachetoolError(f"invalid --{name.replace('_', '-')} {value!r}: must not be negative")
+        for name in ("datasets", "fingerprints", "keep"):
+            if isinstance(getattr(self, name), str):
+                raise CachetoolError(f"{name} must be a sequence of names, not one string")
+
     @property
     def evicts(self) -> bool:
         """True when the run evicts entries (not only leftovers)."""
         return bool(
             self.older_than is not None or self.max_size is not None or self.datasets or self.fingerprints
         )
+
+    @property
+    def selects(self) -> bool:
+        """False when nothing is selected (no `--temp`, no entries named, no limit): nothing to do."""
+        return self.temp or self.evicts
+
+
+#: What gc says when nothing was selected at all (exit 0; see docs/gc.md).
+NOTHING_SELECTED = (
+    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset given "
+    "(an empty `cachetool ls -q` selection selects nothing)"
+)
 
 
 @dataclass(frozen=True)

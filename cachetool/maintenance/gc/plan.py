@@ -20,7 +20,7 @@ from cachetool.cache.scan import CacheReport, Entry
 from cachetool.errors import CachetoolError
 from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
 from cachetool.maintenance.gc.leftovers import LeftoverPlanner
-from cachetool.maintenance.gc.model import GcOptions, GcPlan, KeptBecause, order_kept
+from cachetool.maintenance.gc.model import NOTHING_SELECTED, GcOptions, GcPlan, KeptBecause, order_kept
 from cachetool.maintenance.gc.tempdir import TempScan, scan_temp_dir
 from cachetool.maintenance.liveness import InUse, TempDirUser
 from cachetool.maintenance.shared import check_min_age, shared_state
@@ -173,8 +173,14 @@ def root_refusal(report: CacheReport) -> RootRefusal | None:
 
 def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
-    ledger's parents, and build the plan."""
-    from cachetool.cache.dirs import temp_dir
+    ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
+    named, no limit) nothing is scanned: the plan is empty and its one warning says so. A root
+    that is not an existing folder is a `CachetoolError` (exit 2), as for the command."""
+    from cachetool.cache.dirs import existing_root, temp_dir
+
+    root = existing_root(root)
+    if not options.selects:
+        return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
     from cachetool.cache.scan import scan_cache
     from cachetool.lineage.ledger import Ledger
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
