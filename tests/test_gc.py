@@ -628,7 +628,8 @@ def _mangle(p: Path) -> str:
 
 def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> None:
     """A lock is removed only when a non-blocking acquire succeeds and what it guards is gone;
-    an `.incomplete_info.lock` of a live folder stays."""
+    an `.incomplete_info.lock` of a live folder stays. Each kept lock says why, in words and as
+    a code for scripts."""
     version = lockroot / "csv" / "default" / "0.0.0"
     live = version / "abc123abc123abc1"
     gone = version / "fedcba9876543210"
@@ -669,6 +670,10 @@ def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> Non
     assert {Path(s["path"]): s["reason"] for s in doc["plan"]["skipped"]} == {
         names["held_gone"]: "held by a live process",
         names["not_in_root"]: "cannot tell which folder it guards",
+    }
+    assert {Path(s["path"]): s["code"] for s in doc["plan"]["skipped"]} == {
+        names["held_gone"]: "lock-held",
+        names["not_in_root"]: "guard-unknown",
     }
     assert all(p.exists() for k, p in names.items() if p not in removed)
 

@@ -339,38 +339,11 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
     if plan.items:
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
-        rows = [
-            (
-                i.kind.value,
-                i.fingerprint or _where(i.path, plan, out.no_truncate),
-                human_size(i.size),
-                i.files,
-                i.reason,
-            )
-            for i in plan.items
-        ]
-        out.table(
-            None,
-            [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
-            rows,
-            whole=("what",),
-        )
+        _items_table(out, plan)
     if plan.skipped:
         out.line()
         out.line("Kept:", style="bold")
-        out.table(
-            None,
-            [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
-            [
-                (
-                    s.kind.value,
-                    s.fingerprint or _where(s.path, plan, out.no_truncate),
-                    human_size(s.size),
-                    s.reason,
-                )
-                for s in plan.skipped
-            ],
-        )
+        _skipped_table(out, plan)
     out.line()
     if plan.items:
         verb = "Would free" if dry_run else "Frees"
@@ -380,6 +353,41 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         out.line(f"Nothing to remove; {plan.keeps_sentence()}.")
     if dry_run and plan.items:
         hint("run again without --dry-run to remove them (each item is checked again right before)")
+
+
+def _items_table(out: Output, plan: GcPlan) -> None:
+    rows = [
+        (
+            i.kind.value,
+            i.fingerprint or _where(i.path, plan, out.no_truncate),
+            human_size(i.size),
+            i.files,
+            i.reason,
+        )
+        for i in plan.items
+    ]
+    out.table(
+        None,
+        [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
+        rows,
+        whole=("what",),
+    )
+
+
+def _skipped_table(out: Output, plan: GcPlan) -> None:
+    out.table(
+        None,
+        [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
+        [
+            (
+                s.kind.value,
+                s.fingerprint or _where(s.path, plan, out.no_truncate),
+                human_size(s.size),
+                s.reason,
+            )
+            for s in plan.skipped
+        ],
+    )
 
 
 def _show_result(out: Output, result: GcResult) -> None:

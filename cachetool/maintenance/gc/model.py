@@ -145,12 +145,47 @@ class GcItem:
         }
 
 
+#: Why gc keeps something it looked at, typed (`Skip.code`); `Skip.reason` renders it with detail.
+KeepCode = Literal[
+    "other-user",  # owned by another user (without --all-users)
+    "in-use",  # a live process holds, maps or writes it
+    "leased",  # a live run's lease covers it: it may be writing it
+    "too-young",  # modified less than --min-age ago
+    "lock-held",  # its lock is held: a preparation or download is running
+    "lock-unknown",  # its lock cannot be probed: counted as held
+    "guard-unknown",  # a lock whose guarded folder cannot be told
+    "not-regular",  # not a regular file (or, in the temp dir, not a folder: never followed)
+    "not-datasets",  # its name or place says datasets did not write it
+    "being-written",  # a tf.data cache a live writer is writing
+    "gc-running",  # set aside by a gc that is still running
+    "cache-root",  # it is the cache root itself
+    "socket",  # a live process listens on a socket inside
+    "may-be-owned",  # a live process may own this temp folder
+    "pinned",  # pinned, or a recorded ancestor of a pinned entry
+    "keep",  # named by --keep, or a recorded ancestor of one
+    "source",  # a source split or saved dataset (without --include-sources)
+    "not-evictable",  # named, but of a kind gc does not evict
+]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason to keep something: typed (`code`) and rendered (`text`)."""
+
+    code: KeepCode
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(frozen=True)
 class Skip:
     """Something gc looked at and keeps, and why (a leftover not proven dead, a protected entry)."""
 
     path: Path
     kind: Kind
+    code: KeepCode
     reason: str
     size: int = 0
     fingerprint: str | None = None
@@ -168,6 +203,7 @@ class Skip:
             "path": os.fsdecode(self.path),
             "fingerprint": self.fingerprint,
             "size": self.size,
+            "code": self.code,
             "reason": self.reason,
         }
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cachetool.cache import layout
 from cachetool.cache.layout import TempKind
+from cachetool.maintenance.gc.model import Refusal
 from cachetool.maintenance.liveness import TempDirUser
 
 
@@ -92,20 +93,24 @@ _START_SLACK = 2.0
 
 def owner_refusal(
     kind: TempKind, made_by: float, datasets_users: Iterable[TempDirUser], python_users: Iterable[TempDirUser]
-) -> str | None:
+) -> Refusal | None:
     """Why a temp-dir folder may still have an owner that holds nothing in it right now."""
     if kind == "hf_datasets":
         owners = possible_owners(made_by, datasets_users)
         if owners:
-            return f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
+            return Refusal(
+                "may-be-owned", f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
+            )
     elif kind == "pymp":
         owners = possible_owners(made_by, python_users)
         if owners:
-            return f"a live Python process using this temp dir (pid {owners[0]}) may own it"
+            return Refusal(
+                "may-be-owned", f"a live Python process using this temp dir (pid {owners[0]}) may own it"
+            )
     return None
 
 
-def check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDirUser]) -> str | None:
+def check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDirUser]) -> Refusal | None:
     """A `cachetool-determinism-<pid>-*` folder belongs to that check while the process lives and
     started before the folder was made (a reused pid started later). Without a pid in the name
     (older checks), any live Python process using this temp dir may own it."""
@@ -113,11 +118,19 @@ def check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDi
     pid = m.group("pid") if m else None
     if pid is None:
         owners = possible_owners(made_by, python_users)
-        return f"a live Python process using this temp dir (pid {owners[0]}) may own it" if owners else None
+        if not owners:
+            return None
+        return Refusal(
+            "may-be-owned", f"a live Python process using this temp dir (pid {owners[0]}) may own it"
+        )
     started = _process_start(int(pid))
     if started is not None and started <= made_by + _START_SLACK:
-        return f"the check that made it (pid {pid}) is still running"
+        return Refusal("may-be-owned", f"the check that made it (pid {pid}) is still running")
     return None
+
+
+def _may_own(who: str, pid: int) -> Refusal:
+    return Refusal("may-be-owned", f"a live {who} process using this temp dir (pid {pid}) may own it")
 
 
 def _process_start(pid: int) -> float | None:
