@@ -12,6 +12,7 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.layout import TempKind
 from cachetool.maintenance.gc.model import Refusal
+from cachetool.maintenance.leases import process_start
 from cachetool.maintenance.liveness import TempDirUser
 
 
@@ -134,13 +135,12 @@ def _may_own(who: str, pid: int) -> Refusal:
 
 
 def _process_start(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), or None when it is gone."""
-    try:
-        import psutil
-
-        return float(psutil.Process(pid).create_time())
-    except Exception:  # NoSuchProcess, AccessDenied, no psutil: judged gone only when absent
-        return None if not os.path.exists(f"/proc/{pid}") else 0.0
+    """When process `pid` started, or None when it is gone; 0.0 when it lives but its start
+    cannot be read (then it counts as started before anything: it may own the folder)."""
+    started = process_start(pid)
+    if started is None and os.path.exists(f"/proc/{pid}"):
+        return 0.0
+    return started
 
 
 def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:
