@@ -18,6 +18,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from cachetool.maintenance.leases import CLOCK_SKEW, Lease, judge_leases, this_host
 
@@ -104,52 +105,10 @@ def _scan_local(exclude_self: bool) -> InUse:
     for pid in _proc_pids():
         if exclude_self and pid == me:
             continue
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except FileNotFoundError:
+        fds = _read_fds(pid, holders, writers, paths)
+        if fds == "gone":
             continue  # exited meanwhile
-        except PermissionError:
-            complete = False
-            continue
-        for fd in fds:
-            try:
-                st = os.stat(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            key = (st.st_dev, st.st_ino)
-            holders[key].add(pid)
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-                if target.startswith("/"):
-                    paths[target].add(pid)
-            except OSError:
-                pass
-            try:
-                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
-                    for line in f:
-                        if line.startswith("flags:"):
-                            if int(line.split()[1], 8) & (os.O_WRONLY | os.O_RDWR):
-                                writers[key].add(pid)
-                            break
-            except (OSError, ValueError):
-                pass
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    parts = line.split(None, 5)
-                    if len(parts) < 6 or parts[4] == "0":
-                        continue
-                    try:
-                        holders[(_dev_from_maps(parts[3]), int(parts[4]))].add(pid)
-                    except ValueError:
-                        continue
-                    name = parts[5].rstrip("\n")
-                    if name.startswith("/"):
-                        paths[name].add(pid)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        except PermissionError:
+        if fds == "denied" or _read_maps(pid, holders, paths) == "denied":
             complete = False
     return InUse(
         {k: frozenset(v) for k, v in holders.items()},
@@ -157,6 +116,67 @@ def _scan_local(exclude_self: bool) -> InUse:
         complete,
         {k: frozenset(v) for k, v in paths.items()},
     )
+
+
+_Read = Literal["read", "gone", "denied"]
+
+
+def _read_fds(
+    pid: int, holders: dict[FileKey, set[int]], writers: dict[FileKey, set[int]], paths: dict[str, set[int]]
+) -> _Read:
+    """Add what process `pid` holds open (and opened for writing) to the maps."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except FileNotFoundError:
+        return "gone"
+    except PermissionError:
+        return "denied"
+    for fd in fds:
+        try:
+            st = os.stat(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        holders[key].add(pid)
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+            if target.startswith("/"):
+                paths[target].add(pid)
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("flags:"):
+                        if int(line.split()[1], 8) & (os.O_WRONLY | os.O_RDWR):
+                            writers[key].add(pid)
+                        break
+        except (OSError, ValueError):
+            pass
+    return "read"
+
+
+def _read_maps(pid: int, holders: dict[FileKey, set[int]], paths: dict[str, set[int]]) -> _Read:
+    """Add the files process `pid` has memory-mapped to the maps."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) < 6 or parts[4] == "0":
+                    continue
+                try:
+                    holders[(_dev_from_maps(parts[3]), int(parts[4]))].add(pid)
+                except ValueError:
+                    continue
+                name = parts[5].rstrip("\n")
+                if name.startswith("/"):
+                    paths[name].add(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return "gone"
+    except PermissionError:
+        return "denied"
+    return "read"
 
 
 def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[FileKey, frozenset[int]]:
