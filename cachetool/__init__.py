@@ -36,6 +36,7 @@ _LAZY = {
     # verify
     "verify_cache": "cachetool.maintenance.verify",
     # gc, pin, unpin
+    "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc",
     "GcOptions": "cachetool.maintenance.gc",
     "add_pin": "cachetool.maintenance.pins",

@@ -108,7 +108,7 @@ class Scanner(NonDataWalker):
             name = it.name
             if ds is not None and name in layout.METADATA_NAMES:
                 continue  # attached to the DatasetDir
-            if name.endswith(".lock"):
+            if layout.is_lock_name(name):
                 self.entries.append(
                     Entry(
                         Kind.LOCK,

@@ -134,6 +134,8 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Cleaning: `gc`, `pin`, `unpin`",
         (
+            "cachetool.gc_cache",
+            "cachetool.maintenance.gc.GcRun",
             "cachetool.GcOptions",
             "cachetool.plan_gc",
             "cachetool.maintenance.gc.GcPlan",
