@@ -96,3 +96,38 @@ def test_commands_bringing_the_index_up_to_date_at_once_count_each_record_once(t
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert outs == ["2000"] * 3
     _same_as_the_records(root)
+
+
+def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path: Path) -> None:
+    """`lineage` of a long-lived ledger reads only the records of the fingerprint's family
+    through the index; the chain, the descendants and the forest it shows are those that reading
+    every record shows: branches, a no-op step, an internal step that wrote a file, a gc removal,
+    and runs of other families that it skips."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.index import open_index
+    from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.query import lineage, lineage_view
+
+    root = tmp_path / "cache"
+    for run in range(3):
+        w = LedgerWriter(pid=run + 1, start=float(run))
+        src = f"src{run % 2}"  # two families
+        w.append(str(root), _record(0, src, None, type="root", operation="load_dataset", time=100.0 * run))
+        w.append(str(root), _record(1, f"a{run % 2}", src, time=100.0 * run + 1))
+        w.append(str(root), _record(2, f"b{run}", f"a{run % 2}", time=100.0 * run + 2))  # a branch per run
+        w.append(str(root), _record(3, f"b{run}", f"b{run}", time=100.0 * run + 3))  # no-op
+        files = [{"path": str(root / f"cache-c{run}.arrow"), "size": 3, "status": "written"}]
+        w.append(
+            str(root), _record(4, f"c{run}", f"b{run}", internal=True, files=files, time=100.0 * run + 4)
+        )
+        w.close()
+    gc = {"v": 1, "type": "gc", "seq": 0, "time": 500.0, "action": "removed", "fingerprint": "b0"}
+    gc |= {"aliases": [], "kind": "transform", "path": "/x", "paths": ["/x"], "size": 1, "files": 1}
+    LedgerWriter(pid=9, start=9.0).append(str(root), gc)
+    report = scan_cache(root)
+    assert open_index(root) is not None  # every record reads: lineage takes the index
+    for fp in ("b0", "a0", "c2"):
+        for mode, keywords in (("chain", {}), ("descendants", {"descendants": True}), ("all", {"all": True})):
+            whole = lineage_view(report, fp, mode=mode, ledger=Ledger.load(root))  # type: ignore[arg-type]
+            assert lineage(root, fp, **keywords).to_json() == whole.to_json(), (fp, mode)
+    assert [s.fingerprint for _, s in lineage(root, "b0").steps] == ["src0", "a0", "b0"]
