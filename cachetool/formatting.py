@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from datetime import datetime, timezone
 
 
@@ -56,6 +57,11 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
+def local_minute(ts: float) -> str:
+    """`2026-11-24 14:05`: a moment in local time, to the minute, for people."""
+    return local_time(ts, seconds=False)
+
+
 def local_time(ts: float | None, *, seconds: bool = True) -> str:
     """`2026-11-20 10:31:05` (`seconds=False`: `2026-11-20 10:31`) in local time; `?` for unknown."""
     if not isinstance(ts, (int, float)):
@@ -82,11 +88,38 @@ def short_duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+def human_age(ts: float | None, now: float | None = None) -> str:
+    """`3 hours ago`: how long before `now` (default: the present) the time `ts` was; "" for None."""
+    if ts is None:
+        return ""
+    import humanize
+
+    return str(humanize.naturaltime(max(0.0, (now or time.time()) - ts)))
+
+
 def human_duration(seconds: float) -> str:
     """`3 hours`, `12 seconds`: a rounded span of time for people."""
     import humanize
 
     return str(humanize.naturaldelta(seconds))
+
+
+def compact_duration(seconds: float) -> str:
+    """`30d`, `1h`, `90s`: the shortest exact form, as duration options are written."""
+    s = int(seconds)
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def compact_age(seconds: float) -> str:
+    """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit."""
+    s = max(0, int(seconds))
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
 
 
 def safe_text(text: str) -> str:

@@ -235,8 +235,10 @@ def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
         "uncached",
         "uncached_seconds",
         "uncached_hint",
+        "interrupted",
     }
     assert doc["mode"] == "run" and doc["computed"] == 9 and doc["loaded"] == 5
+    assert doc["interrupted"] is None  # the run ended: not killed
     kinds = {s["fingerprint"]: s["reasons"][0]["kind"] for s in doc["steps"]}
     assert kinds[runs.second["tag"]] == "nondeterministic"
     human = CliRunner().invoke(

@@ -26,6 +26,7 @@ from cachetool.formatting import local_time, short_duration
 
 if TYPE_CHECKING:
     from cachetool.lineage.explain import ExplainReport, Reason, StaleHit, StepExplanation
+    from cachetool.lineage.runs import Interruption
 
 
 def explain_command(
@@ -213,6 +214,37 @@ def _uncached_lines(out: Output, report: ExplainReport) -> None:
     out.line(UNCACHED_HINT)
 
 
+_ENDED = {
+    "killed": "was killed",
+    "running": "is still running",
+    "unknown": "ended without closing (killed, or still running there)",
+}
+
+
+def _interrupted_lines(out: Output, i: Interruption) -> None:
+    from cachetool.formatting import human_size
+
+    where = f"process {i.pid} on {i.host}" if i.pid is not None else "its process"
+    step = i.step
+    if step is None:
+        out.line(f"The run {_ENDED[i.state]} ({where}) between steps.", style="bold red")
+    else:
+        site = step.call_site
+        at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
+        out.line(
+            f"The run {_ENDED[i.state]} ({where}) in {step.operation or 'a step'}{at}, "
+            f"started at {local_time(step.time)}.",
+            style="bold red",
+        )
+        if i.written:
+            out.line("  It had written (unfinished; datasets does not reuse these):")
+            for f in i.written:
+                out.line(f"    {f.path}  {human_size(f.size)}")
+        else:
+            out.line("  It had written nothing yet.")
+    out.line("")
+
+
 def render(out: Output, report: ExplainReport) -> None:
     """Human output: one block per computed step, then the stale hits."""
     if report.mode == "run":
@@ -225,11 +257,13 @@ def render(out: Output, report: ExplainReport) -> None:
             style="bold",
         )
         out.line("")
+        if report.interrupted is not None:
+            _interrupted_lines(out, report.interrupted)
         for s in report.steps:
             _step_lines(out, s, detailed=False)
         if report.uncached:
             _uncached_lines(out, report)
-        elif not report.steps:
+        elif not report.steps and report.interrupted is None:
             out.line("Nothing was recomputed.")
     else:
         for s in report.steps:

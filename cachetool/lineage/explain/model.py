@@ -16,6 +16,7 @@ from typing import Any, Literal
 from cachetool.errors import CachetoolError
 from cachetool.formatting import clock_time
 from cachetool.lineage.records import StepRecord
+from cachetool.lineage.runs import Interruption
 
 #: What differs between a step and the sibling it is compared with (the table in
 #: `cachetool.lineage.explain`).
@@ -331,6 +332,8 @@ class ExplainReport:
     warnings: tuple[str, ...] = field(default=(), compare=False)
     #: Steps of the run that ran without a persistent cache (mode "run").
     uncached: tuple[UncachedStep, ...] = ()
+    #: The run ended without closing: killed (or still running), in which step (mode "run").
+    interrupted: Interruption | None = None
 
     @property
     def uncached_seconds(self) -> float:
@@ -350,4 +353,5 @@ class ExplainReport:
             "uncached": [u.to_json() for u in self.uncached],
             "uncached_seconds": round(self.uncached_seconds, 6),
             "uncached_hint": UNCACHED_HINT if self.uncached else None,
+            "interrupted": self.interrupted.to_json() if self.interrupted else None,
         }

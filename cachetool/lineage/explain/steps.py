@@ -27,6 +27,7 @@ from cachetool.lineage.explain.reasons import (
 from cachetool.lineage.explain.stale import stale_for_hit, stale_hits
 from cachetool.lineage.explain.view import LedgerView, load_view
 from cachetool.lineage.records import StepRecord
+from cachetool.lineage.runs import interruption
 
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
 
@@ -182,6 +183,7 @@ def explain_run(
         stale=_dedupe(stale),
         warnings=view.warnings,
         uncached=tuple(uncached),
+        interrupted=interruption(view.ledger.records, run_id) if view.ledger is not None else None,
     )
 
 
