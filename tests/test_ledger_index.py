@@ -104,8 +104,8 @@ def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path:
     every record shows: branches, a no-op step, an internal step that wrote a file, a gc removal,
     and runs of other families that it skips."""
     from cachetool.cache.scan import scan_cache
-    from cachetool.lineage.index import open_index
     from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.part import open_index
     from cachetool.lineage.query import lineage, lineage_view
 
     root = tmp_path / "cache"

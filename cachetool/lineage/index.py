@@ -20,19 +20,19 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachetool.lineage.ledger import Usage, source_hashes
-from cachetool.lineage.records import LedgerRecord, SourceRecord, StepRecord
+from cachetool.lineage.ledger import Usage
+from cachetool.lineage.records import SourceRecord, StepRecord
 from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
-from cachetool.lineage.segments import iter_segments, read_records_at, read_segment_from
+from cachetool.lineage.segments import iter_segments, read_segment_from
 
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.
-_VERSION = 2
+_VERSION = 3
 _CHUNK = 500  # fingerprints per `IN (...)` query
 
 _TABLES = ("segments", "usage", "rec", "par", "known")
@@ -41,8 +41,13 @@ CREATE TABLE IF NOT EXISTS segments (
     path TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns INTEGER, done INTEGER, bad INTEGER
 );
 CREATE TABLE IF NOT EXISTS rec (
-    id INTEGER PRIMARY KEY, path TEXT, offset INTEGER, length INTEGER, type TEXT, result TEXT
+    id INTEGER PRIMARY KEY, path TEXT, offset INTEGER, length INTEGER, type TEXT, result TEXT,
+    run TEXT, time REAL, internal INTEGER, skey TEXT, fkey TEXT, mkey TEXT
 );
+CREATE INDEX IF NOT EXISTS rec_run ON rec(run);
+CREATE INDEX IF NOT EXISTS rec_skey ON rec(skey);
+CREATE INDEX IF NOT EXISTS rec_fkey ON rec(fkey);
+CREATE INDEX IF NOT EXISTS rec_mkey ON rec(mkey);
 CREATE INDEX IF NOT EXISTS rec_result ON rec(result);
 CREATE TABLE IF NOT EXISTS par (id INTEGER, parent TEXT);
 CREATE INDEX IF NOT EXISTS par_id ON par(id);
@@ -176,12 +181,12 @@ def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
     """`Usage` per fingerprint of the ledger of `root` alone, from its index (brought up to date
     first). `{}` without reading or writing anything when the root records nothing."""
     root_path = Path(os.path.abspath(os.fspath(root)))
-    segments = _segments_now(root_path)
+    segments = segments_now(root_path)
     if not segments:
         return {}
     for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
         try:
-            return UsageIndex(_up_to_date(db, root_path, segments))
+            return UsageIndex(up_to_date(db, root_path, segments))
         except (OSError, sqlite3.Error):
             continue
     from cachetool.lineage.ledger import read_ledger
@@ -189,7 +194,7 @@ def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
     return read_ledger(root_path).usage()
 
 
-def _segments_now(root: Path) -> list[_Seg]:
+def segments_now(root: Path) -> list[_Seg]:
     out = []
     for path in iter_segments(root):
         try:
@@ -220,7 +225,7 @@ def _plan(con: sqlite3.Connection, segments: list[_Seg]) -> tuple[bool, list[tup
     return False, todo
 
 
-def _up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection:
+def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection:
     if not db.exists():
         db.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(db, timeout=30)
@@ -252,11 +257,17 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
     known: set[str] = set()
     next_id = int(con.execute("SELECT coalesce(max(id), 0) FROM rec").fetchone()[0]) + 1
     label = os.fspath(root)
+    realpaths: dict[str, str] = {}
+    from cachetool.lineage.part import step_keys
+
     for (path, ino, size, mtime), start in todo:
         records, end, bad = read_segment_from(Path(path), start, label)
         for offset, length, rec in records:
             key = rec.hash if isinstance(rec, SourceRecord) else getattr(rec, "result", None)
-            recs.append((next_id, path, offset, length, rec.type, key))
+            keys = step_keys(rec, realpaths) if isinstance(rec, StepRecord) else (None, None, None)
+            recs.append(
+                (next_id, path, offset, length, rec.type, key, rec.run, rec.time, rec.internal, *keys)
+            )
             if isinstance(rec, StepRecord):
                 fold(sums, rec)
                 pars += [(next_id, p) for p in rec.parents]
@@ -267,7 +278,7 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
         was_bad = con.execute("SELECT bad FROM segments WHERE path = ?", (path,)).fetchone()
         done.append((path, ino, size, mtime, end, bad + (was_bad[0] if was_bad else 0)))
     _merge(con, sums)
-    con.executemany("INSERT INTO rec VALUES (?, ?, ?, ?, ?, ?)", recs)
+    con.executemany("INSERT INTO rec VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", recs)
     con.executemany("INSERT INTO par VALUES (?, ?)", pars)
     con.executemany("INSERT OR IGNORE INTO known VALUES (?)", [(fp,) for fp in known])
     con.executemany("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?, ?)", done)
@@ -286,104 +297,3 @@ def _merge(con: sqlite3.Connection, sums: dict[str, _Sum]) -> None:
         "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [s.row(fp) for fp, s in sums.items()],
     )
-
-
-# ------------------------------------------------------------------------------------------
-# A part of the ledger
-# ------------------------------------------------------------------------------------------
-
-
-def open_index(root: str | os.PathLike[str]) -> sqlite3.Connection | None:
-    """The up-to-date index of `root`'s own ledger, when its records can be read from it alone:
-    None when the root records nothing, no index can be written, or a segment holds a line that
-    is not a record or ends in a torn one (reading the whole ledger names them)."""
-    root_path = Path(os.path.abspath(os.fspath(root)))
-    segments = _segments_now(root_path)
-    if not segments:
-        return None
-    for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
-        try:
-            con = _up_to_date(db, root_path, segments)
-        except (OSError, sqlite3.Error):
-            continue
-        clean = con.execute("SELECT count(*) FROM segments WHERE bad > 0 OR done != size").fetchone()[0] == 0
-        return con if clean else None
-    return None
-
-
-class IndexedFingerprints:
-    """Every fingerprint a step record of the root names, as a result or as a parent (internal
-    ones too), asked of the index one at a time or by prefix
-    (`cachetool.lineage.resolve.KnownFingerprints`)."""
-
-    def __init__(self, con: sqlite3.Connection) -> None:
-        self._con = con
-
-    def __contains__(self, fp: object, /) -> bool:
-        return self._con.execute("SELECT 1 FROM known WHERE fp = ?", (fp,)).fetchone() is not None
-
-    def starting_with(self, prefix: str) -> list[str]:
-        q = "SELECT fp FROM known WHERE fp >= ? AND fp < ? ORDER BY fp"
-        return [r[0] for r in self._con.execute(q, (prefix, prefix + chr(0x10FFFF)))]
-
-
-def _chunks(items: list[str]) -> Iterator[tuple[list[str], str]]:
-    for i in range(0, len(items), _CHUNK):
-        chunk = items[i : i + _CHUNK]
-        yield chunk, ",".join("?" * len(chunk))
-
-
-def closure(con: sqlite3.Connection, fps: set[str], *, up: bool = True, down: bool = False) -> set[str]:
-    """`fps` with every fingerprint their records reach: parents (`up`) and children (`down`),
-    transitively, through every step record (internal ones too)."""
-    seen = set(fps)
-    frontier = set(fps)
-    while frontier:
-        found: set[str] = set()
-        for chunk, marks in _chunks(sorted(frontier)):
-            if up:
-                q = f"SELECT par.parent FROM rec JOIN par ON par.id = rec.id WHERE rec.result IN ({marks})"
-                found.update(r[0] for r in con.execute(q, chunk))
-            if down:
-                q = f"SELECT rec.result FROM par JOIN rec ON rec.id = par.id WHERE par.parent IN ({marks})"
-                found.update(r[0] for r in con.execute(q, chunk) if r[0] is not None)
-        frontier = found - seen
-        seen |= frontier
-    return seen
-
-
-def records_of(con: sqlite3.Connection, root: Path, fps: set[str]) -> list[LedgerRecord]:
-    """The records of `root`'s own ledger that made `fps` (every type, internal ones too),
-    every gc record, and the source texts those records name."""
-    spans: dict[str, list[tuple[int, int]]] = {}
-
-    def add(rows: Iterable[tuple[str, int, int]]) -> None:
-        for path, offset, length in rows:
-            spans.setdefault(path, []).append((offset, length))
-
-    for chunk, marks in _chunks(sorted(fps)):
-        add(
-            con.execute(
-                f"SELECT path, offset, length FROM rec WHERE type NOT IN ('source', 'gc') "
-                f"AND result IN ({marks})",
-                chunk,
-            )
-        )
-    add(con.execute("SELECT path, offset, length FROM rec WHERE type = 'gc'"))
-    out = _read(root, spans)
-    hashes = sorted({h for r in out if isinstance(r, StepRecord) for h in source_hashes(r)})
-    spans = {}
-    for chunk, marks in _chunks(hashes):
-        add(
-            con.execute(
-                f"SELECT path, offset, length FROM rec WHERE type = 'source' AND result IN ({marks})", chunk
-            )
-        )
-    return out + _read(root, spans)
-
-
-def _read(root: Path, spans: dict[str, list[tuple[int, int]]]) -> list[LedgerRecord]:
-    out: list[LedgerRecord] = []
-    for path, at in spans.items():
-        out += read_records_at(Path(path), sorted(at), os.fspath(root))
-    return out

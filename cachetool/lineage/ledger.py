@@ -197,18 +197,25 @@ class Ledger:
         (`cachetool.lineage.index`) without reading the other records; then the other roots as
         `load` follows them. The whole ledger (`load`) when the index cannot serve it. The
         fingerprints of the whole root are `IndexedFingerprints` of the index."""
-        from cachetool.lineage import index
+        from cachetool.lineage import part
 
         first = Path(os.path.abspath(os.fspath(root)))
-        con = index.open_index(first)
+        con = part.open_index(first)
         if con is None:
             return cls.load(first)
-        wanted = index.closure(con, set(fingerprints), up=True, down=down)
+        wanted = part.closure(con, set(fingerprints), up=True, down=down)
         if down:  # the whole family: what was made from every ancestor
-            wanted = index.closure(con, wanted, up=False, down=True)
-        records = index.records_of(con, first, wanted)
-        segments = list(iter_segments(first))
-        return cls._with_others(first, records, [], segments, all_roots=False, follow=True)
+            wanted = part.closure(con, wanted, up=False, down=True)
+        return cls.of_records(first, part.records_of(con, first, wanted))
+
+    @classmethod
+    def of_records(cls, root: str | os.PathLike[str], records: Iterable[LedgerRecord]) -> Ledger:
+        """A ledger of `records`, a part of `root`'s own read through its index, with the other
+        roots followed as `load` follows them."""
+        first = Path(os.path.abspath(os.fspath(root)))
+        return cls._with_others(
+            first, list(records), [], list(iter_segments(first)), all_roots=False, follow=True
+        )
 
     @classmethod
     def _with_others(

@@ -64,8 +64,8 @@ def lineage(
     The Python side of `cachetool lineage`."""
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import UnknownFingerprint
-    from cachetool.lineage.index import IndexedFingerprints, open_index
     from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.part import IndexedFingerprints, open_index
     from cachetool.lineage.resolve import resolve
 
     mode: LineageMode = "all" if all else "descendants" if descendants else "chain"

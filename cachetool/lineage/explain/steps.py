@@ -25,7 +25,7 @@ from cachetool.lineage.explain.reasons import (
     same_fingerprint_reason,
 )
 from cachetool.lineage.explain.stale import stale_for_hit, stale_hits
-from cachetool.lineage.explain.view import LedgerView, load_view
+from cachetool.lineage.explain.view import LedgerView, load_part_view, load_view
 from cachetool.lineage.records import StepRecord
 from cachetool.lineage.runs import interruption
 
@@ -97,8 +97,12 @@ def explain_fingerprint(
 
     The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
     every known cache root too (`--all-roots`)."""
-    view = view or load_view(root, all_roots=all_roots)
-    fp = resolve_fingerprint(view, fingerprint)
+    part = load_part_view(root, fingerprint=fingerprint) if view is None and not all_roots else None
+    if part is not None:
+        view, fp = part
+    else:
+        view = view or load_view(root, all_roots=all_roots)
+        fp = resolve_fingerprint(view, fingerprint)
     made = view.by_result.get(fp, [])
     recs = [r for r in made if fp not in r.parents and view.own(r)] or [
         r for r in made if fp not in r.parents
@@ -155,8 +159,14 @@ def explain_run(
     of the root (or of `script`) unless `run` names one.
 
     The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
-    view = view or load_view(root, all_roots=all_roots)
-    run_id = run or last_run(view, script)
+    part = None
+    if view is None and not all_roots and script is None:
+        part = load_part_view(root, run=run)
+    if part is not None:
+        view, run_id = part
+    else:
+        view = view or load_view(root, all_roots=all_roots)
+        run_id = run or last_run(view, script)
     records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
     if not records:
         raise NoRecords(Path(root), f"records of run {run_id}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from cachetool.lineage.ledger import Ledger
+from cachetool.lineage.part import fn_key, moved_key, site_key
 from cachetool.lineage.records import (
     FunctionRef,
     LedgerRecord,
@@ -82,9 +82,9 @@ class LedgerView:
         one per fingerprint, most recent first; those with the same parents come first. Only
         records of this root count: another cache's runs say nothing about what this one holds."""
         t = rec.time
-        key_site = _site_key(rec)
-        key_fn = _fn_key(rec)
-        key_moved = _moved_key(rec)
+        key_site = site_key(rec)
+        key_fn = fn_key(rec)
+        key_moved = moved_key(rec)
         fp = rec.result
         same_site: list[StepRecord] = []
         same_fn: list[StepRecord] = []
@@ -94,11 +94,11 @@ class LedgerView:
                 continue
             if other.type != rec.type or other.output != rec.output or not self.own(other):
                 continue
-            if key_site is not None and _site_key(other) == key_site:
+            if key_site is not None and site_key(other) == key_site:
                 same_site.append(other)
-            elif key_fn is not None and _fn_key(other) == key_fn:
+            elif key_fn is not None and fn_key(other) == key_fn:
                 same_fn.append(other)
-            elif key_moved is not None and _moved_key(other) == key_moved:
+            elif key_moved is not None and moved_key(other) == key_moved:
                 moved.append(other)
         # The same function (same code) from another file: the script was renamed or moved.
         found = same_site or same_fn or moved
@@ -140,29 +140,41 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
 
 
+def load_part_view(
+    root: str | os.PathLike[str], *, fingerprint: str | None = None, run: str | None = None
+) -> tuple[LedgerView, str] | None:
+    """A long-lived ledger's records that `explain` of `fingerprint` (or of run `run`, else of
+    the latest run) reads, indexed, read through the ledger index (`cachetool.lineage.part`),
+    with the fingerprint `fingerprint` names (or the run's id). None when the index cannot
+    serve it (a damaged line, a name only another root records): then the whole ledger is read."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.errors import CachetoolError
+    from cachetool.lineage import part
+    from cachetool.lineage.resolve import resolve
+
+    root_abs = Path(os.path.abspath(os.fspath(root)))
+    con = part.open_index(root_abs)
+    if con is None:
+        return None
+    if fingerprint is None:
+        run_id = run or part.latest_run(con)
+        if run_id is None:
+            return None
+        ledger = Ledger.of_records(root_abs, part.explain_records(con, root_abs, run=run_id))
+        return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
+    try:
+        got = resolve(fingerprint, scan_cache(root_abs, ledger=False), recorded=part.IndexedFingerprints(con))
+    except CachetoolError:  # unknown here (another root may know it), or ambiguous: said by the whole
+        return None
+    e = got.entry
+    named = {got.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
+    ledger = Ledger.of_records(root_abs, part.explain_records(con, root_abs, fps=named))
+    view = LedgerView(ledger.root, ledger.records, ledger.warnings, ledger)
+    return view, got.recorded_as(view.by_result)
+
+
 def first_line(item: FunctionRef) -> int:
     return item.line if item.line is not None else 1
-
-
-def _site_key(rec: StepRecord) -> tuple[Any, ...] | None:
-    site = rec.call_site
-    if site is None or not site.file:
-        return None
-    return (rec.operation, os.path.realpath(site.file), site.line)
-
-
-def _fn_key(rec: StepRecord) -> tuple[Any, ...] | None:
-    fn = rec.function
-    if fn is None or not fn.qualname:
-        return None
-    return (rec.operation, fn.qualname, fn.file)
-
-
-def _moved_key(rec: StepRecord) -> tuple[Any, ...] | None:
-    fn = rec.function
-    if fn is None or not fn.qualname or not fn.code_hash:
-        return None
-    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
 
 
 def _has_summaries(rec: StepRecord) -> bool:
