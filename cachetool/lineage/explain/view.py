@@ -49,6 +49,26 @@ class LedgerView:
             self.steps.append(rec)
             if rec.result is not None:
                 self.by_result.setdefault(rec.result, []).append(rec)
+        # Siblings by key, and the first record of each run: a question is a lookup, not a pass
+        # over every record (a long ledger has 100,000 of them).
+        self._realpaths: dict[str, str] = {}
+        self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
+        first: dict[str, float] = {}
+        for rec in self.steps:
+            for key in self._keys(rec):
+                if key is not None:
+                    self._by_key.setdefault(key, []).append(rec)
+            if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
+                first[rec.run] = rec.time
+        self._earliest = sorted((t, run) for run, t in first.items())[:2]
+
+    def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
+        site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
+        return (
+            None if site is None else ("site", *site),
+            None if fn is None else ("function", *fn),
+            None if moved is None else ("moved", *moved),
+        )
 
     def own(self, rec: StepRecord) -> bool:
         """The record was read from this root's ledger (not followed into another root)."""
@@ -56,7 +76,8 @@ class LedgerView:
 
     def first_run(self, rec: StepRecord) -> bool:
         """No run of this root was recorded before `rec`'s run: the cache started empty."""
-        return not any(self.own(r) and r.run != rec.run and r.time < rec.time for r in self.steps)
+        other = next((t for t, run in self._earliest if run != rec.run), None)
+        return other is None or other >= rec.time
 
     def origin(self, fp: str, before: float | None = None) -> StepRecord | None:
         """The latest record that made `fp` (before `before`, when given)."""
@@ -82,26 +103,27 @@ class LedgerView:
         one per fingerprint, most recent first; those with the same parents come first. Only
         records of this root count: another cache's runs say nothing about what this one holds."""
         t = rec.time
-        key_site = site_key(rec)
-        key_fn = fn_key(rec)
-        key_moved = moved_key(rec)
         fp = rec.result
-        same_site: list[StepRecord] = []
-        same_fn: list[StepRecord] = []
-        moved: list[StepRecord] = []
-        for other in self.steps:
-            if other is rec or other.time >= t or other.result == fp or other.run == rec.run:
-                continue
-            if other.type != rec.type or other.output != rec.output or not self.own(other):
-                continue
-            if key_site is not None and site_key(other) == key_site:
-                same_site.append(other)
-            elif key_fn is not None and fn_key(other) == key_fn:
-                same_fn.append(other)
-            elif key_moved is not None and moved_key(other) == key_moved:
-                moved.append(other)
-        # The same function (same code) from another file: the script was renamed or moved.
-        found = same_site or same_fn or moved
+
+        def matching(key: tuple[object, ...] | None) -> list[StepRecord]:
+            if key is None:
+                return []
+            return [
+                other
+                for other in self._by_key.get(key, ())
+                if other is not rec
+                and other.time < t
+                and other.result != fp
+                and other.run != rec.run
+                and other.type == rec.type
+                and other.output == rec.output
+                and self.own(other)
+            ]
+
+        # The same call site, else the same function, else the same function (same code) from
+        # another file: the script was renamed or moved.
+        site, fn, moved = self._keys(rec)
+        found = matching(site) or matching(fn) or matching(moved)
         found.sort(key=lambda r: r.time, reverse=True)
         parents = rec.parents
         out: list[StepRecord] = []
