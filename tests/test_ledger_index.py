@@ -131,3 +131,49 @@ def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path:
             whole = lineage_view(report, fp, mode=mode, ledger=Ledger.load(root))  # type: ignore[arg-type]
             assert lineage(root, fp, **keywords).to_json() == whole.to_json(), (fp, mode)
     assert [s.fingerprint for _, s in lineage(root, "b0").steps] == ["src0", "a0", "b0"]
+
+
+def _step(
+    run: int, seq: int, result: str, parent: str | None, threshold: str, cache: str
+) -> dict[str, object]:
+    site = {"file": "/work/pipeline.py", "line": 10 + seq, "function": "<module>"}
+    fn = {"qualname": f"step{seq}", "file": "/work/pipeline.py", "line": 3 + seq}
+    args = {
+        "function": {"digest": f"fn{seq}", "repr": None, "type": "function"},
+        "threshold": {"digest": f"t{threshold}", "repr": threshold, "type": "float"},
+    }
+    at = 1000.0 * run + seq
+    return _record(
+        seq, result, parent, run=f"h-{run}", time=at, call_site=site, function=fn, args=args, cache=cache
+    )
+
+
+def test_explain_read_through_the_index_is_the_explanation_of_every_record(tmp_path: Path) -> None:
+    """`explain FP` (with its history) and `explain --last` of a long-lived ledger read only the
+    records they compare, through the index; what they say is what reading every record says:
+    the changed argument, the step upstream where it changed, the earlier runs, a first run."""
+    from cachetool.lineage.explain import explain_fingerprint, explain_run, load_view
+    from cachetool.lineage.part import open_index
+
+    root = tmp_path / "cache"
+    thresholds = ["0.5", "0.5", "0.6", "0.7", "0.7", "0.8"]
+    for run, threshold in enumerate(thresholds):
+        w = LedgerWriter(pid=run + 1, start=float(run))
+        hit = run > 0 and thresholds[run - 1] == threshold
+        loaded = "hit" if run else "miss"
+        source = _record(0, "src", None, type="root", operation="load_dataset", run=f"h-{run}", cache=loaded)
+        source["time"] = 1000.0 * run
+        w.append(str(root), source)
+        w.append(str(root), _step(run, 1, f"a{threshold}", "src", threshold, "hit" if hit else "miss"))
+        w.append(str(root), _step(run, 2, f"b{threshold}", f"a{threshold}", "0", "hit" if hit else "miss"))
+        w.close()
+    assert open_index(root) is not None
+    for fp in ("b0.8", "a0.6", "b0.5"):
+        whole = explain_fingerprint(root, fp, history=3, view=load_view(root))
+        assert explain_fingerprint(root, fp, history=3).to_json() == whole.to_json(), fp
+    whole_run = explain_run(root, view=load_view(root))
+    assert explain_run(root).to_json() == whole_run.to_json()
+    reasons = [(s.step.fingerprint, r.kind) for s in whole_run.steps for r in s.reasons]
+    assert reasons == [("a0.8", "argument"), ("b0.8", "argument")]  # b: its input, upstream
+    assert whole_run.steps[1].reasons[0].upstream is not None
+    assert explain_fingerprint(root, "b0.5").steps[0].reasons[0].kind == "first-run"

@@ -32,7 +32,7 @@ from cachetool.lineage.segments import iter_segments, read_segment_from
 
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.
-_VERSION = 3
+_VERSION = 4
 _CHUNK = 500  # fingerprints per `IN (...)` query
 
 _TABLES = ("segments", "usage", "rec", "par", "known")
@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS segments (
 );
 CREATE TABLE IF NOT EXISTS rec (
     id INTEGER PRIMARY KEY, path TEXT, offset INTEGER, length INTEGER, type TEXT, result TEXT,
-    run TEXT, time REAL, internal INTEGER, skey TEXT, fkey TEXT, mkey TEXT
+    run TEXT, time REAL, internal INTEGER, skey TEXT, fkey TEXT, mkey TEXT, output TEXT, parents TEXT
 );
 CREATE INDEX IF NOT EXISTS rec_run ON rec(run);
 CREATE INDEX IF NOT EXISTS rec_skey ON rec(skey);
@@ -264,7 +264,9 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
         records, end, bad = read_segment_from(Path(path), start, label)
         for offset, length, rec in records:
             key = rec.hash if isinstance(rec, SourceRecord) else getattr(rec, "result", None)
-            keys = step_keys(rec, realpaths) if isinstance(rec, StepRecord) else (None, None, None)
+            keys: tuple[str | None, ...] = (None, None, None, None, None)
+            if isinstance(rec, StepRecord):
+                keys = (*step_keys(rec, realpaths), rec.output, json.dumps(list(rec.parents)))
             recs.append(
                 (next_id, path, offset, length, rec.type, key, rec.run, rec.time, rec.internal, *keys)
             )
@@ -278,7 +280,7 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
         was_bad = con.execute("SELECT bad FROM segments WHERE path = ?", (path,)).fetchone()
         done.append((path, ino, size, mtime, end, bad + (was_bad[0] if was_bad else 0)))
     _merge(con, sums)
-    con.executemany("INSERT INTO rec VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", recs)
+    con.executemany("INSERT INTO rec VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", recs)
     con.executemany("INSERT INTO par VALUES (?, ?)", pars)
     con.executemany("INSERT OR IGNORE INTO known VALUES (?)", [(fp,) for fp in known])
     con.executemany("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?, ?)", done)

@@ -15,6 +15,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from cachetool.lineage.index import INDEX_FILE, segments_now, up_to_date
 from cachetool.lineage.ledger import source_hashes
@@ -159,33 +160,61 @@ def latest_run(con: sqlite3.Connection) -> str | None:
 
 
 def explain_records(
-    con: sqlite3.Connection, root: Path, *, fps: set[str] | None = None, run: str | None = None
+    con: sqlite3.Connection,
+    root: Path,
+    *,
+    fps: set[str] | None = None,
+    run: str | None = None,
+    history: int = 0,
 ) -> list[LedgerRecord]:
     """The records `explain` of the steps that made `fps` (or of every step of `run`) reads: the
-    records of those fingerprints, of their siblings (`step_keys`) and of all their ancestors;
-    every record of the run; for each run concerned, the earliest step of another run."""
+    records of those fingerprints and of the siblings it compares them with (the latest
+    `1 + history` of each: `LedgerView.siblings`), with all their ancestors; every record of the
+    run; for each run concerned, the earliest step of another run (was it the first run?)."""
     more: list[tuple[str, int, int]] = []
+    cols = "result, type, output, run, time, skey, fkey, mkey, parents"
     if run is not None:
         more += con.execute("SELECT path, offset, length FROM rec WHERE run = ?", (run,)).fetchall()
         q = "SELECT result FROM rec WHERE run = ? AND result IS NOT NULL AND type NOT IN ('source', 'gc')"
         wanted = {r[0] for r in con.execute(q, (run,))}
-        q = f"SELECT skey, fkey, mkey, run FROM rec WHERE {_STEPS} AND run = ?"
-        keys = con.execute(q, (run,)).fetchall()
+        targets = con.execute(f"SELECT {cols} FROM rec WHERE {_STEPS} AND run = ?", (run,)).fetchall()
     else:
         wanted = set(fps or ())
-        keys = []
+        targets = []
         for chunk, marks in _chunks(sorted(wanted)):
-            q = f"SELECT skey, fkey, mkey, run FROM rec WHERE {_STEPS} AND result IN ({marks})"
-            keys += con.execute(q, chunk).fetchall()
-    for column, i in (("skey", 0), ("fkey", 1), ("mkey", 2)):
-        values = sorted({k[i] for k in keys if k[i] is not None})
-        for chunk, marks in _chunks(values):
-            q = f"SELECT result FROM rec WHERE {column} IN ({marks}) AND result IS NOT NULL"
-            wanted.update(r[0] for r in con.execute(q, chunk))
-    for other in {k[3] for k in keys}:
+            targets += con.execute(
+                f"SELECT {cols} FROM rec WHERE {_STEPS} AND result IN ({marks})", chunk
+            ).fetchall()
+    for target in targets:
+        wanted.update(_siblings(con, target, 1 + history))
+    for other in {t[3] for t in targets}:
         q = f"SELECT path, offset, length FROM rec WHERE {_STEPS} AND run != ? ORDER BY time LIMIT 1"
         more += con.execute(q, (other,)).fetchall()
     return records_of(con, root, closure(con, wanted, up=True), more)
+
+
+def _siblings(con: sqlite3.Connection, target: tuple[Any, ...], n: int) -> list[str]:
+    """The results of the latest `n` siblings of a step (the rule of `LedgerView.siblings`)."""
+    result, type_, output, run, time, *keys, parents = target
+    found: list[tuple[Any, ...]] = []
+    for column, key in zip(("skey", "fkey", "mkey"), keys, strict=True):
+        if key is None:
+            continue
+        q = (
+            f"SELECT result, time, parents FROM rec WHERE {_STEPS} AND {column} = ? AND type = ? "
+            "AND output IS ? AND run != ? AND time < ? AND result IS NOT ? ORDER BY id"
+        )
+        found = con.execute(q, (key, type_, output, run, time, result)).fetchall()
+        if found:
+            break
+    found.sort(key=lambda r: r[1], reverse=True)
+    out: list[str] = []
+    for r in [r for r in found if r[2] == parents] + [r for r in found if r[2] != parents]:
+        if r[0] not in out:
+            out.append(r[0])
+        if len(out) == n:
+            break
+    return [x for x in out if x is not None]
 
 
 def _read(root: Path, spans: dict[str, set[tuple[int, int]]]) -> list[LedgerRecord]:

@@ -97,7 +97,9 @@ def explain_fingerprint(
 
     The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
     every known cache root too (`--all-roots`)."""
-    part = load_part_view(root, fingerprint=fingerprint) if view is None and not all_roots else None
+    part = None
+    if view is None and not all_roots:
+        part = load_part_view(root, fingerprint=fingerprint, history=history)
     if part is not None:
         view, fp = part
     else:

@@ -163,7 +163,7 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
 
 
 def load_part_view(
-    root: str | os.PathLike[str], *, fingerprint: str | None = None, run: str | None = None
+    root: str | os.PathLike[str], *, fingerprint: str | None = None, run: str | None = None, history: int = 0
 ) -> tuple[LedgerView, str] | None:
     """A long-lived ledger's records that `explain` of `fingerprint` (or of run `run`, else of
     the latest run) reads, indexed, read through the ledger index (`cachetool.lineage.part`),
@@ -190,7 +190,7 @@ def load_part_view(
         return None
     e = got.entry
     named = {got.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
-    ledger = Ledger.of_records(root_abs, part.explain_records(con, root_abs, fps=named))
+    ledger = Ledger.of_records(root_abs, part.explain_records(con, root_abs, fps=named, history=history))
     view = LedgerView(ledger.root, ledger.records, ledger.warnings, ledger)
     return view, got.recorded_as(view.by_result)
 
