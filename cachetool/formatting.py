@@ -88,13 +88,11 @@ def short_duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
-def human_age(ts: float | None, now: float | None = None) -> str:
+def time_ago(ts: float | None, now: float | None = None) -> str:
     """`3 hours ago`: how long before `now` (default: the present) the time `ts` was; "" for None."""
     if ts is None:
         return ""
-    import humanize
-
-    return str(humanize.naturaltime(max(0.0, (now or time.time()) - ts)))
+    return human_age((now or time.time()) - ts)
 
 
 def human_duration(seconds: float) -> str:
@@ -114,12 +112,34 @@ def compact_duration(seconds: float) -> str:
 
 
 def compact_age(seconds: float) -> str:
-    """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit."""
+    """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit, in the units of
+    `compact_duration` (gc's reasons set it beside an option value such as `--older-than 30d`)."""
     s = max(0, int(seconds))
     for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
         if s >= size:
             return f"{s // size}{unit}"
     return f"{s}s"
+
+
+def human_age(seconds: float) -> str:
+    """`3 hours ago`, `a second ago`, `now`: how long ago something happened, for people."""
+    import humanize
+
+    return str(humanize.naturaltime(max(0.0, seconds)))
+
+
+#: The units of `short_age`, largest first (a month is 30 days, a year 365).
+_AGE_UNITS = (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60))
+
+
+def short_age(seconds: float) -> str:
+    """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y`: an age rounded down to its largest unit,
+    narrow enough for a table column."""
+    s = max(0.0, seconds)
+    for unit, size in _AGE_UNITS:
+        if s >= size:
+            return f"{int(s // size)}{unit}"
+    return f"{int(s)}s"
 
 
 def safe_text(text: str) -> str:
