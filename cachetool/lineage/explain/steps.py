@@ -84,6 +84,35 @@ def resolve_fingerprint(view: LedgerView, name: str) -> str:
     return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
 
 
+def explain(
+    root: str | os.PathLike[str],
+    fingerprint: str | None = None,
+    *,
+    last: bool = False,
+    script: str | os.PathLike[str] | None = None,
+    history: int = 3,
+    all_roots: bool = False,
+) -> ExplainReport:
+    """Why the step that made `fingerprint` was computed (`explain_fingerprint`, comparing
+    `history` earlier runs too), or every step the latest run computed (`last`; of `script` with
+    `script`: `explain_run`). `all_roots` reads every known cache root (`--all-roots`).
+
+    The Python side of `cachetool explain`, with its options as keywords. Raises
+    `CachetoolError` when neither or both of a fingerprint and `last`/`script` are given, or the
+    script does not exist."""
+    from cachetool.errors import CachetoolError
+
+    if fingerprint is None and not last and script is None:
+        raise CachetoolError("give a fingerprint, --last or --script SCRIPT")
+    if fingerprint is not None and (last or script is not None):
+        raise CachetoolError("give either a fingerprint or --last/--script, not both")
+    if script is not None and not os.path.exists(script):
+        raise CachetoolError(f"no such script: {script}")
+    if fingerprint is not None:
+        return explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
+    return explain_run(root, script=script, all_roots=all_roots)
+
+
 def explain_fingerprint(
     root: str | os.PathLike[str],
     fingerprint: str,
