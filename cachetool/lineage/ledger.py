@@ -124,6 +124,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,33 +190,38 @@ class Ledger:
 
     @classmethod
     def load_part(
-        cls, root: str | os.PathLike[str], fingerprints: Iterable[str], *, down: bool = False
+        cls,
+        root: str | os.PathLike[str],
+        fingerprints: Iterable[str],
+        *,
+        down: bool = False,
+        index: sqlite3.Connection | None = None,
     ) -> Ledger:
         """The part of `root`'s ledger that lineage of `fingerprints` reads: the records that made
         them and their ancestors (with `down`, their descendants too), every gc record and the
-        source texts they name, read through the ledger index
-        (`cachetool.lineage.index`) without reading the other records; then the other roots as
-        `load` follows them. The whole ledger (`load`) when the index cannot serve it. The
-        fingerprints of the whole root are `IndexedFingerprints` of the index."""
+        source texts they name, read through the ledger index (`index`, else the root's,
+        `cachetool.lineage.part.open_index`) without reading the other records; then the other
+        roots as `load` follows them. The whole ledger (`load`) when the index cannot serve it.
+        The fingerprints of the whole root are `IndexedFingerprints` of the index."""
         from cachetool.lineage import part
 
         first = Path(os.path.abspath(os.fspath(root)))
-        con = part.open_index(first)
+        con = index if index is not None else part.open_index(first)
         if con is None:
             return cls.load(first)
         wanted = part.closure(con, set(fingerprints), up=True, down=down)
         if down:  # the whole family: what was made from every ancestor
             wanted = part.closure(con, wanted, up=False, down=True)
-        return cls.of_records(first, part.records_of(con, first, wanted))
+        return cls.of_records(first, part.records_of(con, first, wanted), part.segment_paths(con))
 
     @classmethod
-    def of_records(cls, root: str | os.PathLike[str], records: Iterable[LedgerRecord]) -> Ledger:
-        """A ledger of `records`, a part of `root`'s own read through its index, with the other
-        roots followed as `load` follows them."""
+    def of_records(
+        cls, root: str | os.PathLike[str], records: Iterable[LedgerRecord], segments: Iterable[Path] = ()
+    ) -> Ledger:
+        """A ledger of `records`, a part of `root`'s own read through its index (from
+        `segments`), with the other roots followed as `load` follows them."""
         first = Path(os.path.abspath(os.fspath(root)))
-        return cls._with_others(
-            first, list(records), [], list(iter_segments(first)), all_roots=False, follow=True
-        )
+        return cls._with_others(first, list(records), [], list(segments), all_roots=False, follow=True)
 
     @classmethod
     def _with_others(

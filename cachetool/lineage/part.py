@@ -101,6 +101,11 @@ def _chunks(items: list[str]) -> Iterator[tuple[list[str], str]]:
         yield chunk, ",".join("?" * len(chunk))
 
 
+def segment_paths(con: sqlite3.Connection) -> list[Path]:
+    """The segments the index was built from, in name order."""
+    return [Path(r[0]) for r in con.execute("SELECT path FROM segments ORDER BY path")]
+
+
 def closure(con: sqlite3.Connection, fps: set[str], *, up: bool = True, down: bool = False) -> set[str]:
     """`fps` with every fingerprint their records reach: parents (`up`) and children (`down`),
     transitively, through every step record (internal ones too)."""

@@ -86,7 +86,7 @@ def lineage(
                 got.fingerprint,
                 *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ()),
             }
-            ledger = Ledger.load_part(root_abs, named, down=mode != "chain")
+            ledger = Ledger.load_part(root_abs, named, down=mode != "chain", index=con)
             return lineage_view(
                 report, fingerprint, mode=mode, include_internal=internal, ledger=ledger, recorded=known
             )

@@ -182,7 +182,8 @@ def load_part_view(
         run_id = run or part.latest_run(con)
         if run_id is None:
             return None
-        ledger = Ledger.of_records(root_abs, part.explain_records(con, root_abs, run=run_id))
+        records = part.explain_records(con, root_abs, run=run_id)
+        ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
         return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
     try:
         got = resolve(fingerprint, scan_cache(root_abs, ledger=False), recorded=part.IndexedFingerprints(con))
@@ -190,7 +191,8 @@ def load_part_view(
         return None
     e = got.entry
     named = {got.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
-    ledger = Ledger.of_records(root_abs, part.explain_records(con, root_abs, fps=named, history=history))
+    records = part.explain_records(con, root_abs, fps=named, history=history)
+    ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
     view = LedgerView(ledger.root, ledger.records, ledger.warnings, ledger)
     return view, got.recorded_as(view.by_result)
 
