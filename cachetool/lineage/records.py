@@ -213,7 +213,7 @@ class FunctionInfo(FunctionRef):
 class ArgInfo:
     """One hashed argument of a step: its `Hasher` digest, a short repr and its type name;
     `summary` (a bounded hash tree) for steps that computed, `tree` (a full one) in events files,
-    and `after` (its tree after the step) in events files when the step changed it."""
+    and there `after`: its tree at the end of a step that changed it while it ran."""
 
     digest: str | None = None
     repr: str | None = None
@@ -243,6 +243,23 @@ class ArgInfo:
         if self.after is not None:
             out["after"] = self.after
         return out
+
+
+@dataclass(frozen=True)
+class ColumnHead:
+    """A column of an in-memory source in an events file: its digest and the short reprs of its
+    first values (a source built at run time is explained by the first value that differs)."""
+
+    digest: str | None = None
+    head: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any], name: str) -> ColumnHead:
+        w = f"columns.{name}."
+        return cls(_opt_str(d, "digest", w), _strs(d, "head", w))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"digest": self.digest, "head": list(self.head)}
 
 
 @dataclass(frozen=True)
@@ -498,8 +515,8 @@ class StepRecord(LedgerRecord):
     #: Why the step ran without a persistent cache (it runs again in every run), or None:
     #: one of `UNCACHED_REASONS`.
     no_cache: str | None = None
-    #: Determinism runs, an in-memory root: per column its digest and first values.
-    columns: Mapping[str, Any] | None = None
+    #: Events files, in-memory roots: each column's digest and first values.
+    columns: Mapping[str, ColumnHead] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepRecord:
@@ -512,6 +529,10 @@ class StepRecord(LedgerRecord):
         for name, a in raw_args.items():
             if not isinstance(a, dict):
                 raise BadRecord(f"'args.{name}' is not an object")
+        raw_columns = _obj(d, "columns") or {}
+        for name, c in raw_columns.items():
+            if not isinstance(c, dict):
+                raise BadRecord(f"'columns.{name}' is not an object")
         cs, fn, rf, src = (_obj(d, k) for k in ("call_site", "function", "random_fallback", "source"))
         return cls(
             **cls._base(d, read_from),
@@ -532,7 +553,7 @@ class StepRecord(LedgerRecord):
             source=SourceInfo.parse(src) if src is not None else None,
             error=_opt_str(d, "error"),
             no_cache=_opt_str(d, "no_cache"),
-            columns=_obj(d, "columns"),
+            columns={str(k): ColumnHead.parse(v, str(k)) for k, v in raw_columns.items()},
             extra={k: v for k, v in d.items() if k not in _STEP_ALL},
         )
 
@@ -593,8 +614,8 @@ class StepRecord(LedgerRecord):
         }
         if self.no_cache is not None:
             out["no_cache"] = self.no_cache
-        if self.columns is not None:
-            out["columns"] = self.columns
+        if self.columns:
+            out["columns"] = {k: c.to_json() for k, c in self.columns.items()}
         out.update(self.extra)
         return out
 
@@ -876,6 +897,7 @@ __all__ = [
     "CacheStatus",
     "CallSite",
     "CheckpointRecord",
+    "ColumnHead",
     "DataFile",
     "FileRecord",
     "FunctionInfo",

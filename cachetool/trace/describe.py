@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cachetool.lineage.records import ColumnHead
+
 __all__ = [
     "COLUMN_HEAD",
     "column_heads",
@@ -159,21 +161,20 @@ def hash_tree(value: Any) -> Any:
 COLUMN_HEAD = 50
 
 
-def column_heads(dataset: Any) -> dict[str, Any]:
+def column_heads(dataset: Any) -> dict[str, ColumnHead]:
     """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
     values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
     is explained by the column and the first value that differs."""
     from cachetool.fingerprint.tree import short_repr
 
-    out: dict[str, Any] = {}
+    out: dict[str, ColumnHead] = {}
     try:
         table = dataset.data.table
         for name in table.column_names[:64]:
             column = table.column(name)
-            out[str(name)] = {
-                "digest": try_hash(column),
-                "head": [short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist()],
-            }
+            out[str(name)] = ColumnHead(
+                try_hash(column), tuple(short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist())
+            )
     except Exception:  # an odd table: the fingerprint still says the source differs
         return out
     return out

@@ -326,7 +326,7 @@ class RecordBuilder:
             in_memory=in_memory,
             split=split_of(dataset),
             source=SourceInfo(kind="in-memory" if in_memory else "file", constructor=entry),
-            columns=column_heads(dataset) if self.arguments.trees and in_memory else None,
+            columns=column_heads(dataset) if self.arguments.trees and in_memory else {},
         )
 
     def step_start(self, top: Frame, path: str) -> StepStartRecord:

@@ -285,7 +285,7 @@ def test_records_stay_small_with_a_10_mb_closure(runs: ExplainRuns) -> None:
 
 def test_function_source_and_line_diff_ignore_comments_but_not_code() -> None:
     """The disk check behind `verify --stale`: a comment or blank line is not a change."""
-    from cachetool.lineage.explain import _tokens
+    from cachetool.lineage.explain.sources import tokens as _tokens
 
     edited = HELPERS_V1.replace(
         "    return text.strip().lower()", "    # tidy\n    return text.strip().lower()\n"
