@@ -23,7 +23,7 @@ from cachetool.determinism.render import human_lines
 from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
 from cachetool.lineage.records import ArgInfo
-from tests.conftest import hf_env
+from tests.conftest import cachetool_run, hf_env
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -110,14 +110,7 @@ def test_hash_trees_are_what_datasets_hashed_before_the_map_ran(base: Path) -> N
     map's fingerprint is recomputed exactly from its trees' root digests."""
     env = hf_env(base / "trees", CACHETOOL_TRACE_EVENTS=str(base / "events.jsonl"), CACHETOOL_TRACE_TREES="1")
     script = "m01_tokenizer_truncation_inside_map.py"
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", script],
-        env=env,
-        cwd=CORPUS,
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
+    cachetool_run(script, env=env, cwd=CORPUS, timeout=120)
     maps = [e for e in read_events(base / "events.jsonl") if e.operation == "map"]
     assert [m.split for m in maps] == ["train", "test"]
     for event in maps:
@@ -430,15 +423,7 @@ def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
     fingerprints = []
     for name in ("pipeline.py", "pipeline_b.py"):
         (tmp_path / name).write_text(RENAMED)
-        proc = subprocess.run(
-            [sys.executable, "-m", "cachetool", "run", name, str(data)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr
+        proc = cachetool_run(name, str(data), env=env, cwd=tmp_path, timeout=120)
         fingerprints.append(proc.stdout.split()[-1])
     assert fingerprints[0] != fingerprints[1]
     report = explain_fingerprint(env["HF_DATASETS_CACHE"], fingerprints[1])
@@ -462,14 +447,7 @@ def test_everyday_tracing_builds_no_hash_tree(base: Path) -> None:
     """`cachetool run` (the ledger) keeps bounded summaries only: no hash tree at hash time, no
     tree after the step, no column heads; those are for check-determinism's runs."""
     env = hf_env(base / "everyday")
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", "m01_tokenizer_truncation_inside_map.py"],
-        env=env,
-        cwd=CORPUS,
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
+    cachetool_run("m01_tokenizer_truncation_inside_map.py", env=env, cwd=CORPUS, timeout=120)
     segments = list(Path(env["HF_DATASETS_CACHE"]).glob(".cachetool/**/*.jsonl"))
     records = [json.loads(line) for seg in segments for line in seg.read_text().splitlines() if line]
     maps = [r for r in records if r.get("operation") == "map"]
