@@ -172,6 +172,10 @@ def check_determinism(
         progress=progress,
         cold=cold,
     )
+    return _check(s)
+
+
+def _check(s: _Settings) -> DeterminismReport:
     # Runs start in their own sessions (a timeout stops a whole num_proc pool), so Ctrl-C does not
     # reach them: every live run is stopped here when this process is interrupted or terminated,
     # and what the runs left (their temp folder, tmp files in the cache) is removed.
