@@ -51,7 +51,8 @@ class Item:
             self.mtime = 0.0
             return
         self.ok = True
-        self.mode = mode = st.st_mode
+        mode = st.st_mode
+        self.mode = mode = _MODES.setdefault(mode, mode)  # one int per distinct mode, not per file
         self.is_dir = S_ISDIR(mode)
         self.is_file = S_ISREG(mode)
         self.size = st.st_size
@@ -63,6 +64,7 @@ class Item:
 
 S_ISDIR = stat.S_ISDIR
 S_ISREG = stat.S_ISREG
+_MODES: dict[int, int] = {}
 
 
 def _child_maker(folder: Path) -> Callable[[str], Path]:
