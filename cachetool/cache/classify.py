@@ -22,7 +22,7 @@ from cachetool.cache.recognize import (
     read_json,
     relative_data_dir,
 )
-from cachetool.cache.walk import Item
+from cachetool.cache.walk import Item, list_dir
 from cachetool.fingerprint.plain import loaded_fingerprint
 
 
@@ -31,7 +31,7 @@ class Scanner(NonDataWalker):
 
     # -- the walk -------------------------------------------------------------------------------
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
-        items, err = self.listing(path)
+        items, err = list_dir(path)
         if err:
             self.warn(path, err)
             self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))
@@ -269,7 +269,7 @@ class Scanner(NonDataWalker):
         self.datasets.append(DatasetDir(path, path.name, "saved-dict", meta_files=meta))
         for it in items:
             if it.is_dir:
-                sub_items, err = self.listing(it.path)
+                sub_items, err = list_dir(it.path)
                 if err is None and any(s.name == layout.STATE_JSON for s in sub_items):
                     self.saved(it.path, sub_items, unit=path, split_name=it.name)
                 else:

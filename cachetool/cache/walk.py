@@ -23,8 +23,7 @@ from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
 class Item:
     """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
     uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
-    a whole `stat_result` and its numbers took some 600 bytes per file while every folder of a
-    large cache was listed ahead."""
+    a whole `stat_result` and its numbers take some 600 bytes per file."""
 
     __slots__ = (
         "error",
@@ -171,6 +170,13 @@ def _read_summaries(paths: list[str], workers: int) -> Iterable[ArrowSummary]:
     return _Reads(paths, workers)
 
 
+def _read_ahead_below(name: str, at_root: bool) -> bool:
+    """Whether the walk may read Arrow headers in the folder `name`."""
+    if name == layout.LEDGER_DIR or (at_root and name == "downloads"):
+        return False
+    return not (layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name))
+
+
 class Walker:
     """Lists folders and reads files for one scan; collects its entries, dataset folders and
     warnings. The rules that make entries of a folder's files live in the subclasses."""
@@ -184,49 +190,47 @@ class Walker:
         self.progress = progress
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
-        self.listings: dict[str, tuple[list[Item], str | None]] = {}  # folders listed ahead
         self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, before their turn
         self._reads: Iterable[ArrowSummary] = ()  # headers being read on other cores
         self._pending: set[str] = set()  # paths read ahead and not yet asked for
         self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
         self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
 
-    def listing(self, path: Path) -> tuple[list[Item], str | None]:
-        """The folder's items, from the listing made ahead when there was one."""
-        listed = self.listings.pop(str(path), None)
-        return listed if listed is not None else list_dir(path)
-
     def read_ahead(self) -> None:
-        """Where more than one core is free: list every folder and read the headers of the Arrow
-        files of folders the read index does not know whole (new folders, or ones whose count
-        of Arrow files changed), split over the cores, before the walk classifies them: a cold
-        listing of many files waits mostly on those reads. Folders the walk never reads Arrow
-        headers in (cachetool's own, downloads, interrupted prepares, gc leftovers) are listed,
-        not read. (A file changed in place in a known folder is read by the walk, here.)"""
+        """Where more than one core is free: find the Arrow files of folders the read index does
+        not know whole (new folders, or ones whose count of Arrow files changed) and have their
+        headers read on the other cores while the walk goes on: a cold listing of many files
+        waits mostly on those reads. This first pass only reads names (no `stat`, nothing kept
+        but the paths to read); folders the walk never reads Arrow headers in (cachetool's own,
+        downloads, interrupted prepares, gc leftovers) are skipped. A file changed in place in a
+        known folder is read by the walk itself."""
         workers = _spare_cores()
         if workers < 2:
             return
         todo: list[str] = []
-        stack = [self.root]
+        root = str(self.root)
         root_len = self.root_len
+        stack = [root]
         while stack:
             folder = stack.pop()
-            items, _ = self.listings[str(folder)] = list_dir(folder)
             arrow: list[str] = []
-            below: list[Path] = []
-            for it in items:
-                if it.is_dir:
-                    name = it.name
-                    if name == layout.LEDGER_DIR or (folder == self.root and name == "downloads"):
-                        continue
-                    if layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name):
-                        continue
-                    below.append(it.path)
-                elif it.is_file and it.name.endswith(".arrow"):
-                    arrow.append(str(it.path))
-            if arrow and self.index.folder_rows(str(folder)[root_len:]) != len(arrow):
+            below: list[str] = []
+            try:
+                with os.scandir(folder) as entries:
+                    for de in entries:
+                        name = de.name
+                        if de.is_dir(follow_symlinks=False):
+                            if _read_ahead_below(name, folder == root):
+                                below.append(de.path)
+                        elif name.endswith(".arrow") and de.is_file(follow_symlinks=False):
+                            arrow.append(de.path)
+            except OSError:
+                continue  # the walk says what is wrong with it
+            if arrow and self.index.folder_rows(folder[root_len:]) != len(arrow):
+                arrow.sort()  # the walk's order: a folder's files by name, then its folders
                 todo += arrow
-            stack += reversed(below)  # the walk's order: a folder's files, then its folders by name
+            below.sort(reverse=True)
+            stack += below
         if len(todo) < READ_AHEAD_MIN_FILES:
             return
         self._reads = _read_summaries(todo, workers)
@@ -294,7 +298,7 @@ class Walker:
         stack = [path]
         while stack:
             d = stack.pop()
-            items, err = self.listing(d)
+            items, err = list_dir(d)
             if err:
                 self.warn(d, err)
             for it in items:
