@@ -7,17 +7,21 @@ from __future__ import annotations
 import gc
 import os
 import stat
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 class Item:
@@ -149,24 +153,44 @@ def _spare_cores() -> int:
 
 class _Reads:
     """`read_summary` of each path, on `workers` forked processes, handed back in order as they
-    come (the walk classifies the first folders while the others are read)."""
+    come (the walk classifies the first folders while the others are read). A few chunks per
+    process are in flight at a time: when the walk is the slower side, read summaries do not
+    pile up in memory."""
 
     def __init__(self, paths: list[str], workers: int) -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         chunk = max(64, min(512, len(paths) // (workers * 8)))
+        # A deque, so each chunk of paths is let go once read and handed back.
+        self._chunks = deque(paths[i : i + chunk] for i in range(0, len(paths), chunk))
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-        self._results = self._pool.map(read_summary, paths, chunksize=chunk)
+        self._in_flight: deque[tuple[list[str], Future[list[ArrowSummary]]]] = deque()
+        for _ in range(3 * workers):
+            self._submit()
 
-    def __iter__(self) -> Iterator[ArrowSummary]:
-        return self._results
+    def _submit(self) -> None:
+        if self._chunks:
+            chunk = self._chunks.popleft()
+            self._in_flight.append((chunk, self._pool.submit(_read_chunk, chunk)))
+
+    def __iter__(self) -> Iterator[tuple[str, ArrowSummary]]:
+        """(path, summary) pairs, in the order of the paths."""
+        while self._in_flight:
+            chunk, done = self._in_flight.popleft()
+            self._submit()
+            yield from zip(chunk, done.result(), strict=True)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _read_summaries(paths: list[str], workers: int) -> Iterable[ArrowSummary]:
+def _read_chunk(paths: list[str]) -> list[ArrowSummary]:
+    return [read_summary(p) for p in paths]
+
+
+def _read_summaries(paths: list[str], workers: int) -> Iterable[tuple[str, ArrowSummary]]:
+    """(path, summary) of each of `paths`, in order, read on `workers` other processes."""
     return _Reads(paths, workers)
 
 
@@ -191,7 +215,7 @@ class Walker:
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
         self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, before their turn
-        self._reads: Iterable[ArrowSummary] = ()  # headers being read on other cores
+        self._reads: Iterable[tuple[str, ArrowSummary]] = ()  # headers being read on other cores
         self._pending: set[str] = set()  # paths read ahead and not yet asked for
         self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
         self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
@@ -233,9 +257,9 @@ class Walker:
             stack += below
         if len(todo) < READ_AHEAD_MIN_FILES:
             return
-        self._reads = _read_summaries(todo, workers)
         self._pending = set(todo)
-        self._stream = zip(todo, self._reads, strict=True)
+        self._reads = _read_summaries(todo, workers)
+        self._stream = iter(self._reads)
 
     def _read_ahead_result(self, path: str) -> ArrowSummary | None:
         """The summary of `path` read ahead, once its turn comes; None for a file not read ahead."""
@@ -289,7 +313,9 @@ class Walker:
         summary = self._read_ahead_result(path) or read_summary(path)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(item.name):
-            self.index.put(rel, item.size, item.mtime_ns, item.ino, summary)
+            name = item.name
+            folder = rel[: len(rel) - len(name) - 1] if len(rel) > len(name) else ""
+            self.index.put(folder, name, item.size, item.mtime_ns, item.ino, summary)
         return summary
 
     def tree_files(self, path: Path) -> list[CacheFile]:
