@@ -6,7 +6,9 @@
 Each session installs cachetool and one `datasets` release (with the numpy, pyarrow, fsspec and
 huggingface_hub that release works with) into its own environment and runs tests/compat: a real
 pipeline under `cachetool run`, then `ls`, `lineage`, `verify --deep`, `gc --temp`, `explain` and
-`check-determinism`. The full suite runs on the newest line (`pip install -e ".[test]"`).
+`check-determinism`. The session of the newest line on Python 3.11 also runs README's
+install-and-demo command on a copy of the checkout (tests/test_readme.py). The full suite runs on
+the newest line (`pip install -e ".[test]"`).
 """
 
 from __future__ import annotations
@@ -82,3 +84,14 @@ def compat(session: nox.Session, datasets: str) -> None:
         "-q",
         env={"CACHETOOL_COMPAT": "1"},
     )
+    if (session.python, datasets) == ("3.11", "5.2"):  # README's install-and-demo, once
+        session.run(
+            "pytest",
+            "tests/test_readme.py",
+            "-k",
+            "demo_command",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            env={"CACHETOOL_FRESH_INSTALL": "1"},
+        )

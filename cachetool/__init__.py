@@ -18,21 +18,45 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+#: Every public name and the module it lives in. One function per command (the command's options
+#: are its keywords: `--no-verify` is `verify=False`, `--cache-dir` its first argument), then the
+#: types they return and take.
 _LAZY = {
+    # ls, show, dirs, demo
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.scan",
+    "resolve_dirs": "cachetool.cache.dirs",
+    "resolve_cache_root": "cachetool.cache.dirs",
+    "build_demo": "cachetool.demo",
+    # run, lineage
+    "run_script": "cachetool.trace.runner",
+    "tracing": "cachetool.trace",
+    "install_tracing": "cachetool.trace",
+    "load_graph": "cachetool.lineage.graph",
+    # verify
+    "verify_cache": "cachetool.maintenance.verify",
+    # gc, pin, unpin
+    "plan_gc": "cachetool.maintenance.gc",
+    "GcOptions": "cachetool.maintenance.gc",
+    "add_pin": "cachetool.maintenance.pins",
+    "remove_pin": "cachetool.maintenance.pins",
+    "read_pins": "cachetool.maintenance.pins",
+    # explain, stats
+    "explain_fingerprint": "cachetool.lineage.explain",
+    "explain_run": "cachetool.lineage.explain",
+    "ledger_stats": "cachetool.lineage.stats",
+    "zero_stats": "cachetool.lineage.stats",
+    # check-determinism
+    "check_determinism": "cachetool.determinism.runner",
+    "checkpoint": "cachetool.determinism.checkpoint",
+    # report
+    "write_report": "cachetool.report",
+    # what they return
     "CacheReport": "cachetool.cache.scan",
     "DatasetDir": "cachetool.cache.scan",
     "Entry": "cachetool.cache.scan",
     "CacheFile": "cachetool.cache.scan",
     "Kind": "cachetool.cache.layout",
-    "resolve_dirs": "cachetool.cache.dirs",
-    "resolve_cache_root": "cachetool.cache.dirs",
-    "build_demo": "cachetool.demo",
-    "checkpoint": "cachetool.determinism.checkpoint",
-    "check_determinism": "cachetool.determinism.runner",
-    "tracing": "cachetool.trace",
-    "install_tracing": "cachetool.trace",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

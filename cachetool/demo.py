@@ -65,14 +65,23 @@ class Demo:
     final_fingerprint: str
 
 
+#: The modification time the demo's CSV gets (2024-01-01 UTC): `datasets` hashes a data file's
+#: path and mtime into the fingerprints, so a demo built again in the same folder makes the same
+#: fingerprints and reuses its cache.
+DEMO_MTIME = 1704067200
+
+
 def write_demo_files(folder: Path, rows: int = 400) -> Path:
-    """Write the CSV input and the pipeline script into `folder`; returns the script's path."""
+    """Write the CSV input (modified at `DEMO_MTIME`) and the pipeline script into `folder`;
+    returns the script's path."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "reviews.csv", "w", encoding="utf-8") as f:
+    csv = folder / "reviews.csv"
+    with open(csv, "w", encoding="utf-8") as f:
         f.write("id,text,label\n")
         for i in range(rows):
             words = " ".join(_WORDS[(i * k + 3) % len(_WORDS)] for k in range(1 + i % 7))
             f.write(f"{i},review {i}: {words},{i % 2}\n")
+    os.utime(csv, (DEMO_MTIME, DEMO_MTIME))
     script = folder / "pipeline.py"
     script.write_text(DEMO_SCRIPT, encoding="utf-8")
     return script

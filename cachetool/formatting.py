@@ -57,13 +57,42 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
-def human_age(ts: float | None, now: float | None = None) -> str:
+def local_minute(ts: float) -> str:
+    """`2026-11-24 14:05`: a moment in local time, to the minute, for people."""
+    return local_time(ts, seconds=False)
+
+
+def local_time(ts: float | None, *, seconds: bool = True) -> str:
+    """`2026-11-20 10:31:05` (`seconds=False`: `2026-11-20 10:31`) in local time; `?` for unknown."""
+    if not isinstance(ts, (int, float)):
+        return "?"
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def clock_time(ts: float | None) -> str:
+    """`10:31` today, else `2026-11-20 10:31` (local time); `?` for unknown."""
+    if not isinstance(ts, (int, float)):
+        return "?"
+    when = datetime.fromtimestamp(ts)
+    if when.date() == datetime.now().date():
+        return when.strftime("%H:%M")
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def short_duration(seconds: float) -> str:
+    """`340 ms`, `12.5 s`, `3.2 min`: how long a step took."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def time_ago(ts: float | None, now: float | None = None) -> str:
     """`3 hours ago`: how long before `now` (default: the present) the time `ts` was; "" for None."""
     if ts is None:
         return ""
-    import humanize
-
-    return str(humanize.naturaltime(max(0.0, (now or time.time()) - ts)))
+    return human_age((now or time.time()) - ts)
 
 
 def age_short(ts: float | None, now: float) -> str:
@@ -89,6 +118,46 @@ def human_duration(seconds: float) -> str:
     import humanize
 
     return str(humanize.naturaldelta(seconds))
+
+
+def compact_duration(seconds: float) -> str:
+    """`30d`, `1h`, `90s`: the shortest exact form, as duration options are written."""
+    s = int(seconds)
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def compact_age(seconds: float) -> str:
+    """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit, in the units of
+    `compact_duration` (gc's reasons set it beside an option value such as `--older-than 30d`)."""
+    s = max(0, int(seconds))
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def human_age(seconds: float) -> str:
+    """`3 hours ago`, `a second ago`, `now`: how long ago something happened, for people."""
+    import humanize
+
+    return str(humanize.naturaltime(max(0.0, seconds)))
+
+
+#: The units of `short_age`, largest first (a month is 30 days, a year 365).
+_AGE_UNITS = (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60))
+
+
+def short_age(seconds: float) -> str:
+    """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y`: an age rounded down to its largest unit,
+    narrow enough for a table column."""
+    s = max(0.0, seconds)
+    for unit, size in _AGE_UNITS:
+        if s >= size:
+            return f"{int(s // size)}{unit}"
+    return f"{int(s)}s"
 
 
 def safe_text(text: str) -> str:

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +112,140 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
     monkeypatch.setenv("COLUMNS", "120")
     yield tmp_path
+
+
+def invoke(*args: str, env: Mapping[str, str] | None = None, columns: int = 120) -> Any:
+    """`cachetool ARGS` run in this process, as at a terminal `columns` wide (stdout and stderr
+    apart, exceptions raised)."""
+    from typer.testing import CliRunner
+
+    from cachetool.cli.app import app
+
+    return CliRunner().invoke(
+        app, list(args), env={**(env or {}), "COLUMNS": str(columns)}, catch_exceptions=False
+    )
+
+
+@pytest.fixture(scope="session")
+def leftovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The cache of tests/builders/build_leftovers.py, built once even under xdist."""
+    from filelock import FileLock
+
+    base_tmp = tmp_path_factory.getbasetemp()
+    shared = base_tmp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_tmp
+    base = shared / "gc_leftovers"
+    with FileLock(str(shared / "gc_leftovers.lock")):
+        made_file = base / "made.json"
+        if not made_file.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir()
+            (base / "tmp").mkdir()  # the builder's temp dir is part of what the tests copy
+            proc = subprocess.run(
+                [sys.executable, str(BUILDERS / "build_leftovers.py"), str(base)],
+                env=hf_env(base, TMPDIR=str(base / "tmp")),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            made_file.write_text(proc.stdout.strip().splitlines()[-1])
+    made: dict[str, Any] = json.loads(made_file.read_text())
+    made["base"] = base
+    return made
+
+
+@pytest.fixture
+def copy(leftovers: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the leftovers cache (cache/ and tmp/), in a base that hf_env understands."""
+    for k in list(os.environ):
+        if k.startswith(("HF_", "CACHETOOL_")):
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+    base = tmp_path / "base"
+    for name in ("cache", "tmp"):
+        shutil.copytree(leftovers["base"] / name, base / name, symlinks=True)
+    return base
+
+
+def cachetool_run(
+    script: str | os.PathLike[str],
+    *args: str,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = 300,
+    check: bool = True,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m cachetool run SCRIPT ARGS...` as a user runs a pipeline: a process of its own
+    with the environment `env` (see `hf_env`), its output captured as text. With `check`, a
+    failure fails the test with the end of the pipeline's stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "run", os.fspath(script), *args],
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+#: The input of the golden cache, at one path for every session: `datasets` hashes a data file's
+#: path and modification time into the fingerprints, so the same path, bytes and mtime give the
+#: same cache, fingerprints included, in every session and on every machine.
+GOLDEN_CSV = Path("/tmp/cachetool-golden-input/reviews.csv")
+
+
+def _golden_csv(made: Path) -> None:
+    """Put the bytes of `made` at GOLDEN_CSV unless they are there already (sessions running at
+    the same time find the file complete: it appears by one rename, with its mtime set)."""
+    from filelock import FileLock
+
+    from cachetool.demo import DEMO_MTIME
+
+    GOLDEN_CSV.parent.mkdir(exist_ok=True)
+    data = made.read_bytes()
+    with FileLock(str(GOLDEN_CSV.parent / ".lock")):
+        try:
+            st = GOLDEN_CSV.stat()
+            if st.st_mtime == DEMO_MTIME and GOLDEN_CSV.read_bytes() == data:
+                return
+        except FileNotFoundError:
+            pass
+        tmp = GOLDEN_CSV.with_name(f".{GOLDEN_CSV.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.utime(tmp, (DEMO_MTIME, DEMO_MTIME))
+        os.replace(tmp, GOLDEN_CSV)
+
+
+@pytest.fixture(scope="session")
+def golden() -> dict[str, Any]:
+    """The golden cache: `cachetool demo`'s pipeline (a csv load, two maps, a filter, a shuffle, a
+    `num_proc=2` map, a `save_to_disk`) run under `cachetool run` on GOLDEN_CSV, built once per
+    session. Its fingerprints and sizes are the same in every session; only times and the temp
+    folder differ. Tests read it; a test that changes it puts it back as it was."""
+    from cachetool.demo import write_demo_files
+
+    # A folder whose path has the same length in every session, so that where a command shortens
+    # a path to fit (`show`), it keeps the same names.
+    base = Path(tempfile.mkdtemp(prefix="ct-golden-", dir="/tmp"))
+    _SHORT_TMP_DIRS.append(base)  # removed at the end of the session
+    script = write_demo_files(base / "demo")
+    _golden_csv(base / "demo" / "reviews.csv")
+    text = script.read_text(encoding="utf-8")
+    fixed = text.replace('os.path.join(here, "reviews.csv")', repr(str(GOLDEN_CSV)))
+    assert fixed != text, "the demo pipeline no longer reads reviews.csv from its folder"
+    script.write_text(fixed, encoding="utf-8")
+    env = hf_env(base)
+    proc = cachetool_run(script, env=env, cwd=script.parent)
+    return {
+        "base": base,
+        "env": env,
+        "cache": env["HF_DATASETS_CACHE"],
+        "folder": script.parent,
+        "final": proc.stdout.split()[-1],
+        "run": proc,
+    }

@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    from conftest import cachetool_run  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
 SCRIPT = textwrap.dedent(
@@ -162,15 +162,7 @@ class ExplainRuns:
 
 
 def _run(project: Path, env: dict[str, str]) -> tuple[dict[str, str], str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
 

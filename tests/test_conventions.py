@@ -165,35 +165,6 @@ class TestOnRealCache:
         by_used = invoke("ls", cache, "-q", "--sort", "used:asc").stdout
         assert invoke("ls", cache, "-q", "--sort", "accessed:asc").stdout == by_used and by_used
 
-    def test_pins_are_listed_marked_and_filtered(self, real_cache: dict[str, Any]) -> None:
-        """`pin --list` (human, --json, -q) lists the pins; `ls` and `show` mark pinned entries;
-        `ls --filter pinned=yes` keeps only them."""
-        cache, fp = real_cache["cache"], real_cache["csv_source"]
-        assert invoke("pin", "--list", "--cache-dir", cache).stdout.startswith("No pins in ")
-        assert invoke("pin", fp, "--cache-dir", cache).exit_code == 0
-        try:
-            assert invoke("pin", "--list", "-q", "--cache-dir", cache).stdout == f"{fp}\n"
-            doc = json.loads(invoke("pin", "--list", "--json", "--cache-dir", cache).stdout)
-            assert list(doc) == ["version", "root", "pins"]
-            (pin,) = doc["pins"]
-            assert (pin["fingerprint"], pin["kind"], pin["path"]) == (fp, "source", pin["path"])
-            assert pin["size"] > 0 and pin["time"].endswith("+00:00")
-            human = invoke("pin", "--list", "--cache-dir", cache).stdout
-            assert fp in human and "source" in human
-            assert invoke("ls", cache, "-q", "--filter", "pinned=yes").stdout == f"{fp}\n"
-            assert fp not in invoke("ls", cache, "-q", "--filter", "pinned=no").stdout
-            listing = json.loads(invoke("ls", cache, "--json").stdout)["entries"]
-            assert [e["fingerprint"] for e in listing if e["pinned"]] == [fp]
-            table = invoke("ls", cache).stdout
-            row = next(line for line in table.splitlines() if fp in line)
-            assert " yes " in row and "pin" in table
-            shown = invoke("show", fp, "--cache-dir", cache).stdout
-            assert "pinned" in shown and "gc never evicts it" in shown
-            assert json.loads(invoke("show", fp, "--cache-dir", cache, "--json").stdout)["pinned"] is True
-        finally:
-            invoke("unpin", fp, "--cache-dir", cache)
-        assert invoke("ls", cache, "-q", "--filter", "pinned=yes").stdout == ""
-
     def test_every_json_document_starts_with_version(self, real_cache: dict[str, Any]) -> None:
         """One envelope: `version` first, then the command's fields, in every command."""
         cache, fp = real_cache["cache"], real_cache["csv_source"]
@@ -235,7 +206,7 @@ class TestOnRealCache:
 def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
     """`ps` shows a pipeline started with `cachetool run` by its script and arguments (as
     `python prepare.py --rows 10` would), not as `python -c import sys; …`."""
-    from tests.conftest import hf_env
+    from tests.conftest import cachetool_run, hf_env
 
     (tmp_path / "prepare.py").write_text(
         "import os, subprocess\n"
@@ -243,15 +214,7 @@ def test_run_shows_the_script_in_ps(tmp_path: Path) -> None:
         "print(subprocess.run(ps, capture_output=True, text=True).stdout.strip())\n",
         encoding="utf-8",
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", "prepare.py", "--rows", "10"],
-        cwd=tmp_path,
-        env=hf_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = cachetool_run("prepare.py", "--rows", "10", env=hf_env(tmp_path), cwd=tmp_path, timeout=60)
     shown = proc.stdout.strip()
     assert shown.endswith(" prepare.py --rows 10"), shown
     assert " -c " not in shown and "import" not in shown, shown
@@ -309,20 +272,9 @@ def test_gc_plan_at_80_columns_names_every_item_whole(real_cache: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def traced_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def traced_cache(golden: dict[str, Any]) -> dict[str, Any]:
     """`cachetool demo`'s cache: a pipeline of six steps recorded by `cachetool run`."""
-    from tests.conftest import hf_env
-
-    base = tmp_path_factory.mktemp("quiet")
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "demo", str(base / "demo")],
-        env=hf_env(base),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    cache = str(base / "demo" / "cache")
+    cache = golden["cache"]
     final = json.loads(invoke("ls", cache, "--json", "--filter", "kind=shards").stdout)["entries"][0]
     return {"cache": cache, "final": final["fingerprint"]}
 
@@ -344,8 +296,13 @@ def test_quiet_prints_ids_that_compose(traced_cache: dict[str, Any]) -> None:
     assert (sound.exit_code, sound.stdout) == (0, "")
     victim = chain[1]
     path = Path(json.loads(invoke("show", victim, "--cache-dir", cache, "--json").stdout)["path"])
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    broken = invoke("verify", "--cache-dir", cache, "-q")
+    data, st = path.read_bytes(), path.stat()
+    path.write_bytes(data[: st.st_size // 2])
+    try:
+        broken = invoke("verify", "--cache-dir", cache, "-q")
+    finally:  # the demo cache is shared by the session's tests: put the file back as it was
+        path.write_bytes(data)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert (broken.exit_code, broken.stdout) == (1, f"{victim}\n")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from cachetool.determinism.analysis import analyze
 from cachetool.determinism.render import human_lines
 from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
-from tests.conftest import hf_env
+from cachetool.lineage.records import ArgInfo
+from tests.conftest import cachetool_run, hf_env
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -78,7 +80,7 @@ def check(script: str, where: Path, mode: str, cold: bool = True) -> Determinism
     )
 
 
-def _fingerprint(parent: str, transform: Any, args: dict[str, Any]) -> str:
+def _fingerprint(parent: str, transform: Any, args: Mapping[str, ArgInfo]) -> str:
     """`datasets.fingerprint.update_fingerprint` recomputed from recorded digests: the parent, the
     transform, then each argument name and its value's digest (here: the root of its hash tree)."""
     from datasets.fingerprint import Hasher
@@ -92,7 +94,7 @@ def _fingerprint(parent: str, transform: Any, args: dict[str, Any]) -> str:
             for key in sorted(args)
             for item in (
                 (str(type(key)), Hasher.hash(key)),
-                (f"<class '{args[key]['type']}'>", args[key]["tree"]["d"]),
+                (f"<class '{args[key].type}'>", args[key].tree["d"]),
             )
         ],
     ]:
@@ -108,31 +110,24 @@ def test_hash_trees_are_what_datasets_hashed_before_the_map_ran(base: Path) -> N
     map's fingerprint is recomputed exactly from its trees' root digests."""
     env = hf_env(base / "trees", CACHETOOL_TRACE_EVENTS=str(base / "events.jsonl"), CACHETOOL_TRACE_TREES="1")
     script = "m01_tokenizer_truncation_inside_map.py"
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", script],
-        env=env,
-        cwd=CORPUS,
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
-    maps = [e for e in read_events(base / "events.jsonl") if e["operation"] == "map"]
-    assert [m["split"] for m in maps] == ["train", "test"]
+    cachetool_run(script, env=env, cwd=CORPUS, timeout=120)
+    maps = [e for e in read_events(base / "events.jsonl") if e.operation == "map"]
+    assert [m.split for m in maps] == ["train", "test"]
     for event in maps:
-        for entry in event["args"].values():
-            assert entry["tree"]["d"] == entry["digest"]
-        transform = event["transform"]
-        assert _fingerprint(event["parents"][0], transform, event["args"]) == event["result"]
+        for entry in event.args.values():
+            assert entry.tree is not None and entry.tree["d"] == entry.digest
+        transform = event.transform
+        assert _fingerprint(event.parents[0], transform, event.args) == event.result
 
     def truncation(tree: dict[str, Any]) -> str:
         tok = next(c for c in tree["c"] if c["l"] == "global 'tok'")
         return str(next(c for c in tok["c"] if c["l"] == ".truncation")["r"])
 
-    train, test = (m["args"]["function"] for m in maps)
-    assert truncation(train["tree"]) == "None"
-    assert truncation(train["after"]).startswith("{'direction': 'Right', 'max_length': 4")
-    assert truncation(test["tree"]) == truncation(train["after"])
-    assert "after" not in test  # configuring it again changes nothing
+    train, test = (m.args["function"] for m in maps)
+    assert truncation(train.tree) == "None"  # type: ignore[arg-type]
+    assert truncation(train.after).startswith("{'direction': 'Right', 'max_length': 4")  # type: ignore[arg-type]
+    assert truncation(test.tree) == truncation(train.after)  # type: ignore[arg-type]
+    assert test.after is None  # configuring it again changes nothing
 
 
 @pytest.mark.slow
@@ -428,15 +423,7 @@ def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
     fingerprints = []
     for name in ("pipeline.py", "pipeline_b.py"):
         (tmp_path / name).write_text(RENAMED)
-        proc = subprocess.run(
-            [sys.executable, "-m", "cachetool", "run", name, str(data)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr
+        proc = cachetool_run(name, str(data), env=env, cwd=tmp_path, timeout=120)
         fingerprints.append(proc.stdout.split()[-1])
     assert fingerprints[0] != fingerprints[1]
     report = explain_fingerprint(env["HF_DATASETS_CACHE"], fingerprints[1])
@@ -460,14 +447,7 @@ def test_everyday_tracing_builds_no_hash_tree(base: Path) -> None:
     """`cachetool run` (the ledger) keeps bounded summaries only: no hash tree at hash time, no
     tree after the step, no column heads; those are for check-determinism's runs."""
     env = hf_env(base / "everyday")
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", "m01_tokenizer_truncation_inside_map.py"],
-        env=env,
-        cwd=CORPUS,
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
+    cachetool_run("m01_tokenizer_truncation_inside_map.py", env=env, cwd=CORPUS, timeout=120)
     segments = list(Path(env["HF_DATASETS_CACHE"]).glob(".cachetool/**/*.jsonl"))
     records = [json.loads(line) for seg in segments for line in seg.read_text().splitlines() if line]
     maps = [r for r in records if r.get("operation") == "map"]

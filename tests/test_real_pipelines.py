@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import hf_env
+from tests.conftest import cachetool_run, hf_env
 
 PIPELINE = textwrap.dedent(
     """\
@@ -70,21 +70,14 @@ class Runs:
 
 
 def _run(base: Path, env: dict[str, str], cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cachetool",
-            "run",
-            str(base / "project" / "pipeline.py"),
-            str(cache.parent),
-            *args,
-        ],
+    return cachetool_run(
+        base / "project" / "pipeline.py",
+        str(cache.parent),
+        *args,
         env={**env, "HF_DATASETS_CACHE": str(cache)},
         cwd=base / "project",
-        capture_output=True,
-        text=True,
         timeout=240,
+        check=False,
     )
 
 

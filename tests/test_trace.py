@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run
     from tests.lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env
 except ImportError:
+    from conftest import cachetool_run  # type: ignore[no-redef]
     from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env  # type: ignore[no-redef]
 
 from cachetool.lineage.graph import LineageGraph, load_graph
@@ -374,15 +376,7 @@ def test_run_behaves_like_python(probe: tuple[Path, Path, dict[str, str]], args:
         text=True,
         timeout=60,
     )
-    traced = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", rel, *args],
-        cwd=cwd,
-        env=env,
-        input="hello",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    traced = cachetool_run(rel, *args, env=env, cwd=cwd, input="hello", timeout=60, check=False)
     assert (traced.returncode, traced.stdout, traced.stderr) == (plain.returncode, plain.stdout, plain.stderr)
     if args == ["--raise"]:
         assert plain.stderr.splitlines()[-1] == "ValueError: bad input"
@@ -391,13 +385,6 @@ def test_run_behaves_like_python(probe: tuple[Path, Path, dict[str, str]], args:
 
 
 def test_run_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", "nope.py"],
-        cwd=tmp_path,
-        env=subprocess_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cachetool_run("nope.py", env=subprocess_env(tmp_path), cwd=tmp_path, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "Error: can't open file 'nope.py': No such file or directory"

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    from conftest import cachetool_run  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
@@ -58,10 +60,9 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Traced:
     work.mkdir()
     saved = tmp_path / "saved"
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cmd = [sys.executable, "-m", "cachetool", "run", str(tmp_path / "p.py"), str(tmp_path / "d.csv")]
-    cmd.append(str(saved))
-    proc = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
+    proc = cachetool_run(
+        tmp_path / "p.py", str(tmp_path / "d.csv"), str(saved), env=env, cwd=work, timeout=180
+    )
     assert "cachetool: warning" not in proc.stderr
     return Traced(tmp_path, work, saved, env, json.loads(proc.stdout.strip().splitlines()[-1]))
 

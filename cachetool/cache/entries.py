@@ -158,9 +158,9 @@ def attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[En
     by_lock_path: dict[Path, tuple[Path, str | None]] = {}
     by_lock_name: dict[str, tuple[Path, str | None]] = {}
     for path, name in guarded:
-        by_lock_path[path.parent / f"{path.name}_builder.lock"] = (path, name)
-        by_lock_path[path.parent / f"{path.name}.incomplete_info.lock"] = (path, name)
-        by_lock_name[os.fsdecode(path.as_posix()).replace("/", "_") + ".lock"] = (path, name)
+        by_lock_path[path.parent / layout.builder_lock_name(path.name)] = (path, name)
+        by_lock_path[path.parent / layout.info_lock_name(path.name)] = (path, name)
+        by_lock_name[layout.root_lock_name(os.fsdecode(path.as_posix()))] = (path, name)
     out = []
     for e in entries:
         hit = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import Literal
 
 
 class Kind(str, Enum):
@@ -35,6 +36,8 @@ class Kind(str, Enum):
 
 #: Kinds that hold a dataset state with a fingerprint (or a recomputable one).
 DATA_KINDS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED, Kind.ARROW})
+#: Kinds `datasets` itself writes into a cache folder (its folders are where its leftovers can be).
+WRITTEN_BY_DATASETS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED})
 #: Kinds that `cachetool gc --temp` is about.
 LEFTOVER_KINDS = frozenset({Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE})
 
@@ -50,9 +53,9 @@ CACHE_FILE_RE = re.compile(rf"^cache-(?P<fp>{_FP})(?:_(?P<rank>\d{{5}})_of_(?P<c
 TEMP_FILE_RE = re.compile(r"^tmp[a-z0-9_]{8}$")
 SAVED_SHARD_RE = re.compile(r"^data-(?P<index>\d{5})-of-(?P<count>\d{5})\.arrow$")
 SOURCE_SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?:arrow|parquet)$")
-# Written inside <hash>.incomplete/ by a running or killed prepare: job id, shard id and a literal NNNNN.
-PREPARE_PART_RE = re.compile(r"^.+-\d{5}-\d{5}-of-NNNNN\.(?:arrow|parquet)$")
 INCOMPLETE_DIR_SUFFIX = ".incomplete"
+#: What `datasets` names a preparation folder (and its `.incomplete`) after: a module hash or a version.
+PREPARE_NAME_RE = re.compile(r"^(?:[0-9a-f]{16,64}|\d+\.\d+\.\d+)$")
 TEMP_DIR_RE = re.compile(r"^hf_datasets-[a-z0-9_]{8}$")
 #: What gc sets aside before it removes it (same folder, so a rename never crosses file systems):
 #: `.cachetool-gc-<gc pid>-<n>`. Left behind only by a gc that was killed; the next gc removes it.
@@ -64,7 +67,11 @@ POOL_DIR_RE = re.compile(r"^pymp-[a-z0-9_]{8}$")
 CHECK_DIR_RE = re.compile(r"^cachetool-determinism-(?:(?P<pid>\d+)-)?[a-z0-9_]{8}$")
 
 
-def temp_folder_kind(name: str) -> str | None:
+#: What a temp-dir folder gc looks at is: `hf_datasets-*`, `pymp-*` or `cachetool-determinism-*`.
+TempKind = Literal["hf_datasets", "pymp", "determinism"]
+
+
+def temp_folder_kind(name: str) -> TempKind | None:
     """What a temp-dir entry is to gc: "hf_datasets", "pymp", "determinism", or None (not ours)."""
     if TEMP_DIR_RE.match(name):
         return "hf_datasets"
@@ -76,7 +83,6 @@ def temp_folder_kind(name: str) -> str | None:
 
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-INDICES_COLUMN = "indices"
 
 
 def parse_cache_file(name: str) -> tuple[str, int | None, int | None] | None:
@@ -121,3 +127,66 @@ def source_split_of(name: str, splits: list[str]) -> tuple[str, int | None, int 
 
 def is_incomplete_dir(name: str) -> bool:
     return name.endswith(INCOMPLETE_DIR_SUFFIX) and len(name) > len(INCOMPLETE_DIR_SUFFIX)
+
+
+# -- Locks: filelock files `datasets` takes and never deletes on Linux -------------------------------
+LOCK_SUFFIX = ".lock"
+#: `<folder>_builder.lock` next to a builder folder while it is prepared (`builder.py`).
+BUILDER_LOCK_SUFFIX = "_builder.lock"
+#: `<folder>.incomplete_info.lock`: `<output dir>_info.lock` taken while the `.incomplete` folder
+#: of a preparation writes its dataset_info.json.
+INFO_LOCK_SUFFIX = INCOMPLETE_DIR_SUFFIX + "_info.lock"
+#: filelock's shortened form of a name too long for the file system contains this; it cannot be
+#: decoded back into the path it guards.
+SHORTENED_LOCK_MARK = "..."
+
+
+class LockKind(str, Enum):
+    """What a lock file guards, by its name and place. The values are the words used in reasons."""
+
+    BUILDER = "builder lock"  # <folder>_builder.lock: the builder folder (and its .incomplete)
+    INFO = "info lock"  # <folder>.incomplete_info.lock: the same
+    DOWNLOAD = "download lock"  # downloads/<name>.lock: downloads/<name> (and <name>.incomplete)
+    EXTRACTION = "extraction lock"  # downloads/extracted/<sha>.lock: downloads/extracted/<sha>/
+    ROOT = "builder root lock"  # <root>/<absolute folder path, "/" turned into "_">.lock
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def builder_lock_name(folder_name: str) -> str:
+    return folder_name + BUILDER_LOCK_SUFFIX
+
+
+def info_lock_name(folder_name: str) -> str:
+    return folder_name + INFO_LOCK_SUFFIX
+
+
+def download_lock_name(download_name: str) -> str:
+    return download_name + LOCK_SUFFIX
+
+
+def root_lock_name(folder: str) -> str:
+    """The lock `DatasetBuilder.__init__` takes in the cache root for the folder at the absolute
+    path `folder` (as a POSIX string): every "/" turned into "_"."""
+    return folder.replace("/", "_") + LOCK_SUFFIX
+
+
+def parse_lock_name(name: str, parent: str, grandparent: str, in_root: bool) -> tuple[LockKind, str] | None:
+    """What a lock's name and place say it guards: (kind, base). `base` is the guarded name in
+    the same folder, or for a ROOT lock the mangled absolute path (leading "_"). `parent` and
+    `grandparent` are the names of the folders holding the lock; `in_root`: it sits directly in
+    the cache root. None: not a lock, or not one whose guard can be told from its name."""
+    for suffix, kind in ((BUILDER_LOCK_SUFFIX, LockKind.BUILDER), (INFO_LOCK_SUFFIX, LockKind.INFO)):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return kind, name[: -len(suffix)]
+    if not name.endswith(LOCK_SUFFIX) or len(name) <= len(LOCK_SUFFIX):
+        return None
+    base = name[: -len(LOCK_SUFFIX)]
+    if parent == "extracted" and grandparent == "downloads":
+        return LockKind.EXTRACTION, base
+    if parent == "downloads":
+        return LockKind.DOWNLOAD, base
+    if in_root and base.startswith("_") and SHORTENED_LOCK_MARK not in base:
+        return LockKind.ROOT, base
+    return None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cachetool.cache.arrow import ArrowSummary
 from cachetool.cache.frozen import fast_init
 from cachetool.cache.layout import Kind
-from cachetool.formatting import human_age, human_size, iso_time
+from cachetool.formatting import human_size, iso_time, time_ago
 
 if TYPE_CHECKING:
     from cachetool.lineage.ledger import Ledger
@@ -194,11 +194,11 @@ class Entry:
 
     @property
     def modified_str(self) -> str:
-        return human_age(self.modified)
+        return time_ago(self.modified)
 
     @property
     def used_str(self) -> str:
-        return human_age(self.used)
+        return time_ago(self.used)
 
     @property
     def kind_str(self) -> str:

@@ -413,12 +413,3 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Enum):
         return obj.value
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
-
-
-def confirm(question: str, yes: bool, out: Output) -> bool:
-    """Ask unless `--yes`; outside human mode or without a terminal, refuse with a clear message."""
-    if yes:
-        return True
-    if not out.human or not sys.stdin.isatty():
-        raise CachetoolError("refusing to act without confirmation: pass --yes")
-    return bool(typer.confirm(question, default=False))

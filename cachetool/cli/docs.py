@@ -119,12 +119,12 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Lineage: `run`, `lineage`",
-        ("cachetool.tracing", "cachetool.install_tracing", "cachetool.lineage.graph.load_graph"),
+        ("cachetool.run_script", "cachetool.tracing", "cachetool.install_tracing", "cachetool.load_graph"),
     ),
     (
         "Integrity: `verify`",
         (
-            "cachetool.maintenance.verify.verify_cache",
+            "cachetool.verify_cache",
             "cachetool.maintenance.verify.VerifyReport",
             "cachetool.maintenance.verify.Finding",
             "cachetool.maintenance.verify.quarantine",
@@ -134,27 +134,35 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Cleaning: `gc`, `pin`, `unpin`",
         (
-            "cachetool.maintenance.gc.GcOptions",
-            "cachetool.maintenance.gc.plan_gc",
+            "cachetool.GcOptions",
+            "cachetool.plan_gc",
             "cachetool.maintenance.gc.GcPlan",
             "cachetool.maintenance.gc.execute",
             "cachetool.maintenance.gc.GcResult",
-            "cachetool.maintenance.pins.add_pin",
-            "cachetool.maintenance.pins.remove_pin",
-            "cachetool.maintenance.pins.read_pins",
+            "cachetool.add_pin",
+            "cachetool.remove_pin",
+            "cachetool.read_pins",
         ),
     ),
     (
         "Why and how well: `explain`, `stats`",
         (
-            "cachetool.lineage.explain.explain_fingerprint",
-            "cachetool.lineage.explain.explain_run",
-            "cachetool.lineage.stats.ledger_stats",
-            "cachetool.lineage.stats.zero_stats",
+            "cachetool.explain_fingerprint",
+            "cachetool.explain_run",
+            "cachetool.ledger_stats",
+            "cachetool.zero_stats",
         ),
     ),
     ("Determinism: `check-determinism`", ("cachetool.check_determinism", "cachetool.checkpoint")),
-    ("A picture: `report`", ("cachetool.report.report",)),
+    (
+        "Fingerprints",
+        (
+            "cachetool.fingerprint.hash_object",
+            "cachetool.fingerprint.build_tree",
+            "cachetool.fingerprint.diff_trees",
+        ),
+    ),
+    ("A picture: `report`", ("cachetool.write_report", "cachetool.report.build_report")),
     ("The demo: `demo`", ("cachetool.build_demo",)),
     ("Errors and exit codes", ("cachetool.errors.CachetoolError", "cachetool.errors.ExitCode")),
 )
@@ -180,7 +188,7 @@ def _api_item(dotted: str) -> str:
     name = dotted.rpartition(".")[2]
     kind = "class" if inspect.isclass(obj) else "function"
     shown = _signature(obj, name) if kind == "function" else name
-    where = f"`{dotted}`" if not dotted.startswith("cachetool." + name) else f"`from cachetool import {name}`"
+    where = f"`from {dotted.rpartition('.')[0]} import {name}`"
     lines = [f"### `{shown}`", "", f"{kind}, {where}", ""]
     doc = _md_text(inspect.cleandoc(obj.__doc__ or "(no docstring)"))
     lines.append(doc)

@@ -60,21 +60,10 @@ def report_command(
 @handle_errors
 def _report(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.errors import CachetoolError
     from cachetool.formatting import human_size
-    from cachetool.report.html import _plotly, write_report
-    from cachetool.report.model import build_report
+    from cachetool.report import write_report
 
-    _plotly()  # say it is missing before the scan, not after
-    root = existing_root(cache_dir)
-    folder = output.parent if str(output.parent) else Path(".")
-    if not folder.is_dir():
-        raise CachetoolError(f"cannot write {output}: folder {folder} does not exist")
-    data = build_report(root, verify=not no_verify)
-    try:
-        size = write_report(data, output)
-    except OSError as e:
-        raise CachetoolError(f"cannot write {output}: {e.strerror or e}") from None
+    data, size = write_report(existing_root(cache_dir), output, verify=not no_verify)
     out = Output(fmt)
     path = os.path.abspath(output)
     for w in data.warnings[:5]:

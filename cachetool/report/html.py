@@ -6,12 +6,11 @@ from __future__ import annotations
 import html
 import json
 import os
-import time
 from collections import defaultdict
 from typing import Any
 
 from cachetool.errors import MissingDependency
-from cachetool.formatting import human_size
+from cachetool.formatting import human_age, human_size, local_time
 from cachetool.report.model import ReportData
 
 #: One colour per kind, shared by the treemap and its legend.
@@ -45,11 +44,7 @@ def _plotly() -> Any:
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    from cachetool.formatting import human_duration
-
-    return human_duration(seconds) + " ago"
+    return "?" if seconds is None else human_age(seconds)
 
 
 def treemap_figure(data: ReportData) -> Any:
@@ -150,7 +145,7 @@ def site_figures(data: ReportData) -> tuple[Any, Any]:
     rate = go.Figure()
     lost = go.Figure()
     for site, runs in sorted(sites.items()):
-        when = [time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.run_time)) for r in runs]
+        when = [local_time(r.run_time) for r in runs]
         name = html.escape(site)
         rate.add_trace(
             go.Scatter(x=when, y=[100 * r.hit_rate for r in runs], mode="lines+markers", name=name)
@@ -215,7 +210,7 @@ def render_html(data: ReportData) -> str:
         figures["hit-rate"] = json.loads(pio.to_json(rate))
         figures["time-lost"] = json.loads(pio.to_json(lost))
     root = html.escape(os.fsdecode(data.root))
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.generated_at))
+    when = local_time(data.generated_at)
     size = human_size(sum(t.size for t in data.tiles if t.parent == ""))
     no_runs = (
         "<p class='note'>No runs recorded in this cache. Run your pipeline with "
@@ -283,7 +278,7 @@ tr.error td {{ background: #fde8e8; }} tr.warning td {{ background: #fff6e0; }}
 """
 
 
-def write_report(data: ReportData, output: str | os.PathLike[str]) -> int:
+def write_page(data: ReportData, output: str | os.PathLike[str]) -> int:
     """Write the page to `output` (atomically: a partial page never replaces a good one) and
     return its size in bytes."""
     text = render_html(data).encode("utf-8")

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    from conftest import cachetool_run  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
@@ -64,15 +66,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
         encoding="utf-8",
     )
     env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv"],
-        env=env,
-        cwd=base,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = cachetool_run("p.py", "d.csv", env=env, cwd=base)
     return Made(base, env, json.loads(proc.stdout.strip().splitlines()[-1]))
 
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from cachetool.cli.app import app
 from cachetool.maintenance.gc import GcBusy, GcOptions, execute, gc_lock, plan_gc
-from tests.conftest import BUILDERS, hf_env, short_tmp_dir
+from tests.conftest import hf_env, short_tmp_dir
 
 DAY = 86400.0
 
@@ -29,47 +29,6 @@ DAY = 86400.0
 # ------------------------------------------------------------------------------------------
 # Fixtures: one real cache with leftovers, built once per session (shared by xdist workers)
 # ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def leftovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The cache of tests/builders/build_leftovers.py, built once even under xdist."""
-    from filelock import FileLock
-
-    base_tmp = tmp_path_factory.getbasetemp()
-    shared = base_tmp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_tmp
-    base = shared / "gc_leftovers"
-    with FileLock(str(shared / "gc_leftovers.lock")):
-        made_file = base / "made.json"
-        if not made_file.exists():
-            shutil.rmtree(base, ignore_errors=True)
-            base.mkdir()
-            (base / "tmp").mkdir()  # the builder's temp dir is part of what the tests copy
-            proc = subprocess.run(
-                [sys.executable, str(BUILDERS / "build_leftovers.py"), str(base)],
-                env=hf_env(base, TMPDIR=str(base / "tmp")),
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            made_file.write_text(proc.stdout.strip().splitlines()[-1])
-    made: dict[str, Any] = json.loads(made_file.read_text())
-    made["base"] = base
-    return made
-
-
-@pytest.fixture
-def copy(leftovers: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private copy of the leftovers cache (cache/ and tmp/), in a base that hf_env understands."""
-    for k in list(os.environ):
-        if k.startswith(("HF_", "CACHETOOL_")):
-            monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
-    base = tmp_path / "base"
-    for name in ("cache", "tmp"):
-        shutil.copytree(leftovers["base"] / name, base / name, symlinks=True)
-    return base
 
 
 def cli(*args: str) -> Any:
@@ -563,31 +522,6 @@ def test_max_size_evicts_least_recently_used_first(copy: Path, leftovers: dict[s
         leftovers["shards"],
         leftovers["derived"],
     }
-
-
-@pytest.mark.slow
-def test_pins_and_their_recorded_ancestors_survive(copy: Path, leftovers: dict[str, Any]) -> None:
-    """`cachetool pin` keeps an entry and the ancestors the ledger recorded for it; --keep keeps
-    one more; unpin releases them."""
-    cache = copy / "cache"
-    b, a = leftovers["chain_b"], leftovers["chain_a"]
-    res = cli("pin", b[:8], "--cache-dir", str(cache))
-    assert res.exit_code == 0 and b in res.stdout
-    assert json.loads((cache / ".cachetool" / "pins.json").read_text())["pins"].keys() == {b}
-    _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--keep", leftovers["derived"], "--dry-run")
-    planned = {i["fingerprint"] for i in doc["plan"]["items"]}
-    assert {a, b, leftovers["derived"]}.isdisjoint(planned)
-    assert {leftovers["indices"], leftovers["shards"], leftovers["train"], leftovers["test"]} <= planned
-    reasons = doc["plan"]["kept"]["reasons"]
-    # Ancestors of chain_b: chain_a, the source split, and the saved copy of the source (same fingerprint).
-    assert (reasons["pinned"], reasons["ancestors of pinned entries"], reasons["kept by --keep"]) == (1, 3, 1)
-    skipped = {s["fingerprint"]: s["reason"] for s in doc["plan"]["skipped"]}
-    assert skipped[b].startswith("pinned") and skipped[a] == f"ancestor of pinned {b}"
-    assert cli("unpin", b, "--cache-dir", str(cache)).exit_code == 0
-    assert cli("unpin", b, "--cache-dir", str(cache)).exit_code == 2
-    assert cli("pin", "ffffffffffff", "--cache-dir", str(cache)).exit_code == 2
-    _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--dry-run")
-    assert {a, b} <= {i["fingerprint"] for i in doc["plan"]["items"]}
 
 
 @pytest.mark.slow

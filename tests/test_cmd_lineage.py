@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
+from tests.conftest import cachetool_run, hf_env, invoke
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +175,30 @@ def test_help_has_examples() -> None:
         result = runner.invoke(app, [command, "--help"])
         assert result.exit_code == 0
         assert "Examples" in result.stdout
+
+
+@pytest.mark.slow
+def test_lineage_shows_a_step_gc_removed_as_deleted(tmp_path: Path) -> None:
+    from cachetool.demo import write_demo_files
+
+    env = hf_env(tmp_path)
+    script = write_demo_files(tmp_path / "demo")
+    run = cachetool_run(script, env=env)
+    final = run.stdout.strip().splitlines()[-1]
+    cache = env["HF_DATASETS_CACHE"]
+    chain = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json", env=env).stdout)["steps"]
+    victim = next(s["fingerprint"] for s in chain if s["operation"] == "filter")
+    gc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "gc", victim, "--cache-dir", cache, "--min-age", "0", "-y"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gc.returncode == 0, gc.stderr
+    after = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json", env=env).stdout)["steps"]
+    step = next(s for s in after if s["fingerprint"] == victim)
+    assert step["deleted"].startswith("deleted by gc ") and all(not f["exists"] for f in step["files"])
+    human = invoke("lineage", final, "--cache-dir", cache, env=env, columns=200).stdout
+    line = next(x for x in human.splitlines() if victim in x)
+    assert "deleted" in line

@@ -1,0 +1,31 @@
+"""`cachetool demo`: a real cache built, listed and explained, its output compared whole."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_output import check, run_process
+
+
+@pytest.fixture
+def fixed_folder() -> Iterator[Path]:
+    """`/tmp/cachetool-golden-demo`, emptied, for this test alone: the demo hashes its CSV's path,
+    so its fingerprints are the same only in the same folder (sessions take turns)."""
+    from filelock import FileLock
+
+    folder = Path("/tmp/cachetool-golden-demo")
+    with FileLock("/tmp/cachetool-golden-demo.lock"):
+        shutil.rmtree(folder, ignore_errors=True)
+        yield folder
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_demo(fixed_folder: Path, tmp_path: Path) -> None:
+    """`demo`: builds the cache, lists it, prints the lineage of its last step and what
+    `gc --temp` would remove, then hints where to look next."""
+    check("demo", run_process(["demo", str(fixed_folder)], tmp_path))

@@ -1,0 +1,69 @@
+"""`cachetool pin` / `unpin`: pins are listed, marked, filtered, and keep their entry and its
+recorded ancestors from gc."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import invoke
+from tests.test_cmd_gc import cli, gc_json
+
+
+@pytest.mark.slow
+def test_pins_and_their_recorded_ancestors_survive(copy: Path, leftovers: dict[str, Any]) -> None:
+    """`cachetool pin` keeps an entry and the ancestors the ledger recorded for it; --keep keeps
+    one more; unpin releases them."""
+    cache = copy / "cache"
+    b, a = leftovers["chain_b"], leftovers["chain_a"]
+    res = cli("pin", b[:8], "--cache-dir", str(cache))
+    assert res.exit_code == 0 and b in res.stdout
+    assert json.loads((cache / ".cachetool" / "pins.json").read_text())["pins"].keys() == {b}
+    _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--keep", leftovers["derived"], "--dry-run")
+    planned = {i["fingerprint"] for i in doc["plan"]["items"]}
+    assert {a, b, leftovers["derived"]}.isdisjoint(planned)
+    assert {leftovers["indices"], leftovers["shards"], leftovers["train"], leftovers["test"]} <= planned
+    reasons = doc["plan"]["kept"]["reasons"]
+    # Ancestors of chain_b: chain_a, the source split, and the saved copy of the source (same fingerprint).
+    assert (reasons["pinned"], reasons["ancestors of pinned entries"], reasons["kept by --keep"]) == (1, 3, 1)
+    skipped = {s["fingerprint"]: s["reason"] for s in doc["plan"]["skipped"]}
+    assert skipped[b].startswith("pinned") and skipped[a] == f"ancestor of pinned {b}"
+    assert cli("unpin", b, "--cache-dir", str(cache)).exit_code == 0
+    assert cli("unpin", b, "--cache-dir", str(cache)).exit_code == 2
+    assert cli("pin", "ffffffffffff", "--cache-dir", str(cache)).exit_code == 2
+    _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--dry-run")
+    assert {a, b} <= {i["fingerprint"] for i in doc["plan"]["items"]}
+
+
+@pytest.mark.slow
+def test_pins_are_listed_marked_and_filtered(real_cache: dict[str, Any]) -> None:
+    """`pin --list` (human, --json, -q) lists the pins; `ls` and `show` mark pinned entries;
+    `ls --filter pinned=yes` keeps only them."""
+    cache, fp = real_cache["cache"], real_cache["csv_source"]
+    assert invoke("pin", "--list", "--cache-dir", cache).stdout.startswith("No pins in ")
+    assert invoke("pin", fp, "--cache-dir", cache).exit_code == 0
+    try:
+        assert invoke("pin", "--list", "-q", "--cache-dir", cache).stdout == f"{fp}\n"
+        doc = json.loads(invoke("pin", "--list", "--json", "--cache-dir", cache).stdout)
+        assert list(doc) == ["version", "root", "pins"]
+        (pin,) = doc["pins"]
+        assert (pin["fingerprint"], pin["kind"], pin["path"]) == (fp, "source", pin["path"])
+        assert pin["size"] > 0 and pin["time"].endswith("+00:00")
+        human = invoke("pin", "--list", "--cache-dir", cache).stdout
+        assert fp in human and "source" in human
+        assert invoke("ls", cache, "-q", "--filter", "pinned=yes").stdout == f"{fp}\n"
+        assert fp not in invoke("ls", cache, "-q", "--filter", "pinned=no").stdout
+        listing = json.loads(invoke("ls", cache, "--json").stdout)["entries"]
+        assert [e["fingerprint"] for e in listing if e["pinned"]] == [fp]
+        table = invoke("ls", cache).stdout
+        row = next(line for line in table.splitlines() if fp in line)
+        assert " yes " in row and "pin" in table
+        shown = invoke("show", fp, "--cache-dir", cache).stdout
+        assert "pinned" in shown and "gc never evicts it" in shown
+        assert json.loads(invoke("show", fp, "--cache-dir", cache, "--json").stdout)["pinned"] is True
+    finally:
+        invoke("unpin", fp, "--cache-dir", cache)
+    assert invoke("ls", cache, "-q", "--filter", "pinned=yes").stdout == ""

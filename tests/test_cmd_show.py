@@ -1,0 +1,44 @@
+"""`cachetool show` on a real cache: files, schema, completeness, exact error lines."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.conftest import invoke
+
+
+@pytest.mark.slow
+def test_show_by_prefix_prints_files_schema_and_completeness(real_cache: dict[str, Any]) -> None:
+    result = invoke("show", real_cache["shards"][:7], "--cache-dir", real_cache["cache"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert real_cache["shards"] in out and "shards 2/2" in out
+    # The file table names each file whole and says whether its recorded fingerprint matches it.
+    row = next(line for line in out.splitlines() if f"{real_cache['shards']}_00001_of_00002" in line)
+    assert row.split()[0] == f"cache-{real_cache['shards']}_00001_of_00002.arrow" and "matches" in row
+    whole = invoke("show", real_cache["shards"][:7], "--cache-dir", real_cache["cache"], "--no-truncate")
+    assert f"{real_cache['shards']}_00001_of_00002 (matches)" in whole.stdout
+    assert "complete" in out and "Schema" in out and "large_string" in out
+
+
+@pytest.mark.slow
+def test_show_json_of_a_source_split_has_expected_rows_and_features(real_cache: dict[str, Any]) -> None:
+    doc = json.loads(
+        invoke("show", real_cache["csv_source"], "--cache-dir", real_cache["cache"], "--json").stdout
+    )
+    assert doc["kind"] == "source" and doc["expected_rows"] == 300 and doc["rows"] == 300
+    assert doc["features"]["text"] == {"dtype": "large_string", "_type": "Value"}
+    assert doc["files"][0]["complete"] is True and doc["files"][0]["fingerprint_in_file"] is None
+
+
+@pytest.mark.slow
+def test_show_ambiguous_and_unknown_are_usage_errors(real_cache: dict[str, Any]) -> None:
+    result = invoke("show", "zzzz", "--cache-dir", real_cache["cache"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: no cache entry matches 'zzzz' in {real_cache['cache']}"
+    amb = invoke("show", real_cache["mapped"], "--cache-dir", real_cache["cache"])
+    assert amb.exit_code == 2
+    assert amb.stderr.startswith(f"Error: '{real_cache['mapped']}' is ambiguous: it matches 2 entries")
