@@ -95,24 +95,6 @@ def time_ago(ts: float | None, now: float | None = None) -> str:
     return human_age((now or time.time()) - ts)
 
 
-def age_short(ts: float | None, now: float) -> str:
-    """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y` ago: narrow enough for a table."""
-    if ts is None:
-        return ""
-    d = max(0.0, now - ts)
-    for unit, size in (
-        ("y", 365 * 86400),
-        ("mo", 30 * 86400),
-        ("w", 7 * 86400),
-        ("d", 86400),
-        ("h", 3600),
-        ("m", 60),
-    ):
-        if d >= size:
-            return f"{int(d // size)}{unit} ago"
-    return f"{int(d)}s ago"
-
-
 def human_duration(seconds: float) -> str:
     """`3 hours`, `12 seconds`: a rounded span of time for people."""
     import humanize

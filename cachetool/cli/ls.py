@@ -282,7 +282,7 @@ def _table_rows(
 ) -> list[dict[str, str]]:
     """Each entry's cells, by column name."""
     from cachetool.cache.query import is_pinned
-    from cachetool.formatting import age_short
+    from cachetool.formatting import short_age
 
     return [
         {
@@ -294,8 +294,8 @@ def _table_rows(
             "rows": "" if e.rows is None else f"{e.rows:,}",
             "cols": str(len(e.columns) or ""),
             "size": e.size_str,
-            "modified": age_short(e.modified, now),
-            "used": age_short(e.used, now),
+            "modified": "" if e.modified is None else short_age(now - e.modified) + " ago",
+            "used": "" if e.used is None else short_age(now - e.used) + " ago",
             "op": e.operation or "",
             "parent": e.parent or "",
         }
