@@ -13,7 +13,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry
-from cachetool.cache.walk import Item, Walker
+from cachetool.cache.walk import Item, Walker, list_dir
 
 #: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
 _TF_HINT = re.compile(r"\.index$|\.data-\d{5}-of-\d{5}$|\.lockfile$|\.tempstate\d")
@@ -93,7 +93,7 @@ class NonDataWalker(Walker):
         )
 
     def downloads(self, path: Path) -> None:
-        items, err = self.listing(path)
+        items, err = list_dir(path)
         if err:
             self.warn(path, err)
             return
@@ -126,7 +126,7 @@ class NonDataWalker(Walker):
             )
 
     def extracted(self, path: Path) -> None:
-        items, err = self.listing(path)
+        items, err = list_dir(path)
         if err:
             self.warn(path, err)
             return
