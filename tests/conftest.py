@@ -84,20 +84,37 @@ def hf_env(base: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def shared_session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's temp folder, common to every xdist worker (each worker has one of its own
+    below it): what is built there once serves them all."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def real_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A cache holding every kind of entry (see tests/builders/build_cache.py), built once."""
-    base = tmp_path_factory.mktemp("real_cache")
-    env = hf_env(base, HF_HUB_OFFLINE="0")  # the remote files come from a loopback HTTP server
-    proc = subprocess.run(
-        [sys.executable, str(BUILDERS / "build_cache.py"), str(base)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    made = json.loads(proc.stdout.strip().splitlines()[-1])
+    """A cache holding every kind of entry (see tests/builders/build_cache.py), built once per
+    session even under xdist. Tests only read it."""
+    from filelock import FileLock
+
+    shared = shared_session_dir(tmp_path_factory)
+    base = shared / "real_cache"
+    made_file = shared / "real_cache.json"
+    with FileLock(str(shared / "real_cache.lock")):
+        if not made_file.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir()
+            env = hf_env(base, HF_HUB_OFFLINE="0")  # the remote files come from a loopback HTTP server
+            proc = subprocess.run(
+                [sys.executable, str(BUILDERS / "build_cache.py"), str(base)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            made_file.write_text(proc.stdout.strip().splitlines()[-1])
+    made: dict[str, Any] = json.loads(made_file.read_text())
     made["base"] = str(base)
     return made
 
@@ -131,8 +148,7 @@ def leftovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The cache of tests/builders/build_leftovers.py, built once even under xdist."""
     from filelock import FileLock
 
-    base_tmp = tmp_path_factory.getbasetemp()
-    shared = base_tmp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_tmp
+    shared = shared_session_dir(tmp_path_factory)
     base = shared / "gc_leftovers"
     with FileLock(str(shared / "gc_leftovers.lock")):
         made_file = base / "made.json"
