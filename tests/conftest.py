@@ -143,9 +143,9 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     yield tmp_path
 
 
-def invoke(*args: str, env: Mapping[str, str] | None = None, columns: int = 120) -> Any:
+def invoke(*args: str, env: Mapping[str, str | None] | None = None, columns: int = 120) -> Any:
     """`cachetool ARGS` run in this process, as at a terminal `columns` wide (stdout and stderr
-    apart, exceptions raised)."""
+    apart, exceptions raised; a variable set to None in `env` is unset)."""
     from typer.testing import CliRunner
 
     from cachetool.cli.app import app

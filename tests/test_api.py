@@ -229,3 +229,13 @@ def test_every_function_the_docs_name_is_importable(name: str) -> None:
         except (ImportError, AttributeError):
             continue
     assert found, f"`{name}()` is not importable from any of {sorted(modules)}"
+
+
+def test_python_api_reference_is_generated_from_the_docstrings() -> None:
+    """docs/api.md is what `python -m cachetool.cli.docs docs/api.md` writes from the docstrings."""
+    from cachetool.cli.docs import API_END, API_START, api_reference
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = text.split(API_START, 1)[1].split(API_END, 1)[0]
+    assert block.strip() == api_reference().strip(), "run: python -m cachetool.cli.docs docs/api.md"
+    assert "### `scan_cache(" in block and "### `verify_cache(" in block and "### `plan_gc(" in block
