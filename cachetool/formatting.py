@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from datetime import datetime, timezone
 
 
@@ -56,11 +57,68 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
+def local_minute(ts: float) -> str:
+    """`2026-11-24 14:05`: a moment in local time, to the minute, for people."""
+    return local_time(ts, seconds=False)
+
+
+def local_time(ts: float | None, *, seconds: bool = True) -> str:
+    """`2026-11-20 10:31:05` (`seconds=False`: `2026-11-20 10:31`) in local time; `?` for unknown."""
+    if not isinstance(ts, (int, float)):
+        return "?"
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def clock_time(ts: float | None) -> str:
+    """`10:31` today, else `2026-11-20 10:31` (local time); `?` for unknown."""
+    if not isinstance(ts, (int, float)):
+        return "?"
+    when = datetime.fromtimestamp(ts)
+    if when.date() == datetime.now().date():
+        return when.strftime("%H:%M")
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def short_duration(seconds: float) -> str:
+    """`340 ms`, `12.5 s`, `3.2 min`: how long a step took."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def time_ago(ts: float | None, now: float | None = None) -> str:
+    """`3 hours ago`: how long before `now` (default: the present) the time `ts` was; "" for None."""
+    if ts is None:
+        return ""
+    return human_age((now or time.time()) - ts)
+
+
 def human_duration(seconds: float) -> str:
     """`3 hours`, `12 seconds`: a rounded span of time for people."""
     import humanize
 
     return str(humanize.naturaldelta(seconds))
+
+
+def compact_duration(seconds: float) -> str:
+    """`30d`, `1h`, `90s`: the shortest exact form, as duration options are written."""
+    s = int(seconds)
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def compact_age(seconds: float) -> str:
+    """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit, in the units of
+    `compact_duration` (gc's reasons set it beside an option value such as `--older-than 30d`)."""
+    s = max(0, int(seconds))
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
 
 
 def human_age(seconds: float) -> str:
@@ -82,23 +140,6 @@ def short_age(seconds: float) -> str:
         if s >= size:
             return f"{int(s // size)}{unit}"
     return f"{int(s)}s"
-
-
-def short_duration(seconds: float) -> str:
-    """`454 ms`, `12.5 s`, `3.2 min`: how long a step took."""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min"
-
-
-def local_time(ts: float, *, seconds: bool = True) -> str:
-    """`2026-11-20 10:31:05` (`2026-11-20 10:31` without `seconds`) in the local time zone: a
-    moment as tables and sentences show it (`--json` writes `iso_time`)."""
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M", time.localtime(ts))
 
 
 def safe_text(text: str) -> str:

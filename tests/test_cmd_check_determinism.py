@@ -190,8 +190,10 @@ def test_events_align_by_call_site_when_a_run_has_extra_events() -> None:
 
 def test_read_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    path.write_text(json.dumps({"seq": 2, "x": 1}) + "\n" + json.dumps({"seq": 1}) + "\n" + '{"seq": 3, "tor')
-    assert [e["seq"] for e in read_events(path)] == [1, 2]
+    step = {"v": 1, "type": "checkpoint"}
+    lines = [json.dumps({**step, "seq": 2, "x": 1}), json.dumps({**step, "seq": 1}), '{"seq": 3, "tor']
+    path.write_text("\n".join(lines))
+    assert [e.seq for e in read_events(path)] == [1, 2]
 
 
 def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
@@ -236,11 +238,11 @@ def test_checkpoint_records_the_datasets_digest_and_tree(
     value = {"lr": 0.1, "stop": frozenset(["a", "b"])}
     digest = cachetool.checkpoint("config", value)
     (event,) = read_events(events)
-    assert digest == event["result"] == Hasher.hash(value)
-    assert event["type"] == "checkpoint" and event["transform"] == "config"
-    assert event["args"]["value"]["tree"]["d"] == digest
-    assert event["call_site"]["file"] == __file__
-    assert event["random_fallback"] is None
+    assert digest == event.result == Hasher.hash(value)
+    assert event.type == "checkpoint" and event.transform == "config"
+    assert event.args["value"].tree["d"] == digest  # type: ignore[index]
+    assert event.call_site is not None and event.call_site.file == __file__
+    assert event.random_fallback is None
 
 
 # --- the runner on small scripts (cachetool.checkpoint, no datasets) ------------------------------
@@ -341,6 +343,98 @@ def test_a_script_that_times_out_exits_2(checkpoint_script: Path, tmp_path: Path
     report = run_plain(checkpoint_script, "sleep", tmp_path, timeout=1.0)
     assert report.exit_code == ExitCode.USAGE
     assert report.failed_run is not None and report.failed_run.timed_out
+
+
+# --- the next run starts while the one before works ---------------------------------------------
+
+#: Each run notes when its interpreter started (from /proc), when it ended, and whether `datasets`
+#: was imported before the script's first line; it sleeps a little at the end, so runs can overlap.
+OVERLAP = textwrap.dedent(
+    """
+    import os, sys, time
+    preloaded = "datasets" in sys.modules
+    import datasets
+    import cachetool
+
+    cachetool.checkpoint("rows", [1, 2, 3])
+    with open("/proc/self/stat") as f:
+        started = int(f.read().rsplit(")", 1)[1].split()[19])
+    time.sleep(1.5)
+    with open(os.path.join(sys.argv[1], str(os.getpid())), "w") as f:
+        f.write(f"{started} {time.time()} {preloaded}")
+    if sys.argv[2] == "fail":
+        sys.exit(3)
+    """
+)
+
+
+def _boot_time() -> float:
+    with open("/proc/stat") as f:
+        return float(next(line for line in f if line.startswith("btime")).split()[1])
+
+
+@pytest.mark.slow
+def test_the_next_run_starts_and_imports_datasets_while_the_one_before_works(tmp_path: Path) -> None:
+    """With `--no-cold` (runs one after the other on the shared cache), run 2's interpreter was
+    started before run 1 ended, `datasets` was already imported when its script began, and the
+    verdict is the usual one."""
+    script = tmp_path / "pipe.py"
+    script.write_text(OVERLAP)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    report = check_determinism(script, [str(notes), "ok"], env=clean_env(tmp_path), cold=False, rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    ticks = os.sysconf("SC_CLK_TCK")
+    runs = sorted(
+        (float(end), _boot_time() + int(start) / ticks, preloaded == "True")
+        for start, end, preloaded in (n.read_text().split() for n in notes.iterdir())
+    )
+    (end_1, _, preloaded_1), (_, start_2, preloaded_2) = runs
+    assert start_2 < end_1 - 0.5, runs
+    assert preloaded_1 and preloaded_2
+    assert all(run.duration < 30 for run in report.runs)
+
+
+@pytest.mark.slow
+def test_a_script_that_sets_its_environment_imports_datasets_itself(tmp_path: Path) -> None:
+    """A script that sets HF_DATASETS_CACHE before `import datasets` gets its own value: datasets
+    is not imported ahead of it."""
+    script = tmp_path / "pipe.py"
+    mine = tmp_path / "my-cache"
+    script.write_text(
+        "import os, sys\n"
+        "os.environ['HF_DATASETS_CACHE'] = sys.argv[1]\n"
+        "import datasets, cachetool\n"
+        "cachetool.checkpoint('mine', str(datasets.config.HF_DATASETS_CACHE) == sys.argv[1])\n"
+    )
+    report = check_determinism(script, [str(mine)], env=clean_env(tmp_path), rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    for run in report.runs:
+        (event,) = run.events
+        assert event.args["value"].repr == "True"
+
+
+@pytest.mark.slow
+def test_a_failed_run_leaves_no_interpreter_waiting_for_its_turn(tmp_path: Path) -> None:
+    """Run 1 fails while run 2's interpreter waits: the report is about run 1, and run 2's
+    interpreter is gone when the check returns (it never ran the script)."""
+    script = tmp_path / "pipe.py"
+    script.write_text(OVERLAP)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    report = check_determinism(script, [str(notes), "fail"], env=clean_env(tmp_path), cold=False)
+    assert report.exit_code == ExitCode.USAGE and len(report.runs) == 1
+    assert report.runs[0].returncode == 3
+    assert len(list(notes.iterdir())) == 1  # only run 1 ran the script
+    waiting = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(script).encode() in f.read():
+                    waiting.append(pid)
+        except OSError:
+            continue
+    assert waiting == []
 
 
 # --- the command -----------------------------------------------------------------------------------
@@ -465,9 +559,9 @@ def test_corpus_culprit_is_named(script: str, corpus_base: Path) -> None:
     # The root of every recorded tree is the digest datasets computed for that argument.
     compared = 0
     for event in report.runs[0].events:
-        for entry in (event.get("args") or {}).values():
-            if entry.get("digest") is not None and entry.get("tree") is not None:
-                assert entry["tree"]["d"] == entry["digest"], (event["operation"], entry["repr"])
+        for entry in event.args.values():
+            if entry.digest is not None and entry.tree is not None:
+                assert entry.tree["d"] == entry.digest, (event.operation, entry.repr)
                 compared += 1
     assert compared >= 2
     if script == "c15_helper_module.py":
@@ -534,7 +628,7 @@ def test_recorded_fingerprints_equal_a_plain_run(corpus_base: Path) -> None:
         )
         assert proc.returncode == 0, proc.stderr
         printed = proc.stdout.split()[-1]
-        recorded = [e["result"] for e in run.events if not e.get("internal")]
+        recorded = [e.result for e in run.events if not e.internal]
         assert recorded[-1] == printed
 
 

@@ -235,8 +235,10 @@ def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
         "uncached",
         "uncached_seconds",
         "uncached_hint",
+        "interrupted",
     }
     assert doc["mode"] == "run" and doc["computed"] == 9 and doc["loaded"] == 5
+    assert doc["interrupted"] is None  # the run ended: not killed
     kinds = {s["fingerprint"]: s["reasons"][0]["kind"] for s in doc["steps"]}
     assert kinds[runs.second["tag"]] == "nondeterministic"
     human = CliRunner().invoke(
@@ -283,7 +285,7 @@ def test_records_stay_small_with_a_10_mb_closure(runs: ExplainRuns) -> None:
 
 def test_function_source_and_line_diff_ignore_comments_but_not_code() -> None:
     """The disk check behind `verify --stale`: a comment or blank line is not a change."""
-    from cachetool.lineage.explain import _tokens
+    from cachetool.lineage.explain.sources import tokens as _tokens
 
     edited = HELPERS_V1.replace(
         "    return text.strip().lower()", "    # tidy\n    return text.strip().lower()\n"

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
-from cachetool.maintenance.verify import Severity, VerifyReport, restore, verify_cache
+from cachetool.maintenance.verify import QuarantinePlan, Severity, VerifyReport, restore, verify_cache
 from tests.conftest import hf_env
 
 pytestmark = pytest.mark.slow
@@ -504,7 +504,7 @@ def test_quarantine_moves_broken_files_aside_and_restore_puts_them_back(
     root = clean_copy(real_cache, tmp_path)
     target = cut(between_batches)(root, real_cache)
     result = CliRunner().invoke(
-        app, ["verify", "--cache-dir", str(root), "--quarantine", "--json"], catch_exceptions=False
+        app, ["verify", "--cache-dir", str(root), "--quarantine", "--yes", "--json"], catch_exceptions=False
     )
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
@@ -606,7 +606,7 @@ def test_a_failing_quarantine_is_a_finding_not_a_traceback(
     (root / ".cachetool").mkdir(exist_ok=True)
     (root / ".cachetool" / "quarantine").write_text("in the way")
     result = CliRunner().invoke(
-        app, ["verify", "--cache-dir", str(root), "--quarantine", "--json"], catch_exceptions=False
+        app, ["verify", "--cache-dir", str(root), "--quarantine", "--yes", "--json"], catch_exceptions=False
     )
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
@@ -621,3 +621,105 @@ def test_indices_of_a_broken_parent_are_not_blamed(real_cache: dict[str, Any], t
     source = Path(real_cache["csv_dir"].replace(real_cache["cache"], str(root))) / "csv-train.arrow"
     source.write_bytes(source.read_bytes()[:-8])  # no end-of-stream marker: rows still readable
     assert [f.path for f in verify_cache(root).errors] == [source]
+
+
+# -- quarantine as a plan ------------------------------------------------------------------------
+
+
+def _one_broken(root: Path) -> Path:
+    """A cache of two derived files, the first cut before its end-of-stream marker (an error)."""
+    from tests.attack.races import synthesize_cache
+
+    target = synthesize_cache(root, 2)[0]
+    target.write_bytes(target.read_bytes()[:-8])
+    return target
+
+
+def test_quarantine_dry_run_says_what_would_move_and_moves_nothing(tmp_path: Path) -> None:
+    """`verify --quarantine --dry-run` lists the broken file under "would quarantine" (JSON:
+    `would_quarantine`), exits 1 for the error, and leaves the file and the quarantine folder
+    alone; `--dry-run` alone is a usage error."""
+    root = tmp_path / "cache"
+    target = _one_broken(root)
+    args = ["verify", "--cache-dir", str(root), "--quarantine", "--dry-run"]
+    human = CliRunner().invoke(app, args, env={"COLUMNS": "200"}, catch_exceptions=False)
+    assert human.exit_code == 1
+    assert f"would quarantine {target.relative_to(root)}" in human.stdout.splitlines()
+    assert "run again without --dry-run" in human.stderr
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json"], catch_exceptions=False).stdout)
+    assert doc["would_quarantine"] == [str(target)] and doc["quarantined"] == []
+    assert target.is_file() and not (root / ".cachetool" / "quarantine").exists()
+    alone = CliRunner().invoke(app, ["verify", "--cache-dir", str(root), "--dry-run"])
+    assert alone.exit_code == 2 and alone.stderr.startswith("Error: --dry-run needs --quarantine")
+
+
+def test_quarantine_without_yes_and_without_a_terminal_refuses(tmp_path: Path) -> None:
+    """Without a terminal and without `--yes`, `verify --quarantine` prints what it would move,
+    says in one line to pass --yes, exits 2 and moves nothing; with `--yes` it moves the file."""
+    root = tmp_path / "cache"
+    target = _one_broken(root)
+    args = ["verify", "--cache-dir", str(root), "--quarantine", "--json"]
+    refused = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert refused.exit_code == 2
+    assert refused.stderr == "Error: refusing to quarantine 1 file(s) without confirmation: pass --yes\n"
+    assert json.loads(refused.stdout)["would_quarantine"] == [str(target)]
+    assert target.is_file() and not (root / ".cachetool" / "quarantine").exists()
+    done = CliRunner().invoke(app, [*args, "-y"], catch_exceptions=False)
+    assert done.exit_code == 1
+    assert [q["from"] for q in json.loads(done.stdout)["quarantined"]] == [str(target)]
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("answer", ["n", "y"])
+def test_quarantine_asks_on_a_terminal(tmp_path: Path, answer: str) -> None:
+    """On a terminal `verify --quarantine` shows what it would move and asks; "n" moves
+    nothing, "y" moves the broken file into the quarantine folder."""
+    import pty
+
+    root = tmp_path / "cache"
+    target = _one_broken(root)
+    master, slave = pty.openpty()
+    os.write(master, f"{answer}\n".encode())
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root), "--quarantine"],
+            stdin=slave,
+            capture_output=True,
+            text=True,
+            env={**hf_env(tmp_path), "COLUMNS": "200"},
+            timeout=120,
+        )
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"  {target.relative_to(root)}" in proc.stdout.splitlines()
+    assert "Quarantine 1 file(s)? [y/N]" in proc.stdout
+    if answer == "n":
+        assert target.is_file() and "quarantined " not in proc.stdout
+        assert "nothing moved" in proc.stderr
+    else:
+        assert not target.exists()
+        assert f"quarantined {target.relative_to(root)} ->" in proc.stdout
+        assert list((root / ".cachetool" / "quarantine").glob(f"*/**/{target.name}"))
+
+
+def test_verify_cache_quarantine_keywords(tmp_path: Path) -> None:
+    """`verify_cache(quarantine=True, dry_run=True)` plans only; `confirm` returning False moves
+    nothing; `quarantine=True` moves; `restore=True` puts the file back before verifying."""
+    root = tmp_path / "cache"
+    target = _one_broken(root)
+    planned = verify_cache(root, quarantine=True, dry_run=True)
+    assert planned.would_quarantine == (target,) and target.is_file()
+    asked: list[int] = []
+
+    def decline(plan: QuarantinePlan) -> bool:
+        asked.append(len(plan.paths))
+        return False
+
+    declined = verify_cache(root, quarantine=True, confirm=decline)
+    assert asked == [1] and declined.quarantined == () and target.is_file()
+    moved = verify_cache(root, quarantine=True)
+    assert [src for src, _ in moved.quarantined] == [target] and not target.exists()
+    back = verify_cache(root, restore=True)
+    assert [dst for _, dst in back.restored] == [target] and [f.path for f in back.errors] == [target]

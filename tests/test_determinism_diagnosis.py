@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from cachetool.determinism.analysis import analyze
 from cachetool.determinism.render import human_lines
 from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
+from cachetool.lineage.records import ArgInfo
 from tests.conftest import cachetool_run, hf_env
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -78,7 +80,7 @@ def check(script: str, where: Path, mode: str, cold: bool = True) -> Determinism
     )
 
 
-def _fingerprint(parent: str, transform: Any, args: dict[str, Any]) -> str:
+def _fingerprint(parent: str, transform: Any, args: Mapping[str, ArgInfo]) -> str:
     """`datasets.fingerprint.update_fingerprint` recomputed from recorded digests: the parent, the
     transform, then each argument name and its value's digest (here: the root of its hash tree)."""
     from datasets.fingerprint import Hasher
@@ -92,7 +94,7 @@ def _fingerprint(parent: str, transform: Any, args: dict[str, Any]) -> str:
             for key in sorted(args)
             for item in (
                 (str(type(key)), Hasher.hash(key)),
-                (f"<class '{args[key]['type']}'>", args[key]["tree"]["d"]),
+                (f"<class '{args[key].type}'>", args[key].tree["d"]),
             )
         ],
     ]:
@@ -109,23 +111,23 @@ def test_hash_trees_are_what_datasets_hashed_before_the_map_ran(base: Path) -> N
     env = hf_env(base / "trees", CACHETOOL_TRACE_EVENTS=str(base / "events.jsonl"), CACHETOOL_TRACE_TREES="1")
     script = "m01_tokenizer_truncation_inside_map.py"
     cachetool_run(script, env=env, cwd=CORPUS, timeout=120)
-    maps = [e for e in read_events(base / "events.jsonl") if e["operation"] == "map"]
-    assert [m["split"] for m in maps] == ["train", "test"]
+    maps = [e for e in read_events(base / "events.jsonl") if e.operation == "map"]
+    assert [m.split for m in maps] == ["train", "test"]
     for event in maps:
-        for entry in event["args"].values():
-            assert entry["tree"]["d"] == entry["digest"]
-        transform = event["transform"]
-        assert _fingerprint(event["parents"][0], transform, event["args"]) == event["result"]
+        for entry in event.args.values():
+            assert entry.tree is not None and entry.tree["d"] == entry.digest
+        transform = event.transform
+        assert _fingerprint(event.parents[0], transform, event.args) == event.result
 
     def truncation(tree: dict[str, Any]) -> str:
         tok = next(c for c in tree["c"] if c["l"] == "global 'tok'")
         return str(next(c for c in tok["c"] if c["l"] == ".truncation")["r"])
 
-    train, test = (m["args"]["function"] for m in maps)
-    assert truncation(train["tree"]) == "None"
-    assert truncation(train["after"]).startswith("{'direction': 'Right', 'max_length': 4")
-    assert truncation(test["tree"]) == truncation(train["after"])
-    assert "after" not in test  # configuring it again changes nothing
+    train, test = (m.args["function"] for m in maps)
+    assert truncation(train.tree) == "None"  # type: ignore[arg-type]
+    assert truncation(train.after).startswith("{'direction': 'Right', 'max_length': 4")  # type: ignore[arg-type]
+    assert truncation(test.tree) == truncation(train.after)  # type: ignore[arg-type]
+    assert test.after is None  # configuring it again changes nothing
 
 
 @pytest.mark.slow

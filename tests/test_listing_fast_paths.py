@@ -192,14 +192,14 @@ def test_headers_read_ahead_on_other_cores_give_the_same_report(
 ) -> None:
     """A cold listing of many files reads their headers in forked processes first: the report
     (every entry, file, summary and warning) is the one a listing in one process makes."""
-    from cachetool.cache import scan
+    from cachetool.cache import walk
 
     serial = scan_cache(real_cache["cache"], use_index=False)
-    monkeypatch.setattr(scan, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(scan, "_spare_cores", lambda: 2)
+    monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(walk, "_spare_cores", lambda: 2)
     calls: list[int] = []
-    real = scan._read_summaries
-    monkeypatch.setattr(scan, "_read_summaries", lambda paths, n: calls.append(len(paths)) or real(paths, n))
+    real = walk._read_summaries
+    monkeypatch.setattr(walk, "_read_summaries", lambda paths, n: calls.append(len(paths)) or real(paths, n))
     parallel = scan_cache(real_cache["cache"], use_index=False)
     assert calls and calls[0] > 5
     assert parallel == serial

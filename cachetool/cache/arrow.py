@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-CONTINUATION = b"\xff\xff\xff\xff"
+from cachetool.cache.frozen import fast_init
+from cachetool.cache.ipc_headers import CONTINUATION, EOS_MARKER, Headers, parse_hf_metadata, walk_headers
+
 FILE_MAGIC = b"ARROW1"
 
 # Formats a file can be found in.
@@ -27,6 +27,7 @@ NOT_ARROW = "not-arrow"
 UNREADABLE = "unreadable"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ArrowSummary:
     """What the headers of one Arrow file say. Raw values only. Slots: a listing holds one per
@@ -37,9 +38,19 @@ class ArrowSummary:
     batches: int | None = None
     columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type)
     fingerprint: str | None = None  # the `fingerprint` in the `huggingface` schema metadata
-    metadata_json: str | None = None  # the whole `huggingface` metadata value, as written
+    #: The `huggingface` metadata value with the file's own fingerprint replaced by `FP_MARK`
+    #: (`metadata_template(text, fingerprint)`): files of one dataset share one such text.
+    metadata_template: str | None = None
     eos: bool = False  # ends with the end-of-stream marker: the writer closed it
     error: str | None = None  # why it cannot be read to its end (truncated, garbage, ...)
+
+    @property
+    def metadata_json(self) -> str | None:
+        """The whole `huggingface` metadata value, as written."""
+        t = self.metadata_template
+        if t is None or not self.fingerprint:
+            return t
+        return t.replace(FP_MARK, self.fingerprint)
 
     @property
     def is_indices(self) -> bool:
@@ -63,17 +74,68 @@ class ArrowSummary:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
-        # dataclasses with slots learned to pickle in 3.11).
-        return ArrowSummary, (
+        # dataclasses with slots learned to pickle in 3.11), and arrives sharing the columns and
+        # metadata template of the summaries already here.
+        return _shared_summary, (
             self.format,
             self.rows,
             self.batches,
             self.columns,
             self.fingerprint,
-            self.metadata_json,
+            self.metadata_template,
             self.eos,
             self.error,
         )
+
+
+_Columns = tuple[tuple[str, str], ...]
+_COLUMNS: dict[_Columns, _Columns] = {}
+
+
+def _shared_summary(
+    format: str,
+    rows: int | None,
+    batches: int | None,
+    columns: _Columns,
+    fingerprint: str | None,
+    template: str | None,
+    eos: bool,
+    error: str | None,
+) -> ArrowSummary:
+    shared = _COLUMNS.get(columns)
+    if shared is None:
+        if len(_COLUMNS) > 10_000:
+            _COLUMNS.clear()
+        shared = _COLUMNS[columns] = columns
+    return ArrowSummary(
+        format, rows, batches, shared, fingerprint, metadata_template(template, None), eos, error
+    )
+
+
+#: Stands for a file's own fingerprint in a metadata template. JSON text never holds a raw NUL
+#: character, so the substitution is exact both ways.
+FP_MARK = "\x00"
+_TEMPLATES: dict[str, str] = {}
+
+
+def metadata_template(text: str | None, fingerprint: str | None) -> str | None:
+    """`text` with `fingerprint` replaced by `FP_MARK`, one shared string per distinct result."""
+    if text is None:
+        return None
+    t = text.replace(fingerprint, FP_MARK) if fingerprint else text
+    shared = _TEMPLATES.get(t)
+    if shared is None:
+        if len(_TEMPLATES) > 10_000:
+            _TEMPLATES.clear()
+        shared = _TEMPLATES[t] = t
+    return shared
+
+
+def _stream(h: Headers | None) -> ArrowSummary | None:
+    if h is None:
+        return None
+    rows, batches, columns, fp, text, eos, error = h
+    return ArrowSummary(STREAM, rows, batches, columns, fp, metadata_template(text, fp), eos, error)
 
 
 def open_noatime(path: str | os.PathLike[str]) -> int:
@@ -90,7 +152,7 @@ def open_noatime(path: str | os.PathLike[str]) -> int:
 
 def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
     raw = (schema.metadata or {}).get(b"huggingface")
-    return (None, None) if raw is None else _parse_hf_metadata(raw)
+    return (None, None) if raw is None else parse_hf_metadata(raw)
 
 
 #: Files up to this size are read with one `read()`; larger ones are memory-mapped, so only the
@@ -122,7 +184,7 @@ def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:
             except OSError as e:
                 return ArrowSummary(UNREADABLE, error=e.strerror or str(e))
             if len(data) == size:
-                fast = _walk_headers(data, size)
+                fast = _stream(walk_headers(data, size))
                 if fast is not None:
                     return fast
         try:
@@ -131,7 +193,7 @@ def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:
             return ArrowSummary(UNREADABLE, error=f"cannot map file: {e}")
         try:
             if size > READ_WHOLE_BYTES:
-                fast = _walk_headers(mm, size)
+                fast = _stream(walk_headers(mm, size))
                 if fast is not None:
                     return fast
             return _walk(mm, size)
@@ -147,219 +209,6 @@ def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:
                 pass
     finally:
         os.close(fd)
-
-
-_u8 = struct.Struct("<B").unpack_from
-_u16 = struct.Struct("<H").unpack_from
-_i32 = struct.Struct("<i").unpack_from
-_i64 = struct.Struct("<q").unpack_from
-_i64x2 = struct.Struct("<qq").unpack_from
-
-# Message.header_type values (Arrow's Message.fbs).
-_SCHEMA_MESSAGE = 1
-_RECORD_BATCH_MESSAGE = 3
-
-#: Columns of the schemas met so far and where each column's node sits among a batch's field
-#: nodes, keyed by the schema message's bytes around the `huggingface` metadata value (which
-#: holds each file's own fingerprint): files of one dataset share them and pyarrow decodes each
-#: shape once.
-_Shape = tuple[tuple[tuple[str, str], ...], tuple[int, ...], int]
-_SHAPES: dict[tuple[bytes, bytes], _Shape] = {}
-
-
-_VTABLES: dict[int, Any] = {}
-
-
-def _table(buf: Any, pos: int, lo: int, hi: int) -> tuple[int, tuple[int, ...]]:
-    """(position, field offsets) of the flatbuffer table at `pos`, inside `buf[lo:hi]`."""
-    if not lo <= pos <= hi - 4:
-        raise ValueError("table outside the message")
-    vt = pos - _i32(buf, pos)[0]
-    if not lo <= vt <= hi - 4:
-        raise ValueError("vtable outside the message")
-    vsize = _u16(buf, vt)[0]
-    if vsize < 4 or vt + vsize > hi:
-        raise ValueError("vtable outside the message")
-    n = (vsize - 4) >> 1
-    unpack = _VTABLES.get(n)
-    if unpack is None:
-        unpack = _VTABLES[n] = struct.Struct(f"<{n}H").unpack_from
-    return pos, unpack(buf, vt + 4)
-
-
-def _at(t: tuple[int, tuple[int, ...]], i: int, n: int, hi: int) -> int:
-    """Position of the `n` bytes of field `i` of table `t`; 0 when the field is absent."""
-    pos, offs = t
-    if i >= len(offs) or not offs[i]:
-        return 0
-    p = pos + offs[i]
-    if p + n > hi:
-        raise ValueError("field outside the message")
-    return p
-
-
-def _ref(buf: Any, p: int, hi: int) -> int:
-    """Where the offset stored at `p` points (a table, vector or string)."""
-    q = p + _i32(buf, p)[0]
-    if not p < q <= hi - 4:
-        raise ValueError("reference outside the message")
-    return q
-
-
-def _vector(buf: Any, p: int, item: int, hi: int) -> tuple[int, int]:
-    """(first item position, length) of the vector referenced at `p`."""
-    v = _ref(buf, p, hi)
-    n = _i32(buf, v)[0]
-    if n < 0 or v + 4 + n * item > hi:
-        raise ValueError("vector outside the message")
-    return v + 4, n
-
-
-def _message(buf: Any, pos: int, size: int) -> tuple[int, tuple[int, tuple[int, ...]], int, int, int] | None:
-    """The message at `pos`: (header type, header table, body length, next position, end of
-    its flatbuffer), or None for the end-of-stream marker. ValueError for anything not well
-    formed."""
-    if pos + 8 > size or buf[pos : pos + 4] != CONTINUATION:
-        raise ValueError("no message here")
-    length = _i32(buf, pos + 4)[0]
-    if length == 0:
-        return None
-    lo = pos + 8
-    hi = lo + length
-    if length < 0 or hi > size:
-        raise ValueError("message past the end")
-    msg = _table(buf, _ref(buf, lo, hi), lo, hi)
-    version_at = _at(msg, 0, 2, hi)
-    if not version_at or _u16(buf, version_at)[0] not in (3, 4):  # MetadataVersion V4, V5
-        raise ValueError("a metadata version pyarrow may not read")
-    kind_at = _at(msg, 1, 1, hi)
-    kind = _u8(buf, kind_at)[0] if kind_at else 0
-    header_at = _at(msg, 2, 4, hi)
-    if not header_at:
-        raise ValueError("message without header")
-    header = _table(buf, _ref(buf, header_at, hi), lo, hi)
-    body_at = _at(msg, 3, 8, hi)
-    body = _i64(buf, body_at)[0] if body_at else 0
-    end = hi + body
-    if body < 0 or end > size:
-        raise ValueError("body past the end")
-    return kind, header, body, end, hi
-
-
-def _walk_headers(buf: Any, size: int) -> ArrowSummary | None:
-    """Rows, batches, columns and metadata of a well-formed stream; None for anything else (the
-    caller reads it through pyarrow then). Raises nothing on a good file."""
-    if size < 16 or buf[:4] != CONTINUATION:
-        return None
-    try:
-        first = _message(buf, 0, size)
-        if first is None:
-            return None
-        kind, schema, body, pos, hi = first
-        if kind != _SCHEMA_MESSAGE or body != 0:
-            return None
-        meta_span = None
-        meta_at = _at(schema, 2, 4, hi)
-        if meta_at:
-            start, n = _vector(buf, meta_at, 4, hi)
-            for i in range(n):
-                kv = _table(buf, _ref(buf, start + 4 * i, hi), 8, hi)
-                key_at, value_at = _at(kv, 0, 4, hi), _at(kv, 1, 4, hi)
-                if not key_at:
-                    return None
-                k0, kn = _vector(buf, key_at, 1, hi)
-                if buf[k0 : k0 + kn] == b"huggingface":
-                    if meta_span is not None or not value_at:
-                        return None  # twice, or without a value: let pyarrow say what it makes of it
-                    v0, vn = _vector(buf, value_at, 1, hi)
-                    meta_span = (v0, v0 + vn)
-        key = (
-            (bytes(buf[:pos]), b"")
-            if meta_span is None
-            else (bytes(buf[: meta_span[0]]), bytes(buf[meta_span[1] : pos]))
-        )
-        shape = _SHAPES.get(key)
-        if shape is None:
-            shape = _decode_shape(buf, pos)
-            if shape is None:
-                return None
-            if len(_SHAPES) > 10_000:
-                _SHAPES.clear()
-            _SHAPES[key] = shape
-        columns, top_nodes, node_count = shape
-        fingerprint = text = None
-        if meta_span is not None:
-            fingerprint, text = _parse_hf_metadata(bytes(buf[meta_span[0] : meta_span[1]]))
-        rows = batches = 0
-        while True:
-            msg = _message(buf, pos, size)
-            if msg is None:
-                break
-            kind, batch, body, end, hi = msg
-            if kind != _RECORD_BATCH_MESSAGE:
-                return None  # dictionary batches and the like: pyarrow's reader handles them
-            length_at = _at(batch, 0, 8, hi)
-            length = _i64(buf, length_at)[0] if length_at else 0
-            nodes_at = _at(batch, 1, 4, hi)
-            if length < 0 or not nodes_at:
-                return None
-            # What pyarrow's reader checks first: one node per array, each column as long as
-            # the batch, every buffer inside the body and 8-byte aligned.
-            n0, nn = _vector(buf, nodes_at, 16, hi)
-            if nn != node_count or any(_i64(buf, n0 + 16 * i)[0] != length for i in top_nodes):
-                return None
-            buffers_at = _at(batch, 2, 4, hi)
-            if buffers_at:
-                b0, nb = _vector(buf, buffers_at, 16, hi)
-                for i in range(nb):
-                    off, blen = _i64x2(buf, b0 + 16 * i)
-                    if off < 0 or blen < 0 or off + blen > body or off & 7:
-                        return None
-            rows += length
-            batches += 1
-            pos = end
-            if pos == size:
-                break  # no end-of-stream marker: the same answer pyarrow's reader gives below
-    except Exception:  # anything unusual (struct.error, ValueError, ...): pyarrow's reader says what
-        return None
-    eos = buf[size - 8 : size] == EOS_MARKER
-    error = None
-    if not eos:
-        error = f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
-    return ArrowSummary(STREAM, rows, batches, columns, fingerprint, text, eos, error)
-
-
-def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:
-    """Columns, the node index of each column and the node count of a batch, for the schema
-    message `buf[:schema_end]`; None where pyarrow refuses it."""
-    import pyarrow as pa
-
-    try:
-        schema = pa.ipc.read_schema(pa.py_buffer(bytes(buf[:schema_end])))
-        top: list[int] = []
-        count = 0
-        for f in schema:
-            top.append(count)
-            count += _node_count(f.type)
-    except Exception:  # pyarrow refuses it (ArrowException, UnicodeDecodeError, ...): its reader says why
-        return None
-    return tuple((f.name, str(f.type)) for f in schema), tuple(top), count
-
-
-def _node_count(t: Any) -> int:
-    """Field nodes an array of type `t` takes in a record batch (itself and its children)."""
-    return 1 + sum(_node_count(t.field(i).type) for i in range(t.num_fields))
-
-
-def _parse_hf_metadata(raw: bytes) -> tuple[str | None, str | None]:
-    """(fingerprint, text) of a `huggingface` metadata value; (None, None) if it is not JSON."""
-    try:
-        text = raw.decode("utf-8")
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        return None, None
-    fp = doc.get("fingerprint") if isinstance(doc, dict) else None
-    return (fp if isinstance(fp, str) else None), text
 
 
 def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
@@ -406,7 +255,9 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
                 f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
             )
         del reader
-        return ArrowSummary(STREAM, rows, batches, columns, fingerprint, features, eos, error)
+        return ArrowSummary(
+            STREAM, rows, batches, columns, fingerprint, metadata_template(features, fingerprint), eos, error
+        )
     finally:
         del buf
 
@@ -430,7 +281,7 @@ def _ipc_file(mm: mmap.mmap) -> ArrowSummary:
                 n,
                 columns,
                 fp,
-                features,
+                metadata_template(features, fp),
                 False,
                 "Arrow IPC file format, but datasets reads the stream format",
             )

@@ -2,14 +2,17 @@
 
 Repeat listings then only `stat` files that did not change. The index lives in
 `<root>/.cachetool/read-index.sqlite.z`: an SQLite database (standard library), compressed with
-zlib (file names and numbers of one cache are alike: 13 bytes per file instead of 80), with one row per file
-(folder id, name, size, mtime_ns, inode, fingerprint, rows, batches, format and end-of-stream
-marker, error, schema id) and one row per distinct schema (columns and the `huggingface` metadata
-with the file's own fingerprint cut out, so files of one dataset share it). It is read whole into
-memory with one `read()` (a FIFO or a device in its place is never opened for reading, a damaged
-one is read again from the Arrow files) and written whole to a temporary file renamed over it,
-so concurrent listings never see half of one and no SQLite lock is ever taken on the cache's
-file system. On a read-only root it is simply not written. The JSON index of earlier versions
+zlib (file names and numbers of one cache are alike: about 13 bytes per file), with one row per
+file (folder, name, size, mtime_ns, inode, fingerprint, rows, batches, format and end-of-stream
+marker, error, schema id), the rows of one folder next to each other, one row per folder (its
+path and the range of its file rows) and one row per distinct schema (columns and the
+`huggingface` metadata with the file's own fingerprint cut out, so files of one dataset share
+it). It is read with one `read()` (a FIFO or a device in its place is never opened for reading)
+into an in-memory database, and a folder's rows are looked up when the walk reaches that folder:
+a listing never holds every row as Python objects at once. A damaged index (or a damaged row) is
+read again from the Arrow files. It is written whole to a temporary file renamed over it, so
+concurrent listings never see half of one and no SQLite lock is ever taken on the cache's file
+system. On a read-only root it is simply not written. The JSON index of earlier versions
 (`read-index.json`) is ignored and removed when the new index is written.
 """
 
@@ -20,6 +23,7 @@ import os
 import sqlite3
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from cachetool.cache.arrow import EMPTY, IPC_FILE, NOT_ARROW, STREAM, UNREADABLE, ArrowSummary
@@ -27,27 +31,29 @@ from cachetool.cache.layout import LEDGER_DIR
 
 INDEX_NAME = "read-index.sqlite.z"
 OLD_INDEX_NAMES = ("read-index.json",)  # earlier versions wrote JSON
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 #: No index of a real cache comes near these (100,000 files take about 1.3 MB, 8 MB unpacked).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
 
 _FORMATS = (STREAM, IPC_FILE, EMPTY, NOT_ARROW, UNREADABLE)
 _FORMAT_CODE = {f: i for i, f in enumerate(_FORMATS)}
-#: Stands for the file's own fingerprint inside a stored metadata text. JSON text never holds a
-#: raw NUL character, so the substitution is exact both ways.
-_FP_MARK = "\x00"
 
 _SCHEMA = """
 CREATE TABLE schemas(id INTEGER PRIMARY KEY, columns TEXT NOT NULL, metadata TEXT);
-CREATE TABLE dirs(id INTEGER PRIMARY KEY, path TEXT NOT NULL);
-CREATE TABLE files(dir INTEGER, name TEXT, size INTEGER, mtime_ns INTEGER, inode INTEGER,
-                   fingerprint TEXT, rows INTEGER, batches INTEGER, state INTEGER, error TEXT,
-                   schema INTEGER);
+CREATE TABLE dirs(id INTEGER PRIMARY KEY, path TEXT NOT NULL, first INTEGER, last INTEGER);
+CREATE TABLE files(id INTEGER PRIMARY KEY, name TEXT, size INTEGER, mtime_ns INTEGER,
+                   inode INTEGER, fingerprint TEXT, rows INTEGER, batches INTEGER, state INTEGER,
+                   error TEXT, schema INTEGER);
 """
+_FILE_COLUMNS = "id, name, size, mtime_ns, inode, fingerprint, rows, batches, state, error, schema"
 
 #: (size, mtime_ns, inode, summary) per path relative to the root.
 _Row = tuple[int, int, int, ArrowSummary]
+#: A stored file row: (id, name, size, mtime_ns, inode, fingerprint, rows, batches, state,
+#: error, schema), as SQLite returns it (so of any type in a damaged index).
+_Stored = tuple[object, ...]
+_Schema = tuple[tuple[tuple[str, str], ...], "str | None"]
 
 
 class ReadIndex:
@@ -57,8 +63,14 @@ class ReadIndex:
         self.root = root
         self.enabled = enabled
         self.path = root / LEDGER_DIR / INDEX_NAME
-        self._old: dict[str, _Row] = {}
-        self._new: dict[str, _Row] = {}
+        self._db: sqlite3.Connection | None = None
+        self._schemas: dict[int, _Schema] = {}
+        self._dirs: dict[str, tuple[int, int]] = {}  # folder -> (first, last) file row id
+        self._stored = 0  # file rows in the index read
+        self._folder: str | None = None  # the folder whose rows are in `_rows`
+        self._rows: dict[str, _Stored] = {}
+        self._used: set[int] = set()  # ids of rows that still describe their file
+        self._new: dict[str, _Row] = {}  # files read this time
         self.hits = 0
         self.misses = 0
         if enabled:
@@ -74,34 +86,82 @@ class ReadIndex:
         try:
             unz = zlib.decompressobj()
             image = unz.decompress(data, MAX_UNPACKED_BYTES)
+            del data
             if unz.unconsumed_tail or not unz.eof:
                 return
-            self._old = _decode(image)
-        except (
-            zlib.error,
-            sqlite3.Error,
-            ValueError,
-            TypeError,
-            KeyError,
-            IndexError,
-            OverflowError,
-            MemoryError,
-        ):
-            self._old = {}  # a damaged index: every file is read again
+            self._open(image)
+        except (zlib.error, sqlite3.Error, ValueError, TypeError, KeyError, OverflowError, MemoryError):
+            self._close()  # a damaged index: every file is read again
+
+    def _open(self, image: bytes) -> None:
+        db = self._db = _connect(image)
+        if db.execute("PRAGMA user_version").fetchone()[0] != INDEX_VERSION:
+            raise ValueError("an index of another version")
+        for sid, columns, meta in db.execute("SELECT id, columns, metadata FROM schemas"):
+            cols = json.loads(columns)
+            if not isinstance(cols, list) or not (meta is None or isinstance(meta, str)):
+                raise ValueError("bad schema row")
+            self._schemas[sid] = (tuple((str(n), str(t)) for n, t in cols), meta)
+        for path, first, last in db.execute("SELECT path, first, last FROM dirs"):
+            if not (type(path) is str and type(first) is int and type(last) is int):
+                raise ValueError("bad folder row")
+            self._dirs[path] = (first, last)
+        self._stored = db.execute("SELECT count(*) FROM files").fetchone()[0]
+
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+        self._db = None
+        self._schemas, self._dirs, self._rows, self._folder = {}, {}, {}, None
+
+    def _lookup(self, rel: str) -> _Stored | None:
+        """The stored row of `rel`, reading its folder's rows when the walk enters a new folder."""
+        folder, _, name = rel.rpartition("/")
+        if folder != self._folder:
+            self._folder = folder
+            self._rows = {}
+            span = self._dirs.get(folder)
+            if span is not None and self._db is not None:
+                try:
+                    cursor = self._db.execute(
+                        f"SELECT {_FILE_COLUMNS} FROM files WHERE id BETWEEN ? AND ?", span
+                    )
+                    self._rows = {row[1]: row for row in cursor}
+                except sqlite3.Error:
+                    self._rows = {}
+        return self._rows.get(name)
 
     def get(self, rel: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
         """The remembered summary if the file has the same size, mtime and inode as then."""
-        row = self._old.get(rel)
-        if row is not None and row[0] == size and row[1] == mtime_ns and row[2] == inode:
-            self._new[rel] = row
+        row = self._lookup(rel)
+        if row is None or row[2] != size or row[3] != mtime_ns or row[4] != inode:
+            return None
+        summary = self._summary(row)
+        if summary is not None:
+            self._used.add(row[0])  # type: ignore[arg-type]
             self.hits += 1
-            return row[3]
-        return None
+        return summary
 
-    def knows(self, rel: str, size: int, mtime_ns: int, inode: int) -> bool:
-        """Whether `get` would answer for this file (without counting it as used)."""
-        row = self._old.get(rel)
-        return row is not None and row[0] == size and row[1] == mtime_ns and row[2] == inode
+    def folder_rows(self, folder: str) -> int:
+        """How many files of `folder` (relative to the root, "" for the root) the index holds."""
+        span = self._dirs.get(folder)
+        return 0 if span is None else span[1] - span[0] + 1
+
+    def _summary(self, row: _Stored) -> ArrowSummary | None:
+        """The summary a stored row holds; None for a row not as this module writes them."""
+        fp, rows, batches, state, error, sid = row[5:]
+        if not (
+            type(state) is int
+            and 0 <= state < 2 * len(_FORMATS)
+            and (rows is None or (type(rows) is int and rows >= 0))
+            and (batches is None or (type(batches) is int and batches >= 0))
+            and (fp is None or type(fp) is str)
+            and (error is None or type(error) is str)
+            and (sid is None or sid in self._schemas)
+        ):
+            return None
+        columns, meta = self._schemas[sid] if sid is not None else ((), None)
+        return ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
 
     def put(self, rel: str, size: int, mtime_ns: int, inode: int, summary: ArrowSummary) -> None:
         self.misses += 1
@@ -109,12 +169,16 @@ class ReadIndex:
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where the root is read-only."""
-        if not self.enabled or (self.misses == 0 and len(self._new) == len(self._old)):
+        if not self.enabled or (self.misses == 0 and len(self._used) == self._stored):
+            self._close()
             return True
         folder = self.path.parent
         try:
+            rows = self._kept_rows()
+            rows.update(self._new)
+            self._close()
             folder.mkdir(exist_ok=True)
-            data = _encode(self._new)
+            data = _encode(rows)
             fd, tmp = tempfile.mkstemp(prefix=".read-index-", dir=folder)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -131,6 +195,21 @@ class ReadIndex:
         except (OSError, sqlite3.Error):
             return False
         return True
+
+    def _kept_rows(self) -> dict[str, _Row]:
+        """The stored rows that still described their file in this listing."""
+        out: dict[str, _Row] = {}
+        if self._db is None or not self._used:
+            return out
+        for path, (first, last) in self._dirs.items():
+            prefix = path + "/" if path else ""
+            span = (first, last)
+            for row in self._db.execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE id BETWEEN ? AND ?", span):
+                if row[0] in self._used:
+                    summary = self._summary(row)
+                    if summary is not None:
+                        out[prefix + row[1]] = (row[2], row[3], row[4], summary)
+        return out
 
 
 def _connect(image: bytes | None = None) -> sqlite3.Connection:
@@ -167,79 +246,51 @@ def _serialize(db: sqlite3.Connection) -> bytes:
             return f.read()
 
 
-def _decode(data: bytes) -> dict[str, _Row]:
-    """Every row of a serialized index; raises on anything that is not one of ours."""
-    db = _connect(data)
-    try:
-        if db.execute("PRAGMA user_version").fetchone()[0] != INDEX_VERSION:
-            return {}
-        schemas: dict[int, tuple[tuple[tuple[str, str], ...], str | None]] = {}
-        for sid, columns, meta in db.execute("SELECT id, columns, metadata FROM schemas"):
-            cols = json.loads(columns)
-            if not isinstance(cols, list) or not (meta is None or isinstance(meta, str)):
-                raise ValueError("bad schema row")
-            schemas[sid] = (tuple((str(n), str(t)) for n, t in cols), meta)
-        dirs = {d: (p + "/" if p else "") for d, p in db.execute("SELECT id, path FROM dirs")}
-        out: dict[str, _Row] = {}
-        for d, name, size, mtime_ns, inode, fp, rows, batches, state, error, sid in db.execute(
-            "SELECT dir, name, size, mtime_ns, inode, fingerprint, rows, batches, state, error, schema "
-            "FROM files"
-        ):
-            if not (
-                type(state) is int
-                and 0 <= state < 2 * len(_FORMATS)
-                and type(size) is int
-                and type(mtime_ns) is int
-                and type(inode) is int
-                and (rows is None or (type(rows) is int and rows >= 0))
-                and (batches is None or (type(batches) is int and batches >= 0))
-                and (fp is None or type(fp) is str)
-                and (error is None or type(error) is str)
-            ):
-                raise ValueError("bad file row")
-            columns, meta = schemas[sid] if sid is not None else ((), None)
-            if meta is not None and fp is not None:
-                meta = meta.replace(_FP_MARK, fp)
-            s = ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
-            out[dirs[d] + name] = (size, mtime_ns, inode, s)
-        return out
-    finally:
-        db.close()
-
-
 def _encode(rows: dict[str, _Row]) -> bytes:
+    """The compressed image of an index holding `rows`, each folder's rows next to each other.
+    Rows go to SQLite one by one (no list of 100,000 tuples beside the listing)."""
     db = _connect()
     try:
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={INDEX_VERSION}")
+        by_folder: dict[str, list[str]] = {}
+        for rel, (_, _, _, s) in rows.items():
+            texts = (rel, s.fingerprint, s.error, s.metadata_template)
+            if all(map(_encodable, texts)):  # else a name that is not UTF-8: read again next time
+                by_folder.setdefault(rel.rpartition("/")[0], []).append(rel)
         schema_ids: dict[tuple[str, str | None], int] = {}
-        dir_ids: dict[str, int] = {}
-        files = []
-        for rel, (size, mtime_ns, inode, s) in rows.items():
-            if not (_encodable(rel) and _encodable(s.fingerprint) and _encodable(s.error)):
-                continue  # a file name that is not UTF-8: read again next time
-            folder, _, name = rel.rpartition("/")
-            d = dir_ids.get(folder)
-            if d is None:
-                d = dir_ids[folder] = len(dir_ids)
-            sid = None
-            if s.columns or s.metadata_json is not None:
-                meta = s.metadata_json
-                if meta is not None and s.fingerprint:
-                    meta = meta.replace(s.fingerprint, _FP_MARK)
-                key = (json.dumps(s.columns, separators=(",", ":")), meta)
-                sid = schema_ids.get(key)
-                if sid is None:
-                    sid = schema_ids[key] = len(schema_ids)
-            state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
-            files.append(
-                (d, name, size, mtime_ns, inode, s.fingerprint, s.rows, s.batches, state, s.error, sid)
-            )
+        column_texts: dict[tuple[tuple[str, str], ...], str] = {}
+
+        def schema_id(s: ArrowSummary) -> int | None:
+            if not s.columns and s.metadata_template is None:
+                return None
+            text = column_texts.get(s.columns)
+            if text is None:
+                text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
+            return schema_ids.setdefault((text, s.metadata_template), len(schema_ids))
+
+        def file_rows() -> Iterator[tuple[object, ...]]:
+            n = 0
+            for members in by_folder.values():
+                for rel in members:
+                    size, mtime_ns, inode, s = rows[rel]
+                    n += 1
+                    state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
+                    name = rel.rpartition("/")[2]
+                    sid = schema_id(s)
+                    fp, error = s.fingerprint, s.error
+                    yield (n, name, size, mtime_ns, inode, fp, s.rows, s.batches, state, error, sid)
+
+        db.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", file_rows())
+        dirs: list[tuple[int, str, int, int]] = []
+        last = 0
+        for folder, members in by_folder.items():
+            dirs.append((len(dirs), folder, last + 1, last + len(members)))
+            last += len(members)
+        db.executemany("INSERT INTO dirs VALUES (?, ?, ?, ?)", dirs)
         db.executemany(
             "INSERT INTO schemas VALUES (?, ?, ?)", [(i, c, m) for (c, m), i in schema_ids.items()]
         )
-        db.executemany("INSERT INTO dirs VALUES (?, ?)", [(i, p) for p, i in dir_ids.items()])
-        db.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", files)
         db.commit()
         return zlib.compress(_serialize(db), 1)
     finally:

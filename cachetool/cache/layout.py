@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import Literal
 
 
 class Kind(str, Enum):
@@ -35,6 +36,8 @@ class Kind(str, Enum):
 
 #: Kinds that hold a dataset state with a fingerprint (or a recomputable one).
 DATA_KINDS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED, Kind.ARROW})
+#: Kinds `datasets` itself writes into a cache folder (its folders are where its leftovers can be).
+WRITTEN_BY_DATASETS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED})
 #: Kinds that `cachetool gc --temp` is about.
 LEFTOVER_KINDS = frozenset({Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE})
 
@@ -50,9 +53,9 @@ CACHE_FILE_RE = re.compile(rf"^cache-(?P<fp>{_FP})(?:_(?P<rank>\d{{5}})_of_(?P<c
 TEMP_FILE_RE = re.compile(r"^tmp[a-z0-9_]{8}$")
 SAVED_SHARD_RE = re.compile(r"^data-(?P<index>\d{5})-of-(?P<count>\d{5})\.arrow$")
 SOURCE_SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?:arrow|parquet)$")
-# Written inside <hash>.incomplete/ by a running or killed prepare: job id, shard id and a literal NNNNN.
-PREPARE_PART_RE = re.compile(r"^.+-\d{5}-\d{5}-of-NNNNN\.(?:arrow|parquet)$")
 INCOMPLETE_DIR_SUFFIX = ".incomplete"
+#: What `datasets` names a preparation folder (and its `.incomplete`) after: a module hash or a version.
+PREPARE_NAME_RE = re.compile(r"^(?:[0-9a-f]{16,64}|\d+\.\d+\.\d+)$")
 TEMP_DIR_RE = re.compile(r"^hf_datasets-[a-z0-9_]{8}$")
 #: What gc sets aside before it removes it (same folder, so a rename never crosses file systems):
 #: `.cachetool-gc-<gc pid>-<n>`. Left behind only by a gc that was killed; the next gc removes it.
@@ -64,7 +67,11 @@ POOL_DIR_RE = re.compile(r"^pymp-[a-z0-9_]{8}$")
 CHECK_DIR_RE = re.compile(r"^cachetool-determinism-(?:(?P<pid>\d+)-)?[a-z0-9_]{8}$")
 
 
-def temp_folder_kind(name: str) -> str | None:
+#: What a temp-dir folder gc looks at is: `hf_datasets-*`, `pymp-*` or `cachetool-determinism-*`.
+TempKind = Literal["hf_datasets", "pymp", "determinism"]
+
+
+def temp_folder_kind(name: str) -> TempKind | None:
     """What a temp-dir entry is to gc: "hf_datasets", "pymp", "determinism", or None (not ours)."""
     if TEMP_DIR_RE.match(name):
         return "hf_datasets"
@@ -76,7 +83,6 @@ def temp_folder_kind(name: str) -> str | None:
 
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-INDICES_COLUMN = "indices"
 
 
 def parse_cache_file(name: str) -> tuple[str, int | None, int | None] | None:
@@ -146,10 +152,6 @@ class LockKind(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-def is_lock_name(name: str) -> bool:
-    return name.endswith(LOCK_SUFFIX)
 
 
 def builder_lock_name(folder_name: str) -> str:

@@ -19,7 +19,7 @@ from cachetool.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.determinism.runner import RunProgress
+    from cachetool.determinism.report import DeterminismReport, RunProgress
 
 #: Options after the script that check-determinism does not know go to the script.
 CONTEXT_SETTINGS = {"ignore_unknown_options": True}
@@ -117,9 +117,51 @@ def check_determinism_command(
 
         cachetool check-determinism prepare.py --format github
     """
-    fmt_used = choose_format(fmt, as_json, quiet)
-    code = _check(script, list(script_args or []), runs, hash_seeds, timeout, isolated, jobs, fmt_used, cold)
+    code = _check(
+        script,
+        script_args or [],  # `args` of check_determinism; named for the help and the reference
+        runs=runs,
+        hash_seeds=hash_seeds,
+        timeout=timeout,
+        isolated=isolated,
+        jobs=jobs,
+        cold=cold,
+        fmt=choose_format(fmt, as_json, quiet),
+    )
     raise typer.Exit(code)
+
+
+@handle_errors
+def _check(
+    script: Path,
+    args: list[str],
+    *,
+    runs: int,
+    hash_seeds: str | None,
+    timeout: float,
+    isolated: bool,
+    jobs: int | None,
+    cold: bool,
+    fmt: OutputFormat,
+) -> int:
+    """`check_determinism` with the same keywords (the seeds as typed: ``1,2``), its report shown."""
+    import sys
+
+    from cachetool.determinism.runner import check_determinism
+
+    report = check_determinism(
+        script,
+        args,
+        runs=runs,
+        hash_seeds=_parse_seeds(hash_seeds),
+        timeout=timeout,
+        isolated=isolated,
+        jobs=jobs,
+        cold=cold,
+        progress=_Progress(sys.stderr) if sys.stderr.isatty() else None,
+    )
+    _show(report, fmt)
+    return int(report.exit_code)
 
 
 class _Progress:
@@ -158,36 +200,11 @@ def _parse_seeds(text: str | None) -> list[int] | None:
     return seeds
 
 
-@handle_errors
-def _check(
-    script: Path,
-    script_args: list[str],
-    runs: int,
-    hash_seeds: str | None,
-    timeout: float,
-    isolated: bool,
-    jobs: int | None,
-    fmt: OutputFormat,
-    cold: bool = True,
-) -> int:
+def _show(report: DeterminismReport, fmt: OutputFormat) -> None:
     import sys
 
-    from cachetool.determinism.render import github_lines, human_lines
-    from cachetool.determinism.runner import check_determinism
-
-    seeds = _parse_seeds(hash_seeds)
-    report = check_determinism(
-        script,
-        script_args,
-        runs=runs,
-        hash_seeds=seeds,
-        timeout=timeout,
-        isolated=isolated,
-        jobs=jobs,
-        cold=cold,
-        progress=_Progress(sys.stderr) if sys.stderr.isatty() else None,
-    )
     from cachetool.cli.common import warn
+    from cachetool.determinism.render import github_lines, human_lines
 
     for message in report.warnings:
         warn(message)
@@ -205,4 +222,3 @@ def _check(
         out = Output(OutputFormat.human)
         for line in human_lines(report):
             out.line(line)  # wrapped at spaces: paths and reprs are never cut
-    return int(report.exit_code)

@@ -51,8 +51,8 @@ def _demo(folder: Path | None) -> None:
     render_human(out, report, list(report.entries))
     report_warnings(report)
     if demo.final_fingerprint:
-        from cachetool.cli.lineage import lineage_view
         from cachetool.cli.lineage import render as render_lineage
+        from cachetool.lineage.query import lineage_view
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,9 +22,11 @@ from cachetool.cli.common import (
     warn,
 )
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import local_time, short_duration
 
 if TYPE_CHECKING:
     from cachetool.lineage.explain import ExplainReport, Reason, StaleHit, StepExplanation
+    from cachetool.lineage.runs import Interruption
 
 
 def explain_command(
@@ -156,19 +157,6 @@ def _roots_with_run(root: Path, run: str) -> list[str]:
     return found
 
 
-def _when(t: float | None) -> str:
-    if t is None:
-        return "?"
-    lt = time.localtime(t)
-    return time.strftime("%Y-%m-%d %H:%M:%S", lt)
-
-
-def _seconds(d: float | None) -> str:
-    if d is None:
-        return ""
-    return f"{d * 1000:.0f} ms" if d < 1 else f"{d:.1f} s"
-
-
 def _reason_lines(out: Output, reason: Reason, indent: str) -> None:
     out.line(f"{indent}{reason.text}")
     for change in reason.lines[1:]:
@@ -194,20 +182,20 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
     elsewhere = c is not None and bool(c.host and s.step.host and c.host != s.step.host)
     tail = [f"{s.status} on {s.step.host}" if elsewhere else s.status]
     if s.duration is not None:
-        tail.append(_seconds(s.duration))
+        tail.append(short_duration(s.duration))
     out.line(f"{head}  ({', '.join(tail)})", style="bold")
     if detailed:
-        out.line(f"  at {_when(s.step.time)}, run {s.step.run}")
+        out.line(f"  at {local_time(s.step.time)}, run {s.step.run}")
     for reason in s.reasons:
         _reason_lines(out, reason, "    ")
     if detailed and c is not None:
         on = f", on {c.host}" if elsewhere else ""
-        out.line(f"  compared with {c.fingerprint} ({_when(c.time)}, run {c.run}{on})", style="dim")
+        out.line(f"  compared with {c.fingerprint} ({local_time(c.time)}, run {c.run}{on})", style="dim")
     if detailed and s.history:
         out.line("  Earlier:")
         for ref, reasons in s.history:
             why = reasons[0].text if reasons else "?"
-            out.line(f"    {ref.fingerprint} ({_when(ref.time)}): before that, {why}")
+            out.line(f"    {ref.fingerprint} ({local_time(ref.time)}): before that, {why}")
 
 
 def _uncached_lines(out: Output, report: ExplainReport) -> None:
@@ -218,12 +206,43 @@ def _uncached_lines(out: Output, report: ExplainReport) -> None:
         out.line("")
     out.line(
         f"{n} step{'' if n == 1 else 's'} ran without a persistent cache, "
-        f"{_seconds(report.uncached_seconds)} in this run; they run again in every run:",
+        f"{short_duration(report.uncached_seconds)} in this run; they run again in every run:",
         style="bold yellow",
     )
     for u in report.uncached:
-        out.line(f"  {u.step.label}  {_seconds(u.duration)}: {u.reason_text}")
+        out.line(f"  {u.step.label}  {short_duration(u.duration)}: {u.reason_text}")
     out.line(UNCACHED_HINT)
+
+
+_ENDED = {
+    "killed": "was killed",
+    "running": "is still running",
+    "unknown": "ended without closing (killed, or still running there)",
+}
+
+
+def _interrupted_lines(out: Output, i: Interruption) -> None:
+    from cachetool.formatting import human_size
+
+    where = f"process {i.pid} on {i.host}" if i.pid is not None else "its process"
+    step = i.step
+    if step is None:
+        out.line(f"The run {_ENDED[i.state]} ({where}) between steps.", style="bold red")
+    else:
+        site = step.call_site
+        at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
+        out.line(
+            f"The run {_ENDED[i.state]} ({where}) in {step.operation or 'a step'}{at}, "
+            f"started at {local_time(step.time)}.",
+            style="bold red",
+        )
+        if i.written:
+            out.line("  It had written (unfinished; datasets does not reuse these):")
+            for f in i.written:
+                out.line(f"    {f.path}  {human_size(f.size)}")
+        else:
+            out.line("  It had written nothing yet.")
+    out.line("")
 
 
 def render(out: Output, report: ExplainReport) -> None:
@@ -232,17 +251,19 @@ def render(out: Output, report: ExplainReport) -> None:
         computed = sum(s.status in ("computed", "partial") for s in report.steps)
         n = len(report.uncached)
         out.line(
-            f"Run {report.run} at {_when(report.run_time)}: {computed} step"
+            f"Run {report.run} at {local_time(report.run_time)}: {computed} step"
             f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache"
             + (f", {n} without a persistent cache" if n else ""),
             style="bold",
         )
         out.line("")
+        if report.interrupted is not None:
+            _interrupted_lines(out, report.interrupted)
         for s in report.steps:
             _step_lines(out, s, detailed=False)
         if report.uncached:
             _uncached_lines(out, report)
-        elif not report.steps:
+        elif not report.steps and report.interrupted is None:
             out.line("Nothing was recomputed.")
     else:
         for s in report.steps:

@@ -321,22 +321,9 @@ NOTHING_SELECTED = (
 
 
 def _named_but_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> list[tuple[str, str]]:
-    """(entry, reason) for each entry named on the command line that gc keeps."""
-    if not names:
-        return []
+    from cachetool.maintenance.gc import named_but_kept
 
-    def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
-        ids = [x for x in (fp, *aliases) if x]
-        return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
-
-    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, (), s.path)]
-    if result is not None:
-        kept += [
-            (o.item.id, o.reason or o.status)
-            for o in (*result.skipped, *result.failed)
-            if named(o.item.fingerprint, o.item.aliases, o.item.path)
-        ]
-    return kept
+    return named_but_kept(names, plan, result)
 
 
 def _fail_if_named_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> None:

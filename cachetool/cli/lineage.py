@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,36 +24,10 @@ from cachetool.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry
-    from cachetool.lineage.graph import LineageGraph, Step
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.graph import Step
+    from cachetool.lineage.query import LineageView
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
-
-
-@dataclass(frozen=True)
-class LineageView:
-    """The answer of one `lineage` query: steps in order (with depth for trees) and the edges."""
-
-    fingerprint: str
-    mode: str  # "chain" | "descendants" | "all"
-    steps: tuple[tuple[int, Step], ...]
-    edges: tuple[tuple[str, str], ...]
-    entry: Entry | None  # what the disk holds for the fingerprint, if anything
-
-    @property
-    def recorded(self) -> bool:
-        return any(s.fingerprint == self.fingerprint and s.recorded for _, s in self.steps)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "mode": self.mode,
-            "recorded": self.recorded,
-            "steps": [{"depth": d, **s.to_json()} for d, s in self.steps],
-            "edges": [list(e) for e in self.edges],
-            "entry": self.entry.to_json() if self.entry is not None else None,
-        }
 
 
 def lineage_command(
@@ -102,30 +75,23 @@ def lineage_command(
     Exit codes: 0 shown (even when no parent is recorded); 2 unknown or ambiguous fingerprint,
     or missing cache.
     """
-    mode = "all" if all_ else "descendants" if descendants else "chain"
-    _lineage(fingerprint, mode, internal, cache_dir, choose_format(fmt, as_json, quiet), all_roots)
+    _lineage(
+        fingerprint,
+        cache_dir,
+        choose_format(fmt, as_json, quiet),
+        descendants=descendants,
+        all=all_,
+        internal=internal,
+        all_roots=all_roots,
+    )
 
 
 @handle_errors
-def _lineage(
-    prefix: str,
-    mode: str,
-    internal: bool,
-    cache_dir: Path | None,
-    fmt: OutputFormat,
-    all_roots: bool = False,
-) -> None:
+def _lineage(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, **options: bool) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.scan import scan_cache
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.query import lineage
 
-    root = existing_root(cache_dir)
-    ledger = Ledger.load(root.expanduser().resolve(), all_roots=all_roots)
-    report = scan_cache(root, ledger=ledger)
-    warnings: list[str] = []
-    view = lineage_view(
-        report, prefix, mode=mode, include_internal=internal, warnings=warnings, ledger=ledger
-    )
+    view = lineage(existing_root(cache_dir), fingerprint, **options)
     if fmt == OutputFormat.json:
         Output(fmt).json(view.to_json())
     elif fmt == OutputFormat.quiet:
@@ -136,62 +102,10 @@ def _lineage(
         sys.stdout.write(to_mermaid(view))
     else:
         render(Output(OutputFormat.human), view)
-    for w in warnings:
+    for w in view.warnings:
         warn(w)
     if not view.recorded:
         hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
-
-
-def resolve(
-    report: CacheReport, graph: LineageGraph, prefix: str, ledger: Ledger
-) -> tuple[str, Entry | None]:
-    """The one fingerprint `prefix` names (`cachetool.lineage.ledger.resolve`), and its disk entry."""
-    from cachetool.lineage.ledger import resolve as resolve_name
-
-    got = resolve_name(prefix, report, ledger)
-    fp = got.fingerprint
-    if got.entry is not None and not graph.is_recorded(fp):
-        # After load_from_disk the fingerprint the ledger knows is the entry's alias.
-        fp = next((x for x in (got.entry.fingerprint, *got.entry.aliases) if x and graph.is_recorded(x)), fp)
-    return fp, got.entry
-
-
-def lineage_view(
-    report: CacheReport,
-    prefix: str,
-    *,
-    mode: str = "chain",
-    include_internal: bool = False,
-    warnings: list[str] | None = None,
-    all_roots: bool = False,
-    ledger: Ledger | None = None,
-) -> LineageView:
-    """The lineage of the fingerprint `prefix` names, in the cache `report` scanned.
-
-    `mode` is "chain" (source to fingerprint), "descendants" (the tree below it) or "all" (every
-    branch of its dataset). The Python side of `cachetool lineage`."""
-    from cachetool.lineage.graph import load_graph
-    from cachetool.lineage.ledger import Ledger
-
-    if ledger is None:
-        ledger = Ledger.load(report.root, all_roots=all_roots)
-    graph = load_graph(ledger, include_internal=include_internal, warnings=warnings)
-    fp, entry = resolve(report, graph, prefix, ledger)
-    if mode == "descendants":
-        items = graph.descendants(fp)
-    elif mode == "all":
-        items = graph.forest(fp)
-    else:
-        ancestors = graph.ancestors(fp)
-        items = [(0, x) for x in ancestors]
-    fps = [x for _, x in items]
-    return LineageView(
-        fingerprint=fp,
-        mode=mode,
-        steps=tuple((d, graph.step(x)) for d, x in items),
-        edges=tuple(sorted(graph.edges(fps))),
-        entry=entry,
-    )
 
 
 # ------------------------------------------------------------------------------------------

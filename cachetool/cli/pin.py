@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,7 +19,7 @@ from cachetool.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import Entry
+    from cachetool.maintenance.pinning import PinChange
 
 FingerprintArg = Annotated[
     str, typer.Argument(help="A fingerprint or a unique prefix of one.", show_default=False)
@@ -87,87 +87,52 @@ def unpin_command(
     _unpin(fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
 
 
-def resolve_fingerprint(root: Path, prefix: str) -> str:
-    """The full fingerprint for `prefix` (`cachetool.lineage.ledger.resolve`): an entry's
-    fingerprint or alias, else one the ledger knows."""
-    from cachetool.cache.scan import scan_cache
-    from cachetool.lineage.ledger import Ledger, resolve
-
-    ledger = Ledger.load(root, follow=False)
-    return resolve(prefix, scan_cache(root, ledger=ledger), ledger).fingerprint
+def _show_change(change: PinChange, fmt: OutputFormat) -> None:
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json(change.to_json())
+    elif fmt == OutputFormat.quiet:
+        out.ids([change.fingerprint])
+    elif change.pinned:
+        out.line(
+            f"Pinned {change.fingerprint}" if change.changed else f"{change.fingerprint} was already pinned"
+        )
+    else:
+        out.line(f"Unpinned {change.fingerprint}")
 
 
 @handle_errors
-def _pin(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _pin(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.maintenance.pins import add_pin
+    from cachetool.maintenance.pinning import pin
 
-    root = existing_root(cache_dir).resolve()
-    fp = resolve_fingerprint(root, prefix)
-    added = add_pin(root, fp)
-    out = Output(fmt)
-    if fmt == OutputFormat.json:
-        out.json({"root": str(root), "fingerprint": fp, "pinned": True, "changed": added})
-    elif fmt == OutputFormat.quiet:
-        out.ids([fp])
-    else:
-        out.line(f"Pinned {fp}" if added else f"{fp} was already pinned")
+    _show_change(pin(existing_root(cache_dir), fingerprint), fmt)
 
 
 @handle_errors
-def _unpin(prefix: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _unpin(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.maintenance.pins import remove_pin
+    from cachetool.maintenance.pinning import unpin
 
-    root = existing_root(cache_dir).resolve()
-    fp = remove_pin(root, prefix)
-    out = Output(fmt)
-    if fmt == OutputFormat.json:
-        out.json({"root": str(root), "fingerprint": fp, "pinned": False, "changed": True})
-    elif fmt == OutputFormat.quiet:
-        out.ids([fp])
-    else:
-        out.line(f"Unpinned {fp}")
+    _show_change(unpin(existing_root(cache_dir), fingerprint), fmt)
 
 
 @handle_errors
 def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.formatting import human_size, iso_time
-    from cachetool.maintenance.pins import read_pins
+    from cachetool.maintenance.pinning import list_pins
 
     root = existing_root(cache_dir).resolve()
-    pins = read_pins(root)
+    pins = list_pins(root, entries=fmt != OutputFormat.quiet)
     out = Output(fmt)
     if fmt == OutputFormat.quiet:
-        out.ids(pins)
+        out.ids(p.fingerprint for p in pins)
         return
-    from cachetool.cache.scan import scan_cache
-
-    on_disk: dict[str, Entry] = {}
-    for entry in scan_cache(root).entries:
-        for fp in (entry.fingerprint, *entry.aliases):
-            if fp in pins:
-                on_disk[fp] = entry
-    rows: list[dict[str, Any]] = []
-    for fp, meta in pins.items():
-        e = on_disk.get(fp)
-        when = meta.get("time")
-        rows.append(
-            {
-                "fingerprint": fp,
-                "time": iso_time(when) if isinstance(when, (int, float)) else None,
-                "host": meta.get("host"),
-                "user": meta.get("user"),
-                "kind": e.kind.value if e is not None else None,
-                "path": str(e.path) if e is not None else None,
-                "size": e.size if e is not None else None,
-            }
-        )
     if fmt == OutputFormat.json:
-        out.json({"root": str(root), "pins": rows})
+        out.json({"root": str(root), "pins": [p.to_json() for p in pins]})
         return
-    if not rows:
+    if not pins:
         out.line(f"No pins in {out.path(root, out.console.width - 12)}.")
         return
     out.table(
@@ -175,12 +140,12 @@ def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
         [("fingerprint", "left"), ("pinned", "left"), ("kind", "left"), ("size", "right")],
         [
             (
-                r["fingerprint"],
-                (r["time"] or "").replace("T", " ").replace("+00:00", " UTC"),
-                r["kind"] or "(not on disk: ledger only)",
-                human_size(r["size"]) if r["size"] is not None else "",
+                p.fingerprint,
+                (iso_time(p.time) or "").replace("T", " ").replace("+00:00", " UTC"),
+                p.entry.kind.value if p.entry is not None else "(not on disk: ledger only)",
+                human_size(p.entry.size) if p.entry is not None else "",
             )
-            for r in rows
+            for p in pins
         ],
         whole=("fingerprint",),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,12 +19,15 @@ from cachetool.cli.common import (
     QuietOption,
     choose_format,
     handle_errors,
+    warn,
 )
+from cachetool.formatting import local_time
+from cachetool.lineage.show import fingerprint_check
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.cache.scan import CacheFile, Entry
     from cachetool.lineage.records import CallSite, StepRecord
+    from cachetool.lineage.show import EntryReport
 
 
 def show_command(
@@ -57,83 +61,59 @@ def show_command(
 
 
 @handle_errors
-def _show(prefix: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
+def _show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.query import is_pinned
-    from cachetool.cli.ls import read_pinned, report_warnings, scan_with_progress
-    from cachetool.lineage.ledger import Ledger, resolve
+    from cachetool.cli.ls import report_warnings, scan_with_progress
+    from cachetool.lineage.show import show_entry
 
-    root = existing_root(cache_dir)
     out = Output(fmt, no_truncate=no_truncate)
-    ledger = Ledger.load(root.expanduser().resolve(), follow=False)
-    report = scan_with_progress(root, out, ledger)
-    got = resolve(prefix, report, ledger)
-    entry = got.entry
-    if entry is None:
-        _show_recorded_only(out, fmt, report, got.fingerprint, ledger.for_result(got.fingerprint))
-        return
-    records = _records(ledger, entry, got.fingerprint)
-    pinned = is_pinned(entry, read_pinned(report.root))
+    shown = show_entry(
+        existing_root(cache_dir),
+        fingerprint,
+        progress=lambda root, ledger: scan_with_progress(Path(root), out, ledger),
+    )
+    for w in shown.warnings:
+        warn(w)
     if fmt == OutputFormat.json:
-        out.json({**show_document(report, entry, records), "pinned": pinned})
+        out.json(shown.to_json())
     elif fmt == OutputFormat.quiet:
-        out.ids([entry.id])
+        out.ids([shown.entry.id if shown.entry is not None else shown.fingerprint])
+    elif shown.entry is None:
+        n = len(shown.records)
+        out.line(f"{shown.fingerprint}: no cache file holds it; the ledger records {n} step(s) that made it")
+        _render_records(out, shown.records)
     else:
-        render(out, report, entry, records, pinned)
-    report_warnings(report)
+        render(out, shown)
+    if shown.entry is not None:
+        report_warnings(shown.report)
 
 
-def _show_recorded_only(
-    out: Output, fmt: OutputFormat, report: CacheReport, fp: str, records: list[StepRecord]
-) -> None:
-    """A fingerprint the ledger records but no cache file holds (in memory, or removed since)."""
-    if fmt == OutputFormat.json:
-        out.json(
-            {
-                "fingerprint": fp,
-                "kind": None,
-                "root": os.fsdecode(report.root),
-                "files": [],
-                "records": [r.to_json() for r in records],
-            }
+def render(out: Output, shown: EntryReport) -> None:
+    """Human output: the facts, the files, the schema, then the recorded steps."""
+    e = shown.entry
+    if e is None:
+        return
+    facts = _facts(out, e, shown.pinned)
+    out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
+    for p in e.problems:
+        out.line(f"problem: {p}", style="red")
+    out.line()
+    _render_files(out, shown.report.root, e)
+    if e.columns:
+        out.line()
+        features = shown.features or {}
+        out.table(
+            "Schema",
+            [("column", "left"), ("arrow type", "left"), ("feature", "left")],
+            [(n, t, _feature(features.get(n))) for n, t in e.columns],
         )
-        return
-    if fmt == OutputFormat.quiet:
-        out.ids([fp])
-        return
-    out.line(f"{fp}: no cache file holds it; the ledger records {len(records)} step(s) that made it")
-    _render_records(out, records)
+    if shown.records:
+        out.line()
+        _render_records(out, shown.records)
 
 
-def _records(ledger: Ledger, entry: Entry, named: str) -> list[StepRecord]:
-    """The records of the entry's fingerprints, and of the one named when its step wrote the
-    entry's files under another name (oldest first)."""
-    fps = dict.fromkeys(fp for fp in (entry.fingerprint, *entry.aliases, named) if fp)
-    return sorted((r for fp in fps for r in ledger.for_result(fp)), key=lambda r: (r.time, r.run, r.seq))
-
-
-def show_document(report: CacheReport, e: Entry, records: list[StepRecord]) -> dict[str, Any]:
-    """The `--json` document of `show` (schema in docs/listing.md)."""
-    doc = e.to_json()
-    doc["root"] = os.fsdecode(report.root)
-    doc["files"] = [f.to_json() for f in e.files]
-    doc["schema"] = [{"name": n, "type": t} for n, t in e.columns]
-    features = next((f.summary.features for f in e.files if f.summary and f.summary.features), None)
-    doc["features"] = features
-    doc["records"] = [r.to_json() for r in records]
-    return doc
-
-
-def render(
-    out: Output, report: CacheReport, e: Entry, records: list[StepRecord], pinned: bool = False
-) -> None:
-    def rel(p: Path) -> str:
-        try:
-            return os.fsdecode(p.relative_to(report.root))
-        except ValueError:
-            return out.path(p, 40)
-
-    facts: list[tuple[str, Any]] = [
+def _facts(out: Output, e: Entry, pinned: bool) -> list[tuple[str, Any]]:
+    return [
         ("fingerprint", e.fingerprint or "(none)"),
         ("aliases", ", ".join(e.aliases) if e.aliases else None),
         ("kind", e.kind_str),
@@ -152,85 +132,59 @@ def render(
         ("deleted with", out.path(e.unit, out.console.width - 16) if e.unit and e.unit != e.path else None),
         ("pinned", "yes (gc never evicts it or its recorded ancestors)" if pinned else None),
     ]
-    out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
-    for p in e.problems:
-        out.line(f"problem: {p}", style="red")
-    out.line()
-    # File names are never split: the table names files inside their common folder, given once.
+
+
+def _render_files(out: Output, root: Path, e: Entry) -> None:
+    """The files table. File names are never split: the table names files inside their common
+    folder, given once. On a narrow terminal the fingerprint and state columns fold into one
+    `check` column, so the file names keep their room: `ok`, or what is wrong."""
     folder = os.path.commonpath([f.path.parent for f in e.files]) if e.files else None
     if folder is not None:
-        out.line(f"in {out.path(rel(Path(folder)), out.console.width - 3)}", style="dim")
-
-    def name(p: Path) -> str:
-        return os.path.relpath(p, folder) if folder is not None else rel(p)
-
-    # On a narrow terminal the fingerprint and state columns fold into one `check` column, so
-    # the file names keep their room: `ok`, or what is wrong.
+        try:
+            where = os.fsdecode(Path(folder).relative_to(root))
+        except ValueError:
+            where = out.path(Path(folder), 40)
+        out.line(f"in {out.path(where, out.console.width - 3)}", style="dim")
     narrow = not out.no_truncate and out.console.width < 100
-    rows: list[tuple[object, ...]] = []
-    for f in e.files:
-        s = f.summary
-        if s is None:
-            rows.append(
-                (name(f.path), f.size_str, "", "") if narrow else (name(f.path), f.size_str, "", "", "", "")
-            )
-            continue
-        matches = s.fingerprint is None or bool(
-            e.fingerprint
-            and (
-                s.fingerprint == e.fingerprint or (f.shard and s.fingerprint.startswith(e.fingerprint + "_"))
-            )
-        )
-        if s.fingerprint is None:
-            fp_note = "(none)"
-        elif matches:
-            fp_note = "matches" if not out.no_truncate else f"{s.fingerprint} (matches)"
-        else:
-            fp_note = f"{s.fingerprint} (differs)"
-        state = "complete" if s.complete else (s.error or s.format)
-        n_rows = "" if s.rows is None else f"{s.rows:,}"
-        if narrow:
-            wrong = ([] if matches else [f"fingerprint {fp_note}"]) + ([] if s.complete else [state])
-            rows.append((name(f.path), f.size_str, n_rows, "; ".join(wrong) or "ok"))
-            continue
-        rows.append(
-            (name(f.path), f.size_str, n_rows, "" if s.batches is None else s.batches, fp_note, state)
-        )
-    out.table(
-        "Files",
-        [("file", "left"), ("size", "right"), ("rows", "right"), ("check", "left")]
-        if narrow
-        else [
-            ("file", "left"),
-            ("size", "right"),
-            ("rows", "right"),
-            ("batches", "right"),
-            ("fingerprint in file", "left"),
-            ("state", "left"),
-        ],
-        rows,
-        whole=("file",),
-    )
-    if e.columns:
-        out.line()
-        features = next((f.summary.features for f in e.files if f.summary and f.summary.features), None) or {}
-        out.table(
-            "Schema",
-            [("column", "left"), ("arrow type", "left"), ("feature", "left")],
-            [(n, t, _feature(features.get(n))) for n, t in e.columns],
-        )
-    if records:
-        out.line()
-        _render_records(out, records)
+    rows = [_file_row(out, e, f, narrow) for f in e.files]
+    wide = [("batches", "right"), ("fingerprint in file", "left"), ("state", "left")]
+    columns = [
+        ("file", "left"),
+        ("size", "right"),
+        ("rows", "right"),
+        *([("check", "left")] if narrow else wide),
+    ]
+    out.table("Files", columns, rows, whole=("file",))
 
 
-def _render_records(out: Output, records: list[StepRecord]) -> None:
+def _file_row(out: Output, e: Entry, f: CacheFile, narrow: bool) -> tuple[object, ...]:
+    folder = os.path.commonpath([x.path.parent for x in e.files])
+    name = os.path.relpath(f.path, folder)
+    s = f.summary
+    if s is None:
+        return (name, f.size_str, "", "") if narrow else (name, f.size_str, "", "", "", "")
+    check = fingerprint_check(e, f)
+    if check == "none":
+        fp_note = "(none)"
+    elif check == "matches":
+        fp_note = "matches" if not out.no_truncate else f"{s.fingerprint} (matches)"
+    else:
+        fp_note = f"{s.fingerprint} (differs)"
+    state = "complete" if s.complete else (s.error or s.format)
+    n_rows = "" if s.rows is None else f"{s.rows:,}"
+    if narrow:
+        wrong = ([f"fingerprint {fp_note}"] if check == "differs" else []) + ([] if s.complete else [state])
+        return (name, f.size_str, n_rows, "; ".join(wrong) or "ok")
+    return (name, f.size_str, n_rows, "" if s.batches is None else s.batches, fp_note, state)
+
+
+def _render_records(out: Output, records: Sequence[StepRecord]) -> None:
     if records:
         rec_rows = []
         for r in records[-10:]:
             rec_rows.append(
                 (
-                    _clock(r.time),
+                    local_time(r.time),
                     r.operation or "",
                     r.cache,
                     f"{r.duration:.2f}s",
@@ -259,14 +213,6 @@ def _render_records(out: Output, records: list[StepRecord]) -> None:
                 f"could not be hashed ({fallback.error})",
                 style="red",
             )
-
-
-def _clock(ts: Any) -> str:
-    if not isinstance(ts, (int, float)):
-        return ""
-    from datetime import datetime
-
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _site(site: CallSite | None) -> str:

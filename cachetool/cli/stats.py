@@ -21,7 +21,7 @@ from cachetool.cli.common import (
     hint,
     warn,
 )
-from cachetool.formatting import human_size
+from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
     from cachetool.lineage.stats import Group, StatsReport
@@ -114,15 +114,7 @@ def _stats(
 
 
 def _when(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
-
-
-def _seconds(s: float) -> str:
-    if s < 1:
-        return f"{s * 1000:.0f} ms"
-    if s < 120:
-        return f"{s:.1f} s"
-    return f"{s / 60:.1f} min"
+    return "-" if t is None else local_time(t, seconds=False)
 
 
 def _telling(groups: tuple[Group, ...]) -> tuple[Group, ...]:
@@ -148,7 +140,7 @@ def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[st
                 str(c.hits),
                 str(c.misses),
                 c.hit_rate_str,
-                _seconds(c.recompute_seconds),
+                short_duration(c.recompute_seconds),
                 human_size(c.bytes_written),
             ]
         )
@@ -169,9 +161,9 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("Hits", f"{t.hits}" + (f"  ({t.hit_rate_str})" if looked else "")),
         ("Misses", f"{t.misses}" + (f"  ({t.partial} partial)" if t.partial else "")),
         ("Steps without a cache file", str(t.no_file)),
-        ("Steps without a persistent cache", f"{t.uncached}  ({_seconds(t.uncached_seconds)})"),
-        ("Time computing misses", _seconds(t.miss_seconds)),
-        ("Time lost recomputing", _seconds(t.recompute_seconds)),
+        ("Steps without a persistent cache", f"{t.uncached}  ({short_duration(t.uncached_seconds)})"),
+        ("Time computing misses", short_duration(t.miss_seconds)),
+        ("Time lost recomputing", short_duration(t.recompute_seconds)),
         ("Random fingerprints", str(r.random_count)),
         ("Saves", str(r.saves)),
         ("Bytes written", human_size(t.bytes_written)),
@@ -179,7 +171,7 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
     if len(r.hosts) > 1:
         rows.insert(1, ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts)))
     if r.concurrent:
-        rows.append(("Lost to concurrent runs", _seconds(r.concurrent_seconds)))
+        rows.append(("Lost to concurrent runs", short_duration(r.concurrent_seconds)))
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         out.line(f"  {k.ljust(width)}{v}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,7 +24,11 @@ from cachetool.cli.common import (
 )
 from cachetool.errors import CachetoolError, ExitCode
 
+if TYPE_CHECKING:
+    from cachetool.maintenance.verify import QuarantinePlan, VerifyReport
 
+
+# Long only by its options and its --help text (the docstring); the body is one call.
 def verify_command(
     fingerprints: Annotated[
         list[str] | None,
@@ -52,7 +57,8 @@ def verify_command(
         bool,
         typer.Option(
             "--quarantine",
-            help="Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged).",
+            help="Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged; asks "
+            "first unless --yes).",
         ),
     ] = False,
     restore: Annotated[
@@ -65,6 +71,13 @@ def verify_command(
             help="Also report entries computed by code that changed since: functions from your own "
             "modules, which datasets hashes by name (needs runs recorded by `cachetool run`).",
         ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", "-n", help="With --quarantine: show what would move, and move nothing."),
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="With --quarantine: do not ask for confirmation.")
     ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
     jobs: Annotated[
@@ -88,8 +101,14 @@ def verify_command(
     are information. With --stale, an entry computed by code that has changed since (a function
     of your own module, which datasets hashes by name) is an error too.
 
+    --quarantine is a plan first: `--dry-run` prints what would move; otherwise the plan is shown
+    and confirmed (`-y` skips the question; without a terminal and without `--yes` the plan is
+    printed and nothing moves). Right before each move the file is checked again: still the
+    version verify read, not a symlink, not held or mapped by a live process.
+
     Exit codes: 0 no errors (warnings alone exit 0 unless --strict); 1 errors found; 2 usage
-    (bad option, missing cache, unknown fingerprint).
+    (bad option, missing cache, unknown fingerprint), or --quarantine needs confirmation (pass
+    --yes).
 
     **Examples**
 
@@ -101,7 +120,9 @@ def verify_command(
 
         cachetool verify 7a57 --json
 
-        cachetool verify --quarantine       # move broken files aside
+        cachetool verify --quarantine --dry-run    # what would move aside
+
+        cachetool verify --quarantine -y    # move broken files aside
 
         cachetool verify --format github    # annotations in a GitHub Actions step
 
@@ -110,14 +131,16 @@ def verify_command(
     _verify(
         fingerprints or [],
         cache_dir,
-        deep,
-        record,
-        quarantine,
-        restore,
-        strict,
-        jobs,
         choose_format(fmt, as_json, quiet),
-        stale,
+        strict,
+        yes,
+        deep=deep,
+        record=record,
+        stale=stale,
+        quarantine=quarantine,
+        dry_run=dry_run,
+        restore=restore,
+        jobs=jobs,
     )
 
 
@@ -125,55 +148,100 @@ def verify_command(
 def _verify(
     fingerprints: list[str],
     cache_dir: Path | None,
-    deep: bool,
-    record: bool,
-    quarantine: bool,
-    restore: bool,
-    strict: bool,
-    jobs: int | None,
     fmt: OutputFormat,
-    stale: bool = False,
+    strict: bool,
+    yes: bool,
+    **options: Any,
 ) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.maintenance import verify as v
+    from cachetool.maintenance.verify import verify_cache
 
-    if record and not deep:
+    if options["record"] and not options["deep"]:
         raise CachetoolError("--record needs --deep (checksums come from reading every byte)")
+    if options["dry_run"] and not options["quarantine"]:
+        raise CachetoolError("--dry-run needs --quarantine (verify alone moves nothing)")
     root = existing_root(cache_dir)
     out = Output(fmt)
-    if restore:
-        back = v.restore(root, warn=warn)
-        for _, dst in back:
-            hint(f"restored {dst}")
-        if not back:
-            hint("nothing to restore")
-    progress = None
-    status = None
-    if sys.stderr.isatty() and fmt == OutputFormat.human:
+    with _Progress(fmt) as progress:
+
+        def ask(plan: QuarantinePlan) -> bool:
+            progress.stop()
+            return _confirm(out, plan, fmt, strict)
+
+        report = verify_cache(
+            root, fingerprints, progress=progress.update, confirm=None if yes else ask, **options
+        )
+    for note in report.restore_notes:
+        warn(note)
+    for _, dst in report.restored:
+        hint(f"restored {dst}")
+    if options["restore"] and not report.restored:
+        hint("nothing to restore")
+    _show(out, report, fmt, strict)
+    if report.would_quarantine:
+        hint("run again without --dry-run to move them (each is checked again right before)")
+    if report.failed(strict):
+        raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+
+
+def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool) -> bool:
+    """Ask before moving anything; without a terminal (or outside human output) print the plan
+    and refuse: a prompt nobody can answer stops with "pass --yes" (exit 2)."""
+    n = len(plan.paths)
+    if fmt != OutputFormat.human or not sys.stdin.isatty():
+        _show(out, plan.dry_run(), fmt, strict)
+        raise CachetoolError(f"refusing to quarantine {n} file(s) without confirmation: pass --yes")
+    from cachetool.maintenance.verify.model import rel
+
+    out.line("Would move to .cachetool/quarantine/ (each checked again right before):", style="bold")
+    for p in plan.paths:
+        out.line(f"  {rel(p, plan.report.root)}")
+    if typer.confirm(f"Quarantine {n} file(s)?", default=False):
+        return True
+    hint("nothing moved")
+    return False
+
+
+class _Progress:
+    """The status line on a terminal's stderr (human output only): the header walk, then --deep's
+    files with a bar. `update` is None where nothing is drawn."""
+
+    def __init__(self, fmt: OutputFormat) -> None:
+        self.status: Any = None
+        self.update: Callable[[int, int], None] | None = None
+        if not (sys.stderr.isatty() and fmt == OutputFormat.human):
+            return
         from rich.progress import Progress
 
         from cachetool.cli.common import stderr_console
 
         status = Progress(console=stderr_console(), transient=True)
         task = status.add_task("Reading headers", total=None)
-        status.start()
 
-        def progress(done: int, total: int) -> None:
+        def update(done: int, total: int) -> None:
             # total 0: the header walk (a running count); then --deep's files, with a bar
             if total:
                 status.update(task, description="Validating", completed=done, total=total)
             else:
                 status.update(task, description=f"Reading headers ({done} files)")
 
-    try:
-        report = v.verify_cache(root, fingerprints, deep=deep, record=record, jobs=jobs, progress=progress)
-    finally:
-        if status is not None:
-            status.stop()
-    if stale:
-        report = v.with_stale_findings(report)
-    if quarantine:
-        report = v.quarantine(report)
+        self.status, self.update = status, update
+
+    def __enter__(self) -> _Progress:
+        if self.status is not None:
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def _show(out: Output, report: VerifyReport, fmt: OutputFormat, strict: bool) -> None:
+    """The report in the chosen sink."""
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:
@@ -188,20 +256,14 @@ def _verify(
             sys.stdout.write(annotation(level, msg, file=os.fsdecode(f.path)) + "\n")
     else:
         render(out, report)
-    if report.failed(strict):
-        raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
 
 
-def render(out: Output, report: object) -> None:
-    from cachetool.maintenance.verify import VerifyReport
-
-    assert isinstance(report, VerifyReport)
+def render(out: Output, report: VerifyReport) -> None:
+    """The human report: each finding, what moved (or would), the counts."""
+    from cachetool.maintenance.verify.model import rel as relative
 
     def rel(p: Path) -> str:
-        try:
-            return os.fsdecode(p.relative_to(report.root))
-        except ValueError:
-            return os.fsdecode(p)
+        return relative(p, report.root)
 
     styles = {"error": "bold red", "warning": "yellow", "info": "cyan"}
     for f in report.findings:
@@ -215,6 +277,8 @@ def render(out: Output, report: object) -> None:
         out.line()
     for src, dst in report.quarantined:
         out.line(f"quarantined {rel(src)} -> {rel(dst)}")
+    for src in report.would_quarantine or ():
+        out.line(f"would quarantine {rel(src)}")
     n_err, n_warn = len(report.errors), len(report.warnings)
     n_info = len(report.findings) - n_err - n_warn
     deep = f", {report.bytes_checked:,} bytes read in full" if report.deep else ""

@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from typing import Any
 
 __all__ = [
@@ -79,6 +80,7 @@ def checkpoint(name: str, obj: Any) -> str | None:
         return None
     from cachetool.fingerprint.hashing import try_hash
     from cachetool.fingerprint.tree import build_tree, short_repr
+    from cachetool.lineage.records import ArgInfo, CallSite, CheckpointRecord, RandomFallback
 
     frame = sys._getframe(1)
     tree = build_tree(obj) if trees else None
@@ -86,28 +88,18 @@ def checkpoint(name: str, obj: Any) -> str | None:
         digest, error = tree.get("d"), tree.get("e")
     else:
         digest, error = try_hash(obj)
-    arg: dict[str, Any] = {"digest": digest, "repr": short_repr(obj)}
-    if tree is not None:
-        arg["tree"] = tree
-    event: dict[str, Any] = {
-        "v": EVENT_VERSION,
-        "type": "checkpoint",
-        "seq": next(_counter),
-        "operation": "checkpoint",
-        "transform": str(name),
-        "result": digest,
-        "parents": [],
-        "internal": False,
-        "call_site": {
-            "file": frame.f_code.co_filename,
-            "line": frame.f_lineno,
-            "function": frame.f_code.co_name,
-        },
-        "function": None,
-        "args": {"value": arg},
-        "random_fallback": None if error is None else {"argument": "value", "error": error},
-    }
-    append_event(path, event)
+    event = CheckpointRecord(
+        v=EVENT_VERSION,
+        seq=next(_counter),
+        time=time.time(),
+        operation="checkpoint",
+        transform=str(name),
+        result=digest,
+        call_site=CallSite(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name),
+        args={"value": ArgInfo(digest=digest, repr=short_repr(obj), tree=tree)},
+        random_fallback=None if error is None else RandomFallback(argument="value", error=error),
+    )
+    append_event(path, event.to_json())
     return digest
 
 

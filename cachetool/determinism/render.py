@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from cachetool.determinism.analysis import Cause, Step
-from cachetool.determinism.runner import DeterminismReport
+from cachetool.determinism.model import Cause, Step
+from cachetool.determinism.report import DeterminismReport
 
 __all__ = ["github_lines", "human_lines"]
 
@@ -40,10 +40,9 @@ def _what(cause: Cause) -> str:
     parts = [step.operation or step.type]
     if step.function:
         parts.append(step.function)
-        defined = step.function_defined
-        if defined and step.file and not defined.startswith(step.file + ":"):
+        if step.function_elsewhere and step.function_defined:
             # The function lives elsewhere (a helper module): say where to look.
-            parts.append(f"(defined in {_relative(defined)})")
+            parts.append(f"(defined in {_relative(step.function_defined)})")
     elif step.type == "checkpoint":
         parts.append(repr(step.transform))
     return " ".join(parts)
@@ -76,16 +75,16 @@ def cause_lines(cause: Cause) -> list[str]:
     lines.append(f"{_location(cause)}  {_what(cause)}: fingerprint {fps}")
     if cause.kind == "source":
         lines.append("  the source dataset differs between runs (no argument differs, the input does):")
-        if any(key.startswith("column ") for key, _ in cause.source_diffs):
+        if cause.columns_differ:
             lines.append(f"  the data given to {cause.step.operation} is built at run time.")
         else:
             lines.append("  an input file rewritten or touched between runs, or data built at run time.")
-        for key, values in cause.source_diffs:
-            lines.append(f"  source {key}: {' vs '.join(dict.fromkeys(values))}")
+        for diff in cause.source_diffs:
+            lines.append(f"  source {diff.key}: {' vs '.join(dict.fromkeys(diff.values))}")
         for culprit in cause.culprits:
             lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
         if cause.step.operation == "load_dataset" or any(
-            k == "relative_data_dir" for k, _ in cause.source_diffs
+            d.key == "relative_data_dir" for d in cause.source_diffs
         ):
             lines.append(
                 "  hint: load_dataset identifies local data files by path and modification time: a file "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,10 +77,6 @@ class Step:
     deleted: str | None = None  # "deleted by gc <time>: <reason>" when gc removed its files
     where: str | None = None  # "computed on node-3, loaded on node-7" when several hosts ran it
     record: StepRecord | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def wrote_files(self) -> bool:
-        return bool(self.files)
 
     @property
     def function_str(self) -> str:
@@ -251,8 +247,10 @@ class LineageGraph:
             out.update(rec.parents)
         return out
 
-    def is_recorded(self, fp: str) -> bool:
-        return fp in self._origin
+    @property
+    def recorded(self) -> Container[str]:
+        """The fingerprints a record explains (`fp in graph.recorded`)."""
+        return self._origin.keys()
 
     def origin(self, fp: str) -> StepRecord | None:
         """The latest record that made `fp` from its parents (None for an unrecorded fingerprint)."""
@@ -342,10 +340,6 @@ class LineageGraph:
         visit(fp, 0)
         return out
 
-    def chain(self, fp: str) -> list[Step]:
-        """The steps from the source(s) to `fp`; an unrecorded ancestor ends its branch."""
-        return [self.step(x) for x in self.ancestors(fp)]
-
     def descendants(self, fp: str) -> list[tuple[int, str]]:
         """`fp` and every fingerprint derived from it, depth-first, with its depth below `fp`."""
         out: list[tuple[int, str]] = []
@@ -380,13 +374,6 @@ class LineageGraph:
         """(parent, child) pairs among `fps`."""
         wanted = set(fps)
         return [(p, x) for x in wanted for p in self.parents(x) if p in wanted]
-
-    def matching(self, prefix: str) -> list[str]:
-        """Recorded fingerprints that start with `prefix` (exact match alone if there is one)."""
-        fps = self.fingerprints
-        if prefix in fps:
-            return [prefix]
-        return sorted(x for x in fps if x.startswith(prefix))
 
 
 def load_graph(

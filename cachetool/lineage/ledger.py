@@ -24,6 +24,10 @@ record per transform call to the ledger of the cache root the call belongs to:
 * `user_state_dir()/roots.json` lists every root a tracer wrote to, so `cachetool lineage` can
   follow a parent into another root (a saved folder's parent lives in the cache root it came from).
 
+The modules: `roots` (where a root's ledger lives; the registry of known roots), `writer`
+(segments written), `segments` (one segment read, typed), `resolve` (naming a fingerprint); this
+one: the `Ledger` of a root, read once per command, and what it says about each fingerprint.
+
 Record schema, version 1 (one JSON object per line; fields may be added, never renamed)::
 
     v               1
@@ -103,6 +107,12 @@ Gc records (`"type": "gc"`, written by `cachetool gc` after each removal, `GcRec
 (the entry kind), "path" (the first removed path), "paths" (every removed file or folder),
 "size" (bytes freed), "files" (the *number* of files freed), "reason", "dataset"}.
 
+Run records (`cachetool.lineage.runs` reads them): `"run-start"` (`RunStartRecord`: {"argv",
+"cwd"}, in the cache root's ledger when tracing starts), `"run-end"` (`RunEndRecord`, in every
+root the run wrote to, at exit) and `"step-start"` (`StepStartRecord`: {"operation", "parents",
+"call_site", "split", "paths"}, the step's `seq`, written when a step begins to compute): a run
+killed in a step has a start and no end, and a step start without its step record.
+
 Checkpoint events (`"type": "checkpoint"`, `CheckpointRecord`, only in events files) are steps:
 `transform` is the checkpoint's name, `result` the object's digest, `args.value` its repr.
 
@@ -112,344 +122,29 @@ The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same d
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
-import json
 import os
-import re
-import socket
-import stat
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from cachetool.cache.dirs import user_state_dir
-from cachetool.lineage.records import (
-    BadRecord,
-    GcRecord,
-    LedgerRecord,
-    SaveRecord,
-    SourceRecord,
-    StepRecord,
-    parse_record,
+from cachetool.lineage.records import GcRecord, LedgerRecord, SaveRecord, SourceRecord, StepRecord
+from cachetool.lineage.resolve import Resolved, entry_at_path, resolve
+from cachetool.lineage.roots import (
+    LEDGER_DIR,
+    ROOTS_FILE,
+    SEGMENT_SUFFIX,
+    fallback_ledger_dir,
+    known_roots,
+    ledger_dir,
+    ledger_dirs,
+    register_root,
+    root_key,
+    roots_file,
+    segment_name,
 )
-
-if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry
-
-#: The record format this cachetool writes. Readers accept any version >= 1.
-RECORD_VERSION = 1
-LEDGER_DIR = ".cachetool"
-SEGMENT_SUFFIX = ".jsonl"
-ROOTS_FILE = "roots.json"
-
-Record = dict[str, Any]
-_UNSET: Any = object()
-# One encoder for every record: compact, UTF-8, anything odd (a Path) as its str().
-ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False)
-WarnFn = Callable[[str], None]
-
-
-def _stderr_warning(message: str) -> None:
-    sys.stderr.write(f"cachetool: warning: {message}\n")
-    sys.stderr.flush()
-
-
-# ------------------------------------------------------------------------------------------
-# Where a root's ledger lives
-# ------------------------------------------------------------------------------------------
-
-
-def root_key(root: str | os.PathLike[str]) -> str:
-    """A file-name-safe key for a root: its last folder name plus a hash of its absolute path."""
-    path = os.path.realpath(os.fspath(root))
-    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(path))[:40]
-    return f"{name or 'root'}-{digest}"
-
-
-def ledger_dir(root: str | os.PathLike[str]) -> Path:
-    """`<root>/.cachetool/ledger`: where tracers write the records of this root."""
-    return Path(root) / LEDGER_DIR / "ledger"
-
-
-def fallback_ledger_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
-    """The per-user ledger of a root that cannot be written (read-only file system or permissions)."""
-    return user_state_dir(environ) / "ledgers" / root_key(root)
-
-
-def ledger_dirs(root: str | os.PathLike[str]) -> list[Path]:
-    """Every folder that may hold segments of this root: its own ledger, then the user fallback."""
-    return [ledger_dir(root), fallback_ledger_dir(root)]
-
-
-def segment_name(host: str, pid: int, start: float) -> str:
-    """`<host>-<pid>-<UTC start time>.jsonl`: unique per process, sortable by start within a host."""
-    stamp = datetime.fromtimestamp(start, tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    safe_host = "".join(c if c.isalnum() or c in "-." else "_" for c in host) or "host"
-    return f"{safe_host}-{pid}-{stamp}{SEGMENT_SUFFIX}"
-
-
-# ------------------------------------------------------------------------------------------
-# Writing
-# ------------------------------------------------------------------------------------------
-
-
-class SegmentWriter:
-    """Appends records to one segment file. One `os.write` per record on an `O_APPEND` descriptor:
-    the record reaches the kernel whole or (killed mid-write) as a torn last line that readers skip.
-
-    Nothing is buffered in Python, so a crash loses at most the record being written."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        self.append_line(ENCODER.encode(record))
-
-    def append_line(self, line: str) -> None:
-        """Append one record already encoded as JSON (without its newline)."""
-        view = memoryview((line + "\n").encode("utf-8", "surrogateescape"))
-        # A short write (signal, full disk) would leave half a line; finishing it keeps the segment
-        # readable, and a kill in between is exactly the torn tail readers expect.
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-
-
-class LedgerWriter:
-    """The writing side of every ledger a process touches: one segment per root, opened lazily.
-
-    A root that cannot be written falls back to `fallback_ledger_dir(root)`, said once per root on
-    stderr. Every root written to is added to the per-user registry of known roots."""
-
-    def __init__(
-        self,
-        *,
-        host: str | None = None,
-        pid: int | None = None,
-        start: float | None = None,
-        warn: WarnFn | None = None,
-    ) -> None:
-        self.host = host or socket.gethostname()
-        self.pid = pid if pid is not None else os.getpid()
-        self.start = start if start is not None else time.time()
-        self.name = segment_name(self.host, self.pid, self.start)
-        self._warn = warn or _stderr_warning
-        self._segments: dict[str, SegmentWriter | None] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def run_id(self) -> str:
-        return self.name[: -len(SEGMENT_SUFFIX)]
-
-    def segment_for(self, root: str, kind: str = "cache") -> SegmentWriter | None:
-        """The open segment of `root`, creating it (or its fallback) the first time."""
-        seg = self._segments.get(root, _UNSET)
-        if seg is not _UNSET:
-            return seg
-        with self._lock:  # two threads writing to a new root at once open one segment
-            if root in self._segments:
-                return self._segments[root]
-            return self._open(root, kind)
-
-    def _open(self, root: str, kind: str) -> SegmentWriter | None:
-        writer: SegmentWriter | None = None
-        try:
-            writer = SegmentWriter(ledger_dir(root) / self.name)
-        except OSError as e:
-            fallback = fallback_ledger_dir(root)
-            try:
-                writer = SegmentWriter(fallback / self.name)
-                _write_root_note(fallback, root)
-                self._warn(
-                    f"cannot write the ledger of {root} ({e.strerror or e}); "
-                    f"recording its lineage in {fallback} instead"
-                )
-            except OSError as e2:
-                self._warn(f"cannot record lineage for {root}: {e2.strerror or e2}")
-        self._segments[root] = writer
-        if writer is not None:
-            register_root(root, kind)
-        return writer
-
-    def append(self, root: str, record: Mapping[str, Any], kind: str = "cache") -> None:
-        seg = self.segment_for(root, kind)
-        if seg is not None:
-            seg.append(record)
-
-    def append_line(self, root: str, line: str, kind: str = "cache") -> None:
-        seg = self.segment_for(root, kind)
-        if seg is not None:
-            seg.append_line(line)
-
-    def close(self) -> None:
-        for seg in self._segments.values():
-            if seg is not None:
-                seg.close()
-        self._segments.clear()
-
-
-def _write_root_note(folder: Path, root: str) -> None:
-    note = folder / "ROOT"
-    if not note.exists():
-        with contextlib.suppress(OSError):
-            note.write_text(os.path.abspath(root) + "\n", encoding="utf-8")
-
-
-# ------------------------------------------------------------------------------------------
-# The registry of known roots
-# ------------------------------------------------------------------------------------------
-
-
-def roots_file(environ: Mapping[str, str] | None = None) -> Path:
-    return user_state_dir(environ) / ROOTS_FILE
-
-
-def known_roots() -> dict[str, dict[str, Any]]:
-    """Every root a tracer of this user wrote to: `{absolute path: {"kind", "first_seen", "last_seen"}}`."""
-    from cachetool.safejson import read_json_file
-
-    try:
-        doc = read_json_file(roots_file())
-    except (OSError, ValueError):
-        return {}
-    roots = doc.get("roots") if isinstance(doc, dict) else None
-    return {k: v for k, v in roots.items() if isinstance(v, dict)} if isinstance(roots, dict) else {}
-
-
-def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
-    """Add `root` to the registry (once per process and root: a lock and a rewrite, off the hot path).
-
-    Failures are silent: a registry we cannot write only means `lineage` cannot cross roots."""
-    path = os.path.realpath(os.fspath(root))
-    seen = known_roots().get(path)
-    if seen and (seen.get("kind") == kind or kind != "saved"):
-        last = seen.get("last_seen")
-        if isinstance(last, (int, float)) and time.time() - last < 3600:
-            return  # known and recently seen: no lock, no rewrite
-    try:
-        from filelock import FileLock
-
-        target = roots_file()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(target) + ".lock", timeout=5):
-            roots = known_roots()
-            now = time.time()
-            item = roots.get(path) or {"kind": kind, "first_seen": now}
-            item["last_seen"] = now
-            if kind == "saved":
-                item["kind"] = kind
-            roots[path] = item
-            tmp = target.with_name(f".{ROOTS_FILE}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"v": 1, "roots": roots}, indent=1, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, target)
-    except Exception:  # never let bookkeeping break a pipeline
-        return
-
-
-# ------------------------------------------------------------------------------------------
-# Reading
-# ------------------------------------------------------------------------------------------
-
-#: A record longer than this is not one cachetool wrote (source texts stop at 20,000 characters,
-#: argument summaries at 2.5 kB each): skipped with a warning.
-MAX_LINE_BYTES = 4 * 1024 * 1024
-#: A segment is read up to this size; the rest is skipped with a warning (a runaway writer, or a
-#: file that is not a segment).
-MAX_SEGMENT_BYTES = 256 * 1024 * 1024
-
-
-def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
-    """Segment files of `root` (own ledger and user fallback), in name order."""
-    for d in ledger_dirs(root):
-        try:
-            names = sorted(n for n in os.listdir(d) if n.endswith(SEGMENT_SUFFIX))
-        except OSError:
-            continue
-        for n in names:
-            yield d / n
-
-
-def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
-    """The bytes of a regular file, at most MAX_SEGMENT_BYTES; None (with a warning) for anything
-    else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        warnings.append(f"{path}: {e.strerror or e}")
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            warnings.append(f"{path}: skipped: not a regular file")
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_SEGMENT_BYTES + 1)
-    except OSError as e:
-        warnings.append(f"{path}: {e.strerror or e}")
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SEGMENT_BYTES:
-        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES) + 1
-        warnings.append(
-            f"{path}: read the first {cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
-        )
-        data = data[:cut]
-    return data
-
-
-def read_segment(
-    path: Path, warnings: list[str] | None = None, read_from: str | None = None
-) -> list[LedgerRecord]:
-    """The records of one segment, typed. A last line without its newline is a record torn by a
-    killed writer; it and every line that is not a valid record (bad JSON, too long, nested too
-    deeply, a field of the wrong type, an unknown type) are skipped with a warning naming the line."""
-    sink: list[str] = [] if warnings is None else warnings
-    data = _read_capped(path, sink)
-    if data is None:
-        return []
-    out: list[LedgerRecord] = []
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
-    if tail.strip():
-        sink.append(
-            f"{path}: skipped a torn last record ({len(tail)} bytes; its writer was killed mid-write)"
-        )
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if len(line) > MAX_LINE_BYTES:
-            sink.append(f"{path}:{number}: skipped a record of {len(line)} bytes (at most {MAX_LINE_BYTES})")
-            continue
-        try:
-            obj = json.loads(line)
-        except RecursionError:
-            sink.append(f"{path}:{number}: skipped a record nested too deeply")
-            continue
-        except ValueError:
-            sink.append(f"{path}:{number}: skipped an unreadable record")
-            continue
-        try:
-            out.append(parse_record(obj, read_from))
-        except BadRecord as e:
-            sink.append(f"{path}:{number}: skipped a record: {e}")
-        except RecursionError:
-            sink.append(f"{path}:{number}: skipped a record nested too deeply")
-    return out
+from cachetool.lineage.segments import MAX_LINE_BYTES, MAX_SEGMENT_BYTES, iter_segments, read_segment
+from cachetool.lineage.writer import ENCODER, RECORD_VERSION, LedgerWriter, Record, SegmentWriter, WarnFn
 
 
 def _order_key(rec: LedgerRecord) -> tuple[float, str, int]:
@@ -694,12 +389,18 @@ def _usage(steps: Iterable[StepRecord]) -> dict[str, Usage]:
     return out
 
 
-def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> dict[str, Usage]:
+def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:
     """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
 
-    Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then."""
-    ledger = root if isinstance(root, Ledger) else read_ledger(root)
-    return ledger.usage()
+    From a loaded `Ledger`, computed from its records; from a root, read from the root's ledger
+    index (`cachetool.lineage.index`), which reads only what was appended since it was last
+    brought up to date. Cheap when there is no ledger (one `listdir` per candidate folder) and
+    returns `{}` then."""
+    if isinstance(root, Ledger):
+        return root.usage()
+    from cachetool.lineage.index import usage_index
+
+    return usage_index(root)
 
 
 def records_for(
@@ -710,113 +411,35 @@ def records_for(
     return ledger.for_result(fingerprint, include_internal=include_internal)
 
 
-# ------------------------------------------------------------------------------------------
-# Naming a fingerprint
-# ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What a name a user typed stands for: one fingerprint, and the cache entry that holds it
-    (None when only the ledger knows it: its files were removed, or it never had any)."""
-
-    fingerprint: str
-    entry: Entry | None = None
-
-    @property
-    def recorded_only(self) -> bool:
-        return self.entry is None
-
-
-def resolve(
-    name: str, report: CacheReport, ledger: Ledger | None = None, *, recorded: Iterable[str] | None = None
-) -> Resolved:
-    """The one fingerprint `name` means, with one rule for every command:
-
-    1. a path: the entry at that path (as typed, or made absolute);
-    2. an exact fingerprint: an entry's fingerprint or alias, else one the ledger records (as a
-       result or a parent);
-    3. a prefix: the fingerprints (of entries, aliases included, and of the ledger) that start
-       with `name`. An entry and its aliases are one candidate; a recorded fingerprint that is
-       one of an entry's is not another, nor is a shard of a `num_proc` map's result
-       (`<fp>_00000_of_00002`). One candidate resolves; several are *ambiguous*
-       (`AmbiguousFingerprint`, listing them); none is `UnknownFingerprint`.
-
-    For an entry, the fingerprint returned is the one typed when it is exact, else the one that
-    starts with the prefix, preferring the one the ledger records (`recorded`: fingerprints known
-    without a loaded ledger) (after `load_from_disk` the
-    recorded one is the alias). A fingerprint only the ledger knows resolves to the entry that
-    holds the files its step wrote (`cast_column`'s result lives in a file its internal `map`
-    named), else with `entry=None`: `lineage`, `explain` and `show` show its records, `pin` pins
-    it, `gc` and `verify` say no cache file holds it."""
-    from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
-
-    if not name:
-        raise UnknownFingerprint(name, report.root)
-    known = set(recorded or ()) | (ledger.fingerprints() if ledger is not None else set())
-    # 1. a path
-    e = entry_at_path(report, name)
-    if e is not None:
-        fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
-        if fp is None:
-            raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
-        return Resolved(fp, e)
-    # 2. exact
-    exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
-    if len(exact) == 1:
-        return Resolved(name, exact[0])
-    if not exact and name in known:
-        return Resolved(name, _entry_of(report, name) or _entry_of_files(report, ledger, name))
-    # 3. prefix
-    candidates: dict[str, Resolved] = {}
-    seen: set[str] = set()
-    for e in exact or report.entries:
-        fps = [x for x in (e.fingerprint, *e.aliases) if x]
-        named = [x for x in fps if x.startswith(name)]
-        if not named:
-            continue
-        seen.update(fps)
-        fp = next((x for x in named if x in known), None) or next((x for x in fps if x in known), named[0])
-        candidates[f"{e.id} ({e.kind.value}, {os.fsdecode(e.path)})"] = Resolved(fp, e)
-    for fp in sorted(known - seen):
-        shard_of = _SHARD_OF.match(fp)  # a num_proc shard is part of its map's result
-        if shard_of is not None and shard_of.group(1) in seen | known:
-            continue
-        if fp.startswith(name):
-            entry = _entry_of_files(report, ledger, fp)
-            where = f"files of {entry.id}" if entry is not None else "no cache file"
-            candidates[f"{fp} (recorded in the ledger, {where})"] = Resolved(fp, entry)
-    if not candidates:
-        raise UnknownFingerprint(name, report.root)
-    if len(candidates) > 1:
-        raise AmbiguousFingerprint(name, sorted(candidates))
-    return next(iter(candidates.values()))
-
-
-#: `<fp>_00000_of_00002`: the fingerprint `datasets` gives shard 0 of a `num_proc=2` map.
-_SHARD_OF = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
-
-
-def entry_at_path(report: CacheReport, name: str) -> Entry | None:
-    """The entry at the path `name` (as typed, or made absolute), if `name` is one's path."""
-    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
-    for e in report.entries:
-        path = os.fsdecode(e.path)
-        if path == name or (absolute is not None and path == absolute):
-            return e
-    return None
-
-
-def _entry_of(report: CacheReport, fp: str) -> Entry | None:
-    return next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
-
-
-def _entry_of_files(report: CacheReport, ledger: Ledger | None, fp: str) -> Entry | None:
-    """The entry holding the files a step that made `fp` wrote: `cast_column`'s result lives in
-    the file its internal `map` named after another fingerprint."""
-    if ledger is None:
-        return None
-    paths = {f.path for r in ledger.for_result(fp, include_internal=True) for f in r.files}
-    if not paths:
-        return None
-    return next((e for e in report.entries if any(os.fsdecode(f.path) in paths for f in e.files)), None)
+# The names of `roots`, `writer`, `segments` and `resolve` stay importable from here.
+__all__ = [
+    "ENCODER",
+    "LEDGER_DIR",
+    "MAX_LINE_BYTES",
+    "MAX_SEGMENT_BYTES",
+    "RECORD_VERSION",
+    "ROOTS_FILE",
+    "SEGMENT_SUFFIX",
+    "Ledger",
+    "LedgerWriter",
+    "Record",
+    "Resolved",
+    "SegmentWriter",
+    "Usage",
+    "WarnFn",
+    "entry_at_path",
+    "fallback_ledger_dir",
+    "iter_segments",
+    "known_roots",
+    "ledger_dir",
+    "ledger_dirs",
+    "read_ledger",
+    "read_segment",
+    "records_for",
+    "register_root",
+    "resolve",
+    "root_key",
+    "roots_file",
+    "segment_name",
+    "usage_by_fingerprint",
+]

@@ -198,22 +198,29 @@ class FunctionInfo(FunctionRef):
     def to_json(self) -> dict[str, Any]:
         if self.error is not None and self.qualname is None:
             return {"error": self.error}
-        out = super().to_json()
-        out["by_reference"] = self.by_reference
-        out["deps"] = [x.to_json() for x in self.deps]
-        return out
+        return {
+            "qualname": self.qualname,
+            "file": self.file,
+            "line": self.line,
+            "source_hash": self.source_hash,
+            "code_hash": self.code_hash,
+            "by_reference": self.by_reference,
+            "deps": [x.to_json() for x in self.deps],
+        }
 
 
 @dataclass(frozen=True)
 class ArgInfo:
     """One hashed argument of a step: its `Hasher` digest, a short repr and its type name;
-    `summary` (a bounded hash tree) for steps that computed, `tree` (a full one) in events files."""
+    `summary` (a bounded hash tree) for steps that computed, `tree` (a full one) in events files,
+    and there `after`: its tree at the end of a step that changed it while it ran."""
 
     digest: str | None = None
     repr: str | None = None
     type: str | None = None
     summary: Mapping[str, Any] | None = None
     tree: Mapping[str, Any] | None = None
+    after: Mapping[str, Any] | None = None
 
     @classmethod
     def parse(cls, d: Mapping[str, Any], name: str) -> ArgInfo:
@@ -224,6 +231,7 @@ class ArgInfo:
             _opt_str(d, "type", w),
             _obj(d, "summary", w),
             _obj(d, "tree", w),
+            _obj(d, "after", w),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -232,7 +240,26 @@ class ArgInfo:
             out["summary"] = self.summary
         if self.tree is not None:
             out["tree"] = self.tree
+        if self.after is not None:
+            out["after"] = self.after
         return out
+
+
+@dataclass(frozen=True)
+class ColumnHead:
+    """A column of an in-memory source in an events file: its digest and the short reprs of its
+    first values (a source built at run time is explained by the first value that differs)."""
+
+    digest: str | None = None
+    head: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any], name: str) -> ColumnHead:
+        w = f"columns.{name}."
+        return cls(_opt_str(d, "digest", w), _strs(d, "head", w))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"digest": self.digest, "head": list(self.head)}
 
 
 @dataclass(frozen=True)
@@ -344,6 +371,8 @@ class SourceInfo:
 # ------------------------------------------------------------------------------------------
 
 _BASE_KEYS = ("v", "type", "seq", "run", "time", "duration", "host", "pid", "versions", "internal", "root")
+#: The fields of `LedgerRecord.constant_json()`: the same in every record a process writes.
+CONSTANT_KEYS = ("v", "run", "host", "pid", "versions")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -406,24 +435,34 @@ class LedgerRecord:
         """The root the record belongs to (as written, else where it was read)."""
         return self.root or self.read_from or ""
 
-    def _base_json(self) -> dict[str, Any]:
-        return {
-            "v": self.v,
+    def _base_json(self, constant: bool) -> dict[str, Any]:
+        out = {
             "type": self.type or self.TYPE,
             "seq": self.seq,
-            "run": self.run,
             "time": self.time,
             "duration": self.duration,
-            "host": self.host,
-            "pid": self.pid,
-            "versions": dict(self.versions),
             "internal": self.internal,
             "root": self.root,
         }
+        if constant:
+            out.update(self.constant_json())
+        return out
 
-    def to_json(self) -> dict[str, Any]:
-        """The record as written in a segment (and as `--json` outputs show it)."""
-        out = self._base_json()
+    def constant_json(self) -> dict[str, Any]:
+        """The fields every record of one process shares (`CONSTANT_KEYS`): a writer encodes
+        them once per process and writes the rest with `to_json(constant=False)`."""
+        return {
+            "v": self.v,
+            "run": self.run,
+            "host": self.host,
+            "pid": self.pid,
+            "versions": dict(self.versions),
+        }
+
+    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
+        """The record as written in a segment (and as `--json` outputs show it); without the
+        fields of `constant_json()` when `constant` is False."""
+        out = self._base_json(constant)
         out.update(self.extra)
         return out
 
@@ -446,6 +485,7 @@ _STEP_KEYS = (
     "source",
     "error",
     "no_cache",
+    "columns",
 )
 
 
@@ -475,6 +515,8 @@ class StepRecord(LedgerRecord):
     #: Why the step ran without a persistent cache (it runs again in every run), or None:
     #: one of `UNCACHED_REASONS`.
     no_cache: str | None = None
+    #: Events files, in-memory roots: each column's digest and first values.
+    columns: Mapping[str, ColumnHead] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepRecord:
@@ -487,6 +529,10 @@ class StepRecord(LedgerRecord):
         for name, a in raw_args.items():
             if not isinstance(a, dict):
                 raise BadRecord(f"'args.{name}' is not an object")
+        raw_columns = _obj(d, "columns") or {}
+        for name, c in raw_columns.items():
+            if not isinstance(c, dict):
+                raise BadRecord(f"'columns.{name}' is not an object")
         cs, fn, rf, src = (_obj(d, k) for k in ("call_site", "function", "random_fallback", "source"))
         return cls(
             **cls._base(d, read_from),
@@ -507,6 +553,7 @@ class StepRecord(LedgerRecord):
             source=SourceInfo.parse(src) if src is not None else None,
             error=_opt_str(d, "error"),
             no_cache=_opt_str(d, "no_cache"),
+            columns={str(k): ColumnHead.parse(v, str(k)) for k, v in raw_columns.items()},
             extra={k: v for k, v in d.items() if k not in _STEP_ALL},
         )
 
@@ -545,30 +592,30 @@ class StepRecord(LedgerRecord):
     def file_paths(self) -> tuple[str, ...]:
         return tuple(f.path for f in self.files)
 
-    def to_json(self) -> dict[str, Any]:
-        out = self._base_json()
-        out.update(
-            {
-                "operation": self.operation,
-                "transform": self.transform,
-                "result": self.result,
-                "parents": list(self.parents),
-                "output": self.output,
-                "call_site": self.call_site.to_json() if self.call_site else None,
-                "function": self.function.to_json() if self.function else None,
-                "args": {k: a.to_json() for k, a in self.args.items()},
-                "random_fallback": self.random_fallback.to_json() if self.random_fallback else None,
-                "fingerprint_given": self.fingerprint_given,
-                "files": [f.to_json() for f in self.files],
-                "cache": self.cache,
-                "in_memory": self.in_memory,
-                "split": self.split,
-                "source": self.source.to_json() if self.source else None,
-                "error": self.error,
-            }
-        )
+    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
+        out = self._base_json(constant)
+        out |= {
+            "operation": self.operation,
+            "transform": self.transform,
+            "result": self.result,
+            "parents": list(self.parents),
+            "output": self.output,
+            "call_site": self.call_site.to_json() if self.call_site else None,
+            "function": self.function.to_json() if self.function else None,
+            "args": {k: a.to_json() for k, a in self.args.items()},
+            "random_fallback": self.random_fallback.to_json() if self.random_fallback else None,
+            "fingerprint_given": self.fingerprint_given,
+            "files": [f.to_json() for f in self.files],
+            "cache": self.cache,
+            "in_memory": self.in_memory,
+            "split": self.split,
+            "source": self.source.to_json() if self.source else None,
+            "error": self.error,
+        }
         if self.no_cache is not None:
             out["no_cache"] = self.no_cache
+        if self.columns:
+            out["columns"] = {k: c.to_json() for k, c in self.columns.items()}
         out.update(self.extra)
         return out
 
@@ -641,8 +688,8 @@ class SourceRecord(LedgerRecord):
             extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k not in keys},
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out = self._base_json()
+    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
+        out = self._base_json(constant)
         out.update(self.extra)
         out.update(
             {
@@ -708,8 +755,8 @@ class GcRecord(LedgerRecord):
         """The removed entry's fingerprint and aliases."""
         return ((self.fingerprint,) if self.fingerprint else ()) + self.aliases
 
-    def to_json(self) -> dict[str, Any]:
-        out = self._base_json()
+    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
+        out = self._base_json(constant)
         out.update(
             {
                 "action": self.action,
@@ -728,9 +775,103 @@ class GcRecord(LedgerRecord):
         return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunStartRecord(LedgerRecord):
+    """A traced process started (written when the tracer is installed, to its cache root's ledger):
+    a run with this record and no `RunEndRecord` ended without closing (killed, or still running)."""
+
+    TYPE: ClassVar[str] = "run-start"
+
+    argv: tuple[str, ...] = ()
+    cwd: str | None = None
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> RunStartRecord:
+        return cls(
+            **cls._base(d, read_from),
+            argv=_strs(d, "argv"),
+            cwd=_opt_str(d, "cwd"),
+            extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k not in ("argv", "cwd")},
+        )
+
+    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
+        out = self._base_json(constant)
+        out.update(self.extra)
+        out.update({"argv": list(self.argv), "cwd": self.cwd})
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEndRecord(LedgerRecord):
+    """A traced process ended normally (an exception included), or stopped tracing; written to
+    every root the run wrote to."""
+
+    TYPE: ClassVar[str] = "run-end"
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> RunEndRecord:
+        return cls(**cls._base(d, read_from), extra={k: v for k, v in d.items() if k not in _BASE_KEYS})
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepStartRecord(LedgerRecord):
+    """A step began to compute: written when it finds no cache file to load (a miss), before it
+    writes, so a run killed in the step still says which step it was and where it wrote. The
+    step's own record, written when it ends, has the same `run` and `seq`."""
+
+    TYPE: ClassVar[str] = "step-start"
+
+    operation: str | None = None
+    parents: tuple[str, ...] = ()
+    call_site: CallSite | None = None
+    split: str | None = None
+    #: The cache files the step is about to write (they do not exist yet).
+    paths: tuple[str, ...] = ()
+
+    _KEYS: ClassVar[tuple[str, ...]] = ("operation", "parents", "call_site", "split", "paths")
+
+    @classmethod
+    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepStartRecord:
+        cs = _obj(d, "call_site")
+        return cls(
+            **cls._base(d, read_from),
+            operation=_opt_str(d, "operation"),
+            parents=_strs(d, "parents"),
+            call_site=CallSite.parse(cs) if cs is not None else None,
+            split=_opt_str(d, "split"),
+            paths=_strs(d, "paths"),
+            extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k not in cls._KEYS},
+        )
+
+    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
+        out = self._base_json(constant)
+        out.update(self.extra)
+        out.update(
+            {
+                "operation": self.operation,
+                "parents": list(self.parents),
+                "call_site": self.call_site.to_json() if self.call_site else None,
+                "split": self.split,
+                "paths": list(self.paths),
+            }
+        )
+        return out
+
+
 #: Record type -> class. A type not listed here is skipped with a warning.
 RECORD_TYPES: dict[str, type[LedgerRecord]] = {
-    c.TYPE: c for c in (TransformRecord, RootRecord, SaveRecord, CheckpointRecord, SourceRecord, GcRecord)
+    c.TYPE: c
+    for c in (
+        TransformRecord,
+        RootRecord,
+        SaveRecord,
+        CheckpointRecord,
+        SourceRecord,
+        GcRecord,
+        RunStartRecord,
+        RunEndRecord,
+        StepStartRecord,
+    )
 }
 
 
@@ -756,6 +897,7 @@ __all__ = [
     "CacheStatus",
     "CallSite",
     "CheckpointRecord",
+    "ColumnHead",
     "DataFile",
     "FileRecord",
     "FunctionInfo",
@@ -764,10 +906,13 @@ __all__ = [
     "LedgerRecord",
     "RandomFallback",
     "RootRecord",
+    "RunEndRecord",
+    "RunStartRecord",
     "SaveRecord",
     "SourceInfo",
     "SourceRecord",
     "StepRecord",
+    "StepStartRecord",
     "TransformRecord",
     "parse_record",
 ]

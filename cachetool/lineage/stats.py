@@ -36,6 +36,9 @@ __all__ = ["Counts", "Group", "RandomReason", "StatsReport", "ledger_stats", "ze
 STATS_FILE = "stats.json"
 _COUNTED = ("transform", "root")
 
+#: A call site: its key (`pipeline.py:21 map`), file, line, operation and function.
+_Site = tuple[str, str | None, int | None, str | None, str | None]
+
 
 @dataclass(frozen=True)
 class Counts:
@@ -217,7 +220,7 @@ def written_bytes(rec: StepRecord) -> int:
     return sum(f.size or 0 for f in rec.files if f.status == "written")
 
 
-def _site(rec: StepRecord) -> tuple[str, str | None, int | None, str | None, str | None]:
+def _site(rec: StepRecord) -> _Site:
     site = rec.call_site
     file = site.file if site else None
     line = site.line if site else None
@@ -312,70 +315,85 @@ def ledger_stats(
     zero = zeroed_at(root_path)
     starts = [t for t in (since, None if everything else zero) if t is not None]
     start = max(starts) if starts else None
-    all_steps = sorted(
+    tally = _Tally(start, end)
+    for rec in sorted(
         (r for r in records if r.type in (*_COUNTED, "save") and not r.internal), key=lambda r: r.time
-    )
-    total = _Acc()
-    sites: dict[str, tuple[_Acc, tuple[str, str | None, int | None, str | None, str | None]]] = {}
-    datasets: dict[str, _Acc] = {}
-    seen_sites: dict[str, set[str]] = {}  # call site -> the runs that ran a step there
-    seen_fps: set[str] = set()
-    saves = 0
-    random: dict[tuple[str | None, str], int] = {}
-    random_count = 0
-    counted: list[StepRecord] = []
-    for rec in all_steps:
+    ):
+        tally.add(rec)
+    return tally.report(root_path, zero, tuple(warnings))
+
+
+class _Tally:
+    """The counts of one period, fed the records oldest first (earlier records, outside the
+    period, still tell whether a step had run before)."""
+
+    def __init__(self, start: float | None, end: float) -> None:
+        self.start, self.end = start, end
+        self.total = _Acc()
+        self.sites: dict[str, tuple[_Acc, _Site]] = {}
+        self.datasets: dict[str, _Acc] = {}
+        self.seen_sites: dict[str, set[str]] = {}  # call site -> the runs that ran a step there
+        self.seen_fps: set[str] = set()
+        self.saves = 0
+        self.random: dict[tuple[str | None, str], int] = {}
+        self.random_count = 0
+        self.counted: list[StepRecord] = []
+
+    def add(self, rec: StepRecord) -> None:
         site = _site(rec)
         fp = rec.result
         # A call site counts as run before only from an earlier run: one call makes several
         # steps there (train_test_split's two splits, a DatasetDict's splits, two maps on a line).
-        site_runs = seen_sites.get(site[0], set())
-        recomputed = bool(site_runs - {rec.run}) or (fp is not None and fp in seen_fps)
+        site_runs = self.seen_sites.get(site[0], set())
+        recomputed = bool(site_runs - {rec.run}) or (fp is not None and fp in self.seen_fps)
         if rec.type != "save":
-            seen_sites.setdefault(site[0], set()).add(rec.run)
+            self.seen_sites.setdefault(site[0], set()).add(rec.run)
             if fp is not None:
-                seen_fps.add(fp)
-        t = rec.time
-        if (start is not None and t < start) or t > end:
-            continue
+                self.seen_fps.add(fp)
+        if (self.start is not None and rec.time < self.start) or rec.time > self.end:
+            return
         if rec.type == "save":
-            saves += 1
-            total.bytes += written_bytes(rec)
-            continue
-        total.add(rec, recomputed)
-        counted.append(rec)
-        acc = sites.get(site[0])
+            self.saves += 1
+            self.total.bytes += written_bytes(rec)
+            return
+        self.total.add(rec, recomputed)
+        self.counted.append(rec)
+        acc = self.sites.get(site[0])
         if acc is None:
-            acc = sites[site[0]] = (_Acc(), site)
+            acc = self.sites[site[0]] = (_Acc(), site)
         acc[0].add(rec, recomputed)
-        datasets.setdefault(dataset_of(rec), _Acc()).add(rec, recomputed)
+        self.datasets.setdefault(dataset_of(rec), _Acc()).add(rec, recomputed)
         rf = rec.random_fallback
         if rf is not None:
-            random_count += 1
+            self.random_count += 1
             err = f"{rf.error_type}: {rf.error}" if rf.error_type else str(rf.error)
             key = (rf.argument, err)
-            random[key] = random.get(key, 0) + 1
-    site_groups = [
-        Group(key=k, counts=a.counts(), operation=s[3], function=s[4], file=s[1], line=s[2])
-        for k, (a, s) in sites.items()
-    ]
-    site_groups.sort(key=lambda g: (-g.counts.recompute_seconds, -g.counts.misses, g.key))
-    ds_groups = [Group(key=k, counts=a.counts()) for k, a in datasets.items()]
-    ds_groups.sort(key=lambda g: (-g.counts.misses, g.key))
-    return StatsReport(
-        root=root_path,
-        start=start,
-        end=end,
-        zeroed_at=zero,
-        total=total.counts(),
-        saves=saves,
-        random_count=random_count,
-        random=tuple(
-            RandomReason(arg, err, n) for (arg, err), n in sorted(random.items(), key=lambda kv: -kv[1])
-        ),
-        call_sites=tuple(site_groups),
-        datasets=tuple(ds_groups),
-        warnings=tuple(warnings),
-        hosts=tuple(sorted(Counter(r.host or "?" for r in counted).items(), key=lambda kv: (-kv[1], kv[0]))),
-        concurrent=concurrent_computations(counted),
-    )
+            self.random[key] = self.random.get(key, 0) + 1
+
+    def report(self, root: Path, zero: float | None, warnings: tuple[str, ...]) -> StatsReport:
+        site_groups = [
+            Group(key=k, counts=a.counts(), operation=s[3], function=s[4], file=s[1], line=s[2])
+            for k, (a, s) in self.sites.items()
+        ]
+        site_groups.sort(key=lambda g: (-g.counts.recompute_seconds, -g.counts.misses, g.key))
+        ds_groups = [Group(key=k, counts=a.counts()) for k, a in self.datasets.items()]
+        ds_groups.sort(key=lambda g: (-g.counts.misses, g.key))
+        hosts = Counter(r.host or "?" for r in self.counted)
+        return StatsReport(
+            root=root,
+            start=self.start,
+            end=self.end,
+            zeroed_at=zero,
+            total=self.total.counts(),
+            saves=self.saves,
+            random_count=self.random_count,
+            random=tuple(
+                RandomReason(arg, err, n)
+                for (arg, err), n in sorted(self.random.items(), key=lambda kv: -kv[1])
+            ),
+            call_sites=tuple(site_groups),
+            datasets=tuple(ds_groups),
+            warnings=warnings,
+            hosts=tuple(sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))),
+            concurrent=concurrent_computations(self.counted),
+        )

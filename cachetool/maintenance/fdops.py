@@ -1,5 +1,7 @@
 """File operations relative to open folder descriptors, for everything that removes or moves
-files (gc, verify's quarantine): no path string is resolved again once a folder is open.
+files (gc, verify's quarantine): no path string is resolved again once a folder is open. This is
+the one place for them: open a path component by component (`open_parent`), list what is below a
+folder (`inventory`), empty it (`remove_tree`), move without overwriting (`rename_noreplace`).
 
 `rename_noreplace` is `renameat2(RENAME_NOREPLACE)`: a move never overwrites what another
 process put at the destination meanwhile.
@@ -13,6 +15,8 @@ import errno
 import os
 import stat
 from functools import lru_cache
+
+from cachetool.cache import layout
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _RENAME_NOREPLACE = 1
@@ -101,3 +105,38 @@ def open_parent(root_fd: int, parts: tuple[str, ...], *, create: bool = False) -
 def identity(st: os.stat_result) -> tuple[int, int, int, int]:
     """What tells one file version from another: device, inode, size, mtime (ns)."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+_MARKER_FILES = frozenset({layout.STATE_JSON, layout.DATASET_DICT_JSON, layout.DATASET_INFO})
+
+
+def remove_tree(dir_fd: int, freed: list[int]) -> None:
+    """Empty an open folder through descriptors: `unlink`/`rmdir` relative to each folder's fd,
+    subfolders opened with `O_NOFOLLOW`. A symlink inside is removed as a link, never followed.
+    Keeps going past errors and raises the first one at the end; `freed` ([bytes, files]) counts
+    what is gone either way."""
+    first_error: OSError | None = None
+    with os.scandir(dir_fd) as it:
+        entries = list(it)
+    # The files that make a folder count as a dataset go first: a removal that stops half-way
+    # then leaves a folder datasets will not load, never one with data files missing.
+    entries.sort(key=lambda de: de.name not in _MARKER_FILES)
+    for de in entries:
+        try:
+            st = os.stat(de.name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(de.name, O_DIR, dir_fd=dir_fd)
+                try:
+                    remove_tree(sub, freed)
+                finally:
+                    os.close(sub)
+                os.rmdir(de.name, dir_fd=dir_fd)
+            else:
+                os.unlink(de.name, dir_fd=dir_fd)
+                if stat.S_ISREG(st.st_mode):
+                    freed[0] += st.st_size
+                freed[1] += 1
+        except OSError as e:
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error

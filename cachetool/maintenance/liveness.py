@@ -271,15 +271,6 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
     )
 
 
-def pids_using(path: Path, snapshot: InUse | None = None) -> frozenset[int]:
-    """The live pids holding `path` open or mapped (a fresh scan unless a snapshot is given)."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return frozenset()
-    return (snapshot or scan_in_use()).pids(st)
-
-
 @dataclass(frozen=True)
 class TempDirUser:
     """A live process that may keep `hf_datasets-*` folders in a temp dir: pyarrow is loaded (so

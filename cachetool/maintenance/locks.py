@@ -4,7 +4,7 @@ One probe (`probe`) answers for every caller. It opens the lock without `O_CREAT
 creates a lock file) and without following a symlink, then tries a non-blocking exclusive
 `flock`, the lock `filelock` takes. When it cannot tell (the file cannot be opened: no
 permission, a symlink, a socket; or `flock` fails for another reason than "held") the answer is
-`LockState.UNKNOWN`, and `lock_is_held` counts that as held: gc keeps the lock and what it
+`LockState.UNKNOWN`, and `LockState.held` counts that as held: gc keeps the lock and what it
 guards, and verify does not call the lock stale. Being wrong that way costs a leftover kept
 until the next run; the other way round would remove what a running preparation needs.
 
@@ -89,11 +89,6 @@ def probe(path: str | os.PathLike[str]) -> LockState:
         return LockState.MISSING
     os.close(fd)  # closing releases the flock we won
     return LockState.FREE
-
-
-def lock_is_held(path: str | os.PathLike[str]) -> bool:
-    """True when a live process holds the lock at `path`, or when the probe cannot tell."""
-    return probe(path).held
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ hooks the moment the script imports it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -76,6 +77,7 @@ def _install_now(events: str | None, trees: bool = False, cold: bool = False) ->
         if tracer.install():
             _tracer = tracer
             _register_fork_handler()
+            tracer.start_run()
             from cachetool.trace.lease import hold_lease
 
             # Announce this writer to gc and verify on every host that shares the root.
@@ -99,9 +101,19 @@ _fork_handler = False
 def _register_fork_handler() -> None:
     # Handlers cannot be unregistered: one for the process, looking up the current tracer.
     global _fork_handler
-    if not _fork_handler and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork)
+    if not _fork_handler:
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork)
+        atexit.register(_end_run)
         _fork_handler = True
+
+
+def _end_run() -> None:
+    """At exit: the run ended (a SIGKILL never gets here, and that is how a killed run shows)."""
+    tracer = _tracer
+    if tracer is not None:
+        with contextlib.suppress(Exception):
+            tracer.end_run()
 
 
 def _after_fork() -> None:

@@ -23,6 +23,7 @@ own fork pool) and in spawned children (fresh interpreters) are not recorded; `I
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -35,16 +36,35 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
-from cachetool.lineage.ledger import ENCODER, RECORD_VERSION, LedgerWriter, Record, SegmentWriter
+from cachetool.lineage.ledger import ENCODER, RECORD_VERSION, LedgerWriter, SegmentWriter
+from cachetool.lineage.records import (
+    ArgInfo,
+    CallSite,
+    ColumnHead,
+    DataFile,
+    FileRecord,
+    FunctionInfo,
+    LedgerRecord,
+    RandomFallback,
+    RootRecord,
+    RunEndRecord,
+    RunStartRecord,
+    SaveRecord,
+    SourceInfo,
+    SourceRecord,
+    StepRecord,
+    StepStartRecord,
+    TransformRecord,
+)
 from cachetool.trace.sources import describe as describe_function
 from cachetool.trace.sources import unwrap
 from cachetool.trace.summary import summarize
 
 _MISSING = object()
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
-_FN_INFO: dict[Any, dict[str, Any]] = {}  # code object -> the "function" field of records
+_FN_INFO: dict[Any, FunctionInfo] = {}  # code object -> the "function" field of records
 _SOURCES: dict[str, dict[str, Any]] = {}  # source hash -> the text of a user function, for "source" records
 _SCALAR_TYPES = frozenset({"bool", "int", "float", "str", "NoneType"})
 _CACHE_NAME_KWARGS = (
@@ -257,7 +277,7 @@ class _HashEvent:
         self.watch = watch
         self.seq = seq
         self.start = 0.0  # set for hashes outside any traced call; others use their call's start
-        self.call_site: dict[str, Any] | None = None
+        self.call_site: CallSite | None = None
         self.internal = False
         #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
         self.trees: dict[str, Any] | None = None
@@ -280,10 +300,11 @@ class _Frame:
         "pending",
         "seq",
         "start",
+        "started",
         "t0",
     )
     args: tuple[Any, ...]
-    call_site: dict[str, Any] | None
+    call_site: CallSite | None
     entry: str | None
     internal: bool
     kind: str
@@ -298,15 +319,37 @@ class _Frame:
 
     def __init__(self) -> None:
         self.hashes: list[_HashEvent] = []
-        self.children: list[Record] = []
-        self.pending: list[Record] = []
+        self.started = False  # a step-start record was written for this call
+        self.children: list[StepRecord] = []
+        self.pending: list[LedgerRecord] = []
+
+
+class _Hashed(NamedTuple):
+    """What a step's record says about its hash inputs."""
+
+    transform: str | None
+    args: Mapping[str, ArgInfo]
+    function: FunctionInfo | None
+    random_fallback: RandomFallback | None
+    fingerprint_given: bool = False
+
+
+class _Constants(TypedDict):
+    """The fields every record of one process shares (`LedgerRecord.constant_json`)."""
+
+    v: int
+    run: str
+    host: str
+    pid: int
+    versions: Mapping[str, str | None]
 
 
 class _Local(threading.local):
     def __init__(self) -> None:
         self.stack: list[_Frame] = []
         self.watch: _Watch | None = None
-        self.snapshot: dict[str, int | None] = {}
+        #: Output path -> (inode, size) before the call wrote (size -1: not known), None: absent.
+        self.snapshot: dict[str, tuple[int, int] | None] = {}
 
 
 # ------------------------------------------------------------------------------------------
@@ -320,16 +363,19 @@ class LedgerSink:
     def __init__(self) -> None:
         self.writer = LedgerWriter(warn=_warn)
         self.cache_root = ""  # the process's cache root: also where steps on other file systems go
+        self.roots: dict[str, None] = {}  # every root written to, in order
 
     @property
     def run_id(self) -> str:
         return self.writer.run_id
 
-    def emit_line(self, record: Record, line: str) -> None:
+    def emit_line(self, record: LedgerRecord, line: str) -> None:
         """Write one record, already encoded as `line` (JSON, no newline)."""
-        saved = (record.get("source") or {}).get("kind") == "saved" and record["root"] != self.cache_root
-        kind = "saved" if saved else "cache"
-        self.writer.append_line(record["root"], line, kind)
+        root = record.root or self.cache_root
+        source = record.source if isinstance(record, StepRecord) else None
+        saved = source is not None and source.kind == "saved" and root != self.cache_root
+        self.roots[root] = None
+        self.writer.append_line(root, line, "saved" if saved else "cache")
 
     def close(self) -> None:
         self.writer.close()
@@ -346,7 +392,7 @@ class EventsSink:
         self.trees = trees
         self.run_id = f"{socket.gethostname()}-{os.getpid()}"
 
-    def emit_line(self, record: Record, line: str) -> None:
+    def emit_line(self, record: LedgerRecord, line: str) -> None:
         self.segment.append_line(line)
 
     def close(self) -> None:
@@ -507,12 +553,17 @@ class Tracer:
         self._registered: set[str] = set()
         self.default_root = ""
         self.versions: dict[str, str] = {}
+        self._constants = _Constants(
+            v=RECORD_VERSION, run=sink.run_id, host=self.host, pid=self.pid, versions={}
+        )
         self._datasets_prefix = ""
         self._cachetool_prefix = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         self._hook_errors = 0
         self.untraced: list[str] = []  # methods this datasets version lacks
         self._prefix: str | None = None
         self._sources_done: set[tuple[Any, str]] = set()
+        self._arg_infos: dict[tuple[str | None, str | None, str], ArgInfo] = {}
+        self._ended = False
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -568,6 +619,7 @@ class Tracer:
         if isinstance(self.sink, LedgerSink):
             self.sink.cache_root = self.default_root
         self.versions = _versions()
+        self._constants["versions"] = self.versions
         try:
             self._patch_all(fp_mod, ad, dataset_cls, builder_cls, hasher)
         except Exception as e:
@@ -650,6 +702,8 @@ class Tracer:
 
     def uninstall(self) -> None:
         """Restore every patched attribute (the originals come back in reverse order)."""
+        with contextlib.suppress(Exception):
+            self.end_run()
         self.enabled = False
         for obj, name, original in reversed(self._patches):
             with contextlib.suppress(Exception):
@@ -804,6 +858,7 @@ class Tracer:
             if self.enabled and self.local.stack:
                 try:
                     self._snapshot(path)
+                    self._note_start(path)
                 except Exception as e:
                     self._hook_failed("_get_cache_file_path", e)
             return path
@@ -833,7 +888,8 @@ class Tracer:
         if path in snap:
             return
         try:
-            snap[path] = os.stat(path).st_ino
+            st = os.stat(path)
+            snap[path] = (st.st_ino, st.st_size)
         except OSError:
             snap[path] = None
         stack = self.local.stack
@@ -849,11 +905,65 @@ class Tracer:
                     name = de.name
                     if name != base and name.startswith(stem) and name.endswith(ext):
                         with contextlib.suppress(OSError):
-                            snap.setdefault(os.path.join(folder, name), de.inode())
+                            snap.setdefault(os.path.join(folder, name), (de.inode(), -1))
         except OSError:
             pass
 
-    def _call_site(self, f: Any) -> tuple[bool, dict[str, Any] | None, str | None]:
+    def _note_start(self, path: str) -> None:
+        """The user's step is about to compute (its output file is not there to load, or it was
+        told not to load it): say so now, so that a run killed inside the step still tells which
+        step it was and where it wrote. Cache hits write nothing here."""
+        stack = self.local.stack
+        top = stack[0]
+        path = _abs(path)
+        if top.started or not self._ledger:
+            return
+        if (
+            self.local.snapshot.get(path) is not None
+            and stack[-1].kwargs.get("load_from_cache_file") is not False
+        ):
+            return
+        top.started = True
+        self._emit(
+            StepStartRecord(
+                **self._constants,
+                seq=top.seq,
+                time=round(top.start, 6),
+                root=self._folder_root(os.path.dirname(path)),
+                operation=top.op,
+                parents=_fingerprints(top.parent_fps),
+                call_site=top.call_site,
+                split=_split_of(top.parents[0]) if top.parents else None,
+                paths=(path,),
+            )
+        )
+
+    def start_run(self) -> None:
+        """Write the run's start to the ledger of the process's cache root (`end_run` closes it)."""
+        if self._ledger and self.enabled:
+            self._emit(
+                RunStartRecord(
+                    **self._constants,
+                    seq=next(self._seq),
+                    time=round(time.time(), 6),
+                    root=self.default_root,
+                    argv=tuple(str(a) for a in sys.argv),
+                    cwd=_cwd(),
+                )
+            )
+
+    def end_run(self) -> None:
+        """Write the run's end to every root it wrote to: the run ended without being killed.
+        Once; never in a forked child."""
+        sink = self.sink
+        if not (self.enabled and isinstance(sink, LedgerSink)) or self._ended or os.getpid() != self.pid:
+            return
+        self._ended = True
+        now = round(time.time(), 6)
+        for root in list(sink.roots):
+            self._emit(RunEndRecord(**self._constants, seq=next(self._seq), time=now, root=root))
+
+    def _call_site(self, f: Any) -> tuple[bool, CallSite | None, str | None]:
         """(called by datasets?, first frame outside datasets and cachetool, the datasets function
         the user called)."""
         where = self._where
@@ -876,7 +986,7 @@ class Tracer:
             if w == 0:
                 return (
                     bool(caller_in_datasets),
-                    {"file": code.co_filename, "line": f.f_lineno, "function": code.co_name},
+                    CallSite(code.co_filename, f.f_lineno, code.co_name),
                     entry,
                 )
             entry = code.co_name
@@ -929,7 +1039,7 @@ class Tracer:
                 stack[0].pending.extend(records)
             else:
                 frame.pending.extend(records)
-                frame.pending.sort(key=lambda r: r["seq"])
+                frame.pending.sort(key=lambda r: r.seq)
                 for rec in frame.pending:
                     self._emit(rec)
         except Exception as e:
@@ -938,63 +1048,20 @@ class Tracer:
             if not stack:
                 local.snapshot.clear()
 
-    def _emit(self, record: Record) -> None:
+    def _emit(self, record: LedgerRecord) -> None:
         if self._prefix is None:
-            constant = {
-                "v": RECORD_VERSION,
-                "run": self.sink.run_id,
-                "host": self.host,
-                "pid": self.pid,
-                "versions": self.versions,
-            }
-            self._prefix = ENCODER.encode(constant)[:-1] + ","
-        if self._ledger and record.get("function") is not None:
-            for src in self._source_records(record):
-                self.sink.emit_line(src, self._prefix + ENCODER.encode(src)[1:])
-        self.sink.emit_line(record, self._prefix + ENCODER.encode(record)[1:])
+            # "v", "run", "host", "pid" and "versions" are the same in every record of the process:
+            # encoded once (encoding them each time is a third of the cost of a record).
+            self._prefix = ENCODER.encode(record.constant_json())[:-1] + ","
+        if self._ledger and isinstance(record, StepRecord) and record.function is not None:
+            for src in self._source_records(record, record.function):
+                self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
+        self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
 
     # -- records ------------------------------------------------------------------------------
-    def _base(
-        self,
-        *,
-        type_: str,
-        seq: int,
-        start: float,
-        duration: float,
-        operation: str,
-        internal: bool,
-        call_site: dict[str, Any] | None,
-        root: str,
-    ) -> Record:
-        # "v", "run", "host", "pid" and "versions" are the same in every record of the process:
-        # `_emit` writes them from one pre-encoded prefix (encoding them each time is a third of
-        # the cost of a record).
-        return {
-            "type": type_,
-            "seq": seq,
-            "time": round(start, 6),
-            "duration": round(duration, 6),
-            "operation": operation,
-            "transform": None,
-            "result": None,
-            "parents": [],
-            "output": None,
-            "internal": internal,
-            "call_site": call_site,
-            "function": None,
-            "args": {},
-            "random_fallback": None,
-            "fingerprint_given": False,
-            "files": [],
-            "cache": "none",
-            "in_memory": False,
-            "root": root,
-            "split": None,
-            "source": None,
-            "error": None,
-        }
-
-    def _records(self, frame: _Frame, out: Any, exc: BaseException | None, duration: float) -> list[Record]:
+    def _records(
+        self, frame: _Frame, out: Any, exc: BaseException | None, duration: float
+    ) -> list[StepRecord]:
         kind = frame.kind
         if kind == "builder":
             return self._builder_records(frame, out, exc, duration)
@@ -1014,7 +1081,7 @@ class Tracer:
         joined = "".join(fp for fp in frame.parent_fps if isinstance(fp, str))
         own = [h for h in frame.hashes if h.parent == joined]
         used: set[int] = set()
-        records: list[Record] = []
+        records: list[StepRecord] = []
         parent_files = {_abs(f["filename"]) for d in frame.parents for f in _cache_files(d)}
         for output, ds in results:
             fp = getattr(ds, "_fingerprint", None)
@@ -1023,36 +1090,18 @@ class Tracer:
                 h = next((x for x in own if id(x) not in used), None)
             if h is not None:
                 used.add(id(h))
-            rec = self._transform_record(frame, ds, fp, output, h, parent_files, duration)
-            if records:  # a second output of one call (train_test_split's test): its own seq
-                rec["seq"] = next(self._seq)
-            records.append(rec)
+            # A second output of one call (train_test_split's test) gets its own seq.
+            seq = next(self._seq) if records else frame.seq
+            records.append(self._transform_record(frame, ds, fp, output, h, parent_files, duration, seq))
         if exc is not None and not frame.internal:
-            rec = self._base(
-                type_="transform",
-                seq=frame.seq,
-                start=frame.start,
-                duration=duration,
-                operation=frame.op,
-                internal=frame.internal,
-                call_site=frame.call_site,
-                root=self._root_of(frame.parents[0])[0] if frame.parents else self.default_root,
-            )
-            rec["parents"] = list(frame.parent_fps)
-            rec["error"] = f"{type(exc).__name__}: {exc}"
-            if own:
-                self._fill_hash(rec, own[0])
-            records.append(rec)
+            records.append(self._error_record(frame, exc, own[0] if own else None, duration))
         # Hashes made directly in this call that are not its own (rare): internal events.
         for h in frame.hashes:
             if h not in own:
                 h.call_site = frame.call_site
                 h.start = frame.start
-                records.append(
-                    self._hash_record(
-                        h, internal=True, root=records[0]["root"] if records else self.default_root
-                    )
-                )
+                root = (records[0].root or self.default_root) if records else self.default_root
+                records.append(self._hash_record(h, internal=True, root=root))
         return records
 
     def _transform_record(
@@ -1064,54 +1113,71 @@ class Tracer:
         h: _HashEvent | None,
         parent_files: set[str],
         duration: float,
-    ) -> Record:
+        seq: int,
+    ) -> TransformRecord:
         ds_files = _cache_files(ds)
         root, in_memory = self._root_of(ds, ds_files)
-        rec = self._base(
-            type_="transform",
-            seq=frame.seq,
-            start=frame.start,
-            duration=duration,
-            operation=frame.op,
-            internal=frame.internal,
-            call_site=frame.call_site,
-            root=root,
-        )
-        rec["result"] = fp
-        rec["parents"] = list(frame.parent_fps)
-        rec["output"] = output
-        rec["in_memory"] = in_memory
-        rec["split"] = _split_of(ds)
         if h is not None:
-            self._fill_hash(rec, h)
+            hashed = self._hashed(h)
         else:
-            adopted = self._adopt(frame, fp)
-            if adopted is not None:
-                for key in ("transform", "args", "function", "random_fallback"):
-                    rec[key] = adopted.get(key)
-            elif frame.kind != "concat":
-                rec["fingerprint_given"] = _given_fingerprint(frame.kwargs) is not None
-                rec["args"] = self._call_args(frame)
-                fn = _function_arg(frame)
-                rec["function"] = self._function_info(fn) if fn is not None else None
-        self._show_args(rec, frame, h)
+            hashed = self._adopt(frame, fp) or (
+                _Hashed(None, {}, None, None) if frame.kind == "concat" else self._unhashed(frame)
+            )
+        args = self._show_args(hashed.args, frame, h)
         files, cache = self._files(frame, ds_files, parent_files)
-        rec["files"] = files
-        rec["cache"] = cache
+        no_cache = None
         if frame.op in ("map", "filter") and not frame.internal:
             no_cache = self._no_cache(frame, cache, in_memory)
-            if no_cache is not None:
-                rec["no_cache"] = no_cache
         if self.trees and h is not None and cache != "hit":
-            self._note_changes(rec, h)
-        if (
-            h is not None
-            and self._ledger
-            and not frame.internal
-            and (cache in ("miss", "partial") or rec["random_fallback"])
-        ):
-            self._summarize(rec, h)
-        return rec
+            args = self._note_changes(args, h)
+        computed = cache in ("miss", "partial") or hashed.random_fallback is not None
+        if h is not None and self._ledger and not frame.internal and computed:
+            args = self._summarize(args, h)
+        return TransformRecord(
+            **self._constants,
+            seq=seq,
+            time=round(frame.start, 6),
+            duration=round(duration, 6),
+            internal=frame.internal,
+            root=root,
+            operation=frame.op,
+            transform=hashed.transform,
+            result=fp if isinstance(fp, str) else None,
+            parents=_fingerprints(frame.parent_fps),
+            output=output,
+            call_site=frame.call_site,
+            function=hashed.function,
+            args=args,
+            random_fallback=hashed.random_fallback,
+            fingerprint_given=hashed.fingerprint_given,
+            files=files,
+            cache=cache,
+            in_memory=in_memory,
+            split=_split_of(ds),
+            no_cache=no_cache,
+        )
+
+    def _error_record(
+        self, frame: _Frame, exc: BaseException, h: _HashEvent | None, duration: float
+    ) -> TransformRecord:
+        """The record of a call that raised: what it was given, and the exception."""
+        hashed = self._hashed(h) if h is not None else _Hashed(None, {}, None, None)
+        return TransformRecord(
+            **self._constants,
+            seq=frame.seq,
+            time=round(frame.start, 6),
+            duration=round(duration, 6),
+            internal=frame.internal,
+            root=self._root_of(frame.parents[0])[0] if frame.parents else self.default_root,
+            operation=frame.op,
+            transform=hashed.transform,
+            parents=_fingerprints(frame.parent_fps),
+            call_site=frame.call_site,
+            function=hashed.function,
+            args=hashed.args,
+            random_fallback=hashed.random_fallback,
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
     def _no_cache(self, frame: _Frame, cache: str, in_memory: bool) -> str | None:
         """Why a map or filter ran without a persistent cache (it will run again next time)."""
@@ -1120,210 +1186,239 @@ class Tracer:
             return "keep-in-memory"
         if in_memory:
             return "in-memory"
-        fp_mod = sys.modules.get("datasets.fingerprint")
-        enabled = getattr(fp_mod, "is_caching_enabled", None)
-        if callable(enabled) and not enabled():
+        if not _caching_enabled():
             return "caching-disabled"
         if kwargs.get("load_from_cache_file") is False and cache in ("miss", "partial"):
             return "load-from-cache-file-false"
         return None
 
-    def _show_args(self, rec: Record, frame: _Frame, h: _HashEvent | None) -> None:
+    def _show_args(
+        self, args: Mapping[str, ArgInfo], frame: _Frame, h: _HashEvent | None
+    ) -> dict[str, ArgInfo]:
         """Give every hashed argument a readable value for `lineage` (a summary where it is too
         large for a repr: `20000 ints, digest …`, a range, the features of a cast), and record
         `num_proc`, which does not enter the fingerprint but says how the step ran."""
-        args = dict(rec["args"] or {})
+        out = dict(args)
         values = h.args if h is not None and isinstance(h.args, Mapping) else {}
-        for name, entry in list(args.items()):
-            if isinstance(entry, dict) and entry.get("repr") is None and name in values:
-                shown = describe_value(values[name], entry.get("digest"))
+        for name, entry in args.items():
+            if entry.repr is None and name in values:
+                shown = describe_value(values[name], entry.digest)
                 if shown is not None:
-                    args[name] = {**entry, "repr": shown}
+                    out[name] = dataclasses.replace(entry, repr=shown)
         num_proc = frame.kwargs.get("num_proc")
-        if frame.op in ("map", "filter") and type(num_proc) is int and "num_proc" not in args:
-            args["num_proc"] = {"digest": None, "repr": repr(num_proc), "type": "int"}
-        rec["args"] = args
+        if frame.op in ("map", "filter") and type(num_proc) is int and "num_proc" not in out:
+            out["num_proc"] = self._arg_info(None, repr(num_proc), "int")
+        return out
 
-    def _adopt(self, frame: _Frame, fp: Any) -> Record | None:
+    def _adopt(self, frame: _Frame, fp: Any) -> _Hashed | None:
         """A call that hashed nothing itself but whose one nested call made the same step
         (`with_format` -> `set_format`, `take` -> `select`): describe it by that call's hash."""
-        match = [
-            c
-            for c in frame.children
-            if c.get("result") == fp and c.get("parents") == frame.parent_fps and c.get("transform")
-        ]
-        return match[0] if len(match) == 1 else None
+        parents = _fingerprints(frame.parent_fps)
+        match = [c for c in frame.children if c.result == fp and c.parents == parents and c.transform]
+        if len(match) != 1:
+            return None
+        c = match[0]
+        return _Hashed(c.transform, c.args, c.function, c.random_fallback)
 
-    def _fill_hash(self, rec: Record, h: _HashEvent) -> None:
-        rec["transform"] = transform_string(h.transform)
+    def _hashed(self, h: _HashEvent) -> _Hashed:
+        """What `datasets` hashed for a step: the transform, each argument (digest, repr, type;
+        its hash tree in determinism runs), the user's function, a random fallback."""
         args = h.args if isinstance(h.args, Mapping) else {}
         keys = sorted(args)
         digests = h.watch.digests
-        out: dict[str, Any] = {}
+        out: dict[str, ArgInfo] = {}
         for i, key in enumerate(keys):
             pos = 3 + 2 * i  # [parent, transform, key0, value0, key1, value1, ...]
             value = args[key]
-            entry: dict[str, Any] = {
-                "digest": digests[pos] if pos < len(digests) else None,
-                "repr": safe_repr(value),
-                "type": type_name(value),
-            }
+            tree = None
             if self.trees:
-                entry["tree"] = (h.trees or {}).get(str(key)) if h.trees is not None else _tree(value)
-            out[str(key)] = entry
-        rec["args"] = out
+                tree = (h.trees or {}).get(str(key)) if h.trees is not None else _tree(value)
+            digest = digests[pos] if pos < len(digests) else None
+            if tree is None:
+                out[str(key)] = self._arg_info(digest, safe_repr(value), type_name(value))
+            else:
+                out[str(key)] = ArgInfo(digest, safe_repr(value), type_name(value), tree=tree)
         fn = args.get("function")
-        if fn is not None:
-            rec["function"] = self._function_info(fn)
         w = h.watch
+        fallback = None
         if w.random:
             argument = None
             if w.error_at is not None and w.error_at >= 2:
                 index = (w.error_at - 2) // 2
                 argument = str(keys[index]) if index < len(keys) else None
-            rec["random_fallback"] = {"argument": argument, "error": w.error, "error_type": w.error_type}
+            fallback = RandomFallback(argument, w.error, w.error_type)
+        return _Hashed(
+            transform_string(h.transform),
+            out,
+            self._function_info(fn) if fn is not None else None,
+            fallback,
+        )
 
-    def _note_changes(self, rec: Record, h: _HashEvent) -> None:
+    def _arg_info(self, digest: str | None, shown: str | None, type_: str) -> ArgInfo:
+        """One `ArgInfo` per distinct value: the arguments of a pipeline's steps repeat (the same
+        function, the same flags), and a frozen record part can be shared."""
+        key = (digest, shown, type_)
+        info = self._arg_infos.get(key)
+        if info is None:
+            if len(self._arg_infos) >= 4096:
+                self._arg_infos.clear()
+            info = self._arg_infos[key] = ArgInfo(digest, shown, type_)
+        return info
+
+    def _note_changes(self, args: dict[str, ArgInfo], h: _HashEvent) -> dict[str, ArgInfo]:
         """Determinism runs: an argument whose digest at the end of a step that ran differs from
         the one datasets computed when it hashed the step was changed by the step itself (a
         tokenizer configured inside the mapped function, a vocabulary built on the first call).
         Its tree after the step goes next to the one taken at hash time, as ``"after"``."""
-        args = {str(k): v for k, v in h.args.items()} if isinstance(h.args, Mapping) else {}
-        for key, entry in rec["args"].items():
-            before = entry.get("digest")
-            tree = entry.get("tree")
-            if before is None or not isinstance(tree, Mapping) or key not in args:
+        values = {str(k): v for k, v in h.args.items()} if isinstance(h.args, Mapping) else {}
+        out = dict(args)
+        for key, entry in args.items():
+            tree = entry.tree
+            if entry.digest is None or not isinstance(tree, Mapping) or key not in values:
                 continue
             if str(tree.get("t", "")).startswith("datasets."):
                 continue  # a dataset argument: its digest follows fingerprints, not the step
-            after = _try_hash(args[key])
-            if after is not None and after != before:
-                entry["after"] = _tree(args[key])
+            after = _try_hash(values[key])
+            if after is not None and after != entry.digest:
+                out[key] = dataclasses.replace(entry, after=_tree(values[key]))
+        return out
 
-    def _hash_record(self, h: _HashEvent, *, internal: bool, root: str) -> Record:
-        rec = self._base(
-            type_="transform",
+    def _hash_record(self, h: _HashEvent, *, internal: bool, root: str) -> TransformRecord:
+        hashed = self._hashed(h)
+        return TransformRecord(
+            **self._constants,
             seq=h.seq,
-            start=h.start,
-            duration=0.0,
-            operation=operation_of(h.transform),
+            time=round(h.start, 6),
             internal=internal,
-            call_site=h.call_site,
             root=root,
+            operation=operation_of(h.transform),
+            transform=hashed.transform,
+            result=h.result,
+            parents=(h.parent,) if isinstance(h.parent, str) else (),
+            call_site=h.call_site,
+            function=hashed.function,
+            args=hashed.args,
+            random_fallback=hashed.random_fallback,
         )
-        rec["result"] = h.result
-        rec["parents"] = [h.parent] if isinstance(h.parent, str) else []
-        self._fill_hash(rec, h)
-        return rec
 
-    def _call_args(self, frame: _Frame) -> dict[str, Any]:
-        """Arguments of a call that hashed nothing (`new_fingerprint=` given): reprs, no digests."""
+    def _unhashed(self, frame: _Frame) -> _Hashed:
+        """A call that hashed nothing (`new_fingerprint=` given): its arguments' reprs, no digests."""
         try:
             bound = inspect.signature(frame.original).bind_partial(*frame.args, **frame.kwargs).arguments
         except (TypeError, ValueError):
             bound = dict(frame.kwargs)
-        out: dict[str, Any] = {}
+        out: dict[str, ArgInfo] = {}
         for i, (name, value) in enumerate(bound.items()):
             if i == 0 and frame.kind in ("transform", "inplace", "save"):
                 continue  # the dataset itself
             items = list(value.items()) if name == "kwargs" and isinstance(value, dict) else [(name, value)]
             for k, v in items:
-                out[str(k)] = {
-                    "digest": None,
-                    "repr": safe_repr(v) or describe_value(v, None),
-                    "type": type_name(v),
-                }
-        return out
+                out[str(k)] = ArgInfo(None, safe_repr(v) or describe_value(v, None), type_name(v))
+        fn = _function_arg(frame)
+        return _Hashed(
+            None,
+            out,
+            self._function_info(fn) if fn is not None else None,
+            None,
+            fingerprint_given=_given_fingerprint(frame.kwargs) is not None,
+        )
 
-    def _function_info(self, fn: Any) -> dict[str, Any] | None:
+    def _function_info(self, fn: Any) -> FunctionInfo:
         target, code = unwrap(fn)
         key = code if code is not None else id(target)
         info = self._fn_info.get(key)
         if info is not None:
             return info
-        info = describe_function(fn, _SOURCES)
+        info = FunctionInfo.parse(describe_function(fn, _SOURCES))
         self._fn_info[key] = info
         return info
 
-    def _summarize(self, rec: Record, h: _HashEvent) -> None:
+    def _summarize(self, args: dict[str, ArgInfo], h: _HashEvent) -> dict[str, ArgInfo]:
         """Bounded hash-tree summaries of the arguments of a step that computed its result (or
         fell back to a random fingerprint), for `cachetool explain`. Plain scalars and empty
         containers need none: their repr is the whole story."""
-        args = h.args if isinstance(h.args, Mapping) else {}
-        for name, entry in rec["args"].items():
-            r = entry.get("repr")
-            if r is not None and (entry.get("type") in _SCALAR_TYPES or r in ("{}", "[]", "()")):
+        values = h.args if isinstance(h.args, Mapping) else {}
+        out = dict(args)
+        for name, entry in args.items():
+            r = entry.repr
+            if r is not None and (entry.type in _SCALAR_TYPES or r in ("{}", "[]", "()")):
                 continue
             if name in ("fingerprint_name", "new_fingerprint"):
                 continue
-            summary = summarize(args.get(name))
+            summary = summarize(values.get(name))
             if summary is not None:
-                entry["summary"] = summary
+                out[name] = dataclasses.replace(entry, summary=summary)
+        return out
 
-    def _source_records(self, record: Record) -> list[Record]:
+    def _source_records(self, record: StepRecord, fn: FunctionInfo) -> list[SourceRecord]:
         """The `"source"` records a record's function info names that this process has not yet
         written to the record's root."""
-        fn = record.get("function")
-        if not fn:
-            return []
-        root = record["root"]
+        root = record.root or ""
         key = (id(fn), root)
         if key in self._sources_done:
             return []
         self._sources_done.add(key)
         out = []
-        for item in (fn, *fn.get("deps", ())):
-            shash = item.get("source_hash")
-            text = _SOURCES.get(shash) if isinstance(shash, str) else None
+        for item in (fn, *fn.deps):
+            shash = item.source_hash
+            text = _SOURCES.get(shash) if shash is not None else None
             if text is None or (shash, root) in self._sources_done:
                 continue
             self._sources_done.add((shash, root))
-            rec = self._base(
-                type_="source",
-                seq=next(self._seq),
-                start=record["time"],
-                duration=0.0,
-                operation="source",
-                internal=True,
-                call_site=None,
-                root=root,
+            out.append(
+                SourceRecord(
+                    **self._constants,
+                    seq=next(self._seq),
+                    time=record.time,
+                    internal=True,
+                    root=root,
+                    hash=shash,
+                    qualname=text["qualname"],
+                    file=text["file"],
+                    line=text["line"],
+                    text=text["text"],
+                    truncated=text["truncated"],
+                )
             )
-            rec["hash"] = shash
-            rec.update(text)
-            out.append(rec)
         return out
 
     def _files(
         self, frame: _Frame, ds_files: list[dict[str, Any]], parent_files: set[str]
-    ) -> tuple[list[dict[str, Any]], str]:
+    ) -> tuple[tuple[FileRecord, ...], str]:
         snap = self.local.snapshot
+        # A file that existed before a call that may load it from the cache was loaded, not
+        # written (datasets writes only where it cannot load): no second stat for a cache hit.
+        loads = frame.kwargs.get("load_from_cache_file") is not False and _caching_enabled()
         files = []
         written = reused = 0
         for f in ds_files:
             path = _abs(f["filename"])
             if path in parent_files:
                 continue
+            before = snap.get(path, _MISSING)
+            if loads and isinstance(before, tuple) and before[1] >= 0:
+                reused += 1
+                files.append(FileRecord(path, before[1], "reused"))
+                continue
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            before = snap.get(path, _MISSING)
             if before is _MISSING:
                 # Not predicted (a custom file name): judge by the time it was last written.
                 new = st.st_mtime >= frame.start - 0.005
             else:
-                new = before is None or before != st.st_ino
-            status = "written" if new else "reused"
+                new = not isinstance(before, tuple) or before[0] != st.st_ino
             written += new
             reused += not new
-            files.append({"path": path, "size": st.st_size, "status": status})
+            files.append(FileRecord(path, st.st_size, "written" if new else "reused"))
         if not files:
-            return files, "none"
-        return files, "miss" if not reused else "hit" if not written else "partial"
+            return (), "none"
+        return tuple(files), "miss" if not reused else "hit" if not written else "partial"
 
     def _builder_records(
         self, frame: _Frame, out: Any, exc: BaseException | None, duration: float
-    ) -> list[Record]:
+    ) -> list[StepRecord]:
         if exc is not None or out is None:
             return []
         builder: Any = frame.args[0] if frame.args else frame.kwargs.get("self")
@@ -1341,52 +1436,42 @@ class Tracer:
             if isinstance(out, dict)
             else ([(None, d) for d in out] if isinstance(out, (list, tuple)) else [(None, out)])
         )
-        records: list[Record] = []
+        operation = frame.entry if frame.entry and not frame.entry.startswith("_") else "as_dataset"
+        status = "reused" if prepared == "hit" else "written"
+        records: list[StepRecord] = []
         for output, ds in items:
-            fp = getattr(ds, "_fingerprint", None)
-            seq = next(self._seq) if records else frame.seq
-            operation = frame.entry if frame.entry and not frame.entry.startswith("_") else "as_dataset"
-            rec = self._base(
-                type_="root",
-                seq=seq,
-                start=frame.start,
-                duration=duration,
-                operation=operation,
-                internal=frame.internal,
-                call_site=frame.call_site,
-                root=cache_root,
+            files = _stat_files(ds, status)
+            records.append(
+                RootRecord(
+                    **self._constants,
+                    seq=next(self._seq) if records else frame.seq,
+                    time=round(frame.start, 6),
+                    duration=round(duration, 6),
+                    internal=frame.internal,
+                    root=cache_root,
+                    operation=operation,
+                    result=_fingerprint_of(ds),
+                    output=None if output is None else str(output),
+                    call_site=frame.call_site,
+                    files=files,
+                    cache=prepared if files else "none",
+                    in_memory=not files,
+                    split=_split_of(ds),
+                    source=SourceInfo(
+                        kind="builder",
+                        builder=_str_or_none(getattr(builder, "name", None)),
+                        config=_str_or_none(getattr(getattr(builder, "config", None), "name", None)),
+                        relative_data_dir=_str_or_none(rel),
+                        split=_split_of(ds),
+                        data_files=data_files,
+                    ),
+                )
             )
-            rec["result"] = fp
-            rec["output"] = output
-            rec["split"] = _split_of(ds)
-            rec["source"] = {
-                "kind": "builder",
-                "builder": getattr(builder, "name", None),
-                "config": getattr(getattr(builder, "config", None), "name", None),
-                "relative_data_dir": rel,
-                "split": _split_of(ds),
-                "data_files": data_files,
-            }
-            files = []
-            for f in _cache_files(ds):
-                path = _abs(f["filename"])
-                with contextlib.suppress(OSError):
-                    files.append(
-                        {
-                            "path": path,
-                            "size": os.stat(path).st_size,
-                            "status": "reused" if prepared == "hit" else "written",
-                        }
-                    )
-            rec["files"] = files
-            rec["cache"] = prepared if files else "none"
-            rec["in_memory"] = not files
-            records.append(rec)
         return records
 
     def _load_saved_records(
         self, frame: _Frame, out: Any, exc: BaseException | None, duration: float
-    ) -> list[Record]:
+    ) -> list[StepRecord]:
         if exc is not None or out is None:
             return []
         raw = frame.args[0] if frame.args else frame.kwargs.get("dataset_path")
@@ -1399,31 +1484,28 @@ class Tracer:
         if state_file is not None:
             with contextlib.suppress(Exception), open(state_file, encoding="utf-8") as fh:
                 state_fp = json.load(fh).get("_fingerprint")
-        rec = self._base(
-            type_="root",
+        state_fp = state_fp if isinstance(state_fp, str) else None
+        files = _stat_files(out, "reused")
+        record = RootRecord(
+            **self._constants,
             seq=frame.seq,
-            start=frame.start,
-            duration=duration,
-            operation="load_from_disk",
+            time=round(frame.start, 6),
+            duration=round(duration, 6),
             internal=frame.internal,
-            call_site=frame.call_site,
             root=root,
+            operation="load_from_disk",
+            result=_fingerprint_of(out),
+            parents=(state_fp,) if state_fp else (),
+            call_site=frame.call_site,
+            files=files,
+            cache="hit" if files else "none",
+            in_memory=not files,
+            split=_split_of(out),
+            source=SourceInfo(kind="saved", path=path, state_fingerprint=state_fp),
         )
-        rec["result"] = getattr(out, "_fingerprint", None)
-        rec["parents"] = [state_fp] if isinstance(state_fp, str) else []
-        rec["split"] = _split_of(out)
-        rec["source"] = {"kind": "saved", "path": path, "state_fingerprint": state_fp}
-        files = []
-        for f in _cache_files(out):
-            p = _abs(f["filename"])
-            with contextlib.suppress(OSError):
-                files.append({"path": p, "size": os.stat(p).st_size, "status": "reused"})
-        rec["files"] = files
-        rec["cache"] = "hit" if files else "none"
-        rec["in_memory"] = not files
-        return [rec]
+        return [record]
 
-    def _save_records(self, frame: _Frame, exc: BaseException | None, duration: float) -> list[Record]:
+    def _save_records(self, frame: _Frame, exc: BaseException | None, duration: float) -> list[StepRecord]:
         if exc is not None:
             return []
         ds = frame.parents[0]
@@ -1433,51 +1515,49 @@ class Tracer:
         local = local_path(raw)
         path = local if local is not None else os.fspath(raw)
         root = self._saved_root(local) if local is not None else self.default_root
-        rec = self._base(
-            type_="save",
-            seq=frame.seq,
-            start=frame.start,
-            duration=duration,
-            operation="save_to_disk",
-            internal=frame.internal,
-            call_site=frame.call_site,
-            root=root,
-        )
-        fp = getattr(ds, "_fingerprint", None)
-        rec["result"] = fp
-        rec["parents"] = [fp] if fp else []
-        rec["split"] = _split_of(ds)
-        rec["source"] = {"kind": "saved", "path": path}
         files = []
         if local is not None:
             with contextlib.suppress(OSError), os.scandir(local) as it:
                 for de in it:
                     if de.name.startswith("data-") and de.name.endswith(".arrow"):
-                        files.append({"path": de.path, "size": de.stat().st_size, "status": "written"})
-        rec["files"] = sorted(files, key=lambda f: f["path"])
-        rec["cache"] = "miss" if files else "none"
-        return [rec]
+                        files.append(FileRecord(de.path, de.stat().st_size, "written"))
+        fp = _fingerprint_of(ds)
+        record = SaveRecord(
+            **self._constants,
+            seq=frame.seq,
+            time=round(frame.start, 6),
+            duration=round(duration, 6),
+            internal=frame.internal,
+            root=root,
+            operation="save_to_disk",
+            result=fp,
+            parents=(fp,) if fp else (),
+            call_site=frame.call_site,
+            files=tuple(sorted(files, key=lambda f: f.path)),
+            cache="miss" if files else "none",
+            split=_split_of(ds),
+            source=SourceInfo(kind="saved", path=path),
+        )
+        return [record]
 
     def _on_in_memory_root(self, dataset: Any, fp: str) -> None:
         _, call_site, entry = self._call_site(sys._getframe(3))
         root, in_memory = self._root_of(dataset)
-        rec = self._base(
-            type_="root",
+        record = RootRecord(
+            **self._constants,
             seq=next(self._seq),
-            start=time.time(),
-            duration=0.0,
-            operation=entry or "Dataset",
+            time=round(time.time(), 6),
             internal=False,
-            call_site=call_site,
             root=root,
+            operation=entry or "Dataset",
+            result=fp,
+            call_site=call_site,
+            in_memory=in_memory,
+            split=_split_of(dataset),
+            source=SourceInfo(kind="in-memory" if in_memory else "file", constructor=entry),
+            columns=_column_heads(dataset) if self.trees and in_memory else {},
         )
-        rec["result"] = fp
-        rec["in_memory"] = in_memory
-        rec["split"] = _split_of(dataset)
-        rec["source"] = {"kind": "in-memory" if in_memory else "file", "constructor": entry}
-        if self.trees and in_memory:
-            rec["columns"] = _column_heads(dataset)
-        self._emit(rec)
+        self._emit(record)
 
     # -- roots --------------------------------------------------------------------------------
     def _add_root(self, root: str, kind: str) -> None:
@@ -1502,14 +1582,17 @@ class Tracer:
             files = _cache_files(ds)
         if not files:
             return self.default_root, True
-        folder = os.path.dirname(_abs(files[0]["filename"]))
+        return self._folder_root(os.path.dirname(_abs(files[0]["filename"]))), False
+
+    def _folder_root(self, folder: str) -> str:
+        """The root whose ledger holds records about the cache files in `folder`."""
         hit = self._dir_roots.get(folder)
         if hit is not None:
-            return hit[0], False
+            return hit[0]
         if os.path.basename(folder).startswith("hf_datasets-"):
             # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
             self._dir_roots[folder] = (self.default_root, "cache")
-            return self.default_root, False
+            return self.default_root
         best = ""
         candidates = dict(self._known_roots)
         candidates.setdefault(self.default_root, "cache")
@@ -1520,7 +1603,7 @@ class Tracer:
             # A folder of Arrow files of its own (Dataset.from_file, a custom cache_file_name).
             best = self._saved_root(folder) if os.path.isfile(os.path.join(folder, "state.json")) else folder
         self._dir_roots[folder] = (best, candidates.get(best, "cache"))
-        return best, False
+        return best
 
 
 # ------------------------------------------------------------------------------------------
@@ -1568,17 +1651,54 @@ def _split_of(ds: Any) -> str | None:
     return str(split) if split is not None else None
 
 
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the working folder was removed
+        return None
+
+
+def _caching_enabled() -> bool:
+    """`datasets.is_caching_enabled()` (True when this datasets cannot say)."""
+    enabled = getattr(sys.modules.get("datasets.fingerprint"), "is_caching_enabled", None)
+    return not callable(enabled) or bool(enabled())
+
+
+def _fingerprint_of(ds: Any) -> str | None:
+    fp = getattr(ds, "_fingerprint", None)
+    return fp if isinstance(fp, str) else None
+
+
+def _fingerprints(values: list[Any]) -> tuple[str, ...]:
+    """The parents' fingerprints (a dataset without one has no place in `parents`)."""
+    return tuple(fp for fp in values if isinstance(fp, str))
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _stat_files(ds: Any, status: str) -> tuple[FileRecord, ...]:
+    """The cache files of `ds` that exist, with their sizes, all with `status`."""
+    files = []
+    for f in _cache_files(ds):
+        path = _abs(f["filename"])
+        with contextlib.suppress(OSError):
+            files.append(FileRecord(path, os.stat(path).st_size, status))
+    return tuple(files)
+
+
 #: Local data files recorded per builder root (enough to name the one that changed).
 MAX_DATA_FILES = 16
 
 
-def _data_files(builder: Any) -> list[dict[str, Any]]:
+def _data_files(builder: Any) -> tuple[DataFile, ...]:
     """The builder's local data files with their size and mtime at load time, so that `explain`
     can say which input file changed when a source dataset gets a new fingerprint."""
-    out: list[dict[str, Any]] = []
+    out: list[DataFile] = []
     data_files = getattr(getattr(builder, "config", None), "data_files", None)
     if not isinstance(data_files, Mapping):
-        return out
+        return ()
     try:
         for split, files in data_files.items():
             for f in files if isinstance(files, (list, tuple)) else [files]:
@@ -1589,12 +1709,12 @@ def _data_files(builder: Any) -> list[dict[str, Any]]:
                     st = os.stat(path)
                 except OSError:
                     continue
-                out.append({"split": str(split), "path": path, "size": st.st_size, "mtime": st.st_mtime})
+                out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
                 if len(out) >= MAX_DATA_FILES:
-                    return out
+                    return tuple(out)
     except Exception:  # an odd data_files object: the fingerprint still says the source changed
-        return out
-    return out
+        return tuple(out)
+    return tuple(out)
 
 
 def _given_fingerprint(kwargs: Mapping[str, Any]) -> str | None:
@@ -1638,21 +1758,20 @@ def _tree(value: Any) -> Any:
 COLUMN_HEAD = 50
 
 
-def _column_heads(dataset: Any) -> dict[str, Any]:
+def _column_heads(dataset: Any) -> dict[str, ColumnHead]:
     """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
     values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
     is explained by the column and the first value that differs."""
     from cachetool.fingerprint.tree import short_repr
 
-    out: dict[str, Any] = {}
+    out: dict[str, ColumnHead] = {}
     try:
         table = dataset.data.table
         for name in table.column_names[:64]:
             column = table.column(name)
-            out[str(name)] = {
-                "digest": _try_hash(column),
-                "head": [short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist()],
-            }
+            out[str(name)] = ColumnHead(
+                _try_hash(column), tuple(short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist())
+            )
     except Exception:  # an odd table: the fingerprint still says the source differs
         return out
     return out

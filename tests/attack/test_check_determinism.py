@@ -128,6 +128,53 @@ def test_nothing_compared_exits_2_with_the_scripts_own_warnings(tmp_path: Path) 
     assert doc["nothing_compared"].startswith("nothing was compared")
 
 
+#: A script that damages its own events file after (or instead of) its one checkpoint: a record
+#: whose `parents` is a number, a record of a type no cachetool writes, a line that is not JSON.
+DAMAGING = """
+import sys
+import cachetool
+from cachetool.determinism.checkpoint import run_settings
+
+if sys.argv[1] == "after":
+    cachetool.checkpoint("config", {"lr": 0.1})
+with open(run_settings()[0], "a") as f:
+    f.write('{"v": 1, "type": "checkpoint", "seq": 7, "result": "x", "parents": 7}\\n')
+    f.write('{"v": 1, "type": "telemetry", "seq": 8}\\n')
+    f.write('not json\\n')
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "code"), [("after", 0), ("only", 2)])
+def test_a_damaged_events_file_is_a_warning_never_a_traceback(tmp_path: Path, mode: str, code: int) -> None:
+    """Each unreadable line of a run's events file is a warning naming the line and saying the
+    event was not compared; the readable events are compared (exit 0 when they match) and a run
+    whose events are all unreadable compared nothing (exit 2)."""
+    script = _script(tmp_path, DAMAGING)
+    proc = subprocess.run(
+        [*CLI, "check-determinism", str(script), mode],
+        env=hf_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    first = 2 if mode == "after" else 1  # the damaged lines follow the checkpoint's
+    for run in (1, 2):
+        for line, reason in (
+            (first, "'parents' is not a list of strings"),
+            (first + 1, "unknown record type 'telemetry'"),
+            (first + 2, "an unreadable record"),
+        ):
+            assert f"run {run}: " in proc.stderr and f"events.jsonl:{line}: skipped " in proc.stderr
+            assert f"{reason}; that event was not compared" in proc.stderr, proc.stderr
+    if mode == "after":
+        assert "1 fingerprint(s) compared, 0 differ" in proc.stdout
+    else:
+        assert "nothing was compared" in proc.stderr
+
+
 # --- check-determinism: processes and output -------------------------------------------------------
 
 

@@ -55,7 +55,7 @@ def test_indices_whose_data_gc_removed_are_orphans_not_errors(
     runner = CliRunner()
     gone = runner.invoke(app, ["gc", made["source"], "--include-sources", "--min-age", "0", "-y", *cache])
     assert gone.exit_code == 0, gone.output
-    result = runner.invoke(app, ["verify", "--json", "--quarantine", *cache], catch_exceptions=False)
+    result = runner.invoke(app, ["verify", "--json", "--quarantine", "--yes", *cache], catch_exceptions=False)
     doc = json.loads(result.stdout)
     assert result.exit_code == 0, [f for f in doc["findings"] if f["severity"] == "error"]
     assert doc["quarantined"] == []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.maintenance.verify import quarantine, verify_cache
+from cachetool.maintenance.verify import plan_quarantine, quarantine, verify_cache
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env
 
@@ -63,6 +63,56 @@ def test_a_file_still_broken_is_quarantined(tmp_path: Path) -> None:
     done = quarantine(verify_cache(root, deep=True))
     assert [src for src, _ in done.quarantined] == [target]
     assert done.quarantined[0][1].read_bytes() == bad
+
+
+def test_a_folder_swapped_for_a_symlink_after_the_plan_moves_nothing(tmp_path: Path) -> None:
+    """Between `plan_quarantine` and `execute()` the broken file's folder is moved elsewhere and a
+    symlink to it takes its name: nothing is moved through the symlink, the file stays where the
+    folder went, and the report says why."""
+    root = tmp_path / "cache"
+    target, _, bad = _broken_and_good(root)
+    plan = plan_quarantine(verify_cache(root))
+    assert plan.paths == (target,)
+    folder = target.parent
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(folder, elsewhere)
+    os.symlink(elsewhere, folder)
+    done = plan.execute()
+    assert done.quarantined == ()
+    assert (elsewhere / target.name).read_bytes() == bad
+    notes = [f.problem for f in done.warnings if f.path == target]
+    assert notes and notes[0].startswith("not quarantined: "), notes
+
+
+def test_a_broken_file_a_live_process_holds_open_is_not_quarantined(tmp_path: Path) -> None:
+    """A real process holds the broken file open while `execute()` runs: it stays in place,
+    reported as in use by that pid; once the process is gone it moves."""
+    root = tmp_path / "cache"
+    target, _, _ = _broken_and_good(root)
+    plan = plan_quarantine(verify_cache(root))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()",
+            str(target),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        done = plan.execute()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert done.quarantined == () and target.is_file()
+    assert [f.problem for f in done.warnings if f.path == target] == [
+        f"not quarantined: in use by pid {holder.pid}"
+    ]
+    assert [src for src, _ in plan_quarantine(verify_cache(root)).execute().quarantined] == [target]
 
 
 SWAPPER = textwrap.dedent(
@@ -121,6 +171,7 @@ def test_quarantine_beside_a_process_swapping_good_and_broken_versions(tmp_path:
                     "verify",
                     "--deep",
                     "--quarantine",
+                    "--yes",
                     "--json",
                     "--cache-dir",
                     str(root),

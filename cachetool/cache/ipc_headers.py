@@ -1,0 +1,238 @@
+"""The message headers of an Arrow IPC stream, walked in Python: each message's header is a
+small flatbuffer (its type, a batch's row count and its body length), so a well-formed stream's
+rows, batches, columns and `huggingface` metadata are read without pyarrow, which decodes each
+distinct schema once. Anything unusual is left to pyarrow's reader (`cachetool.cache.arrow`)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, NamedTuple
+
+EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+CONTINUATION = b"\xff\xff\xff\xff"
+
+
+class Headers(NamedTuple):
+    """What the headers of a well-formed stream say (the fields of a stream's `ArrowSummary`)."""
+
+    rows: int
+    batches: int
+    columns: tuple[tuple[str, str], ...]
+    fingerprint: str | None
+    metadata_json: str | None
+    eos: bool
+    error: str | None
+
+
+_u8 = struct.Struct("<B").unpack_from
+_u16 = struct.Struct("<H").unpack_from
+_i32 = struct.Struct("<i").unpack_from
+_i64 = struct.Struct("<q").unpack_from
+_i64x2 = struct.Struct("<qq").unpack_from
+
+# Message.header_type values (Arrow's Message.fbs).
+_SCHEMA_MESSAGE = 1
+_RECORD_BATCH_MESSAGE = 3
+
+#: Columns of the schemas met so far and where each column's node sits among a batch's field
+#: nodes, keyed by the schema message's bytes around the `huggingface` metadata value (which
+#: holds each file's own fingerprint): files of one dataset share them and pyarrow decodes each
+#: shape once.
+_Shape = tuple[tuple[tuple[str, str], ...], tuple[int, ...], int]
+_SHAPES: dict[tuple[bytes, bytes], _Shape] = {}
+
+
+_VTABLES: dict[int, Any] = {}
+
+
+def _table(buf: Any, pos: int, lo: int, hi: int) -> tuple[int, tuple[int, ...]]:
+    """(position, field offsets) of the flatbuffer table at `pos`, inside `buf[lo:hi]`."""
+    if not lo <= pos <= hi - 4:
+        raise ValueError("table outside the message")
+    vt = pos - _i32(buf, pos)[0]
+    if not lo <= vt <= hi - 4:
+        raise ValueError("vtable outside the message")
+    vsize = _u16(buf, vt)[0]
+    if vsize < 4 or vt + vsize > hi:
+        raise ValueError("vtable outside the message")
+    n = (vsize - 4) >> 1
+    unpack = _VTABLES.get(n)
+    if unpack is None:
+        unpack = _VTABLES[n] = struct.Struct(f"<{n}H").unpack_from
+    return pos, unpack(buf, vt + 4)
+
+
+def _at(t: tuple[int, tuple[int, ...]], i: int, n: int, hi: int) -> int:
+    """Position of the `n` bytes of field `i` of table `t`; 0 when the field is absent."""
+    pos, offs = t
+    if i >= len(offs) or not offs[i]:
+        return 0
+    p = pos + offs[i]
+    if p + n > hi:
+        raise ValueError("field outside the message")
+    return p
+
+
+def _ref(buf: Any, p: int, hi: int) -> int:
+    """Where the offset stored at `p` points (a table, vector or string)."""
+    q = p + _i32(buf, p)[0]
+    if not p < q <= hi - 4:
+        raise ValueError("reference outside the message")
+    return q
+
+
+def _vector(buf: Any, p: int, item: int, hi: int) -> tuple[int, int]:
+    """(first item position, length) of the vector referenced at `p`."""
+    v = _ref(buf, p, hi)
+    n = _i32(buf, v)[0]
+    if n < 0 or v + 4 + n * item > hi:
+        raise ValueError("vector outside the message")
+    return v + 4, n
+
+
+def _message(buf: Any, pos: int, size: int) -> tuple[int, tuple[int, tuple[int, ...]], int, int, int] | None:
+    """The message at `pos`: (header type, header table, body length, next position, end of
+    its flatbuffer), or None for the end-of-stream marker. ValueError for anything not well
+    formed."""
+    if pos + 8 > size or buf[pos : pos + 4] != CONTINUATION:
+        raise ValueError("no message here")
+    length = _i32(buf, pos + 4)[0]
+    if length == 0:
+        return None
+    lo = pos + 8
+    hi = lo + length
+    if length < 0 or hi > size:
+        raise ValueError("message past the end")
+    msg = _table(buf, _ref(buf, lo, hi), lo, hi)
+    version_at = _at(msg, 0, 2, hi)
+    if not version_at or _u16(buf, version_at)[0] not in (3, 4):  # MetadataVersion V4, V5
+        raise ValueError("a metadata version pyarrow may not read")
+    kind_at = _at(msg, 1, 1, hi)
+    kind = _u8(buf, kind_at)[0] if kind_at else 0
+    header_at = _at(msg, 2, 4, hi)
+    if not header_at:
+        raise ValueError("message without header")
+    header = _table(buf, _ref(buf, header_at, hi), lo, hi)
+    body_at = _at(msg, 3, 8, hi)
+    body = _i64(buf, body_at)[0] if body_at else 0
+    end = hi + body
+    if body < 0 or end > size:
+        raise ValueError("body past the end")
+    return kind, header, body, end, hi
+
+
+def walk_headers(buf: Any, size: int) -> Headers | None:
+    """Rows, batches, columns and metadata of a well-formed stream; None for anything else (the
+    caller reads it through pyarrow then). Raises nothing on a good file."""
+    if size < 16 or buf[:4] != CONTINUATION:
+        return None
+    try:
+        first = _message(buf, 0, size)
+        if first is None:
+            return None
+        kind, schema, body, pos, hi = first
+        if kind != _SCHEMA_MESSAGE or body != 0:
+            return None
+        meta_span = None
+        meta_at = _at(schema, 2, 4, hi)
+        if meta_at:
+            start, n = _vector(buf, meta_at, 4, hi)
+            for i in range(n):
+                kv = _table(buf, _ref(buf, start + 4 * i, hi), 8, hi)
+                key_at, value_at = _at(kv, 0, 4, hi), _at(kv, 1, 4, hi)
+                if not key_at:
+                    return None
+                k0, kn = _vector(buf, key_at, 1, hi)
+                if buf[k0 : k0 + kn] == b"huggingface":
+                    if meta_span is not None or not value_at:
+                        return None  # twice, or without a value: let pyarrow say what it makes of it
+                    v0, vn = _vector(buf, value_at, 1, hi)
+                    meta_span = (v0, v0 + vn)
+        key = (
+            (bytes(buf[:pos]), b"")
+            if meta_span is None
+            else (bytes(buf[: meta_span[0]]), bytes(buf[meta_span[1] : pos]))
+        )
+        shape = _SHAPES.get(key)
+        if shape is None:
+            shape = _decode_shape(buf, pos)
+            if shape is None:
+                return None
+            if len(_SHAPES) > 10_000:
+                _SHAPES.clear()
+            _SHAPES[key] = shape
+        columns, top_nodes, node_count = shape
+        fingerprint = text = None
+        if meta_span is not None:
+            fingerprint, text = parse_hf_metadata(bytes(buf[meta_span[0] : meta_span[1]]))
+        rows = batches = 0
+        while True:
+            msg = _message(buf, pos, size)
+            if msg is None:
+                break
+            kind, batch, body, end, hi = msg
+            if kind != _RECORD_BATCH_MESSAGE:
+                return None  # dictionary batches and the like: pyarrow's reader handles them
+            length_at = _at(batch, 0, 8, hi)
+            length = _i64(buf, length_at)[0] if length_at else 0
+            nodes_at = _at(batch, 1, 4, hi)
+            if length < 0 or not nodes_at:
+                return None
+            # What pyarrow's reader checks first: one node per array, each column as long as
+            # the batch, every buffer inside the body and 8-byte aligned.
+            n0, nn = _vector(buf, nodes_at, 16, hi)
+            if nn != node_count or any(_i64(buf, n0 + 16 * i)[0] != length for i in top_nodes):
+                return None
+            buffers_at = _at(batch, 2, 4, hi)
+            if buffers_at:
+                b0, nb = _vector(buf, buffers_at, 16, hi)
+                for i in range(nb):
+                    off, blen = _i64x2(buf, b0 + 16 * i)
+                    if off < 0 or blen < 0 or off + blen > body or off & 7:
+                        return None
+            rows += length
+            batches += 1
+            pos = end
+            if pos == size:
+                break  # no end-of-stream marker: the same answer pyarrow's reader gives below
+    except Exception:  # anything unusual (struct.error, ValueError, ...): pyarrow's reader says what
+        return None
+    eos = buf[size - 8 : size] == EOS_MARKER
+    error = None
+    if not eos:
+        error = f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
+    return Headers(rows, batches, columns, fingerprint, text, eos, error)
+
+
+def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:
+    """Columns, the node index of each column and the node count of a batch, for the schema
+    message `buf[:schema_end]`; None where pyarrow refuses it."""
+    import pyarrow as pa
+
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(bytes(buf[:schema_end])))
+        top: list[int] = []
+        count = 0
+        for f in schema:
+            top.append(count)
+            count += _node_count(f.type)
+    except Exception:  # pyarrow refuses it (ArrowException, UnicodeDecodeError, ...): its reader says why
+        return None
+    return tuple((f.name, str(f.type)) for f in schema), tuple(top), count
+
+
+def _node_count(t: Any) -> int:
+    """Field nodes an array of type `t` takes in a record batch (itself and its children)."""
+    return 1 + sum(_node_count(t.field(i).type) for i in range(t.num_fields))
+
+
+def parse_hf_metadata(raw: bytes) -> tuple[str | None, str | None]:
+    """(fingerprint, text) of a `huggingface` metadata value; (None, None) if it is not JSON."""
+    try:
+        text = raw.decode("utf-8")
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, None
+    fp = doc.get("fingerprint") if isinstance(doc, dict) else None
+    return (fp if isinstance(fp, str) else None), text

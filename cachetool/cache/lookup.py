@@ -1,0 +1,31 @@
+"""Finding the entry a name stands for: a path, a fingerprint or alias, or a unique prefix.
+
+The rule is `cachetool.lineage.ledger.resolve`, shared by every command that takes a name; this
+is its form for a scanned report alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cachetool.errors import RecordedOnly
+
+if TYPE_CHECKING:
+    from cachetool.cache.model import CacheReport, Entry
+    from cachetool.lineage.ledger import Ledger
+
+
+def find_entry(report: CacheReport, prefix: str, ledger: Ledger | None = None) -> Entry:
+    """The one entry `prefix` names, by the rule of `cachetool.lineage.ledger.resolve` (path,
+    exact fingerprint or alias, unique prefix). With a `ledger`, fingerprints only it knows are
+    candidates too; one of them named is `UnknownFingerprint` here (no entry holds it, and the
+    message says what the ledger knows). Raises `AmbiguousFingerprint` listing candidates."""
+    from cachetool.lineage.ledger import entry_at_path, resolve
+
+    at_path = entry_at_path(report, prefix)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
+    got = resolve(prefix, report, ledger)
+    if got.entry is None:
+        raise RecordedOnly(got.fingerprint, report.root, ledger)
+    return got.entry

@@ -1,0 +1,341 @@
+"""What a scan of a cache finds, as frozen dataclasses with raw values: `CacheFile`, `DatasetDir`,
+`Entry`, `ScanWarning` and `CacheReport` (the walk that fills them is in `cachetool.cache.scan`).
+
+Human forms (`size_str`, `kind_str`, ...) are properties next to the raw values; `to_json` is
+the `--json` form of each, and `Entry.to_json_text` writes the same text without a dict.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _encode_ascii
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cachetool.cache.arrow import ArrowSummary
+from cachetool.cache.frozen import fast_init
+from cachetool.cache.layout import Kind
+from cachetool.formatting import human_size, iso_time, time_ago
+
+if TYPE_CHECKING:
+    from cachetool.lineage.ledger import Ledger
+
+
+class RecordedUse(Protocol):
+    """What a scan attaches from recorded lineage to the entry of one fingerprint (the ledger's
+    `Usage` is one): its latest use, its parent and the operation that made it."""
+
+    @property
+    def last_used(self) -> float: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def operation(self) -> str | None: ...
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class CacheFile:
+    """One file on disk, as `stat` and (for Arrow files) the headers tell it."""
+
+    path: Path
+    size: int
+    mtime: float
+    mode: int = 0
+    uid: int = -1
+    summary: ArrowSummary | None = None  # Arrow headers, for files that should be Arrow
+    shard: tuple[int, int] | None = None  # (index, count) of a num_proc, source or saved shard
+    link_target: str | None = None  # where a symlink points (never followed)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def size_str(self) -> str:
+        return human_size(self.size)
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.summary
+        return {
+            "path": _path_str(self.path),
+            "size": self.size,
+            "modified": iso_time(self.mtime),
+            "shard": list(self.shard) if self.shard else None,
+            "link_target": self.link_target,
+            "format": s.format if s else None,
+            "rows": s.rows if s else None,
+            "batches": s.batches if s else None,
+            "fingerprint_in_file": s.fingerprint if s else None,
+            "complete": s.complete if s else None,
+            "error": s.error if s else None,
+        }
+
+
+@dataclass(frozen=True)
+class DatasetDir:
+    """A dataset folder: a prepared builder folder (holds `dataset_info.json`), a `save_to_disk`
+    folder, a saved DatasetDict, or (for PATH arguments) any folder of Arrow files."""
+
+    path: Path
+    name: str  # what tables show: "csv/default-7a1b…" or the saved folder's name
+    kind: str  # "builder" | "saved" | "saved-dict" | "folder"
+    relative_data_dir: str | None = None  # <name>/<config>/<version>[/<hash>] for builders
+    split_rows: tuple[tuple[str, int], ...] = ()  # from dataset_info.json
+    shard_lengths: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    meta_files: tuple[CacheFile, ...] = ()
+
+    def expected_rows(self, split: str) -> int | None:
+        return dict(self.split_rows).get(split)
+
+    def expected_shard_lengths(self, split: str) -> tuple[int, ...] | None:
+        return dict(self.shard_lengths).get(split)
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One logical dataset state (one fingerprint) or one leftover, with all its files."""
+
+    kind: Kind
+    path: Path  # the file, or the folder of a saved dataset / incomplete prepare
+    files: tuple[CacheFile, ...]
+    dataset: str | None = None
+    dataset_dir: Path | None = None
+    fingerprint: str | None = None
+    aliases: tuple[str, ...] = ()  # other fingerprints of the same state (after load_from_disk)
+    split: str | None = None
+    content: str | None = None  # "data" | "indices" for Arrow entries
+    expected_rows: int | None = None  # source splits: dataset_info.json
+    expected_files: int | None = None  # shard sets: the N of _of_N / -of-N
+    unit: Path | None = None  # what is deleted together (a saved DatasetDict folder)
+    problems: tuple[str, ...] = ()
+    last_used: float | None = None  # latest ledger record touching the entry, if any
+    parent: str | None = None  # recorded parent fingerprint (from the ledger)
+    operation: str | None = None  # recorded operation (from the ledger)
+    #: tf.data caches: "complete", "incomplete", "being-written" or "abandoned" (see cache.tfdata)
+    state: str | None = None
+    writer_pids: tuple[int, ...] = ()  # tf.data caches being written: the live writers on this host
+
+    # --- raw derived values -------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        """What `-q` prints and what `show`/`gc` accept: the fingerprint, else the path."""
+        return self.fingerprint or _path_str(self.path)
+
+    # Most entries hold one file: each property answers that case first (a listing of 100,000
+    # entries asks each of them several times).
+    @property
+    def size(self) -> int:
+        files = self.files
+        return files[0].size if len(files) == 1 else sum(f.size for f in files)
+
+    @property
+    def rows(self) -> int | None:
+        files = self.files
+        if len(files) == 1:
+            s = files[0].summary
+            if s is not None and s.rows is not None:
+                return s.rows
+            return self.expected_rows if self.kind == Kind.SOURCE else None
+        summaries = [f.summary for f in files if f.summary is not None]
+        if not summaries or any(s.rows is None for s in summaries):
+            return self.expected_rows if self.kind == Kind.SOURCE else None
+        return sum(s.rows or 0 for s in summaries)
+
+    @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        for f in self.files:
+            if f.summary is not None and f.summary.columns:
+                return f.summary.columns
+        return ()
+
+    @property
+    def modified(self) -> float | None:
+        files = self.files
+        return files[0].mtime if len(files) == 1 else max((f.mtime for f in files), default=None)
+
+    @property
+    def used(self) -> float | None:
+        """Last used: the latest ledger record touching the entry, else its mtime."""
+        if self.last_used is not None:
+            return max(self.last_used, self.modified or 0.0)
+        return self.modified
+
+    @property
+    def complete(self) -> bool | None:
+        """Every file read to its end-of-stream marker and, for shard sets, every shard present
+        (tf.data caches: the index and every data shard it names, as large as it says)."""
+        if self.kind == Kind.TF_CACHE:
+            return self.state == "complete"
+        files = self.files
+        if len(files) == 1:
+            s = files[0].summary
+            if s is None:
+                return None
+            return False if self.expected_files is not None and self.expected_files > 1 else s.complete
+        summaries = [f.summary for f in files if f.summary is not None]
+        if not summaries:
+            return None
+        if self.expected_files is not None and len(self.files_of_data) < self.expected_files:
+            return False
+        return all(s.complete for s in summaries)
+
+    @property
+    def files_of_data(self) -> tuple[CacheFile, ...]:
+        return tuple(f for f in self.files if f.summary is not None)
+
+    # --- human forms ------------------------------------------------------------------------
+    @property
+    def size_str(self) -> str:
+        return human_size(self.size)
+
+    @property
+    def modified_str(self) -> str:
+        return time_ago(self.modified)
+
+    @property
+    def used_str(self) -> str:
+        return time_ago(self.used)
+
+    @property
+    def kind_str(self) -> str:
+        if self.kind == Kind.SHARDS and self.expected_files:
+            return f"shards {len(self.files_of_data)}/{self.expected_files}"
+        if self.kind == Kind.TF_CACHE and self.state:
+            return f"tf-cache {_TF_STATE_SHORT.get(self.state, self.state)}"
+        return self.kind._value_  # what .value gives, without the enum's descriptor
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind.value,
+            "fingerprint": self.fingerprint,
+            "aliases": list(self.aliases),
+            "dataset": self.dataset,
+            "dataset_dir": _path_str(self.dataset_dir) if self.dataset_dir else None,
+            "split": self.split,
+            "content": self.content,
+            "path": _path_str(self.path),
+            "files": len(self.files),
+            "expected_files": self.expected_files,
+            "rows": self.rows,
+            "expected_rows": self.expected_rows,
+            "columns": [name for name, _ in self.columns],
+            "size": self.size,
+            "modified": iso_time(self.modified),
+            "used": iso_time(self.used),
+            "complete": self.complete,
+            "parent": self.parent,
+            "operation": self.operation,
+            "unit": _path_str(self.unit) if self.unit else None,
+            "problems": list(self.problems),
+            **(
+                {"prefix": self.path.name, "state": self.state, "writer_pids": list(self.writer_pids)}
+                if self.kind == Kind.TF_CACHE
+                else {}
+            ),
+        }
+
+    def to_json_text(self) -> str:
+        """`json.dumps(self.to_json())` (default separators, ASCII), written directly: a listing
+        of 100,000 entries spent more time building and encoding those dicts than scanning."""
+        if self.kind == Kind.TF_CACHE:  # a few, with keys of their own
+            import json
+
+            return json.dumps(self.to_json())
+        files = self.files
+        modified = self.modified
+        rows = self.rows
+        complete = self.complete
+        used = modified if self.last_used is None else max(self.last_used, modified or 0.0)
+        mod_iso = _js(iso_time(modified))
+        path = _js(_path_str(self.path))
+        return (
+            f'{{"id": {_js(self.fingerprint) if self.fingerprint else path}, '
+            f'"kind": {_js(self.kind._value_)}, "fingerprint": {_js(self.fingerprint)}, '
+            f'"aliases": {_js_list(self.aliases)}, "dataset": {_js(self.dataset)}, '
+            f'"dataset_dir": {_js(_path_str(self.dataset_dir)) if self.dataset_dir else "null"}, '
+            f'"split": {_js(self.split)}, "content": {_js(self.content)}, "path": {path}, '
+            f'"files": {len(files)}, "expected_files": {_js_int(self.expected_files)}, '
+            f'"rows": {_js_int(rows)}, "expected_rows": {_js_int(self.expected_rows)}, '
+            f'"columns": {_js_list([name for name, _ in self.columns])}, "size": {self.size}, '
+            f'"modified": {mod_iso}, '
+            f'"used": {mod_iso if used == modified else _js(iso_time(used))}, '
+            f'"complete": {"null" if complete is None else "true" if complete else "false"}, '
+            f'"parent": {_js(self.parent)}, "operation": {_js(self.operation)}, '
+            f'"unit": {_js(_path_str(self.unit)) if self.unit else "null"}, '
+            f'"problems": {_js_list(self.problems)}}}'
+        )
+
+
+_TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}
+
+
+@dataclass(frozen=True)
+class ScanWarning:
+    """A problem met while scanning: the file and what is wrong with it."""
+
+    path: Path
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{_path_str(self.path)}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """Everything one scan found under `root`."""
+
+    root: Path
+    datasets: tuple[DatasetDir, ...]
+    entries: tuple[Entry, ...]
+    warnings: tuple[ScanWarning, ...] = ()
+    scanned_at: float = field(default=0.0, compare=False)
+
+    def totals(self) -> dict[str, tuple[int, int]]:
+        """Files and bytes per kind (inodes matter: caches hit inode quotas)."""
+        out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for e in self.entries:
+            row = out[e.kind.value]
+            row[0] += len(e.files)
+            row[1] += e.size
+        for d in self.datasets:
+            for f in d.meta_files:
+                row = out[Kind.METADATA.value]
+                row[0] += 1
+                row[1] += f.size
+        return {k: (v[0], v[1]) for k, v in sorted(out.items())}
+
+    @property
+    def size(self) -> int:
+        return sum(b for _, b in self.totals().values())
+
+    @property
+    def file_count(self) -> int:
+        return sum(n for n, _ in self.totals().values())
+
+    def find(self, prefix: str, ledger: Ledger | None = None) -> Entry:
+        """The entry whose fingerprint or alias starts with `prefix` (or whose path is `prefix`)."""
+        from cachetool.cache.lookup import find_entry
+
+        return find_entry(self, prefix, ledger)
+
+
+def _path_str(p: Path) -> str:
+    return str(p)  # what os.fsdecode gives for a Path, without its two calls
+
+
+def _js(text: str | None) -> str:
+    """A string (or None) as `json.dumps(..., ensure_ascii=True)` writes it."""
+    return "null" if text is None else _encode_ascii(text)
+
+
+def _js_int(n: int | None) -> str:
+    return "null" if n is None else int.__repr__(n)
+
+
+def _js_list(texts: Sequence[str]) -> str:
+    return "[" + ", ".join(map(_encode_ascii, texts)) + "]" if texts else "[]"

@@ -1,0 +1,345 @@
+"""The walk: folders listed with `os.scandir` (never following a link), files turned into
+`CacheFile`s with their `stat` and, for Arrow files, their headers (from the read index when the
+file did not change, else read, on other cores when many are unread)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cachetool.cache import layout
+from cachetool.cache.arrow import ArrowSummary, read_summary
+from cachetool.cache.index import ReadIndex
+from cachetool.cache.layout import Kind
+from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
+
+
+class Item:
+    """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
+    uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
+    a whole `stat_result` and its numbers took some 600 bytes per file while every folder of a
+    large cache was listed ahead."""
+
+    __slots__ = (
+        "error",
+        "ino",
+        "is_dir",
+        "is_file",
+        "mode",
+        "mtime",
+        "mtime_ns",
+        "name",
+        "ok",
+        "path",
+        "size",
+        "uid",
+    )
+
+    def __init__(self, name: str, path: Path, st: os.stat_result | None, error: str | None = None) -> None:
+        self.name = name
+        self.path = path
+        self.error = error
+        if st is None:
+            self.ok = self.is_dir = self.is_file = False
+            self.mode = self.size = self.mtime_ns = self.ino = 0
+            self.uid = -1
+            self.mtime = 0.0
+            return
+        self.ok = True
+        self.mode = mode = st.st_mode
+        self.is_dir = S_ISDIR(mode)
+        self.is_file = S_ISREG(mode)
+        self.size = st.st_size
+        self.mtime = st.st_mtime
+        self.mtime_ns = st.st_mtime_ns
+        self.ino = st.st_ino
+        self.uid = st.st_uid
+
+
+S_ISDIR = stat.S_ISDIR
+S_ISREG = stat.S_ISREG
+
+
+def _child_maker(folder: Path) -> Callable[[str], Path]:
+    """Paths of a folder's children, built without parsing: `Path(de.path)` parses the whole
+    path again for each of 100,000 files and `str()` of it formats it again. Joining one name to
+    the parsed folder (a private helper of pathlib, where it exists) and handing it the string
+    `scandir` already made costs a fraction of that."""
+    make = getattr(folder, "_make_child_relpath", None)
+    prefix = os.path.join(str(folder), "")
+    if make is None or not _CAN_PRESET_STR:
+        return lambda name: Path(prefix + name)
+
+    def child(name: str) -> Path:
+        p: Path = make(name)
+        p._str = prefix + name  # type: ignore[attr-defined]
+        return p
+
+    return child
+
+
+_CAN_PRESET_STR = any("_str" in getattr(c, "__slots__", ()) for c in Path.__mro__)
+
+
+def list_dir(path: Path) -> tuple[list[Item], str | None]:
+    items: list[Item] = []
+    child = _child_maker(path)
+    try:
+        with os.scandir(path) as it:
+            for de in it:
+                name = de.name
+                if name == layout.LEDGER_DIR:
+                    continue  # cachetool's own state (ledger, read index, pins): never an entry
+                try:
+                    items.append(Item(name, child(name), de.stat(follow_symlinks=False)))
+                except OSError as e:
+                    items.append(Item(name, child(name), None, e.strerror or str(e)))
+    except PermissionError:
+        return [], "permission denied"
+    except OSError as e:
+        return [], e.strerror or str(e)
+    items.sort(key=_item_name)
+    return items, None
+
+
+def _item_name(item: Item) -> str:
+    return item.name
+
+
+@contextmanager
+def gc_paused(freeze: bool = False) -> Iterator[None]:
+    """No cyclic garbage collection while a listing builds its objects: a scan of 100,000 files
+    makes millions of objects and no cycles, and the collector walking them again and again was
+    a quarter to a third of the time. With `freeze` (a command about to exit) what was made is
+    moved out of the collector's sight on the way out, so no collection walks it even once."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        gc.enable()
+
+
+#: Below this many unread Arrow files, starting processes costs more than it saves.
+READ_AHEAD_MIN_FILES = 2000
+
+
+def _spare_cores() -> int:
+    """Processes a cold listing may read headers in: the cores this process may run on, and one
+    only where forking is unsafe (another thread runs, e.g. a progress display) or unavailable."""
+    import threading
+
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class _Reads:
+    """`read_summary` of each path, on `workers` forked processes, handed back in order as they
+    come (the walk classifies the first folders while the others are read)."""
+
+    def __init__(self, paths: list[str], workers: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunk = max(64, min(512, len(paths) // (workers * 8)))
+        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self._results = self._pool.map(read_summary, paths, chunksize=chunk)
+
+    def __iter__(self) -> Iterator[ArrowSummary]:
+        return self._results
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _read_summaries(paths: list[str], workers: int) -> Iterable[ArrowSummary]:
+    return _Reads(paths, workers)
+
+
+class Walker:
+    """Lists folders and reads files for one scan; collects its entries, dataset folders and
+    warnings. The rules that make entries of a folder's files live in the subclasses."""
+
+    def __init__(self, root: Path, index: ReadIndex, progress: Callable[[int], None] | None) -> None:
+        self.root = root
+        self.index = index
+        self.entries: list[Entry] = []
+        self.datasets: list[DatasetDir] = []
+        self.warnings: list[ScanWarning] = []
+        self.progress = progress
+        self.files_seen = 0
+        self.root_len = len(str(root).rstrip("/")) + 1
+        self.listings: dict[str, tuple[list[Item], str | None]] = {}  # folders listed ahead
+        self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, before their turn
+        self._reads: Iterable[ArrowSummary] = ()  # headers being read on other cores
+        self._pending: set[str] = set()  # paths read ahead and not yet asked for
+        self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
+        self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
+
+    def listing(self, path: Path) -> tuple[list[Item], str | None]:
+        """The folder's items, from the listing made ahead when there was one."""
+        listed = self.listings.pop(str(path), None)
+        return listed if listed is not None else list_dir(path)
+
+    def read_ahead(self) -> None:
+        """Where more than one core is free: list every folder and read the headers of the Arrow
+        files of folders the read index does not know whole (new folders, or ones whose count
+        of Arrow files changed), split over the cores, before the walk classifies them: a cold
+        listing of many files waits mostly on those reads. Folders the walk never reads Arrow
+        headers in (cachetool's own, downloads, interrupted prepares, gc leftovers) are listed,
+        not read. (A file changed in place in a known folder is read by the walk, here.)"""
+        workers = _spare_cores()
+        if workers < 2:
+            return
+        todo: list[str] = []
+        stack = [self.root]
+        root_len = self.root_len
+        while stack:
+            folder = stack.pop()
+            items, _ = self.listings[str(folder)] = list_dir(folder)
+            arrow: list[str] = []
+            below: list[Path] = []
+            for it in items:
+                if it.is_dir:
+                    name = it.name
+                    if name == layout.LEDGER_DIR or (folder == self.root and name == "downloads"):
+                        continue
+                    if layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name):
+                        continue
+                    below.append(it.path)
+                elif it.is_file and it.name.endswith(".arrow"):
+                    arrow.append(str(it.path))
+            if arrow and self.index.folder_rows(str(folder)[root_len:]) != len(arrow):
+                todo += arrow
+            stack += reversed(below)  # the walk's order: a folder's files, then its folders by name
+        if len(todo) < READ_AHEAD_MIN_FILES:
+            return
+        self._reads = _read_summaries(todo, workers)
+        self._pending = set(todo)
+        self._stream = zip(todo, self._reads, strict=True)
+
+    def _read_ahead_result(self, path: str) -> ArrowSummary | None:
+        """The summary of `path` read ahead, once its turn comes; None for a file not read ahead."""
+        if path not in self._pending:
+            return None
+        self._pending.discard(path)
+        got = self.prefetched.pop(path, None)
+        if got is not None:
+            return got
+        for p, summary in self._stream:
+            if p == path:
+                return summary
+            self.prefetched[p] = summary  # read ahead of its turn (the walk went another way)
+        return None
+
+    def close(self) -> None:
+        """Stop the processes reading ahead (all their work is done once the walk is)."""
+        close = getattr(self._reads, "close", None)
+        if close is not None:
+            close()
+        self._reads = ()
+
+    # -- helpers ------------------------------------------------------------------------------
+    def warn(self, path: Path, problem: str) -> None:
+        self.warnings.append(ScanWarning(path, problem))
+
+    def cache_file(self, item: Item, *, arrow: bool, shard: tuple[int, int] | None = None) -> CacheFile:
+        assert item.ok
+        self.files_seen += 1
+        if self.progress is not None and self.files_seen % 200 == 0:
+            self.progress(self.files_seen)
+        summary = None
+        if arrow and item.is_file:
+            summary = self.summary(item)
+            if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
+                self.warn(item.path, summary.error)
+        link = None
+        if stat.S_ISLNK(item.mode):
+            try:
+                link = os.readlink(item.path)
+            except OSError:
+                link = "?"
+        return CacheFile(item.path, item.size, item.mtime, item.mode, item.uid, summary, shard, link)
+
+    def summary(self, item: Item) -> ArrowSummary:
+        path = str(item.path)
+        rel = path[self.root_len :]  # cheaper than Path.relative_to on 100,000 files
+        cached = self.index.get(rel, item.size, item.mtime_ns, item.ino)
+        if cached is not None:
+            return cached
+        summary = self._read_ahead_result(path) or read_summary(path)
+        # A file still being written (a live tmp* file) must not be remembered half-read.
+        if not layout.TEMP_FILE_RE.match(item.name):
+            self.index.put(rel, item.size, item.mtime_ns, item.ino, summary)
+        return summary
+
+    def tree_files(self, path: Path) -> list[CacheFile]:
+        """Every regular file below `path` (for folders listed as one unit), links not followed."""
+        out: list[CacheFile] = []
+        stack = [path]
+        while stack:
+            d = stack.pop()
+            items, err = self.listing(d)
+            if err:
+                self.warn(d, err)
+            for it in items:
+                if not it.ok:
+                    continue
+                if it.is_dir:
+                    stack.append(it.path)
+                else:
+                    out.append(self.cache_file(it, arrow=False))
+        return out
+
+    def odd(self, item: Item, ds: DatasetDir | None) -> Entry | None:
+        """Entries for things that are not regular files or folders; None for ordinary items."""
+        if not item.ok:
+            self.warn(item.path, item.error or "cannot stat")
+            return Entry(
+                Kind.UNREADABLE,
+                item.path,
+                (),
+                dataset=ds.name if ds else None,
+                problems=(item.error or "cannot stat",),
+            )
+        mode = item.mode
+        if stat.S_ISLNK(mode):
+            f = self.cache_file(item, arrow=False)
+            problem = f"symlink to {f.link_target} (not followed)"
+            return Entry(
+                Kind.OTHER,
+                item.path,
+                (f,),
+                dataset=ds.name if ds else None,
+                dataset_dir=ds.path if ds else None,
+                problems=(problem,),
+            )
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            what = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
+            f = CacheFile(item.path, 0, item.mtime, mode, item.uid)
+            self.warn(item.path, f"not a regular file ({what}); not opened")
+            return Entry(
+                Kind.OTHER,
+                item.path,
+                (f,),
+                dataset=ds.name if ds else None,
+                problems=(f"not a regular file ({what})",),
+            )
+        return None
+
+    def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
+        """Make the entries of the folder `path` and of everything below it."""
+        raise NotImplementedError

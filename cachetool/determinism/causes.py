@@ -1,0 +1,177 @@
+"""What makes one aligned step differ: its arguments diffed tree against tree, the source it reads,
+the piece `datasets` could not pickle, or an object an earlier step changed (pure functions over
+one row: the step's event in each run)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cachetool.determinism.events import Event
+from cachetool.determinism.model import Cause, SourceDiff, Step
+from cachetool.determinism.state import StateChange
+from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
+from cachetool.lineage.records import ArgInfo
+
+__all__ = ["ArgDiffs", "arg_diffs", "random_cause", "same_story", "source_cause", "state_cause"]
+
+
+@dataclass(frozen=True)
+class ArgDiffs:
+    """The arguments whose digests differ between runs, and the culprit found inside each."""
+
+    differing_args: tuple[str, ...] = ()
+    culprits: tuple[Culprit, ...] = ()
+
+
+def _is_dataset(tree: Mapping[str, Any] | None) -> bool:
+    return tree is not None and str(tree.get("t", "")).startswith("datasets.")
+
+
+def arg_diffs(row: Sequence[Event], *, skip_datasets: bool = False) -> ArgDiffs:
+    """The arguments whose digests differ between runs, and the culprit inside each. With
+    `skip_datasets`, arguments that are datasets (their digest follows upstream fingerprints)
+    are left out."""
+    names: list[str] = []
+    for event in row:
+        names.extend(name for name in event.args if name not in names)
+    differing: list[str] = []
+    culprits: list[Culprit] = []
+    for name in sorted(names):
+        entries: list[ArgInfo | None] = [event.arg(name) for event in row]
+        digests = [en.digest if en is not None else None for en in entries]
+        if len(set(digests)) == 1 and (digests[0] is not None or all(en is not None for en in entries)):
+            # Equal digests, or an argument recorded without a digest in every run (not hashed).
+            continue
+        trees = [en.tree if en is not None else None for en in entries]
+        if skip_datasets and any(_is_dataset(t) for t in trees):
+            continue
+        differing.append(name)
+        if all(t is not None for t in trees):
+            culprit = diff_trees(name, [dict(t) for t in trees if t is not None])
+            if culprit is not None:
+                culprits.append(culprit)
+    return ArgDiffs(tuple(differing), tuple(culprits))
+
+
+def state_cause(step: Step, row: Sequence[Event], change: StateChange, steps: Sequence[Step]) -> Cause:
+    """A step that hashes an object an earlier step changed while it ran."""
+    return Cause(
+        step=step,
+        kind="cache-state",
+        differing_args=arg_diffs(row).differing_args,
+        culprits=(change.culprit,),
+        variation="cache state",
+        changed_by=steps[change.changed_at] if change.changed_at < len(steps) else None,
+    )
+
+
+def random_cause(step: Step, row: Sequence[Event]) -> Cause:
+    """A step where `datasets` fell back to a random fingerprint, with the unpicklable piece."""
+    errors: list[str] = []
+    args: list[str] = []
+    for event in row:
+        fallback = event.random_fallback
+        if fallback is None:
+            continue
+        errors.append(fallback.error or "")
+        if fallback.argument is not None and fallback.argument not in args:
+            args.append(fallback.argument)
+    found: list[Unpicklable] = []
+    for name in args:
+        entry = row[0].arg(name)
+        if entry is not None and entry.tree is not None:
+            piece = find_unpicklable_in_tree(name, dict(entry.tree), errors[0] if errors else None)
+            if piece is not None:
+                found.append(piece)
+    return Cause(
+        step=step,
+        kind="random",
+        differing_args=tuple(args),
+        unpicklable=tuple(found),
+        errors=tuple(dict.fromkeys(errors)),
+    )
+
+
+def source_cause(step: Step, row: Sequence[Event]) -> Cause:
+    """A source (a root, or a step whose parents differ) that differs: where its descriptions
+    differ, column by column for a dataset built in memory, and any argument that differs too."""
+    columns = _column_diffs(row)
+    diffs = arg_diffs(row)
+    return Cause(
+        step=step,
+        kind="source",
+        source_diffs=(*_source_diffs(row), *columns),
+        columns_differ=bool(columns),
+        differing_args=diffs.differing_args,
+        culprits=diffs.culprits,
+    )
+
+
+def same_story(a: Cause, b: Cause) -> bool:
+    """Two causes at one call site with the same kind, arguments and culprits (one call made twice)."""
+    return (
+        (a.step.file, a.step.line, a.step.operation, a.kind, a.differing_args)
+        == (b.step.file, b.step.line, b.step.operation, b.kind, b.differing_args)
+        and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
+        and a.kind not in ("source", "unexplained")
+    )
+
+
+def _source_diffs(row: Sequence[Event]) -> list[SourceDiff]:
+    """Where the recorded descriptions of a source differ: ``(key, (value per run, ...))``, nested
+    values flattened (``data_files[reviews.csv].mtime``) so that only what changed is shown."""
+    flat: list[dict[str, str]] = []
+    for event in row:
+        out: dict[str, str] = {}
+        _flatten(event.source.to_json() if event.source is not None else {}, "", out)
+        flat.append(out)
+    keys: list[str] = []
+    for f in flat:
+        keys.extend(k for k in f if k not in keys)
+    diffs = []
+    for key in keys:
+        values = tuple(f.get(key, "-") for f in flat)
+        if len(set(values)) > 1:
+            diffs.append(SourceDiff(key, values))
+    return diffs
+
+
+def _column_diffs(row: Sequence[Event]) -> list[SourceDiff]:
+    """For a dataset built in memory: each column whose digest differs, with the first row whose
+    value differs (``("column 'loaded_at' row 0", ("1795…", "1796…"))``)."""
+    tables = [event.columns for event in row]
+    if not all(tables):
+        return []
+    out: list[SourceDiff] = []
+    for name in tables[0]:
+        columns = [t.get(name) for t in tables]
+        present = [c for c in columns if c is not None]
+        if len(present) < len(columns):
+            out.append(SourceDiff(f"column {name!r}", tuple("present" if c else "absent" for c in columns)))
+            continue
+        if len({c.digest for c in present}) == 1:
+            continue
+        heads = [c.head for c in present]
+        for i in range(max(len(h) for h in heads)):
+            values = tuple(h[i] if i < len(h) else "-" for h in heads)
+            if len(set(values)) > 1:
+                out.append(SourceDiff(f"column {name!r} row {i}", values))
+                break
+        else:
+            out.append(SourceDiff(f"column {name!r}", tuple(f"differs after row {len(h)}" for h in heads)))
+    return out
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list) and value and all(isinstance(v, Mapping) and "path" in v for v in value):
+        # Files: keyed by their name, so an added or removed file shows as such.
+        for v in value:
+            name = str(v["path"]).rsplit("/", 1)[-1]
+            _flatten({k: x for k, x in v.items() if k != "path"}, f"{prefix}[{name}]", out)
+    else:
+        out[prefix] = str(value)

@@ -1,0 +1,73 @@
+"""A run's events file, read once into the typed step records of `cachetool.lineage.records`.
+
+The tracer and `cachetool.checkpoint` append one JSON line per step to the file named by
+``CACHETOOL_TRACE_EVENTS``; it is read with the ledger's own segment reader, so a line that is not
+a valid record (bad JSON, a field of the wrong type, an unknown record type, a line torn by a killed
+run) is skipped with a warning naming the line, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cachetool.lineage.ledger import read_segment
+from cachetool.lineage.records import BadRecord, SourceRecord, StepRecord, parse_record
+
+__all__ = ["Event", "EventsFile", "as_events", "load_events", "read_events"]
+
+#: One event: a step (transform, root, save, checkpoint) as one run recorded it.
+Event = StepRecord
+
+
+@dataclass(frozen=True)
+class EventsFile:
+    """The events of one run in `seq` order, and the lines that could not be read."""
+
+    events: tuple[Event, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def load_events(path: str | os.PathLike[str]) -> EventsFile:
+    """The events of one run, typed and in `seq` order (tracer and checkpoint events share one
+    sequence; writers may buffer differently), with a warning per line skipped. No file: a run that
+    recorded nothing."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return EventsFile()
+    warnings: list[str] = []
+    events: list[Event] = []
+    for record in read_segment(path, warnings):
+        if isinstance(record, StepRecord):
+            events.append(record)
+        elif not isinstance(record, SourceRecord):  # a function's source text: not compared
+            warnings.append(f"{path}: skipped a {record.type} record (not a step)")
+    events.sort(key=lambda e: e.seq)
+    return EventsFile(tuple(events), tuple(warnings))
+
+
+def read_events(path: str | os.PathLike[str]) -> list[Event]:
+    """The events of one run (see `load_events`; its warnings are dropped here)."""
+    return list(load_events(path).events)
+
+
+def as_events(run: Iterable[Event | Mapping[str, Any]]) -> tuple[Event, ...]:
+    """Events given as records or as the decoded JSON objects of an events file (a missing ``v``
+    is version 1), parsed once. `BadRecord` says which object is not a step."""
+    out: list[Event] = []
+    for i, item in enumerate(run):
+        if isinstance(item, StepRecord):
+            out.append(item)
+            continue
+        record = parse_record({"v": 1, **item})
+        if not isinstance(record, StepRecord):
+            raise BadRecord(f"event {i}: a {record.type} record, not a step")
+        out.append(record)
+    return tuple(out)
+
+
+def as_runs(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> list[tuple[Event, ...]]:
+    return [as_events(run) for run in runs]

@@ -1,0 +1,131 @@
+"""Objects a step changes while it runs, hashed again by a later step (cache-state causes).
+
+The tracer records an argument's hash tree when `datasets` hashes it and, in a determinism run,
+its tree at the end of a step that ran when its digest changed meanwhile (`ArgInfo.after`). A later
+step whose arguments hold a changed part has a fingerprint that depends on whether the earlier
+step was computed or loaded from the cache (datasets issues #3638, #5985, #3847).
+
+Hash trees are the node format of `cachetool.fingerprint.tree` (``l`` label, ``t`` type, ``d``
+digest, ``c`` children): plain dicts, not ledger records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cachetool.determinism.events import Event
+from cachetool.fingerprint.diff import Culprit, diff_trees, state_change_hint
+from cachetool.fingerprint.tree import iter_nodes
+from cachetool.lineage.records import ArgInfo
+
+__all__ = ["StateChange", "state_changes"]
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """An object a step changed while it ran (`changed_at`, a step index), hashed again later."""
+
+    changed_at: int
+    culprit: Culprit
+
+
+_SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
+
+#: A changed part, as recognised in a later tree.
+_PartKey = tuple[str, ...]
+
+
+def _node_key(label: str, node: Mapping[str, Any], depth: int) -> _PartKey | None:
+    """How a changed part is recognised in a later tree: an object or container by its digest
+    (distinctive), a scalar only as a named variable (``global 'n'``, ``closure 'k'``) with its
+    value's digest, so that an unrelated ``True`` or ``None`` elsewhere is not taken for it."""
+    digest = node.get("d")
+    if not isinstance(digest, str):
+        return None
+    if str(node.get("t", "")) not in _SCALAR_TYPES:
+        return (digest,)
+    if depth >= 1 and label.startswith(("global ", "closure ", "[")):
+        return (label, digest)
+    return None
+
+
+def state_changes(
+    runs: Sequence[Sequence[Event]], positions: Sequence[tuple[int, ...]]
+) -> dict[int, StateChange]:
+    """Steps (by index) whose arguments hold a part that an earlier step of the same run changed
+    while it ran, with what changed, diffed before against after."""
+    step_of = [{pos[k]: index for index, pos in enumerate(positions)} for k in range(len(runs))]
+    out: dict[int, StateChange] = {}
+    for k, events in enumerate(runs):
+        changed: dict[_PartKey, tuple[int, Culprit]] = {}  # part -> (position of the step, culprit)
+        reported: set[tuple[int, tuple[str, ...]]] = set()
+        for pos, event in enumerate(events):
+            if changed and pos in step_of[k] and step_of[k][pos] not in out:
+                found = _hashed_again(event.args, changed)
+                if found is not None:
+                    at, what = found
+                    seen = (at, what.path)
+                    if seen not in reported and at in step_of[k]:
+                        # The first step that hashes it again is the one to fix.
+                        reported.add(seen)
+                        out[step_of[k][pos]] = StateChange(changed_at=step_of[k][at], culprit=what)
+            for name, entry in event.args.items():
+                _note_changed(name, entry, pos, changed)
+    return out
+
+
+def _note_changed(name: str, entry: ArgInfo, pos: int, changed: dict[_PartKey, tuple[int, Culprit]]) -> None:
+    """Record the parts of argument `name` that the step at `pos` changed while it ran."""
+    before, after = entry.tree, entry.after
+    if before is None or after is None:
+        return
+    diff = diff_trees(name, [dict(before), dict(after)])
+    if diff is None:
+        return
+    paths = list(diff.leaves) or [diff.path]
+    types = " ".join(_node_type(_node_at(after, leaf[:d])) for leaf in paths for d in range(len(leaf) + 1))
+    culprit = _as_state_change(diff, types)
+    for leaf in paths:
+        for depth in range(len(leaf) + 1):
+            node = _node_at(after, leaf[:depth])
+            label = leaf[depth - 1] if depth else ""
+            key = _node_key(label, node, depth) if node is not None else None
+            if key is not None:
+                changed[key] = (pos, culprit)
+
+
+def _hashed_again(
+    args: Mapping[str, ArgInfo], changed: Mapping[_PartKey, tuple[int, Culprit]]
+) -> tuple[int, Culprit] | None:
+    for entry in args.values():
+        if entry.tree is None:
+            continue
+        for path, node in iter_nodes(dict(entry.tree)):
+            key = _node_key(path[-1] if path else "", node, len(path))
+            if key is not None and key in changed:
+                return changed[key]
+    return None
+
+
+def _node_type(node: Mapping[str, Any] | None) -> str:
+    return "" if node is None else str(node.get("t", ""))
+
+
+def _node_at(tree: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any] | None:
+    node = tree
+    for label in path:
+        for child in node.get("c", ()):
+            if child.get("l") == label:
+                node = child
+                break
+        else:
+            return None
+    return node
+
+
+def _as_state_change(culprit: Culprit, types: str) -> Culprit:
+    hint = state_change_hint(types)
+    parts = tuple(replace(p, kind="cache-state", hint=hint) for p in culprit.parts)
+    return replace(culprit, kind="cache-state", hint=hint, parts=parts)

@@ -1,0 +1,194 @@
+"""Explaining steps: one record against its siblings, the step that made a fingerprint, every
+computed step of a run. The Python side of `cachetool explain`."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from cachetool.lineage.explain.model import (
+    ExplainReport,
+    NoRecords,
+    Reason,
+    StaleHit,
+    StepExplanation,
+    StepRef,
+    StepStatus,
+    UncachedStep,
+)
+from cachetool.lineage.explain.reasons import (
+    compare,
+    concurrent_reason,
+    random_reason,
+    same_fingerprint_reason,
+)
+from cachetool.lineage.explain.stale import stale_for_hit, stale_hits
+from cachetool.lineage.explain.view import LedgerView, load_view
+from cachetool.lineage.records import StepRecord
+from cachetool.lineage.runs import interruption
+
+_STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
+
+
+def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> StepExplanation:
+    """Why `rec`'s step computed its result: compared with its most recent sibling."""
+    siblings = view.siblings(rec)
+    reasons, compared = _reasons(view, rec, siblings)
+    past: list[tuple[StepRef, tuple[Reason, ...]]] = []
+    for newer, older in itertools.pairwise(siblings[: 1 + history]):
+        past.append((StepRef.of(older), tuple(compare(view, newer, older))))
+    return StepExplanation(
+        step=StepRef.of(rec),
+        cache=rec.cache,
+        duration=rec.duration,
+        status=_STATUS.get(rec.cache, "no file"),
+        reasons=reasons,
+        compared_with=compared,
+        history=tuple(past),
+        stale=tuple(stale_for_hit(view, rec)) if rec.cache == "hit" else (),
+    )
+
+
+def _reasons(
+    view: LedgerView, rec: StepRecord, siblings: list[StepRecord]
+) -> tuple[tuple[Reason, ...], StepRef | None]:
+    """The reasons `rec` computed its result, and the record they compare it with."""
+    same = view.earlier_same(rec)
+    if rec.cache == "hit":
+        return (), None  # loaded: nothing to explain (a stale reuse is in `stale`)
+    if rec.random_fallback is not None:
+        reason = random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False)
+        return (reason,), StepRef.of(siblings[0]) if siblings else None
+    if same is not None and rec.computed and same.computed and same.end > rec.time:
+        return (concurrent_reason(rec, same),), StepRef.of(same)
+    if same is not None and rec.computed:
+        return (same_fingerprint_reason(view, rec, same),), StepRef.of(same)
+    if siblings:
+        return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])
+    if view.first_run(rec):
+        return (
+            Reason("first-run", "first run recorded in this cache: it held nothing yet, so every step ran"),
+        ), None
+    return (Reason("first-run", "first time this step ran (nothing recorded to compare with)"),), None
+
+
+def resolve_fingerprint(view: LedgerView, name: str) -> str:
+    """The recorded fingerprint `name` names, by the one naming rule
+    (`cachetool.lineage.resolve.resolve`: path, cache file name, exact fingerprint or alias,
+    unique prefix). An entry whose own fingerprint is not recorded resolves to the one of its
+    fingerprints that is (after `load_from_disk`, the alias)."""
+    from cachetool.lineage.resolve import resolve_in_root
+
+    return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
+
+
+def explain_fingerprint(
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    history: int = 3,
+    view: LedgerView | None = None,
+    all_roots: bool = False,
+) -> ExplainReport:
+    """Why the step that made `fingerprint` (a unique prefix is enough) was computed: its latest
+    computation compared with the siblings before it, most recent first, plus stale reuses.
+
+    The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
+    every known cache root too (`--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
+    fp = resolve_fingerprint(view, fingerprint)
+    made = view.by_result.get(fp, [])
+    recs = [r for r in made if fp not in r.parents and view.own(r)] or [
+        r for r in made if fp not in r.parents
+    ]
+    if not recs:
+        raise NoRecords(Path(root), f"step that made {fp}")
+    computed = [r for r in recs if r.computed or r.random_fallback is not None]
+    target = computed[-1] if computed else recs[-1]
+    step = explain_record(view, target, history=history)
+    stale = tuple(s for r in recs if r.cache == "hit" for s in stale_for_hit(view, r))
+    stale += tuple(s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None)
+    return ExplainReport(
+        root=Path(root),
+        mode="fingerprint",
+        steps=(step,),
+        run=target.run or None,
+        run_time=target.time,
+        loaded=sum(r.cache == "hit" for r in recs),
+        stale=_dedupe(stale),
+        warnings=view.warnings,
+    )
+
+
+def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> str:
+    """The id of the most recent recorded run of this root (of `script`, when given)."""
+    root = os.path.abspath(os.fspath(view.root))
+    wanted = os.path.realpath(os.fspath(script)) if script is not None else None
+    best: tuple[float, str] | None = None
+    for rec in view.steps:
+        if not view.own(rec) and rec.root != root:
+            continue
+        if wanted is not None:
+            site = rec.call_site
+            if site is None or not site.file or os.path.realpath(site.file) != wanted:
+                continue
+        if rec.run and (best is None or rec.time >= best[0]):
+            best = (rec.time, rec.run)
+    if best is None:
+        what = f"run of {script}" if script is not None else "run"
+        raise NoRecords(Path(root), what)
+    return best[1]
+
+
+def explain_run(
+    root: str | os.PathLike[str],
+    run: str | None = None,
+    *,
+    script: str | os.PathLike[str] | None = None,
+    view: LedgerView | None = None,
+    all_roots: bool = False,
+) -> ExplainReport:
+    """Every step of a run that computed its result, each with its reason ("first time this step
+    ran" when there is nothing to compare with), and the stale hits of the run. The latest run
+    of the root (or of `script`) unless `run` names one.
+
+    The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
+    view = view or load_view(root, all_roots=all_roots)
+    run_id = run or last_run(view, script)
+    records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
+    if not records:
+        raise NoRecords(Path(root), f"records of run {run_id}")
+    steps = []
+    stale: list[StaleHit] = []
+    uncached: list[UncachedStep] = []
+    loaded = 0
+    for rec in records:
+        reason = rec.uncached
+        if reason is not None:
+            uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
+        elif rec.cache == "hit":
+            loaded += 1
+            stale.extend(stale_for_hit(view, rec))
+        elif rec.computed or rec.random_fallback is not None:
+            steps.append(explain_record(view, rec))
+    return ExplainReport(
+        root=Path(root),
+        mode="run",
+        steps=tuple(steps),
+        run=run_id,
+        run_time=min(r.time for r in records),
+        loaded=loaded,
+        stale=_dedupe(stale),
+        warnings=view.warnings,
+        uncached=tuple(uncached),
+        interrupted=interruption(view.ledger.records, run_id) if view.ledger is not None else None,
+    )
+
+
+def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
+    out: dict[tuple[str, float | None], StaleHit] = {}
+    for s in items:
+        out.setdefault((s.fingerprint, s.reused_at), s)
+    return tuple(out.values())

@@ -1,0 +1,257 @@
+"""The ledger index of a root: what each fingerprint's records add up to, kept up to date
+incrementally, so that a listing does not read every record of a long-lived ledger.
+
+`<root>/.cachetool/ledger-index.sqlite` (the per-user fallback folder of a root that cannot be
+written) holds one row per fingerprint (the `Usage` of `cachetool.lineage.ledger`: last use,
+latest recorded origin, hits, misses) and one row per segment: how far it was read. Segments are
+append-only, so bringing the index up to date reads only what was appended since (whole lines:
+a record still being written is read next time). A segment that shrank, was replaced or was
+removed makes the index rebuild from every segment. Updates happen under a file lock, so
+concurrent commands never fold the same records twice; a command that finds the index up to
+date takes no lock and writes nothing.
+
+The index holds one row per fingerprint, not per record: it stays bounded by the number of
+fingerprints however many runs the ledger records. When no index can be written anywhere, the
+usage is computed from the records as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cachetool.lineage.ledger import Usage
+from cachetool.lineage.records import StepRecord
+from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
+from cachetool.lineage.segments import iter_segments, read_segment_from
+
+INDEX_FILE = "ledger-index.sqlite"
+#: Bumped when what a row means changes: an index of another version is rebuilt.
+_VERSION = 1
+_CHUNK = 500  # fingerprints per `IN (...)` query
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS segments (
+    path TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns INTEGER, done INTEGER
+);
+CREATE TABLE IF NOT EXISTS usage (
+    fp TEXT PRIMARY KEY, last REAL, o_time REAL, o_run TEXT, o_seq INTEGER, operation TEXT,
+    parents TEXT, records INTEGER, hits INTEGER, misses INTEGER, random INTEGER
+);
+"""
+
+#: A segment as it is on disk now: path, inode, size, mtime.
+_Seg = tuple[str, int, int, int]
+
+
+@dataclass
+class _Sum:
+    """What the records of one fingerprint add up to (a row of `usage`)."""
+
+    last: float = 0.0
+    o_key: tuple[float, str, int] | None = None  # the order of its latest origin record
+    operation: str | None = None
+    parents: tuple[str, ...] = ()
+    records: int = 0
+    hits: int = 0
+    misses: int = 0
+    random: bool = False
+
+    def merge(self, other: _Sum) -> None:
+        self.last = max(self.last, other.last)
+        if other.o_key is not None and (self.o_key is None or other.o_key >= self.o_key):
+            self.o_key, self.operation, self.parents = other.o_key, other.operation, other.parents
+        self.records += other.records
+        self.hits += other.hits
+        self.misses += other.misses
+        self.random |= other.random
+
+    def usage(self) -> Usage:
+        return Usage(
+            last_used=self.last,
+            parent=self.parents[0] if self.parents else None,
+            operation=self.operation,
+            parents=self.parents,
+            records=self.records,
+            hits=self.hits,
+            misses=self.misses,
+            random_fallback=self.random,
+        )
+
+    def row(self, fp: str) -> tuple[object, ...]:
+        o = self.o_key
+        parents = json.dumps(list(self.parents)) if o is not None else None
+        return (
+            fp,
+            self.last,
+            *(o or (None, None, None)),
+            self.operation,
+            parents,
+            self.records,
+            self.hits,
+            self.misses,
+            int(self.random),
+        )
+
+    @classmethod
+    def of_row(cls, row: tuple[Any, ...]) -> _Sum:
+        _, last, o_time, o_run, o_seq, operation, parents, records, hits, misses, random = row
+        return cls(
+            last=float(last),
+            o_key=(float(o_time), str(o_run), int(o_seq)) if o_time is not None else None,
+            operation=operation,
+            parents=tuple(json.loads(parents)) if parents is not None else (),
+            records=int(records),
+            hits=int(hits),
+            misses=int(misses),
+            random=bool(random),
+        )
+
+
+def fold(sums: dict[str, _Sum], rec: StepRecord) -> None:
+    """Add one record of the root's own ledger to the sums (the rule of `Ledger.usage`: the latest
+    origin names the parent; using a fingerprint as a parent is a use of it too)."""
+    if rec.internal:
+        return
+    when = rec.end
+    fp = rec.result
+    if fp is not None:
+        s = sums.setdefault(fp, _Sum())
+        s.last = max(s.last, when)
+        if rec.is_origin:
+            s.merge(
+                _Sum(
+                    last=when,
+                    o_key=(rec.time, rec.run, rec.seq),
+                    operation=rec.operation,
+                    parents=rec.parents,
+                    records=1,
+                    hits=rec.cache == "hit",
+                    misses=rec.computed,
+                    random=rec.random_fallback is not None,
+                )
+            )
+    for p in rec.parents:
+        s = sums.setdefault(p, _Sum())
+        s.last = max(s.last, when)
+
+
+class UsageIndex(Mapping[str, Usage]):
+    """`{fingerprint: Usage}` read from the index one fingerprint at a time."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self._con = con
+
+    def __getitem__(self, fp: str) -> Usage:
+        row = self._con.execute("SELECT * FROM usage WHERE fp = ?", (fp,)).fetchone()
+        if row is None:
+            raise KeyError(fp)
+        return _Sum.of_row(row).usage()
+
+    def __contains__(self, fp: object) -> bool:
+        return self._con.execute("SELECT 1 FROM usage WHERE fp = ?", (fp,)).fetchone() is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([r[0] for r in self._con.execute("SELECT fp FROM usage")])
+
+    def __len__(self) -> int:
+        return int(self._con.execute("SELECT count(*) FROM usage").fetchone()[0])
+
+
+def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
+    """`Usage` per fingerprint of the ledger of `root` alone, from its index (brought up to date
+    first). `{}` without reading or writing anything when the root records nothing."""
+    root_path = Path(os.path.abspath(os.fspath(root)))
+    segments = _segments_now(root_path)
+    if not segments:
+        return {}
+    for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
+        try:
+            return UsageIndex(_up_to_date(db, root_path, segments))
+        except (OSError, sqlite3.Error):
+            continue
+    from cachetool.lineage.ledger import read_ledger
+
+    return read_ledger(root_path).usage()
+
+
+def _segments_now(root: Path) -> list[_Seg]:
+    out = []
+    for path in iter_segments(root):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out.append((os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns))
+    return out
+
+
+def _plan(con: sqlite3.Connection, segments: list[_Seg]) -> tuple[bool, list[tuple[_Seg, int]]]:
+    """Whether the index must be rebuilt, and the segments to read with the offset to read from."""
+    if con.execute("PRAGMA user_version").fetchone()[0] != _VERSION:
+        return True, [(s, 0) for s in segments]
+    known = {r[0]: r[1:] for r in con.execute("SELECT path, ino, size, mtime_ns, done FROM segments")}
+    todo = []
+    for seg in segments:
+        path, ino, size, mtime = seg
+        was = known.pop(path, None)
+        if was is None:
+            todo.append((seg, 0))
+        elif was[0] != ino or size < was[3]:
+            return True, [(s, 0) for s in segments]  # replaced or shrunk: the sums no longer hold
+        elif (was[1], was[2]) != (size, mtime):
+            todo.append((seg, int(was[3])))
+    if known:  # a segment was removed: its records are in the sums
+        return True, [(s, 0) for s in segments]
+    return False, todo
+
+
+def _up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection:
+    if not db.exists():
+        db.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(db, timeout=30)
+    con.executescript(_SCHEMA)
+    rebuild, todo = _plan(con, segments)
+    if not rebuild and not todo:
+        return con
+    from filelock import FileLock
+
+    with FileLock(f"{db}.lock", timeout=60):
+        rebuild, todo = _plan(con, segments)  # another command may have done it meanwhile
+        if rebuild:
+            con.execute("DELETE FROM segments")
+            con.execute("DELETE FROM usage")
+        sums: dict[str, _Sum] = {}
+        done = []
+        label = os.fspath(root)
+        for (path, ino, size, mtime), start in todo:
+            records, end = read_segment_from(Path(path), start, label)
+            for rec in records:
+                if isinstance(rec, StepRecord):
+                    fold(sums, rec)
+            done.append((path, ino, size, mtime, end))
+        _merge(con, sums)
+        con.executemany("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?)", done)
+        con.execute(f"PRAGMA user_version = {_VERSION}")
+        con.commit()
+    return con
+
+
+def _merge(con: sqlite3.Connection, sums: dict[str, _Sum]) -> None:
+    fps = list(sums)
+    for i in range(0, len(fps), _CHUNK):
+        chunk = fps[i : i + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for row in con.execute(f"SELECT * FROM usage WHERE fp IN ({marks})", chunk):
+            old = _Sum.of_row(row)
+            old.merge(sums[row[0]])
+            sums[row[0]] = old
+    con.executemany(
+        "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [s.row(fp) for fp, s in sums.items()],
+    )

@@ -1,0 +1,106 @@
+"""The answer of `cachetool lineage`: the steps around one fingerprint, from the lineage graph.
+
+`lineage(root, fingerprint)` is the chain from its source(s) to it; `descendants=True` the tree
+of what was made from it; `all=True` every branch of its dataset (the forest of its sources).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.lineage.graph import Step
+    from cachetool.lineage.ledger import Ledger
+
+LineageMode = Literal["chain", "descendants", "all"]
+
+
+@dataclass(frozen=True)
+class LineageView:
+    """The answer of one `lineage` query: steps in order (with depth for trees) and the edges."""
+
+    fingerprint: str
+    mode: LineageMode
+    steps: tuple[tuple[int, Step], ...]
+    edges: tuple[tuple[str, str], ...]
+    entry: Entry | None  # what the disk holds for the fingerprint, if anything
+    #: What reading the ledger warned of (torn records, unreadable segments).
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def recorded(self) -> bool:
+        return any(s.fingerprint == self.fingerprint and s.recorded for _, s in self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "mode": self.mode,
+            "recorded": self.recorded,
+            "steps": [{"depth": d, **s.to_json()} for d, s in self.steps],
+            "edges": [list(e) for e in self.edges],
+            "entry": self.entry.to_json() if self.entry is not None else None,
+        }
+
+
+def lineage(
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    descendants: bool = False,
+    all: bool = False,
+    internal: bool = False,
+    all_roots: bool = False,
+) -> LineageView:
+    """Where `fingerprint` (a unique prefix, an alias, a path or a cache file's name:
+    `cachetool.lineage.resolve.resolve`) comes from in the cache at `root`: the chain of recorded
+    steps from its source(s); with `descendants`, the tree of what was made from it; with `all`,
+    every branch of its dataset. `internal` keeps the calls `datasets` makes itself;
+    `all_roots` reads the ledgers of every known cache root.
+
+    The Python side of `cachetool lineage`."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
+
+    ledger = Ledger.load(os.path.abspath(os.path.expanduser(os.fspath(root))), all_roots=all_roots)
+    report = scan_cache(root, ledger=ledger)
+    mode: LineageMode = "all" if all else "descendants" if descendants else "chain"
+    return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
+
+
+def lineage_view(
+    report: CacheReport,
+    prefix: str,
+    *,
+    mode: LineageMode = "chain",
+    include_internal: bool = False,
+    all_roots: bool = False,
+    ledger: Ledger | None = None,
+) -> LineageView:
+    """`lineage` for a cache already scanned (`report`), with its ledger when already loaded."""
+    from cachetool.lineage.graph import load_graph
+    from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.resolve import resolve
+
+    if ledger is None:
+        ledger = Ledger.load(report.root, all_roots=all_roots)
+    graph = load_graph(ledger, include_internal=include_internal)
+    got = resolve(prefix, report, ledger)
+    fp = got.recorded_as(graph.recorded)
+    if mode == "descendants":
+        items = graph.descendants(fp)
+    elif mode == "all":
+        items = graph.forest(fp)
+    else:
+        items = [(0, x) for x in graph.ancestors(fp)]
+    fps = [x for _, x in items]
+    return LineageView(
+        fingerprint=fp,
+        mode=mode,
+        steps=tuple((d, graph.step(x)) for d, x in items),
+        edges=tuple(sorted(graph.edges(fps))),
+        entry=got.entry,
+        warnings=ledger.warnings,
+    )

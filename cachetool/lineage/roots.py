@@ -1,0 +1,102 @@
+"""Where a root's ledger lives, and the per-user registry of every root a tracer wrote to.
+
+* one ledger per root, in `<root>/.cachetool/ledger/`, one segment file per process
+  (`segment_name`); a root that cannot be written is recorded in
+  `user_state_dir()/ledgers/<key>/` instead (`fallback_ledger_dir`);
+* `user_state_dir()/roots.json` lists every root a tracer wrote to (`known_roots`), so lineage
+  can follow a parent into another root (a saved folder's parent lives in the cache root it
+  came from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cachetool.cache.dirs import user_state_dir
+
+LEDGER_DIR = ".cachetool"
+SEGMENT_SUFFIX = ".jsonl"
+ROOTS_FILE = "roots.json"
+
+
+def root_key(root: str | os.PathLike[str]) -> str:
+    """A file-name-safe key for a root: its last folder name plus a hash of its absolute path."""
+    path = os.path.realpath(os.fspath(root))
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(path))[:40]
+    return f"{name or 'root'}-{digest}"
+
+
+def ledger_dir(root: str | os.PathLike[str]) -> Path:
+    """`<root>/.cachetool/ledger`: where tracers write the records of this root."""
+    return Path(root) / LEDGER_DIR / "ledger"
+
+
+def fallback_ledger_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
+    """The per-user ledger of a root that cannot be written (read-only file system or permissions)."""
+    return user_state_dir(environ) / "ledgers" / root_key(root)
+
+
+def ledger_dirs(root: str | os.PathLike[str]) -> list[Path]:
+    """Every folder that may hold segments of this root: its own ledger, then the user fallback."""
+    return [ledger_dir(root), fallback_ledger_dir(root)]
+
+
+def segment_name(host: str, pid: int, start: float) -> str:
+    """`<host>-<pid>-<UTC start time>.jsonl`: unique per process, sortable by start within a host."""
+    stamp = datetime.fromtimestamp(start, tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    safe_host = "".join(c if c.isalnum() or c in "-." else "_" for c in host) or "host"
+    return f"{safe_host}-{pid}-{stamp}{SEGMENT_SUFFIX}"
+
+
+def roots_file(environ: Mapping[str, str] | None = None) -> Path:
+    return user_state_dir(environ) / ROOTS_FILE
+
+
+def known_roots() -> dict[str, dict[str, Any]]:
+    """Every root a tracer of this user wrote to: `{absolute path: {"kind", "first_seen", "last_seen"}}`."""
+    from cachetool.safejson import read_json_file
+
+    try:
+        doc = read_json_file(roots_file())
+    except (OSError, ValueError):
+        return {}
+    roots = doc.get("roots") if isinstance(doc, dict) else None
+    return {k: v for k, v in roots.items() if isinstance(v, dict)} if isinstance(roots, dict) else {}
+
+
+def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
+    """Add `root` to the registry (once per process and root: a lock and a rewrite, off the hot path).
+
+    Failures are silent: a registry we cannot write only means `lineage` cannot cross roots."""
+    path = os.path.realpath(os.fspath(root))
+    seen = known_roots().get(path)
+    if seen and (seen.get("kind") == kind or kind != "saved"):
+        last = seen.get("last_seen")
+        if isinstance(last, (int, float)) and time.time() - last < 3600:
+            return  # known and recently seen: no lock, no rewrite
+    try:
+        from filelock import FileLock
+
+        target = roots_file()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(target) + ".lock", timeout=5):
+            roots = known_roots()
+            now = time.time()
+            item = roots.get(path) or {"kind": kind, "first_seen": now}
+            item["last_seen"] = now
+            if kind == "saved":
+                item["kind"] = kind
+            roots[path] = item
+            tmp = target.with_name(f".{ROOTS_FILE}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"v": 1, "roots": roots}, indent=1, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, target)
+    except Exception:  # never let bookkeeping break a pipeline
+        return

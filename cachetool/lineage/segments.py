@@ -1,0 +1,124 @@
+"""Reading segments: the typed records of one segment file, every bad line skipped with a warning.
+
+A line that is not a record of this schema (bad JSON, more than `MAX_LINE_BYTES`, nested too
+deeply, a field of the wrong type, an unknown `type`) is skipped with a warning naming the file
+and line, never an exception; a torn last line (a writer killed mid-record) too. Only regular
+files are read (a FIFO is not waited on, a symlink to `/dev/zero` is not read), at most
+`MAX_SEGMENT_BYTES` each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from cachetool.lineage.records import BadRecord, LedgerRecord, parse_record
+from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs
+
+#: A record longer than this is not one cachetool wrote (source texts stop at 20,000 characters,
+#: argument summaries at 2.5 kB each): skipped with a warning.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+#: A segment is read up to this size; the rest is skipped with a warning (a runaway writer, or a
+#: file that is not a segment).
+MAX_SEGMENT_BYTES = 256 * 1024 * 1024
+
+
+def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
+    """Segment files of `root` (own ledger and user fallback), in name order."""
+    for d in ledger_dirs(root):
+        try:
+            names = sorted(n for n in os.listdir(d) if n.endswith(SEGMENT_SUFFIX))
+        except OSError:
+            continue
+        for n in names:
+            yield d / n
+
+
+def _read_capped(path: Path, warnings: list[str], start: int = 0) -> bytes | None:
+    """The bytes of a regular file from `start`, up to MAX_SEGMENT_BYTES into it; None (with a
+    warning) for anything else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        warnings.append(f"{path}: {e.strerror or e}")
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            warnings.append(f"{path}: skipped: not a regular file")
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            f.seek(start)
+            data = f.read(MAX_SEGMENT_BYTES + 1 - start)
+    except OSError as e:
+        warnings.append(f"{path}: {e.strerror or e}")
+        return None
+    finally:
+        os.close(fd)
+    if start + len(data) > MAX_SEGMENT_BYTES:
+        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES - start) + 1
+        warnings.append(
+            f"{path}: read the first {start + cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
+        )
+        data = data[:cut]
+    return data
+
+
+def read_segment(
+    path: Path, warnings: list[str] | None = None, read_from: str | None = None
+) -> list[LedgerRecord]:
+    """The records of one segment, typed. A last line without its newline is a record torn by a
+    killed writer; it and every line that is not a valid record (bad JSON, too long, nested too
+    deeply, a field of the wrong type, an unknown type) are skipped with a warning naming the line."""
+    sink: list[str] = [] if warnings is None else warnings
+    data = _read_capped(path, sink)
+    if data is None:
+        return []
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    if tail.strip():
+        sink.append(
+            f"{path}: skipped a torn last record ({len(tail)} bytes; its writer was killed mid-write)"
+        )
+    return _parse_lines(path, lines, sink, read_from)
+
+
+def read_segment_from(path: Path, start: int, read_from: str | None = None) -> tuple[list[LedgerRecord], int]:
+    """The records of the whole lines of a segment from byte `start` on, and the offset after the
+    last whole line: where the next read starts (a line still being written is left for then).
+    What cannot be read is skipped silently (`read_segment` says it)."""
+    data = _read_capped(path, [], start)
+    if not data:
+        return [], start
+    whole = data.rfind(b"\n") + 1
+    return _parse_lines(path, data[:whole].split(b"\n")[:-1], [], read_from), start + whole
+
+
+def _parse_lines(
+    path: Path, lines: list[bytes], sink: list[str], read_from: str | None
+) -> list[LedgerRecord]:
+    out: list[LedgerRecord] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE_BYTES:
+            sink.append(f"{path}:{number}: skipped a record of {len(line)} bytes (at most {MAX_LINE_BYTES})")
+            continue
+        try:
+            obj = json.loads(line)
+        except RecursionError:
+            sink.append(f"{path}:{number}: skipped a record nested too deeply")
+            continue
+        except ValueError:
+            sink.append(f"{path}:{number}: skipped an unreadable record")
+            continue
+        try:
+            out.append(parse_record(obj, read_from))
+        except BadRecord as e:
+            sink.append(f"{path}:{number}: skipped a record: {e}")
+        except RecursionError:
+            sink.append(f"{path}:{number}: skipped a record nested too deeply")
+    return out

@@ -1,0 +1,342 @@
+"""What a gc run is made of, as plain frozen data: its options, the plan (items to remove, what
+it keeps and why) and the outcome of each item. Decisions are typed (`Action`, `Scope`,
+`Status`, `KeptBecause`, `RefusalCode`); every message is rendered from them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+from cachetool.cache.layout import Kind
+from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import compact_duration, human_size, iso_time
+from cachetool.maintenance.liveness import Lease
+from cachetool.maintenance.shared import SharedState
+
+#: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
+DEFAULT_MIN_AGE = 3600.0
+#: How long a second gc waits for the first before giving up.
+LOCK_TIMEOUT = 30.0
+
+#: "leftover": what a killed process left (`--temp`, or named); "evict": a whole cache entry.
+Action = Literal["leftover", "evict"]
+#: "root": inside the cache root; "temp": a folder in the temp dir.
+Scope = Literal["root", "temp"]
+#: What execute did with one item.
+Status = Literal["removed", "skipped", "failed"]
+
+
+class GcBusy(CachetoolError):
+    """Another `cachetool gc` holds this cache's gc lock."""
+
+    exit_code = ExitCode.PROBLEMS_FOUND
+
+    def __init__(self, root: Path, lock: Path, timeout: float) -> None:
+        super().__init__(
+            f"another cachetool gc is running on {root} (waited {timeout:g}s for {lock}); "
+            "try again when it ends"
+        )
+        self.root = root
+        self.lock = lock
+
+
+@dataclass(frozen=True)
+class GcOptions:
+    """Every choice of a gc run; mirrors `cachetool gc`'s options one to one."""
+
+    temp: bool = False
+    tmp_dir: Path | None = None  # None: the temp dir datasets uses (TMPDIR, TEMP, TMP, system default)
+    min_age: float = DEFAULT_MIN_AGE
+    all_users: bool = False
+    older_than: float | None = None
+    max_size: int | None = None
+    datasets: tuple[str, ...] = ()
+    fingerprints: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    include_sources: bool = False
+    force_root: bool = False  # clean a root that is `/`, a home folder, or has no datasets layout
+    other_hosts_idle: bool = False  # on a shared file system: no unleased writer runs on another host
+
+    @property
+    def evicts(self) -> bool:
+        """True when the run evicts entries (not only leftovers)."""
+        return bool(
+            self.older_than is not None or self.max_size is not None or self.datasets or self.fingerprints
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """One file or folder an item removes, as the plan saw it (execute compares)."""
+
+    path: Path
+    is_dir: bool
+    size: int
+    mtime: float | None  # for folders: the newest modification time inside
+
+
+@dataclass(frozen=True)
+class GcItem:
+    """One unit of deletion: removed entirely or not at all (short of an I/O error)."""
+
+    path: Path
+    kind: Kind
+    size: int
+    files: int  # files freed (inodes matter: caches hit inode quotas)
+    reason: str
+    targets: tuple[Target, ...]
+    action: Action = "leftover"
+    scope: Scope = "root"
+    fingerprint: str | None = None
+    aliases: tuple[str, ...] = ()
+    dataset: str | None = None
+    used: float | None = None
+    lock: Path | None = None  # held (non-blocking) across the removal; someone holding it keeps the item
+
+    @property
+    def id(self) -> str:
+        return self.fingerprint or os.fsdecode(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "action": self.action,
+            "kind": self.kind.value,
+            "scope": self.scope,
+            "path": os.fsdecode(self.path),
+            "paths": [os.fsdecode(t.path) for t in self.targets],
+            "fingerprint": self.fingerprint,
+            "aliases": list(self.aliases),
+            "dataset": self.dataset,
+            "size": self.size,
+            "files": self.files,
+            "used": iso_time(self.used),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Something gc looked at and keeps, and why (a leftover not proven dead, a protected entry)."""
+
+    path: Path
+    kind: Kind
+    reason: str
+    size: int = 0
+    fingerprint: str | None = None
+    scope: Scope = "root"
+
+    @property
+    def id(self) -> str:
+        return self.fingerprint or os.fsdecode(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind.value,
+            "scope": self.scope,
+            "path": os.fsdecode(self.path),
+            "fingerprint": self.fingerprint,
+            "size": self.size,
+            "reason": self.reason,
+        }
+
+
+class KeptBecause(str, Enum):
+    """Why a cache entry survives a run, as the keeps sentence counts it. Members are listed in
+    the order the sentence names them: protections first, then what the selection left out."""
+
+    PINNED = "pinned"
+    PINNED_ANCESTOR = "ancestors of pinned entries"
+    KEEP = "kept by --keep"
+    IN_USE = "in use"
+    OTHER_USERS = "owned by other users"
+    TOO_YOUNG = "younger than --min-age"
+    SOURCES = "source splits and saved datasets"
+    OUTSIDE = "outside the selection"
+    RECENT = "used recently"  # rendered with --older-than
+    FITS = "that fit under --max-size"  # rendered with --max-size
+    NOT_SELECTED = "not selected"
+    NOT_EVICTABLE = "unreadable or not evictable"
+    UNTOUCHED = "untouched (--temp removes only leftovers)"
+
+    def render(self, options: GcOptions) -> str:
+        """The words for the keeps sentence and the JSON `kept.reasons` keys."""
+        if self == KeptBecause.RECENT and options.older_than is not None:
+            return f"used in the last {compact_duration(options.older_than)}"
+        if self == KeptBecause.FITS and options.max_size is not None:
+            return f"that fit under {human_size(options.max_size)}"
+        return self.value
+
+    @property
+    def protection(self) -> bool:
+        """A protection (listed first, in member order); else a reason the selection gave."""
+        return self in _PROTECTIONS
+
+
+_PROTECTIONS = (
+    KeptBecause.PINNED,
+    KeptBecause.PINNED_ANCESTOR,
+    KeptBecause.KEEP,
+    KeptBecause.IN_USE,
+    KeptBecause.OTHER_USERS,
+)
+
+
+def order_kept(counts: dict[KeptBecause, int], options: GcOptions) -> tuple[tuple[KeptBecause, int], ...]:
+    """Protections first, in the order they apply; then the rest, most common first."""
+    rank = {r: i for i, r in enumerate(_PROTECTIONS)}
+    return tuple(
+        sorted(counts.items(), key=lambda kv: (rank.get(kv[0], len(rank)), -kv[1], kv[0].render(options)))
+    )
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    """What a gc run would remove, what it keeps and why. `execute(plan)` carries it out."""
+
+    root: Path
+    temp_dir: Path | None
+    options: GcOptions
+    items: tuple[GcItem, ...]
+    skipped: tuple[Skip, ...] = ()
+    kept_entries: int = 0
+    kept_bytes: int = 0
+    kept_reasons: tuple[tuple[KeptBecause, int], ...] = ()  # (why, entries): `order_kept`
+    warnings: tuple[str, ...] = ()
+    created_at: float = field(default=0.0, compare=False)
+    #: (st_dev, st_ino) of the cache root and the temp dir when the plan was made: execute works
+    #: only inside those very folders, whatever their paths lead to by then.
+    root_id: tuple[int, int] | None = field(default=None, compare=False)
+    temp_id: tuple[int, int] | None = field(default=None, compare=False)
+    #: The root's file system and leases (`cachetool.maintenance.shared`).
+    shared: SharedState | None = field(default=None, compare=False)
+
+    @property
+    def expected_freed(self) -> int:
+        return sum(i.size for i in self.items)
+
+    @property
+    def expected_files(self) -> int:
+        return sum(i.files for i in self.items)
+
+    def keeps_sentence(self) -> str:
+        """One sentence on what survives: "keeps 12 entries (3.1 GB): 2 pinned, ... and 9 used in
+        the last 30d"."""
+        n = self.kept_entries
+        head = f"keeps {n} entr{'y' if n == 1 else 'ies'} ({human_size(self.kept_bytes)})"
+        parts = [f"{n} {why.render(self.options)}" for why, n in self.kept_reasons]
+        if not parts:
+            return head
+        body = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        return f"{head}: {body}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": os.fsdecode(self.root),
+            "temp_dir": os.fsdecode(self.temp_dir) if self.temp_dir else None,
+            "items": [i.to_json() for i in self.items],
+            "bytes": self.expected_freed,
+            "files": self.expected_files,
+            "skipped": [s.to_json() for s in self.skipped],
+            "kept": {
+                "entries": self.kept_entries,
+                "bytes": self.kept_bytes,
+                "reasons": {why.render(self.options): n for why, n in self.kept_reasons},
+                "summary": self.keeps_sentence(),
+            },
+            "warnings": list(self.warnings),
+            **(self.shared.to_json() if self.shared is not None else {}),
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What execute did with one item."""
+
+    item: GcItem
+    status: Status
+    reason: str | None = None
+    freed: int = 0
+    files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.item.to_json(),
+            "status": self.status,
+            "reason": self.reason,
+            "freed": self.freed,
+            "files_removed": self.files,
+        }
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """The outcome of every item of a plan, in plan order."""
+
+    plan: GcPlan
+    outcomes: tuple[Outcome, ...]
+    finished_at: float = field(default=0.0, compare=False)
+    #: Leases removed: expired (another host) or of a process of this host that is gone.
+    leases_removed: tuple[Lease, ...] = field(default=(), compare=False)
+
+    def _with(self, status: Status) -> tuple[Outcome, ...]:
+        return tuple(o for o in self.outcomes if o.status == status)
+
+    @property
+    def removed(self) -> tuple[Outcome, ...]:
+        return self._with("removed")
+
+    @property
+    def skipped(self) -> tuple[Outcome, ...]:
+        return self._with("skipped")
+
+    @property
+    def failed(self) -> tuple[Outcome, ...]:
+        return self._with("failed")
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(o.freed for o in self.outcomes)
+
+    @property
+    def freed_files(self) -> int:
+        return sum(o.files for o in self.outcomes)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.PROBLEMS_FOUND if self.failed else ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "removed": [o.to_json() for o in self.removed],
+            "skipped": [o.to_json() for o in self.skipped],
+            "failed": [o.to_json() for o in self.failed],
+            "freed_bytes": self.freed_bytes,
+            "freed_files": self.freed_files,
+            "leases_removed": [lease.to_json() for lease in self.leases_removed],
+        }
+
+
+def named_but_kept(names: Iterable[str], plan: GcPlan, result: GcResult | None) -> list[tuple[str, str]]:
+    """(entry, reason) for each entry named (as `fingerprints`) that gc keeps."""
+    names = list(names)
+    if not names:
+        return []
+
+    def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
+        ids = [x for x in (fp, *aliases) if x]
+        return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
+
+    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, (), s.path)]
+    if result is not None:
+        kept += [
+            (o.item.id, o.reason or o.status)
+            for o in (*result.skipped, *result.failed)
+            if named(o.item.fingerprint, o.item.aliases, o.item.path)
+        ]
+    return kept

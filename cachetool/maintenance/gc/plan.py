@@ -1,0 +1,232 @@
+"""Building a gc plan: scan, liveness snapshot, pins and the ledger's parents in; plain data out.
+
+`build_plan()` decides from a scan, a liveness snapshot and a few lock probes; `plan_gc()` gathers
+those for a cache root. Nothing is removed here (`execute` does, checking everything again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from cachetool.cache import layout
+from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
+from cachetool.cache.scan import CacheReport, Entry
+from cachetool.errors import CachetoolError
+from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
+from cachetool.maintenance.gc.leftovers import LeftoverPlanner
+from cachetool.maintenance.gc.model import GcOptions, GcPlan, KeptBecause, order_kept
+from cachetool.maintenance.gc.tempdir import TempScan, scan_temp_dir
+from cachetool.maintenance.liveness import InUse, TempDirUser
+from cachetool.maintenance.shared import check_min_age, shared_state
+
+
+class _Builder(LeftoverPlanner, EvictionPlanner):
+    """Every planning step over one set of inputs."""
+
+
+def _find(report: CacheReport, name: str, recorded: Sequence[str]) -> Entry:
+    """The entry `name` means, by the one naming rule; a fingerprint only the ledger knows has
+    nothing to remove (`RecordedOnly`)."""
+    from cachetool.errors import RecordedOnly
+    from cachetool.lineage.ledger import entry_at_path, resolve
+
+    at_path = entry_at_path(report, name)  # a leftover named by its path has no fingerprint
+    if at_path is not None:
+        return at_path
+    got = resolve(name, report, recorded=recorded)
+    if got.entry is None:
+        raise RecordedOnly(got.fingerprint, report.root)
+    return got.entry
+
+
+def build_plan(
+    report: CacheReport,
+    in_use: InUse,
+    options: GcOptions,
+    *,
+    temp: TempScan | None = None,
+    pins: Mapping[str, Any] | None = None,
+    parents: Mapping[str, Iterable[str]] | None = None,
+    sockets: frozenset[str] = frozenset(),
+    temp_users: Sequence[TempDirUser] = (),
+    pool_users: Sequence[TempDirUser] = (),
+    now: float | None = None,
+    root_refused: str | None = None,
+    euid: int | None = None,
+) -> GcPlan:
+    """Decide what a gc run removes, from a scan and a liveness snapshot (plus lock probes).
+
+    Nothing is removed here. The same rules run again in `execute()` right before each item,
+    because processes start and finish between the two."""
+    t = time.time() if now is None else now
+    b = _Builder(
+        report,
+        in_use,
+        options,
+        t,
+        os.geteuid() if euid is None else euid,
+        pins or {},
+        parents or {},
+        sockets,
+        temp,
+        temp_users,
+        pool_users,
+    )
+    b.resolve_protections()
+    b.note_partial_liveness()
+    recorded = [*(parents or {}), *(x for v in (parents or {}).values() for x in v)]
+    explicit = [_find(report, fp, recorded) for fp in options.fingerprints]
+    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
+    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
+    explicit = [e for e in explicit if e.kind not in leftover_kinds]
+    if root_refused is not None:
+        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
+        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
+        b.temp_folders()
+    elif options.temp:
+        b.leftovers()
+        b.temp_folders()
+    elif named_leftovers:
+        b.leftovers(only=named_leftovers)
+    why_kept: dict[Path, KeptBecause] = {}
+    evicting = (
+        bool(explicit)
+        or options.older_than is not None
+        or options.max_size is not None
+        or bool(options.datasets)
+    )
+    if evicting:
+        for e in explicit:
+            if e.kind not in EVICTABLE:
+                b.skip(e, f"a {e.kind.value} entry is not evicted (see cachetool verify)")
+        why_kept = b.evictions([e for e in explicit if e.kind in EVICTABLE])
+    n, size, counts = b.kept(why_kept, evicting)
+    return GcPlan(
+        report.root,
+        temp.path if temp else None,
+        options,
+        tuple(b.items),
+        tuple(b.skipped),
+        n,
+        size,
+        order_kept(counts, options),
+        tuple(b.warnings),
+        t,
+    )
+
+
+_LAYOUT_KINDS = WRITTEN_BY_DATASETS | {
+    Kind.INCOMPLETE_PREPARE,
+    Kind.INCOMPLETE_SAVE,
+    Kind.DOWNLOAD,
+    Kind.EXTRACTED,
+    Kind.TF_CACHE,
+}
+
+#: "fs-root": the root is `/`; "home": it is or holds the home folder; "not-a-cache": nothing in
+#: it looks like a `datasets` cache (then whatever matches a leftover name is somebody's file).
+RootRefusalCode = Literal["fs-root", "home", "not-a-cache"]
+
+_ROOT_REFUSALS: dict[RootRefusalCode, str] = {
+    "fs-root": "it is the file system root",
+    "home": "it is or holds your home folder",
+    "not-a-cache": "nothing in it looks like a datasets cache (no dataset folder, cache file or download)",
+}
+
+
+@dataclass(frozen=True)
+class RootRefusal:
+    """Why gc will not clean a root without `--force-root`."""
+
+    root: Path
+    code: RootRefusalCode
+
+    @property
+    def detail(self) -> str:
+        return _ROOT_REFUSALS[self.code]
+
+    def __str__(self) -> str:
+        return f"refusing to clean {self.root}: {self.detail}"
+
+
+def root_refusal(report: CacheReport) -> RootRefusal | None:
+    """Why gc will not clean this root without `--force-root`: it is `/` or holds a home
+    folder, or nothing in it looks like a `datasets` cache."""
+    root = os.path.realpath(report.root)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if root == "/":
+        return RootRefusal(report.root, "fs-root")
+    if home != "/" and (root == home or home.startswith(root.rstrip("/") + "/")):
+        return RootRefusal(report.root, "home")
+    if report.datasets or any(e.kind in _LAYOUT_KINDS for e in report.entries):
+        return None
+    if any(layout.VERSION_RE.match(p.name) for p in Path(report.root).glob("*/*/*") if p.is_dir()):
+        return None  # builder folders (`<name>/<config>/<version>`) not prepared yet
+    return RootRefusal(report.root, "not-a-cache")
+
+
+def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
+    """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
+    ledger's parents, and build the plan."""
+    from cachetool.cache.dirs import temp_dir
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
+    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
+    from cachetool.maintenance.pins import read_pins, recorded_parents
+
+    root_id = _folder_id(root)
+    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    report = scan_cache(root, ledger=ledger)
+    if _folder_id(report.root) != root_id:
+        raise CachetoolError(
+            f"the cache root {report.root} was replaced while it was scanned; nothing removed"
+        )
+    why = None if options.force_root or not report.entries else root_refusal(report)
+    if why is not None and (options.evicts or why.code != "not-a-cache"):
+        raise CachetoolError(f"{why}; pass --force-root if you mean it")
+    temp = None
+    temp_id = None
+    if options.temp:
+        tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
+        temp_id = _folder_id(tmp)
+        temp = scan_temp_dir(tmp)
+    shared = shared_state(report.root)
+    check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
+    pins = read_pins(report.root)
+    named = pins or options.keep or options.fingerprints
+    parents = recorded_parents(ledger) if options.evicts and named else {}
+    # Liveness last: the snapshot should be younger than everything it judges.
+    in_use = scan_in_use(root=report.root)
+    users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
+    pools = (
+        temp_dir_users(temp.path, python=True)
+        if temp is not None and any(f.kind in ("pymp", "determinism") for f in temp.folders)
+        else ()
+    )
+    plan = build_plan(
+        report,
+        in_use,
+        options,
+        temp=temp,
+        pins=pins,
+        parents=parents,
+        sockets=bound_socket_paths(),
+        temp_users=users,
+        pool_users=pools,
+        root_refused=why.detail if why else None,
+    )
+    return dataclasses.replace(plan, root_id=root_id, temp_id=temp_id, shared=shared)
+
+
+def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)

@@ -1,0 +1,115 @@
+"""`pin`, `unpin` and `pin --list` by the names users type: the Python side of those commands.
+
+The pins file itself (where it lives, its lock, what gc protects) is `cachetool.maintenance.pins`;
+a name is turned into a fingerprint by the one naming rule (`cachetool.lineage.resolve`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cachetool.formatting import iso_time
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import Entry
+
+
+@dataclass(frozen=True)
+class PinChange:
+    """What `pin` or `unpin` did: the fingerprint, whether it is pinned now, and whether that is
+    new (`changed` False: it was pinned already)."""
+
+    root: Path
+    fingerprint: str
+    pinned: bool
+    changed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "fingerprint": self.fingerprint,
+            "pinned": self.pinned,
+            "changed": self.changed,
+        }
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One pin, with the entry that holds it now (None: only the ledger knows the fingerprint)."""
+
+    fingerprint: str
+    time: float | None
+    host: str | None
+    user: int | None
+    entry: Entry | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "fingerprint": self.fingerprint,
+            "time": iso_time(self.time),
+            "host": self.host,
+            "user": self.user,
+            "kind": e.kind.value if e is not None else None,
+            "path": str(e.path) if e is not None else None,
+            "size": e.size if e is not None else None,
+        }
+
+
+def _root(root: str | os.PathLike[str]) -> Path:
+    return Path(os.path.expanduser(os.fspath(root))).resolve()
+
+
+def pin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
+    """Pin the fingerprint `fingerprint` names (a unique prefix, an alias, a path: the rule of
+    `cachetool.lineage.resolve.resolve`; one only the ledger knows too): `gc` never evicts it,
+    nor any ancestor the ledger records for it. The Python side of `cachetool pin`."""
+    from cachetool.lineage.resolve import resolve_in_root
+    from cachetool.maintenance.pins import add_pin
+
+    root_path = _root(root)
+    fp = resolve_in_root(root_path, fingerprint)[0].fingerprint
+    return PinChange(root_path, fp, pinned=True, changed=add_pin(root_path, fp))
+
+
+def unpin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
+    """Unpin the one pinned fingerprint `fingerprint` is (or starts): a pin is removed even when
+    neither the cache nor the ledger knows its fingerprint any more. Raises `NotPinned`, or
+    `AmbiguousFingerprint`. The Python side of `cachetool unpin`."""
+    from cachetool.maintenance.pins import remove_pin
+
+    root_path = _root(root)
+    return PinChange(root_path, remove_pin(root_path, fingerprint), pinned=False, changed=True)
+
+
+def list_pins(root: str | os.PathLike[str], *, entries: bool = True) -> tuple[Pin, ...]:
+    """The pins of `root`, each with the cache entry that holds it (`entries=False`: without
+    scanning the cache). The Python side of `cachetool pin --list`."""
+    from cachetool.maintenance.pins import read_pins
+
+    root_path = _root(root)
+    pins = read_pins(root_path)
+    on_disk: dict[str, Entry] = {}
+    if entries and pins:
+        from cachetool.cache.scan import scan_cache
+
+        for entry in scan_cache(root_path).entries:
+            for fp in (entry.fingerprint, *entry.aliases):
+                if fp in pins:
+                    on_disk[fp] = entry
+    out = []
+    for fp, meta in pins.items():
+        when, host, user = meta.get("time"), meta.get("host"), meta.get("user")
+        out.append(
+            Pin(
+                fingerprint=fp,
+                time=float(when) if isinstance(when, (int, float)) else None,
+                host=host if isinstance(host, str) else None,
+                user=user if isinstance(user, int) else None,
+                entry=on_disk.get(fp),
+            )
+        )
+    return tuple(out)
