@@ -1,6 +1,6 @@
 """`python -m cachetool` runs the command line."""
 
-from cachetool.cli.app import main
+from cachetool.cli.entry import main
 
 if __name__ == "__main__":
     main()

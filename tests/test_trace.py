@@ -388,3 +388,40 @@ def test_run_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     proc = cachetool_run("nope.py", env=subprocess_env(tmp_path), cwd=tmp_path, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "Error: can't open file 'nope.py': No such file or directory"
+
+
+CLI_FRONT = ("typer", "rich", "click", "pydantic")
+
+
+@pytest.mark.parametrize("how", ["-m", "console script"])
+def test_run_starts_the_script_without_the_cli_front(tmp_path: Path, how: str) -> None:
+    """`cachetool run script.py` (and `python -m cachetool run`) hands the script over before
+    Typer, Click, Rich or pydantic are imported: start-up costs what `python script.py` does.
+    The script's own process never holds them either way (it is a fresh interpreter), so the
+    interpreter's own import log (`-X importtime`, which the script's interpreter inherits) is
+    read for the whole command, the front included."""
+    (tmp_path / "s.py").write_text("import sys\nprint('ran', sys.argv[1:])\n", encoding="utf-8")
+    if how == "-m":
+        front = ["-m", "cachetool"]
+    else:  # what the installed `cachetool` script does: pyproject's entry point, called
+        import tomllib
+
+        project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text("utf-8"))
+        module, func = project["project"]["scripts"]["cachetool"].split(":")
+        front = ["-c", f"import sys; sys.argv[0] = 'cachetool'; from {module} import {func}; {func}()"]
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *front, "run", "s.py", "--help"],
+        cwd=tmp_path,
+        env=subprocess_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (0, "ran ['--help']\n"), proc.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "cachetool" in imported  # the log is there at all
+    assert imported.isdisjoint(CLI_FRONT), sorted(imported & set(CLI_FRONT))

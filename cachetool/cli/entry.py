@@ -1,0 +1,43 @@
+"""The `cachetool` console script and `python -m cachetool`: `run` goes straight to the script.
+
+`cachetool run SCRIPT ARGS...` replaces this process by the script's own interpreter, so building
+the Typer app first (Typer, Click, Rich, pydantic: ~0.2 s) bought nothing but start-up time. A
+`run` whose script exists is handed to `run_script` here, before anything heavy is imported;
+every other command line (`run --help`, `run` without a script, a script that does not exist,
+`--version`, shell completion) goes to the Typer app in `cachetool.cli.app`, which answers it
+exactly as it always has.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+
+def main() -> None:
+    """Console-script entry point."""
+    argv = sys.argv[1:]
+    if _plain_run(argv):
+        from cachetool.errors import CachetoolError
+        from cachetool.trace.runner import run_script
+
+        try:
+            run_script(argv[1], argv[2:])  # does not return
+        except CachetoolError:
+            pass  # the Typer app reports it (one `Error:` line, or a traceback with CACHETOOL_DEBUG)
+    from cachetool.cli.app import main as app_main
+
+    app_main()
+
+
+def _plain_run(argv: Sequence[str]) -> bool:
+    """`run SCRIPT ...` as the Typer app reads it: `run` first (the app's own options all end it
+    or come before it), then a script that is not an option of `run` (`--help`, `--`): after the
+    script, everything is the script's, `--help` included."""
+    return (
+        len(argv) >= 2
+        and argv[0] == "run"
+        and not argv[1].startswith("-")
+        and "_CACHETOOL_COMPLETE" not in os.environ  # a TAB at the shell: the app completes
+    )
