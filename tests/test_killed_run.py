@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run, invoke
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    from conftest import cachetool_run, invoke  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
@@ -42,25 +44,33 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def _cli(tmp_path: Path, env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", *args],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+# The script is killed in `load_dataset`'s own build, before any transform: its converter says
+# when the build is well under way (a few chunks written).
+LOADING = textwrap.dedent(
+    """\
+    import sys, time
+    from pathlib import Path
+    from datasets import load_dataset
+
+    def slow(value):
+        if value == "300":
+            Path(sys.argv[2]).write_text("busy")
+        time.sleep(0.002 if int(value) >= 300 else 0)
+        return int(value)
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train", converters={"x": slow}, chunksize=100)
+    print("finished")
+    """
+)
 
 
-def _run_and_kill(tmp_path: Path, env: dict[str, str]) -> int:
-    """`cachetool run p.py` (the process becomes the script's), SIGKILLed once the map is busy."""
+def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py") -> int:
+    """`cachetool run SCRIPT d.csv` (the process becomes the script's), SIGKILLed once the script
+    says it is busy."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
+        [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -70,7 +80,7 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str]) -> int:
         deadline = time.monotonic() + 120
         while not marker.exists():
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the map never got under way"
+            assert time.monotonic() < deadline, "the script never got under way"
             time.sleep(0.05)
         time.sleep(0.3)
         os.kill(proc.pid, signal.SIGKILL)
@@ -86,7 +96,9 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str]) -> int:
 
 def _explained(tmp_path: Path, env: dict[str, str], pid: int, before: set[Path]) -> set[Path]:
     """What `explain --last` says of the run just killed; returns the unfinished files it names."""
-    human = _cli(tmp_path, env, "explain", "--last")
+    said = invoke("explain", "--last", env=env)
+    human = said.stdout
+    assert said.exit_code == 0, said.stderr
     assert "Nothing was recomputed" not in human, human
     assert "first time this step ran" not in human, human
     assert "killed" in human and f"process {pid}" in human, human
@@ -96,7 +108,7 @@ def _explained(tmp_path: Path, env: dict[str, str], pid: int, before: set[Path])
     assert all(p.name in human for p in new), human
     assert not any(p.name in human for p in before), human
 
-    doc = json.loads(_cli(tmp_path, env, "explain", "--last", "--json"))
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     interrupted = doc["interrupted"]
     assert interrupted["state"] == "killed" and interrupted["pid"] == pid
     assert interrupted["step"]["operation"] == "map"
@@ -117,3 +129,27 @@ def test_explain_last_says_the_run_was_killed_in_the_map_and_what_it_wrote(tmp_p
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     first = _explained(tmp_path, env, _run_and_kill(tmp_path, env), set())
     _explained(tmp_path, env, _run_and_kill(tmp_path, env), first)
+
+
+def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: Path) -> None:
+    """A complete run, then a run SIGKILLed while `load_dataset` still builds its CSV (no
+    transform began): `explain --last` is about the killed run and says it was killed (the
+    process named), in human and JSON output. It explained the complete run before: the build
+    writes no step record, and the latest run was the one with the latest step."""
+    (tmp_path / "load.py").write_text(LOADING, encoding="utf-8")
+    (tmp_path / "small.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(100)), encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path)
+    complete = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+
+    pid = _run_and_kill(tmp_path, env, "load.py")
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    assert doc["run"] != complete, doc
+    assert doc["interrupted"] is not None, doc
+    assert doc["interrupted"]["state"] == "killed" and doc["interrupted"]["pid"] == pid, doc
+    assert doc["steps"] == [] and doc["interrupted"]["step"] is None, doc
+    human = invoke("explain", "--last", env=env).stdout
+    assert f"Run {doc['run']} " in human and f"was killed (process {pid} " in human, human
+    for other in (["--last", "--all-roots"], ["--script", str(tmp_path / "load.py")]):  # the whole ledger
+        assert json.loads(invoke("explain", "--json", *other, env=env).stdout)["run"] == doc["run"], other

@@ -157,9 +157,14 @@ _STEPS = "type IN ('transform', 'root') AND internal = 0"
 
 
 def latest_run(con: sqlite3.Connection) -> str | None:
-    """The run of the latest step record (`explain --last`)."""
+    """The run of the latest step record, or of a later start of a run that never ended (killed
+    before its first step, in `load_dataset`'s own build) (`explain --last`)."""
+    unended = (
+        "type = 'run-start' AND NOT EXISTS (SELECT 1 FROM rec e WHERE e.run = rec.run AND e.type = 'run-end')"
+    )
     row = con.execute(
-        f"SELECT run FROM rec WHERE {_STEPS} AND run != '' ORDER BY time DESC, run DESC LIMIT 1"
+        f"SELECT run FROM rec WHERE run != '' AND ({_STEPS} OR {unended}) "
+        "ORDER BY time DESC, run DESC LIMIT 1"
     ).fetchone()
     return None if row is None else str(row[0])
 

@@ -26,7 +26,7 @@ from cachetool.lineage.explain.reasons import (
 )
 from cachetool.lineage.explain.stale import stale_for_hit, stale_hits
 from cachetool.lineage.explain.view import LedgerView, load_part_view, load_view
-from cachetool.lineage.records import StepRecord
+from cachetool.lineage.records import RunEndRecord, RunStartRecord, StepRecord
 from cachetool.lineage.runs import interruption
 
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
@@ -158,7 +158,9 @@ def explain_fingerprint(
 
 
 def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> str:
-    """The id of the most recent recorded run of this root (of `script`, when given)."""
+    """The id of the most recent recorded run of this root (of `script`, when given): the run of
+    the latest step, or a later run that started and never ended (killed, or still running,
+    before its first step: in `load_dataset`'s own build, which records no step start)."""
     root = os.path.abspath(os.fspath(view.root))
     wanted = os.path.realpath(os.fspath(script)) if script is not None else None
     best: tuple[float, str] | None = None
@@ -171,10 +173,24 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
                 continue
         if rec.run and (best is None or rec.time >= best[0]):
             best = (rec.time, rec.run)
+    for start in _unended_starts(view):
+        argv0 = os.path.join(start.cwd or "", start.argv[0]) if start.argv else ""
+        if wanted is not None and (not argv0 or os.path.realpath(argv0) != wanted):
+            continue
+        if best is None or start.time > best[0]:
+            best = (start.time, start.run)
     if best is None:
         what = f"run of {script}" if script is not None else "run"
         raise NoRecords(Path(root), what)
     return best[1]
+
+
+def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
+    """The starts of this root's runs that wrote no end."""
+    records = view.ledger.records if view.ledger is not None else ()
+    ended = {r.run for r in records if isinstance(r, RunEndRecord)}
+    starts = (r for r in records if isinstance(r, RunStartRecord) and r.run and r.run not in ended)
+    return [r for r in starts if view.own(r)]
 
 
 def explain_run(
@@ -199,7 +215,9 @@ def explain_run(
         view = view or load_view(root, all_roots=all_roots)
         run_id = run or last_run(view, script)
     records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
-    if not records:
+    interrupted = interruption(view.ledger.records, run_id) if view.ledger is not None else None
+    starts = [r.time for r in _unended_starts(view) if r.run == run_id]
+    if not records and not (interrupted and starts):  # killed before its first step: said below
         raise NoRecords(Path(root), f"records of run {run_id}")
     steps = []
     stale: list[StaleHit] = []
@@ -219,12 +237,12 @@ def explain_run(
         mode="run",
         steps=tuple(steps),
         run=run_id,
-        run_time=min(r.time for r in records),
+        run_time=min(r.time for r in records) if records else min(starts),
         loaded=loaded,
         stale=_dedupe(stale),
         warnings=view.warnings,
         uncached=tuple(uncached),
-        interrupted=interruption(view.ledger.records, run_id) if view.ledger is not None else None,
+        interrupted=interrupted,
     )
 
 

@@ -70,7 +70,7 @@ class LedgerView:
             None if moved is None else ("moved", *moved),
         )
 
-    def own(self, rec: StepRecord) -> bool:
+    def own(self, rec: LedgerRecord) -> bool:
         """The record was read from this root's ledger (not followed into another root)."""
         return self.all_roots or rec.read_from is None or Path(rec.read_from) == self.root
 
