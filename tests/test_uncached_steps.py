@@ -7,16 +7,16 @@ lost."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run, invoke
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    from conftest import cachetool_run, invoke  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
@@ -53,19 +53,12 @@ def test_explain_and_stats_name_steps_without_a_persistent_cache(tmp_path: Path)
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
 
     def cli(*args: str) -> str:
-        proc = subprocess.run(
-            [sys.executable, "-m", "cachetool", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
+        said = invoke(*args, env=env)
+        assert said.exit_code == 0, said.stderr
+        return str(said.stdout)
 
-    cli("run", "p.py", "d.csv")
-    cli("run", "p.py", "d.csv")
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
     human = cli("explain", "--last")
     assert "Nothing was recomputed" not in human
     assert "5 steps ran without a persistent cache" in human
