@@ -21,7 +21,7 @@ from cachetool.cli.common import (
     hint,
     warn,
 )
-from cachetool.formatting import human_size, local_minute, short_duration
+from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
     from cachetool.lineage.stats import Group, StatsReport
@@ -114,7 +114,7 @@ def _stats(
 
 
 def _when(t: float | None) -> str:
-    return "-" if t is None else local_minute(t)
+    return "-" if t is None else local_time(t, seconds=False)
 
 
 def _telling(groups: tuple[Group, ...]) -> tuple[Group, ...]:
