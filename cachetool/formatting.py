@@ -57,11 +57,6 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
-def local_minute(ts: float) -> str:
-    """`2026-11-24 14:05`: a moment in local time, to the minute, for people."""
-    return local_time(ts, seconds=False)
-
-
 def local_time(ts: float | None, *, seconds: bool = True) -> str:
     """`2026-11-20 10:31:05` (`seconds=False`: `2026-11-20 10:31`) in local time; `?` for unknown."""
     if not isinstance(ts, (int, float)):
@@ -114,11 +109,7 @@ def compact_duration(seconds: float) -> str:
 def compact_age(seconds: float) -> str:
     """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit, in the units of
     `compact_duration` (gc's reasons set it beside an option value such as `--older-than 30d`)."""
-    s = max(0, int(seconds))
-    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
+    return _in_largest_unit(seconds, _AGE_UNITS[2:])
 
 
 def human_age(seconds: float) -> str:
@@ -135,11 +126,15 @@ _AGE_UNITS = (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86
 def short_age(seconds: float) -> str:
     """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y`: an age rounded down to its largest unit,
     narrow enough for a table column."""
-    s = max(0.0, seconds)
-    for unit, size in _AGE_UNITS:
+    return _in_largest_unit(seconds, _AGE_UNITS)
+
+
+def _in_largest_unit(seconds: float, units: tuple[tuple[str, int], ...]) -> str:
+    s = max(0, int(seconds))
+    for unit, size in units:
         if s >= size:
-            return f"{int(s // size)}{unit}"
-    return f"{int(s)}s"
+            return f"{s // size}{unit}"
+    return f"{s}s"
 
 
 def safe_text(text: str) -> str:

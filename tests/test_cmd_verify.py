@@ -723,3 +723,14 @@ def test_verify_cache_quarantine_keywords(tmp_path: Path) -> None:
     assert [src for src, _ in moved.quarantined] == [target] and not target.exists()
     back = verify_cache(root, restore=True)
     assert [dst for _, dst in back.restored] == [target] and [f.path for f in back.errors] == [target]
+
+
+def test_every_finding_code_has_one_severity() -> None:
+    """The severity of a finding (and so verify's exit code) comes from its code alone: every
+    code has exactly one, and the three severities are all used."""
+    from typing import get_args
+
+    from cachetool.maintenance.verify import SEVERITY, Code
+
+    assert set(SEVERITY) == set(get_args(Code))
+    assert set(SEVERITY.values()) == set(Severity)

@@ -151,7 +151,7 @@ class Scanner(NonDataWalker):
         writer is filling (or left behind); None for any other file."""
         name = it.name
         dsname, dspath = (ds.name, ds.path) if ds is not None else (None, None)
-        if name.endswith(".lock"):
+        if layout.is_lock_name(name):
             f = self.cache_file(it, arrow=False)
             return Entry(Kind.LOCK, it.path, (f,), dataset=dsname, dataset_dir=dspath)
         if name.startswith(layout.GC_TRASH_PREFIX) and layout.GC_TRASH_RE.match(name):

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry
 from cachetool.cache.walk import Item, Walker, list_dir
@@ -109,7 +110,7 @@ class NonDataWalker(Walker):
                 self.entries.append(odd)
                 continue
             f = self.cache_file(it, arrow=False)
-            if it.name.endswith(".lock"):
+            if layout.is_lock_name(it.name):
                 self.entries.append(Entry(Kind.LOCK, it.path, (f,), dataset="downloads"))
                 continue
             base = it.name
@@ -142,7 +143,7 @@ class NonDataWalker(Walker):
                         dataset="downloads/extracted",
                     )
                 )
-            elif it.name.endswith(".lock"):
+            elif layout.is_lock_name(it.name):
                 self.entries.append(
                     Entry(
                         Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), dataset="downloads/extracted"

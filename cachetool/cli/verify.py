@@ -272,7 +272,7 @@ def render(out: Output, report: VerifyReport) -> None:
         where = out.path(rel(f.path), out.console.width - 11 - len(label))  # names whole
         out.line(f"        {label} · {where}", style="dim")
         if f.hint:  # a command stays on one line, to paste as printed
-            out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint.startswith("cachetool "))
+            out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint_is_command)
     if report.findings:
         out.line()
     for src, dst in report.quarantined:

@@ -50,6 +50,13 @@ class Checker:
         """The gc command that removes this leftover now (it was just proven unheld)."""
         return gc_hint(self.report.root, os.fsdecode(e.path))
 
+    def removable(
+        self, code: Code, e: Entry, detail: str, path: Path | None = None, target: str = ""
+    ) -> None:
+        """A finding whose hint is the gc command that removes `target` (the entry's path)."""
+        hint = gc_hint(self.report.root, target or os.fsdecode(e.path))
+        self.add(code, e, path or e.path, detail, hint, command=True)
+
     def add(
         self,
         code: Code,
@@ -59,10 +66,12 @@ class Checker:
         hint: str = "",
         *,
         ident: tuple[int, int, int, int] | None = None,
+        command: bool = False,
     ) -> None:
+        """Add a finding; `command`: the hint is one whole command, to paste as it stands."""
         if ident is None:
             ident = _scanned_identity(e, path)
-        self.findings.append(Finding(Problem(code, detail), e.id, e.kind.value, path, hint, ident))
+        self.findings.append(Finding(Problem(code, detail), e.id, e.kind.value, path, hint, ident, command))
 
     def writers_of(self, path: Path) -> frozenset[int]:
         try:
@@ -91,7 +100,7 @@ class Checker:
         if e.kind in _LEFTOVERS:
             return self.leftover(e)
         if e.kind == Kind.DOWNLOAD and e.problems:
-            self.add("incomplete-download", e, e.path, "; ".join(e.problems), self.gc_hint(e))
+            self.removable("incomplete-download", e, "; ".join(e.problems))
             return None
         if e.kind == Kind.OTHER:
             # The scan gives an entry of its own to symlinks and non-regular files only with a
@@ -132,7 +141,7 @@ class Checker:
             for p in e.problems:
                 self.add("tf-incomplete", e, e.path, p, TF_RECOMPUTE_HINT)
         elif e.state == "abandoned":
-            self.add("tf-abandoned", e, e.path, "; ".join(e.problems), self.gc_hint(e))
+            self.removable("tf-abandoned", e, "; ".join(e.problems))
         elif e.state == "being-written":
             self.add("tf-being-written", e, e.path, "; ".join(e.problems))
 
@@ -198,7 +207,7 @@ class Checker:
             return
         if self.leased(e):
             return
-        self.add("leftover-temp", e, e.path, "leftover temporary file of a killed writer", self.gc_hint(e))
+        self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
 
     def holders(self, e: Entry) -> frozenset[int]:
         pids: set[int] = set()
@@ -218,7 +227,7 @@ class Checker:
             return
         if self.leased(e):
             return
-        self.add("leftover-prepare", e, e.path, f"leftover of {what}", self.gc_hint(e))
+        self.removable("leftover-prepare", e, f"leftover of {what}")
 
     def incomplete_save(self, e: Entry) -> None:
         live = self.live_writer(e)
@@ -255,7 +264,7 @@ class Checker:
         """A lock is stale when what it guards is gone and nobody holds it (`maintenance.locks`)."""
         guard = stale_guard(e.path, self.report.root)
         if guard is not None:
-            self.add("stale-lock", e, e.path, f"stale lock: {guard.name} no longer exists", self.gc_hint(e))
+            self.removable("stale-lock", e, f"stale lock: {guard.name} no longer exists")
 
 
 def expected_metadata_fingerprint(f: CacheFile) -> str | None:

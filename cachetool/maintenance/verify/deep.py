@@ -17,7 +17,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
-from cachetool.formatting import local_minute
+from cachetool.formatting import local_time
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.hints import shell_command
 from cachetool.maintenance.verify.checks import Checker
@@ -234,7 +234,7 @@ def _compare(
     """An error when the bytes differ from the checksum recorded earlier."""
     if old is None or old.get("xxh3") == res.checksum:
         return
-    when = local_minute(float(old.get("time", 0)))
+    when = local_time(float(old.get("time", 0)), seconds=False)
     same_stat = old.get("size") == res.size and old.get("mtime_ns") == res.mtime_ns
     checker.add(
         "checksum-changed",

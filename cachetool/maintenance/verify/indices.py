@@ -10,7 +10,6 @@ from pathlib import Path
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import Entry
 from cachetool.lineage.ledger import Ledger
-from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.verify.checks import Checker
 
 _DATA_KINDS = (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
@@ -81,7 +80,7 @@ def _unrecorded(checker: Checker, e: Entry, entries: Sequence[Entry], biggest: i
 def _orphan(checker: Checker, e: Entry, why: str) -> None:
     """An indices file whose data is gone: harmless (datasets never reads it without its
     data), removable, and never quarantined."""
-    checker.add("orphan-indices", e, e.files[0].path, f"orphan: {why}", gc_hint(checker.report.root, e.id))
+    checker.removable("orphan-indices", e, f"orphan: {why}", e.files[0].path, e.id)
 
 
 def _data_removed(checker: Checker, e: Entry, ledger: Ledger) -> bool:

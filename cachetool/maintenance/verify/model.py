@@ -132,6 +132,8 @@ class Finding:
     #: The file version the finding is about (device, inode, size, mtime ns), taken when it was
     #: read; `quarantine` moves nothing else. None for folders; CHANGED when it changed meanwhile.
     identity: tuple[int, int, int, int] | None = field(default=None, compare=False, repr=False)
+    #: The hint is one whole command (a `cachetool gc …` to paste), not a sentence.
+    hint_is_command: bool = field(default=False, compare=False, repr=False)
 
     @property
     def severity(self) -> Severity:

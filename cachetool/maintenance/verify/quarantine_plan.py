@@ -167,7 +167,8 @@ def _execute(plan: QuarantinePlan) -> VerifyReport:
     return replace(report, findings=(*report.findings, *problems), quarantined=tuple(moved))
 
 
-def _parts(root: Path, path: Path) -> tuple[str, ...]:
+def parts_under(root: Path, path: Path) -> tuple[str, ...]:
+    """The names from `root` down to `path`; ValueError when `path` is not below `root`."""
     parts = path.relative_to(root).parts
     if not parts or any(p in ("", ".", "..") for p in parts):
         raise ValueError(path)
@@ -187,7 +188,7 @@ def _changed(root_fd: int, root: Path, finding: Finding) -> str | None:
     if finding.identity is None:
         return None
     try:
-        st = _stat_at(root_fd, _parts(root, finding.path))
+        st = _stat_at(root_fd, parts_under(root, finding.path))
     except (OSError, ValueError):
         return "changed since verify read it (gone or moved)"
     if finding.identity != identity(st):
@@ -201,7 +202,7 @@ def _move(root_fd: int, root: Path, stamp: str, src: Path, finding: Finding, in_
     The checks and the move go through one descriptor of `src`'s folder, opened from the root
     one component at a time without following a symlink: what is checked is what moves."""
     try:
-        parts = _parts(root, src)
+        parts = parts_under(root, src)
     except ValueError:
         raise _Refused("outside the cache root") from None
     if parts[0] == layout.LEDGER_DIR:
@@ -274,7 +275,7 @@ def _still_broken(root_fd: int, root: Path, finding: Finding, unit: list[tuple[P
     if where is None:
         return None
     try:
-        st = _stat_at(root_fd, _parts(root, where))
+        st = _stat_at(root_fd, parts_under(root, where))
     except (OSError, ValueError):
         return "changed since verify read it (gone)"
     if identity(st) != finding.identity:
@@ -298,7 +299,7 @@ def _put_back(root_fd: int, root: Path, unit: list[tuple[Path, Path]]) -> None:
     quarantine, logged, for `--restore` to report)."""
     for src, dst in reversed(unit):
         try:
-            s_parts, d_parts = _parts(root, src), _parts(root, dst)
+            s_parts, d_parts = parts_under(root, src), parts_under(root, dst)
             s_fd = open_parent(root_fd, s_parts)
             try:
                 d_fd = open_parent(root_fd, d_parts)

@@ -1,17 +1,20 @@
 """`verify --restore`: put quarantined files back where they were, unless something new took
-their place. The quarantine log is checked, not trusted."""
+their place. The quarantine log is checked, not trusted; each move goes through folder
+descriptors opened from the root without following symlinks, as quarantining does."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cachetool.cache import layout
-from cachetool.maintenance.verify.quarantine_plan import QUARANTINE_DIR, QUARANTINE_LOG, log_move
+from cachetool.maintenance.fdops import O_DIR, open_parent, rename_noreplace
+from cachetool.maintenance.verify.quarantine_plan import QUARANTINE_DIR, QUARANTINE_LOG, log_move, parts_under
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -67,7 +70,7 @@ def restore(
             continue
         try:
             dst.parent.mkdir(parents=True, exist_ok=True)
-            _move_no_replace(src, dst)
+            _move_back(root_path, _real(src), _real(dst))
         except OSError as err:
             say(f"{dst}: not restored: {err.strerror or err}")
             continue
@@ -79,13 +82,43 @@ def restore(
     return restored
 
 
-def _move_no_replace(src: Path, dst: Path) -> None:
-    """Move without ever replacing what is at `dst`: a hard link fails on an existing name, and
-    renaming a folder fails onto a non-empty one."""
-    if src.is_dir():
-        if os.path.lexists(dst) and not (dst.is_dir() and not any(dst.iterdir())):
-            raise FileExistsError(errno.EEXIST, "something new is in its place", os.fsdecode(dst))
-        os.rename(src, dst)
+def _real(path: Path) -> Path:
+    """`path` with its folder resolved and its last component not followed."""
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+def _move_back(root: Path, src: Path, dst: Path) -> None:
+    """Move `src` to `dst` (both inside `root`) through folder descriptors opened from the root
+    without following symlinks, never replacing anything: a folder may take the place of an
+    empty folder only (datasets may have made it again), a file no place that exists."""
+    s_parts, d_parts = parts_under(root, src), parts_under(root, dst)
+    root_fd = os.open(root, O_DIR)
+    try:
+        s_fd = open_parent(root_fd, s_parts)
+        try:
+            d_fd = open_parent(root_fd, d_parts)
+            try:
+                _make_room(s_fd, s_parts[-1], d_fd, d_parts[-1])
+                rename_noreplace(s_fd, s_parts[-1], d_fd, d_parts[-1])
+            finally:
+                os.close(d_fd)
+        finally:
+            os.close(s_fd)
+    finally:
+        os.close(root_fd)
+
+
+def _make_room(s_fd: int, s_name: str, d_fd: int, d_name: str) -> None:
+    """Remove an empty folder where a quarantined folder goes back; refuse anything else there."""
+    try:
+        there = os.stat(d_name, dir_fd=d_fd, follow_symlinks=False)
+    except FileNotFoundError:
         return
-    os.link(src, dst)
-    os.unlink(src)
+    moving = os.stat(s_name, dir_fd=s_fd, follow_symlinks=False)
+    if stat.S_ISDIR(moving.st_mode) and stat.S_ISDIR(there.st_mode):
+        try:
+            os.rmdir(d_name, dir_fd=d_fd)  # fails on a folder that is not empty
+            return
+        except OSError:
+            pass
+    raise FileExistsError(errno.EEXIST, "something new is in its place", d_name)
