@@ -172,20 +172,22 @@ def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
         root = base / f"large{n}"
         synthesize(root, n)
         ls_json = [*CT, "ls", str(root), "--json"]
-        cold, warm, rss = [], [], []
+        cold, warm, cold_rss, warm_rss = [], [], [], []
         for _ in range(max(1, pairs // 2)):
             shutil.rmtree(root / ".cachetool", ignore_errors=True)
             s = run(ls_json, env)
             cold.append(s.seconds)
-            rss.append(s.max_rss_kb)
+            cold_rss.append(s.max_rss_kb)
             s = run(ls_json, env)
             warm.append(s.seconds)
-            rss.append(s.max_rss_kb)
+            warm_rss.append(s.max_rss_kb)
         index_bytes = sum(p.stat().st_size for p in (root / ".cachetool").glob("read-index*") if p.is_file())
         stats[n] = {
             "cold": statistics.median(cold),
             "warm": statistics.median(warm),
-            "rss_mb": max(rss) / 1024,
+            "rss_mb": max(cold_rss + warm_rss) / 1024,
+            "cold_rss_mb": max(cold_rss) / 1024,
+            "warm_rss_mb": max(warm_rss) / 1024,
             "index_per_file": index_bytes / n,
         }
     big, little = stats[files], stats[small]
@@ -211,6 +213,7 @@ def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
             None,
             "≤ 150",
             big["rss_mb"] <= 150,
+            f"cold {big['cold_rss_mb']:.0f} MB, warm {big['warm_rss_mb']:.0f} MB",
         )
     )
     out.append(
@@ -509,6 +512,7 @@ def main() -> None:
 
     base = Path(tempfile.mkdtemp(prefix="ct-bench-"))
     rows: list[Row] = []
+    loads = [os.getloadavg()[0]]  # other work on the machine: every ratio carries it
     try:
         for name in only:
             t0 = time.perf_counter()
@@ -528,14 +532,17 @@ def main() -> None:
                 rows += bench_determinism(base, 10_000 if quick else 80_000, pairs)
             elif name == "ledger":
                 rows += bench_ledger(base, 50 if quick else 1000, 100, pairs)
+            loads.append(os.getloadavg()[0])
             print(f"[{name}] {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
-        report(rows, ns.json)  # before the clean-up: removing 100,000 files can take minutes
+        report(rows, ns.json, loads)  # before the clean-up: removing 100,000 files can take minutes
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def report(rows: list[Row], json_path: Path | None) -> None:
+def report(rows: list[Row], json_path: Path | None, loads: Sequence[float] = ()) -> None:
     print(f"\nMachine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if loads:
+        print(f"Load average (1 min) during the run: {min(loads):.1f}–{max(loads):.1f}")
     print(f"{'what':64} {'value':>8} {'noise':>13} {'goal':>16}  met", flush=True)
     for r in rows:
         value = "" if r.ratio is None else f"{r.ratio:8.2f}"

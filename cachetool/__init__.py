@@ -20,11 +20,13 @@ __version__ = "0.1.0"
 
 #: Every public name and the module it lives in. One function per command (the command's options
 #: are its keywords: `--no-verify` is `verify=False`, `--cache-dir` its first argument), then the
-#: types they return and take.
+#: types they return and take. `lineage`'s is `cachetool.lineage.query.lineage`: the name
+#: `cachetool.lineage` is the package.
 _LAZY = {
     # ls, show, dirs, demo
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.scan",
+    "show_entry": "cachetool.lineage.show",
     "resolve_dirs": "cachetool.cache.dirs",
     "resolve_cache_root": "cachetool.cache.dirs",
     "build_demo": "cachetool.demo",
@@ -36,11 +38,12 @@ _LAZY = {
     # verify
     "verify_cache": "cachetool.maintenance.verify",
     # gc, pin, unpin
+    "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc",
     "GcOptions": "cachetool.maintenance.gc",
-    "add_pin": "cachetool.maintenance.pins",
-    "remove_pin": "cachetool.maintenance.pins",
-    "read_pins": "cachetool.maintenance.pins",
+    "pin": "cachetool.maintenance.pinning",
+    "unpin": "cachetool.maintenance.pinning",
+    "list_pins": "cachetool.maintenance.pinning",
     # explain, stats
     "explain_fingerprint": "cachetool.lineage.explain",
     "explain_run": "cachetool.lineage.explain",

@@ -109,11 +109,7 @@ def compact_duration(seconds: float) -> str:
 def compact_age(seconds: float) -> str:
     """`42s`, `16m`, `3h`, `2d`, `5w`: an age rounded down to its largest unit, in the units of
     `compact_duration` (gc's reasons set it beside an option value such as `--older-than 30d`)."""
-    s = max(0, int(seconds))
-    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
+    return _in_largest_unit(seconds, _AGE_UNITS[2:])
 
 
 def human_age(seconds: float) -> str:
@@ -130,11 +126,15 @@ _AGE_UNITS = (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86
 def short_age(seconds: float) -> str:
     """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y`: an age rounded down to its largest unit,
     narrow enough for a table column."""
-    s = max(0.0, seconds)
-    for unit, size in _AGE_UNITS:
+    return _in_largest_unit(seconds, _AGE_UNITS)
+
+
+def _in_largest_unit(seconds: float, units: tuple[tuple[str, int], ...]) -> str:
+    s = max(0, int(seconds))
+    for unit, size in units:
         if s >= size:
-            return f"{int(s // size)}{unit}"
-    return f"{int(s)}s"
+            return f"{s // size}{unit}"
+    return f"{s}s"
 
 
 def safe_text(text: str) -> str:

@@ -84,22 +84,51 @@ def hf_env(base: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def shared_session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's temp folder, common to every xdist worker (each worker has one of its own
+    below it): what is built there once serves them all."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def real_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A cache holding every kind of entry (see tests/builders/build_cache.py), built once."""
-    base = tmp_path_factory.mktemp("real_cache")
-    env = hf_env(base, HF_HUB_OFFLINE="0")  # the remote files come from a loopback HTTP server
-    proc = subprocess.run(
-        [sys.executable, str(BUILDERS / "build_cache.py"), str(base)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    made = json.loads(proc.stdout.strip().splitlines()[-1])
+    """A cache holding every kind of entry (see tests/builders/build_cache.py), built once per
+    session even under xdist. Tests only read it."""
+    # The remote files come from a loopback HTTP server the builder starts.
+    base, made = build_once(tmp_path_factory, "real_cache", "build_cache.py", HF_HUB_OFFLINE="0")
     made["base"] = str(base)
     return made
+
+
+def build_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, builder: str, *folders: str, **env: str
+) -> tuple[Path, dict[str, Any]]:
+    """Run tests/builders/`builder` into `<session>/name` (with its `folders` made first and `env`
+    added, `{base}` in a value naming the folder) once per session, however many xdist workers
+    ask: the first builds, the others wait for it. Returns the folder and what the builder
+    printed last (a JSON object)."""
+    from filelock import FileLock
+
+    shared = shared_session_dir(tmp_path_factory)
+    base = shared / name
+    made_file = shared / f"{name}.json"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not made_file.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir()
+            for folder in folders:
+                (base / folder).mkdir()
+            proc = subprocess.run(
+                [sys.executable, str(BUILDERS / builder), str(base)],
+                env=hf_env(base, **{k: v.format(base=base) for k, v in env.items()}),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            made_file.write_text(proc.stdout.strip().splitlines()[-1])
+    return base, json.loads(made_file.read_text())
 
 
 @pytest.fixture
@@ -114,9 +143,9 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     yield tmp_path
 
 
-def invoke(*args: str, env: Mapping[str, str] | None = None, columns: int = 120) -> Any:
+def invoke(*args: str, env: Mapping[str, str | None] | None = None, columns: int = 120) -> Any:
     """`cachetool ARGS` run in this process, as at a terminal `columns` wide (stdout and stderr
-    apart, exceptions raised)."""
+    apart, exceptions raised; a variable set to None in `env` is unset)."""
     from typer.testing import CliRunner
 
     from cachetool.cli.app import app
@@ -129,27 +158,10 @@ def invoke(*args: str, env: Mapping[str, str] | None = None, columns: int = 120)
 @pytest.fixture(scope="session")
 def leftovers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The cache of tests/builders/build_leftovers.py, built once even under xdist."""
-    from filelock import FileLock
-
-    base_tmp = tmp_path_factory.getbasetemp()
-    shared = base_tmp.parent if os.environ.get("PYTEST_XDIST_WORKER") else base_tmp
-    base = shared / "gc_leftovers"
-    with FileLock(str(shared / "gc_leftovers.lock")):
-        made_file = base / "made.json"
-        if not made_file.exists():
-            shutil.rmtree(base, ignore_errors=True)
-            base.mkdir()
-            (base / "tmp").mkdir()  # the builder's temp dir is part of what the tests copy
-            proc = subprocess.run(
-                [sys.executable, str(BUILDERS / "build_leftovers.py"), str(base)],
-                env=hf_env(base, TMPDIR=str(base / "tmp")),
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            made_file.write_text(proc.stdout.strip().splitlines()[-1])
-    made: dict[str, Any] = json.loads(made_file.read_text())
+    # The builder's temp dir is part of what the tests copy.
+    base, made = build_once(
+        tmp_path_factory, "gc_leftovers", "build_leftovers.py", "tmp", TMPDIR="{base}/tmp"
+    )
     made["base"] = base
     return made
 

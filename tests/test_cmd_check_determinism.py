@@ -396,6 +396,26 @@ def test_the_next_run_starts_and_imports_datasets_while_the_one_before_works(tmp
 
 
 @pytest.mark.slow
+def test_the_second_run_goes_beside_the_cold_first_run(tmp_path: Path) -> None:
+    """In the default mode the cold first run uses no cache, so run 2 does not wait for it: both
+    scripts run at the same time (each sleeps 1.5 s at its end), and the verdict is the usual one."""
+    script = tmp_path / "pipe.py"
+    script.write_text(OVERLAP)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    report = check_determinism(script, [str(notes), "ok"], env=clean_env(tmp_path), rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    assert [run.cold for run in report.runs] == [True, False]
+    ticks = os.sysconf("SC_CLK_TCK")
+    spans = [
+        (_boot_time() + int(start) / ticks, float(end))
+        for start, end, _ in (n.read_text().split() for n in notes.iterdir())
+    ]
+    (start_1, end_1), (start_2, end_2) = spans
+    assert max(start_1, start_2) < min(end_1, end_2) - 1.0, spans
+
+
+@pytest.mark.slow
 def test_a_script_that_sets_its_environment_imports_datasets_itself(tmp_path: Path) -> None:
     """A script that sets HF_DATASETS_CACHE before `import datasets` gets its own value: datasets
     is not imported ahead of it."""

@@ -69,3 +69,30 @@ def test_dirs_agrees_with_datasets_config(tmp_path: Path) -> None:
             check=True,
         ).stdout.strip()
         assert ours == theirs, extra
+
+
+def test_dirs_fits_80_columns_exactly(tmp_path: Path) -> None:
+    """`cachetool dirs` at 80 columns: one line per location, paths under the home folder as
+    `~`, a long path shortened from the middle with every name whole."""
+    home = tmp_path / "home"
+    cache = home / "projects" / "a-rather-long-project-name" / "data" / "huggingface-cache" / "datasets"
+    env = {
+        "HOME": str(home),
+        "HF_DATASETS_CACHE": str(cache),
+        "HF_HOME": None,
+        "XDG_CACHE_HOME": None,
+        "XDG_STATE_HOME": None,
+        "HF_HUB_CACHE": None,
+        "CACHETOOL_HOME": None,
+        "TMPDIR": "/tmp",
+    }
+    result = invoke("dirs", columns=80, env=env)
+    assert result.exit_code == 0, result.output
+    lines = [line.rstrip() for line in result.stdout.splitlines()]
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert lines[0].split()[:3] == ["location", "path", "from"]
+    rows = dict((line[:20].strip(), line[20:]) for line in lines[1:] if line[:20].strip())
+    assert rows["datasets cache"].split()[0] == "~/…/huggingface-cache/datasets"
+    assert rows["downloads"].split()[0] == "~/projects/…/datasets/downloads"
+    assert rows["modules"].split()[0] == "~/.cache/huggingface/modules"
+    assert rows["temp dir"].split()[:2] == ["/tmp", "TMPDIR;"]

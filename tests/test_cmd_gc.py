@@ -562,7 +562,8 @@ def _mangle(p: Path) -> str:
 
 def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> None:
     """A lock is removed only when a non-blocking acquire succeeds and what it guards is gone;
-    an `.incomplete_info.lock` of a live folder stays."""
+    an `.incomplete_info.lock` of a live folder stays. Each kept lock says why, in words and as
+    a code for scripts."""
     version = lockroot / "csv" / "default" / "0.0.0"
     live = version / "abc123abc123abc1"
     gone = version / "fedcba9876543210"
@@ -603,6 +604,10 @@ def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> Non
     assert {Path(s["path"]): s["reason"] for s in doc["plan"]["skipped"]} == {
         names["held_gone"]: "held by a live process",
         names["not_in_root"]: "cannot tell which folder it guards",
+    }
+    assert {Path(s["path"]): s["code"] for s in doc["plan"]["skipped"]} == {
+        names["held_gone"]: "lock-held",
+        names["not_in_root"]: "guard-unknown",
     }
     assert all(p.exists() for k, p in names.items() if p not in removed)
 
@@ -669,6 +674,45 @@ def test_usage_errors(lockroot: Path) -> None:
     assert res.exit_code == 2 and "invalid --min-age 'soon'" in res.stderr
     res = cli("gc", "--cache-dir", str(lockroot / "missing"), "--temp")
     assert res.exit_code == 2 and "cache directory not found" in res.stderr
+
+
+def test_the_python_api_validates_and_runs_as_the_command_does(lockroot: Path) -> None:
+    """From Python, `plan_gc(root, GcOptions())` says nothing is selected (it used to return an
+    empty plan without a word), `GcOptions(tmp_dir=...)` without `temp` is refused with the
+    command's message and exit code, and `gc_cache()` takes the command's keywords (strings as
+    typed on the command line) and removes nothing without `yes=True` or a confirmation."""
+    import inspect
+
+    from cachetool.cli.gc import gc_command
+    from cachetool.errors import CachetoolError
+    from cachetool.maintenance.gc import NOTHING_SELECTED, gc_cache
+    from cachetool.maintenance.gc.run import ConfirmationNeeded
+
+    cli_keywords = set(inspect.signature(gc_command).parameters) - {"fmt", "as_json", "quiet", "no_truncate"}
+    assert cli_keywords == set(inspect.signature(gc_cache).parameters) - {"confirm"}
+    plan = plan_gc(lockroot, GcOptions())
+    assert plan.items == () and plan.warnings == (NOTHING_SELECTED,)
+    with pytest.raises(CachetoolError, match="--tmp-dir only makes sense with --temp") as refused:
+        GcOptions(tmp_dir=lockroot)
+    assert refused.value.exit_code == 2
+    res = cli("gc", "--cache-dir", str(lockroot), "--tmp-dir", str(lockroot))
+    assert res.exit_code == 2 and str(refused.value) in res.stderr
+    with pytest.raises(CachetoolError, match="cache directory not found"):
+        plan_gc(lockroot / "missing", GcOptions(temp=True))
+    with pytest.raises(CachetoolError, match="invalid --min-age 'soon'"):
+        gc_cache(lockroot, temp=True, min_age="soon")
+    lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"
+    lock.touch()
+    args: dict[str, Any] = {"temp": True, "tmp_dir": lockroot / "csv", "min_age": "0s"}
+    with pytest.raises(ConfirmationNeeded, match="pass --yes"):
+        gc_cache(lockroot, **args)
+    dry = gc_cache(lockroot, **args, dry_run=True)
+    assert [i.path for i in dry.plan.items] == [lock] and dry.result is None
+    declined = gc_cache(lockroot, **args, confirm=lambda plan: False)
+    assert declined.declined and declined.result is None and lock.exists()
+    done = gc_cache(lockroot, **args, confirm=lambda plan: True)
+    assert done.result is not None and [o.item.path for o in done.result.removed] == [lock]
+    assert not lock.exists() and done.exit_code == 0
 
 
 def test_a_unit_of_more_files_than_the_open_file_limit_is_evicted(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
-from tests.conftest import cachetool_run, hf_env, invoke
+from tests.conftest import cachetool_run, hf_env, invoke, shared_session_dir
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> PipelineRuns:
-    return pipeline_runs(tmp_path_factory.mktemp("lineage"))
+    return pipeline_runs(shared_session_dir(tmp_path_factory) / "lineage")
 
 
 @pytest.fixture

@@ -39,10 +39,13 @@ def test_pins_and_their_recorded_ancestors_survive(copy: Path, leftovers: dict[s
 
 
 @pytest.mark.slow
-def test_pins_are_listed_marked_and_filtered(real_cache: dict[str, Any]) -> None:
+def test_pins_are_listed_marked_and_filtered(golden: dict[str, Any]) -> None:
     """`pin --list` (human, --json, -q) lists the pins; `ls` and `show` mark pinned entries;
-    `ls --filter pinned=yes` keeps only them."""
-    cache, fp = real_cache["cache"], real_cache["csv_source"]
+    `ls --filter pinned=yes` keeps only them. (On this worker's golden cache, unpinned at the end:
+    the real cache is shared by every worker and only read.)"""
+    cache = golden["cache"]
+    (source,) = json.loads(invoke("ls", cache, "--json", "--filter", "kind=source").stdout)["entries"]
+    fp = source["fingerprint"]
     assert invoke("pin", "--list", "--cache-dir", cache).stdout.startswith("No pins in ")
     assert invoke("pin", fp, "--cache-dir", cache).exit_code == 0
     try:
@@ -59,7 +62,7 @@ def test_pins_are_listed_marked_and_filtered(real_cache: dict[str, Any]) -> None
         listing = json.loads(invoke("ls", cache, "--json").stdout)["entries"]
         assert [e["fingerprint"] for e in listing if e["pinned"]] == [fp]
         table = invoke("ls", cache).stdout
-        row = next(line for line in table.splitlines() if fp in line)
+        row = next(line for line in table.splitlines() if line.split()[:2] == ["source", fp])
         assert " yes " in row and "pin" in table
         shown = invoke("show", fp, "--cache-dir", cache).stdout
         assert "pinned" in shown and "gc never evicts it" in shown

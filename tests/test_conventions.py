@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from cachetool.cli.app import app
-from cachetool.formatting import fit_paths, short_path, wrap_line
 
 runner = CliRunner()
 HASH = "7067e4b2422ab4b7d61ccf25eb67c03d0df17a5264a8fa53f4593051b5adb555"
@@ -27,80 +26,6 @@ def invoke(*args: str, columns: int = 120, **env: str | None) -> Any:
 
 
 # -- paths for people ----------------------------------------------------------------------
-
-
-def test_short_path_keeps_names_whole_and_uses_tilde(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Long paths lose folders from the middle, never part of a name (a hash stays whole), and
-    the home folder reads `~`."""
-    monkeypatch.setenv("HOME", "/home/ana")
-    path = f"/home/ana/.cache/huggingface/datasets/csv/default-7e98570819c37f81/0.0.0/{HASH}/cache-x.arrow"
-    assert (
-        short_path(path, None)
-        == f"~/.cache/huggingface/datasets/csv/default-7e98570819c37f81/0.0.0/{HASH}/cache-x.arrow"
-    )
-    assert short_path(path, 100) == f"~/.cache/…/0.0.0/{HASH}/cache-x.arrow"
-    assert short_path(path, 60) == "~/.cache/huggingface/datasets/csv/…/cache-x.arrow"
-    assert short_path(path, 10) == "…/cache-x.arrow"
-    assert short_path("/home/anabel/x", 5) == "/home/anabel/x"[:0] + "…/x"  # not the home folder
-    assert short_path("/data/a", 3) == "/data/a"  # nothing to leave out
-
-
-def test_wrap_line_breaks_only_at_spaces() -> None:
-    line = f"  culprit in /srv/projects/pipeline/{HASH}/steps.py:12 differs between runs"
-    pieces = wrap_line(line, 40)
-    assert pieces == [
-        "  culprit in",
-        f"    /srv/projects/pipeline/{HASH}/steps.py:12",
-        "    differs between runs",
-    ]
-
-
-def test_wrap_line_keeps_a_command_in_backticks_whole() -> None:
-    """A hint like "move it aside with `cachetool verify --quarantine --cache-dir /data/hf`" is
-    pasted from the terminal: the command in backticks stays on one line."""
-    line = (
-        "        hint: move it aside with `cachetool verify --quarantine --cache-dir /data/hf`; "
-        "datasets will recompute it"
-    )
-    pieces = wrap_line(line, 80)
-    assert pieces == [
-        "        hint: move it aside with",
-        "          `cachetool verify --quarantine --cache-dir /data/hf`; datasets will",
-        "          recompute it",
-    ]
-
-
-def test_fit_paths_shortens_the_path_in_a_message_not_the_words() -> None:
-    message = "cache directory not found: /srv/a/b/c/d/e/f/g/h/i/j/k/l/m/n/datasets."
-    assert fit_paths(message, 50) == "cache directory not found: /srv/…/l/m/n/datasets."
-    assert fit_paths(message, 200) == message
-
-
-def test_dirs_fits_80_columns_exactly(tmp_path: Path) -> None:
-    """`cachetool dirs` at 80 columns: one line per location, paths under the home folder as
-    `~`, a long path shortened from the middle with every name whole."""
-    home = tmp_path / "home"
-    cache = home / "projects" / "a-rather-long-project-name" / "data" / "huggingface-cache" / "datasets"
-    env = {
-        "HOME": str(home),
-        "HF_DATASETS_CACHE": str(cache),
-        "HF_HOME": None,
-        "XDG_CACHE_HOME": None,
-        "XDG_STATE_HOME": None,
-        "HF_HUB_CACHE": None,
-        "CACHETOOL_HOME": None,
-        "TMPDIR": "/tmp",
-    }
-    result = invoke("dirs", columns=80, **env)
-    assert result.exit_code == 0, result.output
-    lines = [line.rstrip() for line in result.stdout.splitlines()]
-    assert max(len(line) for line in result.stdout.splitlines()) <= 80
-    assert lines[0].split()[:3] == ["location", "path", "from"]
-    rows = dict((line[:20].strip(), line[20:]) for line in lines[1:] if line[:20].strip())
-    assert rows["datasets cache"].split()[0] == "~/…/huggingface-cache/datasets"
-    assert rows["downloads"].split()[0] == "~/projects/…/datasets/downloads"
-    assert rows["modules"].split()[0] == "~/.cache/huggingface/modules"
-    assert rows["temp dir"].split()[:2] == ["/tmp", "TMPDIR;"]
 
 
 # -- durations -----------------------------------------------------------------------------
@@ -243,16 +168,6 @@ def test_exit_codes_are_documented_once_and_every_help_uses_them() -> None:
         assert {int(n) for n in re.findall(r"\b(\d+) ", line)} <= {int(c) for c in ExitCode}, (name, line)
     reference = (root / "docs" / "commands.md").read_text(encoding="utf-8")
     assert reference.count("All exit codes: [exit-codes.md](exit-codes.md)") == len(group.commands)  # type: ignore[attr-defined]
-
-
-def test_python_api_reference_is_generated_from_the_docstrings() -> None:
-    """docs/api.md is what `python -m cachetool.cli.docs docs/api.md` writes from the docstrings."""
-    from cachetool.cli.docs import API_END, API_START, api_reference
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
-    block = text.split(API_START, 1)[1].split(API_END, 1)[0]
-    assert block.strip() == api_reference().strip(), "run: python -m cachetool.cli.docs docs/api.md"
-    assert "### `scan_cache(" in block and "### `verify_cache(" in block and "### `plan_gc(" in block
 
 
 @pytest.mark.slow

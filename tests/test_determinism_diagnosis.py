@@ -450,7 +450,7 @@ def test_everyday_tracing_builds_no_hash_tree(base: Path) -> None:
     cachetool_run("m01_tokenizer_truncation_inside_map.py", env=env, cwd=CORPUS, timeout=120)
     segments = list(Path(env["HF_DATASETS_CACHE"]).glob(".cachetool/**/*.jsonl"))
     records = [json.loads(line) for seg in segments for line in seg.read_text().splitlines() if line]
-    maps = [r for r in records if r.get("operation") == "map"]
+    maps = [r for r in records if r.get("type") == "transform" and r.get("operation") == "map"]
     assert len(maps) == 2
     for rec in maps:
         for entry in rec["args"].values():

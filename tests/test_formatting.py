@@ -6,7 +6,18 @@ import time
 
 import pytest
 
-from cachetool.formatting import human_age, human_size, local_time, short_age, short_duration
+from cachetool.formatting import (
+    fit_paths,
+    human_age,
+    human_size,
+    local_time,
+    short_age,
+    short_duration,
+    short_path,
+    wrap_line,
+)
+
+HASH = "7067e4b2422ab4b7d61ccf25eb67c03d0df17a5264a8fa53f4593051b5adb555"
 
 
 @pytest.mark.parametrize(
@@ -50,3 +61,50 @@ def test_human_size_is_decimal_and_rounds_up_a_unit_at_1000() -> None:
         "1.0 MB",
         "3.1 MB",
     ]
+
+
+def test_short_path_keeps_names_whole_and_uses_tilde(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long paths lose folders from the middle, never part of a name (a hash stays whole), and
+    the home folder reads `~`."""
+    monkeypatch.setenv("HOME", "/home/ana")
+    path = f"/home/ana/.cache/huggingface/datasets/csv/default-7e98570819c37f81/0.0.0/{HASH}/cache-x.arrow"
+    assert (
+        short_path(path, None)
+        == f"~/.cache/huggingface/datasets/csv/default-7e98570819c37f81/0.0.0/{HASH}/cache-x.arrow"
+    )
+    assert short_path(path, 100) == f"~/.cache/…/0.0.0/{HASH}/cache-x.arrow"
+    assert short_path(path, 60) == "~/.cache/huggingface/datasets/csv/…/cache-x.arrow"
+    assert short_path(path, 10) == "…/cache-x.arrow"
+    assert short_path("/home/anabel/x", 5) == "/home/anabel/x"[:0] + "…/x"  # not the home folder
+    assert short_path("/data/a", 3) == "/data/a"  # nothing to leave out
+
+
+def test_wrap_line_breaks_only_at_spaces() -> None:
+    line = f"  culprit in /srv/projects/pipeline/{HASH}/steps.py:12 differs between runs"
+    pieces = wrap_line(line, 40)
+    assert pieces == [
+        "  culprit in",
+        f"    /srv/projects/pipeline/{HASH}/steps.py:12",
+        "    differs between runs",
+    ]
+
+
+def test_wrap_line_keeps_a_command_in_backticks_whole() -> None:
+    """A hint like "move it aside with `cachetool verify --quarantine --cache-dir /data/hf`" is
+    pasted from the terminal: the command in backticks stays on one line."""
+    line = (
+        "        hint: move it aside with `cachetool verify --quarantine --cache-dir /data/hf`; "
+        "datasets will recompute it"
+    )
+    pieces = wrap_line(line, 80)
+    assert pieces == [
+        "        hint: move it aside with",
+        "          `cachetool verify --quarantine --cache-dir /data/hf`; datasets will",
+        "          recompute it",
+    ]
+
+
+def test_fit_paths_shortens_the_path_in_a_message_not_the_words() -> None:
+    message = "cache directory not found: /srv/a/b/c/d/e/f/g/h/i/j/k/l/m/n/datasets."
+    assert fit_paths(message, 50) == "cache directory not found: /srv/…/l/m/n/datasets."
+    assert fit_paths(message, 200) == message

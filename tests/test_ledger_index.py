@@ -96,3 +96,84 @@ def test_commands_bringing_the_index_up_to_date_at_once_count_each_record_once(t
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert outs == ["2000"] * 3
     _same_as_the_records(root)
+
+
+def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path: Path) -> None:
+    """`lineage` of a long-lived ledger reads only the records of the fingerprint's family
+    through the index; the chain, the descendants and the forest it shows are those that reading
+    every record shows: branches, a no-op step, an internal step that wrote a file, a gc removal,
+    and runs of other families that it skips."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.part import open_index
+    from cachetool.lineage.query import lineage, lineage_view
+
+    root = tmp_path / "cache"
+    for run in range(3):
+        w = LedgerWriter(pid=run + 1, start=float(run))
+        src = f"src{run % 2}"  # two families
+        w.append(str(root), _record(0, src, None, type="root", operation="load_dataset", time=100.0 * run))
+        w.append(str(root), _record(1, f"a{run % 2}", src, time=100.0 * run + 1))
+        w.append(str(root), _record(2, f"b{run}", f"a{run % 2}", time=100.0 * run + 2))  # a branch per run
+        w.append(str(root), _record(3, f"b{run}", f"b{run}", time=100.0 * run + 3))  # no-op
+        files = [{"path": str(root / f"cache-c{run}.arrow"), "size": 3, "status": "written"}]
+        w.append(
+            str(root), _record(4, f"c{run}", f"b{run}", internal=True, files=files, time=100.0 * run + 4)
+        )
+        w.close()
+    gc = {"v": 1, "type": "gc", "seq": 0, "time": 500.0, "action": "removed", "fingerprint": "b0"}
+    gc |= {"aliases": [], "kind": "transform", "path": "/x", "paths": ["/x"], "size": 1, "files": 1}
+    LedgerWriter(pid=9, start=9.0).append(str(root), gc)
+    report = scan_cache(root)
+    assert open_index(root) is not None  # every record reads: lineage takes the index
+    for fp in ("b0", "a0", "c2"):
+        for mode, keywords in (("chain", {}), ("descendants", {"descendants": True}), ("all", {"all": True})):
+            whole = lineage_view(report, fp, mode=mode, ledger=Ledger.load(root))  # type: ignore[arg-type]
+            assert lineage(root, fp, **keywords).to_json() == whole.to_json(), (fp, mode)
+    assert [s.fingerprint for _, s in lineage(root, "b0").steps] == ["src0", "a0", "b0"]
+
+
+def _step(
+    run: int, seq: int, result: str, parent: str | None, threshold: str, cache: str
+) -> dict[str, object]:
+    site = {"file": "/work/pipeline.py", "line": 10 + seq, "function": "<module>"}
+    fn = {"qualname": f"step{seq}", "file": "/work/pipeline.py", "line": 3 + seq}
+    args = {
+        "function": {"digest": f"fn{seq}", "repr": None, "type": "function"},
+        "threshold": {"digest": f"t{threshold}", "repr": threshold, "type": "float"},
+    }
+    at = 1000.0 * run + seq
+    return _record(
+        seq, result, parent, run=f"h-{run}", time=at, call_site=site, function=fn, args=args, cache=cache
+    )
+
+
+def test_explain_read_through_the_index_is_the_explanation_of_every_record(tmp_path: Path) -> None:
+    """`explain FP` (with its history) and `explain --last` of a long-lived ledger read only the
+    records they compare, through the index; what they say is what reading every record says:
+    the changed argument, the step upstream where it changed, the earlier runs, a first run."""
+    from cachetool.lineage.explain import explain_fingerprint, explain_run, load_view
+    from cachetool.lineage.part import open_index
+
+    root = tmp_path / "cache"
+    thresholds = ["0.5", "0.5", "0.6", "0.7", "0.7", "0.8"]
+    for run, threshold in enumerate(thresholds):
+        w = LedgerWriter(pid=run + 1, start=float(run))
+        hit = run > 0 and thresholds[run - 1] == threshold
+        loaded = "hit" if run else "miss"
+        source = _record(0, "src", None, type="root", operation="load_dataset", run=f"h-{run}", cache=loaded)
+        source["time"] = 1000.0 * run
+        w.append(str(root), source)
+        w.append(str(root), _step(run, 1, f"a{threshold}", "src", threshold, "hit" if hit else "miss"))
+        w.append(str(root), _step(run, 2, f"b{threshold}", f"a{threshold}", "0", "hit" if hit else "miss"))
+        w.close()
+    assert open_index(root) is not None
+    for fp in ("b0.8", "a0.6", "b0.5"):
+        whole = explain_fingerprint(root, fp, history=3, view=load_view(root))
+        assert explain_fingerprint(root, fp, history=3).to_json() == whole.to_json(), fp
+    whole_run = explain_run(root, view=load_view(root))
+    assert explain_run(root).to_json() == whole_run.to_json()
+    reasons = [(s.step.fingerprint, r.kind) for s in whole_run.steps for r in s.reasons]
+    assert reasons == [("a0.8", "argument"), ("b0.8", "argument")]  # b: its input, upstream
+    assert whole_run.steps[1].reasons[0].upstream is not None
+    assert explain_fingerprint(root, "b0.5").steps[0].reasons[0].kind == "first-run"

@@ -203,3 +203,40 @@ def test_headers_read_ahead_on_other_cores_give_the_same_report(
     parallel = scan_cache(real_cache["cache"], use_index=False)
     assert calls and calls[0] > 5
     assert parallel == serial
+
+
+def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
+    tmp_path: Path,
+) -> None:
+    """Entries with a recorded parent and operation (some shared, some not, one non-ASCII), in
+    folders whose names need escaping: each entry's JSON text, written from values entries share,
+    is the text json.dumps writes for its dict, and the whole document too."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Use:
+        last_used: float
+        parent: str | None
+        operation: str | None
+
+    root = tmp_path / "cache"
+    files = synthesize_cache(root, 6)
+    odd = root / 'dé"jà' / "x"
+    odd.mkdir(parents=True)
+    for name in ["cache-00000000000000aa.arrow", "cache-00000000000000bb.arrow"]:
+        _write_stream(odd / name, name[6:-6], 2)
+    fps = [p.name[len("cache-") : -len(".arrow")] for p in files]
+    usage = {
+        fps[0]: Use(4e9, "p0", "map"),
+        fps[1]: Use(1.0, "p0", "map"),
+        fps[2]: Use(4e9 + 0.5, "pé→", "filter"),
+        "00000000000000aa": Use(4e9, None, "map"),
+    }
+    report = scan_cache(root, usage=usage)
+    entries = list(report.entries)
+    assert {e.parent for e in entries} >= {"p0", "pé→", None}
+    for e in entries:
+        assert e.to_json_text() == json.dumps(e.to_json())
+    pinned = frozenset({entries[1].id})
+    text = "".join(ls_document_text(report, entries, pinned))
+    assert text == json.dumps(envelope(ls_document(report, entries, pinned)))

@@ -132,11 +132,13 @@ def test_a_lock_nobody_can_probe_is_kept_by_gc_and_not_stale_to_verify(root: Pat
         return {
             "stale": sorted(_stale_locks_by_verify(root)),
             "gc_items": sorted(i.path.name for i in plan.items),
-            "gc_kept": {s.path.name: s.reason for s in plan.skipped},
+            "gc_kept": {s.path.name: [s.code, s.reason] for s in plan.skipped},
         }
 
     assert _as_nobody(root, both) == {
         "stale": [readable.name],
         "gc_items": [readable.name],
-        "gc_kept": {closed.name: "cannot tell whether a live process holds it (it cannot be probed)"},
+        "gc_kept": {
+            closed.name: ["lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)"]
+        },
     }

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
-    from tests.conftest import cachetool_run
+    from tests.conftest import cachetool_run, shared_session_dir
     from tests.lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env
 except ImportError:
-    from conftest import cachetool_run  # type: ignore[no-redef]
+    from conftest import cachetool_run, shared_session_dir  # type: ignore[no-redef]
     from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env  # type: ignore[no-redef]
 
 from cachetool.lineage.graph import LineageGraph, load_graph
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> PipelineRuns:
-    return pipeline_runs(tmp_path_factory.mktemp("lineage"))
+    return pipeline_runs(shared_session_dir(tmp_path_factory) / "lineage")
 
 
 @pytest.fixture

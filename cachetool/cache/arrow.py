@@ -1,9 +1,10 @@
 """Cheap reads of Arrow IPC stream files: schema, metadata, row count and completeness.
 
-Nothing here reads column data. The file is memory-mapped and its messages are walked batch by
-batch; pyarrow slices the map without copying, so the cost grows with the number of batches, not
-with bytes. Files are opened with `O_NOATIME` where the kernel allows it, so a listing never moves
-a file's access time.
+Nothing here reads column data. A small file is read with one `read()`, a large one
+memory-mapped, and its message headers are walked in Python (`cachetool.cache.ipc_headers`), so
+the cost grows with the number of batches, not with bytes; anything unusual is read again through
+pyarrow's reader, which names the damage. Files are opened with `O_NOATIME` where the kernel
+allows it, so a listing never moves a file's access time.
 """
 
 from __future__ import annotations

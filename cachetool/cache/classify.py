@@ -22,7 +22,7 @@ from cachetool.cache.recognize import (
     read_json,
     relative_data_dir,
 )
-from cachetool.cache.walk import Item
+from cachetool.cache.walk import Item, list_dir
 from cachetool.fingerprint.plain import loaded_fingerprint
 
 
@@ -31,7 +31,7 @@ class Scanner(NonDataWalker):
 
     # -- the walk -------------------------------------------------------------------------------
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
-        items, err = self.listing(path)
+        items, err = list_dir(path)
         if err:
             self.warn(path, err)
             self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))
@@ -95,78 +95,81 @@ class Scanner(NonDataWalker):
         source_groups: dict[str, list[CacheFile]] = defaultdict(list)
         source_counts: dict[str, int] = {}
         splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == "builder" else []
-        dsname = ds.name if ds else None
-        dspath = ds.path if ds else None
-        items = self.tf_caches(path, items, ds)
-        for it in items:
-            if it.is_dir:
-                continue
-            odd = self.odd(it, ds)
-            if odd is not None:
-                self.entries.append(odd)
+        entries = self.entries
+        for it in self.tf_caches(path, items, ds):
+            if not it.is_file:
+                odd = None if it.is_dir else self.odd(it, ds)
+                if odd is not None:
+                    entries.append(odd)
                 continue
             name = it.name
             if ds is not None and name in layout.METADATA_NAMES:
                 continue  # attached to the DatasetDir
-            if name.endswith(".lock"):
-                self.entries.append(
-                    Entry(
-                        Kind.LOCK,
-                        it.path,
-                        (self.cache_file(it, arrow=False),),
-                        dataset=dsname,
-                        dataset_dir=dspath,
-                    )
-                )
+            special = self.special_file(it, ds)
+            if special is not None:
+                entries.append(special)
                 continue
-            if layout.GC_TRASH_RE.match(name):
-                self.entries.append(self.gc_trash(it, ds))
-                continue
-            if layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
-                f = self.cache_file(it, arrow=True)
-                fp = f.summary.fingerprint if f.summary else None
-                self.entries.append(
-                    Entry(
-                        Kind.TEMP,
-                        it.path,
-                        (f,),
-                        dataset=dsname,
-                        dataset_dir=dspath,
-                        fingerprint=None,
-                        aliases=(fp,) if fp else (),
-                        problems=("temporary file: a writer in progress or killed",),
-                    )
-                )
-                continue
-            parsed = layout.parse_cache_file(name)
+            # Most files of a cache are `cache-<fp>.arrow`: one prefix test before the pattern.
+            parsed = layout.parse_cache_file(name) if name.startswith("cache-") else None
             if parsed is not None:
                 fp, rank, count = parsed
                 if rank is not None and count is not None:
                     shard_groups[fp].append(self.cache_file(it, arrow=True, shard=(rank, count)))
                     shard_counts[fp] = max(count, shard_counts.get(fp, 0))
                 else:
-                    self.entries.append(derived_entry(self.cache_file(it, arrow=True), fp, ds))
-                continue
-            if splits and (src := layout.source_split_of(name, splits)) is not None:
+                    entries.append(derived_entry(self.cache_file(it, arrow=True), fp, ds))
+            elif splits and (src := layout.source_split_of(name, splits)) is not None:
                 split, index, count = src
                 shard = (index, count) if index is not None and count is not None else None
                 source_groups[split].append(self.cache_file(it, arrow=True, shard=shard))
                 if count is not None:
                     source_counts[split] = count
-                continue
-            if name.endswith(".arrow"):
-                f = self.cache_file(it, arrow=True)
-                self.entries.append(plain_arrow_entry(f, ds))
-                continue
-            f = self.cache_file(it, arrow=False)
-            if ds is None and name in layout.METADATA_NAMES:
-                self.entries.append(Entry(Kind.METADATA, it.path, (f,)))
+            elif name.endswith(".arrow"):
+                entries.append(plain_arrow_entry(self.cache_file(it, arrow=True), ds))
             else:
-                self.entries.append(Entry(Kind.OTHER, it.path, (f,), dataset=dsname, dataset_dir=dspath))
+                f = self.cache_file(it, arrow=False)
+                if ds is None:
+                    kind = Kind.METADATA if name in layout.METADATA_NAMES else Kind.OTHER
+                    entries.append(Entry(kind, it.path, (f,)))
+                else:
+                    entries.append(Entry(Kind.OTHER, it.path, (f,), dataset=ds.name, dataset_dir=ds.path))
         for fp, files in sorted(shard_groups.items()):
-            self.entries.append(shard_set_entry(fp, files, shard_counts[fp], ds))
+            entries.append(shard_set_entry(fp, files, shard_counts[fp], ds))
         for split, files in sorted(source_groups.items()):
-            self.entries.append(source_entry(split, files, source_counts.get(split), ds))
+            entries.append(source_entry(split, files, source_counts.get(split), ds))
+
+    def meta_files(self, items: Sequence[Item]) -> tuple[CacheFile, ...]:
+        """The metadata files (`dataset_info.json`, `state.json`, ...) among a folder's items."""
+        return tuple(
+            self.cache_file(it, arrow=False)
+            for it in items
+            if it.is_file and it.name in layout.METADATA_NAMES
+        )
+
+    def special_file(self, it: Item, ds: DatasetDir | None) -> Entry | None:
+        """The entry of a lock file, of what a killed gc set aside, or of a temporary file a
+        writer is filling (or left behind); None for any other file."""
+        name = it.name
+        dsname, dspath = (ds.name, ds.path) if ds is not None else (None, None)
+        if layout.is_lock_name(name):
+            f = self.cache_file(it, arrow=False)
+            return Entry(Kind.LOCK, it.path, (f,), dataset=dsname, dataset_dir=dspath)
+        if name.startswith(layout.GC_TRASH_PREFIX) and layout.GC_TRASH_RE.match(name):
+            return self.gc_trash(it, ds)
+        if name.startswith("tmp") and layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
+            f = self.cache_file(it, arrow=True)
+            fp = f.summary.fingerprint if f.summary else None
+            return Entry(
+                Kind.TEMP,
+                it.path,
+                (f,),
+                dataset=dsname,
+                dataset_dir=dspath,
+                fingerprint=None,
+                aliases=(fp,) if fp else (),
+                problems=("temporary file: a writer in progress or killed",),
+            )
+        return None
 
     # -- entry builders ------------------------------------------------------------------------
 
@@ -190,11 +193,7 @@ class Scanner(NonDataWalker):
         else:
             self.warn(path / layout.DATASET_INFO, "unreadable dataset_info.json")
         rel = relative_data_dir(path)
-        meta = tuple(
-            self.cache_file(it, arrow=False)
-            for it in items
-            if it.is_file and it.name in layout.METADATA_NAMES
-        )
+        meta = self.meta_files(items)
         name = "/".join(rel.split("/")[:2]) if rel else path.name
         ds = DatasetDir(path, name, "builder", rel, tuple(split_rows), tuple(shard_lengths), meta)
         self.datasets.append(ds)
@@ -204,11 +203,7 @@ class Scanner(NonDataWalker):
         self, path: Path, items: Sequence[Item], unit: Path | None = None, split_name: str | None = None
     ) -> None:
         state = read_json(path / layout.STATE_JSON)
-        meta = tuple(
-            self.cache_file(it, arrow=False)
-            for it in items
-            if it.is_file and it.name in layout.METADATA_NAMES
-        )
+        meta = self.meta_files(items)
         label = f"{unit.name}/{path.name}" if unit is not None else path.name
         ds = DatasetDir(path, label, "saved")  # its metadata files belong to the entry below
         self.datasets.append(ds)
@@ -270,15 +265,11 @@ class Scanner(NonDataWalker):
         if not isinstance(splits, list):
             self.warn(path / layout.DATASET_DICT_JSON, "unreadable dataset_dict.json")
             splits = []
-        meta = tuple(
-            self.cache_file(it, arrow=False)
-            for it in items
-            if it.is_file and it.name in layout.METADATA_NAMES
-        )
+        meta = self.meta_files(items)
         self.datasets.append(DatasetDir(path, path.name, "saved-dict", meta_files=meta))
         for it in items:
             if it.is_dir:
-                sub_items, err = self.listing(it.path)
+                sub_items, err = list_dir(it.path)
                 if err is None and any(s.name == layout.STATE_JSON for s in sub_items):
                     self.saved(it.path, sub_items, unit=path, split_name=it.name)
                 else:

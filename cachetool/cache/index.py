@@ -48,8 +48,8 @@ CREATE TABLE files(id INTEGER PRIMARY KEY, name TEXT, size INTEGER, mtime_ns INT
 """
 _FILE_COLUMNS = "id, name, size, mtime_ns, inode, fingerprint, rows, batches, state, error, schema"
 
-#: (size, mtime_ns, inode, summary) per path relative to the root.
-_Row = tuple[int, int, int, ArrowSummary]
+#: (name, size, mtime_ns, inode, summary) of one file, listed under its folder.
+_Row = tuple[str, int, int, int, ArrowSummary]
 #: A stored file row: (id, name, size, mtime_ns, inode, fingerprint, rows, batches, state,
 #: error, schema), as SQLite returns it (so of any type in a damaged index).
 _Stored = tuple[object, ...]
@@ -70,7 +70,7 @@ class ReadIndex:
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Stored] = {}
         self._used: set[int] = set()  # ids of rows that still describe their file
-        self._new: dict[str, _Row] = {}  # files read this time
+        self._new: dict[str, list[_Row]] = {}  # files read this time, by folder
         self.hits = 0
         self.misses = 0
         if enabled:
@@ -163,9 +163,15 @@ class ReadIndex:
         columns, meta = self._schemas[sid] if sid is not None else ((), None)
         return ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
 
-    def put(self, rel: str, size: int, mtime_ns: int, inode: int, summary: ArrowSummary) -> None:
+    def put(
+        self, folder: str, name: str, size: int, mtime_ns: int, inode: int, summary: ArrowSummary
+    ) -> None:
+        """Remember what was read from the file `name` of `folder` (relative to the root)."""
         self.misses += 1
-        self._new[rel] = (size, mtime_ns, inode, summary)
+        rows = self._new.get(folder)
+        if rows is None:
+            rows = self._new[folder] = []  # the folder's text kept once, not once per file
+        rows.append((name, size, mtime_ns, inode, summary))
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where the root is read-only."""
@@ -175,7 +181,8 @@ class ReadIndex:
         folder = self.path.parent
         try:
             rows = self._kept_rows()
-            rows.update(self._new)
+            for path, new in self._new.items():
+                rows.setdefault(path, []).extend(new)
             self._close()
             folder.mkdir(exist_ok=True)
             data = _encode(rows)
@@ -196,19 +203,17 @@ class ReadIndex:
             return False
         return True
 
-    def _kept_rows(self) -> dict[str, _Row]:
-        """The stored rows that still described their file in this listing."""
-        out: dict[str, _Row] = {}
+    def _kept_rows(self) -> dict[str, list[_Row]]:
+        """The stored rows that still described their file in this listing, by folder."""
+        out: dict[str, list[_Row]] = {}
         if self._db is None or not self._used:
             return out
-        for path, (first, last) in self._dirs.items():
-            prefix = path + "/" if path else ""
-            span = (first, last)
+        for path, span in self._dirs.items():
             for row in self._db.execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE id BETWEEN ? AND ?", span):
                 if row[0] in self._used:
                     summary = self._summary(row)
                     if summary is not None:
-                        out[prefix + row[1]] = (row[2], row[3], row[4], summary)
+                        out.setdefault(path, []).append((row[1], row[2], row[3], row[4], summary))
         return out
 
 
@@ -246,18 +251,13 @@ def _serialize(db: sqlite3.Connection) -> bytes:
             return f.read()
 
 
-def _encode(rows: dict[str, _Row]) -> bytes:
-    """The compressed image of an index holding `rows`, each folder's rows next to each other.
-    Rows go to SQLite one by one (no list of 100,000 tuples beside the listing)."""
+def _encode(rows: dict[str, list[_Row]]) -> bytes:
+    """The compressed image of an index holding `rows` (by folder), each folder's rows next to
+    each other. Rows go to SQLite one by one (no list of 100,000 tuples beside the listing)."""
     db = _connect()
     try:
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={INDEX_VERSION}")
-        by_folder: dict[str, list[str]] = {}
-        for rel, (_, _, _, s) in rows.items():
-            texts = (rel, s.fingerprint, s.error, s.metadata_template)
-            if all(map(_encodable, texts)):  # else a name that is not UTF-8: read again next time
-                by_folder.setdefault(rel.rpartition("/")[0], []).append(rel)
         schema_ids: dict[tuple[str, str | None], int] = {}
         column_texts: dict[tuple[tuple[str, str], ...], str] = {}
 
@@ -269,24 +269,25 @@ def _encode(rows: dict[str, _Row]) -> bytes:
                 text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
             return schema_ids.setdefault((text, s.metadata_template), len(schema_ids))
 
+        dirs: list[tuple[int, str, int, int]] = []
+
         def file_rows() -> Iterator[tuple[object, ...]]:
             n = 0
-            for members in by_folder.values():
-                for rel in members:
-                    size, mtime_ns, inode, s = rows[rel]
+            for folder, members in rows.items():
+                if not _encodable(folder):
+                    continue  # a name that is not UTF-8: read again next time
+                first = n + 1
+                for name, size, mtime_ns, inode, s in members:
+                    fp, error = s.fingerprint, s.error
+                    if not all(map(_encodable, (name, fp, error, s.metadata_template))):
+                        continue
                     n += 1
                     state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
-                    name = rel.rpartition("/")[2]
-                    sid = schema_id(s)
-                    fp, error = s.fingerprint, s.error
-                    yield (n, name, size, mtime_ns, inode, fp, s.rows, s.batches, state, error, sid)
+                    yield (n, name, size, mtime_ns, inode, fp, s.rows, s.batches, state, error, schema_id(s))
+                if n >= first:
+                    dirs.append((len(dirs), folder, first, n))
 
         db.executemany("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", file_rows())
-        dirs: list[tuple[int, str, int, int]] = []
-        last = 0
-        for folder, members in by_folder.items():
-            dirs.append((len(dirs), folder, last + 1, last + len(members)))
-            last += len(members)
         db.executemany("INSERT INTO dirs VALUES (?, ?, ?, ?)", dirs)
         db.executemany(
             "INSERT INTO schemas VALUES (?, ?, ?)", [(i, c, m) for (c, m), i in schema_ids.items()]

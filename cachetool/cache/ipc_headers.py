@@ -122,9 +122,35 @@ def _message(buf: Any, pos: int, size: int) -> tuple[int, tuple[int, tuple[int, 
     return kind, header, body, end, hi
 
 
+def _hf_metadata_span(buf: Any, schema: tuple[int, tuple[int, ...]], hi: int) -> tuple[int, int] | None:
+    """Where the value of the schema's `huggingface` metadata key lies: None without one,
+    (-1, -1) when the key is there twice or without a value (pyarrow's reader says what it
+    makes of that)."""
+    span = None
+    meta_at = _at(schema, 2, 4, hi)
+    if not meta_at:
+        return None
+    start, n = _vector(buf, meta_at, 4, hi)
+    for i in range(n):
+        kv = _table(buf, _ref(buf, start + 4 * i, hi), 8, hi)
+        key_at, value_at = _at(kv, 0, 4, hi), _at(kv, 1, 4, hi)
+        if not key_at:
+            return (-1, -1)
+        k0, kn = _vector(buf, key_at, 1, hi)
+        if buf[k0 : k0 + kn] == b"huggingface":
+            if span is not None or not value_at:
+                return (-1, -1)
+            v0, vn = _vector(buf, value_at, 1, hi)
+            span = (v0, v0 + vn)
+    return span
+
+
 def walk_headers(buf: Any, size: int) -> Headers | None:
     """Rows, batches, columns and metadata of a well-formed stream; None for anything else (the
-    caller reads it through pyarrow then). Raises nothing on a good file."""
+    caller reads it through pyarrow then). Raises nothing on a good file.
+
+    One function for the whole stream on purpose: it runs once per file of a cold listing, and
+    the message loop below checks what pyarrow's reader checks first without a call per batch."""
     if size < 16 or buf[:4] != CONTINUATION:
         return None
     try:
@@ -134,21 +160,9 @@ def walk_headers(buf: Any, size: int) -> Headers | None:
         kind, schema, body, pos, hi = first
         if kind != _SCHEMA_MESSAGE or body != 0:
             return None
-        meta_span = None
-        meta_at = _at(schema, 2, 4, hi)
-        if meta_at:
-            start, n = _vector(buf, meta_at, 4, hi)
-            for i in range(n):
-                kv = _table(buf, _ref(buf, start + 4 * i, hi), 8, hi)
-                key_at, value_at = _at(kv, 0, 4, hi), _at(kv, 1, 4, hi)
-                if not key_at:
-                    return None
-                k0, kn = _vector(buf, key_at, 1, hi)
-                if buf[k0 : k0 + kn] == b"huggingface":
-                    if meta_span is not None or not value_at:
-                        return None  # twice, or without a value: let pyarrow say what it makes of it
-                    v0, vn = _vector(buf, value_at, 1, hi)
-                    meta_span = (v0, v0 + vn)
+        meta_span = _hf_metadata_span(buf, schema, hi)
+        if meta_span == (-1, -1):
+            return None
         key = (
             (bytes(buf[:pos]), b"")
             if meta_span is None

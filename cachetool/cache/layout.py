@@ -154,6 +154,11 @@ class LockKind(str, Enum):
         return self.value
 
 
+def is_lock_name(name: str) -> bool:
+    """A filelock file: `<anything>.lock` (what it guards: `parse_lock_name`)."""
+    return name.endswith(LOCK_SUFFIX)
+
+
 def builder_lock_name(folder_name: str) -> str:
     return folder_name + BUILDER_LOCK_SUFFIX
 

@@ -251,21 +251,24 @@ class Entry:
         rows = self.rows
         complete = self.complete
         used = modified if self.last_used is None else max(self.last_used, modified or 0.0)
-        mod_iso = _js(iso_time(modified))
-        path = _js(_path_str(self.path))
+        mod_iso = _js_shared(iso_time(modified))
+        path = _encode_ascii(str(self.path))
+        fp = self.fingerprint
+        fp_text = path if fp is None else _encode_ascii(fp)
+        dataset_dir = self.dataset_dir
         return (
-            f'{{"id": {_js(self.fingerprint) if self.fingerprint else path}, '
-            f'"kind": {_js(self.kind._value_)}, "fingerprint": {_js(self.fingerprint)}, '
-            f'"aliases": {_js_list(self.aliases)}, "dataset": {_js(self.dataset)}, '
-            f'"dataset_dir": {_js(_path_str(self.dataset_dir)) if self.dataset_dir else "null"}, '
-            f'"split": {_js(self.split)}, "content": {_js(self.content)}, "path": {path}, '
+            f'{{"id": {fp_text}, "kind": {_js_shared(self.kind._value_)}, '
+            f'"fingerprint": {"null" if fp is None else fp_text}, '
+            f'"aliases": {_js_list(self.aliases)}, "dataset": {_js_shared(self.dataset)}, '
+            f'"dataset_dir": {"null" if dataset_dir is None else _js_shared(str(dataset_dir))}, '
+            f'"split": {_js_shared(self.split)}, "content": {_js_shared(self.content)}, "path": {path}, '
             f'"files": {len(files)}, "expected_files": {_js_int(self.expected_files)}, '
             f'"rows": {_js_int(rows)}, "expected_rows": {_js_int(self.expected_rows)}, '
-            f'"columns": {_js_list([name for name, _ in self.columns])}, "size": {self.size}, '
+            f'"columns": {_js_columns(self.columns)}, "size": {self.size}, '
             f'"modified": {mod_iso}, '
             f'"used": {mod_iso if used == modified else _js(iso_time(used))}, '
             f'"complete": {"null" if complete is None else "true" if complete else "false"}, '
-            f'"parent": {_js(self.parent)}, "operation": {_js(self.operation)}, '
+            f'"parent": {_js_shared(self.parent)}, "operation": {_js_shared(self.operation)}, '
             f'"unit": {_js(_path_str(self.unit)) if self.unit else "null"}, '
             f'"problems": {_js_list(self.problems)}}}'
         )
@@ -331,6 +334,32 @@ def _path_str(p: Path) -> str:
 def _js(text: str | None) -> str:
     """A string (or None) as `json.dumps(..., ensure_ascii=True)` writes it."""
     return "null" if text is None else _encode_ascii(text)
+
+
+#: JSON texts of strings many entries share (dataset names and folders, kinds, parents, times).
+_SHARED_JS: dict[str | None, str] = {None: "null"}
+#: JSON texts of column-name lists (files of one dataset share their columns tuple).
+_COLUMNS_JS: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def _js_shared(text: str | None) -> str:
+    """`_js(text)`, remembered: for values many entries of a listing share."""
+    got = _SHARED_JS.get(text)
+    if got is None:
+        if len(_SHARED_JS) > 100_000:
+            _SHARED_JS.clear()
+            _SHARED_JS[None] = "null"
+        got = _SHARED_JS[text] = _js(text)
+    return got
+
+
+def _js_columns(columns: tuple[tuple[str, str], ...]) -> str:
+    got = _COLUMNS_JS.get(columns)
+    if got is None:
+        if len(_COLUMNS_JS) > 10_000:
+            _COLUMNS_JS.clear()
+        got = _COLUMNS_JS[columns] = _js_list([name for name, _ in columns])
+    return got
 
 
 def _js_int(n: int | None) -> str:

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry
-from cachetool.cache.walk import Item, Walker
+from cachetool.cache.walk import Item, Walker, list_dir
 
 #: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
 _TF_HINT = re.compile(r"\.index$|\.data-\d{5}-of-\d{5}$|\.lockfile$|\.tempstate\d")
@@ -92,7 +93,7 @@ class NonDataWalker(Walker):
         )
 
     def downloads(self, path: Path) -> None:
-        items, err = self.listing(path)
+        items, err = list_dir(path)
         if err:
             self.warn(path, err)
             return
@@ -109,7 +110,7 @@ class NonDataWalker(Walker):
                 self.entries.append(odd)
                 continue
             f = self.cache_file(it, arrow=False)
-            if it.name.endswith(".lock"):
+            if layout.is_lock_name(it.name):
                 self.entries.append(Entry(Kind.LOCK, it.path, (f,), dataset="downloads"))
                 continue
             base = it.name
@@ -125,7 +126,7 @@ class NonDataWalker(Walker):
             )
 
     def extracted(self, path: Path) -> None:
-        items, err = self.listing(path)
+        items, err = list_dir(path)
         if err:
             self.warn(path, err)
             return
@@ -142,7 +143,7 @@ class NonDataWalker(Walker):
                         dataset="downloads/extracted",
                     )
                 )
-            elif it.name.endswith(".lock"):
+            elif layout.is_lock_name(it.name):
                 self.entries.append(
                     Entry(
                         Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), dataset="downloads/extracted"

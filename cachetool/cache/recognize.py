@@ -65,7 +65,7 @@ def is_interrupted_save(items: Sequence[Item]) -> bool:
             if it.name != layout.LEDGER_DIR:
                 return False
             continue
-        if it.name in (layout.DATASET_INFO, "dataset_infos.json") or it.name.endswith(".lock"):
+        if it.name in (layout.DATASET_INFO, "dataset_infos.json") or layout.is_lock_name(it.name):
             continue
         if not layout.SAVED_SHARD_RE.match(it.name) or not looks_like_arrow_stream(it.path):
             return False

@@ -89,7 +89,7 @@ def scan_cache(
         entries = attribute_locks(scanner.entries, scanner.datasets)
         if usage:
             entries = attach_usage(entries, usage)
-        entries.sort(key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", str(e.path)))
+        entries.sort(key=lambda e: (e.dataset or "~", e.kind._value_, e.split or "", str(e.path)))
         datasets = sorted(scanner.datasets, key=lambda d: str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import gc
 import os
 import stat
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
@@ -18,12 +20,14 @@ from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
 
 class Item:
     """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
     uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
-    a whole `stat_result` and its numbers took some 600 bytes per file while every folder of a
-    large cache was listed ahead."""
+    a whole `stat_result` and its numbers take some 600 bytes per file."""
 
     __slots__ = (
         "error",
@@ -51,7 +55,8 @@ class Item:
             self.mtime = 0.0
             return
         self.ok = True
-        self.mode = mode = st.st_mode
+        mode = st.st_mode
+        self.mode = mode = _MODES.setdefault(mode, mode)  # one int per distinct mode, not per file
         self.is_dir = S_ISDIR(mode)
         self.is_file = S_ISREG(mode)
         self.size = st.st_size
@@ -63,6 +68,7 @@ class Item:
 
 S_ISDIR = stat.S_ISDIR
 S_ISREG = stat.S_ISREG
+_MODES: dict[int, int] = {}
 
 
 def _child_maker(folder: Path) -> Callable[[str], Path]:
@@ -103,12 +109,11 @@ def list_dir(path: Path) -> tuple[list[Item], str | None]:
         return [], "permission denied"
     except OSError as e:
         return [], e.strerror or str(e)
-    items.sort(key=_item_name)
+    items.sort(key=_item_name)  # attrgetter: no Python call per item
     return items, None
 
 
-def _item_name(item: Item) -> str:
-    return item.name
+_item_name = attrgetter("name")
 
 
 @contextmanager
@@ -148,25 +153,52 @@ def _spare_cores() -> int:
 
 class _Reads:
     """`read_summary` of each path, on `workers` forked processes, handed back in order as they
-    come (the walk classifies the first folders while the others are read)."""
+    come (the walk classifies the first folders while the others are read). A few chunks per
+    process are in flight at a time: when the walk is the slower side, read summaries do not
+    pile up in memory."""
 
     def __init__(self, paths: list[str], workers: int) -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         chunk = max(64, min(512, len(paths) // (workers * 8)))
+        # A deque, so each chunk of paths is let go once read and handed back.
+        self._chunks = deque(paths[i : i + chunk] for i in range(0, len(paths), chunk))
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-        self._results = self._pool.map(read_summary, paths, chunksize=chunk)
+        self._in_flight: deque[tuple[list[str], Future[list[ArrowSummary]]]] = deque()
+        for _ in range(3 * workers):
+            self._submit()
 
-    def __iter__(self) -> Iterator[ArrowSummary]:
-        return self._results
+    def _submit(self) -> None:
+        if self._chunks:
+            chunk = self._chunks.popleft()
+            self._in_flight.append((chunk, self._pool.submit(_read_chunk, chunk)))
+
+    def __iter__(self) -> Iterator[tuple[str, ArrowSummary]]:
+        """(path, summary) pairs, in the order of the paths."""
+        while self._in_flight:
+            chunk, done = self._in_flight.popleft()
+            self._submit()
+            yield from zip(chunk, done.result(), strict=True)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _read_summaries(paths: list[str], workers: int) -> Iterable[ArrowSummary]:
+def _read_chunk(paths: list[str]) -> list[ArrowSummary]:
+    return [read_summary(p) for p in paths]
+
+
+def _read_summaries(paths: list[str], workers: int) -> Iterable[tuple[str, ArrowSummary]]:
+    """(path, summary) of each of `paths`, in order, read on `workers` other processes."""
     return _Reads(paths, workers)
+
+
+def _read_ahead_below(name: str, at_root: bool) -> bool:
+    """Whether the walk may read Arrow headers in the folder `name`."""
+    if name == layout.LEDGER_DIR or (at_root and name == "downloads"):
+        return False
+    return not (layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name))
 
 
 class Walker:
@@ -182,54 +214,52 @@ class Walker:
         self.progress = progress
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
-        self.listings: dict[str, tuple[list[Item], str | None]] = {}  # folders listed ahead
         self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, before their turn
-        self._reads: Iterable[ArrowSummary] = ()  # headers being read on other cores
+        self._reads: Iterable[tuple[str, ArrowSummary]] = ()  # headers being read on other cores
         self._pending: set[str] = set()  # paths read ahead and not yet asked for
         self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
         self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
 
-    def listing(self, path: Path) -> tuple[list[Item], str | None]:
-        """The folder's items, from the listing made ahead when there was one."""
-        listed = self.listings.pop(str(path), None)
-        return listed if listed is not None else list_dir(path)
-
     def read_ahead(self) -> None:
-        """Where more than one core is free: list every folder and read the headers of the Arrow
-        files of folders the read index does not know whole (new folders, or ones whose count
-        of Arrow files changed), split over the cores, before the walk classifies them: a cold
-        listing of many files waits mostly on those reads. Folders the walk never reads Arrow
-        headers in (cachetool's own, downloads, interrupted prepares, gc leftovers) are listed,
-        not read. (A file changed in place in a known folder is read by the walk, here.)"""
+        """Where more than one core is free: find the Arrow files of folders the read index does
+        not know whole (new folders, or ones whose count of Arrow files changed) and have their
+        headers read on the other cores while the walk goes on: a cold listing of many files
+        waits mostly on those reads. This first pass only reads names (no `stat`, nothing kept
+        but the paths to read); folders the walk never reads Arrow headers in (cachetool's own,
+        downloads, interrupted prepares, gc leftovers) are skipped. A file changed in place in a
+        known folder is read by the walk itself."""
         workers = _spare_cores()
         if workers < 2:
             return
         todo: list[str] = []
-        stack = [self.root]
+        root = str(self.root)
         root_len = self.root_len
+        stack = [root]
         while stack:
             folder = stack.pop()
-            items, _ = self.listings[str(folder)] = list_dir(folder)
             arrow: list[str] = []
-            below: list[Path] = []
-            for it in items:
-                if it.is_dir:
-                    name = it.name
-                    if name == layout.LEDGER_DIR or (folder == self.root and name == "downloads"):
-                        continue
-                    if layout.is_incomplete_dir(name) or layout.GC_TRASH_RE.match(name):
-                        continue
-                    below.append(it.path)
-                elif it.is_file and it.name.endswith(".arrow"):
-                    arrow.append(str(it.path))
-            if arrow and self.index.folder_rows(str(folder)[root_len:]) != len(arrow):
+            below: list[str] = []
+            try:
+                with os.scandir(folder) as entries:
+                    for de in entries:
+                        name = de.name
+                        if de.is_dir(follow_symlinks=False):
+                            if _read_ahead_below(name, folder == root):
+                                below.append(de.path)
+                        elif name.endswith(".arrow") and de.is_file(follow_symlinks=False):
+                            arrow.append(de.path)
+            except OSError:
+                continue  # the walk says what is wrong with it
+            if arrow and self.index.folder_rows(folder[root_len:]) != len(arrow):
+                arrow.sort()  # the walk's order: a folder's files by name, then its folders
                 todo += arrow
-            stack += reversed(below)  # the walk's order: a folder's files, then its folders by name
+            below.sort(reverse=True)
+            stack += below
         if len(todo) < READ_AHEAD_MIN_FILES:
             return
-        self._reads = _read_summaries(todo, workers)
         self._pending = set(todo)
-        self._stream = zip(todo, self._reads, strict=True)
+        self._reads = _read_summaries(todo, workers)
+        self._stream = iter(self._reads)
 
     def _read_ahead_result(self, path: str) -> ArrowSummary | None:
         """The summary of `path` read ahead, once its turn comes; None for a file not read ahead."""
@@ -283,7 +313,9 @@ class Walker:
         summary = self._read_ahead_result(path) or read_summary(path)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(item.name):
-            self.index.put(rel, item.size, item.mtime_ns, item.ino, summary)
+            name = item.name
+            folder = rel[: len(rel) - len(name) - 1] if len(rel) > len(name) else ""
+            self.index.put(folder, name, item.size, item.mtime_ns, item.ino, summary)
         return summary
 
     def tree_files(self, path: Path) -> list[CacheFile]:
@@ -292,7 +324,7 @@ class Walker:
         stack = [path]
         while stack:
             d = stack.pop()
-            items, err = self.listing(d)
+            items, err = list_dir(d)
             if err:
                 self.warn(d, err)
             for it in items:

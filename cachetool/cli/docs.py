@@ -105,6 +105,7 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "cachetool.scan_cache",
             "cachetool.find_entry",
+            "cachetool.show_entry",
             "cachetool.CacheReport",
             "cachetool.Entry",
             "cachetool.CacheFile",
@@ -119,7 +120,13 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Lineage: `run`, `lineage`",
-        ("cachetool.run_script", "cachetool.tracing", "cachetool.install_tracing", "cachetool.load_graph"),
+        (
+            "cachetool.run_script",
+            "cachetool.lineage.query.lineage",
+            "cachetool.tracing",
+            "cachetool.install_tracing",
+            "cachetool.load_graph",
+        ),
     ),
     (
         "Integrity: `verify`",
@@ -134,14 +141,16 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Cleaning: `gc`, `pin`, `unpin`",
         (
+            "cachetool.gc_cache",
+            "cachetool.maintenance.gc.GcRun",
             "cachetool.GcOptions",
             "cachetool.plan_gc",
             "cachetool.maintenance.gc.GcPlan",
             "cachetool.maintenance.gc.execute",
             "cachetool.maintenance.gc.GcResult",
-            "cachetool.add_pin",
-            "cachetool.remove_pin",
-            "cachetool.read_pins",
+            "cachetool.pin",
+            "cachetool.unpin",
+            "cachetool.list_pins",
         ),
     ),
     (

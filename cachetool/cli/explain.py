@@ -21,7 +21,7 @@ from cachetool.cli.common import (
     hint,
     warn,
 )
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.errors import ExitCode
 from cachetool.formatting import local_time, short_duration
 
 if TYPE_CHECKING:
@@ -104,19 +104,10 @@ def _explain(
     all_roots: bool = False,
 ) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.lineage.explain import explain_fingerprint, explain_run
+    from cachetool.lineage.explain import explain
 
-    if fingerprint is None and not last and script is None:
-        raise CachetoolError("give a fingerprint, --last or --script SCRIPT")
-    if fingerprint is not None and (last or script is not None):
-        raise CachetoolError("give either a fingerprint or --last/--script, not both")
-    if script is not None and not script.exists():
-        raise CachetoolError(f"no such script: {script}")
     root = Path(os.path.abspath(existing_root(cache_dir)))
-    if fingerprint is not None:
-        report = explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
-    else:
-        report = explain_run(root, script=script, all_roots=all_roots)
+    report = explain(root, fingerprint, last=last, script=script, history=history, all_roots=all_roots)
     out = Output(fmt)
     if fmt == OutputFormat.json:
         out.json(report.to_json())

@@ -1,4 +1,7 @@
-"""`cachetool gc`: reclaim disk safely — leftovers first, then age and size limits."""
+"""`cachetool gc`: reclaim disk safely — leftovers first, then age and size limits.
+
+A thin layer over `cachetool.maintenance.gc.gc_cache` (same keywords): it asks on a terminal and
+renders the plan and the result."""
 
 from __future__ import annotations
 
@@ -23,104 +26,117 @@ from cachetool.cli.common import (
     hint,
     warn,
 )
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.errors import ExitCode
 from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
-    from cachetool.maintenance.gc import GcOptions, GcPlan, GcResult
+    from cachetool.maintenance.gc import GcPlan, GcResult, GcRun
+
+_Fingerprints = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Entries to evict: fingerprints (or prefixes) or paths, as `cachetool ls -q` prints them.",
+        show_default=False,
+    ),
+]
+_Temp = Annotated[
+    bool,
+    typer.Option(
+        "--temp",
+        help="Remove leftovers of killed processes: `tmp*` files, `.incomplete` folders, interrupted "
+        "saves and downloads, unheld locks of folders that are gone, and `hf_datasets-*` / `pymp-*` "
+        "folders in the temp dir (nothing else there).",
+    ),
+]
+_TmpDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--tmp-dir",
+        help="The temp dir to clean with --temp. Default: the one datasets uses (TMPDIR, TEMP, TMP, "
+        "else the system default).",
+        show_default=False,
+    ),
+]
+_MinAge = Annotated[
+    str,
+    typer.Option(
+        "--min-age",
+        help="Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
+        "hosts of a shared file system are invisible to gc: there, their leases and age are the "
+        "guards (at least 10m for temp files no lease covers).",
+    ),
+]
+_AllUsers = Annotated[
+    bool, typer.Option("--all-users", help="Also remove files other users own (default: only yours).")
+]
+_OlderThan = Annotated[
+    str | None,
+    typer.Option(
+        "--older-than",
+        help="Evict entries not used in this long (e.g. 30d): last ledger record, else modified time.",
+        show_default=False,
+    ),
+]
+_MaxSize = Annotated[
+    str | None,
+    typer.Option(
+        "--max-size",
+        help="Evict least recently used entries until the cache is under this size (e.g. 50GB).",
+        show_default=False,
+    ),
+]
+_Dataset = Annotated[
+    list[str] | None,
+    typer.Option("--dataset", help="Only entries of this dataset (e.g. csv or csv/default-…); repeatable."),
+]
+_Keep = Annotated[
+    list[str] | None,
+    typer.Option("--keep", help="Never evict this fingerprint or its recorded ancestors (repeatable)."),
+]
+_IncludeSources = Annotated[
+    bool,
+    typer.Option("--include-sources", help="Also evict source splits and saved datasets (kept by default)."),
+]
+_ForceRoot = Annotated[
+    bool,
+    typer.Option(
+        "--force-root",
+        help="Clean the folder even if it is /, holds your home folder, or has no datasets "
+        "layout (refused by default: there, leftover-looking names may be your own files).",
+    ),
+]
+_OtherHostsIdle = Annotated[
+    bool,
+    typer.Option(
+        "--other-hosts-idle",
+        help="On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
+        "10m for temp files no lease covers: you know no process on another host writes this cache "
+        "outside `cachetool run` or `cachetool.tracing()`.",
+    ),
+]
+_DryRun = Annotated[
+    bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
+]
+_Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 
+# The docstring is the command's --help (description, examples, exit codes): that, not logic,
+# makes this function long.
 def gc_command(
-    fingerprints: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="Entries to evict: fingerprints (or prefixes) or paths, as `cachetool ls -q` prints them.",
-            show_default=False,
-        ),
-    ] = None,
-    temp: Annotated[
-        bool,
-        typer.Option(
-            "--temp",
-            help="Remove leftovers of killed processes: `tmp*` files, `.incomplete` folders, interrupted "
-            "saves and downloads, unheld locks of folders that are gone, and `hf_datasets-*` / `pymp-*` "
-            "folders in the temp dir (nothing else there).",
-        ),
-    ] = False,
-    tmp_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--tmp-dir",
-            help="The temp dir to clean with --temp. Default: the one datasets uses (TMPDIR, TEMP, TMP, "
-            "else the system default).",
-            show_default=False,
-        ),
-    ] = None,
-    min_age: Annotated[
-        str,
-        typer.Option(
-            "--min-age",
-            help="Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
-            "hosts of a shared file system are invisible to gc: there, their leases and age are the "
-            "guards (at least 10m for temp files no lease covers).",
-        ),
-    ] = "1h",
-    all_users: Annotated[
-        bool, typer.Option("--all-users", help="Also remove files other users own (default: only yours).")
-    ] = False,
-    older_than: Annotated[
-        str | None,
-        typer.Option(
-            "--older-than",
-            help="Evict entries not used in this long (e.g. 30d): last ledger record, else modified time.",
-            show_default=False,
-        ),
-    ] = None,
-    max_size: Annotated[
-        str | None,
-        typer.Option(
-            "--max-size",
-            help="Evict least recently used entries until the cache is under this size (e.g. 50GB).",
-            show_default=False,
-        ),
-    ] = None,
-    dataset: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--dataset", help="Only entries of this dataset (e.g. csv or csv/default-…); repeatable."
-        ),
-    ] = None,
-    keep: Annotated[
-        list[str] | None,
-        typer.Option("--keep", help="Never evict this fingerprint or its recorded ancestors (repeatable)."),
-    ] = None,
-    include_sources: Annotated[
-        bool,
-        typer.Option(
-            "--include-sources", help="Also evict source splits and saved datasets (kept by default)."
-        ),
-    ] = False,
-    force_root: Annotated[
-        bool,
-        typer.Option(
-            "--force-root",
-            help="Clean the folder even if it is /, holds your home folder, or has no datasets "
-            "layout (refused by default: there, leftover-looking names may be your own files).",
-        ),
-    ] = False,
-    other_hosts_idle: Annotated[
-        bool,
-        typer.Option(
-            "--other-hosts-idle",
-            help="On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
-            "10m for temp files no lease covers: you know no process on another host writes this cache "
-            "outside `cachetool run` or `cachetool.tracing()`.",
-        ),
-    ] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
-    ] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    fingerprints: _Fingerprints = None,
+    temp: _Temp = False,
+    tmp_dir: _TmpDir = None,
+    min_age: _MinAge = "1h",
+    all_users: _AllUsers = False,
+    older_than: _OlderThan = None,
+    max_size: _MaxSize = None,
+    dataset: _Dataset = None,
+    keep: _Keep = None,
+    include_sources: _IncludeSources = False,
+    force_root: _ForceRoot = False,
+    other_hosts_idle: _OtherHostsIdle = False,
+    dry_run: _DryRun = False,
+    yes: _Yes = False,
     cache_dir: CacheDirOption = None,
     fmt: FormatOption = OutputFormat.human,
     as_json: JsonOption = False,
@@ -163,177 +179,92 @@ def gc_command(
     2 bad options, or confirmation needed (pass --yes).
     """
     _gc(
-        fingerprints or [],
-        temp,
-        tmp_dir,
-        min_age,
-        all_users,
-        older_than,
-        max_size,
-        dataset or [],
-        keep or [],
-        include_sources,
-        dry_run,
-        yes,
-        cache_dir,
         choose_format(fmt, as_json, quiet),
-        force_root,
         no_truncate,
-        other_hosts_idle,
-    )
-
-
-def parse_options(
-    fingerprints: list[str],
-    temp: bool,
-    tmp_dir: Path | None,
-    min_age: str,
-    all_users: bool,
-    older_than: str | None,
-    max_size: str | None,
-    datasets: list[str],
-    keep: list[str],
-    include_sources: bool,
-    force_root: bool = False,
-    other_hosts_idle: bool = False,
-) -> GcOptions:
-    """Turn the command line into `GcOptions`; a bad value is a usage error quoting it."""
-    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
-    from cachetool.maintenance.gc import GcOptions
-
-    age = parse_duration(min_age, "--min-age")
-    older = parse_duration(older_than, "--older-than") if older_than is not None else None
-    size = int(parse_quantity(max_size, BYTE_UNITS, "--max-size", max_size)) if max_size is not None else None
-    options = GcOptions(
+        cache_dir=cache_dir,
+        fingerprints=fingerprints or [],
         temp=temp,
         tmp_dir=tmp_dir,
-        min_age=age,
+        min_age=min_age,
         all_users=all_users,
-        older_than=older,
-        max_size=size,
-        datasets=tuple(datasets),
-        fingerprints=tuple(fingerprints),
-        keep=tuple(keep),
+        older_than=older_than,
+        max_size=max_size,
+        dataset=dataset or [],
+        keep=keep or [],
         include_sources=include_sources,
         force_root=force_root,
         other_hosts_idle=other_hosts_idle,
+        dry_run=dry_run,
+        yes=yes,
     )
-    if tmp_dir is not None and not temp:
-        raise CachetoolError("--tmp-dir only makes sense with --temp")
-    return options
 
 
 @handle_errors
-def _gc(
-    fingerprints: list[str],
-    temp: bool,
-    tmp_dir: Path | None,
-    min_age: str,
-    all_users: bool,
-    older_than: str | None,
-    max_size: str | None,
-    datasets: list[str],
-    keep: list[str],
-    include_sources: bool,
-    dry_run: bool,
-    yes: bool,
-    cache_dir: Path | None,
-    fmt: OutputFormat,
-    force_root: bool = False,
-    no_truncate: bool = False,
-    other_hosts_idle: bool = False,
-) -> None:
-    from cachetool.cache.dirs import existing_root
-    from cachetool.maintenance.gc import execute, plan_gc
+def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
+    """Run `gc_cache(**keywords)`, asking on a terminal, and render what it did."""
+    from cachetool.maintenance.gc import gc_cache
+    from cachetool.maintenance.gc.run import ConfirmationNeeded
 
-    options = parse_options(
-        fingerprints,
-        temp,
-        tmp_dir,
-        min_age,
-        all_users,
-        older_than,
-        max_size,
-        datasets,
-        keep,
-        include_sources,
-        force_root,
-        other_hosts_idle,
-    )
-    root = existing_root(cache_dir)
     out = Output(fmt, no_truncate=no_truncate)
-    if not options.temp and not options.evicts:
-        # An empty selection (`gc $(cachetool ls -q --filter …)` when nothing matches) is nothing
-        # to do, not a mistake: exit 0, and say so on stderr.
-        from cachetool.maintenance.gc import GcPlan
+    asked: list[GcPlan] = []
 
-        hint(NOTHING_SELECTED)
-        if fmt == OutputFormat.json:
-            out.json(gc_document(GcPlan(root, None, options, ()), None, dry_run))
-        return
-    plan = plan_gc(root, options)
+    def ask(plan: GcPlan) -> bool:
+        asked.append(plan)
+        _warn(plan)
+        _show_plan(out, plan, dry_run=False, final=False)
+        return typer.confirm(
+            f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?", default=False
+        )
+
+    interactive = fmt == OutputFormat.human and sys.stdin.isatty()
+    try:
+        run = gc_cache(**keywords, confirm=ask if interactive else None)
+    except ConfirmationNeeded as e:
+        _warn(e.plan)
+        _show_plan(out, e.plan, dry_run=False, final=True)
+        raise
+    _show_run(out, run, plan_shown=bool(asked))
+
+
+def _warn(plan: GcPlan) -> None:
     for w in plan.warnings:
         warn(w)
-    if dry_run:
+
+
+def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
+    """Everything a run prints after `gc_cache` returned, and its exit code."""
+    from cachetool.maintenance.gc import NOTHING_SELECTED
+
+    plan = run.plan
+    if not plan.options.selects:
+        # An empty selection (`gc $(cachetool ls -q --filter …)` when nothing matches) is nothing
+        # to do, not a mistake: exit 0, and say so on stderr.
+        hint(NOTHING_SELECTED)
+        if out.format == OutputFormat.json:
+            out.json(gc_document(plan, None, run.dry_run))
+        return
+    if not plan_shown:
+        _warn(plan)
+    if run.dry_run:
         _show_plan(out, plan, dry_run=True, final=True)
-        for what, why in _named_but_kept(fingerprints, plan, None):
+        for what, why in run.named_but_kept:
             warn(f"{what} would be kept: {why}")
         return
-    if not plan.items:
-        from cachetool.maintenance.gc import GcResult
-
-        # Stale leases go without a question: they protect nothing any more.
-        result = execute(plan) if plan.shared and plan.shared.stale else GcResult(plan, ())
-        if fmt == OutputFormat.human:
-            _show_plan(out, plan, dry_run=False, final=True)
-            for lease in result.leases_removed:
-                out.line(f"Removed the stale lease of {lease}.", style="dim")
-        else:
-            _show_result(out, result)
-        _fail_if_named_kept(fingerprints, plan, None)
+    if run.declined or run.result is None:
+        out.line("Nothing removed.")
         return
-    if not yes:
-        if fmt != OutputFormat.human or not sys.stdin.isatty():
-            _show_plan(out, plan, dry_run=False, final=True)
-            raise CachetoolError(
-                f"refusing to remove {len(plan.items)} item(s) without confirmation: pass --yes"
-            )
-        _show_plan(out, plan, dry_run=False, final=False)
-        if not typer.confirm(
-            f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?", default=False
-        ):
-            out.line("Nothing removed.")
-            return
-    elif fmt == OutputFormat.human:
-        _show_plan(out, plan, dry_run=False, final=False)
-    result = execute(plan)
-    _show_result(out, result)
-    _fail_if_named_kept(fingerprints, plan, result)
-    if result.exit_code != ExitCode.OK:
-        raise typer.Exit(int(result.exit_code))
-
-
-#: What gc says when nothing was selected at all (exit 0; see docs/gc.md).
-NOTHING_SELECTED = (
-    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset given "
-    "(an empty `cachetool ls -q` selection selects nothing)"
-)
-
-
-def _named_but_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> list[tuple[str, str]]:
-    from cachetool.maintenance.gc import named_but_kept
-
-    return named_but_kept(names, plan, result)
-
-
-def _fail_if_named_kept(names: list[str], plan: GcPlan, result: GcResult | None) -> None:
-    """Naming an entry asks for its removal: if gc keeps it, say why on stderr and exit 1."""
-    kept = _named_but_kept(names, plan, result)
-    if not kept:
-        return
-    for what, why in kept:
+    if not plan.items and out.format == OutputFormat.human:
+        _show_plan(out, plan, dry_run=False, final=True)
+        for lease in run.result.leases_removed:
+            out.line(f"Removed the stale lease of {lease}.", style="dim")
+    else:
+        if not plan_shown and out.format == OutputFormat.human:
+            _show_plan(out, plan, dry_run=False, final=False)
+        _show_result(out, run.result)
+    for what, why in run.named_but_kept:
         error(f"{what} was named but kept: {why}")
-    raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+    if run.exit_code != ExitCode.OK:
+        raise typer.Exit(int(run.exit_code))
 
 
 # ------------------------------------------------------------------------------------------
@@ -408,38 +339,11 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
     if plan.items:
         out.line()
         out.line("Would remove:" if dry_run else "Plan:", style="bold")
-        rows = [
-            (
-                i.kind.value,
-                i.fingerprint or _where(i.path, plan, out.no_truncate),
-                human_size(i.size),
-                i.files,
-                i.reason,
-            )
-            for i in plan.items
-        ]
-        out.table(
-            None,
-            [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
-            rows,
-            whole=("what",),
-        )
+        _items_table(out, plan)
     if plan.skipped:
         out.line()
         out.line("Kept:", style="bold")
-        out.table(
-            None,
-            [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
-            [
-                (
-                    s.kind.value,
-                    s.fingerprint or _where(s.path, plan, out.no_truncate),
-                    human_size(s.size),
-                    s.reason,
-                )
-                for s in plan.skipped
-            ],
-        )
+        _skipped_table(out, plan)
     out.line()
     if plan.items:
         verb = "Would free" if dry_run else "Frees"
@@ -449,6 +353,41 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         out.line(f"Nothing to remove; {plan.keeps_sentence()}.")
     if dry_run and plan.items:
         hint("run again without --dry-run to remove them (each item is checked again right before)")
+
+
+def _items_table(out: Output, plan: GcPlan) -> None:
+    rows = [
+        (
+            i.kind.value,
+            i.fingerprint or _where(i.path, plan, out.no_truncate),
+            human_size(i.size),
+            i.files,
+            i.reason,
+        )
+        for i in plan.items
+    ]
+    out.table(
+        None,
+        [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
+        rows,
+        whole=("what",),
+    )
+
+
+def _skipped_table(out: Output, plan: GcPlan) -> None:
+    out.table(
+        None,
+        [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
+        [
+            (
+                s.kind.value,
+                s.fingerprint or _where(s.path, plan, out.no_truncate),
+                human_size(s.size),
+                s.reason,
+            )
+            for s in plan.skipped
+        ],
+    )
 
 
 def _show_result(out: Output, result: GcResult) -> None:

@@ -109,6 +109,7 @@ def read_pinned(root: Path) -> frozenset[str]:
         return frozenset()
 
 
+# Long for its Typer options and help text only: the work is in `_ls`.
 def ls_command(
     path: Annotated[
         Path | None,
@@ -276,6 +277,32 @@ def render_human(
         out.line(text)
 
 
+def _table_rows(
+    entries: list[Entry], now: float, no_truncate: bool, pinned: frozenset[str]
+) -> list[dict[str, str]]:
+    """Each entry's cells, by column name."""
+    from cachetool.cache.query import is_pinned
+    from cachetool.formatting import short_age
+
+    return [
+        {
+            "dataset": e.dataset or "",
+            "kind": e.kind_str,
+            "fingerprint": entry_label(e, whole=no_truncate),
+            "pin": "yes" if is_pinned(e, pinned) else "",
+            "files": str(len(e.files)),
+            "rows": "" if e.rows is None else f"{e.rows:,}",
+            "cols": str(len(e.columns) or ""),
+            "size": e.size_str,
+            "modified": "" if e.modified is None else short_age(now - e.modified) + " ago",
+            "used": "" if e.used is None else short_age(now - e.used) + " ago",
+            "op": e.operation or "",
+            "parent": e.parent or "",
+        }
+        for e in entries
+    ]
+
+
 def _entry_table(
     out: Output,
     report: CacheReport,
@@ -292,25 +319,7 @@ def _entry_table(
 
     recorded = any(e.parent or e.operation for e in entries)
     any_pinned = any(is_pinned(e, pinned) for e in entries)
-    now = report.scanned_at
-    table_rows = []
-    for e in entries:
-        table_rows.append(
-            {
-                "dataset": e.dataset or "",
-                "kind": e.kind_str,
-                "fingerprint": entry_label(e, whole=out.no_truncate),
-                "pin": "yes" if is_pinned(e, pinned) else "",
-                "files": str(len(e.files)),
-                "rows": "" if e.rows is None else f"{e.rows:,}",
-                "cols": str(len(e.columns) or ""),
-                "size": e.size_str,
-                "modified": age_short(e.modified, now),
-                "used": age_short(e.used, now),
-                "op": e.operation or "",
-                "parent": e.parent or "",
-            }
-        )
+    table_rows = _table_rows(entries, report.scanned_at, out.no_truncate, pinned)
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
     if any_pinned:
         names.insert(2, "pin")
@@ -358,24 +367,6 @@ def _entry_table(
     out.table(
         None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
     )
-
-
-def age_short(ts: float | None, now: float) -> str:
-    """`42s`, `5m`, `3h`, `2d`, `5w`, `4mo`, `1y` ago: narrow enough for a table."""
-    if ts is None:
-        return ""
-    d = max(0.0, now - ts)
-    for unit, size in (
-        ("y", 365 * 86400),
-        ("mo", 30 * 86400),
-        ("w", 7 * 86400),
-        ("d", 86400),
-        ("h", 3600),
-        ("m", 60),
-    ):
-        if d >= size:
-            return f"{int(d // size)}{unit} ago"
-    return f"{int(d)}s ago"
 
 
 def totals_line(report: CacheReport, shown: int) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.lineage.ledger import read_segment
-from cachetool.lineage.records import BadRecord, SourceRecord, StepRecord, parse_record
+from cachetool.lineage.records import BadRecord, StepRecord, parse_record
 
 __all__ = ["Event", "EventsFile", "as_events", "load_events", "read_events"]
 
@@ -40,11 +40,8 @@ def load_events(path: str | os.PathLike[str]) -> EventsFile:
         return EventsFile()
     warnings: list[str] = []
     events: list[Event] = []
-    for record in read_segment(path, warnings):
-        if isinstance(record, StepRecord):
-            events.append(record)
-        elif not isinstance(record, SourceRecord):  # a function's source text: not compared
-            warnings.append(f"{path}: skipped a {record.type} record (not a step)")
+    # Other valid records (a function's source text, the start and end of a run) are not compared.
+    events.extend(r for r in read_segment(path, warnings) if isinstance(r, StepRecord))
     events.sort(key=lambda e: e.seq)
     return EventsFile(tuple(events), tuple(warnings))
 

@@ -68,88 +68,109 @@ def _step_name(step: Step) -> str:
     return f"step {step.index + 1} ({what}{split} at {where})"
 
 
+def _source_lines(cause: Cause) -> list[str]:
+    lines = ["  the source dataset differs between runs (no argument differs, the input does):"]
+    if cause.columns_differ:
+        lines.append(f"  the data given to {cause.step.operation} is built at run time.")
+    else:
+        lines.append("  an input file rewritten or touched between runs, or data built at run time.")
+    for diff in cause.source_diffs:
+        lines.append(f"  source {diff.key}: {' vs '.join(dict.fromkeys(diff.values))}")
+    for culprit in cause.culprits:
+        lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
+    if cause.step.operation == "load_dataset" or any(
+        d.key == "relative_data_dir" for d in cause.source_diffs
+    ):
+        lines.append(
+            "  hint: load_dataset identifies local data files by path and modification time: a file "
+            "rewritten before each run (even with the same content) is a new source; write it only "
+            "when its content changes."
+        )
+    return lines
+
+
+def _random_lines(cause: Cause) -> list[str]:
+    lines = ["  datasets could not hash an argument and used a random fingerprint: the cache is never reused"]
+    for piece in cause.unpicklable:
+        lines.append(f"  cannot pickle: {piece.path_str} {piece.repr}")
+        lines.append(f"  error: {piece.error}")
+        lines.append(f"  hint: {piece.hint}")
+    if not cause.unpicklable:
+        for error in cause.errors:
+            lines.append(f"  error: {error}")
+        args = ", ".join(cause.differing_args) or "?"
+        lines.append(f"  hint: make '{args}' picklable, or pass new_fingerprint= to the transform")
+    return lines
+
+
+def _state_lines(cause: Cause) -> list[str]:
+    origin = _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
+    subject = (
+        "the function's state"
+        if "function" in cause.differing_args or not cause.differing_args
+        else (f"the state of {', '.join(cause.differing_args)}")
+    )
+    lines = [
+        f"  {subject} differs between a run that computed {origin} and one that loaded it from the cache:",
+        "  that step changes an object while it runs, and this step hashes the object again",
+    ]
+    for culprit in cause.culprits:
+        if not culprit.parts:
+            lines.append(f"  changed: {culprit.path_str}: {culprit.values_str}")
+        else:
+            for part in culprit.parts:
+                lines.append(f"  changed: {part.path_str}: {part.values_str}")
+        lines.append(f"  hint: {culprit.hint}")
+    return lines
+
+
+def _argument_lines(cause: Cause) -> list[str]:
+    lines = [f"  differing argument(s): {', '.join(cause.differing_args)}"]
+    for culprit in cause.culprits:
+        if not culprit.parts:
+            shown = culprit.values_str
+            if len(shown) <= 60:  # fn_kwargs['seed'] (int): 4187 vs 912
+                lines.append(f"  culprit: {culprit.path_str}: {shown}")
+            else:
+                lines.append(f"  culprit: {culprit.path_str}")
+                lines.append(f"    {shown}")
+            lines.append(f"  hint: {culprit.hint}")
+            continue
+        lines.append(f"  culprit: {culprit.path_str}")
+        lines.append(f"  it differs in {len(culprit.leaves)} places:")
+        for part in culprit.parts:
+            lines.append(f"  - {part.path_str}: {part.values_str}")
+            lines.append(f"    hint: {part.hint}")
+        if len(culprit.leaves) > len(culprit.parts):
+            lines.append(f"  - ... and {len(culprit.leaves) - len(culprit.parts)} more")
+    if not cause.culprits:
+        lines.append("  (no hash tree recorded for it: cannot say which part differs)")
+    return lines
+
+
+_GIVEN = [
+    "  the fingerprint was given with new_fingerprint= and differs between runs",
+    "  hint: derive new_fingerprint from inputs that are the same in every run (not a clock or uuid)",
+]
+_UNEXPLAINED = ["  no recorded argument differs; the difference is in what datasets hashed internally"]
+
+
 def cause_lines(cause: Cause) -> list[str]:
     """The explanation of one cause, as indented lines."""
-    lines: list[str] = []
     fps = " vs ".join(dict.fromkeys(_short(fp) for fp in cause.step.results))
-    lines.append(f"{_location(cause)}  {_what(cause)}: fingerprint {fps}")
+    lines = [f"{_location(cause)}  {_what(cause)}: fingerprint {fps}"]
     if cause.kind == "source":
-        lines.append("  the source dataset differs between runs (no argument differs, the input does):")
-        if cause.columns_differ:
-            lines.append(f"  the data given to {cause.step.operation} is built at run time.")
-        else:
-            lines.append("  an input file rewritten or touched between runs, or data built at run time.")
-        for diff in cause.source_diffs:
-            lines.append(f"  source {diff.key}: {' vs '.join(dict.fromkeys(diff.values))}")
-        for culprit in cause.culprits:
-            lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
-        if cause.step.operation == "load_dataset" or any(
-            d.key == "relative_data_dir" for d in cause.source_diffs
-        ):
-            lines.append(
-                "  hint: load_dataset identifies local data files by path and modification time: a file "
-                "rewritten before each run (even with the same content) is a new source; write it only "
-                "when its content changes."
-            )
+        lines += _source_lines(cause)
     elif cause.kind == "random":
-        lines.append(
-            "  datasets could not hash an argument and used a random fingerprint: the cache is never reused"
-        )
-        for piece in cause.unpicklable:
-            lines.append(f"  cannot pickle: {piece.path_str} {piece.repr}")
-            lines.append(f"  error: {piece.error}")
-            lines.append(f"  hint: {piece.hint}")
-        if not cause.unpicklable:
-            for error in cause.errors:
-                lines.append(f"  error: {error}")
-            args = ", ".join(cause.differing_args) or "?"
-            lines.append(f"  hint: make '{args}' picklable, or pass new_fingerprint= to the transform")
+        lines += _random_lines(cause)
     elif cause.kind == "cache-state":
-        origin = _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
-        subject = (
-            "the function's state"
-            if "function" in cause.differing_args or not cause.differing_args
-            else (f"the state of {', '.join(cause.differing_args)}")
-        )
-        lines.append(
-            f"  {subject} differs between a run that computed {origin} and one that loaded it from the cache:"
-        )
-        lines.append("  that step changes an object while it runs, and this step hashes the object again")
-        for culprit in cause.culprits:
-            if not culprit.parts:
-                lines.append(f"  changed: {culprit.path_str}: {culprit.values_str}")
-            else:
-                for part in culprit.parts:
-                    lines.append(f"  changed: {part.path_str}: {part.values_str}")
-            lines.append(f"  hint: {culprit.hint}")
+        lines += _state_lines(cause)
     elif cause.kind == "given":
-        lines.append("  the fingerprint was given with new_fingerprint= and differs between runs")
-        lines.append(
-            "  hint: derive new_fingerprint from inputs that are the same in every run (not a clock or uuid)"
-        )
+        lines += _GIVEN
     elif cause.kind == "unexplained":
-        lines.append("  no recorded argument differs; the difference is in what datasets hashed internally")
+        lines += _UNEXPLAINED
     else:
-        lines.append(f"  differing argument(s): {', '.join(cause.differing_args)}")
-        for culprit in cause.culprits:
-            if not culprit.parts:
-                shown = culprit.values_str
-                if len(shown) <= 60:  # fn_kwargs['seed'] (int): 4187 vs 912
-                    lines.append(f"  culprit: {culprit.path_str}: {shown}")
-                else:
-                    lines.append(f"  culprit: {culprit.path_str}")
-                    lines.append(f"    {shown}")
-                lines.append(f"  hint: {culprit.hint}")
-                continue
-            lines.append(f"  culprit: {culprit.path_str}")
-            lines.append(f"  it differs in {len(culprit.leaves)} places:")
-            for part in culprit.parts:
-                lines.append(f"  - {part.path_str}: {part.values_str}")
-                lines.append(f"    hint: {part.hint}")
-            if len(culprit.leaves) > len(culprit.parts):
-                lines.append(f"  - ... and {len(culprit.leaves) - len(culprit.parts)} more")
-        if not cause.culprits:
-            lines.append("  (no hash tree recorded for it: cannot say which part differs)")
+        lines += _argument_lines(cause)
     variation = _variation(cause)
     if variation:
         lines.append(f"  {variation}")

@@ -86,10 +86,8 @@ class Run:
     """One run of the script: `start` (ahead of its turn when possible), `go`, `finish`; `abort`
     stops whatever it started and has not finished."""
 
-    def __init__(
-        self, s: RunSettings, index: int, seed: int, live: dict[subprocess.Popen[bytes], str]
-    ) -> None:
-        self.s, self.index, self.seed, self.live = s, index, seed, live
+    def __init__(self, s: RunSettings, index: int, seed: int) -> None:
+        self.s, self.index, self.seed = s, index, seed
         # On the user's cache, the first run computes every step (caching disabled, its files go
         # to a temporary folder) and the next ones use the cache as it is: a step whose result
         # depends on whether an earlier one was computed or loaded shows even on a warm cache.
@@ -104,6 +102,8 @@ class Run:
         self.went: float | None = None
         self.watch: _Watching | None = None
         self.done = False
+        #: `abort` stopped the script while it ran (not only an interpreter waiting for its turn).
+        self.stopped_early = False
 
     @property
     def started(self) -> bool:
@@ -164,7 +164,6 @@ class Run:
             for fd in (out_w, err_w, *pass_fds):  # the child's ends
                 os.close(fd)
         self.tails = (Tail(out_r), Tail(err_r))
-        self.live[self.proc] = self.marker
         if self.go_fd is None:
             self._went()
 
@@ -204,7 +203,6 @@ class Run:
             raise
         finally:
             self.done = True
-            self.live.pop(proc, None)
             if self.watch is not None:
                 self.watch.close()
         duration = time.monotonic() - self.went
@@ -236,9 +234,9 @@ class Run:
             self.go_fd = None
         if self.proc is not None and not self.done:
             self.done = True
+            self.stopped_early = self.going
             kill_group(self.proc)
             stop_marked(self.marker)
-            self.live.pop(self.proc, None)
             if self.watch is not None:
                 self.watch.close(report=False)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -173,10 +172,13 @@ def check_determinism(
         progress=progress,
         cold=cold,
     )
+    return _check(s)
+
+
+def _check(s: _Settings) -> DeterminismReport:
     # Runs start in their own sessions (a timeout stops a whole num_proc pool), so Ctrl-C does not
     # reach them: every live run is stopped here when this process is interrupted or terminated,
     # and what the runs left (their temp folder, tmp files in the cache) is removed.
-    live: dict[subprocess.Popen[bytes], str] = {}
     leftovers = Leftovers(None if s.runs.isolated else cache_root(s.runs.env), s.runs.env)
     started = time.time()
     with (
@@ -185,26 +187,37 @@ def check_determinism(
     ):
         workdir = Path(tmp)
         rs = dataclasses.replace(s.runs, workdir=workdir)
-        planned = [Run(rs, i, seed, live) for i, seed in enumerate(s.seeds)]
+        planned = [Run(rs, i, seed) for i, seed in enumerate(s.seeds)]
         try:
             outcomes = _one_after_another(planned) if s.workers == 1 else _at_once(planned, s.workers)
         except BaseException as e:
             raise CheckInterrupted(e, leftovers.remove(started, workdir), workdir) from None
         warnings = _run_warnings(outcomes, leftovers, started, workdir)
+        if any(run.stopped_early for run in planned) and not any(o.timed_out for o in outcomes):
+            # A run going beside the one that failed was stopped: what it left goes too.
+            removed = leftovers.remove(started, workdir)
+            if removed:
+                warnings.append(
+                    f"stopped the run going beside the one that failed; removed what it left: {removed}"
+                )
         report = DeterminismReport(
             script=s.script, args=s.runs.args, isolated=s.runs.isolated, runs=tuple(outcomes), analysis=None
         )
         if report.failed_run is not None:
             return dataclasses.replace(report, warnings=tuple(warnings))
-        return _compared(s, report, warnings, lambda: Run(rs, len(s.seeds), s.seeds[0], live).finish())
+        return _compared(s, report, warnings, lambda: Run(rs, len(s.seeds), s.seeds[0]).finish())
 
 
 def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
     """Runs on the shared cache, each after the one before (it may reuse what that one wrote),
     stopping at the first failure (the report is about it). The next run's interpreter starts while
-    a run works and waits for its turn, so its start and `import datasets` overlap that work."""
+    a run works and waits for its turn, so its start and `import datasets` overlap that work. A
+    cold first run reads and writes nothing in the cache: the second one goes at once beside it."""
     outcomes: list[RunOutcome] = []
     try:
+        if runs[0].cold:
+            runs[0].go()
+            runs[1].go()
         for i, run in enumerate(runs):
             run.go()
             if i + 1 < len(runs):

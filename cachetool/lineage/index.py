@@ -26,19 +26,33 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.lineage.ledger import Usage
-from cachetool.lineage.records import StepRecord
+from cachetool.lineage.records import SourceRecord, StepRecord
 from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.lineage.segments import iter_segments, read_segment_from
 
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.
-_VERSION = 1
+_VERSION = 4
 _CHUNK = 500  # fingerprints per `IN (...)` query
 
+_TABLES = ("segments", "usage", "rec", "par", "known")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS segments (
-    path TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns INTEGER, done INTEGER
+    path TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns INTEGER, done INTEGER, bad INTEGER
 );
+CREATE TABLE IF NOT EXISTS rec (
+    id INTEGER PRIMARY KEY, path TEXT, offset INTEGER, length INTEGER, type TEXT, result TEXT,
+    run TEXT, time REAL, internal INTEGER, skey TEXT, fkey TEXT, mkey TEXT, output TEXT, parents TEXT
+);
+CREATE INDEX IF NOT EXISTS rec_run ON rec(run);
+CREATE INDEX IF NOT EXISTS rec_skey ON rec(skey);
+CREATE INDEX IF NOT EXISTS rec_fkey ON rec(fkey);
+CREATE INDEX IF NOT EXISTS rec_mkey ON rec(mkey);
+CREATE INDEX IF NOT EXISTS rec_result ON rec(result);
+CREATE TABLE IF NOT EXISTS par (id INTEGER, parent TEXT);
+CREATE INDEX IF NOT EXISTS par_id ON par(id);
+CREATE INDEX IF NOT EXISTS par_parent ON par(parent);
+CREATE TABLE IF NOT EXISTS known (fp TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS usage (
     fp TEXT PRIMARY KEY, last REAL, o_time REAL, o_run TEXT, o_seq INTEGER, operation TEXT,
     parents TEXT, records INTEGER, hits INTEGER, misses INTEGER, random INTEGER
@@ -167,12 +181,12 @@ def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
     """`Usage` per fingerprint of the ledger of `root` alone, from its index (brought up to date
     first). `{}` without reading or writing anything when the root records nothing."""
     root_path = Path(os.path.abspath(os.fspath(root)))
-    segments = _segments_now(root_path)
+    segments = segments_now(root_path)
     if not segments:
         return {}
     for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
         try:
-            return UsageIndex(_up_to_date(db, root_path, segments))
+            return UsageIndex(up_to_date(db, root_path, segments))
         except (OSError, sqlite3.Error):
             continue
     from cachetool.lineage.ledger import read_ledger
@@ -180,7 +194,7 @@ def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
     return read_ledger(root_path).usage()
 
 
-def _segments_now(root: Path) -> list[_Seg]:
+def segments_now(root: Path) -> list[_Seg]:
     out = []
     for path in iter_segments(root):
         try:
@@ -211,7 +225,7 @@ def _plan(con: sqlite3.Connection, segments: list[_Seg]) -> tuple[bool, list[tup
     return False, todo
 
 
-def _up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection:
+def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection:
     if not db.exists():
         db.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(db, timeout=30)
@@ -224,22 +238,52 @@ def _up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connectio
     with FileLock(f"{db}.lock", timeout=60):
         rebuild, todo = _plan(con, segments)  # another command may have done it meanwhile
         if rebuild:
-            con.execute("DELETE FROM segments")
-            con.execute("DELETE FROM usage")
-        sums: dict[str, _Sum] = {}
-        done = []
-        label = os.fspath(root)
-        for (path, ino, size, mtime), start in todo:
-            records, end = read_segment_from(Path(path), start, label)
-            for rec in records:
-                if isinstance(rec, StepRecord):
-                    fold(sums, rec)
-            done.append((path, ino, size, mtime, end))
-        _merge(con, sums)
-        con.executemany("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?)", done)
+            for table in _TABLES:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+            con.executescript(_SCHEMA)
+        _fold_segments(con, root, todo)
         con.execute(f"PRAGMA user_version = {_VERSION}")
         con.commit()
     return con
+
+
+def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, int]]) -> None:
+    """Read each segment from its offset; add its records to the sums, the record locations and
+    the parents."""
+    sums: dict[str, _Sum] = {}
+    done: list[tuple[object, ...]] = []
+    recs: list[tuple[object, ...]] = []
+    pars: list[tuple[int, str]] = []
+    known: set[str] = set()
+    next_id = int(con.execute("SELECT coalesce(max(id), 0) FROM rec").fetchone()[0]) + 1
+    label = os.fspath(root)
+    realpaths: dict[str, str] = {}
+    from cachetool.lineage.part import step_keys
+
+    for (path, ino, size, mtime), start in todo:
+        records, end, bad = read_segment_from(Path(path), start, label)
+        for offset, length, rec in records:
+            key = rec.hash if isinstance(rec, SourceRecord) else getattr(rec, "result", None)
+            keys: tuple[str | None, ...] = (None, None, None, None, None)
+            if isinstance(rec, StepRecord):
+                keys = (*step_keys(rec, realpaths), rec.output, json.dumps(list(rec.parents)))
+            recs.append(
+                (next_id, path, offset, length, rec.type, key, rec.run, rec.time, rec.internal, *keys)
+            )
+            if isinstance(rec, StepRecord):
+                fold(sums, rec)
+                pars += [(next_id, p) for p in rec.parents]
+                known.update(rec.parents)
+                if rec.result is not None:
+                    known.add(rec.result)
+            next_id += 1
+        was_bad = con.execute("SELECT bad FROM segments WHERE path = ?", (path,)).fetchone()
+        done.append((path, ino, size, mtime, end, bad + (was_bad[0] if was_bad else 0)))
+    _merge(con, sums)
+    con.executemany("INSERT INTO rec VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", recs)
+    con.executemany("INSERT INTO par VALUES (?, ?)", pars)
+    con.executemany("INSERT OR IGNORE INTO known VALUES (?)", [(fp,) for fp in known])
+    con.executemany("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?, ?)", done)
 
 
 def _merge(con: sqlite3.Connection, sums: dict[str, _Sum]) -> None:

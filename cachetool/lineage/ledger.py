@@ -124,6 +124,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +186,54 @@ class Ledger:
         with `all_roots`, every known root is read whole."""
         first = Path(os.path.abspath(os.fspath(root)))
         records, warnings, segments = _read_root(first)
+        return cls._with_others(first, records, warnings, segments, all_roots=all_roots, follow=follow)
+
+    @classmethod
+    def load_part(
+        cls,
+        root: str | os.PathLike[str],
+        fingerprints: Iterable[str],
+        *,
+        down: bool = False,
+        index: sqlite3.Connection | None = None,
+    ) -> Ledger:
+        """The part of `root`'s ledger that lineage of `fingerprints` reads: the records that made
+        them and their ancestors (with `down`, their descendants too), every gc record and the
+        source texts they name, read through the ledger index (`index`, else the root's,
+        `cachetool.lineage.part.open_index`) without reading the other records; then the other
+        roots as `load` follows them. The whole ledger (`load`) when the index cannot serve it.
+        The fingerprints of the whole root are `IndexedFingerprints` of the index."""
+        from cachetool.lineage import part
+
+        first = Path(os.path.abspath(os.fspath(root)))
+        con = index if index is not None else part.open_index(first)
+        if con is None:
+            return cls.load(first)
+        wanted = part.closure(con, set(fingerprints), up=True, down=down)
+        if down:  # the whole family: what was made from every ancestor
+            wanted = part.closure(con, wanted, up=False, down=True)
+        return cls.of_records(first, part.records_of(con, first, wanted), part.segment_paths(con))
+
+    @classmethod
+    def of_records(
+        cls, root: str | os.PathLike[str], records: Iterable[LedgerRecord], segments: Iterable[Path] = ()
+    ) -> Ledger:
+        """A ledger of `records`, a part of `root`'s own read through its index (from
+        `segments`), with the other roots followed as `load` follows them."""
+        first = Path(os.path.abspath(os.fspath(root)))
+        return cls._with_others(first, list(records), [], list(segments), all_roots=False, follow=True)
+
+    @classmethod
+    def _with_others(
+        cls,
+        first: Path,
+        records: list[LedgerRecord],
+        warnings: list[str],
+        segments: list[Path],
+        *,
+        all_roots: bool,
+        follow: bool,
+    ) -> Ledger:
         roots = [first]
         registry = known_roots()
         others = [p for p in (Path(r) for r in registry) if p != first and p.is_dir()]
@@ -251,7 +300,7 @@ class Ledger:
                     roots.append(other)
                 found += hit
                 # the text of the functions those steps name, for explain
-                hashes = {h for r in hit for h in _source_hashes(r)}
+                hashes = {h for r in hit for h in source_hashes(r)}
                 found += [r for r in cache[other] if isinstance(r, SourceRecord) and r.hash in hashes]
             if not found:
                 return
@@ -322,7 +371,8 @@ class Ledger:
         return _usage(self.own_steps())
 
 
-def _source_hashes(rec: StepRecord) -> list[str]:
+def source_hashes(rec: StepRecord) -> list[str]:
+    """The source hashes of the function a step record names and of the helpers it calls."""
     fn = rec.function
     if fn is None:
         return []

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.graph import Step
     from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.resolve import KnownFingerprints
 
 LineageMode = Literal["chain", "descendants", "all"]
 
@@ -62,11 +63,35 @@ def lineage(
 
     The Python side of `cachetool lineage`."""
     from cachetool.cache.scan import scan_cache
+    from cachetool.errors import UnknownFingerprint
     from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.part import IndexedFingerprints, open_index
+    from cachetool.lineage.resolve import resolve
 
-    ledger = Ledger.load(os.path.abspath(os.path.expanduser(os.fspath(root))), all_roots=all_roots)
-    report = scan_cache(root, ledger=ledger)
     mode: LineageMode = "all" if all else "descendants" if descendants else "chain"
+    root_abs = os.path.abspath(os.path.expanduser(os.fspath(root)))
+    con = None if all_roots else open_index(root_abs)
+    if con is not None:
+        # A long-lived ledger: read only the records of the fingerprint's family. A name this
+        # root does not record (a step of a saved folder made from it) needs the other roots.
+        report = scan_cache(root)
+        known = IndexedFingerprints(con)
+        try:
+            got = resolve(fingerprint, report, recorded=known)
+        except UnknownFingerprint:
+            got = None
+        if got is not None:
+            e = got.entry
+            named = {
+                got.fingerprint,
+                *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ()),
+            }
+            ledger = Ledger.load_part(root_abs, named, down=mode != "chain", index=con)
+            return lineage_view(
+                report, fingerprint, mode=mode, include_internal=internal, ledger=ledger, recorded=known
+            )
+    ledger = Ledger.load(root_abs, all_roots=all_roots)
+    report = scan_cache(root, ledger=ledger)
     return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
 
 
@@ -78,8 +103,10 @@ def lineage_view(
     include_internal: bool = False,
     all_roots: bool = False,
     ledger: Ledger | None = None,
+    recorded: KnownFingerprints | None = None,
 ) -> LineageView:
-    """`lineage` for a cache already scanned (`report`), with its ledger when already loaded."""
+    """`lineage` for a cache already scanned (`report`), with its ledger when already loaded
+    (`recorded`: every fingerprint of the root, when `ledger` holds a part of its records)."""
     from cachetool.lineage.graph import load_graph
     from cachetool.lineage.ledger import Ledger
     from cachetool.lineage.resolve import resolve
@@ -87,7 +114,7 @@ def lineage_view(
     if ledger is None:
         ledger = Ledger.load(report.root, all_roots=all_roots)
     graph = load_graph(ledger, include_internal=include_internal)
-    got = resolve(prefix, report, ledger)
+    got = resolve(prefix, report, ledger, recorded=recorded)
     fp = got.recorded_as(graph.recorded)
     if mode == "descendants":
         items = graph.descendants(fp)

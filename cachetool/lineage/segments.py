@@ -86,39 +86,79 @@ def read_segment(
     return _parse_lines(path, lines, sink, read_from)
 
 
-def read_segment_from(path: Path, start: int, read_from: str | None = None) -> tuple[list[LedgerRecord], int]:
-    """The records of the whole lines of a segment from byte `start` on, and the offset after the
-    last whole line: where the next read starts (a line still being written is left for then).
-    What cannot be read is skipped silently (`read_segment` says it)."""
+def read_segment_from(
+    path: Path, start: int, read_from: str | None = None
+) -> tuple[list[tuple[int, int, LedgerRecord]], int, int]:
+    """The records of the whole lines of a segment from byte `start` on, each with its offset and
+    length, the offset after the last whole line (where the next read starts: a line still being
+    written is left for then), and how many lines were skipped (`read_segment` names them)."""
     data = _read_capped(path, [], start)
     if not data:
-        return [], start
+        return [], start, 0
     whole = data.rfind(b"\n") + 1
-    return _parse_lines(path, data[:whole].split(b"\n")[:-1], [], read_from), start + whole
+    out = []
+    sink: list[str] = []
+    at = 0
+    for number, line in enumerate(data[:whole].split(b"\n")[:-1], 1):
+        rec = _parse_line(path, number, line, sink, read_from)
+        if rec is not None:
+            out.append((start + at, len(line), rec))
+        at += len(line) + 1
+    return out, start + whole, len(sink)
+
+
+def read_records_at(
+    path: Path, spans: list[tuple[int, int]], read_from: str | None = None
+) -> list[LedgerRecord]:
+    """The records of the lines at `spans` (offset, length) of a segment (`read_segment_from`
+    gave them): a few records of a long ledger without reading the rest."""
+    out = []
+    sink: list[str] = []
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        for offset, length in spans:
+            rec = _parse_line(path, 0, os.pread(fd, length, offset), sink, read_from)
+            if rec is not None:
+                out.append(rec)
+    finally:
+        os.close(fd)
+    return out
 
 
 def _parse_lines(
     path: Path, lines: list[bytes], sink: list[str], read_from: str | None
 ) -> list[LedgerRecord]:
-    out: list[LedgerRecord] = []
+    out = []
     for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if len(line) > MAX_LINE_BYTES:
-            sink.append(f"{path}:{number}: skipped a record of {len(line)} bytes (at most {MAX_LINE_BYTES})")
-            continue
-        try:
-            obj = json.loads(line)
-        except RecursionError:
-            sink.append(f"{path}:{number}: skipped a record nested too deeply")
-            continue
-        except ValueError:
-            sink.append(f"{path}:{number}: skipped an unreadable record")
-            continue
-        try:
-            out.append(parse_record(obj, read_from))
-        except BadRecord as e:
-            sink.append(f"{path}:{number}: skipped a record: {e}")
-        except RecursionError:
-            sink.append(f"{path}:{number}: skipped a record nested too deeply")
+        rec = _parse_line(path, number, line, sink, read_from)
+        if rec is not None:
+            out.append(rec)
     return out
+
+
+def _parse_line(
+    path: Path, number: int, line: bytes, sink: list[str], read_from: str | None
+) -> LedgerRecord | None:
+    """One line's record, or None (with a warning unless blank)."""
+    if not line.strip():
+        return None
+    if len(line) > MAX_LINE_BYTES:
+        sink.append(f"{path}:{number}: skipped a record of {len(line)} bytes (at most {MAX_LINE_BYTES})")
+        return None
+    try:
+        obj = json.loads(line)
+    except RecursionError:
+        sink.append(f"{path}:{number}: skipped a record nested too deeply")
+        return None
+    except ValueError:
+        sink.append(f"{path}:{number}: skipped an unreadable record")
+        return None
+    try:
+        return parse_record(obj, read_from)
+    except BadRecord as e:
+        sink.append(f"{path}:{number}: skipped a record: {e}")
+    except RecursionError:
+        sink.append(f"{path}:{number}: skipped a record nested too deeply")
+    return None

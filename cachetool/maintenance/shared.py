@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
-from cachetool.maintenance.liveness import LEASES_DIR, Lease, LeaseState, judge_leases, read_lease
+from cachetool.maintenance.fdops import O_DIR
+from cachetool.maintenance.leases import LEASES_DIR, Lease, LeaseState, judge_leases, read_lease
 
 if TYPE_CHECKING:
     from cachetool.lineage.gclog import GcLog
@@ -121,7 +122,7 @@ def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> 
     removed: list[Lease] = []
     if not state.stale:
         return removed
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    flags = O_DIR
     try:
         ledger_fd = os.open(LEDGER_DIR, flags, dir_fd=root_fd)
     except OSError:
@@ -132,7 +133,7 @@ def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> 
         os.close(ledger_fd)
         return removed
     try:
-        from cachetool.maintenance.liveness import lease_state
+        from cachetool.maintenance.leases import lease_state
 
         for lease, _ in state.stale:
             name = lease.path.name

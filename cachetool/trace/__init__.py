@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cachetool.trace.hooks import Tracer
+    from cachetool.trace.tracer import Tracer
 
 __all__ = ["active_tracer", "install_tracing", "tracing", "uninstall_tracing"]
 
@@ -43,7 +43,7 @@ def install_tracing(events_file: str | os.PathLike[str] | None = None) -> None:
     with _lock:
         if _tracer is not None or _pending:
             return
-        from cachetool.determinism.checkpoint import run_settings
+        from cachetool.trace.settings import run_settings
 
         # Read now: `cachetool run` removes these variables before the script's code runs.
         env_events, trees, cold = run_settings()
@@ -69,7 +69,8 @@ def _on_datasets_imported(events: str | None, trees: bool, cold: bool) -> None:
 def _install_now(events: str | None, trees: bool = False, cold: bool = False) -> None:
     global _tracer
     try:
-        from cachetool.trace.hooks import EventsSink, LedgerSink, Tracer
+        from cachetool.trace.sinks import EventsSink, LedgerSink
+        from cachetool.trace.tracer import Tracer
 
         sink: LedgerSink | EventsSink
         sink = EventsSink(events, trees) if events else LedgerSink()

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from cachetool.maintenance.liveness import lease_seconds, leases_dir, process_start, this_host
+from cachetool.maintenance.leases import lease_seconds, leases_dir, process_start, this_host
 
 __all__ = ["LeaseHolder", "hold_lease", "holder", "release_all"]
 

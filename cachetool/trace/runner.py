@@ -112,8 +112,8 @@ def _bootstrap() -> None:
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
-    from cachetool.determinism.checkpoint import take_environment
     from cachetool.trace import install_tracing
+    from cachetool.trace.settings import take_environment
 
     take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
 

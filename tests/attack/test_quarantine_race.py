@@ -136,7 +136,7 @@ SWAPPER = textwrap.dedent(
 def test_quarantine_beside_a_process_swapping_good_and_broken_versions(tmp_path: Path) -> None:
     """A real process replaces a cache file by a broken and a good version in turn while
     `verify --deep --quarantine` runs again and again: every file that lands in quarantine is the
-    broken version, never the good one."""
+    broken version, never the good one, and at least one lands there."""
     root = tmp_path / "cache"
     target, good, bad = _broken_and_good(root)
     (tmp_path / "good.bin").write_bytes(good)
@@ -156,10 +156,12 @@ def test_quarantine_beside_a_process_swapping_good_and_broken_versions(tmp_path:
     env = hf_env(tmp_path)
     moved: list[bytes] = []
     try:
-        # 20 runs, more while nothing was quarantined (a loaded machine makes verify slow, and
-        # the swapper then changes the file before every quarantine: no race to judge).
+        # 8 runs (CACHETOOL_QUARANTINE_SOAK=200 for a soak by hand), more while nothing was
+        # quarantined (a loaded machine makes verify slow, and the swapper then changes the file
+        # before every quarantine: no race to judge).
+        wanted = int(os.environ.get("CACHETOOL_QUARANTINE_SOAK", "8"))
         runs = 0
-        while runs < 20 or (not moved and runs < 60):
+        while runs < wanted or (not moved and runs < max(60, wanted)):
             runs += 1
             proc = subprocess.run(
                 [

@@ -64,6 +64,7 @@ from cachetool.lineage.explain.reasons import NON_SEMANTIC, NONDETERMINISTIC_KIN
 from cachetool.lineage.explain.sources import diff_lines, function_source
 from cachetool.lineage.explain.stale import stale_hits
 from cachetool.lineage.explain.steps import (
+    explain,
     explain_fingerprint,
     explain_record,
     explain_run,
@@ -93,6 +94,7 @@ __all__ = [
     "UncachedStep",
     "compare",
     "diff_lines",
+    "explain",
     "explain_fingerprint",
     "explain_record",
     "explain_run",

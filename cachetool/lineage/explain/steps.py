@@ -25,7 +25,7 @@ from cachetool.lineage.explain.reasons import (
     same_fingerprint_reason,
 )
 from cachetool.lineage.explain.stale import stale_for_hit, stale_hits
-from cachetool.lineage.explain.view import LedgerView, load_view
+from cachetool.lineage.explain.view import LedgerView, load_part_view, load_view
 from cachetool.lineage.records import StepRecord
 from cachetool.lineage.runs import interruption
 
@@ -84,6 +84,35 @@ def resolve_fingerprint(view: LedgerView, name: str) -> str:
     return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
 
 
+def explain(
+    root: str | os.PathLike[str],
+    fingerprint: str | None = None,
+    *,
+    last: bool = False,
+    script: str | os.PathLike[str] | None = None,
+    history: int = 3,
+    all_roots: bool = False,
+) -> ExplainReport:
+    """Why the step that made `fingerprint` was computed (`explain_fingerprint`, comparing
+    `history` earlier runs too), or every step the latest run computed (`last`; of `script` with
+    `script`: `explain_run`). `all_roots` reads every known cache root (`--all-roots`).
+
+    The Python side of `cachetool explain`, with its options as keywords. Raises
+    `CachetoolError` when neither or both of a fingerprint and `last`/`script` are given, or the
+    script does not exist."""
+    from cachetool.errors import CachetoolError
+
+    if fingerprint is None and not last and script is None:
+        raise CachetoolError("give a fingerprint, --last or --script SCRIPT")
+    if fingerprint is not None and (last or script is not None):
+        raise CachetoolError("give either a fingerprint or --last/--script, not both")
+    if script is not None and not os.path.exists(script):
+        raise CachetoolError(f"no such script: {script}")
+    if fingerprint is not None:
+        return explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
+    return explain_run(root, script=script, all_roots=all_roots)
+
+
 def explain_fingerprint(
     root: str | os.PathLike[str],
     fingerprint: str,
@@ -97,8 +126,14 @@ def explain_fingerprint(
 
     The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
     every known cache root too (`--all-roots`)."""
-    view = view or load_view(root, all_roots=all_roots)
-    fp = resolve_fingerprint(view, fingerprint)
+    part = None
+    if view is None and not all_roots:
+        part = load_part_view(root, fingerprint=fingerprint, history=history)
+    if part is not None:
+        view, fp = part
+    else:
+        view = view or load_view(root, all_roots=all_roots)
+        fp = resolve_fingerprint(view, fingerprint)
     made = view.by_result.get(fp, [])
     recs = [r for r in made if fp not in r.parents and view.own(r)] or [
         r for r in made if fp not in r.parents
@@ -155,8 +190,14 @@ def explain_run(
     of the root (or of `script`) unless `run` names one.
 
     The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
-    view = view or load_view(root, all_roots=all_roots)
-    run_id = run or last_run(view, script)
+    part = None
+    if view is None and not all_roots and script is None:
+        part = load_part_view(root, run=run)
+    if part is not None:
+        view, run_id = part
+    else:
+        view = view or load_view(root, all_roots=all_roots)
+        run_id = run or last_run(view, script)
     records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
     if not records:
         raise NoRecords(Path(root), f"records of run {run_id}")

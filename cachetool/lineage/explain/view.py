@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from cachetool.lineage.ledger import Ledger
+from cachetool.lineage.part import fn_key, moved_key, site_key
 from cachetool.lineage.records import (
     FunctionRef,
     LedgerRecord,
@@ -49,6 +49,26 @@ class LedgerView:
             self.steps.append(rec)
             if rec.result is not None:
                 self.by_result.setdefault(rec.result, []).append(rec)
+        # Siblings by key, and the first record of each run: a question is a lookup, not a pass
+        # over every record (a long ledger has 100,000 of them).
+        self._realpaths: dict[str, str] = {}
+        self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
+        first: dict[str, float] = {}
+        for rec in self.steps:
+            for key in self._keys(rec):
+                if key is not None:
+                    self._by_key.setdefault(key, []).append(rec)
+            if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
+                first[rec.run] = rec.time
+        self._earliest = sorted((t, run) for run, t in first.items())[:2]
+
+    def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
+        site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
+        return (
+            None if site is None else ("site", *site),
+            None if fn is None else ("function", *fn),
+            None if moved is None else ("moved", *moved),
+        )
 
     def own(self, rec: StepRecord) -> bool:
         """The record was read from this root's ledger (not followed into another root)."""
@@ -56,7 +76,8 @@ class LedgerView:
 
     def first_run(self, rec: StepRecord) -> bool:
         """No run of this root was recorded before `rec`'s run: the cache started empty."""
-        return not any(self.own(r) and r.run != rec.run and r.time < rec.time for r in self.steps)
+        other = next((t for t, run in self._earliest if run != rec.run), None)
+        return other is None or other >= rec.time
 
     def origin(self, fp: str, before: float | None = None) -> StepRecord | None:
         """The latest record that made `fp` (before `before`, when given)."""
@@ -82,26 +103,27 @@ class LedgerView:
         one per fingerprint, most recent first; those with the same parents come first. Only
         records of this root count: another cache's runs say nothing about what this one holds."""
         t = rec.time
-        key_site = _site_key(rec)
-        key_fn = _fn_key(rec)
-        key_moved = _moved_key(rec)
         fp = rec.result
-        same_site: list[StepRecord] = []
-        same_fn: list[StepRecord] = []
-        moved: list[StepRecord] = []
-        for other in self.steps:
-            if other is rec or other.time >= t or other.result == fp or other.run == rec.run:
-                continue
-            if other.type != rec.type or other.output != rec.output or not self.own(other):
-                continue
-            if key_site is not None and _site_key(other) == key_site:
-                same_site.append(other)
-            elif key_fn is not None and _fn_key(other) == key_fn:
-                same_fn.append(other)
-            elif key_moved is not None and _moved_key(other) == key_moved:
-                moved.append(other)
-        # The same function (same code) from another file: the script was renamed or moved.
-        found = same_site or same_fn or moved
+
+        def matching(key: tuple[object, ...] | None) -> list[StepRecord]:
+            if key is None:
+                return []
+            return [
+                other
+                for other in self._by_key.get(key, ())
+                if other is not rec
+                and other.time < t
+                and other.result != fp
+                and other.run != rec.run
+                and other.type == rec.type
+                and other.output == rec.output
+                and self.own(other)
+            ]
+
+        # The same call site, else the same function, else the same function (same code) from
+        # another file: the script was renamed or moved.
+        site, fn, moved = self._keys(rec)
+        found = matching(site) or matching(fn) or matching(moved)
         found.sort(key=lambda r: r.time, reverse=True)
         parents = rec.parents
         out: list[StepRecord] = []
@@ -140,29 +162,43 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
 
 
+def load_part_view(
+    root: str | os.PathLike[str], *, fingerprint: str | None = None, run: str | None = None, history: int = 0
+) -> tuple[LedgerView, str] | None:
+    """A long-lived ledger's records that `explain` of `fingerprint` (or of run `run`, else of
+    the latest run) reads, indexed, read through the ledger index (`cachetool.lineage.part`),
+    with the fingerprint `fingerprint` names (or the run's id). None when the index cannot
+    serve it (a damaged line, a name only another root records): then the whole ledger is read."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.errors import CachetoolError
+    from cachetool.lineage import part
+    from cachetool.lineage.resolve import resolve
+
+    root_abs = Path(os.path.abspath(os.fspath(root)))
+    con = part.open_index(root_abs)
+    if con is None:
+        return None
+    if fingerprint is None:
+        run_id = run or part.latest_run(con)
+        if run_id is None:
+            return None
+        records = part.explain_records(con, root_abs, run=run_id)
+        ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
+        return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
+    try:
+        got = resolve(fingerprint, scan_cache(root_abs, ledger=False), recorded=part.IndexedFingerprints(con))
+    except CachetoolError:  # unknown here (another root may know it), or ambiguous: said by the whole
+        return None
+    e = got.entry
+    named = {got.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
+    records = part.explain_records(con, root_abs, fps=named, history=history)
+    ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
+    view = LedgerView(ledger.root, ledger.records, ledger.warnings, ledger)
+    return view, got.recorded_as(view.by_result)
+
+
 def first_line(item: FunctionRef) -> int:
     return item.line if item.line is not None else 1
-
-
-def _site_key(rec: StepRecord) -> tuple[Any, ...] | None:
-    site = rec.call_site
-    if site is None or not site.file:
-        return None
-    return (rec.operation, os.path.realpath(site.file), site.line)
-
-
-def _fn_key(rec: StepRecord) -> tuple[Any, ...] | None:
-    fn = rec.function
-    if fn is None or not fn.qualname:
-        return None
-    return (rec.operation, fn.qualname, fn.file)
-
-
-def _moved_key(rec: StepRecord) -> tuple[Any, ...] | None:
-    fn = rec.function
-    if fn is None or not fn.qualname or not fn.code_hash:
-        return None
-    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
 
 
 def _has_summaries(rec: StepRecord) -> bool:

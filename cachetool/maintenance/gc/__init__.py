@@ -17,7 +17,7 @@ memory-mapped by a live process (one `/proc` pass just before executing), no loc
 enough, owned by this user, inside the root (or the temp dir) and not a symlink — and it
 deletes through directory file descriptors opened with `O_NOFOLLOW`, so a folder swapped for a
 symlink after the check makes the open fail instead of redirecting the delete. One item failing
-never stops the others.
+never stops the others. `gc_cache()` is the whole command in one call.
 
 Processes on other machines of a shared file system are invisible to the liveness check; there,
 `--min-age` is the only guard.
@@ -28,6 +28,7 @@ from cachetool.maintenance.gc.gclock import GC_LOCK_NAME, gc_lock
 from cachetool.maintenance.gc.model import (
     DEFAULT_MIN_AGE,
     LOCK_TIMEOUT,
+    NOTHING_SELECTED,
     Action,
     GcBusy,
     GcItem,
@@ -44,19 +45,23 @@ from cachetool.maintenance.gc.model import (
 )
 from cachetool.maintenance.gc.plan import RootRefusal, build_plan, plan_gc, root_refusal
 from cachetool.maintenance.gc.recheck import SNAPSHOT_MAX_AGE
+from cachetool.maintenance.gc.run import ConfirmationNeeded, GcRun, gc_cache, gc_options
 from cachetool.maintenance.gc.tempdir import TempFolder, TempScan, possible_owners, scan_temp_dir
 
 __all__ = [
     "DEFAULT_MIN_AGE",
     "GC_LOCK_NAME",
     "LOCK_TIMEOUT",
+    "NOTHING_SELECTED",
     "SNAPSHOT_MAX_AGE",
     "Action",
+    "ConfirmationNeeded",
     "GcBusy",
     "GcItem",
     "GcOptions",
     "GcPlan",
     "GcResult",
+    "GcRun",
     "KeptBecause",
     "Outcome",
     "RootRefusal",
@@ -68,7 +73,9 @@ __all__ = [
     "TempScan",
     "build_plan",
     "execute",
+    "gc_cache",
     "gc_lock",
+    "gc_options",
     "named_but_kept",
     "plan_gc",
     "possible_owners",

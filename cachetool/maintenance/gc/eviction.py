@@ -18,8 +18,8 @@ from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
 from cachetool.cache.scan import Entry
 from cachetool.formatting import compact_age, compact_duration, human_size
-from cachetool.maintenance.gc.model import GcItem, KeptBecause, Target
-from cachetool.maintenance.gc.planner import Planner
+from cachetool.maintenance.gc.model import GcItem, KeptBecause, Refusal, Target
+from cachetool.maintenance.gc.planner import KEPT_BECAUSE, Planner
 
 #: Kinds kept unless `--include-sources`: what cannot be computed again from the cache alone.
 SOURCE_LIKE = frozenset({Kind.SOURCE, Kind.SAVED, Kind.ARROW})
@@ -50,10 +50,10 @@ class _Unit:
 
 @dataclass(frozen=True)
 class _Protected:
-    """Why a unit must stay: counted as `because`, shown in the skips as `text`."""
+    """Why a unit must stay: counted as `because`, shown in the skips as `why`."""
 
     because: KeptBecause
-    text: str
+    why: Refusal
 
 
 class EvictionPlanner(Planner):
@@ -149,25 +149,29 @@ class EvictionPlanner(Planner):
         """Why a unit must stay, or None."""
         fps = u.fingerprints
         if fps & self.pins:
-            return _Protected(KeptBecause.PINNED, "pinned (cachetool unpin to release)")
+            return _Protected(KeptBecause.PINNED, Refusal("pinned", "pinned (cachetool unpin to release)"))
         hit = next((fp for fp in sorted(fps) if fp in self.pin_ancestors), None)
         if hit:
-            return _Protected(KeptBecause.PINNED_ANCESTOR, f"ancestor of pinned {self.pin_ancestors[hit]}")
+            why = Refusal("pinned", f"ancestor of pinned {self.pin_ancestors[hit]}")
+            return _Protected(KeptBecause.PINNED_ANCESTOR, why)
         if fps & self.keep_fps:
-            return _Protected(KeptBecause.KEEP, "kept by --keep")
+            return _Protected(KeptBecause.KEEP, Refusal("keep", "kept by --keep"))
         hit = next((fp for fp in sorted(fps) if fp in self.keep_ancestors), None)
         if hit:
-            return _Protected(KeptBecause.KEEP, f"ancestor of --keep {self.keep_ancestors[hit]}")
+            return _Protected(
+                KeptBecause.KEEP, Refusal("keep", f"ancestor of --keep {self.keep_ancestors[hit]}")
+            )
         if u.kind in SOURCE_LIKE and not self.o.include_sources:
-            return _Protected(KeptBecause.SOURCES, "source split or saved dataset (pass --include-sources)")
+            why = Refusal("source", "source split or saved dataset (pass --include-sources)")
+            return _Protected(KeptBecause.SOURCES, why)
         pids: set[int] = set()
         for e in u.members:
             pids |= self.file_pids(e.files)
         if u.kind == Kind.SAVED:
             pids |= self.in_use.pids_under(u.key)
         uids = [f.uid for e in u.members for f in e.files]
-        why = self.refusal(uids, u.newest, pids)
-        return None if why is None else _Protected(why.kept_because, why.text)
+        refused = self.refusal(uids, u.newest, pids)
+        return None if refused is None else _Protected(KEPT_BECAUSE[refused.code], refused)
 
     def evictions(self, explicit: list[Entry]) -> dict[Path, KeptBecause]:
         """Plan evictions; returns, per unit key, why a unit that stays stays (for the sentence)."""
@@ -196,7 +200,7 @@ class EvictionPlanner(Planner):
                 chosen.append(u)
             else:
                 why_kept[u.key] = p.because
-                self.protected_skip(u, p.text, explicit_keys)
+                self.protected_skip(u, p.why, explicit_keys)
         by_size: set[Path] = set()
         if o.max_size is not None:
             selected_keys = {u.key for u in selected}
@@ -240,7 +244,7 @@ class EvictionPlanner(Planner):
             p = protected[u.key]
             if p is not None:
                 why_kept[u.key] = p.because
-                self.protected_skip(u, p.text, explicit_keys)
+                self.protected_skip(u, p.why, explicit_keys)
                 continue
             if any(c.kind == Kind.SAVED and c.key in u.key.parents for c in chosen):
                 continue
@@ -257,12 +261,12 @@ class EvictionPlanner(Planner):
             )
         return by_size
 
-    def protected_skip(self, u: _Unit, reason: str, explicit_keys: set[Path]) -> None:
+    def protected_skip(self, u: _Unit, why: Refusal, explicit_keys: set[Path]) -> None:
         # Sources and saved datasets stay by default; listing each of them would bury the skips
         # that matter (pinned, in use, too young) unless the user named them.
         if u.kind in SOURCE_LIKE and not self.o.include_sources and u.key not in explicit_keys:
             return
-        self.skip(u.primary, reason, path=u.key, size=u.size)
+        self.skip(u.primary, why, path=u.key, size=u.size)
 
     def _evict_item(self, u: _Unit, by_size: bool = False) -> GcItem:
         o = self.o

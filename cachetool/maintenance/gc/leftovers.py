@@ -16,8 +16,8 @@ from cachetool.cache import layout
 from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
 from cachetool.cache.scan import Entry
 from cachetool.cache.tfdata import tf_leftover_name
-from cachetool.maintenance.gc.model import GcItem, Target
-from cachetool.maintenance.gc.planner import Planner, Refusal, gc_alive, newest_mtime, owner_uid
+from cachetool.maintenance.gc.model import GcItem, Refusal, Target
+from cachetool.maintenance.gc.planner import Planner, gc_alive, newest_mtime, owner_uid
 from cachetool.maintenance.gc.tempdir import check_owner_refusal, owner_refusal
 from cachetool.maintenance.liveness import cwd_pids_under
 from cachetool.maintenance.locks import LockState, lock_guard, probe
@@ -56,10 +56,10 @@ class LeftoverPlanner(Planner):
     def temp_file(self, e: Entry, data_dirs: set[Path]) -> None:
         f = e.files[0] if e.files else None
         if f is None or not stat.S_ISREG(f.mode):
-            self.skip(e, "not a regular file")
+            self.skip(e, Refusal("not-regular", "not a regular file"))
             return
         if e.dataset_dir is None and e.path.parent not in data_dirs:
-            self.skip(e, "not in a dataset folder: datasets did not write it")
+            self.skip(e, Refusal("not-datasets", "not in a dataset folder: datasets did not write it"))
             return
         why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
         if why:
@@ -83,13 +83,13 @@ class LeftoverPlanner(Planner):
         """What a killed `tf.data` writer left (its lockfiles and partial shards), as one item;
         never a finished cache's index or data."""
         if e.state == "being-written":
-            self.skip(e, e.problems[-1] if e.problems else "being written")
+            self.skip(e, Refusal("being-written", e.problems[-1] if e.problems else "being written"))
             return
         if e.state != "abandoned":
             return
         files = [f for f in e.files if tf_leftover_name(f.name)]
         if not files or any(not stat.S_ISREG(f.mode) for f in files):
-            self.skip(e, "not a regular file")
+            self.skip(e, Refusal("not-regular", "not a regular file"))
             return
         why = self.refusal([f.uid for f in files], max(f.mtime for f in files), self.file_pids(files))
         if why:
@@ -111,7 +111,9 @@ class LeftoverPlanner(Planner):
         """What a gc set aside and could not finish removing (it was killed)."""
         m = layout.GC_TRASH_RE.match(e.path.name)
         if m and gc_alive(int(m.group("pid"))):
-            self.skip(e, f"the gc that set it aside (pid {m.group('pid')}) is still running")
+            self.skip(
+                e, Refusal("gc-running", f"the gc that set it aside (pid {m.group('pid')}) is still running")
+            )
             return
         reason = "set aside by a gc that did not finish"
         if not e.files or any(f.path != e.path for f in e.files):
@@ -127,7 +129,9 @@ class LeftoverPlanner(Planner):
     def incomplete_prepare(self, e: Entry) -> None:
         final = e.dataset_dir or e.path.with_name(e.path.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
         if not layout.PREPARE_NAME_RE.match(final.name):
-            self.skip(e, "not named <hash or version>.incomplete: datasets did not make it")
+            self.skip(
+                e, Refusal("not-datasets", "not named <hash or version>.incomplete: datasets did not make it")
+            )
             return
         lock = final.with_name(layout.builder_lock_name(final.name))
         state = probe(lock)
@@ -138,7 +142,7 @@ class LeftoverPlanner(Planner):
 
     def incomplete_save(self, e: Entry) -> None:
         if e.path == self.root:
-            self.skip(e, "is the cache root itself")
+            self.skip(e, Refusal("cache-root", "is the cache root itself"))
             return
         self.leftover_folder(e, "interrupted save_to_disk (no state.json)")
 
@@ -185,11 +189,11 @@ class LeftoverPlanner(Planner):
     def lock(self, e: Entry) -> None:
         f = e.files[0] if e.files else None
         if f is None or not stat.S_ISREG(f.mode):
-            self.skip(e, "not a regular file")
+            self.skip(e, Refusal("not-regular", "not a regular file"))
             return
         guard = lock_guard(e.path, self.root, self.listings)
         if guard is None:
-            self.skip(e, "cannot tell which folder it guards")
+            self.skip(e, Refusal("guard-unknown", "cannot tell which folder it guards"))
             return
         if guard.alive(frozenset(self.removing)):
             return  # a lock of a live folder: nothing to say, it is simply part of the cache
@@ -197,9 +201,11 @@ class LeftoverPlanner(Planner):
         if state.held:
             self.skip(
                 e,
-                "held by a live process"
+                Refusal("lock-held", "held by a live process")
                 if state == LockState.HELD
-                else "cannot tell whether a live process holds it (it cannot be probed)",
+                else Refusal(
+                    "lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)"
+                ),
             )
             return
         # Age says nothing about a lock: filelock never touches its mtime.
@@ -229,7 +235,7 @@ class LeftoverPlanner(Planner):
             if not tf.is_dir:
                 self.skip(
                     None,
-                    "a symlink or not a folder (never followed)",
+                    Refusal("not-regular", "a symlink or not a folder (never followed)"),
                     path=tf.path,
                     kind=Kind.TEMP,
                     size=0,
@@ -239,9 +245,9 @@ class LeftoverPlanner(Planner):
             pids = set(self.in_use.pids_under(tf.path)) | set(cwd_pids_under(tf.path))
             prefix = os.fspath(tf.path) + "/"
             bound = any(s.startswith(prefix) for s in self.sockets)
-            why: Refusal | str | None = self.refusal([tf.uid], tf.newest, pids, scope="temp")
+            why = self.refusal([tf.uid], tf.newest, pids, scope="temp")
             if why is None and bound:
-                why = "a live process listens on a socket inside"
+                why = Refusal("socket", "a live process listens on a socket inside")
             if why is None and tf.kind == "determinism":
                 why = check_owner_refusal(tf.path.name, tf.made_by, self.pool_users)
             elif why is None:
@@ -268,7 +274,7 @@ class LeftoverPlanner(Planner):
             )
 
 
-def _busy_reason(who: str, lock: Path, state: LockState) -> str:
+def _busy_reason(who: str, lock: Path, state: LockState) -> Refusal:
     if state == LockState.HELD:
-        return f"{who} is running ({lock.name} is held)"
-    return f"{who} may be running ({lock.name} cannot be probed)"
+        return Refusal("lock-held", f"{who} is running ({lock.name} is held)")
+    return Refusal("lock-unknown", f"{who} may be running ({lock.name} cannot be probed)")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from cachetool.cache.layout import Kind
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_duration, human_size, iso_time
-from cachetool.maintenance.liveness import Lease
+from cachetool.maintenance.leases import Lease
 from cachetool.maintenance.shared import SharedState
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
@@ -46,7 +46,10 @@ class GcBusy(CachetoolError):
 
 @dataclass(frozen=True)
 class GcOptions:
-    """Every choice of a gc run; mirrors `cachetool gc`'s options one to one."""
+    """Every choice of a gc run; mirrors `cachetool gc`'s options one to one (durations in
+    seconds, sizes in bytes). Invalid values raise `CachetoolError` (exit 2) here, so a plan
+    made from Python is refused exactly as the command refuses it (`gc_options` takes the
+    command's strings)."""
 
     temp: bool = False
     tmp_dir: Path | None = None  # None: the temp dir datasets uses (TMPDIR, TEMP, TMP, system default)
@@ -61,12 +64,35 @@ class GcOptions:
     force_root: bool = False  # clean a root that is `/`, a home folder, or has no datasets layout
     other_hosts_idle: bool = False  # on a shared file system: no unleased writer runs on another host
 
+    def __post_init__(self) -> None:
+        if self.tmp_dir is not None and not self.temp:
+            raise CachetoolError("--tmp-dir only makes sense with --temp (tmp_dir needs temp=True)")
+        for name in ("min_age", "older_than", "max_size"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise CachetoolError(f"invalid --{name.replace('_', '-')} {value!r}: must not be negative")
+        for name in ("datasets", "fingerprints", "keep"):
+            if isinstance(getattr(self, name), str):
+                raise CachetoolError(f"{name} must be a sequence of names, not one string")
+
     @property
     def evicts(self) -> bool:
         """True when the run evicts entries (not only leftovers)."""
         return bool(
             self.older_than is not None or self.max_size is not None or self.datasets or self.fingerprints
         )
+
+    @property
+    def selects(self) -> bool:
+        """False when nothing is selected (no `--temp`, no entries named, no limit): nothing to do."""
+        return self.temp or self.evicts
+
+
+#: What gc says when nothing was selected at all (exit 0; see docs/gc.md).
+NOTHING_SELECTED = (
+    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset given "
+    "(an empty `cachetool ls -q` selection selects nothing)"
+)
 
 
 @dataclass(frozen=True)
@@ -119,12 +145,47 @@ class GcItem:
         }
 
 
+#: Why gc keeps something it looked at, typed (`Skip.code`); `Skip.reason` renders it with detail.
+KeepCode = Literal[
+    "other-user",  # owned by another user (without --all-users)
+    "in-use",  # a live process holds, maps or writes it
+    "leased",  # a live run's lease covers it: it may be writing it
+    "too-young",  # modified less than --min-age ago
+    "lock-held",  # its lock is held: a preparation or download is running
+    "lock-unknown",  # its lock cannot be probed: counted as held
+    "guard-unknown",  # a lock whose guarded folder cannot be told
+    "not-regular",  # not a regular file (or, in the temp dir, not a folder: never followed)
+    "not-datasets",  # its name or place says datasets did not write it
+    "being-written",  # a tf.data cache a live writer is writing
+    "gc-running",  # set aside by a gc that is still running
+    "cache-root",  # it is the cache root itself
+    "socket",  # a live process listens on a socket inside
+    "may-be-owned",  # a live process may own this temp folder
+    "pinned",  # pinned, or a recorded ancestor of a pinned entry
+    "keep",  # named by --keep, or a recorded ancestor of one
+    "source",  # a source split or saved dataset (without --include-sources)
+    "not-evictable",  # named, but of a kind gc does not evict
+]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason to keep something: typed (`code`) and rendered (`text`)."""
+
+    code: KeepCode
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(frozen=True)
 class Skip:
     """Something gc looked at and keeps, and why (a leftover not proven dead, a protected entry)."""
 
     path: Path
     kind: Kind
+    code: KeepCode
     reason: str
     size: int = 0
     fingerprint: str | None = None
@@ -142,6 +203,7 @@ class Skip:
             "path": os.fsdecode(self.path),
             "fingerprint": self.fingerprint,
             "size": self.size,
+            "code": self.code,
             "reason": self.reason,
         }
 

@@ -20,7 +20,14 @@ from cachetool.cache.scan import CacheReport, Entry
 from cachetool.errors import CachetoolError
 from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
 from cachetool.maintenance.gc.leftovers import LeftoverPlanner
-from cachetool.maintenance.gc.model import GcOptions, GcPlan, KeptBecause, order_kept
+from cachetool.maintenance.gc.model import (
+    NOTHING_SELECTED,
+    GcOptions,
+    GcPlan,
+    KeptBecause,
+    Refusal,
+    order_kept,
+)
 from cachetool.maintenance.gc.tempdir import TempScan, scan_temp_dir
 from cachetool.maintenance.liveness import InUse, TempDirUser
 from cachetool.maintenance.shared import check_min_age, shared_state
@@ -80,32 +87,7 @@ def build_plan(
     )
     b.resolve_protections()
     b.note_partial_liveness()
-    recorded = [*(parents or {}), *(x for v in (parents or {}).values() for x in v)]
-    explicit = [_find(report, fp, recorded) for fp in options.fingerprints]
-    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
-    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
-    explicit = [e for e in explicit if e.kind not in leftover_kinds]
-    if root_refused is not None:
-        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
-        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
-        b.temp_folders()
-    elif options.temp:
-        b.leftovers()
-        b.temp_folders()
-    elif named_leftovers:
-        b.leftovers(only=named_leftovers)
-    why_kept: dict[Path, KeptBecause] = {}
-    evicting = (
-        bool(explicit)
-        or options.older_than is not None
-        or options.max_size is not None
-        or bool(options.datasets)
-    )
-    if evicting:
-        for e in explicit:
-            if e.kind not in EVICTABLE:
-                b.skip(e, f"a {e.kind.value} entry is not evicted (see cachetool verify)")
-        why_kept = b.evictions([e for e in explicit if e.kind in EVICTABLE])
+    why_kept, evicting = _run_steps(b, report, options, parents or {}, root_refused)
     n, size, counts = b.kept(why_kept, evicting)
     return GcPlan(
         report.root,
@@ -119,6 +101,41 @@ def build_plan(
         tuple(b.warnings),
         t,
     )
+
+
+def _run_steps(
+    b: _Builder,
+    report: CacheReport,
+    options: GcOptions,
+    parents: Mapping[str, Iterable[str]],
+    root_refused: str | None,
+) -> tuple[dict[Path, KeptBecause], bool]:
+    """Run the leftover and eviction steps the options ask for; returns why each unit that
+    stays stays, and whether the run evicts."""
+    recorded = [*parents, *(x for v in parents.values() for x in v)]
+    explicit = [_find(report, fp, recorded) for fp in options.fingerprints]
+    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
+    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
+    explicit = [e for e in explicit if e.kind not in leftover_kinds]
+    if root_refused is not None:
+        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
+        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
+        b.temp_folders()
+    elif options.temp:
+        b.leftovers()
+        b.temp_folders()
+    elif named_leftovers:
+        b.leftovers(only=named_leftovers)
+    evicting = bool(explicit) or options.older_than is not None or options.max_size is not None
+    evicting = evicting or bool(options.datasets)
+    if not evicting:
+        return {}, False
+    for e in explicit:
+        if e.kind not in EVICTABLE:
+            b.skip(
+                e, Refusal("not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)")
+            )
+    return b.evictions([e for e in explicit if e.kind in EVICTABLE]), True
 
 
 _LAYOUT_KINDS = WRITTEN_BY_DATASETS | {
@@ -173,8 +190,14 @@ def root_refusal(report: CacheReport) -> RootRefusal | None:
 
 def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
-    ledger's parents, and build the plan."""
-    from cachetool.cache.dirs import temp_dir
+    ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
+    named, no limit) nothing is scanned: the plan is empty and its one warning says so. A root
+    that is not an existing folder is a `CachetoolError` (exit 2), as for the command."""
+    from cachetool.cache.dirs import existing_root, temp_dir
+
+    root = existing_root(root)
+    if not options.selects:
+        return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
     from cachetool.cache.scan import scan_cache
     from cachetool.lineage.ledger import Ledger
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users

@@ -6,42 +6,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.formatting import compact_age, compact_duration
-from cachetool.maintenance.gc.model import GcItem, GcOptions, KeptBecause, Scope, Skip
+from cachetool.maintenance.gc.model import GcItem, GcOptions, KeepCode, KeptBecause, Refusal, Scope, Skip
 from cachetool.maintenance.gc.tempdir import TempScan
 from cachetool.maintenance.liveness import InUse, TempDirUser
 from cachetool.maintenance.shared import leased_reason
 
-#: Why a live or young thing stays, whatever it is.
-RefusalCode = Literal["other-user", "in-use", "leased", "too-young"]
-
-_KEPT_BECAUSE: dict[RefusalCode, KeptBecause] = {
+#: How the keeps sentence counts an entry that a refusal (`Planner.refusal`) keeps.
+KEPT_BECAUSE: dict[KeepCode, KeptBecause] = {
     "other-user": KeptBecause.OTHER_USERS,
     "in-use": KeptBecause.IN_USE,
     "leased": KeptBecause.IN_USE,  # a live run may be writing it
     "too-young": KeptBecause.TOO_YOUNG,
 }
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One reason to keep something, typed (`code`) and rendered (`text`)."""
-
-    code: RefusalCode
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
-
-    @property
-    def kept_because(self) -> KeptBecause:
-        return _KEPT_BECAUSE[self.code]
 
 
 def too_young(age: float, min_age: float) -> Refusal:
@@ -131,7 +113,7 @@ class Planner:
     def skip(
         self,
         e: Entry | None,
-        reason: str | Refusal,
+        why: Refusal,
         *,
         path: Path | None = None,
         kind: Kind | None = None,
@@ -142,7 +124,8 @@ class Planner:
             Skip(
                 path or (e.path if e else self.root),
                 kind or (e.kind if e else Kind.OTHER),
-                str(reason),
+                why.code,
+                why.text,
                 size if size is not None else (e.size if e else 0),
                 e.fingerprint if e else None,
                 scope,

@@ -160,7 +160,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
         else:
             why = owner_refusal(kind, made_by, ctx.temp_users, ctx.pool_users)
         if why:
-            raise Refused(why)
+            raise Refused(why.text)
     if item.kind != Kind.LOCK:
         newest = max(s.st_mtime for s in stats)
         lease = ctx.in_use.lease_over(newest) if item.scope == "root" else None

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from cachetool.cache import layout
 from cachetool.cache.layout import TempKind
+from cachetool.maintenance.gc.model import Refusal
+from cachetool.maintenance.leases import process_start
 from cachetool.maintenance.liveness import TempDirUser
 
 
@@ -92,20 +94,24 @@ _START_SLACK = 2.0
 
 def owner_refusal(
     kind: TempKind, made_by: float, datasets_users: Iterable[TempDirUser], python_users: Iterable[TempDirUser]
-) -> str | None:
+) -> Refusal | None:
     """Why a temp-dir folder may still have an owner that holds nothing in it right now."""
     if kind == "hf_datasets":
         owners = possible_owners(made_by, datasets_users)
         if owners:
-            return f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
+            return Refusal(
+                "may-be-owned", f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
+            )
     elif kind == "pymp":
         owners = possible_owners(made_by, python_users)
         if owners:
-            return f"a live Python process using this temp dir (pid {owners[0]}) may own it"
+            return Refusal(
+                "may-be-owned", f"a live Python process using this temp dir (pid {owners[0]}) may own it"
+            )
     return None
 
 
-def check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDirUser]) -> str | None:
+def check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDirUser]) -> Refusal | None:
     """A `cachetool-determinism-<pid>-*` folder belongs to that check while the process lives and
     started before the folder was made (a reused pid started later). Without a pid in the name
     (older checks), any live Python process using this temp dir may own it."""
@@ -113,21 +119,28 @@ def check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDi
     pid = m.group("pid") if m else None
     if pid is None:
         owners = possible_owners(made_by, python_users)
-        return f"a live Python process using this temp dir (pid {owners[0]}) may own it" if owners else None
+        if not owners:
+            return None
+        return Refusal(
+            "may-be-owned", f"a live Python process using this temp dir (pid {owners[0]}) may own it"
+        )
     started = _process_start(int(pid))
     if started is not None and started <= made_by + _START_SLACK:
-        return f"the check that made it (pid {pid}) is still running"
+        return Refusal("may-be-owned", f"the check that made it (pid {pid}) is still running")
     return None
 
 
-def _process_start(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), or None when it is gone."""
-    try:
-        import psutil
+def _may_own(who: str, pid: int) -> Refusal:
+    return Refusal("may-be-owned", f"a live {who} process using this temp dir (pid {pid}) may own it")
 
-        return float(psutil.Process(pid).create_time())
-    except Exception:  # NoSuchProcess, AccessDenied, no psutil: judged gone only when absent
-        return None if not os.path.exists(f"/proc/{pid}") else 0.0
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started, or None when it is gone; 0.0 when it lives but its start
+    cannot be read (then it counts as started before anything: it may own the folder)."""
+    started = process_start(pid)
+    if started is None and os.path.exists(f"/proc/{pid}"):
+        return 0.0
+    return started
 
 
 def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:

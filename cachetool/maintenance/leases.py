@@ -1,0 +1,198 @@
+"""Leases: writers announce themselves in the root, for gc and verify on any host.
+
+Processes on other machines of a shared file system are invisible to this check, so writers
+announce themselves: a *lease* per writing process in the root's `.cachetool/leases/` (see
+`cachetool.trace.lease`, which holds them). A lease of this host whose PID namespace is ours is
+judged by `/proc` (its process lives, with the same start time; what it writes it holds open, so
+its files are seen like any process's); any other lease lives until it expires, and while it
+lives, whatever its process may be writing in that root (anything modified since it started) is
+live: `InUse.lease_over(mtime)` is the one answer gc and verify ask.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+#: Where a root keeps its leases, below its `.cachetool/` folder.
+LEASES_DIR = "leases"
+#: Seconds a lease lives after its last renewal, unless `CACHETOOL_LEASE_SECONDS` says otherwise.
+DEFAULT_LEASE_SECONDS = 60.0
+#: How far the clocks of two hosts (and a file server's) may disagree: a lease covers files
+#: modified up to this long before its process started.
+CLOCK_SKEW = 300.0
+
+LeaseState = Literal["live", "expired", "dead"]
+
+
+def lease_seconds(environ: dict[str, str] | None = None) -> float:
+    """The lease lifetime: `CACHETOOL_LEASE_SECONDS` (a positive number), else 60."""
+    raw = (os.environ if environ is None else environ).get("CACHETOOL_LEASE_SECONDS", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return DEFAULT_LEASE_SECONDS
+    return value if value > 0 else DEFAULT_LEASE_SECONDS
+
+
+@dataclass(frozen=True)
+class HostId:
+    """What tells one host (kernel) and one PID namespace from another."""
+
+    host: str
+    boot_id: str
+    pid_ns: int
+
+
+def this_host() -> HostId:
+    """This process's host name, kernel boot id and PID namespace."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot_id = f.read().strip()
+    except OSError:
+        boot_id = ""
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = 0
+    return HostId(socket.gethostname(), boot_id, pid_ns)
+
+
+def process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None when it does not exist.
+
+    Read from `/proc/<pid>/stat` and the boot time in `/proc/stat`, as psutil does (without
+    importing it: a traced run pays this at start)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        ticks = int(data[data.rindex(b")") + 2 :].split()[19])  # field 22, starttime
+        return _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, IndexError):
+        pass
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
+def _boot_time() -> float:
+    with open("/proc/stat", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    raise ValueError("no btime in /proc/stat")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One writing process's announcement, as read from its lease file."""
+
+    path: Path
+    host: str
+    boot_id: str
+    pid: int
+    pid_ns: int
+    start: float  # when the process started
+    renewed: float  # its last renewal (the later of the recorded time and the file's mtime)
+    lifetime: float
+    command: str = ""
+
+    @property
+    def expires(self) -> float:
+        return self.renewed + self.lifetime
+
+    def is_local(self, me: HostId) -> bool:
+        """Of this kernel and of a PID namespace whose processes `/proc` shows by these pids."""
+        return bool(self.boot_id) and self.boot_id == me.boot_id and self.pid_ns == me.pid_ns
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": os.fsdecode(self.path),
+            "host": self.host,
+            "boot_id": self.boot_id,
+            "pid": self.pid,
+            "pid_ns": self.pid_ns,
+            "start": self.start,
+            "renewed": self.renewed,
+            "lifetime": self.lifetime,
+            "command": self.command,
+        }
+
+
+def leases_dir(root: str | os.PathLike[str]) -> Path:
+    from cachetool.cache.layout import LEDGER_DIR
+
+    return Path(root) / LEDGER_DIR / LEASES_DIR
+
+
+def read_lease(path: Path) -> Lease | None:
+    """A lease file, or None when it is not one (a half-written file is never read: the holder
+    writes a temp file and renames it into place)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 64 * 1024:
+            return None
+        doc = json.loads(os.read(fd, 64 * 1024).decode("utf-8"))
+        return Lease(
+            path,
+            str(doc["host"]),
+            str(doc["boot_id"]),
+            int(doc["pid"]),
+            int(doc["pid_ns"]),
+            float(doc["start"]),
+            max(float(doc["renewed"]), st.st_mtime),
+            float(doc["lifetime"]),
+            str(doc.get("command", "")),
+        )
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def lease_state(lease: Lease, me: HostId | None = None, now: float | None = None) -> LeaseState:
+    """`live`, `expired` (another host's lease, not renewed within its lifetime) or `dead` (a
+    lease of this host whose process is gone or is another process with the same pid)."""
+    me = me or this_host()
+    if lease.is_local(me):
+        started = process_start(lease.pid)
+        return "live" if started is not None and abs(started - lease.start) < 2.0 else "dead"
+    now = time.time() if now is None else now
+    return "live" if now < lease.expires else "expired"
+
+
+def judge_leases(root: str | os.PathLike[str], now: float | None = None) -> list[tuple[Lease, LeaseState]]:
+    """Every lease of `root` with its state (unreadable lease files are left alone)."""
+    folder = leases_dir(root)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    me = this_host()
+    out = []
+    for name in names:
+        if name.startswith(".") or not name.endswith(".json"):
+            continue
+        lease = read_lease(folder / name)
+        if lease is not None:
+            out.append((lease, lease_state(lease, me, now)))
+    return out

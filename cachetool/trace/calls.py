@@ -1,0 +1,239 @@
+"""The traced calls in progress: per thread, a stack of frames (one per hooked call) and what
+`Hasher.hash` saw inside `update_fingerprint`; where each call was made from; which of a call's
+output files existed before it wrote.
+
+A call that `datasets` makes itself while another traced call is running is internal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from typing import Any
+
+from cachetool.lineage.records import CallSite, LedgerRecord, StepRecord
+from cachetool.trace.roots import abs_path
+
+__all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch"]
+
+_WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
+#: Arguments naming a call's output files (snapshotted before the call writes).
+_CACHE_NAME_KWARGS = (
+    "cache_file_name",
+    "indices_cache_file_name",
+    "train_indices_cache_file_name",
+    "test_indices_cache_file_name",
+)
+
+
+class Watch:
+    """What `Hasher.hash` saw during one `update_fingerprint` call."""
+
+    __slots__ = ("depth", "digests", "error", "error_at", "error_type", "random")
+
+    def __init__(self) -> None:
+        self.digests: list[str] = []
+        self.depth = 0
+        self.error: str | None = None
+        self.error_type: str | None = None
+        self.error_at: int | None = None
+        self.random = False
+
+
+class HashEvent:
+    """One `update_fingerprint` call: parent fingerprint, transform, arguments, result, and what
+    `Hasher.hash` saw."""
+
+    __slots__ = (
+        "args",
+        "call_site",
+        "internal",
+        "parent",
+        "result",
+        "seq",
+        "start",
+        "transform",
+        "trees",
+        "watch",
+    )
+
+    def __init__(self, parent: Any, transform: Any, args: Any, result: Any, watch: Watch, seq: int) -> None:
+        self.parent = parent
+        self.transform = transform
+        self.args = args
+        self.result = result
+        self.watch = watch
+        self.seq = seq
+        self.start = 0.0  # set for hashes outside any traced call; others use their call's start
+        self.call_site: CallSite | None = None
+        self.internal = False
+        #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
+        self.trees: dict[str, Any] | None = None
+
+
+class Frame:
+    """One hooked call in progress: what it was given, where it was called from, the hashes made
+    directly inside it and the records of the calls nested in it."""
+
+    __slots__ = (
+        "args",
+        "call_site",
+        "children",
+        "entry",
+        "hashes",
+        "internal",
+        "kind",
+        "kwargs",
+        "op",
+        "original",
+        "parent_fps",
+        "parents",
+        "pending",
+        "seq",
+        "start",
+        "started",
+        "t0",
+    )
+    args: tuple[Any, ...]
+    call_site: CallSite | None
+    entry: str | None
+    internal: bool
+    kind: str
+    kwargs: dict[str, Any]
+    op: str
+    original: Any
+    parent_fps: list[Any]
+    parents: list[Any]
+    seq: int
+    start: float
+    t0: float
+
+    def __init__(self) -> None:
+        self.hashes: list[HashEvent] = []
+        self.started = False  # a step-start record was written for this call
+        self.children: list[StepRecord] = []
+        self.pending: list[LedgerRecord] = []
+
+
+class CallState(threading.local):
+    """Per thread: the stack of traced calls, the hash watch, the output snapshot."""
+
+    def __init__(self) -> None:
+        self.stack: list[Frame] = []
+        self.watch: Watch | None = None
+        #: Output path -> (inode, size) before the call wrote (size -1: not known), None: absent.
+        self.snapshot: dict[str, tuple[int, int] | None] = {}
+
+
+class Calls:
+    """The traced calls in progress (per thread) and where each was called from."""
+
+    def __init__(self, seq: Any) -> None:
+        self.local = CallState()
+        self.seq = seq
+        # Per code object, shared by every tracer of the process (tracing() may install twice).
+        self._where = _WHERE
+        self.datasets_prefix = ""
+        self._cachetool_prefix = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+    def call_site(self, f: Any) -> tuple[bool, CallSite | None, str | None]:
+        """(called by datasets?, first frame outside datasets and cachetool, the datasets function
+        the user called)."""
+        where = self._where
+        caller_in_datasets: bool | None = None
+        entry: str | None = None
+        while f is not None:
+            code = f.f_code
+            w = where.get(code)
+            if w is None:
+                fn = code.co_filename
+                w = 1 if fn.startswith(self.datasets_prefix) else 0
+                if not w and fn.startswith(self._cachetool_prefix):
+                    w = 2
+                where[code] = w
+            if w == 2:
+                f = f.f_back
+                continue
+            if caller_in_datasets is None:
+                caller_in_datasets = w == 1
+            if w == 0:
+                return (
+                    bool(caller_in_datasets),
+                    CallSite(code.co_filename, f.f_lineno, code.co_name),
+                    entry,
+                )
+            entry = code.co_name
+            f = f.f_back
+        return bool(caller_in_datasets), None, entry
+
+    def enter(
+        self, op: str, kind: str, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], caller: Any
+    ) -> Frame:
+        """A new frame for a hooked call made from the Python frame `caller` (or one below it)."""
+        stack = self.local.stack
+        frame = Frame()
+        frame.op = op
+        frame.kind = kind
+        frame.original = original
+        frame.args = args
+        frame.kwargs = kwargs
+        caller_in_datasets, frame.call_site, frame.entry = self.call_site(caller)
+        frame.internal = bool(stack) and caller_in_datasets
+        frame.seq = next(self.seq)
+        if kind == "concat":
+            parents = list(args[0] if args else kwargs.get("dsets") or [])
+        elif kind in ("transform", "inplace", "save"):
+            parents = [args[0]] if args else [kwargs.get("self")]
+        else:
+            parents = []
+        frame.parents = parents
+        frame.parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
+        for key in _CACHE_NAME_KWARGS:
+            value = kwargs.get(key)
+            if isinstance(value, str):
+                self.snapshot(value)
+        frame.start = time.time()
+        frame.t0 = time.perf_counter()
+        stack.append(frame)
+        return frame
+
+    def leave(self, frame: Frame) -> float:
+        """Take `frame` off its thread's stack; its duration."""
+        duration = time.perf_counter() - frame.t0
+        stack = self.local.stack
+        if stack and stack[-1] is frame:
+            stack.pop()
+        elif frame in stack:
+            stack.remove(frame)
+        return duration
+
+    def snapshot(self, path: str) -> None:
+        """Remember which outputs of a call exist before it writes: `cache-<fp>.arrow` and its
+        num_proc shards `cache-<fp>_00000_of_00002.arrow` (by inode, so a rewrite shows)."""
+        snap = self.local.snapshot
+        path = abs_path(path)
+        if path in snap:
+            return
+        try:
+            st = os.stat(path)
+            snap[path] = (st.st_ino, st.st_size)
+        except OSError:
+            snap[path] = None
+        stack = self.local.stack
+        num_proc = stack[-1].kwargs.get("num_proc") if stack else None
+        if snap[path] is not None and not num_proc:
+            # Without num_proc, datasets reuses an existing single file over any shard set.
+            return
+        folder, base = os.path.split(path)
+        stem, ext = os.path.splitext(base)
+        try:
+            with os.scandir(folder) as it:
+                for de in it:
+                    name = de.name
+                    if name != base and name.startswith(stem) and name.endswith(ext):
+                        with contextlib.suppress(OSError):
+                            snap.setdefault(os.path.join(folder, name), (de.inode(), -1))
+        except OSError:
+            pass
