@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 #: `cachetool.lineage` is the package.
 _LAZY = {
     # ls, show, dirs, demo
+    "list_cache": "cachetool.cache.listing",
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.scan",
     "show_entry": "cachetool.lineage.show",
@@ -45,6 +46,7 @@ _LAZY = {
     "unpin": "cachetool.maintenance.pinning",
     "list_pins": "cachetool.maintenance.pinning",
     # explain, stats
+    "explain": "cachetool.lineage.explain",
     "explain_fingerprint": "cachetool.lineage.explain",
     "explain_run": "cachetool.lineage.explain",
     "ledger_stats": "cachetool.lineage.stats",

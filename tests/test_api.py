@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The function behind each command (`from cachetool import <name>`).
 COMMAND_FUNCTIONS = {
-    "ls": "scan_cache",
+    "ls": "list_cache",
     "show": "show_entry",
     "dirs": "resolve_dirs",
     "demo": "build_demo",
@@ -32,19 +32,10 @@ COMMAND_FUNCTIONS = {
     "gc": "gc_cache",
     "pin": "pin",
     "unpin": "unpin",
-    "explain": "explain_fingerprint",
+    "explain": "explain",
     "stats": "ledger_stats",
     "check-determinism": "check_determinism",
     "report": "write_report",
-}
-
-#: Commands whose function does not take the command's options as keywords yet. Each fails the
-#: test below (strict: once it matches, the test fails until its name is taken out of this set).
-PENDING = {
-    "ls",
-    "explain",
-    "stats",
-    "check-determinism",
 }
 
 #: Options that choose how a result is shown (and the exit code it gives), or whether a plan is
@@ -55,12 +46,10 @@ PRESENTATION = {"format", "json", "quiet", "truncate", "help", "top", "strict", 
 ROOT_PARAMS = {("*", "cache_dir"), ("ls", "path")}
 
 #: Options that make a command do another thing, with a function of its own.
-OTHER_FUNCTION = {("pin", "list"): "list_pins"}
+OTHER_FUNCTION = {("pin", "list"): "list_pins", ("stats", "zero"): "zero_stats"}
 
-
-def pending(reason: str) -> pytest.MarkDecorator:
-    """Expected to fail on its assertion (nothing else) until done; passing then fails the run."""
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+#: Arguments whose keyword is shorter than the name the help shows (`[SCRIPT_ARGS]...`).
+KEYWORD_OF = {("check-determinism", "script_args"): "args"}
 
 
 def _commands() -> dict[str, Any]:
@@ -103,16 +92,9 @@ def test_every_command_has_an_exported_function() -> None:
     assert set(names) <= set(cachetool.__all__)
     for dotted in (n for n in COMMAND_FUNCTIONS.values() if "." in n):
         assert (_resolve(dotted).__doc__ or "").strip(), dotted
-    assert set(COMMAND_FUNCTIONS) >= PENDING
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(c, marks=pending("keywords not aligned yet")) if c in PENDING else c
-        for c in sorted(COMMAND_FUNCTIONS)
-    ],
-)
+@pytest.mark.parametrize("command", sorted(COMMAND_FUNCTIONS))
 def test_command_options_are_the_function_keywords(command: str) -> None:
     """`cachetool CMD --some-option` is `cachetool.cmd_function(..., some_option=...)`: every
     argument and option of the command (but the output format ones) is a parameter of its
@@ -123,7 +105,7 @@ def test_command_options_are_the_function_keywords(command: str) -> None:
     params = {n.rstrip("_") for n in names}
     missing = []
     for param in _commands()[command].params:
-        keyword = _keyword(param)
+        keyword = KEYWORD_OF.get((command, _keyword(param)), _keyword(param))
         if keyword in PRESENTATION or {("*", keyword), (command, keyword)} & ROOT_PARAMS:
             continue
         if (command, keyword) in OTHER_FUNCTION:  # `pin --list` is `list_pins(root)`
@@ -138,8 +120,8 @@ def test_command_options_are_the_function_keywords(command: str) -> None:
 #: Functions the docs name that are not cachetool's (`datasets`, the standard library, Linux).
 NOT_OURS = {"disable_caching", "select", "shuffle", "read", "statfs", "renameat2"}
 
-#: Documented names not importable yet, each failing its test below until it is.
-PENDING_NAMES: set[str] = set()
+#: Names the CHANGELOG says were removed: they must stay gone.
+GONE = {"cachetool.trace.hooks"}
 
 
 def _resolve(dotted: str) -> Any:
@@ -202,25 +184,23 @@ def _documented() -> tuple[set[str], dict[str, set[str]]]:
 
 
 def test_every_dotted_name_in_the_docs_resolves() -> None:
-    """`from cachetool.x import y` and `cachetool.x.y` written in README, docs/ and CHANGELOG work."""
+    """`from cachetool.x import y` and `cachetool.x.y` written in README, docs/ and CHANGELOG work,
+    but the ones the CHANGELOG says are gone (GONE), which stay gone."""
     dotted, _ = _documented()
     assert "cachetool.fingerprint.hash_object" in dotted or "cachetool.fingerprint" in dotted
-    broken = []
+    broken, found = [], []
     for name in sorted(dotted):
         try:
             _resolve(name)
+            found.append(name)
         except (ImportError, AttributeError):
             broken.append(name)
-    assert not broken
+    assert set(broken) == GONE and not GONE & set(found)
 
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=pending("not exported yet")) if n in PENDING_NAMES else n
-        for n in sorted(_documented()[1])
-        if n not in NOT_OURS
-    ],
+    [n for n in sorted(_documented()[1]) if n not in NOT_OURS],
 )
 def test_every_function_the_docs_name_is_importable(name: str) -> None:
     """A function the docs name as `name()` imports from `cachetool`, or from a module the same

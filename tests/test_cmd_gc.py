@@ -194,6 +194,27 @@ def test_leftovers_named_on_the_command_line(copy: Path, leftovers: dict[str, An
 
 
 @pytest.mark.slow
+def test_naming_only_an_entry_gc_does_not_evict_removes_nothing_else(
+    copy: Path, leftovers: dict[str, Any]
+) -> None:
+    """`cachetool gc <path of a file that is no cache file>` (a cut copy of a cache file, an
+    `other` entry) keeps it, says why, exits 1 (a dry run: 0, as a preview) and plans nothing
+    else: the names given narrow the run even when none of them can be evicted (every cache file
+    of the dataset was planned)."""
+    csv_dir = copy / leftovers["csv_dir"]
+    stray = csv_dir / "tmpcut0001"
+    stray.write_bytes(next(csv_dir.glob("cache-*.arrow")).read_bytes()[:1000])
+    before = sorted(p.name for p in csv_dir.iterdir())
+    for extra in ([], ["--older-than", "0s"]):
+        code, doc = gc_json(copy, str(stray), "--min-age", "0", "--dry-run", *extra)
+        assert code == 0 and doc["plan"]["items"] == [], doc["plan"]["items"]
+        assert [s["path"] for s in doc["plan"]["skipped"]] == [str(stray)]
+    code, doc = gc_json(copy, str(stray), "--min-age", "0", "-y")
+    assert code == 1 and doc["result"]["removed"] == []
+    assert sorted(p.name for p in csv_dir.iterdir()) == before
+
+
+@pytest.mark.slow
 def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: dict[str, Any]) -> None:
     """A map runs in another process while `gc --temp --min-age 0 -y` runs in a loop: its tmp
     file is never removed, the map completes, and its cache file loads."""

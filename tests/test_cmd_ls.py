@@ -91,6 +91,20 @@ class TestOnRealCache:
         fresh = invoke("ls", real_cache["cache"], "-q", "--filter", "modified<1h", "--filter", "dataset=json")
         assert len(fresh.stdout.split()) >= 1
 
+    def test_list_cache_selects_what_ls_lists(self, real_cache: dict[str, Any]) -> None:
+        """`list_cache(root, filter=, sort=, limit=)` from Python is `cachetool ls` with those
+        options: the same entries in the same order; a bad expression fails before any scan."""
+        from cachetool import list_cache
+        from cachetool.errors import BadExpression
+
+        options = ["--filter", "kind=indices", "--sort", "rows:desc", "--limit", "3"]
+        listed = invoke("ls", real_cache["cache"], "-q", *options).stdout.split()
+        listing = list_cache(real_cache["cache"], filter=["kind=indices"], sort="rows:desc", limit=3)
+        assert [e.id for e in listing.entries] == listed and len(listed) == 3
+        assert len(listing.report.entries) > len(listing.entries)
+        with pytest.raises(BadExpression):
+            list_cache("/nonexistent-root", filter=["size>>1"])
+
     def test_ls_on_a_saved_folder(self, real_cache: dict[str, Any]) -> None:
         saved = Path(real_cache["cache"]) / "saved" / "items"
         doc = json.loads(invoke("ls", str(saved), "--json").stdout)

@@ -164,7 +164,7 @@ def test_since_and_zero_start_a_new_period_without_deleting_records(known: Path)
     assert (after.start, after.total.steps, after.total.runs) == (T0 + DAY + 10, 2, 1)
     # Recompute time still knows the earlier runs: step 1 ran before the period began.
     assert after.total.recompute_seconds == 2.5
-    assert ledger_stats(known, everything=True, now=T0 + 4 * DAY).total.steps == 6
+    assert ledger_stats(known, all_=True, now=T0 + 4 * DAY).total.steps == 6
 
 
 def test_cli_stats_json_and_zero(known: Path) -> None:

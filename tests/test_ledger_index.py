@@ -131,6 +131,10 @@ def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path:
             whole = lineage_view(report, fp, mode=mode, ledger=Ledger.load(root))  # type: ignore[arg-type]
             assert lineage(root, fp, **keywords).to_json() == whole.to_json(), (fp, mode)
     assert [s.fingerprint for _, s in lineage(root, "b0").steps] == ["src0", "a0", "b0"]
+    from cachetool.lineage.show import show_entry
+
+    for fp in ("b0", "c2", "src1"):  # `show` of a fingerprint only the ledger knows: its records
+        assert show_entry(root, fp).records == tuple(read_ledger(root).for_result(fp)), fp
 
 
 def _step(

@@ -25,6 +25,7 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from cachetool.cache.arrow import EMPTY, IPC_FILE, NOT_ARROW, STREAM, UNREADABLE, ArrowSummary
 from cachetool.cache.layout import LEDGER_DIR
@@ -46,13 +47,24 @@ CREATE TABLE files(id INTEGER PRIMARY KEY, name TEXT, size INTEGER, mtime_ns INT
                    inode INTEGER, fingerprint TEXT, rows INTEGER, batches INTEGER, state INTEGER,
                    error TEXT, schema INTEGER);
 """
-_FILE_COLUMNS = "id, name, size, mtime_ns, inode, fingerprint, rows, batches, state, error, schema"
+#: The rows of one folder (by id range) that are as this module writes them; any other row (a
+#: damaged or foreign index) is left out, so its file is read again. SQLite checks it row by row.
+_FOLDER_ROWS = f"""
+SELECT id, name, size, mtime_ns, inode, fingerprint, rows, batches, state, error, schema
+FROM files WHERE id BETWEEN ? AND ?
+  AND typeof(state) = 'integer' AND state BETWEEN 0 AND {2 * len(_FORMATS) - 1}
+  AND (rows IS NULL OR (typeof(rows) = 'integer' AND rows >= 0))
+  AND (batches IS NULL OR (typeof(batches) = 'integer' AND batches >= 0))
+  AND (fingerprint IS NULL OR typeof(fingerprint) = 'text')
+  AND (error IS NULL OR typeof(error) = 'text')
+  AND (schema IS NULL OR schema IN (SELECT id FROM schemas))
+"""
 
 #: (name, size, mtime_ns, inode, summary) of one file, listed under its folder.
 _Row = tuple[str, int, int, int, ArrowSummary]
 #: A stored file row: (id, name, size, mtime_ns, inode, fingerprint, rows, batches, state,
 #: error, schema), as SQLite returns it (so of any type in a damaged index).
-_Stored = tuple[object, ...]
+_Stored = tuple[Any, ...]
 _Schema = tuple[tuple[tuple[str, str], ...], "str | None"]
 
 
@@ -123,10 +135,7 @@ class ReadIndex:
             span = self._dirs.get(folder)
             if span is not None and self._db is not None:
                 try:
-                    cursor = self._db.execute(
-                        f"SELECT {_FILE_COLUMNS} FROM files WHERE id BETWEEN ? AND ?", span
-                    )
-                    self._rows = {row[1]: row for row in cursor}
+                    self._rows = {row[1]: row for row in self._db.execute(_FOLDER_ROWS, span)}
                 except sqlite3.Error:
                     self._rows = {}
         return self._rows.get(name)
@@ -136,30 +145,18 @@ class ReadIndex:
         row = self._lookup(rel)
         if row is None or row[2] != size or row[3] != mtime_ns or row[4] != inode:
             return None
-        summary = self._summary(row)
-        if summary is not None:
-            self._used.add(row[0])  # type: ignore[arg-type]
-            self.hits += 1
-        return summary
+        self._used.add(row[0])
+        self.hits += 1
+        return self._summary(row)
 
     def folder_rows(self, folder: str) -> int:
         """How many files of `folder` (relative to the root, "" for the root) the index holds."""
         span = self._dirs.get(folder)
         return 0 if span is None else span[1] - span[0] + 1
 
-    def _summary(self, row: _Stored) -> ArrowSummary | None:
-        """The summary a stored row holds; None for a row not as this module writes them."""
+    def _summary(self, row: _Stored) -> ArrowSummary:
+        """The summary a stored row holds (`_FOLDER_ROWS` let through well-formed rows only)."""
         fp, rows, batches, state, error, sid = row[5:]
-        if not (
-            type(state) is int
-            and 0 <= state < 2 * len(_FORMATS)
-            and (rows is None or (type(rows) is int and rows >= 0))
-            and (batches is None or (type(batches) is int and batches >= 0))
-            and (fp is None or type(fp) is str)
-            and (error is None or type(error) is str)
-            and (sid is None or sid in self._schemas)
-        ):
-            return None
         columns, meta = self._schemas[sid] if sid is not None else ((), None)
         return ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
 
@@ -209,11 +206,9 @@ class ReadIndex:
         if self._db is None or not self._used:
             return out
         for path, span in self._dirs.items():
-            for row in self._db.execute(f"SELECT {_FILE_COLUMNS} FROM files WHERE id BETWEEN ? AND ?", span):
+            for row in self._db.execute(_FOLDER_ROWS, span):
                 if row[0] in self._used:
-                    summary = self._summary(row)
-                    if summary is not None:
-                        out.setdefault(path, []).append((row[1], row[2], row[3], row[4], summary))
+                    out.setdefault(path, []).append((row[1], row[2], row[3], row[4], self._summary(row)))
         return out
 
 

@@ -103,6 +103,8 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Listing: `ls`, `show`, `dirs`",
         (
+            "cachetool.list_cache",
+            "cachetool.cache.listing.Listing",
             "cachetool.scan_cache",
             "cachetool.find_entry",
             "cachetool.show_entry",
@@ -156,6 +158,7 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Why and how well: `explain`, `stats`",
         (
+            "cachetool.explain",
             "cachetool.explain_fingerprint",
             "cachetool.explain_run",
             "cachetool.ledger_stats",

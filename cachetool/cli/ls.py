@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -45,8 +46,16 @@ def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) ->
     """Scan, showing a live file count on a terminal (stderr) for long scans."""
     from cachetool.cache.scan import scan_cache
 
+    with scan_progress() as progress:
+        return scan_cache(root, ledger=ledger, progress=progress)
+
+
+@contextlib.contextmanager
+def scan_progress() -> Iterator[Callable[[int], None] | None]:
+    """A callback showing a live file count on a terminal (stderr); None when not a terminal."""
     if not sys.stderr.isatty():
-        return scan_cache(root, ledger=ledger)
+        yield None
+        return
     from rich.status import Status
 
     from cachetool.cli.common import stderr_console
@@ -56,7 +65,7 @@ def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) ->
         def progress(n: int) -> None:
             status.update(f"Scanning… {n} files")
 
-        return scan_cache(root, ledger=ledger, progress=progress)
+        yield progress
 
 
 def report_warnings(report: CacheReport) -> None:
@@ -96,17 +105,6 @@ def entry_label(e: Entry, whole: bool = False) -> str:
         return short
     short = _LONG_HEX.sub("…", name)
     return short if len(short) <= 16 else "…" + short[-15:]
-
-
-def read_pinned(root: Path) -> frozenset[str]:
-    """The pinned fingerprints of `root`; a damaged pins file is a warning here (listing goes on)."""
-    from cachetool.maintenance.pins import read_pins
-
-    try:
-        return frozenset(read_pins(root))
-    except CachetoolError as e:
-        warn(e.message)
-        return frozenset()
 
 
 # Long for its Typer options and help text only: the work is in `_ls`.
@@ -187,18 +185,16 @@ def _ls(
     fmt: OutputFormat,
     no_truncate: bool = False,
 ) -> None:
-    from cachetool.cache.query import apply_filters, compile_filter, sort_entries
+    from cachetool.cache.listing import check_query, list_cache
 
-    for expr in filters:  # bad expressions fail before the (possibly long) scan
-        compile_filter(expr)
-    sort_entries([], sort)
-    root = resolve_target(path, cache_dir)
+    check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
+    target = resolve_target(path, cache_dir)
     out = Output(fmt, no_truncate=no_truncate)
-    report = scan_with_progress(root, out)
-    pinned = read_pinned(report.root)
-    entries = sort_entries(apply_filters(report.entries, filters, pinned=pinned), sort)
-    if limit is not None:
-        entries = entries[:limit]
+    with scan_progress() as progress:
+        listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
+    for message in listing.warnings:
+        warn(message)
+    report, entries, pinned = listing.report, listing.entries, listing.pinned
     if fmt == OutputFormat.json:
         out.json_pieces(
             lambda: ls_document(report, entries, pinned), lambda: ls_document_text(report, entries, pinned)

@@ -21,7 +21,7 @@ from cachetool.cli.common import (
     handle_errors,
     warn,
 )
-from cachetool.formatting import local_time
+from cachetool.formatting import local_time, time_ago
 from cachetool.lineage.show import fingerprint_check
 
 if TYPE_CHECKING:
@@ -232,11 +232,4 @@ def _feature(f: Any) -> str:
 
 
 def _when(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    from datetime import datetime
-
-    import humanize
-
-    when = datetime.fromtimestamp(ts)
-    return f"{when.isoformat(sep=' ', timespec='seconds')} ({humanize.naturaltime(when)})"
+    return None if ts is None else f"{local_time(ts)} ({time_ago(ts)})"

@@ -99,7 +99,7 @@ def _stats(
     now = time.time()
     # A period longer than the clock's past (`--since 9999999999y`) means every recorded run.
     start = max(0.0, now - parse_duration(since, "--since")) if since is not None else None
-    report = ledger_stats(root, since=start, everything=all_, now=now)
+    report = ledger_stats(root, since=start, all_=all_, now=now)
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:

@@ -112,9 +112,9 @@ def paths_gone(record: GcRecord) -> bool:
 
 def describe(record: GcRecord) -> str:
     """`deleted by gc <time>: <reason>` for one gc record."""
-    from datetime import datetime, timezone
+    from cachetool.formatting import iso_time
 
-    when = datetime.fromtimestamp(record.time, tz=timezone.utc).isoformat(timespec="seconds")
+    when = iso_time(record.time)
     return f"deleted by gc {when}: {record.reason or 'no reason recorded'}"
 
 

@@ -216,12 +216,17 @@ class Ledger:
 
     @classmethod
     def of_records(
-        cls, root: str | os.PathLike[str], records: Iterable[LedgerRecord], segments: Iterable[Path] = ()
+        cls,
+        root: str | os.PathLike[str],
+        records: Iterable[LedgerRecord],
+        segments: Iterable[Path] = (),
+        *,
+        follow: bool = True,
     ) -> Ledger:
         """A ledger of `records`, a part of `root`'s own read through its index (from
-        `segments`), with the other roots followed as `load` follows them."""
+        `segments`), with the other roots followed as `load` follows them (`follow`)."""
         first = Path(os.path.abspath(os.fspath(root)))
-        return cls._with_others(first, list(records), [], list(segments), all_roots=False, follow=True)
+        return cls._with_others(first, list(records), [], list(segments), all_roots=False, follow=follow)
 
     @classmethod
     def _with_others(

@@ -78,7 +78,7 @@ def show_entry(
     root: str | os.PathLike[str],
     fingerprint: str,
     *,
-    progress: Callable[[str | os.PathLike[str], Ledger], CacheReport] | None = None,
+    progress: Callable[[str | os.PathLike[str], Ledger | bool], CacheReport] | None = None,
 ) -> EntryReport:
     """Everything known about the entry `fingerprint` names (a unique prefix, an alias, a path,
     a cache file's name: `cachetool.lineage.resolve.resolve`) in the cache at `root`: its files
@@ -88,13 +88,30 @@ def show_entry(
     from cachetool.cache.query import is_pinned
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
+    from cachetool.lineage import part
     from cachetool.lineage.ledger import Ledger
     from cachetool.lineage.resolve import resolve
     from cachetool.maintenance.pins import read_pins
 
-    ledger = Ledger.load(Path(os.fspath(root)).expanduser().resolve(), follow=False)
-    report = progress(root, ledger) if progress is not None else scan_cache(root, ledger=ledger)
-    got = resolve(fingerprint, report, ledger)
+    def scan(ledger: Ledger | bool) -> CacheReport:
+        return progress(root, ledger) if progress is not None else scan_cache(root, ledger=ledger)
+
+    root_path = Path(os.fspath(root)).expanduser().resolve()
+    con = part.open_index(root_path)
+    known: part.IndexedFingerprints | None = None
+    if con is None:
+        ledger = Ledger.load(root_path, follow=False)
+        report = scan(ledger)
+    else:
+        # A long-lived ledger: read only the records of the fingerprints the name stands for.
+        report = scan(True)
+        known = part.IndexedFingerprints(con)
+        probe = resolve(fingerprint, report, recorded=known)
+        e = probe.entry
+        named = {probe.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
+        some = part.records_of(con, root_path, named)
+        ledger = Ledger.of_records(root_path, some, part.segment_paths(con), follow=False)
+    got = resolve(fingerprint, report, ledger, recorded=known)
     entry = got.entry
     if entry is None:
         return EntryReport(report, got.fingerprint, None, tuple(ledger.for_result(got.fingerprint)))

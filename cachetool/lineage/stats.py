@@ -298,13 +298,13 @@ def ledger_stats(
     root: str | os.PathLike[str],
     *,
     since: float | None = None,
-    everything: bool = False,
+    all_: bool = False,
     now: float | None = None,
     records: Iterable[StepRecord] | None = None,
     ledger: Ledger | None = None,
 ) -> StatsReport:
     """Count the recorded steps of `root` from the latest `zero_stats` (and not before `since`, an
-    epoch time); `everything` ignores the zero mark. The Python side of `cachetool stats`."""
+    epoch time); `all_` (`--all`) ignores the zero mark. The Python side of `cachetool stats`."""
     root_path = Path(root)
     end = time.time() if now is None else now
     warnings: tuple[str, ...] = ()
@@ -313,7 +313,7 @@ def ledger_stats(
             ledger = Ledger.load(root_path, follow=False)
         records, warnings = [*ledger.own_steps(), *ledger.saves_elsewhere()], ledger.warnings
     zero = zeroed_at(root_path)
-    starts = [t for t in (since, None if everything else zero) if t is not None]
+    starts = [t for t in (since, None if all_ else zero) if t is not None]
     start = max(starts) if starts else None
     tally = _Tally(start, end)
     for rec in sorted(

@@ -121,13 +121,18 @@ SWAPPER = textwrap.dedent(
     target, staging, good, bad = sys.argv[1:5]
     blobs = [open(bad, "rb").read(), open(good, "rb").read()]
     i = 0
-    deadline = time.time() + 120
+    deadline = time.time() + 900
     while time.time() < deadline and not os.path.exists(staging + ".stop"):
         with open(staging, "wb") as f:
             f.write(blobs[i % 2])
         os.replace(staging, target)
         i += 1
-        time.sleep(random.uniform(0.02, 1.0))
+        try:  # the longest a version stays: the test raises it when verify is slower than that
+            with open(staging + ".hold") as f:
+                hold = float(f.read())
+        except (OSError, ValueError):
+            hold = 1.0
+        time.sleep(random.uniform(0.02, hold))
     """
 )
 
@@ -157,12 +162,16 @@ def test_quarantine_beside_a_process_swapping_good_and_broken_versions(tmp_path:
     moved: list[bytes] = []
     try:
         # 8 runs (CACHETOOL_QUARANTINE_SOAK=200 for a soak by hand), more while nothing was
-        # quarantined (a loaded machine makes verify slow, and the swapper then changes the file
-        # before every quarantine: no race to judge).
+        # quarantined: a loaded machine makes verify slow, and the swapper then changes the file
+        # before every quarantine (no race to judge), so each such run doubles the longest time a
+        # version stays, up to 32 s: swaps still land at random moments of verify's work.
         wanted = int(os.environ.get("CACHETOOL_QUARANTINE_SOAK", "8"))
-        runs = 0
-        while runs < wanted or (not moved and runs < max(60, wanted)):
+        runs, hold = 0, 1.0
+        while runs < wanted or (not moved and runs < max(30, wanted)):
             runs += 1
+            if runs > 1 and not moved and hold < 32:
+                hold *= 2
+                staging.with_name(staging.name + ".hold").write_text(str(hold))
             proc = subprocess.run(
                 [
                     sys.executable,

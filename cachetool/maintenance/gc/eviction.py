@@ -173,12 +173,14 @@ class EvictionPlanner(Planner):
         refused = self.refusal(uids, u.newest, pids)
         return None if refused is None else _Protected(KEPT_BECAUSE[refused.code], refused)
 
-    def evictions(self, explicit: list[Entry]) -> dict[Path, KeptBecause]:
-        """Plan evictions; returns, per unit key, why a unit that stays stays (for the sentence)."""
+    def evictions(self, explicit: list[Entry] | None) -> dict[Path, KeptBecause]:
+        """Plan evictions; returns, per unit key, why a unit that stays stays (for the sentence).
+        `explicit`: the evictable entries named on the command line, None when none were named
+        (an empty list when every name was refused: then nothing is in scope)."""
         o = self.o
         units = self._units = self.units()
-        explicit_keys = {_unit_key_of(e) for e in explicit}
-        scoped = self.scoped(units, explicit_keys if explicit else None)
+        explicit_keys = {_unit_key_of(e) for e in explicit or ()}
+        scoped = self.scoped(units, explicit_keys if explicit is not None else None)
         scoped_keys = {u.key for u in scoped}
         protected = {u.key: self.protection(u) for u in scoped}
         why_kept: dict[Path, KeptBecause] = {
@@ -302,9 +304,10 @@ class EvictionPlanner(Planner):
         )
 
     def kept(
-        self, why_kept: Mapping[Path, KeptBecause], evicting: bool
+        self, why_kept: Mapping[Path, KeptBecause], evicting: bool, named: bool = False
     ) -> tuple[int, int, dict[KeptBecause, int]]:
-        """How many data entries (and bytes) survive the plan, counted by why."""
+        """How many data entries (and bytes) survive the plan, counted by why (`named`: the run
+        removes only the entries named on the command line)."""
         removed = {t.path for i in self.items for t in i.targets}
         counts: dict[KeptBecause, int] = {}
         n = size = 0
@@ -326,7 +329,7 @@ class EvictionPlanner(Planner):
             if evicting:
                 reason = reason_of_entry.get(e.path, KeptBecause.NOT_EVICTABLE)
             else:
-                reason = KeptBecause.UNTOUCHED
+                reason = KeptBecause.OUTSIDE if named else KeptBecause.UNTOUCHED
             counts[reason] = counts.get(reason, 0) + 1
         return n, size, counts
 

@@ -88,7 +88,7 @@ def build_plan(
     b.resolve_protections()
     b.note_partial_liveness()
     why_kept, evicting = _run_steps(b, report, options, parents or {}, root_refused)
-    n, size, counts = b.kept(why_kept, evicting)
+    n, size, counts = b.kept(why_kept, evicting, named=bool(options.fingerprints) and not options.temp)
     return GcPlan(
         report.root,
         temp.path if temp else None,
@@ -135,7 +135,9 @@ def _run_steps(
             b.skip(
                 e, Refusal("not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)")
             )
-    return b.evictions([e for e in explicit if e.kind in EVICTABLE]), True
+    # Names narrow the run even when none of them can be evicted: `[]` is "nothing in scope".
+    named = [e for e in explicit if e.kind in EVICTABLE] if options.fingerprints else None
+    return b.evictions(named), True
 
 
 _LAYOUT_KINDS = WRITTEN_BY_DATASETS | {

@@ -1,0 +1,75 @@
+"""`list_cache()`: what `cachetool ls` shows, as data: the scan, then `--filter`, `--sort`, `--limit`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cachetool.cache.model import CacheReport, Entry
+from cachetool.errors import CachetoolError
+
+if TYPE_CHECKING:
+    from cachetool.lineage.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The scan of a folder and the entries the filters kept, in the sort order, cut to the limit."""
+
+    report: CacheReport
+    entries: list[Entry]
+    #: Fingerprints pinned in this root (`cachetool pin`).
+    pinned: frozenset[str] = frozenset()
+    #: A damaged pins file, named (the listing goes on without pins).
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+
+def list_cache(
+    path: str | os.PathLike[str],
+    *,
+    filter: Sequence[str] = (),  # the name of the `--filter` option
+    sort: str | None = None,
+    limit: int | None = None,
+    ledger: bool | Ledger = True,
+    progress: Callable[[int], None] | None = None,
+) -> Listing:
+    """List a cache root, a `save_to_disk` folder or any folder of Arrow files, as `cachetool ls`
+    does: `filter` holds `--filter` expressions (all must match: `["size>100MB", "used>30d"]`),
+    `sort` a `--sort` expression (`"size:desc"`), `limit` the most entries kept.
+
+    Bad expressions raise `BadExpression` before the folder is read. The report keeps every entry
+    (`listing.report.entries`); `listing.entries` are the ones selected."""
+    from cachetool.cache.query import apply_filters, sort_entries
+    from cachetool.cache.scan import scan_cache
+
+    check_query(filter, sort, limit)
+    report = scan_cache(Path(path), ledger=ledger, progress=progress)
+    pinned, warnings = _pinned(report.root)
+    entries = sort_entries(apply_filters(report.entries, list(filter), pinned=pinned), sort)
+    if limit is not None:
+        entries = entries[:limit]
+    return Listing(report, entries, pinned, warnings)
+
+
+def check_query(filter: Sequence[str], sort: str | None, limit: int | None) -> None:
+    """Raise `BadExpression` for a bad `--filter` or `--sort` expression, before any scan."""
+    from cachetool.cache.query import compile_filter, sort_entries
+
+    for expr in filter:
+        compile_filter(expr)
+    sort_entries([], sort)
+    if limit is not None and limit < 0:
+        raise CachetoolError(f"--limit must be 0 or more, not {limit}")
+
+
+def _pinned(root: Path) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The pinned fingerprints of `root`; a damaged pins file is a warning (listing goes on)."""
+    from cachetool.maintenance.pins import read_pins
+
+    try:
+        return frozenset(read_pins(root)), ()
+    except CachetoolError as e:
+        return frozenset(), (e.message,)

@@ -1,0 +1,103 @@
+"""`verify --deep` reads a large file on every core and remembers what `datasets` says of each
+schema, with the same findings as reading each file batch by batch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cachetool.maintenance.verify import deep_check, deep_read, verify_cache
+from cachetool.maintenance.verify.schema_check import verdicts_path
+from tests.conftest import hf_env
+
+pytestmark = pytest.mark.slow
+
+FP = "0123456789abcdef"
+
+
+def _stream(path: Path, batches: list[pa.RecordBatch]) -> None:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, batches[0].schema) as w:
+        for b in batches:
+            w.write_batch(b)
+
+
+def _bad_utf8(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with its string column's first byte made an invalid UTF-8 lead byte."""
+    col = batch.column(1)
+    validity, offsets, data = col.buffers()
+    raw = bytearray(data.to_pybytes())
+    raw[0] = 0xFF
+    bad = pa.Array.from_buffers(pa.string(), len(col), [validity, offsets, pa.py_buffer(bytes(raw))])
+    return pa.RecordBatch.from_arrays([batch.column(0), bad], names=batch.schema.names)
+
+
+def test_the_first_bad_batch_of_a_file_spread_over_every_core_is_the_one_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file validated in many groups at once (groups of a few batches here) names the first
+    batch that does not validate, in stream order, as a batch-by-batch read does: batches 13 and
+    17 are damaged and the finding is batch 13's; cut after them, it is still batch 13's; with
+    nothing damaged, the cut (mid-batch) is the finding."""
+    monkeypatch.setattr(deep_read, "GROUP_BYTES", 3000)
+    table = pa.table({"i": list(range(2000)), "s": [f"row {i} " * 3 for i in range(2000)]})
+    batches = table.to_batches(max_chunksize=100)
+    damaged = [_bad_utf8(b) if n in (13, 17) else b for n, b in enumerate(batches)]
+    path = tmp_path / f"cache-{FP}.arrow"
+    _stream(path, damaged)
+    whole = deep_check(path)
+    assert whole.error is not None and whole.error.startswith("invalid data in batch 13: ")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 9 // 10])
+    assert (deep_check(path).error or "").startswith("invalid data in batch 13: ")
+    _stream(path, batches)
+    assert deep_check(path).error is None
+    path.write_bytes(path.read_bytes()[: len(data) * 9 // 10])
+    cut = deep_check(path)
+    assert cut.error is not None and not cut.error.startswith("invalid data")
+    assert cut.checksum is not None  # every byte is hashed whatever the finding
+
+
+VERIFY = """
+import sys
+from cachetool.maintenance.verify import verify_cache
+report = verify_cache(sys.argv[1], deep=True)
+print([f.problem for f in report.errors], "datasets" in sys.modules)
+"""
+
+
+def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importing_datasets(
+    tmp_path: Path,
+) -> None:
+    """The second `verify --deep` of a cache with a file whose schema `datasets` refuses reports
+    the same "datasets cannot load it" without importing `datasets`; a verdict stored for
+    another install of `datasets` or `pyarrow` is not used (datasets is asked again)."""
+    from datasets import Dataset
+
+    env = hf_env(tmp_path)
+    root = tmp_path / "cache"
+    root.mkdir(exist_ok=True)
+    good = root / f"cache-{FP}.arrow"
+    Dataset.from_dict({"text": ["a", "b"]}).map(lambda x: x, cache_file_name=str(good))
+    data = good.read_bytes()
+    at = data.index(b'{"info"')
+    good.write_bytes(data[:at] + b'["info"' + data[at + 7 :])
+
+    def run() -> str:
+        cmd = [sys.executable, "-c", VERIFY, str(root)]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+
+    first = run()
+    assert "datasets cannot load it" in first and first.rstrip().endswith("True")
+    second = run()
+    assert second == first.replace("True", "False")
+    doc = json.loads(verdicts_path(root).read_text())
+    verdicts_path(root).write_text(json.dumps({**doc, "install": "another"}))
+    assert run() == first
+    assert [f.problem.split(":")[0] for f in verify_cache(root, deep=True).errors] == [
+        "datasets cannot load it"
+    ]
