@@ -144,6 +144,13 @@ class Step:
         }
 
 
+def _count_run(st: list[float], rec: StepRecord) -> None:
+    """One more run of a fingerprint's origin in its stats: ``[runs, hits, misses, last_used]``."""
+    st[0] += 1
+    st[1] += rec.cache == "hit"
+    st[2] += rec.computed
+
+
 class LineageGraph:
     """Every recorded fingerprint with its origin and children.
 
@@ -167,49 +174,53 @@ class LineageGraph:
             if isinstance(rec, GcRecord):
                 for gone in rec.fingerprints:
                     self._removed[gone] = rec
-                continue
-            if not isinstance(rec, StepRecord):
-                continue
-            if rec.internal and not include_internal:
-                if rec.is_origin and rec.result is not None:
-                    self._internal[rec.result] = rec
-                    if rec.files:
-                        made_file.setdefault(rec.result, []).append(rec)
-                continue
-            self.records.append(rec)
-            fp = rec.result
-            if fp is None:
-                continue
-            st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
-            st[3] = max(st[3], rec.time)
-            if isinstance(rec, SaveRecord):
-                path = rec.saved_path
-                if path is not None and path not in self._saved.setdefault(fp, []):
-                    self._saved[fp].append(path)
-                continue
-            if not rec.is_origin:
-                continue  # says nothing about where fp comes from
-            st[0] += 1
-            st[1] += rec.cache == "hit"
-            st[2] += rec.computed
-            self._origin[fp] = rec  # records come oldest first: the latest origin wins
-            seen = self._hosts.setdefault(fp, [])
-            if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
-                seen.append(rec)
-        # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
-        # still a cache entry: its step stays reachable, marked internal, with every run that
-        # wrote or reused it (the latest run may well have loaded it from the cache).
+            elif isinstance(rec, StepRecord):
+                if rec.internal and not include_internal:
+                    if rec.is_origin and rec.result is not None:
+                        self._internal[rec.result] = rec
+                        if rec.files:
+                            made_file.setdefault(rec.result, []).append(rec)
+                else:
+                    self._add_step(rec)
+        self._adopt_internal_files(made_file)
+        self._bridge_internal()
+        self._link_children()
+
+    def _add_step(self, rec: StepRecord) -> None:
+        """Count a shown step (records come oldest first: the latest origin of a fingerprint wins)."""
+        self.records.append(rec)
+        fp = rec.result
+        if fp is None:
+            return
+        st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
+        st[3] = max(st[3], rec.time)
+        if isinstance(rec, SaveRecord):
+            path = rec.saved_path
+            if path is not None and path not in self._saved.setdefault(fp, []):
+                self._saved[fp].append(path)
+            return
+        if not rec.is_origin:
+            return  # says nothing about where fp comes from
+        _count_run(st, rec)
+        self._origin[fp] = rec
+        seen = self._hosts.setdefault(fp, [])
+        if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
+            seen.append(rec)
+
+    def _adopt_internal_files(self, made_file: dict[str, list[StepRecord]]) -> None:
+        """A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
+        still a cache entry: its step stays reachable, marked internal, with every run that wrote
+        or reused it (the latest run may well have loaded it from the cache)."""
         for fp, made in made_file.items():
             if fp in self._origin:
                 continue
             self._origin[fp] = made[-1]
             st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
             for rec in made:
-                st[0] += 1
-                st[1] += rec.cache == "hit"
-                st[2] += rec.computed
+                _count_run(st, rec)
                 st[3] = max(st[3], rec.time)
-        self._bridge_internal()
+
+    def _link_children(self) -> None:
         for fp, rec in self._origin.items():
             for p in rec.parents:
                 if p != fp:
