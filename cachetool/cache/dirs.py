@@ -80,65 +80,63 @@ def resolve_dirs(
     env = os.environ if environ is None else environ
     home = hf_home(env)
     root = resolve_cache_root(cache_dir, env)
-    out = [root]
-    if (value := _env(env, "HF_DATASETS_DOWNLOADED_DATASETS_PATH")) is not None:
-        downloads = Location(
-            "downloads",
-            Path(value),
-            "HF_DATASETS_DOWNLOADED_DATASETS_PATH",
-            "raw files downloaded from URLs by load_dataset",
-        )
-    else:
-        downloads = Location(
-            "downloads",
-            root.path / "downloads",
-            f"cache root ({root.source})",
-            "raw files downloaded from URLs by load_dataset",
-        )
-    out.append(downloads)
-    out.append(
-        Location("extracted", downloads.path / "extracted", "downloads", "archives extracted by load_dataset")
+    in_root = f"cache root ({root.source})"
+    downloads = _overridable(
+        env,
+        "HF_DATASETS_DOWNLOADED_DATASETS_PATH",
+        Location(
+            "downloads", root.path / "downloads", in_root, "raw files downloaded from URLs by load_dataset"
+        ),
     )
-    if (value := _env(env, "HF_MODULES_CACHE")) is not None:
-        out.append(Location("modules", Path(value), "HF_MODULES_CACHE", "dataset loading scripts' modules"))
-    else:
-        out.append(
-            Location("modules", home.path / "modules", home.source, "dataset loading scripts' modules")
-        )
-    if (value := _env(env, "HF_HUB_CACHE")) is not None:
-        hub = Location(
-            "hub cache",
-            Path(os.path.expanduser(value)),
+    return (
+        root,
+        downloads,
+        Location(
+            "extracted", downloads.path / "extracted", "downloads", "archives extracted by load_dataset"
+        ),
+        _overridable(
+            env,
+            "HF_MODULES_CACHE",
+            Location("modules", home.path / "modules", home.source, "dataset loading scripts' modules"),
+        ),
+        _overridable(
+            env,
             "HF_HUB_CACHE",
-            "raw files of Hub datasets and models; manage it with `hf cache`",
-        )
-    else:
-        hub = Location(
-            "hub cache",
-            home.path / "hub",
-            home.source,
-            "raw files of Hub datasets and models; manage it with `hf cache`",
-        )
-    out.append(hub)
-    out.append(home)
-    out.append(temp_dir(env))
-    out.append(
+            Location(
+                "hub cache",
+                home.path / "hub",
+                home.source,
+                "raw files of Hub datasets and models; manage it with `hf cache`",
+            ),
+            expand_user=True,
+        ),
+        home,
+        temp_dir(env),
         Location(
             "cachetool ledger",
             root.path / ".cachetool",
-            f"cache root ({root.source})",
+            in_root,
             "cachetool's records of this root: lineage ledger and read index",
-        )
-    )
-    out.append(
+        ),
         Location(
             "cachetool user dir",
             user_state_dir(env),
             _user_state_source(env),
             "registry of known cache roots; ledger fallback for read-only roots",
-        )
+        ),
     )
-    return tuple(out)
+
+
+def _overridable(
+    env: Mapping[str, str], variable: str, default: Location, *, expand_user: bool = False
+) -> Location:
+    """`default`, or the folder `variable` names when it is set: verbatim, as `datasets` reads it,
+    or with `~` expanded (`expand_user`) where the library that reads it expands it."""
+    value = _env(env, variable)
+    if value is None:
+        return default
+    path = Path(os.path.expanduser(value)) if expand_user else Path(value)
+    return Location(default.name, path, variable, default.description)
 
 
 def _user_state_source(env: Mapping[str, str]) -> str:

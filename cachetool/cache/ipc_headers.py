@@ -149,37 +149,15 @@ def walk_headers(buf: Any, size: int) -> Headers | None:
     """Rows, batches, columns and metadata of a well-formed stream; None for anything else (the
     caller reads it through pyarrow then). Raises nothing on a good file.
 
-    One function for the whole stream on purpose: it runs once per file of a cold listing, and
-    the message loop below checks what pyarrow's reader checks first without a call per batch."""
+    The batches are walked inline on purpose: this runs once per file of a cold listing, and the
+    loop checks what pyarrow's reader checks first without a call per batch."""
     if size < 16 or buf[:4] != CONTINUATION:
         return None
     try:
-        first = _message(buf, 0, size)
-        if first is None:
+        schema = _read_schema(buf, size)
+        if schema is None:
             return None
-        kind, schema, body, pos, hi = first
-        if kind != _SCHEMA_MESSAGE or body != 0:
-            return None
-        meta_span = _hf_metadata_span(buf, schema, hi)
-        if meta_span == (-1, -1):
-            return None
-        key = (
-            (bytes(buf[:pos]), b"")
-            if meta_span is None
-            else (bytes(buf[: meta_span[0]]), bytes(buf[meta_span[1] : pos]))
-        )
-        shape = _SHAPES.get(key)
-        if shape is None:
-            shape = _decode_shape(buf, pos)
-            if shape is None:
-                return None
-            if len(_SHAPES) > 10_000:
-                _SHAPES.clear()
-            _SHAPES[key] = shape
-        columns, top_nodes, node_count = shape
-        fingerprint = text = None
-        if meta_span is not None:
-            fingerprint, text = parse_hf_metadata(bytes(buf[meta_span[0] : meta_span[1]]))
+        pos, (columns, top_nodes, node_count), fingerprint, text = schema
         rows = batches = 0
         while True:
             msg = _message(buf, pos, size)
@@ -217,6 +195,38 @@ def walk_headers(buf: Any, size: int) -> Headers | None:
     if not eos:
         error = f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
     return Headers(rows, batches, columns, fingerprint, text, eos, error)
+
+
+def _read_schema(buf: Any, size: int) -> tuple[int, _Shape, str | None, str | None] | None:
+    """The schema message at the start of the stream: where it ends, the shape of its columns
+    (decoded once per distinct schema), and the fingerprint and text of its `huggingface`
+    metadata; None when the stream does not start with a schema this module reads."""
+    first = _message(buf, 0, size)
+    if first is None:
+        return None
+    kind, schema, body, pos, hi = first
+    if kind != _SCHEMA_MESSAGE or body != 0:
+        return None
+    meta_span = _hf_metadata_span(buf, schema, hi)
+    if meta_span == (-1, -1):
+        return None
+    key = (
+        (bytes(buf[:pos]), b"")
+        if meta_span is None
+        else (bytes(buf[: meta_span[0]]), bytes(buf[meta_span[1] : pos]))
+    )
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = _decode_shape(buf, pos)
+        if shape is None:
+            return None
+        if len(_SHAPES) > 10_000:
+            _SHAPES.clear()
+        _SHAPES[key] = shape
+    fingerprint = text = None
+    if meta_span is not None:
+        fingerprint, text = parse_hf_metadata(bytes(buf[meta_span[0] : meta_span[1]]))
+    return pos, shape, fingerprint, text
 
 
 def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 CONTEXT_SETTINGS = {"ignore_unknown_options": True}
 
 
+# Long only by its Typer options and its --help text (the docstring): the work is one call.
 def check_determinism_command(
     script: Annotated[Path, typer.Argument(help="The pipeline script to run.", show_default=False)],
     script_args: Annotated[

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from cachetool.cli.tables import plain_table_lines, rich_table, whole_fits
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import safe_text
 
@@ -245,41 +246,15 @@ class Output:
             if lines is not None:
                 self._write_plain_table(lines)
                 return
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(
-            title=title,
-            caption=caption,
-            show_edge=False,
-            pad_edge=False,
-            box=None,
-            header_style="bold",
-            caption_justify="left",
-        )
-        for header, justify in columns:
-            fixed = header in widths and not self.no_truncate
-            lo, hi = widths.get(header, (None, None)) if fixed else (None, None)
-            table.add_column(
-                header,
-                justify=justify,  # type: ignore[arg-type]
-                no_wrap=justify == "right" or fixed,
-                overflow="ellipsis" if fixed else "fold",
-                min_width=lo,
-                max_width=hi,
-            )
-        for row in rows:
-            table.add_row(*(Text(c) for c in row))
-        others = [i for i, h in enumerate(headers) if h not in whole]
-        need = sum(widths[h][0] for h in whole) + 2 * (len(columns) - 1)
-        need += sum(min(12, max([len(headers[i]), *(len(r[i]) for r in rows)])) for i in others)
-        if not whole or self.no_truncate or need <= self.console.width:
+        table = rich_table(title, caption, columns, rows, {} if self.no_truncate else widths)
+        if not whole or self.no_truncate or whole_fits(headers, rows, widths, whole, self.console.width):
             self.console.print(table)
             return
         # The names do not fit beside the other columns: one block per row instead, the names on
         # their own line, the rest as `header value` pairs below, so nothing is cut or dropped.
         if title:
             self.line(title, style="bold")
+        others = [i for i, h in enumerate(headers) if h not in whole]
         for row in rows:
             for h in whole:
                 self.line(row[headers.index(h)])
@@ -352,53 +327,6 @@ class Output:
         for i in ids:
             sys.stdout.write(safe_text(i) + "\n")
         sys.stdout.flush()
-
-
-def plain_table_lines(
-    columns: Sequence[tuple[str, str]],
-    cells: Sequence[Sequence[str]],
-    widths: dict[str, tuple[int, int]],
-    width: int,
-) -> list[str] | None:
-    """The lines Rich draws for a table without box, edge or title (header first), or None
-    where Rich would have to do more than pad: the table is wider than `width`, a cell holds a
-    tab, or a cell with wide characters must be cut."""
-    from rich.cells import cell_len
-
-    n = len(columns)
-    if any(len(row) != n for row in cells):
-        return None
-    col_widths: list[int] = []
-    for i, (header, _) in enumerate(columns):
-        w = len(header) if header.isascii() else cell_len(header)
-        for row in cells:
-            c = row[i]
-            lc = len(c) if c.isascii() else cell_len(c)
-            if lc > w:
-                w = lc
-        lo, hi = widths.get(header, (None, None))
-        if lo is not None:
-            w = max(w, lo)
-        if hi is not None:
-            w = min(w, hi)
-        col_widths.append(max(w, 0))
-    if sum(col_widths) + 2 * (n - 1) > width:
-        return None
-    lines: list[str] = []
-    right = [justify == "right" for _, justify in columns]
-    for row in [[h for h, _ in columns], *cells]:
-        out: list[str] = []
-        for c, w, r in zip(row, col_widths, right, strict=True):
-            if "\t" in c:
-                return None
-            lc = len(c) if c.isascii() else cell_len(c)
-            if lc > w:
-                if not c.isascii() or w < 1:
-                    return None
-                c, lc = c[: w - 1] + "…", w
-            out.append(" " * (w - lc) + c if r else c + " " * (w - lc))
-        lines.append("  ".join(out))
-    return lines
 
 
 def envelope(doc: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from cachetool.lineage.runs import Interruption
 
 
+# Long only by its Typer options and its --help text (the docstring): the work is one call.
 def explain_command(
     fingerprint: Annotated[
         str | None,

@@ -24,8 +24,8 @@ from cachetool.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.lineage.graph import Step
     from cachetool.lineage.query import LineageView
+    from cachetool.lineage.step import Step
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 

@@ -328,6 +328,22 @@ def _entry_table(
     longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
+    if not out.no_truncate:
+        _fit_columns(names, table_rows, widths, out.console.width)
+    justify = {
+        n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
+    }
+    out.table(
+        None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
+    )
+
+
+def _fit_columns(
+    names: list[str], table_rows: list[dict[str, str]], widths: dict[str, tuple[int, int]], room: int
+) -> None:
+    """Narrow the table to `room` columns: shorten datasets and parents in `table_rows`, then
+    drop columns from `names` in the order `_entry_table` documents."""
+
     def natural(n: str) -> int:
         """The width the table gives column `n`: its longest cell, within the column's bounds."""
         longest = max([len(n), *(len(row[n]) for row in table_rows)])
@@ -341,28 +357,20 @@ def _entry_table(
     def width_of(cols: list[str]) -> int:
         return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
 
-    if not out.no_truncate:
-        room = out.console.width
-        steps = [
-            ("dataset", lambda row: row.update(dataset=_CONFIG_HASH.sub("", row["dataset"]))),
-            ("parent", lambda row: row.update(parent=row["parent"][:8])),
-        ]
-        for column, shorten in steps:
-            if column in names and width_of(names) > room:
-                for row in table_rows:
-                    shorten(row)
-                natural_width[column] = natural(column)
-        for column in ("cols", "files", "modified", "parent", "op"):
-            if width_of(names) <= room:
-                break
-            if column in names:
-                names.remove(column)
-    justify = {
-        n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
-    }
-    out.table(
-        None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
-    )
+    steps = [
+        ("dataset", lambda row: row.update(dataset=_CONFIG_HASH.sub("", row["dataset"]))),
+        ("parent", lambda row: row.update(parent=row["parent"][:8])),
+    ]
+    for column, shorten in steps:
+        if column in names and width_of(names) > room:
+            for row in table_rows:
+                shorten(row)
+            natural_width[column] = natural(column)
+    for column in ("cols", "files", "modified", "parent", "op"):
+        if width_of(names) <= room:
+            break
+        if column in names:
+            names.remove(column)
 
 
 def totals_line(report: CacheReport, shown: int) -> str:

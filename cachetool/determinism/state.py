@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cachetool.determinism.events import Event
-from cachetool.fingerprint.diff import Culprit, diff_trees, state_change_hint
+from cachetool.fingerprint.diff import Culprit, diff_trees
+from cachetool.fingerprint.hints import state_change_hint
 from cachetool.fingerprint.tree import iter_nodes
 from cachetool.lineage.records import ArgInfo
 

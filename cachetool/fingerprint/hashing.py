@@ -157,62 +157,8 @@ def _replica_pickler() -> type:
             if type(obj) is not str:
                 dill.Pickler.memoize(self, obj)
 
-    def save_set(pickler: Any, obj: Any) -> None:
-        try:
-            args = (sorted(obj),)
-        except Exception:
-            args = (sorted(obj, key=hash_object),)
-        pickler.save_reduce(set, args, obj=obj)
-
-    def save_code(pickler: Any, obj: CodeType) -> None:
-        co_filename = pickled_filename(obj)
-        args: tuple[Any, ...]
-        if hasattr(obj, "co_exceptiontable"):  # Python 3.11+
-            args = (
-                obj.co_linetable,
-                obj.co_argcount,
-                obj.co_posonlyargcount,
-                obj.co_kwonlyargcount,
-                obj.co_nlocals,
-                obj.co_stacksize,
-                obj.co_flags,
-                obj.co_code,
-                obj.co_consts,
-                obj.co_names,
-                obj.co_varnames,
-                co_filename,
-                obj.co_name,
-                obj.co_qualname,  # type: ignore[attr-defined,unused-ignore]
-                1,
-                obj.co_linetable,
-                obj.co_exceptiontable,
-                obj.co_freevars,
-                obj.co_cellvars,
-            )
-        else:  # Python 3.10
-            args = (
-                obj.co_linetable,
-                obj.co_argcount,
-                obj.co_posonlyargcount,
-                obj.co_kwonlyargcount,
-                obj.co_nlocals,
-                obj.co_stacksize,
-                obj.co_flags,
-                obj.co_code,
-                obj.co_consts,
-                obj.co_names,
-                obj.co_varnames,
-                co_filename,
-                obj.co_name,
-                1,
-                obj.co_linetable,
-                obj.co_freevars,
-                obj.co_cellvars,
-            )
-        pickler.save_reduce(dill._dill._create_code, args, obj=obj)
-
-    Pickler.dispatch[set] = save_set
-    Pickler.dispatch[CodeType] = save_code
+    Pickler.dispatch[set] = _save_set
+    Pickler.dispatch[CodeType] = _save_code
 
     if "pyarrow" in sys.modules:
         import pyarrow as pa
@@ -225,6 +171,67 @@ def _replica_pickler() -> type:
 
     _REPLICA = Pickler
     return Pickler
+
+
+def _save_set(pickler: Any, obj: Any) -> None:
+    """A set pickles sorted (datasets sorts sets), so its order does not change the digest."""
+    try:
+        args = (sorted(obj),)
+    except Exception:
+        args = (sorted(obj, key=hash_object),)
+    pickler.save_reduce(set, args, obj=obj)
+
+
+def _save_code(pickler: Any, obj: CodeType) -> None:
+    """A code object pickles with its first line number as 1 and its file name as datasets
+    normalises it (`pickled_filename`), so moving a function down a file keeps its digest."""
+    import dill
+
+    co_filename = pickled_filename(obj)
+    args: tuple[Any, ...]
+    if hasattr(obj, "co_exceptiontable"):  # Python 3.11+
+        args = (
+            obj.co_linetable,
+            obj.co_argcount,
+            obj.co_posonlyargcount,
+            obj.co_kwonlyargcount,
+            obj.co_nlocals,
+            obj.co_stacksize,
+            obj.co_flags,
+            obj.co_code,
+            obj.co_consts,
+            obj.co_names,
+            obj.co_varnames,
+            co_filename,
+            obj.co_name,
+            obj.co_qualname,  # type: ignore[attr-defined,unused-ignore]
+            1,
+            obj.co_linetable,
+            obj.co_exceptiontable,
+            obj.co_freevars,
+            obj.co_cellvars,
+        )
+    else:  # Python 3.10
+        args = (
+            obj.co_linetable,
+            obj.co_argcount,
+            obj.co_posonlyargcount,
+            obj.co_kwonlyargcount,
+            obj.co_nlocals,
+            obj.co_stacksize,
+            obj.co_flags,
+            obj.co_code,
+            obj.co_consts,
+            obj.co_names,
+            obj.co_varnames,
+            co_filename,
+            obj.co_name,
+            1,
+            obj.co_linetable,
+            obj.co_freevars,
+            obj.co_cellvars,
+        )
+    pickler.save_reduce(dill._dill._create_code, args, obj=obj)
 
 
 def _arrow_reducer(name: str) -> Callable[[Any, Any], None]:

@@ -11,137 +11,27 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Container, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from cachetool.formatting import human_size, iso_time
 from cachetool.lineage.hosts import where_sentence
 from cachetool.lineage.ledger import Ledger
 from cachetool.lineage.records import (
-    CallSite,
-    FunctionInfo,
     GcRecord,
     LedgerRecord,
-    RandomFallback,
     SaveRecord,
-    SourceInfo,
     StepRecord,
 )
+from cachetool.lineage.step import FileNow, Step
 
 #: Arguments that say nothing a reader needs in a one-line summary.
 _QUIET_ARGS = frozenset({"fingerprint_name", "function", "new_fingerprint"})
 
 
-@dataclass(frozen=True)
-class FileNow:
-    """A file a step wrote or reused, as it is on disk now."""
-
-    path: str
-    size: int | None  # None: gone
-
-    @property
-    def exists(self) -> bool:
-        return self.size is not None
-
-
-@dataclass(frozen=True)
-class Step:
-    """One fingerprint and what made it (its latest recorded origin), or a bare fingerprint that no
-    record explains (`recorded` False)."""
-
-    fingerprint: str
-    recorded: bool
-    parents: tuple[str, ...] = ()
-    type: str | None = None
-    operation: str | None = None
-    transform: str | None = None
-    function: FunctionInfo | None = None
-    args: tuple[tuple[str, str], ...] = ()  # (name, short repr) of the small, telling arguments
-    call_site: CallSite | None = None
-    hits: int = 0
-    misses: int = 0
-    runs: int = 0
-    cache: str | None = None  # of the latest record: hit | partial | miss | none
-    files: tuple[FileNow, ...] = ()
-    in_memory: bool = False
-    fingerprint_given: bool = False
-    random_fallback: RandomFallback | None = None
-    source: SourceInfo | None = None
-    root: str | None = None
-    foreign: bool = False  # recorded in another root than the one asked about (`root` says which)
-    internal: bool = False  # a call `datasets` made itself, shown because it wrote a file
-    split: str | None = None
-    last_used: float | None = None
-    saved_to: tuple[str, ...] = ()  # save_to_disk folders that hold this fingerprint
-    deleted: str | None = None  # "deleted by gc <time>: <reason>" when gc removed its files
-    where: str | None = None  # "computed on node-3, loaded on node-7" when several hosts ran it
-    record: StepRecord | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def function_str(self) -> str:
-        """`keep @ pipeline.py:14`: the function and the line the step was called at (two calls of
-        one function look different); the line it is defined at where no call site is known."""
-        fn = self.function
-        if not fn:
-            return ""
-        name = fn.qualname or "?"
-        site = self.call_site
-        if site is not None and site.file and site.line is not None:
-            return f"{name} @ {os.path.basename(site.file)}:{site.line}"
-        if fn.file:
-            return f"{name} @ {os.path.basename(fn.file)}:{fn.line}"
-        return name
-
-    @property
-    def args_str(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.args)
-
-    @property
-    def file_str(self) -> str:
-        """`3.1 MB`, `gone`, `no file (in memory)` or `no file`."""
-        if not self.recorded:
-            return ""
-        if not self.files:
-            return "no file (in memory)" if self.in_memory else "no file"
-        if self.deleted and not any(f.exists for f in self.files):
-            return "deleted"
-        if all(f.exists for f in self.files):
-            return human_size(sum(f.size or 0 for f in self.files))
-        if not any(f.exists for f in self.files):
-            return "gone"
-        gone = sum(not f.exists for f in self.files)
-        return f"{gone} of {len(self.files)} files gone"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "recorded": self.recorded,
-            "parents": list(self.parents),
-            "type": self.type,
-            "operation": self.operation,
-            "transform": self.transform,
-            "function": self.function.to_json() if self.function else None,
-            "args": dict(self.args),
-            "call_site": self.call_site.to_json() if self.call_site else None,
-            "runs": self.runs,
-            "hits": self.hits,
-            "misses": self.misses,
-            "cache": self.cache,
-            "files": [{"path": f.path, "size": f.size, "exists": f.exists} for f in self.files],
-            "in_memory": self.in_memory,
-            "fingerprint_given": self.fingerprint_given,
-            "random_fallback": self.random_fallback.to_json() if self.random_fallback else None,
-            "source": self.source.to_json() if self.source else None,
-            "root": self.root,
-            "foreign": self.foreign,
-            "internal": self.internal,
-            "split": self.split,
-            "used": iso_time(self.last_used),
-            "saved_to": list(self.saved_to),
-            "deleted": self.deleted,
-            "where": self.where,
-        }
+def _count_run(st: list[float], rec: StepRecord) -> None:
+    """One more run of a fingerprint's origin in its stats: ``[runs, hits, misses, last_used]``."""
+    st[0] += 1
+    st[1] += rec.cache == "hit"
+    st[2] += rec.computed
 
 
 class LineageGraph:
@@ -167,49 +57,53 @@ class LineageGraph:
             if isinstance(rec, GcRecord):
                 for gone in rec.fingerprints:
                     self._removed[gone] = rec
-                continue
-            if not isinstance(rec, StepRecord):
-                continue
-            if rec.internal and not include_internal:
-                if rec.is_origin and rec.result is not None:
-                    self._internal[rec.result] = rec
-                    if rec.files:
-                        made_file.setdefault(rec.result, []).append(rec)
-                continue
-            self.records.append(rec)
-            fp = rec.result
-            if fp is None:
-                continue
-            st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
-            st[3] = max(st[3], rec.time)
-            if isinstance(rec, SaveRecord):
-                path = rec.saved_path
-                if path is not None and path not in self._saved.setdefault(fp, []):
-                    self._saved[fp].append(path)
-                continue
-            if not rec.is_origin:
-                continue  # says nothing about where fp comes from
-            st[0] += 1
-            st[1] += rec.cache == "hit"
-            st[2] += rec.computed
-            self._origin[fp] = rec  # records come oldest first: the latest origin wins
-            seen = self._hosts.setdefault(fp, [])
-            if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
-                seen.append(rec)
-        # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
-        # still a cache entry: its step stays reachable, marked internal, with every run that
-        # wrote or reused it (the latest run may well have loaded it from the cache).
+            elif isinstance(rec, StepRecord):
+                if rec.internal and not include_internal:
+                    if rec.is_origin and rec.result is not None:
+                        self._internal[rec.result] = rec
+                        if rec.files:
+                            made_file.setdefault(rec.result, []).append(rec)
+                else:
+                    self._add_step(rec)
+        self._adopt_internal_files(made_file)
+        self._bridge_internal()
+        self._link_children()
+
+    def _add_step(self, rec: StepRecord) -> None:
+        """Count a shown step (records come oldest first: the latest origin of a fingerprint wins)."""
+        self.records.append(rec)
+        fp = rec.result
+        if fp is None:
+            return
+        st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
+        st[3] = max(st[3], rec.time)
+        if isinstance(rec, SaveRecord):
+            path = rec.saved_path
+            if path is not None and path not in self._saved.setdefault(fp, []):
+                self._saved[fp].append(path)
+            return
+        if not rec.is_origin:
+            return  # says nothing about where fp comes from
+        _count_run(st, rec)
+        self._origin[fp] = rec
+        seen = self._hosts.setdefault(fp, [])
+        if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
+            seen.append(rec)
+
+    def _adopt_internal_files(self, made_file: dict[str, list[StepRecord]]) -> None:
+        """A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
+        still a cache entry: its step stays reachable, marked internal, with every run that wrote
+        or reused it (the latest run may well have loaded it from the cache)."""
         for fp, made in made_file.items():
             if fp in self._origin:
                 continue
             self._origin[fp] = made[-1]
             st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
             for rec in made:
-                st[0] += 1
-                st[1] += rec.cache == "hit"
-                st[2] += rec.computed
+                _count_run(st, rec)
                 st[3] = max(st[3], rec.time)
-        self._bridge_internal()
+
+    def _link_children(self) -> None:
         for fp, rec in self._origin.items():
             for p in rec.parents:
                 if p != fp:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
-    from cachetool.lineage.graph import Step
     from cachetool.lineage.ledger import Ledger
     from cachetool.lineage.resolve import KnownFingerprints
+    from cachetool.lineage.step import Step
 
 LineageMode = Literal["chain", "descendants", "all"]
 

@@ -196,47 +196,42 @@ def _json_in_script(obj: Any) -> str:
     return json.dumps(obj).replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
+h1 { font-size: 1.4em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+.note { color: #666; } code { background: #f2f2f2; padding: 0 .2em; }
+#step-details { background: #f7f7f7; padding: .8em; white-space: pre-wrap; min-height: 3em; }
+table { border-collapse: collapse; }
+td, th { border: 1px solid #ddd; padding: .2em .5em; text-align: left; }
+tr.error td { background: #fde8e8; } tr.warning td { background: #fff6e0; }
+.legend span { margin-right: 1em; white-space: nowrap; }
+.legend i { display: inline-block; width: .9em; height: .9em; margin-right: .3em; vertical-align: middle; }
+"""
+
+#: Shown where a section has nothing recorded to draw.
+_NO_RUNS = (
+    "<p class='note'>No runs recorded in this cache. Run your pipeline with "
+    "<code>cachetool run script.py</code> to record its lineage.</p>"
+)
+
+
 def render_html(data: ReportData) -> str:
     """The whole page as one string."""
-    _plotly()
-    import plotly.io as pio
+    figures = _figures(data)  # first: it says when plotly is missing
     from plotly.offline import get_plotlyjs
 
-    figures: dict[str, Any] = {"treemap": json.loads(pio.to_json(treemap_figure(data)))}
-    if data.nodes:
-        figures["lineage"] = json.loads(pio.to_json(lineage_figure(data)))
-    if data.site_runs:
-        rate, lost = site_figures(data)
-        figures["hit-rate"] = json.loads(pio.to_json(rate))
-        figures["time-lost"] = json.loads(pio.to_json(lost))
     root = html.escape(os.fsdecode(data.root))
     when = local_time(data.generated_at)
     size = human_size(sum(t.size for t in data.tiles if t.parent == ""))
-    no_runs = (
-        "<p class='note'>No runs recorded in this cache. Run your pipeline with "
-        "<code>cachetool run script.py</code> to record its lineage.</p>"
-    )
     lineage_html = (
         "<div id='lineage'></div><pre id='step-details'>Click a step to see its arguments and files.</pre>"
         if data.nodes
-        else no_runs
+        else _NO_RUNS
     )
     sites_html = (
         "<div id='hit-rate'></div><h3>Time lost to recomputation</h3><div id='time-lost'></div>"
         if data.site_runs
-        else no_runs
-    )
-    rows = "".join(
-        f"<tr class='{html.escape(p.severity)}'><td>{html.escape(p.source)}</td>"
-        f"<td>{html.escape(p.severity)}</td><td>{html.escape(p.path)}</td>"
-        f"<td>{html.escape(p.what)}</td></tr>"
-        for p in data.problems
-    )
-    problems_html = (
-        "<table id='problems'><tr><th>from</th><th>severity</th><th>path</th><th>what</th></tr>"
-        f"{rows}</table>"
-        if data.problems
-        else "<p id='problems' class='note'>No leftovers and no verify findings.</p>"
+        else _NO_RUNS
     )
     legend = "".join(
         f"<span><i style='background:{c}'></i>{html.escape(k)}</span>"
@@ -246,17 +241,7 @@ def render_html(data: ReportData) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>cachetool report: {root}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; }}
-h1 {{ font-size: 1.4em; }} h2 {{ margin-top: 1.6em; border-bottom: 1px solid #ddd; }}
-.note {{ color: #666; }} code {{ background: #f2f2f2; padding: 0 .2em; }}
-#step-details {{ background: #f7f7f7; padding: .8em; white-space: pre-wrap; min-height: 3em; }}
-table {{ border-collapse: collapse; }}
-td, th {{ border: 1px solid #ddd; padding: .2em .5em; text-align: left; }}
-tr.error td {{ background: #fde8e8; }} tr.warning td {{ background: #fff6e0; }}
-.legend span {{ margin-right: 1em; white-space: nowrap; }}
-.legend i {{ display: inline-block; width: .9em; height: .9em; margin-right: .3em; vertical-align: middle; }}
-</style>
+<style>{_STYLE}</style>
 <script>{get_plotlyjs()}</script>
 </head><body>
 <h1>cachetool report</h1>
@@ -270,12 +255,42 @@ tr.error td {{ background: #fde8e8; }} tr.warning td {{ background: #fff6e0; }}
 <h2>Hit rate per call site</h2>
 {sites_html}
 <h2>Leftovers and verify findings</h2>
-{problems_html}
+{_problems_html(data)}
 <script type="application/json" id="figures">{_json_in_script(figures)}</script>
 <script type="application/json" id="step-data">{_json_in_script([n.details for n in data.nodes])}</script>
 <script>{_SCRIPT}</script>
 </body></html>
 """
+
+
+def _figures(data: ReportData) -> dict[str, Any]:
+    """The page's Plotly figures as JSON, by the id of the element that shows each."""
+    _plotly()
+    import plotly.io as pio
+
+    figures: dict[str, Any] = {"treemap": json.loads(pio.to_json(treemap_figure(data)))}
+    if data.nodes:
+        figures["lineage"] = json.loads(pio.to_json(lineage_figure(data)))
+    if data.site_runs:
+        rate, lost = site_figures(data)
+        figures["hit-rate"] = json.loads(pio.to_json(rate))
+        figures["time-lost"] = json.loads(pio.to_json(lost))
+    return figures
+
+
+def _problems_html(data: ReportData) -> str:
+    rows = "".join(
+        f"<tr class='{html.escape(p.severity)}'><td>{html.escape(p.source)}</td>"
+        f"<td>{html.escape(p.severity)}</td><td>{html.escape(p.path)}</td>"
+        f"<td>{html.escape(p.what)}</td></tr>"
+        for p in data.problems
+    )
+    return (
+        "<table id='problems'><tr><th>from</th><th>severity</th><th>path</th><th>what</th></tr>"
+        f"{rows}</table>"
+        if data.problems
+        else "<p id='problems' class='note'>No leftovers and no verify findings.</p>"
+    )
 
 
 def write_page(data: ReportData, output: str | os.PathLike[str]) -> int:
