@@ -110,7 +110,7 @@ Gc records (`"type": "gc"`, written by `cachetool gc` after each removal, `GcRec
 Run records (`cachetool.lineage.runs` reads them): `"run-start"` (`RunStartRecord`: {"argv",
 "cwd"}, in the cache root's ledger when tracing starts), `"run-end"` (`RunEndRecord`, in every
 root the run wrote to, at exit) and `"step-start"` (`StepStartRecord`: {"operation", "parents",
-"call_site", "split", "paths"}, the step's `seq`, written when a step begins to compute): a run
+"call_site", "split", "paths", "before"}, the step's `seq`, written when a step begins to compute): a run
 killed in a step has a start and no end, and a step start without its step record.
 
 Checkpoint events (`"type": "checkpoint"`, `CheckpointRecord`, only in events files) are steps:

@@ -136,6 +136,8 @@ def _unfinished(step: StepStartRecord) -> tuple[UnfinishedFile, ...]:
                 st = e.stat(follow_symlinks=False)
             except OSError:
                 continue
+            if e.name in step.before:  # there before the step began: another run's leftover
+                continue
             if e.is_file(follow_symlinks=False) and st.st_mtime >= step.time - _SLACK:
                 out.append(UnfinishedFile(e.path, st.st_size))
     return tuple(sorted(out, key=lambda f: f.path))

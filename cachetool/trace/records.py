@@ -341,6 +341,7 @@ class RecordBuilder:
             call_site=top.call_site,
             split=split_of(top.parents[0]) if top.parents else None,
             paths=(path,),
+            before=_tmp_names(os.path.dirname(path)),
         )
 
     def run_start(self) -> RunStartRecord:
@@ -375,3 +376,12 @@ def _caching_enabled() -> bool:
 def fingerprints(values: list[Any]) -> tuple[str, ...]:
     """The parents' fingerprints (a dataset without one has no place in `parents`)."""
     return tuple(fp for fp in values if isinstance(fp, str))
+
+
+def _tmp_names(folder: str) -> tuple[str, ...]:
+    """The `tmp*` files of `folder` (datasets' unfinished writes), sorted; () when unreadable."""
+    try:
+        with os.scandir(folder) as it:
+            return tuple(sorted(e.name for e in it if e.name.startswith("tmp")))
+    except OSError:
+        return ()

@@ -69,8 +69,11 @@ class StepStartRecord(LedgerRecord):
     split: str | None = None
     #: The cache files the step is about to write (they do not exist yet).
     paths: tuple[str, ...] = ()
+    #: The `tmp*` files already in those folders when the step began (another run's leftovers):
+    #: not what this step wrote.
+    before: tuple[str, ...] = ()
 
-    _KEYS: ClassVar[tuple[str, ...]] = ("operation", "parents", "call_site", "split", "paths")
+    _KEYS: ClassVar[tuple[str, ...]] = ("operation", "parents", "call_site", "split", "paths", "before")
 
     @classmethod
     def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepStartRecord:
@@ -82,6 +85,7 @@ class StepStartRecord(LedgerRecord):
             call_site=CallSite.parse(cs) if cs is not None else None,
             split=_opt_str(d, "split"),
             paths=_strs(d, "paths"),
+            before=_strs(d, "before"),
             extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k not in cls._KEYS},
         )
 
@@ -95,6 +99,7 @@ class StepStartRecord(LedgerRecord):
                 "call_site": self.call_site.to_json() if self.call_site else None,
                 "split": self.split,
                 "paths": list(self.paths),
+                "before": list(self.before),
             }
         )
         return out
