@@ -92,7 +92,7 @@ def marked_pids(marker: str) -> list[int]:
                 env = f.read()
         except OSError:
             continue
-        if needle in env + b"\0" or env.startswith(needle):
+        if b"\0" + needle in b"\0" + env + b"\0":  # a whole variable, not the tail of another
             out.append(int(name))
     return out
 

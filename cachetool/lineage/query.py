@@ -64,6 +64,7 @@ def lineage(
     The Python side of `cachetool lineage`."""
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import UnknownFingerprint
+    from cachetool.lineage.index import UsageIndex
     from cachetool.lineage.ledger import Ledger
     from cachetool.lineage.part import IndexedFingerprints, open_index
     from cachetool.lineage.resolve import resolve
@@ -71,10 +72,11 @@ def lineage(
     mode: LineageMode = "all" if all else "descendants" if descendants else "chain"
     root_abs = os.path.abspath(os.path.expanduser(os.fspath(root)))
     con = None if all_roots else open_index(root_abs)
+    report = None
     if con is not None:
         # A long-lived ledger: read only the records of the fingerprint's family. A name this
         # root does not record (a step of a saved folder made from it) needs the other roots.
-        report = scan_cache(root)
+        report = scan_cache(root, usage=UsageIndex(con))  # the index just opened, not a second
         known = IndexedFingerprints(con)
         try:
             got = resolve(fingerprint, report, recorded=known)
@@ -91,7 +93,7 @@ def lineage(
                 report, fingerprint, mode=mode, include_internal=internal, ledger=ledger, recorded=known
             )
     ledger = Ledger.load(root_abs, all_roots=all_roots)
-    report = scan_cache(root, ledger=ledger)
+    report = report or scan_cache(root, ledger=ledger)  # the root's usage is the index's
     return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
 
 

@@ -30,7 +30,7 @@ def builder_records(
         return []
     builder: Any = frame.args[0] if frame.args else frame.kwargs.get("self")
     cache_root = abs_path(str(getattr(builder, "_cache_dir_root", "") or b.roots.default))
-    b.roots.add(cache_root, "cache")
+    b.roots.add(cache_root)
     rel = None
     with contextlib.suppress(Exception):
         rel = builder._relative_data_dir()

@@ -24,25 +24,25 @@ class Roots:
 
     def __init__(self, on_new_root: Callable[[str], None]) -> None:
         self.default = ""  # the process's cache root (`HF_DATASETS_CACHE`)
-        self._known: dict[str, str] = {}  # root -> kind ("cache" or "saved")
-        self._by_folder: dict[str, tuple[str, str]] = {}  # folder -> (root, kind)
+        self._known: set[str] = set()  # cache roots and saved folders met
+        self._by_folder: dict[str, str] = {}  # folder -> its root
         self._on_new_root = on_new_root
 
-    def add(self, root: str, kind: str) -> None:
+    def add(self, root: str) -> None:
         if root not in self._known:
-            self._known[root] = kind
+            self._known.add(root)
             self._by_folder.clear()
             self._on_new_root(root)
 
     def remember(self, folder: str, root: str) -> None:
         """`folder` (a builder's output folder) belongs to the cache root `root`."""
-        self._by_folder[abs_path(folder)] = (root, "cache")
+        self._by_folder[abs_path(folder)] = root
 
     def saved(self, path: str) -> str:
         """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""
         parent = os.path.dirname(path)
         root = parent if os.path.isfile(os.path.join(parent, "dataset_dict.json")) else path
-        self.add(root, "saved")
+        self.add(root)
         return root
 
     def of(self, ds: Any, files: list[dict[str, Any]] | None = None) -> tuple[str, bool]:
@@ -57,21 +57,19 @@ class Roots:
         """The root whose ledger holds records about the cache files in `folder`."""
         hit = self._by_folder.get(folder)
         if hit is not None:
-            return hit[0]
+            return hit
         if os.path.basename(folder).startswith("hf_datasets-"):
             # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
-            self._by_folder[folder] = (self.default, "cache")
+            self._by_folder[folder] = self.default
             return self.default
         best = ""
-        candidates = dict(self._known)
-        candidates.setdefault(self.default, "cache")
-        for r in candidates:
+        for r in (*self._known, self.default):
             if (folder == r or folder.startswith(r.rstrip(os.sep) + os.sep)) and len(r) > len(best):
                 best = r
         if not best:
             # A folder of Arrow files of its own (Dataset.from_file, a custom cache_file_name).
             best = self.saved(folder) if os.path.isfile(os.path.join(folder, "state.json")) else folder
-        self._by_folder[folder] = (best, candidates.get(best, "cache"))
+        self._by_folder[folder] = best
         return best
 
 

@@ -97,10 +97,3 @@ def _objs(d: Mapping[str, Any], key: str, where: str = "") -> list[Mapping[str, 
     if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
         raise BadRecord(f"'{where}{key}' is not a list of objects")
     return v
-
-
-def _drop_none(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    for k in keys:
-        if d.get(k) is None:
-            d.pop(k, None)
-    return d
