@@ -99,15 +99,11 @@ def owner_refusal(
     if kind == "hf_datasets":
         owners = possible_owners(made_by, datasets_users)
         if owners:
-            return Refusal(
-                "may-be-owned", f"a live datasets process using this temp dir (pid {owners[0]}) may own it"
-            )
+            return _may_own("datasets", owners[0])
     elif kind == "pymp":
         owners = possible_owners(made_by, python_users)
         if owners:
-            return Refusal(
-                "may-be-owned", f"a live Python process using this temp dir (pid {owners[0]}) may own it"
-            )
+            return _may_own("Python", owners[0])
     return None
 
 
@@ -119,11 +115,7 @@ def check_owner_refusal(name: str, made_by: float, python_users: Iterable[TempDi
     pid = m.group("pid") if m else None
     if pid is None:
         owners = possible_owners(made_by, python_users)
-        if not owners:
-            return None
-        return Refusal(
-            "may-be-owned", f"a live Python process using this temp dir (pid {owners[0]}) may own it"
-        )
+        return _may_own("Python", owners[0]) if owners else None
     started = _process_start(int(pid))
     if started is not None and started <= made_by + _START_SLACK:
         return Refusal("may-be-owned", f"the check that made it (pid {pid}) is still running")

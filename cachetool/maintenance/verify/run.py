@@ -76,10 +76,11 @@ def _check(
         ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
     # so the listing may take what the read index remembers (keyed by size, mtime and inode).
+    usage = ledger.usage()  # once: the listing and the indices check both need it
     report = scan_cache(
         root,
         use_index=deep,
-        ledger=ledger,
+        usage=usage,
         progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
     entries = list(report.entries)
@@ -89,7 +90,7 @@ def _check(
     checker = Checker(report, scan_in_use(root=report.root), time.time())
     for e in entries:
         checker.entry(e)
-    check_indices(checker, entries, {fp: u.parent for fp, u in ledger.usage().items()}, ledger)
+    check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)
     if not fingerprints:
         _ledger_findings(checker, ledger)
     bytes_checked = recorded = 0
