@@ -11,21 +11,30 @@ from typing import TYPE_CHECKING
 from cachetool.errors import RecordedOnly
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cachetool.cache.model import CacheReport, Entry
     from cachetool.lineage.ledger import Ledger
 
 
-def find_entry(report: CacheReport, prefix: str, ledger: Ledger | None = None) -> Entry:
+def find_entry(
+    report: CacheReport,
+    prefix: str,
+    ledger: Ledger | None = None,
+    *,
+    recorded: Sequence[str] | None = None,
+) -> Entry:
     """The one entry `prefix` names, by the rule of `cachetool.lineage.ledger.resolve` (path,
-    exact fingerprint or alias, unique prefix). With a `ledger`, fingerprints only it knows are
-    candidates too; one of them named is `UnknownFingerprint` here (no entry holds it, and the
-    message says what the ledger knows). Raises `AmbiguousFingerprint` listing candidates."""
+    exact fingerprint or alias, unique prefix). With a `ledger` (or the fingerprints it records,
+    `recorded`), fingerprints only it knows are candidates too; one of them named is
+    `RecordedOnly` here (no entry holds it, and the message says what the ledger knows). Raises
+    `AmbiguousFingerprint` listing candidates."""
     from cachetool.lineage.ledger import entry_at_path, resolve
 
     at_path = entry_at_path(report, prefix)  # a leftover named by its path has no fingerprint
     if at_path is not None:
         return at_path
-    got = resolve(prefix, report, ledger)
+    got = resolve(prefix, report, ledger, recorded=recorded)
     if got.entry is None:
         raise RecordedOnly(got.fingerprint, report.root, ledger)
     return got.entry

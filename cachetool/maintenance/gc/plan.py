@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from cachetool.cache import layout
 from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
-from cachetool.cache.scan import CacheReport, Entry
+from cachetool.cache.lookup import find_entry
+from cachetool.cache.scan import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
 from cachetool.maintenance.gc.leftovers import LeftoverPlanner
@@ -35,21 +36,6 @@ from cachetool.maintenance.shared import check_min_age, shared_state
 
 class _Builder(LeftoverPlanner, EvictionPlanner):
     """Every planning step over one set of inputs."""
-
-
-def _find(report: CacheReport, name: str, recorded: Sequence[str]) -> Entry:
-    """The entry `name` means, by the one naming rule; a fingerprint only the ledger knows has
-    nothing to remove (`RecordedOnly`)."""
-    from cachetool.errors import RecordedOnly
-    from cachetool.lineage.ledger import entry_at_path, resolve
-
-    at_path = entry_at_path(report, name)  # a leftover named by its path has no fingerprint
-    if at_path is not None:
-        return at_path
-    got = resolve(name, report, recorded=recorded)
-    if got.entry is None:
-        raise RecordedOnly(got.fingerprint, report.root)
-    return got.entry
 
 
 def build_plan(
@@ -113,7 +99,7 @@ def _run_steps(
     """Run the leftover and eviction steps the options ask for; returns why each unit that
     stays stays, and whether the run evicts."""
     recorded = [*parents, *(x for v in parents.values() for x in v)]
-    explicit = [_find(report, fp, recorded) for fp in options.fingerprints]
+    explicit = [find_entry(report, fp, recorded=recorded) for fp in options.fingerprints]
     leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
     named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
     explicit = [e for e in explicit if e.kind not in leftover_kinds]
