@@ -142,10 +142,12 @@ class _File:
                 else:  # hashed on one core while its batches are validated on the others
                     self._add_task()
                     pool.submit(self._task, self._hash)
-                    self._list_batches(verdicts)
-                    for n in range(len(self.groups)):
+
+                    def validate(n: int) -> None:  # as soon as the group is listed
                         self._add_task()
                         pool.submit(self._task, self._validate, n)
+
+                    self._list_batches(verdicts, validate)
         except BaseException as e:  # handed to the caller's thread by `collect`
             self.crash = e
         self._task_done()
@@ -170,9 +172,12 @@ class _File:
             os.close(fd)
         return True
 
-    def _list_batches(self, verdicts: SchemaVerdicts | None) -> None:
-        """Read the message headers (zero-copy views of the map) and group the batches; stop at
-        a schema `datasets` refuses (the file is reported for that alone)."""
+    def _list_batches(
+        self, verdicts: SchemaVerdicts | None, listed: Callable[[int], None] | None = None
+    ) -> None:
+        """Read the message headers (zero-copy views of the map) and group the batches, calling
+        `listed(n)` as group n is complete (so its validation starts while the rest is listed);
+        stop at a schema `datasets` refuses (the file is reported for that alone)."""
         import pyarrow as pa
 
         group: list[Any] = []
@@ -188,12 +193,17 @@ class _File:
             for index, batch in enumerate(reader):
                 group.append(batch)
                 if source.tell() - start >= GROUP_BYTES:
-                    self.groups.append((first, group))
+                    self._listed((first, group), listed)
                     group, first, start = [], index + 1, source.tell()
         except Exception as e:  # whatever pyarrow raises on damage is a finding
             self.read_error = damage(e)
         if group:
-            self.groups.append((first, group))
+            self._listed((first, group), listed)
+
+    def _listed(self, group: tuple[int, list[Any]], listed: Callable[[int], None] | None) -> None:
+        self.groups.append(group)
+        if listed is not None:
+            listed(len(self.groups) - 1)
 
     def _add_task(self) -> None:
         with self.lock:
