@@ -10,7 +10,6 @@ first problem in stream order is the one reported, as reading the file batch by 
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
 import queue
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache.walk import gc_paused
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.verify.schema_check import SchemaVerdicts, load_error
 
@@ -55,13 +55,8 @@ def read_files(
     batch = _Batch(paths, jobs or os.cpu_count() or 1, verdicts, progress)
     # Thousands of batch objects come and go, none in a cycle: a collection would only walk
     # every object of the process again (5% of a deep verify's CPU in a profile).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         batch.run()
-    finally:
-        if collecting:
-            gc.enable()
     return [r for r in batch.results if r is not None]  # every one is: a crash was raised
 
 
