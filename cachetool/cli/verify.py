@@ -173,17 +173,17 @@ def _verify(
             report = verify_cache(
                 root, fingerprints, progress=progress.update, confirm=None if yes else ask, **options
             )
-    for note in report.restore_notes:
-        warn(note)
-    for _, dst in report.restored:
-        hint(f"restored {dst}")
-    if options["restore"] and not report.restored:
-        hint("nothing to restore")
-    _show(out, report, fmt, strict)
-    if report.would_quarantine:
-        hint("run again without --dry-run to move them (each is checked again right before)")
-    if report.failed(strict):
-        raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+        for note in report.restore_notes:
+            warn(note)
+        for _, dst in report.restored:
+            hint(f"restored {dst}")
+        if options["restore"] and not report.restored:
+            hint("nothing to restore")
+        _show(out, report, fmt, strict)
+        if report.would_quarantine:
+            hint("run again without --dry-run to move them (each is checked again right before)")
+        if report.failed(strict):
+            raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
 
 
 @contextmanager
@@ -191,11 +191,11 @@ def _deep_run() -> Iterator[None]:
     """What a deep verify's process needs: pyarrow imports numpy, whose OpenBLAS starts a thread
     per core that spins for a while (0.05 s of CPU here), and --deep does no linear algebra and
     wants those cores for reading; its imports, scan and reads make many objects and few cycles,
-    so no garbage collection runs (they were 10% of its start-up's CPU)."""
+    so no garbage collection runs (they were 10% of its start-up's CPU), nor walks them after."""
     from cachetool.cache.walk import gc_paused
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    with gc_paused():
+    with gc_paused(freeze=True):  # what it made is left out of any later collection's walk
         yield
 
 
