@@ -86,15 +86,19 @@ def start_cost(empty: Path, env: dict[str, str], runs: int = 5) -> tuple[float, 
 def cpu_summary(pairs: list[tuple[float, ...]], gb: float, start: tuple[float, float], cores: int) -> str:
     """CPU seconds per GB of `cat` and of the deep read (its start-up taken away), which a busy
     machine disturbs far less than wall time, and what they make of an idle machine at 20 GB:
-    `cat` on one core, the deep read spread over every core after its start-up."""
+    `cat` on one core, the deep read spread over every core after its start-up (on an idle
+    machine each takes as long as its CPU time says)."""
     cat_cpu = statistics.median(cc for _, cc, _, _, _ in pairs) / gb
     deep_cpu = statistics.median(dc for _, _, _, dc, _ in pairs)
     reading = (deep_cpu - start[1]) / gb
-    at20 = 20 * cat_cpu / (start[0] + 20 * reading / cores)
+
+    def idle(size: float) -> float:  # on an idle machine, the start-up's wall is its CPU
+        return size * cat_cpu / (start[1] + size * reading / cores)
+
     return (
         f"CPU per GB: cat {cat_cpu:.3f} s, verify --deep reading {reading:.3f} s (its start-up "
-        f"{start[1]:.2f} s of CPU, {start[0]:.2f} s wall); idle {cores} cores at 20 GB, reads "
-        f"spread over every core: about {at20:.2f}× cat's throughput"
+        f"{start[1]:.2f} s of CPU, {start[0]:.2f} s wall); on {cores} idle cores, reads spread "
+        f"over every core: about {idle(gb):.2f}× cat's throughput at {gb:.1f} GB, {idle(20):.2f}× at 20 GB"
     )
 
 
