@@ -79,9 +79,9 @@ class HelpCommand(typer.core.TyperCommand):
 
 
 def _register() -> None:
-    from cachetool.cli import demo, dirs, ls, show
+    from cachetool.cli import demo, dirs, ls_command, show
 
-    app.command("ls", cls=HelpCommand)(ls.ls_command)
+    app.command("ls", cls=HelpCommand)(ls_command.ls_command)
     app.command("show", cls=HelpCommand)(show.show_command)
     app.command("dirs", cls=HelpCommand)(dirs.dirs_command)
     app.command("demo", cls=HelpCommand)(demo.demo_command)

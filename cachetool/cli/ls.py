@@ -1,4 +1,7 @@
-"""`cachetool ls`: list the cache as entries, grouped by dataset folder."""
+"""`cachetool ls`: list the cache as entries, grouped by dataset folder.
+
+No Typer here (its options are in `cachetool.cli.ls_command`): `cachetool.cli.light` answers a
+plain `ls` command line with `run_ls` without building the Typer app."""
 
 from __future__ import annotations
 
@@ -9,23 +12,9 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
-
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    NoTruncateOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    handle_errors,
-    hint,
-    warn,
-)
+from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
@@ -58,7 +47,7 @@ def scan_progress() -> Iterator[Callable[[int], None] | None]:
         return
     from rich.status import Status
 
-    from cachetool.cli.common import stderr_console
+    from cachetool.cli.output import stderr_console
 
     with Status("Scanning…", console=stderr_console()) as status:
 
@@ -107,76 +96,7 @@ def entry_label(e: Entry, whole: bool = False) -> str:
     return short if len(short) <= 16 else "…" + short[-15:]
 
 
-# Long for its Typer options and help text only: the work is in `_ls`.
-def ls_command(
-    path: Annotated[
-        Path | None,
-        typer.Argument(
-            help="A cache root, a save_to_disk folder or any folder of Arrow files.", show_default=False
-        ),
-    ] = None,
-    cache_dir: CacheDirOption = None,
-    filter: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--filter",
-            "-f",
-            help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
-            "Keys: size, rows, files, used (or accessed), modified, kind, dataset, split, content, "
-            "fingerprint, pinned.",
-            metavar="EXPR",
-        ),
-    ] = None,
-    sort: Annotated[
-        str | None,
-        typer.Option(
-            "--sort",
-            help="size|modified|used|accessed|rows|files|kind|name, optionally :asc or :desc "
-            "(default desc for size/modified/used/rows/files, asc for name).",
-            metavar="KEY",
-        ),
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=0, metavar="N", help="Show at most N entries.")
-    ] = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-    no_truncate: NoTruncateOption = False,
-) -> None:
-    """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
-
-    One row per dataset state (a fingerprint and all its files), grouped by dataset folder, then
-    a totals line with files and bytes per kind. Reads only file headers, never column data, and
-    never changes access times. "Last used" is the latest ledger record touching the entry (see
-    `cachetool run`), else its modification time.
-
-    **Filters** (`hf cache ls` semantics): `size>100MB`, `rows<1000`, `used>7d` (not used in the
-    last 7 days; `accessed>7d` is the same), `modified<1h`, `kind=temp` (or `kind=leftover`),
-    `dataset=csv`, `split=train`, `pinned=yes`. Pinned entries are marked in the `pin` column.
-
-    **Examples**
-
-        cachetool ls
-
-        cachetool ls --filter "size>100MB" --sort size --limit 10
-
-        cachetool ls --filter kind=leftover --json
-
-        cachetool ls ./saved/my_dataset
-
-        cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
-
-    Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
-    """
-    from cachetool.cache.scan import gc_paused
-
-    with gc_paused(freeze=True):
-        _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
-
-
-@handle_errors
-def _ls(
+def run_ls(
     path: Path | None,
     cache_dir: Path | None,
     filters: list[str],
@@ -185,6 +105,7 @@ def _ls(
     fmt: OutputFormat,
     no_truncate: bool = False,
 ) -> None:
+    """`cachetool ls` once its options are read (by Typer, or by `cachetool.cli.light`)."""
     from cachetool.cache.listing import check_query, list_cache
 
     check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
@@ -227,7 +148,7 @@ def ls_document_text(
     of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
     at once."""
     from cachetool.cache.query import is_pinned
-    from cachetool.cli.common import envelope
+    from cachetool.cli.output import envelope
 
     head = json.dumps(envelope(ls_document(report, [], pinned)), ensure_ascii=True)
     cut = head.index('"entries": []') + len('"entries": [')

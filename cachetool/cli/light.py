@@ -1,0 +1,168 @@
+"""Plain command lines answered without building the Typer app (no Typer, Click or pydantic).
+
+Building the Typer app costs more than a warm `ls` of thousands of files: Typer, Click, Rich
+and, through Typer's option conversion, pydantic. The commands people run most, in their plain
+forms, are read here instead, by a strict grammar: every option of the command is known by its
+exact name (`--limit 5` or `--limit=5`), each takes a value of the form Typer would accept
+without a word (a value starting with `-` is not one), and anything else at all (help, an unknown
+or abbreviated option, a value Typer would refuse or convert, a repeated option, `--`, shell
+completion, `CACHETOOL_DEBUG`) returns None, and the Typer app answers the command line as it
+always has. What is answered here is answered by the same functions as the Typer commands call,
+so the bytes and the exit code are the same (tests/test_light.py runs both).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A command's options as Typer reads them: flags, options with one value each (`repeat`:
+    the ones that may be given many times, collected in a list), and at most `arguments`
+    positional arguments, of which `required` must be given."""
+
+    flags: dict[str, str]
+    values: dict[str, str]
+    repeat: frozenset[str] = frozenset()
+    arguments: int = 0
+    required: int = 0
+    formats: tuple[str, ...] = ("human", "json", "quiet")
+    counts: frozenset[str] = field(default_factory=frozenset)  # `--limit`-like: digits only
+
+
+def parse(grammar: Grammar, args: Sequence[str]) -> tuple[dict[str, Any], list[str]] | None:
+    """The options (by destination) and the positional arguments of `args`, or None when the
+    grammar does not cover the command line entirely."""
+    options: dict[str, Any] = {dest: [] for dest in grammar.repeat}
+    positional: list[str] = []
+    rest = list(args)
+    while rest:
+        token = rest.pop(0)
+        if token in grammar.flags:
+            options[grammar.flags[token]] = True
+            continue
+        name, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        if name in grammar.values:
+            if not eq:
+                if not rest:
+                    return None
+                value = rest.pop(0)
+            dest = grammar.values[name]
+            if not value.strip() or value.startswith("-"):
+                return None
+            if dest in grammar.counts and not (value.isascii() and value.isdigit()):
+                return None
+            if dest == "fmt" and value not in grammar.formats:
+                return None
+            if dest in grammar.repeat:
+                options[dest].append(value)
+            elif dest in options:
+                return None  # Typer keeps the last; rare enough to leave to it
+            else:
+                options[dest] = value
+            continue
+        if token.startswith("-") or not token:
+            return None  # an option we do not know, `--`, `-` or an empty argument
+        positional.append(token)
+    if not grammar.required <= len(positional) <= grammar.arguments:
+        return None
+    return options, positional
+
+
+LS = Grammar(
+    flags={"--json": "as_json", "-q": "quiet", "--quiet": "quiet", "--no-truncate": "no_truncate"},
+    values={
+        "--cache-dir": "cache_dir",
+        "--filter": "filter",
+        "-f": "filter",
+        "--sort": "sort",
+        "--limit": "limit",
+        "--format": "fmt",
+    },
+    repeat=frozenset({"filter"}),
+    arguments=1,
+    counts=frozenset({"limit"}),
+)
+
+
+def _readable_path(text: str) -> bool:
+    """Typer's PATH arguments refuse a path that exists but cannot be read (a usage error)."""
+    try:
+        os.stat(text)
+    except (OSError, ValueError):
+        return True
+    return os.access(text, os.R_OK)
+
+
+def _format(options: dict[str, Any]) -> Any:
+    from cachetool.cli.output import OutputFormat, choose_format
+
+    fmt = OutputFormat(options.get("fmt", "human"))
+    return choose_format(fmt, bool(options.get("as_json")), bool(options.get("quiet")))
+
+
+def _ls(args: Sequence[str]) -> Callable[[], None] | None:
+    parsed = parse(LS, args)
+    if parsed is None:
+        return None
+    options, positional = parsed
+    if positional and not _readable_path(positional[0]):
+        return None
+    from pathlib import Path
+
+    def run() -> None:
+        from cachetool.cache.walk import gc_paused
+        from cachetool.cli.ls import run_ls
+
+        limit = options.get("limit")
+        with gc_paused(freeze=True):
+            run_ls(
+                Path(positional[0]) if positional else None,
+                Path(options["cache_dir"]) if "cache_dir" in options else None,
+                options["filter"],
+                options.get("sort"),
+                None if limit is None else int(limit),
+                _format(options),
+                bool(options.get("no_truncate")),
+            )
+
+    return run
+
+
+_COMMANDS: dict[str, Callable[[Sequence[str]], Callable[[], None] | None]] = {"ls": _ls}
+
+
+def answer(argv: Sequence[str]) -> int | None:
+    """The exit code of the command line `argv` answered here, or None: the Typer app answers it."""
+    if "_CACHETOOL_COMPLETE" in os.environ:  # a TAB at the shell: the app completes
+        return None
+    from cachetool.cli.output import debug_enabled
+
+    if debug_enabled():  # the traceback a user is asked for is the Typer app's
+        return None
+    if list(argv) in (["--version"], ["-V"]):
+        from cachetool import __version__
+
+        sys.stdout.write(f"cachetool {__version__}\n")
+        sys.stdout.flush()
+        return 0
+    if not argv or argv[0] not in _COMMANDS:
+        return None
+    command = _COMMANDS[argv[0]](argv[1:])
+    if command is None:
+        return None
+    from cachetool.cli.output import report_exception
+
+    try:
+        command()
+    except (Exception, KeyboardInterrupt) as e:  # the boundary of the Typer commands, the same
+        code = report_exception(e)
+        if code is None:
+            raise
+        return code
+    return 0
