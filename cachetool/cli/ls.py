@@ -173,7 +173,7 @@ def render_human(
     pinned: frozenset[str] = frozenset(),
 ) -> None:
     """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
-    out.line(f"Cache: {out.path(report.root, out.console.width - 7)}", style="bold")
+    out.line(f"Cache: {out.path(report.root, out.width - 7)}", style="bold")
     if not entries:
         out.line("No entries." if not report.entries else "No entries match.")
     elif grouped:
@@ -185,7 +185,7 @@ def render_human(
             out.line()
             out.line(name, style="bold cyan")
             if where is not None and _short(where, report.root) not in (name, "."):
-                out.line(f"  {out.path(_short(where, report.root), out.console.width - 2)}", style="dim")
+                out.line(f"  {out.path(_short(where, report.root), out.width - 2)}", style="dim")
             _entry_table(out, report, members, with_dataset=False, pinned=pinned)
     else:
         _entry_table(out, report, entries, with_dataset=True, pinned=pinned)
@@ -194,30 +194,53 @@ def render_human(
         out.line(text)
 
 
-def _table_rows(
+def _table_columns(
     entries: list[Entry], now: float, no_truncate: bool, pinned: frozenset[str]
-) -> list[dict[str, str]]:
-    """Each entry's cells, by column name."""
+) -> dict[str, list[str]]:
+    """Each column's cells, by column name, in the order of `entries`. Ages and sizes repeat
+    (files made by one run share their second), so each is formatted once."""
     from cachetool.cache.query import is_pinned
-    from cachetool.formatting import short_age
+    from cachetool.formatting import human_size, short_age
 
-    return [
-        {
-            "dataset": e.dataset or "",
-            "kind": e.kind_str,
-            "fingerprint": entry_label(e, whole=no_truncate),
-            "pin": "yes" if is_pinned(e, pinned) else "",
-            "files": str(len(e.files)),
-            "rows": "" if e.rows is None else f"{e.rows:,}",
-            "cols": str(len(e.columns) or ""),
-            "size": e.size_str,
-            "modified": "" if e.modified is None else short_age(now - e.modified) + " ago",
-            "used": "" if e.used is None else short_age(now - e.used) + " ago",
-            "op": e.operation or "",
-            "parent": e.parent or "",
-        }
-        for e in entries
-    ]
+    ages: dict[int, str] = {}
+    sizes: dict[int, str] = {}
+
+    def age(ts: float | None) -> str:
+        if ts is None:
+            return ""
+        seconds = int(now - ts)
+        text = ages.get(seconds)
+        if text is None:
+            text = ages[seconds] = short_age(seconds) + " ago"
+        return text
+
+    def size(n: int) -> str:
+        text = sizes.get(n)
+        if text is None:
+            text = sizes[n] = human_size(n)
+        return text
+
+    columns: dict[str, list[str]] = {
+        "dataset": [e.dataset or "" for e in entries],
+        "kind": [e.kind_str for e in entries],
+        "fingerprint": [entry_label(e, whole=no_truncate) for e in entries],
+        "pin": ["yes" if is_pinned(e, pinned) else "" for e in entries] if pinned else [""] * len(entries),
+        "files": [str(len(e.files)) for e in entries],
+        "rows": [],
+        "cols": [str(len(e.columns) or "") for e in entries],
+        "size": [size(e.size) for e in entries],
+        "modified": [],
+        "used": [],
+        "op": [e.operation or "" for e in entries],
+        "parent": [e.parent or "" for e in entries],
+    }
+    for e in entries:
+        rows, modified = e.rows, e.modified
+        columns["rows"].append("" if rows is None else f"{rows:,}")
+        columns["modified"].append(age(modified))
+        used = e.last_used
+        columns["used"].append(age(modified if used is None else e.used))
+    return columns
 
 
 def _entry_table(
@@ -232,13 +255,10 @@ def _entry_table(
     `cols`, `files`, `modified`, `parent` and `op` give way, in that order, until the table fits
     (all stay in --json and `show`; --no-truncate keeps everything). A `pin` column marks pinned
     entries when there are any."""
-    from cachetool.cache.query import is_pinned
-
-    recorded = any(e.parent or e.operation for e in entries)
-    any_pinned = any(is_pinned(e, pinned) for e in entries)
-    table_rows = _table_rows(entries, report.scanned_at, out.no_truncate, pinned)
+    columns = _table_columns(entries, report.scanned_at, out.no_truncate, pinned)
+    recorded = any(columns["parent"]) or any(columns["op"])
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
-    if any_pinned:
+    if any(columns["pin"]):
         names.insert(2, "pin")
     if with_dataset:
         names.insert(0, "dataset")
@@ -246,28 +266,27 @@ def _entry_table(
         names += ["op", "parent"]
     # A fingerprint is never cut (`new_fingerprint=` may be any string): its column is as wide as
     # the longest.
-    longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
+    longest_fp = max([16, *map(len, columns["fingerprint"])])
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
     if not out.no_truncate:
-        _fit_columns(names, table_rows, widths, out.console.width)
+        _fit_columns(names, columns, widths, out.width)
     justify = {
         n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
-    out.table(
-        None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
-    )
+    rows = list(zip(*(columns[n] for n in names), strict=True))
+    out.table(None, [(n, justify[n]) for n in names], rows, widths=widths)
 
 
 def _fit_columns(
-    names: list[str], table_rows: list[dict[str, str]], widths: dict[str, tuple[int, int]], room: int
+    names: list[str], columns: dict[str, list[str]], widths: dict[str, tuple[int, int]], room: int
 ) -> None:
-    """Narrow the table to `room` columns: shorten datasets and parents in `table_rows`, then
+    """Narrow the table to `room` columns: shorten datasets and parents in `columns`, then
     drop columns from `names` in the order `_entry_table` documents."""
 
     def natural(n: str) -> int:
         """The width the table gives column `n`: its longest cell, within the column's bounds."""
-        longest = max([len(n), *(len(row[n]) for row in table_rows)])
+        longest = max(len(n), *map(len, columns[n])) if columns[n] else len(n)
         if n not in widths:
             return longest
         low, high = widths[n]
@@ -278,14 +297,13 @@ def _fit_columns(
     def width_of(cols: list[str]) -> int:
         return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
 
-    steps = [
-        ("dataset", lambda row: row.update(dataset=_CONFIG_HASH.sub("", row["dataset"]))),
-        ("parent", lambda row: row.update(parent=row["parent"][:8])),
+    steps: list[tuple[str, Callable[[str], str]]] = [
+        ("dataset", lambda cell: _CONFIG_HASH.sub("", cell)),
+        ("parent", lambda cell: cell[:8]),
     ]
     for column, shorten in steps:
         if column in names and width_of(names) > room:
-            for row in table_rows:
-                shorten(row)
+            columns[column] = [shorten(cell) for cell in columns[column]]
             natural_width[column] = natural(column)
     for column in ("cols", "files", "modified", "parent", "op"):
         if width_of(names) <= room:

@@ -120,7 +120,7 @@ def _facts(out: Output, e: Entry, pinned: bool) -> list[tuple[str, Any]]:
         ("dataset", e.dataset),
         ("split", e.split),
         ("content", e.content),
-        ("path", out.path(e.path, out.console.width - 16)),
+        ("path", out.path(e.path, out.width - 16)),
         ("rows", None if e.rows is None else f"{e.rows:,}"),
         ("expected rows", None if e.expected_rows is None else f"{e.expected_rows:,} (dataset_info.json)"),
         ("size", f"{e.size_str} ({e.size:,} bytes) in {len(e.files)} file(s)"),
@@ -129,7 +129,7 @@ def _facts(out: Output, e: Entry, pinned: bool) -> list[tuple[str, Any]]:
         ("last used", _when(e.used)),
         ("operation", e.operation),
         ("parent", e.parent),
-        ("deleted with", out.path(e.unit, out.console.width - 16) if e.unit and e.unit != e.path else None),
+        ("deleted with", out.path(e.unit, out.width - 16) if e.unit and e.unit != e.path else None),
         ("pinned", "yes (gc never evicts it or its recorded ancestors)" if pinned else None),
     ]
 
@@ -144,8 +144,8 @@ def _render_files(out: Output, root: Path, e: Entry) -> None:
             where = os.fsdecode(Path(folder).relative_to(root))
         except ValueError:
             where = out.path(Path(folder), 40)
-        out.line(f"in {out.path(where, out.console.width - 3)}", style="dim")
-    narrow = not out.no_truncate and out.console.width < 100
+        out.line(f"in {out.path(where, out.width - 3)}", style="dim")
+    narrow = not out.no_truncate and out.width < 100
     rows = [_file_row(out, e, f, narrow) for f in e.files]
     wide = [("batches", "right"), ("fingerprint in file", "left"), ("state", "left")]
     columns = [
