@@ -1,10 +1,11 @@
 """The light path (`cachetool.cli.light`) answers plain command lines exactly as the Typer app.
 
-`python -m cachetool ls ...` is answered without Typer, Click or pydantic when the strict grammar
-reads the whole command line, by the Typer app otherwise. Each command line here runs once
-through the console entry and once through the Typer app directly; stdout, stderr and the exit
-code must be the same bytes, and each line must have taken the path it is listed for (a line the
-light path leaves to the Typer app proves nothing about the light path).
+`python -m cachetool ls ...` (and `show`, `lineage`, `explain` of one fingerprint) is answered
+without Typer, Click or pydantic when the strict grammar reads the whole command line, by the
+Typer app otherwise. Each command line here runs once through the console entry and once through
+the Typer app directly; stdout, stderr and the exit code must be the same bytes, and each line
+must have taken the path it is listed for (a line the light path leaves to the Typer app proves
+nothing about the light path).
 """
 
 from __future__ import annotations
@@ -88,6 +89,27 @@ MATRIX: list[tuple[list[str], bool]] = [
     (["ls", "--cache-dir", " "], False),
     (["ls", "{cache}", "{cache}"], False),
     (["ls", "--sort", "size", "--sort", "rows"], False),
+    # show, lineage and explain of one fingerprint (`{fp}` a unique prefix of the final step's)
+    (["show", "{final}"], True),
+    (["show", "{fp}", "--json", "--cache-dir", "{cache}"], True),
+    (["show", "{fp}", "-q", "--no-truncate"], True),
+    (["show", "{fp}", "--format=human", "--no-truncate"], True),
+    (["show", "0000dead"], True),
+    (["show"], False),
+    (["lineage", "{fp}"], True),
+    (["lineage", "{final}", "--json", "--cache-dir", "{cache}"], True),
+    (["lineage", "{fp}", "-d", "--format", "dot"], True),
+    (["lineage", "{fp}", "--all", "--internal", "--format=mermaid"], True),
+    (["lineage", "{fp}", "-q", "--all-roots", "-a"], True),
+    (["lineage", "0000dead"], True),
+    (["lineage", "{fp}", "-da"], False),
+    (["explain", "{fp}"], True),
+    (["explain", "{final}", "--json", "--history", "1"], True),
+    (["explain", "{fp}", "-q", "--all-roots", "--cache-dir", "{cache}"], True),
+    (["explain", "--last"], True),
+    (["explain"], True),
+    (["explain", "--script", "pipeline.py"], False),
+    (["explain", "{fp}", "--history", "-1"], False),
 ]
 
 
@@ -95,13 +117,17 @@ MATRIX: list[tuple[list[str], bool]] = [
 def test_light_path_answers_as_the_typer_app(
     golden: dict[str, Any], golden_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """A user gets the same stdout, stderr and exit code from `cachetool ls ...` whether or not
+    """A user gets the same stdout, stderr and exit code from `cachetool ls ...` (`show`,
+    `lineage`, `explain`, `--version`) whether or not
     the command line is plain enough for the light path, on a real cache; plain lines never
     import Typer, Click or pydantic, the others are answered by the Typer app."""
     saved = str(Path(golden["folder"]) / "saved" / "reviews")
     probe = tmp_path / "probe"
     for template, light_expected in MATRIX:
-        args = [a.format(cache=golden["cache"], saved=saved) for a in template]
+        args = [
+            a.format(cache=golden["cache"], saved=saved, final=golden["final"], fp=golden["final"][:8])
+            for a in template
+        ]
         probe.unlink(missing_ok=True)
         light, typer = _both(args, golden_env, probe)
         assert light == typer, f"cachetool {' '.join(template)}"

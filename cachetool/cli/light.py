@@ -1,4 +1,5 @@
-"""Plain command lines answered without building the Typer app (no Typer, Click or pydantic).
+"""Plain command lines answered without building the Typer app (no Typer, Click or pydantic):
+`ls`, `show FP`, `lineage FP`, `explain FP` with their usual options, and `--version`.
 
 Building the Typer app costs more than a warm `ls` of thousands of files: Typer, Click, Rich
 and, through Typer's option conversion, pydantic. The commands people run most, in their plain
@@ -17,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -106,14 +108,13 @@ def _format(options: dict[str, Any]) -> Any:
     return choose_format(fmt, bool(options.get("as_json")), bool(options.get("quiet")))
 
 
-def _ls(args: Sequence[str]) -> Callable[[], None] | None:
+def _ls(args: Sequence[str]) -> Callable[[], int | None] | None:
     parsed = parse(LS, args)
     if parsed is None:
         return None
     options, positional = parsed
     if positional and not _readable_path(positional[0]):
         return None
-    from pathlib import Path
 
     def run() -> None:
         from cachetool.cache.walk import gc_paused
@@ -123,7 +124,7 @@ def _ls(args: Sequence[str]) -> Callable[[], None] | None:
         with gc_paused(freeze=True):
             run_ls(
                 Path(positional[0]) if positional else None,
-                Path(options["cache_dir"]) if "cache_dir" in options else None,
+                _cache_dir(options),
                 options["filter"],
                 options.get("sort"),
                 None if limit is None else int(limit),
@@ -134,7 +135,108 @@ def _ls(args: Sequence[str]) -> Callable[[], None] | None:
     return run
 
 
-_COMMANDS: dict[str, Callable[[Sequence[str]], Callable[[], None] | None]] = {"ls": _ls}
+SHOW = Grammar(
+    flags={"--json": "as_json", "-q": "quiet", "--quiet": "quiet", "--no-truncate": "no_truncate"},
+    values={"--cache-dir": "cache_dir", "--format": "fmt"},
+    arguments=1,
+    required=1,
+)
+
+
+def _show(args: Sequence[str]) -> Callable[[], int | None] | None:
+    parsed = parse(SHOW, args)
+    if parsed is None:
+        return None
+    options, (fingerprint,) = parsed
+
+    def run() -> None:
+        from cachetool.cli.show import run_show
+
+        run_show(fingerprint, _cache_dir(options), _format(options), bool(options.get("no_truncate")))
+
+    return run
+
+
+LINEAGE = Grammar(
+    flags={
+        "--descendants": "descendants",
+        "-d": "descendants",
+        "--all": "all",
+        "-a": "all",
+        "--internal": "internal",
+        "--all-roots": "all_roots",
+        "--json": "as_json",
+        "-q": "quiet",
+        "--quiet": "quiet",
+    },
+    values={"--cache-dir": "cache_dir", "--format": "fmt"},
+    arguments=1,
+    required=1,
+    formats=("human", "json", "quiet", "dot", "mermaid"),
+)
+
+
+def _lineage(args: Sequence[str]) -> Callable[[], int | None] | None:
+    parsed = parse(LINEAGE, args)
+    if parsed is None:
+        return None
+    options, (fingerprint,) = parsed
+
+    def run() -> None:
+        from cachetool.cli.lineage import run_lineage
+
+        flags = {k: bool(options.get(k)) for k in ("descendants", "all", "internal", "all_roots")}
+        run_lineage(fingerprint, _cache_dir(options), _format(options), **flags)
+
+    return run
+
+
+EXPLAIN = Grammar(
+    flags={
+        "--last": "last",
+        "--all-roots": "all_roots",
+        "--json": "as_json",
+        "-q": "quiet",
+        "--quiet": "quiet",
+    },
+    values={"--cache-dir": "cache_dir", "--format": "fmt", "--history": "history"},
+    arguments=1,
+    counts=frozenset({"history"}),
+)
+
+
+def _explain(args: Sequence[str]) -> Callable[[], int | None] | None:
+    parsed = parse(EXPLAIN, args)
+    if parsed is None:
+        return None
+    options, positional = parsed
+
+    def run() -> int:
+        from cachetool.cli.explain import run_explain
+
+        return run_explain(
+            positional[0] if positional else None,
+            bool(options.get("last")),
+            None,
+            int(options.get("history", 3)),
+            _cache_dir(options),
+            _format(options),
+            bool(options.get("all_roots")),
+        )
+
+    return run
+
+
+def _cache_dir(options: dict[str, Any]) -> Path | None:
+    return Path(options["cache_dir"]) if "cache_dir" in options else None
+
+
+_COMMANDS: dict[str, Callable[[Sequence[str]], Callable[[], int | None] | None]] = {
+    "ls": _ls,
+    "show": _show,
+    "lineage": _lineage,
+    "explain": _explain,
+}
 
 
 def answer(argv: Sequence[str]) -> int | None:
@@ -159,10 +261,10 @@ def answer(argv: Sequence[str]) -> int | None:
     from cachetool.cli.output import report_exception
 
     try:
-        command()
+        code = command()
     except (Exception, KeyboardInterrupt) as e:  # the boundary of the Typer commands, the same
         code = report_exception(e)
         if code is None:
             raise
         return code
-    return 0
+    return code or 0
