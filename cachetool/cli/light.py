@@ -35,6 +35,7 @@ class Grammar:
     required: int = 0
     formats: tuple[str, ...] = ("human", "json", "quiet")
     counts: frozenset[str] = field(default_factory=frozenset)  # `--limit`-like: digits only
+    paths: bool = False  # the arguments are Typer PATHs: an unreadable one is its usage error
 
 
 def parse(grammar: Grammar, args: Sequence[str]) -> tuple[dict[str, Any], list[str]] | None:
@@ -73,6 +74,8 @@ def parse(grammar: Grammar, args: Sequence[str]) -> tuple[dict[str, Any], list[s
         positional.append(token)
     if not grammar.required <= len(positional) <= grammar.arguments:
         return None
+    if grammar.paths and not all(map(_readable_path, positional)):
+        return None
     return options, positional
 
 
@@ -89,6 +92,7 @@ LS = Grammar(
     repeat=frozenset({"filter"}),
     arguments=1,
     counts=frozenset({"limit"}),
+    paths=True,
 )
 
 
@@ -108,31 +112,22 @@ def _format(options: dict[str, Any]) -> Any:
     return choose_format(fmt, bool(options.get("as_json")), bool(options.get("quiet")))
 
 
-def _ls(args: Sequence[str]) -> Callable[[], int | None] | None:
-    parsed = parse(LS, args)
-    if parsed is None:
-        return None
-    options, positional = parsed
-    if positional and not _readable_path(positional[0]):
-        return None
+def _ls(options: dict[str, Any], positional: list[str]) -> int | None:
+    from cachetool.cache.walk import gc_paused
+    from cachetool.cli.ls import run_ls
 
-    def run() -> None:
-        from cachetool.cache.walk import gc_paused
-        from cachetool.cli.ls import run_ls
-
-        limit = options.get("limit")
-        with gc_paused(freeze=True):
-            run_ls(
-                Path(positional[0]) if positional else None,
-                _cache_dir(options),
-                options["filter"],
-                options.get("sort"),
-                None if limit is None else int(limit),
-                _format(options),
-                bool(options.get("no_truncate")),
-            )
-
-    return run
+    limit = options.get("limit")
+    with gc_paused(freeze=True):
+        run_ls(
+            Path(positional[0]) if positional else None,
+            _cache_dir(options),
+            options["filter"],
+            options.get("sort"),
+            None if limit is None else int(limit),
+            _format(options),
+            bool(options.get("no_truncate")),
+        )
+    return None
 
 
 SHOW = Grammar(
@@ -143,18 +138,11 @@ SHOW = Grammar(
 )
 
 
-def _show(args: Sequence[str]) -> Callable[[], int | None] | None:
-    parsed = parse(SHOW, args)
-    if parsed is None:
-        return None
-    options, (fingerprint,) = parsed
+def _show(options: dict[str, Any], positional: list[str]) -> int | None:
+    from cachetool.cli.show import run_show
 
-    def run() -> None:
-        from cachetool.cli.show import run_show
-
-        run_show(fingerprint, _cache_dir(options), _format(options), bool(options.get("no_truncate")))
-
-    return run
+    run_show(positional[0], _cache_dir(options), _format(options), bool(options.get("no_truncate")))
+    return None
 
 
 LINEAGE = Grammar(
@@ -176,19 +164,12 @@ LINEAGE = Grammar(
 )
 
 
-def _lineage(args: Sequence[str]) -> Callable[[], int | None] | None:
-    parsed = parse(LINEAGE, args)
-    if parsed is None:
-        return None
-    options, (fingerprint,) = parsed
+def _lineage(options: dict[str, Any], positional: list[str]) -> int | None:
+    from cachetool.cli.lineage import run_lineage
 
-    def run() -> None:
-        from cachetool.cli.lineage import run_lineage
-
-        flags = {k: bool(options.get(k)) for k in ("descendants", "all", "internal", "all_roots")}
-        run_lineage(fingerprint, _cache_dir(options), _format(options), **flags)
-
-    return run
+    flags = {k: bool(options.get(k)) for k in ("descendants", "all", "internal", "all_roots")}
+    run_lineage(positional[0], _cache_dir(options), _format(options), **flags)
+    return None
 
 
 EXPLAIN = Grammar(
@@ -205,37 +186,30 @@ EXPLAIN = Grammar(
 )
 
 
-def _explain(args: Sequence[str]) -> Callable[[], int | None] | None:
-    parsed = parse(EXPLAIN, args)
-    if parsed is None:
-        return None
-    options, positional = parsed
+def _explain(options: dict[str, Any], positional: list[str]) -> int | None:
+    from cachetool.cli.explain import run_explain
 
-    def run() -> int:
-        from cachetool.cli.explain import run_explain
-
-        return run_explain(
-            positional[0] if positional else None,
-            bool(options.get("last")),
-            None,
-            int(options.get("history", 3)),
-            _cache_dir(options),
-            _format(options),
-            bool(options.get("all_roots")),
-        )
-
-    return run
+    return run_explain(
+        positional[0] if positional else None,
+        bool(options.get("last")),
+        None,
+        int(options.get("history", 3)),
+        _cache_dir(options),
+        _format(options),
+        bool(options.get("all_roots")),
+    )
 
 
 def _cache_dir(options: dict[str, Any]) -> Path | None:
     return Path(options["cache_dir"]) if "cache_dir" in options else None
 
 
-_COMMANDS: dict[str, Callable[[Sequence[str]], Callable[[], int | None] | None]] = {
-    "ls": _ls,
-    "show": _show,
-    "lineage": _lineage,
-    "explain": _explain,
+#: Each command's grammar, and what answers it once read.
+_COMMANDS: dict[str, tuple[Grammar, Callable[[dict[str, Any], list[str]], int | None]]] = {
+    "ls": (LS, _ls),
+    "show": (SHOW, _show),
+    "lineage": (LINEAGE, _lineage),
+    "explain": (EXPLAIN, _explain),
 }
 
 
@@ -255,13 +229,14 @@ def answer(argv: Sequence[str]) -> int | None:
         return 0
     if not argv or argv[0] not in _COMMANDS:
         return None
-    command = _COMMANDS[argv[0]](argv[1:])
-    if command is None:
+    grammar, command = _COMMANDS[argv[0]]
+    parsed = parse(grammar, argv[1:])
+    if parsed is None:
         return None
     from cachetool.cli.output import report_exception
 
     try:
-        code = command()
+        code = command(*parsed)
     except (Exception, KeyboardInterrupt) as e:  # the boundary of the Typer commands, the same
         code = report_exception(e)
         if code is None:
