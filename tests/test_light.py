@@ -194,6 +194,9 @@ def _written(plain: bool, lines: list[str], table: list[list[str]]) -> str:
         out.line(out.path(os.path.expanduser("~/a/b/c/d/e/f/g/h/i/j/k/l/m/n/file.arrow"), 30))
         out.table(None, [("name", "left"), ("size", "right")], table, widths={"name": (4, 12)})
         out.table(None, [("name", "left"), ("n", "right")], table, whole=["name"])
+        for title in ("Schema", "Odd", "A title wider than the table", "[b]x[/b]", "at :smile:", " Pad "):
+            out.table(title, [("column", "left"), ("n", "right")], table[:2])
+            out.table(title, [("name", "left"), ("n", "right")], table, whole=["name"])
     assert out.plain is plain
     return buffer.getvalue()
 

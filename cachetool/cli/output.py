@@ -215,8 +215,10 @@ class Output:
             i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
-        if title is None and caption is None:
+        if caption is None and (title is None or self.plain):
             lines = plain_table_lines(columns, rows, {} if self.no_truncate else widths, self.width)
+            if lines is not None and title is not None:
+                lines = _titled(title, lines)
             if lines is not None:
                 self._write_plain_table(lines)
                 return
@@ -304,6 +306,20 @@ class Output:
         for i in ids:
             sys.stdout.write(safe_text(i) + "\n")
         sys.stdout.flush()
+
+
+def _titled(title: str, lines: list[str]) -> list[str] | None:
+    """A plain table's lines under its title as Rich draws it without styles: centred over the
+    table's width (padded on both sides), or None where Rich would do more (a title wider than
+    the table, or text Rich reads as markup or emoji codes)."""
+    width = len(lines[0])
+    text = title.rstrip()
+    if not (lines[0].isascii() and text.isascii() and text.isprintable()) or len(text) > width:
+        return None
+    if "[" in text or ":" in text:
+        return None
+    left = (width - len(text)) // 2
+    return [" " * left + text + " " * (width - left - len(text)), *lines]
 
 
 def _safe_cells(rows: Iterable[Sequence[Any]]) -> list[list[str]]:
