@@ -215,6 +215,8 @@ def test_plain_lines_are_the_bytes_rich_writes(monkeypatch: pytest.MonkeyPatch, 
         ["t\tab", "4"],
     ]
     assert _written(True, LINES, table) == _written(False, LINES, table)
+    narrow = [["cache-1f2e…", "1"], ["…", "22"], ["a-long-name…-that-is-cut", "3"], ["x", "4…"]]
+    assert _written(True, LINES, narrow) == _written(False, LINES, narrow)
 
 
 def test_stderr_lines_are_the_bytes_rich_writes(

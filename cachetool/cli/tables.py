@@ -30,7 +30,7 @@ def plain_table_lines(
         everything = header + "".join(col)
         if "\t" in everything:
             return None
-        ascii_only = everything.isascii()
+        ascii_only = _narrow(everything)
         if ascii_only:
             w = max(len(header), max(map(len, col), default=0))
         else:
@@ -56,14 +56,20 @@ def plain_table_lines(
     return [line(*row) for row in zip(*fitted, strict=True)]
 
 
+def _narrow(text: str) -> bool:
+    """Every character one cell wide as Rich measures it, so `len` is the width: ASCII, and the
+    ellipsis of a cut name or an abbreviated hash (measuring the rest needs Rich's tables)."""
+    return text.isascii() or text.replace("…", "").isascii()
+
+
 def _fit_cells(col: list[str], w: int, right: bool) -> list[str] | None:
     """A column's cells (header first) cut to `w` cells with an ellipsis where longer; a column
     that is not ASCII is also padded here (its format pads nothing), None where a cell with wide
     characters would have to be cut."""
-    if "".join(col).isascii():
+    if _narrow("".join(col)):
         if max(map(len, col)) <= w:
             return col
-        if w < 1:
+        if w < 1 or not all(c.isascii() for c in col if len(c) > w):
             return None
         return [c if len(c) <= w else c[: w - 1] + "…" for c in col]
     from rich.cells import cell_len
