@@ -72,6 +72,7 @@ MATRIX: list[tuple[list[str], bool]] = [
     (["ls", "-q", "--cache-dir", "{cache}", "-f", "rows>1", "--filter=kind=map", "--limit", "2"], True),
     (["ls", "--sort", "size:asc", "--no-truncate", "--format=human", "--limit=3"], True),
     (["ls", "{saved}", "--json"], True),
+    (["ls", "--limit", "0", "--filter", "kind=map", "--filter", "rows>1"], True),
     (["--version"], True),
     (["-V"], True),
     # errors the model reports: the same `Error:` line and exit code
