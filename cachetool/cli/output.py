@@ -164,6 +164,7 @@ class Output:
         self.no_truncate = no_truncate
         self._console: Console | None = None
         self._plain: bool | None = None
+        self._plain_width: int | None = None
 
     @property
     def plain(self) -> bool:
@@ -178,7 +179,10 @@ class Output:
         if self._width is not None:
             return self._width
         if self.plain:
-            return plain_width() or self.console.width
+            if self._plain_width is None:  # once: it asks the terminal each time
+                self._plain_width = plain_width()
+            if self._plain_width is not None:
+                return self._plain_width
         return self.console.width
 
     @property
