@@ -66,6 +66,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(TEST_HOME, ignore_errors=True)
 
 
+#: The checkout the suite runs from.
+ROOT = HERE.parent
+
+
+def copy_checkout(dest: Path) -> None:
+    """Copy the checkout's own files (tracked, or new and not ignored: what `git ls-files -co
+    --exclude-standard` lists) to `dest`, leaving out what .gitignore names (virtualenvs, nox's
+    environments, build and tool caches), which can be gigabytes and are no part of the project."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for rel in files:
+        src = ROOT / rel
+        if src.is_file() and not rel.startswith(".venv"):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
 def hf_env(base: Path, **extra: str) -> dict[str, str]:
     """An environment for a subprocess that uses `datasets` inside `base` only: cache, temp dir
     and HF home all point there, and nothing reaches for the network."""
