@@ -94,10 +94,9 @@ def copy_checkout(dest: Path) -> None:
     """Copy the checkout's own files (tracked, or new and not ignored: what `git ls-files -co
     --exclude-standard` lists) to `dest`, leaving out what .gitignore names (virtualenvs, nox's
     environments, build and tool caches), which can be gigabytes and are no part of the project."""
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
-    for rel in files:
+    listed = ["git", "ls-files", "-z", "-co", "--exclude-standard"]
+    files = subprocess.run(listed, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
         src = ROOT / rel
         if src.is_file() and not rel.startswith(".venv"):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
