@@ -81,8 +81,8 @@ def gc_from_other_host(base: Path, *args: str) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache with the csv prepared by `datasets`, built once per session (see build_csv_cache.py)."""
-    made, _ = build_once(tmp_path_factory, "hosts_csv", "build_csv_cache.py")
-    return made
+    folder, _ = build_once(tmp_path_factory, "hosts_csv", "build_csv_cache.py")
+    return folder
 
 
 @pytest.fixture
