@@ -45,12 +45,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow tests first, the fast lane last (each group in its usual order): under `-n 2` the
-    workers take the next tests from the front of this list, so both end on short tests and finish
-    together, rather than one waiting for the other's last subprocess-heavy test. (`--dist
-    worksteal` does worse here: it gives each worker one half of the list, and the half of slow
-    tests ends on tests too long to share.)"""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Under xdist (`-n 2`), slow tests first and the fast lane last (each group in its usual
+    order): the workers take the next tests from the front of this list, so both end on short
+    tests and finish together, rather than one waiting for the other's last subprocess-heavy test.
+    (`--dist worksteal` does worse here: it gives each worker one half of the list, and the half
+    of slow tests ends on tests too long to share.) A run in one process keeps the file order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects, in the same order
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def _home_contents() -> list[str]:
