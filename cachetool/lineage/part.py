@@ -125,6 +125,23 @@ def closure(con: sqlite3.Connection, fps: set[str], *, up: bool = True, down: bo
     return seen
 
 
+def _spans_of_results(con: sqlite3.Connection, fps: Iterable[str]) -> list[tuple[str, int, int]]:
+    out: list[tuple[str, int, int]] = []
+    for chunk, marks in _chunks(sorted(fps)):
+        q = f"SELECT path, offset, length FROM rec WHERE type NOT IN ('source', 'gc') AND result IN ({marks})"
+        out += con.execute(q, chunk).fetchall()
+    return out
+
+
+def records_of_results(con: sqlite3.Connection, root: Path, fps: Iterable[str]) -> list[LedgerRecord]:
+    """The records of `root`'s own ledger whose result is one of `fps` (every type but sources
+    and gc records, internal ones too), alone."""
+    spans: dict[str, set[tuple[int, int]]] = {}
+    for path, offset, length in _spans_of_results(con, fps):
+        spans.setdefault(path, set()).add((offset, length))
+    return _read(root, spans)
+
+
 def records_of(
     con: sqlite3.Connection, root: Path, fps: set[str], more: Iterable[tuple[str, int, int]] = ()
 ) -> list[LedgerRecord]:
@@ -136,9 +153,7 @@ def records_of(
         for path, offset, length in rows:
             spans.setdefault(path, set()).add((offset, length))
 
-    for chunk, marks in _chunks(sorted(fps)):
-        q = f"SELECT path, offset, length FROM rec WHERE type NOT IN ('source', 'gc') AND result IN ({marks})"
-        add(con.execute(q, chunk))
+    add(_spans_of_results(con, fps))
     add(con.execute("SELECT path, offset, length FROM rec WHERE type = 'gc'"))
     add(more)
     out = _read(root, spans)

@@ -172,6 +172,7 @@ def load_part_view(
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
     from cachetool.lineage import part
+    from cachetool.lineage.narrow import narrow_report
     from cachetool.lineage.resolve import resolve
 
     root_abs = Path(os.path.abspath(os.fspath(root)))
@@ -186,7 +187,8 @@ def load_part_view(
         ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
         return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
     try:
-        got = resolve(fingerprint, scan_cache(root_abs, ledger=False), recorded=part.IndexedFingerprints(con))
+        report = narrow_report(root_abs, fingerprint, con, usage=False) or scan_cache(root_abs, ledger=False)
+        got = resolve(fingerprint, report, recorded=part.IndexedFingerprints(con))
     except CachetoolError:  # unknown here (another root may know it), or ambiguous: said by the whole
         return None
     e = got.entry
