@@ -445,6 +445,9 @@ def synthesize_ledger(root: Path, runs: int, steps: int) -> str:
             parent = fp
             if r == runs - 1 and s == steps // 2:
                 middle = fp
+        marker = {"v": 1, "seq": steps, "run": run_id, "host": "host", "pid": 1000 + r, "internal": False}
+        end = {**marker, "type": "run-end", "time": t0 + r * 600 + steps, "duration": 0.0}
+        lines.append(json.dumps(end))  # the run ended: a compaction may fold it
         (folder / f"{run_id}.jsonl").write_text("\n".join(lines) + "\n")
     return middle
 

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.lineage.ledger import Usage
-from cachetool.lineage.records import SourceRecord, StepRecord
+from cachetool.lineage.records import RunSummaryRecord, SourceRecord, StepRecord
 from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.lineage.segments import iter_segments, read_segment_from
 
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.
-_VERSION = 4
+_VERSION = 5
 _CHUNK = 500  # fingerprints per `IN (...)` query
 
 _TABLES = ("segments", "usage", "rec", "par", "known")
@@ -153,6 +153,13 @@ def fold(sums: dict[str, _Sum], rec: StepRecord) -> None:
     for p in rec.parents:
         s = sums.setdefault(p, _Sum())
         s.last = max(s.last, when)
+
+
+def fold_summary(sums: dict[str, _Sum], rec: RunSummaryRecord) -> None:
+    """Add the summary of a run a compaction folded away (the rule of `Ledger.usage`)."""
+    for fp, (when, records, hits, misses, random) in rec.fps.items():
+        s = sums.setdefault(fp, _Sum())
+        s.merge(_Sum(last=when, records=records, hits=hits, misses=misses, random=bool(random)))
 
 
 class UsageIndex(Mapping[str, Usage]):
@@ -276,6 +283,8 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
                 known.update(rec.parents)
                 if rec.result is not None:
                     known.add(rec.result)
+            elif isinstance(rec, RunSummaryRecord):
+                fold_summary(sums, rec)
             next_id += 1
         was_bad = con.execute("SELECT bad FROM segments WHERE path = ?", (path,)).fetchone()
         done.append((path, ino, size, mtime, end, bad + (was_bad[0] if was_bad else 0)))
