@@ -49,6 +49,8 @@ CREATE INDEX IF NOT EXISTS rec_skey ON rec(skey);
 CREATE INDEX IF NOT EXISTS rec_fkey ON rec(fkey);
 CREATE INDEX IF NOT EXISTS rec_mkey ON rec(mkey);
 CREATE INDEX IF NOT EXISTS rec_result ON rec(result);
+CREATE INDEX IF NOT EXISTS rec_type ON rec(type);
+CREATE INDEX IF NOT EXISTS rec_time ON rec(time);
 CREATE TABLE IF NOT EXISTS par (id INTEGER, parent TEXT);
 CREATE INDEX IF NOT EXISTS par_id ON par(id);
 CREATE INDEX IF NOT EXISTS par_parent ON par(parent);

@@ -162,13 +162,14 @@ def records_of(
     for chunk, marks in _chunks(hashes):
         add(
             con.execute(
-                f"SELECT path, offset, length FROM rec WHERE type = 'source' AND result IN ({marks})", chunk
+                f"SELECT path, offset, length FROM rec WHERE +type = 'source' AND result IN ({marks})", chunk
             )
         )
     return out + _read(root, spans)
 
 
-_STEPS = "type IN ('transform', 'root') AND internal = 0"
+#: `+type`: not through the index on `type` (most records are steps; the other terms select).
+_STEPS = "+type IN ('transform', 'root') AND internal = 0"
 
 
 def latest_run(con: sqlite3.Connection) -> str | None:
@@ -226,7 +227,7 @@ def _siblings(con: sqlite3.Connection, target: tuple[Any, ...], n: int) -> list[
         if key is None:
             continue
         q = (
-            f"SELECT result, time, parents FROM rec WHERE {_STEPS} AND {column} = ? AND type = ? "
+            f"SELECT result, time, parents FROM rec WHERE {_STEPS} AND {column} = ? AND +type = ? "
             "AND output IS ? AND run != ? AND time < ? AND result IS NOT ? ORDER BY id"
         )
         found = con.execute(q, (key, type_, output, run, time, result)).fetchall()
