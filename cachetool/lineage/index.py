@@ -253,7 +253,14 @@ def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection
         _fold_segments(con, root, todo)
         con.execute(f"PRAGMA user_version = {_VERSION}")
         con.commit()
+        if rebuild and _mostly_free(con):
+            con.execute("VACUUM")  # a compacted ledger's index shrinks with it
     return con
+
+
+def _mostly_free(con: sqlite3.Connection) -> bool:
+    free = int(con.execute("PRAGMA freelist_count").fetchone()[0])
+    return free * 2 > int(con.execute("PRAGMA page_count").fetchone()[0])
 
 
 def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, int]]) -> None:
