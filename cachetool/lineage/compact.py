@@ -59,7 +59,7 @@ from cachetool.lineage.records import (
     StepRecord,
 )
 from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs, segment_name
-from cachetool.lineage.segments import COMPACTED_PREFIX, read_segment, replaced_segments
+from cachetool.lineage.segments import COMPACTED_PREFIX, read_segment_from, replaced_segments
 from cachetool.lineage.writer import ENCODER, RECORD_VERSION
 
 #: Runs kept whole (the newest ones): `explain` compares a step with these.
@@ -165,23 +165,31 @@ def compact_if_large(root: str | os.PathLike[str]) -> CompactionReport | None:
         return None
 
 
+#: A step record that says where its result comes from, as the first pass keeps it (not the
+#: record itself: memory stays small however long the ledger): its order, where it is, its parents,
+#: whether it is internal and the source texts it names.
+_Origin = tuple[tuple[float, str, int], str, int, tuple[str, ...], bool, tuple[str, ...]]
+
+
 @dataclass
 class _Segment:
+    """What the first pass learns of one segment, reading it once."""
+
     name: str
     size: int
-    records: list[LedgerRecord]
     compacted: bool
-
-    @property
-    def last(self) -> float:
-        return max((r.end for r in self.records), default=0.0)
+    last: float = 0.0
+    ended: bool = False
+    origins: dict[str, list[_Origin]] = field(default_factory=dict)
+    inputs: set[str] = field(default_factory=set)  # parents and no-op results its steps name
+    with_files: set[str] = field(default_factory=set)  # results a recorded file of which exists
+    sources: dict[str, int] = field(default_factory=dict)  # source hash -> offset of its text
 
 
 def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now: float) -> CompactionReport:
     if not dry_run:
         _remove_leftovers(folder)
-    warnings: list[str] = []
-    segments = _read_folder(folder, warnings)
+    segments = _first_pass(folder)
     raw = sorted((s for s in segments if not s.compacted), key=lambda s: (s.last, s.name))
     recent = raw[len(raw) - keep_runs :] if keep_runs > 0 else []
     old = raw[: len(raw) - len(recent)]
@@ -190,11 +198,19 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
     left = tuple(s.name for s in old if s.name not in finished)
     compacted = [s for s in segments if s.compacted]
     if not done and len(compacted) < 2:
-        return CompactionReport(root, dry_run, left=left, warnings=tuple(warnings))
+        return CompactionReport(root, dry_run, left=left)
     replaced = done + compacted
     names = {s.name for s in replaced}
-    kept_whole = [r for s in segments if s.name not in names for r in s.records]
-    lines, kept, summaries, summarised = _compacted_lines(root, replaced, kept_whole)
+    living = _living(root, replaced)
+    wanted = set(living)
+    for seg in segments:
+        if seg.name not in names:
+            wanted |= seg.inputs  # a run kept whole: the origins of its inputs stay
+    keep, hashes = _needed(replaced, wanted)
+    lines, kept, summaries, summarised = _second_pass(root, folder, replaced, keep, hashes, living)
+    if any(_size(folder / s.name) != s.size for s in replaced):
+        # A writer appended meanwhile: what was read no longer stands for the segment.
+        return CompactionReport(root, dry_run, left=left, warnings=("the ledger changed while read",))
     header = CompactionRecord(
         v=RECORD_VERSION,
         type=CompactionRecord.TYPE,
@@ -207,7 +223,6 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
     )
     text = "\n".join([ENCODER.encode(header.to_json()), *lines]) + "\n"
     data = text.encode("utf-8", "surrogateescape")
-    old_bytes = sum(s.size for s in replaced)
     report = CompactionReport(
         root,
         dry_run,
@@ -215,10 +230,9 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
         runs=summaries,
         kept=kept,
         summarised=summarised,
-        bytes_before=old_bytes,
+        bytes_before=sum(s.size for s in replaced),
         bytes_after=len(data),
         left=left,
-        warnings=tuple(warnings),
     )
     if dry_run:
         return report
@@ -232,24 +246,55 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
     return report
 
 
-def _read_folder(folder: Path, warnings: list[str]) -> list[_Segment]:
-    """The segments of `folder` readers see (replaced ones left out), read whole."""
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _first_pass(folder: Path) -> list[_Segment]:
+    """Each segment readers see (replaced ones left out), read once, one at a time."""
     names = sorted(n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX))
     replaced = replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)])
     out = []
+    exists: dict[str, bool] = {}
     for name in names:
-        path = folder / name
-        try:
-            size = path.stat().st_size
-        except OSError:
+        size = _size(folder / name)
+        if size is None or replaced.get(name) == size:
             continue
-        if replaced.get(name) == size:
-            continue
-        records = read_segment(path, warnings)
-        # What was read is what the size says: a segment that grew meanwhile is left as it is.
-        if path.stat().st_size != size:
-            continue
-        out.append(_Segment(name, size, records, name.startswith(COMPACTED_PREFIX)))
+        seg = _Segment(name, size, name.startswith(COMPACTED_PREFIX))
+        records, _, _ = read_segment_from(folder / name, 0)
+        for offset, _length, rec in records:
+            if offset >= size:
+                break
+            seg.last = max(seg.last, rec.end)
+            seg.ended |= isinstance(rec, RunEndRecord)
+            if isinstance(rec, SourceRecord) and rec.hash:
+                seg.sources.setdefault(rec.hash, offset)
+            if not isinstance(rec, StepRecord):
+                continue
+            seg.inputs.update(rec.parents)
+            if rec.result is None:
+                continue
+            if not rec.is_origin:
+                seg.inputs.add(rec.result)
+                continue
+            origin = (
+                (rec.time, rec.run, rec.seq),
+                name,
+                offset,
+                rec.parents,
+                rec.internal,
+                tuple(source_hashes(rec)),
+            )
+            seg.origins.setdefault(rec.result, []).append(origin)
+            for f in rec.files:
+                if f.path not in exists:
+                    exists[f.path] = os.path.lexists(f.path)
+                if exists[f.path]:
+                    seg.with_files.add(rec.result)
+        out.append(seg)
     return out
 
 
@@ -264,7 +309,7 @@ def _finished(seg: _Segment, folder: Path, now: float) -> bool:
     m = _SEGMENT_NAME.match(seg.name)
     if m is not None and m["host"] == _safe_host(socket.gethostname()):
         return not _alive(int(m["pid"]))
-    if any(isinstance(r, RunEndRecord) for r in seg.records) and now - seg.last > OTHER_HOST_GRACE:
+    if seg.ended and now - seg.last > OTHER_HOST_GRACE:
         return True
     try:
         return m is None and now - (folder / seg.name).stat().st_mtime > OTHER_HOST_GRACE
@@ -289,49 +334,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _compacted_lines(
-    root: Path, replaced: list[_Segment], kept_whole: list[LedgerRecord]
-) -> tuple[list[str], int, int, int]:
-    """The lines of the compacted segment after its header: summaries, gc records, kept records
-    and their source texts; with how many records were kept, runs summarised, records summarised."""
-    records = [r for s in replaced for r in s.records]
-    steps = [r for r in records if isinstance(r, StepRecord)]
-    living = _living(root, steps)
-    keep = _needed(steps, kept_whole, living)
-    hashes = {h for r in keep.values() for h in source_hashes(r)}
-    sources: dict[str, SourceRecord] = {}
-    for r in records:
-        if isinstance(r, SourceRecord) and r.hash in hashes:
-            sources.setdefault(r.hash, r)
-    earlier = [r for r in records if isinstance(r, RunSummaryRecord)]
-    fresh = _summaries((r for r in records if id(r) not in keep), living)
-    summaries = _bounded([*(_only(r, living) for r in earlier), *fresh])
-    gcs = [r for r in records if isinstance(r, GcRecord)]
-    out: list[LedgerRecord] = [*summaries]
-    out += sorted(gcs, key=lambda r: (r.time, r.run, r.seq))
-    out += sorted(keep.values(), key=lambda r: (r.time, r.run, r.seq))
-    out += sorted(sources.values(), key=lambda r: (r.time, r.run, r.seq))
-    summarised = sum(1 for r in steps if id(r) not in keep)
-    return [ENCODER.encode(r.to_json()) for r in out], len(keep), len(fresh), summarised
-
-
 def _needed(
-    steps: list[StepRecord], kept_whole: list[LedgerRecord], living: set[str]
-) -> dict[int, StepRecord]:
-    """The step records to keep whole, by id: the latest origin of every fingerprint that still
-    has files or that a kept run names as a parent, and of their parents, up to the source."""
-    latest: dict[str, StepRecord] = {}
-    latest_internal: dict[str, StepRecord] = {}
-    for r in sorted(steps, key=lambda r: (r.time, r.run, r.seq)):
-        if r.is_origin and r.result is not None:
-            (latest_internal if r.internal else latest)[r.result] = r
-    wanted = set(living)
-    for k in kept_whole:
-        if isinstance(k, StepRecord):
-            wanted.update(k.parents)
-            if k.result is not None and not k.is_origin:
-                wanted.add(k.result)
-    keep: dict[int, StepRecord] = {}
+    replaced: list[_Segment], wanted: set[str]
+) -> tuple[set[tuple[str, int]], dict[str, tuple[str, int]]]:
+    """Where the step records to keep whole are (segment, offset): the latest origin (and latest
+    internal one) of every fingerprint in `wanted`, and of their parents, up to the source; and
+    where the source texts they name are."""
+    latest: dict[tuple[str, bool], _Origin] = {}
+    for seg in replaced:
+        for fp, origins in seg.origins.items():
+            for o in origins:
+                was = latest.get((fp, o[4]))
+                if was is None or o[0] >= was[0]:
+                    latest[(fp, o[4])] = o
+    keep: set[tuple[str, int]] = set()
+    hashes: set[str] = set()
     seen: set[str] = set()
     todo = list(wanted)
     while todo:
@@ -339,14 +356,21 @@ def _needed(
         if fp in seen:
             continue
         seen.add(fp)
-        for rec in (latest.get(fp), latest_internal.get(fp)):
-            if rec is not None and id(rec) not in keep:
-                keep[id(rec)] = rec
-                todo.extend(rec.parents)
-    return keep
+        for internal in (False, True):
+            got = latest.get((fp, internal))
+            if got is not None:
+                keep.add((got[1], got[2]))
+                hashes.update(got[5])
+                todo.extend(got[3])
+    sources: dict[str, tuple[str, int]] = {}
+    for seg in replaced:
+        for h, offset in seg.sources.items():
+            if h in hashes:
+                sources.setdefault(h, (seg.name, offset))
+    return keep, sources
 
 
-def _living(root: Path, steps: Iterable[StepRecord]) -> set[str]:
+def _living(root: Path, replaced: list[_Segment]) -> set[str]:
     """Fingerprints that still have files: of the cache's entries (and aliases), and those a
     recorded file of which exists."""
     from cachetool.cache.scan import scan_cache
@@ -355,17 +379,52 @@ def _living(root: Path, steps: Iterable[StepRecord]) -> set[str]:
     with contextlib.suppress(CachetoolError):
         report = scan_cache(root, ledger=False)
         out = {fp for e in report.entries for fp in (e.fingerprint, *e.aliases) if fp}
-    exists: dict[str, bool] = {}
-    for r in steps:
-        if r.result is None or r.result in out:
-            continue
-        for f in r.files:
-            if f.path not in exists:
-                exists[f.path] = os.path.lexists(f.path)
-            if exists[f.path]:
-                out.add(r.result)
-                break
+    for seg in replaced:
+        out |= seg.with_files
     return out
+
+
+def _second_pass(
+    root: Path,
+    folder: Path,
+    replaced: list[_Segment],
+    keep: set[tuple[str, int]],
+    sources: dict[str, tuple[str, int]],
+    living: set[str],
+) -> tuple[list[str], int, int, int]:
+    """The lines of the compacted segment after its header (summaries, gc records, the records
+    kept whole, their source texts), reading the replaced segments again one at a time; with how
+    many records were kept, runs summarised and records summarised."""
+    chosen = set(sources.values())
+    earlier: list[RunSummaryRecord] = []
+    fresh: list[RunSummaryRecord] = []
+    gcs: list[LedgerRecord] = []
+    kept: list[LedgerRecord] = []
+    texts: list[LedgerRecord] = []
+    summarised = 0
+    for seg in replaced:
+        records, _, _ = read_segment_from(folder / seg.name, 0)
+        rest: list[LedgerRecord] = []
+        for offset, _length, rec in records:
+            if offset >= seg.size:
+                break
+            if isinstance(rec, RunSummaryRecord):
+                earlier.append(_only(rec, living))
+            elif isinstance(rec, GcRecord):
+                gcs.append(rec)
+            elif isinstance(rec, SourceRecord):
+                if (seg.name, offset) in chosen:
+                    texts.append(rec)
+            elif (seg.name, offset) in keep:
+                kept.append(rec)
+            else:
+                summarised += isinstance(rec, StepRecord)
+                rest.append(rec)
+        fresh += _summaries(rest, living)
+    order = lambda r: (r.time, r.run, r.seq)  # noqa: E731
+    out: list[LedgerRecord] = [*_bounded([*earlier, *fresh])]
+    out += sorted(gcs, key=order) + sorted(kept, key=order) + sorted(texts, key=order)
+    return [ENCODER.encode(r.to_json()) for r in out], len(kept), len(fresh), summarised
 
 
 def _summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSummaryRecord]:
