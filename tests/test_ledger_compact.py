@@ -308,3 +308,30 @@ def test_a_gc_that_removed_something_compacts_a_large_ledger(
     assert not path.exists()
     assert [n for n in _segments(root) if n.startswith("compacted-")]
     assert _totals(root) == totals
+
+
+def test_explain_after_a_compaction_still_knows_the_earlier_runs(tmp_path: Path) -> None:
+    """A step at a new call site in the newest run is "the first time this step ran", not "the
+    first run recorded in this cache", before and after the earlier runs were summarised; its
+    explanation through the index is the one from every record, both times."""
+    from cachetool.lineage.explain import explain_fingerprint, load_view
+
+    root = tmp_path / "cache"
+    _write_runs(root, 8, 3)
+    shutil.rmtree(root / "ds")  # no file left: no record of those runs is kept whole
+    w = LedgerWriter(pid=DEAD_PID + 99, start=500_000.0)
+    base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": DEAD_PID + 99, "internal": False}
+    site = {"file": "/work/p.py", "line": 99, "function": "<module>"}
+    new = {**base, "type": "transform", "seq": 1, "time": 500_000.0, "result": "new", "parents": ["source"]}
+    w.append(str(root), {**new, "operation": "filter", "call_site": site, "cache": "miss"})
+    w.close()
+
+    def said() -> list[Any]:
+        whole = explain_fingerprint(root, "new", view=load_view(root)).to_json()
+        assert explain_fingerprint(root, "new").to_json() == whole
+        return [r["message"] for s in whole["steps"] for r in s["reasons"]]
+
+    before = said()
+    assert before == ["first time this step ran (nothing recorded to compare with)"]
+    assert compact_ledger(root, keep_runs=1).runs == 8  # only the newest run stays whole
+    assert said() == before

@@ -4,7 +4,8 @@ that `lineage` or `explain` of one fingerprint (or of one run) reads, without th
 `lineage` needs the records that made the fingerprint and its ancestors (with `--descendants` or
 `--all`, what was made from them too). `explain` needs those of the step, of its *siblings*
 (records of the same call site, function, or moved function: `step_keys`) and of their
-ancestors, the records of the run, and one record of an earlier run (to tell a first run). Every
+ancestors, the records of the run, and one record (or run summary) of an earlier run (to tell a
+first run). Every
 part holds every gc record and the source texts its records name.
 """
 
@@ -216,6 +217,9 @@ def explain_records(
     for other in {t[3] for t in targets}:
         q = f"SELECT path, offset, length FROM rec WHERE {_STEPS} AND run != ? ORDER BY time LIMIT 1"
         more += con.execute(q, (other,)).fetchall()
+        # a run a compaction summarised was a run too
+        q = "SELECT path, offset, length FROM rec WHERE type = 'run-summary' AND run != ? ORDER BY time"
+        more += con.execute(f"{q} LIMIT 1", (other,)).fetchall()
     return records_of(con, root, closure(con, wanted, up=True), more)
 
 

@@ -14,6 +14,7 @@ from cachetool.lineage.records import (
     FunctionRef,
     LedgerRecord,
     RootRecord,
+    RunSummaryRecord,
     SourceRecord,
     StepRecord,
     TransformRecord,
@@ -39,7 +40,12 @@ class LedgerView:
         self.sources: dict[str, str] = {}
         self.steps: list[StepRecord] = []
         self.by_result: dict[str, list[StepRecord]] = {}
+        first: dict[str, float] = {}
         for rec in records:
+            if isinstance(rec, RunSummaryRecord):  # runs a compaction folded away were runs too
+                if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
+                    first[rec.run] = rec.time
+                continue
             if isinstance(rec, SourceRecord):
                 if rec.hash is not None and rec.text is not None:
                     self.sources.setdefault(rec.hash, rec.text)
@@ -53,7 +59,6 @@ class LedgerView:
         # over every record (a long ledger has 100,000 of them).
         self._realpaths: dict[str, str] = {}
         self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
-        first: dict[str, float] = {}
         for rec in self.steps:
             for key in self._keys(rec):
                 if key is not None:
