@@ -14,7 +14,8 @@ line in the table, not a failure.
 Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (time, peak memory,
 read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache), verify
 (--deep against cat), run (cachetool run against python on cache hits), determinism
-(check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain).
+(check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain;
+stats and bytes before and after `stats --compact`).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
@@ -464,6 +465,9 @@ def synthesize_ledger(root: Path, runs: int, steps: int) -> str:
             parent = fp
             if r == runs - 1 and s == steps // 2:
                 middle = fp
+        marker = {"v": 1, "seq": steps, "run": run_id, "host": "host", "pid": 1000 + r, "internal": False}
+        end = {**marker, "type": "run-end", "time": t0 + r * 600 + steps, "duration": 0.0}
+        lines.append(json.dumps(end))  # the run ended: a compaction may fold it
         (folder / f"{run_id}.jsonl").write_text("\n".join(lines) + "\n")
     return middle
 
@@ -505,7 +509,47 @@ def bench_ledger(base: Path, runs: int, steps: int, pairs: int) -> list[Row]:
                 t <= 0.3,
             )
         )
+    rows += bench_compaction(base, with_ledger, runs * steps, env, pairs)
     return rows
+
+
+def bench_compaction(base: Path, ledger: Path, records: int, env: dict[str, str], pairs: int) -> list[Row]:
+    """`stats --compact`: the ledger's bytes after / before, and `stats` after / before."""
+    compacted = base / "ledger-compacted"
+    shutil.copytree(ledger, compacted)
+    doc = subprocess.run(
+        [*CT, "stats", "--compact", "--json", "--cache-dir", str(compacted)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    c = json.loads(doc.stdout)["compaction"]
+    k = f"{records // 1000}k records"
+    ratio = c["bytes_after"] / c["bytes_before"]
+    detail = (
+        f"{c['bytes_before'] / 1e6:.1f} MB -> {c['bytes_after'] / 1e6:.1f} MB, {c['runs']} runs summarised"
+    )
+    return [
+        Row(
+            f"ledger bytes after stats --compact / before, {k}",
+            ratio,
+            ratio,
+            ratio,
+            "≤ 0.1×",
+            ratio <= 0.1,
+            detail,
+        ),
+        row(
+            f"stats after --compact / before, {k}",
+            paired(
+                lambda: run([*CT, "stats", "--json", "--cache-dir", str(ledger)], env).seconds,
+                lambda: run([*CT, "stats", "--json", "--cache-dir", str(compacted)], env).seconds,
+                max(1, pairs // 2),
+            ),
+            0.1,
+        ),
+    ]
 
 
 # --- main -------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from cachetool.cli.common import (
 from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
+    from cachetool.lineage.compact import CompactionReport
     from cachetool.lineage.stats import Group, StatsReport
 
 
@@ -43,6 +44,16 @@ def stats_command(
     top: Annotated[
         int, typer.Option("--top", min=0, help="Rows in the per call site and per dataset tables.")
     ] = 10,
+    compact: Annotated[
+        bool,
+        typer.Option(
+            "--compact",
+            help="First compact the ledger: old runs summarised, what the cache still holds kept whole.",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="With --compact: say what it would do, change nothing.")
+    ] = False,
     cache_dir: CacheDirOption = None,
     fmt: Annotated[OutputFormat, format_option(quiet="the hit rate alone, 0 to 1 (empty: no lookups)")] = (
         OutputFormat.human
@@ -58,7 +69,9 @@ def stats_command(
     reasons, and the bytes written. `--zero` starts a new counting period without deleting any
     record (`--all` looks past it). Needs pipelines run under `cachetool run`. On a cache several
     hosts share: steps per host, and the fingerprints two runs computed at the same time, with
-    the time lost.
+    the time lost. `--compact` folds the runs older than the newest 50 into one summary
+    each (counted in the totals, not per call site) and keeps whole what the cache still holds
+    and its parents, so a long-lived ledger stays small; `--dry-run` says what it would do.
 
     **Examples**
 
@@ -70,14 +83,25 @@ def stats_command(
 
         cachetool stats --zero
 
+        cachetool stats --compact --dry-run
+
     Exit codes: 0 shown (also when nothing is recorded); 2 usage (bad --since, missing cache).
     """
-    _stats(since, zero, all_, top, cache_dir, choose_format(fmt, as_json, quiet))
+    if dry_run and not compact:
+        raise typer.BadParameter("goes with --compact", param_hint="--dry-run")
+    _stats(since, zero, all_, top, compact, dry_run, cache_dir, choose_format(fmt, as_json, quiet))
 
 
 @handle_errors
 def _stats(
-    since: str | None, zero: bool, all_: bool, top: int, cache_dir: Path | None, fmt: OutputFormat
+    since: str | None,
+    zero: bool,
+    all_: bool,
+    top: int,
+    compact: bool,
+    dry_run: bool,
+    cache_dir: Path | None,
+    fmt: OutputFormat,
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.query import parse_duration
@@ -99,7 +123,9 @@ def _stats(
     now = time.time()
     # A period longer than the clock's past (`--since 9999999999y`) means every recorded run.
     start = max(0.0, now - parse_duration(since, "--since")) if since is not None else None
-    report = ledger_stats(root, since=start, all_=all_, now=now)
+    report = ledger_stats(root, since=start, all_=all_, now=now, compact=compact, dry_run=dry_run)
+    if report.compaction is not None and fmt == OutputFormat.human:
+        render_compaction(out, report.compaction)
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:
@@ -111,6 +137,21 @@ def _stats(
         warn(w)
     if report.total.steps == 0 and not report.saves:
         hint("statistics come from pipelines run with `cachetool run pipeline.py`")
+
+
+def render_compaction(out: Output, c: CompactionReport) -> None:
+    """One line for what `--compact` did (or would do), and the old runs it left."""
+    if not c.segments:
+        out.line(f"Ledger: nothing to compact ({human_size(c.bytes_before)})")
+    else:
+        verb = "Would compact" if c.dry_run else "Compacted"
+        out.line(
+            f"{verb} the ledger: {c.runs} run(s) summarised ({c.summarised} records), {c.kept} records kept "
+            f"whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
+        )
+    if c.left:
+        out.line(f"  {len(c.left)} old segment(s) left: their writer may still be running")
+    out.line("")
 
 
 def _when(t: float | None) -> str:

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.lineage.ledger import Usage
-from cachetool.lineage.records import SourceRecord, StepRecord
+from cachetool.lineage.records import RunSummaryRecord, SourceRecord, StepRecord
 from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.lineage.segments import iter_segments, read_segment_from
 
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.
-_VERSION = 4
+_VERSION = 5
 _CHUNK = 500  # fingerprints per `IN (...)` query
 
 _TABLES = ("segments", "usage", "rec", "par", "known")
@@ -49,6 +49,8 @@ CREATE INDEX IF NOT EXISTS rec_skey ON rec(skey);
 CREATE INDEX IF NOT EXISTS rec_fkey ON rec(fkey);
 CREATE INDEX IF NOT EXISTS rec_mkey ON rec(mkey);
 CREATE INDEX IF NOT EXISTS rec_result ON rec(result);
+CREATE INDEX IF NOT EXISTS rec_type ON rec(type);
+CREATE INDEX IF NOT EXISTS rec_time ON rec(time);
 CREATE TABLE IF NOT EXISTS par (id INTEGER, parent TEXT);
 CREATE INDEX IF NOT EXISTS par_id ON par(id);
 CREATE INDEX IF NOT EXISTS par_parent ON par(parent);
@@ -155,6 +157,13 @@ def fold(sums: dict[str, _Sum], rec: StepRecord) -> None:
         s.last = max(s.last, when)
 
 
+def fold_summary(sums: dict[str, _Sum], rec: RunSummaryRecord) -> None:
+    """Add the summary of a run a compaction folded away (the rule of `Ledger.usage`)."""
+    for fp, (when, records, hits, misses, random) in rec.fps.items():
+        s = sums.setdefault(fp, _Sum())
+        s.merge(_Sum(last=when, records=records, hits=hits, misses=misses, random=bool(random)))
+
+
 class UsageIndex(Mapping[str, Usage]):
     """`{fingerprint: Usage}` read from the index one fingerprint at a time."""
 
@@ -244,7 +253,14 @@ def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection
         _fold_segments(con, root, todo)
         con.execute(f"PRAGMA user_version = {_VERSION}")
         con.commit()
+        if rebuild and _mostly_free(con):
+            con.execute("VACUUM")  # a compacted ledger's index shrinks with it
     return con
+
+
+def _mostly_free(con: sqlite3.Connection) -> bool:
+    free = int(con.execute("PRAGMA freelist_count").fetchone()[0])
+    return free * 2 > int(con.execute("PRAGMA page_count").fetchone()[0])
 
 
 def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, int]]) -> None:
@@ -276,6 +292,8 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
                 known.update(rec.parents)
                 if rec.result is not None:
                     known.add(rec.result)
+            elif isinstance(rec, RunSummaryRecord):
+                fold_summary(sums, rec)
             next_id += 1
         was_bad = con.execute("SELECT bad FROM segments WHERE path = ?", (path,)).fetchone()
         done.append((path, ino, size, mtime, end, bad + (was_bad[0] if was_bad else 0)))

@@ -113,6 +113,13 @@ root the run wrote to, at exit) and `"step-start"` (`StepStartRecord`: {"operati
 "call_site", "split", "paths", "before"}, the step's `seq`, written when a step begins to compute): a run
 killed in a step has a start and no end, and a step start without its step record.
 
+Compacted segments (`cachetool.lineage.compact`, `compacted-<time>-<pid>.jsonl`) start with a
+`"compaction"` record (`CompactionRecord`: {"replaces": [[segment name, size], ...]}: readers skip
+those segments while they keep that size) and hold `"run-summary"` records (`RunSummaryRecord`,
+`internal`: {"argv", "runs", "steps", "hits", "misses", "partial", "no_file", "saves",
+"miss_seconds", "bytes_written", "other", "fps": {fp: [last use, records, hits, misses,
+random]}}) for the runs they folded away, then gc records and the step records they kept whole.
+
 Checkpoint events (`"type": "checkpoint"`, `CheckpointRecord`, only in events files) are steps:
 `transform` is the checkpoint's name, `result` the object's digest, `args.value` its repr.
 
@@ -129,7 +136,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachetool.lineage.records import GcRecord, LedgerRecord, SaveRecord, SourceRecord, StepRecord
+from cachetool.lineage.records import (
+    GcRecord,
+    LedgerRecord,
+    RunSummaryRecord,
+    SaveRecord,
+    SourceRecord,
+    StepRecord,
+)
 from cachetool.lineage.resolve import Resolved, entry_at_path, resolve
 from cachetool.lineage.roots import (
     LEDGER_DIR,
@@ -371,9 +385,14 @@ class Ledger:
             ]
         return out
 
+    def summaries(self) -> list[RunSummaryRecord]:
+        """The summaries of this root's runs a compaction folded away, oldest first."""
+        return [r for r in self.records if isinstance(r, RunSummaryRecord) and not self.is_foreign(r)]
+
     def usage(self) -> dict[str, Usage]:
-        """Per fingerprint of this root: last use, recorded origin, hits and misses."""
-        return _usage(self.own_steps())
+        """Per fingerprint of this root: last use, recorded origin, hits and misses (of summarised
+        runs too)."""
+        return _usage(self.own_steps(), self.summaries())
 
 
 def source_hashes(rec: StepRecord) -> list[str]:
@@ -407,10 +426,18 @@ class Usage:
     random_fallback: bool = False
 
 
-def _usage(steps: Iterable[StepRecord]) -> dict[str, Usage]:
+def _usage(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] = ()) -> dict[str, Usage]:
     last: dict[str, float] = {}
     origin: dict[str, StepRecord] = {}
     counts: dict[str, list[int]] = {}  # fp -> [records, hits, misses, random]
+    for summary in summaries:  # runs a compaction folded away: their uses and origin counts
+        for kept, (when, records, hits, misses, random) in summary.fps.items():
+            last[kept] = max(last.get(kept, 0.0), when)
+            c = counts.setdefault(kept, [0, 0, 0, 0])
+            c[0] += records
+            c[1] += hits
+            c[2] += misses
+            c[3] |= random
     for rec in steps:  # oldest first: the latest origin wins
         when = rec.end
         fp = rec.result

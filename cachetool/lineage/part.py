@@ -4,7 +4,8 @@ that `lineage` or `explain` of one fingerprint (or of one run) reads, without th
 `lineage` needs the records that made the fingerprint and its ancestors (with `--descendants` or
 `--all`, what was made from them too). `explain` needs those of the step, of its *siblings*
 (records of the same call site, function, or moved function: `step_keys`) and of their
-ancestors, the records of the run, and one record of an earlier run (to tell a first run). Every
+ancestors, the records of the run, and one record (or run summary) of an earlier run (to tell a
+first run). Every
 part holds every gc record and the source texts its records name.
 """
 
@@ -125,6 +126,23 @@ def closure(con: sqlite3.Connection, fps: set[str], *, up: bool = True, down: bo
     return seen
 
 
+def _spans_of_results(con: sqlite3.Connection, fps: Iterable[str]) -> list[tuple[str, int, int]]:
+    out: list[tuple[str, int, int]] = []
+    for chunk, marks in _chunks(sorted(fps)):
+        q = f"SELECT path, offset, length FROM rec WHERE type NOT IN ('source', 'gc') AND result IN ({marks})"
+        out += con.execute(q, chunk).fetchall()
+    return out
+
+
+def records_of_results(con: sqlite3.Connection, root: Path, fps: Iterable[str]) -> list[LedgerRecord]:
+    """The records of `root`'s own ledger whose result is one of `fps` (every type but sources
+    and gc records, internal ones too), alone."""
+    spans: dict[str, set[tuple[int, int]]] = {}
+    for path, offset, length in _spans_of_results(con, fps):
+        spans.setdefault(path, set()).add((offset, length))
+    return _read(root, spans)
+
+
 def records_of(
     con: sqlite3.Connection, root: Path, fps: set[str], more: Iterable[tuple[str, int, int]] = ()
 ) -> list[LedgerRecord]:
@@ -136,9 +154,7 @@ def records_of(
         for path, offset, length in rows:
             spans.setdefault(path, set()).add((offset, length))
 
-    for chunk, marks in _chunks(sorted(fps)):
-        q = f"SELECT path, offset, length FROM rec WHERE type NOT IN ('source', 'gc') AND result IN ({marks})"
-        add(con.execute(q, chunk))
+    add(_spans_of_results(con, fps))
     add(con.execute("SELECT path, offset, length FROM rec WHERE type = 'gc'"))
     add(more)
     out = _read(root, spans)
@@ -147,13 +163,14 @@ def records_of(
     for chunk, marks in _chunks(hashes):
         add(
             con.execute(
-                f"SELECT path, offset, length FROM rec WHERE type = 'source' AND result IN ({marks})", chunk
+                f"SELECT path, offset, length FROM rec WHERE +type = 'source' AND result IN ({marks})", chunk
             )
         )
     return out + _read(root, spans)
 
 
-_STEPS = "type IN ('transform', 'root') AND internal = 0"
+#: `+type`: not through the index on `type` (most records are steps; the other terms select).
+_STEPS = "+type IN ('transform', 'root') AND internal = 0"
 
 
 def latest_run(con: sqlite3.Connection) -> str | None:
@@ -200,6 +217,9 @@ def explain_records(
     for other in {t[3] for t in targets}:
         q = f"SELECT path, offset, length FROM rec WHERE {_STEPS} AND run != ? ORDER BY time LIMIT 1"
         more += con.execute(q, (other,)).fetchall()
+        # a run a compaction summarised was a run too
+        q = "SELECT path, offset, length FROM rec WHERE type = 'run-summary' AND run != ? ORDER BY time"
+        more += con.execute(f"{q} LIMIT 1", (other,)).fetchall()
     return records_of(con, root, closure(con, wanted, up=True), more)
 
 
@@ -211,7 +231,7 @@ def _siblings(con: sqlite3.Connection, target: tuple[Any, ...], n: int) -> list[
         if key is None:
             continue
         q = (
-            f"SELECT result, time, parents FROM rec WHERE {_STEPS} AND {column} = ? AND type = ? "
+            f"SELECT result, time, parents FROM rec WHERE {_STEPS} AND {column} = ? AND +type = ? "
             "AND output IS ? AND run != ? AND time < ? AND result IS NOT ? ORDER BY id"
         )
         found = con.execute(q, (key, type_, output, run, time, result)).fetchall()

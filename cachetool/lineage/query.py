@@ -66,6 +66,7 @@ def lineage(
     from cachetool.errors import UnknownFingerprint
     from cachetool.lineage.index import UsageIndex
     from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.narrow import narrow_report
     from cachetool.lineage.part import IndexedFingerprints, open_index
     from cachetool.lineage.resolve import resolve
 
@@ -74,13 +75,17 @@ def lineage(
     con = None if all_roots else open_index(root_abs)
     report = None
     if con is not None:
-        # A long-lived ledger: read only the records of the fingerprint's family. A name this
-        # root does not record (a step of a saved folder made from it) needs the other roots.
-        report = scan_cache(root, usage=UsageIndex(con))  # the index just opened, not a second
+        # A long-lived ledger: read only the records of the fingerprint's family, and scan only
+        # the folders that can hold the name's entry (the whole cache when only a scan can tell),
+        # with the usage of the index just opened, not a second.
+        narrowed = narrow_report(root_abs, fingerprint, con)
+        found = narrowed if narrowed is not None else scan_cache(root, usage=UsageIndex(con))
         known = IndexedFingerprints(con)
         try:
-            got = resolve(fingerprint, report, recorded=known)
+            got = resolve(fingerprint, found, recorded=known)
         except UnknownFingerprint:
+            # A name this root does not record (a step of a saved folder made from it) needs
+            # the other roots, and the whole scan.
             got = None
         if got is not None:
             e = got.entry
@@ -90,8 +95,14 @@ def lineage(
             }
             ledger = Ledger.load_part(root_abs, named, down=mode != "chain", index=con)
             return lineage_view(
-                report, fingerprint, mode=mode, include_internal=internal, ledger=ledger, recorded=known
+                found,
+                fingerprint,
+                mode=mode,
+                include_internal=internal,
+                ledger=ledger,
+                recorded=known,
             )
+        report = found if narrowed is None else None
     ledger = Ledger.load(root_abs, all_roots=all_roots)
     report = report or scan_cache(root, ledger=ledger)  # the root's usage is the index's
     return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)

@@ -109,9 +109,7 @@ def resolve(
         if fp is None:
             raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
         return Resolved(fp, e)
-    file_name = _CACHE_FILE.match(name) if os.sep not in name else None
-    if file_name is not None:
-        name = file_name.group(1)
+    name = cache_file_key(name)
     # 2. exact
     exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
     if len(exact) == 1:
@@ -120,6 +118,13 @@ def resolve(
         return Resolved(name, _entry_of(report, name) or _entry_of_files(report, ledger, name))
     # 3. prefix
     return _by_prefix(name, report, ledger, known, exact or report.entries)
+
+
+def cache_file_key(name: str) -> str:
+    """The fingerprint a cache file's name (`cache-<fp>.arrow`, of one shard too) stands for;
+    any other name as it is."""
+    file_name = _CACHE_FILE.match(name) if os.sep not in name else None
+    return file_name.group(1) if file_name is not None else name
 
 
 def _by_prefix(

@@ -26,15 +26,55 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_SEGMENT_BYTES = 256 * 1024 * 1024
 
 
+#: The name of a compacted segment starts with this (`cachetool.lineage.compact`).
+COMPACTED_PREFIX = "compacted-"
+
+
 def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
-    """Segment files of `root` (own ledger and user fallback), in name order."""
+    """Segment files of `root` (own ledger and user fallback), in name order; a segment a
+    compacted segment replaces is left out while it still has the size it was read at (a
+    compaction that was killed before removing it)."""
     for d in ledger_dirs(root):
         try:
             names = sorted(n for n in os.listdir(d) if n.endswith(SEGMENT_SUFFIX))
         except OSError:
             continue
+        replaced = replaced_segments(d, [n for n in names if n.startswith(COMPACTED_PREFIX)])
         for n in names:
+            if n in replaced and _size(d / n) == replaced[n]:
+                continue
             yield d / n
+
+
+def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
+    """{name: size} of the segments the compacted segments `compacted` of `folder` replace (each
+    names them in its first record)."""
+    out: dict[str, int] = {}
+    for name in compacted:
+        try:
+            fd = os.open(folder / name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            with os.fdopen(os.dup(fd), "rb") as f:
+                first = f.readline(MAX_LINE_BYTES)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        rec = _parse_line(folder / name, 1, first.rstrip(b"\n"), [], None)
+        replaces = getattr(rec, "replaces", None) if rec is not None and rec.type == "compaction" else None
+        out.update(dict(replaces or ()))
+    return out
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _read_capped(path: Path, warnings: list[str], start: int = 0) -> bytes | None:
@@ -114,7 +154,10 @@ def read_records_at(
     gave them): a few records of a long ledger without reading the rest."""
     out = []
     sink: list[str] = []
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:  # compacted since the index was read: the next command reads it
+        return []
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return []

@@ -21,15 +21,18 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.errors import CachetoolError
 from cachetool.lineage.hosts import ConcurrentComputation, concurrent_computations
 from cachetool.lineage.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
-from cachetool.lineage.records import StepRecord
+from cachetool.lineage.records import RunSummaryRecord, StepRecord
 from cachetool.safejson import read_json_file
+
+if TYPE_CHECKING:
+    from cachetool.lineage.compact import CompactionReport
 
 __all__ = ["Counts", "Group", "RandomReason", "StatsReport", "ledger_stats", "zero_stats", "zeroed_at"]
 
@@ -140,13 +143,17 @@ class StatsReport:
     hosts: tuple[tuple[str, int], ...] = ()
     #: fingerprints two or more runs computed at the same time (`cachetool.lineage.hosts`)
     concurrent: tuple[ConcurrentComputation, ...] = ()
+    #: what `--compact` did (or with `--dry-run` would do) before counting
+    compaction: CompactionReport | None = None
 
     @property
     def concurrent_seconds(self) -> float:
         return sum(c.lost_seconds for c in self.concurrent)
 
     def to_json(self) -> dict[str, Any]:
+        compaction = {"compaction": self.compaction.to_json()} if self.compaction is not None else {}
         return {
+            **compaction,
             "version": 1,
             "root": str(self.root),
             "period": {"start": self.start, "end": self.end, "zeroed_at": self.zeroed_at},
@@ -198,6 +205,17 @@ class _Acc:
             if recomputed and cache not in ("miss", "partial"):  # misses are counted above
                 self.recompute_s += seconds
         self.bytes += written_bytes(rec)
+
+    def add_summary(self, rec: RunSummaryRecord) -> None:
+        """A summarised run's counts (its call sites and datasets are not kept)."""
+        self.steps += rec.steps
+        self.runs.update(rec.run if rec.runs == 1 else f"{rec.run}#{i}" for i in range(rec.runs))
+        self.hits += rec.hits
+        self.misses += rec.misses
+        self.partial += rec.partial
+        self.no_file += rec.no_file
+        self.miss_s += rec.miss_seconds
+        self.bytes += rec.bytes_written
 
     def counts(self) -> Counts:
         return Counts(
@@ -302,10 +320,22 @@ def ledger_stats(
     now: float | None = None,
     records: Iterable[StepRecord] | None = None,
     ledger: Ledger | None = None,
+    compact: bool = False,
+    dry_run: bool = False,
 ) -> StatsReport:
     """Count the recorded steps of `root` from the latest `zero_stats` (and not before `since`, an
-    epoch time); `all_` (`--all`) ignores the zero mark. The Python side of `cachetool stats`."""
+    epoch time); `all_` (`--all`) ignores the zero mark. With `compact` (`--compact`), compact
+    the ledger first (`cachetool.lineage.compact.compact_ledger`; with `dry_run`, only say what
+    it would do): the report's `compaction`. Runs a compaction summarised count in the totals.
+    The Python side of `cachetool stats`."""
     root_path = Path(root)
+    compaction = None
+    if dry_run and not compact:
+        raise CachetoolError("--dry-run goes with --compact")
+    if compact:
+        from cachetool.lineage.compact import compact_ledger
+
+        compaction = compact_ledger(root_path, dry_run=dry_run)
     end = time.time() if now is None else now
     warnings: tuple[str, ...] = ()
     if records is None:
@@ -320,7 +350,10 @@ def ledger_stats(
         (r for r in records if r.type in (*_COUNTED, "save") and not r.internal), key=lambda r: r.time
     ):
         tally.add(rec)
-    return tally.report(root_path, zero, tuple(warnings))
+    for summary in ledger.summaries() if ledger is not None else ():
+        tally.add_summary(summary)
+    report = tally.report(root_path, zero, tuple(warnings))
+    return report if compaction is None else replace(report, compaction=compaction)
 
 
 class _Tally:
@@ -338,6 +371,7 @@ class _Tally:
         self.random: dict[tuple[str | None, str], int] = {}
         self.random_count = 0
         self.counted: list[StepRecord] = []
+        self.summarised_steps: Counter[str] = Counter()
 
     def add(self, rec: StepRecord) -> None:
         site = _site(rec)
@@ -370,6 +404,14 @@ class _Tally:
             key = (rf.argument, err)
             self.random[key] = self.random.get(key, 0) + 1
 
+    def add_summary(self, rec: RunSummaryRecord) -> None:
+        """A run a compaction summarised, counted in the totals when it started in the period."""
+        if (self.start is not None and rec.time < self.start) or rec.time > self.end:
+            return
+        self.total.add_summary(rec)
+        self.saves += rec.saves
+        self.summarised_steps[rec.host or "?"] += rec.steps
+
     def report(self, root: Path, zero: float | None, warnings: tuple[str, ...]) -> StatsReport:
         site_groups = [
             Group(key=k, counts=a.counts(), operation=s[3], function=s[4], file=s[1], line=s[2])
@@ -378,7 +420,7 @@ class _Tally:
         site_groups.sort(key=lambda g: (-g.counts.recompute_seconds, -g.counts.misses, g.key))
         ds_groups = [Group(key=k, counts=a.counts()) for k, a in self.datasets.items()]
         ds_groups.sort(key=lambda g: (-g.counts.misses, g.key))
-        hosts = Counter(r.host or "?" for r in self.counted)
+        hosts = Counter(r.host or "?" for r in self.counted) + self.summarised_steps
         return StatsReport(
             root=root,
             start=self.start,

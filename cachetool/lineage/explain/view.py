@@ -14,6 +14,7 @@ from cachetool.lineage.records import (
     FunctionRef,
     LedgerRecord,
     RootRecord,
+    RunSummaryRecord,
     SourceRecord,
     StepRecord,
     TransformRecord,
@@ -39,7 +40,12 @@ class LedgerView:
         self.sources: dict[str, str] = {}
         self.steps: list[StepRecord] = []
         self.by_result: dict[str, list[StepRecord]] = {}
+        first: dict[str, float] = {}
         for rec in records:
+            if isinstance(rec, RunSummaryRecord):  # runs a compaction folded away were runs too
+                if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
+                    first[rec.run] = rec.time
+                continue
             if isinstance(rec, SourceRecord):
                 if rec.hash is not None and rec.text is not None:
                     self.sources.setdefault(rec.hash, rec.text)
@@ -53,7 +59,6 @@ class LedgerView:
         # over every record (a long ledger has 100,000 of them).
         self._realpaths: dict[str, str] = {}
         self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
-        first: dict[str, float] = {}
         for rec in self.steps:
             for key in self._keys(rec):
                 if key is not None:
@@ -172,6 +177,7 @@ def load_part_view(
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
     from cachetool.lineage import part
+    from cachetool.lineage.narrow import narrow_report
     from cachetool.lineage.resolve import resolve
 
     root_abs = Path(os.path.abspath(os.fspath(root)))
@@ -186,7 +192,8 @@ def load_part_view(
         ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
         return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
     try:
-        got = resolve(fingerprint, scan_cache(root_abs, ledger=False), recorded=part.IndexedFingerprints(con))
+        report = narrow_report(root_abs, fingerprint, con, usage=False) or scan_cache(root_abs, ledger=False)
+        got = resolve(fingerprint, report, recorded=part.IndexedFingerprints(con))
     except CachetoolError:  # unknown here (another root may know it), or ambiguous: said by the whole
         return None
     e = got.entry

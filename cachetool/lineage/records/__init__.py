@@ -10,11 +10,13 @@ Fields a record does not know are kept in `extra` (records written by a newer ca
 and written back unchanged by `to_json()`).
 
 The classes live in modules by family (`fields`: `BadRecord` and the field checks; `parts`: the
-parts of a record; `base`: `LedgerRecord`; `steps`: step records; `runs`: run markers; `other`:
-source and gc records; `parse`: the registry); import them from here.
+parts of a record; `base`: `LedgerRecord`; `steps`: step records; `runs`: run markers;
+`compacted`: a compacted ledger's marker and run summaries; `other`: source and gc records;
+`parse`: the registry); import them from here.
 """
 
 from cachetool.lineage.records.base import CONSTANT_KEYS, LedgerRecord
+from cachetool.lineage.records.compacted import CompactionRecord, RunSummaryRecord
 from cachetool.lineage.records.fields import BadRecord
 from cachetool.lineage.records.other import GcRecord, SourceRecord
 from cachetool.lineage.records.parse import RECORD_TYPES, parse_record
@@ -50,6 +52,7 @@ __all__ = [
     "CallSite",
     "CheckpointRecord",
     "ColumnHead",
+    "CompactionRecord",
     "DataFile",
     "FileRecord",
     "FunctionInfo",
@@ -60,6 +63,7 @@ __all__ = [
     "RootRecord",
     "RunEndRecord",
     "RunStartRecord",
+    "RunSummaryRecord",
     "SaveRecord",
     "SourceInfo",
     "SourceRecord",

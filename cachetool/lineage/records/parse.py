@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachetool.lineage.records.base import LedgerRecord
+from cachetool.lineage.records.compacted import CompactionRecord, RunSummaryRecord
 from cachetool.lineage.records.fields import BadRecord
 from cachetool.lineage.records.other import GcRecord, SourceRecord
 from cachetool.lineage.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
@@ -23,6 +24,8 @@ RECORD_TYPES: dict[str, type[LedgerRecord]] = {
         RunStartRecord,
         RunEndRecord,
         StepStartRecord,
+        CompactionRecord,
+        RunSummaryRecord,
     )
 }
 

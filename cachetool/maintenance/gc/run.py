@@ -123,7 +123,8 @@ def gc_cache(
     something runs only with `yes=True` or when `confirm(plan)` returns True; with neither it
     raises `ConfirmationNeeded` (exit 2). With nothing selected (no `temp`, nothing named, no
     limit) nothing is scanned and the plan's one warning says so. Stale leases are removed even
-    when the plan removes nothing: they protect nothing any more."""
+    when the plan removes nothing: they protect nothing any more. After a removal, a ledger
+    larger than `cachetool.lineage.compact.AUTO_BYTES` is compacted (`compact_if_large`)."""
     from cachetool.cache.dirs import existing_root
 
     options = gc_options(
@@ -151,4 +152,8 @@ def gc_cache(
             raise ConfirmationNeeded(plan)
         if not confirm(plan):
             return GcRun(plan, None, declined=True)
-    return GcRun(plan, execute(plan))
+    result = execute(plan)
+    from cachetool.lineage.compact import compact_if_large
+
+    compact_if_large(plan.root)  # a long-lived ledger stays bounded
+    return GcRun(plan, result)

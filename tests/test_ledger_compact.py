@@ -1,0 +1,337 @@
+"""Compacting a long-lived ledger (`stats --compact`): old runs summarised, what the cache still
+holds kept whole with its parents; usage, totals and lineage unchanged; safe while tracers append
+and when killed at any point."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachetool.lineage.compact import compact_ledger, ledger_bytes
+from cachetool.lineage.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
+from cachetool.lineage.query import lineage
+from cachetool.lineage.stats import ledger_stats
+from tests.conftest import invoke
+
+#: Above the largest pid Linux hands out (4194304): the writer of such a segment is gone.
+DEAD_PID = 4_200_000
+
+
+@pytest.fixture(autouse=True)
+def _user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+
+
+def _write_runs(root: Path, runs: int, steps: int, *, first: int = 0, living: int = 0) -> str:
+    """`runs` finished runs of a pipeline of `steps` maps from one source, every second step a
+    cache hit; the files of the last step of run `living` exist. Returns that fingerprint."""
+    host = socket.gethostname()
+    for r in range(first, first + runs):
+        run_start = 10_000.0 * (r + 1)
+        w = LedgerWriter(pid=DEAD_PID + r, start=run_start)
+        base = {
+            "v": 1,
+            "run": w.run_id,
+            "host": host,
+            "pid": DEAD_PID + r,
+            "root": str(root),
+            "internal": False,
+        }
+        w.append(str(root), {**base, "type": "run-start", "seq": 0, "time": run_start, "argv": ["p.py"]})
+        parent = "source"
+        for s in range(steps):
+            fp = f"{r:06d}{s:06d}"
+            rec = {
+                **base,
+                "type": "transform",
+                "seq": s + 1,
+                "time": run_start + s,
+                "duration": 0.5,
+                "operation": "map",
+                "result": fp,
+                "parents": [parent],
+                "call_site": {"file": "/work/p.py", "line": 10 + s, "function": "<module>"},
+                "files": [{"path": str(root / "ds" / f"cache-{fp}.arrow"), "size": 100, "status": "written"}],
+                "cache": "hit" if s % 2 else "miss",
+            }
+            w.append(str(root), rec)
+            parent = fp
+        w.append(str(root), {**base, "type": "run-end", "seq": steps + 1, "time": run_start + steps})
+        w.close()
+    fp = f"{living:06d}{steps - 1:06d}"
+    (root / "ds").mkdir(parents=True, exist_ok=True)
+    (root / "ds" / f"cache-{fp}.arrow").write_bytes(b"x" * 100)
+    return fp
+
+
+def _segments(root: Path) -> list[str]:
+    return sorted(n for n in os.listdir(ledger_dir(root)) if n.endswith(".jsonl"))
+
+
+def _totals(root: Path) -> dict[str, Any]:
+    t = ledger_stats(root).total
+    return {
+        k: getattr(t, k) for k in ("runs", "steps", "hits", "misses", "partial", "no_file", "bytes_written")
+    }
+
+
+def _usage_of(root: Path, fps: list[str]) -> dict[str, Any]:
+    usage = usage_by_fingerprint(root)
+    whole = read_ledger(root).usage()
+    assert {fp: usage.get(fp) for fp in fps} == {fp: whole.get(fp) for fp in fps}  # index == records
+    return {fp: usage.get(fp) for fp in fps}
+
+
+def _chain(root: Path, fp: str) -> list[tuple[str, str | None]]:
+    return [(s.fingerprint, s.operation) for _, s in lineage(root, fp).steps]
+
+
+def test_compaction_keeps_usage_totals_and_the_parent_links_of_what_has_files(tmp_path: Path) -> None:
+    """`stats --compact` on 30 finished runs: the runs older than the newest 50... here all but
+    the newest 5 (`keep_runs=5`) become summaries; the ledger shrinks; `stats` totals, the usage
+    of the fingerprint that has files (last use, hits, misses) and its lineage back to the
+    source through every summarised run are what they were; `--dry-run` changes nothing; a
+    second compaction folds the first one in."""
+    root = tmp_path / "cache"
+    living = _write_runs(root, 30, 20)
+    before = (_totals(root), _usage_of(root, [living]), _chain(root, living), ledger_bytes(root))
+    assert len(before[2]) == 20 + 1  # the first run's steps, then the source
+
+    files = _segments(root)
+    now = time.time()
+    dry = compact_ledger(root, keep_runs=5, dry_run=True, now=now)
+    assert dry.dry_run and dry.runs == 25 and dry.bytes_after < dry.bytes_before / 2
+    assert _segments(root) == files
+
+    done = compact_ledger(root, keep_runs=5, now=now)  # the same time: the same bytes
+    assert (done.runs, done.segments, done.bytes_after) == (25, 25, dry.bytes_after)
+    after = (_totals(root), _usage_of(root, [living]), _chain(root, living), ledger_bytes(root))
+    assert after[:3] == before[:3]
+    assert after[3] == done.bytes_after < before[3] / 2
+    assert len(_segments(root)) == 5 + 1  # the runs kept whole, the compacted one
+
+    newest = _write_runs(root, 10, 20, first=30, living=39)  # ten more runs
+    again = (_totals(root), _usage_of(root, [living, newest]), _chain(root, newest))
+    second = compact_ledger(root, keep_runs=5)
+    assert second.segments == 10 + 1  # ten runs, and the first compaction folded in
+    assert (_totals(root), _usage_of(root, [living, newest]), _chain(root, newest)) == again
+    assert len(_segments(root)) == 5 + 1
+
+
+def test_stats_compact_on_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cachetool stats --compact --dry-run` says what it would do and changes nothing;
+    `--compact` does it and says so, in human and JSON output; `--dry-run` alone is a usage
+    error (exit 2)."""
+    root = tmp_path / "cache"
+    _write_runs(root, 60, 3)
+    files = _segments(root)
+    dry = invoke("stats", "--compact", "--dry-run", "--cache-dir", str(root))
+    assert dry.exit_code == 0, dry.output
+    said = "Would compact the ledger: 10 run(s) summarised (27 records), 3 records kept whole"
+    assert dry.output.startswith(said)
+    assert _segments(root) == files
+    done = invoke("stats", "--compact", "--json", "--cache-dir", str(root))
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.output)
+    assert (doc["compaction"]["runs"], doc["compaction"]["dry_run"], doc["runs"], doc["steps"]) == (
+        10,
+        False,
+        60,
+        180,
+    )
+    assert len(_segments(root)) == 50 + 1
+    alone = invoke("stats", "--dry-run", "--cache-dir", str(root))
+    assert alone.exit_code == 2 and "--compact" in alone.output
+
+
+APPENDER = textwrap.dedent(
+    """\
+    import socket, sys, time
+    from cachetool.lineage.ledger import LedgerWriter
+    root, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    w = LedgerWriter()
+    base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": w.pid, "internal": False}
+    for i in range(n):
+        cache = "hit" if i % 3 else "miss"
+        w.append(root, {**base, "type": "transform", "seq": i, "time": time.time(), "duration": 0.0,
+                        "result": f"w{worker:03d}-{i:06d}", "parents": [], "cache": cache,
+                        "files": [{"path": "/gone/x", "size": 7, "status": "written"}]})
+        time.sleep(0.01)  # a pipeline's steps take time: compactions run in between
+    w.append(root, {**base, "type": "run-end", "seq": n, "time": time.time()})
+    """
+)
+
+COMPACTOR = textwrap.dedent(
+    """\
+    import os, sys, time
+    from cachetool.lineage.compact import compact_ledger
+    root, stop = sys.argv[1], sys.argv[2]
+    while not os.path.exists(stop):
+        compact_ledger(root, keep_runs=0)
+    compact_ledger(root, keep_runs=0)
+    """
+)
+
+
+@pytest.mark.slow
+def test_compaction_while_tracers_append_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    """Processes append records (each to its own segment, as tracers do; short runs that end
+    while others go on) while two other processes compact the ledger again and again: every
+    record is counted once afterwards, by `stats` and by the ledger's usage, whether it was kept,
+    summarised, or appended after a compaction read its segment."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    stop = tmp_path / "stop"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    compactors = [
+        subprocess.Popen([sys.executable, "-c", COMPACTOR, str(root), str(stop)], env=env) for _ in range(2)
+    ]
+    expected = {"steps": 0, "hits": 0, "misses": 0}
+    try:
+        for wave in range(3):
+            writers = []
+            for k in range(3):
+                worker, n = wave * 3 + k, 60 + 40 * k
+                expected["steps"] += n
+                expected["hits"] += sum(1 for i in range(n) if i % 3)
+                expected["misses"] += sum(1 for i in range(n) if not i % 3)
+                writers.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", APPENDER, str(root), str(worker), str(n)], env=env
+                    )
+                )
+            for p in writers:
+                assert p.wait(timeout=120) == 0
+    finally:
+        stop.touch()
+        for p in compactors:
+            assert p.wait(timeout=120) == 0
+    got = ledger_stats(root).total
+    assert {"steps": got.steps, "hits": got.hits, "misses": got.misses} == expected
+    usage = usage_by_fingerprint(root)
+    assert sum(u.records for u in usage.values()) == 0  # no file survives: usage of none kept
+    assert not [n for n in os.listdir(ledger_dir(root)) if n.endswith(".tmp")]
+    assert len(_segments(root)) == 1  # everything finished: one compacted segment
+
+
+KILLED = "import sys; from cachetool.lineage.compact import compact_ledger as c; c(sys.argv[1], keep_runs=5)"
+
+
+@pytest.mark.slow
+def test_a_compaction_killed_at_any_point_loses_nothing(tmp_path: Path) -> None:
+    """A compaction SIGKILLed at many points (early, while it writes the compacted segment, just
+    after it renamed it into place, late): after each kill `stats` totals, the usage of the
+    fingerprint that has files and its lineage back to the source are what they were, nothing is
+    counted twice, and the next compaction finishes and removes what the killed one left."""
+    root = tmp_path / "cache"
+    living = _write_runs(root, 100, 10)
+    reference = (_totals(root), _usage_of(root, [living]), _chain(root, living))
+    pristine = tmp_path / "pristine"
+    shutil.copytree(ledger_dir(root), pristine)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    folder = ledger_dir(root)
+
+    def restore() -> None:
+        shutil.rmtree(folder)
+        shutil.copytree(pristine, folder)
+        for p in folder.parent.glob("ledger-index.sqlite*"):
+            p.unlink()
+
+    start = time.monotonic()
+    assert subprocess.run([sys.executable, "-c", KILLED, str(root)], env=env, timeout=300).returncode == 0
+    whole = time.monotonic() - start
+    assert (_totals(root), _usage_of(root, [living]), _chain(root, living)) == reference
+    seen: set[str] = set()
+    rounds = int(os.environ.get("CACHETOOL_KILL_ROUNDS", "1"))  # more by hand: a longer soak
+    plans: list[tuple[str, float]] = [("delay", whole * k / 5) for k in range(1, 5)] * rounds
+    plans += [("tmp", 0.0), ("renamed", 0.0), ("renamed", 0.0)] * rounds
+    for how, delay in plans:
+        restore()
+        proc = subprocess.Popen([sys.executable, "-c", KILLED, str(root)], env=env)
+        deadline = time.monotonic() + 120
+        if how == "delay":
+            time.sleep(delay)
+        else:
+            want = ".compact-" if how == "tmp" else "compacted-"
+            while proc.poll() is None and time.monotonic() < deadline:
+                if any(n.startswith(want) for n in os.listdir(folder)):
+                    break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        names = os.listdir(folder)
+        if any(n.startswith(".compact-") for n in names):
+            seen.add("killed while writing")
+        if any(n.startswith("compacted-") for n in names) and len(_segments(root)) > 5 + 1:
+            seen.add("killed between the rename and the removals")
+        state = (_totals(root), _usage_of(root, [living]), _chain(root, living))
+        assert state == reference, (how, delay)
+        compact_ledger(root, keep_runs=5)
+        assert (_totals(root), _usage_of(root, [living]), _chain(root, living)) == reference, (how, delay)
+        assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]
+        assert len(_segments(root)) == 5 + 1
+    print(f"kill points reached: {sorted(seen)}")
+
+
+def test_a_gc_that_removed_something_compacts_a_large_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gc` compacts the ledger after a removal once its segments pass `AUTO_BYTES` (lowered here):
+    a dry run leaves it as it is, a gc that removed a file compacts it; stats totals unchanged."""
+    import pyarrow as pa
+
+    from cachetool.lineage import compact
+    from cachetool.maintenance.gc import gc_cache
+
+    root = tmp_path / "cache"
+    _write_runs(root, 60, 3)
+    totals = _totals(root)
+    path = root / "ds" / "cache-00000000000000aa.arrow"
+    schema = pa.schema([("a", pa.int64())])
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, schema) as w:
+        w.write_batch(pa.record_batch([pa.array([1])], schema=schema))
+    os.utime(path, (1e9, 1e9))
+    monkeypatch.setattr(compact, "AUTO_BYTES", 1000)
+    gc_cache(root, ["00000000000000aa"], min_age=0, dry_run=True)
+    assert not [n for n in _segments(root) if n.startswith("compacted-")]
+    gc_cache(root, ["00000000000000aa"], min_age=0, yes=True)
+    assert not path.exists()
+    assert [n for n in _segments(root) if n.startswith("compacted-")]
+    assert _totals(root) == totals
+
+
+def test_explain_after_a_compaction_still_knows_the_earlier_runs(tmp_path: Path) -> None:
+    """A step at a new call site in the newest run is "the first time this step ran", not "the
+    first run recorded in this cache", before and after the earlier runs were summarised; its
+    explanation through the index is the one from every record, both times."""
+    from cachetool.lineage.explain import explain_fingerprint, load_view
+
+    root = tmp_path / "cache"
+    _write_runs(root, 8, 3)
+    shutil.rmtree(root / "ds")  # no file left: no record of those runs is kept whole
+    w = LedgerWriter(pid=DEAD_PID + 99, start=500_000.0)
+    base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": DEAD_PID + 99, "internal": False}
+    site = {"file": "/work/p.py", "line": 99, "function": "<module>"}
+    new = {**base, "type": "transform", "seq": 1, "time": 500_000.0, "result": "new", "parents": ["source"]}
+    w.append(str(root), {**new, "operation": "filter", "call_site": site, "cache": "miss"})
+    w.close()
+
+    def said() -> list[Any]:
+        whole = explain_fingerprint(root, "new", view=load_view(root)).to_json()
+        assert explain_fingerprint(root, "new").to_json() == whole
+        return [r["message"] for s in whole["steps"] for r in s["reasons"]]
+
+    before = said()
+    assert before == ["first time this step ran (nothing recorded to compare with)"]
+    assert compact_ledger(root, keep_runs=1).runs == 8  # only the newest run stays whole
+    assert said() == before
