@@ -240,3 +240,58 @@ def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
     pinned = frozenset({entries[1].id})
     text = "".join(ls_document_text(report, entries, pinned))
     assert text == json.dumps(envelope(ls_document(report, entries, pinned)))
+
+
+def test_paths_of_listed_files_are_the_paths_of_their_text(tmp_path: Path) -> None:
+    """The paths a scan gives its files and entries are made without parsing their text; each
+    behaves as `Path(str(path))` does: equal, hashing, sorting, printing, pickling and deriving
+    paths alike, and the paths derived from it are ordinary."""
+    import copy
+    import pickle
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 3)
+    (root / "nested" / "deeper").mkdir(parents=True)
+    (root / "nested" / "deeper" / "notes é.txt").write_text("x")
+    report = scan_cache(root)
+    paths = [f.path for e in report.entries for f in e.files] + [e.path for e in report.entries]
+    assert any(f.name == "notes é.txt" for f in paths)
+    for p in paths:
+        plain = Path(str(p))
+        assert isinstance(p, type(plain))
+        assert p == plain and plain == p and hash(p) == hash(plain) and {p: 1}[plain] == 1
+        assert (str(p), os.fspath(p), repr(p), p.as_posix()) == (
+            str(plain),
+            os.fspath(plain),
+            repr(plain),
+            plain.as_posix(),
+        )
+        assert (p.name, p.stem, p.suffix, p.parts, p.anchor) == (
+            plain.name,
+            plain.stem,
+            plain.suffix,
+            plain.parts,
+            plain.anchor,
+        )
+        assert p.parent == plain.parent and list(p.parents) == list(plain.parents)
+        assert p.relative_to(root) == plain.relative_to(root)
+        for derived in (p.parent, p.with_name("x"), p / "y", p.with_suffix(".z"), copy.copy(p)):
+            assert type(derived) is type(plain)
+        assert pickle.loads(pickle.dumps(p)) == plain and type(pickle.loads(pickle.dumps(p))) is type(plain)
+        assert p.exists() and p.is_file() == plain.is_file()
+    assert sorted(paths) == sorted(Path(str(p)) for p in paths)
+
+
+def test_a_scan_lists_entries_by_dataset_kind_split_and_path(tmp_path: Path) -> None:
+    """The report's entries come in the order of (dataset, kind, split, path text), with entries
+    of several folders, kinds and names that sort differently as text than as parts."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 4)
+    for folder in ("a", "a.b", "a/b"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for name in ("cache-00000000000000aa.arrow", "zz.arrow", "note.txt"):
+            _write_stream(root / folder / name, "00000000000000aa", 1)
+    entries = list(scan_cache(root).entries)
+    assert len(entries) > 10
+    expected = sorted(entries, key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", str(e.path)))
+    assert entries == expected

@@ -19,6 +19,7 @@ from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
+from cachetool.cache.paths import child_maker
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -71,30 +72,9 @@ S_ISREG = stat.S_ISREG
 _MODES: dict[int, int] = {}
 
 
-def _child_maker(folder: Path) -> Callable[[str], Path]:
-    """Paths of a folder's children, built without parsing: `Path(de.path)` parses the whole
-    path again for each of 100,000 files and `str()` of it formats it again. Joining one name to
-    the parsed folder (a private helper of pathlib, where it exists) and handing it the string
-    `scandir` already made costs a fraction of that."""
-    make = getattr(folder, "_make_child_relpath", None)
-    prefix = os.path.join(str(folder), "")
-    if make is None or not _CAN_PRESET_STR:
-        return lambda name: Path(prefix + name)
-
-    def child(name: str) -> Path:
-        p: Path = make(name)
-        p._str = prefix + name  # type: ignore[attr-defined]
-        return p
-
-    return child
-
-
-_CAN_PRESET_STR = any("_str" in getattr(c, "__slots__", ()) for c in Path.__mro__)
-
-
 def list_dir(path: Path) -> tuple[list[Item], str | None]:
     items: list[Item] = []
-    child = _child_maker(path)
+    child = child_maker(path)
     try:
         with os.scandir(path) as it:
             for de in it:
