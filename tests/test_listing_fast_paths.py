@@ -295,3 +295,52 @@ def test_a_scan_lists_entries_by_dataset_kind_split_and_path(tmp_path: Path) -> 
     assert len(entries) > 10
     expected = sorted(entries, key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", str(e.path)))
     assert entries == expected
+
+
+def test_ls_json_text_of_thousands_of_entries_is_what_json_dumps_writes(tmp_path: Path) -> None:
+    """`ls --json` in a pipe writes thousands of entries in pieces, entries of one shape through
+    one template: the text is json.dumps's, across the pieces, with pins and without."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 5)
+    (root / "notes.txt").write_text("x")
+    report = scan_cache(root)
+    entries = list(report.entries) * 401
+    assert len(entries) > 2000
+    for pins in (frozenset(), frozenset({entries[0].id})):
+        text = "".join(ls_document_text(report, entries, pins))
+        assert text == json.dumps(envelope(ls_document(report, entries, pins)))
+
+
+def test_a_repeat_listing_reads_new_files_ahead_only_once_it_meets_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a read index, a listing looks for files to read on other cores only after the walk
+    has met files the index does not know, and then only in folders it has not been through:
+    an unchanged cache is never read ahead, a grown one is, and either way the report is the
+    one a listing without the index makes."""
+    from cachetool.cache import walk
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 4)
+    scan_cache(root)  # the read index
+    monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(walk, "READ_AHEAD_AFTER", 2)
+    monkeypatch.setattr(walk, "_spare_cores", lambda: 2)
+    calls: list[list[str]] = []
+    real = walk._read_summaries
+
+    def listed(**kw: Any) -> Any:
+        calls.clear()
+        return scan_cache(root, **kw), list(calls)
+
+    monkeypatch.setattr(walk, "_read_summaries", lambda paths, n: calls.append(paths) or real(paths, n))
+    assert listed() == (listed(use_index=False)[0], [])
+    for folder in ("a", "b", "c"):
+        (root / folder).mkdir()
+        for i in range(3):
+            _write_stream(root / folder / f"cache-{folder}{i:015x}.arrow", f"{folder}{i:015x}", 2)
+    grown, reads = listed()
+    assert reads == [
+        [str(root / folder / f"cache-{folder}{i:015x}.arrow") for folder in "bc" for i in range(3)]
+    ]
+    assert grown == listed(use_index=False)[0]

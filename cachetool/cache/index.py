@@ -66,6 +66,7 @@ _Row = tuple[str, int, int, int, ArrowSummary]
 #: error, schema), as SQLite returns it (so of any type in a damaged index).
 _Stored = tuple[Any, ...]
 _Schema = tuple[tuple[tuple[str, str], ...], "str | None"]
+_NO_SCHEMA: _Schema = ((), None)
 
 
 class ReadIndex:
@@ -78,7 +79,7 @@ class ReadIndex:
         self._db: sqlite3.Connection | None = None
         self._schemas: dict[int, _Schema] = {}
         self._dirs: dict[str, tuple[int, int]] = {}  # folder -> (first, last) file row id
-        self._stored = 0  # file rows in the index read
+        self.stored = 0  # file rows in the index read
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Stored] = {}
         self._used: set[int] = set()  # ids of rows that still describe their file
@@ -118,7 +119,7 @@ class ReadIndex:
             if not (type(path) is str and type(first) is int and type(last) is int):
                 raise ValueError("bad folder row")
             self._dirs[path] = (first, last)
-        self._stored = db.execute("SELECT count(*) FROM files").fetchone()[0]
+        self.stored = db.execute("SELECT count(*) FROM files").fetchone()[0]
 
     def _close(self) -> None:
         if self._db is not None:
@@ -126,9 +127,9 @@ class ReadIndex:
         self._db = None
         self._schemas, self._dirs, self._rows, self._folder = {}, {}, {}, None
 
-    def _lookup(self, rel: str) -> _Stored | None:
-        """The stored row of `rel`, reading its folder's rows when the walk enters a new folder."""
-        folder, _, name = rel.rpartition("/")
+    def _lookup(self, folder: str, name: str) -> _Stored | None:
+        """The stored row of `name` in `folder`, reading the folder's rows when the walk enters
+        a new folder (the one dict lookup per file after that)."""
         if folder != self._folder:
             self._folder = folder
             self._rows = {}
@@ -142,7 +143,12 @@ class ReadIndex:
 
     def get(self, rel: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
         """The remembered summary if the file has the same size, mtime and inode as then."""
-        row = self._lookup(rel)
+        folder, _, name = rel.rpartition("/")
+        return self.get_in(folder, name, size, mtime_ns, inode)
+
+    def get_in(self, folder: str, name: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
+        """`get` of the file `name` of `folder` (relative to the root, "" for the root)."""
+        row = self._rows.get(name) if folder == self._folder else self._lookup(folder, name)
         if row is None or row[2] != size or row[3] != mtime_ns or row[4] != inode:
             return None
         self._used.add(row[0])
@@ -157,7 +163,7 @@ class ReadIndex:
     def _summary(self, row: _Stored) -> ArrowSummary:
         """The summary a stored row holds (`_FOLDER_ROWS` let through well-formed rows only)."""
         fp, rows, batches, state, error, sid = row[5:]
-        columns, meta = self._schemas[sid] if sid is not None else ((), None)
+        columns, meta = self._schemas[sid] if sid is not None else _NO_SCHEMA
         return ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
 
     def put(
@@ -172,7 +178,7 @@ class ReadIndex:
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where the root is read-only."""
-        if not self.enabled or (self.misses == 0 and len(self._used) == self._stored):
+        if not self.enabled or (self.misses == 0 and len(self._used) == self.stored):
             self._close()
             return True
         folder = self.path.parent

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 class Item:
     """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
     uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
-    a whole `stat_result` and its numbers take some 600 bytes per file."""
+    a whole `stat_result` and its numbers take some 600 bytes per file. `prefix` is the folder's
+    text and a separator, one string shared by the folder's items."""
 
     __slots__ = (
         "error",
@@ -41,14 +42,18 @@ class Item:
         "name",
         "ok",
         "path",
+        "prefix",
         "size",
         "uid",
     )
 
-    def __init__(self, name: str, path: Path, st: os.stat_result | None, error: str | None = None) -> None:
+    def __init__(
+        self, name: str, path: Path, st: os.stat_result | None, error: str | None = None, prefix: str = ""
+    ) -> None:
         self.name = name
         self.path = path
         self.error = error
+        self.prefix = prefix or os.path.join(str(path.parent), "")
         if st is None:
             self.ok = self.is_dir = self.is_file = False
             self.mode = self.size = self.mtime_ns = self.ino = 0
@@ -75,6 +80,7 @@ _MODES: dict[int, int] = {}
 def list_dir(path: Path) -> tuple[list[Item], str | None]:
     items: list[Item] = []
     child = child_maker(path)
+    prefix = os.path.join(str(path), "")
     try:
         with os.scandir(path) as it:
             for de in it:
@@ -82,9 +88,9 @@ def list_dir(path: Path) -> tuple[list[Item], str | None]:
                 if name == layout.LEDGER_DIR:
                     continue  # cachetool's own state (ledger, read index, pins): never an entry
                 try:
-                    items.append(Item(name, child(name), de.stat(follow_symlinks=False)))
+                    items.append(Item(name, child(name), de.stat(follow_symlinks=False), None, prefix))
                 except OSError as e:
-                    items.append(Item(name, child(name), None, e.strerror or str(e)))
+                    items.append(Item(name, child(name), None, e.strerror or str(e), prefix))
     except PermissionError:
         return [], "permission denied"
     except OSError as e:
@@ -116,6 +122,8 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
 
 #: Below this many unread Arrow files, starting processes costs more than it saves.
 READ_AHEAD_MIN_FILES = 2000
+#: With a read index, how many unknown Arrow files the walk meets before it looks for more.
+READ_AHEAD_AFTER = 100
 
 
 def _spare_cores() -> int:
@@ -199,6 +207,11 @@ class Walker:
         self._pending: set[str] = set()  # paths read ahead and not yet asked for
         self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
         self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
+        self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
+        self._folder = ""  # the same, relative to the root
+        self._misses = 0  # Arrow files the read index did not know, so far
+        self._deferred = False  # reading ahead waits for the walk to miss READ_AHEAD_AFTER files
+        self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
 
     def read_ahead(self) -> None:
         """Where more than one core is free: find the Arrow files of folders the read index does
@@ -207,10 +220,19 @@ class Walker:
         waits mostly on those reads. This first pass only reads names (no `stat`, nothing kept
         but the paths to read); folders the walk never reads Arrow headers in (cachetool's own,
         downloads, interrupted prepares, gc leftovers) are skipped. A file changed in place in a
-        known folder is read by the walk itself."""
+        known folder is read by the walk itself.
+
+        With a read index, the pass waits until the walk has met `READ_AHEAD_AFTER` files the
+        index does not know (a repeat listing of an unchanged cache never makes it), and then
+        leaves out the folders the walk has already been through."""
+        if self.index.stored and not self._deferred:
+            self._deferred = True
+            return
+        self._deferred = False
         workers = _spare_cores()
         if workers < 2:
             return
+        walked = self._walked
         todo: list[str] = []
         root = str(self.root)
         root_len = self.root_len
@@ -230,6 +252,8 @@ class Walker:
                             arrow.append(de.path)
             except OSError:
                 continue  # the walk says what is wrong with it
+            if arrow and walked and os.path.join(folder, "") in walked:
+                arrow = []
             if arrow and self.index.folder_rows(folder[root_len:]) != len(arrow):
                 arrow.sort()  # the walk's order: a folder's files by name, then its folders
                 todo += arrow
@@ -271,13 +295,13 @@ class Walker:
         self.files_seen += 1
         if self.progress is not None and self.files_seen % 200 == 0:
             self.progress(self.files_seen)
-        summary = None
-        if arrow and item.is_file:
-            summary = self.summary(item)
-            if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
-                self.warn(item.path, summary.error)
-        link = None
-        if stat.S_ISLNK(item.mode):
+        summary = link = None
+        if item.is_file:
+            if arrow:
+                summary = self.summary(item)
+                if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
+                    self.warn(item.path, summary.error)
+        elif stat.S_ISLNK(item.mode):
             try:
                 link = os.readlink(item.path)
             except OSError:
@@ -285,16 +309,25 @@ class Walker:
         return CacheFile(item.path, item.size, item.mtime, item.mode, item.uid, summary, shard, link)
 
     def summary(self, item: Item) -> ArrowSummary:
-        path = str(item.path)
-        rel = path[self.root_len :]  # cheaper than Path.relative_to on 100,000 files
-        cached = self.index.get(rel, item.size, item.mtime_ns, item.ino)
+        prefix = item.prefix
+        if prefix is not self._prefix:  # a new folder: its path relative to the root, once
+            self._prefix = prefix
+            self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
+            self._walked.add(prefix)
+        name = item.name
+        folder = self._folder
+        cached = self.index.get_in(folder, name, item.size, item.mtime_ns, item.ino)
         if cached is not None:
             return cached
-        summary = self._read_ahead_result(path) or read_summary(path)
+        path = prefix + name
+        summary = self._read_ahead_result(path) if self._pending else None
+        if summary is None:
+            self._misses += 1
+            if self._deferred and self._misses >= READ_AHEAD_AFTER:
+                self.read_ahead()
+            summary = read_summary(path)
         # A file still being written (a live tmp* file) must not be remembered half-read.
-        if not layout.TEMP_FILE_RE.match(item.name):
-            name = item.name
-            folder = rel[: len(rel) - len(name) - 1] if len(rel) > len(name) else ""
+        if not layout.TEMP_FILE_RE.match(name):
             self.index.put(folder, name, item.size, item.mtime_ns, item.ino, summary)
         return summary
 
