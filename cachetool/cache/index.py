@@ -239,24 +239,28 @@ def _connect(image: bytes | None = None) -> sqlite3.Connection:
     return db
 
 
-def _serialize(db: sqlite3.Connection) -> bytes:
-    serialize = getattr(db, "serialize", None)
-    if serialize is not None:
-        return bytes(serialize())
-    with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:  # Python 3.10
-        path = os.path.join(tmp, "index.sqlite")
-        disk = sqlite3.connect(path)
-        db.backup(disk)
-        disk.close()
-        with open(path, "rb") as f:
-            return f.read()
-
-
 def _encode(rows: dict[str, list[_Row]]) -> bytes:
     """The compressed image of an index holding `rows` (by folder), each folder's rows next to
-    each other. Rows go to SQLite one by one (no list of 100,000 tuples beside the listing)."""
-    db = _connect()
+    each other. Rows go to SQLite one by one (no list of 100,000 tuples beside the listing),
+    into a private temporary file, which is then compressed as it is read: neither the
+    database nor its image is ever held whole in memory (8 MB each for 100,000 files)."""
+    with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
+        path = os.path.join(tmp, "index.sqlite")
+        _write(sqlite3.connect(path), rows)
+        z = zlib.compressobj(1)
+        parts = []
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                parts.append(z.compress(chunk))
+        parts.append(z.flush())
+        return b"".join(parts)
+
+
+def _write(db: sqlite3.Connection, rows: dict[str, list[_Row]]) -> None:
+    """Fill the empty database `db` with `rows` and close it."""
     try:
+        db.execute("PRAGMA journal_mode=OFF")  # a private file, thrown away if anything fails
+        db.execute("PRAGMA synchronous=OFF")
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={INDEX_VERSION}")
         schema_ids: dict[tuple[str, str | None], int] = {}
@@ -294,7 +298,6 @@ def _encode(rows: dict[str, list[_Row]]) -> bytes:
             "INSERT INTO schemas VALUES (?, ?, ?)", [(i, c, m) for (c, m), i in schema_ids.items()]
         )
         db.commit()
-        return zlib.compress(_serialize(db), 1)
     finally:
         db.close()
 

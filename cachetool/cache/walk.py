@@ -178,11 +178,7 @@ def _read_chunk(paths: list[str]) -> list[ArrowSummary]:
 
 
 def _read_summaries(paths: list[str], workers: int) -> Iterable[tuple[str, ArrowSummary]]:
-    """(path, summary) of each of `paths`, in order, read on `workers` other processes. pyarrow
-    (which decodes each distinct schema once) is imported here first, so the processes share
-    this one import instead of making their own."""
-    import pyarrow  # noqa: F401
-
+    """(path, summary) of each of `paths`, in order, read on `workers` other processes."""
     return _Reads(paths, workers)
 
 
