@@ -48,7 +48,7 @@ class Scanner(NonDataWalker):
         ds: DatasetDir | None = dataset_hint
         if (
             layout.STATE_JSON not in names
-            and any(layout.SAVED_SHARD_RE.match(n) for n in names)
+            and any(n[:5] == "data-" and layout.SAVED_SHARD_RE.match(n) for n in names)
             and is_interrupted_save(items)
         ):
             # state.json is written last: data-*.arrow without it is a save that did not finish.

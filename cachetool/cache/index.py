@@ -24,6 +24,7 @@ import sqlite3
 import tempfile
 import zlib
 from collections.abc import Iterator
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ _Row = tuple[str, int, int, int, ArrowSummary]
 _Stored = tuple[Any, ...]
 _Schema = tuple[tuple[tuple[str, str], ...], "str | None"]
 _NO_SCHEMA: _Schema = ((), None)
+_name_of = itemgetter(1)  # a stored row's file name
 
 
 class ReadIndex:
@@ -136,7 +138,8 @@ class ReadIndex:
             span = self._dirs.get(folder)
             if span is not None and self._db is not None:
                 try:
-                    self._rows = {row[1]: row for row in self._db.execute(_FOLDER_ROWS, span)}
+                    rows = self._db.execute(_FOLDER_ROWS, span).fetchall()
+                    self._rows = dict(zip(map(_name_of, rows), rows, strict=True))
                 except sqlite3.Error:
                     self._rows = {}
         return self._rows.get(name)

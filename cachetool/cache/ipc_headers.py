@@ -44,6 +44,9 @@ _Shape = tuple[tuple[tuple[str, str], ...], tuple[int, ...], int, "dict[bytes, t
 #: 1,000-row batches of fixed-width columns, across every file of a dataset) have equal header
 #: bytes, and a header's checks depend on its bytes and its schema alone.
 BATCH_HEADERS_PER_SHAPE = 256
+#: ... and in all (a few hundred bytes each), and how many are remembered now.
+BATCH_HEADERS_IN_ALL = 20_000
+_BATCH_HEADERS = [0]
 _SHAPES: dict[tuple[bytes, bytes], _Shape] = {}
 #: Schema messages with `huggingface` metadata met so far, by length: (where the metadata value
 #: starts and ends, where the message ends, its bytes before and after the value, its shape).
@@ -204,8 +207,9 @@ def walk_headers(buf: Any, size: int) -> Headers | None:
                     off, blen = _i64x2(buf, b0 + 16 * i)
                     if off < 0 or blen < 0 or off + blen > body or off & 7:
                         return None
-            if len(known) < BATCH_HEADERS_PER_SHAPE:
+            if len(known) < BATCH_HEADERS_PER_SHAPE and _BATCH_HEADERS[0] < BATCH_HEADERS_IN_ALL:
                 known[bytes(buf[pos + 8 : hi])] = (length, body)
+                _BATCH_HEADERS[0] += 1
             rows += length
             batches += 1
             pos = end
@@ -256,6 +260,7 @@ def _read_schema(buf: Any, size: int) -> tuple[int, _Shape, str | None, str | No
             if len(_SHAPES) > 10_000:
                 _SHAPES.clear()
                 _SCHEMA_MESSAGES.clear()
+                _BATCH_HEADERS[0] = 0
             _SHAPES[key] = known
         shape = known
         if meta_span is not None and _value_unread(buf, pos, meta_span):
