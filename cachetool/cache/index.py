@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import tempfile
 import zlib
 from collections.abc import Iterator
 from operator import itemgetter
@@ -192,6 +191,8 @@ class ReadIndex:
             self._close()
             folder.mkdir(exist_ok=True)
             data = _encode(rows)
+            import tempfile  # here: a repeat listing of an unchanged cache writes nothing
+
             fd, tmp = tempfile.mkstemp(prefix=".read-index-", dir=folder)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -229,6 +230,8 @@ def _connect(image: bytes | None = None) -> sqlite3.Connection:
         if deserialize is not None:
             deserialize(image)
         else:  # Python 3.10: through a private temporary file
+            import tempfile
+
             db.close()
             with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
                 path = os.path.join(tmp, "index.sqlite")
@@ -247,6 +250,8 @@ def _encode(rows: dict[str, list[_Row]]) -> bytes:
     each other. Rows go to SQLite one by one (no list of 100,000 tuples beside the listing),
     into a private temporary file, which is then compressed as it is read: neither the
     database nor its image is ever held whole in memory (8 MB each for 100,000 files)."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
         path = os.path.join(tmp, "index.sqlite")
         _write(sqlite3.connect(path), rows)
