@@ -306,9 +306,11 @@ def json_bodies(entries: Iterable[Entry]) -> Iterator[str]:
     dataset folder's files share their dataset, kind, columns, parent, ...) are written through
     a template made once for those values: only their own values are formatted."""
     templates: dict[_Shape, tuple[str, str, str, str, str, str]] = {}
+    tf_cache, source = Kind.TF_CACHE, Kind.SOURCE
+    encode, shared, iso = _encode_ascii, _js_shared, iso_time  # looked up once, not per entry
     for e in entries:
         files = e.files
-        if len(files) != 1 or e.kind is Kind.TF_CACHE:
+        if len(files) != 1 or e.kind is tf_cache:
             yield e.to_json_text()[:-1]
             continue
         f = files[0]
@@ -333,25 +335,25 @@ def json_bodies(entries: Iterable[Entry]) -> Iterator[str]:
         if t is None:
             t = templates[shape] = e._json_template()
         fp = e.fingerprint
-        path = _encode_ascii(str(e.path))
-        fp_text = path if fp is None else _encode_ascii(fp)
+        path = encode(str(e.path))
+        fp_text = path if fp is None else encode(fp)
         if s is None:
-            rows = e.expected_rows if e.kind is Kind.SOURCE else None
+            rows = e.expected_rows if e.kind is source else None
             complete = "null"
         else:
             rows = s.rows
-            if rows is None and e.kind is Kind.SOURCE:
+            if rows is None and e.kind is source:
                 rows = e.expected_rows
             ef = e.expected_files
             complete = "false" if ef is not None and ef > 1 else "true" if s.complete else "false"
         modified = f.mtime
-        mod_iso = _js_shared(iso_time(modified))
+        mod_iso = shared(iso(modified))
         last = e.last_used
-        used = mod_iso if last is None or last <= modified else _js(iso_time(last))
+        used = mod_iso if last is None or last <= modified else _js(iso(last))
         yield (
             f"{t[0]}{fp_text}{t[1]}{'null' if fp is None else fp_text}{t[2]}{path}{t[3]}"
-            f'{_js_int(rows)}{t[4]}{f.size}, "modified": {mod_iso}, "used": {used}, '
-            f'"complete": {complete}{t[5]}'
+            f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{f.size}, "modified": {mod_iso}, '
+            f'"used": {used}, "complete": {complete}{t[5]}'
         )
 
 
@@ -380,9 +382,10 @@ class CacheReport:
         """Files and bytes per kind (inodes matter: caches hit inode quotas)."""
         out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for e in self.entries:
-            row = out[e.kind.value]
-            row[0] += len(e.files)
-            row[1] += e.size
+            row = out[e.kind._value_]  # what .value gives, without the enum's descriptor
+            files = e.files
+            row[0] += len(files)
+            row[1] += files[0].size if len(files) == 1 else e.size
         for d in self.datasets:
             for f in d.meta_files:
                 row = out[Kind.METADATA.value]
