@@ -127,8 +127,10 @@ READ_AHEAD_AFTER = 100
 
 
 def _spare_cores() -> int:
-    """Processes a cold listing may read headers in: the cores this process may run on, and one
-    only where forking is unsafe (another thread runs, e.g. a progress display) or unavailable."""
+    """Cores a cold listing may use: those this process may run on, and one only where forking
+    is unsafe (another thread runs, e.g. a progress display) or unavailable. The listing keeps
+    one for its own walk and reads headers in a process on each of the others: on 2 cores, a
+    second reading process only took turns with the walk (the same time, 10% more CPU)."""
     import threading
 
     if threading.active_count() > 1 or not hasattr(os, "fork"):
@@ -229,9 +231,10 @@ class Walker:
             self._deferred = True
             return
         self._deferred = False
-        workers = _spare_cores()
-        if workers < 2:
+        cores = _spare_cores()
+        if cores < 2:
             return
+        workers = cores - 1
         walked = self._walked
         todo: list[str] = []
         root = str(self.root)
