@@ -273,14 +273,24 @@ def _write(db: sqlite3.Connection, rows: dict[str, list[_Row]]) -> None:
         db.execute(f"PRAGMA user_version={INDEX_VERSION}")
         schema_ids: dict[tuple[str, str | None], int] = {}
         column_texts: dict[tuple[tuple[str, str], ...], str] = {}
+        #: By the identity of the columns and the template (summaries share them, and every
+        #: summary stays alive while this runs): no tuple of columns is hashed per file.
+        by_identity: dict[tuple[int, int], int | None] = {}
 
         def schema_id(s: ArrowSummary) -> int | None:
+            key = (id(s.columns), id(s.metadata_template))
+            sid = by_identity.get(key, -1)
+            if sid != -1:
+                return sid
             if not s.columns and s.metadata_template is None:
-                return None
-            text = column_texts.get(s.columns)
-            if text is None:
-                text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
-            return schema_ids.setdefault((text, s.metadata_template), len(schema_ids))
+                sid = None
+            else:
+                text = column_texts.get(s.columns)
+                if text is None:
+                    text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
+                sid = schema_ids.setdefault((text, s.metadata_template), len(schema_ids))
+            by_identity[key] = sid
+            return sid
 
         dirs: list[tuple[int, str, int, int]] = []
 
@@ -291,8 +301,13 @@ def _write(db: sqlite3.Connection, rows: dict[str, list[_Row]]) -> None:
                     continue  # a name that is not UTF-8: read again next time
                 first = n + 1
                 for name, size, mtime_ns, inode, s in members:
-                    fp, error = s.fingerprint, s.error
-                    if not all(map(_encodable, (name, fp, error, s.metadata_template))):
+                    fp, error, template = s.fingerprint, s.error, s.metadata_template
+                    if not (
+                        name.isascii()
+                        and (fp is None or fp.isascii())
+                        and error is None
+                        and (template is None or template.isascii())
+                    ) and not all(map(_encodable, (name, fp, error, template))):
                         continue
                     n += 1
                     state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
