@@ -12,9 +12,9 @@ line in the table, not a failure.
     python benchmarks/run_all.py --json results.json
 
 Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (time, peak memory,
-read-index bytes per file, linearity), startup (--help, --version), verify (--deep against cat),
-run (cachetool run against python on cache hits), determinism (check-determinism against one
-plain run), ledger (a long-lived ledger: ls, lineage, explain).
+read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache), verify
+(--deep against cat), run (cachetool run against python on cache hits), determinism
+(check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
@@ -253,6 +253,8 @@ def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
 
 def bench_startup(base: Path, pairs: int) -> list[Row]:
     env = env_for(base)
+    empty = base / "empty_cache"  # what every command pays before it reads anything
+    empty.mkdir(exist_ok=True)
 
     def typer_t() -> float:
         return run([PY, "-c", "import typer"], env).seconds
@@ -266,6 +268,11 @@ def bench_startup(base: Path, pairs: int) -> list[Row]:
         row(
             "cachetool --version / import typer",
             paired(typer_t, lambda: run([*CT, "--version"], env).seconds, pairs),
+            1.5,
+        ),
+        row(
+            "cachetool ls --json, empty cache / import typer",
+            paired(typer_t, lambda: run([*CT, "ls", str(empty), "--json"], env).seconds, pairs),
             1.5,
         ),
     ]

@@ -137,12 +137,12 @@ def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: A
 
     from rich.console import Console
 
-    from cachetool.cli import common
+    from cachetool.cli import output
 
-    out = common.Output(common.OutputFormat.human, width=width)
+    out = output.Output(output.OutputFormat.human, width=width)
     buf = io.StringIO()
     out._console = Console(highlight=False, soft_wrap=False, width=width, file=buf)
-    with mock.patch.object(common, "plain_table_lines", lambda *a: None):
+    with mock.patch.object(output, "plain_table_lines", lambda *a: None):
         out.table(None, columns, rows, widths=widths)
     return buf.getvalue()
 

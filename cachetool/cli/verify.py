@@ -269,7 +269,7 @@ def render(out: Output, report: VerifyReport) -> None:
     for f in report.findings:
         label = f.entry if f.entry and "/" not in f.entry else f.kind
         out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
-        where = out.path(rel(f.path), out.console.width - 11 - len(label))  # names whole
+        where = out.path(rel(f.path), out.width - 11 - len(label))  # names whole
         out.line(f"        {label} · {where}", style="dim")
         if f.hint:  # a command stays on one line, to paste as printed
             out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint_is_command)
