@@ -246,16 +246,34 @@ def test_paths_of_listed_files_are_the_paths_of_their_text(tmp_path: Path) -> No
     """The paths a scan gives its files and entries are made without parsing their text; each
     behaves as `Path(str(path))` does: equal, hashing, sorting, printing, pickling and deriving
     paths alike, and the paths derived from it are ordinary."""
-    import copy
-    import pickle
-
     root = tmp_path / "cache"
     synthesize_cache(root, 3)
     (root / "nested" / "deeper").mkdir(parents=True)
     (root / "nested" / "deeper" / "notes é.txt").write_text("x")
+    paths = _assert_plain_paths(root)
+    assert any(f.name == "notes é.txt" for f in paths)
+
+
+@pytest.mark.slow
+def test_paths_and_order_of_a_real_cache_are_the_plain_ones(real_cache: dict[str, Any]) -> None:
+    """On a cache `datasets` wrote (every kind of entry): every path of the report behaves as the
+    `Path` of its text, and the entries come in the order of (dataset, kind, split, path text)."""
+    root = Path(real_cache["cache"])
+    assert len(_assert_plain_paths(root)) > 20
+    entries = list(scan_cache(root).entries)
+    expected = sorted(entries, key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", str(e.path)))
+    assert entries == expected
+
+
+def _assert_plain_paths(root: Path) -> list[Path]:
+    """Check each path of a scan of `root` against `Path(str(path))`; return them."""
+    import copy
+    import pickle
+
     report = scan_cache(root)
     paths = [f.path for e in report.entries for f in e.files] + [e.path for e in report.entries]
-    assert any(f.name == "notes é.txt" for f in paths)
+    paths += [e.dataset_dir for e in report.entries if e.dataset_dir is not None]
+    paths += [d.path for d in report.datasets]
     for p in paths:
         plain = Path(str(p))
         assert isinstance(p, type(plain))
@@ -278,8 +296,10 @@ def test_paths_of_listed_files_are_the_paths_of_their_text(tmp_path: Path) -> No
         for derived in (p.parent, p.with_name("x"), p / "y", p.with_suffix(".z"), copy.copy(p)):
             assert type(derived) is type(plain)
         assert pickle.loads(pickle.dumps(p)) == plain and type(pickle.loads(pickle.dumps(p))) is type(plain)
-        assert p.exists() and p.is_file() == plain.is_file()
+        kind = (p.is_symlink(), p.is_file(), p.is_dir())
+        assert kind == (plain.is_symlink(), plain.is_file(), plain.is_dir())
     assert sorted(paths) == sorted(Path(str(p)) for p in paths)
+    return paths
 
 
 def test_a_scan_lists_entries_by_dataset_kind_split_and_path(tmp_path: Path) -> None:
