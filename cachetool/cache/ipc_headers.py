@@ -51,6 +51,9 @@ _SHAPES: dict[tuple[bytes, bytes], _Shape] = {}
 #: Schema messages with `huggingface` metadata met so far, by length: (where the metadata value
 #: starts and ends, where the message ends, its bytes before and after the value, its shape).
 _SCHEMA_MESSAGES: dict[int, list[tuple[int, int, int, bytes, bytes, _Shape]]] = {}
+#: At most 4 of one length and this many in all (each is a schema message, a few kB at most).
+SCHEMA_MESSAGES_IN_ALL = 1000
+_SCHEMAS_KEPT = [0]
 
 
 _VTABLES: dict[int, Any] = {}
@@ -260,13 +263,17 @@ def _read_schema(buf: Any, size: int) -> tuple[int, _Shape, str | None, str | No
             if len(_SHAPES) > 10_000:
                 _SHAPES.clear()
                 _SCHEMA_MESSAGES.clear()
-                _BATCH_HEADERS[0] = 0
+                _BATCH_HEADERS[0] = _SCHEMAS_KEPT[0] = 0
             _SHAPES[key] = known
         shape = known
-        if meta_span is not None and _value_unread(buf, pos, meta_span):
-            seen_here = _SCHEMA_MESSAGES.setdefault(length, [])
-            if len(seen_here) < 4:
-                seen_here.append((*meta_span, pos, *key, shape))
+        if (
+            meta_span is not None
+            and _SCHEMAS_KEPT[0] < SCHEMA_MESSAGES_IN_ALL
+            and len(_SCHEMA_MESSAGES.get(length, ())) < 4
+            and _value_unread(buf, pos, meta_span)
+        ):
+            _SCHEMA_MESSAGES.setdefault(length, []).append((*meta_span, pos, *key, shape))
+            _SCHEMAS_KEPT[0] += 1
     fingerprint = text = None
     if meta_span is not None:
         fingerprint, text = parse_hf_metadata(bytes(buf[meta_span[0] : meta_span[1]]))
