@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -93,6 +94,18 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
+def cpu_timed(fn: Callable[[], object], repeat: int) -> float:
+    """Median CPU seconds (user + system) of the processes `fn` runs: on a shared machine they
+    tell the listing's own work apart from the others' better than wall time."""
+    samples = []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        fn()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        samples.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return statistics.median(samples)
+
+
 def run_cli(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "cachetool", *args], check=True, stdout=subprocess.DEVNULL)
 
@@ -120,6 +133,17 @@ def main() -> None:
         cold_t = timed(cold, args.repeat)
         run_cli("ls", str(root), "--json")  # make sure the index exists
         warm_t = timed(lambda: run_cli("ls", str(root), "--json"), args.repeat)
+        walk_cpu = cpu_timed(
+            lambda: subprocess.run(
+                [sys.executable, "-c", f"import bench_ls; bench_ls.floor_walk({str(root)!r})"],
+                check=True,
+                cwd=Path(__file__).parent,
+            ),
+            args.repeat,
+        )
+        cold_cpu = cpu_timed(cold, args.repeat)
+        run_cli("ls", str(root), "--json")
+        warm_cpu = cpu_timed(lambda: run_cli("ls", str(root), "--json"), args.repeat)
         version_t = timed(lambda: run_cli("--version"), args.repeat + 2)
         typer_t = timed(
             lambda: subprocess.run([sys.executable, "-c", "import typer"], check=True), args.repeat + 2
@@ -133,6 +157,10 @@ def main() -> None:
             ("cachetool ls --json (warm)", warm_t),
         ]:
             print(f"{name:34} {t:9.3f} {t / floor:9.2f} {t / naive:9.2f}")
+        print(
+            f"CPU s: walk process {walk_cpu:.3f}, ls cold {cold_cpu:.3f} ({cold_cpu / walk_cpu:.1f}×), "
+            f"warm {warm_cpu:.3f} ({warm_cpu / walk_cpu:.1f}×)"
+        )
         print(
             f"{'cachetool --version':34} {version_t:9.3f}   vs `python -c 'import typer'` "
             f"{typer_t:.3f}s: ratio {version_t / typer_t:.2f}"

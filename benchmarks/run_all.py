@@ -61,6 +61,7 @@ class Row:
 class Sample:
     seconds: float
     max_rss_kb: int
+    cpu: float = 0.0  # user + system seconds of the process and the children it waited for
 
 
 def run(
@@ -74,7 +75,7 @@ def run(
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Sample(seconds, usage.ru_maxrss)
+    return Sample(seconds, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
 
 
 def paired(
@@ -137,24 +138,42 @@ def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
     env = env_for(base)
     walk = [PY, "-c", WALK.format(here=str(HERE), root=str(root))]
     ls_json = [*CT, "ls", str(root), "--json"]
+    cpu: dict[str, list[float]] = {"walk": [], "warm": [], "cold": []}
+
+    def timed(key: str, cmd: Sequence[str], env: dict[str, str]) -> float:
+        s = run(cmd, env)
+        cpu.setdefault(key, []).append(s.cpu)
+        return s.seconds
 
     def walk_t() -> float:
-        return run(walk, env).seconds
+        return timed("walk", walk, env)
 
     def warm_t() -> float:
-        return run(ls_json, env).seconds
+        return timed("warm", ls_json, env)
 
     def cold_t() -> float:
         shutil.rmtree(root / ".cachetool", ignore_errors=True)
-        return run(ls_json, env).seconds
+        return timed("cold", ls_json, env)
 
     def human_t() -> float:
         return run([*CT, "ls", str(root)], {**env, "COLUMNS": "120"}).seconds  # stdout is a pipe
 
+    def with_cpu(result: tuple[float, float, float, list[float], list[float]], key: str) -> str:
+        """The wall times, and the CPU times (which the machine's other work disturbs less)."""
+        _, _, _, b, c = result
+        walk_cpu, ls_cpu = statistics.median(cpu["walk"]), statistics.median(cpu[key])
+        return (
+            f"baseline {statistics.median(b):.3f}s, contender {statistics.median(c):.3f}s; "
+            f"CPU {walk_cpu:.2f}s / {ls_cpu:.2f}s = {ls_cpu / walk_cpu:.1f}×"
+        )
+
     run(ls_json, env)  # the index exists for the warm rows
+    warm = paired(walk_t, warm_t, pairs)
+    cold = paired(walk_t, cold_t, pairs)
+    k = files // 1000
     rows = [
-        row(f"ls --json, {files // 1000}k files, warm / walk process", paired(walk_t, warm_t, pairs), 2),
-        row(f"ls --json, {files // 1000}k files, cold / walk process", paired(walk_t, cold_t, pairs), 5),
+        row(f"ls --json, {k}k files, warm / walk process", warm, 2, detail=with_cpu(warm, "warm")),
+        row(f"ls --json, {k}k files, cold / walk process", cold, 5, detail=with_cpu(cold, "cold")),
     ]
     run(ls_json, env)
     rows.append(

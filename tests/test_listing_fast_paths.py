@@ -240,3 +240,127 @@ def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
     pinned = frozenset({entries[1].id})
     text = "".join(ls_document_text(report, entries, pinned))
     assert text == json.dumps(envelope(ls_document(report, entries, pinned)))
+
+
+def test_paths_of_listed_files_are_the_paths_of_their_text(tmp_path: Path) -> None:
+    """The paths a scan gives its files and entries are made without parsing their text; each
+    behaves as `Path(str(path))` does: equal, hashing, sorting, printing, pickling and deriving
+    paths alike, and the paths derived from it are ordinary."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 3)
+    (root / "nested" / "deeper").mkdir(parents=True)
+    (root / "nested" / "deeper" / "notes é.txt").write_text("x")
+    paths = _assert_plain_paths(root)
+    assert any(f.name == "notes é.txt" for f in paths)
+
+
+@pytest.mark.slow
+def test_paths_and_order_of_a_real_cache_are_the_plain_ones(real_cache: dict[str, Any]) -> None:
+    """On a cache `datasets` wrote (every kind of entry): every path of the report behaves as the
+    `Path` of its text, and the entries come in the order of (dataset, kind, split, path text)."""
+    root = Path(real_cache["cache"])
+    assert len(_assert_plain_paths(root)) > 20
+    entries = list(scan_cache(root).entries)
+    expected = sorted(entries, key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", str(e.path)))
+    assert entries == expected
+
+
+def _assert_plain_paths(root: Path) -> list[Path]:
+    """Check each path of a scan of `root` against `Path(str(path))`; return them."""
+    import copy
+    import pickle
+
+    report = scan_cache(root)
+    paths = [f.path for e in report.entries for f in e.files] + [e.path for e in report.entries]
+    paths += [e.dataset_dir for e in report.entries if e.dataset_dir is not None]
+    paths += [d.path for d in report.datasets]
+    for p in paths:
+        plain = Path(str(p))
+        assert isinstance(p, type(plain))
+        assert p == plain and plain == p and hash(p) == hash(plain) and {p: 1}[plain] == 1
+        assert (str(p), os.fspath(p), repr(p), p.as_posix()) == (
+            str(plain),
+            os.fspath(plain),
+            repr(plain),
+            plain.as_posix(),
+        )
+        assert (p.name, p.stem, p.suffix, p.parts, p.anchor) == (
+            plain.name,
+            plain.stem,
+            plain.suffix,
+            plain.parts,
+            plain.anchor,
+        )
+        assert p.parent == plain.parent and list(p.parents) == list(plain.parents)
+        assert p.relative_to(root) == plain.relative_to(root)
+        for derived in (p.parent, p.with_name("x"), p / "y", p.with_suffix(".z"), copy.copy(p)):
+            assert type(derived) is type(plain)
+        assert pickle.loads(pickle.dumps(p)) == plain and type(pickle.loads(pickle.dumps(p))) is type(plain)
+        kind = (p.is_symlink(), p.is_file(), p.is_dir())
+        assert kind == (plain.is_symlink(), plain.is_file(), plain.is_dir())
+    assert sorted(paths) == sorted(Path(str(p)) for p in paths)
+    return paths
+
+
+def test_a_scan_lists_entries_by_dataset_kind_split_and_path(tmp_path: Path) -> None:
+    """The report's entries come in the order of (dataset, kind, split, path text), with entries
+    of several folders, kinds and names that sort differently as text than as parts."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 4)
+    for folder in ("a", "a.b", "a/b"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for name in ("cache-00000000000000aa.arrow", "zz.arrow", "note.txt"):
+            _write_stream(root / folder / name, "00000000000000aa", 1)
+    entries = list(scan_cache(root).entries)
+    assert len(entries) > 10
+    expected = sorted(entries, key=lambda e: (e.dataset or "~", e.kind.value, e.split or "", str(e.path)))
+    assert entries == expected
+
+
+def test_ls_json_text_of_thousands_of_entries_is_what_json_dumps_writes(tmp_path: Path) -> None:
+    """`ls --json` in a pipe writes thousands of entries in pieces, entries of one shape through
+    one template: the text is json.dumps's, across the pieces, with pins and without."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 5)
+    (root / "notes.txt").write_text("x")
+    report = scan_cache(root)
+    entries = list(report.entries) * 401
+    assert len(entries) > 2000
+    for pins in (frozenset(), frozenset({entries[0].id})):
+        text = "".join(ls_document_text(report, entries, pins))
+        assert text == json.dumps(envelope(ls_document(report, entries, pins)))
+
+
+def test_a_repeat_listing_reads_new_files_ahead_only_once_it_meets_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a read index, a listing looks for files to read on other cores only after the walk
+    has met files the index does not know, and then only in folders it has not been through:
+    an unchanged cache is never read ahead, a grown one is, and either way the report is the
+    one a listing without the index makes."""
+    from cachetool.cache import walk
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 4)
+    scan_cache(root)  # the read index
+    monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(walk, "READ_AHEAD_AFTER", 2)
+    monkeypatch.setattr(walk, "_spare_cores", lambda: 2)
+    calls: list[list[str]] = []
+    real = walk._read_summaries
+
+    def listed(**kw: Any) -> Any:
+        calls.clear()
+        return scan_cache(root, **kw), list(calls)
+
+    monkeypatch.setattr(walk, "_read_summaries", lambda paths, n: calls.append(paths) or real(paths, n))
+    assert listed() == (listed(use_index=False)[0], [])
+    for folder in ("a", "b", "c"):
+        (root / folder).mkdir()
+        for i in range(3):
+            _write_stream(root / folder / f"cache-{folder}{i:015x}.arrow", f"{folder}{i:015x}", 2)
+    grown, reads = listed()
+    assert reads == [
+        [str(root / folder / f"cache-{folder}{i:015x}.arrow") for folder in "bc" for i in range(3)]
+    ]
+    assert grown == listed(use_index=False)[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cachetool.cache import layout
 from cachetool.cache.entries import derived_entry, plain_arrow_entry, shard_set_entry, source_entry
-from cachetool.cache.layout import Kind
+from cachetool.cache.layout import Kind, parse_cache_file
 from cachetool.cache.model import CacheFile, DatasetDir, Entry
 from cachetool.cache.nondata import NonDataWalker
 from cachetool.cache.recognize import (
@@ -48,7 +48,7 @@ class Scanner(NonDataWalker):
         ds: DatasetDir | None = dataset_hint
         if (
             layout.STATE_JSON not in names
-            and any(layout.SAVED_SHARD_RE.match(n) for n in names)
+            and any(n[:5] == "data-" and layout.SAVED_SHARD_RE.match(n) for n in names)
             and is_interrupted_save(items)
         ):
             # state.json is written last: data-*.arrow without it is a save that did not finish.
@@ -103,14 +103,18 @@ class Scanner(NonDataWalker):
                     entries.append(odd)
                 continue
             name = it.name
-            if ds is not None and name in layout.METADATA_NAMES:
-                continue  # attached to the DatasetDir
-            special = self.special_file(it, ds)
-            if special is not None:
-                entries.append(special)
-                continue
-            # Most files of a cache are `cache-<fp>.arrow`: one prefix test before the pattern.
-            parsed = layout.parse_cache_file(name) if name.startswith("cache-") else None
+            # Most files of a cache are `cache-<fp>.arrow`: never metadata, a lock, a gc leftover
+            # or a temporary file, so one prefix test passes them straight to the pattern.
+            if name.startswith("cache-"):
+                parsed = parse_cache_file(name)
+            else:
+                parsed = None
+                if ds is not None and name in layout.METADATA_NAMES:
+                    continue  # attached to the DatasetDir
+                special = self.special_file(it, ds)
+                if special is not None:
+                    entries.append(special)
+                    continue
             if parsed is not None:
                 fp, rank, count = parsed
                 if rank is not None and count is not None:

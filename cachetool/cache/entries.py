@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cachetool.cache import layout
+from cachetool.cache.arrow import IPC_FILE, STREAM
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, RecordedUse
 from cachetool.fingerprint.plain import source_split_fingerprint
@@ -37,25 +38,25 @@ def _unreadable(f: CacheFile, ds: DatasetDir | None, fp: str | None) -> Entry:
 
 def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
     s = f.summary
-    if s is None or s.format not in ("stream", "ipc-file") or not s.columns:
+    if s is None or not s.columns or (s.format != STREAM and s.format != IPC_FILE):
         return _unreadable(f, ds, fp)
-    problems = []
-    if s.error:
-        problems.append(s.error)
-    if s.fingerprint is not None and s.fingerprint != fp:
-        problems.append(f"file holds fingerprint {s.fingerprint}, name says {fp}")
-    elif s.fingerprint is not None:
-        fp = s.fingerprint  # the same text: one string for both (a listing holds 100,000)
-    content = _content(f)
+    error = s.error
+    problems: tuple[str, ...] = (error,) if error else ()
+    held = s.fingerprint
+    if held is not None and held != fp:
+        problems += (f"file holds fingerprint {held}, name says {fp}",)
+    elif held is not None:
+        fp = held  # the same text: one string for both (a listing holds 100,000)
+    indices = s.is_indices
     return Entry(
-        Kind.INDICES if content == "indices" else Kind.DERIVED,
+        Kind.INDICES if indices else Kind.DERIVED,
         f.path,
         (f,),
         dataset=ds.name if ds else None,
         dataset_dir=ds.path if ds else None,
         fingerprint=fp,
-        content=content,
-        problems=tuple(problems),
+        content="indices" if indices else "data",
+        problems=problems,
     )
 
 

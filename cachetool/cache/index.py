@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import tempfile
 import zlib
 from collections.abc import Iterator
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ _Row = tuple[str, int, int, int, ArrowSummary]
 #: error, schema), as SQLite returns it (so of any type in a damaged index).
 _Stored = tuple[Any, ...]
 _Schema = tuple[tuple[tuple[str, str], ...], "str | None"]
+_NO_SCHEMA: _Schema = ((), None)
+_name_of = itemgetter(1)  # a stored row's file name
 
 
 class ReadIndex:
@@ -78,7 +80,7 @@ class ReadIndex:
         self._db: sqlite3.Connection | None = None
         self._schemas: dict[int, _Schema] = {}
         self._dirs: dict[str, tuple[int, int]] = {}  # folder -> (first, last) file row id
-        self._stored = 0  # file rows in the index read
+        self.stored = 0  # file rows in the index read
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Stored] = {}
         self._used: set[int] = set()  # ids of rows that still describe their file
@@ -118,7 +120,7 @@ class ReadIndex:
             if not (type(path) is str and type(first) is int and type(last) is int):
                 raise ValueError("bad folder row")
             self._dirs[path] = (first, last)
-        self._stored = db.execute("SELECT count(*) FROM files").fetchone()[0]
+        self.stored = db.execute("SELECT count(*) FROM files").fetchone()[0]
 
     def _close(self) -> None:
         if self._db is not None:
@@ -126,23 +128,29 @@ class ReadIndex:
         self._db = None
         self._schemas, self._dirs, self._rows, self._folder = {}, {}, {}, None
 
-    def _lookup(self, rel: str) -> _Stored | None:
-        """The stored row of `rel`, reading its folder's rows when the walk enters a new folder."""
-        folder, _, name = rel.rpartition("/")
+    def _lookup(self, folder: str, name: str) -> _Stored | None:
+        """The stored row of `name` in `folder`, reading the folder's rows when the walk enters
+        a new folder (the one dict lookup per file after that)."""
         if folder != self._folder:
             self._folder = folder
             self._rows = {}
             span = self._dirs.get(folder)
             if span is not None and self._db is not None:
                 try:
-                    self._rows = {row[1]: row for row in self._db.execute(_FOLDER_ROWS, span)}
+                    rows = self._db.execute(_FOLDER_ROWS, span).fetchall()
+                    self._rows = dict(zip(map(_name_of, rows), rows, strict=True))
                 except sqlite3.Error:
                     self._rows = {}
         return self._rows.get(name)
 
     def get(self, rel: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
         """The remembered summary if the file has the same size, mtime and inode as then."""
-        row = self._lookup(rel)
+        folder, _, name = rel.rpartition("/")
+        return self.get_in(folder, name, size, mtime_ns, inode)
+
+    def get_in(self, folder: str, name: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
+        """`get` of the file `name` of `folder` (relative to the root, "" for the root)."""
+        row = self._rows.get(name) if folder == self._folder else self._lookup(folder, name)
         if row is None or row[2] != size or row[3] != mtime_ns or row[4] != inode:
             return None
         self._used.add(row[0])
@@ -157,7 +165,7 @@ class ReadIndex:
     def _summary(self, row: _Stored) -> ArrowSummary:
         """The summary a stored row holds (`_FOLDER_ROWS` let through well-formed rows only)."""
         fp, rows, batches, state, error, sid = row[5:]
-        columns, meta = self._schemas[sid] if sid is not None else ((), None)
+        columns, meta = self._schemas[sid] if sid is not None else _NO_SCHEMA
         return ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
 
     def put(
@@ -172,7 +180,7 @@ class ReadIndex:
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where the root is read-only."""
-        if not self.enabled or (self.misses == 0 and len(self._used) == self._stored):
+        if not self.enabled or (self.misses == 0 and len(self._used) == self.stored):
             self._close()
             return True
         folder = self.path.parent
@@ -183,6 +191,8 @@ class ReadIndex:
             self._close()
             folder.mkdir(exist_ok=True)
             data = _encode(rows)
+            import tempfile  # here: a repeat listing of an unchanged cache writes nothing
+
             fd, tmp = tempfile.mkstemp(prefix=".read-index-", dir=folder)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -220,6 +230,8 @@ def _connect(image: bytes | None = None) -> sqlite3.Connection:
         if deserialize is not None:
             deserialize(image)
         else:  # Python 3.10: through a private temporary file
+            import tempfile
+
             db.close()
             with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
                 path = os.path.join(tmp, "index.sqlite")
@@ -233,36 +245,52 @@ def _connect(image: bytes | None = None) -> sqlite3.Connection:
     return db
 
 
-def _serialize(db: sqlite3.Connection) -> bytes:
-    serialize = getattr(db, "serialize", None)
-    if serialize is not None:
-        return bytes(serialize())
-    with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:  # Python 3.10
-        path = os.path.join(tmp, "index.sqlite")
-        disk = sqlite3.connect(path)
-        db.backup(disk)
-        disk.close()
-        with open(path, "rb") as f:
-            return f.read()
-
-
 def _encode(rows: dict[str, list[_Row]]) -> bytes:
     """The compressed image of an index holding `rows` (by folder), each folder's rows next to
-    each other. Rows go to SQLite one by one (no list of 100,000 tuples beside the listing)."""
-    db = _connect()
+    each other. Rows go to SQLite one by one (no list of 100,000 tuples beside the listing),
+    into a private temporary file, which is then compressed as it is read: neither the
+    database nor its image is ever held whole in memory (8 MB each for 100,000 files)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
+        path = os.path.join(tmp, "index.sqlite")
+        _write(sqlite3.connect(path), rows)
+        z = zlib.compressobj(1)
+        parts = []
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                parts.append(z.compress(chunk))
+        parts.append(z.flush())
+        return b"".join(parts)
+
+
+def _write(db: sqlite3.Connection, rows: dict[str, list[_Row]]) -> None:
+    """Fill the empty database `db` with `rows` and close it."""
     try:
+        db.execute("PRAGMA journal_mode=OFF")  # a private file, thrown away if anything fails
+        db.execute("PRAGMA synchronous=OFF")
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={INDEX_VERSION}")
         schema_ids: dict[tuple[str, str | None], int] = {}
         column_texts: dict[tuple[tuple[str, str], ...], str] = {}
+        #: By the identity of the columns and the template (summaries share them, and every
+        #: summary stays alive while this runs): no tuple of columns is hashed per file.
+        by_identity: dict[tuple[int, int], int | None] = {}
 
         def schema_id(s: ArrowSummary) -> int | None:
+            key = (id(s.columns), id(s.metadata_template))
+            sid = by_identity.get(key, -1)
+            if sid != -1:
+                return sid
             if not s.columns and s.metadata_template is None:
-                return None
-            text = column_texts.get(s.columns)
-            if text is None:
-                text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
-            return schema_ids.setdefault((text, s.metadata_template), len(schema_ids))
+                sid = None
+            else:
+                text = column_texts.get(s.columns)
+                if text is None:
+                    text = column_texts[s.columns] = json.dumps(s.columns, separators=(",", ":"))
+                sid = schema_ids.setdefault((text, s.metadata_template), len(schema_ids))
+            by_identity[key] = sid
+            return sid
 
         dirs: list[tuple[int, str, int, int]] = []
 
@@ -273,8 +301,13 @@ def _encode(rows: dict[str, list[_Row]]) -> bytes:
                     continue  # a name that is not UTF-8: read again next time
                 first = n + 1
                 for name, size, mtime_ns, inode, s in members:
-                    fp, error = s.fingerprint, s.error
-                    if not all(map(_encodable, (name, fp, error, s.metadata_template))):
+                    fp, error, template = s.fingerprint, s.error, s.metadata_template
+                    if not (
+                        name.isascii()
+                        and (fp is None or fp.isascii())
+                        and error is None
+                        and (template is None or template.isascii())
+                    ) and not all(map(_encodable, (name, fp, error, template))):
                         continue
                     n += 1
                     state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
@@ -288,7 +321,6 @@ def _encode(rows: dict[str, list[_Row]]) -> bytes:
             "INSERT INTO schemas VALUES (?, ?, ?)", [(i, c, m) for (c, m), i in schema_ids.items()]
         )
         db.commit()
-        return zlib.compress(_serialize(db), 1)
     finally:
         db.close()
 

@@ -35,12 +35,25 @@ _i64x2 = struct.Struct("<qq").unpack_from
 _SCHEMA_MESSAGE = 1
 _RECORD_BATCH_MESSAGE = 3
 
-#: Columns of the schemas met so far and where each column's node sits among a batch's field
-#: nodes, keyed by the schema message's bytes around the `huggingface` metadata value (which
-#: holds each file's own fingerprint): files of one dataset share them and pyarrow decodes each
-#: shape once.
-_Shape = tuple[tuple[tuple[str, str], ...], tuple[int, ...], int]
+#: Columns of the schemas met so far, where each column's node sits among a batch's field
+#: nodes, and the batch headers met in streams of that schema; keyed by the schema message's
+#: bytes around the `huggingface` metadata value (which holds each file's own fingerprint):
+#: files of one dataset share them and pyarrow decodes each shape once.
+_Shape = tuple[tuple[tuple[str, str], ...], tuple[int, ...], int, "dict[bytes, tuple[int, int]]"]
+#: Distinct batch headers remembered per schema: batches of equal length and layout (a map's
+#: 1,000-row batches of fixed-width columns, across every file of a dataset) have equal header
+#: bytes, and a header's checks depend on its bytes and its schema alone.
+BATCH_HEADERS_PER_SHAPE = 256
+#: ... and in all (a few hundred bytes each), and how many are remembered now.
+BATCH_HEADERS_IN_ALL = 20_000
+_BATCH_HEADERS = [0]
 _SHAPES: dict[tuple[bytes, bytes], _Shape] = {}
+#: Schema messages with `huggingface` metadata met so far, by length: (where the metadata value
+#: starts and ends, where the message ends, its bytes before and after the value, its shape).
+_SCHEMA_MESSAGES: dict[int, list[tuple[int, int, int, bytes, bytes, _Shape]]] = {}
+#: At most 4 of one length and this many in all (each is a schema message, a few kB at most).
+SCHEMA_MESSAGES_IN_ALL = 1000
+_SCHEMAS_KEPT = [0]
 
 
 _VTABLES: dict[int, Any] = {}
@@ -157,9 +170,23 @@ def walk_headers(buf: Any, size: int) -> Headers | None:
         schema = _read_schema(buf, size)
         if schema is None:
             return None
-        pos, (columns, top_nodes, node_count), fingerprint, text = schema
+        pos, (columns, top_nodes, node_count, known), fingerprint, text = schema
         rows = batches = 0
         while True:
+            # A batch header met before (in this schema) passed every check below already:
+            # only where its body ends is left to check.
+            length = _i32(buf, pos + 4)[0] if pos + 8 <= size and buf[pos : pos + 4] == CONTINUATION else -1
+            if length == 0:
+                break  # the end-of-stream marker
+            if length > 0:
+                hit = known.get(bytes(buf[pos + 8 : pos + 8 + length]))
+                if hit is not None and pos + 8 + length + hit[1] <= size:
+                    rows += hit[0]
+                    batches += 1
+                    pos += 8 + length + hit[1]
+                    if pos == size:
+                        break
+                    continue
             msg = _message(buf, pos, size)
             if msg is None:
                 break
@@ -183,6 +210,9 @@ def walk_headers(buf: Any, size: int) -> Headers | None:
                     off, blen = _i64x2(buf, b0 + 16 * i)
                     if off < 0 or blen < 0 or off + blen > body or off & 7:
                         return None
+            if len(known) < BATCH_HEADERS_PER_SHAPE and _BATCH_HEADERS[0] < BATCH_HEADERS_IN_ALL:
+                known[bytes(buf[pos + 8 : hi])] = (length, body)
+                _BATCH_HEADERS[0] += 1
             rows += length
             batches += 1
             pos = end
@@ -201,32 +231,73 @@ def _read_schema(buf: Any, size: int) -> tuple[int, _Shape, str | None, str | No
     """The schema message at the start of the stream: where it ends, the shape of its columns
     (decoded once per distinct schema), and the fingerprint and text of its `huggingface`
     metadata; None when the stream does not start with a schema this module reads."""
-    first = _message(buf, 0, size)
-    if first is None:
-        return None
-    kind, schema, body, pos, hi = first
-    if kind != _SCHEMA_MESSAGE or body != 0:
-        return None
-    meta_span = _hf_metadata_span(buf, schema, hi)
-    if meta_span == (-1, -1):
-        return None
-    key = (
-        (bytes(buf[:pos]), b"")
-        if meta_span is None
-        else (bytes(buf[: meta_span[0]]), bytes(buf[meta_span[1] : pos]))
-    )
-    shape = _SHAPES.get(key)
-    if shape is None:
-        shape = _decode_shape(buf, pos)
-        if shape is None:
+    length = _i32(buf, 4)[0]
+    meta_span: tuple[int, int] | None
+    for seen in _SCHEMA_MESSAGES.get(length, ()):
+        # The same message but for the metadata value's bytes (another fingerprint of the same
+        # length): the same flatbuffer, so the same shape and the value in the same place.
+        v0, v1, pos, head, tail, shape = seen
+        if buf[:v0] == head and buf[v1:pos] == tail and pos <= size:
+            meta_span = (v0, v1)
+            break
+    else:
+        first = _message(buf, 0, size)
+        if first is None:
             return None
-        if len(_SHAPES) > 10_000:
-            _SHAPES.clear()
-        _SHAPES[key] = shape
+        kind, schema, body, pos, hi = first
+        if kind != _SCHEMA_MESSAGE or body != 0:
+            return None
+        meta_span = _hf_metadata_span(buf, schema, hi)
+        if meta_span == (-1, -1):
+            return None
+        key = (
+            (bytes(buf[:pos]), b"")
+            if meta_span is None
+            else (bytes(buf[: meta_span[0]]), bytes(buf[meta_span[1] : pos]))
+        )
+        known = _SHAPES.get(key)
+        if known is None:
+            known = _decode_shape(buf, pos)
+            if known is None:
+                return None
+            if len(_SHAPES) > 10_000:
+                _SHAPES.clear()
+                _SCHEMA_MESSAGES.clear()
+                _BATCH_HEADERS[0] = _SCHEMAS_KEPT[0] = 0
+            _SHAPES[key] = known
+        shape = known
+        if (
+            meta_span is not None
+            and _SCHEMAS_KEPT[0] < SCHEMA_MESSAGES_IN_ALL
+            and len(_SCHEMA_MESSAGES.get(length, ())) < 4
+            and _value_unread(buf, pos, meta_span)
+        ):
+            _SCHEMA_MESSAGES.setdefault(length, []).append((*meta_span, pos, *key, shape))
+            _SCHEMAS_KEPT[0] += 1
     fingerprint = text = None
     if meta_span is not None:
         fingerprint, text = parse_hf_metadata(bytes(buf[meta_span[0] : meta_span[1]]))
     return pos, shape, fingerprint, text
+
+
+def _value_unread(buf: Any, end: int, span: tuple[int, int]) -> bool:
+    """Whether the schema message `buf[:end]` reads as the same message, with its metadata value
+    at `span`, when the value's bytes are all 0xFF: then reading it never looked inside the
+    value (any offset, length or type read there would have been out of bounds), and any message
+    equal to it outside the value reads the same."""
+    if end > 0xFFFF:
+        return False  # a 16-bit field read inside the value could still point inside the message
+    v0, v1 = span
+    probe = bytes(buf[:v0]) + b"\xff" * (v1 - v0) + bytes(buf[v1:end])
+    try:
+        msg = _message(probe, 0, end)
+        return (
+            msg is not None
+            and (msg[0], msg[2], msg[3]) == (_SCHEMA_MESSAGE, 0, end)
+            and _hf_metadata_span(probe, msg[1], msg[4]) == span
+        )
+    except Exception:  # it reads into the value: never taken as a pattern
+        return False
 
 
 def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:
@@ -243,7 +314,7 @@ def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:
             count += _node_count(f.type)
     except Exception:  # pyarrow refuses it (ArrowException, UnicodeDecodeError, ...): its reader says why
         return None
-    return tuple((f.name, str(f.type)) for f in schema), tuple(top), count
+    return tuple((f.name, str(f.type)) for f in schema), tuple(top), count, {}
 
 
 def _node_count(t: Any) -> int:

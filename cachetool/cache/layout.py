@@ -87,6 +87,15 @@ VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
 def parse_cache_file(name: str) -> tuple[str, int | None, int | None] | None:
     """`cache-<fp>.arrow` -> (fp, None, None); `cache-<fp>_00001_of_00004.arrow` -> (fp, 1, 4)."""
+    fp = name[6:-6]
+    if (
+        fp.isalnum()
+        and fp.isascii()
+        and len(fp) <= 64
+        and name.startswith("cache-")
+        and name.endswith(".arrow")
+    ):
+        return fp, None, None  # the usual name, told without the pattern (no `_`: no shard part)
     m = CACHE_FILE_RE.match(name)
     if m is None:
         return None

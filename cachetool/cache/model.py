@@ -8,7 +8,7 @@ the `--json` form of each, and `Entry.to_json_text` writes the same text without
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _encode_ascii
 from pathlib import Path
@@ -273,8 +273,88 @@ class Entry:
             f'"problems": {_js_list(self.problems)}}}'
         )
 
+    def _json_template(self) -> tuple[str, str, str, str, str, str]:
+        """The text of `to_json_text()` of a one-file entry around its own values: before the
+        id, before the fingerprint, before the path, before the rows, before the size, and
+        after `complete` (without the closing brace)."""
+        dataset_dir = self.dataset_dir
+        return (
+            '{"id": ',
+            f', "kind": {_js_shared(self.kind._value_)}, "fingerprint": ',
+            f', "aliases": {_js_list(self.aliases)}, "dataset": {_js_shared(self.dataset)}, '
+            f'"dataset_dir": {"null" if dataset_dir is None else _js_shared(str(dataset_dir))}, '
+            f'"split": {_js_shared(self.split)}, "content": {_js_shared(self.content)}, "path": ',
+            f', "files": 1, "expected_files": {_js_int(self.expected_files)}, "rows": ',
+            f', "expected_rows": {_js_int(self.expected_rows)}, "columns": {_js_columns(self.columns)}, '
+            '"size": ',
+            f', "parent": {_js_shared(self.parent)}, "operation": {_js_shared(self.operation)}, '
+            f'"unit": {_js(_path_str(self.unit)) if self.unit else "null"}, '
+            f'"problems": {_js_list(self.problems)}',
+        )
+
 
 _TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}
+
+#: The values an entry's JSON text shares with the other entries of its folder: entries that
+#: agree on these are written through one template.
+_Shape = tuple[Any, ...]
+
+
+def json_bodies(entries: Iterable[Entry]) -> Iterator[str]:
+    """`e.to_json_text()` of each entry without its closing brace (so a caller may add keys).
+    Entries of one file (most of a cache) whose other values agree with an earlier entry's (a
+    dataset folder's files share their dataset, kind, columns, parent, ...) are written through
+    a template made once for those values: only their own values are formatted."""
+    templates: dict[_Shape, tuple[str, str, str, str, str, str]] = {}
+    tf_cache, source = Kind.TF_CACHE, Kind.SOURCE
+    encode, shared, iso = _encode_ascii, _js_shared, iso_time  # looked up once, not per entry
+    for e in entries:
+        files = e.files
+        if len(files) != 1 or e.kind is tf_cache:
+            yield e.to_json_text()[:-1]
+            continue
+        f = files[0]
+        s = f.summary
+        # Objects shared by entries are keyed by identity (all stay alive while this runs).
+        shape = (
+            e.kind,
+            e.dataset,
+            id(e.dataset_dir),
+            e.split,
+            e.content,
+            e.aliases,
+            e.expected_files,
+            e.expected_rows,
+            None if s is None else id(s.columns),
+            e.parent,
+            e.operation,
+            id(e.unit),
+            e.problems,
+        )
+        t = templates.get(shape)
+        if t is None:
+            t = templates[shape] = e._json_template()
+        fp = e.fingerprint
+        path = encode(str(e.path))
+        fp_text = path if fp is None else encode(fp)
+        if s is None:
+            rows = e.expected_rows if e.kind is source else None
+            complete = "null"
+        else:
+            rows = s.rows
+            if rows is None and e.kind is source:
+                rows = e.expected_rows
+            ef = e.expected_files
+            complete = "false" if ef is not None and ef > 1 else "true" if s.complete else "false"
+        modified = f.mtime
+        mod_iso = shared(iso(modified))
+        last = e.last_used
+        used = mod_iso if last is None or last <= modified else _js(iso(last))
+        yield (
+            f"{t[0]}{fp_text}{t[1]}{'null' if fp is None else fp_text}{t[2]}{path}{t[3]}"
+            f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{f.size}, "modified": {mod_iso}, '
+            f'"used": {used}, "complete": {complete}{t[5]}'
+        )
 
 
 @dataclass(frozen=True)
@@ -302,9 +382,10 @@ class CacheReport:
         """Files and bytes per kind (inodes matter: caches hit inode quotas)."""
         out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for e in self.entries:
-            row = out[e.kind.value]
-            row[0] += len(e.files)
-            row[1] += e.size
+            row = out[e.kind._value_]  # what .value gives, without the enum's descriptor
+            files = e.files
+            row[0] += len(files)
+            row[1] += files[0].size if len(files) == 1 else e.size
         for d in self.datasets:
             for f in d.meta_files:
                 row = out[Kind.METADATA.value]

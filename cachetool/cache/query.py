@@ -203,6 +203,8 @@ def apply_filters(
 ) -> list[Entry]:
     """Entries passing every filter (filters combine with AND)."""
     tests = [compile_filter(x, pinned) for x in exprs]
+    if not tests:
+        return list(entries)
     t = time.time() if now is None else now
     return [e for e in entries if all(test(e, t) for test in tests)]
 

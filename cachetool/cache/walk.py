@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
+from cachetool.cache.paths import child_maker
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
 class Item:
     """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
     uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
-    a whole `stat_result` and its numbers take some 600 bytes per file."""
+    a whole `stat_result` and its numbers take some 600 bytes per file. `prefix` is the folder's
+    text and a separator, one string shared by the folder's items."""
 
     __slots__ = (
         "error",
@@ -40,14 +43,18 @@ class Item:
         "name",
         "ok",
         "path",
+        "prefix",
         "size",
         "uid",
     )
 
-    def __init__(self, name: str, path: Path, st: os.stat_result | None, error: str | None = None) -> None:
+    def __init__(
+        self, name: str, path: Path, st: os.stat_result | None, error: str | None = None, prefix: str = ""
+    ) -> None:
         self.name = name
         self.path = path
         self.error = error
+        self.prefix = prefix or os.path.join(str(path.parent), "")
         if st is None:
             self.ok = self.is_dir = self.is_file = False
             self.mode = self.size = self.mtime_ns = self.ino = 0
@@ -71,30 +78,10 @@ S_ISREG = stat.S_ISREG
 _MODES: dict[int, int] = {}
 
 
-def _child_maker(folder: Path) -> Callable[[str], Path]:
-    """Paths of a folder's children, built without parsing: `Path(de.path)` parses the whole
-    path again for each of 100,000 files and `str()` of it formats it again. Joining one name to
-    the parsed folder (a private helper of pathlib, where it exists) and handing it the string
-    `scandir` already made costs a fraction of that."""
-    make = getattr(folder, "_make_child_relpath", None)
-    prefix = os.path.join(str(folder), "")
-    if make is None or not _CAN_PRESET_STR:
-        return lambda name: Path(prefix + name)
-
-    def child(name: str) -> Path:
-        p: Path = make(name)
-        p._str = prefix + name  # type: ignore[attr-defined]
-        return p
-
-    return child
-
-
-_CAN_PRESET_STR = any("_str" in getattr(c, "__slots__", ()) for c in Path.__mro__)
-
-
 def list_dir(path: Path) -> tuple[list[Item], str | None]:
     items: list[Item] = []
-    child = _child_maker(path)
+    child = child_maker(path)
+    prefix = os.path.join(str(path), "")
     try:
         with os.scandir(path) as it:
             for de in it:
@@ -102,9 +89,9 @@ def list_dir(path: Path) -> tuple[list[Item], str | None]:
                 if name == layout.LEDGER_DIR:
                     continue  # cachetool's own state (ledger, read index, pins): never an entry
                 try:
-                    items.append(Item(name, child(name), de.stat(follow_symlinks=False)))
+                    items.append(Item(name, child(name), de.stat(follow_symlinks=False), None, prefix))
                 except OSError as e:
-                    items.append(Item(name, child(name), None, e.strerror or str(e)))
+                    items.append(Item(name, child(name), None, e.strerror or str(e), prefix))
     except PermissionError:
         return [], "permission denied"
     except OSError as e:
@@ -136,11 +123,15 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
 
 #: Below this many unread Arrow files, starting processes costs more than it saves.
 READ_AHEAD_MIN_FILES = 2000
+#: With a read index, how many unknown Arrow files the walk meets before it looks for more.
+READ_AHEAD_AFTER = 100
 
 
 def _spare_cores() -> int:
-    """Processes a cold listing may read headers in: the cores this process may run on, and one
-    only where forking is unsafe (another thread runs, e.g. a progress display) or unavailable."""
+    """Cores a cold listing may use: those this process may run on, and one only where forking
+    is unsafe (another thread runs, e.g. a progress display) or unavailable. The listing keeps
+    one for its own walk and reads headers in a process on each of the others: on 2 cores, a
+    second reading process only took turns with the walk (the same time, 10% more CPU)."""
     import threading
 
     if threading.active_count() > 1 or not hasattr(os, "fork"):
@@ -164,7 +155,9 @@ class _Reads:
         chunk = max(64, min(512, len(paths) // (workers * 8)))
         # A deque, so each chunk of paths is let go once read and handed back.
         self._chunks = deque(paths[i : i + chunk] for i in range(0, len(paths), chunk))
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self._pool = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("fork"), initializer=_reader_start
+        )
         self._in_flight: deque[tuple[list[str], Future[list[ArrowSummary]]]] = deque()
         for _ in range(3 * workers):
             self._submit()
@@ -183,6 +176,23 @@ class _Reads:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _reader_start() -> None:
+    """A reading process only decodes schemas and walks batches with pyarrow, which does so
+    without numpy since pyarrow 16: unless this process has numpy or pyarrow already (forked
+    from a program that imported them), numpy is kept out, which makes importing pyarrow, the
+    first thing the process waits for, take a third of the time."""
+    if "numpy" in sys.modules or "pyarrow" in sys.modules:
+        return
+    try:
+        from importlib.metadata import version
+
+        major = int(version("pyarrow").split(".")[0])
+    except (ImportError, ValueError):
+        return
+    if major >= 16:
+        sys.modules["numpy"] = None  # type: ignore[assignment]  # `import numpy` raises ImportError
 
 
 def _read_chunk(paths: list[str]) -> list[ArrowSummary]:
@@ -219,6 +229,11 @@ class Walker:
         self._pending: set[str] = set()  # paths read ahead and not yet asked for
         self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
         self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
+        self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
+        self._folder = ""  # the same, relative to the root
+        self._misses = 0  # Arrow files the read index did not know, so far
+        self._deferred = False  # reading ahead waits for the walk to miss READ_AHEAD_AFTER files
+        self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
 
     def read_ahead(self) -> None:
         """Where more than one core is free: find the Arrow files of folders the read index does
@@ -227,10 +242,20 @@ class Walker:
         waits mostly on those reads. This first pass only reads names (no `stat`, nothing kept
         but the paths to read); folders the walk never reads Arrow headers in (cachetool's own,
         downloads, interrupted prepares, gc leftovers) are skipped. A file changed in place in a
-        known folder is read by the walk itself."""
-        workers = _spare_cores()
-        if workers < 2:
+        known folder is read by the walk itself.
+
+        With a read index, the pass waits until the walk has met `READ_AHEAD_AFTER` files the
+        index does not know (a repeat listing of an unchanged cache never makes it), and then
+        leaves out the folders the walk has already been through."""
+        if self.index.stored and not self._deferred:
+            self._deferred = True
             return
+        self._deferred = False
+        cores = _spare_cores()
+        if cores < 2:
+            return
+        workers = cores - 1
+        walked = self._walked
         todo: list[str] = []
         root = str(self.root)
         root_len = self.root_len
@@ -250,6 +275,8 @@ class Walker:
                             arrow.append(de.path)
             except OSError:
                 continue  # the walk says what is wrong with it
+            if arrow and walked and os.path.join(folder, "") in walked:
+                arrow = []
             if arrow and self.index.folder_rows(folder[root_len:]) != len(arrow):
                 arrow.sort()  # the walk's order: a folder's files by name, then its folders
                 todo += arrow
@@ -291,13 +318,13 @@ class Walker:
         self.files_seen += 1
         if self.progress is not None and self.files_seen % 200 == 0:
             self.progress(self.files_seen)
-        summary = None
-        if arrow and item.is_file:
-            summary = self.summary(item)
-            if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
-                self.warn(item.path, summary.error)
-        link = None
-        if stat.S_ISLNK(item.mode):
+        summary = link = None
+        if item.is_file:
+            if arrow:
+                summary = self.summary(item)
+                if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
+                    self.warn(item.path, summary.error)
+        elif stat.S_ISLNK(item.mode):
             try:
                 link = os.readlink(item.path)
             except OSError:
@@ -305,16 +332,25 @@ class Walker:
         return CacheFile(item.path, item.size, item.mtime, item.mode, item.uid, summary, shard, link)
 
     def summary(self, item: Item) -> ArrowSummary:
-        path = str(item.path)
-        rel = path[self.root_len :]  # cheaper than Path.relative_to on 100,000 files
-        cached = self.index.get(rel, item.size, item.mtime_ns, item.ino)
+        prefix = item.prefix
+        if prefix is not self._prefix:  # a new folder: its path relative to the root, once
+            self._prefix = prefix
+            self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
+            self._walked.add(prefix)
+        name = item.name
+        folder = self._folder
+        cached = self.index.get_in(folder, name, item.size, item.mtime_ns, item.ino)
         if cached is not None:
             return cached
-        summary = self._read_ahead_result(path) or read_summary(path)
+        path = prefix + name
+        summary = self._read_ahead_result(path) if self._pending else None
+        if summary is None:
+            self._misses += 1
+            if self._deferred and self._misses >= READ_AHEAD_AFTER:
+                self.read_ahead()
+            summary = read_summary(path)
         # A file still being written (a live tmp* file) must not be remembered half-read.
-        if not layout.TEMP_FILE_RE.match(item.name):
-            name = item.name
-            folder = rel[: len(rel) - len(name) - 1] if len(rel) > len(name) else ""
+        if not layout.TEMP_FILE_RE.match(name):
             self.index.put(folder, name, item.size, item.mtime_ns, item.ino, summary)
         return summary
 

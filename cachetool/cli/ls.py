@@ -147,6 +147,7 @@ def ls_document_text(
     """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
     of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
     at once."""
+    from cachetool.cache.model import json_bodies
     from cachetool.cache.query import is_pinned
     from cachetool.cli.output import envelope
 
@@ -154,13 +155,15 @@ def ls_document_text(
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
     for start in range(0, len(entries), 1000):
-        piece = ", ".join(
-            [
-                e.to_json_text()[:-1]
-                + (', "pinned": true}' if pinned and is_pinned(e, pinned) else ', "pinned": false}')
-                for e in entries[start : start + 1000]
+        chunk = entries[start : start + 1000]
+        if pinned:
+            texts = [
+                body + (', "pinned": true}' if is_pinned(e, pinned) else ', "pinned": false}')
+                for e, body in zip(chunk, json_bodies(chunk), strict=True)
             ]
-        )
+        else:
+            texts = [body + ', "pinned": false}' for body in json_bodies(chunk)]
+        piece = ", ".join(texts)
         yield piece if start == 0 else ", " + piece
     yield head[cut:]
 

@@ -37,6 +37,72 @@ def test_the_header_reader_survives_thousands_of_mutated_files(tmp_path: Path) -
     assert unreadable >= 20  # the mutants reach the exceptions beyond ArrowInvalid
 
 
+def test_headers_remembered_from_good_files_never_change_what_a_mutant_reads(tmp_path: Path) -> None:
+    """The header walk remembers the schema and batch headers of files it read (files of one
+    dataset differ only in their fingerprint): a mutant read right after good files of the same
+    shape (other fingerprints of the same length) reads exactly as it does with nothing
+    remembered, whether the damage is in the schema, the metadata value or the batches."""
+    from cachetool.cache import ipc_headers
+
+    good = tmp_path / "good.arrow"
+    path = tmp_path / "cache-0123456789abcdef.arrow"
+    remembered = 0
+    for data in mutations(good_stream(), seed=20261125, count=400):
+        path.write_bytes(data)
+        ipc_headers._SHAPES.clear()
+        ipc_headers._SCHEMA_MESSAGES.clear()
+        fresh = read_summary(path)
+        for fp in ("fedcba9876543210", "00000000000000ff"):
+            good.write_bytes(good_stream(fp))
+            read_summary(good)
+        remembered += bool(ipc_headers._SCHEMA_MESSAGES)
+        assert read_summary(path) == fresh
+    assert remembered == 400
+
+
+_READ_IN_A_READER = """
+import multiprocessing, os, sys
+from concurrent.futures import ProcessPoolExecutor
+from cachetool.cache.walk import _reader_start, _read_chunk
+folder = sys.argv[1]
+paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
+assert "pyarrow" not in sys.modules and "numpy" not in sys.modules
+
+
+def numpy_kept_out():
+    return sys.modules.get("numpy", 0) is None
+
+
+fork = multiprocessing.get_context("fork")
+with ProcessPoolExecutor(1, mp_context=fork, initializer=_reader_start) as pool:
+    there = pool.submit(_read_chunk, paths).result()
+    kept_out = pool.submit(numpy_kept_out).result()
+here = _read_chunk(paths)
+print(kept_out, sum(a == b for a, b in zip(there, here, strict=True)), len(here))
+"""
+
+
+def test_a_reading_process_without_numpy_reads_damaged_files_as_the_listing_does(tmp_path: Path) -> None:
+    """A cold listing reads headers in a forked process that keeps numpy out (pyarrow does not
+    need it there): every damaged file (mutants, a 128-bit integer, a name that is not UTF-8,
+    the IPC file format) reads there exactly as in the listing's own process."""
+    import pyarrow as pa
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for i, data in enumerate(mutations(good_stream(), seed=20261126, count=300)):
+        (folder / f"m{i:03d}.arrow").write_bytes(data)
+    (folder / "wide.arrow").write_bytes(wide_integer(good_stream()))
+    (folder / "name.arrow").write_bytes(non_utf8_name(good_stream()))
+    table = pa.table({"a": [1, 2]})
+    with pa.OSFile(str(folder / "file.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    out = subprocess.run(
+        [sys.executable, "-c", _READ_IN_A_READER, str(folder)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [str(int(pa.__version__.split(".")[0]) >= 16), "303", "303"]
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
