@@ -1,9 +1,12 @@
 """Run a script exactly as `python script.py args...` would, with tracing on.
 
 `run_script()` replaces the current process (`os.execv`) by a fresh interpreter started as
-`python -c <bootstrap> script.py args...`: no cachetool CLI state (Typer, Rich) stays behind, the
-pid, stdio, signals and exit status are the script's own, and CPython itself handles `SystemExit`,
-uncaught exceptions and `KeyboardInterrupt` (which ends the process by SIGINT, as usual).
+`python -m cachetool.trace.bootstrap script.py args...`: no state of the caller (Typer, Rich, the
+user's own modules) stays behind, the pid, stdio, signals and exit status are the script's own,
+and CPython itself handles `SystemExit`, uncaught exceptions and `KeyboardInterrupt` (which ends
+the process by SIGINT, as usual). The console script's `cachetool run SCRIPT` calls `run_here()`
+instead: its interpreter has imported nothing but the few modules of the bootstrap itself, so the
+script runs in it, as it would in the fresh one, without starting a second interpreter.
 
 The bootstrap then makes the interpreter look as if it had been started on the script:
 
@@ -154,6 +157,17 @@ def run_script(script: str, args: Sequence[str], *, events_file: str | None = No
     raise SystemExit(proc.returncode)  # pragma: no cover
 
 
+def run_here(script: str, args: Sequence[str]) -> NoReturn:
+    """`cachetool run SCRIPT ARGS...` from the console script (`cachetool.cli.entry`), before
+    anything but the bootstrap is imported: become `python script.py args...` in this interpreter
+    (what `run_script` does in a fresh one) and exit as the script does. Does not return."""
+    if not os.path.exists(script):
+        raise ScriptNotFound(script)
+    sys.argv[:] = [sys.argv[0], script, *args]
+    _bootstrap()
+    raise SystemExit(0)  # the script ended: the launcher's own code must not go on
+
+
 def _bootstrap() -> None:
     """Inside the fresh interpreter: become `python script.py args...`, install tracing, run."""
     import importlib.machinery
@@ -243,6 +257,13 @@ def _trimming_hook(original: ExceptHook) -> ExceptHook:
 
 def _trim(tb: TracebackType | None, here: str) -> TracebackType | None:
     keep: list[TracebackType] = []
+    # Whatever called the bootstrap (runpy, the console script, `cachetool.cli.entry`, the
+    # determinism waiter) is not the script's: its frames go, up to the bootstrap's own.
+    first = tb
+    while first is not None and first.tb_frame.f_code is not _bootstrap.__code__:
+        first = first.tb_next
+    if first is not None:
+        tb = first
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
         launcher = filename in ("<string>", "<frozen runpy>") or filename.endswith(os.sep + "runpy.py")
