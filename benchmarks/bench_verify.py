@@ -6,7 +6,9 @@ mixed columns: ints, floats, short and long strings), warms the page cache, then
 - `cat FILES > /dev/null` (the floor: every byte read once, nothing checked);
 - `cachetool verify --deep` (every byte hashed with xxh3, every buffer validated in full:
   offsets, UTF-8, nulls), on all cores;
-- `cachetool verify` (headers only), for scale.
+- `cachetool verify` (headers only), for scale;
+- `cachetool verify --deep` of an empty cache (its start-up alone), to give the CPU seconds per
+  GB of the deep read itself, next to `cat`'s.
 
 Runs cat and verify --deep in back-to-back pairs (order alternating) and prints, per pair, the
 wall time and the CPU time (user + system, all threads) of each, then the throughput ratio
@@ -72,6 +74,34 @@ def paired(a: list[str], b: list[str], repeat: int, env: dict[str, str]) -> list
     return out
 
 
+def start_cost(empty: Path, env: dict[str, str], runs: int = 5) -> tuple[float, float]:
+    """Wall and CPU seconds of `verify --deep` of an empty cache: start-up, imports, the scan
+    (the fastest of `runs`, the least disturbed by the machine's other work)."""
+    (empty / "cache").mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "cachetool", "verify", "--deep", "--cache-dir", str(empty / "cache")]
+    got = [timed(cmd, env) for _ in range(runs)]
+    return min(w for w, _ in got), min(c for _, c in got)
+
+
+def cpu_summary(pairs: list[tuple[float, ...]], gb: float, start: tuple[float, float], cores: int) -> str:
+    """CPU seconds per GB of `cat` and of the deep read (its start-up taken away), which a busy
+    machine disturbs far less than wall time, and what they make of an idle machine at 20 GB:
+    `cat` on one core, the deep read spread over every core after its start-up (on an idle
+    machine each takes as long as its CPU time says)."""
+    cat_cpu = statistics.median(cc for _, cc, _, _, _ in pairs) / gb
+    deep_cpu = statistics.median(dc for _, _, _, dc, _ in pairs)
+    reading = (deep_cpu - start[1]) / gb
+
+    def idle(size: float) -> float:  # on an idle machine, the start-up's wall is its CPU
+        return size * cat_cpu / (start[1] + size * reading / cores)
+
+    return (
+        f"CPU per GB: cat {cat_cpu:.3f} s, verify --deep reading {reading:.3f} s (its start-up "
+        f"{start[1]:.2f} s of CPU, {start[0]:.2f} s wall); on {cores} idle cores, reads spread "
+        f"over every core: about {idle(gb):.2f}× cat's throughput at {gb:.1f} GB, {idle(20):.2f}× at 20 GB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--size-gb", type=float, default=2.0)
@@ -118,6 +148,7 @@ def main() -> None:
         )
         head = [sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root)]
         print(f"verify (headers only): {min(timed(head, env)[0] for _ in range(2)):.2f} s")
+        print(cpu_summary(pairs, gb, start_cost(base / "empty", env), os.cpu_count() or 1))
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)

@@ -12,9 +12,9 @@ line in the table, not a failure.
     python benchmarks/run_all.py --json results.json
 
 Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (time, peak memory,
-read-index bytes per file, linearity), startup (--help, --version), verify (--deep against cat),
-run (cachetool run against python on cache hits), determinism (check-determinism against one
-plain run), ledger (a long-lived ledger: ls, lineage, explain).
+read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache), verify
+(--deep against cat), run (cachetool run against python on cache hits), determinism
+(check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
@@ -234,6 +234,8 @@ def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
 
 def bench_startup(base: Path, pairs: int) -> list[Row]:
     env = env_for(base)
+    empty = base / "empty_cache"  # what every command pays before it reads anything
+    empty.mkdir(exist_ok=True)
 
     def typer_t() -> float:
         return run([PY, "-c", "import typer"], env).seconds
@@ -247,6 +249,11 @@ def bench_startup(base: Path, pairs: int) -> list[Row]:
         row(
             "cachetool --version / import typer",
             paired(typer_t, lambda: run([*CT, "--version"], env).seconds, pairs),
+            1.5,
+        ),
+        row(
+            "cachetool ls --json, empty cache / import typer",
+            paired(typer_t, lambda: run([*CT, "ls", str(empty), "--json"], env).seconds, pairs),
             1.5,
         ),
     ]
@@ -271,6 +278,8 @@ ds.map(lambda b: {"n": [len(t) for t in b["text"]]}, batched=True, batch_size=10
 
 
 def bench_verify(base: Path, sizes_gb: Sequence[float], pairs: int) -> list[Row]:
+    from bench_verify import cpu_summary, start_cost, timed
+
     out = []
     for gb in sizes_gb:
         folder = base / f"verify{gb:g}"
@@ -280,15 +289,24 @@ def bench_verify(base: Path, sizes_gb: Sequence[float], pairs: int) -> list[Row]
         files = sorted(str(p) for p in root.rglob("*.arrow"))
         total = sum(os.path.getsize(f) for f in files)
         subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+        cpu: dict[str, list[float]] = {"cat": [], "deep": []}
 
-        def cat_t(files: list[str] = files, env: dict[str, str] = env) -> float:
-            return run(["cat", *files], env).seconds
+        def cat_t(
+            files: list[str] = files, env: dict[str, str] = env, log: list[float] = cpu["cat"]
+        ) -> float:
+            wall, used = timed(["cat", *files], env)
+            log.append(used)
+            return wall
 
-        def deep_t(root: Path = root, env: dict[str, str] = env) -> float:
-            return run([*CT, "verify", "--deep", "--cache-dir", str(root)], env).seconds
+        def deep_t(root: Path = root, env: dict[str, str] = env, log: list[float] = cpu["deep"]) -> float:
+            wall, used = timed([*CT, "verify", "--deep", "--cache-dir", str(root)], env)
+            log.append(used)
+            return wall
 
         med, lo, hi, b, c = paired(cat_t, deep_t, pairs)
         goal = 0.9 if gb >= 20 else 0.7
+        # CPU of the measured pairs (the first run of each warmed up).
+        cpu_pairs = [(0.0, cc, 0.0, dc, 0.0) for cc, dc in zip(cpu["cat"][1:], cpu["deep"][1:], strict=True)]
         # Throughput ratio: cat time / verify time (higher is better).
         out.append(
             Row(
@@ -299,7 +317,8 @@ def bench_verify(base: Path, sizes_gb: Sequence[float], pairs: int) -> list[Row]
                 f"≥ {goal:g}×",
                 1 / med >= goal,
                 f"cat {total / 1e9 / statistics.median(b):.2f} GB/s, "
-                f"verify {total / 1e9 / statistics.median(c):.2f} GB/s",
+                f"verify {total / 1e9 / statistics.median(c):.2f} GB/s; "
+                + cpu_summary(cpu_pairs, total / 1e9, start_cost(folder / "empty", env), os.cpu_count() or 1),
             )
         )
         shutil.rmtree(folder, ignore_errors=True)

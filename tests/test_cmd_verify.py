@@ -401,6 +401,51 @@ def test_a_changed_byte_after_record_is_reported(real_cache: dict[str, Any], tmp
     assert "same size and mtime" in report.errors[0].problem
 
 
+def _in_place(path: Path, edit: Callable[[bytearray], object]) -> None:
+    """Edit the file's bytes and give it back its mtime (bit rot, a silent overwrite)."""
+    st = os.stat(path)
+    data = bytearray(path.read_bytes())
+    edit(data)
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_deep_verify_after_a_recorded_one_finds_each_damage_done_since(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
+    """After `verify --deep --record` (read index and checksums stored), one file gets a letter
+    of a string changed into another (only the checksum can tell), one a string byte that is not
+    UTF-8, both keeping size and mtime, and one is cut short. `cachetool verify --deep` names
+    each of the three once, and nothing else, and exits 1."""
+    root = clean_copy(real_cache, tmp_path)
+
+    def deep(*extra: str) -> tuple[int, dict[str, Any]]:
+        cmd = [sys.executable, "-m", "cachetool", "verify", "--deep", "--json", "--cache-dir", str(root)]
+        proc = subprocess.run(
+            [*cmd, *extra], env=hf_env(tmp_path), capture_output=True, text=True, timeout=300
+        )
+        return proc.returncode, json.loads(proc.stdout)
+
+    code, doc = deep("--record")
+    assert code == 0 and doc["checksums_recorded"] > 10
+    letter = Path(real_cache["csv_dir"].replace(real_cache["cache"], str(root))) / "csv-train.arrow"
+    _in_place(letter, lambda d: d.__setitem__(d.index(b"item number 150") + 5, ord("j")))
+    not_utf8 = find(root, f"cache-{real_cache['mapped']}.arrow")
+    _in_place(not_utf8, lambda d: d.__setitem__(d.index(b"item number 7") + 2, 0xFF))
+    cut_short = find(root, "json-train-00000-of-00002.arrow")
+    cut_short.write_bytes(cut_short.read_bytes()[:-100])
+    code, doc = deep()
+    found = sorted((f["path"], f["problem"].split(":")[0].split(" recorded")[0]) for f in doc["findings"])
+    assert code == 1
+    assert found == sorted(
+        [
+            (str(letter), "bytes changed since checksum"),
+            (str(not_utf8), "invalid data in batch 0"),
+            (str(cut_short), "truncated after 0 batches (0 rows)"),
+        ]
+    ), doc["findings"]
+
+
 KILL_SAVE = """
 import sys
 from datasets import Dataset

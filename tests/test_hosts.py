@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import hf_env
+from tests.conftest import build_once, hf_env
 
 pytestmark = pytest.mark.slow
 
@@ -78,15 +78,30 @@ def gc_from_other_host(base: Path, *args: str) -> dict[str, Any]:
     return on_other_host(base, "gc", "--temp", "--tmp-dir", str(base / "tmp"), *args)
 
 
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache with the csv prepared by `datasets`, built once per session (see build_csv_cache.py)."""
+    folder, _ = build_once(tmp_path_factory, "hosts_csv", "build_csv_cache.py")
+    return folder
+
+
 @pytest.fixture
-def base(tmp_path: Path) -> Path:
-    """A cache root with one prepared csv dataset, and the csv."""
+def base(tmp_path: Path, prepared: Path) -> Path:
+    """A cache root with one prepared csv dataset, and the csv (`data.csv`, a link to the one
+    prepared: `datasets` keys the prepared dataset by the csv's real path, and finds it here)."""
     (tmp_path / "tmp").mkdir()
-    rows = "\n".join(f"{i},row {i}" for i in range(600))
-    (tmp_path / "data.csv").write_text("id,text\n" + rows + "\n")
-    code = "import sys, datasets; datasets.load_dataset('csv', data_files=sys.argv[1], split='train')"
-    subprocess.run([sys.executable, "-c", code, str(tmp_path / "data.csv")], env=hf_env(tmp_path), check=True)
+    cache = tmp_path / "cache"
+    shutil.copytree(prepared / "cache", cache, symlinks=True)
+    # `datasets` names a builder folder's lock after the folder's path: the copy's is this root's.
+    was, now = (str(root).replace("/", "_") for root in (prepared / "cache", cache))
+    for lock in cache.glob(f"{was}_*.lock"):
+        lock.rename(cache / (now + lock.name[len(was) :]))
+    (tmp_path / "data.csv").symlink_to(prepared / "data.csv")
     return tmp_path
+
+
+def _csv(base: Path) -> str:
+    return os.path.realpath(base / "data.csv")
 
 
 def _tmp_files(base: Path) -> set[Path]:
@@ -98,7 +113,7 @@ def _writer(base: Path, *, leased: bool, **env: str) -> subprocess.Popen[str]:
     script.write_text(WRITER)
     cmd = [CACHETOOL, "run"] if leased else [sys.executable]
     return subprocess.Popen(
-        [*cmd, str(script), str(base / "data.csv"), str(base / "stop")],
+        [*cmd, str(script), _csv(base), str(base / "stop")],
         env=hf_env(base, **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -285,7 +300,7 @@ PIPELINE = textwrap.dedent(
 def _pipeline(base: Path, host: str | None, ready: str) -> subprocess.Popen[str]:
     script = base / "pipeline.py"
     script.write_text(PIPELINE)
-    cmd = [CACHETOOL, "run", str(script), str(base / "data.csv"), str(base / ready), str(base / "ready-*")]
+    cmd = [CACHETOOL, "run", str(script), _csv(base), str(base / ready), str(base / "ready-*")]
     if host is not None:
         cmd = [*_other_host(host), *cmd]
     return subprocess.Popen(cmd, env=hf_env(base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -19,7 +19,7 @@ from cachetool.cache.scan import scan_cache
 from cachetool.cli.common import envelope
 from cachetool.cli.ls import ls_document, ls_document_text
 from tests.attack.races import synthesize_cache
-from tests.conftest import hf_env
+from tests.conftest import hf_env, write_anew
 
 
 def _write_stream(path: Path, fingerprint: str, rows: int) -> None:
@@ -82,7 +82,7 @@ def test_header_walk_agrees_with_pyarrows_reader_on_every_cut(tmp_path: Path) ->
     data = synthesize_cache(root, 1)[0].read_bytes()
     probe = tmp_path / "probe.arrow"
     for cut in range(1, len(data) + 1):
-        probe.write_bytes(data[:cut])
+        write_anew(probe, data[:cut])
         assert arrow.read_summary(probe) == _pyarrow_walk(probe), cut
 
 
@@ -137,12 +137,12 @@ def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: A
 
     from rich.console import Console
 
-    from cachetool.cli import common
+    from cachetool.cli import output
 
-    out = common.Output(common.OutputFormat.human, width=width)
+    out = output.Output(output.OutputFormat.human, width=width)
     buf = io.StringIO()
     out._console = Console(highlight=False, soft_wrap=False, width=width, file=buf)
-    with mock.patch.object(common, "plain_table_lines", lambda *a: None):
+    with mock.patch.object(output, "plain_table_lines", lambda *a: None):
         out.table(None, columns, rows, widths=widths)
     return buf.getvalue()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import cachetool
+from tests.conftest import copy_checkout
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_wheel_installs_and_runs_with_its_completions(tmp_path: Path) -> None:
     """The wheel (built from the sdist, as `python -m build` does) installs, its `cachetool`
     prints the version from `cachetool.__version__`, and the shells find its completions."""
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "dist"))
+    copy_checkout(src)  # the project's files, not the gigabytes of .nox/ or caches beside them
     # The build tools write caches and toolchain settings into HOME: give them one of their own.
     build_env = {**os.environ, "HOME": str(tmp_path / "home")}
     proc = subprocess.run(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from cachetool.cli.docs import END, START, command_reference
+from tests.conftest import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -67,14 +67,7 @@ def test_readme_demo_command_works_as_written(tmp_path: Path) -> None:
     `datasets` and its dependencies afresh (a minute and more), as the compat sessions do: it runs
     with them, in the session of the newest line on the suite's Python."""
     demo_command = next(c for c in fenced_commands() if "cachetool demo" in c)
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
-    for rel in files:
-        src = ROOT / rel
-        if src.is_file() and not rel.startswith(".venv"):
-            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, tmp_path / rel)
+    copy_checkout(tmp_path)
     env = {
         k: v
         for k, v in os.environ.items()

@@ -101,3 +101,59 @@ def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importi
     assert [f.problem.split(":")[0] for f in verify_cache(root, deep=True).errors] == [
         "datasets cannot load it"
     ]
+
+
+def _bad_offsets(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with its string column's offsets out of order (in range at both ends)."""
+    col = batch.column(1)
+    n = len(col)
+    offsets = list(range(0, 4 * (n + 1), 4))
+    offsets[1], offsets[2] = offsets[2], offsets[1]
+    bad = pa.Array.from_buffers(
+        pa.string(),
+        n,
+        [None, pa.py_buffer(pa.array(offsets, pa.int32()).buffers()[1]), pa.py_buffer(b"okok" * n)],
+    )
+    return pa.RecordBatch.from_arrays([batch.column(0), bad], names=batch.schema.names)
+
+
+def test_groups_validated_whole_give_what_batch_by_batch_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each group of batches is validated in one call, and batch by batch only when it does not
+    validate: on clean files, empty batches, a string that is not UTF-8, offsets out of order and
+    a cut file, in groups of a few batches or of the whole file, every result (finding, checksum,
+    size, identity) is the one the batch-by-batch validation gives."""
+    table = pa.table({"i": list(range(2000)), "s": [f"row {i} é " * 3 for i in range(2000)]})
+    batches = table.to_batches(max_chunksize=100)
+    empty = batches[0].slice(0, 0)
+    files = {
+        "clean": [*batches[:5], empty, *batches[5:], empty],
+        "utf8": [_bad_utf8(b) if n in (13, 17) else b for n, b in enumerate(batches)],
+        "offsets": [_bad_offsets(b) if n == 9 else b for n, b in enumerate(batches)],
+        "both": [
+            _bad_utf8(b) if n == 15 else _bad_offsets(b) if n == 11 else b for n, b in enumerate(batches)
+        ],
+    }
+    paths = []
+    for name, content in files.items():
+        path = tmp_path / f"cache-{name:0>16}.arrow"
+        _stream(path, content)
+        paths.append(path)
+    cut = tmp_path / f"cache-{'cut':0>16}.arrow"
+    data = paths[0].read_bytes()
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    paths.append(cut)
+
+    def results(whole: bool, group_bytes: int) -> list[deep_read.DeepResult]:
+        monkeypatch.setattr(deep_read, "WHOLE_GROUPS", whole)
+        monkeypatch.setattr(deep_read, "GROUP_BYTES", group_bytes)
+        return deep_read.read_files(paths, 2)
+
+    for group_bytes in (3000, 10**9):
+        one_by_one = results(False, group_bytes)
+        assert [r.error is None for r in one_by_one] == [True, False, False, False, False]
+        assert results(True, group_bytes) == one_by_one
+    assert (one_by_one[1].error or "").startswith("invalid data in batch 13: ")
+    assert (one_by_one[2].error or "").startswith("invalid data in batch 9: ")
+    assert (one_by_one[3].error or "").startswith("invalid data in batch 11: ")

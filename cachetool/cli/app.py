@@ -79,10 +79,10 @@ class HelpCommand(typer.core.TyperCommand):
 
 
 def _register() -> None:
-    from cachetool.cli import demo, dirs, ls, show
+    from cachetool.cli import demo, dirs, ls_command, show_command
 
-    app.command("ls", cls=HelpCommand)(ls.ls_command)
-    app.command("show", cls=HelpCommand)(show.show_command)
+    app.command("ls", cls=HelpCommand)(ls_command.ls_command)
+    app.command("show", cls=HelpCommand)(show_command.show_command)
     app.command("dirs", cls=HelpCommand)(dirs.dirs_command)
     app.command("demo", cls=HelpCommand)(demo.demo_command)
 
@@ -96,10 +96,10 @@ def _register() -> None:
         check_determinism.check_determinism_command
     )
 
-    from cachetool.cli import lineage, run
+    from cachetool.cli import lineage_command, run
 
     app.command("run", cls=HelpCommand, context_settings=run.CONTEXT_SETTINGS)(run.run_command)
-    app.command("lineage", cls=HelpCommand)(lineage.lineage_command)
+    app.command("lineage", cls=HelpCommand)(lineage_command.lineage_command)
 
     from cachetool.cli import gc, pin
 
@@ -107,9 +107,9 @@ def _register() -> None:
     app.command("pin", cls=HelpCommand)(pin.pin_command)
     app.command("unpin", cls=HelpCommand)(pin.unpin_command)
 
-    from cachetool.cli import explain, stats
+    from cachetool.cli import explain_command, stats
 
-    app.command("explain", cls=HelpCommand)(explain.explain_command)
+    app.command("explain", cls=HelpCommand)(explain_command.explain_command)
     app.command("stats", cls=HelpCommand)(stats.stats_command)
 
     from cachetool.cli import report

@@ -85,7 +85,7 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
             for loc in locations
         ]
         # Paths get the room the names and a folded `from` column leave; names are never split.
-        room = out.console.width - 18 - 4 - min(24, max(len(s) for s in sources))
+        room = out.width - 18 - 4 - min(24, max(len(s) for s in sources))
         out.table(
             None,
             [("location", "left"), ("path", "left"), ("from", "left")],

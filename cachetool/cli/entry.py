@@ -1,4 +1,5 @@
-"""The `cachetool` console script and `python -m cachetool`: `run` goes straight to the script.
+"""The `cachetool` console script and `python -m cachetool`: `run` goes straight to the script,
+plain `ls` and `--version` are answered by `cachetool.cli.light`, the rest by the Typer app.
 
 `cachetool run SCRIPT ARGS...` becomes the script (`python script.py ARGS...` with tracing on), so
 building the Typer app first (Typer, Click, Rich, pydantic: ~0.2 s) bought nothing but start-up
@@ -6,7 +7,9 @@ time. A `run` whose script exists is handed to `run_here` here, before anything 
 (the script runs in this interpreter, which holds nothing but the bootstrap's few modules);
 every other command line (`run --help`, `run` without a script, a script that does not exist,
 `--version`, shell completion) goes to the Typer app in `cachetool.cli.app`, which answers it
-exactly as it always has.
+exactly as it always has. `cachetool.cli.light` answers what its strict grammar reads whole
+(`ls` with its options, `--version`) with the functions the Typer commands call, without Typer,
+Click or pydantic; anything else it leaves to the Typer app.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ def main() -> None:
         from cachetool.trace.runner import run_here
 
         run_here(argv[1], argv[2:])  # does not return
+    from cachetool.cli.light import answer
+
+    code = answer(argv)
+    if code is not None:
+        sys.exit(code)
     from cachetool.cli.app import main as app_main
 
     app_main()

@@ -327,7 +327,7 @@ def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None
         if final:
             out.ids(i.id for i in plan.items)
         return
-    out.line(f"Cache: {out.path(plan.root, out.console.width - 7)}", style="bold")
+    out.line(f"Cache: {out.path(plan.root, out.width - 7)}", style="bold")
     if plan.temp_dir is not None:
         out.line(
             f"Temp dir: {out.path(plan.temp_dir, 40)} "

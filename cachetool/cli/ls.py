@@ -1,4 +1,7 @@
-"""`cachetool ls`: list the cache as entries, grouped by dataset folder."""
+"""`cachetool ls`: list the cache as entries, grouped by dataset folder.
+
+No Typer here (its options are in `cachetool.cli.ls_command`): `cachetool.cli.light` answers a
+plain `ls` command line with `run_ls` without building the Typer app."""
 
 from __future__ import annotations
 
@@ -9,23 +12,9 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
-
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    NoTruncateOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    handle_errors,
-    hint,
-    warn,
-)
+from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
@@ -58,7 +47,7 @@ def scan_progress() -> Iterator[Callable[[int], None] | None]:
         return
     from rich.status import Status
 
-    from cachetool.cli.common import stderr_console
+    from cachetool.cli.output import stderr_console
 
     with Status("Scanning…", console=stderr_console()) as status:
 
@@ -107,76 +96,7 @@ def entry_label(e: Entry, whole: bool = False) -> str:
     return short if len(short) <= 16 else "…" + short[-15:]
 
 
-# Long for its Typer options and help text only: the work is in `_ls`.
-def ls_command(
-    path: Annotated[
-        Path | None,
-        typer.Argument(
-            help="A cache root, a save_to_disk folder or any folder of Arrow files.", show_default=False
-        ),
-    ] = None,
-    cache_dir: CacheDirOption = None,
-    filter: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--filter",
-            "-f",
-            help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
-            "Keys: size, rows, files, used (or accessed), modified, kind, dataset, split, content, "
-            "fingerprint, pinned.",
-            metavar="EXPR",
-        ),
-    ] = None,
-    sort: Annotated[
-        str | None,
-        typer.Option(
-            "--sort",
-            help="size|modified|used|accessed|rows|files|kind|name, optionally :asc or :desc "
-            "(default desc for size/modified/used/rows/files, asc for name).",
-            metavar="KEY",
-        ),
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=0, metavar="N", help="Show at most N entries.")
-    ] = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-    no_truncate: NoTruncateOption = False,
-) -> None:
-    """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
-
-    One row per dataset state (a fingerprint and all its files), grouped by dataset folder, then
-    a totals line with files and bytes per kind. Reads only file headers, never column data, and
-    never changes access times. "Last used" is the latest ledger record touching the entry (see
-    `cachetool run`), else its modification time.
-
-    **Filters** (`hf cache ls` semantics): `size>100MB`, `rows<1000`, `used>7d` (not used in the
-    last 7 days; `accessed>7d` is the same), `modified<1h`, `kind=temp` (or `kind=leftover`),
-    `dataset=csv`, `split=train`, `pinned=yes`. Pinned entries are marked in the `pin` column.
-
-    **Examples**
-
-        cachetool ls
-
-        cachetool ls --filter "size>100MB" --sort size --limit 10
-
-        cachetool ls --filter kind=leftover --json
-
-        cachetool ls ./saved/my_dataset
-
-        cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
-
-    Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
-    """
-    from cachetool.cache.scan import gc_paused
-
-    with gc_paused(freeze=True):
-        _ls(path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate)
-
-
-@handle_errors
-def _ls(
+def run_ls(
     path: Path | None,
     cache_dir: Path | None,
     filters: list[str],
@@ -185,6 +105,7 @@ def _ls(
     fmt: OutputFormat,
     no_truncate: bool = False,
 ) -> None:
+    """`cachetool ls` once its options are read (by Typer, or by `cachetool.cli.light`)."""
     from cachetool.cache.listing import check_query, list_cache
 
     check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
@@ -227,7 +148,7 @@ def ls_document_text(
     of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
     at once."""
     from cachetool.cache.query import is_pinned
-    from cachetool.cli.common import envelope
+    from cachetool.cli.output import envelope
 
     head = json.dumps(envelope(ls_document(report, [], pinned)), ensure_ascii=True)
     cut = head.index('"entries": []') + len('"entries": [')
@@ -252,7 +173,7 @@ def render_human(
     pinned: frozenset[str] = frozenset(),
 ) -> None:
     """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
-    out.line(f"Cache: {out.path(report.root, out.console.width - 7)}", style="bold")
+    out.line(f"Cache: {out.path(report.root, out.width - 7)}", style="bold")
     if not entries:
         out.line("No entries." if not report.entries else "No entries match.")
     elif grouped:
@@ -264,7 +185,7 @@ def render_human(
             out.line()
             out.line(name, style="bold cyan")
             if where is not None and _short(where, report.root) not in (name, "."):
-                out.line(f"  {out.path(_short(where, report.root), out.console.width - 2)}", style="dim")
+                out.line(f"  {out.path(_short(where, report.root), out.width - 2)}", style="dim")
             _entry_table(out, report, members, with_dataset=False, pinned=pinned)
     else:
         _entry_table(out, report, entries, with_dataset=True, pinned=pinned)
@@ -273,30 +194,53 @@ def render_human(
         out.line(text)
 
 
-def _table_rows(
+def _table_columns(
     entries: list[Entry], now: float, no_truncate: bool, pinned: frozenset[str]
-) -> list[dict[str, str]]:
-    """Each entry's cells, by column name."""
+) -> dict[str, list[str]]:
+    """Each column's cells, by column name, in the order of `entries`. Ages and sizes repeat
+    (files made by one run share their second), so each is formatted once."""
     from cachetool.cache.query import is_pinned
-    from cachetool.formatting import short_age
+    from cachetool.formatting import human_size, short_age
 
-    return [
-        {
-            "dataset": e.dataset or "",
-            "kind": e.kind_str,
-            "fingerprint": entry_label(e, whole=no_truncate),
-            "pin": "yes" if is_pinned(e, pinned) else "",
-            "files": str(len(e.files)),
-            "rows": "" if e.rows is None else f"{e.rows:,}",
-            "cols": str(len(e.columns) or ""),
-            "size": e.size_str,
-            "modified": "" if e.modified is None else short_age(now - e.modified) + " ago",
-            "used": "" if e.used is None else short_age(now - e.used) + " ago",
-            "op": e.operation or "",
-            "parent": e.parent or "",
-        }
-        for e in entries
-    ]
+    ages: dict[int, str] = {}
+    sizes: dict[int, str] = {}
+
+    def age(ts: float | None) -> str:
+        if ts is None:
+            return ""
+        seconds = int(now - ts)
+        text = ages.get(seconds)
+        if text is None:
+            text = ages[seconds] = short_age(seconds) + " ago"
+        return text
+
+    def size(n: int) -> str:
+        text = sizes.get(n)
+        if text is None:
+            text = sizes[n] = human_size(n)
+        return text
+
+    columns: dict[str, list[str]] = {
+        "dataset": [e.dataset or "" for e in entries],
+        "kind": [e.kind_str for e in entries],
+        "fingerprint": [entry_label(e, whole=no_truncate) for e in entries],
+        "pin": ["yes" if is_pinned(e, pinned) else "" for e in entries] if pinned else [""] * len(entries),
+        "files": [str(len(e.files)) for e in entries],
+        "rows": [],
+        "cols": [str(len(e.columns) or "") for e in entries],
+        "size": [size(e.size) for e in entries],
+        "modified": [],
+        "used": [],
+        "op": [e.operation or "" for e in entries],
+        "parent": [e.parent or "" for e in entries],
+    }
+    for e in entries:
+        rows, modified = e.rows, e.modified
+        columns["rows"].append("" if rows is None else f"{rows:,}")
+        columns["modified"].append(age(modified))
+        used = e.last_used
+        columns["used"].append(age(modified if used is None else e.used))
+    return columns
 
 
 def _entry_table(
@@ -311,13 +255,10 @@ def _entry_table(
     `cols`, `files`, `modified`, `parent` and `op` give way, in that order, until the table fits
     (all stay in --json and `show`; --no-truncate keeps everything). A `pin` column marks pinned
     entries when there are any."""
-    from cachetool.cache.query import is_pinned
-
-    recorded = any(e.parent or e.operation for e in entries)
-    any_pinned = any(is_pinned(e, pinned) for e in entries)
-    table_rows = _table_rows(entries, report.scanned_at, out.no_truncate, pinned)
+    columns = _table_columns(entries, report.scanned_at, out.no_truncate, pinned)
+    recorded = any(columns["parent"]) or any(columns["op"])
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
-    if any_pinned:
+    if any(columns["pin"]):
         names.insert(2, "pin")
     if with_dataset:
         names.insert(0, "dataset")
@@ -325,28 +266,27 @@ def _entry_table(
         names += ["op", "parent"]
     # A fingerprint is never cut (`new_fingerprint=` may be any string): its column is as wide as
     # the longest.
-    longest_fp = max([16, *(len(row["fingerprint"]) for row in table_rows)])
+    longest_fp = max([16, *map(len, columns["fingerprint"])])
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
     if not out.no_truncate:
-        _fit_columns(names, table_rows, widths, out.console.width)
+        _fit_columns(names, columns, widths, out.width)
     justify = {
         n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
-    out.table(
-        None, [(n, justify[n]) for n in names], [[row[n] for n in names] for row in table_rows], widths=widths
-    )
+    rows = list(zip(*(columns[n] for n in names), strict=True))
+    out.table(None, [(n, justify[n]) for n in names], rows, widths=widths)
 
 
 def _fit_columns(
-    names: list[str], table_rows: list[dict[str, str]], widths: dict[str, tuple[int, int]], room: int
+    names: list[str], columns: dict[str, list[str]], widths: dict[str, tuple[int, int]], room: int
 ) -> None:
-    """Narrow the table to `room` columns: shorten datasets and parents in `table_rows`, then
+    """Narrow the table to `room` columns: shorten datasets and parents in `columns`, then
     drop columns from `names` in the order `_entry_table` documents."""
 
     def natural(n: str) -> int:
         """The width the table gives column `n`: its longest cell, within the column's bounds."""
-        longest = max([len(n), *(len(row[n]) for row in table_rows)])
+        longest = max(len(n), *map(len, columns[n])) if columns[n] else len(n)
         if n not in widths:
             return longest
         low, high = widths[n]
@@ -357,14 +297,13 @@ def _fit_columns(
     def width_of(cols: list[str]) -> int:
         return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
 
-    steps = [
-        ("dataset", lambda row: row.update(dataset=_CONFIG_HASH.sub("", row["dataset"]))),
-        ("parent", lambda row: row.update(parent=row["parent"][:8])),
+    steps: list[tuple[str, Callable[[str], str]]] = [
+        ("dataset", lambda cell: _CONFIG_HASH.sub("", cell)),
+        ("parent", lambda cell: cell[:8]),
     ]
     for column, shorten in steps:
         if column in names and width_of(names) > room:
-            for row in table_rows:
-                shorten(row)
+            columns[column] = [shorten(cell) for cell in columns[column]]
             natural_width[column] = natural(column)
     for column in ("cols", "files", "modified", "parent", "op"):
         if width_of(names) <= room:

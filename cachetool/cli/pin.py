@@ -133,7 +133,7 @@ def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
         out.json({"root": str(root), "pins": [p.to_json() for p in pins]})
         return
     if not pins:
-        out.line(f"No pins in {out.path(root, out.console.width - 12)}.")
+        out.line(f"No pins in {out.path(root, out.width - 12)}.")
         return
     out.table(
         None,

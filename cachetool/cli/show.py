@@ -5,22 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    NoTruncateOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    handle_errors,
-    warn,
-)
+from cachetool.cli.output import Output, OutputFormat, warn
 from cachetool.formatting import local_time, time_ago
 from cachetool.lineage.show import fingerprint_check
 
@@ -30,38 +17,8 @@ if TYPE_CHECKING:
     from cachetool.lineage.show import EntryReport
 
 
-def show_command(
-    fingerprint: Annotated[
-        str, typer.Argument(help="A fingerprint, a unique prefix of one, an alias, or a path.")
-    ],
-    cache_dir: CacheDirOption = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-    no_truncate: NoTruncateOption = False,
-) -> None:
-    """Show everything known about one cache entry.
-
-    Files with sizes and paths, content (data or indices), schema and `features`, row count, the
-    fingerprint recorded inside each file and whether it matches the name, completeness (the
-    end-of-stream marker), timestamps, expected rows for source splits, and the recorded lineage
-    when the pipeline ran under `cachetool run`. A unique prefix of a fingerprint is enough.
-
-    **Examples**
-
-        cachetool show 7a5731241fa9ef8b
-
-        cachetool show 7a57 --json
-
-        cachetool show 7a57 --cache-dir /data/hf-cache
-
-    Exit codes: 0 shown; 2 unknown or ambiguous fingerprint (candidates listed), or missing cache.
-    """
-    _show(fingerprint, cache_dir, choose_format(fmt, as_json, quiet), no_truncate)
-
-
-@handle_errors
-def _show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
+def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
+    """`cachetool show` once its options are read (by Typer, or by `cachetool.cli.light`)."""
     from cachetool.cache.dirs import existing_root
     from cachetool.cli.ls import report_warnings, scan_with_progress
     from cachetool.lineage.show import show_entry
@@ -120,7 +77,7 @@ def _facts(out: Output, e: Entry, pinned: bool) -> list[tuple[str, Any]]:
         ("dataset", e.dataset),
         ("split", e.split),
         ("content", e.content),
-        ("path", out.path(e.path, out.console.width - 16)),
+        ("path", out.path(e.path, out.width - 16)),
         ("rows", None if e.rows is None else f"{e.rows:,}"),
         ("expected rows", None if e.expected_rows is None else f"{e.expected_rows:,} (dataset_info.json)"),
         ("size", f"{e.size_str} ({e.size:,} bytes) in {len(e.files)} file(s)"),
@@ -129,7 +86,7 @@ def _facts(out: Output, e: Entry, pinned: bool) -> list[tuple[str, Any]]:
         ("last used", _when(e.used)),
         ("operation", e.operation),
         ("parent", e.parent),
-        ("deleted with", out.path(e.unit, out.console.width - 16) if e.unit and e.unit != e.path else None),
+        ("deleted with", out.path(e.unit, out.width - 16) if e.unit and e.unit != e.path else None),
         ("pinned", "yes (gc never evicts it or its recorded ancestors)" if pinned else None),
     ]
 
@@ -144,8 +101,8 @@ def _render_files(out: Output, root: Path, e: Entry) -> None:
             where = os.fsdecode(Path(folder).relative_to(root))
         except ValueError:
             where = out.path(Path(folder), 40)
-        out.line(f"in {out.path(where, out.console.width - 3)}", style="dim")
-    narrow = not out.no_truncate and out.console.width < 100
+        out.line(f"in {out.path(where, out.width - 3)}", style="dim")
+    narrow = not out.no_truncate and out.width < 100
     rows = [_file_row(out, e, f, narrow) for f in e.files]
     wide = [("batches", "right"), ("fingerprint in file", "left"), ("state", "left")]
     columns = [

@@ -16,43 +16,73 @@ def plain_table_lines(
 ) -> list[str] | None:
     """The lines Rich draws for a table without box, edge or title (header first), or None
     where Rich would have to do more than pad: the table is wider than `width`, a cell holds a
-    tab, or a cell with wide characters must be cut."""
-    from rich.cells import cell_len
+    tab, or a cell with wide characters must be cut.
 
+    Column by column: a column of ASCII text (the usual case) is measured with `len` and padded
+    by one format string per line, so a listing of 100,000 rows costs little more than its text."""
     n = len(columns)
     if any(len(row) != n for row in cells):
         return None
+    col_cells: list[Sequence[str]] = list(zip(*cells, strict=True)) if cells else [() for _ in columns]
     col_widths: list[int] = []
-    for i, (header, _) in enumerate(columns):
-        w = len(header) if header.isascii() else cell_len(header)
-        for row in cells:
-            c = row[i]
-            lc = len(c) if c.isascii() else cell_len(c)
-            if lc > w:
-                w = lc
+    pieces: list[str] = []  # the format of a line, column by column
+    for (header, justify), col in zip(columns, col_cells, strict=True):
+        everything = header + "".join(col)
+        if "\t" in everything:
+            return None
+        ascii_only = _narrow(everything)
+        if ascii_only:
+            w = max(len(header), max(map(len, col), default=0))
+        else:
+            from rich.cells import cell_len
+
+            w = max(cell_len(header), max(map(cell_len, col), default=0))
         lo, hi = widths.get(header, (None, None))
         if lo is not None:
             w = max(w, lo)
         if hi is not None:
             w = min(w, hi)
         col_widths.append(max(w, 0))
+        pieces.append(f"{{:{'>' if justify == 'right' else '<'}{max(w, 0)}}}" if ascii_only else "{}")
     if sum(col_widths) + 2 * (n - 1) > width:
         return None
-    lines: list[str] = []
-    right = [justify == "right" for _, justify in columns]
-    for row in [[h for h, _ in columns], *cells]:
-        out: list[str] = []
-        for c, w, r in zip(row, col_widths, right, strict=True):
-            if "\t" in c:
+    fitted: list[Sequence[str]] = []
+    for (header, justify), col, w in zip(columns, col_cells, col_widths, strict=True):
+        fitted_col = _fit_cells([header, *col], w, justify == "right")
+        if fitted_col is None:
+            return None
+        fitted.append(fitted_col)
+    line = "  ".join(pieces).format
+    return [line(*row) for row in zip(*fitted, strict=True)]
+
+
+def _narrow(text: str) -> bool:
+    """Every character one cell wide as Rich measures it, so `len` is the width: ASCII, and the
+    ellipsis of a cut name or an abbreviated hash (measuring the rest needs Rich's tables)."""
+    return text.isascii() or text.replace("…", "").isascii()
+
+
+def _fit_cells(col: list[str], w: int, right: bool) -> list[str] | None:
+    """A column's cells (header first) cut to `w` cells with an ellipsis where longer; a column
+    that is not ASCII is also padded here (its format pads nothing), None where a cell with wide
+    characters would have to be cut."""
+    if _narrow("".join(col)):
+        if max(map(len, col)) <= w:
+            return col
+        if w < 1 or not all(c.isascii() for c in col if len(c) > w):
+            return None
+        return [c if len(c) <= w else c[: w - 1] + "…" for c in col]
+    from rich.cells import cell_len
+
+    out: list[str] = []
+    for c in col:
+        lc = len(c) if c.isascii() else cell_len(c)
+        if lc > w:
+            if not c.isascii() or w < 1:
                 return None
-            lc = len(c) if c.isascii() else cell_len(c)
-            if lc > w:
-                if not c.isascii() or w < 1:
-                    return None
-                c, lc = c[: w - 1] + "…", w
-            out.append(" " * (w - lc) + c if r else c + " " * (w - lc))
-        lines.append("  ".join(out))
-    return lines
+            c, lc = c[: w - 1] + "…", w
+        out.append(" " * (w - lc) + c if right else c + " " * (w - lc))
+    return out
 
 
 def rich_table(

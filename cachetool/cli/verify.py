@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -153,35 +154,49 @@ def _verify(
     yes: bool,
     **options: Any,
 ) -> None:
-    from cachetool.cache.dirs import existing_root
-    from cachetool.maintenance.verify import verify_cache
-
     if options["record"] and not options["deep"]:
         raise CachetoolError("--record needs --deep (checksums come from reading every byte)")
     if options["dry_run"] and not options["quarantine"]:
         raise CachetoolError("--dry-run needs --quarantine (verify alone moves nothing)")
-    root = existing_root(cache_dir)
-    out = Output(fmt)
-    with _Progress(fmt) as progress:
+    with _deep_run() if options["deep"] else nullcontext():
+        from cachetool.cache.dirs import existing_root
+        from cachetool.maintenance.verify import verify_cache
 
-        def ask(plan: QuarantinePlan) -> bool:
-            progress.stop()
-            return _confirm(out, plan, fmt, strict)
+        root = existing_root(cache_dir)
+        out = Output(fmt)
+        with _Progress(fmt) as progress:
 
-        report = verify_cache(
-            root, fingerprints, progress=progress.update, confirm=None if yes else ask, **options
-        )
-    for note in report.restore_notes:
-        warn(note)
-    for _, dst in report.restored:
-        hint(f"restored {dst}")
-    if options["restore"] and not report.restored:
-        hint("nothing to restore")
-    _show(out, report, fmt, strict)
-    if report.would_quarantine:
-        hint("run again without --dry-run to move them (each is checked again right before)")
-    if report.failed(strict):
-        raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+            def ask(plan: QuarantinePlan) -> bool:
+                progress.stop()
+                return _confirm(out, plan, fmt, strict)
+
+            report = verify_cache(
+                root, fingerprints, progress=progress.update, confirm=None if yes else ask, **options
+            )
+        for note in report.restore_notes:
+            warn(note)
+        for _, dst in report.restored:
+            hint(f"restored {dst}")
+        if options["restore"] and not report.restored:
+            hint("nothing to restore")
+        _show(out, report, fmt, strict)
+        if report.would_quarantine:
+            hint("run again without --dry-run to move them (each is checked again right before)")
+        if report.failed(strict):
+            raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+
+
+@contextmanager
+def _deep_run() -> Iterator[None]:
+    """What a deep verify's process needs: pyarrow imports numpy, whose OpenBLAS starts a thread
+    per core that spins for a while (0.05 s of CPU here), and --deep does no linear algebra and
+    wants those cores for reading; its imports, scan and reads make many objects and few cycles,
+    so no garbage collection runs (they were 10% of its start-up's CPU), nor walks them after."""
+    from cachetool.cache.walk import gc_paused
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    with gc_paused(freeze=True):  # what it made is left out of any later collection's walk
+        yield
 
 
 def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool) -> bool:
@@ -269,7 +284,7 @@ def render(out: Output, report: VerifyReport) -> None:
     for f in report.findings:
         label = f.entry if f.entry and "/" not in f.entry else f.kind
         out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
-        where = out.path(rel(f.path), out.console.width - 11 - len(label))  # names whole
+        where = out.path(rel(f.path), out.width - 11 - len(label))  # names whole
         out.line(f"        {label} · {where}", style="dim")
         if f.hint:  # a command stays on one line, to paste as printed
             out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint_is_command)

@@ -13,7 +13,7 @@ import pytest
 from cachetool.cache.arrow import UNREADABLE, read_summary
 from cachetool.cache.index import ReadIndex, _encode
 from tests.attack.damaged_arrow import damaged_folder, good_stream, mutations, non_utf8_name, wide_integer
-from tests.conftest import hf_env
+from tests.conftest import hf_env, write_anew
 
 
 def test_the_header_reader_survives_thousands_of_mutated_files(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_the_header_reader_survives_thousands_of_mutated_files(tmp_path: Path) -
     path = tmp_path / "cache-0123456789abcdef.arrow"
     unreadable = 0
     for data in mutations(good_stream(), seed=20261124, count=3000):
-        path.write_bytes(data)
+        write_anew(path, data)
         s = read_summary(path)
         assert s.rows is None or isinstance(s.rows, int)
         assert all(isinstance(n, str) for n, _ in s.columns)

@@ -10,6 +10,7 @@ import pytest
 from cachetool.cache.arrow import read_summary
 from cachetool.maintenance.verify import deep_check, verify_cache
 from tests.attack.damaged_arrow import schema_length
+from tests.conftest import write_anew
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def test_every_bit_flip_in_the_schema_that_datasets_cannot_load_is_reported(tmp_
         b = bytearray(good)
         pos = rng.randrange(8, head)
         b[pos] ^= 1 << rng.randrange(8)
-        path.write_bytes(bytes(b))
+        write_anew(path, bytes(b))
         if _datasets_loads(path):
             continue
         refused += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from cachetool.cache import layout
@@ -38,13 +39,22 @@ _LEFTOVERS = (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE, Kind.LOC
 class Checker:
     """Collects the findings about the entries of one scan (`entry(e)` for each)."""
 
-    def __init__(self, report: CacheReport, in_use: InUse, now: float) -> None:
+    def __init__(self, report: CacheReport, in_use: InUse | Callable[[], InUse], now: float) -> None:
+        """`in_use` may be a function that takes the liveness snapshot: it is then called the
+        first time a check needs to know who holds a file (a leftover, a lock, a shard set being
+        written), and a cache without any spends nothing on reading every process's files."""
         self.report = report
-        self.in_use = in_use
+        self._in_use = in_use
         self.now = now
         self.findings: list[Finding] = []
         self.removed_folders: frozenset[Path] | None = None
         self.recompute = recompute_hint(report.root)
+
+    @property
+    def in_use(self) -> InUse:
+        if callable(self._in_use):
+            self._in_use = self._in_use()
+        return self._in_use
 
     def gc_hint(self, e: Entry) -> str:
         """The gc command that removes this leftover now (it was just proven unheld)."""

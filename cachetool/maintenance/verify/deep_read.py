@@ -10,7 +10,6 @@ first problem in stream order is the one reported, as reading the file batch by 
 
 from __future__ import annotations
 
-import gc
 import mmap
 import os
 import queue
@@ -21,8 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache.walk import gc_paused
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.verify.schema_check import SchemaVerdicts, load_error
+
+#: Validate each group of batches in one call (one GIL hand-over a group); False: batch by batch
+#: (the same findings, a test compares them).
+WHOLE_GROUPS = True
 
 #: Bytes of batches validated by one task: large enough that a task costs far more than handing
 #: it over, small enough that a large file spreads over every core.
@@ -55,13 +59,8 @@ def read_files(
     batch = _Batch(paths, jobs or os.cpu_count() or 1, verdicts, progress)
     # Thousands of batch objects come and go, none in a cycle: a collection would only walk
     # every object of the process again (5% of a deep verify's CPU in a profile).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         batch.run()
-    finally:
-        if collecting:
-            gc.enable()
     return [r for r in batch.results if r is not None]  # every one is: a crash was raised
 
 
@@ -142,10 +141,12 @@ class _File:
                 else:  # hashed on one core while its batches are validated on the others
                     self._add_task()
                     pool.submit(self._task, self._hash)
-                    self._list_batches(verdicts)
-                    for n in range(len(self.groups)):
+
+                    def validate(n: int) -> None:  # as soon as the group is listed
                         self._add_task()
                         pool.submit(self._task, self._validate, n)
+
+                    self._list_batches(verdicts, validate)
         except BaseException as e:  # handed to the caller's thread by `collect`
             self.crash = e
         self._task_done()
@@ -170,9 +171,12 @@ class _File:
             os.close(fd)
         return True
 
-    def _list_batches(self, verdicts: SchemaVerdicts | None) -> None:
-        """Read the message headers (zero-copy views of the map) and group the batches; stop at
-        a schema `datasets` refuses (the file is reported for that alone)."""
+    def _list_batches(
+        self, verdicts: SchemaVerdicts | None, listed: Callable[[int], None] | None = None
+    ) -> None:
+        """Read the message headers (zero-copy views of the map) and group the batches, calling
+        `listed(n)` as group n is complete (so its validation starts while the rest is listed);
+        stop at a schema `datasets` refuses (the file is reported for that alone)."""
         import pyarrow as pa
 
         group: list[Any] = []
@@ -188,12 +192,17 @@ class _File:
             for index, batch in enumerate(reader):
                 group.append(batch)
                 if source.tell() - start >= GROUP_BYTES:
-                    self.groups.append((first, group))
+                    self._listed((first, group), listed)
                     group, first, start = [], index + 1, source.tell()
         except Exception as e:  # whatever pyarrow raises on damage is a finding
             self.read_error = damage(e)
         if group:
-            self.groups.append((first, group))
+            self._listed((first, group), listed)
+
+    def _listed(self, group: tuple[int, list[Any]], listed: Callable[[int], None] | None) -> None:
+        self.groups.append(group)
+        if listed is not None:
+            listed(len(self.groups) - 1)
 
     def _add_task(self) -> None:
         with self.lock:
@@ -221,6 +230,21 @@ class _File:
         import pyarrow as pa
 
         first, batches = self.groups[n]
+        bad = self.bad_batch
+        if bad is not None and bad[0] < first:
+            return  # an earlier batch is the one reported
+        if WHOLE_GROUPS and len(batches) > 1:
+            try:
+                # The whole group in one call: the GIL is given back and taken again once per
+                # group instead of once per batch, so threads running on every core do not
+                # queue for it. A table of the batches holds every one, empty ones included,
+                # and each batch's own lengths were checked as it was read; a group that does
+                # not validate is gone through batch by batch below, for the first bad batch
+                # and the words a batch-by-batch read gives.
+                pa.Table.from_batches(batches).validate(full=True)
+                return
+            except Exception:  # said batch by batch below
+                pass
         for index, batch in enumerate(batches, first):
             bad = self.bad_batch
             if bad is not None and bad[0] < index:

@@ -87,7 +87,7 @@ def _check(
     if fingerprints:
         chosen = {id(find_entry(report, fp, ledger)) for fp in fingerprints}
         entries = [e for e in entries if id(e) in chosen]
-    checker = Checker(report, scan_in_use(root=report.root), time.time())
+    checker = Checker(report, lambda: scan_in_use(root=report.root), time.time())  # when needed
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)

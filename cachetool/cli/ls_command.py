@@ -1,0 +1,90 @@
+"""`cachetool ls`'s Typer options and help; the work is `cachetool.cli.ls.run_ls`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cachetool.cli.common import (
+    CacheDirOption,
+    FormatOption,
+    JsonOption,
+    NoTruncateOption,
+    OutputFormat,
+    QuietOption,
+    choose_format,
+    handle_errors,
+)
+from cachetool.cli.ls import run_ls
+
+
+# Long for its Typer options and help text only: the work is in `run_ls`.
+def ls_command(
+    path: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A cache root, a save_to_disk folder or any folder of Arrow files.", show_default=False
+        ),
+    ] = None,
+    cache_dir: CacheDirOption = None,
+    filter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            "-f",
+            help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
+            "Keys: size, rows, files, used (or accessed), modified, kind, dataset, split, content, "
+            "fingerprint, pinned.",
+            metavar="EXPR",
+        ),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort",
+            help="size|modified|used|accessed|rows|files|kind|name, optionally :asc or :desc "
+            "(default desc for size/modified/used/rows/files, asc for name).",
+            metavar="KEY",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=0, metavar="N", help="Show at most N entries.")
+    ] = None,
+    fmt: FormatOption = OutputFormat.human,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+    no_truncate: NoTruncateOption = False,
+) -> None:
+    """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
+
+    One row per dataset state (a fingerprint and all its files), grouped by dataset folder, then
+    a totals line with files and bytes per kind. Reads only file headers, never column data, and
+    never changes access times. "Last used" is the latest ledger record touching the entry (see
+    `cachetool run`), else its modification time.
+
+    **Filters** (`hf cache ls` semantics): `size>100MB`, `rows<1000`, `used>7d` (not used in the
+    last 7 days; `accessed>7d` is the same), `modified<1h`, `kind=temp` (or `kind=leftover`),
+    `dataset=csv`, `split=train`, `pinned=yes`. Pinned entries are marked in the `pin` column.
+
+    **Examples**
+
+        cachetool ls
+
+        cachetool ls --filter "size>100MB" --sort size --limit 10
+
+        cachetool ls --filter kind=leftover --json
+
+        cachetool ls ./saved/my_dataset
+
+        cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
+
+    Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
+    """
+    from cachetool.cache.scan import gc_paused
+
+    with gc_paused(freeze=True):
+        handle_errors(run_ls)(
+            path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate
+        )

@@ -1,0 +1,239 @@
+"""The light path (`cachetool.cli.light`) answers plain command lines exactly as the Typer app.
+
+`python -m cachetool ls ...` (and `show`, `lineage`, `explain` of one fingerprint) is answered
+without Typer, Click or pydantic when the strict grammar reads the whole command line, by the
+Typer app otherwise. Each command line here runs once through the console entry and once through
+the Typer app directly; stdout, stderr and the exit code must be the same bytes, and each line
+must have taken the path it is listed for (a line the light path leaves to the Typer app proves
+nothing about the light path).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachetool.cli.output import Output, OutputFormat
+
+# The console entry (`python -m cachetool`), noting in a file which of the heavy modules it
+# imported; and the Typer app with nothing in front of it. Both see the clock stopped at the
+# same second, so the ages in a human listing (`5s ago`) are the same.
+CLOCK = "import os, time\nnow = float(os.environ['NOW'])\ntime.time = lambda: now\n"
+LIGHT = CLOCK + (
+    "import atexit, os, runpy, sys\n"
+    "def note():\n"
+    "    with open(os.environ['PROBE'], 'w') as f:\n"
+    "        f.write(','.join(m for m in ('typer', 'click', 'pydantic', 'rich') if m in sys.modules))\n"
+    "atexit.register(note)\n"
+    "sys.argv[0] = 'cachetool'\n"
+    "runpy.run_module('cachetool', run_name='__main__', alter_sys=True)\n"
+)
+TYPER = CLOCK + "import sys\nsys.argv[0] = 'cachetool'\nfrom cachetool.cli.app import main\nmain()\n"
+
+
+def _run(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _both(args: list[str], env: dict[str, str], probe: Path) -> tuple[tuple[int, str, str], ...]:
+    """Both answers (the light one noting its imports in `probe`)."""
+    env = {**env, "NOW": str(time.time())}
+    return _run(LIGHT, args, {**env, "PROBE": str(probe)}), _run(TYPER, args, env)
+
+
+@pytest.fixture(scope="module")
+def golden_env(golden: dict[str, Any]) -> Iterator[dict[str, str]]:
+    env = {**golden["env"], "COLUMNS": "120"}
+    env.pop("CACHETOOL_DEBUG", None)
+    yield env
+
+
+MISSING = "/nonexistent/cache"
+
+# (arguments, whether the light path answers them). `{cache}` is the golden cache (also the
+# default root of the environment), `{saved}` its save_to_disk folder.
+MATRIX: list[tuple[list[str], bool]] = [
+    (["ls"], True),
+    (["ls", "--json"], True),
+    (["ls", "{cache}", "--format", "quiet", "--filter", "kind=indices", "--sort", "rows:asc"], True),
+    (["ls", "-q", "--cache-dir", "{cache}", "-f", "rows>1", "--filter=kind=map", "--limit", "2"], True),
+    (["ls", "--sort", "size:asc", "--no-truncate", "--format=human", "--limit=3"], True),
+    (["ls", "{saved}", "--json"], True),
+    (["ls", "--limit", "0", "--filter", "kind=map", "--filter", "rows>1"], True),
+    (["--version"], True),
+    (["-V"], True),
+    # errors the model reports: the same `Error:` line and exit code
+    (["ls", "--cache-dir", MISSING], True),
+    (["ls", MISSING, "--json"], True),
+    (["ls", "--filter", "size>lots"], True),
+    (["ls", "--sort", "weight"], True),
+    (["ls", "{cache}", "--cache-dir", "{cache}"], True),
+    # what the grammar leaves to the Typer app
+    (["ls", "--limit", "-1"], False),
+    (["ls", "--limit", "ten"], False),
+    (["ls", "--format", "xml"], False),
+    (["ls", "--jso"], False),
+    (["ls", "--help"], False),
+    (["ls", "--cache-dir", " "], False),
+    (["ls", "{cache}", "{cache}"], False),
+    (["ls", "--sort", "size", "--sort", "rows"], False),
+    # show, lineage and explain of one fingerprint (`{fp}` a unique prefix of the final step's)
+    (["show", "{final}"], True),
+    (["show", "{fp}", "--json", "--cache-dir", "{cache}"], True),
+    (["show", "{fp}", "-q", "--no-truncate"], True),
+    (["show", "{fp}", "--format=human", "--no-truncate"], True),
+    (["show", "0000dead"], True),
+    (["show"], False),
+    (["lineage", "{fp}"], True),
+    (["lineage", "{final}", "--json", "--cache-dir", "{cache}"], True),
+    (["lineage", "{fp}", "-d", "--format", "dot"], True),
+    (["lineage", "{fp}", "--all", "--internal", "--format=mermaid"], True),
+    (["lineage", "{fp}", "-q", "--all-roots", "-a"], True),
+    (["lineage", "0000dead"], True),
+    (["lineage", "{fp}", "-da"], False),
+    (["explain", "{fp}"], True),
+    (["explain", "{final}", "--json", "--history", "1"], True),
+    (["explain", "{fp}", "-q", "--all-roots", "--cache-dir", "{cache}"], True),
+    (["explain", "--last"], True),
+    (["explain"], True),
+    (["explain", "--script", "pipeline.py"], False),
+    (["explain", "{fp}", "--history", "-1"], False),
+]
+
+
+@pytest.mark.slow
+def test_light_path_answers_as_the_typer_app(
+    golden: dict[str, Any], golden_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A user gets the same stdout, stderr and exit code from `cachetool ls ...` (`show`,
+    `lineage`, `explain`, `--version`) whether or not
+    the command line is plain enough for the light path, on a real cache; plain lines never
+    import Typer, Click or pydantic, the others are answered by the Typer app."""
+    saved = str(Path(golden["folder"]) / "saved" / "reviews")
+    probe = tmp_path / "probe"
+    for template, light_expected in MATRIX:
+        args = [
+            a.format(cache=golden["cache"], saved=saved, final=golden["final"], fp=golden["final"][:8])
+            for a in template
+        ]
+        probe.unlink(missing_ok=True)
+        light, typer = _both(args, golden_env, probe)
+        assert light == typer, f"cachetool {' '.join(template)}"
+        imported = probe.read_text().split(",")
+        took_light = "typer" not in imported
+        assert took_light == light_expected, f"cachetool {' '.join(template)}: imported {imported}"
+        if light_expected:
+            assert not {"click", "pydantic"} & set(imported), template
+    # the default root that does not exist, through the environment
+    env = {**golden_env, "HF_DATASETS_CACHE": MISSING}
+    light, typer = _both(["ls", "--json"], env, probe)
+    assert light == typer and light[0] == 2 and light[2].startswith("Error: "), light
+
+
+@pytest.mark.slow
+def test_debug_and_completion_go_to_the_typer_app(golden_env: dict[str, str], tmp_path: Path) -> None:
+    """With `CACHETOOL_DEBUG=1` the traceback a user reports is the Typer app's; at a TAB
+    (`_CACHETOOL_COMPLETE`) the Typer app completes, as it always has."""
+    probe = tmp_path / "probe"
+    light, typer = _both(["ls", "--cache-dir", MISSING], {**golden_env, "CACHETOOL_DEBUG": "1"}, probe)
+    assert "typer" in probe.read_text().split(",")
+    assert light[0] == typer[0] == 1 and "CacheNotFound" in light[2].splitlines()[-1]
+    tab = {
+        **golden_env,
+        "_CACHETOOL_COMPLETE": "complete_bash",
+        "COMP_WORDS": "cachetool l",
+        "COMP_CWORD": "1",
+    }
+    light, typer = _both([], tab, probe)
+    assert light == typer and light[1].split() == ["ls", "lineage"]
+
+
+@pytest.mark.slow
+def test_ls_json_imports_no_typer_click_pydantic_or_rich(golden_env: dict[str, str], tmp_path: Path) -> None:
+    """`cachetool ls --json` in a pipe starts without Typer, Click, pydantic or Rich."""
+    probe = tmp_path / "probe"
+    code, out, _ = _run(LIGHT, ["ls", "--json"], {**golden_env, "PROBE": str(probe), "NOW": str(time.time())})
+    assert code == 0 and json.loads(out)["entries"]
+    assert probe.read_text() == ""
+
+
+# --- the sink writes what Rich would ----------------------------------------------------------
+
+LINES = [
+    "plain ascii",
+    "",
+    "a\ttab and\tanother",
+    "wide 漢字 and emoji 🙂 [bold]not markup[/bold] :smile:",
+    "control \x1b[31m red \x07 bell \r return",
+    "a long line " + "word " * 40 + "`a command that must not split` " + "x" * 130,
+    "  indented " + "more words " * 20,
+]
+
+
+def _written(plain: bool, lines: list[str], table: list[list[str]]) -> str:
+    out = Output(OutputFormat.human)
+    if not plain:
+        assert out.console is not None  # made first: every line goes through Rich
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        for line in lines:
+            out.line(line, style="bold")
+        out.line(lines[-2], wrap=False)
+        out.line(out.path(os.path.expanduser("~/a/b/c/d/e/f/g/h/i/j/k/l/m/n/file.arrow"), 30))
+        out.table(None, [("name", "left"), ("size", "right")], table, widths={"name": (4, 12)})
+        out.table(None, [("name", "left"), ("n", "right")], table, whole=["name"])
+        for title in ("Schema", "Odd", "A title wider than the table", "[b]x[/b]", "at :smile:", " Pad "):
+            out.table(title, [("column", "left"), ("n", "right")], table[:2])
+            out.table(title, [("name", "left"), ("n", "right")], table, whole=["name"])
+    assert out.plain is plain
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("columns", ["80", "33"])
+def test_plain_lines_are_the_bytes_rich_writes(monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+    """Lines, paths and tables written without Rich (not a terminal) are the bytes Rich writes:
+    tabs, wide characters, markup-like and control characters, wrapping, cut and whole cells."""
+    for var in ("TTY_COMPATIBLE", "FORCE_COLOR", "NO_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COLUMNS", columns)
+    table = [
+        ["short", "1"],
+        ["a-rather-long-name-that-is-cut", "22"],
+        ["漢字の名前です長い", "3"],
+        ["t\tab", "4"],
+    ]
+    assert _written(True, LINES, table) == _written(False, LINES, table)
+    narrow = [["cache-1f2e…", "1"], ["…", "22"], ["a-long-name…-that-is-cut", "3"], ["x", "4…"]]
+    assert _written(True, LINES, narrow) == _written(False, LINES, narrow)
+
+
+def test_stderr_lines_are_the_bytes_rich_writes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`Error:`, `Warning:` and `Hint:` lines written without Rich are the bytes Rich writes."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from cachetool.cli.output import error, hint, warn
+
+    message = "bad \x1b[2J file /x/[red]y[/red]\nsecond line 漢字"
+    for write, label in ((error, "Error:"), (warn, "Warning:"), (hint, "Hint:")):
+        write(message)
+        plain = capsys.readouterr().err
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            Text.assemble((label, "bold"), " ", "bad \\x1b[2J file /x/[red]y[/red]\nsecond line 漢字")
+        )
+        assert plain == capsys.readouterr().err
