@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -38,6 +39,14 @@ def main() -> None:
     ns = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_trace-"))
+    try:
+        measure(ns, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the cache and the ledger it wrote
+
+
+def measure(ns: argparse.Namespace, tmp: Path) -> None:
+    """Build the cache in `tmp`, time the rounds, print the figures."""
     # datasets reads these at import: set them first, as a pipeline script would.
     os.environ["HF_DATASETS_CACHE"] = str(tmp / "cache")
     os.environ["CACHETOOL_HOME"] = str(tmp / "cachetool_home")

@@ -8,9 +8,12 @@ with `CACHETOOL_DEBUG=1`.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from enum import IntEnum
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # `cachetool run`'s launcher imports this module: no pathlib, no collections
+    from collections.abc import Sequence
+    from pathlib import Path
 
 
 class ExitCode(IntEnum):

@@ -1,9 +1,10 @@
 """The `cachetool` console script and `python -m cachetool`: `run` goes straight to the script,
 plain `ls` and `--version` are answered by `cachetool.cli.light`, the rest by the Typer app.
 
-`cachetool run SCRIPT ARGS...` replaces this process by the script's own interpreter, so building
-the Typer app first (Typer, Click, Rich, pydantic: ~0.2 s) bought nothing but start-up time. A
-`run` whose script exists is handed to `run_script` here, before anything heavy is imported;
+`cachetool run SCRIPT ARGS...` becomes the script (`python script.py ARGS...` with tracing on), so
+building the Typer app first (Typer, Click, Rich, pydantic: ~0.2 s) bought nothing but start-up
+time. A `run` whose script exists is handed to `run_here` here, before anything heavy is imported
+(the script runs in this interpreter, which holds nothing but the bootstrap's few modules);
 every other command line (`run --help`, `run` without a script, a script that does not exist,
 `--version`, shell completion) goes to the Typer app in `cachetool.cli.app`, which answers it
 exactly as it always has. `cachetool.cli.light` answers what its strict grammar reads whole
@@ -21,14 +22,10 @@ from collections.abc import Sequence
 def main() -> None:
     """Console-script entry point."""
     argv = sys.argv[1:]
-    if _plain_run(argv):
-        from cachetool.errors import CachetoolError
-        from cachetool.trace.runner import run_script
+    if _plain_run(argv) and os.path.exists(argv[1]):  # else the Typer app reports it
+        from cachetool.trace.runner import run_here
 
-        try:
-            run_script(argv[1], argv[2:])  # does not return
-        except CachetoolError:
-            pass  # the Typer app reports it (one `Error:` line, or a traceback with CACHETOOL_DEBUG)
+        run_here(argv[1], argv[2:])  # does not return
     from cachetool.cli.light import answer
 
     code = answer(argv)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachetool.lineage.ledger import read_segment
 from cachetool.lineage.records import BadRecord, StepRecord, parse_record
+from cachetool.lineage.segments import read_segment
 
 __all__ = ["Event", "EventsFile", "as_events", "load_events", "read_events"]
 

@@ -4,8 +4,10 @@ found and stopped (through a marker in their environment) however it detached.""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
+import select
 import signal
 import subprocess
 import threading
@@ -21,6 +23,7 @@ __all__ = [
     "stop_marked",
     "tail_lines",
     "terminal_lines",
+    "wait_exit",
 ]
 
 _STDERR_TAIL_LINES = 20
@@ -134,6 +137,26 @@ def terminal_lines(text: str) -> list[str]:
         if line.strip() and not _PROGRESS_BAR.search(line):
             out.append(line)
     return out
+
+
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
+    """`proc.wait(timeout)`, woken by the exit itself: with a timeout, `Popen.wait` sleeps in
+    steps of up to 50 ms and sees the end of a run that much late; a pidfd (Linux 5.3+) becomes
+    readable the moment the process exits. Raises `subprocess.TimeoutExpired` as `wait` does."""
+    if timeout is None or proc.returncode is not None:
+        return proc.wait(timeout)
+    try:
+        fd = os.pidfd_open(proc.pid)  # not yet reaped (no returncode): the pid is still ours
+    except (AttributeError, OSError):  # another OS, an old kernel
+        return proc.wait(timeout)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(max(0, math.ceil(timeout * 1000))):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    return proc.wait()
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -18,12 +18,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.determinism.checkpoint import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
-from cachetool.determinism.events import load_events
-from cachetool.determinism.process import RUN_MARKER_ENV, Tail, kill_group, stop_marked, tail_lines
-from cachetool.determinism.report import RunOutcome, RunProgress
+from cachetool.determinism.process import (
+    RUN_MARKER_ENV,
+    Tail,
+    kill_group,
+    stop_marked,
+    tail_lines,
+    wait_exit,
+)
 from cachetool.determinism.waiter import GO, GO_FD_ENV, PREIMPORT_ENV
+
+if TYPE_CHECKING:  # imported when a run ends: the runs start before the comparison's imports
+    from cachetool.determinism.report import RunOutcome, RunProgress
 
 __all__ = ["Run", "RunSettings", "run_command"]
 
@@ -191,7 +200,7 @@ class Run:
         returncode: int | None
         try:
             left = None if self.s.timeout is None else max(0.0, self.went + self.s.timeout - time.monotonic())
-            returncode = proc.wait(timeout=left)
+            returncode = wait_exit(proc, left)
         except subprocess.TimeoutExpired:
             timed_out = True
             kill_group(proc)
@@ -208,6 +217,9 @@ class Run:
         duration = time.monotonic() - self.went
         out_tail.finish(self.dir / "stdout.txt")
         err = err_tail.finish(self.dir / "stderr.txt")
+        from cachetool.determinism.events import load_events
+        from cachetool.determinism.report import RunOutcome
+
         read = load_events(self.events)
         if self.s.isolated:
             shutil.rmtree(self.dir / "hf-datasets-cache", ignore_errors=True)
@@ -264,6 +276,8 @@ class _Watching:
     def report(self, finished: bool) -> None:
         if self.progress is None:
             return
+        from cachetool.determinism.report import RunProgress
+
         try:
             steps = self.events.read_bytes().count(b"\n")
         except OSError:

@@ -15,15 +15,15 @@ The pieces: `process` (a run's processes and output), `events` (its events file,
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from cachetool.determinism.analysis import Analysis, Cause, align, analyze
 from cachetool.determinism.cleanup import (
     WORKDIR_PREFIX,
     CheckInterrupted,
@@ -31,11 +31,14 @@ from cachetool.determinism.cleanup import (
     cache_root,
     terminate_as_interrupt,
 )
-from cachetool.determinism.events import read_events
 from cachetool.determinism.process import OUTPUT_CAP, RUN_MARKER_ENV, marked_pids, stop_marked, terminal_lines
-from cachetool.determinism.report import DeterminismReport, RunOutcome, RunProgress
 from cachetool.determinism.run import Run, RunSettings, run_command
 from cachetool.errors import CachetoolError
+
+if TYPE_CHECKING:
+    from cachetool.determinism.analysis import Analysis, Cause
+    from cachetool.determinism.events import read_events
+    from cachetool.determinism.report import DeterminismReport, RunOutcome, RunProgress
 
 __all__ = [
     "OUTPUT_CAP",
@@ -56,6 +59,31 @@ __all__ = [
 
 #: Warnings shown per run about lines of its events file that could not be read.
 _EVENT_WARNINGS_SHOWN = 5
+
+#: What comparing the runs needs (the ledger's record classes, the analysis, the report: tens of
+#: milliseconds of imports), imported while the runs work (`_load_comparison`), not before they
+#: start; the names this module gives from them.
+_COMPARISON = ("cachetool.determinism.analysis", "cachetool.determinism.report")
+_LAZY = {
+    "DeterminismReport": "cachetool.determinism.report",
+    "RunOutcome": "cachetool.determinism.report",
+    "RunProgress": "cachetool.determinism.report",
+    "read_events": "cachetool.determinism.events",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def _load_comparison() -> None:
+    """Import what the comparison needs, once the runs are going (they use both cores, so this
+    costs the check half what it costs before they start)."""
+    for module in _COMPARISON:
+        importlib.import_module(module)
 
 
 class BadScript(CachetoolError):
@@ -200,6 +228,8 @@ def _check(s: _Settings) -> DeterminismReport:
                 warnings.append(
                     f"stopped the run going beside the one that failed; removed what it left: {removed}"
                 )
+        from cachetool.determinism.report import DeterminismReport
+
         report = DeterminismReport(
             script=s.script, args=s.runs.args, isolated=s.runs.isolated, runs=tuple(outcomes), analysis=None
         )
@@ -222,6 +252,8 @@ def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
             run.go()
             if i + 1 < len(runs):
                 runs[i + 1].start()
+            if i == 0:
+                _load_comparison()
             outcomes.append(run.finish())
             if outcomes[-1].failed:
                 break
@@ -233,9 +265,13 @@ def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
 
 def _at_once(runs: Sequence[Run], workers: int) -> list[RunOutcome]:
     """Runs on isolated caches, up to `workers` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
     pool = ThreadPoolExecutor(max_workers=workers)
     try:
-        return list(pool.map(Run.finish, runs))
+        outcomes = pool.map(Run.finish, runs)
+        _load_comparison()
+        return list(outcomes)
     finally:
         for run in runs:
             run.abort()
@@ -277,6 +313,8 @@ def _compared(
 ) -> DeterminismReport:
     """The report of runs that all finished: their analysis, checked again by one more run with the
     first run's seed when a difference is found (`rerun`), and why nothing was compared if so."""
+    from cachetool.determinism.analysis import analyze
+
     outcomes = report.runs
     analysis = analyze([o.events for o in outcomes])
     # A cold run's internal calls inside the steps it computed are not another path.
@@ -307,6 +345,8 @@ def _compared(
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:
     """Mark each cause ``PYTHONHASHSEED`` when the equal-seed run reproduces the first run's
     fingerprint there, else ``every run``."""
+    from cachetool.determinism.analysis import align
+
     rows, _ = align([first.events, extra.events])
     twin_of = {row[0]: row[1] for row in rows}
     causes: list[Cause] = []

@@ -12,10 +12,11 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # no `typing` for `cachetool run`'s launcher, which imports this package
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from cachetool.trace.tracer import Tracer
 
 __all__ = ["active_tracer", "install_tracing", "tracing", "uninstall_tracing"]

@@ -8,18 +8,23 @@ finder and loader do their work, and calls the callback once the module has exec
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any
 
-Callback = Callable[[ModuleType], None]
+# `cachetool run` imports this module before the script runs: nothing here may cost a script that
+# never imports `datasets` (`importlib.abc` alone pulls in `importlib.resources`, `tempfile`,
+# `pathlib`, `typing`); the finder and the loader follow the import protocol without its ABCs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import importlib.machinery
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
+    from typing import Any
+
+    Callback = Callable[[ModuleType], None]
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
     def __init__(self, inner: Any, finder: _PostImportFinder) -> None:
         self.inner = inner
         self.finder = finder
@@ -41,7 +46,7 @@ class _Loader(importlib.abc.Loader):
         return getattr(self.inner, name)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
+class _PostImportFinder:
     def __init__(self, name: str) -> None:
         self.name = name
         self.callbacks: list[Callback] = []
@@ -65,7 +70,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             self._busy.on = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _Loader(spec.loader, self)
+        spec.loader = _Loader(spec.loader, self)  # type: ignore[assignment]  # the protocol, no ABC
         return spec
 
     def fire(self, module: ModuleType) -> None:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypedDict
 
-from cachetool.lineage.ledger import RECORD_VERSION
 from cachetool.lineage.records import (
     FileRecord,
     FunctionInfo,
@@ -27,6 +26,7 @@ from cachetool.lineage.records import (
     StepStartRecord,
     TransformRecord,
 )
+from cachetool.lineage.writer import RECORD_VERSION
 from cachetool.trace import origins
 from cachetool.trace.arguments import SOURCES, Arguments, Hashed
 from cachetool.trace.calls import Frame, HashEvent

@@ -1,9 +1,12 @@
 """Run a script exactly as `python script.py args...` would, with tracing on.
 
 `run_script()` replaces the current process (`os.execv`) by a fresh interpreter started as
-`python -c <bootstrap> script.py args...`: no cachetool CLI state (Typer, Rich) stays behind, the
-pid, stdio, signals and exit status are the script's own, and CPython itself handles `SystemExit`,
-uncaught exceptions and `KeyboardInterrupt` (which ends the process by SIGINT, as usual).
+`python -m cachetool.trace.bootstrap script.py args...`: no state of the caller (Typer, Rich, the
+user's own modules) stays behind, the pid, stdio, signals and exit status are the script's own,
+and CPython itself handles `SystemExit`, uncaught exceptions and `KeyboardInterrupt` (which ends
+the process by SIGINT, as usual). The console script's `cachetool run SCRIPT` calls `run_here()`
+instead: its interpreter has imported nothing but the few modules of the bootstrap itself, so the
+script runs in it, as it would in the fresh one, without starting a second interpreter.
 
 The bootstrap then makes the interpreter look as if it had been started on the script:
 
@@ -20,13 +23,19 @@ The bootstrap then makes the interpreter look as if it had been started on the s
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from collections.abc import Callable, Sequence
-from types import ModuleType, TracebackType
-from typing import Any, NoReturn
 
 from cachetool.errors import CachetoolError
+
+# `cachetool run` imports this module in the interpreter it replaces: nothing it does not use
+# (typing, subprocess) is imported for it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import TracebackType
+    from typing import Any, NoReturn
+
+    ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
 
 _BOOTSTRAP = (
     "import sys; sys.path.append({path!r}); import cachetool.trace.runner as _r; "
@@ -48,10 +57,51 @@ def command(script: str, args: Sequence[str]) -> list[str]:
     arguments; `python -c <bootstrap>` only when a fresh interpreter could not import cachetool
     by itself (run from a source folder with `-I` or `-P`)."""
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+    flags = interpreter_flags()
     if _importable_in_child(package_parent, flags):
         return [sys.executable, *flags, "-m", "cachetool.trace.bootstrap", script, *args]
     return [sys.executable, *flags, "-c", _BOOTSTRAP.format(path=package_parent), script, *args]
+
+
+#: `sys.flags` fields and the option each gives (as `subprocess._args_from_interpreter_flags`).
+_FLAG_OPTIONS = (
+    ("optimize", "O"),
+    ("debug", "d"),
+    ("dont_write_bytecode", "B"),
+    ("no_site", "S"),
+    ("verbose", "v"),
+    ("bytes_warning", "b"),
+    ("quiet", "q"),
+)
+_X_OPTIONS = ("faulthandler", "tracemalloc", "importtime", "frozen_modules", "showrefcount", "utf8")
+
+
+def interpreter_flags() -> list[str]:
+    """The command-line options that give a new interpreter this one's settings (`sys.flags`,
+    `-W`, `-X`): what the standard library's `subprocess._args_from_interpreter_flags()` returns,
+    without importing `subprocess` (5 ms of the launcher `cachetool run` replaces)."""
+    flags = sys.flags
+    args = [f"-{opt * getattr(flags, name)}" for name, opt in _FLAG_OPTIONS if getattr(flags, name) > 0]
+    if flags.isolated:
+        args.append("-I")
+    else:
+        args += [opt for on, opt in ((flags.ignore_environment, "-E"), (flags.no_user_site, "-s")) if on]
+        if getattr(flags, "safe_path", False):  # 3.11+
+            args.append("-P")
+    warnings = sys.warnoptions[:]
+    if flags.bytes_warning:
+        warnings.remove("error::BytesWarning" if flags.bytes_warning > 1 else "default::BytesWarning")
+    if flags.dev_mode:
+        warnings.remove("default")
+    args += [f"-W{opt}" for opt in warnings]
+    if flags.dev_mode:
+        args += ["-X", "dev"]
+    xoptions = getattr(sys, "_xoptions", {})
+    for opt in _X_OPTIONS:
+        if opt in xoptions:
+            value = xoptions[opt]
+            args += ["-X", opt if value is True else f"{opt}={value}"]
+    return args
 
 
 def _importable_in_child(package_parent: str, flags: Sequence[str]) -> bool:
@@ -101,13 +151,27 @@ def run_script(script: str, args: Sequence[str], *, events_file: str | None = No
     if os.name == "posix":
         os.execve(argv[0], argv, env)
     # No exec on this platform: run as a child and pass its exit status on.
+    import subprocess  # pragma: no cover - Windows
+
     proc = subprocess.run(argv, env=env)  # pragma: no cover - Windows
     raise SystemExit(proc.returncode)  # pragma: no cover
+
+
+def run_here(script: str, args: Sequence[str]) -> NoReturn:
+    """`cachetool run SCRIPT ARGS...` from the console script (`cachetool.cli.entry`), before
+    anything but the bootstrap is imported: become `python script.py args...` in this interpreter
+    (what `run_script` does in a fresh one) and exit as the script does. Does not return."""
+    if not os.path.exists(script):
+        raise ScriptNotFound(script)
+    sys.argv[:] = [sys.argv[0], script, *args]
+    _bootstrap()
+    raise SystemExit(0)  # the script ended: the launcher's own code must not go on
 
 
 def _bootstrap() -> None:
     """Inside the fresh interpreter: become `python script.py args...`, install tracing, run."""
     import importlib.machinery
+    from types import ModuleType
 
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
@@ -174,9 +238,6 @@ def _is_zip(path: str) -> bool:
         return False
 
 
-ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
-
-
 def _trimming_hook(original: ExceptHook) -> ExceptHook:
     """An excepthook that drops the bootstrap's and the tracer's frames from tracebacks, so an
     uncaught exception reads as it would under plain `python script.py`."""
@@ -196,6 +257,13 @@ def _trimming_hook(original: ExceptHook) -> ExceptHook:
 
 def _trim(tb: TracebackType | None, here: str) -> TracebackType | None:
     keep: list[TracebackType] = []
+    # Whatever called the bootstrap (runpy, the console script, `cachetool.cli.entry`, the
+    # determinism waiter) is not the script's: its frames go, up to the bootstrap's own.
+    first = tb
+    while first is not None and first.tb_frame.f_code is not _bootstrap.__code__:
+        first = first.tb_next
+    if first is not None:
+        tb = first
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
         launcher = filename in ("<string>", "<frozen runpy>") or filename.endswith(os.sep + "runpy.py")

@@ -40,8 +40,9 @@ def _system_prefixes() -> tuple[str, ...]:
     global _NOT_USER
     if _NOT_USER is None:
         paths = set()
+        installed = sysconfig.get_paths()
         for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-            p = sysconfig.get_paths().get(key)
+            p = installed.get(key)
             if p:
                 paths.add(os.path.realpath(p))
         for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):

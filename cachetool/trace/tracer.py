@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cachetool.lineage.ledger import ENCODER
 from cachetool.lineage.records import LedgerRecord, StepRecord
+from cachetool.lineage.writer import ENCODER
 from cachetool.trace.arguments import Arguments
 from cachetool.trace.calls import Calls, Frame, HashEvent, Watch
 from cachetool.trace.describe import hash_tree

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 from cachetool.lineage.records.fields import (
     BadRecord,
@@ -20,6 +20,8 @@ from cachetool.lineage.records.fields import (
 _BASE_KEYS = ("v", "type", "seq", "run", "time", "duration", "host", "pid", "versions", "internal", "root")
 #: The fields of `LedgerRecord.constant_json()`: the same in every record a process writes.
 CONSTANT_KEYS = ("v", "run", "host", "pid", "versions")
+
+_R = TypeVar("_R", bound=type)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,3 +114,24 @@ class LedgerRecord:
         out = self._base_json(constant)
         out.update(self.extra)
         return out
+
+
+def same_fields(cls: _R) -> _R:
+    """For a record class that adds no field to its frozen dataclass base (only its `TYPE`): it
+    keeps the base's generated `__init__`, `__repr__`, `__eq__` and `__hash__` (they name and
+    compare `type(self)`), instead of `@dataclass` compiling them again, ~1 ms per class at every
+    import (a traced run pays it at start). Assigning or deleting any attribute raises
+    `FrozenInstanceError`, as `@dataclass(frozen=True)` makes it."""
+    own = [name for name in vars(cls).get("__annotations__", {}) if name != "TYPE"]
+    if own:
+        raise TypeError(f"{cls.__name__} adds fields {own}: decorate it with @dataclass")
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self: Any, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    cls.__setattr__ = __setattr__  # type: ignore[assignment]
+    cls.__delattr__ = __delattr__  # type: ignore[assignment]
+    return cls

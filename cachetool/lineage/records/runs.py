@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cachetool.lineage.records.base import _BASE_KEYS, LedgerRecord
+from cachetool.lineage.records.base import _BASE_KEYS, LedgerRecord, same_fields
 from cachetool.lineage.records.fields import (
     _obj,
     _opt_str,
@@ -43,7 +43,7 @@ class RunStartRecord(LedgerRecord):
         return out
 
 
-@dataclass(frozen=True, kw_only=True)
+@same_fields
 class RunEndRecord(LedgerRecord):
     """A traced process ended normally (an exception included), or stopped tracing; written to
     every root the run wrote to."""

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from cachetool.lineage.records.base import _BASE_KEYS, LedgerRecord
+from cachetool.lineage.records.base import _BASE_KEYS, LedgerRecord, same_fields
 from cachetool.lineage.records.fields import (
     BadRecord,
     _bool,
@@ -191,14 +191,14 @@ class StepRecord(LedgerRecord):
 UNCACHED_REASONS = ("in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false")
 
 
-@dataclass(frozen=True, kw_only=True)
+@same_fields
 class TransformRecord(StepRecord):
     """A transform call (`map`, `filter`, `select`, `concatenate_datasets`, ...)."""
 
     TYPE: ClassVar[str] = "transform"
 
 
-@dataclass(frozen=True, kw_only=True)
+@same_fields
 class RootRecord(StepRecord):
     """A dataset that starts a chain: a builder split, `load_from_disk` (its parent is the saved
     state's fingerprint), an in-memory dataset. `source` says which."""
@@ -206,7 +206,7 @@ class RootRecord(StepRecord):
     TYPE: ClassVar[str] = "root"
 
 
-@dataclass(frozen=True, kw_only=True)
+@same_fields
 class SaveRecord(StepRecord):
     """`save_to_disk`: the folder `source.path` holds `result`."""
 
@@ -217,7 +217,7 @@ class SaveRecord(StepRecord):
         return self.source.path if self.source else None
 
 
-@dataclass(frozen=True, kw_only=True)
+@same_fields
 class CheckpointRecord(StepRecord):
     """`cachetool.checkpoint(name, obj)` in an events file: `transform` is the name, `result` the
     digest of the object, `args["value"]` its repr (and tree)."""
