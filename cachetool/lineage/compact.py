@@ -36,11 +36,15 @@ killed one left.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import re
+import signal
 import socket
+import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,25 +57,37 @@ from cachetool.lineage.records import (
     GcRecord,
     LedgerRecord,
     RunEndRecord,
-    RunStartRecord,
     RunSummaryRecord,
     SourceRecord,
     StepRecord,
 )
-from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs, segment_name
-from cachetool.lineage.segments import COMPACTED_PREFIX, read_segment_from, replaced_segments
+from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs, segment_name, user_state_dir
+from cachetool.lineage.segments import (
+    COMPACTED_PREFIX,
+    is_segment_name,
+    read_segment_from,
+    replaced_segments,
+    segment_size,
+    still_replaced,
+)
+from cachetool.lineage.summaries import bounded, summaries, trimmed
 from cachetool.lineage.writer import ENCODER, RECORD_VERSION
 
 #: Runs kept whole (the newest ones): `explain` compares a step with these.
 KEEP_RUNS = 50
-#: Summaries of single runs kept; older ones are merged into one (the ledger stays bounded).
-MAX_SUMMARIES = 1000
 #: Past this many bytes of segments a `gc` run compacts the ledger by itself.
 AUTO_BYTES = 64 * 1024 * 1024
 #: A segment written on another host is compacted only this long after it recorded its end.
 OTHER_HOST_GRACE = 3600.0
+#: Segments one compaction locks and replaces at most (each lock is an open descriptor); the
+#: rest wait for the next compaction.
+MAX_REPLACED = 512
 _LOCK = ".compact.lock"
 _TMP_PREFIX = ".compact-"
+#: Test hook: a compaction whose environment names one of its kill points ("written": the
+#: compacted segment written under its temporary name; "renamed": renamed into place, the
+#: replaced segments not yet removed) SIGKILLs itself there (the kill tests use it).
+KILL_AT_ENV = "CACHETOOL_TEST_KILL_AT"
 
 
 @dataclass(frozen=True)
@@ -86,7 +102,8 @@ class CompactionReport:
     summarised: int = 0  # records of those segments folded into summaries
     bytes_before: int = 0  # every segment of the ledger
     bytes_after: int = 0
-    left: tuple[str, ...] = field(default=())  # old segments whose writer may still be running
+    left: tuple[str, ...] = field(default=())  # old segments left whole (see `warnings`)
+    recent: int = 0  # segments kept whole as the newest `keep_runs` of their folder
     warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -100,6 +117,8 @@ class CompactionReport:
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
             "left": list(self.left),
+            "recent": self.recent,
+            "warnings": list(self.warnings),
         }
 
 
@@ -129,8 +148,12 @@ def compact_ledger(
     before = ledger_bytes(root_path)
     now = time.time() if now is None else now
     total = CompactionReport(root_path, dry_run, bytes_before=before, bytes_after=before)
-    for folder in ledger_dirs(root_path):
-        if not folder.is_dir():
+    for folder, within in zip(ledger_dirs(root_path), (root_path, user_state_dir()), strict=True):
+        if not os.path.lexists(folder):
+            continue
+        why = _not_own(folder, within)
+        if why is not None:
+            total = replace(total, warnings=(*total.warnings, f"{folder}: left alone: {why}"))
             continue
         try:
             with FileLock(os.fspath(folder / _LOCK), timeout=60):
@@ -149,9 +172,23 @@ def compact_ledger(
             bytes_before=before,
             bytes_after=total.bytes_after - got.bytes_before + got.bytes_after,
             left=total.left + got.left,
+            recent=total.recent + got.recent,
             warnings=total.warnings + got.warnings,
         )
     return total
+
+
+def _not_own(folder: Path, within: Path) -> str | None:
+    """Why compaction must not touch `folder` (a symlink, or not inside `within`: the root for
+    its own ledger, the user's state folder for the fallback), or None."""
+    if folder.is_symlink():
+        return "a symlink (compaction never follows one out of the root)"
+    if not folder.is_dir():
+        return "not a folder"
+    real, base = os.path.realpath(folder), os.path.realpath(within)
+    if os.path.commonpath([real, base]) != base:
+        return f"its real path {real} is outside {base}"
+    return None
 
 
 def compact_if_large(root: str | os.PathLike[str]) -> CompactionReport | None:
@@ -182,24 +219,49 @@ class _Segment:
     ended: bool = False
     origins: dict[str, list[_Origin]] = field(default_factory=dict)
     inputs: set[str] = field(default_factory=set)  # parents and no-op results its steps name
+    unread: str = ""  # why its lines cannot all be carried over (then it stays whole)
     with_files: set[str] = field(default_factory=set)  # results a recorded file of which exists
     sources: dict[str, int] = field(default_factory=dict)  # source hash -> offset of its text
 
 
 def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now: float) -> CompactionReport:
-    if not dry_run:
-        _remove_leftovers(folder)
-    segments = _first_pass(folder)
-    raw = sorted((s for s in segments if not s.compacted), key=lambda s: (s.last, s.name))
-    recent = raw[len(raw) - keep_runs :] if keep_runs > 0 else []
-    old = raw[: len(raw) - len(recent)]
-    done = [s for s in old if _finished(s, folder, now)]
-    finished = {s.name for s in done}
-    left = tuple(s.name for s in old if s.name not in finished)
-    compacted = [s for s in segments if s.compacted]
-    if not done and len(compacted) < 2:
-        return CompactionReport(root, dry_run, left=left)
-    replaced = done + compacted
+    with _folder_fd(folder) as dfd:
+        if not dry_run:
+            _remove_leftovers(folder, dfd)
+        segments = _first_pass(folder)
+        warnings = tuple(f"{folder / s.name}: left whole: {s.unread}" for s in segments if s.unread)
+        raw = sorted((s for s in segments if not s.compacted), key=lambda s: (s.last, s.name))
+        recent = raw[len(raw) - keep_runs :] if keep_runs > 0 else []
+        old = raw[: len(raw) - len(recent)]
+        with _locked(dfd, [s.name for s in old if not s.unread and _finished(s, folder, now)]) as mine:
+            done = [s for s in old if s.name in mine]
+            left = tuple(s.name for s in old if s.name not in mine)
+            compacted = [s for s in segments if s.compacted and not s.unread]
+            empty = CompactionReport(root, dry_run, left=left, recent=len(recent), warnings=warnings)
+            if not done and len(compacted) < 2:
+                return empty
+            replaced = done + compacted
+            data, report = _compacted(root, folder, segments, replaced, now)
+            if any(segment_size(folder / s.name) != s.size for s in replaced):
+                # A writer appended meanwhile: what was read no longer stands for the segment.
+                return replace(
+                    empty, warnings=(*warnings, f"{folder}: the ledger changed while read: try again")
+                )
+            report = replace(report, dry_run=dry_run, left=left, recent=len(recent), warnings=warnings)
+            if dry_run:
+                return report
+            _write_compacted(folder, data, now)
+            _kill_point("renamed")
+            for s in replaced:
+                _unlink_replaced(dfd, s.name, s.size)
+            _sync_dir(folder)
+            return report
+
+
+def _compacted(
+    root: Path, folder: Path, segments: list[_Segment], replaced: list[_Segment], now: float
+) -> tuple[bytes, CompactionReport]:
+    """The bytes of the compacted segment that replaces `replaced`, and what it holds."""
     names = {s.name for s in replaced}
     living = _living(root, replaced)
     wanted = set(living)
@@ -207,10 +269,7 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
         if seg.name not in names:
             wanted |= seg.inputs  # a run kept whole: the origins of its inputs stay
     keep, hashes = _needed(replaced, wanted)
-    lines, kept, summaries, summarised = _second_pass(root, folder, replaced, keep, hashes, living)
-    if any(_size(folder / s.name) != s.size for s in replaced):
-        # A writer appended meanwhile: what was read no longer stands for the segment.
-        return CompactionReport(root, dry_run, left=left, warnings=("the ledger changed while read",))
+    lines, kept, runs, summarised = _second_pass(root, folder, replaced, keep, hashes, living)
     header = CompactionRecord(
         v=RECORD_VERSION,
         type=CompactionRecord.TYPE,
@@ -225,32 +284,69 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
     data = text.encode("utf-8", "surrogateescape")
     report = CompactionReport(
         root,
-        dry_run,
+        False,
         segments=len(replaced),
-        runs=summaries,
+        runs=runs,
         kept=kept,
         summarised=summarised,
         bytes_before=sum(s.size for s in replaced),
         bytes_after=len(data),
-        left=left,
     )
-    if dry_run:
-        return report
-    _write_compacted(folder, data, now)
-    for s in replaced:
-        path = folder / s.name
-        with contextlib.suppress(OSError):
-            if path.stat().st_size == s.size:
-                os.unlink(path)
-    _sync_dir(folder)
-    return report
+    return data, report
 
 
-def _size(path: Path) -> int | None:
+@contextlib.contextmanager
+def _folder_fd(folder: Path) -> Iterator[int]:
+    """A descriptor of `folder` itself (never a symlink's target): removals go through it."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:
-        return path.stat().st_size
-    except OSError:
-        return None
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(dfd: int, names: list[str]) -> Iterator[set[str]]:
+    """The names of `names` (at most `MAX_REPLACED`) whose segment this process locked
+    exclusively, held until the block ends. A writer holds a shared lock on its open segment
+    (`cachetool.lineage.writer.SegmentWriter`): a segment it is writing is not among them,
+    whatever the pid in its name says. Where locks are not supported (some NFS), the pid rule
+    alone decides."""
+    fds: list[int] = []
+    got: set[str] = set()
+    try:
+        for name in names[:MAX_REPLACED]:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError:
+                continue
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    continue  # its writer holds it
+            got.add(name)
+        yield got
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _unlink_replaced(dfd: int, name: str, size: int) -> None:
+    """Remove the replaced segment `name` of the folder open as `dfd`, if it is a regular file
+    with the name of a segment that still has the size it was read at."""
+    if not is_segment_name(name):
+        return
+    with contextlib.suppress(OSError):
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode) and st.st_size == size:
+            os.unlink(name, dir_fd=dfd)
+
+
+def _kill_point(point: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _first_pass(folder: Path) -> list[_Segment]:
@@ -260,11 +356,19 @@ def _first_pass(folder: Path) -> list[_Segment]:
     out = []
     exists: dict[str, bool] = {}
     for name in names:
-        size = _size(folder / name)
-        if size is None or replaced.get(name) == size:
+        try:
+            st = os.lstat(folder / name)
+        except OSError:
             continue
+        if not stat.S_ISREG(st.st_mode) or still_replaced(folder / name, replaced):
+            continue
+        size = st.st_size
         seg = _Segment(name, size, name.startswith(COMPACTED_PREFIX))
-        records, _, _ = read_segment_from(folder / name, 0)
+        records, whole, skipped = read_segment_from(folder / name, 0)
+        if skipped:
+            seg.unread = f"{skipped} line(s) this cachetool cannot read (`cachetool stats` names them)"
+        elif min(whole, size) < size:
+            seg.unread = "its last line is torn (its writer was killed mid-write) or past the size read"
         for offset, _length, rec in records:
             if offset >= size:
                 break
@@ -409,7 +513,7 @@ def _second_pass(
             if offset >= seg.size:
                 break
             if isinstance(rec, RunSummaryRecord):
-                earlier.append(_only(rec, living))
+                earlier.append(trimmed(rec, living))
             elif isinstance(rec, GcRecord):
                 gcs.append(rec)
             elif isinstance(rec, SourceRecord):
@@ -420,111 +524,11 @@ def _second_pass(
             else:
                 summarised += isinstance(rec, StepRecord)
                 rest.append(rec)
-        fresh += _summaries(rest, living)
+        fresh += summaries(rest, living)
     order = lambda r: (r.time, r.run, r.seq)  # noqa: E731
-    out: list[LedgerRecord] = [*_bounded([*earlier, *fresh])]
+    out: list[LedgerRecord] = [*bounded([*earlier, *fresh])]
     out += sorted(gcs, key=order) + sorted(kept, key=order) + sorted(texts, key=order)
     return [ENCODER.encode(r.to_json()) for r in out], len(kept), len(fresh), summarised
-
-
-def _summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSummaryRecord]:
-    """One summary per run of `records` (the records not kept whole), with the usage of the
-    fingerprints in `living` (those that still have files)."""
-    from cachetool.lineage.stats import written_bytes
-
-    runs: dict[str, list[LedgerRecord]] = {}
-    for r in records:
-        if isinstance(r, (StepRecord, RunStartRecord, RunEndRecord)):
-            runs.setdefault(r.run, []).append(r)
-    out = []
-    for run, recs in runs.items():
-        steps = [r for r in recs if isinstance(r, StepRecord) and not r.internal]
-        counted = [r for r in steps if r.type in ("transform", "root")]
-        misses = [r for r in counted if r.computed]
-        fps: dict[str, list[float]] = {}
-        other = 0
-        for r in steps:  # the rule of `Ledger.usage`
-            for fp in (r.result, *r.parents) if r.result is not None else r.parents:
-                if fp in living:
-                    row = fps.setdefault(fp, [0.0, 0, 0, 0, 0])
-                    row[0] = max(row[0], r.end)
-            if r.is_origin and r.result is not None:
-                got = fps.get(r.result) if r.result in living else None
-                if got is None:
-                    other += 1
-                    continue
-                got[1] += 1
-                got[2] += r.cache == "hit"
-                got[3] += r.computed
-                got[4] = max(got[4], r.random_fallback is not None)
-        start = next((r for r in recs if isinstance(r, RunStartRecord)), None)
-        first = min(recs, key=lambda r: r.time)
-        out.append(
-            RunSummaryRecord(
-                v=RECORD_VERSION,
-                type=RunSummaryRecord.TYPE,
-                run=run,
-                time=first.time,
-                duration=max(r.end for r in recs) - first.time,
-                host=first.host,
-                pid=first.pid,
-                versions=first.versions,
-                internal=True,
-                root=first.root,
-                argv=start.argv if start is not None else (),
-                steps=len(counted),
-                hits=sum(r.cache == "hit" for r in counted),
-                misses=len(misses),
-                partial=sum(r.cache == "partial" for r in counted),
-                no_file=sum(r.cache not in ("hit", "miss", "partial") for r in counted),
-                saves=sum(r.type == "save" for r in steps),
-                miss_seconds=sum(r.duration for r in misses),
-                bytes_written=sum(written_bytes(r) for r in steps if r.type in ("transform", "root", "save")),
-                other=other,
-                fps={fp: (v[0], int(v[1]), int(v[2]), int(v[3]), int(v[4])) for fp, v in fps.items()},
-            )
-        )
-    return out
-
-
-def _only(rec: RunSummaryRecord, living: set[str]) -> RunSummaryRecord:
-    """An earlier summary with the fingerprints that no longer have files left out."""
-    gone = [fp for fp in rec.fps if fp not in living]
-    if not gone:
-        return rec
-    fps = {fp: v for fp, v in rec.fps.items() if fp in living}
-    return replace(rec, fps=fps, other=rec.other + sum(rec.fps[fp][1] for fp in gone))
-
-
-def _bounded(summaries: list[RunSummaryRecord]) -> list[RunSummaryRecord]:
-    """The newest `MAX_SUMMARIES` summaries, oldest first, after one that merges the older ones."""
-    summaries.sort(key=lambda r: (r.time, r.run))
-    if len(summaries) <= MAX_SUMMARIES:
-        return summaries
-    old, new = (
-        summaries[: len(summaries) - MAX_SUMMARIES + 1],
-        summaries[len(summaries) - MAX_SUMMARIES + 1 :],
-    )
-    fps: dict[str, list[float]] = {}
-    for r in old:
-        for fp, (when, records, hits, misses, random) in r.fps.items():
-            row = fps.setdefault(fp, [0.0, 0, 0, 0, 0])
-            row[0] = max(row[0], when)
-            row[1] += records
-            row[2] += hits
-            row[3] += misses
-            row[4] = max(row[4], random)
-    first = old[0]
-    merged = replace(
-        first,
-        run=f"{len(old)} runs",
-        duration=max(r.end for r in old) - first.time,
-        argv=(),
-        miss_seconds=sum(r.miss_seconds for r in old),
-        fps={fp: (v[0], int(v[1]), int(v[2]), int(v[3]), int(v[4])) for fp, v in fps.items()},
-        **{k: sum(getattr(r, k) for r in old) for k in RunSummaryRecord._COUNTS},
-    )
-    return [merged, *new]
 
 
 def _write_compacted(folder: Path, data: bytes, now: float) -> Path:
@@ -539,25 +543,24 @@ def _write_compacted(folder: Path, data: bytes, now: float) -> Path:
         os.fsync(fd)
     finally:
         os.close(fd)
+    _kill_point("written")
     os.replace(tmp, final)
     _sync_dir(folder)
     return final
 
 
-def _remove_leftovers(folder: Path) -> None:
+def _remove_leftovers(folder: Path, dfd: int) -> None:
     """What a killed compaction left: its temporary file, and segments it replaced."""
-    for name in os.listdir(folder):
+    names = os.listdir(dfd)
+    for name in names:
         if name.startswith(_TMP_PREFIX) and name.endswith(".tmp"):
             pid = name[len(_TMP_PREFIX) : -len(".tmp")]
             if pid.isdigit() and not _alive(int(pid)):
                 with contextlib.suppress(OSError):
-                    os.unlink(folder / name)
-    names = [n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX)]
-    for name, size in replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)]).items():
-        path = folder / name
-        with contextlib.suppress(OSError):
-            if path.stat().st_size == size:
-                os.unlink(path)
+                    os.unlink(name, dir_fd=dfd)
+    compacted = [n for n in names if n.startswith(COMPACTED_PREFIX) and n.endswith(SEGMENT_SUFFIX)]
+    for name, size in replaced_segments(folder, compacted).items():
+        _unlink_replaced(dfd, name, size)
 
 
 def _sync_dir(folder: Path) -> None:

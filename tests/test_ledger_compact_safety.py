@@ -1,0 +1,138 @@
+"""Compaction never harms what it does not own: a forged compacted segment cannot make it delete
+files outside its folder, a symlinked ledger folder is not followed out of the root, a live
+writer's segment is left whole whatever its name says, and lines it cannot read are kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cachetool.lineage.compact import compact_ledger
+from cachetool.lineage.ledger import ledger_dir
+from cachetool.lineage.stats import ledger_stats
+from tests.conftest import invoke
+from tests.test_ledger_compact import DEAD_PID, _segments, _totals, _write_runs
+
+
+@pytest.fixture(autouse=True)
+def _user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+
+
+def test_a_forged_compacted_segment_removes_nothing_outside_the_ledger(tmp_path: Path) -> None:
+    """A compacted segment whose first record names `../../../victim.txt` and an absolute path
+    (sizes matching): `stats --compact` removes neither file, and says the record is not one
+    cachetool reads."""
+    root = tmp_path / "cache"
+    _write_runs(root, 3, 2)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"x" * 22)
+    other = tmp_path / "x" / "victim2.txt"
+    other.parent.mkdir()
+    other.write_bytes(b"y" * 11)
+    forged = {
+        "v": 1,
+        "type": "compaction",
+        "time": 1.0,
+        "replaces": [["../../../victim.txt", 22], [str(other), 11]],
+    }
+    name = "compacted-20200101T000000.000000Z-1.jsonl"
+    (ledger_dir(root) / name).write_text(json.dumps(forged) + "\n")
+    assert (ledger_dir(root) / "../../../victim.txt").resolve() == victim
+    result = invoke("stats", "--compact", "--cache-dir", str(root))
+    assert result.exit_code == 0, result.output
+    assert victim.read_bytes() == b"x" * 22
+    assert other.read_bytes() == b"y" * 11
+    assert "replaces" in result.stderr
+
+
+def test_a_symlinked_ledger_folder_is_not_followed_out_of_the_root(tmp_path: Path) -> None:
+    """`<root>/.cachetool/ledger` a symlink to a folder elsewhere holding old segments: compaction
+    leaves that folder exactly as it was (no segment removed, no compacted segment or lock file
+    written) and says why."""
+    root = tmp_path / "cache"
+    _write_runs(root, 4, 2)
+    elsewhere = tmp_path / "elsewhere"
+    ledger_dir(root).rename(elsewhere)
+    ledger_dir(root).symlink_to(elsewhere, target_is_directory=True)
+    files = sorted(os.listdir(elsewhere))
+    report = compact_ledger(root, keep_runs=0)
+    assert sorted(os.listdir(elsewhere)) == files
+    assert report.segments == 0
+    assert any("symlink" in w for w in report.warnings), report.warnings
+
+
+WRITER = textwrap.dedent(
+    """
+    import socket, sys
+    from cachetool.lineage.ledger import LedgerWriter
+    root, pid = sys.argv[1], int(sys.argv[2])
+    w = LedgerWriter(pid=pid, start=5.0)
+    base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": pid, "root": root}
+    def step(i):
+        w.append(root, {**base, "type": "transform", "seq": i, "time": 5.0 + i, "result": f"live{i:04d}",
+                        "parents": ["source"], "cache": "miss", "operation": "map"})
+    for i in range(2):
+        step(i)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(2, 6):
+        step(i)
+    w.close()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_live_writer_whose_pid_looks_dead_keeps_its_segment(tmp_path: Path) -> None:
+    """A tracer in another PID namespace (its segment names a pid that is dead here) still
+    appending: compaction leaves its segment whole, and every step it records, before and after
+    the compaction, is counted by `stats`."""
+    root = tmp_path / "cache"
+    _write_runs(root, 3, 2)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root), str(DEAD_PID + 77)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        report = compact_ledger(root, keep_runs=0)
+        assert report.segments == 3
+        assert any(f"-{DEAD_PID + 77}-" in n for n in report.left), report.left
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    assert ledger_stats(root).total.steps == 3 * 2 + 6
+
+
+def test_lines_compaction_cannot_read_are_kept(tmp_path: Path) -> None:
+    """A record of a type a newer cachetool writes, and a torn last line, in old finished
+    segments: after compaction both are still in the ledger folder byte for byte, the report
+    warns about them, and the readable runs' totals are unchanged."""
+    root = tmp_path / "cache"
+    _write_runs(root, 4, 2)
+    totals = _totals(root)
+    first, second = _segments(root)[:2]
+    future = b'{"v":2,"type":"future-thing","time":1.0,"note":"kept"}\n'
+    torn = b'{"v":1,"type":"transform","seq":9,"ti'
+    with open(ledger_dir(root) / first, "ab") as f:
+        f.write(future)
+    with open(ledger_dir(root) / second, "ab") as f:
+        f.write(torn)
+    report = compact_ledger(root, keep_runs=0)
+    assert report.warnings, report
+    blobs = b"".join((ledger_dir(root) / n).read_bytes() for n in _segments(root))
+    assert future in blobs and torn in blobs
+    assert _totals(root) == totals
