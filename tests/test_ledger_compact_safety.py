@@ -136,3 +136,22 @@ def test_lines_compaction_cannot_read_are_kept(tmp_path: Path) -> None:
     blobs = b"".join((ledger_dir(root) / n).read_bytes() for n in _segments(root))
     assert future in blobs and torn in blobs
     assert _totals(root) == totals
+
+
+def test_stats_compact_says_why_nothing_was_compacted_and_shows_its_warnings(tmp_path: Path) -> None:
+    """`stats --compact` on three runs says "nothing to compact" and why (all among the newest
+    kept whole); on a ledger with a segment it leaves whole for an unreadable line, it prints the
+    warning, and `--json` carries it in `compaction.warnings`."""
+    root = tmp_path / "cache"
+    _write_runs(root, 3, 2)
+    few = invoke("stats", "--compact", "--cache-dir", str(root))
+    assert few.exit_code == 0, few.output
+    assert "nothing to compact" in few.output
+    assert "3 segment(s), all among the newest 50 kept whole" in few.output
+    _write_runs(root, 60, 2, first=3)
+    with open(ledger_dir(root) / _segments(root)[0], "ab") as f:
+        f.write(b'{"v":2,"type":"future-thing","time":1.0}\n')
+    human = invoke("stats", "--compact", "--dry-run", "--cache-dir", str(root))
+    assert "left whole: 1 line(s) this cachetool cannot read" in human.stderr + human.output
+    doc = json.loads(invoke("stats", "--compact", "--json", "--cache-dir", str(root)).stdout)
+    assert any("left whole" in w for w in doc["compaction"]["warnings"]), doc["compaction"]

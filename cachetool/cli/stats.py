@@ -142,7 +142,7 @@ def _stats(
 def render_compaction(out: Output, c: CompactionReport) -> None:
     """One line for what `--compact` did (or would do), and the old runs it left."""
     if not c.segments:
-        out.line(f"Ledger: nothing to compact ({human_size(c.bytes_before)})")
+        out.line(f"Ledger: nothing to compact ({human_size(c.bytes_before)}: {c.why_nothing})")
     else:
         verb = "Would compact" if c.dry_run else "Compacted"
         out.line(
@@ -150,8 +150,10 @@ def render_compaction(out: Output, c: CompactionReport) -> None:
             f"whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
         )
     if c.left:
-        out.line(f"  {len(c.left)} old segment(s) left: their writer may still be running")
+        out.line(f"  {len(c.left)} old segment(s) left whole: a writer may still be running (or see below)")
     out.line("")
+    for w in c.warnings:
+        warn(w)
 
 
 def _when(t: float | None) -> str:

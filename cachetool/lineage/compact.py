@@ -104,7 +104,20 @@ class CompactionReport:
     bytes_after: int = 0
     left: tuple[str, ...] = field(default=())  # old segments left whole (see `warnings`)
     recent: int = 0  # segments kept whole as the newest `keep_runs` of their folder
+    keep_runs: int = KEEP_RUNS
     warnings: tuple[str, ...] = ()
+
+    @property
+    def why_nothing(self) -> str:
+        """Why nothing was compacted, in a few words ("" when something was)."""
+        if self.segments:
+            return ""
+        why = []
+        if self.recent:
+            why.append(f"{self.recent} segment(s), all among the newest {self.keep_runs} kept whole")
+        if self.left:
+            why.append(f"{len(self.left)} older one(s) left whole")
+        return "; ".join(why) or "no segment"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +131,7 @@ class CompactionReport:
             "bytes_after": self.bytes_after,
             "left": list(self.left),
             "recent": self.recent,
+            "keep_runs": self.keep_runs,
             "warnings": list(self.warnings),
         }
 
@@ -147,7 +161,7 @@ def compact_ledger(
     root_path = Path(os.path.abspath(os.fspath(root)))
     before = ledger_bytes(root_path)
     now = time.time() if now is None else now
-    total = CompactionReport(root_path, dry_run, bytes_before=before, bytes_after=before)
+    total = CompactionReport(root_path, dry_run, bytes_before=before, bytes_after=before, keep_runs=keep_runs)
     for folder, within in zip(ledger_dirs(root_path), (root_path, user_state_dir()), strict=True):
         if not os.path.lexists(folder):
             continue
@@ -173,6 +187,7 @@ def compact_ledger(
             bytes_after=total.bytes_after - got.bytes_before + got.bytes_after,
             left=total.left + got.left,
             recent=total.recent + got.recent,
+            keep_runs=keep_runs,
             warnings=total.warnings + got.warnings,
         )
     return total
