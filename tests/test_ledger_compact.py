@@ -287,7 +287,8 @@ def test_a_gc_that_removed_something_compacts_a_large_ledger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`gc` compacts the ledger after a removal once its segments pass `AUTO_BYTES` (lowered here):
-    a dry run leaves it as it is, a gc that removed a file compacts it; stats totals unchanged."""
+    a dry run leaves it as it is and says it would (human and `--json`), a gc that removed a file
+    compacts it and says so; stats totals unchanged."""
     import pyarrow as pa
 
     from cachetool.lineage import compact
@@ -302,9 +303,20 @@ def test_a_gc_that_removed_something_compacts_a_large_ledger(
         w.write_batch(pa.record_batch([pa.array([1])], schema=schema))
     os.utime(path, (1e9, 1e9))
     monkeypatch.setattr(compact, "AUTO_BYTES", 1000)
-    gc_cache(root, ["00000000000000aa"], min_age=0, dry_run=True)
+    dry = gc_cache(root, ["00000000000000aa"], min_age=0, dry_run=True)
+    assert dry.compaction is not None and dry.compaction.dry_run and dry.compaction.runs == 10
+    shown = invoke("gc", "00000000000000aa", "--min-age", "0", "--dry-run", "--cache-dir", str(root))
+    assert "Would compact the ledger: 10 run(s) summarised" in shown.output
+    doc = json.loads(
+        invoke(
+            "gc", "00000000000000aa", "--min-age", "0", "--dry-run", "--json", "--cache-dir", str(root)
+        ).stdout
+    )
+    assert doc["compaction"]["runs"] == 10 and doc["compaction"]["dry_run"]
     assert not [n for n in _segments(root) if n.startswith("compacted-")]
-    gc_cache(root, ["00000000000000aa"], min_age=0, yes=True)
+    done = invoke("gc", "00000000000000aa", "--min-age", "0", "--yes", "--cache-dir", str(root))
+    assert done.exit_code == 0, done.output
+    assert "Compacted the ledger: " in done.output and "(over 1.0 kB)" in done.output
     assert not path.exists()
     assert [n for n in _segments(root) if n.startswith("compacted-")]
     assert _totals(root) == totals

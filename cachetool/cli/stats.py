@@ -139,16 +139,20 @@ def _stats(
         hint("statistics come from pipelines run with `cachetool run pipeline.py`")
 
 
+def compaction_line(c: CompactionReport) -> str:
+    """What a compaction did (or would do), in one line (`stats --compact`, `gc`)."""
+    if not c.segments:
+        return f"Ledger: nothing to compact ({human_size(c.bytes_before)}: {c.why_nothing})"
+    verb = "Would compact" if c.dry_run else "Compacted"
+    return (
+        f"{verb} the ledger: {c.runs} run(s) summarised ({c.summarised} records), {c.kept} records kept "
+        f"whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
+    )
+
+
 def render_compaction(out: Output, c: CompactionReport) -> None:
     """One line for what `--compact` did (or would do), and the old runs it left."""
-    if not c.segments:
-        out.line(f"Ledger: nothing to compact ({human_size(c.bytes_before)}: {c.why_nothing})")
-    else:
-        verb = "Would compact" if c.dry_run else "Compacted"
-        out.line(
-            f"{verb} the ledger: {c.runs} run(s) summarised ({c.summarised} records), {c.kept} records kept "
-            f"whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
-        )
+    out.line(compaction_line(c))
     if c.left:
         out.line(f"  {len(c.left)} old segment(s) left whole: a writer may still be running (or see below)")
     out.line("")

@@ -206,13 +206,14 @@ def _not_own(folder: Path, within: Path) -> str | None:
     return None
 
 
-def compact_if_large(root: str | os.PathLike[str]) -> CompactionReport | None:
-    """`compact_ledger(root)` when its segments hold more than `AUTO_BYTES` (what `gc` does after
-    a removal); None, doing nothing, otherwise or when another compaction holds the ledger."""
+def compact_if_large(root: str | os.PathLike[str], *, dry_run: bool = False) -> CompactionReport | None:
+    """`compact_ledger(root, dry_run=dry_run)` when its segments hold more than `AUTO_BYTES` (what
+    `gc` does after a removal); None, doing nothing, otherwise or when another compaction holds
+    the ledger."""
     if ledger_bytes(root) <= AUTO_BYTES:
         return None
     try:
-        return compact_ledger(root)
+        return compact_ledger(root, dry_run=dry_run)
     except CachetoolError:
         return None
 
