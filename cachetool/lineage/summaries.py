@@ -23,7 +23,7 @@ MAX_SUMMARIES = 1000
 def summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSummaryRecord]:
     """One summary per run of `records` (the records not kept whole), with the usage of the
     fingerprints in `living` (those that still have files)."""
-    from cachetool.lineage.stats import written_bytes
+    from cachetool.lineage.stats import COUNTED, written_bytes
 
     runs: dict[str, list[LedgerRecord]] = {}
     for r in records:
@@ -32,12 +32,12 @@ def summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSumm
     out = []
     for run, recs in runs.items():
         steps = [r for r in recs if isinstance(r, StepRecord) and not r.internal]
-        counted = [r for r in steps if r.type in ("transform", "root")]
+        counted = [r for r in steps if r.type in COUNTED]
         misses = [r for r in counted if r.computed]
         fps: dict[str, list[float]] = {}
         other = 0
         for r in steps:  # the rule of `Ledger.usage`
-            for fp in (r.result, *r.parents) if r.result is not None else r.parents:
+            for fp in r.used:
                 if fp in living:
                     row = fps.setdefault(fp, [0.0, 0, 0, 0, 0])
                     row[0] = max(row[0], r.end)
@@ -46,10 +46,11 @@ def summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSumm
                 if got is None:
                     other += 1
                     continue
+                hit, miss, random = r.origin_counts
                 got[1] += 1
-                got[2] += r.cache == "hit"
-                got[3] += r.computed
-                got[4] = max(got[4], r.random_fallback is not None)
+                got[2] += hit
+                got[3] += miss
+                got[4] = max(got[4], random)
         start = next((r for r in recs if isinstance(r, RunStartRecord)), None)
         first = min(recs, key=lambda r: r.time)
         out.append(
@@ -72,7 +73,7 @@ def summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSumm
                 no_file=sum(r.cache not in ("hit", "miss", "partial") for r in counted),
                 saves=sum(r.type == "save" for r in steps),
                 miss_seconds=sum(r.duration for r in misses),
-                bytes_written=sum(written_bytes(r) for r in steps if r.type in ("transform", "root", "save")),
+                bytes_written=sum(written_bytes(r) for r in steps if r.type in (*COUNTED, "save")),
                 other=other,
                 fps={fp: (v[0], int(v[1]), int(v[2]), int(v[3]), int(v[4])) for fp, v in fps.items()},
             )
