@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from cachetool.lineage.compact import KILL_AT_ENV, compact_ledger, ledger_bytes
+from cachetool.lineage.compact import compact_ledger, ledger_bytes
+from cachetool.lineage.compact_files import KILL_AT_ENV
 from cachetool.lineage.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
 from cachetool.lineage.query import lineage
 from cachetool.lineage.stats import ledger_stats
