@@ -69,9 +69,10 @@ def stats_command(
     reasons, and the bytes written. `--zero` starts a new counting period without deleting any
     record (`--all` looks past it). Needs pipelines run under `cachetool run`. On a cache several
     hosts share: steps per host, and the fingerprints two runs computed at the same time, with
-    the time lost. `--compact` folds the runs older than the newest 50 into one summary
-    each (counted in the totals, not per call site) and keeps whole what the cache still holds
-    and its parents, so a long-lived ledger stays small; `--dry-run` says what it would do.
+    the time lost. `--compact` folds the finished runs older than the newest 50 segments (one
+    per traced process) into one summary each (counted in the totals, not per call site) and
+    keeps whole what the cache still holds and its parents, so a long-lived ledger stays small;
+    `--dry-run` says what it would do.
 
     **Examples**
 

@@ -131,7 +131,8 @@ def gc_cache(
     raises `ConfirmationNeeded` (exit 2). With nothing selected (no `temp`, nothing named, no
     limit) nothing is scanned and the plan's one warning says so. Stale leases are removed even
     when the plan removes nothing: they protect nothing any more. After a removal, a ledger
-    larger than `cachetool.lineage.compact.AUTO_BYTES` is compacted (`compact_if_large`)."""
+    larger than `cachetool.lineage.compact.AUTO_BYTES` is compacted (`compact_if_large`); the
+    run's `compaction` says what that did (a dry run: what it would do)."""
     from cachetool.cache.dirs import existing_root
 
     options = gc_options(
