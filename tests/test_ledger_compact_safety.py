@@ -155,3 +155,24 @@ def test_stats_compact_says_why_nothing_was_compacted_and_shows_its_warnings(tmp
     assert "left whole: 1 line(s) this cachetool cannot read" in human.stderr + human.output
     doc = json.loads(invoke("stats", "--compact", "--json", "--cache-dir", str(root)).stdout)
     assert any("left whole" in w for w in doc["compaction"]["warnings"]), doc["compaction"]
+
+
+def test_a_compaction_locks_a_bounded_number_of_segments_and_says_the_rest_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `MAX_REPLACED` old segments (lowered here to 2), one compaction replaces that many
+    (each is locked through an open descriptor), warns that the others wait, and the next
+    compaction takes them; `stats` totals unchanged throughout."""
+    from cachetool.lineage import compact
+
+    root = tmp_path / "cache"
+    _write_runs(root, 5, 2)
+    totals = _totals(root)
+    monkeypatch.setattr(compact, "MAX_REPLACED", 2)
+    first = compact_ledger(root, keep_runs=0)
+    assert first.segments == 2
+    assert any("3 more old segment(s) wait" in w for w in first.warnings), first.warnings
+    assert _totals(root) == totals
+    compact_ledger(root, keep_runs=0)
+    compact_ledger(root, keep_runs=0)
+    assert len(_segments(root)) == 1 and _totals(root) == totals

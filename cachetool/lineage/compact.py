@@ -54,6 +54,7 @@ from typing import Any
 from cachetool.errors import CachetoolError
 from cachetool.lineage.compact_files import (
     LOCK_NAME,
+    MAX_REPLACED,
     alive,
     folder_fd,
     kill_point,
@@ -218,7 +219,11 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
         raw = sorted((s for s in segments if not s.compacted), key=lambda s: (s.last, s.name))
         recent = raw[len(raw) - keep_runs :] if keep_runs > 0 else []
         old = raw[: len(raw) - len(recent)]
-        with locked(dfd, [s.name for s in old if not s.unread and _finished(s, folder, now)]) as mine:
+        finished = [s.name for s in old if not s.unread and _finished(s, folder, now)]
+        if len(finished) > MAX_REPLACED:
+            more = len(finished) - MAX_REPLACED
+            warnings += (f"{folder}: {more} more old segment(s) wait for the next compaction",)
+        with locked(dfd, finished[:MAX_REPLACED]) as mine:
             done = [s for s in old if s.name in mine]
             left = tuple(s.name for s in old if s.name not in mine)
             compacted = [s for s in segments if s.compacted and not s.unread]
