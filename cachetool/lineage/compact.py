@@ -74,7 +74,8 @@ from cachetool.lineage.segments import (
 )
 from cachetool.lineage.writer import ENCODER, RECORD_VERSION
 
-#: Runs kept whole (the newest ones): `explain` compares a step with these.
+#: Segments kept whole per ledger folder (the newest ones, one per traced process: `cachetool
+#: run` traces one run each): `explain` compares a step with these.
 KEEP_RUNS = 50
 #: Past this many bytes of segments a `gc` run compacts the ledger by itself.
 AUTO_BYTES = 64 * 1024 * 1024
@@ -144,8 +145,9 @@ def compact_ledger(
     dry_run: bool = False,
     now: float | None = None,
 ) -> CompactionReport:
-    """Compact the ledger of `root` (see the module docstring): the segments of finished runs
-    older than the newest `keep_runs` become one compacted segment. With `dry_run`, nothing is
+    """Compact the ledger of `root` (see the module docstring): in each ledger folder, the
+    segments of finished runs older than its newest `keep_runs` segments (a segment holds one
+    traced process's runs) become one compacted segment. With `dry_run`, nothing is
     written or removed; the report says what would be. Raises `CachetoolError` when another
     compaction of this ledger holds its lock for more than a minute."""
     from filelock import FileLock, Timeout

@@ -42,10 +42,10 @@ def folder_fd(folder: Path) -> Iterator[int]:
 @contextlib.contextmanager
 def locked(dfd: int, names: list[str]) -> Iterator[set[str]]:
     """The names of `names` whose segment this process locked exclusively, held until the block
-    ends (each an open descriptor: callers pass at most `MAX_REPLACED`). A writer holds a shared lock on its open segment
-    (`cachetool.lineage.writer.SegmentWriter`): a segment it is writing is not among them,
-    whatever the pid in its name says. Where locks are not supported (some NFS), the pid rule
-    alone decides."""
+    ends (each an open descriptor: callers pass at most `MAX_REPLACED`). A writer holds a shared
+    lock on its open segment (`cachetool.lineage.writer.SegmentWriter`): a segment it is writing
+    is not among them, whatever the pid in its name says. Where locks are not supported (some
+    NFS), the pid rule alone decides."""
     fds: list[int] = []
     got: set[str] = set()
     try:
