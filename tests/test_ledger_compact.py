@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from cachetool.lineage.compact import compact_ledger, ledger_bytes
+from cachetool.lineage.compact_files import KILL_AT_ENV
 from cachetool.lineage.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
 from cachetool.lineage.query import lineage
 from cachetool.lineage.stats import ledger_stats
@@ -230,10 +231,12 @@ KILLED = "import sys; from cachetool.lineage.compact import compact_ledger as c;
 
 @pytest.mark.slow
 def test_a_compaction_killed_at_any_point_loses_nothing(tmp_path: Path) -> None:
-    """A compaction SIGKILLed at many points (early, while it writes the compacted segment, just
-    after it renamed it into place, late): after each kill `stats` totals, the usage of the
-    fingerprint that has files and its lineage back to the source are what they were, nothing is
-    counted twice, and the next compaction finishes and removes what the killed one left."""
+    """A compaction SIGKILLed at many points (at delays across its run; and, through its kill-point
+    test hook, right after it wrote the compacted segment under its temporary name and right
+    after it renamed it into place, each window asserted reached): after each kill `stats`
+    totals, the usage of the fingerprint that has files and its lineage back to the source are
+    what they were, nothing is counted twice, and the next compaction finishes and removes what
+    the killed one left."""
     root = tmp_path / "cache"
     living = _write_runs(root, 100, 10)
     reference = (_totals(root), _usage_of(root, [living]), _chain(root, living))
@@ -252,42 +255,40 @@ def test_a_compaction_killed_at_any_point_loses_nothing(tmp_path: Path) -> None:
     assert subprocess.run([sys.executable, "-c", KILLED, str(root)], env=env, timeout=300).returncode == 0
     whole = time.monotonic() - start
     assert (_totals(root), _usage_of(root, [living]), _chain(root, living)) == reference
-    seen: set[str] = set()
     rounds = int(os.environ.get("CACHETOOL_KILL_ROUNDS", "1"))  # more by hand: a longer soak
     plans: list[tuple[str, float]] = [("delay", whole * k / 5) for k in range(1, 5)] * rounds
-    plans += [("tmp", 0.0), ("renamed", 0.0), ("renamed", 0.0)] * rounds
+    plans += [("written", 0.0), ("renamed", 0.0)] * rounds
     for how, delay in plans:
         restore()
-        proc = subprocess.Popen([sys.executable, "-c", KILLED, str(root)], env=env)
-        deadline = time.monotonic() + 120
+        hook = {} if how == "delay" else {KILL_AT_ENV: how}
+        proc = subprocess.Popen([sys.executable, "-c", KILLED, str(root)], env={**env, **hook})
         if how == "delay":
             time.sleep(delay)
-        else:
-            want = ".compact-" if how == "tmp" else "compacted-"
-            while proc.poll() is None and time.monotonic() < deadline:
-                if any(n.startswith(want) for n in os.listdir(folder)):
-                    break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        names = os.listdir(folder)
-        if any(n.startswith(".compact-") for n in names):
-            seen.add("killed while writing")
-        if any(n.startswith("compacted-") for n in names) and len(_segments(root)) > 5 + 1:
-            seen.add("killed between the rename and the removals")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        else:  # it kills itself at that point: the window is reached
+            assert proc.wait(timeout=300) == -signal.SIGKILL, how
+            names = os.listdir(folder)
+            if how == "written":  # the compacted segment written under its temporary name only
+                assert any(n.startswith(".compact-") for n in names), names
+                assert not any(n.startswith("compacted-") for n in names), names
+            else:  # renamed into place, every replaced segment still there
+                assert any(n.startswith("compacted-") for n in names), names
+                assert len(_segments(root)) == 100 + 1
         state = (_totals(root), _usage_of(root, [living]), _chain(root, living))
         assert state == reference, (how, delay)
         compact_ledger(root, keep_runs=5)
         assert (_totals(root), _usage_of(root, [living]), _chain(root, living)) == reference, (how, delay)
         assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]
         assert len(_segments(root)) == 5 + 1
-    print(f"kill points reached: {sorted(seen)}")
 
 
 def test_a_gc_that_removed_something_compacts_a_large_ledger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`gc` compacts the ledger after a removal once its segments pass `AUTO_BYTES` (lowered here):
-    a dry run leaves it as it is, a gc that removed a file compacts it; stats totals unchanged."""
+    a dry run leaves it as it is and says it would (human and `--json`), a gc that removed a file
+    compacts it and says so; stats totals unchanged."""
     import pyarrow as pa
 
     from cachetool.lineage import compact
@@ -302,9 +303,20 @@ def test_a_gc_that_removed_something_compacts_a_large_ledger(
         w.write_batch(pa.record_batch([pa.array([1])], schema=schema))
     os.utime(path, (1e9, 1e9))
     monkeypatch.setattr(compact, "AUTO_BYTES", 1000)
-    gc_cache(root, ["00000000000000aa"], min_age=0, dry_run=True)
+    dry = gc_cache(root, ["00000000000000aa"], min_age=0, dry_run=True)
+    assert dry.compaction is not None and dry.compaction.dry_run and dry.compaction.runs == 10
+    shown = invoke("gc", "00000000000000aa", "--min-age", "0", "--dry-run", "--cache-dir", str(root))
+    assert "Would compact the ledger: 10 run(s) summarised" in shown.output
+    doc = json.loads(
+        invoke(
+            "gc", "00000000000000aa", "--min-age", "0", "--dry-run", "--json", "--cache-dir", str(root)
+        ).stdout
+    )
+    assert doc["compaction"]["runs"] == 10 and doc["compaction"]["dry_run"]
     assert not [n for n in _segments(root) if n.startswith("compacted-")]
-    gc_cache(root, ["00000000000000aa"], min_age=0, yes=True)
+    done = invoke("gc", "00000000000000aa", "--min-age", "0", "--yes", "--cache-dir", str(root))
+    assert done.exit_code == 0, done.output
+    assert "Compacted the ledger: " in done.output and "(over 1.0 kB)" in done.output
     assert not path.exists()
     assert [n for n in _segments(root) if n.startswith("compacted-")]
     assert _totals(root) == totals

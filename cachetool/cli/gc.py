@@ -30,6 +30,7 @@ from cachetool.errors import ExitCode
 from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
+    from cachetool.lineage.compact import CompactionReport
     from cachetool.maintenance.gc import GcPlan, GcResult, GcRun
 
 _Fingerprints = Annotated[
@@ -246,7 +247,8 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
     if not plan_shown:
         _warn(plan)
     if run.dry_run:
-        _show_plan(out, plan, dry_run=True, final=True)
+        _show_plan(out, plan, dry_run=True, final=True, compaction=run.compaction)
+        _show_compaction(out, run)
         for what, why in run.named_but_kept:
             warn(f"{what} would be kept: {why}")
         return
@@ -260,7 +262,8 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
     else:
         if not plan_shown and out.format == OutputFormat.human:
             _show_plan(out, plan, dry_run=False, final=False)
-        _show_result(out, run.result)
+        _show_result(out, run.result, run.compaction)
+        _show_compaction(out, run)
     for what, why in run.named_but_kept:
         error(f"{what} was named but kept: {why}")
     if run.exit_code != ExitCode.OK:
@@ -288,7 +291,9 @@ def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
     return short_path(path, None if whole else 40)
 
 
-def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[str, Any]:
+def gc_document(
+    plan: GcPlan, result: GcResult | None, dry_run: bool, compaction: CompactionReport | None = None
+) -> dict[str, Any]:
     """The `--json` document (schema in docs/gc.md)."""
     o = plan.options
     return {
@@ -309,6 +314,7 @@ def gc_document(plan: GcPlan, result: GcResult | None, dry_run: bool) -> dict[st
         },
         "plan": plan.to_json(),
         "result": result.to_json() if result is not None else None,
+        "compaction": compaction.to_json() if compaction is not None else None,
     }
 
 
@@ -317,11 +323,24 @@ def render_dry_run(out: Output, plan: GcPlan) -> None:
     _show_plan(out, plan, dry_run=True, final=True)
 
 
-def _show_plan(out: Output, plan: GcPlan, *, dry_run: bool, final: bool) -> None:
+def _show_compaction(out: Output, run: GcRun) -> None:
+    """One line for the ledger compaction that followed (or would follow) the removals."""
+    from cachetool.cli.stats import compaction_line
+    from cachetool.lineage.compact import AUTO_BYTES
+
+    if run.compaction is not None and out.format == OutputFormat.human:
+        out.line(f"{compaction_line(run.compaction)} (over {human_size(AUTO_BYTES)})")
+        for w in run.compaction.warnings:
+            warn(w)
+
+
+def _show_plan(
+    out: Output, plan: GcPlan, *, dry_run: bool, final: bool, compaction: CompactionReport | None = None
+) -> None:
     """The plan in the chosen sink. `final`: nothing else will be printed (dry run, refusal)."""
     if out.format == OutputFormat.json:
         if final:
-            out.json(gc_document(plan, None, dry_run))
+            out.json(gc_document(plan, None, dry_run, compaction))
         return
     if out.format == OutputFormat.quiet:
         if final:
@@ -390,10 +409,10 @@ def _skipped_table(out: Output, plan: GcPlan) -> None:
     )
 
 
-def _show_result(out: Output, result: GcResult) -> None:
+def _show_result(out: Output, result: GcResult, compaction: CompactionReport | None = None) -> None:
     plan = result.plan
     if out.format == OutputFormat.json:
-        out.json(gc_document(plan, result, False))
+        out.json(gc_document(plan, result, False, compaction))
         return
     if out.format == OutputFormat.quiet:
         out.ids(o.item.id for o in result.removed)

@@ -69,9 +69,10 @@ def stats_command(
     reasons, and the bytes written. `--zero` starts a new counting period without deleting any
     record (`--all` looks past it). Needs pipelines run under `cachetool run`. On a cache several
     hosts share: steps per host, and the fingerprints two runs computed at the same time, with
-    the time lost. `--compact` folds the runs older than the newest 50 into one summary
-    each (counted in the totals, not per call site) and keeps whole what the cache still holds
-    and its parents, so a long-lived ledger stays small; `--dry-run` says what it would do.
+    the time lost. `--compact` folds the finished runs older than the newest 50 segments (one
+    per traced process) into one summary each (counted in the totals, not per call site) and
+    keeps whole what the cache still holds and its parents, so a long-lived ledger stays small;
+    `--dry-run` says what it would do.
 
     **Examples**
 
@@ -139,19 +140,25 @@ def _stats(
         hint("statistics come from pipelines run with `cachetool run pipeline.py`")
 
 
+def compaction_line(c: CompactionReport) -> str:
+    """What a compaction did (or would do), in one line (`stats --compact`, `gc`)."""
+    if not c.segments:
+        return f"Ledger: nothing to compact ({human_size(c.bytes_before)}: {c.why_nothing})"
+    verb = "Would compact" if c.dry_run else "Compacted"
+    return (
+        f"{verb} the ledger: {c.runs} run(s) summarised ({c.summarised} records), {c.kept} records kept "
+        f"whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
+    )
+
+
 def render_compaction(out: Output, c: CompactionReport) -> None:
     """One line for what `--compact` did (or would do), and the old runs it left."""
-    if not c.segments:
-        out.line(f"Ledger: nothing to compact ({human_size(c.bytes_before)})")
-    else:
-        verb = "Would compact" if c.dry_run else "Compacted"
-        out.line(
-            f"{verb} the ledger: {c.runs} run(s) summarised ({c.summarised} records), {c.kept} records kept "
-            f"whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
-        )
+    out.line(compaction_line(c))
     if c.left:
-        out.line(f"  {len(c.left)} old segment(s) left: their writer may still be running")
+        out.line(f"  {len(c.left)} old segment(s) left whole: a writer may still be running (or see below)")
     out.line("")
+    for w in c.warnings:
+        warn(w)
 
 
 def _when(t: float | None) -> str:

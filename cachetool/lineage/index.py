@@ -134,27 +134,23 @@ def fold(sums: dict[str, _Sum], rec: StepRecord) -> None:
     origin names the parent; using a fingerprint as a parent is a use of it too)."""
     if rec.internal:
         return
-    when = rec.end
-    fp = rec.result
-    if fp is not None:
+    for fp in rec.used:
         s = sums.setdefault(fp, _Sum())
-        s.last = max(s.last, when)
-        if rec.is_origin:
-            s.merge(
-                _Sum(
-                    last=when,
-                    o_key=(rec.time, rec.run, rec.seq),
-                    operation=rec.operation,
-                    parents=rec.parents,
-                    records=1,
-                    hits=rec.cache == "hit",
-                    misses=rec.computed,
-                    random=rec.random_fallback is not None,
-                )
+        s.last = max(s.last, rec.end)
+    if rec.is_origin and rec.result is not None:
+        hit, miss, random = rec.origin_counts
+        sums[rec.result].merge(
+            _Sum(
+                last=rec.end,
+                o_key=(rec.time, rec.run, rec.seq),
+                operation=rec.operation,
+                parents=rec.parents,
+                records=1,
+                hits=hit,
+                misses=miss,
+                random=bool(random),
             )
-    for p in rec.parents:
-        s = sums.setdefault(p, _Sum())
-        s.last = max(s.last, when)
+        )
 
 
 def fold_summary(sums: dict[str, _Sum], rec: RunSummaryRecord) -> None:

@@ -439,21 +439,17 @@ def _usage(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] = 
             c[2] += misses
             c[3] |= random
     for rec in steps:  # oldest first: the latest origin wins
-        when = rec.end
-        fp = rec.result
-        if fp is not None:
-            last[fp] = max(last.get(fp, 0.0), when)
-            # A save or a no-op map says nothing about where the fingerprint comes from.
-            if rec.is_origin:
-                origin[fp] = rec
-                c = counts.setdefault(fp, [0, 0, 0, 0])
-                c[0] += 1
-                c[1] += rec.cache == "hit"
-                c[2] += rec.computed
-                c[3] |= rec.random_fallback is not None
-        # Using a dataset as a parent is a use of it too.
-        for p in rec.parents:
-            last[p] = max(last.get(p, 0.0), when)
+        for fp in rec.used:  # using a dataset as a parent is a use of it too
+            last[fp] = max(last.get(fp, 0.0), rec.end)
+        # A save or a no-op map says nothing about where the fingerprint comes from.
+        if rec.is_origin and rec.result is not None:
+            origin[rec.result] = rec
+            c = counts.setdefault(rec.result, [0, 0, 0, 0])
+            hit, miss, random = rec.origin_counts
+            c[0] += 1
+            c[1] += hit
+            c[2] += miss
+            c[3] |= random
     out: dict[str, Usage] = {}
     for fp, when in last.items():
         o = origin.get(fp)

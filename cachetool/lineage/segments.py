@@ -41,9 +41,28 @@ def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
             continue
         replaced = replaced_segments(d, [n for n in names if n.startswith(COMPACTED_PREFIX)])
         for n in names:
-            if n in replaced and _size(d / n) == replaced[n]:
-                continue
-            yield d / n
+            if not still_replaced(d / n, replaced):
+                yield d / n
+
+
+def is_segment_name(name: str) -> bool:
+    """A name a segment can have: a plain file name in its folder (no folder part, no leading
+    dot, no `..`), ending in `.jsonl`. A compacted segment naming anything else names nothing."""
+    return (
+        os.path.basename(name) == name
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and not name.startswith(".")
+        and name.endswith(SEGMENT_SUFFIX)
+    )
+
+
+def still_replaced(path: Path, replaced: dict[str, int]) -> bool:
+    """The segment at `path` is one a compacted segment replaces and still has the size it was
+    read at (a compaction killed before removing it): readers skip it, the next compaction
+    removes it."""
+    return path.name in replaced and segment_size(path) == replaced[path.name]
 
 
 def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
@@ -66,13 +85,14 @@ def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
             os.close(fd)
         rec = _parse_line(folder / name, 1, first.rstrip(b"\n"), [], None)
         replaces = getattr(rec, "replaces", None) if rec is not None and rec.type == "compaction" else None
-        out.update(dict(replaces or ()))
+        out.update((n, size) for n, size in replaces or () if is_segment_name(n))
     return out
 
 
-def _size(path: Path) -> int | None:
+def segment_size(path: Path) -> int | None:
+    """The size of the file at `path` (not followed if a symlink); None if there is none."""
     try:
-        return path.stat().st_size
+        return path.lstat().st_size
     except OSError:
         return None
 

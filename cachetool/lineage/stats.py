@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["Counts", "Group", "RandomReason", "StatsReport", "ledger_stats", "zero_stats", "zeroed_at"]
 
 STATS_FILE = "stats.json"
-_COUNTED = ("transform", "root")
+#: The step types `stats` counts as steps (hits, misses); saves are counted apart.
+COUNTED = ("transform", "root")
 
 #: A call site: its key (`pipeline.py:21 map`), file, line, operation and function.
 _Site = tuple[str, str | None, int | None, str | None, str | None]
@@ -347,7 +348,7 @@ def ledger_stats(
     start = max(starts) if starts else None
     tally = _Tally(start, end)
     for rec in sorted(
-        (r for r in records if r.type in (*_COUNTED, "save") and not r.internal), key=lambda r: r.time
+        (r for r in records if r.type in (*COUNTED, "save") and not r.internal), key=lambda r: r.time
     ):
         tally.add(rec)
     for summary in ledger.summaries() if ledger is not None else ():

@@ -9,6 +9,7 @@ ledger folder (said once on stderr).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -46,12 +47,19 @@ class SegmentWriter:
     """Appends records to one segment file. One `os.write` per record on an `O_APPEND` descriptor:
     the record reaches the kernel whole or (killed mid-write) as a torn last line that readers skip.
 
-    Nothing is buffered in Python, so a crash loses at most the record being written."""
+    Nothing is buffered in Python, so a crash loses at most the record being written. A shared
+    `flock` on the segment is held until `close`: the sign for compaction that it is written."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        # Held while the segment is open (the whole run): compaction, which must lock a segment
+        # exclusively to replace it, leaves it alone whatever the pid in its name says (another
+        # PID namespace, a cloned host). Where locks are not supported (some NFS), compaction
+        # falls back to the pid in the name.
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
 
     def append(self, record: Mapping[str, Any]) -> None:
         self.append_line(ENCODER.encode(record))

@@ -33,6 +33,11 @@ class CompactionRecord(LedgerRecord):
             for x in raw
         ):
             raise BadRecord("'replaces' is not a list of [name, size]")
+        from cachetool.lineage.segments import is_segment_name
+
+        for name, _ in raw:
+            if not is_segment_name(name):
+                raise BadRecord(f"'replaces' names {name[:80]!r}, not a segment of its folder")
         return cls(
             **cls._base(d, read_from),
             replaces=tuple((str(n), int(s)) for n, s in raw),

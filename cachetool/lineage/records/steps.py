@@ -147,6 +147,18 @@ class StepRecord(LedgerRecord):
             and self.result not in self.parents
         )
 
+    @property
+    def used(self) -> tuple[str, ...]:
+        """The fingerprints this step uses, its result and its parents: the ledger's usage takes
+        each one's last use from the step's end."""
+        return self.parents if self.result is None else (self.result, *self.parents)
+
+    @property
+    def origin_counts(self) -> tuple[int, int, int]:
+        """What this record, an origin of its result, adds to the result's usage: hits, misses,
+        a random fingerprint (0 or 1)."""
+        return int(self.cache == "hit"), int(self.computed), int(self.random_fallback is not None)
+
     def arg(self, name: str) -> ArgInfo | None:
         """The recorded argument `name`, or None (`datasets` leaves out arguments equal to their
         default)."""

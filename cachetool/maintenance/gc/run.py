@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.maintenance.gc.execute import execute
@@ -19,6 +20,9 @@ from cachetool.maintenance.gc.model import (
     named_but_kept,
 )
 from cachetool.maintenance.gc.plan import plan_gc
+
+if TYPE_CHECKING:
+    from cachetool.lineage.compact import CompactionReport
 
 
 class ConfirmationNeeded(CachetoolError):
@@ -80,6 +84,9 @@ class GcRun:
     result: GcResult | None = None
     dry_run: bool = False
     declined: bool = False  # `confirm` said no: nothing removed
+    #: The ledger compaction that followed the removals (a dry run: that would follow), when the
+    #: ledger is past `cachetool.lineage.compact.AUTO_BYTES`.
+    compaction: CompactionReport | None = None
 
     @property
     def named_but_kept(self) -> list[tuple[str, str]]:
@@ -124,7 +131,8 @@ def gc_cache(
     raises `ConfirmationNeeded` (exit 2). With nothing selected (no `temp`, nothing named, no
     limit) nothing is scanned and the plan's one warning says so. Stale leases are removed even
     when the plan removes nothing: they protect nothing any more. After a removal, a ledger
-    larger than `cachetool.lineage.compact.AUTO_BYTES` is compacted (`compact_if_large`)."""
+    larger than `cachetool.lineage.compact.AUTO_BYTES` is compacted (`compact_if_large`); the
+    run's `compaction` says what that did (a dry run: what it would do)."""
     from cachetool.cache.dirs import existing_root
 
     options = gc_options(
@@ -141,7 +149,11 @@ def gc_cache(
         force_root=force_root,
         other_hosts_idle=other_hosts_idle,
     )
+    from cachetool.lineage.compact import compact_if_large
+
     plan = plan_gc(existing_root(cache_dir), options)
+    if dry_run and plan.items:
+        return GcRun(plan, None, dry_run=True, compaction=compact_if_large(plan.root, dry_run=True))
     if dry_run or not options.selects:
         return GcRun(plan, None, dry_run=dry_run)
     if not plan.items:
@@ -153,7 +165,5 @@ def gc_cache(
         if not confirm(plan):
             return GcRun(plan, None, declined=True)
     result = execute(plan)
-    from cachetool.lineage.compact import compact_if_large
-
-    compact_if_large(plan.root)  # a long-lived ledger stays bounded
-    return GcRun(plan, result)
+    compaction = compact_if_large(plan.root) if result.removed else None  # the ledger stays bounded
+    return GcRun(plan, result, compaction=compaction)
