@@ -7,7 +7,6 @@ Command modules are imported here to register their commands; each keeps its hea
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 from typing import Annotated, Any
 
@@ -164,8 +163,10 @@ def root_help(width: int) -> str:
 
 def main() -> None:
     """Console-script entry point."""
+    from cachetool.cli.entry import completing
+
     argv = sys.argv[1:]
-    if argv in (["--help"], ["-h"], []) and "_CACHETOOL_COMPLETE" not in os.environ:  # not a TAB
+    if argv in (["--help"], ["-h"], []) and not completing():
         import shutil
 
         sys.stdout.write(root_help(shutil.get_terminal_size().columns))

@@ -44,5 +44,10 @@ def _plain_run(argv: Sequence[str]) -> bool:
         len(argv) >= 2
         and argv[0] == "run"
         and not argv[1].startswith("-")
-        and "_CACHETOOL_COMPLETE" not in os.environ  # a TAB at the shell: the app completes
+        and not completing()  # the app completes
     )
+
+
+def completing() -> bool:
+    """Whether the shell asks for completions (a TAB): the Typer app answers those."""
+    return "_CACHETOOL_COMPLETE" in os.environ

@@ -113,20 +113,18 @@ def _format(options: dict[str, Any]) -> Any:
 
 
 def _ls(options: dict[str, Any], positional: list[str]) -> int | None:
-    from cachetool.cache.walk import gc_paused
     from cachetool.cli.ls import run_ls
 
     limit = options.get("limit")
-    with gc_paused(freeze=True):
-        run_ls(
-            Path(positional[0]) if positional else None,
-            _cache_dir(options),
-            options["filter"],
-            options.get("sort"),
-            None if limit is None else int(limit),
-            _format(options),
-            bool(options.get("no_truncate")),
-        )
+    run_ls(
+        Path(positional[0]) if positional else None,
+        _cache_dir(options),
+        options["filter"],
+        options.get("sort"),
+        None if limit is None else int(limit),
+        _format(options),
+        bool(options.get("no_truncate")),
+    )
     return None
 
 
@@ -215,7 +213,9 @@ _COMMANDS: dict[str, tuple[Grammar, Callable[[dict[str, Any], list[str]], int | 
 
 def answer(argv: Sequence[str]) -> int | None:
     """The exit code of the command line `argv` answered here, or None: the Typer app answers it."""
-    if "_CACHETOOL_COMPLETE" in os.environ:  # a TAB at the shell: the app completes
+    from cachetool.cli.entry import completing
+
+    if completing():  # the app completes
         return None
     from cachetool.cli.output import debug_enabled
 
