@@ -170,6 +170,26 @@ def test_ls_json_imports_no_typer_click_pydantic_or_rich(golden_env: dict[str, s
     assert probe.read_text() == ""
 
 
+@pytest.mark.slow
+def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
+    golden_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A name the shell passes as bytes that are not UTF-8 (`cachetool show $'\\xff\\xfe'`) names
+    no entry of a cache with a ledger: one `Error:` line and exit 2, as any unknown name, on both
+    paths, for every command that takes a name (not a traceback from the ledger's index)."""
+    probe = tmp_path / "probe"
+    for name in ("f0\udce9", "\udcff\udcfe"):  # how Python hands such an argument on
+        for command in ("show", "lineage", "explain"):
+            light, typer = _both([command, name], golden_env, probe)
+            assert light == typer, (command, name, light, typer)
+            assert "typer" not in probe.read_text().split(","), command
+            code, out, err = light
+            assert (code, out) == (2, "") and err.startswith("Error: ") and err.count("\n") == 1, light
+        for args in (["pin", name], ["unpin", name], ["gc", name], ["verify", name]):
+            code, out, err = _run(TYPER, args, {**golden_env, "NOW": str(time.time())})
+            assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, (args, out, err)
+
+
 # --- the sink writes what Rich would ----------------------------------------------------------
 
 LINES = [
