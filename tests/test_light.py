@@ -190,6 +190,86 @@ def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
             assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, (args, out, err)
 
 
+def _run_stdout_closed(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """`cachetool ARGS >&-`: the exit code and stderr of a run whose standard output is closed."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_is_one_error_line(golden: dict[str, Any], golden_env: dict[str, str]) -> None:
+    """`cachetool ls --json >&-` (standard output closed) says so in one `Error:` line and exits
+    2 on both paths, for every command that writes to it, instead of a traceback; `run` leaves
+    the script's standard output to the script."""
+    env = {**golden_env, "NOW": str(time.time())}
+    for args in (["ls", "--json"], ["ls"], ["show", golden["final"]], ["lineage", golden["final"]], ["-V"]):
+        for code in (LIGHT, TYPER):
+            run_env = {**env, "PROBE": os.devnull}
+            assert _run_stdout_closed(code, args, run_env) == (
+                2,
+                "Error: standard output is closed (to discard the output: >/dev/null)\n",
+            ), args
+    for args in (["dirs"], ["verify"], ["explain", "--last"], ["stats"]):
+        assert _run_stdout_closed(TYPER, args, env) == (
+            2,
+            "Error: standard output is closed (to discard the output: >/dev/null)\n",
+        ), args
+    # a full disk (`> /dev/full`) and a closed stderr (`2>&-`): the error line, the exit code
+    for code in (LIGHT, TYPER):
+        run_env = {**env, "PROBE": os.devnull}
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [sys.executable, "-c", code, "--version"], env=run_env, stdout=full, stderr=subprocess.PIPE
+            )
+        assert (proc.returncode, proc.stderr) == (2, b"Error: No space left on device\n")
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "ls", "--cache-dir", MISSING],
+            env=run_env,
+            capture_output=True,
+            preexec_fn=lambda: os.close(2),
+        )
+        assert (proc.returncode, proc.stdout) == (2, b"")
+    script = Path(golden["folder"]) / "quiet.py"
+    script.write_text("import sys\nsys.exit(0 if sys.stdout is None else 5)\n", encoding="utf-8")
+    try:
+        assert _run_stdout_closed(LIGHT, ["run", str(script)], {**env, "PROBE": os.devnull}) == (0, "")
+    finally:
+        script.unlink()
+
+
+@pytest.mark.slow
+def test_a_reader_that_goes_away_ends_a_long_listing_quietly(
+    golden_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`cachetool ls | head -1` on a listing of thousands of entries: the first line, then exit 0
+    and nothing on stderr (no BrokenPipeError traceback), on both paths and in every format."""
+    from tests.attack.races import synthesize_cache
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 3000)
+    env = {**golden_env, "HF_DATASETS_CACHE": str(root), "NOW": str(time.time()), "PROBE": os.devnull}
+    for args in (["ls"], ["ls", "--json"], ["ls", "-q"], ["ls", "--sort", "name", "--no-truncate"]):
+        for code in (LIGHT, TYPER):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            assert proc.stdout is not None and proc.stderr is not None
+            first = proc.stdout.readline()
+            proc.stdout.close()
+            err = proc.stderr.read()
+            assert proc.wait(timeout=120) == 0 and first and err == b"", (args, err[-500:])
+
+
 # --- the sink writes what Rich would ----------------------------------------------------------
 
 LINES = [

@@ -32,7 +32,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"cachetool {__version__}")
+        from cachetool.cli.common import handle_errors
+
+        handle_errors(typer.echo)(f"cachetool {__version__}")  # `> /dev/full`: one error line
         raise typer.Exit()
 
 
@@ -163,9 +165,12 @@ def root_help(width: int) -> str:
 
 def main() -> None:
     """Console-script entry point."""
-    from cachetool.cli.entry import completing
+    from cachetool.cli.entry import closed_stdout, completing
 
     argv = sys.argv[1:]
+    code = closed_stdout(argv)
+    if code is not None:
+        sys.exit(code)
     if argv in (["--help"], ["-h"], []) and not completing():
         import shutil
 

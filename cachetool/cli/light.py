@@ -198,6 +198,14 @@ def _explain(options: dict[str, Any], positional: list[str]) -> int | None:
     )
 
 
+def _version(options: dict[str, Any], positional: list[str]) -> int | None:
+    from cachetool import __version__
+
+    sys.stdout.write(f"cachetool {__version__}\n")
+    sys.stdout.flush()
+    return None
+
+
 def _cache_dir(options: dict[str, Any]) -> Path | None:
     return Path(options["cache_dir"]) if "cache_dir" in options else None
 
@@ -222,15 +230,13 @@ def answer(argv: Sequence[str]) -> int | None:
     if debug_enabled():  # the traceback a user is asked for is the Typer app's
         return None
     if list(argv) in (["--version"], ["-V"]):
-        from cachetool import __version__
-
-        sys.stdout.write(f"cachetool {__version__}\n")
-        sys.stdout.flush()
-        return 0
-    if not argv or argv[0] not in _COMMANDS:
+        command: Callable[[dict[str, Any], list[str]], int | None] = _version
+        parsed: tuple[dict[str, Any], list[str]] | None = ({}, [])
+    elif argv and argv[0] in _COMMANDS:
+        grammar, command = _COMMANDS[argv[0]]
+        parsed = parse(grammar, argv[1:])
+    else:
         return None
-    grammar, command = _COMMANDS[argv[0]]
-    parsed = parse(grammar, argv[1:])
     if parsed is None:
         return None
     from cachetool.cli.output import report_exception
