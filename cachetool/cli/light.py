@@ -26,7 +26,8 @@ from typing import Any
 class Grammar:
     """A command's options as Typer reads them: flags, options with one value each (`repeat`:
     the ones that may be given many times, collected in a list), and at most `arguments`
-    positional arguments, of which `required` must be given."""
+    positional arguments, of which `required` must be given. tests/test_light.py compares each
+    with the Typer command's options (names, values, repeats, formats, bounds, defaults)."""
 
     flags: dict[str, str]
     values: dict[str, str]
@@ -36,6 +37,7 @@ class Grammar:
     formats: tuple[str, ...] = ("human", "json", "quiet")
     counts: frozenset[str] = field(default_factory=frozenset)  # `--limit`-like: digits only
     paths: bool = False  # the arguments are Typer PATHs: an unreadable one is its usage error
+    defaults: dict[str, str] = field(default_factory=dict)  # of valued options given no value
 
 
 def parse(grammar: Grammar, args: Sequence[str]) -> tuple[dict[str, Any], list[str]] | None:
@@ -181,6 +183,7 @@ EXPLAIN = Grammar(
     values={"--cache-dir": "cache_dir", "--format": "fmt", "--history": "history"},
     arguments=1,
     counts=frozenset({"history"}),
+    defaults={"history": "3"},
 )
 
 
@@ -191,7 +194,7 @@ def _explain(options: dict[str, Any], positional: list[str]) -> int | None:
         positional[0] if positional else None,
         bool(options.get("last")),
         None,
-        int(options.get("history", 3)),
+        int(options.get("history", EXPLAIN.defaults["history"])),
         _cache_dir(options),
         _format(options),
         bool(options.get("all_roots")),
