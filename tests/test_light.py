@@ -190,6 +190,27 @@ def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
             assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, (args, out, err)
 
 
+@pytest.mark.slow
+def test_a_cache_root_whose_path_is_not_utf8_is_listed(
+    golden: dict[str, Any], golden_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A cache with a ledger in a folder whose name is not UTF-8 (`/data/caf\\xe9/cache`) is
+    listed, shown and traced as any other, on both paths (the ledger's index cannot hold such a
+    path: it is read without it), not a traceback."""
+    import shutil
+
+    from cachetool.lineage.index import INDEX_FILE
+    from cachetool.lineage.roots import LEDGER_DIR
+
+    root = tmp_path / "caf\udce9" / "cache"
+    shutil.copytree(golden["cache"], root, symlinks=True)
+    (root / LEDGER_DIR / INDEX_FILE).unlink(missing_ok=True)  # made anew, from the ledger here
+    probe = tmp_path / "probe"
+    for args in (["ls", "--json"], ["show", golden["final"]], ["lineage", golden["final"]]):
+        light, typer = _both([*args, "--cache-dir", str(root)], golden_env, probe)
+        assert light == typer and light[0] == 0 and "Traceback" not in light[2], (args, light[2][-800:])
+
+
 def _run_stdout_closed(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str]:
     """`cachetool ARGS >&-`: the exit code and stderr of a run whose standard output is closed."""
     proc = subprocess.run(

@@ -73,7 +73,7 @@ def open_index(root: str | os.PathLike[str]) -> sqlite3.Connection | None:
     for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
         try:
             con = up_to_date(db, root_path, segments)
-        except (OSError, sqlite3.Error):
+        except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
             continue
         clean = con.execute("SELECT count(*) FROM segments WHERE bad > 0 OR done != size").fetchone()[0] == 0
         return con if clean else None
