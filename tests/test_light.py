@@ -170,6 +170,271 @@ def test_ls_json_imports_no_typer_click_pydantic_or_rich(golden_env: dict[str, s
     assert probe.read_text() == ""
 
 
+@pytest.mark.slow
+def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
+    golden_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A name the shell passes as bytes that are not UTF-8 (`cachetool show $'\\xff\\xfe'`) names
+    no entry of a cache with a ledger: one `Error:` line and exit 2, as any unknown name, on both
+    paths, for every command that takes a name (not a traceback from the ledger's index)."""
+    probe = tmp_path / "probe"
+    for name in ("f0\udce9", "\udcff\udcfe"):  # how Python hands such an argument on
+        for command in ("show", "lineage", "explain"):
+            light, typer = _both([command, name], golden_env, probe)
+            assert light == typer, (command, name, light, typer)
+            assert "typer" not in probe.read_text().split(","), command
+            code, out, err = light
+            assert (code, out) == (2, "") and err.startswith("Error: ") and err.count("\n") == 1, light
+        for args in (["pin", name], ["unpin", name], ["gc", name], ["verify", name]):
+            code, out, err = _run(TYPER, args, {**golden_env, "NOW": str(time.time())})
+            assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, (args, out, err)
+
+
+@pytest.mark.slow
+def test_a_cache_root_whose_path_is_not_utf8_is_listed(
+    golden: dict[str, Any], golden_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A cache with a ledger in a folder whose name is not UTF-8 (`/data/caf\\xe9/cache`) is
+    listed, shown and traced as any other, on both paths (the ledger's index cannot hold such a
+    path: it is read without it), not a traceback."""
+    import shutil
+
+    from cachetool.lineage.index import INDEX_FILE
+    from cachetool.lineage.roots import LEDGER_DIR
+
+    root = tmp_path / "caf\udce9" / "cache"
+    shutil.copytree(golden["cache"], root, symlinks=True)
+    (root / LEDGER_DIR / INDEX_FILE).unlink(missing_ok=True)  # made anew, from the ledger here
+    probe = tmp_path / "probe"
+    for args in (["ls", "--json"], ["show", golden["final"]], ["lineage", golden["final"]]):
+        light, typer = _both([*args, "--cache-dir", str(root)], golden_env, probe)
+        assert light == typer and light[0] == 0 and "Traceback" not in light[2], (args, light[2][-800:])
+
+
+def _run_stdout_closed(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """`cachetool ARGS >&-`: the exit code and stderr of a run whose standard output is closed."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_is_one_error_line(golden: dict[str, Any], golden_env: dict[str, str]) -> None:
+    """`cachetool ls --json >&-` (standard output closed) says so in one `Error:` line and exits
+    2 on both paths, for every command that writes to it, instead of a traceback; `run` leaves
+    the script's standard output to the script."""
+    env = {**golden_env, "NOW": str(time.time())}
+    for args in (["ls", "--json"], ["ls"], ["show", golden["final"]], ["lineage", golden["final"]], ["-V"]):
+        for code in (LIGHT, TYPER):
+            run_env = {**env, "PROBE": os.devnull}
+            assert _run_stdout_closed(code, args, run_env) == (
+                2,
+                "Error: standard output is closed (to discard the output: >/dev/null)\n",
+            ), args
+    for args in (["dirs"], ["verify"], ["explain", "--last"], ["stats"]):
+        assert _run_stdout_closed(TYPER, args, env) == (
+            2,
+            "Error: standard output is closed (to discard the output: >/dev/null)\n",
+        ), args
+    # a full disk (`> /dev/full`) and a closed stderr (`2>&-`): the error line, the exit code
+    for code in (LIGHT, TYPER):
+        run_env = {**env, "PROBE": os.devnull}
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [sys.executable, "-c", code, "--version"], env=run_env, stdout=full, stderr=subprocess.PIPE
+            )
+        assert (proc.returncode, proc.stderr) == (2, b"Error: No space left on device\n")
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "ls", "--cache-dir", MISSING],
+            env=run_env,
+            capture_output=True,
+            preexec_fn=lambda: os.close(2),
+        )
+        assert (proc.returncode, proc.stdout) == (2, b"")
+    script = Path(golden["folder"]) / "quiet.py"
+    script.write_text("import sys\nsys.exit(0 if sys.stdout is None else 5)\n", encoding="utf-8")
+    try:
+        assert _run_stdout_closed(LIGHT, ["run", str(script)], {**env, "PROBE": os.devnull}) == (0, "")
+    finally:
+        script.unlink()
+
+
+@pytest.mark.slow
+def test_a_reader_that_goes_away_ends_a_long_listing_quietly(
+    golden_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`cachetool ls | head -1` on a listing of thousands of entries: the first line, then exit 0
+    and nothing on stderr (no BrokenPipeError traceback), on both paths and in every format."""
+    from tests.attack.races import synthesize_cache
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 3000)
+    env = {**golden_env, "HF_DATASETS_CACHE": str(root), "NOW": str(time.time()), "PROBE": os.devnull}
+    for args in (["ls"], ["ls", "--json"], ["ls", "-q"], ["ls", "--sort", "name", "--no-truncate"]):
+        for code in (LIGHT, TYPER):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            assert proc.stdout is not None and proc.stderr is not None
+            first = proc.stdout.readline()
+            proc.stdout.close()
+            err = proc.stderr.read()
+            assert proc.wait(timeout=120) == 0 and first and err == b"", (args, err[-500:])
+
+
+# --- the light grammar reads each command's options as its Typer command declares them -------
+
+#: Options of a light-path command that its grammar does not read: a command line with one is
+#: left whole to the Typer app (so it cannot answer it otherwise).
+LEFT_TO_TYPER = {"explain": {"--script"}}
+
+
+def _typer_commands() -> Any:
+    import typer
+
+    from cachetool.cli.app import app
+
+    return typer.main.get_command(app)
+
+
+def _divergences(name: str, grammar: Any, command: Any) -> list[str]:
+    """Where the light `grammar` of `cachetool NAME` reads a command line otherwise than the Typer
+    `command` declares it, one sentence each naming the option."""
+    from cachetool.cli.output import OutputFormat as Fmt
+
+    out: list[str] = []
+    if command.context_settings.get("auto_envvar_prefix"):
+        out.append(f"cachetool {name}: options read from environment variables (auto_envvar_prefix)")
+    read = {**grammar.flags, **grammar.values}
+    for n in sorted(set(grammar.flags) & set(grammar.values)):
+        out.append(f"cachetool {name} {n}: the light grammar reads it both as a flag and with a value")
+    declared: set[str] = set()
+    arguments = []
+    for p in command.params:
+        if p.param_type_name == "argument":
+            arguments.append(p)
+            if p.envvar:
+                out.append(f"cachetool {name} {p.name.upper()}: read from ${p.envvar} too")
+            continue
+        names = [*p.opts, *p.secondary_opts]
+        declared.update(names)
+        where = f"cachetool {name} {'/'.join(names)}"
+        if p.envvar:
+            out.append(f"{where}: read from ${p.envvar} too, which the light path does not")
+        if set(names) <= LEFT_TO_TYPER.get(name, set()):
+            if set(names) & set(read):
+                out.append(f"{where}: in LEFT_TO_TYPER and in the light grammar")
+            continue
+        if p.secondary_opts or p.count or p.nargs != 1:
+            out.append(f"{where}: a form the light grammar does not read (--x/--no-x, a count, nargs)")
+        dest = p.name.rstrip("_")
+        for n in names:
+            if n not in read:
+                out.append(f"{where}: {n} is not in the light grammar")
+            elif (n in grammar.flags) != p.is_flag:
+                kind = "a flag" if n in grammar.flags else "an option with a value"
+                out.append(f"{where}: the light grammar reads {n} as {kind}, Typer does not")
+            elif read[n] != dest:
+                out.append(f"{where}: the light grammar reads {n} into {read[n]!r}, Typer into {dest!r}")
+        if p.is_flag:
+            if p.default is not False:
+                out.append(f"{where}: a flag on by default ({p.default!r})")
+            continue
+        annotation = p.type_descriptor.annotation
+        if (dest in grammar.repeat) != bool(p.multiple):
+            out.append(
+                f"{where}: repeatable for {'the light grammar' if p.multiple is False else 'Typer'} only"
+            )
+        if (dest in grammar.counts) != (annotation is int):
+            out.append(f"{where}: a count (digits only) for one of the light grammar and Typer only")
+        if (p.min, p.max) != ((0, None) if annotation is int else (None, None)):
+            out.append(f"{where}: bounds min={p.min} max={p.max}; the light grammar reads digits (min=0)")
+        if annotation is Fmt and tuple(p.metavar.split("|")) != grammar.formats:
+            out.append(
+                f"{where}: formats {p.metavar} in Typer, {'|'.join(grammar.formats)} in the light grammar"
+            )
+        if annotation not in (str, Path, int, Fmt, list[str]):
+            out.append(f"{where}: Typer converts its value to {annotation!r}, the light grammar does not")
+        default = p.default.value if isinstance(p.default, Fmt) else p.default
+        light_default = {"fmt": "human", **grammar.defaults}.get(dest)
+        if (None if default is None else str(default)) != light_default:
+            out.append(f"{where}: default {default!r} in Typer, {light_default!r} in the light path")
+    for n in sorted(set(read) - declared):
+        out.append(f"cachetool {name} {n}: read by the light grammar, not an option of the Typer command")
+    required = sum(bool(a.required) for a in arguments)
+    if (len(arguments), required) != (grammar.arguments, grammar.required):
+        out.append(
+            f"cachetool {name}: {len(arguments)} argument(s), {required} required in Typer; "
+            f"{grammar.arguments}, {grammar.required} in the light grammar"
+        )
+    if any(a.nargs != 1 for a in arguments):
+        out.append(f"cachetool {name}: an argument of many values")
+    paths = any(a.type_descriptor.annotation in (Path, Path | None) for a in arguments)
+    if paths != grammar.paths:
+        out.append(f"cachetool {name}: PATH arguments for one of the light grammar and Typer only")
+    return out
+
+
+def test_light_grammars_read_the_options_the_typer_commands_declare() -> None:
+    """A command line the light path answers means what it means to the Typer app: every option
+    of `ls`, `show`, `lineage` and `explain` (name and short name, flag or value, repeatable,
+    formats, numeric bounds, default) and its arguments are read alike, none comes from an
+    environment variable, and `--version`/`-V` are the root's. A new or changed Typer option
+    fails here, named, until the light grammar reads it too (or leaves it to the Typer app)."""
+    from cachetool.cli.light import _COMMANDS
+
+    group = _typer_commands()
+    assert not group.context_settings.get("auto_envvar_prefix")
+    version = next(p for p in group.params if p.name == "version")
+    assert sorted(version.opts) == ["--version", "-V"] and not version.envvar
+    problems = [
+        text
+        for name, (grammar, _) in _COMMANDS.items()
+        for text in _divergences(name, grammar, group.commands[name])
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_grammar_that_drifts_from_its_typer_command_is_named() -> None:
+    """The comparison above names the option when the two differ (so it can fail)."""
+    import copy
+    import dataclasses
+
+    from cachetool.cli.light import EXPLAIN, LINEAGE, LS
+
+    group = _typer_commands()
+    ls, lineage, explain = (group.commands[n] for n in ("ls", "lineage", "explain"))
+    drifted = {
+        "-f": dataclasses.replace(LS, values={k: v for k, v in LS.values.items() if k != "-f"}),
+        "--limit": dataclasses.replace(LS, counts=frozenset()),
+        "--filter": dataclasses.replace(LS, repeat=frozenset()),
+        "--format": dataclasses.replace(LINEAGE, formats=("human", "json", "quiet")),
+        "--history": dataclasses.replace(EXPLAIN, defaults={"history": "5"}),
+        "--json": dataclasses.replace(LS, values={**LS.values, "--json": "as_json"}),
+        "--jsonl": dataclasses.replace(LS, flags={**LS.flags, "--jsonl": "as_json"}),
+    }
+    for option, grammar in drifted.items():
+        command = {"--format": lineage, "--history": explain}.get(option, ls)
+        problems = _divergences(command.name, grammar, command)
+        assert problems and all(option in p for p in problems), (option, problems)
+    with_envvar = copy.copy(ls)
+    with_envvar.params = [copy.copy(p) for p in ls.params]
+    sort = next(p for p in with_envvar.params if p.name == "sort")
+    sort.envvar = "CACHETOOL_SORT"
+    assert _divergences("ls", LS, with_envvar) == [
+        "cachetool ls --sort: read from $CACHETOOL_SORT too, which the light path does not"
+    ]
+
+
 # --- the sink writes what Rich would ----------------------------------------------------------
 
 LINES = [

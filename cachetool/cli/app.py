@@ -7,7 +7,6 @@ Command modules are imported here to register their commands; each keeps its hea
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 from typing import Annotated, Any
 
@@ -33,7 +32,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"cachetool {__version__}")
+        from cachetool.cli.common import handle_errors
+
+        handle_errors(typer.echo)(f"cachetool {__version__}")  # `> /dev/full`: one error line
         raise typer.Exit()
 
 
@@ -164,8 +165,13 @@ def root_help(width: int) -> str:
 
 def main() -> None:
     """Console-script entry point."""
+    from cachetool.cli.entry import closed_stdout, completing
+
     argv = sys.argv[1:]
-    if argv in (["--help"], ["-h"], []) and "_CACHETOOL_COMPLETE" not in os.environ:  # not a TAB
+    code = closed_stdout(argv)
+    if code is not None:
+        sys.exit(code)
+    if argv in (["--help"], ["-h"], []) and not completing():
         import shutil
 
         sys.stdout.write(root_help(shutil.get_terminal_size().columns))

@@ -26,9 +26,11 @@ def main() -> None:
         from cachetool.trace.runner import run_here
 
         run_here(argv[1], argv[2:])  # does not return
-    from cachetool.cli.light import answer
+    code = closed_stdout(argv)
+    if code is None:
+        from cachetool.cli.light import answer
 
-    code = answer(argv)
+        code = answer(argv)
     if code is not None:
         sys.exit(code)
     from cachetool.cli.app import main as app_main
@@ -44,5 +46,28 @@ def _plain_run(argv: Sequence[str]) -> bool:
         len(argv) >= 2
         and argv[0] == "run"
         and not argv[1].startswith("-")
-        and "_CACHETOOL_COMPLETE" not in os.environ  # a TAB at the shell: the app completes
+        and not completing()  # the app completes
     )
+
+
+def completing() -> bool:
+    """Whether the shell asks for completions (a TAB): the Typer app answers those."""
+    return "_CACHETOOL_COMPLETE" in os.environ
+
+
+def closed_stdout(argv: Sequence[str]) -> int | None:
+    """The exit code of a command started with its standard output closed (`cachetool ls >&-`):
+    one `Error:` line instead of a traceback at the first line written, and nothing done.
+    None when stdout is open, for `run` (the script's stdout is the script's) and at a TAB. A
+    closed stderr becomes /dev/null: messages are lost, exit codes are not, and no file the
+    command opens takes its place."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
+    if sys.stdout is not None or argv[:1] == ["run"] or completing():
+        return None
+    from cachetool.cli.output import error
+    from cachetool.errors import ExitCode
+
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (what the error line flushes first)
+    error("standard output is closed (to discard the output: >/dev/null)")
+    return int(ExitCode.USAGE)

@@ -26,7 +26,8 @@ from typing import Any
 class Grammar:
     """A command's options as Typer reads them: flags, options with one value each (`repeat`:
     the ones that may be given many times, collected in a list), and at most `arguments`
-    positional arguments, of which `required` must be given."""
+    positional arguments, of which `required` must be given. tests/test_light.py compares each
+    with the Typer command's options (names, values, repeats, formats, bounds, defaults)."""
 
     flags: dict[str, str]
     values: dict[str, str]
@@ -36,6 +37,7 @@ class Grammar:
     formats: tuple[str, ...] = ("human", "json", "quiet")
     counts: frozenset[str] = field(default_factory=frozenset)  # `--limit`-like: digits only
     paths: bool = False  # the arguments are Typer PATHs: an unreadable one is its usage error
+    defaults: dict[str, str] = field(default_factory=dict)  # of valued options given no value
 
 
 def parse(grammar: Grammar, args: Sequence[str]) -> tuple[dict[str, Any], list[str]] | None:
@@ -113,20 +115,18 @@ def _format(options: dict[str, Any]) -> Any:
 
 
 def _ls(options: dict[str, Any], positional: list[str]) -> int | None:
-    from cachetool.cache.walk import gc_paused
     from cachetool.cli.ls import run_ls
 
     limit = options.get("limit")
-    with gc_paused(freeze=True):
-        run_ls(
-            Path(positional[0]) if positional else None,
-            _cache_dir(options),
-            options["filter"],
-            options.get("sort"),
-            None if limit is None else int(limit),
-            _format(options),
-            bool(options.get("no_truncate")),
-        )
+    run_ls(
+        Path(positional[0]) if positional else None,
+        _cache_dir(options),
+        options["filter"],
+        options.get("sort"),
+        None if limit is None else int(limit),
+        _format(options),
+        bool(options.get("no_truncate")),
+    )
     return None
 
 
@@ -183,6 +183,7 @@ EXPLAIN = Grammar(
     values={"--cache-dir": "cache_dir", "--format": "fmt", "--history": "history"},
     arguments=1,
     counts=frozenset({"history"}),
+    defaults={"history": "3"},
 )
 
 
@@ -193,11 +194,19 @@ def _explain(options: dict[str, Any], positional: list[str]) -> int | None:
         positional[0] if positional else None,
         bool(options.get("last")),
         None,
-        int(options.get("history", 3)),
+        int(options.get("history", EXPLAIN.defaults["history"])),
         _cache_dir(options),
         _format(options),
         bool(options.get("all_roots")),
     )
+
+
+def _version(options: dict[str, Any], positional: list[str]) -> int | None:
+    from cachetool import __version__
+
+    sys.stdout.write(f"cachetool {__version__}\n")
+    sys.stdout.flush()
+    return None
 
 
 def _cache_dir(options: dict[str, Any]) -> Path | None:
@@ -215,22 +224,22 @@ _COMMANDS: dict[str, tuple[Grammar, Callable[[dict[str, Any], list[str]], int | 
 
 def answer(argv: Sequence[str]) -> int | None:
     """The exit code of the command line `argv` answered here, or None: the Typer app answers it."""
-    if "_CACHETOOL_COMPLETE" in os.environ:  # a TAB at the shell: the app completes
+    from cachetool.cli.entry import completing
+
+    if completing():  # the app completes
         return None
     from cachetool.cli.output import debug_enabled
 
     if debug_enabled():  # the traceback a user is asked for is the Typer app's
         return None
     if list(argv) in (["--version"], ["-V"]):
-        from cachetool import __version__
-
-        sys.stdout.write(f"cachetool {__version__}\n")
-        sys.stdout.flush()
-        return 0
-    if not argv or argv[0] not in _COMMANDS:
+        command: Callable[[dict[str, Any], list[str]], int | None] = _version
+        parsed: tuple[dict[str, Any], list[str]] | None = ({}, [])
+    elif argv and argv[0] in _COMMANDS:
+        grammar, command = _COMMANDS[argv[0]]
+        parsed = parse(grammar, argv[1:])
+    else:
         return None
-    grammar, command = _COMMANDS[argv[0]]
-    parsed = parse(grammar, argv[1:])
     if parsed is None:
         return None
     from cachetool.cli.output import report_exception

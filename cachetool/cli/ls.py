@@ -105,26 +105,31 @@ def run_ls(
     fmt: OutputFormat,
     no_truncate: bool = False,
 ) -> None:
-    """`cachetool ls` once its options are read (by Typer, or by `cachetool.cli.light`)."""
+    """`cachetool ls` once its options are read (by Typer, or by `cachetool.cli.light`), in a
+    process about to exit: no cyclic garbage collection while it runs, and what it made is left
+    out of any later one (`gc_paused(freeze=True)`)."""
     from cachetool.cache.listing import check_query, list_cache
+    from cachetool.cache.walk import gc_paused
 
-    check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
-    target = resolve_target(path, cache_dir)
-    out = Output(fmt, no_truncate=no_truncate)
-    with scan_progress() as progress:
-        listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
-    for message in listing.warnings:
-        warn(message)
-    report, entries, pinned = listing.report, listing.entries, listing.pinned
-    if fmt == OutputFormat.json:
-        out.json_pieces(
-            lambda: ls_document(report, entries, pinned), lambda: ls_document_text(report, entries, pinned)
-        )
-    elif fmt == OutputFormat.quiet:
-        out.ids(e.id for e in entries)
-    else:
-        render_human(out, report, entries, grouped=sort is None, pinned=pinned)
-    report_warnings(report)
+    with gc_paused(freeze=True):
+        check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
+        target = resolve_target(path, cache_dir)
+        out = Output(fmt, no_truncate=no_truncate)
+        with scan_progress() as progress:
+            listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
+        for message in listing.warnings:
+            warn(message)
+        report, entries, pinned = listing.report, listing.entries, listing.pinned
+        if fmt == OutputFormat.json:
+            out.json_pieces(
+                lambda: ls_document(report, entries, pinned),
+                lambda: ls_document_text(report, entries, pinned),
+            )
+        elif fmt == OutputFormat.quiet:
+            out.ids(e.id for e in entries)
+        else:
+            render_human(out, report, entries, grouped=sort is None, pinned=pinned)
+        report_warnings(report)
 
 
 def ls_document(

@@ -82,9 +82,6 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    from cachetool.cache.scan import gc_paused
-
-    with gc_paused(freeze=True):
-        handle_errors(run_ls)(
-            path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate
-        )
+    handle_errors(run_ls)(
+        path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate
+    )

@@ -192,7 +192,7 @@ def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
     for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
         try:
             return UsageIndex(up_to_date(db, root_path, segments))
-        except (OSError, sqlite3.Error):
+        except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
             continue
     from cachetool.lineage.ledger import read_ledger
 

@@ -73,7 +73,7 @@ def open_index(root: str | os.PathLike[str]) -> sqlite3.Connection | None:
     for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
         try:
             con = up_to_date(db, root_path, segments)
-        except (OSError, sqlite3.Error):
+        except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
             continue
         clean = con.execute("SELECT count(*) FROM segments WHERE bad > 0 OR done != size").fetchone()[0] == 0
         return con if clean else None
@@ -89,11 +89,21 @@ class IndexedFingerprints:
         self._con = con
 
     def __contains__(self, fp: object, /) -> bool:
+        if not isinstance(fp, str) or not _storable(fp):
+            return False
         return self._con.execute("SELECT 1 FROM known WHERE fp = ?", (fp,)).fetchone() is not None
 
     def starting_with(self, prefix: str) -> list[str]:
+        if not _storable(prefix):
+            return []
         q = "SELECT fp FROM known WHERE fp >= ? AND fp < ? ORDER BY fp"
         return [r[0] for r in self._con.execute(q, (prefix, prefix + chr(0x10FFFF)))]
+
+
+def _storable(text: str) -> bool:
+    """Whether SQLite can take `text` (UTF-8): a name the shell passed as bytes that are not
+    UTF-8 (`'f0\\udce9'`) cannot, and no record holds it."""
+    return text.isascii() or not any("\ud800" <= c <= "\udfff" for c in text)
 
 
 def _chunks(items: list[str]) -> Iterator[tuple[list[str], str]]:
