@@ -23,7 +23,7 @@ from cachetool.determinism.render import human_lines
 from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
 from cachetool.lineage.records import ArgInfo
-from tests.conftest import cachetool_run, hf_env
+from tests.conftest import cachetool_run, copy_cache, hf_env
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -68,13 +68,23 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def check(script: str, where: Path, mode: str, cold: bool = True) -> DeterminismReport:
     """check-determinism in `mode`: default (the script's cache, empty at first), warm (the same
-    after a plain run filled it: the usual moment, a user who noticed a recompute) or isolated."""
+    after a plain run filled it: the usual moment, a user who noticed a recompute) or isolated.
+    The plain run of a script is made once, beside `where`; each warm check starts on a copy of
+    its cache, with its temp dir (where the corpus writes its data files, which key the cache)."""
     env = hf_env(where)
     if mode == "warm":
-        proc = subprocess.run(
-            [sys.executable, str(CORPUS / script)], env=env, cwd=CORPUS, capture_output=True, timeout=120
-        )
-        assert proc.returncode == 0, proc.stderr.decode()
+        filled = where.parent / "plain-runs" / script
+        env["TMPDIR"] = hf_env(filled)["TMPDIR"]
+        if not filled.exists():
+            proc = subprocess.run(
+                [sys.executable, str(CORPUS / script)],
+                env=hf_env(filled),
+                cwd=CORPUS,
+                capture_output=True,
+                timeout=120,
+            )
+            assert proc.returncode == 0, proc.stderr.decode()
+        copy_cache(filled / "cache", where / "cache")
     return check_determinism(
         CORPUS / script, env=env, cwd=CORPUS, isolated=mode == "isolated", rerun=False, timeout=120, cold=cold
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import build_once, hf_env
+from tests.conftest import build_once, copy_cache, hf_env
 
 pytestmark = pytest.mark.slow
 
@@ -90,12 +90,7 @@ def base(tmp_path: Path, prepared: Path) -> Path:
     """A cache root with one prepared csv dataset, and the csv (`data.csv`, a link to the one
     prepared: `datasets` keys the prepared dataset by the csv's real path, and finds it here)."""
     (tmp_path / "tmp").mkdir()
-    cache = tmp_path / "cache"
-    shutil.copytree(prepared / "cache", cache, symlinks=True)
-    # `datasets` names a builder folder's lock after the folder's path: the copy's is this root's.
-    was, now = (str(root).replace("/", "_") for root in (prepared / "cache", cache))
-    for lock in cache.glob(f"{was}_*.lock"):
-        lock.rename(cache / (now + lock.name[len(was) :]))
+    copy_cache(prepared / "cache", tmp_path / "cache")
     (tmp_path / "data.csv").symlink_to(prepared / "data.csv")
     return tmp_path
 

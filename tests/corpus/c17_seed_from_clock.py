@@ -12,5 +12,6 @@ def augment(example, seed):
 
 
 ds = Dataset.from_dict({"text": ["a", "bb", "ccc"]})
-ds = ds.map(augment, fn_kwargs={"seed": int(time.time() * 1000) % 10_000})
+# Nanoseconds: two runs started at once (--isolated) may well read the same millisecond.
+ds = ds.map(augment, fn_kwargs={"seed": time.time_ns() % 1_000_000_000})
 print(ds._fingerprint)
