@@ -18,9 +18,24 @@ from pathlib import Path
 from cachetool.lineage.roots import SEGMENT_SUFFIX
 from cachetool.lineage.segments import COMPACTED_PREFIX, is_segment_name, replaced_segments
 
+
+def _max_replaced() -> int:
+    """Half the descriptors this process may open (each lock is one): 512 under the common soft
+    limit of 1,024, so a ledger of a thousand runs compacts at once where the limit is higher."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 512
+    if soft == resource.RLIM_INFINITY:
+        return 65536
+    return max(16, min(soft // 2, 65536))
+
+
 #: Segments one compaction locks and replaces at most (each lock is an open descriptor); the
 #: rest wait for the next compaction.
-MAX_REPLACED = 512
+MAX_REPLACED = _max_replaced()
 LOCK_NAME = ".compact.lock"
 _TMP_PREFIX = ".compact-"
 #: Test hook: a compaction whose environment names one of its kill points ("written": the
