@@ -177,6 +177,9 @@ def attach_usage(entries: list[Entry], usage: Mapping[str, RecordedUse]) -> list
     """Fill `parent`, `operation` and `last_used` from recorded lineage, by fingerprint or alias."""
     if not usage:
         return entries
+    subset = getattr(usage, "subset", None)  # an index answers a whole listing in a few queries
+    if subset is not None:
+        usage = subset(fp for e in entries for fp in (e.fingerprint, *e.aliases) if fp)
     out = []
     for e in entries:
         info = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,11 +175,31 @@ class UsageIndex(Mapping[str, Usage]):
     def __contains__(self, fp: object) -> bool:
         return self._con.execute("SELECT 1 FROM usage WHERE fp = ?", (fp,)).fetchone() is not None
 
+    def subset(self, fps: Iterable[str]) -> dict[str, Usage]:
+        """`{fp: Usage}` of those of `fps` the ledger knows: a few queries for a whole listing
+        instead of one per entry."""
+        wanted = list(dict.fromkeys(fp for fp in fps if _utf8(fp)))  # others: unknown
+        out: dict[str, Usage] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            query = f"SELECT * FROM usage WHERE fp IN ({','.join('?' * len(chunk))})"
+            for row in self._con.execute(query, chunk):
+                out[row[0]] = _Sum.of_row(row).usage()
+        return out
+
     def __iter__(self) -> Iterator[str]:
         return iter([r[0] for r in self._con.execute("SELECT fp FROM usage")])
 
     def __len__(self) -> int:
         return int(self._con.execute("SELECT count(*) FROM usage").fetchone()[0])
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
@@ -202,11 +222,12 @@ def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
 def segments_now(root: Path) -> list[_Seg]:
     out = []
     for path in iter_segments(root):
+        text = os.fspath(path)
         try:
-            st = path.stat()
+            st = os.stat(text)
         except OSError:
             continue
-        out.append((os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns))
+        out.append((text, st.st_ino, st.st_size, st.st_mtime_ns))
     return out
 
 
