@@ -99,7 +99,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
 
 def _ok(proc: subprocess.CompletedProcess[str], *codes: int) -> str:
     assert "Traceback" not in proc.stderr, proc.stderr
-    assert proc.returncode in (codes or (0,)), (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.returncode in (codes or (0,)), (
+        f"exit {proc.returncode}\n--- stdout:\n{proc.stdout}\n--- stderr:\n{proc.stderr}"  # whole, not cut
+    )
     return proc.stdout
 
 
