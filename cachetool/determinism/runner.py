@@ -241,13 +241,11 @@ def _check(s: _Settings) -> DeterminismReport:
 def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
     """Runs on the shared cache, each after the one before (it may reuse what that one wrote),
     stopping at the first failure (the report is about it). The next run's interpreter starts while
-    a run works and waits for its turn, so its start and `import datasets` overlap that work. A
-    cold first run reads and writes nothing in the cache: the second one goes at once beside it."""
+    a run works and waits for its turn, so its start and `import datasets` overlap that work. Never
+    two at once, a cold first run included: the script's own files (a `save_to_disk` folder, and
+    what its maps write there) would be written by both."""
     outcomes: list[RunOutcome] = []
     try:
-        if runs[0].cold:
-            runs[0].go()
-            runs[1].go()
         for i, run in enumerate(runs):
             run.go()
             if i + 1 < len(runs):

@@ -263,8 +263,7 @@ def _leftovers(cache: Path, tmp: Path) -> tuple[list[str], list[str]]:
 def test_a_timed_out_check_removes_what_its_runs_left(tmp_path: Path) -> None:
     """A run killed by `--timeout` in the middle of a map leaves a partial file (the first, cold
     run writes into an `hf_datasets-*` temp folder; a cache run a tmp file in the cache): the check
-    removes it and its own temp folder (and what the second run, going beside the cold one, left),
-    and the report says so."""
+    removes it and its own temp folder, and the report says so."""
     env = hf_env(tmp_path)
     script = _script(tmp_path, SLOW_MAP)
     proc = subprocess.run(
