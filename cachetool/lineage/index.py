@@ -33,7 +33,7 @@ from cachetool.lineage.segments import iter_segments, read_segment_from
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.
 _VERSION = 5
-_CHUNK = 500  # fingerprints per `IN (...)` query
+_CHUNK = 500  # values per `IN (...)` query
 
 _TABLES = ("segments", "usage", "rec", "par", "known")
 _SCHEMA = """
@@ -178,12 +178,10 @@ class UsageIndex(Mapping[str, Usage]):
     def subset(self, fps: Iterable[str]) -> dict[str, Usage]:
         """`{fp: Usage}` of those of `fps` the ledger knows: a few queries for a whole listing
         instead of one per entry."""
-        wanted = list(dict.fromkeys(fp for fp in fps if _utf8(fp)))  # others: unknown
+        wanted = list(dict.fromkeys(fp for fp in fps if storable(fp)))  # others: unknown
         out: dict[str, Usage] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            query = f"SELECT * FROM usage WHERE fp IN ({','.join('?' * len(chunk))})"
-            for row in self._con.execute(query, chunk):
+        for chunk, marks in chunks(wanted):
+            for row in self._con.execute(f"SELECT * FROM usage WHERE fp IN ({marks})", chunk):
                 out[row[0]] = _Sum.of_row(row).usage()
         return out
 
@@ -194,12 +192,17 @@ class UsageIndex(Mapping[str, Usage]):
         return int(self._con.execute("SELECT count(*) FROM usage").fetchone()[0])
 
 
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def storable(text: str) -> bool:
+    """Whether SQLite can take `text` (UTF-8): a name the shell passed as bytes that are not
+    UTF-8 (`'f0\\udce9'`) cannot, and no record holds it."""
+    return text.isascii() or not any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def chunks(items: list[str]) -> Iterator[tuple[list[str], str]]:
+    """`items` in pieces of `_CHUNK`, each with its `?,?,...` for an `IN (...)` query."""
+    for i in range(0, len(items), _CHUNK):
+        chunk = items[i : i + _CHUNK]
+        yield chunk, ",".join("?" * len(chunk))
 
 
 def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
@@ -322,10 +325,7 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
 
 
 def _merge(con: sqlite3.Connection, sums: dict[str, _Sum]) -> None:
-    fps = list(sums)
-    for i in range(0, len(fps), _CHUNK):
-        chunk = fps[i : i + _CHUNK]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in chunks(list(sums)):
         for row in con.execute(f"SELECT * FROM usage WHERE fp IN ({marks})", chunk):
             old = _Sum.of_row(row)
             old.merge(sums[row[0]])

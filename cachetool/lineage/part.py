@@ -14,17 +14,15 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cachetool.lineage.index import INDEX_FILE, segments_now, up_to_date
+from cachetool.lineage.index import INDEX_FILE, chunks, segments_now, storable, up_to_date
 from cachetool.lineage.ledger import source_hashes
 from cachetool.lineage.records import LedgerRecord, StepRecord
 from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.lineage.segments import read_records_at
-
-_CHUNK = 500  # values per `IN (...)` query
 
 
 def site_key(rec: StepRecord, realpaths: dict[str, str] | None = None) -> tuple[object, ...] | None:
@@ -89,27 +87,15 @@ class IndexedFingerprints:
         self._con = con
 
     def __contains__(self, fp: object, /) -> bool:
-        if not isinstance(fp, str) or not _storable(fp):
+        if not isinstance(fp, str) or not storable(fp):
             return False
         return self._con.execute("SELECT 1 FROM known WHERE fp = ?", (fp,)).fetchone() is not None
 
     def starting_with(self, prefix: str) -> list[str]:
-        if not _storable(prefix):
+        if not storable(prefix):
             return []
         q = "SELECT fp FROM known WHERE fp >= ? AND fp < ? ORDER BY fp"
         return [r[0] for r in self._con.execute(q, (prefix, prefix + chr(0x10FFFF)))]
-
-
-def _storable(text: str) -> bool:
-    """Whether SQLite can take `text` (UTF-8): a name the shell passed as bytes that are not
-    UTF-8 (`'f0\\udce9'`) cannot, and no record holds it."""
-    return text.isascii() or not any("\ud800" <= c <= "\udfff" for c in text)
-
-
-def _chunks(items: list[str]) -> Iterator[tuple[list[str], str]]:
-    for i in range(0, len(items), _CHUNK):
-        chunk = items[i : i + _CHUNK]
-        yield chunk, ",".join("?" * len(chunk))
 
 
 def segment_paths(con: sqlite3.Connection) -> list[Path]:
@@ -124,7 +110,7 @@ def closure(con: sqlite3.Connection, fps: set[str], *, up: bool = True, down: bo
     frontier = set(fps)
     while frontier:
         found: set[str] = set()
-        for chunk, marks in _chunks(sorted(frontier)):
+        for chunk, marks in chunks(sorted(frontier)):
             if up:
                 q = f"SELECT par.parent FROM rec JOIN par ON par.id = rec.id WHERE rec.result IN ({marks})"
                 found.update(r[0] for r in con.execute(q, chunk))
@@ -138,7 +124,7 @@ def closure(con: sqlite3.Connection, fps: set[str], *, up: bool = True, down: bo
 
 def _spans_of_results(con: sqlite3.Connection, fps: Iterable[str]) -> list[tuple[str, int, int]]:
     out: list[tuple[str, int, int]] = []
-    for chunk, marks in _chunks(sorted(fps)):
+    for chunk, marks in chunks(sorted(fps)):
         q = f"SELECT path, offset, length FROM rec WHERE type NOT IN ('source', 'gc') AND result IN ({marks})"
         out += con.execute(q, chunk).fetchall()
     return out
@@ -170,7 +156,7 @@ def records_of(
     out = _read(root, spans)
     hashes = sorted({h for r in out if isinstance(r, StepRecord) for h in source_hashes(r)})
     spans = {}
-    for chunk, marks in _chunks(hashes):
+    for chunk, marks in chunks(hashes):
         add(
             con.execute(
                 f"SELECT path, offset, length FROM rec WHERE +type = 'source' AND result IN ({marks})", chunk
@@ -218,7 +204,7 @@ def explain_records(
     else:
         wanted = set(fps or ())
         targets = []
-        for chunk, marks in _chunks(sorted(wanted)):
+        for chunk, marks in chunks(sorted(wanted)):
             targets += con.execute(
                 f"SELECT {cols} FROM rec WHERE {_STEPS} AND result IN ({marks})", chunk
             ).fetchall()
