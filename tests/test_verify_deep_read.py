@@ -229,3 +229,17 @@ def test_skipped_checksums_and_trusted_files_give_the_findings_of_a_full_read(
         problems = [f.problem.split(":")[0] for f in fast.errors]
         assert any(p.startswith("bytes changed since checksum") for p in problems) == (damage is _damage_a)
         assert any(p.startswith("invalid data in batch") for p in problems)
+
+
+def test_a_stored_checksum_that_is_not_an_object_is_ignored(tmp_path: Path) -> None:
+    """A checksums file whose entry for a file is not an object (edited by hand) gives the
+    findings of a cache without stored checksums, not a traceback."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    _stream(root / f"cache-{FP}.arrow", pa.table({"i": [1, 2], "s": ["a", "b"]}).to_batches())
+    plain = verify_cache(root, deep=True)
+    (root / ".cachetool").mkdir(exist_ok=True)
+    (root / ".cachetool" / "checksums.json").write_text(
+        json.dumps({"version": 1, "files": {f"cache-{FP}.arrow": "0123"}})
+    )
+    assert verify_cache(root, deep=True) == plain

@@ -40,7 +40,9 @@ def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
     except (OSError, ValueError):
         return {}
     files = doc.get("files") if isinstance(doc, dict) else None
-    return files if isinstance(files, dict) else {}
+    if not isinstance(files, dict):
+        return {}
+    return {k: v for k, v in files.items() if isinstance(v, dict)}  # an entry edited by hand
 
 
 def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
