@@ -211,7 +211,7 @@ def test_skipped_checksums_and_trusted_files_give_the_findings_of_a_full_read(
     stores it), and does not validate again a file whose bytes hash to a checksum recorded after
     this pyarrow validated it. On a cache damaged in every way the deep read sees (before or after
     `--record`), its report is the one of reading, validating and hashing every file: each
-    finding, its words, hint and file version, and the bytes checked."""
+    finding, its words, hint and file version, and the bytes checked; on one thread as on two."""
     root = cmd_verify.clean_copy(real_cache, tmp_path)
     if recorded:
         first = verify_cache(root, deep=True, record=True)
@@ -220,6 +220,7 @@ def test_skipped_checksums_and_trusted_files_give_the_findings_of_a_full_read(
         assert {s["validated"] for s in sums.values()} == {f"pyarrow {pa.__version__}"}
     damage(root, real_cache)
     fast = verify_cache(root, deep=True)
+    assert verify_cache(root, deep=True, jobs=1) == fast  # a changed file read again on the one thread
     monkeypatch.setattr(deep, "_want", lambda old, record: deep_read.EVERYTHING)
     full = verify_cache(root, deep=True)
     assert fast.errors, "the damage was found"
