@@ -96,6 +96,8 @@ class Scanner(NonDataWalker):
         source_counts: dict[str, int] = {}
         splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == "builder" else []
         entries = self.entries
+        if self.lean is not None:
+            items = self.lean_files(items, ds)
         for it in self.tf_caches(path, items, ds):
             if not it.is_file:
                 odd = None if it.is_dir else self.odd(it, ds)

@@ -9,7 +9,7 @@ import os
 import stat
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
@@ -19,6 +19,7 @@ from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
+from cachetool.cache.lean import LeanEntry, lean_entry
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
 from cachetool.cache.paths import child_maker
 
@@ -30,9 +31,12 @@ class Item:
     """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
     uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
     a whole `stat_result` and its numbers take some 600 bytes per file. `prefix` is the folder's
-    text and a separator, one string shared by the folder's items."""
+    text and a separator, one string shared by the folder's items. The `Path` is made when first
+    asked for (`child` makes it from the name): a listing writing JSON never needs most of them."""
 
     __slots__ = (
+        "_child",
+        "_path",
         "error",
         "ino",
         "is_dir",
@@ -42,19 +46,24 @@ class Item:
         "mtime_ns",
         "name",
         "ok",
-        "path",
         "prefix",
         "size",
         "uid",
     )
 
     def __init__(
-        self, name: str, path: Path, st: os.stat_result | None, error: str | None = None, prefix: str = ""
+        self,
+        name: str,
+        child: Callable[[str], Path],
+        st: os.stat_result | None,
+        error: str | None,
+        prefix: str,
     ) -> None:
         self.name = name
-        self.path = path
+        self._child = child
+        self._path: Path | None = None
         self.error = error
-        self.prefix = prefix or os.path.join(str(path.parent), "")
+        self.prefix = prefix
         if st is None:
             self.ok = self.is_dir = self.is_file = False
             self.mode = self.size = self.mtime_ns = self.ino = 0
@@ -71,6 +80,13 @@ class Item:
         self.mtime_ns = st.st_mtime_ns
         self.ino = st.st_ino
         self.uid = st.st_uid
+
+    @property
+    def path(self) -> Path:
+        path = self._path
+        if path is None:
+            path = self._path = self._child(self.name)
+        return path
 
 
 S_ISDIR = stat.S_ISDIR
@@ -89,9 +105,9 @@ def list_dir(path: Path) -> tuple[list[Item], str | None]:
                 if name == layout.LEDGER_DIR:
                     continue  # cachetool's own state (ledger, read index, pins): never an entry
                 try:
-                    items.append(Item(name, child(name), de.stat(follow_symlinks=False), None, prefix))
+                    items.append(Item(name, child, de.stat(follow_symlinks=False), None, prefix))
                 except OSError as e:
-                    items.append(Item(name, child(name), None, e.strerror or str(e), prefix))
+                    items.append(Item(name, child, None, e.strerror or str(e), prefix))
     except PermissionError:
         return [], "permission denied"
     except OSError as e:
@@ -234,6 +250,8 @@ class Walker:
         self._misses = 0  # Arrow files the read index did not know, so far
         self._deferred = False  # reading ahead waits for the walk to miss READ_AHEAD_AFTER files
         self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
+        #: Where the walk keeps lean entries (`cachetool.cache.lean`); None: an `Entry` for each.
+        self.lean: list[LeanEntry] | None = None
 
     def read_ahead(self) -> None:
         """Where more than one core is free: find the Arrow files of folders the read index does
@@ -331,18 +349,52 @@ class Walker:
                 link = "?"
         return CacheFile(item.path, item.size, item.mtime, item.mode, item.uid, summary, shard, link)
 
-    def summary(self, item: Item) -> ArrowSummary:
+    def _folder_of(self, item: Item) -> str:
+        """The folder of `item` relative to the root (noting that the walk has met it)."""
         prefix = item.prefix
         if prefix is not self._prefix:  # a new folder: its path relative to the root, once
             self._prefix = prefix
             self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
             self._walked.add(prefix)
+        return self._folder
+
+    def lean_files(self, items: Sequence[Item], ds: DatasetDir | None) -> Sequence[Item]:
+        """Keep the entries of a folder's unchanged `cache-<fp>.arrow` files (regular files the
+        read index knows, whose entry needs nothing but the index row: `lean_entry`) as lean
+        entries in `self.lean`; returns the other items, for the ordinary rules. Names with a
+        shard part (`_00000_of_00004`) or other characters go the ordinary way."""
+        lean = self.lean
+        assert lean is not None
+        index = self.index
+        rows: dict[str, Any] | None = None
+        rest: list[Item] = []
+        for it in items:
+            name = it.name
+            if it.is_file and name.startswith("cache-") and name.endswith(".arrow"):
+                fp = name[6:-6]
+                if fp.isalnum() and fp.isascii() and len(fp) <= 64:  # as `layout.parse_cache_file`
+                    if rows is None:
+                        rows = index.rows_of(self._folder_of(it))
+                    row = rows.get(name)
+                    if row is not None and row[2] == it.size and row[3] == it.mtime_ns and row[4] == it.ino:
+                        entry = lean_entry(it, fp, ds, row, index.schema(row))
+                        if entry is not None:
+                            index.mark_used(row)
+                            lean.append(entry)
+                            self.files_seen += 1
+                            if self.progress is not None and self.files_seen % 200 == 0:
+                                self.progress(self.files_seen)
+                            continue
+            rest.append(it)
+        return rest
+
+    def summary(self, item: Item) -> ArrowSummary:
+        folder = self._folder_of(item)
         name = item.name
-        folder = self._folder
         cached = self.index.get_in(folder, name, item.size, item.mtime_ns, item.ino)
         if cached is not None:
             return cached
-        path = prefix + name
+        path = item.prefix + name
         summary = self._read_ahead_result(path) if self._pending else None
         if summary is None:
             self._misses += 1

@@ -1,0 +1,131 @@
+"""Entries of unchanged `cache-<fp>.arrow` files kept as plain tuples until something asks for
+their `Entry`.
+
+Most of a cache is `cache-<fp>.arrow` files, each one entry of one file. When the read index
+knows such a file (same size, mtime and inode) and what it holds raises no question (a stream or
+IPC file with columns, no error, the fingerprint of its name or none), its entry follows from the
+file's name and `stat`, the index row and the dataset folder alone. A listing that writes
+`--json` keeps those values in a `LeanEntry` and writes its text from them (`json_bodies`): no
+`Path`, `ArrowSummary`, `CacheFile` or `Entry` per file. `entry_of` makes the `Entry` the walk
+would have made (`derived_entry`), for anything else that needs one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from json.encoder import encode_basestring_ascii as _encode_ascii
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+from cachetool.cache.entries import derived_entry
+from cachetool.cache.index import READABLE_STATES, STREAM_COMPLETE, stored_summary
+from cachetool.cache.layout import Kind
+from cachetool.cache.model import CacheFile, DatasetDir, Entry, json_body_writer, shared_json
+from cachetool.formatting import iso_time
+
+if TYPE_CHECKING:
+    from cachetool.cache.walk import Item
+
+#: (folder text and "/", file name, kind, dataset folder, fingerprint, size, mtime, mode, uid,
+#: rows, batches, stored state, whether the file holds its fingerprint, schema): a plain tuple,
+#: the cheapest object to make, read through the functions below.
+LeanEntry = tuple[
+    str, str, Kind, "DatasetDir | None", str, int, float, int, int, "int | None", "int | None", int, bool, Any
+]
+#: What a listing holds in listing order: entries, and lean entries where no `Entry` was made.
+Listed = Union[Entry, LeanEntry]  # noqa: UP007 (a runtime alias, Python 3.10 included)
+
+_INDICES_COLUMNS = (("indices", "uint64"),)  # `ArrowSummary.is_indices`
+
+
+def lean_entry(
+    item: Item, fp: str, ds: DatasetDir | None, row: tuple[Any, ...], schema: tuple[Any, ...]
+) -> LeanEntry | None:
+    """The lean entry of the file `item` named `cache-<fp>.arrow`, from its read index `row`
+    (`ReadIndex.rows_of`); None where `derived_entry` would say something of its own (an error,
+    an unreadable format, no columns, another fingerprint inside): those get their `Entry`."""
+    state = row[8]
+    if row[9] is not None or state >= READABLE_STATES:  # an error, or neither stream nor IPC file
+        return None
+    columns = schema[0]
+    if not columns:
+        return None
+    held = row[5]
+    if held is not None and held != fp:
+        return None
+    kind = Kind.INDICES if columns == _INDICES_COLUMNS else Kind.DERIVED
+    return (
+        item.prefix,
+        item.name,
+        kind,
+        ds,
+        fp,
+        item.size,
+        item.mtime,
+        item.mode,
+        item.uid,
+        row[6],
+        row[7],
+        state,
+        held is not None,
+        schema,
+    )
+
+
+def entry_of(e: LeanEntry) -> Entry:
+    """The `Entry` the walk makes of the file (`derived_entry` of its `CacheFile`)."""
+    prefix, name, _, ds, fp, size, mtime, mode, uid, rows, batches, state, held, schema = e
+    summary = stored_summary(fp if held else None, rows, batches, state, None, schema)
+    return derived_entry(CacheFile(Path(prefix + name), size, mtime, mode, uid, summary), fp, ds)
+
+
+def entries_of(listed: Iterable[Listed]) -> list[Entry]:
+    """Each listed item as an `Entry`."""
+    return [entry_of(e) if isinstance(e, tuple) else e for e in listed]
+
+
+def path_text(e: LeanEntry) -> str:
+    return e[0] + e[1]
+
+
+def kind_of(e: LeanEntry) -> Kind:
+    return e[2]
+
+
+def dataset_of(e: LeanEntry) -> str | None:
+    ds = e[3]
+    return None if ds is None else ds.name
+
+
+def fingerprint_of(e: LeanEntry) -> str:
+    return e[4]
+
+
+def size_of(e: LeanEntry) -> int:
+    return e[5]
+
+
+def json_bodies(listed: Iterable[Listed]) -> Iterator[str]:
+    """`model.json_bodies` of each item (its `Entry`'s JSON text without the closing brace).
+    A lean entry is written through the template of the first `Entry` of its shape (kind,
+    dataset folder and schema): only its fingerprint, path, rows, size, time and completeness
+    are its own. The items must stay alive while this runs (shapes are keyed by identity)."""
+    entry_body = json_body_writer()
+    templates: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    encode, shared, iso = _encode_ascii, shared_json, iso_time
+    for e in listed:
+        if not isinstance(e, tuple):
+            yield entry_body(e)
+            continue
+        key = (e[2], id(e[3]), id(e[13]))
+        t = templates.get(key)
+        if t is None:
+            t = templates[key] = entry_of(e)._json_template()
+        fp_text = encode(e[4])
+        rows = e[9]
+        mod_iso = shared(iso(e[6]))
+        yield (
+            f"{t[0]}{fp_text}{t[1]}{fp_text}{t[2]}{encode(e[0] + e[1])}{t[3]}"
+            f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{e[5]}, "modified": {mod_iso}, '
+            f'"used": {mod_iso}, "complete": {"true" if e[11] == STREAM_COMPLETE else "false"}{t[5]}'
+        )
