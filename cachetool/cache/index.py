@@ -169,10 +169,10 @@ class ReadIndex:
             self._lookup(folder, "")
         return self._rows
 
-    def mark_used(self, row: _Stored) -> None:
-        """Note that `row` (of `rows_of`) still describes its file: it is kept when saving."""
-        self._used.add(row[0])
-        self.hits += 1
+    def mark_used(self, *rows: _Stored) -> None:
+        """Note that `rows` (of `rows_of`) still describe their file: they are kept when saving."""
+        self._used.update(row[0] for row in rows)
+        self.hits += len(rows)
 
     def schema(self, row: _Stored) -> _Schema:
         """The columns and metadata template of a stored row (one tuple shared by its files)."""

@@ -12,7 +12,7 @@ would have made (`derived_entry`), for anything else that needs one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from json.encoder import encode_basestring_ascii as _encode_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -105,27 +105,43 @@ def size_of(e: LeanEntry) -> int:
     return e[5]
 
 
-def json_bodies(listed: Iterable[Listed]) -> Iterator[str]:
-    """`model.json_bodies` of each item (its `Entry`'s JSON text without the closing brace).
-    A lean entry is written through the template of the first `Entry` of its shape (kind,
-    dataset folder and schema): only its fingerprint, path, rows, size, time and completeness
-    are its own. The items must stay alive while this runs (shapes are keyed by identity)."""
-    entry_body = json_body_writer()
-    templates: dict[tuple[Any, ...], tuple[str, ...]] = {}
-    encode, shared, iso = _encode_ascii, shared_json, iso_time
-    for e in listed:
-        if not isinstance(e, tuple):
-            yield entry_body(e)
-            continue
-        key = (e[2], id(e[3]), id(e[13]))
-        t = templates.get(key)
-        if t is None:
-            t = templates[key] = entry_of(e)._json_template()
-        fp_text = encode(e[4])
-        rows = e[9]
-        mod_iso = shared(iso(e[6]))
-        yield (
-            f"{t[0]}{fp_text}{t[1]}{fp_text}{t[2]}{encode(e[0] + e[1])}{t[3]}"
-            f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{e[5]}, "modified": {mod_iso}, '
-            f'"used": {mod_iso}, "complete": {"true" if e[11] == STREAM_COMPLETE else "false"}{t[5]}'
-        )
+class JsonTexts:
+    """The JSON text of listed items (`Entry.to_json_text()` with `"pinned"` added before the
+    closing brace, as `ls --json` writes them), chunk by chunk. A lean entry is written through
+    the template of the first `Entry` of its shape (kind, dataset folder and schema): only its
+    fingerprint, path, rows, size, time and completeness are its own. The items must stay alive
+    while this is used (shapes are keyed by identity)."""
+
+    def __init__(self, pinned: frozenset[str] | set[str], is_pinned: Callable[[Entry], bool]) -> None:
+        self.pinned = pinned
+        self.is_pinned = is_pinned
+        self._entry_body = json_body_writer()
+        #: By shape: the template's pieces, the last one ending the text unpinned and pinned.
+        self._templates: dict[tuple[Any, ...], tuple[str, str, str, str, str, str, str]] = {}
+
+    def texts(self, listed: Iterable[Listed]) -> list[str]:
+        out: list[str] = []
+        append = out.append
+        templates, pinned = self._templates, self.pinned
+        encode, shared, iso, stream_complete = _encode_ascii, shared_json, iso_time, STREAM_COMPLETE
+        for e in listed:
+            if not isinstance(e, tuple):
+                body = self._entry_body(e)
+                append(body + (', "pinned": true}' if self.is_pinned(e) else ', "pinned": false}'))
+                continue
+            key = (e[2], id(e[3]), id(e[13]))
+            t = templates.get(key)
+            if t is None:
+                t0, t1, t2, t3, t4, t5 = entry_of(e)._json_template()
+                t = templates[key] = (t0, t1, t2, t3, t4, t5 + ', "pinned": false}', t5 + ', "pinned": true}')
+            fp = e[4]
+            fp_text = encode(fp)
+            rows = e[9]
+            mod_iso = shared(iso(e[6]))
+            append(
+                f"{t[0]}{fp_text}{t[1]}{fp_text}{t[2]}{encode(e[0] + e[1])}{t[3]}"
+                f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{e[5]}, "modified": {mod_iso}, '
+                f'"used": {mod_iso}, "complete": {"true" if e[11] == stream_complete else "false"}'
+                f"{t[6] if pinned and fp in pinned else t[5]}"
+            )
+        return out

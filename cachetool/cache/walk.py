@@ -366,8 +366,10 @@ class Walker:
         lean = self.lean
         assert lean is not None
         index = self.index
+        schema = index.schema
         rows: dict[str, Any] | None = None
         rest: list[Item] = []
+        used: list[Any] = []  # the index rows that still describe their file
         for it in items:
             name = it.name
             if it.is_file and name.startswith("cache-") and name.endswith(".arrow"):
@@ -377,15 +379,18 @@ class Walker:
                         rows = index.rows_of(self._folder_of(it))
                     row = rows.get(name)
                     if row is not None and row[2] == it.size and row[3] == it.mtime_ns and row[4] == it.ino:
-                        entry = lean_entry(it, fp, ds, row, index.schema(row))
+                        entry = lean_entry(it, fp, ds, row, schema(row))
                         if entry is not None:
-                            index.mark_used(row)
+                            used.append(row)
                             lean.append(entry)
-                            self.files_seen += 1
-                            if self.progress is not None and self.files_seen % 200 == 0:
-                                self.progress(self.files_seen)
                             continue
             rest.append(it)
+        if used:
+            index.mark_used(*used)
+            before = self.files_seen
+            self.files_seen += len(used)
+            if self.progress is not None and self.files_seen // 200 != before // 200:
+                self.progress(self.files_seen)
         return rest
 
     def summary(self, item: Item) -> ArrowSummary:

@@ -11,7 +11,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -180,31 +179,20 @@ def ls_document_text(
     """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
     of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
     at once. `entries` may hold lean entries (`cachetool.cache.lean`)."""
-    from cachetool.cache.lean import fingerprint_of, json_bodies
+    from cachetool.cache.lean import JsonTexts
     from cachetool.cli.output import envelope
-
-    if pinned:
-        from cachetool.cache.query import is_pinned
 
     head = json.dumps(envelope(ls_document(report, [], pinned, totals)), ensure_ascii=True)
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
-    bodies = json_bodies(entries)
+    if pinned:
+        from cachetool.cache.query import is_pinned
+
+        writer = JsonTexts(pinned, lambda e: is_pinned(e, pinned))
+    else:
+        writer = JsonTexts(pinned, lambda e: False)
     for start in range(0, len(entries), 1000):
-        chunk = entries[start : start + 1000]
-        if pinned:
-            texts = [
-                body
-                + (
-                    ', "pinned": true}'
-                    if (fingerprint_of(e) in pinned if isinstance(e, tuple) else is_pinned(e, pinned))
-                    else ', "pinned": false}'
-                )
-                for e, body in zip(chunk, islice(bodies, len(chunk)), strict=True)
-            ]
-        else:
-            texts = [body + ', "pinned": false}' for body in islice(bodies, len(chunk))]
-        piece = ", ".join(texts)
+        piece = ", ".join(writer.texts(entries[start : start + 1000]))
         yield piece if start == 0 else ", " + piece
     yield head[cut:]
 
