@@ -24,7 +24,7 @@ from cachetool.cache.model import CacheFile, DatasetDir, Entry, json_body_writer
 from cachetool.formatting import iso_time
 
 if TYPE_CHECKING:
-    from cachetool.cache.walk import Item
+    import os
 
 #: (folder text and "/", file name, kind, dataset folder, fingerprint, size, mtime, mode, uid,
 #: rows, batches, stored state, whether the file holds its fingerprint, schema): a plain tuple,
@@ -36,14 +36,22 @@ LeanEntry = tuple[
 Listed = Union[Entry, LeanEntry]  # noqa: UP007 (a runtime alias, Python 3.10 included)
 
 _INDICES_COLUMNS = (("indices", "uint64"),)  # `ArrowSummary.is_indices`
+_MODES: dict[int, int] = {}
 
 
 def lean_entry(
-    item: Item, fp: str, ds: DatasetDir | None, row: tuple[Any, ...], schema: tuple[Any, ...]
+    prefix: str,
+    name: str,
+    st: os.stat_result,
+    fp: str,
+    ds: DatasetDir | None,
+    row: tuple[Any, ...],
+    schema: tuple[Any, ...],
 ) -> LeanEntry | None:
-    """The lean entry of the file `item` named `cache-<fp>.arrow`, from its read index `row`
-    (`ReadIndex.rows_of`); None where `derived_entry` would say something of its own (an error,
-    an unreadable format, no columns, another fingerprint inside): those get their `Entry`."""
+    """The lean entry of the file `name` (`cache-<fp>.arrow`) of the folder `prefix` (its text
+    and "/"), from its `stat` and its read index `row` (`ReadIndex.rows_of`); None where
+    `derived_entry` would say something of its own (an error, an unreadable format, no columns,
+    another fingerprint inside): those get their `Entry`."""
     state = row[8]
     if row[9] is not None or state >= READABLE_STATES:  # an error, or neither stream nor IPC file
         return None
@@ -54,16 +62,17 @@ def lean_entry(
     if held is not None and held != fp:
         return None
     kind = Kind.INDICES if columns == _INDICES_COLUMNS else Kind.DERIVED
+    mode = st.st_mode
     return (
-        item.prefix,
-        item.name,
+        prefix,
+        name,
         kind,
         ds,
         fp,
-        item.size,
-        item.mtime,
-        item.mode,
-        item.uid,
+        st.st_size,
+        st.st_mtime,
+        _MODES.setdefault(mode, mode),  # one int per distinct mode, not per file
+        st.st_uid,
         row[6],
         row[7],
         state,
