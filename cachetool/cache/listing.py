@@ -74,16 +74,14 @@ class LeanListing:
         if len(self.everything) == len(self.report.entries):
             return totals
         out = {k: [n, b] for k, (n, b) in totals.items()}
-        from cachetool.cache.lean import kind_of, size_of
-
         for e in self.everything:
-            if isinstance(e, tuple):
-                kind = kind_of(e)._value_
+            if isinstance(e, tuple):  # a `LeanEntry`: its kind and size
+                kind = e[2]._value_
                 row = out.get(kind)
                 if row is None:
                     row = out[kind] = [0, 0]
                 row[0] += 1
-                row[1] += size_of(e)
+                row[1] += e[5]
         return {k: (v[0], v[1]) for k, v in sorted(out.items())}
 
     def listing(self) -> Listing:

@@ -26,7 +26,7 @@ from cachetool.cache.dirs import user_state_dir
 from cachetool.cache.entries import attach_usage, attribute_locks
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
-from cachetool.cache.lean import LeanEntry, Listed, dataset_of, entry_of, fingerprint_of, kind_of, path_text
+from cachetool.cache.lean import LeanEntry, Listed, entry_of, fingerprint_of, path_text
 from cachetool.cache.lookup import find_entry
 from cachetool.cache.model import CacheFile, CacheReport, DatasetDir, Entry, RecordedUse, ScanWarning
 from cachetool.cache.walk import gc_paused
@@ -152,8 +152,9 @@ def _in_listing_order(entries: list[Entry], lean: list[LeanEntry] = []) -> list[
             groups[key] = [e]
         else:
             group.append(e)
-    for le in lean:
-        key = (dataset_of(le) or "~", kind_of(le)._value_, "")
+    for le in lean:  # a `LeanEntry`: its dataset folder and kind
+        ds = le[3]
+        key = ((None if ds is None else ds.name) or "~", le[2]._value_, "")
         group = groups.get(key)
         if group is None:
             groups[key] = [le]
