@@ -105,7 +105,8 @@ def test_damaged_and_odd_files_list_the_same_bytes_either_way(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Damaged, foreign, unfinished, shard, indices, link and oddly named files next to plain
-    cache files; one file changed after the index was written: the same bytes both ways."""
+    cache files, plain ones in a folder whose path JSON escapes; one file changed after the
+    index was written: the same bytes both ways."""
     import pyarrow as pa
 
     root = isolated_env / "cache"
@@ -130,7 +131,7 @@ def test_damaged_and_odd_files_list_the_same_bytes_either_way(
     _write_stream(folder / "cache-a-b.arrow", "a-b", {"id": pa.array([1])})
     os.symlink(files[4].name, folder / "cache-00000000000000f7.arrow")
     (folder / "cache-00000000000000f8.arrow").mkdir()
-    other = root / "elsewhere"
+    other = root / 'dé"jà\\ vu→'  # a folder whose path JSON escapes
     other.mkdir()
     _write_stream(other / "cache-00000000000000f9.arrow", "00000000000000f9", {"id": pa.array([1])})
     _write_stream(root / "cache-00000000000000fa.arrow", "00000000000000fa", {"text": pa.array(["x"])})

@@ -12,6 +12,7 @@ would have made (`derived_entry`), for anything else that needs one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from json.encoder import encode_basestring_ascii as _encode_ascii
 from pathlib import Path
@@ -114,12 +115,14 @@ class JsonTexts:
         self._entry_body = json_body_writer()
         #: By shape: the template's pieces, the last one ending the text unpinned and pinned.
         self._templates: dict[tuple[Any, ...], tuple[str, str, str, str, str, str, str]] = {}
+        self._seconds: dict[int, str] = {}  # JSON text of the times of a second
+        self._folders: dict[str, str] = {}  # JSON text of a folder's path and "/", unclosed
 
     def texts(self, listed: Iterable[Listed]) -> list[str]:
         out: list[str] = []
         append = out.append
-        templates, pinned = self._templates, self.pinned
-        encode, shared, iso, stream_complete = _encode_ascii, shared_json, iso_time, STREAM_COMPLETE
+        templates, pinned, seconds, folders = self._templates, self.pinned, self._seconds, self._folders
+        shared, iso, stream_complete, floor = shared_json, iso_time, STREAM_COMPLETE, math.floor
         for e in listed:
             if not isinstance(e, tuple):
                 body = self._entry_body(e)
@@ -130,12 +133,23 @@ class JsonTexts:
             if t is None:
                 t0, t1, t2, t3, t4, t5 = entry_of(e)._json_template()
                 t = templates[key] = (t0, t1, t2, t3, t4, t5 + ', "pinned": false}', t5 + ', "pinned": true}')
+            # The fingerprint of a lean entry is ASCII letters and digits, its name `cache-<fp>.arrow`:
+            # JSON escapes nothing in them, and the path's text is its folder's, escaped once.
+            folder = folders.get(e[0])
+            if folder is None:
+                folder = folders[e[0]] = _encode_ascii(e[0])[:-1]
             fp = e[4]
-            fp_text = encode(fp)
             rows = e[9]
-            mod_iso = shared(iso(e[6]))
+            mtime = e[6]
+            second = floor(mtime)
+            if mtime - second < 0.9999995:  # as `iso_time` shares a second's text
+                mod_iso = seconds.get(second)
+                if mod_iso is None:
+                    mod_iso = seconds[second] = shared(iso(mtime))
+            else:
+                mod_iso = shared(iso(mtime))
             append(
-                f"{t[0]}{fp_text}{t[1]}{fp_text}{t[2]}{encode(e[0] + e[1])}{t[3]}"
+                f'{t[0]}"{fp}"{t[1]}"{fp}"{t[2]}{folder}{e[1]}"{t[3]}'
                 f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{e[5]}, "modified": {mod_iso}, '
                 f'"used": {mod_iso}, "complete": {"true" if e[11] == stream_complete else "false"}'
                 f"{t[6] if pinned and fp in pinned else t[5]}"
