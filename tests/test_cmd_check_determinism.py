@@ -683,3 +683,69 @@ def test_cli_on_a_corpus_pipeline_github_annotations(
         "::error file=c02_closure_frozenset.py,line=18,title=fingerprint not deterministic::"
     )
     assert "closure 'stop' (frozenset of 12 str)" in line
+
+
+COLD_OPS = textwrap.dedent(
+    """\
+    import os
+    import sys
+
+    from datasets import load_dataset
+
+    notes = sys.argv[1]
+
+
+    def note(what):
+        with open(os.path.join(notes, what + "-" + str(os.getpid())), "a") as f:
+            f.write("x")
+
+
+    def double(ex):
+        note("map")
+        return {"y": ex["x"] * 2}
+
+
+    def keep(ex):
+        note("filter")
+        return ex["x"] % 3 != 0
+
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    ds = ds.map(double, load_from_cache_file=True)
+    ds = ds.filter(keep)
+    ds = ds.shuffle(seed=3).sort("y")
+    parts = ds.train_test_split(test_size=0.25, seed=5)
+    print(parts["test"]._fingerprint)
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_cold_run_computes_every_step_and_leaves_a_warm_cache_alone(tmp_path: Path) -> None:
+    """On a warm cache the cold first run computes map (even with `load_from_cache_file=True`),
+    filter, shuffle, sort and train_test_split, and writes none of them over the files the cache
+    holds (a reader on another host would lose a file replaced under it): they stay as they were,
+    and no temporary folder of the check is left. The second run loads every step (its functions
+    never run)."""
+    script = tmp_path / "pipe.py"
+    script.write_text(COLD_OPS)
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(40)))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    env = clean_env(tmp_path)
+    plain = subprocess.run([sys.executable, str(script), str(notes)], env=env, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    cache = tmp_path / "cache"
+    made = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}
+    assert len(made) >= 5, sorted(made)
+    for n in notes.iterdir():
+        n.unlink()
+    report = check_determinism(script, [str(notes)], env=env, rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    assert [run.cold for run in report.runs] == [True, False]
+    # Only one run (one process) ran the functions: the cold one.
+    ran = sorted(n.name.split("-") for n in notes.iterdir())
+    assert [what for what, _ in ran] == ["filter", "map"] and ran[0][1] == ran[1][1], ran
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")} == made
+    assert not [p for p in Path(env["TMPDIR"]).iterdir() if p.name.startswith("hf_datasets-")]
