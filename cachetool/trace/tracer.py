@@ -87,6 +87,8 @@ class Tracer:
         #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
+        #: "cache-<16 hex>" of each file the cold run wrote aside -> the cache folder it stands for.
+        self._put_aside: dict[str, str] = {}
 
     @property
     def default_root(self) -> str:
@@ -339,7 +341,7 @@ class Tracer:
         def _get_cache_file_path(self_ds: Any, fingerprint: str) -> str:
             path = original(self_ds, fingerprint)
             if self.recompute and self.enabled:
-                path = self._fresh_path(path)
+                path = self._fresh_path(self_ds, path)
             if self.enabled and self.local.stack:
                 try:
                     self.calls.snapshot(path)
@@ -350,21 +352,27 @@ class Tracer:
 
         return _get_cache_file_path
 
-    def _fresh_path(self, path: str) -> str:
+    def _fresh_path(self, self_ds: Any, path: str) -> str:
         """Where the cold run writes a step it computes: where a plain run would, unless the
         cache already holds that step (its file, or the shards of a `num_proc` map), which it
         leaves alone (a reader on another host would lose a file replaced under it) and writes to
-        a temporary folder instead, as `datasets` does with caching off."""
+        a temporary folder instead, as `datasets` does with caching off. The steps after such a
+        step go where a plain run writes them, not where their parent was put."""
         try:
             folder, name = os.path.split(path)
+            parent = self_ds.cache_files[0]["filename"] if self_ds.cache_files else ""
+            instead_of = self._put_aside.get(os.path.basename(parent)[:_ASIDE_STEM])
+            if instead_of is not None:
+                folder, path = instead_of, os.path.join(instead_of, name)
             stem = name[: -len(".arrow")] + "_" if name.endswith(".arrow") else None
             if not os.path.lexists(path) and not (
                 stem and os.path.isdir(folder) and any(n.startswith(stem) for n in os.listdir(folder))
             ):
                 return path
-            fp_mod = sys.modules["datasets.fingerprint"]
-            folder = fp_mod.get_temporary_cache_files_directory()
-            return os.path.join(folder, f"cache-{os.urandom(8).hex()}.arrow")
+            aside = f"cache-{os.urandom(8).hex()}"
+            self._put_aside[aside] = folder
+            temp = sys.modules["datasets.fingerprint"].get_temporary_cache_files_directory()
+            return os.path.join(temp, aside + ".arrow")
         except Exception as e:
             self._hook_failed("_get_cache_file_path", e)
             return path
@@ -431,6 +439,10 @@ class Tracer:
             for src in self.records.sources(record, record.function):
                 self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
+
+
+#: Length of "cache-" and 16 hex digits: the name of a file put aside, without its shard suffix.
+_ASIDE_STEM = 22
 
 
 def _parameter_index(function: Callable[..., Any], name: str) -> int | None:
