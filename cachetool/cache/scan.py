@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -140,7 +140,7 @@ def _recorded(lean_entries: list[LeanEntry], usage: Mapping[str, RecordedUse]) -
     return out
 
 
-def _in_listing_order(entries: list[Entry], lean: list[LeanEntry] = []) -> list[Listed]:  # noqa: B006
+def _in_listing_order(entries: list[Entry], lean: Sequence[LeanEntry] = ()) -> list[Listed]:
     """`entries` (and `lean` entries) sorted by dataset, kind, split, then path text. Grouped
     first, so the texts of one group's paths exist at a time, not those of every entry of a large
     cache."""
