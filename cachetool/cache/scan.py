@@ -8,7 +8,8 @@ files, and never reads column data (see `cachetool.cache.arrow`).
 
 The parts: `model` (the dataclasses), `walk` (listing folders, reading files), `recognize` (what
 a folder is), `classify` and `nondata` (the rules that make entries), `entries` (building them),
-`lookup` (finding one by name). The names below stay importable from here.
+`lookup` (finding one by name), `lean` (entries of unchanged cache files kept as tuples, for
+`scan_cache_lean`). The names below stay importable from here.
 """
 
 from __future__ import annotations
