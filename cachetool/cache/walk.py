@@ -107,7 +107,9 @@ class Candidates:
 
     __slots__ = ("child", "pairs", "prefix")
 
-    def __init__(self, child: Callable[[str], Path], prefix: str, pairs: list[tuple[str, os.stat_result]]):
+    def __init__(
+        self, child: Callable[[str], Path], prefix: str, pairs: list[tuple[str, os.stat_result]]
+    ) -> None:
         self.child = child
         self.prefix = prefix
         self.pairs = pairs
