@@ -1,5 +1,6 @@
-"""`verify --deep`: validate every buffer of every Arrow file and checksum every byte (xxh3);
-`--record` stores the checksums so a later deep verify reports bytes that changed."""
+"""`verify --deep`: validate every buffer of every Arrow file, and checksum its bytes (xxh3) where a
+stored checksum is compared or `--record` stores one, so a later deep verify reports bytes that
+changed."""
 
 from __future__ import annotations
 
