@@ -217,7 +217,7 @@ def test_skipped_checksums_and_trusted_files_give_the_findings_of_a_full_read(
         first = verify_cache(root, deep=True, record=True)
         assert first.errors == () and first.recorded > 10
         sums = json.loads((root / ".cachetool" / "checksums.json").read_text())["files"]
-        assert {s["validated"] for s in sums.values()} == {f"pyarrow {pa.__version__}"}
+        assert {s["validated"] for s in sums.values()} == {deep.validator()}
     damage(root, real_cache)
     fast = verify_cache(root, deep=True)
     assert verify_cache(root, deep=True, jobs=1) == fast  # a changed file read again on the one thread
@@ -244,3 +244,72 @@ def test_a_stored_checksum_that_is_not_an_object_is_ignored(tmp_path: Path) -> N
         json.dumps({"version": 1, "files": {f"cache-{FP}.arrow": "0123"}})
     )
     assert verify_cache(root, deep=True) == plain
+
+
+def _invalid_utf8_file(root: Path) -> Path:
+    """A cache file whose one string is not UTF-8 (pyarrow's full validation refuses it)."""
+    offsets = pa.py_buffer(memoryview(bytes([0, 0, 0, 0, 1, 0, 0, 0])))
+    bad = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(b"\xff")])
+    path = root / f"cache-{FP}.arrow"
+    _stream(path, [pa.RecordBatch.from_arrays([bad], ["s"])])
+    return path
+
+
+@pytest.mark.parametrize("note", ["other pyarrow", "older checks", "none"])
+def test_a_file_trusted_by_another_validator_is_validated_again(tmp_path: Path, note: str) -> None:
+    """A checksum on record spares the validation only when the same pyarrow and the same checks
+    validated those bytes: an invalid file whose true checksum is on record with another pyarrow,
+    older checks, or no note at all is read in full and reported; with this validator's note it is
+    trusted (the bytes are the ones it found valid)."""
+    import xxhash
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    path = _invalid_utf8_file(root)
+    entry: dict[str, Any] = {
+        "size": path.stat().st_size,
+        "mtime_ns": path.stat().st_mtime_ns,
+        "xxh3": xxhash.xxh3_64(path.read_bytes()).hexdigest(),
+        "time": 0,
+    }
+    current = deep.validator()
+    if note == "other pyarrow":
+        entry["validated"] = current.replace(f"pyarrow {pa.__version__}", "pyarrow 0.0")
+    elif note == "older checks":
+        entry["validated"] = current.replace(f"checks {deep.DEEP_CHECKS}", f"checks {deep.DEEP_CHECKS - 1}")
+    assert note == "none" or entry["validated"] != current
+    deep.save_checksums(root, {path.name: entry})
+    report = verify_cache(root, deep=True)
+    assert [f.problem.split(":")[0] for f in report.errors] == ["invalid data in batch 0"], report.errors
+    deep.save_checksums(root, {path.name: {**entry, "validated": current}})
+    assert verify_cache(root, deep=True).errors == ()
+
+
+def test_a_file_written_while_it_was_recorded_is_not_trusted(tmp_path: Path) -> None:
+    """`--record` notes that a file was validated only when the file is still the version it read:
+    a write in place while it was read (here: as the read ends) could have had old bytes validated
+    and new ones hashed. Its checksum is stored without the note, so the next deep verify
+    validates it again."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    path = root / f"cache-{FP}.arrow"
+    _stream(path, pa.table({"s": ["a", "b"]}).to_batches())
+    written = []
+
+    def write_in_place(done: int, total: int) -> None:
+        if not written:
+            with open(path, "r+b") as f:
+                f.seek(-12, os.SEEK_END)
+                f.write(f.read(4))
+            written.append(done)
+
+    verify_cache(root, deep=True, record=True, progress=write_in_place)
+    assert written
+    (entry,) = deep.load_checksums(root).values()
+    assert "validated" not in entry and entry["xxh3"]
+    untouched = tmp_path / "untouched"
+    untouched.mkdir()
+    _stream(untouched / f"cache-{FP}.arrow", pa.table({"s": ["a", "b"]}).to_batches())
+    verify_cache(untouched, deep=True, record=True)
+    (entry,) = deep.load_checksums(untouched).values()
+    assert entry["validated"] == deep.validator()

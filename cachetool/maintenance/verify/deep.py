@@ -16,6 +16,7 @@ from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.formatting import local_time
+from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.hints import shell_command
 from cachetool.maintenance.verify.checks import Checker
 from cachetool.maintenance.verify.deep_read import DeepResult, Want, deep_check, read_files
@@ -99,8 +100,9 @@ def deep_pass(
                 "mtime_ns": res.mtime_ns,
                 "xxh3": res.checksum,
                 "time": time.time(),
-                "validated": validator(),
             }
+            if _unchanged_since_read(res):
+                new_sums[key]["validated"] = validator()
     total_bytes = sum(res.size for _, res in results)
     if not record:
         return total_bytes, 0
@@ -119,12 +121,27 @@ def deep_pass(
     return total_bytes, sum(1 for _, r in results if r.error is None)
 
 
+#: What a deep read checks, as a number: raise it whenever that changes, so that files recorded
+#: as valid before are validated in full again.
+DEEP_CHECKS = 1
+
+
 def validator() -> str:
     """What validated a file in full, stored with its checksum: the same bytes validated by the
-    same pyarrow give the same answer."""
+    same pyarrow and the same checks give the same answer."""
     import pyarrow as pa
 
-    return f"pyarrow {pa.__version__}"
+    return f"pyarrow {pa.__version__}; checks {DEEP_CHECKS}"
+
+
+def _unchanged_since_read(res: DeepResult) -> bool:
+    """Whether the file is still the very version that was read (a write in place while it was
+    read could have had old bytes validated and new ones hashed: those are not trusted later)."""
+    try:
+        st = os.stat(res.path)
+    except OSError:
+        return False
+    return identity(st) == res.identity and st.st_ctime_ns == res.ctime_ns
 
 
 def _want(old: dict[str, Any] | None, record: bool) -> Want:

@@ -47,6 +47,7 @@ class DeepResult:
     checksum: str | None
     error: str | None
     identity: tuple[int, int, int, int] | None = None  # of the very file read (its descriptor)
+    ctime_ns: int = 0  # of the very file read, when it was opened
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class _File:
         self.mm: mmap.mmap | None = None
         self.views: list[Any] = []  # pyarrow objects over the map: dropped before it closes
         self.groups: list[tuple[int, list[Any]]] = []  # (index of the first batch, batches)
-        self.size = self.mtime_ns = 0
+        self.size = self.mtime_ns = self.ctime_ns = 0
         self.ident: tuple[int, int, int, int] | None = None
         self.checksum: str | None = None
         self.error: str | None = None  # found before any batch: opening, the schema
@@ -208,7 +209,7 @@ class _File:
             return False
         try:
             st = os.fstat(fd)
-            self.mtime_ns = st.st_mtime_ns
+            self.mtime_ns, self.ctime_ns = st.st_mtime_ns, st.st_ctime_ns
             if st.st_size == 0:
                 self.error = "empty file (0 bytes)"
                 return False
@@ -328,7 +329,9 @@ class _File:
         error = self.error
         if error is None:
             error = self.bad_batch[1] if self.bad_batch is not None else self.read_error
-        self.result = DeepResult(self.path, self.size, self.mtime_ns, self.checksum, error, self.ident)
+        self.result = DeepResult(
+            self.path, self.size, self.mtime_ns, self.checksum, error, self.ident, self.ctime_ns
+        )
         self.groups.clear()
         self.views.clear()
         if self.mm is not None:
