@@ -348,7 +348,7 @@ class Walker:
             self._misses += 1
             if self._deferred and self._misses >= READ_AHEAD_AFTER:
                 self.read_ahead()
-            summary = read_summary(path)
+            summary = read_summary(path, item.size)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(name):
             self.index.put(folder, name, item.size, item.mtime_ns, item.ino, summary)
