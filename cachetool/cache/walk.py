@@ -5,6 +5,7 @@ file did not change, else read, on other cores when many are unread)."""
 from __future__ import annotations
 
 import gc
+import math
 import os
 import stat
 import sys
@@ -128,18 +129,26 @@ READ_AHEAD_AFTER = 100
 
 
 def _spare_cores() -> int:
-    """Cores a cold listing may use: those this process may run on, and one only where forking
-    is unsafe (another thread runs, e.g. a progress display) or unavailable. The listing keeps
-    one for its own walk and reads headers in a process on each of the others: on 2 cores, a
-    second reading process only took turns with the walk (the same time, 10% more CPU)."""
+    """Cores a cold listing may use: those this process may run on and the machine's load
+    leaves idle, and one only where forking is unsafe (another thread runs, e.g. a progress
+    display) or unavailable. The listing keeps one for its own walk and reads headers in a
+    process on each of the others: on 2 cores, a second reading process only took turns with
+    the walk (the same time, 10% more CPU). A reading process costs CPU of its own (the names
+    walked twice, the summaries sent back): on a busy machine, where it only takes turns with
+    the walk, reading in the listing's own process is the faster too."""
     import threading
 
     if threading.active_count() > 1 or not hasattr(os, "fork"):
         return 1
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]  # the listing's own process (or the one before it) counts
+    except (AttributeError, OSError):
+        return cores
+    return max(1, min(cores, math.ceil(cores + 0.5 - load)))
 
 
 class _Reads:
