@@ -236,7 +236,7 @@ def _read_schema(buf: Any, size: int) -> tuple[int, _Shape, str | None, str | No
         # The same message but for the metadata value's bytes (another fingerprint of the same
         # length): the same flatbuffer, so the same shape and the value in the same place.
         v0, v1, pos, head, tail, shape = seen
-        if buf[:v0] == head and buf[v1:pos] == tail and pos <= size:
+        if pos <= size and buf[:v0] == head and buf[v1:pos] == tail:
             meta_span = (v0, v1)
             break
     else:
@@ -352,7 +352,7 @@ def parse_hf_metadata(raw: bytes) -> tuple[str | None, str | None]:
         end = len(raw) - len(tail)
         if end > len(head) and raw.startswith(head) and raw.endswith(tail):
             fp = raw[len(head) : end]
-            if _PLAIN_FINGERPRINT.fullmatch(fp):
+            if fp.isalnum() or _PLAIN_FINGERPRINT.fullmatch(fp):  # isalnum: ASCII letters, digits
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
