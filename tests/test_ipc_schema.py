@@ -314,3 +314,39 @@ def test_a_cold_listing_imports_pyarrow_only_for_a_damaged_file(real_cache: dict
             check=True,
         ).stdout.split()
         assert int(out[0]) > 10 and out[1:] == ["True", "1", "True"], out
+
+
+@pytest.mark.slow
+def test_a_reading_process_killed_mid_listing_leaves_the_rest_to_the_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold listing's reading process SIGKILLed after its first chunk of files: the listing
+    reads the others itself and reports exactly what a listing in one process reports."""
+    import os
+    import signal
+
+    from cachetool.cache import walk
+    from cachetool.cache.scan import scan_cache
+    from tests.attack.races import synthesize_cache
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 300)
+    serial = scan_cache(root, use_index=False)
+    listing = os.getpid()
+    read: list[int] = []
+
+    def dying(paths: list[str]) -> list[Any]:
+        if os.getpid() != listing and read:
+            os.kill(os.getpid(), signal.SIGKILL)
+        read.append(len(paths))
+        return real(paths)
+
+    real = walk._read_chunk
+    monkeypatch.setattr(walk, "_read_chunk", dying)
+    monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(walk, "_spare_cores", lambda: 2)
+    handed: list[int] = []
+    plain = walk._Reads.__iter__
+    monkeypatch.setattr(walk._Reads, "__iter__", lambda self: (handed.append(1) or x for x in plain(self)))
+    assert scan_cache(root, use_index=False) == serial
+    assert 0 < len(handed) < 300  # some came from the reading process, the rest from the walk
