@@ -683,3 +683,84 @@ def test_cli_on_a_corpus_pipeline_github_annotations(
         "::error file=c02_closure_frozenset.py,line=18,title=fingerprint not deterministic::"
     )
     assert "closure 'stop' (frozenset of 12 str)" in line
+
+
+COLD_OPS = textwrap.dedent(
+    """\
+    import os
+    import sys
+
+    from datasets import load_dataset
+
+    notes = sys.argv[1]
+
+
+    def note(what):
+        run = os.environ.get("CACHETOOL_CHECK_RUN", "plain")
+        with open(os.path.join(notes, what + "-" + run), "a") as f:
+            f.write("x")
+
+
+    def double(ex):
+        note("map")
+        return {"y": ex["x"] * 2}
+
+
+    def keep(ex):
+        note("filter")
+        return ex["x"] % 3 != 0
+
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    ds = ds.map(double, load_from_cache_file=True)
+    if sys.argv[2] == "all":
+        ds = ds.filter(keep, num_proc=2)
+        ds = ds.shuffle(seed=3).sort("y")
+        ds = ds.train_test_split(test_size=0.25, seed=5)["test"]
+    print(ds._fingerprint)
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_would(tmp_path: Path) -> None:
+    """The cache holds the first step (a plain run made it) and lacks the next ones. The cold
+    first run computes every step: map (even with `load_from_cache_file=True`), filter with
+    `num_proc`, shuffle, sort, train_test_split. It leaves the file the cache held as it was (a
+    reader on another host would lose a file replaced under it), writes the steps the cache lacked
+    where a plain run writes them, and leaves no temporary folder. The second run loads every step
+    (its functions never run), and so does a plain run afterwards: it writes nothing."""
+    script = tmp_path / "pipe.py"
+    script.write_text(COLD_OPS)
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(40)))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    env = clean_env(tmp_path)
+    cache = tmp_path / "cache"
+
+    def plain(steps: str) -> dict[str, tuple[int, int]]:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(notes), steps], env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}
+
+    held = plain("first")
+    assert len(held) == 1, sorted(held)
+    for n in notes.iterdir():
+        n.unlink()
+    report = check_determinism(script, [str(notes), "all"], env=env, rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    assert [run.cold for run in report.runs] == [True, False]
+    # Only the cold run ran the functions (the filter in its num_proc workers).
+    ran = sorted(n.name.split("-", 1) for n in notes.iterdir())
+    assert [what for what, _ in ran] == ["filter", "map"] and ran[0][1] == ran[1][1] != "plain", ran
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}
+    assert held.items() <= after.items(), (held, after)
+    assert len(after) >= 6, sorted(after)
+    assert not [p for p in Path(env["TMPDIR"]).iterdir() if p.name.startswith("hf_datasets-")]
+    for n in notes.iterdir():
+        n.unlink()
+    assert plain("all") == after
+    assert not list(notes.iterdir())

@@ -50,6 +50,34 @@ def test_no_cold_skips_the_recomputation_and_says_what_it_cannot_see(base: Path)
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
 
 
+@pytest.mark.slow
+def test_an_empty_cache_is_enough_and_is_left_warm(base: Path) -> None:
+    """The default mode on an empty cache: the cold first run computes every step and writes its
+    results where a plain run would, so the second run loads them. The tokenizer a map configures
+    (m01, which needed a warm cache before) is named, and a plain run afterwards computes nothing:
+    every cache file it uses was already there, unchanged."""
+    where = base / "empty-then-warm"
+    report = check("m01_tokenizer_truncation_inside_map.py", where, "default")
+    text = "\n".join(human_lines(report))
+    assert [run.cold for run in report.runs] == [True, False], text
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND, text
+    assert report.analysis is not None
+    (cause,) = report.analysis.deterministic_causes
+    assert cause.kind == "cache-state", text
+    cache = where / "cache"
+    before = {p: p.stat().st_mtime_ns for p in cache.rglob("cache-*.arrow")}
+    assert before, "the check left no cache file of the pipeline"
+    proc = subprocess.run(
+        [sys.executable, str(CORPUS / "m01_tokenizer_truncation_inside_map.py")],
+        env=hf_env(where),
+        cwd=CORPUS,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("cache-*.arrow")} == before
+
+
 #: look-alikes: a tokenizer configured before the first map, a pre-warmed lazy vocabulary, a seeded
 #: generator, a change nothing hashes again, a tokenizer that only encodes.
 CONTROLS = {

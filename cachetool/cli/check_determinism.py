@@ -61,9 +61,10 @@ def check_determinism_command(
         bool,
         typer.Option(
             "--cold/--no-cold",
-            help="Make the first run compute every step (caching off for it), so a step that "
-            "changes an object a later step hashes is found on a warm cache too. --no-cold: "
-            "faster on a large warm cache, but such a change goes unseen.",
+            help="Make the first run compute every step (what the cache lacks it writes there, "
+            "for the next run to load), so a step that changes an object a later step hashes "
+            "is found on a warm cache too. --no-cold: faster on a large warm cache, but such a "
+            "change goes unseen.",
         ),
     ] = True,
     jobs: Annotated[
@@ -91,7 +92,8 @@ def check_determinism_command(
     that differ only because of it are counted as its cascade. `cachetool.checkpoint(name, obj)`
     in any script adds its own values to the comparison.
 
-    The first run computes every step (caching off for that run), so a step that changes an
+    The first run computes every step (what the cache lacks it writes there, files the cache
+    holds it leaves alone), so a step that changes an
     object a later step hashes (a tokenizer configured inside the mapped function, a vocabulary
     built on the first call) is named even when the cache is warm: "the function's state differs
     between a run that computed step N and one that loaded it from the cache". On a large warm

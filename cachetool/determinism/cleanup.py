@@ -70,7 +70,8 @@ def cache_root(env: Mapping[str, str]) -> Path:
 
 class Leftovers:
     """What stopped runs leave: `tmp*` files in the user's cache, `hf_datasets-*` and `pymp-*`
-    folders in the temp dir (a cold run writes to an `hf_datasets-*` folder). Only what the check
+    folders in the temp dir (a cold run writes a step the cache already holds to an `hf_datasets-*`
+    folder). Only what the check
     made is removed: cache files written since it started, temp folders that were not there
     before it; each through gc's own checks (not open, not mapped, not owned by a live process)."""
 

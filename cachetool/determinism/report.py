@@ -37,7 +37,8 @@ class RunOutcome:
     stopped: int = 0
     #: Bytes the script wrote to stdout and stderr (only the last OUTPUT_CAP of each are kept).
     output_bytes: int = 0
-    #: A cold run: every transform computed (caching disabled), nothing loaded from the cache.
+    #: A cold run: every transform computed, nothing loaded from the cache (what the cache lacked
+    #: it wrote there; the files the cache held it left alone).
     cold: bool = False
     #: Lines of the run's events file that could not be read (skipped, so not compared).
     event_warnings: tuple[str, ...] = ()

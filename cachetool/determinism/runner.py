@@ -179,8 +179,9 @@ def check_determinism(
     interpreter (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events).
     `progress` is called about twice a second per running run (the steps it recorded so far) and
     once when it ends. With `cold` (the default) the first run of a shared cache computes every
-    step (caching off for it), so a step whose function changes what a later step hashes shows
-    even on a warm cache; ``cold=False`` saves that recomputation.
+    step, so a step whose function changes what a later step hashes shows even on a warm cache;
+    it writes what the cache lacks where a plain run would (the next run loads it) and leaves the
+    files the cache holds alone. ``cold=False`` saves that recomputation.
 
     Mirrors ``cachetool check-determinism`` (``--runs``, ``--hash-seeds``, ``--timeout``,
     ``--isolated``, ``--jobs``, ``--no-cold``).

@@ -76,6 +76,9 @@ def _install_now(events: str | None, trees: bool = False, cold: bool = False) ->
         sink: LedgerSink | EventsSink
         sink = EventsSink(events, trees) if events else LedgerSink()
         tracer = Tracer(sink)
+        # The determinism runner's cold run: every step computes, so what a step changes in its
+        # function's objects shows; it writes where a plain run would, for the next run to load.
+        tracer.recompute = bool(cold and events)
         if tracer.install():
             _tracer = tracer
             _register_fork_handler()
@@ -84,12 +87,6 @@ def _install_now(events: str | None, trees: bool = False, cold: bool = False) ->
 
             # Announce this writer to gc and verify on every host that shares the root.
             hold_lease(tracer.default_root)
-            if cold and events:
-                # The determinism runner's cold run: every step computes (its cache files go to a
-                # temporary folder), so what a step changes in its function's objects shows.
-                import datasets
-
-                datasets.disable_caching()
         else:
             sink.close()
     except Exception as e:  # never raise into the user's code

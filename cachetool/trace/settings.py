@@ -27,7 +27,8 @@ __all__ = [
 
 EVENTS_ENV = "CACHETOOL_TRACE_EVENTS"
 TREES_ENV = "CACHETOOL_TRACE_TREES"
-#: Set by the determinism runner for its cold run: every transform computes (caching disabled).
+#: Set by the determinism runner for its cold run: every transform computes (nothing is loaded
+#: from the cache; what the cache lacks is written there, what it holds is left alone).
 COLD_ENV = "CACHETOOL_TRACE_COLD"
 #: Set by the determinism runner when it sets PYTHONHASHSEED: the user's own value ("" for none).
 SEED_ENV = "CACHETOOL_USER_PYTHONHASHSEED"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import platform
 import socket
@@ -83,6 +84,11 @@ class Tracer:
         self._hook_errors = 0
         self._prefix: str | None = None
         self._ended = False
+        #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
+        #: and writes where a plain run would, so the next run loads what it made.
+        self.recompute = False
+        #: "cache-<16 hex>" of each file the cold run wrote aside -> the cache folder it stands for.
+        self._put_aside: dict[str, str] = {}
 
     @property
     def default_root(self) -> str:
@@ -307,10 +313,14 @@ class Tracer:
 
     # -- layer 1 ------------------------------------------------------------------------------
     def _wrap_method(self, original: Callable[..., Any], op: str, kind: str) -> Callable[..., Any]:
+        load_at = _parameter_index(original, "load_from_cache_file")
+
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
+            if self.recompute and load_at is not None:
+                args, kwargs = _computing(args, kwargs, load_at)
             try:
                 frame = self.calls.enter(op, kind, original, args, kwargs, sys._getframe(1))
             except Exception as e:
@@ -330,6 +340,8 @@ class Tracer:
         @functools.wraps(original)
         def _get_cache_file_path(self_ds: Any, fingerprint: str) -> str:
             path = original(self_ds, fingerprint)
+            if self.recompute and self.enabled:
+                path = self._fresh_path(self_ds, path)
             if self.enabled and self.local.stack:
                 try:
                     self.calls.snapshot(path)
@@ -339,6 +351,31 @@ class Tracer:
             return path
 
         return _get_cache_file_path
+
+    def _fresh_path(self, self_ds: Any, path: str) -> str:
+        """Where the cold run writes a step it computes: where a plain run would, unless the
+        cache already holds that step (its file, or the shards of a `num_proc` map), which it
+        leaves alone (a reader on another host would lose a file replaced under it) and writes to
+        a temporary folder instead, as `datasets` does with caching off. The steps after such a
+        step go where a plain run writes them, not where their parent was put."""
+        try:
+            folder, name = os.path.split(path)
+            parent = self_ds.cache_files[0]["filename"] if self_ds.cache_files else ""
+            instead_of = self._put_aside.get(os.path.basename(parent)[:_ASIDE_STEM])
+            if instead_of is not None:
+                folder, path = instead_of, os.path.join(instead_of, name)
+            stem = name[: -len(".arrow")] + "_" if name.endswith(".arrow") else None
+            if not os.path.lexists(path) and not (
+                stem and os.path.isdir(folder) and any(n.startswith(stem) for n in os.listdir(folder))
+            ):
+                return path
+            aside = f"cache-{os.urandom(8).hex()}"
+            self._put_aside[aside] = folder
+            temp = sys.modules["datasets.fingerprint"].get_temporary_cache_files_directory()
+            return os.path.join(temp, aside + ".arrow")
+        except Exception as e:
+            self._hook_failed("_get_cache_file_path", e)
+            return path
 
     def _wrap_prepare(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
@@ -402,6 +439,33 @@ class Tracer:
             for src in self.records.sources(record, record.function):
                 self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
+
+
+#: Length of "cache-" and 16 hex digits: the name of a file put aside, without its shard suffix.
+_ASIDE_STEM = 22
+
+
+def _parameter_index(function: Callable[..., Any], name: str) -> int | None:
+    """The position of `function`'s parameter `name` (through its decorators; `sys.maxsize` for
+    a keyword-only one), or None when it has none. Read from the code object: `inspect.signature`
+    costs tens of microseconds for each of the ~40 methods a tracer wraps, at every start."""
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        return None
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    if name not in names:
+        return None
+    at = names.index(name)
+    return at if at < code.co_argcount else sys.maxsize
+
+
+def _computing(
+    args: tuple[Any, ...], kwargs: dict[str, Any], at: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments with `load_from_cache_file=False`, wherever the caller put it."""
+    if len(args) > at:
+        return (*args[:at], False, *args[at + 1 :]), kwargs
+    return args, {**kwargs, "load_from_cache_file": False}
 
 
 def _versions() -> dict[str, str]:
