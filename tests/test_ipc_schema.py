@@ -317,11 +317,13 @@ def test_a_cold_listing_imports_pyarrow_only_for_a_damaged_file(real_cache: dict
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cores", [2, 3])
 def test_a_reading_process_killed_mid_listing_leaves_the_rest_to_the_walk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int
 ) -> None:
-    """A cold listing's reading process SIGKILLed after its first chunk of files: the listing
-    reads the others itself and reports exactly what a listing in one process reports."""
+    """A cold listing's reading processes (one, or two taking chunks in turn) SIGKILLed after
+    their first chunk of files: the listing reads the others itself and reports exactly what a
+    listing in one process reports."""
     import os
     import signal
 
@@ -344,9 +346,9 @@ def test_a_reading_process_killed_mid_listing_leaves_the_rest_to_the_walk(
     real = walk._read_chunk
     monkeypatch.setattr(walk, "_read_chunk", dying)
     monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(walk, "_spare_cores", lambda: 2)
+    monkeypatch.setattr(walk, "_spare_cores", lambda: cores)
     handed: list[int] = []
     plain = walk._Reads.__iter__
     monkeypatch.setattr(walk._Reads, "__iter__", lambda self: (handed.append(1) or x for x in plain(self)))
     assert scan_cache(root, use_index=False) == serial
-    assert 0 < len(handed) < 300  # some came from the reading process, the rest from the walk
+    assert len(handed) == 64 * (cores - 1)  # the first chunk of each, then the walk's own reads
