@@ -162,3 +162,22 @@ def test_real_caches_list_the_same_bytes_either_way(
     assert_lean_listing_is_the_object_listing(root)
     if which == "golden":
         assert any(e.parent for e in list_cache_lean(root).report.entries)
+
+
+def test_lean_entries_of_several_folders_in_one_group_list_in_path_order(isolated_env: Path) -> None:
+    """Cache files outside any dataset folder (one group) in the root and in the folders `a`
+    and `a-b`: the walk meets them root, `a`, `a-b`, but the listing orders them by path text
+    (`a-b/` before `a/` before the root's `cache-`), lean or not."""
+    import pyarrow as pa
+
+    root = isolated_env / "cache"
+    for i, folder in enumerate([root, root / "a", root / "a-b"]):
+        folder.mkdir(parents=True, exist_ok=True)
+        for j in range(2):
+            fp = f"{i:08x}{j:08x}"
+            _write_stream(folder / f"cache-{fp}.arrow", fp, {"id": pa.array([i, j])})
+    assert_lean_listing_is_the_object_listing(root, [[], ["--limit", "3"]])
+    assert _lean_count(root) == 6
+    listed = json.loads(invoke("ls", str(root), "--json").stdout)
+    paths = [e["path"] for e in listed["entries"]]
+    assert paths == sorted(paths) and "/a-b/" in paths[0], paths

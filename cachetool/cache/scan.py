@@ -148,25 +148,37 @@ def _in_listing_order(entries: list[Entry], lean: Sequence[LeanEntry] = ()) -> l
     groups: dict[tuple[str, str, str], list[Listed]] = {}
     for e in entries:
         key = (e.dataset or "~", e.kind._value_, e.split or "")
-        group = groups.get(key)
-        if group is None:
+        of_key = groups.get(key)
+        if of_key is None:
             groups[key] = [e]
         else:
-            group.append(e)
-    for le in lean:  # a `LeanEntry`: its dataset folder and kind
-        ds = le[3]
-        key = ((None if ds is None else ds.name) or "~", le[2]._value_, "")
-        group = groups.get(key)
-        if group is None:
-            groups[key] = [le]
-        else:
-            group.append(le)
+            of_key.append(e)
+    # Groups that need sorting by path text: those of Entries, and those whose lean entries
+    # come from more than one folder (a folder's own come in name order, so in path order).
+    single: dict[tuple[str, str, str], str | None] = dict.fromkeys(groups)
+    last: tuple[object, object, str] | None = None
+    group: list[Listed] = []
+    for le in lean:  # a `LeanEntry`: its folder, kind and dataset folder, in runs
+        if last is None or le[0] is not last[2] or le[2] is not last[0] or le[3] is not last[1]:
+            ds = le[3]
+            prefix = le[0]
+            last = (le[2], ds, prefix)
+            key = ((None if ds is None else ds.name) or "~", le[2]._value_, "")
+            found = groups.get(key)
+            if found is None:
+                group = groups[key] = []
+                single[key] = prefix
+            else:
+                group = found
+                if single[key] != prefix:
+                    single[key] = None
+        group.append(le)
     out: list[Listed] = []
     for key in sorted(groups):
-        group = groups.pop(key)
-        if len(group) > 1:
-            group.sort(key=_path_text)
-        out += group
+        done = groups.pop(key)
+        if len(done) > 1 and single[key] is None:
+            done.sort(key=_path_text)
+        out += done
     return out
 
 
@@ -176,10 +188,14 @@ def _path_text(e: Listed) -> str:
 
 def _may_have_ledger(root: Path) -> bool:
     """Whether a folder that may hold ledger segments of `root` holds any file named like one
-    (`usage_by_fingerprint` of a root without segments is empty)."""
-    from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs
+    (`usage_by_fingerprint` of a root without segments is empty). The per-user fallback's name
+    (a hash of the root's path) is made only where the per-user `ledgers` folder exists."""
+    from cachetool.lineage.roots import SEGMENT_SUFFIX, fallback_ledger_dir, ledger_dir
 
-    for folder in ledger_dirs(root):
+    folders = [ledger_dir(root)]
+    if os.path.isdir(user_state_dir() / "ledgers"):
+        folders.append(fallback_ledger_dir(root))
+    for folder in folders:
         try:
             names = os.listdir(folder)
         except OSError:

@@ -19,7 +19,7 @@ from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
-from cachetool.cache.lean import LeanEntry, lean_entry
+from cachetool.cache.lean import LeanEntry, keep_lean
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
 from cachetool.cache.paths import child_maker
 
@@ -403,35 +403,22 @@ class Walker:
 
     def lean_files(self, candidates: Candidates, ds: DatasetDir | None) -> list[Item]:
         """Keep the entries of a folder's unchanged `cache-<fp>.arrow` files (regular files the
-        read index knows, whose entry needs nothing but the index row: `lean_entry`) as lean
+        read index knows, whose entry needs nothing but the index row: `keep_lean`) as lean
         entries in `self.lean`; returns the other candidates as items, for the ordinary rules.
         Names with a shard part (`_00000_of_00004`) or other characters go the ordinary way."""
         lean = self.lean
         assert lean is not None
         index = self.index
-        schema = index.schema
-        rows: dict[str, Any] | None = None
-        prefix = candidates.prefix
-        rest: list[tuple[str, os.stat_result]] = []
         used: list[Any] = []  # the index rows that still describe their file
-        for pair in candidates.pairs:
-            name, st = pair
-            fp = name[6:-6]
-            if fp.isalnum() and fp.isascii() and len(fp) <= 64:  # as `layout.parse_cache_file`
-                if rows is None:
-                    rows = index.rows_of(self._folder_of_prefix(prefix))
-                row = rows.get(name)
-                if (
-                    row is not None
-                    and row[2] == st.st_size
-                    and row[3] == st.st_mtime_ns
-                    and row[4] == st.st_ino
-                    and (entry := lean_entry(prefix, name, st, fp, ds, row, schema(row))) is not None
-                ):
-                    used.append(row)
-                    lean.append(entry)
-                    continue
-            rest.append(pair)
+        rest = keep_lean(
+            candidates.prefix,
+            candidates.pairs,
+            index.rows_of(self._folder_of_prefix(candidates.prefix)),
+            index.schema,
+            ds,
+            lean,
+            used,
+        )
         if used:
             index.mark_used(*used)
             before = self.files_seen
