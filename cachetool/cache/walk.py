@@ -130,11 +130,12 @@ def _list_dir(path: Path, split: bool) -> tuple[list[Item], str | None, Candidat
     child = child_maker(path)
     prefix = os.path.join(str(path), "")
     candidates = Candidates(child, prefix, pairs)
+    own = layout.LEDGER_DIR
     try:
         with os.scandir(path) as it:
             for de in it:
                 name = de.name
-                if name == layout.LEDGER_DIR:
+                if name == own:
                     continue  # cachetool's own state (ledger, read index, pins): never an entry
                 try:
                     st = de.stat(follow_symlinks=False)
