@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.model import CacheReport, Entry
 from cachetool.errors import CachetoolError
@@ -102,12 +102,14 @@ def list_cache_lean(
     limit: int | None = None,
     ledger: bool | Ledger = True,
     progress: Callable[[int], None] | None = None,
+    prelisted: dict[str, Any] | None = None,
 ) -> LeanListing:
-    """`list_cache(path, limit=limit)` as a `LeanListing` (no `--filter`, no `--sort`)."""
+    """`list_cache(path, limit=limit)` as a `LeanListing` (no `--filter`, no `--sort`); `prelisted`
+    holds folders already listed (`snapshot.ListingText.listed`)."""
     from cachetool.cache.scan import scan_cache_lean
 
     check_query((), None, limit)
-    report, everything = scan_cache_lean(Path(path), ledger=ledger, progress=progress)
+    report, everything = scan_cache_lean(Path(path), ledger=ledger, progress=progress, prelisted=prelisted)
     pinned, warnings = _pinned(report.root)
     listed = everything if limit is None else everything[:limit]
     return LeanListing(report, everything, listed, pinned, warnings)

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.classify import Scanner
@@ -76,12 +76,14 @@ def scan_cache_lean(
     *,
     ledger: bool | Ledger = True,
     progress: Callable[[int], None] | None = None,
+    prelisted: dict[str, Any] | None = None,
 ) -> tuple[CacheReport, list[Listed]]:
     """`scan_cache(root)` for a listing that writes JSON: the entries of unchanged
     `cache-<fp>.arrow` files are kept lean (`cachetool.cache.lean`). Returns the report of every
     other entry (its `entries` leave the lean ones out) and all entries in listing order;
-    `lean.entries_of` of the latter is `scan_cache(root).entries`."""
-    return _scan(root, True, ledger, None, progress, lean=True)
+    `lean.entries_of` of the latter is `scan_cache(root).entries`. `prelisted` holds folders already
+    listed (`snapshot.ListingText.listed`), taken instead of listing them again."""
+    return _scan(root, True, ledger, None, progress, lean=True, prelisted=prelisted)
 
 
 def _scan(
@@ -91,6 +93,7 @@ def _scan(
     usage: Mapping[str, RecordedUse] | None,
     progress: Callable[[int], None] | None,
     lean: bool,
+    prelisted: dict[str, Any] | None = None,
 ) -> tuple[CacheReport, list[Listed]]:
     root_path = Path(root).expanduser()
     if not root_path.exists() and not root_path.is_symlink():
@@ -111,6 +114,7 @@ def _scan(
         lean_entries: list[LeanEntry] = []
         if lean:
             scanner.lean = lean_entries
+            scanner.listed = prelisted
         if not own:
             try:
                 scanner.read_ahead()

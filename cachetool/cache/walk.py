@@ -37,6 +37,7 @@ class Item:
     __slots__ = (
         "_child",
         "_path",
+        "ctime_ns",
         "error",
         "ino",
         "is_dir",
@@ -66,7 +67,7 @@ class Item:
         self.prefix = prefix
         if st is None:
             self.ok = self.is_dir = self.is_file = False
-            self.mode = self.size = self.mtime_ns = self.ino = 0
+            self.mode = self.size = self.mtime_ns = self.ctime_ns = self.ino = 0
             self.uid = -1
             self.mtime = 0.0
             return
@@ -78,6 +79,7 @@ class Item:
         self.size = st.st_size
         self.mtime = st.st_mtime
         self.mtime_ns = st.st_mtime_ns
+        self.ctime_ns = st.st_ctime_ns
         self.ino = st.st_ino
         self.uid = st.st_uid
 
@@ -292,6 +294,8 @@ class Walker:
         self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
         #: Where the walk keeps lean entries (`cachetool.cache.lean`); None: an `Entry` for each.
         self.lean: list[LeanEntry] | None = None
+        #: Folders listed before the walk (`list_dir_split` results by path text), taken as met.
+        self.listed: dict[str, tuple[list[Item], str | None, Candidates]] | None = None
 
     def read_ahead(self) -> None:
         """Where more than one core is free: find the Arrow files of folders the read index does
