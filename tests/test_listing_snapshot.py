@@ -30,7 +30,7 @@ def _ls(root: Path) -> str:
 def _kept(root: Path) -> str | None:
     """The kept text a listing of `root` would write now, or None."""
     snap = ListingText.of(root)
-    return None if snap is None or snap.text is None else snap.text.decode("ascii")
+    return None if snap is None or snap.text is None else b"".join(snap.pieces()).decode("ascii")
 
 
 @pytest.fixture
@@ -191,3 +191,33 @@ def test_a_kept_text_with_control_characters_is_not_written(cache: tuple[Path, l
     path.write_bytes(data[:head] + zlib.compress(text))
     assert _kept(root) is None
     assert _ls(root) == _object_path_text(root, [])
+
+
+@pytest.mark.parametrize("kept", ["held", "read twice"])
+def test_a_kept_text_is_checked_whole_before_any_of_it_is_written(
+    kept: str, cache: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read in pieces of 64 bytes, held (small) or checked then read again (large): written whole
+    and the same; with an escape sequence in its last piece, or cut short, none of it is written."""
+    import zlib
+
+    from cachetool.cache import snapshot
+
+    root, _ = cache
+    monkeypatch.setattr(snapshot, "_PIECE", 64)
+    if kept == "read twice":
+        monkeypatch.setattr(snapshot, "HOLD_BYTES", 100)
+    expected = _object_path_text(root, [])
+    snap = ListingText.of(root)
+    assert snap is not None and isinstance(snap.text, list) == (kept == "held")
+    assert _ls(root) == expected
+    path = root / LEDGER_DIR / SNAPSHOT_NAME
+    data = path.read_bytes()
+    head = len(snapshot._MAGIC) + 32
+    text = zlib.decompress(data[head:])
+    path.write_bytes(data[:head] + zlib.compress(text[:-2] + b"\x1b" + text[-2:]))
+    assert _kept(root) is None
+    assert _ls(root) == expected
+    path.write_bytes(data[: len(data) - 3])
+    assert _kept(root) is None
+    assert _ls(root) == expected

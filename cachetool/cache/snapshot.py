@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from cachetool.cache.index import INDEX_NAME
@@ -36,7 +36,13 @@ from cachetool.cache.walk import Candidates, Item, list_dir_split
 SNAPSHOT_NAME = "ls-json.z"
 _MAGIC = b"cachetool ls --json 1\n"
 _MAX_BYTES = 256 * 1024 * 1024
-_MAX_TEXT = 4 * 1024 * 1024 * 1024
+_PIECE = 1024 * 1024
+#: Up to this many files, the folders listed for the key are handed to the scan (a changed cache
+#: is not listed twice); beyond, the rest are listed again by the scan rather than all held.
+HOLD_FILES = 40_000
+#: Up to this many bytes of text, the kept text is held while checked, then written; beyond, it
+#: is decompressed twice (checked, then written) rather than held whole.
+HOLD_BYTES = 32 * 1024 * 1024
 _PRINTABLE = bytes(range(32, 127))
 #: Kinds whose entries' text follows from their files alone (with no problem named).
 STATIC_KINDS = frozenset(
@@ -49,12 +55,26 @@ Listed = tuple[list[Item], "str | None", Candidates]
 class ListingText:
     """The folders of a root as listed for its key, the key, and the stored text if it is valid."""
 
-    def __init__(self, root: Path, listed: dict[str, Listed], key: bytes, text: bytes | None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        listed: dict[str, Listed],
+        key: bytes,
+        text: list[bytes] | Callable[[], Iterator[bytes]] | None,
+    ) -> None:
         self.root = root
         #: Each folder's `list_dir_split` result by its path's text (taken by the scan).
         self.listed = listed
         self.key = key
+        #: The kept text, if written under this key (`pieces`).
         self.text = text
+
+    def pieces(self) -> Iterable[bytes]:
+        """The kept text's pieces (printable ASCII), in order."""
+        text = self.text
+        if text is None:
+            return ()
+        return text if isinstance(text, list) else text()
 
     @classmethod
     def of(cls, root: str | os.PathLike[str]) -> ListingText | None:
@@ -77,6 +97,7 @@ class ListingText:
         except (OSError, CachetoolError):
             return None
         listed: dict[str, Listed] = {}
+        held = 0
         import hashlib
 
         h = hashlib.blake2b(digest_size=32)
@@ -91,7 +112,9 @@ class ListingText:
             if err:
                 return None
             text = str(folder)
-            listed[text] = got
+            if held < HOLD_FILES:  # beyond, the scan lists the other folders itself
+                listed[text] = got
+                held += len(items) + len(candidates.pairs)
             nums = array("q")
             extend = nums.extend
             names = [text]
@@ -110,7 +133,8 @@ class ListingText:
                 return None
             h.update(os.fsencode("\0".join(names)) + b"\1" + nums.tobytes())
         key = h.digest()
-        return cls(path, listed, key, _load(path, key))
+        kept = _load(path, key)
+        return cls(path, {} if kept is not None else listed, key, kept)
 
     def keep(self, pieces: Iterable[str]) -> Iterator[str]:
         """`pieces` (the listing's text, in order), stored under the key once all went through."""
@@ -145,8 +169,10 @@ def _code_key() -> Iterator[bytes]:
             yield f"{name}\0{st.st_size}\0{st.st_mtime_ns}\1".encode("utf-8", "surrogateescape")
 
 
-def _load(root: Path, key: bytes) -> bytes | None:
-    """The stored text (ASCII) if it was written under `key`."""
+def _load(root: Path, key: bytes) -> list[bytes] | Callable[[], Iterator[bytes]] | None:
+    """The stored text (printable ASCII) if it was written under `key`: its pieces, or where it
+    is larger than `HOLD_BYTES`, a function giving them again (all checked before the first is
+    written: a damaged or foreign text is never written in part)."""
     from cachetool.safejson import BadJsonFile, read_regular_file
 
     try:
@@ -156,16 +182,39 @@ def _load(root: Path, key: bytes) -> bytes | None:
     head = len(_MAGIC) + len(key)
     if data[: len(_MAGIC)] != _MAGIC or data[len(_MAGIC) : head] != key:
         return None
+    held: list[bytes] | None = []
+    size = 0
     try:
-        unz = zlib.decompressobj()
-        text = unz.decompress(memoryview(data)[head:], _MAX_TEXT)
-        if unz.unconsumed_tail or not unz.eof or unz.unused_data:
-            return None
-        if text.translate(None, _PRINTABLE):  # compact JSON text is printable ASCII alone
-            return None
-        return text
-    except (zlib.error, MemoryError):
+        for piece in _pieces(data, head):
+            if piece.translate(None, _PRINTABLE):  # compact JSON text is printable ASCII alone
+                return None
+            size += len(piece)
+            if held is not None:
+                held.append(piece)
+                if size > HOLD_BYTES:
+                    held = None  # checked through, then read again while written
+    except (zlib.error, ValueError, MemoryError):
         return None
+    if held is not None:
+        return held
+    return lambda: _pieces(data, head)
+
+
+def _pieces(data: bytes, head: int) -> Iterator[bytes]:
+    """The text compressed in `data` after `head`, a megabyte at a time; ValueError if it does
+    not end where `data` does."""
+    unz = zlib.decompressobj()
+    rest: bytes | memoryview = memoryview(data)[head:]
+    while rest:
+        piece = unz.decompress(rest, _PIECE)
+        rest = unz.unconsumed_tail
+        if piece:
+            yield piece
+    piece = unz.flush()
+    if piece:
+        yield piece
+    if not unz.eof or unz.unused_data:
+        raise ValueError("not one whole zlib stream")
 
 
 def _store(root: Path, data: bytes) -> None:

@@ -125,8 +125,7 @@ def run_ls(
 
                 snap = ListingText.of(target)
                 if snap is not None and snap.text is not None:
-                    stored = snap.text
-                    out.json_pieces(lambda: None, lambda: (stored,))
+                    out.json_pieces(lambda: None, snap.pieces)
                     return
             # Written from lean entries: no objects per unchanged file (the same text).
             with scan_progress() as progress:
