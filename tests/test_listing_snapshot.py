@@ -221,3 +221,21 @@ def test_a_kept_text_is_checked_whole_before_any_of_it_is_written(
     path.write_bytes(data[: len(data) - 3])
     assert _kept(root) is None
     assert _ls(root) == expected
+
+
+def test_a_changed_cache_listed_partly_again_by_the_scan_is_listed_right(
+    cache: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where more files than `HOLD_FILES` were listed for the key, the scan lists the other
+    folders itself: a changed cache is listed as the object path lists it, and kept again."""
+    from cachetool.cache import snapshot
+
+    root, files = cache
+    monkeypatch.setattr(snapshot, "HOLD_FILES", 2)
+    snap = ListingText.of(root)
+    assert snap is not None and snap.text is not None
+    os.utime(files[1], (1_000_000_000, 1_000_000_000))
+    snap = ListingText.of(root)
+    assert snap is not None and snap.text is None and 0 < len(snap.listed) < 5
+    assert _ls(root) == _object_path_text(root, [])
+    assert _kept(root) == _object_path_text(root, [])[:-1]
