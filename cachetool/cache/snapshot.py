@@ -5,8 +5,9 @@ lists every folder of the root with `lstat` (the walk the scan would do anyway, 
 `listed`) and computes a key of everything the text depends on: each folder's path and, for
 each of its entries, name, mode, size, mtime, ctime (which no one can set back: a file rewritten
 with the same size and mtime still changes it), inode and owner; the root's pins; the code that
-writes the text (the size and mtime of cachetool's modules); the format of this file. Where
-`<root>/.cachetool/ls-json.z` holds the text written under the same key, that is the listing.
+writes the text (the size and mtime of cachetool's modules, the Python version); the format of
+this file. Where `<root>/.cachetool/ls-json.z` holds the text written under the same key, that
+is the listing.
 
 It is written only after a listing whose every entry follows from the files alone: no warning,
 no damaged pins file, no ledger for the root (its usage would be an input of its own), and only
@@ -23,6 +24,7 @@ make a listing say what they like, though never write a control character to a t
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -131,7 +133,8 @@ class ListingText:
                     extend((st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_uid))
             except OverflowError:  # a number beyond 64 bits: no text kept
                 return None
-            h.update(os.fsencode("\0".join(names)) + b"\1" + nums.tobytes())
+            encoded = os.fsencode("\0".join(names))
+            h.update(b"%d %d\1" % (len(names), len(encoded)) + encoded + nums.tobytes())
         key = h.digest()
         kept = _load(path, key)
         return cls(path, {} if kept is not None else listed, key, kept)
@@ -155,8 +158,10 @@ def reusable(report: CacheReport, warnings: Iterable[str]) -> bool:
 
 
 def _code_key() -> Iterator[bytes]:
-    """The format of the stored text and the size and mtime of the modules that write it."""
+    """The format of the stored text, the Python that runs, and the size and mtime of the
+    modules that write the text."""
     yield _MAGIC
+    yield sys.version.encode("utf-8", "surrogateescape") + b"\1"
     package = Path(__file__).resolve().parent.parent
     for folder in (package, package / "cache", package / "cli", package / "fingerprint"):
         try:
