@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScheduling
 
 HERE = Path(__file__).parent
 BUILDERS = HERE / "builders"
@@ -44,14 +45,86 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop(k, None)
 
 
+#: Tests that take longest (each 5 s of CPU or more on its own, or a module whose fixture does):
+#: under xdist they start first, so that no worker begins one when the other is nearly done.
+#: A name missing here costs only time.
+LONG_FIRST = (
+    "tests/test_light.py",
+    "tests/test_user_pipeline.py",
+    "tests/attack/test_gc_races.py",
+    "tests/test_cmd_lineage.py",
+    "tests/attack/test_gc_swaps.py",
+    "tests/test_tfdata.py",
+    "tests/test_real_pipelines.py",
+    "tests/test_hosts.py",
+    "tests/test_trace_pickling.py",
+    "tests/test_packaging.py",
+    "tests/test_cmd_gc.py::test_gc_temp_removes_exactly_the_leftovers_of_killed_processes",
+    "tests/test_cmd_lineage_args.py",
+    "tests/test_cmd_report.py",
+)
+
+
+def _rank(item: pytest.Item) -> tuple[bool, int]:
+    """Slow before fast; among slow ones the LONG_FIRST ones first, in its order."""
+    hinted = [i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)]
+    return (item.get_closest_marker("slow") is None, hinted[0] if hinted else len(LONG_FIRST))
+
+
+@pytest.hookimpl(trylast=True)  # after -k, -m and --deselect have chosen the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (`-n 2`), slow tests first and the fast lane last (each group in its usual
-    order): the workers take the next tests from the front of this list, so both end on short
-    tests and finish together, rather than one waiting for the other's last subprocess-heavy test.
-    (`--dist worksteal` does worse here: it gives each worker one half of the list, and the half
-    of slow tests ends on tests too long to share.) A run in one process keeps the file order."""
+    """Under xdist (`-n 2`), the longest tests first and the fast lane last (each group in its
+    usual order), so that both workers end on short tests and finish together (see
+    `pytest_xdist_make_scheduler`). A run in one process keeps the file order."""
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects, in the same order
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        items.sort(key=_rank)
+
+
+class ModuleAwareLoad(LoadScheduling):
+    """What `--dist load` does, a test or two at a time, each worker staying in its module.
+
+    xdist's own `load` hands each worker a quarter of the tests at first and refills by dozens:
+    with tests of 0.1 to 15 s, one worker was still running its share a minute after the other
+    had run out. Here each worker holds at most two tests and is sent the next one when it has
+    run one, so both stay busy to the end. The next test is the first pending one of the module
+    the worker is in (a module-wide fixture, such as a pipeline run once for the module, is then
+    made on that worker only, not again on the other), else the first of a module no other
+    worker is in, else the first pending one."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        if self.maxschedchunk is None:  # `--maxschedchunk` not given
+            self.maxschedchunk = 1
+        self.node_module: dict[Any, str] = {}
+
+    def _send_tests(self, node: Any, num: int) -> None:
+        chosen = []
+        for _ in range(min(num, len(self.pending))):
+            chosen.append(self.pending.pop(self._pick(node)))
+            self.node_module[node] = self._module(chosen[-1])
+        if chosen:
+            self.node2pending[node].extend(chosen)
+            node.send_runtest_some(chosen)
+
+    def _module(self, index: int) -> str:
+        assert self.collection is not None
+        return self.collection[index].split("::")[0]
+
+    def _pick(self, node: Any) -> int:
+        modules = [self._module(i) for i in self.pending]
+        mine = self.node_module.get(node)
+        if mine in modules:
+            return modules.index(mine)
+        others = {m for n, m in self.node_module.items() if n is not node}
+        return next((k for k, m in enumerate(modules) if m not in others), 0)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist, absent with `-p no:xdist`
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n 2` schedules with `ModuleAwareLoad`; another `--dist` is kept."""
+    if config.getvalue("dist") != "load":
+        return None
+    return ModuleAwareLoad(config, log)
 
 
 def _home_contents() -> list[str]:
