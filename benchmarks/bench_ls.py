@@ -8,7 +8,8 @@ splits, dataset_info.json), then times in the same run:
 - naive:  opening every Arrow file and reading all its batches with pyarrow;
 - cachetool ls --json, cold (no read index) and warm (index present, files unchanged).
 
-and `cachetool --version` against `python -c "import typer"`. Prints medians and ratios.
+and `cachetool --version` against `python -c "import typer"`. Prints medians and ratios, and the
+CPU time of each process (with that of listing an empty folder: what start-up and imports cost).
 "Cold" means cachetool's own index is absent; the OS page cache is warm for every contender.
 
     python benchmarks/bench_ls.py [--files 20000] [--repeat 3]
@@ -144,6 +145,9 @@ def main() -> None:
         cold_cpu = cpu_timed(cold, args.repeat)
         run_cli("ls", str(root), "--json")
         warm_cpu = cpu_timed(lambda: run_cli("ls", str(root), "--json"), args.repeat)
+        empty = base / "empty"
+        empty.mkdir()
+        empty_cpu = cpu_timed(lambda: run_cli("ls", str(empty), "--json"), args.repeat)
         version_t = timed(lambda: run_cli("--version"), args.repeat + 2)
         typer_t = timed(
             lambda: subprocess.run([sys.executable, "-c", "import typer"], check=True), args.repeat + 2
@@ -159,7 +163,8 @@ def main() -> None:
             print(f"{name:34} {t:9.3f} {t / floor:9.2f} {t / naive:9.2f}")
         print(
             f"CPU s: walk process {walk_cpu:.3f}, ls cold {cold_cpu:.3f} ({cold_cpu / walk_cpu:.1f}×), "
-            f"warm {warm_cpu:.3f} ({warm_cpu / walk_cpu:.1f}×)"
+            f"warm {warm_cpu:.3f} ({warm_cpu / walk_cpu:.1f}×); "
+            f"ls --json of an empty folder (start-up and imports) {empty_cpu:.3f}"
         )
         print(
             f"{'cachetool --version':34} {version_t:9.3f}   vs `python -c 'import typer'` "

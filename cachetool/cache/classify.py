@@ -22,7 +22,7 @@ from cachetool.cache.recognize import (
     read_json,
     relative_data_dir,
 )
-from cachetool.cache.walk import Item, list_dir
+from cachetool.cache.walk import Candidates, Item, item_name, list_dir, list_dir_split
 from cachetool.fingerprint.plain import loaded_fingerprint
 
 
@@ -31,12 +31,24 @@ class Scanner(NonDataWalker):
 
     # -- the walk -------------------------------------------------------------------------------
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
-        items, err = list_dir(path)
+        candidates: Candidates | None = None
+        if self.lean is None:
+            items, err = list_dir(path)
+        else:
+            items, err, candidates = list_dir_split(path)
         if err:
             self.warn(path, err)
             self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))
             return
         names = {it.name for it in items if it.is_file}
+        if candidates is not None and (
+            layout.DATASET_DICT_JSON in names
+            or layout.STATE_JSON in names
+            or any(n[:5] == "data-" for n in names)
+        ):  # a saved dataset or an interrupted save: its files all go the ordinary way
+            items = sorted([*items, *candidates.items()], key=item_name)
+            names.update(name for name, _ in candidates.pairs)
+            candidates = None
         is_root = path == self.root
 
         if layout.DATASET_DICT_JSON in names and is_dataset_dict(path / layout.DATASET_DICT_JSON):
@@ -56,7 +68,7 @@ class Scanner(NonDataWalker):
             return
         if layout.DATASET_INFO in names and relative_data_dir(path) is not None:
             ds = self.builder_dir(path, items)
-        self.files_in(path, items, ds)
+        self.files_in(path, items, ds, candidates)
         for it in items:
             if not it.is_dir:
                 continue
@@ -88,14 +100,21 @@ class Scanner(NonDataWalker):
                 continue
             self.walk(it.path)
 
-    def files_in(self, path: Path, items: Sequence[Item], ds: DatasetDir | None) -> None:
-        """Classify the files of one folder; `ds` is the dataset folder it is (if any)."""
+    def files_in(
+        self, path: Path, items: Sequence[Item], ds: DatasetDir | None, candidates: Candidates | None = None
+    ) -> None:
+        """Classify the files of one folder; `ds` is the dataset folder it is (if any). With
+        `candidates` (its `cache-*.arrow` files set apart), those kept lean are not items."""
         shard_groups: dict[str, list[CacheFile]] = defaultdict(list)
         shard_counts: dict[str, int] = {}
         source_groups: dict[str, list[CacheFile]] = defaultdict(list)
         source_counts: dict[str, int] = {}
         splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == "builder" else []
         entries = self.entries
+        if candidates is not None and candidates.pairs:
+            rest = self.lean_files(candidates, ds)
+            if rest:
+                items = sorted([*items, *rest], key=item_name)
         for it in self.tf_caches(path, items, ds):
             if not it.is_file:
                 odd = None if it.is_dir else self.odd(it, ds)

@@ -150,12 +150,34 @@ class ReadIndex:
 
     def get_in(self, folder: str, name: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
         """`get` of the file `name` of `folder` (relative to the root, "" for the root)."""
+        row = self.row_in(folder, name, size, mtime_ns, inode)
+        return None if row is None else self._summary(row)
+
+    def row_in(self, folder: str, name: str, size: int, mtime_ns: int, inode: int) -> _Stored | None:
+        """The stored row behind `get_in` (a well-formed row: `_FOLDER_ROWS`), marked as still
+        describing its file; `summary_of(row, self.schema(row))` is its summary."""
         row = self._rows.get(name) if folder == self._folder else self._lookup(folder, name)
         if row is None or row[2] != size or row[3] != mtime_ns or row[4] != inode:
             return None
-        self._used.add(row[0])
-        self.hits += 1
-        return self._summary(row)
+        self.mark_used(row)
+        return row
+
+    def rows_of(self, folder: str) -> dict[str, _Stored]:
+        """The stored rows of `folder`'s files by name (well-formed rows only); a row that still
+        describes its file (`row_in`) is to be passed to `mark_used`."""
+        if folder != self._folder:
+            self._lookup(folder, "")
+        return self._rows
+
+    def mark_used(self, *rows: _Stored) -> None:
+        """Note that `rows` (of `rows_of`) still describe their file: they are kept when saving."""
+        self._used.update(row[0] for row in rows)
+        self.hits += len(rows)
+
+    def schema(self, row: _Stored) -> _Schema:
+        """The columns and metadata template of a stored row (one tuple shared by its files)."""
+        sid = row[10]
+        return self._schemas[sid] if sid is not None else _NO_SCHEMA
 
     def folder_rows(self, folder: str) -> int:
         """How many files of `folder` (relative to the root, "" for the root) the index holds."""
@@ -164,9 +186,7 @@ class ReadIndex:
 
     def _summary(self, row: _Stored) -> ArrowSummary:
         """The summary a stored row holds (`_FOLDER_ROWS` let through well-formed rows only)."""
-        fp, rows, batches, state, error, sid = row[5:]
-        columns, meta = self._schemas[sid] if sid is not None else _NO_SCHEMA
-        return ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
+        return summary_of(row, self.schema(row))
 
     def put(
         self, folder: str, name: str, size: int, mtime_ns: int, inode: int, summary: ArrowSummary
@@ -220,6 +240,27 @@ class ReadIndex:
                 if row[0] in self._used:
                     out.setdefault(path, []).append((row[1], row[2], row[3], row[4], self._summary(row)))
         return out
+
+
+def summary_of(row: _Stored, schema: _Schema) -> ArrowSummary:
+    """The summary a stored row holds, given its schema (`ReadIndex.schema`)."""
+    fp, rows, batches, state, error = row[5:10]
+    return stored_summary(fp, rows, batches, state, error, schema)
+
+
+def stored_summary(
+    fp: str | None, rows: int | None, batches: int | None, state: int, error: str | None, schema: _Schema
+) -> ArrowSummary:
+    """The summary of a stored row's values (usable after the index is closed)."""
+    columns, meta = schema
+    return ArrowSummary(_FORMATS[state >> 1], rows, batches, columns, fp, meta, bool(state & 1), error)
+
+
+#: A stored row's `state` (format code * 2 + end-of-stream marker) of a stream read to its end.
+STREAM_COMPLETE = _FORMAT_CODE[STREAM] * 2 + 1
+#: Stored `state`s below this are of a stream or an IPC file (format codes 0 and 1).
+READABLE_STATES = 4
+assert {_FORMAT_CODE[STREAM], _FORMAT_CODE[IPC_FILE]} == {0, 1}
 
 
 def _connect(image: bytes | None = None) -> sqlite3.Connection:

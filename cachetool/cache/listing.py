@@ -12,6 +12,7 @@ from cachetool.cache.model import CacheReport, Entry
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
+    from cachetool.cache.lean import Listed
     from cachetool.lineage.ledger import Ledger
 
 
@@ -54,13 +55,69 @@ def list_cache(
     return Listing(report, entries, pinned, warnings)
 
 
+@dataclass(frozen=True)
+class LeanListing:
+    """`list_cache(path, limit=limit)` for writing JSON: `listed` holds the entries kept (in
+    listing order, cut to the limit), unchanged `cache-<fp>.arrow` files among them as lean
+    entries (`cachetool.cache.lean`). The report's `entries` leave the lean ones out: `totals`
+    counts them all, and `listing()` is the `Listing` with every `Entry` made."""
+
+    report: CacheReport
+    everything: list[Listed]
+    listed: list[Listed]
+    pinned: frozenset[str] = frozenset()
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def totals(self) -> dict[str, tuple[int, int]]:
+        """`CacheReport.totals()` of the whole listing."""
+        totals = self.report.totals()
+        if len(self.everything) == len(self.report.entries):
+            return totals
+        out = {k: [n, b] for k, (n, b) in totals.items()}
+        for e in self.everything:
+            if isinstance(e, tuple):  # a `LeanEntry`: its kind and size
+                kind = e[2]._value_
+                row = out.get(kind)
+                if row is None:
+                    row = out[kind] = [0, 0]
+                row[0] += 1
+                row[1] += e[5]
+        return {k: (v[0], v[1]) for k, v in sorted(out.items())}
+
+    def listing(self) -> Listing:
+        from dataclasses import replace
+
+        from cachetool.cache.lean import entries_of
+
+        report = replace(self.report, entries=tuple(entries_of(self.everything)))
+        return Listing(report, entries_of(self.listed), self.pinned, self.warnings)
+
+
+def list_cache_lean(
+    path: str | os.PathLike[str],
+    *,
+    limit: int | None = None,
+    ledger: bool | Ledger = True,
+    progress: Callable[[int], None] | None = None,
+) -> LeanListing:
+    """`list_cache(path, limit=limit)` as a `LeanListing` (no `--filter`, no `--sort`)."""
+    from cachetool.cache.scan import scan_cache_lean
+
+    check_query((), None, limit)
+    report, everything = scan_cache_lean(Path(path), ledger=ledger, progress=progress)
+    pinned, warnings = _pinned(report.root)
+    listed = everything if limit is None else everything[:limit]
+    return LeanListing(report, everything, listed, pinned, warnings)
+
+
 def check_query(filter: Sequence[str], sort: str | None, limit: int | None) -> None:
     """Raise `BadExpression` for a bad `--filter` or `--sort` expression, before any scan."""
-    from cachetool.cache.query import compile_filter, sort_entries
+    if filter or sort is not None:  # a plain listing does without importing the query rules
+        from cachetool.cache.query import compile_filter, sort_entries
 
-    for expr in filter:
-        compile_filter(expr)
-    sort_entries([], sort)
+        for expr in filter:
+            compile_filter(expr)
+        sort_entries([], sort)
     if limit is not None and limit < 0:
         raise CachetoolError(f"--limit must be 0 or more, not {limit}")
 

@@ -8,7 +8,7 @@ the `--json` form of each, and `Entry.to_json_text` writes the same text without
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _encode_ascii
 from pathlib import Path
@@ -305,14 +305,20 @@ def json_bodies(entries: Iterable[Entry]) -> Iterator[str]:
     Entries of one file (most of a cache) whose other values agree with an earlier entry's (a
     dataset folder's files share their dataset, kind, columns, parent, ...) are written through
     a template made once for those values: only their own values are formatted."""
+    return map(json_body_writer(), entries)
+
+
+def json_body_writer() -> Callable[[Entry], str]:
+    """The function `json_bodies` applies to each entry, with its own templates: the entries it
+    is given must stay alive while it is used (shared objects are told apart by identity)."""
     templates: dict[_Shape, tuple[str, str, str, str, str, str]] = {}
     tf_cache, source = Kind.TF_CACHE, Kind.SOURCE
     encode, shared, iso = _encode_ascii, _js_shared, iso_time  # looked up once, not per entry
-    for e in entries:
+
+    def body(e: Entry) -> str:
         files = e.files
         if len(files) != 1 or e.kind is tf_cache:
-            yield e.to_json_text()[:-1]
-            continue
+            return e.to_json_text()[:-1]
         f = files[0]
         s = f.summary
         # Objects shared by entries are keyed by identity (all stay alive while this runs).
@@ -350,11 +356,13 @@ def json_bodies(entries: Iterable[Entry]) -> Iterator[str]:
         mod_iso = shared(iso(modified))
         last = e.last_used
         used = mod_iso if last is None or last <= modified else _js(iso(last))
-        yield (
+        return (
             f"{t[0]}{fp_text}{t[1]}{'null' if fp is None else fp_text}{t[2]}{path}{t[3]}"
             f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{f.size}, "modified": {mod_iso}, '
             f'"used": {used}, "complete": {complete}{t[5]}'
         )
+
+    return body
 
 
 @dataclass(frozen=True)
@@ -449,3 +457,6 @@ def _js_int(n: int | None) -> str:
 
 def _js_list(texts: Sequence[str]) -> str:
     return "[" + ", ".join(map(_encode_ascii, texts)) + "]" if texts else "[]"
+
+
+shared_json = _js_shared  # for the lean entries' text (`cachetool.cache.lean`)

@@ -8,7 +8,8 @@ files, and never reads column data (see `cachetool.cache.arrow`).
 
 The parts: `model` (the dataclasses), `walk` (listing folders, reading files), `recognize` (what
 a folder is), `classify` and `nondata` (the rules that make entries), `entries` (building them),
-`lookup` (finding one by name). The names below stay importable from here.
+`lookup` (finding one by name), `lean` (entries of unchanged cache files kept as tuples, for
+`scan_cache_lean`). The names below stay importable from here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from cachetool.cache.dirs import user_state_dir
 from cachetool.cache.entries import attach_usage, attribute_locks
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
+from cachetool.cache.lean import LeanEntry, Listed, entry_of, fingerprint_of, path_text
 from cachetool.cache.lookup import find_entry
 from cachetool.cache.model import CacheFile, CacheReport, DatasetDir, Entry, RecordedUse, ScanWarning
 from cachetool.cache.walk import gc_paused
@@ -65,6 +67,31 @@ def scan_cache(
     else from the ledger: `ledger=True` reads the root's, a `Ledger` is one the command already
     loaded, `False` attaches none.
     """
+    report, _ = _scan(root, use_index, ledger, usage, progress, lean=False)
+    return report
+
+
+def scan_cache_lean(
+    root: str | os.PathLike[str],
+    *,
+    ledger: bool | Ledger = True,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[CacheReport, list[Listed]]:
+    """`scan_cache(root)` for a listing that writes JSON: the entries of unchanged
+    `cache-<fp>.arrow` files are kept lean (`cachetool.cache.lean`). Returns the report of every
+    other entry (its `entries` leave the lean ones out) and all entries in listing order;
+    `lean.entries_of` of the latter is `scan_cache(root).entries`."""
+    return _scan(root, True, ledger, None, progress, lean=True)
+
+
+def _scan(
+    root: str | os.PathLike[str],
+    use_index: bool,
+    ledger: bool | Ledger,
+    usage: Mapping[str, RecordedUse] | None,
+    progress: Callable[[int], None] | None,
+    lean: bool,
+) -> tuple[CacheReport, list[Listed]]:
     root_path = Path(root).expanduser()
     if not root_path.exists() and not root_path.is_symlink():
         raise CacheNotFound(root_path)
@@ -73,12 +100,17 @@ def scan_cache(
     root_path = root_path.resolve()
     own = _is_cachetool_state(root_path)
     with gc_paused():
-        if usage is None and ledger is not False:
+        if usage is None and ledger is True and not _may_have_ledger(root_path):
+            usage = {}  # what the ledger says without importing it (a third of an `ls`'s imports)
+        elif usage is None and ledger is not False:
             from cachetool.lineage.ledger import usage_by_fingerprint
 
             usage = usage_by_fingerprint(root_path if ledger is True else ledger)
         index = ReadIndex(root_path, enabled=use_index and not own)
         scanner = Scanner(root_path, index, progress)
+        lean_entries: list[LeanEntry] = []
+        if lean:
+            scanner.lean = lean_entries
         if not own:
             try:
                 scanner.read_ahead()
@@ -88,16 +120,32 @@ def scan_cache(
         index.save()
         entries = attribute_locks(scanner.entries, scanner.datasets)
         if usage:
+            if lean_entries:  # those with recorded lineage get their `Entry`, and it
+                entries += _recorded(lean_entries, usage)
             entries = attach_usage(entries, usage)
-        entries = _in_listing_order(entries)
+        listed = _in_listing_order(entries, lean_entries)
+        # The report's entries: every `Entry`, in listing order.
+        entries = [e for e in listed if not isinstance(e, tuple)]
         datasets = sorted(scanner.datasets, key=lambda d: str(d.path))
-    return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
+    report = CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
+    return report, listed
 
 
-def _in_listing_order(entries: list[Entry]) -> list[Entry]:
-    """`entries` sorted by dataset, kind, split, then path text. Grouped first, so the texts of
-    one group's paths exist at a time, not those of every entry of a large cache."""
-    groups: dict[tuple[str, str, str], list[Entry]] = {}
+def _recorded(lean_entries: list[LeanEntry], usage: Mapping[str, RecordedUse]) -> list[Entry]:
+    """The entries of the lean entries whose fingerprint `usage` knows (taken out of the list)."""
+    subset = getattr(usage, "subset", None)  # an index answers a whole listing in a few queries
+    known = subset(map(fingerprint_of, lean_entries)) if subset is not None else usage
+    out = [entry_of(e) for e in lean_entries if fingerprint_of(e) in known]
+    if out:
+        lean_entries[:] = [e for e in lean_entries if fingerprint_of(e) not in known]
+    return out
+
+
+def _in_listing_order(entries: list[Entry], lean: Sequence[LeanEntry] = ()) -> list[Listed]:
+    """`entries` (and `lean` entries) sorted by dataset, kind, split, then path text. Grouped
+    first, so the texts of one group's paths exist at a time, not those of every entry of a large
+    cache."""
+    groups: dict[tuple[str, str, str], list[Listed]] = {}
     for e in entries:
         key = (e.dataset or "~", e.kind._value_, e.split or "")
         group = groups.get(key)
@@ -105,7 +153,15 @@ def _in_listing_order(entries: list[Entry]) -> list[Entry]:
             groups[key] = [e]
         else:
             group.append(e)
-    out: list[Entry] = []
+    for le in lean:  # a `LeanEntry`: its dataset folder and kind
+        ds = le[3]
+        key = ((None if ds is None else ds.name) or "~", le[2]._value_, "")
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [le]
+        else:
+            group.append(le)
+    out: list[Listed] = []
     for key in sorted(groups):
         group = groups.pop(key)
         if len(group) > 1:
@@ -114,8 +170,23 @@ def _in_listing_order(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def _path_text(e: Entry) -> str:
-    return str(e.path)
+def _path_text(e: Listed) -> str:
+    return path_text(e) if isinstance(e, tuple) else str(e.path)
+
+
+def _may_have_ledger(root: Path) -> bool:
+    """Whether a folder that may hold ledger segments of `root` holds any file named like one
+    (`usage_by_fingerprint` of a root without segments is empty)."""
+    from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs
+
+    for folder in ledger_dirs(root):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        if any(n.endswith(SEGMENT_SUFFIX) for n in names):
+            return True
+    return False
 
 
 def _is_cachetool_state(path: Path) -> bool:

@@ -11,7 +11,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
+from cachetool.cache.lean import LeanEntry, lean_entry
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
 from cachetool.cache.paths import child_maker
 
@@ -30,9 +31,12 @@ class Item:
     """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
     uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
     a whole `stat_result` and its numbers take some 600 bytes per file. `prefix` is the folder's
-    text and a separator, one string shared by the folder's items."""
+    text and a separator, one string shared by the folder's items. The `Path` is made when first
+    asked for (`child` makes it from the name): a listing writing JSON never needs most of them."""
 
     __slots__ = (
+        "_child",
+        "_path",
         "error",
         "ino",
         "is_dir",
@@ -42,19 +46,24 @@ class Item:
         "mtime_ns",
         "name",
         "ok",
-        "path",
         "prefix",
         "size",
         "uid",
     )
 
     def __init__(
-        self, name: str, path: Path, st: os.stat_result | None, error: str | None = None, prefix: str = ""
+        self,
+        name: str,
+        child: Callable[[str], Path],
+        st: os.stat_result | None,
+        error: str | None,
+        prefix: str,
     ) -> None:
         self.name = name
-        self.path = path
+        self._child = child
+        self._path: Path | None = None
         self.error = error
-        self.prefix = prefix or os.path.join(str(path.parent), "")
+        self.prefix = prefix
         if st is None:
             self.ok = self.is_dir = self.is_file = False
             self.mode = self.size = self.mtime_ns = self.ino = 0
@@ -72,6 +81,13 @@ class Item:
         self.ino = st.st_ino
         self.uid = st.st_uid
 
+    @property
+    def path(self) -> Path:
+        path = self._path
+        if path is None:
+            path = self._path = self._child(self.name)
+        return path
+
 
 S_ISDIR = stat.S_ISDIR
 S_ISREG = stat.S_ISREG
@@ -79,9 +95,41 @@ _MODES: dict[int, int] = {}
 
 
 def list_dir(path: Path) -> tuple[list[Item], str | None]:
+    """The items of the folder `path` by name (never cachetool's own folder), or why it cannot
+    be listed."""
+    items, error, _ = _list_dir(path, False)
+    return items, error
+
+
+class Candidates:
+    """The `cache-<fp>.arrow` regular files of one folder as (name, `stat`) pairs by name, not
+    yet made `Item`s (`items()`): those a listing keeps lean never are."""
+
+    __slots__ = ("child", "pairs", "prefix")
+
+    def __init__(
+        self, child: Callable[[str], Path], prefix: str, pairs: list[tuple[str, os.stat_result]]
+    ) -> None:
+        self.child = child
+        self.prefix = prefix
+        self.pairs = pairs
+
+    def items(self, pairs: Iterable[tuple[str, os.stat_result]] | None = None) -> list[Item]:
+        child, prefix = self.child, self.prefix
+        return [Item(name, child, st, None, prefix) for name, st in (self.pairs if pairs is None else pairs)]
+
+
+def list_dir_split(path: Path) -> tuple[list[Item], str | None, Candidates]:
+    """`list_dir(path)` with its `cache-*.arrow` regular files set apart as `Candidates`."""
+    return _list_dir(path, True)
+
+
+def _list_dir(path: Path, split: bool) -> tuple[list[Item], str | None, Candidates]:
     items: list[Item] = []
+    pairs: list[tuple[str, os.stat_result]] = []
     child = child_maker(path)
     prefix = os.path.join(str(path), "")
+    candidates = Candidates(child, prefix, pairs)
     try:
         with os.scandir(path) as it:
             for de in it:
@@ -89,18 +137,25 @@ def list_dir(path: Path) -> tuple[list[Item], str | None]:
                 if name == layout.LEDGER_DIR:
                     continue  # cachetool's own state (ledger, read index, pins): never an entry
                 try:
-                    items.append(Item(name, child(name), de.stat(follow_symlinks=False), None, prefix))
+                    st = de.stat(follow_symlinks=False)
                 except OSError as e:
-                    items.append(Item(name, child(name), None, e.strerror or str(e), prefix))
+                    items.append(Item(name, child, None, e.strerror or str(e), prefix))
+                    continue
+                if split and name[:6] == "cache-" and name[-6:] == ".arrow" and S_ISREG(st.st_mode):
+                    pairs.append((name, st))
+                else:
+                    items.append(Item(name, child, st, None, prefix))
     except PermissionError:
-        return [], "permission denied"
+        return [], "permission denied", Candidates(child, prefix, [])
     except OSError as e:
-        return [], e.strerror or str(e)
-    items.sort(key=_item_name)  # attrgetter: no Python call per item
-    return items, None
+        return [], e.strerror or str(e), Candidates(child, prefix, [])
+    items.sort(key=item_name)  # attrgetter: no Python call per item
+    pairs.sort(key=_first)
+    return items, None, candidates
 
 
-_item_name = attrgetter("name")
+_first = itemgetter(0)
+item_name = attrgetter("name")
 
 
 @contextmanager
@@ -234,6 +289,8 @@ class Walker:
         self._misses = 0  # Arrow files the read index did not know, so far
         self._deferred = False  # reading ahead waits for the walk to miss READ_AHEAD_AFTER files
         self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
+        #: Where the walk keeps lean entries (`cachetool.cache.lean`); None: an `Entry` for each.
+        self.lean: list[LeanEntry] | None = None
 
     def read_ahead(self) -> None:
         """Where more than one core is free: find the Arrow files of folders the read index does
@@ -331,18 +388,65 @@ class Walker:
                 link = "?"
         return CacheFile(item.path, item.size, item.mtime, item.mode, item.uid, summary, shard, link)
 
-    def summary(self, item: Item) -> ArrowSummary:
-        prefix = item.prefix
+    def _folder_of(self, item: Item) -> str:
+        """The folder of `item` relative to the root (noting that the walk has met it)."""
+        return self._folder_of_prefix(item.prefix)
+
+    def _folder_of_prefix(self, prefix: str) -> str:
+        """The folder whose text and separator is `prefix`, relative to the root (noting that
+        the walk has met it)."""
         if prefix is not self._prefix:  # a new folder: its path relative to the root, once
             self._prefix = prefix
             self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
             self._walked.add(prefix)
+        return self._folder
+
+    def lean_files(self, candidates: Candidates, ds: DatasetDir | None) -> list[Item]:
+        """Keep the entries of a folder's unchanged `cache-<fp>.arrow` files (regular files the
+        read index knows, whose entry needs nothing but the index row: `lean_entry`) as lean
+        entries in `self.lean`; returns the other candidates as items, for the ordinary rules.
+        Names with a shard part (`_00000_of_00004`) or other characters go the ordinary way."""
+        lean = self.lean
+        assert lean is not None
+        index = self.index
+        schema = index.schema
+        rows: dict[str, Any] | None = None
+        prefix = candidates.prefix
+        rest: list[tuple[str, os.stat_result]] = []
+        used: list[Any] = []  # the index rows that still describe their file
+        for pair in candidates.pairs:
+            name, st = pair
+            fp = name[6:-6]
+            if fp.isalnum() and fp.isascii() and len(fp) <= 64:  # as `layout.parse_cache_file`
+                if rows is None:
+                    rows = index.rows_of(self._folder_of_prefix(prefix))
+                row = rows.get(name)
+                if (
+                    row is not None
+                    and row[2] == st.st_size
+                    and row[3] == st.st_mtime_ns
+                    and row[4] == st.st_ino
+                    and (entry := lean_entry(prefix, name, st, fp, ds, row, schema(row))) is not None
+                ):
+                    used.append(row)
+                    lean.append(entry)
+                    continue
+            rest.append(pair)
+        if used:
+            index.mark_used(*used)
+            before = self.files_seen
+            self.files_seen += len(used)
+            if self.progress is not None and self.files_seen // 200 != before // 200:
+                self.progress(self.files_seen)
+        return candidates.items(rest) if rest else []
+
+    def summary(self, item: Item) -> ArrowSummary:
+        folder = self._folder_of(item)
         name = item.name
-        folder = self._folder
         cached = self.index.get_in(folder, name, item.size, item.mtime_ns, item.ino)
         if cached is not None:
             return cached
-        path = prefix + name
+        path = item.prefix + name
         summary = self._read_ahead_result(path) if self._pending else None
         if summary is None:
             self._misses += 1

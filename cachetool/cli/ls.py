@@ -10,7 +10,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,8 @@ from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
+    from cachetool.cache.lean import Listed
+    from cachetool.cache.listing import Listing
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.ledger import Ledger
 
@@ -108,13 +110,25 @@ def run_ls(
     """`cachetool ls` once its options are read (by Typer, or by `cachetool.cli.light`), in a
     process about to exit: no cyclic garbage collection while it runs, and what it made is left
     out of any later one (`gc_paused(freeze=True)`)."""
-    from cachetool.cache.listing import check_query, list_cache
+    from cachetool.cache.listing import check_query, list_cache, list_cache_lean
     from cachetool.cache.walk import gc_paused
 
     with gc_paused(freeze=True):
         check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
         target = resolve_target(path, cache_dir)
         out = Output(fmt, no_truncate=no_truncate)
+        if fmt == OutputFormat.json and not filters and sort is None:
+            # Written from lean entries: no objects per unchanged file (the same text).
+            with scan_progress() as progress:
+                lean = list_cache_lean(target, limit=limit, progress=progress)
+            for message in lean.warnings:
+                warn(message)
+            out.json_pieces(
+                lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
+                lambda: ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals()),
+            )
+            report_warnings(lean.report)
+            return
         with scan_progress() as progress:
             listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
         for message in listing.warnings:
@@ -132,43 +146,53 @@ def run_ls(
         report_warnings(report)
 
 
-def ls_document(
-    report: CacheReport, entries: list[Entry], pinned: frozenset[str] = frozenset()
-) -> dict[str, object]:
-    """The `--json` document (schema in docs/listing.md, key names in docs/json.md)."""
-    from cachetool.cache.query import is_pinned
+def _report_and_entries(listing: Listing) -> tuple[CacheReport, list[Entry]]:
+    return listing.report, listing.entries
 
+
+def ls_document(
+    report: CacheReport,
+    entries: list[Entry],
+    pinned: frozenset[str] = frozenset(),
+    totals: dict[str, tuple[int, int]] | None = None,
+) -> dict[str, object]:
+    """The `--json` document (schema in docs/listing.md, key names in docs/json.md); `totals`
+    stands for `report.totals()` when given."""
+    if totals is None:
+        totals = report.totals()
+    if entries:
+        from cachetool.cache.query import is_pinned
     return {
         "root": os.fsdecode(report.root),
         "entries": [{**e.to_json(), "pinned": is_pinned(e, pinned)} for e in entries],
-        "totals": {k: {"files": n, "bytes": b} for k, (n, b) in report.totals().items()},
+        "totals": {k: {"files": n, "bytes": b} for k, (n, b) in totals.items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
 
 
 def ls_document_text(
-    report: CacheReport, entries: list[Entry], pinned: frozenset[str] = frozenset()
+    report: CacheReport,
+    entries: Sequence[Listed],
+    pinned: frozenset[str] = frozenset(),
+    totals: dict[str, tuple[int, int]] | None = None,
 ) -> Iterator[str]:
     """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
     of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
-    at once."""
-    from cachetool.cache.model import json_bodies
-    from cachetool.cache.query import is_pinned
+    at once. `entries` may hold lean entries (`cachetool.cache.lean`)."""
+    from cachetool.cache.lean import JsonTexts
     from cachetool.cli.output import envelope
 
-    head = json.dumps(envelope(ls_document(report, [], pinned)), ensure_ascii=True)
+    head = json.dumps(envelope(ls_document(report, [], pinned, totals)), ensure_ascii=True)
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
+    if pinned:
+        from cachetool.cache.query import is_pinned
+
+        writer = JsonTexts(pinned, lambda e: is_pinned(e, pinned))
+    else:
+        writer = JsonTexts(pinned, lambda e: False)
     for start in range(0, len(entries), 1000):
-        chunk = entries[start : start + 1000]
-        if pinned:
-            texts = [
-                body + (', "pinned": true}' if is_pinned(e, pinned) else ', "pinned": false}')
-                for e, body in zip(chunk, json_bodies(chunk), strict=True)
-            ]
-        else:
-            texts = [body + ', "pinned": false}' for body in json_bodies(chunk)]
-        piece = ", ".join(texts)
+        piece = ", ".join(writer.texts(entries[start : start + 1000]))
         yield piece if start == 0 else ", " + piece
     yield head[cut:]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -90,6 +89,8 @@ def add_pin(root: str | os.PathLike[str], fingerprint: str) -> bool:
             pins = read_pins(root_path)
             if fingerprint in pins:
                 return False
+            import socket  # here: listings read pins, only pinning needs the host name
+
             pins[fingerprint] = {"time": time.time(), "host": socket.gethostname(), "user": os.geteuid()}
             _write_pins(root_path, pins)
             return True

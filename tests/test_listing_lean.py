@@ -1,0 +1,164 @@
+"""`ls --json` writes unchanged `cache-<fp>.arrow` files from lean entries (no objects per file):
+the bytes it writes are those of the listing that makes every `Entry`, on real caches (every
+kind of entry, a traced pipeline with its ledger, the leftovers of killed processes), on damaged
+and odd files, and under every `--filter`, `--sort` and `--limit` form."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachetool.cache.listing import list_cache, list_cache_lean
+from cachetool.cli.ls import ls_document_text
+from cachetool.maintenance.pins import add_pin
+from tests.attack.races import synthesize_cache
+from tests.conftest import invoke
+
+FORMS: list[list[str]] = [
+    [],
+    ["--limit", "0"],
+    ["--limit", "1"],
+    ["--limit", "3"],
+    ["--limit", "100000"],
+    ["--filter", "kind=derived"],
+    ["--filter", "kind=leftover,indices"],
+    ["--filter", "size>1KB", "--filter", "used<1d"],
+    ["--filter", "modified>1h"],
+    ["--filter", "rows<100"],
+    ["--filter", "files>1"],
+    ["--filter", "pinned=yes"],
+    ["--filter", "pinned=no"],
+    ["--filter", "content=indices"],
+    ["--filter", "dataset=csv"],
+    ["--filter", "split=train"],
+    ["--filter", "fingerprint=0"],
+    ["--sort", "size"],
+    ["--sort", "size:asc"],
+    ["--sort", "name"],
+    ["--sort", "modified:asc"],
+    ["--sort", "used"],
+    ["--sort", "accessed:desc"],
+    ["--sort", "rows"],
+    ["--sort", "files"],
+    ["--sort", "kind"],
+    ["--sort", "size:asc", "--limit", "2"],
+    ["--filter", "kind=derived", "--sort", "name", "--limit", "5"],
+]
+
+
+def _options(form: list[str]) -> dict[str, Any]:
+    filters = [form[i + 1] for i, a in enumerate(form) if a == "--filter"]
+    sort = next((form[i + 1] for i, a in enumerate(form) if a == "--sort"), None)
+    limit = next((int(form[i + 1]) for i, a in enumerate(form) if a == "--limit"), None)
+    return {"filter": filters, "sort": sort, "limit": limit}
+
+
+def _object_path_text(root: Path, form: list[str]) -> str:
+    """What `ls --json` writes in a pipe, from the listing that makes every `Entry`."""
+    listing = list_cache(root, **_options(form))
+    return "".join(ls_document_text(listing.report, listing.entries, listing.pinned)) + "\n"
+
+
+def _lean_count(root: Path) -> int:
+    return sum(isinstance(e, tuple) for e in list_cache_lean(root).everything)
+
+
+def assert_lean_listing_is_the_object_listing(root: Path, forms: list[list[str]] = FORMS) -> None:
+    list_cache(root)  # the read index, written
+    lean = list_cache_lean(root)
+    assert _lean_count(root) > 0, "nothing was listed lean: this test would prove nothing"
+    assert lean.listing() == list_cache(root)
+    assert lean.totals() == list_cache(root).report.totals()
+    for form in forms:
+        got = invoke("ls", str(root), "--json", *form)
+        assert got.exit_code == 0, (form, got.output)
+        assert got.stdout == _object_path_text(root, form), form
+    pin = next(e for e in lean.everything if isinstance(e, tuple))
+    add_pin(root, pin[4])
+    for form in ([], ["--limit", "2"], ["--filter", "pinned=yes"]):
+        got = invoke("ls", str(root), "--json", *form)
+        assert got.stdout == _object_path_text(root, form), form
+    assert f'"id": "{pin[4]}"' in got.stdout
+
+
+def _write_stream(path: Path, fingerprint: str | None, columns: dict[str, Any], eos: bool = True) -> None:
+    import pyarrow as pa
+
+    meta = {"info": {"features": {}}}
+    if fingerprint is not None:
+        meta["fingerprint"] = fingerprint  # type: ignore[assignment]
+    batch = pa.record_batch(list(columns.values()), names=list(columns))
+    schema = batch.schema.with_metadata({"huggingface": json.dumps(meta)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as w:
+        w.write_batch(batch.replace_schema_metadata(schema.metadata))
+    data = sink.getvalue().to_pybytes()
+    path.write_bytes(data if eos else data[:-8])
+
+
+def test_damaged_and_odd_files_list_the_same_bytes_either_way(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Damaged, foreign, unfinished, shard, indices, link and oddly named files next to plain
+    cache files, plain ones in a folder whose path JSON escapes; one file changed after the
+    index was written: the same bytes both ways."""
+    import pyarrow as pa
+
+    root = isolated_env / "cache"
+    files = synthesize_cache(root, 12)
+    folder = files[0].parent
+    data = files[1].read_bytes()
+    files[1].write_bytes(data[: len(data) // 2])  # truncated
+    files[2].write_bytes(b"\xff" * 100)  # garbage
+    files[3].write_bytes(b"")  # empty
+    _write_stream(folder / "cache-00000000000000f1.arrow", "ffffffffffffffff", {"id": pa.array([1])})
+    _write_stream(folder / "cache-00000000000000f2.arrow", None, {"id": pa.array([1, 2])})
+    unfinished = folder / "cache-00000000000000f3.arrow"
+    _write_stream(unfinished, "00000000000000f3", {"id": pa.array([1])}, eos=False)
+    idx = {"indices": pa.array([2, 0], pa.uint64())}
+    _write_stream(folder / "cache-00000000000000f4.arrow", "00000000000000f4", idx)
+    _write_stream(folder / "cache-00000000000000f5.arrow", "00000000000000f5", {})  # no columns
+    for rank in range(2):
+        fp = f"00000000000000f6_{rank:05d}_of_00002"
+        _write_stream(folder / f"cache-{fp}.arrow", fp, {"id": pa.array([rank])})
+    _write_stream(folder / "cache-héllo.arrow", "héllo", {"id": pa.array([1])})
+    _write_stream(folder / 'cache-"q"\\x.arrow', None, {"id": pa.array([1])})
+    _write_stream(folder / "cache-a-b.arrow", "a-b", {"id": pa.array([1])})
+    os.symlink(files[4].name, folder / "cache-00000000000000f7.arrow")
+    (folder / "cache-00000000000000f8.arrow").mkdir()
+    other = root / 'dé"jà\\ vu→'  # a folder whose path JSON escapes
+    other.mkdir()
+    _write_stream(other / "cache-00000000000000f9.arrow", "00000000000000f9", {"id": pa.array([1])})
+    _write_stream(root / "cache-00000000000000fa.arrow", "00000000000000fa", {"text": pa.array(["x"])})
+    (root / "notes.txt").write_text("x")
+    list_cache(root)  # the index knows every file as it is now; then one changes
+    _write_stream(files[5], f"{5:016x}", {"id": pa.array([7, 8, 9])})
+    assert_lean_listing_is_the_object_listing(root)
+    assert 0 < _lean_count(root) < len(list_cache(root).entries)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["real_cache", "golden", "leftovers"])
+def test_real_caches_list_the_same_bytes_either_way(
+    which: str, request: pytest.FixtureRequest, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache with every kind of entry, the traced golden pipeline (its ledger gives entries
+    a parent and an operation) and the leftovers of killed processes: `ls --json` writes the
+    same bytes from lean entries as from `Entry`s, under every option form."""
+    made = request.getfixturevalue(which)
+    src = Path(made["cache"]) if which != "leftovers" else Path(made["base"]) / "cache"
+    root = isolated_env / "copy"
+    shutil.copytree(src, root, symlinks=True)
+    import pyarrow as pa
+
+    # One file no ledger records, next to the pipeline's (which the golden ledger records all).
+    folder = min(root.rglob("cache-*.arrow")).parent
+    _write_stream(folder / "cache-00000000000000ee.arrow", "00000000000000ee", {"id": pa.array([1])})
+    assert_lean_listing_is_the_object_listing(root)
+    if which == "golden":
+        assert any(e.parent for e in list_cache_lean(root).report.entries)
