@@ -61,7 +61,7 @@ def _compile_cachetool() -> None:
             compileall.compile_dir(folder, quiet=2)
 
 
-#: Tests that take longest (each 5 s of CPU or more on its own, or a module whose fixture does):
+#: Tests that take longest (5 s or more on an idle core, alone or with their module's fixture):
 #: under xdist they start first, so that no worker begins one when the other is nearly done.
 #: A name missing here costs only time.
 LONG_FIRST = (
@@ -77,6 +77,8 @@ LONG_FIRST = (
     "tests/test_packaging.py",
     "tests/test_cmd_gc.py::test_gc_temp_removes_exactly_the_leftovers_of_killed_processes",
     "tests/test_cmd_lineage_args.py",
+    "tests/test_ledger_compact.py::test_a_compaction_killed_at_any_point_loses_nothing",
+    "tests/attack/test_quarantine_race.py",
     "tests/test_cmd_report.py",
 )
 
