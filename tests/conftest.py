@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xdist.scheduler import LoadScheduling
 
 HERE = Path(__file__).parent
 BUILDERS = HERE / "builders"
@@ -98,51 +97,57 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_rank)
 
 
-class ModuleAwareLoad(LoadScheduling):
-    """What `--dist load` does, a test or two at a time, each worker staying in its module.
+def module_aware_load(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduler for `-n 2` (xdist is imported here: the compat sessions run without it)."""
+    from xdist.scheduler import LoadScheduling
 
-    xdist's own `load` hands each worker a quarter of the tests at first and refills by dozens:
-    with tests of 0.1 to 15 s, one worker was still running its share a minute after the other
-    had run out. Here each worker holds at most two tests and is sent the next one when it has
-    run one, so both stay busy to the end. The next test is the first pending one of the module
-    the worker is in (a module-wide fixture, such as a pipeline run once for the module, is then
-    made on that worker only, not again on the other), else the first of a module no other
-    worker is in, else the first pending one."""
+    class ModuleAwareLoad(LoadScheduling):
+        """What `--dist load` does, a test or two at a time, each worker staying in its module.
 
-    def __init__(self, config: pytest.Config, log: Any = None) -> None:
-        super().__init__(config, log)
-        if self.maxschedchunk is None:  # `--maxschedchunk` not given
-            self.maxschedchunk = 1
-        self.node_module: dict[Any, str] = {}
+        xdist's own `load` hands each worker a quarter of the tests at first and refills by dozens:
+        with tests of 0.1 to 15 s, one worker was still running its share a minute after the other
+        had run out. Here each worker holds at most two tests and is sent the next one when it has
+        run one, so both stay busy to the end. The next test is the first pending one of the module
+        the worker is in (a module-wide fixture, such as a pipeline run once for the module, is then
+        made on that worker only, not again on the other), else the first of a module no other
+        worker is in, else the first pending one."""
 
-    def _send_tests(self, node: Any, num: int) -> None:
-        chosen = []
-        for _ in range(min(num, len(self.pending))):
-            chosen.append(self.pending.pop(self._pick(node)))
-            self.node_module[node] = self._module(chosen[-1])
-        if chosen:
-            self.node2pending[node].extend(chosen)
-            node.send_runtest_some(chosen)
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            if self.maxschedchunk is None:  # `--maxschedchunk` not given
+                self.maxschedchunk = 1
+            self.node_module: dict[Any, str] = {}
 
-    def _module(self, index: int) -> str:
-        assert self.collection is not None
-        return self.collection[index].split("::")[0]
+        def _send_tests(self, node: Any, num: int) -> None:
+            chosen = []
+            for _ in range(min(num, len(self.pending))):
+                chosen.append(self.pending.pop(self._pick(node)))
+                self.node_module[node] = self._module(chosen[-1])
+            if chosen:
+                self.node2pending[node].extend(chosen)
+                node.send_runtest_some(chosen)
 
-    def _pick(self, node: Any) -> int:
-        modules = [self._module(i) for i in self.pending]
-        mine = self.node_module.get(node)
-        if mine in modules:
-            return modules.index(mine)
-        others = {m for n, m in self.node_module.items() if n is not node}
-        return next((k for k, m in enumerate(modules) if m not in others), 0)
+        def _module(self, index: int) -> str:
+            assert self.collection is not None
+            return self.collection[index].split("::")[0]
+
+        def _pick(self, node: Any) -> int:
+            modules = [self._module(i) for i in self.pending]
+            mine = self.node_module.get(node)
+            if mine in modules:
+                return modules.index(mine)
+            others = {m for n, m in self.node_module.items() if n is not node}
+            return next((k for k, m in enumerate(modules) if m not in others), 0)
+
+    return ModuleAwareLoad(config, log)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of xdist, absent with `-p no:xdist`
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`-n 2` schedules with `ModuleAwareLoad`; another `--dist` is kept."""
+    """`-n 2` schedules with `module_aware_load`'s scheduler; another `--dist` is kept."""
     if config.getvalue("dist") != "load":
         return None
-    return ModuleAwareLoad(config, log)
+    return module_aware_load(config, log)
 
 
 def _home_contents() -> list[str]:
