@@ -17,6 +17,15 @@ pairs (the noise) and the load average. On a machine shared with other sessions 
 divides the cores between sessions (autogroup), so a loaded machine shows the CPU ratio rather
 than the benefit of more threads: both are printed.
 
+Then the same after `verify --deep --record` (a checksum stored for every file: each is hashed,
+and validated again only if its bytes changed).
+
+Above `IN_MEMORY_GB` the files are built from a generator (a prepared dataset, its `map` and a
+`save_to_disk` of that: three copies streamed to disk, little memory) instead of a dataset held in
+memory. Before and after the pairs the share of the files in the page cache is printed (mincore):
+when the files do not fit (20 GB on a 23 GB machine shared with other work), both commands read
+from the disk, and the ratio measures the disk and the read pattern, not the checking.
+
     python benchmarks/bench_verify.py [--size-gb 2] [--repeat 5] [--keep DIR]
 """
 
@@ -53,6 +62,96 @@ from datasets import load_from_disk
 ds = load_from_disk(sys.argv[2] + "/saved")
 ds = ds.map(lambda b: {"n": [len(t) for t in b["text"]]}, batched=True, batch_size=10_000)
 """
+
+
+#: Larger sizes are built by `BUILD_STREAMED` (the in-memory build holds half the size in memory).
+IN_MEMORY_GB = 8.0
+
+BUILD_STREAMED = """
+import sys
+from datasets import Dataset
+rows = int(sys.argv[1])
+def rows_of():
+    for i in range(rows):
+        yield {"id": i, "score": i * 0.5, "label": "label-%d" % (i % 17),
+               "text": ("row %d " % i) * (20 + i % 40)}
+ds = Dataset.from_generator(rows_of)
+ds = ds.map(lambda b: {"n": [len(t) for t in b["text"]]}, batched=True, batch_size=10_000)
+ds.save_to_disk(sys.argv[2] + "/saved", num_shards=max(1, rows // 500_000))
+"""
+
+#: Bytes on disk per row of one copy: the in-memory build writes two copies, the streamed three.
+ROW_BYTES = {"in memory": 510, "streamed": 490}
+
+
+def build(size_gb: float, root: Path, env: dict[str, str], in_memory: str) -> None:
+    """About `size_gb` GB of real cache files under `root`: `in_memory` (a script taking the rows
+    and the root, writing two copies) up to `IN_MEMORY_GB`, `BUILD_STREAMED` above."""
+    streamed = size_gb > IN_MEMORY_GB
+    how = "streamed" if streamed else "in memory"
+    script, copies = (BUILD_STREAMED, 3) if streamed else (in_memory, 2)
+    rows = int(size_gb * 1e9 / (copies * ROW_BYTES[how]))
+    free = available_memory()
+    if free is not None and free < size_gb * 1e9:
+        print(
+            f"note: {free / 1e9:.1f} GB of memory available for {size_gb:g} GB of files: they will not "
+            "all stay in the page cache, and both commands will read from the disk"
+        )
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", script, str(rows), str(root)], check=True, env=env)
+    print(f"built {rows:,} rows ({how}) in {time.perf_counter() - t0:.0f}s")
+
+
+def available_memory() -> float | None:
+    """Bytes the kernel says are available (page cache included), None where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def resident(files: list[str]) -> float | None:
+    """The share of the files' pages in the page cache (`mincore` of a map of each; mapping
+    reads nothing), None where the system cannot say."""
+    import ctypes
+    import mmap
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        c = ctypes
+        libc.mmap.argtypes = [c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_int, c.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return None
+    page = mmap.PAGESIZE
+    held = total = 0
+    for name in files:
+        size = os.path.getsize(name)
+        if size == 0:
+            continue
+        pages = (size + page - 1) // page
+        vec = (ctypes.c_ubyte * pages)()
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if address in (None, ctypes.c_void_p(-1).value):
+                return None
+            try:
+                if libc.mincore(address, size, vec) != 0:
+                    return None
+            finally:
+                libc.munmap(address, size)
+        finally:
+            os.close(fd)
+        held += pages - bytes(vec).count(0)
+        total += pages
+    return held / total if total else None
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -102,6 +201,36 @@ def cpu_summary(pairs: list[tuple[float, ...]], gb: float, start: tuple[float, f
     )
 
 
+def measure(
+    files: list[str], deep: list[str], repeat: int, env: dict[str, str], start: tuple[float, float], what: str
+) -> None:
+    """Print `repeat` pairs of `cat` and `deep`, their ratios and CPU per GB."""
+    gb = sum(os.path.getsize(f) for f in files) / 1e9
+    print(f"verify --deep{what}: {page_cache(files)} before the pairs")
+    pairs = paired(["cat", *files], deep, repeat, env)
+    print(f"{page_cache(files)} after them")
+    print("pair   cat s  cat cpu  deep s  deep cpu  ratio  load")
+    for n, (cw, cc, dw, dc, load) in enumerate(pairs, 1):
+        print(f"{n:4} {cw:7.2f} {cc:8.2f} {dw:7.2f} {dc:9.2f} {cw / dw:6.2f} {load:5.1f}")
+    ratios = [cw / dw for cw, _, dw, _, _ in pairs]
+    cpu = [cc / dc for _, cc, _, dc, _ in pairs]
+    best_cat = min(p[0] for p in pairs)
+    best_deep = min(p[2] for p in pairs)
+    print(
+        f"verify --deep{what} / cat throughput at {gb:.2f} GB: median {statistics.median(ratios):.2f}, "
+        f"min–max {min(ratios):.2f}–{max(ratios):.2f}; of the fastest runs {best_cat / best_deep:.2f} "
+        f"(cat {gb / best_cat:.2f} GB/s, verify {gb / best_deep:.2f} GB/s); CPU ratio median "
+        f"{statistics.median(cpu):.2f}; cores {os.cpu_count()}"
+    )
+    print(cpu_summary(pairs, gb, start, os.cpu_count() or 1))
+
+
+def page_cache(files: list[str]) -> str:
+    """How much of the files the page cache holds, in words."""
+    share = resident(files)
+    return "page cache share unknown" if share is None else f"{share:.0%} of the files in the page cache"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--size-gb", type=float, default=2.0)
@@ -120,35 +249,20 @@ def main() -> None:
     }
     try:
         if not (root / "saved" / "state.json").exists():
-            # About 1 KB a row on disk, saved copy and the map's copy together.
-            rows = int(args.size_gb * 1e9 / 1020)
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", BUILD, str(rows), str(root)], check=True, env=env)
-            print(f"built {rows:,} rows in {time.perf_counter() - t0:.0f}s")
+            build(args.size_gb, root, env, BUILD)
         files = sorted(str(p) for p in root.rglob("*.arrow"))
         total = sum(os.path.getsize(f) for f in files)
         print(f"{len(files)} Arrow files, {total / 1e9:.2f} GB")
         subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
         deep = [sys.executable, "-m", "cachetool", "verify", "--deep", "--cache-dir", str(root)]
         timed(deep, env)  # what a first run stores (schema verdicts) is there for the rest
-        pairs = paired(["cat", *files], deep, args.repeat, env)
-        gb = total / 1e9
-        print("pair   cat s  cat cpu  deep s  deep cpu  ratio  load")
-        for n, (cw, cc, dw, dc, load) in enumerate(pairs, 1):
-            print(f"{n:4} {cw:7.2f} {cc:8.2f} {dw:7.2f} {dc:9.2f} {cw / dw:6.2f} {load:5.1f}")
-        ratios = [cw / dw for cw, _, dw, _, _ in pairs]
-        cpu = [cc / dc for _, cc, _, dc, _ in pairs]
-        best_cat = min(p[0] for p in pairs)
-        best_deep = min(p[2] for p in pairs)
-        print(
-            f"verify --deep / cat throughput at {gb:.2f} GB: median {statistics.median(ratios):.2f}, "
-            f"min–max {min(ratios):.2f}–{max(ratios):.2f}; of the fastest runs {best_cat / best_deep:.2f} "
-            f"(cat {gb / best_cat:.2f} GB/s, verify {gb / best_deep:.2f} GB/s); CPU ratio median "
-            f"{statistics.median(cpu):.2f}; cores {os.cpu_count()}"
-        )
+        start = start_cost(base / "empty", env)
+        (root / ".cachetool" / "checksums.json").unlink(missing_ok=True)  # a kept folder's record
+        measure(files, deep, args.repeat, env, start, "")
+        subprocess.run([*deep, "--record"], stdout=subprocess.DEVNULL, check=True, env=env)
+        measure(files, deep, args.repeat, env, start, " (checksums recorded)")
         head = [sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root)]
         print(f"verify (headers only): {min(timed(head, env)[0] for _ in range(2)):.2f} s")
-        print(cpu_summary(pairs, gb, start_cost(base / "empty", env), os.cpu_count() or 1))
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)

@@ -10,6 +10,7 @@ line in the table, not a failure.
     python benchmarks/run_all.py --quick          # small sizes, a few pairs: a smoke run
     python benchmarks/run_all.py --only ls,startup --pairs 7
     python benchmarks/run_all.py --json results.json
+    python benchmarks/run_all.py --only verify --big  # adds the 20 GB row: an idle machine
 
 Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (time, peak memory,
 read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache), verify
@@ -306,51 +307,71 @@ ds.map(lambda b: {"n": [len(t) for t in b["text"]]}, batched=True, batch_size=10
 
 
 def bench_verify(base: Path, sizes_gb: Sequence[float], pairs: int) -> list[Row]:
-    from bench_verify import cpu_summary, start_cost, timed
+    """Per size: `verify --deep` against `cat`, then the same after `verify --deep --record`."""
+    from bench_verify import build, resident, start_cost
 
     out = []
     for gb in sizes_gb:
         folder = base / f"verify{gb:g}"
         env = env_for(folder)
         root = folder / "cache"
-        subprocess.run([PY, "-c", BUILD_VERIFY, str(int(gb * 1e9 / 1020)), str(root)], check=True, env=env)
+        build(gb, root, env, BUILD_VERIFY)
         files = sorted(str(p) for p in root.rglob("*.arrow"))
-        total = sum(os.path.getsize(f) for f in files)
         subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
-        cpu: dict[str, list[float]] = {"cat": [], "deep": []}
-
-        def cat_t(
-            files: list[str] = files, env: dict[str, str] = env, log: list[float] = cpu["cat"]
-        ) -> float:
-            wall, used = timed(["cat", *files], env)
-            log.append(used)
-            return wall
-
-        def deep_t(root: Path = root, env: dict[str, str] = env, log: list[float] = cpu["deep"]) -> float:
-            wall, used = timed([*CT, "verify", "--deep", "--cache-dir", str(root)], env)
-            log.append(used)
-            return wall
-
-        med, lo, hi, b, c = paired(cat_t, deep_t, pairs)
-        goal = 0.9 if gb >= 20 else 0.7
-        # CPU of the measured pairs (the first run of each warmed up).
-        cpu_pairs = [(0.0, cc, 0.0, dc, 0.0) for cc, dc in zip(cpu["cat"][1:], cpu["deep"][1:], strict=True)]
-        # Throughput ratio: cat time / verify time (higher is better).
-        out.append(
-            Row(
-                f"verify --deep throughput / cat, {total / 1e9:.1f} GB, page cache warm",
-                1 / med,
-                1 / hi,
-                1 / lo,
-                f"≥ {goal:g}×",
-                1 / med >= goal,
-                f"cat {total / 1e9 / statistics.median(b):.2f} GB/s, "
-                f"verify {total / 1e9 / statistics.median(c):.2f} GB/s; "
-                + cpu_summary(cpu_pairs, total / 1e9, start_cost(folder / "empty", env), os.cpu_count() or 1),
-            )
-        )
+        start = start_cost(folder / "empty", env)
+        deep = [*CT, "verify", "--deep", "--cache-dir", str(root)]
+        out.append(_verify_row(files, deep, env, pairs, gb, start, resident, ""))
+        subprocess.run([*deep, "--record"], stdout=subprocess.DEVNULL, check=True, env=env)
+        out.append(_verify_row(files, deep, env, pairs, gb, start, resident, ", checksums recorded"))
         shutil.rmtree(folder, ignore_errors=True)
     return out
+
+
+def _verify_row(
+    files: list[str],
+    deep: list[str],
+    env: dict[str, str],
+    pairs: int,
+    gb: float,
+    start: tuple[float, float],
+    resident: Callable[[list[str]], float | None],
+    what: str,
+) -> Row:
+    from bench_verify import cpu_summary, timed
+
+    total = sum(os.path.getsize(f) for f in files)
+    cpu: dict[str, list[float]] = {"cat": [], "deep": []}
+
+    def cat_t() -> float:
+        wall, used = timed(["cat", *files], env)
+        cpu["cat"].append(used)
+        return wall
+
+    def deep_t() -> float:
+        wall, used = timed(deep, env)
+        cpu["deep"].append(used)
+        return wall
+
+    held = [resident(files)]
+    med, lo, hi, b, c = paired(cat_t, deep_t, pairs)
+    held.append(resident(files))
+    goal = 0.9 if gb >= 20 else 0.7
+    # CPU of the measured pairs (the first run of each warmed up).
+    cpu_pairs = [(0.0, cc, 0.0, dc, 0.0) for cc, dc in zip(cpu["cat"][1:], cpu["deep"][1:], strict=True)]
+    cached = "/".join("?" if h is None else f"{h:.0%}" for h in held)
+    # Throughput ratio: cat time / verify time (higher is better).
+    return Row(
+        f"verify --deep throughput / cat, {total / 1e9:.1f} GB, page cache warm{what}",
+        1 / med,
+        1 / hi,
+        1 / lo,
+        f"≥ {goal:g}×",
+        1 / med >= goal,
+        f"in the page cache before/after the pairs {cached}; "
+        f"cat {total / 1e9 / statistics.median(b):.2f} GB/s, "
+        f"verify {total / 1e9 / statistics.median(c):.2f} GB/s; "
+        + cpu_summary(cpu_pairs, total / 1e9, start, os.cpu_count() or 1),
+    )
 
 
 # --- cachetool run ----------------------------------------------------------------------------
@@ -589,7 +610,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes and 3 pairs: a smoke run")
     parser.add_argument("--only", default=",".join(ALL), help=f"comma-separated rows: {', '.join(ALL)}")
     parser.add_argument("--pairs", type=int, default=None, help="pairs per row (default 5; --quick 3)")
-    parser.add_argument("--verify-gb", default=None, help="comma-separated sizes (default 6,20; --quick 0.5)")
+    parser.add_argument("--verify-gb", default=None, help="comma-separated sizes (default 6; --quick 0.5)")
+    parser.add_argument(
+        "--big",
+        action="store_true",
+        help="also the 20 GB verify row (needs ~20 GB of disk and of page cache: an idle machine)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     ns = parser.parse_args()
     only = [x.strip() for x in ns.only.split(",") if x.strip()]
@@ -614,7 +640,8 @@ def main() -> None:
             elif name == "startup":
                 rows += bench_startup(base, pairs * 2)
             elif name == "verify":
-                sizes = ns.verify_gb or ("0.5" if quick else "6,20")
+                sizes = ns.verify_gb or ("0.5" if quick else "6")
+                sizes += ",20" if ns.big else ""
                 rows += bench_verify(base, [float(x) for x in sizes.split(",")], pairs)
             elif name == "run":
                 rows += bench_run(base, 60, pairs)

@@ -728,9 +728,10 @@ def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_wo
     """The cache holds the first step (a plain run made it) and lacks the next ones. The cold
     first run computes every step: map (even with `load_from_cache_file=True`), filter with
     `num_proc`, shuffle, sort, train_test_split. It leaves the file the cache held as it was (a
-    reader on another host would lose a file replaced under it), writes the steps the cache lacked
-    where a plain run writes them, and leaves no temporary folder. The second run loads every step
-    (its functions never run), and so does a plain run afterwards: it writes nothing."""
+    reader on another host would lose a file replaced under it), and what it made from that
+    recomputed step it keeps aside too (the temporary folder is gone afterwards). The second run
+    loads the map and makes the rest from it, where a plain run writes them: a plain run
+    afterwards loads every step and writes nothing."""
     script = tmp_path / "pipe.py"
     script.write_text(COLD_OPS)
     (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(40)))
@@ -753,9 +754,10 @@ def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_wo
     report = check_determinism(script, [str(notes), "all"], env=env, rerun=False)
     assert report.exit_code == ExitCode.OK, report.warnings
     assert [run.cold for run in report.runs] == [True, False]
-    # Only the cold run ran the functions (the filter in its num_proc workers).
+    # The map ran in the cold run only; the filter (in num_proc workers) in both runs.
     ran = sorted(n.name.split("-", 1) for n in notes.iterdir())
-    assert [what for what, _ in ran] == ["filter", "map"] and ran[0][1] == ran[1][1] != "plain", ran
+    assert [what for what, _ in ran] == ["filter", "filter", "map"], ran
+    assert ran[2][1] in (ran[0][1], ran[1][1]) and ran[0][1] != ran[1][1] and "plain" not in ran[2][1], ran
     after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}
     assert held.items() <= after.items(), (held, after)
     assert len(after) >= 6, sorted(after)
@@ -764,3 +766,85 @@ def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_wo
         n.unlink()
     assert plain("all") == after
     assert not list(notes.iterdir())
+
+
+RANDOM_THEN_FILTER = textwrap.dedent(
+    """\
+    import os
+    import random
+    import sys
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    a = ds.map(lambda ex: {"r": random.random()})
+    if sys.argv[1:] == ["go"]:
+        b = a.filter(lambda ex: ex["r"] > 0.5)
+        print(sorted(b["x"]) == sorted(x for x, r in zip(a["x"], a["r"]) if r > 0.5))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_step_after_one_the_cache_held_is_never_written_from_the_recomputed_parent(tmp_path: Path) -> None:
+    """The cache holds a random map (a plain run made it); the cold run computes it again aside,
+    and a filter of it that the cache lacked was written into the cache from those other random
+    values: every later plain run loaded the cached map with a filter that did not match it. The
+    filter is made from the map the cache holds, as a plain run makes it."""
+    script = tmp_path / "pipe.py"
+    script.write_text(RANDOM_THEN_FILTER)
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(200)))
+    env = clean_env(tmp_path)
+    first = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    check_determinism(script, ["go"], env=env, rerun=False)
+    after = subprocess.run([sys.executable, str(script), "go"], env=env, capture_output=True, text=True)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.split() == ["True"], after.stdout
+
+
+NAMED_FILES = textwrap.dedent(
+    """\
+    import os
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = os.path.join(here, "mine")
+    os.makedirs(mine, exist_ok=True)
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    ds = ds.map(lambda ex: {"y": ex["x"] + 1}, cache_file_name=os.path.join(mine, "step.arrow"),
+                load_from_cache_file=True)
+    ds = ds.shuffle(seed=1, indices_cache_file_name=os.path.join(mine, "idx.arrow"))
+    parts = ds.train_test_split(test_size=0.5, seed=2,
+                                train_indices_cache_file_name=os.path.join(mine, "train.arrow"),
+                                test_indices_cache_file_name=os.path.join(mine, "test.arrow"))
+    print(parts["test"]._fingerprint)
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_cold_run_never_replaces_a_file_the_script_names(tmp_path: Path) -> None:
+    """`cache_file_name=`, `indices_cache_file_name=`, `train_/test_indices_cache_file_name=`
+    name files of the user's: the cold run computed those steps with `load_from_cache_file=False`
+    and datasets moved its result over each one, under any reader that had it mapped. Files that
+    exist are left as they were; the check still compares every step."""
+    script = tmp_path / "pipe.py"
+    script.write_text(NAMED_FILES)
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(40)))
+    env = clean_env(tmp_path)
+    plain = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    mine = tmp_path / "mine"
+
+    def state() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in mine.iterdir()}
+
+    held = state()
+    assert sorted(held) == ["idx.arrow", "step.arrow", "test.arrow", "train.arrow"]
+    report = check_determinism(script, env=env, rerun=False)
+    assert report.exit_code == ExitCode.OK, report.warnings
+    assert state() == held
+    assert not [p for p in Path(env["TMPDIR"]).iterdir() if p.name.startswith("hf_datasets-")]

@@ -506,6 +506,7 @@ def test_a_temp_file_being_written_is_never_called_corrupt(
 CONCURRENT = """
 import sys, time
 from datasets import Dataset, load_from_disk
+print("ready", flush=True)
 ds = Dataset.from_dict({"i": list(range(4000)), "t": ["row %d" % i for i in range(4000)]})
 ds.save_to_disk(sys.argv[1] + "/base")
 ds = load_from_disk(sys.argv[1] + "/base")
@@ -531,6 +532,8 @@ def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) 
     )
     runs = 0
     seen_live = False
+    assert proc.stdout is not None
+    proc.stdout.readline()  # "ready": datasets imported; the writes start
     while proc.poll() is None:
         report = verify_cache(root)
         runs += 1
@@ -538,7 +541,7 @@ def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) 
         seen_live = seen_live or any("being written" in f.problem for f in report.findings)
     out, err = proc.communicate()
     assert proc.returncode == 0, err[-2000:]
-    assert out.strip() == "4000"
+    assert out.strip() == "4000"  # after "ready"
     assert runs >= 3
     assert verify_cache(root).errors == ()
 

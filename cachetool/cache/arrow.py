@@ -139,16 +139,18 @@ def _stream(h: Headers | None) -> ArrowSummary | None:
     return ArrowSummary(STREAM, rows, batches, columns, fp, metadata_template(text, fp), eos, error)
 
 
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOATIME = getattr(os, "O_NOATIME", 0)
+
+
 def open_noatime(path: str | os.PathLike[str]) -> int:
     """Open read-only without following a final symlink and, where allowed, without touching atime."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    noatime = getattr(os, "O_NOATIME", 0)
-    if noatime:
+    if _NOATIME:
         try:
-            return os.open(path, flags | noatime)
+            return os.open(path, _OPEN_FLAGS | _NOATIME)
         except PermissionError:
             pass  # O_NOATIME needs ownership of the file; fall back to a plain open.
-    return os.open(path, flags)
+    return os.open(path, _OPEN_FLAGS)
 
 
 def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
@@ -161,12 +163,15 @@ def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
 READ_WHOLE_BYTES = 1 << 20
 
 
-def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:
+def read_summary(path: str | os.PathLike[str], size_hint: int = -1) -> ArrowSummary:
     """Read the schema and batch headers of an Arrow IPC stream file. Never raises for a bad file.
+    `size_hint`: the file's size as a `stat` just said (a listing has it), which spares an
+    `fstat` when one `read()` finds the file that long.
 
     A well-formed stream is walked message by message in Python (the header of each message is
     a small flatbuffer: its type, the batch's row count and its body length); the schema is
-    decoded by pyarrow once per distinct shape. Anything unusual (a cut, a dictionary batch,
+    decoded once per distinct shape (in Python for the types `datasets` writes, by pyarrow
+    otherwise). Anything unusual (a cut, a dictionary batch,
     the IPC file format, garbage) is read again through pyarrow, whose reader says exactly what
     is wrong."""
     try:
@@ -176,18 +181,22 @@ def read_summary(path: str | os.PathLike[str]) -> ArrowSummary:
     except OSError as e:
         return ArrowSummary(UNREADABLE, error=e.strerror or str(e))
     try:
-        size = os.fstat(fd).st_size
+        hinted = 0 < size_hint <= READ_WHOLE_BYTES
+        size = size_hint if hinted else os.fstat(fd).st_size
         if size == 0:
             return ArrowSummary(EMPTY, rows=0, batches=0, error="empty file (0 bytes)")
         if size <= READ_WHOLE_BYTES:
             try:
-                data = os.read(fd, size)
+                # With a hint, one byte more: a file that changed since its `stat` reads longer.
+                data = os.read(fd, size + hinted)
             except OSError as e:
                 return ArrowSummary(UNREADABLE, error=e.strerror or str(e))
             if len(data) == size:
                 fast = _stream(walk_headers(data, size))
                 if fast is not None:
                     return fast
+            elif hinted:
+                return read_summary(path)  # not the size the listing saw: read it as it is now
         try:
             mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:

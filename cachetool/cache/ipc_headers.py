@@ -6,8 +6,11 @@ distinct schema once. Anything unusual is left to pyarrow's reader (`cachetool.c
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any, NamedTuple
+
+from cachetool.cache.ipc_schema import _i32, _i64, _u8, _u16, decode_schema
 
 EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -25,10 +28,6 @@ class Headers(NamedTuple):
     error: str | None
 
 
-_u8 = struct.Struct("<B").unpack_from
-_u16 = struct.Struct("<H").unpack_from
-_i32 = struct.Struct("<i").unpack_from
-_i64 = struct.Struct("<q").unpack_from
 _i64x2 = struct.Struct("<qq").unpack_from
 
 # Message.header_type values (Arrow's Message.fbs).
@@ -237,7 +236,7 @@ def _read_schema(buf: Any, size: int) -> tuple[int, _Shape, str | None, str | No
         # The same message but for the metadata value's bytes (another fingerprint of the same
         # length): the same flatbuffer, so the same shape and the value in the same place.
         v0, v1, pos, head, tail, shape = seen
-        if buf[:v0] == head and buf[v1:pos] == tail and pos <= size:
+        if pos <= size and buf[:v0] == head and buf[v1:pos] == tail:
             meta_span = (v0, v1)
             break
     else:
@@ -302,7 +301,17 @@ def _value_unread(buf: Any, end: int, span: tuple[int, int]) -> bool:
 
 def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:
     """Columns, the node index of each column and the node count of a batch, for the schema
-    message `buf[:schema_end]`; None where pyarrow refuses it."""
+    message `buf[:schema_end]`; None where pyarrow refuses it. Decoded in Python where
+    `ipc_schema` reads the message exactly as pyarrow does (the types `datasets` writes), so a
+    listing of an ordinary cache never imports pyarrow; by pyarrow otherwise."""
+    decoded = decode_schema(bytes(buf[:schema_end]))
+    if decoded is not None:
+        return (*decoded, {})
+    return _pyarrow_shape(buf, schema_end)
+
+
+def _pyarrow_shape(buf: Any, schema_end: int) -> _Shape | None:
+    """`_decode_shape` by pyarrow."""
     import pyarrow as pa
 
     try:
@@ -312,9 +321,10 @@ def _decode_shape(buf: Any, schema_end: int) -> _Shape | None:
         for f in schema:
             top.append(count)
             count += _node_count(f.type)
+        columns = tuple((f.name, str(f.type)) for f in schema)
     except Exception:  # pyarrow refuses it (ArrowException, UnicodeDecodeError, ...): its reader says why
         return None
-    return tuple((f.name, str(f.type)) for f in schema), tuple(top), count, {}
+    return columns, tuple(top), count, {}
 
 
 def _node_count(t: Any) -> int:
@@ -322,8 +332,41 @@ def _node_count(t: Any) -> int:
     return 1 + sum(_node_count(t.field(i).type) for i in range(t.num_fields))
 
 
+#: `huggingface` metadata values read so far, as the bytes before and after the fingerprint:
+#: the value of every file of a dataset is the same JSON text but for its fingerprint, and a
+#: value of one of these forms is read without parsing it again (most recent first).
+_HF_FORMS: list[tuple[bytes, bytes]] = []
+HF_FORMS_KEPT = 16
+#: ... each at most this long.
+HF_FORM_BYTES = 1 << 20
+#: Fingerprints a form stands for: no character JSON escapes or ends a string with.
+_PLAIN_FINGERPRINT = re.compile(rb"[0-9A-Za-z_.-]+")
+#: Two fingerprints, of different lengths and letters no JSON token outside a string holds.
+_PROBES = (b"QqQ", b"ZzZzZ")
+
+
 def parse_hf_metadata(raw: bytes) -> tuple[str | None, str | None]:
     """(fingerprint, text) of a `huggingface` metadata value; (None, None) if it is not JSON."""
+    forms = _HF_FORMS
+    for i, (head, tail) in enumerate(forms):
+        end = len(raw) - len(tail)
+        if end > len(head) and raw.startswith(head) and raw.endswith(tail):
+            fp = raw[len(head) : end]
+            if fp.isalnum() or _PLAIN_FINGERPRINT.fullmatch(fp):  # isalnum: ASCII letters, digits
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    break
+                if i:
+                    forms.insert(0, forms.pop(i))
+                return fp.decode("ascii"), text
+    parsed = _parse_hf_json(raw)
+    if parsed[0] and len(raw) <= HF_FORM_BYTES:
+        _learn_form(raw, parsed[0].encode("utf-8"))
+    return parsed
+
+
+def _parse_hf_json(raw: bytes) -> tuple[str | None, str | None]:
     try:
         text = raw.decode("utf-8")
         doc = json.loads(text)
@@ -331,3 +374,20 @@ def parse_hf_metadata(raw: bytes) -> tuple[str | None, str | None]:
         return None, None
     fp = doc.get("fingerprint") if isinstance(doc, dict) else None
     return (fp if isinstance(fp, str) else None), text
+
+
+def _learn_form(raw: bytes, fp: bytes) -> None:
+    """Remember `raw` as a form when its fingerprint `fp` occurs in it once, and the text with any
+    plain fingerprint in that place is JSON whose fingerprint is that one: the place is then the
+    whole content of the `fingerprint` string (two probes of other lengths and letters, which
+    would be invalid JSON anywhere but inside a string and not after a backslash, say so), and
+    any other plain fingerprint there parses to the same document with that fingerprint."""
+    if not _PLAIN_FINGERPRINT.fullmatch(fp) or raw.count(fp) != 1:
+        return
+    at = raw.index(fp)
+    head, tail = raw[:at], raw[at + len(fp) :]
+    for probe in _PROBES:
+        if _parse_hf_json(head + probe + tail)[0] != probe.decode("ascii"):
+            return
+    _HF_FORMS.insert(0, (head, tail))
+    del _HF_FORMS[HF_FORMS_KEPT:]

@@ -43,7 +43,8 @@ def verify_command(
         typer.Option(
             "--deep",
             help="Also read and validate every buffer (offsets, UTF-8, "
-            "nulls) and checksum every byte (xxh3).",
+            "nulls), and compare each file's bytes with its checksum (xxh3) "
+            "where --record stored one.",
         ),
     ] = False,
     record: Annotated[

@@ -1,12 +1,14 @@
 """Run a script N times in subprocesses that differ on purpose and compare their fingerprints.
 
-Each run is ``python -m cachetool run script.py [args]`` with its own ``PYTHONHASHSEED`` and its
-own events file (``CACHETOOL_TRACE_EVENTS``, with hash trees: ``CACHETOOL_TRACE_TREES=1``). By
-default the runs use the cache the script would use anyway, one after the other; the first computes
-every step (``CACHETOOL_TRACE_COLD=1``: caching disabled, nothing read from or written to the cache)
-so that a step changing an object that a later step hashes shows even when the cache is warm
-(fingerprints themselves are computed before any cache lookup). ``isolated=True`` gives each run a
-fresh temporary ``HF_DATASETS_CACHE`` (removed afterwards) and runs them in parallel.
+Each run is ``python -m cachetool run script.py [args]`` with its own ``PYTHONHASHSEED`` and its own
+events file (``CACHETOOL_TRACE_EVENTS``, with hash trees: ``CACHETOOL_TRACE_TREES=1``). By default
+the runs use the cache the script would use anyway, one after the other; the first computes every
+step (``CACHETOOL_TRACE_COLD=1``: nothing loaded from the cache; a step the cache lacks is written
+where a plain run writes it, one the cache holds and what is made from it go to a temporary folder,
+and so does a file the script names that exists) so that a step changing an object that a later step
+hashes shows even when the cache is warm (fingerprints themselves are computed before any cache
+lookup). ``isolated=True`` gives each run a fresh temporary ``HF_DATASETS_CACHE`` (removed
+afterwards) and runs them in parallel.
 
 The pieces: `process` (a run's processes and output), `events` (its events file, typed),
 `analysis` (the comparison), `cleanup` (what a stopped check leaves), `report` (the result).

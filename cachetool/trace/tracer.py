@@ -33,7 +33,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachetool.lineage.records import LedgerRecord, StepRecord
 from cachetool.lineage.writer import ENCODER
@@ -87,8 +87,6 @@ class Tracer:
         #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
-        #: "cache-<16 hex>" of each file the cold run wrote aside -> the cache folder it stands for.
-        self._put_aside: dict[str, str] = {}
 
     @property
     def default_root(self) -> str:
@@ -313,14 +311,14 @@ class Tracer:
 
     # -- layer 1 ------------------------------------------------------------------------------
     def _wrap_method(self, original: Callable[..., Any], op: str, kind: str) -> Callable[..., Any]:
-        load_at = _parameter_index(original, "load_from_cache_file")
+        at = _positions(original)
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
-            if self.recompute and load_at is not None:
-                args, kwargs = _computing(args, kwargs, load_at)
+            if self.recompute and at is not None:
+                args, kwargs = self._recomputing(args, kwargs, at)
             try:
                 frame = self.calls.enter(op, kind, original, args, kwargs, sys._getframe(1))
             except Exception as e:
@@ -341,7 +339,7 @@ class Tracer:
         def _get_cache_file_path(self_ds: Any, fingerprint: str) -> str:
             path = original(self_ds, fingerprint)
             if self.recompute and self.enabled:
-                path = self._fresh_path(self_ds, path)
+                path = self._fresh_path(path)
             if self.enabled and self.local.stack:
                 try:
                     self.calls.snapshot(path)
@@ -352,30 +350,50 @@ class Tracer:
 
         return _get_cache_file_path
 
-    def _fresh_path(self, self_ds: Any, path: str) -> str:
+    def _fresh_path(self, path: str, parent: Any = None) -> str:
         """Where the cold run writes a step it computes: where a plain run would, unless the
         cache already holds that step (its file, or the shards of a `num_proc` map), which it
         leaves alone (a reader on another host would lose a file replaced under it) and writes to
-        a temporary folder instead, as `datasets` does with caching off. The steps after such a
-        step go where a plain run writes them, not where their parent was put."""
+        a temporary folder instead, as `datasets` does with caching off. A step named by the
+        script whose parent is in that folder goes there too: it was made from a recomputed
+        parent, not the one the cache holds. (Without a name, `datasets` puts it beside its
+        parent by itself.)"""
         try:
             folder, name = os.path.split(path)
-            parent = self_ds.cache_files[0]["filename"] if self_ds.cache_files else ""
-            instead_of = self._put_aside.get(os.path.basename(parent)[:_ASIDE_STEM])
-            if instead_of is not None:
-                folder, path = instead_of, os.path.join(instead_of, name)
             stem = name[: -len(".arrow")] + "_" if name.endswith(".arrow") else None
-            if not os.path.lexists(path) and not (
-                stem and os.path.isdir(folder) and any(n.startswith(stem) for n in os.listdir(folder))
+            fp_mod = sys.modules["datasets.fingerprint"]
+            made = getattr(fp_mod, "_TEMP_DIR_FOR_TEMP_CACHE_FILES", None)  # made on first use
+            aside = (
+                made is not None
+                and parent is not None
+                and any(
+                    os.path.dirname(os.path.abspath(f["filename"])) == made.name for f in parent.cache_files
+                )
+            )
+            if not (
+                aside
+                or os.path.lexists(path)
+                or (stem and os.path.isdir(folder) and any(n.startswith(stem) for n in os.listdir(folder)))
             ):
                 return path
-            aside = f"cache-{os.urandom(8).hex()}"
-            self._put_aside[aside] = folder
-            temp = sys.modules["datasets.fingerprint"].get_temporary_cache_files_directory()
-            return os.path.join(temp, aside + ".arrow")
+            temp = fp_mod.get_temporary_cache_files_directory()
+            return os.path.join(temp, f"cache-{os.urandom(8).hex()}.arrow")
         except Exception as e:
             self._hook_failed("_get_cache_file_path", e)
             return path
+
+    def _recomputing(self, args: tuple[Any, ...], kwargs: dict[str, Any], at: _Positions) -> tuple[Any, Any]:
+        """The call's arguments for the cold run: `load_from_cache_file=False` wherever the caller
+        put it, and each file the script names (`cache_file_name=`, ...) kept if it can be
+        written where the script said, else a temporary one (see `_fresh_path`)."""
+        args, kwargs = _with(args, kwargs, "load_from_cache_file", at.load, False)
+        for name, i in at.names:
+            given = args[i] if i < len(args) else kwargs.get(name)
+            if isinstance(given, (str, os.PathLike)):
+                path = self._fresh_path(os.fspath(given), args[0] if args else None)
+                if path != os.fspath(given):
+                    args, kwargs = _with(args, kwargs, name, i, path)
+        return args, kwargs
 
     def _wrap_prepare(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
@@ -441,31 +459,48 @@ class Tracer:
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
 
 
-#: Length of "cache-" and 16 hex digits: the name of a file put aside, without its shard suffix.
-_ASIDE_STEM = 22
+#: The parameters of a transform that name a file of the script's own choosing.
+_FILE_NAMES = (
+    "cache_file_name",
+    "indices_cache_file_name",
+    "train_indices_cache_file_name",
+    "test_indices_cache_file_name",
+)
 
 
-def _parameter_index(function: Callable[..., Any], name: str) -> int | None:
-    """The position of `function`'s parameter `name` (through its decorators; `sys.maxsize` for
-    a keyword-only one), or None when it has none. Read from the code object: `inspect.signature`
-    costs tens of microseconds for each of the ~40 methods a tracer wraps, at every start."""
+class _Positions(NamedTuple):
+    """Where a transform takes `load_from_cache_file` and the file names the script may give."""
+
+    load: int
+    names: tuple[tuple[str, int], ...]
+
+
+def _positions(function: Callable[..., Any]) -> _Positions | None:
+    """`function`'s `load_from_cache_file` and file-name parameters, by position (`sys.maxsize`
+    for keyword-only ones), through its decorators; None when it does not take
+    `load_from_cache_file`. Read from the code object: `inspect.signature` costs tens of
+    microseconds for each of the ~40 methods a tracer wraps, at every start."""
     code = getattr(inspect.unwrap(function), "__code__", None)
     if code is None:
         return None
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-    if name not in names:
+
+    def at(name: str) -> int:
+        i = names.index(name)
+        return i if i < code.co_argcount else sys.maxsize
+
+    if "load_from_cache_file" not in names:
         return None
-    at = names.index(name)
-    return at if at < code.co_argcount else sys.maxsize
+    return _Positions(at("load_from_cache_file"), tuple((n, at(n)) for n in _FILE_NAMES if n in names))
 
 
-def _computing(
-    args: tuple[Any, ...], kwargs: dict[str, Any], at: int
+def _with(
+    args: tuple[Any, ...], kwargs: dict[str, Any], name: str, at: int, value: Any
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call's arguments with `load_from_cache_file=False`, wherever the caller put it."""
+    """The call's arguments with `name` (at position `at`) set to `value`, wherever the caller put it."""
     if len(args) > at:
-        return (*args[:at], False, *args[at + 1 :]), kwargs
-    return args, {**kwargs, "load_from_cache_file": False}
+        return (*args[:at], value, *args[at + 1 :]), kwargs
+    return args, {**kwargs, name: value}
 
 
 def _versions() -> dict[str, str]:

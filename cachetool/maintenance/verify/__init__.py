@@ -5,8 +5,10 @@
 found into findings (`checks`, `indices`), and adds the checks only verify makes: shard lengths
 against `dataset_info.json`, indices that point past the end of their data, leftovers and who is
 writing them, ledger records whose files are gone, and with `deep=True` a full validation of every
-buffer plus an xxh3 checksum of every byte (`deep`, compared with checksums stored by an earlier
-`record=True`). `quarantine` moves what has errors aside, as a plan with `execute()`.
+buffer plus, where a checksum is stored by an earlier `record=True` (or `record` stores one), an
+xxh3 checksum of every byte (`deep`; a file whose bytes match a checksum stored after the same
+pyarrow validated it is not validated again). `quarantine` moves what has errors aside, as a
+plan with `execute()`.
 
 Findings are typed (`model`): a `Problem` has a code, which decides its severity; the sentence
 shown is rendered from the values read, never parsed back.

@@ -1,12 +1,18 @@
-"""Reading whole Arrow files for `verify --deep`: every byte hashed (xxh3), every buffer of every
-batch validated in full (offsets, UTF-8, nulls), on a pool of threads.
+"""Reading whole Arrow files for `verify --deep`: every buffer of every batch validated in full
+(offsets, UTF-8, nulls) and every byte hashed (xxh3) where the checksum is wanted, on a pool of
+threads.
 
 Each file is mapped once (`mmap` of a descriptor opened without touching its access time): on a
 warm page cache this costs less CPU than `read()` into a buffer, which copies every byte. Both
 xxhash and pyarrow's `validate` release the GIL, so one thread walks the stream's message headers
 (cheap, zero-copy) while the pool hashes each whole file and validates its batches in groups of
 about `GROUP_BYTES`: a large file is spread over every core instead of keeping one busy. The
-first problem in stream order is the one reported, as reading the file batch by batch would."""
+first problem in stream order is the one reported, as reading the file batch by batch would.
+
+What each file needs is its `Want`: a checksum nobody compares or stores is not computed (xxh3
+and the page faults of the bytes only it reads were a quarter of the read's CPU), and a file
+whose bytes hash to a checksum recorded after this pyarrow validated them in full is not
+validated again (the same bytes give the same answer): hashed, its schema checked, done."""
 
 from __future__ import annotations
 
@@ -41,6 +47,20 @@ class DeepResult:
     checksum: str | None
     error: str | None
     identity: tuple[int, int, int, int] | None = None  # of the very file read (its descriptor)
+    ctime_ns: int = 0  # of the very file read, when it was opened
+
+
+@dataclass(frozen=True)
+class Want:
+    """What reading one file is for: `checksum` (computed only when something compares or stores
+    it), and `trusted`, a checksum recorded after this pyarrow validated the file in full (when
+    the bytes hash to it, the validation's answer is known)."""
+
+    checksum: bool = True
+    trusted: str | None = None
+
+
+EVERYTHING = Want()
 
 
 def deep_check(path: Path) -> DeepResult:
@@ -53,10 +73,12 @@ def read_files(
     jobs: int | None = None,
     verdicts: SchemaVerdicts | None = None,
     progress: Callable[[int, int], None] | None = None,
+    wants: Sequence[Want] | None = None,
 ) -> list[DeepResult]:
-    """`deep_check` of every path, in order, on `jobs` threads (default: one per core);
-    `progress(done, total)` is called from this thread as files finish."""
-    batch = _Batch(paths, jobs or os.cpu_count() or 1, verdicts, progress)
+    """`deep_check` of every path, in order, on `jobs` threads (default: one per core), each as
+    its `wants` says (default: validated and hashed); `progress(done, total)` is called from this
+    thread as files finish."""
+    batch = _Batch(paths, wants or [EVERYTHING] * len(paths), jobs or os.cpu_count() or 1, verdicts, progress)
     # Thousands of batch objects come and go, none in a cycle: a collection would only walk
     # every object of the process again (5% of a deep verify's CPU in a profile).
     with gc_paused():
@@ -70,11 +92,13 @@ class _Batch:
     def __init__(
         self,
         paths: Sequence[Path],
+        wants: Sequence[Want],
         workers: int,
         verdicts: SchemaVerdicts | None,
         progress: Callable[[int, int], None] | None,
     ) -> None:
         self.paths = paths
+        self.wants = wants
         self.workers = workers
         self.verdicts = verdicts
         self.progress = progress
@@ -85,10 +109,10 @@ class _Batch:
 
     def run(self) -> None:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            for index, path in enumerate(self.paths):
+            for index, (path, want) in enumerate(zip(self.paths, self.wants, strict=True)):
                 while not self.in_flight.acquire(blocking=False):
                     self.collect(self.finished.get())  # a file finished frees its place first
-                _File(index, path, self.done_with).start(pool, self.verdicts)
+                _File(index, path, want, self.done_with).start(pool, self.verdicts)
                 while not self.finished.empty():
                     self.collect(self.finished.get())
             while self.done < len(self.paths):
@@ -113,16 +137,17 @@ class _File:
     tasks not yet finished (plus one for the thread still handing them out); the last to finish
     turns the findings into the result and unmaps the file."""
 
-    def __init__(self, index: int, path: Path, on_done: Callable[[_File], None]) -> None:
+    def __init__(self, index: int, path: Path, want: Want, on_done: Callable[[_File], None]) -> None:
         self.index = index
         self.path = path
+        self.want = want
         self.on_done = on_done
         self.lock = threading.Lock()
         self.pending = 1
         self.mm: mmap.mmap | None = None
         self.views: list[Any] = []  # pyarrow objects over the map: dropped before it closes
         self.groups: list[tuple[int, list[Any]]] = []  # (index of the first batch, batches)
-        self.size = self.mtime_ns = 0
+        self.size = self.mtime_ns = self.ctime_ns = 0
         self.ident: tuple[int, int, int, int] | None = None
         self.checksum: str | None = None
         self.error: str | None = None  # found before any batch: opening, the schema
@@ -134,22 +159,45 @@ class _File:
     def start(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts | None) -> None:
         try:
             if self._map():
-                if self.size <= GROUP_BYTES:  # one task: validated, then hashed while cached
-                    self._list_batches(verdicts)
-                    self._add_task()
-                    pool.submit(self._task, self._whole)
-                else:  # hashed on one core while its batches are validated on the others
-                    self._add_task()
-                    pool.submit(self._task, self._hash)
-
-                    def validate(n: int) -> None:  # as soon as the group is listed
-                        self._add_task()
-                        pool.submit(self._task, self._validate, n)
-
-                    self._list_batches(verdicts, validate)
+                self._submit(pool, verdicts)
         except BaseException as e:  # handed to the caller's thread by `collect`
             self.crash = e
         self._task_done()
+
+    def _submit(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts | None) -> None:
+        if self.want.trusted is not None:  # hashed first: validated only if it changed
+            self._add_task()
+            pool.submit(self._task, self._trusted, pool, verdicts)
+        elif self.size <= GROUP_BYTES:  # one task: validated, then hashed while cached
+            self._list_batches(verdicts)
+            self._add_task()
+            pool.submit(self._task, self._whole)
+        else:  # hashed on one core while its batches are validated on the others
+            if self.want.checksum:
+                self._add_task()
+                pool.submit(self._task, self._hash)
+            self._list_and_validate(pool, verdicts)
+
+    def _list_and_validate(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts | None) -> None:
+        """List the batches, each group validated on the pool as soon as it is listed."""
+
+        def validate(n: int) -> None:
+            self._add_task()
+            pool.submit(self._task, self._validate, n)
+
+        self._list_batches(verdicts, validate)
+
+    def _trusted(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts | None) -> None:
+        """A file recorded as valid: when its bytes hash to the recorded checksum only its schema
+        is checked (what `datasets` says of it may have changed); otherwise it is read in full."""
+        self._hash()
+        if self.checksum != self.want.trusted:
+            self._list_and_validate(pool, verdicts)
+            return
+        try:
+            self._open(verdicts)
+        except Exception as e:  # pragma: no cover - these bytes were read without an error
+            self.read_error = damage(e)
 
     def _map(self) -> bool:
         from cachetool.cache.arrow import open_noatime
@@ -161,7 +209,7 @@ class _File:
             return False
         try:
             st = os.fstat(fd)
-            self.mtime_ns = st.st_mtime_ns
+            self.mtime_ns, self.ctime_ns = st.st_mtime_ns, st.st_ctime_ns
             if st.st_size == 0:
                 self.error = "empty file (0 bytes)"
                 return False
@@ -177,17 +225,11 @@ class _File:
         """Read the message headers (zero-copy views of the map) and group the batches, calling
         `listed(n)` as group n is complete (so its validation starts while the rest is listed);
         stop at a schema `datasets` refuses (the file is reported for that alone)."""
-        import pyarrow as pa
-
         group: list[Any] = []
         first = start = 0
         try:
-            source = pa.BufferReader(pa.py_buffer(self.mm))
-            reader = pa.ipc.open_stream(source)
-            self.views += [source, reader]
-            why = verdicts.error(reader.schema) if verdicts is not None else load_error(reader.schema)
-            if why is not None:
-                self.error = why
+            source, reader = self._open(verdicts)
+            if self.error is not None:
                 return
             for index, batch in enumerate(reader):
                 group.append(batch)
@@ -198,6 +240,17 @@ class _File:
             self.read_error = damage(e)
         if group:
             self._listed((first, group), listed)
+
+    def _open(self, verdicts: SchemaVerdicts | None) -> tuple[Any, Any]:
+        """The stream's reader over the map, its schema read; `error` is set when `datasets`
+        refuses the schema (the file is reported for that alone)."""
+        import pyarrow as pa
+
+        source = pa.BufferReader(pa.py_buffer(self.mm))
+        reader = pa.ipc.open_stream(source)
+        self.views += [source, reader]
+        self.error = verdicts.error(reader.schema) if verdicts is not None else load_error(reader.schema)
+        return source, reader
 
     def _listed(self, group: tuple[int, list[Any]], listed: Callable[[int], None] | None) -> None:
         self.groups.append(group)
@@ -218,7 +271,8 @@ class _File:
     def _whole(self) -> None:
         if self.groups:
             self._validate(0)
-        self._hash()
+        if self.want.checksum:
+            self._hash()
 
     def _hash(self) -> None:
         import xxhash
@@ -275,7 +329,9 @@ class _File:
         error = self.error
         if error is None:
             error = self.bad_batch[1] if self.bad_batch is not None else self.read_error
-        self.result = DeepResult(self.path, self.size, self.mtime_ns, self.checksum, error, self.ident)
+        self.result = DeepResult(
+            self.path, self.size, self.mtime_ns, self.checksum, error, self.ident, self.ctime_ns
+        )
         self.groups.clear()
         self.views.clear()
         if self.mm is not None:

@@ -38,8 +38,9 @@ def verify_cache(
 ) -> VerifyReport:
     """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
 
-    `deep` reads and validates every buffer and checksums every byte, on `jobs` threads (default:
-    one per core); `record` stores those checksums so a later deep verify reports changed bytes.
+    `deep` reads and validates every buffer, on `jobs` threads (default: one per core), and
+    compares every byte with the checksum stored for its file; `record` stores the checksums so a
+    later deep verify reports changed bytes.
     `stale` adds an error for each entry computed by code that has changed since. `restore` first
     puts quarantined files back (`report.restored`). `quarantine` then moves what has errors aside
     (`plan_quarantine(report).execute()`): with `dry_run` nothing moves and `report.would_quarantine`
