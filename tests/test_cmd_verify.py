@@ -520,6 +520,8 @@ print(len(load_from_disk(sys.argv[1] + "/out")))
 
 
 def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) -> None:
+    """verify runs again and again while a map writes its cache file and save_to_disk its shards:
+    it reports the file being written as such (at least once), never as an error."""
     env = hf_env(tmp_path)
     root = tmp_path / "cache"
     root.mkdir()
@@ -543,6 +545,7 @@ def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) 
     assert proc.returncode == 0, err[-2000:]
     assert out.strip() == "4000"  # after "ready"
     assert runs >= 3
+    assert seen_live, "no verify ran while the map was writing: the test proved nothing"
     assert verify_cache(root).errors == ()
 
 
