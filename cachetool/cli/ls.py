@@ -118,14 +118,28 @@ def run_ls(
         target = resolve_target(path, cache_dir)
         out = Output(fmt, no_truncate=no_truncate)
         if fmt == OutputFormat.json and not filters and sort is None:
+            snap = None
+            if limit is None and not sys.stdout.isatty():
+                # The text kept from a listing of the same files (`cachetool.cache.snapshot`).
+                from cachetool.cache.snapshot import ListingText, reusable
+
+                snap = ListingText.of(target)
+                if snap is not None and snap.text is not None:
+                    out.json_pieces(lambda: None, snap.pieces)
+                    return
             # Written from lean entries: no objects per unchanged file (the same text).
             with scan_progress() as progress:
-                lean = list_cache_lean(target, limit=limit, progress=progress)
+                lean = list_cache_lean(
+                    target, limit=limit, progress=progress, prelisted=None if snap is None else snap.listed
+                )
             for message in lean.warnings:
                 warn(message)
+            keep = snap is not None and reusable(lean.report, lean.warnings)
             out.json_pieces(
                 lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
-                lambda: ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals()),
+                lambda: (snap.keep if keep and snap is not None else iter)(
+                    ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals())
+                ),
             )
             report_warnings(lean.report)
             return
