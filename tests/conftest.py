@@ -42,16 +42,112 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["HOME"] = str(TEST_HOME)
     for k in _XDG:
         os.environ.pop(k, None)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # once, before any worker starts
+        _compile_cachetool()
 
 
+def _compile_cachetool() -> None:
+    """Bring cachetool's bytecode (`__pycache__/*.pyc`, ignored by git) up to date. The suite
+    starts some 600 processes that import cachetool, with PYTHONDONTWRITEBYTECODE=1 (`hf_env`,
+    and many a developer's shell): where a module's bytecode is missing or older than its source
+    each of them compiles it again, 0.03 to 0.1 s of CPU per process."""
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("cachetool")
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            compileall.compile_dir(folder, quiet=2)
+
+
+#: Tests that take longest (5 s or more on an idle core, alone or with their module's fixture):
+#: under xdist they start first, so that no worker begins one when the other is nearly done.
+#: A name missing here costs only time.
+LONG_FIRST = (
+    "tests/test_light.py",
+    "tests/test_user_pipeline.py",
+    "tests/attack/test_gc_races.py",
+    "tests/test_cmd_lineage.py",
+    "tests/attack/test_gc_swaps.py",
+    "tests/test_tfdata.py",
+    "tests/test_real_pipelines.py",
+    "tests/test_hosts.py",
+    "tests/test_trace_pickling.py",
+    "tests/test_packaging.py",
+    "tests/test_cmd_gc.py::test_gc_temp_removes_exactly_the_leftovers_of_killed_processes",
+    "tests/test_cmd_lineage_args.py",
+    "tests/test_ledger_compact.py::test_a_compaction_killed_at_any_point_loses_nothing",
+    "tests/attack/test_quarantine_race.py",
+    "tests/test_cmd_report.py",
+)
+
+
+def _rank(item: pytest.Item) -> tuple[bool, int]:
+    """Slow before fast; among slow ones the LONG_FIRST ones first, in its order."""
+    hinted = [i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)]
+    return (item.get_closest_marker("slow") is None, hinted[0] if hinted else len(LONG_FIRST))
+
+
+@pytest.hookimpl(trylast=True)  # after -k, -m and --deselect have chosen the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (`-n 2`), slow tests first and the fast lane last (each group in its usual
-    order): the workers take the next tests from the front of this list, so both end on short
-    tests and finish together, rather than one waiting for the other's last subprocess-heavy test.
-    (`--dist worksteal` does worse here: it gives each worker one half of the list, and the half
-    of slow tests ends on tests too long to share.) A run in one process keeps the file order."""
+    """Under xdist (`-n 2`), the longest tests first and the fast lane last (each group in its
+    usual order), so that both workers end on short tests and finish together (see
+    `pytest_xdist_make_scheduler`). A run in one process keeps the file order."""
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects, in the same order
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        items.sort(key=_rank)
+
+
+def module_aware_load(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduler for `-n 2` (xdist is imported here: the compat sessions run without it)."""
+    from xdist.scheduler import LoadScheduling
+
+    class ModuleAwareLoad(LoadScheduling):
+        """What `--dist load` does, a test or two at a time, each worker staying in its module.
+
+        xdist's own `load` hands each worker a quarter of the tests at first and refills by dozens:
+        with tests of 0.1 to 15 s, one worker was still running its share a minute after the other
+        had run out. Here each worker holds at most two tests and is sent the next one when it has
+        run one, so both stay busy to the end. The next test is the first pending one of the module
+        the worker is in (a module-wide fixture, such as a pipeline run once for the module, is then
+        made on that worker only, not again on the other), else the first of a module no other
+        worker is in, else the first pending one."""
+
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            if self.maxschedchunk is None:  # `--maxschedchunk` not given
+                self.maxschedchunk = 1
+            self.node_module: dict[Any, str] = {}
+
+        def _send_tests(self, node: Any, num: int) -> None:
+            chosen = []
+            for _ in range(min(num, len(self.pending))):
+                chosen.append(self.pending.pop(self._pick(node)))
+                self.node_module[node] = self._module(chosen[-1])
+            if chosen:
+                self.node2pending[node].extend(chosen)
+                node.send_runtest_some(chosen)
+
+        def _module(self, index: int) -> str:
+            assert self.collection is not None
+            return self.collection[index].split("::")[0]
+
+        def _pick(self, node: Any) -> int:
+            modules = [self._module(i) for i in self.pending]
+            mine = self.node_module.get(node)
+            if mine in modules:
+                return modules.index(mine)
+            others = {m for n, m in self.node_module.items() if n is not node}
+            return next((k for k, m in enumerate(modules) if m not in others), 0)
+
+    return ModuleAwareLoad(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist, absent with `-p no:xdist`
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n 2` schedules with `module_aware_load`'s scheduler; another `--dist` is kept."""
+    if config.getvalue("dist") != "load":
+        return None
+    return module_aware_load(config, log)
 
 
 def _home_contents() -> list[str]:

@@ -222,6 +222,7 @@ def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: d
         "import json, sys, time\n"
         "from datasets import Dataset, load_dataset\n"
         "ds = load_dataset('csv', data_files=sys.argv[1], split='train')\n"
+        "print('ready', flush=True)\n"
         "def slow(x):\n"
         "    time.sleep(0.01)\n"
         "    return {'live': x['id'] * 3}\n"
@@ -241,6 +242,8 @@ def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: d
     removed: set[str] = set()
     runs_during_write = 0
     try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "ready": datasets imported and the csv loaded; the map starts
         while proc.poll() is None:
             live = {p.name for p in csv_dir.glob("tmp*")} - initial_tmp
             code_, doc = gc_json(copy, "--temp", "--tmp-dir", str(copy / "tmp"), "--min-age", "0", "-y")

@@ -506,6 +506,7 @@ def test_a_temp_file_being_written_is_never_called_corrupt(
 CONCURRENT = """
 import sys, time
 from datasets import Dataset, load_from_disk
+print("ready", flush=True)
 ds = Dataset.from_dict({"i": list(range(4000)), "t": ["row %d" % i for i in range(4000)]})
 ds.save_to_disk(sys.argv[1] + "/base")
 ds = load_from_disk(sys.argv[1] + "/base")
@@ -519,6 +520,8 @@ print(len(load_from_disk(sys.argv[1] + "/out")))
 
 
 def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) -> None:
+    """verify runs again and again while a map writes its cache file and save_to_disk its shards:
+    it reports the file being written as such (at least once), never as an error."""
     env = hf_env(tmp_path)
     root = tmp_path / "cache"
     root.mkdir()
@@ -531,6 +534,8 @@ def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) 
     )
     runs = 0
     seen_live = False
+    assert proc.stdout is not None
+    proc.stdout.readline()  # "ready": datasets imported; the writes start
     while proc.poll() is None:
         report = verify_cache(root)
         runs += 1
@@ -538,8 +543,9 @@ def test_verify_during_live_map_and_save_reports_no_false_error(tmp_path: Path) 
         seen_live = seen_live or any("being written" in f.problem for f in report.findings)
     out, err = proc.communicate()
     assert proc.returncode == 0, err[-2000:]
-    assert out.strip() == "4000"
+    assert out.strip() == "4000"  # after "ready"
     assert runs >= 3
+    assert seen_live, "no verify ran while the map was writing: the test proved nothing"
     assert verify_cache(root).errors == ()
 
 

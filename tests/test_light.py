@@ -39,6 +39,26 @@ LIGHT = CLOCK + (
     "runpy.run_module('cachetool', run_name='__main__', alter_sys=True)\n"
 )
 TYPER = CLOCK + "import sys\nsys.argv[0] = 'cachetool'\nfrom cachetool.cli.app import main\nmain()\n"
+# TYPER for many command lines: the process imports the Typer app once (most of a run's time),
+# then forks a child per line read on stdin (`[args, stdout file, stderr file]`), which answers
+# it as TYPER would (same environment, clock and argv[0]; stdin /dev/null; its own exit) and
+# whose exit code the parent writes back as a line.
+TYPER_FORKS = CLOCK + (
+    "import json, os, sys\n"
+    "sys.argv[0] = 'cachetool'\n"
+    "from cachetool.cli.app import main\n"
+    "for line in sys.stdin:\n"
+    "    args, out, err = json.loads(line)\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)\n"
+    "        os.dup2(os.open(out, os.O_WRONLY), 1)\n"
+    "        os.dup2(os.open(err, os.O_WRONLY), 2)\n"
+    "        sys.argv[1:] = args\n"
+    "        main()\n"
+    "        sys.exit()\n"
+    "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)\n"
+)
 
 
 def _run(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
@@ -52,6 +72,32 @@ def _both(args: list[str], env: dict[str, str], probe: Path) -> tuple[tuple[int,
     """Both answers (the light one noting its imports in `probe`)."""
     env = {**env, "NOW": str(time.time())}
     return _run(LIGHT, args, {**env, "PROBE": str(probe)}), _run(TYPER, args, env)
+
+
+class _TyperForks:
+    """TYPER_FORKS started once with `env`: `answer(args)` is what `_run(TYPER, args, env)` gives."""
+
+    def __init__(self, env: dict[str, str], folder: Path) -> None:
+        self.out, self.err = folder / "typer.out", folder / "typer.err"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", TYPER_FORKS],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def answer(self, args: list[str]) -> tuple[int, str, str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        for path in (self.out, self.err):
+            path.write_bytes(b"")
+        self.proc.stdin.write(json.dumps([args, str(self.out), str(self.err)]) + "\n")
+        self.proc.stdin.flush()
+        code = int(self.proc.stdout.readline())
+        return code, self.out.read_text(), self.err.read_text()
+
+    def close(self) -> None:
+        self.proc.communicate(timeout=60)  # its stdin closed: it ends
 
 
 @pytest.fixture(scope="module")
@@ -124,19 +170,24 @@ def test_light_path_answers_as_the_typer_app(
     import Typer, Click or pydantic, the others are answered by the Typer app."""
     saved = str(Path(golden["folder"]) / "saved" / "reviews")
     probe = tmp_path / "probe"
-    for template, light_expected in MATRIX:
-        args = [
-            a.format(cache=golden["cache"], saved=saved, final=golden["final"], fp=golden["final"][:8])
-            for a in template
-        ]
-        probe.unlink(missing_ok=True)
-        light, typer = _both(args, golden_env, probe)
-        assert light == typer, f"cachetool {' '.join(template)}"
-        imported = probe.read_text().split(",")
-        took_light = "typer" not in imported
-        assert took_light == light_expected, f"cachetool {' '.join(template)}: imported {imported}"
-        if light_expected:
-            assert not {"click", "pydantic"} & set(imported), template
+    env = {**golden_env, "NOW": str(time.time())}  # one stopped clock for every line
+    typer_app = _TyperForks(env, tmp_path)
+    try:
+        for template, light_expected in MATRIX:
+            args = [
+                a.format(cache=golden["cache"], saved=saved, final=golden["final"], fp=golden["final"][:8])
+                for a in template
+            ]
+            probe.unlink(missing_ok=True)
+            light = _run(LIGHT, args, {**env, "PROBE": str(probe)})
+            assert light == typer_app.answer(args), f"cachetool {' '.join(template)}"
+            imported = probe.read_text().split(",")
+            took_light = "typer" not in imported
+            assert took_light == light_expected, f"cachetool {' '.join(template)}: imported {imported}"
+            if light_expected:
+                assert not {"click", "pydantic"} & set(imported), template
+    finally:
+        typer_app.close()
     # the default root that does not exist, through the environment
     env = {**golden_env, "HF_DATASETS_CACHE": MISSING}
     light, typer = _both(["ls", "--json"], env, probe)

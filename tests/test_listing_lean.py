@@ -162,3 +162,63 @@ def test_real_caches_list_the_same_bytes_either_way(
     assert_lean_listing_is_the_object_listing(root)
     if which == "golden":
         assert any(e.parent for e in list_cache_lean(root).report.entries)
+
+
+def test_lean_entries_of_several_folders_in_one_group_list_in_path_order(isolated_env: Path) -> None:
+    """Cache files outside any dataset folder (one group) in the root and in the folders `a`
+    and `a-b`: the walk meets them root, `a`, `a-b`, but the listing orders them by path text
+    (`a-b/` before `a/` before the root's `cache-`), lean or not."""
+    import pyarrow as pa
+
+    root = isolated_env / "cache"
+    for i, folder in enumerate([root, root / "a", root / "a-b"]):
+        folder.mkdir(parents=True, exist_ok=True)
+        for j in range(2):
+            fp = f"{i:08x}{j:08x}"
+            _write_stream(folder / f"cache-{fp}.arrow", fp, {"id": pa.array([i, j])})
+    assert_lean_listing_is_the_object_listing(root, [[], ["--limit", "3"]])
+    assert _lean_count(root) == 6
+    listed = json.loads(invoke("ls", str(root), "--json").stdout)
+    paths = [e["path"] for e in listed["entries"]]
+    assert paths == sorted(paths) and "/a-b/" in paths[0], paths
+
+
+def test_a_ledger_only_in_the_per_user_fallback_still_gives_entries_their_lineage(isolated_env: Path) -> None:
+    """A root whose `.cachetool` cannot be created keeps its ledger in the per-user fallback:
+    `ls --json` still shows what it records (the listing looks there once the per-user
+    `ledgers` folder exists)."""
+    import pyarrow as pa
+
+    from cachetool.lineage.ledger import LedgerWriter
+    from tests.test_ledger import _record
+
+    root = isolated_env / "cache"
+    root.mkdir()
+    fp = "00000000000000c1"
+    _write_stream(root / f"cache-{fp}.arrow", fp, {"id": pa.array([1])})
+    (root / ".cachetool").write_text("in the way")
+    before = json.loads(invoke("ls", str(root), "--json").stdout)["entries"]
+    assert [e["operation"] for e in before] == [None]
+    w = LedgerWriter(warn=lambda _: None)
+    w.append(str(root), _record(0, fp))
+    w.close()
+    after = json.loads(invoke("ls", str(root), "--json").stdout)["entries"]
+    assert [e["operation"] for e in after] == ["map"]
+
+
+@pytest.mark.slow
+def test_a_plain_listing_imports_no_hashing_where_no_per_user_ledger_exists(isolated_env: Path) -> None:
+    """Start-up: a root without a ledger, and no per-user `ledgers` folder, is listed without
+    importing `hashlib` (OpenSSL) or `tempfile`."""
+    import subprocess
+    import sys
+
+    root = isolated_env / "cache"
+    root.mkdir()
+    code = (
+        "import sys; from cachetool.cli.entry import main; sys.argv[1:] = ['ls', sys.argv[1], '--json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('hashlib', 'tempfile') if m in sys.modules), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr

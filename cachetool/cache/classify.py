@@ -35,7 +35,8 @@ class Scanner(NonDataWalker):
         if self.lean is None:
             items, err = list_dir(path)
         else:
-            items, err, candidates = list_dir_split(path)
+            got = self.listed.pop(str(path), None) if self.listed else None
+            items, err, candidates = list_dir_split(path) if got is None else got
         if err:
             self.warn(path, err)
             self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))

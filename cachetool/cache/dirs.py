@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +69,8 @@ def temp_dir(environ: Mapping[str, str] | None = None) -> Location:
     for name in ("TMPDIR", "TEMP", "TMP"):
         if (value := _env(env, name)) is not None:
             return Location("temp dir", Path(os.path.normpath(value)), name, desc)
+    import tempfile  # here: a listing never asks for the temp dir
+
     return Location("temp dir", Path(tempfile.gettempdir()), "default", desc)
 
 

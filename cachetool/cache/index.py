@@ -67,6 +67,7 @@ _Row = tuple[str, int, int, int, ArrowSummary]
 _Stored = tuple[Any, ...]
 _Schema = tuple[tuple[tuple[str, str], ...], "str | None"]
 _NO_SCHEMA: _Schema = ((), None)
+_id_of = itemgetter(0)  # a stored row's id
 _name_of = itemgetter(1)  # a stored row's file name
 
 
@@ -171,7 +172,7 @@ class ReadIndex:
 
     def mark_used(self, *rows: _Stored) -> None:
         """Note that `rows` (of `rows_of`) still describe their file: they are kept when saving."""
-        self._used.update(row[0] for row in rows)
+        self._used.update(map(_id_of, rows))
         self.hits += len(rows)
 
     def schema(self, row: _Stored) -> _Schema:

@@ -13,7 +13,7 @@ would have made (`derived_entry`), for anything else that needs one.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from json.encoder import encode_basestring_ascii as _encode_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -38,48 +38,80 @@ Listed = Union[Entry, LeanEntry]  # noqa: UP007 (a runtime alias, Python 3.10 in
 
 _INDICES_COLUMNS = (("indices", "uint64"),)  # `ArrowSummary.is_indices`
 _MODES: dict[int, int] = {}
+_UNSEEN: Any = object()
 
 
-def lean_entry(
+def keep_lean(
     prefix: str,
-    name: str,
-    st: os.stat_result,
-    fp: str,
+    pairs: Iterable[tuple[str, os.stat_result]],
+    rows: Mapping[str, tuple[Any, ...]],
+    schema: Callable[[tuple[Any, ...]], tuple[Any, ...]],
     ds: DatasetDir | None,
-    row: tuple[Any, ...],
-    schema: tuple[Any, ...],
-) -> LeanEntry | None:
-    """The lean entry of the file `name` (`cache-<fp>.arrow`) of the folder `prefix` (its text
-    and "/"), from its `stat` and its read index `row` (`ReadIndex.rows_of`); None where
-    `derived_entry` would say something of its own (an error, an unreadable format, no columns,
-    another fingerprint inside): those get their `Entry`."""
-    state = row[8]
-    if row[9] is not None or state >= READABLE_STATES:  # an error, or neither stream nor IPC file
-        return None
-    columns = schema[0]
-    if not columns:
-        return None
-    held = row[5]
-    if held is not None and held != fp:
-        return None
-    kind = Kind.INDICES if columns == _INDICES_COLUMNS else Kind.DERIVED
-    mode = st.st_mode
-    return (
-        prefix,
-        name,
-        kind,
-        ds,
-        fp,
-        st.st_size,
-        st.st_mtime,
-        _MODES.setdefault(mode, mode),  # one int per distinct mode, not per file
-        st.st_uid,
-        row[6],
-        row[7],
-        state,
-        held is not None,
-        schema,
-    )
+    lean: list[LeanEntry],
+    used: list[tuple[Any, ...]],
+) -> list[tuple[str, os.stat_result]]:
+    """Append to `lean` the lean entries of the `cache-<fp>.arrow` files `pairs` (name and
+    `stat`, in name order) of the folder `prefix` (its text and "/"), and to `used` the read
+    index `rows` (`ReadIndex.rows_of`) that still describe their file; returns the other pairs.
+
+    A file is kept lean when its fingerprint is ASCII letters and digits (64 at most, as
+    `layout.parse_cache_file` reads it: no shard part), its row has its size, mtime and inode,
+    and `derived_entry` would say nothing of its own: no error, a stream or IPC file with
+    columns, and the fingerprint of its name or none inside."""
+    rest: list[tuple[str, os.stat_result]] = []
+    shapes: dict[Any, tuple[Any, Kind] | None] = {}  # by schema id: the schema and kind, or None
+    modes = _MODES
+    lean_append, used_append, rest_append = lean.append, used.append, rest.append
+    for pair in pairs:
+        name, st = pair
+        fp = name[6:-6]
+        row = rows.get(name)
+        if (
+            row is None
+            or row[2] != st.st_size
+            or row[3] != st.st_mtime_ns
+            or row[4] != st.st_ino
+            or row[9] is not None  # an error
+            or row[8] >= READABLE_STATES  # neither stream nor IPC file
+            or not (fp.isalnum() and fp.isascii() and len(fp) <= 64)
+        ):
+            rest_append(pair)
+            continue
+        held = row[5]
+        if held is not None and held != fp:
+            rest_append(pair)
+            continue
+        sid = row[10]
+        shape = shapes.get(sid, _UNSEEN)
+        if shape is _UNSEEN:
+            schema_of = schema(row)
+            columns = schema_of[0]
+            kind = Kind.INDICES if columns == _INDICES_COLUMNS else Kind.DERIVED
+            shape = shapes[sid] = (schema_of, kind) if columns else None
+        if shape is None:  # no columns
+            rest_append(pair)
+            continue
+        mode = st.st_mode
+        used_append(row)
+        lean_append(
+            (
+                prefix,
+                name,
+                shape[1],
+                ds,
+                fp,
+                st.st_size,
+                st.st_mtime,
+                modes.setdefault(mode, mode),  # one int per distinct mode, not per file
+                st.st_uid,
+                row[6],
+                row[7],
+                row[8],
+                held is not None,
+                shape[0],
+            )
+        )
+    return rest
 
 
 def entry_of(e: LeanEntry) -> Entry:
@@ -105,7 +137,7 @@ def fingerprint_of(e: LeanEntry) -> str:
 class JsonTexts:
     """The JSON text of listed items (`Entry.to_json_text()` with `"pinned"` added before the
     closing brace, as `ls --json` writes them), chunk by chunk. A lean entry is written through
-    the template of the first `Entry` of its shape (kind, dataset folder and schema): only its
+    the template of the first `Entry` of its shape (kind, dataset folder, schema and folder): only its
     fingerprint, path, rows, size, time and completeness are its own. The items must stay alive
     while this is used (shapes are keyed by identity)."""
 
@@ -113,45 +145,56 @@ class JsonTexts:
         self.pinned = pinned
         self.is_pinned = is_pinned
         self._entry_body = json_body_writer()
-        #: By shape: the template's pieces, the last one ending the text unpinned and pinned.
-        self._templates: dict[tuple[Any, ...], tuple[str, str, str, str, str, str, str]] = {}
-        self._seconds: dict[int, str] = {}  # JSON text of the times of a second
+        #: By shape and folder: the template's pieces (`_template`).
+        self._templates: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        #: By second: the text between the size and the completeness (the times of that second).
+        self._seconds: dict[int, str] = {}
         self._folders: dict[str, str] = {}  # JSON text of a folder's path and "/", unclosed
 
     def texts(self, listed: Iterable[Listed]) -> list[str]:
         out: list[str] = []
         append = out.append
-        templates, pinned, seconds, folders = self._templates, self.pinned, self._seconds, self._folders
+        templates, pinned, seconds = self._templates, self.pinned, self._seconds
         shared, iso, stream_complete, floor = shared_json, iso_time, STREAM_COMPLETE, math.floor
         for e in listed:
             if not isinstance(e, tuple):
                 body = self._entry_body(e)
                 append(body + (', "pinned": true}' if self.is_pinned(e) else ', "pinned": false}'))
                 continue
-            key = (e[2], id(e[3]), id(e[13]))
+            key = (e[2], id(e[3]), id(e[13]), e[0])
             t = templates.get(key)
             if t is None:
-                t0, t1, t2, t3, t4, t5 = entry_of(e)._json_template()
-                t = templates[key] = (t0, t1, t2, t3, t4, t5 + ', "pinned": false}', t5 + ', "pinned": true}')
+                t = templates[key] = self._template(e)
             # The fingerprint of a lean entry is ASCII letters and digits, its name `cache-<fp>.arrow`:
             # JSON escapes nothing in them, and the path's text is its folder's, escaped once.
-            folder = folders.get(e[0])
-            if folder is None:
-                folder = folders[e[0]] = _encode_ascii(e[0])[:-1]
             fp = e[4]
             rows = e[9]
             mtime = e[6]
             second = floor(mtime)
             if mtime - second < 0.9999995:  # as `iso_time` shares a second's text
-                mod_iso = seconds.get(second)
-                if mod_iso is None:
-                    mod_iso = seconds[second] = shared(iso(mtime))
+                times = seconds.get(second)
+                if times is None:
+                    mod_iso = shared(iso(mtime))
+                    times = seconds[second] = f', "modified": {mod_iso}, "used": {mod_iso}, "complete": '
             else:
                 mod_iso = shared(iso(mtime))
+                times = f', "modified": {mod_iso}, "used": {mod_iso}, "complete": '
             append(
-                f'{t[0]}"{fp}"{t[1]}"{fp}"{t[2]}{folder}{e[1]}"{t[3]}'
-                f'{"null" if rows is None else int.__repr__(rows)}{t[4]}{e[5]}, "modified": {mod_iso}, '
-                f'"used": {mod_iso}, "complete": {"true" if e[11] == stream_complete else "false"}'
-                f"{t[6] if pinned and fp in pinned else t[5]}"
+                f'{t[0]}"{fp}"{t[1]}"{fp}"{t[2]}{e[1]}"{t[3]}'
+                f"{'null' if rows is None else int.__repr__(rows)}{t[4]}{e[5]}{times}"
+                f"{t[5 + (e[11] == stream_complete) * 2 + (fp in pinned)]}"
             )
         return out
+
+    def _template(self, e: LeanEntry) -> tuple[str, ...]:
+        """The pieces of the text of the lean entries of `e`'s shape and folder: before the id,
+        before the fingerprint, before the file name (the folder's text included), before the
+        rows, before the size, and the four ends after `"complete": ` (incomplete, incomplete
+        and pinned, complete, complete and pinned)."""
+        t0, t1, t2, t3, t4, t5 = entry_of(e)._json_template()
+        folder = self._folders.get(e[0])
+        if folder is None:
+            folder = self._folders[e[0]] = _encode_ascii(e[0])[:-1]
+        both = ("false", "true")
+        ends = [f'{complete}{t5}, "pinned": {pinned}}}' for complete in both for pinned in both]
+        return (t0, t1, t2 + folder, t3, t4, *ends)

@@ -6,13 +6,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.model import CacheReport, Entry
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.cache.lean import Listed
+    from cachetool.cache.lean import LeanEntry, Listed
     from cachetool.lineage.ledger import Ledger
 
 
@@ -73,15 +73,18 @@ class LeanListing:
         totals = self.report.totals()
         if len(self.everything) == len(self.report.entries):
             return totals
+        from itertools import compress, repeat
+        from operator import is_, itemgetter
+
+        lean: list[LeanEntry] = list(filter(tuple.__instancecheck__, self.everything))  # type: ignore[arg-type]
+        kinds = list(map(itemgetter(2), lean))
+        sizes = list(map(itemgetter(5), lean))
         out = {k: [n, b] for k, (n, b) in totals.items()}
-        for e in self.everything:
-            if isinstance(e, tuple):  # a `LeanEntry`: its kind and size
-                kind = e[2]._value_
-                row = out.get(kind)
-                if row is None:
-                    row = out[kind] = [0, 0]
-                row[0] += 1
-                row[1] += e[5]
+        for kind in set(kinds):
+            row = out.setdefault(kind._value_, [0, 0])
+            mask = list(map(is_, kinds, repeat(kind)))
+            row[0] += sum(mask)
+            row[1] += sum(compress(sizes, mask))
         return {k: (v[0], v[1]) for k, v in sorted(out.items())}
 
     def listing(self) -> Listing:
@@ -99,12 +102,14 @@ def list_cache_lean(
     limit: int | None = None,
     ledger: bool | Ledger = True,
     progress: Callable[[int], None] | None = None,
+    prelisted: dict[str, Any] | None = None,
 ) -> LeanListing:
-    """`list_cache(path, limit=limit)` as a `LeanListing` (no `--filter`, no `--sort`)."""
+    """`list_cache(path, limit=limit)` as a `LeanListing` (no `--filter`, no `--sort`); `prelisted`
+    holds folders already listed (`snapshot.ListingText.listed`)."""
     from cachetool.cache.scan import scan_cache_lean
 
     check_query((), None, limit)
-    report, everything = scan_cache_lean(Path(path), ledger=ledger, progress=progress)
+    report, everything = scan_cache_lean(Path(path), ledger=ledger, progress=progress, prelisted=prelisted)
     pinned, warnings = _pinned(report.root)
     listed = everything if limit is None else everything[:limit]
     return LeanListing(report, everything, listed, pinned, warnings)

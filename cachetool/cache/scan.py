@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.classify import Scanner
@@ -76,12 +76,14 @@ def scan_cache_lean(
     *,
     ledger: bool | Ledger = True,
     progress: Callable[[int], None] | None = None,
+    prelisted: dict[str, Any] | None = None,
 ) -> tuple[CacheReport, list[Listed]]:
     """`scan_cache(root)` for a listing that writes JSON: the entries of unchanged
     `cache-<fp>.arrow` files are kept lean (`cachetool.cache.lean`). Returns the report of every
     other entry (its `entries` leave the lean ones out) and all entries in listing order;
-    `lean.entries_of` of the latter is `scan_cache(root).entries`."""
-    return _scan(root, True, ledger, None, progress, lean=True)
+    `lean.entries_of` of the latter is `scan_cache(root).entries`. `prelisted` holds folders already
+    listed (`snapshot.ListingText.listed`), taken instead of listing them again."""
+    return _scan(root, True, ledger, None, progress, lean=True, prelisted=prelisted)
 
 
 def _scan(
@@ -91,6 +93,7 @@ def _scan(
     usage: Mapping[str, RecordedUse] | None,
     progress: Callable[[int], None] | None,
     lean: bool,
+    prelisted: dict[str, Any] | None = None,
 ) -> tuple[CacheReport, list[Listed]]:
     root_path = Path(root).expanduser()
     if not root_path.exists() and not root_path.is_symlink():
@@ -111,6 +114,7 @@ def _scan(
         lean_entries: list[LeanEntry] = []
         if lean:
             scanner.lean = lean_entries
+            scanner.listed = prelisted
         if not own:
             try:
                 scanner.read_ahead()
@@ -148,25 +152,37 @@ def _in_listing_order(entries: list[Entry], lean: Sequence[LeanEntry] = ()) -> l
     groups: dict[tuple[str, str, str], list[Listed]] = {}
     for e in entries:
         key = (e.dataset or "~", e.kind._value_, e.split or "")
-        group = groups.get(key)
-        if group is None:
+        of_key = groups.get(key)
+        if of_key is None:
             groups[key] = [e]
         else:
-            group.append(e)
-    for le in lean:  # a `LeanEntry`: its dataset folder and kind
-        ds = le[3]
-        key = ((None if ds is None else ds.name) or "~", le[2]._value_, "")
-        group = groups.get(key)
-        if group is None:
-            groups[key] = [le]
-        else:
-            group.append(le)
+            of_key.append(e)
+    # Groups that need sorting by path text: those of Entries, and those whose lean entries
+    # come from more than one folder (a folder's own come in name order, so in path order).
+    single: dict[tuple[str, str, str], str | None] = dict.fromkeys(groups)
+    last: tuple[object, object, str] | None = None
+    group: list[Listed] = []
+    for le in lean:  # a `LeanEntry`: its folder, kind and dataset folder, in runs
+        if last is None or le[0] is not last[2] or le[2] is not last[0] or le[3] is not last[1]:
+            ds = le[3]
+            prefix = le[0]
+            last = (le[2], ds, prefix)
+            key = ((None if ds is None else ds.name) or "~", le[2]._value_, "")
+            found = groups.get(key)
+            if found is None:
+                group = groups[key] = []
+                single[key] = prefix
+            else:
+                group = found
+                if single[key] != prefix:
+                    single[key] = None
+        group.append(le)
     out: list[Listed] = []
     for key in sorted(groups):
-        group = groups.pop(key)
-        if len(group) > 1:
-            group.sort(key=_path_text)
-        out += group
+        done = groups.pop(key)
+        if len(done) > 1 and single[key] is None:
+            done.sort(key=_path_text)
+        out += done
     return out
 
 
@@ -176,10 +192,14 @@ def _path_text(e: Listed) -> str:
 
 def _may_have_ledger(root: Path) -> bool:
     """Whether a folder that may hold ledger segments of `root` holds any file named like one
-    (`usage_by_fingerprint` of a root without segments is empty)."""
-    from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs
+    (`usage_by_fingerprint` of a root without segments is empty). The per-user fallback's name
+    (a hash of the root's path) is made only where the per-user `ledgers` folder exists."""
+    from cachetool.lineage.roots import SEGMENT_SUFFIX, fallback_ledger_dir, ledger_dir
 
-    for folder in ledger_dirs(root):
+    folders = [ledger_dir(root)]
+    if os.path.isdir(user_state_dir() / "ledgers"):
+        folders.append(fallback_ledger_dir(root))
+    for folder in folders:
         try:
             names = os.listdir(folder)
         except OSError:

@@ -20,7 +20,7 @@ from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
-from cachetool.cache.lean import LeanEntry, lean_entry
+from cachetool.cache.lean import LeanEntry, keep_lean
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
 from cachetool.cache.paths import child_maker
 
@@ -35,6 +35,7 @@ class Item:
     __slots__ = (
         "_child",
         "_path",
+        "ctime_ns",
         "error",
         "ino",
         "is_dir",
@@ -64,7 +65,7 @@ class Item:
         self.prefix = prefix
         if st is None:
             self.ok = self.is_dir = self.is_file = False
-            self.mode = self.size = self.mtime_ns = self.ino = 0
+            self.mode = self.size = self.mtime_ns = self.ctime_ns = self.ino = 0
             self.uid = -1
             self.mtime = 0.0
             return
@@ -76,6 +77,7 @@ class Item:
         self.size = st.st_size
         self.mtime = st.st_mtime
         self.mtime_ns = st.st_mtime_ns
+        self.ctime_ns = st.st_ctime_ns
         self.ino = st.st_ino
         self.uid = st.st_uid
 
@@ -128,11 +130,12 @@ def _list_dir(path: Path, split: bool) -> tuple[list[Item], str | None, Candidat
     child = child_maker(path)
     prefix = os.path.join(str(path), "")
     candidates = Candidates(child, prefix, pairs)
+    own = layout.LEDGER_DIR
     try:
         with os.scandir(path) as it:
             for de in it:
                 name = de.name
-                if name == layout.LEDGER_DIR:
+                if name == own:
                     continue  # cachetool's own state (ledger, read index, pins): never an entry
                 try:
                     st = de.stat(follow_symlinks=False)
@@ -337,6 +340,8 @@ class Walker:
         self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
         #: Where the walk keeps lean entries (`cachetool.cache.lean`); None: an `Entry` for each.
         self.lean: list[LeanEntry] | None = None
+        #: Folders listed before the walk (`list_dir_split` results by path text), taken as met.
+        self.listed: dict[str, tuple[list[Item], str | None, Candidates]] | None = None
 
     def read_ahead(self) -> None:
         """Where more than one core is free: find the Arrow files of folders the read index does
@@ -449,35 +454,22 @@ class Walker:
 
     def lean_files(self, candidates: Candidates, ds: DatasetDir | None) -> list[Item]:
         """Keep the entries of a folder's unchanged `cache-<fp>.arrow` files (regular files the
-        read index knows, whose entry needs nothing but the index row: `lean_entry`) as lean
+        read index knows, whose entry needs nothing but the index row: `keep_lean`) as lean
         entries in `self.lean`; returns the other candidates as items, for the ordinary rules.
         Names with a shard part (`_00000_of_00004`) or other characters go the ordinary way."""
         lean = self.lean
         assert lean is not None
         index = self.index
-        schema = index.schema
-        rows: dict[str, Any] | None = None
-        prefix = candidates.prefix
-        rest: list[tuple[str, os.stat_result]] = []
         used: list[Any] = []  # the index rows that still describe their file
-        for pair in candidates.pairs:
-            name, st = pair
-            fp = name[6:-6]
-            if fp.isalnum() and fp.isascii() and len(fp) <= 64:  # as `layout.parse_cache_file`
-                if rows is None:
-                    rows = index.rows_of(self._folder_of_prefix(prefix))
-                row = rows.get(name)
-                if (
-                    row is not None
-                    and row[2] == st.st_size
-                    and row[3] == st.st_mtime_ns
-                    and row[4] == st.st_ino
-                    and (entry := lean_entry(prefix, name, st, fp, ds, row, schema(row))) is not None
-                ):
-                    used.append(row)
-                    lean.append(entry)
-                    continue
-            rest.append(pair)
+        rest = keep_lean(
+            candidates.prefix,
+            candidates.pairs,
+            index.rows_of(self._folder_of_prefix(candidates.prefix)),
+            index.schema,
+            ds,
+            lean,
+            used,
+        )
         if used:
             index.mark_used(*used)
             before = self.files_seen

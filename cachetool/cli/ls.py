@@ -119,14 +119,28 @@ def run_ls(
         out = Output(fmt, no_truncate=no_truncate)
         if not filters and sort is None:
             # Unchanged cache files stay lean entries: no objects per file (the same bytes).
+            snap = None
+            if fmt == OutputFormat.json and limit is None and not sys.stdout.isatty():
+                # The text kept from a listing of the same files (`cachetool.cache.snapshot`).
+                from cachetool.cache.snapshot import ListingText, reusable
+
+                snap = ListingText.of(target)
+                if snap is not None and snap.text is not None:
+                    out.json_pieces(lambda: None, snap.pieces)
+                    return
             with scan_progress() as progress:
-                lean = list_cache_lean(target, limit=limit, progress=progress)
+                lean = list_cache_lean(
+                    target, limit=limit, progress=progress, prelisted=None if snap is None else snap.listed
+                )
             for message in lean.warnings:
                 warn(message)
             if fmt == OutputFormat.json:
+                keep = snap is not None and reusable(lean.report, lean.warnings)
                 out.json_pieces(
                     lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
-                    lambda: ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals()),
+                    lambda: (snap.keep if keep and snap is not None else iter)(
+                        ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals())
+                    ),
                 )
             elif fmt == OutputFormat.quiet:
                 out.ids(listed_id(e) for e in lean.listed)

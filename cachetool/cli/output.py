@@ -301,9 +301,10 @@ class Output:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
-    def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str]]) -> None:
+    def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str | bytes]]) -> None:
         """The same document as `json(doc())`; in a pipe (compact) written from `pieces`, the
-        document's text in order, so a large listing is never held whole as objects or text."""
+        document's text in order (or its ASCII bytes), so a large listing is never held whole as
+        objects or text."""
         if sys.stdout.isatty():
             self.json(doc())
             return
@@ -311,9 +312,9 @@ class Output:
         binary = getattr(sys.stdout, "buffer", None)
         for piece in pieces():
             if binary is not None:
-                binary.write(piece.encode("ascii"))
+                binary.write(piece if isinstance(piece, bytes) else piece.encode("ascii"))
             else:
-                sys.stdout.write(piece)
+                sys.stdout.write(piece.decode("ascii") if isinstance(piece, bytes) else piece)
         if binary is not None:
             binary.write(b"\n")
             binary.flush()

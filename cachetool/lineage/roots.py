@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -28,6 +27,8 @@ ROOTS_FILE = "roots.json"
 
 def root_key(root: str | os.PathLike[str]) -> str:
     """A file-name-safe key for a root: its last folder name plus a hash of its absolute path."""
+    import hashlib  # here: a listing of a root without a per-user ledger never names one
+
     path = os.path.realpath(os.fspath(root))
     digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(path))[:40]

@@ -1,0 +1,242 @@
+"""The text of a plain `ls --json` kept for a cache in which nothing it depends on changed.
+
+A warm listing of an unchanged cache writes the same bytes each time. `ListingText.of(root)`
+lists every folder of the root with `lstat` (the walk the scan would do anyway, handed to it:
+`listed`) and computes a key of everything the text depends on: each folder's path and, for
+each of its entries, name, mode, size, mtime, ctime (which no one can set back: a file rewritten
+with the same size and mtime still changes it), inode and owner; the root's pins; the code that
+writes the text (the size and mtime of cachetool's modules, the Python version); the format of
+this file. Where `<root>/.cachetool/ls-json.z` holds the text written under the same key, that
+is the listing.
+
+It is written only after a listing whose every entry follows from the files alone: no warning,
+no damaged pins file, no ledger for the root (its usage would be an input of its own), and only
+entries of kinds whose text depends on nothing but the files (no locks, temporary files, tf.data
+caches, leftovers, downloads), none with a problem. Nothing is kept where the root has no read
+index (a cold listing pays nothing for it), for a `--limit`, or for a terminal (which gets the
+indented document). The file is zlib-compressed (about 16 bytes per file) and written whole to
+a temporary file renamed over it; a damaged, foreign or unreadable one is simply not used, nor
+one whose text holds anything but printable ASCII (what compact JSON text is made of). Like the
+read index, it is as trustworthy as the root's `.cachetool` folder: whoever can write there can
+make a listing say what they like, though never write a control character to a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from cachetool.cache.index import INDEX_NAME
+from cachetool.cache.layout import LEDGER_DIR, Kind
+from cachetool.cache.model import CacheReport
+from cachetool.cache.walk import Candidates, Item, list_dir_split
+
+SNAPSHOT_NAME = "ls-json.z"
+_MAGIC = b"cachetool ls --json 1\n"
+_MAX_BYTES = 256 * 1024 * 1024
+_PIECE = 1024 * 1024
+#: Up to this many files, the folders listed for the key are handed to the scan (a changed cache
+#: is not listed twice); beyond, the rest are listed again by the scan rather than all held.
+HOLD_FILES = 40_000
+#: Up to this many bytes of text, the kept text is held while checked, then written; beyond, it
+#: is decompressed twice (checked, then written) rather than held whole.
+HOLD_BYTES = 32 * 1024 * 1024
+_PRINTABLE = bytes(range(32, 127))
+#: Kinds whose entries' text follows from their files alone (with no problem named).
+STATIC_KINDS = frozenset(
+    {Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED, Kind.ARROW, Kind.METADATA, Kind.OTHER}
+)
+#: What `list_dir_split` returns for a folder.
+Listed = tuple[list[Item], "str | None", Candidates]
+
+
+class ListingText:
+    """The folders of a root as listed for its key, the key, and the stored text if it is valid."""
+
+    def __init__(
+        self,
+        root: Path,
+        listed: dict[str, Listed],
+        key: bytes,
+        text: list[bytes] | Callable[[], Iterator[bytes]] | None,
+    ) -> None:
+        self.root = root
+        #: Each folder's `list_dir_split` result by its path's text (taken by the scan).
+        self.listed = listed
+        self.key = key
+        #: The kept text, if written under this key (`pieces`).
+        self.text = text
+
+    def pieces(self) -> Iterable[bytes]:
+        """The kept text's pieces (printable ASCII), in order."""
+        text = self.text
+        if text is None:
+            return ()
+        return text if isinstance(text, list) else text()
+
+    @classmethod
+    def of(cls, root: str | os.PathLike[str]) -> ListingText | None:
+        """The listing of `root` for its key; None where no text is kept for it (not a folder, no
+        read index, cachetool's own folder, a ledger, an unlistable folder, damaged pins)."""
+        from cachetool.cache.scan import _is_cachetool_state, _may_have_ledger
+        from cachetool.errors import CachetoolError
+        from cachetool.maintenance.pins import read_pins
+
+        path = Path(root).expanduser()
+        try:
+            if not path.is_dir() or path.is_symlink():
+                return None
+            path = path.resolve()
+            if not os.path.isfile(path / LEDGER_DIR / INDEX_NAME) or _is_cachetool_state(path):
+                return None
+            if _may_have_ledger(path):
+                return None
+            pins = sorted(read_pins(path))
+        except (OSError, CachetoolError):
+            return None
+        listed: dict[str, Listed] = {}
+        held = 0
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=32)
+        for part in _code_key():
+            h.update(part)
+        h.update(os.fsencode("\0".join(pins)) + b"\1")
+        stack = [path]
+        while stack:
+            folder = stack.pop()
+            got = list_dir_split(folder)
+            items, err, candidates = got
+            if err:
+                return None
+            text = str(folder)
+            if held < HOLD_FILES:  # beyond, the scan lists the other folders itself
+                listed[text] = got
+                held += len(items) + len(candidates.pairs)
+            nums = array("q")
+            extend = nums.extend
+            names = [text]
+            try:
+                for it in items:
+                    if not it.ok:
+                        return None
+                    names.append(it.name)
+                    extend((it.mode, it.size, it.mtime_ns, it.ctime_ns, it.ino, it.uid))
+                    if it.is_dir:
+                        stack.append(it.path)
+                for name, st in candidates.pairs:
+                    names.append(name)
+                    extend((st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_uid))
+            except OverflowError:  # a number beyond 64 bits: no text kept
+                return None
+            encoded = os.fsencode("\0".join(names))
+            h.update(b"%d %d\1" % (len(names), len(encoded)) + encoded + nums.tobytes())
+        key = h.digest()
+        kept = _load(path, key)
+        return cls(path, {} if kept is not None else listed, key, kept)
+
+    def keep(self, pieces: Iterable[str]) -> Iterator[str]:
+        """`pieces` (the listing's text, in order), stored under the key once all went through."""
+        z = zlib.compressobj(1)
+        chunks = [_MAGIC, self.key]
+        for piece in pieces:
+            chunks.append(z.compress(piece.encode("ascii")))
+            yield piece
+        chunks.append(z.flush())
+        _store(self.root, b"".join(chunks))
+
+
+def reusable(report: CacheReport, warnings: Iterable[str]) -> bool:
+    """Whether the text of a listing follows from the files alone (see the module's docs)."""
+    if report.warnings or any(True for _ in warnings):
+        return False
+    return all(e.kind in STATIC_KINDS and not e.problems for e in report.entries)
+
+
+def _code_key() -> Iterator[bytes]:
+    """The format of the stored text, the Python that runs, and the size and mtime of the
+    modules that write the text."""
+    yield _MAGIC
+    yield sys.version.encode("utf-8", "surrogateescape") + b"\1"
+    package = Path(__file__).resolve().parent.parent
+    for folder in (package, package / "cache", package / "cli", package / "fingerprint"):
+        try:
+            with os.scandir(folder) as it:
+                found = sorted((de.name, de.stat()) for de in it if de.name.endswith(".py"))
+        except OSError:
+            found = []
+        yield os.fsencode(str(folder)) + b"\1"
+        for name, st in found:
+            yield f"{name}\0{st.st_size}\0{st.st_mtime_ns}\1".encode("utf-8", "surrogateescape")
+
+
+def _load(root: Path, key: bytes) -> list[bytes] | Callable[[], Iterator[bytes]] | None:
+    """The stored text (printable ASCII) if it was written under `key`: its pieces, or where it
+    is larger than `HOLD_BYTES`, a function giving them again (all checked before the first is
+    written: a damaged or foreign text is never written in part)."""
+    from cachetool.safejson import BadJsonFile, read_regular_file
+
+    try:
+        data = read_regular_file(root / LEDGER_DIR / SNAPSHOT_NAME, _MAX_BYTES)
+    except (OSError, BadJsonFile):
+        return None
+    head = len(_MAGIC) + len(key)
+    if data[: len(_MAGIC)] != _MAGIC or data[len(_MAGIC) : head] != key:
+        return None
+    held: list[bytes] | None = []
+    size = 0
+    try:
+        for piece in _pieces(data, head):
+            if piece.translate(None, _PRINTABLE):  # compact JSON text is printable ASCII alone
+                return None
+            size += len(piece)
+            if held is not None:
+                held.append(piece)
+                if size > HOLD_BYTES:
+                    held = None  # checked through, then read again while written
+    except (zlib.error, ValueError, MemoryError):
+        return None
+    if held is not None:
+        return held
+    return lambda: _pieces(data, head)
+
+
+def _pieces(data: bytes, head: int) -> Iterator[bytes]:
+    """The text compressed in `data` after `head`, a megabyte at a time; ValueError if it does
+    not end where `data` does."""
+    unz = zlib.decompressobj()
+    rest: bytes | memoryview = memoryview(data)[head:]
+    while rest:
+        piece = unz.decompress(rest, _PIECE)
+        rest = unz.unconsumed_tail
+        if piece:
+            yield piece
+    piece = unz.flush()
+    if piece:
+        yield piece
+    if not unz.eof or unz.unused_data:
+        raise ValueError("not one whole zlib stream")
+
+
+def _store(root: Path, data: bytes) -> None:
+    """Write the stored text (whole, through a temporary file); nothing on a read-only root."""
+    import tempfile
+
+    folder = root / LEDGER_DIR
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".ls-json-", dir=folder)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, folder / SNAPSHOT_NAME)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

@@ -1,0 +1,241 @@
+"""A plain `ls --json` of an unchanged cache writes the text kept from the listing before
+(`cachetool.cache.snapshot`): the same bytes as a listing that makes every `Entry`, and never
+the kept text once anything it depends on changed (a file touched, rewritten in place, replaced
+by another of the same size and mtime, added or removed; a pin; a ledger record; an older
+format), nor kept at all where a listing's text depends on more than its files."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cachetool.cache.layout import LEDGER_DIR
+from cachetool.cache.snapshot import SNAPSHOT_NAME, ListingText
+from cachetool.maintenance.pins import add_pin, remove_pin
+from tests.attack.races import synthesize_cache
+from tests.conftest import invoke
+from tests.test_listing_lean import _object_path_text
+
+
+def _ls(root: Path) -> str:
+    got = invoke("ls", str(root), "--json")
+    assert got.exit_code == 0, got.output
+    return str(got.stdout)
+
+
+def _kept(root: Path) -> str | None:
+    """The kept text a listing of `root` would write now, or None."""
+    snap = ListingText.of(root)
+    return None if snap is None or snap.text is None else b"".join(snap.pieces()).decode("ascii")
+
+
+@pytest.fixture
+def cache(isolated_env: Path) -> tuple[Path, list[Path]]:
+    """A cache listed twice (the read index, then the kept text), each listing checked."""
+    root = isolated_env / "cache"
+    files = synthesize_cache(root, 6)
+    assert _ls(root) == _object_path_text(root, [])  # cold: the read index is written
+    assert _kept(root) is None
+    assert _ls(root) == _object_path_text(root, [])  # warm: the text is kept
+    assert _kept(root) == _ls(root)[:-1]  # and written again from there
+    return root, files
+
+
+def _replace_keeping_size_and_mtime(path: Path, other: Path) -> None:
+    """`path` replaced (another inode) by `other`'s bytes (same size), its mtime and its
+    folder's kept."""
+    st = path.stat()
+    folder = path.parent.stat()
+    data = other.read_bytes()
+    assert len(data) == st.st_size
+    tmp = path.with_name("x.tmp")
+    tmp.write_bytes(data)
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, path)
+    os.utime(path.parent, ns=(folder.st_atime_ns, folder.st_mtime_ns))
+
+
+def _rewrite_in_place(path: Path, data: bytes) -> None:
+    """`path` rewritten in place (same inode) with `data` of its size, its mtime set back."""
+    st = path.stat()
+    assert len(data) == st.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+CHANGES: dict[str, Callable[[Path, list[Path]], None]] = {
+    "touched": lambda root, files: os.utime(files[0], (1_000_000_000, 1_000_000_000)),
+    "replaced, same size and mtime, another inode": lambda root, files: _replace_keeping_size_and_mtime(
+        files[0], files[1]
+    ),
+    "rewritten in place, same size and mtime": lambda root, files: _rewrite_in_place(
+        files[0].parent / "dataset_info.json",
+        (files[0].parent / "dataset_info.json").read_bytes().replace(b'"csv"', b'"tsv"'),
+    ),
+    "added": lambda root, files: (files[0].parent / "cache-00000000000000aa.arrow").write_bytes(
+        files[0].read_bytes().replace(b"0000000000000000", b"00000000000000aa")
+    ),
+    "removed": lambda root, files: files[2].unlink(),
+    "pin added": lambda root, files: add_pin(root, "0000000000000003") and None,
+    "ledger record added": lambda root, files: _ledger_record(root, "0000000000000004"),
+    "older format": lambda root, files: _older_format(root),
+    "damaged": lambda root, files: _truncate(root / LEDGER_DIR / SNAPSHOT_NAME),
+}
+
+
+def _ledger_record(root: Path, fp: str) -> None:
+    from cachetool.lineage.ledger import LedgerWriter
+    from tests.test_ledger import _record
+
+    w = LedgerWriter(warn=lambda _: None)
+    w.append(str(root), _record(0, fp))
+    w.close()
+
+
+def _older_format(root: Path) -> None:
+    path = root / LEDGER_DIR / SNAPSHOT_NAME
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"cachetool ls --json 1\n", b"cachetool ls --json 0\n", 1))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 40])
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_change_is_listed_not_the_kept_text(change: str, cache: tuple[Path, list[Path]]) -> None:
+    """After each change, the kept text is not used: `ls --json` writes what the listing that
+    makes every `Entry` writes (which differs from the kept text where the change shows)."""
+    root, files = cache
+    before = _ls(root)
+    CHANGES[change](root, files)
+    assert _kept(root) is None, "the kept text would be written for a changed cache"
+    after = _ls(root)
+    assert after == _object_path_text(root, [])
+    # (the dataset's name is its folder's, not that in dataset_info.json)
+    if change not in ("older format", "damaged", "rewritten in place, same size and mtime"):
+        assert after != before
+    if change == "ledger record added":
+        assert '"operation": "map"' in after
+
+
+def test_a_pin_removed_is_listed_not_the_kept_text(cache: tuple[Path, list[Path]]) -> None:
+    """A pin added (listed, kept again), then removed: the kept text of the pinned listing is not
+    used for the unpinned one."""
+    root, _ = cache
+    add_pin(root, "0000000000000003")
+    pinned = _ls(root)
+    assert _kept(root) == pinned[:-1]
+    remove_pin(root, "0000000000000003")
+    assert _kept(root) is None
+    assert _ls(root) == _object_path_text(root, []) != pinned
+
+
+@pytest.mark.parametrize(
+    "odd",
+    ["a lock file", "a temporary file", "a damaged cache file", "a limit"],
+)
+def test_no_text_is_kept_where_the_listing_depends_on_more_than_its_files(
+    odd: str, cache: tuple[Path, list[Path]]
+) -> None:
+    """Locks and temporary files (whose entries depend on live processes and the clock), a file
+    with a problem, and `--limit` listings: no text is kept, and every listing is as the object
+    path writes it."""
+    root, files = cache
+    (root / LEDGER_DIR / SNAPSHOT_NAME).unlink()
+    folder = files[0].parent
+    form: list[str] = []
+    if odd == "a lock file":
+        (folder.parent / f"{folder.name}.lock").write_text("")
+    elif odd == "a temporary file":
+        (folder / "tmpabcd1234").write_bytes(files[0].read_bytes())
+    elif odd == "a damaged cache file":
+        files[3].write_bytes(b"\xff" * 100)
+    else:
+        form = ["--limit", "2"]
+    for _ in range(2):
+        got = invoke("ls", str(root), "--json", *form)
+        assert got.stdout == _object_path_text(root, form)
+    assert not (root / LEDGER_DIR / SNAPSHOT_NAME).exists()
+
+
+def test_the_kept_text_is_the_listing(cache: tuple[Path, list[Path]]) -> None:
+    """The kept text, once written, is what the listing writes (read back whole), and a listing
+    of the same cache reads it rather than listing again."""
+    root, _ = cache
+    kept = _kept(root)
+    assert kept is not None
+    doc = json.loads(kept)
+    assert len(doc["entries"]) == 6
+    assert _ls(root) == kept + "\n" == _object_path_text(root, [])
+
+
+def test_a_kept_text_with_control_characters_is_not_written(cache: tuple[Path, list[Path]]) -> None:
+    """A kept text (under the right key) holding an escape sequence is not written out: the
+    listing is made again."""
+    import zlib
+
+    from cachetool.cache.snapshot import _MAGIC
+
+    root, _ = cache
+    path = root / LEDGER_DIR / SNAPSHOT_NAME
+    data = path.read_bytes()
+    head = len(_MAGIC) + 32
+    text = zlib.decompress(data[head:]).replace(b'"entries": [', b'"entries": [\x1b[2J', 1)
+    path.write_bytes(data[:head] + zlib.compress(text))
+    assert _kept(root) is None
+    assert _ls(root) == _object_path_text(root, [])
+
+
+@pytest.mark.parametrize("kept", ["held", "read twice"])
+def test_a_kept_text_is_checked_whole_before_any_of_it_is_written(
+    kept: str, cache: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read in pieces of 64 bytes, held (small) or checked then read again (large): written whole
+    and the same; with an escape sequence in its last piece, or cut short, none of it is written."""
+    import zlib
+
+    from cachetool.cache import snapshot
+
+    root, _ = cache
+    monkeypatch.setattr(snapshot, "_PIECE", 64)
+    if kept == "read twice":
+        monkeypatch.setattr(snapshot, "HOLD_BYTES", 100)
+    expected = _object_path_text(root, [])
+    snap = ListingText.of(root)
+    assert snap is not None and isinstance(snap.text, list) == (kept == "held")
+    assert _ls(root) == expected
+    path = root / LEDGER_DIR / SNAPSHOT_NAME
+    data = path.read_bytes()
+    head = len(snapshot._MAGIC) + 32
+    text = zlib.decompress(data[head:])
+    path.write_bytes(data[:head] + zlib.compress(text[:-2] + b"\x1b" + text[-2:]))
+    assert _kept(root) is None
+    assert _ls(root) == expected
+    path.write_bytes(data[: len(data) - 3])
+    assert _kept(root) is None
+    assert _ls(root) == expected
+
+
+def test_a_changed_cache_listed_partly_again_by_the_scan_is_listed_right(
+    cache: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where more files than `HOLD_FILES` were listed for the key, the scan lists the other
+    folders itself: a changed cache is listed as the object path lists it, and kept again."""
+    from cachetool.cache import snapshot
+
+    root, files = cache
+    monkeypatch.setattr(snapshot, "HOLD_FILES", 2)
+    snap = ListingText.of(root)
+    assert snap is not None and snap.text is not None
+    os.utime(files[1], (1_000_000_000, 1_000_000_000))
+    snap = ListingText.of(root)
+    assert snap is not None and snap.text is None and 0 < len(snap.listed) < 5
+    assert _ls(root) == _object_path_text(root, [])
+    assert _kept(root) == _object_path_text(root, [])[:-1]
