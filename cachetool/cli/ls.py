@@ -10,7 +10,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,7 @@ from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.cache.lean import Listed
+    from cachetool.cache.lean import LeanEntry, Listed
     from cachetool.cache.listing import Listing
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.ledger import Ledger
@@ -117,9 +117,10 @@ def run_ls(
         check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
         target = resolve_target(path, cache_dir)
         out = Output(fmt, no_truncate=no_truncate)
-        if fmt == OutputFormat.json and not filters and sort is None:
+        if not filters and sort is None:
+            # Unchanged cache files stay lean entries: no objects per file (the same bytes).
             snap = None
-            if limit is None and not sys.stdout.isatty():
+            if fmt == OutputFormat.json and limit is None and not sys.stdout.isatty():
                 # The text kept from a listing of the same files (`cachetool.cache.snapshot`).
                 from cachetool.cache.snapshot import ListingText, reusable
 
@@ -127,20 +128,25 @@ def run_ls(
                 if snap is not None and snap.text is not None:
                     out.json_pieces(lambda: None, snap.pieces)
                     return
-            # Written from lean entries: no objects per unchanged file (the same text).
             with scan_progress() as progress:
                 lean = list_cache_lean(
                     target, limit=limit, progress=progress, prelisted=None if snap is None else snap.listed
                 )
             for message in lean.warnings:
                 warn(message)
-            keep = snap is not None and reusable(lean.report, lean.warnings)
-            out.json_pieces(
-                lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
-                lambda: (snap.keep if keep and snap is not None else iter)(
-                    ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals())
-                ),
-            )
+            if fmt == OutputFormat.json:
+                keep = snap is not None and reusable(lean.report, lean.warnings)
+                out.json_pieces(
+                    lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
+                    lambda: (snap.keep if keep and snap is not None else iter)(
+                        ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals())
+                    ),
+                )
+            elif fmt == OutputFormat.quiet:
+                out.ids(listed_id(e) for e in lean.listed)
+            else:
+                count, totals = len(lean.everything), lean.totals()
+                render_human(out, lean.report, lean.listed, pinned=lean.pinned, count=count, totals=totals)
             report_warnings(lean.report)
             return
         with scan_progress() as progress:
@@ -211,97 +217,222 @@ def ls_document_text(
     yield head[cut:]
 
 
+def listed_id(e: Listed) -> str:
+    """What `-q` prints of a listed item: `Entry.id` (a lean entry's fingerprint, else its path)."""
+    if isinstance(e, tuple):
+        return e[4] or e[0] + e[1]
+    return e.id
+
+
 def render_human(
     out: Output,
     report: CacheReport,
-    entries: list[Entry],
+    entries: Sequence[Listed],
     grouped: bool = True,
     pinned: frozenset[str] = frozenset(),
+    count: int | None = None,
+    totals: dict[str, tuple[int, int]] | None = None,
 ) -> None:
-    """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
+    """Tables grouped by dataset folder (or one flat table when sorted), then the totals.
+    `entries` may hold lean entries (`cachetool.cache.lean`); the report's entries then leave
+    them out, and `count` (how many entries the cache holds) and `totals` (`report.totals()` of
+    every entry) stand for what the report would say."""
+    if count is None:
+        count = len(report.entries)
+    texts = _Texts(report.scanned_at)
     out.line(f"Cache: {out.path(report.root, out.width - 7)}", style="bold")
     if not entries:
-        out.line("No entries." if not report.entries else "No entries match.")
+        out.line("No entries." if not count else "No entries match.")
     elif grouped:
-        groups: dict[str, list[Entry]] = {}
+        groups: dict[str, list[Listed]] = {}
+        dirs: dict[str, Path | None] = {}
         for e in entries:
-            groups.setdefault(e.dataset or "(cache root)", []).append(e)
+            if isinstance(e, tuple):
+                ds = e[3]
+                name, where = (ds.name, ds.path) if ds is not None else (None, None)
+            else:
+                name, where = e.dataset, e.dataset_dir
+            name = name or "(cache root)"
+            members = groups.get(name)
+            if members is None:
+                members = groups[name] = []
+                dirs[name] = where  # the first member's folder
+            members.append(e)
         for name, members in groups.items():
-            where = members[0].dataset_dir
+            where = dirs[name]
             out.line()
             out.line(name, style="bold cyan")
             if where is not None and _short(where, report.root) not in (name, "."):
                 out.line(f"  {out.path(_short(where, report.root), out.width - 2)}", style="dim")
-            _entry_table(out, report, members, with_dataset=False, pinned=pinned)
+            _entry_table(out, report, members, with_dataset=False, pinned=pinned, texts=texts)
     else:
-        _entry_table(out, report, entries, with_dataset=True, pinned=pinned)
+        _entry_table(out, report, entries, with_dataset=True, pinned=pinned, texts=texts)
     out.line()
-    for text in totals_line(report, len(entries)).splitlines():
+    for text in totals_line(report, len(entries), count, totals).splitlines():
         out.line(text)
 
 
-def _table_columns(
-    entries: list[Entry], now: float, no_truncate: bool, pinned: frozenset[str]
-) -> dict[str, list[str]]:
-    """Each column's cells, by column name, in the order of `entries`. Ages and sizes repeat
-    (files made by one run share their second), so each is formatted once."""
-    from cachetool.cache.query import is_pinned
-    from cachetool.formatting import human_size, short_age
+class _Texts:
+    """The texts of ages, sizes and row counts, each formatted once: they repeat (the files of
+    one run share their second, a pipeline's steps their row count), in every table of a
+    listing. `now` is the scan's time, which ages count from."""
 
-    ages: dict[int, str] = {}
-    sizes: dict[int, str] = {}
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.ages: dict[int, str] = {}
+        self.sizes: dict[int, str] = {}
+        self.counts: dict[int | None, str] = {None: ""}
 
-    def age(ts: float | None) -> str:
+    def age(self, ts: float | None) -> str:
         if ts is None:
             return ""
-        seconds = int(now - ts)
-        text = ages.get(seconds)
+        seconds = int(self.now - ts)
+        text = self.ages.get(seconds)
         if text is None:
-            text = ages[seconds] = short_age(seconds) + " ago"
+            from cachetool.formatting import short_age
+
+            text = self.ages[seconds] = short_age(seconds) + " ago"
         return text
 
-    def size(n: int) -> str:
-        text = sizes.get(n)
+    def size(self, n: int) -> str:
+        text = self.sizes.get(n)
         if text is None:
-            text = sizes[n] = human_size(n)
+            from cachetool.formatting import human_size
+
+            text = self.sizes[n] = human_size(n)
         return text
 
-    columns: dict[str, list[str]] = {
+    def rows(self, n: int | None) -> str:
+        text = self.counts.get(n)
+        if text is None:
+            text = self.counts[n] = f"{n:,}"
+        return text
+
+    def ages_of(self, times: list[float]) -> list[str]:
+        """`age` of each of `times` (none None)."""
+        now = self.now
+        seconds = [int(now - ts) for ts in times]
+        known = self.ages
+        for missing in set(seconds).difference(known):
+            self.age(now - missing)
+        return list(map(known.__getitem__, seconds))
+
+    def sizes_of(self, sizes: list[int]) -> list[str]:
+        known = self.sizes
+        for missing in set(sizes).difference(known):
+            self.size(missing)
+        return list(map(known.__getitem__, sizes))
+
+    def rows_of(self, counts: list[int | None]) -> list[str]:
+        known = self.counts
+        for missing in set(counts).difference(known):
+            self.rows(missing)
+        return list(map(known.__getitem__, counts))
+
+
+def _table_columns(
+    entries: Sequence[Listed],
+    now: float,
+    no_truncate: bool,
+    pinned: frozenset[str],
+    texts: _Texts | None = None,
+) -> dict[str, list[str]]:
+    """Each column's cells, by column name, in the order of `entries`: lean entries' cells are
+    made column by column from their tuples (`_lean_columns`), run by run."""
+    from itertools import groupby
+
+    if texts is None:
+        texts = _Texts(now)
+    columns: dict[str, list[str]] | None = None
+    for lean, run in groupby(entries, _has_lean_cells):
+        if lean:
+            got = _lean_columns(list(run), pinned, texts)  # type: ignore[arg-type]
+        else:
+            got = _object_columns(run, no_truncate, pinned, texts)
+        if columns is None:
+            columns = got
+        else:
+            for name, cells in got.items():
+                columns[name] += cells
+    return columns if columns is not None else _object_columns([], no_truncate, pinned, texts)
+
+
+def _has_lean_cells(e: Listed) -> bool:
+    """A lean entry whose cells `_lean_columns` makes (one with a fingerprint to show)."""
+    return isinstance(e, tuple) and bool(e[4])
+
+
+def _object_columns(
+    listed: Iterable[Listed], no_truncate: bool, pinned: frozenset[str], texts: _Texts
+) -> dict[str, list[str]]:
+    """`_table_columns` of entries, from their `Entry`."""
+    from cachetool.cache.lean import entries_of
+    from cachetool.cache.query import is_pinned
+
+    entries = entries_of(listed)
+    age = texts.age
+    used: list[str] = []
+    modified: list[str] = []
+    for e in entries:
+        mtime = e.modified
+        modified.append(age(mtime))
+        used.append(age(mtime if e.last_used is None else e.used))
+    return {
         "dataset": [e.dataset or "" for e in entries],
         "kind": [e.kind_str for e in entries],
         "fingerprint": [entry_label(e, whole=no_truncate) for e in entries],
         "pin": ["yes" if is_pinned(e, pinned) else "" for e in entries] if pinned else [""] * len(entries),
         "files": [str(len(e.files)) for e in entries],
-        "rows": [],
+        "rows": [texts.rows(e.rows) for e in entries],
         "cols": [str(len(e.columns) or "") for e in entries],
-        "size": [size(e.size) for e in entries],
-        "modified": [],
-        "used": [],
+        "size": [texts.size(e.size) for e in entries],
+        "modified": modified,
+        "used": used,
         "op": [e.operation or "" for e in entries],
         "parent": [e.parent or "" for e in entries],
     }
-    for e in entries:
-        rows, modified = e.rows, e.modified
-        columns["rows"].append("" if rows is None else f"{rows:,}")
-        columns["modified"].append(age(modified))
-        used = e.last_used
-        columns["used"].append(age(modified if used is None else e.used))
-    return columns
+
+
+def _lean_columns(
+    entries: Sequence[LeanEntry], pinned: frozenset[str], texts: _Texts
+) -> dict[str, list[str]]:
+    """`_table_columns` of lean entries that have a fingerprint, column by column from their
+    tuples: each is one file, in no ledger record (no parent, no operation, used when
+    modified), with no aliases; its fingerprint is its label."""
+    n = len(entries)
+    schemas = {id(e[13]): e[13] for e in entries}
+    cols = {k: str(len(schema[0]) or "") for k, schema in schemas.items()}
+    modified = texts.ages_of([e[6] for e in entries])
+    return {
+        "dataset": [e[3].name if e[3] is not None else "" for e in entries],
+        "kind": [e[2]._value_ for e in entries],
+        "fingerprint": [e[4] for e in entries],
+        "pin": ["yes" if e[4] in pinned else "" for e in entries] if pinned else [""] * n,
+        "files": ["1"] * n,
+        "rows": texts.rows_of([e[9] for e in entries]),
+        "cols": [cols[id(e[13])] for e in entries],
+        "size": texts.sizes_of([e[5] for e in entries]),
+        "modified": modified,
+        "used": modified[:],
+        "op": [""] * n,
+        "parent": [""] * n,
+    }
 
 
 def _entry_table(
     out: Output,
     report: CacheReport,
-    entries: list[Entry],
+    entries: Sequence[Listed],
     with_dataset: bool,
     pinned: frozenset[str] = frozenset(),
+    texts: _Texts | None = None,
 ) -> None:
     """One row per entry. `op` and `parent` appear once the ledger knows any entry. On a narrow
     terminal the dataset shows without its config hash, parents by their first 8 digits, then
     `cols`, `files`, `modified`, `parent` and `op` give way, in that order, until the table fits
     (all stay in --json and `show`; --no-truncate keeps everything). A `pin` column marks pinned
     entries when there are any."""
-    columns = _table_columns(entries, report.scanned_at, out.no_truncate, pinned)
+    columns = _table_columns(entries, report.scanned_at, out.no_truncate, pinned, texts)
     recorded = any(columns["parent"]) or any(columns["op"])
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
     if any(columns["pin"]):
@@ -320,8 +451,7 @@ def _entry_table(
     justify = {
         n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
-    rows = list(zip(*(columns[n] for n in names), strict=True))
-    out.table(None, [(n, justify[n]) for n in names], rows, widths=widths)
+    out.column_table([(n, justify[n]) for n in names], [columns[n] for n in names], widths=widths)
 
 
 def _fit_columns(
@@ -358,12 +488,22 @@ def _fit_columns(
             names.remove(column)
 
 
-def totals_line(report: CacheReport, shown: int) -> str:
+def totals_line(
+    report: CacheReport,
+    shown: int,
+    count: int | None = None,
+    totals: dict[str, tuple[int, int]] | None = None,
+) -> str:
+    """The totals under a listing of `shown` entries; `count` and `totals` stand for the number
+    of the report's entries and `report.totals()` when given (a lean listing's)."""
     from cachetool.formatting import human_size
 
-    totals = report.totals()  # once: it sums every entry
+    if totals is None:
+        totals = report.totals()  # once: it sums every entry
+    if count is None:
+        count = len(report.entries)
     files = sum(n for n, _ in totals.values())
     size = sum(b for _, b in totals.values())
     parts = [f"{k} {n} file{'s' if n != 1 else ''} {human_size(b)}" for k, (n, b) in totals.items()]
-    head = f"{shown} of {len(report.entries)} entries; cache holds {files} files, {human_size(size)}"
+    head = f"{shown} of {count} entries; cache holds {files} files, {human_size(size)}"
     return head + ("\nby kind: " + "; ".join(parts) if parts else "")

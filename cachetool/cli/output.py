@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cachetool.cli.tables import plain_table_lines, rich_table, whole_fits
+from cachetool.cli.tables import plain_column_lines, plain_table_lines, rich_table, whole_fits
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import safe_text
 
@@ -240,6 +240,21 @@ class Output:
                 self.line(row[headers.index(h)])
             pairs = [f"{headers[i]} {row[i]}".strip() for i in others if row[i]]
             self.line("  " + " · ".join(pairs), style="dim")
+
+    def column_table(
+        self,
+        columns: Sequence[tuple[str, str]],
+        cells: Sequence[list[str]],
+        widths: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
+        """`table(None, columns, rows, widths=widths)` of text cells given column by column
+        (each as long as the others), as a listing builds them: drawn plain, no list per row."""
+        safe = [col if "".join(col).isprintable() else [safe_text(c) for c in col] for col in cells]
+        lines = plain_column_lines(columns, safe, {} if self.no_truncate else dict(widths or {}), self.width)
+        if lines is not None:
+            self._write_plain_table(lines)
+            return
+        self.table(None, columns, list(zip(*cells, strict=True)), widths=widths)
 
     def _write_plain_table(self, lines: list[str]) -> None:
         if not self.plain and self.console.is_terminal:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["plain_table_lines", "rich_table", "whole_fits"]
+__all__ = ["plain_column_lines", "plain_table_lines", "rich_table", "whole_fits"]
 
 
 def plain_table_lines(
@@ -24,36 +24,55 @@ def plain_table_lines(
     if any(len(row) != n for row in cells):
         return None
     col_cells: list[Sequence[str]] = list(zip(*cells, strict=True)) if cells else [() for _ in columns]
+    return plain_column_lines(columns, col_cells, widths, width)
+
+
+def plain_column_lines(
+    columns: Sequence[tuple[str, str]],
+    col_cells: Sequence[Sequence[str]],
+    widths: dict[str, tuple[int, int]],
+    width: int,
+) -> list[str] | None:
+    """`plain_table_lines` of cells given column by column (each column as long as the others)."""
+    n = len(columns)
     col_widths: list[int] = []
     pieces: list[str] = []  # the format of a line, column by column
+    padded_only: list[bool] = []  # an ASCII column no cell of which is cut: its format pads it
     for (header, justify), col in zip(columns, col_cells, strict=True):
         everything = header + "".join(col)
         if "\t" in everything:
             return None
         ascii_only = _narrow(everything)
         if ascii_only:
-            w = max(len(header), max(map(len, col), default=0))
+            longest = w = max(len(header), max(map(len, col), default=0))
         else:
             from rich.cells import cell_len
 
-            w = max(cell_len(header), max(map(cell_len, col), default=0))
+            longest = w = max(cell_len(header), max(map(cell_len, col), default=0))
         lo, hi = widths.get(header, (None, None))
         if lo is not None:
             w = max(w, lo)
         if hi is not None:
             w = min(w, hi)
         col_widths.append(max(w, 0))
+        padded_only.append(ascii_only and longest <= w)
         pieces.append(f"{{:{'>' if justify == 'right' else '<'}{max(w, 0)}}}" if ascii_only else "{}")
     if sum(col_widths) + 2 * (n - 1) > width:
         return None
+    header_cells: list[str] = []
     fitted: list[Sequence[str]] = []
-    for (header, justify), col, w in zip(columns, col_cells, col_widths, strict=True):
+    for (header, justify), col, w, as_is in zip(columns, col_cells, col_widths, padded_only, strict=True):
+        if as_is:  # what `_fit_cells` would give
+            header_cells.append(header)
+            fitted.append(col)
+            continue
         fitted_col = _fit_cells([header, *col], w, justify == "right")
         if fitted_col is None:
             return None
-        fitted.append(fitted_col)
+        header_cells.append(fitted_col[0])
+        fitted.append(fitted_col[1:])
     line = "  ".join(pieces).format
-    return [line(*row) for row in zip(*fitted, strict=True)]
+    return [line(*header_cells), *(line(*row) for row in zip(*fitted, strict=True))]
 
 
 def _narrow(text: str) -> bool:
