@@ -239,3 +239,28 @@ def test_a_changed_cache_listed_partly_again_by_the_scan_is_listed_right(
     assert snap is not None and snap.text is None and 0 < len(snap.listed) < 5
     assert _ls(root) == _object_path_text(root, [])
     assert _kept(root) == _object_path_text(root, [])[:-1]
+
+
+def test_a_cache_with_a_ledger_keeps_its_text_until_the_ledger_changes(
+    cache: tuple[Path, list[Path]],
+) -> None:
+    """A traced cache (a ledger beside it) keeps its text too: the key holds every file of the
+    ledger's folders, so a record appended to a segment (a run still going) is listed, not the
+    text kept before it."""
+    from cachetool.lineage.ledger import LedgerWriter
+    from tests.test_ledger import _record
+
+    root, _ = cache
+    w = LedgerWriter(warn=lambda _: None)
+    try:
+        w.append(str(root), _record(0, "0000000000000004"))
+        first = _ls(root)
+        assert first == _object_path_text(root, []) and '"operation": "map"' in first
+        assert _ls(root) == first
+        assert _kept(root) == first[:-1], "no text kept for a cache with a ledger"
+        w.append(str(root), _record(1, "0000000000000005"))
+        assert _kept(root) is None
+        after = _ls(root)
+        assert after == _object_path_text(root, []) != first
+    finally:
+        w.close()

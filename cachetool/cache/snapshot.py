@@ -9,8 +9,9 @@ writes the text (the size and mtime of cachetool's modules, the Python version);
 this file. Where `<root>/.cachetool/ls-json.z` holds the text written under the same key, that
 is the listing.
 
-It is written only after a listing whose every entry follows from the files alone: no warning,
-no damaged pins file, no ledger for the root (its usage would be an input of its own), and only
+It is written only after a listing whose every entry follows from the files and the ledger
+alone (the key holds the stat of every file of the root's ledger folders): no warning,
+no damaged pins file, and only
 entries of kinds whose text depends on nothing but the files (no locks, temporary files, tf.data
 caches, leftovers, downloads), none with a problem. Nothing is kept where the root has no read
 index (a cold listing pays nothing for it), for a `--limit`, or for a terminal (which gets the
@@ -82,7 +83,7 @@ class ListingText:
     def of(cls, root: str | os.PathLike[str]) -> ListingText | None:
         """The listing of `root` for its key; None where no text is kept for it (not a folder, no
         read index, cachetool's own folder, a ledger, an unlistable folder, damaged pins)."""
-        from cachetool.cache.scan import _is_cachetool_state, _may_have_ledger
+        from cachetool.cache.scan import _is_cachetool_state
         from cachetool.errors import CachetoolError
         from cachetool.maintenance.pins import read_pins
 
@@ -93,7 +94,8 @@ class ListingText:
             path = path.resolve()
             if not os.path.isfile(path / LEDGER_DIR / INDEX_NAME) or _is_cachetool_state(path):
                 return None
-            if _may_have_ledger(path):
+            ledgers = _ledger_key(path)
+            if ledgers is None:
                 return None
             pins = sorted(read_pins(path))
         except (OSError, CachetoolError):
@@ -106,6 +108,7 @@ class ListingText:
         for part in _code_key():
             h.update(part)
         h.update(os.fsencode("\0".join(pins)) + b"\1")
+        h.update(ledgers)
         stack = [path]
         while stack:
             folder = stack.pop()
@@ -157,21 +160,56 @@ def reusable(report: CacheReport, warnings: Iterable[str]) -> bool:
     return all(e.kind in STATIC_KINDS and not e.problems for e in report.entries)
 
 
-def _code_key() -> Iterator[bytes]:
-    """The format of the stored text, the Python that runs, and the size and mtime of the
-    modules that write the text."""
-    yield _MAGIC
-    yield sys.version.encode("utf-8", "surrogateescape") + b"\1"
-    package = Path(__file__).resolve().parent.parent
-    for folder in (package, package / "cache", package / "cli", package / "fingerprint"):
+def _ledger_key(root: Path) -> bytes | None:
+    """What the ledger of `root` says, as far as a listing can tell without reading it: each
+    folder that may hold its segments (the root's own; the per-user fallback where the per-user
+    `ledgers` folder exists, as the scan decides), and name, mode, size, mtime, ctime and inode
+    of everything in it (a tracer appending to a segment, a new run, a compaction all change
+    them). None where a folder cannot be listed."""
+    from cachetool.cache.dirs import user_state_dir
+    from cachetool.lineage.roots import fallback_ledger_dir, ledger_dir
+
+    folders = [ledger_dir(root)]
+    if os.path.isdir(user_state_dir() / "ledgers"):
+        folders.append(fallback_ledger_dir(root))
+    parts = []
+    for folder in folders:
+        parts.append(os.fsencode(str(folder)) + b"\1")
         try:
             with os.scandir(folder) as it:
-                found = sorted((de.name, de.stat()) for de in it if de.name.endswith(".py"))
+                found = sorted((de.name, de.stat(follow_symlinks=False)) for de in it)
+        except FileNotFoundError:
+            parts.append(b"-\1")
+            continue
+        except OSError:
+            return None
+        for name, st in found:
+            parts.append(
+                os.fsencode(name)
+                + b"\0%d %d %d %d %d\1" % (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            )
+    return b"".join(parts)
+
+
+def _code_key() -> Iterator[bytes]:
+    """The format of the stored text, the Python that runs, and the size and mtime of every
+    module of cachetool (those that write the text, read the ledger and the pins among them)."""
+    yield _MAGIC
+    yield sys.version.encode("utf-8", "surrogateescape") + b"\1"
+    stack = [Path(__file__).resolve().parent.parent]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                found = sorted((de.name, de.is_dir(follow_symlinks=False), de.stat()) for de in it)
         except OSError:
             found = []
         yield os.fsencode(str(folder)) + b"\1"
-        for name, st in found:
-            yield f"{name}\0{st.st_size}\0{st.st_mtime_ns}\1".encode("utf-8", "surrogateescape")
+        for name, is_dir, st in found:
+            if is_dir and name != "__pycache__":
+                stack.append(folder / name)
+            elif name.endswith(".py"):
+                yield f"{name}\0{st.st_size}\0{st.st_mtime_ns}\1".encode("utf-8", "surrogateescape")
 
 
 def _load(root: Path, key: bytes) -> list[bytes] | Callable[[], Iterator[bytes]] | None:
