@@ -12,11 +12,11 @@ line in the table, not a failure.
     python benchmarks/run_all.py --json results.json
     python benchmarks/run_all.py --only verify --big  # adds the 20 GB row: an idle machine
 
-Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (time, peak memory,
-read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache), verify
-(--deep against cat), run (cachetool run against python on cache hits), determinism
-(check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain;
-stats and bytes before and after `stats --compact`).
+Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (2k, 20k, 100k: time, peak
+memory, read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache),
+verify (--deep against cat), run (cachetool run against python on cache hits), determinism (check-
+determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain; stats and
+bytes before and after `stats --compact`).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
@@ -192,12 +192,13 @@ def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
 
 
 def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
-    """Time and peak memory at `files`, and how time grows from `small` files (linear: ratio ≈
-    files/small)."""
+    """Time and peak memory at `small` / 10, `small` and `files` files, and how time grows from
+    `small` files (linear: ratio ≈ files/small)."""
     env = env_for(base)
     out: list[Row] = []
     stats: dict[int, dict[str, float]] = {}
-    for n in (small, files):
+    tiny = small // 10
+    for n in (tiny, small, files):
         root = base / f"large{n}"
         synthesize(root, n)
         ls_json = [*CT, "ls", str(root), "--json"]
@@ -221,6 +222,21 @@ def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
         }
     big, little = stats[files], stats[small]
     scale = files / small
+    out.append(
+        Row(
+            f"ls --json at {tiny // 1000}k, {small // 1000}k, {files // 1000}k files: peak memory (MB)",
+            max(st["rss_mb"] for st in stats.values()),
+            None,
+            None,
+            "≤ 150",
+            all(st["rss_mb"] <= 150 for st in stats.values()),
+            "; ".join(
+                f"{n // 1000}k: cold {st['cold']:.2f}s {st['cold_rss_mb']:.0f} MB, "
+                f"warm {st['warm']:.2f}s {st['warm_rss_mb']:.0f} MB"
+                for n, st in stats.items()
+            ),
+        )
+    )
     for key in ("cold", "warm"):
         growth = big[key] / little[key]
         out.append(
