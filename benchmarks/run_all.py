@@ -14,9 +14,9 @@ line in the table, not a failure.
 
 Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (2k, 20k, 100k: time, peak
 memory, read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache),
-verify (--deep against cat), run (cachetool run against python on cache hits), determinism (check-
-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain; stats and
-bytes before and after `stats --compact`).
+verify (--deep against cat), run (cachetool run against python on cache hits), determinism
+(check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain; stats
+and bytes before and after `stats --compact`).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
