@@ -685,6 +685,21 @@ def test_cli_on_a_corpus_pipeline_github_annotations(
     assert "closure 'stop' (frozenset of 12 str)" in line
 
 
+def _csv_pipeline(tmp_path: Path, source: str, rows: int) -> tuple[Path, dict[str, str]]:
+    """`source` as pipe.py beside a data.csv of `rows` rows of one column `x`, and its env."""
+    script = tmp_path / "pipe.py"
+    script.write_text(source)
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(rows)))
+    return script, clean_env(tmp_path)
+
+
+def _plain_run(script: Path, env: dict[str, str], *args: str) -> str:
+    """`python script args` (no tracing), which must succeed; its stdout."""
+    proc = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 COLD_OPS = textwrap.dedent(
     """\
     import os
@@ -732,19 +747,13 @@ def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_wo
     recomputed step it keeps aside too (the temporary folder is gone afterwards). The second run
     loads the map and makes the rest from it, where a plain run writes them: a plain run
     afterwards loads every step and writes nothing."""
-    script = tmp_path / "pipe.py"
-    script.write_text(COLD_OPS)
-    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(40)))
+    script, env = _csv_pipeline(tmp_path, COLD_OPS, 40)
     notes = tmp_path / "notes"
     notes.mkdir()
-    env = clean_env(tmp_path)
     cache = tmp_path / "cache"
 
     def plain(steps: str) -> dict[str, tuple[int, int]]:
-        proc = subprocess.run(
-            [sys.executable, str(script), str(notes), steps], env=env, capture_output=True, text=True
-        )
-        assert proc.returncode == 0, proc.stderr
+        _plain_run(script, env, str(notes), steps)
         return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}
 
     held = plain("first")
@@ -792,16 +801,10 @@ def test_a_step_after_one_the_cache_held_is_never_written_from_the_recomputed_pa
     and a filter of it that the cache lacked was written into the cache from those other random
     values: every later plain run loaded the cached map with a filter that did not match it. The
     filter is made from the map the cache holds, as a plain run makes it."""
-    script = tmp_path / "pipe.py"
-    script.write_text(RANDOM_THEN_FILTER)
-    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(200)))
-    env = clean_env(tmp_path)
-    first = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
-    assert first.returncode == 0, first.stderr
+    script, env = _csv_pipeline(tmp_path, RANDOM_THEN_FILTER, 200)
+    _plain_run(script, env)
     check_determinism(script, ["go"], env=env, rerun=False)
-    after = subprocess.run([sys.executable, str(script), "go"], env=env, capture_output=True, text=True)
-    assert after.returncode == 0, after.stderr
-    assert after.stdout.split() == ["True"], after.stdout
+    assert _plain_run(script, env, "go").split() == ["True"]
 
 
 NAMED_FILES = textwrap.dedent(
@@ -831,12 +834,8 @@ def test_the_cold_run_never_replaces_a_file_the_script_names(tmp_path: Path) -> 
     name files of the user's: the cold run computed those steps with `load_from_cache_file=False`
     and datasets moved its result over each one, under any reader that had it mapped. Files that
     exist are left as they were; the check still compares every step."""
-    script = tmp_path / "pipe.py"
-    script.write_text(NAMED_FILES)
-    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(40)))
-    env = clean_env(tmp_path)
-    plain = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
-    assert plain.returncode == 0, plain.stderr
+    script, env = _csv_pipeline(tmp_path, NAMED_FILES, 40)
+    _plain_run(script, env)
     mine = tmp_path / "mine"
 
     def state() -> dict[str, tuple[int, int]]:
