@@ -194,12 +194,9 @@ def _may_have_ledger(root: Path) -> bool:
     """Whether a folder that may hold ledger segments of `root` holds any file named like one
     (`usage_by_fingerprint` of a root without segments is empty). The per-user fallback's name
     (a hash of the root's path) is made only where the per-user `ledgers` folder exists."""
-    from cachetool.lineage.roots import SEGMENT_SUFFIX, fallback_ledger_dir, ledger_dir
+    from cachetool.lineage.roots import SEGMENT_SUFFIX, present_ledger_dirs
 
-    folders = [ledger_dir(root)]
-    if os.path.isdir(user_state_dir() / "ledgers"):
-        folders.append(fallback_ledger_dir(root))
-    for folder in folders:
+    for folder in present_ledger_dirs(root):
         try:
             names = os.listdir(folder)
         except OSError:

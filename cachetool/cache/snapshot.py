@@ -28,7 +28,7 @@ import os
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from cachetool.cache.index import INDEX_NAME
@@ -153,9 +153,9 @@ class ListingText:
         _store(self.root, b"".join(chunks))
 
 
-def reusable(report: CacheReport, warnings: Iterable[str]) -> bool:
+def reusable(report: CacheReport, warnings: Sequence[str]) -> bool:
     """Whether the text of a listing follows from the files alone (see the module's docs)."""
-    if report.warnings or any(True for _ in warnings):
+    if report.warnings or warnings:
         return False
     return all(e.kind in STATIC_KINDS and not e.problems for e in report.entries)
 
@@ -166,14 +166,10 @@ def _ledger_key(root: Path) -> bytes | None:
     `ledgers` folder exists, as the scan decides), and name, mode, size, mtime, ctime and inode
     of everything in it (a tracer appending to a segment, a new run, a compaction all change
     them). None where a folder cannot be listed."""
-    from cachetool.cache.dirs import user_state_dir
-    from cachetool.lineage.roots import fallback_ledger_dir, ledger_dir
+    from cachetool.lineage.roots import present_ledger_dirs
 
-    folders = [ledger_dir(root)]
-    if os.path.isdir(user_state_dir() / "ledgers"):
-        folders.append(fallback_ledger_dir(root))
     parts = []
-    for folder in folders:
+    for folder in present_ledger_dirs(root):
         parts.append(os.fsencode(str(folder)) + b"\1")
         try:
             with os.scandir(folder) as it:

@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
@@ -218,10 +218,8 @@ def ls_document_text(
 
 
 def listed_id(e: Listed) -> str:
-    """What `-q` prints of a listed item: `Entry.id` (a lean entry's fingerprint, else its path)."""
-    if isinstance(e, tuple):
-        return e[4] or e[0] + e[1]
-    return e.id
+    """What `-q` prints of a listed item: `Entry.id` (a lean entry's: its fingerprint, never empty)."""
+    return e[4] if isinstance(e, tuple) else e.id
 
 
 def render_human(
@@ -310,24 +308,25 @@ class _Texts:
 
     def ages_of(self, times: list[float]) -> list[str]:
         """`age` of each of `times` (none None)."""
+        from cachetool.formatting import short_age
+
         now = self.now
-        seconds = [int(now - ts) for ts in times]
-        known = self.ages
-        for missing in set(seconds).difference(known):
-            self.age(now - missing)
-        return list(map(known.__getitem__, seconds))
+        return _each(self.ages, [int(now - ts) for ts in times], lambda s: short_age(s) + " ago")
 
     def sizes_of(self, sizes: list[int]) -> list[str]:
-        known = self.sizes
-        for missing in set(sizes).difference(known):
-            self.size(missing)
-        return list(map(known.__getitem__, sizes))
+        from cachetool.formatting import human_size
+
+        return _each(self.sizes, sizes, human_size)
 
     def rows_of(self, counts: list[int | None]) -> list[str]:
-        known = self.counts
-        for missing in set(counts).difference(known):
-            self.rows(missing)
-        return list(map(known.__getitem__, counts))
+        return _each(self.counts, counts, lambda n: f"{n:,}")
+
+
+def _each(known: dict[Any, str], keys: list[Any], make: Callable[[Any], str]) -> list[str]:
+    """The text of each of `keys`, each distinct key's made once and remembered in `known`."""
+    for missing in set(keys).difference(known):
+        known[missing] = make(missing)
+    return list(map(known.__getitem__, keys))
 
 
 def _table_columns(
@@ -358,8 +357,8 @@ def _table_columns(
 
 
 def _has_lean_cells(e: Listed) -> bool:
-    """A lean entry whose cells `_lean_columns` makes (one with a fingerprint to show)."""
-    return isinstance(e, tuple) and bool(e[4])
+    """A lean entry (`_lean_columns` makes its cells)."""
+    return isinstance(e, tuple)
 
 
 def _object_columns(

@@ -50,6 +50,14 @@ def ledger_dirs(root: str | os.PathLike[str]) -> list[Path]:
     return [ledger_dir(root), fallback_ledger_dir(root)]
 
 
+def present_ledger_dirs(root: str | os.PathLike[str]) -> list[Path]:
+    """`ledger_dirs` without hashing the root's path for a fallback that cannot exist: the
+    per-user fallback only where the per-user `ledgers` folder exists (what a listing checks)."""
+    if os.path.isdir(user_state_dir() / "ledgers"):
+        return ledger_dirs(root)
+    return [ledger_dir(root)]
+
+
 def segment_name(host: str, pid: int, start: float) -> str:
     """`<host>-<pid>-<UTC start time>.jsonl`: unique per process, sortable by start within a host."""
     stamp = datetime.fromtimestamp(start, tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
