@@ -150,10 +150,13 @@ def test_unknown_and_ambiguous_fingerprints_are_usage_errors(runs: PipelineRuns,
     code, out, err = _lineage(cli, "zzzz", "--cache-dir", str(runs.cache))
     assert code == 2 and out == ""
     assert err.strip() == f"Error: no cache entry matches 'zzzz' in {runs.cache}"
-    firsts: dict[str, int] = {}
-    for v in runs.fps.values():
-        firsts[v[0]] = firsts.get(v[0], 0) + 1
-    shared = next(c for c, n in firsts.items() if n > 1)
+    # A first character two distinct entries of the cache share (the fingerprints the run
+    # reported can name one entry twice: an alias, a step that changed nothing).
+    firsts: dict[str, set[str]] = {}
+    for e in scan_cache(runs.cache).entries:
+        if e.fingerprint:
+            firsts.setdefault(e.fingerprint[0], set()).add(e.id)
+    shared = next(c for c, ids in firsts.items() if len(ids) > 1)
     code, _, err = _lineage(cli, shared, "--cache-dir", str(runs.cache))
     assert code == 2 and err.startswith(f"Error: '{shared}' is ambiguous")
 
