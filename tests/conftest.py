@@ -167,9 +167,9 @@ def _home_untouched() -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    forks = sys.modules.get("tests.forks")  # the warm parents of `forks.run`, if any started
-    if forks is not None:
-        forks.close_all()
+    for name in ("tests.forks", "forks"):  # the warm parents of `forks.run` (tests/ a package or not)
+        if name in sys.modules:
+            sys.modules[name].close_all()
     for path in _SHORT_TMP_DIRS:
         shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(TEST_HOME, ignore_errors=True)
