@@ -2,26 +2,29 @@
 `subprocess.run` for a cachetool command line, without the interpreter start and the imports
 (about 0.2 s of CPU per command, most of what a test of `ls` or `verify` spends).
 
-A warm parent (the zygote: a Python process started once per pytest worker, on the first
-`run`, and ended at the end of the session) imports what every `python -m cachetool` imports
-before it reads its command line (the entry, the light path and the Typer app: Typer, its Click,
-shellingham), and nothing heavy (no pyarrow, numpy, dill or datasets: a listing behaves
-differently with them loaded). For each command line it forks a child that is a real process
-of its own (own pid, the caller's stdin/stdout/stderr, a real exit status, signals by its pid),
-whose environment, working directory, argv, `sys.path[0]` and standard streams are made what a
-fresh `python -m cachetool` started by `subprocess.run` would have, and which runs `-m
-cachetool` as the interpreter does (`runpy._run_module_as_main`), then ends as the interpreter
-ends (the exit code of a `SystemExit`, a traceback and 1 for an exception, atexit handlers,
-flushed streams). Its exit status is read by the zygote, which reaps every child and writes the
-status back on a pipe of that command alone.
+A warm parent (the zygote: a Python process started once per pytest worker, on the first `run`,
+and ended at the end of the session) imports what a `python -m cachetool` imports before it does
+the work (the entry, the light path, the Typer app with its Click, shellingham and the pydantic
+its option parsing loads, the model modules of the commands), and nothing heavy (no pyarrow,
+numpy, dill or datasets: a listing behaves differently with them loaded). For each command line
+it forks a child that is a real process of its own (own pid, the caller's stdin/stdout/stderr, a
+real exit status, signals by its pid), whose environment, working directory, argv, `sys.path[0]`
+and standard streams are made what a fresh `python -m cachetool` started by `subprocess.run`
+would have, and which runs `-m cachetool` as the interpreter does (`runpy._run_module_as_main`),
+then ends as the interpreter ends (the exit code of a `SystemExit`, a traceback and 1 for an
+exception, atexit handlers, flushed streams). Its exit status is read by the zygote, which reaps
+every child and writes the status back on a pipe of that command alone.
 
 What a process reads at import it reads under the zygote's environment, not the child's. The
-zygote records every variable its imports read and every `os.getcwd()` (Typer reads
-`TYPER_USE_RICH`; cachetool, Click and shellingham read nothing at import; Rich is imported later,
-by the child, under its own environment), and a command line runs in a zygote whose environment
-has the same values for those and for what the interpreter itself reads at start (`PYTHON*`,
-`LC_*`, `LANG`, `TZ`): another value starts another zygote. An import that reads the whole
-environment or the working directory makes the zygote refuse to start.
+zygote records every variable its imports read and every `os.getcwd()`, and a command line runs
+in a zygote whose environment has the same values for those and for what the interpreter itself
+reads at start (`PYTHON*`, `LC_*`, `LANG`, `TZ`): another value starts another zygote. An import
+that reads the whole environment or the working directory makes the zygote refuse to start.
+What they read today: Typer `TYPER_USE_RICH` (typer.core); the standard modules pydantic brings
+in `HOME`, `PYTHONUSERBASE` and `_PYTHON_*` (sysconfig's user base) and `PYTHONTZPATH`
+(zoneinfo); cachetool, Typer's Click and shellingham nothing, and none asks for the working
+directory. Rich and typer.rich_utils (which reads `TERMINAL_WIDTH`, `FORCE_COLOR` and more at
+import) are not imported by the zygote: a child imports them under its own environment.
 
 What a fork cannot give: the hash seed of `str` (randomized once per interpreter) is the
 zygote's, shared by its children. So `cachetool run` and `check-determinism` (which run a

@@ -23,7 +23,7 @@ from tests.conftest import hf_env
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not forks.available(), reason="no os.fork / os.pidfd_open here"),
+    pytest.mark.skipif(not forks.available(), reason="no os.pidfd_open here, or CACHETOOL_TESTS_COLD=1"),
 ]
 
 CLI = [sys.executable, "-m", "cachetool"]
