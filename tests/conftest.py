@@ -79,6 +79,7 @@ LONG_FIRST = (
     "tests/test_ledger_compact.py::test_a_compaction_killed_at_any_point_loses_nothing",
     "tests/attack/test_quarantine_race.py",
     "tests/test_cmd_report.py",
+    "tests/test_forks.py::test_a_forked_command_answers_as_a_fresh_interpreter",
 )
 
 

@@ -28,13 +28,12 @@ pytestmark = [
 
 CLI = [sys.executable, "-m", "cachetool"]
 
-# Each line: what a user runs (a `{...}` names a part of the golden cache): listings, `--json`
-# documents, model errors (`Error:` and exit 2), Click's usage errors, help at a set width, a
-# traceback with CACHETOOL_DEBUG=1, shell completion.
+# Each line: what a user runs (a `{...}` names a part of the golden cache): listings (the light
+# path and the Typer app), `--json` documents, human output, model errors (`Error:` and exit 2),
+# Click's usage errors, help at a set width.
 LINES: list[list[str]] = [
     ["ls", "-q"],
     ["ls", "--json"],
-    ["ls", "--json", "--sort", "size:asc", "--limit", "3"],
     ["show", "{fp}", "--json"],
     ["show", "0000dead"],
     ["lineage", "{final}", "--json"],
@@ -42,11 +41,8 @@ LINES: list[list[str]] = [
     ["explain", "{fp}", "--json"],
     ["verify", "--json"],
     ["verify"],
-    ["gc", "--temp", "--dry-run", "--json"],
     ["gc", "zzzz", "--dry-run"],
-    ["dirs", "--json"],
     ["ls", "--jso"],
-    ["ls", "--limit", "ten"],
     ["show"],
     ["verify", "--help"],
     ["--version"],
@@ -186,7 +182,7 @@ def test_a_timeout_kills_the_child_and_a_dead_zygote_is_a_clear_error(tmp_path: 
     args, env, master, slave = _waiting_gc(tmp_path)
     try:
         with pytest.raises(subprocess.TimeoutExpired):
-            forks.run(args, env=env, stdin=slave, capture_output=True, timeout=3)
+            forks.run(args, env=env, stdin=slave, capture_output=True, timeout=1)  # it waits forever
         zygote = forks.zygote_for(env)
         assert _children(zygote.proc.pid) == []
         proc = forks.ForkedProcess(args, env=env, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
