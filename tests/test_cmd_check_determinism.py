@@ -341,15 +341,18 @@ def test_a_failing_script_exits_2_with_the_tail_of_its_stderr(
 
 @pytest.mark.slow
 def test_a_script_that_times_out_exits_2(checkpoint_script: Path, tmp_path: Path) -> None:
-    report = run_plain(checkpoint_script, "sleep", tmp_path, timeout=1.0)
+    # Nothing has to happen before this timeout: the script sleeps 30 s, and a run stopped wherever
+    # it is (its interpreter still starting included) is a run that timed out.
+    report = run_plain(checkpoint_script, "sleep", tmp_path, timeout=0.3)
     assert report.exit_code == ExitCode.USAGE
     assert report.failed_run is not None and report.failed_run.timed_out
 
 
 # --- the next run starts while the one before works ---------------------------------------------
 
-#: Each run notes when its interpreter started (from /proc), when it ended, and whether `datasets`
-#: was imported before the script's first line; it sleeps a little at the end, so runs can overlap.
+#: Each run notes when its interpreter started and when its script ended (wall clock; the start
+#: from /proc, to a clock tick), and whether `datasets` was imported before the script's first line;
+#: it sleeps a little at the end, so runs can overlap.
 OVERLAP = textwrap.dedent(
     """
     import os, sys, time
@@ -359,19 +362,14 @@ OVERLAP = textwrap.dedent(
 
     cachetool.checkpoint("rows", [1, 2, 3])
     with open("/proc/self/stat") as f:
-        started = int(f.read().rsplit(")", 1)[1].split()[19])
-    time.sleep(1.5)
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        started = time.time() - (float(f.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK"))
+    time.sleep(0.5)
     with open(os.path.join(sys.argv[1], str(os.getpid())), "w") as f:
         f.write(f"{started} {time.time()} {preloaded}")
-    if sys.argv[2] == "fail":
-        sys.exit(3)
     """
 )
-
-
-def _boot_time() -> float:
-    with open("/proc/stat") as f:
-        return float(next(line for line in f if line.startswith("btime")).split()[1])
 
 
 @pytest.mark.slow
@@ -383,17 +381,59 @@ def test_the_next_run_starts_and_imports_datasets_while_the_one_before_works(tmp
     script.write_text(OVERLAP)
     notes = tmp_path / "notes"
     notes.mkdir()
-    report = check_determinism(script, [str(notes), "ok"], env=clean_env(tmp_path), cold=False, rerun=False)
+    report = check_determinism(script, [str(notes)], env=clean_env(tmp_path), cold=False, rerun=False)
     assert report.exit_code == ExitCode.OK, report.warnings
-    ticks = os.sysconf("SC_CLK_TCK")
     runs = sorted(
-        (float(end), _boot_time() + int(start) / ticks, preloaded == "True")
+        (float(end), float(start), preloaded == "True")
         for start, end, preloaded in (n.read_text().split() for n in notes.iterdir())
     )
     (end_1, _, preloaded_1), (_, start_2, preloaded_2) = runs
+    # Run 1's interpreter imported datasets, ran the script and slept 0.5 s after run 2's started.
     assert start_2 < end_1 - 0.5, runs
     assert preloaded_1 and preloaded_2
     assert all(run.duration < 30 for run in report.runs)
+
+
+#: Runner mechanics that do not involve `datasets` (no run imports it): each run notes when its
+#: script began and ended. "ok": it sleeps 0.5 s, so two runs going at once would overlap. "fail":
+#: it waits (up to 30 s) until the next run's interpreter, started while this one works, is there
+#: waiting for its turn, notes whether it saw it, and exits 3.
+TURNS = textwrap.dedent(
+    """
+    import os, sys, time
+    import cachetool
+
+    began = time.time()
+    cachetool.checkpoint("rows", [1, 2, 3])
+    notes, mode = sys.argv[1:]
+    waiting = b"cachetool.determinism.waiter\\0" + sys.argv[0].encode() + b"\\0"
+
+
+    def next_run_waits():
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if waiting in f.read() and int(pid) != os.getpid():
+                        return True
+            except OSError:
+                continue
+        return False
+
+
+    seen = False
+    if mode == "fail":
+        deadline = time.time() + 30
+        while not seen and time.time() < deadline:
+            seen = next_run_waits()
+            time.sleep(0.01)
+    else:
+        time.sleep(0.5)
+    with open(os.path.join(notes, str(os.getpid())), "w") as f:
+        f.write(f"{began} {time.time()} {seen}")
+    if mode == "fail":
+        sys.exit(3)
+    """
+)
 
 
 @pytest.mark.slow
@@ -403,17 +443,19 @@ def test_runs_on_the_shared_cache_never_go_beside_each_other(tmp_path: Path) -> 
     read an Arrow file the other had just truncated ("Tried reading schema message, was null or
     length 0") or lost a `num_proc` worker ("One of the subprocesses has abruptly died"). In the
     default mode the cold first run went beside the second; now every run on the shared cache goes
-    after the one before, so the spans of the two runs (each sleeps 1.5 s) do not meet."""
+    after the one before, so the spans of the two runs' scripts (each sleeps 0.5 s) do not meet."""
     script = tmp_path / "pipe.py"
-    script.write_text(OVERLAP)
+    script.write_text(TURNS)
     notes = tmp_path / "notes"
     notes.mkdir()
     report = check_determinism(script, [str(notes), "ok"], env=clean_env(tmp_path), rerun=False)
     assert report.exit_code == ExitCode.OK, report.warnings
     assert [run.cold for run in report.runs] == [True, False]
-    # Each run's script ends 1.5 s after it began: runs one after the other end that far apart.
-    end_1, end_2 = sorted(float(n.read_text().split()[1]) for n in notes.iterdir())
-    assert end_2 - end_1 > 1.0, (end_1, end_2)
+    (began_1, end_1), (began_2, end_2) = sorted(
+        (float(began), float(end)) for began, end, _ in (n.read_text().split() for n in notes.iterdir())
+    )
+    assert end_1 - began_1 >= 0.5 and end_2 - began_2 >= 0.5
+    assert end_1 <= began_2, (began_1, end_1, began_2, end_2)
 
 
 @pytest.mark.slow
@@ -437,16 +479,17 @@ def test_a_script_that_sets_its_environment_imports_datasets_itself(tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_failed_run_leaves_no_interpreter_waiting_for_its_turn(tmp_path: Path) -> None:
-    """Run 1 fails while run 2's interpreter waits: the report is about run 1, and run 2's
-    interpreter is gone when the check returns (it never ran the script)."""
+    """Run 1 fails while run 2's interpreter waits (run 1 saw it): the report is about run 1, and
+    run 2's interpreter is gone when the check returns (it never ran the script)."""
     script = tmp_path / "pipe.py"
-    script.write_text(OVERLAP)
+    script.write_text(TURNS)
     notes = tmp_path / "notes"
     notes.mkdir()
     report = check_determinism(script, [str(notes), "fail"], env=clean_env(tmp_path), cold=False)
     assert report.exit_code == ExitCode.USAGE and len(report.runs) == 1
     assert report.runs[0].returncode == 3
-    assert len(list(notes.iterdir())) == 1  # only run 1 ran the script
+    (note,) = notes.iterdir()  # only run 1 ran the script
+    assert note.read_text().split()[2] == "True", "run 2's interpreter was not waiting"
     waiting = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
