@@ -776,14 +776,6 @@ def test_cli_on_a_corpus_pipeline_github_annotations(cli_github: tuple[Result, D
     assert "closure 'stop' (frozenset of 12 str)" in line
 
 
-def _csv_pipeline(tmp_path: Path, source: str, rows: int) -> tuple[Path, dict[str, str]]:
-    """`source` as pipe.py beside a data.csv of `rows` rows of one column `x`, and its env."""
-    script = tmp_path / "pipe.py"
-    script.write_text(source)
-    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(rows)))
-    return script, clean_env(tmp_path)
-
-
 def _plain_run(script: Path, env: dict[str, str], *args: str) -> str:
     """`python script args` (no tracing), which must succeed; its stdout."""
     proc = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True)
@@ -791,9 +783,19 @@ def _plain_run(script: Path, env: dict[str, str], *args: str) -> str:
     return proc.stdout
 
 
+#: A pipeline on data.csv beside it, in three parts made from the loaded CSV. "first" makes what a
+#: plain run leaves before the check: the first step of each part (of the third, the steps that
+#: write files the script names). "all" adds the steps the cache lacks.
+#: 1. Steps that note each time they compute (in notes/<what>-<run marker>): a map with
+#:    `load_from_cache_file=True`, then filter with `num_proc`, shuffle, sort, train_test_split.
+#: 2. A map of random values (the cache holds it), then a filter of it (the cache lacks it); the
+#:    script prints whether the filter kept the rows of the map it was made from.
+#: 3. Steps writing files the script names in mine/: `cache_file_name=`,
+#:    `indices_cache_file_name=`, `train_/test_indices_cache_file_name=`.
 COLD_OPS = textwrap.dedent(
     """\
     import os
+    import random
     import sys
 
     from datasets import load_dataset
@@ -818,37 +820,65 @@ COLD_OPS = textwrap.dedent(
 
 
     here = os.path.dirname(os.path.abspath(__file__))
+    mine = os.path.join(here, "mine")
+    os.makedirs(mine, exist_ok=True)
     ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
-    ds = ds.map(double, load_from_cache_file=True)
+
+    noted = ds.map(double, load_from_cache_file=True)
+    drawn = ds.map(lambda ex: {"r": random.random()})
+    named = ds.map(lambda ex: {"y": ex["x"] + 1}, cache_file_name=os.path.join(mine, "step.arrow"),
+                   load_from_cache_file=True)
+    named = named.shuffle(seed=1, indices_cache_file_name=os.path.join(mine, "idx.arrow"))
+    named = named.train_test_split(test_size=0.5, seed=2,
+                                   train_indices_cache_file_name=os.path.join(mine, "train.arrow"),
+                                   test_indices_cache_file_name=os.path.join(mine, "test.arrow"))
     if sys.argv[2] == "all":
-        ds = ds.filter(keep, num_proc=2)
-        ds = ds.shuffle(seed=3).sort("y")
-        ds = ds.train_test_split(test_size=0.25, seed=5)["test"]
-    print(ds._fingerprint)
+        noted = noted.filter(keep, num_proc=2)
+        noted = noted.shuffle(seed=3).sort("y")
+        noted = noted.train_test_split(test_size=0.25, seed=5)["test"]
+        kept = drawn.filter(lambda ex: ex["r"] > 0.5)
+        print(sorted(kept["x"]) == sorted(x for x, r in zip(drawn["x"], drawn["r"]) if r > 0.5))
     """
 )
 
 
 @pytest.mark.slow
 def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_would(tmp_path: Path) -> None:
-    """The cache holds the first step (a plain run made it) and lacks the next ones. The cold
-    first run computes every step: map (even with `load_from_cache_file=True`), filter with
-    `num_proc`, shuffle, sort, train_test_split. It leaves the file the cache held as it was (a
-    reader on another host would lose a file replaced under it), and what it made from that
-    recomputed step it keeps aside too (the temporary folder is gone afterwards). The second run
-    loads the map and makes the rest from it, where a plain run writes them: a plain run
-    afterwards loads every step and writes nothing."""
-    script, env = _csv_pipeline(tmp_path, COLD_OPS, 40)
+    """The cache holds the first step of each part of `COLD_OPS` (a plain run made them) and lacks
+    the next ones. The cold first run computes every step: map (even with
+    `load_from_cache_file=True`), filter with `num_proc`, shuffle, sort, train_test_split. It
+    leaves the files the cache held as they were (a reader on another host would lose a file
+    replaced under it), and what it made from those recomputed steps it keeps aside too (the
+    temporary folder is gone afterwards). The second run loads the map and makes the rest from
+    it, where a plain run writes them: a plain run afterwards loads every step and writes nothing.
+
+    Also (each was a check of its own on a pipeline of its own): the filter of the random map the
+    cache held was made from that map, never from the values the cold run drew again (every later
+    plain run loaded the cached map with a filter that did not match it); the files the script
+    names (`cache_file_name=`, `indices_cache_file_name=`, `train_/test_indices_cache_file_name=`),
+    which the cold run computed with `load_from_cache_file=False` and datasets moved its result
+    over, under any reader that had them mapped, are left as they were; the check still compares
+    every step."""
+    script = tmp_path / "pipe.py"
+    script.write_text(COLD_OPS)
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(40)))
+    env = clean_env(tmp_path)
     notes = tmp_path / "notes"
     notes.mkdir()
     cache = tmp_path / "cache"
+    mine = tmp_path / "mine"
 
-    def plain(steps: str) -> dict[str, tuple[int, int]]:
-        _plain_run(script, env, str(notes), steps)
-        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}
+    def plain(steps: str) -> tuple[dict[str, tuple[int, int]], str]:
+        out = _plain_run(script, env, str(notes), steps)
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}, out
 
-    held = plain("first")
-    assert len(held) == 1, sorted(held)
+    def named() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in mine.iterdir()}
+
+    held, _ = plain("first")
+    assert len(held) == 2, sorted(held)  # the noted map and the random one
+    held_named = named()
+    assert sorted(held_named) == ["idx.arrow", "step.arrow", "test.arrow", "train.arrow"]
     for n in notes.iterdir():
         n.unlink()
     report = check_determinism(script, [str(notes), "all"], env=env, rerun=False)
@@ -860,81 +890,10 @@ def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_wo
     assert ran[2][1] in (ran[0][1], ran[1][1]) and ran[0][1] != ran[1][1] and "plain" not in ran[2][1], ran
     after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cache.rglob("cache-*.arrow")}
     assert held.items() <= after.items(), (held, after)
-    assert len(after) >= 6, sorted(after)
+    assert len(after) >= 8, sorted(after)  # the noted steps (6 or more), the random map and its filter
+    assert named() == held_named
     assert not [p for p in Path(env["TMPDIR"]).iterdir() if p.name.startswith("hf_datasets-")]
     for n in notes.iterdir():
         n.unlink()
-    assert plain("all") == after
+    assert plain("all") == (after, "True\n")
     assert not list(notes.iterdir())
-
-
-RANDOM_THEN_FILTER = textwrap.dedent(
-    """\
-    import os
-    import random
-    import sys
-
-    from datasets import load_dataset
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
-    a = ds.map(lambda ex: {"r": random.random()})
-    if sys.argv[1:] == ["go"]:
-        b = a.filter(lambda ex: ex["r"] > 0.5)
-        print(sorted(b["x"]) == sorted(x for x, r in zip(a["x"], a["r"]) if r > 0.5))
-    """
-)
-
-
-@pytest.mark.slow
-def test_a_step_after_one_the_cache_held_is_never_written_from_the_recomputed_parent(tmp_path: Path) -> None:
-    """The cache holds a random map (a plain run made it); the cold run computes it again aside,
-    and a filter of it that the cache lacked was written into the cache from those other random
-    values: every later plain run loaded the cached map with a filter that did not match it. The
-    filter is made from the map the cache holds, as a plain run makes it."""
-    script, env = _csv_pipeline(tmp_path, RANDOM_THEN_FILTER, 200)
-    _plain_run(script, env)
-    check_determinism(script, ["go"], env=env, rerun=False)
-    assert _plain_run(script, env, "go").split() == ["True"]
-
-
-NAMED_FILES = textwrap.dedent(
-    """\
-    import os
-
-    from datasets import load_dataset
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    mine = os.path.join(here, "mine")
-    os.makedirs(mine, exist_ok=True)
-    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
-    ds = ds.map(lambda ex: {"y": ex["x"] + 1}, cache_file_name=os.path.join(mine, "step.arrow"),
-                load_from_cache_file=True)
-    ds = ds.shuffle(seed=1, indices_cache_file_name=os.path.join(mine, "idx.arrow"))
-    parts = ds.train_test_split(test_size=0.5, seed=2,
-                                train_indices_cache_file_name=os.path.join(mine, "train.arrow"),
-                                test_indices_cache_file_name=os.path.join(mine, "test.arrow"))
-    print(parts["test"]._fingerprint)
-    """
-)
-
-
-@pytest.mark.slow
-def test_the_cold_run_never_replaces_a_file_the_script_names(tmp_path: Path) -> None:
-    """`cache_file_name=`, `indices_cache_file_name=`, `train_/test_indices_cache_file_name=`
-    name files of the user's: the cold run computed those steps with `load_from_cache_file=False`
-    and datasets moved its result over each one, under any reader that had it mapped. Files that
-    exist are left as they were; the check still compares every step."""
-    script, env = _csv_pipeline(tmp_path, NAMED_FILES, 40)
-    _plain_run(script, env)
-    mine = tmp_path / "mine"
-
-    def state() -> dict[str, tuple[int, int]]:
-        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in mine.iterdir()}
-
-    held = state()
-    assert sorted(held) == ["idx.arrow", "step.arrow", "test.arrow", "train.arrow"]
-    report = check_determinism(script, env=env, rerun=False)
-    assert report.exit_code == ExitCode.OK, report.warnings
-    assert state() == held
-    assert not [p for p in Path(env["TMPDIR"]).iterdir() if p.name.startswith("hf_datasets-")]
