@@ -220,9 +220,10 @@ def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(script: str, b
 @pytest.mark.parametrize("script", sorted(CONTROLS))
 def test_look_alike_controls_stay_deterministic(script: str, base: Path) -> None:
     """A tokenizer configured before the first map, a pre-warmed vocabulary, a seeded generator, a
-    change nothing hashes again, a tokenizer that only encodes: no cause."""
+    change nothing hashes again, a tokenizer that only encodes: no cause, with steps compared."""
     report = check(script, base / script, CONTROLS[script])
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
+    assert report.analysis is not None and len(report.analysis.steps) >= 2
 
 
 def _event(line: int, result: str, parents: list[str], args: dict[str, Any]) -> dict[str, Any]:
