@@ -113,14 +113,21 @@ def compact_age(seconds: float) -> str:
 
 
 def human_age(seconds: float) -> str:
-    """`3 hours ago`, `a second ago`, `now`: how long ago something happened, for people."""
-    import humanize
-
-    return str(humanize.naturaltime(max(0.0, seconds)))
+    """`3 hours ago`, `1 second ago`, `now`: how long ago something happened, for people; rounded
+    down to its largest unit, as `short_age` (`1h ago` in a listing is `1 hour ago` here)."""
+    s = int(seconds)
+    if s < 1:
+        return "now"
+    for (_, size), word in zip(_AGE_UNITS, _AGE_WORDS, strict=True):
+        if s >= size:
+            n = s // size
+            return f"{n} {word}{'' if n == 1 else 's'} ago"
+    return f"{s} second{'' if s == 1 else 's'} ago"
 
 
 #: The units of `short_age`, largest first (a month is 30 days, a year 365).
 _AGE_UNITS = (("y", 365 * 86400), ("mo", 30 * 86400), ("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60))
+_AGE_WORDS = ("year", "month", "week", "day", "hour", "minute")
 
 
 def short_age(seconds: float) -> str:

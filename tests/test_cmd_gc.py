@@ -332,11 +332,21 @@ def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isola
     finally:
         os.kill(manager, signal.SIGKILL)
     deadline = time.time() + 10
-    while Path(f"/proc/{manager}").exists() and time.time() < deadline:
-        time.sleep(0.05)  # the orphan is reaped by init
+    while not _dead(manager) and time.time() < deadline:
+        time.sleep(0.01)
     code_, doc = gc_json(tmp_path, "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y")
     assert code_ == 0 and [r["path"] for r in doc["result"]["removed"]] == [str(pymp)]
     assert not pymp.exists()
+
+
+def _dead(pid: int) -> bool:
+    """Process `pid` is gone or a zombie (its files and sockets closed; init reaps an orphan when
+    it gets to it, a second or more later)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2 :].split()[0] in ("Z", "X")
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +151,13 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
             assert len(filters) == 2, texts  # min_len 5 and 20: two steps, two fingerprints
             shown = []
             details = page.locator("#step-details")
+            clicked = -1.0
             for i in filters:
-                # Two clicks within Plotly's double-click delay (300 ms) are one double click.
-                page.wait_for_timeout(500)
+                # Two clicks within Plotly's double-click delay (300 ms) are one double click: a
+                # click comes 500 ms after the previous one returned, at the earliest.
+                page.wait_for_timeout(max(0.0, clicked + 0.5 - time.monotonic()) * 1000)
                 steps.nth(i).click(force=True)
+                clicked = time.monotonic()
                 fp8 = texts[i].split()[1]
                 expect(details).to_contain_text(f"filter  {fp8}")  # the click's handler has run
                 shown.append(details.text_content() or "")

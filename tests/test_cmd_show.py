@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import invoke
+from tests.conftest import copy_cache, invoke
 
 
 @pytest.mark.slow
@@ -42,3 +45,24 @@ def test_show_ambiguous_and_unknown_are_usage_errors(real_cache: dict[str, Any])
     amb = invoke("show", real_cache["mapped"], "--cache-dir", real_cache["cache"])
     assert amb.exit_code == 2
     assert amb.stderr.startswith(f"Error: '{real_cache['mapped']}' is ambiguous: it matches 2 entries")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("age", "listed", "shown"), [(5400, "1h ago", "1 hour ago"), (50, "50s ago", "50 seconds ago")]
+)
+def test_ls_and_show_give_one_entry_the_same_age(
+    real_cache: dict[str, Any], tmp_path: Path, age: int, listed: str, shown: str
+) -> None:
+    """A file modified an hour and a half ago is `1h ago` in `ls` and `1 hour ago` in `show`
+    (both round down; `show` said `2 hours ago`)."""
+    cache = tmp_path / "cache"
+    copy_cache(Path(real_cache["cache"]), cache)
+    fp = real_cache["csv_source"]
+    doc = json.loads(invoke("show", fp, "--cache-dir", str(cache), "--json").stdout)
+    then = time.time() - age
+    for f in doc["files"]:
+        os.utime(f["path"], (then, then))
+    row = next(line for line in invoke("ls", str(cache)).stdout.splitlines() if fp[:8] in line)
+    assert listed in row, row
+    assert f"({shown})" in invoke("show", fp, "--cache-dir", str(cache)).stdout

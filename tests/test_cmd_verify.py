@@ -784,3 +784,26 @@ def test_every_finding_code_has_one_severity() -> None:
 
     assert set(SEVERITY) == set(get_args(Code))
     assert set(SEVERITY.values()) == set(Severity)
+
+
+def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
+    """`quarantine(verify_cache(root))` called in a loop (a file datasets writes broken again
+    and again): each call moves the file into a folder of its own, even two calls in the same
+    second from the same process (both were `<time>-<pid>`: the second failed, `File exists`)."""
+    import shutil
+
+    root = clean_copy(real_cache, tmp_path)
+    target = cut(between_batches)(root, real_cache)
+    broken = tmp_path / "broken.arrow"
+    shutil.copy2(target, broken)
+    folders = []
+    for _ in range(4):  # calls take a fraction of a second: at least two share one
+        report = quarantine_report(root)
+        assert [p for p, _ in report.quarantined] == [target], report.findings
+        moved_to = report.quarantined[0][1].relative_to(root / ".cachetool" / "quarantine")
+        assert moved_to.parts[1:] == target.relative_to(root).parts
+        folders.append(moved_to.parts[0])  # the run's folder
+        shutil.copy2(broken, target)  # written broken again
+    assert len(set(folders)) == 4

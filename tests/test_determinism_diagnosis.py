@@ -20,7 +20,7 @@ import xxhash
 
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.render import human_lines
-from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism, read_events
+from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism
 from cachetool.errors import ExitCode
 from cachetool.lineage.records import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
@@ -50,14 +50,23 @@ def test_no_cold_skips_the_recomputation_and_says_what_it_cannot_see(base: Path)
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
 
 
+@pytest.fixture(scope="module")
+def m01_on_an_empty_cache(base: Path) -> tuple[Path, DeterminismReport]:
+    """m01 checked in the default mode on an empty cache (base/empty-then-warm): the check and
+    its folder."""
+    where = base / "empty-then-warm"
+    return where, check("m01_tokenizer_truncation_inside_map.py", where, "default")
+
+
 @pytest.mark.slow
-def test_an_empty_cache_is_enough_and_is_left_warm(base: Path) -> None:
+def test_an_empty_cache_is_enough_and_is_left_warm(
+    m01_on_an_empty_cache: tuple[Path, DeterminismReport],
+) -> None:
     """The default mode on an empty cache: the cold first run computes every step and writes its
     results where a plain run would, so the second run loads them. The tokenizer a map configures
     (m01, which needed a warm cache before) is named, and a plain run afterwards computes nothing:
     every cache file it uses was already there, unchanged."""
-    where = base / "empty-then-warm"
-    report = check("m01_tokenizer_truncation_inside_map.py", where, "default")
+    where, report = m01_on_an_empty_cache
     text = "\n".join(human_lines(report))
     assert [run.cold for run in report.runs] == [True, False], text
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, text
@@ -142,14 +151,17 @@ def _fingerprint(parent: str, transform: Any, args: Mapping[str, ArgInfo]) -> st
 
 
 @pytest.mark.slow
-def test_hash_trees_are_what_datasets_hashed_before_the_map_ran(base: Path) -> None:
+def test_hash_trees_are_what_datasets_hashed_before_the_map_ran(
+    m01_on_an_empty_cache: tuple[Path, DeterminismReport],
+) -> None:
     """The map switches truncation on inside its function: the train split's tree shows the tokenizer
     as datasets hashed it (no truncation), its tree after the step shows the change, and every
-    map's fingerprint is recomputed exactly from its trees' root digests."""
-    env = hf_env(base / "trees", CACHETOOL_TRACE_EVENTS=str(base / "events.jsonl"), CACHETOOL_TRACE_TREES="1")
-    script = "m01_tokenizer_truncation_inside_map.py"
-    cachetool_run(script, env=env, cwd=CORPUS, timeout=120)
-    maps = [e for e in read_events(base / "events.jsonl") if e.operation == "map"]
+    map's fingerprint is recomputed exactly from its trees' root digests. Read from the events of
+    the cold run of `m01_on_an_empty_cache` (it computes both maps, as a plain run on an empty
+    cache does)."""
+    _, report = m01_on_an_empty_cache
+    assert report.runs[0].cold
+    maps = [e for e in report.runs[0].events if e.operation == "map"]
     assert [m.split for m in maps] == ["train", "test"]
     for event in maps:
         for entry in event.args.values():
@@ -208,9 +220,10 @@ def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(script: str, b
 @pytest.mark.parametrize("script", sorted(CONTROLS))
 def test_look_alike_controls_stay_deterministic(script: str, base: Path) -> None:
     """A tokenizer configured before the first map, a pre-warmed vocabulary, a seeded generator, a
-    change nothing hashes again, a tokenizer that only encodes: no cause."""
+    change nothing hashes again, a tokenizer that only encodes: no cause, with steps compared."""
     report = check(script, base / script, CONTROLS[script])
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
+    assert report.analysis is not None and len(report.analysis.steps) >= 2
 
 
 def _event(line: int, result: str, parents: list[str], args: dict[str, Any]) -> dict[str, Any]:
@@ -420,7 +433,10 @@ def test_progress_is_reported_per_run(argv_script: Path, tmp_path: Path) -> None
 @pytest.mark.slow
 def test_a_timeout_shows_the_scripts_last_real_lines(argv_script: Path, tmp_path: Path) -> None:
     """On --timeout, the stderr tail is what the terminal last showed, without progress-bar redraws."""
-    report = check_determinism(argv_script, ["--hang"], env=hf_env(tmp_path), timeout=4)
+    # The lines must be written before the timeout: from the run's turn (its interpreter waiting,
+    # no datasets) through `import cachetool` and the checkpoint to the last line took 0.26-0.41 s
+    # with the machine's load at 6-8 on 2 cores, so 2 s leaves five times that.
+    report = check_determinism(argv_script, ["--hang"], env=hf_env(tmp_path), timeout=2)
     assert report.exit_code == ExitCode.USAGE
     assert report.failed_run is not None and report.failed_run.timed_out
     assert report.failed_run.stderr_tail.splitlines()[-2:] == ["loading reviews.csv", "building vocabulary"]

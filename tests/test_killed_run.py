@@ -64,11 +64,16 @@ LOADING = textwrap.dedent(
 )
 
 
+def _tmp_sizes(tmp_path: Path) -> dict[Path, int]:
+    return {p: p.stat().st_size for p in (tmp_path / "cache").rglob("tmp*") if p.is_file()}
+
+
 def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py") -> int:
     """`cachetool run SCRIPT d.csv` (the process becomes the script's), SIGKILLed once the script
-    says it is busy."""
+    says it is busy and, for the map of p.py, once its unfinished file holds bytes."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
+    before = set(_tmp_sizes(tmp_path))
     proc = subprocess.Popen(
         [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)],
         env=env,
@@ -82,7 +87,10 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py") -> 
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the script never got under way"
             time.sleep(0.05)
-        time.sleep(0.3)
+        while script == "p.py" and not any(n for p, n in _tmp_sizes(tmp_path).items() if p not in before):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the map never wrote to its unfinished file"
+            time.sleep(0.01)
         os.kill(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
     finally:

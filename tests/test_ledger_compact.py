@@ -173,13 +173,22 @@ APPENDER = textwrap.dedent(
     """
 )
 
+#: Compacts again and again until `stop` exists; after each compaction that replaced segments it
+#: writes to `counts` how many did, and how many of those left a live writer's segment whole.
 COMPACTOR = textwrap.dedent(
     """\
     import os, sys, time
     from cachetool.lineage.compact import compact_ledger
-    root, stop = sys.argv[1], sys.argv[2]
+    root, stop, counts = sys.argv[1:4]
+    did = beside = 0
     while not os.path.exists(stop):
-        compact_ledger(root, keep_runs=0)
+        report = compact_ledger(root, keep_runs=0)
+        if report.segments:
+            did += 1
+            beside += bool(report.left)
+            with open(counts + ".tmp", "w") as f:
+                f.write(f"{did} {beside}")
+            os.replace(counts + ".tmp", counts)
     compact_ledger(root, keep_runs=0)
     """
 )
@@ -190,20 +199,30 @@ def test_compaction_while_tracers_append_loses_and_doubles_nothing(tmp_path: Pat
     """Processes append records (each to its own segment, as tracers do; short runs that end
     while others go on) while two other processes compact the ledger again and again: every
     record is counted once afterwards, by `stats` and by the ledger's usage, whether it was kept,
-    summarised, or appended after a compaction read its segment."""
+    summarised, or appended after a compaction read its segment. Waves of three writers run (two
+    at least, up to six) until compactions replaced segments 3 times, twice while a live
+    writer's segment was left whole beside them."""
     root = tmp_path / "cache"
     root.mkdir()
     stop = tmp_path / "stop"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    counts = [tmp_path / f"counts{c}" for c in range(2)]
     compactors = [
-        subprocess.Popen([sys.executable, "-c", COMPACTOR, str(root), str(stop)], env=env) for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", COMPACTOR, str(root), str(stop), str(c)], env=env)
+        for c in counts
     ]
+
+    def windows() -> tuple[int, int]:
+        done = [tuple(map(int, c.read_text().split())) for c in counts if c.exists()]
+        return sum(d for d, _ in done), sum(b for _, b in done)
+
     expected = {"steps": 0, "hits": 0, "misses": 0}
+    waves = 0
     try:
-        for wave in range(3):
+        while waves < 2 or (waves < 6 and not (windows()[0] >= 3 and windows()[1] >= 2)):
             writers = []
             for k in range(3):
-                worker, n = wave * 3 + k, 60 + 40 * k
+                worker, n = waves * 3 + k, 30 + 20 * k
                 expected["steps"] += n
                 expected["hits"] += sum(1 for i in range(n) if i % 3)
                 expected["misses"] += sum(1 for i in range(n) if not i % 3)
@@ -214,10 +233,14 @@ def test_compaction_while_tracers_append_loses_and_doubles_nothing(tmp_path: Pat
                 )
             for p in writers:
                 assert p.wait(timeout=120) == 0
+            waves += 1
     finally:
         stop.touch()
         for p in compactors:
             assert p.wait(timeout=120) == 0
+    did, beside = windows()
+    print(f"{waves} waves: {did} compactions replaced segments, {beside} beside a live writer")
+    assert did >= 3 and beside >= 2, (did, beside)
     got = ledger_stats(root).total
     assert {"steps": got.steps, "hits": got.hits, "misses": got.misses} == expected
     usage = usage_by_fingerprint(root)

@@ -229,16 +229,22 @@ def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
     no entry of a cache with a ledger: one `Error:` line and exit 2, as any unknown name, on both
     paths, for every command that takes a name (not a traceback from the ledger's index)."""
     probe = tmp_path / "probe"
-    for name in ("f0\udce9", "\udcff\udcfe"):  # how Python hands such an argument on
-        for command in ("show", "lineage", "explain"):
-            light, typer = _both([command, name], golden_env, probe)
-            assert light == typer, (command, name, light, typer)
-            assert "typer" not in probe.read_text().split(","), command
-            code, out, err = light
-            assert (code, out) == (2, "") and err.startswith("Error: ") and err.count("\n") == 1, light
-        for args in (["pin", name], ["unpin", name], ["gc", name], ["verify", name]):
-            code, out, err = _run(TYPER, args, {**golden_env, "NOW": str(time.time())})
-            assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, (args, out, err)
+    env = {**golden_env, "NOW": str(time.time())}
+    typer_app = _TyperForks(env, tmp_path)
+    try:
+        for name in ("f0\udce9", "\udcff\udcfe"):  # how Python hands such an argument on
+            for command in ("show", "lineage", "explain"):
+                light = _run(LIGHT, [command, name], {**env, "PROBE": str(probe)})
+                typer = typer_app.answer([command, name])
+                assert light == typer, (command, name, light, typer)
+                assert "typer" not in probe.read_text().split(","), command
+                code, out, err = light
+                assert (code, out) == (2, "") and err.startswith("Error: ") and err.count("\n") == 1, light
+            for args in (["pin", name], ["unpin", name], ["gc", name], ["verify", name]):
+                code, out, err = typer_app.answer(args)
+                assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, (args, out, err)
+    finally:
+        typer_app.close()
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,35 +159,6 @@ def test_a_finished_cache_is_one_complete_entry_whose_index_names_its_data(
             parse_index(raw[:cut])
 
 
-def test_a_killed_writer_is_abandoned_and_a_live_one_is_being_written(
-    tmp_path: Path, tf_writes: Callable[[Path, int], str | None]
-) -> None:
-    """While a writer runs, its lockfile and temp state are one entry `being-written` by its pid;
-    after SIGKILL the same files are `abandoned`, and they are exactly what blocks the next run."""
-    folder = tmp_path / "tfcache"
-    proc = _writer(tmp_path, folder / "train", 100_000, 0.001)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "writing"
-    try:
-        names = sorted(os.listdir(folder))
-        (live,) = find_tf_caches(str(folder), names, holders=_holders(folder))
-        assert (live.prefix, live.state, live.writer_pids) == ("train", "being-written", (proc.pid,))
-        assert live.leftovers == ()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    names = sorted(os.listdir(folder))
-    assert names[-1] == "train_0.lockfile" and names[0].startswith("train_0.data-00000-of-00001.tempstate")
-    (dead,) = find_tf_caches(str(folder), names, holders=_holders(folder))
-    assert dead.state == "abandoned"
-    assert sorted(dead.leftovers) == names
-    assert dead.created_at is not None and abs(dead.created_at - time.time()) < 120
-
-    # The next run fails on the lockfile, as users report.
-    error = tf_writes(folder / "train", 10)
-    assert error is not None and "There appears to be a concurrent caching iterator running" in error
-
-
 def _cli(*args: str) -> Any:
     from typer.testing import CliRunner
 
@@ -214,18 +186,27 @@ def _gc(folder: Path) -> dict[str, Any]:
 def test_gc_keeps_a_live_writer_and_clears_a_killed_ones_lockfile_so_the_next_run_works(
     tmp_path: Path, isolated_env: Path, tf_writes: Callable[[Path, int], str | None]
 ) -> None:
-    """While a tf.data writer runs, `ls` shows its cache as one `tf-cache` entry being written by
-    its pid, and `gc --temp --min-age 0 -y` in a loop keeps its lockfile and partial shard. Killed,
-    the entry is `abandoned`; `verify` says so; gc removes exactly the lockfile and partial shard;
-    the next run then writes the cache, which `ls` shows `complete` and `verify` finds sound."""
+    """While a tf.data writer runs, its lockfile and temp state are one entry `being-written` by
+    its pid (`find_tf_caches`), `ls` shows it as one `tf-cache` entry being written by that pid,
+    and `gc --temp --min-age 0 -y` in a loop keeps its lockfile and partial shard. Killed, the same
+    files are `abandoned`, and they are exactly what blocks the next run (it fails on the
+    lockfile, as users report; the files it then removes are put back as they were); `verify`
+    says so; gc removes exactly the lockfile and partial
+    shard; the next run then writes the cache, which `ls` shows `complete` and `verify` finds
+    sound. (One writer, killed once, for both the model's and the commands' view: each
+    TensorFlow start costs seconds.)"""
     folder = tmp_path / "tfcache"
     proc = _writer(tmp_path, folder / "train", 100_000, 0.002)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "writing"
     try:
-        (live,) = _ls(folder)
-        assert (live["prefix"], live["state"], live["complete"]) == ("train", "being-written", False)
-        assert live["writer_pids"] == [proc.pid] and live["files"] == 2
+        names = sorted(n for n in os.listdir(folder) if n != ".cachetool")
+        (live,) = find_tf_caches(str(folder), names, holders=_holders(folder))
+        assert (live.prefix, live.state, live.writer_pids) == ("train", "being-written", (proc.pid,))
+        assert live.leftovers == ()
+        (listed,) = _ls(folder)
+        assert (listed["prefix"], listed["state"], listed["complete"]) == ("train", "being-written", False)
+        assert listed["writer_pids"] == [proc.pid] and listed["files"] == 2
         for _ in range(3):
             doc = _gc(folder)
             assert doc["result"]["removed"] == []
@@ -235,8 +216,26 @@ def test_gc_keeps_a_live_writer_and_clears_a_killed_ones_lockfile_so_the_next_ru
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     leftovers = sorted(n for n in os.listdir(folder) if n != ".cachetool")
-    (dead,) = _ls(folder)
-    assert (dead["state"], dead["complete"], dead["size"]) == (
+    assert leftovers[-1] == "train_0.lockfile"
+    assert leftovers[0].startswith("train_0.data-00000-of-00001.tempstate")
+    (dead,) = find_tf_caches(str(folder), leftovers, holders=_holders(folder))
+    assert dead.state == "abandoned"
+    assert sorted(dead.leftovers) == leftovers
+    assert dead.created_at is not None and abs(dead.created_at - time.time()) < 120
+
+    # The next run fails on the lockfile, as users report. Failing, TensorFlow removes those files:
+    # the killed writer's files, kept aside byte for byte with their times, go back for the rest.
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for n in leftovers:
+        shutil.copy2(folder / n, kept / n)
+    error = tf_writes(folder / "train", 10)
+    assert error is not None and "There appears to be a concurrent caching iterator running" in error
+    for n in leftovers:
+        shutil.copy2(kept / n, folder / n)
+
+    (listed,) = _ls(folder)
+    assert (listed["state"], listed["complete"], listed["size"]) == (
         "abandoned",
         False,
         sum((folder / n).stat().st_size for n in leftovers),

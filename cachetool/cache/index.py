@@ -211,17 +211,9 @@ class ReadIndex:
                 rows.setdefault(path, []).extend(new)
             self._close()
             folder.mkdir(exist_ok=True)
-            data = _encode(rows)
-            import tempfile  # here: a repeat listing of an unchanged cache writes nothing
+            from cachetool.cache.store import write_whole  # a repeat listing writes nothing
 
-            fd, tmp = tempfile.mkstemp(prefix=".read-index-", dir=folder)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            write_whole(self.path, _encode(rows))
             for old in OLD_INDEX_NAMES:
                 try:
                     os.unlink(folder / old)

@@ -258,19 +258,9 @@ def _pieces(data: bytes, head: int) -> Iterator[bytes]:
 
 def _store(root: Path, data: bytes) -> None:
     """Write the stored text (whole, through a temporary file); nothing on a read-only root."""
-    import tempfile
+    from cachetool.cache.store import write_whole
 
-    folder = root / LEDGER_DIR
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".ls-json-", dir=folder)
+        write_whole(root / LEDGER_DIR / SNAPSHOT_NAME, data)
     except OSError:
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, folder / SNAPSHOT_NAME)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

@@ -74,9 +74,12 @@ def start_reader(paths: list[Path]) -> subprocess.Popen[str]:
     )
 
 
-def mapped_files_survive_gc(root: Path, files: int, env: dict[str, str]) -> tuple[list[str], list[str]]:
+def mapped_files_survive_gc(
+    root: Path, files: int, env: dict[str, str], put_back: list[str] | None = None
+) -> tuple[list[str], list[str]]:
     """One round: a cache of `files` old entries, `gc --max-size 1 -y`, a reader mapping files as
-    the first goes. Returns (files the reader held, those of them gc deleted)."""
+    the first goes. Returns (files the reader held, those of them gc deleted); adds to `put_back`
+    the files gc took out of reach, then found mapped and put back (the race's narrow window)."""
     paths = synthesize_cache(root, files)
     reader = start_reader(paths)
     try:
@@ -91,6 +94,7 @@ def mapped_files_survive_gc(root: Path, files: int, env: dict[str, str]) -> tupl
                 "--max-size",
                 "1",
                 "-y",
+                "--json",
             ],
             env=env,
             capture_output=True,
@@ -101,6 +105,9 @@ def mapped_files_survive_gc(root: Path, files: int, env: dict[str, str]) -> tupl
         held: list[str] = json.loads(reader.stdout.readline() or "[]")
         lost = [p for p in held if not os.path.exists(p)]
         assert "Traceback" not in gc.stderr, gc.stderr
+        if put_back is not None:
+            skipped = json.loads(gc.stdout)["result"]["skipped"]
+            put_back += [s["path"] for s in skipped if (s["reason"] or "").endswith("(put back)")]
         return held, lost
     finally:
         if reader.stdin is not None:

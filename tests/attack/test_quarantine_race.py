@@ -132,7 +132,9 @@ SWAPPER = textwrap.dedent(
                 hold = float(f.read())
         except (OSError, ValueError):
             hold = 1.0
-        time.sleep(random.uniform(0.02, hold))
+        until = time.time() + random.uniform(0.02, hold)
+        while time.time() < until and not os.path.exists(staging + ".stop"):  # ends when told
+            time.sleep(0.01)
     """
 )
 

@@ -34,6 +34,9 @@ OUT = Path(sys.argv[1]).resolve()
 CACHE = Path(os.environ["HF_DATASETS_CACHE"]).resolve()
 TMP = Path(os.environ["TMPDIR"]).resolve()
 DATA = OUT / "data"
+#: Each `ready` below already sees the killed writer mid-write (data written, a folder filled): a
+#: kill this much later finds it there still (each writer has seconds of work left), with no wait.
+SETTLE = 0.05
 
 KILL_MAP = """
 import sys, time
@@ -45,18 +48,23 @@ def slow(x):
 ds.map(slow, writer_batch_size=1)
 """
 
-# Rank 1 writes a few batches, then kills itself; rank 0 is still in its first batch, so its
-# tmp file exists (created after the first example) but holds nothing yet (0 bytes). The parent
-# sees the dead worker, terminates the pool and lives on: both tmp files stay.
+# Rank 1 writes a few batches, then kills itself as soon as rank 0's tmp file exists (created
+# after rank 0's first example: the folder then holds two tmp files more than the argv[2] it
+# held before); rank 0 is still in its first batch (5 s of it), so that file
+# holds nothing yet (0 bytes). The parent sees the dead worker, terminates the pool and lives
+# on: both tmp files stay.
 KILL_WORKER = """
-import os, signal, sys, time
+import glob, os, signal, sys, time
 from datasets import load_dataset
 ds = load_dataset("csv", data_files=sys.argv[1], split="train")
 def f(x, rank):
     if rank == 0:
         time.sleep(0.5)
     elif x["id"] >= 200:
-        time.sleep(2.0)
+        tmps = os.path.join(os.environ["HF_DATASETS_CACHE"], "csv", "*", "*", "*", "tmp*")
+        deadline = time.time() + 60
+        while len(glob.glob(tmps)) < int(sys.argv[2]) + 2 and time.time() < deadline:
+            time.sleep(0.02)
         os.kill(os.getpid(), signal.SIGKILL)
     return {"w": rank}
 try:
@@ -195,12 +203,13 @@ def main() -> None:
         KILL_MAP,
         str(csv_path),
         ready=lambda: any(p.name.startswith("tmp") and p.stat().st_size > 0 for p in csv_dir.iterdir()),
+        settle=SETTLE,
     )
     leftovers["killed_map"] = [rel(p) for p in fresh(before) if p.name.startswith("tmp")]
 
     before = all_paths()
     proc = subprocess.run(
-        [sys.executable, "-c", KILL_WORKER, str(csv_path)],
+        [sys.executable, "-c", KILL_WORKER, str(csv_path), str(len(list(csv_dir.glob("tmp*"))))],
         env=os.environ.copy(),
         capture_output=True,
         text=True,
@@ -218,6 +227,7 @@ def main() -> None:
             gen_root.exists()
             and any(p.name.endswith(".incomplete") and any(p.iterdir()) for p in gen_root.glob("*/*"))
         ),
+        settle=SETTLE,
     )
     new = fresh(before)
     leftovers["killed_prepare"] = [rel(p) for p in new if p.name.endswith(".incomplete")]
@@ -227,7 +237,9 @@ def main() -> None:
     ]
 
     target = CACHE / "saved" / "killed"
-    killed_run(KILL_SAVE, str(target), ready=lambda: len(list(target.glob("data-*.arrow"))) >= 2)
+    killed_run(
+        KILL_SAVE, str(target), ready=lambda: len(list(target.glob("data-*.arrow"))) >= 2, settle=SETTLE
+    )
     assert not (target / "state.json").exists()
     leftovers["killed_save"] = [rel(target)]
 
@@ -236,6 +248,7 @@ def main() -> None:
         KILL_UNCACHED,
         str(csv_path),
         ready=lambda: any(p.name.startswith("tmp") for d in TMP.glob("hf_datasets-*") for p in d.iterdir()),
+        settle=SETTLE,
     )
     leftovers["killed_uncached"] = [rel(p) for p in fresh(before) if p.parent == TMP]
 
@@ -252,6 +265,7 @@ def main() -> None:
             ready=lambda: (
                 downloads.is_dir() and any(p.stat().st_size > 0 for p in downloads.glob("*.incomplete"))
             ),
+            settle=SETTLE,
         )
         httpd.shutdown()
     new = fresh(before)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.cache.store import write_whole
 from cachetool.formatting import local_time
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.hints import shell_command
@@ -48,12 +48,10 @@ def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
-    folder = root / layout.LEDGER_DIR
-    folder.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".checksums-", dir=folder)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"version": 1, "files": files}, separators=(",", ":")))
-    os.replace(tmp, checksums_path(root))
+    (root / layout.LEDGER_DIR).mkdir(exist_ok=True)
+    write_whole(
+        checksums_path(root), json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
+    )
 
 
 # -- the deep pass -------------------------------------------------------------------------------

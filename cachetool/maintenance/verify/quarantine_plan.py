@@ -113,7 +113,7 @@ class _Refused(Exception):
 def _execute(plan: QuarantinePlan) -> VerifyReport:
     report = plan.report
     root = report.root
-    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    folder = _RunFolder(f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
     moved: list[tuple[Path, Path]] = []
     problems: list[Finding] = []
 
@@ -146,7 +146,7 @@ def _execute(plan: QuarantinePlan) -> VerifyReport:
             this: list[tuple[Path, Path]] = []
             for src in todo:
                 try:
-                    this.append((src, _move(root_fd, root, stamp, src, finding, in_use)))
+                    this.append((src, _move(root_fd, root, folder, src, finding, in_use)))
                 except _Refused as refusal:
                     refuse(finding, src, str(refusal))
                 except OSError as err:
@@ -196,7 +196,34 @@ def _changed(root_fd: int, root: Path, finding: Finding) -> str | None:
     return None
 
 
-def _move(root_fd: int, root: Path, stamp: str, src: Path, finding: Finding, in_use: InUse) -> Path:
+class _RunFolder:
+    """The folder of one quarantine run, `<time>-<pid>` (`-2`, `-3`, ... when a run of the same
+    process in the same second has it), made when the run's first file moves."""
+
+    def __init__(self, stamp: str) -> None:
+        self.stamp = stamp
+        self.name: str | None = None
+
+    def claim(self, root_fd: int) -> str:
+        if self.name is None:
+            fd = open_parent(root_fd, (layout.LEDGER_DIR, QUARANTINE_DIR, self.stamp), create=True)
+            try:
+                for n in range(1, 10_000):
+                    name = self.stamp if n == 1 else f"{self.stamp}-{n}"
+                    try:
+                        os.mkdir(name, 0o700, dir_fd=fd)
+                    except FileExistsError:
+                        continue
+                    self.name = name
+                    break
+                else:
+                    raise OSError(errno.EEXIST, "no free quarantine folder", self.stamp)
+            finally:
+                os.close(fd)
+        return self.name
+
+
+def _move(root_fd: int, root: Path, folder: _RunFolder, src: Path, finding: Finding, in_use: InUse) -> Path:
     """Rename `src` into the quarantine folder of this run, never over anything; logged first.
 
     The checks and the move go through one descriptor of `src`'s folder, opened from the root
@@ -207,8 +234,6 @@ def _move(root_fd: int, root: Path, stamp: str, src: Path, finding: Finding, in_
         raise _Refused("outside the cache root") from None
     if parts[0] == layout.LEDGER_DIR:
         raise _Refused("outside the cache root")
-    dst_parts = (layout.LEDGER_DIR, QUARANTINE_DIR, stamp, *parts)
-    dst = root.joinpath(*dst_parts)
     try:
         src_fd = open_parent(root_fd, parts)
     except OSError as err:
@@ -217,6 +242,8 @@ def _move(root_fd: int, root: Path, stamp: str, src: Path, finding: Finding, in_
         raise
     try:
         _check_unheld(src_fd, parts[-1], in_use)
+        dst_parts = (layout.LEDGER_DIR, QUARANTINE_DIR, folder.claim(root_fd), *parts)
+        dst = root.joinpath(*dst_parts)
         dst_fd = open_parent(root_fd, dst_parts, create=True)
         try:
             log_move(

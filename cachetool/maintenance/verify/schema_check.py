@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from cachetool.cache import layout
+from cachetool.cache.store import write_whole
 
 VERDICTS_NAME = "schema-verdicts.json"
 #: Far more distinct schemas than any real cache holds; past it the oldest verdicts are dropped.
@@ -123,10 +123,8 @@ class SchemaVerdicts:
         verdicts = dict(list(merged.items())[-MAX_VERDICTS:])
         try:
             path.parent.mkdir(exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".schema-verdicts-", dir=path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"version": 1, "install": self.install, "verdicts": verdicts}, f)
-            os.replace(tmp, path)
+            doc = {"version": 1, "install": self.install, "verdicts": verdicts}
+            write_whole(path, json.dumps(doc).encode())
         except OSError:
             return
 
