@@ -79,6 +79,7 @@ LONG_FIRST = (
     "tests/test_ledger_compact.py::test_a_compaction_killed_at_any_point_loses_nothing",
     "tests/attack/test_quarantine_race.py",
     "tests/test_cmd_report.py",
+    "tests/test_forks.py::test_a_forked_command_answers_as_a_fresh_interpreter",
 )
 
 
@@ -167,6 +168,9 @@ def _home_untouched() -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for name in ("tests.forks", "forks"):  # the warm parents of `forks.run` (tests/ a package or not)
+        if name in sys.modules:
+            sys.modules[name].close_all()
     for path in _SHORT_TMP_DIRS:
         shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(TEST_HOME, ignore_errors=True)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from cachetool import __version__
 from cachetool.cli.app import app
 from cachetool.cli.completions import SHELLS, completion_script
+from tests import forks
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("pyarrow", "dill", "datasets", "xxhash", "humanize")
@@ -64,7 +65,7 @@ def complete(words: str) -> list[str]:
         "COMP_WORDS": words,
         "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
     }
-    proc = subprocess.run([sys.executable, "-m", "cachetool"], env=env, capture_output=True, text=True)
+    proc = forks.run([sys.executable, "-m", "cachetool"], env=env, capture_output=True, text=True)
     return proc.stdout.split()
 
 

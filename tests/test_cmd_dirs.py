@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forks
 from tests.conftest import invoke
 
 
@@ -66,7 +67,7 @@ def test_dirs_agrees_with_datasets_config(tmp_path: Path) -> None:
             k: v for k, v in os.environ.items() if k not in ("HF_DATASETS_CACHE", "HF_HOME", "XDG_CACHE_HOME")
         }
         env.update(extra)
-        ours = subprocess.run(
+        ours = forks.run(
             [sys.executable, "-m", "cachetool", "dirs", "-q"],
             env=env,
             capture_output=True,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import forks
 
 try:  # tests/ may or may not be a package
     from tests.lineage_pipeline import PipelineRuns, pipeline_runs
@@ -191,7 +192,7 @@ def test_lineage_shows_a_step_gc_removed_as_deleted(tmp_path: Path) -> None:
     cache = env["HF_DATASETS_CACHE"]
     chain = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json", env=env).stdout)["steps"]
     victim = next(s["fingerprint"] for s in chain if s["operation"] == "filter")
-    gc = subprocess.run(
+    gc = forks.run(
         [sys.executable, "-m", "cachetool", "gc", victim, "--cache-dir", cache, "--min-age", "0", "-y"],
         env=env,
         capture_output=True,

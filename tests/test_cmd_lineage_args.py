@@ -5,7 +5,6 @@ so two branches made by one function with different arguments look different in 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -14,9 +13,11 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests import forks
     from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    import forks  # type: ignore[no-redef]
     from conftest import cachetool_run  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
@@ -71,7 +72,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
 
 
 def lineage(made: Made, fp: str, *args: str) -> str:
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-m", "cachetool", "lineage", fp, *args],
         env=made.env,
         cwd=made.base,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import forks
 from tests.conftest import invoke
 
 
@@ -140,7 +140,7 @@ def test_path_and_cache_dir_together_are_refused(tmp_path: Path) -> None:
 
 def test_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
     env = {**os.environ, "CACHETOOL_DEBUG": "1"}
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-m", "cachetool", "ls", str(tmp_path / "nope")],
         env=env,
         capture_output=True,
@@ -148,7 +148,7 @@ def test_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "CacheNotFound" in proc.stderr
     env.pop("CACHETOOL_DEBUG")
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-m", "cachetool", "ls", str(tmp_path / "nope")],
         env=env,
         capture_output=True,

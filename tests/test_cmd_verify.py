@@ -21,6 +21,7 @@ from cachetool.cache.layout import Kind
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
 from cachetool.maintenance.verify import QuarantinePlan, Severity, VerifyReport, restore, verify_cache
+from tests import forks
 from tests.conftest import hf_env
 
 pytestmark = pytest.mark.slow
@@ -340,7 +341,7 @@ def test_odd_things_are_warnings(
 def test_fifo_in_the_cache_does_not_hang(real_cache: dict[str, Any], tmp_path: Path) -> None:
     root = clean_copy(real_cache, tmp_path)
     os.mkfifo(root / "csv" / "cache-fifo000fifo0000.arrow")
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root), "--json"],
         capture_output=True,
         text=True,
@@ -421,9 +422,7 @@ def test_deep_verify_after_a_recorded_one_finds_each_damage_done_since(
 
     def deep(*extra: str) -> tuple[int, dict[str, Any]]:
         cmd = [sys.executable, "-m", "cachetool", "verify", "--deep", "--json", "--cache-dir", str(root)]
-        proc = subprocess.run(
-            [*cmd, *extra], env=hf_env(tmp_path), capture_output=True, text=True, timeout=300
-        )
+        proc = forks.run([*cmd, *extra], env=hf_env(tmp_path), capture_output=True, text=True, timeout=300)
         return proc.returncode, json.loads(proc.stdout)
 
     code, doc = deep("--record")
@@ -732,7 +731,7 @@ def test_quarantine_asks_on_a_terminal(tmp_path: Path, answer: str) -> None:
     master, slave = pty.openpty()
     os.write(master, f"{answer}\n".encode())
     try:
-        proc = subprocess.run(
+        proc = forks.run(
             [sys.executable, "-m", "cachetool", "verify", "--cache-dir", str(root), "--quarantine"],
             stdin=slave,
             capture_output=True,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
+from tests import forks
 
 FP = "0123456789abcdef"
 
@@ -107,7 +107,7 @@ def test_scan_turns_every_problem_into_a_warning_not_a_crash(odd_cache: Path) ->
 
 def test_ls_survives_and_escapes_hostile_names(odd_cache: Path) -> None:
     """Exit 0, one hint line on stderr, markup and escape sequences shown literally."""
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-m", "cachetool", "ls", str(odd_cache)],
         capture_output=True,
         timeout=60,
@@ -120,7 +120,7 @@ def test_ls_survives_and_escapes_hostile_names(odd_cache: Path) -> None:
     err = proc.stderr.decode().strip().splitlines()
     assert len(err) == 1 and err[0].startswith("Hint: ") and "run `cachetool verify --cache-dir " in err[0]
     doc = json.loads(
-        subprocess.run(
+        forks.run(
             [sys.executable, "-m", "cachetool", "ls", str(odd_cache), "--json"],
             capture_output=True,
             timeout=60,

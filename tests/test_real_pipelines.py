@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests import forks
 from tests.conftest import cachetool_run, hf_env
 
 PIPELINE = textwrap.dedent(
@@ -103,7 +104,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 
 def cachetool(runs: Runs, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return forks.run(
         [sys.executable, "-m", "cachetool", *args],
         env={**runs.env, "COLUMNS": "200"},
         capture_output=True,

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests import forks
     from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    import forks  # type: ignore[no-redef]
     from conftest import cachetool_run  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
@@ -92,7 +94,7 @@ def test_fsspec_urls_are_paths_or_the_cache_root_never_folders_in_the_cwd(traced
     save = [r for r in records if r.get("operation") == "save_to_disk" and "memory" in r["source"]["path"]]
     assert [(r["source"]["path"], r["root"]) for r in save] == [("memory://bucket/ds", remote[0]["root"])]
 
-    lineage = subprocess.run(
+    lineage = forks.run(
         [sys.executable, "-m", "cachetool", "lineage", fps["after"], "--json"],
         env=env,
         cwd=work,
@@ -107,7 +109,7 @@ def test_fsspec_urls_are_paths_or_the_cache_root_never_folders_in_the_cwd(traced
 
 
 def _cli(traced: Traced, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-m", "cachetool", *args],
         env=traced.env,
         cwd=traced.work,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import forks
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env
 
@@ -24,7 +24,7 @@ def _run_all(root: Path, env: dict[str, str]) -> list[tuple[list[str], int, str]
     for cmd in COMMANDS:
         args = [sys.executable, "-m", "cachetool", *cmd]
         args += [str(root)] if cmd[0] == "ls" else ["--cache-dir", str(root)]
-        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+        proc = forks.run(args, env=env, capture_output=True, text=True, timeout=60)
         out.append((cmd, proc.returncode, proc.stderr))
     return out
 
@@ -99,9 +99,9 @@ def test_a_damaged_read_index_is_read_again(tmp_path: Path, sql: str) -> None:
     synthesize_cache(root, 2)
     env = hf_env(tmp_path)
     ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
-    first = json.loads(subprocess.run(ls, env=env, capture_output=True, text=True, check=True).stdout)
+    first = json.loads(forks.run(ls, env=env, capture_output=True, text=True, check=True).stdout)
     _rewrite_index(root, sql)
-    again = subprocess.run(ls, env=env, capture_output=True, text=True)
+    again = forks.run(ls, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "Traceback" not in again.stderr
     assert [e["rows"] for e in json.loads(again.stdout)["entries"]] == [e["rows"] for e in first["entries"]]
 
@@ -113,12 +113,12 @@ def test_garbage_or_an_old_json_index_in_place_of_the_read_index(tmp_path: Path)
     synthesize_cache(root, 2)
     env = hf_env(tmp_path)
     ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
-    first = subprocess.run(ls, env=env, capture_output=True, text=True, check=True).stdout
+    first = forks.run(ls, env=env, capture_output=True, text=True, check=True).stdout
     index = root / ".cachetool" / "read-index.sqlite.z"
     old = root / ".cachetool" / "read-index.json"
     old.write_text(json.dumps({"version": 3, "meta": [], "files": {"x": [1, 2, ["stream"]]}}))
     index.write_bytes(b"\x78\x9c" + os.urandom(300))
-    again = subprocess.run(ls, env=env, capture_output=True, text=True)
+    again = forks.run(ls, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and again.stderr == "" and again.stdout == first
     assert not old.exists() and index.is_file()
 
@@ -164,7 +164,7 @@ def test_damaged_ledger_records_fifo_and_dev_zero_segments(tmp_path: Path) -> No
     ]
     results = _run_all(root, env)
     for cmd in commands:
-        proc = subprocess.run(
+        proc = forks.run(
             [sys.executable, "-m", "cachetool", *cmd, "--cache-dir", str(root)],
             env=env,
             capture_output=True,

@@ -12,6 +12,7 @@ import pytest
 
 from cachetool.cache.arrow import UNREADABLE, read_summary
 from cachetool.cache.index import ReadIndex, _encode
+from tests import forks
 from tests.attack.damaged_arrow import damaged_folder, good_stream, mutations, non_utf8_name, wide_integer
 from tests.conftest import hf_env, write_anew
 
@@ -151,7 +152,7 @@ def test_every_command_over_a_folder_of_damaged_files_ends_cleanly(tmp_path: Pat
     outputs = {}
     for cmd in COMMANDS:
         args = [a.format(root=root) for a in cmd]
-        proc = subprocess.run(
+        proc = forks.run(
             [sys.executable, "-m", "cachetool", *args], env=env, capture_output=True, text=True, timeout=120
         )
         assert "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])

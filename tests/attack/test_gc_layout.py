@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forks
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env
 
@@ -45,7 +46,7 @@ def _user_tree(home: Path) -> list[Path]:
 
 
 def _gc(env: dict[str, str], root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return forks.run(
         [sys.executable, "-m", "cachetool", "gc", "--cache-dir", str(root), "--min-age", "0", "-y", *args],
         env=env,
         capture_output=True,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.maintenance.hints import gc_command
+from tests import forks
 from tests.attack.damaged_arrow import damaged_folder
 from tests.attack.races import SLOW_MAP, synthesize_cache
 from tests.builders.killing import killed_run
@@ -24,7 +25,7 @@ CLI = [sys.executable, "-m", "cachetool"]
 
 
 def _cli(args: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload]
+    return forks.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=300, **kw)
 
 
 def _paste(hint: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

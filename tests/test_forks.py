@@ -1,0 +1,198 @@
+"""A command run by `tests.forks` (forked from a warm parent) is what a fresh `python -m cachetool`
+is: the same exit code, stdout and stderr bytes for each command line below, signals by its
+pid reach it, a crash is its status, and its parent ending is a clear error. The tests that run
+cachetool through `forks.run` rely on this."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import forks
+from tests.attack.races import synthesize_cache
+from tests.conftest import hf_env
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not forks.available(), reason="no os.pidfd_open here, or CACHETOOL_TESTS_COLD=1"),
+]
+
+CLI = [sys.executable, "-m", "cachetool"]
+
+# Each line: what a user runs (a `{...}` names a part of the golden cache): listings (the light
+# path and the Typer app), `--json` documents, human output, model errors (`Error:` and exit 2),
+# Click's usage errors, help at a set width.
+LINES: list[list[str]] = [
+    ["ls", "-q"],
+    ["ls", "--json"],
+    ["show", "{fp}", "--json"],
+    ["show", "0000dead"],
+    ["lineage", "{final}", "--json"],
+    ["lineage", "{fp}", "--format", "dot"],
+    ["explain", "{fp}", "--json"],
+    ["verify", "--json"],
+    ["verify"],
+    ["gc", "zzzz", "--dry-run"],
+    ["ls", "--jso"],
+    ["show"],
+    ["verify", "--help"],
+    ["--version"],
+    ["ls", "--cache-dir", "/nonexistent/cache"],
+]
+
+
+def _both(args: list[str], env: dict[str, str], cwd: Path) -> tuple[Any, Any]:
+    kw: dict[str, Any] = {"env": env, "cwd": cwd, "capture_output": True, "timeout": 120}
+    return forks.run([*CLI, *args], **kw), subprocess.run([*CLI, *args], **kw)
+
+
+def test_a_forked_command_answers_as_a_fresh_interpreter(golden: dict[str, Any], tmp_path: Path) -> None:
+    """Every line of LINES gives the same exit code, stdout and stderr (bytes) forked as from a
+    fresh `python -m cachetool`; so do a traceback (CACHETOOL_DEBUG=1) and a TAB completion, and a
+    variable the zygote's imports read (HOME, read by `sysconfig` at import) set otherwise."""
+    env = {**golden["env"], "COLUMNS": "100"}
+    fp = golden["final"][:8]
+    codes = set()
+    for template in LINES:
+        args = [a.format(final=golden["final"], fp=fp) for a in template]
+        forked, cold = _both(args, env, tmp_path)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (
+            cold.returncode,
+            cold.stdout,
+            cold.stderr,
+        ), args
+        codes.add(cold.returncode)
+    assert codes >= {0, 2}, codes  # successes and errors both compared
+    debug = {**env, "CACHETOOL_DEBUG": "1"}
+    forked, cold = _both(["ls", "--cache-dir", "/nonexistent/cache"], debug, tmp_path)
+    assert cold.returncode == 1 and b"Traceback (most recent call last)" in cold.stderr
+    assert (forked.returncode, forked.stdout, forked.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    tab = {**env, "_CACHETOOL_COMPLETE": "complete_bash", "COMP_WORDS": "cachetool l", "COMP_CWORD": "1"}
+    forked, cold = _both([], tab, tmp_path)
+    assert cold.stdout.split() == [b"ls", b"lineage"]
+    assert (forked.returncode, forked.stdout, forked.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    home = {k: v for k, v in env.items() if not k.startswith(("HF_", "CACHETOOL_"))}
+    home["HOME"] = str(tmp_path)  # every default location under it
+    forked, cold = _both(["dirs", "--json"], home, tmp_path)
+    assert str(tmp_path).encode() in cold.stdout
+    assert (forked.returncode, forked.stdout, forked.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+
+
+def test_the_child_is_a_process_of_its_own(tmp_path: Path) -> None:
+    """The child has its own pid (not the zygote's, not this process's), and the same working
+    directory, `sys.path[0]`, environment, argv, stdin, open descriptors and stream settings as
+    a fresh `python -m cachetool`: a script run by `cachetool run SCRIPT` (which runs it in the
+    process the entry started) reports them both ways."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import json, os, sys\n"
+        "print(json.dumps({'pid': os.getpid(), 'cwd': os.getcwd(), 'path0': sys.path[0],"
+        " 'env': dict(os.environ), 'argv': sys.argv, 'fds': sorted(os.listdir('/proc/self/fd')),"
+        " 'stdin': sys.stdin.read(), 'streams': [(s.name, s.encoding, s.errors, s.line_buffering)"
+        " for s in (sys.stdin, sys.stdout, sys.stderr)]}))\n"
+    )
+    env = {**hf_env(tmp_path), "ONLY_HERE": "1"}
+    kw: dict[str, Any] = {"env": env, "cwd": tmp_path, "stdout": subprocess.PIPE}
+    proc = forks.ForkedProcess([*CLI, "run", str(probe), "a b"], stdin=subprocess.PIPE, **kw)
+    out, _ = proc.communicate(b"typed", timeout=120)
+    cold = subprocess.run([*CLI, "run", str(probe), "a b"], input=b"typed", timeout=120, **kw)
+    assert proc.returncode == cold.returncode == 0
+    forked, fresh = json.loads(out), json.loads(cold.stdout)
+    assert forked.pop("pid") == proc.pid and proc.pid not in (os.getpid(), proc.zygote.proc.pid)
+    fresh.pop("pid")
+    assert forked == fresh
+    assert forked["cwd"] == forked["path0"] == str(tmp_path) and forked["env"]["ONLY_HERE"] == "1"
+    assert forked["argv"] == [str(probe), "a b"] and forked["stdin"] == "typed"
+
+
+def _waiting_gc(tmp_path: Path) -> tuple[list[str], dict[str, str], int, int]:
+    """A gc that asks on a terminal and waits for the answer: its command line, environment and
+    the terminal (master, slave)."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 2)
+    args = [*CLI, "gc", "--max-size", "0", "--min-age", "0", "--cache-dir", str(root)]
+    master, slave = pty.openpty()
+    return args, {**hf_env(tmp_path), "COLUMNS": "100"}, master, slave
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
+def test_a_signal_by_pid_ends_the_child_as_a_fresh_one(tmp_path: Path, sig: int) -> None:
+    """`kill -SIG <pid>` of a gc waiting at its question: the forked child ends with the status a
+    fresh `python -m cachetool` ends with for that signal (a KeyboardInterrupt's, or killed by
+    it), and the zygote reaps it: no zombie stays."""
+    args, env, master, slave = _waiting_gc(tmp_path)
+    try:
+        statuses = []
+        for start in ("forked", "cold"):
+            kw: dict[str, Any] = {"env": env, "stdin": slave, "stdout": subprocess.PIPE}
+            kw["stderr"] = subprocess.PIPE
+            if start == "forked":
+                proc: Any = forks.ForkedProcess(args, **kw)
+                out_fd = proc.stdout_fd
+            else:
+                proc = subprocess.Popen(args, **kw)
+                out_fd = proc.stdout.fileno()
+            seen = b""
+            while b"[y/N]" not in seen:
+                assert select.select([out_fd], [], [], 120)[0], seen
+                chunk = os.read(out_fd, 4096)
+                assert chunk, seen
+                seen += chunk
+            os.kill(proc.pid, sig)
+            _, err = proc.communicate(timeout=120)
+            statuses.append((proc.returncode, err.replace(str(proc.pid).encode(), b"PID")))
+            if start == "forked":
+                zygote = proc.zygote.proc.pid
+                assert _children(zygote) == [], "the zygote left a child behind"
+        assert statuses[0] == statuses[1]
+        assert statuses[0][0] == (-sig if sig != signal.SIGINT else statuses[1][0])
+        assert len(list((tmp_path / "cache").rglob("cache-*.arrow"))) == 2  # nothing was removed
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (zombies included)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def test_a_timeout_kills_the_child_and_a_dead_zygote_is_a_clear_error(tmp_path: Path) -> None:
+    """`run(timeout=...)` of a command that waits ends it (TimeoutExpired, the child killed and
+    reaped); a zygote killed while its child runs is an error naming it, not a hang or a made-up
+    exit code, and the next command gets a new zygote."""
+    args, env, master, slave = _waiting_gc(tmp_path)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            forks.run(args, env=env, stdin=slave, capture_output=True, timeout=1)  # it waits forever
+        zygote = forks.zygote_for(env)
+        assert _children(zygote.proc.pid) == []
+        proc = forks.ForkedProcess(args, env=env, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.kill(zygote.proc.pid, signal.SIGKILL)
+        with pytest.raises(forks.ZygoteDied, match=rf"warm cachetool parent \(pid {zygote.proc.pid}\) died"):
+            proc.wait(timeout=120)
+        os.kill(proc.pid, signal.SIGKILL)  # the orphan, now init's
+        again = forks.run([*CLI, "--version"], env=env, capture_output=True, timeout=120)
+        assert again.returncode == 0 and again.stdout.startswith(b"cachetool ")
+        assert forks.zygote_for(env).proc.pid != zygote.proc.pid
+    finally:
+        os.close(master)
+        os.close(slave)
