@@ -39,8 +39,9 @@ def test_a_swapped_ancestor_never_leads_gc_outside_the_root(tmp_path: Path) -> N
     root) and `base/a-link` (a symlink to a decoy holding the same relative names) trade places
     as fast as a process can. Over 6 runs (more, up to 200, until the swap has landed at least
     twice before and twice after gc opened the root: where it lands is up to the scheduler; the
-    swap found at the open was 1 run in 10 to half of them in runs on 2 busy cores) no decoy file is removed and no run raises; runs whose root was
-    swapped at the moment gc opened it remove nothing and say why. A longer soak by hand:
+    swap found at the open was 1 run in 10 to half of them in runs on 2 busy cores) no decoy file
+    is removed and no run raises; runs whose root was swapped at the moment gc opened it remove
+    nothing and say why. A longer soak by hand:
     `CACHETOOL_SWAP_RUNS=200 pytest tests/attack/test_gc_swaps.py`."""
     runs = int(os.environ.get("CACHETOOL_SWAP_RUNS", "6"))
     base = tmp_path
