@@ -39,14 +39,16 @@ LIGHT = CLOCK + (
     "runpy.run_module('cachetool', run_name='__main__', alter_sys=True)\n"
 )
 TYPER = CLOCK + "import sys\nsys.argv[0] = 'cachetool'\nfrom cachetool.cli.app import main\nmain()\n"
-# TYPER for many command lines: the process imports the Typer app once (most of a run's time),
-# then forks a child per line read on stdin (`[args, stdout file, stderr file]`), which answers
-# it as TYPER would (same environment, clock and argv[0]; stdin /dev/null; its own exit) and
-# whose exit code the parent writes back as a line.
+# TYPER for many command lines: the process imports the Typer app and what it reads options
+# with (`typer._adapters`: pydantic) once, most of a run's time, under the environment and
+# working directory every child has; then it forks a child per line read on stdin (`[args,
+# stdout file, stderr file]`), which answers it as TYPER would (same environment, clock and
+# argv[0]; stdin /dev/null; its own exit) and whose exit code the parent writes back as a line.
 TYPER_FORKS = CLOCK + (
     "import json, os, sys\n"
     "sys.argv[0] = 'cachetool'\n"
     "from cachetool.cli.app import main\n"
+    "import typer._adapters\n"
     "for line in sys.stdin:\n"
     "    args, out, err = json.loads(line)\n"
     "    pid = os.fork()\n"
