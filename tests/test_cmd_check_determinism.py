@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -597,13 +598,18 @@ CONTROLS = sorted(
     for p in CORPUS.glob("k0*.py")
     if not p.name.endswith("_helpers.py") and p.name != "k09_tokenizer_configured_before.py"
 )
-#: The control checked with 3 runs: its `set` of five words iterates in a different order under each
-#: of the hash seeds 1, 2 and 3, so the third run is a third order compared with the other two; and
-#: with --isolated, 3 runs are more than the workers of a 2-core machine, so one run waits for a
-#: worker to free up. The other controls hold nothing whose hash a third seed could change
-#: (a tuple, a lock, explicit seeds, a sorted set, ints, a function pickled by reference, a
-#: timestamp taken inside the function): two runs say what three do.
-THREE_RUNS = "k01_set_attribute.py"
+#: The controls run as one pipeline: a script that runs each of them in turn, as `python k0N.py`
+#: would (`runpy.run_path` as `__main__`, the corpus folder on `sys.path`). Three runs: the `set`
+#: of five words in k01 iterates in a different order under each of the hash seeds 1, 2 and 3, so
+#: the third run is a third order compared with the other two; and with --isolated, 3 runs are
+#: more than the workers of a 2-core machine, so one run waits for a worker to free up.
+CONTROLS_SCRIPT = (
+    "import os, runpy, sys\n"
+    "corpus = os.getcwd()\n"
+    "sys.path.insert(0, corpus)\n"
+    "for name in {names!r}:\n"
+    "    runpy.run_path(os.path.join(corpus, name), run_name='__main__')\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -729,16 +735,27 @@ def test_corpus_input_rewritten_between_runs_is_a_source_difference(corpus_base:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", CONTROLS)
-def test_corpus_controls_are_deterministic(script: str, corpus_base: Path) -> None:
+def test_corpus_controls_are_deterministic(corpus_base: Path) -> None:
     """Look-alikes (set attribute, tuple literal, lock, seeded shuffle, sorted set, int frozenset,
-    imported function, timestamp taken inside) report no difference: over 3 runs for the set
-    attribute (`THREE_RUNS` says what the third run adds), over 2 for the others."""
-    runs = 3 if script == THREE_RUNS else 2
-    report = check_corpus(script, corpus_base, runs=runs)
+    imported function, timestamp taken inside), run one after another in one pipeline over 3
+    runs (`CONTROLS_SCRIPT` says what the third run adds), report no difference, with at least
+    two steps of each of them compared."""
+    script = corpus_base / "controls.py"
+    script.write_text(CONTROLS_SCRIPT.format(names=CONTROLS), encoding="utf-8")
+    report = check_determinism(
+        script,
+        env=clean_env(corpus_base / "controls"),
+        cwd=CORPUS,
+        isolated=True,
+        rerun=False,
+        timeout=120,
+        runs=3,
+    )
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
-    assert [run.hash_seed for run in report.runs] == list(range(1, runs + 1))
-    assert report.analysis is not None and len(report.analysis.steps) >= 2
+    assert [run.hash_seed for run in report.runs] == [1, 2, 3]
+    assert report.analysis is not None
+    compared = Counter(Path(step.file).name for step in report.analysis.steps if step.file)
+    assert all(compared[name] >= 2 for name in CONTROLS), compared
 
 
 @pytest.mark.slow
