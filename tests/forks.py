@@ -407,6 +407,20 @@ class ForkedProcess:
             raise self._timeout(timeout) from None
         return self._output(1), self._output(2)  # type: ignore[return-value]
 
+    def close_pipes(self) -> None:
+        """Close this side of the pipes `communicate` has not finished with."""
+        if hasattr(self, "_data"):
+            fds = [*self._reading, *self._writing]
+            self._reading, self._writing = [], []
+        else:
+            fds = [fd for fd in self._pipes if fd is not None]
+            self._data = {fd: [] for fd in self._pipes[1:] if fd is not None}
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def _output(self, which: int) -> bytes | None:
         fd = self._pipes[which]
         return None if fd is None else b"".join(self._data[fd])
@@ -460,16 +474,13 @@ def run(
     proc = ForkedProcess(args, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr)
     try:
         out, err = proc.communicate(input, timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
-    except BaseException:
-        proc.kill()
+    except BaseException:  # a timeout too: as `subprocess.run`, kill and wait, never read on
+        proc.kill()  # (a process the command started may hold its pipes open)
         try:
             proc.wait(30)
         except (subprocess.TimeoutExpired, ZygoteDied):
             pass
+        proc.close_pipes()
         raise
     if text_mode:
         out, err = _decode(out, *coding), _decode(err, *coding)  # type: ignore[assignment]

@@ -590,14 +590,9 @@ UNPICKLABLE = {
     ),
     "c14_generator_global.py": ("function → global 'ids' (generator)", "cannot pickle 'generator' object"),
 }
-#: Look-alikes checked here, in --isolated mode. k09 (a tokenizer configured before the first map)
-#: is a control of the cache-state diagnosis: tests/test_determinism_diagnosis.py checks it on a
-#: warm cache, the mode it exists for.
-CONTROLS = sorted(
-    p.name
-    for p in CORPUS.glob("k0*.py")
-    if not p.name.endswith("_helpers.py") and p.name != "k09_tokenizer_configured_before.py"
-)
+#: Look-alikes checked here, in --isolated mode (k09, a tokenizer configured before the first map,
+#: is also checked on a warm cache by tests/test_determinism_diagnosis.py).
+CONTROLS = sorted(p.name for p in CORPUS.glob("k0*.py") if not p.name.endswith("_helpers.py"))
 #: The controls run as one pipeline: a script that runs each of them in turn, as `python k0N.py`
 #: would (`runpy.run_path` as `__main__`, the corpus folder on `sys.path`). Three runs: the `set`
 #: of five words in k01 iterates in a different order under each of the hash seeds 1, 2 and 3, so
@@ -737,9 +732,9 @@ def test_corpus_input_rewritten_between_runs_is_a_source_difference(corpus_base:
 @pytest.mark.slow
 def test_corpus_controls_are_deterministic(corpus_base: Path) -> None:
     """Look-alikes (set attribute, tuple literal, lock, seeded shuffle, sorted set, int frozenset,
-    imported function, timestamp taken inside), run one after another in one pipeline over 3
-    runs (`CONTROLS_SCRIPT` says what the third run adds), report no difference, with at least
-    two steps of each of them compared."""
+    imported function, timestamp taken inside, tokenizer configured before), run one after
+    another in one pipeline over 3 runs (`CONTROLS_SCRIPT` says what the third run adds), report
+    no difference, with at least two steps of each of them compared."""
     script = corpus_base / "controls.py"
     script.write_text(CONTROLS_SCRIPT.format(names=CONTROLS), encoding="utf-8")
     report = check_determinism(

@@ -798,12 +798,14 @@ def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
     target = cut(between_batches)(root, real_cache)
     broken = tmp_path / "broken.arrow"
     shutil.copy2(target, broken)
-    folders = []
-    for _ in range(4):  # calls take a fraction of a second: at least two share one
+    folders: list[str] = []
+    deadline = time.monotonic() + 60
+    while not any(f.endswith("-2") for f in folders):  # until two calls shared a second
+        assert time.monotonic() < deadline, folders
         report = quarantine_report(root)
         assert [p for p, _ in report.quarantined] == [target], report.findings
         moved_to = report.quarantined[0][1].relative_to(root / ".cachetool" / "quarantine")
         assert moved_to.parts[1:] == target.relative_to(root).parts
         folders.append(moved_to.parts[0])  # the run's folder
         shutil.copy2(broken, target)  # written broken again
-    assert len(set(folders)) == 4
+    assert len(set(folders)) == len(folders)

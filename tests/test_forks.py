@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,27 @@ def test_a_timeout_kills_the_child_and_a_dead_zygote_is_a_clear_error(tmp_path: 
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_a_timeout_does_not_wait_for_what_the_command_started(tmp_path: Path) -> None:
+    """As `subprocess.run`: on a timeout the command is killed and reaped, and its output pipes
+    are not read to their end, which a process it started and left holding them would delay
+    (here `cachetool run` of a script that leaves a `sleep 30` behind)."""
+    script = tmp_path / "leaves_a_sleeper.py"
+    pid_file = tmp_path / "sleeper.pid"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "sleeper = subprocess.Popen(['sleep', '30'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(sleeper.pid))\n"
+        "time.sleep(30)\n"
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            forks.run(
+                [*CLI, "run", str(script)], env=hf_env(tmp_path), cwd=tmp_path, capture_output=True, timeout=2
+            )
+        assert time.monotonic() - started < 20  # not the sleeper's 30 s
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)

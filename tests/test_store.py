@@ -51,7 +51,9 @@ def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> 
 
 @pytest.mark.slow
 def test_a_ledger_folder_that_is_a_symlink_is_never_cleaned(isolated_env: Path) -> None:
-    """`<root>/.cachetool` pointing out of the root: what lies there is not the root's to remove."""
+    """`<root>/.cachetool` pointing out of the root: what lies there is not the root's to remove,
+    and nothing is written there (the read index, the kept text and the checksums stay unwritten;
+    `verify --record` says the checksums could not be stored)."""
     root = isolated_env / "cache"
     synthesize_cache(root, 6)
     elsewhere = isolated_env / "elsewhere"
@@ -61,5 +63,7 @@ def test_a_ledger_folder_that_is_a_symlink_is_never_cleaned(isolated_env: Path) 
     assert invoke("ls", str(root), "--json").exit_code == 0
     for _ in range(2):
         assert invoke("ls", str(root), "--json").exit_code == 0
-    assert invoke("verify", "--cache-dir", str(root), "--deep", "--record").exit_code == 0
+    got = invoke("verify", "--cache-dir", str(root), "--deep", "--record")
+    assert got.exit_code == 0 and "cannot store checksums: .cachetool is a symlink" in got.stdout
     assert all(p.exists() for p in old)
+    assert sorted(os.listdir(elsewhere)) == sorted(p.name for p in old)  # nothing written there

@@ -20,22 +20,39 @@ STALE_SECONDS = 3600.0
 
 def write_whole(path: Path, data: bytes) -> None:
     """Replace `path` by `data` through a temporary file and one rename. Raises OSError (with
-    the temporary file removed) when the folder is missing, read-only or full."""
-    import tempfile
+    the temporary file removed) when the folder is missing, read-only, full, or a symlink: the
+    folder is opened without following one, and the writes go through that descriptor, so they
+    never land outside the cache root."""
+    import secrets
 
     prefix = temp_prefix(path)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as err:
+        if os.path.islink(path.parent):
+            why = f"{path.parent.name} is a symlink (cachetool writes inside the cache root only)"
+            raise OSError(err.errno, why, os.fsdecode(path.parent)) from None
         raise
-    remove_stale_temps(path.parent, prefix)
+    try:
+        tmp = f"{prefix}{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+        try:  # the folder's own clock (another host's, on a shared file system)
+            now = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False).st_mtime
+        except OSError:
+            return
+        _remove_stale(dir_fd, prefix, now)
+    finally:
+        os.close(dir_fd)
 
 
 def temp_prefix(path: Path) -> str:
@@ -45,27 +62,33 @@ def temp_prefix(path: Path) -> str:
 
 def remove_stale_temps(folder: Path, prefix: str, now: float | None = None) -> list[str]:
     """Remove the regular files of `folder` named `prefix...` and modified more than
-    `STALE_SECONDS` ago; the names removed. A folder that is a symlink is left alone (it may
-    lead out of the root), and so is anything that cannot be read or removed."""
-    now = time.time() if now is None else now
+    `STALE_SECONDS` before `now` (default: the present); the names removed. A folder that is a
+    symlink is left alone (it may lead out of the root), and so is anything that cannot be read
+    or removed."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return []
-    removed = []
     try:
-        for name in os.listdir(fd):
-            if not name.startswith(prefix):
-                continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_SECONDS:
-                    os.unlink(name, dir_fd=fd)
-                    removed.append(name)
-            except OSError:
-                continue
-    except OSError:
-        pass
+        return _remove_stale(fd, prefix, time.time() if now is None else now)
     finally:
         os.close(fd)
+
+
+def _remove_stale(dir_fd: int, prefix: str, now: float) -> list[str]:
+    removed: list[str] = []
+    try:
+        names = os.listdir(dir_fd)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_SECONDS:
+                os.unlink(name, dir_fd=dir_fd)
+                removed.append(name)
+        except OSError:
+            continue
     return removed
