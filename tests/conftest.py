@@ -91,7 +91,7 @@ def _rank(item: pytest.Item) -> tuple[bool, int]:
 
 @pytest.hookimpl(trylast=True)  # after -k, -m and --deselect have chosen the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (`-n 2`), the longest tests first and the fast lane last (each group in its
+    """Under xdist (`-n 3`), the longest tests first and the fast lane last (each group in its
     usual order), so that both workers end on short tests and finish together (see
     `pytest_xdist_make_scheduler`). A run in one process keeps the file order."""
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects, in the same order
@@ -99,7 +99,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def module_aware_load(config: pytest.Config, log: Any) -> Any:
-    """xdist's scheduler for `-n 2` (xdist is imported here: the compat sessions run without it)."""
+    """xdist's scheduler for `-n N` (xdist is imported here: the compat sessions run without it)."""
     from xdist.scheduler import LoadScheduling
 
     class ModuleAwareLoad(LoadScheduling):
@@ -145,7 +145,7 @@ def module_aware_load(config: pytest.Config, log: Any) -> Any:
 
 @pytest.hookimpl(optionalhook=True)  # a hook of xdist, absent with `-p no:xdist`
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`-n 2` schedules with `module_aware_load`'s scheduler; another `--dist` is kept."""
+    """`-n N` schedules with `module_aware_load`'s scheduler; another `--dist` is kept."""
     if config.getvalue("dist") != "load":
         return None
     return module_aware_load(config, log)
