@@ -212,7 +212,9 @@ def _child(c: tuple[str, str, bool, int]) -> str:
 
 
 def _type(r: _Reader, kind: int, pos: int, children: list[tuple[str, str, bool, int]]) -> str:
-    """`str()` of the type `kind` whose table is at `pos`, with `children` (see `_field`)."""
+    """`str()` of the type `kind` whose table is at `pos`, with `children` (see `_field`). One
+    branch per kind of Arrow type, in one function on purpose: a type switch reads whole, and it
+    runs for every field of every distinct schema of a cold listing."""
     if kind in _LISTS:
         if len(children) != 1:
             raise _Declined

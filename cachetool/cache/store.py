@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from pathlib import Path
 
 #: A temporary file of one of these writes older than this was left by a killed writer.
@@ -60,27 +59,13 @@ def temp_prefix(path: Path) -> str:
     return f".{path.name.split('.', 1)[0]}-"
 
 
-def remove_stale_temps(folder: Path, prefix: str, now: float | None = None) -> list[str]:
-    """Remove the regular files of `folder` named `prefix...` and modified more than
-    `STALE_SECONDS` before `now` (default: the present); the names removed. A folder that is a
-    symlink is left alone (it may lead out of the root), and so is anything that cannot be read
-    or removed."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return []
-    try:
-        return _remove_stale(fd, prefix, time.time() if now is None else now)
-    finally:
-        os.close(fd)
-
-
-def _remove_stale(dir_fd: int, prefix: str, now: float) -> list[str]:
-    removed: list[str] = []
+def _remove_stale(dir_fd: int, prefix: str, now: float) -> None:
+    """Remove the regular files of the folder `dir_fd` named `prefix...` and modified more than
+    `STALE_SECONDS` before `now`; anything that cannot be read or removed stays."""
     try:
         names = os.listdir(dir_fd)
     except OSError:
-        return removed
+        return
     for name in names:
         if not name.startswith(prefix):
             continue
@@ -88,7 +73,5 @@ def _remove_stale(dir_fd: int, prefix: str, now: float) -> list[str]:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_SECONDS:
                 os.unlink(name, dir_fd=dir_fd)
-                removed.append(name)
         except OSError:
             continue
-    return removed
