@@ -40,7 +40,8 @@ def demo_command(
 @handle_errors
 def _demo(folder: Path | None) -> None:
     from cachetool.cache.scan import scan_cache
-    from cachetool.cli.ls import render_human, report_warnings
+    from cachetool.cli.ls import report_warnings
+    from cachetool.cli.ls_table import render_human
     from cachetool.demo import build_demo
 
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
