@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from cachetool.cache.entries import derived_entry
+from cachetool.cache.entry_json import json_body_writer, json_template, shared_json
 from cachetool.cache.index import READABLE_STATES, STREAM_COMPLETE, stored_summary
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, DatasetDir, Entry, json_body_writer, shared_json
+from cachetool.cache.model import CacheFile, DatasetDir, Entry
 from cachetool.formatting import iso_time
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ class JsonTexts:
         before the fingerprint, before the file name (the folder's text included), before the
         rows, before the size, and the four ends after `"complete": ` (incomplete, incomplete
         and pinned, complete, complete and pinned)."""
-        t0, t1, t2, t3, t4, t5 = entry_of(e)._json_template()
+        t0, t1, t2, t3, t4, t5 = json_template(entry_of(e))
         folder = self._folders.get(e[0])
         if folder is None:
             folder = self._folders[e[0]] = _encode_ascii(e[0])[:-1]
