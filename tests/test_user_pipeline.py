@@ -227,9 +227,9 @@ def test_a_saved_folder_named_in_the_default_cache_says_which_cache_dir(pipeline
 @pytest.mark.slow
 def test_show_of_a_step_in_the_saved_folder_names_its_cache_dir(pipeline: Pipeline) -> None:
     """The map after `load_from_disk` wrote its file into the saved folder, a cache root of its
-    own. `show FP` without `--cache-dir` (as `lineage FP` finds it) says which root holds it and
-    the command that shows it there; that command shows it. It said only "no cache entry matches
-    '<fp>' in <datasets cache>", in human, JSON and quiet output alike."""
+    own. `show FP` and `pin FP` without `--cache-dir` (as `lineage FP` finds it) say which root
+    records it and the command to run there; that command works. They said only "no cache entry
+    matches '<fp>' in <datasets cache>", in human, JSON and quiet output alike."""
     there = json.loads(_ok(cachetool(pipeline, "ls", "--json", "--cache-dir", str(pipeline.saved))))
     (fp,) = [e["fingerprint"] for e in there["entries"] if e["kind"] == "shards"]
     prefix = fp[:8]
@@ -242,6 +242,12 @@ def test_show_of_a_step_in_the_saved_folder_names_its_cache_dir(pipeline: Pipeli
         assert f"; {pipeline.saved}, a cache root of its own, records it: {command}" in line, line
     shown = json.loads(_ok(cachetool(pipeline, "show", prefix, "--json", "--cache-dir", str(pipeline.saved))))
     assert shown["fingerprint"] == fp
+    # `pin` names it alike, and pins it there.
+    failed = cachetool(pipeline, "pin", prefix)
+    assert failed.returncode == 2, failed.stderr
+    assert f"records it: `cachetool pin {prefix} --cache-dir {pipeline.saved}`" in failed.stderr
+    _ok(cachetool(pipeline, "pin", prefix, "--cache-dir", str(pipeline.saved)))
+    _ok(cachetool(pipeline, "unpin", prefix, "--cache-dir", str(pipeline.saved)))
     # A name no root knows still gets the plain message.
     unknown = cachetool(pipeline, "show", "0123abcd")
     assert unknown.returncode == 2

@@ -86,21 +86,14 @@ def show_entry(
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
     from cachetool.cache.scan import scan_cache
-    from cachetool.errors import InAnotherRoot, UnknownFingerprint
+    from cachetool.lineage.resolve import named_elsewhere
 
     def scan(ledger: Ledger | bool) -> CacheReport:
         return progress(root, ledger) if progress is not None else scan_cache(root, ledger=ledger)
 
     root_path = Path(os.fspath(root)).expanduser().resolve()
-    try:
+    with named_elsewhere(root_path, fingerprint, "show"):
         return _show_entry(root_path, fingerprint, scan)
-    except UnknownFingerprint as e:
-        if type(e) is not UnknownFingerprint:  # a recorded-only fingerprint says so already
-            raise
-        others = roots_recording(root_path, fingerprint)
-        if not others:
-            raise
-        raise InAnotherRoot(fingerprint, root_path, others, "show") from None
 
 
 def _show_entry(
@@ -141,29 +134,3 @@ def _show_entry(
     except CachetoolError as e:
         pinned, warnings = False, (e.message,)
     return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings)
-
-
-def roots_recording(root: Path, name: str) -> list[str]:
-    """The other roots whose ledger records a step result `name` (a fingerprint or its prefix, a
-    cache file's name) names, among the roots `root`'s ledger leads to as `lineage` follows them
-    (a `save_to_disk` folder of a state made in `root`, where a map after `load_from_disk` wrote).
-    Sorted; empty for a path."""
-    from cachetool.lineage.ledger import Ledger
-    from cachetool.lineage.records import StepRecord
-    from cachetool.lineage.resolve import cache_file_key
-
-    if os.sep in name:
-        return []
-    key = cache_file_key(name)
-    ledger = Ledger.load(root)
-    return sorted(
-        {
-            r.read_from
-            for r in ledger.records
-            if isinstance(r, StepRecord)
-            and r.read_from is not None
-            and ledger.is_foreign(r)
-            and r.result is not None
-            and r.result.startswith(key)
-        }
-    )
