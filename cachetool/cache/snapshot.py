@@ -19,7 +19,7 @@ zlib-compressed (about 16 bytes per file) and written whole to a temporary file 
 a damaged, foreign or unreadable one is simply not used, nor one whose text holds anything but
 printable ASCII (what compact JSON text is made of). Like the read index, it is as trustworthy
 as the root's `.cachetool` folder: whoever can write there can make a listing say what they
-like, though never write a control character to a terminal. """
+like, though never write a control character to a terminal."""
 
 from __future__ import annotations
 
