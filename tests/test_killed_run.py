@@ -188,11 +188,13 @@ def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: 
 
 
 def test_gc_temp_names_the_other_root_a_killed_run_wrote_in(tmp_path: Path) -> None:
-    """A run SIGKILLed in a map after `load_from_disk` left its unfinished file in the saved
-    folder, a cache root of its own. `gc --temp` of the datasets cache (where the user looks after
-    a killed run) names that root and the command for it, beside the dead run's lease, in human
-    and JSON output; that command's plan lists the leftover, and removes it (with `--min-age 0`,
-    as its kept line says). It said nothing of it: the leftover stayed for good."""
+    """A run SIGKILLed in a map after `load_from_disk` left its unfinished file in the saved folder, a
+    cache root of its own. `explain --last` of the datasets cache says the run was killed outside
+    its steps and points to the saved folder, where it names the map. `gc --temp` of the datasets
+    cache (where the user looks after a killed run) names that root and the command for it, beside
+    the dead run's lease, in human and JSON output; that command's plan lists the leftover, and
+    removes it (with `--min-age 0`, as its kept line says). It said nothing of it: the leftover
+    stayed for good."""
     (tmp_path / "saved.py").write_text(SAVED, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
@@ -200,6 +202,15 @@ def test_gc_temp_names_the_other_root_a_killed_run_wrote_in(tmp_path: Path) -> N
     (left,) = _tmp_sizes(tmp_path, "saved")
     saved = (tmp_path / "saved").resolve()
     command = f"`cachetool gc --temp --cache-dir {saved}`"
+
+    # explain --last of the datasets cache: the run was not in one of its steps (it said
+    # "between steps"); the hint's command names the map and its unfinished file.
+    here = invoke("explain", "--last", env=env, columns=250)
+    assert f"The run was killed (process {pid} on " in here.stdout, here.stdout
+    assert "), not in a step of this cache." in here.stdout and "between steps" not in here.stdout
+    assert f"`cachetool explain --last --cache-dir {saved}`" in here.stderr, here.stderr
+    there = invoke("explain", "--last", "--cache-dir", str(saved), env=env, columns=250).stdout
+    assert "in map @ saved.py:12" in there and str(left) in there, there
 
     said = invoke("gc", "--temp", "--dry-run", env=env, columns=250)
     assert said.exit_code == 0, said.stderr
@@ -210,9 +221,9 @@ def test_gc_temp_names_the_other_root_a_killed_run_wrote_in(tmp_path: Path) -> N
     (lease,) = [x for x in doc["plan"]["leases"] if x["pid"] == pid]
     assert lease["state"] == "dead" and lease["also_in"] == [str(saved)], lease
 
-    there = invoke("gc", "--temp", "--dry-run", "--json", "--cache-dir", str(saved), env=env)
-    kept = [Path(k["path"]) for k in json.loads(there.stdout)["plan"]["skipped"]]
-    assert left in kept, there.stdout
+    planned = invoke("gc", "--temp", "--dry-run", "--json", "--cache-dir", str(saved), env=env)
+    kept = [Path(k["path"]) for k in json.loads(planned.stdout)["plan"]["skipped"]]
+    assert left in kept, planned.stdout
     removed = invoke("gc", "--temp", "--min-age", "0", "-y", "--json", "--cache-dir", str(saved), env=env)
     assert removed.exit_code == 0, removed.stderr
     assert not left.exists()
