@@ -255,6 +255,22 @@ def test_show_of_a_step_in_the_saved_folder_names_its_cache_dir(pipeline: Pipeli
 
 
 @pytest.mark.slow
+def test_dirs_lists_the_other_roots_traced_runs_wrote_in(pipeline: Pipeline) -> None:
+    """`dirs` names the saved folder the pipeline's map after `load_from_disk` wrote in, a cache
+    root of its own, after the locations of the datasets cache (it named none: a user found the
+    second root only in `lineage`'s notes); `dirs -q` still starts with the datasets cache."""
+    doc = json.loads(_ok(cachetool(pipeline, "dirs", "--json")))
+    names = [(loc["name"], loc["path"], loc["source"], loc["exists"]) for loc in doc["locations"]]
+    assert names[0][:2] == ("datasets cache", str(pipeline.cache))
+    assert ("saved folder", str(pipeline.saved), "registry", True) in names, names
+    assert names.index(("saved folder", str(pipeline.saved), "registry", True)) > 8
+    human = _ok(cachetool(pipeline, "dirs", columns=120))
+    (row,) = [line for line in human.splitlines() if line.startswith("saved folder ")]
+    assert str(pipeline.saved) in row and "registry" in row, human
+    assert _ok(cachetool(pipeline, "dirs", "-q")).splitlines()[0] == str(pipeline.cache)
+
+
+@pytest.mark.slow
 def test_check_determinism_of_a_deterministic_pipeline_warns_of_nothing(pipeline: Pipeline) -> None:
     """The pipeline is deterministic: `check-determinism` says so and warns of nothing. (Its cold
     first run made internal `select` and `set_format` calls that the warm second run skips, and it
