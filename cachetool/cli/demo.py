@@ -57,7 +57,7 @@ def _demo(folder: Path | None) -> None:
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))
-    from cachetool.cli.gc import render_dry_run
+    from cachetool.cli.gc_render import render_dry_run
     from cachetool.maintenance.gc import GcOptions, plan_gc
 
     out.line()
