@@ -57,7 +57,10 @@ def keep_lean(
     A file is kept lean when its fingerprint is ASCII letters and digits (64 at most, as
     `layout.parse_cache_file` reads it: no shard part), its row has its size, mtime and inode,
     and `derived_entry` would say nothing of its own: no error, a stream or IPC file with
-    columns, and the fingerprint of its name or none inside."""
+    columns, and the fingerprint of its name or none inside.
+
+    One loop on purpose: it runs once per cache file of a warm listing (most of a cache), with
+    the checks inline and the list methods bound once."""
     rest: list[tuple[str, os.stat_result]] = []
     shapes: dict[Any, tuple[Any, Kind] | None] = {}  # by schema id: the schema and kind, or None
     modes = _MODES

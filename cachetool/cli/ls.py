@@ -82,7 +82,7 @@ def run_ls(
     """`cachetool ls` once its options are read (by Typer, or by `cachetool.cli.light`), in a
     process about to exit: no cyclic garbage collection while it runs, and what it made is left
     out of any later one (`gc_paused(freeze=True)`)."""
-    from cachetool.cache.listing import check_query, list_cache, list_cache_lean
+    from cachetool.cache.listing import check_query
     from cachetool.cache.walk import gc_paused
 
     with gc_paused(freeze=True):
@@ -90,56 +90,75 @@ def run_ls(
         target = resolve_target(path, cache_dir)
         out = Output(fmt, no_truncate=no_truncate)
         if not filters and sort is None:
-            # Unchanged cache files stay lean entries: no objects per file (the same bytes).
-            snap = None
-            if fmt == OutputFormat.json and limit is None and not sys.stdout.isatty():
-                # The text kept from a listing of the same files (`cachetool.cache.snapshot`).
-                from cachetool.cache.snapshot import ListingText, reusable
-
-                snap = ListingText.of(target)
-                if snap is not None and snap.text is not None:
-                    out.json_pieces(lambda: None, snap.pieces)
-                    return
-            with scan_progress() as progress:
-                lean = list_cache_lean(
-                    target, limit=limit, progress=progress, prelisted=None if snap is None else snap.listed
-                )
-            for message in lean.warnings:
-                warn(message)
-            if fmt == OutputFormat.json:
-                keep = snap is not None and reusable(lean.report, lean.warnings)
-                out.json_pieces(
-                    lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
-                    lambda: (snap.keep if keep and snap is not None else iter)(
-                        ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals())
-                    ),
-                )
-            elif fmt == OutputFormat.quiet:
-                out.ids(listed_id(e) for e in lean.listed)
-            else:
-                from cachetool.cli.ls_table import render_human  # human mode only: JSON needs no table
-
-                count, totals = len(lean.everything), lean.totals()
-                render_human(out, lean.report, lean.listed, pinned=lean.pinned, count=count, totals=totals)
-            report_warnings(lean.report)
-            return
-        with scan_progress() as progress:
-            listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
-        for message in listing.warnings:
-            warn(message)
-        report, entries, pinned = listing.report, listing.entries, listing.pinned
-        if fmt == OutputFormat.json:
-            out.json_pieces(
-                lambda: ls_document(report, entries, pinned),
-                lambda: ls_document_text(report, entries, pinned),
-            )
-        elif fmt == OutputFormat.quiet:
-            out.ids(e.id for e in entries)
+            _ls_plain(out, target, limit)
         else:
-            from cachetool.cli.ls_table import render_human
+            _ls_query(out, target, filters, sort, limit)
 
-            render_human(out, report, entries, grouped=sort is None, pinned=pinned)
-        report_warnings(report)
+
+def _ls_plain(out: Output, target: Path, limit: int | None) -> None:
+    """A listing without `--filter` or `--sort`: unchanged cache files stay lean entries (no
+    objects per file, the same bytes), and a plain `ls --json` in a pipe writes the text kept
+    from a listing of the same files (`cachetool.cache.snapshot`) when there is one."""
+    from cachetool.cache.listing import list_cache_lean
+
+    fmt = out.format
+    snap = None
+    if fmt == OutputFormat.json and limit is None and not sys.stdout.isatty():
+        from cachetool.cache.snapshot import ListingText
+
+        snap = ListingText.of(target)
+        if snap is not None and snap.text is not None:
+            out.json_pieces(lambda: None, snap.pieces)
+            return
+    with scan_progress() as progress:
+        lean = list_cache_lean(
+            target, limit=limit, progress=progress, prelisted=None if snap is None else snap.listed
+        )
+    for message in lean.warnings:
+        warn(message)
+    if fmt == OutputFormat.json:
+        keep = False
+        if snap is not None:
+            from cachetool.cache.snapshot import reusable
+
+            keep = reusable(lean.report, lean.warnings)
+        out.json_pieces(
+            lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
+            lambda: (snap.keep if keep and snap is not None else iter)(
+                ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals())
+            ),
+        )
+    elif fmt == OutputFormat.quiet:
+        out.ids(listed_id(e) for e in lean.listed)
+    else:
+        from cachetool.cli.ls_table import render_human  # human mode only: JSON needs no table
+
+        count, totals = len(lean.everything), lean.totals()
+        render_human(out, lean.report, lean.listed, pinned=lean.pinned, count=count, totals=totals)
+    report_warnings(lean.report)
+
+
+def _ls_query(out: Output, target: Path, filters: list[str], sort: str | None, limit: int | None) -> None:
+    """A listing with `--filter` or `--sort`: every entry made, then selected and ordered."""
+    from cachetool.cache.listing import list_cache
+
+    with scan_progress() as progress:
+        listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
+    for message in listing.warnings:
+        warn(message)
+    report, entries, pinned = listing.report, listing.entries, listing.pinned
+    if out.format == OutputFormat.json:
+        out.json_pieces(
+            lambda: ls_document(report, entries, pinned),
+            lambda: ls_document_text(report, entries, pinned),
+        )
+    elif out.format == OutputFormat.quiet:
+        out.ids(e.id for e in entries)
+    else:
+        from cachetool.cli.ls_table import render_human
+
+        render_human(out, report, entries, grouped=sort is None, pinned=pinned)
+    report_warnings(report)
 
 
 def _report_and_entries(listing: Listing) -> tuple[CacheReport, list[Entry]]:
