@@ -66,3 +66,15 @@ def test_ls_and_show_give_one_entry_the_same_age(
     row = next(line for line in invoke("ls", str(cache)).stdout.splitlines() if fp[:8] in line)
     assert listed in row, row
     assert f"({shown})" in invoke("show", fp, "--cache-dir", str(cache)).stdout
+
+
+def test_the_command_named_for_another_root_is_quoted_for_the_shell() -> None:
+    """The command the message names for a root of its own is one a shell runs as printed: a
+    path with a space is quoted (it was split into two arguments)."""
+    import shlex
+
+    from cachetool.errors import InAnotherRoot
+
+    message = InAnotherRoot("ab12cd34", Path("/data/cache"), ["/data/work dir/my saved"], "show").message
+    command = message.split("`")[1]
+    assert shlex.split(command) == ["cachetool", "show", "ab12cd34", "--cache-dir", "/data/work dir/my saved"]

@@ -78,8 +78,8 @@ SAVED = textwrap.dedent(
         time.sleep(0.002 if idx >= 300 else 0)
         return {"y": ex["x"] * 2}
 
-    DatasetDict(train=load_dataset("csv", data_files=sys.argv[1], split="train")).save_to_disk("saved")
-    load_from_disk("saved")["train"].map(slow, with_indices=True, writer_batch_size=50)
+    DatasetDict(train=load_dataset("csv", data_files=sys.argv[1], split="train")).save_to_disk("my saved")
+    load_from_disk("my saved")["train"].map(slow, with_indices=True, writer_batch_size=50)
     print("finished")
     """
 )
@@ -198,17 +198,17 @@ def test_gc_temp_names_the_other_root_a_killed_run_wrote_in(tmp_path: Path) -> N
     (tmp_path / "saved.py").write_text(SAVED, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    pid = _run_and_kill(tmp_path, env, "saved.py", writes_in="saved")
-    (left,) = _tmp_sizes(tmp_path, "saved")
-    saved = (tmp_path / "saved").resolve()
-    command = f"`cachetool gc --temp --cache-dir {saved}`"
+    pid = _run_and_kill(tmp_path, env, "saved.py", writes_in="my saved")
+    (left,) = _tmp_sizes(tmp_path, "my saved")
+    saved = (tmp_path / "my saved").resolve()
+    command = f"`cachetool gc --temp --cache-dir '{saved}'`"  # quoted: the name has a space
 
     # explain --last of the datasets cache: the run was not in one of its steps (it said
     # "between steps"); the hint's command names the map and its unfinished file.
     here = invoke("explain", "--last", env=env, columns=250)
     assert f"The run was killed (process {pid} on " in here.stdout, here.stdout
     assert "), not in a step of this cache." in here.stdout and "between steps" not in here.stdout
-    assert f"`cachetool explain --last --cache-dir {saved}`" in here.stderr, here.stderr
+    assert f"`cachetool explain --last --cache-dir '{saved}'`" in here.stderr, here.stderr
     there = invoke("explain", "--last", "--cache-dir", str(saved), env=env, columns=250).stdout
     assert "in map @ saved.py:12" in there and str(left) in there, there
 

@@ -186,6 +186,34 @@ def test_locks_and_downloads_keep_the_text_and_each_change_of_them_is_seen(
             listed_twice()
 
 
+def test_a_pin_made_during_a_listing_is_not_kept_under_the_key_before_it(
+    cache: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cachetool pin` lands after the listing computed its key and before it read the pins: the
+    listing says the entry is pinned (true then), and its text is not kept under the key of the
+    pins before, so once the pin is removed the next listing says unpinned. (The text was kept
+    and served after the unpin: `"pinned": true` for an entry gc may evict.)"""
+    import cachetool.cache.listing as listing
+
+    root, files = cache
+    files[0].touch()  # the kept text no longer applies: this listing is made again
+    fp = "0000000000000003"
+    made = listing.list_cache_lean
+
+    def pinned_meanwhile(*args: object, **kwargs: object) -> object:
+        add_pin(root, fp)
+        return made(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(listing, "list_cache_lean", pinned_meanwhile)
+    during = json.loads(_ls(root))
+    monkeypatch.setattr(listing, "list_cache_lean", made)
+    assert [e["pinned"] for e in during["entries"] if e["fingerprint"] == fp] == [True]
+    remove_pin(root, fp)
+    after = _ls(root)
+    assert [e["pinned"] for e in json.loads(after)["entries"] if e["fingerprint"] == fp] == [False]
+    assert after == _object_path_text(root, [])
+
+
 @pytest.mark.parametrize(
     "odd",
     ["a temporary file", "a damaged cache file", "a limit"],

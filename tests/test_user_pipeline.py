@@ -248,10 +248,12 @@ def test_show_of_a_step_in_the_saved_folder_names_its_cache_dir(pipeline: Pipeli
     assert f"records it: `cachetool pin {prefix} --cache-dir {pipeline.saved}`" in failed.stderr
     _ok(cachetool(pipeline, "pin", prefix, "--cache-dir", str(pipeline.saved)))
     _ok(cachetool(pipeline, "unpin", prefix, "--cache-dir", str(pipeline.saved)))
-    # A name no root knows still gets the plain message.
-    unknown = cachetool(pipeline, "show", "0123abcd")
-    assert unknown.returncode == 2
-    assert unknown.stderr == f"Error: no cache entry matches '0123abcd' in {pipeline.cache}\n"
+    # A name no root knows still gets the plain message; so does the empty name, which every
+    # fingerprint starts with (it named every root a traced run wrote in).
+    for name in ("0123abcd", ""):
+        unknown = cachetool(pipeline, "show", name)
+        assert unknown.returncode == 2
+        assert unknown.stderr == f"Error: no cache entry matches '{name}' in {pipeline.cache}\n"
 
 
 @pytest.mark.slow

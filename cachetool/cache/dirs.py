@@ -149,7 +149,7 @@ def _other_roots(root: Path, env: Mapping[str, str]) -> list[Location]:
     found = []
     for path, item in sorted(known_roots(env).items()):
         name, description = _OTHER_ROOTS["saved" if item.get("kind") == "saved" else "cache"]
-        if os.path.realpath(path) != here and os.path.isdir(path):
+        if os.path.isabs(path) and os.path.realpath(path) != here and os.path.isdir(path):
             found.append(Location(name, Path(path), "registry", description))
     return found
 

@@ -79,8 +79,11 @@ class ListingText:
         listed: dict[str, Listed],
         key: bytes,
         text: list[bytes] | Callable[[], Iterator[bytes]] | None,
+        pins: frozenset[str] = frozenset(),
     ) -> None:
         self.root = root
+        #: The pins the key holds: a listing that read others (a pin made meanwhile) is not kept.
+        self.pins = pins
         #: Each folder's `list_dir_split` result by its path's text (taken by the scan).
         self.listed = listed
         self.key = key
@@ -155,7 +158,7 @@ class ListingText:
             h.update(b"%d %d\1" % (len(names), len(encoded)) + encoded + nums.tobytes())
         key = h.digest()
         kept = _load(path, key)
-        return cls(path, {} if kept is not None else listed, key, kept)
+        return cls(path, {} if kept is not None else listed, key, kept, frozenset(pins))
 
     def keep(self, pieces: Iterable[str]) -> Iterator[str]:
         """`pieces` (the listing's text, in order), stored under the key once all went through."""
@@ -168,9 +171,10 @@ class ListingText:
         _store(self.root, b"".join(chunks))
 
 
-def reusable(report: CacheReport, warnings: Sequence[str]) -> bool:
-    """Whether the text of a listing follows from the files alone (see the module's docs)."""
-    if report.warnings or warnings:
+def reusable(report: CacheReport, warnings: Sequence[str], pinned: frozenset[str], snap: ListingText) -> bool:
+    """Whether the text of a listing follows from the files alone (see the module's docs), with
+    the pins `snap`'s key holds (`pinned`: those the listing read)."""
+    if report.warnings or warnings or pinned != snap.pins:
         return False
     return all(e.kind in STATIC_KINDS and not e.problems for e in report.entries)
 

@@ -42,11 +42,11 @@ def run_explain(
     for w in report.warnings:
         warn(w)
     if others:
+        from cachetool.maintenance.hints import shell_command
+
         for other in others:
-            hint(
-                f"this run also recorded steps in {other}, a cache root of its own: "
-                f"`cachetool explain --last --cache-dir {other}`"
-            )
+            command = shell_command("explain", "--last", "--cache-dir", other)
+            hint(f"this run also recorded steps in {other}, a cache root of its own: `{command}`")
     if report.stale:
         hint(report.stale[0].hint)
         return int(ExitCode.PROBLEMS_FOUND)

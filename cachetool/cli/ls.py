@@ -121,7 +121,7 @@ def _ls_plain(out: Output, target: Path, limit: int | None) -> None:
         if snap is not None:
             from cachetool.cache.snapshot import reusable
 
-            keep = reusable(lean.report, lean.warnings)
+            keep = reusable(lean.report, lean.warnings, lean.pinned, snap)
         out.json_pieces(
             lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
             lambda: (snap.keep if keep and snap is not None else iter)(

@@ -207,13 +207,13 @@ def roots_recording(root: Path, name: str) -> list[str]:
     """The other roots whose ledger records a step result `name` (a fingerprint or its prefix, a
     cache file's name) names, among the roots `root`'s ledger leads to as `lineage` follows them
     (a `save_to_disk` folder of a state made in `root`, where a map after `load_from_disk` wrote).
-    Sorted; empty for a path."""
+    Sorted; empty for a path or an empty name."""
     from cachetool.lineage.ledger import Ledger
     from cachetool.lineage.records import StepRecord
 
-    if os.sep in name:
-        return []
     key = cache_file_key(name)
+    if os.sep in name or not key:  # a path; or the empty name, which every fingerprint starts with
+        return []
     ledger = Ledger.load(root)
     return sorted(
         {

@@ -22,6 +22,7 @@ from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.maintenance.fdops import O_DIR
+from cachetool.maintenance.hints import shell_command
 from cachetool.maintenance.leases import LEASES_DIR, Lease, LeaseState, judge_leases, read_lease
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class SharedState:
         for lease, state in self.stale:
             out.append(f"{_stale_reason(lease, state, now)}: its lease {removed}")
             for other in self.elsewhere.get(lease.path.name, ()):
-                command = f"cachetool gc --temp --cache-dir {other}"
+                command = shell_command("gc", "--temp", "--cache-dir", other)
                 out.append(f"  it also wrote in {other}, a cache root of its own: `{command}`")
         return out
 
@@ -131,7 +132,7 @@ def _elsewhere(root: Path, stale: list[Lease]) -> dict[str, tuple[str, ...]]:
     from cachetool.maintenance.leases import leases_dir
 
     here = os.path.realpath(root)
-    others = [r for r in sorted(known_roots()) if os.path.realpath(r) != here]
+    others = [r for r in sorted(known_roots()) if os.path.isabs(r) and os.path.realpath(r) != here]
     found = {}
     for lease in stale:
         name = lease.path.name
