@@ -18,10 +18,11 @@ from typer.testing import CliRunner
 
 from cachetool.cli.app import app
 from cachetool.determinism.analysis import analyze
-from cachetool.determinism.render import github_lines, human_lines
+from cachetool.determinism.render import cause_lines, github_lines, human_lines
 from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
+from tests.corpus_pipeline import causes_of, check_once, events_of
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -660,34 +661,52 @@ def cli_github(corpus_base: Path) -> tuple[Result, DeterminismReport]:
     return result, reports[0]
 
 
+#: The culprits and unpicklable arguments that no other test checks: one pipeline of them all
+#: (tests/corpus_pipeline.py: each runs as under `python cNN.py`, in one interpreter). Checked alone
+#: (2 runs, hash seeds 1 and 2), each of them gave the culprit it gives in this pipeline: path, kind,
+#: argument, cascade, where the function is defined, and the piece that cannot be pickled.
+TOGETHER = sorted((set(CULPRITS) | set(UNPICKLABLE)) - {SEEDED[0], CLI_CHECKED})
+
+
+@pytest.fixture(scope="module")
+def together(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeterminismReport]:
+    """The folder the `TOGETHER` pipeline was checked in, and its report (once per session)."""
+
+    def check(script: Path, folder: Path) -> DeterminismReport:
+        return check_determinism(
+            script, env=clean_env(folder), cwd=CORPUS, isolated=True, rerun=False, timeout=120
+        )
+
+    return check_once(tmp_path_factory, "corpus-together", TOGETHER, check)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(CULPRITS))
 def test_corpus_culprit_is_named(script: str, corpus_base: Path, request: pytest.FixtureRequest) -> None:
     """Each pipeline's first differing fingerprint is traced to the known part of its argument
-    (c05's report is `seeded_report`, c02's the one the command made in `cli_github`)."""
-    base = corpus_base / script
+    (c05's report is `seeded_report`, c02's the one the command made in `cli_github`, the others'
+    the `TOGETHER` pipeline's, each script's steps told apart by the file they were called from)."""
     report: DeterminismReport
     if script == SEEDED[0]:
-        report = request.getfixturevalue("seeded_report")
+        report, base, checked = request.getfixturevalue("seeded_report"), corpus_base / script, [script]
     elif script == CLI_CHECKED:
-        _, report = request.getfixturevalue("cli_github")
-        base = corpus_base / "cli"
+        (_, report), base, checked = request.getfixturevalue("cli_github"), corpus_base / "cli", [script]
     else:
-        report = check_corpus(script, corpus_base)
+        (base, report), checked = request.getfixturevalue("together"), TOGETHER
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, "\n".join(human_lines(report))
-    assert report.analysis is not None
-    cause = report.analysis.deterministic_causes[0]
+    causes = causes_of(script, report, checked)
+    assert causes, "\n".join(human_lines(report))
+    cause = causes[0]
     assert cause.kind == "arguments"
-    assert cause.step.file == str(CORPUS / script)
     argument, path, kind = CULPRITS[script]
     assert argument in cause.differing_args
     culprit = next(c for c in cause.culprits if c.argument == argument)
-    assert (culprit.path, culprit.kind) == (path, kind), "\n".join(human_lines(report))
+    assert (culprit.path, culprit.kind) == (path, kind), "\n".join(cause_lines(cause))
     # --isolated: the runs used temporary caches; the cache the script would use is untouched.
     assert not (base / "cache").exists()
     # The root of every recorded tree is the digest datasets computed for that argument.
     compared = 0
-    for event in report.runs[0].events:
+    for event in events_of(script, report):
         for entry in event.args.values():
             if entry.digest is not None and entry.tree is not None:
                 assert entry.tree["d"] == entry.digest, (event.operation, entry.repr)
@@ -695,19 +714,21 @@ def test_corpus_culprit_is_named(script: str, corpus_base: Path, request: pytest
     assert compared >= 2
     if script == "c15_helper_module.py":
         assert cause.step.function_defined == f"{CORPUS / 'c15_helpers.py'}:7"
-        assert "(defined in " in human_lines(report)[2]
+        assert "(defined in " in cause_lines(cause)[0]
     if script == "c18_cascade.py":
         assert cause.cascade == 4
-        assert "  4 downstream fingerprints differ because of this" in human_lines(report)
+        assert "  4 downstream fingerprints differ because of this" in cause_lines(cause)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(UNPICKLABLE))
-def test_corpus_unpicklable_argument_exits_3(script: str, corpus_base: Path) -> None:
-    """A transform datasets cannot hash: the piece that fails to pickle and the real exception."""
-    report = check_corpus(script, corpus_base)
-    assert report.exit_code == ExitCode.RANDOM_FINGERPRINT, "\n".join(human_lines(report))
-    (cause,) = report.analysis.random_causes  # type: ignore[union-attr]
+def test_corpus_unpicklable_argument_exits_3(script: str, together: tuple[Path, DeterminismReport]) -> None:
+    """A transform datasets cannot hash: the piece that fails to pickle and the real exception.
+    Checked in the `TOGETHER` pipeline: no fingerprint of the script's steps differs but by a
+    random fallback (alone, it exits 3), and exactly one of its steps fell back."""
+    _, report = together
+    assert not causes_of(script, report, TOGETHER)
+    (cause,) = causes_of(script, report, TOGETHER, random=True)
     path, error = UNPICKLABLE[script]
     assert cause.unpicklable[0].path_str == path
     assert error in cause.unpicklable[0].error
