@@ -25,6 +25,7 @@ from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, chec
 from cachetool.errors import ExitCode
 from cachetool.lineage.records import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
+from tests.corpus_pipeline import causes_of, check_once, lines_of
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -183,16 +184,18 @@ def test_hash_trees_are_what_datasets_hashed_before_the_map_ran(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(STATE_CHANGES))
-def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(script: str, base: Path) -> None:
+def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(
+    script: str, base: Path, request: pytest.FixtureRequest
+) -> None:
     """The step whose fingerprint depends on whether an earlier one was computed or loaded is a
     cache-state cause, with the step that changes the object and the part that changed; it is never
-    called "changes on every run". Found in the default, warm-start and --isolated modes."""
+    called "changes on every run". Found in the default, warm-start and --isolated modes (those
+    checked --isolated in `isolated_report`: the step that changed the object is one of theirs)."""
     argument, path, mode = STATE_CHANGES[script]
-    report = check(script, base / script, mode)
-    text = "\n".join(human_lines(report))
+    report, checked = isolated_or_alone(script, base, mode, request)
+    text = "\n".join(lines_of(script, report, checked))
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, text
-    assert report.analysis is not None
-    (cause,) = report.analysis.deterministic_causes
+    (cause,) = causes_of(script, report, checked)
     assert cause.kind == "cache-state" and cause.variation == "cache state", text
     (culprit,) = cause.culprits
     assert culprit.argument == argument
@@ -201,6 +204,7 @@ def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(script: str, b
     assert any(p[: len(path)] == path for p in changed), text
     assert culprit.kind == "cache-state"
     assert cause.changed_by is not None and cause.changed_by.index < cause.step.index
+    assert cause.changed_by.file == cause.step.file
     assert "and one that loaded it from the cache" in text
     assert "changes on every run" not in text and "no hash tree recorded" not in text
     assert "build and configure" in culprit.hint and "datasets/issues/3638" in culprit.hint
@@ -219,12 +223,22 @@ def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(script: str, b
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(set(CONTROLS.values())))
-def test_look_alike_controls_stay_deterministic(mode: str, base: Path) -> None:
+def test_look_alike_controls_stay_deterministic(
+    mode: str, base: Path, request: pytest.FixtureRequest
+) -> None:
     """A tokenizer configured before the first map, a pre-warmed vocabulary, a seeded generator, a
     change nothing hashes again, a tokenizer that only encodes: no cause, with at least two steps
     of each compared. The controls of one mode run one after another in one pipeline (as `python
-    k1N.py` would: `runpy.run_path` as `__main__`, the corpus folder on `sys.path`)."""
+    k1N.py` would: `runpy.run_path` as `__main__`, the corpus folder on `sys.path`); those checked
+    --isolated are in `isolated_report`, where their steps show no cause of any kind."""
     names = sorted(name for name, m in CONTROLS.items() if m == mode)
+    if mode == "isolated":
+        report = request.getfixturevalue("isolated_report")
+        for name in names:
+            assert not causes_of(name, report, ISOLATED), "\n".join(lines_of(name, report, ISOLATED))
+            assert not causes_of(name, report, ISOLATED, random=True)
+            assert len([s for s in report.analysis.steps if s.file == str(CORPUS / name)]) >= 2
+        return
     script = base / f"controls-{mode}.py"
     script.write_text(
         "import os, runpy, sys\n"
@@ -300,16 +314,53 @@ LEAVES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
 }
 
 
+#: Every pipeline of this file checked --isolated, checked as one (tests/corpus_pipeline.py: each
+#: runs as under `python xNN.py`, in one interpreter). Checked alone (2 runs, hash seeds 1 and 2),
+#: each of them gave what it gives in this pipeline: the cause's kind, argument, culprit path and
+#: kind, the step that changed the object, the source that differs, and no cause for the control.
+ISOLATED = sorted(
+    [
+        *(name for name, (_, _, mode) in STATE_CHANGES.items() if mode == "isolated"),
+        *LEAVES,
+        "l04_from_pandas_root.py",
+        "l05_function_from_generated_file.py",
+        *(name for name, mode in CONTROLS.items() if mode == "isolated"),
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def isolated_report(tmp_path_factory: pytest.TempPathFactory) -> DeterminismReport:
+    """The `ISOLATED` pipeline's report (checked once per session)."""
+    _, report = check_once(
+        tmp_path_factory,
+        "corpus-isolated",
+        ISOLATED,
+        lambda script, folder: check(str(script), folder, "isolated"),
+    )
+    return report
+
+
+def isolated_or_alone(
+    script: str, base: Path, mode: str, request: pytest.FixtureRequest
+) -> tuple[DeterminismReport, list[str]]:
+    """The report that checked `script` in `mode`, and the corpus scripts it checked."""
+    if mode == "isolated":
+        return request.getfixturevalue("isolated_report"), ISOLATED
+    return check(script, base / script, mode), [script]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(LEAVES))
-def test_culprits_read_as_what_they_are(script: str, base: Path) -> None:
+def test_culprits_read_as_what_they_are(script: str, isolated_report: DeterminismReport) -> None:
     """A datetime shows as ISO text with a timestamp hint, a DataFrame by the column and row of the
-    cells that differ, an unseeded generator in fn_kwargs gets a generator hint (not a shuffle one)."""
+    cells that differ, an unseeded generator in fn_kwargs gets a generator hint (not a shuffle one).
+    Read from `isolated_report`: the script's own cause and its lines."""
     argument, path, kind, text = LEAVES[script]
-    report = check(script, base / script, "isolated")
-    lines = "\n".join(human_lines(report))
+    report = isolated_report
+    lines = "\n".join(lines_of(script, report, ISOLATED))
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, lines
-    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+    (cause,) = causes_of(script, report, ISOLATED)
     (culprit,) = cause.culprits
     assert (culprit.argument, culprit.path, culprit.kind) == (argument, path, kind), lines
     assert text in lines
@@ -317,14 +368,16 @@ def test_culprits_read_as_what_they_are(script: str, base: Path) -> None:
 
 
 @pytest.mark.slow
-def test_an_in_memory_source_names_the_column_and_first_value(base: Path) -> None:
-    """from_pandas of a frame with a column filled at run time: the column and its first value."""
-    report = check("l04_from_pandas_root.py", base / "l04", "isolated")
-    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+def test_an_in_memory_source_names_the_column_and_first_value(isolated_report: DeterminismReport) -> None:
+    """from_pandas of a frame with a column filled at run time: the column and its first value
+    (l04, in `isolated_report`)."""
+    script, report = "l04_from_pandas_root.py", isolated_report
+    (cause,) = causes_of(script, report, ISOLATED)
     assert cause.kind == "source" and cause.step.operation == "from_pandas"
     (key, values), *_ = cause.source_diffs
     assert key == "column 'loaded_at' row 0" and len(set(values)) == 2
-    assert any(line.startswith("  source column 'loaded_at' row 0: ") for line in human_lines(report))
+    lines = lines_of(script, report, ISOLATED)
+    assert any(line.startswith("  source column 'loaded_at' row 0: ") for line in lines)
 
 
 @pytest.mark.slow
@@ -502,10 +555,10 @@ def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_function_from_a_per_run_file_names_the_file(base: Path) -> None:
-    """check-determinism: the function's code differs only by the file name datasets keeps."""
-    report = check("l05_function_from_generated_file.py", base / "l05", "isolated")
-    (cause,) = report.analysis.deterministic_causes  # type: ignore[union-attr]
+def test_a_function_from_a_per_run_file_names_the_file(isolated_report: DeterminismReport) -> None:
+    """check-determinism: the function's code differs only by the file name datasets keeps (l05, in
+    `isolated_report`)."""
+    (cause,) = causes_of("l05_function_from_generated_file.py", isolated_report, ISOLATED)
     (culprit,) = cause.culprits
     assert culprit.path == ("code", "filename") and culprit.kind == "source-file"
     assert "the function is the same but its source file changed (prep_" in culprit.hint
