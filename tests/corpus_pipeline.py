@@ -7,9 +7,9 @@ Each script's code is compiled with its own file name and executed in the interp
 imported, so dill pickles them by value as in a plain run (`runpy.run_path` would give each script
 a module of its own, and a class or function of a module that is not dill's `__main__` pickles by
 reference). The corpus folder comes first on `sys.path`, so helper modules next to the scripts
-import. `check_once` checks a pipeline once per session; its report is read per script:
-`causes_of`, `events_of` and `lines_of` keep what the steps a script called recorded and what the
-report says about them (by the file of their call site).
+import. `check_once` checks a pipeline once per session (`once`: anything made once per session);
+its report is read per script: `causes_of`, `events_of` and `lines_of` keep what the steps a
+script called recorded and what the report says about them (by the file of their call site).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -27,6 +28,7 @@ from cachetool.determinism.runner import DeterminismReport
 from tests.conftest import once_per_session
 
 CORPUS = Path(__file__).parent / "corpus"
+T = TypeVar("T")
 
 _DRIVER = """\
 def _run_each(paths, corpus):
@@ -56,21 +58,24 @@ def write_pipeline(script: Path, scripts: Sequence[str]) -> Path:
     return script
 
 
+def once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], T]) -> tuple[Path, T]:
+    """`make(folder)` once per session however many xdist workers ask for it (the first makes it,
+    the others wait and read what it returned, pickled): the folder (`<session>/name`) and that."""
+    folder, made = once_per_session(tmp_path_factory, name, lambda folder: pickle.dumps(make(folder)))
+    return folder, pickle.loads(made)
+
+
 def check_once(
     tmp_path_factory: pytest.TempPathFactory,
     name: str,
     scripts: Sequence[str],
     check: Callable[[Path, Path], DeterminismReport],
 ) -> tuple[Path, DeterminismReport]:
-    """`check(pipeline, folder)` of the pipeline of `scripts`, once per session however many
-    xdist workers ask for it (the first checks, the others wait and read its report): the folder
-    it was checked in (`<session>/name`, which also holds the pipeline) and the report."""
-
-    def make(folder: Path) -> bytes:
-        return pickle.dumps(check(write_pipeline(folder / f"{name}.py", scripts), folder))
-
-    folder, made = once_per_session(tmp_path_factory, name, make)
-    return folder, pickle.loads(made)
+    """`check(pipeline, folder)` of the pipeline of `scripts`, once per session (`once`): the
+    folder it was checked in (`<session>/name`, which also holds the pipeline) and the report."""
+    return once(
+        tmp_path_factory, name, lambda folder: check(write_pipeline(folder / f"{name}.py", scripts), folder)
+    )
 
 
 def causes_of(

@@ -9,11 +9,11 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
 from typer.testing import CliRunner
 
 from cachetool.cli.app import app
@@ -22,7 +22,7 @@ from cachetool.determinism.render import cause_lines, github_lines, human_lines
 from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
-from tests.corpus_pipeline import causes_of, check_once, events_of
+from tests.corpus_pipeline import causes_of, check_once, events_of, once
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -626,9 +626,13 @@ SEEDED = ("c05_prompt_from_set.py", [5, 6])
 
 
 @pytest.fixture(scope="module")
-def seeded_report(corpus_base: Path) -> DeterminismReport:
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeterminismReport]:
+    """The folder the `SEEDED` pipeline was checked in, and its report (once per session)."""
     script, seeds = SEEDED
-    return check_corpus(script, corpus_base, hash_seeds=seeds)
+    folder, report = once(
+        tmp_path_factory, "corpus-seeded", lambda f: check_corpus(script, f, hash_seeds=seeds)
+    )
+    return folder / script, report
 
 
 #: The pipeline checked through the command (``check-determinism c02_closure_frozenset.py
@@ -637,28 +641,43 @@ def seeded_report(corpus_base: Path) -> DeterminismReport:
 CLI_CHECKED = "c02_closure_frozenset.py"
 
 
+@dataclass(frozen=True)
+class CommandOutput:
+    """What a command gave its user: exit code, stdout and stderr."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def cli_github(corpus_base: Path) -> tuple[Result, DeterminismReport]:
-    """The command's result, and the report `check_determinism` returned to it (the real function,
-    called by the command as always; its return value is kept on the way)."""
-    from cachetool.determinism import runner
+def cli_github(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CommandOutput, DeterminismReport]:
+    """The folder the command ran in, what it gave, and the report `check_determinism` returned to
+    it (the real function, called by the command as always; its return value is kept on the way).
+    Once per session."""
 
-    reports: list[DeterminismReport] = []
-    real = runner.check_determinism
+    def run(folder: Path) -> tuple[CommandOutput, DeterminismReport]:
+        from cachetool.determinism import runner
 
-    def keep(*args: Any, **kwargs: Any) -> DeterminismReport:
-        reports.append(real(*args, **kwargs))
-        return reports[-1]
+        reports: list[DeterminismReport] = []
+        real = runner.check_determinism
 
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in clean_env(corpus_base / "cli").items():
-            mp.setenv(key, value)
-        mp.chdir(CORPUS)
-        mp.setattr(runner, "check_determinism", keep)
-        args = ["check-determinism", CLI_CHECKED, "--isolated", "--format", "github"]
-        result = CliRunner().invoke(app, args)
-    assert len(reports) == 1, result.output
-    return result, reports[0]
+        def keep(*args: Any, **kwargs: Any) -> DeterminismReport:
+            reports.append(real(*args, **kwargs))
+            return reports[-1]
+
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in clean_env(folder).items():
+                mp.setenv(key, value)
+            mp.chdir(CORPUS)
+            mp.setattr(runner, "check_determinism", keep)
+            args = ["check-determinism", CLI_CHECKED, "--isolated", "--format", "github"]
+            result = CliRunner().invoke(app, args)
+        assert len(reports) == 1, result.output
+        return CommandOutput(result.exit_code, result.stdout, result.stderr), reports[0]
+
+    folder, (said, report) = once(tmp_path_factory, "corpus-cli", run)
+    return folder, said, report
 
 
 #: The culprits and unpicklable arguments that no other test checks: one pipeline of them all
@@ -682,15 +701,15 @@ def together(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Determinis
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(CULPRITS))
-def test_corpus_culprit_is_named(script: str, corpus_base: Path, request: pytest.FixtureRequest) -> None:
+def test_corpus_culprit_is_named(script: str, request: pytest.FixtureRequest) -> None:
     """Each pipeline's first differing fingerprint is traced to the known part of its argument
-    (c05's report is `seeded_report`, c02's the one the command made in `cli_github`, the others'
+    (c05's report is `seeded`'s, c02's the one the command made in `cli_github`, the others'
     the `TOGETHER` pipeline's, each script's steps told apart by the file they were called from)."""
     report: DeterminismReport
     if script == SEEDED[0]:
-        report, base, checked = request.getfixturevalue("seeded_report"), corpus_base / script, [script]
+        (base, report), checked = request.getfixturevalue("seeded"), [script]
     elif script == CLI_CHECKED:
-        (_, report), base, checked = request.getfixturevalue("cli_github"), corpus_base / "cli", [script]
+        (base, _, report), checked = request.getfixturevalue("cli_github"), [script]
     else:
         (base, report), checked = request.getfixturevalue("together"), TOGETHER
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, "\n".join(human_lines(report))
@@ -775,10 +794,12 @@ def test_corpus_controls_are_deterministic(corpus_base: Path) -> None:
 
 
 @pytest.mark.slow
-def test_recorded_fingerprints_equal_a_plain_run(corpus_base: Path, seeded_report: DeterminismReport) -> None:
+def test_recorded_fingerprints_equal_a_plain_run(
+    corpus_base: Path, seeded: tuple[Path, DeterminismReport]
+) -> None:
     """Tracing changes no fingerprint: a plain `python script.py` with the same hash seed prints the
     fingerprint the traced run recorded (a seed-dependent pipeline makes this a strong check)."""
-    script, report = SEEDED[0], seeded_report
+    script, (_, report) = SEEDED[0], seeded
     assert [run.hash_seed for run in report.runs] == SEEDED[1]
     for run in report.runs:
         env = {**clean_env(corpus_base / "plain"), "PYTHONHASHSEED": str(run.hash_seed)}
@@ -797,10 +818,12 @@ def test_recorded_fingerprints_equal_a_plain_run(corpus_base: Path, seeded_repor
 
 
 @pytest.mark.slow
-def test_cli_on_a_corpus_pipeline_github_annotations(cli_github: tuple[Result, DeterminismReport]) -> None:
+def test_cli_on_a_corpus_pipeline_github_annotations(
+    cli_github: tuple[Path, CommandOutput, DeterminismReport],
+) -> None:
     """--format github prints an ::error annotation at the call site in the user's script (the
     same check's report is read by test_corpus_culprit_is_named[c02_closure_frozenset.py])."""
-    result, _ = cli_github
+    _, result, _ = cli_github
     assert result.exit_code == 1, result.stderr
     line = result.stdout.strip().splitlines()[0]
     assert line.startswith(
