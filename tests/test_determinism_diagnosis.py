@@ -24,7 +24,7 @@ from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, chec
 from cachetool.errors import ExitCode
 from cachetool.lineage.records import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
-from tests.corpus_pipeline import causes_of, check_once, lines_of
+from tests.corpus_pipeline import causes_of, check_once, lines_of, once
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -52,11 +52,14 @@ def test_no_cold_skips_the_recomputation_and_says_what_it_cannot_see(base: Path)
 
 
 @pytest.fixture(scope="module")
-def m01_on_an_empty_cache(base: Path) -> tuple[Path, DeterminismReport]:
-    """m01 checked in the default mode on an empty cache (base/empty-then-warm): the check and
-    its folder."""
-    where = base / "empty-then-warm"
-    return where, check("m01_tokenizer_truncation_inside_map.py", where, "default")
+def m01_on_an_empty_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeterminismReport]:
+    """m01 checked in the default mode on an empty cache (<session>/empty-then-warm, once per
+    session): its folder and the check."""
+    return once(
+        tmp_path_factory,
+        "empty-then-warm",
+        lambda where: check("m01_tokenizer_truncation_inside_map.py", where, "default"),
+    )
 
 
 @pytest.mark.slow
