@@ -2,7 +2,8 @@
 
 Synthesizes a cache of N small Arrow files (default 20,000) in 200 dataset folders, named and
 tagged as `datasets` 5.x writes them (`cache-<fp>.arrow` with the `huggingface` metadata, source
-splits, dataset_info.json), then times in the same run:
+splits, dataset_info.json, and the three locks `load_dataset` leaves per dataset folder), then
+times in the same run:
 
 - floor:  a Python `os.scandir` + `stat` walk of the same tree (what any listing must pay);
 - naive:  opening every Arrow file and reading all its batches with pyarrow;
@@ -43,6 +44,10 @@ def synthesize(root: Path, files: int, folders: int = 200) -> None:
     for d in range(folders):
         folder = root / f"ds{d:03d}" / f"default-{d:016x}" / "0.0.0" / f"{d:064x}"
         folder.mkdir(parents=True)
+        # The locks every load_dataset leaves (filelock never deletes them on Linux).
+        (folder.parent / f"{folder.name}_builder.lock").write_bytes(b"")
+        (folder.parent / f"{folder.name}.incomplete_info.lock").write_bytes(b"")
+        (root / (str(folder.resolve()).replace("/", "_") + ".lock")).write_bytes(b"")
         (folder / "dataset_info.json").write_text(
             json.dumps(
                 {"splits": {"train": {"name": "train", "num_examples": 128, "dataset_name": f"ds{d:03d}"}}}

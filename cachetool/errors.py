@@ -114,6 +114,23 @@ class RecordedOnly(UnknownFingerprint):
         self.root = root
 
 
+class InAnotherRoot(UnknownFingerprint):
+    """No entry of this root matches the name; the ledger of another root, one its steps lead to
+    (a `save_to_disk` folder a map after `load_from_disk` wrote in), records it."""
+
+    def __init__(self, prefix: str, root: Path, others: Sequence[str], command: str) -> None:
+        first = others[0]
+        more = f" (and {len(others) - 1} more root(s))" if len(others) > 1 else ""
+        CachetoolError.__init__(
+            self,
+            f"no cache entry matches '{prefix}' in {root}; {first}, a cache root of its own, records "
+            f"it{more}: `cachetool {command} {prefix} --cache-dir {first}`",
+        )
+        self.prefix = prefix
+        self.root = root
+        self.others = tuple(others)
+
+
 class AmbiguousFingerprint(CachetoolError):
     """A fingerprint prefix matches more than one entry."""
 

@@ -288,10 +288,10 @@ def test_a_size_hint_that_no_longer_holds_reads_the_file_as_it_is(tmp_path: Path
 
 _LIST_WITHOUT_PYARROW = """
 import sys
-from cachetool.cache import arrow, walk
+from cachetool.cache import arrow, readahead
 from cachetool.cache.scan import scan_cache
 
-walk.READ_AHEAD_MIN_FILES = int(sys.argv[2])
+readahead.READ_AHEAD_MIN_FILES = int(sys.argv[2])
 plain = arrow._walk
 asked = []
 arrow._walk = lambda mm, size: asked.append(plain(mm, size).error) or plain(mm, size)
@@ -327,7 +327,7 @@ def test_a_reading_process_killed_mid_listing_leaves_the_rest_to_the_walk(
     import os
     import signal
 
-    from cachetool.cache import walk
+    from cachetool.cache import readahead
     from cachetool.cache.scan import scan_cache
     from tests.attack.races import synthesize_cache
 
@@ -343,12 +343,13 @@ def test_a_reading_process_killed_mid_listing_leaves_the_rest_to_the_walk(
         read.append(len(paths))
         return real(paths)
 
-    real = walk._read_chunk
-    monkeypatch.setattr(walk, "_read_chunk", dying)
-    monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(walk, "_spare_cores", lambda: cores)
+    real = readahead._read_chunk
+    monkeypatch.setattr(readahead, "_read_chunk", dying)
+    monkeypatch.setattr(readahead, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(readahead, "spare_cores", lambda: cores)
     handed: list[int] = []
-    plain = walk._Reads.__iter__
-    monkeypatch.setattr(walk._Reads, "__iter__", lambda self: (handed.append(1) or x for x in plain(self)))
+    reads = readahead._Reads
+    plain = reads.__iter__
+    monkeypatch.setattr(reads, "__iter__", lambda self: (handed.append(1) or x for x in plain(self)))
     assert scan_cache(root, use_index=False) == serial
     assert len(handed) == 64 * (cores - 1)  # the first chunk of each, then the walk's own reads

@@ -64,16 +64,38 @@ LOADING = textwrap.dedent(
 )
 
 
-def _tmp_sizes(tmp_path: Path) -> dict[Path, int]:
-    return {p: p.stat().st_size for p in (tmp_path / "cache").rglob("tmp*") if p.is_file()}
+# The long map runs on a DatasetDict split loaded back from the folder it was saved to, so its
+# unfinished file is in that folder, a cache root of its own.
+SAVED = textwrap.dedent(
+    """\
+    import sys, time
+    from pathlib import Path
+    from datasets import DatasetDict, load_dataset, load_from_disk
+
+    def slow(ex, idx):
+        if idx == 300:
+            Path(sys.argv[2]).write_text("busy")
+        time.sleep(0.002 if idx >= 300 else 0)
+        return {"y": ex["x"] * 2}
+
+    DatasetDict(train=load_dataset("csv", data_files=sys.argv[1], split="train")).save_to_disk("saved")
+    load_from_disk("saved")["train"].map(slow, with_indices=True, writer_batch_size=50)
+    print("finished")
+    """
+)
 
 
-def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py") -> int:
+def _tmp_sizes(tmp_path: Path, folder: str = "cache") -> dict[Path, int]:
+    return {p: p.stat().st_size for p in (tmp_path / folder).rglob("tmp*") if p.is_file()}
+
+
+def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache") -> int:
     """`cachetool run SCRIPT d.csv` (the process becomes the script's), SIGKILLed once the script
-    says it is busy and, for the map of p.py, once its unfinished file holds bytes."""
+    says it is busy and, for a map (p.py, saved.py), once its unfinished file in `writes_in`
+    holds bytes."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
-    before = set(_tmp_sizes(tmp_path))
+    before = set(_tmp_sizes(tmp_path, writes_in))
     proc = subprocess.Popen(
         [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)],
         env=env,
@@ -87,7 +109,9 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py") -> 
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the script never got under way"
             time.sleep(0.05)
-        while script == "p.py" and not any(n for p, n in _tmp_sizes(tmp_path).items() if p not in before):
+        while script != "load.py" and not any(
+            n for p, n in _tmp_sizes(tmp_path, writes_in).items() if p not in before
+        ):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the map never wrote to its unfinished file"
             time.sleep(0.01)
@@ -161,3 +185,48 @@ def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: 
     assert f"Run {doc['run']} " in human and f"was killed (process {pid} " in human, human
     for other in (["--last", "--all-roots"], ["--script", str(tmp_path / "load.py")]):  # the whole ledger
         assert json.loads(invoke("explain", "--json", *other, env=env).stdout)["run"] == doc["run"], other
+
+
+def test_gc_temp_names_the_other_root_a_killed_run_wrote_in(tmp_path: Path) -> None:
+    """A run SIGKILLed in a map after `load_from_disk` left its unfinished file in the saved folder, a
+    cache root of its own. `explain --last` of the datasets cache says the run was killed outside
+    its steps and points to the saved folder, where it names the map. `gc --temp` of the datasets
+    cache (where the user looks after a killed run) names that root and the command for it, beside
+    the dead run's lease, in human and JSON output; that command's plan lists the leftover, and
+    removes it (with `--min-age 0`, as its kept line says). It said nothing of it: the leftover
+    stayed for good."""
+    (tmp_path / "saved.py").write_text(SAVED, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    pid = _run_and_kill(tmp_path, env, "saved.py", writes_in="saved")
+    (left,) = _tmp_sizes(tmp_path, "saved")
+    saved = (tmp_path / "saved").resolve()
+    command = f"`cachetool gc --temp --cache-dir {saved}`"
+
+    # explain --last of the datasets cache: the run was not in one of its steps (it said
+    # "between steps"); the hint's command names the map and its unfinished file.
+    here = invoke("explain", "--last", env=env, columns=250)
+    assert f"The run was killed (process {pid} on " in here.stdout, here.stdout
+    assert "), not in a step of this cache." in here.stdout and "between steps" not in here.stdout
+    assert f"`cachetool explain --last --cache-dir {saved}`" in here.stderr, here.stderr
+    there = invoke("explain", "--last", "--cache-dir", str(saved), env=env, columns=250).stdout
+    assert "in map @ saved.py:12" in there and str(left) in there, there
+
+    said = invoke("gc", "--temp", "--dry-run", env=env, columns=250)
+    assert said.exit_code == 0, said.stderr
+    lines = said.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"pid {pid} on "))
+    assert lines[at + 1] == f"  it also wrote in {saved}, a cache root of its own: {command}", said.stdout
+    doc = json.loads(invoke("gc", "--temp", "--dry-run", "--json", env=env).stdout)
+    (lease,) = [x for x in doc["plan"]["leases"] if x["pid"] == pid]
+    assert lease["state"] == "dead" and lease["also_in"] == [str(saved)], lease
+
+    planned = invoke("gc", "--temp", "--dry-run", "--json", "--cache-dir", str(saved), env=env)
+    kept = [Path(k["path"]) for k in json.loads(planned.stdout)["plan"]["skipped"]]
+    assert left in kept, planned.stdout
+    removed = invoke("gc", "--temp", "--min-age", "0", "-y", "--json", "--cache-dir", str(saved), env=env)
+    assert removed.exit_code == 0, removed.stderr
+    assert not left.exists()
+    # The saved folder's lease of the run is gone with it: the datasets cache no longer points there.
+    again = invoke("gc", "--temp", "--dry-run", env=env, columns=250).stdout
+    assert f"pid {pid} on " in again and "also wrote in" not in again, again

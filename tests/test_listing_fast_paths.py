@@ -192,14 +192,16 @@ def test_headers_read_ahead_on_other_cores_give_the_same_report(
 ) -> None:
     """A cold listing of many files reads their headers in forked processes first: the report
     (every entry, file, summary and warning) is the one a listing in one process makes."""
-    from cachetool.cache import walk
+    from cachetool.cache import readahead
 
     serial = scan_cache(real_cache["cache"], use_index=False)
-    monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(walk, "_spare_cores", lambda: 2)
+    monkeypatch.setattr(readahead, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(readahead, "spare_cores", lambda: 2)
     calls: list[int] = []
-    real = walk._read_summaries
-    monkeypatch.setattr(walk, "_read_summaries", lambda paths, n: calls.append(len(paths)) or real(paths, n))
+    real = readahead.read_summaries
+    monkeypatch.setattr(
+        readahead, "read_summaries", lambda paths, n: calls.append(len(paths)) or real(paths, n)
+    )
     parallel = scan_cache(real_cache["cache"], use_index=False)
     assert calls and calls[0] > 5
     assert parallel == serial
@@ -338,22 +340,22 @@ def test_a_repeat_listing_reads_new_files_ahead_only_once_it_meets_them(
     has met files the index does not know, and then only in folders it has not been through:
     an unchanged cache is never read ahead, a grown one is, and either way the report is the
     one a listing without the index makes."""
-    from cachetool.cache import walk
+    from cachetool.cache import readahead
 
     root = tmp_path / "cache"
     synthesize_cache(root, 4)
     scan_cache(root)  # the read index
-    monkeypatch.setattr(walk, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(walk, "READ_AHEAD_AFTER", 2)
-    monkeypatch.setattr(walk, "_spare_cores", lambda: 2)
+    monkeypatch.setattr(readahead, "READ_AHEAD_MIN_FILES", 1)
+    monkeypatch.setattr(readahead, "READ_AHEAD_AFTER", 2)
+    monkeypatch.setattr(readahead, "spare_cores", lambda: 2)
     calls: list[list[str]] = []
-    real = walk._read_summaries
+    real = readahead.read_summaries
 
     def listed(**kw: Any) -> Any:
         calls.clear()
         return scan_cache(root, **kw), list(calls)
 
-    monkeypatch.setattr(walk, "_read_summaries", lambda paths, n: calls.append(paths) or real(paths, n))
+    monkeypatch.setattr(readahead, "read_summaries", lambda paths, n: calls.append(paths) or real(paths, n))
     assert listed() == (listed(use_index=False)[0], [])
     for folder in ("a", "b", "c"):
         (root / folder).mkdir()

@@ -16,7 +16,7 @@ import pytest
 
 from cachetool.cache.lean import entries_of
 from cachetool.cache.listing import list_cache, list_cache_lean
-from cachetool.cli.ls import _table_columns, render_human
+from cachetool.cli.ls_table import _table_columns, render_human
 from cachetool.cli.output import Output, OutputFormat
 from cachetool.maintenance.pins import add_pin
 from tests.attack.races import synthesize_cache

@@ -137,23 +137,70 @@ def test_a_pin_removed_is_listed_not_the_kept_text(cache: tuple[Path, list[Path]
     assert _ls(root) == _object_path_text(root, []) != pinned
 
 
+def test_locks_and_downloads_keep_the_text_and_each_change_of_them_is_seen(
+    cache: tuple[Path, list[Path]],
+) -> None:
+    """The files every real cache holds beside its data (the locks `load_dataset` leaves, never
+    deleted on Linux, in the root and beside each dataset folder; a remote file's download, its
+    lock and metadata; an extracted archive) follow from the files alone: the text is kept, and
+    a lock added or removed, a download completed, a file added deep in an extracted folder each
+    make the listing again. (Nothing was kept beside a lock: no listing of a real cache used it.)"""
+    root, files = cache
+    folder = files[0].parent
+    (folder.parent / f"{folder.name}_builder.lock").write_text("")
+    (folder.parent / f"{folder.name}.incomplete_info.lock").write_text("")
+    (root / (str(folder).replace("/", "_") + ".lock")).write_text("")
+    downloads = root / "downloads"
+    (downloads / "extracted" / ("e" * 64) / "data").mkdir(parents=True)
+    (downloads / "extracted" / ("e" * 64) / "data" / "part-0.csv").write_text("x\n1\n")
+    (downloads / "extracted" / (("e" * 64) + ".lock")).write_text("")
+    sha = "d" * 64
+    (downloads / sha).write_text("x\n1\n2\n")
+    (downloads / f"{sha}.json").write_text('{"url": "https://example.org/d.csv", "etag": null}')
+    (downloads / f"{sha}.lock").write_text("")
+
+    def listed_twice() -> str:
+        first = _ls(root)
+        assert first == _object_path_text(root, [])
+        assert _kept(root) == first[:-1]  # kept
+        assert _ls(root) == first
+        return first
+
+    kinds = {e["kind"] for e in json.loads(listed_twice())["entries"]}
+    assert {"lock", "download", "extracted"} <= kinds, kinds
+    changes: list[Callable[[], object]] = [
+        (folder.parent / f"{folder.name}_builder.lock").unlink,
+        lambda: (root / "other.lock").write_text(""),
+        lambda: (downloads / f"{sha}.incomplete").write_text("x"),  # a download under way: a problem
+        (downloads / f"{sha}.incomplete").unlink,
+        lambda: (downloads / "extracted" / ("e" * 64) / "data" / "part-1.csv").write_text("x\n"),
+    ]
+    for change in changes:
+        change()
+        assert _kept(root) is None
+        if (downloads / f"{sha}.incomplete").exists():
+            for _ in range(2):  # an entry with a problem: nothing kept
+                assert _ls(root) == _object_path_text(root, [])
+            assert _kept(root) is None
+        else:
+            listed_twice()
+
+
 @pytest.mark.parametrize(
     "odd",
-    ["a lock file", "a temporary file", "a damaged cache file", "a limit"],
+    ["a temporary file", "a damaged cache file", "a limit"],
 )
 def test_no_text_is_kept_where_the_listing_depends_on_more_than_its_files(
     odd: str, cache: tuple[Path, list[Path]]
 ) -> None:
-    """Locks and temporary files (whose entries depend on live processes and the clock), a file
-    with a problem, and `--limit` listings: no text is kept, and every listing is as the object
-    path writes it."""
+    """Temporary files (whose entries depend on live processes and the clock), a file with a
+    problem, and `--limit` listings: no text is kept, and every listing is as the object path
+    writes it."""
     root, files = cache
     (root / LEDGER_DIR / SNAPSHOT_NAME).unlink()
     folder = files[0].parent
     form: list[str] = []
-    if odd == "a lock file":
-        (folder.parent / f"{folder.name}.lock").write_text("")
-    elif odd == "a temporary file":
+    if odd == "a temporary file":
         (folder / "tmpabcd1234").write_bytes(files[0].read_bytes())
     elif odd == "a damaged cache file":
         files[3].write_bytes(b"\xff" * 100)

@@ -225,6 +225,52 @@ def test_a_saved_folder_named_in_the_default_cache_says_which_cache_dir(pipeline
 
 
 @pytest.mark.slow
+def test_show_of_a_step_in_the_saved_folder_names_its_cache_dir(pipeline: Pipeline) -> None:
+    """The map after `load_from_disk` wrote its file into the saved folder, a cache root of its
+    own. `show FP` and `pin FP` without `--cache-dir` (as `lineage FP` finds it) say which root
+    records it and the command to run there; that command works. They said only "no cache entry
+    matches '<fp>' in <datasets cache>", in human, JSON and quiet output alike."""
+    there = json.loads(_ok(cachetool(pipeline, "ls", "--json", "--cache-dir", str(pipeline.saved))))
+    (fp,) = [e["fingerprint"] for e in there["entries"] if e["kind"] == "shards"]
+    prefix = fp[:8]
+    command = f"`cachetool show {prefix} --cache-dir {pipeline.saved}`"
+    for fmt in ((), ("--json",), ("-q",)):
+        failed = cachetool(pipeline, "show", prefix, *fmt)
+        assert failed.returncode == 2 and failed.stdout == "", (failed.stdout, failed.stderr)
+        (line,) = failed.stderr.splitlines()
+        assert line.startswith(f"Error: no cache entry matches '{prefix}' in {pipeline.cache}"), line
+        assert f"; {pipeline.saved}, a cache root of its own, records it: {command}" in line, line
+    shown = json.loads(_ok(cachetool(pipeline, "show", prefix, "--json", "--cache-dir", str(pipeline.saved))))
+    assert shown["fingerprint"] == fp
+    # `pin` names it alike, and pins it there.
+    failed = cachetool(pipeline, "pin", prefix)
+    assert failed.returncode == 2, failed.stderr
+    assert f"records it: `cachetool pin {prefix} --cache-dir {pipeline.saved}`" in failed.stderr
+    _ok(cachetool(pipeline, "pin", prefix, "--cache-dir", str(pipeline.saved)))
+    _ok(cachetool(pipeline, "unpin", prefix, "--cache-dir", str(pipeline.saved)))
+    # A name no root knows still gets the plain message.
+    unknown = cachetool(pipeline, "show", "0123abcd")
+    assert unknown.returncode == 2
+    assert unknown.stderr == f"Error: no cache entry matches '0123abcd' in {pipeline.cache}\n"
+
+
+@pytest.mark.slow
+def test_dirs_lists_the_other_roots_traced_runs_wrote_in(pipeline: Pipeline) -> None:
+    """`dirs` names the saved folder the pipeline's map after `load_from_disk` wrote in, a cache
+    root of its own, after the locations of the datasets cache (it named none: a user found the
+    second root only in `lineage`'s notes); `dirs -q` still starts with the datasets cache."""
+    doc = json.loads(_ok(cachetool(pipeline, "dirs", "--json")))
+    names = [(loc["name"], loc["path"], loc["source"], loc["exists"]) for loc in doc["locations"]]
+    assert names[0][:2] == ("datasets cache", str(pipeline.cache))
+    assert ("saved folder", str(pipeline.saved), "registry", True) in names, names
+    assert names.index(("saved folder", str(pipeline.saved), "registry", True)) > 8
+    human = _ok(cachetool(pipeline, "dirs", columns=120))
+    (row,) = [line for line in human.splitlines() if line.startswith("saved folder ")]
+    assert str(pipeline.saved) in row and "registry" in row, human
+    assert _ok(cachetool(pipeline, "dirs", "-q")).splitlines()[0] == str(pipeline.cache)
+
+
+@pytest.mark.slow
 def test_check_determinism_of_a_deterministic_pipeline_warns_of_nothing(pipeline: Pipeline) -> None:
     """The pipeline is deterministic: `check-determinism` says so and warns of nothing. (Its cold
     first run made internal `select` and `set_format` calls that the warm second run skips, and it

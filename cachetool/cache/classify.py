@@ -31,6 +31,8 @@ class Scanner(NonDataWalker):
 
     # -- the walk -------------------------------------------------------------------------------
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
+        """Classify the folder `path` and, in turn, its subfolders: a saved dataset (dict), an
+        interrupted save, a builder's folder, or files of any other folder."""
         candidates: Candidates | None = None
         if self.lean is None:
             items, err = list_dir(path)
@@ -71,35 +73,39 @@ class Scanner(NonDataWalker):
             ds = self.builder_dir(path, items)
         self.files_in(path, items, ds, candidates)
         for it in items:
-            if not it.is_dir:
-                continue
-            if it.name == layout.LEDGER_DIR:
-                continue  # cachetool's own records (any folder can be a root of its own)
-            if layout.GC_TRASH_RE.match(it.name):
-                self.entries.append(self.gc_trash(it, ds))
-                continue
-            rel = None
-            if layout.is_incomplete_dir(it.name):
-                final = it.path.with_name(it.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
-                rel = relative_data_dir(final)
-            if rel is not None:  # `<name>/<config>/<version>[/<hash>].incomplete`, as datasets names it
-                files = self.tree_files(it.path)
-                label = "/".join(rel.split("/")[:2]) if rel else (ds.name if ds else it.name)
-                self.entries.append(
-                    Entry(
-                        Kind.INCOMPLETE_PREPARE,
-                        it.path,
-                        tuple(files),
-                        dataset=label,
-                        dataset_dir=final,
-                        problems=("interrupted load_dataset preparation",),
-                    )
+            if it.is_dir:
+                self.subfolder(it, ds, is_root)
+
+    def subfolder(self, it: Item, ds: DatasetDir | None, is_root: bool) -> None:
+        """A folder met by `walk`: cachetool's own (skipped), a killed gc's, an interrupted
+        preparation, the downloads, or one walked in turn."""
+        if it.name == layout.LEDGER_DIR:
+            return  # cachetool's own records (any folder can be a root of its own)
+        if layout.GC_TRASH_RE.match(it.name):
+            self.entries.append(self.gc_trash(it, ds))
+            return
+        rel = None
+        if layout.is_incomplete_dir(it.name):
+            final = it.path.with_name(it.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
+            rel = relative_data_dir(final)
+        if rel is not None:  # `<name>/<config>/<version>[/<hash>].incomplete`, as datasets names it
+            files = self.tree_files(it.path)
+            label = "/".join(rel.split("/")[:2]) if rel else (ds.name if ds else it.name)
+            self.entries.append(
+                Entry(
+                    Kind.INCOMPLETE_PREPARE,
+                    it.path,
+                    tuple(files),
+                    dataset=label,
+                    dataset_dir=final,
+                    problems=("interrupted load_dataset preparation",),
                 )
-                continue
-            if is_root and it.name == "downloads":
-                self.downloads(it.path)
-                continue
-            self.walk(it.path)
+            )
+            return
+        if is_root and it.name == "downloads":
+            self.downloads(it.path)
+            return
+        self.walk(it.path)
 
     def files_in(
         self, path: Path, items: Sequence[Item], ds: DatasetDir | None, candidates: Candidates | None = None

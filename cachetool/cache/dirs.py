@@ -77,7 +77,8 @@ def temp_dir(environ: Mapping[str, str] | None = None) -> Location:
 def resolve_dirs(
     cache_dir: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[Location, ...]:
-    """Every location cachetool and `datasets` use, each with where its value came from."""
+    """Every location cachetool and `datasets` use, each with where its value came from; last,
+    the other cache roots traced runs wrote in (source `registry`: saved folders, other caches)."""
     env = os.environ if environ is None else environ
     home = hf_home(env)
     root = resolve_cache_root(cache_dir, env)
@@ -125,7 +126,32 @@ def resolve_dirs(
             _user_state_source(env),
             "registry of known cache roots; ledger fallback for read-only roots",
         ),
+        *_other_roots(root.path, env),
     )
+
+
+_OTHER_ROOTS = {
+    "saved": (
+        "saved folder",
+        "a save_to_disk folder a traced run wrote in (a map after load_from_disk): a cache root of "
+        "its own, pass it as --cache-dir",
+    ),
+    "cache": ("other cache", "another datasets cache a traced run wrote in: pass it as --cache-dir"),
+}
+
+
+def _other_roots(root: Path, env: Mapping[str, str]) -> list[Location]:
+    """The roots of the registry (`cachetool.lineage.roots.known_roots`) other than `root` that
+    exist: the folders traced runs wrote in, each a cache root of its own."""
+    from cachetool.lineage.roots import known_roots  # it imports this module
+
+    here = os.path.realpath(root)
+    found = []
+    for path, item in sorted(known_roots(env).items()):
+        name, description = _OTHER_ROOTS["saved" if item.get("kind") == "saved" else "cache"]
+        if os.path.realpath(path) != here and os.path.isdir(path):
+            found.append(Location(name, Path(path), "registry", description))
+    return found
 
 
 def _overridable(

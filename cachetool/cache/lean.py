@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Union
 from cachetool.cache.entries import derived_entry
 from cachetool.cache.index import READABLE_STATES, STREAM_COMPLETE, stored_summary
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, DatasetDir, Entry, json_body_writer, shared_json
+from cachetool.cache.model import CacheFile, DatasetDir, Entry
 from cachetool.formatting import iso_time
 
 if TYPE_CHECKING:
@@ -57,7 +57,10 @@ def keep_lean(
     A file is kept lean when its fingerprint is ASCII letters and digits (64 at most, as
     `layout.parse_cache_file` reads it: no shard part), its row has its size, mtime and inode,
     and `derived_entry` would say nothing of its own: no error, a stream or IPC file with
-    columns, and the fingerprint of its name or none inside."""
+    columns, and the fingerprint of its name or none inside.
+
+    One loop on purpose: it runs once per cache file of a warm listing (most of a cache), with
+    the checks inline and the list methods bound once."""
     rest: list[tuple[str, os.stat_result]] = []
     shapes: dict[Any, tuple[Any, Kind] | None] = {}  # by schema id: the schema and kind, or None
     modes = _MODES
@@ -144,7 +147,12 @@ class JsonTexts:
     def __init__(self, pinned: frozenset[str] | set[str], is_pinned: Callable[[Entry], bool]) -> None:
         self.pinned = pinned
         self.is_pinned = is_pinned
-        self._entry_body = json_body_writer()
+        # The JSON writers load with the first JSON text: a human listing never needs them.
+        from cachetool.cache import entry_json
+
+        self._entry_body = entry_json.json_body_writer()
+        self._shared = entry_json.shared_json
+        self._json_template = entry_json.json_template
         #: By shape and folder: the template's pieces (`_template`).
         self._templates: dict[tuple[Any, ...], tuple[str, ...]] = {}
         #: By second: the text between the size and the completeness (the times of that second).
@@ -155,7 +163,7 @@ class JsonTexts:
         out: list[str] = []
         append = out.append
         templates, pinned, seconds = self._templates, self.pinned, self._seconds
-        shared, iso, stream_complete, floor = shared_json, iso_time, STREAM_COMPLETE, math.floor
+        shared, iso, stream_complete, floor = self._shared, iso_time, STREAM_COMPLETE, math.floor
         for e in listed:
             if not isinstance(e, tuple):
                 body = self._entry_body(e)
@@ -191,7 +199,7 @@ class JsonTexts:
         before the fingerprint, before the file name (the folder's text included), before the
         rows, before the size, and the four ends after `"complete": ` (incomplete, incomplete
         and pinned, complete, complete and pinned)."""
-        t0, t1, t2, t3, t4, t5 = entry_of(e)._json_template()
+        t0, t1, t2, t3, t4, t5 = self._json_template(entry_of(e))
         folder = self._folders.get(e[0])
         if folder is None:
             folder = self._folders[e[0]] = _encode_ascii(e[0])[:-1]

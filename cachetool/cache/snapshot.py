@@ -9,18 +9,17 @@ writes the text (the size and mtime of cachetool's modules, the Python version);
 this file. Where `<root>/.cachetool/ls-json.z` holds the text written under the same key, that
 is the listing.
 
-It is written only after a listing whose every entry follows from the files and the ledger
-alone (the key holds the stat of every file of the root's ledger folders): no warning,
-no damaged pins file, and only
-entries of kinds whose text depends on nothing but the files (no locks, temporary files, tf.data
-caches, leftovers, downloads), none with a problem. Nothing is kept where the root has no read
-index (a cold listing pays nothing for it), for a `--limit`, or for a terminal (which gets the
-indented document). The file is zlib-compressed (about 16 bytes per file) and written whole to
-a temporary file renamed over it; a damaged, foreign or unreadable one is simply not used, nor
-one whose text holds anything but printable ASCII (what compact JSON text is made of). Like the
-read index, it is as trustworthy as the root's `.cachetool` folder: whoever can write there can
-make a listing say what they like, though never write a control character to a terminal.
-"""
+It is written only after a listing whose every entry follows from the files and the ledger alone
+(the key holds the stat of every file of the root's ledger folders): no warning, no damaged pins
+file, and only entries of kinds whose text depends on nothing but the files (locks, downloads
+and extracted folders do; temporary files, tf.data caches and leftovers do not), none with a
+problem. Nothing is kept where the root has no read index (a cold listing pays nothing for it),
+for a `--limit`, or for a terminal (which gets the indented document). The file is
+zlib-compressed (about 16 bytes per file) and written whole to a temporary file renamed over it;
+a damaged, foreign or unreadable one is simply not used, nor one whose text holds anything but
+printable ASCII (what compact JSON text is made of). Like the read index, it is as trustworthy
+as the root's `.cachetool` folder: whoever can write there can make a listing say what they
+like, though never write a control character to a terminal."""
 
 from __future__ import annotations
 
@@ -47,9 +46,25 @@ HOLD_FILES = 40_000
 #: is decompressed twice (checked, then written) rather than held whole.
 HOLD_BYTES = 32 * 1024 * 1024
 _PRINTABLE = bytes(range(32, 127))
-#: Kinds whose entries' text follows from their files alone (with no problem named).
+#: Kinds whose entries' text follows from their files alone (with no problem named): a lock's
+#: entry is its file and the dataset folder it guards (whether the lock is held is gc's question,
+#: never the listing's), a download's its files, an extracted folder's the files of its tree
+#: (every folder is in the key). Temporary files, leftovers and tf.data caches are judged by
+#: their age or by live processes.
 STATIC_KINDS = frozenset(
-    {Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED, Kind.ARROW, Kind.METADATA, Kind.OTHER}
+    {
+        Kind.SOURCE,
+        Kind.DERIVED,
+        Kind.INDICES,
+        Kind.SHARDS,
+        Kind.SAVED,
+        Kind.ARROW,
+        Kind.METADATA,
+        Kind.OTHER,
+        Kind.LOCK,
+        Kind.DOWNLOAD,
+        Kind.EXTRACTED,
+    }
 )
 #: What `list_dir_split` returns for a folder.
 Listed = tuple[list[Item], "str | None", Candidates]

@@ -40,7 +40,8 @@ def demo_command(
 @handle_errors
 def _demo(folder: Path | None) -> None:
     from cachetool.cache.scan import scan_cache
-    from cachetool.cli.ls import render_human, report_warnings
+    from cachetool.cli.ls import report_warnings
+    from cachetool.cli.ls_table import render_human
     from cachetool.demo import build_demo
 
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
@@ -56,7 +57,7 @@ def _demo(folder: Path | None) -> None:
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))
-    from cachetool.cli.gc import render_dry_run
+    from cachetool.cli.gc_render import render_dry_run
     from cachetool.maintenance.gc import GcOptions, plan_gc
 
     out.line()

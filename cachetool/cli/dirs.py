@@ -34,7 +34,9 @@ def dirs_command(
     folders in (`TMPDIR`, `TEMP`, `TMP`, system default) and the Hub cache (`HF_HUB_CACHE`),
     where raw files of Hub datasets live (manage that one with `hf cache`). The `from` column also
     names each existing folder's file system, marked `shared` for network and cluster ones (NFS, Lustre, GPFS,
-    CephFS, CIFS, FUSE), where other hosts may write the same cache.
+    CephFS, CIFS, FUSE), where other hosts may write the same cache. Last come the other cache
+    roots traced runs wrote in (from `registry`): a `save_to_disk` folder that a map after
+    `load_from_disk` wrote its cache file into is a cache root of its own (pass it as `--cache-dir`).
 
     **Examples**
 
@@ -94,8 +96,8 @@ def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
             whole=("path",),
         )
         out.line()
-        for loc in locations:
-            out.line(f"{loc.name}: {loc.description}", style="dim")
+        for name, description in dict((loc.name, loc.description) for loc in locations).items():
+            out.line(f"{name}: {description}", style="dim")
 
 
 def _fs_cell(fs: FileSystem | None) -> str:

@@ -32,16 +32,17 @@ def run_explain(
     root = Path(os.path.abspath(existing_root(cache_dir)))
     report = explain(root, fingerprint, last=last, script=script, history=history, all_roots=all_roots)
     out = Output(fmt)
+    others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:
         out.ids(s.step.fingerprint for s in report.steps if s.step.fingerprint)
     else:
-        render(out, report)
+        render(out, report, elsewhere=bool(others))
     for w in report.warnings:
         warn(w)
-    if report.mode == "run" and report.run is not None:
-        for other in _roots_with_run(root, report.run):
+    if others:
+        for other in others:
             hint(
                 f"this run also recorded steps in {other}, a cache root of its own: "
                 f"`cachetool explain --last --cache-dir {other}`"
@@ -136,13 +137,15 @@ _ENDED = {
 }
 
 
-def _interrupted_lines(out: Output, i: Interruption) -> None:
+def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
     from cachetool.formatting import human_size
 
     where = f"process {i.pid} on {i.host}" if i.pid is not None else "its process"
     step = i.step
     if step is None:
-        out.line(f"The run {_ENDED[i.state]} ({where}) between steps.", style="bold red")
+        # Its steps in another root (a saved folder) are explained there: the hint names it.
+        said = "not in a step of this cache" if elsewhere else "between steps"
+        out.line(f"The run {_ENDED[i.state]} ({where}){',' if elsewhere else ''} {said}.", style="bold red")
     else:
         site = step.call_site
         at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
@@ -160,8 +163,9 @@ def _interrupted_lines(out: Output, i: Interruption) -> None:
     out.line("")
 
 
-def render(out: Output, report: ExplainReport) -> None:
-    """Human output: one block per computed step, then the stale hits."""
+def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> None:
+    """Human output: one block per computed step, then the stale hits. `elsewhere`: the run
+    recorded steps in other roots too."""
     if report.mode == "run":
         computed = sum(s.status in ("computed", "partial") for s in report.steps)
         n = len(report.uncached)
@@ -173,7 +177,7 @@ def render(out: Output, report: ExplainReport) -> None:
         )
         out.line("")
         if report.interrupted is not None:
-            _interrupted_lines(out, report.interrupted)
+            _interrupted_lines(out, report.interrupted, elsewhere)
         for s in report.steps:
             _step_lines(out, s, detailed=False)
         if report.uncached:

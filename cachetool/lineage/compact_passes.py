@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachetool.errors import CachetoolError
-from cachetool.lineage.ledger import source_hashes
+from cachetool.lineage.follow import source_hashes
 from cachetool.lineage.records import (
     GcRecord,
     LedgerRecord,

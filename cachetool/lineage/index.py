@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachetool.lineage.ledger import Usage
 from cachetool.lineage.records import RunSummaryRecord, SourceRecord, StepRecord
 from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.lineage.segments import iter_segments, read_segment_from
+from cachetool.lineage.usage import Usage
 
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.

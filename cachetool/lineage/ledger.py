@@ -25,8 +25,9 @@ record per transform call to the ledger of the cache root the call belongs to:
   follow a parent into another root (a saved folder's parent lives in the cache root it came from).
 
 The modules: `roots` (where a root's ledger lives; the registry of known roots), `writer`
-(segments written), `segments` (one segment read, typed), `resolve` (naming a fingerprint); this
-one: the `Ledger` of a root, read once per command, and what it says about each fingerprint.
+(segments written), `segments` (one segment read, typed), `resolve` (naming a fingerprint),
+`follow` (the other roots a ledger reads), `usage` (what the records say about each fingerprint);
+this one: the `Ledger` of a root, read once per command, and what it says about each fingerprint.
 
 Record schema, version 1 (one JSON object per line; fields may be added, never renamed)::
 
@@ -136,6 +137,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cachetool.lineage.follow import order_key, read_other_roots, read_root, saves_in_other_roots
 from cachetool.lineage.records import (
     GcRecord,
     LedgerRecord,
@@ -159,21 +161,8 @@ from cachetool.lineage.roots import (
     segment_name,
 )
 from cachetool.lineage.segments import MAX_LINE_BYTES, MAX_SEGMENT_BYTES, iter_segments, read_segment
+from cachetool.lineage.usage import Usage, usage_of
 from cachetool.lineage.writer import ENCODER, RECORD_VERSION, LedgerWriter, Record, SegmentWriter, WarnFn
-
-
-def _order_key(rec: LedgerRecord) -> tuple[float, str, int]:
-    return (rec.time, rec.run, rec.seq)
-
-
-def _read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
-    warnings: list[str] = []
-    records: list[LedgerRecord] = []
-    segments = list(iter_segments(root))
-    label = os.fspath(root)
-    for seg in segments:
-        records += read_segment(seg, warnings, label)
-    return records, warnings, segments
 
 
 @dataclass(frozen=True)
@@ -199,8 +188,7 @@ class Ledger:
         record are looked up in the other known roots (and their own parents, transitively);
         with `all_roots`, every known root is read whole."""
         first = Path(os.path.abspath(os.fspath(root)))
-        records, warnings, segments = _read_root(first)
-        return cls._with_others(first, records, warnings, segments, all_roots=all_roots, follow=follow)
+        return cls._with_others(first, read_root(first), all_roots=all_roots, follow=follow)
 
     @classmethod
     def load_part(
@@ -240,93 +228,23 @@ class Ledger:
         """A ledger of `records`, a part of `root`'s own read through its index (from
         `segments`), with the other roots followed as `load` follows them (`follow`)."""
         first = Path(os.path.abspath(os.fspath(root)))
-        return cls._with_others(first, list(records), [], list(segments), all_roots=False, follow=follow)
+        return cls._with_others(first, (list(records), [], list(segments)), all_roots=False, follow=follow)
 
     @classmethod
     def _with_others(
         cls,
         first: Path,
-        records: list[LedgerRecord],
-        warnings: list[str],
-        segments: list[Path],
+        own: tuple[list[LedgerRecord], list[str], list[Path]],
         *,
         all_roots: bool,
         follow: bool,
     ) -> Ledger:
-        roots = [first]
-        registry = known_roots()
-        others = [p for p in (Path(r) for r in registry) if p != first and p.is_dir()]
-        if all_roots:
-            for other in others:
-                got, w, segs = _read_root(other)
-                records += got
-                warnings += w
-                segments += segs
-                roots.append(other)
-        elif follow and others:
-            cache: dict[Path, list[LedgerRecord]] = {}
-            saved = [p for p in others if registry.get(os.fspath(p), {}).get("kind") == "saved"]
-            cls._follow_saves(records, warnings, roots, saved, cache)
-            cls._follow(records, warnings, roots, others, cache)
-        records.sort(key=_order_key)
+        """The ledger of `first`'s `own` records, warnings and segments, with what the other
+        roots add (`read_other_roots`), oldest first."""
+        records, warnings, segments = own
+        roots = read_other_roots(first, records, warnings, segments, all_roots=all_roots, follow=follow)
+        records.sort(key=order_key)
         return cls(first, tuple(records), tuple(warnings), tuple(segments), tuple(roots))
-
-    @staticmethod
-    def _follow_saves(
-        records: list[LedgerRecord],
-        warnings: list[str],
-        roots: list[Path],
-        saved: list[Path],
-        cache: dict[Path, list[LedgerRecord]],
-    ) -> None:
-        """Add the records of `save_to_disk` folders that hold a state made here (the folder is a
-        root of its own; what was made from it there descends from this root)."""
-        made = {r.result for r in records if isinstance(r, StepRecord) and r.result is not None}
-        for folder in saved:
-            if folder not in cache:
-                got, w, _ = _read_root(folder)
-                cache[folder] = got
-                warnings.extend(w)
-            steps = [r for r in cache[folder] if isinstance(r, StepRecord)]
-            if any(r.result in made for r in steps if isinstance(r, SaveRecord)):
-                records += [r for r in cache[folder] if isinstance(r, (StepRecord, SourceRecord))]
-                roots.append(folder)
-                made |= {r.result for r in steps if r.result is not None}
-
-    @staticmethod
-    def _follow(
-        records: list[LedgerRecord],
-        warnings: list[str],
-        roots: list[Path],
-        others: list[Path],
-        cache: dict[Path, list[LedgerRecord]],
-    ) -> None:
-        """Add the origins (and their ancestry) of parents that `records` do not explain."""
-        whole = set(roots)  # read whole already
-        made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin}
-        needed = {p for r in records if isinstance(r, StepRecord) for p in r.parents} - made
-        while needed:
-            found: list[LedgerRecord] = []
-            for other in others:
-                if other in whole:
-                    continue
-                if other not in cache:
-                    got, w, _ = _read_root(other)
-                    cache[other] = got
-                    warnings.extend(w)
-                hit = [r for r in cache[other] if isinstance(r, StepRecord) and r.result in needed]
-                if hit and other not in roots:
-                    roots.append(other)
-                found += hit
-                # the text of the functions those steps name, for explain
-                hashes = {h for r in hit for h in source_hashes(r)}
-                found += [r for r in cache[other] if isinstance(r, SourceRecord) and r.hash in hashes]
-            if not found:
-                return
-            records += found
-            made |= {r.result for r in found if isinstance(r, StepRecord) and r.is_origin}
-            needed = {p for r in found if isinstance(r, StepRecord) for p in r.parents} - made
-            needed -= {r.result for r in records if isinstance(r, StepRecord)}
 
     # -- views ----------------------------------------------------------------------------------
     def is_foreign(self, rec: LedgerRecord) -> bool:
@@ -367,23 +285,9 @@ class Ledger:
         each labelled with the root it was read from."""
         made = {r.result for r in self.own_steps(include_internal=True) if r.result is not None}
         own = {(r.run, r.seq) for r in self.own_steps() if isinstance(r, SaveRecord)}
-        out: list[SaveRecord] = []
         if not made:
-            return out
-        for r in known_roots():
-            other = Path(r)
-            if other == self.root or not other.is_dir():
-                continue
-            got, _, _ = _read_root(other)
-            out += [
-                x
-                for x in got
-                if isinstance(x, SaveRecord)
-                and not x.internal
-                and x.result in made
-                and (x.run, x.seq) not in own
-            ]
-        return out
+            return []
+        return saves_in_other_roots(self.root, made, own)
 
     def summaries(self) -> list[RunSummaryRecord]:
         """The summaries of this root's runs a compaction folded away, oldest first."""
@@ -392,15 +296,7 @@ class Ledger:
     def usage(self) -> dict[str, Usage]:
         """Per fingerprint of this root: last use, recorded origin, hits and misses (of summarised
         runs too)."""
-        return _usage(self.own_steps(), self.summaries())
-
-
-def source_hashes(rec: StepRecord) -> list[str]:
-    """The source hashes of the function a step record names and of the helpers it calls."""
-    fn = rec.function
-    if fn is None:
-        return []
-    return [h for h in (fn.source_hash, *(d.source_hash for d in fn.deps)) if h]
+        return usage_of(self.own_steps(), self.summaries())
 
 
 def read_ledger(root: str | os.PathLike[str], *, include_internal: bool = True) -> Ledger:
@@ -410,61 +306,6 @@ def read_ledger(root: str | os.PathLike[str], *, include_internal: bool = True) 
         return got
     kept = tuple(r for r in got.records if not r.internal)
     return dataclasses.replace(got, records=kept)
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What the ledger says about one fingerprint: its latest use and its recorded origin."""
-
-    last_used: float
-    parent: str | None
-    operation: str | None
-    parents: tuple[str, ...] = ()
-    records: int = 0
-    hits: int = 0
-    misses: int = 0
-    random_fallback: bool = False
-
-
-def _usage(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] = ()) -> dict[str, Usage]:
-    last: dict[str, float] = {}
-    origin: dict[str, StepRecord] = {}
-    counts: dict[str, list[int]] = {}  # fp -> [records, hits, misses, random]
-    for summary in summaries:  # runs a compaction folded away: their uses and origin counts
-        for kept, (when, records, hits, misses, random) in summary.fps.items():
-            last[kept] = max(last.get(kept, 0.0), when)
-            c = counts.setdefault(kept, [0, 0, 0, 0])
-            c[0] += records
-            c[1] += hits
-            c[2] += misses
-            c[3] |= random
-    for rec in steps:  # oldest first: the latest origin wins
-        for fp in rec.used:  # using a dataset as a parent is a use of it too
-            last[fp] = max(last.get(fp, 0.0), rec.end)
-        # A save or a no-op map says nothing about where the fingerprint comes from.
-        if rec.is_origin and rec.result is not None:
-            origin[rec.result] = rec
-            c = counts.setdefault(rec.result, [0, 0, 0, 0])
-            hit, miss, random = rec.origin_counts
-            c[0] += 1
-            c[1] += hit
-            c[2] += miss
-            c[3] |= random
-    out: dict[str, Usage] = {}
-    for fp, when in last.items():
-        o = origin.get(fp)
-        c = counts.get(fp, [0, 0, 0, 0])
-        out[fp] = Usage(
-            last_used=when,
-            parent=o.parents[0] if o and o.parents else None,
-            operation=o.operation if o else None,
-            parents=o.parents if o else (),
-            records=c[0],
-            hits=c[1],
-            misses=c[2],
-            random_fallback=bool(c[3]),
-        )
-    return out
 
 
 def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from cachetool.lineage.follow import source_hashes
 from cachetool.lineage.index import INDEX_FILE, chunks, segments_now, storable, up_to_date
-from cachetool.lineage.ledger import source_hashes
 from cachetool.lineage.records import LedgerRecord, StepRecord
 from cachetool.lineage.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.lineage.segments import read_records_at

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -200,3 +201,46 @@ def _entry_of_files(report: CacheReport, ledger: Ledger | None, fp: str) -> Entr
     if not paths:
         return None
     return next((e for e in report.entries if any(os.fsdecode(f.path) in paths for f in e.files)), None)
+
+
+def roots_recording(root: Path, name: str) -> list[str]:
+    """The other roots whose ledger records a step result `name` (a fingerprint or its prefix, a
+    cache file's name) names, among the roots `root`'s ledger leads to as `lineage` follows them
+    (a `save_to_disk` folder of a state made in `root`, where a map after `load_from_disk` wrote).
+    Sorted; empty for a path."""
+    from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.records import StepRecord
+
+    if os.sep in name:
+        return []
+    key = cache_file_key(name)
+    ledger = Ledger.load(root)
+    return sorted(
+        {
+            r.read_from
+            for r in ledger.records
+            if isinstance(r, StepRecord)
+            and r.read_from is not None
+            and ledger.is_foreign(r)
+            and r.result is not None
+            and r.result.startswith(key)
+        }
+    )
+
+
+@contextmanager
+def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
+    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when a root that
+    `root`'s ledger leads to records it (`roots_recording`): the message names that root and
+    `cachetool COMMAND NAME --cache-dir <it>`."""
+    from cachetool.errors import InAnotherRoot, UnknownFingerprint
+
+    try:
+        yield
+    except UnknownFingerprint as e:
+        if type(e) is not UnknownFingerprint:  # a recorded-only fingerprint says so already
+            raise
+        others = roots_recording(root, name)
+        if not others:
+            raise
+        raise InAnotherRoot(name, root, others, command) from None

@@ -69,12 +69,12 @@ def roots_file(environ: Mapping[str, str] | None = None) -> Path:
     return user_state_dir(environ) / ROOTS_FILE
 
 
-def known_roots() -> dict[str, dict[str, Any]]:
+def known_roots(environ: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Every root a tracer of this user wrote to: `{absolute path: {"kind", "first_seen", "last_seen"}}`."""
     from cachetool.safejson import read_json_file
 
     try:
-        doc = read_json_file(roots_file())
+        doc = read_json_file(roots_file(environ))
     except (OSError, ValueError):
         return {}
     roots = doc.get("roots") if isinstance(doc, dict) else None

@@ -85,18 +85,27 @@ def show_entry(
     and what each holds, and the records of the steps that made it. A fingerprint only the ledger
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
-    from cachetool.cache.query import is_pinned
     from cachetool.cache.scan import scan_cache
+    from cachetool.lineage.resolve import named_elsewhere
+
+    def scan(ledger: Ledger | bool) -> CacheReport:
+        return progress(root, ledger) if progress is not None else scan_cache(root, ledger=ledger)
+
+    root_path = Path(os.fspath(root)).expanduser().resolve()
+    with named_elsewhere(root_path, fingerprint, "show"):
+        return _show_entry(root_path, fingerprint, scan)
+
+
+def _show_entry(
+    root_path: Path, fingerprint: str, scan: Callable[[Ledger | bool], CacheReport]
+) -> EntryReport:
+    from cachetool.cache.query import is_pinned
     from cachetool.errors import CachetoolError
     from cachetool.lineage import part
     from cachetool.lineage.ledger import Ledger
     from cachetool.lineage.resolve import resolve
     from cachetool.maintenance.pins import read_pins
 
-    def scan(ledger: Ledger | bool) -> CacheReport:
-        return progress(root, ledger) if progress is not None else scan_cache(root, ledger=ledger)
-
-    root_path = Path(os.fspath(root)).expanduser().resolve()
     con = part.open_index(root_path)
     known: part.IndexedFingerprints | None = None
     if con is None:

@@ -67,11 +67,12 @@ def pin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
     """Pin the fingerprint `fingerprint` names (a unique prefix, an alias, a path: the rule of
     `cachetool.lineage.resolve.resolve`; one only the ledger knows too): `gc` never evicts it,
     nor any ancestor the ledger records for it. The Python side of `cachetool pin`."""
-    from cachetool.lineage.resolve import resolve_in_root
+    from cachetool.lineage.resolve import named_elsewhere, resolve_in_root
     from cachetool.maintenance.pins import add_pin
 
     root_path = _root(root)
-    fp = resolve_in_root(root_path, fingerprint)[0].fingerprint
+    with named_elsewhere(root_path, fingerprint, "pin"):
+        fp = resolve_in_root(root_path, fingerprint)[0].fingerprint
     return PinChange(root_path, fp, pinned=True, changed=add_pin(root_path, fp))
 
 

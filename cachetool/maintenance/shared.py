@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,8 @@ from cachetool.maintenance.fdops import O_DIR
 from cachetool.maintenance.leases import LEASES_DIR, Lease, LeaseState, judge_leases, read_lease
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from cachetool.lineage.gclog import GcLog
 
 #: The smallest `--min-age` gc accepts for unleased temp files on a shared file system: a writer
@@ -53,6 +55,9 @@ class SharedState:
 
     filesystem: FileSystem | None
     leases: tuple[tuple[Lease, LeaseState], ...] = ()
+    #: For a stale lease (by its file name): the other known roots where the same run holds one
+    #: (a `save_to_disk` folder a map after `load_from_disk` wrote in): its leftovers may be there.
+    elsewhere: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def live(self) -> tuple[Lease, ...]:
@@ -78,13 +83,19 @@ class SharedState:
         removed = "would be removed" if dry_run else "is removed"
         for lease, state in self.stale:
             out.append(f"{_stale_reason(lease, state, now)}: its lease {removed}")
+            for other in self.elsewhere.get(lease.path.name, ()):
+                command = f"cachetool gc --temp --cache-dir {other}"
+                out.append(f"  it also wrote in {other}, a cache root of its own: `{command}`")
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "filesystem": self.filesystem.to_json() if self.filesystem else None,
-            "leases": [dict(lease.to_json(), state=state) for lease, state in self.leases],
-        }
+        leases = []
+        for lease, state in self.leases:
+            doc = dict(lease.to_json(), state=state)
+            if state != "live":
+                doc["also_in"] = list(self.elsewhere.get(lease.path.name, ()))
+            leases.append(doc)
+        return {"filesystem": self.filesystem.to_json() if self.filesystem else None, "leases": leases}
 
 
 def leased_reason(lease: Lease) -> str:
@@ -100,12 +111,34 @@ def _stale_reason(lease: Lease, state: LeaseState, now: float) -> str:
 
 
 def shared_state(root: str | os.PathLike[str]) -> SharedState:
-    """The file system of `root` and every lease in it, judged now."""
+    """The file system of `root` and every lease in it, judged now; for each stale one, the other
+    known roots where its run holds a lease too."""
     try:
         fs: FileSystem | None = file_system(root)
     except OSError:
         fs = None
-    return SharedState(fs, tuple(judge_leases(root)))
+    leases = tuple(judge_leases(root))
+    stale = [lease for lease, state in leases if state != "live"]
+    return SharedState(fs, leases, _elsewhere(Path(root), stale))
+
+
+def _elsewhere(root: Path, stale: list[Lease]) -> dict[str, tuple[str, ...]]:
+    """Lease file name -> the other roots of the registry (`cachetool.lineage.roots`) holding a
+    lease of that name: one run (host, pid, start) leases every root it writes in."""
+    if not stale:
+        return {}
+    from cachetool.lineage.roots import known_roots
+    from cachetool.maintenance.leases import leases_dir
+
+    here = os.path.realpath(root)
+    others = [r for r in sorted(known_roots()) if os.path.realpath(r) != here]
+    found = {}
+    for lease in stale:
+        name = lease.path.name
+        there = tuple(r for r in others if os.path.isfile(leases_dir(r) / name))
+        if there:
+            found[name] = there
+    return found
 
 
 def check_min_age(root: Path, state: SharedState, min_age: float, temp: bool, other_hosts_idle: bool) -> None:

@@ -2,18 +2,19 @@
 
 `find_hook_points()` checks that this `datasets` has every function and method the tracer hooks
 (else tracing is off, said once); `Patches` puts each replacement in place and restores the
-originals. Every replacement pickles exactly as its original does under dill (`PickledAsOriginal`,
-`function_as_original`), so tracing never changes a fingerprint of anything that references a
-replaced function.
+originals; `library_versions()` is what the records say the process ran with. Every replacement
+pickles exactly as its original does under dill (`PickledAsOriginal`, `function_as_original`), so
+tracing never changes a fingerprint of anything that references a replaced function.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import platform
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "PickledAsOriginal",
     "find_hook_points",
     "function_as_original",
+    "library_versions",
     "traced_methods",
     "warn",
 ]
@@ -64,6 +66,18 @@ def warn(message: str) -> None:
     with contextlib.suppress(Exception):
         sys.stderr.write(f"cachetool: warning: {message}\n")
         sys.stderr.flush()
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of Python, cachetool and the imported `datasets`, dill and pyarrow ("?" for
+    one not imported): what every record of a traced process says it ran with."""
+    from cachetool import __version__
+
+    out = {"python": platform.python_version(), "cachetool": __version__}
+    for name in ("datasets", "dill", "pyarrow"):
+        mod = sys.modules.get(name)
+        out[name] = str(getattr(mod, "__version__", "?")) if mod is not None else "?"
+    return out
 
 
 class HookPoints(NamedTuple):
@@ -166,6 +180,19 @@ class Patches:
         if isinstance(original, (classmethod, staticmethod)):
             value = type(original)(value)
         setattr(obj, name, value)
+
+    def patch_imported(self, replacements: Mapping[str, tuple[Any, Callable[..., Any]]]) -> None:
+        """Put each replacement (`name`: (original, replacement)) in every `datasets` module that
+        imported the original by name."""
+        for mod_name, mod in list(sys.modules.items()):
+            if mod is None or not (mod_name == "datasets" or mod_name.startswith("datasets.")):
+                continue
+            d = getattr(mod, "__dict__", None)
+            if not isinstance(d, dict):
+                continue
+            for name, (orig, replacement) in replacements.items():
+                if d.get(name) is orig:
+                    self.patch(mod, name, replacement)
 
     def restore(self) -> None:
         """Put every original back (in reverse order)."""

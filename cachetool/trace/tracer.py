@@ -14,8 +14,9 @@ Two layers (DESIGN.md, Tracing):
 
 Every hook calls the original and returns its result unchanged; the bookkeeping around it runs
 under `try/except Exception` and is switched off in forked children (a `num_proc` pool worker).
-Putting the hooks in place and taking them out is `install`; the records are built by `records`
-and `origins` and go to a sink (`sinks`); `roots` says which ledger each belongs to.
+Putting the hooks in place and taking them out is `install`; the watch of `Hasher.hash` is
+`hashwatch`; the records are built by `records` and `origins` and go to a sink (`sinks`); `roots`
+says which ledger each belongs to; `coldrun` is the determinism runner's cold run.
 
 Known limits: calls made in forked children (datasets' own `num_proc` workers, but also a user's
 own fork pool) and in spawned children (fresh interpreters) are not recorded; `IterableDataset`
@@ -26,25 +27,25 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
-import platform
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any
 
 from cachetool.lineage.records import LedgerRecord, StepRecord
 from cachetool.lineage.writer import ENCODER
 from cachetool.trace.arguments import Arguments
-from cachetool.trace.calls import Calls, Frame, HashEvent, Watch
-from cachetool.trace.describe import hash_tree
+from cachetool.trace.calls import Calls, Frame, Watch
+from cachetool.trace.coldrun import fresh_path, positions, recomputed_args
+from cachetool.trace.hashwatch import hash_event, watched, wrap_hash, wrap_random
 from cachetool.trace.install import (
     INPLACE_METHODS,
     HookPoints,
     Patches,
     find_hook_points,
+    library_versions,
     traced_methods,
     warn,
 )
@@ -116,7 +117,7 @@ class Tracer:
         self.roots.default = abs_path(str(datasets.config.HF_DATASETS_CACHE))
         if isinstance(self.sink, LedgerSink):
             self.sink.cache_root = self.roots.default
-        self.records.constants["versions"] = _versions()
+        self.records.constants["versions"] = library_versions()
         try:
             self._patch_all(points, names)
         except Exception as e:
@@ -134,10 +135,14 @@ class Tracer:
             points.builder_cls,
         )
         patch = self.patches.patch
+        local = self.local
         # Layer 2: the hash inputs, in every datasets module that imported the functions by name.
         originals = {
             "update_fingerprint": (fp_mod.update_fingerprint, self._wrap_update_fingerprint),
-            "generate_random_fingerprint": (fp_mod.generate_random_fingerprint, self._wrap_random),
+            "generate_random_fingerprint": (
+                fp_mod.generate_random_fingerprint,
+                lambda f: wrap_random(f, local),
+            ),
             "generate_fingerprint": (ad.generate_fingerprint, self._wrap_generate_fingerprint),
             # Keeps the name, module and qualname: `datasets` hashes this very function object as
             # the transform of concatenate_datasets, and dill pickles it by reference to that name.
@@ -146,17 +151,8 @@ class Tracer:
                 lambda f: self._wrap_method(f, "concatenate_datasets", "concat"),
             ),
         }
-        wrapped = {name: make(orig) for name, (orig, make) in originals.items()}
-        for mod_name, mod in list(sys.modules.items()):
-            if mod is None or not (mod_name == "datasets" or mod_name.startswith("datasets.")):
-                continue
-            d = getattr(mod, "__dict__", None)
-            if not isinstance(d, dict):
-                continue
-            for name, (orig, _) in originals.items():
-                if d.get(name) is orig:
-                    patch(mod, name, wrapped[name])
-        patch(points.hasher, "hash", self._wrap_hash(vars(points.hasher)["hash"].__func__))
+        self.patches.patch_imported({name: (orig, make(orig)) for name, (orig, make) in originals.items()})
+        patch(points.hasher, "hash", wrap_hash(vars(points.hasher)["hash"].__func__, local))
 
         # Layer 1: the edges.
         methods = vars(dataset_cls)
@@ -221,29 +217,6 @@ class Tracer:
             self._emit(self.records.run_end(root))
 
     # -- layer 2 ------------------------------------------------------------------------------
-    def _wrap_hash(self, original: Callable[..., str]) -> Callable[..., str]:
-        local = self.local
-
-        @functools.wraps(original)
-        def hash(cls: Any, value: Any) -> str:
-            w = local.watch
-            if w is None or w.depth:
-                return original(cls, value)
-            w.depth = 1
-            try:
-                digest = original(cls, value)
-            except BaseException as e:
-                w.error = str(e)
-                w.error_type = type(e).__name__
-                w.error_at = len(w.digests)
-                raise
-            finally:
-                w.depth = 0
-            w.digests.append(digest)
-            return digest
-
-        return hash
-
     def _wrap_update_fingerprint(self, original: Callable[..., str]) -> Callable[..., str]:
         local = self.local
 
@@ -251,13 +224,7 @@ class Tracer:
         def update_fingerprint(fingerprint: Any, transform: Any, transform_args: Any) -> str:
             if not self.enabled:
                 return original(fingerprint, transform, transform_args)
-            watch = Watch()
-            previous = local.watch
-            local.watch = watch
-            try:
-                result = original(fingerprint, transform, transform_args)
-            finally:
-                local.watch = previous
+            result, watch = watched(local, original, fingerprint, transform, transform_args)
             try:
                 self._on_hash(fingerprint, transform, transform_args, result, watch)
             except Exception as e:
@@ -265,18 +232,6 @@ class Tracer:
             return result
 
         return update_fingerprint
-
-    def _wrap_random(self, original: Callable[..., str]) -> Callable[..., str]:
-        local = self.local
-
-        @functools.wraps(original)
-        def generate_random_fingerprint(*args: Any, **kwargs: Any) -> str:
-            w = local.watch
-            if w is not None:
-                w.random = True
-            return original(*args, **kwargs)
-
-        return generate_random_fingerprint
 
     def _wrap_generate_fingerprint(self, original: Callable[..., str]) -> Callable[..., str]:
         @functools.wraps(original)
@@ -293,13 +248,7 @@ class Tracer:
         return generate_fingerprint
 
     def _on_hash(self, parent: Any, transform: Any, args: Any, result: str, watch: Watch) -> None:
-        # A copy: train_test_split reuses one dict for its two hashes, changing fingerprint_name.
-        args = dict(args) if isinstance(args, Mapping) else args
-        ev = HashEvent(parent, transform, args, result, watch, next(event_counter))
-        if self.arguments.trees and isinstance(args, Mapping):
-            # Now, before the transform runs: a map may change the objects its function uses
-            # (a tokenizer switching truncation on), and the tree must show what datasets hashed.
-            ev.trees = {str(key): hash_tree(value) for key, value in args.items()}
+        ev = hash_event(parent, transform, args, result, watch, trees=self.arguments.trees)
         stack = self.local.stack
         if stack:
             stack[-1].hashes.append(ev)
@@ -311,14 +260,14 @@ class Tracer:
 
     # -- layer 1 ------------------------------------------------------------------------------
     def _wrap_method(self, original: Callable[..., Any], op: str, kind: str) -> Callable[..., Any]:
-        at = _positions(original)
+        at = positions(original)
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
             if self.recompute and at is not None:
-                args, kwargs = self._recomputing(args, kwargs, at)
+                args, kwargs = recomputed_args(args, kwargs, at, self._fresh_path)
             try:
                 frame = self.calls.enter(op, kind, original, args, kwargs, sys._getframe(1))
             except Exception as e:
@@ -351,49 +300,12 @@ class Tracer:
         return _get_cache_file_path
 
     def _fresh_path(self, path: str, parent: Any = None) -> str:
-        """Where the cold run writes a step it computes: where a plain run would, unless the
-        cache already holds that step (its file, or the shards of a `num_proc` map), which it
-        leaves alone (a reader on another host would lose a file replaced under it) and writes to
-        a temporary folder instead, as `datasets` does with caching off. A step named by the
-        script whose parent is in that folder goes there too: it was made from a recomputed
-        parent, not the one the cache holds. (Without a name, `datasets` puts it beside its
-        parent by itself.)"""
+        """`coldrun.fresh_path`, or `path` when that fails (the failure said once)."""
         try:
-            folder, name = os.path.split(path)
-            stem = name[: -len(".arrow")] + "_" if name.endswith(".arrow") else None
-            fp_mod = sys.modules["datasets.fingerprint"]
-            made = getattr(fp_mod, "_TEMP_DIR_FOR_TEMP_CACHE_FILES", None)  # made on first use
-            aside = (
-                made is not None
-                and parent is not None
-                and any(
-                    os.path.dirname(os.path.abspath(f["filename"])) == made.name for f in parent.cache_files
-                )
-            )
-            if not (
-                aside
-                or os.path.lexists(path)
-                or (stem and os.path.isdir(folder) and any(n.startswith(stem) for n in os.listdir(folder)))
-            ):
-                return path
-            temp = fp_mod.get_temporary_cache_files_directory()
-            return os.path.join(temp, f"cache-{os.urandom(8).hex()}.arrow")
+            return fresh_path(path, parent)
         except Exception as e:
             self._hook_failed("_get_cache_file_path", e)
             return path
-
-    def _recomputing(self, args: tuple[Any, ...], kwargs: dict[str, Any], at: _Positions) -> tuple[Any, Any]:
-        """The call's arguments for the cold run: `load_from_cache_file=False` wherever the caller
-        put it, and each file the script names (`cache_file_name=`, ...) kept if it can be
-        written where the script said, else a temporary one (see `_fresh_path`)."""
-        args, kwargs = _with(args, kwargs, "load_from_cache_file", at.load, False)
-        for name, i in at.names:
-            given = args[i] if i < len(args) else kwargs.get(name)
-            if isinstance(given, (str, os.PathLike)):
-                path = self._fresh_path(os.fspath(given), args[0] if args else None)
-                if path != os.fspath(given):
-                    args, kwargs = _with(args, kwargs, name, i, path)
-        return args, kwargs
 
     def _wrap_prepare(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
@@ -457,57 +369,3 @@ class Tracer:
             for src in self.records.sources(record, record.function):
                 self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
-
-
-#: The parameters of a transform that name a file of the script's own choosing.
-_FILE_NAMES = (
-    "cache_file_name",
-    "indices_cache_file_name",
-    "train_indices_cache_file_name",
-    "test_indices_cache_file_name",
-)
-
-
-class _Positions(NamedTuple):
-    """Where a transform takes `load_from_cache_file` and the file names the script may give."""
-
-    load: int
-    names: tuple[tuple[str, int], ...]
-
-
-def _positions(function: Callable[..., Any]) -> _Positions | None:
-    """`function`'s `load_from_cache_file` and file-name parameters, by position (`sys.maxsize`
-    for keyword-only ones), through its decorators; None when it does not take
-    `load_from_cache_file`. Read from the code object: `inspect.signature` costs tens of
-    microseconds for each of the ~40 methods a tracer wraps, at every start."""
-    code = getattr(inspect.unwrap(function), "__code__", None)
-    if code is None:
-        return None
-    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-
-    def at(name: str) -> int:
-        i = names.index(name)
-        return i if i < code.co_argcount else sys.maxsize
-
-    if "load_from_cache_file" not in names:
-        return None
-    return _Positions(at("load_from_cache_file"), tuple((n, at(n)) for n in _FILE_NAMES if n in names))
-
-
-def _with(
-    args: tuple[Any, ...], kwargs: dict[str, Any], name: str, at: int, value: Any
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call's arguments with `name` (at position `at`) set to `value`, wherever the caller put it."""
-    if len(args) > at:
-        return (*args[:at], value, *args[at + 1 :]), kwargs
-    return args, {**kwargs, name: value}
-
-
-def _versions() -> dict[str, str]:
-    from cachetool import __version__
-
-    out = {"python": platform.python_version(), "cachetool": __version__}
-    for name in ("datasets", "dill", "pyarrow"):
-        mod = sys.modules.get(name)
-        out[name] = str(getattr(mod, "__version__", "?")) if mod is not None else "?"
-    return out

@@ -64,7 +64,7 @@ def test_headers_remembered_from_good_files_never_change_what_a_mutant_reads(tmp
 _READ_IN_A_READER = """
 import multiprocessing, os, sys
 from concurrent.futures import ProcessPoolExecutor
-from cachetool.cache.walk import _reader_start, _read_chunk
+from cachetool.cache.readahead import _reader_start, _read_chunk
 folder = sys.argv[1]
 paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
 assert "pyarrow" not in sys.modules and "numpy" not in sys.modules

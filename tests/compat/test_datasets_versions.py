@@ -156,3 +156,19 @@ def test_check_determinism_tells_a_deterministic_script_from_a_frozenset(run: Ru
     cachetool(run, "check-determinism", "--runs", "2", "pipeline.py", "data.csv")
     report = cachetool(run, "check-determinism", "--runs", "2", "frozenset_script.py", ok=(1,)).stdout
     assert "frozenset" in report
+
+
+def test_the_saved_folder_is_named_as_a_cache_root_of_its_own(run: Run) -> None:
+    """The map after `load_from_disk` wrote into the saved folder on this version too: `show` of
+    it in the datasets cache names that folder and the command that shows it there, which does;
+    `dirs` lists the folder."""
+    after = run.fps["after"]
+    saved = str((run.base / "saved").resolve())
+    failed = cachetool(run, "show", after, ok=(2,))
+    assert f"`cachetool show {after} --cache-dir {saved}`" in failed.stderr, failed.stderr
+    shown = json.loads(cachetool(run, "show", after, "--json", "--cache-dir", saved).stdout)
+    assert shown["fingerprint"] == after
+    locations = json.loads(cachetool(run, "dirs", "--json").stdout)["locations"]
+    assert {"name": "saved folder", "path": saved} in [
+        {"name": loc["name"], "path": loc["path"]} for loc in locations
+    ], locations
