@@ -620,19 +620,9 @@ def check_corpus(script: str, base: Path, **kw: Any) -> DeterminismReport:
     return check_determinism(CORPUS / script, env=clean_env(base / script), cwd=CORPUS, **kw)
 
 
-#: The pipeline whose culprit depends on PYTHONHASHSEED, checked with these seeds: its report is
-#: built once and read both for its culprit and for the fingerprints a plain run prints.
-SEEDED = ("c05_prompt_from_set.py", [5, 6])
-
-
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeterminismReport]:
-    """The folder the `SEEDED` pipeline was checked in, and its report (once per session)."""
-    script, seeds = SEEDED
-    folder, report = once(
-        tmp_path_factory, "corpus-seeded", lambda f: check_corpus(script, f, hash_seeds=seeds)
-    )
-    return folder / script, report
+#: The pipeline whose fingerprint depends on PYTHONHASHSEED (its prompt joins a set), also run
+#: plainly with each run's hash seed (`test_recorded_fingerprints_equal_a_plain_run`).
+SEEDED = "c05_prompt_from_set.py"
 
 
 #: The pipeline checked through the command (``check-determinism c02_closure_frozenset.py
@@ -684,7 +674,7 @@ def cli_github(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CommandO
 #: (tests/corpus_pipeline.py: each runs as under `python cNN.py`, in one interpreter). Checked alone
 #: (2 runs, hash seeds 1 and 2), each of them gave the culprit it gives in this pipeline: path, kind,
 #: argument, cascade, where the function is defined, and the piece that cannot be pickled.
-TOGETHER = sorted((set(CULPRITS) | set(UNPICKLABLE)) - {SEEDED[0], CLI_CHECKED})
+TOGETHER = sorted((set(CULPRITS) | set(UNPICKLABLE)) - {CLI_CHECKED})
 
 
 @pytest.fixture(scope="module")
@@ -703,12 +693,10 @@ def together(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Determinis
 @pytest.mark.parametrize("script", sorted(CULPRITS))
 def test_corpus_culprit_is_named(script: str, request: pytest.FixtureRequest) -> None:
     """Each pipeline's first differing fingerprint is traced to the known part of its argument
-    (c05's report is `seeded`'s, c02's the one the command made in `cli_github`, the others'
+    (c02's report is the one the command made in `cli_github`, the others'
     the `TOGETHER` pipeline's, each script's steps told apart by the file they were called from)."""
     report: DeterminismReport
-    if script == SEEDED[0]:
-        (base, report), checked = request.getfixturevalue("seeded"), [script]
-    elif script == CLI_CHECKED:
+    if script == CLI_CHECKED:
         (base, _, report), checked = request.getfixturevalue("cli_github"), [script]
     else:
         (base, report), checked = request.getfixturevalue("together"), TOGETHER
@@ -795,13 +783,14 @@ def test_corpus_controls_are_deterministic(corpus_base: Path) -> None:
 
 @pytest.mark.slow
 def test_recorded_fingerprints_equal_a_plain_run(
-    corpus_base: Path, seeded: tuple[Path, DeterminismReport]
+    corpus_base: Path, together: tuple[Path, DeterminismReport]
 ) -> None:
-    """Tracing changes no fingerprint: a plain `python script.py` with the same hash seed prints the
-    fingerprint the traced run recorded (a seed-dependent pipeline makes this a strong check)."""
-    script, (_, report) = SEEDED[0], seeded
-    assert [run.hash_seed for run in report.runs] == SEEDED[1]
-    for run in report.runs:
+    """Tracing changes no fingerprint: a plain `python c05_prompt_from_set.py` with a run's hash
+    seed prints the fingerprint that run recorded last in the script's steps (in the `TOGETHER`
+    pipeline; its fingerprint depends on the seed, which makes this a strong check)."""
+    script, (_, report) = SEEDED, together
+    assert [run.hash_seed for run in report.runs] == [1, 2]
+    for k, run in enumerate(report.runs):
         env = {**clean_env(corpus_base / "plain"), "PYTHONHASHSEED": str(run.hash_seed)}
         proc = subprocess.run(
             [sys.executable, str(CORPUS / script)],
@@ -813,7 +802,7 @@ def test_recorded_fingerprints_equal_a_plain_run(
         )
         assert proc.returncode == 0, proc.stderr
         printed = proc.stdout.split()[-1]
-        recorded = [e.result for e in run.events if not e.internal]
+        recorded = [e.result for e in events_of(script, report, k) if not e.internal]
         assert recorded[-1] == printed
 
 
