@@ -670,8 +670,9 @@ def cli_github(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CommandO
     return folder, said, report
 
 
-#: The culprits and unpicklable arguments that no other test checks: one pipeline of them all
-#: (tests/corpus_pipeline.py: each runs as under `python cNN.py`, in one interpreter). Checked alone
+#: The culprits and unpicklable arguments, but the one checked through the command: one pipeline
+#: of them all (tests/corpus_pipeline.py: each runs as under `python cNN.py`, in one interpreter;
+#: c05's steps are also compared with plain runs of it). Checked alone
 #: (2 runs, hash seeds 1 and 2), each of them gave the culprit it gives in this pipeline: path, kind,
 #: argument, cascade, where the function is defined, and the piece that cannot be pickled.
 TOGETHER = sorted((set(CULPRITS) | set(UNPICKLABLE)) - {CLI_CHECKED})
