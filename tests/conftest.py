@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +273,25 @@ def copy_cache(src: Path, dst: Path) -> None:
         lock.rename(dst / (now + lock.name[len(was) :]))
 
 
+def once_per_session(
+    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], bytes]
+) -> tuple[Path, bytes]:
+    """`make(<session>/name)` (a fresh folder) once per session, however many xdist workers ask:
+    the first makes it, the others wait for it. Returns the folder and what `make` returned (kept
+    in `<session>/name.made`)."""
+    from filelock import FileLock
+
+    shared = shared_session_dir(tmp_path_factory)
+    base = shared / name
+    made_file = shared / f"{name}.made"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not made_file.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir()
+            made_file.write_bytes(make(base))
+    return base, made_file.read_bytes()
+
+
 def build_once(
     tmp_path_factory: pytest.TempPathFactory, name: str, builder: str, *folders: str, **env: str
 ) -> tuple[Path, dict[str, Any]]:
@@ -280,27 +299,22 @@ def build_once(
     added, `{base}` in a value naming the folder) once per session, however many xdist workers
     ask: the first builds, the others wait for it. Returns the folder and what the builder
     printed last (a JSON object)."""
-    from filelock import FileLock
 
-    shared = shared_session_dir(tmp_path_factory)
-    base = shared / name
-    made_file = shared / f"{name}.json"
-    with FileLock(str(shared / f"{name}.lock")):
-        if not made_file.exists():
-            shutil.rmtree(base, ignore_errors=True)
-            base.mkdir()
-            for folder in folders:
-                (base / folder).mkdir()
-            proc = subprocess.run(
-                [sys.executable, str(BUILDERS / builder), str(base)],
-                env=hf_env(base, **{k: v.format(base=base) for k, v in env.items()}),
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            made_file.write_text(proc.stdout.strip().splitlines()[-1])
-    return base, json.loads(made_file.read_text())
+    def build(base: Path) -> bytes:
+        for folder in folders:
+            (base / folder).mkdir()
+        proc = subprocess.run(
+            [sys.executable, str(BUILDERS / builder), str(base)],
+            env=hf_env(base, **{k: v.format(base=base) for k, v in env.items()}),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.strip().splitlines()[-1].encode()
+
+    base, made = once_per_session(tmp_path_factory, name, build)
+    return base, json.loads(made)
 
 
 @pytest.fixture

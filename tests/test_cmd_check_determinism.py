@@ -9,19 +9,20 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
 from typer.testing import CliRunner
 
 from cachetool.cli.app import app
 from cachetool.determinism.analysis import analyze
-from cachetool.determinism.render import github_lines, human_lines
+from cachetool.determinism.render import cause_lines, github_lines, human_lines
 from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
+from tests.corpus_pipeline import causes_of, check_once, events_of, once
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -619,15 +620,9 @@ def check_corpus(script: str, base: Path, **kw: Any) -> DeterminismReport:
     return check_determinism(CORPUS / script, env=clean_env(base / script), cwd=CORPUS, **kw)
 
 
-#: The pipeline whose culprit depends on PYTHONHASHSEED, checked with these seeds: its report is
-#: built once and read both for its culprit and for the fingerprints a plain run prints.
-SEEDED = ("c05_prompt_from_set.py", [5, 6])
-
-
-@pytest.fixture(scope="module")
-def seeded_report(corpus_base: Path) -> DeterminismReport:
-    script, seeds = SEEDED
-    return check_corpus(script, corpus_base, hash_seeds=seeds)
+#: The pipeline whose fingerprint depends on PYTHONHASHSEED (its prompt joins a set), also run
+#: plainly with each run's hash seed (`test_recorded_fingerprints_equal_a_plain_run`).
+SEEDED = "c05_prompt_from_set.py"
 
 
 #: The pipeline checked through the command (``check-determinism c02_closure_frozenset.py
@@ -636,58 +631,90 @@ def seeded_report(corpus_base: Path) -> DeterminismReport:
 CLI_CHECKED = "c02_closure_frozenset.py"
 
 
+@dataclass(frozen=True)
+class CommandOutput:
+    """What a command gave its user: exit code, stdout and stderr."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def cli_github(corpus_base: Path) -> tuple[Result, DeterminismReport]:
-    """The command's result, and the report `check_determinism` returned to it (the real function,
-    called by the command as always; its return value is kept on the way)."""
-    from cachetool.determinism import runner
+def cli_github(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CommandOutput, DeterminismReport]:
+    """The folder the command ran in, what it gave, and the report `check_determinism` returned to
+    it (the real function, called by the command as always; its return value is kept on the way).
+    Once per session."""
 
-    reports: list[DeterminismReport] = []
-    real = runner.check_determinism
+    def run(folder: Path) -> tuple[CommandOutput, DeterminismReport]:
+        from cachetool.determinism import runner
 
-    def keep(*args: Any, **kwargs: Any) -> DeterminismReport:
-        reports.append(real(*args, **kwargs))
-        return reports[-1]
+        reports: list[DeterminismReport] = []
+        real = runner.check_determinism
 
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in clean_env(corpus_base / "cli").items():
-            mp.setenv(key, value)
-        mp.chdir(CORPUS)
-        mp.setattr(runner, "check_determinism", keep)
-        args = ["check-determinism", CLI_CHECKED, "--isolated", "--format", "github"]
-        result = CliRunner().invoke(app, args)
-    assert len(reports) == 1, result.output
-    return result, reports[0]
+        def keep(*args: Any, **kwargs: Any) -> DeterminismReport:
+            reports.append(real(*args, **kwargs))
+            return reports[-1]
+
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in clean_env(folder).items():
+                mp.setenv(key, value)
+            mp.chdir(CORPUS)
+            mp.setattr(runner, "check_determinism", keep)
+            args = ["check-determinism", CLI_CHECKED, "--isolated", "--format", "github"]
+            result = CliRunner().invoke(app, args)
+        assert len(reports) == 1, result.output
+        return CommandOutput(result.exit_code, result.stdout, result.stderr), reports[0]
+
+    folder, (said, report) = once(tmp_path_factory, "corpus-cli", run)
+    return folder, said, report
+
+
+#: The culprits and unpicklable arguments, but the one checked through the command: one pipeline
+#: of them all (tests/corpus_pipeline.py: each runs as under `python cNN.py`, in one interpreter;
+#: c05's steps are also compared with plain runs of it). Checked alone
+#: (2 runs, hash seeds 1 and 2), each of them gave the culprit it gives in this pipeline: path, kind,
+#: argument, cascade, where the function is defined, and the piece that cannot be pickled.
+TOGETHER = sorted((set(CULPRITS) | set(UNPICKLABLE)) - {CLI_CHECKED})
+
+
+@pytest.fixture(scope="module")
+def together(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeterminismReport]:
+    """The folder the `TOGETHER` pipeline was checked in, and its report (once per session)."""
+
+    def check(script: Path, folder: Path) -> DeterminismReport:
+        return check_determinism(
+            script, env=clean_env(folder), cwd=CORPUS, isolated=True, rerun=False, timeout=120
+        )
+
+    return check_once(tmp_path_factory, "corpus-together", TOGETHER, check)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(CULPRITS))
-def test_corpus_culprit_is_named(script: str, corpus_base: Path, request: pytest.FixtureRequest) -> None:
+def test_corpus_culprit_is_named(script: str, request: pytest.FixtureRequest) -> None:
     """Each pipeline's first differing fingerprint is traced to the known part of its argument
-    (c05's report is `seeded_report`, c02's the one the command made in `cli_github`)."""
-    base = corpus_base / script
+    (c02's report is the one the command made in `cli_github`, the others'
+    the `TOGETHER` pipeline's, each script's steps told apart by the file they were called from)."""
     report: DeterminismReport
-    if script == SEEDED[0]:
-        report = request.getfixturevalue("seeded_report")
-    elif script == CLI_CHECKED:
-        _, report = request.getfixturevalue("cli_github")
-        base = corpus_base / "cli"
+    if script == CLI_CHECKED:
+        (base, _, report), checked = request.getfixturevalue("cli_github"), [script]
     else:
-        report = check_corpus(script, corpus_base)
+        (base, report), checked = request.getfixturevalue("together"), TOGETHER
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, "\n".join(human_lines(report))
-    assert report.analysis is not None
-    cause = report.analysis.deterministic_causes[0]
+    causes = causes_of(script, report, checked)
+    assert causes, "\n".join(human_lines(report))
+    cause = causes[0]
     assert cause.kind == "arguments"
-    assert cause.step.file == str(CORPUS / script)
     argument, path, kind = CULPRITS[script]
     assert argument in cause.differing_args
     culprit = next(c for c in cause.culprits if c.argument == argument)
-    assert (culprit.path, culprit.kind) == (path, kind), "\n".join(human_lines(report))
+    assert (culprit.path, culprit.kind) == (path, kind), "\n".join(cause_lines(cause))
     # --isolated: the runs used temporary caches; the cache the script would use is untouched.
     assert not (base / "cache").exists()
     # The root of every recorded tree is the digest datasets computed for that argument.
     compared = 0
-    for event in report.runs[0].events:
+    for event in events_of(script, report):
         for entry in event.args.values():
             if entry.digest is not None and entry.tree is not None:
                 assert entry.tree["d"] == entry.digest, (event.operation, entry.repr)
@@ -695,19 +722,21 @@ def test_corpus_culprit_is_named(script: str, corpus_base: Path, request: pytest
     assert compared >= 2
     if script == "c15_helper_module.py":
         assert cause.step.function_defined == f"{CORPUS / 'c15_helpers.py'}:7"
-        assert "(defined in " in human_lines(report)[2]
+        assert "(defined in " in cause_lines(cause)[0]
     if script == "c18_cascade.py":
         assert cause.cascade == 4
-        assert "  4 downstream fingerprints differ because of this" in human_lines(report)
+        assert "  4 downstream fingerprints differ because of this" in cause_lines(cause)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(UNPICKLABLE))
-def test_corpus_unpicklable_argument_exits_3(script: str, corpus_base: Path) -> None:
-    """A transform datasets cannot hash: the piece that fails to pickle and the real exception."""
-    report = check_corpus(script, corpus_base)
-    assert report.exit_code == ExitCode.RANDOM_FINGERPRINT, "\n".join(human_lines(report))
-    (cause,) = report.analysis.random_causes  # type: ignore[union-attr]
+def test_corpus_unpicklable_argument_exits_3(script: str, together: tuple[Path, DeterminismReport]) -> None:
+    """A transform datasets cannot hash: the piece that fails to pickle and the real exception.
+    Checked in the `TOGETHER` pipeline: no fingerprint of the script's steps differs but by a
+    random fallback (alone, it exits 3), and exactly one of its steps fell back."""
+    _, report = together
+    assert not causes_of(script, report, TOGETHER)
+    (cause,) = causes_of(script, report, TOGETHER, random=True)
     path, error = UNPICKLABLE[script]
     assert cause.unpicklable[0].path_str == path
     assert error in cause.unpicklable[0].error
@@ -754,12 +783,15 @@ def test_corpus_controls_are_deterministic(corpus_base: Path) -> None:
 
 
 @pytest.mark.slow
-def test_recorded_fingerprints_equal_a_plain_run(corpus_base: Path, seeded_report: DeterminismReport) -> None:
-    """Tracing changes no fingerprint: a plain `python script.py` with the same hash seed prints the
-    fingerprint the traced run recorded (a seed-dependent pipeline makes this a strong check)."""
-    script, report = SEEDED[0], seeded_report
-    assert [run.hash_seed for run in report.runs] == SEEDED[1]
-    for run in report.runs:
+def test_recorded_fingerprints_equal_a_plain_run(
+    corpus_base: Path, together: tuple[Path, DeterminismReport]
+) -> None:
+    """Tracing changes no fingerprint: a plain `python c05_prompt_from_set.py` with a run's hash
+    seed prints the fingerprint that run recorded last in the script's steps (in the `TOGETHER`
+    pipeline; its fingerprint depends on the seed, which makes this a strong check)."""
+    script, (_, report) = SEEDED, together
+    assert [run.hash_seed for run in report.runs] == [1, 2]
+    for k, run in enumerate(report.runs):
         env = {**clean_env(corpus_base / "plain"), "PYTHONHASHSEED": str(run.hash_seed)}
         proc = subprocess.run(
             [sys.executable, str(CORPUS / script)],
@@ -771,15 +803,17 @@ def test_recorded_fingerprints_equal_a_plain_run(corpus_base: Path, seeded_repor
         )
         assert proc.returncode == 0, proc.stderr
         printed = proc.stdout.split()[-1]
-        recorded = [e.result for e in run.events if not e.internal]
+        recorded = [e.result for e in events_of(script, report, k) if not e.internal]
         assert recorded[-1] == printed
 
 
 @pytest.mark.slow
-def test_cli_on_a_corpus_pipeline_github_annotations(cli_github: tuple[Result, DeterminismReport]) -> None:
+def test_cli_on_a_corpus_pipeline_github_annotations(
+    cli_github: tuple[Path, CommandOutput, DeterminismReport],
+) -> None:
     """--format github prints an ::error annotation at the call site in the user's script (the
     same check's report is read by test_corpus_culprit_is_named[c02_closure_frozenset.py])."""
-    result, _ = cli_github
+    _, result, _ = cli_github
     assert result.exit_code == 1, result.stderr
     line = result.stdout.strip().splitlines()[0]
     assert line.startswith(

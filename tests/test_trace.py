@@ -47,7 +47,8 @@ def _line_of(text: str, needle: str) -> int:
 def test_fingerprints_under_cachetool_run_equal_plain_python(runs: PipelineRuns) -> None:
     """The hooks never change a fingerprint: every step of the traced run (and of the events-file
     run) has the fingerprint a plain `python pipeline.py` gives, except the one that `datasets`
-    itself made random. Fork (map num_proc=2) and spawn (save_to_disk num_proc=2) pools ran."""
+    itself made random. Fork (map num_proc=2) and spawn (save_to_disk num_proc=2) pools ran in the
+    traced runs; the plain run saved in its own process, which changes no fingerprint."""
     names = set(runs.fps) - {"random"}
     assert {k: runs.fps[k] for k in names} == {k: runs.plain_fps[k] for k in names}
     assert {k: runs.events_fps[k] for k in names} == {k: runs.plain_fps[k] for k in names}
