@@ -96,5 +96,5 @@ def test_a_pymp_folder_of_a_live_process_that_holds_nothing_in_it_stays(tmp_path
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     doc = json.loads(subprocess.run(args, env=hf_env(tmp_path), capture_output=True, text=True).stdout)
-    assert [r["path"] for r in doc["result"]["removed"]] == [str(pymp)]
+    assert [r["path"] for r in doc["result"]["removed"]] == [str(pymp)], doc["plan"]["skipped"]
     assert not pymp.exists()
