@@ -369,12 +369,7 @@ def temp_dir_users(
         if where is not None and where != target:
             continue
         try:
-            process = psutil.Process(pid)
-            # An environment that cannot be read belongs to a process of another user (it counts)
-            # or to one that exited since its maps were read (it does not: a zombie owns nothing).
-            if where is None and process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-                continue
-            started = process.create_time()
+            started = psutil.Process(pid).create_time()
         except (psutil.Error, OSError):
             continue
         out.append(TempDirUser(pid, started))
