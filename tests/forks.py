@@ -295,7 +295,12 @@ class ForkedProcess:
             self._status, status_w = os.pipe()
             ours.append(status_w)
             self.zygote = zygote_for(env)
-            request = json.dumps({"argv": self.args[len(CLI) :], "env": env, "cwd": cwd}).encode()
+            # A fresh interpreter keeps SIGINT ignored if its caller ignores it (a background job
+            # of a non-interactive shell), else makes it KeyboardInterrupt: the child does alike.
+            ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            request = json.dumps(
+                {"argv": self.args[len(CLI) :], "env": env, "cwd": cwd, "sigint_ignored": ignored}
+            ).encode()
             try:
                 with self.zygote.lock:
                     socket.send_fds(self.zygote.sock, [request], [fd_in, fd_out, fd_err, status_w])
@@ -648,6 +653,9 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
         for fd in set(std):
             if fd > 2:
                 os.close(fd)
+        signal.signal(
+            signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler
+        )
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

@@ -131,6 +131,9 @@ def test_a_signal_by_pid_ends_the_child_as_a_fresh_one(tmp_path: Path, sig: int)
     fresh `python -m cachetool` ends with for that signal (a KeyboardInterrupt's, or killed by
     it), and the zygote reaps it: no zombie stays."""
     args, env, master, slave = _waiting_gc(tmp_path)
+    # Both commands start as from a terminal, SIGINT not ignored (a suite run as a background job
+    # of a non-interactive shell ignores it, and both would ignore it too).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         statuses = []
         for start in ("forked", "cold"):
@@ -159,6 +162,7 @@ def test_a_signal_by_pid_ends_the_child_as_a_fresh_one(tmp_path: Path, sig: int)
         assert statuses[0][0] == (-sig if sig != signal.SIGINT else statuses[1][0])
         assert len(list((tmp_path / "cache").rglob("cache-*.arrow"))) == 2  # nothing was removed
     finally:
+        signal.signal(signal.SIGINT, before)
         os.close(master)
         os.close(slave)
 
