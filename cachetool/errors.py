@@ -119,11 +119,11 @@ class InAnotherRoot(UnknownFingerprint):
     (a `save_to_disk` folder a map after `load_from_disk` wrote in), records it."""
 
     def __init__(self, prefix: str, root: Path, others: Sequence[str], command: str) -> None:
-        import shlex  # here: the launcher of `cachetool run` imports this module
+        from cachetool.maintenance.hints import shell_command  # the launcher imports this module
 
         first = others[0]
         more = f" (and {len(others) - 1} more root(s))" if len(others) > 1 else ""
-        run = shlex.join(["cachetool", command, prefix, "--cache-dir", first])
+        run = shell_command(command, prefix, "--cache-dir", first)
         CachetoolError.__init__(
             self,
             f"no cache entry matches '{prefix}' in {root}; {first}, a cache root of its own, records "

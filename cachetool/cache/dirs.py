@@ -141,17 +141,15 @@ _OTHER_ROOTS = {
 
 
 def _other_roots(root: Path, env: Mapping[str, str]) -> list[Location]:
-    """The roots of the registry (`cachetool.lineage.roots.known_roots`) other than `root` that
+    """The roots of the registry (`cachetool.lineage.roots.other_roots`) other than `root` that
     exist: the folders traced runs wrote in, each a cache root of its own."""
-    from cachetool.lineage.roots import known_roots  # it imports this module
+    from cachetool.lineage.roots import other_roots  # it imports this module
 
-    here = os.path.realpath(root)
-    found = []
-    for path, item in sorted(known_roots(env).items()):
-        name, description = _OTHER_ROOTS["saved" if item.get("kind") == "saved" else "cache"]
-        if os.path.isabs(path) and os.path.realpath(path) != here and os.path.isdir(path):
-            found.append(Location(name, Path(path), "registry", description))
-    return found
+    return [
+        Location(_OTHER_ROOTS[kind][0], Path(path), "registry", _OTHER_ROOTS[kind][1])
+        for path, kind in other_roots(root, env)
+        if os.path.isdir(path)
+    ]
 
 
 def _overridable(

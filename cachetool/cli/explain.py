@@ -56,12 +56,11 @@ def run_explain(
 def _roots_with_run(root: Path, run: str) -> list[str]:
     """Other roots (a `save_to_disk` folder a `map` after `load_from_disk` wrote in) where `run`
     recorded steps, and where it is the latest run, so `--last` there explains it."""
-    from cachetool.lineage.ledger import known_roots, ledger_dir
+    from cachetool.lineage.ledger import ledger_dir
+    from cachetool.lineage.roots import other_roots
 
     found = []
-    for other in sorted(known_roots()):
-        if Path(other) == root:
-            continue
+    for other, _ in other_roots(root):
         segment = ledger_dir(other) / f"{run}.jsonl"
         try:
             mine = segment.stat().st_mtime

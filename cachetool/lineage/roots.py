@@ -81,6 +81,19 @@ def known_roots(environ: Mapping[str, str] | None = None) -> dict[str, dict[str,
     return {k: v for k, v in roots.items() if isinstance(v, dict)} if isinstance(roots, dict) else {}
 
 
+def other_roots(
+    root: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """The roots of the registry other than `root`, sorted: `(absolute path, kind)` (kind `saved`
+    for a `save_to_disk` folder, else `cache`). Keys that are not absolute paths are skipped."""
+    here = os.path.realpath(os.fspath(root))
+    return [
+        (path, "saved" if item.get("kind") == "saved" else "cache")
+        for path, item in sorted(known_roots(environ).items())
+        if os.path.isabs(path) and os.path.realpath(path) != here
+    ]
+
+
 def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
     """Add `root` to the registry (once per process and root: a lock and a rewrite, off the hot path).
 

@@ -23,7 +23,7 @@ from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.maintenance.fdops import O_DIR
 from cachetool.maintenance.hints import shell_command
-from cachetool.maintenance.leases import LEASES_DIR, Lease, LeaseState, judge_leases, read_lease
+from cachetool.maintenance.leases import LEASES_DIR, Lease, LeaseState, judge_leases, leases_dir, read_lease
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -128,11 +128,9 @@ def _elsewhere(root: Path, stale: list[Lease]) -> dict[str, tuple[str, ...]]:
     lease of that name: one run (host, pid, start) leases every root it writes in."""
     if not stale:
         return {}
-    from cachetool.lineage.roots import known_roots
-    from cachetool.maintenance.leases import leases_dir
+    from cachetool.lineage.roots import other_roots
 
-    here = os.path.realpath(root)
-    others = [r for r in sorted(known_roots()) if os.path.isabs(r) and os.path.realpath(r) != here]
+    others = [path for path, _ in other_roots(root)]
     found = {}
     for lease in stale:
         name = lease.path.name
