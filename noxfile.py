@@ -49,15 +49,20 @@ def _pyenv_versions() -> None:
 
 _pyenv_versions()
 
-#: datasets line -> what to install with it. Older lines predate numpy 2, pyarrow's removal of
-#: `PyExtensionType` and huggingface_hub 1.0; each pins the fsspec range it was released against.
-DATASETS = {
-    "2.14": ["datasets==2.14.7", "numpy<2", "pandas<2.3", "pyarrow>=15,<17", "huggingface_hub<0.26"],
-    "2.21": ["datasets==2.21.0", "numpy<2.1", "pyarrow>=15,<18", "huggingface_hub<0.26"],
-    "3.6": ["datasets==3.6.0", "pyarrow>=15,<21", "huggingface_hub<1"],
-    "4.8": ["datasets==4.8.5"],
-    "5.2": ["datasets==5.2.0"],
-}
+#: datasets line -> the release tested. Older lines predate numpy 2, pyarrow's removal of
+#: `PyExtensionType` and huggingface_hub 1.0: the libraries each works with are the extra
+#: `datasets-<line>` of pyproject.toml (what users install too), else the plain `datasets` extra.
+DATASETS = {"2.14": "2.14.7", "2.21": "2.21.0", "3.6": "3.6.0", "4.8": "4.8.5", "5.2": "5.2.0"}
+
+
+def _extra(line: str) -> str:
+    """The extra of pyproject.toml that installs `datasets` `line` with what it works with."""
+    import tomllib
+
+    with open("pyproject.toml", "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    name = "datasets-" + line.replace(".", "-")
+    return name if name in extras else "datasets"
 
 
 #: Every datasets line on the Python the whole suite runs on, and the newest line on every other
@@ -69,7 +74,7 @@ MATRIX = [("3.11", line) for line in DATASETS] + [(py, "5.2") for py in PYTHONS 
 @nox.parametrize("python,datasets", MATRIX)
 def compat(session: nox.Session, datasets: str) -> None:
     """The compatibility pipeline on one `datasets` line."""
-    session.install(".", *DATASETS[datasets], "pytest>=8", "aiohttp>=3.9")
+    session.install(f".[{_extra(datasets)}]", f"datasets=={DATASETS[datasets]}", "pytest>=8", "aiohttp>=3.9")
     session.run(
         "python",
         "-c",

@@ -111,6 +111,7 @@ def test_gc_on_a_real_fuse_mount_says_so_and_keeps_the_min_age_floor(tmp_path: P
     gc = f"{ct} gc --cache-dir {root} --temp --tmp-dir {tmp_path / 'tmp'} --json"
     script = f"""
         bindfs {src} {mnt} || exit 9
+        trap 'umount {mnt} 2>/dev/null || fusermount3 -u {mnt} 2>/dev/null || fusermount -u {mnt}' EXIT
         rc=0; {gc} --min-age 0 -y > {out}/refused.json 2> {out}/refused.err || rc=$?
         echo $rc > {out}/refused.rc
         {gc} --min-age 10m --dry-run > {out}/floor.json
@@ -120,6 +121,7 @@ def test_gc_on_a_real_fuse_mount_says_so_and_keeps_the_min_age_floor(tmp_path: P
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     cmd = ["unshare", *user, "--mount", "sh", "-ec", script]
     subprocess.run(cmd, env=hf_env(src), check=True, timeout=300)
+    assert not _bindfs_left(mnt), "the bindfs mount outlived the test"
     assert (out / "refused.rc").read_text().strip() == "2"
     err = (out / "refused.err").read_text().strip().splitlines()
     assert len(err) == 1
@@ -131,3 +133,19 @@ def test_gc_on_a_real_fuse_mount_says_so_and_keeps_the_min_age_floor(tmp_path: P
     assert idle["options"]["other_hosts_idle"] is True and idle["result"]["failed"] == []
     cache_row = json.loads((out / "dirs.json").read_text())["locations"][0]
     assert (cache_row["filesystem"], cache_row["shared"]) == ("fuse", True)
+
+
+def _bindfs_left(mnt: Path) -> list[int]:
+    """Pids of bindfs processes still serving `mnt` (a mount left behind) after up to 5 s."""
+    import psutil
+
+    deadline = time.monotonic() + 5
+    while True:
+        left = []
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if proc.info["name"] == "bindfs" and str(mnt) in cmdline:
+                left.append(proc.pid)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
