@@ -187,3 +187,16 @@ def test_recorded_entries_show_op_and_parent_in_ls_and_records_in_show(golden: d
     assert [r["operation"] for r in shown["records"]] == ["map"]
     assert shown["records"][0]["parents"] == [chain[-2]["fingerprint"]]
     assert shown["records"][0]["function"]["qualname"] == "upper"
+
+
+@pytest.mark.slow
+def test_names_of_locks_use_the_room_a_wide_terminal_gives(golden: dict[str, Any]) -> None:
+    """A lock has no fingerprint: its row shows its file name, cut to 16 characters only when
+    the terminal is narrow. At 200 columns the builder lock's name shows whole."""
+    env = golden["env"]
+    wide = invoke("ls", golden["cache"], env=env, columns=200).stdout
+    narrow = invoke("ls", golden["cache"], env=env, columns=80).stdout
+    builder_lock = next(Path(golden["cache"]).rglob("*_builder.lock")).name
+    assert builder_lock in wide and max(len(line) for line in wide.splitlines()) <= 200
+    assert builder_lock not in narrow and "…_builder.lock" in narrow
+    assert max(len(line) for line in narrow.splitlines()) <= 80

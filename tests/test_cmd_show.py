@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -78,3 +79,17 @@ def test_the_command_named_for_another_root_is_quoted_for_the_shell() -> None:
     message = InAnotherRoot("ab12cd34", Path("/data/cache"), ["/data/work dir/my saved"], "show").message
     command = message.split("`")[1]
     assert shlex.split(command) == ["cachetool", "show", "ab12cd34", "--cache-dir", "/data/work dir/my saved"]
+
+
+@pytest.mark.slow
+def test_show_at_80_columns_keeps_fingerprints_times_and_call_sites_whole(golden: dict[str, Any]) -> None:
+    """At 80 columns every line of `show` fits, and a record's time, parent fingerprint and call
+    site each stay on one line, whole, so they can be copied."""
+    env = golden["env"]
+    doc = json.loads(invoke("ls", golden["cache"], "--json", env=env).stdout)
+    last = next(e for e in doc["entries"] if e["kind"] == "shards")
+    out = invoke("show", last["fingerprint"], "--cache-dir", golden["cache"], env=env, columns=80).stdout
+    assert max(len(line) for line in out.splitlines()) <= 80
+    record = next(line for line in out.splitlines() if " map " in line and "miss" in line)
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d ", record), record
+    assert last["parent"] in record and re.search(r"pipeline\.py:\d+$", record.rstrip()), record

@@ -36,6 +36,8 @@ _MASKS = [
     (re.compile(r"\((?:just )?now\)"), "(<age> ago)"),
     (re.compile(r"(?<![\w.])\d+(?:\.\d+)? ?(?:ms|s)\b"), "<duration>"),
     (re.compile(r"/tmp/ct-[0-9a-f]{12}\b"), "<tmpdir>"),
+    # a lock named after its folder's path (`datasets` replaces each / by _)
+    (re.compile(r"_tmp_ct-golden-\w{8}_cache_"), "<cache>_"),
 ]
 _FILE_SYSTEMS = re.compile(r"\b(?:ext[234]|tmpfs|xfs|btrfs|zfs|overlay|nfs4?|fuse\.\w+|apfs)\b")
 

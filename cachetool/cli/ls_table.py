@@ -28,20 +28,20 @@ _CONFIG_HASH = re.compile(r"-[0-9a-f]{16}$")
 _LONG_HEX = re.compile(r"[0-9a-f]{12,}")
 
 
-def entry_label(e: Entry, whole: bool = False) -> str:
+def entry_label(e: Entry, whole: bool = False, width: int = 16) -> str:
     """The fingerprint, else the file or folder name (full paths are in --json and `show`).
-    A long name shows each hash by its first 8 digits (as git abbreviates), or else as `…`, then
-    loses its head; a hash is never shown cut anywhere else."""
+    A name longer than `width` shows each hash by its first 8 digits (as git abbreviates), or
+    else as `…`, then loses its head; a hash is never shown cut anywhere else."""
     if e.fingerprint:
         return e.fingerprint
     name = os.fsdecode(e.path.name) + ("/" if e.path.is_dir() and not e.path.is_symlink() else "")
-    if len(name) <= 16 or whole:
+    if len(name) <= width or whole:
         return name
     short = _LONG_HEX.sub(lambda m: m.group(0)[:8] + "…", name)
-    if len(short) <= 16:
+    if len(short) <= width:
         return short
     short = _LONG_HEX.sub("…", name)
-    return short if len(short) <= 16 else "…" + short[-15:]
+    return short if len(short) <= width else "…" + short[1 - width :]
 
 
 def render_human(
@@ -201,7 +201,7 @@ def _object_columns(
     return {
         "dataset": [e.dataset or "" for e in entries],
         "kind": [e.kind_str for e in entries],
-        "fingerprint": [entry_label(e, whole=no_truncate) for e in entries],
+        "fingerprint": [entry_label(e, whole=True) for e in entries],
         "pin": ["yes" if is_pinned(e, pinned) else "" for e in entries] if pinned else [""] * len(entries),
         "files": [str(len(e.files)) for e in entries],
         "rows": [texts.rows(e.rows) for e in entries],
@@ -268,7 +268,7 @@ def _entry_table(
     widths = {"kind": (10, 18), "fingerprint": (16, longest_fp), "op": (2, 12)}
 
     if not out.no_truncate:
-        _fit_columns(names, columns, widths, out.width)
+        _fit_columns(names, columns, widths, out.width, entries)
     justify = {
         n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
@@ -276,10 +276,15 @@ def _entry_table(
 
 
 def _fit_columns(
-    names: list[str], columns: dict[str, list[str]], widths: dict[str, tuple[int, int]], room: int
+    names: list[str],
+    columns: dict[str, list[str]],
+    widths: dict[str, tuple[int, int]],
+    room: int,
+    entries: Sequence[Listed],
 ) -> None:
-    """Narrow the table to `room` columns: shorten datasets and parents in `columns`, then
-    drop columns from `names` in the order `_entry_table` documents."""
+    """Narrow the table to `room` columns: shorten the names of entries without a fingerprint
+    (locks, folders; `entry_label`), datasets and parents in `columns`, then drop columns from
+    `names` in the order `_entry_table` documents."""
 
     def natural(n: str) -> int:
         """The width the table gives column `n`: its longest cell, within the column's bounds."""
@@ -294,6 +299,14 @@ def _fit_columns(
     def width_of(cols: list[str]) -> int:
         return sum(natural_width[n] for n in cols) + 2 * (len(cols) - 1)
 
+    if width_of(names) > room:  # names get the room the other columns leave, at least 16
+        width = max(16, room - width_of(names) + natural_width["fingerprint"])
+        cells = columns["fingerprint"]  # lean entries (tuples) all have a fingerprint: their label
+        columns["fingerprint"] = [
+            c if isinstance(e, tuple) else entry_label(e, width=width)
+            for c, e in zip(cells, entries, strict=True)
+        ]
+        natural_width["fingerprint"] = natural("fingerprint")
     steps: list[tuple[str, Callable[[str], str]]] = [
         ("dataset", lambda cell: _CONFIG_HASH.sub("", cell)),
         ("parent", lambda cell: cell[:8]),

@@ -141,7 +141,7 @@ def _render_records(out: Output, records: Sequence[StepRecord]) -> None:
         for r in records[-10:]:
             rec_rows.append(
                 (
-                    local_time(r.time),
+                    local_time(r.time, seconds=False),  # the row fits 80 columns whole
                     r.operation or "",
                     r.cache,
                     f"{r.duration:.2f}s",
@@ -162,6 +162,15 @@ def _render_records(out: Output, records: Sequence[StepRecord]) -> None:
                 ("call site", "left"),
             ],
             rec_rows,
+            # times and parents stay whole (copyable); a long function or call site is cut
+            widths={
+                "when": (16, 16),
+                "op": (2, 16),
+                "cache": (5, 5),
+                "parent": (16, max(16, *(len(r[4]) for r in rec_rows))),
+                "function": (4, 24),
+                "call site": (min(40, max((len(r[6]) for r in rec_rows), default=9)), 40),
+            },
         )
         fallback = next((r.random_fallback for r in reversed(records) if r.random_fallback), None)
         if fallback is not None:
