@@ -200,3 +200,31 @@ def test_names_of_locks_use_the_room_a_wide_terminal_gives(golden: dict[str, Any
     assert builder_lock in wide and max(len(line) for line in wide.splitlines()) <= 200
     assert builder_lock not in narrow and "…_builder.lock" in narrow
     assert max(len(line) for line in narrow.splitlines()) <= 80
+
+
+@pytest.mark.slow
+def test_a_subfolder_or_a_saved_folder_is_read_with_its_roots_records(golden: dict[str, Any]) -> None:
+    """`ls` of a dataset's folder inside a traced cache shows the operations and parents the
+    cache's ledger recorded; `show` and `lineage` of a saved folder's path need no `--cache-dir`
+    (even when the default cache does not exist) and follow the saved dataset to its source."""
+    env = {**golden["env"], "HF_DATASETS_CACHE": str(golden["base"] / "no-such-cache")}
+    sub = Path(golden["cache"]) / "csv"
+    doc = json.loads(invoke("ls", str(sub), "--json", env=env).stdout)
+    ops = {e["operation"] for e in doc["entries"] if e["fingerprint"]}
+    assert {"load_dataset", "map", "filter", "shuffle"} <= ops
+    saved = golden["folder"] / "saved" / "reviews"
+    shown = invoke("show", str(saved), "--json", env=env)
+    assert shown.exit_code == 0, shown.stderr
+    assert json.loads(shown.stdout)["kind"] == "saved"
+    chain = invoke("lineage", str(saved), "--json", env=env)
+    assert chain.exit_code == 0, chain.stderr
+    steps = json.loads(chain.stdout)["steps"]
+    assert steps[0]["operation"] == "load_dataset" and len(steps) == 6
+
+
+def test_a_folder_without_datasets_files_is_listed_with_a_hint(tmp_path: Path) -> None:
+    """A folder of CSV files is not a datasets cache: `ls` lists it and says so on stderr."""
+    (tmp_path / "train.csv").write_text("id,text\n1,a\n")
+    result = invoke("ls", str(tmp_path))
+    assert result.exit_code == 0 and "train.csv" in result.stdout
+    assert "it is not a datasets cache" in result.stderr and "cachetool dirs" in result.stderr

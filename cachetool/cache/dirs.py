@@ -202,3 +202,46 @@ def os_reason(e: OSError) -> str:
     if e.errno == errno.ENAMETOOLONG:
         return "the path is longer than the system allows (PATH_MAX) or has a name that is too long"
     return e.strerror or str(e)
+
+
+def enclosing_root(path: str | os.PathLike[str]) -> Path:
+    """The cache root that holds `path` (a file or folder inside a cache, or a root itself).
+
+    The default cache root when `path` lies in it; else the nearest folder from `path` up that
+    holds a ledger (`.cachetool/ledger/`) or the locks `datasets` names after the root it
+    works in (`<root path, / as _>_*.lock`); else the outermost of the `save_to_disk` folders
+    around `path` (a DatasetDict's split belongs to the DatasetDict); else `path` itself (its
+    folder, for a file). Reads a few names per folder up the path; never fails."""
+    start = Path(os.path.abspath(os.path.expanduser(path)))
+    here = start if start.is_dir() else start.parent
+    default = Path(os.path.abspath(resolve_cache_root().path.expanduser()))
+    if here == default or default in here.parents:
+        return default
+    saved: Path | None = None
+    for folder in (here, *here.parents):
+        if (folder / ".cachetool" / "ledger").is_dir() or _holds_root_locks(folder):
+            return folder
+        if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
+            saved = folder
+        elif saved is not None:
+            break
+    return saved if saved is not None else here
+
+
+def _holds_root_locks(folder: Path) -> bool:
+    """`datasets` leaves `<root>/<absolute builder folder, / as _>.lock` in each cache root."""
+    import glob
+
+    prefix = glob.escape(os.fspath(folder).replace("/", "_"))
+    return folder != Path("/") and bool(
+        glob.glob(os.path.join(glob.escape(os.fspath(folder)), prefix + "_*.lock"))
+    )
+
+
+def root_for(named: str | None, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """The cache root a command reads: `--cache-dir` when given; else, when what the user named
+    (a fingerprint, prefix or path) is an existing path, the root that holds it
+    (`enclosing_root`); else the default root. Checked to be a folder (`existing_root`)."""
+    if cache_dir is None and named and os.path.lexists(os.path.expanduser(named)):
+        return existing_root(enclosing_root(named))
+    return existing_root(cache_dir)

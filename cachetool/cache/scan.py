@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.classify import Scanner
-from cachetool.cache.dirs import user_state_dir
+from cachetool.cache.dirs import enclosing_root, user_state_dir
 from cachetool.cache.entries import attach_usage, attribute_locks
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
@@ -103,12 +103,14 @@ def _scan(
     root_path = root_path.resolve()
     own = _is_cachetool_state(root_path)
     with gc_paused():
-        if usage is None and ledger is True and not _may_have_ledger(root_path):
+        # A subfolder of a cache (a dataset's folder, a saved split) reads its root's ledger.
+        ledger_root = enclosing_root(root_path) if ledger is True else root_path
+        if usage is None and ledger is True and not _may_have_ledger(ledger_root):
             usage = {}  # what the ledger says without importing it (a third of an `ls`'s imports)
         elif usage is None and ledger is not False:
             from cachetool.lineage.ledger import usage_by_fingerprint
 
-            usage = usage_by_fingerprint(root_path if ledger is True else ledger)
+            usage = usage_by_fingerprint(ledger_root if ledger is True else ledger)
         index = ReadIndex(root_path, enabled=use_index and not own)
         scanner = Scanner(root_path, index, progress)
         lean_entries: list[LeanEntry] = []

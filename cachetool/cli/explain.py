@@ -26,10 +26,10 @@ def run_explain(
 ) -> int:
     """`cachetool explain` once its options are read (by Typer, or by `cachetool.cli.light`):
     the exit code, 1 when a cache hit is stale."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.dirs import root_for
     from cachetool.lineage.explain import explain
 
-    root = Path(os.path.abspath(existing_root(cache_dir)))
+    root = Path(os.path.abspath(root_for(fingerprint, cache_dir)))
     report = explain(root, fingerprint, last=last, script=script, history=history, all_roots=all_roots)
     out = Output(fmt)
     others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []

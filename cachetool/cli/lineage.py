@@ -18,10 +18,10 @@ NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
 def run_lineage(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, **options: bool) -> None:
     """`cachetool lineage` once its options are read (by Typer, or by `cachetool.cli.light`)."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.dirs import root_for
     from cachetool.lineage.query import lineage
 
-    view = lineage(existing_root(cache_dir), fingerprint, **options)
+    view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
     if fmt == OutputFormat.json:
         Output(fmt).json(view.to_json())
     elif fmt == OutputFormat.quiet:

@@ -136,6 +136,7 @@ def _ls_plain(out: Output, target: Path, limit: int | None) -> None:
         count, totals = len(lean.everything), lean.totals()
         render_human(out, lean.report, lean.listed, pinned=lean.pinned, count=count, totals=totals)
     report_warnings(lean.report)
+    hint_not_a_cache(lean.report.root, lean.everything)
 
 
 def _ls_query(out: Output, target: Path, filters: list[str], sort: str | None, limit: int | None) -> None:
@@ -159,6 +160,25 @@ def _ls_query(out: Output, target: Path, filters: list[str], sort: str | None, l
 
         render_human(out, report, entries, grouped=sort is None, pinned=pinned)
     report_warnings(report)
+    hint_not_a_cache(report.root, report.entries)
+
+
+def hint_not_a_cache(root: Path, entries: Sequence[Listed]) -> None:
+    """A folder holding files but nothing `datasets` writes (a folder of CSV files, a typo'd
+    path) is listed, and a hint says it is not a datasets cache (lean entries are cache files)."""
+    from cachetool.cache.layout import Kind
+
+    if not entries or any(isinstance(e, tuple) or e.kind != Kind.OTHER for e in entries):
+        return
+    from cachetool.cache.dirs import resolve_cache_root
+    from cachetool.maintenance.hints import shell_command
+
+    default = resolve_cache_root().path
+    hint(
+        f"{os.fsdecode(root)} holds no file datasets writes (no Arrow cache file, dataset_info.json or "
+        f"state.json): it is not a datasets cache; the default cache is {os.fsdecode(default)} "
+        f"(`{shell_command('dirs')}` says why)"
+    )
 
 
 def _report_and_entries(listing: Listing) -> tuple[CacheReport, list[Entry]]:

@@ -103,18 +103,18 @@ def _show_change(change: PinChange, fmt: OutputFormat) -> None:
 
 @handle_errors
 def _pin(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.dirs import root_for
     from cachetool.maintenance.pinning import pin
 
-    _show_change(pin(existing_root(cache_dir), fingerprint), fmt)
+    _show_change(pin(root_for(fingerprint, cache_dir), fingerprint), fmt)
 
 
 @handle_errors
 def _unpin(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.dirs import root_for
     from cachetool.maintenance.pinning import unpin
 
-    _show_change(unpin(existing_root(cache_dir), fingerprint), fmt)
+    _show_change(unpin(root_for(fingerprint, cache_dir), fingerprint), fmt)
 
 
 @handle_errors

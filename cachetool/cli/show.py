@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 
 def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
     """`cachetool show` once its options are read (by Typer, or by `cachetool.cli.light`)."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.dirs import root_for
     from cachetool.cli.ls import report_warnings, scan_with_progress
     from cachetool.lineage.show import show_entry
 
     out = Output(fmt, no_truncate=no_truncate)
     shown = show_entry(
-        existing_root(cache_dir),
+        root_for(fingerprint, cache_dir),
         fingerprint,
         progress=lambda root, ledger: scan_with_progress(Path(root), out, ledger),
     )
