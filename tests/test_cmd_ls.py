@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,37 @@ def test_a_folder_without_datasets_files_is_listed_with_a_hint(tmp_path: Path) -
     result = invoke("ls", str(tmp_path))
     assert result.exit_code == 0 and "train.csv" in result.stdout
     assert "it is not a datasets cache" in result.stderr and "cachetool dirs" in result.stderr
+
+
+CAST_PIPELINE = """
+import datasets
+from datasets import ClassLabel
+
+ds = datasets.load_dataset("csv", data_files="data.csv", split="train")
+ds = ds.cast_column("label", ClassLabel(names=["neg", "pos"]))
+ds = ds.map(lambda x: {"n": len(x["text"])})
+print(ds._fingerprint)
+"""
+
+
+@pytest.mark.slow
+def test_the_file_a_cast_writes_lists_as_the_cast(tmp_path: Path) -> None:
+    """`cast_column` writes its file under the fingerprint of the `map` it runs inside: `ls`
+    gives that file the cast's operation and parent, the cast's own fingerprint as an alias (so
+    the next step's parent matches a row), and its last use from a run that loaded it."""
+    from tests.conftest import cachetool_run, hf_env
+
+    (tmp_path / "data.csv").write_text("text,label\na,pos\nb,neg\nc,pos\n")
+    (tmp_path / "pipe.py").write_text(CAST_PIPELINE)
+    env = hf_env(tmp_path)
+    cachetool_run("pipe.py", env=env, cwd=tmp_path)
+    time.sleep(1.1)
+    cachetool_run("pipe.py", env=env, cwd=tmp_path)
+    entries = json.loads(invoke("ls", env["HF_DATASETS_CACHE"], "--json", env=env).stdout)["entries"]
+    by_fp = {e["fingerprint"]: e for e in entries if e["fingerprint"]}
+    source = next(e for e in entries if e["kind"] == "source")
+    mapped = next(e for e in by_fp.values() if e["operation"] == "map")
+    cast = next(e for e in by_fp.values() if e["operation"] == "cast_column")
+    assert cast["parent"] == source["fingerprint"]
+    assert mapped["parent"] in cast["aliases"]
+    assert cast["used"] > cast["modified"]  # the second run loaded it

@@ -174,7 +174,8 @@ def attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[En
 
 
 def attach_usage(entries: list[Entry], usage: Mapping[str, RecordedUse]) -> list[Entry]:
-    """Fill `parent`, `operation` and `last_used` from recorded lineage, by fingerprint or alias."""
+    """Fill `parent`, `operation` and `last_used` from recorded lineage, by fingerprint or alias;
+    the fingerprint the recorded step gave a file named after another becomes an alias."""
     if not usage:
         return entries
     subset = getattr(usage, "subset", None)  # an index answers a whole listing in a few queries
@@ -190,5 +191,11 @@ def attach_usage(entries: list[Entry], usage: Mapping[str, RecordedUse]) -> list
         if info is None:
             out.append(e)
         else:
-            out.append(replace(e, last_used=info.last_used, parent=info.parent, operation=info.operation))
+            alias = info.made_as
+            aliases = e.aliases if alias is None or alias in e.aliases else (*e.aliases, alias)
+            out.append(
+                replace(
+                    e, last_used=info.last_used, parent=info.parent, operation=info.operation, aliases=aliases
+                )
+            )
     return out

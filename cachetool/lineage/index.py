@@ -32,7 +32,7 @@ from cachetool.lineage.usage import Usage
 
 INDEX_FILE = "ledger-index.sqlite"
 #: Bumped when what a row means changes: an index of another version is rebuilt.
-_VERSION = 5
+_VERSION = 6
 _CHUNK = 500  # values per `IN (...)` query
 
 _TABLES = ("segments", "usage", "rec", "par", "known")
@@ -57,7 +57,7 @@ CREATE INDEX IF NOT EXISTS par_parent ON par(parent);
 CREATE TABLE IF NOT EXISTS known (fp TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS usage (
     fp TEXT PRIMARY KEY, last REAL, o_time REAL, o_run TEXT, o_seq INTEGER, operation TEXT,
-    parents TEXT, records INTEGER, hits INTEGER, misses INTEGER, random INTEGER
+    parents TEXT, records INTEGER, hits INTEGER, misses INTEGER, random INTEGER, result TEXT
 );
 """
 
@@ -77,11 +77,13 @@ class _Sum:
     hits: int = 0
     misses: int = 0
     random: bool = False
+    result: str | None = None  # the origin's result, where it differs from the row's fingerprint
 
     def merge(self, other: _Sum) -> None:
         self.last = max(self.last, other.last)
         if other.o_key is not None and (self.o_key is None or other.o_key >= self.o_key):
             self.o_key, self.operation, self.parents = other.o_key, other.operation, other.parents
+            self.result = other.result
         self.records += other.records
         self.hits += other.hits
         self.misses += other.misses
@@ -97,6 +99,7 @@ class _Sum:
             hits=self.hits,
             misses=self.misses,
             random_fallback=self.random,
+            made_as=self.result,
         )
 
     def row(self, fp: str) -> tuple[object, ...]:
@@ -112,11 +115,12 @@ class _Sum:
             self.hits,
             self.misses,
             int(self.random),
+            self.result,
         )
 
     @classmethod
     def of_row(cls, row: tuple[Any, ...]) -> _Sum:
-        _, last, o_time, o_run, o_seq, operation, parents, records, hits, misses, random = row
+        _, last, o_time, o_run, o_seq, operation, parents, records, hits, misses, random, result = row
         return cls(
             last=float(last),
             o_key=(float(o_time), str(o_run), int(o_seq)) if o_time is not None else None,
@@ -126,6 +130,7 @@ class _Sum:
             hits=int(hits),
             misses=int(misses),
             random=bool(random),
+            result=result,
         )
 
 
@@ -137,20 +142,22 @@ def fold(sums: dict[str, _Sum], rec: StepRecord) -> None:
     for fp in rec.used:
         s = sums.setdefault(fp, _Sum())
         s.last = max(s.last, rec.end)
-    if rec.is_origin and rec.result is not None:
+    if rec.is_origin:
         hit, miss, random = rec.origin_counts
-        sums[rec.result].merge(
-            _Sum(
-                last=rec.end,
-                o_key=(rec.time, rec.run, rec.seq),
-                operation=rec.operation,
-                parents=rec.parents,
-                records=1,
-                hits=hit,
-                misses=miss,
-                random=bool(random),
+        for made in rec.made:
+            sums[made].merge(
+                _Sum(
+                    last=rec.end,
+                    o_key=(rec.time, rec.run, rec.seq),
+                    operation=rec.operation,
+                    parents=rec.parents,
+                    records=1,
+                    hits=hit,
+                    misses=miss,
+                    random=bool(random),
+                    result=rec.result if made != rec.result else None,
+                )
             )
-        )
 
 
 def fold_summary(sums: dict[str, _Sum], rec: RunSummaryRecord) -> None:
@@ -331,6 +338,6 @@ def _merge(con: sqlite3.Connection, sums: dict[str, _Sum]) -> None:
             old.merge(sums[row[0]])
             sums[row[0]] = old
     con.executemany(
-        "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [s.row(fp) for fp, s in sums.items()],
     )

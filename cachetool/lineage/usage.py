@@ -22,6 +22,9 @@ class Usage:
     hits: int = 0
     misses: int = 0
     random_fallback: bool = False
+    #: The fingerprint the step that made it gave its result, where that differs (the file of a
+    #: `cast_column` is named after the `map` it runs): the entry's alias.
+    made_as: str | None = None
 
 
 def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] = ()) -> dict[str, Usage]:
@@ -40,14 +43,15 @@ def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] 
         for fp in rec.used:  # using a dataset as a parent is a use of it too
             last[fp] = max(last.get(fp, 0.0), rec.end)
         # A save or a no-op map says nothing about where the fingerprint comes from.
-        if rec.is_origin and rec.result is not None:
-            origin[rec.result] = rec
-            c = counts.setdefault(rec.result, [0, 0, 0, 0])
+        if rec.is_origin:
             hit, miss, random = rec.origin_counts
-            c[0] += 1
-            c[1] += hit
-            c[2] += miss
-            c[3] |= random
+            for made in rec.made:
+                origin[made] = rec
+                c = counts.setdefault(made, [0, 0, 0, 0])
+                c[0] += 1
+                c[1] += hit
+                c[2] += miss
+                c[3] |= random
     out: dict[str, Usage] = {}
     for fp, when in last.items():
         o = origin.get(fp)
@@ -61,5 +65,6 @@ def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] 
             hits=c[1],
             misses=c[2],
             random_fallback=bool(c[3]),
+            made_as=o.result if o is not None and o.result != fp else None,
         )
     return out

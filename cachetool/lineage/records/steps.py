@@ -148,10 +148,26 @@ class StepRecord(LedgerRecord):
         )
 
     @property
+    def made(self) -> tuple[str, ...]:
+        """The fingerprints this step's result is known by: `result`, then the fingerprint in the
+        name of each cache file it wrote or reused when that differs (`cast_column` writes under
+        the fingerprint of the `map` it runs): the ledger's usage files the step under each."""
+        if self.result is None:
+            return ()
+        from cachetool.cache.layout import parse_cache_file
+
+        made = [self.result]
+        for f in self.files:
+            parsed = parse_cache_file(f.path.rpartition("/")[2])
+            if parsed is not None and parsed[0] not in made:
+                made.append(parsed[0])
+        return tuple(made)
+
+    @property
     def used(self) -> tuple[str, ...]:
-        """The fingerprints this step uses, its result and its parents: the ledger's usage takes
+        """The fingerprints this step uses, what it made and its parents: the ledger's usage takes
         each one's last use from the step's end."""
-        return self.parents if self.result is None else (self.result, *self.parents)
+        return (*self.made, *self.parents)
 
     @property
     def origin_counts(self) -> tuple[int, int, int]:
