@@ -220,6 +220,7 @@ def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
         last_used: float
         parent: str | None
         operation: str | None
+        made_as: str | None = None
 
     root = tmp_path / "cache"
     files = synthesize_cache(root, 6)

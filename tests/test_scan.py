@@ -154,3 +154,24 @@ def test_missing_root_is_a_domain_error(tmp_path: Path) -> None:
     with pytest.raises(CacheNotFound) as exc:
         scan_cache(tmp_path / "nope")
     assert exc.value.message == f"cache directory not found: {tmp_path / 'nope'}"
+
+
+def test_a_file_damaged_in_place_with_its_size_and_mtime_put_back_is_read_again(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
+    """The read index remembers a file by size, change time and inode: a cache file whose
+    end-of-stream marker is overwritten in place, its mtime then put back, lists as incomplete
+    in `ls` at once, not as the complete file the index remembered."""
+    import shutil
+
+    root = tmp_path / "cache"
+    shutil.copytree(real_cache["cache"], root, symlinks=True)
+    target = next(root.rglob(f"cache-{real_cache['mapped']}.arrow"))
+    assert by_fp(scan_cache(root), real_cache["mapped"], Kind.DERIVED).complete  # now in the index
+    st = target.stat()
+    with open(target, "r+b") as f:
+        f.seek(st.st_size - 8)
+        f.write(b"\0" * 8)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert target.stat().st_size == st.st_size and target.stat().st_mtime_ns == st.st_mtime_ns
+    assert not by_fp(scan_cache(root), real_cache["mapped"], Kind.DERIVED).complete

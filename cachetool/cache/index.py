@@ -1,9 +1,10 @@
-"""A compact index of what was read from each Arrow file, keyed by path, size, mtime and inode.
+"""A compact index of what was read from each Arrow file, keyed by path, size, change time and
+inode (a write changes the ctime, and so does putting the mtime back after one).
 
 Repeat listings then only `stat` files that did not change. The index lives in
 `<root>/.cachetool/read-index.sqlite.z`: an SQLite database (standard library), compressed with
 zlib (file names and numbers of one cache are alike: about 13 bytes per file), with one row per
-file (folder, name, size, mtime_ns, inode, fingerprint, rows, batches, format and end-of-stream
+file (folder, name, size, ctime_ns, inode, fingerprint, rows, batches, format and end-of-stream
 marker, error, schema id), the rows of one folder next to each other, one row per folder (its
 path and the range of its file rows) and one row per distinct schema (columns and the
 `huggingface` metadata with the file's own fingerprint cut out, so files of one dataset share
@@ -32,7 +33,7 @@ from cachetool.cache.layout import LEDGER_DIR
 
 INDEX_NAME = "read-index.sqlite.z"
 OLD_INDEX_NAMES = ("read-index.json",)  # earlier versions wrote JSON
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 #: No index of a real cache comes near these (100,000 files take about 1.3 MB, 8 MB unpacked).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
@@ -43,14 +44,14 @@ _FORMAT_CODE = {f: i for i, f in enumerate(_FORMATS)}
 _SCHEMA = """
 CREATE TABLE schemas(id INTEGER PRIMARY KEY, columns TEXT NOT NULL, metadata TEXT);
 CREATE TABLE dirs(id INTEGER PRIMARY KEY, path TEXT NOT NULL, first INTEGER, last INTEGER);
-CREATE TABLE files(id INTEGER PRIMARY KEY, name TEXT, size INTEGER, mtime_ns INTEGER,
+CREATE TABLE files(id INTEGER PRIMARY KEY, name TEXT, size INTEGER, ctime_ns INTEGER,
                    inode INTEGER, fingerprint TEXT, rows INTEGER, batches INTEGER, state INTEGER,
                    error TEXT, schema INTEGER);
 """
 #: The rows of one folder (by id range) that are as this module writes them; any other row (a
 #: damaged or foreign index) is left out, so its file is read again. SQLite checks it row by row.
 _FOLDER_ROWS = f"""
-SELECT id, name, size, mtime_ns, inode, fingerprint, rows, batches, state, error, schema
+SELECT id, name, size, ctime_ns, inode, fingerprint, rows, batches, state, error, schema
 FROM files WHERE id BETWEEN ? AND ?
   AND typeof(state) = 'integer' AND state BETWEEN 0 AND {2 * len(_FORMATS) - 1}
   AND (rows IS NULL OR (typeof(rows) = 'integer' AND rows >= 0))
@@ -60,9 +61,9 @@ FROM files WHERE id BETWEEN ? AND ?
   AND (schema IS NULL OR schema IN (SELECT id FROM schemas))
 """
 
-#: (name, size, mtime_ns, inode, summary) of one file, listed under its folder.
+#: (name, size, ctime_ns, inode, summary) of one file, listed under its folder.
 _Row = tuple[str, int, int, int, ArrowSummary]
-#: A stored file row: (id, name, size, mtime_ns, inode, fingerprint, rows, batches, state,
+#: A stored file row: (id, name, size, ctime_ns, inode, fingerprint, rows, batches, state,
 #: error, schema), as SQLite returns it (so of any type in a damaged index).
 _Stored = tuple[Any, ...]
 _Schema = tuple[tuple[tuple[str, str], ...], "str | None"]
@@ -72,7 +73,7 @@ _name_of = itemgetter(1)  # a stored row's file name
 
 
 class ReadIndex:
-    """Maps a path relative to the root to (size, mtime_ns, inode, summary)."""
+    """Maps a path relative to the root to (size, ctime_ns, inode, summary)."""
 
     def __init__(self, root: Path, enabled: bool = True) -> None:
         self.root = root
@@ -144,21 +145,21 @@ class ReadIndex:
                     self._rows = {}
         return self._rows.get(name)
 
-    def get(self, rel: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
-        """The remembered summary if the file has the same size, mtime and inode as then."""
+    def get(self, rel: str, size: int, ctime_ns: int, inode: int) -> ArrowSummary | None:
+        """The remembered summary if the file has the same size, ctime and inode as then."""
         folder, _, name = rel.rpartition("/")
-        return self.get_in(folder, name, size, mtime_ns, inode)
+        return self.get_in(folder, name, size, ctime_ns, inode)
 
-    def get_in(self, folder: str, name: str, size: int, mtime_ns: int, inode: int) -> ArrowSummary | None:
+    def get_in(self, folder: str, name: str, size: int, ctime_ns: int, inode: int) -> ArrowSummary | None:
         """`get` of the file `name` of `folder` (relative to the root, "" for the root)."""
-        row = self.row_in(folder, name, size, mtime_ns, inode)
+        row = self.row_in(folder, name, size, ctime_ns, inode)
         return None if row is None else self._summary(row)
 
-    def row_in(self, folder: str, name: str, size: int, mtime_ns: int, inode: int) -> _Stored | None:
+    def row_in(self, folder: str, name: str, size: int, ctime_ns: int, inode: int) -> _Stored | None:
         """The stored row behind `get_in` (a well-formed row: `_FOLDER_ROWS`), marked as still
         describing its file; `summary_of(row, self.schema(row))` is its summary."""
         row = self._rows.get(name) if folder == self._folder else self._lookup(folder, name)
-        if row is None or row[2] != size or row[3] != mtime_ns or row[4] != inode:
+        if row is None or row[2] != size or row[3] != ctime_ns or row[4] != inode:
             return None
         self.mark_used(row)
         return row
@@ -190,14 +191,14 @@ class ReadIndex:
         return summary_of(row, self.schema(row))
 
     def put(
-        self, folder: str, name: str, size: int, mtime_ns: int, inode: int, summary: ArrowSummary
+        self, folder: str, name: str, size: int, ctime_ns: int, inode: int, summary: ArrowSummary
     ) -> None:
         """Remember what was read from the file `name` of `folder` (relative to the root)."""
         self.misses += 1
         rows = self._new.get(folder)
         if rows is None:
             rows = self._new[folder] = []  # the folder's text kept once, not once per file
-        rows.append((name, size, mtime_ns, inode, summary))
+        rows.append((name, size, ctime_ns, inode, summary))
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where the root is read-only."""
@@ -334,7 +335,7 @@ def _write(db: sqlite3.Connection, rows: dict[str, list[_Row]]) -> None:
                 if not _encodable(folder):
                     continue  # a name that is not UTF-8: read again next time
                 first = n + 1
-                for name, size, mtime_ns, inode, s in members:
+                for name, size, ctime_ns, inode, s in members:
                     fp, error, template = s.fingerprint, s.error, s.metadata_template
                     if not (
                         name.isascii()
@@ -345,7 +346,7 @@ def _write(db: sqlite3.Connection, rows: dict[str, list[_Row]]) -> None:
                         continue
                     n += 1
                     state = _FORMAT_CODE[s.format] * 2 + bool(s.eos)
-                    yield (n, name, size, mtime_ns, inode, fp, s.rows, s.batches, state, error, schema_id(s))
+                    yield (n, name, size, ctime_ns, inode, fp, s.rows, s.batches, state, error, schema_id(s))
                 if n >= first:
                     dirs.append((len(dirs), folder, first, n))
 

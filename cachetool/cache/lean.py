@@ -72,7 +72,7 @@ def keep_lean(
         if (
             row is None
             or row[2] != st.st_size
-            or row[3] != st.st_mtime_ns
+            or row[3] != st.st_ctime_ns
             or row[4] != st.st_ino
             or row[9] is not None  # an error
             or row[8] >= READABLE_STATES  # neither stream nor IPC file

@@ -271,7 +271,7 @@ class Walker:
     def summary(self, item: Item) -> ArrowSummary:
         folder = self._folder_of(item)
         name = item.name
-        cached = self.index.get_in(folder, name, item.size, item.mtime_ns, item.ino)
+        cached = self.index.get_in(folder, name, item.size, item.ctime_ns, item.ino)
         if cached is not None:
             return cached
         path = item.prefix + name
@@ -282,7 +282,7 @@ class Walker:
             summary = read_summary(path, item.size)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(name):
-            self.index.put(folder, name, item.size, item.mtime_ns, item.ino, summary)
+            self.index.put(folder, name, item.size, item.ctime_ns, item.ino, summary)
         return summary
 
     def tree_files(self, path: Path) -> list[CacheFile]:
