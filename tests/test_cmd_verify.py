@@ -809,3 +809,33 @@ def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
         folders.append(moved_to.parts[0])  # the run's folder
         shutil.copy2(broken, target)  # written broken again
     assert len(set(folders)) == len(folders)
+
+
+def test_a_saved_dataset_whose_data_files_are_all_gone_is_an_error_from_its_own_folder(tmp_path: Path) -> None:
+    """A saved split (of a DatasetDict) and a saved Dataset whose data files were all deleted:
+    `verify --cache-dir <the folder itself>` reports the missing file as an error (exit 1), as verify
+    of the dict's folder does; it said "0 errors". The hint says that nothing recomputes a
+    save_to_disk folder (it said "datasets will recompute it"), and `gc --temp` keeps the folder."""
+    from datasets import Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"x": list(range(20))})
+    saved, one = tmp_path / "saved", tmp_path / "one"
+    DatasetDict(train=ds, test=ds.select(range(5))).save_to_disk(str(saved))
+    ds.save_to_disk(str(one))
+    for folder in (saved / "test", one):
+        for f in folder.glob("data-*.arrow"):
+            f.unlink()
+    env = hf_env(tmp_path)
+    for root in (saved / "test", saved, one):
+        said = CliRunner().invoke(app, ["verify", "--json", "--cache-dir", str(root)], env=env)
+        assert said.exit_code == 1, (root, said.stdout)
+        (finding,) = [f for f in json.loads(said.stdout)["findings"] if f["severity"] == "error"]
+        assert finding["problem"] == "state.json names data-00000-of-00001.arrow, which is missing", finding
+        assert "recompute it" not in finding["hint"] and "save_to_disk" in finding["hint"], finding
+    human = CliRunner().invoke(app, ["verify", "--cache-dir", str(saved / "test")], env={**env, "COLUMNS": "200"})
+    assert "1 error(s)" in human.stdout and "datasets will recompute" not in human.stdout, human.stdout
+
+    for root in (saved / "test", one):
+        gone = CliRunner().invoke(app, ["gc", "--temp", "--min-age", "0", "-y", "--cache-dir", str(root)], env=env)
+        assert gone.exit_code == 0, gone.stdout
+        assert (root / "state.json").exists()

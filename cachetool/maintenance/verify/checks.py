@@ -48,7 +48,10 @@ class Checker:
         self.now = now
         self.findings: list[Finding] = []
         self.removed_folders: frozenset[Path] | None = None
-        self.recompute = recompute_hint(report.root)
+
+    def recompute(self, e: Entry) -> str:
+        """The hint for a damaged entry `e`: how it gets computed (or saved) again."""
+        return recompute_hint(self.report.root, (e.unit or e.path) if e.kind == Kind.SAVED else None)
 
     @property
     def in_use(self) -> InUse:
@@ -127,7 +130,7 @@ class Checker:
         reported = _file_problem_texts(e)
         for p in e.problems:
             if p not in reported:
-                self.add("damaged", e, e.path, p, self.recompute)
+                self.add("damaged", e, e.path, p, self.recompute(e))
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
@@ -164,7 +167,7 @@ class Checker:
             if pids:
                 self.add("being-written", e, f.path, f"being written by pid {pids_text(pids)}")
                 return
-            self.add("unreadable-header", e, f.path, s.error, self.recompute)
+            self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
             return
         expected = expected_metadata_fingerprint(f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
@@ -173,7 +176,7 @@ class Checker:
                 e,
                 f.path,
                 _mismatch(s.fingerprint, expected),
-                "the file was written under another name or overwritten; " + self.recompute,
+                "the file was written under another name or overwritten; " + self.recompute(e),
             )
 
     def shards_in_progress(self, e: Entry) -> bool:
@@ -203,7 +206,7 @@ class Checker:
                     e,
                     f.path,
                     f"{got} rows, dataset_info.json shard_lengths says {want}",
-                    self.recompute,
+                    self.recompute(e),
                 )
 
     def temp(self, e: Entry) -> None:

@@ -208,10 +208,16 @@ class VerifyReport:
         return doc
 
 
-def recompute_hint(root: Path) -> str:
-    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it."""
+def recompute_hint(root: Path, saved: Path | None = None) -> str:
+    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it.
+    Nothing recomputes a damaged `saved` folder (a `save_to_disk` one): it is saved again, and
+    moved aside only from a root that holds it (the root itself cannot move into its own
+    quarantine)."""
     command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
-    return f"move it aside with `{command}`; datasets will recompute it"
+    if saved is None:
+        return f"move it aside with `{command}`; datasets will recompute it"
+    again = "nothing recomputes a save_to_disk folder: save it again with the code that made it"
+    return again if saved == root else f"{again}, or move it aside with `{command}`"
 
 
 TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
