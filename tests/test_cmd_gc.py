@@ -794,3 +794,37 @@ def test_a_unit_of_more_files_than_the_open_file_limit_is_evicted(tmp_path: Path
     doc = json.loads(proc.stdout)
     assert doc["result"]["freed_files"] == 300 and doc["result"]["failed"] == []
     assert list(folder.glob("cache-*")) == []
+
+
+@pytest.mark.slow
+def test_gc_naming_a_saved_dataset_that_is_the_cache_root_says_it_is_kept(tmp_path: Path) -> None:
+    """`gc <fp> --cache-dir <a save_to_disk folder>` naming the saved Dataset (or a split of the
+    saved DatasetDict given as the root) keeps it, since gc never removes the folder it cleans, and
+    says so as for any named entry it keeps: `Error: <fp> was named but kept: <why>`, exit 1 (a dry
+    run warns). It said "Nothing to remove" and exited 0, also with --include-sources; and so did
+    gc of the parent folder naming the saved Dataset by the fingerprint `load_from_disk` gives it."""
+    from datasets import Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"x": list(range(20))})
+    one, saved = tmp_path / "one", tmp_path / "saved"
+    Dataset.from_dict({"y": list(range(9))}).save_to_disk(str(one))
+    DatasetDict(train=ds, test=ds.select(range(5))).save_to_disk(str(saved))
+    cases = [
+        (one, json.loads((one / "state.json").read_text())["_fingerprint"]),
+        (saved, json.loads((saved / "test" / "state.json").read_text())["_fingerprint"]),
+    ]
+    for root, fp in cases:
+        for extra in ([], ["--include-sources"]):
+            said = cli("gc", fp, "--cache-dir", str(root), "-y", *extra)
+            assert said.exit_code == 1, (root, extra, said.stdout, said.stderr)
+            assert f"Error: {fp} was named but kept: " in said.stderr, said.stderr
+            assert "is the cache root itself" in said.stderr, said.stderr
+        dry = cli("gc", fp, "--cache-dir", str(root), "--dry-run")
+        assert dry.exit_code == 0 and f"Warning: {fp} would be kept: " in dry.stderr, dry.stderr
+        assert (root / "state.json").exists() or (root / "dataset_dict.json").exists()
+
+    (alias,) = json.loads(cli("show", str(one), "--cache-dir", str(tmp_path), "--json").stdout)["aliases"]
+    said = cli("gc", alias, "--cache-dir", str(tmp_path), "-y")
+    assert said.exit_code == 1, (said.stdout, said.stderr)
+    assert "was named but kept: source split or saved dataset (pass --include-sources)" in said.stderr
+    assert (one / "state.json").exists()

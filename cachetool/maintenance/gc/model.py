@@ -190,6 +190,9 @@ class Skip:
     size: int = 0
     fingerprint: str | None = None
     scope: Scope = "root"
+    #: The entry's other fingerprints (a saved dataset's, as `load_from_disk` gives it): a kept
+    #: entry named by one of them is named too.
+    aliases: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def id(self) -> str:
@@ -394,7 +397,7 @@ def named_but_kept(names: Iterable[str], plan: GcPlan, result: GcResult | None) 
         ids = [x for x in (fp, *aliases) if x]
         return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
 
-    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, (), s.path)]
+    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, s.aliases, s.path)]
     if result is not None:
         kept += [
             (o.item.id, o.reason or o.status)

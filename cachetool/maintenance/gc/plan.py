@@ -121,6 +121,8 @@ def _run_steps(
             b.skip(
                 e, Refusal("not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)")
             )
+        elif e.kind == Kind.SAVED and (e.unit or e.path) == b.root:
+            b.skip(e, Refusal("cache-root", "is the cache root itself: gc never removes the folder it cleans"))
     # Names narrow the run even when none of them can be evicted: `[]` is "nothing in scope".
     named = [e for e in explicit if e.kind in EVICTABLE] if options.fingerprints else None
     return b.evictions(named), True

@@ -130,6 +130,7 @@ class Planner:
                 size if size is not None else (e.size if e else 0),
                 e.fingerprint if e else None,
                 scope,
+                e.aliases if e else (),
             )
         )
 
