@@ -273,3 +273,35 @@ def test_a_killed_run_not_yet_reaped_is_dead_to_explain_and_gc(tmp_path: Path) -
         assert "live lease" not in human and f"pid {proc.pid} on " in human, human
     finally:
         proc.wait()
+
+
+def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dead_run_left(
+    tmp_path: Path,
+) -> None:
+    """Right after a traced run is SIGKILLed in its map, README's `gc --temp -y` keeps its
+    unfinished file (younger than the default --min-age 1h) and says why it may go now: the run's
+    process is gone and nothing holds the file, with the command that removes it; that command
+    does. A plan refused for want of --yes says the dead run's lease "would be removed" and removes
+    nothing (it said "its lease is removed")."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    pid = _run_and_kill(tmp_path, env)
+    (left,) = _tmp_sizes(tmp_path)
+    leases = list((tmp_path / "cache" / ".cachetool" / "leases").glob("*.json"))
+    assert leases
+
+    refused = invoke("gc", "--temp", "--min-age", "0", env=env, columns=250)
+    assert refused.exit_code == 2 and "pass --yes" in refused.stderr, refused.stderr
+    assert f"pid {pid} on " in refused.stdout and "its lease would be removed" in refused.stdout
+    assert "is removed" not in refused.stdout, refused.stdout
+    assert left.exists() and all(p.exists() for p in leases)
+
+    said = invoke("gc", "--temp", "-y", env=env, columns=250)
+    assert said.exit_code == 0, said.stderr
+    assert left.exists()
+    command = f"cachetool gc {left} --min-age 0 --cache-dir {tmp_path / 'cache'}"
+    assert f"Hint: pid {pid} on " in said.stderr and f"`{command}` removes it now" in said.stderr, said.stderr
+    gone = invoke(*command.split()[1:], "-y", env=env)
+    assert gone.exit_code == 0, gone.stderr
+    assert not left.exists()

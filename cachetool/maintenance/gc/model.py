@@ -280,6 +280,8 @@ class GcPlan:
     temp_id: tuple[int, int] | None = field(default=None, compare=False)
     #: The root's file system and leases (`cachetool.maintenance.shared`).
     shared: SharedState | None = field(default=None, compare=False)
+    #: Commands that do what this plan keeps from doing (`shared.dead_writer_hint`).
+    hints: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def expected_freed(self) -> int:
@@ -315,6 +317,7 @@ class GcPlan:
                 "summary": self.keeps_sentence(),
             },
             "warnings": list(self.warnings),
+            "hints": list(self.hints),
             **(self.shared.to_json() if self.shared is not None else {}),
         }
 
