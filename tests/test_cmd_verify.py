@@ -811,7 +811,9 @@ def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
     assert len(set(folders)) == len(folders)
 
 
-def test_a_saved_dataset_whose_data_files_are_all_gone_is_an_error_from_its_own_folder(tmp_path: Path) -> None:
+def test_a_saved_dataset_whose_data_files_are_all_gone_is_an_error_from_its_own_folder(
+    tmp_path: Path,
+) -> None:
     """A saved split (of a DatasetDict) and a saved Dataset whose data files were all deleted:
     `verify --cache-dir <the folder itself>` reports the missing file as an error (exit 1), as verify
     of the dict's folder does; it said "0 errors". The hint says that nothing recomputes a
@@ -832,10 +834,14 @@ def test_a_saved_dataset_whose_data_files_are_all_gone_is_an_error_from_its_own_
         (finding,) = [f for f in json.loads(said.stdout)["findings"] if f["severity"] == "error"]
         assert finding["problem"] == "state.json names data-00000-of-00001.arrow, which is missing", finding
         assert "recompute it" not in finding["hint"] and "save_to_disk" in finding["hint"], finding
-    human = CliRunner().invoke(app, ["verify", "--cache-dir", str(saved / "test")], env={**env, "COLUMNS": "200"})
+    human = CliRunner().invoke(
+        app, ["verify", "--cache-dir", str(saved / "test")], env={**env, "COLUMNS": "200"}
+    )
     assert "1 error(s)" in human.stdout and "datasets will recompute" not in human.stdout, human.stdout
 
     for root in (saved / "test", one):
-        gone = CliRunner().invoke(app, ["gc", "--temp", "--min-age", "0", "-y", "--cache-dir", str(root)], env=env)
+        gone = CliRunner().invoke(
+            app, ["gc", "--temp", "--min-age", "0", "-y", "--cache-dir", str(root)], env=env
+        )
         assert gone.exit_code == 0, gone.stdout
         assert (root / "state.json").exists()

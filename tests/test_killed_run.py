@@ -265,7 +265,9 @@ def test_a_killed_run_not_yet_reaped_is_dead_to_explain_and_gc(tmp_path: Path) -
         assert doc["interrupted"]["state"] == "killed" and doc["interrupted"]["pid"] == proc.pid, doc
         assert "still running" not in invoke("explain", "--last", env=env).stdout
 
-        plan = json.loads(invoke("gc", "--temp", "--min-age", "0", "--dry-run", "--json", env=env).stdout)["plan"]
+        plan = json.loads(invoke("gc", "--temp", "--min-age", "0", "--dry-run", "--json", env=env).stdout)[
+            "plan"
+        ]
         (lease,) = [x for x in plan["leases"] if x["pid"] == proc.pid]
         assert lease["state"] == "dead", lease
         assert left in [Path(i["path"]) for i in plan["items"]], plan
