@@ -57,6 +57,21 @@ def alive(pid: int) -> bool:
     return False  # it exists, and /proc says it has ended
 
 
+def command_line(pid: int, limit: int = 100) -> str:
+    """Process `pid`'s command as `ps` shows it (its program's base name, then its arguments,
+    shortened to `limit` characters); "" when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = [os.fsdecode(a) for a in f.read().rstrip(b"\0").split(b"\0")]
+    except OSError:
+        return ""
+    if not args or not args[0]:
+        return ""
+    text = " ".join([os.path.basename(args[0]), *args[1:]])
+    text = "".join(c if c.isprintable() else " " for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _boot_time() -> float:
     with open("/proc/stat", encoding="ascii") as f:
         for line in f:

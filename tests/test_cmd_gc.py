@@ -303,7 +303,8 @@ def test_a_memory_mapped_entry_is_in_use_and_skipped_by_max_size(
 @pytest.mark.slow
 def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isolated_env: Path) -> None:
     """A pymp-* folder stays while the Manager that listens in it lives (even orphaned by a
-    SIGKILLed parent), and goes once it is dead."""
+    SIGKILLed parent), and the reason names that process, its pid and its command (it did not say
+    which process); the folder goes once it is dead."""
     tmp = short_tmp_dir(tmp_path)  # the manager's socket path must stay under 108 bytes
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -327,7 +328,9 @@ def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isola
         (pymp,) = tmp.glob("pymp-*")
         code_, doc = gc_json(tmp_path, "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y")
         assert code_ == 0 and doc["plan"]["items"] == []
-        assert [s["reason"] for s in doc["plan"]["skipped"]] == ["a live process listens on a socket inside"]
+        (reason,) = [s["reason"] for s in doc["plan"]["skipped"]]
+        assert reason.startswith(f"a live process listens on a socket inside: pid {manager} (python"), reason
+        assert "multiprocess.Manager()" in reason, reason
         assert pymp.exists()
     finally:
         os.kill(manager, signal.SIGKILL)
