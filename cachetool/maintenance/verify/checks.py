@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cachetool.cache import layout
+from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.maintenance.fdops import identity
@@ -128,8 +129,13 @@ class Checker:
         for f in e.files:
             self.file(e, f)
         reported = _file_problem_texts(e)
+        gap = shard_gap(e.files, e.expected_files) if e.kind == Kind.SHARDS and e.expected_files else None
         for p in e.problems:
-            if p not in reported:
+            if p == gap:
+                # A num_proc map that did not finish: datasets loads each finished shard from the
+                # cache and computes only the missing ones, so the finished ones are not damage.
+                self.add("partial-shards", e, e.path, f"{p}: {_REUSED}")
+            elif p not in reported:
                 self.add("damaged", e, e.path, p, self.recompute(e))
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
@@ -293,6 +299,9 @@ def expected_metadata_fingerprint(f: CacheFile) -> str | None:
 
 def _mismatch(held: str, expected: str) -> str:
     return f"file holds fingerprint {held}, name says {expected}"
+
+
+_REUSED = "a num_proc map that did not finish; datasets reuses the finished shards and computes the rest"
 
 
 def _file_problem_texts(e: Entry) -> set[str]:

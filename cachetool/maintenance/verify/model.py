@@ -47,6 +47,7 @@ Code = Literal[
     "stale-lock",  # a lock whose guarded folder is gone and that nobody holds
     "orphan-indices",  # an indices file whose data is gone
     "checksums-not-stored",  # --record could not write its checksums
+    "partial-shards",  # a num_proc shard set missing shards (a killed map): datasets reuses the rest
     "not-quarantined",  # --quarantine left a broken file where it is, and why
     # information
     "odd-file",  # anything else the scan says about a file datasets does not write
@@ -85,6 +86,7 @@ SEVERITY: dict[Code, Severity] = {
             "stale-lock",
             "orphan-indices",
             "checksums-not-stored",
+            "partial-shards",
             "not-quarantined",
         ),
         Severity.WARNING,
