@@ -941,3 +941,44 @@ def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path:
     )
     assert rerun.returncode == 0 and "finished" in rerun.stdout, rerun.stderr
     assert "Reprocessing 1/2 shards" in rerun.stderr, rerun.stderr
+
+
+GC_THEN_VERIFY = """\
+import sys
+from datasets import load_dataset
+
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+a = ds.map(lambda ex: {"y": ex["x"] * 2})
+b = a.map(lambda ex: {"z": ex["y"] + 1})
+c = b.map(lambda ex: {"w": ex["z"] + 1})
+print(a._fingerprint, b._fingerprint, c._fingerprint)
+"""
+
+
+def test_verify_and_report_leave_out_what_gc_removed_and_logged(tmp_path: Path) -> None:
+    """After `gc` removed two traced steps' files (and logged it in the ledger), `verify` says
+    nothing of them: what gc removed is history. A file a user deleted still gets its info line,
+    and `report` lists a leftover once (it listed it as a leftover and again as verify's
+    finding)."""
+    from cachetool.report.model import build_report
+    from tests.conftest import cachetool_run
+
+    (tmp_path / "p.py").write_text(GC_THEN_VERIFY, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(50)), encoding="utf-8")
+    env = hf_env(tmp_path)
+    cache = tmp_path / "cache"
+    a, b, c = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path).stdout.split()
+    (c_file,) = cache.rglob(f"cache-{c}.arrow")
+    said = CliRunner().invoke(app, ["gc", a, b, "--min-age", "0", "-y", "--cache-dir", str(cache)], env=env)
+    assert said.exit_code == 0, said.stdout
+    c_file.unlink()  # the user's own doing
+    leftover = c_file.with_name("tmpab12cd34")
+    leftover.write_bytes(b"")
+    os.utime(leftover, (time.time() - 7200, time.time() - 7200))
+
+    doc = json.loads(CliRunner().invoke(app, ["verify", "--json", "--cache-dir", str(cache)], env=env).stdout)
+    gone = [f["path"] for f in doc["findings"] if f["problem"].startswith("recorded file no longer exists")]
+    assert gone == [str(c_file)], gone
+
+    problems = [p for p in build_report(cache).problems if p.path == str(leftover)]
+    assert len(problems) == 1, problems
