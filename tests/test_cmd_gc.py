@@ -303,7 +303,8 @@ def test_a_memory_mapped_entry_is_in_use_and_skipped_by_max_size(
 @pytest.mark.slow
 def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isolated_env: Path) -> None:
     """A pymp-* folder stays while the Manager that listens in it lives (even orphaned by a
-    SIGKILLed parent), and goes once it is dead."""
+    SIGKILLed parent), and the reason names that process, its pid and its command (it did not say
+    which process); the folder goes once it is dead."""
     tmp = short_tmp_dir(tmp_path)  # the manager's socket path must stay under 108 bytes
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -327,7 +328,9 @@ def test_a_live_multiprocess_manager_keeps_its_pymp_folder(tmp_path: Path, isola
         (pymp,) = tmp.glob("pymp-*")
         code_, doc = gc_json(tmp_path, "--temp", "--tmp-dir", str(tmp), "--min-age", "0", "-y")
         assert code_ == 0 and doc["plan"]["items"] == []
-        assert [s["reason"] for s in doc["plan"]["skipped"]] == ["a live process listens on a socket inside"]
+        (reason,) = [s["reason"] for s in doc["plan"]["skipped"]]
+        assert reason.startswith(f"a live process listens on a socket inside: pid {manager} (python"), reason
+        assert "multiprocess.Manager()" in reason, reason
         assert pymp.exists()
     finally:
         os.kill(manager, signal.SIGKILL)
@@ -794,3 +797,37 @@ def test_a_unit_of_more_files_than_the_open_file_limit_is_evicted(tmp_path: Path
     doc = json.loads(proc.stdout)
     assert doc["result"]["freed_files"] == 300 and doc["result"]["failed"] == []
     assert list(folder.glob("cache-*")) == []
+
+
+@pytest.mark.slow
+def test_gc_naming_a_saved_dataset_that_is_the_cache_root_says_it_is_kept(tmp_path: Path) -> None:
+    """`gc <fp> --cache-dir <a save_to_disk folder>` naming the saved Dataset (or a split of the
+    saved DatasetDict given as the root) keeps it, since gc never removes the folder it cleans, and
+    says so as for any named entry it keeps: `Error: <fp> was named but kept: <why>`, exit 1 (a dry
+    run warns). It said "Nothing to remove" and exited 0, also with --include-sources; and so did
+    gc of the parent folder naming the saved Dataset by the fingerprint `load_from_disk` gives it."""
+    from datasets import Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"x": list(range(20))})
+    one, saved = tmp_path / "one", tmp_path / "saved"
+    Dataset.from_dict({"y": list(range(9))}).save_to_disk(str(one))
+    DatasetDict(train=ds, test=ds.select(range(5))).save_to_disk(str(saved))
+    cases = [
+        (one, json.loads((one / "state.json").read_text())["_fingerprint"]),
+        (saved, json.loads((saved / "test" / "state.json").read_text())["_fingerprint"]),
+    ]
+    for root, fp in cases:
+        for extra in ([], ["--include-sources"]):
+            said = cli("gc", fp, "--cache-dir", str(root), "-y", *extra)
+            assert said.exit_code == 1, (root, extra, said.stdout, said.stderr)
+            assert f"Error: {fp} was named but kept: " in said.stderr, said.stderr
+            assert "is the cache root itself" in said.stderr, said.stderr
+        dry = cli("gc", fp, "--cache-dir", str(root), "--dry-run")
+        assert dry.exit_code == 0 and f"Warning: {fp} would be kept: " in dry.stderr, dry.stderr
+        assert (root / "state.json").exists() or (root / "dataset_dict.json").exists()
+
+    (alias,) = json.loads(cli("show", str(one), "--cache-dir", str(tmp_path), "--json").stdout)["aliases"]
+    said = cli("gc", alias, "--cache-dir", str(tmp_path), "-y")
+    assert said.exit_code == 1, (said.stdout, said.stderr)
+    assert "was named but kept: source split or saved dataset (pass --include-sources)" in said.stderr
+    assert (one / "state.json").exists()

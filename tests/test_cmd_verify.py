@@ -286,7 +286,6 @@ CASES: list[tuple[str, Callable[[Path, dict[str, Any]], Path], str, bool]] = [
         False,
     ),
     ("fingerprint-differs", other_fingerprint, "file holds fingerprint ffffffffffffffff, name says", False),
-    ("missing-num-proc-shard", missing_num_proc_shard, "partial: 1 of 2 shards (missing 00001)", False),
     ("missing-source-shard", missing_source_shard, "missing shards 00001 of 2", False),
     ("rows-differ-from-info", info_rows, "300 rows, dataset_info.json says 301", False),
     ("shard-lengths-differ", shard_lengths, "50 rows, dataset_info.json shard_lengths says 51", False),
@@ -301,6 +300,21 @@ CASES: list[tuple[str, Callable[[Path, dict[str, Any]], Path], str, bool]] = [
     ("invalid-utf8", invalid_utf8, "invalid data in batch 0:", True),
     ("out-of-range-offsets", bad_offsets, "invalid data in batch 0:", True),
 ]
+
+
+def test_a_num_proc_shard_set_missing_a_shard_is_a_warning_and_never_quarantined(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
+    """A num_proc shard set that misses a shard is what a killed map leaves: datasets loads the
+    finished shard and computes the missing one, so it is a warning (it was an error that
+    `--quarantine` fixed by moving the finished shard aside)."""
+    root = clean_copy(real_cache, tmp_path)
+    kept = missing_num_proc_shard(root, real_cache)
+    report = verify_cache(root)
+    assert report.errors == (), errors(report)
+    (partial,) = [f for f in report.warnings if f.code == "partial-shards"]
+    assert partial.path == kept and partial.problem.startswith("partial: 1 of 2 shards (missing 00001): ")
+    assert verify_cache(root, quarantine=True).quarantined == () and kept.exists()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -809,3 +823,162 @@ def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
         folders.append(moved_to.parts[0])  # the run's folder
         shutil.copy2(broken, target)  # written broken again
     assert len(set(folders)) == len(folders)
+
+
+def test_a_saved_dataset_whose_data_files_are_all_gone_is_an_error_from_its_own_folder(
+    tmp_path: Path,
+) -> None:
+    """A saved split (of a DatasetDict) and a saved Dataset whose data files were all deleted:
+    `verify --cache-dir <the folder itself>` reports the missing file as an error (exit 1), as verify
+    of the dict's folder does; it said "0 errors". The hint says that nothing recomputes a
+    save_to_disk folder (it said "datasets will recompute it"), and `gc --temp` keeps the folder."""
+    from datasets import Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"x": list(range(20))})
+    saved, one = tmp_path / "saved", tmp_path / "one"
+    DatasetDict(train=ds, test=ds.select(range(5))).save_to_disk(str(saved))
+    ds.save_to_disk(str(one))
+    for folder in (saved / "test", one):
+        for f in folder.glob("data-*.arrow"):
+            f.unlink()
+    env = hf_env(tmp_path)
+    for root in (saved / "test", saved, one):
+        said = CliRunner().invoke(app, ["verify", "--json", "--cache-dir", str(root)], env=env)
+        assert said.exit_code == 1, (root, said.stdout)
+        (finding,) = [f for f in json.loads(said.stdout)["findings"] if f["severity"] == "error"]
+        assert finding["problem"] == "state.json names data-00000-of-00001.arrow, which is missing", finding
+        assert "recompute it" not in finding["hint"] and "save_to_disk" in finding["hint"], finding
+    human = CliRunner().invoke(
+        app, ["verify", "--cache-dir", str(saved / "test")], env={**env, "COLUMNS": "200"}
+    )
+    assert "1 error(s)" in human.stdout and "datasets will recompute" not in human.stdout, human.stdout
+
+    for root in (saved / "test", one):
+        gone = CliRunner().invoke(
+            app, ["gc", "--temp", "--min-age", "0", "-y", "--cache-dir", str(root)], env=env
+        )
+        assert gone.exit_code == 0, gone.stdout
+        assert (root / "state.json").exists()
+
+
+NUM_PROC_MAP = """\
+import sys, time
+from pathlib import Path
+import datasets
+from datasets import load_dataset
+
+datasets.logging.set_verbosity_info()
+
+def double(ex, rank):
+    if rank == 1 and sys.argv[3] == "slow":
+        Path(sys.argv[2]).write_text("busy")
+        time.sleep(0.02)
+    return {"y": ex["x"] * 2}
+
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+ds.map(double, with_rank=True, num_proc=2, writer_batch_size=10)
+print("finished")
+"""
+
+
+def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path: Path) -> None:
+    """A `num_proc=2` map killed (with its workers) after shard 0 finished, while shard 1 was still
+    a tmp file: verify reports the partial shard set as a warning (datasets reuses the finished
+    shard and computes the rest), not an error, and `verify --quarantine -y` leaves the finished
+    shard in place (it moved it aside); the rerun reuses it ("Reprocessing 1/2 shards")."""
+    (tmp_path / "p.py").write_text(NUM_PROC_MAP, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(400)), encoding="utf-8")
+    env = hf_env(tmp_path)
+    cache = tmp_path / "cache"
+    marker = tmp_path / "busy"
+    proc = subprocess.Popen(
+        [sys.executable, "p.py", "d.csv", str(marker), "slow"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (
+            marker.exists()
+            and list(cache.rglob("cache-*_00000_of_00002.arrow"))
+            and [p for p in cache.rglob("tmp*") if p.is_file() and p.stat().st_size > 0]
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, "the map never got under way"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    (finished,) = cache.rglob("cache-*_00000_of_00002.arrow")
+    assert not list(cache.rglob("cache-*_00001_of_00002.arrow"))
+
+    said = CliRunner().invoke(app, ["verify", "--json", "--cache-dir", str(cache)], env=env)
+    doc = json.loads(said.stdout)
+    assert said.exit_code == 0 and doc["counts"]["error"] == 0, [
+        (f["problem"], f["path"]) for f in doc["findings"]
+    ]
+    (partial,) = [f for f in doc["findings"] if f["path"] == str(finished)]
+    assert partial["severity"] == "warning" and partial["problem"].startswith("partial: 1 of 2 shards"), (
+        partial
+    )
+    assert "reuses" in partial["problem"], partial
+
+    moved = CliRunner().invoke(
+        app, ["verify", "--quarantine", "-y", "--json", "--cache-dir", str(cache)], env=env
+    )
+    assert moved.exit_code == 0, moved.stdout
+    assert json.loads(moved.stdout)["quarantined"] == []
+    assert finished.exists()
+
+    rerun = subprocess.run(
+        [sys.executable, "p.py", "d.csv", str(marker), "fast"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert rerun.returncode == 0 and "finished" in rerun.stdout, rerun.stderr
+    assert "Reprocessing 1/2 shards" in rerun.stderr, rerun.stderr
+
+
+GC_THEN_VERIFY = """\
+import sys
+from datasets import load_dataset
+
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+a = ds.map(lambda ex: {"y": ex["x"] * 2})
+b = a.map(lambda ex: {"z": ex["y"] + 1})
+c = b.map(lambda ex: {"w": ex["z"] + 1})
+print(a._fingerprint, b._fingerprint, c._fingerprint)
+"""
+
+
+def test_verify_and_report_leave_out_what_gc_removed_and_logged(tmp_path: Path) -> None:
+    """After `gc` removed two traced steps' files (and logged it in the ledger), `verify` says
+    nothing of them: what gc removed is history. A file a user deleted still gets its info line,
+    and `report` lists a leftover once (it listed it as a leftover and again as verify's
+    finding)."""
+    from cachetool.report.model import build_report
+    from tests.conftest import cachetool_run
+
+    (tmp_path / "p.py").write_text(GC_THEN_VERIFY, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(50)), encoding="utf-8")
+    env = hf_env(tmp_path)
+    cache = tmp_path / "cache"
+    a, b, c = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path).stdout.split()
+    (c_file,) = cache.rglob(f"cache-{c}.arrow")
+    said = CliRunner().invoke(app, ["gc", a, b, "--min-age", "0", "-y", "--cache-dir", str(cache)], env=env)
+    assert said.exit_code == 0, said.stdout
+    c_file.unlink()  # the user's own doing
+    leftover = c_file.with_name("tmpab12cd34")
+    leftover.write_bytes(b"")
+    os.utime(leftover, (time.time() - 7200, time.time() - 7200))
+
+    doc = json.loads(CliRunner().invoke(app, ["verify", "--json", "--cache-dir", str(cache)], env=env).stdout)
+    gone = [f["path"] for f in doc["findings"] if f["problem"].startswith("recorded file no longer exists")]
+    assert gone == [str(c_file)], gone
+
+    problems = [p for p in build_report(cache).problems if p.path == str(leftover)]
+    assert len(problems) == 1, problems

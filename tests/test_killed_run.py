@@ -93,6 +93,17 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
     """`cachetool run SCRIPT d.csv` (the process becomes the script's), SIGKILLed once the script
     says it is busy and, for a map (p.py, saved.py), once its unfinished file in `writes_in`
     holds bytes."""
+    proc = _start_and_kill(tmp_path, env, script, writes_in)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert b"finished" not in out
+    return proc.pid
+
+
+def _start_and_kill(
+    tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache"
+) -> subprocess.Popen[bytes]:
+    """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
     before = set(_tmp_sizes(tmp_path, writes_in))
@@ -116,14 +127,11 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
             assert time.monotonic() < deadline, "the map never wrote to its unfinished file"
             time.sleep(0.01)
         os.kill(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert b"finished" not in out
-    return proc.pid
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
 
 
 def _explained(tmp_path: Path, env: dict[str, str], pid: int, before: set[Path]) -> set[Path]:
@@ -230,3 +238,72 @@ def test_gc_temp_names_the_other_root_a_killed_run_wrote_in(tmp_path: Path) -> N
     # The saved folder's lease of the run is gone with it: the datasets cache no longer points there.
     again = invoke("gc", "--temp", "--dry-run", env=env, columns=250).stdout
     assert f"pid {pid} on " in again and "also wrote in" not in again, again
+
+
+def _zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+
+
+def test_a_killed_run_not_yet_reaped_is_dead_to_explain_and_gc(tmp_path: Path) -> None:
+    """A run SIGKILLed in its map whose parent has not reaped it yet (a zombie: it runs no code and
+    holds no file) is dead everywhere: `explain --last` says it was killed (it said "still
+    running"), and `gc --temp` calls its lease stale in the same plan that removes its unfinished
+    file as a killed writer's (it called the lease live while removing the file)."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = _start_and_kill(tmp_path, env)
+    try:
+        deadline = time.monotonic() + 30
+        while not _zombie(proc.pid):
+            assert time.monotonic() < deadline, "the killed process never became a zombie"
+            time.sleep(0.01)
+        (left,) = _tmp_sizes(tmp_path)
+
+        doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+        assert doc["interrupted"]["state"] == "killed" and doc["interrupted"]["pid"] == proc.pid, doc
+        assert "still running" not in invoke("explain", "--last", env=env).stdout
+
+        plan = json.loads(invoke("gc", "--temp", "--min-age", "0", "--dry-run", "--json", env=env).stdout)[
+            "plan"
+        ]
+        (lease,) = [x for x in plan["leases"] if x["pid"] == proc.pid]
+        assert lease["state"] == "dead", lease
+        assert left in [Path(i["path"]) for i in plan["items"]], plan
+        human = invoke("gc", "--temp", "--min-age", "0", "--dry-run", env=env, columns=250).stdout
+        assert "live lease" not in human and f"pid {proc.pid} on " in human, human
+    finally:
+        proc.wait()
+
+
+def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dead_run_left(
+    tmp_path: Path,
+) -> None:
+    """Right after a traced run is SIGKILLed in its map, README's `gc --temp -y` keeps its
+    unfinished file (younger than the default --min-age 1h) and says why it may go now: the run's
+    process is gone and nothing holds the file, with the command that removes it; that command
+    does. A plan refused for want of --yes says the dead run's lease "would be removed" and removes
+    nothing (it said "its lease is removed")."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    pid = _run_and_kill(tmp_path, env)
+    (left,) = _tmp_sizes(tmp_path)
+    leases = list((tmp_path / "cache" / ".cachetool" / "leases").glob("*.json"))
+    assert leases
+
+    refused = invoke("gc", "--temp", "--min-age", "0", env=env, columns=250)
+    assert refused.exit_code == 2 and "pass --yes" in refused.stderr, refused.stderr
+    assert f"pid {pid} on " in refused.stdout and "its lease would be removed" in refused.stdout
+    assert "is removed" not in refused.stdout, refused.stdout
+    assert left.exists() and all(p.exists() for p in leases)
+
+    said = invoke("gc", "--temp", "-y", env=env, columns=250)
+    assert said.exit_code == 0, said.stderr
+    assert left.exists()
+    command = f"cachetool gc {left} --min-age 0 --cache-dir {tmp_path / 'cache'}"
+    assert f"Hint: pid {pid} on " in said.stderr and f"`{command}` removes it now" in said.stderr, said.stderr
+    gone = invoke(*command.split()[1:], "-y", env=env)
+    assert gone.exit_code == 0, gone.stderr
+    assert not left.exists()

@@ -57,7 +57,7 @@ class Scanner(NonDataWalker):
         if layout.DATASET_DICT_JSON in names and is_dataset_dict(path / layout.DATASET_DICT_JSON):
             self.saved_dict(path, items)
             return
-        if layout.STATE_JSON in names and is_datasets_state(read_json(path / layout.STATE_JSON), names):
+        if layout.STATE_JSON in names and is_datasets_state(read_json(path / layout.STATE_JSON)):
             self.saved(path, items, unit=unit)
             return
         ds: DatasetDir | None = dataset_hint

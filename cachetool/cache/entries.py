@@ -79,10 +79,9 @@ def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
 def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir | None) -> Entry:
     files.sort(key=lambda f: f.shard or (0, 0))
     problems = []
-    have = {f.shard[0] for f in files if f.shard}
-    missing = [i for i in range(count) if i not in have]
-    if missing:
-        problems.append(f"partial: {len(have)} of {count} shards (missing {_ranks(missing)})")
+    gap = shard_gap(files, count)
+    if gap:
+        problems.append(gap)
     for f in files:
         s = f.summary
         if s is None:
@@ -105,6 +104,14 @@ def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir 
         expected_files=count,
         problems=tuple(problems),
     )
+
+
+def shard_gap(files: Iterable[CacheFile], count: int) -> str | None:
+    """The problem of a `num_proc` shard set that misses shards ("partial: 1 of 2 shards (missing
+    00001)"), None when every shard is there."""
+    have = {f.shard[0] for f in files if f.shard}
+    missing = [i for i in range(count) if i not in have]
+    return f"partial: {len(have)} of {count} shards (missing {_ranks(missing)})" if missing else None
 
 
 def source_entry(split: str, files: list[CacheFile], count: int | None, ds: DatasetDir | None) -> Entry:

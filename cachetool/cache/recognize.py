@@ -42,19 +42,23 @@ def is_dataset_dict(path: Path) -> bool:
     )
 
 
-def is_datasets_state(state: Any, names: set[str]) -> bool:
+def is_datasets_state(state: Any) -> bool:
     """A `state.json` as `Dataset.save_to_disk` writes it: `_fingerprint` is a string and
-    `_data_files` names `data-NNNNN-of-NNNNN.arrow` files, at least one of them here (a missing
-    one is a damaged save that verify reports). Anything else is a user's file."""
+    `_data_files` names the whole set `data-00000-of-0000N.arrow` … `data-<N-1>-of-0000N.arrow`.
+    Such a folder is a saved dataset even when none of its data files remain (a damaged save
+    verify reports). Anything else is a user's file."""
     if not isinstance(state, dict) or not isinstance(state.get("_fingerprint"), str):
         return False
     files = state.get("_data_files")
     if not isinstance(files, list) or not files:
         return False
     named = [d.get("filename") if isinstance(d, dict) else None for d in files]
-    if not all(isinstance(n, str) and layout.SAVED_SHARD_RE.match(n) for n in named):
+    shards = [layout.SAVED_SHARD_RE.match(n) if isinstance(n, str) else None for n in named]
+    if not all(shards):
         return False
-    return any(n in names for n in named)
+    return sorted((int(m["index"]), int(m["count"])) for m in shards if m) == [
+        (i, len(shards)) for i in range(len(shards))
+    ]
 
 
 def is_interrupted_save(items: Sequence[Item]) -> bool:

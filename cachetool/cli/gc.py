@@ -222,6 +222,7 @@ def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
     except ConfirmationNeeded as e:
         _warn(e.plan)
         show_plan(out, e.plan, dry_run=False, final=True)
+        _hints(e.plan)
         raise
     _show_run(out, run, plan_shown=bool(asked))
 
@@ -229,6 +230,11 @@ def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
 def _warn(plan: GcPlan) -> None:
     for w in plan.warnings:
         warn(w)
+
+
+def _hints(plan: GcPlan) -> None:
+    for h in plan.hints:
+        hint(h)
 
 
 def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
@@ -250,6 +256,7 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
         show_compaction(out, run)
         for what, why in run.named_but_kept:
             warn(f"{what} would be kept: {why}")
+        _hints(plan)
         return
     if run.declined or run.result is None:
         out.line("Nothing removed.")
@@ -263,6 +270,7 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
             show_plan(out, plan, dry_run=False, final=False)
         show_result(out, run.result, run.compaction)
         show_compaction(out, run)
+    _hints(plan)
     for what, why in run.named_but_kept:
         error(f"{what} was named but kept: {why}")
     if run.exit_code != ExitCode.OK:

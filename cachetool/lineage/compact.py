@@ -55,7 +55,6 @@ from cachetool.errors import CachetoolError
 from cachetool.lineage.compact_files import (
     LOCK_NAME,
     MAX_REPLACED,
-    alive,
     folder_fd,
     kill_point,
     locked,
@@ -73,6 +72,7 @@ from cachetool.lineage.segments import (
     segment_size,
 )
 from cachetool.lineage.writer import ENCODER, RECORD_VERSION
+from cachetool.processes import alive
 
 #: Segments kept whole per ledger folder (the newest ones, one per traced process: `cachetool
 #: run` traces one run each): `explain` compares a step with these.

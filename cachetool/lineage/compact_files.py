@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cachetool.lineage.roots import SEGMENT_SUFFIX
 from cachetool.lineage.segments import COMPACTED_PREFIX, is_segment_name, replaced_segments
+from cachetool.processes import alive
 
 
 def _max_replaced() -> int:
@@ -137,15 +138,3 @@ def sync_dir(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's: alive
-    return True

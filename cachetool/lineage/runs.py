@@ -115,7 +115,7 @@ def _state(rec: LedgerRecord) -> RunState:
 
     if rec.host != socket.gethostname() or rec.pid is None:
         return "unknown"
-    from cachetool.maintenance.leases import process_start
+    from cachetool.processes import process_start
 
     began = process_start(rec.pid)
     # The pid may be another process's now: the run's own one started before its first record.

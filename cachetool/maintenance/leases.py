@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from cachetool.processes import process_start as process_start  # also read by the lease holder
+
 #: Where a root keeps its leases, below its `.cachetool/` folder.
 LEASES_DIR = "leases"
 #: Seconds a lease lives after its last renewal, unless `CACHETOOL_LEASE_SECONDS` says otherwise.
@@ -61,36 +63,6 @@ def this_host() -> HostId:
     except OSError:
         pid_ns = 0
     return HostId(socket.gethostname(), boot_id, pid_ns)
-
-
-def process_start(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), or None when it does not exist.
-
-    Read from `/proc/<pid>/stat` and the boot time in `/proc/stat`, as psutil does (without
-    importing it: a traced run pays this at start)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        ticks = int(data[data.rindex(b")") + 2 :].split()[19])  # field 22, starttime
-        return _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, IndexError):
-        pass
-    import psutil
-
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.Error, OSError):
-        return None
-
-
-def _boot_time() -> float:
-    with open("/proc/stat", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    raise ValueError("no btime in /proc/stat")
 
 
 @dataclass(frozen=True)
@@ -171,7 +143,8 @@ def read_lease(path: Path) -> Lease | None:
 
 def lease_state(lease: Lease, me: HostId | None = None, now: float | None = None) -> LeaseState:
     """`live`, `expired` (another host's lease, not renewed within its lifetime) or `dead` (a
-    lease of this host whose process is gone or is another process with the same pid)."""
+    lease of this host whose process is gone, has ended unreaped, or is another process with the
+    same pid)."""
     me = me or this_host()
     if lease.is_local(me):
         started = process_start(lease.pid)

@@ -236,17 +236,59 @@ def bound_socket_paths() -> frozenset[str]:
 
     A `pymp-*` folder holds the listener socket of a multiprocess Manager; while its server lives,
     the socket is bound here, even though no process has the socket *file* open."""
-    out: set[str] = set()
+    return frozenset(_bound_sockets())
+
+
+def _bound_sockets() -> dict[str, int]:
+    """Bound Unix socket path -> the socket's inode, from `/proc/net/unix`."""
+    out: dict[str, int] = {}
     try:
         with open("/proc/net/unix", encoding="utf-8", errors="surrogateescape") as f:
             next(f, None)  # header
             for line in f:
                 parts = line.split(None, 7)
                 if len(parts) == 8 and parts[7].startswith("/"):
-                    out.add(parts[7].rstrip("\n"))
+                    out[parts[7].rstrip("\n")] = int(parts[6]) if parts[6].isdigit() else 0
     except OSError:
         pass
+    return out
+
+
+def socket_listeners(folder: str | os.PathLike[str], exclude_self: bool = True) -> frozenset[int]:
+    """Live processes of this host that hold a Unix socket bound below `folder` (the socket's
+    inode in `/proc/net/unix`, found among each process's descriptors); empty when none can be
+    read (another user's)."""
+    prefix = os.fspath(folder).rstrip("/") + "/"
+    links = {f"socket:[{ino}]" for path, ino in _bound_sockets().items() if path.startswith(prefix) and ino}
+    me = os.getpid()
+    out: set[int] = set()
+    for pid in _proc_pids() if links else ():
+        if exclude_self and pid == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
+                    out.add(pid)
+                    break
+            except OSError:
+                continue
     return frozenset(out)
+
+
+def socket_reason(folder: str | os.PathLike[str]) -> str:
+    """Why a folder stays while a live process listens on a socket inside it, naming that
+    process (pid and command) when it can be read."""
+    from cachetool.processes import command_line
+
+    pids = sorted(socket_listeners(folder))
+    if not pids:
+        return "a live process listens on a socket inside"
+    who = ", ".join(f"pid {pid} ({command_line(pid) or '?'})" for pid in pids[:3])
+    return f"a live process listens on a socket inside: {who}{' …' if len(pids) > 3 else ''}"
 
 
 def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms without /proc

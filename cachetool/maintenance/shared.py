@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,13 +22,12 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import compact_duration
 from cachetool.maintenance.fdops import O_DIR
-from cachetool.maintenance.hints import shell_command
+from cachetool.maintenance.hints import gc_command, shell_command
 from cachetool.maintenance.leases import LEASES_DIR, Lease, LeaseState, judge_leases, leases_dir, read_lease
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from cachetool.lineage.gclog import GcLog
 
 #: The smallest `--min-age` gc accepts for unleased temp files on a shared file system: a writer
@@ -81,9 +81,9 @@ class SharedState:
             )
         for lease in self.live:
             out.append(f"live lease: {lease} (renewed {max(0.0, now - lease.renewed):.0f}s ago)")
-        removed = "would be removed" if dry_run else "is removed"
+        # A plan, shown before it runs (or when it is refused): what happened is the result's.
         for lease, state in self.stale:
-            out.append(f"{_stale_reason(lease, state, now)}: its lease {removed}")
+            out.append(f"{_stale_reason(lease, state, now)}: its lease would be removed")
             for other in self.elsewhere.get(lease.path.name, ()):
                 command = shell_command("gc", "--temp", "--cache-dir", other)
                 out.append(f"  it also wrote in {other}, a cache root of its own: `{command}`")
@@ -97,6 +97,37 @@ class SharedState:
                 doc["also_in"] = list(self.elsewhere.get(lease.path.name, ()))
             leases.append(doc)
         return {"filesystem": self.filesystem.to_json() if self.filesystem else None, "leases": leases}
+
+
+def dead_writer_hint(
+    root: Path, state: SharedState, young: Mapping[Path, float | None], min_age: float
+) -> str | None:
+    """The command that removes now the leftovers kept only as younger than `min_age` (paths to
+    their last modification) that a traced run of this host may have left: its process is gone
+    (its lease is dead) and it was running when they were last written, and no process holds
+    them (else they would not be kept for their age). None on a shared file system, where a
+    writer on another host may hold what `/proc` does not show."""
+    fs = state.filesystem
+    if fs is not None and fs.shared:
+        return None
+    dead = [lease for lease, s in state.stale if s == "dead"]
+    by_lease: dict[Lease, list[Path]] = {}
+    for path, mtime in sorted(young.items()):
+        lease = next((x for x in dead if mtime is not None and x.start - 1.0 <= mtime <= x.expires), None)
+        if lease is not None:
+            by_lease.setdefault(lease, []).append(path)
+    if not by_lease:
+        return None
+    leases = ", ".join(str(lease) for lease in by_lease)
+    paths = [p for ps in by_lease.values() for p in ps]
+    n = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
+    them = "them" if len(paths) != 1 else "it"
+    command = gc_command(root, *(os.fsdecode(p) for p in paths))
+    return (
+        f"{leases}, a traced run that wrote here, is gone, and no process holds the {n} kept as younger "
+        f"than --min-age {compact_duration(min_age)} that it may have left unfinished: `{command}` "
+        f"removes {them} now (checked again right before)"
+    )
 
 
 def leased_reason(lease: Lease) -> str:

@@ -19,7 +19,7 @@ from cachetool.cache.tfdata import tf_leftover_name
 from cachetool.maintenance.gc.model import GcItem, Refusal, Target
 from cachetool.maintenance.gc.planner import Planner, gc_alive, newest_mtime, owner_uid
 from cachetool.maintenance.gc.tempdir import check_owner_refusal, owner_refusal
-from cachetool.maintenance.liveness import cwd_pids_under
+from cachetool.maintenance.liveness import cwd_pids_under, socket_reason
 from cachetool.maintenance.locks import LockState, lock_guard, probe
 
 
@@ -247,7 +247,7 @@ class LeftoverPlanner(Planner):
             bound = any(s.startswith(prefix) for s in self.sockets)
             why = self.refusal([tf.uid], tf.newest, pids, scope="temp")
             if why is None and bound:
-                why = Refusal("socket", "a live process listens on a socket inside")
+                why = Refusal("socket", socket_reason(tf.path))
             if why is None and tf.kind == "determinism":
                 why = check_owner_refusal(tf.path.name, tf.made_by, self.pool_users)
             elif why is None:

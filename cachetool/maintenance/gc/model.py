@@ -190,6 +190,9 @@ class Skip:
     size: int = 0
     fingerprint: str | None = None
     scope: Scope = "root"
+    #: The entry's other fingerprints (a saved dataset's, as `load_from_disk` gives it): a kept
+    #: entry named by one of them is named too.
+    aliases: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def id(self) -> str:
@@ -277,6 +280,8 @@ class GcPlan:
     temp_id: tuple[int, int] | None = field(default=None, compare=False)
     #: The root's file system and leases (`cachetool.maintenance.shared`).
     shared: SharedState | None = field(default=None, compare=False)
+    #: Commands that do what this plan keeps from doing (`shared.dead_writer_hint`).
+    hints: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def expected_freed(self) -> int:
@@ -312,6 +317,7 @@ class GcPlan:
                 "summary": self.keeps_sentence(),
             },
             "warnings": list(self.warnings),
+            "hints": list(self.hints),
             **(self.shared.to_json() if self.shared is not None else {}),
         }
 
@@ -394,7 +400,7 @@ def named_but_kept(names: Iterable[str], plan: GcPlan, result: GcResult | None) 
         ids = [x for x in (fp, *aliases) if x]
         return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
 
-    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, (), s.path)]
+    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, s.aliases, s.path)]
     if result is not None:
         kept += [
             (o.item.id, o.reason or o.status)

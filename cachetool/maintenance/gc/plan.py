@@ -31,7 +31,7 @@ from cachetool.maintenance.gc.model import (
 )
 from cachetool.maintenance.gc.tempdir import TempScan, scan_temp_dir
 from cachetool.maintenance.liveness import InUse, TempDirUser
-from cachetool.maintenance.shared import check_min_age, shared_state
+from cachetool.maintenance.shared import check_min_age, dead_writer_hint, shared_state
 
 
 class _Builder(LeftoverPlanner, EvictionPlanner):
@@ -120,6 +120,10 @@ def _run_steps(
         if e.kind not in EVICTABLE:
             b.skip(
                 e, Refusal("not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)")
+            )
+        elif e.kind == Kind.SAVED and (e.unit or e.path) == b.root:
+            b.skip(
+                e, Refusal("cache-root", "is the cache root itself: gc never removes the folder it cleans")
             )
     # Names narrow the run even when none of them can be evicted: `[]` is "nothing in scope".
     named = [e for e in explicit if e.kind in EVICTABLE] if options.fingerprints else None
@@ -232,7 +236,14 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         pool_users=pools,
         root_refused=why.detail if why else None,
     )
-    return dataclasses.replace(plan, root_id=root_id, temp_id=temp_id, shared=shared)
+    modified = {e.path: e.modified for e in report.entries}
+    young = {
+        s.path: modified.get(s.path) for s in plan.skipped if s.code == "too-young" and s.scope == "root"
+    }
+    hint = dead_writer_hint(report.root, shared, young, options.min_age)
+    return dataclasses.replace(
+        plan, root_id=root_id, temp_id=temp_id, shared=shared, hints=(hint,) if hint else ()
+    )
 
 
 def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:

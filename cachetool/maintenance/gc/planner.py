@@ -16,6 +16,7 @@ from cachetool.maintenance.gc.model import GcItem, GcOptions, KeepCode, KeptBeca
 from cachetool.maintenance.gc.tempdir import TempScan
 from cachetool.maintenance.liveness import InUse, TempDirUser
 from cachetool.maintenance.shared import leased_reason
+from cachetool.processes import alive
 
 #: How the keeps sentence counts an entry that a refusal (`Planner.refusal`) keeps.
 KEPT_BECAUSE: dict[KeepCode, KeptBecause] = {
@@ -129,6 +130,7 @@ class Planner:
                 size if size is not None else (e.size if e else 0),
                 e.fingerprint if e else None,
                 scope,
+                e.aliases if e else (),
             )
         )
 
@@ -159,6 +161,8 @@ def gc_alive(pid: int) -> bool:
     """Is `pid` a live cachetool process (the gc whose set-aside name carries it)?"""
     if pid == os.getpid():
         return True
+    if not alive(pid):
+        return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"cachetool" in f.read()

@@ -18,7 +18,7 @@ from cachetool.maintenance.fdops import O_DIR, inventory, open_parent
 from cachetool.maintenance.gc.model import GcItem, GcOptions, Target
 from cachetool.maintenance.gc.planner import gc_alive, too_young
 from cachetool.maintenance.gc.tempdir import check_owner_refusal, owner_refusal
-from cachetool.maintenance.liveness import InUse, TempDirUser, cwd_pids_under
+from cachetool.maintenance.liveness import InUse, TempDirUser, cwd_pids_under, socket_reason
 from cachetool.maintenance.locks import LockBusy, acquire, guard_alive
 from cachetool.maintenance.shared import leased_reason
 
@@ -148,7 +148,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
     if t.is_dir:
         prefix = os.fspath(t.path) + "/"
         if any(s.startswith(prefix) for s in ctx.sockets):
-            raise Refused("a live process listens on a socket inside")
+            raise Refused(socket_reason(t.path))
     if item.scope == "temp" and t.is_dir:
         cwd = cwd_pids_under(t.path)
         if cwd:

@@ -12,8 +12,8 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.layout import TempKind
 from cachetool.maintenance.gc.model import Refusal
-from cachetool.maintenance.leases import process_start
 from cachetool.maintenance.liveness import TempDirUser
+from cachetool.processes import alive, process_start
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _process_start(pid: int) -> float | None:
     """When process `pid` started, or None when it is gone; 0.0 when it lives but its start
     cannot be read (then it counts as started before anything: it may own the folder)."""
     started = process_start(pid)
-    if started is None and os.path.exists(f"/proc/{pid}"):
+    if started is None and alive(pid):
         return 0.0
     return started
 

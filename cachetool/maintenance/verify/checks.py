@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cachetool.cache import layout
+from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.maintenance.fdops import identity
@@ -48,7 +49,10 @@ class Checker:
         self.now = now
         self.findings: list[Finding] = []
         self.removed_folders: frozenset[Path] | None = None
-        self.recompute = recompute_hint(report.root)
+
+    def recompute(self, e: Entry) -> str:
+        """The hint for a damaged entry `e`: how it gets computed (or saved) again."""
+        return recompute_hint(self.report.root, (e.unit or e.path) if e.kind == Kind.SAVED else None)
 
     @property
     def in_use(self) -> InUse:
@@ -125,9 +129,14 @@ class Checker:
         for f in e.files:
             self.file(e, f)
         reported = _file_problem_texts(e)
+        gap = shard_gap(e.files, e.expected_files) if e.kind == Kind.SHARDS and e.expected_files else None
         for p in e.problems:
-            if p not in reported:
-                self.add("damaged", e, e.path, p, self.recompute)
+            if p == gap:
+                # A num_proc map that did not finish: datasets loads each finished shard from the
+                # cache and computes only the missing ones, so the finished ones are not damage.
+                self.add("partial-shards", e, e.path, f"{p}: {_REUSED}")
+            elif p not in reported:
+                self.add("damaged", e, e.path, p, self.recompute(e))
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
@@ -164,7 +173,7 @@ class Checker:
             if pids:
                 self.add("being-written", e, f.path, f"being written by pid {pids_text(pids)}")
                 return
-            self.add("unreadable-header", e, f.path, s.error, self.recompute)
+            self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
             return
         expected = expected_metadata_fingerprint(f)
         if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
@@ -173,7 +182,7 @@ class Checker:
                 e,
                 f.path,
                 _mismatch(s.fingerprint, expected),
-                "the file was written under another name or overwritten; " + self.recompute,
+                "the file was written under another name or overwritten; " + self.recompute(e),
             )
 
     def shards_in_progress(self, e: Entry) -> bool:
@@ -203,7 +212,7 @@ class Checker:
                     e,
                     f.path,
                     f"{got} rows, dataset_info.json shard_lengths says {want}",
-                    self.recompute,
+                    self.recompute(e),
                 )
 
     def temp(self, e: Entry) -> None:
@@ -290,6 +299,9 @@ def expected_metadata_fingerprint(f: CacheFile) -> str | None:
 
 def _mismatch(held: str, expected: str) -> str:
     return f"file holds fingerprint {held}, name says {expected}"
+
+
+_REUSED = "a num_proc map that did not finish; datasets reuses the finished shards and computes the rest"
 
 
 def _file_problem_texts(e: Entry) -> set[str]:

@@ -88,7 +88,7 @@ def deep_pass(
     record_command = shell_command("verify", "--deep", "--record", "--cache-dir", os.fsdecode(report.root))
     for e, res in results:
         if res.error is not None:
-            checker.add("invalid-data", e, res.path, res.error, checker.recompute, ident=res.identity)
+            checker.add("invalid-data", e, res.path, res.error, checker.recompute(e), ident=res.identity)
             continue
         key = rel(res.path, report.root)
         _compare(checker, e, res, stored.get(key), record_command)

@@ -45,7 +45,7 @@ def check_indices(
                     e,
                     e.files[0].path,
                     f"index {biggest} points past the end of its data ({parent.rows} rows in {parent.id})",
-                    checker.recompute,
+                    checker.recompute(e),
                 )
             continue
         _unrecorded(checker, e, entries, biggest, ledger)
@@ -73,7 +73,7 @@ def _unrecorded(checker: Checker, e: Entry, entries: Sequence[Entry], biggest: i
         e,
         e.files[0].path,
         f"index {biggest} points past the end of every dataset in its folder (largest has {max(sizes)} rows)",
-        checker.recompute,
+        checker.recompute(e),
     )
 
 

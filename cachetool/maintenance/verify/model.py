@@ -47,6 +47,7 @@ Code = Literal[
     "stale-lock",  # a lock whose guarded folder is gone and that nobody holds
     "orphan-indices",  # an indices file whose data is gone
     "checksums-not-stored",  # --record could not write its checksums
+    "partial-shards",  # a num_proc shard set missing shards (a killed map): datasets reuses the rest
     "not-quarantined",  # --quarantine left a broken file where it is, and why
     # information
     "odd-file",  # anything else the scan says about a file datasets does not write
@@ -85,6 +86,7 @@ SEVERITY: dict[Code, Severity] = {
             "stale-lock",
             "orphan-indices",
             "checksums-not-stored",
+            "partial-shards",
             "not-quarantined",
         ),
         Severity.WARNING,
@@ -208,10 +210,16 @@ class VerifyReport:
         return doc
 
 
-def recompute_hint(root: Path) -> str:
-    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it."""
+def recompute_hint(root: Path, saved: Path | None = None) -> str:
+    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it.
+    Nothing recomputes a damaged `saved` folder (a `save_to_disk` one): it is saved again, and
+    moved aside only from a root that holds it (the root itself cannot move into its own
+    quarantine)."""
     command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
-    return f"move it aside with `{command}`; datasets will recompute it"
+    if saved is None:
+        return f"move it aside with `{command}`; datasets will recompute it"
+    again = "nothing recomputes a save_to_disk folder: save it again with the code that made it"
+    return again if saved == root else f"{again}, or move it aside with `{command}`"
 
 
 TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"

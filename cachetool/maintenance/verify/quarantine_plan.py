@@ -1,7 +1,7 @@
 """`verify --quarantine`: move what has errors aside (never delete), as a plan first.
 
 `plan_quarantine(report)` says what would move, unit by unit (a damaged source split takes its
-`dataset_info.json`, a saved dataset its whole folder, a shard set all its shards); `--dry-run`
+`dataset_info.json`, a saved dataset its whole folder; a num_proc shard only itself); `--dry-run`
 prints it; `plan.execute()` moves each unit into `<root>/.cachetool/quarantine/<time>-<pid>/`,
 checking each file again right before: still the version verify judged, not a symlink, inside the
 cache, not held or mapped by a live process, not covered by a live lease. `restore` puts them back.
@@ -68,8 +68,8 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
 
     A damaged source split takes `dataset_info.json` with it (moved first: without it `datasets`
     prepares the folder again); a saved dataset moves as its whole folder (a saved DatasetDict as
-    the dict folder; `load_from_disk` reads every file `state.json` names); a shard set moves
-    with all its shards; anything else is the damaged file alone."""
+    the dict folder; `load_from_disk` reads every file `state.json` names); anything else, a
+    shard of a num_proc set too (datasets reuses the others), is the damaged file alone."""
     errors = report.errors
     if not errors:
         return QuarantinePlan(report, ())
@@ -87,6 +87,10 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
             paths = [e.unit or e.path]
         elif e.kind in (Kind.INCOMPLETE_SAVE, Kind.INCOMPLETE_PREPARE):
             paths = [e.path]
+        elif e.kind == Kind.SHARDS:
+            # datasets loads each finished shard on its own and computes only the missing ones:
+            # a complete, valid shard stays.
+            paths = [f.path]
         else:
             paths = [x.path for x in e.files] or [e.path]
         units.append(QuarantineUnit(f, tuple(p for p in paths if os.path.lexists(p))))

@@ -107,11 +107,24 @@ def _check(
 
 
 def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
-    """Records whose files are gone: information (gc or a user removed them), not corruption."""
+    """Records whose files are gone: information (a user removed them), not corruption. What gc
+    removed after the record was written, and logged in the ledger, is history and says nothing."""
+    removed: dict[str, float] = {}  # path gc removed (a file or a folder) -> when, the latest
+    for gc in ledger.gc_records():
+        for p in gc.paths:
+            removed[p] = max(removed.get(p, gc.time), gc.time)
+
+    def by_gc(path: str, written: float) -> bool:
+        return any(removed.get(os.fspath(p), 0.0) >= written for p in (Path(path), *Path(path).parents))
+
     gone: dict[str, str] = {}
     for rec in ledger.own_steps():
         for f in rec.files:
-            if f.path not in gone and not os.path.lexists(f.path):
+            if (
+                f.path not in gone
+                and not os.path.lexists(f.path)
+                and not (removed and by_gc(f.path, rec.time))
+            ):
                 gone[f.path] = rec.result or "?"
     for path, fp in sorted(gone.items()):
         problem = Problem("record-file-gone", "recorded file no longer exists (removed since)")
