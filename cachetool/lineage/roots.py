@@ -40,6 +40,19 @@ def ledger_dir(root: str | os.PathLike[str]) -> Path:
     return Path(root) / LEDGER_DIR / "ledger"
 
 
+def make_state_dir(root: str | os.PathLike[str], folder: Path) -> None:
+    """Create `folder` (inside `<root>/.cachetool/`) and the folders between it and `root`, but
+    never `root` itself nor anything above it: a root the program deleted stays deleted
+    (FileNotFoundError)."""
+    current = Path(root)
+    for part in folder.relative_to(current).parts:
+        current = current / part
+        try:
+            os.mkdir(current)
+        except FileExistsError:
+            pass
+
+
 def fallback_ledger_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
     """The per-user ledger of a root that cannot be written (read-only file system or permissions)."""
     return user_state_dir(environ) / "ledgers" / root_key(root)
