@@ -62,8 +62,9 @@ def _plain_run(argv: Sequence[str]) -> bool:
 
 
 def _module_run(argv: Sequence[str]) -> bool:
-    """`run -m MODULE ...`: everything after the module is the module's, as with `python -m`."""
-    return len(argv) >= 3 and argv[:2] == ["run", "-m"] and not completing()
+    """`run -m MODULE ...` (or `--module`): everything after the module is the module's, as with
+    `python -m`."""
+    return len(argv) >= 3 and argv[0] == "run" and argv[1] in ("-m", "--module") and not completing()
 
 
 def completing() -> bool:
