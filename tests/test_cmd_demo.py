@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import hf_env
 from tests.test_output import check, run_process
 
 
@@ -27,5 +30,15 @@ def fixed_folder() -> Iterator[Path]:
 @pytest.mark.slow
 def test_demo(fixed_folder: Path, tmp_path: Path) -> None:
     """`demo`: builds the cache, lists it, prints the lineage of its last step and what
-    `gc --temp` would remove, then hints where to look next."""
+    `gc --temp` would remove, then hints where to look next. Its caches are not added to the
+    user's registry of roots: `dirs` does not list them afterwards."""
     check("demo", run_process(["demo", str(fixed_folder)], tmp_path))
+    dirs = subprocess.run(
+        [sys.executable, "-m", "cachetool", "dirs", "--json"],
+        env=hf_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dirs.returncode == 0, dirs.stderr
+    assert str(fixed_folder) not in dirs.stdout

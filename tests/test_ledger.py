@@ -121,6 +121,53 @@ def test_a_writer_killed_mid_record_leaves_a_torn_tail_that_is_skipped(tmp_path:
     assert set(usage_by_fingerprint(root)) == {f"fp{i:014d}" for i in range(20)}
 
 
+#: Three gc records; the second hits a file size limit (RLIMIT_FSIZE: the kernel writes part of
+#: it and fails the rest, as a full disk does), then the limit is lifted (gc freed the space).
+TORN_BY_A_FULL_DISK = textwrap.dedent(
+    """\
+    import resource, signal, sys
+    from cachetool.lineage.gclog import GcLog
+    from cachetool.lineage.roots import ledger_dir
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    root = sys.argv[1]
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    with GcLog(root) as log:
+        def removed(i):
+            log.removed(kind="derived", paths=[f"{root}/cache-{i}.arrow"], size=1, files=1,
+                        reason="older than 30d", fingerprint=f"{i:016x}", when=1000.0 + i)
+        removed(1)
+        (segment,) = ledger_dir(root).glob("*.jsonl")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (segment.stat().st_size + 40, hard))
+        removed(2)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+        removed(3)
+    print(segment.stat().st_size)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_record_after_a_torn_one_starts_on_a_fresh_line(tmp_path: Path) -> None:
+    """gc logs a removal while the disk is full (the kernel writes part of the record), space
+    comes back, and gc logs the next removal: that record is read back whole, not glued to the
+    torn one; only the torn one is skipped, with a warning."""
+    from cachetool.lineage.gclog import gc_records
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", TORN_BY_A_FULL_DISK, str(root)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = read_ledger(root)
+    assert [r.fingerprint for r in gc_records(got)] == [f"{1:016x}", f"{3:016x}"]
+    assert len(got.warnings) == 1 and "skipped an unreadable record" in got.warnings[0]
+
+
 def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_path: Path) -> None:
     """A ledger written by a newer cachetool (v2, fields this one does not know) still reads."""
     root = tmp_path / "cache"

@@ -156,6 +156,19 @@ def test_stats_compact_on_the_command_line(tmp_path: Path, monkeypatch: pytest.M
     assert alone.exit_code == 2 and "--compact" in alone.output
 
 
+def test_fewer_segments_than_the_newest_kept_whole_compacts_nothing(tmp_path: Path) -> None:
+    """`cachetool stats --compact` of a ledger of 40 finished runs (fewer than the newest 50 kept
+    whole): nothing is summarised, every segment stays, and the output says why."""
+    root = tmp_path / "cache"
+    _write_runs(root, 40, 3)
+    files = _segments(root)
+    done = invoke("stats", "--compact", "--json", "--cache-dir", str(root))
+    assert done.exit_code == 0, done.output
+    compaction = json.loads(done.output)["compaction"]
+    assert (compaction["segments"], compaction["runs"], compaction["recent"]) == (0, 0, 40)
+    assert _segments(root) == files
+
+
 APPENDER = textwrap.dedent(
     """\
     import socket, sys, time

@@ -391,6 +391,46 @@ def test_run_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.stderr.strip() == "Error: can't open file 'nope.py': No such file or directory"
 
 
+def test_run_a_folder_without_main_is_a_one_line_error(tmp_path: Path) -> None:
+    """`cachetool run data` where `data` is a folder without `__main__.py`: one `Error:` line
+    (what `python data` says, without a traceback) and exit 2, as for a missing script."""
+    (tmp_path / "data").mkdir()
+    proc = cachetool_run("data", env=subprocess_env(tmp_path), cwd=tmp_path, timeout=60, check=False)
+    assert (proc.returncode, proc.stderr) == (2, "Error: can't find '__main__' module in 'data'\n")
+
+
+MODULE_PROBE = textwrap.dedent(
+    """\
+    import sys
+    print("argv", sys.argv[1:], "name", __name__, "spec", __spec__.name, "path0", sys.path[0])
+    from datasets import Dataset
+    print("rows", len(Dataset.from_dict({"x": [1, 2]}).map(lambda ex: {"y": ex["x"]})))
+    sys.exit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0)
+    """
+)
+
+
+def test_run_m_runs_a_module_as_python_m_does(tmp_path: Path) -> None:
+    """`cachetool run -m pkg.probe ARGS` runs the module as `python -m pkg.probe ARGS` does (same
+    argv, `__name__`, `__spec__`, `sys.path[0]`, output and exit code; options after the module
+    are its own) and records its steps in the ledger; a module that does not exist gives
+    python's one line and exit code."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "pkg" / "probe.py").write_text(MODULE_PROBE, encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    for args in (["pkg.probe", "--help", "3"], ["no_such_module"]):
+        plain = subprocess.run(
+            [sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        traced = cachetool_run("-m", *args, env=env, cwd=tmp_path, timeout=120, check=False)
+        assert (traced.returncode, traced.stdout) == (plain.returncode, plain.stdout), traced.stderr[-2000:]
+        assert traced.stderr.splitlines()[-1:] == plain.stderr.splitlines()[-1:]
+    assert plain.returncode == 1 and "No module named no_such_module" in plain.stderr
+    records = [line for p in (tmp_path / "cache").glob(".cachetool/ledger/*.jsonl") for line in p.open()]
+    assert any('"operation":"map"' in line for line in records)
+
+
 CLI_FRONT = ("typer", "rich", "click", "pydantic")
 
 

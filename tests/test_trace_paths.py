@@ -146,3 +146,43 @@ def test_cachetools_own_files_are_never_listed(traced: Traced) -> None:
         assert ".jsonl" not in human and "read-index" not in human and "pins" not in human
         assert [p for p in paths + quiet if ".cachetool" in p or "cachetool_home" in p] == [], folder
     assert len(_cli(traced, "ls", "-q", str(traced.saved)).stdout.split()) == 3
+
+
+CACHE_DIR_URL = textwrap.dedent(
+    """\
+    import json, sys
+    from datasets import load_dataset
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train", cache_dir="file://" + sys.argv[2])
+    ds = ds.map(lambda ex: {"y": ex["id"] * 2})
+    print(json.dumps({"map": ds._fingerprint}))
+    """
+)
+
+
+def test_load_dataset_with_a_file_url_as_cache_dir_records_in_that_cache(tmp_path: Path) -> None:
+    """`load_dataset(..., cache_dir="file:///…/cache")` then a map, under `cachetool run`: the
+    working directory stays empty (no `file:` folder), the load and the map are recorded in the
+    ledger of the cache the URL names, and `lineage` there goes from the map back to the csv."""
+    (tmp_path / "p.py").write_text(CACHE_DIR_URL, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(8)), encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    cache = tmp_path / "cache"
+    env = subprocess_env(tmp_path)
+    csv = str(tmp_path / "d.csv")
+    proc = cachetool_run(tmp_path / "p.py", csv, str(cache), env=env, cwd=work, timeout=180)
+    fp = json.loads(proc.stdout.strip().splitlines()[-1])["map"]
+    assert list(work.iterdir()) == []
+    records = [json.loads(line) for p in cache.glob(".cachetool/ledger/*.jsonl") for line in p.open()]
+    assert {r["root"] for r in records if r.get("operation") in ("load_dataset", "map")} == {str(cache)}
+    lineage = forks.run(
+        [sys.executable, "-m", "cachetool", "lineage", fp, "--cache-dir", str(cache), "--json"],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lineage.returncode == 0, lineage.stderr
+    steps = json.loads(lineage.stdout)["steps"]
+    assert steps[0]["source"]["kind"] == "builder" and steps[-1]["fingerprint"] == fp

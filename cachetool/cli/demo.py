@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -39,12 +40,25 @@ def demo_command(
 
 @handle_errors
 def _demo(folder: Path | None) -> None:
+    from cachetool.lineage.roots import forget_roots, known_roots
+
+    target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
+    before = set(known_roots())
+    try:
+        _show_demo(target)
+    finally:
+        # Its traced pipeline registered the demo's caches (its lineage finds the saved copy
+        # through the registry); once the demo is over, `cachetool dirs` does not list them.
+        inside = os.path.realpath(target) + os.sep
+        forget_roots(p for p in set(known_roots()) - before if (p + os.sep).startswith(inside))
+
+
+def _show_demo(target: Path) -> None:
     from cachetool.cache.scan import scan_cache
     from cachetool.cli.ls import report_warnings
     from cachetool.cli.ls_table import render_human
     from cachetool.demo import build_demo
 
-    target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
     out = Output(OutputFormat.human)
     out.line(f"Building a demo cache in {target} with the real datasets library…")
     demo = build_demo(target, traced=True)

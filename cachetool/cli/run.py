@@ -14,20 +14,33 @@ CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": 
 
 def run_command(
     script: Annotated[
-        str, typer.Argument(help="The Python script to run, as you would give it to `python`.")
-    ],
+        str | None,
+        typer.Argument(
+            help="The Python script to run, as you would give it to `python`.", show_default=False
+        ),
+    ] = None,
     args: Annotated[
         list[str] | None, typer.Argument(help="Arguments for the script, passed through untouched.")
+    ] = None,
+    module: Annotated[
+        str | None,
+        typer.Option(
+            "-m",
+            "--module",
+            metavar="MODULE",
+            help="Run a module as `python -m MODULE` does (everything after it is its arguments).",
+        ),
     ] = None,
 ) -> None:
     """Run a pipeline script exactly as `python script.py args...` would, recording lineage.
 
     The script gets the same `sys.argv`, `__main__`, `sys.path[0]` (its own folder), working
     directory, stdin/stdout, exit code and tracebacks; `num_proc` pools (fork and spawn) keep
-    working. From its first `import datasets` on, every transform call (map, filter, select,
-    shuffle, ...) is recorded in the ledger of the cache root it belongs to: parent and result
-    fingerprints, arguments, the function and the call site, files written or reused, hit or miss.
-    Read it back with `cachetool lineage`, `cachetool ls` and `cachetool show`.
+    working. `-m MODULE` runs a module as `python -m MODULE args...` does. From its first
+    `import datasets` on, every transform call (map, filter, select, shuffle, ...) is recorded in
+    the ledger of the cache root it belongs to: parent and result fingerprints, arguments, the
+    function and the call site, files written or reused, hit or miss. Read it back with
+    `cachetool lineage`, `cachetool ls` and `cachetool show`.
 
     In your own code, `with cachetool.tracing(): ...` does the same.
 
@@ -37,15 +50,23 @@ def run_command(
 
         cachetool run train.py --epochs 3 --data ./data
 
+        cachetool run -m mypackage.prepare --split train
+
         python -m cachetool run pipeline.py
 
-    Exit codes: the script's own; 2 when the script does not exist.
+    Exit codes: the script's own; 2 when the script does not exist or is a folder without
+    `__main__.py`.
     """
-    _run(script, list(args or []))
+    if module is not None:
+        _run(module, [*([script] if script is not None else []), *(args or [])], module=True)
+    elif script is None:
+        raise typer.BadParameter("give a script to run, or -m MODULE", param_hint="SCRIPT")
+    else:
+        _run(script, list(args or []))
 
 
 @handle_errors
-def _run(script: str, args: list[str]) -> None:
+def _run(script: str, args: list[str], module: bool = False) -> None:
     from cachetool.trace.runner import run_script
 
-    run_script(script, args)
+    run_script(script, args, module=module)

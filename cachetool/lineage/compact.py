@@ -219,7 +219,7 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
         segments = first_pass(folder)
         warnings = tuple(f"{folder / s.name}: left whole: {s.unread}" for s in segments if s.unread)
         raw = sorted((s for s in segments if not s.compacted), key=lambda s: (s.last, s.name))
-        recent = raw[len(raw) - keep_runs :] if keep_runs > 0 else []
+        recent = raw[max(0, len(raw) - keep_runs) :] if keep_runs > 0 else []
         old = raw[: len(raw) - len(recent)]
         finished = [s.name for s in old if not s.unread and _finished(s, folder, now)]
         if len(finished) > MAX_REPLACED:

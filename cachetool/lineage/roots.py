@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,19 @@ def root_key(root: str | os.PathLike[str]) -> str:
 def ledger_dir(root: str | os.PathLike[str]) -> Path:
     """`<root>/.cachetool/ledger`: where tracers write the records of this root."""
     return Path(root) / LEDGER_DIR / "ledger"
+
+
+def make_state_dir(root: str | os.PathLike[str], folder: Path) -> None:
+    """Create `folder` (inside `<root>/.cachetool/`) and the folders between it and `root`, but
+    never `root` itself nor anything above it: a root the program deleted stays deleted
+    (FileNotFoundError)."""
+    current = Path(root)
+    for part in folder.relative_to(current).parts:
+        current = current / part
+        try:
+            os.mkdir(current)
+        except FileExistsError:
+            pass
 
 
 def fallback_ledger_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
@@ -104,6 +117,33 @@ def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
         last = seen.get("last_seen")
         if isinstance(last, (int, float)) and time.time() - last < 3600:
             return  # known and recently seen: no lock, no rewrite
+
+    def add(roots: dict[str, dict[str, Any]]) -> None:
+        now = time.time()
+        item = roots.get(path) or {"kind": kind, "first_seen": now}
+        item["last_seen"] = now
+        if kind == "saved":
+            item["kind"] = kind
+        roots[path] = item
+
+    _update_registry(add)
+
+
+def forget_roots(paths: Iterable[str]) -> None:
+    """Remove `paths` (absolute, as `known_roots` keys them) from the registry. Failures are
+    silent, as for `register_root`."""
+    gone = set(paths)
+
+    def drop(roots: dict[str, dict[str, Any]]) -> None:
+        for path in gone & set(roots):
+            del roots[path]
+
+    if gone & set(known_roots()):
+        _update_registry(drop)
+
+
+def _update_registry(change: Callable[[dict[str, dict[str, Any]]], None]) -> None:
+    """Re-read the registry under its lock, `change` it, and write it whole."""
     try:
         from filelock import FileLock
 
@@ -111,12 +151,7 @@ def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(target) + ".lock", timeout=5):
             roots = known_roots()
-            now = time.time()
-            item = roots.get(path) or {"kind": kind, "first_seen": now}
-            item["last_seen"] = now
-            if kind == "saved":
-                item["kind"] = kind
-            roots[path] = item
+            change(roots)
             tmp = target.with_name(f".{ROOTS_FILE}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"v": 1, "roots": roots}, indent=1, sort_keys=True), encoding="utf-8")
             os.replace(tmp, target)

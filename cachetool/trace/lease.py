@@ -8,7 +8,10 @@ be writing in the root as live while the lease lives (`cachetool.maintenance.liv
 
 A lease is written to a temp name and renamed into place, so a reader never sees half of one. It
 is removed when tracing is uninstalled or the process exits; a killed process leaves it behind,
-and gc removes it once it is dead (this host) or expired (another host).
+and gc removes it once it is dead (this host) or expired (another host). Taking a lease creates
+`.cachetool/leases/` inside an existing root, never the root; a renewal creates nothing: a lease
+whose file is gone (the program deleted the root, a saved folder or a temporary directory) ends
+there, so the folder stays deleted.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from cachetool.lineage.roots import make_state_dir
 from cachetool.maintenance.leases import lease_seconds, leases_dir, process_start, this_host
 
 __all__ = ["LeaseHolder", "hold_lease", "holder", "release_all"]
@@ -63,9 +67,10 @@ class LeaseHolder:
                 return self._paths[key]
             path = leases_dir(key) / self.name
             try:
+                make_state_dir(key, path.parent)
                 self._write(path)
             except OSError:
-                return None
+                return None  # read-only, or the root is gone
             self._paths[key] = path
             if self._thread is None:
                 self._thread = threading.Thread(target=self._renew, name="cachetool-lease", daemon=True)
@@ -75,13 +80,7 @@ class LeaseHolder:
     def _write(self, path: Path) -> None:
         doc = dict(self._doc, renewed=time.time())
         tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-        try:
-            fd = os.open(tmp, flags, 0o644)
-        except FileNotFoundError:
-            # First lease of the root, or another process just removed the empty folder.
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, flags, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, json.dumps(doc).encode("utf-8"))
         finally:
@@ -93,7 +92,12 @@ class LeaseHolder:
             if os.getpid() != self.pid:
                 return  # a forked child: the lease is its parent's
             with self._lock:
-                for path in list(self._paths.values()):
+                for key, path in list(self._paths.items()):
+                    # A renewal never creates anything: a lease that is gone (its root deleted by
+                    # the program, or the lease removed) ends, so the folder stays deleted.
+                    if not os.path.lexists(path):
+                        del self._paths[key]
+                        continue
                     with contextlib.suppress(OSError):
                         self._write(path)
 

@@ -29,7 +29,9 @@ def builder_records(
     if exc is not None or out is None:
         return []
     builder: Any = frame.args[0] if frame.args else frame.kwargs.get("self")
-    cache_root = abs_path(str(getattr(builder, "_cache_dir_root", "") or b.roots.default))
+    # `cache_dir=` may be a URL (`file:///…`): the path it names, or on another file system the
+    # process's cache root (as for every entry point: `local_path`).
+    cache_root = local_path(getattr(builder, "_cache_dir_root", None)) or b.roots.default
     b.roots.add(cache_root)
     rel = None
     with contextlib.suppress(Exception):

@@ -35,8 +35,10 @@ class Roots:
             self._on_new_root(root)
 
     def remember(self, folder: str, root: str) -> None:
-        """`folder` (a builder's output folder) belongs to the cache root `root`."""
-        self._by_folder[abs_path(folder)] = root
+        """`folder` (a builder's output folder, a path or a URL) belongs to the cache root `root`."""
+        path = local_path(folder)
+        if path is not None:
+            self._by_folder[path] = root
 
     def saved(self, path: str) -> str:
         """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""

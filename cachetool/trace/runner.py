@@ -1,4 +1,5 @@
-"""Run a script exactly as `python script.py args...` would, with tracing on.
+"""Run a script exactly as `python script.py args...` would (a module as `python -m module
+args...`), with tracing on.
 
 `run_script()` replaces the current process (`os.execv`) by a fresh interpreter started as
 `python -m cachetool.trace.bootstrap script.py args...`: no state of the caller (Typer, Rich, the
@@ -15,6 +16,8 @@ The bootstrap then makes the interpreter look as if it had been started on the s
 * `__main__` is a fresh module with the same attributes CPython gives a script (`__file__`
   absolute, `__loader__` a `SourceFileLoader`, `__spec__` None), so `multiprocessing` spawn
   workers re-import it from its path (as `__mp_main__`) and fork workers inherit it;
+* `-m module` runs the module as `python -m` does (`runpy`'s own code for it: `sys.argv[0]` the
+  module's file, `sys.path[0]` the working directory);
 * tracing is installed by an import hook that fires on the script's own `import datasets`
   (never earlier: `datasets` reads `HF_DATASETS_CACHE` at import);
 * tracebacks printed for an uncaught exception leave out the bootstrap and tracer frames.
@@ -51,16 +54,47 @@ class ScriptNotFound(CachetoolError):
         self.script = script
 
 
-def command(script: str, args: Sequence[str]) -> list[str]:
-    """The interpreter command line that runs `script` under the bootstrap:
-    `python -m cachetool.trace.bootstrap script.py args...`, so `ps` shows the script and its
-    arguments; `python -c <bootstrap>` only when a fresh interpreter could not import cachetool
-    by itself (run from a source folder with `-I` or `-P`)."""
+class NoMainModule(CachetoolError):
+    """The folder or zip file given to `cachetool run` has no `__main__` module to run."""
+
+    def __init__(self, script: str) -> None:
+        super().__init__(f"can't find '__main__' module in '{script}'")
+        self.script = script
+
+
+#: What the bootstrap's first argument is when it runs a module (`cachetool run -m module`).
+MODULE_FLAG = "-m"
+
+
+def check_script(script: str) -> None:
+    """Raise what `python script` would refuse to start with: `ScriptNotFound` (no such file),
+    `NoMainModule` (a folder, or a zip file not named `.py`, without a `__main__` module)."""
+    if not os.path.exists(script):
+        raise ScriptNotFound(script)
+    if _is_package_path(script):
+        import pkgutil  # what runpy uses to find `__main__` there (runpy imports it anyway)
+
+        importer = pkgutil.get_importer(script)
+        if importer is None or importer.find_spec("__main__") is None:
+            raise NoMainModule(script)
+
+
+def _is_package_path(script: str) -> bool:
+    """A folder or zip file that python runs through its `__main__` module."""
+    return os.path.isdir(script) or (not script.endswith((".py", ".pyw")) and _is_zip(script))
+
+
+def command(script: str, args: Sequence[str], *, module: bool = False) -> list[str]:
+    """The interpreter command line that runs `script` (with `module`, the module named so) under
+    the bootstrap: `python -m cachetool.trace.bootstrap [-m] script.py args...`, so `ps` shows the
+    script and its arguments; `python -c <bootstrap>` only when a fresh interpreter could not
+    import cachetool by itself (run from a source folder with `-I` or `-P`)."""
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     flags = interpreter_flags()
+    target = [MODULE_FLAG, script] if module else [script]
     if _importable_in_child(package_parent, flags):
-        return [sys.executable, *flags, "-m", "cachetool.trace.bootstrap", script, *args]
-    return [sys.executable, *flags, "-c", _BOOTSTRAP.format(path=package_parent), script, *args]
+        return [sys.executable, *flags, "-m", "cachetool.trace.bootstrap", *target, *args]
+    return [sys.executable, *flags, "-c", _BOOTSTRAP.format(path=package_parent), *target, *args]
 
 
 #: `sys.flags` fields and the option each gives (as `subprocess._args_from_interpreter_flags`).
@@ -136,16 +170,20 @@ def _found_by_installed_finder(here: str) -> bool:
     return False
 
 
-def run_script(script: str, args: Sequence[str], *, events_file: str | None = None) -> NoReturn:
-    """Replace this process by `python script.py args...` with tracing on. Does not return.
+def run_script(
+    script: str, args: Sequence[str], *, events_file: str | None = None, module: bool = False
+) -> NoReturn:
+    """Replace this process by `python script.py args...` (with `module`, `python -m script
+    args...`) with tracing on. Does not return; raises `ScriptNotFound` or `NoMainModule` first
+    for a script python would refuse.
 
     With `events_file`, every event goes to that JSON Lines file instead of the ledger."""
-    if not os.path.exists(script):
-        raise ScriptNotFound(script)
+    if not module:
+        check_script(script)
     env = dict(os.environ)
     if events_file is not None:
         env["CACHETOOL_TRACE_EVENTS"] = os.path.abspath(events_file)
-    argv = command(script, args)
+    argv = command(script, args, module=module)
     sys.stdout.flush()
     sys.stderr.flush()
     if os.name == "posix":
@@ -157,13 +195,14 @@ def run_script(script: str, args: Sequence[str], *, events_file: str | None = No
     raise SystemExit(proc.returncode)  # pragma: no cover
 
 
-def run_here(script: str, args: Sequence[str]) -> NoReturn:
-    """`cachetool run SCRIPT ARGS...` from the console script (`cachetool.cli.entry`), before
-    anything but the bootstrap is imported: become `python script.py args...` in this interpreter
-    (what `run_script` does in a fresh one) and exit as the script does. Does not return."""
-    if not os.path.exists(script):
-        raise ScriptNotFound(script)
-    sys.argv[:] = [sys.argv[0], script, *args]
+def run_here(script: str, args: Sequence[str], *, module: bool = False) -> NoReturn:
+    """`cachetool run SCRIPT ARGS...` (with `module`, `cachetool run -m MODULE ARGS...`) from the
+    console script (`cachetool.cli.entry`), before anything but the bootstrap is imported: become
+    `python script.py args...` in this interpreter (what `run_script` does in a fresh one) and
+    exit as the script does. Does not return."""
+    if not module:
+        check_script(script)
+    sys.argv[:] = [sys.argv[0], *([MODULE_FLAG] if module else []), script, *args]
     _bootstrap()
     raise SystemExit(0)  # the script ended: the launcher's own code must not go on
 
@@ -181,7 +220,20 @@ def _bootstrap() -> None:
 
     take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
 
-    if os.path.isdir(script) or (not script.endswith((".py", ".pyw")) and _is_zip(script)):
+    if script == MODULE_FLAG and len(argv) > 1:
+        # `python -m module args...`: runpy's own code for it (argv[0] becomes the module's file;
+        # a module that is not there ends with python's one line and exit status 1).
+        import runpy
+
+        sys.argv[:] = argv[1:]
+        if not getattr(sys.flags, "safe_path", False):
+            sys.path[0] = os.getcwd()
+        install_tracing()
+        sys.excepthook = _trimming_hook(sys.excepthook)
+        runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]
+        return
+
+    if _is_package_path(script):
         # A folder or zip with __main__.py: runpy knows those rules.
         import runpy
 
