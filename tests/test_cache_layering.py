@@ -111,6 +111,7 @@ class _Use:
     last_used: float
     parent: str | None
     operation: str | None
+    made_as: str | None = None
 
 
 def test_recorded_lineage_given_as_an_argument_is_attached_by_fingerprint(tmp_path: Path) -> None:
