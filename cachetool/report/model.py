@@ -131,8 +131,10 @@ def build_report(
     if verify:
         from cachetool.maintenance.verify import verify_cache
 
+        leftovers = {p.path for p in problems}  # verify names them too: one row each
         for f in verify_cache(report.root, ledger=ledger).findings:
-            problems.append(Problem("verify", f.severity.value, os.fsdecode(f.path), f.problem))
+            if os.fsdecode(f.path) not in leftovers:
+                problems.append(Problem("verify", f.severity.value, os.fsdecode(f.path), f.problem))
     return ReportData(
         report.root,
         now,
