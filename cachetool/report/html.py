@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cachetool.formatting import human_age, human_size, local_time, safe_text, short_duration
-from cachetool.report.model import ReportData, Tile
+from cachetool.report.model import ReportData, Tile, longest_paths
 
 #: One colour per kind, shared by the treemap and its legend.
 KIND_COLOURS = {
@@ -64,23 +64,25 @@ def _squarify(sizes: Sequence[float], x: float, y: float, w: float, h: float) ->
     scale = w * h / sum(sizes)
     areas = [s * scale for s in sizes]
 
-    def worst(row: list[float], side: float) -> float:
-        thick = sum(row) / side
-        return max(max(thick * thick / a, a / (thick * thick)) for a in row)
+    def worst(total: float, big: float, small: float, side: float) -> float:
+        thick = total / side
+        return max(thick * thick / small, big / (thick * thick))
 
     rects: list[tuple[float, ...]] = []
     i = 0
     while i < len(areas):
-        side = min(w, h)
-        row = [areas[i]]
-        while i + len(row) < len(areas) and worst([*row, areas[i + len(row)]], side) <= worst(row, side):
-            row.append(areas[i + len(row)])
-        thick, along = sum(row) / side, 0.0
-        for a in row:
+        side, j, total = max(min(w, h), 1e-9), i + 1, areas[i]
+        while j < len(areas) and worst(total + areas[j], areas[i], areas[j], side) <= worst(
+            total, areas[i], areas[j - 1], side
+        ):
+            total += areas[j]
+            j += 1
+        thick, along = total / side, 0.0
+        for a in areas[i:j]:
             rects.append((x, y + along, thick, a / thick) if w >= h else (x + along, y, a / thick, thick))
             along += a / thick
         x, w, y, h = (x + thick, w - thick, y, h) if w >= h else (x, w, y + thick, h - thick)
-        i += len(row)
+        i = j
     return rects
 
 
@@ -135,6 +137,12 @@ def treemap_svg(data: ReportData, width: int = 1200, height: int = 520) -> str:
                 f"{_s(_fit(label, h - 8))}</text>"
             )
         entries = sorted(entries, key=lambda c: -c.size)
+        # Entries too small to see become one rectangle: a page of 100,000 slivers says nothing.
+        least = sum(c.size for c in entries) * 16 / (w * h)
+        small = [c for c in entries if c.size < least]
+        if len(small) > 1:
+            rest = Tile("", "", f"{len(small)} smaller entries", sum(c.size for c in small), "other", None)
+            entries = sorted([*entries[: len(entries) - len(small)], rest], key=lambda c: -c.size)
         inner = (x + side + 2, y + top + 1, max(w - side - 4, 1.0), max(h - top - 3, 1.0))
         for c, (ex, ey, ew, eh) in zip(entries, _squarify([c.size for c in entries], *inner), strict=True):
             out.append(
@@ -188,15 +196,7 @@ def _layers(from_boxes: list[set[int]]) -> list[list[int]]:
     for g, ps in enumerate(from_boxes):
         for p in ps:
             kids[p].append(g)
-    waiting = [len(ps) for ps in from_boxes]
-    layer = [0] * len(from_boxes)
-    ready = [g for g, n in enumerate(waiting) if n == 0]
-    for g in ready:  # the list grows while read: Kahn's topological order
-        for k in kids[g]:
-            layer[k] = max(layer[k], layer[g] + 1)
-            waiting[k] -= 1
-            if waiting[k] == 0:
-                ready.append(k)
+    layer = longest_paths(from_boxes)
     layers: list[list[int]] = [[] for _ in range(max(layer, default=-1) + 1)]
     for g in range(len(from_boxes)):
         layers[layer[g]].append(g)
