@@ -35,7 +35,7 @@ KIND_COLOURS = {
 }
 #: A linear chain of at least this many steps is drawn as one box.
 MIN_CHAIN = 3
-BOX_W, BOX_H, ROW_H, GAP_X = 190, 22, 30, 46
+BOX_W, BOX_H, ROW_H, GAP_X = 210, 22, 30, 46
 
 
 def _s(text: object) -> str:
@@ -246,7 +246,8 @@ def lineage_svg(data: ReportData, groups: list[list[int]], from_boxes: list[set[
     for g, members in enumerate(groups):
         first, last_step = data.nodes[members[0]], data.nodes[members[-1]]
         op, _, fp = first.label.rpartition(" ")
-        label = f"{op[:14]} {fp}" + (f" +{len(members) - 1}" if len(members) > 1 else "")
+        more = f" +{len(members) - 1}" if len(members) > 1 else ""
+        label = f"{op[: int((BOX_W - 12) / 7.3) - len(fp) - len(more) - 1]} {fp}{more}"  # what the box holds
         title = ""
         if len(members) > 1:
             ops: dict[str, int] = defaultdict(int)
@@ -403,7 +404,8 @@ svg text { font-size: 12px; } .fl { font-weight: 600; }
 .node { cursor: pointer; } .node text { fill: #fff; font-family: ui-monospace, monospace; }
 .node.on rect { stroke: #000; stroke-width: 2; } .node.hit rect { stroke: #d00; stroke-width: 3; }
 .node.dim { opacity: .3; }
-#search { width: 24em; margin: .5em 0; } #step-list button.on { font-weight: bold; }
+#search { width: 24em; margin: .5em 0; } #step-list { max-height: 8em; overflow: auto; }
+#step-list button.on { font-weight: bold; }
 #step-details { background: #f7f7f7; padding: .8em; white-space: pre-wrap; min-height: 3em; }
 #step-details, td { overflow-wrap: anywhere; }
 table { border-collapse: collapse; width: 100%; table-layout: fixed; }
