@@ -285,7 +285,7 @@ def sites_svg(data: ReportData) -> tuple[str, str]:
     why: list[list[str]] = [[] for _ in runs]
     for row, (site, rows) in enumerate(sorted(sites.items())):
         y = 20 + 24 * row
-        label = _s(_fit(site, left))
+        label = _s(_fit(site, left - 10))
         out.append(f"<g class='site'><text x='{left - 8}' y='{y + 15}' text-anchor='end'>{label}</text>")
         for r in rows:
             i = col[r.run_time]
