@@ -120,8 +120,10 @@ def treemap_svg(data: ReportData, width: int = 1200, height: int = 520) -> str:
     if loose:
         folders.append(("(top of the cache)", ["entries at the top of the cache"], loose))
     folders = sorted((f for f in folders if f[2]), key=lambda f: -sum(c.size for c in f[2]))
+    if not folders:
+        return "<p class='note'>Nothing in the cache takes space.</p>"
     out = [f"<svg viewBox='0 0 {width} {height}' width='100%' role='img'>"]
-    rects = _squarify([sum(c.size for c in f[2]) for f in folders], 0, 0, width, height) if folders else []
+    rects = _squarify([sum(c.size for c in f[2]) for f in folders], 0, 0, width, height)
     for (label, title, entries), (x, y, w, h) in zip(folders, rects, strict=True):
         out.append(
             f"<g class='folder'><title>{_s(title)}</title>"
@@ -179,7 +181,7 @@ def _groups(data: ReportData) -> tuple[list[list[int]], list[set[int]]]:
         if follows(i):
             continue  # drawn with the chain of its parent
         chain = [i]
-        while len(kids[chain[-1]]) == 1 and follows(kids[chain[-1]][0]) and kids[chain[-1]][0] not in chain:
+        while len(kids[chain[-1]]) == 1 and follows(kids[chain[-1]][0]):  # never back to its head
             chain.append(kids[chain[-1]][0])
         groups += [chain] if len(chain) >= MIN_CHAIN else [[j] for j in chain]
         placed.update(chain)
@@ -429,7 +431,10 @@ def render_html(data: ReportData) -> str:
     size = human_size(sum(t.size for t in data.tiles if t.parent == ""))
     groups, from_boxes = _groups(data)
     lineage_html = (
-        "<input id='search' type='search' placeholder='Search a fingerprint, operation or function'> "
+        "<p class='note'>Left to right from the sources; a chain of steps is one box (<code>+N</code> "
+        "more steps: click it to list them). Green: hit in some run; red: computed every time; grey: "
+        "deleted.</p><input id='search' type='search' "
+        "placeholder='Search a fingerprint, operation or function'> "
         f"<span id='search-count' class='note'></span><div id='lineage' class='scroll'>"
         f"{lineage_svg(data, groups, from_boxes)}</div><div id='step-list'></div>"
         "<pre id='step-details'>Click a step to see its arguments and files.</pre>"
@@ -460,8 +465,6 @@ def render_html(data: ReportData) -> str:
 <div class="legend">{legend}</div>
 <div id="treemap">{treemap_svg(data)}</div>
 <h2>Lineage of recorded runs</h2>
-<p class='note'>Left to right from the sources; a chain of steps is one box (<code>+N</code> more
-steps: click it to list them). Green: hit in some run; red: computed every time; grey: deleted.</p>
 {lineage_html}
 <h2>Hit rate per call site</h2>
 {sites_html}
