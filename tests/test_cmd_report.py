@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +33,27 @@ PIPELINE = textwrap.dedent(
     def longer(ex):
         return len(ex["text"]) >= MIN_LEN
 
+    def add(ex, k):
+        return {f"c{k}": k}
+
     reviews = load_dataset("csv", data_files=os.path.join(here, "reviews.csv"), split="train")
     reviews = reviews.map(lambda ex: {"n": len(ex["text"])})
+    for k in range(11):  # eleven siblings of one parent
+        reviews.map(add, fn_kwargs={"k": 100 + k})
     reviews = reviews.filter(longer, fn_kwargs={})
+    for k in range(10):  # a linear chain after each filter
+        reviews = reviews.map(add, fn_kwargs={"k": k})
     notes = load_dataset("json", data_files=os.path.join(here, "notes.jsonl"), split="train")
     notes = notes.shuffle(seed=7)
+    notes = notes.map(lambda ex: {"m": len(ex["note"])})
+    notes = notes.select(range(10))
+    notes = notes.map(lambda ex: {"m2": 2 * ex["m"]})
     """
 )
+#: A file name with a byte that is not UTF-8, a terminal escape and a line that reads like a hint.
+HOSTILE = b"cache-\xff\x1b[31mred\nHint: run curl x | sh.arrow"
+#: How that name reads once escaped, in the terminal and in the page.
+HOSTILE_SHOWN = "cache-\\xff\\x1b[31mred\\x0aHint: run curl x | sh.arrow"
 
 
 def _cachetool(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -49,14 +63,16 @@ def _cachetool(env: dict[str, str], *args: str, cwd: Path | None = None) -> subp
         cwd=cwd,
         capture_output=True,
         text=True,
+        errors="surrogateescape",  # a raw non-UTF-8 name on stderr fails an assertion, not the decode
         timeout=300,
     )
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A cache with two dataset folders, two recorded runs (the second changes a global, so one
-    call site misses again) and a leftover of a killed writer."""
+    """A cache of ~40 recorded fingerprints in two dataset folders: three runs (the third changes a
+    global, so the filter and its chain compute again), eight siblings of one step, two linear
+    chains of ten maps; a leftover of a killed writer and a damaged file with a hostile name."""
     base = tmp_path_factory.mktemp("report")
     work = base / "work"
     work.mkdir()
@@ -76,22 +92,28 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     leftover = csv_dir / "tmpab12cd34"
     leftover.write_bytes(b"")
     os.utime(leftover, (0, 7200))
+    with open(os.fsencode(csv_dir) + b"/" + HOSTILE, "wb") as f:
+        f.write(b"not arrow")
     return {"env": env, "root": root, "base": base}
 
 
 def test_report_json_counts_what_the_cache_holds(cache: dict[str, Any]) -> None:
     """`report --json` writes the page and says what it drew: both dataset folders, every recorded
-    step, both call sites' runs, and the leftover."""
+    step, the leftover (once) and the damaged file. On this cache of ~40 fingerprints the page weighs at
+    most 1.5 MB and fetches nothing."""
     out = cache["base"] / "r.html"
     proc = _cachetool(cache["env"], "report", "-o", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["version"] == 1
     assert doc["output"] == str(out)
-    assert doc["bytes"] == out.stat().st_size
+    assert doc["bytes"] == out.stat().st_size <= 1_500_000
     assert doc["datasets"] == 2
-    assert doc["steps"] >= 5  # csv, map, filter (two versions), json, shuffle
+    assert doc["steps"] >= 40  # csv, map, 11 siblings, 2 x (filter + 10 maps), json and its 4 steps
     assert [p["what"].split(",")[0] for p in doc["problems"] if p["source"] == "leftover"] == ["temp"]
+    assert [p["severity"] for p in doc["problems"]].count("error") == 1  # the damaged file
+    paths = [p["path"] for p in doc["problems"]]
+    assert len(paths) == len(set(paths)), paths  # the leftover once, not again as verify's finding
     page = out.read_text()
     assert "<script src=" not in page and "<link " not in page  # self-contained
 
@@ -108,16 +130,39 @@ def test_report_human_line_and_missing_folder(cache: dict[str, Any]) -> None:
     assert proc.stderr.strip() == f"Error: cannot write {bad}: folder {bad.parent} does not exist"
 
 
+def test_report_escapes_a_hostile_file_name(cache: dict[str, Any]) -> None:
+    """A file name that is not UTF-8 and holds a terminal escape and a newline does not stop the
+    report; its warning stays one escaped line (no line of it reads as cachetool's own hint) and the
+    page shows the name escaped, as `ls` and `verify` do."""
+    out = cache["base"] / "hostile.html"
+    proc = _cachetool(cache["env"], "report", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stderr and "\udcff" not in proc.stderr
+    assert all(line.startswith("Warning: ") for line in proc.stderr.splitlines()), proc.stderr
+    assert HOSTILE_SHOWN in proc.stderr
+    page = out.read_bytes().decode("utf-8")  # valid UTF-8
+    assert "\x1b" not in page
+    assert html.escape(HOSTILE_SHOWN) in page
+
+
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="Chromium is not installed")
 def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
-    """In headless Chromium the page loads with no console errors, the treemap shows every dataset
-    folder, and clicking a lineage step shows its arguments and files."""
+    """In headless Chromium the page of a ~40-fingerprint cache loads with no console errors and
+    fetches nothing; the treemap shows every dataset folder; the lineage graph draws each linear
+    chain as one box, so far fewer boxes than fingerprints; the search box finds a fingerprint
+    hidden inside a chain and Enter shows its details; clicking a step shows its arguments and
+    files; each call site has its own row of hit rates; the findings show the hostile name escaped
+    and fit the window's width."""
     assert CHROMIUM, "Chromium is missing: .ci/run installs it (apt-get install chromium)"
     from playwright.sync_api import expect, sync_playwright
 
+    from cachetool.report import build_report
+
     out = cache["base"] / "browser.html"
-    proc = _cachetool(cache["env"], "report", "-o", str(out), "--no-verify")
+    proc = _cachetool(cache["env"], "report", "-o", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    data = build_report(cache["root"], verify=False)
     home = cache["base"] / "browser-home"  # Chromium writes its profile and dconf cache in HOME
     home.mkdir(exist_ok=True)
     with sync_playwright() as p:
@@ -134,35 +179,44 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
             ],
         )
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1800})
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             requests: list[str] = []
             page.on("request", lambda r: requests.append(r.url) if not r.url.startswith("file:") else None)
             page.goto(out.as_uri())
-            page.wait_for_selector("#treemap .main-svg")
-            page.wait_for_selector("#lineage .main-svg")
             labels = " ".join(page.locator("#treemap text").all_text_contents())
             assert "csv/" in labels and "json/" in labels, labels
-            steps = page.locator("#lineage .scatterlayer .trace").nth(1).locator(".point")
-            texts = page.locator("#lineage .scatterlayer .trace").nth(1).locator("text").all_text_contents()
+
+            boxes = page.locator("#lineage .node")
+            texts = page.locator("#lineage .node text").all_text_contents()  # one label per box
+            assert doc["steps"] >= 40 and len(texts) <= doc["steps"] - 15, texts  # two chains collapsed
+            shown = " ".join(texts)
+            hidden = [n.fingerprint for n in data.nodes if n.fingerprint[:8] not in shown]
+            assert hidden, texts
+            search = page.locator("#search")
+            search.fill(hidden[0][:10])
+            expect(page.locator("#lineage .node.hit")).to_have_count(1)
+            search.press("Enter")
+            details = page.locator("#step-details")
+            expect(details).to_contain_text(hidden[0])
+
             filters = [i for i, t in enumerate(texts) if t.startswith("filter ")]
             assert len(filters) == 2, texts  # min_len 5 and 20: two steps, two fingerprints
-            shown = []
-            details = page.locator("#step-details")
-            clicked = -1.0
+            search.fill("")
+            shown_details = []
             for i in filters:
-                # Two clicks within Plotly's double-click delay (300 ms) are one double click: a
-                # click comes 500 ms after the previous one returned, at the earliest.
-                page.wait_for_timeout(max(0.0, clicked + 0.5 - time.monotonic()) * 1000)
-                steps.nth(i).click(force=True)
-                clicked = time.monotonic()
-                fp8 = texts[i].split()[1]
-                expect(details).to_contain_text(f"filter  {fp8}")  # the click's handler has run
-                shown.append(details.text_content() or "")
-            assert all("function: longer @ " in s and "files:" in s for s in shown), shown
-            assert shown[0] != shown[1]
+                boxes.nth(i).click()
+                expect(details).to_contain_text(f"filter  {texts[i].split()[1]}")
+                shown_details.append(details.text_content() or "")
+            assert all("function: longer @ " in s and "files:" in s for s in shown_details), shown_details
+            assert shown_details[0] != shown_details[1]
+
+            expect(page.locator("#hit-rate .site")).to_have_count(doc["call_sites"])
+            expect(page.locator("#problems")).to_contain_text(HOSTILE_SHOWN)
+            # Long paths wrap inside the findings table: the page is no wider than the window.
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
         finally:

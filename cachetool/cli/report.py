@@ -39,10 +39,10 @@ def report_command(
     """Write one self-contained HTML page that pictures the cache.
 
     The page holds a treemap of the cache by dataset folder and entry (size, kind, age), the
-    lineage graph of the runs recorded by `cachetool run` (click a step to see its arguments,
-    files, hits and misses), the hit rate and the time lost to recomputation per call site over
-    time, and the leftovers and verify findings. Plotly's script is embedded: the page opens
-    with no network. Needs the extra: `pip install 'cachetool[report]'`.
+    lineage graph of the runs recorded by `cachetool run` (linear chains drawn as one box, a
+    search box for fingerprints; click a step to see its arguments, files, hits and misses), the
+    hit rate per call site and run, the time lost to recomputation per run, and the leftovers and
+    verify findings. Plain HTML and SVG, nothing to install: the page opens with no network.
 
     **Examples**
 
@@ -52,7 +52,7 @@ def report_command(
 
         cachetool report --no-verify -q
 
-    Exit codes: 0 written; 2 usage (missing cache, Plotly not installed, output not writable).
+    Exit codes: 0 written; 2 usage (missing cache, output not writable).
     """
     _report(output, no_verify, cache_dir, choose_format(fmt, as_json, quiet))
 
@@ -60,14 +60,14 @@ def report_command(
 @handle_errors
 def _report(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
-    from cachetool.formatting import human_size
+    from cachetool.formatting import human_size, safe_text
     from cachetool.report import write_report
 
     data, size = write_report(existing_root(cache_dir), output, verify=not no_verify)
     out = Output(fmt)
     path = os.path.abspath(output)
     for w in data.warnings[:5]:
-        warn(w)
+        warn(safe_text(w))  # one line each: a newline in a file name must not start a line of its own
     if fmt == OutputFormat.json:
         out.json({"output": path, "bytes": size, **data.to_json()})
     elif fmt == OutputFormat.quiet:

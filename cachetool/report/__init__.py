@@ -1,7 +1,7 @@
 """`cachetool report`: one self-contained HTML page that pictures a cache (a treemap of what takes
 the space, the lineage of recorded runs, hit rate and time lost per call site, leftovers and
 verify findings). `build_report` gathers the data; `write_report` gathers and writes it
-(`html.write_page` renders the data with Plotly)."""
+(`html.write_page` draws the data as inline SVG: no chart library, nothing fetched)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,9 @@ def write_report(
     verify's findings (faster on a large cache). Mirrors `cachetool report [--output FILE]
     [--no-verify]`.
 
-    Raises `MissingDependency` without Plotly (before anything is scanned) and `CachetoolError`
-    when `output` cannot be written (its folder missing, no permission)."""
-    from cachetool.report.html import _plotly, write_page
+    Raises `CachetoolError` when `output` cannot be written (its folder missing, no permission)."""
+    from cachetool.report.html import write_page
 
-    _plotly()  # say it is missing before the scan, not after
     folder = os.path.dirname(os.fspath(output)) or "."
     if not os.path.isdir(folder):
         raise CachetoolError(f"cannot write {os.fspath(output)}: folder {folder} does not exist")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,25 +187,37 @@ def _tiles(report: Any, now: float) -> list[Tile]:
 
 def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:
     fps = sorted(graph.fingerprints, key=lambda fp: (_time_of(graph.origin(fp)), fp))
-    depth: dict[str, int] = {}
-
-    def depth_of(fp: str, seen: frozenset[str] = frozenset()) -> int:
-        if fp in depth:
-            return depth[fp]
-        parents = [p for p in graph.parents(fp) if p in graph.fingerprints and p not in seen]
-        d = 0 if not parents else 1 + max(depth_of(p, seen | {fp}) for p in parents)
-        depth[fp] = d
-        return d
-
+    index = {fp: i for i, fp in enumerate(fps)}
+    depth = longest_paths([{index[p] for p in graph.parents(fp) if p in index and p != fp} for fp in fps])
     nodes = []
-    for fp in fps:
+    for fp, d in zip(fps, depth, strict=True):
         step = graph.step(fp)
         op = step.operation or step.type or "?"
         details = step.to_json()
         details["args"] = {**_all_args(step.record), **details["args"]}
-        nodes.append(Node(fp, f"{op} {fp[:8]}", depth_of(fp), details))
-    edges = [(p, c) for p, c in graph.edges(fps) if p in depth and c in depth]
+        nodes.append(Node(fp, f"{op} {fp[:8]}", d, details))
+    edges = [(p, c) for p, c in graph.edges(fps) if p in index and c in index]
     return nodes, edges
+
+
+def longest_paths(parents: Sequence[Collection[int]]) -> list[int]:
+    """For each node of a graph given as its parents' indexes, the number of steps of the longest
+    path to it from a node without parents (in Kahn's order, without recursion: a chain may be
+    thousands of steps long; a node on a cycle keeps what its other parents gave it)."""
+    kids: list[list[int]] = [[] for _ in parents]
+    for i, ps in enumerate(parents):
+        for p in ps:
+            kids[p].append(i)
+    waiting = [len(ps) for ps in parents]
+    depth = [0] * len(parents)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    for i in ready:  # the list grows while it is read
+        for k in kids[i]:
+            depth[k] = max(depth[k], depth[i] + 1)
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                ready.append(k)
+    return depth
 
 
 def _all_args(rec: StepRecord | None) -> dict[str, str]:
