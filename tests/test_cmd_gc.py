@@ -741,7 +741,7 @@ def test_the_python_api_validates_and_runs_as_the_command_does(lockroot: Path) -
     lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"
     lock.touch()
     args: dict[str, Any] = {"temp": True, "tmp_dir": lockroot / "csv", "min_age": "0s"}
-    with pytest.raises(ConfirmationNeeded, match="pass --yes"):
+    with pytest.raises(ConfirmationNeeded, match="pass yes=True"):
         gc_cache(lockroot, **args)
     dry = gc_cache(lockroot, **args, dry_run=True)
     assert [i.path for i in dry.plan.items] == [lock] and dry.result is None

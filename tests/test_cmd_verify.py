@@ -982,3 +982,23 @@ def test_verify_and_report_leave_out_what_gc_removed_and_logged(tmp_path: Path) 
 
     problems = [p for p in build_report(cache).problems if p.path == str(leftover)]
     assert len(problems) == 1, problems
+
+
+def test_verify_cache_validates_its_options_and_its_report_has_the_exit_code(
+    real_cache: dict[str, Any], tmp_path: Path
+) -> None:
+    """`verify_cache` refuses what `cachetool verify` refuses (`record` needs `deep`, `dry_run`
+    needs `quarantine`) before reading anything, and its report carries the command's exit code:
+    0 clean, 1 with an error."""
+    from cachetool.errors import CachetoolError
+
+    with pytest.raises(CachetoolError, match="--record needs --deep"):
+        verify_cache(tmp_path, record=True)
+    with pytest.raises(CachetoolError, match="--dry-run needs --quarantine"):
+        verify_cache(tmp_path, dry_run=True)
+    root = clean_copy(real_cache, tmp_path)
+    assert verify_cache(root).exit_code == 0
+    target = find(root, f"cache-{real_cache['mapped']}.arrow")
+    target.write_bytes(target.read_bytes()[:-8])
+    report = verify_cache(root)
+    assert report.errors and report.exit_code == 1

@@ -26,7 +26,7 @@ from cachetool.cli.common import (
     warn,
 )
 from cachetool.cli.gc_render import gc_document, show_compaction, show_plan, show_result
-from cachetool.errors import ExitCode
+from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
@@ -223,7 +223,8 @@ def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
         _warn(e.plan)
         show_plan(out, e.plan, dry_run=False, final=True)
         _hints(e.plan)
-        raise
+        n = len(e.plan.items)
+        raise CachetoolError(f"refusing to remove {n} item(s) without confirmation: pass --yes") from None
     _show_run(out, run, plan_shown=bool(asked))
 
 

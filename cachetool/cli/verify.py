@@ -23,7 +23,7 @@ from cachetool.cli.common import (
     hint,
     warn,
 )
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.maintenance.verify import QuarantinePlan, VerifyReport
@@ -155,10 +155,6 @@ def _verify(
     yes: bool,
     **options: Any,
 ) -> None:
-    if options["record"] and not options["deep"]:
-        raise CachetoolError("--record needs --deep (checksums come from reading every byte)")
-    if options["dry_run"] and not options["quarantine"]:
-        raise CachetoolError("--dry-run needs --quarantine (verify alone moves nothing)")
     with _deep_run() if options["deep"] else nullcontext():
         from cachetool.cache.dirs import existing_root
         from cachetool.maintenance.verify import verify_cache
@@ -172,7 +168,12 @@ def _verify(
                 return _confirm(out, plan, fmt, strict)
 
             report = verify_cache(
-                root, fingerprints, progress=progress.update, confirm=None if yes else ask, **options
+                root,
+                fingerprints,
+                progress=progress.update,
+                confirm=None if yes else ask,
+                strict=strict,
+                **options,
             )
         for note in report.restore_notes:
             warn(note)
@@ -183,8 +184,8 @@ def _verify(
         _show(out, report, fmt, strict)
         if report.would_quarantine:
             hint("run again without --dry-run to move them (each is checked again right before)")
-        if report.failed(strict):
-            raise typer.Exit(int(ExitCode.PROBLEMS_FOUND))
+        if report.exit_code:
+            raise typer.Exit(report.exit_code)
 
 
 @contextmanager

@@ -29,7 +29,7 @@ class ConfirmationNeeded(CachetoolError):
     """A plan that removes something was neither confirmed nor run with `yes` (exit 2)."""
 
     def __init__(self, plan: GcPlan) -> None:
-        super().__init__(f"refusing to remove {len(plan.items)} item(s) without confirmation: pass --yes")
+        super().__init__(f"refusing to remove {len(plan.items)} item(s) without confirmation: pass yes=True")
         self.plan = plan
 
 

@@ -12,6 +12,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from cachetool.errors import ExitCode
 from cachetool.maintenance.hints import shell_command
 
 
@@ -180,6 +181,8 @@ class VerifyReport:
     #: `restore=True`: (from, to) of each file put back before verifying, and what was not.
     restored: tuple[tuple[Path, Path], ...] = field(default=())
     restore_notes: tuple[str, ...] = field(default=())
+    #: Warnings fail too (`verify_cache(strict=True)`, `cachetool verify --strict`).
+    strict: bool = False
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -189,8 +192,15 @@ class VerifyReport:
     def warnings(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == Severity.WARNING)
 
-    def failed(self, strict: bool = False) -> bool:
+    def failed(self, strict: bool | None = None) -> bool:
+        """Errors were found, or warnings too when `strict` (by default the report's own)."""
+        strict = self.strict if strict is None else strict
         return bool(self.errors) or (strict and bool(self.warnings))
+
+    @property
+    def exit_code(self) -> int:
+        """What `cachetool verify` exits with: 1 when `failed()`, else 0."""
+        return int(ExitCode.PROBLEMS_FOUND) if self.failed() else int(ExitCode.OK)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cachetool.cache.scan import find_entry, scan_cache
+from cachetool.errors import CachetoolError
 from cachetool.lineage.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use
 from cachetool.maintenance.verify.checks import Checker
@@ -35,6 +36,7 @@ def verify_cache(
     progress: Callable[[int, int], None] | None = None,
     ledger: Ledger | None = None,
     confirm: Callable[[QuarantinePlan], bool] | None = None,
+    strict: bool = False,
 ) -> VerifyReport:
     """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
 
@@ -44,13 +46,19 @@ def verify_cache(
     `stale` adds an error for each entry computed by code that has changed since. `restore` first
     puts quarantined files back (`report.restored`). `quarantine` then moves what has errors aside
     (`plan_quarantine(report).execute()`): with `dry_run` nothing moves and `report.would_quarantine`
-    says what would; `confirm(plan)`, when given, is asked first and moves nothing unless true."""
+    says what would; `confirm(plan)`, when given, is asked first and moves nothing unless true.
+    `strict` makes warnings fail too (`report.exit_code`). `record` without `deep`, or `dry_run`
+    without `quarantine`, raise `CachetoolError` (usage) before anything is read."""
+    if record and not deep:
+        raise CachetoolError("--record needs --deep (checksums come from reading every byte)")
+    if dry_run and not quarantine:
+        raise CachetoolError("--dry-run needs --quarantine (verify alone moves nothing)")
     restored: list[tuple[Path, Path]] = []
     notes: list[str] = []
     if restore:
         restored = restore_quarantined(root, warn=notes.append)
     report = _check(root, fingerprints, deep=deep, record=record, jobs=jobs, progress=progress, ledger=ledger)
-    report = replace(report, restored=tuple(restored), restore_notes=tuple(notes))
+    report = replace(report, restored=tuple(restored), restore_notes=tuple(notes), strict=strict)
     if stale:
         report = with_stale_findings(report)
     if not quarantine:
