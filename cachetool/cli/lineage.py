@@ -87,8 +87,9 @@ def _notes(step: Step) -> str:
     return "; ".join(notes)
 
 
-def step_line(step: Step) -> str:
-    """`map  upper @ pipeline.py:21  batched=True  ->  5f0c…  1.5 kB  (1 miss, 2 hits)`."""
+def step_line(step: Step, stale: str | None = None) -> str:
+    """`map  upper @ pipeline.py:21  batched=True  ->  5f0c…  1.5 kB  (1 miss, 2 hits)`, with
+    `[stale: …]` when the entry is stale."""
     if not step.recorded:
         return f"{step.fingerprint}  {NOT_RECORDED}"
     parts = [_what(step)]
@@ -100,7 +101,7 @@ def step_line(step: Step) -> str:
     runs = _runs(step)
     if runs:
         tail += f"  ({runs})"
-    notes = _notes(step)
+    notes = "; ".join(x for x in (stale, _notes(step)) if x)
     if notes:
         tail += f"  [{notes}]"
     return "  ".join(parts) + "  ->  " + tail
@@ -112,7 +113,8 @@ def render(out: Output, view: LineageView) -> None:
     for number, (depth, s) in enumerate(view.steps, 1):
         prefix = f"{number:>3}. " if view.mode == "chain" else "  " * (depth + 1) + ("└ " if depth else "")
         mark = "* " if s.fingerprint == view.fingerprint and view.mode == "all" else ""
-        out.line(prefix + mark + step_line(s), style="bold" if mark else None)
+        stale = view.stale_note(s.fingerprint)
+        out.line(prefix + mark + step_line(s, stale), style="bold" if mark else "yellow" if stale else None)
     if not view.recorded:
         e = view.entry
         if e is not None:

@@ -30,6 +30,13 @@ class LineageView:
     entry: Entry | None  # what the disk holds for the fingerprint, if anything
     #: What reading the ledger warned of (torn records, unreadable segments).
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: The steps whose cache entry is stale, each with why in a few words
+    #: (`cachetool.lineage.explain.stale_hits`).
+    stale: tuple[tuple[str, str], ...] = ()
+
+    def stale_note(self, fp: str) -> str | None:
+        """Why `fp`'s entry is stale, or None."""
+        return dict(self.stale).get(fp)
 
     @property
     def recorded(self) -> bool:
@@ -40,7 +47,10 @@ class LineageView:
             "fingerprint": self.fingerprint,
             "mode": self.mode,
             "recorded": self.recorded,
-            "steps": [{"depth": d, **s.to_json()} for d, s in self.steps],
+            "steps": [
+                {"depth": d, **s.to_json(), "stale": self.stale_note(s.fingerprint) is not None}
+                for d, s in self.steps
+            ],
             "edges": [list(e) for e in self.edges],
             "entry": self.entry.to_json() if self.entry is not None else None,
         }
@@ -137,10 +147,22 @@ def lineage_view(
         items = [(0, x) for x in graph.ancestors(fp)]
     fps = [x for _, x in items]
     return LineageView(
+        stale=_stale_notes(report.root, ledger, fps),
         fingerprint=fp,
         mode=mode,
         steps=tuple((d, graph.step(x)) for d, x in items),
         edges=tuple(sorted(graph.edges(fps))),
         entry=got.entry,
         warnings=ledger.warnings,
+    )
+
+
+def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -> tuple[tuple[str, str], ...]:
+    """The stale entries among `fps`, each with a few words of why."""
+    from cachetool.lineage.explain import load_view, stale_hits
+
+    found = stale_hits(root, view=load_view(ledger), only=fps)
+    return tuple(
+        (s.fingerprint, f"stale: made from {s.derived_from.fingerprint}" if s.derived_from else "stale: code changed")
+        for s in found
     )

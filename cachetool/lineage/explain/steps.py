@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from cachetool.lineage.explain.model import (
@@ -24,7 +25,14 @@ from cachetool.lineage.explain.reasons import (
     random_reason,
     same_fingerprint_reason,
 )
-from cachetool.lineage.explain.stale import stale_for_hit, stale_hits
+from cachetool.lineage.explain.stale import (
+    Upstream,
+    derived_hit,
+    stale_for_hit,
+    stale_hits,
+    stale_input,
+    with_removals,
+)
 from cachetool.lineage.explain.view import LedgerView, load_part_view, load_view
 from cachetool.lineage.records import RunEndRecord, RunStartRecord, StepRecord
 from cachetool.lineage.runs import interruption
@@ -144,7 +152,9 @@ def explain_fingerprint(
     target = computed[-1] if computed else recs[-1]
     step = explain_record(view, target, history=history)
     stale = tuple(s for r in recs if r.cache == "hit" for s in stale_for_hit(view, r))
-    stale += tuple(s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None)
+    stale += tuple(
+        s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None or s.derived_from is not None
+    )
     return ExplainReport(
         root=Path(root),
         mode="fingerprint",
@@ -152,7 +162,7 @@ def explain_fingerprint(
         run=target.run or None,
         run_time=target.time,
         loaded=sum(r.cache == "hit" for r in recs),
-        stale=_dedupe(stale),
+        stale=_removing_all(Upstream(view), stale, view.root),
         warnings=view.warnings,
     )
 
@@ -220,7 +230,8 @@ def explain_run(
     if not records and not (interrupted and starts):  # killed before its first step: said below
         raise NoRecords(Path(root), f"records of run {run_id}")
     steps = []
-    stale: list[StaleHit] = []
+    stale: dict[str, StaleHit] = {}
+    upstream = Upstream(view)
     uncached: list[UncachedStep] = []
     loaded = 0
     for rec in records:
@@ -229,7 +240,8 @@ def explain_run(
             uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
         elif rec.cache == "hit":
             loaded += 1
-            stale.extend(stale_for_hit(view, rec))
+            for s in stale_for_hit(view, rec) or _derived_for_hit(view, upstream, rec, stale):
+                stale.setdefault(s.fingerprint, s)
         elif rec.computed or rec.random_fallback is not None:
             steps.append(explain_record(view, rec))
     return ExplainReport(
@@ -239,11 +251,32 @@ def explain_run(
         run=run_id,
         run_time=min(r.time for r in records) if records else min(starts),
         loaded=loaded,
-        stale=_dedupe(stale),
+        stale=_removing_all(upstream, stale.values(), view.root),
         warnings=view.warnings,
         uncached=tuple(uncached),
         interrupted=interrupted,
     )
+
+
+def _derived_for_hit(
+    view: LedgerView, upstream: Upstream, hit: StepRecord, stale: Mapping[str, StaleHit]
+) -> list[StaleHit]:
+    """A hit of a result made from a stale result upstream (`stale`: those of the run so far)."""
+    fp = hit.result
+    comp = view.computing(fp, before=hit.time) if fp is not None else None
+    if fp is None or comp is None:
+        return []
+    cause = stale_input(view, upstream, fp, comp.time, stale)
+    return [derived_hit(fp, comp, hit.file_paths, cause, hit)] if cause is not None else []
+
+
+def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> tuple[StaleHit, ...]:
+    """`found`, deduplicated, each hint removing every stale entry of the report that still
+    exists, in one command with this root's `--cache-dir`."""
+    root_abs = os.path.abspath(os.fspath(root))
+    items = with_removals(upstream, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
+    every = tuple(dict.fromkeys(fp for s in items for fp in s.remove))
+    return tuple(replace(s, remove=every or s.remove) for s in items)
 
 
 def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
