@@ -163,6 +163,9 @@ def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -
 
     found = stale_hits(root, view=load_view(ledger), only=fps)
     return tuple(
-        (s.fingerprint, f"stale: made from {s.derived_from.fingerprint}" if s.derived_from else "stale: code changed")
+        (
+            s.fingerprint,
+            f"stale: made from {up.fingerprint}" if (up := s.derived_from) else "stale: code changed",
+        )
         for s in found
     )

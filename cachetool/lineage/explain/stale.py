@@ -135,7 +135,8 @@ def stale_input(
         if old is None or old.function is None:
             continue
         new = view.computing(anc)
-        if new is not None and new is not old and new.function and _code_changes(view, old.function, new.function):
+        fn = new.function if new is not None and new is not old else None
+        if new is not None and fn is not None and _code_changes(view, old.function, fn):
             return StepRef.of(new), new.time
         if disk is not None and _disk_changes(view, old.function, disk)[0]:
             return StepRef.of(old), None
