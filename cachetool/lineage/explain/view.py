@@ -105,8 +105,10 @@ class LedgerView:
 
     def siblings(self, rec: StepRecord) -> list[StepRecord]:
         """Earlier records of the same step (call site, else function) with another fingerprint,
-        one per fingerprint, most recent first; those with the same parents come first. Only
-        records of this root count: another cache's runs say nothing about what this one holds."""
+        one per fingerprint, most recent first; those with the same parents come first, then
+        those of the same lineage (`lineage`: each split of a DatasetDict mapped at one call site
+        is compared with its own earlier state). Only records of this root count: another
+        cache's runs say nothing about what this one holds."""
         t = rec.time
         fp = rec.result
 
@@ -131,13 +133,35 @@ class LedgerView:
         found = matching(site) or matching(fn) or matching(moved)
         found.sort(key=lambda r: r.time, reverse=True)
         parents = rec.parents
+        same = [r for r in found if r.parents == parents]
+        rest = [r for r in found if r.parents != parents]
+        if rest:
+            mine = self.lineage(rec)
+            rest = [r for r in rest if self.lineage(r) == mine] + [r for r in rest if self.lineage(r) != mine]
         out: list[StepRecord] = []
         seen: set[str | None] = set()
-        for other in [r for r in found if r.parents == parents] + [r for r in found if r.parents != parents]:
+        for other in same + rest:
             if other.result not in seen:
                 seen.add(other.result)
                 out.append(other)
         return out
+
+    def lineage(self, rec: StepRecord, depth: int = 0) -> tuple[object, ...]:
+        """Where `rec`'s result comes from, as steps rather than fingerprints: the step (call
+        site, else function; which output of a `train_test_split`) and the lineage of each of its
+        parents, down to the source (a saved split's folder, a builder's split). Two records of
+        one call site with the same lineage made the same dataset, at different times."""
+        if rec.type == "root":
+            src = rec.source
+            if src is None:
+                return ("root", rec.result)
+            return ("root", rec.operation, src.kind, src.path, src.builder, src.config, src.split)
+        site, fn, _ = self._keys(rec)
+        ups = []
+        for p in rec.parents:
+            origin = self.origin(p, before=rec.time + 1e-6) if depth < 50 else None
+            ups.append(self.lineage(origin, depth + 1) if origin is not None else ("unrecorded", p))
+        return (site or fn, rec.output, tuple(ups))
 
     def earlier_same(self, rec: StepRecord) -> StepRecord | None:
         """The latest earlier record of this root of the same fingerprint made the same way."""
