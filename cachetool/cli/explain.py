@@ -12,7 +12,7 @@ from cachetool.formatting import local_time, short_duration
 
 if TYPE_CHECKING:
     from cachetool.lineage.explain import ExplainReport, Reason, StaleHit, StepExplanation
-    from cachetool.lineage.runs import Interruption
+    from cachetool.lineage.runs import Failure, Interruption
 
 
 def run_explain(
@@ -153,12 +153,45 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
             f"started at {local_time(step.time)}.",
             style="bold red",
         )
-        if i.written:
+        tmp = [f for f in i.written if not f.finished]
+        done = [f for f in i.written if f.finished]
+        if tmp:
             out.line("  It had written (unfinished; datasets does not reuse these):")
-            for f in i.written:
+            for f in tmp:
                 out.line(f"    {f.path}  {human_size(f.size)}")
-        else:
+        if done:
+            out.line("  Finished num_proc shards of the step (datasets reuses these):")
+            for f in done:
+                out.line(f"    {f.path}  {human_size(f.size)}")
+        if not i.written:
             out.line("  It had written nothing yet.")
+        if tmp and i.state == "killed":
+            from cachetool.maintenance.hints import shell_command
+
+            root = step.root or os.path.dirname(tmp[0].path)
+            out.line("  To remove its unfinished files:")
+            out.line(
+                f"    {shell_command('gc', '--temp', '--min-age', '0', '--cache-dir', root)}", wrap=False
+            )
+    out.line("")
+
+
+def _failed_lines(out: Output, f: Failure, root: Path) -> None:
+    from cachetool.maintenance.hints import shell_command
+
+    step = f.step
+    where = ""
+    if step is not None:
+        site = step.call_site
+        fn = step.function.qualname if step.function and step.function.qualname else None
+        where = f" in {' '.join(x for x in (step.operation or 'a step', fn) if x)}"
+        if site is not None:
+            where += f" @ {os.path.basename(site.file or '?')}:{site.line}"
+    why = f"{f.exception}: {f.message}" if f.exception else f"exit status {f.status}"
+    out.line(f"The run failed{where} ({why}).", style="bold red")
+    if f.read_error:
+        out.line("  A cache file it read may be damaged; to find it, run:")
+        out.line(f"    {shell_command('verify', '--cache-dir', os.fspath(root))}", wrap=False)
     out.line("")
 
 
@@ -177,11 +210,13 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
         out.line("")
         if report.interrupted is not None:
             _interrupted_lines(out, report.interrupted, elsewhere)
+        if report.failed is not None:
+            _failed_lines(out, report.failed, report.root)
         for s in report.steps:
             _step_lines(out, s, detailed=False)
         if report.uncached:
             _uncached_lines(out, report)
-        elif not report.steps and report.interrupted is None:
+        elif not report.steps and report.interrupted is None and report.failed is None:
             out.line("Nothing was recomputed.")
     else:
         for s in report.steps:

@@ -139,6 +139,14 @@ def records_of_results(con: sqlite3.Connection, root: Path, fps: Iterable[str]) 
     return _read(root, spans)
 
 
+def step_starts(con: sqlite3.Connection, root: Path) -> list[LedgerRecord]:
+    """Every `step-start` record of `root`'s own ledger (one per step that began to compute)."""
+    spans: dict[str, set[tuple[int, int]]] = {}
+    for path, offset, length in con.execute("SELECT path, offset, length FROM rec WHERE type = 'step-start'"):
+        spans.setdefault(path, set()).add((offset, length))
+    return _read(root, spans)
+
+
 def records_of(
     con: sqlite3.Connection, root: Path, fps: set[str], more: Iterable[tuple[str, int, int]] = ()
 ) -> list[LedgerRecord]:

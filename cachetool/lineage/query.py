@@ -7,12 +7,15 @@ of what was made from it; `all=True` every branch of its dataset (the forest of 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.records import LedgerRecord, StepStartRecord
     from cachetool.lineage.resolve import KnownFingerprints
     from cachetool.lineage.step import Step
 
@@ -33,6 +36,9 @@ class LineageView:
     #: The steps whose cache entry is stale, each with why in a few words
     #: (`cachetool.lineage.explain.stale_hits`).
     stale: tuple[tuple[str, str], ...] = ()
+    #: For a fingerprint no record explains: the step that began to make it in a run killed
+    #: before the step ended (`cachetool.lineage.runs.unended_step`).
+    unended: StepStartRecord | None = None
 
     def stale_note(self, fp: str) -> str | None:
         """Why `fp`'s entry is stale, or None."""
@@ -53,6 +59,7 @@ class LineageView:
             ],
             "edges": [list(e) for e in self.edges],
             "entry": self.entry.to_json() if self.entry is not None else None,
+            "unended": None if self.unended is None else self.unended.to_json(),
         }
 
 
@@ -146,7 +153,13 @@ def lineage_view(
     else:
         items = [(0, x) for x in graph.ancestors(fp)]
     fps = [x for _, x in items]
+    unended = None
+    if fp not in graph.recorded:
+        from cachetool.lineage.runs import unended_step
+
+        unended = unended_step(_step_starts(report.root, ledger), fp)
     return LineageView(
+        unended=unended,
         stale=_stale_notes(report.root, ledger, fps),
         fingerprint=fp,
         mode=mode,
@@ -169,3 +182,12 @@ def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -
         )
         for s in found
     )
+
+
+def _step_starts(root: str | os.PathLike[str], ledger: Ledger) -> Iterable[LedgerRecord]:
+    """The `step-start` records of `root`: through its index (`ledger` may be a part), else
+    those of `ledger`."""
+    from cachetool.lineage.part import open_index, step_starts
+
+    con = open_index(root)
+    return step_starts(con, Path(os.path.abspath(os.fspath(root)))) if con is not None else ledger.records

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from cachetool.errors import CachetoolError
 from cachetool.formatting import clock_time
 from cachetool.lineage.records import StepRecord
-from cachetool.lineage.runs import Interruption
+from cachetool.lineage.runs import Failure, Interruption
 
 #: What differs between a step and the sibling it is compared with (the table in
 #: `cachetool.lineage.explain`).
@@ -357,6 +357,8 @@ class ExplainReport:
     uncached: tuple[UncachedStep, ...] = ()
     #: The run ended without closing: killed (or still running), in which step (mode "run").
     interrupted: Interruption | None = None
+    #: The run ended by an uncaught exception: which, in which step (mode "run").
+    failed: Failure | None = None
 
     @property
     def uncached_seconds(self) -> float:
@@ -377,4 +379,5 @@ class ExplainReport:
             "uncached_seconds": round(self.uncached_seconds, 6),
             "uncached_hint": UNCACHED_HINT if self.uncached else None,
             "interrupted": self.interrupted.to_json() if self.interrupted else None,
+            "failed": self.failed.to_json() if self.failed else None,
         }

@@ -35,7 +35,7 @@ from cachetool.lineage.explain.stale import (
 )
 from cachetool.lineage.explain.view import LedgerView, load_part_view, load_view
 from cachetool.lineage.records import RunEndRecord, RunStartRecord, StepRecord
-from cachetool.lineage.runs import interruption
+from cachetool.lineage.runs import failure, interruption
 
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
 
@@ -226,6 +226,7 @@ def explain_run(
         run_id = run or last_run(view, script)
     records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
     interrupted = interruption(view.ledger.records, run_id) if view.ledger is not None else None
+    failed = failure(view.ledger.records, run_id) if view.ledger is not None else None
     starts = [r.time for r in _unended_starts(view) if r.run == run_id]
     if not records and not (interrupted and starts):  # killed before its first step: said below
         raise NoRecords(Path(root), f"records of run {run_id}")
@@ -255,6 +256,7 @@ def explain_run(
         warnings=view.warnings,
         uncached=tuple(uncached),
         interrupted=interrupted,
+        failed=failed,
     )
 
 
