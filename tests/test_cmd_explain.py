@@ -134,6 +134,7 @@ def test_a_set_literal_is_reported_as_nondeterministic_not_as_a_change(
     assert reason.kind == "nondeterministic"
     assert reason.path is not None and re.fullmatch(r"function → code → const\[\d+\]", reason.path)
     assert "(frozenset of 5 str)" in reason.text and "cachetool check-determinism" in reason.text
+    assert "depends on PYTHONHASHSEED" in reason.text, reason.text  # check-determinism's words
     assert reason.hint is not None and "PYTHONHASHSEED" in reason.hint
 
 
