@@ -175,3 +175,69 @@ def test_an_input_recomputed_by_changed_code_makes_what_was_made_from_it_stale(t
     assert verified.returncode == 1
     found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
     assert found == set(fps[1:])
+
+
+GENERATOR_HELPERS = textwrap.dedent(
+    """\
+    def label(i):
+        return f"Item {i}".lower()
+    """
+)
+# The generator calls a helper of the user's module: datasets hashes the generator, and the
+# helper by name.
+GENERATOR = textwrap.dedent(
+    """\
+    import json
+
+    from datasets import Dataset
+
+    from helpers import label
+
+
+    def rows():
+        for i in range(20):
+            yield {"text": label(i)}
+
+
+    def add_len(ex):
+        return {"n": len(ex["text"])}
+
+
+    ds = Dataset.from_generator(rows)
+    a = ds.map(add_len)
+    upper = sum(ch.isupper() for t in a["text"] for ch in t)
+    print(json.dumps({"fps": [ds._fingerprint, a._fingerprint], "upper": upper}))
+    """
+)
+
+
+def test_a_helper_of_a_generator_makes_its_dataset_and_what_follows_stale(tmp_path: Path) -> None:
+    """`Dataset.from_generator` with a generator that calls a helper of the user's module: once
+    the helper is edited, the generated dataset (reused by datasets) and the map made from it are
+    stale for explain --last and verify --stale, as for a mapped function's helper; the hint's
+    command (with --include-sources: the generated dataset is a source) removes both, and the next
+    run shows the new helper's output."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helpers.py").write_text(GENERATOR_HELPERS, encoding="utf-8")
+    (project / "pipeline.py").write_text(GENERATOR, encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    fps = _run(project, env)["fps"]
+    assert isinstance(fps, list)
+    (project / "helpers.py").write_text(GENERATOR_HELPERS.replace(".lower()", ""), encoding="utf-8")
+    assert _run(project, env)["upper"] == 0  # the old dataset, reused
+
+    explained = _cli(env, "explain", "--last", "--json")
+    assert explained.returncode == 1, explained.stdout
+    assert [s["fingerprint"] for s in json.loads(explained.stdout)["stale"]] == fps
+    verified = _cli(env, "verify", "--stale", "--json")
+    assert verified.returncode == 1
+    found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
+    assert found == set(fps)
+
+    command = _hint_command(_cli(env, "explain", "--last").stderr)
+    assert "--include-sources" in command, command
+    removed = _cli(env, *command[1:], "--yes")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert _run(project, env)["upper"] == 20  # "Item": the new helper's output
+    assert _cli(env, "verify", "--stale").returncode == 0

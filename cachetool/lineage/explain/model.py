@@ -202,6 +202,10 @@ class StaleHit:
     recomputed_at: float | None = None
     #: The fingerprints the hint removes together: this entry and what was made from it.
     remove: tuple[str, ...] = field(default=(), compare=False)
+    #: The entry is a source (a `from_generator` dataset): gc removes one only when told.
+    source: bool = field(default=False, compare=False)
+    #: One of `remove` is a source.
+    remove_sources: bool = field(default=False, compare=False)
 
     @property
     def file_name(self) -> str:
@@ -214,6 +218,8 @@ class StaleHit:
         from cachetool.maintenance.hints import gc_command, shell_command
 
         targets = self.remove or (self.fingerprint,)
+        if self.remove_sources or (self.source and not self.remove):
+            targets = (*targets, "--include-sources")
         if self.root is None:
             return shell_command("gc", *targets, "--min-age", "0")
         return gc_command(self.root, *targets)

@@ -77,6 +77,7 @@ def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
             changes=tuple(changes),
             step=StepRef.of(hit),
             root=hit.where or None,
+            source=hit.type == "root",
         )
     ]
 
@@ -159,6 +160,7 @@ def derived_hit(
         root=(reused or comp).where or None,
         derived_from=cause[0],
         recomputed_at=cause[1],
+        source=comp.type == "root",
     )
 
 
@@ -167,10 +169,12 @@ def with_removals(upstream: Upstream, found: Iterable[StaleHit]) -> list[StaleHi
     the hint removes them in one command."""
     found = list(found)
     present = [s.fingerprint for s in found if s.files and all(os.path.exists(p) for p in s.files)]
+    sources = {s.fingerprint for s in found if s.source}
     out = []
     for s in found:
         family = [fp for fp in present if fp == s.fingerprint or s.fingerprint in upstream.ancestors(fp)]
-        out.append(replace(s, remove=tuple(dict.fromkeys([s.fingerprint, *family]))))
+        remove = tuple(dict.fromkeys([s.fingerprint, *family]))
+        out.append(replace(s, remove=remove, remove_sources=bool(sources.intersection(remove))))
     return out
 
 
@@ -234,6 +238,7 @@ def stale_hits(
                 reused_run=found[0].reused_run if found else None,
                 changes=tuple(changes),
                 step=StepRef.of(comp),
+                source=comp.type == "root",
             )
     # Ancestors before descendants: an ancestor has fewer ancestors than what is made from it.
     for fp in sorted(entries, key=lambda x: len(upstream.ancestors(x))):

@@ -278,7 +278,8 @@ def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> 
     root_abs = os.path.abspath(os.fspath(root))
     items = with_removals(upstream, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
     every = tuple(dict.fromkeys(fp for s in items for fp in s.remove))
-    return tuple(replace(s, remove=every or s.remove) for s in items)
+    sources = any(s.remove_sources for s in items)
+    return tuple(replace(s, remove=every or s.remove, remove_sources=sources) for s in items)
 
 
 def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
