@@ -214,7 +214,9 @@ def _failed_lines(out: Output, f: Failure, root: Path) -> None:
         where = f" in {' '.join(x for x in (step.operation or 'a step', fn) if x)}"
         if site is not None:
             where += f" @ {os.path.basename(site.file or '?')}:{site.line}"
-    why = f"{f.exception}: {f.message}" if f.exception else f"exit status {f.status}"
+    why = f"exit status {f.status}"
+    if f.exception:
+        why = f"{f.exception}: {f.message}" if f.message else f.exception
     out.line(f"The run failed{where} ({why}).", style="bold red")
     if f.read_error:
         out.line("  A cache file it read may be damaged; to find it, run:")

@@ -9,6 +9,7 @@ are the values code looks at.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -215,13 +216,13 @@ class StaleHit:
     def gc_command(self) -> str:
         """The command that removes this entry and every stale entry made from it now (min-age 0:
         they were just found stale)."""
-        from cachetool.maintenance.hints import gc_command, shell_command
+        from cachetool.maintenance.hints import gc_command
 
         targets = self.remove or (self.fingerprint,)
         if self.remove_sources or (self.source and not self.remove):
             targets = (*targets, "--include-sources")
         if self.root is None:
-            return shell_command("gc", *targets, "--min-age", "0")
+            return shlex.join(["cachetool", "gc", *targets, "--min-age", "0"])
         return gc_command(self.root, *targets)
 
     @property
