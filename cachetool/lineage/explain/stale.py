@@ -94,6 +94,16 @@ class Upstream:
     def __init__(self, view: LedgerView) -> None:
         self.view = view
         self._memo: dict[str, tuple[str, ...]] = {}
+        self._on_disk: dict[int, bool] = {}
+
+    def changed_on_disk(self, rec: StepRecord, files: dict[str, str | None]) -> bool:
+        """The code of `rec`'s function (its by-reference parts) differs on disk now (`files`:
+        the source files read so far), once per record."""
+        found = self._on_disk.get(id(rec))
+        if found is None:
+            fn = rec.function
+            found = self._on_disk[id(rec)] = fn is not None and bool(_disk_changes(self.view, fn, files)[0])
+        return found
 
     def _parents(self, fp: str) -> tuple[str, ...]:
         rec = self.view.origin(fp)
@@ -139,7 +149,7 @@ def stale_input(
         fn = new.function if new is not None and new is not old else None
         if new is not None and fn is not None and _code_changes(view, old.function, fn):
             return StepRef.of(new), new.time
-        if disk is not None and _disk_changes(view, old.function, disk)[0]:
+        if disk is not None and upstream.changed_on_disk(old, disk):
             return StepRef.of(old), None
     return None
 

@@ -66,6 +66,7 @@ class LedgerView:
             if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
                 first[rec.run] = rec.time
         self._earliest = sorted((t, run) for run, t in first.items())[:2]
+        self._lineages: dict[int, tuple[object, ...]] = {}  # by id of a record of `steps`
 
     def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
         site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
@@ -151,17 +152,24 @@ class LedgerView:
         site, else function; which output of a `train_test_split`) and the lineage of each of its
         parents, down to the source (a saved split's folder, a builder's split). Two records of
         one call site with the same lineage made the same dataset, at different times."""
+        found = self._lineages.get(id(rec))
+        if found is not None:
+            return found
         if rec.type == "root":
             src = rec.source
             if src is None:
-                return ("root", rec.result)
-            return ("root", rec.operation, src.kind, src.path, src.builder, src.config, src.split)
-        site, fn, _ = self._keys(rec)
-        ups = []
-        for p in rec.parents:
-            origin = self.origin(p, before=rec.time + 1e-6) if depth < 50 else None
-            ups.append(self.lineage(origin, depth + 1) if origin is not None else ("unrecorded", p))
-        return (site or fn, rec.output, tuple(ups))
+                found = ("root", rec.result)
+            else:
+                found = ("root", rec.operation, src.kind, src.path, src.builder, src.config, src.split)
+        else:
+            site, fn, _ = self._keys(rec)
+            ups = []
+            for p in rec.parents:
+                origin = self.origin(p, before=rec.time + 1e-6) if depth < 50 else None
+                ups.append(self.lineage(origin, depth + 1) if origin is not None else ("unrecorded", p))
+            found = (site or fn, rec.output, tuple(ups))
+        self._lineages[id(rec)] = found
+        return found
 
     def earlier_same(self, rec: StepRecord) -> StepRecord | None:
         """The latest earlier record of this root of the same fingerprint made the same way."""
