@@ -190,7 +190,8 @@ def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) ->
     """A `num_proc=2` map whose process is SIGKILLed: its orphaned pool workers finish their
     shards after the kill. explain --last lists those finished shards (it said "It had written
     nothing yet"), and `lineage` of the map's fingerprint names the step and the killed run (it
-    said "run the pipeline with `cachetool run`", of a run that was traced)."""
+    said "run the pipeline with `cachetool run`", of a run that was traced), and so does
+    `explain` of it."""
     (tmp_path / "p.py").write_text(
         PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
     )
@@ -217,6 +218,10 @@ def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) ->
     assert said.exit_code == 0, said.stderr
     assert "cachetool run" not in said.stdout + said.stderr, said.stdout + said.stderr
     assert "map @ p.py:12" in said.stdout and "killed" in said.stdout, said.stdout
+    explained = invoke("explain", fp, env=env, columns=200)
+    assert "cachetool run" not in explained.stderr and "was killed in it" in explained.stderr, (
+        explained.stderr
+    )
 
 
 def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: Path) -> None:

@@ -139,12 +139,16 @@ def records_of_results(con: sqlite3.Connection, root: Path, fps: Iterable[str]) 
     return _read(root, spans)
 
 
-def step_starts(con: sqlite3.Connection, root: Path) -> list[LedgerRecord]:
-    """Every `step-start` record of `root`'s own ledger (one per step that began to compute)."""
+def step_starts(root: str | os.PathLike[str], records: Iterable[LedgerRecord]) -> Iterable[LedgerRecord]:
+    """Every `step-start` record of `root`'s own ledger (one per step that began to compute),
+    read through its index; `records` (every record of the root) when it has none."""
+    con = open_index(root)
+    if con is None:
+        return records
     spans: dict[str, set[tuple[int, int]]] = {}
     for path, offset, length in con.execute("SELECT path, offset, length FROM rec WHERE type = 'step-start'"):
         spans.setdefault(path, set()).add((offset, length))
-    return _read(root, spans)
+    return _read(Path(os.path.abspath(os.fspath(root))), spans)
 
 
 def records_of(

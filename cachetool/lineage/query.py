@@ -7,15 +7,13 @@ of what was made from it; `all=True` every branch of its dataset (the forest of 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.ledger import Ledger
-    from cachetool.lineage.records import LedgerRecord, StepStartRecord
+    from cachetool.lineage.records import StepStartRecord
     from cachetool.lineage.resolve import KnownFingerprints
     from cachetool.lineage.step import Step
 
@@ -155,9 +153,10 @@ def lineage_view(
     fps = [x for _, x in items]
     unended = None
     if fp not in graph.recorded:
+        from cachetool.lineage.part import step_starts
         from cachetool.lineage.runs import unended_step
 
-        unended = unended_step(_step_starts(report.root, ledger), fp)
+        unended = unended_step(step_starts(report.root, ledger.records), fp)
     return LineageView(
         unended=unended,
         stale=_stale_notes(report.root, ledger, fps),
@@ -182,12 +181,3 @@ def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -
         )
         for s in found
     )
-
-
-def _step_starts(root: str | os.PathLike[str], ledger: Ledger) -> Iterable[LedgerRecord]:
-    """The `step-start` records of `root`: through its index (`ledger` may be a part), else
-    those of `ledger`."""
-    from cachetool.lineage.part import open_index, step_starts
-
-    con = open_index(root)
-    return step_starts(con, Path(os.path.abspath(os.fspath(root)))) if con is not None else ledger.records

@@ -147,6 +147,7 @@ def explain_fingerprint(
         r for r in made if fp not in r.parents
     ]
     if not recs:
+        _raise_unended(root, view, fp)
         raise NoRecords(Path(root), f"step that made {fp}")
     computed = [r for r in recs if r.computed or r.random_fallback is not None]
     target = computed[-1] if computed else recs[-1]
@@ -164,6 +165,24 @@ def explain_fingerprint(
         loaded=sum(r.cache == "hit" for r in recs),
         stale=_removing_all(Upstream(view), stale, view.root),
         warnings=view.warnings,
+    )
+
+
+def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
+    """When a step began to make `fp` in a run killed in it: say so (the run was traced)."""
+    from cachetool.errors import CachetoolError
+    from cachetool.lineage.part import step_starts
+    from cachetool.lineage.runs import unended_step
+
+    start = unended_step(step_starts(root, view.ledger.records if view.ledger else ()), fp)
+    if start is None:
+        return
+    site = start.call_site
+    at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
+    raise CachetoolError(
+        f"the step that made {fp} ({start.operation or 'a step'}{at}) never ended: its run "
+        f"{start.run} was killed in it (`cachetool explain --last` says what it left, when it is "
+        "the latest run)"
     )
 
 
