@@ -132,6 +132,8 @@ def test_following_the_hint_removes_every_stale_entry_and_the_data_comes_out_rig
     assert verified.returncode == 1
     found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
     assert found == set(fps)
+    one = _cli(env, "explain", fps[0])  # the stale step alone: its hint removes what follows too
+    assert one.returncode == 1 and set(fps) <= set(_hint_command(one.stderr)), one.stderr
 
     lineage = _cli(env, "lineage", fps[0], "--descendants", "--json")
     assert lineage.returncode == 0, lineage.stderr

@@ -156,6 +156,14 @@ def explain_fingerprint(
     stale += tuple(
         s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None or s.derived_from is not None
     )
+    found = _removing_all(Upstream(view), stale, view.root)
+    if found:
+        # What was made from it is stale too, and only the whole ledger knows all of it.
+        whole = next((s for s in stale_hits(root) if s.fingerprint == fp), None)
+        if whole is not None:
+            every = tuple(dict.fromkeys((*found[0].remove, *whole.remove)))
+            sources = whole.remove_sources or found[0].remove_sources
+            found = tuple(replace(s, remove=every, remove_sources=sources) for s in found)
     return ExplainReport(
         root=Path(root),
         mode="fingerprint",
@@ -163,7 +171,7 @@ def explain_fingerprint(
         run=target.run or None,
         run_time=target.time,
         loaded=sum(r.cache == "hit" for r in recs),
-        stale=_removing_all(Upstream(view), stale, view.root),
+        stale=found,
         warnings=view.warnings,
     )
 
