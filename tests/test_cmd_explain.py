@@ -96,6 +96,25 @@ def test_a_step_downstream_of_a_change_names_where_it_happened(
     )
 
 
+def test_a_downstream_step_points_to_the_step_where_its_input_changed(runs: ExplainRuns) -> None:
+    """In `explain --last`, steps are numbered and a step downstream of a recomputed step of the
+    same run says "its input changed: see step N" in one line, instead of repeating that step's
+    cause in full; the JSON keeps the whole reason."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"]}
+    human = CliRunner().invoke(
+        app, ["explain", "--last", "--cache-dir", str(runs.cache)], env={**env, "COLUMNS": "80"}
+    )
+    lines = human.stdout.splitlines()
+    numbered = {
+        m.group(2): int(m.group(1)) for m in (re.match(r"(\d+)\. .*->  (\w+)  \(", x) for x in lines) if m
+    }
+    threshold, cascade = numbered[runs.second["threshold"]], numbered[runs.second["cascade"]]
+    at = next(i for i, x in enumerate(lines) if x.startswith(f"{cascade}. "))
+    assert lines[at + 1].strip() == f"its input changed: see step {threshold}", lines[at : at + 3]
+    assert lines[at + 2].startswith(f"{cascade + 1}. ") or not lines[at + 2].startswith("    "), lines
+    assert human.stdout.count("changed 0.5 → 0.6") == 1, human.stdout
+
+
 def test_an_edited_function_shows_the_changed_line(report: ExplainReport, runs: ExplainRuns) -> None:
     [reason] = step(report, runs.second["shout"]).reasons
     assert reason.kind == "function-source"
@@ -115,6 +134,7 @@ def test_a_set_literal_is_reported_as_nondeterministic_not_as_a_change(
     assert reason.kind == "nondeterministic"
     assert reason.path is not None and re.fullmatch(r"function → code → const\[\d+\]", reason.path)
     assert "(frozenset of 5 str)" in reason.text and "cachetool check-determinism" in reason.text
+    assert "depends on PYTHONHASHSEED" in reason.text, reason.text  # check-determinism's words
     assert reason.hint is not None and "PYTHONHASHSEED" in reason.hint
 
 
@@ -236,6 +256,7 @@ def test_cli_json_and_exit_code(runs: ExplainRuns) -> None:
         "uncached_seconds",
         "uncached_hint",
         "interrupted",
+        "failed",
     }
     assert doc["mode"] == "run" and doc["computed"] == 9 and doc["loaded"] == 5
     assert doc["interrupted"] is None  # the run ended: not killed

@@ -94,36 +94,39 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
     says it is busy and, for a map (p.py, saved.py), once its unfinished file in `writes_in`
     holds bytes."""
     proc = _start_and_kill(tmp_path, env, script, writes_in)
-    out, _ = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    assert b"finished" not in out
+    assert b"finished" not in (tmp_path / "out.txt").read_bytes()
     return proc.pid
 
 
 def _start_and_kill(
     tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache"
 ) -> subprocess.Popen[bytes]:
-    """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits."""
+    """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits.
+    Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
     before = set(_tmp_sizes(tmp_path, writes_in))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    output = tmp_path / "out.txt"
+    with open(output, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
+            assert proc.poll() is None, output.read_text()
             assert time.monotonic() < deadline, "the script never got under way"
             time.sleep(0.05)
         while script != "load.py" and not any(
             n for p, n in _tmp_sizes(tmp_path, writes_in).items() if p not in before
         ):
-            assert proc.poll() is None, proc.communicate()
+            assert proc.poll() is None, output.read_text()
             assert time.monotonic() < deadline, "the map never wrote to its unfinished file"
             time.sleep(0.01)
         os.kill(proc.pid, signal.SIGKILL)
@@ -147,6 +150,9 @@ def _explained(tmp_path: Path, env: dict[str, str], pid: int, before: set[Path])
     assert new, "datasets left no unfinished file"
     assert all(p.name in human for p in new), human
     assert not any(p.name in human for p in before), human
+    assert "It had written nothing yet" not in human, human
+    command = f"cachetool gc --temp --min-age 0 --cache-dir {tmp_path / 'cache'}"
+    assert command in human, human
 
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     interrupted = doc["interrupted"]
@@ -169,6 +175,60 @@ def test_explain_last_says_the_run_was_killed_in_the_map_and_what_it_wrote(tmp_p
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     first = _explained(tmp_path, env, _run_and_kill(tmp_path, env), set())
     _explained(tmp_path, env, _run_and_kill(tmp_path, env), first)
+
+
+def test_the_command_explain_gives_for_a_killed_run_removes_its_unfinished_files(tmp_path: Path) -> None:
+    """explain --last of a killed run gives the gc command that removes what the run left
+    unfinished (`gc --temp --min-age 0 --cache-dir ROOT`); run as printed (with --yes), it
+    removes them, and the next run completes."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    new = _explained(tmp_path, env, _run_and_kill(tmp_path, env), set())
+    line = next(x for x in invoke("explain", "--last", env=env).stdout.splitlines() if "gc --temp" in x)
+    argv = line.split()
+    assert argv[:2] == ["cachetool", "gc"], line
+    removed = invoke(*argv[1:], "--yes", env=env)
+    assert removed.exit_code == 0, removed.stdout + removed.stderr
+    assert not any(p.exists() for p in new)
+
+
+def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) -> None:
+    """A `num_proc=2` map whose process is SIGKILLed: its orphaned pool workers finish their
+    shards after the kill. explain --last lists those finished shards (it said "It had written
+    nothing yet"), and `lineage` of the map's fingerprint names the step and the killed run (it
+    said "run the pipeline with `cachetool run`", of a run that was traced), and so does
+    `explain` of it."""
+    (tmp_path / "p.py").write_text(
+        PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
+    )
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    pid = _run_and_kill(tmp_path, env)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    fp = Path(doc["interrupted"]["step"]["paths"][0]).name.removeprefix("cache-").removesuffix(".arrow")
+    deadline = time.monotonic() + 120
+    while len(list((tmp_path / "cache").rglob(f"cache-{fp}_*_of_00002.arrow"))) < 2:
+        assert time.monotonic() < deadline, "the orphaned workers never finished"
+        time.sleep(0.1)
+    while any((tmp_path / "cache").rglob("tmp*")):  # the last rename
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    human = invoke("explain", "--last", env=env, columns=200).stdout
+    assert f"killed (process {pid} " in human, human
+    assert "It had written nothing yet" not in human, human
+    assert human.count(f"cache-{fp}_0000") == 2, human
+    written = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]["written"]
+    assert len(written) == 2 and all(w["finished"] for w in written), written
+
+    said = invoke("lineage", fp, env=env, columns=200)
+    assert said.exit_code == 0, said.stderr
+    assert "cachetool run" not in said.stdout + said.stderr, said.stdout + said.stderr
+    assert "map @ p.py:12" in said.stdout and "killed" in said.stdout, said.stdout
+    explained = invoke("explain", fp, env=env, columns=200)
+    assert "cachetool run" not in explained.stderr and "was killed in it" in explained.stderr, (
+        explained.stderr
+    )
 
 
 def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: Path) -> None:
@@ -307,3 +367,58 @@ def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dea
     gone = invoke(*command.split()[1:], "-y", env=env)
     assert gone.exit_code == 0, gone.stderr
     assert not left.exists()
+
+
+# Two maps; the second run finds the second map's cache file damaged (cut in half).
+TWO_MAPS = textwrap.dedent(
+    """\
+    import sys
+    from datasets import load_dataset
+
+    def add_len(ex):
+        return {"n": len(ex["text"])}
+
+    def up(ex):
+        return {"u": ex["text"].upper()}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    ds = ds.map(add_len)
+    ds = ds.map(up)
+    print("finished")
+    """
+)
+
+
+def test_explain_last_says_the_run_failed_in_the_map_that_read_a_damaged_file(tmp_path: Path) -> None:
+    """A run that died on a damaged cache file (`OSError: Expected to be able to read … bytes`):
+    the ledger's run end records the exit status, the exception and the step it came out of, and
+    `explain --last` says the run failed in that map, with the error and the `verify` command
+    that finds the damaged file. It said "0 steps computed, 2 loaded … Nothing was recomputed"."""
+    (tmp_path / "p.py").write_text(TWO_MAPS, encoding="utf-8")
+    (tmp_path / "d.csv").write_text(
+        "text\n" + "".join(f"row number {i}\n" for i in range(3000)), encoding="utf-8"
+    )
+    cache = tmp_path / "cache"
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(cache))
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
+    up = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["steps"][-1]
+    assert up["function"] == "up"
+    damaged = next(cache.rglob(f"cache-{up['fingerprint']}.arrow"))
+    os.truncate(damaged, damaged.stat().st_size // 2)
+    failed = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, check=False)
+    assert failed.returncode == 1 and "Expected to be able to read" in failed.stderr
+
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    assert doc["interrupted"] is None
+    ended = doc["failed"]
+    assert ended["status"] == 1 and ended["exception"] == "OSError", ended
+    assert "Expected to be able to read" in ended["message"]
+    assert ended["step"]["operation"] == "map" and ended["step"]["call_site"]["line"] == 12, ended
+    said = invoke("explain", "--last", env=env, columns=80)
+    human = said.stdout
+    assert "Nothing was recomputed" not in human, human
+    assert "The run failed in map up @ p.py:12 (OSError: Expected to be able to read" in " ".join(
+        human.split()
+    ), human
+    assert f"cachetool verify --cache-dir {cache}" in human, human
+    assert said.exit_code == 0

@@ -218,7 +218,9 @@ def test_a_saved_folder_named_by_its_path_is_read_in_its_own_root(pipeline: Pipe
     train = str(pipeline.saved / "train")
     doc = json.loads(_ok(cachetool(pipeline, "lineage", train, "--json")))
     assert doc["steps"][0]["operation"] == "load_dataset" and all(s["recorded"] for s in doc["steps"])
-    given = json.loads(_ok(cachetool(pipeline, "lineage", train, "--json", "--cache-dir", str(pipeline.saved))))
+    given = json.loads(
+        _ok(cachetool(pipeline, "lineage", train, "--json", "--cache-dir", str(pipeline.saved)))
+    )
     assert given["steps"] == doc["steps"]
 
 

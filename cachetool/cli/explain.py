@@ -12,7 +12,7 @@ from cachetool.formatting import local_time, short_duration
 
 if TYPE_CHECKING:
     from cachetool.lineage.explain import ExplainReport, Reason, StaleHit, StepExplanation
-    from cachetool.lineage.runs import Interruption
+    from cachetool.lineage.runs import Failure, Interruption
 
 
 def run_explain(
@@ -90,8 +90,21 @@ def _stale_lines(out: Output, stale: StaleHit, indent: str) -> None:
                 out.line(f"{indent}  {change.name} ({where}) {line}")
 
 
-def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
+def _step_lines(
+    out: Output,
+    s: StepExplanation,
+    detailed: bool,
+    number: int | None = None,
+    numbers: dict[str, int] | None = None,
+    said: str | None = None,
+) -> None:
+    """One step: its head line, then its reasons. In a run, steps are numbered (`number`; the
+    others' by fingerprint in `numbers`): a cause upstream that is a step of the run reads "its
+    input changed: see step N" (said in full once, at that step), and the reason `said` already
+    (once for the run) is left out."""
     head = f"{s.step.label}  ->  {s.step.fingerprint}"
+    if number is not None:
+        head = f"{number}. {head}"
     c = s.compared_with
     # On a shared cache the compared step may come from another node: say where each ran.
     elsewhere = c is not None and bool(c.host and s.step.host and c.host != s.step.host)
@@ -101,8 +114,22 @@ def _step_lines(out: Output, s: StepExplanation, detailed: bool) -> None:
     out.line(f"{head}  ({', '.join(tail)})", style="bold")
     if detailed:
         out.line(f"  at {local_time(s.step.time)}, run {s.step.run}")
+
+    def upstream_number(reason: Reason) -> int | None:
+        up = reason.upstream
+        n = (numbers or {}).get(up.fingerprint or "") if up is not None else None
+        return n if n is not None and n != number else None
+
+    refs = list(dict.fromkeys(n for r in s.reasons if (n := upstream_number(r)) is not None))
     for reason in s.reasons:
-        _reason_lines(out, reason, "    ")
+        if reason.text == said:
+            continue
+        if upstream_number(reason) is None:
+            _reason_lines(out, reason, "    ")
+        elif refs:
+            many = "s" if len(refs) > 1 else ""
+            out.line(f"    its input changed: see step{many} {', '.join(map(str, refs))}")
+            refs = []
     if detailed and c is not None:
         on = f", on {c.host}" if elsewhere else ""
         out.line(f"  compared with {c.fingerprint} ({local_time(c.time)}, run {c.run}{on})", style="dim")
@@ -153,12 +180,47 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
             f"started at {local_time(step.time)}.",
             style="bold red",
         )
-        if i.written:
+        tmp = [f for f in i.written if not f.finished]
+        done = [f for f in i.written if f.finished]
+        if tmp:
             out.line("  It had written (unfinished; datasets does not reuse these):")
-            for f in i.written:
+            for f in tmp:
                 out.line(f"    {f.path}  {human_size(f.size)}")
-        else:
+        if done:
+            out.line("  Finished num_proc shards of the step (datasets reuses these):")
+            for f in done:
+                out.line(f"    {f.path}  {human_size(f.size)}")
+        if not i.written:
             out.line("  It had written nothing yet.")
+        if tmp and i.state == "killed":
+            from cachetool.maintenance.hints import shell_command
+
+            root = step.root or os.path.dirname(tmp[0].path)
+            out.line("  To remove its unfinished files:")
+            out.line(
+                f"    {shell_command('gc', '--temp', '--min-age', '0', '--cache-dir', root)}", wrap=False
+            )
+    out.line("")
+
+
+def _failed_lines(out: Output, f: Failure, root: Path) -> None:
+    from cachetool.maintenance.hints import shell_command
+
+    step = f.step
+    where = ""
+    if step is not None:
+        site = step.call_site
+        fn = step.function.qualname if step.function and step.function.qualname else None
+        where = f" in {' '.join(x for x in (step.operation or 'a step', fn) if x)}"
+        if site is not None:
+            where += f" @ {os.path.basename(site.file or '?')}:{site.line}"
+    why = f"exit status {f.status}"
+    if f.exception:
+        why = f"{f.exception}: {f.message}" if f.message else f.exception
+    out.line(f"The run failed{where} ({why}).", style="bold red")
+    if f.read_error:
+        out.line("  A cache file it read may be damaged; to find it, run:")
+        out.line(f"    {shell_command('verify', '--cache-dir', os.fspath(root))}", wrap=False)
     out.line("")
 
 
@@ -177,11 +239,20 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
         out.line("")
         if report.interrupted is not None:
             _interrupted_lines(out, report.interrupted, elsewhere)
-        for s in report.steps:
-            _step_lines(out, s, detailed=False)
+        if report.failed is not None:
+            _failed_lines(out, report.failed, report.root)
+        numbers = {s.step.fingerprint: n for n, s in enumerate(report.steps, 1) if s.step.fingerprint}
+        first = {r.text for s in report.steps for r in s.reasons if r.kind == "first-run"}
+        said = None
+        if len(first) == 1 and report.steps and all(s.reasons for s in report.steps):
+            said = first.pop()  # "first run recorded in this cache": once for every step
+            out.line(said[0].upper() + said[1:] + ".")
+            out.line("")
+        for n, s in enumerate(report.steps, 1):
+            _step_lines(out, s, detailed=False, number=n, numbers=numbers, said=said)
         if report.uncached:
             _uncached_lines(out, report)
-        elif not report.steps and report.interrupted is None:
+        elif not report.steps and report.interrupted is None and report.failed is None:
             out.line("Nothing was recomputed.")
     else:
         for s in report.steps:

@@ -65,7 +65,8 @@ def explain_command(
     **Stale hits.** A function imported from your own module is hashed by name, so editing it
     keeps the fingerprint and `datasets` reuses the old result. explain reports "cache entry
     cache-….arrow was reused at 10:31, but `clean_text` in text_helpers.py changed since it was
-    computed", with the line.
+    computed", with the line, and every entry made from it as stale too; the hint removes them
+    all in one `cachetool gc` command.
 
     Needs pipelines run under `cachetool run` (or `cachetool.tracing()`).
 

@@ -34,7 +34,7 @@ def run_lineage(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, **o
         render(Output(OutputFormat.human), view)
     for w in view.warnings:
         warn(w)
-    if not view.recorded:
+    if not view.recorded and view.unended is None:
         hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
 
 
@@ -87,10 +87,24 @@ def _notes(step: Step) -> str:
     return "; ".join(notes)
 
 
-def step_line(step: Step) -> str:
-    """`map  upper @ pipeline.py:21  batched=True  ->  5f0c…  1.5 kB  (1 miss, 2 hits)`."""
+def _unended(view: LineageView) -> str | None:
+    """What made the fingerprint no record explains: a step of a run killed in it."""
+    start = view.unended
+    if start is None:
+        return None
+    site = start.call_site
+    at = f" @ {Path(site.file or '?').name}:{site.line}" if site is not None else ""
+    return (
+        f"made by {start.operation or 'a step'}{at} in run {start.run}, which was killed in "
+        "that step (its record was never written)"
+    )
+
+
+def step_line(step: Step, stale: str | None = None, unended: str | None = None) -> str:
+    """`map  upper @ pipeline.py:21  batched=True  ->  5f0c…  1.5 kB  (1 miss, 2 hits)`, with
+    `[stale: …]` when the entry is stale."""
     if not step.recorded:
-        return f"{step.fingerprint}  {NOT_RECORDED}"
+        return f"{step.fingerprint}  {unended or NOT_RECORDED}"
     parts = [_what(step)]
     if step.function_str:
         parts.append(step.function_str)
@@ -100,7 +114,7 @@ def step_line(step: Step) -> str:
     runs = _runs(step)
     if runs:
         tail += f"  ({runs})"
-    notes = _notes(step)
+    notes = "; ".join(x for x in (stale, _notes(step)) if x)
     if notes:
         tail += f"  [{notes}]"
     return "  ".join(parts) + "  ->  " + tail
@@ -112,7 +126,10 @@ def render(out: Output, view: LineageView) -> None:
     for number, (depth, s) in enumerate(view.steps, 1):
         prefix = f"{number:>3}. " if view.mode == "chain" else "  " * (depth + 1) + ("└ " if depth else "")
         mark = "* " if s.fingerprint == view.fingerprint and view.mode == "all" else ""
-        out.line(prefix + mark + step_line(s), style="bold" if mark else None)
+        stale = view.stale_note(s.fingerprint)
+        unended = _unended(view) if s.fingerprint == view.fingerprint else None
+        line = step_line(s, stale, unended)
+        out.line(prefix + mark + line, style="bold" if mark else "yellow" if stale else None)
     if not view.recorded:
         e = view.entry
         if e is not None:
@@ -121,7 +138,7 @@ def render(out: Output, view: LineageView) -> None:
                 # A prepared split starts every chain: nothing comes before it, recorded or not.
                 out.line(f"{view.fingerprint}: a source split, the start of its chains (no run recorded)")
             else:
-                out.line(f"{view.fingerprint}: {NOT_RECORDED}")
+                out.line(f"{view.fingerprint}: {_unended(view) or NOT_RECORDED}")
             facts = [f"kind {e.kind_str}"]
             if e.dataset:
                 facts.append(f"dataset {e.dataset}")

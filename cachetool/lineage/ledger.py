@@ -108,11 +108,13 @@ Gc records (`"type": "gc"`, written by `cachetool gc` after each removal, `GcRec
 (the entry kind), "path" (the first removed path), "paths" (every removed file or folder),
 "size" (bytes freed), "files" (the *number* of files freed), "reason", "dataset"}.
 
-Run records (`cachetool.lineage.runs` reads them): `"run-start"` (`RunStartRecord`: {"argv",
-"cwd"}, in the cache root's ledger when tracing starts), `"run-end"` (`RunEndRecord`, in every
-root the run wrote to, at exit) and `"step-start"` (`StepStartRecord`: {"operation", "parents",
-"call_site", "split", "paths", "before"}, the step's `seq`, written when a step begins to compute): a run
-killed in a step has a start and no end, and a step start without its step record.
+Run records (`cachetool.lineage.runs` reads them): `"run-start"` (`RunStartRecord`: {"argv", "cwd"},
+in the cache root's ledger when tracing starts), `"run-end"` (`RunEndRecord`, in every root the run
+wrote to, at exit: {"status", "exception", "message", "step"} under `cachetool run`, the exit
+status, the uncaught exception and the `seq` of the step it came out of) and `"step-start"`
+(`StepStartRecord`: {"operation", "parents", "call_site", "split", "paths", "before"}, the step's
+`seq`, written when a step begins to compute): a run killed in a step has a start and no end, and a
+step start without its step record.
 
 Compacted segments (`cachetool.lineage.compact`, `compacted-<time>-<pid>.jsonl`) start with a
 `"compaction"` record (`CompactionRecord`: {"replaces": [[segment name, size], ...]}: readers skip

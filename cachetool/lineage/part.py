@@ -139,6 +139,18 @@ def records_of_results(con: sqlite3.Connection, root: Path, fps: Iterable[str]) 
     return _read(root, spans)
 
 
+def step_starts(root: str | os.PathLike[str], records: Iterable[LedgerRecord]) -> Iterable[LedgerRecord]:
+    """Every `step-start` record of `root`'s own ledger (one per step that began to compute),
+    read through its index; `records` (every record of the root) when it has none."""
+    con = open_index(root)
+    if con is None:
+        return records
+    spans: dict[str, set[tuple[int, int]]] = {}
+    for path, offset, length in con.execute("SELECT path, offset, length FROM rec WHERE type = 'step-start'"):
+        spans.setdefault(path, set()).add((offset, length))
+    return _read(Path(os.path.abspath(os.fspath(root))), spans)
+
+
 def records_of(
     con: sqlite3.Connection, root: Path, fps: set[str], more: Iterable[tuple[str, int, int]] = ()
 ) -> list[LedgerRecord]:
@@ -219,8 +231,16 @@ def explain_records(
     return records_of(con, root, closure(con, wanted, up=True), more)
 
 
+#: How many more siblings with other parents `explain` reads than it compares with: enough for
+#: the splits of a DatasetDict mapped at one call site.
+_OTHER_LINEAGES = 8
+
+
 def _siblings(con: sqlite3.Connection, target: tuple[Any, ...], n: int) -> list[str]:
-    """The results of the latest `n` siblings of a step (the rule of `LedgerView.siblings`)."""
+    """The results of the latest `n` siblings of a step (the rule of `LedgerView.siblings`).
+    Among siblings with other parents the view prefers those of the same lineage (each split of
+    a DatasetDict its own), which only the records tell: the latest `n + _OTHER_LINEAGES` of
+    them are read."""
     result, type_, output, run, time, *keys, parents = target
     found: list[tuple[Any, ...]] = []
     for column, key in zip(("skey", "fkey", "mkey"), keys, strict=True):
@@ -234,12 +254,9 @@ def _siblings(con: sqlite3.Connection, target: tuple[Any, ...], n: int) -> list[
         if found:
             break
     found.sort(key=lambda r: r[1], reverse=True)
-    out: list[str] = []
-    for r in [r for r in found if r[2] == parents] + [r for r in found if r[2] != parents]:
-        if r[0] not in out:
-            out.append(r[0])
-        if len(out) == n:
-            break
+    same = list(dict.fromkeys(r[0] for r in found if r[2] == parents))[:n]
+    other = [x for x in dict.fromkeys(r[0] for r in found if r[2] != parents) if x not in same]
+    out = same + (other[: n + _OTHER_LINEAGES] if len(same) < n else [])
     return [x for x in out if x is not None]
 
 

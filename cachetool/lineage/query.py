@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.lineage.ledger import Ledger
+    from cachetool.lineage.records import StepStartRecord
     from cachetool.lineage.resolve import KnownFingerprints
     from cachetool.lineage.step import Step
 
@@ -30,6 +31,16 @@ class LineageView:
     entry: Entry | None  # what the disk holds for the fingerprint, if anything
     #: What reading the ledger warned of (torn records, unreadable segments).
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: The steps whose cache entry is stale, each with why in a few words
+    #: (`cachetool.lineage.explain.stale_hits`).
+    stale: tuple[tuple[str, str], ...] = ()
+    #: For a fingerprint no record explains: the step that began to make it in a run killed
+    #: before the step ended (`cachetool.lineage.runs.unended_step`).
+    unended: StepStartRecord | None = None
+
+    def stale_note(self, fp: str) -> str | None:
+        """Why `fp`'s entry is stale, or None."""
+        return dict(self.stale).get(fp)
 
     @property
     def recorded(self) -> bool:
@@ -40,9 +51,13 @@ class LineageView:
             "fingerprint": self.fingerprint,
             "mode": self.mode,
             "recorded": self.recorded,
-            "steps": [{"depth": d, **s.to_json()} for d, s in self.steps],
+            "steps": [
+                {"depth": d, **s.to_json(), "stale": self.stale_note(s.fingerprint) is not None}
+                for d, s in self.steps
+            ],
             "edges": [list(e) for e in self.edges],
             "entry": self.entry.to_json() if self.entry is not None else None,
+            "unended": None if self.unended is None else self.unended.to_json(),
         }
 
 
@@ -136,11 +151,33 @@ def lineage_view(
     else:
         items = [(0, x) for x in graph.ancestors(fp)]
     fps = [x for _, x in items]
+    unended = None
+    if fp not in graph.recorded:
+        from cachetool.lineage.part import step_starts
+        from cachetool.lineage.runs import unended_step
+
+        unended = unended_step(step_starts(report.root, ledger.records), fp)
     return LineageView(
+        unended=unended,
+        stale=_stale_notes(report.root, ledger, fps),
         fingerprint=fp,
         mode=mode,
         steps=tuple((d, graph.step(x)) for d, x in items),
         edges=tuple(sorted(graph.edges(fps))),
         entry=got.entry,
         warnings=ledger.warnings,
+    )
+
+
+def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -> tuple[tuple[str, str], ...]:
+    """The stale entries among `fps`, each with a few words of why."""
+    from cachetool.lineage.explain import load_view, stale_hits
+
+    found = stale_hits(root, view=load_view(ledger), only=fps)
+    return tuple(
+        (
+            s.fingerprint,
+            f"stale: made from {up.fingerprint}" if (up := s.derived_from) else "stale: code changed",
+        )
+        for s in found
     )

@@ -24,7 +24,15 @@ from cachetool.lineage.records import (
     StepStartRecord,
 )
 
-__all__ = ["Interruption", "RunState", "UnfinishedFile", "interruption"]
+__all__ = [
+    "Failure",
+    "Interruption",
+    "RunState",
+    "UnfinishedFile",
+    "failure",
+    "interruption",
+    "unended_step",
+]
 
 #: "killed": the process is gone; "running": it still runs on this host; "unknown": it ran on
 #: another host, so cachetool cannot tell.
@@ -36,13 +44,16 @@ _SLACK = 1.0
 
 @dataclass(frozen=True)
 class UnfinishedFile:
-    """A file the interrupted step had written: datasets' temporary output, never renamed."""
+    """A file the interrupted step had written: datasets' temporary output, never renamed, or
+    (`finished`) a `num_proc` shard its pool workers, orphaned by the kill, finished and renamed
+    (datasets reuses finished shards)."""
 
     path: str
     size: int
+    finished: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size}
+        return {"path": self.path, "size": self.size, "finished": self.finished}
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,63 @@ class Interruption:
         }
 
 
+#: Exceptions of reading an Arrow file (a cache file cut short or overwritten): `verify` finds it.
+_READ_ERRORS = frozenset({"OSError", "ArrowInvalid", "ArrowIOError", "ArrowException"})
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A run that ended by an uncaught exception (or a non-zero exit status): how, and in which
+    step (None: outside any step)."""
+
+    run: str
+    status: int
+    exception: str | None
+    message: str | None
+    step: StepRecord | None
+
+    @property
+    def read_error(self) -> bool:
+        """The exception is one of reading an Arrow file: a damaged cache file, most likely."""
+        return self.exception in _READ_ERRORS
+
+    def to_json(self) -> dict[str, Any]:
+        step = self.step
+        return {
+            "run": self.run,
+            "status": self.status,
+            "exception": self.exception,
+            "message": self.message,
+            "step": None
+            if step is None
+            else {
+                "operation": step.operation,
+                "seq": step.seq,
+                "function": step.function.qualname if step.function else None,
+                "parents": list(step.parents),
+                "call_site": step.call_site.to_json() if step.call_site else None,
+            },
+        }
+
+
+def failure(records: Iterable[LedgerRecord], run: str) -> Failure | None:
+    """How run `run` failed, when its end record says it did (an exception, a non-zero status);
+    None for a run that ended well, did not end, or ended before ends said how."""
+    end: RunEndRecord | None = None
+    steps: dict[int, StepRecord] = {}
+    for rec in records:
+        if rec.run != run:
+            continue
+        if isinstance(rec, RunEndRecord):
+            end = end or rec
+        elif isinstance(rec, StepRecord) and not rec.internal:
+            steps[rec.seq] = rec
+    if end is None or not (end.status or end.exception):
+        return None
+    step = steps.get(end.step) if end.step is not None else None
+    return Failure(run, end.status or 1, end.exception, end.message, step)
+
+
 def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | None:
     """How run `run` ended, when it did not close: None for a run that wrote its end (or one
     recorded before runs had starts and ends)."""
@@ -110,6 +178,21 @@ def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | No
     )
 
 
+def unended_step(records: Iterable[LedgerRecord], fp: str) -> StepStartRecord | None:
+    """The latest step that began to compute `fp`'s cache file and wrote no record of its end:
+    its run was killed in it (the `num_proc` workers it left may have finished the file)."""
+    names = (f"cache-{fp}.arrow",)
+    starts: list[StepStartRecord] = []
+    done: set[tuple[str, int]] = set()
+    for rec in records:
+        if isinstance(rec, StepStartRecord) and any(os.path.basename(p) in names for p in rec.paths):
+            starts.append(rec)
+        elif isinstance(rec, StepRecord) and not rec.internal:
+            done.add((rec.run, rec.seq))
+    open_ = [s for s in starts if (s.run, s.seq) not in done]
+    return open_[-1] if open_ else None
+
+
 def _state(rec: LedgerRecord) -> RunState:
     import socket
 
@@ -123,12 +206,14 @@ def _state(rec: LedgerRecord) -> RunState:
 
 
 def _unfinished(step: StepStartRecord) -> tuple[UnfinishedFile, ...]:
-    """datasets' temporary files in the step's output folders, written since the step began."""
+    """datasets' temporary files in the step's output folders, written since the step began, and
+    the `num_proc` shards of its output finished since (`cache-<fp>_00000_of_00002.arrow`)."""
     out: list[UnfinishedFile] = []
+    shards = tuple(os.path.basename(p).removesuffix(".arrow") + "_" for p in step.paths)
     for folder in dict.fromkeys(os.path.dirname(p) for p in step.paths):
         try:
             with os.scandir(folder) as it:
-                entries = [e for e in it if e.name.startswith("tmp")]
+                entries = [e for e in it if e.name.startswith(("tmp", *shards))]
         except OSError:
             continue
         for e in entries:
@@ -139,5 +224,5 @@ def _unfinished(step: StepStartRecord) -> tuple[UnfinishedFile, ...]:
             if e.name in step.before:  # there before the step began: another run's leftover
                 continue
             if e.is_file(follow_symlinks=False) and st.st_mtime >= step.time - _SLACK:
-                out.append(UnfinishedFile(e.path, st.st_size))
-    return tuple(sorted(out, key=lambda f: f.path))
+                out.append(UnfinishedFile(e.path, st.st_size, finished=not e.name.startswith("tmp")))
+    return tuple(sorted(out, key=lambda f: (f.finished, f.path)))

@@ -115,6 +115,15 @@ def _end_run() -> None:
             tracer.end_run()
 
 
+def note_exit(exc: BaseException | None) -> None:
+    """`cachetool run`: the script ended, normally (`exc` None) or by `exc`; the run's end record
+    says how. Never raises."""
+    tracer = _tracer
+    if tracer is not None:
+        with contextlib.suppress(Exception):
+            tracer.note_exit(exc)
+
+
 def _after_fork() -> None:
     tracer = _tracer
     if tracer is not None:

@@ -47,6 +47,12 @@ def builder_records(
     )
     operation = frame.entry if frame.entry and not frame.entry.startswith("_") else "as_dataset"
     status = "reused" if prepared == "hit" else "written"
+    # `from_generator`: datasets hashes the generator, and helpers of the user's module it calls
+    # by name only: their code is recorded as a mapped function's is (stale results).
+    function = None
+    with contextlib.suppress(Exception):
+        generator = getattr(getattr(builder, "config", None), "generator", None)
+        function = b.arguments.function_info(generator) if callable(generator) else None
     records: list[StepRecord] = []
     for output, ds in items:
         files = _stat_files(ds, status)
@@ -62,6 +68,7 @@ def builder_records(
                 result=_fingerprint_of(ds),
                 output=None if output is None else str(output),
                 call_site=frame.call_site,
+                function=function,
                 files=files,
                 cache=prepared if files else "none",
                 in_memory=not files,

@@ -355,9 +355,25 @@ class RecordBuilder:
             cwd=_cwd(),
         )
 
-    def run_end(self, root: str) -> RunEndRecord:
-        """The run ended without being killed (one per root it wrote to)."""
-        return RunEndRecord(**self.constants, seq=next(self.seq), time=round(time.time(), 6), root=root)
+    def run_end(
+        self,
+        root: str,
+        status: int | None = None,
+        exception: str | None = None,
+        message: str | None = None,
+        step: int | None = None,
+    ) -> RunEndRecord:
+        """The run ended without being killed (one per root it wrote to), and how, when known."""
+        return RunEndRecord(
+            **self.constants,
+            seq=next(self.seq),
+            time=round(time.time(), 6),
+            root=root,
+            status=status,
+            exception=exception,
+            message=message,
+            step=step,
+        )
 
 
 def _cwd() -> str | None:

@@ -241,7 +241,7 @@ def _bootstrap() -> None:
             sys.path[0] = script
         install_tracing()
         sys.excepthook = _trimming_hook(sys.excepthook)
-        runpy.run_path(script, run_name="__main__")
+        _noting_exit(runpy.run_path, script, run_name="__main__")
         return
 
     # CPython joins a relative script path to the cwd without normalising it (`work/../x.py`).
@@ -278,7 +278,20 @@ def _bootstrap() -> None:
     sys.modules["__main__"] = main
     install_tracing()
     sys.excepthook = _trimming_hook(sys.excepthook)
-    exec(code, main.__dict__)
+    _noting_exit(exec, code, main.__dict__)
+
+
+def _noting_exit(run: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+    """`run(*args, **kwargs)` (the script), telling the tracer how it ended: the run's end record
+    keeps the exit status and the exception (its frames are trimmed from tracebacks)."""
+    from cachetool.trace import note_exit
+
+    try:
+        run(*args, **kwargs)
+    except BaseException as e:
+        note_exit(e)
+        raise
+    note_exit(None)
 
 
 def _is_zip(path: str) -> bool:

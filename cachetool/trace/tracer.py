@@ -85,6 +85,11 @@ class Tracer:
         self._hook_errors = 0
         self._prefix: str | None = None
         self._ended = False
+        #: How the run ended, once the runner says (`note_exit`): status, exception, message.
+        self._outcome: tuple[int, str | None, str | None] | None = None
+        #: The last exception that came out of a step the user called, with the step's `seq`.
+        self._raised: tuple[BaseException, int] | None = None
+        self._raised_at_exit: BaseException | None = None
         #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
@@ -213,8 +218,35 @@ class Tracer:
         if not (self.enabled and isinstance(sink, LedgerSink)) or self._ended or os.getpid() != self.pid:
             return
         self._ended = True
+        status, exception, message = self._outcome or (None, None, None)
+        step = None
+        if self._raised is not None and self._outcome is not None:
+            raised, seq = self._raised
+            step = seq if self._raised_at_exit is raised else None
         for root in list(sink.roots):
-            self._emit(self.records.run_end(root))
+            self._emit(self.records.run_end(root, status, exception, message, step))
+
+    def note_exit(self, exc: BaseException | None) -> None:
+        """How the script ended: normally (`exc` None), by `SystemExit`, or by an uncaught
+        exception (which step it came out of is known when it went through one). The run's end
+        record says it."""
+        self._raised_at_exit = None
+        if exc is None:
+            self._outcome = (0, None, None)
+        elif isinstance(exc, SystemExit):
+            code = exc.code
+            self._outcome = (code if isinstance(code, int) else 0 if code is None else 1, None, None)
+        else:
+            status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+            self._outcome = (status, type(exc).__name__, str(exc)[:2000])
+            seen: set[int] = set()
+            e: BaseException | None = exc
+            while e is not None and id(e) not in seen:  # the step's exception, or one it caused
+                seen.add(id(e))
+                if self._raised is not None and e is self._raised[0]:
+                    self._raised_at_exit = e
+                    break
+                e = e.__context__
 
     # -- layer 2 ------------------------------------------------------------------------------
     def _wrap_update_fingerprint(self, original: Callable[..., str]) -> Callable[..., str]:
@@ -350,6 +382,8 @@ class Tracer:
                 stack[-1].children.extend(records)
                 stack[0].pending.extend(records)
             else:
+                if exc is not None:
+                    self._raised = (exc, frame.seq)
                 frame.pending.extend(records)
                 frame.pending.sort(key=lambda r: r.seq)
                 for rec in frame.pending:

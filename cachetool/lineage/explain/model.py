@@ -9,6 +9,7 @@ are the values code looks at.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from cachetool.errors import CachetoolError
 from cachetool.formatting import clock_time
 from cachetool.lineage.records import StepRecord
-from cachetool.lineage.runs import Interruption
+from cachetool.lineage.runs import Failure, Interruption
 
 #: What differs between a step and the sibling it is compared with (the table in
 #: `cachetool.lineage.explain`).
@@ -181,7 +182,8 @@ class SourceChange:
 
 @dataclass(frozen=True)
 class StaleHit:
-    """A cache entry computed by code that has changed since: `datasets` reuses it (or did)."""
+    """A cache entry computed by code that has changed since (`datasets` reuses it, or did), or
+    made from such an entry (`derived_from`): stale too, though its own code is the same."""
 
     fingerprint: str
     files: tuple[str, ...]
@@ -194,6 +196,17 @@ class StaleHit:
     step: StepRef
     #: The cache root it was found in (so the hint names it).
     root: str | None = field(default=None, compare=False)
+    #: The step upstream whose stale result this entry was made from (None: its own code changed).
+    derived_from: StepRef | None = None
+    #: When `derived_from`'s step was recomputed by changed code after this entry was made (None:
+    #: that step's result is itself stale).
+    recomputed_at: float | None = None
+    #: The fingerprints the hint removes together: this entry and what was made from it.
+    remove: tuple[str, ...] = field(default=(), compare=False)
+    #: The entry is a source (a `from_generator` dataset): gc removes one only when told.
+    source: bool = field(default=False, compare=False)
+    #: One of `remove` is a source.
+    remove_sources: bool = field(default=False, compare=False)
 
     @property
     def file_name(self) -> str:
@@ -201,15 +214,28 @@ class StaleHit:
 
     @property
     def gc_command(self) -> str:
-        """The command that removes this entry now (min-age 0: it was just found stale)."""
+        """The command that removes this entry and every stale entry made from it now (min-age 0:
+        they were just found stale)."""
         from cachetool.maintenance.hints import gc_command
 
+        targets = self.remove or (self.fingerprint,)
+        if self.remove_sources or (self.source and not self.remove):
+            targets = (*targets, "--include-sources")
         if self.root is None:
-            return f"cachetool gc {self.fingerprint} --min-age 0"
-        return gc_command(self.root, self.fingerprint)
+            return shlex.join(["cachetool", "gc", *targets, "--min-age", "0"])
+        return gc_command(self.root, *targets)
 
     @property
     def message(self) -> str:
+        up = self.derived_from
+        if up is not None:
+            what = f"cache entry {self.file_name} ({self.step.label})"
+            if self.recomputed_at is not None:
+                return (
+                    f"{what} was made from an older result of {up.label}, recomputed at "
+                    f"{clock_time(self.recomputed_at)} by changed code"
+                )
+            return f"{what} was made from the stale result of {up.label}"
         names = ", ".join(
             f"`{c.name}` in {os.path.basename(c.file)}" if c.file else f"`{c.name}`" for c in self.changes
         )
@@ -228,9 +254,10 @@ class StaleHit:
     @property
     def hint(self) -> str:
         return (
-            "datasets hashes functions from your own modules by name, not by code: pass "
-            "new_fingerprint= (or a version argument) to the step, or delete the entry "
-            f"(`{self.gc_command}`)"
+            "datasets hashes functions from your own modules by name, not by code, and what was "
+            f"made from a stale result is stale too: remove them all (`{self.gc_command}`), or "
+            "pass new_fingerprint= (or a version argument) to the step, which changes every "
+            "fingerprint after it"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -243,6 +270,9 @@ class StaleHit:
             "reused_run": self.reused_run,
             "changes": [c.to_json() for c in self.changes],
             "step": self.step.to_json(),
+            "derived_from": self.derived_from.to_json() if self.derived_from else None,
+            "recomputed_at": self.recomputed_at,
+            "remove": list(self.remove or (self.fingerprint,)),
             "message": self.message,
             "hint": self.hint,
         }
@@ -334,6 +364,8 @@ class ExplainReport:
     uncached: tuple[UncachedStep, ...] = ()
     #: The run ended without closing: killed (or still running), in which step (mode "run").
     interrupted: Interruption | None = None
+    #: The run ended by an uncaught exception: which, in which step (mode "run").
+    failed: Failure | None = None
 
     @property
     def uncached_seconds(self) -> float:
@@ -354,4 +386,5 @@ class ExplainReport:
             "uncached_seconds": round(self.uncached_seconds, 6),
             "uncached_hint": UNCACHED_HINT if self.uncached else None,
             "interrupted": self.interrupted.to_json() if self.interrupted else None,
+            "failed": self.failed.to_json() if self.failed else None,
         }

@@ -31,6 +31,16 @@ NONDETERMINISTIC_KINDS = frozenset(
     {"set-order", "order", "address", "uuid", "temp-path", "timestamp", "random-state"}
 )
 _MAX_UPSTREAM = 50
+#: How a part of each culprit kind varies, in check-determinism's words (its variations).
+_VARIES = {
+    "set-order": "depends on PYTHONHASHSEED",
+    "order": "depends on PYTHONHASHSEED",
+    "timestamp": "changes on every run (a time taken at run time)",
+    "uuid": "changes on every run",
+    "address": "changes on every run (a memory address)",
+    "temp-path": "changes on every run (a temporary path)",
+    "random-state": "changes on every run",
+}
 
 
 def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) -> list[Reason]:
@@ -256,7 +266,7 @@ def _value_reason(name: str, old: ArgInfo | None, new: ArgInfo | None) -> Reason
         if culprit is not None:
             path = render_path(name, culprit.path)
             if culprit.kind in NONDETERMINISTIC_KINDS:
-                return _nondeterministic(name, path, culprit.description, culprit.hint)
+                return _nondeterministic(name, path, culprit.description, culprit.hint, culprit.kind)
             return _changed(name, path, culprit.reprs[0], culprit.reprs[-1])
     return _changed(name, name, _repr(old), _repr(new))
 
@@ -273,12 +283,15 @@ def _changed(argument: str, path: str, before: str, after: str) -> Reason:
     )
 
 
-def _nondeterministic(argument: str, path: str, description: str | None, hint: str | None) -> Reason:
+def _nondeterministic(
+    argument: str, path: str, description: str | None, hint: str | None, kind: str | None = None
+) -> Reason:
+    """`path` hashes differently from run to run by itself: how, by the culprit's `kind`."""
     what = f"`{path}` ({description})" if description else f"`{path}`"
+    varies = _VARIES.get(kind or "", "pickles differently in every process")
     return Reason(
         "nondeterministic",
-        f"{what} pickles differently in every process — not a change of yours; run "
-        "`cachetool check-determinism` on the script",
+        f"{what} {varies} — not a change of yours; run `cachetool check-determinism` on the script",
         argument=argument,
         path=path,
         hint=hint,
@@ -350,7 +363,7 @@ def _same_code_reason(new: StepRecord, old: StepRecord, qualname: str | None) ->
     before, after = culprit.reprs[0], culprit.reprs[-1]
     path = render_path("function", culprit.path)
     if culprit.kind in NONDETERMINISTIC_KINDS or before == after or culprit.kind == "code":
-        return _nondeterministic("function", path, culprit.description, culprit.hint)
+        return _nondeterministic("function", path, culprit.description, culprit.hint, culprit.kind)
     return _changed("function", path, before, after)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from cachetool.lineage.explain.model import (
@@ -24,10 +25,17 @@ from cachetool.lineage.explain.reasons import (
     random_reason,
     same_fingerprint_reason,
 )
-from cachetool.lineage.explain.stale import stale_for_hit, stale_hits
+from cachetool.lineage.explain.stale import (
+    Upstream,
+    derived_hit,
+    stale_for_hit,
+    stale_hits,
+    stale_input,
+    with_removals,
+)
 from cachetool.lineage.explain.view import LedgerView, load_part_view, load_view
 from cachetool.lineage.records import RunEndRecord, RunStartRecord, StepRecord
-from cachetool.lineage.runs import interruption
+from cachetool.lineage.runs import failure, interruption
 
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
 
@@ -139,12 +147,23 @@ def explain_fingerprint(
         r for r in made if fp not in r.parents
     ]
     if not recs:
+        _raise_unended(root, view, fp)
         raise NoRecords(Path(root), f"step that made {fp}")
     computed = [r for r in recs if r.computed or r.random_fallback is not None]
     target = computed[-1] if computed else recs[-1]
     step = explain_record(view, target, history=history)
     stale = tuple(s for r in recs if r.cache == "hit" for s in stale_for_hit(view, r))
-    stale += tuple(s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None)
+    stale += tuple(
+        s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None or s.derived_from is not None
+    )
+    found = _removing_all(Upstream(view), stale, view.root)
+    if found:
+        # What was made from it is stale too, and only the whole ledger knows all of it.
+        whole = next((s for s in stale_hits(root) if s.fingerprint == fp), None)
+        if whole is not None:
+            every = tuple(dict.fromkeys((*found[0].remove, *whole.remove)))
+            sources = whole.remove_sources or found[0].remove_sources
+            found = tuple(replace(s, remove=every, remove_sources=sources) for s in found)
     return ExplainReport(
         root=Path(root),
         mode="fingerprint",
@@ -152,8 +171,26 @@ def explain_fingerprint(
         run=target.run or None,
         run_time=target.time,
         loaded=sum(r.cache == "hit" for r in recs),
-        stale=_dedupe(stale),
+        stale=found,
         warnings=view.warnings,
+    )
+
+
+def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
+    """When a step began to make `fp` in a run killed in it: say so (the run was traced)."""
+    from cachetool.errors import CachetoolError
+    from cachetool.lineage.part import step_starts
+    from cachetool.lineage.runs import unended_step
+
+    start = unended_step(step_starts(root, view.ledger.records if view.ledger else ()), fp)
+    if start is None:
+        return
+    site = start.call_site
+    at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
+    raise CachetoolError(
+        f"the step that made {fp} ({start.operation or 'a step'}{at}) never ended: its run "
+        f"{start.run} was killed in it (`cachetool explain --last` says what it left, when it is "
+        "the latest run)"
     )
 
 
@@ -216,11 +253,13 @@ def explain_run(
         run_id = run or last_run(view, script)
     records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
     interrupted = interruption(view.ledger.records, run_id) if view.ledger is not None else None
+    failed = failure(view.ledger.records, run_id) if view.ledger is not None else None
     starts = [r.time for r in _unended_starts(view) if r.run == run_id]
     if not records and not (interrupted and starts):  # killed before its first step: said below
         raise NoRecords(Path(root), f"records of run {run_id}")
     steps = []
-    stale: list[StaleHit] = []
+    stale: dict[str, StaleHit] = {}
+    upstream = Upstream(view)
     uncached: list[UncachedStep] = []
     loaded = 0
     for rec in records:
@@ -229,7 +268,8 @@ def explain_run(
             uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
         elif rec.cache == "hit":
             loaded += 1
-            stale.extend(stale_for_hit(view, rec))
+            for s in stale_for_hit(view, rec) or _derived_for_hit(view, upstream, rec, stale):
+                stale.setdefault(s.fingerprint, s)
         elif rec.computed or rec.random_fallback is not None:
             steps.append(explain_record(view, rec))
     return ExplainReport(
@@ -239,11 +279,34 @@ def explain_run(
         run=run_id,
         run_time=min(r.time for r in records) if records else min(starts),
         loaded=loaded,
-        stale=_dedupe(stale),
+        stale=_removing_all(upstream, stale.values(), view.root),
         warnings=view.warnings,
         uncached=tuple(uncached),
         interrupted=interrupted,
+        failed=failed,
     )
+
+
+def _derived_for_hit(
+    view: LedgerView, upstream: Upstream, hit: StepRecord, stale: Mapping[str, StaleHit]
+) -> list[StaleHit]:
+    """A hit of a result made from a stale result upstream (`stale`: those of the run so far)."""
+    fp = hit.result
+    comp = view.computing(fp, before=hit.time) if fp is not None else None
+    if fp is None or comp is None:
+        return []
+    cause = stale_input(view, upstream, fp, comp.time, stale)
+    return [derived_hit(fp, comp, hit.file_paths, cause, hit)] if cause is not None else []
+
+
+def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> tuple[StaleHit, ...]:
+    """`found`, deduplicated, each hint removing every stale entry of the report that still
+    exists, in one command with this root's `--cache-dir`."""
+    root_abs = os.path.abspath(os.fspath(root))
+    items = with_removals(upstream, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
+    every = tuple(dict.fromkeys(fp for s in items for fp in s.remove))
+    sources = any(s.remove_sources for s in items)
+    return tuple(replace(s, remove=every or s.remove, remove_sources=sources) for s in items)
 
 
 def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:

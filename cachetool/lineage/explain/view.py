@@ -66,6 +66,7 @@ class LedgerView:
             if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
                 first[rec.run] = rec.time
         self._earliest = sorted((t, run) for run, t in first.items())[:2]
+        self._lineages: dict[int, tuple[object, ...]] = {}  # by id of a record of `steps`
 
     def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
         site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
@@ -105,8 +106,10 @@ class LedgerView:
 
     def siblings(self, rec: StepRecord) -> list[StepRecord]:
         """Earlier records of the same step (call site, else function) with another fingerprint,
-        one per fingerprint, most recent first; those with the same parents come first. Only
-        records of this root count: another cache's runs say nothing about what this one holds."""
+        one per fingerprint, most recent first; those with the same parents come first, then
+        those of the same lineage (`lineage`: each split of a DatasetDict mapped at one call site
+        is compared with its own earlier state). Only records of this root count: another
+        cache's runs say nothing about what this one holds."""
         t = rec.time
         fp = rec.result
 
@@ -131,13 +134,42 @@ class LedgerView:
         found = matching(site) or matching(fn) or matching(moved)
         found.sort(key=lambda r: r.time, reverse=True)
         parents = rec.parents
+        same = [r for r in found if r.parents == parents]
+        rest = [r for r in found if r.parents != parents]
+        if rest:
+            mine = self.lineage(rec)
+            rest = [r for r in rest if self.lineage(r) == mine] + [r for r in rest if self.lineage(r) != mine]
         out: list[StepRecord] = []
         seen: set[str | None] = set()
-        for other in [r for r in found if r.parents == parents] + [r for r in found if r.parents != parents]:
+        for other in same + rest:
             if other.result not in seen:
                 seen.add(other.result)
                 out.append(other)
         return out
+
+    def lineage(self, rec: StepRecord, depth: int = 0) -> tuple[object, ...]:
+        """Where `rec`'s result comes from, as steps rather than fingerprints: the step (call
+        site, else function; which output of a `train_test_split`) and the lineage of each of its
+        parents, down to the source (a saved split's folder, a builder's split). Two records of
+        one call site with the same lineage made the same dataset, at different times."""
+        found = self._lineages.get(id(rec))
+        if found is not None:
+            return found
+        if rec.type == "root":
+            src = rec.source
+            if src is None:
+                found = ("root", rec.result)
+            else:
+                found = ("root", rec.operation, src.kind, src.path, src.builder, src.config, src.split)
+        else:
+            site, fn, _ = self._keys(rec)
+            ups = []
+            for p in rec.parents:
+                origin = self.origin(p, before=rec.time + 1e-6) if depth < 50 else None
+                ups.append(self.lineage(origin, depth + 1) if origin is not None else ("unrecorded", p))
+            found = (site or fn, rec.output, tuple(ups))
+        self._lineages[id(rec)] = found
+        return found
 
     def earlier_same(self, rec: StepRecord) -> StepRecord | None:
         """The latest earlier record of this root of the same fingerprint made the same way."""

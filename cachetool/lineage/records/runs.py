@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cachetool.lineage.records.base import _BASE_KEYS, LedgerRecord, same_fields
+from cachetool.lineage.records.base import _BASE_KEYS, LedgerRecord
 from cachetool.lineage.records.fields import (
     _obj,
+    _opt_int,
     _opt_str,
     _strs,
 )
@@ -43,16 +44,40 @@ class RunStartRecord(LedgerRecord):
         return out
 
 
-@same_fields
+@dataclass(frozen=True, kw_only=True)
 class RunEndRecord(LedgerRecord):
-    """A traced process ended normally (an exception included), or stopped tracing; written to
-    every root the run wrote to."""
+    """A traced process ended without being killed (an uncaught exception included), or stopped
+    tracing; written to every root the run wrote to, with how it ended when `cachetool run` ran
+    it (None: not known, as in records of older versions)."""
 
     TYPE: ClassVar[str] = "run-end"
 
+    #: The exit status the script ended with (1 for an uncaught exception).
+    status: int | None = None
+    #: The uncaught exception that ended the run: its type's name and its message.
+    exception: str | None = None
+    message: str | None = None
+    #: The `seq` of the step the exception came out of (None: outside any step).
+    step: int | None = None
+
+    _KEYS: ClassVar[tuple[str, ...]] = ("status", "exception", "message", "step")
+
     @classmethod
     def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> RunEndRecord:
-        return cls(**cls._base(d, read_from), extra={k: v for k, v in d.items() if k not in _BASE_KEYS})
+        return cls(
+            **cls._base(d, read_from),
+            status=_opt_int(d, "status"),
+            exception=_opt_str(d, "exception"),
+            message=_opt_str(d, "message"),
+            step=_opt_int(d, "step"),
+            extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k not in cls._KEYS},
+        )
+
+    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
+        out = self._base_json(constant)
+        out.update(self.extra)
+        out.update({k: getattr(self, k) for k in self._KEYS if getattr(self, k) is not None})
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -236,9 +236,10 @@ TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipel
 
 
 def stale_hint(gc_command: str) -> str:
+    """How to get rid of a stale entry and of what was made from it (`gc_command` names them)."""
     return (
-        "datasets hashes functions from your own modules by name: pass new_fingerprint= to the step, "
-        f"or delete the entry (`{gc_command}`, or --quarantine)"
+        "datasets hashes functions from your own modules by name: delete the entry and what was "
+        f"made from it (`{gc_command}`, or --quarantine), or pass new_fingerprint= to the step"
     )
 
 

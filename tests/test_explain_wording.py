@@ -1,0 +1,62 @@
+"""explain words a difference that is not the user's the way check-determinism does, by the kind
+of the part that differs: a time taken at run time "changes on every run", a set pickled in
+hash-seed order "depends on PYTHONHASHSEED". (Both read "pickles differently in every process".)"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run, invoke
+    from tests.lineage_pipeline import subprocess_env
+except ImportError:
+    from conftest import cachetool_run, invoke  # type: ignore[no-redef]
+    from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
+
+pytestmark = pytest.mark.slow
+
+PIPELINE = textwrap.dedent(
+    """\
+    import datetime
+    import os
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    class Stamp:
+        def __init__(self):
+            self.created = datetime.datetime.now()
+
+        def __call__(self, ex):
+            return {"y": ex["x"] + 1}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+    ds.map(Stamp())
+    """
+)
+
+
+def test_a_time_taken_at_run_time_changes_on_every_run(tmp_path: Path) -> None:
+    """A callable object that keeps `datetime.now()` on `self`: the second run recomputes its
+    map, and explain says the object's time "changes on every run", not a change of the user's,
+    with the check-determinism command."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(10)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "nondeterministic", reason
+    assert "created" in reason["path"], reason
+    assert "changes on every run" in reason["message"], reason
+    assert "pickles differently" not in reason["message"], reason
+    assert "cachetool check-determinism" in reason["message"], reason

@@ -1,0 +1,245 @@
+"""An edited helper of the user's own module leaves stale results downstream too: every entry
+derived from a stale entry is stale, `explain`, `verify --stale` and `lineage --descendants` say
+so, and the one command the hint gives removes them all, so that the next run computes the
+helper's new behaviour through to the last step. (The hint used to remove the stale entry only:
+the rerun recomputed it under the same fingerprint, every later step reused its old file, the
+final data stayed wrong, and explain and verify then said all was well.)"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run
+    from tests.lineage_pipeline import subprocess_env
+except ImportError:
+    from conftest import cachetool_run  # type: ignore[no-redef]
+    from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
+
+pytestmark = pytest.mark.slow
+
+HELPERS = textwrap.dedent(
+    """\
+    def clean_text(text):
+        return text.strip().lower()
+    """
+)
+# load -> map calling the helper -> map -> filter; prints the last step's uppercase letters.
+PIPELINE = textwrap.dedent(
+    """\
+    import json
+    import os
+
+    from datasets import load_dataset
+
+    from helpers import clean_text
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    def clean(ex):
+        return {"text": clean_text(ex["text"])}
+
+
+    def add_len(ex):
+        return {"n": len(ex["text"])}
+
+
+    def keep(ex):
+        return ex["n"] > 3
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    a = ds.map(clean)
+    b = a.map(add_len)
+    c = b.filter(keep)
+    upper = sum(ch.isupper() for t in c["text"] for ch in t)
+    print(json.dumps({"fps": [a._fingerprint, b._fingerprint, c._fingerprint], "upper": upper}))
+    """
+)
+
+
+def _project(base: Path) -> tuple[Path, dict[str, str]]:
+    project = base / "project"
+    project.mkdir()
+    rows = "".join(f"{i},  Hello World number {i}\n" for i in range(20))
+    (project / "data.csv").write_text("id,text\n" + rows, encoding="utf-8")
+    (project / "helpers.py").write_text(HELPERS, encoding="utf-8")
+    (project / "pipeline.py").write_text(PIPELINE, encoding="utf-8")
+    return project, subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"), COLUMNS="80")
+
+
+def _run(project: Path, env: dict[str, str]) -> dict[str, object]:
+    proc = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cachetool", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _edit_helper(project: Path) -> None:
+    # Stop lowercasing: the fingerprints stay the same (datasets hashes the helper by name).
+    (project / "helpers.py").write_text(HELPERS.replace(".lower()", ""), encoding="utf-8")
+
+
+def _hint_command(stderr: str) -> list[str]:
+    """The `cachetool gc ...` command a hint gives, as argv."""
+    start = stderr.index("`cachetool gc ")
+    return shlex.split(stderr[start + 1 : stderr.index("`", start + 1)])
+
+
+def test_following_the_hint_removes_every_stale_entry_and_the_data_comes_out_right(tmp_path: Path) -> None:
+    """After the helper is edited, explain --last flags the stale entry and both entries made
+    from it, verify --stale reports all three and lineage --descendants marks them; the gc
+    command of the hint (with --cache-dir) removes the three at once, the next run computes the
+    helper's new behaviour through to the last step, and explain and verify are then clean."""
+    project, env = _project(tmp_path)
+    cache = str(tmp_path / "cache")
+    first = _run(project, env)
+    assert first["upper"] == 0
+    fps = first["fps"]
+    assert isinstance(fps, list)
+    _edit_helper(project)
+    second = _run(project, env)
+    assert second["fps"] == fps and second["upper"] == 0  # reused: the stale result
+
+    explained = _cli(env, "explain", "--last", "--json")
+    assert explained.returncode == 1, explained.stderr
+    stale = json.loads(explained.stdout)["stale"]
+    assert [s["fingerprint"] for s in stale] == fps
+    assert stale[1]["derived_from"]["fingerprint"] == fps[0]
+    human = _cli(env, "explain", "--last")
+    assert human.returncode == 1
+    command = _hint_command(human.stderr)
+    assert command[:2] == ["cachetool", "gc"] and set(fps) <= set(command)
+    assert command[-4:] == ["--min-age", "0", "--cache-dir", cache]
+    assert "new_fingerprint=" in human.stderr
+    for line in human.stdout.splitlines():
+        assert len(line) <= 80, line
+
+    verified = _cli(env, "verify", "--stale", "--json")
+    assert verified.returncode == 1
+    found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
+    assert found == set(fps)
+    one = _cli(env, "explain", fps[0])  # the stale step alone: its hint removes what follows too
+    assert one.returncode == 1 and set(fps) <= set(_hint_command(one.stderr)), one.stderr
+
+    lineage = _cli(env, "lineage", fps[0], "--descendants", "--json")
+    assert lineage.returncode == 0, lineage.stderr
+    marks = {s["fingerprint"]: s["stale"] for s in json.loads(lineage.stdout)["steps"]}
+    assert marks == dict.fromkeys(fps, True)
+    text = _cli(env, "lineage", fps[0], "--descendants").stdout
+    assert text.count("stale") >= 3, text
+
+    removed = _cli(env, *command[1:], "--yes")
+    assert removed.returncode == 0, removed.stderr
+    third = _run(project, env)
+    assert third["fps"] == fps
+    assert third["upper"] == 20 * 2  # "Hello World" in every row: the new helper's output
+
+    after = _cli(env, "explain", "--last", "--json")
+    assert after.returncode == 0, after.stderr
+    assert json.loads(after.stdout)["stale"] == []
+    assert _cli(env, "verify", "--stale").returncode == 0
+
+
+def test_an_input_recomputed_by_changed_code_makes_what_was_made_from_it_stale(tmp_path: Path) -> None:
+    """Removing only the stale entry (as the hint once said) recomputes it with the new code under
+    the same fingerprint; the entries made from its old file are then stale, and explain --last
+    and verify --stale say so, naming the recomputed input."""
+    project, env = _project(tmp_path)
+    fps = _run(project, env)["fps"]
+    assert isinstance(fps, list)
+    _edit_helper(project)
+    removed = _cli(env, "gc", fps[0], "--min-age", "0", "--cache-dir", str(tmp_path / "cache"), "--yes")
+    assert removed.returncode == 0, removed.stderr
+    assert _run(project, env)["upper"] == 0  # still wrong: the later steps reused their old files
+
+    explained = _cli(env, "explain", "--last", "--json")
+    assert explained.returncode == 1, explained.stdout
+    stale = json.loads(explained.stdout)["stale"]
+    assert [s["fingerprint"] for s in stale] == fps[1:]
+    assert all(s["derived_from"]["fingerprint"] == fps[0] for s in stale)
+    human = _cli(env, "explain", "--last")
+    assert "recomputed" in human.stdout, human.stdout
+    verified = _cli(env, "verify", "--stale", "--json")
+    assert verified.returncode == 1
+    found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
+    assert found == set(fps[1:])
+
+
+GENERATOR_HELPERS = textwrap.dedent(
+    """\
+    def label(i):
+        return f"Item {i}".lower()
+    """
+)
+# The generator calls a helper of the user's module: datasets hashes the generator, and the
+# helper by name.
+GENERATOR = textwrap.dedent(
+    """\
+    import json
+
+    from datasets import Dataset
+
+    from helpers import label
+
+
+    def rows():
+        for i in range(20):
+            yield {"text": label(i)}
+
+
+    def add_len(ex):
+        return {"n": len(ex["text"])}
+
+
+    ds = Dataset.from_generator(rows)
+    a = ds.map(add_len)
+    upper = sum(ch.isupper() for t in a["text"] for ch in t)
+    print(json.dumps({"fps": [ds._fingerprint, a._fingerprint], "upper": upper}))
+    """
+)
+
+
+def test_a_helper_of_a_generator_makes_its_dataset_and_what_follows_stale(tmp_path: Path) -> None:
+    """`Dataset.from_generator` with a generator that calls a helper of the user's module: once
+    the helper is edited, the generated dataset (reused by datasets) and the map made from it are
+    stale for explain --last and verify --stale, as for a mapped function's helper; the hint's
+    command (with --include-sources: the generated dataset is a source) removes both, and the next
+    run shows the new helper's output."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helpers.py").write_text(GENERATOR_HELPERS, encoding="utf-8")
+    (project / "pipeline.py").write_text(GENERATOR, encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    fps = _run(project, env)["fps"]
+    assert isinstance(fps, list)
+    (project / "helpers.py").write_text(GENERATOR_HELPERS.replace(".lower()", ""), encoding="utf-8")
+    assert _run(project, env)["upper"] == 0  # the old dataset, reused
+
+    explained = _cli(env, "explain", "--last", "--json")
+    assert explained.returncode == 1, explained.stdout
+    assert [s["fingerprint"] for s in json.loads(explained.stdout)["stale"]] == fps
+    verified = _cli(env, "verify", "--stale", "--json")
+    assert verified.returncode == 1
+    found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
+    assert found == set(fps)
+
+    command = _hint_command(_cli(env, "explain", "--last").stderr)
+    assert "--include-sources" in command, command
+    removed = _cli(env, *command[1:], "--yes")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert _run(project, env)["upper"] == 20  # "Item": the new helper's output
+    assert _cli(env, "verify", "--stale").returncode == 0
