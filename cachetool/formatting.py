@@ -195,7 +195,8 @@ def short_path(path: str | os.PathLike[str], width: int | None = 80) -> str:
 def wrap_line(text: str, width: int) -> list[str]:
     """`text` in lines of at most `width` columns, broken only at spaces (a path, a hash or a
     command in backticks is never split, so it pastes whole; one wider than `width` stands on its
-    own line), continuation lines indented two more than the first."""
+    own line; nor are a short note in parentheses, `(1 miss, 2 hits)`, and a size, `42.2 kB`),
+    continuation lines indented two more than the first."""
     if len(text) <= width:
         return [text]
     import re
@@ -204,7 +205,11 @@ def wrap_line(text: str, width: int) -> list[str]:
     glue = "\x00"  # a space inside backticks, kept from textwrap
     body = text.lstrip(" ")
     lead = text[: len(text) - len(body)]
-    body = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", glue), body)
+    body = re.sub(
+        r"`[^`]*`|\([^()`]{1,24}\)|\b\d+(?:\.\d+)? (?:Bytes|[kMGT]B)\b",
+        lambda m: m.group(0).replace(" ", glue),
+        body,
+    )
     lines = textwrap.wrap(
         body,
         width,

@@ -118,3 +118,16 @@ def test_fit_paths_shortens_the_path_in_a_message_not_the_words() -> None:
     message = "cache directory not found: /srv/a/b/c/d/e/f/g/h/i/j/k/l/m/n/datasets."
     assert fit_paths(message, 50) == "cache directory not found: /srv/…/l/m/n/datasets."
     assert fit_paths(message, 200) == message
+
+
+def test_a_wrapped_line_keeps_notes_in_parentheses_and_sizes_whole() -> None:
+    """A lineage step wider than the terminal breaks between its parts, never inside its size
+    (`42.2 kB`) or its runs (`(1 miss, 2 hits)`), at every width."""
+    from cachetool.formatting import wrap_line
+
+    step = "  6. map  upper @ pipeline.py:30  batched=True  ->  155b31e337929002  42.2 kB  (1 miss, 2 hits)"
+    for width in range(40, len(step)):
+        lines = wrap_line(step, width)
+        text = "\n".join(lines)
+        assert "42.2 kB" in text and "(1 miss, 2 hits)" in text, (width, lines)
+        assert all(len(line) <= width for line in lines), (width, lines)
