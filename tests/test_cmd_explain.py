@@ -69,6 +69,7 @@ def test_last_explains_every_computed_step_of_the_latest_run(
     changed = ["threshold", "cascade", "shout", "tag", "random", "wbs", "global", "data2_source", "data2"]
     assert [s.step.fingerprint for s in report.steps] == [runs.second[k] for k in changed]
     assert all(s.status == "computed" for s in report.steps)
+    assert report.computed == len(changed) == report.to_json()["computed"]
     assert report.loaded == 5  # the csv source, base, stale, stale_dep, big
 
 

@@ -228,7 +228,7 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
     """Human output: one block per computed step, then the stale hits. `elsewhere`: the run
     recorded steps in other roots too."""
     if report.mode == "run":
-        computed = sum(s.status in ("computed", "partial") for s in report.steps)
+        computed = report.computed
         n = len(report.uncached)
         out.line(
             f"Run {report.run} at {local_time(report.run_time)}: {computed} step"

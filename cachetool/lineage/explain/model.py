@@ -371,6 +371,11 @@ class ExplainReport:
     def uncached_seconds(self) -> float:
         return sum(u.duration for u in self.uncached)
 
+    @property
+    def computed(self) -> int:
+        """How many of the steps computed their result (all or some of its shards)."""
+        return sum(s.status in ("computed", "partial") for s in self.steps)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "version": 1,
@@ -378,7 +383,7 @@ class ExplainReport:
             "mode": self.mode,
             "run": self.run,
             "run_time": self.run_time,
-            "computed": sum(s.status in ("computed", "partial") for s in self.steps),
+            "computed": self.computed,
             "loaded": self.loaded,
             "steps": [s.to_json() for s in self.steps],
             "stale": [s.to_json() for s in self.stale],
