@@ -243,3 +243,163 @@ def test_a_helper_of_a_generator_makes_its_dataset_and_what_follows_stale(tmp_pa
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert _run(project, env)["upper"] == 20  # "Item": the new helper's output
     assert _cli(env, "verify", "--stale").returncode == 0
+
+
+# The new user's pipeline: csv + json -> concatenate -> map calling the helper (num_proc=2) ->
+# cast_column -> train_test_split -> filter -> DatasetDict.save_to_disk -> load_from_disk -> map.
+# The last map writes its cache files inside the saved folder, a cache root of its own.
+SAVED_PIPELINE = textwrap.dedent(
+    """\
+    import json
+    import sys
+
+    import datasets
+    from datasets import ClassLabel, concatenate_datasets
+
+    from helpers import clean_text
+
+    if "--no-cache" in sys.argv:
+        datasets.disable_caching()
+    csv_ds = datasets.load_dataset("csv", data_files="train.csv", split="train")
+    js = datasets.load_dataset("json", data_files="extra.jsonl", split="train")
+    ds = concatenate_datasets([csv_ds, js.cast(csv_ds.features)])
+    ds = ds.map(lambda b: {"text": [clean_text(t) for t in b["text"]]}, batched=True, num_proc=2)
+    ds = ds.cast_column("label", ClassLabel(names=["neg", "pos"]))
+    dd = ds.train_test_split(test_size=0.2, seed=1)
+    dd = dd.filter(lambda x: len(x["text"]) > 5)
+    dd.save_to_disk("saved_dd")
+    re = datasets.load_from_disk("saved_dd")
+    re = re.map(lambda x: {"n": len(x["text"])})
+    fps = {split: re[split]._fingerprint for split in re}
+    print(json.dumps({"fps": fps, "upper": sum(t.count("A") for t in re["train"]["text"])}))
+    """
+)
+
+
+def _saved_project(base: Path) -> tuple[Path, dict[str, str]]:
+    project = base / "project"
+    project.mkdir()
+    words = ["Alpha", "beta", "Gamma", "delta"]
+    lines = (" ".join(words[(i * 7 + j) % 4] for j in range(1 + i % 5)) for i in range(360))
+    rows = [(text, "pos" if i % 3 else "neg") for i, text in enumerate(lines)]
+    (project / "train.csv").write_text(
+        "text,label\n" + "".join(f"{t},{label}\n" for t, label in rows[:300]), encoding="utf-8"
+    )
+    (project / "extra.jsonl").write_text(
+        "".join(json.dumps({"text": t, "label": label}) + "\n" for t, label in rows[300:]), encoding="utf-8"
+    )
+    (project / "helpers.py").write_text("def clean_text(s):\n    return s.lower()\n", encoding="utf-8")
+    (project / "prep.py").write_text(SAVED_PIPELINE, encoding="utf-8")
+    return project, subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"), COLUMNS="80")
+
+
+def _gc_commands(stderr: str) -> list[list[str]]:
+    """Every `cachetool gc ...` command the hints give, as argv, in order."""
+    out = []
+    for chunk in stderr.split("`cachetool gc ")[1:]:
+        out.append(shlex.split("cachetool gc " + chunk[: chunk.index("`")]))
+    return out
+
+
+def _cache_dir(command: list[str]) -> str:
+    return command[command.index("--cache-dir") + 1]
+
+
+def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there_too(tmp_path: Path) -> None:
+    """A DatasetDict saved with save_to_disk, loaded again and mapped: the map writes its cache
+    files inside the saved folder, a cache root of its own. Once the helper is edited, explain
+    --last in the cache root flags the stale entries of both roots (the map's files in the saved
+    folder were made from the stale results through save_to_disk and load_from_disk) and its hints
+    give one gc command per root; explain --last and verify --stale in the saved folder flag them
+    too, and lineage --descendants marks them. Following every hint and rerunning prints what the
+    pipeline prints with caching disabled; explain --last and verify --stale are then clean in both
+    roots, and explain of the edited step no longer reports the reuses before it was recomputed.
+    (The saved folder's entries used to go unmentioned: the rerun rewrote the saved data, the map
+    after load_from_disk got the same fingerprint, reused its old file, and the final data stayed
+    wrong.)"""
+    project, env = _saved_project(tmp_path)
+    cache, saved = str(tmp_path / "cache"), str(project / "saved_dd")
+
+    def run(*args: str) -> dict[str, object]:
+        proc = cachetool_run(project / "prep.py", *args, env=env, cwd=project, timeout=240)
+        out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return out
+
+    first = run()
+    assert first["upper"] == 0
+    assert run() == first  # every step loaded from the cache
+    (project / "helpers.py").write_text("def clean_text(s):\n    return s.strip()\n", encoding="utf-8")
+    assert run() == first  # the stale results, reused
+    # The user-visible truth: the same project, run plainly with caching disabled.
+    truth_dir = tmp_path / "truth"
+    truth_dir.mkdir()
+    for name in ("train.csv", "extra.jsonl", "helpers.py", "prep.py"):
+        (truth_dir / name).write_bytes((project / name).read_bytes())
+    truth = subprocess.run(
+        [sys.executable, "prep.py", "--no-cache"],
+        env=env,
+        cwd=truth_dir,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert truth.returncode == 0, truth.stderr[-3000:]
+    expected = json.loads(truth.stdout.strip().splitlines()[-1])["upper"]
+    assert expected > 0
+    fps = first["fps"]
+    assert isinstance(fps, dict)
+    in_saved = set(fps.values())  # the map after load_from_disk: its files are in saved_dd
+
+    explained = _cli(env, "explain", "--last", "--json")
+    assert explained.returncode == 1, explained.stderr
+    items = json.loads(explained.stdout)["stale"]
+    stale = {s["fingerprint"] for s in items}
+    # the map calling the helper, cast_column, train_test_split and filter (2 splits each)
+    assert in_saved <= stale and len(stale - in_saved) == 6, stale
+    assert {s["fingerprint"] for s in items if s["root"] == saved} == in_saved
+    edited = items[0]["fingerprint"]
+    assert items[0]["changes"] and items[0]["derived_from"] is None
+    human = _cli(env, "explain", "--last")
+    assert human.returncode == 1
+    commands = _gc_commands(human.stderr)
+    assert [_cache_dir(c) for c in commands] == [cache, saved], human.stderr
+    assert set(commands[0]) & stale == stale - in_saved
+    assert set(commands[1]) & stale == in_saved
+    for line in human.stdout.splitlines():
+        assert len(line) <= 80 or line == f"  {saved}", line  # a path stays whole
+
+    verified = _cli(env, "verify", "--stale", "--json")  # the cache root: every stale entry there
+    assert verified.returncode == 1
+    found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
+    assert found == stale - in_saved
+    lineage = _cli(env, "lineage", edited, "--descendants", "--json")
+    assert lineage.returncode == 0, lineage.stderr
+    marked = {s["fingerprint"] for s in json.loads(lineage.stdout)["steps"] if s["stale"]}
+    assert marked == stale
+
+    for args in (("explain", "--last", "--json"), ("verify", "--stale", "--json")):
+        there = _cli(env, *args, "--cache-dir", saved)
+        assert there.returncode == 1, there.stdout + there.stderr
+        doc = json.loads(there.stdout)
+        found = (
+            {s["fingerprint"] for s in doc["stale"]}
+            if "stale" in doc
+            else {f["entry"] for f in doc["findings"] if f["severity"] == "error"}
+        )
+        assert in_saved <= found, (args, found)
+
+    for command in commands:
+        removed = _cli(env, *command[1:], "--yes")
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+    final = run()
+    assert final["fps"] == fps and final["upper"] == expected
+
+    for root in (cache, saved):
+        after = _cli(env, "explain", "--last", "--json", "--cache-dir", root)
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert json.loads(after.stdout)["stale"] == []
+        verified = _cli(env, "verify", "--stale", "--cache-dir", root)
+        assert verified.returncode == 0, verified.stdout
+    # The edited step, recomputed: its stale reuses before that are history, not a finding.
+    again = _cli(env, "explain", edited, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["stale"] == [], again.stdout

@@ -48,7 +48,14 @@ def run_explain(
             command = shell_command("explain", "--last", "--cache-dir", other)
             hint(f"this run also recorded steps in {other}, a cache root of its own: `{command}`")
     if report.stale:
-        hint(report.stale[0].hint)
+        first, *rest = _by_root(report.stale).values()
+        hint(first[0].hint)
+        if rest:
+            from cachetool.lineage.roots import other_roots
+
+            saved = {path for path, kind in other_roots(root) if kind == "saved"}
+            for group in rest:
+                hint(group[0].elsewhere_hint(saved=os.path.realpath(group[0].root or "") in saved))
         return int(ExitCode.PROBLEMS_FOUND)
     return int(ExitCode.OK)
 
@@ -70,6 +77,15 @@ def _roots_with_run(root: Path, run: str) -> list[str]:
         if mine >= newest:
             found.append(other)
     return found
+
+
+def _by_root(stale: tuple[StaleHit, ...]) -> dict[str | None, list[StaleHit]]:
+    """Stale hits by the cache root they are in (each root's hint is its own gc command), in
+    the order the roots first appear."""
+    out: dict[str | None, list[StaleHit]] = {}
+    for s in stale:
+        out.setdefault(s.root, []).append(s)
+    return out
 
 
 def _reason_lines(out: Output, reason: Reason, indent: str) -> None:
@@ -257,8 +273,13 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
     else:
         for s in report.steps:
             _step_lines(out, s, detailed=True)
-    if report.stale:
+    for where, group in _by_root(report.stale).items():
+        here = where is None or os.path.abspath(where) == os.path.abspath(report.root)
         out.line("")
-        out.line("Stale cache hits:", style="bold yellow")
-        for stale in report.stale:
+        if here:
+            out.line("Stale cache hits:", style="bold yellow")
+        else:  # the path alone on its line: copyable at any width
+            out.line("Stale cache hits in another cache root:", style="bold yellow")
+            out.line(f"  {where}", style="yellow", wrap=False)
+        for stale in group:
             _stale_lines(out, stale, "  ")

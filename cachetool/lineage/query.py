@@ -170,10 +170,13 @@ def lineage_view(
 
 
 def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -> tuple[tuple[str, str], ...]:
-    """The stale entries among `fps`, each with a few words of why."""
+    """The stale entries among `fps`, each with a few words of why: in `root` and in the other
+    roots the ledger read (a `save_to_disk` folder a map after `load_from_disk` wrote in)."""
     from cachetool.lineage.explain import load_view, stale_hits
 
-    found = stale_hits(root, view=load_view(ledger), only=fps)
+    view = load_view(ledger)
+    roots = dict.fromkeys([os.path.abspath(os.fspath(root)), *(os.fspath(r) for r in ledger.roots)])
+    found = [s for r in roots for s in stale_hits(r, view=view, only=fps)]
     return tuple(
         (
             s.fingerprint,

@@ -260,9 +260,20 @@ class StaleHit:
             "fingerprint after it"
         )
 
+    def elsewhere_hint(self, saved: bool) -> str:
+        """The hint for the stale entries of a cache root other than the first one the hints
+        name (`saved`: a `save_to_disk` folder): gc takes one `--cache-dir`."""
+        what = "a save_to_disk folder and a cache root of its own" if saved else "a cache root of its own"
+        tail = "; save_to_disk writes the saved data itself anew when the pipeline runs again"
+        return (
+            f"stale entries were made from them in {self.root}, {what}: remove those too "
+            f"(`{self.gc_command}`){tail if saved else ''}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "fingerprint": self.fingerprint,
+            "root": self.root,
             "files": list(self.files),
             "computed_at": self.computed_at,
             "computed_run": self.computed_run,

@@ -220,7 +220,7 @@ def stale_hits(
         if scope is not None and fp not in scope:
             continue
         comp = view.computing(fp)
-        if comp is None or comp.function is None:
+        if comp is None:
             continue
         files = tuple(comp.file_paths)
         if not files or not all(os.path.exists(p) for p in files):
@@ -229,6 +229,8 @@ def stale_hits(
             continue
         later = [r for r in recs if r.cache == "hit" and r.time > comp.time]
         entries[fp] = (comp, files, later[-1] if later else None)
+        if comp.function is None:  # no code of the user's (cast_column, train_test_split): made
+            continue  # from a stale result at most, found below
         found: list[StaleHit] = []
         for hit in reversed(later):
             found = stale_for_hit(view, hit)

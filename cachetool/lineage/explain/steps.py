@@ -152,7 +152,10 @@ def explain_fingerprint(
     computed = [r for r in recs if r.computed or r.random_fallback is not None]
     target = computed[-1] if computed else recs[-1]
     step = explain_record(view, target, history=history)
-    stale = tuple(s for r in recs if r.cache == "hit" for s in stale_for_hit(view, r))
+    # Reuses since the latest computation: one before it reused a file that is gone now.
+    latest = view.computing(fp)
+    since = [r for r in recs if r.cache == "hit" and (latest is None or r.time > latest.time)]
+    stale = tuple(s for r in since for s in stale_for_hit(view, r))
     stale += tuple(
         s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None or s.derived_from is not None
     )
@@ -251,7 +254,10 @@ def explain_run(
     else:
         view = view or load_view(root, all_roots=all_roots)
         run_id = run or last_run(view, script)
-    records = sorted((r for r in view.steps if r.run == run_id and view.own(r)), key=lambda r: r.seq)
+    # The run's steps in the other roots the view read (a save_to_disk folder the run mapped in
+    # after load_from_disk; the cache root its saved data came from): their stale results count.
+    every = sorted((r for r in view.steps if r.run == run_id), key=lambda r: r.seq)
+    records = [r for r in every if view.own(r)]
     interrupted = interruption(view.ledger.records, run_id) if view.ledger is not None else None
     failed = failure(view.ledger.records, run_id) if view.ledger is not None else None
     starts = [r.time for r in _unended_starts(view) if r.run == run_id]
@@ -262,15 +268,17 @@ def explain_run(
     upstream = Upstream(view)
     uncached: list[UncachedStep] = []
     loaded = 0
-    for rec in records:
+    for rec in every:
+        own = view.own(rec)
         reason = rec.uncached
         if reason is not None:
-            uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
+            if own:
+                uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
         elif rec.cache == "hit":
-            loaded += 1
+            loaded += own
             for s in stale_for_hit(view, rec) or _derived_for_hit(view, upstream, rec, stale):
                 stale.setdefault(s.fingerprint, s)
-        elif rec.computed or rec.random_fallback is not None:
+        elif own and (rec.computed or rec.random_fallback is not None):
             steps.append(explain_record(view, rec))
     return ExplainReport(
         root=Path(root),
@@ -300,13 +308,18 @@ def _derived_for_hit(
 
 
 def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> tuple[StaleHit, ...]:
-    """`found`, deduplicated, each hint removing every stale entry of the report that still
-    exists, in one command with this root's `--cache-dir`."""
+    """`found`, deduplicated, each hint removing every stale entry of the report in its cache
+    root (`root` unless found in another) that still exists: one gc command per root, since gc
+    takes one `--cache-dir`."""
     root_abs = os.path.abspath(os.fspath(root))
     items = with_removals(upstream, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
-    every = tuple(dict.fromkeys(fp for s in items for fp in s.remove))
-    sources = any(s.remove_sources for s in items)
-    return tuple(replace(s, remove=every or s.remove, remove_sources=sources) for s in items)
+    where = {s.fingerprint: s.root for s in items}
+    out = []
+    for s in items:
+        every = tuple(dict.fromkeys(fp for x in items for fp in x.remove if where.get(fp) == s.root))
+        sources = any(x.source for x in items if x.fingerprint in every)
+        out.append(replace(s, remove=every or s.remove, remove_sources=sources))
+    return tuple(out)
 
 
 def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
