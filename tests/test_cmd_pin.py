@@ -39,6 +39,27 @@ def test_pins_and_their_recorded_ancestors_survive(copy: Path, leftovers: dict[s
 
 
 @pytest.mark.slow
+def test_gc_evicts_nothing_when_the_ledger_could_not_be_read_whole(
+    copy: Path, leftovers: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger segment larger than readers read of one (256 MB; lowered here to 1 kB): the
+    recorded ancestors of a pinned entry may be in what was not read, so `gc --max-size` evicts
+    nothing (one `Error:` line, exit 2) where it would have chosen them; `gc --temp` still runs."""
+    from cachetool.lineage import segments
+
+    cache = copy / "cache"
+    b, a = leftovers["chain_b"], leftovers["chain_a"]
+    assert cli("pin", b[:8], "--cache-dir", str(cache)).exit_code == 0
+    monkeypatch.setattr(segments, "MAX_SEGMENT_BYTES", 1024)
+    res = cli("gc", "--cache-dir", str(cache), "--max-size", "0", "--min-age", "0", "--dry-run")
+    assert res.exit_code == 2, res.stdout + res.stderr
+    assert a not in res.stdout
+    assert res.stderr.startswith(f"Error: the ledger of {cache} could not be read whole"), res.stderr
+    assert "gc evicts nothing" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert cli("gc", "--cache-dir", str(cache), "--temp", "--min-age", "0", "--dry-run").exit_code == 0
+
+
+@pytest.mark.slow
 def test_pins_are_listed_marked_and_filtered(golden: dict[str, Any]) -> None:
     """`pin --list` (human, --json, -q) lists the pins; `ls` and `show` mark pinned entries;
     `ls --filter pinned=yes` keeps only them. (On this worker's golden cache, unpinned at the end:

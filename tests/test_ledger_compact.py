@@ -169,6 +169,56 @@ def test_fewer_segments_than_the_newest_kept_whole_compacts_nothing(tmp_path: Pa
     assert _segments(root) == files
 
 
+def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger whose gc history alone is larger than the part of a segment readers read (256 MB;
+    lowered here to 48 kB): compaction would write one segment with the kept records past that
+    limit, so lineage would lose them. It leaves the ledger as it is and says why; the lineage of
+    what has files, the totals and the gc records stay whole, and reading warns of nothing."""
+    from cachetool.lineage import segments
+    from cachetool.lineage.gclog import gc_records
+
+    monkeypatch.setattr(segments, "MAX_SEGMENT_BYTES", 48 * 1024)
+    root = tmp_path / "cache"
+    living = _write_runs(root, 30, 20)
+    host = socket.gethostname()
+    for k in range(12):  # twelve finished gc runs of 60 removals each, older than every run
+        w = LedgerWriter(pid=DEAD_PID + 100 + k, start=1000.0 + k)
+        for i in range(60):
+            fp = f"{k:04d}{i:012d}"
+            w.append(
+                str(root),
+                {
+                    "v": 1,
+                    "type": "gc",
+                    "seq": i,
+                    "run": w.run_id,
+                    "time": 1000.0 + k + i / 1000,
+                    "host": host,
+                    "pid": DEAD_PID + 100 + k,
+                    "root": str(root),
+                    "action": "removed",
+                    "fingerprint": fp,
+                    "kind": "derived",
+                    "path": str(root / "ds" / f"cache-{fp}.arrow"),
+                    "paths": [str(root / "ds" / f"cache-{fp}.arrow")],
+                    "size": 100,
+                    "files": 1,
+                    "reason": "least recently used, cache over 1 GB",
+                },
+            )
+        w.close()
+    before = (_totals(root), _chain(root, living), len(gc_records(root)))
+    assert before[2] == 720 and not read_ledger(root).warnings
+
+    done = compact_ledger(root, keep_runs=5)
+    assert done.segments == 0
+    assert any("more than readers read of one segment" in w for w in done.warnings), done.warnings
+    assert (_totals(root), _chain(root, living), len(gc_records(root))) == before
+    assert not read_ledger(root).warnings
+
+
 APPENDER = textwrap.dedent(
     """\
     import socket, sys, time

@@ -22,7 +22,9 @@ when compaction can lock it exclusively (a writer holds a shared lock on its ope
 writer in another PID namespace is seen whatever the pid in its name) and its writer, on this
 host, is gone, or, written on another host, it recorded its end more than an hour ago. A segment
 with lines this cachetool cannot read (a newer record type, a torn last line) stays whole too,
-with a warning: nothing is dropped unread.
+with a warning: nothing is dropped unread. A compacted segment is never written larger than
+readers read of one segment (`MAX_SEGMENT_BYTES`): past it, the records kept whole (written after
+the gc history) would be lost to lineage; the ledger is then left as it is, with a warning.
 
 What the ledger's usage needs of a summarised run (last use, hits, misses, random fingerprints:
 `cachetool.lineage.ledger.Usage`) is in its summary, so `ls`, `gc` and `verify` see the same
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CachetoolError
+from cachetool.lineage import segments as segment_files
 from cachetool.lineage.compact_files import (
     LOCK_NAME,
     MAX_REPLACED,
@@ -234,6 +237,18 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
                 return empty
             replaced = done + compacted
             data, report = _compacted(root, folder, segments, replaced, now)
+            if len(data) > segment_files.MAX_SEGMENT_BYTES:
+                # Readers read that much of a segment: the records kept whole, written after the
+                # gc history, would be lost to lineage (and gc would no longer protect a pin's
+                # ancestors). The segments stay as they are, each read whole.
+                return replace(
+                    empty,
+                    warnings=(
+                        *warnings,
+                        f"{folder}: left as it is: the compacted segment would hold {len(data)} bytes, "
+                        f"more than readers read of one segment ({segment_files.MAX_SEGMENT_BYTES})",
+                    ),
+                )
             if any(segment_size(folder / s.name) != s.size for s in replaced):
                 # A writer appended meanwhile: what was read no longer stands for the segment.
                 return replace(

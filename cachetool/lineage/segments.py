@@ -97,6 +97,11 @@ def segment_size(path: Path) -> int | None:
         return None
 
 
+def read_partly(path: Path) -> bool:
+    """Readers read only part of the segment at `path`: it holds more than `MAX_SEGMENT_BYTES`."""
+    return (segment_size(path) or 0) > MAX_SEGMENT_BYTES
+
+
 def _read_capped(path: Path, warnings: list[str], start: int = 0) -> bytes | None:
     """The bytes of a regular file from `start`, up to MAX_SEGMENT_BYTES into it; None (with a
     warning) for anything else: a FIFO is never waited on, a symlink to /dev/zero is never read."""

@@ -180,6 +180,21 @@ def root_refusal(report: CacheReport) -> RootRefusal | None:
     return RootRefusal(report.root, "not-a-cache")
 
 
+def _refuse_a_partly_read_ledger(root: Path, segments: Iterable[Path]) -> None:
+    """Evicting needs the whole ledger: what it did not read may hold the recorded ancestors of a
+    pinned entry (or the last use of an entry), which gc would then choose."""
+    from cachetool.formatting import human_size
+    from cachetool.lineage.segments import MAX_SEGMENT_BYTES, read_partly
+
+    cut = [p for p in segments if read_partly(p)]
+    if cut:
+        raise CachetoolError(
+            f"the ledger of {root} could not be read whole ({cut[0]} holds more than the "
+            f"{human_size(MAX_SEGMENT_BYTES)} read of a segment): gc evicts nothing, since what was "
+            "not read may name the ancestors of a pinned entry; gc --temp still removes leftovers"
+        )
+
+
 def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
     ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
@@ -197,6 +212,8 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
 
     root_id = _folder_id(root)
     ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    if options.evicts:
+        _refuse_a_partly_read_ledger(root, ledger.segments)
     report = scan_cache(root, ledger=ledger)
     if _folder_id(report.root) != root_id:
         raise CachetoolError(
