@@ -41,11 +41,17 @@ class CachetoolError(Exception):
 
 
 class CacheNotFound(CachetoolError):
-    """The cache directory (or the PATH given instead) does not exist."""
+    """The cache directory (or the PATH given instead) does not exist. `default`: it is the
+    default root (no `--cache-dir` or PATH given), which `datasets` makes when it first caches
+    something: nothing is cached yet."""
 
-    def __init__(self, root: Path) -> None:
-        super().__init__(f"cache directory not found: {root}")
+    def __init__(self, root: Path, default: bool = False) -> None:
+        if default:
+            super().__init__(f"nothing cached yet: {root} does not exist (datasets makes it on first use)")
+        else:
+            super().__init__(f"cache directory not found: {root}")
         self.root = root
+        self.default = default
 
 
 class NotADirectory(CachetoolError):

@@ -263,3 +263,31 @@ def test_the_file_a_cast_writes_lists_as_the_cast(tmp_path: Path) -> None:
     assert cast["parent"] == source["fingerprint"]
     assert mapped["parent"] in cast["aliases"]
     assert cast["used"] > cast["modified"]  # the second run loaded it
+
+
+def test_nothing_cached_yet_is_an_empty_listing_and_gc_temp_still_cleans_the_temp_dir(tmp_path: Path) -> None:
+    """Before `datasets` cached anything, its default cache folder does not exist: `ls` says
+    "Nothing cached yet" (exit 0; `--json` lists no entries), `stats` and `explain` say so in their
+    one error line, and `gc --temp` still removes a dead pool's `pymp-*` folder from the temp dir,
+    making nothing where the cache will be. They all said "cache directory not found"."""
+    from tests.conftest import hf_env
+
+    env: dict[str, str | None] = {**hf_env(tmp_path), "HF_DATASETS_CACHE": None}
+    default = tmp_path / "hf_home" / "datasets"
+    pymp = Path(str(env["TMPDIR"])) / "pymp-k2x9_3ab"
+    pymp.mkdir(parents=True)
+
+    said = invoke("ls", env=env, columns=200)
+    assert said.exit_code == 0 and said.stdout.startswith(f"Nothing cached yet: {default} does not exist")
+    doc = json.loads(invoke("ls", "--json", env=env).stdout)
+    assert doc["entries"] == [] and doc["root"] == str(default), doc
+    for command in (["stats"], ["explain", "--last"]):
+        said = invoke(*command, env=env, columns=200)
+        assert said.exit_code == 2 and said.stderr.startswith(f"Error: nothing cached yet: {default} "), (
+            said.stderr
+        )
+
+    said = invoke("gc", "--temp", "--min-age", "0", "-y", "--json", env=env)
+    assert said.exit_code == 0, said.stderr
+    assert [r["path"] for r in json.loads(said.stdout)["result"]["removed"]] == [str(pymp)]
+    assert not pymp.exists() and not default.exists()

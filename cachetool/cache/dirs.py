@@ -187,7 +187,7 @@ def existing_root(path: str | os.PathLike[str] | None) -> Path:
         st = os.stat(root)
     except FileNotFoundError:
         if not root.is_symlink():
-            raise CacheNotFound(root) from None
+            raise CacheNotFound(root, default=path is None) from None
         raise NotADirectory(root) from None
     except OSError as e:
         # ENAMETOOLONG (longer than PATH_MAX), ELOOP, EACCES on the way, ...

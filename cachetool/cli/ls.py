@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetool.cli.output import Output, OutputFormat, hint, warn
-from cachetool.errors import CachetoolError
+from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.lean import Listed
@@ -87,12 +87,27 @@ def run_ls(
 
     with gc_paused(freeze=True):
         check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
-        target = resolve_target(path, cache_dir)
         out = Output(fmt, no_truncate=no_truncate)
+        try:
+            target = resolve_target(path, cache_dir)
+        except CacheNotFound as e:
+            if not e.default:
+                raise
+            _nothing_cached(out, e)
+            return
         if not filters and sort is None:
             _ls_plain(out, target, limit)
         else:
             _ls_query(out, target, filters, sort, limit)
+
+
+def _nothing_cached(out: Output, e: CacheNotFound) -> None:
+    """The default root does not exist yet: an empty listing, not an error."""
+    if out.format == OutputFormat.json:
+        out.json({"root": os.fsdecode(e.root), "entries": [], "totals": {}, "warnings": []})
+    elif out.format == OutputFormat.human:
+        where = out.path(e.root, out.width - 40)
+        out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
 
 
 def _ls_plain(out: Output, target: Path, limit: int | None) -> None:

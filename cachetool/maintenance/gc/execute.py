@@ -105,7 +105,7 @@ def _execute_locked(
     ctx.anchor_errors = anchor_errors
     ctx.pool_users = pools
     gclog = None
-    if log:
+    if log and "root" in anchors:  # never a ledger where there is no cache (yet)
         from cachetool.lineage.gclog import GcLog
 
         gclog = GcLog(plan.root)

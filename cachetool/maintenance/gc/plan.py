@@ -200,14 +200,13 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
     named, no limit) nothing is scanned: the plan is empty and its one warning says so. A root
     that is not an existing folder is a `CachetoolError` (exit 2), as for the command."""
-    from cachetool.cache.dirs import existing_root, temp_dir
+    from cachetool.cache.dirs import existing_root
 
     root = existing_root(root)
     if not options.selects:
         return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
     from cachetool.cache.scan import scan_cache
     from cachetool.lineage.ledger import Ledger
-    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
     from cachetool.maintenance.pins import read_pins, recorded_parents
 
     root_id = _folder_id(root)
@@ -222,36 +221,14 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     why = None if options.force_root or not report.entries else root_refusal(report)
     if why is not None and (options.evicts or why.code != "not-a-cache"):
         raise CachetoolError(f"{why}; pass --force-root if you mean it")
-    temp = None
-    temp_id = None
-    if options.temp:
-        tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
-        temp_id = _folder_id(tmp)
-        temp = scan_temp_dir(tmp)
+    temp, temp_id = _scan_temp(options)
     shared = shared_state(report.root)
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins = read_pins(report.root)
     named = pins or options.keep or options.fingerprints
     parents = recorded_parents(ledger) if options.evicts and named else {}
-    # Liveness last: the snapshot should be younger than everything it judges.
-    in_use = scan_in_use(root=report.root)
-    users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
-    pools = (
-        temp_dir_users(temp.path, python=True)
-        if temp is not None and any(f.kind in ("pymp", "determinism") for f in temp.folders)
-        else ()
-    )
-    plan = build_plan(
-        report,
-        in_use,
-        options,
-        temp=temp,
-        pins=pins,
-        parents=parents,
-        sockets=bound_socket_paths(),
-        temp_users=users,
-        pool_users=pools,
-        root_refused=why.detail if why else None,
+    plan = _build_live(
+        report, options, temp, pins=pins, parents=parents, root_refused=why.detail if why else None
     )
     modified = {e.path: e.modified for e in report.entries}
     young = {
@@ -261,6 +238,49 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     return dataclasses.replace(
         plan, root_id=root_id, temp_id=temp_id, shared=shared, hints=(hint,) if hint else ()
     )
+
+
+def _scan_temp(options: GcOptions) -> tuple[TempScan | None, tuple[int, int] | None]:
+    """The temp dir's scan and identity, with `--temp`."""
+    from cachetool.cache.dirs import temp_dir
+
+    if not options.temp:
+        return None, None
+    tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
+    return scan_temp_dir(tmp), _folder_id(tmp)
+
+
+def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, **keywords: Any) -> GcPlan:
+    """`build_plan` with this host's liveness, taken last: the snapshot should be younger than
+    everything it judges."""
+    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
+
+    in_use = scan_in_use(root=report.root)
+    users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
+    pools = (
+        temp_dir_users(temp.path, python=True)
+        if temp is not None and any(f.kind in ("pymp", "determinism") for f in temp.folders)
+        else ()
+    )
+    return build_plan(
+        report,
+        in_use,
+        options,
+        temp=temp,
+        sockets=bound_socket_paths(),
+        temp_users=users,
+        pool_users=pools,
+        **keywords,
+    )
+
+
+def plan_temp_only(root: Path, options: GcOptions) -> GcPlan:
+    """The plan of `--temp` when the default cache root does not exist yet (nothing cached): the
+    temp dir alone; nothing is read or made at `root`."""
+    temp, temp_id = _scan_temp(options)
+    plan = _build_live(CacheReport(root, (), ()), options, temp)
+    note = f"nothing cached yet ({root} does not exist): only the temp dir is cleaned"
+    return dataclasses.replace(plan, temp_id=temp_id, warnings=(note, *plan.warnings))
 
 
 def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:

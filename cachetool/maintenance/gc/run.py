@@ -19,7 +19,7 @@ from cachetool.maintenance.gc.model import (
     GcResult,
     named_but_kept,
 )
-from cachetool.maintenance.gc.plan import plan_gc
+from cachetool.maintenance.gc.plan import plan_gc, plan_temp_only
 
 if TYPE_CHECKING:
     from cachetool.lineage.compact import CompactionReport
@@ -133,7 +133,7 @@ def gc_cache(
     when the plan removes nothing: they protect nothing any more. After a removal, a ledger
     larger than `cachetool.lineage.compact.AUTO_BYTES` is compacted (`compact_if_large`); the
     run's `compaction` says what that did (a dry run: what it would do)."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.dirs import existing_root, resolve_cache_root
 
     options = gc_options(
         fingerprints,
@@ -151,7 +151,11 @@ def gc_cache(
     )
     from cachetool.lineage.compact import compact_if_large
 
-    plan = plan_gc(existing_root(cache_dir), options)
+    default = resolve_cache_root(cache_dir).path.expanduser()
+    if cache_dir is None and options.temp and not options.evicts and not os.path.lexists(default):
+        plan = plan_temp_only(default, options)  # nothing cached yet: the temp dir may hold leftovers
+    else:
+        plan = plan_gc(existing_root(cache_dir), options)
     if dry_run and plan.items:
         return GcRun(plan, None, dry_run=True, compaction=compact_if_large(plan.root, dry_run=True))
     if dry_run or not options.selects:
