@@ -192,3 +192,95 @@ def test_maps_of_an_in_memory_dataset_are_noted_as_running_again_every_time(tmp_
     (entry,) = report["uncached"]
     assert entry["reason"] == "in-memory"
     assert report["transforms"][entry["step"]]["operation"] == "map"
+
+
+# --- the culprit down to every differing leaf --------------------------------------------------
+
+
+def node(
+    label: str, digest: str, r: str, t: str = "int", children: list[Any] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"l": label, "t": t, "s": t, "r": r, "d": digest}
+    if children:
+        out["c"] = children
+    return out
+
+
+def test_a_value_set_on_first_use_is_named_as_present_in_some_runs_only() -> None:
+    """An object that gains a `functools.cached_property` value on first use: the culprit is that
+    attribute (absent in one run), of kind ``added`` with its own hint, not the whole object."""
+    from cachetool.fingerprint.diff import diff_trees
+
+    unit = node(".unit", "u", "'words'", "str")
+    before = node("", "o1", "<Lengths>", "Lengths", [unit])
+    after = node("", "o2", "<Lengths>", "Lengths", [unit, node(".scale", "s5", "5")])
+    culprit = diff_trees("function", [before, after])
+    assert culprit is not None
+    (part,) = culprit.parts
+    assert part.path == (".scale",) and part.kind == "added"
+    assert part.values_str == "(absent) vs 5"
+    assert "functools.cached_property" in part.hint
+
+
+def test_two_dicts_that_differ_give_every_leaf_capped_with_a_count() -> None:
+    """Two dicts of a function differ in 5 keys each: all 10 differing leaves are counted, the first
+    few named, each with its own kind and hint."""
+    from cachetool.determinism.model import Cause, Step
+    from cachetool.determinism.render import cause_lines
+    from cachetool.fingerprint.diff import diff_trees
+
+    def fn(offset: int) -> dict[str, Any]:
+        def table(name: str) -> dict[str, Any]:
+            keys = [node(f"['k{i}']", f"{name}{i}-{offset}", str(i + offset)) for i in range(5)]
+            return node(f"closure '{name}'", f"{name}-{offset}", "{...}", "dict", keys)
+
+        return node("", f"f{offset}", "<fn>", "function", [table("vocab"), table("inverse")])
+
+    culprit = diff_trees("function", [fn(0), fn(1)])
+    assert culprit is not None and len(culprit.leaves) == 10
+    assert len(culprit.parts) == 6 and all(p.kind == "value" for p in culprit.parts)
+    step = Step(0, (0, 0), "transform", "map", "t", "/p.py", 3, "fn", False, ("a", "b"), ((), ()))
+    lines = cause_lines(Cause(step=step, kind="arguments", differing_args=("function",), culprits=(culprit,)))
+    assert "  it differs in 10 places:" in lines
+    assert "  - ... and 4 more" in lines
+    assert "  - function → closure 'vocab'['k0'] (int): 0 vs 1" in lines
+
+
+def test_a_hash_seed_value_never_reads_as_different_in_each_run() -> None:
+    """A plain value that an equal hash seed reproduces: kind ``hash-seed``, a hint about the hash
+    seed (in its parts too), never "different in each run"."""
+    from cachetool.fingerprint.diff import diff_trees, seeded
+
+    culprit = diff_trees("function", [node("", "a", "166"), node("", "b", "110")])
+    assert culprit is not None and culprit.kind == "value" and "different in each run" in culprit.hint
+    culprit = seeded(culprit)
+    assert culprit.kind == "hash-seed" and "PYTHONHASHSEED" in culprit.hint
+    assert "different in each run" not in culprit.hint
+
+
+@pytest.mark.slow
+def test_a_cached_property_filled_on_first_use_is_named_to_the_leaf(tmp_path: Path) -> None:
+    """m12: the map of the train split fills a `functools.cached_property` of the callable; the map
+    of the test split hashes it again. The cache-state cause names the attribute, absent in the run
+    that loaded the first map and set in the one that computed it."""
+    code, report, text = check("m12_cached_property_on_first_use.py", tmp_path)
+    assert code == ExitCode.PROBLEMS_FOUND, text
+    (cause,) = report["differences"]
+    assert cause["kind"] == "cache-state", text
+    said = " ".join(text.split())
+    assert "changed: function → .scale (int): (absent) vs 5" in said, text
+    assert "functools.cached_property" in said, text
+
+
+@pytest.mark.slow
+def test_a_value_from_the_hash_seed_gets_a_hash_seed_hint(tmp_path: Path) -> None:
+    """c20: a global taken from `hash()` of a string. The equal-seed run reproduces it, so the
+    report says it follows PYTHONHASHSEED and gives the hash-seed hint, never "different in each
+    run"."""
+    code, report, text = check("c20_bucket_from_str_hash.py", tmp_path)
+    assert code == ExitCode.PROBLEMS_FOUND, text
+    (cause,) = report["differences"]
+    assert cause["variation"] == "PYTHONHASHSEED", text
+    assert cause["culprits"][0]["kind"] == "hash-seed", text
+    said = " ".join(text.split())
+    assert "this value follows PYTHONHASHSEED" in said and "different in each run" not in said, text

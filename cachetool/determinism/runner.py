@@ -384,5 +384,12 @@ def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) ->
             causes.append(cause)
             continue
         same = extra.events[twin_of[position]].result == first.events[position].result
-        causes.append(dataclasses.replace(cause, variation="PYTHONHASHSEED" if same else "every run"))
+        if same:
+            # Nothing made at run time: no hint may say "different in each run".
+            from cachetool.fingerprint.diff import seeded
+
+            culprits = tuple(seeded(c) for c in cause.culprits)
+            causes.append(dataclasses.replace(cause, variation="PYTHONHASHSEED", culprits=culprits))
+        else:
+            causes.append(dataclasses.replace(cause, variation="every run"))
     return dataclasses.replace(analysis, causes=tuple(causes))
