@@ -239,8 +239,9 @@ def _same(nodes: Sequence[dict[str, Any]]) -> bool:
 def _collect(nodes: Sequence[dict[str, Any]], path: tuple[str, ...], out: list[tuple[str, ...]]) -> None:
     """The differing leaves below `path`: children that differ are descended; a child present in
     some runs only (an attribute a `functools.cached_property` or a lazy memo set on first use, a
-    key added to a dict, the type being the same in every run) is a leaf of its own. The same children in another order (a dict built by
-    iterating a set) leave the node itself as the leaf: its order is the difference."""
+    key added to a dict, the node's type being the same in every run) is a leaf of its own. The
+    same children in another order (a dict built by iterating a set) leave the node itself as the
+    leaf: its order is the difference."""
     children = [{c["l"]: c for c in n.get("c", ())} for n in nodes]
     labels = [tuple(c) for c in children]
     differing: list[tuple[str, ...]] = []
