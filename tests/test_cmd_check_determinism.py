@@ -200,6 +200,7 @@ def test_read_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None
 
 
 def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
+    from cachetool.determinism.events import as_events
     from cachetool.determinism.runner import RunOutcome
 
     outcomes = tuple(
@@ -209,7 +210,7 @@ def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
             returncode=0,
             timed_out=False,
             duration=0.1,
-            events=tuple(r),
+            events=as_events(r),
             stderr_tail="",
         )
         for i, r in enumerate(runs)
@@ -559,6 +560,9 @@ def test_cli_json_document_and_script_args(
         "differences",
         "random_fingerprints",
         "masked_differences",
+        "unobserved",
+        "one_run_only",
+        "uncached",
         "warnings",
         "nothing_compared",
     }

@@ -275,22 +275,34 @@ def _node(
 
 def test_a_change_nobody_hashes_again_is_not_a_cause() -> None:
     """Only a later hash of the changed object makes a fingerprint depend on the cache state: the
-    same change with no later step hashing it is no cause (fast, on hand-written events)."""
+    same change with no later step hashing it is no cause. A later step that hashes it is a cause
+    only where observed: when a run that loaded the changing step gives another fingerprint there;
+    when every run computed it and all agree, it is a note, not a cause (fast, on hand-written
+    events)."""
     before = _node("", "f0", "<f>", "function", [_node("global 'tok'", "t0", "<tok>", "Tokenizer")])
     after = _node("", "f1", "<f>", "function", [_node("global 'tok'", "t1", "<tok>", "Tokenizer")])
     changed = {"function": {"digest": "f0", "tree": before, "after": after}}
+    loaded = {"function": {"digest": "f0", "tree": before}}
     other = {"function": {"digest": "g0", "tree": _node("", "g0", "<g>", "function")}}
-    runs = [[_event(1, "a", ["p"], changed), _event(2, "b", ["a"], other)] for _ in range(2)]
-    assert analyze(runs).causes == ()
-    # The same with a later step that hashes the tokenizer (through another function): one cause.
-    again = {
-        "function": {
-            "digest": "h0",
-            "tree": _node("", "h0", "<h>", "function", [_node("global 'tok'", "t1", "<tok>", "Tokenizer")]),
-        }
-    }
-    runs = [[_event(1, "a", ["p"], changed), _event(2, "b", ["a"], again)] for _ in range(2)]
-    (cause,) = analyze(runs).causes
+    computed = _event(1, "a", ["p"], changed) | {"cache": "miss"}
+    runs = [[computed, _event(2, "b", ["a"], other)] for _ in range(2)]
+    assert analyze(runs).causes == () and analyze(runs).unobserved == ()
+
+    def again(tok: str) -> dict[str, Any]:
+        tree = _node("", f"h-{tok}", "<h>", "function", [_node("global 'tok'", tok, "<tok>", "Tokenizer")])
+        return {"function": {"digest": f"h-{tok}", "tree": tree}}
+
+    # A later step hashes the tokenizer (through another function); every run computed step 1.
+    runs = [[computed, _event(2, "b", ["a"], again("t1"))] for _ in range(2)]
+    analysis = analyze(runs)
+    assert analysis.causes == ()
+    (note,) = analysis.unobserved
+    assert note.kind == "cache-state" and note.step.line == 2
+    # The second run loaded step 1 (the tokenizer stays as it was) and hashed it again: observed.
+    warm = [_event(1, "a", ["p"], loaded) | {"cache": "hit"}, _event(2, "c", ["a"], again("t0"))]
+    analysis = analyze([runs[0], warm])
+    (cause,) = analysis.causes
+    assert analysis.unobserved == ()
     assert cause.kind == "cache-state" and cause.step.line == 2 and cause.changed_by is not None
     assert cause.changed_by.line == 1
     assert cause.culprits[0].path == ("global 'tok'",)
@@ -384,7 +396,7 @@ def test_an_in_memory_source_names_the_column_and_first_value(isolated_report: D
     (cause,) = causes_of(script, report, PIPELINES["isolated"])
     assert cause.kind == "source" and cause.step.operation == "from_pandas"
     (key, values), *_ = cause.source_diffs
-    assert key == "column 'loaded_at' row 0" and len(set(values)) == 2
+    assert key == "column 'loaded_at' row 0" and len(set(values)) == len(report.runs)  # one per run
     lines = lines_of(script, report, PIPELINES["isolated"])
     assert any(line.startswith("  source column 'loaded_at' row 0: ") for line in lines)
 

@@ -5,8 +5,10 @@ subprocess, no disk. The runner (`cachetool.determinism.runner`) feeds them.
 
 Rules:
 
-* events are aligned by order and call site (operation, transform, file, line); an event present in
-  one run only is counted, not compared;
+* events are aligned by identity, never by order: the call site (operation, transform, file, line)
+  and the lineage of the step (the steps that made its parents), so that a warm run's fewer
+  internal events never shift a step and one split's step is never compared with another's; an
+  event present in some runs only is named, not compared;
 * a step whose fingerprint differs while its parents match is a **cause**; its differing arguments
   are diffed tree against tree to name the culprit;
 * a step whose parent is a fingerprint that differed earlier belongs to that cause's **cascade**;
@@ -14,31 +16,34 @@ Rules:
   is a **source** difference: no argument differs, the input does;
 * a step where `datasets` fell back to a random fingerprint (an argument that cannot be pickled) is
   a **random** cause: it differs in every process by construction; the unpicklable piece is named;
-* a step that hashes an object an earlier step changed while it ran (a tokenizer the mapped
-  function configured, a vocabulary built on the first call: the tracer records the argument's tree
-  at hash time and, when it changed, at the end of the step) is a **cache-state** cause: its
-  fingerprint depends on whether the earlier step was computed or loaded from the cache, even when
-  every run compared here happened to agree.
+* a step whose fingerprint differs and that hashes an object an earlier step changed while it ran
+  (a tokenizer the mapped function configured, a vocabulary built on the first call: the tracer
+  records the argument's tree at hash time and, when it changed, at the end of the step) is a
+  **cache-state** cause: a run that computed the earlier step and one that loaded it disagree;
+* a cause is observed, never inferred: an internal step (one `datasets` made itself) is never a
+  cause, and a step whose fingerprint matches in every run is none either. When every run computed
+  the step that changed an object hashed later, and all agree, that they would agree with a run
+  that loads it is not observed: it is noted (`Analysis.unobserved`), not a cause.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from cachetool.determinism.causes import arg_diffs, random_cause, same_story, source_cause, state_cause
 from cachetool.determinism.events import Event, as_runs
-from cachetool.determinism.model import Analysis, Cause, CauseKind, Step, StepStatus
+from cachetool.determinism.model import Analysis, Cause, CauseKind, Step, StepStatus, Unmatched
 from cachetool.determinism.state import StateChange, state_changes
 
 __all__ = ["Analysis", "Cause", "Step", "align", "analyze"]
 
 _SHARD = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
 
-#: How events are matched across runs: by order and call site.
+#: What a call is, wherever it happened: type, operation, transform, call site, internal or not.
 _Key = tuple[str, str | None, str | None, str | None, int | None, bool]
 
 
@@ -54,26 +59,52 @@ def _key(event: Event) -> _Key:
     )
 
 
+def identities(run: Sequence[Event]) -> list[tuple[Any, ...]]:
+    """Each event's identity, the same in every run whatever the order of events or the cache
+    state: its call (`_key`), the identities of the steps that made its parents (its lineage: the
+    train split's map is not the test split's), and how many calls with that call and lineage came
+    before it. A parent is known by the first call the user made that produced it (datasets'
+    internal calls, which a warm run makes fewer of, never shift a step the user made); by the
+    internal call that made it, without counting, when no call of the user did; by ``?`` when no
+    recorded step made it."""
+    made: dict[str, tuple[Any, ...]] = {}
+    made_inside: dict[str, tuple[Any, ...]] = {}
+    seen: Counter[tuple[Any, ...]] = Counter()
+    out: list[tuple[Any, ...]] = []
+
+    def parent(fp: str) -> tuple[Any, ...]:
+        shard = _SHARD.match(fp)  # num_proc shards are named after their map: <fp>_00000_of_00002
+        for name in (fp, shard.group(1) if shard else None):
+            if name is not None and (name in made or name in made_inside):
+                return made.get(name) or made_inside[name]
+        return ("?",)
+
+    for event in run:
+        lineage = (_key(event), tuple(parent(p) for p in event.parents))
+        identity = (*lineage, seen[lineage])
+        seen[lineage] += 1
+        out.append(identity)
+        if event.result is not None:
+            if event.internal:
+                made_inside.setdefault(event.result, lineage)
+            else:
+                made.setdefault(event.result, identity)
+    return out
+
+
 def align(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> tuple[list[tuple[int, ...]], int]:
-    """Rows of event positions, one position per run, matched by order and call site; plus the
-    number of events that could not be matched in every run."""
+    """Rows of event positions, one position per run, matched by identity (`identities`), in the
+    first run's order; plus the number of events that could not be matched in every run."""
     events = as_runs(runs)
     if not events:
         return [], 0
-    base_keys = [_key(e) for e in events[0]]
-    maps: list[dict[int, int]] = []
-    for other in events[1:]:
-        other_keys = [_key(e) for e in other]
-        if other_keys == base_keys:  # the usual case: the runs took the same path
-            maps.append(dict(enumerate(range(len(base_keys)))))
-            continue
-        matcher = difflib.SequenceMatcher(None, base_keys, other_keys, autojunk=False)
-        mapping: dict[int, int] = {}
-        for block in matcher.get_matching_blocks():
-            for k in range(block.size):
-                mapping[block.a + k] = block.b + k
-        maps.append(mapping)
-    rows = [(i, *(m[i] for m in maps)) for i in range(len(base_keys)) if all(i in m for m in maps)]
+    where = [{identity: i for i, identity in enumerate(identities(run))} for run in events]
+    rows = [
+        (i, *(w[identity] for w in where[1:]))
+        for identity, i in where[0].items()
+        if all(identity in w for w in where[1:])
+    ]
+    rows.sort()
     unaligned = sum(len(r) for r in events) - len(rows) * len(events)
     return rows, unaligned
 
@@ -112,7 +143,29 @@ def analyze(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> Analysis:
     comparison = _Comparison(len(events), rows, state_changes(events, positions))
     for index, row in enumerate(rows):
         comparison.add(_step(index, positions[index], row), row)
-    return comparison.result(unaligned, unaligned_internal)
+    return replace(
+        comparison.result(unaligned, unaligned_internal), one_run_only=_one_run_only(events, matched)
+    )
+
+
+def _one_run_only(events: Sequence[Sequence[Event]], matched: Sequence[set[int]]) -> tuple[Unmatched, ...]:
+    """The calls the user made that a run recorded and another did not, once per run and call
+    site, in the order of the runs (datasets' internal calls are left out: a cold run makes them
+    where a warm one loads the result)."""
+    found: dict[tuple[int, str, str | None, int | None], Unmatched] = {}
+    for k, run in enumerate(events):
+        for i, event in enumerate(run):
+            if i in matched[k] or event.internal:
+                continue
+            site, fn = event.call_site, event.function
+            key = (k, event.operation or event.type, site.file if site else None, site.line if site else None)
+            known = found.get(key)
+            found[key] = (
+                replace(known, count=known.count + 1)
+                if known is not None
+                else Unmatched(k, key[1], key[2], key[3], fn.qualname if fn is not None else None)
+            )
+    return tuple(found.values())
 
 
 class _Comparison:
@@ -133,6 +186,8 @@ class _Comparison:
         self.tainted: list[dict[str, int]] = [{} for _ in range(runs)]
         #: Internal steps that repeat the fingerprint of a call the user made (resolved at the end).
         self.deferred: list[int] = []
+        #: Steps that hash an object an earlier step changed, where every run computed that step.
+        self.unobserved: list[Cause] = []
 
     def add(self, step: Step, row: Sequence[Event]) -> None:
         fallback = any(e.random_fallback is not None for e in row)
@@ -143,10 +198,15 @@ class _Comparison:
         if inherited is not None:
             step = self._in_cascade(step, row, inherited, fallback)
             cause_index = inherited
-        elif step.internal and self._made_by_user_call(step):
-            # datasets' own step (`select(..., new_fingerprint=)` inside train_test_split) made the
-            # fingerprint of a call the user made: that call is the cause, never this step.
-            self.deferred.append(step.index)
+        elif step.internal:
+            # datasets' own step is never a cause: the call the user made is. When it made the
+            # fingerprint of such a call (`select(..., new_fingerprint=)` inside train_test_split),
+            # that call's cause is its cause; otherwise only datasets' own intermediate state
+            # differs, which no step of the user reads.
+            if self._made_by_user_call(step):
+                self.deferred.append(step.index)
+            elif fallback:
+                self.hidden_random.append(random_cause(step, row))
             self.steps.append(replace(step, status="cascade"))
             return
         else:
@@ -157,15 +217,24 @@ class _Comparison:
         self.steps.append(step)
 
     def _agreeing(self, step: Step, row: Sequence[Event], fallback: bool) -> Step:
-        change = self.changes.get(step.index)
-        if change is not None and not fallback:
-            # Every run here agrees, but only because they all computed (or all loaded) the step
-            # that changes the object: a run that differs upstream would not.
-            step = replace(step, status="cause", cause=len(self.causes))
-            self.causes.append(state_cause(step, row, change, self.steps))
-        elif fallback:
+        if fallback:
             self.hidden_random.append(random_cause(step, row))
+            return step
+        change = self.changes.get(step.index)
+        if change is not None and not step.internal and self._never_loaded(change.changed_at):
+            # Every run agrees, and every run computed the step that changes the object: whether a
+            # run that loads it from the cache agrees too was not observed. Not a cause (a cause is
+            # observed, never inferred: a seeded generator that a cache hit advances as well gives
+            # the same fingerprint either way), but worth saying.
+            self.unobserved.append(state_cause(step, row, change, self.steps))
         return step
+
+    def _never_loaded(self, index: int) -> bool:
+        """Every run computed step `index`, and a later run could load it from the cache instead
+        (a step without a persistent cache computes in every run: nothing depends on it)."""
+        if index >= len(self.rows):
+            return False
+        return all(e.cache in ("miss", "partial") and e.uncached is None for e in self.rows[index])
 
     def _inherited(self, step: Step) -> int | None:
         """The cause this step's fingerprint or one of its parents descends from, if any."""
@@ -264,4 +333,5 @@ class _Comparison:
             unaligned_internal=unaligned_internal,
             hidden_random=tuple(self.hidden_random),
             masked=tuple(self.masked),
+            unobserved=tuple(self.unobserved),
         )

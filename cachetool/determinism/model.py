@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple
 
 from cachetool.fingerprint.diff import Culprit, Unpicklable
 
-__all__ = ["Analysis", "Cause", "CauseKind", "SourceDiff", "Step", "StepStatus", "Variation"]
+__all__ = ["Analysis", "Cause", "CauseKind", "SourceDiff", "Step", "StepStatus", "Unmatched", "Variation"]
 
 #: A step's part in the story: ``same`` (every run agrees), ``cause`` (differs while its inputs do
 #: not), ``cascade`` (differs because an earlier cause did), ``source`` (a differing input) or
@@ -157,6 +157,35 @@ class Cause:
 
 
 @dataclass(frozen=True)
+class Unmatched:
+    """A call the user made that some runs recorded and the others did not (not compared)."""
+
+    #: The run (0-based) that recorded it.
+    run: int
+    operation: str
+    file: str | None
+    line: int | None
+    function: str | None = None
+    #: How many times those runs recorded it.
+    count: int = 1
+
+    @property
+    def location(self) -> str:
+        if self.file is None:
+            return "?"
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run + 1,
+            "operation": self.operation,
+            "call_site": {"file": self.file, "line": self.line},
+            "function": self.function,
+            "count": self.count,
+        }
+
+
+@dataclass(frozen=True)
 class Analysis:
     """Everything compared: aligned steps, the causes in order, random fallbacks, unaligned events."""
 
@@ -171,6 +200,22 @@ class Analysis:
     hidden_random: tuple[Cause, ...] = field(default_factory=tuple)
     #: Steps inside a cascade whose own arguments differ as well (hidden by an earlier cause).
     masked: tuple[Cause, ...] = field(default_factory=tuple)
+    #: Calls the user made that some runs recorded and others did not.
+    one_run_only: tuple[Unmatched, ...] = field(default_factory=tuple)
+    #: Steps that hash an object an earlier step changed while it ran, where every run computed
+    #: that step and all agree: whether a run that loads it agrees was not observed (a note).
+    unobserved: tuple[Cause, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        # A cause is observed: at a step the user made whose fingerprint differs between runs.
+        for cause in self.causes:
+            if cause.step.internal or not cause.step.differs:
+                raise ValueError(f"a cause must be a differing step the user made: step {cause.step.index}")
+
+    @property
+    def differing(self) -> int:
+        """The steps the user made whose fingerprint differs between runs."""
+        return sum(1 for s in self.steps if s.differs and not s.internal)
 
     @property
     def deterministic_causes(self) -> tuple[Cause, ...]:

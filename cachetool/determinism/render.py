@@ -180,12 +180,49 @@ def cause_lines(cause: Cause) -> list[str]:
     return lines
 
 
+def unobserved_lines(cause: Cause) -> list[str]:
+    """A step every run agrees on that hashes an object an earlier step changed, where every run
+    computed that step: a note (not a cause: nothing was observed to differ)."""
+    origin = _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
+    lines = [
+        f"{_location(cause)}  {_what(cause)}: fingerprint {_short(cause.step.results[0])} in every run",
+        f"  note: it hashes an object that {origin} changes while it runs, and every run here computed",
+        "  that step: whether a run that loads it from the cache gives the same fingerprint was not seen",
+    ]
+    for culprit in cause.culprits:
+        for part in culprit.parts or (culprit,):
+            lines.append(f"  changed: {part.path_str}: {part.values_str}")
+    return lines
+
+
+def _uncached_lines(report: DeterminismReport) -> list[str]:
+    """The note on steps without a persistent cache, worded as `explain` words it."""
+    from cachetool.lineage.explain.model import UNCACHED_HINT, UNCACHED_TEXT
+
+    uncached = report.uncached
+    if not uncached:
+        return []
+    n = len(uncached)
+    lines = [
+        "",
+        f"note: {n} step{'' if n == 1 else 's'} ran without a persistent cache; "
+        f"{'it runs' if n == 1 else 'they run'} again in every run, deterministic or not:",
+    ]
+    for step, reason in uncached:
+        lines.append(f"  {_step_name(step)}: {UNCACHED_TEXT.get(reason, reason)}")
+    lines.append(f"  {UNCACHED_HINT}")
+    return lines
+
+
 def human_lines(report: DeterminismReport) -> list[str]:
     """The whole report for a person (the CLI escapes and prints each line)."""
     seeds = ", ".join(str(r.hash_seed) for r in report.runs)
     mode = "isolated caches" if report.isolated else "shared cache"
     if any(r.cold for r in report.runs):
         mode += ", run 1 cold"
+    for r in report.runs:
+        if r.cache_of is not None:
+            mode += f"; run {r.index + 1} on run {r.cache_of + 1}'s cache"
     n = len(report.runs)
     lines = [
         f"{report.script}: {report.verdict} ({n} run{'' if n == 1 else 's'}, PYTHONHASHSEED {seeds}; {mode})"
@@ -205,7 +242,7 @@ def human_lines(report: DeterminismReport) -> list[str]:
         return lines
     # The steps the user made (datasets' internal ones repeat their caller's fingerprints).
     compared = sum(1 for s in analysis.steps if not s.internal)
-    differing = sum(1 for s in analysis.steps if s.differs and not s.internal)
+    differing = analysis.differing
     for cause in analysis.deterministic_causes:
         lines.append("")
         lines.extend(cause_lines(cause))
@@ -216,6 +253,10 @@ def human_lines(report: DeterminismReport) -> list[str]:
         lines.append("")
         lines.append("also differs on its own (inside the cascade above; it will show once that is fixed):")
         lines.extend(cause_lines(cause))
+    for cause in analysis.unobserved:
+        lines.append("")
+        lines.extend(unobserved_lines(cause))
+    lines.extend(_uncached_lines(report))
     lines.append("")
     summary = f"{compared} fingerprint(s) compared, {differing} differ"
     if analysis.deterministic_causes:
@@ -227,9 +268,8 @@ def human_lines(report: DeterminismReport) -> list[str]:
         summary += f", {downstream} downstream"
     lines.append(summary)
     if report.exit_code != 0:
-        lines.append(
-            f"reproduce: cachetool check-determinism {report.script} --hash-seeds {seeds.replace(' ', '')}"
-        )
+        own = ",".join(str(r.hash_seed) for r in report.runs if r.cache_of is None)
+        lines.append(f"reproduce: cachetool check-determinism {report.script} --hash-seeds {own}")
     return lines
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cachetool.determinism.events import Event
-from cachetool.determinism.model import Analysis
+from cachetool.determinism.model import Analysis, Step
 from cachetool.errors import ExitCode
 
 __all__ = ["REPORT_VERSION", "DeterminismReport", "RunOutcome", "RunProgress", "Verdict"]
@@ -42,6 +42,9 @@ class RunOutcome:
     cold: bool = False
     #: Lines of the run's events file that could not be read (skipped, so not compared).
     event_warnings: tuple[str, ...] = ()
+    #: Isolated runs: the run (0-based) whose cache this one used as that one left it, so that it
+    #: loads what that one computed; None: a cache of its own (or the shared one).
+    cache_of: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -60,6 +63,7 @@ class RunOutcome:
             "stderr_tail": self.stderr_tail if self.failed else None,
             "stopped_processes": self.stopped,
             "output_bytes": self.output_bytes,
+            "cache_of": self.cache_of + 1 if self.cache_of is not None else None,
         }
 
 
@@ -121,6 +125,25 @@ class DeterminismReport:
         )
 
     @property
+    def uncached(self) -> tuple[tuple[Step, str], ...]:
+        """The steps the user made that ran without a persistent cache (an in-memory dataset's
+        maps, ``keep_in_memory=True``, ...), with the reason the last warm run recorded: they run
+        again in every session whatever the check says (a note; the exit code does not change)."""
+        analysis = self.analysis
+        warm = [k for k, run in enumerate(self.runs) if not run.cold]
+        if analysis is None or not warm:
+            return ()
+        k = warm[-1]
+        out: list[tuple[Step, str]] = []
+        for step in analysis.steps:
+            if step.internal or k >= len(step.positions):
+                continue
+            reason = self.runs[k].events[step.positions[k]].uncached
+            if reason is not None:
+                out.append((step, reason))
+        return tuple(out)
+
+    @property
     def exit_code(self) -> ExitCode:
         """0 every fingerprint matched; 1 one differs; 2 the script failed or nothing was
         compared; 3 only random fallbacks."""
@@ -163,6 +186,9 @@ class DeterminismReport:
             "differences": [c.to_dict() for c in analysis.deterministic_causes] if analysis else [],
             "random_fingerprints": [c.to_dict() for c in analysis.random_causes] if analysis else [],
             "masked_differences": [c.to_dict() for c in analysis.masked] if analysis else [],
+            "unobserved": [c.to_dict() for c in analysis.unobserved] if analysis else [],
+            "one_run_only": [u.to_dict() for u in analysis.one_run_only] if analysis else [],
+            "uncached": [{"step": step.index, "reason": reason} for step, reason in self.uncached],
             "warnings": list(self.warnings),
             "nothing_compared": self.nothing_compared,
         }

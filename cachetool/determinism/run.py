@@ -95,8 +95,11 @@ class Run:
     """One run of the script: `start` (ahead of its turn when possible), `go`, `finish`; `abort`
     stops whatever it started and has not finished."""
 
-    def __init__(self, s: RunSettings, index: int, seed: int) -> None:
+    def __init__(self, s: RunSettings, index: int, seed: int, cache_of: Run | None = None) -> None:
         self.s, self.index, self.seed = s, index, seed
+        #: Isolated runs: the run whose cache this one uses as it found it (it loads what that one
+        #: computed), instead of a fresh one.
+        self.cache_of = cache_of
         # On the user's cache, the first run computes every step (caching disabled, its files go
         # to a temporary folder) and the next ones use the cache as it is: a step whose result
         # depends on whether an earlier one was computed or loaded shows even on a warm cache.
@@ -115,6 +118,12 @@ class Run:
         self.stopped_early = False
 
     @property
+    def cache(self) -> Path:
+        """Isolated runs: this run's own cache (removed with the check's temp folder; the first
+        run's is kept until then, for a run that loads what it computed)."""
+        return self.dir / "hf-datasets-cache"
+
+    @property
     def started(self) -> bool:
         return self.proc is not None
 
@@ -131,9 +140,11 @@ class Run:
         if self.cold:
             env[COLD_ENV] = "1"
         if self.s.isolated:
-            cache = self.dir / "hf-datasets-cache"
-            cache.mkdir()
-            env["HF_DATASETS_CACHE"] = str(cache)
+            if self.cache_of is not None:
+                env["HF_DATASETS_CACHE"] = str(self.cache_of.cache)
+            else:
+                self.cache.mkdir()
+                env["HF_DATASETS_CACHE"] = str(self.cache)
         env[RUN_MARKER_ENV] = self.marker
         return env
 
@@ -221,8 +232,8 @@ class Run:
         from cachetool.determinism.report import RunOutcome
 
         read = load_events(self.events)
-        if self.s.isolated:
-            shutil.rmtree(self.dir / "hf-datasets-cache", ignore_errors=True)
+        if self.s.isolated and self.index != 0 and self.cache_of is None:
+            shutil.rmtree(self.cache, ignore_errors=True)
         return RunOutcome(
             index=self.index,
             hash_seed=self.seed,
@@ -236,6 +247,7 @@ class Run:
             output_bytes=out_tail.total + err_tail.total,
             cold=self.cold,
             event_warnings=read.warnings,
+            cache_of=self.cache_of.index if self.cache_of is not None else None,
         )
 
     def abort(self) -> None:

@@ -61,6 +61,8 @@ __all__ = [
 
 #: Warnings shown per run about lines of its events file that could not be read.
 _EVENT_WARNINGS_SHOWN = 5
+#: Steps recorded in some runs only, named one by one.
+_ONE_RUN_ONLY_SHOWN = 5
 
 #: What comparing the runs needs (the ledger's record classes, the analysis, the report: tens of
 #: milliseconds of imports), imported while the runs work (`_load_comparison`), not before they
@@ -238,7 +240,13 @@ def _check(s: _Settings) -> DeterminismReport:
         )
         if report.failed_run is not None:
             return dataclasses.replace(report, warnings=tuple(warnings))
-        return _compared(s, report, warnings, lambda: Run(rs, len(s.seeds), s.seeds[0]).finish())
+        return _compared(
+            s,
+            report,
+            warnings,
+            lambda: Run(rs, len(s.seeds) + 1, s.seeds[0]).finish(),
+            lambda: Run(rs, len(s.seeds), s.seeds[0], cache_of=planned[0]).finish(),
+        )
 
 
 def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
@@ -310,23 +318,42 @@ def _run_warnings(
 
 
 def _compared(
-    s: _Settings, report: DeterminismReport, warnings: list[str], extra_run: Callable[[], RunOutcome]
+    s: _Settings,
+    report: DeterminismReport,
+    warnings: list[str],
+    extra_run: Callable[[], RunOutcome],
+    loading_run: Callable[[], RunOutcome],
 ) -> DeterminismReport:
     """The report of runs that all finished: their analysis, checked again by one more run with the
-    first run's seed when a difference is found (`rerun`), and why nothing was compared if so."""
+    first run's seed when a difference is found (`rerun`), and why nothing was compared if so.
+    Isolated runs all compute every step: when a step hashes an object an earlier step changed
+    while it ran, one more run on the first run's cache (with its seed) loads that step, so that
+    whether its fingerprint depends on the cache state is observed, not inferred."""
     from cachetool.determinism.analysis import analyze
 
     outcomes = report.runs
     analysis = analyze([o.events for o in outcomes])
+    if s.runs.isolated and analysis.unobserved:
+        loading = loading_run()
+        if loading.failed:
+            warnings.append("the run on the first run's cache failed; the notes below were not checked")
+        else:
+            outcomes = (*outcomes, loading)
+            report = dataclasses.replace(report, runs=outcomes)
+            analysis = analyze([o.events for o in outcomes])
     # A cold run's internal calls inside the steps it computed are not another path.
-    apart = analysis.unaligned - analysis.unaligned_internal
-    if apart:
+    if analysis.one_run_only:
         unreadable = any(o.event_warnings for o in outcomes)
-        warnings.append(
-            f"{apart} event(s) happened in some runs only (the runs took different "
-            + ("paths, or some events could not be read" if unreadable else "paths")
-            + "); they were not compared"
-        )
+        why = "paths, or some events could not be read" if unreadable else "paths"
+        for u in analysis.one_run_only[:_ONE_RUN_ONLY_SHOWN]:
+            times = f" ({u.count} times)" if u.count > 1 else ""
+            warnings.append(
+                f"{u.operation} at {u.location} was recorded in run {u.run + 1} only{times} (the runs "
+                f"took different {why}); not compared"
+            )
+        if len(analysis.one_run_only) > _ONE_RUN_ONLY_SHOWN:
+            more = len(analysis.one_run_only) - _ONE_RUN_ONLY_SHOWN
+            warnings.append(f"{more} more step(s) recorded in some runs only; not compared")
     extra: RunOutcome | None = None
     if s.rerun and analysis.deterministic_causes:
         extra = extra_run()
@@ -357,5 +384,12 @@ def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) ->
             causes.append(cause)
             continue
         same = extra.events[twin_of[position]].result == first.events[position].result
-        causes.append(dataclasses.replace(cause, variation="PYTHONHASHSEED" if same else "every run"))
+        if same:
+            # Nothing made at run time: no hint may say "different in each run".
+            from cachetool.fingerprint.diff import seeded
+
+            culprits = tuple(seeded(c) for c in cause.culprits)
+            causes.append(dataclasses.replace(cause, variation="PYTHONHASHSEED", culprits=culprits))
+        else:
+            causes.append(dataclasses.replace(cause, variation="every run"))
     return dataclasses.replace(analysis, causes=tuple(causes))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cachetool.fingerprint.hints import hint_for
+from cachetool.fingerprint.hints import ADDED_HINT, HASH_SEED_HINT, hint_for
 
 __all__ = [
     "Culprit",
@@ -24,6 +24,7 @@ __all__ = [
     "find_unpicklable_in_tree",
     "hint_for",
     "render_path",
+    "seeded",
 ]
 
 
@@ -122,6 +123,15 @@ class Unpicklable:
         }
 
 
+def seeded(culprit: Culprit) -> Culprit:
+    """`culprit` once an equal hash seed reproduced it: a plain value (kind ``value``, "different in
+    each run") follows the hash seed instead (kind ``hash-seed``), in each of its parts too."""
+    parts = tuple(seeded(p) for p in culprit.parts)
+    if culprit.kind == "value":
+        return replace(culprit, kind="hash-seed", hint=HASH_SEED_HINT, parts=parts)
+    return replace(culprit, parts=parts)
+
+
 def render_path(argument: str, path: Sequence[str]) -> str:
     """``fn_kwargs['seed']``, ``function → __self__ → .label2id``: subscripts attach to the step
     before them, other steps are joined with arrows."""
@@ -158,15 +168,39 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
     culprit = _culprit(argument, common, culprit_nodes, tuple(leaves))
     # The differences sit in several places below a node that is not itself the problem (a
     # function, an object): name each place. A dict or list reordered as a whole is one problem.
-    if len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value":
+    if (len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value") or (
+        len(leaves) == 1 and any(_find(t, leaves[0]) is None for t in nodes)
+    ):
         places = _places(nodes, common, leaves)
         parts = []
         for place in places[:_MAX_PARTS]:
-            place_nodes = [n for n in (_find(t, place) for t in nodes) if n is not None]
+            found_nodes = [_find(t, place) for t in nodes]
+            place_nodes = [n for n in found_nodes if n is not None]
             if len(place_nodes) == len(nodes):
                 parts.append(_culprit(argument, place, place_nodes, ()))
+            elif place_nodes:
+                parts.append(_added(argument, place, found_nodes))
         culprit = replace(culprit, parts=tuple(parts), leaves=tuple(places))
     return culprit
+
+
+#: What a part missing in a run reads as.
+ABSENT = "(absent)"
+
+
+def _added(argument: str, path: tuple[str, ...], nodes: Sequence[dict[str, Any] | None]) -> Culprit:
+    """A part present in some runs only: a value set on first use, or added."""
+    first = next(n for n in nodes if n is not None)
+    return Culprit(
+        argument=argument,
+        path=path,
+        type=str(first.get("t", "?")),
+        description=str(first.get("s") or first.get("t", "?")),
+        reprs=tuple(ABSENT if n is None else str(n.get("r", "")) for n in nodes),
+        digests=tuple(None if n is None else n.get("d") for n in nodes),
+        kind="added",
+        hint=ADDED_HINT,
+    )
 
 
 def _places(
@@ -203,19 +237,32 @@ def _same(nodes: Sequence[dict[str, Any]]) -> bool:
 
 
 def _collect(nodes: Sequence[dict[str, Any]], path: tuple[str, ...], out: list[tuple[str, ...]]) -> None:
+    """The differing leaves below `path`: children that differ are descended; a child present in
+    some runs only (an attribute a `functools.cached_property` or a lazy memo set on first use, a
+    key added to a dict, the node's type being the same in every run) is a leaf of its own. The
+    same children in another order (a dict built by iterating a set) leave the node itself as the
+    leaf: its order is the difference."""
     children = [{c["l"]: c for c in n.get("c", ())} for n in nodes]
     labels = [tuple(c) for c in children]
-    differing: list[str] = []
-    if all(lab == labels[0] for lab in labels) and labels[0]:
-        for label in labels[0]:
-            group = [c[label] for c in children]
-            if not _same(group):
-                differing.append(label)
-    if not differing:
+    differing: list[tuple[str, ...]] = []
+    if all(set(lab) == set(labels[0]) for lab in labels) and any(lab != labels[0] for lab in labels):
         out.append(path)
         return
-    for label in differing:
-        _collect([c[label] for c in children], (*path, label), out)
+    everywhere = [label for label in labels[0] if all(label in c for c in children)]
+    for label in everywhere:
+        if not _same([c[label] for c in children]):
+            differing.append((*path, label))
+    somewhere = [label for lab in labels for label in lab if not all(label in c for c in children)]
+    if somewhere and len({n.get("t") for n in nodes}) > 1:
+        out.append(path)  # another type in another run (None, then a dict): the node is the leaf
+        return
+    if not differing and not somewhere:
+        out.append(path)
+        return
+    for leaf in differing:
+        _collect([c[leaf[-1]] for c in children], leaf, out)
+    for label in dict.fromkeys(somewhere):
+        out.append((*path, label))
 
 
 def _common_prefix(paths: Sequence[tuple[str, ...]]) -> tuple[str, ...]:

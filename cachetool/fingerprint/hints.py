@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["STATE_CHANGE_ISSUE", "hint_for", "state_change_hint"]
+__all__ = ["ADDED_HINT", "HASH_SEED_HINT", "STATE_CHANGE_ISSUE", "hint_for", "state_change_hint"]
 
 _RUNTIME = (
     "compute it inside the function, or pass it in as an argument that is the same in every run "
@@ -114,6 +114,20 @@ def _value_hint(type_name: str, reprs: Sequence[str]) -> tuple[str, str]:
     return "value", f"this value is different in each run: {_RUNTIME}"
 
 
+#: A value that an equal hash seed reproduces (culprit kind ``hash-seed``): not made at run time.
+HASH_SEED_HINT = (
+    "this value follows PYTHONHASHSEED (a run with an equal hash seed gave the same): it comes from "
+    "hash() of a str or bytes, or from iterating a set or frozenset; use a stable hash (hashlib) "
+    "or iterate sorted(...) instead."
+)
+
+#: A part present in some runs only (culprit kind ``added``).
+ADDED_HINT = (
+    "this part exists in some runs only: an attribute or key set on first use (a "
+    "functools.cached_property, a lazily filled memo or vocabulary) is pickled once it is set; "
+    "compute it up front (before the first map), or keep it out of the pickle (__getstate__)."
+)
+
 #: The datasets issue where changing an object inside the mapped function is discussed.
 STATE_CHANGE_ISSUE = "https://github.com/huggingface/datasets/issues/3638"
 
@@ -125,7 +139,8 @@ def state_change_hint(types: str) -> str:
     return (
         f"the mapped function changes {what} while it runs, and datasets hashes it again later: build "
         f"and configure {what} completely before the first map (truncation, padding, added tokens, a "
-        f"lazily built vocabulary: call it once up front), or create it inside the function. See "
+        f"lazily built vocabulary, a functools.cached_property: call it once up front), or create it "
+        f"inside the function. See "
         f"{STATE_CHANGE_ISSUE}"
     )
 

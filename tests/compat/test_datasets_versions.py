@@ -66,6 +66,26 @@ FROZENSET = textwrap.dedent(
     """
 )
 
+#: Deterministic: a ClassLabel cast, a seeded split, a save and a reload, a map and a filter of the
+#: reloaded DatasetDict (a warm run records fewer of datasets' internal calls than a cold one).
+CLASSLABEL = textwrap.dedent(
+    """\
+    import sys
+    from datasets import ClassLabel, load_dataset, load_from_disk
+
+    data, saved = sys.argv[1], sys.argv[2]
+    ds = load_dataset("csv", data_files=data, split="train")
+    ds = ds.map(lambda ex: {"label": ("neg", "pos")[ex["id"] % 2]})
+    ds = ds.cast_column("label", ClassLabel(names=["neg", "pos"]))
+    dd = ds.train_test_split(test_size=0.25, seed=0)
+    dd.save_to_disk(saved)
+    dd = load_from_disk(saved)
+    dd = dd.map(lambda ex: {"n": len(ex["text"])})
+    dd = dd.filter(lambda ex: ex["n"] > 5)
+    print({k: v._fingerprint for k, v in dd.items()})
+    """
+)
+
 
 @dataclass(frozen=True)
 class Run:
@@ -109,6 +129,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     base = tmp_path_factory.mktemp("compat")
     (base / "pipeline.py").write_text(PIPELINE, encoding="utf-8")
     (base / "frozenset_script.py").write_text(FROZENSET, encoding="utf-8")
+    (base / "classlabel.py").write_text(CLASSLABEL, encoding="utf-8")
     words = ["alpha", "beta", "gamma", "delta"]
     rows = "".join(f"{i},{' '.join(words[: 1 + i % 4])}\n" for i in range(60))
     (base / "data.csv").write_text("id,text\n" + rows, encoding="utf-8")
@@ -156,6 +177,19 @@ def test_check_determinism_tells_a_deterministic_script_from_a_frozenset(run: Ru
     cachetool(run, "check-determinism", "--runs", "2", "pipeline.py", "data.csv")
     report = cachetool(run, "check-determinism", "--runs", "2", "frozenset_script.py", ok=(1,)).stdout
     assert "frozenset" in report
+
+
+@pytest.mark.parametrize(
+    "mode", [(), ("--no-cold",), ("--isolated",)], ids=["default", "no-cold", "isolated"]
+)
+def test_check_determinism_passes_a_classlabel_split_saved_and_reloaded(
+    run: Run, mode: tuple[str, ...]
+) -> None:
+    """csv -> cast_column(ClassLabel) -> train_test_split -> save_to_disk -> load_from_disk -> map ->
+    filter is deterministic on this version too: exit 0, no cause, in every mode."""
+    saved = str(run.base / f"classlabel-saved{'-'.join(('', *mode))}")
+    proc = cachetool(run, "check-determinism", "classlabel.py", *mode, "--", "data.csv", saved)
+    assert "0 differ" in proc.stdout and "cause" not in proc.stdout, proc.stdout
 
 
 def test_the_saved_folder_is_named_as_a_cache_root_of_its_own(run: Run) -> None:

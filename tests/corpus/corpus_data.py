@@ -26,21 +26,35 @@ TEXTS = {
 FIXED_MTIME = 1_700_000_000
 
 
-def data_files(name: str) -> dict[str, str]:
+def _folder() -> str:
     folder = os.path.join(tempfile.gettempdir(), f"cachetool-corpus-data-{os.getuid()}")
     os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _write_once(path: str, text: str) -> str:
+    """Write `path` once, atomically, with the fixed modification time; return it."""
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
+        os.replace(tmp, path)  # concurrent runs never see a half-written file
+    return path
+
+
+def data_files(name: str) -> dict[str, str]:
     files = {}
     for split, texts in TEXTS.items():
-        path = os.path.join(folder, f"{name}-{split}.jsonl")
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                for i, text in enumerate(texts):
-                    f.write(json.dumps({"id": i, "text": text, "label": i % 2}) + "\n")
-            os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
-            os.replace(tmp, path)  # concurrent runs never see a half-written file
-        files[split] = path
+        rows = (json.dumps({"id": i, "text": text, "label": i % 2}) + "\n" for i, text in enumerate(texts))
+        files[split] = _write_once(os.path.join(_folder(), f"{name}-{split}.jsonl"), "".join(rows))
     return files
+
+
+def csv_file(name: str, rows: int = 40) -> str:
+    """A CSV file of `rows` rows: ``text`` and a string ``label`` (``neg``/``pos``)."""
+    lines = [f"sample text number {i},{('neg', 'pos')[i % 2]}\n" for i in range(rows)]
+    return _write_once(os.path.join(_folder(), f"{name}.csv"), "text,label\n" + "".join(lines))
 
 
 def splits(name: str):

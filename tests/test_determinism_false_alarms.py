@@ -1,0 +1,286 @@
+"""check-determinism never cries wolf: steps are aligned by identity (call site and lineage), never by
+the order of events, so a warm run that records fewer of datasets' internal calls than a cold one
+shifts nothing; an internal step is never a cause; a cause is observed (a fingerprint that differs),
+never inferred; a report whose fingerprints all match has no cause and exits 0. Checked on real
+pipelines of tests/corpus (k14: a ClassLabel cast, a split, a save and a reload; k15: a seeded
+generator that reshuffles each epoch; c19: a real cause after a cached split) through the command,
+in the default, `--no-cold` and `--isolated` modes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachetool.determinism.analysis import analyze
+from cachetool.errors import ExitCode
+from tests.conftest import hf_env
+
+CORPUS = Path(__file__).parent / "corpus"
+MODES = {"default": (), "no-cold": ("--no-cold",), "isolated": ("--isolated",)}
+
+
+def ev(op: str, line: int, result: str, parents: list[str], **kw: Any) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "type": kw.pop("type", "transform"),
+        "seq": kw.pop("seq", 0),
+        "operation": op,
+        "transform": f"datasets.arrow_dataset.Dataset.{op}",
+        "result": result,
+        "parents": parents,
+        "internal": kw.pop("internal", False),
+        "call_site": {"file": "/p/pipe.py", "line": line, "function": "<module>"},
+        "args": kw.pop("args", {}),
+        **kw,
+    }
+
+
+def test_a_warm_run_with_fewer_internal_events_compares_each_split_with_itself() -> None:
+    """The cold run computes both splits' filters (each records an internal map and set_format);
+    the warm run loads them and records neither. Every step is compared with the same step of the
+    other run (train with train, test with test): all match, no cause, nothing left over but the
+    cold run's internal calls."""
+    cold = [
+        ev("load_from_disk", 1, "tr", [], type="root"),
+        ev("load_from_disk", 1, "te", [], type="root"),
+        ev("filter", 2, "ftr", ["tr"]),
+        ev("map", 2, "ftr", ["tr"], internal=True),
+        ev("set_format", 2, "xtr", ["ftr"], internal=True),
+        ev("filter", 2, "fte", ["te"]),
+        ev("map", 2, "fte", ["te"], internal=True),
+        ev("set_format", 2, "xte", ["fte"], internal=True),
+        ev("map", 3, "mtr", ["ftr"]),
+        ev("set_format", 3, "ytr", ["mtr"], internal=True),
+        ev("map", 3, "mte", ["fte"]),
+        ev("set_format", 3, "yte", ["mte"], internal=True),
+    ]
+    warm = [e for e in cold if not (e["internal"] and e["call_site"]["line"] == 2)]
+    # The warm run's internal set_format after the map of the test split: its fingerprint is the
+    # cold run's, its parent the test split's map. By order it would sit where the train's is.
+    analysis = analyze([cold, warm])
+    assert analysis.causes == ()
+    assert all(not s.differs for s in analysis.steps)
+    assert [(s.operation, s.results[0]) for s in analysis.steps if not s.internal] == [
+        ("load_from_disk", "tr"),
+        ("load_from_disk", "te"),
+        ("filter", "ftr"),
+        ("filter", "fte"),
+        ("map", "mtr"),
+        ("map", "mte"),
+    ]
+    assert analysis.unaligned == analysis.unaligned_internal == 4
+    assert analysis.one_run_only == ()
+
+
+def test_a_differing_internal_step_is_never_a_cause() -> None:
+    """An internal `set_format` whose fingerprint differs while every step the user made matches is
+    no cause: the report has 0 causes and exits 0 (its summary never says "0 differ; 1 cause")."""
+    a = [
+        ev("from_dict", 1, "r", [], type="root"),
+        ev("map", 2, "m", ["r"]),
+        ev("set_format", 2, "s1", ["m"], internal=True),
+    ]
+    b = [
+        ev("from_dict", 1, "r", [], type="root"),
+        ev("map", 2, "m", ["r"]),
+        ev("set_format", 2, "s2", ["m"], internal=True),
+    ]
+    analysis = analyze([a, b])
+    assert analysis.causes == () and analysis.masked == () and analysis.hidden_random == ()
+
+
+def test_a_step_seen_in_one_run_only_is_named() -> None:
+    """A map the second run did not make is named as seen in some runs only, not compared with
+    another step."""
+    a = [ev("from_dict", 1, "r", [], type="root"), ev("map", 2, "m", ["r"]), ev("map", 3, "n", ["m"])]
+    b = [ev("from_dict", 1, "r", [], type="root"), ev("map", 3, "n2", ["r"])]
+    analysis = analyze([a, b])
+    assert [(u.operation, u.line, u.run) for u in analysis.one_run_only] == [
+        ("map", 2, 0),
+        ("map", 3, 0),
+        ("map", 3, 1),
+    ]
+    assert analysis.causes == ()
+
+
+def check(script: str, base: Path, *options: str) -> tuple[int, dict[str, Any], str]:
+    """`cachetool check-determinism SCRIPT OPTIONS` as a user runs it, once as JSON and once for a
+    person (the second on the cache the first left, as a user reruns it): exit code, JSON, text."""
+    env = hf_env(base)
+    command = [sys.executable, "-m", "cachetool", "check-determinism", str(CORPUS / script), *options]
+    as_json = subprocess.run(
+        [*command, "--json"], env=env, cwd=CORPUS, capture_output=True, text=True, timeout=300
+    )
+    text = subprocess.run(command, env=env, cwd=CORPUS, capture_output=True, text=True, timeout=300)
+    assert as_json.returncode == text.returncode, text.stdout + text.stderr
+    return as_json.returncode, json.loads(as_json.stdout), text.stdout + text.stderr
+
+
+def assert_deterministic(code: int, report: dict[str, Any], text: str) -> None:
+    assert code == ExitCode.OK, text
+    assert report["verdict"] == "deterministic", text
+    assert report["differences"] == [] and report["random_fingerprints"] == [], text
+    assert all(t["status"] == "same" for t in report["transforms"] if not t["internal"]), text
+    assert "0 differ" in text and "cause" not in text, text
+    assert "only (the runs took different" not in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_classlabel_cast_split_save_and_reload_is_deterministic(mode: str, tmp_path: Path) -> None:
+    """csv -> cast_column(ClassLabel) -> train_test_split(seed=) -> save_to_disk -> load_from_disk ->
+    map -> filter: plain reruns load every step from the cache, and check-determinism says so
+    (exit 0, every fingerprint the same, no cause) in every mode."""
+    code, report, text = check("k14_classlabel_split_saved_reloaded.py", tmp_path, *MODES[mode])
+    assert_deterministic(code, report, text)
+    assert len([t for t in report["transforms"] if not t["internal"]]) >= 12, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_seeded_generator_reshuffling_each_epoch_is_deterministic(mode: str, tmp_path: Path) -> None:
+    """`shuffle(generator=rng)` each epoch with one seeded generator: datasets draws from the
+    generator on a cache hit too, so every run agrees; no cache-state cause is inferred from the
+    generator's changed state (exit 0, "0 differ", no cause) in every mode."""
+    code, report, text = check("k15_generator_reshuffles_each_epoch.py", tmp_path, *MODES[mode])
+    assert_deterministic(code, report, text)
+
+
+@pytest.mark.slow
+def test_a_cause_after_a_cached_split_is_found_on_its_own_split(tmp_path: Path) -> None:
+    """c19 in the default mode on an empty cache: the cold first run computes the filter and the
+    split (recording their internal calls), the second loads them (recording fewer). The one cause
+    is the test split's map with its frozenset; the train split's steps all match, each compared
+    with itself; the test split's filter after it is its one downstream difference."""
+    code, report, text = check("c19_cause_after_cached_split.py", tmp_path)
+    assert code == ExitCode.PROBLEMS_FOUND, text
+    assert [r["cold"] for r in report["runs"]] == [True, False]
+    assert report["runs"][0]["events"] > report["runs"][1]["events"], text
+    (cause,) = report["differences"]
+    source = (CORPUS / "c19_cause_after_cached_split.py").read_text().splitlines()
+    assert source[cause["call_site"]["line"] - 1] == 'test = dd["test"].map(make_cleaner())', text
+    assert cause["kind"] == "arguments" and cause["cascade"] == 1, text
+    assert cause["culprits"][0]["path"] == ["closure 'stop'"], text
+    user = [t for t in report["transforms"] if not t["internal"]]
+    differing = [source[t["call_site"]["line"] - 1] for t in user if len(set(t["fingerprints"])) > 1]
+    assert differing == [
+        'test = dd["test"].map(make_cleaner())',
+        'test = test.filter(lambda ex: len(ex["text"]) > 0)',
+    ]
+    for t in report["transforms"]:  # each run's parents are the same step's result in every run
+        assert len({len(p) for p in t["parents"]}) == 1, t
+    assert "only (the runs took different" not in text, text
+    assert "2 differ; 1 cause(s), 1 downstream" in text, text
+
+
+@pytest.mark.slow
+def test_maps_of_an_in_memory_dataset_are_noted_as_running_again_every_time(tmp_path: Path) -> None:
+    """k04 maps a dataset built with `from_dict`: its map has no persistent cache and runs again in
+    every session. The check says so in `explain`'s words (the reason and how to reuse it), as a
+    note: the pipeline stays deterministic, exit 0; the JSON lists the step and its reason."""
+    code, report, text = check("k04_seeded_shuffle.py", tmp_path)
+    assert code == ExitCode.OK, text
+    assert "note: 1 step ran without a persistent cache; it runs again in every run" in text, text
+    said = " ".join(text.split())  # as one line, wherever the terminal width wrapped it
+    assert "(map <lambda> at k04_seeded_shuffle.py:8): in memory (Dataset.from_dict" in said, text
+    assert "To reuse them across runs: save_to_disk the dataset" in text, text
+    (entry,) = report["uncached"]
+    assert entry["reason"] == "in-memory"
+    assert report["transforms"][entry["step"]]["operation"] == "map"
+
+
+# --- the culprit down to every differing leaf --------------------------------------------------
+
+
+def node(
+    label: str, digest: str, r: str, t: str = "int", children: list[Any] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"l": label, "t": t, "s": t, "r": r, "d": digest}
+    if children:
+        out["c"] = children
+    return out
+
+
+def test_a_value_set_on_first_use_is_named_as_present_in_some_runs_only() -> None:
+    """An object that gains a `functools.cached_property` value on first use: the culprit is that
+    attribute (absent in one run), of kind ``added`` with its own hint, not the whole object."""
+    from cachetool.fingerprint.diff import diff_trees
+
+    unit = node(".unit", "u", "'words'", "str")
+    before = node("", "o1", "<Lengths>", "Lengths", [unit])
+    after = node("", "o2", "<Lengths>", "Lengths", [unit, node(".scale", "s5", "5")])
+    culprit = diff_trees("function", [before, after])
+    assert culprit is not None
+    (part,) = culprit.parts
+    assert part.path == (".scale",) and part.kind == "added"
+    assert part.values_str == "(absent) vs 5"
+    assert "functools.cached_property" in part.hint
+
+
+def test_two_dicts_that_differ_give_every_leaf_capped_with_a_count() -> None:
+    """Two dicts of a function differ in 5 keys each: all 10 differing leaves are counted, the first
+    few named, each with its own kind and hint."""
+    from cachetool.determinism.model import Cause, Step
+    from cachetool.determinism.render import cause_lines
+    from cachetool.fingerprint.diff import diff_trees
+
+    def fn(offset: int) -> dict[str, Any]:
+        def table(name: str) -> dict[str, Any]:
+            keys = [node(f"['k{i}']", f"{name}{i}-{offset}", str(i + offset)) for i in range(5)]
+            return node(f"closure '{name}'", f"{name}-{offset}", "{...}", "dict", keys)
+
+        return node("", f"f{offset}", "<fn>", "function", [table("vocab"), table("inverse")])
+
+    culprit = diff_trees("function", [fn(0), fn(1)])
+    assert culprit is not None and len(culprit.leaves) == 10
+    assert len(culprit.parts) == 6 and all(p.kind == "value" for p in culprit.parts)
+    step = Step(0, (0, 0), "transform", "map", "t", "/p.py", 3, "fn", False, ("a", "b"), ((), ()))
+    lines = cause_lines(Cause(step=step, kind="arguments", differing_args=("function",), culprits=(culprit,)))
+    assert "  it differs in 10 places:" in lines
+    assert "  - ... and 4 more" in lines
+    assert "  - function → closure 'vocab'['k0'] (int): 0 vs 1" in lines
+
+
+def test_a_hash_seed_value_never_reads_as_different_in_each_run() -> None:
+    """A plain value that an equal hash seed reproduces: kind ``hash-seed``, a hint about the hash
+    seed (in its parts too), never "different in each run"."""
+    from cachetool.fingerprint.diff import diff_trees, seeded
+
+    culprit = diff_trees("function", [node("", "a", "166"), node("", "b", "110")])
+    assert culprit is not None and culprit.kind == "value" and "different in each run" in culprit.hint
+    culprit = seeded(culprit)
+    assert culprit.kind == "hash-seed" and "PYTHONHASHSEED" in culprit.hint
+    assert "different in each run" not in culprit.hint
+
+
+@pytest.mark.slow
+def test_a_cached_property_filled_on_first_use_is_named_to_the_leaf(tmp_path: Path) -> None:
+    """m12: the map of the train split fills a `functools.cached_property` of the callable; the map
+    of the test split hashes it again. The cache-state cause names the attribute, absent in the run
+    that loaded the first map and set in the one that computed it."""
+    code, report, text = check("m12_cached_property_on_first_use.py", tmp_path)
+    assert code == ExitCode.PROBLEMS_FOUND, text
+    (cause,) = report["differences"]
+    assert cause["kind"] == "cache-state", text
+    said = " ".join(text.split())
+    assert "changed: function → .scale (int): (absent) vs 5" in said, text
+    assert "functools.cached_property" in said, text
+
+
+@pytest.mark.slow
+def test_a_value_from_the_hash_seed_gets_a_hash_seed_hint(tmp_path: Path) -> None:
+    """c20: a global taken from `hash()` of a string. The equal-seed run reproduces it, so the
+    report says it follows PYTHONHASHSEED and gives the hash-seed hint, never "different in each
+    run"."""
+    code, report, text = check("c20_bucket_from_str_hash.py", tmp_path)
+    assert code == ExitCode.PROBLEMS_FOUND, text
+    (cause,) = report["differences"]
+    assert cause["variation"] == "PYTHONHASHSEED", text
+    assert cause["culprits"][0]["kind"] == "hash-seed", text
+    said = " ".join(text.split())
+    assert "this value follows PYTHONHASHSEED" in said and "different in each run" not in said, text
