@@ -122,7 +122,9 @@ class Lease:
         return bool(self.boot_id) and self.boot_id == me.boot_id and self.pid_ns == me.pid_ns
 
     def __str__(self) -> str:
-        return f"pid {self.pid} on {self.host}"
+        from cachetool.formatting import safe_text  # the host name is whatever the file says
+
+        return f"pid {self.pid} on {safe_text(self.host)}"
 
     def to_json(self) -> dict[str, object]:
         return {
