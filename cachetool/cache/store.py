@@ -27,6 +27,7 @@ in place of each) the day it is added.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import os
 import stat
@@ -128,7 +129,7 @@ def open_state(
         try:
             fd = os.open(path.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, mode, dir_fd=dir_fd)
         except OSError as err:
-            if err.errno == getattr(os, "ELOOP", 40):  # O_NOFOLLOW met a symlink
+            if err.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
                 raise NotRegularFile(err.errno, "a symlink, not a regular file", os.fsdecode(path)) from None
             raise
     finally:
@@ -206,8 +207,8 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: b
     """Replace `path` by `data` through a temporary file and one rename. Raises OSError (with
     the temporary file removed) when the folder is missing, read-only, full, or a symlink: the
     folders are opened without following one (`open_folder`), and the writes go through that
-    descriptor, so they never land outside the cache root. The file gets `mode` (0o644 for what
-    every user of a shared cache must read)."""
+    descriptor, so they never land outside the cache root. The file gets `mode` less the umask
+    (0o644 for what every user of a shared cache must read)."""
     import secrets
 
     _check_registered(_split(path)[1])
@@ -219,8 +220,6 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: b
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd
         )
         try:
-            if mode & ~0o600:  # whatever the umask says
-                os.fchmod(fd, mode)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
