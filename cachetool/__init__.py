@@ -45,6 +45,7 @@ _LAZY = {
     "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc",
     "GcOptions": "cachetool.maintenance.gc",
+    "break_lease": "cachetool.maintenance.shared",
     "pin": "cachetool.maintenance.pinning",
     "unpin": "cachetool.maintenance.pinning",
     "list_pins": "cachetool.maintenance.pinning",

@@ -27,6 +27,14 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) 
     except OSError as e:
         raise BadJsonFile(e.strerror or str(e)) from None
     try:
+        return read_open_file(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_open_file(fd: int, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the open file `fd` (`read_regular_file`)."""
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadJsonFile("not a regular file")
@@ -41,8 +49,6 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) 
         return data
     except OSError as e:
         raise BadJsonFile(str(e).splitlines()[0][:200]) from None
-    finally:
-        os.close(fd)
 
 
 def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> Any:
@@ -53,4 +59,19 @@ def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> 
     except RecursionError:
         raise BadJsonFile("nested too deeply") from None
     except ValueError as e:
+        raise BadJsonFile(str(e).splitlines()[0][:200]) from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number this reads")
+
+
+def parse_json(data: bytes | str) -> Any:
+    """The document `data` holds, strictly: not UTF-8, not JSON, nested too deeply, or holding
+    `NaN`/`Infinity` (which JSON does not have, but Python's parser accepts) is BadJsonFile."""
+    try:
+        return json.loads(data, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadJsonFile("nested too deeply") from None
+    except ValueError as e:  # UnicodeDecodeError included
         raise BadJsonFile(str(e).splitlines()[0][:200]) from None

@@ -29,10 +29,33 @@ from cachetool.fingerprint.plain import loaded_fingerprint
 class Scanner(NonDataWalker):
     """One scan of a cache root: `walk(root)` fills `entries`, `datasets` and `warnings`."""
 
+    #: The folders still to walk, the next one last (None: no walk under way).
+    _pending: list[tuple[Path, Path | None, DatasetDir | None]] | None = None
+
     # -- the walk -------------------------------------------------------------------------------
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
-        """Classify the folder `path` and, in turn, its subfolders: a saved dataset (dict), an
-        interrupted save, a builder's folder, or files of any other folder."""
+        """Classify the folder `path` and, in turn, its subfolders, in depth-first order.
+
+        The folders to walk wait on a list, not on Python's stack: a folder nested a thousand
+        levels deep is listed like any other (one too long for the system to open is a warning
+        and an unreadable entry). Called while a walk is under way (a saved dataset's
+        subfolders), `path` is walked after the folder at hand."""
+        pending = self._pending
+        if pending is not None:
+            pending.append((path, unit, dataset_hint))
+            return
+        self._pending = pending = [(path, unit, dataset_hint)]
+        try:
+            while pending:
+                start = len(pending) - 1
+                self._walk_folder(*pending.pop())
+                pending[start:] = pending[start:][::-1]  # the first subfolder is walked first
+        finally:
+            self._pending = None
+
+    def _walk_folder(self, path: Path, unit: Path | None, dataset_hint: DatasetDir | None) -> None:
+        """Classify the folder `path`: a saved dataset (dict), an interrupted save, a builder's
+        folder, or files of any other folder; its subfolders go to `walk`."""
         candidates: Candidates | None = None
         if self.lean is None:
             items, err = list_dir(path)

@@ -93,10 +93,11 @@ class ReadIndex:
             self._load()
 
     def _load(self) -> None:
-        from cachetool.safejson import BadJsonFile, read_regular_file
+        from cachetool.cache.store import read_state
+        from cachetool.safejson import BadJsonFile
 
         try:
-            data = read_regular_file(self.path, MAX_INDEX_BYTES)
+            data = read_state(self.path, MAX_INDEX_BYTES)
         except (OSError, BadJsonFile):
             return
         try:
@@ -110,7 +111,7 @@ class ReadIndex:
             self._close()  # a damaged index: every file is read again
 
     def _open(self, image: bytes) -> None:
-        db = self._db = _connect(image)
+        db = self._db = connect_image(image)
         if db.execute("PRAGMA user_version").fetchone()[0] != INDEX_VERSION:
             raise ValueError("an index of another version")
         for sid, columns, meta in db.execute("SELECT id, columns, metadata FROM schemas"):
@@ -257,8 +258,9 @@ READABLE_STATES = 4
 assert {_FORMAT_CODE[STREAM], _FORMAT_CODE[IPC_FILE]} == {0, 1}
 
 
-def _connect(image: bytes | None = None) -> sqlite3.Connection:
-    """An in-memory database, empty or holding `image` (a serialized database)."""
+def connect_image(image: bytes | None = None) -> sqlite3.Connection:
+    """An in-memory database, empty or holding `image` (a serialized database): how a database
+    kept in `.cachetool/` is opened (`cachetool.cache.store`), never by its path."""
     db = sqlite3.connect(":memory:")
     if image is not None:
         deserialize = getattr(db, "deserialize", None)
@@ -278,6 +280,22 @@ def _connect(image: bytes | None = None) -> sqlite3.Connection:
                 disk.close()
     db.execute("PRAGMA trusted_schema=OFF")  # the file may come from anyone who can write the root
     return db
+
+
+def image_of(db: sqlite3.Connection) -> bytes:
+    """The serialized image of the database `db` (what `connect_image` opens again)."""
+    serialize = getattr(db, "serialize", None)
+    if serialize is not None:
+        return bytes(serialize())
+    import tempfile  # Python 3.10: through a private temporary file
+
+    with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
+        path = os.path.join(tmp, "index.sqlite")
+        disk = sqlite3.connect(path)
+        db.backup(disk)
+        disk.close()
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def _encode(rows: dict[str, list[_Row]]) -> bytes:

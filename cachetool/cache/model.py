@@ -259,7 +259,11 @@ class ScanWarning:
     problem: str
 
     def __str__(self) -> str:
-        return f"{_path_str(self.path)}: {self.problem}"
+        """The line a person reads: a newline, an escape or a byte that is not UTF-8 in a name
+        is shown escaped (`\\x0a`), so a name never prints a line of its own."""
+        from cachetool.formatting import safe_text
+
+        return safe_text(f"{_path_str(self.path)}: {self.problem}")
 
 
 @dataclass(frozen=True)

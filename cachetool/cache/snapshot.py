@@ -231,10 +231,11 @@ def _load(root: Path, key: bytes) -> list[bytes] | Callable[[], Iterator[bytes]]
     """The stored text (printable ASCII) if it was written under `key`: its pieces, or where it
     is larger than `HOLD_BYTES`, a function giving them again (all checked before the first is
     written: a damaged or foreign text is never written in part)."""
-    from cachetool.safejson import BadJsonFile, read_regular_file
+    from cachetool.cache.store import read_state
+    from cachetool.safejson import BadJsonFile
 
     try:
-        data = read_regular_file(root / LEDGER_DIR / SNAPSHOT_NAME, _MAX_BYTES)
+        data = read_state(root / LEDGER_DIR / SNAPSHOT_NAME, _MAX_BYTES)
     except (OSError, BadJsonFile):
         return None
     head = len(_MAGIC) + len(key)

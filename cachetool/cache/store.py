@@ -1,49 +1,231 @@
-"""The files cachetool keeps in a root's own folder (`<root>/.cachetool/`: the read index, the
-kept listing text, deep-verify checksums, schema verdicts), each written whole.
+"""The files cachetool keeps in a root's own folder (`<root>/.cachetool/`), opened and read in one
+place, because whoever may write a shared cache may have put anything there.
 
-A file is written to a temporary file beside it (`.<stem>-XXXXXXXX`) and renamed over the old
-one, so a reader sees the old file or the new one, never part of either. A writer killed between
-the two leaves its temporary file behind; the next write of the same file removes those that
-are older than `STALE_SECONDS` (no write takes that long), so they never pile up.
+* Every path below `.cachetool/` is reached from a descriptor: the root is opened as the user
+  gave it, then `.cachetool` and each folder below it without following a symlink, then the file
+  itself with `O_NOFOLLOW | O_NONBLOCK`. What is opened must be a regular file (a FIFO is never
+  waited on, a device never read); a file opened to be written must also have one link (a hard
+  link to a file of the user elsewhere is never appended to). A path outside any `.cachetool`
+  folder (the per-user fallback folder) is opened the same way from its parent.
+* A file is read whole, up to a cap, with one read sized from its stat (`read_state`).
+* A file is written whole to a temporary file beside it (`.<stem>-XXXXXXXX`, created with
+  `O_EXCL | O_NOFOLLOW`) and renamed over the old one, so a reader sees the old file or the new
+  one, never part of either (`write_whole`). A writer killed between the two leaves its
+  temporary file behind; the next write of the same file removes those older than
+  `STALE_SECONDS` (no write takes that long), so they never pile up.
+* A record is appended with one `write` of the whole line (`append_state`).
+* A lock is an `flock` on a file opened the same way (`lock_state`).
+* SQLite never opens a path below `.cachetool/` (it would follow a symlink there, and make
+  `-journal` files by name): a database kept there is read as bytes here and opened in memory
+  (`cachetool.cache.index.connect_image`), and written back with `write_whole`.
+
+`STATE_FILES` names every file kept there: opening a name it does not match is a programming
+error, so a new state file is in the list (and in the tests that plant links, FIFOs and devices
+in place of each) the day it is added.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fnmatch
 import os
 import stat
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from cachetool.cache.layout import LEDGER_DIR
+from cachetool.safejson import MAX_BYTES, BadJsonFile, read_open_file
 
 #: A temporary file of one of these writes older than this was left by a killed writer.
 STALE_SECONDS = 3600.0
 
+#: Every file cachetool keeps below `<root>/.cachetool/` (shell patterns, relative to it).
+STATE_FILES = (
+    "read-index.sqlite.z",  # cachetool.cache.index: the read index
+    "ls-json.z",  # cachetool.cache.snapshot: the kept listing text
+    "ledger-index.sqlite",  # cachetool.lineage.index
+    "ledger-index.sqlite.lock",
+    "ledger/*.jsonl",  # cachetool.lineage.segments: the ledger (gc's log included)
+    "leases/*.json",  # cachetool.maintenance.leases
+    "pins.json",  # cachetool.maintenance.pins
+    "pins.json.lock",
+    "stats.json",  # cachetool.lineage.stats
+    "checksums.json",  # cachetool.maintenance.verify.deep
+    "schema-verdicts.json",  # cachetool.maintenance.verify.schema_check
+    "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine_plan
+    "gc.lock",  # cachetool.maintenance.gc.gclock
+)
 
-def write_whole(path: Path, data: bytes) -> None:
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+class NotRegularFile(OSError):
+    """A state file is a FIFO, a device, a folder, a symlink or a file with other names."""
+
+
+def _split(path: Path) -> tuple[Path, tuple[str, ...]]:
+    """(the folder opened as given, the components below it reached without following links):
+    the root and everything from its `.cachetool` on; the parent and the name elsewhere."""
+    parts = path.parts
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == LEDGER_DIR:
+            return Path(*parts[:i]) if i else Path("."), parts[i:]
+    return path.parent, (path.name,)
+
+
+def _check_registered(parts: tuple[str, ...]) -> None:
+    if parts[0] != LEDGER_DIR:
+        return
+    rel = "/".join(parts[1:])
+    if not any(fnmatch.fnmatchcase(rel, pattern) for pattern in STATE_FILES):
+        raise ValueError(f"{rel} is not in cachetool.cache.store.STATE_FILES")
+
+
+def open_folder(path: Path, *, create: bool = False) -> int:
+    """A descriptor of the folder `path`; each component from `.cachetool` on is opened without
+    following a symlink (and made first, with `create`). OSError when one is missing or a link."""
+    base, parts = _split(path / "_")  # `_`: every component of `path` is a folder
+    parts = parts[:-1]
+    if create and not parts:
+        base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                try:
+                    link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                except OSError:
+                    link = False
+                if link:
+                    why = f"{part} is a symlink (cachetool writes inside the cache root only)"
+                    raise OSError(err.errno, why, os.fsdecode(path)) from None
+                raise
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_state(
+    path: Path, flags: int = os.O_RDONLY, mode: int = 0o644, *, create_folders: bool = False
+) -> int:
+    """A descriptor of the state file `path`, opened with `flags` through `open_folder` and
+    `O_NOFOLLOW`. NotRegularFile when it is not a regular file (or, opened to be written, has
+    more than one link)."""
+    _check_registered(_split(path)[1])
+    dir_fd = open_folder(path.parent, create=create_folders)
+    try:
+        try:
+            fd = os.open(path.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, mode, dir_fd=dir_fd)
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+                raise NotRegularFile(err.errno, "a symlink, not a regular file", os.fsdecode(path)) from None
+            raise
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(0, "not a regular file", os.fsdecode(path))
+        if flags & _WRITE_FLAGS and st.st_nlink > 1:
+            raise NotRegularFile(0, "a file with other names (hard links), not written", os.fsdecode(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_state(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the state file `path`: FileNotFoundError when there is none, BadJsonFile
+    (a ValueError saying why) when it is not a regular file of at most `max_bytes`."""
+    try:
+        fd = open_state(path)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise BadJsonFile(err.strerror or str(err)) from None
+    try:
+        return read_open_file(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_state_json(path: Path, max_bytes: int = MAX_BYTES) -> object:
+    """The JSON document of the state file `path` (`read_state`; BadJsonFile when it is not one:
+    not UTF-8, not JSON, nested too deeply, or holding `NaN`/`Infinity`)."""
+    from cachetool.safejson import parse_json
+
+    return parse_json(read_state(path, max_bytes))
+
+
+def append_state(path: Path, data: bytes) -> None:
+    """Append `data` (whole records) to the state file `path` with one `write` (made, with its
+    folders, when missing). OSError when it cannot be, NotRegularFile when it is not a file."""
+    fd = open_state(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, create_folders=True)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def lock_state(path: Path, timeout: float, busy: type[Exception] = TimeoutError) -> Iterator[int]:
+    """Hold an exclusive `flock` on the lock file `path` (made, with its folders, when missing;
+    the lock `filelock` takes, so older versions exclude this one); `busy` after `timeout` s."""
+    import fcntl
+
+    fd = open_state(path, os.O_RDWR | os.O_CREAT, create_folders=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise busy(f"{path} is locked by another process") from None
+                time.sleep(0.05)
+        yield fd
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: bool = False) -> None:
     """Replace `path` by `data` through a temporary file and one rename. Raises OSError (with
     the temporary file removed) when the folder is missing, read-only, full, or a symlink: the
-    folder is opened without following one, and the writes go through that descriptor, so they
-    never land outside the cache root."""
+    folders are opened without following one (`open_folder`), and the writes go through that
+    descriptor, so they never land outside the cache root. The file gets `mode` less the umask
+    (0o644 for what every user of a shared cache must read)."""
     import secrets
 
+    _check_registered(_split(path)[1])
     prefix = temp_prefix(path)
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError as err:
-        if os.path.islink(path.parent):
-            why = f"{path.parent.name} is a symlink (cachetool writes inside the cache root only)"
-            raise OSError(err.errno, why, os.fsdecode(path.parent)) from None
-        raise
+    dir_fd = open_folder(path.parent, create=create_folders)
     try:
         tmp = f"{prefix}{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd
+        )
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
             raise
         try:  # the folder's own clock (another host's, on a shared file system)
             now = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False).st_mtime

@@ -150,6 +150,7 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cachetool.maintenance.gc.GcPlan",
             "cachetool.maintenance.gc.execute",
             "cachetool.maintenance.gc.GcResult",
+            "cachetool.break_lease",
             "cachetool.pin",
             "cachetool.unpin",
             "cachetool.list_pins",

@@ -114,6 +114,15 @@ _OtherHostsIdle = Annotated[
         "outside `cachetool run` or `cachetool.tracing()`.",
     ),
 ]
+_BreakLease = Annotated[
+    str | None,
+    typer.Option(
+        "--break-lease",
+        metavar="ID",
+        help="Remove the lease ID (as gc shows it) and do nothing else: for a run you know is gone "
+        "(its host died, or the lease is forged). Logged in the ledger.",
+    ),
+]
 _DryRun = Annotated[
     bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
 ]
@@ -135,6 +144,7 @@ def gc_command(
     include_sources: _IncludeSources = False,
     force_root: _ForceRoot = False,
     other_hosts_idle: _OtherHostsIdle = False,
+    break_lease: _BreakLease = None,
     dry_run: _DryRun = False,
     yes: _Yes = False,
     cache_dir: CacheDirOption = None,
@@ -160,7 +170,9 @@ def gc_command(
 
     Runs under `cachetool run` or `cachetool.tracing()` hold a lease in the cache
     (`.cachetool/leases/`): what they may be writing stays while the lease lives, on every host.
-    Leases that expired, or whose process on this host is gone, are removed and logged.
+    Leases that expired, or whose process on this host is gone, are removed and logged. A lease
+    lives at most an hour after its last renewal, whatever it says; gc shows each live one with
+    its file, host, pid and expiry, and `--break-lease ID` removes one whose run you know is gone.
 
     **Examples**
 
@@ -178,6 +190,9 @@ def gc_command(
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).
     """
+    if break_lease is not None:
+        _break_lease(cache_dir, break_lease)
+        return
     _gc(
         choose_format(fmt, as_json, quiet),
         no_truncate,
@@ -197,6 +212,16 @@ def gc_command(
         dry_run=dry_run,
         yes=yes,
     )
+
+
+@handle_errors
+def _break_lease(cache_dir: Path | None, name: str) -> None:
+    """Run `break_lease` on the cache root and say what went."""
+    from cachetool.cache.dirs import existing_root
+    from cachetool.maintenance.shared import break_lease
+
+    lease = break_lease(existing_root(cache_dir), name)
+    typer.echo(f"Removed the lease of {lease} (logged in the ledger).")
 
 
 @handle_errors

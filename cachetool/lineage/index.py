@@ -261,18 +261,29 @@ def _plan(con: sqlite3.Connection, segments: list[_Seg]) -> tuple[bool, list[tup
     return False, todo
 
 
+#: An index larger than this is not read (and is rebuilt): 400,000 records take about 150 MB.
+MAX_INDEX_BYTES = 1 << 30
+
+
 def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection:
-    if not db.exists():
-        db.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(db, timeout=30)
-    con.executescript(_SCHEMA)
+    """The index `db` brought up to date with `segments`, as an in-memory database.
+
+    SQLite never opens `db` by its path (it would follow a symlink planted there, and make a
+    `-journal` beside it by name): the file is read whole through `cachetool.cache.store`
+    (never followed, regular files only, capped), opened in memory, and when it changed,
+    written back whole under its lock, so a reader sees the old index or the new one."""
+    from cachetool.cache.store import lock_state, write_whole
+
+    con = _load(db)
     rebuild, todo = _plan(con, segments)
     if not rebuild and not todo:
         return con
-    from filelock import FileLock
-
-    with FileLock(f"{db}.lock", timeout=60):
-        rebuild, todo = _plan(con, segments)  # another command may have done it meanwhile
+    with lock_state(db.with_name(db.name + ".lock"), timeout=60):
+        con.close()
+        con = _load(db)  # another command may have brought it up to date meanwhile
+        rebuild, todo = _plan(con, segments)
+        if not rebuild and not todo:
+            return con
         if rebuild:
             for table in _TABLES:
                 con.execute(f"DROP TABLE IF EXISTS {table}")
@@ -282,7 +293,32 @@ def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection
         con.commit()
         if rebuild and _mostly_free(con):
             con.execute("VACUUM")  # a compacted ledger's index shrinks with it
+        from cachetool.cache.index import image_of
+
+        write_whole(db, image_of(con), mode=0o644)
     return con
+
+
+def _load(db: Path) -> sqlite3.Connection:
+    """The index kept at `db` in memory, or an empty one when there is none or it is not an
+    SQLite database of ours (rebuilt then)."""
+    from cachetool.cache.index import connect_image
+    from cachetool.cache.store import read_state
+    from cachetool.safejson import BadJsonFile
+
+    try:
+        image: bytes | None = read_state(db, MAX_INDEX_BYTES)
+    except (OSError, BadJsonFile):
+        image = None
+    try:
+        con = connect_image(image or None)
+        con.executescript(_SCHEMA)
+        con.execute("SELECT path, ino, size, mtime_ns, done, bad FROM segments LIMIT 1").fetchall()
+        return con
+    except sqlite3.Error:
+        con = connect_image()
+        con.executescript(_SCHEMA)
+        return con
 
 
 def _mostly_free(con: sqlite3.Connection) -> bool:

@@ -15,6 +15,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from cachetool.cache.store import NotRegularFile, open_state
 from cachetool.lineage.records import BadRecord, LedgerRecord, parse_record
 from cachetool.lineage.roots import SEGMENT_SUFFIX, ledger_dirs
 
@@ -71,7 +72,7 @@ def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for name in compacted:
         try:
-            fd = os.open(folder / name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            fd = open_state(folder / name)
         except OSError:
             continue
         try:
@@ -106,7 +107,10 @@ def _read_capped(path: Path, warnings: list[str], start: int = 0) -> bytes | Non
     """The bytes of a regular file from `start`, up to MAX_SEGMENT_BYTES into it; None (with a
     warning) for anything else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_state(path)
+    except NotRegularFile:
+        warnings.append(f"{path}: skipped: not a regular file")
+        return None
     except OSError as e:
         warnings.append(f"{path}: {e.strerror or e}")
         return None
@@ -180,8 +184,8 @@ def read_records_at(
     out = []
     sink: list[str] = []
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:  # compacted since the index was read: the next command reads it
+        fd = open_state(path)
+    except OSError:  # compacted since the index was read (the next command reads it), or not a file
         return []
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -26,12 +26,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from cachetool.cache.store import read_state_json, write_whole
 from cachetool.errors import CachetoolError
 from cachetool.lineage.hosts import concurrent_computations
 from cachetool.lineage.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
 from cachetool.lineage.records import RunSummaryRecord, StepRecord
 from cachetool.lineage.stats_report import Counts, Group, RandomReason, StatsReport
-from cachetool.safejson import read_json_file
 
 __all__ = ["Counts", "Group", "RandomReason", "StatsReport", "ledger_stats", "zero_stats", "zeroed_at"]
 
@@ -150,7 +150,7 @@ def zeroed_at(root: str | os.PathLike[str]) -> float | None:
     best: float | None = None
     for path in _stats_files(Path(root)):
         try:
-            doc = read_json_file(path)
+            doc = read_state_json(path)
         except (OSError, ValueError):
             continue
         t = doc.get("zeroed_at") if isinstance(doc, dict) else None
@@ -166,10 +166,7 @@ def zero_stats(root: str | os.PathLike[str], now: float | None = None) -> float:
     errors = []
     for path in _stats_files(Path(root)):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{STATS_FILE}.{os.getpid()}.tmp")
-            tmp.write_text(doc, encoding="utf-8")
-            os.replace(tmp, path)
+            write_whole(path, doc.encode(), mode=0o644, create_folders=True)
             return t
         except OSError as e:
             errors.append(f"{path}: {e.strerror or e}")

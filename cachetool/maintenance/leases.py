@@ -11,7 +11,6 @@ live: `InUse.lease_over(mtime)` is the one answer gc and verify ask.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -25,6 +24,12 @@ from cachetool.processes import process_start as process_start  # also read by t
 LEASES_DIR = "leases"
 #: Seconds a lease lives after its last renewal, unless `CACHETOOL_LEASE_SECONDS` says otherwise.
 DEFAULT_LEASE_SECONDS = 60.0
+#: The longest a lease lives after its last renewal, whatever it or `CACHETOOL_LEASE_SECONDS`
+#: says: a lease file is written by whoever can write the cache, and one that claimed to live
+#: forever would keep gc from freeing anything.
+MAX_LEASE_SECONDS = 3600.0
+#: The most a lease file is read of (one is about 300 bytes).
+MAX_LEASE_BYTES = 64 * 1024
 #: How far the clocks of two hosts (and a file server's) may disagree: a lease covers files
 #: modified up to this long before its process started.
 CLOCK_SKEW = 300.0
@@ -33,13 +38,14 @@ LeaseState = Literal["live", "expired", "dead"]
 
 
 def lease_seconds(environ: dict[str, str] | None = None) -> float:
-    """The lease lifetime: `CACHETOOL_LEASE_SECONDS` (a positive number), else 60."""
+    """The lease lifetime: `CACHETOOL_LEASE_SECONDS` (a positive number, at most
+    `MAX_LEASE_SECONDS`: `inf` is that), else 60."""
     raw = (os.environ if environ is None else environ).get("CACHETOOL_LEASE_SECONDS", "")
     try:
         value = float(raw)
     except ValueError:
         return DEFAULT_LEASE_SECONDS
-    return value if value > 0 else DEFAULT_LEASE_SECONDS
+    return min(value, MAX_LEASE_SECONDS) if value > 0 else DEFAULT_LEASE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,9 @@ class Lease:
         return bool(self.boot_id) and self.boot_id == me.boot_id and self.pid_ns == me.pid_ns
 
     def __str__(self) -> str:
-        return f"pid {self.pid} on {self.host}"
+        from cachetool.formatting import safe_text  # the host name is whatever the file says
+
+        return f"pid {self.pid} on {safe_text(self.host)}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -112,30 +120,36 @@ def leases_dir(root: str | os.PathLike[str]) -> Path:
 
 def read_lease(path: Path) -> Lease | None:
     """A lease file, or None when it is not one (a half-written file is never read: the holder
-    writes a temp file and renames it into place)."""
+    writes a temp file and renames it into place). Read through `cachetool.cache.store` (never
+    followed, regular files only, capped); times that are not finite numbers make it no lease,
+    and its lifetime is at most `MAX_LEASE_SECONDS`."""
+    import math
+
+    from cachetool.cache.store import open_state
+    from cachetool.safejson import parse_json, read_open_file
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        fd = open_state(path)
+    except (OSError, ValueError):
         return None
     try:
-        import stat
-
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 64 * 1024:
+        doc = parse_json(read_open_file(fd, MAX_LEASE_BYTES))
+        times = [float(doc[k]) for k in ("start", "renewed", "lifetime")]
+        if not all(math.isfinite(t) for t in times) or times[2] <= 0:
             return None
-        doc = json.loads(os.read(fd, 64 * 1024).decode("utf-8"))
         return Lease(
             path,
             str(doc["host"]),
             str(doc["boot_id"]),
             int(doc["pid"]),
             int(doc["pid_ns"]),
-            float(doc["start"]),
-            max(float(doc["renewed"]), st.st_mtime),
-            float(doc["lifetime"]),
+            times[0],
+            max(times[1], st.st_mtime),
+            min(times[2], MAX_LEASE_SECONDS),
             str(doc.get("command", "")),
         )
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return None
     finally:
         os.close(fd)
@@ -150,6 +164,8 @@ def lease_state(lease: Lease, me: HostId | None = None, now: float | None = None
         started = process_start(lease.pid)
         return "live" if started is not None and abs(started - lease.start) < 2.0 else "dead"
     now = time.time() if now is None else now
+    if lease.renewed > now + CLOCK_SKEW:  # a renewal from the future is not one: it never expires
+        return "expired"
     return "live" if now < lease.expires else "expired"
 
 

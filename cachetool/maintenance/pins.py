@@ -50,10 +50,10 @@ def read_pins(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     An unreadable pins file is an error rather than "no pins": gc must not evict what a user pinned
     because a file got damaged."""
     path = pins_path(root)
-    from cachetool.safejson import read_json_file
+    from cachetool.cache.store import read_state_json
 
     try:
-        doc = read_json_file(path)
+        doc = read_state_json(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:
@@ -65,20 +65,17 @@ def read_pins(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
 
 
 def _write_pins(root: Path, pins: Mapping[str, Mapping[str, Any]]) -> None:
-    path = pins_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{PINS_FILE}.{os.getpid()}.tmp")
+    from cachetool.cache.store import write_whole
+
     doc = {"v": 1, "pins": dict(sorted(pins.items()))}
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_whole(pins_path(root), (json.dumps(doc, indent=1) + "\n").encode(), mode=0o644, create_folders=True)
 
 
 def _locked(root: Path) -> Any:
-    from filelock import FileLock
+    from cachetool.cache.store import lock_state
 
     path = pins_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path) + ".lock", timeout=10)
+    return lock_state(path.with_name(path.name + ".lock"), timeout=10)
 
 
 def add_pin(root: str | os.PathLike[str], fingerprint: str) -> bool:

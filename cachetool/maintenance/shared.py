@@ -22,10 +22,18 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
-from cachetool.formatting import compact_duration
-from cachetool.maintenance.fdops import O_DIR
+from cachetool.formatting import compact_duration, safe_text
+from cachetool.maintenance.fdops import O_DIR, open_parent
 from cachetool.maintenance.hints import gc_command, shell_command
-from cachetool.maintenance.leases import LEASES_DIR, Lease, LeaseState, judge_leases, leases_dir, read_lease
+from cachetool.maintenance.leases import (
+    LEASES_DIR,
+    Lease,
+    LeaseState,
+    judge_leases,
+    leases_dir,
+    read_lease,
+    this_host,
+)
 
 if TYPE_CHECKING:
     from cachetool.lineage.gclog import GcLog
@@ -68,6 +76,8 @@ class SharedState:
     def stale(self) -> tuple[tuple[Lease, LeaseState], ...]:
         return tuple((lease, state) for lease, state in self.leases if state != "live")
 
+    root: str = ""  # for the command that breaks a lease
+
     def notes(self, now: float | None = None, *, dry_run: bool = False) -> list[str]:
         """Lines for the plan: the file system when shared, the live and stale leases (which a
         dry run leaves in place)."""
@@ -80,7 +90,11 @@ class SharedState:
                 "other hosts: their processes are invisible here, only their leases protect their files"
             )
         for lease in self.live:
-            out.append(f"live lease: {lease} (renewed {max(0.0, now - lease.renewed):.0f}s ago)")
+            out.append(
+                f"live lease: {lease} (renewed {max(0.0, now - lease.renewed):.0f}s ago, "
+                f"{_expiry(lease, now)}): {safe_text(os.fsdecode(lease.path))}"
+            )
+            out.append(f"  if its process is gone: `{break_command(self.root, lease)}`")
         # A plan, shown before it runs (or when it is refused): what happened is the result's.
         for lease, state in self.stale:
             out.append(f"{_stale_reason(lease, state, now)}: its lease would be removed")
@@ -130,6 +144,70 @@ def dead_writer_hint(
     )
 
 
+def _expiry(lease: Lease, now: float) -> str:
+    """`expires in 45s (2026-11-28 05:30:00 UTC)`, or what says when this host checks it."""
+    if lease.is_local(this_host()):
+        return "lives while its process on this host does"
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lease.expires))
+    return f"expires in {max(0.0, lease.expires - now):.0f}s ({at})"
+
+
+def lease_id(lease: Lease) -> str:
+    """What `gc --break-lease` takes: the lease file's name without `.json`."""
+    return lease.path.name.removesuffix(".json")
+
+
+def break_command(root: str | os.PathLike[str], lease: Lease) -> str:
+    """`cachetool gc --break-lease ID --cache-dir ROOT`, quoted for a POSIX shell."""
+    return shell_command("gc", "--break-lease", lease_id(lease), "--cache-dir", os.fsdecode(root))
+
+
+class NoSuchLease(CachetoolError):
+    """`gc --break-lease ID` names no lease of the root."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, root: Path, name: str) -> None:
+        super().__init__(f"no lease {safe_text(name)} in {safe_text(os.fsdecode(root))} (gc lists them)")
+
+
+def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
+    """Remove the lease `name` (its file name, with or without `.json`) of `root`, live or not:
+    for a lease whose process the user knows is gone (a host that died, a forged lease). Reached
+    from the root's descriptor without following a symlink; logged in the ledger as gc's
+    removals are. NoSuchLease when the root has no such lease."""
+    from cachetool.lineage.gclog import GcLog
+
+    root_path = Path(os.path.abspath(os.fspath(root)))
+    file = name if name.endswith(".json") else f"{name}.json"
+    lease = read_lease(leases_dir(root_path) / file) if "/" not in file and file != ".json" else None
+    if lease is None:
+        raise NoSuchLease(root_path, name)
+    root_fd = os.open(root_path, O_DIR)
+    try:
+        fd = open_parent(root_fd, (LEDGER_DIR, LEASES_DIR, file))
+        try:
+            size = os.stat(file, dir_fd=fd, follow_symlinks=False).st_size
+            os.unlink(file, dir_fd=fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(root_fd)
+    log = GcLog(root_path)
+    try:
+        log.removed(
+            kind="lease",
+            paths=[lease.path],
+            size=size,
+            files=1,
+            reason=f"{lease}: broken by the user (gc --break-lease)",
+            when=time.time(),
+        )
+    finally:
+        log.close()
+    return lease
+
+
 def leased_reason(lease: Lease) -> str:
     """Why gc keeps what a live lease's process may be writing (starts "in use", as every
     reason of a live writer does)."""
@@ -151,7 +229,7 @@ def shared_state(root: str | os.PathLike[str]) -> SharedState:
         fs = None
     leases = tuple(judge_leases(root))
     stale = [lease for lease, state in leases if state != "live"]
-    return SharedState(fs, leases, _elsewhere(Path(root), stale))
+    return SharedState(fs, leases, _elsewhere(Path(root), stale), os.fsdecode(root))
 
 
 def _elsewhere(root: Path, stale: list[Lease]) -> dict[str, tuple[str, ...]]:

@@ -494,7 +494,8 @@ def _problems_html(data: ReportData) -> str:
 def write_page(data: ReportData, output: str | os.PathLike[str]) -> int:
     """Write the page to `output` (atomically: a partial page never replaces a good one) and
     return its size in bytes."""
-    text = render_html(data).encode("utf-8")
+    # A file name that is not UTF-8 holds surrogate-escaped bytes: shown escaped (`\udce9`).
+    text = render_html(data).encode("utf-8", "backslashreplace")
     out = os.fspath(output)
     tmp = f"{out}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:

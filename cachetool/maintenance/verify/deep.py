@@ -36,9 +36,10 @@ def checksums_path(root: Path) -> Path:
 
 
 def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
+    from cachetool.cache.store import read_state_json
+
     try:
-        with open(checksums_path(root), encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = read_state_json(checksums_path(root))
     except (OSError, ValueError):
         return {}
     files = doc.get("files") if isinstance(doc, dict) else None
@@ -48,10 +49,8 @@ def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
-    (root / layout.LEDGER_DIR).mkdir(exist_ok=True)
-    write_whole(
-        checksums_path(root), json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
-    )
+    doc = json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
+    write_whole(checksums_path(root), doc, create_folders=True)
 
 
 # -- the deep pass -------------------------------------------------------------------------------

@@ -348,7 +348,9 @@ def _put_back(root_fd: int, root: Path, unit: list[tuple[Path, Path]]) -> None:
 
 
 def log_move(root: Path, rec: dict[str, Any]) -> None:
+    """Append `rec` to the quarantine log, as one whole line (never through a symlink, see
+    `cachetool.cache.store`)."""
+    from cachetool.cache.store import append_state
+
     log = root / layout.LEDGER_DIR / QUARANTINE_DIR / QUARANTINE_LOG
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(json.dumps(rec) + "\n")
+    append_state(log, (json.dumps(rec) + "\n").encode("utf-8", "surrogateescape"))

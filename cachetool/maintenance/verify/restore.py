@@ -5,7 +5,6 @@ descriptors opened from the root without following symlinks, as quarantining doe
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import time
@@ -16,6 +15,9 @@ from cachetool.cache import layout
 from cachetool.maintenance.fdops import O_DIR, open_parent, rename_noreplace
 from cachetool.maintenance.verify.quarantine_plan import QUARANTINE_DIR, QUARANTINE_LOG, log_move, parts_under
 
+#: The most of the quarantine log that is read (a record is about 300 bytes).
+MAX_LOG_BYTES = 64 * 1024 * 1024
+
 
 def _inside(path: Path, folder: Path) -> bool:
     """`path` (its folder resolved, its last component not followed) lies inside `folder`."""
@@ -23,13 +25,17 @@ def _inside(path: Path, folder: Path) -> bool:
     return real == folder or folder in real.parents
 
 
-def _pending(log: Path, lines: Sequence[str], say: Callable[[str], None]) -> list[dict[str, str]]:
+def _pending(log: Path, lines: Sequence[bytes], say: Callable[[str], None]) -> list[dict[str, str]]:
     """The quarantine records of the log not restored since; what does not parse is named."""
+    from cachetool.safejson import BadJsonFile, parse_json
+
     pending: dict[str, dict[str, str]] = {}
     for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = parse_json(line)
+        except BadJsonFile:
             say(f"{log}:{number}: not a JSON record; skipped")
             continue
         if not isinstance(rec, dict) or not all(isinstance(rec.get(k), str) for k in ("to", "from")):
@@ -49,30 +55,40 @@ def restore(
 
     The log is checked, not trusted: a record moves something only from inside the quarantine
     folder to a place inside the root (never into `.cachetool`), and nothing is overwritten."""
+    from cachetool.cache.store import read_state
+    from cachetool.safejson import BadJsonFile
+
     root_path = Path(root).resolve()
     qbase = root_path / layout.LEDGER_DIR / QUARANTINE_DIR
     log = qbase / QUARANTINE_LOG
-    try:
-        lines = log.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
     say = warn or (lambda _msg: None)
+    try:
+        lines = read_state(log, MAX_LOG_BYTES).splitlines()
+    except FileNotFoundError:
+        return []
+    except (OSError, BadJsonFile) as err:
+        say(f"{log}: not read: {err}")
+        return []
     restored = []
     for rec in _pending(log, lines, say):
         src, dst = Path(rec["to"]), Path(rec["from"])
         if not os.path.lexists(src):
             continue
-        if not _inside(src, qbase) or src.is_symlink():
-            say(f"{log}: {src} is not inside the quarantine folder; not restored")
+        if not _inside(src, qbase) or src.is_symlink() or len(_below(_real(src), qbase)) < 2:
+            say(f"{log}: {src} is not a file or folder inside the quarantine folder; not restored")
             continue
-        if not _inside(dst, root_path) or _inside(dst, root_path / layout.LEDGER_DIR):
+        if (
+            not _inside(dst, root_path)
+            or _inside(dst, root_path / layout.LEDGER_DIR)
+            or not _below(_real(dst), root_path)
+        ):
             say(f"{log}: {dst} is not inside the cache root; not restored")
             continue
         try:
             dst.parent.mkdir(parents=True, exist_ok=True)
             _move_back(root_path, _real(src), _real(dst))
-        except OSError as err:
-            say(f"{dst}: not restored: {err.strerror or err}")
+        except (OSError, ValueError) as err:
+            say(f"{dst}: not restored: {getattr(err, 'strerror', None) or err}")
             continue
         restored.append((src, dst))
         log_move(
@@ -80,6 +96,14 @@ def restore(
             {"action": "restore", "from": os.fsdecode(src), "to": os.fsdecode(dst), "time": time.time()},
         )
     return restored
+
+
+def _below(path: Path, folder: Path) -> tuple[str, ...]:
+    """The names from `folder` down to `path`; () when `path` is `folder` or not below it."""
+    try:
+        return parts_under(folder, path)
+    except ValueError:
+        return ()
 
 
 def _real(path: Path) -> Path:

@@ -122,18 +122,18 @@ class SchemaVerdicts:
         merged = {**stored, **self.known}
         verdicts = dict(list(merged.items())[-MAX_VERDICTS:])
         try:
-            path.parent.mkdir(exist_ok=True)
             doc = {"version": 1, "install": self.install, "verdicts": verdicts}
-            write_whole(path, json.dumps(doc).encode())
+            write_whole(path, json.dumps(doc).encode(), create_folders=True)
         except OSError:
             return
 
 
 def _read_verdicts(path: Path, install: str) -> dict[str, str | None]:
-    from cachetool.safejson import BadJsonFile, read_json_file
+    from cachetool.cache.store import read_state_json
+    from cachetool.safejson import BadJsonFile
 
     try:
-        doc = read_json_file(path)
+        doc = read_state_json(path)
     except (OSError, BadJsonFile):
         return {}
     if not isinstance(doc, dict) or doc.get("install") != install:
