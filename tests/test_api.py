@@ -46,7 +46,11 @@ PRESENTATION = {"format", "json", "quiet", "truncate", "help", "top", "strict", 
 ROOT_PARAMS = {("*", "cache_dir"), ("ls", "path")}
 
 #: Options that make a command do another thing, with a function of its own.
-OTHER_FUNCTION = {("pin", "list"): "list_pins", ("stats", "zero"): "zero_stats"}
+OTHER_FUNCTION = {
+    ("pin", "list"): "list_pins",
+    ("stats", "zero"): "zero_stats",
+    ("verify", "list"): "quarantined",
+}
 
 #: Arguments whose keyword is shorter than the name the help shows (`[SCRIPT_ARGS]...`).
 KEYWORD_OF = {("check-determinism", "script_args"): "args"}
