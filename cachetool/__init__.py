@@ -41,6 +41,7 @@ _LAZY = {
     "load_graph": "cachetool.lineage.graph",
     # verify
     "verify_cache": "cachetool.maintenance.verify",
+    "quarantined": "cachetool.maintenance.verify",
     # gc, pin, unpin
     "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc",

@@ -50,6 +50,7 @@ OTHER_FUNCTION = {
     ("pin", "list"): "list_pins",
     ("stats", "zero"): "zero_stats",
     ("gc", "break_lease"): "break_lease",
+    ("verify", "list"): "quarantined",
 }
 
 #: Arguments whose keyword is shorter than the name the help shows (`[SCRIPT_ARGS]...`).

@@ -1002,3 +1002,59 @@ def test_verify_cache_validates_its_options_and_its_report_has_the_exit_code(
     target.write_bytes(target.read_bytes()[:-8])
     report = verify_cache(root)
     assert report.errors and report.exit_code == 1
+
+
+ONE_MAP = """\
+import sys
+from datasets import load_dataset
+
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+print(ds.map(lambda ex: {"y": ex["x"] * 2})._fingerprint)
+"""
+
+
+def test_the_quarantine_shows_in_ls_and_its_list_and_restore_says_once_why_a_file_stays(
+    tmp_path: Path,
+) -> None:
+    """A damaged cache file moved aside by `verify --quarantine` shows: `ls` ends with the
+    quarantine's size and the command that lists it, and `verify --quarantine --list` names it
+    (where it came from, its size, its problem; `--json` too). Once the pipeline made the file
+    again, `verify --restore` says why the quarantined one cannot go back, once: the next restore
+    is quiet about it, and the list says it."""
+    (tmp_path / "p.py").write_text(ONE_MAP, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(50)), encoding="utf-8")
+    env = {**hf_env(tmp_path), "COLUMNS": "250"}
+    cache = tmp_path / "cache"
+    run = [sys.executable, "p.py", "d.csv"]
+    fp = subprocess.run(
+        run, cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+    (damaged,) = cache.rglob(f"cache-{fp}.arrow")
+    damaged.write_bytes(damaged.read_bytes()[:-8])
+    moved = CliRunner().invoke(app, ["verify", "--quarantine", "-y", "--cache-dir", str(cache)], env=env)
+    assert not damaged.exists(), moved.stdout
+
+    listing = CliRunner().invoke(app, ["ls", "--cache-dir", str(cache)], env=env).stdout
+    command = f"cachetool verify --quarantine --list --cache-dir {cache}"
+    assert "quarantine: 1 item, " in listing and f"`{command}`" in listing, listing
+    said = CliRunner().invoke(app, ["verify", "--quarantine", "--list", "--cache-dir", str(cache)], env=env)
+    assert said.exit_code == 0 and damaged.name in said.stdout and "no end-of-stream marker" in said.stdout
+    (item,) = json.loads(
+        CliRunner()
+        .invoke(app, ["verify", "--quarantine", "--list", "--json", "--cache-dir", str(cache)], env=env)
+        .stdout
+    )["quarantine"]
+    assert item["from"] == str(damaged) and item["size"] > 0 and item["stays"] is None, item
+
+    subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, check=True)  # datasets makes it again
+    assert damaged.exists()
+    first = CliRunner().invoke(app, ["verify", "--restore", "--cache-dir", str(cache)], env=env)
+    assert first.stderr.count("cannot go back: something new is in its place") == 1, first.stderr
+    again = CliRunner().invoke(app, ["verify", "--restore", "--cache-dir", str(cache)], env=env)
+    assert "cannot go back" not in again.stderr and "nothing to restore" in again.stderr, again.stderr
+    (item,) = json.loads(
+        CliRunner()
+        .invoke(app, ["verify", "--quarantine", "--list", "--json", "--cache-dir", str(cache)], env=env)
+        .stdout
+    )["quarantine"]
+    assert item["stays"] == "something new is in its place", item

@@ -150,6 +150,7 @@ def _ls_plain(out: Output, target: Path, limit: int | None) -> None:
 
         count, totals = len(lean.everything), lean.totals()
         render_human(out, lean.report, lean.listed, pinned=lean.pinned, count=count, totals=totals)
+        quarantine_line(out, lean.report.root)
     report_warnings(lean.report)
     hint_not_a_cache(lean.report.root, lean.everything)
 
@@ -174,6 +175,7 @@ def _ls_query(out: Output, target: Path, filters: list[str], sort: str | None, l
         from cachetool.cli.ls_table import render_human
 
         render_human(out, report, entries, grouped=sort is None, pinned=pinned)
+        quarantine_line(out, report.root)
     report_warnings(report)
     hint_not_a_cache(report.root, report.entries)
 
@@ -194,6 +196,25 @@ def hint_not_a_cache(root: Path, entries: Sequence[Listed]) -> None:
         f"state.json): it is not a datasets cache; the default cache is {os.fsdecode(default)} "
         f"(`{shell_command('dirs')}` says why)"
     )
+
+
+def quarantine_line(out: Output, root: Path) -> None:
+    """Under a listing: what `verify --quarantine` moved aside and keeps in the root (not part
+    of the cache's totals), with the command that lists it."""
+    from cachetool.cache.layout import LEDGER_DIR
+
+    if not os.path.isdir(root / LEDGER_DIR / "quarantine"):
+        return  # the usual case: one stat
+    from cachetool.formatting import human_size
+    from cachetool.maintenance.hints import shell_command
+    from cachetool.maintenance.verify import quarantined
+
+    items = quarantined(root)
+    if items:
+        n = len(items)
+        size = human_size(sum(q.size for q in items))
+        command = shell_command("verify", "--quarantine", "--list", "--cache-dir", os.fsdecode(root))
+        out.line(f"quarantine: {n} item{'s' if n != 1 else ''}, {size} (`{command}`)")
 
 
 def _report_and_entries(listing: Listing) -> tuple[CacheReport, list[Entry]]:

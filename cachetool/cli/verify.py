@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -61,6 +62,14 @@ def verify_command(
             "--quarantine",
             help="Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged; asks "
             "first unless --yes).",
+        ),
+    ] = False,
+    list_: Annotated[
+        bool,
+        typer.Option(
+            "--list",
+            help="With --quarantine: list what the quarantine holds (where each came from, its size "
+            "and problem) and check nothing.",
         ),
     ] = False,
     restore: Annotated[
@@ -126,10 +135,15 @@ def verify_command(
 
         cachetool verify --quarantine -y    # move broken files aside
 
+        cachetool verify --quarantine --list    # what the quarantine holds
+
         cachetool verify --format github    # annotations in a GitHub Actions step
 
         cachetool verify --stale            # results of code edited since
     """
+    if list_:
+        _list_quarantine(cache_dir, choose_format(fmt, as_json, quiet), quarantine)
+        return
     _verify(
         fingerprints or [],
         cache_dir,
@@ -186,6 +200,44 @@ def _verify(
             hint("run again without --dry-run to move them (each is checked again right before)")
         if report.exit_code:
             raise typer.Exit(report.exit_code)
+
+
+@handle_errors
+def _list_quarantine(cache_dir: Path | None, fmt: OutputFormat, quarantine: bool) -> None:
+    """`verify --quarantine --list`: what the quarantine holds (`quarantined(root)`)."""
+    from cachetool.cache.dirs import existing_root
+    from cachetool.formatting import compact_age, human_size
+    from cachetool.maintenance.verify import quarantined
+    from cachetool.maintenance.verify.model import rel
+
+    if not quarantine:
+        raise CachetoolError("--list needs --quarantine (it lists what the quarantine holds)")
+    root = existing_root(cache_dir)
+    items = quarantined(root)
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json({"root": os.fsdecode(root), "quarantine": [q.to_json() for q in items]})
+        return
+    if fmt == OutputFormat.quiet:
+        out.ids(os.fsdecode(q.path) for q in items)
+        return
+    if not items:
+        out.line("The quarantine is empty.")
+        return
+    now = time.time()
+    rows = [
+        (
+            rel(q.original, root),
+            human_size(q.size),
+            f"{compact_age(now - q.time)} ago",
+            q.problem + (f" (cannot go back: {q.stays})" if q.stays else ""),
+        )
+        for q in items
+    ]
+    columns = [("from", "left"), ("size", "right"), ("moved", "right"), ("problem", "left")]
+    out.table(None, columns, rows, whole=("from",))
+    size = human_size(sum(q.size for q in items))
+    out.line(f"{len(items)} item(s), {size} in {rel(root / '.cachetool' / 'quarantine', root)}")
 
 
 @contextmanager

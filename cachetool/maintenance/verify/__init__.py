@@ -37,7 +37,7 @@ from cachetool.maintenance.verify.quarantine_plan import (
     plan_quarantine,
     quarantine,
 )
-from cachetool.maintenance.verify.restore import restore
+from cachetool.maintenance.verify.restore import Quarantined, quarantined, restore
 from cachetool.maintenance.verify.run import verify_cache, with_stale_findings
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "Problem",
     "QuarantinePlan",
     "QuarantineUnit",
+    "Quarantined",
     "Severity",
     "VerifyReport",
     "deep_check",
@@ -56,6 +57,7 @@ __all__ = [
     "load_error",
     "plan_quarantine",
     "quarantine",
+    "quarantined",
     "recompute_hint",
     "restore",
     "save_checksums",

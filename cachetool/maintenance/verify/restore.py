@@ -4,12 +4,15 @@ descriptors opened from the root without following symlinks, as quarantining doe
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cachetool.cache import layout
 from cachetool.maintenance.fdops import O_DIR, open_parent, rename_noreplace
@@ -25,11 +28,92 @@ def _inside(path: Path, folder: Path) -> bool:
     return real == folder or folder in real.parents
 
 
-def _pending(log: Path, lines: Sequence[bytes], say: Callable[[str], None]) -> list[dict[str, str]]:
-    """The quarantine records of the log not restored since; what does not parse is named."""
+@dataclass(frozen=True)
+class Quarantined:
+    """Something `verify --quarantine` moved aside and that was not put back."""
+
+    path: Path  # where it lies, in <root>/.cachetool/quarantine/<run>/
+    original: Path  # where it came from
+    problem: str
+    time: float  # when it moved
+    size: int  # bytes, a folder's files summed
+    files: int
+    #: Why `restore` could not put it back, once it tried (None: it has not failed).
+    stays: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": os.fsdecode(self.path),
+            "from": os.fsdecode(self.original),
+            "problem": self.problem,
+            "time": self.time,
+            "size": self.size,
+            "files": self.files,
+            "stays": self.stays,
+        }
+
+
+def _log_lines(log: Path, say: Callable[[str], None]) -> list[bytes]:
+    """The lines of the quarantine log, read through the bounded no-follow reader; [] (said) when
+    it cannot be read."""
+    from cachetool.cache.store import read_state
+    from cachetool.safejson import BadJsonFile
+
+    try:
+        return read_state(log, MAX_LOG_BYTES).splitlines()
+    except FileNotFoundError:
+        return []
+    except (OSError, BadJsonFile) as err:
+        say(f"{log}: not read: {err}")
+        return []
+
+
+def quarantined(root: str | os.PathLike[str]) -> list[Quarantined]:
+    """What the quarantine of `root` holds (moved aside, not put back), oldest first: the command
+    `cachetool verify --quarantine --list`. Nothing is written."""
+    root_path = Path(root).resolve()
+    qbase = root_path / layout.LEDGER_DIR / QUARANTINE_DIR
+    log = qbase / QUARANTINE_LOG
+    out = []
+    for rec in _pending(log, _log_lines(log, lambda _msg: None), lambda _msg: None):
+        src = Path(rec["to"])
+        if not _inside(src, qbase) or src.is_symlink():
+            continue
+        try:
+            st = os.lstat(src)
+        except OSError:
+            continue
+        sizes = [st.st_size] if not stat.S_ISDIR(st.st_mode) else _file_sizes(src)
+        when = rec.get("time")
+        out.append(
+            Quarantined(
+                src,
+                Path(rec["from"]),
+                str(rec.get("problem", "")),
+                float(when) if isinstance(when, (int, float)) else st.st_mtime,
+                sum(sizes),
+                len(sizes),
+                rec.get("stays") if isinstance(rec.get("stays"), str) else None,
+            )
+        )
+    return sorted(out, key=lambda q: q.time)
+
+
+def _file_sizes(folder: Path) -> list[int]:
+    out = []
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                out.append(os.lstat(os.path.join(dirpath, name)).st_size)
+    return out
+
+
+def _pending(log: Path, lines: Sequence[bytes], say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The quarantine records of the log not restored since (with `stays`: why the latest
+    restore could not put one back); what does not parse is named."""
     from cachetool.safejson import BadJsonFile, parse_json
 
-    pending: dict[str, dict[str, str]] = {}
+    pending: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -45,6 +129,8 @@ def _pending(log: Path, lines: Sequence[bytes], say: Callable[[str], None]) -> l
             pending[rec["to"]] = rec
         elif rec.get("action") == "restore":
             pending.pop(rec["from"], None)
+        elif rec.get("action") == "stays" and rec["from"] in pending:
+            pending[rec["from"]] = {**pending[rec["from"]], "stays": rec.get("reason")}
     return list(pending.values())
 
 
@@ -55,22 +141,12 @@ def restore(
 
     The log is checked, not trusted: a record moves something only from inside the quarantine
     folder to a place inside the root (never into `.cachetool`), and nothing is overwritten."""
-    from cachetool.cache.store import read_state
-    from cachetool.safejson import BadJsonFile
-
     root_path = Path(root).resolve()
     qbase = root_path / layout.LEDGER_DIR / QUARANTINE_DIR
     log = qbase / QUARANTINE_LOG
     say = warn or (lambda _msg: None)
-    try:
-        lines = read_state(log, MAX_LOG_BYTES).splitlines()
-    except FileNotFoundError:
-        return []
-    except (OSError, BadJsonFile) as err:
-        say(f"{log}: not read: {err}")
-        return []
     restored = []
-    for rec in _pending(log, lines, say):
+    for rec in _pending(log, _log_lines(log, say), say):
         src, dst = Path(rec["to"]), Path(rec["from"])
         if not os.path.lexists(src):
             continue
@@ -88,7 +164,19 @@ def restore(
             dst.parent.mkdir(parents=True, exist_ok=True)
             _move_back(root_path, _real(src), _real(dst))
         except (OSError, ValueError) as err:
-            say(f"{dst}: not restored: {getattr(err, 'strerror', None) or err}")
+            why = str(getattr(err, "strerror", None) or err)
+            if rec.get("stays") != why:  # said once; tried again every time, quietly
+                say(f"{dst}: cannot go back: {why}")
+                log_move(
+                    root_path,
+                    {
+                        "action": "stays",
+                        "from": os.fsdecode(src),
+                        "to": os.fsdecode(dst),
+                        "reason": why,
+                        "time": time.time(),
+                    },
+                )
             continue
         restored.append((src, dst))
         log_move(
