@@ -185,22 +185,30 @@ def append_state(path: Path, data: bytes) -> None:
 def lock_state(path: Path, timeout: float, busy: type[Exception] = TimeoutError) -> Iterator[int]:
     """Hold an exclusive `flock` on the lock file `path` (made, with its folders, when missing;
     the lock `filelock` takes, so older versions exclude this one); `busy` after `timeout` s."""
-    import fcntl
 
     fd = open_state(path, os.O_RDWR | os.O_CREAT, create_folders=True)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise busy(f"{path} is locked by another process") from None
-                time.sleep(0.05)
+        if not flock_within(fd, timeout):
+            raise busy(f"{path} is locked by another process")
         yield fd
     finally:
         os.close(fd)  # releases the flock
+
+
+def flock_within(fd: int, timeout: float) -> bool:
+    """Take an exclusive `flock` on `fd`, waiting at most `timeout` seconds; False when another
+    process still holds it then."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: bool = False) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from cachetool.cache import layout
+from cachetool.cache.store import flock_within
 from cachetool.maintenance.fdops import O_DIR
 from cachetool.maintenance.gc.model import LOCK_TIMEOUT, GcBusy
 
@@ -65,15 +64,8 @@ def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT, root_fd: int | None = Non
             lock.release()
         return
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise GcBusy(root, path, timeout) from None
-                time.sleep(0.05)
+        if not flock_within(fd, timeout):
+            raise GcBusy(root, path, timeout)
         yield path
     finally:
         os.close(fd)  # releases the flock
