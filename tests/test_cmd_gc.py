@@ -218,13 +218,17 @@ def test_naming_only_an_entry_gc_does_not_evict_removes_nothing_else(
 def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: dict[str, Any]) -> None:
     """A map runs in another process while `gc --temp --min-age 0 -y` runs in a loop: its tmp
     file is never removed, the map completes, and its cache file loads."""
+    # The map waits at row 150 until the test has run gc twice beside its tmp file (`release`).
     code = (
-        "import json, sys, time\n"
+        "import json, os, sys, time\n"
         "from datasets import Dataset, load_dataset\n"
         "ds = load_dataset('csv', data_files=sys.argv[1], split='train')\n"
         "print('ready', flush=True)\n"
         "def slow(x):\n"
         "    time.sleep(0.01)\n"
+        "    deadline = time.time() + 120\n"
+        "    while x['id'] == 150 and not os.path.exists(sys.argv[2]) and time.time() < deadline:\n"
+        "        time.sleep(0.01)\n"
         "    return {'live': x['id'] * 3}\n"
         "out = ds.map(slow, writer_batch_size=5)\n"
         "again = Dataset.from_file(out.cache_files[0]['filename'])\n"
@@ -232,8 +236,9 @@ def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: d
     )
     csv_dir = copy / leftovers["csv_dir"]
     initial_tmp = {p.name for p in csv_dir.glob("tmp*")}
+    release = copy / "release"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, leftovers["csv"]],
+        [sys.executable, "-c", code, leftovers["csv"], str(release)],
         env=hf_env(copy),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -251,6 +256,8 @@ def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: d
             removed |= {Path(r["path"]).name for r in doc["result"]["removed"]}
             if live and live <= {p.name for p in csv_dir.glob("tmp*")}:
                 runs_during_write += 1
+            if runs_during_write >= 2:
+                release.touch()
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
