@@ -263,6 +263,73 @@ def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: d
     assert (csv_dir / f"cache-{got['fp']}.arrow").is_file()
 
 
+#: Holds the files named in argv[2:] open (the first argv[1] of them) or memory-mapped (the
+#: others, their descriptors closed), says "ready", and sleeps until stdin closes.
+HOLDER = """import mmap, os, sys
+n, paths = int(sys.argv[1]), sys.argv[2:]
+fds = [os.open(p, os.O_RDONLY) for p in paths[:n]]
+maps = []
+for p in paths[n:]:
+    fd = os.open(p, os.O_RDONLY)
+    maps.append(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+    os.close(fd)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+def test_gc_of_many_leftovers_reads_proc_once_and_never_removes_a_held_file(
+    copy: Path, leftovers: dict[str, Any], tmp_path: Path
+) -> None:
+    """gc of 300 leftover tmp files reads `/proc` a fixed number of times, not once per item
+    (so its time does not grow as items × processes), and stays sound: a live process that opened
+    or mapped some of them after the liveness snapshot was taken (a snapshot handed to
+    `execute()`) still keeps them: the final check, one pass over `/proc` for every item set
+    aside, finds them and puts them back; every other leftover is removed."""
+    from cachetool.maintenance import liveness
+
+    csv_dir = copy / leftovers["csv_dir"]
+    head = next(csv_dir.glob("cache-*.arrow")).read_bytes()[:600]  # a killed writer's partial stream
+    extra = [csv_dir / f"tmpmany{i:04d}" for i in range(300)]
+    for p in extra:
+        p.write_bytes(head)
+    empty_tmp = tmp_path / "tmp"
+    empty_tmp.mkdir()
+    options = GcOptions(temp=True, tmp_dir=empty_tmp, min_age=0)
+    passes = liveness.proc_passes
+    plan = plan_gc(copy / "cache", options)
+    assert liveness.proc_passes - passes <= 2  # the planning snapshot (and the tf.data check)
+    assert {p for p in extra} <= {i.path for i in plan.items}
+    snapshot = liveness.scan_in_use(writers=False)  # taken before the holder opens anything
+    held = extra[10:13] + extra[200:203]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, "3", *map(str, held)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        passes = liveness.proc_passes
+        result = execute(plan, in_use=snapshot)
+        passes = liveness.proc_passes - passes
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait()
+    by_path = {o.item.path: o for o in result.outcomes}
+    assert {p: by_path[p].reason for p in held} == {
+        p: f"became in use by pid {proc.pid} (put back)" for p in held
+    }
+    assert all(p.exists() for p in held)
+    assert [p for p in extra if p not in held and p.exists()] == []
+    assert {by_path[p].status for p in extra if p not in held} == {"removed"}
+    # One final pass for the tmp files (and one more before the locks, which are judged only
+    # once the folders before them are gone for good): not one per item.
+    assert passes <= 2, passes
+
+
 @pytest.mark.slow
 def test_a_memory_mapped_entry_is_in_use_and_skipped_by_max_size(
     copy: Path, leftovers: dict[str, Any]

@@ -217,7 +217,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     named = pins or options.keep or options.fingerprints
     parents = recorded_parents(ledger) if options.evicts and named else {}
     # Liveness last: the snapshot should be younger than everything it judges.
-    in_use = scan_in_use(root=report.root)
+    in_use = scan_in_use(root=report.root, writers=False)
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
     pools = (
         temp_dir_users(temp.path, python=True)
