@@ -898,3 +898,57 @@ def test_gc_naming_a_saved_dataset_that_is_the_cache_root_says_it_is_kept(tmp_pa
     assert said.exit_code == 1, (said.stdout, said.stderr)
     assert "was named but kept: source split or saved dataset (pass --include-sources)" in said.stderr
     assert (one / "state.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_the_confirmation_exits_130_and_removes_nothing(tmp_path: Path) -> None:
+    """Ctrl-C while gc waits at its question ("Remove 2 item(s), …? [y/N]") on a terminal ends it
+    as any interrupted command ends: `Error: interrupted` and exit 130 (not Click's "Aborted!" and
+    1, which scripts take for "problems found"); nothing is removed."""
+    import pty
+    import select
+
+    from tests.attack.races import synthesize_cache
+    from tests.test_forks import _asleep
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 2)
+    master, slave = pty.openpty()
+    # Started as from a terminal, SIGINT not ignored (a suite run as a background job of a
+    # non-interactive shell ignores it, and the child would inherit that).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cachetool",
+                "gc",
+                "--max-size",
+                "0",
+                "--min-age",
+                "0",
+                "--cache-dir",
+                str(root),
+            ],
+            env={**hf_env(tmp_path), "COLUMNS": "100"},
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        seen = b""
+        while b"[y/N]" not in seen:
+            assert select.select([proc.stdout], [], [], 120)[0], seen
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            assert chunk, seen
+            seen += chunk
+        _asleep(proc.pid)  # in the read of the answer
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        os.close(master)
+        os.close(slave)
+    assert (proc.returncode, err.decode().strip().splitlines()[-1]) == (130, "Error: interrupted")
+    assert len(list(root.rglob("cache-*.arrow"))) == 2

@@ -155,6 +155,21 @@ def hint(message: str) -> None:
     _stderr_line("Hint:", "dim", message)
 
 
+def confirm(question: str) -> bool:
+    """Ask a yes/no question on the terminal (default no). Ctrl-C while it waits is a
+    KeyboardInterrupt, as anywhere else (exit 130): Click would turn it into "Aborted!" and 1."""
+    import click
+
+    try:
+        return click.confirm(question, default=False)
+    except click.exceptions.Abort as e:
+        # Click raises Abort `from None` for Ctrl-C and for end of input alike; what it caught
+        # stays in __context__.
+        if isinstance(e.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+
+
 class Output:
     """One sink, chosen once per command: human tables, one JSON document, or ids."""
 

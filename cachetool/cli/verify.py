@@ -18,6 +18,7 @@ from cachetool.cli.common import (
     OutputFormat,
     QuietOption,
     choose_format,
+    confirm,
     format_option,
     handle_errors,
     hint,
@@ -212,7 +213,7 @@ def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool)
     out.line("Would move to .cachetool/quarantine/ (each checked again right before):", style="bold")
     for p in plan.paths:
         out.line(f"  {rel(p, plan.report.root)}")
-    if typer.confirm(f"Quarantine {n} file(s)?", default=False):
+    if confirm(f"Quarantine {n} file(s)?"):
         return True
     hint("nothing moved")
     return False
