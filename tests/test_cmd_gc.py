@@ -952,3 +952,29 @@ def test_ctrl_c_at_the_confirmation_exits_130_and_removes_nothing(tmp_path: Path
         os.close(slave)
     assert (proc.returncode, err.decode().strip().splitlines()[-1]) == (130, "Error: interrupted")
     assert len(list(root.rglob("cache-*.arrow"))) == 2
+
+
+@pytest.mark.slow
+def test_a_leftover_with_a_future_mtime_is_removable_with_min_age_0(
+    copy: Path, leftovers: dict[str, Any]
+) -> None:
+    """A killed writer's tmp file whose mtime lies 3 hours in the future (another host's clock, or
+    skew): `--min-age 1h` keeps it and says its mtime is in the future; `--min-age 0` plans it
+    (still proven dead), the plan says its mtime is in the future, and `-y` removes it."""
+    (rel,) = leftovers["leftovers"]["killed_map"]
+    tmp_file = copy / rel
+    future = time.time() + 3 * 3600 + 60
+    os.utime(tmp_file, (future, future))
+    args = ("--temp", "--tmp-dir", str(copy / "tmp"))
+    code, doc = gc_json(copy, *args, "--min-age", "1h", "--dry-run")
+    (kept,) = [s for s in doc["plan"]["skipped"] if s["path"] == str(tmp_file)]
+    assert kept["reason"] == "modified 3h in the future (another host's clock?), younger than --min-age 1h"
+    code, doc = gc_json(copy, *args, "--min-age", "0", "--dry-run")
+    (item,) = [i for i in doc["plan"]["items"] if i["path"] == str(tmp_file)]
+    assert (
+        item["reason"]
+        == "partial tmp file of a killed writer; modified 3h in the future (another host's clock?)"
+    )
+    code, doc = gc_json(copy, *args, "--min-age", "0", "-y")
+    assert code == 0 and str(tmp_file) in {r["path"] for r in doc["result"]["removed"]}
+    assert not tmp_file.exists()

@@ -166,8 +166,9 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
         lease = ctx.in_use.lease_over(newest) if item.scope == "root" else None
         if lease is not None:
             raise Refused(leased_reason(lease))
-        if ctx.now - newest < o.min_age:
-            raise Refused(str(too_young(max(0.0, ctx.now - newest), o.min_age)))
+        young = too_young(ctx.now - newest, o.min_age)
+        if young is not None:
+            raise Refused(str(young))
     top = stats[0]
     if item.action == "evict" and not t.is_dir and (top.st_size != t.size or top.st_mtime != t.mtime):
         raise Refused("changed since the plan")
