@@ -249,7 +249,7 @@ class _File:
         from cachetool.cache.arrow import schema_too_large
 
         assert self.mm is not None
-        self.error = schema_too_large(self.mm[:16])  # reported, never read
+        self.error = schema_too_large(self.mm[:16], len(self.mm))  # reported, never read
         if self.error is not None:
             return None, None
         source = pa.BufferReader(pa.py_buffer(self.mm))
