@@ -288,8 +288,8 @@ def render(out: Output, report: VerifyReport) -> None:
         out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
         where = out.path(rel(f.path), out.width - 11 - len(label))  # names whole
         out.line(f"        {label} · {where}", style="dim")
-        if f.hint:  # a command stays on one line, to paste as printed
-            out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint_is_command)
+        if f.hint:  # never wrapped: the command in it stays on one line, to paste as printed
+            out.line(f"        hint: {f.hint}", style="dim", wrap=False)
     if report.findings:
         out.line()
     for src, dst in report.quarantined:
