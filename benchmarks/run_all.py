@@ -16,7 +16,8 @@ Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (2k, 2
 memory, read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache),
 verify (--deep against cat), run (cachetool run against python on cache hits), determinism
 (check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain; stats
-and bytes before and after `stats --compact`).
+and bytes before and after `stats --compact`), gc (`gc --temp` of 2,000 leftovers beside 400 sleeping
+processes against none).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
@@ -641,9 +642,99 @@ def bench_compaction(base: Path, ledger: Path, records: int, env: dict[str, str]
     ]
 
 
+# --- gc beside many processes -----------------------------------------------------------------
+
+#: Starts argv[1] processes that each hold the argv[3] files of folder argv[2] open (the first one
+#: memory-mapped too) and sleep; prints "ready" once every one holds them, and ends them all when
+#: its stdin closes.
+_SLEEPERS = """import mmap, os, signal, sys
+n, folder, files = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+paths = [os.path.join(folder, f"held{i}") for i in range(files)]
+for p in paths:
+    with open(p, "wb") as f:
+        f.write(b"x" * 4096)
+r, w = os.pipe()
+kids = []
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        fds = [os.open(p, os.O_RDONLY) for p in paths]
+        m = mmap.mmap(fds[0], 0, prot=mmap.PROT_READ)
+        os.write(w, b".")
+        signal.pause()
+        os._exit(0)
+    kids.append(pid)
+os.close(w)
+got = 0
+while got < n:
+    chunk = os.read(r, n - got)
+    if not chunk:
+        break
+    got += len(chunk)
+print("ready", flush=True)
+sys.stdin.read()
+for pid in kids:
+    os.kill(pid, signal.SIGKILL)
+for pid in kids:
+    os.waitpid(pid, 0)
+"""
+
+
+def bench_gc(base: Path, leftovers: int, procs: int, pairs: int) -> list[Row]:
+    """`gc --temp --min-age 0 -y` removing `leftovers` tmp files of killed writers, with `procs`
+    more sleeping processes on the host (each holding 10 files open, one mapped) against none."""
+    template = base / "gc-template"
+    synthesize(template, 20, folders=20)
+    folders = sorted(p.parent for p in template.rglob("dataset_info.json"))
+    head = next(folders[0].glob("*.arrow")).read_bytes()[:600]  # a killed writer's partial stream
+    for i in range(leftovers):
+        (folders[i % len(folders)] / f"tmp{i:08x}").write_bytes(head)
+    tmp_dir = base / "gc-tmp"
+    tmp_dir.mkdir()
+    held = base / "gc-held"
+    held.mkdir()
+    env = {**env_for(base), "TMPDIR": str(tmp_dir)}
+    root = base / "gc-cache"
+    gc = [*CT, "gc", "--cache-dir", str(root), "--temp", "--min-age", "0", "-y"]
+
+    def alone_t() -> float:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(template, root, symlinks=True)
+        s = run(gc, env)
+        left = sum(1 for _ in root.rglob("tmp*"))
+        if left:
+            raise RuntimeError(f"gc left {left} of {leftovers} tmp files: nothing comparable was timed")
+        return s.seconds
+
+    def crowded_t() -> float:
+        sleepers = subprocess.Popen(
+            [PY, "-c", _SLEEPERS, str(procs), str(held), "10"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert sleepers.stdin is not None and sleepers.stdout is not None
+        try:
+            if sleepers.stdout.readline().strip() != "ready":
+                raise RuntimeError("the sleeping processes did not start")
+            return alone_t()
+        finally:
+            sleepers.stdin.close()
+            sleepers.wait()
+
+    return [
+        row(
+            f"gc --temp, {_k(leftovers)} leftovers, {procs} more processes / none",
+            paired(alone_t, crowded_t, pairs),
+            2,
+        )
+    ]
+
+
 # --- main -------------------------------------------------------------------------------------
 
-ALL = ("ls", "ls100k", "startup", "verify", "run", "determinism", "ledger")
+ALL = ("ls", "ls100k", "startup", "verify", "run", "determinism", "ledger", "gc")
 
 
 def main() -> None:
@@ -690,6 +781,8 @@ def main() -> None:
                 rows += bench_determinism(base, 10_000 if quick else 80_000, pairs)
             elif name == "ledger":
                 rows += bench_ledger(base, 50 if quick else 1000, 100, pairs)
+            elif name == "gc":
+                rows += bench_gc(base, 500 if quick else 2000, 100 if quick else 400, pairs)
             loads.append(os.getloadavg()[0])
             print(f"[{name}] {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
         report(rows, ns.json, loads)  # before the clean-up: removing 100,000 files can take minutes

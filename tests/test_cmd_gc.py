@@ -270,6 +270,73 @@ def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: d
     assert (csv_dir / f"cache-{got['fp']}.arrow").is_file()
 
 
+#: Holds the files named in argv[2:] open (the first argv[1] of them) or memory-mapped (the
+#: others, their descriptors closed), says "ready", and sleeps until stdin closes.
+HOLDER = """import mmap, os, sys
+n, paths = int(sys.argv[1]), sys.argv[2:]
+fds = [os.open(p, os.O_RDONLY) for p in paths[:n]]
+maps = []
+for p in paths[n:]:
+    fd = os.open(p, os.O_RDONLY)
+    maps.append(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+    os.close(fd)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+def test_gc_of_many_leftovers_reads_proc_once_and_never_removes_a_held_file(
+    copy: Path, leftovers: dict[str, Any], tmp_path: Path
+) -> None:
+    """gc of 300 leftover tmp files reads `/proc` a fixed number of times, not once per item
+    (so its time does not grow as items × processes), and stays sound: a live process that opened
+    or mapped some of them after the liveness snapshot was taken (a snapshot handed to
+    `execute()`) still keeps them: the final check, one pass over `/proc` for every item set
+    aside, finds them and puts them back; every other leftover is removed."""
+    from cachetool.maintenance import liveness
+
+    csv_dir = copy / leftovers["csv_dir"]
+    head = next(csv_dir.glob("cache-*.arrow")).read_bytes()[:600]  # a killed writer's partial stream
+    extra = [csv_dir / f"tmpmany{i:04d}" for i in range(300)]
+    for p in extra:
+        p.write_bytes(head)
+    empty_tmp = tmp_path / "tmp"
+    empty_tmp.mkdir()
+    options = GcOptions(temp=True, tmp_dir=empty_tmp, min_age=0)
+    passes = liveness.proc_passes
+    plan = plan_gc(copy / "cache", options)
+    assert liveness.proc_passes - passes <= 2  # the planning snapshot (and the tf.data check)
+    assert {p for p in extra} <= {i.path for i in plan.items}
+    snapshot = liveness.scan_in_use(writers=False)  # taken before the holder opens anything
+    held = extra[10:13] + extra[200:203]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, "3", *map(str, held)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        passes = liveness.proc_passes
+        result = execute(plan, in_use=snapshot)
+        passes = liveness.proc_passes - passes
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait()
+    by_path = {o.item.path: o for o in result.outcomes}
+    assert {p: by_path[p].reason for p in held} == {
+        p: f"became in use by pid {proc.pid} (put back)" for p in held
+    }
+    assert all(p.exists() for p in held)
+    assert [p for p in extra if p not in held and p.exists()] == []
+    assert {by_path[p].status for p in extra if p not in held} == {"removed"}
+    # One final pass for the tmp files (and one more before the locks, which are judged only
+    # once the folders before them are gone for good): not one per item.
+    assert passes <= 2, passes
+
+
 @pytest.mark.slow
 def test_a_memory_mapped_entry_is_in_use_and_skipped_by_max_size(
     copy: Path, leftovers: dict[str, Any]
@@ -840,3 +907,83 @@ def test_gc_naming_a_saved_dataset_that_is_the_cache_root_says_it_is_kept(tmp_pa
     assert said.exit_code == 1, (said.stdout, said.stderr)
     assert "was named but kept: source split or saved dataset (pass --include-sources)" in said.stderr
     assert (one / "state.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_the_confirmation_exits_130_and_removes_nothing(tmp_path: Path) -> None:
+    """Ctrl-C while gc waits at its question ("Remove 2 item(s), …? [y/N]") on a terminal ends it
+    as any interrupted command ends: `Error: interrupted` and exit 130 (not Click's "Aborted!" and
+    1, which scripts take for "problems found"); nothing is removed."""
+    import pty
+    import select
+
+    from tests.attack.races import synthesize_cache
+    from tests.test_forks import _asleep
+
+    root = tmp_path / "cache"
+    synthesize_cache(root, 2)
+    master, slave = pty.openpty()
+    # Started as from a terminal, SIGINT not ignored (a suite run as a background job of a
+    # non-interactive shell ignores it, and the child would inherit that).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cachetool",
+                "gc",
+                "--max-size",
+                "0",
+                "--min-age",
+                "0",
+                "--cache-dir",
+                str(root),
+            ],
+            env={**hf_env(tmp_path), "COLUMNS": "100"},
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        seen = b""
+        while b"[y/N]" not in seen:
+            assert select.select([proc.stdout], [], [], 120)[0], seen
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            assert chunk, seen
+            seen += chunk
+        _asleep(proc.pid)  # in the read of the answer
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        os.close(master)
+        os.close(slave)
+    assert (proc.returncode, err.decode().strip().splitlines()[-1]) == (130, "Error: interrupted")
+    assert len(list(root.rglob("cache-*.arrow"))) == 2
+
+
+@pytest.mark.slow
+def test_a_leftover_with_a_future_mtime_is_removable_with_min_age_0(
+    copy: Path, leftovers: dict[str, Any]
+) -> None:
+    """A killed writer's tmp file whose mtime lies 3 hours in the future (another host's clock, or
+    skew): `--min-age 1h` keeps it and says its mtime is in the future; `--min-age 0` plans it
+    (still proven dead), the plan says its mtime is in the future, and `-y` removes it."""
+    (rel,) = leftovers["leftovers"]["killed_map"]
+    tmp_file = copy / rel
+    future = time.time() + 3 * 3600 + 60
+    os.utime(tmp_file, (future, future))
+    args = ("--temp", "--tmp-dir", str(copy / "tmp"))
+    code, doc = gc_json(copy, *args, "--min-age", "1h", "--dry-run")
+    (kept,) = [s for s in doc["plan"]["skipped"] if s["path"] == str(tmp_file)]
+    assert kept["reason"] == "modified 3h in the future (another host's clock?), younger than --min-age 1h"
+    code, doc = gc_json(copy, *args, "--min-age", "0", "--dry-run")
+    (item,) = [i for i in doc["plan"]["items"] if i["path"] == str(tmp_file)]
+    assert (
+        item["reason"]
+        == "partial tmp file of a killed writer; modified 3h in the future (another host's clock?)"
+    )
+    code, doc = gc_json(copy, *args, "--min-age", "0", "-y")
+    assert code == 0 and str(tmp_file) in {r["path"] for r in doc["result"]["removed"]}
+    assert not tmp_file.exists()

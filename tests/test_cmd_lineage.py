@@ -206,3 +206,31 @@ def test_lineage_shows_a_step_gc_removed_as_deleted(tmp_path: Path) -> None:
     human = invoke("lineage", final, "--cache-dir", cache, env=env, columns=200).stdout
     line = next(x for x in human.splitlines() if victim in x)
     assert "deleted" in line
+
+
+def test_lineage_after_the_cache_folder_was_moved_finds_the_files_at_the_new_place(tmp_path: Path) -> None:
+    """A pipeline runs under `cachetool run`, then the whole cache folder is moved (`mv`): lineage
+    with `--cache-dir` at the new place shows every step's files there with their sizes, not
+    "gone" (a recorded path under the root it was recorded in is looked up under the root's
+    current location)."""
+    import shutil
+
+    from cachetool.demo import write_demo_files
+
+    env = hf_env(tmp_path)
+    script = write_demo_files(tmp_path / "demo")
+    run = cachetool_run(script, env=env)
+    final = run.stdout.strip().splitlines()[-1]
+    old = Path(env["HF_DATASETS_CACHE"])
+    new = tmp_path / "moved" / "cache"
+    new.parent.mkdir()
+    shutil.move(old, new)
+    doc = json.loads(invoke("lineage", final, "--cache-dir", str(new), "--json", env=env).stdout)
+    with_files = [s for s in doc["steps"] if s["files"]]
+    assert len(with_files) >= 3
+    for step in with_files:
+        assert [(f["path"].startswith(f"{new}/"), f["exists"]) for f in step["files"]] == [
+            (True, True)
+        ] * len(step["files"]), step
+    human = invoke("lineage", final, "--cache-dir", str(new), env=env, columns=200).stdout
+    assert "gone" not in human, human

@@ -162,6 +162,29 @@ def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
 #: pages holding message headers are touched, never column data.
 READ_WHOLE_BYTES = 1 << 20
 
+#: The largest schema message (the header holding the columns and the `huggingface` metadata)
+#: that is read: `datasets` writes a few kB (a few MB for a ClassLabel of a million names). A
+#: larger one is a problem of its file, reported without reading it: decoding a 300 MB header took
+#: gigabytes of memory.
+MAX_SCHEMA_BYTES = 64 << 20
+
+
+def schema_too_large(head: bytes, size: int) -> str | None:
+    """Why the stream (or IPC file) of `size` bytes starting with `head` (its first 16 bytes) is
+    not read: its schema message is longer than `MAX_SCHEMA_BYTES`; None when it is not, or when
+    the file is too short to hold what its first bytes announce (damage, which the readers name)."""
+    skip = 8 if head[:6] == FILE_MAGIC else 0
+    at = skip + (4 if head[skip : skip + 4] == CONTINUATION else 0)
+    if len(head) < at + 4:
+        return None
+    length = int.from_bytes(head[at : at + 4], "little", signed=True)
+    if length <= MAX_SCHEMA_BYTES or length > size - at - 4:
+        return None
+    return (
+        f"schema header of {length:,} bytes, larger than the {MAX_SCHEMA_BYTES >> 20} MiB "
+        "cachetool reads (datasets writes a few kB): not read"
+    )
+
 
 def read_summary(path: str | os.PathLike[str], size_hint: int = -1) -> ArrowSummary:
     """Read the schema and batch headers of an Arrow IPC stream file. Never raises for a bad file.
@@ -202,6 +225,9 @@ def read_summary(path: str | os.PathLike[str], size_hint: int = -1) -> ArrowSumm
         except (OSError, ValueError) as e:
             return ArrowSummary(UNREADABLE, error=f"cannot map file: {e}")
         try:
+            too_large = schema_too_large(mm[:16], size)
+            if too_large is not None:
+                return ArrowSummary(UNREADABLE, error=too_large)
             if size > READ_WHOLE_BYTES:
                 fast = _stream(walk_headers(mm, size))
                 if fast is not None:

@@ -20,6 +20,7 @@ from cachetool.cli.common import (
     OutputFormat,
     QuietOption,
     choose_format,
+    confirm,
     error,
     handle_errors,
     hint,
@@ -237,9 +238,7 @@ def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
         asked.append(plan)
         _warn(plan)
         show_plan(out, plan, dry_run=False, final=False)
-        return typer.confirm(
-            f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?", default=False
-        )
+        return confirm(f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?")
 
     interactive = fmt == OutputFormat.human and sys.stdin.isatty()
     try:

@@ -122,10 +122,11 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def _stderr_line(label: str, style: str, message: str) -> None:
+def _stderr_line(label: str, style: str, message: str, fit: bool = True) -> None:
     """Lines on stderr, escaped (paths may contain markup); a message of several lines (the
     candidates of an ambiguous prefix) keeps its line breaks. On a terminal, paths in a line wider
-    than the window are shortened from the middle (names whole) so the line fits."""
+    than the window are shortened from the middle (names whole) so the line fits, unless not
+    `fit`. Never wrapped: the terminal folds a long line, and it pastes as one."""
     lines = [safe_text(line) for line in message.split("\n")]
     text = "\n".join(lines)
     if "\t" not in text and not sys.stderr.isatty() and _plain_stream(sys.stderr):
@@ -135,7 +136,7 @@ def _stderr_line(label: str, style: str, message: str) -> None:
         return
     from rich.text import Text
 
-    if sys.stderr.isatty() and not debug_enabled():
+    if fit and sys.stderr.isatty() and not debug_enabled():
         from cachetool.formatting import fit_paths
 
         width = stderr_console().width
@@ -152,7 +153,24 @@ def warn(message: str) -> None:
 
 
 def hint(message: str) -> None:
-    _stderr_line("Hint:", "dim", message)
+    """A hint on stderr; one that holds a command (in backticks) is printed whole, its paths not
+    shortened, so the command pastes as printed."""
+    _stderr_line("Hint:", "dim", message, fit="`" not in message)
+
+
+def confirm(question: str) -> bool:
+    """Ask a yes/no question on the terminal (default no). Ctrl-C while it waits is a
+    KeyboardInterrupt, as anywhere else (exit 130): Click would turn it into "Aborted!" and 1."""
+    import click
+
+    try:
+        return click.confirm(question, default=False)
+    except click.exceptions.Abort as e:
+        # Click raises Abort `from None` for Ctrl-C and for end of input alike; what it caught
+        # stays in __context__.
+        if isinstance(e.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
 
 
 class Output:

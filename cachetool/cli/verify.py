@@ -19,6 +19,7 @@ from cachetool.cli.common import (
     OutputFormat,
     QuietOption,
     choose_format,
+    confirm,
     format_option,
     handle_errors,
     hint,
@@ -265,7 +266,7 @@ def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool)
     out.line("Would move to .cachetool/quarantine/ (each checked again right before):", style="bold")
     for p in plan.paths:
         out.line(f"  {rel(p, plan.report.root)}")
-    if typer.confirm(f"Quarantine {n} file(s)?", default=False):
+    if confirm(f"Quarantine {n} file(s)?"):
         return True
     hint("nothing moved")
     return False
@@ -340,8 +341,8 @@ def render(out: Output, report: VerifyReport) -> None:
         out.line(f"{f.severity.value:<8}{f.problem}", style=styles[f.severity.value])
         where = out.path(rel(f.path), out.width - 11 - len(label))  # names whole
         out.line(f"        {label} · {where}", style="dim")
-        if f.hint:  # a command stays on one line, to paste as printed
-            out.line(f"        hint: {f.hint}", style="dim", wrap=not f.hint_is_command)
+        if f.hint:  # never wrapped: the command in it stays on one line, to paste as printed
+            out.line(f"        hint: {f.hint}", style="dim", wrap=False)
     if report.findings:
         out.line()
     for src, dst in report.quarantined:

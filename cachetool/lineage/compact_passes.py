@@ -93,8 +93,8 @@ def first_pass(folder: Path) -> list[Segment]:
             )
             seg.origins.setdefault(rec.result, []).append(origin)
             for f in rec.files:
-                if f.path not in exists:
-                    exists[f.path] = os.path.lexists(f.path)
+                if f.path not in exists:  # where it is now: the root may have been moved
+                    exists[f.path] = os.path.lexists(rec.located(f.path))
                 if exists[f.path]:
                     seg.with_files.add(rec.result)
         out.append(seg)

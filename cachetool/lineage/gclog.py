@@ -107,7 +107,7 @@ def removed_fingerprints(root: str | os.PathLike[str] | Ledger) -> dict[str, GcR
 
 def paths_gone(record: GcRecord) -> bool:
     """True when no path the record names exists any more."""
-    return not any(os.path.lexists(p) for p in record.paths)
+    return not any(os.path.lexists(record.located(p)) for p in record.paths)
 
 
 def describe(record: GcRecord) -> str:

@@ -174,11 +174,12 @@ class LineageGraph:
             )
         files = []
         for f in rec.files:
+            path = rec.located(f.path)  # the root may have been moved since
             try:
-                size: int | None = os.stat(f.path).st_size
+                size: int | None = os.stat(path).st_size
             except OSError:
                 size = None
-            files.append(FileNow(f.path, size))
+            files.append(FileNow(path, size))
         args = [
             (name, a.repr)
             for name, a in sorted(rec.args.items())

@@ -83,7 +83,7 @@ def _recorded_folders(con: sqlite3.Connection, key: str, base: str) -> set[str]:
     for rec in records_of_results(con, Path(base), fps):
         if isinstance(rec, StepRecord):
             for f in rec.files:
-                folder = os.path.dirname(f.path)
+                folder = os.path.dirname(rec.located(f.path))
                 if folder.startswith(inside):
                     out.add(folder)
     return out

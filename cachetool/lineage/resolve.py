@@ -197,7 +197,7 @@ def _entry_of_files(report: CacheReport, ledger: Ledger | None, fp: str) -> Entr
     the file its internal `map` named after another fingerprint."""
     if ledger is None:
         return None
-    paths = {f.path for r in ledger.for_result(fp, include_internal=True) for f in r.files}
+    paths = {r.located(f.path) for r in ledger.for_result(fp, include_internal=True) for f in r.files}
     if not paths:
         return None
     return next((e for e in report.entries if any(os.fsdecode(f.path) in paths for f in e.files)), None)

@@ -2,9 +2,11 @@
 
 A live `datasets` writer holds its `tmp*` file open (twice: `NamedTemporaryFile` and the Arrow
 writer); a live dataset memory-maps its cache files, and maps show up in `/proc/<pid>/maps`, not
-in the fd list. One pass over `/proc/*/fd` and `/proc/*/maps` collects both into a map from
-(device, inode) to the pids using it. Where `/proc` is missing (macOS), psutil's open files are
-used; memory maps of other processes are not visible there.
+in the fd list. One pass over `/proc/*/fd`, `/proc/*/maps` and `/proc/*/cwd` collects them into a
+map from (device, inode) to the pids using it. A pass costs as much as there are processes and
+open files on the host, so a command makes a fixed number of them, never one per item it judges
+(`proc_passes` counts them). Where `/proc` is missing (macOS), psutil's open files are used;
+memory maps of other processes are not visible there.
 
 Processes on other machines of a shared file system are invisible to this check; their
 writers announce themselves with leases (`cachetool.maintenance.leases`), and a snapshot taken
@@ -37,6 +39,8 @@ class InUse:
     paths: dict[str, frozenset[int]] = field(default_factory=dict, compare=False)
     #: The live leases of the root this snapshot was taken for (`scan_in_use(root=...)`).
     leases: tuple[Lease, ...] = field(default=(), compare=False)
+    #: Working folders of live processes (resolved paths) and the pids in each.
+    cwds: dict[str, frozenset[int]] = field(default_factory=dict, compare=False)
 
     def lease_over(self, mtime: float | None) -> Lease | None:
         """The live lease whose process may have written a file last modified at `mtime`: one
@@ -66,8 +70,23 @@ class InUse:
                 out |= pids
         return frozenset(out)
 
+    def cwd_pids_under(self, folder: str | os.PathLike[str]) -> frozenset[int]:
+        """Live processes whose working folder is `folder` (a resolved path) or below it."""
+        top = os.fspath(folder).rstrip("/")
+        out: set[int] = set()
+        for cwd, pids in self.cwds.items():
+            if cwd == top or cwd.startswith(top + "/"):
+                out |= pids
+        return frozenset(out)
+
+
+#: How many passes over every process in `/proc` this process has made.
+proc_passes = 0
+
 
 def _proc_pids() -> Iterable[int]:
+    global proc_passes
+    proc_passes += 1
     for name in os.listdir("/proc"):
         if name.isdigit():
             yield int(name)
@@ -78,43 +97,57 @@ def _dev_from_maps(dev: str) -> int:
     return os.makedev(int(major, 16), int(minor, 16))
 
 
-def scan_in_use(exclude_self: bool = True, root: str | os.PathLike[str] | None = None) -> InUse:
+def scan_in_use(
+    exclude_self: bool = True, root: str | os.PathLike[str] | None = None, writers: bool = True
+) -> InUse:
     """One pass over every process this user may inspect; with `root`, the live leases of that
-    cache root too (processes on other hosts, or on this one, that may be writing in it)."""
-    snapshot = _scan_local(exclude_self)
+    cache root too (processes on other hosts, or on this one, that may be writing in it). Without
+    `writers`, which descriptors are open for writing is not read (`InUse.writers` stays empty):
+    a third of the pass's cost, which gc does not need."""
+    snapshot = _scan_local(exclude_self, writers)
     if root is None:
         return snapshot
     import dataclasses
 
+    return dataclasses.replace(snapshot, leases=live_leases(root))
+
+
+def live_leases(root: str | os.PathLike[str]) -> tuple[Lease, ...]:
+    """The live leases of `root` that speak for processes `/proc` cannot show."""
     # A live lease of this host adds nothing to /proc: what its process writes, it holds open
     # (and gc's other rules keep what it writes in bursts). Leases speak for processes /proc
     # cannot show: other hosts, other PID namespaces.
     me = this_host()
-    live = tuple(lease for lease, state in judge_leases(root) if state == "live" and not lease.is_local(me))
-    return dataclasses.replace(snapshot, leases=live)
+    return tuple(lease for lease, state in judge_leases(root) if state == "live" and not lease.is_local(me))
 
 
-def _scan_local(exclude_self: bool) -> InUse:
+def _scan_local(exclude_self: bool, want_writers: bool = True) -> InUse:
     if not os.path.isdir("/proc/self/fd"):
         return _scan_psutil(exclude_self)
     holders: dict[FileKey, set[int]] = defaultdict(set)
     writers: dict[FileKey, set[int]] = defaultdict(set)
     paths: dict[str, set[int]] = defaultdict(set)
+    cwds: dict[str, set[int]] = defaultdict(set)
     complete = True
     me = os.getpid()
     for pid in _proc_pids():
         if exclude_self and pid == me:
             continue
-        fds = _read_fds(pid, holders, writers, paths)
+        fds = _read_fds(pid, holders, writers if want_writers else None, paths)
         if fds == "gone":
             continue  # exited meanwhile
         if fds == "denied" or _read_maps(pid, holders, paths) == "denied":
             complete = False
+        try:
+            cwds[os.readlink(f"/proc/{pid}/cwd")].add(pid)
+        except OSError:
+            pass
     return InUse(
         {k: frozenset(v) for k, v in holders.items()},
         {k: frozenset(v) for k, v in writers.items()},
         complete,
         {k: frozenset(v) for k, v in paths.items()},
+        cwds={k: frozenset(v) for k, v in cwds.items()},
     )
 
 
@@ -122,9 +155,13 @@ _Read = Literal["read", "gone", "denied"]
 
 
 def _read_fds(
-    pid: int, holders: dict[FileKey, set[int]], writers: dict[FileKey, set[int]], paths: dict[str, set[int]]
+    pid: int,
+    holders: dict[FileKey, set[int]],
+    writers: dict[FileKey, set[int]] | None,
+    paths: dict[str, set[int]],
 ) -> _Read:
-    """Add what process `pid` holds open (and opened for writing) to the maps."""
+    """Add what process `pid` holds open (and, unless `writers` is None, opened for writing) to
+    the maps. Pipes, sockets and other descriptors that name no path are no file of a cache."""
     fd_dir = f"/proc/{pid}/fd"
     try:
         fds = os.listdir(fd_dir)
@@ -134,17 +171,17 @@ def _read_fds(
         return "denied"
     for fd in fds:
         try:
+            target = os.readlink(f"{fd_dir}/{fd}")
             st = os.stat(f"{fd_dir}/{fd}")
         except OSError:
             continue
+        if not target.startswith("/"):
+            continue
         key = (st.st_dev, st.st_ino)
         holders[key].add(pid)
-        try:
-            target = os.readlink(f"{fd_dir}/{fd}")
-            if target.startswith("/"):
-                paths[target].add(pid)
-        except OSError:
-            pass
+        paths[target].add(pid)
+        if writers is None:
+            continue
         try:
             with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
                 for line in f:
@@ -180,9 +217,10 @@ def _read_maps(pid: int, holders: dict[FileKey, set[int]], paths: dict[str, set[
 
 
 def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[FileKey, frozenset[int]]:
-    """Which live processes hold any of these files open or memory-mapped, read from `/proc` now.
+    """Which live processes hold any of these files open or memory-mapped, or have one of these
+    folders as their working folder, read from `/proc` now, in one pass for all of them.
 
-    The check gc makes after it took an item out of reach: for every process the open
+    The check gc makes after it took items out of reach: for every process the open
     descriptors are read before its memory maps, so a reader that opened the file before it was
     moved and mapped it since is seen by one or the other."""
     wanted = set(keys)
@@ -203,9 +241,9 @@ def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[Fil
             fds = os.listdir(fd_dir)
         except OSError:
             continue
-        for fd in fds:
+        for link in [*(f"{fd_dir}/{fd}" for fd in fds), f"/proc/{pid}/cwd"]:
             try:
-                st = os.stat(f"{fd_dir}/{fd}")
+                st = os.stat(link)
             except OSError:
                 continue
             if st.st_ino in inos and (st.st_dev, st.st_ino) in wanted:
@@ -297,11 +335,16 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
     holders: dict[FileKey, set[int]] = defaultdict(set)
     writers: dict[FileKey, set[int]] = defaultdict(set)
     paths: dict[str, set[int]] = defaultdict(set)
+    cwds: dict[str, set[int]] = defaultdict(set)
     complete = True
     me = os.getpid()
     for proc in psutil.process_iter():
         if exclude_self and proc.pid == me:
             continue
+        try:
+            cwds[proc.cwd()].add(proc.pid)
+        except psutil.Error:
+            pass
         try:
             files = proc.open_files()
         except (psutil.AccessDenied, psutil.ZombieProcess):
@@ -324,6 +367,7 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
         {k: frozenset(v) for k, v in writers.items()},
         complete,
         {k: frozenset(v) for k, v in paths.items()},
+        cwds={k: frozenset(v) for k, v in cwds.items()},
     )
 
 
@@ -358,23 +402,6 @@ def _is_python(pid: int, maps: str) -> bool:
         return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
         return False
-
-
-def cwd_pids_under(folder: str | os.PathLike[str], exclude_self: bool = True) -> frozenset[int]:
-    """Live processes whose working directory is `folder` or below it."""
-    prefix = os.fspath(folder).rstrip("/")
-    me = os.getpid()
-    out = set()
-    for pid in _proc_pids():
-        if exclude_self and pid == me:
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if cwd == prefix or cwd.startswith(prefix + "/"):
-            out.add(pid)
-    return frozenset(out)
 
 
 def temp_dir_users(

@@ -79,3 +79,54 @@ def test_every_bit_flip_in_the_schema_that_datasets_cannot_load_is_reported(tmp_
     assert not _datasets_loads(path)
     report = verify_cache(path.parent, deep=True)
     assert [f.problem.split(":")[0] for f in report.errors] == ["datasets cannot load it"]
+
+
+#: Runs argv[2:] in a child and writes its peak resident memory (KB) to argv[1]: measured from a
+#: small process, as a child forked by the test process would count the test's own memory.
+_PEAK = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_huge_schema_header_is_a_problem_of_its_file_not_read(tmp_path: Path) -> None:
+    """A cache file whose schema metadata is 80 MB (past the 64 MiB `MAX_SCHEMA_BYTES`): `ls` and
+    `verify --deep` report it as a problem of that file ("schema header of … bytes, larger than …")
+    without reading the header: each stays under 250 MB of memory (reading it took 15 times its
+    size: a 300 MB header made `ls` use 1.2 GB and `verify --deep` 4 GB)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    from tests.conftest import hf_env
+
+    root = tmp_path / "cache"
+    folder = root / "csv" / "default-0123456789abcdef" / "0.0.0" / ("7" * 64)
+    folder.mkdir(parents=True)
+    fp = "00000000000000aa"
+    features = {"id": {"dtype": "int64", "_type": "Value"}}
+    info = {"info": {"features": features, "description": "x" * (80 << 20)}, "fingerprint": fp}
+    batch = pa.record_batch([pa.array(range(4))], names=["id"])
+    schema = batch.schema.with_metadata({"huggingface": json.dumps(info)})
+    path = folder / f"cache-{fp}.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+        w.write_batch(batch)
+    del info, schema
+    env = hf_env(tmp_path)
+    for args in (["ls", "--json"], ["verify", "--deep", "--json"]):
+        peak = tmp_path / "peak"
+        cmd = [sys.executable, "-m", "cachetool", *args, "--cache-dir", str(root)]
+        proc = subprocess.run(
+            [sys.executable, "-S", "-c", _PEAK, str(peak), *cmd], env=env, capture_output=True, text=True
+        )
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert "schema header of 83,886," in proc.stdout + proc.stderr, (args, proc.stdout[-2000:])
+        assert int(peak.read_text()) < 250 * 1024, (args, int(peak.read_text()) // 1024, "MB")
+        assert os.path.getsize(path) > 80 << 20

@@ -131,3 +131,47 @@ def test_the_stale_entry_hint_removes_the_entry(tmp_path: Path) -> None:
         pasted = _paste(command, env)
         assert pasted.returncode == 0, pasted.stdout + pasted.stderr
         assert not Path(finding["path"]).exists()
+
+
+def test_a_hint_never_breaks_inside_a_command_whose_path_holds_a_backtick(tmp_path: Path) -> None:
+    """A cache in a folder whose name holds a backtick and spaces, with damaged files, at 80
+    columns: every hint of `verify` (stdout) and `ls` (stderr on a terminal) holds its command
+    whole on one line, quoted as a shell needs it, so it pastes as printed (before, `verify` broke
+    the line at a space inside the quoted path, and `ls` shortened the path inside the command)."""
+    import pty
+    import re
+
+    root = tmp_path / "odd `name with spaces" / "cache"
+    damaged_folder(root)
+    env = {**hf_env(tmp_path), "COLUMNS": "80"}
+    quarantine = shlex.join(["cachetool", "verify", "--quarantine", "--cache-dir", str(root)])
+    report = _cli(["verify", "--cache-dir", str(root)], env)
+    assert report.returncode == 1, report.stderr
+    lines = [x for x in report.stdout.splitlines() if "hint:" in x]
+    assert lines and all(f"`{quarantine}`" in x for x in lines), report.stdout
+
+    verify = shlex.join(["cachetool", "verify", "--cache-dir", str(root)])
+    master, slave = pty.openpty()
+    try:
+        listing = subprocess.run(
+            [*CLI, "ls", str(root)], env=env, stdout=subprocess.PIPE, stderr=slave, timeout=300
+        )
+        os.close(slave)
+        slave = -1
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and everything was read
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert listing.returncode == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode())  # the terminal's styles, the status line
+    (line,) = [x[x.index("Hint:") :] for x in text.splitlines() if "Hint:" in x]
+    assert f"`{verify}`" in line, line

@@ -84,6 +84,16 @@ class LedgerRecord:
         """The root the record belongs to (as written, else where it was read)."""
         return self.root or self.read_from or ""
 
+    def located(self, path: str) -> str:
+        """Where a path the record names is now: a path below the root it was written in lies
+        below the folder its ledger was read from (the same root, moved since); any other path
+        is as written."""
+        if self.root and self.read_from and self.root != self.read_from:
+            prefix = self.root.rstrip("/") + "/"
+            if path.startswith(prefix):
+                return self.read_from.rstrip("/") + "/" + path[len(prefix) :]
+        return path
+
     def _base_json(self, constant: bool) -> dict[str, Any]:
         out = {
             "type": self.type or self.TYPE,

@@ -19,7 +19,7 @@ from cachetool.cache.tfdata import tf_leftover_name
 from cachetool.maintenance.gc.model import GcItem, Refusal, Target
 from cachetool.maintenance.gc.planner import Planner, gc_alive, newest_mtime, owner_uid
 from cachetool.maintenance.gc.tempdir import check_owner_refusal, owner_refusal
-from cachetool.maintenance.liveness import cwd_pids_under, socket_reason
+from cachetool.maintenance.liveness import socket_reason
 from cachetool.maintenance.locks import LockState, lock_guard, probe
 
 
@@ -242,7 +242,7 @@ class LeftoverPlanner(Planner):
                     scope="temp",
                 )
                 continue
-            pids = set(self.in_use.pids_under(tf.path)) | set(cwd_pids_under(tf.path))
+            pids = self.in_use.pids_under(tf.path) | self.in_use.cwd_pids_under(tf.path)
             prefix = os.fspath(tf.path) + "/"
             bound = any(s.startswith(prefix) for s in self.sockets)
             why = self.refusal([tf.uid], tf.newest, pids, scope="temp")

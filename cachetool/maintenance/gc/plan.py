@@ -255,7 +255,7 @@ def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, 
     everything it judges."""
     from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
 
-    in_use = scan_in_use(root=report.root)
+    in_use = scan_in_use(root=report.root, writers=False)
     users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
     pools = (
         temp_dir_users(temp.path, python=True)

@@ -4,6 +4,7 @@ their steps to it; `plan.build_plan` runs them."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -27,11 +28,22 @@ KEPT_BECAUSE: dict[KeepCode, KeptBecause] = {
 }
 
 
-def too_young(age: float, min_age: float) -> Refusal:
-    return Refusal(
-        "too-young",
-        f"modified {compact_age(age)} ago, younger than --min-age {compact_duration(min_age)}",
-    )
+def too_young(age: float, min_age: float) -> Refusal | None:
+    """Why something modified `age` seconds ago stays under `--min-age`; None when it may go. A
+    modification time in the future (another host's clock, or skew) tells no age: it stays
+    under any `--min-age` but 0."""
+    if min_age <= 0 or age >= min_age:
+        return None
+    when = future_mtime(age) or f"modified {compact_age(max(0.0, age))} ago"
+    return Refusal("too-young", f"{when}, younger than --min-age {compact_duration(min_age)}")
+
+
+def future_mtime(age: float) -> str | None:
+    """What to say of an age below zero (a modification time ahead of this host's clock, by more
+    than a second); None for any other."""
+    if age > -1.0:
+        return None
+    return f"modified {compact_age(-age)} in the future (another host's clock?)"
 
 
 def pids_text(pids: Iterable[int]) -> str:
@@ -101,8 +113,8 @@ class Planner:
         lease = self.in_use.lease_over(newest) if age_applies and scope == "root" else None
         if lease is not None:
             return Refusal("leased", leased_reason(lease))
-        if age_applies and newest is not None and self.now - newest < self.o.min_age:
-            return too_young(max(0.0, self.now - newest), self.o.min_age)
+        if age_applies and newest is not None:
+            return too_young(self.now - newest, self.o.min_age)
         return None
 
     def file_pids(self, files: Iterable[CacheFile]) -> set[int]:
@@ -135,6 +147,10 @@ class Planner:
         )
 
     def add(self, item: GcItem) -> None:
+        newest = max((t.mtime for t in item.targets if t.mtime is not None), default=None)
+        future = future_mtime(self.now - newest) if newest is not None else None
+        if future is not None and item.kind != Kind.LOCK:
+            item = dataclasses.replace(item, reason=f"{item.reason}; {future}")
         self.items.append(item)
         for t in item.targets:
             self.removing.add(t.path)

@@ -18,12 +18,13 @@ from cachetool.maintenance.fdops import O_DIR, inventory, open_parent
 from cachetool.maintenance.gc.model import GcItem, GcOptions, Target
 from cachetool.maintenance.gc.planner import gc_alive, too_young
 from cachetool.maintenance.gc.tempdir import check_owner_refusal, owner_refusal
-from cachetool.maintenance.liveness import InUse, TempDirUser, cwd_pids_under, socket_reason
+from cachetool.maintenance.liveness import InUse, TempDirUser, socket_reason
 from cachetool.maintenance.locks import LockBusy, acquire, guard_alive
 from cachetool.maintenance.shared import leased_reason
 
-#: A liveness snapshot older than this is taken again before the next item (a reader may have
-#: mapped a file since; a long eviction must not judge its last items by its first snapshot).
+#: The leases of a liveness snapshot older than this are read again before the next item (a run
+#: on another host may have started since; a long eviction must not judge its last items by the
+#: leases of its first). `/proc` is not read again: the final check after the set-aside does.
 SNAPSHOT_MAX_AGE = 2.0
 
 
@@ -41,7 +42,6 @@ class RunContext:
     options: GcOptions
     temp_users: tuple[TempDirUser, ...] = ()
     root: Path | None = None
-    first_item: GcItem | None = None  # judged by the run's own snapshot, taken just before
     refresh: bool = True  # False when the caller handed in a snapshot: use only that one
     trash_seq: int = 0  # names of what this run set aside: .cachetool-gc-<pid>-<seq>
     anchor_errors: dict[str, str] = field(default_factory=dict)
@@ -150,7 +150,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
         if any(s.startswith(prefix) for s in ctx.sockets):
             raise Refused(socket_reason(t.path))
     if item.scope == "temp" and t.is_dir:
-        cwd = cwd_pids_under(t.path)
+        cwd = ctx.in_use.cwd_pids_under(t.path)
         if cwd:
             raise Refused(f"in use by pid {', '.join(map(str, sorted(cwd)[:5]))} (its working folder)")
         kind = layout.temp_folder_kind(t.path.name) or "pymp"
@@ -166,8 +166,9 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
         lease = ctx.in_use.lease_over(newest) if item.scope == "root" else None
         if lease is not None:
             raise Refused(leased_reason(lease))
-        if ctx.now - newest < o.min_age:
-            raise Refused(str(too_young(max(0.0, ctx.now - newest), o.min_age)))
+        young = too_young(ctx.now - newest, o.min_age)
+        if young is not None:
+            raise Refused(str(young))
     top = stats[0]
     if item.action == "evict" and not t.is_dir and (top.st_size != t.size or top.st_mtime != t.mtime):
         raise Refused("changed since the plan")

@@ -243,9 +243,15 @@ class _File:
 
     def _open(self, verdicts: SchemaVerdicts | None) -> tuple[Any, Any]:
         """The stream's reader over the map, its schema read; `error` is set when `datasets`
-        refuses the schema (the file is reported for that alone)."""
+        refuses the schema, or it is too large to read (the file is reported for that alone)."""
         import pyarrow as pa
 
+        from cachetool.cache.arrow import schema_too_large
+
+        assert self.mm is not None
+        self.error = schema_too_large(self.mm[:16], len(self.mm))  # reported, never read
+        if self.error is not None:
+            return None, None
         source = pa.BufferReader(pa.py_buffer(self.mm))
         reader = pa.ipc.open_stream(source)
         self.views += [source, reader]
