@@ -947,3 +947,45 @@ def test_the_cold_run_computes_every_step_and_leaves_the_cache_as_a_plain_run_wo
         n.unlink()
     assert plain("all") == (after, "True\n")
     assert not list(notes.iterdir())
+
+
+SAVES_AND_RELOADS = textwrap.dedent(
+    """\
+    import os, sys, time
+    import datasets
+
+    saved, log = sys.argv[1], sys.argv[2]
+    with open(log, "a") as f:
+        f.write(f"start {time.time()}\\n")
+    ds = datasets.Dataset.from_dict({"x": list(range(200))}).map(lambda e: {"y": e["x"] * 2})
+    ds.save_to_disk(saved)
+    again = datasets.load_from_disk(saved).map(lambda e: {"z": e["y"] + 1})
+    time.sleep(0.5)
+    with open(log, "a") as f:
+        f.write(f"end {time.time()}\\n")
+    print(sum(again["z"]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_isolated_runs_go_one_after_another_so_a_saved_folder_is_never_written_by_two(
+    tmp_path: Path,
+) -> None:
+    """A script that saves to a folder of its own and loads it back: `--isolated` runs go one
+    after the other (two at once rewrote the folder one of them had memory-mapped, and it died
+    of SIGBUS); the check passes."""
+    (tmp_path / "saves.py").write_text(SAVES_AND_RELOADS, encoding="utf-8")
+    log = tmp_path / "runs.log"
+    report = check_determinism(
+        tmp_path / "saves.py",
+        [str(tmp_path / "saved"), str(log)],
+        isolated=True,
+        rerun=False,
+        env=clean_env(tmp_path),
+        cwd=tmp_path,
+    )
+    assert report.exit_code == 0, [o.stderr_tail for o in report.runs]
+    marks = [line.split() for line in log.read_text().splitlines()]
+    assert [kind for kind, _ in marks] == ["start", "end"] * (len(marks) // 2), marks
+    assert len(marks) >= 4

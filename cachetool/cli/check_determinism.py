@@ -53,8 +53,8 @@ def check_determinism_command(
         bool,
         typer.Option(
             "--isolated",
-            help="Give each run a fresh temporary HF_DATASETS_CACHE (removed afterwards) and run "
-            "them in parallel. Default: the cache the script uses anyway, one run after the other.",
+            help="Give each run a fresh temporary HF_DATASETS_CACHE (removed afterwards). Default: "
+            "the cache the script uses anyway. Either way the runs go one after the other.",
         ),
     ] = False,
     cold: Annotated[
@@ -73,7 +73,8 @@ def check_determinism_command(
             "--jobs",
             "-j",
             min=1,
-            help="With --isolated: runs at once. Default: one per core.",
+            help="With --isolated: runs at once, for a script that writes no file outside its cache "
+            "(a save_to_disk folder written by two runs at once can kill one). Default: 1.",
             show_default=False,
         ),
     ] = None,

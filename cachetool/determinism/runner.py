@@ -8,7 +8,9 @@ where a plain run writes it, one the cache holds and what is made from it go to 
 and so does a file the script names that exists) so that a step changing an object that a later step
 hashes shows even when the cache is warm (fingerprints themselves are computed before any cache
 lookup). ``isolated=True`` gives each run a fresh temporary ``HF_DATASETS_CACHE`` (removed
-afterwards) and runs them in parallel.
+afterwards); they run one after another too (a ``save_to_disk`` folder or any other file of the
+script's own, outside the caches, would be written by two at once: a run reading it memory-mapped
+dies of SIGBUS), or ``jobs`` at once when the caller says the script writes nothing else.
 
 The pieces: `process` (a run's processes and output), `events` (its events file, typed),
 `analysis` (the comparison), `cleanup` (what a stopped check leaves), `report` (the result).
@@ -139,7 +141,7 @@ def _settings(
     return _Settings(
         script=str(script),
         seeds=seeds,
-        workers=max(1, min(len(seeds), jobs or (os.cpu_count() or 1))) if isolated else 1,
+        workers=max(1, min(len(seeds), jobs or 1)) if isolated else 1,
         rerun=rerun,
         runs=RunSettings(
             # As the user typed it (sys.argv[0] of a plain run), unless the runs start elsewhere.
@@ -176,8 +178,9 @@ def check_determinism(
     """Run `script` `runs` times with distinct hash seeds, compare every fingerprint, explain the first.
 
     `hash_seeds` fixes the seeds (its length sets the number of runs); the default is ``1..runs``, so
-    a verdict is reproducible. `isolated` gives each run a fresh temporary cache and runs up to
-    `jobs` of them at once (default: as many as there are runs and cores). When a difference is
+    a verdict is reproducible. `isolated` gives each run a fresh temporary cache; the runs go one
+    after another, or up to `jobs` at once for a script that writes no file outside its cache (a
+    `save_to_disk` folder two runs write at once can kill a run with SIGBUS). When a difference is
     found and `rerun` is true, one more run with the first run's seed tells whether the difference
     depends on ``PYTHONHASHSEED`` or changes on every run. `launcher` replaces the traced
     interpreter (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events).
@@ -250,7 +253,7 @@ def _check(s: _Settings) -> DeterminismReport:
 
 
 def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
-    """Runs on the shared cache, each after the one before (it may reuse what that one wrote),
+    """Runs each after the one before (on the shared cache it may reuse what that one wrote),
     stopping at the first failure (the report is about it). The next run's interpreter starts while
     a run works and waits for its turn, so its start and `import datasets` overlap that work. Never
     two at once, a cold first run included: the script's own files (a `save_to_disk` folder, and
