@@ -284,3 +284,40 @@ def test_a_value_from_the_hash_seed_gets_a_hash_seed_hint(tmp_path: Path) -> Non
     assert cause["culprits"][0]["kind"] == "hash-seed", text
     said = " ".join(text.split())
     assert "this value follows PYTHONHASHSEED" in said and "different in each run" not in said, text
+
+
+@pytest.mark.slow
+def test_a_step_one_run_made_and_another_did_not_is_named_with_its_run(tmp_path: Path) -> None:
+    """The first run makes a checkpoint the second does not (a marker file it leaves): the report
+    names that step, its call site and the run that recorded it, and compares the others."""
+    script = tmp_path / "paths.py"
+    script.write_text(
+        "import os\n"
+        "from cachetool import checkpoint\n"
+        "checkpoint('config', {'lr': 0.1})\n"
+        f"if not os.path.exists({str(tmp_path / 'marker')!r}):\n"
+        f"    open({str(tmp_path / 'marker')!r}, 'w').close()\n"
+        "    checkpoint('first time only', 1)\n",
+        encoding="utf-8",
+    )
+    env = hf_env(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cachetool", "check-determinism", str(script), "--json"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = json.loads(proc.stdout)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert report["one_run_only"] == [
+        {
+            "run": 1,
+            "operation": "checkpoint",
+            "call_site": {"file": str(script), "line": 6},
+            "function": None,
+            "count": 1,
+        }
+    ], report
+    assert f"checkpoint at {script}:6 was recorded in run 1 only" in proc.stderr, proc.stderr

@@ -59,46 +59,53 @@ def _key(event: Event) -> _Key:
     )
 
 
-def identities(run: Sequence[Event]) -> list[tuple[Any, ...]]:
+def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list[int]:
     """Each event's identity, the same in every run whatever the order of events or the cache
     state: its call (`_key`), the identities of the steps that made its parents (its lineage: the
     train split's map is not the test split's), and how many calls with that call and lineage came
     before it. A parent is known by the first call the user made that produced it (datasets'
     internal calls, which a warm run makes fewer of, never shift a step the user made); by the
-    internal call that made it, without counting, when no call of the user did; by ``?`` when no
-    recorded step made it."""
-    made: dict[str, tuple[Any, ...]] = {}
-    made_inside: dict[str, tuple[Any, ...]] = {}
+    internal call that made it, without counting, when no call of the user did; by -1 when no
+    recorded step made it. Identities are numbered in `known`, shared by the runs compared (flat,
+    however long the lineage)."""
+    made: dict[str, int] = {}
+    made_inside: dict[str, int] = {}
     seen: Counter[tuple[Any, ...]] = Counter()
-    out: list[tuple[Any, ...]] = []
+    out: list[int] = []
 
-    def parent(fp: str) -> tuple[Any, ...]:
+    def number(identity: tuple[Any, ...]) -> int:
+        return known.setdefault(identity, len(known))
+
+    def parent(fp: str) -> int:
         shard = _SHARD.match(fp)  # num_proc shards are named after their map: <fp>_00000_of_00002
         for name in (fp, shard.group(1) if shard else None):
-            if name is not None and (name in made or name in made_inside):
-                return made.get(name) or made_inside[name]
-        return ("?",)
+            if name in made:
+                return made[name]
+            if name in made_inside:
+                return made_inside[name]
+        return -1
 
     for event in run:
         lineage = (_key(event), tuple(parent(p) for p in event.parents))
-        identity = (*lineage, seen[lineage])
+        identity = number((*lineage, seen[lineage]))
         seen[lineage] += 1
         out.append(identity)
         if event.result is not None:
             if event.internal:
-                made_inside.setdefault(event.result, lineage)
+                made_inside.setdefault(event.result, number(lineage))
             else:
                 made.setdefault(event.result, identity)
     return out
 
 
 def align(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> tuple[list[tuple[int, ...]], int]:
-    """Rows of event positions, one position per run, matched by identity (`identities`), in the
+    """Rows of event positions, one position per run, matched by identity (`_identities`), in the
     first run's order; plus the number of events that could not be matched in every run."""
     events = as_runs(runs)
     if not events:
         return [], 0
-    where = [{identity: i for i, identity in enumerate(identities(run))} for run in events]
+    known: dict[tuple[Any, ...], int] = {}
+    where = [{identity: i for i, identity in enumerate(_identities(run, known))} for run in events]
     rows = [
         (i, *(w[identity] for w in where[1:]))
         for identity, i in where[0].items()
