@@ -11,7 +11,6 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from typer import _click as click
 
 from cachetool import __version__
 
@@ -62,7 +61,7 @@ class HelpCommand(typer.core.TyperCommand):
             elif isinstance(p, typer.core.TyperOption) and not p.is_flag and not p.count:
                 p.metavar = p.metavar or (p.name or "value").upper().strip("_")
 
-    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help_text(self, ctx: Any, formatter: Any) -> None:
         text = inspect.cleandoc(self.help or "").replace("**", "").replace("`", "")
         for block in text.split("\n\n"):
             formatter.write_paragraph()
@@ -74,7 +73,7 @@ class HelpCommand(typer.core.TyperCommand):
                 else:
                     formatter.write_text(block)
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         super().format_help(ctx, formatter)
         formatter.buffer[:] = [piece.replace("`", "") for piece in formatter.buffer]
 

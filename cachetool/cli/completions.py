@@ -14,7 +14,7 @@ SHELLS = {"bash": "cachetool.bash", "zsh": "_cachetool", "fish": "cachetool.fish
 
 
 def completion_script(shell: str) -> str:
-    from typer._completion_shared import get_completion_script
+    from typer.completion import get_completion_script
 
     return (
         get_completion_script(prog_name="cachetool", complete_var="_CACHETOOL_COMPLETE", shell=shell) + "\n"
