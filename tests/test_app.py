@@ -209,3 +209,19 @@ def test_format_refuses_another_commands_format(name: str) -> None:
     args = [name, "x.py" if name == "check-determinism" else "abc", "--format", extra]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 2 and f"'{extra}' is not one of human, json, quiet" in result.output
+
+
+def test_the_confirmation_prompt_needs_no_separate_click() -> None:
+    """`gc` and `verify --quarantine` ask through Typer's own Click: with no `click` package
+    installed (Typer bundles its own; only some `datasets` installs bring one) the prompt works."""
+    code = (
+        "import sys\n"
+        "sys.modules['click'] = None  # as if not installed: importing it fails\n"
+        "from cachetool.cli.output import confirm\n"
+        "print(confirm('Remove 1 item(s)?'))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], input="y\n", capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("True")
