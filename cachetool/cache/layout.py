@@ -40,6 +40,12 @@ DATA_KINDS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Ki
 WRITTEN_BY_DATASETS = frozenset({Kind.SOURCE, Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.SAVED})
 #: Kinds that `cachetool gc --temp` is about.
 LEFTOVER_KINDS = frozenset({Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE})
+#: Kinds whose files a tool may move aside when they are damaged (`verify --quarantine`): what
+#: `datasets` wrote and recomputes, and Arrow files read like its own. Never anything else
+#: (metadata alone, locks, downloads, files it does not write), whatever a record says of it.
+MOVABLE_KINDS = (
+    (WRITTEN_BY_DATASETS - {Kind.SAVED}) | LEFTOVER_KINDS | {Kind.ARROW, Kind.UNREADABLE, Kind.TF_CACHE}
+)
 
 DATASET_INFO = "dataset_info.json"
 STATE_JSON = "state.json"

@@ -53,6 +53,7 @@ STATE_FILES = (
     "pins.json.lock",
     "stats.json",  # cachetool.lineage.stats
     "checksums.json",  # cachetool.maintenance.verify.deep
+    "checksums.json.lock",
     "schema-verdicts.json",  # cachetool.maintenance.verify.schema_check
     "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine_plan
     "gc.lock",  # cachetool.maintenance.gc.gclock

@@ -49,8 +49,21 @@ def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
-    doc = json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
-    write_whole(checksums_path(root), doc, create_folders=True)
+    """Store the checksums `files` (relative path -> record) over the ones stored, keeping every
+    other file's: under a lock, the stored ones are read again and merged, so two `--record`
+    runs at once (two CI jobs) each keep what the other recorded. OSError (TimeoutError after
+    `LOCK_SECONDS`) when they cannot be stored."""
+    from cachetool.cache.store import lock_state
+
+    path = checksums_path(root)
+    with lock_state(path.with_name(CHECKSUMS_NAME + ".lock"), LOCK_SECONDS):
+        merged = {**load_checksums(root), **files}
+        doc = json.dumps({"version": 1, "files": merged}, separators=(",", ":")).encode()
+        write_whole(path, doc, create_folders=True)
+
+
+#: How long `save_checksums` waits for another process storing its checksums (a few writes).
+LOCK_SECONDS = 60.0
 
 
 # -- the deep pass -------------------------------------------------------------------------------
@@ -83,25 +96,18 @@ def deep_pass(
     read = read_files(paths, jobs, verdicts, progress, wants)
     results = list(zip([e for e, _ in targets], read, strict=True))
     verdicts.save()
-    new_sums: dict[str, dict[str, Any]] = dict(stored)
+    new_sums: dict[str, dict[str, Any]] = {}
     record_command = shell_command("verify", "--deep", "--record", "--cache-dir", os.fsdecode(report.root))
     for e, res in results:
         if res.error is not None:
             checker.add("invalid-data", e, res.path, res.error, checker.recompute(e), ident=res.identity)
             continue
         key = rel(res.path, report.root)
-        _compare(checker, e, res, stored.get(key), record_command)
-        if record:
-            new_sums[key] = {
-                "size": res.size,
-                "mtime_ns": res.mtime_ns,
-                "xxh3": res.checksum,
-                "time": time.time(),
-            }
-            if _unchanged_since_read(res):
-                new_sums[key]["validated"] = validator()
+        rewritten = _compare(checker, e, res, stored.get(key), record_command)
+        if record or (rewritten and _unchanged_since_read(res)):
+            new_sums[key] = _record(res)
     total_bytes = sum(res.size for _, res in results)
-    if not record:
+    if not new_sums:
         return total_bytes, 0
     try:
         save_checksums(report.root, new_sums)
@@ -115,7 +121,24 @@ def deep_pass(
             )
         )
         return total_bytes, 0
-    return total_bytes, sum(1 for _, r in results if r.error is None)
+    return total_bytes, sum(1 for _, r in results if r.error is None) if record else 0
+
+
+def _record(res: DeepResult) -> dict[str, Any]:
+    """What is stored of a file read in full: its checksum, and the stat that tells a later run
+    whether it was written anew (inode, mtime, ctime) or changed where it lies."""
+    rec: dict[str, Any] = {
+        "size": res.size,
+        "mtime_ns": res.mtime_ns,
+        "ctime_ns": res.ctime_ns,
+        "xxh3": res.checksum,
+        "time": time.time(),
+    }
+    if res.identity is not None:
+        rec["ino"] = res.identity[1]
+    if _unchanged_since_read(res):
+        rec["validated"] = validator()
+    return rec
 
 
 #: What a deep read checks, as a number: raise it whenever that changes, so that files recorded
@@ -153,17 +176,39 @@ def _want(old: dict[str, Any] | None, record: bool) -> Want:
 
 def _compare(
     checker: Checker, e: Entry, res: DeepResult, old: dict[str, Any] | None, record_command: str
-) -> None:
-    """An error when the bytes differ from the checksum recorded earlier."""
+) -> bool:
+    """Whether a file whose bytes differ from its recorded checksum was written anew since (True:
+    its checksum is to be recorded again), and a finding saying which.
+
+    Only a file whose stream validates in full comes here. Written anew: another inode (written
+    beside and renamed, as `datasets` writes a cache file), or a new mtime (and so a new ctime:
+    truncated and written again, as `save_to_disk` writes into its folder): information, and it
+    is recorded again. The same inode and mtime with other bytes is bit rot, a silent overwrite,
+    or a wrong record: an error that says the stream validates, and which `--quarantine` never
+    moves on this evidence alone (one mismatch against a record is a finding, not proof)."""
     if old is None or old.get("xxh3") == res.checksum:
-        return
+        return False
     when = local_time(float(old.get("time", 0)), seconds=False)
-    same_stat = old.get("size") == res.size and old.get("mtime_ns") == res.mtime_ns
+    ino = res.identity[1] if res.identity is not None else None
+    new_inode = isinstance(old.get("ino"), int) and ino is not None and old["ino"] != ino
+    if new_inode or old.get("mtime_ns") != res.mtime_ns:
+        how = "a new file" if new_inode else "a new modification time"
+        checker.add(
+            "rewritten",
+            e,
+            res.path,
+            f"rewritten since its checksum was recorded {when} ({how}; the stream validates "
+            "in full): checksum recorded again",
+            "",
+        )
+        return True
+    same_size = " (same size and mtime: bit rot or a silent overwrite)" if old.get("size") == res.size else ""
     checker.add(
         "checksum-changed",
         e,
         res.path,
-        f"bytes changed since checksum recorded {when}"
-        + (" (same size and mtime: bit rot or a silent overwrite)" if same_stat else ""),
-        f"if it was rewritten on purpose, run `{record_command}` again",
+        f"bytes changed since checksum recorded {when}{same_size}; the stream validates in full, "
+        "so values changed inside it or the record is wrong: not moved by --quarantine",
+        f"check the data; if the file is right, run `{record_command}` again",
     )
+    return False

@@ -34,7 +34,7 @@ Code = Literal[
     "shard-length",  # a source shard's rows differ from dataset_info.json's shard_lengths
     "index-out-of-bounds",  # an indices file points past the end of its data
     "invalid-data",  # --deep: a buffer does not validate, or datasets cannot load the schema
-    "checksum-changed",  # --deep: bytes differ from the checksum recorded earlier
+    "checksum-changed",  # --deep: bytes differ from the checksum recorded earlier (never moved)
     "interrupted-save",  # data-*.arrow without state.json, old enough to be interrupted
     "tf-incomplete",  # a finished tf.data cache misses data its index names
     "stale-code",  # --stale: computed by code that has changed since
@@ -58,6 +58,7 @@ Code = Literal[
     "shards-in-progress",  # a num_proc shard set whose other shards are still being written
     "tf-being-written",
     "record-file-gone",  # a ledger record's file was removed since
+    "rewritten",  # --deep: written anew since its checksum was recorded (recorded again)
 ]
 
 SEVERITY: dict[Code, Severity] = {
@@ -101,6 +102,7 @@ SEVERITY: dict[Code, Severity] = {
             "shards-in-progress",
             "tf-being-written",
             "record-file-gone",
+            "rewritten",
         ),
         Severity.INFO,
     ),
@@ -222,14 +224,12 @@ class VerifyReport:
 
 def recompute_hint(root: Path, saved: Path | None = None) -> str:
     """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it.
-    Nothing recomputes a damaged `saved` folder (a `save_to_disk` one): it is saved again, and
-    moved aside only from a root that holds it (the root itself cannot move into its own
-    quarantine)."""
+    Nothing recomputes a damaged `saved` folder (a `save_to_disk` one), and `--quarantine` never
+    moves it: it is saved again."""
     command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
     if saved is None:
         return f"move it aside with `{command}`; datasets will recompute it"
-    again = "nothing recomputes a save_to_disk folder: save it again with the code that made it"
-    return again if saved == root else f"{again}, or move it aside with `{command}`"
+    return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
 
 
 TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"

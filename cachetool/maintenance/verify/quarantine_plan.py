@@ -1,7 +1,8 @@
 """`verify --quarantine`: move what has errors aside (never delete), as a plan first.
 
 `plan_quarantine(report)` says what would move, unit by unit (a damaged source split takes its
-`dataset_info.json`, a saved dataset its whole folder; a num_proc shard only itself); `--dry-run`
+`dataset_info.json`; a num_proc shard only itself; a saved dataset and what `datasets` did not
+write never move); `--dry-run`
 prints it; `plan.execute()` moves each unit into `<root>/.cachetool/quarantine/<time>-<pid>/`,
 checking each file again right before: still the version verify judged, not a symlink, inside the
 cache, not held or mapped by a live process, not covered by a live lease. `restore` puts them back.
@@ -20,7 +21,7 @@ from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import scan_cache
+from cachetool.cache.scan import Entry, scan_cache
 from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, rename_noreplace
 from cachetool.maintenance.liveness import InUse, scan_in_use
 from cachetool.maintenance.verify.model import RECHECK, Finding, Problem, VerifyReport, pids_text
@@ -67,9 +68,12 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
     """What to move for each error so that `datasets` recomputes instead of crashing.
 
     A damaged source split takes `dataset_info.json` with it (moved first: without it `datasets`
-    prepares the folder again); a saved dataset moves as its whole folder (a saved DatasetDict as
-    the dict folder; `load_from_disk` reads every file `state.json` names); anything else, a
-    shard of a num_proc set too (datasets reuses the others), is the damaged file alone."""
+    prepares the folder again); a num_proc shard (datasets reuses the others), and anything else,
+    is the damaged file alone. Only what the cache model classifies as written by `datasets`
+    moves (`layout.MOVABLE_KINDS`), whatever a finding or a ledger record says of a path: a
+    file of the user's, a saved dataset's files (nothing recomputes them: saved again, not moved)
+    and a file whose bytes only differ from a recorded checksum (a finding, not proof) stay, each
+    with a `not-quarantined` finding saying why (in `plan.report`)."""
     errors = report.errors
     if not errors:
         return QuarantinePlan(report, ())
@@ -77,14 +81,17 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
     by_file = {f.path: e for e in scanned.entries for f in e.files}
     by_path = {e.path: e for e in scanned.entries}
     units: list[QuarantineUnit] = []
+    refused: list[Finding] = []
     for f in errors:
         e = by_file.get(f.path) or by_path.get(f.path)
-        if e is None:
-            paths = [f.path]
-        elif e.kind == Kind.SOURCE and e.dataset_dir is not None:
+        why = _stays(f, e)
+        if why is not None:
+            note = Problem("not-quarantined", f"not quarantined: {why}")
+            refused.append(replace(f, issue=note, hint=""))
+            continue
+        assert e is not None
+        if e.kind == Kind.SOURCE and e.dataset_dir is not None:
             paths = [e.dataset_dir / layout.DATASET_INFO, *(x.path for x in e.files)]
-        elif e.kind == Kind.SAVED:
-            paths = [e.unit or e.path]
         elif e.kind in (Kind.INCOMPLETE_SAVE, Kind.INCOMPLETE_PREPARE):
             paths = [e.path]
         elif e.kind == Kind.SHARDS:
@@ -94,7 +101,21 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
         else:
             paths = [x.path for x in e.files] or [e.path]
         units.append(QuarantineUnit(f, tuple(p for p in paths if os.path.lexists(p))))
+    report = replace(report, findings=(*report.findings, *refused))
     return QuarantinePlan(report, tuple(u for u in units if u.paths))
+
+
+def _stays(f: Finding, e: Entry | None) -> str | None:
+    """Why the error `f` about entry `e` (None: no entry of the cache holds its path) moves
+    nothing; None when its files may move."""
+    if e is not None and e.kind == Kind.SAVED:
+        return "a saved dataset's file (save_to_disk): nothing recomputes it, save it again"
+    if e is None or e.kind not in layout.MOVABLE_KINDS:
+        what = "nothing" if e is None else e.kind.value
+        return f"not a file datasets wrote (the cache classifies it as {what}), whatever a record says"
+    if f.code == "checksum-changed":
+        return "its stream validates in full; a differing checksum alone is no proof of damage"
+    return None
 
 
 def quarantine(report: VerifyReport) -> VerifyReport:

@@ -67,7 +67,7 @@ def verify_cache(
     if dry_run:
         return plan.dry_run()
     if plan.units and confirm is not None and not confirm(plan):
-        return report
+        return plan.report
     return plan.execute()
 
 
@@ -141,12 +141,26 @@ def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
 
 def with_stale_findings(report: VerifyReport) -> VerifyReport:
     """`report` plus an error for each entry computed by code that has changed since
-    (`cachetool.lineage.explain.stale_hits`): `verify_cache(..., stale=True)`."""
+    (`cachetool.lineage.explain.stale_hits`): `verify_cache(..., stale=True)`. Each is about the
+    first file of the step's record that the cache classifies as written by `datasets` (a record
+    may name anything), or its first file when none is (then `--quarantine` moves nothing)."""
+    from cachetool.cache.layout import MOVABLE_KINDS
     from cachetool.lineage.explain import stale_hits
 
+    hits = stale_hits(report.root)
+    if not hits:
+        return report
+    scanned = scan_cache(report.root, use_index=True, ledger=False)
+    own = {os.fsdecode(f.path) for e in scanned.entries if e.kind in MOVABLE_KINDS for f in e.files}
     found = [
-        Finding(Problem("stale-code", s.message), s.fingerprint, "stale", Path(p), stale_hint(s.gc_command))
-        for s in stale_hits(report.root)
-        for p in s.files[:1]
+        Finding(
+            Problem("stale-code", s.message),
+            s.fingerprint,
+            "stale",
+            Path(next((p for p in s.files if os.fsdecode(p) in own), s.files[0])),
+            stale_hint(s.gc_command),
+        )
+        for s in hits
+        if s.files
     ]
     return replace(report, findings=(*report.findings, *found))

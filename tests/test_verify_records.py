@@ -1,0 +1,209 @@
+"""What verify keeps and reads (ledger records, stored checksums) never makes it move a user's
+files: a record naming a file `datasets` did not write moves nothing, a file rewritten on purpose
+after `--record` is recorded again instead of quarantined as bit rot, and two `--record` runs at
+once keep each other's checksums."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import forks
+from tests.conftest import hf_env
+from tests.test_stale_downstream import _edit_helper, _project, _run
+
+pytestmark = pytest.mark.slow
+
+
+def _verify(env: dict[str, str], root: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    cmd = [sys.executable, "-m", "cachetool", "verify", "--json", "--cache-dir", str(root), *args]
+    proc = forks.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_a_stale_record_naming_a_user_file_moves_nothing_but_datasets_files(tmp_path: Path) -> None:
+    """A ledger record whose step lists a file of the user's (here a notes file in the cache
+    root, first in its list) besides the step's cache file: `verify --stale --quarantine --yes`
+    leaves the user's file where it is and moves the stale cache file the record names."""
+    project, env = _project(tmp_path)
+    root = tmp_path / "cache"
+    fps = _run(project, env)["fps"]
+    assert isinstance(fps, list)
+    _edit_helper(project)
+    notes = root / "team-notes.txt"
+    notes.write_text("do not move me\n")
+    (segment,) = (root / ".cachetool" / "ledger").glob("*.jsonl")
+    text = segment.read_text()
+    cache_file = next(root.rglob(f"cache-{fps[0]}.arrow"))
+    real = f'"files":[{{"path":"{cache_file}"'
+    assert text.count(real) == 1
+    forged = f'"files":[{{"path":"{notes}","size":15,"status":"written"}},{{"path":"{cache_file}"'
+    segment.write_text(text.replace(real, forged))
+
+    code, doc = _verify(env, root, "--stale", "--quarantine", "--yes")
+    assert code == 1
+    assert notes.read_text() == "do not move me\n"
+    moved = {q["from"] for q in doc["quarantined"]}
+    assert str(notes) not in moved
+    assert str(cache_file) in moved
+    # The finding names the step's cache file, never the user's file the record lists first.
+    assert all(f["path"] != str(notes) for f in doc["findings"]), doc["findings"]
+
+
+SAVE = """
+import sys
+from datasets import Dataset
+version = sys.argv[2]
+rows = {"text": [f"row {i} {version}" for i in range(3000)]}
+Dataset.from_dict(rows).save_to_disk(sys.argv[1], num_shards=2)
+"""
+
+LOAD = """
+import sys
+from datasets import load_from_disk
+print(load_from_disk(sys.argv[1])["text"][7])
+"""
+
+MAP = """
+import os
+import sys
+from datasets import load_dataset
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+# The fingerprint hashes the code, not the environment: a recomputation writes other values.
+out = ds.map(lambda ex: {"n": len(ex["text"]) + int(os.environ.get("BUMP", "0"))},
+             load_from_cache_file=sys.argv[2] == "cached")
+print(out._fingerprint)
+"""
+
+
+def _python(env: dict[str, str], code: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+
+
+def test_a_dataset_saved_again_after_record_is_recorded_again_not_quarantined(tmp_path: Path) -> None:
+    """`save_to_disk` again to the same folder after `verify --deep --record` rewrites its files
+    whole: `verify --deep` says they were rewritten and records them again (exit 0), and
+    `verify --deep --quarantine --yes` moves nothing, so `load_from_disk` still loads the new
+    data. A saved file damaged since (cut short) is an error that is reported but never moved:
+    nothing recomputes a saved dataset."""
+    env = hf_env(tmp_path)
+    root = tmp_path / "cache"
+    saved = root / "saved"
+    _python(env, SAVE, str(saved), "v1")
+    code, doc = _verify(env, root, "--deep", "--record")
+    assert code == 0 and doc["checksums_recorded"] == 2
+    _python(env, SAVE, str(saved), "v2")
+
+    code, doc = _verify(env, root, "--deep", "--quarantine", "--yes")
+    assert code == 0, doc["findings"]
+    assert doc["quarantined"] == []
+    rewritten = sorted(f["path"] for f in doc["findings"] if "rewritten" in f["problem"])
+    assert rewritten == sorted(str(p) for p in saved.glob("data-*.arrow")), doc["findings"]
+    assert _python(env, LOAD, str(saved)) == "row 7 v2"
+    code, doc = _verify(env, root, "--deep")
+    assert code == 0 and doc["findings"] == []  # recorded again: nothing more to say
+
+    shard = sorted(saved.glob("data-*.arrow"))[0]
+    shard.write_bytes(shard.read_bytes()[:-300])
+    code, doc = _verify(env, root, "--deep", "--quarantine", "--yes")
+    assert code == 1 and doc["quarantined"] == []
+    assert shard.is_file()
+    assert any(f["path"] == str(shard) and "saved dataset" in f["problem"] for f in doc["findings"])
+
+
+def test_a_map_recomputed_after_record_is_recorded_again(tmp_path: Path) -> None:
+    """A map recomputed with `load_from_cache_file=False` writes its cache file anew under the
+    same fingerprint: the next `verify --deep --quarantine --yes` says it was rewritten, records
+    it again and moves nothing."""
+    env = hf_env(tmp_path)
+    root = tmp_path / "cache"
+    data = tmp_path / "data.csv"
+    data.write_text("text\n" + "".join(f"line {i}\n" for i in range(500)))
+    fp = _python(env, MAP, str(data), "cached")
+    code, _ = _verify(env, root, "--deep", "--record")
+    assert code == 0
+    assert _python({**env, "BUMP": "1"}, MAP, str(data), "recompute") == fp
+    code, doc = _verify(env, root, "--deep", "--quarantine", "--yes")
+    assert code == 0 and doc["quarantined"] == [], doc["findings"]
+    assert [Path(f["path"]).name for f in doc["findings"] if "rewritten" in f["problem"]] == [
+        f"cache-{fp}.arrow"
+    ]
+
+
+def test_checksums_recorded_wrongly_are_findings_and_move_nothing(tmp_path: Path) -> None:
+    """A checksums file whose every hash is wrong (edited, or written by a broken tool): each
+    file is reported as differing from its record, says its stream validates in full, and none
+    moves; the data stays loadable."""
+    env = hf_env(tmp_path)
+    root = tmp_path / "cache"
+    saved = root / "saved"
+    _python(env, SAVE, str(saved), "v1")
+    data = tmp_path / "data.csv"
+    data.write_text("text\n" + "".join(f"line {i}\n" for i in range(500)))
+    _python(env, MAP, str(data), "cached")
+    code, doc = _verify(env, root, "--deep", "--record")
+    assert code == 0 and doc["checksums_recorded"] >= 4
+    sums = root / ".cachetool" / "checksums.json"
+    stored = json.loads(sums.read_text())
+    for v in stored["files"].values():
+        v["xxh3"] = "0" * 16
+    sums.write_text(json.dumps(stored))
+    code, doc = _verify(env, root, "--deep", "--quarantine", "--yes")
+    assert code == 1 and doc["quarantined"] == []
+    differ = [f for f in doc["findings"] if "checksum recorded" in f["problem"]]
+    assert len(differ) == len(stored["files"])
+    assert all("stream validates" in f["problem"] for f in differ), differ
+    assert _python(env, LOAD, str(saved)) == "row 7 v1"
+
+
+RECORD_ONE = """
+import sys
+from cachetool.maintenance.verify import verify_cache
+report = verify_cache(sys.argv[1], [sys.argv[2]], deep=True, record=True)
+print(report.recorded)
+"""
+
+
+def test_two_concurrent_deep_records_keep_each_others_checksums(tmp_path: Path) -> None:
+    """Two `verify --deep --record` processes at once (two CI jobs), each over its own entries
+    of one cache: `checksums.json` ends up with the checksums of both."""
+    from tests.attack.races import synthesize_cache
+
+    root = tmp_path / "cache"
+    files = synthesize_cache(root, 2)
+    import pyarrow as pa
+
+    for path in files:  # big enough that both reads overlap
+        table = pa.ipc.open_stream(path).read_all()
+        big = pa.concat_tables([table] * 40_000).combine_chunks()
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, big.schema) as w:
+            w.write_table(big, max_chunksize=64 * 1024)
+    env = hf_env(tmp_path, PYTHONPATH=os.getcwd())
+    for attempt in range(3):
+        (root / ".cachetool" / "checksums.json").unlink(missing_ok=True)
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RECORD_ONE, str(root), p.stem.removeprefix("cache-")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for p in files
+        ]
+        outs = [p.communicate(timeout=240) for p in procs]
+        assert all(p.returncode == 0 for p in procs), outs
+        assert [o.strip() for o, _ in outs] == ["1", "1"]
+        stored = json.loads((root / ".cachetool" / "checksums.json").read_text())["files"]
+        assert sorted(stored) == sorted(os.fsdecode(p.relative_to(root)) for p in files), attempt
