@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 #: No metadata file of a cache comes near this (a dataset_info.json of many configs is a few MB).
@@ -20,8 +21,16 @@ class BadJsonFile(ValueError):
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> bytes:
     """The bytes of a regular file of at most `max_bytes`, read with one `read()` sized from the
     stat; FileNotFoundError when it is missing, BadJsonFile (with the reason) otherwise."""
+    return read_opened(
+        lambda: os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), max_bytes
+    )
+
+
+def read_opened(opener: Callable[[], int], max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the regular file `opener()` opens (`read_open_file`): FileNotFoundError when
+    it is missing, BadJsonFile (with the reason) when it cannot be opened or read whole."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = opener()
     except FileNotFoundError:
         raise
     except OSError as e:

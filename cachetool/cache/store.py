@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cachetool.cache.layout import LEDGER_DIR
-from cachetool.safejson import MAX_BYTES, BadJsonFile, read_open_file
+from cachetool.safejson import MAX_BYTES, read_opened
 
 #: A temporary file of one of these writes older than this was left by a killed writer.
 STALE_SECONDS = 3600.0
@@ -150,16 +150,7 @@ def open_state(
 def read_state(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
     """The bytes of the state file `path`: FileNotFoundError when there is none, BadJsonFile
     (a ValueError saying why) when it is not a regular file of at most `max_bytes`."""
-    try:
-        fd = open_state(path)
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        raise BadJsonFile(err.strerror or str(err)) from None
-    try:
-        return read_open_file(fd, max_bytes)
-    finally:
-        os.close(fd)
+    return read_opened(lambda: open_state(path), max_bytes)
 
 
 def read_state_json(path: Path, max_bytes: int = MAX_BYTES) -> object:
