@@ -55,7 +55,7 @@ def measure(ns: argparse.Namespace, tmp: Path) -> None:
     import datasets
     from datasets import load_dataset
 
-    from cachetool.lineage.ledger import read_ledger
+    from cachetool.history.ledger import read_ledger
     from cachetool.trace import active_tracer, install_tracing, uninstall_tracing
 
     datasets.logging.set_verbosity_error()

@@ -23,14 +23,13 @@ __version__ = "0.1.0"
 
 #: Every public name and the module it lives in. One function per command (the command's options
 #: are its keywords: `--no-verify` is `verify=False`, `--cache-dir` its first argument), then the
-#: types they return and take. `lineage`'s is `cachetool.lineage.query.lineage`: the name
-#: `cachetool.lineage` is the package.
+#: types they return and take.
 _LAZY = {
     # ls, show, dirs, demo
     "list_cache": "cachetool.cache.listing",
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.scan",
-    "show_entry": "cachetool.lineage.show",
+    "show_entry": "cachetool.history.show",
     "resolve_dirs": "cachetool.cache.dirs",
     "resolve_cache_root": "cachetool.cache.dirs",
     "build_demo": "cachetool.demo",
@@ -38,7 +37,8 @@ _LAZY = {
     "run_script": "cachetool.trace.runner",
     "tracing": "cachetool.trace",
     "install_tracing": "cachetool.trace",
-    "load_graph": "cachetool.lineage.graph",
+    "lineage": "cachetool.history.query",
+    "load_graph": "cachetool.history.graph",
     # verify
     "verify_cache": "cachetool.maintenance.verify",
     "quarantined": "cachetool.maintenance.verify",
@@ -51,11 +51,11 @@ _LAZY = {
     "unpin": "cachetool.maintenance.pinning",
     "list_pins": "cachetool.maintenance.pinning",
     # explain, stats
-    "explain": "cachetool.lineage.explain",
-    "explain_fingerprint": "cachetool.lineage.explain",
-    "explain_run": "cachetool.lineage.explain",
-    "ledger_stats": "cachetool.lineage.stats",
-    "zero_stats": "cachetool.lineage.stats",
+    "explain": "cachetool.history.explain",
+    "explain_fingerprint": "cachetool.history.explain",
+    "explain_run": "cachetool.history.explain",
+    "ledger_stats": "cachetool.history.stats",
+    "zero_stats": "cachetool.history.stats",
     # check-determinism
     "check_determinism": "cachetool.determinism.runner",
     "checkpoint": "cachetool.determinism.checkpoint",

@@ -67,7 +67,7 @@ def test_modules_that_build_a_listing_never_import_the_lineage_package() -> None
 
 def test_importing_what_builds_a_listing_never_loads_the_lineage_package() -> None:
     """Following the module-level imports of the modules that build a report, transitively,
-    never reaches cachetool.lineage (which imports the cache package): no import cycle can run
+    never reaches cachetool.history (which imports the cache package): no import cycle can run
     through them."""
     files = [*PACKAGE.rglob("*.py")]
     modules = {_module_name(p): p for p in files}
@@ -81,13 +81,13 @@ def test_importing_what_builds_a_listing_never_loads_the_lineage_package() -> No
         if module not in seen:
             seen.add(module)
             todo.extend(graph[module])
-    assert sorted(m for m in seen if m.startswith("cachetool.lineage")) == []
+    assert sorted(m for m in seen if m.startswith("cachetool.history")) == []
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "first",
-    ["cachetool.lineage.ledger", "cachetool.cache.scan", "cachetool.cache.lookup", "cachetool.cache.model"],
+    ["cachetool.history.ledger", "cachetool.cache.scan", "cachetool.cache.lookup", "cachetool.cache.model"],
 )
 def test_cache_and_ledger_modules_import_in_any_order(first: str) -> None:
     """A fresh interpreter imports the scan, the lookup, the model and the ledger whichever comes
@@ -96,7 +96,7 @@ def test_cache_and_ledger_modules_import_in_any_order(first: str) -> None:
         "cachetool.cache.model",
         "cachetool.cache.lookup",
         "cachetool.cache.scan",
-        "cachetool.lineage.ledger",
+        "cachetool.history.ledger",
     ]
     code = f"import {first}\n" + "".join(f"import {m}\n" for m in others if m != first)
     code += (

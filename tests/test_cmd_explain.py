@@ -22,7 +22,7 @@ except ImportError:
     )
 
 from cachetool.cli.app import app
-from cachetool.lineage.explain import (
+from cachetool.history.explain import (
     ExplainReport,
     LineChange,
     StepExplanation,
@@ -32,7 +32,7 @@ from cachetool.lineage.explain import (
     function_source,
     stale_hits,
 )
-from cachetool.lineage.ledger import read_ledger
+from cachetool.history.ledger import read_ledger
 
 pytestmark = pytest.mark.slow
 
@@ -307,7 +307,7 @@ def test_records_stay_small_with_a_10_mb_closure(runs: ExplainRuns) -> None:
 
 def test_function_source_and_line_diff_ignore_comments_but_not_code() -> None:
     """The disk check behind `verify --stale`: a comment or blank line is not a change."""
-    from cachetool.lineage.explain.sources import tokens as _tokens
+    from cachetool.history.explain.sources import tokens as _tokens
 
     edited = HELPERS_V1.replace(
         "    return text.strip().lower()", "    # tidy\n    return text.strip().lower()\n"

@@ -128,7 +128,7 @@ def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
     kinds = {"temp", "incomplete-prepare", "incomplete-save", "lock", "download"}
     assert {r["kind"] for r in result["removed"]} == kinds
 
-    from cachetool.lineage.gclog import gc_records
+    from cachetool.history.gclog import gc_records
 
     records = gc_records(copy / "cache")
     assert sorted(r.path or "" for r in records) == sorted(r["path"] for r in result["removed"])
@@ -577,7 +577,7 @@ def test_older_than_evicts_whole_entries_and_keeps_sources(copy: Path, leftovers
     assert kept["reasons"] == {"used in the last 30d": 6, "source splits and saved datasets": 2}
     assert kept["summary"].startswith(f"keeps {kept['entries']} entries")
 
-    from cachetool.lineage.gclog import removed_fingerprints
+    from cachetool.history.gclog import removed_fingerprints
 
     assert set(removed_fingerprints(copy / "cache")) >= set(removed)
 

@@ -45,7 +45,7 @@ def test_gc_evicts_nothing_when_the_ledger_could_not_be_read_whole(
     """A ledger segment larger than readers read of one (256 MB; lowered here to 1 kB): the
     recorded ancestors of a pinned entry may be in what was not read, so `gc --max-size` evicts
     nothing (one `Error:` line, exit 2) where it would have chosen them; `gc --temp` still runs."""
-    from cachetool.lineage import segments
+    from cachetool.history import segments
 
     cache = copy / "cache"
     b, a = leftovers["chain_b"], leftovers["chain_a"]

@@ -22,7 +22,7 @@ from cachetool.determinism.analysis import analyze
 from cachetool.determinism.render import human_lines
 from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism
 from cachetool.errors import ExitCode
-from cachetool.lineage.records import ArgInfo
+from cachetool.history.records import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
 from tests.corpus_pipeline import causes_of, check_once, lines_of, once
 
@@ -563,7 +563,7 @@ print(ds._fingerprint)
 def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
     """pipeline.py copied to pipeline_b.py recomputes its map (dill keeps the file name): explain
     names the file change instead of "first time this step ran"."""
-    from cachetool.lineage.explain import explain_fingerprint
+    from cachetool.history.explain import explain_fingerprint
 
     env = hf_env(tmp_path)
     data = tmp_path / "data.jsonl"

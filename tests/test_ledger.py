@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.lineage import ledger
-from cachetool.lineage.ledger import (
+from cachetool.history import ledger
+from cachetool.history.ledger import (
     LedgerWriter,
     fallback_ledger_dir,
     known_roots,
@@ -52,7 +52,7 @@ def _record(i: int, result: str, parent: str | None = None, **extra: object) -> 
 WRITER = textwrap.dedent(
     """\
     import os, sys
-    from cachetool.lineage.ledger import LedgerWriter
+    from cachetool.history.ledger import LedgerWriter
     root, n, worker = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     w = LedgerWriter()
     for i in range(n):
@@ -85,7 +85,7 @@ def test_eight_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
 KILLED = textwrap.dedent(
     """\
     import os, sys, time
-    from cachetool.lineage.ledger import LedgerWriter
+    from cachetool.history.ledger import LedgerWriter
     root = sys.argv[1]
     w = LedgerWriter()
     for i in range(20):
@@ -126,8 +126,8 @@ def test_a_writer_killed_mid_record_leaves_a_torn_tail_that_is_skipped(tmp_path:
 TORN_BY_A_FULL_DISK = textwrap.dedent(
     """\
     import resource, signal, sys
-    from cachetool.lineage.gclog import GcLog
-    from cachetool.lineage.roots import ledger_dir
+    from cachetool.history.gclog import GcLog
+    from cachetool.history.roots import ledger_dir
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     root = sys.argv[1]
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
@@ -151,7 +151,7 @@ def test_a_record_after_a_torn_one_starts_on_a_fresh_line(tmp_path: Path) -> Non
     """gc logs a removal while the disk is full (the kernel writes part of the record), space
     comes back, and gc logs the next removal: that record is read back whole, not glued to the
     torn one; only the torn one is skipped, with a warning."""
-    from cachetool.lineage.gclog import gc_records
+    from cachetool.history.gclog import gc_records
 
     root = tmp_path / "cache"
     root.mkdir()
@@ -260,8 +260,8 @@ def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
 def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> None:
     """gc's `"files": 1` (a count) and a step's `"files": [...]` (a list) are two classes, so no
     reader can take one for the other; each round-trips through its writer's JSON unchanged."""
-    from cachetool.lineage.gclog import GcLog, gc_records
-    from cachetool.lineage.records import GcRecord, StepRecord, parse_record
+    from cachetool.history.gclog import GcLog, gc_records
+    from cachetool.history.records import GcRecord, StepRecord, parse_record
 
     root = tmp_path / "cache"
     root.mkdir()

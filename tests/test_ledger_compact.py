@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from cachetool.lineage.compact import compact_ledger, ledger_bytes
-from cachetool.lineage.compact_files import KILL_AT_ENV
-from cachetool.lineage.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
-from cachetool.lineage.query import lineage
-from cachetool.lineage.stats import ledger_stats
+from cachetool.history.compact import compact_ledger, ledger_bytes
+from cachetool.history.compact_files import KILL_AT_ENV
+from cachetool.history.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
+from cachetool.history.query import lineage
+from cachetool.history.stats import ledger_stats
 from tests.conftest import invoke
 
 #: Above the largest pid Linux hands out (4194304): the writer of such a segment is gone.
@@ -176,8 +176,8 @@ def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
     lowered here to 48 kB): compaction would write one segment with the kept records past that
     limit, so lineage would lose them. It leaves the ledger as it is and says why; the lineage of
     what has files, the totals and the gc records stay whole, and reading warns of nothing."""
-    from cachetool.lineage import segments
-    from cachetool.lineage.gclog import gc_records
+    from cachetool.history import segments
+    from cachetool.history.gclog import gc_records
 
     monkeypatch.setattr(segments, "MAX_SEGMENT_BYTES", 48 * 1024)
     root = tmp_path / "cache"
@@ -222,7 +222,7 @@ def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
 APPENDER = textwrap.dedent(
     """\
     import socket, sys, time
-    from cachetool.lineage.ledger import LedgerWriter
+    from cachetool.history.ledger import LedgerWriter
     root, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     w = LedgerWriter()
     base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": w.pid, "internal": False}
@@ -241,7 +241,7 @@ APPENDER = textwrap.dedent(
 COMPACTOR = textwrap.dedent(
     """\
     import os, sys, time
-    from cachetool.lineage.compact import compact_ledger
+    from cachetool.history.compact import compact_ledger
     root, stop, counts = sys.argv[1:4]
     did = beside = 0
     while not os.path.exists(stop):
@@ -312,7 +312,7 @@ def test_compaction_while_tracers_append_loses_and_doubles_nothing(tmp_path: Pat
     assert len(_segments(root)) == 1  # everything finished: one compacted segment
 
 
-KILLED = "import sys; from cachetool.lineage.compact import compact_ledger as c; c(sys.argv[1], keep_runs=5)"
+KILLED = "import sys; from cachetool.history.compact import compact_ledger as c; c(sys.argv[1], keep_runs=5)"
 
 
 @pytest.mark.slow
@@ -377,7 +377,7 @@ def test_a_gc_that_removed_something_compacts_a_large_ledger(
     compacts it and says so; stats totals unchanged."""
     import pyarrow as pa
 
-    from cachetool.lineage import compact
+    from cachetool.history import compact
     from cachetool.maintenance.gc import gc_cache
 
     root = tmp_path / "cache"
@@ -412,7 +412,7 @@ def test_explain_after_a_compaction_still_knows_the_earlier_runs(tmp_path: Path)
     """A step at a new call site in the newest run is "the first time this step ran", not "the
     first run recorded in this cache", before and after the earlier runs were summarised; its
     explanation through the index is the one from every record, both times."""
-    from cachetool.lineage.explain import explain_fingerprint, load_view
+    from cachetool.history.explain import explain_fingerprint, load_view
 
     root = tmp_path / "cache"
     _write_runs(root, 8, 3)

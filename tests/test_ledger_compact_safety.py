@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.lineage.compact import compact_ledger
-from cachetool.lineage.ledger import ledger_dir
-from cachetool.lineage.stats import ledger_stats
+from cachetool.history.compact import compact_ledger
+from cachetool.history.ledger import ledger_dir
+from cachetool.history.stats import ledger_stats
 from tests.conftest import invoke
 from tests.test_ledger_compact import DEAD_PID, _segments, _totals, _write_runs
 
@@ -71,7 +71,7 @@ def test_a_symlinked_ledger_folder_is_not_followed_out_of_the_root(tmp_path: Pat
 WRITER = textwrap.dedent(
     """
     import socket, sys
-    from cachetool.lineage.ledger import LedgerWriter
+    from cachetool.history.ledger import LedgerWriter
     root, pid = sys.argv[1], int(sys.argv[2])
     w = LedgerWriter(pid=pid, start=5.0)
     base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": pid, "root": root}
@@ -163,7 +163,7 @@ def test_a_compaction_locks_a_bounded_number_of_segments_and_says_the_rest_wait(
     """Past `MAX_REPLACED` old segments (lowered here to 2), one compaction replaces that many
     (each is locked through an open descriptor), warns that the others wait, and the next
     compaction takes them; `stats` totals unchanged throughout."""
-    from cachetool.lineage import compact
+    from cachetool.history import compact
 
     root = tmp_path / "cache"
     _write_runs(root, 5, 2)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.lineage.index import INDEX_FILE
-from cachetool.lineage.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
+from cachetool.history.index import INDEX_FILE
+from cachetool.history.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
 from tests.test_ledger import _record
 
 
@@ -73,7 +73,7 @@ def test_the_index_follows_appends_torn_lines_and_removed_segments(tmp_path: Pat
 
 FOLD = """
 import sys
-from cachetool.lineage.ledger import usage_by_fingerprint
+from cachetool.history.ledger import usage_by_fingerprint
 usage = usage_by_fingerprint(sys.argv[1])
 print(sum(u.records for u in usage.values()))
 """
@@ -104,9 +104,9 @@ def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path:
     every record shows: branches, a no-op step, an internal step that wrote a file, a gc removal,
     and runs of other families that it skips."""
     from cachetool.cache.scan import scan_cache
-    from cachetool.lineage.ledger import Ledger
-    from cachetool.lineage.part import open_index
-    from cachetool.lineage.query import lineage, lineage_view
+    from cachetool.history.ledger import Ledger
+    from cachetool.history.part import open_index
+    from cachetool.history.query import lineage, lineage_view
 
     root = tmp_path / "cache"
     for run in range(3):
@@ -131,7 +131,7 @@ def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path:
             whole = lineage_view(report, fp, mode=mode, ledger=Ledger.load(root))  # type: ignore[arg-type]
             assert lineage(root, fp, **keywords).to_json() == whole.to_json(), (fp, mode)
     assert [s.fingerprint for _, s in lineage(root, "b0").steps] == ["src0", "a0", "b0"]
-    from cachetool.lineage.show import show_entry
+    from cachetool.history.show import show_entry
 
     for fp in ("b0", "c2", "src1"):  # `show` of a fingerprint only the ledger knows: its records
         assert show_entry(root, fp).records == tuple(read_ledger(root).for_result(fp)), fp
@@ -156,8 +156,8 @@ def test_explain_read_through_the_index_is_the_explanation_of_every_record(tmp_p
     """`explain FP` (with its history) and `explain --last` of a long-lived ledger read only the
     records they compare, through the index; what they say is what reading every record says:
     the changed argument, the step upstream where it changed, the earlier runs, a first run."""
-    from cachetool.lineage.explain import explain_fingerprint, explain_run, load_view
-    from cachetool.lineage.part import open_index
+    from cachetool.history.explain import explain_fingerprint, explain_run, load_view
+    from cachetool.history.part import open_index
 
     root = tmp_path / "cache"
     thresholds = ["0.5", "0.5", "0.6", "0.7", "0.7", "0.8"]

@@ -14,10 +14,10 @@ import pytest
 
 from cachetool.cache.scan import scan_cache
 from cachetool.errors import CachetoolError
-from cachetool.lineage.index import UsageIndex
-from cachetool.lineage.narrow import narrow_report
-from cachetool.lineage.part import IndexedFingerprints, open_index
-from cachetool.lineage.resolve import Resolved, resolve
+from cachetool.history.index import UsageIndex
+from cachetool.history.narrow import narrow_report
+from cachetool.history.part import IndexedFingerprints, open_index
+from cachetool.history.resolve import Resolved, resolve
 
 pytestmark = pytest.mark.slow
 
@@ -98,9 +98,9 @@ def test_lineage_and_explain_of_a_named_fingerprint_are_those_of_the_whole_scan(
     """`lineage FP` (chain, descendants, all) and `explain FP` through the narrowed scan show what
     they show when the whole cache is scanned and every record read, by fingerprint, prefix and
     cache file name."""
-    from cachetool.lineage.explain import explain_fingerprint, load_view
-    from cachetool.lineage.ledger import Ledger
-    from cachetool.lineage.query import lineage, lineage_view
+    from cachetool.history.explain import explain_fingerprint, load_view
+    from cachetool.history.ledger import Ledger
+    from cachetool.history.query import lineage, lineage_view
 
     monkeypatch.setenv("CACHETOOL_HOME", golden["env"]["CACHETOOL_HOME"])
     root = Path(golden["cache"]).resolve()

@@ -19,9 +19,9 @@ except ImportError:
     from conftest import cachetool_run, shared_session_dir  # type: ignore[no-redef]
     from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env  # type: ignore[no-redef]
 
-from cachetool.lineage.graph import LineageGraph, load_graph
-from cachetool.lineage.ledger import read_ledger
-from cachetool.lineage.records import StepRecord
+from cachetool.history.graph import LineageGraph, load_graph
+from cachetool.history.ledger import read_ledger
+from cachetool.history.records import StepRecord
 
 pytestmark = pytest.mark.slow
 

@@ -141,9 +141,9 @@ _OTHER_ROOTS = {
 
 
 def _other_roots(root: Path, env: Mapping[str, str]) -> list[Location]:
-    """The roots of the registry (`cachetool.lineage.roots.other_roots`) other than `root` that
+    """The roots of the registry (`cachetool.history.roots.other_roots`) other than `root` that
     exist: the folders traced runs wrote in, each a cache root of its own."""
-    from cachetool.lineage.roots import other_roots  # it imports this module
+    from cachetool.history.roots import other_roots  # it imports this module
 
     return [
         Location(_OTHER_ROOTS[kind][0], Path(path), "registry", _OTHER_ROOTS[kind][1])

@@ -13,7 +13,7 @@ from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.lean import LeanEntry, Listed
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Finding the entry a name stands for: a path, a fingerprint or alias, or a unique prefix.
 
-The rule is `cachetool.lineage.ledger.resolve`, shared by every command that takes a name; this
+The rule is `cachetool.history.ledger.resolve`, shared by every command that takes a name; this
 is its form for a scanned report alone.
 """
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from cachetool.cache.model import CacheReport, Entry
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
 
 
 def find_entry(
@@ -24,12 +24,12 @@ def find_entry(
     *,
     recorded: Sequence[str] | None = None,
 ) -> Entry:
-    """The one entry `prefix` names, by the rule of `cachetool.lineage.ledger.resolve` (path,
+    """The one entry `prefix` names, by the rule of `cachetool.history.ledger.resolve` (path,
     exact fingerprint or alias, unique prefix). With a `ledger` (or the fingerprints it records,
     `recorded`), fingerprints only it knows are candidates too; one of them named is
     `RecordedOnly` here (no entry holds it, and the message says what the ledger knows). Raises
     `AmbiguousFingerprint` listing candidates."""
-    from cachetool.lineage.ledger import entry_at_path, resolve
+    from cachetool.history.ledger import entry_at_path, resolve
 
     at_path = entry_at_path(report, prefix)  # a leftover named by its path has no fingerprint
     if at_path is not None:

@@ -19,7 +19,7 @@ from cachetool.cache.layout import Kind
 from cachetool.formatting import human_size, iso_time, time_ago
 
 if TYPE_CHECKING:
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
 
 
 class RecordedUse(Protocol):

@@ -34,7 +34,7 @@ from cachetool.cache.walk import gc_paused
 from cachetool.errors import CacheNotFound, NotADirectory
 
 if TYPE_CHECKING:
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
 
 __all__ = [
     "CacheFile",
@@ -108,7 +108,7 @@ def _scan(
         if usage is None and ledger is True and not _may_have_ledger(ledger_root):
             usage = {}  # what the ledger says without importing it (a third of an `ls`'s imports)
         elif usage is None and ledger is not False:
-            from cachetool.lineage.ledger import usage_by_fingerprint
+            from cachetool.history.ledger import usage_by_fingerprint
 
             usage = usage_by_fingerprint(ledger_root if ledger is True else ledger)
         index = ReadIndex(root_path, enabled=use_index and not own)
@@ -196,7 +196,7 @@ def _may_have_ledger(root: Path) -> bool:
     """Whether a folder that may hold ledger segments of `root` holds any file named like one
     (`usage_by_fingerprint` of a root without segments is empty). The per-user fallback's name
     (a hash of the root's path) is made only where the per-user `ledgers` folder exists."""
-    from cachetool.lineage.roots import SEGMENT_SUFFIX, present_ledger_dirs
+    from cachetool.history.roots import SEGMENT_SUFFIX, present_ledger_dirs
 
     for folder in present_ledger_dirs(root):
         try:

@@ -185,7 +185,7 @@ def _ledger_key(root: Path) -> bytes | None:
     `ledgers` folder exists, as the scan decides), and name, mode, size, mtime, ctime and inode
     of everything in it (a tracer appending to a segment, a new run, a compaction all change
     them). None where a folder cannot be listed."""
-    from cachetool.lineage.roots import present_ledger_dirs
+    from cachetool.history.roots import present_ledger_dirs
 
     parts = []
     for folder in present_ledger_dirs(root):

@@ -45,13 +45,13 @@ STALE_SECONDS = 3600.0
 STATE_FILES = (
     "read-index.sqlite.z",  # cachetool.cache.index: the read index
     "ls-json.z",  # cachetool.cache.snapshot: the kept listing text
-    "ledger-index.sqlite",  # cachetool.lineage.index
+    "ledger-index.sqlite",  # cachetool.history.index
     "ledger-index.sqlite.lock",
-    "ledger/*.jsonl",  # cachetool.lineage.segments: the ledger (gc's log included)
+    "ledger/*.jsonl",  # cachetool.history.segments: the ledger (gc's log included)
     "leases/*.json",  # cachetool.maintenance.leases
     "pins.json",  # cachetool.maintenance.pins
     "pins.json.lock",
-    "stats.json",  # cachetool.lineage.stats
+    "stats.json",  # cachetool.history.stats
     "checksums.json",  # cachetool.maintenance.verify.deep
     "checksums.json.lock",
     "schema-verdicts.json",  # cachetool.maintenance.verify.schema_check

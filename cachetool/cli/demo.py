@@ -40,7 +40,7 @@ def demo_command(
 
 @handle_errors
 def _demo(folder: Path | None) -> None:
-    from cachetool.lineage.roots import forget_roots, known_roots
+    from cachetool.history.roots import forget_roots, known_roots
 
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
     before = set(known_roots())
@@ -67,7 +67,7 @@ def _show_demo(target: Path) -> None:
     report_warnings(report)
     if demo.final_fingerprint:
         from cachetool.cli.lineage import render as render_lineage
-        from cachetool.lineage.query import lineage_view
+        from cachetool.history.query import lineage_view
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))

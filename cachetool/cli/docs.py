@@ -124,7 +124,7 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Lineage: `run`, `lineage`",
         (
             "cachetool.run_script",
-            "cachetool.lineage.query.lineage",
+            "cachetool.lineage",
             "cachetool.tracing",
             "cachetool.install_tracing",
             "cachetool.load_graph",

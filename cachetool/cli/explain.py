@@ -11,8 +11,8 @@ from cachetool.errors import ExitCode
 from cachetool.formatting import local_time, short_duration
 
 if TYPE_CHECKING:
-    from cachetool.lineage.explain import ExplainReport, Reason, StaleHit, StepExplanation
-    from cachetool.lineage.runs import Failure, Interruption
+    from cachetool.history.explain import ExplainReport, Reason, StaleHit, StepExplanation
+    from cachetool.history.runs import Failure, Interruption
 
 
 def run_explain(
@@ -27,7 +27,7 @@ def run_explain(
     """`cachetool explain` once its options are read (by Typer, or by `cachetool.cli.light`):
     the exit code, 1 when a cache hit is stale."""
     from cachetool.cache.dirs import root_for
-    from cachetool.lineage.explain import explain
+    from cachetool.history.explain import explain
 
     root = Path(os.path.abspath(root_for(fingerprint, cache_dir)))
     report = explain(root, fingerprint, last=last, script=script, history=history, all_roots=all_roots)
@@ -51,7 +51,7 @@ def run_explain(
         first, *rest = _by_root(report.stale).values()
         hint(first[0].hint)
         if rest:
-            from cachetool.lineage.roots import other_roots
+            from cachetool.history.roots import other_roots
 
             saved = {path for path, kind in other_roots(root) if kind == "saved"}
             for group in rest:
@@ -63,8 +63,8 @@ def run_explain(
 def _roots_with_run(root: Path, run: str) -> list[str]:
     """Other roots (a `save_to_disk` folder a `map` after `load_from_disk` wrote in) where `run`
     recorded steps, and where it is the latest run, so `--last` there explains it."""
-    from cachetool.lineage.ledger import ledger_dir
-    from cachetool.lineage.roots import other_roots
+    from cachetool.history.ledger import ledger_dir
+    from cachetool.history.roots import other_roots
 
     found = []
     for other, _ in other_roots(root):
@@ -157,7 +157,7 @@ def _step_lines(
 
 
 def _uncached_lines(out: Output, report: ExplainReport) -> None:
-    from cachetool.lineage.explain import UNCACHED_HINT
+    from cachetool.history.explain import UNCACHED_HINT
 
     n = len(report.uncached)
     if report.steps:

@@ -12,7 +12,7 @@ from cachetool.cli.common import Output, OutputFormat, hint, warn
 from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
-    from cachetool.lineage.compact import CompactionReport
+    from cachetool.history.compact import CompactionReport
     from cachetool.maintenance.gc import GcPlan, GcResult, GcRun
 
 
@@ -67,7 +67,7 @@ def render_dry_run(out: Output, plan: GcPlan) -> None:
 def show_compaction(out: Output, run: GcRun) -> None:
     """One line for the ledger compaction that followed (or would follow) the removals."""
     from cachetool.cli.stats import compaction_line
-    from cachetool.lineage.compact import AUTO_BYTES
+    from cachetool.history.compact import AUTO_BYTES
 
     if run.compaction is not None and out.format == OutputFormat.human:
         out.line(f"{compaction_line(run.compaction)} (over {human_size(AUTO_BYTES)})")

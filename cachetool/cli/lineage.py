@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 
 if TYPE_CHECKING:
-    from cachetool.lineage.query import LineageView
-    from cachetool.lineage.step import Step
+    from cachetool.history.query import LineageView
+    from cachetool.history.step import Step
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
@@ -19,7 +19,7 @@ NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 def run_lineage(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, **options: bool) -> None:
     """`cachetool lineage` once its options are read (by Typer, or by `cachetool.cli.light`)."""
     from cachetool.cache.dirs import root_for
-    from cachetool.lineage.query import lineage
+    from cachetool.history.query import lineage
 
     view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
     if fmt == OutputFormat.json:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from cachetool.cache.lean import Listed
     from cachetool.cache.listing import Listing
     from cachetool.cache.scan import CacheReport, Entry
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
 
 
 def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:

@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.output import Output, OutputFormat, warn
 from cachetool.formatting import local_time, time_ago
-from cachetool.lineage.show import fingerprint_check
+from cachetool.history.show import fingerprint_check
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheFile, Entry
-    from cachetool.lineage.records import CallSite, StepRecord
-    from cachetool.lineage.show import EntryReport
+    from cachetool.history.records import CallSite, StepRecord
+    from cachetool.history.show import EntryReport
 
 
 def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
     """`cachetool show` once its options are read (by Typer, or by `cachetool.cli.light`)."""
     from cachetool.cache.dirs import root_for
     from cachetool.cli.ls import report_warnings, scan_with_progress
-    from cachetool.lineage.show import show_entry
+    from cachetool.history.show import show_entry
 
     out = Output(fmt, no_truncate=no_truncate)
     shown = show_entry(

@@ -24,8 +24,8 @@ from cachetool.cli.common import (
 from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
-    from cachetool.lineage.compact import CompactionReport
-    from cachetool.lineage.stats import Group, StatsReport
+    from cachetool.history.compact import CompactionReport
+    from cachetool.history.stats import Group, StatsReport
 
 
 def stats_command(
@@ -106,7 +106,7 @@ def _stats(
 ) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.query import parse_duration
-    from cachetool.lineage.stats import ledger_stats, zero_stats
+    from cachetool.history.stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))
     out = Output(fmt)

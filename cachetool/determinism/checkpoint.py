@@ -52,7 +52,7 @@ def checkpoint(name: str, obj: Any) -> str | None:
         return None
     from cachetool.fingerprint.hashing import try_hash
     from cachetool.fingerprint.tree import build_tree, short_repr
-    from cachetool.lineage.records import ArgInfo, CallSite, CheckpointRecord, RandomFallback
+    from cachetool.history.records import ArgInfo, CallSite, CheckpointRecord, RandomFallback
 
     frame = sys._getframe(1)
     tree = build_tree(obj) if trees else None

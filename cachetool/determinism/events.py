@@ -1,4 +1,4 @@
-"""A run's events file, read once into the typed step records of `cachetool.lineage.records`.
+"""A run's events file, read once into the typed step records of `cachetool.history.records`.
 
 The tracer and `cachetool.checkpoint` append one JSON line per step to the file named by
 ``CACHETOOL_TRACE_EVENTS``; it is read with the ledger's own segment reader, so a line that is not
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachetool.lineage.records import BadRecord, StepRecord, parse_record
-from cachetool.lineage.segments import read_segment
+from cachetool.history.records import BadRecord, StepRecord, parse_record
+from cachetool.history.segments import read_segment
 
 __all__ = ["Event", "EventsFile", "as_events", "load_events", "read_events"]
 

@@ -197,7 +197,7 @@ def unobserved_lines(cause: Cause) -> list[str]:
 
 def _uncached_lines(report: DeterminismReport) -> list[str]:
     """The note on steps without a persistent cache, worded as `explain` words it."""
-    from cachetool.lineage.explain.model import UNCACHED_HINT, UNCACHED_TEXT
+    from cachetool.history.explain.model import UNCACHED_HINT, UNCACHED_TEXT
 
     uncached = report.uncached
     if not uncached:

@@ -19,7 +19,7 @@ from cachetool.determinism.events import Event
 from cachetool.fingerprint.diff import Culprit, diff_trees
 from cachetool.fingerprint.hints import state_change_hint
 from cachetool.fingerprint.tree import iter_nodes
-from cachetool.lineage.records import ArgInfo
+from cachetool.history.records import ArgInfo
 
 __all__ = ["StateChange", "state_changes"]
 

@@ -1,7 +1,7 @@
 """`pin`, `unpin` and `pin --list` by the names users type: the Python side of those commands.
 
 The pins file itself (where it lives, its lock, what gc protects) is `cachetool.maintenance.pins`;
-a name is turned into a fingerprint by the one naming rule (`cachetool.lineage.resolve`).
+a name is turned into a fingerprint by the one naming rule (`cachetool.history.resolve`).
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def _root(root: str | os.PathLike[str]) -> Path:
 
 def pin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
     """Pin the fingerprint `fingerprint` names (a unique prefix, an alias, a path: the rule of
-    `cachetool.lineage.resolve.resolve`; one only the ledger knows too): `gc` never evicts it,
+    `cachetool.history.resolve.resolve`; one only the ledger knows too): `gc` never evicts it,
     nor any ancestor the ledger records for it. The Python side of `cachetool pin`."""
-    from cachetool.lineage.resolve import named_elsewhere, resolve_in_root
+    from cachetool.history.resolve import named_elsewhere, resolve_in_root
     from cachetool.maintenance.pins import add_pin
 
     root_path = _root(root)

@@ -25,7 +25,7 @@ from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
 
 PINS_FILE = "pins.json"
 
@@ -123,7 +123,7 @@ def recorded_parents(root: str | os.PathLike[str] | Ledger) -> dict[str, frozens
 
     All records count, internal ones too (a `set_format` inside `load_from_disk` links two
     fingerprints of one state): for protection, a superset of the true ancestry is the safe side."""
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
 
     ledger = root if isinstance(root, Ledger) else Ledger.load(root, follow=False)
     parents: dict[str, set[str]] = {}

@@ -36,7 +36,7 @@ from cachetool.maintenance.leases import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.lineage.gclog import GcLog
+    from cachetool.history.gclog import GcLog
 
 #: The smallest `--min-age` gc accepts for unleased temp files on a shared file system: a writer
 #: on another host that holds no lease shows only through its file's age.
@@ -176,7 +176,7 @@ def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
     for a lease whose process the user knows is gone (a host that died, a forged lease). Reached
     from the root's descriptor without following a symlink; logged in the ledger as gc's
     removals are. NoSuchLease when the root has no such lease."""
-    from cachetool.lineage.gclog import GcLog
+    from cachetool.history.gclog import GcLog
 
     root_path = Path(os.path.abspath(os.fspath(root)))
     file = name if name.endswith(".json") else f"{name}.json"
@@ -233,11 +233,11 @@ def shared_state(root: str | os.PathLike[str]) -> SharedState:
 
 
 def _elsewhere(root: Path, stale: list[Lease]) -> dict[str, tuple[str, ...]]:
-    """Lease file name -> the other roots of the registry (`cachetool.lineage.roots`) holding a
+    """Lease file name -> the other roots of the registry (`cachetool.history.roots`) holding a
     lease of that name: one run (host, pid, start) leases every root it writes in."""
     if not stale:
         return {}
-    from cachetool.lineage.roots import other_roots
+    from cachetool.history.roots import other_roots
 
     others = [path for path, _ in other_roots(root)]
     found = {}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cache.layout import LEFTOVER_KINDS, Kind
 
 if TYPE_CHECKING:
-    from cachetool.lineage.records import StepRecord
+    from cachetool.history.records import StepRecord
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,8 @@ def build_report(
     import time
 
     from cachetool.cache.scan import scan_cache
-    from cachetool.lineage.graph import load_graph
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.graph import load_graph
+    from cachetool.history.ledger import Ledger
 
     now = time.time() if now is None else now
     ledger = Ledger.load(Path(root).expanduser().resolve())

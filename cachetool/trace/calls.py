@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from cachetool.lineage.records import CallSite, LedgerRecord, StepRecord
+from cachetool.history.records import CallSite, LedgerRecord, StepRecord
 from cachetool.trace.roots import abs_path
 
 __all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch"]

@@ -1,4 +1,4 @@
-"""The records of a tracer: one typed record (`cachetool.lineage.records`) per step a traced call
+"""The records of a tracer: one typed record (`cachetool.history.records`) per step a traced call
 made, built from the call's frame and what `datasets` hashed inside it; a step start when a step
 begins to compute; the run's start and end; the text of the user's functions.
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypedDict
 
-from cachetool.lineage.records import (
+from cachetool.history.records import (
     FileRecord,
     FunctionInfo,
     RootRecord,
@@ -26,7 +26,7 @@ from cachetool.lineage.records import (
     StepStartRecord,
     TransformRecord,
 )
-from cachetool.lineage.writer import RECORD_VERSION
+from cachetool.history.writer import RECORD_VERSION
 from cachetool.trace import origins
 from cachetool.trace.arguments import SOURCES, Arguments, Hashed
 from cachetool.trace.calls import Frame, HashEvent

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import socket
 
-from cachetool.lineage.records import LedgerRecord, StepRecord
-from cachetool.lineage.writer import LedgerWriter, SegmentWriter
+from cachetool.history.records import LedgerRecord, StepRecord
+from cachetool.history.writer import LedgerWriter, SegmentWriter
 from cachetool.trace.install import warn
 
 __all__ = ["EventsSink", "LedgerSink"]

@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cachetool.lineage.records import LedgerRecord, StepRecord
-from cachetool.lineage.writer import ENCODER
+from cachetool.history.records import LedgerRecord, StepRecord
+from cachetool.history.writer import ENCODER
 from cachetool.trace.arguments import Arguments
 from cachetool.trace.calls import Calls, Frame, Watch
 from cachetool.trace.coldrun import fresh_path, positions, recomputed_args

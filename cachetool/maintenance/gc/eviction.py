@@ -63,7 +63,7 @@ class EvictionPlanner(Planner):
         """Pins, `--keep` and their recorded ancestors (the one naming rule for `--keep`:
         ambiguous is an error; a name nothing matches is only warned about)."""
         from cachetool.errors import UnknownFingerprint
-        from cachetool.lineage.ledger import resolve
+        from cachetool.history.ledger import resolve
         from cachetool.maintenance.pins import ancestors
 
         parents = self.parents

@@ -49,7 +49,7 @@ def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT, root_fd: int | None = Non
         from filelock import FileLock, Timeout
 
         from cachetool.cache.dirs import user_state_dir
-        from cachetool.lineage.ledger import root_key
+        from cachetool.history.ledger import root_key
 
         path = user_state_dir() / "gc-locks" / f"{root_key(root)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -184,7 +184,7 @@ def _refuse_a_partly_read_ledger(root: Path, segments: Iterable[Path]) -> None:
     """Evicting needs the whole ledger: what it did not read may hold the recorded ancestors of a
     pinned entry (or the last use of an entry), which gc would then choose."""
     from cachetool.formatting import human_size
-    from cachetool.lineage.segments import MAX_SEGMENT_BYTES, read_partly
+    from cachetool.history.segments import MAX_SEGMENT_BYTES, read_partly
 
     cut = [p for p in segments if read_partly(p)]
     if cut:
@@ -206,7 +206,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     if not options.selects:
         return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
     from cachetool.cache.scan import scan_cache
-    from cachetool.lineage.ledger import Ledger
+    from cachetool.history.ledger import Ledger
     from cachetool.maintenance.pins import read_pins, recorded_parents
 
     root_id = _folder_id(root)

@@ -22,7 +22,7 @@ from cachetool.maintenance.gc.model import (
 from cachetool.maintenance.gc.plan import plan_gc, plan_temp_only
 
 if TYPE_CHECKING:
-    from cachetool.lineage.compact import CompactionReport
+    from cachetool.history.compact import CompactionReport
 
 
 class ConfirmationNeeded(CachetoolError):
@@ -85,7 +85,7 @@ class GcRun:
     dry_run: bool = False
     declined: bool = False  # `confirm` said no: nothing removed
     #: The ledger compaction that followed the removals (a dry run: that would follow), when the
-    #: ledger is past `cachetool.lineage.compact.AUTO_BYTES`.
+    #: ledger is past `cachetool.history.compact.AUTO_BYTES`.
     compaction: CompactionReport | None = None
 
     @property
@@ -131,7 +131,7 @@ def gc_cache(
     raises `ConfirmationNeeded` (exit 2). With nothing selected (no `temp`, nothing named, no
     limit) nothing is scanned and the plan's one warning says so. Stale leases are removed even
     when the plan removes nothing: they protect nothing any more. After a removal, a ledger
-    larger than `cachetool.lineage.compact.AUTO_BYTES` is compacted (`compact_if_large`); the
+    larger than `cachetool.history.compact.AUTO_BYTES` is compacted (`compact_if_large`); the
     run's `compaction` says what that did (a dry run: what it would do)."""
     from cachetool.cache.dirs import existing_root, resolve_cache_root
 
@@ -149,7 +149,7 @@ def gc_cache(
         force_root=force_root,
         other_hosts_idle=other_hosts_idle,
     )
-    from cachetool.lineage.compact import compact_if_large
+    from cachetool.history.compact import compact_if_large
 
     default = resolve_cache_root(cache_dir).path.expanduser()
     if cache_dir is None and options.temp and not options.evicts and not os.path.lexists(default):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import Entry
-from cachetool.lineage.ledger import Ledger
+from cachetool.history.ledger import Ledger
 from cachetool.maintenance.verify.checks import Checker
 
 _DATA_KINDS = (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)

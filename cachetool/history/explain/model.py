@@ -1,0 +1,406 @@
+"""The answer of `cachetool explain`, as typed values: steps, the reasons they were computed,
+stale cache hits, and the steps of a run that ran without a persistent cache.
+
+Every message is rendered from these values (`Reason.text`, `StaleHit.message`); nothing reads a
+message back to decide anything: `Reason.kind`, `StepExplanation.status` and `ExplainReport.mode`
+are the values code looks at.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cachetool.errors import CachetoolError
+from cachetool.formatting import clock_time
+from cachetool.history.records import StepRecord
+from cachetool.history.runs import Failure, Interruption
+
+#: What differs between a step and the sibling it is compared with (the table in
+#: `cachetool.history.explain`).
+ReasonKind = Literal[
+    "argument",
+    "function",
+    "function-source",
+    "source-file",
+    "nondeterministic",
+    "non-semantic",
+    "random",
+    "fingerprint-given",
+    "source",
+    "input",
+    "versions",
+    "same-fingerprint",
+    "concurrent",
+    "first-run",
+    "unexplained",
+]
+#: What a step did with its result: computed it (a cache miss), loaded it (a hit), reused some
+#: `num_proc` shards and computed the others, or wrote no file.
+StepStatus = Literal["computed", "loaded", "partial", "no file"]
+#: One fingerprint explained, or every computed step of a run.
+ExplainMode = Literal["fingerprint", "run"]
+#: Why a step ran without a persistent cache (`cachetool.history.records.UNCACHED_REASONS`).
+UncachedReason = Literal["in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false"]
+
+
+class NoRecords(CachetoolError):
+    """The ledger has nothing to explain (no pipeline ran under `cachetool run`)."""
+
+    def __init__(self, root: Path, what: str) -> None:
+        super().__init__(f"no recorded {what} in {root}: run the pipeline with `cachetool run script.py`")
+        self.root = root
+
+
+@dataclass(frozen=True)
+class LineChange:
+    """One changed line of a function: its number in the newer source (or the older one, for a
+    removed line) and the text before and after (None: added or removed)."""
+
+    line: int
+    before: str | None
+    after: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "before": self.before, "after": self.after}
+
+    def __str__(self) -> str:
+        if self.before is None:
+            return f"line {self.line}: added `{self.after}`"
+        if self.after is None:
+            return f"line {self.line}: removed `{self.before}`"
+        return f"line {self.line}: `{self.before}` → `{self.after}`"
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """A recorded step, as a person recognises it."""
+
+    fingerprint: str | None
+    operation: str | None
+    function: str | None
+    file: str | None
+    line: int | None
+    time: float | None
+    run: str | None
+    host: str | None = None
+
+    @classmethod
+    def of(cls, rec: StepRecord) -> StepRef:
+        fn = rec.function
+        site = rec.call_site
+        return cls(
+            fingerprint=rec.result,
+            operation=rec.operation,
+            function=fn.qualname if fn and fn.qualname else None,
+            file=site.file if site and site.file else None,
+            line=site.line if site else None,
+            time=rec.time,
+            run=rec.run or None,
+            host=rec.host,
+        )
+
+    @property
+    def label(self) -> str:
+        """`filter keep @ pipeline.py:24`."""
+        parts = [self.operation or "step"]
+        if self.function:
+            parts.append(self.function)
+        text = " ".join(parts)
+        if self.file:
+            text += f" @ {os.path.basename(self.file)}:{self.line}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "operation": self.operation,
+            "function": self.function,
+            "call_site": {"file": self.file, "line": self.line},
+            "time": self.time,
+            "run": self.run,
+            "host": self.host,
+        }
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One thing that differs between a step and the sibling it is compared with."""
+
+    kind: ReasonKind
+    #: One sentence for a person, without the upstream prefix.
+    message: str
+    argument: str | None = None
+    #: The access path of the part that changed (``fn_kwargs['threshold']``,
+    #: ``function → code → const[3]``), when known.
+    path: str | None = None
+    before: str | None = None
+    after: str | None = None
+    lines: tuple[LineChange, ...] = ()
+    hint: str | None = None
+    #: Set when the change happened in an earlier step: that step.
+    upstream: StepRef | None = None
+
+    @property
+    def text(self) -> str:
+        if self.upstream is None:
+            return self.message
+        return f"its input changed: {self.upstream.label} was recomputed because {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.text,
+            "argument": self.argument,
+            "path": self.path,
+            "before": self.before,
+            "after": self.after,
+            "lines": [c.to_json() for c in self.lines],
+            "hint": self.hint,
+            "upstream": self.upstream.to_json() if self.upstream else None,
+        }
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """A function whose code changed between the computation of a result and a later moment."""
+
+    qualname: str
+    file: str | None
+    lines: tuple[LineChange, ...]
+
+    @property
+    def name(self) -> str:
+        return self.qualname.rsplit(".", 1)[-1] if self.file else self.qualname
+
+    def to_json(self) -> dict[str, Any]:
+        return {"qualname": self.qualname, "file": self.file, "lines": [c.to_json() for c in self.lines]}
+
+
+@dataclass(frozen=True)
+class StaleHit:
+    """A cache entry computed by code that has changed since (`datasets` reuses it, or did), or
+    made from such an entry (`derived_from`): stale too, though its own code is the same."""
+
+    fingerprint: str
+    files: tuple[str, ...]
+    computed_at: float | None
+    computed_run: str | None
+    #: When a later run reused it (None: found by reading the source files now).
+    reused_at: float | None
+    reused_run: str | None
+    changes: tuple[SourceChange, ...]
+    step: StepRef
+    #: The cache root it was found in (so the hint names it).
+    root: str | None = field(default=None, compare=False)
+    #: The step upstream whose stale result this entry was made from (None: its own code changed).
+    derived_from: StepRef | None = None
+    #: When `derived_from`'s step was recomputed by changed code after this entry was made (None:
+    #: that step's result is itself stale).
+    recomputed_at: float | None = None
+    #: The fingerprints the hint removes together: this entry and what was made from it.
+    remove: tuple[str, ...] = field(default=(), compare=False)
+    #: The entry is a source (a `from_generator` dataset): gc removes one only when told.
+    source: bool = field(default=False, compare=False)
+    #: One of `remove` is a source.
+    remove_sources: bool = field(default=False, compare=False)
+
+    @property
+    def file_name(self) -> str:
+        return os.path.basename(self.files[0]) if self.files else f"cache-{self.fingerprint}"
+
+    @property
+    def gc_command(self) -> str:
+        """The command that removes this entry and every stale entry made from it now (min-age 0:
+        they were just found stale)."""
+        from cachetool.maintenance.hints import gc_command
+
+        targets = self.remove or (self.fingerprint,)
+        if self.remove_sources or (self.source and not self.remove):
+            targets = (*targets, "--include-sources")
+        if self.root is None:
+            return shlex.join(["cachetool", "gc", *targets, "--min-age", "0"])
+        return gc_command(self.root, *targets)
+
+    @property
+    def message(self) -> str:
+        up = self.derived_from
+        if up is not None:
+            what = f"cache entry {self.file_name} ({self.step.label})"
+            if self.recomputed_at is not None:
+                return (
+                    f"{what} was made from an older result of {up.label}, recomputed at "
+                    f"{clock_time(self.recomputed_at)} by changed code"
+                )
+            return f"{what} was made from the stale result of {up.label}"
+        names = ", ".join(
+            f"`{c.name}` in {os.path.basename(c.file)}" if c.file else f"`{c.name}`" for c in self.changes
+        )
+        first = next((c.lines[0] for c in self.changes if c.lines), None)
+        tail = f" ({first})" if first is not None else ""
+        if self.reused_at is not None:
+            return (
+                f"cache entry {self.file_name} was reused at {clock_time(self.reused_at)}, but {names} "
+                f"changed since it was computed{tail}"
+            )
+        return (
+            f"cache entry {self.file_name} was computed before {names} changed{tail}; the next run "
+            "will reuse it"
+        )
+
+    @property
+    def hint(self) -> str:
+        return (
+            "datasets hashes functions from your own modules by name, not by code, and what was "
+            f"made from a stale result is stale too: remove them all (`{self.gc_command}`), or "
+            "pass new_fingerprint= (or a version argument) to the step, which changes every "
+            "fingerprint after it"
+        )
+
+    def elsewhere_hint(self, saved: bool) -> str:
+        """The hint for the stale entries of a cache root other than the first one the hints
+        name (`saved`: a `save_to_disk` folder): gc takes one `--cache-dir`."""
+        what = "a save_to_disk folder and a cache root of its own" if saved else "a cache root of its own"
+        tail = "; save_to_disk writes the saved data itself anew when the pipeline runs again"
+        return (
+            f"stale entries were made from them in {self.root}, {what}: remove those too "
+            f"(`{self.gc_command}`){tail if saved else ''}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "root": self.root,
+            "files": list(self.files),
+            "computed_at": self.computed_at,
+            "computed_run": self.computed_run,
+            "reused_at": self.reused_at,
+            "reused_run": self.reused_run,
+            "changes": [c.to_json() for c in self.changes],
+            "step": self.step.to_json(),
+            "derived_from": self.derived_from.to_json() if self.derived_from else None,
+            "recomputed_at": self.recomputed_at,
+            "remove": list(self.remove or (self.fingerprint,)),
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
+class StepExplanation:
+    """Why one recorded step computed its result rather than loading it (or that it loaded it)."""
+
+    step: StepRef
+    cache: str | None
+    duration: float | None
+    #: "computed", "loaded", "partial" (some num_proc shards reused) or "no file".
+    status: StepStatus
+    reasons: tuple[Reason, ...]
+    #: The sibling the reasons come from.
+    compared_with: StepRef | None
+    #: Earlier siblings, most recent first, each with what differs from the one before it.
+    history: tuple[tuple[StepRef, tuple[Reason, ...]], ...] = ()
+    stale: tuple[StaleHit, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        if not self.reasons:
+            return "loaded from the cache" if self.status == "loaded" else self.status
+        return "; ".join(r.text for r in self.reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.step.to_json(),
+            "cache": self.cache,
+            "duration": self.duration,
+            "status": self.status,
+            "reasons": [r.to_json() for r in self.reasons],
+            "compared_with": self.compared_with.to_json() if self.compared_with else None,
+            "history": [
+                {"step": ref.to_json(), "reasons": [r.to_json() for r in reasons]}
+                for ref, reasons in self.history
+            ],
+            "stale": [s.to_json() for s in self.stale],
+        }
+
+
+#: What each reason for running without a persistent cache reads as, and how to make the step
+#: reusable across runs.
+UNCACHED_TEXT: dict[str, str] = {
+    "in-memory": "in memory (Dataset.from_dict, from_pandas, from_list, or a dataset with no cache files)",
+    "keep-in-memory": "keep_in_memory=True",
+    "caching-disabled": "datasets.disable_caching() (results go to a temp folder deleted at exit)",
+    "load-from-cache-file-false": "load_from_cache_file=False (computed again over its cache file)",
+}
+UNCACHED_HINT = (
+    "To reuse them across runs: save_to_disk the dataset they start from and load_from_disk it "
+    "(its maps and filters are then cached next to it), or pass cache_file_name= to map/filter; "
+    "drop keep_in_memory=True, load_from_cache_file=False or disable_caching() where you did not mean them."
+)
+
+
+@dataclass(frozen=True)
+class UncachedStep:
+    """A step of the run that ran without a persistent cache: it runs again in every run."""
+
+    step: StepRef
+    #: one of `UncachedReason` (kept as read: a newer cachetool may record another)
+    reason: UncachedReason | str
+    duration: float
+
+    @property
+    def reason_text(self) -> str:
+        return UNCACHED_TEXT.get(self.reason, self.reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step.to_json(), "reason": self.reason, "duration": self.duration}
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    """The answer of `cachetool explain`: one fingerprint, or every computed step of a run."""
+
+    root: Path
+    mode: ExplainMode
+    steps: tuple[StepExplanation, ...]
+    run: str | None = None
+    run_time: float | None = None
+    loaded: int = 0
+    stale: tuple[StaleHit, ...] = ()
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: Steps of the run that ran without a persistent cache (mode "run").
+    uncached: tuple[UncachedStep, ...] = ()
+    #: The run ended without closing: killed (or still running), in which step (mode "run").
+    interrupted: Interruption | None = None
+    #: The run ended by an uncaught exception: which, in which step (mode "run").
+    failed: Failure | None = None
+
+    @property
+    def uncached_seconds(self) -> float:
+        return sum(u.duration for u in self.uncached)
+
+    @property
+    def computed(self) -> int:
+        """How many of the steps computed their result (all or some of its shards)."""
+        return sum(s.status in ("computed", "partial") for s in self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "root": str(self.root),
+            "mode": self.mode,
+            "run": self.run,
+            "run_time": self.run_time,
+            "computed": self.computed,
+            "loaded": self.loaded,
+            "steps": [s.to_json() for s in self.steps],
+            "stale": [s.to_json() for s in self.stale],
+            "uncached": [u.to_json() for u in self.uncached],
+            "uncached_seconds": round(self.uncached_seconds, 6),
+            "uncached_hint": UNCACHED_HINT if self.uncached else None,
+            "interrupted": self.interrupted.to_json() if self.interrupted else None,
+            "failed": self.failed.to_json() if self.failed else None,
+        }

@@ -1,0 +1,407 @@
+"""Comparing two records of one step: what differs, as typed `Reason`s."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from cachetool.formatting import clock_time
+from cachetool.history.explain.model import Reason, StepRef
+from cachetool.history.explain.sources import line_changes
+from cachetool.history.explain.view import LedgerView
+from cachetool.history.records import ArgInfo, FunctionInfo, GcRecord, RandomFallback, StepRecord
+
+#: Arguments `datasets` hashes that do not change the data a step produces.
+NON_SEMANTIC = frozenset(
+    {
+        "writer_batch_size",
+        "keep_in_memory",
+        "num_proc",
+        "desc",
+        "load_from_cache_file",
+        "cache_file_name",
+        "indices_cache_file_name",
+        "train_indices_cache_file_name",
+        "test_indices_cache_file_name",
+        "suffix_template",
+    }
+)
+#: Culprit kinds (`cachetool.fingerprint.diff.hint_for`) that vary from process to process.
+NONDETERMINISTIC_KINDS = frozenset(
+    {"set-order", "order", "address", "uuid", "temp-path", "timestamp", "random-state"}
+)
+_MAX_UPSTREAM = 50
+#: How a part of each culprit kind varies, in check-determinism's words (its variations).
+_VARIES = {
+    "set-order": "depends on PYTHONHASHSEED",
+    "order": "depends on PYTHONHASHSEED",
+    "timestamp": "changes on every run (a time taken at run time)",
+    "uuid": "changes on every run",
+    "address": "changes on every run (a memory address)",
+    "temp-path": "changes on every run (a temporary path)",
+    "random-state": "changes on every run",
+}
+
+
+def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) -> list[Reason]:
+    """What differs between two records of the same step, `old` computed before `new`."""
+    new_s, old_s = view.with_summaries(new), view.with_summaries(old)
+    rf = new.random_fallback or old.random_fallback
+    if rf is not None:
+        return [random_reason(new_s if new.random_fallback else old_s, rf, earlier=not new.random_fallback)]
+    if new.type == "root":
+        return _source_reasons(view, new, old, depth)
+    reasons: list[Reason] = []
+    if new.fingerprint_given or old.fingerprint_given:
+        a, b = _given(old), _given(new)
+        return [
+            Reason(
+                "fingerprint-given",
+                f"new_fingerprint= changed {a} → {b}",
+                argument="new_fingerprint",
+                before=a,
+                after=b,
+            )
+        ]
+    if new.parents != old.parents:
+        reasons.extend(_input_reasons(view, new, old, depth))
+    if new.transform != old.transform:
+        reasons.append(_versions_reason(new, old))
+    reasons.extend(_argument_reasons(view, new_s, old_s))
+    if not reasons:
+        reasons.append(
+            Reason(
+                "unexplained",
+                "no recorded argument differs (the fingerprints were made from something cachetool "
+                "does not see)",
+            )
+        )
+    return reasons
+
+
+def _given(rec: StepRecord) -> str:
+    if rec.fingerprint_given:
+        return str(rec.result)
+    return f"(hashed: {rec.result})"
+
+
+def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
+    from cachetool.fingerprint.diff import find_unpicklable_in_tree, render_path
+
+    argument = rf.argument
+    error = rf.error
+    error_type = rf.error_type
+    err = f"{error_type}: {error}" if error_type and error else str(error or error_type or "unknown error")
+    path = argument
+    what = f"`{argument}`" if argument else "the transform"
+    arg = rec.args.get(argument) if argument else None
+    summary = arg.summary if arg is not None else None
+    if summary is not None:
+        found = find_unpicklable_in_tree(str(argument), dict(summary))
+        if found is not None:
+            path = render_path(str(argument), found.path)
+            what = f"`{path}` ({found.description})"
+    if earlier:
+        message = f"the earlier run used a random fingerprint ({what} could not be hashed: {err})"
+    else:
+        message = f"datasets used a random fingerprint: {what} cannot be hashed ({err})"
+    hint = (
+        "a random fingerprint is new in every run, so the step is always recomputed: make the "
+        "argument picklable (create it inside the function), or pass new_fingerprint="
+    )
+    return Reason("random", message, argument=argument, path=path, hint=hint)
+
+
+def _versions_reason(new: StepRecord, old: StepRecord) -> Reason:
+    va = old.version("datasets")
+    vb = new.version("datasets")
+    extra = f" (datasets {va} → {vb})" if va != vb else ""
+    return Reason(
+        "versions",
+        f"datasets hashes this step differently now: {old.transform} → {new.transform}{extra}",
+        before=str(old.transform),
+        after=str(new.transform),
+    )
+
+
+def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
+    """The parent fingerprints differ: explain the parent against the old parent, upstream."""
+    new_parents = list(new.parents)
+    old_parents = list(old.parents)
+    out: list[Reason] = []
+    for i, p_new in enumerate(new_parents):
+        p_old = old_parents[i] if i < len(old_parents) else None
+        if p_new == p_old:
+            continue
+        rec_new = view.origin(p_new, before=new.time + 1e-6)
+        rec_old = view.origin(p_old, before=old.time + 1e-6) if p_old is not None else None
+        if rec_new is None or rec_old is None or depth >= _MAX_UPSTREAM:
+            out.append(
+                Reason(
+                    "input",
+                    f"its input changed ({p_old} → {p_new}); the step that made it is not recorded",
+                    before=p_old,
+                    after=p_new,
+                )
+            )
+            continue
+        upstream = StepRef.of(rec_new)
+        for r in compare(view, rec_new, rec_old, depth + 1):
+            if r.upstream is None:
+                r = replace(r, upstream=upstream)
+            out.append(r)
+    if len(old_parents) > len(new_parents):
+        out.append(Reason("input", "it has fewer inputs than before"))
+    return out
+
+
+def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
+    from cachetool.history.records import SourceInfo
+
+    src_new = new.source or SourceInfo()
+    src_old = old.source or SourceInfo()
+    kind = src_new.kind
+    if kind == "builder":
+        files_new = {f.path: f for f in src_new.data_files}
+        files_old = {f.path: f for f in src_old.data_files}
+        parts = []
+        for path in sorted(set(files_new) | set(files_old)):
+            a, b = files_old.get(path), files_new.get(path)
+            name = os.path.basename(path)
+            if a is None:
+                parts.append(f"{name} added")
+            elif b is None:
+                parts.append(f"{name} removed")
+            elif (a.size, a.mtime) != (b.size, b.mtime):
+                detail = (
+                    f"size {a.size} → {b.size} bytes"
+                    if a.size != b.size
+                    else f"modified {clock_time(b.mtime)}"
+                )
+                parts.append(f"{name} modified ({detail})")
+        builder = src_new.builder or "?"
+        if parts:
+            message = f"the source dataset changed: {', '.join(parts)}"
+        elif src_new.relative_data_dir != src_old.relative_data_dir:
+            message = (
+                f"the source dataset changed: the {builder} builder's data or configuration differs "
+                f"({src_old.relative_data_dir} → {src_new.relative_data_dir})"
+            )
+        else:
+            message = f"the source dataset changed ({old.result} → {new.result})"
+        return [
+            Reason(
+                "source",
+                message,
+                before=str(src_old.relative_data_dir),
+                after=str(src_new.relative_data_dir),
+            )
+        ]
+    if kind == "saved":
+        return [
+            Reason(
+                "source",
+                f"the saved dataset at {src_new.path} holds another state "
+                f"({src_old.state_fingerprint} → {src_new.state_fingerprint})",
+                before=src_old.state_fingerprint,
+                after=src_new.state_fingerprint,
+            )
+        ]
+    if new.parents != old.parents:
+        return _input_reasons(view, new, old, depth)
+    return [Reason("source", "the source data changed (an in-memory dataset or a file of its own)")]
+
+
+def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
+    args_new = new.args
+    args_old = old.args
+    differing = []
+    for name in sorted(set(args_new) | set(args_old)):
+        a, b = args_old.get(name), args_new.get(name)
+        if a is None or b is None:
+            differing.append(name)
+            continue
+        if a.digest is not None and b.digest is not None:
+            if a.digest != b.digest:
+                differing.append(name)
+        elif a.repr != b.repr:
+            differing.append(name)
+    if not differing:
+        return []
+    if all(name in NON_SEMANTIC for name in differing):
+        changes = [f"{n} {_repr(args_old.get(n))} → {_repr(args_new.get(n))}" for n in differing]
+        return [
+            Reason(
+                "non-semantic",
+                f"only {', '.join(changes)} changed, which does not change the result "
+                "(datasets hashes it anyway)",
+                argument=differing[0],
+                before=_repr(args_old.get(differing[0])),
+                after=_repr(args_new.get(differing[0])),
+                hint="pass the same value every time, or new_fingerprint= to keep the cached result",
+            )
+        ]
+    out = []
+    for name in differing:
+        if name == "function":
+            out.extend(_function_reasons(view, new, old))
+        else:
+            out.append(_value_reason(name, args_old.get(name), args_new.get(name)))
+    return out
+
+
+def _repr(entry: ArgInfo | None) -> str:
+    # datasets leaves out arguments equal to their default before hashing.
+    if entry is None:
+        return "(default)"
+    return entry.repr if entry.repr is not None else f"<{entry.type or '?'}>"
+
+
+def _value_reason(name: str, old: ArgInfo | None, new: ArgInfo | None) -> Reason:
+    """An argument other than the function changed: name the part, with its values."""
+    from cachetool.fingerprint.diff import diff_trees, render_path
+
+    if old is not None and new is not None and old.summary is not None and new.summary is not None:
+        culprit = diff_trees(name, [dict(old.summary), dict(new.summary)])
+        if culprit is not None:
+            path = render_path(name, culprit.path)
+            if culprit.kind in NONDETERMINISTIC_KINDS:
+                return _nondeterministic(name, path, culprit.description, culprit.hint, culprit.kind)
+            return _changed(name, path, culprit.reprs[0], culprit.reprs[-1])
+    return _changed(name, name, _repr(old), _repr(new))
+
+
+def _changed(argument: str, path: str, before: str, after: str) -> Reason:
+    """`path` (a part of `argument`) has another value."""
+    return Reason(
+        "argument",
+        f"`{path}` changed {before} → {after}",
+        argument=argument,
+        path=path,
+        before=before,
+        after=after,
+    )
+
+
+def _nondeterministic(
+    argument: str, path: str, description: str | None, hint: str | None, kind: str | None = None
+) -> Reason:
+    """`path` hashes differently from run to run by itself: how, by the culprit's `kind`."""
+    what = f"`{path}` ({description})" if description else f"`{path}`"
+    varies = _VARIES.get(kind or "", "pickles differently in every process")
+    return Reason(
+        "nondeterministic",
+        f"{what} {varies} — not a change of yours; run `cachetool check-determinism` on the script",
+        argument=argument,
+        path=path,
+        hint=hint,
+    )
+
+
+def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
+
+    fa = old.function or FunctionInfo()
+    fb = new.function or FunctionInfo()
+    if fa.qualname != fb.qualname:
+        return [
+            Reason(
+                "function",
+                f"another function: {fa.qualname} → {fb.qualname}",
+                argument="function",
+                before=fa.qualname,
+                after=fb.qualname,
+            )
+        ]
+    code_a, code_b = fa.code_hash, fb.code_hash
+    file_a, file_b = (os.path.basename(f.file or "") for f in (fa, fb))
+    if code_a and code_a == code_b and file_a != file_b and fb.qualname != "<lambda>":
+        return [
+            Reason(
+                "source-file",
+                f"the function `{fb.qualname}` is the same but its source file changed "
+                f"({file_a} → {file_b}), which datasets hashes (a function's code keeps its file name)",
+                argument="function",
+                path="function",
+                before=file_a,
+                after=file_b,
+                hint="run the script under one name, or define the function in a module both scripts import",
+            )
+        ]
+    changed = code_a != code_b if code_a and code_b else fa.source_hash != fb.source_hash
+    if changed:
+        lines = line_changes(view.sources, fa, fb)
+        where = f" ({lines[0]})" if lines else ""
+        return [
+            Reason(
+                "function-source",
+                f"the source of `{fb.qualname}` changed{where}",
+                argument="function",
+                path="function",
+                lines=tuple(lines),
+            )
+        ]
+    return [_same_code_reason(new, old, fb.qualname)]
+
+
+def _same_code_reason(new: StepRecord, old: StepRecord, qualname: str | None) -> Reason:
+    """The function's code is the same, yet it hashes differently: the part of its hash tree
+    that differs, or what varies from process to process."""
+    from cachetool.fingerprint.diff import diff_trees, render_path
+
+    arg_a, arg_b = old.arg("function"), new.arg("function")
+    sa = arg_a.summary if arg_a is not None else None
+    sb = arg_b.summary if arg_b is not None else None
+    culprit = diff_trees("function", [dict(sa), dict(sb)]) if sa is not None and sb is not None else None
+    if culprit is None:
+        return _nondeterministic(
+            "function",
+            "function",
+            f"function {qualname!r}",
+            "its source is unchanged, yet it hashes differently: something it references is "
+            "built at run time",
+        )
+    before, after = culprit.reprs[0], culprit.reprs[-1]
+    path = render_path("function", culprit.path)
+    if culprit.kind in NONDETERMINISTIC_KINDS or before == after or culprit.kind == "code":
+        return _nondeterministic("function", path, culprit.description, culprit.hint, culprit.kind)
+    return _changed("function", path, before, after)
+
+
+def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
+    """` on node-3` when `other` ran on another host than `rec` (a shared cache), else ""."""
+    return f" on {other.host}" if other.host and rec.host and other.host != rec.host else ""
+
+
+def _removed_between(view: LedgerView, fp: str | None, after: float, before: float) -> GcRecord | None:
+    """The latest gc record of this root that removed `fp`'s files between two of its steps."""
+    if fp is None or view.ledger is None:
+        return None
+    found = [g for g in view.ledger.gc_records() if fp in g.fingerprints and after < g.time < before]
+    return found[-1] if found else None
+
+
+def concurrent_reason(rec: StepRecord, same: StepRecord) -> Reason:
+    """`rec` computed a fingerprint another run was computing at the same time."""
+    return Reason(
+        "concurrent",
+        f"another run{_on_other_host(same, rec)} was computing the same fingerprint at the "
+        f"same time (from {clock_time(same.time)} to {clock_time(same.end)}): neither could "
+        "reuse the other's file",
+    )
+
+
+def same_fingerprint_reason(view: LedgerView, rec: StepRecord, same: StepRecord) -> Reason:
+    """`rec` computed a fingerprint `same` had made before: its file was gone (gc says when)."""
+    gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
+    removal = _removed_between(view, rec.result, same.time, rec.time)
+    why = (
+        f"removed by cachetool gc at {clock_time(removal.time)}"
+        + (f" ({removal.reason})" if removal.reason else "")
+        if removal is not None
+        else "gone (deleted, cleaned up, or load_from_cache_file=False)"
+    )
+    return Reason(
+        "same-fingerprint",
+        f"its fingerprint is not new (also made at {clock_time(same.time)}"
+        f"{_on_other_host(same, rec)}); {gone} {why}",
+    )

@@ -1,0 +1,301 @@
+"""Stale cache hits: entries computed by code that has changed since.
+
+A function imported from the user's own module is pickled by reference, so editing it keeps the
+fingerprint and `datasets` reuses the old result. `stale_hits(root)` finds cache entries whose
+computing code (the function, or a helper it calls) changed since: by a later recorded run, or in
+the source file on disk now.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from cachetool.history.explain.model import SourceChange, StaleHit, StepRef
+from cachetool.history.explain.sources import (
+    def_line,
+    diff_lines,
+    function_source,
+    line_changes,
+    strip_module,
+    tokens,
+)
+from cachetool.history.explain.view import LedgerView, first_line, load_view
+from cachetool.history.records import FunctionInfo, FunctionRef, StepRecord
+
+
+def _by_reference_parts(fn: FunctionInfo) -> list[FunctionRef]:
+    """The function and helpers of a record that `datasets` hashes by name only."""
+    parts: list[FunctionRef] = []
+    if fn.by_reference:
+        parts.append(fn)
+    parts.extend(fn.deps)
+    return parts
+
+
+def _code_changes(view: LedgerView, old: FunctionInfo, new: FunctionInfo) -> list[SourceChange]:
+    """The by-reference parts (`datasets` hashes them by name) whose code differs between two
+    recorded versions of a step's function: the parts of `new` that `old` had too."""
+    then = {str(p.qualname): p for p in _by_reference_parts(old)}
+    changes = []
+    for part in _by_reference_parts(new):
+        was = then.get(str(part.qualname))
+        if was is None:
+            continue
+        a, b = was.code_hash, part.code_hash
+        differs = a != b if a and b else was.source_hash != part.source_hash
+        if differs:
+            changes.append(
+                SourceChange(str(part.qualname), part.file, tuple(line_changes(view.sources, was, part)))
+            )
+    return changes
+
+
+def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
+    """A hit whose function or helpers differ from those of the computation it reused."""
+    fn_hit = hit.function
+    fp = hit.result
+    if fn_hit is None or fp is None:
+        return []
+    comp = view.computing(fp, before=hit.time)
+    if comp is None or comp.function is None:
+        return []
+    changes = _code_changes(view, comp.function, fn_hit)
+    if not changes:
+        return []
+    return [
+        StaleHit(
+            fingerprint=fp,
+            files=hit.file_paths,
+            computed_at=comp.time,
+            computed_run=comp.run or None,
+            reused_at=hit.time,
+            reused_run=hit.run or None,
+            changes=tuple(changes),
+            step=StepRef.of(hit),
+            root=hit.where or None,
+            source=hit.type == "root",
+        )
+    ]
+
+
+#: What makes a result stale though its own code is the same: the step upstream it was made
+#: from, and when that step was recomputed by changed code (None: its result is stale itself).
+_Cause = tuple[StepRef, float | None]
+
+
+class Upstream:
+    """The recorded ancestors of fingerprints, nearest first (memoised: a whole root asks for
+    every entry's)."""
+
+    def __init__(self, view: LedgerView) -> None:
+        self.view = view
+        self._memo: dict[str, tuple[str, ...]] = {}
+        self._on_disk: dict[int, bool] = {}
+
+    def changed_on_disk(self, rec: StepRecord, files: dict[str, str | None]) -> bool:
+        """The code of `rec`'s function (its by-reference parts) differs on disk now (`files`:
+        the source files read so far), once per record."""
+        found = self._on_disk.get(id(rec))
+        if found is None:
+            fn = rec.function
+            found = self._on_disk[id(rec)] = fn is not None and bool(_disk_changes(self.view, fn, files)[0])
+        return found
+
+    def _parents(self, fp: str) -> tuple[str, ...]:
+        rec = self.view.origin(fp)
+        return tuple(p for p in rec.parents if p != fp) if rec is not None else ()
+
+    def ancestors(self, fp: str) -> tuple[str, ...]:
+        found = self._memo.get(fp)
+        if found is None:
+            out: list[str] = []
+            seen = {fp}
+            queue = deque(self._parents(fp))
+            while queue:
+                x = queue.popleft()
+                if x not in seen:
+                    seen.add(x)
+                    out.append(x)
+                    queue.extend(self._parents(x))
+            found = self._memo[fp] = tuple(out)
+        return found
+
+
+def stale_input(
+    view: LedgerView,
+    upstream: Upstream,
+    fp: str,
+    made_at: float,
+    stale: Mapping[str, StaleHit],
+    disk: dict[str, str | None] | None = None,
+) -> _Cause | None:
+    """Why the result of `fp` made at `made_at` is stale although its own code is unchanged: the
+    nearest ancestor whose result is stale (`stale`, by fingerprint; the step that made that one
+    stale when it is derived itself), or whose result `fp` was made from was computed by code
+    that has changed since: recomputed later by other code, or (with `disk`, a cache of source
+    files read) other code on disk now."""
+    for anc in upstream.ancestors(fp):
+        found = stale.get(anc)
+        if found is not None:
+            return (found.derived_from, found.recomputed_at) if found.derived_from else (found.step, None)
+        old = view.computing(anc, before=made_at)
+        if old is None or old.function is None:
+            continue
+        new = view.computing(anc)
+        fn = new.function if new is not None and new is not old else None
+        if new is not None and fn is not None and _code_changes(view, old.function, fn):
+            return StepRef.of(new), new.time
+        if disk is not None and upstream.changed_on_disk(old, disk):
+            return StepRef.of(old), None
+    return None
+
+
+def derived_hit(
+    fp: str, comp: StepRecord, files: tuple[str, ...], cause: _Cause, reused: StepRecord | None = None
+) -> StaleHit:
+    """The stale entry `fp` (computed by `comp`), made from a stale result upstream."""
+    return StaleHit(
+        fingerprint=fp,
+        files=files,
+        computed_at=comp.time,
+        computed_run=comp.run or None,
+        reused_at=reused.time if reused is not None else None,
+        reused_run=(reused.run or None) if reused is not None else None,
+        changes=(),
+        step=StepRef.of(reused or comp),
+        root=(reused or comp).where or None,
+        derived_from=cause[0],
+        recomputed_at=cause[1],
+        source=comp.type == "root",
+    )
+
+
+def with_removals(upstream: Upstream, found: Iterable[StaleHit]) -> list[StaleHit]:
+    """`found`, each with the stale entries made from it that still exist (`StaleHit.remove`):
+    the hint removes them in one command."""
+    found = list(found)
+    present = [s.fingerprint for s in found if s.files and all(os.path.exists(p) for p in s.files)]
+    sources = {s.fingerprint for s in found if s.source}
+    out = []
+    for s in found:
+        family = [fp for fp in present if fp == s.fingerprint or s.fingerprint in upstream.ancestors(fp)]
+        remove = tuple(dict.fromkeys([s.fingerprint, *family]))
+        out.append(replace(s, remove=remove, remove_sources=bool(sources.intersection(remove))))
+    return out
+
+
+def stale_hits(
+    root: str | os.PathLike[str],
+    *,
+    view: LedgerView | None = None,
+    only: str | Collection[str] | None = None,
+) -> list[StaleHit]:
+    """Cache entries of `root` that still exist and were computed by code that has changed since:
+    a function from the user's own module (or a helper of theirs it calls), which `datasets`
+    hashes by name, so the entry is (or will be) reused although the code is new; and every
+    entry made from such a result (`StaleHit.derived_from`), though its own code is the same.
+    `only`: these fingerprints (and what they are made from).
+
+    Two kinds of evidence, the latest per entry: a later recorded run reused it with other code
+    (`reused_at` set), or the source file on disk now differs from the code recorded when it was
+    computed (`reused_at` None). Changes in comments and blank lines do not count.
+
+    The Python side of `cachetool verify --stale`."""
+    view = view or load_view(root)
+    root_abs = os.path.abspath(os.fspath(root))
+    upstream = Upstream(view)
+    scope: set[str] | None = None
+    if only is not None:
+        scope = {only} if isinstance(only, str) else set(only)
+        for fp in list(scope):
+            scope.update(upstream.ancestors(fp))
+    stale: dict[str, StaleHit] = {}
+    entries: dict[str, tuple[StepRecord, tuple[str, ...], StepRecord | None]] = {}
+    disk_cache: dict[str, str | None] = {}
+    for fp, recs in view.by_result.items():
+        if scope is not None and fp not in scope:
+            continue
+        comp = view.computing(fp)
+        if comp is None:
+            continue
+        files = tuple(comp.file_paths)
+        if not files or not all(os.path.exists(p) for p in files):
+            continue
+        if not any(os.path.abspath(p).startswith(root_abs + os.sep) for p in files):
+            continue
+        later = [r for r in recs if r.cache == "hit" and r.time > comp.time]
+        entries[fp] = (comp, files, later[-1] if later else None)
+        if comp.function is None:  # no code of the user's (cast_column, train_test_split): made
+            continue  # from a stale result at most, found below
+        found: list[StaleHit] = []
+        for hit in reversed(later):
+            found = stale_for_hit(view, hit)
+            if found:
+                break
+        changes, checked = _disk_changes(view, comp.function, disk_cache)
+        if not checked:
+            # The sources cannot be read here (another machine, a moved file): the runs decide.
+            stale.update((s.fingerprint, s) for s in found)
+        elif changes:
+            stale[fp] = StaleHit(
+                fingerprint=fp,
+                files=files,
+                computed_at=comp.time,
+                computed_run=comp.run or None,
+                reused_at=found[0].reused_at if found else None,
+                reused_run=found[0].reused_run if found else None,
+                changes=tuple(changes),
+                step=StepRef.of(comp),
+                source=comp.type == "root",
+            )
+    # Ancestors before descendants: an ancestor has fewer ancestors than what is made from it.
+    for fp in sorted(entries, key=lambda x: len(upstream.ancestors(x))):
+        if fp in stale:
+            continue
+        comp, files, reused = entries[fp]
+        cause = stale_input(view, upstream, fp, comp.time, stale, disk_cache)
+        if cause is not None:
+            stale[fp] = derived_hit(fp, comp, files, cause, reused)
+    out = sorted(stale.values(), key=lambda s: (s.computed_at or 0.0, s.fingerprint))
+    if scope is not None:
+        wanted = {only} if isinstance(only, str) else set(only or ())
+        out = [s for s in out if s.fingerprint in wanted]
+    return with_removals(upstream, (replace(s, root=root_abs) for s in out))
+
+
+def _disk_changes(
+    view: LedgerView, fn: FunctionInfo, files: dict[str, str | None]
+) -> tuple[list[SourceChange], int]:
+    """The by-reference parts of `fn` whose source on disk now differs from the recorded one, and
+    how many parts could be compared at all."""
+    changes = []
+    checked = 0
+    for part in _by_reference_parts(fn):
+        recorded = view.sources.get(str(part.source_hash))
+        path = part.file
+        if recorded is None or path is None:
+            continue
+        if path not in files:
+            try:
+                files[path] = Path(path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                files[path] = None
+        text = files[path]
+        if text is None:
+            continue
+        qualname = str(part.qualname)
+        local = strip_module(qualname, path) or qualname.split(".", 1)[-1]
+        current = function_source(text, local)
+        if current is None:
+            continue
+        checked += 1
+        if tokens(current) == tokens(recorded):
+            continue
+        start = first_line(part)
+        lines = diff_lines(recorded, current, start, def_line(text, local) or start)
+        changes.append(SourceChange(qualname, path, tuple(lines)))
+    return changes, checked

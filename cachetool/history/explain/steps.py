@@ -1,0 +1,329 @@
+"""Explaining steps: one record against its siblings, the step that made a fingerprint, every
+computed step of a run. The Python side of `cachetool explain`."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from cachetool.history.explain.model import (
+    ExplainReport,
+    NoRecords,
+    Reason,
+    StaleHit,
+    StepExplanation,
+    StepRef,
+    StepStatus,
+    UncachedStep,
+)
+from cachetool.history.explain.reasons import (
+    compare,
+    concurrent_reason,
+    random_reason,
+    same_fingerprint_reason,
+)
+from cachetool.history.explain.stale import (
+    Upstream,
+    derived_hit,
+    stale_for_hit,
+    stale_hits,
+    stale_input,
+    with_removals,
+)
+from cachetool.history.explain.view import LedgerView, load_part_view, load_view
+from cachetool.history.records import RunEndRecord, RunStartRecord, StepRecord
+from cachetool.history.runs import failure, interruption
+
+_STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
+
+
+def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> StepExplanation:
+    """Why `rec`'s step computed its result: compared with its most recent sibling."""
+    siblings = view.siblings(rec)
+    reasons, compared = _reasons(view, rec, siblings)
+    past: list[tuple[StepRef, tuple[Reason, ...]]] = []
+    for newer, older in itertools.pairwise(siblings[: 1 + history]):
+        past.append((StepRef.of(older), tuple(compare(view, newer, older))))
+    return StepExplanation(
+        step=StepRef.of(rec),
+        cache=rec.cache,
+        duration=rec.duration,
+        status=_STATUS.get(rec.cache, "no file"),
+        reasons=reasons,
+        compared_with=compared,
+        history=tuple(past),
+        stale=tuple(stale_for_hit(view, rec)) if rec.cache == "hit" else (),
+    )
+
+
+def _reasons(
+    view: LedgerView, rec: StepRecord, siblings: list[StepRecord]
+) -> tuple[tuple[Reason, ...], StepRef | None]:
+    """The reasons `rec` computed its result, and the record they compare it with."""
+    same = view.earlier_same(rec)
+    if rec.cache == "hit":
+        return (), None  # loaded: nothing to explain (a stale reuse is in `stale`)
+    if rec.random_fallback is not None:
+        reason = random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False)
+        return (reason,), StepRef.of(siblings[0]) if siblings else None
+    if same is not None and rec.computed and same.computed and same.end > rec.time:
+        return (concurrent_reason(rec, same),), StepRef.of(same)
+    if same is not None and rec.computed:
+        return (same_fingerprint_reason(view, rec, same),), StepRef.of(same)
+    if siblings:
+        return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])
+    if view.first_run(rec):
+        return (
+            Reason("first-run", "first run recorded in this cache: it held nothing yet, so every step ran"),
+        ), None
+    return (Reason("first-run", "first time this step ran (nothing recorded to compare with)"),), None
+
+
+def resolve_fingerprint(view: LedgerView, name: str) -> str:
+    """The recorded fingerprint `name` names, by the one naming rule
+    (`cachetool.history.resolve.resolve`: path, cache file name, exact fingerprint or alias,
+    unique prefix). An entry whose own fingerprint is not recorded resolves to the one of its
+    fingerprints that is (after `load_from_disk`, the alias)."""
+    from cachetool.history.resolve import resolve_in_root
+
+    return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
+
+
+def explain(
+    root: str | os.PathLike[str],
+    fingerprint: str | None = None,
+    *,
+    last: bool = False,
+    script: str | os.PathLike[str] | None = None,
+    history: int = 3,
+    all_roots: bool = False,
+) -> ExplainReport:
+    """Why the step that made `fingerprint` was computed (`explain_fingerprint`, comparing
+    `history` earlier runs too), or every step the latest run computed (`last`; of `script` with
+    `script`: `explain_run`). `all_roots` reads every known cache root (`--all-roots`).
+
+    The Python side of `cachetool explain`, with its options as keywords. Raises
+    `CachetoolError` when neither or both of a fingerprint and `last`/`script` are given, or the
+    script does not exist."""
+    from cachetool.errors import CachetoolError
+
+    if fingerprint is None and not last and script is None:
+        raise CachetoolError("give a fingerprint, --last or --script SCRIPT")
+    if fingerprint is not None and (last or script is not None):
+        raise CachetoolError("give either a fingerprint or --last/--script, not both")
+    if script is not None and not os.path.exists(script):
+        raise CachetoolError(f"no such script: {script}")
+    if fingerprint is not None:
+        return explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
+    return explain_run(root, script=script, all_roots=all_roots)
+
+
+def explain_fingerprint(
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    history: int = 3,
+    view: LedgerView | None = None,
+    all_roots: bool = False,
+) -> ExplainReport:
+    """Why the step that made `fingerprint` (a unique prefix is enough) was computed: its latest
+    computation compared with the siblings before it, most recent first, plus stale reuses.
+
+    The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
+    every known cache root too (`--all-roots`)."""
+    part = None
+    if view is None and not all_roots:
+        part = load_part_view(root, fingerprint=fingerprint, history=history)
+    if part is not None:
+        view, fp = part
+    else:
+        view = view or load_view(root, all_roots=all_roots)
+        fp = resolve_fingerprint(view, fingerprint)
+    made = view.by_result.get(fp, [])
+    recs = [r for r in made if fp not in r.parents and view.own(r)] or [
+        r for r in made if fp not in r.parents
+    ]
+    if not recs:
+        _raise_unended(root, view, fp)
+        raise NoRecords(Path(root), f"step that made {fp}")
+    computed = [r for r in recs if r.computed or r.random_fallback is not None]
+    target = computed[-1] if computed else recs[-1]
+    step = explain_record(view, target, history=history)
+    # Reuses since the latest computation: one before it reused a file that is gone now.
+    latest = view.computing(fp)
+    since = [r for r in recs if r.cache == "hit" and (latest is None or r.time > latest.time)]
+    stale = tuple(s for r in since for s in stale_for_hit(view, r))
+    stale += tuple(
+        s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None or s.derived_from is not None
+    )
+    found = _removing_all(Upstream(view), stale, view.root)
+    if found:
+        # What was made from it is stale too, and only the whole ledger knows all of it.
+        whole = next((s for s in stale_hits(root) if s.fingerprint == fp), None)
+        if whole is not None:
+            every = tuple(dict.fromkeys((*found[0].remove, *whole.remove)))
+            sources = whole.remove_sources or found[0].remove_sources
+            found = tuple(replace(s, remove=every, remove_sources=sources) for s in found)
+    return ExplainReport(
+        root=Path(root),
+        mode="fingerprint",
+        steps=(step,),
+        run=target.run or None,
+        run_time=target.time,
+        loaded=sum(r.cache == "hit" for r in recs),
+        stale=found,
+        warnings=view.warnings,
+    )
+
+
+def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
+    """When a step began to make `fp` in a run killed in it: say so (the run was traced)."""
+    from cachetool.errors import CachetoolError
+    from cachetool.history.part import step_starts
+    from cachetool.history.runs import unended_step
+
+    start = unended_step(step_starts(root, view.ledger.records if view.ledger else ()), fp)
+    if start is None:
+        return
+    site = start.call_site
+    at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
+    raise CachetoolError(
+        f"the step that made {fp} ({start.operation or 'a step'}{at}) never ended: its run "
+        f"{start.run} was killed in it (`cachetool explain --last` says what it left, when it is "
+        "the latest run)"
+    )
+
+
+def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> str:
+    """The id of the most recent recorded run of this root (of `script`, when given): the run of
+    the latest step, or a later run that started and never ended (killed, or still running,
+    before its first step: in `load_dataset`'s own build, which records no step start)."""
+    root = os.path.abspath(os.fspath(view.root))
+    wanted = os.path.realpath(os.fspath(script)) if script is not None else None
+    best: tuple[float, str] | None = None
+    for rec in view.steps:
+        if not view.own(rec) and rec.root != root:
+            continue
+        if wanted is not None:
+            site = rec.call_site
+            if site is None or not site.file or os.path.realpath(site.file) != wanted:
+                continue
+        if rec.run and (best is None or rec.time >= best[0]):
+            best = (rec.time, rec.run)
+    for start in _unended_starts(view):
+        argv0 = os.path.join(start.cwd or "", start.argv[0]) if start.argv else ""
+        if wanted is not None and (not argv0 or os.path.realpath(argv0) != wanted):
+            continue
+        if best is None or start.time > best[0]:
+            best = (start.time, start.run)
+    if best is None:
+        what = f"run of {script}" if script is not None else "run"
+        raise NoRecords(Path(root), what)
+    return best[1]
+
+
+def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
+    """The starts of this root's runs that wrote no end."""
+    records = view.ledger.records if view.ledger is not None else ()
+    ended = {r.run for r in records if isinstance(r, RunEndRecord)}
+    starts = (r for r in records if isinstance(r, RunStartRecord) and r.run and r.run not in ended)
+    return [r for r in starts if view.own(r)]
+
+
+def explain_run(
+    root: str | os.PathLike[str],
+    run: str | None = None,
+    *,
+    script: str | os.PathLike[str] | None = None,
+    view: LedgerView | None = None,
+    all_roots: bool = False,
+) -> ExplainReport:
+    """Every step of a run that computed its result, each with its reason ("first time this step
+    ran" when there is nothing to compare with), and the stale hits of the run. The latest run
+    of the root (or of `script`) unless `run` names one.
+
+    The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
+    part = None
+    if view is None and not all_roots and script is None:
+        part = load_part_view(root, run=run)
+    if part is not None:
+        view, run_id = part
+    else:
+        view = view or load_view(root, all_roots=all_roots)
+        run_id = run or last_run(view, script)
+    # The run's steps in the other roots the view read (a save_to_disk folder the run mapped in
+    # after load_from_disk; the cache root its saved data came from): their stale results count.
+    every = sorted((r for r in view.steps if r.run == run_id), key=lambda r: r.seq)
+    records = [r for r in every if view.own(r)]
+    interrupted = interruption(view.ledger.records, run_id) if view.ledger is not None else None
+    failed = failure(view.ledger.records, run_id) if view.ledger is not None else None
+    starts = [r.time for r in _unended_starts(view) if r.run == run_id]
+    if not records and not (interrupted and starts):  # killed before its first step: said below
+        raise NoRecords(Path(root), f"records of run {run_id}")
+    steps = []
+    stale: dict[str, StaleHit] = {}
+    upstream = Upstream(view)
+    uncached: list[UncachedStep] = []
+    loaded = 0
+    for rec in every:
+        own = view.own(rec)
+        reason = rec.uncached
+        if reason is not None:
+            if own:
+                uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
+        elif rec.cache == "hit":
+            loaded += own
+            for s in stale_for_hit(view, rec) or _derived_for_hit(view, upstream, rec, stale):
+                stale.setdefault(s.fingerprint, s)
+        elif own and (rec.computed or rec.random_fallback is not None):
+            steps.append(explain_record(view, rec))
+    return ExplainReport(
+        root=Path(root),
+        mode="run",
+        steps=tuple(steps),
+        run=run_id,
+        run_time=min(r.time for r in records) if records else min(starts),
+        loaded=loaded,
+        stale=_removing_all(upstream, stale.values(), view.root),
+        warnings=view.warnings,
+        uncached=tuple(uncached),
+        interrupted=interrupted,
+        failed=failed,
+    )
+
+
+def _derived_for_hit(
+    view: LedgerView, upstream: Upstream, hit: StepRecord, stale: Mapping[str, StaleHit]
+) -> list[StaleHit]:
+    """A hit of a result made from a stale result upstream (`stale`: those of the run so far)."""
+    fp = hit.result
+    comp = view.computing(fp, before=hit.time) if fp is not None else None
+    if fp is None or comp is None:
+        return []
+    cause = stale_input(view, upstream, fp, comp.time, stale)
+    return [derived_hit(fp, comp, hit.file_paths, cause, hit)] if cause is not None else []
+
+
+def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> tuple[StaleHit, ...]:
+    """`found`, deduplicated, each hint removing every stale entry of the report in its cache
+    root (`root` unless found in another) that still exists: one gc command per root, since gc
+    takes one `--cache-dir`."""
+    root_abs = os.path.abspath(os.fspath(root))
+    items = with_removals(upstream, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
+    where = {s.fingerprint: s.root for s in items}
+    out = []
+    for s in items:
+        every = tuple(dict.fromkeys(fp for x in items for fp in x.remove if where.get(fp) == s.root))
+        sources = any(x.source for x in items if x.fingerprint in every)
+        out.append(replace(s, remove=every or s.remove, remove_sources=sources))
+    return tuple(out)
+
+
+def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
+    out: dict[tuple[str, float | None], StaleHit] = {}
+    for s in items:
+        out.setdefault((s.fingerprint, s.reused_at), s)
+    return tuple(out.values())

@@ -1,0 +1,244 @@
+"""The records of a root, indexed for comparisons: a step's siblings (earlier records of the same
+call site or function with another fingerprint), the origin of a fingerprint, the computation a
+cache hit reused."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from cachetool.history.ledger import Ledger
+from cachetool.history.part import fn_key, moved_key, site_key
+from cachetool.history.records import (
+    FunctionRef,
+    LedgerRecord,
+    RootRecord,
+    RunSummaryRecord,
+    SourceRecord,
+    StepRecord,
+    TransformRecord,
+)
+
+
+class LedgerView:
+    """The records of a root (and of the roots its lineage reaches), indexed for comparisons."""
+
+    def __init__(
+        self,
+        root: Path,
+        records: Iterable[LedgerRecord],
+        warnings: Sequence[str] = (),
+        ledger: Ledger | None = None,
+        *,
+        all_roots: bool = False,
+    ) -> None:
+        self.root = root
+        self.ledger = ledger
+        self.all_roots = all_roots  # records of other roots count as this root's
+        self.warnings = tuple(warnings)
+        self.sources: dict[str, str] = {}
+        self.steps: list[StepRecord] = []
+        self.by_result: dict[str, list[StepRecord]] = {}
+        first: dict[str, float] = {}
+        for rec in records:
+            if isinstance(rec, RunSummaryRecord):  # runs a compaction folded away were runs too
+                if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
+                    first[rec.run] = rec.time
+                continue
+            if isinstance(rec, SourceRecord):
+                if rec.hash is not None and rec.text is not None:
+                    self.sources.setdefault(rec.hash, rec.text)
+                continue
+            if rec.internal or not isinstance(rec, (TransformRecord, RootRecord)):
+                continue
+            self.steps.append(rec)
+            if rec.result is not None:
+                self.by_result.setdefault(rec.result, []).append(rec)
+        # Siblings by key, and the first record of each run: a question is a lookup, not a pass
+        # over every record (a long ledger has 100,000 of them).
+        self._realpaths: dict[str, str] = {}
+        self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
+        for rec in self.steps:
+            for key in self._keys(rec):
+                if key is not None:
+                    self._by_key.setdefault(key, []).append(rec)
+            if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
+                first[rec.run] = rec.time
+        self._earliest = sorted((t, run) for run, t in first.items())[:2]
+        self._lineages: dict[int, tuple[object, ...]] = {}  # by id of a record of `steps`
+
+    def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
+        site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
+        return (
+            None if site is None else ("site", *site),
+            None if fn is None else ("function", *fn),
+            None if moved is None else ("moved", *moved),
+        )
+
+    def own(self, rec: LedgerRecord) -> bool:
+        """The record was read from this root's ledger (not followed into another root)."""
+        return self.all_roots or rec.read_from is None or Path(rec.read_from) == self.root
+
+    def first_run(self, rec: StepRecord) -> bool:
+        """No run of this root was recorded before `rec`'s run: the cache started empty."""
+        other = next((t for t, run in self._earliest if run != rec.run), None)
+        return other is None or other >= rec.time
+
+    def origin(self, fp: str, before: float | None = None) -> StepRecord | None:
+        """The latest record that made `fp` (before `before`, when given)."""
+        best = None
+        for rec in self.by_result.get(fp, ()):
+            if fp in rec.parents:
+                continue
+            if before is not None and rec.time > before:
+                continue
+            best = rec
+        return best
+
+    def computing(self, fp: str, before: float | None = None) -> StepRecord | None:
+        """The latest record that computed `fp`'s file (a miss), before `before` when given."""
+        best = None
+        for rec in self.by_result.get(fp, ()):
+            if rec.computed and (before is None or rec.time < before):
+                best = rec
+        return best
+
+    def siblings(self, rec: StepRecord) -> list[StepRecord]:
+        """Earlier records of the same step (call site, else function) with another fingerprint,
+        one per fingerprint, most recent first; those with the same parents come first, then
+        those of the same lineage (`lineage`: each split of a DatasetDict mapped at one call site
+        is compared with its own earlier state). Only records of this root count: another
+        cache's runs say nothing about what this one holds."""
+        t = rec.time
+        fp = rec.result
+
+        def matching(key: tuple[object, ...] | None) -> list[StepRecord]:
+            if key is None:
+                return []
+            return [
+                other
+                for other in self._by_key.get(key, ())
+                if other is not rec
+                and other.time < t
+                and other.result != fp
+                and other.run != rec.run
+                and other.type == rec.type
+                and other.output == rec.output
+                and self.own(other)
+            ]
+
+        # The same call site, else the same function, else the same function (same code) from
+        # another file: the script was renamed or moved.
+        site, fn, moved = self._keys(rec)
+        found = matching(site) or matching(fn) or matching(moved)
+        found.sort(key=lambda r: r.time, reverse=True)
+        parents = rec.parents
+        same = [r for r in found if r.parents == parents]
+        rest = [r for r in found if r.parents != parents]
+        if rest:
+            mine = self.lineage(rec)
+            rest = [r for r in rest if self.lineage(r) == mine] + [r for r in rest if self.lineage(r) != mine]
+        out: list[StepRecord] = []
+        seen: set[str | None] = set()
+        for other in same + rest:
+            if other.result not in seen:
+                seen.add(other.result)
+                out.append(other)
+        return out
+
+    def lineage(self, rec: StepRecord, depth: int = 0) -> tuple[object, ...]:
+        """Where `rec`'s result comes from, as steps rather than fingerprints: the step (call
+        site, else function; which output of a `train_test_split`) and the lineage of each of its
+        parents, down to the source (a saved split's folder, a builder's split). Two records of
+        one call site with the same lineage made the same dataset, at different times."""
+        found = self._lineages.get(id(rec))
+        if found is not None:
+            return found
+        if rec.type == "root":
+            src = rec.source
+            if src is None:
+                found = ("root", rec.result)
+            else:
+                found = ("root", rec.operation, src.kind, src.path, src.builder, src.config, src.split)
+        else:
+            site, fn, _ = self._keys(rec)
+            ups = []
+            for p in rec.parents:
+                origin = self.origin(p, before=rec.time + 1e-6) if depth < 50 else None
+                ups.append(self.lineage(origin, depth + 1) if origin is not None else ("unrecorded", p))
+            found = (site or fn, rec.output, tuple(ups))
+        self._lineages[id(rec)] = found
+        return found
+
+    def earlier_same(self, rec: StepRecord) -> StepRecord | None:
+        """The latest earlier record of this root of the same fingerprint made the same way."""
+        best = None
+        for other in self.by_result.get(str(rec.result), ()):
+            if other is rec or other.time >= rec.time or other.run == rec.run or not self.own(other):
+                continue
+            if other.parents == rec.parents:
+                best = other
+        return best
+
+    def with_summaries(self, rec: StepRecord) -> StepRecord:
+        """`rec`, or an earlier record of the same fingerprint that holds argument summaries (a hit
+        records none; the computation it reused does)."""
+        if _has_summaries(rec):
+            return rec
+        for other in reversed(self.by_result.get(str(rec.result), ())):
+            if _has_summaries(other) and other.parents == rec.parents:
+                return other
+        return rec
+
+
+def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False) -> LedgerView:
+    """The ledger of `root` (a loaded `Ledger`, or a root to load), indexed: its own records, plus
+    the origins of inputs recorded in other roots (every known root with `all_roots`)."""
+    ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
+    return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
+
+
+def load_part_view(
+    root: str | os.PathLike[str], *, fingerprint: str | None = None, run: str | None = None, history: int = 0
+) -> tuple[LedgerView, str] | None:
+    """A long-lived ledger's records that `explain` of `fingerprint` (or of run `run`, else of
+    the latest run) reads, indexed, read through the ledger index (`cachetool.history.part`),
+    with the fingerprint `fingerprint` names (or the run's id). None when the index cannot
+    serve it (a damaged line, a name only another root records): then the whole ledger is read."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.errors import CachetoolError
+    from cachetool.history import part
+    from cachetool.history.narrow import narrow_report
+    from cachetool.history.resolve import resolve
+
+    root_abs = Path(os.path.abspath(os.fspath(root)))
+    con = part.open_index(root_abs)
+    if con is None:
+        return None
+    if fingerprint is None:
+        run_id = run or part.latest_run(con)
+        if run_id is None:
+            return None
+        records = part.explain_records(con, root_abs, run=run_id)
+        ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
+        return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
+    try:
+        report = narrow_report(root_abs, fingerprint, con, usage=False) or scan_cache(root_abs, ledger=False)
+        got = resolve(fingerprint, report, recorded=part.IndexedFingerprints(con))
+    except CachetoolError:  # unknown here (another root may know it), or ambiguous: said by the whole
+        return None
+    e = got.entry
+    named = {got.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
+    records = part.explain_records(con, root_abs, fps=named, history=history)
+    ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
+    view = LedgerView(ledger.root, ledger.records, ledger.warnings, ledger)
+    return view, got.recorded_as(view.by_result)
+
+
+def first_line(item: FunctionRef) -> int:
+    return item.line if item.line is not None else 1
+
+
+def _has_summaries(rec: StepRecord) -> bool:
+    return any(a.summary is not None for a in rec.args.values())

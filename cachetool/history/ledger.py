@@ -1,0 +1,366 @@
+"""The ledger: what cachetool recorded about a cache root while pipelines ran.
+
+`datasets` keeps no parent fingerprint on disk, so the tracer (`cachetool.trace`) appends one
+record per transform call to the ledger of the cache root the call belongs to:
+
+* one ledger per root, in `<root>/.cachetool/ledger/`; a `save_to_disk` folder is a root of its own;
+  in-memory datasets go to the default root's ledger (marked `"in_memory": true`);
+* each process appends to its own *segment*, `<host>-<pid>-<start time>.jsonl`, opened with
+  `O_APPEND`, one `write()` per record: no lock on the hot path, safe on NFS, and merging ledgers
+  across machines is copying files;
+* readers merge every segment into typed records (`cachetool.history.records`: one frozen class
+  per record type), skip a torn last line (a writer killed mid-record) with a warning, and keep
+  fields they do not know (records from a newer cachetool are still read). A line that is not a
+  record of this schema (bad JSON, more than `MAX_LINE_BYTES`, nested too deeply, a field of the
+  wrong type such as `"parents": 5` or `"time": 1e400`, an unknown `type`) is skipped with a
+  warning naming the file and line, never an exception. Only regular files are read (a FIFO is
+  not waited on, a symlink to `/dev/zero` is not read), at most `MAX_SEGMENT_BYTES` each;
+* a command loads a root's ledger once (`Ledger.load`), scoped to that root: other roots' records
+  are read only with `--all-roots` or to find the origin of a parent the root does not record,
+  and keep the root they were read from (`read_from`);
+* one rule turns what a user types into a fingerprint for every command (`resolve`);
+* a read-only root is recorded in `user_state_dir()/ledgers/<key>/` instead (said once on stderr);
+  readers look in both places;
+* `user_state_dir()/roots.json` lists every root a tracer wrote to, so `cachetool lineage` can
+  follow a parent into another root (a saved folder's parent lives in the cache root it came from).
+
+The modules: `roots` (where a root's ledger lives; the registry of known roots), `writer`
+(segments written), `segments` (one segment read, typed), `resolve` (naming a fingerprint),
+`follow` (the other roots a ledger reads), `usage` (what the records say about each fingerprint);
+this one: the `Ledger` of a root, read once per command, and what it says about each fingerprint.
+
+Record schema, version 1 (one JSON object per line; fields may be added, never renamed)::
+
+    v               1
+    type            "transform" (a transform call), "root" (a dataset that starts a chain: a
+                    builder split, load_from_disk, an in-memory dataset), "save" (save_to_disk:
+                    the saved folder holds `result`), "source" (the text of a user function,
+                    see below); events files also hold "checkpoint" events of
+                    `cachetool.checkpoint()`
+    seq             order of the call within its process (sort by it; nested calls finish first)
+    run             the segment id: "<host>-<pid>-<start>"; records of one run share it
+    time            call start, seconds since the epoch
+    duration        seconds
+    host, pid       where the call ran
+    versions        {"python", "datasets", "dill", "pyarrow", "cachetool"}
+    operation       "map", "filter", "select", "shuffle", "sort", "train_test_split",
+                    "remove_columns", "concatenate_datasets", "set_format", "load_dataset",
+                    "load_from_disk", "from_dict", "save_to_disk", ...
+    transform       the transform string `datasets` hashed (e.g.
+                    "datasets.arrow_dataset.Dataset._map_single"), or null when it hashed nothing
+    result          the result fingerprint (null when the call raised)
+    parents         list of parent fingerprints (several for concatenate_datasets; [] for roots)
+    output          which output of a multi-output call ("train"/"test" of train_test_split,
+                    the split of a builder's DatasetDict), else null
+    internal        true for calls `datasets` makes itself (set_format inside map, the per-shard
+                    select of num_proc maps, ...); hidden by default
+    call_site       {"file", "line", "function"}: the first frame outside datasets and cachetool
+    function        {"qualname", "file", "line", "source_hash", "code_hash", "by_reference",
+                    "deps"} of the user's function, or null. `source_hash` is "sha256:<16 hex>" of
+                    its source text ("code:<16 hex>" without source); `code_hash` hashes its
+                    bytecode, constants and names but not line numbers (a moved function or an
+                    edited comment keeps it); `by_reference` is true when `datasets` pickles it by
+                    module and name (a function of an importable module), so editing it keeps the
+                    fingerprint; `deps` lists the functions of the user's own modules it reaches
+                    through its globals that are pickled by reference, each {"qualname", "file",
+                    "line", "source_hash", "code_hash"} (at most 16). [added: code_hash,
+                    by_reference, deps]
+    args            {name: {"digest", "repr", "type", "summary"?}}: per hashed argument its
+                    `Hasher` digest (null when not hashed), a short safe repr of small plain
+                    values (else null) and its type name. `summary` (only in records of steps
+                    that computed their result, cache "miss"/"partial", or fell back to a random
+                    fingerprint; not for plain scalars) is a bounded hash tree of the argument in
+                    the node format of `cachetool.fingerprint.tree` (keys l, t, d, s, r, e, o, x,
+                    c): three levels at most, reprs of at most 48 characters, at most 2.5 kB of
+                    JSON per argument (deeper levels are dropped to fit). [added: summary]
+    random_fallback null, or {"argument": name or null (the transform itself), "error": text,
+                    "error_type": name}: `datasets` could not hash and used a random fingerprint
+    fingerprint_given  true when the caller passed `new_fingerprint=` (no hashing took place)
+    files           [{"path", "size", "status": "written" | "reused"}]: cache files the call
+                    produced (result files that its parents do not have)
+    cache           "hit" (every output file existed), "partial" (some num_proc shards existed),
+                    "miss", or "none" (the call writes no file: in memory, select, remove_columns)
+    in_memory       the result has no cache file
+    root            the cache root whose ledger holds the record
+    split           the dataset's split, if any
+    source          roots only: {"kind": "builder", "builder", "config", "relative_data_dir",
+                    "split", "data_files": [{"split", "path", "size", "mtime"}] (local data files
+                    at load time, at most 16) [added: data_files]} |
+                    {"kind": "saved", "path", "state_fingerprint"} |
+                    {"kind": "in-memory", "constructor"}; saves: {"kind": "saved", "path"}
+    error           null, or "ExceptionType: message" when the call raised
+
+Types (a record whose field has another type is skipped): `v`, `seq`, `pid`, sizes and lines are
+integers; `time`, `duration`, `mtime` finite numbers; `parents`, `aliases`, `paths` lists of
+strings; `files` of a step a list of objects with a string `path`; `internal`, `in_memory`,
+`fingerprint_given`, `by_reference`, `truncated` true/false; `cache` one of the four values; the
+other scalar fields strings or null. Classes: `TransformRecord`, `RootRecord`, `SaveRecord`,
+`CheckpointRecord` (all `StepRecord`), `SourceRecord`, `GcRecord`.
+
+Source records (`"type": "source"`, `"internal": true`, `"result": null`) carry the text of a user
+function (or of a helper it calls) named by a record's `function` field, written once per process
+and root, before the first record that names it: {"hash" (its source_hash), "qualname", "file",
+"line", "text" (at most 20,000 characters), "truncated"}. `cachetool explain` diffs two of them
+to show the line that changed.
+
+Gc records (`"type": "gc"`, written by `cachetool gc` after each removal, `GcRecord`) carry no
+`result`: {"action": "removed", "fingerprint" (or null: leftovers have none), "aliases", "kind"
+(the entry kind), "path" (the first removed path), "paths" (every removed file or folder),
+"size" (bytes freed), "files" (the *number* of files freed), "reason", "dataset"}.
+
+Run records (`cachetool.history.runs` reads them): `"run-start"` (`RunStartRecord`: {"argv", "cwd"},
+in the cache root's ledger when tracing starts), `"run-end"` (`RunEndRecord`, in every root the run
+wrote to, at exit: {"status", "exception", "message", "step"} under `cachetool run`, the exit
+status, the uncaught exception and the `seq` of the step it came out of) and `"step-start"`
+(`StepStartRecord`: {"operation", "parents", "call_site", "split", "paths", "before"}, the step's
+`seq`, written when a step begins to compute): a run killed in a step has a start and no end, and a
+step start without its step record.
+
+Compacted segments (`cachetool.history.compact`, `compacted-<time>-<pid>.jsonl`) start with a
+`"compaction"` record (`CompactionRecord`: {"replaces": [[segment name, size], ...]}: readers skip
+those segments while they keep that size) and hold `"run-summary"` records (`RunSummaryRecord`,
+`internal`: {"argv", "runs", "steps", "hits", "misses", "partial", "no_file", "saves",
+"miss_seconds", "bytes_written", "other", "fps": {fp: [last use, records, hits, misses,
+random]}}) for the runs they folded away, then gc records and the step records they kept whole.
+
+Checkpoint events (`"type": "checkpoint"`, `CheckpointRecord`, only in events files) are steps:
+`transform` is the checkpoint's name, `result` the object's digest, `args.value` its repr.
+
+The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same dicts, each with its
+`seq`, plus `"tree"` per argument when `CACHETOOL_TRACE_TREES=1`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cachetool.history.follow import order_key, read_other_roots, read_root, saves_in_other_roots
+from cachetool.history.records import (
+    GcRecord,
+    LedgerRecord,
+    RunSummaryRecord,
+    SaveRecord,
+    SourceRecord,
+    StepRecord,
+)
+from cachetool.history.resolve import Resolved, entry_at_path, resolve
+from cachetool.history.roots import (
+    LEDGER_DIR,
+    ROOTS_FILE,
+    SEGMENT_SUFFIX,
+    fallback_ledger_dir,
+    known_roots,
+    ledger_dir,
+    ledger_dirs,
+    register_root,
+    root_key,
+    roots_file,
+    segment_name,
+)
+from cachetool.history.segments import MAX_LINE_BYTES, MAX_SEGMENT_BYTES, iter_segments, read_segment
+from cachetool.history.usage import Usage, usage_of
+from cachetool.history.writer import ENCODER, RECORD_VERSION, LedgerWriter, Record, SegmentWriter, WarnFn
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The records of one cache root, read once per command, oldest first.
+
+    Scoped to `root`: records of other roots are read only when asked (`all_roots=True`,
+    `--all-roots`), to explain a step whose input lives in another root (a saved folder's
+    `load_from_disk` names a state computed in the cache root it came from), and for the
+    `save_to_disk` folders that hold a state made in `root` (what was made from them descends
+    from it). Those records keep the root they were read from in `read_from` (`is_foreign`)."""
+
+    root: Path
+    records: tuple[LedgerRecord, ...] = ()
+    warnings: tuple[str, ...] = ()
+    segments: tuple[Path, ...] = field(default=(), compare=False)
+    roots: tuple[Path, ...] = ()  # every root read, `root` first
+
+    # -- loading ------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, root: str | os.PathLike[str], *, all_roots: bool = False, follow: bool = True) -> Ledger:
+        """Read the ledger of `root`. With `follow`, the origins of parents that `root` does not
+        record are looked up in the other known roots (and their own parents, transitively);
+        with `all_roots`, every known root is read whole."""
+        first = Path(os.path.abspath(os.fspath(root)))
+        return cls._with_others(first, read_root(first), all_roots=all_roots, follow=follow)
+
+    @classmethod
+    def load_part(
+        cls,
+        root: str | os.PathLike[str],
+        fingerprints: Iterable[str],
+        *,
+        down: bool = False,
+        index: sqlite3.Connection | None = None,
+    ) -> Ledger:
+        """The part of `root`'s ledger that lineage of `fingerprints` reads: the records that made
+        them and their ancestors (with `down`, their descendants too), every gc record and the
+        source texts they name, read through the ledger index (`index`, else the root's,
+        `cachetool.history.part.open_index`) without reading the other records; then the other
+        roots as `load` follows them. The whole ledger (`load`) when the index cannot serve it.
+        The fingerprints of the whole root are `IndexedFingerprints` of the index."""
+        from cachetool.history import part
+
+        first = Path(os.path.abspath(os.fspath(root)))
+        con = index if index is not None else part.open_index(first)
+        if con is None:
+            return cls.load(first)
+        wanted = part.closure(con, set(fingerprints), up=True, down=down)
+        if down:  # the whole family: what was made from every ancestor
+            wanted = part.closure(con, wanted, up=False, down=True)
+        return cls.of_records(first, part.records_of(con, first, wanted), part.segment_paths(con))
+
+    @classmethod
+    def of_records(
+        cls,
+        root: str | os.PathLike[str],
+        records: Iterable[LedgerRecord],
+        segments: Iterable[Path] = (),
+        *,
+        follow: bool = True,
+    ) -> Ledger:
+        """A ledger of `records`, a part of `root`'s own read through its index (from
+        `segments`), with the other roots followed as `load` follows them (`follow`)."""
+        first = Path(os.path.abspath(os.fspath(root)))
+        return cls._with_others(first, (list(records), [], list(segments)), all_roots=False, follow=follow)
+
+    @classmethod
+    def _with_others(
+        cls,
+        first: Path,
+        own: tuple[list[LedgerRecord], list[str], list[Path]],
+        *,
+        all_roots: bool,
+        follow: bool,
+    ) -> Ledger:
+        """The ledger of `first`'s `own` records, warnings and segments, with what the other
+        roots add (`read_other_roots`), oldest first."""
+        records, warnings, segments = own
+        roots = read_other_roots(first, records, warnings, segments, all_roots=all_roots, follow=follow)
+        records.sort(key=order_key)
+        return cls(first, tuple(records), tuple(warnings), tuple(segments), tuple(roots))
+
+    # -- views ----------------------------------------------------------------------------------
+    def is_foreign(self, rec: LedgerRecord) -> bool:
+        """The record was read from another root than this ledger's."""
+        return rec.read_from is not None and Path(rec.read_from) != self.root
+
+    def steps(self, *, include_internal: bool = False) -> list[StepRecord]:
+        """Step records (transforms, roots, saves, checkpoints), oldest first."""
+        return [r for r in self.records if isinstance(r, StepRecord) and (include_internal or not r.internal)]
+
+    def own_steps(self, *, include_internal: bool = False) -> list[StepRecord]:
+        """Step records of this root only."""
+        return [r for r in self.steps(include_internal=include_internal) if not self.is_foreign(r)]
+
+    def sources(self) -> list[SourceRecord]:
+        return [r for r in self.records if isinstance(r, SourceRecord)]
+
+    def gc_records(self) -> list[GcRecord]:
+        """gc's removals recorded in this root, oldest first."""
+        return [r for r in self.records if isinstance(r, GcRecord) and not self.is_foreign(r)]
+
+    def for_result(self, fingerprint: str, *, include_internal: bool = False) -> list[StepRecord]:
+        """Every step record of this root whose result is `fingerprint` (oldest first)."""
+        return [r for r in self.own_steps(include_internal=include_internal) if r.result == fingerprint]
+
+    def fingerprints(self, *, include_internal: bool = True) -> set[str]:
+        """Every fingerprint a step record names, as a result or as a parent."""
+        out: set[str] = set()
+        for r in self.steps(include_internal=include_internal):
+            if r.result is not None:
+                out.add(r.result)
+            out.update(r.parents)
+        return out
+
+    def saves_elsewhere(self) -> list[SaveRecord]:
+        """`save_to_disk` records of states made in this root: a save is recorded in the saved
+        folder's own ledger (a root of its own), so they are looked up in the other known roots,
+        each labelled with the root it was read from."""
+        made = {r.result for r in self.own_steps(include_internal=True) if r.result is not None}
+        own = {(r.run, r.seq) for r in self.own_steps() if isinstance(r, SaveRecord)}
+        if not made:
+            return []
+        return saves_in_other_roots(self.root, made, own)
+
+    def summaries(self) -> list[RunSummaryRecord]:
+        """The summaries of this root's runs a compaction folded away, oldest first."""
+        return [r for r in self.records if isinstance(r, RunSummaryRecord) and not self.is_foreign(r)]
+
+    def usage(self) -> dict[str, Usage]:
+        """Per fingerprint of this root: last use, recorded origin, hits and misses (of summarised
+        runs too)."""
+        return usage_of(self.own_steps(), self.summaries())
+
+
+def read_ledger(root: str | os.PathLike[str], *, include_internal: bool = True) -> Ledger:
+    """The ledger of `root` alone (no other root), internal records included unless told."""
+    got = Ledger.load(root, follow=False)
+    if include_internal:
+        return got
+    kept = tuple(r for r in got.records if not r.internal)
+    return dataclasses.replace(got, records=kept)
+
+
+def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:
+    """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
+
+    From a loaded `Ledger`, computed from its records; from a root, read from the root's ledger
+    index (`cachetool.history.index`), which reads only what was appended since it was last
+    brought up to date. Cheap when there is no ledger (one `listdir` per candidate folder) and
+    returns `{}` then."""
+    if isinstance(root, Ledger):
+        return root.usage()
+    from cachetool.history.index import usage_index
+
+    return usage_index(root)
+
+
+def records_for(
+    root: str | os.PathLike[str] | Ledger, fingerprint: str, *, include_internal: bool = False
+) -> list[StepRecord]:
+    """Every record of `root` whose result is `fingerprint` (oldest first): what `show` prints."""
+    ledger = root if isinstance(root, Ledger) else read_ledger(root)
+    return ledger.for_result(fingerprint, include_internal=include_internal)
+
+
+# The names of `roots`, `writer`, `segments` and `resolve` stay importable from here.
+__all__ = [
+    "ENCODER",
+    "LEDGER_DIR",
+    "MAX_LINE_BYTES",
+    "MAX_SEGMENT_BYTES",
+    "RECORD_VERSION",
+    "ROOTS_FILE",
+    "SEGMENT_SUFFIX",
+    "Ledger",
+    "LedgerWriter",
+    "Record",
+    "Resolved",
+    "SegmentWriter",
+    "Usage",
+    "WarnFn",
+    "entry_at_path",
+    "fallback_ledger_dir",
+    "iter_segments",
+    "known_roots",
+    "ledger_dir",
+    "ledger_dirs",
+    "read_ledger",
+    "read_segment",
+    "records_for",
+    "register_root",
+    "resolve",
+    "root_key",
+    "roots_file",
+    "segment_name",
+    "usage_by_fingerprint",
+]

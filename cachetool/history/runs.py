@@ -1,0 +1,228 @@
+"""How a traced run ended: closed normally, still running, or killed, and the step it was in.
+
+The tracer writes a `RunStartRecord` when a run starts, a `StepStartRecord` when a step begins to
+compute (a cache miss, before it writes), the step's own record when it ends (same `run` and
+`seq`), and a `RunEndRecord` at exit. A SIGKILL (the OOM killer, a job scheduler, `kill -9`)
+writes nothing more: a run with a start and no end, whose process is gone, was killed; a step
+start without its step record is the step that was running, and the unfinished files in its
+output folder (datasets writes `tmpXXXXXXXX` there and renames it when the step ends) are what it
+had written. Runs recorded before these records existed say nothing here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from cachetool.history.records import (
+    LedgerRecord,
+    RunEndRecord,
+    RunStartRecord,
+    StepRecord,
+    StepStartRecord,
+)
+
+__all__ = [
+    "Failure",
+    "Interruption",
+    "RunState",
+    "UnfinishedFile",
+    "failure",
+    "interruption",
+    "unended_step",
+]
+
+#: "killed": the process is gone; "running": it still runs on this host; "unknown": it ran on
+#: another host, so cachetool cannot tell.
+RunState = Literal["killed", "running", "unknown"]
+
+#: A file written this long before the step's recorded start still counts as the step's (clocks).
+_SLACK = 1.0
+
+
+@dataclass(frozen=True)
+class UnfinishedFile:
+    """A file the interrupted step had written: datasets' temporary output, never renamed, or
+    (`finished`) a `num_proc` shard its pool workers, orphaned by the kill, finished and renamed
+    (datasets reuses finished shards)."""
+
+    path: str
+    size: int
+    finished: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "finished": self.finished}
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A run that ended without closing: its state, the step it was in (None: between steps)."""
+
+    run: str
+    state: RunState
+    host: str | None
+    pid: int | None
+    step: StepStartRecord | None
+    written: tuple[UnfinishedFile, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        step = self.step
+        return {
+            "run": self.run,
+            "state": self.state,
+            "host": self.host,
+            "pid": self.pid,
+            "step": None
+            if step is None
+            else {
+                "operation": step.operation,
+                "seq": step.seq,
+                "time": step.time,
+                "parents": list(step.parents),
+                "call_site": step.call_site.to_json() if step.call_site else None,
+                "split": step.split,
+                "paths": list(step.paths),
+            },
+            "written": [f.to_json() for f in self.written],
+        }
+
+
+#: Exceptions of reading an Arrow file (a cache file cut short or overwritten): `verify` finds it.
+_READ_ERRORS = frozenset({"OSError", "ArrowInvalid", "ArrowIOError", "ArrowException"})
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A run that ended by an uncaught exception (or a non-zero exit status): how, and in which
+    step (None: outside any step)."""
+
+    run: str
+    status: int
+    exception: str | None
+    message: str | None
+    step: StepRecord | None
+
+    @property
+    def read_error(self) -> bool:
+        """The exception is one of reading an Arrow file: a damaged cache file, most likely."""
+        return self.exception in _READ_ERRORS
+
+    def to_json(self) -> dict[str, Any]:
+        step = self.step
+        return {
+            "run": self.run,
+            "status": self.status,
+            "exception": self.exception,
+            "message": self.message,
+            "step": None
+            if step is None
+            else {
+                "operation": step.operation,
+                "seq": step.seq,
+                "function": step.function.qualname if step.function else None,
+                "parents": list(step.parents),
+                "call_site": step.call_site.to_json() if step.call_site else None,
+            },
+        }
+
+
+def failure(records: Iterable[LedgerRecord], run: str) -> Failure | None:
+    """How run `run` failed, when its end record says it did (an exception, a non-zero status);
+    None for a run that ended well, did not end, or ended before ends said how."""
+    end: RunEndRecord | None = None
+    steps: dict[int, StepRecord] = {}
+    for rec in records:
+        if rec.run != run:
+            continue
+        if isinstance(rec, RunEndRecord):
+            end = end or rec
+        elif isinstance(rec, StepRecord) and not rec.internal:
+            steps[rec.seq] = rec
+    if end is None or not (end.status or end.exception):
+        return None
+    step = steps.get(end.step) if end.step is not None else None
+    return Failure(run, end.status or 1, end.exception, end.message, step)
+
+
+def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | None:
+    """How run `run` ended, when it did not close: None for a run that wrote its end (or one
+    recorded before runs had starts and ends)."""
+    started: RunStartRecord | None = None
+    steps: list[StepStartRecord] = []
+    done: set[int] = set()
+    for rec in records:
+        if rec.run != run:
+            continue
+        if isinstance(rec, RunEndRecord):
+            return None
+        if isinstance(rec, RunStartRecord):
+            started = rec
+        elif isinstance(rec, StepStartRecord):
+            steps.append(rec)
+        elif isinstance(rec, StepRecord):
+            done.add(rec.seq)
+    open_steps = [s for s in steps if s.seq not in done]
+    if started is None and not open_steps:
+        return None
+    first = started or open_steps[0]
+    step = max(open_steps, key=lambda s: s.seq) if open_steps else None
+    return Interruption(
+        run=run,
+        state=_state(first),
+        host=first.host,
+        pid=first.pid,
+        step=step,
+        written=_unfinished(step) if step is not None else (),
+    )
+
+
+def unended_step(records: Iterable[LedgerRecord], fp: str) -> StepStartRecord | None:
+    """The latest step that began to compute `fp`'s cache file and wrote no record of its end:
+    its run was killed in it (the `num_proc` workers it left may have finished the file)."""
+    names = (f"cache-{fp}.arrow",)
+    starts: list[StepStartRecord] = []
+    done: set[tuple[str, int]] = set()
+    for rec in records:
+        if isinstance(rec, StepStartRecord) and any(os.path.basename(p) in names for p in rec.paths):
+            starts.append(rec)
+        elif isinstance(rec, StepRecord) and not rec.internal:
+            done.add((rec.run, rec.seq))
+    open_ = [s for s in starts if (s.run, s.seq) not in done]
+    return open_[-1] if open_ else None
+
+
+def _state(rec: LedgerRecord) -> RunState:
+    import socket
+
+    if rec.host != socket.gethostname() or rec.pid is None:
+        return "unknown"
+    from cachetool.processes import process_start
+
+    began = process_start(rec.pid)
+    # The pid may be another process's now: the run's own one started before its first record.
+    return "running" if began is not None and began <= rec.time + _SLACK else "killed"
+
+
+def _unfinished(step: StepStartRecord) -> tuple[UnfinishedFile, ...]:
+    """datasets' temporary files in the step's output folders, written since the step began, and
+    the `num_proc` shards of its output finished since (`cache-<fp>_00000_of_00002.arrow`)."""
+    out: list[UnfinishedFile] = []
+    shards = tuple(os.path.basename(p).removesuffix(".arrow") + "_" for p in step.paths)
+    for folder in dict.fromkeys(os.path.dirname(p) for p in step.paths):
+        try:
+            with os.scandir(folder) as it:
+                entries = [e for e in it if e.name.startswith(("tmp", *shards))]
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if e.name in step.before:  # there before the step began: another run's leftover
+                continue
+            if e.is_file(follow_symlinks=False) and st.st_mtime >= step.time - _SLACK:
+                out.append(UnfinishedFile(e.path, st.st_size, finished=not e.name.startswith("tmp")))
+    return tuple(sorted(out, key=lambda f: (f.finished, f.path)))

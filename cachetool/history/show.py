@@ -1,0 +1,136 @@
+"""The answer of `cachetool show`: everything known about one cache entry, from the disk and the
+ledger, as typed values (the command renders them)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import CacheFile, CacheReport, Entry
+    from cachetool.history.ledger import Ledger
+    from cachetool.history.records import StepRecord
+
+#: The fingerprint written inside a file, against the entry's: the same (`matches`; a shard of a
+#: `num_proc` map holds `<fp>_00000_of_00002`), another one (`differs`), or none written (`none`).
+FingerprintCheck = Literal["matches", "differs", "none"]
+
+
+def fingerprint_check(entry: Entry, file: CacheFile) -> FingerprintCheck:
+    """Whether the fingerprint recorded inside `file` is the one its entry is named after."""
+    s = file.summary
+    if s is None or s.fingerprint is None:
+        return "none"
+    fp = entry.fingerprint
+    if fp and (s.fingerprint == fp or (file.shard and s.fingerprint.startswith(fp + "_"))):
+        return "matches"
+    return "differs"
+
+
+@dataclass(frozen=True)
+class EntryReport:
+    """One entry (None: a fingerprint only the ledger records, no cache file holds it), the
+    records of the steps that made it (oldest first), and whether it is pinned."""
+
+    report: CacheReport
+    fingerprint: str
+    entry: Entry | None
+    records: tuple[StepRecord, ...]
+    pinned: bool = False
+    #: What could not be read (a damaged pins file: the entry is shown as not pinned).
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def features(self) -> dict[str, Any] | None:
+        """The `features` of the first file that records them."""
+        e = self.entry
+        if e is None:
+            return None
+        return next((f.summary.features for f in e.files if f.summary and f.summary.features), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--json` document of `show` (schema in docs/listing.md)."""
+        root = os.fsdecode(self.report.root)
+        records = [r.to_json() for r in self.records]
+        e = self.entry
+        if e is None:
+            return {
+                "fingerprint": self.fingerprint,
+                "kind": None,
+                "root": root,
+                "files": [],
+                "records": records,
+            }
+        doc = e.to_json()
+        doc["root"] = root
+        doc["files"] = [f.to_json() for f in e.files]
+        doc["schema"] = [{"name": n, "type": t} for n, t in e.columns]
+        doc["features"] = self.features
+        doc["records"] = records
+        doc["pinned"] = self.pinned
+        return doc
+
+
+def show_entry(
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    progress: Callable[[str | os.PathLike[str], Ledger | bool], CacheReport] | None = None,
+) -> EntryReport:
+    """Everything known about the entry `fingerprint` names (a unique prefix, an alias, a path,
+    a cache file's name: `cachetool.history.resolve.resolve`) in the cache at `root`: its files
+    and what each holds, and the records of the steps that made it. A fingerprint only the ledger
+    records gives `entry=None` with those records. `progress` scans the cache in place of
+    `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
+    from cachetool.cache.scan import scan_cache
+    from cachetool.history.resolve import named_elsewhere
+
+    def scan(ledger: Ledger | bool) -> CacheReport:
+        return progress(root, ledger) if progress is not None else scan_cache(root, ledger=ledger)
+
+    root_path = Path(os.fspath(root)).expanduser().resolve()
+    with named_elsewhere(root_path, fingerprint, "show"):
+        return _show_entry(root_path, fingerprint, scan)
+
+
+def _show_entry(
+    root_path: Path, fingerprint: str, scan: Callable[[Ledger | bool], CacheReport]
+) -> EntryReport:
+    from cachetool.cache.query import is_pinned
+    from cachetool.errors import CachetoolError
+    from cachetool.history import part
+    from cachetool.history.ledger import Ledger
+    from cachetool.history.resolve import resolve
+    from cachetool.maintenance.pins import read_pins
+
+    con = part.open_index(root_path)
+    known: part.IndexedFingerprints | None = None
+    if con is None:
+        ledger = Ledger.load(root_path, follow=False)
+        report = scan(ledger)
+    else:
+        # A long-lived ledger: read only the records of the fingerprints the name stands for.
+        report = scan(True)
+        known = part.IndexedFingerprints(con)
+        probe = resolve(fingerprint, report, recorded=known)
+        e = probe.entry
+        named = {probe.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
+        some = part.records_of(con, root_path, named)
+        ledger = Ledger.of_records(root_path, some, part.segment_paths(con), follow=False)
+    got = resolve(fingerprint, report, ledger, recorded=known)
+    entry = got.entry
+    if entry is None:
+        return EntryReport(report, got.fingerprint, None, tuple(ledger.for_result(got.fingerprint)))
+    # The records of the entry's fingerprints, and of the one named when its step wrote the
+    # entry's files under another name.
+    fps = dict.fromkeys(fp for fp in (entry.fingerprint, *entry.aliases, got.fingerprint) if fp)
+    records = sorted((r for fp in fps for r in ledger.for_result(fp)), key=lambda r: (r.time, r.run, r.seq))
+    warnings: tuple[str, ...] = ()
+    try:
+        pinned, warnings = is_pinned(entry, frozenset(read_pins(report.root))), warnings
+    except CachetoolError as e:
+        pinned, warnings = False, (e.message,)
+    return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings)

@@ -1,0 +1,220 @@
+"""Writing the ledger: one segment per process and root, appended one record per `write()`.
+
+Each process appends to its own segment, `<host>-<pid>-<start time>.jsonl`, opened with
+`O_APPEND`, one `write()` per record: no lock on the hot path, safe on NFS, and merging ledgers
+across machines is copying files. A root that cannot be written falls back to the per-user
+ledger folder (said once on stderr).
+
+A process holds at most `MAX_OPEN_SEGMENTS` segments open (the roots it wrote to last): a program
+that saves to a thousand folders must not run out of descriptors because it is traced. A segment
+closed for room is opened again for its root's next record; a root that is gone by then (the
+program deleted it) is not recreated, and its records go nowhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cachetool.history.roots import (
+    SEGMENT_SUFFIX,
+    fallback_ledger_dir,
+    ledger_dir,
+    register_root,
+    segment_name,
+)
+
+#: The record format this cachetool writes. Readers accept any version >= 1.
+RECORD_VERSION = 1
+#: Segments a process holds open at once (one descriptor each): the roots it wrote to last.
+MAX_OPEN_SEGMENTS = 32
+
+Record = dict[str, Any]
+_UNSET: Any = object()
+# One encoder for every record: compact, UTF-8, anything odd (a Path) as its str().
+ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False)
+WarnFn = Callable[[str], None]
+
+
+def _stderr_warning(message: str) -> None:
+    sys.stderr.write(f"cachetool: warning: {message}\n")
+    sys.stderr.flush()
+
+
+class SegmentWriter:
+    """Appends records to one segment file. One `os.write` of the whole line per record on an
+    `O_APPEND` descriptor: the record reaches the kernel whole or (killed mid-write, or the disk
+    full) as a torn line that readers skip. A record after a torn line starts on a fresh line, so
+    the torn one never swallows it: the writer remembers a write it could not finish, and a
+    segment opened again whose last byte is not a newline ends with one.
+
+    Nothing is buffered in Python, so a crash loses at most the record being written. A shared
+    `flock` on the segment is held while it is open: the sign for compaction that it is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._torn = False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.open()
+
+    def open(self) -> None:
+        """Open the segment (again, after `close`) for appending. Creates no folder: raises
+        OSError when its folder is gone (the program deleted the root)."""
+        if self._fd is not None:
+            return
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.path, flags, 0o644)
+        # Held while the segment is open: compaction, which must lock a segment exclusively to
+        # replace it, leaves it alone whatever the pid in its name says (another PID namespace, a
+        # cloned host). Where locks are not supported (some NFS), compaction falls back to the
+        # pid in the name.
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        with contextlib.suppress(OSError):
+            size = os.fstat(fd).st_size
+            self._torn = self._torn or (size > 0 and os.pread(fd, 1, size - 1) != b"\n")
+        self._fd = fd
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self.append_line(ENCODER.encode(record))
+
+    def append_line(self, line: str) -> None:
+        """Append one record already encoded as JSON (without its newline)."""
+        if self._fd is None:
+            self.open()
+        assert self._fd is not None
+        data = (line + "\n").encode("utf-8", "surrogateescape")
+        if self._torn:
+            data = b"\n" + data
+        view = memoryview(data)
+        try:
+            # A short write (signal, full disk) is finished by the next `write`; one that fails
+            # after part of the line went out leaves a torn line, ended before the next record.
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+                self._torn = bool(view)
+        except OSError:
+            self._torn = self._torn or len(view) < len(data)
+            raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+class LedgerWriter:
+    """The writing side of every ledger a process touches: one segment per root, opened lazily,
+    at most `MAX_OPEN_SEGMENTS` open at once.
+
+    A root that cannot be written falls back to `fallback_ledger_dir(root)`, said once per root on
+    stderr. Every root written to is added to the per-user registry of known roots."""
+
+    def __init__(
+        self,
+        *,
+        host: str | None = None,
+        pid: int | None = None,
+        start: float | None = None,
+        warn: WarnFn | None = None,
+    ) -> None:
+        self.host = host or socket.gethostname()
+        self.pid = pid if pid is not None else os.getpid()
+        self.start = start if start is not None else time.time()
+        self.name = segment_name(self.host, self.pid, self.start)
+        self._warn = warn or _stderr_warning
+        self._segments: dict[str, SegmentWriter | None] = {}
+        self._open_roots: OrderedDict[str, None] = OrderedDict()  # least recently written first
+        self._lock = threading.Lock()
+
+    @property
+    def run_id(self) -> str:
+        return self.name[: -len(SEGMENT_SUFFIX)]
+
+    def segment_for(self, root: str, kind: str = "cache") -> SegmentWriter | None:
+        """The segment of `root`, creating it (or its fallback) the first time."""
+        with self._lock:  # two threads writing to a new root at once open one segment
+            seg = self._segments.get(root, _UNSET)
+            return self._open(root, kind) if seg is _UNSET else seg
+
+    def _open(self, root: str, kind: str) -> SegmentWriter | None:
+        writer: SegmentWriter | None = None
+        try:
+            writer = SegmentWriter(ledger_dir(root) / self.name)
+        except OSError as e:
+            fallback = fallback_ledger_dir(root)
+            try:
+                writer = SegmentWriter(fallback / self.name)
+                _write_root_note(fallback, root)
+                self._warn(
+                    f"cannot write the ledger of {root} ({e.strerror or e}); "
+                    f"recording its lineage in {fallback} instead"
+                )
+            except OSError as e2:
+                self._warn(f"cannot record lineage for {root}: {e2.strerror or e2}")
+        self._segments[root] = writer
+        if writer is not None:
+            self._opened(root)
+            register_root(root, kind)
+        return writer
+
+    def _opened(self, root: str) -> None:
+        """`root`'s segment is open and written to now: close the one written to longest ago
+        when more than `MAX_OPEN_SEGMENTS` are open."""
+        self._open_roots[root] = None
+        self._open_roots.move_to_end(root)
+        if len(self._open_roots) > MAX_OPEN_SEGMENTS:
+            oldest, _ = self._open_roots.popitem(last=False)
+            seg = self._segments.get(oldest)
+            if seg is not None:
+                seg.close()
+
+    def append(self, root: str, record: Mapping[str, Any], kind: str = "cache") -> None:
+        self.append_line(root, ENCODER.encode(record), kind)
+
+    def append_line(self, root: str, line: str, kind: str = "cache") -> None:
+        with self._lock:  # a segment is never closed for room while another thread writes it
+            seg = self._segments.get(root, _UNSET)
+            if seg is _UNSET:
+                seg = self._open(root, kind)
+            elif seg is not None and not seg.is_open:
+                try:
+                    seg.open()
+                except OSError:
+                    return  # the root is gone (the program deleted it): nothing to record it in
+                self._opened(root)
+            elif seg is not None:
+                self._open_roots.move_to_end(root)
+            if seg is not None:
+                seg.append_line(line)
+
+    def close(self) -> None:
+        for seg in self._segments.values():
+            if seg is not None:
+                seg.close()
+        self._segments.clear()
+        self._open_roots.clear()
+
+
+def _write_root_note(folder: Path, root: str) -> None:
+    note = folder / "ROOT"
+    if not note.exists():
+        with contextlib.suppress(OSError):
+            note.write_text(os.path.abspath(root) + "\n", encoding="utf-8")
