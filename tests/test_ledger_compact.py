@@ -172,16 +172,19 @@ def test_fewer_segments_than_the_newest_kept_whole_compacts_nothing(tmp_path: Pa
 def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A ledger whose gc history alone is larger than the part of a segment readers read (256 MB;
-    lowered here to 48 kB): compaction would write one segment with the kept records past that
-    limit, so lineage would lose them. It leaves the ledger as it is and says why; the lineage of
-    what has files, the totals and the gc records stay whole, and reading warns of nothing."""
+    """A ledger whose records to keep whole are larger than the part of a segment readers read
+    (256 MB; lowered here to 48 kB): every run's result still has files, so compaction would
+    write one segment with all their lineage past that limit, and lineage would lose it. It
+    leaves the ledger as it is and says why; the lineage of what has files, the totals and the gc
+    records stay whole, and reading warns of nothing."""
     from cachetool.history import segments
     from cachetool.history.gclog import gc_records
 
     monkeypatch.setattr(segments, "MAX_SEGMENT_BYTES", 48 * 1024)
     root = tmp_path / "cache"
     living = _write_runs(root, 30, 20)
+    for r in range(30):
+        (root / "ds" / f"cache-{r:06d}{19:06d}.arrow").write_bytes(b"x" * 100)
     host = socket.gethostname()
     for k in range(12):  # twelve finished gc runs of 60 removals each, older than every run
         w = LedgerWriter(pid=DEAD_PID + 100 + k, start=1000.0 + k)
@@ -433,3 +436,78 @@ def test_explain_after_a_compaction_still_knows_the_earlier_runs(tmp_path: Path)
     assert before == ["first time this step ran (nothing recorded to compare with)"]
     assert compact_ledger(root, keep_runs=1).runs == 8  # only the newest run stays whole
     assert said() == before
+
+
+#: A cache cleaned every day: `days` gc runs from `first` on, each removing the 20 leftovers a
+#: killed run left in the dataset folder; the first of all also evicts the entry named in argv.
+GC_DAILY = textwrap.dedent(
+    """\
+    import os, sys
+    from pathlib import Path
+    from cachetool.maintenance.gc import gc_cache
+    import pyarrow as pa
+    root, days, first, evict = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+    folder = root / "csv" / "default-0123456789abcdef" / "0.0.0" / "0123456789abcdef"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "dataset_info.json").write_text('{"splits": {"train": {"name": "train"}}}')
+    schema = pa.schema([("a", pa.int64())])
+    with pa.OSFile(str(folder / "csv-train.arrow"), "wb") as f, pa.ipc.new_stream(f, schema) as w:
+        w.write_batch(pa.record_batch([pa.array([1])], schema=schema))
+    stream = (folder / "csv-train.arrow").read_bytes()  # a killed writer's: an Arrow stream
+    for d in range(first, first + days):
+        for i in range(20):
+            p = folder / f"tmp{d:04d}{i:04d}"
+            p.write_bytes(stream)
+            p.chmod(0o600)  # as datasets' NamedTemporaryFile makes it
+            os.utime(p, (1e9, 1e9))
+        gc_cache(root, evict if d == 0 else (), temp=True, tmp_dir=folder, min_age=0, yes=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_gc_history_is_compacted_so_a_cache_cleaned_every_day_keeps_a_bounded_ledger(tmp_path: Path) -> None:
+    """Every gc run adds a record per removed item. Compaction folds the old ones into a count,
+    keeping whole only what a command still reads: twice as many days of gc leave a compacted
+    ledger of the same size, not twice the size. What `lineage` and `verify` need stays: an
+    evicted ancestor of a living entry is still "deleted by gc", and verify does not call its
+    recorded file missing."""
+    import pyarrow as pa
+
+    from cachetool.history.gclog import gc_records
+    from cachetool.maintenance.verify import verify_cache
+
+    root = tmp_path / "cache"
+    living = _write_runs(root, 10, 3)  # run 0's last step has files; its parent is evicted below
+    parent = "000000000001"
+    path = root / "ds" / f"cache-{parent}.arrow"
+    schema = pa.schema([("a", pa.int64())])
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, schema) as w:
+        w.write_batch(pa.record_batch([pa.array([1])], schema=schema))
+    os.utime(path, (1e9, 1e9))
+
+    def days(n: int, first: int) -> None:
+        args = [sys.executable, "-c", GC_DAILY, str(root), str(n), str(first), parent]
+        subprocess.run(args, check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+    def deleted() -> str | None:
+        return next(s.deleted for _, s in lineage(root, living).steps if s.fingerprint == parent)
+
+    def missing() -> list[str]:
+        return [str(f.path) for f in verify_cache(root).findings if parent in str(f.path)]
+
+    days(30, 0)
+    assert not path.exists() and len(gc_records(root)) == 30 * 20 + 1
+    assert deleted() and not missing()
+    first = compact_ledger(root, keep_runs=5)
+    assert first.segments > 0 and first.gc_folded >= 25 * 20
+    size = ledger_bytes(root)
+
+    days(30, 30)
+    grown = ledger_bytes(root)
+    second = compact_ledger(root, keep_runs=5)
+    assert second.segments > 0 and first.gc_folded + 25 * 20 <= second.gc_folded <= 55 * 20
+    assert ledger_bytes(root) < size + 2048 < grown, (size, grown, ledger_bytes(root))
+    assert len(gc_records(root)) <= 5 * 20 + 1  # the newest runs whole, the eviction kept
+    assert deleted() and not missing()
+    assert _totals(root)["runs"] == 10

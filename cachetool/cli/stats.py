@@ -145,9 +145,10 @@ def compaction_line(c: CompactionReport) -> str:
     if not c.segments:
         return f"Ledger: nothing to compact ({human_size(c.bytes_before)}: {c.why_nothing})"
     verb = "Would compact" if c.dry_run else "Compacted"
+    folded = f", {c.gc_folded} gc removal(s) counted" if c.gc_folded else ""
     return (
-        f"{verb} the ledger: {c.runs} run(s) summarised ({c.summarised} records), {c.kept} records kept "
-        f"whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
+        f"{verb} the ledger: {c.runs} run(s) summarised ({c.summarised} records){folded}, {c.kept} "
+        f"records kept whole; {human_size(c.bytes_before)} → {human_size(c.bytes_after)}"
     )
 
 

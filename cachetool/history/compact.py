@@ -9,7 +9,10 @@ replaces the segments of finished old runs with one *compacted segment* (`compac
 * one `RunSummaryRecord` per old run: start and end, host, script, step counts, bytes written,
   the fingerprints whose origin it recorded (computed, loaded, neither) and when it last used each
   one; summaries of earlier compactions are carried over;
-* every gc record;
+* the gc records a command still reads (the latest removal of each fingerprint the kept records
+  name, and of data from each folder that still exists); the others are folded into one count in
+  the `CompactionRecord` (`gc_folded`: removals, bytes, first and last time), so a cache cleaned
+  every day keeps a ledger of bounded size;
 * whole, the records still needed: for every fingerprint that still has files in the cache (an
   entry's fingerprint or alias, or a recorded file that exists), and every fingerprint a kept run
   names as a parent, its latest origin record, then the same for its parents up to the source:
@@ -96,6 +99,7 @@ class CompactionReport:
     runs: int = 0  # runs summarised
     kept: int = 0  # records of those segments kept whole
     summarised: int = 0  # records of those segments folded into summaries
+    gc_folded: int = 0  # gc records folded into a count (earlier compactions' included)
     bytes_before: int = 0  # every segment of the ledger
     bytes_after: int = 0
     left: tuple[str, ...] = field(default=())  # old segments left whole (see `warnings`)
@@ -123,6 +127,7 @@ class CompactionReport:
             "runs": self.runs,
             "kept": self.kept,
             "summarised": self.summarised,
+            "gc_folded": self.gc_folded,
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
             "left": list(self.left),
@@ -180,6 +185,7 @@ def compact_ledger(
             runs=total.runs + got.runs,
             kept=total.kept + got.kept,
             summarised=total.summarised + got.summarised,
+            gc_folded=total.gc_folded + got.gc_folded,
             bytes_before=before,
             bytes_after=total.bytes_after - got.bytes_before + got.bytes_after,
             left=total.left + got.left,
@@ -275,8 +281,8 @@ def _compacted(
     for seg in segments:
         if seg.name not in names:
             wanted |= seg.inputs  # a run kept whole: the origins of its inputs stay
-    keep, hashes = needed(replaced, wanted)
-    lines, kept, runs, summarised = second_pass(root, folder, replaced, keep, hashes, living)
+    keep, hashes, named = needed(replaced, wanted)
+    lines, kept, runs, summarised, folded = second_pass(root, folder, replaced, keep, hashes, living, named)
     header = CompactionRecord(
         v=RECORD_VERSION,
         type=CompactionRecord.TYPE,
@@ -286,6 +292,7 @@ def _compacted(
         internal=True,
         root=os.fspath(root),
         replaces=tuple((s.name, s.size) for s in replaced),
+        extra={"gc_folded": list(folded)} if folded[0] else {},
     )
     text = "\n".join([ENCODER.encode(header.to_json()), *lines]) + "\n"
     data = text.encode("utf-8", "surrogateescape")
@@ -296,6 +303,7 @@ def _compacted(
         runs=runs,
         kept=kept,
         summarised=summarised,
+        gc_folded=folded[0],
         bytes_before=sum(s.size for s in replaced),
         bytes_after=len(data),
     )

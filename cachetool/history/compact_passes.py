@@ -14,6 +14,7 @@ from pathlib import Path
 from cachetool.errors import CachetoolError
 from cachetool.history.follow import source_hashes
 from cachetool.history.records import (
+    CompactionRecord,
     GcRecord,
     LedgerRecord,
     RunEndRecord,
@@ -103,10 +104,10 @@ def first_pass(folder: Path) -> list[Segment]:
 
 def needed(
     replaced: list[Segment], wanted: set[str]
-) -> tuple[set[tuple[str, int]], dict[str, tuple[str, int]]]:
+) -> tuple[set[tuple[str, int]], dict[str, tuple[str, int]], set[str]]:
     """Where the step records to keep whole are (segment, offset): the latest origin (and latest
-    internal one) of every fingerprint in `wanted`, and of their parents, up to the source; and
-    where the source texts they name are."""
+    internal one) of every fingerprint in `wanted`, and of their parents, up to the source; where
+    the source texts they name are; and every fingerprint those records name."""
     latest: dict[tuple[str, bool], _Origin] = {}
     for seg in replaced:
         for fp, origins in seg.origins.items():
@@ -134,7 +135,7 @@ def needed(
         for h, offset in seg.sources.items():
             if h in hashes:
                 sources.setdefault(h, (seg.name, offset))
-    return keep, sources
+    return keep, sources, seen
 
 
 def living_fingerprints(root: Path, replaced: list[Segment]) -> set[str]:
@@ -151,6 +152,41 @@ def living_fingerprints(root: Path, replaced: list[Segment]) -> set[str]:
     return out
 
 
+#: What gc removed, as a compaction counts the records it folds: removals, bytes, first and last time.
+GcFolded = tuple[int, int, float, float]
+#: gc's kinds for data files: `verify` asks whether gc removed data from a folder (`_removed_folders`).
+_DATA_KINDS = frozenset({"source", "derived", "shards", "arrow"})
+
+
+def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], GcFolded]:
+    """The gc records a reader still needs, and the count of the others: the latest removal of
+    each fingerprint the kept records name (`lineage` shows it deleted, `explain` says when, and
+    `verify` does not call its recorded files missing), and the latest removal of data from each
+    folder that still exists (`verify` knows gc emptied it). Everything else gc removed is history
+    no command reads: it is folded into one count, so gc records no longer grow the ledger."""
+    latest: dict[object, GcRecord] = {}
+    for g in sorted(gcs, key=lambda r: (r.time, r.run, r.seq)):
+        for fp in g.fingerprints:
+            if fp in named:
+                latest[fp] = g
+        if g.kind in _DATA_KINDS and g.path and os.path.isdir(g.located(os.path.dirname(g.path))):
+            latest[("folder", os.path.dirname(g.path))] = g
+    kept = list({id(g): g for g in latest.values()}.values())
+    ids = {id(g) for g in kept}
+    folded = [g for g in gcs if id(g) not in ids]
+    if not folded:
+        return kept, (0, 0, 0.0, 0.0)
+    times = [g.time for g in folded]
+    return kept, (len(folded), sum(g.size for g in folded), min(times), max(times))
+
+
+def folded_sum(a: GcFolded, b: GcFolded) -> GcFolded:
+    """Two counts of folded gc records as one."""
+    if not a[0] or not b[0]:
+        return a if a[0] else b
+    return (a[0] + b[0], a[1] + b[1], min(a[2], b[2]), max(a[3], b[3]))
+
+
 def second_pass(
     root: Path,
     folder: Path,
@@ -158,14 +194,17 @@ def second_pass(
     keep: set[tuple[str, int]],
     sources: dict[str, tuple[str, int]],
     living: set[str],
-) -> tuple[list[str], int, int, int]:
+    named: set[str],
+) -> tuple[list[str], int, int, int, GcFolded]:
     """The lines of the compacted segment after its header (summaries, gc records, the records
     kept whole, their source texts), reading the replaced segments again one at a time; with how
-    many records were kept, runs summarised and records summarised."""
+    many records were kept, runs summarised and records summarised, and the gc removals folded
+    into a count (with those earlier compactions folded)."""
     chosen = set(sources.values())
     earlier: list[RunSummaryRecord] = []
     fresh: list[RunSummaryRecord] = []
-    gcs: list[LedgerRecord] = []
+    gcs: list[GcRecord] = []
+    before: GcFolded = (0, 0, 0.0, 0.0)
     kept: list[LedgerRecord] = []
     texts: list[LedgerRecord] = []
     summarised = 0
@@ -177,6 +216,8 @@ def second_pass(
                 break
             if isinstance(rec, RunSummaryRecord):
                 earlier.append(trimmed(rec, living))
+            elif isinstance(rec, CompactionRecord):
+                before = folded_sum(before, gc_folded(rec))
             elif isinstance(rec, GcRecord):
                 gcs.append(rec)
             elif isinstance(rec, SourceRecord):
@@ -189,6 +230,21 @@ def second_pass(
                 rest.append(rec)
         fresh += summaries(rest, living)
     order = lambda r: (r.time, r.run, r.seq)  # noqa: E731
+    gc_whole, folded = _gc_kept(gcs, named | living)
     out: list[LedgerRecord] = [*bounded([*earlier, *fresh])]
-    out += sorted(gcs, key=order) + sorted(kept, key=order) + sorted(texts, key=order)
-    return [ENCODER.encode(r.to_json()) for r in out], len(kept), len(fresh), summarised
+    out += sorted(gc_whole, key=order) + sorted(kept, key=order) + sorted(texts, key=order)
+    lines = [ENCODER.encode(r.to_json()) for r in out]
+    return lines, len(kept), len(fresh), summarised, folded_sum(before, folded)
+
+
+def gc_folded(rec: CompactionRecord) -> GcFolded:
+    """The gc removals a compaction record counts as folded (`gc_folded`: [removals, bytes,
+    first time, last time]); zeros when it counts none or the value is not that."""
+    raw = rec.extra.get("gc_folded")
+    if (
+        isinstance(raw, list)
+        and len(raw) == 4
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in raw)
+    ):
+        return (int(raw[0]), int(raw[1]), float(raw[2]), float(raw[3]))
+    return (0, 0, 0.0, 0.0)
