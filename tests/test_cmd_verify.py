@@ -1058,3 +1058,25 @@ def test_the_quarantine_shows_in_ls_and_its_list_and_restore_says_once_why_a_fil
         .stdout
     )["quarantine"]
     assert item["stays"] == "something new is in its place", item
+
+    # The purge: `gc --quarantine` removes what the quarantine holds, `--older-than` counting
+    # from when it was moved aside; it is a run of its own.
+    qpath = Path(item["path"])
+    gc = ["gc", "--quarantine", "--cache-dir", str(cache)]
+    mixed = CliRunner().invoke(app, [*gc, "--temp"], env=env)
+    assert mixed.exit_code == 2 and mixed.stderr.count("\n") == 1 and "--quarantine" in mixed.stderr
+    young = CliRunner().invoke(app, [*gc, "--older-than", "1d", "-y"], env=env)
+    assert young.exit_code == 0 and qpath.exists(), young.output
+    assert "quarantined in the last 1d" in young.stdout, young.stdout
+    plan = json.loads(CliRunner().invoke(app, [*gc, "--dry-run", "--json"], env=env).stdout)["plan"]
+    (purge,) = plan["items"]
+    assert purge["action"] == "purge" and purge["path"] == str(qpath) and qpath.exists(), purge
+    assert "no end-of-stream marker" in purge["reason"] and str(damaged) in purge["reason"], purge
+    done = CliRunner().invoke(app, [*gc, "-y"], env=env)
+    assert done.exit_code == 0 and not qpath.exists() and damaged.exists(), done.output
+    listed = CliRunner().invoke(app, ["verify", "--quarantine", "--list", "--cache-dir", str(cache)], env=env)
+    assert "The quarantine is empty." in listed.stdout, listed.stdout
+    assert "quarantine:" not in CliRunner().invoke(app, ["ls", "--cache-dir", str(cache)], env=env).stdout
+    from cachetool.history.gclog import gc_records
+
+    assert [r.path for r in gc_records(cache)][-1] == str(qpath)

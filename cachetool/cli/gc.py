@@ -74,7 +74,8 @@ _OlderThan = Annotated[
     str | None,
     typer.Option(
         "--older-than",
-        help="Evict entries not used in this long (e.g. 30d): last ledger record, else modified time.",
+        help="Evict entries not used in this long (e.g. 30d): last ledger record, else modified time. "
+        "With --quarantine: purge what was moved aside at least this long ago.",
         show_default=False,
     ),
 ]
@@ -115,6 +116,15 @@ _OtherHostsIdle = Annotated[
         "outside `cachetool run` or `cachetool.tracing()`.",
     ),
 ]
+_Quarantine = Annotated[
+    bool,
+    typer.Option(
+        "--quarantine",
+        help="Purge the quarantine: delete what `verify --quarantine` moved aside into "
+        ".cachetool/quarantine/ (with --older-than: moved aside at least that long ago). Nothing "
+        "else is removed in that run.",
+    ),
+]
 _BreakLease = Annotated[
     str | None,
     typer.Option(
@@ -145,6 +155,7 @@ def gc_command(
     include_sources: _IncludeSources = False,
     force_root: _ForceRoot = False,
     other_hosts_idle: _OtherHostsIdle = False,
+    quarantine: _Quarantine = False,
     break_lease: _BreakLease = None,
     dry_run: _DryRun = False,
     yes: _Yes = False,
@@ -187,6 +198,8 @@ def gc_command(
 
         cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
 
+        cachetool gc --quarantine --older-than 30d
+
     Exit codes: 0 the plan ran (or there was nothing to do, also when nothing was selected);
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).
@@ -210,6 +223,7 @@ def gc_command(
         include_sources=include_sources,
         force_root=force_root,
         other_hosts_idle=other_hosts_idle,
+        quarantine=quarantine,
         dry_run=dry_run,
         yes=yes,
     )

@@ -52,6 +52,7 @@ def gc_document(
             "keep": list(o.keep),
             "include_sources": o.include_sources,
             "other_hosts_idle": o.other_hosts_idle,
+            "quarantine": o.quarantine,
         },
         "plan": plan.to_json(),
         "result": result.to_json() if result is not None else None,

@@ -22,8 +22,9 @@ DEFAULT_MIN_AGE = 3600.0
 #: How long a second gc waits for the first before giving up.
 LOCK_TIMEOUT = 30.0
 
-#: "leftover": what a killed process left (`--temp`, or named); "evict": a whole cache entry.
-Action = Literal["leftover", "evict"]
+#: "leftover": what a killed process left (`--temp`, or named); "evict": a whole cache entry;
+#: "purge": something `verify --quarantine` moved aside (`--quarantine`).
+Action = Literal["leftover", "evict", "purge"]
 #: "root": inside the cache root; "temp": a folder in the temp dir.
 Scope = Literal["root", "temp"]
 #: What execute did with one item.
@@ -63,8 +64,16 @@ class GcOptions:
     include_sources: bool = False
     force_root: bool = False  # clean a root that is `/`, a home folder, or has no datasets layout
     other_hosts_idle: bool = False  # on a shared file system: no unleased writer runs on another host
+    quarantine: bool = False  # purge the quarantine (`older_than`: since it was moved aside), only that
 
     def __post_init__(self) -> None:
+        if self.quarantine and (
+            self.temp or self.max_size is not None or self.datasets or self.fingerprints or self.keep
+        ):
+            raise CachetoolError(
+                "--quarantine purges the quarantine and nothing else: run --temp or an eviction as a "
+                "gc of its own (quarantine=True takes only older_than)"
+            )
         if self.tmp_dir is not None and not self.temp:
             raise CachetoolError("--tmp-dir only makes sense with --temp (tmp_dir needs temp=True)")
         for name in ("min_age", "older_than", "max_size"):
@@ -78,19 +87,21 @@ class GcOptions:
     @property
     def evicts(self) -> bool:
         """True when the run evicts entries (not only leftovers)."""
-        return bool(
+        return not self.quarantine and bool(
             self.older_than is not None or self.max_size is not None or self.datasets or self.fingerprints
         )
 
     @property
     def selects(self) -> bool:
-        """False when nothing is selected (no `--temp`, no entries named, no limit): nothing to do."""
-        return self.temp or self.evicts
+        """False when nothing is selected (no `--temp`, no entries named, no limit, no
+        `--quarantine`): nothing to do."""
+        return self.temp or self.evicts or self.quarantine
 
 
 #: What gc says when nothing was selected at all (exit 0; see docs/gc.md).
 NOTHING_SELECTED = (
-    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset given "
+    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset, "
+    "--quarantine given "
     "(an empty `cachetool ls -q` selection selects nothing)"
 )
 
@@ -224,6 +235,7 @@ class KeptBecause(str, Enum):
     SOURCES = "source splits and saved datasets"
     OUTSIDE = "outside the selection"
     RECENT = "used recently"  # rendered with --older-than
+    QUARANTINED_RECENTLY = "quarantined recently"  # rendered with --quarantine --older-than
     FITS = "that fit under --max-size"  # rendered with --max-size
     NOT_SELECTED = "not selected"
     NOT_EVICTABLE = "unreadable or not evictable"
@@ -231,6 +243,8 @@ class KeptBecause(str, Enum):
 
     def render(self, options: GcOptions) -> str:
         """The words for the keeps sentence and the JSON `kept.reasons` keys."""
+        if self == KeptBecause.QUARANTINED_RECENTLY and options.older_than is not None:
+            return f"quarantined in the last {compact_duration(options.older_than)}"
         if self == KeptBecause.RECENT and options.older_than is not None:
             return f"used in the last {compact_duration(options.older_than)}"
         if self == KeptBecause.FITS and options.max_size is not None:

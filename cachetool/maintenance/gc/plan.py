@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,10 +24,12 @@ from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
 from cachetool.maintenance.gc.leftovers import LeftoverPlanner
 from cachetool.maintenance.gc.model import (
     NOTHING_SELECTED,
+    GcItem,
     GcOptions,
     GcPlan,
     KeptBecause,
     Refusal,
+    Target,
     order_kept,
 )
 from cachetool.maintenance.gc.tempdir import TempScan, scan_temp_dir
@@ -205,6 +208,8 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     root = existing_root(root)
     if not options.selects:
         return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
+    if options.quarantine:
+        return plan_purge(root, options)
     from cachetool.cache.scan import scan_cache
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.pins import read_pins, recorded_parents
@@ -237,6 +242,44 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     hint = dead_writer_hint(report.root, shared, young, options.min_age)
     return dataclasses.replace(
         plan, root_id=root_id, temp_id=temp_id, shared=shared, hints=(hint,) if hint else ()
+    )
+
+
+def plan_purge(root: Path, options: GcOptions) -> GcPlan:
+    """The plan of `--quarantine`: what `verify --quarantine` moved aside into
+    `<root>/.cachetool/quarantine/` (as `quarantined(root)` lists it, the log checked, not
+    trusted), all of it or, with `older_than`, what was moved aside at least that long ago.
+    Execute checks each again (not a symlink, not in use, yours) as for any item."""
+    from cachetool.formatting import iso_time
+    from cachetool.maintenance.verify.restore import quarantined
+
+    root = root.resolve()  # as the quarantine's records name their paths
+    now = time.time()
+    items: list[GcItem] = []
+    kept, kept_bytes = 0, 0
+    for q in quarantined(root):
+        if options.older_than is not None and now - q.time < options.older_than:
+            kept, kept_bytes = kept + 1, kept_bytes + q.size
+            continue
+        try:
+            st = os.lstat(q.path)
+        except OSError:
+            continue
+        is_dir = stat.S_ISDIR(st.st_mode)
+        items.append(
+            GcItem(
+                q.path,
+                Kind.UNREADABLE,
+                q.size,
+                q.files,
+                f"quarantined {iso_time(q.time)} from {q.original}: {q.problem}",
+                (Target(q.path, is_dir, q.size, st.st_mtime),),
+                action="purge",
+            )
+        )
+    reasons = ((KeptBecause.QUARANTINED_RECENTLY, kept),) if kept else ()
+    return GcPlan(
+        root, None, options, tuple(items), (), kept, kept_bytes, reasons, (), now, root_id=_folder_id(root)
     )
 
 

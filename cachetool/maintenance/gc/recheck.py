@@ -161,7 +161,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
             why = owner_refusal(kind, made_by, ctx.temp_users, ctx.pool_users)
         if why:
             raise Refused(why.text)
-    if item.kind != Kind.LOCK:
+    if item.kind != Kind.LOCK and item.action != "purge":  # a quarantined file's age is its move's
         newest = max(s.st_mtime for s in stats)
         lease = ctx.in_use.lease_over(newest) if item.scope == "root" else None
         if lease is not None:

@@ -47,6 +47,7 @@ def gc_options(
     include_sources: bool = False,
     force_root: bool = False,
     other_hosts_idle: bool = False,
+    quarantine: bool = False,
 ) -> GcOptions:
     """`GcOptions` from `cachetool gc`'s keywords: durations as `"30d"` or seconds, sizes as
     `"50GB"` or bytes. A bad value is a `CachetoolError` quoting it (exit 2)."""
@@ -73,6 +74,7 @@ def gc_options(
         include_sources=include_sources,
         force_root=force_root,
         other_hosts_idle=other_hosts_idle,
+        quarantine=quarantine,
     )
 
 
@@ -119,6 +121,7 @@ def gc_cache(
     include_sources: bool = False,
     force_root: bool = False,
     other_hosts_idle: bool = False,
+    quarantine: bool = False,
     dry_run: bool = False,
     yes: bool = False,
     confirm: Callable[[GcPlan], bool] | None = None,
@@ -148,6 +151,7 @@ def gc_cache(
         include_sources=include_sources,
         force_root=force_root,
         other_hosts_idle=other_hosts_idle,
+        quarantine=quarantine,
     )
     from cachetool.history.compact import compact_if_large
 
