@@ -60,3 +60,51 @@ def test_a_time_taken_at_run_time_changes_on_every_run(tmp_path: Path) -> None:
     assert "changes on every run" in reason["message"], reason
     assert "pickles differently" not in reason["message"], reason
     assert "cachetool check-determinism" in reason["message"], reason
+
+
+CACHE_STATE = textwrap.dedent(
+    """\
+    import os
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    SEEN = []
+
+
+    def record(ex):
+        SEEN.append(ex["x"])
+        return ex
+
+
+    def count(ex):
+        return {"k": len(SEEN)}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+    ds = ds.map(record)
+    ds.map(count)
+    """
+)
+
+
+def test_a_global_an_earlier_map_changed_is_cache_state_not_an_edit(tmp_path: Path) -> None:
+    """An earlier map fills a module global that a later map's function reads. The first run
+    computes both; the second loads the first map from the cache, so the global stays empty and
+    the later map recomputes. explain says what check-determinism says: its state differs between
+    a run that computed the earlier step and one that loaded it (cache state, with the hint to
+    build the object before the first map), not that the user changed `SEEN`."""
+    (tmp_path / "p.py").write_text(CACHE_STATE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(10)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "cache-state", reason
+    assert "SEEN" in reason["path"], reason
+    assert "a run that computed" in reason["message"] and "map record" in reason["message"], reason
+    assert "p.py:19" in reason["message"] and "before the first map" in reason["hint"], reason
+    human = invoke("explain", "--last", env=env).stdout
+    assert "changed [" not in human and "not a change of yours" in human, human

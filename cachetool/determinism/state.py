@@ -18,7 +18,7 @@ from typing import Any
 from cachetool.determinism.events import Event
 from cachetool.fingerprint.diff import Culprit, diff_trees
 from cachetool.fingerprint.hints import state_change_hint
-from cachetool.fingerprint.tree import iter_nodes
+from cachetool.fingerprint.tree import iter_nodes, node_at, part_key
 from cachetool.history.records import ArgInfo
 
 __all__ = ["StateChange", "state_changes"]
@@ -32,26 +32,6 @@ class StateChange:
     culprit: Culprit
 
 
-_SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
-
-#: A changed part, as recognised in a later tree.
-_PartKey = tuple[str, ...]
-
-
-def _node_key(label: str, node: Mapping[str, Any], depth: int) -> _PartKey | None:
-    """How a changed part is recognised in a later tree: an object or container by its digest
-    (distinctive), a scalar only as a named variable (``global 'n'``, ``closure 'k'``) with its
-    value's digest, so that an unrelated ``True`` or ``None`` elsewhere is not taken for it."""
-    digest = node.get("d")
-    if not isinstance(digest, str):
-        return None
-    if str(node.get("t", "")) not in _SCALAR_TYPES:
-        return (digest,)
-    if depth >= 1 and label.startswith(("global ", "closure ", "[")):
-        return (label, digest)
-    return None
-
-
 def state_changes(
     runs: Sequence[Sequence[Event]], positions: Sequence[tuple[int, ...]]
 ) -> dict[int, StateChange]:
@@ -60,7 +40,7 @@ def state_changes(
     step_of = [{pos[k]: index for index, pos in enumerate(positions)} for k in range(len(runs))]
     out: dict[int, StateChange] = {}
     for k, events in enumerate(runs):
-        changed: dict[_PartKey, tuple[int, Culprit]] = {}  # part -> (position of the step, culprit)
+        changed: dict[tuple[str, ...], tuple[int, Culprit]] = {}  # part -> (position of the step, culprit)
         reported: set[tuple[int, tuple[str, ...]]] = set()
         for pos, event in enumerate(events):
             if changed and pos in step_of[k] and step_of[k][pos] not in out:
@@ -77,7 +57,9 @@ def state_changes(
     return out
 
 
-def _note_changed(name: str, entry: ArgInfo, pos: int, changed: dict[_PartKey, tuple[int, Culprit]]) -> None:
+def _note_changed(
+    name: str, entry: ArgInfo, pos: int, changed: dict[tuple[str, ...], tuple[int, Culprit]]
+) -> None:
     """Record the parts of argument `name` that the step at `pos` changed while it ran."""
     before, after = entry.tree, entry.after
     if before is None or after is None:
@@ -86,25 +68,25 @@ def _note_changed(name: str, entry: ArgInfo, pos: int, changed: dict[_PartKey, t
     if diff is None:
         return
     paths = list(diff.leaves) or [diff.path]
-    types = " ".join(_node_type(_node_at(after, leaf[:d])) for leaf in paths for d in range(len(leaf) + 1))
+    types = " ".join(_node_type(node_at(after, leaf[:d])) for leaf in paths for d in range(len(leaf) + 1))
     culprit = _as_state_change(diff, types)
     for leaf in paths:
         for depth in range(len(leaf) + 1):
-            node = _node_at(after, leaf[:depth])
+            node = node_at(after, leaf[:depth])
             label = leaf[depth - 1] if depth else ""
-            key = _node_key(label, node, depth) if node is not None else None
+            key = part_key(label, node, depth) if node is not None else None
             if key is not None:
                 changed[key] = (pos, culprit)
 
 
 def _hashed_again(
-    args: Mapping[str, ArgInfo], changed: Mapping[_PartKey, tuple[int, Culprit]]
+    args: Mapping[str, ArgInfo], changed: Mapping[tuple[str, ...], tuple[int, Culprit]]
 ) -> tuple[int, Culprit] | None:
     for entry in args.values():
         if entry.tree is None:
             continue
         for path, node in iter_nodes(dict(entry.tree)):
-            key = _node_key(path[-1] if path else "", node, len(path))
+            key = part_key(path[-1] if path else "", node, len(path))
             if key is not None and key in changed:
                 return changed[key]
     return None
@@ -112,18 +94,6 @@ def _hashed_again(
 
 def _node_type(node: Mapping[str, Any] | None) -> str:
     return "" if node is None else str(node.get("t", ""))
-
-
-def _node_at(tree: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any] | None:
-    node = tree
-    for label in path:
-        for child in node.get("c", ()):
-            if child.get("l") == label:
-                node = child
-                break
-        else:
-            return None
-    return node
 
 
 def _as_state_change(culprit: Culprit, types: str) -> Culprit:

@@ -30,7 +30,7 @@ A node is a small dict, compact in JSON::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import xxhash
@@ -46,6 +46,8 @@ __all__ = [
     "build_tree",
     "describe",
     "iter_nodes",
+    "node_at",
+    "part_key",
     "short_repr",
 ]
 
@@ -78,6 +80,37 @@ def iter_nodes(
     yield path, tree
     for child in tree.get("c", ()):
         yield from iter_nodes(child, (*path, child["l"]))
+
+
+def node_at(tree: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any] | None:
+    """The node at `path` (labels below the root), or None."""
+    node = tree
+    for label in path:
+        for child in node.get("c", ()):
+            if child.get("l") == label:
+                node = child
+                break
+        else:
+            return None
+    return node
+
+
+_SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
+
+
+def part_key(label: str, node: Mapping[str, Any], depth: int) -> tuple[str, ...] | None:
+    """How one part of an object is recognised in another tree (the same object hashed by
+    another step): an object or container by its digest (distinctive), a scalar only as a named
+    variable (``global 'n'``, ``closure 'k'``) with its value's digest, so that an unrelated
+    ``True`` or ``None`` elsewhere is not taken for it. None when the part cannot be recognised."""
+    digest = node.get("d")
+    if not isinstance(digest, str):
+        return None
+    if str(node.get("t", "")) not in _SCALAR_TYPES:
+        return (digest,)
+    if depth >= 1 and label.startswith(("global ", "closure ", "[")):
+        return (label, digest)
+    return None
 
 
 class _Builder:

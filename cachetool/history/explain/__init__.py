@@ -14,8 +14,10 @@ kind                      meaning
 ``function``              another function was passed
 ``function-source``       the function's code changed (with the lines)
 ``source-file``           the same function from another file (the script renamed or moved)
-``nondeterministic``      the same code pickles differently in every process (a frozenset,
-                          an address): not a change of the user's
+``nondeterministic``      the same code hashes differently by itself (a frozenset in hash-seed
+                          order, a time or address made at run time): not a change of the user's
+``cache-state``           an object an earlier step changed while it ran, that step computed in
+                          one run and loaded in the other: not a change of the user's
 ``non-semantic``          only arguments that do not change the result (``writer_batch_size``)
 ``random``                `datasets` could not hash an argument and used a random fingerprint
 ``fingerprint-given``     the caller passed another ``new_fingerprint=``

@@ -27,6 +27,7 @@ ReasonKind = Literal[
     "function-source",
     "source-file",
     "nondeterministic",
+    "cache-state",
     "non-semantic",
     "random",
     "fingerprint-given",

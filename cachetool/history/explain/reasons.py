@@ -246,7 +246,7 @@ def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
         if name == "function":
             out.extend(_function_reasons(view, new, old))
         else:
-            out.append(_value_reason(name, args_old.get(name), args_new.get(name)))
+            out.append(_value_reason(view, new, old, name))
     return out
 
 
@@ -257,18 +257,73 @@ def _repr(entry: ArgInfo | None) -> str:
     return entry.repr if entry.repr is not None else f"<{entry.type or '?'}>"
 
 
-def _value_reason(name: str, old: ArgInfo | None, new: ArgInfo | None) -> Reason:
+def _value_reason(view: LedgerView, new_rec: StepRecord, old_rec: StepRecord, name: str) -> Reason:
     """An argument other than the function changed: name the part, with its values."""
     from cachetool.fingerprint.diff import diff_trees, render_path
 
+    old, new = old_rec.args.get(name), new_rec.args.get(name)
     if old is not None and new is not None and old.summary is not None and new.summary is not None:
         culprit = diff_trees(name, [dict(old.summary), dict(new.summary)])
         if culprit is not None:
             path = render_path(name, culprit.path)
             if culprit.kind in NONDETERMINISTIC_KINDS:
                 return _nondeterministic(name, path, culprit.description, culprit.hint, culprit.kind)
-            return _changed(name, path, culprit.reprs[0], culprit.reprs[-1])
+            state = _cache_state(view, new_rec, old_rec, name, culprit.path)
+            return state or _changed(name, path, culprit.reprs[0], culprit.reprs[-1])
     return _changed(name, name, _repr(old), _repr(new))
+
+
+def _cache_state(
+    view: LedgerView, new: StepRecord, old: StepRecord, argument: str, path: tuple[str, ...]
+) -> Reason | None:
+    """The part of `argument` at `path` is an object an earlier step of both runs hashes too (the
+    same fingerprint in each), which that step computed in one run and loaded from the cache in
+    the other: the computing run changed it while it ran, and this step hashed it again
+    (check-determinism's cache-state cause). None otherwise. The object is recognised as
+    check-determinism recognises it (`part_key`), in this step's tree of either run."""
+    from cachetool.fingerprint.diff import render_path
+    from cachetool.fingerprint.hints import state_change_hint
+    from cachetool.fingerprint.tree import iter_nodes, node_at, part_key
+
+    if new.run == old.run:
+        return None
+    nodes = []
+    for rec in (new, old):
+        arg = view.with_summaries(rec).arg(argument)
+        tree = arg.summary if arg is not None else None
+        node = node_at(tree, path) if tree is not None else None
+        if tree is not None and node is not None:
+            nodes.append((tree, node))
+    keys = {part_key(path[-1] if path else "", node, len(path)) for _, node in nodes} - {None}
+    if not keys:
+        return None
+    before = {
+        run: {r.result: r for r in view.steps if r.run == run and r.seq < rec.seq and r.result}
+        for run, rec in ((new.run, new), (old.run, old))
+    }
+    for fp, in_new in before[new.run].items():
+        in_old = before[old.run].get(fp)
+        if in_old is None or in_new.computed == in_old.computed:
+            continue
+        earlier = in_new if in_new.computed else in_old
+        trees = [a.summary for a in view.with_summaries(earlier).args.values() if a.summary is not None]
+        if keys.isdisjoint(
+            part_key(p[-1] if p else "", n, len(p)) for t in trees for p, n in iter_nodes(dict(t))
+        ):
+            continue
+        summary = nodes[0][0]
+        on_the_way = (node_at(summary, path[:d]) for d in range(len(path) + 1))
+        shown = render_path(argument, path)
+        return Reason(
+            "cache-state",
+            f"`{shown}` differs between a run that computed {StepRef.of(earlier).label} and one that "
+            "loaded it from the cache: that step changes it while it runs, and this step hashes it "
+            "again — not a change of yours",
+            argument=argument,
+            path=shown,
+            hint=state_change_hint(" ".join(str(n.get("t", "")) for n in on_the_way if n is not None)),
+        )
+    return None
 
 
 def _changed(argument: str, path: str, before: str, after: str) -> Reason:
@@ -340,10 +395,10 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
                 lines=tuple(lines),
             )
         ]
-    return [_same_code_reason(new, old, fb.qualname)]
+    return [_same_code_reason(view, new, old, fb.qualname)]
 
 
-def _same_code_reason(new: StepRecord, old: StepRecord, qualname: str | None) -> Reason:
+def _same_code_reason(view: LedgerView, new: StepRecord, old: StepRecord, qualname: str | None) -> Reason:
     """The function's code is the same, yet it hashes differently: the part of its hash tree
     that differs, or what varies from process to process."""
     from cachetool.fingerprint.diff import diff_trees, render_path
@@ -364,7 +419,7 @@ def _same_code_reason(new: StepRecord, old: StepRecord, qualname: str | None) ->
     path = render_path("function", culprit.path)
     if culprit.kind in NONDETERMINISTIC_KINDS or before == after or culprit.kind == "code":
         return _nondeterministic("function", path, culprit.description, culprit.hint, culprit.kind)
-    return _changed("function", path, before, after)
+    return _cache_state(view, new, old, "function", culprit.path) or _changed("function", path, before, after)
 
 
 def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
