@@ -989,3 +989,56 @@ def test_isolated_runs_go_one_after_another_so_a_saved_folder_is_never_written_b
     marks = [line.split() for line in log.read_text().splitlines()]
     assert [kind for kind, _ in marks] == ["start", "end"] * (len(marks) // 2), marks
     assert len(marks) >= 4
+
+
+#: Sources whose identity follows a set's order (issue class "sources named"), each with its
+#: control (the same, sorted): what each culprit's cause says is reordered.
+REORDERED = {
+    "s01_data_files_from_set.py": ("load_dataset", "data_files order", "pass data_files=sorted(...)"),
+    "s02_gen_kwargs_from_set.py": ("from_generator", "gen_kwargs['paths']", "iterate sorted(...)"),
+    "s03_concatenate_over_set.py": ("concatenate_datasets", "inputs order", "loop over sorted(...)"),
+}
+REORDERED_CONTROLS = ["k16_data_files_sorted.py", "k17_gen_kwargs_sorted.py", "k18_concatenate_sorted.py"]
+
+
+@pytest.fixture(scope="module")
+def reordered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeterminismReport]:
+    """The report on one pipeline of the reordered sources and their controls (once per session)."""
+
+    def check(script: Path, folder: Path) -> DeterminismReport:
+        return check_determinism(
+            script, env=clean_env(folder), cwd=CORPUS, isolated=True, rerun=False, timeout=120
+        )
+
+    return check_once(tmp_path_factory, "corpus-reordered", [*REORDERED, *REORDERED_CONTROLS], check)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(REORDERED))
+def test_a_source_given_its_inputs_in_a_sets_order_is_named_not_called_rewritten(
+    script: str, reordered: tuple[Path, DeterminismReport]
+) -> None:
+    """data_files from a set, a generator's paths from a set, a loop over a set feeding
+    concatenate_datasets: one cause each, at the step whose inputs are reordered, saying what is
+    reordered with the value in each run and how to fix it; never "an input
+    file rewritten" (the files are the same). The sources a loop loads in another order are each
+    the same source, not causes."""
+    _, report = reordered
+    checked = [*REORDERED, *REORDERED_CONTROLS]
+    (cause,) = causes_of(script, report, checked)
+    operation, what, fix = REORDERED[script]
+    assert cause.step.operation == operation, "\n".join(cause_lines(cause))
+    lines = "\n".join(cause_lines(cause))
+    assert what in lines and fix in lines and "rewritten" not in lines, lines
+    if script != "s02_gen_kwargs_from_set.py":
+        (diff,) = [d for d in cause.source_diffs if d.key == what]
+        first, second = (v.split(", ") for v in diff.values)
+        assert first != second and sorted(first) == sorted(second) and len(first) == 5, diff
+
+
+@pytest.mark.slow
+def test_sorted_sources_are_deterministic(reordered: tuple[Path, DeterminismReport]) -> None:
+    """The controls of the reordered sources (the same lists, sorted): no cause."""
+    _, report = reordered
+    for script in REORDERED_CONTROLS:
+        assert not causes_of(script, report, [*REORDERED, *REORDERED_CONTROLS]), script

@@ -28,6 +28,7 @@ Rules:
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -86,7 +87,9 @@ def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list
         return -1
 
     for event in run:
-        lineage = (_key(event), tuple(parent(p) for p in event.parents))
+        # Parents as a set (a concatenation over a set's order is still the same step), and a
+        # source by the files it reads (a loop over a set loads them in another order).
+        lineage = (_key(event), tuple(sorted(parent(p) for p in event.parents)), _source_identity(event))
         identity = number((*lineage, seen[lineage]))
         seen[lineage] += 1
         out.append(identity)
@@ -96,6 +99,15 @@ def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list
             else:
                 made.setdefault(event.result, identity)
     return out
+
+
+def _source_identity(event: Event) -> tuple[str, ...]:
+    """The data files a source reads, whatever their order and modification time (a file
+    rewritten between runs is the same source, differing)."""
+    source = event.source
+    if event.type != "root" or source is None:
+        return ()
+    return tuple(sorted({f.path for f in source.data_files}))
 
 
 def align(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> tuple[list[tuple[int, ...]], int]:
@@ -195,6 +207,13 @@ class _Comparison:
         self.deferred: list[int] = []
         #: Steps that hash an object an earlier step changed, where every run computed that step.
         self.unobserved: list[Cause] = []
+        #: A dataset a source made, by the file it read (to name the inputs of a concatenation).
+        self.names: dict[str, str] = {}
+        for event in (e for row in rows for e in row):
+            files = event.source.data_files if event.source is not None else ()
+            if event.result is not None and files:
+                more = f" (+{len(files) - 1})" if len(files) > 1 else ""
+                self.names.setdefault(event.result, os.path.basename(files[0].path) + more)
 
     def add(self, step: Step, row: Sequence[Event]) -> None:
         fallback = any(e.random_fallback is not None for e in row)
@@ -297,7 +316,7 @@ class _Comparison:
         if fallback:
             cause, status = random_cause(step, row), "random"
         elif len(set(step.parents)) > 1 or step.type == "root":
-            cause, status = source_cause(step, row), "source"
+            cause, status = source_cause(step, row, self.names), "source"
         elif change is not None:
             cause = state_cause(step, row, change, self.steps)
         elif any(e.fingerprint_given for e in row):

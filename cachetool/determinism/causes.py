@@ -4,12 +4,13 @@ one row: the step's event in each run)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cachetool.determinism.events import Event
-from cachetool.determinism.model import Cause, SourceDiff, Step
+from cachetool.determinism.model import ORDER_KEYS, Cause, SourceDiff, Step
 from cachetool.determinism.state import StateChange
 from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
 from cachetool.history.records import ArgInfo
@@ -94,18 +95,45 @@ def random_cause(step: Step, row: Sequence[Event]) -> Cause:
     )
 
 
-def source_cause(step: Step, row: Sequence[Event]) -> Cause:
+def source_cause(step: Step, row: Sequence[Event], names: Mapping[str, str] | None = None) -> Cause:
     """A source (a root, or a step whose parents differ) that differs: where its descriptions
-    differ, column by column for a dataset built in memory, and any argument that differs too."""
+    differ, column by column for a dataset built in memory, and any argument that differs too.
+    When the runs give it the same inputs in another order (data files, the datasets it
+    concatenates: named by `names`, fingerprint -> what made it), that order is the difference."""
     columns = _column_diffs(row)
     diffs = arg_diffs(row)
+    orders = _order_diffs(row, names or {})
+    source_diffs = _source_diffs(row)
+    if orders:  # the builder folder's name is the hash of that order: not a difference of its own
+        source_diffs = [d for d in source_diffs if d.key != "relative_data_dir"]
     return Cause(
         step=step,
         kind="source",
-        source_diffs=(*_source_diffs(row), *columns),
+        source_diffs=(*orders, *source_diffs, *columns),
         columns_differ=bool(columns),
         differing_args=diffs.differing_args,
         culprits=diffs.culprits,
+    )
+
+
+def _order_diffs(row: Sequence[Event], names: Mapping[str, str]) -> list[SourceDiff]:
+    """The same data files, or the same parent datasets, in another order in each run."""
+    out = []
+    files = [[os.path.basename(f.path) for f in e.source.data_files] if e.source else [] for e in row]
+    if _reordered(files):
+        out.append(SourceDiff(ORDER_KEYS[0], tuple(", ".join(f) for f in files)))
+    parents = [list(e.parents) for e in row]
+    if _reordered(parents):
+        shown = tuple(", ".join(names.get(p, p[:8]) for p in ps) for ps in parents)
+        out.append(SourceDiff(ORDER_KEYS[1], shown))
+    return out
+
+
+def _reordered(lists: Sequence[Sequence[str]]) -> bool:
+    return (
+        len(lists[0]) > 1
+        and len({tuple(x) for x in lists}) > 1
+        and len({tuple(sorted(x)) for x in lists}) == 1
     )
 
 

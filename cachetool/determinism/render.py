@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-from cachetool.determinism.model import Cause, Step
+from cachetool.determinism.model import ORDER_KEYS, Cause, Step
 from cachetool.determinism.report import DeterminismReport
+from cachetool.fingerprint.hints import ORDER_HINTS
 
 __all__ = ["github_lines", "human_lines"]
 
@@ -68,7 +69,27 @@ def _step_name(step: Step) -> str:
     return f"step {step.index + 1} ({what}{split} at {where})"
 
 
+def _order_lines(cause: Cause) -> list[str] | None:
+    """A source whose inputs are the same in every run, in another order (data files, the
+    datasets it concatenates, a generator's paths): what is reordered, and the fix."""
+    orders = [d for d in cause.source_diffs if d.key in ORDER_KEYS]
+    culprits = [c for c in cause.culprits if c.kind in ("order", "set-order")]
+    if not orders and not culprits:
+        return None
+    lines = ["  the same inputs, in another order in each run:"]
+    for diff in orders:
+        lines.append(f"  {diff.key}: {' vs '.join(dict.fromkeys(diff.values))}")
+    for culprit in culprits:
+        lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
+    lines += [f"  hint: {ORDER_HINTS[d.key]}" for d in orders]
+    lines += [f"  hint: {c.hint}" for c in culprits]
+    return lines
+
+
 def _source_lines(cause: Cause) -> list[str]:
+    reordered = _order_lines(cause)
+    if reordered is not None:
+        return reordered
     lines = ["  the source dataset differs between runs (no argument differs, the input does):"]
     if cause.columns_differ:
         lines.append(f"  the data given to {cause.step.operation} is built at run time.")

@@ -11,7 +11,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ADDED_HINT", "HASH_SEED_HINT", "STATE_CHANGE_ISSUE", "hint_for", "state_change_hint"]
+__all__ = [
+    "ADDED_HINT",
+    "HASH_SEED_HINT",
+    "ORDER_HINTS",
+    "STATE_CHANGE_ISSUE",
+    "hint_for",
+    "state_change_hint",
+]
 
 _RUNTIME = (
     "compute it inside the function, or pass it in as an argument that is the same in every run "
@@ -127,6 +134,15 @@ ADDED_HINT = (
     "functools.cached_property, a lazily filled memo or vocabulary) is pickled once it is set; "
     "compute it up front (before the first map), or keep it out of the pickle (__getstate__)."
 )
+
+#: What to do about a source's inputs given in another order in each run, by what is reordered
+#: (check-determinism's `SourceDiff` keys; explain words the same).
+ORDER_HINTS = {
+    "data_files order": "the data files are listed in another order in each run (a list built from a "
+    "set, or os.listdir/glob unsorted): pass data_files=sorted(...).",
+    "inputs order": "the datasets are concatenated in another order in each run (a loop over a set or "
+    "dict built from one): loop over sorted(...).",
+}
 
 #: The datasets issue where changing an object inside the mapped function is discussed.
 STATE_CHANGE_ISSUE = "https://github.com/huggingface/datasets/issues/3638"

@@ -165,6 +165,15 @@ class Arguments:
                 out[name] = dataclasses.replace(entry, summary=summary)
         return out
 
+    def value_info(self, value: Any) -> ArgInfo:
+        """A value a step's fingerprint depends on that `datasets` hashes out of sight (a
+        generator builder's `gen_kwargs`, hashed into its config id): digest, repr, type, and its
+        tree (determinism runs) or summary (the ledger), as for an argument."""
+        info = ArgInfo(try_hash(value), safe_repr(value), type_name(value))
+        if self.trees:
+            return dataclasses.replace(info, tree=hash_tree(value))
+        return dataclasses.replace(info, summary=summarize(value)) if self.summaries else info
+
     def function_info(self, fn: Any) -> FunctionInfo:
         target, code = unwrap(fn)
         key = code if code is not None else id(target)

@@ -50,9 +50,13 @@ def builder_records(
     # `from_generator`: datasets hashes the generator, and helpers of the user's module it calls
     # by name only: their code is recorded as a mapped function's is (stale results).
     function = None
+    args = {}
     with contextlib.suppress(Exception):
         generator = getattr(getattr(builder, "config", None), "generator", None)
         function = b.arguments.function_info(generator) if callable(generator) else None
+        gen_kwargs = getattr(getattr(builder, "config", None), "gen_kwargs", None)
+        if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
+            args["gen_kwargs"] = b.arguments.value_info(gen_kwargs)
     records: list[StepRecord] = []
     for output, ds in items:
         files = _stat_files(ds, status)
@@ -69,6 +73,7 @@ def builder_records(
                 output=None if output is None else str(output),
                 call_site=frame.call_site,
                 function=function,
+                args=args,
                 files=files,
                 cache=prepared if files else "none",
                 in_memory=not files,

@@ -9,7 +9,7 @@ from cachetool.formatting import clock_time
 from cachetool.history.explain.model import Reason, StepRef
 from cachetool.history.explain.sources import line_changes
 from cachetool.history.explain.view import LedgerView
-from cachetool.history.records import ArgInfo, FunctionInfo, GcRecord, RandomFallback, StepRecord
+from cachetool.history.records import ArgInfo, FunctionInfo, GcRecord, RandomFallback, SourceInfo, StepRecord
 
 #: Arguments `datasets` hashes that do not change the data a step produces.
 NON_SEMANTIC = frozenset(
@@ -156,12 +156,17 @@ def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: in
 
 
 def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
-    from cachetool.history.records import SourceInfo
-
     src_new = new.source or SourceInfo()
     src_old = old.source or SourceInfo()
     kind = src_new.kind
     if kind == "builder":
+        reordered = _reordered_files(src_old, src_new)
+        if reordered is not None:
+            return [reordered]
+        if new.args or old.args:  # a generator's gen_kwargs: what in them differs
+            by_args = _argument_reasons(view, view.with_summaries(new), view.with_summaries(old))
+            if by_args:
+                return by_args
         files_new = {f.path: f for f in src_new.data_files}
         files_old = {f.path: f for f in src_old.data_files}
         parts = []
@@ -210,6 +215,28 @@ def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: i
     if new.parents != old.parents:
         return _input_reasons(view, new, old, depth)
     return [Reason("source", "the source data changed (an in-memory dataset or a file of its own)")]
+
+
+def _reordered_files(old: SourceInfo, new: SourceInfo) -> Reason | None:
+    """The same data files, listed in another order (a list built from a set): check-determinism's
+    words for it."""
+    from cachetool.fingerprint.hints import ORDER_HINTS
+
+    a = [os.path.basename(f.path) for f in old.data_files]
+    b = [os.path.basename(f.path) for f in new.data_files]
+    if len(a) < 2 or a == b or sorted(a) != sorted(b):
+        return None
+    return Reason(
+        "nondeterministic",
+        f"the same {len(a)} data files in another order ({', '.join(a)} → {', '.join(b)}), which "
+        f"{_VARIES['order']} when the list comes from a set — not a change of yours; run "
+        "`cachetool check-determinism` on the script",
+        argument="data_files",
+        path="data_files",
+        before=", ".join(a),
+        after=", ".join(b),
+        hint=ORDER_HINTS["data_files order"],
+    )
 
 
 def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
