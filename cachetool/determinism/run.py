@@ -89,6 +89,14 @@ class RunSettings:
     launcher: Sequence[str] | None
     progress: Callable[[RunProgress], None] | None
     workdir: Path
+    #: Isolated runs one after another: each gets a fresh cache at one and the same path (a dataset
+    #: an object holds pickles with its files' paths: two cache folders would differ by that alone).
+    one_path: bool = False
+
+    @property
+    def shared_cache(self) -> Path:
+        """Where every isolated run's cache is while it runs (`one_path`)."""
+        return self.workdir / "hf-datasets-cache"
 
 
 class Run:
@@ -139,7 +147,9 @@ class Run:
         env[TREES_ENV] = "1"
         if self.cold:
             env[COLD_ENV] = "1"
-        if self.s.isolated:
+        if self.s.isolated and self.s.one_path:
+            env["HF_DATASETS_CACHE"] = str(self.s.shared_cache)  # put in place on its turn (`go`)
+        elif self.s.isolated:
             if self.cache_of is not None:
                 env["HF_DATASETS_CACHE"] = str(self.cache_of.cache)
             else:
@@ -189,6 +199,12 @@ class Run:
 
     def go(self) -> None:
         """Its turn: the waiting interpreter runs the script (started now when not yet started)."""
+        if self.s.isolated and self.s.one_path and not self.going:
+            # Its cache goes where every run's is: the cache of the run it loads from, or a new one.
+            if self.cache_of is not None:
+                os.rename(self.cache_of.cache, self.s.shared_cache)
+            else:
+                self.s.shared_cache.mkdir()
         if not self.started:
             self.start()
         if self.go_fd is not None:
@@ -232,7 +248,12 @@ class Run:
         from cachetool.determinism.report import RunOutcome
 
         read = load_events(self.events)
-        if self.s.isolated and self.index != 0 and self.cache_of is None:
+        if self.s.isolated and self.s.one_path:
+            if self.index == 0:  # kept aside for the run that loads what it computed
+                os.rename(self.s.shared_cache, self.cache)
+            else:
+                shutil.rmtree(self.s.shared_cache, ignore_errors=True)
+        elif self.s.isolated and self.index != 0 and self.cache_of is None:
             shutil.rmtree(self.cache, ignore_errors=True)
         return RunOutcome(
             index=self.index,

@@ -222,7 +222,7 @@ def _check(s: _Settings) -> DeterminismReport:
         tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp,
     ):
         workdir = Path(tmp)
-        rs = dataclasses.replace(s.runs, workdir=workdir)
+        rs = dataclasses.replace(s.runs, workdir=workdir, one_path=s.runs.isolated and s.workers == 1)
         planned = [Run(rs, i, seed) for i, seed in enumerate(s.seeds)]
         try:
             outcomes = _one_after_another(planned) if s.workers == 1 else _at_once(planned, s.workers)

@@ -214,7 +214,9 @@ def _places(
         for depth in range(len(common) + 1, len(leaf)):
             prefix = leaf[:depth]
             found = [n for n in (_find(t, prefix) for t in trees) if n is not None]
-            if len(found) == len(trees) and hint_for(found, prefix)[0] != "value":
+            # A function's code is no explanation of its own: what in it differs is (a constant,
+            # its bytecode, its lines).
+            if len(found) == len(trees) and hint_for(found, prefix)[0] not in ("value", "code"):
                 place = prefix
                 break
         if place not in places:

@@ -1,0 +1,91 @@
+"""Corpus cases written from the mechanism of real reports (each script's docstring says which),
+checked as one pipeline in the three ways users run check-determinism: `--isolated` (fresh caches,
+one after another), the default (the user's cache, a cold first run) and a warm repeat of the
+default on the cache the first check left. Every culprit is named at its leaf with its kind, every
+control is deterministic, in all three."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cachetool.determinism.render import cause_lines, human_lines
+from cachetool.determinism.runner import DeterminismReport, check_determinism
+from tests.conftest import hf_env
+from tests.corpus_pipeline import CORPUS, causes_of, once, write_pipeline
+
+pytestmark = pytest.mark.slow
+
+#: script -> (cause kind, operation of the step, argument, a part of the leaf's path, leaf kind).
+#: Leaf kinds as the check names them without its equal-seed rerun (which turns an "order" or
+#: "value" it reproduces into "hash-seed").
+CULPRITS: dict[str, tuple[str, str, str | None, str, str]] = {
+    "s01_data_files_from_set.py": ("source", "load_dataset", None, "data_files order", ""),
+    "s02_gen_kwargs_from_set.py": ("source", "from_generator", "gen_kwargs", "['paths']", "order"),
+    "s03_concatenate_over_set.py": ("source", "concatenate_datasets", None, "inputs order", ""),
+    "c21_vocab_from_set.py": ("arguments", "map", "function", "global 'vocab'", "order"),
+    "c22_nested_config_frozenset.py": ("arguments", "map", "function", ".options → .stop", "set-order"),
+    "c23_labels_fn_kwargs_from_set.py": ("arguments", "map", "fn_kwargs", "['names']", "order"),
+    "c24_pid_in_closure.py": ("arguments", "map", "function", "global 'worker'", "value"),
+    "c25_dictdict_map_frozenset.py": ("arguments", "map", "function", "global 'stop'", "set-order"),
+    "c26_cached_property_vocab.py": ("cache-state", "map", "function", ".vocab", "cache-state"),
+    "c27_sorted_set_literal_in_method.py": ("arguments", "map", "function", "code → const[1]", "set-order"),
+}
+CONTROLS = [
+    "k16_data_files_sorted.py",
+    "k17_gen_kwargs_sorted.py",
+    "k18_concatenate_sorted.py",
+    "k21_vocab_sorted.py",
+    "k22_nested_config_tuple.py",
+    "k23_select_from_int_set.py",
+    "k24_hostname_in_closure.py",
+    "k25_dictdict_filter_map.py",
+    "k26_cached_property_warmed.py",
+]
+SCRIPTS = [*CULPRITS, *CONTROLS]
+MODES = ("isolated", "default", "warm")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DeterminismReport]:
+    """The pipeline of every case, checked in each mode (once per session)."""
+
+    def check(folder: Path) -> dict[str, DeterminismReport]:
+        script = write_pipeline(folder / "pipeline.py", SCRIPTS)
+        env = hf_env(folder)
+        out = {"isolated": check_determinism(script, env=env, cwd=CORPUS, isolated=True, rerun=False)}
+        for mode in ("default", "warm"):  # the second on the cache the first left
+            out[mode] = check_determinism(script, env=env, cwd=CORPUS, rerun=False)
+        return out
+
+    return once(tmp_path_factory, "corpus-modes", check)[1]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("script", sorted(CULPRITS))
+def test_each_culprit_is_named_at_its_leaf(script: str, mode: str, reports: dict[str, DeterminismReport]) -> None:
+    """One cause per case, at the step that makes it, of the kind its mechanism is, naming the
+    part to fix (a source's reordered inputs, the leaf of an argument) with the kind of that part."""
+    report = reports[mode]
+    causes = causes_of(script, report, SCRIPTS)
+    assert len(causes) == 1, "\n".join(human_lines(report))
+    (cause,) = causes
+    kind, operation, argument, where, leaf = CULPRITS[script]
+    lines = "\n".join(cause_lines(cause))
+    assert (cause.kind, cause.step.operation) == (kind, operation), lines
+    assert "rewritten" not in lines, lines
+    if argument is None:
+        assert where in [d.key for d in cause.source_diffs], lines
+        return
+    parts = [(p.path_str, p.kind) for c in cause.culprits for p in (c.parts or (c,))]
+    assert any(argument in path and where in path and k == leaf for path, k in parts), (parts, lines)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_controls_are_deterministic(mode: str, reports: dict[str, DeterminismReport]) -> None:
+    """The same pipelines made deterministic (sorted, a tuple, a module-level constant, a warmed
+    cached property, ints in a set, the host name): no cause in any mode."""
+    report = reports[mode]
+    for script in CONTROLS:
+        assert not causes_of(script, report, SCRIPTS), (script, "\n".join(human_lines(report)))
