@@ -989,4 +989,3 @@ def test_isolated_runs_go_one_after_another_so_a_saved_folder_is_never_written_b
     marks = [line.split() for line in log.read_text().splitlines()]
     assert [kind for kind, _ in marks] == ["start", "end"] * (len(marks) // 2), marks
     assert len(marks) >= 4
-

@@ -64,7 +64,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DeterminismRe
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("script", sorted(CULPRITS))
-def test_each_culprit_is_named_at_its_leaf(script: str, mode: str, reports: dict[str, DeterminismReport]) -> None:
+def test_each_culprit_is_named_at_its_leaf(
+    script: str, mode: str, reports: dict[str, DeterminismReport]
+) -> None:
     """One cause per case, at the step that makes it, of the kind its mechanism is, naming the
     part to fix (a source's reordered inputs, the leaf of an argument) with the kind of that part."""
     report = reports[mode]
