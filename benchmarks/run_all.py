@@ -42,7 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_ls import synthesize  # noqa: E402
+from bench_ls import derived, synthesize  # noqa: E402
 
 PY = sys.executable
 CT = [PY, "-m", "cachetool"]
@@ -174,11 +174,11 @@ def bench_ls(base: Path, files: int, pairs: int) -> list[Row]:
         return timed("warm", ls_json, env)
 
     def cold_t() -> float:
-        shutil.rmtree(root / ".cachetool", ignore_errors=True)
+        shutil.rmtree(derived(root, env), ignore_errors=True)
         return timed("cold", ls_json, env)
 
     def unkept_t() -> float:  # `ls --json` making its listing (the text kept before removed)
-        (root / ".cachetool" / "ls-json.z").unlink(missing_ok=True)
+        (derived(root, env) / "ls-json.z").unlink(missing_ok=True)
         return run(ls_json, env).seconds
 
     def human_t() -> float:
@@ -230,14 +230,14 @@ def bench_ls_large(base: Path, files: int, small: int, pairs: int) -> list[Row]:
         ls_json = [*CT, "ls", str(root), "--json"]
         cold, warm, cold_rss, warm_rss = [], [], [], []
         for _ in range(max(1, pairs // 2)):
-            shutil.rmtree(root / ".cachetool", ignore_errors=True)
+            shutil.rmtree(derived(root, env), ignore_errors=True)
             s = run_peak(ls_json, env)
             cold.append(s.seconds)
             cold_rss.append(s.max_rss_kb)
             s = run_peak(ls_json, env)
             warm.append(s.seconds)
             warm_rss.append(s.max_rss_kb)
-        index_bytes = sum(p.stat().st_size for p in (root / ".cachetool").glob("read-index*") if p.is_file())
+        index_bytes = sum(p.stat().st_size for p in derived(root, env).glob("read-index*") if p.is_file())
         stats[n] = {
             "cold": statistics.median(cold),
             "warm": statistics.median(warm),

@@ -35,6 +35,9 @@ def short_tmp_dir(base: Path) -> Path:
 
 #: The suite runs with HOME pointed here (and no XDG_* folders): nothing may be written into it.
 TEST_HOME = Path(tempfile.mkdtemp(prefix="cachetool-test-home-"))
+#: The user's cache folder of the tests (outside the home folder, which must stay empty): what
+#: read commands keep to be faster next time (`cachetool.cache.dirs.derived_dir`) goes there.
+TEST_XDG_CACHE = Path(tempfile.mkdtemp(prefix="cachetool-test-xdg-cache-"))
 _XDG = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 
 
@@ -42,6 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["HOME"] = str(TEST_HOME)
     for k in _XDG:
         os.environ.pop(k, None)
+    os.environ["XDG_CACHE_HOME"] = str(TEST_XDG_CACHE)
     if not os.environ.get("PYTEST_XDIST_WORKER"):  # once, before any worker starts
         _compile_cachetool()
         _compile_tests(config)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.history.index import INDEX_FILE
+from cachetool.history.index import INDEX_FILE, index_path
 from cachetool.history.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
 from tests.test_ledger import _record
 
@@ -36,7 +36,7 @@ def test_the_index_follows_appends_torn_lines_and_removed_segments(tmp_path: Pat
     first.append(str(root), _record(1, "m1", "src"))
     first.append(str(root), _record(2, "m1", "m1"))  # a no-op map: not an origin
     _same_as_the_records(root)
-    assert (ledger_dir(root).parent / INDEX_FILE).is_file()
+    assert index_path(root).is_file() and not (ledger_dir(root).parent / INDEX_FILE).exists()
 
     first.append(str(root), _record(3, "m1", "src", cache="hit"))
     second = LedgerWriter(pid=2, start=2.0)

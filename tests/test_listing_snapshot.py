@@ -13,12 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.cache.layout import LEDGER_DIR
+from cachetool.cache.dirs import derived_dir
 from cachetool.cache.snapshot import SNAPSHOT_NAME, ListingText
 from cachetool.maintenance.pins import add_pin, remove_pin
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 from tests.test_listing_lean import _object_path_text
+
+
+def _text_path(root: Path) -> Path:
+    """Where the listing text of `root` is kept: the user's cache folder, never the root."""
+    folder = derived_dir(root)
+    assert folder is not None
+    return folder / SNAPSHOT_NAME
 
 
 def _ls(root: Path) -> str:
@@ -84,7 +91,7 @@ CHANGES: dict[str, Callable[[Path, list[Path]], None]] = {
     "pin added": lambda root, files: add_pin(root, "0000000000000003") and None,
     "ledger record added": lambda root, files: _ledger_record(root, "0000000000000004"),
     "older format": lambda root, files: _older_format(root),
-    "damaged": lambda root, files: _truncate(root / LEDGER_DIR / SNAPSHOT_NAME),
+    "damaged": lambda root, files: _truncate(_text_path(root)),
 }
 
 
@@ -98,7 +105,7 @@ def _ledger_record(root: Path, fp: str) -> None:
 
 
 def _older_format(root: Path) -> None:
-    path = root / LEDGER_DIR / SNAPSHOT_NAME
+    path = _text_path(root)
     data = path.read_bytes()
     path.write_bytes(data.replace(b"cachetool ls --json 1\n", b"cachetool ls --json 0\n", 1))
 
@@ -225,7 +232,7 @@ def test_no_text_is_kept_where_the_listing_depends_on_more_than_its_files(
     problem, and `--limit` listings: no text is kept, and every listing is as the object path
     writes it."""
     root, files = cache
-    (root / LEDGER_DIR / SNAPSHOT_NAME).unlink()
+    (_text_path(root)).unlink()
     folder = files[0].parent
     form: list[str] = []
     if odd == "a temporary file":
@@ -237,7 +244,7 @@ def test_no_text_is_kept_where_the_listing_depends_on_more_than_its_files(
     for _ in range(2):
         got = invoke("ls", str(root), "--json", *form)
         assert got.stdout == _object_path_text(root, form)
-    assert not (root / LEDGER_DIR / SNAPSHOT_NAME).exists()
+    assert not (_text_path(root)).exists()
 
 
 def test_the_kept_text_is_the_listing(cache: tuple[Path, list[Path]]) -> None:
@@ -259,7 +266,7 @@ def test_a_kept_text_with_control_characters_is_not_written(cache: tuple[Path, l
     from cachetool.cache.snapshot import _MAGIC
 
     root, _ = cache
-    path = root / LEDGER_DIR / SNAPSHOT_NAME
+    path = _text_path(root)
     data = path.read_bytes()
     head = len(_MAGIC) + 32
     text = zlib.decompress(data[head:]).replace(b'"entries": [', b'"entries": [\x1b[2J', 1)
@@ -286,7 +293,7 @@ def test_a_kept_text_is_checked_whole_before_any_of_it_is_written(
     snap = ListingText.of(root)
     assert snap is not None and isinstance(snap.text, list) == (kept == "held")
     assert _ls(root) == expected
-    path = root / LEDGER_DIR / SNAPSHOT_NAME
+    path = _text_path(root)
     data = path.read_bytes()
     head = len(snapshot._MAGIC) + 32
     text = zlib.decompress(data[head:])

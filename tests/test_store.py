@@ -1,7 +1,7 @@
-"""The files cachetool keeps in `<root>/.cachetool/` are written whole through a temporary file
-(`cachetool.cache.store`); a writer killed between the two leaves `.ls-json-*`, `.read-index-*`,
-`.checksums-*` or `.schema-verdicts-*` behind, and the next write of that file removes the ones
-older than an hour."""
+"""The files cachetool keeps (in `<root>/.cachetool/`, and what it derives in the user's cache
+folder) are written whole through a temporary file (`cachetool.cache.store`); a writer killed
+between the two leaves `.ls-json-*`, `.read-index-*`, `.checksums-*` or `.schema-verdicts-*`
+behind, and the next write of that file removes the ones older than an hour."""
 
 from __future__ import annotations
 
@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from cachetool.cache.dirs import derived_dir
 from cachetool.cache.layout import LEDGER_DIR
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 
-LEFT = (".ls-json-k1ll3d0", ".read-index-k1ll3d0", ".checksums-k1ll3d0", ".schema-verdicts-k1ll3d0")
+DERIVED = (".ls-json-k1ll3d0", ".read-index-k1ll3d0", ".schema-verdicts-k1ll3d0")
+IN_ROOT = (".checksums-k1ll3d0",)
 
 
-def _leave(folder: Path, suffix: str, age: float) -> list[Path]:
+def _leave(folder: Path, names: tuple[str, ...], suffix: str, age: float) -> list[Path]:
     """The temporary files a killed writer of each kept file leaves, modified `age` seconds ago."""
-    paths = [folder / (name + suffix) for name in LEFT]
+    paths = [folder / (name + suffix) for name in names]
     for path in paths:
         path.write_bytes(b"half a write")
         os.utime(path, (time.time() - age, time.time() - age))
@@ -29,21 +31,25 @@ def _leave(folder: Path, suffix: str, age: float) -> list[Path]:
 
 @pytest.mark.slow
 def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> None:
-    """`ls` (read index, kept text) and `verify --deep --record` (checksums, schema verdicts)
-    remove their files' temporary files older than an hour; younger ones (a write under way on
-    another host, however unlikely) and other files of the folder stay."""
+    """`ls` (read index, kept text) and `verify --deep --record` (checksums in the root, schema
+    verdicts in the user's folder) remove their files' temporary files older than an hour;
+    younger ones (a write under way on another host, however unlikely) and other files of the
+    folder stay."""
     root = isolated_env / "cache"
     synthesize_cache(root, 6)
     folder = root / LEDGER_DIR
     folder.mkdir(exist_ok=True)
-    old = _leave(folder, "", 2 * 3600)
-    young = _leave(folder, "y", 60)
-    mine = folder / ".ls-json-notes.txt.d"
+    derived = derived_dir(root)
+    assert derived is not None
+    derived.mkdir(parents=True)
+    old = _leave(derived, DERIVED, "", 2 * 3600) + _leave(folder, IN_ROOT, "", 2 * 3600)
+    young = _leave(derived, DERIVED, "y", 60) + _leave(folder, IN_ROOT, "y", 60)
+    mine = derived / ".ls-json-notes.txt.d"
     mine.mkdir()
     os.utime(mine, (0, 0))
     for _ in range(2):  # the first listing writes the read index, the second the kept text
         assert invoke("ls", str(root), "--json").exit_code == 0
-    assert [p.name for p in old if p.exists()] == [".checksums-k1ll3d0", ".schema-verdicts-k1ll3d0"]
+    assert [p.name for p in old if p.exists()] == [".schema-verdicts-k1ll3d0", ".checksums-k1ll3d0"]
     assert invoke("verify", "--cache-dir", str(root), "--deep", "--record").exit_code == 0
     assert not [p for p in old if p.exists()]
     assert all(p.exists() for p in young) and mine.is_dir()
@@ -59,7 +65,7 @@ def test_a_ledger_folder_that_is_a_symlink_is_never_cleaned(isolated_env: Path) 
     elsewhere = isolated_env / "elsewhere"
     elsewhere.mkdir()
     (root / LEDGER_DIR).symlink_to(elsewhere)
-    old = _leave(elsewhere, "", 2 * 3600)
+    old = _leave(elsewhere, DERIVED + IN_ROOT, "", 2 * 3600)
     assert invoke("ls", str(root), "--json").exit_code == 0
     for _ in range(2):
         assert invoke("ls", str(root), "--json").exit_code == 0

@@ -99,8 +99,12 @@ def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importi
     assert "datasets cannot load it" in first and first.rstrip().endswith("True")
     second = run()
     assert second == first.replace("True", "False")
-    doc = json.loads(verdicts_path(root).read_text())
-    verdicts_path(root).write_text(json.dumps({**doc, "install": "another"}))
+    from cachetool.cache.dirs import derived_dir
+
+    kept = derived_dir(root, env) / verdicts_path(root).name  # type: ignore[operator]
+    assert not (root / ".cachetool" / kept.name).exists()  # verify --deep writes nothing in the root
+    doc = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**doc, "install": "another"}))
     assert run() == first
     assert [f.problem.split(":")[0] for f in verify_cache(root, deep=True).errors] == [
         "datasets cannot load it"

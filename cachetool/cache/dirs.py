@@ -180,6 +180,25 @@ def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(os.path.expanduser(base)) / "cachetool"
 
 
+def derived_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where cachetool keeps what it derives from the cache at `root` only to be faster next time
+    (the read index, the kept listing text, the ledger index, schema verdicts): the user's cache
+    folder, `CACHETOOL_HOME/derived`, else `XDG_CACHE_HOME/cachetool`, else `~/.cache/cachetool`,
+    then `roots/<device>-<inode>` of the root (the same cache under another path is the same).
+    Reads never write into a root; losing this folder costs only time. None when the root cannot
+    be stat'ed."""
+    env = os.environ if environ is None else environ
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    if (home := _env(env, "CACHETOOL_HOME")) is not None:
+        base = Path(os.path.expanduser(home)) / "derived"
+    else:
+        base = Path(os.path.expanduser(_env(env, "XDG_CACHE_HOME") or "~/.cache")) / "cachetool"
+    return base / "roots" / f"{st.st_dev}-{st.st_ino}"
+
+
 def existing_root(path: str | os.PathLike[str] | None) -> Path:
     """The cache root to read (an explicit path, else the resolved default), checked to be a folder."""
     root = resolve_cache_root(path).path.expanduser()

@@ -1,8 +1,9 @@
 """A compact index of what was read from each Arrow file, keyed by path, size, change time and
 inode (a write changes the ctime, and so does putting the mtime back after one).
 
-Repeat listings then only `stat` files that did not change. The index lives in
-`<root>/.cachetool/read-index.sqlite.z`: an SQLite database (standard library), compressed with
+Repeat listings then only `stat` files that did not change. The index lives in the user's cache
+folder (`cachetool.cache.dirs.derived_dir`: a listing writes nothing into the root), as
+`read-index.sqlite.z`: an SQLite database (standard library), compressed with
 zlib (file names and numbers of one cache are alike: about 13 bytes per file), with one row per
 file (folder, name, size, ctime_ns, inode, fingerprint, rows, batches, format and end-of-stream
 marker, error, schema id), the rows of one folder next to each other, one row per folder (its
@@ -13,8 +14,7 @@ into an in-memory database, and a folder's rows are looked up when the walk reac
 a listing never holds every row as Python objects at once. A damaged index (or a damaged row) is
 read again from the Arrow files. It is written whole to a temporary file renamed over it, so
 concurrent listings never see half of one and no SQLite lock is ever taken on the cache's file
-system. On a read-only root it is simply not written. The JSON index of earlier versions
-(`read-index.json`) is ignored and removed when the new index is written.
+system. Where it cannot be written it is simply not written.
 """
 
 from __future__ import annotations
@@ -29,10 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.cache.arrow import EMPTY, IPC_FILE, NOT_ARROW, STREAM, UNREADABLE, ArrowSummary
-from cachetool.cache.layout import LEDGER_DIR
 
 INDEX_NAME = "read-index.sqlite.z"
-OLD_INDEX_NAMES = ("read-index.json",)  # earlier versions wrote JSON
 INDEX_VERSION = 6
 #: No index of a real cache comes near these (100,000 files take about 1.3 MB, 8 MB unpacked).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
@@ -76,9 +74,12 @@ class ReadIndex:
     """Maps a path relative to the root to (size, ctime_ns, inode, summary)."""
 
     def __init__(self, root: Path, enabled: bool = True) -> None:
+        from cachetool.cache.dirs import derived_dir
+
         self.root = root
-        self.enabled = enabled
-        self.path = root / LEDGER_DIR / INDEX_NAME
+        folder = derived_dir(root)
+        self.enabled = enabled and folder is not None
+        self.path = (folder or root) / INDEX_NAME
         self._db: sqlite3.Connection | None = None
         self._schemas: dict[int, _Schema] = {}
         self._dirs: dict[str, tuple[int, int]] = {}  # folder -> (first, last) file row id
@@ -89,7 +90,7 @@ class ReadIndex:
         self._new: dict[str, list[_Row]] = {}  # files read this time, by folder
         self.hits = 0
         self.misses = 0
-        if enabled:
+        if self.enabled:
             self._load()
 
     def _load(self) -> None:
@@ -202,25 +203,18 @@ class ReadIndex:
         rows.append((name, size, ctime_ns, inode, summary))
 
     def save(self) -> bool:
-        """Write the index if anything changed. Returns False where the root is read-only."""
+        """Write the index if anything changed. Returns False where it cannot be written."""
         if not self.enabled or (self.misses == 0 and len(self._used) == self.stored):
             self._close()
             return True
-        folder = self.path.parent
         try:
             rows = self._kept_rows()
             for path, new in self._new.items():
                 rows.setdefault(path, []).extend(new)
             self._close()
-            folder.mkdir(exist_ok=True)
             from cachetool.cache.store import write_whole  # a repeat listing writes nothing
 
-            write_whole(self.path, _encode(rows))
-            for old in OLD_INDEX_NAMES:
-                try:
-                    os.unlink(folder / old)
-                except FileNotFoundError:
-                    pass
+            write_whole(self.path, _encode(rows), create_folders=True)
         except (OSError, sqlite3.Error):
             return False
         return True

@@ -61,9 +61,9 @@ def scan_cache(
     """Scan a datasets cache root (or a `save_to_disk` folder, or any folder of Arrow files).
 
     Reads only `stat` results, JSON metadata and Arrow headers. With `use_index`, what was read is
-    remembered in `<root>/.cachetool/read-index.sqlite.z` (skipped silently on a read-only root),
-    so a repeat scan only stats unchanged files. Recorded lineage (parent, operation, last use)
-    is attached to entries from `usage` (fingerprint to what the ledger says of it) when given,
+    remembered in the user's cache folder (`cachetool.cache.dirs.derived_dir`; nothing is written
+    into the root), so a repeat scan only stats unchanged files. Recorded lineage (parent,
+    operation, last use) is attached to entries from `usage` (fingerprint to what the ledger says of it) when given,
     else from the ledger: `ledger=True` reads the root's, a `Ledger` is one the command already
     loaded, `False` attaches none.
     """

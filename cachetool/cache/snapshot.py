@@ -6,8 +6,9 @@ lists every folder of the root with `lstat` (the walk the scan would do anyway, 
 each of its entries, name, mode, size, mtime, ctime (which no one can set back: a file rewritten
 with the same size and mtime still changes it), inode and owner; the root's pins; the code that
 writes the text (the size and mtime of cachetool's modules, the Python version); the format of
-this file. Where `<root>/.cachetool/ls-json.z` holds the text written under the same key, that
-is the listing.
+this file. Where `ls-json.z` in the user's cache folder for this root
+(`cachetool.cache.dirs.derived_dir`: a listing writes nothing into the root) holds the text
+written under the same key, that is the listing.
 
 It is written only after a listing whose every entry follows from the files and the ledger alone
 (the key holds the stat of every file of the root's ledger folders): no warning, no damaged pins
@@ -17,9 +18,8 @@ problem. Nothing is kept where the root has no read index (a cold listing pays n
 for a `--limit`, or for a terminal (which gets the indented document). The file is
 zlib-compressed (about 16 bytes per file) and written whole to a temporary file renamed over it;
 a damaged, foreign or unreadable one is simply not used, nor one whose text holds anything but
-printable ASCII (what compact JSON text is made of). Like the read index, it is as trustworthy
-as the root's `.cachetool` folder: whoever can write there can make a listing say what they
-like, though never write a control character to a terminal."""
+printable ASCII (what compact JSON text is made of). Like the read index, it lives in the user's
+own folder: another user of a shared cache cannot make a listing say anything."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from cachetool.cache.index import INDEX_NAME
-from cachetool.cache.layout import LEDGER_DIR, Kind
+from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheReport
 from cachetool.cache.walk import Candidates, Item, list_dir_split
 
@@ -110,7 +110,7 @@ class ListingText:
             if not path.is_dir() or path.is_symlink():
                 return None
             path = path.resolve()
-            if not os.path.isfile(path / LEDGER_DIR / INDEX_NAME) or _is_cachetool_state(path):
+            if not os.path.isfile(_path(path).with_name(INDEX_NAME)) or _is_cachetool_state(path):
                 return None
             ledgers = _ledger_key(path)
             if ledgers is None:
@@ -235,7 +235,7 @@ def _load(root: Path, key: bytes) -> list[bytes] | Callable[[], Iterator[bytes]]
     from cachetool.safejson import BadJsonFile
 
     try:
-        data = read_state(root / LEDGER_DIR / SNAPSHOT_NAME, _MAX_BYTES)
+        data = read_state(_path(root), _MAX_BYTES)
     except (OSError, BadJsonFile):
         return None
     head = len(_MAGIC) + len(key)
@@ -276,11 +276,21 @@ def _pieces(data: bytes, head: int) -> Iterator[bytes]:
         raise ValueError("not one whole zlib stream")
 
 
+def _path(root: Path) -> Path:
+    """Where the text is kept: the user's cache folder for this root (never the root itself)."""
+    from cachetool.cache.dirs import derived_dir
+
+    folder = derived_dir(root)
+    if folder is None:
+        raise FileNotFoundError(root)
+    return folder / SNAPSHOT_NAME
+
+
 def _store(root: Path, data: bytes) -> None:
-    """Write the stored text (whole, through a temporary file); nothing on a read-only root."""
+    """Write the stored text (whole, through a temporary file); nothing where it cannot."""
     from cachetool.cache.store import write_whole
 
     try:
-        write_whole(root / LEDGER_DIR / SNAPSHOT_NAME, data)
+        write_whole(_path(root), data, create_folders=True)
     except OSError:
         pass

@@ -43,10 +43,6 @@ STALE_SECONDS = 3600.0
 
 #: Every file cachetool keeps below `<root>/.cachetool/` (shell patterns, relative to it).
 STATE_FILES = (
-    "read-index.sqlite.z",  # cachetool.cache.index: the read index
-    "ls-json.z",  # cachetool.cache.snapshot: the kept listing text
-    "ledger-index.sqlite",  # cachetool.history.index
-    "ledger-index.sqlite.lock",
     "ledger/*.jsonl",  # cachetool.history.segments: the ledger (gc's log included)
     "leases/*.json",  # cachetool.maintenance.leases
     "pins.json",  # cachetool.maintenance.pins
@@ -54,7 +50,6 @@ STATE_FILES = (
     "stats.json",  # cachetool.history.stats
     "checksums.json",  # cachetool.maintenance.verify.deep
     "checksums.json.lock",
-    "schema-verdicts.json",  # cachetool.maintenance.verify.schema_check
     "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine_plan
     "gc.lock",  # cachetool.maintenance.gc.gclock
 )

@@ -1,14 +1,14 @@
 """The ledger index of a root: what each fingerprint's records add up to, kept up to date
 incrementally, so that a listing does not read every record of a long-lived ledger.
 
-`<root>/.cachetool/ledger-index.sqlite` (the per-user fallback folder of a root that cannot be
-written) holds one row per fingerprint (the `Usage` of `cachetool.history.ledger`: last use,
-latest recorded origin, hits, misses) and one row per segment: how far it was read. Segments are
-append-only, so bringing the index up to date reads only what was appended since (whole lines:
-a record still being written is read next time). A segment that shrank, was replaced or was
-removed makes the index rebuild from every segment. Updates happen under a file lock, so
-concurrent commands never fold the same records twice; a command that finds the index up to
-date takes no lock and writes nothing.
+`ledger-index.sqlite` in the user's cache folder for the root (`cachetool.cache.dirs.derived_dir`:
+reading the ledger writes nothing into the root) holds one row per fingerprint (the `Usage` of
+`cachetool.history.ledger`: last use, latest recorded origin, hits, misses) and one row per
+segment: how far it was read. Segments are append-only, so bringing the index up to date reads
+only what was appended since (whole lines: a record still being written is read next time). A
+segment that shrank, was replaced or was removed makes the index rebuild from every segment.
+Updates happen under a file lock, so concurrent commands never fold the same records twice; a
+command that finds the index up to date takes no lock and writes nothing.
 
 The index holds one row per fingerprint, not per record: it stays bounded by the number of
 fingerprints however many runs the ledger records. When no index can be written anywhere, the
@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.history.records import RunSummaryRecord, SourceRecord, StepRecord
-from cachetool.history.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.history.segments import iter_segments, read_segment_from
 from cachetool.history.usage import Usage
 
@@ -219,14 +218,23 @@ def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
     segments = segments_now(root_path)
     if not segments:
         return {}
-    for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
+    db = index_path(root_path)
+    if db is not None:
         try:
             return UsageIndex(up_to_date(db, root_path, segments))
         except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
-            continue
+            pass
     from cachetool.history.ledger import read_ledger
 
     return read_ledger(root_path).usage()
+
+
+def index_path(root: Path) -> Path | None:
+    """Where the ledger index of `root` is kept (None: nowhere, the root cannot be stat'ed)."""
+    from cachetool.cache.dirs import derived_dir
+
+    folder = derived_dir(root)
+    return None if folder is None else folder / INDEX_FILE
 
 
 def segments_now(root: Path) -> list[_Seg]:

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.history.follow import source_hashes
-from cachetool.history.index import INDEX_FILE, chunks, segments_now, storable, up_to_date
+from cachetool.history.index import chunks, index_path, segments_now, storable, up_to_date
 from cachetool.history.records import LedgerRecord, StepRecord
-from cachetool.history.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.history.segments import read_records_at
 
 
@@ -68,14 +67,15 @@ def open_index(root: str | os.PathLike[str]) -> sqlite3.Connection | None:
     segments = segments_now(root_path)
     if not segments:
         return None
-    for db in (root_path / LEDGER_DIR / INDEX_FILE, fallback_ledger_dir(root_path) / INDEX_FILE):
-        try:
-            con = up_to_date(db, root_path, segments)
-        except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
-            continue
-        clean = con.execute("SELECT count(*) FROM segments WHERE bad > 0 OR done != size").fetchone()[0] == 0
-        return con if clean else None
-    return None
+    db = index_path(root_path)
+    if db is None:
+        return None
+    try:
+        con = up_to_date(db, root_path, segments)
+    except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
+        return None
+    clean = con.execute("SELECT count(*) FROM segments WHERE bad > 0 OR done != size").fetchone()[0] == 0
+    return con if clean else None
 
 
 class IndexedFingerprints:

@@ -67,12 +67,20 @@ def test_damaged_state_and_dataset_dict(tmp_path: Path) -> None:
     _assert_no_crash(_run_all(root, hf_env(tmp_path)))
 
 
-def _rewrite_index(root: Path, sql: str) -> None:
+def _index(root: Path, env: dict[str, str]) -> Path:
+    """Where the listings of `root` under `env` keep the read index (the user's cache folder)."""
+    from cachetool.cache.dirs import derived_dir
+
+    folder = derived_dir(root, env)
+    assert folder is not None
+    return folder / "read-index.sqlite.z"
+
+
+def _rewrite_index(index: Path, sql: str) -> None:
     """Change cachetool's read index in place (a zlib-compressed SQLite image) with `sql`."""
     import sqlite3
     import zlib
 
-    index = root / ".cachetool" / "read-index.sqlite.z"
     db = sqlite3.connect(":memory:")
     db.deserialize(zlib.decompress(index.read_bytes()))
     db.execute(sql)
@@ -100,27 +108,24 @@ def test_a_damaged_read_index_is_read_again(tmp_path: Path, sql: str) -> None:
     env = hf_env(tmp_path)
     ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
     first = json.loads(forks.run(ls, env=env, capture_output=True, text=True, check=True).stdout)
-    _rewrite_index(root, sql)
+    _rewrite_index(_index(root, env), sql)
     again = forks.run(ls, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "Traceback" not in again.stderr
     assert [e["rows"] for e in json.loads(again.stdout)["entries"]] == [e["rows"] for e in first["entries"]]
 
 
-def test_garbage_or_an_old_json_index_in_place_of_the_read_index(tmp_path: Path) -> None:
-    """An index of an earlier version (read-index.json) is ignored and removed; garbage in place
-    of the read index is read past; the listing is the same either way."""
+def test_garbage_in_place_of_the_read_index(tmp_path: Path) -> None:
+    """Garbage in place of the read index is read past; the listing is the same."""
     root = tmp_path / "cache"
     synthesize_cache(root, 2)
     env = hf_env(tmp_path)
     ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
     first = forks.run(ls, env=env, capture_output=True, text=True, check=True).stdout
-    index = root / ".cachetool" / "read-index.sqlite.z"
-    old = root / ".cachetool" / "read-index.json"
-    old.write_text(json.dumps({"version": 3, "meta": [], "files": {"x": [1, 2, ["stream"]]}}))
+    index = _index(root, env)
     index.write_bytes(b"\x78\x9c" + os.urandom(300))
     again = forks.run(ls, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and again.stderr == "" and again.stdout == first
-    assert not old.exists() and index.is_file()
+    assert index.is_file()
 
 
 @pytest.mark.parametrize("name", ["read-index.sqlite.z", "pins.json"])
@@ -128,7 +133,9 @@ def test_a_fifo_in_place_of_cachetools_own_files_never_hangs(tmp_path: Path, nam
     root = tmp_path / "cache"
     synthesize_cache(root, 2)
     (root / ".cachetool").mkdir(exist_ok=True)
-    os.mkfifo(root / ".cachetool" / name)
+    fifo = _index(root, hf_env(tmp_path)) if name == "read-index.sqlite.z" else root / ".cachetool" / name
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo)
     _assert_no_crash(_run_all(root, hf_env(tmp_path)))  # each command has 60 s: a hang fails
 
 

@@ -81,11 +81,14 @@ def first_line(e: BaseException) -> str:
 
 
 def verdicts_path(root: Path) -> Path:
-    return root / layout.LEDGER_DIR / VERDICTS_NAME
+    """In the user's cache folder for this root (`verify --deep` writes nothing into the root)."""
+    from cachetool.cache.dirs import derived_dir
+
+    return (derived_dir(root) or root / layout.LEDGER_DIR) / VERDICTS_NAME
 
 
 class SchemaVerdicts:
-    """`load_error` per schema, remembered in `<root>/.cachetool/schema-verdicts.json` for the
+    """`load_error` per schema, remembered in the user's cache folder for this root for the
     `datasets` and `pyarrow` installed now (a verdict stored by another install is not used)."""
 
     def __init__(self, root: Path) -> None:
@@ -114,7 +117,7 @@ class SchemaVerdicts:
         return why
 
     def save(self) -> None:
-        """Store the verdicts when this run found new ones (never on a read-only root: skipped)."""
+        """Store the verdicts when this run found new ones (where that cannot be written: skipped)."""
         if not self.new or self.install is None:
             return
         path = verdicts_path(self.root)

@@ -1,0 +1,135 @@
+"""Read commands never write into a cache root: what only makes them faster next time (the read
+index, the kept listing text, the ledger index, schema verdicts) lives in the user's cache folder.
+On a copy of a real traced cache, every read command leaves every path of the root as it was, and
+each works on a root mounted read-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cachetool_run, copy_cache, hf_env, invoke
+
+pytestmark = pytest.mark.slow
+
+PIPELINE = textwrap.dedent(
+    """\
+    import os
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+    ds = ds.map(lambda ex: {"y": ex["x"] * 2}).filter(lambda ex: ex["x"] % 3 > 0)
+    parts = ds.train_test_split(test_size=0.25, seed=0)
+    print(parts["train"].map(lambda ex: {"z": ex["y"] + 1})._fingerprint)
+    """
+)
+
+
+def _reads(fp: str) -> list[list[str]]:
+    """Every read command, as a user types it (the root added by the caller)."""
+    return [
+        ["ls"],
+        ["ls", "--json"],
+        ["ls", "-q"],
+        ["show", fp],
+        ["lineage", fp],
+        ["lineage", fp, "--descendants"],
+        ["verify"],
+        ["verify", "--deep"],
+        ["verify", "--stale"],
+        ["stats"],
+        ["explain", "--last"],
+        ["explain", fp],
+        ["dirs"],
+    ]
+
+
+def _state(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every path below `root`: (mode, size, mtime_ns, inode)."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(folder, name))
+            out[os.path.relpath(os.path.join(folder, name), root)] = (
+                st.st_mode,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ino,
+            )
+    return out
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A cache two traced runs of a pipeline made (the second loads every step), and the last
+    step's fingerprint."""
+    base = tmp_path_factory.mktemp("reads")
+    (base / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (base / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(60)), encoding="utf-8")
+    env = hf_env(base)
+    cachetool_run("p.py", env=env, cwd=base)
+    fp = cachetool_run("p.py", env=env, cwd=base).stdout.split()[-1]
+    return base / "cache", fp
+
+
+def test_read_commands_leave_every_path_of_the_root_as_it_was(
+    traced: tuple[Path, str], tmp_path: Path
+) -> None:
+    """On a copy of the cache, each read command in turn (twice: the second finds its speed-ups
+    in the user's folder) creates, changes and removes nothing in the root, and exits 0; what it
+    keeps is in the user's cache folder."""
+    src, fp = traced
+    root = tmp_path / "cache"
+    copy_cache(src, root)
+    env = {**hf_env(tmp_path), "HF_DATASETS_CACHE": str(root), "CACHETOOL_HOME": str(tmp_path / "home")}
+    before = _state(root)
+    for args in _reads(fp) * 2:
+        result = (
+            invoke(*args, "--cache-dir", str(root), env=env) if args != ["dirs"] else invoke(*args, env=env)
+        )
+        assert result.exit_code == 0, (args, result.output)
+        assert _state(root) == before, (args, set(_state(root).items()) ^ set(before.items()))
+    kept = {p.name for p in (tmp_path / "home" / "derived").rglob("*") if p.is_file()}
+    assert {"read-index.sqlite.z", "ledger-index.sqlite"} <= kept, kept
+
+
+def test_read_commands_work_on_a_read_only_root(traced: tuple[Path, str], tmp_path: Path) -> None:
+    """The cache mounted read-only (a bind mount in a private mount namespace): every read
+    command exits 0 and says what it says on a writable one."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    src, fp = traced
+    mnt, out = tmp_path / "mnt", tmp_path / "out"
+    mnt.mkdir()
+    out.mkdir()
+    env = {**hf_env(tmp_path), "HF_DATASETS_CACHE": str(mnt), "CACHETOOL_HOME": str(tmp_path / "home")}
+    lines = [f"mount --bind {src} {mnt}", f"mount -o remount,ro,bind {mnt}", f"! touch {mnt}/x 2>/dev/null"]
+    reads = _reads(fp)
+    for i, args in enumerate(reads):
+        cmd = " ".join(
+            [
+                sys.executable,
+                "-m",
+                "cachetool",
+                *args,
+                *(["--cache-dir", str(mnt)] if args != ["dirs"] else []),
+            ]
+        )
+        lines.append(f"rc=0; {cmd} > {out}/{i}.out 2> {out}/{i}.err || rc=$?; echo $rc > {out}/{i}.rc")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    done = subprocess.run(["unshare", *user, "--mount", "sh", "-ec", "\n".join(lines)], env=env, timeout=300)
+    if done.returncode != 0:
+        pytest.skip("cannot mount read-only here (no mount namespace)")
+    for i, args in enumerate(reads):
+        rc = (out / f"{i}.rc").read_text().strip()
+        assert rc == "0", (args, (out / f"{i}.err").read_text()[-2000:])
+    listing = json.loads((out / "1.out").read_text())
+    assert listing["entries"], listing
