@@ -63,9 +63,9 @@ def scan_cache(
     Reads only `stat` results, JSON metadata and Arrow headers. With `use_index`, what was read is
     remembered in the user's cache folder (`cachetool.cache.dirs.derived_dir`; nothing is written
     into the root), so a repeat scan only stats unchanged files. Recorded lineage (parent,
-    operation, last use) is attached to entries from `usage` (fingerprint to what the ledger says of it) when given,
-    else from the ledger: `ledger=True` reads the root's, a `Ledger` is one the command already
-    loaded, `False` attaches none.
+    operation, last use) is attached to entries from `usage` (fingerprint to what the ledger says
+    of it) when given, else from the ledger: `ledger=True` reads the root's, a `Ledger` is one the
+    command already loaded, `False` attaches none.
     """
     report, _ = _scan(root, use_index, ledger, usage, progress, lean=False)
     return report
