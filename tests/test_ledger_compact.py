@@ -496,18 +496,18 @@ def test_gc_history_is_compacted_so_a_cache_cleaned_every_day_keeps_a_bounded_le
     def missing() -> list[str]:
         return [str(f.path) for f in verify_cache(root).findings if parent in str(f.path)]
 
-    days(30, 0)
-    assert not path.exists() and len(gc_records(root)) == 30 * 20 + 1
+    days(12, 0)
+    assert not path.exists() and len(gc_records(root)) == 12 * 20 + 1
     assert deleted() and not missing()
-    first = compact_ledger(root, keep_runs=5)
-    assert first.segments > 0 and first.gc_folded >= 25 * 20
+    first = compact_ledger(root, keep_runs=3)
+    assert first.segments > 0 and first.gc_folded >= 9 * 20
     size = ledger_bytes(root)
 
-    days(30, 30)
+    days(12, 12)
     grown = ledger_bytes(root)
-    second = compact_ledger(root, keep_runs=5)
-    assert second.segments > 0 and first.gc_folded + 25 * 20 <= second.gc_folded <= 55 * 20
+    second = compact_ledger(root, keep_runs=3)
+    assert second.segments > 0 and first.gc_folded + 12 * 20 <= second.gc_folded <= 21 * 20
     assert ledger_bytes(root) < size + 2048 < grown, (size, grown, ledger_bytes(root))
-    assert len(gc_records(root)) <= 5 * 20 + 1  # the newest runs whole, the eviction kept
+    assert len(gc_records(root)) <= 3 * 20 + 1  # the newest runs whole, the eviction kept
     assert deleted() and not missing()
     assert _totals(root)["runs"] == 10
