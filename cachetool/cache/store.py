@@ -48,8 +48,8 @@ STATE_FILES = (
     "ledger-index.sqlite",  # cachetool.history.index
     "ledger-index.sqlite.lock",
     "ledger/*.jsonl",  # cachetool.history.segments: the ledger (gc's log included)
-    "leases/*.json",  # cachetool.maintenance.leases
-    "pins.json",  # cachetool.maintenance.pins
+    "leases/*.json",  # cachetool.trace.leases
+    "pins.json",  # cachetool.cache.pins
     "pins.json.lock",
     "stats.json",  # cachetool.history.stats
     "checksums.json",  # cachetool.maintenance.verify.deep
