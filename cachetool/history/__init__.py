@@ -1,6 +1,6 @@
 """The ledger: what traced runs recorded (records, segments, its index and compaction), and what
 is read from it: `lineage`, `show`, `explain`, `stats`, runs.
 
-May import `cache`, `fingerprint` and the base modules; what it needs from the commands above
-(pins, liveness) is passed in by the caller.
+May import `cache`, `fingerprint` and the base modules; never `trace`, `maintenance` or the
+commands.
 """
