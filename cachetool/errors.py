@@ -125,7 +125,7 @@ class InAnotherRoot(UnknownFingerprint):
     (a `save_to_disk` folder a map after `load_from_disk` wrote in), records it."""
 
     def __init__(self, prefix: str, root: Path, others: Sequence[str], command: str) -> None:
-        from cachetool.maintenance.hints import shell_command  # the launcher imports this module
+        from cachetool.hints import shell_command  # the launcher imports this module
 
         first = others[0]
         more = f" (and {len(others) - 1} more root(s))" if len(others) > 1 else ""

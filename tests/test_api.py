@@ -125,8 +125,14 @@ def test_command_options_are_the_function_keywords(command: str) -> None:
 #: Functions the docs name that are not cachetool's (`datasets`, the standard library, Linux).
 NOT_OURS = {"disable_caching", "select", "shuffle", "read", "statfs", "renameat2", "from_generator", "sorted"}
 
-#: Names the CHANGELOG says were removed: they must stay gone.
-GONE = {"cachetool.trace.hooks"}
+#: Names the CHANGELOG says were removed (or moved to another layer): they must stay gone.
+GONE = {
+    "cachetool.trace.hooks",
+    "cachetool.maintenance.hints",
+    "cachetool.maintenance.leases",
+    "cachetool.maintenance.pins",
+    "cachetool.history.roots",
+}
 
 
 def _resolve(dotted: str) -> Any:

@@ -1,9 +1,9 @@
-"""The cache package is the bottom of the model: what builds a listing imports nothing of the
-lineage package, takes recorded lineage as an argument, and imports in any order."""
+"""The layers hold (docs/architecture.md): no module imports from a layer above its own, the cache
+package takes recorded lineage as an argument, and the cache and ledger modules import in any
+order."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,74 +14,15 @@ import pytest
 from cachetool.cache.scan import scan_cache
 from tests.attack.races import synthesize_cache
 
-PACKAGE = Path(__file__).resolve().parent.parent / "cachetool"
-#: The modules that build a report. `scan` (which reads the ledger when asked to) and `lookup`
-#: (which names an entry by the ledger's rule) are the only cache modules above the lineage.
-BUILDERS = ("model", "walk", "recognize", "classify", "nondata", "entries", "index", "arrow", "layout")
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def _runtime_imports(path: Path, top_level_only: bool = False) -> set[str]:
-    """The cachetool modules a file imports when it runs (at the top or, unless
-    `top_level_only`, inside a function; never what is under `if TYPE_CHECKING:`)."""
-    found: set[str] = set()
-
-    class Visitor(ast.NodeVisitor):
-        def visit_If(self, node: ast.If) -> None:
-            if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-                for child in node.orelse:
-                    self.visit(child)
-                return
-            self.generic_visit(node)
-
-        def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-            if not top_level_only:
-                self.generic_visit(node)
-
-        def visit_Import(self, node: ast.Import) -> None:
-            found.update(a.name for a in node.names if a.name.startswith("cachetool"))
-
-        def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-            module = node.module or ""
-            if node.level == 0 and module.startswith("cachetool"):
-                found.add(module)
-                found.update(f"{module}.{a.name}" for a in node.names)
-
-    Visitor().visit(ast.parse(path.read_text()))
-    return found
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def test_modules_that_build_a_listing_never_import_the_lineage_package() -> None:
-    """A listing gets recorded lineage as data (`usage=`), so the cache package never depends
-    on the lineage package that depends on it."""
-    offenders = {
-        name: sorted(m for m in _runtime_imports(PACKAGE / "cache" / f"{name}.py") if ".lineage" in m)
-        for name in BUILDERS
-    }
-    assert {k: v for k, v in offenders.items() if v} == {}
-
-
-def test_importing_what_builds_a_listing_never_loads_the_lineage_package() -> None:
-    """Following the module-level imports of the modules that build a report, transitively,
-    never reaches cachetool.history (which imports the cache package): no import cycle can run
-    through them."""
-    files = [*PACKAGE.rglob("*.py")]
-    modules = {_module_name(p): p for p in files}
-    graph = {
-        m: {d for d in _runtime_imports(p, top_level_only=True) if d in modules} for m, p in modules.items()
-    }
-    seen: set[str] = set()
-    todo = [f"cachetool.cache.{name}" for name in BUILDERS]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(graph[module])
-    assert sorted(m for m in seen if m.startswith("cachetool.history")) == []
+def test_imports_keep_the_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No module imports from a layer above its own, deferred imports included, and no packages
+    or modules import each other in a circle: the contracts of pyproject.toml hold."""
+    cli = pytest.importorskip("importlinter.cli")  # in the `test` extra
+    monkeypatch.chdir(ROOT)
+    assert cli.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True) == 0
 
 
 @pytest.mark.slow

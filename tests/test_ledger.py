@@ -127,7 +127,7 @@ TORN_BY_A_FULL_DISK = textwrap.dedent(
     """\
     import resource, signal, sys
     from cachetool.history.gclog import GcLog
-    from cachetool.history.roots import ledger_dir
+    from cachetool.cache.roots import ledger_dir
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     root = sys.argv[1]
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from cachetool.cache.lookup import Resolved, resolve
 from cachetool.cache.scan import scan_cache
 from cachetool.errors import CachetoolError
 from cachetool.history.index import UsageIndex
 from cachetool.history.narrow import narrow_report
 from cachetool.history.part import IndexedFingerprints, open_index
-from cachetool.history.resolve import Resolved, resolve
 
 pytestmark = pytest.mark.slow
 

@@ -258,8 +258,8 @@ def test_a_cache_root_whose_path_is_not_utf8_is_listed(
     path: it is read without it), not a traceback."""
     import shutil
 
+    from cachetool.cache.roots import LEDGER_DIR
     from cachetool.history.index import INDEX_FILE
-    from cachetool.history.roots import LEDGER_DIR
 
     root = tmp_path / "caf\udce9" / "cache"
     shutil.copytree(golden["cache"], root, symlinks=True)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from cachetool.cache.listing import list_cache, list_cache_lean
+from cachetool.cache.pins import add_pin
 from cachetool.cli.ls import ls_document_text
-from cachetool.maintenance.pins import add_pin
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 

@@ -16,9 +16,9 @@ import pytest
 
 from cachetool.cache.lean import entries_of
 from cachetool.cache.listing import list_cache, list_cache_lean
+from cachetool.cache.pins import add_pin
 from cachetool.cli.ls_table import _table_columns, render_human
 from cachetool.cli.output import Output, OutputFormat
-from cachetool.maintenance.pins import add_pin
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 from tests.test_listing_lean import _write_stream

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.dirs import derived_dir
+from cachetool.cache.pins import add_pin, remove_pin
 from cachetool.cache.snapshot import SNAPSHOT_NAME, ListingText
-from cachetool.maintenance.pins import add_pin, remove_pin
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 from tests.test_listing_lean import _object_path_text

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cachetool.cache.roots import other_roots, user_state_dir
 from cachetool.errors import CacheNotFound, CachetoolError, NotADirectory
 
 
@@ -141,10 +142,8 @@ _OTHER_ROOTS = {
 
 
 def _other_roots(root: Path, env: Mapping[str, str]) -> list[Location]:
-    """The roots of the registry (`cachetool.history.roots.other_roots`) other than `root` that
+    """The roots of the registry (`cachetool.cache.roots.other_roots`) other than `root` that
     exist: the folders traced runs wrote in, each a cache root of its own."""
-    from cachetool.history.roots import other_roots  # it imports this module
-
     return [
         Location(_OTHER_ROOTS[kind][0], Path(path), "registry", _OTHER_ROOTS[kind][1])
         for path, kind in other_roots(root, env)
@@ -168,16 +167,6 @@ def _user_state_source(env: Mapping[str, str]) -> str:
     if _env(env, "CACHETOOL_HOME"):
         return "CACHETOOL_HOME"
     return "XDG_STATE_HOME" if _env(env, "XDG_STATE_HOME") else "default"
-
-
-def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """cachetool's per-user folder: `CACHETOOL_HOME`, else `XDG_STATE_HOME/cachetool`,
-    else `~/.local/state/cachetool`."""
-    env = os.environ if environ is None else environ
-    if (value := _env(env, "CACHETOOL_HOME")) is not None:
-        return Path(os.path.expanduser(value))
-    base = _env(env, "XDG_STATE_HOME") or "~/.local/state"
-    return Path(os.path.expanduser(base)) / "cachetool"
 
 
 def derived_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path | None:

@@ -129,7 +129,7 @@ def check_query(filter: Sequence[str], sort: str | None, limit: int | None) -> N
 
 def _pinned(root: Path) -> tuple[frozenset[str], tuple[str, ...]]:
     """The pinned fingerprints of `root`; a damaged pins file is a warning (listing goes on)."""
-    from cachetool.maintenance.pins import read_pins
+    from cachetool.cache.pins import read_pins
 
     try:
         return frozenset(read_pins(root)), ()

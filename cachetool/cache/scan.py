@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.classify import Scanner
-from cachetool.cache.dirs import enclosing_root, user_state_dir
+from cachetool.cache.dirs import enclosing_root
 from cachetool.cache.entries import attach_usage, attribute_locks
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.cache.lean import LeanEntry, Listed, entry_of, fingerprint_of, path_text
 from cachetool.cache.lookup import find_entry
 from cachetool.cache.model import CacheFile, CacheReport, DatasetDir, Entry, RecordedUse, ScanWarning
+from cachetool.cache.roots import user_state_dir
 from cachetool.cache.walk import gc_paused
 from cachetool.errors import CacheNotFound, NotADirectory
 
@@ -196,7 +197,7 @@ def _may_have_ledger(root: Path) -> bool:
     """Whether a folder that may hold ledger segments of `root` holds any file named like one
     (`usage_by_fingerprint` of a root without segments is empty). The per-user fallback's name
     (a hash of the root's path) is made only where the per-user `ledgers` folder exists."""
-    from cachetool.history.roots import SEGMENT_SUFFIX, present_ledger_dirs
+    from cachetool.cache.roots import SEGMENT_SUFFIX, present_ledger_dirs
 
     for folder in present_ledger_dirs(root):
         try:

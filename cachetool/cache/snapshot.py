@@ -101,9 +101,9 @@ class ListingText:
     def of(cls, root: str | os.PathLike[str]) -> ListingText | None:
         """The listing of `root` for its key; None where no text is kept for it (not a folder, no
         read index, cachetool's own folder, a ledger, an unlistable folder, damaged pins)."""
+        from cachetool.cache.pins import read_pins
         from cachetool.cache.scan import _is_cachetool_state
         from cachetool.errors import CachetoolError
-        from cachetool.maintenance.pins import read_pins
 
         path = Path(root).expanduser()
         try:
@@ -185,7 +185,7 @@ def _ledger_key(root: Path) -> bytes | None:
     `ledgers` folder exists, as the scan decides), and name, mode, size, mtime, ctime and inode
     of everything in it (a tracer appending to a segment, a new run, a compaction all change
     them). None where a folder cannot be listed."""
-    from cachetool.history.roots import present_ledger_dirs
+    from cachetool.cache.roots import present_ledger_dirs
 
     parts = []
     for folder in present_ledger_dirs(root):

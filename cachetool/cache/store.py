@@ -44,8 +44,8 @@ STALE_SECONDS = 3600.0
 #: Every file cachetool keeps below `<root>/.cachetool/` (shell patterns, relative to it).
 STATE_FILES = (
     "ledger/*.jsonl",  # cachetool.history.segments: the ledger (gc's log included)
-    "leases/*.json",  # cachetool.maintenance.leases
-    "pins.json",  # cachetool.maintenance.pins
+    "leases/*.json",  # cachetool.trace.leases
+    "pins.json",  # cachetool.cache.pins
     "pins.json.lock",
     "stats.json",  # cachetool.history.stats
     "checksums.json",  # cachetool.maintenance.verify.deep

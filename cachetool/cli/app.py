@@ -164,7 +164,7 @@ def root_help(width: int) -> str:
 
 def main() -> None:
     """Console-script entry point."""
-    from cachetool.cli.entry import closed_stdout, completing
+    from cachetool.cli import closed_stdout, completing
 
     argv = sys.argv[1:]
     code = closed_stdout(argv)

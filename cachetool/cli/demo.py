@@ -40,7 +40,7 @@ def demo_command(
 
 @handle_errors
 def _demo(folder: Path | None) -> None:
-    from cachetool.history.roots import forget_roots, known_roots
+    from cachetool.cache.roots import forget_roots, known_roots
 
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
     before = set(known_roots())

@@ -15,9 +15,10 @@ anything else it leaves to the Typer app.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
+
+from cachetool.cli import closed_stdout, completing
 
 
 def main() -> None:
@@ -65,26 +66,3 @@ def _module_run(argv: Sequence[str]) -> bool:
     """`run -m MODULE ...` (or `--module`): everything after the module is the module's, as with
     `python -m`."""
     return len(argv) >= 3 and argv[0] == "run" and argv[1] in ("-m", "--module") and not completing()
-
-
-def completing() -> bool:
-    """Whether the shell asks for completions (a TAB): the Typer app answers those."""
-    return "_CACHETOOL_COMPLETE" in os.environ
-
-
-def closed_stdout(argv: Sequence[str]) -> int | None:
-    """The exit code of a command started with its standard output closed (`cachetool ls >&-`):
-    one `Error:` line instead of a traceback at the first line written, and nothing done.
-    None when stdout is open, for `run` (the script's stdout is the script's) and at a TAB. A
-    closed stderr becomes /dev/null: messages are lost, exit codes are not, and no file the
-    command opens takes its place."""
-    if sys.stderr is None:
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
-    if sys.stdout is not None or argv[:1] == ["run"] or completing():
-        return None
-    from cachetool.cli.output import error
-    from cachetool.errors import ExitCode
-
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (what the error line flushes first)
-    error("standard output is closed (to discard the output: >/dev/null)")
-    return int(ExitCode.USAGE)

@@ -42,7 +42,7 @@ def run_explain(
     for w in report.warnings:
         warn(w)
     if others:
-        from cachetool.maintenance.hints import shell_command
+        from cachetool.hints import shell_command
 
         for other in others:
             command = shell_command("explain", "--last", "--cache-dir", other)
@@ -51,7 +51,7 @@ def run_explain(
         first, *rest = _by_root(report.stale).values()
         hint(first[0].hint)
         if rest:
-            from cachetool.history.roots import other_roots
+            from cachetool.cache.roots import other_roots
 
             saved = {path for path, kind in other_roots(root) if kind == "saved"}
             for group in rest:
@@ -63,8 +63,8 @@ def run_explain(
 def _roots_with_run(root: Path, run: str) -> list[str]:
     """Other roots (a `save_to_disk` folder a `map` after `load_from_disk` wrote in) where `run`
     recorded steps, and where it is the latest run, so `--last` there explains it."""
+    from cachetool.cache.roots import other_roots
     from cachetool.history.ledger import ledger_dir
-    from cachetool.history.roots import other_roots
 
     found = []
     for other, _ in other_roots(root):
@@ -209,7 +209,7 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         if not i.written:
             out.line("  It had written nothing yet.")
         if tmp and i.state == "killed":
-            from cachetool.maintenance.hints import shell_command
+            from cachetool.hints import shell_command
 
             root = step.root or os.path.dirname(tmp[0].path)
             out.line("  To remove its unfinished files:")
@@ -220,7 +220,7 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
 
 
 def _failed_lines(out: Output, f: Failure, root: Path) -> None:
-    from cachetool.maintenance.hints import shell_command
+    from cachetool.hints import shell_command
 
     step = f.step
     where = ""

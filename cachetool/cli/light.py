@@ -224,7 +224,7 @@ _COMMANDS: dict[str, tuple[Grammar, Callable[[dict[str, Any], list[str]], int | 
 
 def answer(argv: Sequence[str]) -> int | None:
     """The exit code of the command line `argv` answered here, or None: the Typer app answers it."""
-    from cachetool.cli.entry import completing
+    from cachetool.cli import completing
 
     if completing():  # the app completes
         return None

@@ -64,7 +64,7 @@ def report_warnings(report: CacheReport) -> None:
         return
     first = report.warnings[0]
     more = f" and {len(report.warnings) - 1} more" if len(report.warnings) > 1 else ""
-    from cachetool.maintenance.hints import shell_command
+    from cachetool.hints import shell_command
 
     verify = shell_command("verify", "--cache-dir", os.fsdecode(report.root))
     hint(f"{len(report.warnings)} problem(s) found ({first}{more}); run `{verify}` for details")
@@ -188,7 +188,7 @@ def hint_not_a_cache(root: Path, entries: Sequence[Listed]) -> None:
     if not entries or any(isinstance(e, tuple) or e.kind != Kind.OTHER for e in entries):
         return
     from cachetool.cache.dirs import resolve_cache_root
-    from cachetool.maintenance.hints import shell_command
+    from cachetool.hints import shell_command
 
     default = resolve_cache_root().path
     hint(
@@ -206,7 +206,7 @@ def quarantine_line(out: Output, root: Path) -> None:
     if not os.path.isdir(root / LEDGER_DIR / "quarantine"):
         return  # the usual case: one stat
     from cachetool.formatting import human_size
-    from cachetool.maintenance.hints import shell_command
+    from cachetool.hints import shell_command
     from cachetool.maintenance.verify import quarantined
 
     items = quarantined(root)

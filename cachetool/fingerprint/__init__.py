@@ -3,6 +3,9 @@
 `hash_object(obj)` equals `datasets`' `Hasher.hash(obj)`; `build_tree(obj)` is the hash tree of an
 object (what each part contributes); `diff_trees(argument, trees)` names the part that differs
 between runs. Names load when first used: importing this package imports neither dill nor xxhash.
+
+May import only the base modules (`errors`, `formatting`, `safejson`, `processes`,
+`annotations`, `hints`).
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cachetool.cache.roots import SEGMENT_SUFFIX, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
 from cachetool.history import segments as segment_files
 from cachetool.history.compact_files import (
@@ -73,7 +74,6 @@ from cachetool.history.compact_passes import Segment, first_pass, living_fingerp
 from cachetool.history.records import (
     CompactionRecord,
 )
-from cachetool.history.roots import SEGMENT_SUFFIX, ledger_dirs, segment_name, user_state_dir
 from cachetool.history.segments import (
     segment_size,
 )
@@ -310,7 +310,7 @@ def _compacted(
     return data, report
 
 
-#: `<host>-<pid>-<UTC start>.jsonl`, as `cachetool.history.roots.segment_name` names a segment.
+#: `<host>-<pid>-<UTC start>.jsonl`, as `cachetool.cache.roots.segment_name` names a segment.
 _SEGMENT_NAME = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)-\d{8}T\d{6}\.\d{6}Z\.jsonl$")
 
 

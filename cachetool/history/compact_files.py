@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cachetool.history.roots import SEGMENT_SUFFIX
-from cachetool.history.segments import COMPACTED_PREFIX, is_segment_name, replaced_segments
+from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name
+from cachetool.history.segments import COMPACTED_PREFIX, replaced_segments
 from cachetool.processes import alive
 
 

@@ -11,6 +11,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cachetool.cache.roots import SEGMENT_SUFFIX
 from cachetool.errors import CachetoolError
 from cachetool.history.follow import source_hashes
 from cachetool.history.records import (
@@ -22,7 +23,6 @@ from cachetool.history.records import (
     SourceRecord,
     StepRecord,
 )
-from cachetool.history.roots import SEGMENT_SUFFIX
 from cachetool.history.segments import COMPACTED_PREFIX, read_segment_from, replaced_segments, still_replaced
 from cachetool.history.summaries import bounded, summaries, trimmed
 from cachetool.history.writer import ENCODER

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cachetool.cache.roots import known_roots
 from cachetool.history.records import LedgerRecord, SaveRecord, SourceRecord, StepRecord
-from cachetool.history.roots import known_roots
 from cachetool.history.segments import iter_segments, read_segment
 
 

@@ -211,24 +211,6 @@ def chunks(items: list[str]) -> Iterator[tuple[list[str], str]]:
         yield chunk, ",".join("?" * len(chunk))
 
 
-def usage_index(root: str | os.PathLike[str]) -> Mapping[str, Usage]:
-    """`Usage` per fingerprint of the ledger of `root` alone, from its index (brought up to date
-    first). `{}` without reading or writing anything when the root records nothing."""
-    root_path = Path(os.path.abspath(os.fspath(root)))
-    segments = segments_now(root_path)
-    if not segments:
-        return {}
-    db = index_path(root_path)
-    if db is not None:
-        try:
-            return UsageIndex(up_to_date(db, root_path, segments))
-        except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
-            pass
-    from cachetool.history.ledger import read_ledger
-
-    return read_ledger(root_path).usage()
-
-
 def index_path(root: Path) -> Path | None:
     """Where the ledger index of `root` is kept (None: nowhere, the root cannot be stat'ed)."""
     from cachetool.cache.dirs import derived_dir
@@ -334,6 +316,41 @@ def _mostly_free(con: sqlite3.Connection) -> bool:
     return free * 2 > int(con.execute("PRAGMA page_count").fetchone()[0])
 
 
+def site_key(rec: StepRecord, realpaths: dict[str, str] | None = None) -> tuple[object, ...] | None:
+    """The same call site: operation, file and line."""
+    site = rec.call_site
+    if site is None or not site.file:
+        return None
+    real = realpaths.get(site.file) if realpaths is not None else None
+    if real is None:
+        real = os.path.realpath(site.file)
+        if realpaths is not None:
+            realpaths[site.file] = real
+    return (rec.operation, real, site.line)
+
+
+def fn_key(rec: StepRecord) -> tuple[object, ...] | None:
+    """The same function: operation, qualified name and file."""
+    fn = rec.function
+    if fn is None or not fn.qualname:
+        return None
+    return (rec.operation, fn.qualname, fn.file)
+
+
+def moved_key(rec: StepRecord) -> tuple[object, ...] | None:
+    """The same function moved to another file: operation, name, code and inputs."""
+    fn = rec.function
+    if fn is None or not fn.qualname or not fn.code_hash:
+        return None
+    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
+
+
+def step_keys(rec: StepRecord, realpaths: dict[str, str] | None = None) -> tuple[str | None, ...]:
+    """The three keys of `rec` as the index stores them."""
+    keys = (site_key(rec, realpaths), fn_key(rec), moved_key(rec))
+    return tuple(None if k is None else json.dumps(k) for k in keys)
+
+
 def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, int]]) -> None:
     """Read each segment from its offset; add its records to the sums, the record locations and
     the parents."""
@@ -345,8 +362,6 @@ def _fold_segments(con: sqlite3.Connection, root: Path, todo: list[tuple[_Seg, i
     next_id = int(con.execute("SELECT coalesce(max(id), 0) FROM rec").fetchone()[0]) + 1
     label = os.fspath(root)
     realpaths: dict[str, str] = {}
-    from cachetool.history.part import step_keys
-
     for (path, ino, size, mtime), start in todo:
         records, end, bad = read_segment_from(Path(path), start, label)
         for offset, length, rec in records:

@@ -139,17 +139,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachetool.history.follow import order_key, read_other_roots, read_root, saves_in_other_roots
-from cachetool.history.records import (
-    GcRecord,
-    LedgerRecord,
-    RunSummaryRecord,
-    SaveRecord,
-    SourceRecord,
-    StepRecord,
-)
-from cachetool.history.resolve import Resolved, entry_at_path, resolve
-from cachetool.history.roots import (
+from cachetool.cache.lookup import Resolved, entry_at_path, resolve
+from cachetool.cache.roots import (
     LEDGER_DIR,
     ROOTS_FILE,
     SEGMENT_SUFFIX,
@@ -161,6 +152,15 @@ from cachetool.history.roots import (
     root_key,
     roots_file,
     segment_name,
+)
+from cachetool.history.follow import order_key, read_other_roots, read_root, saves_in_other_roots
+from cachetool.history.records import (
+    GcRecord,
+    LedgerRecord,
+    RunSummaryRecord,
+    SaveRecord,
+    SourceRecord,
+    StepRecord,
 )
 from cachetool.history.segments import MAX_LINE_BYTES, MAX_SEGMENT_BYTES, iter_segments, read_segment
 from cachetool.history.usage import Usage, usage_of
@@ -319,9 +319,19 @@ def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, 
     returns `{}` then."""
     if isinstance(root, Ledger):
         return root.usage()
-    from cachetool.history.index import usage_index
+    from cachetool.history.index import UsageIndex, index_path, segments_now, up_to_date
 
-    return usage_index(root)
+    root_path = Path(os.path.abspath(os.fspath(root)))
+    segments = segments_now(root_path)
+    if not segments:
+        return {}
+    db = index_path(root_path)
+    if db is not None:
+        try:
+            return UsageIndex(up_to_date(db, root_path, segments))
+        except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
+            pass
+    return read_ledger(root_path).usage()
 
 
 def records_for(

@@ -1,6 +1,6 @@
 """Naming a fingerprint of a long-lived cache without scanning all of it.
 
-`resolve` (`cachetool.history.resolve`) looks at every entry of a scan, but the answer depends
+`resolve` (`cachetool.cache.lookup`) looks at every entry of a scan, but the answer depends
 only on the entries whose fingerprint or alias starts with the name, and on the entries that hold
 the files the ledger recorded for the fingerprints it knows with that prefix. `narrow_report`
 finds the folders that can hold such entries and scans those alone, so `resolve` on that partial
@@ -46,7 +46,7 @@ def narrow_report(
     """A scan of the folders of `root` that can hold an entry `name` resolves to (see the module
     docstring), with the usage of the ledger index `con` attached (`usage`); None when only the
     whole scan can tell."""
-    from cachetool.history.resolve import cache_file_key
+    from cachetool.cache.lookup import cache_file_key
 
     if not name or os.sep in name or name in (".", ".."):
         return None  # a path: the entry at it, wherever it is

@@ -11,7 +11,6 @@ part holds every gc record and the source texts its records name.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -22,41 +21,6 @@ from cachetool.history.follow import source_hashes
 from cachetool.history.index import chunks, index_path, segments_now, storable, up_to_date
 from cachetool.history.records import LedgerRecord, StepRecord
 from cachetool.history.segments import read_records_at
-
-
-def site_key(rec: StepRecord, realpaths: dict[str, str] | None = None) -> tuple[object, ...] | None:
-    """The same call site: operation, file and line."""
-    site = rec.call_site
-    if site is None or not site.file:
-        return None
-    real = realpaths.get(site.file) if realpaths is not None else None
-    if real is None:
-        real = os.path.realpath(site.file)
-        if realpaths is not None:
-            realpaths[site.file] = real
-    return (rec.operation, real, site.line)
-
-
-def fn_key(rec: StepRecord) -> tuple[object, ...] | None:
-    """The same function: operation, qualified name and file."""
-    fn = rec.function
-    if fn is None or not fn.qualname:
-        return None
-    return (rec.operation, fn.qualname, fn.file)
-
-
-def moved_key(rec: StepRecord) -> tuple[object, ...] | None:
-    """The same function moved to another file: operation, name, code and inputs."""
-    fn = rec.function
-    if fn is None or not fn.qualname or not fn.code_hash:
-        return None
-    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
-
-
-def step_keys(rec: StepRecord, realpaths: dict[str, str] | None = None) -> tuple[str | None, ...]:
-    """The three keys of `rec` as the index stores them."""
-    keys = (site_key(rec, realpaths), fn_key(rec), moved_key(rec))
-    return tuple(None if k is None else json.dumps(k) for k in keys)
 
 
 def open_index(root: str | os.PathLike[str]) -> sqlite3.Connection | None:
@@ -81,7 +45,7 @@ def open_index(root: str | os.PathLike[str]) -> sqlite3.Connection | None:
 class IndexedFingerprints:
     """Every fingerprint a step record of the root names, as a result or as a parent (internal
     ones too), asked of the index one at a time or by prefix
-    (`cachetool.history.resolve.KnownFingerprints`)."""
+    (`cachetool.cache.lookup.KnownFingerprints`)."""
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self._con = con

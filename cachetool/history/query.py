@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from cachetool.cache.lookup import KnownFingerprints
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.history.ledger import Ledger
     from cachetool.history.records import StepStartRecord
-    from cachetool.history.resolve import KnownFingerprints
     from cachetool.history.step import Step
 
 LineageMode = Literal["chain", "descendants", "all"]
@@ -71,19 +71,19 @@ def lineage(
     all_roots: bool = False,
 ) -> LineageView:
     """Where `fingerprint` (a unique prefix, an alias, a path or a cache file's name:
-    `cachetool.history.resolve.resolve`) comes from in the cache at `root`: the chain of recorded
+    `cachetool.cache.lookup.resolve`) comes from in the cache at `root`: the chain of recorded
     steps from its source(s); with `descendants`, the tree of what was made from it; with `all`,
     every branch of its dataset. `internal` keeps the calls `datasets` makes itself;
     `all_roots` reads the ledgers of every known cache root.
 
     The Python side of `cachetool lineage`."""
+    from cachetool.cache.lookup import resolve
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import UnknownFingerprint
     from cachetool.history.index import UsageIndex
     from cachetool.history.ledger import Ledger
     from cachetool.history.narrow import narrow_report
     from cachetool.history.part import IndexedFingerprints, open_index
-    from cachetool.history.resolve import resolve
 
     mode: LineageMode = "all" if all else "descendants" if descendants else "chain"
     root_abs = os.path.abspath(os.path.expanduser(os.fspath(root)))
@@ -135,9 +135,9 @@ def lineage_view(
 ) -> LineageView:
     """`lineage` for a cache already scanned (`report`), with its ledger when already loaded
     (`recorded`: every fingerprint of the root, when `ledger` holds a part of its records)."""
+    from cachetool.cache.lookup import resolve
     from cachetool.history.graph import load_graph
     from cachetool.history.ledger import Ledger
-    from cachetool.history.resolve import resolve
 
     if ledger is None:
         ledger = Ledger.load(report.root, all_roots=all_roots)

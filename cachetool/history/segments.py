@@ -15,9 +15,9 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs
 from cachetool.cache.store import NotRegularFile, open_state
 from cachetool.history.records import BadRecord, LedgerRecord, parse_record
-from cachetool.history.roots import SEGMENT_SUFFIX, ledger_dirs
 
 #: A record longer than this is not one cachetool wrote (source texts stop at 20,000 characters,
 #: argument summaries at 2.5 kB each): skipped with a warning.
@@ -44,19 +44,6 @@ def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
         for n in names:
             if not still_replaced(d / n, replaced):
                 yield d / n
-
-
-def is_segment_name(name: str) -> bool:
-    """A name a segment can have: a plain file name in its folder (no folder part, no leading
-    dot, no `..`), ending in `.jsonl`. A compacted segment naming anything else names nothing."""
-    return (
-        os.path.basename(name) == name
-        and "/" not in name
-        and "\\" not in name
-        and "\0" not in name
-        and not name.startswith(".")
-        and name.endswith(SEGMENT_SUFFIX)
-    )
 
 
 def still_replaced(path: Path, replaced: dict[str, int]) -> bool:

@@ -81,7 +81,7 @@ def show_entry(
     progress: Callable[[str | os.PathLike[str], Ledger | bool], CacheReport] | None = None,
 ) -> EntryReport:
     """Everything known about the entry `fingerprint` names (a unique prefix, an alias, a path,
-    a cache file's name: `cachetool.history.resolve.resolve`) in the cache at `root`: its files
+    a cache file's name: `cachetool.cache.lookup.resolve`) in the cache at `root`: its files
     and what each holds, and the records of the steps that made it. A fingerprint only the ledger
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
@@ -99,12 +99,12 @@ def show_entry(
 def _show_entry(
     root_path: Path, fingerprint: str, scan: Callable[[Ledger | bool], CacheReport]
 ) -> EntryReport:
+    from cachetool.cache.lookup import resolve
+    from cachetool.cache.pins import read_pins
     from cachetool.cache.query import is_pinned
     from cachetool.errors import CachetoolError
     from cachetool.history import part
     from cachetool.history.ledger import Ledger
-    from cachetool.history.resolve import resolve
-    from cachetool.maintenance.pins import read_pins
 
     con = part.open_index(root_path)
     known: part.IndexedFingerprints | None = None

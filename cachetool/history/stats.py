@@ -32,12 +32,11 @@ from cachetool.history.hosts import concurrent_computations
 from cachetool.history.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
 from cachetool.history.records import RunSummaryRecord, StepRecord
 from cachetool.history.stats_report import Counts, Group, RandomReason, StatsReport
+from cachetool.history.summaries import COUNTED, written_bytes
 
 __all__ = ["Counts", "Group", "RandomReason", "StatsReport", "ledger_stats", "zero_stats", "zeroed_at"]
 
 STATS_FILE = "stats.json"
-#: The step types `stats` counts as steps (hits, misses); saves are counted apart.
-COUNTED = ("transform", "root")
 
 #: A call site: its key (`pipeline.py:21 map`), file, line, operation and function.
 _Site = tuple[str, str | None, int | None, str | None, str | None]
@@ -100,11 +99,6 @@ class _Acc:
             uncached=self.uncached,
             uncached_seconds=self.uncached_s,
         )
-
-
-def written_bytes(rec: StepRecord) -> int:
-    """Bytes of the files a record wrote (not those it reused)."""
-    return sum(f.size or 0 for f in rec.files if f.status == "written")
 
 
 def _site(rec: StepRecord) -> _Site:

@@ -18,13 +18,13 @@ from cachetool.history.writer import RECORD_VERSION
 
 #: Summaries of single runs kept; older ones are merged into one (the ledger stays bounded).
 MAX_SUMMARIES = 1000
+#: The step types `stats` counts as steps (hits, misses); saves are counted apart.
+COUNTED = ("transform", "root")
 
 
 def summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSummaryRecord]:
     """One summary per run of `records` (the records not kept whole), with the usage of the
     fingerprints in `living` (those that still have files)."""
-    from cachetool.history.stats import COUNTED, written_bytes
-
     runs: dict[str, list[LedgerRecord]] = {}
     for r in records:
         if isinstance(r, (StepRecord, RunStartRecord, RunEndRecord)):
@@ -119,3 +119,8 @@ def bounded(summaries: list[RunSummaryRecord]) -> list[RunSummaryRecord]:
         **{k: sum(getattr(r, k) for r in old) for k in RunSummaryRecord._COUNTS},
     )
     return [merged, *new]
+
+
+def written_bytes(rec: StepRecord) -> int:
+    """Bytes of the files a record wrote (not those it reused)."""
+    return sum(f.size or 0 for f in rec.files if f.status == "written")

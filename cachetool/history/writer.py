@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cachetool.history.roots import (
+from cachetool.cache.roots import (
     SEGMENT_SUFFIX,
     fallback_ledger_dir,
     ledger_dir,

@@ -9,7 +9,7 @@ open files on the host, so a command makes a fixed number of them, never one per
 memory maps of other processes are not visible there.
 
 Processes on other machines of a shared file system are invisible to this check; their
-writers announce themselves with leases (`cachetool.maintenance.leases`), and a snapshot taken
+writers announce themselves with leases (`cachetool.trace.leases`), and a snapshot taken
 for a root carries that root's live ones: `InUse.lease_over(mtime)` is the one answer gc and
 verify ask.
 """
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cachetool.maintenance.leases import CLOCK_SKEW, Lease, judge_leases, this_host
+from cachetool.trace.leases import CLOCK_SKEW, Lease, judge_leases, this_host
 
 FileKey = tuple[int, int]  # (st_dev, st_ino)
 

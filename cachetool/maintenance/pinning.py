@@ -1,7 +1,7 @@
 """`pin`, `unpin` and `pin --list` by the names users type: the Python side of those commands.
 
-The pins file itself (where it lives, its lock, what gc protects) is `cachetool.maintenance.pins`;
-a name is turned into a fingerprint by the one naming rule (`cachetool.history.resolve`).
+The pins file itself (where it lives, its lock, what gc protects) is `cachetool.cache.pins`;
+a name is turned into a fingerprint by the one naming rule (`cachetool.cache.lookup.resolve`).
 """
 
 from __future__ import annotations
@@ -65,10 +65,10 @@ def _root(root: str | os.PathLike[str]) -> Path:
 
 def pin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
     """Pin the fingerprint `fingerprint` names (a unique prefix, an alias, a path: the rule of
-    `cachetool.history.resolve.resolve`; one only the ledger knows too): `gc` never evicts it,
+    `cachetool.cache.lookup.resolve`; one only the ledger knows too): `gc` never evicts it,
     nor any ancestor the ledger records for it. The Python side of `cachetool pin`."""
+    from cachetool.cache.pins import add_pin
     from cachetool.history.resolve import named_elsewhere, resolve_in_root
-    from cachetool.maintenance.pins import add_pin
 
     root_path = _root(root)
     with named_elsewhere(root_path, fingerprint, "pin"):
@@ -80,7 +80,7 @@ def unpin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
     """Unpin the one pinned fingerprint `fingerprint` is (or starts): a pin is removed even when
     neither the cache nor the ledger knows its fingerprint any more. Raises `NotPinned`, or
     `AmbiguousFingerprint`. The Python side of `cachetool unpin`."""
-    from cachetool.maintenance.pins import remove_pin
+    from cachetool.cache.pins import remove_pin
 
     root_path = _root(root)
     return PinChange(root_path, remove_pin(root_path, fingerprint), pinned=False, changed=True)
@@ -89,7 +89,7 @@ def unpin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
 def list_pins(root: str | os.PathLike[str], *, entries: bool = True) -> tuple[Pin, ...]:
     """The pins of `root`, each with the cache entry that holds it (`entries=False`: without
     scanning the cache). The Python side of `cachetool pin --list`."""
-    from cachetool.maintenance.pins import read_pins
+    from cachetool.cache.pins import read_pins
 
     root_path = _root(root)
     pins = read_pins(root_path)

@@ -23,9 +23,9 @@ from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_duration, safe_text
+from cachetool.hints import gc_command, shell_command
 from cachetool.maintenance.fdops import O_DIR, open_parent
-from cachetool.maintenance.hints import gc_command, shell_command
-from cachetool.maintenance.leases import (
+from cachetool.trace.leases import (
     LEASES_DIR,
     Lease,
     LeaseState,
@@ -233,11 +233,11 @@ def shared_state(root: str | os.PathLike[str]) -> SharedState:
 
 
 def _elsewhere(root: Path, stale: list[Lease]) -> dict[str, tuple[str, ...]]:
-    """Lease file name -> the other roots of the registry (`cachetool.history.roots`) holding a
+    """Lease file name -> the other roots of the registry (`cachetool.cache.roots`) holding a
     lease of that name: one run (host, pid, start) leases every root it writes in."""
     if not stale:
         return {}
-    from cachetool.history.roots import other_roots
+    from cachetool.cache.roots import other_roots
 
     others = [path for path, _ in other_roots(root)]
     found = {}
@@ -274,7 +274,7 @@ def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> 
         os.close(ledger_fd)
         return removed
     try:
-        from cachetool.maintenance.leases import lease_state
+        from cachetool.trace.leases import lease_state
 
         for lease, _ in state.stale:
             name = lease.path.name

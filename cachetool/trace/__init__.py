@@ -3,6 +3,9 @@
 Nothing here imports `datasets`: it reads `HF_DATASETS_CACHE` and friends when it is imported, and
 scripts commonly set them first. When `datasets` is not imported yet, an import hook installs the
 hooks the moment the script imports it.
+
+Owns the tracer, the lease a traced process holds (`lease`) and the rules of leases that gc and
+verify judge (`leases`). May import `history`, `cache`, `fingerprint` and the base modules.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-from cachetool.history.roots import make_state_dir
-from cachetool.maintenance.leases import lease_seconds, leases_dir, process_start, this_host
+from cachetool.cache.roots import make_state_dir
+from cachetool.trace.leases import lease_seconds, leases_dir, process_start, this_host
 
 __all__ = ["LeaseHolder", "hold_lease", "holder", "release_all"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.maintenance.hints import gc_command
+from cachetool.hints import gc_command
 from tests import forks
 from tests.attack.damaged_arrow import damaged_folder
 from tests.attack.races import SLOW_MAP, synthesize_cache

@@ -217,7 +217,7 @@ class StaleHit:
     def gc_command(self) -> str:
         """The command that removes this entry and every stale entry made from it now (min-age 0:
         they were just found stale)."""
-        from cachetool.maintenance.hints import gc_command
+        from cachetool.hints import gc_command
 
         targets = self.remove or (self.fingerprint,)
         if self.remove_sources or (self.source and not self.remove):

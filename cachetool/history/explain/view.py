@@ -8,8 +8,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from cachetool.history.index import fn_key, moved_key, site_key
 from cachetool.history.ledger import Ledger
-from cachetool.history.part import fn_key, moved_key, site_key
 from cachetool.history.records import (
     FunctionRef,
     LedgerRecord,
@@ -206,11 +206,11 @@ def load_part_view(
     the latest run) reads, indexed, read through the ledger index (`cachetool.history.part`),
     with the fingerprint `fingerprint` names (or the run's id). None when the index cannot
     serve it (a damaged line, a name only another root records): then the whole ledger is read."""
+    from cachetool.cache.lookup import resolve
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
     from cachetool.history import part
     from cachetool.history.narrow import narrow_report
-    from cachetool.history.resolve import resolve
 
     root_abs = Path(os.path.abspath(os.fspath(root)))
     con = part.open_index(root_abs)

@@ -13,6 +13,8 @@ The classes live in modules by family (`fields`: `BadRecord` and the field check
 parts of a record; `base`: `LedgerRecord`; `steps`: step records; `runs`: run markers;
 `compacted`: a compacted ledger's marker and run summaries; `other`: source and gc records;
 `parse`: the registry); import them from here.
+
+Part of `history`: imports only `cache` and the base modules.
 """
 
 from cachetool.history.records.base import CONSTANT_KEYS, LedgerRecord

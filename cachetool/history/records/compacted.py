@@ -33,7 +33,7 @@ class CompactionRecord(LedgerRecord):
             for x in raw
         ):
             raise BadRecord("'replaces' is not a list of [name, size]")
-        from cachetool.history.segments import is_segment_name
+        from cachetool.cache.roots import is_segment_name
 
         for name, _ in raw:
             if not is_segment_name(name):

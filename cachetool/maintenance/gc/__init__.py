@@ -21,6 +21,8 @@ never stops the others. `gc_cache()` is the whole command in one call.
 
 Processes on other machines of a shared file system are invisible to the liveness check; there,
 `--min-age` is the only guard.
+
+Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and the base modules.
 """
 
 from cachetool.maintenance.gc.execute import execute

@@ -10,9 +10,11 @@ and saved datasets are protected; so is anything a refusal keeps (in use, too yo
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
@@ -20,6 +22,9 @@ from cachetool.cache.scan import Entry
 from cachetool.formatting import compact_age, compact_duration, human_size
 from cachetool.maintenance.gc.model import GcItem, KeptBecause, Refusal, Target
 from cachetool.maintenance.gc.planner import KEPT_BECAUSE, Planner
+
+if TYPE_CHECKING:
+    from cachetool.history.ledger import Ledger
 
 #: Kinds kept unless `--include-sources`: what cannot be computed again from the cache alone.
 SOURCE_LIKE = frozenset({Kind.SOURCE, Kind.SAVED, Kind.ARROW})
@@ -64,7 +69,6 @@ class EvictionPlanner(Planner):
         ambiguous is an error; a name nothing matches is only warned about)."""
         from cachetool.errors import UnknownFingerprint
         from cachetool.history.ledger import resolve
-        from cachetool.maintenance.pins import ancestors
 
         parents = self.parents
         recorded = [*parents, *(x for v in parents.values() for x in v)]
@@ -346,3 +350,39 @@ def _outermost(units: Sequence[_Unit]) -> list[_Unit]:
     """Drop units inside a chosen saved folder: removing the folder removes them."""
     folders = [u.key for u in units if u.kind == Kind.SAVED]
     return [u for u in units if not any(f in u.key.parents for f in folders)]
+
+
+def recorded_parents(root: str | os.PathLike[str] | Ledger) -> dict[str, frozenset[str]]:
+    """Every parent the ledger of `root` records for each fingerprint, across all runs.
+
+    All records count, internal ones too (a `set_format` inside `load_from_disk` links two
+    fingerprints of one state): for protection, a superset of the true ancestry is the safe side."""
+    from cachetool.history.ledger import Ledger
+
+    ledger = root if isinstance(root, Ledger) else Ledger.load(root, follow=False)
+    parents: dict[str, set[str]] = {}
+    for rec in ledger.own_steps(include_internal=True):
+        if rec.result is None:
+            continue
+        got = parents.setdefault(rec.result, set())
+        got.update(p for p in rec.parents if p != rec.result)
+    return {k: frozenset(v) for k, v in parents.items()}
+
+
+def ancestors(fingerprints: Iterable[str], parents: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """Every recorded ancestor of `fingerprints` -> the first of `fingerprints` it was reached from.
+
+    The fingerprints themselves are not included (unless one is an ancestor of another)."""
+    out: dict[str, str] = {}
+    queue: deque[tuple[str, str]] = deque((fp, fp) for fp in fingerprints)
+    seen: set[str] = set()
+    while queue:
+        fp, origin = queue.popleft()
+        if fp in seen:
+            continue
+        seen.add(fp)
+        for p in parents.get(fp, ()):
+            if p not in out:
+                out[p] = origin
+            queue.append((p, origin))
+    return out

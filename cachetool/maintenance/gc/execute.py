@@ -26,10 +26,10 @@ from cachetool.maintenance.gc.recheck import (
     check_target,
     take_lock,
 )
-from cachetool.maintenance.leases import Lease
 from cachetool.maintenance.liveness import InUse, pids_holding
 from cachetool.maintenance.locks import guard_alive
 from cachetool.maintenance.shared import remove_stale_leases
+from cachetool.trace.leases import Lease
 
 
 def execute(

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from cachetool.cache.layout import Kind
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_duration, human_size, iso_time
-from cachetool.maintenance.leases import Lease
 from cachetool.maintenance.shared import SharedState
+from cachetool.trace.leases import Lease
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
 DEFAULT_MIN_AGE = 3600.0

@@ -210,9 +210,10 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
     if options.quarantine:
         return plan_purge(root, options)
+    from cachetool.cache.pins import read_pins
     from cachetool.cache.scan import scan_cache
     from cachetool.history.ledger import Ledger
-    from cachetool.maintenance.pins import read_pins, recorded_parents
+    from cachetool.maintenance.gc.eviction import recorded_parents
 
     root_id = _folder_id(root)
     ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)

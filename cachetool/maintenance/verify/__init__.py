@@ -12,6 +12,8 @@ plan with `execute()`.
 
 Findings are typed (`model`): a `Problem` has a code, which decides its severity; the sentence
 shown is rendered from the values read, never parsed back.
+
+Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and the base modules.
 """
 
 from cachetool.maintenance.verify.deep import (

@@ -16,8 +16,8 @@ from cachetool.cache import layout
 from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.hints import gc_hint
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.hints import gc_hint
 from cachetool.maintenance.liveness import InUse
 from cachetool.maintenance.locks import stale_guard
 from cachetool.maintenance.verify.model import (

@@ -16,8 +16,8 @@ from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.cache.store import write_whole
 from cachetool.formatting import local_time
+from cachetool.hints import shell_command
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.hints import shell_command
 from cachetool.maintenance.verify.checks import Checker
 from cachetool.maintenance.verify.deep_read import DeepResult, Want, deep_check, read_files
 from cachetool.maintenance.verify.model import Finding, Problem, rel

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cachetool.errors import ExitCode
-from cachetool.maintenance.hints import shell_command
+from cachetool.hints import shell_command
 
 
 class Severity(str, Enum):

@@ -18,11 +18,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cachetool.cache.dirs import user_state_dir
-
 LEDGER_DIR = ".cachetool"
 SEGMENT_SUFFIX = ".jsonl"
 ROOTS_FILE = "roots.json"
+
+
+def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """cachetool's per-user folder: `CACHETOOL_HOME`, else `XDG_STATE_HOME/cachetool`,
+    else `~/.local/state/cachetool`."""
+    env = os.environ if environ is None else environ
+    if value := env.get("CACHETOOL_HOME"):
+        return Path(os.path.expanduser(value))
+    base = env.get("XDG_STATE_HOME") or "~/.local/state"
+    return Path(os.path.expanduser(base)) / "cachetool"
 
 
 def root_key(root: str | os.PathLike[str]) -> str:
@@ -76,6 +84,19 @@ def segment_name(host: str, pid: int, start: float) -> str:
     stamp = datetime.fromtimestamp(start, tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     safe_host = "".join(c if c.isalnum() or c in "-." else "_" for c in host) or "host"
     return f"{safe_host}-{pid}-{stamp}{SEGMENT_SUFFIX}"
+
+
+def is_segment_name(name: str) -> bool:
+    """A name a segment can have: a plain file name in its folder (no folder part, no leading
+    dot, no `..`), ending in `.jsonl`. A compacted segment naming anything else names nothing."""
+    return (
+        os.path.basename(name) == name
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and not name.startswith(".")
+        and name.endswith(SEGMENT_SUFFIX)
+    )
 
 
 def roots_file(environ: Mapping[str, str] | None = None) -> Path:

@@ -8,7 +8,7 @@ keeps its pins), written under a file lock and replaced atomically::
 A pinned result stays cheap to reproduce only if the steps before it stay cached too: rerunning
 the pipeline recomputes every evicted ancestor even when the pinned step itself is a cache hit.
 So gc protects the pinned fingerprints *and* every fingerprint the ledger records as their
-ancestor (`protected_fingerprints`).
+ancestor (`cachetool.maintenance.gc.eviction.recorded_parents`).
 """
 
 from __future__ import annotations
@@ -16,16 +16,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError
-
-if TYPE_CHECKING:
-    from cachetool.history.ledger import Ledger
 
 PINS_FILE = "pins.json"
 
@@ -116,39 +112,3 @@ def remove_pin(root: str | os.PathLike[str], prefix: str) -> str:
             return matches[0]
     except OSError as e:
         raise CachetoolError(f"cannot write the pins of {root_path}: {e.strerror or e}") from None
-
-
-def recorded_parents(root: str | os.PathLike[str] | Ledger) -> dict[str, frozenset[str]]:
-    """Every parent the ledger of `root` records for each fingerprint, across all runs.
-
-    All records count, internal ones too (a `set_format` inside `load_from_disk` links two
-    fingerprints of one state): for protection, a superset of the true ancestry is the safe side."""
-    from cachetool.history.ledger import Ledger
-
-    ledger = root if isinstance(root, Ledger) else Ledger.load(root, follow=False)
-    parents: dict[str, set[str]] = {}
-    for rec in ledger.own_steps(include_internal=True):
-        if rec.result is None:
-            continue
-        got = parents.setdefault(rec.result, set())
-        got.update(p for p in rec.parents if p != rec.result)
-    return {k: frozenset(v) for k, v in parents.items()}
-
-
-def ancestors(fingerprints: Iterable[str], parents: Mapping[str, Iterable[str]]) -> dict[str, str]:
-    """Every recorded ancestor of `fingerprints` -> the first of `fingerprints` it was reached from.
-
-    The fingerprints themselves are not included (unless one is an ancestor of another)."""
-    out: dict[str, str] = {}
-    queue: deque[tuple[str, str]] = deque((fp, fp) for fp in fingerprints)
-    seen: set[str] = set()
-    while queue:
-        fp, origin = queue.popleft()
-        if fp in seen:
-            continue
-        seen.add(fp)
-        for p in parents.get(fp, ()):
-            if p not in out:
-                out[p] = origin
-            queue.append((p, origin))
-    return out
