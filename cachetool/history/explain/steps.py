@@ -84,7 +84,7 @@ def _reasons(
 
 def resolve_fingerprint(view: LedgerView, name: str) -> str:
     """The recorded fingerprint `name` names, by the one naming rule
-    (`cachetool.history.resolve.resolve`: path, cache file name, exact fingerprint or alias,
+    (`cachetool.cache.lookup.resolve`: path, cache file name, exact fingerprint or alias,
     unique prefix). An entry whose own fingerprint is not recorded resolves to the one of its
     fingerprints that is (after `load_from_disk`, the alias)."""
     from cachetool.history.resolve import resolve_in_root
