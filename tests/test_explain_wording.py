@@ -134,3 +134,83 @@ def test_a_source_given_its_inputs_in_a_sets_order_is_not_called_changed(
     assert reason["kind"] == "nondeterministic" and reason["path"].startswith(path), reason
     assert words in reason["message"] and "sorted(" in reason["hint"], reason
     assert "source dataset changed" not in reason["message"], reason
+
+
+def _two_runs(tmp_path: Path, script: str, *, edit: tuple[str, str] | None = None) -> dict:
+    """Run `script` twice on one cache (applying `edit` to it in between): explain --last --json."""
+    (tmp_path / "p.py").write_text(textwrap.dedent(script), encoding="utf-8")
+    (tmp_path / "d.csv").write_text("w\na\nb\nc\n", encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    if edit is not None:
+        text = (tmp_path / "p.py").read_text(encoding="utf-8")
+        (tmp_path / "p.py").write_text(text.replace(*edit), encoding="utf-8")
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    return json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+
+
+VOCAB = """\
+    import os
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    VOCAB = {}
+    MISSING = -1
+
+
+    def index(ex):
+        VOCAB.setdefault(ex["w"], len(VOCAB))
+        return ex
+
+
+    def encode(ex):
+        return {"id": VOCAB.get(ex["w"], MISSING)}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+    ds = ds.map(index)
+    ds = ds.map(encode)
+    """
+
+
+def test_a_global_the_user_edits_is_still_their_change(tmp_path: Path) -> None:
+    """Control: the first run computed every map, then the user edits a global the later map
+    reads; the second run loads the earlier maps (which change nothing). explain says the global
+    changed (the user's edit), not the cache state."""
+    script = VOCAB.replace("VOCAB = {}", 'VOCAB = {"a": 0}').replace(
+        '        VOCAB.setdefault(ex["w"], len(VOCAB))\n', ""
+    )
+    doc = _two_runs(tmp_path, script, edit=("MISSING = -1", "MISSING = -2"))
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "argument", reason
+    assert "MISSING" in reason["path"], reason
+    assert "-1 → -2" in reason["message"], reason
+
+
+def test_a_frozenset_depends_on_the_hash_seed(tmp_path: Path) -> None:
+    """Control: a frozenset of str in a closure pickles in hash-seed order: explain says it
+    "depends on PYTHONHASHSEED", as check-determinism does."""
+    script = """\
+        import os
+
+        from datasets import load_dataset
+
+        here = os.path.dirname(os.path.abspath(__file__))
+
+
+        def make():
+            stop = frozenset(f"w{i}" for i in range(30))
+            return lambda ex: {"s": ex["w"] in stop}
+
+
+        ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+        ds.map(make())
+        """
+    doc = _two_runs(tmp_path, script)
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "nondeterministic", reason
+    assert "depends on PYTHONHASHSEED" in reason["message"], reason
+    assert "PYTHONHASHSEED" in reason["hint"], reason

@@ -139,12 +139,16 @@ def _reordered(lists: Sequence[Sequence[str]]) -> bool:
 
 def same_story(a: Cause, b: Cause) -> bool:
     """Two causes at one call site with the same kind, arguments and culprits (one call made twice)."""
-    return (
-        (a.step.file, a.step.line, a.step.operation, a.kind, a.differing_args)
-        == (b.step.file, b.step.line, b.step.operation, b.kind, b.differing_args)
-        and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
-        and a.kind not in ("source", "unexplained")
-    )
+    same = (a.step.file, a.step.line, a.step.operation, a.kind, a.differing_args) == (
+        b.step.file,
+        b.step.line,
+        b.step.operation,
+        b.kind,
+        b.differing_args,
+    ) and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
+    if a.kind == "source":  # the splits of one load_dataset call: the same inputs reordered
+        return same and bool(a.source_diffs) and a.source_diffs == b.source_diffs
+    return same and a.kind != "unexplained"
 
 
 def _source_diffs(row: Sequence[Event]) -> list[SourceDiff]:
