@@ -38,6 +38,9 @@ STATE_CHANGES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "m05_lazy_vocab_global.py": ("function", ("global 'VOCAB'",), "default"),
     "m06_lazy_vocab_attribute.py": ("function", ("global 'tokenizer'", ".vocab"), "isolated"),
     "m08_counter_then_filter.py": ("function", ("global 'FREQ'",), "warm"),
+    # Written from public reports before the check saw them (controls: uk12, uk13).
+    "u12_lru_cache_first_use.py": ("function", (".table",), "default"),
+    "u13_tokenizer_padding_in_map.py": ("fn_kwargs", ("['tok']", ".padding"), "default"),
     "m10_tokenizer_fn_kwargs.py": ("fn_kwargs", ("['tok']", ".truncation"), "isolated"),
 }
 
@@ -99,6 +102,8 @@ CONTROLS = {
     "k11_seeded_generator.py": "isolated",
     "k12_mutation_not_hashed_again.py": "warm",
     "k13_tokenizer_encode_only.py": "default",
+    "uk12_lru_prewarmed.py": "default",
+    "uk13_tokenizer_padding_before.py": "default",
 }
 
 
@@ -217,6 +222,10 @@ def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(
     assert "and one that loaded it from the cache" in text
     assert "changes on every run" not in text and "no hash tree recorded" not in text
     assert "build and configure" in culprit.hint and "datasets/issues/3638" in culprit.hint
+    if script.startswith("u12"):
+        # A table filled on first use: six of its keys, and how many more.
+        assert culprit.path == (".table",) and len(culprit.parts) == 6
+        assert f"  ... and {len(culprit.leaves) - 6} more changed" in text.splitlines()
     if script.startswith("m01"):
         # On a warm cache: the tokenizer's truncation before and after the step, and the fix.
         lines = text.splitlines()

@@ -141,6 +141,8 @@ def _state_lines(cause: Cause) -> list[str]:
         else:
             for part in culprit.parts:
                 lines.append(f"  changed: {part.path_str}: {part.values_str}")
+            if len(culprit.leaves) > len(culprit.parts):
+                lines.append(f"  ... and {len(culprit.leaves) - len(culprit.parts)} more changed")
         lines.append(f"  hint: {culprit.hint}")
     return lines
 

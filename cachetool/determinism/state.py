@@ -32,6 +32,12 @@ class StateChange:
     culprit: Culprit
 
 
+#: A changed part, as recognised in a later tree.
+_PartKey = tuple[str, ...]
+#: Where a step changed a part: its position, what changed, and the part's path in that step's argument.
+_Changed = tuple[int, Culprit, tuple[str, ...]]
+
+
 def state_changes(
     runs: Sequence[Sequence[Event]], positions: Sequence[tuple[int, ...]]
 ) -> dict[int, StateChange]:
@@ -40,7 +46,7 @@ def state_changes(
     step_of = [{pos[k]: index for index, pos in enumerate(positions)} for k in range(len(runs))]
     out: dict[int, StateChange] = {}
     for k, events in enumerate(runs):
-        changed: dict[tuple[str, ...], tuple[int, Culprit]] = {}  # part -> (position of the step, culprit)
+        changed: dict[_PartKey, _Changed] = {}  # part -> (position of the step, culprit, part's path)
         reported: set[tuple[int, tuple[str, ...]]] = set()
         for pos, event in enumerate(events):
             if changed and pos in step_of[k] and step_of[k][pos] not in out:
@@ -57,9 +63,7 @@ def state_changes(
     return out
 
 
-def _note_changed(
-    name: str, entry: ArgInfo, pos: int, changed: dict[tuple[str, ...], tuple[int, Culprit]]
-) -> None:
+def _note_changed(name: str, entry: ArgInfo, pos: int, changed: dict[_PartKey, _Changed]) -> None:
     """Record the parts of argument `name` that the step at `pos` changed while it ran."""
     before, after = entry.tree, entry.after
     if before is None or after is None:
@@ -76,20 +80,39 @@ def _note_changed(
             label = leaf[depth - 1] if depth else ""
             key = part_key(label, node, depth) if node is not None else None
             if key is not None:
-                changed[key] = (pos, culprit)
+                changed[key] = (pos, culprit, leaf[:depth])
 
 
 def _hashed_again(
-    args: Mapping[str, ArgInfo], changed: Mapping[tuple[str, ...], tuple[int, Culprit]]
+    args: Mapping[str, ArgInfo], changed: Mapping[_PartKey, _Changed]
 ) -> tuple[int, Culprit] | None:
-    for entry in args.values():
+    """The changed part a step's arguments hold: where it was changed, and what changed, named by
+    its path in this step's argument (``fn_kwargs['tok'] → .padding``, not the path it had in
+    the function of the step that changed it)."""
+    for name, entry in args.items():
         if entry.tree is None:
             continue
         for path, node in iter_nodes(dict(entry.tree)):
             key = part_key(path[-1] if path else "", node, len(path))
             if key is not None and key in changed:
-                return changed[key]
+                at, culprit, prefix = changed[key]
+                return at, _rerooted(culprit, prefix, name, path)
     return None
+
+
+def _rerooted(culprit: Culprit, prefix: tuple[str, ...], name: str, path: tuple[str, ...]) -> Culprit:
+    """`culprit` with the paths below `prefix` moved below `path` of argument `name` (unchanged
+    when a path of it is not below `prefix`)."""
+    paths = [culprit.path, *culprit.leaves, *(p.path for p in culprit.parts)]
+    if not all(p[: len(prefix)] == prefix for p in paths):
+        return culprit
+
+    def move(p: tuple[str, ...]) -> tuple[str, ...]:
+        return (*path, *p[len(prefix) :])
+
+    parts = tuple(replace(p, argument=name, path=move(p.path)) for p in culprit.parts)
+    leaves = tuple(move(leaf) for leaf in culprit.leaves)
+    return replace(culprit, argument=name, path=move(culprit.path), leaves=leaves, parts=parts)
 
 
 def _node_type(node: Mapping[str, Any] | None) -> str:

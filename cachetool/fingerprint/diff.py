@@ -166,6 +166,8 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
     found = [_find(t, common) for t in nodes]
     culprit_nodes = [f for f in found if f is not None] or nodes
     culprit = _culprit(argument, common, culprit_nodes, tuple(leaves))
+    if culprit.kind == "value" and common:
+        culprit = _as_path(culprit, [_find(t, common[:-1]) for t in nodes])
     # The differences sit in several places below a node that is not itself the problem (a
     # function, an object): name each place. A dict or list reordered as a whole is one problem.
     if (len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value") or (
@@ -182,6 +184,20 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
                 parts.append(_added(argument, place, found_nodes))
         culprit = replace(culprit, parts=tuple(parts), leaves=tuple(places))
     return culprit
+
+
+def _as_path(culprit: Culprit, parents: Sequence[dict[str, Any] | None]) -> Culprit:
+    """A part of a `pathlib` path (``.scratch → args[2]``) read as the whole path in each run
+    (``.scratch``), so a folder made by `tempfile.mkdtemp` is a temporary path, not just a value."""
+    found = [p for p in parents if p is not None and str(p.get("t", "")).endswith("Path")]
+    if len(found) != len(parents):
+        return culprit
+    texts = ["/".join(str(c.get("r", "")).strip("'\"") for c in p.get("c", ())) for p in found]
+    kind, hint = hint_for([{"t": "str", "r": text} for text in texts])
+    if kind == "value":
+        return culprit
+    whole = _culprit(culprit.argument, culprit.path[:-1], found, ())
+    return replace(whole, kind=kind, hint=hint)
 
 
 #: What a part missing in a run reads as.
