@@ -86,8 +86,8 @@ def open_folder(path: Path, *, create: bool = False) -> int:
     following a symlink (and made first, with `create`). OSError when one is missing or a link."""
     base, parts = _split(path / "_")  # `_`: every component of `path` is a folder
     parts = parts[:-1]
-    if create and not parts:
-        base.mkdir(parents=True, exist_ok=True)
+    if create and not parts:  # a per-user folder (state, derived speed-ups): the user's alone
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
     try:
         for part in parts:
