@@ -33,9 +33,11 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def _reads(fp: str) -> list[list[str]]:
-    """Every read command, as a user types it (the root added by the caller)."""
+def _reads(fp: str, out: Path) -> list[list[str]]:
+    """Every read command, as a user types it (the root added by the caller; `report` writes its
+    page into `out`, outside the root)."""
     return [
+        ["report", "-o", str(out / "report.html")],
         ["ls"],
         ["ls", "--json"],
         ["ls", "-q"],
@@ -91,7 +93,7 @@ def test_read_commands_leave_every_path_of_the_root_as_it_was(
     copy_cache(src, root)
     env = {**hf_env(tmp_path), "HF_DATASETS_CACHE": str(root), "CACHETOOL_HOME": str(tmp_path / "home")}
     before = _state(root)
-    for args in _reads(fp) * 2:
+    for args in _reads(fp, tmp_path) * 2:
         result = (
             invoke(*args, "--cache-dir", str(root), env=env) if args != ["dirs"] else invoke(*args, env=env)
         )
@@ -114,7 +116,7 @@ def test_read_commands_work_on_a_read_only_root(traced: tuple[Path, str], tmp_pa
     out.mkdir()
     env = {**hf_env(tmp_path), "HF_DATASETS_CACHE": str(mnt), "CACHETOOL_HOME": str(tmp_path / "home")}
     lines = [f"mount --bind {src} {mnt}", f"mount -o remount,ro,bind {mnt}", f"! touch {mnt}/x 2>/dev/null"]
-    reads = _reads(fp)
+    reads = _reads(fp, out)
     for i, args in enumerate(reads):
         cmd = " ".join(
             [
@@ -133,5 +135,5 @@ def test_read_commands_work_on_a_read_only_root(traced: tuple[Path, str], tmp_pa
     for i, args in enumerate(reads):
         rc = (out / f"{i}.rc").read_text().strip()
         assert rc == "0", (args, (out / f"{i}.err").read_text()[-2000:])
-    listing = json.loads((out / "1.out").read_text())
+    listing = json.loads((out / f"{reads.index(['ls', '--json'])}.out").read_text())
     assert listing["entries"], listing
