@@ -132,6 +132,7 @@ GONE = {
     "cachetool.maintenance.leases",
     "cachetool.maintenance.pins",
     "cachetool.history.roots",
+    "cachetool.history.ledger.resolve",
 }
 
 

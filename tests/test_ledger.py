@@ -12,15 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.history import ledger
-from cachetool.history.ledger import (
-    LedgerWriter,
-    fallback_ledger_dir,
-    known_roots,
-    read_ledger,
-    records_for,
-    usage_by_fingerprint,
-)
+from cachetool.cache.roots import fallback_ledger_dir, known_roots, ledger_dir
+from cachetool.history.ledger import read_ledger, records_for, usage_by_fingerprint
+from cachetool.history.segments import MAX_LINE_BYTES
+from cachetool.history.writer import LedgerWriter
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +47,7 @@ def _record(i: int, result: str, parent: str | None = None, **extra: object) -> 
 WRITER = textwrap.dedent(
     """\
     import os, sys
-    from cachetool.history.ledger import LedgerWriter
+    from cachetool.history.writer import LedgerWriter
     root, n, worker = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     w = LedgerWriter()
     for i in range(n):
@@ -85,7 +80,7 @@ def test_eight_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
 KILLED = textwrap.dedent(
     """\
     import os, sys, time
-    from cachetool.history.ledger import LedgerWriter
+    from cachetool.history.writer import LedgerWriter
     root = sys.argv[1]
     w = LedgerWriter()
     for i in range(20):
@@ -171,7 +166,7 @@ def test_a_record_after_a_torn_one_starts_on_a_fresh_line(tmp_path: Path) -> Non
 def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_path: Path) -> None:
     """A ledger written by a newer cachetool (v2, fields this one does not know) still reads."""
     root = tmp_path / "cache"
-    seg = ledger.ledger_dir(root) / "otherhost-1-20300101T000000.000000Z.jsonl"
+    seg = ledger_dir(root) / "otherhost-1-20300101T000000.000000Z.jsonl"
     seg.parent.mkdir(parents=True)
     future = _record(1, "bbbb", "aaaa", v=2, quantum={"entangled": True}, operation="teleport")
     lines = [json.dumps(_record(0, "aaaa")), json.dumps(future), "not json at all", json.dumps([1, 2])]
@@ -247,7 +242,7 @@ def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
     """One record with a wrong type (`"parents":5`, `"duration":"abc"`, `"time":1e400`, ...) is
     skipped with a warning naming the file, the line and the field; every other record reads."""
     root = tmp_path / "cache"
-    seg = ledger.ledger_dir(root) / "h-1-20300101T000000.000000Z.jsonl"
+    seg = ledger_dir(root) / "h-1-20300101T000000.000000Z.jsonl"
     seg.parent.mkdir(parents=True)
     line = json.dumps(_record(1, "bbbb", "aaaa", **{field: bad})).replace("Infinity", "1e400")
     seg.write_text(json.dumps(_record(0, "aaaa")) + "\n" + line + "\n", encoding="utf-8")
@@ -284,13 +279,13 @@ def test_deep_nesting_huge_lines_fifos_and_dev_zero_are_skipped(tmp_path: Path) 
     """200,000 nested brackets, a line over the cap, a FIFO segment and a segment symlinked to
     /dev/zero: each is a warning; the command neither crashes, hangs nor runs out of memory."""
     root = tmp_path / "cache"
-    d = ledger.ledger_dir(root)
+    d = ledger_dir(root)
     d.mkdir(parents=True)
     (d / "a-1-x.jsonl").write_text(
         "[" * 200_000
         + "\n"
         + '{"v":1,"type":"transform","x":"'
-        + "y" * ledger.MAX_LINE_BYTES
+        + "y" * MAX_LINE_BYTES
         + '"}\n'
         + json.dumps(_record(0, "aaaa"))
         + "\n",

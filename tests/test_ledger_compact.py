@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
+from cachetool.cache.roots import ledger_dir
 from cachetool.history.compact import compact_ledger, ledger_bytes
 from cachetool.history.compact_files import KILL_AT_ENV
-from cachetool.history.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
+from cachetool.history.ledger import read_ledger, usage_by_fingerprint
 from cachetool.history.query import lineage
 from cachetool.history.stats import ledger_stats
+from cachetool.history.writer import LedgerWriter
 from tests.conftest import invoke
 
 #: Above the largest pid Linux hands out (4194304): the writer of such a segment is gone.
@@ -225,7 +227,7 @@ def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
 APPENDER = textwrap.dedent(
     """\
     import socket, sys, time
-    from cachetool.history.ledger import LedgerWriter
+    from cachetool.history.writer import LedgerWriter
     root, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     w = LedgerWriter()
     base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": w.pid, "internal": False}

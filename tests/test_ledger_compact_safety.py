@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from cachetool.cache.roots import ledger_dir
 from cachetool.history.compact import compact_ledger
-from cachetool.history.ledger import ledger_dir
 from cachetool.history.stats import ledger_stats
 from tests.conftest import invoke
 from tests.test_ledger_compact import DEAD_PID, _segments, _totals, _write_runs
@@ -71,7 +71,7 @@ def test_a_symlinked_ledger_folder_is_not_followed_out_of_the_root(tmp_path: Pat
 WRITER = textwrap.dedent(
     """
     import socket, sys
-    from cachetool.history.ledger import LedgerWriter
+    from cachetool.history.writer import LedgerWriter
     root, pid = sys.argv[1], int(sys.argv[2])
     w = LedgerWriter(pid=pid, start=5.0)
     base = {"v": 1, "run": w.run_id, "host": socket.gethostname(), "pid": pid, "root": root}

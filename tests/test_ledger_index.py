@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from cachetool.cache.roots import ledger_dir
 from cachetool.history.index import INDEX_FILE, index_path
-from cachetool.history.ledger import LedgerWriter, ledger_dir, read_ledger, usage_by_fingerprint
+from cachetool.history.ledger import read_ledger, usage_by_fingerprint
+from cachetool.history.writer import LedgerWriter
 from tests.test_ledger import _record
 
 

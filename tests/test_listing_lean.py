@@ -189,7 +189,7 @@ def test_a_ledger_only_in_the_per_user_fallback_still_gives_entries_their_lineag
     `ledgers` folder exists)."""
     import pyarrow as pa
 
-    from cachetool.history.ledger import LedgerWriter
+    from cachetool.history.writer import LedgerWriter
     from tests.test_ledger import _record
 
     root = isolated_env / "cache"

@@ -96,7 +96,7 @@ CHANGES: dict[str, Callable[[Path, list[Path]], None]] = {
 
 
 def _ledger_record(root: Path, fp: str) -> None:
-    from cachetool.history.ledger import LedgerWriter
+    from cachetool.history.writer import LedgerWriter
     from tests.test_ledger import _record
 
     w = LedgerWriter(warn=lambda _: None)
@@ -329,7 +329,7 @@ def test_a_cache_with_a_ledger_keeps_its_text_until_the_ledger_changes(
     """A traced cache (a ledger beside it) keeps its text too: the key holds every file of the
     ledger's folders, so a record appended to a segment (a run still going) is listed, not the
     text kept before it."""
-    from cachetool.history.ledger import LedgerWriter
+    from cachetool.history.writer import LedgerWriter
     from tests.test_ledger import _record
 
     root, _ = cache

@@ -63,8 +63,7 @@ def run_explain(
 def _roots_with_run(root: Path, run: str) -> list[str]:
     """Other roots (a `save_to_disk` folder a `map` after `load_from_disk` wrote in) where `run`
     recorded steps, and where it is the latest run, so `--last` there explains it."""
-    from cachetool.cache.roots import other_roots
-    from cachetool.history.ledger import ledger_dir
+    from cachetool.cache.roots import ledger_dir, other_roots
 
     found = []
     for other, _ in other_roots(root):

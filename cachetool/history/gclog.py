@@ -15,8 +15,9 @@ import os
 import platform
 from collections.abc import Sequence
 
-from cachetool.history.ledger import RECORD_VERSION, Ledger, LedgerWriter, read_ledger
+from cachetool.history.ledger import Ledger, read_ledger
 from cachetool.history.records import GcRecord
+from cachetool.history.writer import RECORD_VERSION, LedgerWriter
 
 GC_TYPE = "gc"
 

@@ -139,20 +139,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachetool.cache.lookup import Resolved, entry_at_path, resolve
-from cachetool.cache.roots import (
-    LEDGER_DIR,
-    ROOTS_FILE,
-    SEGMENT_SUFFIX,
-    fallback_ledger_dir,
-    known_roots,
-    ledger_dir,
-    ledger_dirs,
-    register_root,
-    root_key,
-    roots_file,
-    segment_name,
-)
 from cachetool.history.follow import order_key, read_other_roots, read_root, saves_in_other_roots
 from cachetool.history.records import (
     GcRecord,
@@ -162,9 +148,7 @@ from cachetool.history.records import (
     SourceRecord,
     StepRecord,
 )
-from cachetool.history.segments import MAX_LINE_BYTES, MAX_SEGMENT_BYTES, iter_segments, read_segment
 from cachetool.history.usage import Usage, usage_of
-from cachetool.history.writer import ENCODER, RECORD_VERSION, LedgerWriter, Record, SegmentWriter, WarnFn
 
 
 @dataclass(frozen=True)
@@ -343,34 +327,4 @@ def records_for(
 
 
 # The names of `roots`, `writer`, `segments` and `resolve` stay importable from here.
-__all__ = [
-    "ENCODER",
-    "LEDGER_DIR",
-    "MAX_LINE_BYTES",
-    "MAX_SEGMENT_BYTES",
-    "RECORD_VERSION",
-    "ROOTS_FILE",
-    "SEGMENT_SUFFIX",
-    "Ledger",
-    "LedgerWriter",
-    "Record",
-    "Resolved",
-    "SegmentWriter",
-    "Usage",
-    "WarnFn",
-    "entry_at_path",
-    "fallback_ledger_dir",
-    "iter_segments",
-    "known_roots",
-    "ledger_dir",
-    "ledger_dirs",
-    "read_ledger",
-    "read_segment",
-    "records_for",
-    "register_root",
-    "resolve",
-    "root_key",
-    "roots_file",
-    "segment_name",
-    "usage_by_fingerprint",
-]
+__all__ = ["Ledger", "read_ledger", "records_for", "usage_by_fingerprint"]

@@ -26,10 +26,11 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from cachetool.cache.roots import LEDGER_DIR, fallback_ledger_dir
 from cachetool.cache.store import read_state_json, write_whole
 from cachetool.errors import CachetoolError
 from cachetool.history.hosts import concurrent_computations
-from cachetool.history.ledger import LEDGER_DIR, Ledger, fallback_ledger_dir
+from cachetool.history.ledger import Ledger
 from cachetool.history.records import RunSummaryRecord, StepRecord
 from cachetool.history.stats_report import Counts, Group, RandomReason, StatsReport
 from cachetool.history.summaries import COUNTED, written_bytes

@@ -67,8 +67,8 @@ class EvictionPlanner(Planner):
     def resolve_protections(self) -> None:
         """Pins, `--keep` and their recorded ancestors (the one naming rule for `--keep`:
         ambiguous is an error; a name nothing matches is only warned about)."""
+        from cachetool.cache.lookup import resolve
         from cachetool.errors import UnknownFingerprint
-        from cachetool.history.ledger import resolve
 
         parents = self.parents
         recorded = [*parents, *(x for v in parents.values() for x in v)]

@@ -48,8 +48,7 @@ def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT, root_fd: int | None = Non
     if fd is None:  # a read-only root: a lock of this user's, outside the root
         from filelock import FileLock, Timeout
 
-        from cachetool.cache.roots import user_state_dir
-        from cachetool.history.ledger import root_key
+        from cachetool.cache.roots import root_key, user_state_dir
 
         path = user_state_dir() / "gc-locks" / f"{root_key(root)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
