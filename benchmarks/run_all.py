@@ -15,9 +15,9 @@ line in the table, not a failure.
 Rows (names for --only): ls (20k files: warm, cold, human output), ls100k (2k, 20k, 100k: time, peak
 memory, read-index bytes per file, linearity), startup (--help, --version, ls of an empty cache),
 verify (--deep against cat), run (cachetool run against python on cache hits), determinism
-(check-determinism against one plain run), ledger (a long-lived ledger: ls, lineage, explain; stats
-and bytes before and after `stats --compact`), gc (`gc --temp` of 2,000 leftovers beside 400 sleeping
-processes against none).
+(check-determinism against one plain run), ledger (a long-lived ledger, never compacted and after
+`stats --compact`: ls, lineage, explain, stats and bytes), gc (`gc --temp` of 2,000 leftovers
+beside 400 sleeping processes against none).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
@@ -571,50 +571,17 @@ def synthesize_ledger(root: Path, runs: int, steps: int) -> str:
 
 
 def bench_ledger(base: Path, runs: int, steps: int, pairs: int) -> list[Row]:
+    """A long-lived ledger, never compacted and after `stats --compact` (what `gc` does past 64 MB):
+    `ls` against the same cache without a ledger, `lineage` and `explain` of one fingerprint,
+    the bytes and `stats` after / before."""
     plain = base / "ledger-none"
     synthesize(plain, 2000, folders=20)
-    with_ledger = base / "ledger-full"
-    shutil.copytree(plain, with_ledger)
-    fp = synthesize_ledger(with_ledger, runs, steps)
-    size = sum(p.stat().st_size for p in (with_ledger / ".cachetool" / "ledger").iterdir())
-    env = env_for(base)
-    for r in (plain, with_ledger):
-        run([*CT, "ls", str(r), "--json"], env)  # read indexes in place for both
-    rows = [
-        row(
-            f"ls with a ledger of {runs * steps // 1000}k records / without ({size / 1e6:.0f} MB)",
-            paired(
-                lambda: run([*CT, "ls", str(plain), "--json"], env).seconds,
-                lambda: run([*CT, "ls", str(with_ledger), "--json"], env).seconds,
-                pairs,
-            ),
-            1.2,
-        )
-    ]
-    for name, cmd in [
-        ("lineage", [*CT, "lineage", fp, "--cache-dir", str(with_ledger), "--json"]),
-        ("explain", [*CT, "explain", fp, "--cache-dir", str(with_ledger), "--json"]),
-    ]:
-        samples = [run(cmd, env).seconds for _ in range(max(1, pairs // 2))]
-        t = statistics.median(samples)
-        rows.append(
-            Row(
-                f"{name} of one fingerprint, {runs * steps // 1000}k records (s)",
-                t,
-                min(samples),
-                max(samples),
-                "≤ 0.3 s",
-                t <= 0.3,
-            )
-        )
-    rows += bench_compaction(base, with_ledger, runs * steps, env, pairs)
-    return rows
-
-
-def bench_compaction(base: Path, ledger: Path, records: int, env: dict[str, str], pairs: int) -> list[Row]:
-    """`stats --compact`: the ledger's bytes after / before, and `stats` after / before."""
+    full = base / "ledger-full"
+    shutil.copytree(plain, full)
+    fp = synthesize_ledger(full, runs, steps)
     compacted = base / "ledger-compacted"
-    shutil.copytree(ledger, compacted)
+    shutil.copytree(full, compacted)
+    env = env_for(base)
     doc = subprocess.run(
         [*CT, "stats", "--compact", "--json", "--cache-dir", str(compacted)],
         env=env,
@@ -623,12 +590,11 @@ def bench_compaction(base: Path, ledger: Path, records: int, env: dict[str, str]
         check=True,
     )
     c = json.loads(doc.stdout)["compaction"]
-    k = f"{records // 1000}k records"
+    for r in (plain, full, compacted):
+        run([*CT, "ls", str(r), "--json"], env)  # read indexes in place for each
+    k = f"{runs * steps // 1000}k records"
     ratio = c["bytes_after"] / c["bytes_before"]
-    detail = (
-        f"{c['bytes_before'] / 1e6:.1f} MB -> {c['bytes_after'] / 1e6:.1f} MB, {c['runs']} runs summarised"
-    )
-    return [
+    rows = [
         Row(
             f"ledger bytes after stats --compact / before, {k}",
             ratio,
@@ -636,18 +602,37 @@ def bench_compaction(base: Path, ledger: Path, records: int, env: dict[str, str]
             ratio,
             "≤ 0.1×",
             ratio <= 0.1,
-            detail,
+            f"{c['bytes_before'] / 1e6:.1f} MB -> {c['bytes_after'] / 1e6:.1f} MB, {c['runs']} runs",
         ),
         row(
             f"stats after --compact / before, {k}",
             paired(
-                lambda: run([*CT, "stats", "--json", "--cache-dir", str(ledger)], env).seconds,
+                lambda: run([*CT, "stats", "--json", "--cache-dir", str(full)], env).seconds,
                 lambda: run([*CT, "stats", "--json", "--cache-dir", str(compacted)], env).seconds,
                 max(1, pairs // 2),
             ),
             0.1,
         ),
     ]
+    for state, root in (("never compacted", full), ("compacted", compacted)):
+        rows.append(
+            row(
+                f"ls with a ledger of {k}, {state} / without",
+                paired(
+                    lambda: run([*CT, "ls", str(plain), "--json"], env).seconds,
+                    lambda r=root: run([*CT, "ls", str(r), "--json"], env).seconds,
+                    pairs,
+                ),
+                1.2,
+            )
+        )
+        for name in ("lineage", "explain"):
+            cmd = [*CT, name, fp, "--cache-dir", str(root), "--json"]
+            samples = [run(cmd, env).seconds for _ in range(max(1, pairs // 2))]
+            t = statistics.median(samples)
+            what = f"{name} of one fingerprint, {k}, {state} (s)"
+            rows.append(Row(what, t, min(samples), max(samples), "≤ 0.3 s", t <= 0.3))
+    return rows
 
 
 # --- gc beside many processes -----------------------------------------------------------------

@@ -69,7 +69,6 @@ WARM = (
     "cachetool.cache.scan",
     "cachetool.cache.query",
     "cachetool.history.resolve",
-    "cachetool.history.index",
     "cachetool.history.stats",
     "cachetool.history.compact",
     "cachetool.maintenance.verify",

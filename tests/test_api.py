@@ -133,6 +133,7 @@ GONE = {
     "cachetool.maintenance.pins",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
+    "cachetool.history.narrow.narrow_report",
 }
 
 

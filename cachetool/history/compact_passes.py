@@ -64,7 +64,7 @@ def first_pass(folder: Path) -> list[Segment]:
             continue
         size = st.st_size
         seg = Segment(name, size, name.startswith(COMPACTED_PREFIX))
-        records, whole, skipped = read_segment_from(folder / name, 0)
+        records, whole, skipped = read_segment_from(folder / name)
         if skipped:
             seg.unread = f"{skipped} line(s) this cachetool cannot read (`cachetool stats` names them)"
         elif min(whole, size) < size:
@@ -209,7 +209,7 @@ def second_pass(
     texts: list[LedgerRecord] = []
     summarised = 0
     for seg in replaced:
-        records, _, _ = read_segment_from(folder / seg.name, 0)
+        records, _, _ = read_segment_from(folder / seg.name)
         rest: list[LedgerRecord] = []
         for offset, _length, rec in records:
             if offset >= seg.size:

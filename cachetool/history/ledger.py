@@ -134,8 +134,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,60 +173,7 @@ class Ledger:
         record are looked up in the other known roots (and their own parents, transitively);
         with `all_roots`, every known root is read whole."""
         first = Path(os.path.abspath(os.fspath(root)))
-        return cls._with_others(first, read_root(first), all_roots=all_roots, follow=follow)
-
-    @classmethod
-    def load_part(
-        cls,
-        root: str | os.PathLike[str],
-        fingerprints: Iterable[str],
-        *,
-        down: bool = False,
-        index: sqlite3.Connection | None = None,
-    ) -> Ledger:
-        """The part of `root`'s ledger that lineage of `fingerprints` reads: the records that made
-        them and their ancestors (with `down`, their descendants too), every gc record and the
-        source texts they name, read through the ledger index (`index`, else the root's,
-        `cachetool.history.part.open_index`) without reading the other records; then the other
-        roots as `load` follows them. The whole ledger (`load`) when the index cannot serve it.
-        The fingerprints of the whole root are `IndexedFingerprints` of the index."""
-        from cachetool.history import part
-
-        first = Path(os.path.abspath(os.fspath(root)))
-        con = index if index is not None else part.open_index(first)
-        if con is None:
-            return cls.load(first)
-        wanted = part.closure(con, set(fingerprints), up=True, down=down)
-        if down:  # the whole family: what was made from every ancestor
-            wanted = part.closure(con, wanted, up=False, down=True)
-        return cls.of_records(first, part.records_of(con, first, wanted), part.segment_paths(con))
-
-    @classmethod
-    def of_records(
-        cls,
-        root: str | os.PathLike[str],
-        records: Iterable[LedgerRecord],
-        segments: Iterable[Path] = (),
-        *,
-        follow: bool = True,
-    ) -> Ledger:
-        """A ledger of `records`, a part of `root`'s own read through its index (from
-        `segments`), with the other roots followed as `load` follows them (`follow`)."""
-        first = Path(os.path.abspath(os.fspath(root)))
-        return cls._with_others(first, (list(records), [], list(segments)), all_roots=False, follow=follow)
-
-    @classmethod
-    def _with_others(
-        cls,
-        first: Path,
-        own: tuple[list[LedgerRecord], list[str], list[Path]],
-        *,
-        all_roots: bool,
-        follow: bool,
-    ) -> Ledger:
-        """The ledger of `first`'s `own` records, warnings and segments, with what the other
-        roots add (`read_other_roots`), oldest first."""
-        records, warnings, segments = own
+        records, warnings, segments = read_root(first)
         roots = read_other_roots(first, records, warnings, segments, all_roots=all_roots, follow=follow)
         records.sort(key=order_key)
         return cls(first, tuple(records), tuple(warnings), tuple(segments), tuple(roots))
@@ -296,26 +242,10 @@ def read_ledger(root: str | os.PathLike[str], *, include_internal: bool = True) 
 
 def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:
     """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
-
-    From a loaded `Ledger`, computed from its records; from a root, read from the root's ledger
-    index (`cachetool.history.index`), which reads only what was appended since it was last
-    brought up to date. Cheap when there is no ledger (one `listdir` per candidate folder) and
-    returns `{}` then."""
+    Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then."""
     if isinstance(root, Ledger):
         return root.usage()
-    from cachetool.history.index import UsageIndex, index_path, segments_now, up_to_date
-
-    root_path = Path(os.path.abspath(os.fspath(root)))
-    segments = segments_now(root_path)
-    if not segments:
-        return {}
-    db = index_path(root_path)
-    if db is not None:
-        try:
-            return UsageIndex(up_to_date(db, root_path, segments))
-        except (OSError, sqlite3.Error, UnicodeEncodeError):  # a path that is not UTF-8: no index
-            pass
-    return read_ledger(root_path).usage()
+    return read_ledger(root).usage()
 
 
 def records_for(

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from cachetool.cache.lookup import KnownFingerprints
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.history.ledger import Ledger
     from cachetool.history.records import StepStartRecord
@@ -77,49 +76,13 @@ def lineage(
     `all_roots` reads the ledgers of every known cache root.
 
     The Python side of `cachetool lineage`."""
-    from cachetool.cache.lookup import resolve
     from cachetool.cache.scan import scan_cache
-    from cachetool.errors import UnknownFingerprint
-    from cachetool.history.index import UsageIndex
     from cachetool.history.ledger import Ledger
-    from cachetool.history.narrow import narrow_report
-    from cachetool.history.part import IndexedFingerprints, open_index
 
     mode: LineageMode = "all" if all else "descendants" if descendants else "chain"
     root_abs = os.path.abspath(os.path.expanduser(os.fspath(root)))
-    con = None if all_roots else open_index(root_abs)
-    report = None
-    if con is not None:
-        # A long-lived ledger: read only the records of the fingerprint's family, and scan only
-        # the folders that can hold the name's entry (the whole cache when only a scan can tell),
-        # with the usage of the index just opened, not a second.
-        narrowed = narrow_report(root_abs, fingerprint, con)
-        found = narrowed if narrowed is not None else scan_cache(root, usage=UsageIndex(con))
-        known = IndexedFingerprints(con)
-        try:
-            got = resolve(fingerprint, found, recorded=known)
-        except UnknownFingerprint:
-            # A name this root does not record (a step of a saved folder made from it) needs
-            # the other roots, and the whole scan.
-            got = None
-        if got is not None:
-            e = got.entry
-            named = {
-                got.fingerprint,
-                *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ()),
-            }
-            ledger = Ledger.load_part(root_abs, named, down=mode != "chain", index=con)
-            return lineage_view(
-                found,
-                fingerprint,
-                mode=mode,
-                include_internal=internal,
-                ledger=ledger,
-                recorded=known,
-            )
-        report = found if narrowed is None else None
     ledger = Ledger.load(root_abs, all_roots=all_roots)
-    report = report or scan_cache(root, ledger=ledger)  # the root's usage is the index's
+    report = scan_cache(root, ledger=ledger)
     return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
 
 
@@ -131,10 +94,8 @@ def lineage_view(
     include_internal: bool = False,
     all_roots: bool = False,
     ledger: Ledger | None = None,
-    recorded: KnownFingerprints | None = None,
 ) -> LineageView:
-    """`lineage` for a cache already scanned (`report`), with its ledger when already loaded
-    (`recorded`: every fingerprint of the root, when `ledger` holds a part of its records)."""
+    """`lineage` for a cache already scanned (`report`), with its ledger when already loaded."""
     from cachetool.cache.lookup import resolve
     from cachetool.history.graph import load_graph
     from cachetool.history.ledger import Ledger
@@ -142,7 +103,7 @@ def lineage_view(
     if ledger is None:
         ledger = Ledger.load(report.root, all_roots=all_roots)
     graph = load_graph(ledger, include_internal=include_internal)
-    got = resolve(prefix, report, ledger, recorded=recorded)
+    got = resolve(prefix, report, ledger)
     fp = got.recorded_as(graph.recorded)
     if mode == "descendants":
         items = graph.descendants(fp)
@@ -153,10 +114,9 @@ def lineage_view(
     fps = [x for _, x in items]
     unended = None
     if fp not in graph.recorded:
-        from cachetool.history.part import step_starts
         from cachetool.history.runs import unended_step
 
-        unended = unended_step(step_starts(report.root, ledger.records), fp)
+        unended = unended_step(ledger.records, fp)
     return LineageView(
         unended=unended,
         stale=_stale_notes(report.root, ledger, fps),

@@ -90,8 +90,8 @@ def read_partly(path: Path) -> bool:
     return (segment_size(path) or 0) > MAX_SEGMENT_BYTES
 
 
-def _read_capped(path: Path, warnings: list[str], start: int = 0) -> bytes | None:
-    """The bytes of a regular file from `start`, up to MAX_SEGMENT_BYTES into it; None (with a
+def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
+    """The first MAX_SEGMENT_BYTES of a regular file; None (with a
     warning) for anything else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
     try:
         fd = open_state(path)
@@ -107,17 +107,16 @@ def _read_capped(path: Path, warnings: list[str], start: int = 0) -> bytes | Non
             warnings.append(f"{path}: skipped: not a regular file")
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
-            f.seek(start)
-            data = f.read(MAX_SEGMENT_BYTES + 1 - start)
+            data = f.read(MAX_SEGMENT_BYTES + 1)
     except OSError as e:
         warnings.append(f"{path}: {e.strerror or e}")
         return None
     finally:
         os.close(fd)
-    if start + len(data) > MAX_SEGMENT_BYTES:
-        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES - start) + 1
+    if len(data) > MAX_SEGMENT_BYTES:
+        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES) + 1
         warnings.append(
-            f"{path}: read the first {start + cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
+            f"{path}: read the first {cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
         )
         data = data[:cut]
     return data
@@ -142,48 +141,22 @@ def read_segment(
     return _parse_lines(path, lines, sink, read_from)
 
 
-def read_segment_from(
-    path: Path, start: int, read_from: str | None = None
-) -> tuple[list[tuple[int, int, LedgerRecord]], int, int]:
-    """The records of the whole lines of a segment from byte `start` on, each with its offset and
-    length, the offset after the last whole line (where the next read starts: a line still being
-    written is left for then), and how many lines were skipped (`read_segment` names them)."""
-    data = _read_capped(path, [], start)
+def read_segment_from(path: Path) -> tuple[list[tuple[int, int, LedgerRecord]], int, int]:
+    """The records of the whole lines of a segment, each with its offset and length, the offset
+    after the last whole line, and how many lines were skipped (`read_segment` names them)."""
+    data = _read_capped(path, [])
     if not data:
-        return [], start, 0
+        return [], 0, 0
     whole = data.rfind(b"\n") + 1
     out = []
     sink: list[str] = []
     at = 0
     for number, line in enumerate(data[:whole].split(b"\n")[:-1], 1):
-        rec = _parse_line(path, number, line, sink, read_from)
+        rec = _parse_line(path, number, line, sink, None)
         if rec is not None:
-            out.append((start + at, len(line), rec))
+            out.append((at, len(line), rec))
         at += len(line) + 1
-    return out, start + whole, len(sink)
-
-
-def read_records_at(
-    path: Path, spans: list[tuple[int, int]], read_from: str | None = None
-) -> list[LedgerRecord]:
-    """The records of the lines at `spans` (offset, length) of a segment (`read_segment_from`
-    gave them): a few records of a long ledger without reading the rest."""
-    out = []
-    sink: list[str] = []
-    try:
-        fd = open_state(path)
-    except OSError:  # compacted since the index was read (the next command reads it), or not a file
-        return []
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return []
-        for offset, length in spans:
-            rec = _parse_line(path, 0, os.pread(fd, length, offset), sink, read_from)
-            if rec is not None:
-                out.append(rec)
-    finally:
-        os.close(fd)
-    return out
+    return out, whole, len(sink)
 
 
 def _parse_lines(

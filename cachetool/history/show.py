@@ -103,24 +103,11 @@ def _show_entry(
     from cachetool.cache.pins import read_pins
     from cachetool.cache.query import is_pinned
     from cachetool.errors import CachetoolError
-    from cachetool.history import part
     from cachetool.history.ledger import Ledger
 
-    con = part.open_index(root_path)
-    known: part.IndexedFingerprints | None = None
-    if con is None:
-        ledger = Ledger.load(root_path, follow=False)
-        report = scan(ledger)
-    else:
-        # A long-lived ledger: read only the records of the fingerprints the name stands for.
-        report = scan(True)
-        known = part.IndexedFingerprints(con)
-        probe = resolve(fingerprint, report, recorded=known)
-        e = probe.entry
-        named = {probe.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
-        some = part.records_of(con, root_path, named)
-        ledger = Ledger.of_records(root_path, some, part.segment_paths(con), follow=False)
-    got = resolve(fingerprint, report, ledger, recorded=known)
+    ledger = Ledger.load(root_path, follow=False)
+    report = scan(ledger)
+    got = resolve(fingerprint, report, ledger)
     entry = got.entry
     if entry is None:
         return EntryReport(report, got.fingerprint, None, tuple(ledger.for_result(got.fingerprint)))

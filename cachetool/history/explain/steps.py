@@ -33,7 +33,7 @@ from cachetool.history.explain.stale import (
     stale_input,
     with_removals,
 )
-from cachetool.history.explain.view import LedgerView, load_part_view, load_view
+from cachetool.history.explain.view import LedgerView, load_view
 from cachetool.history.records import RunEndRecord, RunStartRecord, StepRecord
 from cachetool.history.runs import failure, interruption
 
@@ -134,14 +134,8 @@ def explain_fingerprint(
 
     The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
     every known cache root too (`--all-roots`)."""
-    part = None
-    if view is None and not all_roots:
-        part = load_part_view(root, fingerprint=fingerprint, history=history)
-    if part is not None:
-        view, fp = part
-    else:
-        view = view or load_view(root, all_roots=all_roots)
-        fp = resolve_fingerprint(view, fingerprint)
+    view = view or load_view(root, all_roots=all_roots)
+    fp = resolve_fingerprint(view, fingerprint)
     made = view.by_result.get(fp, [])
     recs = [r for r in made if fp not in r.parents and view.own(r)] or [
         r for r in made if fp not in r.parents
@@ -182,10 +176,9 @@ def explain_fingerprint(
 def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
     """When a step began to make `fp` in a run killed in it: say so (the run was traced)."""
     from cachetool.errors import CachetoolError
-    from cachetool.history.part import step_starts
     from cachetool.history.runs import unended_step
 
-    start = unended_step(step_starts(root, view.ledger.records if view.ledger else ()), fp)
+    start = unended_step(view.ledger.records if view.ledger else (), fp)
     if start is None:
         return
     site = start.call_site
@@ -246,14 +239,8 @@ def explain_run(
     of the root (or of `script`) unless `run` names one.
 
     The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
-    part = None
-    if view is None and not all_roots and script is None:
-        part = load_part_view(root, run=run)
-    if part is not None:
-        view, run_id = part
-    else:
-        view = view or load_view(root, all_roots=all_roots)
-        run_id = run or last_run(view, script)
+    view = view or load_view(root, all_roots=all_roots)
+    run_id = run or last_run(view, script)
     # The run's steps in the other roots the view read (a save_to_disk folder the run mapped in
     # after load_from_disk; the cache root its saved data came from): their stale results count.
     every = sorted((r for r in view.steps if r.run == run_id), key=lambda r: r.seq)

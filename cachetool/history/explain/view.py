@@ -8,7 +8,6 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from cachetool.history.index import fn_key, moved_key, site_key
 from cachetool.history.ledger import Ledger
 from cachetool.history.records import (
     FunctionRef,
@@ -19,6 +18,7 @@ from cachetool.history.records import (
     StepRecord,
     TransformRecord,
 )
+from cachetool.history.records.steps import fn_key, moved_key, site_key
 
 
 class LedgerView:
@@ -197,43 +197,6 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     the origins of inputs recorded in other roots (every known root with `all_roots`)."""
     ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
     return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
-
-
-def load_part_view(
-    root: str | os.PathLike[str], *, fingerprint: str | None = None, run: str | None = None, history: int = 0
-) -> tuple[LedgerView, str] | None:
-    """A long-lived ledger's records that `explain` of `fingerprint` (or of run `run`, else of
-    the latest run) reads, indexed, read through the ledger index (`cachetool.history.part`),
-    with the fingerprint `fingerprint` names (or the run's id). None when the index cannot
-    serve it (a damaged line, a name only another root records): then the whole ledger is read."""
-    from cachetool.cache.lookup import resolve
-    from cachetool.cache.scan import scan_cache
-    from cachetool.errors import CachetoolError
-    from cachetool.history import part
-    from cachetool.history.narrow import narrow_report
-
-    root_abs = Path(os.path.abspath(os.fspath(root)))
-    con = part.open_index(root_abs)
-    if con is None:
-        return None
-    if fingerprint is None:
-        run_id = run or part.latest_run(con)
-        if run_id is None:
-            return None
-        records = part.explain_records(con, root_abs, run=run_id)
-        ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
-        return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
-    try:
-        report = narrow_report(root_abs, fingerprint, con, usage=False) or scan_cache(root_abs, ledger=False)
-        got = resolve(fingerprint, report, recorded=part.IndexedFingerprints(con))
-    except CachetoolError:  # unknown here (another root may know it), or ambiguous: said by the whole
-        return None
-    e = got.entry
-    named = {got.fingerprint, *((x for x in (e.fingerprint, *e.aliases) if x) if e is not None else ())}
-    records = part.explain_records(con, root_abs, fps=named, history=history)
-    ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
-    view = LedgerView(ledger.root, ledger.records, ledger.warnings, ledger)
-    return view, got.recorded_as(view.by_result)
 
 
 def first_line(item: FunctionRef) -> int:

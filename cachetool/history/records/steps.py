@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -251,3 +252,32 @@ class CheckpointRecord(StepRecord):
     digest of the object, `args["value"]` its repr (and tree)."""
 
     TYPE: ClassVar[str] = "checkpoint"
+
+
+def site_key(rec: StepRecord, realpaths: dict[str, str] | None = None) -> tuple[object, ...] | None:
+    """The same call site: operation, file (its real path, cached in `realpaths`) and line."""
+    site = rec.call_site
+    if site is None or not site.file:
+        return None
+    real = realpaths.get(site.file) if realpaths is not None else None
+    if real is None:
+        real = os.path.realpath(site.file)
+        if realpaths is not None:
+            realpaths[site.file] = real
+    return (rec.operation, real, site.line)
+
+
+def fn_key(rec: StepRecord) -> tuple[object, ...] | None:
+    """The same function: operation, qualified name and file."""
+    fn = rec.function
+    if fn is None or not fn.qualname:
+        return None
+    return (rec.operation, fn.qualname, fn.file)
+
+
+def moved_key(rec: StepRecord) -> tuple[object, ...] | None:
+    """The same function moved to another file: operation, name, code and inputs."""
+    fn = rec.function
+    if fn is None or not fn.qualname or not fn.code_hash:
+        return None
+    return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
