@@ -22,7 +22,7 @@ from cachetool.determinism.analysis import analyze
 from cachetool.determinism.render import human_lines
 from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism
 from cachetool.errors import ExitCode
-from cachetool.history.records import ArgInfo
+from cachetool.history.records.parts import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
 from tests.corpus_pipeline import causes_of, check_once, lines_of, once
 

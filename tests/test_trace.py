@@ -21,7 +21,7 @@ except ImportError:
 
 from cachetool.history.graph import LineageGraph, load_graph
 from cachetool.history.ledger import read_ledger
-from cachetool.history.records import StepRecord
+from cachetool.history.records.steps import StepRecord
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,8 @@ from cachetool.history.show import fingerprint_check
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheFile, Entry
-    from cachetool.history.records import CallSite, StepRecord
+    from cachetool.history.records.parts import CallSite
+    from cachetool.history.records.steps import StepRecord
     from cachetool.history.show import EntryReport
 
 

@@ -13,7 +13,7 @@ from cachetool.determinism.events import Event
 from cachetool.determinism.model import ORDER_KEYS, Cause, SourceDiff, Step
 from cachetool.determinism.state import StateChange
 from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
-from cachetool.history.records import ArgInfo
+from cachetool.history.records.parts import ArgInfo
 
 __all__ = ["ArgDiffs", "arg_diffs", "random_cause", "same_story", "source_cause", "state_cause"]
 

@@ -52,7 +52,8 @@ def checkpoint(name: str, obj: Any) -> str | None:
         return None
     from cachetool.fingerprint.hashing import try_hash
     from cachetool.fingerprint.tree import build_tree, short_repr
-    from cachetool.history.records import ArgInfo, CallSite, CheckpointRecord, RandomFallback
+    from cachetool.history.records.parts import ArgInfo, CallSite, RandomFallback
+    from cachetool.history.records.steps import CheckpointRecord
 
     frame = sys._getframe(1)
     tree = build_tree(obj) if trees else None

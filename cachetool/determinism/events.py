@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachetool.history.records import BadRecord, StepRecord, parse_record
+from cachetool.history.records.fields import BadRecord
+from cachetool.history.records.parse import parse_record
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.segments import read_segment
 
 __all__ = ["Event", "EventsFile", "as_events", "load_events", "read_events"]

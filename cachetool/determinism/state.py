@@ -19,7 +19,7 @@ from cachetool.determinism.events import Event
 from cachetool.fingerprint.diff import Culprit, diff_trees
 from cachetool.fingerprint.hints import state_change_hint
 from cachetool.fingerprint.tree import iter_nodes, node_at, part_key
-from cachetool.history.records import ArgInfo
+from cachetool.history.records.parts import ArgInfo
 
 __all__ = ["StateChange", "state_changes"]
 

@@ -71,9 +71,7 @@ from cachetool.history.compact_files import (
     write_compacted,
 )
 from cachetool.history.compact_passes import Segment, first_pass, living_fingerprints, needed, second_pass
-from cachetool.history.records import (
-    CompactionRecord,
-)
+from cachetool.history.records.compacted import CompactionRecord
 from cachetool.history.segments import (
     segment_size,
 )

@@ -14,15 +14,11 @@ from pathlib import Path
 from cachetool.cache.roots import SEGMENT_SUFFIX
 from cachetool.errors import CachetoolError
 from cachetool.history.follow import source_hashes
-from cachetool.history.records import (
-    CompactionRecord,
-    GcRecord,
-    LedgerRecord,
-    RunEndRecord,
-    RunSummaryRecord,
-    SourceRecord,
-    StepRecord,
-)
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.compacted import CompactionRecord, RunSummaryRecord
+from cachetool.history.records.other import GcRecord, SourceRecord
+from cachetool.history.records.runs import RunEndRecord
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.segments import COMPACTED_PREFIX, read_segment_from, replaced_segments, still_replaced
 from cachetool.history.summaries import bounded, summaries, trimmed
 from cachetool.history.writer import ENCODER

@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 
 from cachetool.cache.roots import known_roots
-from cachetool.history.records import LedgerRecord, SaveRecord, SourceRecord, StepRecord
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.other import SourceRecord
+from cachetool.history.records.steps import SaveRecord, StepRecord
 from cachetool.history.segments import iter_segments, read_segment
 
 

@@ -16,7 +16,7 @@ import platform
 from collections.abc import Sequence
 
 from cachetool.history.ledger import Ledger, read_ledger
-from cachetool.history.records import GcRecord
+from cachetool.history.records.other import GcRecord
 from cachetool.history.writer import RECORD_VERSION, LedgerWriter
 
 GC_TYPE = "gc"

@@ -15,12 +15,9 @@ from pathlib import Path
 
 from cachetool.history.hosts import where_sentence
 from cachetool.history.ledger import Ledger
-from cachetool.history.records import (
-    GcRecord,
-    LedgerRecord,
-    SaveRecord,
-    StepRecord,
-)
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.other import GcRecord
+from cachetool.history.records.steps import SaveRecord, StepRecord
 from cachetool.history.step import FileNow, Step
 
 #: Arguments that say nothing a reader needs in a one-line summary.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachetool.formatting import human_duration
-from cachetool.history.records import StepRecord
+from cachetool.history.records.steps import StepRecord
 
 __all__ = ["Computation", "ConcurrentComputation", "concurrent_computations", "where_sentence"]
 

@@ -139,14 +139,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachetool.history.follow import order_key, read_other_roots, read_root, saves_in_other_roots
-from cachetool.history.records import (
-    GcRecord,
-    LedgerRecord,
-    RunSummaryRecord,
-    SaveRecord,
-    SourceRecord,
-    StepRecord,
-)
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.compacted import RunSummaryRecord
+from cachetool.history.records.other import GcRecord, SourceRecord
+from cachetool.history.records.steps import SaveRecord, StepRecord
 from cachetool.history.usage import Usage, usage_of
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.history.ledger import Ledger
-    from cachetool.history.records import StepStartRecord
+    from cachetool.history.records.runs import StepStartRecord
     from cachetool.history.step import Step
 
 LineageMode = Literal["chain", "descendants", "all"]

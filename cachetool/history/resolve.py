@@ -48,7 +48,7 @@ def roots_recording(root: Path, name: str) -> list[str]:
     (a `save_to_disk` folder of a state made in `root`, where a map after `load_from_disk` wrote).
     Sorted; empty for a path or an empty name."""
     from cachetool.history.ledger import Ledger
-    from cachetool.history.records import StepRecord
+    from cachetool.history.records.steps import StepRecord
 
     key = cache_file_key(name)
     if os.sep in name or not key:  # a path; or the empty name, which every fingerprint starts with

@@ -16,13 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cachetool.history.records import (
-    LedgerRecord,
-    RunEndRecord,
-    RunStartRecord,
-    StepRecord,
-    StepStartRecord,
-)
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
+from cachetool.history.records.steps import StepRecord
 
 __all__ = [
     "Failure",

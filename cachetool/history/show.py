@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheFile, CacheReport, Entry
     from cachetool.history.ledger import Ledger
-    from cachetool.history.records import StepRecord
+    from cachetool.history.records.steps import StepRecord
 
 #: The fingerprint written inside a file, against the entry's: the same (`matches`; a shard of a
 #: `num_proc` map holds `<fp>_00000_of_00002`), another one (`differs`), or none written (`none`).

@@ -31,7 +31,8 @@ from cachetool.cache.store import read_state_json, write_whole
 from cachetool.errors import CachetoolError
 from cachetool.history.hosts import concurrent_computations
 from cachetool.history.ledger import Ledger
-from cachetool.history.records import RunSummaryRecord, StepRecord
+from cachetool.history.records.compacted import RunSummaryRecord
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.stats_report import Counts, Group, RandomReason, StatsReport
 from cachetool.history.summaries import COUNTED, written_bytes
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachetool.formatting import human_size, iso_time
-from cachetool.history.records import CallSite, FunctionInfo, RandomFallback, SourceInfo, StepRecord
+from cachetool.history.records.parts import CallSite, FunctionInfo, RandomFallback, SourceInfo
+from cachetool.history.records.steps import StepRecord
 
 __all__ = ["FileNow", "Step"]
 

@@ -7,13 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from cachetool.history.records import (
-    LedgerRecord,
-    RunEndRecord,
-    RunStartRecord,
-    RunSummaryRecord,
-    StepRecord,
-)
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.compacted import RunSummaryRecord
+from cachetool.history.records.runs import RunEndRecord, RunStartRecord
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.writer import RECORD_VERSION
 
 #: Summaries of single runs kept; older ones are merged into one (the ledger stays bounded).

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cachetool.history.records import RunSummaryRecord, StepRecord
+from cachetool.history.records.compacted import RunSummaryRecord
+from cachetool.history.records.steps import StepRecord
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cache.layout import LEFTOVER_KINDS, Kind
 
 if TYPE_CHECKING:
-    from cachetool.history.records import StepRecord
+    from cachetool.history.records.steps import StepRecord
 
 
 @dataclass(frozen=True)

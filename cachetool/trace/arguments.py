@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from cachetool.history.records import ArgInfo, FunctionInfo, RandomFallback
+from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback
 from cachetool.trace.calls import Frame, HashEvent
 from cachetool.trace.describe import (
     describe_value,

@@ -13,7 +13,9 @@ import threading
 import time
 from typing import Any
 
-from cachetool.history.records import CallSite, LedgerRecord, StepRecord
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.parts import CallSite
+from cachetool.history.records.steps import StepRecord
 from cachetool.trace.roots import abs_path
 
 __all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetool.history.records import ColumnHead
+from cachetool.history.records.parts import ColumnHead
 
 __all__ = [
     "COLUMN_HEAD",

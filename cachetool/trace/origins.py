@@ -10,7 +10,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cachetool.history.records import DataFile, FileRecord, RootRecord, SaveRecord, SourceInfo, StepRecord
+from cachetool.history.records.parts import DataFile, FileRecord, SourceInfo
+from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord
 from cachetool.trace.calls import Frame
 from cachetool.trace.roots import abs_path, cache_files, local_path, split_of
 

@@ -14,18 +14,10 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypedDict
 
-from cachetool.history.records import (
-    FileRecord,
-    FunctionInfo,
-    RootRecord,
-    RunEndRecord,
-    RunStartRecord,
-    SourceInfo,
-    SourceRecord,
-    StepRecord,
-    StepStartRecord,
-    TransformRecord,
-)
+from cachetool.history.records.other import SourceRecord
+from cachetool.history.records.parts import FileRecord, FunctionInfo, SourceInfo
+from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
+from cachetool.history.records.steps import RootRecord, StepRecord, TransformRecord
 from cachetool.history.writer import RECORD_VERSION
 from cachetool.trace import origins
 from cachetool.trace.arguments import SOURCES, Arguments, Hashed

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import socket
 
-from cachetool.history.records import LedgerRecord, StepRecord
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.writer import LedgerWriter, SegmentWriter
 from cachetool.trace.install import warn
 

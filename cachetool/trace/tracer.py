@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cachetool.history.records import LedgerRecord, StepRecord
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.writer import ENCODER
 from cachetool.trace.arguments import Arguments
 from cachetool.trace.calls import Calls, Frame, Watch

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from cachetool.errors import CachetoolError
 from cachetool.formatting import clock_time
-from cachetool.history.records import StepRecord
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import Failure, Interruption
 
 #: What differs between a step and the sibling it is compared with (the table in
@@ -44,7 +44,7 @@ ReasonKind = Literal[
 StepStatus = Literal["computed", "loaded", "partial", "no file"]
 #: One fingerprint explained, or every computed step of a run.
 ExplainMode = Literal["fingerprint", "run"]
-#: Why a step ran without a persistent cache (`cachetool.history.records.UNCACHED_REASONS`).
+#: Why a step ran without a persistent cache (`cachetool.history.records.steps.UNCACHED_REASONS`).
 UncachedReason = Literal["in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false"]
 
 

@@ -9,7 +9,9 @@ from cachetool.formatting import clock_time
 from cachetool.history.explain.model import Reason, StepRef
 from cachetool.history.explain.sources import line_changes
 from cachetool.history.explain.view import LedgerView
-from cachetool.history.records import ArgInfo, FunctionInfo, GcRecord, RandomFallback, SourceInfo, StepRecord
+from cachetool.history.records.other import GcRecord
+from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
+from cachetool.history.records.steps import StepRecord
 
 #: Arguments `datasets` hashes that do not change the data a step produces.
 NON_SEMANTIC = frozenset(

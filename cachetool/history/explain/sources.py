@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cachetool.history.explain.model import LineChange
 from cachetool.history.explain.view import first_line
-from cachetool.history.records import FunctionRef
+from cachetool.history.records.parts import FunctionRef
 
 _MAX_LINES = 6
 

@@ -24,7 +24,8 @@ from cachetool.history.explain.sources import (
     tokens,
 )
 from cachetool.history.explain.view import LedgerView, first_line, load_view
-from cachetool.history.records import FunctionInfo, FunctionRef, StepRecord
+from cachetool.history.records.parts import FunctionInfo, FunctionRef
+from cachetool.history.records.steps import StepRecord
 
 
 def _by_reference_parts(fn: FunctionInfo) -> list[FunctionRef]:

@@ -34,7 +34,8 @@ from cachetool.history.explain.stale import (
     with_removals,
 )
 from cachetool.history.explain.view import LedgerView, load_view
-from cachetool.history.records import RunEndRecord, RunStartRecord, StepRecord
+from cachetool.history.records.runs import RunEndRecord, RunStartRecord
+from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import failure, interruption
 
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}

@@ -9,16 +9,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from cachetool.history.ledger import Ledger
-from cachetool.history.records import (
-    FunctionRef,
-    LedgerRecord,
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.compacted import RunSummaryRecord
+from cachetool.history.records.other import SourceRecord
+from cachetool.history.records.parts import FunctionRef
+from cachetool.history.records.steps import (
     RootRecord,
-    RunSummaryRecord,
-    SourceRecord,
     StepRecord,
     TransformRecord,
+    fn_key,
+    moved_key,
+    site_key,
 )
-from cachetool.history.records.steps import fn_key, moved_key, site_key
 
 
 class LedgerView:
