@@ -134,6 +134,7 @@ GONE = {
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
     "cachetool.history.narrow.narrow_report",
+    "cachetool.history.usage",
 }
 
 

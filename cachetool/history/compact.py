@@ -30,7 +30,7 @@ readers read of one segment (`MAX_SEGMENT_BYTES`): past it, the records kept who
 the gc history) would be lost to lineage; the ledger is then left as it is, with a warning.
 
 What the ledger's usage needs of a summarised run (last use, hits, misses, random fingerprints:
-`cachetool.history.usage.Usage`) is in its summary, so `ls`, `gc` and `verify` see the same
+`cachetool.history.ledger.Usage`) is in its summary, so `ls`, `gc` and `verify` see the same
 usage. `explain` compares a step only with the runs kept whole; `stats` counts summarised runs in
 its totals, not by call site or dataset.
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cachetool.cache.roots import SEGMENT_SUFFIX
 from cachetool.errors import CachetoolError
-from cachetool.history.follow import source_hashes
+from cachetool.history.ledger import source_hashes
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.compacted import CompactionRecord, RunSummaryRecord
 from cachetool.history.records.other import GcRecord, SourceRecord
