@@ -38,7 +38,7 @@ _LAZY = {
     "tracing": "cachetool.trace",
     "install_tracing": "cachetool.trace",
     "lineage": "cachetool.history.query",
-    "load_graph": "cachetool.history.graph",
+    "load_graph": "cachetool.history.query",
     # verify
     "verify_cache": "cachetool.maintenance.verify",
     "quarantined": "cachetool.maintenance.verify",

@@ -19,8 +19,8 @@ except ImportError:
     from conftest import cachetool_run, shared_session_dir  # type: ignore[no-redef]
     from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env  # type: ignore[no-redef]
 
-from cachetool.history.graph import LineageGraph, load_graph
 from cachetool.history.ledger import read_ledger
+from cachetool.history.query import LineageGraph, load_graph
 from cachetool.history.records.steps import StepRecord
 
 pytestmark = pytest.mark.slow

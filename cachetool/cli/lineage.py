@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 
 if TYPE_CHECKING:
-    from cachetool.history.query import LineageView
-    from cachetool.history.step import Step
+    from cachetool.history.query import LineageView, Step
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 

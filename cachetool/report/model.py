@@ -112,8 +112,8 @@ def build_report(
     import time
 
     from cachetool.cache.scan import scan_cache
-    from cachetool.history.graph import load_graph
     from cachetool.history.ledger import Ledger
+    from cachetool.history.query import load_graph
 
     now = time.time() if now is None else now
     ledger = Ledger.load(Path(root).expanduser().resolve())
