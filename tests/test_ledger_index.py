@@ -126,7 +126,7 @@ def test_lineage_read_through_the_index_is_the_lineage_of_every_record(tmp_path:
     gc = {"v": 1, "type": "gc", "seq": 0, "time": 500.0, "action": "removed", "fingerprint": "b0"}
     gc |= {"aliases": [], "kind": "transform", "path": "/x", "paths": ["/x"], "size": 1, "files": 1}
     LedgerWriter(pid=9, start=9.0).append(str(root), gc)
-    report = scan_cache(root)
+    report = scan_cache(root, usage=usage_by_fingerprint(root))
     assert open_index(root) is not None  # every record reads: lineage takes the index
     for fp in ("b0", "a0", "c2"):
         for mode, keywords in (("chain", {}), ("descendants", {"descendants": True}), ("all", {"all": True})):

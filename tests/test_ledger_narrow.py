@@ -16,6 +16,7 @@ from cachetool.cache.lookup import Resolved, resolve
 from cachetool.cache.scan import scan_cache
 from cachetool.errors import CachetoolError
 from cachetool.history.index import UsageIndex
+from cachetool.history.ledger import usage_by_fingerprint
 from cachetool.history.narrow import narrow_report
 from cachetool.history.part import IndexedFingerprints, open_index
 
@@ -106,7 +107,7 @@ def test_lineage_and_explain_of_a_named_fingerprint_are_those_of_the_whole_scan(
     root = Path(golden["cache"]).resolve()
     con = open_index(root)
     assert con is not None
-    report = scan_cache(root)
+    report = scan_cache(root, usage=usage_by_fingerprint(root))
     fps = [
         e.fingerprint for e in report.entries if e.fingerprint and e.fingerprint in IndexedFingerprints(con)
     ]

@@ -119,7 +119,7 @@ def lineage(
             )
         report = found if narrowed is None else None
     ledger = Ledger.load(root_abs, all_roots=all_roots)
-    report = report or scan_cache(root, ledger=ledger)  # the root's usage is the index's
+    report = report or scan_cache(root, usage=ledger.usage())
     return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
 
 

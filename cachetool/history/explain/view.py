@@ -224,7 +224,7 @@ def load_part_view(
         ledger = Ledger.of_records(root_abs, records, part.segment_paths(con))
         return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger), run_id
     try:
-        report = narrow_report(root_abs, fingerprint, con, usage=False) or scan_cache(root_abs, ledger=False)
+        report = narrow_report(root_abs, fingerprint, con, usage=False) or scan_cache(root_abs)
         got = resolve(fingerprint, report, recorded=part.IndexedFingerprints(con))
     except CachetoolError:  # unknown here (another root may know it), or ambiguous: said by the whole
         return None
