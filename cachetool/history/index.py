@@ -283,7 +283,7 @@ def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection
         con.commit()
         if rebuild and _mostly_free(con):
             con.execute("VACUUM")  # a compacted ledger's index shrinks with it
-        from cachetool.cache.index import image_of
+        from cachetool.cache.store import image_of
 
         write_whole(db, image_of(con), mode=0o644)
     return con
@@ -292,8 +292,7 @@ def up_to_date(db: Path, root: Path, segments: list[_Seg]) -> sqlite3.Connection
 def _load(db: Path) -> sqlite3.Connection:
     """The index kept at `db` in memory, or an empty one when there is none or it is not an
     SQLite database of ours (rebuilt then)."""
-    from cachetool.cache.index import connect_image
-    from cachetool.cache.store import read_state
+    from cachetool.cache.store import connect_image, read_state
     from cachetool.safejson import BadJsonFile
 
     try:
