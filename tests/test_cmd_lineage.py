@@ -164,7 +164,9 @@ def test_unknown_and_ambiguous_fingerprints_are_usage_errors(runs: PipelineRuns,
 
 def test_scan_attaches_recorded_parent_and_operation(runs: PipelineRuns, cli: CliRunner) -> None:
     """What `ls` and `show` read: recorded parent and operation on the entries of the cache."""
-    report = scan_cache(runs.cache)
+    from cachetool.history.ledger import usage_by_fingerprint
+
+    report = scan_cache(runs.cache, usage=usage_by_fingerprint(runs.cache))
     by_fp = {e.fingerprint: e for e in report.entries if e.fingerprint}
     fp = runs.fps
     assert (by_fp[fp["map"]].parent, by_fp[fp["map"]].operation) == (fp["csv"], "map")

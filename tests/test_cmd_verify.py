@@ -31,7 +31,7 @@ def clean_copy(real_cache: dict[str, Any], dest: Path) -> Path:
     """A copy of the real cache without the damage the builder planted on purpose."""
     root = dest / "cache"
     shutil.copytree(real_cache["cache"], root, symlinks=True)
-    report = scan_cache(root, use_index=False, ledger=False)
+    report = scan_cache(root, use_index=False)
     for e in report.entries:
         planted = e.kind in (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE) or (
             e.fingerprint == real_cache["partial_shards"]

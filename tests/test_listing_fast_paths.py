@@ -117,8 +117,6 @@ def test_ls_json_text_is_what_json_dumps_writes(real_cache: dict[str, Any], tmp_
     for pins in (frozenset(), pinned):
         text = "".join(ls_document_text(report, entries, pins))
         assert text == json.dumps(envelope(ls_document(report, entries, pins)))
-    for e in entries:
-        assert e.to_json_text() == json.dumps(e.to_json())
     proc = subprocess.run(
         [sys.executable, "-m", "cachetool", "ls", str(root), "--json"],
         env=hf_env(tmp_path),
@@ -238,8 +236,6 @@ def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
     report = scan_cache(root, usage=usage)
     entries = list(report.entries)
     assert {e.parent for e in entries} >= {"p0", "pé→", None}
-    for e in entries:
-        assert e.to_json_text() == json.dumps(e.to_json())
     pinned = frozenset({entries[1].id})
     text = "".join(ls_document_text(report, entries, pinned))
     assert text == json.dumps(envelope(ls_document(report, entries, pinned)))

@@ -100,7 +100,7 @@ def test_read_commands_leave_every_path_of_the_root_as_it_was(
         assert result.exit_code == 0, (args, result.output)
         assert _state(root) == before, (args, set(_state(root).items()) ^ set(before.items()))
     kept = {p.name for p in (tmp_path / "home" / "derived").rglob("*") if p.is_file()}
-    assert "read-index.sqlite.z" in kept, kept
+    assert "read-index.z" in kept, kept
     (folder,) = (tmp_path / "home" / "derived" / "roots").iterdir()
     assert folder.stat().st_mode & 0o077 == 0, oct(folder.stat().st_mode)  # the user's alone
 

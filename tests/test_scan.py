@@ -140,8 +140,8 @@ def test_second_scan_uses_the_read_index_and_gives_the_same_report(real_cache: d
     from cachetool.cache.dirs import derived_dir
 
     kept = derived_dir(real_cache["cache"])
-    assert kept is not None and (kept / "read-index.sqlite.z").is_file()
-    assert not (Path(real_cache["cache"]) / ".cachetool" / "read-index.sqlite.z").exists()
+    assert kept is not None and (kept / "read-index.z").is_file()
+    assert not (Path(real_cache["cache"]) / ".cachetool" / "read-index.z").exists()
 
 
 def test_prefix_lookup(report: CacheReport, real_cache: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """The files cachetool keeps (in `<root>/.cachetool/`, and what it derives in the user's cache
 folder) are written whole through a temporary file (`cachetool.cache.store`); a writer killed
-between the two leaves `.ls-json-*`, `.read-index-*`, `.checksums-*` or `.schema-verdicts-*`
+between the two leaves `.read-index-*`, `.checksums-*` or `.schema-verdicts-*`
 behind, and the next write of that file removes the ones older than an hour."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cachetool.cache.layout import LEDGER_DIR
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 
-DERIVED = (".ls-json-k1ll3d0", ".read-index-k1ll3d0", ".schema-verdicts-k1ll3d0")
+DERIVED = (".read-index-k1ll3d0", ".schema-verdicts-k1ll3d0")
 IN_ROOT = (".checksums-k1ll3d0",)
 
 
@@ -31,7 +31,7 @@ def _leave(folder: Path, names: tuple[str, ...], suffix: str, age: float) -> lis
 
 @pytest.mark.slow
 def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> None:
-    """`ls` (read index, kept text) and `verify --deep --record` (checksums in the root, schema
+    """`ls` (read index) and `verify --deep --record` (checksums in the root, schema
     verdicts in the user's folder) remove their files' temporary files older than an hour;
     younger ones (a write under way on another host, however unlikely) and other files of the
     folder stay."""
@@ -44,10 +44,10 @@ def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> 
     derived.mkdir(parents=True)
     old = _leave(derived, DERIVED, "", 2 * 3600) + _leave(folder, IN_ROOT, "", 2 * 3600)
     young = _leave(derived, DERIVED, "y", 60) + _leave(folder, IN_ROOT, "y", 60)
-    mine = derived / ".ls-json-notes.txt.d"
+    mine = derived / ".read-index-notes.txt.d"
     mine.mkdir()
     os.utime(mine, (0, 0))
-    for _ in range(2):  # the first listing writes the read index, the second the kept text
+    for _ in range(2):  # the first listing writes the read index
         assert invoke("ls", str(root), "--json").exit_code == 0
     assert [p.name for p in old if p.exists()] == [".schema-verdicts-k1ll3d0", ".checksums-k1ll3d0"]
     assert invoke("verify", "--cache-dir", str(root), "--deep", "--record").exit_code == 0
@@ -58,7 +58,7 @@ def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> 
 @pytest.mark.slow
 def test_a_ledger_folder_that_is_a_symlink_is_never_cleaned(isolated_env: Path) -> None:
     """`<root>/.cachetool` pointing out of the root: what lies there is not the root's to remove,
-    and nothing is written there (the read index, the kept text and the checksums stay unwritten;
+    and nothing is written there (the read index and the checksums stay unwritten;
     `verify --record` says the checksums could not be stored)."""
     root = isolated_env / "cache"
     synthesize_cache(root, 6)

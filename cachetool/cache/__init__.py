@@ -3,7 +3,7 @@
 Owns what is on disk in a root and where cachetool's state lives: the scan and its `Entry`, the
 read index, the naming rule (`lookup.resolve`), the pins file (`pins`), the ledger's folders and
 the per-user registry of roots (`roots`). May import `fingerprint` and the base modules
-(`errors`, `formatting`, `safejson`, `processes`, `annotations`, `hints`). What the ledger says
-of an entry comes in as data (`scan_cache(usage=...)`); two imports still climb (`scan` reads the
-ledger's usage when not given it, `nondata` asks `maintenance.liveness`), listed in pyproject.toml.
+(`errors`, `formatting`, `safejson`, `processes`, `annotations`, `hints`). What a higher layer
+knows comes in as data: the ledger's usage (`scan_cache(usage=...)`) and live processes
+(`scan_cache(liveness=...)`).
 """

@@ -73,11 +73,9 @@ class ArrowSummary:
             return None
         return features if isinstance(features, dict) else None
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
-        # dataclasses with slots learned to pickle in 3.11), and arrives sharing the columns and
-        # metadata template of the summaries already here.
-        return _shared_summary, (
+    def fields(self) -> tuple[Any, ...]:
+        """The values `shared_summary` makes the summary of again (what the read index keeps)."""
+        return (
             self.format,
             self.rows,
             self.batches,
@@ -88,12 +86,18 @@ class ArrowSummary:
             self.error,
         )
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
+        # dataclasses with slots learned to pickle in 3.11), and arrives sharing the columns and
+        # metadata template of the summaries already here.
+        return shared_summary, self.fields()
+
 
 _Columns = tuple[tuple[str, str], ...]
 _COLUMNS: dict[_Columns, _Columns] = {}
 
 
-def _shared_summary(
+def shared_summary(
     format: str,
     rows: int | None,
     batches: int | None,
@@ -103,6 +107,7 @@ def _shared_summary(
     eos: bool,
     error: str | None,
 ) -> ArrowSummary:
+    """The summary of these values, sharing its columns and metadata template with the others."""
     shared = _COLUMNS.get(columns)
     if shared is None:
         if len(_COLUMNS) > 10_000:

@@ -11,7 +11,7 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.entries import derived_entry, plain_arrow_entry, shard_set_entry, source_entry
 from cachetool.cache.layout import Kind, parse_cache_file
-from cachetool.cache.model import CacheFile, DatasetDir, Entry
+from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry
 from cachetool.cache.nondata import NonDataWalker
 from cachetool.cache.recognize import (
     is_count,
@@ -22,7 +22,7 @@ from cachetool.cache.recognize import (
     read_json,
     relative_data_dir,
 )
-from cachetool.cache.walk import Candidates, Item, item_name, list_dir, list_dir_split
+from cachetool.cache.walk import Item, list_dir
 from cachetool.fingerprint.plain import loaded_fingerprint
 
 
@@ -56,25 +56,12 @@ class Scanner(NonDataWalker):
     def _walk_folder(self, path: Path, unit: Path | None, dataset_hint: DatasetDir | None) -> None:
         """Classify the folder `path`: a saved dataset (dict), an interrupted save, a builder's
         folder, or files of any other folder; its subfolders go to `walk`."""
-        candidates: Candidates | None = None
-        if self.lean is None:
-            items, err = list_dir(path)
-        else:
-            got = self.listed.pop(str(path), None) if self.listed else None
-            items, err, candidates = list_dir_split(path) if got is None else got
+        items, err = list_dir(path)
         if err:
             self.warn(path, err)
             self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))
             return
         names = {it.name for it in items if it.is_file}
-        if candidates is not None and (
-            layout.DATASET_DICT_JSON in names
-            or layout.STATE_JSON in names
-            or any(n[:5] == "data-" for n in names)
-        ):  # a saved dataset or an interrupted save: its files all go the ordinary way
-            items = sorted([*items, *candidates.items()], key=item_name)
-            names.update(name for name, _ in candidates.pairs)
-            candidates = None
         is_root = path == self.root
 
         if layout.DATASET_DICT_JSON in names and is_dataset_dict(path / layout.DATASET_DICT_JSON):
@@ -94,7 +81,7 @@ class Scanner(NonDataWalker):
             return
         if layout.DATASET_INFO in names and relative_data_dir(path) is not None:
             ds = self.builder_dir(path, items)
-        self.files_in(path, items, ds, candidates)
+        self.files_in(path, items, ds)
         for it in items:
             if it.is_dir:
                 self.subfolder(it, ds, is_root)
@@ -130,21 +117,14 @@ class Scanner(NonDataWalker):
             return
         self.walk(it.path)
 
-    def files_in(
-        self, path: Path, items: Sequence[Item], ds: DatasetDir | None, candidates: Candidates | None = None
-    ) -> None:
-        """Classify the files of one folder; `ds` is the dataset folder it is (if any). With
-        `candidates` (its `cache-*.arrow` files set apart), those kept lean are not items."""
+    def files_in(self, path: Path, items: Sequence[Item], ds: DatasetDir | None) -> None:
+        """Classify the files of one folder; `ds` is the dataset folder it is (if any)."""
         shard_groups: dict[str, list[CacheFile]] = defaultdict(list)
         shard_counts: dict[str, int] = {}
         source_groups: dict[str, list[CacheFile]] = defaultdict(list)
         source_counts: dict[str, int] = {}
-        splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == "builder" else []
+        splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == DirKind.BUILDER else []
         entries = self.entries
-        if candidates is not None and candidates.pairs:
-            rest = self.lean_files(candidates, ds)
-            if rest:
-                items = sorted([*items, *rest], key=item_name)
         for it in self.tf_caches(path, items, ds):
             if not it.is_file:
                 odd = None if it.is_dir else self.odd(it, ds)
@@ -248,7 +228,7 @@ class Scanner(NonDataWalker):
         rel = relative_data_dir(path)
         meta = self.meta_files(items)
         name = "/".join(rel.split("/")[:2]) if rel else path.name
-        ds = DatasetDir(path, name, "builder", rel, tuple(split_rows), tuple(shard_lengths), meta)
+        ds = DatasetDir(path, name, DirKind.BUILDER, rel, tuple(split_rows), tuple(shard_lengths), meta)
         self.datasets.append(ds)
         return ds
 
@@ -258,7 +238,7 @@ class Scanner(NonDataWalker):
         state = read_json(path / layout.STATE_JSON)
         meta = self.meta_files(items)
         label = f"{unit.name}/{path.name}" if unit is not None else path.name
-        ds = DatasetDir(path, label, "saved")  # its metadata files belong to the entry below
+        ds = DatasetDir(path, label, DirKind.SAVED)  # its metadata files belong to the entry below
         self.datasets.append(ds)
         problems: list[str] = []
         fp = aliases = None
@@ -319,7 +299,7 @@ class Scanner(NonDataWalker):
             self.warn(path / layout.DATASET_DICT_JSON, "unreadable dataset_dict.json")
             splits = []
         meta = self.meta_files(items)
-        self.datasets.append(DatasetDir(path, path.name, "saved-dict", meta_files=meta))
+        self.datasets.append(DatasetDir(path, path.name, DirKind.SAVED_DICT, meta_files=meta))
         for it in items:
             if it.is_dir:
                 sub_items, err = list_dir(it.path)

@@ -12,7 +12,7 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.arrow import IPC_FILE, STREAM
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, DatasetDir, Entry, RecordedUse
+from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, RecordedUse
 from cachetool.fingerprint.plain import source_split_fingerprint
 
 
@@ -157,7 +157,7 @@ def attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[En
     """Give lock files the dataset folder they guard: `<hash>_builder.lock` and
     `<hash>.incomplete_info.lock` sit next to it; the root's lock encodes its absolute path
     with "/" turned into "_" (`DatasetBuilder.__init__`)."""
-    guarded: list[tuple[Path, str | None]] = [(d.path, d.name) for d in datasets if d.kind == "builder"]
+    guarded: list[tuple[Path, str | None]] = [(d.path, d.name) for d in datasets if d.kind == DirKind.BUILDER]
     guarded += [
         (e.dataset_dir, e.dataset)
         for e in entries

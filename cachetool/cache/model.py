@@ -2,14 +2,14 @@
 `Entry`, `ScanWarning` and `CacheReport` (the walk that fills them is in `cachetool.cache.scan`).
 
 Human forms (`size_str`, `kind_str`, ...) are properties next to the raw values; `to_json` is
-the `--json` form of each, and `Entry.to_json_text` writes the same text without a dict (its
-writers are in `cachetool.cache.entry_json`).
+the `--json` form of each.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,6 +34,14 @@ class RecordedUse(Protocol):
     def operation(self) -> str | None: ...
     @property
     def made_as(self) -> str | None: ...
+
+
+class Liveness(Protocol):
+    """What a scan asks about live processes (`cachetool.maintenance.liveness.InUse` is one):
+    who holds a file, and the live lease that may have written a file modified at a time."""
+
+    def pids_for_path(self, path: str) -> frozenset[int]: ...
+    def lease_over(self, mtime: float | None) -> object | None: ...
 
 
 @fast_init
@@ -75,14 +83,21 @@ class CacheFile:
         }
 
 
+class DirKind(str, Enum):
+    """What a dataset folder is."""
+
+    BUILDER = "builder"  # a prepared builder folder (holds dataset_info.json)
+    SAVED = "saved"  # a save_to_disk folder (holds state.json)
+    SAVED_DICT = "saved-dict"  # a saved DatasetDict (holds dataset_dict.json)
+
+
 @dataclass(frozen=True)
 class DatasetDir:
-    """A dataset folder: a prepared builder folder (holds `dataset_info.json`), a `save_to_disk`
-    folder, a saved DatasetDict, or (for PATH arguments) any folder of Arrow files."""
+    """A dataset folder: a prepared builder folder, a `save_to_disk` folder or a saved DatasetDict."""
 
     path: Path
     name: str  # what tables show: "csv/default-7a1b…" or the saved folder's name
-    kind: str  # "builder" | "saved" | "saved-dict" | "folder"
+    kind: DirKind
     relative_data_dir: str | None = None  # <name>/<config>/<version>[/<hash>] for builders
     split_rows: tuple[tuple[str, int], ...] = ()  # from dataset_info.json
     shard_lengths: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -239,13 +254,6 @@ class Entry:
                 else {}
             ),
         }
-
-    def to_json_text(self) -> str:
-        """`json.dumps(self.to_json())` (default separators, ASCII), written directly: a listing
-        of 100,000 entries spent more time building and encoding those dicts than scanning."""
-        from cachetool.cache.entry_json import entry_json_text  # only what writes JSON text loads it
-
-        return entry_json_text(self)
 
 
 _TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}

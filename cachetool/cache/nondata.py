@@ -8,11 +8,10 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, DatasetDir, Entry
+from cachetool.cache.model import CacheFile, DatasetDir, Entry, Liveness
 from cachetool.cache.walk import Item, Walker, list_dir
 
 #: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
@@ -72,12 +71,11 @@ class NonDataWalker(Walker):
             claimed.update(c.files)
         return [it for it in items if it.name not in claimed]
 
-    def in_use(self) -> Any:
-        """Which files live processes hold, and the root's live leases (taken once, when needed)."""
+    def in_use(self) -> Liveness:
+        """Which files live processes hold, and the root's live leases (taken once, when needed,
+        from the scan's `liveness`; none without it)."""
         if self._in_use is None:
-            from cachetool.maintenance.liveness import scan_in_use
-
-            self._in_use = scan_in_use(root=self.root)
+            self._in_use = _NoneLive() if self.liveness is None else self.liveness(root=self.root)
         return self._in_use
 
     def gc_trash(self, item: Item, ds: DatasetDir | None) -> Entry:
@@ -151,3 +149,13 @@ class NonDataWalker(Walker):
                 )
             else:
                 self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
+
+
+class _NoneLive:
+    """What a scan told nothing about live processes assumes: none holds a file, no lease is live."""
+
+    def pids_for_path(self, path: str) -> frozenset[int]:
+        return frozenset()
+
+    def lease_over(self, mtime: float | None) -> None:
+        return None

@@ -17,7 +17,7 @@ place, because whoever may write a shared cache may have put anything there.
 * A lock is an `flock` on a file opened the same way (`lock_state`).
 * SQLite never opens a path below `.cachetool/` (it would follow a symlink there, and make
   `-journal` files by name): a database kept there is read as bytes here and opened in memory
-  (`cachetool.cache.index.connect_image`), and written back with `write_whole`.
+  (`connect_image`), and written back with `write_whole`.
 
 `STATE_FILES` names every file kept there: opening a name it does not match is a programming
 error, so a new state file is in the list (and in the tests that plant links, FIFOs and devices
@@ -34,9 +34,13 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.safejson import MAX_BYTES, read_opened
+
+if TYPE_CHECKING:
+    import sqlite3
 
 #: A temporary file of one of these writes older than this was left by a killed writer.
 STALE_SECONDS = 3600.0
@@ -232,7 +236,7 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: b
 
 
 def temp_prefix(path: Path) -> str:
-    """`.read-index-` for `read-index.sqlite.z`: how the temporary files of `path` begin."""
+    """`.read-index-` for `read-index.z`: how the temporary files of `path` begin."""
     return f".{path.name.split('.', 1)[0]}-"
 
 
@@ -252,3 +256,46 @@ def _remove_stale(dir_fd: int, prefix: str, now: float) -> None:
                 os.unlink(name, dir_fd=dir_fd)
         except OSError:
             continue
+
+
+def connect_image(image: bytes | None = None) -> sqlite3.Connection:
+    """An in-memory database, empty or holding `image` (a serialized database): how a database
+    kept in `.cachetool/` is opened (`cachetool.cache.store`), never by its path."""
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    if image is not None:
+        deserialize = getattr(db, "deserialize", None)
+        if deserialize is not None:
+            deserialize(image)
+        else:  # Python 3.10: through a private temporary file
+            import tempfile
+
+            db.close()
+            with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
+                path = os.path.join(tmp, "index.sqlite")
+                with open(path, "wb") as f:
+                    f.write(image)
+                disk = sqlite3.connect(path)
+                db = sqlite3.connect(":memory:")
+                disk.backup(db)
+                disk.close()
+    db.execute("PRAGMA trusted_schema=OFF")  # the file may come from anyone who can write the root
+    return db
+
+
+def image_of(db: sqlite3.Connection) -> bytes:
+    """The serialized image of the database `db` (what `connect_image` opens again)."""
+    serialize = getattr(db, "serialize", None)
+    if serialize is not None:
+        return bytes(serialize())
+    import sqlite3
+    import tempfile  # Python 3.10: through a private temporary file
+
+    with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
+        path = os.path.join(tmp, "index.sqlite")
+        disk = sqlite3.connect(path)
+        db.backup(disk)
+        disk.close()
+        with open(path, "rb") as f:
+            return f.read()

@@ -7,18 +7,16 @@ from __future__ import annotations
 import gc
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
-from cachetool.cache.lean import LeanEntry, keep_lean
-from cachetool.cache.model import CacheFile, DatasetDir, Entry, ScanWarning
+from cachetool.cache.model import CacheFile, DatasetDir, Entry, Liveness, ScanWarning
 from cachetool.cache.paths import child_maker
 from cachetool.cache.readahead import ReadAhead
 
@@ -95,66 +93,28 @@ _MODES: dict[int, int] = {}
 def list_dir(path: Path) -> tuple[list[Item], str | None]:
     """The items of the folder `path` by name (never cachetool's own folder), or why it cannot
     be listed."""
-    items, error, _ = _list_dir(path, False)
-    return items, error
-
-
-class Candidates:
-    """The `cache-<fp>.arrow` regular files of one folder as (name, `stat`) pairs by name, not
-    yet made `Item`s (`items()`): those a listing keeps lean never are."""
-
-    __slots__ = ("child", "pairs", "prefix")
-
-    def __init__(
-        self, child: Callable[[str], Path], prefix: str, pairs: list[tuple[str, os.stat_result]]
-    ) -> None:
-        self.child = child
-        self.prefix = prefix
-        self.pairs = pairs
-
-    def items(self, pairs: Iterable[tuple[str, os.stat_result]] | None = None) -> list[Item]:
-        child, prefix = self.child, self.prefix
-        return [Item(name, child, st, None, prefix) for name, st in (self.pairs if pairs is None else pairs)]
-
-
-def list_dir_split(path: Path) -> tuple[list[Item], str | None, Candidates]:
-    """`list_dir(path)` with its `cache-*.arrow` regular files set apart as `Candidates`."""
-    return _list_dir(path, True)
-
-
-def _list_dir(path: Path, split: bool) -> tuple[list[Item], str | None, Candidates]:
     items: list[Item] = []
-    pairs: list[tuple[str, os.stat_result]] = []
     child = child_maker(path)
     prefix = os.path.join(str(path), "")
-    candidates = Candidates(child, prefix, pairs)
     own = layout.LEDGER_DIR
     try:
         with os.scandir(path) as it:
             for de in it:
                 name = de.name
                 if name == own:
-                    continue  # cachetool's own state (ledger, read index, pins): never an entry
+                    continue  # cachetool's own state (ledger, pins, leases): never an entry
                 try:
                     st = de.stat(follow_symlinks=False)
                 except OSError as e:
                     items.append(Item(name, child, None, e.strerror or str(e), prefix))
                     continue
-                if split and name[:6] == "cache-" and name[-6:] == ".arrow" and S_ISREG(st.st_mode):
-                    pairs.append((name, st))
-                else:
-                    items.append(Item(name, child, st, None, prefix))
+                items.append(Item(name, child, st, None, prefix))
     except PermissionError:
-        return [], "permission denied", Candidates(child, prefix, [])
+        return [], "permission denied"
     except OSError as e:
-        return [], e.strerror or str(e), Candidates(child, prefix, [])
-    items.sort(key=item_name)  # attrgetter: no Python call per item
-    pairs.sort(key=_first)
-    return items, None, candidates
-
-
-_first = itemgetter(0)
-item_name = attrgetter("name")
+        return [], e.strerror or str(e)
+    items.sort(key=attrgetter("name"))  # attrgetter: no Python call per item
+    return items, None
 
 
 @contextmanager
@@ -179,7 +139,13 @@ class Walker:
     """Lists folders and reads files for one scan; collects its entries, dataset folders and
     warnings. The rules that make entries of a folder's files live in the subclasses."""
 
-    def __init__(self, root: Path, index: ReadIndex, progress: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        index: ReadIndex,
+        progress: Callable[[int], None] | None,
+        liveness: Callable[..., Liveness] | None = None,
+    ) -> None:
         self.root = root
         self.index = index
         self.entries: list[Entry] = []
@@ -189,14 +155,11 @@ class Walker:
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
         self.ahead = ReadAhead(str(root), self.root_len, index)  # headers read on other cores
-        self._in_use: Any = None  # a liveness snapshot, taken only when a tf.data writer left a lockfile
+        self.liveness = liveness
+        self._in_use: Liveness | None = None  # taken only when a tf.data writer left a lockfile
         self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
         self._folder = ""  # the same, relative to the root
         self._walked = self.ahead.walked  # folders (text + "/") whose Arrow files the walk has met
-        #: Where the walk keeps lean entries (`cachetool.cache.lean`); None: an `Entry` for each.
-        self.lean: list[LeanEntry] | None = None
-        #: Folders listed before the walk (`list_dir_split` results by path text), taken as met.
-        self.listed: dict[str, tuple[list[Item], str | None, Candidates]] | None = None
 
     def read_ahead(self) -> None:
         """Have the headers of the Arrow files the read index does not know read on the other
@@ -231,42 +194,12 @@ class Walker:
 
     def _folder_of(self, item: Item) -> str:
         """The folder of `item` relative to the root (noting that the walk has met it)."""
-        return self._folder_of_prefix(item.prefix)
-
-    def _folder_of_prefix(self, prefix: str) -> str:
-        """The folder whose text and separator is `prefix`, relative to the root (noting that
-        the walk has met it)."""
+        prefix = item.prefix
         if prefix is not self._prefix:  # a new folder: its path relative to the root, once
             self._prefix = prefix
             self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
             self._walked.add(prefix)
         return self._folder
-
-    def lean_files(self, candidates: Candidates, ds: DatasetDir | None) -> list[Item]:
-        """Keep the entries of a folder's unchanged `cache-<fp>.arrow` files (regular files the
-        read index knows, whose entry needs nothing but the index row: `keep_lean`) as lean
-        entries in `self.lean`; returns the other candidates as items, for the ordinary rules.
-        Names with a shard part (`_00000_of_00004`) or other characters go the ordinary way."""
-        lean = self.lean
-        assert lean is not None
-        index = self.index
-        used: list[Any] = []  # the index rows that still describe their file
-        rest = keep_lean(
-            candidates.prefix,
-            candidates.pairs,
-            index.rows_of(self._folder_of_prefix(candidates.prefix)),
-            index.schema,
-            ds,
-            lean,
-            used,
-        )
-        if used:
-            index.mark_used(*used)
-            before = self.files_seen
-            self.files_seen += len(used)
-            if self.progress is not None and self.files_seen // 200 != before // 200:
-                self.progress(self.files_seen)
-        return candidates.items(rest) if rest else []
 
     def summary(self, item: Item) -> ArrowSummary:
         folder = self._folder_of(item)

@@ -55,14 +55,14 @@ def _demo(folder: Path | None) -> None:
 
 def _show_demo(target: Path) -> None:
     from cachetool.cache.scan import scan_cache
-    from cachetool.cli.ls import report_warnings
+    from cachetool.cli.ls import live_in, recorded_usage, report_warnings
     from cachetool.cli.ls_table import render_human
     from cachetool.demo import build_demo
 
     out = Output(OutputFormat.human)
     out.line(f"Building a demo cache in {target} with the real datasets library…")
     demo = build_demo(target, traced=True)
-    report = scan_cache(demo.cache_dir)
+    report = scan_cache(demo.cache_dir, usage=recorded_usage(demo.cache_dir), liveness=live_in)
     render_human(out, report, list(report.entries))
     report_warnings(report)
     if demo.final_fingerprint:

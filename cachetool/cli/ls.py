@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,10 +17,9 @@ from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.cache.lean import Listed
-    from cachetool.cache.listing import Listing
-    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.cache.scan import CacheReport, Entry, RecordedUse
     from cachetool.history.ledger import Ledger
+    from cachetool.maintenance.liveness import InUse
 
 
 def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
@@ -33,11 +32,37 @@ def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
 
 
 def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) -> CacheReport:
-    """Scan, showing a live file count on a terminal (stderr) for long scans."""
+    """Scan, showing a live file count on a terminal (stderr) for long scans; `ledger` as
+    `recorded_usage` takes it."""
     from cachetool.cache.scan import scan_cache
 
     with scan_progress() as progress:
-        return scan_cache(root, ledger=ledger, progress=progress)
+        return scan_cache(root, usage=recorded_usage(root, ledger), liveness=live_in, progress=progress)
+
+
+def recorded_usage(root: Path, ledger: Ledger | bool = True) -> Mapping[str, RecordedUse]:
+    """What recorded lineage says of each fingerprint, for a scan of `root`: from the ledger of
+    the root enclosing it (`True`; without importing the ledger where it has no segment), from a
+    loaded `Ledger`, or nothing (`False`)."""
+    if ledger is False:
+        return {}
+    if ledger is True:
+        from cachetool.cache.dirs import enclosing_root
+        from cachetool.cache.scan import may_have_ledger
+
+        ledger_root = enclosing_root(root)
+        if not may_have_ledger(ledger_root):
+            return {}  # what the ledger says, without importing it (a third of an `ls`'s imports)
+    from cachetool.history.ledger import usage_by_fingerprint
+
+    return usage_by_fingerprint(ledger_root if ledger is True else ledger)
+
+
+def live_in(*, root: Path) -> InUse:
+    """Which files live processes hold, and the live leases of `root` (a scan's `liveness`)."""
+    from cachetool.maintenance.liveness import scan_in_use
+
+    return scan_in_use(root=root)
 
 
 @contextlib.contextmanager
@@ -95,10 +120,7 @@ def run_ls(
                 raise
             _nothing_cached(out, e)
             return
-        if not filters and sort is None:
-            _ls_plain(out, target, limit)
-        else:
-            _ls_query(out, target, filters, sort, limit)
+        _ls(out, target, filters, sort, limit)
 
 
 def _nothing_cached(out: Output, e: CacheNotFound) -> None:
@@ -110,57 +132,14 @@ def _nothing_cached(out: Output, e: CacheNotFound) -> None:
         out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
 
 
-def _ls_plain(out: Output, target: Path, limit: int | None) -> None:
-    """A listing without `--filter` or `--sort`: unchanged cache files stay lean entries (no
-    objects per file, the same bytes), and a plain `ls --json` in a pipe writes the text kept
-    from a listing of the same files (`cachetool.cache.snapshot`) when there is one."""
-    from cachetool.cache.listing import list_cache_lean
-
-    fmt = out.format
-    snap = None
-    if fmt == OutputFormat.json and limit is None and not sys.stdout.isatty():
-        from cachetool.cache.snapshot import ListingText
-
-        snap = ListingText.of(target)
-        if snap is not None and snap.text is not None:
-            out.json_pieces(lambda: None, snap.pieces)
-            return
-    with scan_progress() as progress:
-        lean = list_cache_lean(
-            target, limit=limit, progress=progress, prelisted=None if snap is None else snap.listed
-        )
-    for message in lean.warnings:
-        warn(message)
-    if fmt == OutputFormat.json:
-        keep = False
-        if snap is not None:
-            from cachetool.cache.snapshot import reusable
-
-            keep = reusable(lean.report, lean.warnings, lean.pinned, snap)
-        out.json_pieces(
-            lambda: ls_document(*_report_and_entries(lean.listing()), lean.pinned),
-            lambda: (snap.keep if keep and snap is not None else iter)(
-                ls_document_text(lean.report, lean.listed, lean.pinned, lean.totals())
-            ),
-        )
-    elif fmt == OutputFormat.quiet:
-        out.ids(listed_id(e) for e in lean.listed)
-    else:
-        from cachetool.cli.ls_table import render_human  # human mode only: JSON needs no table
-
-        count, totals = len(lean.everything), lean.totals()
-        render_human(out, lean.report, lean.listed, pinned=lean.pinned, count=count, totals=totals)
-        quarantine_line(out, lean.report.root)
-    report_warnings(lean.report)
-    hint_not_a_cache(lean.report.root, lean.everything)
-
-
-def _ls_query(out: Output, target: Path, filters: list[str], sort: str | None, limit: int | None) -> None:
-    """A listing with `--filter` or `--sort`: every entry made, then selected and ordered."""
+def _ls(out: Output, target: Path, filters: list[str], sort: str | None, limit: int | None) -> None:
     from cachetool.cache.listing import list_cache
 
+    usage = recorded_usage(target.resolve())
     with scan_progress() as progress:
-        listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
+        listing = list_cache(
+            target, filter=filters, sort=sort, limit=limit, usage=usage, liveness=live_in, progress=progress
+        )
     for message in listing.warnings:
         warn(message)
     report, entries, pinned = listing.report, listing.entries, listing.pinned
@@ -172,7 +151,7 @@ def _ls_query(out: Output, target: Path, filters: list[str], sort: str | None, l
     elif out.format == OutputFormat.quiet:
         out.ids(e.id for e in entries)
     else:
-        from cachetool.cli.ls_table import render_human
+        from cachetool.cli.ls_table import render_human  # human mode only: JSON needs no table
 
         render_human(out, report, entries, grouped=sort is None, pinned=pinned)
         quarantine_line(out, report.root)
@@ -180,12 +159,12 @@ def _ls_query(out: Output, target: Path, filters: list[str], sort: str | None, l
     hint_not_a_cache(report.root, report.entries)
 
 
-def hint_not_a_cache(root: Path, entries: Sequence[Listed]) -> None:
+def hint_not_a_cache(root: Path, entries: Sequence[Entry]) -> None:
     """A folder holding files but nothing `datasets` writes (a folder of CSV files, a typo'd
-    path) is listed, and a hint says it is not a datasets cache (lean entries are cache files)."""
+    path) is listed, and a hint says it is not a datasets cache."""
     from cachetool.cache.layout import Kind
 
-    if not entries or any(isinstance(e, tuple) or e.kind != Kind.OTHER for e in entries):
+    if not entries or any(e.kind != Kind.OTHER for e in entries):
         return
     from cachetool.cache.dirs import resolve_cache_root
     from cachetool.hints import shell_command
@@ -217,22 +196,13 @@ def quarantine_line(out: Output, root: Path) -> None:
         out.line(f"quarantine: {n} item{'s' if n != 1 else ''}, {size} (`{command}`)")
 
 
-def _report_and_entries(listing: Listing) -> tuple[CacheReport, list[Entry]]:
-    return listing.report, listing.entries
-
-
 def ls_document(
-    report: CacheReport,
-    entries: list[Entry],
-    pinned: frozenset[str] = frozenset(),
-    totals: dict[str, tuple[int, int]] | None = None,
+    report: CacheReport, entries: Sequence[Entry], pinned: frozenset[str] = frozenset()
 ) -> dict[str, object]:
-    """The `--json` document (schema in docs/listing.md, key names in docs/json.md); `totals`
-    stands for `report.totals()` when given."""
-    if totals is None:
-        totals = report.totals()
-    if entries:
-        from cachetool.cache.query import is_pinned
+    """The `--json` document (schema in docs/listing.md, key names in docs/json.md)."""
+    from cachetool.cache.query import is_pinned
+
+    totals = report.totals()
     return {
         "root": os.fsdecode(report.root),
         "entries": [{**e.to_json(), "pinned": is_pinned(e, pinned)} for e in entries],
@@ -242,32 +212,18 @@ def ls_document(
 
 
 def ls_document_text(
-    report: CacheReport,
-    entries: Sequence[Listed],
-    pinned: frozenset[str] = frozenset(),
-    totals: dict[str, tuple[int, int]] | None = None,
+    report: CacheReport, entries: Sequence[Entry], pinned: frozenset[str] = frozenset()
 ) -> Iterator[str]:
     """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
-    of a thousand entries: no dict per entry, and never the whole text of a 100,000-entry listing
-    at once. `entries` may hold lean entries (`cachetool.cache.lean`)."""
-    from cachetool.cache.lean import JsonTexts
+    of a thousand entries: never the dicts or the whole text of a 100,000-entry listing at once."""
+    from cachetool.cache.query import is_pinned
     from cachetool.cli.output import envelope
 
-    head = json.dumps(envelope(ls_document(report, [], pinned, totals)), ensure_ascii=True)
+    head = json.dumps(envelope(ls_document(report, [], pinned)))
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
-    if pinned:
-        from cachetool.cache.query import is_pinned
-
-        writer = JsonTexts(pinned, lambda e: is_pinned(e, pinned))
-    else:
-        writer = JsonTexts(pinned, lambda e: False)
     for start in range(0, len(entries), 1000):
-        piece = ", ".join(writer.texts(entries[start : start + 1000]))
-        yield piece if start == 0 else ", " + piece
+        chunk = entries[start : start + 1000]
+        piece = json.dumps([{**e.to_json(), "pinned": is_pinned(e, pinned)} for e in chunk])
+        yield piece[1:-1] if start == 0 else ", " + piece[1:-1]
     yield head[cut:]
-
-
-def listed_id(e: Listed) -> str:
-    """What `-q` prints of a listed item: `Entry.id` (a lean entry's: its fingerprint, never empty)."""
-    return e[4] if isinstance(e, tuple) else e.id

@@ -1,19 +1,18 @@
 """The human table of `cachetool ls`: entries grouped by dataset folder (or one flat table when
-sorted), their cells made column by column (lean entries' from their tuples), narrowed to the
-terminal, and the totals under them. `cachetool.cli.ls` draws it only in human mode."""
+sorted), their cells made column by column, narrowed to the terminal, and the totals under
+them. `cachetool.cli.ls` draws it only in human mode."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cachetool.cli.output import Output
 
 if TYPE_CHECKING:
-    from cachetool.cache.lean import LeanEntry, Listed
     from cachetool.cache.scan import CacheReport, Entry
 
 
@@ -47,32 +46,21 @@ def entry_label(e: Entry, whole: bool = False, width: int = 16) -> str:
 def render_human(
     out: Output,
     report: CacheReport,
-    entries: Sequence[Listed],
+    entries: Sequence[Entry],
     grouped: bool = True,
     pinned: frozenset[str] = frozenset(),
-    count: int | None = None,
-    totals: dict[str, tuple[int, int]] | None = None,
 ) -> None:
-    """Tables grouped by dataset folder (or one flat table when sorted), then the totals.
-    `entries` may hold lean entries (`cachetool.cache.lean`); the report's entries then leave
-    them out, and `count` (how many entries the cache holds) and `totals` (`report.totals()` of
-    every entry) stand for what the report would say."""
-    if count is None:
-        count = len(report.entries)
+    """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
+    count = len(report.entries)
     texts = _Texts(report.scanned_at)
     out.line(f"Cache: {out.path(report.root, out.width - 7)}", style="bold")
     if not entries:
         out.line("No entries." if not count else "No entries match.")
     elif grouped:
-        groups: dict[str, list[Listed]] = {}
+        groups: dict[str, list[Entry]] = {}
         dirs: dict[str, Path | None] = {}
         for e in entries:
-            if isinstance(e, tuple):
-                ds = e[3]
-                name, where = (ds.name, ds.path) if ds is not None else (None, None)
-            else:
-                name, where = e.dataset, e.dataset_dir
-            name = name or "(cache root)"
+            name, where = e.dataset or "(cache root)", e.dataset_dir
             members = groups.get(name)
             if members is None:
                 members = groups[name] = []
@@ -88,7 +76,7 @@ def render_human(
     else:
         _entry_table(out, report, entries, with_dataset=True, pinned=pinned, texts=texts)
     out.line()
-    for text in totals_line(report, len(entries), count, totals).splitlines():
+    for text in totals_line(report, len(entries)).splitlines():
         out.line(text)
 
 
@@ -128,69 +116,11 @@ class _Texts:
             text = self.counts[n] = f"{n:,}"
         return text
 
-    def ages_of(self, times: list[float]) -> list[str]:
-        """`age` of each of `times` (none None)."""
-        from cachetool.formatting import short_age
 
-        now = self.now
-        return _each(self.ages, [int(now - ts) for ts in times], lambda s: short_age(s) + " ago")
-
-    def sizes_of(self, sizes: list[int]) -> list[str]:
-        from cachetool.formatting import human_size
-
-        return _each(self.sizes, sizes, human_size)
-
-    def rows_of(self, counts: list[int | None]) -> list[str]:
-        return _each(self.counts, counts, lambda n: f"{n:,}")
-
-
-def _each(known: dict[Any, str], keys: list[Any], make: Callable[[Any], str]) -> list[str]:
-    """The text of each of `keys`, each distinct key's made once and remembered in `known`."""
-    for missing in set(keys).difference(known):
-        known[missing] = make(missing)
-    return list(map(known.__getitem__, keys))
-
-
-def _table_columns(
-    entries: Sequence[Listed],
-    now: float,
-    no_truncate: bool,
-    pinned: frozenset[str],
-    texts: _Texts | None = None,
-) -> dict[str, list[str]]:
-    """Each column's cells, by column name, in the order of `entries`: lean entries' cells are
-    made column by column from their tuples (`_lean_columns`), run by run."""
-    from itertools import groupby
-
-    if texts is None:
-        texts = _Texts(now)
-    columns: dict[str, list[str]] | None = None
-    for lean, run in groupby(entries, _has_lean_cells):
-        if lean:
-            got = _lean_columns(list(run), pinned, texts)  # type: ignore[arg-type]
-        else:
-            got = _object_columns(run, no_truncate, pinned, texts)
-        if columns is None:
-            columns = got
-        else:
-            for name, cells in got.items():
-                columns[name] += cells
-    return columns if columns is not None else _object_columns([], no_truncate, pinned, texts)
-
-
-def _has_lean_cells(e: Listed) -> bool:
-    """A lean entry (`_lean_columns` makes its cells)."""
-    return isinstance(e, tuple)
-
-
-def _object_columns(
-    listed: Iterable[Listed], no_truncate: bool, pinned: frozenset[str], texts: _Texts
-) -> dict[str, list[str]]:
-    """`_table_columns` of entries, from their `Entry`."""
-    from cachetool.cache.lean import entries_of
+def _table_columns(entries: Sequence[Entry], pinned: frozenset[str], texts: _Texts) -> dict[str, list[str]]:
+    """Each column's cells, by column name, in the order of `entries`."""
     from cachetool.cache.query import is_pinned
 
-    entries = entries_of(listed)
     age = texts.age
     used: list[str] = []
     modified: list[str] = []
@@ -214,36 +144,10 @@ def _object_columns(
     }
 
 
-def _lean_columns(
-    entries: Sequence[LeanEntry], pinned: frozenset[str], texts: _Texts
-) -> dict[str, list[str]]:
-    """`_table_columns` of lean entries that have a fingerprint, column by column from their
-    tuples: each is one file, in no ledger record (no parent, no operation, used when
-    modified), with no aliases; its fingerprint is its label."""
-    n = len(entries)
-    schemas = {id(e[13]): e[13] for e in entries}
-    cols = {k: str(len(schema[0]) or "") for k, schema in schemas.items()}
-    modified = texts.ages_of([e[6] for e in entries])
-    return {
-        "dataset": [e[3].name if e[3] is not None else "" for e in entries],
-        "kind": [e[2]._value_ for e in entries],
-        "fingerprint": [e[4] for e in entries],
-        "pin": ["yes" if e[4] in pinned else "" for e in entries] if pinned else [""] * n,
-        "files": ["1"] * n,
-        "rows": texts.rows_of([e[9] for e in entries]),
-        "cols": [cols[id(e[13])] for e in entries],
-        "size": texts.sizes_of([e[5] for e in entries]),
-        "modified": modified,
-        "used": modified[:],
-        "op": [""] * n,
-        "parent": [""] * n,
-    }
-
-
 def _entry_table(
     out: Output,
     report: CacheReport,
-    entries: Sequence[Listed],
+    entries: Sequence[Entry],
     with_dataset: bool,
     pinned: frozenset[str] = frozenset(),
     texts: _Texts | None = None,
@@ -253,7 +157,7 @@ def _entry_table(
     `cols`, `files`, `modified`, `parent` and `op` give way, in that order, until the table fits
     (all stay in --json and `show`; --no-truncate keeps everything). A `pin` column marks pinned
     entries when there are any."""
-    columns = _table_columns(entries, report.scanned_at, out.no_truncate, pinned, texts)
+    columns = _table_columns(entries, pinned, texts or _Texts(report.scanned_at))
     recorded = any(columns["parent"]) or any(columns["op"])
     names = ["kind", "fingerprint", "files", "rows", "cols", "size", "modified", "used"]
     if any(columns["pin"]):
@@ -280,7 +184,7 @@ def _fit_columns(
     columns: dict[str, list[str]],
     widths: dict[str, tuple[int, int]],
     room: int,
-    entries: Sequence[Listed],
+    entries: Sequence[Entry],
 ) -> None:
     """Narrow the table to `room` columns: shorten the names of entries without a fingerprint
     (locks, folders; `entry_label`), datasets and parents in `columns`, then drop columns from
@@ -301,11 +205,7 @@ def _fit_columns(
 
     if width_of(names) > room:  # names get the room the other columns leave, at least 16
         width = max(16, room - width_of(names) + natural_width["fingerprint"])
-        cells = columns["fingerprint"]  # lean entries (tuples) all have a fingerprint: their label
-        columns["fingerprint"] = [
-            c if isinstance(e, tuple) else entry_label(e, width=width)
-            for c, e in zip(cells, entries, strict=True)
-        ]
+        columns["fingerprint"] = [entry_label(e, width=width) for e in entries]
         natural_width["fingerprint"] = natural("fingerprint")
     steps: list[tuple[str, Callable[[str], str]]] = [
         ("dataset", lambda cell: _CONFIG_HASH.sub("", cell)),
@@ -322,20 +222,12 @@ def _fit_columns(
             names.remove(column)
 
 
-def totals_line(
-    report: CacheReport,
-    shown: int,
-    count: int | None = None,
-    totals: dict[str, tuple[int, int]] | None = None,
-) -> str:
-    """The totals under a listing of `shown` entries; `count` and `totals` stand for the number
-    of the report's entries and `report.totals()` when given (a lean listing's)."""
+def totals_line(report: CacheReport, shown: int) -> str:
+    """The totals under a listing of `shown` entries."""
     from cachetool.formatting import human_size
 
-    if totals is None:
-        totals = report.totals()  # once: it sums every entry
-    if count is None:
-        count = len(report.entries)
+    totals = report.totals()  # once: it sums every entry
+    count = len(report.entries)
     files = sum(n for n, _ in totals.values())
     size = sum(b for _, b in totals.values())
     parts = [f"{k} {n} file{'s' if n != 1 else ''} {human_size(b)}" for k, (n, b) in totals.items()]

@@ -141,7 +141,7 @@ def living_fingerprints(root: Path, replaced: list[Segment]) -> set[str]:
 
     out: set[str] = set()
     with contextlib.suppress(CachetoolError):
-        report = scan_cache(root, ledger=False)
+        report = scan_cache(root)
         out = {fp for e in report.entries for fp in (e.fingerprint, *e.aliases) if fp}
     for seg in replaced:
         out |= seg.with_files

@@ -469,7 +469,7 @@ def lineage(
     mode: LineageMode = "all" if all else "descendants" if descendants else "chain"
     root_abs = os.path.abspath(os.path.expanduser(os.fspath(root)))
     ledger = Ledger.load(root_abs, all_roots=all_roots)
-    report = scan_cache(root, ledger=ledger)
+    report = scan_cache(root, usage=ledger.usage())
     return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
 
 

@@ -36,7 +36,7 @@ def resolve_in_root(
     if ledger is None:
         ledger = Ledger.load(root, follow=False)
     try:
-        report = scan_cache(root, ledger=ledger)
+        report = scan_cache(root, usage=ledger.usage())
     except CachetoolError:
         report = CacheReport(root=Path(os.path.abspath(os.fspath(root))), datasets=(), entries=())
     return resolve(name, report, ledger), report, ledger

@@ -89,7 +89,13 @@ def show_entry(
     from cachetool.history.resolve import named_elsewhere
 
     def scan(ledger: Ledger | bool) -> CacheReport:
-        return progress(root, ledger) if progress is not None else scan_cache(root, ledger=ledger)
+        if progress is not None:
+            return progress(root, ledger)
+        from cachetool.cache.dirs import enclosing_root
+        from cachetool.history.ledger import usage_by_fingerprint
+
+        read = enclosing_root(root) if ledger is True else ledger
+        return scan_cache(root, usage=usage_by_fingerprint(read) if read is not False else None)
 
     root_path = Path(os.fspath(root)).expanduser().resolve()
     with named_elsewhere(root_path, fingerprint, "show"):

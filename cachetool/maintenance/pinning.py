@@ -95,9 +95,13 @@ def list_pins(root: str | os.PathLike[str], *, entries: bool = True) -> tuple[Pi
     pins = read_pins(root_path)
     on_disk: dict[str, Entry] = {}
     if entries and pins:
+        from cachetool.cache.dirs import enclosing_root
         from cachetool.cache.scan import scan_cache
+        from cachetool.history.ledger import usage_by_fingerprint
+        from cachetool.maintenance.liveness import scan_in_use
 
-        for entry in scan_cache(root_path).entries:
+        usage = usage_by_fingerprint(enclosing_root(root_path))
+        for entry in scan_cache(root_path, usage=usage, liveness=scan_in_use).entries:
             for fp in (entry.fingerprint, *entry.aliases):
                 if fp in pins:
                     on_disk[fp] = entry

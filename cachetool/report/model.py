@@ -114,10 +114,11 @@ def build_report(
     from cachetool.cache.scan import scan_cache
     from cachetool.history.ledger import Ledger
     from cachetool.history.query import load_graph
+    from cachetool.maintenance.liveness import scan_in_use
 
     now = time.time() if now is None else now
     ledger = Ledger.load(Path(root).expanduser().resolve())
-    report = scan_cache(root, ledger=ledger)
+    report = scan_cache(root, usage=ledger.usage(), liveness=scan_in_use)
     warnings: list[str] = [str(w) for w in report.warnings]
     tiles = _tiles(report, now)
     graph = load_graph(ledger, warnings=warnings)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,34 +75,42 @@ def _index(root: Path, env: dict[str, str]) -> Path:
 
     folder = derived_dir(root, env)
     assert folder is not None
-    return folder / "read-index.sqlite.z"
+    return folder / "read-index.z"
 
 
-def _rewrite_index(index: Path, sql: str) -> None:
-    """Change cachetool's read index in place (a zlib-compressed SQLite image) with `sql`."""
-    import sqlite3
+def _rewrite_index(index: Path, damage: Callable[[Any], Any]) -> None:
+    """Change cachetool's read index in place (a zlib-compressed `marshal` of each folder's row
+    count and rows, themselves marshalled) with `damage`, which takes and gives a row."""
+    import marshal
     import zlib
 
-    db = sqlite3.connect(":memory:")
-    db.deserialize(zlib.decompress(index.read_bytes()))
-    db.execute(sql)
-    db.commit()
-    index.write_bytes(zlib.compress(db.serialize()))
-    db.close()
+    magic, _, data = index.read_bytes().partition(b"\n")
+    folders = marshal.loads(zlib.decompress(data))
+    for folder, (n, rows) in folders.items():
+        folders[folder] = (n, marshal.dumps([damage(row) for row in marshal.loads(rows)]))
+    index.write_bytes(magic + b"\n" + zlib.compress(marshal.dumps(folders)))
+
+
+def _fields(row: Any, **changed: Any) -> Any:
+    names = ["format", "rows", "batches", "columns", "fingerprint", "template", "eos", "error"]
+    fields = dict(zip(names, row[4], strict=True)) | changed
+    return (*row[:4], tuple(fields.values()))
 
 
 @pytest.mark.parametrize(
-    "sql",
+    "damage",
     [
-        "UPDATE files SET rows = 'many'",
-        "UPDATE files SET state = 99",
-        "UPDATE files SET schema = 12345",
-        'UPDATE schemas SET columns = \'{"not": "a list"}\'',
-        "DROP TABLE dirs",
+        lambda row: _fields(row, rows="many"),
+        lambda row: _fields(row, format="bogus"),
+        lambda row: _fields(row, eos=2),
+        lambda row: _fields(row, columns={"not": "a list"}),
+        lambda row: _fields(row, columns=(("id", 5),)),
+        lambda row: (*row[:4], row[4][:3]),
+        lambda row: row[:2],
     ],
-    ids=["text-rows", "bad-state", "missing-schema", "bad-columns", "missing-table"],
+    ids=["text-rows", "bad-format", "bad-eos", "bad-columns", "bad-column", "short-fields", "short-row"],
 )
-def test_a_damaged_read_index_is_read_again(tmp_path: Path, sql: str) -> None:
+def test_a_damaged_read_index_is_read_again(tmp_path: Path, damage: Callable[[Any], Any]) -> None:
     """A damaged read index (`rows` = "many", a table gone, ...): ls reads the files again and
     shows their real rows, never a traceback."""
     root = tmp_path / "cache"
@@ -108,7 +118,7 @@ def test_a_damaged_read_index_is_read_again(tmp_path: Path, sql: str) -> None:
     env = hf_env(tmp_path)
     ls = [sys.executable, "-m", "cachetool", "ls", str(root), "--json"]
     first = json.loads(forks.run(ls, env=env, capture_output=True, text=True, check=True).stdout)
-    _rewrite_index(_index(root, env), sql)
+    _rewrite_index(_index(root, env), damage)
     again = forks.run(ls, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "Traceback" not in again.stderr
     assert [e["rows"] for e in json.loads(again.stdout)["entries"]] == [e["rows"] for e in first["entries"]]
@@ -128,12 +138,12 @@ def test_garbage_in_place_of_the_read_index(tmp_path: Path) -> None:
     assert index.is_file()
 
 
-@pytest.mark.parametrize("name", ["read-index.sqlite.z", "pins.json"])
+@pytest.mark.parametrize("name", ["read-index.z", "pins.json"])
 def test_a_fifo_in_place_of_cachetools_own_files_never_hangs(tmp_path: Path, name: str) -> None:
     root = tmp_path / "cache"
     synthesize_cache(root, 2)
     (root / ".cachetool").mkdir(exist_ok=True)
-    fifo = _index(root, hf_env(tmp_path)) if name == "read-index.sqlite.z" else root / ".cachetool" / name
+    fifo = _index(root, hf_env(tmp_path)) if name == "read-index.z" else root / ".cachetool" / name
     fifo.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(fifo)
     _assert_no_crash(_run_all(root, hf_env(tmp_path)))  # each command has 60 s: a hang fails

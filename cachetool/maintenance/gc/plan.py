@@ -214,12 +214,13 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     from cachetool.cache.scan import scan_cache
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.gc.eviction import recorded_parents
+    from cachetool.maintenance.liveness import scan_in_use
 
     root_id = _folder_id(root)
     ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     if options.evicts:
         _refuse_a_partly_read_ledger(root, ledger.segments)
-    report = scan_cache(root, ledger=ledger)
+    report = scan_cache(root, usage=ledger.usage(), liveness=scan_in_use)
     if _folder_id(report.root) != root_id:
         raise CachetoolError(
             f"the cache root {report.root} was replaced while it was scanned; nothing removed"

@@ -77,7 +77,7 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
     errors = report.errors
     if not errors:
         return QuarantinePlan(report, ())
-    scanned = scan_cache(report.root, use_index=False, ledger=False)
+    scanned = scan_cache(report.root, use_index=False, liveness=scan_in_use)
     by_file = {f.path: e for e in scanned.entries for f in e.files}
     by_path = {e.path: e for e in scanned.entries}
     units: list[QuarantineUnit] = []

@@ -90,6 +90,7 @@ def _check(
         root,
         use_index=deep,
         usage=usage,
+        liveness=scan_in_use,
         progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
     entries = list(report.entries)
@@ -150,7 +151,7 @@ def with_stale_findings(report: VerifyReport) -> VerifyReport:
     hits = stale_hits(report.root)
     if not hits:
         return report
-    scanned = scan_cache(report.root, use_index=True, ledger=False)
+    scanned = scan_cache(report.root, use_index=True, liveness=scan_in_use)
     own = {os.fsdecode(f.path) for e in scanned.entries if e.kind in MOVABLE_KINDS for f in e.files}
     found = [
         Finding(

@@ -1,7 +1,6 @@
-"""`ls --json` writes unchanged `cache-<fp>.arrow` files from lean entries (no objects per file):
-the bytes it writes are those of the listing that makes every `Entry`, on real caches (every
-kind of entry, a traced pipeline with its ledger, the leftovers of killed processes), on damaged
-and odd files, and under every `--filter`, `--sort` and `--limit` form."""
+"""`ls --json` with the read index present writes the bytes of the listing `list_cache` makes, on
+real caches (every kind of entry, a traced pipeline with its ledger, the leftovers of killed
+processes), on damaged and odd files, and under every `--filter`, `--sort` and `--limit` form."""
 
 from __future__ import annotations
 
@@ -13,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cachetool.cache.listing import list_cache, list_cache_lean
+from cachetool.cache.listing import list_cache
 from cachetool.cache.pins import add_pin
-from cachetool.cli.ls import ls_document_text
+from cachetool.cli.ls import live_in, ls_document_text, recorded_usage
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 
@@ -60,30 +59,22 @@ def _options(form: list[str]) -> dict[str, Any]:
 
 def _object_path_text(root: Path, form: list[str]) -> str:
     """What `ls --json` writes in a pipe, from the listing that makes every `Entry`."""
-    listing = list_cache(root, **_options(form))
+    listing = list_cache(root, **_options(form), usage=recorded_usage(root), liveness=live_in)
     return "".join(ls_document_text(listing.report, listing.entries, listing.pinned)) + "\n"
 
 
-def _lean_count(root: Path) -> int:
-    return sum(isinstance(e, tuple) for e in list_cache_lean(root).everything)
-
-
-def assert_lean_listing_is_the_object_listing(root: Path, forms: list[list[str]] = FORMS) -> None:
+def assert_warm_listing_is_the_listing(root: Path, forms: list[list[str]] = FORMS) -> None:
     list_cache(root)  # the read index, written
-    lean = list_cache_lean(root)
-    assert _lean_count(root) > 0, "nothing was listed lean: this test would prove nothing"
-    assert lean.listing() == list_cache(root)
-    assert lean.totals() == list_cache(root).report.totals()
     for form in forms:
         got = invoke("ls", str(root), "--json", *form)
         assert got.exit_code == 0, (form, got.output)
         assert got.stdout == _object_path_text(root, form), form
-    pin = next(e for e in lean.everything if isinstance(e, tuple))
-    add_pin(root, pin[4])
+    pin = next(e.fingerprint for e in list_cache(root).entries if e.fingerprint)
+    add_pin(root, pin)
     for form in ([], ["--limit", "2"], ["--filter", "pinned=yes"]):
         got = invoke("ls", str(root), "--json", *form)
         assert got.stdout == _object_path_text(root, form), form
-    assert f'"id": "{pin[4]}"' in got.stdout
+    assert f'"id": "{pin}"' in got.stdout
 
 
 def _write_stream(path: Path, fingerprint: str | None, columns: dict[str, Any], eos: bool = True) -> None:
@@ -101,12 +92,12 @@ def _write_stream(path: Path, fingerprint: str | None, columns: dict[str, Any], 
     path.write_bytes(data if eos else data[:-8])
 
 
-def test_damaged_and_odd_files_list_the_same_bytes_either_way(
+def test_damaged_and_odd_files_list_the_bytes_of_the_listing(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Damaged, foreign, unfinished, shard, indices, link and oddly named files next to plain
     cache files, plain ones in a folder whose path JSON escapes; one file changed after the
-    index was written: the same bytes both ways."""
+    index was written: the bytes of the listing."""
     import pyarrow as pa
 
     root = isolated_env / "cache"
@@ -138,18 +129,17 @@ def test_damaged_and_odd_files_list_the_same_bytes_either_way(
     (root / "notes.txt").write_text("x")
     list_cache(root)  # the index knows every file as it is now; then one changes
     _write_stream(files[5], f"{5:016x}", {"id": pa.array([7, 8, 9])})
-    assert_lean_listing_is_the_object_listing(root)
-    assert 0 < _lean_count(root) < len(list_cache(root).entries)
+    assert_warm_listing_is_the_listing(root)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["real_cache", "golden", "leftovers"])
-def test_real_caches_list_the_same_bytes_either_way(
+def test_real_caches_list_the_bytes_of_the_listing(
     which: str, request: pytest.FixtureRequest, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cache with every kind of entry, the traced golden pipeline (its ledger gives entries
     a parent and an operation) and the leftovers of killed processes: `ls --json` writes the
-    same bytes from lean entries as from `Entry`s, under every option form."""
+    bytes of `list_cache`'s listing, under every option form."""
     made = request.getfixturevalue(which)
     src = Path(made["cache"]) if which != "leftovers" else Path(made["base"]) / "cache"
     root = isolated_env / "copy"
@@ -159,15 +149,15 @@ def test_real_caches_list_the_same_bytes_either_way(
     # One file no ledger records, next to the pipeline's (which the golden ledger records all).
     folder = min(root.rglob("cache-*.arrow")).parent
     _write_stream(folder / "cache-00000000000000ee.arrow", "00000000000000ee", {"id": pa.array([1])})
-    assert_lean_listing_is_the_object_listing(root)
+    assert_warm_listing_is_the_listing(root)
     if which == "golden":
-        assert any(e.parent for e in list_cache_lean(root).report.entries)
+        assert '"operation": "map"' in invoke("ls", str(root), "--json").stdout
 
 
-def test_lean_entries_of_several_folders_in_one_group_list_in_path_order(isolated_env: Path) -> None:
+def test_cache_files_of_several_folders_in_one_group_list_in_path_order(isolated_env: Path) -> None:
     """Cache files outside any dataset folder (one group) in the root and in the folders `a`
     and `a-b`: the walk meets them root, `a`, `a-b`, but the listing orders them by path text
-    (`a-b/` before `a/` before the root's `cache-`), lean or not."""
+    (`a-b/` before `a/` before the root's `cache-`)."""
     import pyarrow as pa
 
     root = isolated_env / "cache"
@@ -176,8 +166,7 @@ def test_lean_entries_of_several_folders_in_one_group_list_in_path_order(isolate
         for j in range(2):
             fp = f"{i:08x}{j:08x}"
             _write_stream(folder / f"cache-{fp}.arrow", fp, {"id": pa.array([i, j])})
-    assert_lean_listing_is_the_object_listing(root, [[], ["--limit", "3"]])
-    assert _lean_count(root) == 6
+    assert_warm_listing_is_the_listing(root, [[], ["--limit", "3"]])
     listed = json.loads(invoke("ls", str(root), "--json").stdout)
     paths = [e["path"] for e in listed["entries"]]
     assert paths == sorted(paths) and "/a-b/" in paths[0], paths

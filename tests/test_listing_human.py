@@ -1,8 +1,7 @@
-"""A plain `cachetool ls` (human table, `-q`) writes unchanged `cache-<fp>.arrow` files from lean
-entries (no objects per file): the bytes it writes are those of the listing that makes every
-`Entry`, at every width, piped and on a terminal, with `--limit` and `--no-truncate`, with pins,
-on real caches (every kind of entry, a traced pipeline with its ledger) and on damaged and odd
-files."""
+"""A plain `cachetool ls` (human table, `-q`) with the read index present writes what
+`render_human` draws of `list_cache`'s listing, at every width, piped and on a terminal, with
+`--limit` and `--no-truncate`, with pins, on real caches (every kind of entry, a traced pipeline
+with its ledger) and on damaged and odd files."""
 
 from __future__ import annotations
 
@@ -14,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from cachetool.cache.lean import entries_of
-from cachetool.cache.listing import list_cache, list_cache_lean
+from cachetool.cache.listing import list_cache
 from cachetool.cache.pins import add_pin
-from cachetool.cli.ls_table import _table_columns, render_human
+from cachetool.cli.ls import live_in, recorded_usage
+from cachetool.cli.ls_table import render_human
 from cachetool.cli.output import Output, OutputFormat
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
-from tests.test_listing_lean import _write_stream
+from tests.test_listing_json import _write_stream
 
 #: (arguments of `cachetool ls`, terminal width, whether stdout is a terminal for Rich)
 FORMS: list[tuple[list[str], int, bool]] = [
@@ -50,7 +49,7 @@ FEW_FORMS = [FORMS[i] for i in (0, 3, 7, 9, 11, 14)]
 def _object_path_text(root: Path, args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """What `ls ARGS` writes, from the listing that makes every `Entry`."""
     limit = int(args[args.index("--limit") + 1]) if "--limit" in args else None
-    listing = list_cache(root, limit=limit)
+    listing = list_cache(root, limit=limit, usage=recorded_usage(root), liveness=live_in)
     capsys.readouterr()
     if "-q" in args or "quiet" in args:
         Output(OutputFormat.quiet).ids(e.id for e in listing.entries)
@@ -60,31 +59,22 @@ def _object_path_text(root: Path, args: list[str], capsys: pytest.CaptureFixture
     return capsys.readouterr().out
 
 
-def _lean_count(root: Path) -> int:
-    return sum(isinstance(e, tuple) for e in list_cache_lean(root).everything)
-
-
-def assert_lean_human_is_the_object_listing(
+def assert_human_is_the_listing(
     root: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     forms: list[tuple[list[str], int, bool]] = FORMS,
 ) -> None:
-    """Every form of `forms`, then `FEW_FORMS` with one lean entry pinned: the same bytes both
+    """Every form of `forms`, then `FEW_FORMS` with one entry pinned: the same bytes both
     ways, at one clock (ages count from the scan's time)."""
     list_cache(root)  # the read index, written
-    assert _lean_count(root) > 0, "nothing was listed lean: this test would prove nothing"
     now = time.time()
     with monkeypatch.context() as m:
         m.setattr(time, "time", lambda: now)
-        pin = next(e for e in list_cache_lean(root).everything if isinstance(e, tuple))
+        pin = next(e.fingerprint for e in list_cache(root).entries if e.fingerprint)
         for pinned in (False, True):
             if pinned:
-                add_pin(root, pin[4])
-            lean = list_cache_lean(root)
-            for whole in (False, True):  # every column, those a grouped table leaves out too
-                made = _table_columns(entries_of(lean.listed), now, whole, lean.pinned)
-                assert _table_columns(lean.listed, now, whole, lean.pinned) == made
+                add_pin(root, pin)
             for args, width, terminal in FEW_FORMS if pinned else forms:
                 m.setenv("COLUMNS", str(width))
                 m.setenv("TTY_COMPATIBLE", "1" if terminal else "0")
@@ -96,13 +86,13 @@ def assert_lean_human_is_the_object_listing(
         assert ["kind", "fingerprint", "pin"] in lines  # the pin showed
 
 
-def test_damaged_and_odd_files_list_the_same_bytes_either_way(
+def test_damaged_and_odd_files_list_the_bytes_of_the_listing(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Damaged, foreign, unfinished, shard, indices, link and oddly named files (long names,
     control characters, wide characters) next to plain cache files, plain ones in a folder whose
     name has control and wide characters and at the cache root, different row counts, sizes and
-    ages, one file changed after the index was written: the same table and ids either way."""
+    ages, one file changed after the index was written: the same table and ids both ways."""
     import pyarrow as pa
 
     root = isolated_env / "cache"
@@ -140,11 +130,10 @@ def test_damaged_and_odd_files_list_the_same_bytes_either_way(
             os.utime(path, (t, t))
     list_cache(root)  # the index knows every file as it is now; then one changes
     _write_stream(files[5], f"{5:016x}", {"id": pa.array([7, 8, 9])})
-    assert_lean_human_is_the_object_listing(root, monkeypatch, capsys)
-    assert 0 < _lean_count(root) < len(list_cache(root).entries)
+    assert_human_is_the_listing(root, monkeypatch, capsys)
 
 
-def test_an_empty_folder_lists_the_same_either_way(
+def test_an_empty_folder_lists_the_same_both_ways(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No entries at all: `No entries.` and the totals, or nothing with `-q`, either way."""
@@ -196,7 +185,7 @@ def test_tables_laid_out_from_columns_are_those_laid_out_from_rows(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["real_cache", "golden"])
-def test_real_caches_list_the_same_bytes_either_way(
+def test_real_caches_list_the_bytes_of_the_listing(
     which: str,
     request: pytest.FixtureRequest,
     isolated_env: Path,
@@ -204,8 +193,8 @@ def test_real_caches_list_the_same_bytes_either_way(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The cache with every kind of entry and the traced golden pipeline (its ledger gives
-    entries a parent, an operation and a last use): `ls` and `ls -q` write the same bytes from
-    lean entries as from `Entry`s."""
+    entries a parent, an operation and a last use): `ls` and `ls -q` write what `render_human`
+    draws of the listing."""
     made: dict[str, Any] = request.getfixturevalue(which)
     src = Path(made["cache"])
     root = isolated_env / "copy"
@@ -215,6 +204,6 @@ def test_real_caches_list_the_same_bytes_either_way(
     # One file no ledger records, next to the pipeline's (which the golden ledger records all).
     folder = min(root.rglob("cache-*.arrow")).parent
     _write_stream(folder / "cache-00000000000000ee.arrow", "00000000000000ee", {"id": pa.array([1])})
-    assert_lean_human_is_the_object_listing(root, monkeypatch, capsys, FEW_FORMS)
+    assert_human_is_the_listing(root, monkeypatch, capsys, FEW_FORMS)
     if which == "golden":
-        assert any(e.operation for e in list_cache_lean(root).report.entries)
+        assert any(e.operation for e in list_cache(root, usage=recorded_usage(root)).report.entries)
