@@ -1,6 +1,8 @@
-"""The traced calls in progress: per thread, a stack of frames (one per hooked call) and what
-`Hasher.hash` saw inside `update_fingerprint`; where each call was made from; which of a call's
-output files existed before it wrote.
+"""The traced calls in progress: per thread, a stack of frames (one per hooked call), where each
+call was made from, which of a call's output files existed before it wrote, and the hash watch:
+inside an `update_fingerprint` call (`watched`), `Hasher.hash` notes each top-level digest and the
+exception `datasets` swallows before it falls back to a random fingerprint, and
+`generate_random_fingerprint` notes that the fallback happened. Nothing is pickled a second time.
 
 A call that `datasets` makes itself while another traced call is running is internal.
 """
@@ -8,19 +10,21 @@ A call that `datasets` makes itself while another traced call is running is inte
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cachetool.history.records import CallSite, LedgerRecord, StepRecord
 from cachetool.trace.roots import abs_path
 
-__all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch"]
+__all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch", "watched", "wrap_hash", "wrap_random"]
 
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
-#: Arguments naming a call's output files (snapshotted before the call writes).
-_CACHE_NAME_KWARGS = (
+#: The arguments of a transform that name its output files, of the script's own choosing.
+FILE_NAME_ARGS = (
     "cache_file_name",
     "indices_cache_file_name",
     "train_indices_cache_file_name",
@@ -190,7 +194,7 @@ class Calls:
             parents = []
         frame.parents = parents
         frame.parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
-        for key in _CACHE_NAME_KWARGS:
+        for key in FILE_NAME_ARGS:
             value = kwargs.get(key)
             if isinstance(value, str):
                 self.snapshot(value)
@@ -237,3 +241,52 @@ class Calls:
                             snap.setdefault(os.path.join(folder, name), (de.inode(), -1))
         except OSError:
             pass
+
+
+def watched(local: CallState, original: Callable[..., str], *args: Any) -> tuple[str, Watch]:
+    """`original(*args)` (an `update_fingerprint`) with a new watch in place, and the watch."""
+    watch = Watch()
+    previous = local.watch
+    local.watch = watch
+    try:
+        result = original(*args)
+    finally:
+        local.watch = previous
+    return result, watch
+
+
+def wrap_hash(original: Callable[..., str], local: CallState) -> Callable[..., str]:
+    """`Hasher.hash`, noting its digest (or its error) in the watch of the call it runs in."""
+
+    @functools.wraps(original)
+    def hash(cls: Any, value: Any) -> str:
+        w = local.watch
+        if w is None or w.depth:
+            return original(cls, value)
+        w.depth = 1
+        try:
+            digest = original(cls, value)
+        except BaseException as e:
+            w.error = str(e)
+            w.error_type = type(e).__name__
+            w.error_at = len(w.digests)
+            raise
+        finally:
+            w.depth = 0
+        w.digests.append(digest)
+        return digest
+
+    return hash
+
+
+def wrap_random(original: Callable[..., str], local: CallState) -> Callable[..., str]:
+    """`generate_random_fingerprint`, noting in the watch of the call it runs in that it ran."""
+
+    @functools.wraps(original)
+    def generate_random_fingerprint(*args: Any, **kwargs: Any) -> str:
+        w = local.watch
+        if w is not None:
+            w.random = True
+        return original(*args, **kwargs)
+
+    return generate_random_fingerprint

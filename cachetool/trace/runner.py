@@ -215,8 +215,7 @@ def _bootstrap() -> None:
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
-    from cachetool.trace import install_tracing
-    from cachetool.trace.settings import take_environment
+    from cachetool.trace.install import install_tracing, take_environment
 
     take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
 
@@ -284,7 +283,7 @@ def _bootstrap() -> None:
 def _noting_exit(run: Callable[..., object], *args: Any, **kwargs: Any) -> None:
     """`run(*args, **kwargs)` (the script), telling the tracer how it ended: the run's end record
     keeps the exit status and the exception (its frames are trimmed from tracebacks)."""
-    from cachetool.trace import note_exit
+    from cachetool.trace.install import note_exit
 
     try:
         run(*args, **kwargs)
