@@ -1,5 +1,6 @@
 """Tracing on and off in this process: `tracing()`, `install_tracing()`, the settings a
-determinism run passes in, and the import hook that waits for `datasets`.
+determinism run passes in, and the import hook that installs the tracer when the script imports
+`datasets`.
 
 Nothing here imports `datasets` (it reads `HF_DATASETS_CACHE` and friends at import, and scripts
 commonly set them first), nor `typing`: `cachetool run`'s launcher imports this module.
@@ -17,7 +18,7 @@ import threading
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Iterator, Sequence
     from types import ModuleType
     from typing import Any
 
@@ -93,11 +94,11 @@ def install_tracing(events_file: str | os.PathLike[str] | None = None) -> None:
         # Read now: `cachetool run` removes these variables before the script's code runs.
         env_events, trees, cold = run_settings()
         events = (env_events if events_file is None else os.fspath(events_file)) or None
-        if "datasets" in sys.modules and getattr(sys.modules["datasets"], "__spec__", None) is not None:
+        if sys.modules.get("datasets") is not None:
             _install_now(events, trees, cold)
             return
         _pending = True
-        _add_post_import_hook("datasets", lambda _module: _on_datasets_imported(events, trees, cold))
+        sys.meta_path.insert(0, _Finder((events, trees, cold)))
 
 
 def _on_datasets_imported(events: str | None, trees: bool, cold: bool) -> None:
@@ -160,7 +161,7 @@ def uninstall_tracing() -> None:
     global _tracer, _pending
     with _lock:
         if _pending:
-            _remove_post_import_hooks("datasets")
+            _remove_finder()
             _pending = False
         if _tracer is not None:
             from cachetool.trace.leases import release_all
@@ -188,44 +189,21 @@ def tracing(events_file: str | os.PathLike[str] | None = None) -> Iterator[None]
             uninstall_tracing()
 
 
-# A finder at the front of `sys.meta_path` waits for the script's own `import datasets`, lets the
-# real finder and loader do their work, and calls back once the module has executed. It follows
-# the import protocol without `importlib.abc`, which alone pulls in `importlib.resources`,
-# `tempfile`, `pathlib` and `typing`: costs a script that never imports `datasets` would pay.
+class _Finder:
+    """At the front of `sys.meta_path`, waits for the script's own `import datasets`, lets the real
+    finder and loader do their work, and installs the hooks once the module has executed. It
+    follows the import protocol without `importlib.abc`, which alone pulls in
+    `importlib.resources`, `tempfile`, `pathlib` and `typing` (costs a script that never imports
+    `datasets` would pay)."""
 
-
-class _Loader:
-    def __init__(self, inner: Any, finder: _PostImportFinder) -> None:
-        self.inner = inner
-        self.finder = finder
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        create = getattr(self.inner, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module: ModuleType) -> None:
-        # Put the real loader back first: the module must look as if it was imported normally.
-        with contextlib.suppress(Exception):
-            module.__loader__ = self.inner
-            if module.__spec__ is not None:
-                module.__spec__.loader = self.inner
-        self.inner.exec_module(module)
-        self.finder.fire(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class _PostImportFinder:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.callbacks: list[Callable[[ModuleType], None]] = []
+    def __init__(self, settings: tuple[str | None, bool, bool]) -> None:
+        self.settings = settings
         self._busy = threading.local()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.name or getattr(self._busy, "on", False):
+        if fullname != "datasets" or getattr(self._busy, "on", False):
             return None
         self._busy.on = True
         try:
@@ -240,33 +218,32 @@ class _PostImportFinder:
             self._busy.on = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _Loader(spec.loader, self)  # type: ignore[assignment]  # the protocol, no ABC
+        spec.loader = _Loader(spec.loader, self.settings)  # type: ignore[assignment]  # no ABC
         return spec
 
-    def fire(self, module: ModuleType) -> None:
-        _remove_post_import_hooks(self.name)
-        callbacks, self.callbacks = self.callbacks, []
-        for cb in callbacks:
-            try:
-                cb(module)
-            except Exception as e:  # the import itself succeeded; keep it that way
-                sys.stderr.write(f"cachetool: warning: post-import hook for {self.name} failed: {e}\n")
+
+class _Loader:
+    def __init__(self, inner: Any, settings: tuple[str | None, bool, bool]) -> None:
+        self.inner = inner
+        self.settings = settings
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        create = getattr(self.inner, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        # Put the real loader back first: the module must look as if it was imported normally.
+        with contextlib.suppress(Exception):
+            module.__loader__ = self.inner
+            if module.__spec__ is not None:
+                module.__spec__.loader = self.inner
+        self.inner.exec_module(module)
+        _remove_finder()
+        _on_datasets_imported(*self.settings)  # never raises: the import itself succeeded
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
-def _add_post_import_hook(name: str, callback: Callable[[ModuleType], None]) -> None:
-    """Call `callback(module)` once `name` is imported (now, if it already is)."""
-    module = sys.modules.get(name)
-    if module is not None:
-        callback(module)
-        return
-    for finder in sys.meta_path:
-        if isinstance(finder, _PostImportFinder) and finder.name == name:
-            finder.callbacks.append(callback)
-            return
-    finder = _PostImportFinder(name)
-    finder.callbacks.append(callback)
-    sys.meta_path.insert(0, finder)
-
-
-def _remove_post_import_hooks(name: str) -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not (isinstance(f, _PostImportFinder) and f.name == name)]
+def _remove_finder() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]

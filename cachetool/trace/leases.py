@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -113,17 +114,7 @@ class Lease:
         return f"pid {self.pid} on {safe_text(self.host)}"
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "path": os.fsdecode(self.path),
-            "host": self.host,
-            "boot_id": self.boot_id,
-            "pid": self.pid,
-            "pid_ns": self.pid_ns,
-            "start": self.start,
-            "renewed": self.renewed,
-            "lifetime": self.lifetime,
-            "command": self.command,
-        }
+        return {**dataclasses.asdict(self), "path": os.fsdecode(self.path)}
 
 
 def leases_dir(root: str | os.PathLike[str]) -> Path:

@@ -144,18 +144,13 @@ class RecordBuilder:
         if h is not None and self.arguments.summaries and not frame.internal and computed:
             args = self.arguments.with_summaries(args, h)
         return TransformRecord(
-            **self.constants,
-            seq=seq,
-            time=round(frame.start, 6),
-            duration=round(duration, 6),
-            internal=frame.internal,
+            **self._call(frame, duration, seq),
             root=root,
             operation=frame.op,
             transform=hashed.transform,
             result=fp if isinstance(fp, str) else None,
             parents=fingerprints(frame.parent_fps),
             output=output,
-            call_site=frame.call_site,
             function=hashed.function,
             args=args,
             random_fallback=hashed.random_fallback,
@@ -173,16 +168,11 @@ class RecordBuilder:
         """The record of a call that raised: what it was given, and the exception."""
         hashed = self.arguments.hashed(h) if h is not None else Hashed(None, {}, None, None)
         return TransformRecord(
-            **self.constants,
-            seq=frame.seq,
-            time=round(frame.start, 6),
-            duration=round(duration, 6),
-            internal=frame.internal,
+            **self._call(frame, duration),
             root=self.roots.of(frame.parents[0])[0] if frame.parents else self.roots.default,
             operation=frame.op,
             transform=hashed.transform,
             parents=fingerprints(frame.parent_fps),
-            call_site=frame.call_site,
             function=hashed.function,
             args=hashed.args,
             random_fallback=hashed.random_fallback,
@@ -306,16 +296,11 @@ class RecordBuilder:
             files = _stat_files(ds, status)
             records.append(
                 RootRecord(
-                    **self.constants,
-                    seq=next(self.seq) if records else frame.seq,
-                    time=round(frame.start, 6),
-                    duration=round(duration, 6),
-                    internal=frame.internal,
+                    **self._call(frame, duration, next(self.seq) if records else frame.seq),
                     root=cache_root,
                     operation=operation,
                     result=_fingerprint_of(ds),
                     output=None if output is None else str(output),
-                    call_site=frame.call_site,
                     function=function,
                     args=args,
                     files=files,
@@ -349,16 +334,11 @@ class RecordBuilder:
         state_fp = state_fp if isinstance(state_fp, str) else None
         files = _stat_files(out, "reused")
         record = RootRecord(
-            **self.constants,
-            seq=frame.seq,
-            time=round(frame.start, 6),
-            duration=round(duration, 6),
-            internal=frame.internal,
+            **self._call(frame, duration),
             root=root,
             operation="load_from_disk",
             result=_fingerprint_of(out),
             parents=(state_fp,) if state_fp else (),
-            call_site=frame.call_site,
             files=files,
             cache="hit" if files else "none",
             in_memory=not files,
@@ -384,22 +364,28 @@ class RecordBuilder:
                         files.append(FileRecord(de.path, de.stat().st_size, "written"))
         fp = _fingerprint_of(ds)
         record = SaveRecord(
-            **self.constants,
-            seq=frame.seq,
-            time=round(frame.start, 6),
-            duration=round(duration, 6),
-            internal=frame.internal,
+            **self._call(frame, duration),
             root=root,
             operation="save_to_disk",
             result=fp,
             parents=(fp,) if fp else (),
-            call_site=frame.call_site,
             files=tuple(sorted(files, key=lambda f: f.path)),
             cache="miss" if files else "none",
             split=split_of(ds),
             source=SourceInfo(kind="saved", path=path),
         )
         return [record]
+
+    def _call(self, frame: Frame, duration: float, seq: int | None = None) -> dict[str, Any]:
+        """The fields of every record of a traced call's step."""
+        return {
+            **self.constants,
+            "seq": frame.seq if seq is None else seq,
+            "time": round(frame.start, 6),
+            "duration": round(duration, 6),
+            "internal": frame.internal,
+            "call_site": frame.call_site,
+        }
 
     def sources(self, record: StepRecord, fn: FunctionInfo) -> list[SourceRecord]:
         """The `"source"` records a record's function info names that this process has not yet
@@ -424,11 +410,7 @@ class RecordBuilder:
                     internal=True,
                     root=root,
                     hash=shash,
-                    qualname=text["qualname"],
-                    file=text["file"],
-                    line=text["line"],
-                    text=text["text"],
-                    truncated=text["truncated"],
+                    **text,
                 )
             )
         return out
