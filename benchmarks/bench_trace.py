@@ -56,7 +56,7 @@ def measure(ns: argparse.Namespace, tmp: Path) -> None:
     from datasets import load_dataset
 
     from cachetool.history.ledger import read_ledger
-    from cachetool.trace import active_tracer, install_tracing, uninstall_tracing
+    from cachetool.trace.install import active_tracer, install_tracing, uninstall_tracing
 
     datasets.logging.set_verbosity_error()
     data = tmp / "data.csv"

@@ -35,8 +35,8 @@ _LAZY = {
     "build_demo": "cachetool.demo",
     # run, lineage
     "run_script": "cachetool.trace.runner",
-    "tracing": "cachetool.trace",
-    "install_tracing": "cachetool.trace",
+    "tracing": "cachetool.trace.install",
+    "install_tracing": "cachetool.trace.install",
     "lineage": "cachetool.history.query",
     "load_graph": "cachetool.history.query",
     # verify

@@ -128,6 +128,7 @@ NOT_OURS = {"disable_caching", "select", "shuffle", "read", "statfs", "renameat2
 #: Names the CHANGELOG says were removed (or moved to another layer): they must stay gone.
 GONE = {
     "cachetool.trace.hooks",
+    "cachetool.trace.settings",
     "cachetool.maintenance.hints",
     "cachetool.maintenance.leases",
     "cachetool.maintenance.pins",

@@ -232,7 +232,7 @@ TRACING_API = textwrap.dedent(
     assert "datasets" not in sys.modules
     import datasets
     from datasets import load_dataset
-    assert cachetool.trace.active_tracer() is not None
+    assert cachetool.trace.install.active_tracer() is not None
 
     def f(ex):
         return {"y": ex["id"] + 1}
@@ -246,7 +246,7 @@ TRACING_API = textwrap.dedent(
     c = ds.map(g, num_proc=2)
     os.remove(c.cache_files[1]["filename"])
     d = ds.map(g, num_proc=2)            # one shard reused, one recomputed: partial
-    cachetool.trace.uninstall_tracing()
+    cachetool.trace.install.uninstall_tracing()
     e = ds.map(lambda ex: {"w": 1})      # untraced
     print(json.dumps([a._fingerprint, c._fingerprint, e._fingerprint]))
     """

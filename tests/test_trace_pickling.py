@@ -25,7 +25,7 @@ DUMPS = textwrap.dedent(
     import hashlib, json, sys, types
     import dill
     import cachetool
-    from cachetool.trace import active_tracer
+    from cachetool.trace.install import active_tracer
     import datasets
 
     def pickler_dumps(obj):
@@ -44,7 +44,7 @@ DUMPS = textwrap.dedent(
     cachetool.install_tracing()
     tracer = active_tracer()
     assert tracer is not None
-    patched = [(obj, name) for obj, name, _ in tracer._patches]
+    patched = [(obj, name) for obj, name, _ in tracer.patches.patches]
     def referencing(value):
         # A user function that refers to the attribute as a global: dill pickles it by value,
         # with the globals it finds by following the functions it refers to.
@@ -62,7 +62,7 @@ DUMPS = textwrap.dedent(
             ]
         return out
     traced = snapshot()
-    from cachetool.trace import uninstall_tracing
+    from cachetool.trace.install import uninstall_tracing
     uninstall_tracing()
     print(json.dumps({"n": len(patched), "traced": traced, "plain": snapshot()}))
     """

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from cachetool.trace.settings import (
+from cachetool.trace.install import (
     COLD_ENV,
     EVENTS_ENV,
     SEED_ENV,

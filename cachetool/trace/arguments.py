@@ -1,35 +1,25 @@
 """What a step was given, as its record says it: the transform `datasets` hashed, each argument
 (its digest, a short repr or summary, its type; hash trees in determinism runs), the user's
-function (its name, place, source and code hashes, the helpers it reaches) and a fallback to a
-random fingerprint with the argument that caused it.
+function, and a fallback to a random fingerprint with the argument that caused it.
 
 The per-argument digests come from watching `Hasher.hash` inside `update_fingerprint` (no second
-pickling). The description of a function is made once per code object and process; the texts of
-user functions it names are kept for the ledger's `"source"` records.
+pickling). Nothing here calls a user-defined `__repr__`, and nothing raises into a traced call.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback
+from cachetool.history.records.parts import ArgInfo, ColumnHead, FunctionInfo, RandomFallback
 from cachetool.trace.calls import Frame, HashEvent
-from cachetool.trace.describe import (
-    describe_value,
-    hash_tree,
-    safe_repr,
-    transform_string,
-    try_hash,
-    type_name,
-)
 from cachetool.trace.sources import describe as describe_function
 from cachetool.trace.sources import unwrap
-from cachetool.trace.summary import summarize
 
-__all__ = ["SOURCES", "Arguments", "Hashed"]
+__all__ = ["SOURCES", "Arguments", "Hashed", "column_heads", "hash_tree", "operation_of", "summarize"]
 
 _FN_INFO: dict[Any, FunctionInfo] = {}  # code object -> the "function" field of records
 #: Source hash -> the text of a user function, for "source" records.
@@ -54,8 +44,8 @@ class Arguments:
     def __init__(self, *, trees: bool, summaries: bool) -> None:
         self.trees = trees
         self.summaries = summaries
-        # Per code object, shared by every tracer of the process (tracing() may install twice).
-        self._fn_info = _FN_INFO
+        # One `ArgInfo` per distinct value: the arguments of a pipeline's steps repeat (the same
+        # function, the same flags), and a frozen record part can be shared.
         self._arg_infos: dict[tuple[str | None, str | None, str], ArgInfo] = {}
 
     def hashed(self, h: HashEvent) -> Hashed:
@@ -105,14 +95,12 @@ class Arguments:
             items = list(value.items()) if name == "kwargs" and isinstance(value, dict) else [(name, value)]
             for k, v in items:
                 out[str(k)] = ArgInfo(None, safe_repr(v) or describe_value(v, None), type_name(v))
-        fn = _function_arg(frame)
-        return Hashed(
-            None,
-            out,
-            self.function_info(fn) if fn is not None else None,
-            None,
-            fingerprint_given=_given_fingerprint(frame.kwargs) is not None,
-        )
+        fn = frame.kwargs.get("function")
+        if fn is None and frame.op in ("map", "filter") and len(frame.args) > 1:
+            fn = frame.args[1]
+        given = any(isinstance(frame.kwargs.get(k), str) for k in _GIVEN_FINGERPRINTS)
+        function = self.function_info(fn) if callable(fn) else None
+        return Hashed(None, out, function, None, fingerprint_given=given)
 
     def show_args(self, args: Mapping[str, ArgInfo], frame: Frame, h: HashEvent | None) -> dict[str, ArgInfo]:
         """Give every hashed argument a readable value for `lineage` (a summary where it is too
@@ -149,9 +137,8 @@ class Arguments:
         return out
 
     def with_summaries(self, args: dict[str, ArgInfo], h: HashEvent) -> dict[str, ArgInfo]:
-        """Bounded hash-tree summaries of the arguments of a step that computed its result (or
-        fell back to a random fingerprint), for `cachetool explain`. Plain scalars and empty
-        containers need none: their repr is the whole story."""
+        """Summaries of the arguments of a step that computed its result (or fell back to a random
+        fingerprint), for `cachetool explain`; a plain scalar's or empty container's repr says all."""
         values = h.args if isinstance(h.args, Mapping) else {}
         out = dict(args)
         for name, entry in args.items():
@@ -167,26 +154,22 @@ class Arguments:
 
     def value_info(self, value: Any) -> ArgInfo:
         """A value a step's fingerprint depends on that `datasets` hashes out of sight (a
-        generator builder's `gen_kwargs`, hashed into its config id): digest, repr, type, and its
-        tree (determinism runs) or summary (the ledger), as for an argument."""
+        generator builder's `gen_kwargs`, hashed into its config id), described as an argument."""
         info = ArgInfo(try_hash(value), safe_repr(value), type_name(value))
         if self.trees:
             return dataclasses.replace(info, tree=hash_tree(value))
         return dataclasses.replace(info, summary=summarize(value)) if self.summaries else info
 
     def function_info(self, fn: Any) -> FunctionInfo:
+        """The `function` field for `fn`, described once per code object and process."""
         target, code = unwrap(fn)
         key = code if code is not None else id(target)
-        info = self._fn_info.get(key)
-        if info is not None:
-            return info
-        info = FunctionInfo.parse(describe_function(fn, SOURCES))
-        self._fn_info[key] = info
+        info = _FN_INFO.get(key)
+        if info is None:
+            info = _FN_INFO[key] = FunctionInfo.parse(describe_function(fn, SOURCES))
         return info
 
     def arg_info(self, digest: str | None, shown: str | None, type_: str) -> ArgInfo:
-        """One `ArgInfo` per distinct value: the arguments of a pipeline's steps repeat (the same
-        function, the same flags), and a frozen record part can be shared."""
         key = (digest, shown, type_)
         info = self._arg_infos.get(key)
         if info is None:
@@ -196,15 +179,214 @@ class Arguments:
         return info
 
 
-def _given_fingerprint(kwargs: Mapping[str, Any]) -> str | None:
-    for key in ("new_fingerprint", "train_new_fingerprint", "test_new_fingerprint"):
-        if isinstance(kwargs.get(key), str):
-            return str(kwargs[key])
+_GIVEN_FINGERPRINTS = ("new_fingerprint", "train_new_fingerprint", "test_new_fingerprint")
+
+
+def operation_of(transform: Any) -> str:
+    """`datasets.arrow_dataset.Dataset.filter@2.0.1` -> `filter`; `..._map_single` -> `map`."""
+    if callable(transform):
+        name = getattr(transform, "__name__", "transform")
+    else:
+        name = str(transform).split("@", 1)[0].rsplit(".", 1)[-1]
+    if name == "_map_single":
+        return "map"
+    if name == "_concatenate_map_style_datasets":
+        return "concatenate_datasets"
+    return name.lstrip("_") or "transform"
+
+
+def transform_string(transform: Any) -> str:
+    if isinstance(transform, str):
+        return transform
+    module = getattr(transform, "__module__", None) or ""
+    qualname = getattr(transform, "__qualname__", None) or type(transform).__name__
+    return f"{module}.{qualname}" if module else qualname
+
+
+_PLAIN = (bool, int, float, type(None))
+
+
+def safe_repr(value: Any, budget: int = 120) -> str | None:
+    """A short repr of small plain values (numbers, short strings, small containers of them);
+    None for anything else."""
+    out = _safe_repr(value, budget, 3)
+    return out if out is not None and len(out) <= budget else None
+
+
+def _safe_repr(value: Any, budget: int, depth: int) -> str | None:
+    t = type(value)
+    if t in _PLAIN:
+        return repr(value)
+    if t is str:
+        return repr(value) if len(value) <= budget else None
+    if depth <= 0 or t not in (list, tuple, set, frozenset, dict) or len(value) > 12:
+        return None
+    if t is dict:
+        parts = [
+            (_safe_repr(k, budget, depth - 1), _safe_repr(v, budget, depth - 1)) for k, v in value.items()
+        ]
+        if any(k is None or v is None for k, v in parts):
+            return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in parts) + "}"
+    items = sorted(value, key=repr) if t in (set, frozenset) else value
+    reprs = [_safe_repr(v, budget, depth - 1) for v in items]
+    if None in reprs:
+        return None
+    body = ", ".join(reprs)  # type: ignore[arg-type]
+    if t is list:
+        return f"[{body}]"
+    if t is tuple:
+        return f"({body}{',' if len(reprs) == 1 else ''})"
+    return ("{" + body + "}") if reprs and t is set else f"{t.__name__}({{{body}}})"
+
+
+_NUMBER_KINDS = {"int": "ints", "float": "floats", "bool": "bools", "str": "strings"}
+
+
+def describe_value(value: Any, digest: str | None, budget: int = 120) -> str | None:
+    """A bounded description of an argument too large or too rich for `safe_repr`: a range as
+    written (`range(0, 20000)`), a long sequence as its length, element kind and digest
+    (`20000 ints, digest 3f2a…`), `Features` as `name: dtype` pairs; None for anything else."""
+    try:
+        t = type(value)
+        if t is range:
+            return repr(value)
+        if t.__name__ == "Features" or (t is dict and value and all(_is_feature(v) for v in value.values())):
+            body = ", ".join(f"{k}: {_feature_str(v)}" for k, v in value.items())
+            return body if len(body) <= budget else body[: budget - 1] + "…"
+        if t in (list, tuple) or t.__name__ == "ndarray":
+            n = len(value)
+            kinds = {type(x).__name__ for x in value[:64]} if t in (list, tuple) else {str(value.dtype)}
+            kind = next(iter(kinds)) if len(kinds) == 1 else "value"
+            noun = _NUMBER_KINDS.get(kind, kind + " values" if t.__name__ == "ndarray" else f"{kind}s")
+            for prefix, word in (("int", "ints"), ("uint", "ints"), ("float", "floats")):
+                if kind.startswith(prefix) and t.__name__ == "ndarray":
+                    noun = word
+            return f"{n} {noun}" + (f", digest {digest}" if digest else "")
+    except Exception:  # an odd object: no description rather than a failed record
+        return None
     return None
 
 
-def _function_arg(frame: Frame) -> Any:
-    fn = frame.kwargs.get("function")
-    if fn is None and frame.op in ("map", "filter") and len(frame.args) > 1:
-        fn = frame.args[1]
-    return fn if callable(fn) else None
+def _is_feature(value: Any) -> bool:
+    return type(value).__module__.startswith("datasets.features")
+
+
+def _feature_str(value: Any) -> str:
+    dtype = getattr(value, "dtype", None)
+    return dtype if isinstance(dtype, str) else type(value).__name__
+
+
+_TYPE_NAMES: dict[type, str] = {}
+
+
+def type_name(value: Any) -> str:
+    t = type(value)
+    name = _TYPE_NAMES.get(t)
+    if name is None:
+        name = _TYPE_NAMES[t] = (
+            t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+        )
+    return name
+
+
+def try_hash(value: Any) -> str | None:
+    """`Hasher.hash(value)`, or None when it cannot be pickled."""
+    from cachetool.fingerprint.hashing import try_hash as digest_or_error
+
+    return digest_or_error(value)[0]
+
+
+def hash_tree(value: Any) -> Any:
+    """The hash tree of `value` (`cachetool.fingerprint.tree`), or an error node."""
+    from cachetool.fingerprint.tree import build_tree
+
+    try:
+        return build_tree(value)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+#: Values per column kept for a dataset built in memory (determinism runs), to name the first one
+#: that differs between runs.
+COLUMN_HEAD = 50
+
+
+def column_heads(dataset: Any) -> dict[str, ColumnHead]:
+    """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
+    values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
+    is explained by the column and the first value that differs."""
+    from cachetool.fingerprint.tree import short_repr
+
+    out: dict[str, ColumnHead] = {}
+    try:
+        table = dataset.data.table
+        for name in table.column_names[:64]:
+            column = table.column(name)
+            head = tuple(short_repr(v) for v in column.slice(0, COLUMN_HEAD).to_pylist())
+            out[str(name)] = ColumnHead(try_hash(column), head)
+    except Exception:  # an odd table: the fingerprint still says the source differs
+        return out
+    return out
+
+
+# Summaries: `cachetool explain` says *what* changed between two runs of a step by diffing the hash
+# trees of their arguments, and the ledger keeps a bounded one: the top levels (digests, types,
+# short reprs of small leaves), cut to a byte budget. They are made only for steps that computed
+# their result or fell back to a random fingerprint: a hit's earlier computation has one already.
+
+#: Levels of the tree kept below the argument.
+MAX_DEPTH = 3
+#: Nodes built per argument before the byte budget is applied.
+MAX_NODES = 80
+#: Items of a long container that are looked at.
+MAX_ITEMS = 8
+#: Bytes of JSON per argument summary; deeper levels are dropped until it fits.
+MAX_BYTES = 2500
+_REPR = 48
+_ERROR = 120
+# Parts of a code object a person does not read; their digests still say that they differ.
+_NO_REPR = ("bytecode", "linetable", "varnames", "names")
+
+
+def summarize(value: Any) -> dict[str, Any] | None:
+    """A bounded summary of `value`'s hash tree, or None when no tree can be built."""
+    try:
+        from cachetool.fingerprint.tree import build_tree
+
+        tree = build_tree(value, max_depth=MAX_DEPTH, max_nodes=MAX_NODES, max_items=MAX_ITEMS)
+    except Exception:  # a summary is a nicety; never a reason to lose the record
+        return None
+    node = _compact(tree)
+    for keep in range(MAX_DEPTH - 1, -1, -1):
+        if len(json.dumps(node, ensure_ascii=False, separators=(",", ":"))) <= MAX_BYTES:
+            return node
+        node = _cut(node, keep)
+    return node  # the argument alone: a digest, a type and a short repr
+
+
+def _compact(node: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"l": node.get("l", ""), "t": node.get("t"), "d": node.get("d")}
+    desc = node.get("s")
+    if isinstance(desc, str) and desc != node.get("t") and len(desc) <= _REPR:
+        out["s"] = desc
+    r = node.get("r")
+    if isinstance(r, str) and len(r) <= _REPR and str(out["l"]) not in _NO_REPR:
+        out["r"] = r
+    if "e" in node:
+        out["e"] = str(node["e"])[:_ERROR]
+    out.update({key: node[key] for key in ("o", "x") if key in node})
+    if node.get("c"):
+        out["c"] = [_compact(c) for c in node["c"]]
+    return out
+
+
+def _cut(node: dict[str, Any], depth: int) -> dict[str, Any]:
+    """The same tree without the nodes below `depth` (their parents are marked ``x: "depth"``)."""
+    out = dict(node)
+    if "c" in out and depth <= 0:
+        del out["c"]
+        out["x"] = "depth"
+    elif "c" in out:
+        out["c"] = [_cut(c, depth - 1) for c in out["c"]]
+    return out

@@ -1,6 +1,8 @@
-"""The traced calls in progress: per thread, a stack of frames (one per hooked call) and what
-`Hasher.hash` saw inside `update_fingerprint`; where each call was made from; which of a call's
-output files existed before it wrote.
+"""The traced calls in progress: per thread, a stack of frames (one per hooked call), where each
+call was made from, which of a call's output files existed before it wrote, and the hash watch:
+inside an `update_fingerprint` call (`watched`), `Hasher.hash` notes each top-level digest and the
+exception `datasets` swallows before it falls back to a random fingerprint, and
+`generate_random_fingerprint` notes that the fallback happened. Nothing is pickled a second time.
 
 A call that `datasets` makes itself while another traced call is running is internal.
 """
@@ -8,9 +10,12 @@ A call that `datasets` makes itself while another traced call is running is inte
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachetool.history.records.base import LedgerRecord
@@ -18,105 +23,64 @@ from cachetool.history.records.parts import CallSite
 from cachetool.history.records.steps import StepRecord
 from cachetool.trace.roots import abs_path
 
-__all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch"]
+__all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch", "watched", "wrap_hash", "wrap_random"]
 
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
-#: Arguments naming a call's output files (snapshotted before the call writes).
-_CACHE_NAME_KWARGS = (
-    "cache_file_name",
-    "indices_cache_file_name",
-    "train_indices_cache_file_name",
-    "test_indices_cache_file_name",
-)
+#: The arguments of a transform that name its output files, of the script's own choosing.
+FILE_NAME_ARGS = tuple(f"{p}cache_file_name" for p in ("", "indices_", "train_indices_", "test_indices_"))
 
 
+@dataclass(slots=True, eq=False)
 class Watch:
     """What `Hasher.hash` saw during one `update_fingerprint` call."""
 
-    __slots__ = ("depth", "digests", "error", "error_at", "error_type", "random")
-
-    def __init__(self) -> None:
-        self.digests: list[str] = []
-        self.depth = 0
-        self.error: str | None = None
-        self.error_type: str | None = None
-        self.error_at: int | None = None
-        self.random = False
+    digests: list[str] = field(default_factory=list)
+    depth: int = 0
+    error: str | None = None
+    error_type: str | None = None
+    error_at: int | None = None
+    random: bool = False
 
 
+@dataclass(slots=True, eq=False)
 class HashEvent:
     """One `update_fingerprint` call: parent fingerprint, transform, arguments, result, and what
     `Hasher.hash` saw."""
 
-    __slots__ = (
-        "args",
-        "call_site",
-        "internal",
-        "parent",
-        "result",
-        "seq",
-        "start",
-        "transform",
-        "trees",
-        "watch",
-    )
-
-    def __init__(self, parent: Any, transform: Any, args: Any, result: Any, watch: Watch, seq: int) -> None:
-        self.parent = parent
-        self.transform = transform
-        self.args = args
-        self.result = result
-        self.watch = watch
-        self.seq = seq
-        self.start = 0.0  # set for hashes outside any traced call; others use their call's start
-        self.call_site: CallSite | None = None
-        self.internal = False
-        #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
-        self.trees: dict[str, Any] | None = None
+    parent: Any
+    transform: Any
+    args: Any
+    result: Any
+    watch: Watch
+    seq: int
+    start: float = 0.0  # set for hashes outside any traced call; others use their call's start
+    call_site: CallSite | None = None
+    #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
+    trees: dict[str, Any] | None = None
 
 
+@dataclass(slots=True, eq=False)
 class Frame:
     """One hooked call in progress: what it was given, where it was called from, the hashes made
     directly inside it and the records of the calls nested in it."""
 
-    __slots__ = (
-        "args",
-        "call_site",
-        "children",
-        "entry",
-        "hashes",
-        "internal",
-        "kind",
-        "kwargs",
-        "op",
-        "original",
-        "parent_fps",
-        "parents",
-        "pending",
-        "seq",
-        "start",
-        "started",
-        "t0",
-    )
+    op: str
+    kind: str
+    original: Any
     args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     call_site: CallSite | None
     entry: str | None
     internal: bool
-    kind: str
-    kwargs: dict[str, Any]
-    op: str
-    original: Any
-    parent_fps: list[Any]
-    parents: list[Any]
     seq: int
+    parents: list[Any]
+    parent_fps: list[Any]
     start: float
     t0: float
-
-    def __init__(self) -> None:
-        self.hashes: list[HashEvent] = []
-        self.started = False  # a step-start record was written for this call
-        self.children: list[StepRecord] = []
-        self.pending: list[LedgerRecord] = []
+    hashes: list[HashEvent] = field(default_factory=list)
+    started: bool = False  # a step-start record was written for this call
+    children: list[StepRecord] = field(default_factory=list)
+    pending: list[LedgerRecord] = field(default_factory=list)
 
 
 class CallState(threading.local):
@@ -161,11 +125,7 @@ class Calls:
             if caller_in_datasets is None:
                 caller_in_datasets = w == 1
             if w == 0:
-                return (
-                    bool(caller_in_datasets),
-                    CallSite(code.co_filename, f.f_lineno, code.co_name),
-                    entry,
-                )
+                return bool(caller_in_datasets), CallSite(code.co_filename, f.f_lineno, code.co_name), entry
             entry = code.co_name
             f = f.f_back
         return bool(caller_in_datasets), None, entry
@@ -175,29 +135,35 @@ class Calls:
     ) -> Frame:
         """A new frame for a hooked call made from the Python frame `caller` (or one below it)."""
         stack = self.local.stack
-        frame = Frame()
-        frame.op = op
-        frame.kind = kind
-        frame.original = original
-        frame.args = args
-        frame.kwargs = kwargs
-        caller_in_datasets, frame.call_site, frame.entry = self.call_site(caller)
-        frame.internal = bool(stack) and caller_in_datasets
-        frame.seq = next(self.seq)
+        caller_in_datasets, call_site, entry = self.call_site(caller)
+        seq = next(self.seq)
         if kind == "concat":
             parents = list(args[0] if args else kwargs.get("dsets") or [])
         elif kind in ("transform", "inplace", "save"):
             parents = [args[0]] if args else [kwargs.get("self")]
         else:
             parents = []
-        frame.parents = parents
-        frame.parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
-        for key in _CACHE_NAME_KWARGS:
+        for key in FILE_NAME_ARGS:
             value = kwargs.get(key)
             if isinstance(value, str):
                 self.snapshot(value)
-        frame.start = time.time()
-        frame.t0 = time.perf_counter()
+        parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
+        internal = bool(stack) and caller_in_datasets
+        frame = Frame(
+            op,
+            kind,
+            original,
+            args,
+            kwargs,
+            call_site,
+            entry,
+            internal,
+            seq,
+            parents,
+            parent_fps,
+            time.time(),
+            time.perf_counter(),
+        )
         stack.append(frame)
         return frame
 
@@ -239,3 +205,52 @@ class Calls:
                             snap.setdefault(os.path.join(folder, name), (de.inode(), -1))
         except OSError:
             pass
+
+
+def watched(local: CallState, original: Callable[..., str], *args: Any) -> tuple[str, Watch]:
+    """`original(*args)` (an `update_fingerprint`) with a new watch in place, and the watch."""
+    watch = Watch()
+    previous = local.watch
+    local.watch = watch
+    try:
+        result = original(*args)
+    finally:
+        local.watch = previous
+    return result, watch
+
+
+def wrap_hash(original: Callable[..., str], local: CallState) -> Callable[..., str]:
+    """`Hasher.hash`, noting its digest (or its error) in the watch of the call it runs in."""
+
+    @functools.wraps(original)
+    def hash(cls: Any, value: Any) -> str:
+        w = local.watch
+        if w is None or w.depth:
+            return original(cls, value)
+        w.depth = 1
+        try:
+            digest = original(cls, value)
+        except BaseException as e:
+            w.error = str(e)
+            w.error_type = type(e).__name__
+            w.error_at = len(w.digests)
+            raise
+        finally:
+            w.depth = 0
+        w.digests.append(digest)
+        return digest
+
+    return hash
+
+
+def wrap_random(original: Callable[..., str], local: CallState) -> Callable[..., str]:
+    """`generate_random_fingerprint`, noting in the watch of the call it runs in that it ran."""
+
+    @functools.wraps(original)
+    def generate_random_fingerprint(*args: Any, **kwargs: Any) -> str:
+        w = local.watch
+        if w is not None:
+            w.random = True
+        return original(*args, **kwargs)
+
+    return generate_random_fingerprint

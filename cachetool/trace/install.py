@@ -1,329 +1,249 @@
-"""Putting the hooks into `datasets` and taking them out again, without changing what pickles.
+"""Tracing on and off in this process: `tracing()`, `install_tracing()`, the settings a
+determinism run passes in, and the import hook that installs the tracer when the script imports
+`datasets`.
 
-`find_hook_points()` checks that this `datasets` has every function and method the tracer hooks
-(else tracing is off, said once); `Patches` puts each replacement in place and restores the
-originals; `library_versions()` is what the records say the process ran with. Every replacement
-pickles exactly as its original does under dill (`PickledAsOriginal`, `function_as_original`), so
-tracing never changes a fingerprint of anything that references a replaced function.
+Nothing here imports `datasets` (it reads `HF_DATASETS_CACHE` and friends at import, and scripts
+commonly set them first), nor `typing`: `cachetool run`'s launcher imports this module.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
-import functools
-import platform
+import itertools
+import os
 import sys
-import types
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+import threading
 
-__all__ = [
-    "INPLACE_METHODS",
-    "TRANSFORM_METHODS",
-    "HookPoints",
-    "Patches",
-    "PickledAsOriginal",
-    "find_hook_points",
-    "function_as_original",
-    "library_versions",
-    "traced_methods",
-    "warn",
-]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import importlib.machinery
+    from collections.abc import Iterator, Sequence
+    from types import ModuleType
+    from typing import Any
 
-#: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
-TRANSFORM_METHODS = (
-    "map",
-    "filter",
-    "select",
-    "sort",
-    "shuffle",
-    "train_test_split",
-    "remove_columns",
-    "rename_column",
-    "rename_columns",
-    "select_columns",
-    "flatten",
-    "cast",
-    "cast_column",
-    "add_column",
-    "add_item",
-    "batch",
-    "flatten_indices",
-    "shard",
-    "skip",
-    "take",
-    "repeat",
-    "with_format",
-    "class_encode_column",
-    "align_labels_with_mapping",
-)
-#: Methods that change the dataset in place (the result is `self` afterwards).
-INPLACE_METHODS = ("set_format",)
+    from cachetool.trace.tracer import Tracer
+
+#: Set by the determinism runner: write every event to this file instead of the ledger.
+EVENTS_ENV = "CACHETOOL_TRACE_EVENTS"
+#: Set by the determinism runner: add hash trees to the events.
+TREES_ENV = "CACHETOOL_TRACE_TREES"
+#: Set by the determinism runner for its cold run: every transform computes (nothing is loaded
+#: from the cache; what the cache lacks is written there, what it holds is left alone).
+COLD_ENV = "CACHETOOL_TRACE_COLD"
+#: Set by the determinism runner when it sets PYTHONHASHSEED: the user's own value ("" for none).
+SEED_ENV = "CACHETOOL_USER_PYTHONHASHSEED"
+_RUN_VARIABLES = (EVENTS_ENV, TREES_ENV, COLD_ENV, SEED_ENV)
+
+#: One sequence for tracer events and `cachetool.checkpoint()` events, so that `seq` orders both.
+event_counter = itertools.count()
+_taken: dict[str, str] | None = None  # the run's settings, once `take_environment()` took them
+
+_lock = threading.RLock()
+_tracer: Tracer | None = None
+_pending = False  # the import hook waits for `datasets`
+_at_fork_registered = False
 
 
-def warn(message: str) -> None:
-    """One line on stderr, never an exception."""
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"cachetool: warning: {message}\n")
-        sys.stderr.flush()
+def take_environment() -> None:
+    """Before the script's own code runs: keep the tracer's settings here and remove the
+    ``CACHETOOL_*`` variables cachetool set for the run from ``os.environ`` (and the
+    ``PYTHONHASHSEED`` the determinism runner set, putting back the user's own), so the script sees
+    the environment of a plain run. The user's own settings (``CACHETOOL_HOME``, ...) stay."""
+    global _taken
+    taken = {k: os.environ[k] for k in _RUN_VARIABLES if k in os.environ}
+    if SEED_ENV in taken:
+        if taken[SEED_ENV]:
+            os.environ["PYTHONHASHSEED"] = taken[SEED_ENV]
+        else:
+            os.environ.pop("PYTHONHASHSEED", None)
+    for key in _RUN_VARIABLES:
+        os.environ.pop(key, None)
+    _taken = taken
 
 
-def library_versions() -> dict[str, str]:
-    """The versions of Python, cachetool and the imported `datasets`, dill and pyarrow ("?" for
-    one not imported): what every record of a traced process says it ran with."""
-    from cachetool import __version__
-
-    out = {"python": platform.python_version(), "cachetool": __version__}
-    for name in ("datasets", "dill", "pyarrow"):
-        mod = sys.modules.get(name)
-        out[name] = str(getattr(mod, "__version__", "?")) if mod is not None else "?"
-    return out
-
-
-class HookPoints(NamedTuple):
-    """The modules and classes of `datasets` the tracer hooks into."""
-
-    datasets: Any
-    fingerprint: Any  # datasets.fingerprint
-    arrow_dataset: Any  # datasets.arrow_dataset
-    dataset_cls: type
-    builder_cls: type
-    hasher: type
+def run_settings() -> tuple[str, bool, bool]:
+    """(events file, hash trees wanted, cold run) of this process, from the determinism runner."""
+    settings = _taken if _taken is not None else os.environ
+    off = ("", "0", "false", "no")
+    return (
+        settings.get(EVENTS_ENV, ""),
+        settings.get(TREES_ENV, "") not in off,
+        settings.get(COLD_ENV, "") not in off,
+    )
 
 
-def find_hook_points() -> HookPoints | None:
-    """The hook points of the imported `datasets`; None (after one warning) when one is missing:
-    the pipeline then runs untraced."""
-    import datasets
-    import datasets.arrow_dataset as ad
-    import datasets.builder as builder_mod
-    import datasets.fingerprint as fp_mod
-
-    missing = [
-        name
-        for name in ("update_fingerprint", "generate_random_fingerprint", "Hasher")
-        if not hasattr(fp_mod, name)
-    ]
-    missing += [
-        f"arrow_dataset.{name}"
-        for name in ("Dataset", "generate_fingerprint", "_concatenate_map_style_datasets")
-        if not hasattr(ad, name)
-    ]
-    dataset_cls = getattr(ad, "Dataset", None)
-    builder_cls = getattr(builder_mod, "DatasetBuilder", None)
-    if dataset_cls is not None:
-        missing += [
-            f"Dataset.{m}"
-            for m in (*INPLACE_METHODS, "save_to_disk", "load_from_disk", "_get_cache_file_path")
-            if m not in vars(dataset_cls)
-        ]
-    if builder_cls is None or not all(
-        hasattr(builder_cls, m) for m in ("as_dataset", "download_and_prepare", "_relative_data_dir")
-    ):
-        missing.append("DatasetBuilder.as_dataset/download_and_prepare")
-    hasher = getattr(fp_mod, "Hasher", None)
-    if hasher is not None and not isinstance(vars(hasher).get("hash"), classmethod):
-        missing.append("Hasher.hash")
-    if missing:
-        warn(
-            f"tracing is off: this datasets {getattr(datasets, '__version__', '?')} has no "
-            f"{', '.join(missing[:5])}; the script runs untraced"
-        )
-        return None
-    assert dataset_cls is not None and builder_cls is not None and hasher is not None
-    return HookPoints(datasets, fp_mod, ad, dataset_cls, builder_cls, hasher)
+def active_tracer() -> Tracer | None:
+    """The installed tracer, if the hooks are in place."""
+    return _tracer
 
 
-def traced_methods(dataset_cls: type) -> tuple[list[str], list[str]]:
-    """(the public `Dataset` methods traced as transforms, the `TRANSFORM_METHODS` this
-    `datasets` lacks: 2.21 has no `repeat`; 2.14 no `skip`, `take`, `batch`)."""
-    names = {m for m in TRANSFORM_METHODS if m in vars(dataset_cls)}
-    for name, value in vars(dataset_cls).items():
-        if not name.startswith("_") and _is_fingerprint_transform(value) and name not in INPLACE_METHODS:
-            names.add(name)
-    return sorted(names), [f"Dataset.{m}" for m in TRANSFORM_METHODS if m not in vars(dataset_cls)]
+def install_tracing(events_file: str | os.PathLike[str] | None = None) -> None:
+    """Record every transform call of `datasets` from now on (in this process).
 
-
-def _is_fingerprint_transform(value: Any) -> bool:
-    f = getattr(value, "__func__", value)
-    for _ in range(8):
-        if f is None:
-            return False
-        if getattr(f, "_decorator_name_", None) == "fingerprint":
-            return True
-        f = getattr(f, "__wrapped__", None)
-    return False
-
-
-class Patches:
-    """The attributes replaced so far, to restore in reverse order."""
-
-    def __init__(self) -> None:
-        self.patches: list[tuple[Any, str, Any]] = []  # (object, name, original)
-        self._replacements: dict[int, Any] = {}
-
-    def patch(self, obj: Any, name: str, replacement: Callable[..., Any]) -> None:
-        """Put `replacement` in the place of `obj.name` (a function, or the function inside a
-        classmethod or staticmethod), pickling as the original does."""
-        original = vars(obj)[name] if isinstance(obj, type) else getattr(obj, name)
-        self.patches.append((obj, name, original))
-        inner = original.__func__ if isinstance(original, (classmethod, staticmethod)) else original
-        # One replacement per original: every module that imported a function by name holds the
-        # same object, the one dill finds under the function's own name.
-        value = self._replacements.get(id(inner))
-        if value is None:
-            if isinstance(original, classmethod) or not isinstance(inner, types.FunctionType):
-                value = PickledAsOriginal(inner, replacement)  # dill pickles the original by value
-            else:
-                value = function_as_original(inner, replacement)
-            self._replacements[id(inner)] = value
-        if isinstance(original, (classmethod, staticmethod)):
-            value = type(original)(value)
-        setattr(obj, name, value)
-
-    def patch_imported(self, replacements: Mapping[str, tuple[Any, Callable[..., Any]]]) -> None:
-        """Put each replacement (`name`: (original, replacement)) in every `datasets` module that
-        imported the original by name."""
-        for mod_name, mod in list(sys.modules.items()):
-            if mod is None or not (mod_name == "datasets" or mod_name.startswith("datasets.")):
-                continue
-            d = getattr(mod, "__dict__", None)
-            if not isinstance(d, dict):
-                continue
-            for name, (orig, replacement) in replacements.items():
-                if d.get(name) is orig:
-                    self.patch(mod, name, replacement)
-
-    def restore(self) -> None:
-        """Put every original back (in reverse order)."""
-        for obj, name, original in reversed(self.patches):
-            with contextlib.suppress(Exception):
-                setattr(obj, name, original)
-        self.patches.clear()
-        self._replacements.clear()
-
-
-# ------------------------------------------------------------------------------------------
-# Replacements that pickle as the originals
-# ------------------------------------------------------------------------------------------
-
-
-class PickledAsOriginal:
-    """A replacement for a `datasets` function that pickles exactly as the original it wraps.
-
-    dill, and every pickler built on it (`datasets`' hashing pickler, `multiprocess`), writes the
-    same bytes for it as for the original: by reference where dill finds the original under its
-    qualified name (the replacement now stands there), else the original itself (by value, as
-    for `Hasher.hash`'s function). dill's search for the globals a pickled function refers to
-    (`dill.detect.globalvars`) sees the original's code, globals and closure. So the fingerprint of
-    anything that references a replaced function does not change under tracing, and unpickling
-    gives the original back. Calls go to the replacement; as a class attribute it binds like a
-    function.
+    Records go to the ledger of the cache root each call belongs to, or, when `events_file` is given
+    or `CACHETOOL_TRACE_EVENTS` is set, to that JSON Lines file instead (the determinism runner's
+    mode; `CACHETOOL_TRACE_TREES=1` adds hash trees). If `datasets` is not imported yet, the hooks
+    are installed when it is. Never raises: a problem is one warning on stderr, and the pipeline
+    runs untraced.
     """
-
-    __wrapped__: Callable[..., Any]
-
-    def __init__(self, original: Callable[..., Any], replacement: Callable[..., Any]) -> None:
-        functools.update_wrapper(self, original)
-        self.__wrapped__ = original
-        self._replacement = replacement
-        _register_with_dill()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._replacement(*args, **kwargs)
-
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        return self if instance is None else types.MethodType(self, instance)
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:  # `isinstance(x, FunctionType)` answers as for the original
-        return type(self.__wrapped__)
-
-    def __getattr__(self, name: str) -> Any:  # __code__, __globals__, __closure__, __defaults__ ...
-        return getattr(self.__wrapped__, name)
+    global _pending
+    with _lock:
+        if _tracer is not None or _pending:
+            return
+        # Read now: `cachetool run` removes these variables before the script's code runs.
+        env_events, trees, cold = run_settings()
+        events = (env_events if events_file is None else os.fspath(events_file)) or None
+        if sys.modules.get("datasets") is not None:
+            _install_now(events, trees, cold)
+            return
+        _pending = True
+        sys.meta_path.insert(0, _Finder((events, trees, cold)))
 
 
-class _Call:
-    """Calls the replacement; not a function, so dill's search for referenced globals stops here."""
-
-    __slots__ = ("replacement",)
-
-    def __init__(self, replacement: Callable[..., Any]) -> None:
-        self.replacement = replacement
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.replacement(*args, **kwargs)
+def _on_datasets_imported(events: str | None, trees: bool, cold: bool) -> None:
+    global _pending
+    with _lock:
+        if _pending:
+            _pending = False
+            _install_now(events, trees, cold)
 
 
-_TRAMPOLINES: dict[int, types.CodeType] = {}
+def _install_now(events: str | None, trees: bool, cold: bool) -> None:
+    global _tracer, _at_fork_registered
+    try:
+        from cachetool.trace.leases import hold_lease
+        from cachetool.trace.tracer import EventsSink, LedgerSink, Tracer
+
+        sink = EventsSink(events, trees) if events else LedgerSink()
+        tracer = Tracer(sink, event_counter)
+        # The determinism runner's cold run: every step computes, so what a step changes in its
+        # function's objects shows; it writes where a plain run would, for the next run to load.
+        tracer.recompute = bool(cold and events)
+        if not tracer.install():
+            sink.close()
+            return
+        _tracer = tracer
+        if not _at_fork_registered:  # handlers cannot be unregistered: one per process
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_after_fork)
+            atexit.register(_end_run)
+            _at_fork_registered = True
+        tracer.start_run()
+        hold_lease(tracer.roots.default)  # announce this writer to gc and verify on every host
+    except Exception as e:  # never raise into the user's code
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"cachetool: warning: tracing is off ({type(e).__name__}: {e})\n")
 
 
-def _trampoline_code(cells: int) -> types.CodeType:
-    """`def f(*args, **kwargs): return call(*args, **kwargs)` with `cells` more free variables."""
-    code = _TRAMPOLINES.get(cells)
-    if code is None:
-        names = "".join(f", cell{i}" for i in range(cells))
-        source = (
-            f"def outer(call{names}):\n"
-            "    def trampoline(*args, **kwargs):\n"
-            f"        if False:\n            (call{names})\n"
-            "        return call(*args, **kwargs)\n"
-            "    return trampoline\n"
-        )
-        namespace: dict[str, Any] = {}
-        # Compiled as this file: call sites and tracebacks skip its frames like the hooks' own.
-        exec(compile(source, __file__, "exec"), namespace)
-        code = _TRAMPOLINES[cells] = namespace["outer"].__code__.co_consts[1]
-    return code
+def _end_run() -> None:
+    """At exit: the run ended (a SIGKILL never gets here, and that is how a killed run shows)."""
+    if _tracer is not None:
+        with contextlib.suppress(Exception):
+            _tracer.end_run()
 
 
-def function_as_original(original: types.FunctionType, replacement: Callable[..., Any]) -> types.FunctionType:
-    """A function that calls `replacement` and that dill pickles as `original`, for an original
-    dill finds under its qualified name (a module function, a method). It is a function (`datasets`
-    hashes `type(value)` too) and stands under that name, so dill pickles it by reference; for
-    dill's search of the globals a pickled function refers to (`dill.detect.globalvars`) it has
-    the original's globals, the original's closure cells, and the original's code among its
-    constants (the search reads them), so the search finds exactly what it finds from the original.
+def note_exit(exc: BaseException | None) -> None:
+    """`cachetool run`: the script ended, normally (`exc` None) or by `exc`; the run's end record
+    says how. Never raises."""
+    if _tracer is not None:
+        with contextlib.suppress(Exception):
+            _tracer.note_exit(exc)
+
+
+def _after_fork() -> None:
+    if _tracer is not None:
+        _tracer.enabled = False  # a num_proc worker's calls are datasets' own business
+
+
+def uninstall_tracing() -> None:
+    """Remove the hooks (the original `datasets` functions come back) and close the ledger files."""
+    global _tracer, _pending
+    with _lock:
+        if _pending:
+            _remove_finder()
+            _pending = False
+        if _tracer is not None:
+            from cachetool.trace.leases import release_all
+
+            _tracer.uninstall()
+            _tracer = None
+            release_all()
+
+
+@contextlib.contextmanager
+def tracing(events_file: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Record the `datasets` transform calls made inside the block::
+
+        with cachetool.tracing():
+            ds = load_dataset("csv", data_files="x.csv", split="train").map(f)
+
+    Hooks installed before the block (by `cachetool run` or `install_tracing()`) stay after it.
     """
-    cells = original.__closure__ or ()
-    template = _trampoline_code(len(cells))
-    code = template.replace(co_consts=(*template.co_consts, original.__code__))
-    by_name = {f"cell{i}": cell for i, cell in enumerate(cells)}
-    by_name["call"] = types.CellType(_Call(replacement))
-    closure = tuple(by_name[name] for name in code.co_freevars)
-    function = types.FunctionType(code, original.__globals__, original.__name__, None, closure)
-    functools.update_wrapper(function, original)
-    return function
+    already = _tracer is not None or _pending
+    install_tracing(events_file)
+    try:
+        yield
+    finally:
+        if not already:
+            uninstall_tracing()
 
 
-def _save_as_original(pickler: Any, obj: PickledAsOriginal) -> None:
-    original = obj.__wrapped__
-    module = sys.modules.get(getattr(original, "__module__", None) or "")
-    found: Any = module
-    for part in str(getattr(original, "__qualname__", "<")).split("."):
-        found = getattr(found, part, None)
-    save_function = pickler.dispatch.get(types.FunctionType)
-    if found is obj and save_function is not None:
-        # Where dill looks the original up by name, it now finds `obj`: saving `obj` as a
-        # function writes the very reference the original gets.
-        save_function(pickler, obj)
-    else:
-        pickler.save(original)
+class _Finder:
+    """At the front of `sys.meta_path`, waits for the script's own `import datasets`, lets the real
+    finder and loader do their work, and installs the hooks once the module has executed. It
+    follows the import protocol without `importlib.abc`, which alone pulls in
+    `importlib.resources`, `tempfile`, `pathlib` and `typing` (costs a script that never imports
+    `datasets` would pay)."""
+
+    def __init__(self, settings: tuple[str | None, bool, bool]) -> None:
+        self.settings = settings
+        self._busy = threading.local()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "datasets" or getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader, self.settings)  # type: ignore[assignment]  # no ABC
+        return spec
 
 
-def _register_with_dill() -> None:
-    """Teach every dill pickler class (each may hold its own copy of dill's dispatch table, as
-    `datasets`' does) to save a `PickledAsOriginal` as its original."""
-    dill = sys.modules.get("dill")
-    base = getattr(dill, "Pickler", None)
-    if base is None:
-        return
-    seen: set[int] = set()
-    todo = [base]
-    while todo:
-        cls = todo.pop()
-        todo.extend(cls.__subclasses__())
-        table = vars(cls).get("dispatch")
-        if isinstance(table, dict) and id(table) not in seen:
-            seen.add(id(table))
-            table[PickledAsOriginal] = _save_as_original
+class _Loader:
+    def __init__(self, inner: Any, settings: tuple[str | None, bool, bool]) -> None:
+        self.inner = inner
+        self.settings = settings
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        create = getattr(self.inner, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        # Put the real loader back first: the module must look as if it was imported normally.
+        with contextlib.suppress(Exception):
+            module.__loader__ = self.inner
+            if module.__spec__ is not None:
+                module.__spec__.loader = self.inner
+        self.inner.exec_module(module)
+        _remove_finder()
+        _on_datasets_imported(*self.settings)  # never raises: the import itself succeeded
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _remove_finder() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]

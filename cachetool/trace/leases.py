@@ -1,24 +1,39 @@
-"""Leases: writers announce themselves in the root, for gc and verify on any host.
+"""Leases: a writing process announces itself in every cache root it writes to, for gc and
+verify on any host (`/proc` shows only this host).
 
-Processes on other machines of a shared file system are invisible to this check, so writers
-announce themselves: a *lease* per writing process in the root's `.cachetool/leases/` (see
-`cachetool.trace.lease`, which holds them). A lease of this host whose PID namespace is ours is
-judged by `/proc` (its process lives, with the same start time; what it writes it holds open, so
-its files are seen like any process's); any other lease lives until it expires, and while it
-lives, whatever its process may be writing in that root (anything modified since it started) is
-live: `InUse.lease_over(mtime)` is the one answer gc and verify ask.
+A traced process (`cachetool run`, `cachetool.tracing()`, the runs of `check-determinism`) keeps a
+small file in `<root>/.cachetool/leases/` naming its host, kernel boot id, pid, PID namespace and
+start time, renewed from a daemon thread every few seconds (`hold_lease`). It is written to a temp
+name and renamed into place, so a reader never sees half of one; it is removed when tracing is
+uninstalled or the process exits. Taking a lease creates `.cachetool/leases/` inside an existing
+root, never the root; a renewal creates nothing: a lease whose file is gone (the program deleted
+the root, a saved folder or a temporary directory) ends there, so the folder stays deleted.
+
+A lease of this host whose PID namespace is ours is judged by `/proc` (its process lives, with the
+same start time; what it writes it holds open, so its files are seen like any process's); any
+other lease lives until it expires, and while it lives, whatever its process may be writing in
+that root (anything modified since it started) is live: `InUse.lease_over(mtime)` is the one
+answer gc and verify ask. A killed process leaves its lease behind; gc removes it once it is dead
+(this host) or expired (another host).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import dataclasses
+import json
 import os
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from cachetool.processes import process_start as process_start  # also read by the lease holder
+from cachetool.cache.roots import make_state_dir
+from cachetool.processes import process_start
 
 #: Where a root keeps its leases, below its `.cachetool/` folder.
 LEASES_DIR = "leases"
@@ -99,17 +114,7 @@ class Lease:
         return f"pid {self.pid} on {safe_text(self.host)}"
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "path": os.fsdecode(self.path),
-            "host": self.host,
-            "boot_id": self.boot_id,
-            "pid": self.pid,
-            "pid_ns": self.pid_ns,
-            "start": self.start,
-            "renewed": self.renewed,
-            "lifetime": self.lifetime,
-            "command": self.command,
-        }
+        return {**dataclasses.asdict(self), "path": os.fsdecode(self.path)}
 
 
 def leases_dir(root: str | os.PathLike[str]) -> Path:
@@ -185,3 +190,110 @@ def judge_leases(root: str | os.PathLike[str], now: float | None = None) -> list
         if lease is not None:
             out.append((lease, lease_state(lease, me, now)))
     return out
+
+
+class _Holder:
+    """The leases of this process, one per root, renewed together by one daemon thread."""
+
+    def __init__(self) -> None:
+        self.lifetime = lease_seconds()
+        self.pid = os.getpid()
+        me = this_host()
+        start = process_start(self.pid) or time.time()
+        self._doc = {
+            "v": 1,
+            "host": me.host,
+            "boot_id": me.boot_id,
+            "pid": self.pid,
+            "pid_ns": me.pid_ns,
+            "start": start,
+            "lifetime": self.lifetime,
+            "command": " ".join(sys.argv)[:500],
+        }
+        self.name = f"{me.host}-{self.pid}-{int(start * 1000)}.json"
+        self._paths: dict[str, Path] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, root: str | os.PathLike[str]) -> None:
+        key = os.path.realpath(os.fspath(root))
+        with self._lock:
+            if key in self._paths:
+                return
+            path = leases_dir(key) / self.name
+            try:
+                make_state_dir(key, path.parent)
+                self._write(path)
+            except OSError:
+                return  # read-only, or the root is gone
+            self._paths[key] = path
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._renew, name="cachetool-lease", daemon=True)
+                self._thread.start()
+
+    def _write(self, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, json.dumps(dict(self._doc, renewed=time.time())).encode("utf-8"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def _renew(self) -> None:
+        # Every sixth of the lifetime (10 s at the default 60 s), at most 10 s.
+        while not self._stop.wait(max(0.05, min(10.0, self.lifetime / 6))):
+            if os.getpid() != self.pid:
+                return  # a forked child: the lease is its parent's
+            with self._lock:
+                for key, path in list(self._paths.items()):
+                    if not os.path.lexists(path):  # never recreated: its root stays deleted
+                        del self._paths[key]
+                        continue
+                    with contextlib.suppress(OSError):
+                        self._write(path)
+
+    def release(self) -> None:
+        """Stop renewing and remove every lease of this process."""
+        self._stop.set()
+        if os.getpid() != self.pid:
+            return
+        with self._lock:
+            for path in self._paths.values():
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                # Leave no trace in a root that had none (a determinism run's cache): the folders
+                # go only when empty, so another process's lease or ledger keeps them.
+                for folder in (path.parent, path.parent.parent):
+                    try:
+                        os.rmdir(folder)
+                    except OSError:
+                        break
+            self._paths.clear()
+
+
+_holder: _Holder | None = None
+_holder_lock = threading.Lock()
+
+
+def hold_lease(root: str | os.PathLike[str]) -> None:
+    """Hold a lease in `root` for as long as this process traces (never raises)."""
+    global _holder
+    try:
+        with _holder_lock:
+            if _holder is None or _holder.pid != os.getpid():
+                _holder = _Holder()
+                atexit.register(_holder.release)
+        _holder.hold(root)
+    except Exception:  # a lease must never break the user's pipeline
+        pass
+
+
+def release_all() -> None:
+    """Remove this process's leases (tracing was uninstalled)."""
+    global _holder
+    with _holder_lock:
+        if _holder is not None:
+            _holder.release()
+            _holder = None

@@ -1,31 +1,33 @@
 """The records of a tracer: one typed record (`cachetool.history.records`) per step a traced call
-made, built from the call's frame and what `datasets` hashed inside it; a step start when a step
-begins to compute; the run's start and end; the text of the user's functions.
-
-Every record of a process shares `v`, `run`, `host`, `pid` and `versions` (`Constants`, the
-per-process template every record is built from).
+made, built from the call's frame and what `datasets` hashed inside it (where a chain starts or
+ends too: a builder's splits, `load_from_disk`, `save_to_disk`); a step start when a step begins
+to compute; the run's start and end; the text of the user's functions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypedDict
 
 from cachetool.history.records.other import SourceRecord
-from cachetool.history.records.parts import FileRecord, FunctionInfo, SourceInfo
+from cachetool.history.records.parts import DataFile, FileRecord, FunctionInfo, SourceInfo
 from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
-from cachetool.history.records.steps import RootRecord, StepRecord, TransformRecord
+from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord, TransformRecord
 from cachetool.history.writer import RECORD_VERSION
-from cachetool.trace import origins
-from cachetool.trace.arguments import SOURCES, Arguments, Hashed
+from cachetool.trace.arguments import SOURCES, Arguments, Hashed, column_heads, operation_of
 from cachetool.trace.calls import Frame, HashEvent
-from cachetool.trace.describe import column_heads, operation_of
-from cachetool.trace.roots import Roots, abs_path, cache_files, split_of
+from cachetool.trace.roots import Roots, abs_path, cache_files, local_path, split_of
 
 __all__ = ["Constants", "RecordBuilder", "fingerprints"]
+
+#: Local data files recorded per builder root (enough to name the one that changed).
+MAX_DATA_FILES = 16
 
 _MISSING = object()
 
@@ -41,25 +43,14 @@ class Constants(TypedDict):
 
 
 class RecordBuilder:
-    """Builds the records of one tracer. `ledger`: records go to a ledger (source records,
-    step starts and run records are written; an events file has none of them)."""
+    """Builds the records of one tracer."""
 
-    def __init__(
-        self,
-        *,
-        run: str,
-        host: str,
-        pid: int,
-        seq: Iterator[int],
-        roots: Roots,
-        arguments: Arguments,
-        ledger: bool,
-    ) -> None:
+    def __init__(self, *, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments) -> None:
+        host = socket.gethostname()
         self.constants = Constants(v=RECORD_VERSION, run=run, host=host, pid=pid, versions={})
         self.seq = seq
         self.roots = roots
         self.arguments = arguments
-        self.ledger = ledger
         self._sources_done: set[tuple[Any, str]] = set()
 
     def steps(
@@ -73,12 +64,10 @@ class RecordBuilder:
         """The records of the steps one traced call made (none when it raised, but for a
         transform the user called: its record has the error)."""
         kind = frame.kind
-        if kind == "builder":
-            return origins.builder_records(self, frame, out, exc, duration)
-        if kind == "load_saved":
-            return origins.load_saved_records(self, frame, out, exc, duration)
-        if kind == "save":
-            return origins.save_records(self, frame, exc, duration)
+        if kind in ("builder", "load_saved", "save"):
+            if exc is not None or (out is None and kind != "save"):
+                return []
+            return getattr(self, kind)(frame, out, duration)
         results: list[tuple[str | None, Any]]
         if exc is not None:
             results = []
@@ -145,18 +134,13 @@ class RecordBuilder:
         if h is not None and self.arguments.summaries and not frame.internal and computed:
             args = self.arguments.with_summaries(args, h)
         return TransformRecord(
-            **self.constants,
-            seq=seq,
-            time=round(frame.start, 6),
-            duration=round(duration, 6),
-            internal=frame.internal,
+            **self._call(frame, duration, seq),
             root=root,
             operation=frame.op,
             transform=hashed.transform,
             result=fp if isinstance(fp, str) else None,
             parents=fingerprints(frame.parent_fps),
             output=output,
-            call_site=frame.call_site,
             function=hashed.function,
             args=args,
             random_fallback=hashed.random_fallback,
@@ -174,16 +158,11 @@ class RecordBuilder:
         """The record of a call that raised: what it was given, and the exception."""
         hashed = self.arguments.hashed(h) if h is not None else Hashed(None, {}, None, None)
         return TransformRecord(
-            **self.constants,
-            seq=frame.seq,
-            time=round(frame.start, 6),
-            duration=round(duration, 6),
-            internal=frame.internal,
+            **self._call(frame, duration),
             root=self.roots.of(frame.parents[0])[0] if frame.parents else self.roots.default,
             operation=frame.op,
             transform=hashed.transform,
             parents=fingerprints(frame.parent_fps),
-            call_site=frame.call_site,
             function=hashed.function,
             args=hashed.args,
             random_fallback=hashed.random_fallback,
@@ -271,6 +250,133 @@ class RecordBuilder:
             return (), "none"
         return tuple(files), "miss" if not reused else "hit" if not written else "partial"
 
+    def builder(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+        """The root records of a builder's splits (`load_dataset`, `DatasetBuilder.as_dataset`)."""
+        builder: Any = frame.args[0] if frame.args else frame.kwargs.get("self")
+        # `cache_dir=` may be a URL (`file:///…`): the path it names, or on another file system the
+        # process's cache root (as for every entry point: `local_path`).
+        cache_root = local_path(getattr(builder, "_cache_dir_root", None)) or self.roots.default
+        self.roots.add(cache_root)
+        rel = None
+        with contextlib.suppress(Exception):
+            rel = builder._relative_data_dir()
+        with contextlib.suppress(Exception):
+            self.roots.remember(builder._output_dir, cache_root)
+        prepared = getattr(builder, "__dict__", {}).get("_cachetool_prepared", "hit")
+        data_files = _data_files(builder)
+        items = (
+            list(out.items())
+            if isinstance(out, dict)
+            else ([(None, d) for d in out] if isinstance(out, (list, tuple)) else [(None, out)])
+        )
+        operation = frame.entry if frame.entry and not frame.entry.startswith("_") else "as_dataset"
+        status = "reused" if prepared == "hit" else "written"
+        # `from_generator`: datasets hashes the generator, and helpers of the user's module it calls
+        # by name only: their code is recorded as a mapped function's is (stale results).
+        function = None
+        args = {}
+        with contextlib.suppress(Exception):
+            generator = getattr(getattr(builder, "config", None), "generator", None)
+            function = self.arguments.function_info(generator) if callable(generator) else None
+            gen_kwargs = getattr(getattr(builder, "config", None), "gen_kwargs", None)
+            if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
+                args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
+        records: list[StepRecord] = []
+        for output, ds in items:
+            files = _stat_files(ds, status)
+            records.append(
+                RootRecord(
+                    **self._call(frame, duration, next(self.seq) if records else frame.seq),
+                    root=cache_root,
+                    operation=operation,
+                    result=_fingerprint_of(ds),
+                    output=None if output is None else str(output),
+                    function=function,
+                    args=args,
+                    files=files,
+                    cache=prepared if files else "none",
+                    in_memory=not files,
+                    split=split_of(ds),
+                    source=SourceInfo(
+                        kind="builder",
+                        builder=_str_or_none(getattr(builder, "name", None)),
+                        config=_str_or_none(getattr(getattr(builder, "config", None), "name", None)),
+                        relative_data_dir=_str_or_none(rel),
+                        split=split_of(ds),
+                        data_files=data_files,
+                    ),
+                )
+            )
+        return records
+
+    def load_saved(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+        """`load_from_disk`: its parent is the saved state."""
+        raw = frame.args[0] if frame.args else frame.kwargs.get("dataset_path")
+        local = local_path(raw)
+        # A saved dataset on another file system: the step belongs to this process's cache root.
+        path = local if local is not None else str(os.fspath(raw) if isinstance(raw, os.PathLike) else raw)
+        root = self.roots.saved(local) if local is not None else self.roots.default
+        state_fp = None
+        state_file = os.path.join(local, "state.json") if local is not None else None
+        if state_file is not None:
+            with contextlib.suppress(Exception), open(state_file, encoding="utf-8") as fh:
+                state_fp = json.load(fh).get("_fingerprint")
+        state_fp = state_fp if isinstance(state_fp, str) else None
+        files = _stat_files(out, "reused")
+        record = RootRecord(
+            **self._call(frame, duration),
+            root=root,
+            operation="load_from_disk",
+            result=_fingerprint_of(out),
+            parents=(state_fp,) if state_fp else (),
+            files=files,
+            cache="hit" if files else "none",
+            in_memory=not files,
+            split=split_of(out),
+            source=SourceInfo(kind="saved", path=path, state_fingerprint=state_fp),
+        )
+        return [record]
+
+    def save(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+        """`save_to_disk`: the folder becomes a root of its own."""
+        ds = frame.parents[0]
+        raw = frame.args[1] if len(frame.args) > 1 else frame.kwargs.get("dataset_path")
+        if not isinstance(raw, (str, os.PathLike)):
+            return []
+        local = local_path(raw)
+        path = local if local is not None else os.fspath(raw)
+        root = self.roots.saved(local) if local is not None else self.roots.default
+        files = []
+        if local is not None:
+            with contextlib.suppress(OSError), os.scandir(local) as it:
+                for de in it:
+                    if de.name.startswith("data-") and de.name.endswith(".arrow"):
+                        files.append(FileRecord(de.path, de.stat().st_size, "written"))
+        fp = _fingerprint_of(ds)
+        record = SaveRecord(
+            **self._call(frame, duration),
+            root=root,
+            operation="save_to_disk",
+            result=fp,
+            parents=(fp,) if fp else (),
+            files=tuple(sorted(files, key=lambda f: f.path)),
+            cache="miss" if files else "none",
+            split=split_of(ds),
+            source=SourceInfo(kind="saved", path=path),
+        )
+        return [record]
+
+    def _call(self, frame: Frame, duration: float, seq: int | None = None) -> dict[str, Any]:
+        """The fields of every record of a traced call's step."""
+        return {
+            **self.constants,
+            "seq": frame.seq if seq is None else seq,
+            "time": round(frame.start, 6),
+            "duration": round(duration, 6),
+            "internal": frame.internal,
+            "call_site": frame.call_site,
+        }
+
     def sources(self, record: StepRecord, fn: FunctionInfo) -> list[SourceRecord]:
         """The `"source"` records a record's function info names that this process has not yet
         written to the record's root."""
@@ -294,11 +400,7 @@ class RecordBuilder:
                     internal=True,
                     root=root,
                     hash=shash,
-                    qualname=text["qualname"],
-                    file=text["file"],
-                    line=text["line"],
-                    text=text["text"],
-                    truncated=text["truncated"],
+                    **text,
                 )
             )
         return out
@@ -393,3 +495,47 @@ def _tmp_names(folder: str) -> tuple[str, ...]:
             return tuple(sorted(e.name for e in it if e.name.startswith("tmp")))
     except OSError:
         return ()
+
+
+def _fingerprint_of(ds: Any) -> str | None:
+    fp = getattr(ds, "_fingerprint", None)
+    return fp if isinstance(fp, str) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _stat_files(ds: Any, status: str) -> tuple[FileRecord, ...]:
+    """The cache files of `ds` that exist, with their sizes, all with `status`."""
+    files = []
+    for f in cache_files(ds):
+        path = abs_path(f["filename"])
+        with contextlib.suppress(OSError):
+            files.append(FileRecord(path, os.stat(path).st_size, status))
+    return tuple(files)
+
+
+def _data_files(builder: Any) -> tuple[DataFile, ...]:
+    """The builder's local data files with their size and mtime at load time, so that `explain`
+    can say which input file changed when a source dataset gets a new fingerprint."""
+    out: list[DataFile] = []
+    data_files = getattr(getattr(builder, "config", None), "data_files", None)
+    if not isinstance(data_files, Mapping):
+        return ()
+    try:
+        for split, files in data_files.items():
+            for f in files if isinstance(files, (list, tuple)) else [files]:
+                path = local_path(str(f))
+                if path is None:
+                    continue
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
+                if len(out) >= MAX_DATA_FILES:
+                    return tuple(out)
+    except Exception:  # an odd data_files object: the fingerprint still says the source changed
+        return tuple(out)
+    return tuple(out)

@@ -2,25 +2,16 @@
 args...`), with tracing on.
 
 `run_script()` replaces the current process (`os.execv`) by a fresh interpreter started as
-`python -m cachetool.trace.bootstrap script.py args...`: no state of the caller (Typer, Rich, the
-user's own modules) stays behind, the pid, stdio, signals and exit status are the script's own,
-and CPython itself handles `SystemExit`, uncaught exceptions and `KeyboardInterrupt` (which ends
-the process by SIGINT, as usual). The console script's `cachetool run SCRIPT` calls `run_here()`
-instead: its interpreter has imported nothing but the few modules of the bootstrap itself, so the
-script runs in it, as it would in the fresh one, without starting a second interpreter.
+`python -m cachetool.trace.bootstrap script.py args...`: the pid, stdio, signals and exit status
+are the script's own, and CPython itself handles `SystemExit`, uncaught exceptions and
+`KeyboardInterrupt`. The console script calls `run_here()` instead: its interpreter has imported
+nothing but the bootstrap, so the script runs in it without starting a second interpreter.
 
-The bootstrap then makes the interpreter look as if it had been started on the script:
-
-* `sys.argv` is `[script, *args]`; `sys.path[0]` is the script's folder (symlinks resolved, like
-  CPython), so helper modules next to the script import;
-* `__main__` is a fresh module with the same attributes CPython gives a script (`__file__`
-  absolute, `__loader__` a `SourceFileLoader`, `__spec__` None), so `multiprocessing` spawn
-  workers re-import it from its path (as `__mp_main__`) and fork workers inherit it;
-* `-m module` runs the module as `python -m` does (`runpy`'s own code for it: `sys.argv[0]` the
-  module's file, `sys.path[0]` the working directory);
-* tracing is installed by an import hook that fires on the script's own `import datasets`
-  (never earlier: `datasets` reads `HF_DATASETS_CACHE` at import);
-* tracebacks printed for an uncaught exception leave out the bootstrap and tracer frames.
+The bootstrap gives the script CPython's `sys.argv`, `sys.path[0]` (its folder, symlinks resolved)
+and a fresh `__main__` with CPython's attributes (so `multiprocessing` spawn workers re-import it
+from its path); `-m module` runs through `runpy` as `python -m` does. Tracing is installed by an
+import hook on the script's own `import datasets`, and tracebacks leave out the bootstrap's and
+the tracer's frames.
 """
 
 from __future__ import annotations
@@ -215,8 +206,7 @@ def _bootstrap() -> None:
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
-    from cachetool.trace import install_tracing
-    from cachetool.trace.settings import take_environment
+    from cachetool.trace.install import install_tracing, take_environment
 
     take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
 
@@ -284,7 +274,7 @@ def _bootstrap() -> None:
 def _noting_exit(run: Callable[..., object], *args: Any, **kwargs: Any) -> None:
     """`run(*args, **kwargs)` (the script), telling the tracer how it ended: the run's end record
     keeps the exit status and the exception (its frames are trimmed from tracebacks)."""
-    from cachetool.trace import note_exit
+    from cachetool.trace.install import note_exit
 
     try:
         run(*args, **kwargs)

@@ -1,23 +1,17 @@
 """What the tracer records about the user's function: enough to tell later that its code changed.
 
-`datasets` pickles a function defined in `__main__` by value (its code is in the fingerprint) but a
-function imported from one of the user's own modules by reference, as module and name. Editing
-such a function keeps the fingerprint, and `datasets` silently reuses a result computed by the old
-code. So, once per code object and process, the tracer records:
-
-* the function's source hash (as before) and a `code_hash` of its bytecode, constants and names
-  (line numbers left out, so moving a function or editing a comment is not a change);
-* whether `datasets` pickles it by reference (`by_reference`);
-* `deps`: the functions of the user's own modules it calls, directly or through other user
-  functions, that are pickled by reference — each with its own hashes (at most `MAX_DEPS`);
-* the source text of each of these, written to the ledger once per process as a `"source"`
-  record, so that `cachetool explain` can show the line that changed.
-
-Everything here runs once per code object, never per record.
+`datasets` pickles a function of `__main__` by value but one imported from the user's own modules
+by reference (module and name): editing it keeps the fingerprint, and a result computed by the old
+code is reused. So, once per code object and process, the tracer records its source hash, a
+`code_hash` (bytecode, constants and names: moving it or editing a comment is no change), whether
+it is pickled `by_reference`, the `deps` it reaches through other user functions that are pickled
+by reference (at most `MAX_DEPS`), and their source texts (one `"source"` record per process and
+root, for `cachetool explain`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -33,28 +27,17 @@ MAX_DEPS = 16
 #: Source texts longer than this are cut (and marked truncated).
 MAX_SOURCE_CHARS = 20_000
 
-_NOT_USER: tuple[str, ...] | None = None
 
-
+@functools.cache
 def _system_prefixes() -> tuple[str, ...]:
-    global _NOT_USER
-    if _NOT_USER is None:
-        paths = set()
-        installed = sysconfig.get_paths()
-        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-            p = installed.get(key)
-            if p:
-                paths.add(os.path.realpath(p))
-        for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
-            paths.add(os.path.realpath(p))
-        try:
-            paths.update(os.path.realpath(p) for p in site.getsitepackages())
-        except Exception:  # some embedded interpreters have no site.getsitepackages
-            pass
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        paths.add(here)
-        _NOT_USER = tuple(p.rstrip(os.sep) + os.sep for p in sorted(paths))
-    return _NOT_USER
+    """The folders of the standard library, installed packages and cachetool itself."""
+    installed = sysconfig.get_paths()
+    paths = {installed[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if installed.get(k)}
+    paths |= {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with contextlib.suppress(Exception):  # some embedded interpreters have no getsitepackages
+        paths.update(site.getsitepackages())
+    return tuple(sorted({os.path.realpath(p).rstrip(os.sep) + os.sep for p in paths}))
 
 
 def is_user_file(filename: str | None) -> bool:
@@ -110,13 +93,10 @@ def _feed_code(h: Any, code: types.CodeType, depth: int) -> None:
 
 
 def source_of(target: Any) -> str | None:
-    """The source text of a function (`inspect.getsource`), or None when it has none (a lambda
-    typed at a prompt, a builtin)."""
+    """The source text of a function, or None when it has none (a lambda typed at a prompt)."""
     try:
         return inspect.getsource(target)
-    except (OSError, TypeError):
-        return None
-    except Exception:  # odd objects: a broken __wrapped__, a file that vanished
+    except Exception:  # no source, or an odd object: a broken __wrapped__, a file that vanished
         return None
 
 
@@ -173,15 +153,9 @@ def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _keep_source(sources: dict[str, dict[str, Any]], shash: str, info: dict[str, Any], source: str) -> None:
-    if shash in sources:
-        return
-    sources[shash] = {
-        "qualname": info["qualname"],
-        "file": info["file"],
-        "line": info["line"],
-        "text": source[:MAX_SOURCE_CHARS],
-        "truncated": len(source) > MAX_SOURCE_CHARS,
-    }
+    if shash not in sources:
+        text = {"text": source[:MAX_SOURCE_CHARS], "truncated": len(source) > MAX_SOURCE_CHARS}
+        sources[shash] = {"qualname": info["qualname"], "file": info["file"], "line": info["line"], **text}
 
 
 def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,16 +7,13 @@ Two layers (DESIGN.md, Tracing):
    are wrapped in *frames* (`calls`): input fingerprint(s) -> result fingerprint(s), the files
    written or reused, duration, call site. This layer also sees steps given `new_fingerprint=`.
 2. `update_fingerprint`, `generate_random_fingerprint` and `generate_fingerprint`, replaced in every
-   `datasets` module that imported them by name, give the hash inputs (`arguments`). The
-   per-argument digests come from watching `Hasher.hash` inside the original call (no second
-   pickling), and the exception `datasets` swallows before falling back to a random fingerprint is
-   caught on its way.
+   `datasets` module that imported them by name (`patches`), give the hash inputs (`arguments`),
+   watched inside the original call (`calls.watched`).
 
 Every hook calls the original and returns its result unchanged; the bookkeeping around it runs
 under `try/except Exception` and is switched off in forked children (a `num_proc` pool worker).
-Putting the hooks in place and taking them out is `install`; the watch of `Hasher.hash` is
-`hashwatch`; the records are built by `records` and `origins` and go to a sink (`sinks`); `roots`
-says which ledger each belongs to; `coldrun` is the determinism runner's cold run.
+Records are built by `records` and go to a sink: the ledger of the root each belongs to
+(`LedgerSink`), or, in a determinism run, one events file (`EventsSink`).
 
 Known limits: calls made in forked children (datasets' own `num_proc` workers, but also a user's
 own fork pool) and in spawned children (fresh interpreters) are not recorded; `IterableDataset`
@@ -27,62 +24,174 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
+import platform
 import socket
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.steps import StepRecord
-from cachetool.history.writer import ENCODER
-from cachetool.trace.arguments import Arguments
-from cachetool.trace.calls import Calls, Frame, Watch
-from cachetool.trace.coldrun import fresh_path, positions, recomputed_args
-from cachetool.trace.hashwatch import hash_event, watched, wrap_hash, wrap_random
-from cachetool.trace.install import (
-    INPLACE_METHODS,
-    HookPoints,
-    Patches,
-    find_hook_points,
-    library_versions,
-    traced_methods,
-    warn,
+from cachetool.history.writer import ENCODER, LedgerWriter, SegmentWriter
+from cachetool.trace.arguments import Arguments, hash_tree
+from cachetool.trace.calls import (
+    FILE_NAME_ARGS,
+    Calls,
+    Frame,
+    HashEvent,
+    Watch,
+    watched,
+    wrap_hash,
+    wrap_random,
 )
+from cachetool.trace.leases import hold_lease
+from cachetool.trace.patches import Patches
 from cachetool.trace.records import RecordBuilder
 from cachetool.trace.roots import Roots, abs_path
-from cachetool.trace.settings import event_counter
-from cachetool.trace.sinks import EventsSink, LedgerSink
 
-__all__ = ["Tracer"]
+__all__ = ["EventsSink", "LedgerSink", "Tracer", "warn"]
+
+#: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
+_TRANSFORMS = """map filter select sort shuffle train_test_split remove_columns rename_column rename_columns
+select_columns flatten cast cast_column add_column add_item batch flatten_indices shard skip take repeat
+with_format class_encode_column align_labels_with_mapping"""
+TRANSFORM_METHODS = tuple(_TRANSFORMS.split())
+#: Methods that change the dataset in place (the result is `self` afterwards).
+INPLACE_METHODS = ("set_format",)
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of Python, cachetool and the imported `datasets`, dill and pyarrow ("?" for
+    one not imported): what every record of a traced process says it ran with."""
+    from cachetool import __version__
+
+    out = {"python": platform.python_version(), "cachetool": __version__}
+    for name in ("datasets", "dill", "pyarrow"):
+        mod = sys.modules.get(name)
+        out[name] = str(getattr(mod, "__version__", "?")) if mod is not None else "?"
+    return out
+
+
+def _missing_hook_points() -> list[str]:
+    """The functions and methods the tracer hooks that this `datasets` lacks."""
+    import datasets.arrow_dataset as ad
+    import datasets.builder as builder_mod
+    import datasets.fingerprint as fp_mod
+
+    missing = [
+        n for n in ("update_fingerprint", "generate_random_fingerprint", "Hasher") if not hasattr(fp_mod, n)
+    ]
+    missing += [
+        f"arrow_dataset.{n}"
+        for n in ("Dataset", "generate_fingerprint", "_concatenate_map_style_datasets")
+        if not hasattr(ad, n)
+    ]
+    dataset_cls = getattr(ad, "Dataset", None)
+    builder_cls = getattr(builder_mod, "DatasetBuilder", None)
+    if dataset_cls is not None:
+        missing += [
+            f"Dataset.{m}"
+            for m in (*INPLACE_METHODS, "save_to_disk", "load_from_disk", "_get_cache_file_path")
+            if m not in vars(dataset_cls)
+        ]
+    if builder_cls is None or not all(
+        hasattr(builder_cls, m) for m in ("as_dataset", "download_and_prepare", "_relative_data_dir")
+    ):
+        missing.append("DatasetBuilder.as_dataset/download_and_prepare")
+    hasher = getattr(fp_mod, "Hasher", None)
+    if hasher is not None and not isinstance(vars(hasher).get("hash"), classmethod):
+        missing.append("Hasher.hash")
+    return missing
+
+
+def _transforms(dataset_cls: type) -> list[str]:
+    """The public `Dataset` methods traced as transforms: `TRANSFORM_METHODS` and every
+    `fingerprint_transform`-decorated one."""
+    names = {m for m in TRANSFORM_METHODS if m in vars(dataset_cls)}
+    for name, value in vars(dataset_cls).items():
+        if not name.startswith("_") and _is_fingerprint_transform(value) and name not in INPLACE_METHODS:
+            names.add(name)
+    return sorted(names)
+
+
+def _is_fingerprint_transform(value: Any) -> bool:
+    f = getattr(value, "__func__", value)
+    for _ in range(8):
+        if f is None:
+            return False
+        if getattr(f, "_decorator_name_", None) == "fingerprint":
+            return True
+        f = getattr(f, "__wrapped__", None)
+    return False
+
+
+def warn(message: str) -> None:
+    """One line on stderr, never an exception."""
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"cachetool: warning: {message}\n")
+        sys.stderr.flush()
+
+
+class LedgerSink:
+    """Records go to the ledger of the root each belongs to."""
+
+    def __init__(self) -> None:
+        self.writer = LedgerWriter(warn=warn)
+        self.run_id = self.writer.run_id
+        self.cache_root = ""  # the process's cache root: also where steps on other file systems go
+        self.roots: dict[str, None] = {}  # every root written to, in order
+
+    def emit_line(self, record: LedgerRecord, line: str) -> None:
+        """Write one record, already encoded as `line` (JSON, no newline)."""
+        root = record.root or self.cache_root
+        source = record.source if isinstance(record, StepRecord) else None
+        saved = source is not None and source.kind == "saved" and root != self.cache_root
+        self.roots[root] = None
+        self.writer.append_line(root, line, "saved" if saved else "cache")
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class EventsSink:
+    """The determinism runner's mode: every event, in one file, instead of the ledger."""
+
+    def __init__(self, path: str, trees: bool) -> None:
+        from pathlib import Path
+
+        self.segment = SegmentWriter(Path(path))
+        self.trees = trees
+        self.run_id = f"{socket.gethostname()}-{os.getpid()}"
+
+    def emit_line(self, record: LedgerRecord, line: str) -> None:
+        self.segment.append_line(line)
+
+    def close(self) -> None:
+        self.segment.close()
 
 
 class Tracer:
     """Installs the hooks into an imported `datasets` and turns what they see into records."""
 
-    def __init__(self, sink: LedgerSink | EventsSink) -> None:
+    def __init__(self, sink: LedgerSink | EventsSink, seq: Iterator[int]) -> None:
+        """`seq`: the process's event sequence (`install.event_counter`)."""
         self.sink = sink
+        self.seq = seq
         self.enabled = False
         self.pid = os.getpid()
-        self.host = socket.gethostname()
         # Summaries and source texts are for the ledger; the determinism runner has full trees.
         self._ledger = isinstance(sink, LedgerSink)
-        self.calls = Calls(event_counter)
+        self.calls = Calls(seq)
         self.local = self.calls.local
         self.roots = Roots(self._on_new_root)
         self.arguments = Arguments(trees=isinstance(sink, EventsSink) and sink.trees, summaries=self._ledger)
         self.records = RecordBuilder(
-            run=sink.run_id,
-            host=self.host,
-            pid=self.pid,
-            seq=event_counter,
-            roots=self.roots,
-            arguments=self.arguments,
-            ledger=self._ledger,
+            run=sink.run_id, pid=self.pid, seq=seq, roots=self.roots, arguments=self.arguments
         )
         self.patches = Patches()
-        self.untraced: list[str] = []  # methods this datasets version lacks
         self._hook_errors = 0
         self._prefix: str | None = None
         self._ended = False
@@ -95,37 +204,32 @@ class Tracer:
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
 
-    @property
-    def default_root(self) -> str:
-        """The process's cache root (`HF_DATASETS_CACHE` when `datasets` was imported)."""
-        return self.roots.default
-
-    @property
-    def _patches(self) -> list[tuple[Any, str, Any]]:
-        """(object, name, original) of every attribute replaced."""
-        return self.patches.patches
-
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
         """Patch the imported `datasets`. Returns False (after one warning) when a hook point is
         missing: the pipeline then runs untraced."""
-        points = find_hook_points()
-        if points is None:
-            return False
-        datasets = points.datasets
-        names, self.untraced = traced_methods(points.dataset_cls)
-        if self.untraced:
+        import datasets
+        import datasets.arrow_dataset as ad
+
+        version = getattr(datasets, "__version__", "?")
+        missing = _missing_hook_points()
+        if missing:
             warn(
-                f"this datasets {getattr(datasets, '__version__', '?')} has no "
-                f"{', '.join(self.untraced)}: calls of those are not traced; everything else is"
+                f"tracing is off: this datasets {version} has no {', '.join(missing[:5])}; "
+                + "the script runs untraced"
             )
+            return False
+        untraced = [f"Dataset.{m}" for m in TRANSFORM_METHODS if m not in vars(ad.Dataset)]
+        if untraced:  # 2.21 has no `repeat`; 2.14 no `skip`, `take`, `batch`
+            says = "calls of those are not traced; everything else is"
+            warn(f"this datasets {version} has no {', '.join(untraced)}: {says}")
         self.calls.datasets_prefix = os.path.dirname(os.path.abspath(datasets.__file__)) + os.sep
         self.roots.default = abs_path(str(datasets.config.HF_DATASETS_CACHE))
         if isinstance(self.sink, LedgerSink):
             self.sink.cache_root = self.roots.default
         self.records.constants["versions"] = library_versions()
         try:
-            self._patch_all(points, names)
+            self._patch_all()
         except Exception as e:
             self.uninstall()
             warn(f"tracing is off: installing the hooks failed ({type(e).__name__}: {e})")
@@ -133,13 +237,11 @@ class Tracer:
         self.enabled = True
         return True
 
-    def _patch_all(self, points: HookPoints, transforms: list[str]) -> None:
-        fp_mod, ad, dataset_cls, builder_cls = (
-            points.fingerprint,
-            points.arrow_dataset,
-            points.dataset_cls,
-            points.builder_cls,
-        )
+    def _patch_all(self) -> None:
+        import datasets.arrow_dataset as ad
+        import datasets.fingerprint as fp_mod
+        from datasets.builder import DatasetBuilder
+
         patch = self.patches.patch
         local = self.local
         # Layer 2: the hash inputs, in every datasets module that imported the functions by name.
@@ -158,21 +260,23 @@ class Tracer:
             ),
         }
         self.patches.patch_imported({name: (orig, make(orig)) for name, (orig, make) in originals.items()})
-        patch(points.hasher, "hash", wrap_hash(vars(points.hasher)["hash"].__func__, local))
+        patch(fp_mod.Hasher, "hash", wrap_hash(vars(fp_mod.Hasher)["hash"].__func__, local))
 
         # Layer 1: the edges.
-        methods = vars(dataset_cls)
-        for name in transforms:
-            patch(dataset_cls, name, self._wrap_method(methods[name], name, "transform"))
+        methods = vars(ad.Dataset)
+        for name in _transforms(ad.Dataset):
+            patch(ad.Dataset, name, self._wrap_method(methods[name], name, "transform"))
         for name in INPLACE_METHODS:
-            patch(dataset_cls, name, self._wrap_method(methods[name], name, "inplace"))
-        patch(dataset_cls, "save_to_disk", self._wrap_method(methods["save_to_disk"], "save_to_disk", "save"))
+            patch(ad.Dataset, name, self._wrap_method(methods[name], name, "inplace"))
+        patch(ad.Dataset, "save_to_disk", self._wrap_method(methods["save_to_disk"], "save_to_disk", "save"))
         load = methods["load_from_disk"].__func__
-        patch(dataset_cls, "load_from_disk", self._wrap_method(load, "load_from_disk", "load_saved"))
-        patch(dataset_cls, "_get_cache_file_path", self._wrap_cache_path(methods["_get_cache_file_path"]))
-        builders = vars(builder_cls)
-        patch(builder_cls, "as_dataset", self._wrap_method(builders["as_dataset"], "as_dataset", "builder"))
-        patch(builder_cls, "download_and_prepare", self._wrap_prepare(builders["download_and_prepare"]))
+        patch(ad.Dataset, "load_from_disk", self._wrap_method(load, "load_from_disk", "load_saved"))
+        patch(ad.Dataset, "_get_cache_file_path", self._wrap_cache_path(methods["_get_cache_file_path"]))
+        builders = vars(DatasetBuilder)
+        patch(
+            DatasetBuilder, "as_dataset", self._wrap_method(builders["as_dataset"], "as_dataset", "builder")
+        )
+        patch(DatasetBuilder, "download_and_prepare", self._wrap_prepare(builders["download_and_prepare"]))
 
     def uninstall(self) -> None:
         """Restore every patched attribute (the originals come back in reverse order)."""
@@ -183,15 +287,8 @@ class Tracer:
         with contextlib.suppress(Exception):
             self.sink.close()
 
-    def after_fork(self) -> None:
-        # A num_proc worker inherits the hooks; its calls are datasets' own business, and its
-        # records would land in the parent's segment. Pass everything through.
-        self.enabled = False
-
     def _on_new_root(self, root: str) -> None:
         if self.enabled:
-            from cachetool.trace.lease import hold_lease
-
             hold_lease(root)  # this process may write here: gc on other hosts must know
 
     def _hook_failed(self, where: str, e: BaseException) -> None:
@@ -281,7 +378,13 @@ class Tracer:
         return generate_fingerprint
 
     def _on_hash(self, parent: Any, transform: Any, args: Any, result: str, watch: Watch) -> None:
-        ev = hash_event(parent, transform, args, result, watch, trees=self.arguments.trees)
+        # A copy: train_test_split reuses one dict for its two hashes, changing fingerprint_name.
+        args = dict(args) if isinstance(args, Mapping) else args
+        ev = HashEvent(parent, transform, args, result, watch, next(self.seq))
+        if self.arguments.trees and isinstance(args, Mapping):
+            # Now, before the transform runs: a map may change the objects its function uses
+            # (a tokenizer switching truncation on), and the tree must show what datasets hashed.
+            ev.trees = {str(key): hash_tree(value) for key, value in args.items()}
         stack = self.local.stack
         if stack:
             stack[-1].hashes.append(ev)
@@ -333,7 +436,7 @@ class Tracer:
         return _get_cache_file_path
 
     def _fresh_path(self, path: str, parent: Any = None) -> str:
-        """`coldrun.fresh_path`, or `path` when that fails (the failure said once)."""
+        """`fresh_path`, or `path` when that fails (the failure said once)."""
         try:
             return fresh_path(path, parent)
         except Exception as e:
@@ -404,3 +507,85 @@ class Tracer:
             for src in self.records.sources(record, record.function):
                 self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
+
+
+# The determinism runner's cold run (`Tracer.recompute`): every step computes, and writes where a
+# plain run would unless the cache already holds that step.
+
+
+class Positions(NamedTuple):
+    """Where a transform takes `load_from_cache_file` and the file names the script may give."""
+
+    load: int
+    names: tuple[tuple[str, int], ...]
+
+
+def positions(function: Callable[..., Any]) -> Positions | None:
+    """`function`'s `load_from_cache_file` and file-name parameters, by position (`sys.maxsize`
+    for keyword-only ones), through its decorators; None when it does not take
+    `load_from_cache_file`. Read from the code object: `inspect.signature` costs tens of
+    microseconds for each of the ~40 methods a tracer wraps, at every start."""
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        return None
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+
+    def at(name: str) -> int:
+        i = names.index(name)
+        return i if i < code.co_argcount else sys.maxsize
+
+    if "load_from_cache_file" not in names:
+        return None
+    return Positions(at("load_from_cache_file"), tuple((n, at(n)) for n in FILE_NAME_ARGS if n in names))
+
+
+def with_value(
+    args: tuple[Any, ...], kwargs: dict[str, Any], name: str, at: int, value: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments with `name` (at position `at`) set to `value`, wherever the caller put it."""
+    if len(args) > at:
+        return (*args[:at], value, *args[at + 1 :]), kwargs
+    return args, {**kwargs, name: value}
+
+
+def recomputed_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any], at: Positions, fresh: Callable[[str, Any], str]
+) -> tuple[Any, Any]:
+    """The call's arguments for the cold run: `load_from_cache_file=False` wherever the caller
+    put it, and each file the script names (`cache_file_name=`, ...) kept if it can be
+    written where the script said, else a temporary one (`fresh(path, parent)`, see `fresh_path`)."""
+    args, kwargs = with_value(args, kwargs, "load_from_cache_file", at.load, False)
+    for name, i in at.names:
+        given = args[i] if i < len(args) else kwargs.get(name)
+        if isinstance(given, (str, os.PathLike)):
+            path = fresh(os.fspath(given), args[0] if args else None)
+            if path != os.fspath(given):
+                args, kwargs = with_value(args, kwargs, name, i, path)
+    return args, kwargs
+
+
+def fresh_path(path: str, parent: Any = None) -> str:
+    """Where the cold run writes a step it computes: where a plain run would, unless the
+    cache already holds that step (its file, or the shards of a `num_proc` map), which it
+    leaves alone (a reader on another host would lose a file replaced under it) and writes to
+    a temporary folder instead, as `datasets` does with caching off. A step named by the
+    script whose parent is in that folder goes there too: it was made from a recomputed
+    parent, not the one the cache holds. (Without a name, `datasets` puts it beside its
+    parent by itself.)"""
+    folder, name = os.path.split(path)
+    stem = name[: -len(".arrow")] + "_" if name.endswith(".arrow") else None
+    fp_mod = sys.modules["datasets.fingerprint"]
+    made = getattr(fp_mod, "_TEMP_DIR_FOR_TEMP_CACHE_FILES", None)  # made on first use
+    aside = (
+        made is not None
+        and parent is not None
+        and any(os.path.dirname(os.path.abspath(f["filename"])) == made.name for f in parent.cache_files)
+    )
+    if not (
+        aside
+        or os.path.lexists(path)
+        or (stem and os.path.isdir(folder) and any(n.startswith(stem) for n in os.listdir(folder)))
+    ):
+        return path
+    temp = fp_mod.get_temporary_cache_files_directory()
+    return os.path.join(temp, f"cache-{os.urandom(8).hex()}.arrow")
