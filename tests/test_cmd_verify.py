@@ -20,7 +20,9 @@ from typer.testing import CliRunner
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
-from cachetool.maintenance.verify import QuarantinePlan, Severity, VerifyReport, restore, verify_cache
+from cachetool.maintenance.verify import verify_cache
+from cachetool.maintenance.verify.findings import Severity, VerifyReport
+from cachetool.maintenance.verify.quarantine import QuarantinePlan, restore
 from tests import forks
 from tests.conftest import hf_env
 
@@ -657,7 +659,7 @@ def test_quarantined_source_split_is_prepared_again_by_datasets(
 
 
 def quarantine_report(root: Path) -> VerifyReport:
-    from cachetool.maintenance.verify import quarantine
+    from cachetool.maintenance.verify.quarantine import quarantine
 
     return quarantine(verify_cache(root))
 
@@ -794,7 +796,7 @@ def test_every_finding_code_has_one_severity() -> None:
     code has exactly one, and the three severities are all used."""
     from typing import get_args
 
-    from cachetool.maintenance.verify import SEVERITY, Code
+    from cachetool.maintenance.verify.findings import SEVERITY, Code
 
     assert set(SEVERITY) == set(get_args(Code))
     assert set(SEVERITY.values()) == set(Severity)

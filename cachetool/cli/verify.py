@@ -28,7 +28,8 @@ from cachetool.cli.common import (
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.maintenance.verify import QuarantinePlan, VerifyReport
+    from cachetool.maintenance.verify.findings import VerifyReport
+    from cachetool.maintenance.verify.quarantine import QuarantinePlan
 
 
 # Long only by its options and its --help text (the docstring); the body is one call.
@@ -93,7 +94,7 @@ def verify_command(
     ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
     jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", min=1, help="Threads for --deep (default: one per core).")
+        int | None, typer.Option("--jobs", "-j", help="Threads for --deep (default: one per core).")
     ] = None,
     fmt: Annotated[
         OutputFormat, format_option("github", quiet="the entries with errors, one a line")
@@ -142,80 +143,62 @@ def verify_command(
 
         cachetool verify --stale            # results of code edited since
     """
-    if list_:
-        _list_quarantine(cache_dir, choose_format(fmt, as_json, quiet), quarantine)
-        return
     _verify(
-        fingerprints or [],
         cache_dir,
         choose_format(fmt, as_json, quiet),
-        strict,
         yes,
+        fingerprints=fingerprints or [],
         deep=deep,
         record=record,
         stale=stale,
         quarantine=quarantine,
         dry_run=dry_run,
         restore=restore,
+        strict=strict,
         jobs=jobs,
+        list_quarantine=list_,
     )
 
 
 @handle_errors
-def _verify(
-    fingerprints: list[str],
-    cache_dir: Path | None,
-    fmt: OutputFormat,
-    strict: bool,
-    yes: bool,
-    **options: Any,
-) -> None:
-    with _deep_run() if options["deep"] else nullcontext():
+def _verify(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any) -> None:
+    with _deep_run() if options["deep"] and not options["list_quarantine"] else nullcontext():
         from cachetool.cache.dirs import existing_root
-        from cachetool.maintenance.verify import verify_cache
+        from cachetool.maintenance.verify import VerifyOptions, run_verify
 
+        opts = VerifyOptions(**options)
         root = existing_root(cache_dir)
         out = Output(fmt)
+        if opts.list_quarantine:
+            _list_quarantine(out, root, fmt)
+            return
         with _Progress(fmt) as progress:
 
             def ask(plan: QuarantinePlan) -> bool:
                 progress.stop()
-                return _confirm(out, plan, fmt, strict)
+                return _confirm(out, plan, fmt, opts.strict)
 
-            report = verify_cache(
-                root,
-                fingerprints,
-                progress=progress.update,
-                confirm=None if yes else ask,
-                strict=strict,
-                **options,
-            )
+            report = run_verify(root, opts, progress=progress.update, confirm=None if yes else ask)
         for note in report.restore_notes:
             warn(note)
         for _, dst in report.restored:
             hint(f"restored {dst}")
-        if options["restore"] and not report.restored:
+        if opts.restore and not report.restored:
             hint("nothing to restore")
-        _show(out, report, fmt, strict)
+        _show(out, report, fmt, opts.strict)
         if report.would_quarantine:
             hint("run again without --dry-run to move them (each is checked again right before)")
         if report.exit_code:
             raise typer.Exit(report.exit_code)
 
 
-@handle_errors
-def _list_quarantine(cache_dir: Path | None, fmt: OutputFormat, quarantine: bool) -> None:
+def _list_quarantine(out: Output, root: Path, fmt: OutputFormat) -> None:
     """`verify --quarantine --list`: what the quarantine holds (`quarantined(root)`)."""
-    from cachetool.cache.dirs import existing_root
     from cachetool.formatting import compact_age, human_size
-    from cachetool.maintenance.verify import quarantined
-    from cachetool.maintenance.verify.model import rel
+    from cachetool.maintenance.verify.findings import rel
+    from cachetool.maintenance.verify.quarantine import quarantined
 
-    if not quarantine:
-        raise CachetoolError("--list needs --quarantine (it lists what the quarantine holds)")
-    root = existing_root(cache_dir)
     items = quarantined(root)
-    out = Output(fmt)
     if fmt == OutputFormat.json:
         out.json({"root": os.fsdecode(root), "quarantine": [q.to_json() for q in items]})
         return
@@ -261,7 +244,7 @@ def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool)
     if fmt != OutputFormat.human or not sys.stdin.isatty():
         _show(out, plan.dry_run(), fmt, strict)
         raise CachetoolError(f"refusing to quarantine {n} file(s) without confirmation: pass --yes")
-    from cachetool.maintenance.verify.model import rel
+    from cachetool.maintenance.verify.findings import rel
 
     out.line("Would move to .cachetool/quarantine/ (each checked again right before):", style="bold")
     for p in plan.paths:
@@ -330,7 +313,7 @@ def _show(out: Output, report: VerifyReport, fmt: OutputFormat, strict: bool) ->
 
 def render(out: Output, report: VerifyReport) -> None:
     """The human report: each finding, what moved (or would), the counts."""
-    from cachetool.maintenance.verify.model import rel as relative
+    from cachetool.maintenance.verify.findings import rel as relative
 
     def rel(p: Path) -> str:
         return relative(p, report.root)

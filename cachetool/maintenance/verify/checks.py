@@ -1,4 +1,5 @@
-"""The checks verify makes on each entry of a scan, turned into findings.
+"""The checks verify makes on each entry of a scan, turned into findings, and the check of indices
+files against the data they index.
 
 A file a live process is writing right now is never reported as corrupt: it is "being written by
 pid N". A save in progress looks like an interrupted one for a moment (state.json is written last),
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cachetool.cache import layout
@@ -17,24 +18,21 @@ from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
 from cachetool.hints import gc_hint
+from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse
 from cachetool.maintenance.locks import stale_guard
-from cachetool.maintenance.verify.model import (
+from cachetool.maintenance.verify.findings import (
     CHANGED,
     TF_RECOMPUTE_HINT,
     Code,
     Finding,
-    Problem,
     pids_text,
     recompute_hint,
 )
 
 #: An interrupted save younger than this may still be running (state.json comes last).
 RECENT_SAVE_SECONDS = 300.0
-
-#: The entry kinds whose problems are all about their files or their own completeness.
-_LEFTOVERS = (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE, Kind.LOCK, Kind.TF_CACHE)
 
 
 class Checker:
@@ -60,16 +58,12 @@ class Checker:
             self._in_use = self._in_use()
         return self._in_use
 
-    def gc_hint(self, e: Entry) -> str:
-        """The gc command that removes this leftover now (it was just proven unheld)."""
-        return gc_hint(self.report.root, os.fsdecode(e.path))
-
     def removable(
         self, code: Code, e: Entry, detail: str, path: Path | None = None, target: str = ""
     ) -> None:
-        """A finding whose hint is the gc command that removes `target` (the entry's path)."""
-        hint = gc_hint(self.report.root, target or os.fsdecode(e.path))
-        self.add(code, e, path or e.path, detail, hint, command=True)
+        """A finding whose hint is the gc command that removes `target` (the entry's path): it was
+        just proven unheld."""
+        self.add(code, e, path or e.path, detail, gc_hint(self.report.root, target or os.fsdecode(e.path)))
 
     def add(
         self,
@@ -78,14 +72,11 @@ class Checker:
         path: Path,
         detail: str,
         hint: str = "",
-        *,
         ident: tuple[int, int, int, int] | None = None,
-        command: bool = False,
     ) -> None:
-        """Add a finding; `command`: the hint is one whole command, to paste as it stands."""
         if ident is None:
             ident = _scanned_identity(e, path)
-        self.findings.append(Finding(Problem(code, detail), e.id, e.kind.value, path, hint, ident, command))
+        self.findings.append(Finding(code, detail, e.id, e.kind.value, path, hint, ident))
 
     def writers_of(self, path: Path) -> frozenset[int]:
         try:
@@ -94,12 +85,15 @@ class Checker:
             return frozenset()
         return self.in_use.writer_pids(st) or frozenset()
 
-    def live_writer(self, e: Entry) -> tuple[Path, frozenset[int]] | None:
-        for f in e.files:
-            pids = self.writers_of(f.path)
-            if pids:
-                return f.path, pids
-        return None
+    def live_writer(self, e: Entry) -> frozenset[int]:
+        return next((pids for f in e.files if (pids := self.writers_of(f.path))), frozenset())
+
+    def being_written(self, e: Entry, what: str = "") -> bool:
+        """A live process on this host writes `e`: say so, as info."""
+        pids = self.live_writer(e)
+        if pids:
+            self.add("being-written", e, e.path, f"{what}being written by pid {pids_text(pids)}")
+        return bool(pids)
 
     def leased(self, e: Entry) -> bool:
         """A live lease's process (on this host or another) may be writing `e`: say so, as info."""
@@ -111,8 +105,9 @@ class Checker:
 
     # -- per entry ---------------------------------------------------------------------------
     def entry(self, e: Entry) -> None:
-        if e.kind in _LEFTOVERS:
-            return self.leftover(e)
+        leftover = _LEFTOVERS.get(e.kind)
+        if leftover is not None:
+            return leftover(self, e)
         if e.kind == Kind.DOWNLOAD and e.problems:
             self.removable("incomplete-download", e, "; ".join(e.problems))
             return None
@@ -141,18 +136,6 @@ class Checker:
             self.shard_lengths(e)
         return None
 
-    def leftover(self, e: Entry) -> None:
-        if e.kind == Kind.TEMP:
-            self.temp(e)
-        elif e.kind == Kind.INCOMPLETE_PREPARE:
-            self.leftover_dir(e, "an interrupted load_dataset preparation")
-        elif e.kind == Kind.INCOMPLETE_SAVE:
-            self.incomplete_save(e)
-        elif e.kind == Kind.LOCK:
-            self.lock(e)
-        else:
-            self.tf_cache(e)
-
     def tf_cache(self, e: Entry) -> None:
         """A finished tf.data cache must have an index that parses and every data shard it names,
         as long as the index says; a killed writer's lockfile blocks the next run."""
@@ -175,15 +158,10 @@ class Checker:
                 return
             self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
             return
-        expected = expected_metadata_fingerprint(f)
-        if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
-            self.add(
-                "fingerprint-mismatch",
-                e,
-                f.path,
-                _mismatch(s.fingerprint, expected),
-                "the file was written under another name or overwritten; " + self.recompute(e),
-            )
+        mismatch = _mismatch(f)
+        if mismatch is not None:
+            hint = "the file was written under another name or overwritten; " + self.recompute(e)
+            self.add("fingerprint-mismatch", e, f.path, mismatch, hint)
 
     def shards_in_progress(self, e: Entry) -> bool:
         """A num_proc map renames each shard into place when it finishes; while the others are
@@ -216,9 +194,7 @@ class Checker:
                 )
 
     def temp(self, e: Entry) -> None:
-        live = self.live_writer(e)
-        if live is not None:
-            self.add("being-written", e, e.path, f"being written by pid {pids_text(live[1])}")
+        if self.being_written(e):
             return
         holders = self.holders(e)
         if holders:
@@ -237,28 +213,13 @@ class Checker:
                 continue
         return frozenset(pids)
 
-    def leftover_dir(self, e: Entry, what: str) -> None:
-        live = self.live_writer(e)
-        if live is not None:
-            self.add(
-                "being-written", e, e.path, f"{what} in progress: being written by pid {pids_text(live[1])}"
-            )
-            return
-        if self.leased(e):
-            return
-        self.removable("leftover-prepare", e, f"leftover of {what}")
+    def leftover_prepare(self, e: Entry) -> None:
+        what = "an interrupted load_dataset preparation"
+        if not (self.being_written(e, f"{what} in progress: ") or self.leased(e)):
+            self.removable("leftover-prepare", e, f"leftover of {what}")
 
     def incomplete_save(self, e: Entry) -> None:
-        live = self.live_writer(e)
-        if live is not None:
-            self.add(
-                "being-written",
-                e,
-                e.path,
-                f"save_to_disk in progress: being written by pid {pids_text(live[1])}",
-            )
-            return
-        if self.leased(e):
+        if self.being_written(e, "save_to_disk in progress: ") or self.leased(e):
             return
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
@@ -276,7 +237,7 @@ class Checker:
             e,
             e.path,
             "data-*.arrow without state.json: an interrupted save_to_disk",
-            "save it again; " + self.gc_hint(e),
+            "save it again; " + gc_hint(self.report.root, os.fsdecode(e.path)),
         )
 
     def lock(self, e: Entry) -> None:
@@ -284,6 +245,17 @@ class Checker:
         guard = stale_guard(e.path, self.report.root)
         if guard is not None:
             self.removable("stale-lock", e, f"stale lock: {guard.name} no longer exists")
+
+
+#: The entry kinds whose problems are all about their files or their own completeness, and the
+#: check of each.
+_LEFTOVERS: dict[Kind, Callable[[Checker, Entry], None]] = {
+    Kind.TEMP: Checker.temp,
+    Kind.INCOMPLETE_PREPARE: Checker.leftover_prepare,
+    Kind.INCOMPLETE_SAVE: Checker.incomplete_save,
+    Kind.LOCK: Checker.lock,
+    Kind.TF_CACHE: Checker.tf_cache,
+}
 
 
 def expected_metadata_fingerprint(f: CacheFile) -> str | None:
@@ -297,7 +269,12 @@ def expected_metadata_fingerprint(f: CacheFile) -> str | None:
     return fp
 
 
-def _mismatch(held: str, expected: str) -> str:
+def _mismatch(f: CacheFile) -> str | None:
+    """The problem of a file whose schema metadata holds another fingerprint than its name says."""
+    expected = expected_metadata_fingerprint(f)
+    held = f.summary.fingerprint if f.summary is not None else None
+    if expected is None or held is None or held == expected:
+        return None
     return f"file holds fingerprint {held}, name says {expected}"
 
 
@@ -311,13 +288,7 @@ def _file_problem_texts(e: Entry) -> set[str]:
     problems are the entry's own (missing shards, rows, state.json)."""
     out: set[str] = set()
     for f in e.files:
-        s = f.summary
-        if s is None:
-            continue
-        texts = [s.error] if s.error else []
-        expected = expected_metadata_fingerprint(f)
-        if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
-            texts.append(_mismatch(s.fingerprint, expected))
+        texts = [t for t in (f.summary.error if f.summary else None, _mismatch(f)) if t]
         out.update(texts)
         out.update(f"{f.name}: {t}" for t in texts)
     return out
@@ -336,3 +307,137 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
+# -- indices files ---------------------------------------------------------------------------------
+
+_DATA_KINDS = (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
+
+
+def check_indices(
+    checker: Checker, entries: Sequence[Entry], parents: dict[str, str | None], ledger: Ledger
+) -> None:
+    """An indices mapping must point inside the data it indexes. The recorded parent tells
+    which data that is; without a record, an index past the end of every data file in the
+    folder is wrong whatever it indexes."""
+    by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
+    by_path = {f.path: x for x in checker.report.entries for f in x.files}
+    for e in entries:
+        if e.kind != Kind.INDICES or not e.files or e.files[0].summary is None or e.files[0].summary.error:
+            continue
+        biggest = _max_index(e.files[0].path)
+        if biggest is None:
+            continue
+        parent_fp = parents.get(e.fingerprint or "")
+        parent = by_fp.get(parent_fp or "")
+        if parent_fp and parent is None:
+            parent = _data_on_disk(parent_fp, ledger, by_fp, by_path)
+        if parent_fp and parent is None:
+            _orphan(checker, e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+            continue
+        if parent is not None and (parent.problems or parent.complete is False):
+            continue  # the parent is the broken one: its own finding says so
+        if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
+            if biggest >= parent.rows:
+                checker.add(
+                    "index-out-of-bounds",
+                    e,
+                    e.files[0].path,
+                    f"index {biggest} points past the end of its data ({parent.rows} rows in {parent.id})",
+                    checker.recompute(e),
+                )
+            continue
+        _unrecorded(checker, e, entries, biggest, ledger)
+
+
+def _unrecorded(checker: Checker, e: Entry, entries: Sequence[Entry], biggest: int, ledger: Ledger) -> None:
+    """An indices file without a recorded parent, against every dataset left in its folder."""
+    sizes = [
+        x.rows
+        for x in entries
+        if x.dataset_dir == e.dataset_dir and x.rows is not None and not x.problems and x.kind in _DATA_KINDS
+    ]
+    if not sizes or biggest < max(sizes):
+        return
+    if _data_removed(checker, e, ledger):
+        _orphan(
+            checker,
+            e,
+            f"index {biggest} is past the end of every dataset left in its folder (largest has "
+            f"{max(sizes)} rows): the data it indexes was removed",
+        )
+        return
+    checker.add(
+        "index-out-of-bounds",
+        e,
+        e.files[0].path,
+        f"index {biggest} points past the end of every dataset in its folder (largest has {max(sizes)} rows)",
+        checker.recompute(e),
+    )
+
+
+def _orphan(checker: Checker, e: Entry, why: str) -> None:
+    """An indices file whose data is gone: harmless (datasets never reads it without its
+    data), removable, and never quarantined."""
+    checker.removable("orphan-indices", e, f"orphan: {why}", e.files[0].path, e.id)
+
+
+def _data_removed(checker: Checker, e: Entry, ledger: Ledger) -> bool:
+    """The data an unrecorded indices file points into is gone: its folder has no source
+    split left, or gc removed data files from it."""
+    if checker.removed_folders is None:
+        checker.removed_folders = _removed_folders(ledger)
+    folder = e.files[0].path.parent
+    no_source = not any(
+        x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder for x in checker.report.entries
+    )
+    return no_source or folder in checker.removed_folders
+
+
+def _removed_folders(ledger: Ledger) -> frozenset[Path]:
+    """Folders from which gc (as its log in the ledger says) removed data files."""
+    out: set[Path] = set()
+    for rec in ledger.gc_records():
+        if rec.kind in ("source", "derived", "shards", "arrow"):
+            out.update(Path(p).parent for p in rec.paths)
+    return frozenset(out)
+
+
+def _data_on_disk(
+    fp: str, ledger: Ledger, by_fp: dict[str, Entry], by_path: dict[Path, Entry]
+) -> Entry | None:
+    """The cache entry holding the data of the recorded step `fp` when no entry has its
+    fingerprint: a step that wrote no file (`select` of a range, `set_format`) holds its parent's
+    data, and one that wrote under another fingerprint (`cast_column` through its internal `map`)
+    holds the files its record lists. None when that data is gone."""
+    seen: set[str] = set()
+    while fp not in seen:
+        seen.add(fp)
+        if fp in by_fp:
+            return by_fp[fp]
+        made = [r for r in ledger.for_result(fp, include_internal=True) if r.is_origin]
+        if not made:
+            return None
+        rec = made[-1]
+        if rec.files:
+            return next((by_path[p] for f in rec.files if (p := Path(f.path)) in by_path), None)
+        if len(rec.parents) != 1:
+            return None
+        fp = rec.parents[0]
+    return None
+
+
+def _max_index(path: Path) -> int | None:
+    """The largest value of an indices file (reads its single uint64 column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        with pa.memory_map(os.fspath(path)) as source:
+            table = pa.ipc.open_stream(source).read_all()
+            if table.num_rows == 0:
+                return None
+            value = pc.max(table.column(0)).as_py()
+            return int(value) if value is not None else None
+    except Exception:  # a damaged file has no bounds to check; its own finding says so
+        return None
