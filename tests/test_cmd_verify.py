@@ -1006,6 +1006,30 @@ def test_verify_cache_validates_its_options_and_its_report_has_the_exit_code(
     assert report.errors and report.exit_code == 1
 
 
+def test_verify_options_are_refused_alike_by_the_command_and_the_function(tmp_path: Path) -> None:
+    """Every option check lives in `VerifyOptions`: `--jobs 0` and `--list` without `--quarantine`
+    are one `Error:` line (exit 2) from the command, and the same `CachetoolError` (naming the
+    flag and the keyword) from `verify_cache`/`VerifyOptions`, before the root is even looked at;
+    a single string of fingerprints is refused, not read letter by letter."""
+    from cachetool.errors import CachetoolError
+    from cachetool.maintenance.verify import VerifyOptions
+
+    missing = tmp_path / "no-such-cache"
+    for args, words in (
+        (["--jobs", "0"], "Error: invalid --jobs 0: must be at least 1 (jobs=None"),
+        (["--list"], "Error: --list needs --quarantine"),
+        (["--record"], "Error: --record needs --deep (record=True needs deep=True)"),
+    ):
+        result = CliRunner().invoke(app, ["verify", *args, "--cache-dir", str(missing)])
+        assert result.exit_code == 2 and result.stderr.startswith(words), (args, result.stderr)
+    with pytest.raises(CachetoolError, match="invalid --jobs 0"):
+        verify_cache(missing, jobs=0)
+    with pytest.raises(CachetoolError, match="--list needs --quarantine"):
+        VerifyOptions(list_quarantine=True)
+    with pytest.raises(CachetoolError, match="not one string"):
+        verify_cache(missing, "7a57")
+
+
 ONE_MAP = """\
 import sys
 from datasets import load_dataset
