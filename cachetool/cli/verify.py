@@ -172,20 +172,20 @@ def _verify(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any
         if opts.list_quarantine:
             _list_quarantine(out, root, fmt)
             return
-        with _Progress(fmt) as progress:
+        with _progress(fmt) as (update, stop):
 
             def ask(plan: QuarantinePlan) -> bool:
-                progress.stop()
-                return _confirm(out, plan, fmt, opts.strict)
+                stop()
+                return _confirm(out, plan, fmt)
 
-            report = run_verify(root, opts, progress=progress.update, confirm=None if yes else ask)
+            report = run_verify(root, opts, progress=update, confirm=None if yes else ask)
         for note in report.restore_notes:
             warn(note)
         for _, dst in report.restored:
             hint(f"restored {dst}")
         if opts.restore and not report.restored:
             hint("nothing to restore")
-        _show(out, report, fmt, opts.strict)
+        _show(out, report, fmt)
         if report.would_quarantine:
             hint("run again without --dry-run to move them (each is checked again right before)")
         if report.exit_code:
@@ -237,12 +237,12 @@ def _deep_run() -> Iterator[None]:
         yield
 
 
-def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool) -> bool:
+def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat) -> bool:
     """Ask before moving anything; without a terminal (or outside human output) print the plan
     and refuse: a prompt nobody can answer stops with "pass --yes" (exit 2)."""
     n = len(plan.paths)
     if fmt != OutputFormat.human or not sys.stdin.isatty():
-        _show(out, plan.dry_run(), fmt, strict)
+        _show(out, plan.dry_run(), fmt)
         raise CachetoolError(f"refusing to quarantine {n} file(s) without confirmation: pass --yes")
     from cachetool.maintenance.verify.findings import rel
 
@@ -255,20 +255,18 @@ def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool)
     return False
 
 
-class _Progress:
-    """The status line on a terminal's stderr (human output only): the header walk, then --deep's
-    files with a bar. `update` is None where nothing is drawn."""
+@contextmanager
+def _progress(fmt: OutputFormat) -> Iterator[tuple[Callable[[int, int], None] | None, Callable[[], None]]]:
+    """The status line on a terminal's stderr (human output only), as (update, stop): the header
+    walk, then --deep's files with a bar. No update where nothing is drawn."""
+    if not (sys.stderr.isatty() and fmt == OutputFormat.human):
+        yield None, lambda: None
+        return
+    from rich.progress import Progress
 
-    def __init__(self, fmt: OutputFormat) -> None:
-        self.status: Any = None
-        self.update: Callable[[int, int], None] | None = None
-        if not (sys.stderr.isatty() and fmt == OutputFormat.human):
-            return
-        from rich.progress import Progress
+    from cachetool.cli.common import stderr_console
 
-        from cachetool.cli.common import stderr_console
-
-        status = Progress(console=stderr_console(), transient=True)
+    with Progress(console=stderr_console(), transient=True) as status:
         task = status.add_task("Reading headers", total=None)
 
         def update(done: int, total: int) -> None:
@@ -278,34 +276,22 @@ class _Progress:
             else:
                 status.update(task, description=f"Reading headers ({done} files)")
 
-        self.status, self.update = status, update
-
-    def __enter__(self) -> _Progress:
-        if self.status is not None:
-            self.status.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
+        yield update, status.stop
 
 
-def _show(out: Output, report: VerifyReport, fmt: OutputFormat, strict: bool) -> None:
+def _show(out: Output, report: VerifyReport, fmt: OutputFormat) -> None:
     """The report in the chosen sink."""
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:
-        shown = report.errors + (report.warnings if strict else ())
+        shown = report.errors + (report.warnings if report.strict else ())
         out.ids(dict.fromkeys(f.entry or os.fsdecode(f.path) for f in shown))
     elif fmt == OutputFormat.github:
         from cachetool.annotations import annotation
 
         for f in report.findings:
             level = {"error": "error", "warning": "warning", "info": "notice"}[f.severity.value]
-            msg = f"{f.problem}" + (f" — {f.hint}" if f.hint else "")
+            msg = f.problem + (f" — {f.hint}" if f.hint else "")
             sys.stdout.write(annotation(level, msg, file=os.fsdecode(f.path)) + "\n")
     else:
         render(out, report)

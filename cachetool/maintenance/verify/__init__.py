@@ -26,10 +26,10 @@ from cachetool.history.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use
 from cachetool.maintenance.verify.checks import Checker, check_indices
 from cachetool.maintenance.verify.deep import deep_pass
-from cachetool.maintenance.verify.findings import Finding, Severity, VerifyReport, stale_hint
+from cachetool.maintenance.verify.findings import Finding, Severity, VerifyReport
 from cachetool.maintenance.verify.quarantine import QuarantinePlan, plan_quarantine, restore
 
-_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+_ORDER = {s: i for i, s in enumerate(Severity)}
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,8 @@ def _with_stale_findings(report: VerifyReport) -> VerifyReport:
             s.fingerprint,
             "stale",
             Path(next((p for p in s.files if os.fsdecode(p) in own), s.files[0])),
-            stale_hint(s.gc_command),
+            "datasets hashes functions from your own modules by name: delete the entry and what was "
+            f"made from it (`{s.gc_command}`, or --quarantine), or pass new_fingerprint= to the step",
         )
         for s in hits
         if s.files

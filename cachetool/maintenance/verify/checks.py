@@ -8,6 +8,7 @@ so an incomplete save touched in the last minutes is a warning, not an error.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -17,18 +18,16 @@ from cachetool.cache import layout
 from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
-from cachetool.hints import gc_hint
+from cachetool.hints import gc_hint, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse
 from cachetool.maintenance.locks import stale_guard
 from cachetool.maintenance.verify.findings import (
     CHANGED,
-    TF_RECOMPUTE_HINT,
     Code,
     Finding,
     pids_text,
-    recompute_hint,
 )
 
 #: An interrupted save younger than this may still be running (state.json comes last).
@@ -46,11 +45,14 @@ class Checker:
         self._in_use = in_use
         self.now = now
         self.findings: list[Finding] = []
-        self.removed_folders: frozenset[Path] | None = None
 
     def recompute(self, e: Entry) -> str:
-        """The hint for a damaged entry `e`: how it gets computed (or saved) again."""
-        return recompute_hint(self.report.root, (e.unit or e.path) if e.kind == Kind.SAVED else None)
+        """The hint for a damaged entry `e`: quarantine moves it aside, datasets recomputes it;
+        nothing recomputes a `save_to_disk` folder, and `--quarantine` never moves it."""
+        if e.kind == Kind.SAVED:
+            return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
+        command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(self.report.root))
+        return f"move it aside with `{command}`; datasets will recompute it"
 
     @property
     def in_use(self) -> InUse:
@@ -141,7 +143,7 @@ class Checker:
         as long as the index says; a killed writer's lockfile blocks the next run."""
         if e.state == "incomplete":
             for p in e.problems:
-                self.add("tf-incomplete", e, e.path, p, TF_RECOMPUTE_HINT)
+                self.add("tf-incomplete", e, e.path, p, _TF_RECOMPUTE)
         elif e.state == "abandoned":
             self.removable("tf-abandoned", e, "; ".join(e.problems))
         elif e.state == "being-written":
@@ -258,26 +260,19 @@ _LEFTOVERS: dict[Kind, Callable[[Checker, Entry], None]] = {
 }
 
 
-def expected_metadata_fingerprint(f: CacheFile) -> str | None:
-    """The fingerprint a `cache-*.arrow` file's schema metadata should hold, from its name."""
+def _mismatch(f: CacheFile) -> str | None:
+    """The problem of a `cache-*.arrow` file whose schema metadata holds another fingerprint than
+    its name says."""
     parsed = layout.parse_cache_file(f.name)
-    if parsed is None:
+    held = f.summary.fingerprint if f.summary is not None else None
+    if parsed is None or held is None:
         return None
     fp, rank, count = parsed
-    if rank is not None and count is not None:
-        return layout.shard_fingerprint(fp, rank, count)
-    return fp
+    expected = layout.shard_fingerprint(fp, rank, count) if rank is not None and count is not None else fp
+    return None if held == expected else f"file holds fingerprint {held}, name says {expected}"
 
 
-def _mismatch(f: CacheFile) -> str | None:
-    """The problem of a file whose schema metadata holds another fingerprint than its name says."""
-    expected = expected_metadata_fingerprint(f)
-    held = f.summary.fingerprint if f.summary is not None else None
-    if expected is None or held is None or held == expected:
-        return None
-    return f"file holds fingerprint {held}, name says {expected}"
-
-
+_TF_RECOMPUTE = "remove the cache's files; the next run of the tf.data pipeline writes it again"
 _REUSED = "a num_proc map that did not finish; datasets reuses the finished shards and computes the rest"
 
 
@@ -322,6 +317,7 @@ def check_indices(
     folder is wrong whatever it indexes."""
     by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
     by_path = {f.path: x for x in checker.report.entries for f in x.files}
+    removed = functools.cache(lambda: _removed_folders(ledger))  # read only when needed
     for e in entries:
         if e.kind != Kind.INDICES or not e.files or e.files[0].summary is None or e.files[0].summary.error:
             continue
@@ -347,11 +343,15 @@ def check_indices(
                     checker.recompute(e),
                 )
             continue
-        _unrecorded(checker, e, entries, biggest, ledger)
+        _unrecorded(checker, e, entries, biggest, removed)
 
 
-def _unrecorded(checker: Checker, e: Entry, entries: Sequence[Entry], biggest: int, ledger: Ledger) -> None:
-    """An indices file without a recorded parent, against every dataset left in its folder."""
+def _unrecorded(
+    checker: Checker, e: Entry, entries: Sequence[Entry], biggest: int, removed: Callable[[], frozenset[Path]]
+) -> None:
+    """An indices file without a recorded parent, against every dataset left in its folder. The
+    data it points into is gone when its folder has no source split left, or gc removed data
+    files from it."""
     sizes = [
         x.rows
         for x in entries
@@ -359,7 +359,10 @@ def _unrecorded(checker: Checker, e: Entry, entries: Sequence[Entry], biggest: i
     ]
     if not sizes or biggest < max(sizes):
         return
-    if _data_removed(checker, e, ledger):
+    folder = e.files[0].path.parent
+    if folder in removed() or not any(
+        x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder for x in checker.report.entries
+    ):
         _orphan(
             checker,
             e,
@@ -382,25 +385,10 @@ def _orphan(checker: Checker, e: Entry, why: str) -> None:
     checker.removable("orphan-indices", e, f"orphan: {why}", e.files[0].path, e.id)
 
 
-def _data_removed(checker: Checker, e: Entry, ledger: Ledger) -> bool:
-    """The data an unrecorded indices file points into is gone: its folder has no source
-    split left, or gc removed data files from it."""
-    if checker.removed_folders is None:
-        checker.removed_folders = _removed_folders(ledger)
-    folder = e.files[0].path.parent
-    no_source = not any(
-        x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder for x in checker.report.entries
-    )
-    return no_source or folder in checker.removed_folders
-
-
 def _removed_folders(ledger: Ledger) -> frozenset[Path]:
     """Folders from which gc (as its log in the ledger says) removed data files."""
-    out: set[Path] = set()
-    for rec in ledger.gc_records():
-        if rec.kind in ("source", "derived", "shards", "arrow"):
-            out.update(Path(p).parent for p in rec.paths)
-    return frozenset(out)
+    kinds = ("source", "derived", "shards", "arrow")
+    return frozenset(Path(p).parent for rec in ledger.gc_records() if rec.kind in kinds for p in rec.paths)
 
 
 def _data_on_disk(

@@ -411,58 +411,39 @@ def read_files(
     its `wants` says (default: validated and hashed); `progress(done, total)` is called from this
     thread as files finish."""
     verdicts = verdicts or SchemaVerdicts()
-    batch = _Batch(paths, wants or [EVERYTHING] * len(paths), jobs or os.cpu_count() or 1, verdicts, progress)
-    # Thousands of batch objects come and go, none in a cycle: a collection would only walk
-    # every object of the process again (5% of a deep verify's CPU in a profile).
-    with gc_paused():
-        batch.run()
-    return [r for r in batch.results if r is not None]  # every one is: a crash was raised
+    wants = wants or [EVERYTHING] * len(paths)
+    workers = jobs or os.cpu_count() or 1
+    results: list[DeepResult | None] = [None] * len(paths)
+    finished: queue.SimpleQueue[_File] = queue.SimpleQueue()
+    in_flight = threading.BoundedSemaphore(2 * workers + 2)  # files mapped at once
+    done = 0
 
+    def done_with(f: _File) -> None:  # on the thread that finished the file
+        in_flight.release()
+        finished.put(f)
 
-class _Batch:
-    """The files of one `read_files`: handed out from this thread, collected as they finish."""
-
-    def __init__(
-        self,
-        paths: Sequence[Path],
-        wants: Sequence[Want],
-        workers: int,
-        verdicts: SchemaVerdicts,
-        progress: Callable[[int, int], None] | None,
-    ) -> None:
-        self.paths = paths
-        self.wants = wants
-        self.workers = workers
-        self.verdicts = verdicts
-        self.progress = progress
-        self.results: list[DeepResult | None] = [None] * len(paths)
-        self.finished: queue.SimpleQueue[_File] = queue.SimpleQueue()
-        self.in_flight = threading.BoundedSemaphore(2 * workers + 2)  # files mapped at once
-        self.done = 0
-
-    def run(self) -> None:
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            for index, (path, want) in enumerate(zip(self.paths, self.wants, strict=True)):
-                while not self.in_flight.acquire(blocking=False):
-                    self.collect(self.finished.get())  # a file finished frees its place first
-                _File(index, path, want, self.done_with).start(pool, self.verdicts)
-                while not self.finished.empty():
-                    self.collect(self.finished.get())
-            while self.done < len(self.paths):
-                self.collect(self.finished.get())
-
-    def done_with(self, f: _File) -> None:
-        """Called on the thread that finished the file."""
-        self.in_flight.release()
-        self.finished.put(f)
-
-    def collect(self, f: _File) -> None:
+    def collect() -> None:
+        nonlocal done
+        f = finished.get()
         if f.crash is not None:
             raise f.crash
-        self.results[f.index] = f.result
-        self.done += 1
-        if self.progress is not None:
-            self.progress(self.done, len(self.paths))
+        results[f.index] = f.result
+        done += 1
+        if progress is not None:
+            progress(done, len(paths))
+
+    # Thousands of batch objects come and go, none in a cycle: a collection would only walk
+    # every object of the process again (5% of a deep verify's CPU in a profile).
+    with gc_paused(), ThreadPoolExecutor(max_workers=workers) as pool:
+        for index, (path, want) in enumerate(zip(paths, wants, strict=True)):
+            while not in_flight.acquire(blocking=False):
+                collect()  # a file finished frees its place first
+            _File(index, path, want, done_with, pool, verdicts).start()
+            while not finished.empty():
+                collect()
+        while done < len(paths):
+            collect()
+    return [r for r in results if r is not None]  # every one is: a crash was raised
 
 
 class _File:
@@ -470,11 +451,21 @@ class _File:
     tasks not yet finished (plus one for the thread still handing them out); the last to finish
     turns the findings into the result and unmaps the file."""
 
-    def __init__(self, index: int, path: Path, want: Want, on_done: Callable[[_File], None]) -> None:
+    def __init__(
+        self,
+        index: int,
+        path: Path,
+        want: Want,
+        on_done: Callable[[_File], None],
+        pool: ThreadPoolExecutor,
+        verdicts: SchemaVerdicts,
+    ) -> None:
         self.index = index
         self.path = path
         self.want = want
         self.on_done = on_done
+        self.pool = pool
+        self.verdicts = verdicts
         self.lock = threading.Lock()
         self.pending = 1
         self.mm: mmap.mmap | None = None
@@ -489,46 +480,34 @@ class _File:
         self.crash: BaseException | None = None
         self.result: DeepResult | None = None
 
-    def start(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts) -> None:
+    def start(self) -> None:
         try:
             if self._map():
-                self._submit(pool, verdicts)
+                self._submit()
         except BaseException as e:  # handed to the caller's thread by `collect`
             self.crash = e
         self._task_done()
 
-    def _submit(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts) -> None:
+    def _submit(self) -> None:
         if self.want.trusted is not None:  # hashed first: validated only if it changed
-            self._add_task()
-            pool.submit(self._task, self._trusted, pool, verdicts)
+            self._run(self._trusted)
         elif self.size <= GROUP_BYTES:  # one task: validated, then hashed while cached
-            self._list_batches(verdicts)
-            self._add_task()
-            pool.submit(self._task, self._whole)
+            self._list_batches()
+            self._run(self._whole)
         else:  # hashed on one core while its batches are validated on the others
             if self.want.checksum:
-                self._add_task()
-                pool.submit(self._task, self._hash)
-            self._list_and_validate(pool, verdicts)
+                self._run(self._hash)
+            self._list_batches(lambda n: self._run(self._validate, n))
 
-    def _list_and_validate(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts) -> None:
-        """List the batches, each group validated on the pool as soon as it is listed."""
-
-        def validate(n: int) -> None:
-            self._add_task()
-            pool.submit(self._task, self._validate, n)
-
-        self._list_batches(verdicts, validate)
-
-    def _trusted(self, pool: ThreadPoolExecutor, verdicts: SchemaVerdicts) -> None:
+    def _trusted(self) -> None:
         """A file recorded as valid: when its bytes hash to the recorded checksum only its schema
         is checked (what `datasets` says of it may have changed); otherwise it is read in full."""
         self._hash()
         if self.checksum != self.want.trusted:
-            self._list_and_validate(pool, verdicts)
+            self._list_batches(lambda n: self._run(self._validate, n))
             return
         try:
-            self._open(verdicts)
+            self._open()
         except Exception as e:  # pragma: no cover - these bytes were read without an error
             self.read_error = damage(e)
 
@@ -552,14 +531,14 @@ class _File:
             os.close(fd)
         return True
 
-    def _list_batches(self, verdicts: SchemaVerdicts, listed: Callable[[int], None] | None = None) -> None:
+    def _list_batches(self, listed: Callable[[int], None] | None = None) -> None:
         """Read the message headers (zero-copy views of the map) and group the batches, calling
         `listed(n)` as group n is complete (so its validation starts while the rest is listed);
         stop at a schema `datasets` refuses (the file is reported for that alone)."""
         group: list[Any] = []
         first = start = 0
         try:
-            source, reader = self._open(verdicts)
+            source, reader = self._open()
             if self.error is not None:
                 return
             for index, batch in enumerate(reader):
@@ -572,7 +551,7 @@ class _File:
         if group:
             self._listed((first, group), listed)
 
-    def _open(self, verdicts: SchemaVerdicts) -> tuple[Any, Any]:
+    def _open(self) -> tuple[Any, Any]:
         """The stream's reader over the map, its schema read; `error` is set when `datasets`
         refuses the schema, or it is too large to read (the file is reported for that alone)."""
         import pyarrow as pa
@@ -586,7 +565,7 @@ class _File:
         source = pa.BufferReader(pa.py_buffer(self.mm))
         reader = pa.ipc.open_stream(source)
         self.views += [source, reader]
-        self.error = verdicts.error(reader.schema)
+        self.error = self.verdicts.error(reader.schema)
         return source, reader
 
     def _listed(self, group: tuple[int, list[Any]], listed: Callable[[int], None] | None) -> None:
@@ -594,9 +573,11 @@ class _File:
         if listed is not None:
             listed(len(self.groups) - 1)
 
-    def _add_task(self) -> None:
+    def _run(self, work: Callable[..., None], *args: Any) -> None:
+        """Hand `work(*args)` to the pool, as one more task of this file."""
         with self.lock:
             self.pending += 1
+        self.pool.submit(self._task, work, *args)
 
     def _task(self, work: Callable[..., None], *args: Any) -> None:
         try:

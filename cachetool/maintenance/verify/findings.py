@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from cachetool.errors import ExitCode
-from cachetool.hints import shell_command
 
 
 class Severity(str, Enum):
@@ -156,27 +155,6 @@ class VerifyReport:
         if self.would_quarantine is not None:
             doc["would_quarantine"] = [os.fsdecode(p) for p in self.would_quarantine]
         return doc
-
-
-def recompute_hint(root: Path, saved: Path | None = None) -> str:
-    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it.
-    Nothing recomputes a damaged `saved` folder (a `save_to_disk` one), and `--quarantine` never
-    moves it: it is saved again."""
-    command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
-    if saved is None:
-        return f"move it aside with `{command}`; datasets will recompute it"
-    return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
-
-
-TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
-
-
-def stale_hint(gc_command: str) -> str:
-    """How to get rid of a stale entry and of what was made from it (`gc_command` names them)."""
-    return (
-        "datasets hashes functions from your own modules by name: delete the entry and what was "
-        f"made from it (`{gc_command}`, or --quarantine), or pass new_fingerprint= to the step"
-    )
 
 
 def rel(path: Path, root: Path) -> str:
