@@ -41,7 +41,8 @@ _LAZY = {
     "load_graph": "cachetool.history.query",
     # verify
     "verify_cache": "cachetool.maintenance.verify",
-    "quarantined": "cachetool.maintenance.verify",
+    "VerifyOptions": "cachetool.maintenance.verify",
+    "quarantined": "cachetool.maintenance.verify.quarantine",
     # gc, pin, unpin
     "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc",

@@ -20,7 +20,9 @@ from typer.testing import CliRunner
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
-from cachetool.maintenance.verify import QuarantinePlan, Severity, VerifyReport, restore, verify_cache
+from cachetool.maintenance.verify import verify_cache
+from cachetool.maintenance.verify.findings import Severity, VerifyReport
+from cachetool.maintenance.verify.quarantine import QuarantinePlan, restore
 from tests import forks
 from tests.conftest import hf_env
 
@@ -657,7 +659,7 @@ def test_quarantined_source_split_is_prepared_again_by_datasets(
 
 
 def quarantine_report(root: Path) -> VerifyReport:
-    from cachetool.maintenance.verify import quarantine
+    from cachetool.maintenance.verify.quarantine import quarantine
 
     return quarantine(verify_cache(root))
 
@@ -794,7 +796,7 @@ def test_every_finding_code_has_one_severity() -> None:
     code has exactly one, and the three severities are all used."""
     from typing import get_args
 
-    from cachetool.maintenance.verify import SEVERITY, Code
+    from cachetool.maintenance.verify.findings import SEVERITY, Code
 
     assert set(SEVERITY) == set(get_args(Code))
     assert set(SEVERITY.values()) == set(Severity)
@@ -1002,6 +1004,30 @@ def test_verify_cache_validates_its_options_and_its_report_has_the_exit_code(
     target.write_bytes(target.read_bytes()[:-8])
     report = verify_cache(root)
     assert report.errors and report.exit_code == 1
+
+
+def test_verify_options_are_refused_alike_by_the_command_and_the_function(tmp_path: Path) -> None:
+    """Every option check lives in `VerifyOptions`: `--jobs 0` and `--list` without `--quarantine`
+    are one `Error:` line (exit 2) from the command, and the same `CachetoolError` (naming the
+    flag and the keyword) from `verify_cache`/`VerifyOptions`, before the root is even looked at;
+    a single string of fingerprints is refused, not read letter by letter."""
+    from cachetool.errors import CachetoolError
+    from cachetool.maintenance.verify import VerifyOptions
+
+    missing = tmp_path / "no-such-cache"
+    for args, words in (
+        (["--jobs", "0"], "Error: invalid --jobs 0: must be at least 1 (jobs=None"),
+        (["--list"], "Error: --list needs --quarantine"),
+        (["--record"], "Error: --record needs --deep (record=True needs deep=True)"),
+    ):
+        result = CliRunner().invoke(app, ["verify", *args, "--cache-dir", str(missing)])
+        assert result.exit_code == 2 and result.stderr.startswith(words), (args, result.stderr)
+    with pytest.raises(CachetoolError, match="invalid --jobs 0"):
+        verify_cache(missing, jobs=0)
+    with pytest.raises(CachetoolError, match="--list needs --quarantine"):
+        VerifyOptions(list_quarantine=True)
+    with pytest.raises(CachetoolError, match="not one string"):
+        verify_cache(missing, "7a57")
 
 
 ONE_MAP = """\

@@ -14,8 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cachetool.maintenance.verify import deep, deep_check, deep_read, verify_cache
-from cachetool.maintenance.verify.schema_check import verdicts_path
+from cachetool.maintenance.verify import deep, verify_cache
+from cachetool.maintenance.verify.deep import VERDICTS_NAME, deep_check
 from tests import test_cmd_verify as cmd_verify
 from tests.conftest import hf_env
 
@@ -47,7 +47,7 @@ def test_the_first_bad_batch_of_a_file_spread_over_every_core_is_the_one_reporte
     batch that does not validate, in stream order, as a batch-by-batch read does: batches 13 and
     17 are damaged and the finding is batch 13's; cut after them, it is still batch 13's; with
     nothing damaged, the cut (mid-batch) is the finding."""
-    monkeypatch.setattr(deep_read, "GROUP_BYTES", 3000)
+    monkeypatch.setattr(deep, "GROUP_BYTES", 3000)
     table = pa.table({"i": list(range(2000)), "s": [f"row {i} " * 3 for i in range(2000)]})
     batches = table.to_batches(max_chunksize=100)
     damaged = [_bad_utf8(b) if n in (13, 17) else b for n, b in enumerate(batches)]
@@ -101,7 +101,7 @@ def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importi
     assert second == first.replace("True", "False")
     from cachetool.cache.dirs import derived_dir
 
-    kept = derived_dir(root, env) / verdicts_path(root).name  # type: ignore[operator]
+    kept = derived_dir(root, env) / VERDICTS_NAME  # type: ignore[operator]
     assert not (root / ".cachetool" / kept.name).exists()  # verify --deep writes nothing in the root
     doc = json.loads(kept.read_text())
     kept.write_text(json.dumps({**doc, "install": "another"}))
@@ -153,10 +153,10 @@ def test_groups_validated_whole_give_what_batch_by_batch_gives(
     cut.write_bytes(data[: len(data) * 2 // 3])
     paths.append(cut)
 
-    def results(whole: bool, group_bytes: int) -> list[deep_read.DeepResult]:
-        monkeypatch.setattr(deep_read, "WHOLE_GROUPS", whole)
-        monkeypatch.setattr(deep_read, "GROUP_BYTES", group_bytes)
-        return deep_read.read_files(paths, 2)
+    def results(whole: bool, group_bytes: int) -> list[deep.DeepResult]:
+        monkeypatch.setattr(deep, "WHOLE_GROUPS", whole)
+        monkeypatch.setattr(deep, "GROUP_BYTES", group_bytes)
+        return deep.read_files(paths, 2)
 
     for group_bytes in (3000, 10**9):
         one_by_one = results(False, group_bytes)
@@ -225,7 +225,7 @@ def test_skipped_checksums_and_trusted_files_give_the_findings_of_a_full_read(
     damage(root, real_cache)
     fast = verify_cache(root, deep=True)
     assert verify_cache(root, deep=True, jobs=1) == fast  # a changed file read again on the one thread
-    monkeypatch.setattr(deep, "_want", lambda old, record: deep_read.EVERYTHING)
+    monkeypatch.setattr(deep, "_want", lambda old, record: deep.EVERYTHING)
     full = verify_cache(root, deep=True)
     assert fast.errors, "the damage was found"
     assert [(f, f.identity) for f in fast.findings] == [(f, f.identity) for f in full.findings]

@@ -54,7 +54,7 @@ STATE_FILES = (
     "stats.json",  # cachetool.history.stats
     "checksums.json",  # cachetool.maintenance.verify.deep
     "checksums.json.lock",
-    "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine_plan
+    "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine
     "gc.lock",  # cachetool.maintenance.gc.gclock
 )
 

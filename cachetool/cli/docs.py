@@ -134,10 +134,11 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Integrity: `verify`",
         (
             "cachetool.verify_cache",
-            "cachetool.maintenance.verify.VerifyReport",
-            "cachetool.maintenance.verify.Finding",
-            "cachetool.maintenance.verify.quarantine",
-            "cachetool.maintenance.verify.restore",
+            "cachetool.VerifyOptions",
+            "cachetool.maintenance.verify.findings.VerifyReport",
+            "cachetool.maintenance.verify.findings.Finding",
+            "cachetool.maintenance.verify.quarantine.quarantine",
+            "cachetool.maintenance.verify.quarantine.restore",
         ),
     ),
     (

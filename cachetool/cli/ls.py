@@ -186,7 +186,7 @@ def quarantine_line(out: Output, root: Path) -> None:
         return  # the usual case: one stat
     from cachetool.formatting import human_size
     from cachetool.hints import shell_command
-    from cachetool.maintenance.verify import quarantined
+    from cachetool.maintenance.verify.quarantine import quarantined
 
     items = quarantined(root)
     if items:

@@ -28,7 +28,8 @@ from cachetool.cli.common import (
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.maintenance.verify import QuarantinePlan, VerifyReport
+    from cachetool.maintenance.verify.findings import VerifyReport
+    from cachetool.maintenance.verify.quarantine import QuarantinePlan
 
 
 # Long only by its options and its --help text (the docstring); the body is one call.
@@ -93,7 +94,7 @@ def verify_command(
     ] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
     jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", min=1, help="Threads for --deep (default: one per core).")
+        int | None, typer.Option("--jobs", "-j", help="Threads for --deep (default: one per core).")
     ] = None,
     fmt: Annotated[
         OutputFormat, format_option("github", quiet="the entries with errors, one a line")
@@ -142,80 +143,62 @@ def verify_command(
 
         cachetool verify --stale            # results of code edited since
     """
-    if list_:
-        _list_quarantine(cache_dir, choose_format(fmt, as_json, quiet), quarantine)
-        return
     _verify(
-        fingerprints or [],
         cache_dir,
         choose_format(fmt, as_json, quiet),
-        strict,
         yes,
+        fingerprints=fingerprints or [],
         deep=deep,
         record=record,
         stale=stale,
         quarantine=quarantine,
         dry_run=dry_run,
         restore=restore,
+        strict=strict,
         jobs=jobs,
+        list_quarantine=list_,
     )
 
 
 @handle_errors
-def _verify(
-    fingerprints: list[str],
-    cache_dir: Path | None,
-    fmt: OutputFormat,
-    strict: bool,
-    yes: bool,
-    **options: Any,
-) -> None:
-    with _deep_run() if options["deep"] else nullcontext():
+def _verify(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any) -> None:
+    with _deep_run() if options["deep"] and not options["list_quarantine"] else nullcontext():
         from cachetool.cache.dirs import existing_root
-        from cachetool.maintenance.verify import verify_cache
+        from cachetool.maintenance.verify import VerifyOptions, run_verify
 
+        opts = VerifyOptions(**options)
         root = existing_root(cache_dir)
         out = Output(fmt)
-        with _Progress(fmt) as progress:
+        if opts.list_quarantine:
+            _list_quarantine(out, root, fmt)
+            return
+        with _progress(fmt) as (update, stop):
 
             def ask(plan: QuarantinePlan) -> bool:
-                progress.stop()
-                return _confirm(out, plan, fmt, strict)
+                stop()
+                return _confirm(out, plan, fmt)
 
-            report = verify_cache(
-                root,
-                fingerprints,
-                progress=progress.update,
-                confirm=None if yes else ask,
-                strict=strict,
-                **options,
-            )
+            report = run_verify(root, opts, progress=update, confirm=None if yes else ask)
         for note in report.restore_notes:
             warn(note)
         for _, dst in report.restored:
             hint(f"restored {dst}")
-        if options["restore"] and not report.restored:
+        if opts.restore and not report.restored:
             hint("nothing to restore")
-        _show(out, report, fmt, strict)
+        _show(out, report, fmt)
         if report.would_quarantine:
             hint("run again without --dry-run to move them (each is checked again right before)")
         if report.exit_code:
             raise typer.Exit(report.exit_code)
 
 
-@handle_errors
-def _list_quarantine(cache_dir: Path | None, fmt: OutputFormat, quarantine: bool) -> None:
+def _list_quarantine(out: Output, root: Path, fmt: OutputFormat) -> None:
     """`verify --quarantine --list`: what the quarantine holds (`quarantined(root)`)."""
-    from cachetool.cache.dirs import existing_root
     from cachetool.formatting import compact_age, human_size
-    from cachetool.maintenance.verify import quarantined
-    from cachetool.maintenance.verify.model import rel
+    from cachetool.maintenance.verify.findings import rel
+    from cachetool.maintenance.verify.quarantine import quarantined
 
-    if not quarantine:
-        raise CachetoolError("--list needs --quarantine (it lists what the quarantine holds)")
-    root = existing_root(cache_dir)
     items = quarantined(root)
-    out = Output(fmt)
     if fmt == OutputFormat.json:
         out.json({"root": os.fsdecode(root), "quarantine": [q.to_json() for q in items]})
         return
@@ -254,14 +237,14 @@ def _deep_run() -> Iterator[None]:
         yield
 
 
-def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool) -> bool:
+def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat) -> bool:
     """Ask before moving anything; without a terminal (or outside human output) print the plan
     and refuse: a prompt nobody can answer stops with "pass --yes" (exit 2)."""
     n = len(plan.paths)
     if fmt != OutputFormat.human or not sys.stdin.isatty():
-        _show(out, plan.dry_run(), fmt, strict)
+        _show(out, plan.dry_run(), fmt)
         raise CachetoolError(f"refusing to quarantine {n} file(s) without confirmation: pass --yes")
-    from cachetool.maintenance.verify.model import rel
+    from cachetool.maintenance.verify.findings import rel
 
     out.line("Would move to .cachetool/quarantine/ (each checked again right before):", style="bold")
     for p in plan.paths:
@@ -272,20 +255,18 @@ def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat, strict: bool)
     return False
 
 
-class _Progress:
-    """The status line on a terminal's stderr (human output only): the header walk, then --deep's
-    files with a bar. `update` is None where nothing is drawn."""
+@contextmanager
+def _progress(fmt: OutputFormat) -> Iterator[tuple[Callable[[int, int], None] | None, Callable[[], None]]]:
+    """The status line on a terminal's stderr (human output only), as (update, stop): the header
+    walk, then --deep's files with a bar. No update where nothing is drawn."""
+    if not (sys.stderr.isatty() and fmt == OutputFormat.human):
+        yield None, lambda: None
+        return
+    from rich.progress import Progress
 
-    def __init__(self, fmt: OutputFormat) -> None:
-        self.status: Any = None
-        self.update: Callable[[int, int], None] | None = None
-        if not (sys.stderr.isatty() and fmt == OutputFormat.human):
-            return
-        from rich.progress import Progress
+    from cachetool.cli.common import stderr_console
 
-        from cachetool.cli.common import stderr_console
-
-        status = Progress(console=stderr_console(), transient=True)
+    with Progress(console=stderr_console(), transient=True) as status:
         task = status.add_task("Reading headers", total=None)
 
         def update(done: int, total: int) -> None:
@@ -295,34 +276,22 @@ class _Progress:
             else:
                 status.update(task, description=f"Reading headers ({done} files)")
 
-        self.status, self.update = status, update
-
-    def __enter__(self) -> _Progress:
-        if self.status is not None:
-            self.status.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
+        yield update, status.stop
 
 
-def _show(out: Output, report: VerifyReport, fmt: OutputFormat, strict: bool) -> None:
+def _show(out: Output, report: VerifyReport, fmt: OutputFormat) -> None:
     """The report in the chosen sink."""
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:
-        shown = report.errors + (report.warnings if strict else ())
+        shown = report.errors + (report.warnings if report.strict else ())
         out.ids(dict.fromkeys(f.entry or os.fsdecode(f.path) for f in shown))
     elif fmt == OutputFormat.github:
         from cachetool.annotations import annotation
 
         for f in report.findings:
             level = {"error": "error", "warning": "warning", "info": "notice"}[f.severity.value]
-            msg = f"{f.problem}" + (f" — {f.hint}" if f.hint else "")
+            msg = f.problem + (f" — {f.hint}" if f.hint else "")
             sys.stdout.write(annotation(level, msg, file=os.fsdecode(f.path)) + "\n")
     else:
         render(out, report)
@@ -330,7 +299,7 @@ def _show(out: Output, report: VerifyReport, fmt: OutputFormat, strict: bool) ->
 
 def render(out: Output, report: VerifyReport) -> None:
     """The human report: each finding, what moved (or would), the counts."""
-    from cachetool.maintenance.verify.model import rel as relative
+    from cachetool.maintenance.verify.findings import rel as relative
 
     def rel(p: Path) -> str:
         return relative(p, report.root)

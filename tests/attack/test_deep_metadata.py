@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.arrow import read_summary
-from cachetool.maintenance.verify import deep_check, verify_cache
+from cachetool.maintenance.verify import verify_cache
+from cachetool.maintenance.verify.deep import deep_check
 from tests.attack.damaged_arrow import schema_length
 from tests.conftest import write_anew
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.maintenance.verify import plan_quarantine, quarantine, verify_cache
+from cachetool.maintenance.verify import verify_cache
+from cachetool.maintenance.verify.quarantine import plan_quarantine, quarantine
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env
 

@@ -253,7 +253,7 @@ def plan_purge(root: Path, options: GcOptions) -> GcPlan:
     trusted), all of it or, with `older_than`, what was moved aside at least that long ago.
     Execute checks each again (not a symlink, not in use, yours) as for any item."""
     from cachetool.formatting import iso_time
-    from cachetool.maintenance.verify.restore import quarantined
+    from cachetool.maintenance.verify.quarantine import quarantined
 
     root = root.resolve()  # as the quarantine's records name their paths
     now = time.time()

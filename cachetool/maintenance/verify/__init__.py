@@ -1,68 +1,229 @@
 """`verify`: prove every cache file is whole and what it claims to be.
 
-`verify_cache(root)` scans the root without the read index (every header is read again; with
-`deep=True` the index is used, as every byte is read and validated after), turns what the scan
-found into findings (`checks`, `indices`), and adds the checks only verify makes: shard lengths
-against `dataset_info.json`, indices that point past the end of their data, leftovers and who is
-writing them, ledger records whose files are gone, and with `deep=True` a full validation of every
-buffer plus, where a checksum is stored by an earlier `record=True` (or `record` stores one), an
-xxh3 checksum of every byte (`deep`; a file whose bytes match a checksum stored after the same
-pyarrow validated it is not validated again). `quarantine` moves what has errors aside, as a
-plan with `execute()`.
-
-Findings are typed (`model`): a `Problem` has a code, which decides its severity; the sentence
-shown is rendered from the values read, never parsed back.
+`verify_cache(root)` (its options are `VerifyOptions`) scans the root without the read index
+(every header is read again; with `deep=True` the index is used, as every byte is read and
+validated after), turns what the scan found into findings (`checks`), and adds the checks only
+verify makes: shard lengths against `dataset_info.json`, indices that point past the end of their
+data, leftovers and who is writing them, ledger records whose files are gone, and with `deep=True`
+a full validation of every buffer and checksums (`deep`). `quarantine` moves what has errors
+aside, as a plan with `execute()`, and puts it back. Findings are typed (`findings`): a `Finding`
+has a code, which decides its severity; the sentence shown is rendered from the values read.
 
 Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and the base modules.
 """
 
-from cachetool.maintenance.verify.deep import (
-    DeepResult,
-    deep_check,
-    load_checksums,
-    load_error,
-    save_checksums,
-)
-from cachetool.maintenance.verify.model import (
-    CHANGED,
-    SEVERITY,
-    Code,
-    Finding,
-    Problem,
-    Severity,
-    VerifyReport,
-    recompute_hint,
-)
-from cachetool.maintenance.verify.quarantine_plan import (
-    QuarantinePlan,
-    QuarantineUnit,
-    plan_quarantine,
-    quarantine,
-)
-from cachetool.maintenance.verify.restore import Quarantined, quarantined, restore
-from cachetool.maintenance.verify.run import verify_cache, with_stale_findings
+from __future__ import annotations
 
-__all__ = [
-    "CHANGED",
-    "SEVERITY",
-    "Code",
-    "DeepResult",
-    "Finding",
-    "Problem",
-    "QuarantinePlan",
-    "QuarantineUnit",
-    "Quarantined",
-    "Severity",
-    "VerifyReport",
-    "deep_check",
-    "load_checksums",
-    "load_error",
-    "plan_quarantine",
-    "quarantine",
-    "quarantined",
-    "recompute_hint",
-    "restore",
-    "save_checksums",
-    "verify_cache",
-    "with_stale_findings",
-]
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cachetool.cache.scan import find_entry, scan_cache
+from cachetool.errors import CachetoolError
+from cachetool.history.ledger import Ledger
+from cachetool.maintenance.liveness import scan_in_use
+from cachetool.maintenance.verify.checks import Checker, check_indices
+from cachetool.maintenance.verify.deep import deep_pass
+from cachetool.maintenance.verify.findings import Finding, Severity, VerifyReport
+from cachetool.maintenance.verify.quarantine import QuarantinePlan, plan_quarantine, restore
+
+_ORDER = {s: i for i, s in enumerate(Severity)}
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Every choice of a verify run; mirrors `cachetool verify`'s options one to one. Invalid
+    values raise `CachetoolError` (exit 2) here, before anything is read, so `verify_cache`
+    refuses exactly what the command refuses."""
+
+    fingerprints: Sequence[str] = ()
+    deep: bool = False
+    record: bool = False
+    stale: bool = False
+    quarantine: bool = False
+    dry_run: bool = False
+    restore: bool = False
+    strict: bool = False
+    jobs: int | None = None  # threads for `deep`; None: one per core
+    #: `--quarantine --list`: list what the quarantine holds (`quarantined(root)`), check nothing.
+    list_quarantine: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fingerprints, str):
+            raise CachetoolError("fingerprints must be a sequence of names, not one string")
+        object.__setattr__(self, "fingerprints", tuple(self.fingerprints))
+        for flag, needs, why in (
+            ("record", "deep", "checksums come from reading every byte"),
+            ("dry_run", "quarantine", "verify alone moves nothing"),
+        ):
+            if getattr(self, flag) and not getattr(self, needs):
+                raise CachetoolError(
+                    f"--{flag.replace('_', '-')} needs --{needs} ({flag}=True needs {needs}=True): {why}"
+                )
+        if self.list_quarantine and not self.quarantine:
+            raise CachetoolError("--list needs --quarantine (it lists what the quarantine holds)")
+        if self.jobs is not None and self.jobs < 1:
+            raise CachetoolError(f"invalid --jobs {self.jobs!r}: must be at least 1 (jobs=None: every core)")
+
+
+def verify_cache(
+    root: str | os.PathLike[str],
+    fingerprints: Sequence[str] = (),
+    *,
+    deep: bool = False,
+    record: bool = False,
+    stale: bool = False,
+    quarantine: bool = False,
+    dry_run: bool = False,
+    restore: bool = False,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    ledger: Ledger | None = None,
+    confirm: Callable[[QuarantinePlan], bool] | None = None,
+    strict: bool = False,
+) -> VerifyReport:
+    """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
+
+    `deep` reads and validates every buffer, on `jobs` threads (default: one per core), and
+    compares every byte with the checksum stored for its file; `record` stores the checksums so a
+    later deep verify reports changed bytes.
+    `stale` adds an error for each entry computed by code that has changed since. `restore` first
+    puts quarantined files back (`report.restored`). `quarantine` then moves what has errors aside
+    (`plan_quarantine(report).execute()`): with `dry_run` nothing moves and `report.would_quarantine`
+    says what would; `confirm(plan)`, when given, is asked first and moves nothing unless true.
+    `strict` makes warnings fail too (`report.exit_code`). Invalid options (`record` without
+    `deep`, `dry_run` without `quarantine`, see `VerifyOptions`) raise `CachetoolError` (usage)
+    before anything is read."""
+    options = VerifyOptions(
+        fingerprints,
+        deep=deep,
+        record=record,
+        stale=stale,
+        quarantine=quarantine,
+        dry_run=dry_run,
+        restore=restore,
+        strict=strict,
+        jobs=jobs,
+    )
+    return run_verify(root, options, progress=progress, ledger=ledger, confirm=confirm)
+
+
+def run_verify(
+    root: str | os.PathLike[str],
+    options: VerifyOptions,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    ledger: Ledger | None = None,
+    confirm: Callable[[QuarantinePlan], bool] | None = None,
+) -> VerifyReport:
+    """`verify_cache` with its options as one value (what `cachetool verify` calls)."""
+    notes: list[str] = []
+    restored = restore(root, warn=notes.append) if options.restore else []
+    report = _check(root, options, progress, ledger)
+    report = replace(report, restored=tuple(restored), restore_notes=tuple(notes), strict=options.strict)
+    if options.stale:
+        report = _with_stale_findings(report)
+    if not options.quarantine:
+        return report
+    plan = plan_quarantine(report)
+    if options.dry_run:
+        return plan.dry_run()
+    if plan.units and confirm is not None and not confirm(plan):
+        return plan.report
+    return plan.execute()
+
+
+def _check(
+    root: str | os.PathLike[str],
+    options: VerifyOptions,
+    progress: Callable[[int, int], None] | None,
+    ledger: Ledger | None,
+) -> VerifyReport:
+    if ledger is None:  # a command that has loaded the ledger passes it
+        ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+    # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
+    # so the listing may take what the read index remembers (keyed by size, mtime and inode).
+    usage = ledger.usage()  # once: the listing and the indices check both need it
+    report = scan_cache(
+        root,
+        use_index=options.deep,
+        usage=usage,
+        liveness=scan_in_use,
+        progress=(lambda n: progress(n, 0)) if progress is not None else None,
+    )
+    entries = list(report.entries)
+    if options.fingerprints:
+        chosen = {id(find_entry(report, fp, ledger)) for fp in options.fingerprints}
+        entries = [e for e in entries if id(e) in chosen]
+    checker = Checker(report, lambda: scan_in_use(root=report.root), time.time())  # when needed
+    for e in entries:
+        checker.entry(e)
+    check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)
+    if not options.fingerprints:
+        _ledger_findings(checker, ledger)
+    bytes_checked = recorded = 0
+    if options.deep:
+        bytes_checked, recorded = deep_pass(
+            checker, report, entries, record=options.record, jobs=options.jobs, progress=progress
+        )
+    findings = sorted(checker.findings, key=lambda f: (_ORDER[f.severity], os.fsdecode(f.path)))
+    files_checked = sum(len(e.files) for e in entries)
+    return VerifyReport(
+        report.root, tuple(findings), len(entries), files_checked, bytes_checked, options.deep, recorded
+    )
+
+
+def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
+    """Records whose files are gone: information (a user removed them), not corruption. What gc
+    removed after the record was written, and logged in the ledger, is history and says nothing."""
+    removed: dict[str, float] = {}  # path gc removed (a file or a folder) -> when, the latest
+    for gc in ledger.gc_records():
+        for p in gc.paths:
+            removed[p] = max(removed.get(p, gc.time), gc.time)
+
+    def by_gc(path: str, written: float) -> bool:
+        return any(removed.get(os.fspath(p), 0.0) >= written for p in (Path(path), *Path(path).parents))
+
+    gone: dict[str, str] = {}
+    for rec in ledger.own_steps():
+        for f in rec.files:
+            if (
+                f.path not in gone
+                and not os.path.lexists(f.path)
+                and not (removed and by_gc(f.path, rec.time))
+            ):
+                gone[f.path] = rec.result or "?"
+    for path, fp in sorted(gone.items()):
+        why = "recorded file no longer exists (removed since)"
+        checker.findings.append(Finding("record-file-gone", why, fp, "record", Path(path)))
+
+
+def _with_stale_findings(report: VerifyReport) -> VerifyReport:
+    """`report` plus an error for each entry computed by code that has changed since
+    (`cachetool.history.explain.stale_hits`). Each is about the first file of the step's record
+    that the cache classifies as written by `datasets` (a record may name anything), or its first
+    file when none is (then `--quarantine` moves nothing)."""
+    from cachetool.cache.layout import MOVABLE_KINDS
+    from cachetool.history.explain import stale_hits
+
+    hits = stale_hits(report.root)
+    if not hits:
+        return report
+    scanned = scan_cache(report.root, use_index=True, liveness=scan_in_use)
+    own = {os.fsdecode(f.path) for e in scanned.entries if e.kind in MOVABLE_KINDS for f in e.files}
+    found = [
+        Finding(
+            "stale-code",
+            s.message,
+            s.fingerprint,
+            "stale",
+            Path(next((p for p in s.files if os.fsdecode(p) in own), s.files[0])),
+            "datasets hashes functions from your own modules by name: delete the entry and what was "
+            f"made from it (`{s.gc_command}`, or --quarantine), or pass new_fingerprint= to the step",
+        )
+        for s in hits
+        if s.files
+    ]
+    return replace(report, findings=(*report.findings, *found))

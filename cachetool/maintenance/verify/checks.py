@@ -1,4 +1,5 @@
-"""The checks verify makes on each entry of a scan, turned into findings.
+"""The checks verify makes on each entry of a scan, turned into findings, and the check of indices
+files against the data they index.
 
 A file a live process is writing right now is never reported as corrupt: it is "being written by
 pid N". A save in progress looks like an interrupted one for a moment (state.json is written last),
@@ -7,34 +8,30 @@ so an incomplete save touched in the last minutes is a warning, not an error.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cachetool.cache import layout
 from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
-from cachetool.hints import gc_hint
+from cachetool.hints import gc_hint, shell_command
+from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse
 from cachetool.maintenance.locks import stale_guard
-from cachetool.maintenance.verify.model import (
+from cachetool.maintenance.verify.findings import (
     CHANGED,
-    TF_RECOMPUTE_HINT,
     Code,
     Finding,
-    Problem,
     pids_text,
-    recompute_hint,
 )
 
 #: An interrupted save younger than this may still be running (state.json comes last).
 RECENT_SAVE_SECONDS = 300.0
-
-#: The entry kinds whose problems are all about their files or their own completeness.
-_LEFTOVERS = (Kind.TEMP, Kind.INCOMPLETE_PREPARE, Kind.INCOMPLETE_SAVE, Kind.LOCK, Kind.TF_CACHE)
 
 
 class Checker:
@@ -48,11 +45,14 @@ class Checker:
         self._in_use = in_use
         self.now = now
         self.findings: list[Finding] = []
-        self.removed_folders: frozenset[Path] | None = None
 
     def recompute(self, e: Entry) -> str:
-        """The hint for a damaged entry `e`: how it gets computed (or saved) again."""
-        return recompute_hint(self.report.root, (e.unit or e.path) if e.kind == Kind.SAVED else None)
+        """The hint for a damaged entry `e`: quarantine moves it aside, datasets recomputes it;
+        nothing recomputes a `save_to_disk` folder, and `--quarantine` never moves it."""
+        if e.kind == Kind.SAVED:
+            return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
+        command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(self.report.root))
+        return f"move it aside with `{command}`; datasets will recompute it"
 
     @property
     def in_use(self) -> InUse:
@@ -60,16 +60,12 @@ class Checker:
             self._in_use = self._in_use()
         return self._in_use
 
-    def gc_hint(self, e: Entry) -> str:
-        """The gc command that removes this leftover now (it was just proven unheld)."""
-        return gc_hint(self.report.root, os.fsdecode(e.path))
-
     def removable(
         self, code: Code, e: Entry, detail: str, path: Path | None = None, target: str = ""
     ) -> None:
-        """A finding whose hint is the gc command that removes `target` (the entry's path)."""
-        hint = gc_hint(self.report.root, target or os.fsdecode(e.path))
-        self.add(code, e, path or e.path, detail, hint, command=True)
+        """A finding whose hint is the gc command that removes `target` (the entry's path): it was
+        just proven unheld."""
+        self.add(code, e, path or e.path, detail, gc_hint(self.report.root, target or os.fsdecode(e.path)))
 
     def add(
         self,
@@ -78,14 +74,11 @@ class Checker:
         path: Path,
         detail: str,
         hint: str = "",
-        *,
         ident: tuple[int, int, int, int] | None = None,
-        command: bool = False,
     ) -> None:
-        """Add a finding; `command`: the hint is one whole command, to paste as it stands."""
         if ident is None:
             ident = _scanned_identity(e, path)
-        self.findings.append(Finding(Problem(code, detail), e.id, e.kind.value, path, hint, ident, command))
+        self.findings.append(Finding(code, detail, e.id, e.kind.value, path, hint, ident))
 
     def writers_of(self, path: Path) -> frozenset[int]:
         try:
@@ -94,12 +87,15 @@ class Checker:
             return frozenset()
         return self.in_use.writer_pids(st) or frozenset()
 
-    def live_writer(self, e: Entry) -> tuple[Path, frozenset[int]] | None:
-        for f in e.files:
-            pids = self.writers_of(f.path)
-            if pids:
-                return f.path, pids
-        return None
+    def live_writer(self, e: Entry) -> frozenset[int]:
+        return next((pids for f in e.files if (pids := self.writers_of(f.path))), frozenset())
+
+    def being_written(self, e: Entry, what: str = "") -> bool:
+        """A live process on this host writes `e`: say so, as info."""
+        pids = self.live_writer(e)
+        if pids:
+            self.add("being-written", e, e.path, f"{what}being written by pid {pids_text(pids)}")
+        return bool(pids)
 
     def leased(self, e: Entry) -> bool:
         """A live lease's process (on this host or another) may be writing `e`: say so, as info."""
@@ -111,8 +107,9 @@ class Checker:
 
     # -- per entry ---------------------------------------------------------------------------
     def entry(self, e: Entry) -> None:
-        if e.kind in _LEFTOVERS:
-            return self.leftover(e)
+        leftover = _LEFTOVERS.get(e.kind)
+        if leftover is not None:
+            return leftover(self, e)
         if e.kind == Kind.DOWNLOAD and e.problems:
             self.removable("incomplete-download", e, "; ".join(e.problems))
             return None
@@ -141,24 +138,12 @@ class Checker:
             self.shard_lengths(e)
         return None
 
-    def leftover(self, e: Entry) -> None:
-        if e.kind == Kind.TEMP:
-            self.temp(e)
-        elif e.kind == Kind.INCOMPLETE_PREPARE:
-            self.leftover_dir(e, "an interrupted load_dataset preparation")
-        elif e.kind == Kind.INCOMPLETE_SAVE:
-            self.incomplete_save(e)
-        elif e.kind == Kind.LOCK:
-            self.lock(e)
-        else:
-            self.tf_cache(e)
-
     def tf_cache(self, e: Entry) -> None:
         """A finished tf.data cache must have an index that parses and every data shard it names,
         as long as the index says; a killed writer's lockfile blocks the next run."""
         if e.state == "incomplete":
             for p in e.problems:
-                self.add("tf-incomplete", e, e.path, p, TF_RECOMPUTE_HINT)
+                self.add("tf-incomplete", e, e.path, p, _TF_RECOMPUTE)
         elif e.state == "abandoned":
             self.removable("tf-abandoned", e, "; ".join(e.problems))
         elif e.state == "being-written":
@@ -175,15 +160,10 @@ class Checker:
                 return
             self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
             return
-        expected = expected_metadata_fingerprint(f)
-        if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
-            self.add(
-                "fingerprint-mismatch",
-                e,
-                f.path,
-                _mismatch(s.fingerprint, expected),
-                "the file was written under another name or overwritten; " + self.recompute(e),
-            )
+        mismatch = _mismatch(f)
+        if mismatch is not None:
+            hint = "the file was written under another name or overwritten; " + self.recompute(e)
+            self.add("fingerprint-mismatch", e, f.path, mismatch, hint)
 
     def shards_in_progress(self, e: Entry) -> bool:
         """A num_proc map renames each shard into place when it finishes; while the others are
@@ -216,9 +196,7 @@ class Checker:
                 )
 
     def temp(self, e: Entry) -> None:
-        live = self.live_writer(e)
-        if live is not None:
-            self.add("being-written", e, e.path, f"being written by pid {pids_text(live[1])}")
+        if self.being_written(e):
             return
         holders = self.holders(e)
         if holders:
@@ -237,28 +215,13 @@ class Checker:
                 continue
         return frozenset(pids)
 
-    def leftover_dir(self, e: Entry, what: str) -> None:
-        live = self.live_writer(e)
-        if live is not None:
-            self.add(
-                "being-written", e, e.path, f"{what} in progress: being written by pid {pids_text(live[1])}"
-            )
-            return
-        if self.leased(e):
-            return
-        self.removable("leftover-prepare", e, f"leftover of {what}")
+    def leftover_prepare(self, e: Entry) -> None:
+        what = "an interrupted load_dataset preparation"
+        if not (self.being_written(e, f"{what} in progress: ") or self.leased(e)):
+            self.removable("leftover-prepare", e, f"leftover of {what}")
 
     def incomplete_save(self, e: Entry) -> None:
-        live = self.live_writer(e)
-        if live is not None:
-            self.add(
-                "being-written",
-                e,
-                e.path,
-                f"save_to_disk in progress: being written by pid {pids_text(live[1])}",
-            )
-            return
-        if self.leased(e):
+        if self.being_written(e, "save_to_disk in progress: ") or self.leased(e):
             return
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
@@ -276,7 +239,7 @@ class Checker:
             e,
             e.path,
             "data-*.arrow without state.json: an interrupted save_to_disk",
-            "save it again; " + self.gc_hint(e),
+            "save it again; " + gc_hint(self.report.root, os.fsdecode(e.path)),
         )
 
     def lock(self, e: Entry) -> None:
@@ -286,21 +249,30 @@ class Checker:
             self.removable("stale-lock", e, f"stale lock: {guard.name} no longer exists")
 
 
-def expected_metadata_fingerprint(f: CacheFile) -> str | None:
-    """The fingerprint a `cache-*.arrow` file's schema metadata should hold, from its name."""
+#: The entry kinds whose problems are all about their files or their own completeness, and the
+#: check of each.
+_LEFTOVERS: dict[Kind, Callable[[Checker, Entry], None]] = {
+    Kind.TEMP: Checker.temp,
+    Kind.INCOMPLETE_PREPARE: Checker.leftover_prepare,
+    Kind.INCOMPLETE_SAVE: Checker.incomplete_save,
+    Kind.LOCK: Checker.lock,
+    Kind.TF_CACHE: Checker.tf_cache,
+}
+
+
+def _mismatch(f: CacheFile) -> str | None:
+    """The problem of a `cache-*.arrow` file whose schema metadata holds another fingerprint than
+    its name says."""
     parsed = layout.parse_cache_file(f.name)
-    if parsed is None:
+    held = f.summary.fingerprint if f.summary is not None else None
+    if parsed is None or held is None:
         return None
     fp, rank, count = parsed
-    if rank is not None and count is not None:
-        return layout.shard_fingerprint(fp, rank, count)
-    return fp
+    expected = layout.shard_fingerprint(fp, rank, count) if rank is not None and count is not None else fp
+    return None if held == expected else f"file holds fingerprint {held}, name says {expected}"
 
 
-def _mismatch(held: str, expected: str) -> str:
-    return f"file holds fingerprint {held}, name says {expected}"
-
-
+_TF_RECOMPUTE = "remove the cache's files; the next run of the tf.data pipeline writes it again"
 _REUSED = "a num_proc map that did not finish; datasets reuses the finished shards and computes the rest"
 
 
@@ -311,13 +283,7 @@ def _file_problem_texts(e: Entry) -> set[str]:
     problems are the entry's own (missing shards, rows, state.json)."""
     out: set[str] = set()
     for f in e.files:
-        s = f.summary
-        if s is None:
-            continue
-        texts = [s.error] if s.error else []
-        expected = expected_metadata_fingerprint(f)
-        if expected is not None and s.fingerprint is not None and s.fingerprint != expected:
-            texts.append(_mismatch(s.fingerprint, expected))
+        texts = [t for t in (f.summary.error if f.summary else None, _mismatch(f)) if t]
         out.update(texts)
         out.update(f"{f.name}: {t}" for t in texts)
     return out
@@ -336,3 +302,130 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
+# -- indices files ---------------------------------------------------------------------------------
+
+_DATA_KINDS = (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
+
+
+def check_indices(
+    checker: Checker, entries: Sequence[Entry], parents: dict[str, str | None], ledger: Ledger
+) -> None:
+    """An indices mapping must point inside the data it indexes. The recorded parent tells
+    which data that is; without a record, an index past the end of every data file in the
+    folder is wrong whatever it indexes."""
+    by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
+    by_path = {f.path: x for x in checker.report.entries for f in x.files}
+    removed = functools.cache(lambda: _removed_folders(ledger))  # read only when needed
+    for e in entries:
+        if e.kind != Kind.INDICES or not e.files or e.files[0].summary is None or e.files[0].summary.error:
+            continue
+        biggest = _max_index(e.files[0].path)
+        if biggest is None:
+            continue
+        parent_fp = parents.get(e.fingerprint or "")
+        parent = by_fp.get(parent_fp or "")
+        if parent_fp and parent is None:
+            parent = _data_on_disk(parent_fp, ledger, by_fp, by_path)
+        if parent_fp and parent is None:
+            _orphan(checker, e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+            continue
+        if parent is not None and (parent.problems or parent.complete is False):
+            continue  # the parent is the broken one: its own finding says so
+        if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
+            if biggest >= parent.rows:
+                checker.add(
+                    "index-out-of-bounds",
+                    e,
+                    e.files[0].path,
+                    f"index {biggest} points past the end of its data ({parent.rows} rows in {parent.id})",
+                    checker.recompute(e),
+                )
+            continue
+        _unrecorded(checker, e, entries, biggest, removed)
+
+
+def _unrecorded(
+    checker: Checker, e: Entry, entries: Sequence[Entry], biggest: int, removed: Callable[[], frozenset[Path]]
+) -> None:
+    """An indices file without a recorded parent, against every dataset left in its folder. The
+    data it points into is gone when its folder has no source split left, or gc removed data
+    files from it."""
+    sizes = [
+        x.rows
+        for x in entries
+        if x.dataset_dir == e.dataset_dir and x.rows is not None and not x.problems and x.kind in _DATA_KINDS
+    ]
+    if not sizes or biggest < max(sizes):
+        return
+    folder = e.files[0].path.parent
+    if folder in removed() or not any(
+        x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder for x in checker.report.entries
+    ):
+        _orphan(
+            checker,
+            e,
+            f"index {biggest} is past the end of every dataset left in its folder (largest has "
+            f"{max(sizes)} rows): the data it indexes was removed",
+        )
+        return
+    checker.add(
+        "index-out-of-bounds",
+        e,
+        e.files[0].path,
+        f"index {biggest} points past the end of every dataset in its folder (largest has {max(sizes)} rows)",
+        checker.recompute(e),
+    )
+
+
+def _orphan(checker: Checker, e: Entry, why: str) -> None:
+    """An indices file whose data is gone: harmless (datasets never reads it without its
+    data), removable, and never quarantined."""
+    checker.removable("orphan-indices", e, f"orphan: {why}", e.files[0].path, e.id)
+
+
+def _removed_folders(ledger: Ledger) -> frozenset[Path]:
+    """Folders from which gc (as its log in the ledger says) removed data files."""
+    kinds = ("source", "derived", "shards", "arrow")
+    return frozenset(Path(p).parent for rec in ledger.gc_records() if rec.kind in kinds for p in rec.paths)
+
+
+def _data_on_disk(
+    fp: str, ledger: Ledger, by_fp: dict[str, Entry], by_path: dict[Path, Entry]
+) -> Entry | None:
+    """The cache entry holding the data of the recorded step `fp` when no entry has its
+    fingerprint: a step that wrote no file (`select` of a range, `set_format`) holds its parent's
+    data, and one that wrote under another fingerprint (`cast_column` through its internal `map`)
+    holds the files its record lists. None when that data is gone."""
+    seen: set[str] = set()
+    while fp not in seen:
+        seen.add(fp)
+        if fp in by_fp:
+            return by_fp[fp]
+        made = [r for r in ledger.for_result(fp, include_internal=True) if r.is_origin]
+        if not made:
+            return None
+        rec = made[-1]
+        if rec.files:
+            return next((by_path[p] for f in rec.files if (p := Path(f.path)) in by_path), None)
+        if len(rec.parents) != 1:
+            return None
+        fp = rec.parents[0]
+    return None
+
+
+def _max_index(path: Path) -> int | None:
+    """The largest value of an indices file (reads its single uint64 column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        with pa.memory_map(os.fspath(path)) as source:
+            table = pa.ipc.open_stream(source).read_all()
+            if table.num_rows == 0:
+                return None
+            value = pc.max(table.column(0)).as_py()
+            return int(value) if value is not None else None
+    except Exception:  # a damaged file has no bounds to check; its own finding says so
+        return None

@@ -1,29 +1,50 @@
-"""`verify --deep`: validate every buffer of every Arrow file, and checksum its bytes (xxh3) where a
-stored checksum is compared or `--record` stores one, so a later deep verify reports bytes that
-changed."""
+"""`verify --deep`: validate every buffer of every Arrow file (offsets, UTF-8, nulls), judge each
+schema as `datasets` would, and checksum the bytes (xxh3) where a stored checksum is compared or
+`--record` stores one, so a later deep verify reports bytes that changed.
+
+Each file is mapped once (`mmap` of a descriptor opened without touching its access time): on a
+warm page cache this costs less CPU than `read()` into a buffer, which copies every byte. Both
+xxhash and pyarrow's `validate` release the GIL, so one thread walks the stream's message headers
+(cheap, zero-copy) while the pool hashes each whole file and validates its batches in groups of
+about `GROUP_BYTES`: a large file is spread over every core instead of keeping one busy. The
+first problem in stream order is the one reported, as reading the file batch by batch would.
+
+What each file needs is its `Want`: a checksum nobody compares or stores is not computed (xxh3
+and the page faults of the bytes only it reads were a quarter of the read's CPU), and a file
+whose bytes hash to a checksum recorded after this pyarrow validated them in full is not
+validated again (the same bytes give the same answer): hashed, its schema checked, done.
+
+What `datasets` says of a schema is remembered in the user's cache folder for the root
+(`SchemaVerdicts`): a repeated deep verify does not import `datasets` (about 0.6 s of CPU, more
+than validating a few GB) to answer what it answered before, and writes nothing into the root.
+"""
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
-from cachetool.cache.store import write_whole
+from cachetool.cache.store import lock_state, read_state_json, write_whole
+from cachetool.cache.walk import gc_paused
 from cachetool.formatting import local_time
 from cachetool.hints import shell_command
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.verify.checks import Checker
-from cachetool.maintenance.verify.deep_read import DeepResult, Want, deep_check, read_files
-from cachetool.maintenance.verify.model import Finding, Problem, rel
-from cachetool.maintenance.verify.schema_check import SchemaVerdicts, load_error
-
-__all__ = ["DeepResult", "deep_check", "deep_pass", "load_checksums", "load_error", "save_checksums"]
+from cachetool.maintenance.verify.findings import Finding, rel
+from cachetool.safejson import BadJsonFile
 
 CHECKSUMS_NAME = "checksums.json"
 
@@ -36,8 +57,6 @@ def checksums_path(root: Path) -> Path:
 
 
 def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
-    from cachetool.cache.store import read_state_json
-
     try:
         doc = read_state_json(checksums_path(root))
     except (OSError, ValueError):
@@ -53,8 +72,6 @@ def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
     other file's: under a lock, the stored ones are read again and merged, so two `--record`
     runs at once (two CI jobs) each keep what the other recorded. OSError (TimeoutError after
     `LOCK_SECONDS`) when they cannot be stored."""
-    from cachetool.cache.store import lock_state
-
     path = checksums_path(root)
     with lock_state(path.with_name(CHECKSUMS_NAME + ".lock"), LOCK_SECONDS):
         merged = {**load_checksums(root), **files}
@@ -80,8 +97,7 @@ def deep_pass(
 ) -> tuple[int, int]:
     """Read every whole Arrow stream of `entries` on `jobs` threads, add a finding for each that
     does not validate or whose bytes changed since recorded, and with `record` store the new
-    checksums. Returns (bytes read, checksums stored). What `datasets` would say of each schema is
-    remembered in the cache (`schema_check.SchemaVerdicts`) for the next run."""
+    checksums. Returns (bytes read, checksums stored)."""
     targets: list[tuple[Entry, CacheFile]] = [
         (e, f)
         for e in entries
@@ -112,14 +128,9 @@ def deep_pass(
     try:
         save_checksums(report.root, new_sums)
     except OSError as err:
-        checker.findings.append(
-            Finding(
-                Problem("checksums-not-stored", f"cannot store checksums: {err.strerror or err}"),
-                "",
-                "record",
-                checksums_path(report.root),
-            )
-        )
+        why = f"cannot store checksums: {err.strerror or err}"
+        path = checksums_path(report.root)
+        checker.findings.append(Finding("checksums-not-stored", why, "", "record", path))
         return total_bytes, 0
     return total_bytes, sum(1 for _, r in results if r.error is None) if record else 0
 
@@ -212,3 +223,448 @@ def _compare(
         f"check the data; if the file is right, run `{record_command}` again",
     )
     return False
+
+
+# -- what datasets says of a schema -------------------------------------------------------------
+
+VERDICTS_NAME = "schema-verdicts.json"
+#: Far more distinct schemas than any real cache holds; past it the oldest verdicts are dropped.
+MAX_VERDICTS = 4096
+
+
+def load_error(schema: Any) -> str | None:
+    """Why `datasets` would refuse a file with this Arrow schema, or None if it would load it.
+
+    `datasets.Dataset.from_file` reads the `huggingface` schema metadata as JSON and builds
+    `Features.from_arrow_schema` (which runs `Features.from_dict` on `info.features`), then checks
+    column names and types in `Dataset.__init__`. The same constructor runs here on an empty table
+    of the same schema (everything it checks depends on the schema alone), so the answer is the
+    one `datasets` gives, for every feature type and version; once per distinct schema. Without
+    `datasets` installed, the metadata is only parsed as JSON and its shape checked."""
+    try:
+        import datasets
+    except ImportError:
+        return _metadata_shape_error(schema)
+    import pyarrow as pa
+
+    try:
+        datasets.Dataset(datasets.table.InMemoryTable(pa.Table.from_batches([], schema)))
+    except Exception as e:  # whatever datasets raises is the reason it would not load the file
+        return f"datasets cannot load it: {type(e).__name__}: {first_line(e)}"
+    return None
+
+
+def _metadata_shape_error(schema: Any) -> str | None:
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw.decode())
+    except (ValueError, RecursionError) as e:
+        return f"datasets cannot load it: the huggingface schema metadata is not JSON ({first_line(e)})"
+    info = doc.get("info") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or (info is not None and not isinstance(info, dict)):
+        return "datasets cannot load it: the huggingface schema metadata is not an object with an info object"
+    features = info.get("features") if isinstance(info, dict) else None
+    if features is not None and not isinstance(features, dict):
+        return "datasets cannot load it: info.features in the huggingface schema metadata is not an object"
+    return None
+
+
+def first_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+class SchemaVerdicts:
+    """`load_error` per schema, once each; with a `root`, remembered in the user's cache folder
+    for it (`cache.dirs.derived_dir`, never the root) for the `datasets` and `pyarrow` installed
+    now (a verdict stored by another install is not used)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        from cachetool.cache.dirs import derived_dir
+
+        folder = derived_dir(root) if root is not None else None
+        self.path = folder / VERDICTS_NAME if folder is not None else None
+        self.install = _install_key() if self.path is not None else None
+        self.known: dict[str, str | None] = {}
+        self.new = 0
+        self._lock = threading.Lock()
+        if self.path is not None and self.install is not None:
+            self.known = _read_verdicts(self.path, self.install)
+
+    def error(self, schema: Any) -> str | None:
+        """`load_error(schema)`, from what an earlier verify of this cache found when it can."""
+        import xxhash
+
+        raw = schema.serialize().to_pybytes()
+        digest = xxhash.xxh3_128_hexdigest(raw)
+        with self._lock:
+            if digest in self.known:
+                return self.known[digest]
+        why = load_error(schema)
+        with self._lock:
+            if digest not in self.known:
+                self.known[digest] = why
+                self.new += 1
+        return why
+
+    def save(self) -> None:
+        """Store the verdicts when this run found new ones (where that cannot be written: skipped)."""
+        path = self.path
+        if not self.new or self.install is None or path is None:
+            return
+        stored = _read_verdicts(path, self.install)  # another verify may have added some
+        merged = {**stored, **self.known}
+        verdicts = dict(list(merged.items())[-MAX_VERDICTS:])
+        try:
+            doc = {"version": 1, "install": self.install, "verdicts": verdicts}
+            write_whole(path, json.dumps(doc).encode(), create_folders=True)
+        except OSError:
+            return
+
+
+def _read_verdicts(path: Path, install: str) -> dict[str, str | None]:
+    try:
+        doc = read_state_json(path)
+    except (OSError, BadJsonFile):
+        return {}
+    if not isinstance(doc, dict) or doc.get("install") != install:
+        return {}
+    verdicts = doc.get("verdicts")
+    if not isinstance(verdicts, dict):
+        return {}
+    return {k: v for k, v in verdicts.items() if isinstance(k, str) and (v is None or isinstance(v, str))}
+
+
+def _install_key() -> str | None:
+    """Names the `datasets` and `pyarrow` installed now without importing `datasets`: pyarrow's
+    version and the path, size and mtime of the `datasets` modules whose code decides a verdict
+    (an upgrade or an edit of them changes it). None without `datasets` (nothing is stored)."""
+    import pyarrow as pa
+
+    try:
+        spec = find_spec("datasets")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    package = Path(spec.origin).parent
+    parts = [f"pyarrow {pa.__version__}"]
+    for name in ("__init__.py", "arrow_dataset.py", "table.py", "features/features.py"):
+        try:
+            st = os.stat(package / name)
+        except OSError:
+            return None
+        parts.append(f"{package / name} {st.st_size} {st.st_mtime_ns}")
+    return "; ".join(parts)
+
+
+# -- reading whole files ------------------------------------------------------------------------
+
+#: Validate each group of batches in one call (one GIL hand-over a group); False: batch by batch
+#: (the same findings, a test compares them).
+WHOLE_GROUPS = True
+
+#: Bytes of batches validated by one task: large enough that a task costs far more than handing
+#: it over, small enough that a large file spreads over every core.
+GROUP_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DeepResult:
+    path: Path
+    size: int
+    mtime_ns: int
+    checksum: str | None
+    error: str | None
+    identity: tuple[int, int, int, int] | None = None  # of the very file read (its descriptor)
+    ctime_ns: int = 0  # of the very file read, when it was opened
+
+
+@dataclass(frozen=True)
+class Want:
+    """What reading one file is for: `checksum` (computed only when something compares or stores
+    it), and `trusted`, a checksum recorded after this pyarrow validated the file in full (when
+    the bytes hash to it, the validation's answer is known)."""
+
+    checksum: bool = True
+    trusted: str | None = None
+
+
+EVERYTHING = Want()
+
+
+def deep_check(path: Path) -> DeepResult:
+    """Validate every buffer of every batch (offsets, UTF-8, nulls) and hash every byte (xxh3)."""
+    return read_files([path])[0]
+
+
+def read_files(
+    paths: Sequence[Path],
+    jobs: int | None = None,
+    verdicts: SchemaVerdicts | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    wants: Sequence[Want] | None = None,
+) -> list[DeepResult]:
+    """`deep_check` of every path, in order, on `jobs` threads (default: one per core), each as
+    its `wants` says (default: validated and hashed); `progress(done, total)` is called from this
+    thread as files finish."""
+    verdicts = verdicts or SchemaVerdicts()
+    wants = wants or [EVERYTHING] * len(paths)
+    workers = jobs or os.cpu_count() or 1
+    results: list[DeepResult | None] = [None] * len(paths)
+    finished: queue.SimpleQueue[_File] = queue.SimpleQueue()
+    in_flight = threading.BoundedSemaphore(2 * workers + 2)  # files mapped at once
+    done = 0
+
+    def done_with(f: _File) -> None:  # on the thread that finished the file
+        in_flight.release()
+        finished.put(f)
+
+    def collect() -> None:
+        nonlocal done
+        f = finished.get()
+        if f.crash is not None:
+            raise f.crash
+        results[f.index] = f.result
+        done += 1
+        if progress is not None:
+            progress(done, len(paths))
+
+    # Thousands of batch objects come and go, none in a cycle: a collection would only walk
+    # every object of the process again (5% of a deep verify's CPU in a profile).
+    with gc_paused(), ThreadPoolExecutor(max_workers=workers) as pool:
+        for index, (path, want) in enumerate(zip(paths, wants, strict=True)):
+            while not in_flight.acquire(blocking=False):
+                collect()  # a file finished frees its place first
+            _File(index, path, want, done_with, pool, verdicts).start()
+            while not finished.empty():
+                collect()
+        while done < len(paths):
+            collect()
+    return [r for r in results if r is not None]  # every one is: a crash was raised
+
+
+class _File:
+    """One file being read: its map, its batches, and what the tasks found. `pending` counts the
+    tasks not yet finished (plus one for the thread still handing them out); the last to finish
+    turns the findings into the result and unmaps the file."""
+
+    def __init__(
+        self,
+        index: int,
+        path: Path,
+        want: Want,
+        on_done: Callable[[_File], None],
+        pool: ThreadPoolExecutor,
+        verdicts: SchemaVerdicts,
+    ) -> None:
+        self.index = index
+        self.path = path
+        self.want = want
+        self.on_done = on_done
+        self.pool = pool
+        self.verdicts = verdicts
+        self.lock = threading.Lock()
+        self.pending = 1
+        self.mm: mmap.mmap | None = None
+        self.views: list[Any] = []  # pyarrow objects over the map: dropped before it closes
+        self.groups: list[tuple[int, list[Any]]] = []  # (index of the first batch, batches)
+        self.size = self.mtime_ns = self.ctime_ns = 0
+        self.ident: tuple[int, int, int, int] | None = None
+        self.checksum: str | None = None
+        self.error: str | None = None  # found before any batch: opening, the schema
+        self.read_error: str | None = None  # reading the stream, after every batch listed
+        self.bad_batch: tuple[int, str] | None = None  # the first batch that does not validate
+        self.crash: BaseException | None = None
+        self.result: DeepResult | None = None
+
+    def start(self) -> None:
+        try:
+            if self._map():
+                self._submit()
+        except BaseException as e:  # handed to the caller's thread by `collect`
+            self.crash = e
+        self._task_done()
+
+    def _submit(self) -> None:
+        if self.want.trusted is not None:  # hashed first: validated only if it changed
+            self._run(self._trusted)
+        elif self.size <= GROUP_BYTES:  # one task: validated, then hashed while cached
+            self._list_batches()
+            self._run(self._whole)
+        else:  # hashed on one core while its batches are validated on the others
+            if self.want.checksum:
+                self._run(self._hash)
+            self._list_batches(lambda n: self._run(self._validate, n))
+
+    def _trusted(self) -> None:
+        """A file recorded as valid: when its bytes hash to the recorded checksum only its schema
+        is checked (what `datasets` says of it may have changed); otherwise it is read in full."""
+        self._hash()
+        if self.checksum != self.want.trusted:
+            self._list_batches(lambda n: self._run(self._validate, n))
+            return
+        try:
+            self._open()
+        except Exception as e:  # pragma: no cover - these bytes were read without an error
+            self.read_error = damage(e)
+
+    def _map(self) -> bool:
+        from cachetool.cache.arrow import open_noatime
+
+        try:
+            fd = open_noatime(self.path)
+        except OSError as e:
+            self.error = e.strerror or str(e)
+            return False
+        try:
+            st = os.fstat(fd)
+            self.mtime_ns, self.ctime_ns = st.st_mtime_ns, st.st_ctime_ns
+            if st.st_size == 0:
+                self.error = "empty file (0 bytes)"
+                return False
+            self.size, self.ident = st.st_size, identity(st)
+            self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        return True
+
+    def _list_batches(self, listed: Callable[[int], None] | None = None) -> None:
+        """Read the message headers (zero-copy views of the map) and group the batches, calling
+        `listed(n)` as group n is complete (so its validation starts while the rest is listed);
+        stop at a schema `datasets` refuses (the file is reported for that alone)."""
+        group: list[Any] = []
+        first = start = 0
+        try:
+            source, reader = self._open()
+            if self.error is not None:
+                return
+            for index, batch in enumerate(reader):
+                group.append(batch)
+                if source.tell() - start >= GROUP_BYTES:
+                    self._listed((first, group), listed)
+                    group, first, start = [], index + 1, source.tell()
+        except Exception as e:  # whatever pyarrow raises on damage is a finding
+            self.read_error = damage(e)
+        if group:
+            self._listed((first, group), listed)
+
+    def _open(self) -> tuple[Any, Any]:
+        """The stream's reader over the map, its schema read; `error` is set when `datasets`
+        refuses the schema, or it is too large to read (the file is reported for that alone)."""
+        import pyarrow as pa
+
+        from cachetool.cache.arrow import schema_too_large
+
+        assert self.mm is not None
+        self.error = schema_too_large(self.mm[:16], len(self.mm))  # reported, never read
+        if self.error is not None:
+            return None, None
+        source = pa.BufferReader(pa.py_buffer(self.mm))
+        reader = pa.ipc.open_stream(source)
+        self.views += [source, reader]
+        self.error = self.verdicts.error(reader.schema)
+        return source, reader
+
+    def _listed(self, group: tuple[int, list[Any]], listed: Callable[[int], None] | None) -> None:
+        self.groups.append(group)
+        if listed is not None:
+            listed(len(self.groups) - 1)
+
+    def _run(self, work: Callable[..., None], *args: Any) -> None:
+        """Hand `work(*args)` to the pool, as one more task of this file."""
+        with self.lock:
+            self.pending += 1
+        self.pool.submit(self._task, work, *args)
+
+    def _task(self, work: Callable[..., None], *args: Any) -> None:
+        try:
+            work(*args)
+        except BaseException as e:
+            self.crash = e
+        self._task_done()
+
+    def _whole(self) -> None:
+        if self.groups:
+            self._validate(0)
+        if self.want.checksum:
+            self._hash()
+
+    def _hash(self) -> None:
+        import xxhash
+
+        assert self.mm is not None  # hashed only once mapped
+        self.checksum = xxhash.xxh3_64(self.mm).hexdigest()
+
+    def _validate(self, n: int) -> None:
+        import pyarrow as pa
+
+        first, batches = self.groups[n]
+        bad = self.bad_batch
+        if bad is not None and bad[0] < first:
+            return  # an earlier batch is the one reported
+        if WHOLE_GROUPS and len(batches) > 1:
+            try:
+                # The whole group in one call: the GIL is given back and taken again once per
+                # group instead of once per batch, so threads running on every core do not
+                # queue for it. A table of the batches holds every one, empty ones included,
+                # and each batch's own lengths were checked as it was read; a group that does
+                # not validate is gone through batch by batch below, for the first bad batch
+                # and the words a batch-by-batch read gives.
+                pa.Table.from_batches(batches).validate(full=True)
+                return
+            except Exception:  # said batch by batch below
+                pass
+        for index, batch in enumerate(batches, first):
+            bad = self.bad_batch
+            if bad is not None and bad[0] < index:
+                return  # an earlier batch is the one reported
+            try:
+                batch.validate(full=True)
+            except pa.ArrowInvalid as e:
+                self._bad(index, f"invalid data in batch {index}: {' '.join(str(e).split())}")
+                return
+            except Exception as e:  # as reading the stream would report it
+                self._bad(index, damage(e))
+                return
+
+    def _bad(self, index: int, why: str) -> None:
+        with self.lock:
+            if self.bad_batch is None or index < self.bad_batch[0]:
+                self.bad_batch = (index, why)
+
+    def _task_done(self) -> None:
+        with self.lock:
+            self.pending -= 1
+            if self.pending:
+                return
+        self._finish()
+        self.on_done(self)
+
+    def _finish(self) -> None:
+        error = self.error
+        if error is None:
+            error = self.bad_batch[1] if self.bad_batch is not None else self.read_error
+        self.result = DeepResult(
+            self.path, self.size, self.mtime_ns, self.checksum, error, self.ident, self.ctime_ns
+        )
+        self.groups.clear()
+        self.views.clear()
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:  # pragma: no cover - a view outlived the walk; GC unmaps it
+                pass
+            self.mm = None
+
+
+def damage(e: BaseException) -> str:
+    """The finding for what pyarrow raised on a damaged stream."""
+    import pyarrow as pa
+
+    text = " ".join(str(e).split())
+    if isinstance(e, (pa.ArrowInvalid, OSError)):
+        return text
+    return f"damaged Arrow file: {type(e).__name__}: {text}"

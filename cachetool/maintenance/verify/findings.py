@@ -1,7 +1,7 @@
-"""What verify says, as typed values: a `Problem` (a code, the severity that code carries, the
-sentence shown), a `Finding` (a problem about one entry and file, with a hint) and the
-`VerifyReport`. Everything verify decides (the exit code, what `--quarantine` moves, how a finding
-is checked again before a move) is decided from codes and severities, never from the sentence."""
+"""What verify says, as typed values: a `Finding` (a code, which carries its severity, the
+sentence shown, about one entry and file, with a hint) and the `VerifyReport`. Everything verify
+decides (the exit code, what `--quarantine` moves, how a finding is checked again before a move)
+is decided from codes and severities, never from the sentence."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from cachetool.errors import ExitCode
-from cachetool.hints import shell_command
 
 
 class Severity(str, Enum):
@@ -25,9 +24,7 @@ class Severity(str, Enum):
         return self.value
 
 
-#: What a finding is about. Each code has one severity (`SEVERITY`).
-Code = Literal[
-    # errors: the entry is broken; `--quarantine` moves it aside
+ErrorCode = Literal[  # the entry is broken; `--quarantine` moves it aside
     "damaged",  # the scan found the entry damaged (missing shards, state.json, rows, ...)
     "unreadable-header",  # a file's Arrow headers do not read to the end
     "fingerprint-mismatch",  # the fingerprint inside the file is not the one its name says
@@ -38,7 +35,8 @@ Code = Literal[
     "interrupted-save",  # data-*.arrow without state.json, old enough to be interrupted
     "tf-incomplete",  # a finished tf.data cache misses data its index names
     "stale-code",  # --stale: computed by code that has changed since
-    # warnings: leftovers and oddities; gc removes them
+]
+WarningCode = Literal[  # leftovers and oddities; gc removes them
     "not-regular-file",  # a symlink, FIFO, socket or device in the cache
     "incomplete-download",
     "tf-abandoned",  # a killed tf.data writer's lockfile
@@ -50,7 +48,8 @@ Code = Literal[
     "checksums-not-stored",  # --record could not write its checksums
     "partial-shards",  # a num_proc shard set missing shards (a killed map): datasets reuses the rest
     "not-quarantined",  # --quarantine left a broken file where it is, and why
-    # information
+]
+InfoCode = Literal[
     "odd-file",  # anything else the scan says about a file datasets does not write
     "being-written",  # a live process on this host is writing it
     "held-open",  # a temporary file a live process holds open
@@ -60,76 +59,23 @@ Code = Literal[
     "record-file-gone",  # a ledger record's file was removed since
     "rewritten",  # --deep: written anew since its checksum was recorded (recorded again)
 ]
+#: What a finding is about. Each code has one severity (`SEVERITY`).
+Code = Literal[ErrorCode, WarningCode, InfoCode]
 
 SEVERITY: dict[Code, Severity] = {
-    **dict.fromkeys(
-        (
-            "damaged",
-            "unreadable-header",
-            "fingerprint-mismatch",
-            "shard-length",
-            "index-out-of-bounds",
-            "invalid-data",
-            "checksum-changed",
-            "interrupted-save",
-            "tf-incomplete",
-            "stale-code",
-        ),
-        Severity.ERROR,
-    ),
-    **dict.fromkeys(
-        (
-            "not-regular-file",
-            "incomplete-download",
-            "tf-abandoned",
-            "leftover-temp",
-            "leftover-prepare",
-            "recent-save",
-            "stale-lock",
-            "orphan-indices",
-            "checksums-not-stored",
-            "partial-shards",
-            "not-quarantined",
-        ),
-        Severity.WARNING,
-    ),
-    **dict.fromkeys(
-        (
-            "odd-file",
-            "being-written",
-            "held-open",
-            "leased",
-            "shards-in-progress",
-            "tf-being-written",
-            "record-file-gone",
-            "rewritten",
-        ),
-        Severity.INFO,
-    ),
+    **dict.fromkeys(get_args(ErrorCode), Severity.ERROR),
+    **dict.fromkeys(get_args(WarningCode), Severity.WARNING),
+    **dict.fromkeys(get_args(InfoCode), Severity.INFO),
 }
-
-#: How `--quarantine` tells, once a file is out of reach, that its finding still holds: read the
-#: headers again, or validate every buffer again. Other codes rely on the file's identity alone.
-RECHECK: dict[Code, Literal["header", "deep"]] = {"unreadable-header": "header", "invalid-data": "deep"}
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem: its code (which decides everything), and the sentence a person reads."""
-
-    code: Code
-    detail: str
-
-    @property
-    def severity(self) -> Severity:
-        return SEVERITY[self.code]
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing verify has to say: how bad, about which entry and file, and what to do."""
+    """One thing verify has to say: its code (which decides its severity and everything verify
+    does with it), the sentence a person reads, about which entry and file, and what to do."""
 
-    issue: Problem
+    code: Code
+    problem: str
     entry: str  # the entry id (fingerprint, or path)
     kind: str  # the entry's kind (`Kind` value), or "record" / "stale" for ledger findings
     path: Path
@@ -137,21 +83,10 @@ class Finding:
     #: The file version the finding is about (device, inode, size, mtime ns), taken when it was
     #: read; `quarantine` moves nothing else. None for folders; CHANGED when it changed meanwhile.
     identity: tuple[int, int, int, int] | None = field(default=None, compare=False, repr=False)
-    #: The hint is one whole command (a `cachetool gc …` to paste), not a sentence.
-    hint_is_command: bool = field(default=False, compare=False, repr=False)
 
     @property
     def severity(self) -> Severity:
-        return self.issue.severity
-
-    @property
-    def code(self) -> Code:
-        return self.issue.code
-
-    @property
-    def problem(self) -> str:
-        """The sentence shown for the problem."""
-        return self.issue.detail
+        return SEVERITY[self.code]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -220,27 +155,6 @@ class VerifyReport:
         if self.would_quarantine is not None:
             doc["would_quarantine"] = [os.fsdecode(p) for p in self.would_quarantine]
         return doc
-
-
-def recompute_hint(root: Path, saved: Path | None = None) -> str:
-    """How to get rid of a damaged entry: quarantine moves it aside, datasets recomputes it.
-    Nothing recomputes a damaged `saved` folder (a `save_to_disk` one), and `--quarantine` never
-    moves it: it is saved again."""
-    command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(root))
-    if saved is None:
-        return f"move it aside with `{command}`; datasets will recompute it"
-    return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
-
-
-TF_RECOMPUTE_HINT = "remove the cache's files; the next run of the tf.data pipeline writes it again"
-
-
-def stale_hint(gc_command: str) -> str:
-    """How to get rid of a stale entry and of what was made from it (`gc_command` names them)."""
-    return (
-        "datasets hashes functions from your own modules by name: delete the entry and what was "
-        f"made from it (`{gc_command}`, or --quarantine), or pass new_fingerprint= to the step"
-    )
 
 
 def rel(path: Path, root: Path) -> str:
