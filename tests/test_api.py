@@ -133,6 +133,8 @@ GONE = {
     "cachetool.maintenance.pins",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
+    "cachetool.history.explain.stale_hits",
+    "cachetool.report.report",
 }
 
 

@@ -158,7 +158,8 @@ def test_explain_read_through_the_index_is_the_explanation_of_every_record(tmp_p
     """`explain FP` (with its history) and `explain --last` of a long-lived ledger read only the
     records they compare, through the index; what they say is what reading every record says:
     the changed argument, the step upstream where it changed, the earlier runs, a first run."""
-    from cachetool.history.explain import explain_fingerprint, explain_run, load_view
+    from cachetool.history.explain.explainer import explain_fingerprint, explain_run
+    from cachetool.history.explain.view import load_view
     from cachetool.history.part import open_index
 
     root = tmp_path / "cache"

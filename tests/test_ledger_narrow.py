@@ -98,7 +98,8 @@ def test_lineage_and_explain_of_a_named_fingerprint_are_those_of_the_whole_scan(
     """`lineage FP` (chain, descendants, all) and `explain FP` through the narrowed scan show what
     they show when the whole cache is scanned and every record read, by fingerprint, prefix and
     cache file name."""
-    from cachetool.history.explain import explain_fingerprint, load_view
+    from cachetool.history.explain.explainer import explain_fingerprint
+    from cachetool.history.explain.view import load_view
     from cachetool.history.ledger import Ledger
     from cachetool.history.query import lineage, lineage_view
 

@@ -14,30 +14,9 @@ import sys
 import time
 from typing import Any
 
-from cachetool.trace.settings import (
-    COLD_ENV,
-    EVENTS_ENV,
-    SEED_ENV,
-    TREES_ENV,
-    event_counter,
-    run_settings,
-    take_environment,
-)
-
-__all__ = [
-    "COLD_ENV",
-    "EVENTS_ENV",
-    "SEED_ENV",
-    "TREES_ENV",
-    "append_event",
-    "checkpoint",
-    "run_settings",
-    "take_environment",
-]
+from cachetool.trace.settings import event_counter, run_settings
 
 EVENT_VERSION = 1
-# The run's settings and the event sequence live with the tracer that shares them.
-_counter = event_counter
 
 
 def checkpoint(name: str, obj: Any) -> str | None:
@@ -50,8 +29,9 @@ def checkpoint(name: str, obj: Any) -> str | None:
     path, trees, _ = run_settings()
     if not path:
         return None
+    from cachetool.fingerprint.decompose import short_repr
     from cachetool.fingerprint.hashing import try_hash
-    from cachetool.fingerprint.tree import build_tree, short_repr
+    from cachetool.fingerprint.tree import build_tree
     from cachetool.history.records import ArgInfo, CallSite, CheckpointRecord, RandomFallback
 
     frame = sys._getframe(1)
@@ -62,7 +42,7 @@ def checkpoint(name: str, obj: Any) -> str | None:
         digest, error = try_hash(obj)
     event = CheckpointRecord(
         v=EVENT_VERSION,
-        seq=next(_counter),
+        seq=next(event_counter),
         time=time.time(),
         operation="checkpoint",
         transform=str(name),

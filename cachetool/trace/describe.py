@@ -165,7 +165,7 @@ def column_heads(dataset: Any) -> dict[str, ColumnHead]:
     """Per column of an in-memory dataset: the digest of the column and the short reprs of its first
     values, so that a source built at run time (`from_pandas` of a frame with a timestamp column)
     is explained by the column and the first value that differs."""
-    from cachetool.fingerprint.tree import short_repr
+    from cachetool.fingerprint.decompose import short_repr
 
     out: dict[str, ColumnHead] = {}
     try:

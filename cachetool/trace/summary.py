@@ -37,7 +37,7 @@ def summarize(value: Any) -> dict[str, Any] | None:
         tree = build_tree(value, max_depth=MAX_DEPTH, max_nodes=MAX_NODES, max_items=MAX_ITEMS)
     except Exception:  # a summary is a nicety; never a reason to lose the record
         return None
-    node = _compact(tree)
+    node = _compact(dict(tree))
     for keep in range(MAX_DEPTH - 1, -1, -1):
         if len(json.dumps(node, ensure_ascii=False, separators=(",", ":"))) <= MAX_BYTES:
             return node
