@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--json", dest="json_out", default=None)
     opts = parser.parse_args()
-    from cachetool.determinism.runner import check_determinism
+    from cachetool.determinism.check import check_determinism
 
     prefixes = [p for p in opts.only.split(",") if p]
     scripts = sorted(

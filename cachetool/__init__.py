@@ -52,16 +52,16 @@ _LAZY = {
     "unpin": "cachetool.maintenance.pinning",
     "list_pins": "cachetool.maintenance.pinning",
     # explain, stats
-    "explain": "cachetool.history.explain",
-    "explain_fingerprint": "cachetool.history.explain",
-    "explain_run": "cachetool.history.explain",
+    "explain": "cachetool.history.explain.explainer",
+    "explain_fingerprint": "cachetool.history.explain.explainer",
+    "explain_run": "cachetool.history.explain.explainer",
     "ledger_stats": "cachetool.history.stats",
     "zero_stats": "cachetool.history.stats",
     # check-determinism
-    "check_determinism": "cachetool.determinism.runner",
+    "check_determinism": "cachetool.determinism.check",
     "checkpoint": "cachetool.determinism.checkpoint",
     # report
-    "write_report": "cachetool.report",
+    "write_report": "cachetool.report.html",
     # what they return
     "CacheReport": "cachetool.cache.scan",
     "DatasetDir": "cachetool.cache.scan",

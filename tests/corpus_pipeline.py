@@ -22,9 +22,8 @@ from typing import TypeVar
 import pytest
 
 from cachetool.determinism.events import Event
-from cachetool.determinism.model import Cause
 from cachetool.determinism.render import cause_lines, human_lines
-from cachetool.determinism.runner import DeterminismReport
+from cachetool.determinism.report import Cause, DeterminismReport
 from tests.conftest import once_per_session
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -139,6 +139,8 @@ GONE = {
     "cachetool.cache.lean",
     "cachetool.cache.snapshot",
     "cachetool.cache.listing.list_cache_lean",
+    "cachetool.history.explain.stale_hits",
+    "cachetool.report.report",
 }
 
 

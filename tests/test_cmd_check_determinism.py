@@ -18,8 +18,10 @@ from typer.testing import CliRunner
 
 from cachetool.cli.app import app
 from cachetool.determinism.analysis import analyze
+from cachetool.determinism.check import check_determinism
+from cachetool.determinism.events import read_events
 from cachetool.determinism.render import cause_lines, github_lines, human_lines
-from cachetool.determinism.runner import DeterminismReport, check_determinism, read_events
+from cachetool.determinism.report import DeterminismReport
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
 from tests.corpus_pipeline import causes_of, check_once, events_of, once
@@ -201,7 +203,7 @@ def test_read_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None
 
 def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
     from cachetool.determinism.events import as_events
-    from cachetool.determinism.runner import RunOutcome
+    from cachetool.determinism.report import RunOutcome
 
     outcomes = tuple(
         RunOutcome(
@@ -671,7 +673,7 @@ def cli_github(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CommandO
     Once per session."""
 
     def run(folder: Path) -> tuple[CommandOutput, DeterminismReport]:
-        from cachetool.determinism import runner
+        from cachetool.determinism import check as runner
 
         reports: list[DeterminismReport] = []
         real = runner.check_determinism

@@ -156,7 +156,7 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
     assert CHROMIUM, "Chromium is missing: .ci/run installs it (apt-get install chromium)"
     from playwright.sync_api import expect, sync_playwright
 
-    from cachetool.report import build_report
+    from cachetool.report.data import build_report
 
     out = cache["base"] / "browser.html"
     proc = _cachetool(cache["env"], "report", "-o", str(out), "--json")

@@ -962,7 +962,7 @@ def test_verify_and_report_leave_out_what_gc_removed_and_logged(tmp_path: Path) 
     nothing of them: what gc removed is history. A file a user deleted still gets its info line,
     and `report` lists a leftover once (it listed it as a leftover and again as verify's
     finding)."""
-    from cachetool.report.model import build_report
+    from cachetool.report.data import build_report
     from tests.conftest import cachetool_run
 
     (tmp_path / "p.py").write_text(GC_THEN_VERIFY, encoding="utf-8")

@@ -19,8 +19,10 @@ import pytest
 import xxhash
 
 from cachetool.determinism.analysis import analyze
+from cachetool.determinism.check import check_determinism
+from cachetool.determinism.process import RUN_MARKER_ENV
 from cachetool.determinism.render import human_lines
-from cachetool.determinism.runner import RUN_MARKER_ENV, DeterminismReport, check_determinism
+from cachetool.determinism.report import DeterminismReport
 from cachetool.errors import ExitCode
 from cachetool.history.records.parts import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
@@ -524,7 +526,7 @@ def test_script_arguments_pass_through_without_a_double_dash(
 @pytest.mark.slow
 def test_progress_is_reported_per_run(argv_script: Path, tmp_path: Path) -> None:
     """Each run reports while it goes and once at its end, with the steps it recorded so far."""
-    from cachetool.determinism.runner import RunProgress
+    from cachetool.determinism.report import RunProgress
 
     seen: list[RunProgress] = []
     report = check_determinism(argv_script, ["a"], env=hf_env(tmp_path), progress=seen.append, timeout=120)
@@ -547,7 +549,7 @@ def test_a_timeout_shows_the_scripts_last_real_lines(argv_script: Path, tmp_path
 
 
 def test_terminal_lines_keep_what_a_terminal_shows() -> None:
-    from cachetool.determinism.runner import terminal_lines
+    from cachetool.determinism.process import terminal_lines
 
     bar = "Map:  0%|   | 0/4 [00:00<?, ? examples/s]\rMap: 100%|###| 4/4 [00:00<00:00, 9.1 examples/s]"
     text = f"a\n{bar}\nb\r c\n"
@@ -572,7 +574,7 @@ print(ds._fingerprint)
 def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
     """pipeline.py copied to pipeline_b.py recomputes its map (dill keeps the file name): explain
     names the file change instead of "first time this step ran"."""
-    from cachetool.history.explain import explain_fingerprint
+    from cachetool.history.explain.explainer import explain_fingerprint
 
     env = hf_env(tmp_path)
     data = tmp_path / "data.jsonl"

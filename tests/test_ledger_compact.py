@@ -415,7 +415,8 @@ def test_explain_after_a_compaction_still_knows_the_earlier_runs(tmp_path: Path)
     """A step at a new call site in the newest run is "the first time this step ran", not "the
     first run recorded in this cache", before and after the earlier runs were summarised; its
     explanation through the index is the one from every record, both times."""
-    from cachetool.history.explain import explain_fingerprint, load_view
+    from cachetool.history.explain.explainer import explain_fingerprint
+    from cachetool.history.explain.view import load_view
 
     root = tmp_path / "cache"
     _write_runs(root, 8, 3)

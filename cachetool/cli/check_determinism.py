@@ -151,19 +151,11 @@ def _check(
     """`check_determinism` with the same keywords (the seeds as typed: ``1,2``), its report shown."""
     import sys
 
-    from cachetool.determinism.runner import check_determinism
+    from cachetool.determinism.check import CheckOptions, check_determinism
 
-    report = check_determinism(
-        script,
-        args,
-        runs=runs,
-        hash_seeds=_parse_seeds(hash_seeds),
-        timeout=timeout,
-        isolated=isolated,
-        jobs=jobs,
-        cold=cold,
-        progress=_Progress(sys.stderr) if sys.stderr.isatty() else None,
-    )
+    options = CheckOptions(script, args, runs, _parse_seeds(hash_seeds), timeout, isolated, jobs, cold=cold)
+    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
+    report = check_determinism(**vars(options), progress=progress)
     _show(report, fmt)
     return int(report.exit_code)
 

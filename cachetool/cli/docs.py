@@ -161,22 +161,26 @@ API: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Why and how well: `explain`, `stats`",
         (
             "cachetool.explain",
+            "cachetool.history.explain.explainer.ExplainOptions",
             "cachetool.explain_fingerprint",
             "cachetool.explain_run",
             "cachetool.ledger_stats",
             "cachetool.zero_stats",
         ),
     ),
-    ("Determinism: `check-determinism`", ("cachetool.check_determinism", "cachetool.checkpoint")),
+    (
+        "Determinism: `check-determinism`",
+        ("cachetool.check_determinism", "cachetool.determinism.check.CheckOptions", "cachetool.checkpoint"),
+    ),
     (
         "Fingerprints",
         (
-            "cachetool.fingerprint.hash_object",
-            "cachetool.fingerprint.build_tree",
-            "cachetool.fingerprint.diff_trees",
+            "cachetool.fingerprint.hashing.hash_object",
+            "cachetool.fingerprint.tree.build_tree",
+            "cachetool.fingerprint.diff.diff_trees",
         ),
     ),
-    ("A picture: `report`", ("cachetool.write_report", "cachetool.report.build_report")),
+    ("A picture: `report`", ("cachetool.write_report", "cachetool.report.data.build_report")),
     ("The demo: `demo`", ("cachetool.build_demo",)),
     ("Errors and exit codes", ("cachetool.errors.CachetoolError", "cachetool.errors.ExitCode")),
 )

@@ -61,7 +61,7 @@ def report_command(
 def _report(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.formatting import human_size, safe_text
-    from cachetool.report import write_report
+    from cachetool.report.html import write_report
 
     data, size = write_report(existing_root(cache_dir), output, verify=not no_verify)
     out = Output(fmt)

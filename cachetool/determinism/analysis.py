@@ -1,7 +1,7 @@
 """Align the trace events of N runs and explain the first fingerprint that differs.
 
 Pure functions over event lists (one list per run, as read from each run's events file): no
-subprocess, no disk. The runner (`cachetool.determinism.runner`) feeds them.
+subprocess, no disk. `cachetool.determinism.check` feeds them.
 
 Rules:
 
@@ -36,11 +36,11 @@ from dataclasses import replace
 from typing import Any
 
 from cachetool.determinism.causes import arg_diffs, random_cause, same_story, source_cause, state_cause
-from cachetool.determinism.events import Event, as_runs
-from cachetool.determinism.model import Analysis, Cause, CauseKind, Step, StepStatus, Unmatched
+from cachetool.determinism.events import Event, as_events
+from cachetool.determinism.report import Analysis, Cause, CauseKind, Step, StepStatus, Unmatched
 from cachetool.determinism.state import StateChange, state_changes
 
-__all__ = ["Analysis", "Cause", "Step", "align", "analyze"]
+__all__ = ["align", "analyze"]
 
 _SHARD = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
 
@@ -113,7 +113,7 @@ def _source_identity(event: Event) -> tuple[str, ...]:
 def align(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> tuple[list[tuple[int, ...]], int]:
     """Rows of event positions, one position per run, matched by identity (`_identities`), in the
     first run's order; plus the number of events that could not be matched in every run."""
-    events = as_runs(runs)
+    events = [as_events(run) for run in runs]
     if not events:
         return [], 0
     known: dict[tuple[Any, ...], int] = {}
@@ -152,7 +152,7 @@ def _step(index: int, positions: tuple[int, ...], row: Sequence[Event]) -> Step:
 def analyze(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> Analysis:
     """Compare N runs' events (N >= 2): steps, causes with culprits, and their cascades. Events are
     records (`read_events`) or the JSON objects of an events file, parsed once here."""
-    events = as_runs(runs)
+    events = [as_events(run) for run in runs]
     positions, unaligned = align(events)
     matched = [{row[k] for row in positions} for k in range(len(events))]
     unaligned_internal = sum(

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachetool.determinism.events import Event
-from cachetool.determinism.model import ORDER_KEYS, Cause, SourceDiff, Step
+from cachetool.determinism.report import ORDER_KEYS, Cause, SourceDiff, Step
 from cachetool.determinism.state import StateChange
 from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
+from cachetool.fingerprint.hints import reordered
+from cachetool.fingerprint.tree import as_node
 from cachetool.history.records.parts import ArgInfo
 
 __all__ = ["ArgDiffs", "arg_diffs", "random_cause", "same_story", "source_cause", "state_cause"]
@@ -50,7 +52,7 @@ def arg_diffs(row: Sequence[Event], *, skip_datasets: bool = False) -> ArgDiffs:
             continue
         differing.append(name)
         if all(t is not None for t in trees):
-            culprit = diff_trees(name, [dict(t) for t in trees if t is not None])
+            culprit = diff_trees(name, [as_node(t) for t in trees if t is not None])
             if culprit is not None:
                 culprits.append(culprit)
     return ArgDiffs(tuple(differing), tuple(culprits))
@@ -83,7 +85,7 @@ def random_cause(step: Step, row: Sequence[Event]) -> Cause:
     for name in args:
         entry = row[0].arg(name)
         if entry is not None and entry.tree is not None:
-            piece = find_unpicklable_in_tree(name, dict(entry.tree), errors[0] if errors else None)
+            piece = find_unpicklable_in_tree(name, as_node(entry.tree), errors[0] if errors else None)
             if piece is not None:
                 found.append(piece)
     return Cause(
@@ -120,21 +122,13 @@ def _order_diffs(row: Sequence[Event], names: Mapping[str, str]) -> list[SourceD
     """The same data files, or the same parent datasets, in another order in each run."""
     out = []
     files = [[os.path.basename(f.path) for f in e.source.data_files] if e.source else [] for e in row]
-    if _reordered(files):
+    if reordered(files):
         out.append(SourceDiff(ORDER_KEYS[0], tuple(", ".join(f) for f in files)))
     parents = [list(e.parents) for e in row]
-    if _reordered(parents):
+    if reordered(parents):
         shown = tuple(", ".join(names.get(p, p[:8]) for p in ps) for ps in parents)
         out.append(SourceDiff(ORDER_KEYS[1], shown))
     return out
-
-
-def _reordered(lists: Sequence[Sequence[str]]) -> bool:
-    return (
-        len(lists[0]) > 1
-        and len({tuple(x) for x in lists}) > 1
-        and len({tuple(sorted(x)) for x in lists}) == 1
-    )
 
 
 def same_story(a: Cause, b: Cause) -> bool:

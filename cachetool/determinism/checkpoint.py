@@ -8,36 +8,13 @@ fingerprint, and a difference is explained from its hash tree. Outside a determi
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from typing import Any
 
-from cachetool.trace.install import (
-    COLD_ENV,
-    EVENTS_ENV,
-    SEED_ENV,
-    TREES_ENV,
-    event_counter,
-    run_settings,
-    take_environment,
-)
-
-__all__ = [
-    "COLD_ENV",
-    "EVENTS_ENV",
-    "SEED_ENV",
-    "TREES_ENV",
-    "append_event",
-    "checkpoint",
-    "run_settings",
-    "take_environment",
-]
+from cachetool.trace.install import event_counter, run_settings
 
 EVENT_VERSION = 1
-# The run's settings and the event sequence live with the tracer that shares them.
-_counter = event_counter
 
 
 def checkpoint(name: str, obj: Any) -> str | None:
@@ -50,10 +27,14 @@ def checkpoint(name: str, obj: Any) -> str | None:
     path, trees, _ = run_settings()
     if not path:
         return None
+    from pathlib import Path
+
+    from cachetool.fingerprint.decompose import short_repr
     from cachetool.fingerprint.hashing import try_hash
-    from cachetool.fingerprint.tree import build_tree, short_repr
+    from cachetool.fingerprint.tree import build_tree
     from cachetool.history.records.parts import ArgInfo, CallSite, RandomFallback
     from cachetool.history.records.steps import CheckpointRecord
+    from cachetool.history.writer import SegmentWriter
 
     frame = sys._getframe(1)
     tree = build_tree(obj) if trees else None
@@ -63,7 +44,7 @@ def checkpoint(name: str, obj: Any) -> str | None:
         digest, error = try_hash(obj)
     event = CheckpointRecord(
         v=EVENT_VERSION,
-        seq=next(_counter),
+        seq=next(event_counter),
         time=time.time(),
         operation="checkpoint",
         transform=str(name),
@@ -72,15 +53,10 @@ def checkpoint(name: str, obj: Any) -> str | None:
         args={"value": ArgInfo(digest=digest, repr=short_repr(obj), tree=tree)},
         random_fallback=None if error is None else RandomFallback(argument="value", error=error),
     )
-    append_event(path, event.to_json())
-    return digest
-
-
-def append_event(path: str, event: dict[str, Any]) -> None:
-    """Append one JSON line with a single write (O_APPEND), so concurrent writers do not interleave."""
-    line = (json.dumps(event, ensure_ascii=True, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # One write of the whole line on an O_APPEND descriptor, as the tracer writes its events.
+    writer = SegmentWriter(Path(path))
     try:
-        os.write(fd, line)
+        writer.append(event.to_json())
     finally:
-        os.close(fd)
+        writer.close()
+    return digest

@@ -9,7 +9,7 @@ run) is skipped with a warning naming the line, never an exception.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,3 @@ def as_events(run: Iterable[Event | Mapping[str, Any]]) -> tuple[Event, ...]:
             raise BadRecord(f"event {i}: a {record.type} record, not a step")
         out.append(record)
     return tuple(out)
-
-
-def as_runs(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> list[tuple[Event, ...]]:
-    return [as_events(run) for run in runs]

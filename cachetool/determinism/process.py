@@ -1,5 +1,13 @@
-"""The processes of one run: its output drained to a capped tail, and every process it started
-found and stopped (through a marker in their environment) however it detached."""
+"""One run of the script, from start to outcome: its folder, environment, processes (every one it
+started found and stopped through a marker in their environment, however it detached), its
+output drained to a capped tail, and its progress.
+
+A run is started (`Run.start`) before its turn when it can be: the interpreter starts with the
+run's environment (``PYTHONHASHSEED`` fixed from the start) and waits on a pipe
+(`cachetool.determinism.waiter`), importing `datasets` meanwhile when the script sets no
+environment variable itself, so that the import overlaps the previous run's work. `Run.go` gives it
+its turn; its time and its `timeout` count from then.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +16,21 @@ import math
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "OUTPUT_CAP",
-    "RUN_MARKER_ENV",
-    "Tail",
-    "kill_group",
-    "marked_pids",
-    "stop_marked",
-    "tail_lines",
-    "terminal_lines",
-    "wait_exit",
-]
+from cachetool.determinism.waiter import GO, GO_FD_ENV, PREIMPORT_ENV
+from cachetool.trace.install import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
+
+if TYPE_CHECKING:  # imported when a run ends: the runs start before the comparison's imports
+    from cachetool.determinism.report import RunOutcome, RunProgress
 
 _STDERR_TAIL_LINES = 20
 #: Bytes of a run's stdout and stderr kept (the last ones, on disk in its run folder): a script
@@ -166,3 +172,298 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     except (ProcessLookupError, PermissionError):
         proc.kill()
     proc.wait()
+
+
+_BOOTSTRAP = ("-m", "cachetool.trace.bootstrap")
+_WAITER = ("-m", "cachetool.determinism.waiter")
+#: Words in a script's source that may set the environment `datasets` reads at import: then it is
+#: not imported ahead of the script.
+_SETS_ENVIRONMENT = ("environ", "putenv", "dotenv")
+
+
+def run_command(script: str, args: Sequence[str], launcher: Sequence[str] | None = None) -> list[str]:
+    """The command line of one run: the script under cachetool's tracing (what
+    ``python -m cachetool run script.py args`` executes, without the CLI hop), or
+    ``[*launcher, script, *args]`` when a launcher is given."""
+    if launcher is not None:
+        return [*launcher, script, *args]
+    from cachetool.trace.runner import command
+
+    return command(script, list(args))
+
+
+def _waiting_command(command: list[str]) -> list[str] | None:
+    """`command` started as a waiting interpreter: the bootstrap module replaced by the waiter,
+    which runs the bootstrap when its turn comes; None when the command does not start the
+    bootstrap as a module (a launcher, or ``-c`` from a source folder): then it starts on its turn."""
+    for i in range(len(command) - 1):
+        if tuple(command[i : i + 2]) == _BOOTSTRAP:
+            return [*command[:i], *_WAITER, *command[i + 2 :]]
+    return None
+
+
+def _may_preimport(script: Path) -> bool:
+    """Import `datasets` ahead of the script: it uses `datasets` and sets no environment variable
+    itself (`datasets` reads ``HF_*`` variables at import)."""
+    source = script / "__main__.py" if script.is_dir() else script
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        return False
+    return "datasets" in text and not any(word in text for word in _SETS_ENVIRONMENT)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every run of one check shares."""
+
+    script: Path
+    args: tuple[str, ...]
+    timeout: float | None
+    isolated: bool
+    cold: bool
+    cwd: Path
+    env: Mapping[str, str]
+    launcher: Sequence[str] | None
+    progress: Callable[[RunProgress], None] | None
+    workdir: Path
+    #: Isolated runs one after another: each gets a fresh cache at one and the same path (a dataset
+    #: an object holds pickles with its files' paths: two cache folders would differ by that alone).
+    one_path: bool = False
+
+    @property
+    def shared_cache(self) -> Path:
+        """Where every isolated run's cache is while it runs (`one_path`)."""
+        return self.workdir / "hf-datasets-cache"
+
+
+class Run:
+    """One run of the script: `start` (ahead of its turn when possible), `go`, `finish`; `abort`
+    stops whatever it started and has not finished."""
+
+    def __init__(self, s: RunSettings, index: int, seed: int, cache_of: Run | None = None) -> None:
+        self.s, self.index, self.seed = s, index, seed
+        #: Isolated runs: the run whose cache this one uses as it found it (it loads what that one
+        #: computed), instead of a fresh one.
+        self.cache_of = cache_of
+        # On the user's cache, the first run computes every step (caching disabled, its files go
+        # to a temporary folder) and the next ones use the cache as it is: a step whose result
+        # depends on whether an earlier one was computed or loaded shows even on a warm cache.
+        # Isolated runs start from empty caches: they compute everything anyway.
+        self.cold = s.cold and not s.isolated and index == 0
+        self.dir = s.workdir / f"run-{index}"
+        self.events = self.dir / "events.jsonl"
+        self.marker = f"{os.getpid()}-{index}-{os.urandom(6).hex()}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.go_fd: int | None = None
+        self.tails: tuple[Tail, Tail] | None = None
+        self.went: float | None = None
+        self.watch: _Watching | None = None
+        self.done = False
+        #: `abort` stopped the script while it ran (not only an interpreter waiting for its turn).
+        self.stopped_early = False
+
+    @property
+    def cache(self) -> Path:
+        """Isolated runs: this run's own cache (removed with the check's temp folder; the first
+        run's is kept until then, for a run that loads what it computed)."""
+        return self.dir / "hf-datasets-cache"
+
+    @property
+    def started(self) -> bool:
+        return self.proc is not None
+
+    @property
+    def going(self) -> bool:
+        return self.went is not None
+
+    def _env(self) -> dict[str, str]:
+        env = dict(self.s.env)
+        env[SEED_ENV] = env.get("PYTHONHASHSEED", "")  # the script gets the user's own back
+        env["PYTHONHASHSEED"] = str(self.seed)
+        env[EVENTS_ENV] = str(self.events)
+        env[TREES_ENV] = "1"
+        if self.cold:
+            env[COLD_ENV] = "1"
+        if self.s.isolated and self.s.one_path:
+            env["HF_DATASETS_CACHE"] = str(self.s.shared_cache)  # put in place on its turn (`go`)
+        elif self.s.isolated:
+            if self.cache_of is not None:
+                env["HF_DATASETS_CACHE"] = str(self.cache_of.cache)
+            else:
+                self.cache.mkdir()
+                env["HF_DATASETS_CACHE"] = str(self.cache)
+        env[RUN_MARKER_ENV] = self.marker
+        return env
+
+    def start(self) -> None:
+        """Start the interpreter; unless it can wait for its turn, the script starts now too."""
+        if self.started:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        env = self._env()
+        command = run_command(str(self.s.script), self.s.args, self.s.launcher)
+        waiting = _waiting_command(command)
+        pass_fds: tuple[int, ...] = ()
+        if waiting is not None:
+            go_r, self.go_fd = os.pipe()
+            env[GO_FD_ENV] = str(go_r)
+            env[PREIMPORT_ENV] = "1" if _may_preimport(self.s.script) else ""
+            command, pass_fds = waiting, (go_r,)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=self.s.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+                pass_fds=pass_fds,
+            )
+        except BaseException:
+            for fd in (out_r, err_r, *((self.go_fd,) if self.go_fd is not None else ())):
+                os.close(fd)
+            self.go_fd = None
+            raise
+        finally:
+            for fd in (out_w, err_w, *pass_fds):  # the child's ends
+                os.close(fd)
+        self.tails = (Tail(out_r), Tail(err_r))
+        if self.go_fd is None:
+            self._went()
+
+    def go(self) -> None:
+        """Its turn: the waiting interpreter runs the script (started now when not yet started)."""
+        if self.s.isolated and self.s.one_path and not self.going:
+            # Its cache goes where every run's is: the cache of the run it loads from, or a new one.
+            if self.cache_of is not None:
+                os.rename(self.cache_of.cache, self.s.shared_cache)
+            else:
+                self.s.shared_cache.mkdir()
+        if not self.started:
+            self.start()
+        if self.go_fd is not None:
+            with contextlib.suppress(OSError):  # it died waiting: `finish` says how
+                os.write(self.go_fd, GO)
+            os.close(self.go_fd)
+            self.go_fd = None
+            self._went()
+
+    def _went(self) -> None:
+        self.went = time.monotonic()
+        self.watch = _Watching(self.s.progress, self.events, self.index, self.seed, self.cold)
+
+    def finish(self) -> RunOutcome:
+        """Wait for the end of the run (stopping it and what it started after `timeout`)."""
+        self.go()
+        assert self.proc is not None and self.tails is not None and self.went is not None
+        proc, (out_tail, err_tail) = self.proc, self.tails
+        timed_out, stopped = False, 0
+        returncode: int | None
+        try:
+            left = None if self.s.timeout is None else max(0.0, self.went + self.s.timeout - time.monotonic())
+            returncode = wait_exit(proc, left)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(proc)
+            stopped = 1 + stop_marked(self.marker)
+            returncode = None
+        except BaseException:
+            kill_group(proc)
+            stop_marked(self.marker)
+            raise
+        finally:
+            self.done = True
+            if self.watch is not None:
+                self.watch.close()
+        duration = time.monotonic() - self.went
+        out_tail.finish(self.dir / "stdout.txt")
+        err = err_tail.finish(self.dir / "stderr.txt")
+        from cachetool.determinism.events import load_events
+        from cachetool.determinism.report import RunOutcome
+
+        read = load_events(self.events)
+        if self.s.isolated and self.s.one_path:
+            if self.index == 0:  # kept aside for the run that loads what it computed
+                os.rename(self.s.shared_cache, self.cache)
+            else:
+                shutil.rmtree(self.s.shared_cache, ignore_errors=True)
+        elif self.s.isolated and self.index != 0 and self.cache_of is None:
+            shutil.rmtree(self.cache, ignore_errors=True)
+        return RunOutcome(
+            index=self.index,
+            hash_seed=self.seed,
+            returncode=returncode,
+            timed_out=timed_out,
+            duration=duration,
+            events=read.events,
+            stderr_tail=tail_lines(err),
+            isolated_cache=self.s.isolated,
+            stopped=stopped,
+            output_bytes=out_tail.total + err_tail.total,
+            cold=self.cold,
+            event_warnings=read.warnings,
+            cache_of=self.cache_of.index if self.cache_of is not None else None,
+        )
+
+    def abort(self) -> None:
+        """Stop what this run started and has not finished (a check interrupted, a run that is not
+        needed after an earlier one failed). A waiting interpreter sees the end of its pipe."""
+        if self.go_fd is not None:
+            os.close(self.go_fd)
+            self.go_fd = None
+        if self.proc is not None and not self.done:
+            self.done = True
+            self.stopped_early = self.going
+            kill_group(self.proc)
+            stop_marked(self.marker)
+            if self.watch is not None:
+                self.watch.close(report=False)
+
+
+class _Watching:
+    """While a run goes, report its progress (the lines of its events file) from a thread."""
+
+    def __init__(
+        self, progress: Callable[[RunProgress], None] | None, events: Path, index: int, seed: int, cold: bool
+    ) -> None:
+        self.progress = progress
+        self.events = events
+        self.index, self.seed, self.cold = index, seed, cold
+        self.stop = threading.Event()
+        self.start = time.monotonic()
+        self.thread: threading.Thread | None = None
+        if progress is not None:
+            self.thread = threading.Thread(target=self._loop, daemon=True)
+            self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.5):
+            self.report(False)
+
+    def report(self, finished: bool) -> None:
+        if self.progress is None:
+            return
+        from cachetool.determinism.report import RunProgress
+
+        try:
+            steps = self.events.read_bytes().count(b"\n")
+        except OSError:
+            steps = 0
+        try:
+            self.progress(
+                RunProgress(self.index, self.seed, self.cold, steps, time.monotonic() - self.start, finished)
+            )
+        except Exception:  # a display problem never stops the check
+            self.progress = None
+
+    def close(self, report: bool = True) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+            if report:
+                self.report(True)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cachetool.determinism.model import ORDER_KEYS, Cause, Step
-from cachetool.determinism.report import DeterminismReport
+from cachetool.determinism.report import ORDER_KEYS, Cause, DeterminismReport, Step
 from cachetool.fingerprint.hints import ORDER_HINTS
 
 __all__ = ["github_lines", "human_lines"]
@@ -27,13 +26,7 @@ def _location(cause: Cause) -> str:
     step = cause.step
     if step.file is None:
         return "?"
-    try:
-        rel = os.path.relpath(step.file)
-    except ValueError:
-        rel = step.file
-    if rel.startswith(".." + os.sep):
-        rel = step.file
-    return f"{rel}:{step.line}" if step.line is not None else rel
+    return _relative(step.file) + (f":{step.line}" if step.line is not None else "")
 
 
 def _what(cause: Cause) -> str:
@@ -220,7 +213,7 @@ def unobserved_lines(cause: Cause) -> list[str]:
 
 def _uncached_lines(report: DeterminismReport) -> list[str]:
     """The note on steps without a persistent cache, worded as `explain` words it."""
-    from cachetool.history.explain.model import UNCACHED_HINT, UNCACHED_TEXT
+    from cachetool.history.explain.answer import UNCACHED_HINT, UNCACHED_TEXT
 
     uncached = report.uncached
     if not uncached:

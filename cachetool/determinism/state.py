@@ -5,20 +5,18 @@ its tree at the end of a step that ran when its digest changed meanwhile (`ArgIn
 step whose arguments hold a changed part has a fingerprint that depends on whether the earlier
 step was computed or loaded from the cache (datasets issues #3638, #5985, #3847).
 
-Hash trees are the node format of `cachetool.fingerprint.tree` (``l`` label, ``t`` type, ``d``
-digest, ``c`` children): plain dicts, not ledger records.
+Hash trees are `cachetool.fingerprint.tree.HashNode`s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from cachetool.determinism.events import Event
 from cachetool.fingerprint.diff import Culprit, diff_trees
 from cachetool.fingerprint.hints import state_change_hint
-from cachetool.fingerprint.tree import iter_nodes, node_at, part_key
+from cachetool.fingerprint.tree import as_node, iter_nodes, node_at, part_key, types_on_path
 from cachetool.history.records.parts import ArgInfo
 
 __all__ = ["StateChange", "state_changes"]
@@ -65,15 +63,14 @@ def state_changes(
 
 def _note_changed(name: str, entry: ArgInfo, pos: int, changed: dict[_PartKey, _Changed]) -> None:
     """Record the parts of argument `name` that the step at `pos` changed while it ran."""
-    before, after = entry.tree, entry.after
-    if before is None or after is None:
+    if entry.tree is None or entry.after is None:
         return
-    diff = diff_trees(name, [dict(before), dict(after)])
+    after = as_node(entry.after)
+    diff = diff_trees(name, [as_node(entry.tree), after])
     if diff is None:
         return
     paths = list(diff.leaves) or [diff.path]
-    types = " ".join(_node_type(node_at(after, leaf[:d])) for leaf in paths for d in range(len(leaf) + 1))
-    culprit = _as_state_change(diff, types)
+    culprit = _as_state_change(diff, " ".join(types_on_path(after, leaf) for leaf in paths))
     for leaf in paths:
         for depth in range(len(leaf) + 1):
             node = node_at(after, leaf[:depth])
@@ -92,7 +89,7 @@ def _hashed_again(
     for name, entry in args.items():
         if entry.tree is None:
             continue
-        for path, node in iter_nodes(dict(entry.tree)):
+        for path, node in iter_nodes(as_node(entry.tree)):
             key = part_key(path[-1] if path else "", node, len(path))
             if key is not None and key in changed:
                 at, culprit, prefix = changed[key]
@@ -113,10 +110,6 @@ def _rerooted(culprit: Culprit, prefix: tuple[str, ...], name: str, path: tuple[
     parts = tuple(replace(p, argument=name, path=move(p.path)) for p in culprit.parts)
     leaves = tuple(move(leaf) for leaf in culprit.leaves)
     return replace(culprit, argument=name, path=move(culprit.path), leaves=leaves, parts=parts)
-
-
-def _node_type(node: Mapping[str, Any] | None) -> str:
-    return "" if node is None else str(node.get("t", ""))
 
 
 def _as_state_change(culprit: Culprit, types: str) -> Culprit:

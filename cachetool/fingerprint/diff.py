@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachetool.fingerprint.hints import ADDED_HINT, HASH_SEED_HINT, hint_for
+from cachetool.fingerprint.tree import HashNode, node_at
 
 __all__ = [
     "Culprit",
@@ -22,7 +23,6 @@ __all__ = [
     "diff_trees",
     "find_unpicklable",
     "find_unpicklable_in_tree",
-    "hint_for",
     "render_path",
     "seeded",
 ]
@@ -144,7 +144,7 @@ def render_path(argument: str, path: Sequence[str]) -> str:
     return out
 
 
-def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit | None:
+def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | None:
     """The culprit among N trees of one argument (one tree per run), or None when all agree.
 
     A tree missing in a run (None) makes the argument itself the culprit.
@@ -163,20 +163,20 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
     if not leaves:
         return None
     common = _common_prefix(leaves)
-    found = [_find(t, common) for t in nodes]
+    found = [node_at(t, common) for t in nodes]
     culprit_nodes = [f for f in found if f is not None] or nodes
     culprit = _culprit(argument, common, culprit_nodes, tuple(leaves))
     if culprit.kind == "value" and common:
-        culprit = _as_path(culprit, [_find(t, common[:-1]) for t in nodes])
+        culprit = _as_path(culprit, [node_at(t, common[:-1]) for t in nodes])
     # The differences sit in several places below a node that is not itself the problem (a
     # function, an object): name each place. A dict or list reordered as a whole is one problem.
     if (len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value") or (
-        len(leaves) == 1 and any(_find(t, leaves[0]) is None for t in nodes)
+        len(leaves) == 1 and any(node_at(t, leaves[0]) is None for t in nodes)
     ):
         places = _places(nodes, common, leaves)
         parts = []
         for place in places[:_MAX_PARTS]:
-            found_nodes = [_find(t, place) for t in nodes]
+            found_nodes = [node_at(t, place) for t in nodes]
             place_nodes = [n for n in found_nodes if n is not None]
             if len(place_nodes) == len(nodes):
                 parts.append(_culprit(argument, place, place_nodes, ()))
@@ -186,7 +186,7 @@ def diff_trees(argument: str, trees: Sequence[dict[str, Any] | None]) -> Culprit
     return culprit
 
 
-def _as_path(culprit: Culprit, parents: Sequence[dict[str, Any] | None]) -> Culprit:
+def _as_path(culprit: Culprit, parents: Sequence[HashNode | None]) -> Culprit:
     """A part of a `pathlib` path (``.scratch → args[2]``) read as the whole path in each run
     (``.scratch``), so a folder made by `tempfile.mkdtemp` is a temporary path, not just a value."""
     found = [p for p in parents if p is not None and str(p.get("t", "")).endswith("Path")]
@@ -204,7 +204,7 @@ def _as_path(culprit: Culprit, parents: Sequence[dict[str, Any] | None]) -> Culp
 ABSENT = "(absent)"
 
 
-def _added(argument: str, path: tuple[str, ...], nodes: Sequence[dict[str, Any] | None]) -> Culprit:
+def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None]) -> Culprit:
     """A part present in some runs only: a value set on first use, or added."""
     first = next(n for n in nodes if n is not None)
     return Culprit(
@@ -220,7 +220,7 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[dict[str, Any] 
 
 
 def _places(
-    trees: Sequence[dict[str, Any]], common: tuple[str, ...], leaves: Sequence[tuple[str, ...]]
+    trees: Sequence[HashNode], common: tuple[str, ...], leaves: Sequence[tuple[str, ...]]
 ) -> list[tuple[str, ...]]:
     """Group differing leaves under their shallowest ancestor that explains itself (a reordered
     list or dict, a frozenset, a timestamp ...): one place per thing to fix."""
@@ -229,7 +229,7 @@ def _places(
         place = leaf
         for depth in range(len(common) + 1, len(leaf)):
             prefix = leaf[:depth]
-            found = [n for n in (_find(t, prefix) for t in trees) if n is not None]
+            found = [n for n in (node_at(t, prefix) for t in trees) if n is not None]
             # A function's code is no explanation of its own: what in it differs is (a constant,
             # its bytecode, its lines).
             if len(found) == len(trees) and hint_for(found, prefix)[0] not in ("value", "code"):
@@ -243,7 +243,7 @@ def _places(
 _MAX_PARTS = 6
 
 
-def _same(nodes: Sequence[dict[str, Any]]) -> bool:
+def _same(nodes: Sequence[HashNode]) -> bool:
     digests = {n.get("d") for n in nodes}
     if len(digests) == 1 and None not in digests:
         return True
@@ -254,7 +254,7 @@ def _same(nodes: Sequence[dict[str, Any]]) -> bool:
     return False
 
 
-def _collect(nodes: Sequence[dict[str, Any]], path: tuple[str, ...], out: list[tuple[str, ...]]) -> None:
+def _collect(nodes: Sequence[HashNode], path: tuple[str, ...], out: list[tuple[str, ...]]) -> None:
     """The differing leaves below `path`: children that differ are descended; a child present in
     some runs only (an attribute a `functools.cached_property` or a lazy memo set on first use, a
     key added to a dict, the node's type being the same in every run) is a leaf of its own. The
@@ -295,20 +295,8 @@ def _common_prefix(paths: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
     return first[:n]
 
 
-def _find(tree: dict[str, Any], path: Sequence[str]) -> dict[str, Any] | None:
-    node = tree
-    for step in path:
-        for child in node.get("c", ()):
-            if child["l"] == step:
-                node = child
-                break
-        else:
-            return None
-    return node
-
-
 def _culprit(
-    argument: str, path: tuple[str, ...], nodes: Sequence[dict[str, Any]], leaves: tuple[tuple[str, ...], ...]
+    argument: str, path: tuple[str, ...], nodes: Sequence[HashNode], leaves: tuple[tuple[str, ...], ...]
 ) -> Culprit:
     first = nodes[0]
     kind, hint = hint_for(nodes, path, argument)
@@ -316,7 +304,7 @@ def _culprit(
         # Several differing parts below: when they are all of one kind, that kind explains the culprit.
         hints: dict[str, str] = {}
         for leaf in leaves:
-            leaf_nodes = [n for n in (_find(t, leaf[len(path) :]) for t in nodes) if n is not None]
+            leaf_nodes = [n for n in (node_at(t, leaf[len(path) :]) for t in nodes) if n is not None]
             leaf_kind, leaf_hint = (
                 hint_for(leaf_nodes, leaf, argument) if len(leaf_nodes) == len(nodes) else ("", "")
             )
@@ -336,9 +324,7 @@ def _culprit(
     )
 
 
-def find_unpicklable_in_tree(
-    argument: str, tree: dict[str, Any], error: str | None = None
-) -> Unpicklable | None:
+def find_unpicklable_in_tree(argument: str, tree: HashNode, error: str | None = None) -> Unpicklable | None:
     """The deepest node that cannot be pickled while all of its children can, or None when the whole
     argument pickles. Where several parts fail, the one the exception names is followed (`error`,
     the text datasets swallowed, else the argument's own): `cannot pickle '_queue.SimpleQueue'
@@ -365,7 +351,7 @@ def find_unpicklable_in_tree(
     )
 
 
-def _blame_order(node: dict[str, Any], wanted: str) -> tuple[int, int, int]:
+def _blame_order(node: HashNode, wanted: str) -> tuple[int, int, int]:
     """Sort key among failing parts: the type the exception names first, then the same exception,
     then anything but a RecursionError; ties keep the tree's order (min is stable)."""
     type_name = str(node.get("t", "")).rsplit(".", 1)[-1]

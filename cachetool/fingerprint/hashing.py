@@ -187,50 +187,28 @@ def _save_code(pickler: Any, obj: CodeType) -> None:
     normalises it (`pickled_filename`), so moving a function down a file keeps its digest."""
     import dill
 
-    co_filename = pickled_filename(obj)
-    args: tuple[Any, ...]
-    if hasattr(obj, "co_exceptiontable"):  # Python 3.11+
-        args = (
-            obj.co_linetable,
-            obj.co_argcount,
-            obj.co_posonlyargcount,
-            obj.co_kwonlyargcount,
-            obj.co_nlocals,
-            obj.co_stacksize,
-            obj.co_flags,
-            obj.co_code,
-            obj.co_consts,
-            obj.co_names,
-            obj.co_varnames,
-            co_filename,
-            obj.co_name,
-            obj.co_qualname,  # type: ignore[attr-defined,unused-ignore]
-            1,
-            obj.co_linetable,
-            obj.co_exceptiontable,
-            obj.co_freevars,
-            obj.co_cellvars,
-        )
-    else:  # Python 3.10
-        args = (
-            obj.co_linetable,
-            obj.co_argcount,
-            obj.co_posonlyargcount,
-            obj.co_kwonlyargcount,
-            obj.co_nlocals,
-            obj.co_stacksize,
-            obj.co_flags,
-            obj.co_code,
-            obj.co_consts,
-            obj.co_names,
-            obj.co_varnames,
-            co_filename,
-            obj.co_name,
-            1,
-            obj.co_linetable,
-            obj.co_freevars,
-            obj.co_cellvars,
-        )
+    new = hasattr(obj, "co_exceptiontable")  # Python 3.11+: a qualname and an exception table
+    args = (
+        obj.co_linetable,
+        obj.co_argcount,
+        obj.co_posonlyargcount,
+        obj.co_kwonlyargcount,
+        obj.co_nlocals,
+        obj.co_stacksize,
+        obj.co_flags,
+        obj.co_code,
+        obj.co_consts,
+        obj.co_names,
+        obj.co_varnames,
+        pickled_filename(obj),
+        obj.co_name,
+        *((obj.co_qualname,) if new else ()),  # type: ignore[attr-defined,unused-ignore]
+        1,
+        obj.co_linetable,
+        *((obj.co_exceptiontable,) if new else ()),  # type: ignore[attr-defined,unused-ignore]
+        obj.co_freevars,
+        obj.co_cellvars,
+    )
     pickler.save_reduce(dill._dill._create_code, args, obj=obj)
 
 

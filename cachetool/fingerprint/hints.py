@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cachetool.fingerprint.tree import HashNode
 
 __all__ = [
     "ADDED_HINT",
@@ -17,6 +20,7 @@ __all__ = [
     "ORDER_HINTS",
     "STATE_CHANGE_ISSUE",
     "hint_for",
+    "reordered",
     "state_change_hint",
 ]
 
@@ -30,9 +34,7 @@ _TEMP = re.compile(r"(/tmp/|/var/folders/|\\Temp\\|tmp[a-z0-9_]{8})", re.I)
 _DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b")
 
 
-def hint_for(
-    nodes: Sequence[dict[str, Any]], path: Sequence[str] = (), argument: str = ""
-) -> tuple[str, str]:
+def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str = "") -> tuple[str, str]:
     """``(kind, one-line hint)`` for a culprit, from its nodes in each run (type, reprs, digests);
     `argument` is the hashed argument it sits in (a generator given to `shuffle` is not one given
     to the mapped function)."""
@@ -143,6 +145,16 @@ ORDER_HINTS = {
     "inputs order": "the datasets are concatenated in another order in each run (a loop over a set or "
     "dict built from one): loop over sorted(...).",
 }
+
+
+def reordered(lists: Sequence[Sequence[str]]) -> bool:
+    """The same two or more items in another order in some of `lists` (one list per run)."""
+    return (
+        len(lists[0]) > 1
+        and len({tuple(x) for x in lists}) > 1
+        and len({tuple(sorted(x)) for x in lists}) == 1
+    )
+
 
 #: The datasets issue where changing an object inside the mapped function is discussed.
 STATE_CHANGE_ISSUE = "https://github.com/huggingface/datasets/issues/3638"

@@ -15,41 +15,40 @@ Every node is hashed on its own the way `datasets` hashes a value, so two trees 
 can be compared node by node (`cachetool.fingerprint.diff`). Trees are bounded in depth and size:
 arrays, tables, tensors and modules are single leaves, long containers show their first items.
 
-A node is a small dict, compact in JSON::
-
-    {"l": "closure 'stop'",      # the access step from the parent ("" at the root)
-     "t": "frozenset",           # type name
-     "s": "frozenset of 12 str", # what it is, for a person
-     "r": "frozenset({'a', ...})",  # a short repr (control characters escaped)
-     "d": "1b2c...",             # its digest as datasets computes it, or null
-     "e": "TypeError: cannot pickle 'generator' object",  # only when it cannot be pickled
-     "o": "9f0e...",             # only for str/list/tuple/dict: a digest that ignores item order
-     "x": "depth",               # only when decomposition stopped early (depth, nodes, items, cycle)
-     "c": [...]}                 # children, only when there are any
+A node is a `HashNode`: a small dict, compact in JSON (keys of one letter).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import xxhash
 
-from cachetool.fingerprint.decompose import MORE, decomposable, parts_of
-from cachetool.fingerprint.describe import describe, short_repr, type_name
+from cachetool.fingerprint.decompose import MORE, decomposable, describe, parts_of, short_repr, type_name
 from cachetool.fingerprint.hashing import try_hash
 
-__all__ = [
-    "DEFAULT_MAX_DEPTH",
-    "DEFAULT_MAX_ITEMS",
-    "DEFAULT_MAX_NODES",
-    "build_tree",
-    "describe",
-    "iter_nodes",
-    "node_at",
-    "part_key",
-    "short_repr",
-]
+__all__ = ["HashNode", "as_node", "build_tree", "iter_nodes", "node_at", "part_key", "part_keys"]
+
+
+class HashNode(TypedDict, total=False):
+    """One node of a hash tree, as the tracer writes it in an events file or the ledger."""
+
+    l: str  # noqa: E741 - the access step from the parent ("closure 'stop'"; "" at the root)
+    t: str  # type name ("frozenset")
+    s: str  # what it is, for a person ("frozenset of 12 str")
+    r: str  # a short repr, control characters escaped
+    d: str | None  # its digest as datasets computes it, None when it cannot be pickled
+    e: str  # only when it cannot be pickled: the exception ("TypeError: cannot pickle ...")
+    o: str  # only for str/list/tuple/dict: a digest that ignores item order
+    x: str  # only when decomposition stopped early: depth, nodes, items, cycle
+    c: list[HashNode]  # children, only when there are any
+
+
+def as_node(tree: Mapping[str, Any]) -> HashNode:
+    """A tree read from a record (JSON objects) as the `HashNode` it is."""
+    return cast(HashNode, tree)
+
 
 DEFAULT_MAX_DEPTH = 12
 DEFAULT_MAX_NODES = 600
@@ -62,7 +61,7 @@ def build_tree(
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_nodes: int = DEFAULT_MAX_NODES,
     max_items: int = DEFAULT_MAX_ITEMS,
-) -> dict[str, Any]:
+) -> HashNode:
     """Decompose `obj` into a hash tree (a JSON-able dict, see the module docstring).
 
     The root's ``"d"`` equals ``datasets.fingerprint.Hasher.hash(obj)``, or is None (with ``"e"``
@@ -73,16 +72,14 @@ def build_tree(
     return builder.node("", obj, depth=0)
 
 
-def iter_nodes(
-    tree: dict[str, Any], path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+def iter_nodes(tree: HashNode, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], HashNode]]:
     """Every ``(path, node)`` of a tree, depth first; `path` is the labels below the root."""
     yield path, tree
     for child in tree.get("c", ()):
-        yield from iter_nodes(child, (*path, child["l"]))
+        yield from iter_nodes(child, (*path, child.get("l", "")))
 
 
-def node_at(tree: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any] | None:
+def node_at(tree: HashNode, path: Sequence[str]) -> HashNode | None:
     """The node at `path` (labels below the root), or None."""
     node = tree
     for label in path:
@@ -98,7 +95,7 @@ def node_at(tree: Mapping[str, Any], path: Sequence[str]) -> Mapping[str, Any] |
 _SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
 
 
-def part_key(label: str, node: Mapping[str, Any], depth: int) -> tuple[str, ...] | None:
+def part_key(label: str, node: HashNode, depth: int) -> tuple[str, ...] | None:
     """How one part of an object is recognised in another tree (the same object hashed by
     another step): an object or container by its digest (distinctive), a scalar only as a named
     variable (``global 'n'``, ``closure 'k'``) with its value's digest, so that an unrelated
@@ -111,6 +108,19 @@ def part_key(label: str, node: Mapping[str, Any], depth: int) -> tuple[str, ...]
     if depth >= 1 and label.startswith(("global ", "closure ", "[")):
         return (label, digest)
     return None
+
+
+def part_keys(tree: HashNode) -> set[tuple[str, ...]]:
+    """The `part_key` of every recognisable part of a tree."""
+    keys = {part_key(path[-1] if path else "", node, len(path)) for path, node in iter_nodes(tree)}
+    return {k for k in keys if k is not None}
+
+
+def types_on_path(tree: HashNode, path: Sequence[str]) -> str:
+    """The type names of the nodes from the root down to `path` (what a hint reads the kind of
+    object from: a tokenizer, a model)."""
+    nodes = (node_at(tree, path[:depth]) for depth in range(len(path) + 1))
+    return " ".join(n.get("t", "") for n in nodes if n is not None)
 
 
 class _Builder:
@@ -131,11 +141,16 @@ class _Builder:
         self._digests[id(obj)] = (obj, digest, err)
         return digest, err
 
-    def node(self, label: str, obj: Any, depth: int) -> dict[str, Any]:
+    def node(self, label: str, obj: Any, depth: int) -> HashNode:
         self.count += 1
         digest, err = self.digest(obj)
-        node: dict[str, Any] = {"l": label, "t": type_name(obj), "s": describe(obj), "r": short_repr(obj)}
-        node["d"] = digest
+        node: HashNode = {
+            "l": label,
+            "t": type_name(obj),
+            "s": describe(obj),
+            "r": short_repr(obj),
+            "d": digest,
+        }
         if err is not None:
             node["e"] = err
         order = _order_free_digest(obj)

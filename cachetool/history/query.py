@@ -419,7 +419,7 @@ class LineageView:
     #: What reading the ledger warned of (torn records, unreadable segments).
     warnings: tuple[str, ...] = field(default=(), compare=False)
     #: The steps whose cache entry is stale, each with why in a few words
-    #: (`cachetool.history.explain.stale_hits`).
+    #: (`cachetool.history.explain.stale.stale_hits`).
     stale: tuple[tuple[str, str], ...] = ()
     #: For a fingerprint no record explains: the step that began to make it in a run killed
     #: before the step ended (`cachetool.history.runs.unended_step`).
@@ -517,7 +517,8 @@ def lineage_view(
 def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -> tuple[tuple[str, str], ...]:
     """The stale entries among `fps`, each with a few words of why: in `root` and in the other
     roots the ledger read (a `save_to_disk` folder a map after `load_from_disk` wrote in)."""
-    from cachetool.history.explain import load_view, stale_hits
+    from cachetool.history.explain.stale import stale_hits
+    from cachetool.history.explain.view import load_view
 
     view = load_view(ledger)
     roots = dict.fromkeys([os.path.abspath(os.fspath(root)), *(os.fspath(r) for r in ledger.roots)])

@@ -12,8 +12,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cachetool.errors import CachetoolError
 from cachetool.formatting import human_age, human_size, local_time, safe_text, short_duration
-from cachetool.report.model import ReportData, Tile, longest_paths
+from cachetool.report.data import ReportData, Tile, build_report, longest_paths
 
 #: One colour per kind, shared by the treemap and its legend.
 KIND_COLOURS = {
@@ -502,3 +503,23 @@ def write_page(data: ReportData, output: str | os.PathLike[str]) -> int:
         f.write(text)
     os.replace(tmp, out)
     return len(text)
+
+
+def write_report(
+    root: str | os.PathLike[str], output: str | os.PathLike[str] = "report.html", *, verify: bool = True
+) -> tuple[ReportData, int]:
+    """Build the report of the cache `root` and write it to `output` (replaced if it exists, never
+    left half-written); return the data and the page's size in bytes. `verify=False` leaves out
+    verify's findings (faster on a large cache). Mirrors `cachetool report [--output FILE]
+    [--no-verify]`.
+
+    Raises `CachetoolError` when `output` cannot be written (its folder missing, no permission)."""
+    folder = os.path.dirname(os.fspath(output)) or "."
+    if not os.path.isdir(folder):
+        raise CachetoolError(f"cannot write {os.fspath(output)}: folder {folder} does not exist")
+    data = build_report(root, verify=verify)
+    try:
+        size = write_page(data, output)
+    except OSError as e:
+        raise CachetoolError(f"cannot write {os.fspath(output)}: {e.strerror or e}") from None
+    return data, size

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from cachetool.annotations import annotation
 from cachetool.cli.app import app
-from cachetool.determinism.runner import OUTPUT_CAP, check_determinism
+from cachetool.determinism.check import check_determinism
+from cachetool.determinism.process import OUTPUT_CAP
 from cachetool.errors import ExitCode
 from tests.attack.races import SLOW_MAP
 from tests.conftest import hf_env, short_tmp_dir
@@ -133,7 +134,7 @@ def test_nothing_compared_exits_2_with_the_scripts_own_warnings(tmp_path: Path) 
 DAMAGING = """
 import sys
 import cachetool
-from cachetool.determinism.checkpoint import run_settings
+from cachetool.trace.install import run_settings
 
 if sys.argv[1] == "after":
     cachetool.checkpoint("config", {"lr": 0.1})

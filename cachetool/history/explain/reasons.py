@@ -6,8 +6,8 @@ import os
 from dataclasses import replace
 
 from cachetool.formatting import clock_time
-from cachetool.history.explain.model import Reason, StepRef
-from cachetool.history.explain.sources import line_changes
+from cachetool.history.explain.answer import Reason, StepRef
+from cachetool.history.explain.source_text import line_changes
 from cachetool.history.explain.view import LedgerView
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
@@ -89,6 +89,7 @@ def _given(rec: StepRecord) -> str:
 
 def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
     from cachetool.fingerprint.diff import find_unpicklable_in_tree, render_path
+    from cachetool.fingerprint.tree import as_node
 
     argument = rf.argument
     error = rf.error
@@ -99,7 +100,7 @@ def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
     arg = rec.args.get(argument) if argument else None
     summary = arg.summary if arg is not None else None
     if summary is not None:
-        found = find_unpicklable_in_tree(str(argument), dict(summary))
+        found = find_unpicklable_in_tree(str(argument), as_node(summary))
         if found is not None:
             path = render_path(str(argument), found.path)
             what = f"`{path}` ({found.description})"
@@ -222,11 +223,11 @@ def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: i
 def _reordered_files(old: SourceInfo, new: SourceInfo) -> Reason | None:
     """The same data files, listed in another order (a list built from a set): check-determinism's
     words for it."""
-    from cachetool.fingerprint.hints import ORDER_HINTS
+    from cachetool.fingerprint.hints import ORDER_HINTS, reordered
 
     a = [os.path.basename(f.path) for f in old.data_files]
     b = [os.path.basename(f.path) for f in new.data_files]
-    if len(a) < 2 or a == b or sorted(a) != sorted(b):
+    if not reordered([a, b]):
         return None
     return Reason(
         "nondeterministic",
@@ -289,10 +290,11 @@ def _repr(entry: ArgInfo | None) -> str:
 def _value_reason(view: LedgerView, new_rec: StepRecord, old_rec: StepRecord, name: str) -> Reason:
     """An argument other than the function changed: name the part, with its values."""
     from cachetool.fingerprint.diff import diff_trees, render_path
+    from cachetool.fingerprint.tree import as_node
 
     old, new = old_rec.args.get(name), new_rec.args.get(name)
     if old is not None and new is not None and old.summary is not None and new.summary is not None:
-        culprit = diff_trees(name, [dict(old.summary), dict(new.summary)])
+        culprit = diff_trees(name, [as_node(old.summary), as_node(new.summary)])
         if culprit is not None:
             path = render_path(name, culprit.path)
             if culprit.kind in NONDETERMINISTIC_KINDS:
@@ -312,14 +314,14 @@ def _cache_state(
     check-determinism recognises it (`part_key`), in this step's tree of either run."""
     from cachetool.fingerprint.diff import render_path
     from cachetool.fingerprint.hints import state_change_hint
-    from cachetool.fingerprint.tree import iter_nodes, node_at, part_key
+    from cachetool.fingerprint.tree import as_node, node_at, part_key, part_keys, types_on_path
 
     if new.run == old.run:
         return None
     nodes = []
     for rec in (new, old):
         arg = view.with_summaries(rec).arg(argument)
-        tree = arg.summary if arg is not None else None
+        tree = as_node(arg.summary) if arg is not None and arg.summary is not None else None
         node = node_at(tree, path) if tree is not None else None
         if tree is not None and node is not None:
             nodes.append((tree, node))
@@ -335,13 +337,9 @@ def _cache_state(
         if in_old is None or in_new.computed == in_old.computed:
             continue
         earlier = in_new if in_new.computed else in_old
-        trees = [a.summary for a in view.with_summaries(earlier).args.values() if a.summary is not None]
-        if keys.isdisjoint(
-            part_key(p[-1] if p else "", n, len(p)) for t in trees for p, n in iter_nodes(dict(t))
-        ):
+        trees = [as_node(a.summary) for a in view.with_summaries(earlier).args.values() if a.summary]
+        if not any(keys & part_keys(t) for t in trees):
             continue
-        summary = nodes[0][0]
-        on_the_way = (node_at(summary, path[:d]) for d in range(len(path) + 1))
         shown = render_path(argument, path)
         return Reason(
             "cache-state",
@@ -350,7 +348,7 @@ def _cache_state(
             "again — not a change of yours",
             argument=argument,
             path=shown,
-            hint=state_change_hint(" ".join(str(n.get("t", "")) for n in on_the_way if n is not None)),
+            hint=state_change_hint(types_on_path(nodes[0][0], path)),
         )
     return None
 
@@ -431,11 +429,14 @@ def _same_code_reason(view: LedgerView, new: StepRecord, old: StepRecord, qualna
     """The function's code is the same, yet it hashes differently: the part of its hash tree
     that differs, or what varies from process to process."""
     from cachetool.fingerprint.diff import diff_trees, render_path
+    from cachetool.fingerprint.tree import as_node
 
     arg_a, arg_b = old.arg("function"), new.arg("function")
     sa = arg_a.summary if arg_a is not None else None
     sb = arg_b.summary if arg_b is not None else None
-    culprit = diff_trees("function", [dict(sa), dict(sb)]) if sa is not None and sb is not None else None
+    culprit = (
+        diff_trees("function", [as_node(sa), as_node(sb)]) if sa is not None and sb is not None else None
+    )
     if culprit is None:
         return _nondeterministic(
             "function",

@@ -14,8 +14,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from cachetool.history.explain.model import SourceChange, StaleHit, StepRef
-from cachetool.history.explain.sources import (
+from cachetool.history.explain.answer import SourceChange, StaleHit, StepRef
+from cachetool.history.explain.source_text import (
     def_line,
     diff_lines,
     function_source,

@@ -19,8 +19,15 @@ from cachetool.formatting import clock_time
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import Failure, Interruption
 
-#: What differs between a step and the sibling it is compared with (the table in
-#: `cachetool.history.explain`).
+#: What differs between a step and the sibling it is compared with: an argument's value
+#: (``fn_kwargs['threshold']`` 0.5 → 0.6); another function; the function's code (with the lines);
+#: the same function from another file; ``nondeterministic`` (the same code hashes differently by
+#: itself); ``cache-state`` (an object an earlier step changed while it ran, computed in one run
+#: and loaded in the other); ``non-semantic`` arguments only (``writer_batch_size``); a ``random``
+#: fingerprint; another ``new_fingerprint=``; the ``source`` dataset; the ``input`` changed upstream
+#: with no recorded step saying why; another ``datasets`` release (``versions``);
+#: ``same-fingerprint`` (the cache file was gone); ``concurrent`` (another run computed it at the
+#: same time); ``first-run``; ``unexplained``. A change upstream names its step (`Reason.upstream`).
 ReasonKind = Literal[
     "argument",
     "function",

@@ -10,7 +10,7 @@ import tokenize
 from collections.abc import Mapping
 from pathlib import Path
 
-from cachetool.history.explain.model import LineChange
+from cachetool.history.explain.answer import LineChange
 from cachetool.history.explain.view import first_line
 from cachetool.history.records.parts import FunctionRef
 

@@ -12,54 +12,30 @@ afterwards); they run one after another too (a ``save_to_disk`` folder or any ot
 script's own, outside the caches, would be written by two at once: a run reading it memory-mapped
 dies of SIGBUS), or ``jobs`` at once when the caller says the script writes nothing else.
 
-The pieces: `process` (a run's processes and output), `events` (its events file, typed),
-`analysis` (the comparison), `cleanup` (what a stopped check leaves), `report` (the result).
+The pieces: `process` (one run: its processes and output), `events` (its events file, typed),
+`analysis` (the comparison), `report` (the result); what a stopped check leaves is removed here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import os
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from cachetool.determinism.cleanup import (
-    WORKDIR_PREFIX,
-    CheckInterrupted,
-    Leftovers,
-    cache_root,
-    terminate_as_interrupt,
-)
-from cachetool.determinism.process import OUTPUT_CAP, RUN_MARKER_ENV, marked_pids, stop_marked, terminal_lines
-from cachetool.determinism.run import Run, RunSettings, run_command
-from cachetool.errors import CachetoolError
+from cachetool.determinism.process import OUTPUT_CAP, Run, RunSettings
+from cachetool.errors import CachetoolError, ExitCode
 
 if TYPE_CHECKING:
-    from cachetool.determinism.analysis import Analysis, Cause
-    from cachetool.determinism.events import read_events
-    from cachetool.determinism.report import DeterminismReport, RunOutcome, RunProgress
-
-__all__ = [
-    "OUTPUT_CAP",
-    "RUN_MARKER_ENV",
-    "WORKDIR_PREFIX",
-    "BadScript",
-    "CheckInterrupted",
-    "DeterminismReport",
-    "RunOutcome",
-    "RunProgress",
-    "check_determinism",
-    "marked_pids",
-    "read_events",
-    "run_command",
-    "stop_marked",
-    "terminal_lines",
-]
+    from cachetool.determinism.report import Analysis, Cause, DeterminismReport, RunOutcome, RunProgress
 
 #: Warnings shown per run about lines of its events file that could not be read.
 _EVENT_WARNINGS_SHOWN = 5
@@ -68,21 +44,109 @@ _ONE_RUN_ONLY_SHOWN = 5
 
 #: What comparing the runs needs (the ledger's record classes, the analysis, the report: tens of
 #: milliseconds of imports), imported while the runs work (`_load_comparison`), not before they
-#: start; the names this module gives from them.
+#: start.
 _COMPARISON = ("cachetool.determinism.analysis", "cachetool.determinism.report")
-_LAZY = {
-    "DeterminismReport": "cachetool.determinism.report",
-    "RunOutcome": "cachetool.determinism.report",
-    "RunProgress": "cachetool.determinism.report",
-    "read_events": "cachetool.determinism.events",
-}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+#: The temp folder of a check: `cachetool-determinism-<pid>-<random>`; `gc --temp` removes it
+#: once that process is gone.
+WORKDIR_PREFIX = "cachetool-determinism-"
+
+
+class CheckInterrupted(CachetoolError):
+    """The check was interrupted (Ctrl-C) or terminated (SIGTERM): its runs were stopped and what
+    they left was removed; the message says what."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, cause: BaseException, removed: str, workdir: Path) -> None:
+        what = "terminated" if isinstance(cause, Terminated) else "interrupted"
+        parts = [f"check-determinism {what}: stopped the running script"]
+        if removed:
+            parts.append(f"removed what its runs left: {removed}")
+        parts.append(f"removed its temp folder {workdir}")
+        super().__init__("; ".join(parts))
+        self.cause = cause
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that cleanup runs as for Ctrl-C."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+class Leftovers:
+    """What stopped runs leave: `tmp*` files in the user's cache, `hf_datasets-*` and `pymp-*`
+    folders in the temp dir (a cold run writes a step the cache already holds to an `hf_datasets-*`
+    folder). Only what the check
+    made is removed: cache files written since it started, temp folders that were not there
+    before it; each through gc's own checks (not open, not mapped, not owned by a live process)."""
+
+    def __init__(self, isolated: bool, env: Mapping[str, str]) -> None:
+        from cachetool.cache.dirs import resolve_cache_root, temp_dir
+
+        # Isolated runs' caches go with the check's temp folder.
+        self.cache_root = None if isolated else resolve_cache_root(None, environ=env).path.expanduser()
+        self.temp = temp_dir(env).path
+        self.before = self._temp_folders()
+
+    def _temp_folders(self) -> set[str]:
+        from cachetool.cache.layout import temp_folder_kind
+
+        try:
+            return {n for n in os.listdir(self.temp) if temp_folder_kind(n) in ("hf_datasets", "pymp")}
+        except OSError:
+            return set()
+
+    def remove(self, since: float, workdir: Path) -> str:
+        """Remove them; returns what went, in words ("" when nothing)."""
+        try:
+            from dataclasses import replace
+
+            from cachetool.cache.layout import Kind
+            from cachetool.maintenance.gc import GcOptions, execute, plan_gc
+
+            root = self.cache_root if self.cache_root is not None and self.cache_root.is_dir() else workdir
+            plan = plan_gc(root, GcOptions(temp=True, min_age=0.0, tmp_dir=self.temp))
+            new_temp = self._temp_folders() - self.before
+            mine = tuple(
+                i
+                for i in plan.items
+                if (
+                    i.scope == "root"
+                    and root != workdir
+                    and i.kind == Kind.TEMP
+                    and all(t.mtime is not None and t.mtime >= since - 1 for t in i.targets)
+                )
+                or (i.scope == "temp" and i.path.name in new_temp)
+            )
+            if not mine:
+                return ""
+            result = execute(replace(plan, items=mine), log=False)
+        except Exception:  # cleanup must never hide the report; gc --temp removes them later
+            return ""
+        files = sum(1 for o in result.removed if o.item.scope == "root")
+        folders = sum(1 for o in result.removed if o.item.scope == "temp")
+        words = []
+        if files:
+            words.append(f"{files} tmp file(s) in {self.cache_root}")
+        if folders:
+            words.append(f"{folders} temp folder(s) in {self.temp}")
+        return " and ".join(words)
 
 
 def _load_comparison() -> None:
@@ -101,62 +165,41 @@ class BadScript(CachetoolError):
 
 
 @dataclass(frozen=True)
-class _Settings:
-    """The arguments of `check_determinism`, checked: what the check does, and what each run
-    shares (its `workdir` set once the check's temp folder exists)."""
+class CheckOptions:
+    """What `cachetool check-determinism` does; mirrors its options one to one (the seeds as
+    integers). Invalid values raise `CachetoolError` (exit 2) here, so Python is refused exactly as
+    the command is."""
 
-    script: str
-    seeds: tuple[int, ...]
-    workers: int
-    rerun: bool
-    runs: RunSettings
+    script: str | os.PathLike[str]
+    args: Sequence[str] = ()
+    runs: int = 2
+    hash_seeds: Sequence[int] | None = None
+    timeout: float | None = 900.0
+    isolated: bool = False
+    jobs: int | None = None
+    rerun: bool = True
+    cold: bool = True
 
+    def __post_init__(self) -> None:
+        path = Path(self.script)
+        if not (path.is_file() or (path / "__main__.py").is_file()):
+            raise BadScript(path)  # a file, or a folder with __main__.py, as `cachetool run`
+        if self.timeout is not None and not self.timeout >= 0:  # also NaN
+            raise CachetoolError(f"invalid --timeout {self.timeout:g}: give seconds >= 0 (0: no limit)")
+        if len(self.seeds) < 2:
+            raise CachetoolError("need at least 2 runs to compare (--runs 2 or --hash-seeds 1,2)")
+        if any(not 0 <= s <= 4294967295 for s in self.seeds):
+            raise CachetoolError("hash seeds must be integers from 0 to 4294967295")
 
-def _settings(
-    script: str | os.PathLike[str],
-    args: Sequence[str],
-    *,
-    runs: int,
-    hash_seeds: Sequence[int] | None,
-    timeout: float | None,
-    isolated: bool,
-    jobs: int | None,
-    rerun: bool,
-    cwd: str | os.PathLike[str] | None,
-    env: Mapping[str, str] | None,
-    launcher: Sequence[str] | None,
-    progress: Callable[[RunProgress], None] | None,
-    cold: bool,
-) -> _Settings:
-    script_path = Path(script)
-    if not (script_path.is_file() or (script_path / "__main__.py").is_file()):
-        raise BadScript(script_path)  # a file, or a folder with __main__.py, as `cachetool run`
-    if timeout is not None and not timeout >= 0:  # also NaN
-        raise CachetoolError(f"invalid --timeout {timeout:g}: give seconds >= 0 (0: no limit)")
-    seeds = tuple(hash_seeds) if hash_seeds else tuple(range(1, runs + 1))
-    if len(seeds) < 2:
-        raise CachetoolError("need at least 2 runs to compare (--runs 2 or --hash-seeds 1,2)")
-    if any(not 0 <= s <= 4294967295 for s in seeds):
-        raise CachetoolError("hash seeds must be integers from 0 to 4294967295")
-    return _Settings(
-        script=str(script),
-        seeds=seeds,
-        workers=max(1, min(len(seeds), jobs or 1)) if isolated else 1,
-        rerun=rerun,
-        runs=RunSettings(
-            # As the user typed it (sys.argv[0] of a plain run), unless the runs start elsewhere.
-            script=script_path if cwd is None else script_path.resolve(),
-            args=tuple(args),
-            timeout=timeout or None,
-            isolated=isolated,
-            cold=cold,
-            cwd=Path(cwd) if cwd is not None else Path.cwd(),
-            env=dict(os.environ if env is None else env),
-            launcher=launcher,
-            progress=progress,
-            workdir=Path(),
-        ),
-    )
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """One hash seed per run: `hash_seeds`, else ``1..runs`` (a verdict is reproducible)."""
+        return tuple(self.hash_seeds) if self.hash_seeds else tuple(range(1, self.runs + 1))
+
+    @property
+    def workers(self) -> int:
+        """Runs at once: `jobs` for isolated runs, else one after another."""
+        return max(1, min(len(self.seeds), self.jobs or 1)) if self.isolated else 1
 
 
 def check_determinism(
@@ -193,39 +236,40 @@ def check_determinism(
     Mirrors ``cachetool check-determinism`` (``--runs``, ``--hash-seeds``, ``--timeout``,
     ``--isolated``, ``--jobs``, ``--no-cold``).
     """
-    s = _settings(
-        script,
-        args,
-        runs=runs,
-        hash_seeds=hash_seeds,
-        timeout=timeout,
+    o = CheckOptions(script, tuple(args), runs, hash_seeds, timeout, isolated, jobs, rerun, cold)
+    path = Path(script)
+    rs = RunSettings(
+        # As the user typed it (sys.argv[0] of a plain run), unless the runs start elsewhere.
+        script=path if cwd is None else path.resolve(),
+        args=tuple(args),
+        timeout=timeout or None,
         isolated=isolated,
-        jobs=jobs,
-        rerun=rerun,
-        cwd=cwd,
-        env=env,
+        cold=cold,
+        cwd=Path(cwd) if cwd is not None else Path.cwd(),
+        env=dict(os.environ if env is None else env),
         launcher=launcher,
         progress=progress,
-        cold=cold,
+        workdir=Path(),
     )
-    return _check(s)
+    return _check(o, rs)
 
 
-def _check(s: _Settings) -> DeterminismReport:
+def _check(o: CheckOptions, rs: RunSettings) -> DeterminismReport:
     # Runs start in their own sessions (a timeout stops a whole num_proc pool), so Ctrl-C does not
     # reach them: every live run is stopped here when this process is interrupted or terminated,
     # and what the runs left (their temp folder, tmp files in the cache) is removed.
-    leftovers = Leftovers(None if s.runs.isolated else cache_root(s.runs.env), s.runs.env)
+    leftovers = Leftovers(o.isolated, rs.env)
     started = time.time()
     with (
         terminate_as_interrupt(),
         tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp,
     ):
         workdir = Path(tmp)
-        rs = dataclasses.replace(s.runs, workdir=workdir, one_path=s.runs.isolated and s.workers == 1)
-        planned = [Run(rs, i, seed) for i, seed in enumerate(s.seeds)]
+        rs = dataclasses.replace(rs, workdir=workdir, one_path=o.isolated and o.workers == 1)
+        seeds = o.seeds
+        planned = [Run(rs, i, seed) for i, seed in enumerate(seeds)]
         try:
-            outcomes = _one_after_another(planned) if s.workers == 1 else _at_once(planned, s.workers)
+            outcomes = _one_after_another(planned) if o.workers == 1 else _at_once(planned, o.workers)
         except BaseException as e:
             raise CheckInterrupted(e, leftovers.remove(started, workdir), workdir) from None
         warnings = _run_warnings(outcomes, leftovers, started, workdir)
@@ -239,16 +283,16 @@ def _check(s: _Settings) -> DeterminismReport:
         from cachetool.determinism.report import DeterminismReport
 
         report = DeterminismReport(
-            script=s.script, args=s.runs.args, isolated=s.runs.isolated, runs=tuple(outcomes), analysis=None
+            script=str(o.script), args=rs.args, isolated=o.isolated, runs=tuple(outcomes), analysis=None
         )
         if report.failed_run is not None:
             return dataclasses.replace(report, warnings=tuple(warnings))
         return _compared(
-            s,
+            o,
             report,
             warnings,
-            lambda: Run(rs, len(s.seeds) + 1, s.seeds[0]).finish(),
-            lambda: Run(rs, len(s.seeds), s.seeds[0], cache_of=planned[0]).finish(),
+            lambda: Run(rs, len(seeds) + 1, seeds[0]).finish(),
+            lambda: Run(rs, len(seeds), seeds[0], cache_of=planned[0]).finish(),
         )
 
 
@@ -321,7 +365,7 @@ def _run_warnings(
 
 
 def _compared(
-    s: _Settings,
+    o: CheckOptions,
     report: DeterminismReport,
     warnings: list[str],
     extra_run: Callable[[], RunOutcome],
@@ -336,7 +380,7 @@ def _compared(
 
     outcomes = report.runs
     analysis = analyze([o.events for o in outcomes])
-    if s.runs.isolated and analysis.unobserved:
+    if o.isolated and analysis.unobserved:
         loading = loading_run()
         if loading.failed:
             warnings.append("the run on the first run's cache failed; the notes below were not checked")
@@ -358,7 +402,7 @@ def _compared(
             more = len(analysis.one_run_only) - _ONE_RUN_ONLY_SHOWN
             warnings.append(f"{more} more step(s) recorded in some runs only; not compared")
     extra: RunOutcome | None = None
-    if s.rerun and analysis.deterministic_causes:
+    if o.rerun and analysis.deterministic_causes:
         extra = extra_run()
         if extra.failed:
             warnings.append("the extra run with an equal hash seed failed; variation not determined")

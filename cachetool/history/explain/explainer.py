@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cachetool.history.explain.model import (
+from cachetool.errors import CachetoolError
+from cachetool.history.explain.answer import (
     ExplainReport,
     NoRecords,
     Reason,
@@ -93,6 +94,28 @@ def resolve_fingerprint(view: LedgerView, name: str) -> str:
     return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
 
 
+@dataclass(frozen=True)
+class ExplainOptions:
+    """What `cachetool explain` explains; mirrors its options one to one. Invalid combinations
+    raise `CachetoolError` (exit 2) here, so Python is refused exactly as the command is."""
+
+    fingerprint: str | None = None
+    last: bool = False
+    script: str | os.PathLike[str] | None = None
+    history: int = 3
+    all_roots: bool = False
+
+    def __post_init__(self) -> None:
+        if self.fingerprint is None and not self.last and self.script is None:
+            raise CachetoolError("give a fingerprint, --last or --script SCRIPT")
+        if self.fingerprint is not None and (self.last or self.script is not None):
+            raise CachetoolError("give either a fingerprint or --last/--script, not both")
+        if self.script is not None and not os.path.exists(self.script):
+            raise CachetoolError(f"no such script: {self.script}")
+        if self.history < 0:
+            raise CachetoolError(f"invalid --history {self.history}: must be 0 or more")
+
+
 def explain(
     root: str | os.PathLike[str],
     fingerprint: str | None = None,
@@ -106,20 +129,13 @@ def explain(
     `history` earlier runs too), or every step the latest run computed (`last`; of `script` with
     `script`: `explain_run`). `all_roots` reads every known cache root (`--all-roots`).
 
-    The Python side of `cachetool explain`, with its options as keywords. Raises
-    `CachetoolError` when neither or both of a fingerprint and `last`/`script` are given, or the
-    script does not exist."""
-    from cachetool.errors import CachetoolError
-
-    if fingerprint is None and not last and script is None:
-        raise CachetoolError("give a fingerprint, --last or --script SCRIPT")
-    if fingerprint is not None and (last or script is not None):
-        raise CachetoolError("give either a fingerprint or --last/--script, not both")
-    if script is not None and not os.path.exists(script):
-        raise CachetoolError(f"no such script: {script}")
-    if fingerprint is not None:
-        return explain_fingerprint(root, fingerprint, history=history, all_roots=all_roots)
-    return explain_run(root, script=script, all_roots=all_roots)
+    The Python side of `cachetool explain`, with its options as keywords (`ExplainOptions`, which
+    raises `CachetoolError` when neither or both of a fingerprint and `last`/`script` are given,
+    or the script does not exist)."""
+    o = ExplainOptions(fingerprint, last, script, history, all_roots)
+    if o.fingerprint is not None:
+        return explain_fingerprint(root, o.fingerprint, history=o.history, all_roots=o.all_roots)
+    return explain_run(root, script=o.script, all_roots=o.all_roots)
 
 
 def explain_fingerprint(
