@@ -11,13 +11,12 @@ from cachetool.cli.common import (
     AllRootsOption,
     CacheDirOption,
     JsonOption,
-    OutputFormat,
     QuietOption,
-    choose_format,
     format_option,
     handle_errors,
 )
 from cachetool.cli.explain import run_explain
+from cachetool.cli.output import OutputFormat, choose_format
 
 
 # Long only by its Typer options and its --help text (the docstring): the work is one call.

@@ -12,19 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cachetool.cli.common import (
-    CacheDirOption,
-    JsonOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    confirm,
-    format_option,
-    handle_errors,
-    hint,
-    warn,
-)
+from cachetool.cli.common import CacheDirOption, JsonOption, QuietOption, format_option, handle_errors
+from cachetool.cli.output import Output, OutputFormat, choose_format, confirm, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
@@ -283,7 +272,7 @@ class _Progress:
             return
         from rich.progress import Progress
 
-        from cachetool.cli.common import stderr_console
+        from cachetool.cli.output import stderr_console
 
         status = Progress(console=stderr_console(), transient=True)
         task = status.add_task("Reading headers", total=None)
