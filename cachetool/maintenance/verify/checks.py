@@ -16,7 +16,7 @@ from cachetool.cache import layout
 from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
-from cachetool.hints import gc_hint
+from cachetool.hints import gc_command
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse
 from cachetool.maintenance.locks import stale_guard
@@ -62,13 +62,13 @@ class Checker:
 
     def gc_hint(self, e: Entry) -> str:
         """The gc command that removes this leftover now (it was just proven unheld)."""
-        return gc_hint(self.report.root, os.fsdecode(e.path))
+        return gc_command(self.report.root, os.fsdecode(e.path))
 
     def removable(
         self, code: Code, e: Entry, detail: str, path: Path | None = None, target: str = ""
     ) -> None:
         """A finding whose hint is the gc command that removes `target` (the entry's path)."""
-        hint = gc_hint(self.report.root, target or os.fsdecode(e.path))
+        hint = gc_command(self.report.root, target or os.fsdecode(e.path))
         self.add(code, e, path or e.path, detail, hint, command=True)
 
     def add(
