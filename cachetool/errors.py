@@ -1,9 +1,5 @@
-"""Domain exceptions and the exit codes they map to.
-
-The library raises these; one mapping at the process boundary (`cachetool.cli.common.handle_errors`)
-turns them into a single `Error: ...` line on stderr and a named exit code. A traceback appears only
-with `CACHETOOL_DEBUG=1`.
-"""
+"""Domain exceptions and the exit codes they map to (at the process boundary,
+`cachetool.cli.output.report_exception`: one `Error: ...` line on stderr)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,3 @@ def shell_command(*args: str) -> str:
 def gc_command(root: str | os.PathLike[str], *targets: str) -> str:
     """`cachetool gc <targets> --min-age 0 --cache-dir <root>`, quoted for a POSIX shell."""
     return shell_command("gc", *targets, "--min-age", "0", "--cache-dir", os.fsdecode(root))
-
-
-def gc_hint(root: str | os.PathLike[str], *targets: str) -> str:
-    """A hint whose whole text is the command that removes `targets`."""
-    return gc_command(root, *targets)

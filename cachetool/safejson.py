@@ -18,14 +18,6 @@ class BadJsonFile(ValueError):
     """The file exists but is not a JSON document this reads; the message says why."""
 
 
-def read_regular_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> bytes:
-    """The bytes of a regular file of at most `max_bytes`, read with one `read()` sized from the
-    stat; FileNotFoundError when it is missing, BadJsonFile (with the reason) otherwise."""
-    return read_opened(
-        lambda: os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), max_bytes
-    )
-
-
 def read_opened(opener: Callable[[], int], max_bytes: int = MAX_BYTES) -> bytes:
     """The bytes of the regular file `opener()` opens (`read_open_file`): FileNotFoundError when
     it is missing, BadJsonFile (with the reason) when it cannot be opened or read whole."""
@@ -42,7 +34,8 @@ def read_opened(opener: Callable[[], int], max_bytes: int = MAX_BYTES) -> bytes:
 
 
 def read_open_file(fd: int, max_bytes: int = MAX_BYTES) -> bytes:
-    """The bytes of the open file `fd` (`read_regular_file`)."""
+    """The bytes of the open file `fd`, a regular file of at most `max_bytes`, read with one
+    `read()` sized from the stat; BadJsonFile (with the reason) otherwise."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -62,13 +55,8 @@ def read_open_file(fd: int, max_bytes: int = MAX_BYTES) -> bytes:
 
 def read_json_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> Any:
     """The parsed document; FileNotFoundError when the file is missing, BadJsonFile otherwise."""
-    data = read_regular_file(path, max_bytes)
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise BadJsonFile("nested too deeply") from None
-    except ValueError as e:
-        raise BadJsonFile(str(e).splitlines()[0][:200]) from None
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    return _loads(read_opened(lambda: os.open(path, flags), max_bytes))
 
 
 def _no_constant(name: str) -> Any:
@@ -78,8 +66,12 @@ def _no_constant(name: str) -> Any:
 def parse_json(data: bytes | str) -> Any:
     """The document `data` holds, strictly: not UTF-8, not JSON, nested too deeply, or holding
     `NaN`/`Infinity` (which JSON does not have, but Python's parser accepts) is BadJsonFile."""
+    return _loads(data, parse_constant=_no_constant)
+
+
+def _loads(data: bytes | str, **options: Any) -> Any:
     try:
-        return json.loads(data, parse_constant=_no_constant)
+        return json.loads(data, **options)
     except RecursionError:
         raise BadJsonFile("nested too deeply") from None
     except ValueError as e:  # UnicodeDecodeError included

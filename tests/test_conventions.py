@@ -224,7 +224,7 @@ def test_quiet_prints_ids_that_compose(traced_cache: dict[str, Any]) -> None:
 def test_a_long_report_line_wraps_at_spaces_at_80_columns(capsys: pytest.CaptureFixture[str]) -> None:
     """A long human line (as check-determinism, verify and explain print them) wraps at spaces
     to 80 columns with an indent; the path in it stays on one line, whole."""
-    from cachetool.cli.common import Output, OutputFormat
+    from cachetool.cli.output import Output, OutputFormat
 
     path = f"/srv/projects/pipelines/{HASH}/prepare_dataset_for_training.py:118"
     line = f"  hint: load_dataset identifies local data files by path and modification time: {path} rewritten"
@@ -259,8 +259,8 @@ def test_ls_counts_a_narrow_kind_column_at_its_minimum_width(capsys: pytest.Capt
 
     from cachetool.cache.layout import Kind
     from cachetool.cache.scan import CacheFile, CacheReport, Entry
-    from cachetool.cli.common import Output, OutputFormat
     from cachetool.cli.ls_table import _entry_table
+    from cachetool.cli.output import Output, OutputFormat
 
     now = time.time()
     entries = [

@@ -39,8 +39,8 @@ LIGHT = CLOCK + (
     "runpy.run_module('cachetool', run_name='__main__', alter_sys=True)\n"
 )
 TYPER = CLOCK + "import sys\nsys.argv[0] = 'cachetool'\nfrom cachetool.cli.app import main\nmain()\n"
-# TYPER for many command lines: the process imports the Typer app and what it reads options
-# with (`typer._adapters`: pydantic) once, most of a run's time, under the environment and
+# TYPER for many command lines: the process imports the Typer app and what Typer reads options
+# with (pydantic) once, most of a run's time, under the environment and
 # working directory every child has; then it forks a child per line read on stdin (`[args,
 # stdout file, stderr file]`), which answers it as TYPER would (same environment, clock and
 # argv[0]; stdin /dev/null; its own exit) and whose exit code the parent writes back as a line.
@@ -48,7 +48,7 @@ TYPER_FORKS = CLOCK + (
     "import json, os, sys\n"
     "sys.argv[0] = 'cachetool'\n"
     "from cachetool.cli.app import main\n"
-    "import typer._adapters\n"
+    "import pydantic\n"
     "for line in sys.stdin:\n"
     "    args, out, err = json.loads(line)\n"
     "    pid = os.fork()\n"
@@ -346,148 +346,50 @@ def test_a_reader_that_goes_away_ends_a_long_listing_quietly(
             assert proc.wait(timeout=120) == 0 and first and err == b"", (args, err[-500:])
 
 
-# --- the light grammar reads each command's options as its Typer command declares them -------
-
-#: Options of a light-path command that its grammar does not read: a command line with one is
-#: left whole to the Typer app (so it cannot answer it otherwise).
-LEFT_TO_TYPER = {"explain": {"--script"}}
+# --- the light grammar is read from the Typer commands ------------------------------------------
 
 
-def _typer_commands() -> Any:
+def test_the_light_grammar_is_read_from_the_typer_commands() -> None:
+    """A command line the light path answers means what it means to the Typer app: its grammar
+    (every option of `ls`, `show`, `lineage` and `explain` by name and short name, flag or value,
+    repeatable, formats, bounds, defaults, and the arguments) is what `python -m cachetool.cli.docs`
+    reads from the Typer commands, and `--version`/`-V` are the root's."""
+    import typer
+
+    from cachetool.cli import light
+    from cachetool.cli.app import app
+    from cachetool.cli.docs import GRAMMAR_END, GRAMMAR_START, light_grammars
+
+    block = Path(light.__file__).read_text(encoding="utf-8").split(GRAMMAR_START)[1].split(GRAMMAR_END)[0]
+    assert block.strip() == light_grammars().strip(), "run: python -m cachetool.cli.docs"
+    version = next(p for p in typer.main.get_command(app).params if p.name == "version")
+    assert sorted(version.opts) == ["--version", "-V"] and not version.envvar
+
+
+def test_an_option_the_light_path_cannot_read_is_left_to_the_typer_app() -> None:
+    """An option read from an environment variable, of several values, with other bounds or on
+    by default is marked for the Typer app, which then answers every command line naming it."""
+    import copy
+
     import typer
 
     from cachetool.cli.app import app
+    from cachetool.cli.docs import _kind
 
-    return typer.main.get_command(app)
-
-
-def _divergences(name: str, grammar: Any, command: Any) -> list[str]:
-    """Where the light `grammar` of `cachetool NAME` reads a command line otherwise than the Typer
-    `command` declares it, one sentence each naming the option."""
-    from cachetool.cli.output import OutputFormat as Fmt
-
-    out: list[str] = []
-    if command.context_settings.get("auto_envvar_prefix"):
-        out.append(f"cachetool {name}: options read from environment variables (auto_envvar_prefix)")
-    read = {**grammar.flags, **grammar.values}
-    for n in sorted(set(grammar.flags) & set(grammar.values)):
-        out.append(f"cachetool {name} {n}: the light grammar reads it both as a flag and with a value")
-    declared: set[str] = set()
-    arguments = []
-    for p in command.params:
-        if p.param_type_name == "argument":
-            arguments.append(p)
-            if p.envvar:
-                out.append(f"cachetool {name} {p.name.upper()}: read from ${p.envvar} too")
-            continue
-        names = [*p.opts, *p.secondary_opts]
-        declared.update(names)
-        where = f"cachetool {name} {'/'.join(names)}"
-        if p.envvar:
-            out.append(f"{where}: read from ${p.envvar} too, which the light path does not")
-        if set(names) <= LEFT_TO_TYPER.get(name, set()):
-            if set(names) & set(read):
-                out.append(f"{where}: in LEFT_TO_TYPER and in the light grammar")
-            continue
-        if p.secondary_opts or p.count or p.nargs != 1:
-            out.append(f"{where}: a form the light grammar does not read (--x/--no-x, a count, nargs)")
-        dest = p.name.rstrip("_")
-        for n in names:
-            if n not in read:
-                out.append(f"{where}: {n} is not in the light grammar")
-            elif (n in grammar.flags) != p.is_flag:
-                kind = "a flag" if n in grammar.flags else "an option with a value"
-                out.append(f"{where}: the light grammar reads {n} as {kind}, Typer does not")
-            elif read[n] != dest:
-                out.append(f"{where}: the light grammar reads {n} into {read[n]!r}, Typer into {dest!r}")
-        if p.is_flag:
-            if p.default is not False:
-                out.append(f"{where}: a flag on by default ({p.default!r})")
-            continue
-        annotation = p.type_descriptor.annotation
-        if (dest in grammar.repeat) != bool(p.multiple):
-            out.append(
-                f"{where}: repeatable for {'the light grammar' if p.multiple is False else 'Typer'} only"
-            )
-        if (dest in grammar.counts) != (annotation is int):
-            out.append(f"{where}: a count (digits only) for one of the light grammar and Typer only")
-        if (p.min, p.max) != ((0, None) if annotation is int else (None, None)):
-            out.append(f"{where}: bounds min={p.min} max={p.max}; the light grammar reads digits (min=0)")
-        if annotation is Fmt and tuple(p.metavar.split("|")) != grammar.formats:
-            out.append(
-                f"{where}: formats {p.metavar} in Typer, {'|'.join(grammar.formats)} in the light grammar"
-            )
-        if annotation not in (str, Path, int, Fmt, list[str]):
-            out.append(f"{where}: Typer converts its value to {annotation!r}, the light grammar does not")
-        default = p.default.value if isinstance(p.default, Fmt) else p.default
-        light_default = {"fmt": "human", **grammar.defaults}.get(dest)
-        if (None if default is None else str(default)) != light_default:
-            out.append(f"{where}: default {default!r} in Typer, {light_default!r} in the light path")
-    for n in sorted(set(read) - declared):
-        out.append(f"cachetool {name} {n}: read by the light grammar, not an option of the Typer command")
-    required = sum(bool(a.required) for a in arguments)
-    if (len(arguments), required) != (grammar.arguments, grammar.required):
-        out.append(
-            f"cachetool {name}: {len(arguments)} argument(s), {required} required in Typer; "
-            f"{grammar.arguments}, {grammar.required} in the light grammar"
-        )
-    if any(a.nargs != 1 for a in arguments):
-        out.append(f"cachetool {name}: an argument of many values")
-    paths = any(a.type_descriptor.annotation in (Path, Path | None) for a in arguments)
-    if paths != grammar.paths:
-        out.append(f"cachetool {name}: PATH arguments for one of the light grammar and Typer only")
-    return out
-
-
-def test_light_grammars_read_the_options_the_typer_commands_declare() -> None:
-    """A command line the light path answers means what it means to the Typer app: every option
-    of `ls`, `show`, `lineage` and `explain` (name and short name, flag or value, repeatable,
-    formats, numeric bounds, default) and its arguments are read alike, none comes from an
-    environment variable, and `--version`/`-V` are the root's. A new or changed Typer option
-    fails here, named, until the light grammar reads it too (or leaves it to the Typer app)."""
-    from cachetool.cli.light import _COMMANDS
-
-    group = _typer_commands()
-    assert not group.context_settings.get("auto_envvar_prefix")
-    version = next(p for p in group.params if p.name == "version")
-    assert sorted(version.opts) == ["--version", "-V"] and not version.envvar
-    problems = [
-        text
-        for name, (grammar, _) in _COMMANDS.items()
-        for text in _divergences(name, grammar, group.commands[name])
+    ls = typer.main.get_command(app).commands["ls"]  # type: ignore[attr-defined]
+    params = {p.name: p for p in ls.params}
+    changes = [
+        ("sort", "envvar", "CACHETOOL_SORT"),
+        ("sort", "nargs", 2),
+        ("limit", "min", 1),
+        ("as_json", "default", True),
+        ("as_json", "secondary_opts", ["--no-json"]),
     ]
-    assert not problems, "\n".join(problems)
-
-
-def test_a_grammar_that_drifts_from_its_typer_command_is_named() -> None:
-    """The comparison above names the option when the two differ (so it can fail)."""
-    import copy
-    import dataclasses
-
-    from cachetool.cli.light import EXPLAIN, LINEAGE, LS
-
-    group = _typer_commands()
-    ls, lineage, explain = (group.commands[n] for n in ("ls", "lineage", "explain"))
-    drifted = {
-        "-f": dataclasses.replace(LS, values={k: v for k, v in LS.values.items() if k != "-f"}),
-        "--limit": dataclasses.replace(LS, counts=frozenset()),
-        "--filter": dataclasses.replace(LS, repeat=frozenset()),
-        "--format": dataclasses.replace(LINEAGE, formats=("human", "json", "quiet")),
-        "--history": dataclasses.replace(EXPLAIN, defaults={"history": "5"}),
-        "--json": dataclasses.replace(LS, values={**LS.values, "--json": "as_json"}),
-        "--jsonl": dataclasses.replace(LS, flags={**LS.flags, "--jsonl": "as_json"}),
-    }
-    for option, grammar in drifted.items():
-        command = {"--format": lineage, "--history": explain}.get(option, ls)
-        problems = _divergences(command.name, grammar, command)
-        assert problems and all(option in p for p in problems), (option, problems)
-    with_envvar = copy.copy(ls)
-    with_envvar.params = [copy.copy(p) for p in ls.params]
-    sort = next(p for p in with_envvar.params if p.name == "sort")
-    sort.envvar = "CACHETOOL_SORT"
-    assert _divergences("ls", LS, with_envvar) == [
-        "cachetool ls --sort: read from $CACHETOOL_SORT too, which the light path does not"
-    ]
+    for name, attribute, value in changes:
+        assert _kind(params[name]) != "typer", name
+        changed = copy.copy(params[name])
+        setattr(changed, attribute, value)
+        assert _kind(changed) == "typer", (name, attribute)
 
 
 # --- the sink writes what Rich would ----------------------------------------------------------

@@ -16,8 +16,8 @@ import pytest
 
 from cachetool.cache import arrow
 from cachetool.cache.scan import scan_cache
-from cachetool.cli.common import envelope
 from cachetool.cli.ls import ls_document, ls_document_text
+from cachetool.cli.output import envelope
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env, write_anew
 
@@ -151,7 +151,7 @@ def test_large_tables_are_drawn_as_rich_draws_them() -> None:
     120 columns; a table too wide for the terminal is still Rich's."""
     import random
 
-    from cachetool.cli.common import plain_table_lines
+    from cachetool.cli.tables import plain_table_lines
 
     rng = random.Random(7)
     words = ["derived", "shards 1/2", "[bold]x[/]", "héllo", "数据集", "", "0123456789abcdef0123", "1,234"]

@@ -1,9 +1,9 @@
-"""The command line: the launcher (`entry`), the plain reader of `ls` and `--version` (`light`),
-the Typer app (`app`) and one module per command, each rendering what the layers below return.
+"""The command line: the launcher (`entry`), the light path of plain `ls`/`show`/`lineage`/
+`explain` and `--version` (`light`), the Typer app (`app`) with the options and the error
+boundary its commands share (`common`), the output sink (`output`), and one module per command.
 
-May import every other package of cachetool (it is the top layer); nothing imports it. What the
-launcher, the app and the plain reader share lives here: whether the shell asks for completions
-and what a closed standard output means.
+The top layer: may import every other package of cachetool; nothing imports it. `entry`,
+`light` and `output` import no Typer, Click or pydantic; what they and the app share is here.
 """
 
 from __future__ import annotations

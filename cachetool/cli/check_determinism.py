@@ -8,15 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cachetool.cli.common import (
-    JsonOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    format_option,
-    handle_errors,
-)
+from cachetool.cli.common import JsonOption, QuietOption, format_option, handle_errors
+from cachetool.cli.output import Output, OutputFormat, choose_format
 
 if TYPE_CHECKING:
     from cachetool.determinism.report import DeterminismReport, RunProgress
@@ -199,7 +192,7 @@ def _parse_seeds(text: str | None) -> list[int] | None:
 def _show(report: DeterminismReport, fmt: OutputFormat) -> None:
     import sys
 
-    from cachetool.cli.common import warn
+    from cachetool.cli.output import warn
     from cachetool.determinism.render import github_lines, human_lines
 
     for message in report.warnings:

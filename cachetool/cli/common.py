@@ -1,10 +1,5 @@
-"""What every command shares: option types, the output sink, and the error boundary.
-
-Commands read the same way: parse options -> call the model -> map a domain error to a message ->
-pure helpers (filter, sort, limit) -> one output object -> exit code. The sink and the boundary
-live in `cachetool.cli.output` (no Typer there, so the light path of `cachetool.cli.light` can
-use them); the Typer options are here.
-"""
+"""The Typer options every command shares, written once, and the error boundary of a Typer
+command (the output sink and the messages are `cachetool.cli.output`, which imports no Typer)."""
 
 from __future__ import annotations
 
@@ -15,45 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from cachetool.cli.output import (
-    JSON_VERSION,
-    Output,
-    OutputFormat,
-    choose_format,
-    confirm,
-    debug_enabled,
-    envelope,
-    error,
-    hint,
-    report_exception,
-    stderr_console,
-    warn,
-)
-from cachetool.cli.tables import plain_table_lines
-from cachetool.errors import CachetoolError
-
-__all__ = [
-    "JSON_VERSION",
-    "AllRootsOption",
-    "CacheDirOption",
-    "FormatOption",
-    "JsonOption",
-    "NoTruncateOption",
-    "Output",
-    "OutputFormat",
-    "QuietOption",
-    "choose_format",
-    "confirm",
-    "debug_enabled",
-    "envelope",
-    "error",
-    "format_option",
-    "handle_errors",
-    "hint",
-    "plain_table_lines",
-    "stderr_console",
-    "warn",
-]
+from cachetool.cli.output import OutputFormat, report_exception
 
 _FORMAT_MEANING = {
     "human": "tables and sentences",
@@ -130,15 +87,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(func: F) -> F:
-    """The process boundary of a Typer command (see `report_exception`): a `CachetoolError`
-    becomes one `Error: ...` line and its exit code; with `CACHETOOL_DEBUG=1` the traceback is
-    shown instead. Ctrl-C exits 130 quietly."""
+    """`func` behind the process boundary (`report_exception`), ending with `typer.Exit`."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (CachetoolError, KeyboardInterrupt, OSError) as e:
+        except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
             code = report_exception(e)
             if code is None:
                 raise

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from cachetool.cli.common import Output, OutputFormat, handle_errors, hint
+from cachetool.cli.common import handle_errors
+from cachetool.cli.output import Output, OutputFormat, hint
 
 
 def demo_command(

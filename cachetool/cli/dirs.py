@@ -6,16 +6,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    handle_errors,
-)
+from cachetool.cli.common import CacheDirOption, FormatOption, JsonOption, QuietOption, handle_errors
+from cachetool.cli.output import Output, OutputFormat, choose_format
 
 if TYPE_CHECKING:
     from cachetool.cache.fstype import FileSystem

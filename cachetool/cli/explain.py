@@ -13,11 +13,10 @@ from cachetool.cli.common import (
     CacheDirOption,
     JsonOption,
     QuietOption,
-    choose_format,
     format_option,
     handle_errors,
 )
-from cachetool.cli.output import Output, OutputFormat, hint, warn
+from cachetool.cli.output import Output, OutputFormat, choose_format, hint, warn
 from cachetool.errors import ExitCode
 from cachetool.formatting import local_time, short_duration
 

@@ -16,17 +16,11 @@ from cachetool.cli.common import (
     FormatOption,
     JsonOption,
     NoTruncateOption,
-    Output,
-    OutputFormat,
     QuietOption,
-    choose_format,
-    confirm,
-    error,
     handle_errors,
-    hint,
-    warn,
 )
 from cachetool.cli.gc_render import gc_document, show_compaction, show_plan, show_result
+from cachetool.cli.output import Output, OutputFormat, choose_format, confirm, error, hint, warn
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size
 

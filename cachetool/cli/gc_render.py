@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachetool.cli.common import Output, OutputFormat, hint, warn
+from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.formatting import human_size
 
 if TYPE_CHECKING:

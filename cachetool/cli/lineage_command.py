@@ -10,13 +10,12 @@ from cachetool.cli.common import (
     AllRootsOption,
     CacheDirOption,
     JsonOption,
-    OutputFormat,
     QuietOption,
-    choose_format,
     format_option,
     handle_errors,
 )
 from cachetool.cli.lineage import run_lineage
+from cachetool.cli.output import OutputFormat, choose_format
 
 
 def lineage_command(

@@ -12,12 +12,11 @@ from cachetool.cli.common import (
     FormatOption,
     JsonOption,
     NoTruncateOption,
-    OutputFormat,
     QuietOption,
-    choose_format,
     handle_errors,
 )
 from cachetool.cli.ls import run_ls
+from cachetool.cli.output import OutputFormat, choose_format
 
 
 # Long for its Typer options and help text only: the work is in `run_ls`.

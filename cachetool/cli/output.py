@@ -1,14 +1,16 @@
-"""The output sink and the error boundary every command shares, without Typer or Click.
+"""The output sink every command writes through (human lines and tables, one JSON document, or
+ids), the `Error:`/`Warning:`/`Hint:` lines on stderr, and the process boundary
+(`report_exception`). No Typer here: the light path uses it too.
 
-`cachetool.cli.common` adds the Typer options; the commands that `cachetool.cli.light` answers
-without building the Typer app (`ls`, `--version`, ...) use this module alone. Rich is imported
-only where it draws something: on a terminal, for a table plain lines cannot show, or a line
-holding a tab. Elsewhere the sink writes the very bytes Rich would (no style, no wrapping, at
-the width Rich would choose).
+Rich is imported only where it draws something: on a terminal, for a table plain lines cannot
+show, or a line holding a tab. Elsewhere the sink writes the very bytes Rich would (no style, no
+wrapping, at the width Rich would choose).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 import sys
@@ -79,26 +81,21 @@ def report_exception(e: BaseException) -> int | None:
     return int(ExitCode.USAGE)
 
 
-def rich_is_terminal(stream: TextIO) -> bool:
-    """Whether a Rich console writing to `stream` takes it for a terminal (styles, cropping):
-    `TTY_COMPATIBLE`, then `FORCE_COLOR`, then `isatty()`, as Rich decides."""
-    compatible = os.environ.get("TTY_COMPATIBLE", "")
-    if compatible in ("0", "1"):
-        return compatible == "1"
-    force = os.environ.get("FORCE_COLOR")
-    if force is not None:
-        return force != ""
+def plain_width(stream: TextIO) -> int | None:
+    """The width of lines written to `stream` as they are, where a Rich console would neither
+    style nor crop them (not a terminal by `TTY_COMPATIBLE`, `FORCE_COLOR`, then `isatty()`):
+    `COLUMNS`, else the size of the first of stdin, stdout and stderr that is a terminal, else 80.
+    None where Rich must write (a terminal, Windows, an unusual `COLUMNS`)."""
+    compatible, force = os.environ.get("TTY_COMPATIBLE", ""), os.environ.get("FORCE_COLOR")
     try:
-        return stream.isatty()
+        terminal = stream.isatty()
     except ValueError:  # closed
-        return False
-
-
-def plain_width() -> int | None:
-    """The width a Rich console not writing to a terminal uses (`COLUMNS`, else the size of the
-    first of stdin, stdout and stderr that is a terminal, else 80), or None where only Rich can
-    say (Windows, an unusual `COLUMNS`)."""
-    if sys.platform == "win32":
+        terminal = False
+    if compatible in ("0", "1"):
+        terminal = compatible == "1"
+    elif force is not None:
+        terminal = force != ""
+    if terminal or sys.platform == "win32":
         return None
     columns = os.environ.get("COLUMNS")
     if columns is not None:
@@ -109,11 +106,6 @@ def plain_width() -> int | None:
         except (AttributeError, ValueError, OSError):
             continue
     return 80
-
-
-def _plain_stream(stream: TextIO) -> bool:
-    """Whether lines for `stream` can be written as they are, not through Rich."""
-    return not rich_is_terminal(stream) and plain_width() is not None
 
 
 def stderr_console() -> Console:
@@ -129,7 +121,7 @@ def _stderr_line(label: str, style: str, message: str, fit: bool = True) -> None
     `fit`. Never wrapped: the terminal folds a long line, and it pastes as one."""
     lines = [safe_text(line) for line in message.split("\n")]
     text = "\n".join(lines)
-    if "\t" not in text and not sys.stderr.isatty() and _plain_stream(sys.stderr):
+    if "\t" not in text and not sys.stderr.isatty() and plain_width(sys.stderr) is not None:
         sys.stdout.flush()  # what came before on stdout stays before, as Rich flushes each line
         sys.stderr.write(f"{label} {text}\n")
         sys.stderr.flush()
@@ -182,27 +174,21 @@ class Output:
         self._width = width
         self.no_truncate = no_truncate
         self._console: Console | None = None
-        self._plain: bool | None = None
-        self._plain_width: int | None = None
+
+    @functools.cached_property
+    def _plain_width(self) -> int | None:
+        return None if self._console is not None else plain_width(sys.stdout)
 
     @property
     def plain(self) -> bool:
         """Whether lines go to stdout as they are: Rich would neither style nor crop them."""
-        if self._plain is None:
-            self._plain = self._console is None and _plain_stream(sys.stdout)
-        return self._plain
+        return self._plain_width is not None
 
     @property
     def width(self) -> int:
         """The width of a line: the console's (`COLUMNS`, the terminal's, else 80)."""
-        if self._width is not None:
-            return self._width
-        if self.plain:
-            if self._plain_width is None:  # once: it asks the terminal each time
-                self._plain_width = plain_width()
-            if self._plain_width is not None:
-                return self._plain_width
-        return self.console.width
+        width = self._width if self._width is not None else self._plain_width
+        return width if width is not None else self.console.width
 
     @property
     def console(self) -> Console:
@@ -329,16 +315,13 @@ class Output:
             return
         sys.stdout.flush()
         binary = getattr(sys.stdout, "buffer", None)
-        for piece in pieces():
-            if binary is not None:
-                binary.write(piece if isinstance(piece, bytes) else piece.encode("ascii"))
+        for piece in itertools.chain(pieces(), ["\n"]):
+            if binary is None:
+                sys.stdout.write(piece if isinstance(piece, str) else piece.decode("ascii"))
             else:
-                sys.stdout.write(piece.decode("ascii") if isinstance(piece, bytes) else piece)
+                binary.write(piece if isinstance(piece, bytes) else piece.encode("ascii"))
         if binary is not None:
-            binary.write(b"\n")
             binary.flush()
-        else:
-            sys.stdout.write("\n")
         sys.stdout.flush()
 
     def ids(self, ids: Iterable[str]) -> None:

@@ -7,16 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    handle_errors,
-)
+from cachetool.cli.common import CacheDirOption, FormatOption, JsonOption, QuietOption, handle_errors
+from cachetool.cli.output import Output, OutputFormat, choose_format
 
 if TYPE_CHECKING:
     from cachetool.maintenance.pinning import PinChange

@@ -8,17 +8,8 @@ from typing import Annotated
 
 import typer
 
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    handle_errors,
-    warn,
-)
+from cachetool.cli.common import CacheDirOption, FormatOption, JsonOption, QuietOption, handle_errors
+from cachetool.cli.output import Output, OutputFormat, choose_format, warn
 
 
 def report_command(

@@ -11,11 +11,10 @@ from cachetool.cli.common import (
     FormatOption,
     JsonOption,
     NoTruncateOption,
-    OutputFormat,
     QuietOption,
-    choose_format,
     handle_errors,
 )
+from cachetool.cli.output import OutputFormat, choose_format
 from cachetool.cli.show import run_show
 
 

@@ -9,18 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachetool.cli.common import (
-    CacheDirOption,
-    JsonOption,
-    Output,
-    OutputFormat,
-    QuietOption,
-    choose_format,
-    format_option,
-    handle_errors,
-    hint,
-    warn,
-)
+from cachetool.cli.common import CacheDirOption, JsonOption, QuietOption, format_option, handle_errors
+from cachetool.cli.output import Output, OutputFormat, choose_format, hint, warn
 from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:

@@ -15,16 +15,12 @@ import typer
 from cachetool.cli.common import (
     CacheDirOption,
     JsonOption,
-    Output,
     OutputFormat,
     QuietOption,
-    choose_format,
-    confirm,
     format_option,
     handle_errors,
-    hint,
-    warn,
 )
+from cachetool.cli.output import Output, choose_format, confirm, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
@@ -264,7 +260,7 @@ def _progress(fmt: OutputFormat) -> Iterator[tuple[Callable[[int, int], None] | 
         return
     from rich.progress import Progress
 
-    from cachetool.cli.common import stderr_console
+    from cachetool.cli.output import stderr_console
 
     with Progress(console=stderr_console(), transient=True) as status:
         task = status.add_task("Reading headers", total=None)

@@ -18,7 +18,7 @@ from cachetool.cache import layout
 from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import CacheFile, CacheReport, Entry
-from cachetool.hints import gc_hint, shell_command
+from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse
@@ -65,7 +65,7 @@ class Checker:
     ) -> None:
         """A finding whose hint is the gc command that removes `target` (the entry's path): it was
         just proven unheld."""
-        self.add(code, e, path or e.path, detail, gc_hint(self.report.root, target or os.fsdecode(e.path)))
+        self.add(code, e, path or e.path, detail, gc_command(self.report.root, target or os.fsdecode(e.path)))
 
     def add(
         self,
@@ -239,7 +239,7 @@ class Checker:
             e,
             e.path,
             "data-*.arrow without state.json: an interrupted save_to_disk",
-            "save it again; " + gc_hint(self.report.root, os.fsdecode(e.path)),
+            "save it again; " + gc_command(self.report.root, os.fsdecode(e.path)),
         )
 
     def lock(self, e: Entry) -> None:
