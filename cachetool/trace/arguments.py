@@ -12,12 +12,15 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cachetool.history.records.parts import ArgInfo, ColumnHead, FunctionInfo, RandomFallback
 from cachetool.trace.calls import Frame, HashEvent
 from cachetool.trace.sources import describe as describe_function
 from cachetool.trace.sources import unwrap
+
+if TYPE_CHECKING:
+    from cachetool.fingerprint.tree import HashNode
 
 __all__ = ["SOURCES", "Arguments", "Hashed", "column_heads", "hash_tree", "operation_of", "summarize"]
 
@@ -365,7 +368,7 @@ def summarize(value: Any) -> dict[str, Any] | None:
     return node  # the argument alone: a digest, a type and a short repr
 
 
-def _compact(node: dict[str, Any]) -> dict[str, Any]:
+def _compact(node: HashNode) -> dict[str, Any]:
     out: dict[str, Any] = {"l": node.get("l", ""), "t": node.get("t"), "d": node.get("d")}
     desc = node.get("s")
     if isinstance(desc, str) and desc != node.get("t") and len(desc) <= _REPR:

@@ -202,11 +202,11 @@ def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
 
 def _with_stale_findings(report: VerifyReport) -> VerifyReport:
     """`report` plus an error for each entry computed by code that has changed since
-    (`cachetool.history.explain.stale_hits`). Each is about the first file of the step's record
+    (`cachetool.history.explain.stale.stale_hits`). Each is about the first file of the step's record
     that the cache classifies as written by `datasets` (a record may name anything), or its first
     file when none is (then `--quarantine` moves nothing)."""
     from cachetool.cache.layout import MOVABLE_KINDS
-    from cachetool.history.explain import stale_hits
+    from cachetool.history.explain.stale import stale_hits
 
     hits = stale_hits(report.root)
     if not hits:
