@@ -52,7 +52,7 @@ import os
 import re
 import socket
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,21 +118,23 @@ class CompactionReport:
         return "; ".join(why) or "no segment"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "root": os.fspath(self.root),
-            "dry_run": self.dry_run,
-            "segments": self.segments,
-            "runs": self.runs,
-            "kept": self.kept,
-            "summarised": self.summarised,
-            "gc_folded": self.gc_folded,
-            "bytes_before": self.bytes_before,
-            "bytes_after": self.bytes_after,
-            "left": list(self.left),
-            "recent": self.recent,
-            "keep_runs": self.keep_runs,
-            "warnings": list(self.warnings),
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "root": os.fspath(self.root), "left": list(self.left), "warnings": list(self.warnings)}
+
+    def plus(self, other: CompactionReport) -> CompactionReport:
+        """This report with what `other` (of another ledger folder of the same root) did."""
+        return replace(
+            self,
+            segments=self.segments + other.segments,
+            runs=self.runs + other.runs,
+            kept=self.kept + other.kept,
+            summarised=self.summarised + other.summarised,
+            gc_folded=self.gc_folded + other.gc_folded,
+            bytes_after=self.bytes_after - other.bytes_before + other.bytes_after,
+            left=self.left + other.left,
+            recent=self.recent + other.recent,
+            warnings=self.warnings + other.warnings,
+        )
 
 
 def ledger_bytes(root: str | os.PathLike[str]) -> int:
@@ -176,21 +178,7 @@ def compact_ledger(
             raise CachetoolError(f"{folder}: another compaction of this ledger is running") from None
         except OSError as e:
             raise CachetoolError(f"{folder}: cannot compact the ledger: {e.strerror or e}") from None
-        total = CompactionReport(
-            root_path,
-            dry_run,
-            segments=total.segments + got.segments,
-            runs=total.runs + got.runs,
-            kept=total.kept + got.kept,
-            summarised=total.summarised + got.summarised,
-            gc_folded=total.gc_folded + got.gc_folded,
-            bytes_before=before,
-            bytes_after=total.bytes_after - got.bytes_before + got.bytes_after,
-            left=total.left + got.left,
-            recent=total.recent + got.recent,
-            keep_runs=keep_runs,
-            warnings=total.warnings + got.warnings,
-        )
+        total = total.plus(got)
     return total
 
 

@@ -365,8 +365,9 @@ class Ledger:
 
     # -- views ----------------------------------------------------------------------------------
     def is_foreign(self, rec: LedgerRecord) -> bool:
-        """The record was read from another root than this ledger's."""
-        return rec.read_from is not None and Path(rec.read_from) != self.root
+        """The record was read from another root than this ledger's (both paths are absolute and
+        normalized: `read_root` labels its records with the root's path)."""
+        return rec.read_from is not None and rec.read_from != os.fspath(self.root)
 
     def steps(self, *, include_internal: bool = False) -> list[StepRecord]:
         """Step records (transforms, roots, saves, checkpoints), oldest first."""
@@ -442,4 +443,3 @@ def records_for(
 
 
 # The names of `roots`, `writer`, `segments` and `resolve` stay importable from here.
-__all__ = ["Ledger", "read_ledger", "records_for", "usage_by_fingerprint"]
