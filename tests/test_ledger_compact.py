@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from cachetool.cache.roots import ledger_dir
-from cachetool.history.compact import compact_ledger, ledger_bytes
-from cachetool.history.compact_files import KILL_AT_ENV
+from cachetool.history.compact import KILL_AT_ENV, compact_ledger, ledger_bytes
 from cachetool.history.ledger import read_ledger, usage_by_fingerprint
 from cachetool.history.query import lineage
 from cachetool.history.stats import ledger_stats

@@ -117,6 +117,3 @@ def describe(record: GcRecord) -> str:
 
     when = iso_time(record.time)
     return f"deleted by gc {when}: {record.reason or 'no reason recorded'}"
-
-
-__all__ = ["GC_TYPE", "GcLog", "describe", "gc_records", "paths_gone", "removed_fingerprints"]

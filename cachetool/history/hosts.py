@@ -20,8 +20,6 @@ from typing import Any
 from cachetool.formatting import human_duration
 from cachetool.history.records.steps import StepRecord
 
-__all__ = ["Computation", "ConcurrentComputation", "concurrent_computations", "where_sentence"]
-
 
 @dataclass(frozen=True)
 class Computation:

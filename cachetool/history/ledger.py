@@ -132,7 +132,6 @@ The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same d
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -365,8 +364,9 @@ class Ledger:
 
     # -- views ----------------------------------------------------------------------------------
     def is_foreign(self, rec: LedgerRecord) -> bool:
-        """The record was read from another root than this ledger's."""
-        return rec.read_from is not None and Path(rec.read_from) != self.root
+        """The record was read from another root than this ledger's (both paths are absolute and
+        normalized: `read_root` labels its records with the root's path)."""
+        return rec.read_from is not None and rec.read_from != os.fspath(self.root)
 
     def steps(self, *, include_internal: bool = False) -> list[StepRecord]:
         """Step records (transforms, roots, saves, checkpoints), oldest first."""
@@ -375,9 +375,6 @@ class Ledger:
     def own_steps(self, *, include_internal: bool = False) -> list[StepRecord]:
         """Step records of this root only."""
         return [r for r in self.steps(include_internal=include_internal) if not self.is_foreign(r)]
-
-    def sources(self) -> list[SourceRecord]:
-        return [r for r in self.records if isinstance(r, SourceRecord)]
 
     def gc_records(self) -> list[GcRecord]:
         """gc's removals recorded in this root, oldest first."""
@@ -416,13 +413,9 @@ class Ledger:
         return usage_of(self.own_steps(), self.summaries())
 
 
-def read_ledger(root: str | os.PathLike[str], *, include_internal: bool = True) -> Ledger:
-    """The ledger of `root` alone (no other root), internal records included unless told."""
-    got = Ledger.load(root, follow=False)
-    if include_internal:
-        return got
-    kept = tuple(r for r in got.records if not r.internal)
-    return dataclasses.replace(got, records=kept)
+def read_ledger(root: str | os.PathLike[str]) -> Ledger:
+    """The ledger of `root` alone (no other root)."""
+    return Ledger.load(root, follow=False)
 
 
 def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:
@@ -439,7 +432,3 @@ def records_for(
     """Every record of `root` whose result is `fingerprint` (oldest first): what `show` prints."""
     ledger = root if isinstance(root, Ledger) else read_ledger(root)
     return ledger.for_result(fingerprint, include_internal=include_internal)
-
-
-# The names of `roots`, `writer`, `segments` and `resolve` stay importable from here.
-__all__ = ["Ledger", "read_ledger", "records_for", "usage_by_fingerprint"]

@@ -20,16 +20,6 @@ from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
 
-__all__ = [
-    "Failure",
-    "Interruption",
-    "RunState",
-    "UnfinishedFile",
-    "failure",
-    "interruption",
-    "unended_step",
-]
-
 #: "killed": the process is gone; "running": it still runs on this host; "unknown": it ran on
 #: another host, so cachetool cannot tell.
 RunState = Literal["killed", "running", "unknown"]

@@ -281,3 +281,12 @@ def moved_key(rec: StepRecord) -> tuple[object, ...] | None:
     if fn is None or not fn.qualname or not fn.code_hash:
         return None
     return (rec.operation, fn.qualname, fn.code_hash, tuple(rec.parents))
+
+
+#: The step types `stats` counts as steps (hits, misses); saves are counted apart.
+COUNTED = ("transform", "root")
+
+
+def written_bytes(rec: StepRecord) -> int:
+    """Bytes of the files a record wrote (not those it reused)."""
+    return sum(f.size or 0 for f in rec.files if f.status == "written")
