@@ -17,7 +17,7 @@ from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry, RecordedUse
+    from cachetool.cache.model import CacheReport, Entry, RecordedUse
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
 

@@ -12,7 +12,7 @@ from cachetool.formatting import local_time, time_ago
 from cachetool.history.show import fingerprint_check
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheFile, Entry
+    from cachetool.cache.model import CacheFile, Entry
     from cachetool.history.records import CallSite, StepRecord
     from cachetool.history.show import EntryReport
 

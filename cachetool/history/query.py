@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from cachetool.cache.lookup import KnownFingerprints
-    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.cache.model import CacheReport, Entry
     from cachetool.history.ledger import Ledger
     from cachetool.history.records import StepStartRecord
     from cachetool.history.step import Step

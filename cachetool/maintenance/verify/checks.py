@@ -15,7 +15,7 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.cache.model import CacheFile, CacheReport, Entry
 from cachetool.hints import gc_hint
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse

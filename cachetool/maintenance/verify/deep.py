@@ -13,7 +13,7 @@ from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.cache.model import CacheFile, CacheReport, Entry
 from cachetool.cache.store import write_whole
 from cachetool.formatting import local_time
 from cachetool.hints import shell_command

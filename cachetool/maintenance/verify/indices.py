@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import Entry
+from cachetool.cache.model import Entry
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.verify.checks import Checker
 
