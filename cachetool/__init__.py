@@ -28,7 +28,7 @@ _LAZY = {
     # ls, show, dirs, demo
     "list_cache": "cachetool.cache.listing",
     "scan_cache": "cachetool.cache.scan",
-    "find_entry": "cachetool.cache.scan",
+    "find_entry": "cachetool.cache.lookup",
     "show_entry": "cachetool.history.show",
     "resolve_dirs": "cachetool.cache.dirs",
     "resolve_cache_root": "cachetool.cache.dirs",
@@ -63,10 +63,10 @@ _LAZY = {
     # report
     "write_report": "cachetool.report.html",
     # what they return
-    "CacheReport": "cachetool.cache.scan",
-    "DatasetDir": "cachetool.cache.scan",
-    "Entry": "cachetool.cache.scan",
-    "CacheFile": "cachetool.cache.scan",
+    "CacheReport": "cachetool.cache.model",
+    "DatasetDir": "cachetool.cache.model",
+    "Entry": "cachetool.cache.model",
+    "CacheFile": "cachetool.cache.model",
     "Kind": "cachetool.cache.layout",
 }
 

@@ -41,7 +41,9 @@ def test_cache_and_ledger_modules_import_in_any_order(first: str) -> None:
     ]
     code = f"import {first}\n" + "".join(f"import {m}\n" for m in others if m != first)
     code += (
-        "from cachetool.cache.scan import scan_cache, find_entry, CacheReport, Entry, CacheFile, DatasetDir\n"
+        "from cachetool.cache.scan import scan_cache\n"
+        "from cachetool.cache.lookup import find_entry\n"
+        "from cachetool.cache.model import CacheReport, Entry, CacheFile, DatasetDir\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

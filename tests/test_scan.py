@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import CacheReport, Entry, scan_cache
+from cachetool.cache.model import CacheReport, Entry
+from cachetool.cache.scan import scan_cache
 from cachetool.errors import AmbiguousFingerprint, CacheNotFound, UnknownFingerprint
 
 pytestmark = pytest.mark.slow

@@ -108,14 +108,26 @@ def shared_summary(
     error: str | None,
 ) -> ArrowSummary:
     """The summary of these values, sharing its columns and metadata template with the others."""
+    return ArrowSummary(
+        format,
+        rows,
+        batches,
+        shared_columns(columns),
+        fingerprint,
+        metadata_template(template, None),
+        eos,
+        error,
+    )
+
+
+def shared_columns(columns: _Columns) -> _Columns:
+    """`columns`, as one tuple shared by every summary with these columns."""
     shared = _COLUMNS.get(columns)
     if shared is None:
         if len(_COLUMNS) > 10_000:
             _COLUMNS.clear()
         shared = _COLUMNS[columns] = columns
-    return ArrowSummary(
-        format, rows, batches, shared, fingerprint, metadata_template(template, None), eos, error
-    )
+    return shared
 
 
 #: Stands for a file's own fingerprint in a metadata template. JSON text never holds a raw NUL

@@ -18,7 +18,16 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from cachetool.cache.arrow import EMPTY, IPC_FILE, NOT_ARROW, STREAM, UNREADABLE, ArrowSummary, shared_summary
+from cachetool.cache.arrow import (
+    EMPTY,
+    IPC_FILE,
+    NOT_ARROW,
+    STREAM,
+    UNREADABLE,
+    ArrowSummary,
+    metadata_template,
+    shared_columns,
+)
 
 INDEX_NAME = "read-index.z"
 _MAGIC = b"cachetool read index 7\n"
@@ -42,7 +51,8 @@ class ReadIndex:
         self.stored = 0  # file rows in the index read
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Row] = {}
-        self._columns: dict[int, Any] = {}  # the columns of its rows found well formed, by identity
+        #: The columns of its rows found well formed, by identity, and their shared tuple.
+        self._columns: dict[int, tuple[Any, Any]] = {}
         self._new: list[_Row] = []  # its rows still true, and those read now
         self._used_all = True  # no file of it read now
         #: The rows to write, by folder, as `_stored` holds them.
@@ -113,18 +123,22 @@ class ReadIndex:
         """The summary of stored fields, None for any not as `put` writes them (a damaged or
         foreign index: the file is read again)."""
         fmt, rows, batches, columns, fp, template, eos, error = fields
-        if id(columns) not in self._columns:  # one check per distinct columns of a folder
-            if type(columns) is not tuple or not all(_is_column(c) for c in columns):
+        known = self._columns.get(id(columns))  # one check per distinct columns of a folder
+        if known is None or known[0] is not columns:
+            if type(columns) is not tuple or not all(map(_is_column, columns)):
                 return None
-            self._columns[id(columns)] = columns
+            known = self._columns[id(columns)] = (columns, shared_columns(columns))
         if not (
             fmt in _FORMATS
             and type(eos) is bool
-            and all(x is None or (type(x) is int and x >= 0) for x in (rows, batches))
-            and all(x is None or type(x) is str for x in (fp, template, error))
+            and (rows is None or (type(rows) is int and rows >= 0))
+            and (batches is None or (type(batches) is int and batches >= 0))
+            and (fp is None or type(fp) is str)
+            and (template is None or type(template) is str)
+            and (error is None or type(error) is str)
         ):
             return None
-        return shared_summary(fmt, rows, batches, columns, fp, template, eos, error)
+        return ArrowSummary(fmt, rows, batches, known[1], fp, metadata_template(template, None), eos, error)
 
     def put(self, folder: str, name: str, size: int, ctime_ns: int, inode: int, s: ArrowSummary) -> None:
         """Remember what was read from the file `name` of `folder` (relative to the root)."""

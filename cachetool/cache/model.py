@@ -225,35 +225,38 @@ class Entry:
         return self.kind._value_  # what .value gives, without the enum's descriptor
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind.value,
+        # Each value worked out once (a listing writes 100,000 of these).
+        modified = self.modified
+        used = self.used
+        mod_iso = iso_time(modified)
+        path = str(self.path)
+        out: dict[str, Any] = {
+            "id": self.fingerprint or path,
+            "kind": self.kind._value_,
             "fingerprint": self.fingerprint,
             "aliases": list(self.aliases),
             "dataset": self.dataset,
-            "dataset_dir": _path_str(self.dataset_dir) if self.dataset_dir else None,
+            "dataset_dir": None if self.dataset_dir is None else str(self.dataset_dir),
             "split": self.split,
             "content": self.content,
-            "path": _path_str(self.path),
+            "path": path,
             "files": len(self.files),
             "expected_files": self.expected_files,
             "rows": self.rows,
             "expected_rows": self.expected_rows,
             "columns": [name for name, _ in self.columns],
             "size": self.size,
-            "modified": iso_time(self.modified),
-            "used": iso_time(self.used),
+            "modified": mod_iso,
+            "used": mod_iso if used == modified else iso_time(used),
             "complete": self.complete,
             "parent": self.parent,
             "operation": self.operation,
-            "unit": _path_str(self.unit) if self.unit else None,
+            "unit": None if self.unit is None else str(self.unit),
             "problems": list(self.problems),
-            **(
-                {"prefix": self.path.name, "state": self.state, "writer_pids": list(self.writer_pids)}
-                if self.kind == Kind.TF_CACHE
-                else {}
-            ),
         }
+        if self.kind is Kind.TF_CACHE:
+            out.update(prefix=self.path.name, state=self.state, writer_pids=list(self.writer_pids))
+        return out
 
 
 _TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import Entry
+from cachetool.cache.model import Entry
 from cachetool.errors import BadExpression
 
 _FILTER_RE = re.compile(r"(?P<key>[a-zA-Z_]+)\s*(?P<op>==|!=|>=|<=|>|<|=)\s*(?P<value>.+)")

@@ -21,33 +21,15 @@ from cachetool.cache import layout
 from cachetool.cache.classify import Scanner
 from cachetool.cache.entries import attach_usage, attribute_locks
 from cachetool.cache.index import ReadIndex
-from cachetool.cache.layout import Kind
-from cachetool.cache.lookup import find_entry
 from cachetool.cache.model import (
-    CacheFile,
     CacheReport,
-    DatasetDir,
     Entry,
     Liveness,
     RecordedUse,
-    ScanWarning,
 )
 from cachetool.cache.roots import user_state_dir
 from cachetool.cache.walk import gc_paused
 from cachetool.errors import CacheNotFound, NotADirectory
-
-__all__ = [
-    "CacheFile",
-    "CacheReport",
-    "DatasetDir",
-    "Entry",
-    "Kind",
-    "RecordedUse",
-    "ScanWarning",
-    "find_entry",
-    "gc_paused",
-    "scan_cache",
-]
 
 
 def scan_cache(

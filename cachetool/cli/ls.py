@@ -17,7 +17,7 @@ from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry, RecordedUse
+    from cachetool.cache.model import CacheReport, Entry, RecordedUse
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
 
@@ -205,7 +205,7 @@ def ls_document(
     totals = report.totals()
     return {
         "root": os.fsdecode(report.root),
-        "entries": [{**e.to_json(), "pinned": is_pinned(e, pinned)} for e in entries],
+        "entries": [_with_pin(e, pinned, is_pinned) for e in entries],
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in totals.items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
@@ -224,6 +224,15 @@ def ls_document_text(
     yield head[:cut]
     for start in range(0, len(entries), 1000):
         chunk = entries[start : start + 1000]
-        piece = json.dumps([{**e.to_json(), "pinned": is_pinned(e, pinned)} for e in chunk])
+        piece = json.dumps([_with_pin(e, pinned, is_pinned) for e in chunk])
         yield piece[1:-1] if start == 0 else ", " + piece[1:-1]
     yield head[cut:]
+
+
+def _with_pin(
+    e: Entry, pinned: frozenset[str], is_pinned: Callable[[Entry, frozenset[str]], bool]
+) -> dict[str, object]:
+    """The entry's `--json` form, and whether it is pinned (`cachetool.cache.query.is_pinned`)."""
+    doc = e.to_json()
+    doc["pinned"] = is_pinned(e, pinned)
+    return doc

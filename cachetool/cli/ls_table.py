@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from cachetool.cli.output import Output
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.cache.model import CacheReport, Entry
 
 
 def _short(path: Path, root: Path) -> str:

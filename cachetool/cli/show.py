@@ -12,7 +12,8 @@ from cachetool.formatting import local_time, time_ago
 from cachetool.history.show import fingerprint_check
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheFile, Entry
+    from cachetool.cache.model import CacheFile
+    from cachetool.cache.scan import Entry
     from cachetool.history.records.parts import CallSite
     from cachetool.history.records.steps import StepRecord
     from cachetool.history.show import EntryReport

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from cachetool.cache.lookup import Resolved, cache_file_key, resolve
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheReport
+    from cachetool.cache.model import CacheReport
     from cachetool.history.ledger import Ledger
 
 
@@ -29,7 +29,8 @@ def resolve_in_root(
     """`resolve` for a command that has only the root: the ledger of `root` (loaded once unless
     given) and a scan of its cache, returned too so the command reads neither again. A root that
     cannot be scanned (gone since the records were made) resolves against the ledger alone."""
-    from cachetool.cache.scan import CacheReport, scan_cache
+    from cachetool.cache.model import CacheReport
+    from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
     from cachetool.history.ledger import Ledger
 

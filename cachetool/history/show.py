@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import CacheFile, CacheReport, Entry
+    from cachetool.cache.model import CacheFile, CacheReport, Entry
     from cachetool.history.ledger import Ledger
     from cachetool.history.records.steps import StepRecord
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cachetool.formatting import iso_time
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import Entry
+    from cachetool.cache.model import Entry
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
-from cachetool.cache.scan import Entry
+from cachetool.cache.model import Entry
 from cachetool.formatting import compact_age, compact_duration, human_size
 from cachetool.maintenance.gc.model import GcItem, KeptBecause, Refusal, Target
 from cachetool.maintenance.gc.planner import KEPT_BECAUSE, Planner

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cachetool.cache import layout
 from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
-from cachetool.cache.scan import Entry
+from cachetool.cache.model import Entry
 from cachetool.cache.tfdata import tf_leftover_name
 from cachetool.maintenance.gc.model import GcItem, Refusal, Target
 from cachetool.maintenance.gc.planner import Planner, gc_alive, newest_mtime, owner_uid

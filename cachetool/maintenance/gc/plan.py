@@ -18,7 +18,7 @@ from typing import Any, Literal
 from cachetool.cache import layout
 from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
 from cachetool.cache.lookup import find_entry
-from cachetool.cache.scan import CacheReport
+from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
 from cachetool.maintenance.gc.leftovers import LeftoverPlanner

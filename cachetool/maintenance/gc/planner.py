@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.cache.model import CacheFile, CacheReport, Entry
 from cachetool.formatting import compact_age, compact_duration
 from cachetool.maintenance.gc.model import GcItem, GcOptions, KeepCode, KeptBecause, Refusal, Scope, Skip
 from cachetool.maintenance.gc.tempdir import TempScan

@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cachetool.cache.scan import find_entry, scan_cache
+from cachetool.cache.lookup import find_entry
+from cachetool.cache.scan import scan_cache
 from cachetool.errors import CachetoolError
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use

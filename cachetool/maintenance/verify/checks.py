@@ -17,7 +17,8 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import CacheFile, CacheReport, Entry
+from cachetool.cache.model import CacheFile
+from cachetool.cache.scan import CacheReport, Entry
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
