@@ -81,21 +81,22 @@ class Checker:
             ident = _scanned_identity(e, path)
         self.findings.append(Finding(code, detail, e.id, e.kind.value, path, hint, ident))
 
-    def writers_of(self, path: Path) -> frozenset[int]:
+    def pids(self, path: Path, writers: bool = False) -> frozenset[int]:
+        """The live processes on this host that hold `path` open (`writers`: for writing)."""
         try:
             st = os.stat(path, follow_symlinks=False)
         except OSError:
             return frozenset()
-        return self.in_use.writer_pids(st) or frozenset()
+        return (self.in_use.writer_pids(st) if writers else self.in_use.pids(st)) or frozenset()
 
     def live_writer(self, e: Entry) -> frozenset[int]:
-        return next((pids for f in e.files if (pids := self.writers_of(f.path))), frozenset())
+        return next((pids for f in e.files if (pids := self.pids(f.path, writers=True))), frozenset())
 
-    def being_written(self, e: Entry, what: str = "") -> bool:
-        """A live process on this host writes `e`: say so, as info."""
-        pids = self.live_writer(e)
+    def being_written(self, e: Entry, what: str = "", path: Path | None = None) -> bool:
+        """A live process on this host writes `e` (or its file `path`): say so, as info."""
+        pids = self.pids(path, writers=True) if path is not None else self.live_writer(e)
         if pids:
-            self.add("being-written", e, e.path, f"{what}being written by pid {pids_text(pids)}")
+            self.add("being-written", e, path or e.path, f"{what}being written by pid {pids_text(pids)}")
         return bool(pids)
 
     def leased(self, e: Entry) -> bool:
@@ -155,11 +156,8 @@ class Checker:
         if s is None:
             return
         if s.error is not None:
-            pids = self.writers_of(f.path)
-            if pids:
-                self.add("being-written", e, f.path, f"being written by pid {pids_text(pids)}")
-                return
-            self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
+            if not self.being_written(e, path=f.path):
+                self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
             return
         mismatch = _mismatch(f)
         if mismatch is not None:
@@ -199,22 +197,13 @@ class Checker:
     def temp(self, e: Entry) -> None:
         if self.being_written(e):
             return
-        holders = self.holders(e)
+        holders = frozenset().union(*(self.pids(f.path) for f in e.files))
         if holders:
             self.add("held-open", e, e.path, f"temporary file held open by pid {pids_text(holders)}")
             return
         if self.leased(e):
             return
         self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
-
-    def holders(self, e: Entry) -> frozenset[int]:
-        pids: set[int] = set()
-        for f in e.files:
-            try:
-                pids |= self.in_use.pids(os.stat(f.path, follow_symlinks=False))
-            except OSError:
-                continue
-        return frozenset(pids)
 
     def leftover_prepare(self, e: Entry) -> None:
         what = "an interrupted load_dataset preparation"

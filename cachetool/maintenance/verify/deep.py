@@ -139,18 +139,15 @@ def deep_pass(
 def _record(res: DeepResult) -> dict[str, Any]:
     """What is stored of a file read in full: its checksum, and the stat that tells a later run
     whether it was written anew (inode, mtime, ctime) or changed where it lies."""
-    rec: dict[str, Any] = {
+    return {
         "size": res.size,
         "mtime_ns": res.mtime_ns,
         "ctime_ns": res.ctime_ns,
         "xxh3": res.checksum,
         "time": time.time(),
+        **({"ino": res.identity[1]} if res.identity is not None else {}),
+        **({"validated": validator()} if _unchanged_since_read(res) else {}),
     }
-    if res.identity is not None:
-        rec["ino"] = res.identity[1]
-    if _unchanged_since_read(res):
-        rec["validated"] = validator()
-    return rec
 
 
 #: What a deep read checks, as a number: raise it whenever that changes, so that files recorded

@@ -13,6 +13,7 @@ from the root without following symlinks, and is logged first; the log is checke
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import stat
@@ -149,7 +150,6 @@ def _execute(plan: QuarantinePlan) -> VerifyReport:
     root = report.root
     if not plan.units:
         return report
-    folder = _RunFolder(f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
     moved: list[tuple[Path, Path]] = []
     problems: list[Finding] = []
     try:
@@ -159,6 +159,7 @@ def _execute(plan: QuarantinePlan) -> VerifyReport:
         problems = [_not_quarantined(unit.finding, reason) for unit in plan.units]
         return replace(report, findings=(*report.findings, *problems))
     in_use = scan_in_use(root=root)
+    folder = functools.cache(lambda: _run_folder(root_fd))
     done: set[Path] = set()
     try:
         for unit in plan.units:
@@ -240,30 +241,23 @@ def _rename(root_fd: int, root: Path, src: Path, dst: Path, *, make_room: bool =
         rename_noreplace(s_fd, s_parts[-1], d_fd, d_parts[-1])
 
 
-class _RunFolder:
-    """The folder of one quarantine run, `<time>-<pid>` (`-2`, `-3`, ... when a run of the same
-    process in the same second has it), made when the run's first file moves."""
-
-    def __init__(self, stamp: str) -> None:
-        self.stamp = stamp
-        self.name: str | None = None
-
-    def claim(self, root_fd: int) -> str:
-        if self.name is not None:
-            return self.name
-        with _folder(root_fd, (layout.LEDGER_DIR, QUARANTINE_DIR, self.stamp), create=True) as fd:
-            for n in range(1, 10_000):
-                name = self.stamp if n == 1 else f"{self.stamp}-{n}"
-                try:
-                    os.mkdir(name, 0o700, dir_fd=fd)
-                except FileExistsError:
-                    continue
-                self.name = name
-                return name
-        raise OSError(errno.EEXIST, "no free quarantine folder", self.stamp)
+def _run_folder(root_fd: int) -> str:
+    """Make the folder of one quarantine run, `<time>-<pid>` (`-2`, `-3`, ... when a run of the
+    same process in the same second has it); called when the run's first file moves."""
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    with _folder(root_fd, (layout.LEDGER_DIR, QUARANTINE_DIR, stamp), create=True) as fd:
+        for name in (stamp, *(f"{stamp}-{n}" for n in range(2, 10_000))):
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                continue
+            return name
+    raise OSError(errno.EEXIST, "no free quarantine folder", stamp)
 
 
-def _move(root_fd: int, root: Path, folder: _RunFolder, src: Path, finding: Finding, in_use: InUse) -> Path:
+def _move(
+    root_fd: int, root: Path, folder: Callable[[], str], src: Path, finding: Finding, in_use: InUse
+) -> Path:
     """Rename `src` into the quarantine folder of this run, never over anything; logged first.
 
     The checks and the move go through one descriptor of `src`'s folder, opened from the root
@@ -282,7 +276,7 @@ def _move(root_fd: int, root: Path, folder: _RunFolder, src: Path, finding: Find
         raise
     try:
         _check_unheld(src_fd, parts[-1], in_use)
-        dst_parts = (layout.LEDGER_DIR, QUARANTINE_DIR, folder.claim(root_fd), *parts)
+        dst_parts = (layout.LEDGER_DIR, QUARANTINE_DIR, folder(), *parts)
         dst = root.joinpath(*dst_parts)
         with _folder(root_fd, dst_parts, create=True) as dst_fd:
             _log(root, "quarantine", src, dst, problem=finding.problem)
