@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachetool.determinism.events import Event
-from cachetool.determinism.report import ORDER_KEYS, Cause, SourceDiff, Step
+from cachetool.determinism.report import Cause, SourceDiff, Step
 from cachetool.determinism.state import StateChange
 from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
 from cachetool.fingerprint.hints import reordered
@@ -123,11 +123,11 @@ def _order_diffs(row: Sequence[Event], names: Mapping[str, str]) -> list[SourceD
     out = []
     files = [[os.path.basename(f.path) for f in e.source.data_files] if e.source else [] for e in row]
     if reordered(files):
-        out.append(SourceDiff(ORDER_KEYS[0], tuple(", ".join(f) for f in files)))
+        out.append(SourceDiff("data_files order", tuple(", ".join(f) for f in files)))
     parents = [list(e.parents) for e in row]
     if reordered(parents):
         shown = tuple(", ".join(names.get(p, p[:8]) for p in ps) for ps in parents)
-        out.append(SourceDiff(ORDER_KEYS[1], shown))
+        out.append(SourceDiff("inputs order", shown))
     return out
 
 

@@ -42,11 +42,6 @@ _EVENT_WARNINGS_SHOWN = 5
 #: Steps recorded in some runs only, named one by one.
 _ONE_RUN_ONLY_SHOWN = 5
 
-#: What comparing the runs needs (the ledger's record classes, the analysis, the report: tens of
-#: milliseconds of imports), imported while the runs work (`_load_comparison`), not before they
-#: start.
-_COMPARISON = ("cachetool.determinism.analysis", "cachetool.determinism.report")
-
 
 #: The temp folder of a check: `cachetool-determinism-<pid>-<random>`; `gc --temp` removes it
 #: once that process is gone.
@@ -92,9 +87,9 @@ def terminate_as_interrupt() -> Iterator[None]:
 class Leftovers:
     """What stopped runs leave: `tmp*` files in the user's cache, `hf_datasets-*` and `pymp-*`
     folders in the temp dir (a cold run writes a step the cache already holds to an `hf_datasets-*`
-    folder). Only what the check
-    made is removed: cache files written since it started, temp folders that were not there
-    before it; each through gc's own checks (not open, not mapped, not owned by a live process)."""
+    folder). Only what the check made is removed: cache files written since it started, temp
+    folders that were not there before it; each through gc's own checks (not open, not mapped, not
+    owned by a live process)."""
 
     def __init__(self, isolated: bool, env: Mapping[str, str]) -> None:
         from cachetool.cache.dirs import resolve_cache_root, temp_dir
@@ -115,8 +110,6 @@ class Leftovers:
     def remove(self, since: float, workdir: Path) -> str:
         """Remove them; returns what went, in words ("" when nothing)."""
         try:
-            from dataclasses import replace
-
             from cachetool.cache.layout import Kind
             from cachetool.maintenance.gc import GcOptions, execute, plan_gc
 
@@ -136,7 +129,7 @@ class Leftovers:
             )
             if not mine:
                 return ""
-            result = execute(replace(plan, items=mine), log=False)
+            result = execute(dataclasses.replace(plan, items=mine), log=False)
         except Exception:  # cleanup must never hide the report; gc --temp removes them later
             return ""
         files = sum(1 for o in result.removed if o.item.scope == "root")
@@ -150,9 +143,10 @@ class Leftovers:
 
 
 def _load_comparison() -> None:
-    """Import what the comparison needs, once the runs are going (they use both cores, so this
-    costs the check half what it costs before they start)."""
-    for module in _COMPARISON:
+    """Import what the comparison needs (the ledger's record classes, the analysis, the report:
+    tens of milliseconds) once the runs are going, not before they start: they use both cores,
+    so this costs the check half as much then."""
+    for module in ("cachetool.determinism.analysis", "cachetool.determinism.report"):
         importlib.import_module(module)
 
 

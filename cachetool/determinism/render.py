@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cachetool.determinism.report import ORDER_KEYS, Cause, DeterminismReport, Step
+from cachetool.determinism.report import Cause, DeterminismReport, Step
 from cachetool.fingerprint.hints import ORDER_HINTS
 
 __all__ = ["github_lines", "human_lines"]
@@ -65,7 +65,7 @@ def _step_name(step: Step) -> str:
 def _order_lines(cause: Cause) -> list[str] | None:
     """A source whose inputs are the same in every run, in another order (data files, the
     datasets it concatenates, a generator's paths): what is reordered, and the fix."""
-    orders = [d for d in cause.source_diffs if d.key in ORDER_KEYS]
+    orders = [d for d in cause.source_diffs if d.key in ORDER_HINTS]
     culprits = [c for c in cause.culprits if c.kind in ("order", "set-order")]
     if not orders and not culprits:
         return None

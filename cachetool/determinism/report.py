@@ -97,10 +97,6 @@ class Step:
         }
 
 
-#: The keys of a `SourceDiff` that says a source's inputs come in another order in each run.
-ORDER_KEYS = ("data_files order", "inputs order")
-
-
 class SourceDiff(NamedTuple):
     """Where the recorded descriptions of a source differ: a key (``data_files[a.csv].mtime``,
     ``column 'loaded_at' row 0``) and its value in each run."""

@@ -137,8 +137,8 @@ ADDED_HINT = (
     "compute it up front (before the first map), or keep it out of the pickle (__getstate__)."
 )
 
-#: What to do about a source's inputs given in another order in each run, by what is reordered
-#: (check-determinism's `SourceDiff` keys; explain words the same).
+#: What to do about a source's inputs given in another order in each run, by what is reordered:
+#: the keys of check-determinism's `SourceDiff`s that say so (explain words the same).
 ORDER_HINTS = {
     "data_files order": "the data files are listed in another order in each run (a list built from a "
     "set, or os.listdir/glob unsorted): pass data_files=sorted(...).",

@@ -46,9 +46,8 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     """Why `rec`'s step computed its result: compared with its most recent sibling."""
     siblings = view.siblings(rec)
     reasons, compared = _reasons(view, rec, siblings)
-    past: list[tuple[StepRef, tuple[Reason, ...]]] = []
-    for newer, older in itertools.pairwise(siblings[: 1 + history]):
-        past.append((StepRef.of(older), tuple(compare(view, newer, older))))
+    pairs = itertools.pairwise(siblings[: 1 + history])
+    past = tuple((StepRef.of(older), tuple(compare(view, newer, older))) for newer, older in pairs)
     return StepExplanation(
         step=StepRef.of(rec),
         cache=rec.cache,
@@ -56,7 +55,7 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
         status=_STATUS.get(rec.cache, "no file"),
         reasons=reasons,
         compared_with=compared,
-        history=tuple(past),
+        history=past,
         stale=tuple(stale_for_hit(view, rec)) if rec.cache == "hit" else (),
     )
 

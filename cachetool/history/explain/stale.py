@@ -30,11 +30,7 @@ from cachetool.history.records.steps import StepRecord
 
 def _by_reference_parts(fn: FunctionInfo) -> list[FunctionRef]:
     """The function and helpers of a record that `datasets` hashes by name only."""
-    parts: list[FunctionRef] = []
-    if fn.by_reference:
-        parts.append(fn)
-    parts.extend(fn.deps)
-    return parts
+    return [fn, *fn.deps] if fn.by_reference else list(fn.deps)
 
 
 def _code_changes(view: LedgerView, old: FunctionInfo, new: FunctionInfo) -> list[SourceChange]:
