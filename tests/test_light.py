@@ -362,8 +362,10 @@ def test_the_light_grammar_is_read_from_the_typer_commands() -> None:
 
     block = Path(light.__file__).read_text(encoding="utf-8").split(GRAMMAR_START)[1].split(GRAMMAR_END)[0]
     assert block.strip() == light_grammars().strip(), "run: python -m cachetool.cli.docs"
-    version = next(p for p in typer.main.get_command(app).params if p.name == "version")
+    group = typer.main.get_command(app)
+    version = next(p for p in group.params if p.name == "version")
     assert sorted(version.opts) == ["--version", "-V"] and not version.envvar
+    assert not group.context_settings.get("auto_envvar_prefix")
 
 
 def test_an_option_the_light_path_cannot_read_is_left_to_the_typer_app() -> None:

@@ -12,8 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, QuietOption, format_option, handle_errors
-from cachetool.cli.output import Output, OutputFormat, choose_format, confirm, hint, warn
+from cachetool.cli.common import (
+    CacheDirOption,
+    JsonOption,
+    QuietOption,
+    confirm,
+    format_option,
+    handle_errors,
+)
+from cachetool.cli.output import Output, OutputFormat, choose_format, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
