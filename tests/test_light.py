@@ -1,11 +1,11 @@
 """The light path (`cachetool.cli.light`) answers plain command lines exactly as the Typer app.
 
 `python -m cachetool ls ...` (and `show`, `lineage`, `explain` of one fingerprint) is answered
-without Typer, Click or pydantic when the strict grammar reads the whole command line, by the
-Typer app otherwise. Each command line here runs once through the console entry and once through
-the Typer app directly; stdout, stderr and the exit code must be the same bytes, and each line
-must have taken the path it is listed for (a line the light path leaves to the Typer app proves
-nothing about the light path).
+without Typer, Click or pydantic when the grammar read from the Typer commands covers the whole
+command line, by the Typer app otherwise. Each command line here runs once through the console
+entry and once through the Typer app directly; stdout, stderr and the exit code must be the same
+bytes, and each line must have taken the path it is listed for (a line the light path leaves to
+the Typer app proves nothing about the light path).
 """
 
 from __future__ import annotations

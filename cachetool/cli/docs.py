@@ -183,6 +183,7 @@ GRAMMAR_END = "# grammar:end"
 def light_grammars() -> str:
     """The `GRAMMARS` of `cachetool.cli.light`, read from the Typer commands it answers."""
     import pprint
+    import textwrap
 
     from cachetool.cli.light import COMMANDS
 
@@ -201,7 +202,8 @@ def light_grammars() -> str:
             else:
                 params.append((p.name, _kind(p), default, tuple(p.opts)))
         grammars[name] = tuple(params)
-    return "GRAMMARS: dict[str, Grammar] = " + pprint.pformat(grammars, width=108, sort_dicts=False)
+    text = pprint.pformat(grammars, width=104, compact=True, sort_dicts=False)
+    return "GRAMMARS: dict[str, Grammar] = (\n" + textwrap.indent(text, "    ") + "\n)"
 
 
 def _kind(p: Any) -> str:
