@@ -7,8 +7,12 @@ The Python API mirrors the command line; every command has a function behind it:
     for entry in report.entries:
         print(entry.kind, entry.fingerprint, entry.rows, entry.size_str)
 
-Names are imported lazily so that `import cachetool` (and `cachetool --help`) stays cheap: nothing
-here imports pyarrow, dill or `datasets` until it is used.
+Owns the public names (`_LAZY`: each lives in one module, imported when first used, so that
+`import cachetool` stays cheap: no pyarrow, dill or `datasets`) and the base modules every layer
+may import: `errors` (exceptions, exit codes), `formatting`, `safejson`, `processes`,
+`annotations`, `hints`; they import no other part of cachetool but each other. Layers, top down
+(import-linter checks them, deferred imports included): `cli` -> `determinism` | `report` |
+`demo` -> `maintenance` -> `trace` -> `history` -> `cache` -> `fingerprint` -> base modules.
 """
 
 from __future__ import annotations

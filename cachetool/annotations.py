@@ -9,8 +9,6 @@ scheme: they are written as visible `\\x1b`, never raw.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from cachetool.formatting import safe_text
 
 LEVELS = ("error", "warning", "notice")
@@ -27,24 +25,11 @@ def escape_property(text: str) -> str:
 
 
 def annotation(
-    level: str,
-    message: str,
-    *,
-    file: str | None = None,
-    line: int | None = None,
-    end_line: int | None = None,
-    col: int | None = None,
-    title: str | None = None,
+    level: str, message: str, *, file: str | None = None, line: int | None = None, title: str | None = None
 ) -> str:
     """One workflow command line: `::<level> file=…,line=…,title=…::<message>`."""
     if level not in LEVELS:
         raise ValueError(f"annotation level must be one of {', '.join(LEVELS)}, not {level!r}")
-    props: Mapping[str, object | None] = {
-        "file": file,
-        "line": line,
-        "endLine": end_line,
-        "col": col,
-        "title": title,
-    }
+    props = {"file": file, "line": line, "title": title}
     given = ",".join(f"{k}={escape_property(str(v))}" for k, v in props.items() if v is not None)
     return f"::{level}{' ' + given if given else ''}::{escape_data(message)}"

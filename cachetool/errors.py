@@ -106,7 +106,7 @@ def _root_of_path_outside(name: str, root: Path) -> str | None:
 class RecordedOnly(UnknownFingerprint):
     """The fingerprint is known to the ledger only: no cache file holds it (now)."""
 
-    def __init__(self, fingerprint: str, root: Path, ledger: object = None) -> None:
+    def __init__(self, fingerprint: str, root: Path) -> None:
         CachetoolError.__init__(
             self,
             f"no cache entry holds {fingerprint} in {root}: only the ledger records it (its files "

@@ -66,12 +66,9 @@ def local_time(ts: float | None, *, seconds: bool = True) -> str:
 
 def clock_time(ts: float | None) -> str:
     """`10:31` today, else `2026-11-20 10:31` (local time); `?` for unknown."""
-    if not isinstance(ts, (int, float)):
-        return "?"
-    when = datetime.fromtimestamp(ts)
-    if when.date() == datetime.now().date():
-        return when.strftime("%H:%M")
-    return when.strftime("%Y-%m-%d %H:%M")
+    if isinstance(ts, (int, float)) and datetime.fromtimestamp(ts).date() == datetime.now().date():
+        return datetime.fromtimestamp(ts).strftime("%H:%M")
+    return local_time(ts, seconds=False)
 
 
 def short_duration(seconds: float) -> str:

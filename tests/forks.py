@@ -65,7 +65,7 @@ WARM = (
     "cachetool.cli.entry",
     "cachetool.cli.light",
     "cachetool.cli.app",
-    "typer._adapters",
+    "pydantic",
     "cachetool.cache.scan",
     "cachetool.cache.query",
     "cachetool.history.resolve",

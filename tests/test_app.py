@@ -217,7 +217,7 @@ def test_the_confirmation_prompt_needs_no_separate_click() -> None:
     code = (
         "import sys\n"
         "sys.modules['click'] = None  # as if not installed: importing it fails\n"
-        "from cachetool.cli.output import confirm\n"
+        "from cachetool.cli.common import confirm\n"
         "print(confirm('Remove 1 item(s)?'))\n"
     )
     proc = subprocess.run(

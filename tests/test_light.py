@@ -1,11 +1,11 @@
 """The light path (`cachetool.cli.light`) answers plain command lines exactly as the Typer app.
 
 `python -m cachetool ls ...` (and `show`, `lineage`, `explain` of one fingerprint) is answered
-without Typer, Click or pydantic when the strict grammar reads the whole command line, by the
-Typer app otherwise. Each command line here runs once through the console entry and once through
-the Typer app directly; stdout, stderr and the exit code must be the same bytes, and each line
-must have taken the path it is listed for (a line the light path leaves to the Typer app proves
-nothing about the light path).
+without Typer, Click or pydantic when the grammar read from the Typer commands covers the whole
+command line, by the Typer app otherwise. Each command line here runs once through the console
+entry and once through the Typer app directly; stdout, stderr and the exit code must be the same
+bytes, and each line must have taken the path it is listed for (a line the light path leaves to
+the Typer app proves nothing about the light path).
 """
 
 from __future__ import annotations
@@ -362,8 +362,10 @@ def test_the_light_grammar_is_read_from_the_typer_commands() -> None:
 
     block = Path(light.__file__).read_text(encoding="utf-8").split(GRAMMAR_START)[1].split(GRAMMAR_END)[0]
     assert block.strip() == light_grammars().strip(), "run: python -m cachetool.cli.docs"
-    version = next(p for p in typer.main.get_command(app).params if p.name == "version")
+    group = typer.main.get_command(app)
+    version = next(p for p in group.params if p.name == "version")
     assert sorted(version.opts) == ["--version", "-V"] and not version.envvar
+    assert not group.context_settings.get("auto_envvar_prefix")
 
 
 def test_an_option_the_light_path_cannot_read_is_left_to_the_typer_app() -> None:

@@ -203,5 +203,5 @@ def find_entry(
         return at_path
     got = resolve(prefix, report, ledger, recorded=recorded)
     if got.entry is None:
-        raise RecordedOnly(got.fingerprint, report.root, ledger)
+        raise RecordedOnly(got.fingerprint, report.root)
     return got.entry

@@ -163,7 +163,7 @@ def root_help(width: int) -> str:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The Typer app with nothing in front (the console script is `cachetool.cli.entry.main`)."""
     from cachetool.cli import closed_stdout, completing
 
     argv = sys.argv[1:]

@@ -83,6 +83,20 @@ NoTruncateOption = Annotated[
 ]
 
 
+def confirm(question: str) -> bool:
+    """Ask a yes/no question on the terminal (default no). Ctrl-C while it waits is a
+    KeyboardInterrupt, as anywhere else (exit 130): Typer would turn it into "Aborted!" and 1.
+    Typer's own prompt: Typer bundles its Click, and a separate `click` may not be installed."""
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort as e:
+        # Typer raises Abort `from None` for Ctrl-C and for end of input alike; what it caught
+        # stays in __context__.
+        if isinstance(e.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

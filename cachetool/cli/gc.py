@@ -17,10 +17,11 @@ from cachetool.cli.common import (
     JsonOption,
     NoTruncateOption,
     QuietOption,
+    confirm,
     handle_errors,
 )
 from cachetool.cli.gc_render import gc_document, show_compaction, show_plan, show_result
-from cachetool.cli.output import Output, OutputFormat, choose_format, confirm, error, hint, warn
+from cachetool.cli.output import Output, OutputFormat, choose_format, error, hint, warn
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size
 

@@ -150,22 +150,6 @@ def hint(message: str) -> None:
     _stderr_line("Hint:", "dim", message, fit="`" not in message)
 
 
-def confirm(question: str) -> bool:
-    """Ask a yes/no question on the terminal (default no). Ctrl-C while it waits is a
-    KeyboardInterrupt, as anywhere else (exit 130): Typer would turn it into "Aborted!" and 1.
-    Typer's own prompt: Typer bundles its Click, and a separate `click` may not be installed."""
-    import typer
-
-    try:
-        return typer.confirm(question, default=False)
-    except typer.Abort as e:
-        # Typer raises Abort `from None` for Ctrl-C and for end of input alike; what it caught
-        # stays in __context__.
-        if isinstance(e.__context__, KeyboardInterrupt):
-            raise KeyboardInterrupt from None
-        raise
-
-
 class Output:
     """One sink, chosen once per command: human tables, one JSON document, or ids."""
 

@@ -15,12 +15,12 @@ import typer
 from cachetool.cli.common import (
     CacheDirOption,
     JsonOption,
-    OutputFormat,
     QuietOption,
+    confirm,
     format_option,
     handle_errors,
 )
-from cachetool.cli.output import Output, choose_format, confirm, hint, warn
+from cachetool.cli.output import Output, OutputFormat, choose_format, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
