@@ -23,7 +23,6 @@ from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_duration, safe_text
-from cachetool.hints import gc_command, shell_command
 from cachetool.maintenance.fdops import O_DIR, open_parent
 from cachetool.trace.leases import (
     LEASES_DIR,
@@ -99,6 +98,8 @@ class SharedState:
         for lease, state in self.stale:
             out.append(f"{_stale_reason(lease, state, now)}: its lease would be removed")
             for other in self.elsewhere.get(lease.path.name, ()):
+                from cachetool.hints import shell_command
+
                 command = shell_command("gc", "--temp", "--cache-dir", other)
                 out.append(f"  it also wrote in {other}, a cache root of its own: `{command}`")
         return out
@@ -136,6 +137,8 @@ def dead_writer_hint(
     paths = [p for ps in by_lease.values() for p in ps]
     n = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
     them = "them" if len(paths) != 1 else "it"
+    from cachetool.hints import gc_command
+
     command = gc_command(root, *(os.fsdecode(p) for p in paths))
     return (
         f"{leases}, a traced run that wrote here, is gone, and no process holds the {n} kept as younger "
@@ -159,6 +162,8 @@ def lease_id(lease: Lease) -> str:
 
 def break_command(root: str | os.PathLike[str], lease: Lease) -> str:
     """`cachetool gc --break-lease ID --cache-dir ROOT`, quoted for a POSIX shell."""
+    from cachetool.hints import shell_command
+
     return shell_command("gc", "--break-lease", lease_id(lease), "--cache-dir", os.fsdecode(root))
 
 

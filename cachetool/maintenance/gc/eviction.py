@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
-from cachetool.cache.scan import Entry
 from cachetool.formatting import compact_age, compact_duration, human_size
-from cachetool.maintenance.gc.model import GcItem, KeptBecause, Refusal, Target
-from cachetool.maintenance.gc.planner import KEPT_BECAUSE, Planner
+from cachetool.maintenance.gc.plan import GcItem, KeptBecause, Refusal, Target
+from cachetool.maintenance.gc.rules import KEPT_BECAUSE, Planner
 
 if TYPE_CHECKING:
+    from cachetool.cache.scan import Entry
     from cachetool.history.ledger import Ledger
 
 #: Kinds kept unless `--include-sources`: what cannot be computed again from the cache alone.

@@ -10,17 +10,100 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
-from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
-from cachetool.cache.scan import Entry
-from cachetool.cache.tfdata import tf_leftover_name
-from cachetool.maintenance.gc.model import GcItem, Refusal, Target
-from cachetool.maintenance.gc.planner import Planner, gc_alive, newest_mtime, owner_uid
-from cachetool.maintenance.gc.tempdir import check_owner_refusal, owner_refusal
-from cachetool.maintenance.liveness import socket_reason
+from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind, TempKind
+from cachetool.maintenance.gc.plan import GcItem, Refusal, Target
+from cachetool.maintenance.gc.rules import Planner, gc_alive, owner_uid
 from cachetool.maintenance.locks import LockState, lock_guard, probe
+
+if TYPE_CHECKING:
+    from cachetool.cache.scan import Entry
+
+
+@dataclass(frozen=True)
+class TempFolder:
+    """An `hf_datasets-*` or `pymp-*` entry of the temp dir, as `lstat` and a walk tell it."""
+
+    path: Path
+    kind: TempKind
+    is_dir: bool  # False for a symlink or a file with such a name (never followed, never removed)
+    uid: int
+    size: int = 0
+    files: int = 0
+    newest: float = 0.0
+    made_by: float = 0.0  # the latest the folder can have been created: min(its mtime, its ctime)
+
+
+@dataclass(frozen=True)
+class TempScan:
+    """The temp dir and its `datasets` leftovers."""
+
+    path: Path
+    folders: tuple[TempFolder, ...] = ()
+    error: str | None = None
+
+
+def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
+    """List the `hf_datasets-*` and `pymp-*` folders of a temp dir; nothing else there is read."""
+    resolved = Path(os.path.realpath(path))
+    try:
+        names = sorted(os.listdir(resolved))
+    except OSError as e:
+        return TempScan(resolved, (), e.strerror or str(e))
+    out = []
+    for name in names:
+        kind = layout.temp_folder_kind(name)
+        if kind is None:
+            continue
+        p = resolved / name
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        made_by = min(st.st_mtime, st.st_ctime)
+        if not stat.S_ISDIR(st.st_mode):
+            out.append(TempFolder(p, kind, False, st.st_uid, 0, 0, st.st_mtime, made_by))
+            continue
+        size, files, newest = _tree_totals(p, st.st_mtime)
+        out.append(TempFolder(p, kind, True, st.st_uid, size, files, newest, made_by))
+    return TempScan(resolved, tuple(out))
+
+
+def _tree_totals(path: Path, newest: float) -> tuple[int, int, float]:
+    size = files = 0
+    stack = [path]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                for de in it:
+                    try:
+                        st = de.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    newest = max(newest, st.st_mtime)
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(Path(de.path))
+                    else:
+                        size += st.st_size
+                        files += 1
+        except OSError:
+            continue
+    return size, files, newest
+
+
+def newest_mtime(e: Entry) -> float | None:
+    """The newest modification time of an entry's files and of the entry itself."""
+    got = max((f.mtime for f in e.files), default=None)
+    try:
+        own = os.lstat(e.path).st_mtime
+    except OSError:
+        return got
+    return own if got is None else max(got, own)
 
 
 class LeftoverPlanner(Planner):
@@ -87,6 +170,8 @@ class LeftoverPlanner(Planner):
             return
         if e.state != "abandoned":
             return
+        from cachetool.cache.tfdata import tf_leftover_name
+
         files = [f for f in e.files if tf_leftover_name(f.name)]
         if not files or any(not stat.S_ISREG(f.mode) for f in files):
             self.skip(e, Refusal("not-regular", "not a regular file"))
@@ -243,15 +328,8 @@ class LeftoverPlanner(Planner):
                 )
                 continue
             pids = self.in_use.pids_under(tf.path) | self.in_use.cwd_pids_under(tf.path)
-            prefix = os.fspath(tf.path) + "/"
-            bound = any(s.startswith(prefix) for s in self.sockets)
             why = self.refusal([tf.uid], tf.newest, pids, scope="temp")
-            if why is None and bound:
-                why = Refusal("socket", socket_reason(tf.path))
-            if why is None and tf.kind == "determinism":
-                why = check_owner_refusal(tf.path.name, tf.made_by, self.pool_users)
-            elif why is None:
-                why = owner_refusal(tf.kind, tf.made_by, self.temp_users, self.pool_users)
+            why = why or self.temp_refusal(tf.path, tf.kind, tf.made_by)
             if why:
                 self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
                 continue
