@@ -12,7 +12,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind, TempKind
@@ -21,7 +21,7 @@ from cachetool.maintenance.gc.rules import Planner, gc_alive, owner_uid
 from cachetool.maintenance.locks import LockState, lock_guard, probe
 
 if TYPE_CHECKING:
-    from cachetool.cache.scan import Entry
+    from cachetool.cache.scan import CacheFile, Entry
 
 
 @dataclass(frozen=True)
@@ -144,23 +144,18 @@ class LeftoverPlanner(Planner):
         if e.dataset_dir is None and e.path.parent not in data_dirs:
             self.skip(e, Refusal("not-datasets", "not in a dataset folder: datasets did not write it"))
             return
-        why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
-        if why:
-            self.skip(e, why)
-            return
         reason = ("empty" if f.size == 0 else "partial") + " tmp file of a killed writer"
-        self.add(
-            GcItem(
-                e.path,
-                Kind.TEMP,
-                f.size,
-                1,
-                reason,
-                (Target(e.path, False, f.size, f.mtime),),
-                dataset=e.dataset,
-                aliases=e.aliases,
-            )
-        )
+        self.leftover_file(e, f, Kind.TEMP, reason, dataset=e.dataset, aliases=e.aliases)
+
+    def leftover_file(self, e: Entry, f: CacheFile, kind: Kind, reason: str, **extra: Any) -> None:
+        """Plan to remove one leftover file as one item, unless a rule keeps it (a lock's age
+        says nothing: filelock never touches its mtime)."""
+        aged = kind != Kind.LOCK
+        why = self.refusal([f.uid], f.mtime if aged else None, self.file_pids([f]), age_applies=aged)
+        if why:
+            self.skip(e, why, path=f.path, size=f.size)
+            return
+        self.add(GcItem(f.path, kind, f.size, 1, reason, (Target(f.path, False, f.size, f.mtime),), **extra))
 
     def tf_leftovers(self, e: Entry) -> None:
         """What a killed `tf.data` writer left (its lockfiles and partial shards), as one item;
@@ -204,12 +199,7 @@ class LeftoverPlanner(Planner):
         if not e.files or any(f.path != e.path for f in e.files):
             self.leftover_folder(e, reason)
             return
-        f = e.files[0]
-        why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
-        if why:
-            self.skip(e, why)
-            return
-        self.add(GcItem(e.path, Kind.TEMP, f.size, 1, reason, (Target(e.path, False, f.size, f.mtime),)))
+        self.leftover_file(e, e.files[0], Kind.TEMP, reason)
 
     def incomplete_prepare(self, e: Entry) -> None:
         final = e.dataset_dir or e.path.with_name(e.path.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
@@ -254,22 +244,8 @@ class LeftoverPlanner(Planner):
             if state.held:
                 self.skip(e, _busy_reason("a download", lock, state), path=f.path, size=f.size)
                 continue
-            why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
-            if why:
-                self.skip(e, why, path=f.path, size=f.size)
-                continue
-            self.add(
-                GcItem(
-                    f.path,
-                    Kind.DOWNLOAD,
-                    f.size,
-                    1,
-                    "interrupted download, its lock is free",
-                    (Target(f.path, False, f.size, f.mtime),),
-                    dataset=e.dataset,
-                    lock=lock,
-                )
-            )
+            reason = "interrupted download, its lock is free"
+            self.leftover_file(e, f, Kind.DOWNLOAD, reason, dataset=e.dataset, lock=lock)
 
     def lock(self, e: Entry) -> None:
         f = e.files[0] if e.files else None
@@ -284,32 +260,11 @@ class LeftoverPlanner(Planner):
             return  # a lock of a live folder: nothing to say, it is simply part of the cache
         state = probe(e.path)
         if state.held:
-            self.skip(
-                e,
-                Refusal("lock-held", "held by a live process")
-                if state == LockState.HELD
-                else Refusal(
-                    "lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)"
-                ),
-            )
+            held = state == LockState.HELD
+            self.skip(e, Refusal("lock-held", "held by a live process") if held else _UNPROBED)
             return
-        # Age says nothing about a lock: filelock never touches its mtime.
-        why = self.refusal([f.uid], None, self.file_pids([f]), age_applies=False)
-        if why:
-            self.skip(e, why)
-            return
-        self.add(
-            GcItem(
-                e.path,
-                Kind.LOCK,
-                f.size,
-                1,
-                f"{guard.kind} nobody holds; its {guard.what} is gone",
-                (Target(e.path, False, f.size, f.mtime),),
-                dataset=e.dataset,
-                lock=e.path,
-            )
-        )
+        reason = f"{guard.kind} nobody holds; its {guard.what} is gone"
+        self.leftover_file(e, f, Kind.LOCK, reason, dataset=e.dataset, lock=e.path)
 
     def temp_folders(self) -> None:
         if self.temp is None:
@@ -350,6 +305,9 @@ class LeftoverPlanner(Planner):
                     scope="temp",
                 )
             )
+
+
+_UNPROBED = Refusal("lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)")
 
 
 def _busy_reason(who: str, lock: Path, state: LockState) -> Refusal:

@@ -378,11 +378,6 @@ class KeptBecause(str, Enum):
             return f"that fit under {human_size(options.max_size)}"
         return self.value
 
-    @property
-    def protection(self) -> bool:
-        """A protection (listed first, in member order); else a reason the selection gave."""
-        return self in _PROTECTIONS
-
 
 _PROTECTIONS = (
     KeptBecause.PINNED,

@@ -8,9 +8,8 @@ import os
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
@@ -139,46 +138,29 @@ _LAYOUT_KINDS = WRITTEN_BY_DATASETS | {
     Kind.TF_CACHE,
 }
 
-#: "fs-root": the root is `/`; "home": it is or holds the home folder; "not-a-cache": nothing in
-#: it looks like a `datasets` cache (then whatever matches a leftover name is somebody's file).
-RootRefusalCode = Literal["fs-root", "home", "not-a-cache"]
-
-_ROOT_REFUSALS: dict[RootRefusalCode, str] = {
+#: Why gc will not clean a root without `--force-root`; "not-a-cache": whatever matches a
+#: leftover name there is somebody's file.
+_ROOT_REFUSALS = {
     "fs-root": "it is the file system root",
     "home": "it is or holds your home folder",
     "not-a-cache": "nothing in it looks like a datasets cache (no dataset folder, cache file or download)",
 }
 
 
-@dataclass(frozen=True)
-class RootRefusal:
-    """Why gc will not clean a root without `--force-root`."""
-
-    root: Path
-    code: RootRefusalCode
-
-    @property
-    def detail(self) -> str:
-        return _ROOT_REFUSALS[self.code]
-
-    def __str__(self) -> str:
-        return f"refusing to clean {self.root}: {self.detail}"
-
-
-def root_refusal(report: CacheReport) -> RootRefusal | None:
-    """Why gc will not clean this root without `--force-root`: it is `/` or holds a home
-    folder, or nothing in it looks like a `datasets` cache."""
+def root_refusal(report: CacheReport) -> str | None:
+    """Why gc will not clean this root without `--force-root` (a key of `_ROOT_REFUSALS`): it is
+    `/` or holds a home folder, or nothing in it looks like a `datasets` cache."""
     root = os.path.realpath(report.root)
     home = os.path.realpath(os.path.expanduser("~"))
     if root == "/":
-        return RootRefusal(report.root, "fs-root")
+        return "fs-root"
     if home != "/" and (root == home or home.startswith(root.rstrip("/") + "/")):
-        return RootRefusal(report.root, "home")
+        return "home"
     if report.datasets or any(e.kind in _LAYOUT_KINDS for e in report.entries):
         return None
     if any(layout.VERSION_RE.match(p.name) for p in Path(report.root).glob("*/*/*") if p.is_dir()):
         return None  # builder folders (`<name>/<config>/<version>`) not prepared yet
-    return RootRefusal(report.root, "not-a-cache")
+    return "not-a-cache"
 
 
 def _refuse_a_partly_read_ledger(root: Path, segments: Iterable[Path]) -> None:
@@ -223,8 +205,10 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
             f"the cache root {report.root} was replaced while it was scanned; nothing removed"
         )
     why = None if options.force_root or not report.entries else root_refusal(report)
-    if why is not None and (options.evicts or why.code != "not-a-cache"):
-        raise CachetoolError(f"{why}; pass --force-root if you mean it")
+    if why is not None and (options.evicts or why != "not-a-cache"):
+        raise CachetoolError(
+            f"refusing to clean {report.root}: {_ROOT_REFUSALS[why]}; pass --force-root if you mean it"
+        )
     temp, temp_id = _scan_temp(options)
     shared = shared_state(report.root)
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
@@ -237,7 +221,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         pins = read_pins(report.root)
         parents = recorded_parents(ledger) if pins or options.keep or options.fingerprints else {}
     plan = _build_live(
-        report, options, temp, pins=pins, parents=parents, root_refused=why.detail if why else None
+        report, options, temp, pins=pins, parents=parents, root_refused=_ROOT_REFUSALS[why] if why else None
     )
     modified = {e.path: e.modified for e in report.entries}
     young = {
