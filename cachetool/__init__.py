@@ -49,8 +49,8 @@ _LAZY = {
     "quarantined": "cachetool.maintenance.verify.quarantine",
     # gc, pin, unpin
     "gc_cache": "cachetool.maintenance.gc",
-    "plan_gc": "cachetool.maintenance.gc",
-    "GcOptions": "cachetool.maintenance.gc",
+    "plan_gc": "cachetool.maintenance.gc.planner",
+    "GcOptions": "cachetool.maintenance.gc.plan",
     "break_lease": "cachetool.maintenance.shared",
     "pin": "cachetool.maintenance.pinning",
     "unpin": "cachetool.maintenance.pinning",

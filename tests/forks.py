@@ -72,7 +72,8 @@ WARM = (
     "cachetool.history.stats",
     "cachetool.history.compact",
     "cachetool.maintenance.verify",
-    "cachetool.maintenance.gc",
+    "cachetool.maintenance.gc.planner",
+    "cachetool.maintenance.gc.execute",
 )
 #: Never imported by the zygote (a listing's reader behaves differently with numpy or pyarrow
 #: loaded; `datasets` and huggingface_hub read the environment at import).

@@ -55,7 +55,7 @@ STATE_FILES = (
     "checksums.json",  # cachetool.maintenance.verify.deep
     "checksums.json.lock",
     "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine
-    "gc.lock",  # cachetool.maintenance.gc.gclock
+    "gc.lock",  # cachetool.maintenance.gc.execute
 )
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)

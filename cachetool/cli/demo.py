@@ -72,12 +72,13 @@ def _show_demo(target: Path) -> None:
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))
-    from cachetool.cli.gc_render import render_dry_run
-    from cachetool.maintenance.gc import GcOptions, plan_gc
+    from cachetool.cli.gc_render import show_plan
+    from cachetool.maintenance.gc.plan import GcOptions
+    from cachetool.maintenance.gc.planner import plan_gc
 
     out.line()
     out.line("What `cachetool gc --temp --dry-run` would remove (leftovers of killed runs):", style="bold")
-    render_dry_run(out, plan_gc(demo.cache_dir, GcOptions(temp=True)))
+    show_plan(out, plan_gc(demo.cache_dir, GcOptions(temp=True)), dry_run=True, final=True)
     out.line()
     hint(f"explore it: cachetool show {demo.final_fingerprint[:8]} --cache-dir {demo.cache_dir}")
     hint(f"the pipeline that made it: {demo.script}; the saved copy: {demo.folder / 'saved' / 'reviews'}")

@@ -109,8 +109,8 @@ API = (
     ),
     (
         "Cleaning: `gc`, `pin`, `unpin`",
-        "gc_cache maintenance.gc.GcRun GcOptions plan_gc maintenance.gc.GcPlan maintenance.gc.execute "
-        "maintenance.gc.GcResult break_lease pin unpin list_pins",
+        "gc_cache maintenance.gc.GcRun GcOptions plan_gc maintenance.gc.plan.GcPlan "
+        "maintenance.gc.execute.execute maintenance.gc.plan.GcResult break_lease pin unpin list_pins",
     ),
     (
         "Why and how well: `explain`, `stats`",

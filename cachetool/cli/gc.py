@@ -1,11 +1,13 @@
 """`cachetool gc`: reclaim disk safely — leftovers first, then age and size limits.
 
-A thin layer over `cachetool.maintenance.gc.gc_cache` (same keywords): it asks on a terminal and
-renders the plan and the result."""
+A thin layer over `cachetool.maintenance.gc.gc_cache`: its arguments and options are the fields of
+`GcOptions`, passed through as keywords. It asks on a terminal and renders the plan and the result."""
 
 from __future__ import annotations
 
+import inspect
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,102 +26,12 @@ from cachetool.cli.gc_render import gc_document, show_compaction, show_plan, sho
 from cachetool.cli.output import Output, OutputFormat, choose_format, error, hint, warn
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size
+from cachetool.maintenance.gc.plan import NOTHING_SELECTED, GcOptions, option_keyword
 
 if TYPE_CHECKING:
-    from cachetool.maintenance.gc import GcPlan, GcRun
+    from cachetool.maintenance.gc import GcRun
+    from cachetool.maintenance.gc.plan import GcPlan
 
-_Fingerprints = Annotated[
-    list[str] | None,
-    typer.Argument(
-        help="Entries to evict: fingerprints (or prefixes) or paths, as `cachetool ls -q` prints them.",
-        show_default=False,
-    ),
-]
-_Temp = Annotated[
-    bool,
-    typer.Option(
-        "--temp",
-        help="Remove leftovers of killed processes: `tmp*` files, `.incomplete` folders, interrupted "
-        "saves and downloads, unheld locks of folders that are gone, and `hf_datasets-*` / `pymp-*` "
-        "folders in the temp dir (nothing else there).",
-    ),
-]
-_TmpDir = Annotated[
-    Path | None,
-    typer.Option(
-        "--tmp-dir",
-        help="The temp dir to clean with --temp. Default: the one datasets uses (TMPDIR, TEMP, TMP, "
-        "else the system default).",
-        show_default=False,
-    ),
-]
-_MinAge = Annotated[
-    str,
-    typer.Option(
-        "--min-age",
-        help="Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
-        "hosts of a shared file system are invisible to gc: there, their leases and age are the "
-        "guards (at least 10m for temp files no lease covers).",
-    ),
-]
-_AllUsers = Annotated[
-    bool, typer.Option("--all-users", help="Also remove files other users own (default: only yours).")
-]
-_OlderThan = Annotated[
-    str | None,
-    typer.Option(
-        "--older-than",
-        help="Evict entries not used in this long (e.g. 30d): last ledger record, else modified time. "
-        "With --quarantine: purge what was moved aside at least this long ago.",
-        show_default=False,
-    ),
-]
-_MaxSize = Annotated[
-    str | None,
-    typer.Option(
-        "--max-size",
-        help="Evict least recently used entries until the cache is under this size (e.g. 50GB).",
-        show_default=False,
-    ),
-]
-_Dataset = Annotated[
-    list[str] | None,
-    typer.Option("--dataset", help="Only entries of this dataset (e.g. csv or csv/default-…); repeatable."),
-]
-_Keep = Annotated[
-    list[str] | None,
-    typer.Option("--keep", help="Never evict this fingerprint or its recorded ancestors (repeatable)."),
-]
-_IncludeSources = Annotated[
-    bool,
-    typer.Option("--include-sources", help="Also evict source splits and saved datasets (kept by default)."),
-]
-_ForceRoot = Annotated[
-    bool,
-    typer.Option(
-        "--force-root",
-        help="Clean the folder even if it is /, holds your home folder, or has no datasets "
-        "layout (refused by default: there, leftover-looking names may be your own files).",
-    ),
-]
-_OtherHostsIdle = Annotated[
-    bool,
-    typer.Option(
-        "--other-hosts-idle",
-        help="On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
-        "10m for temp files no lease covers: you know no process on another host writes this cache "
-        "outside `cachetool run` or `cachetool.tracing()`.",
-    ),
-]
-_Quarantine = Annotated[
-    bool,
-    typer.Option(
-        "--quarantine",
-        help="Purge the quarantine: delete what `verify --quarantine` moved aside into "
-        ".cachetool/quarantine/ (with --older-than: moved aside at least that long ago). Nothing "
-        "else is removed in that run.",
-    ),
-]
 _BreakLease = Annotated[
     str | None,
     typer.Option(
@@ -138,19 +50,6 @@ _Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirma
 # The docstring is the command's --help (description, examples, exit codes): that, not logic,
 # makes this function long.
 def gc_command(
-    fingerprints: _Fingerprints = None,
-    temp: _Temp = False,
-    tmp_dir: _TmpDir = None,
-    min_age: _MinAge = "1h",
-    all_users: _AllUsers = False,
-    older_than: _OlderThan = None,
-    max_size: _MaxSize = None,
-    dataset: _Dataset = None,
-    keep: _Keep = None,
-    include_sources: _IncludeSources = False,
-    force_root: _ForceRoot = False,
-    other_hosts_idle: _OtherHostsIdle = False,
-    quarantine: _Quarantine = False,
     break_lease: _BreakLease = None,
     dry_run: _DryRun = False,
     yes: _Yes = False,
@@ -159,6 +58,7 @@ def gc_command(
     as_json: JsonOption = False,
     quiet: QuietOption = False,
     no_truncate: NoTruncateOption = False,
+    **options: Any,
 ) -> None:
     """Reclaim disk: remove what killed runs left behind, evict entries by age or size.
 
@@ -206,22 +106,45 @@ def gc_command(
         choose_format(fmt, as_json, quiet),
         no_truncate,
         cache_dir=cache_dir,
-        fingerprints=fingerprints or [],
-        temp=temp,
-        tmp_dir=tmp_dir,
-        min_age=min_age,
-        all_users=all_users,
-        older_than=older_than,
-        max_size=max_size,
-        dataset=dataset or [],
-        keep=keep or [],
-        include_sources=include_sources,
-        force_root=force_root,
-        other_hosts_idle=other_hosts_idle,
-        quarantine=quarantine,
         dry_run=dry_run,
         yes=yes,
+        **options,
     )
+
+
+def _option_parameters() -> list[inspect.Parameter]:
+    """The command's arguments and options, as `GcOptions` declares them (help, flag, default)."""
+    out = []
+    for f in fields(GcOptions):
+        keyword, help, default = option_keyword(f), f.metadata["help"], f.metadata["cli_default"]
+        flag = "--" + keyword.replace("_", "-")
+        if f.name == "fingerprints":
+            annotation: Any = Annotated[list[str] | None, typer.Argument(help=help, show_default=False)]
+        elif f.type == "bool":
+            annotation, default = Annotated[bool, typer.Option(flag, help=help)], False
+        elif f.type == "tuple[str, ...]":
+            annotation = Annotated[list[str] | None, typer.Option(flag, help=help)]
+        else:
+            kind = Path if f.name == "tmp_dir" else str
+            annotation = Annotated[
+                kind | None, typer.Option(flag, help=help, show_default=default is not None)
+            ]
+        out.append(
+            inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
+    return out
+
+
+def _signature() -> inspect.Signature:
+    sig = inspect.signature(gc_command, eval_str=True)
+    own = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != "options"
+    ]
+    first = sorted(_option_parameters(), key=lambda p: p.name != "fingerprints")  # the argument first
+    return sig.replace(parameters=[*first, *own])
+
+
+gc_command.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 @handle_errors
@@ -237,8 +160,7 @@ def _break_lease(cache_dir: Path | None, name: str) -> None:
 @handle_errors
 def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
     """Run `gc_cache(**keywords)`, asking on a terminal, and render what it did."""
-    from cachetool.maintenance.gc import gc_cache
-    from cachetool.maintenance.gc.run import ConfirmationNeeded
+    from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
 
     out = Output(fmt, no_truncate=no_truncate)
     asked: list[GcPlan] = []
@@ -273,8 +195,6 @@ def _hints(plan: GcPlan) -> None:
 
 def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
     """Everything a run prints after `gc_cache` returned, and its exit code."""
-    from cachetool.maintenance.gc import NOTHING_SELECTED
-
     plan = run.plan
     if not plan.options.selects:
         # An empty selection (`gc $(cachetool ls -q --filter …)` when nothing matches) is nothing

@@ -13,7 +13,8 @@ from cachetool.formatting import human_size
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
-    from cachetool.maintenance.gc import GcPlan, GcResult, GcRun
+    from cachetool.maintenance.gc import GcRun
+    from cachetool.maintenance.gc.plan import GcPlan, GcResult
 
 
 def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
@@ -36,33 +37,15 @@ def gc_document(
     plan: GcPlan, result: GcResult | None, dry_run: bool, compaction: CompactionReport | None = None
 ) -> dict[str, Any]:
     """The `--json` document (schema in docs/gc.md)."""
-    o = plan.options
     return {
         "root": os.fsdecode(plan.root),
         "temp_dir": os.fsdecode(plan.temp_dir) if plan.temp_dir else None,
         "dry_run": dry_run,
-        "options": {
-            "temp": o.temp,
-            "min_age": o.min_age,
-            "all_users": o.all_users,
-            "older_than": o.older_than,
-            "max_size": o.max_size,
-            "datasets": list(o.datasets),
-            "fingerprints": list(o.fingerprints),
-            "keep": list(o.keep),
-            "include_sources": o.include_sources,
-            "other_hosts_idle": o.other_hosts_idle,
-            "quarantine": o.quarantine,
-        },
+        "options": plan.options.to_json(),
         "plan": plan.to_json(),
         "result": result.to_json() if result is not None else None,
         "compaction": compaction.to_json() if compaction is not None else None,
     }
-
-
-def render_dry_run(out: Output, plan: GcPlan) -> None:
-    """Print a plan as `cachetool gc --dry-run` does (for other commands, e.g. the demo)."""
-    show_plan(out, plan, dry_run=True, final=True)
 
 
 def show_compaction(out: Output, run: GcRun) -> None:

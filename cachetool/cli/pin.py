@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from cachetool.cli.common import CacheDirOption, FormatOption, JsonOption, QuietOption, handle_errors
 from cachetool.cli.output import Output, OutputFormat, choose_format
-
-if TYPE_CHECKING:
-    from cachetool.maintenance.pinning import PinChange
 
 FingerprintArg = Annotated[
     str, typer.Argument(help="A fingerprint or a unique prefix of one.", show_default=False)
@@ -58,7 +55,7 @@ def pin_command(
         return
     if fingerprint is None:
         raise typer.BadParameter("give the fingerprint to pin, or --list", param_hint="FINGERPRINT")
-    _pin(fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
+    _change(True, fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
 
 
 def unpin_command(
@@ -76,10 +73,16 @@ def unpin_command(
 
     Exit codes: 0 unpinned; 2 not pinned, ambiguous prefix, missing cache.
     """
-    _unpin(fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
+    _change(False, fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
 
 
-def _show_change(change: PinChange, fmt: OutputFormat) -> None:
+@handle_errors
+def _change(pin: bool, fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+    """Pin or unpin, and say what changed."""
+    from cachetool.cache.dirs import root_for
+    from cachetool.maintenance import pinning
+
+    change = (pinning.pin if pin else pinning.unpin)(root_for(fingerprint, cache_dir), fingerprint)
     out = Output(fmt)
     if fmt == OutputFormat.json:
         out.json(change.to_json())
@@ -91,22 +94,6 @@ def _show_change(change: PinChange, fmt: OutputFormat) -> None:
         )
     else:
         out.line(f"Unpinned {change.fingerprint}")
-
-
-@handle_errors
-def _pin(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
-    from cachetool.cache.dirs import root_for
-    from cachetool.maintenance.pinning import pin
-
-    _show_change(pin(root_for(fingerprint, cache_dir), fingerprint), fmt)
-
-
-@handle_errors
-def _unpin(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
-    from cachetool.cache.dirs import root_for
-    from cachetool.maintenance.pinning import unpin
-
-    _show_change(unpin(root_for(fingerprint, cache_dir), fingerprint), fmt)
 
 
 @handle_errors

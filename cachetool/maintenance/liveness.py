@@ -20,7 +20,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from cachetool.trace.leases import CLOCK_SKEW, Lease, judge_leases, this_host
 
@@ -142,15 +142,14 @@ def _scan_local(exclude_self: bool, want_writers: bool = True) -> InUse:
             cwds[os.readlink(f"/proc/{pid}/cwd")].add(pid)
         except OSError:
             pass
-    return InUse(
-        {k: frozenset(v) for k, v in holders.items()},
-        {k: frozenset(v) for k, v in writers.items()},
-        complete,
-        {k: frozenset(v) for k, v in paths.items()},
-        cwds={k: frozenset(v) for k, v in cwds.items()},
-    )
+    return InUse(_frozen(holders), _frozen(writers), complete, _frozen(paths), cwds=_frozen(cwds))
 
 
+def _frozen(found: dict[_K, set[int]]) -> dict[_K, frozenset[int]]:
+    return {k: frozenset(v) for k, v in found.items()}
+
+
+_K = TypeVar("_K")
 _Read = Literal["read", "gone", "denied"]
 
 
@@ -266,7 +265,7 @@ def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[Fil
                         continue
         except OSError:
             continue
-    return {k: frozenset(v) for k, v in found.items()}
+    return _frozen(found)
 
 
 def bound_socket_paths() -> frozenset[str]:
@@ -362,13 +361,7 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
             paths[of.path].add(proc.pid)
             if "w" in getattr(of, "mode", "") or "a" in getattr(of, "mode", ""):
                 writers[key].add(proc.pid)
-    return InUse(
-        {k: frozenset(v) for k, v in holders.items()},
-        {k: frozenset(v) for k, v in writers.items()},
-        complete,
-        {k: frozenset(v) for k, v in paths.items()},
-        cwds={k: frozenset(v) for k, v in cwds.items()},
-    )
+    return InUse(_frozen(holders), _frozen(writers), complete, _frozen(paths), cwds=_frozen(cwds))
 
 
 @dataclass(frozen=True)
@@ -415,7 +408,7 @@ def temp_dir_users(
     before the folder existed may be its owner. With `python`, any live Python process counts (the
     owners of `pymp-*` folders: `multiprocessing.util.get_temp_dir()` makes one that nothing holds
     open). (A process that changed TMPDIR after it started is judged by its initial environment.)"""
-    import psutil
+    from cachetool.processes import process_start
 
     target = os.path.realpath(temp_dir)
     me = os.getpid()
@@ -437,9 +430,7 @@ def temp_dir_users(
         where = _proc_temp_dir(pid)
         if where is not None and where != target:
             continue
-        try:
-            started = psutil.Process(pid).create_time()
-        except (psutil.Error, OSError):
-            continue
-        out.append(TempDirUser(pid, started))
+        started = process_start(pid)
+        if started is not None:
+            out.append(TempDirUser(pid, started))
     return tuple(out)

@@ -7,7 +7,7 @@ a name is turned into a fingerprint by the one naming rule (`cachetool.cache.loo
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +28,7 @@ class PinChange:
     changed: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "root": str(self.root),
-            "fingerprint": self.fingerprint,
-            "pinned": self.pinned,
-            "changed": self.changed,
-        }
+        return {**asdict(self), "root": str(self.root)}
 
 
 @dataclass(frozen=True)

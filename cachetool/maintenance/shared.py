@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,6 @@ from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_duration, safe_text
-from cachetool.hints import gc_command, shell_command
 from cachetool.maintenance.fdops import O_DIR, open_parent
 from cachetool.trace.leases import (
     LEASES_DIR,
@@ -99,6 +98,8 @@ class SharedState:
         for lease, state in self.stale:
             out.append(f"{_stale_reason(lease, state, now)}: its lease would be removed")
             for other in self.elsewhere.get(lease.path.name, ()):
+                from cachetool.hints import shell_command
+
                 command = shell_command("gc", "--temp", "--cache-dir", other)
                 out.append(f"  it also wrote in {other}, a cache root of its own: `{command}`")
         return out
@@ -136,6 +137,8 @@ def dead_writer_hint(
     paths = [p for ps in by_lease.values() for p in ps]
     n = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
     them = "them" if len(paths) != 1 else "it"
+    from cachetool.hints import gc_command
+
     command = gc_command(root, *(os.fsdecode(p) for p in paths))
     return (
         f"{leases}, a traced run that wrote here, is gone, and no process holds the {n} kept as younger "
@@ -159,6 +162,8 @@ def lease_id(lease: Lease) -> str:
 
 def break_command(root: str | os.PathLike[str], lease: Lease) -> str:
     """`cachetool gc --break-lease ID --cache-dir ROOT`, quoted for a POSIX shell."""
+    from cachetool.hints import shell_command
+
     return shell_command("gc", "--break-lease", lease_id(lease), "--cache-dir", os.fsdecode(root))
 
 
@@ -173,9 +178,8 @@ class NoSuchLease(CachetoolError):
 
 def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
     """Remove the lease `name` (its file name, with or without `.json`) of `root`, live or not:
-    for a lease whose process the user knows is gone (a host that died, a forged lease). Reached
-    from the root's descriptor without following a symlink; logged in the ledger as gc's
-    removals are. NoSuchLease when the root has no such lease."""
+    for a lease whose process the user knows is gone (a host that died, a forged lease). Logged
+    in the ledger as gc's removals are. NoSuchLease when the root has no such lease."""
     from cachetool.history.gclog import GcLog
 
     root_path = Path(os.path.abspath(os.fspath(root)))
@@ -185,27 +189,40 @@ def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
         raise NoSuchLease(root_path, name)
     root_fd = os.open(root_path, O_DIR)
     try:
-        fd = open_parent(root_fd, (LEDGER_DIR, LEASES_DIR, file))
-        try:
-            size = os.stat(file, dir_fd=fd, follow_symlinks=False).st_size
-            os.unlink(file, dir_fd=fd)
-        finally:
-            os.close(fd)
+        size, _ = _unlink_lease(root_fd, file)
+    except (FileNotFoundError, LookupError):
+        raise NoSuchLease(root_path, name) from None
     finally:
         os.close(root_fd)
     log = GcLog(root_path)
     try:
-        log.removed(
-            kind="lease",
-            paths=[lease.path],
-            size=size,
-            files=1,
-            reason=f"{lease}: broken by the user (gc --break-lease)",
-            when=time.time(),
-        )
+        _log_removal(log, lease, size, f"{lease}: broken by the user (gc --break-lease)")
     finally:
         log.close()
     return lease
+
+
+def _unlink_lease(
+    root_fd: int, file: str, why: Callable[[Lease], str | None] = lambda _: ""
+) -> tuple[int, str]:
+    """Remove the lease file `file`, reached from the root's descriptor without following a
+    symlink, when `why(the lease as read now)` gives a reason; its size and that reason (else
+    `LookupError`)."""
+    fd = open_parent(root_fd, (LEDGER_DIR, LEASES_DIR, file))
+    try:
+        again = read_lease(Path(f"/proc/self/fd/{fd}") / file)
+        reason = why(again) if again is not None else None
+        if reason is None:
+            raise LookupError(file)
+        size = os.stat(file, dir_fd=fd, follow_symlinks=False).st_size
+        os.unlink(file, dir_fd=fd)
+        return size, reason
+    finally:
+        os.close(fd)
+
+
+def _log_removal(log: GcLog, lease: Lease, size: int, reason: str) -> None:
+    log.removed(kind="lease", paths=[lease.path], size=size, files=1, reason=reason, when=time.time())
 
 
 def leased_reason(lease: Lease) -> str:
@@ -258,49 +275,21 @@ def check_min_age(root: Path, state: SharedState, min_age: float, temp: bool, ot
 
 def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> list[Lease]:
     """Remove the leases that were stale at plan time and still are (a lease renewed since, or
-    whose process turns out alive, stays). Reached from the root's descriptor, never following a
-    symlink; every removal is logged."""
-    removed: list[Lease] = []
-    if not state.stale:
-        return removed
-    flags = O_DIR
-    try:
-        ledger_fd = os.open(LEDGER_DIR, flags, dir_fd=root_fd)
-    except OSError:
-        return removed
-    try:
-        leases_fd = os.open(LEASES_DIR, flags, dir_fd=ledger_fd)
-    except OSError:
-        os.close(ledger_fd)
-        return removed
-    try:
-        from cachetool.trace.leases import lease_state
+    whose process turns out alive, stays). Every removal is logged."""
+    from cachetool.trace.leases import lease_state
 
-        for lease, _ in state.stale:
-            name = lease.path.name
-            again = read_lease(Path(f"/proc/self/fd/{leases_fd}") / name)
-            if again is None:
-                continue
-            state_now = lease_state(again)
-            if state_now == "live":
-                continue
-            try:
-                size = os.stat(name, dir_fd=leases_fd, follow_symlinks=False).st_size
-                os.unlink(name, dir_fd=leases_fd)
-            except OSError:
-                continue
-            removed.append(lease)
-            if log is not None:
-                with contextlib.suppress(Exception):
-                    log.removed(
-                        kind="lease",
-                        paths=[lease.path],
-                        size=size,
-                        files=1,
-                        reason=_stale_reason(again, state_now, time.time()),
-                        when=time.time(),
-                    )
-    finally:
-        os.close(leases_fd)
-        os.close(ledger_fd)
+    def still_stale(lease: Lease) -> str | None:
+        now = lease_state(lease)
+        return None if now == "live" else _stale_reason(lease, now, time.time())
+
+    removed: list[Lease] = []
+    for lease, _ in state.stale:
+        try:
+            size, reason = _unlink_lease(root_fd, lease.path.name, still_stale)
+        except (OSError, LookupError):
+            continue
+        removed.append(lease)
+        if log is not None:
+            with contextlib.suppress(Exception):
+                _log_removal(log, lease, size, reason)
     return removed

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, Kind
-from cachetool.cache.model import Entry
 from cachetool.formatting import compact_age, compact_duration, human_size
-from cachetool.maintenance.gc.model import GcItem, KeptBecause, Refusal, Target
-from cachetool.maintenance.gc.planner import KEPT_BECAUSE, Planner
+from cachetool.maintenance.gc.plan import GcItem, KeptBecause, Refusal, Target
+from cachetool.maintenance.gc.rules import KEPT_BECAUSE, Planner
 
 if TYPE_CHECKING:
+    from cachetool.cache.model import CacheFile
+    from cachetool.cache.scan import Entry
     from cachetool.history.ledger import Ledger
 
 #: Kinds kept unless `--include-sources`: what cannot be computed again from the cache alone.
@@ -92,61 +93,27 @@ class EvictionPlanner(Planner):
         entries = self.report.entries
         meta_by_dir = {d.path: d.meta_files for d in self.report.datasets}
         out: list[_Unit] = []
-        saved_keys = sorted({e.unit or e.path for e in entries if e.kind == Kind.SAVED})
-        for key in saved_keys:
+        for key in sorted({e.unit or e.path for e in entries if e.kind == Kind.SAVED}):
             if key == self.root:
                 continue  # a saved folder given as the root: never remove the root
             members = [e for e in entries if e.path == key or key in e.path.parents]
             members.sort(key=lambda e: (e.kind != Kind.SAVED, os.fsdecode(e.path)))
             metas = [f for d, fs in meta_by_dir.items() if d == key or key in d.parents for f in fs]
-            files = [f for e in members for f in e.files] + metas
-            size = sum(f.size for f in files)
-            newest = max((f.mtime for f in files), default=None)
-            used = max((u for e in members if (u := e.used) is not None), default=None)
             out.append(
-                _Unit(
-                    key,
-                    Kind.SAVED,
-                    members,
-                    (Target(key, True, size, newest),),
-                    size,
-                    len(files),
-                    used,
-                    newest,
-                    members[0].dataset,
-                )
+                _unit(key, Kind.SAVED, members, [f for e in members for f in e.files] + metas, folder=True)
             )
         by_source_dir: dict[Path, list[Entry]] = {}
         for e in entries:
             if e.kind == Kind.SOURCE and e.dataset_dir is not None:
                 by_source_dir.setdefault(e.dataset_dir, []).append(e)
         for d, members in sorted(by_source_dir.items()):
-            metas = sorted(meta_by_dir.get(d, ()), key=lambda f: f.name != layout.DATASET_INFO)
-            files = list(metas) + [f for e in members for f in e.files]
             # dataset_info.json goes first: without it datasets prepares again rather than
             # trusting a folder whose splits are half gone.
-            targets = tuple(Target(f.path, False, f.size, f.mtime) for f in files)
-            used = max((u for e in members if (u := e.used) is not None), default=None)
-            newest = max((f.mtime for f in files), default=None)
-            out.append(
-                _Unit(
-                    d,
-                    Kind.SOURCE,
-                    members,
-                    targets,
-                    sum(f.size for f in files),
-                    len(files),
-                    used,
-                    newest,
-                    members[0].dataset,
-                )
-            )
+            metas = sorted(meta_by_dir.get(d, ()), key=lambda f: f.name != layout.DATASET_INFO)
+            out.append(_unit(d, Kind.SOURCE, members, [*metas, *(f for e in members for f in e.files)]))
         for e in entries:
             if e.kind in (Kind.DERIVED, Kind.INDICES, Kind.SHARDS, Kind.ARROW):
-                targets = tuple(Target(f.path, False, f.size, f.mtime) for f in e.files)
-                out.append(
-                    _Unit(e.path, e.kind, [e], targets, e.size, len(e.files), e.used, e.modified, e.dataset)
-                )
+                out.append(_unit(e.path, e.kind, [e], list(e.files)))
         return out
 
     def protection(self, u: _Unit) -> _Protected | None:
@@ -336,6 +303,19 @@ class EvictionPlanner(Planner):
                 reason = KeptBecause.OUTSIDE if named else KeptBecause.UNTOUCHED
             counts[reason] = counts.get(reason, 0) + 1
         return n, size, counts
+
+
+def _unit(key: Path, kind: Kind, members: list[Entry], files: list[CacheFile], folder: bool = False) -> _Unit:
+    """A unit of `members` removing `files` (as one folder, or file by file)."""
+    size = sum(f.size for f in files)
+    newest = max((f.mtime for f in files), default=None)
+    used = max((u for e in members if (u := e.used) is not None), default=None)
+    targets = (
+        (Target(key, True, size, newest),)
+        if folder
+        else tuple(Target(f.path, False, f.size, f.mtime) for f in files)
+    )
+    return _Unit(key, kind, members, targets, size, len(files), used, newest, members[0].dataset)
 
 
 def _unit_key_of(e: Entry) -> Path:

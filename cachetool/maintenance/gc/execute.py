@@ -1,35 +1,71 @@
 """Carrying out a gc plan item by item under the gc lock, trusting none of it: each target is
-checked again (`recheck`), set aside under a name no one can open, checked once more, and
-removed through folder descriptors (`cachetool.maintenance.fdops`). One item failing never stops
-the others; every removal is recorded in the root's ledger."""
+checked again (the plan's `Rules` on a fresh snapshot, plus what only the file system can tell
+now: inside the root, not a symlink, unchanged), set aside under a name no one can open, checked
+once more against `/proc`, and removed through folder descriptors (`cachetool.maintenance.fdops`).
+One item failing never stops the others; every removal is recorded in the root's ledger."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
-from cachetool.maintenance.fdops import inventory, remove_tree, rename_noreplace, same_file
-from cachetool.maintenance.gc.gclock import gc_lock
-from cachetool.maintenance.gc.model import LOCK_TIMEOUT, GcItem, GcPlan, GcResult, Outcome
-from cachetool.maintenance.gc.recheck import (
-    SNAPSHOT_MAX_AGE,
-    Refused,
-    RunContext,
-    check_target,
-    take_lock,
+from cachetool.maintenance.fdops import (
+    O_DIR,
+    inventory,
+    open_parent,
+    remove_tree,
+    rename_noreplace,
+    same_file,
 )
-from cachetool.maintenance.liveness import InUse, pids_holding
-from cachetool.maintenance.locks import guard_alive
+from cachetool.maintenance.gc.plan import (
+    LOCK_TIMEOUT,
+    GcBusy,
+    GcItem,
+    GcPlan,
+    GcResult,
+    Outcome,
+    Refusal,
+    Target,
+)
+from cachetool.maintenance.gc.rules import Rules, gc_alive, pids_text
+from cachetool.maintenance.liveness import InUse, pids_holding, socket_reason
+from cachetool.maintenance.locks import LockBusy, acquire, guard_alive
 from cachetool.maintenance.shared import remove_stale_leases
-from cachetool.trace.leases import Lease
+
+if TYPE_CHECKING:
+    from cachetool.trace.leases import Lease
+
+GC_LOCK_NAME = "gc.lock"
+#: The leases of a liveness snapshot older than this are read again before the next item (a run
+#: on another host may have started since; a long eviction must not judge its last items by the
+#: leases of its first). `/proc` is not read again: the final check after the set-aside does.
+SNAPSHOT_MAX_AGE = 2.0
+
+
+class Refused(Exception):
+    """A re-check failed: keep the item and say why."""
+
+
+@dataclass(kw_only=True)
+class RunContext(Rules):
+    """The rules on the snapshot taken under the gc lock, and what the run holds open."""
+
+    anchors: dict[str, tuple[Path, int]] = field(default_factory=dict)
+    root: Path | None = None
+    refresh: bool = True  # False when the caller handed in a snapshot: use only that one
+    trash_seq: int = 0  # names of what this run set aside: .cachetool-gc-<pid>-<seq>
+    anchor_errors: dict[str, str] = field(default_factory=dict)
+    taken: float = field(default_factory=time.monotonic)  # when `in_use` was taken
 
 
 def execute(
@@ -66,16 +102,12 @@ def execute(
         anchors[scope] = (anchor, fd)
     try:
         root_fd = anchors["root"][1] if "root" in anchors else None
-        with gc_lock(plan.root, lock_timeout, root_fd=root_fd) if root_fd is not None else _no_lock():
+        # Without the root every item of it is refused: nothing needs the lock.
+        with gc_lock(plan.root, lock_timeout, root_fd) if root_fd is not None else contextlib.nullcontext():
             return _execute_locked(plan, anchors, anchor_errors, in_use, log)
     finally:
         for _, fd in anchors.values():
             os.close(fd)
-
-
-@contextlib.contextmanager
-def _no_lock() -> Iterator[None]:
-    yield  # the root cannot be opened: every item of it is refused, nothing needs the lock
 
 
 def _execute_locked(
@@ -86,25 +118,9 @@ def _execute_locked(
     log: bool,
 ) -> GcResult:
     """The body of `execute()`, under the gc lock."""
-    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
-
-    snapshot = in_use if in_use is not None else scan_in_use(root=plan.root, writers=False)
-    temp_items = plan.temp_dir is not None and any(i.scope == "temp" for i in plan.items)
-    users = temp_dir_users(plan.temp_dir) if temp_items and plan.temp_dir is not None else ()
-    pools = temp_dir_users(plan.temp_dir, python=True) if temp_items and plan.temp_dir is not None else ()
-    ctx = RunContext(
-        anchors,
-        snapshot,
-        bound_socket_paths(),
-        time.time(),
-        os.geteuid(),
-        plan.options,
-        users,
-        plan.root,
-        in_use is None,
-    )
-    ctx.anchor_errors = anchor_errors
-    ctx.pool_users = pools
+    kinds = {layout.temp_folder_kind(i.path.name) or "pymp" for i in plan.items if i.scope == "temp"}
+    ctx = RunContext.take(plan.options, plan.root, plan.temp_dir, kinds, in_use=in_use)
+    ctx.anchors, ctx.anchor_errors, ctx.root, ctx.refresh = anchors, anchor_errors, plan.root, in_use is None
     gclog = None
     if log and "root" in anchors:  # never a ledger where there is no cache (yet)
         from cachetool.history.gclog import GcLog
@@ -342,3 +358,190 @@ def _put_back(aside: list[_Checked], checked: list[_Checked]) -> None:
     for (parent_fd, new, _, _), (_, old, _, _) in zip(aside, checked, strict=False):
         with contextlib.suppress(OSError):
             rename_noreplace(parent_fd, new, parent_fd, old)
+
+
+def _relative_parts(anchor: Path, path: Path) -> tuple[str, ...]:
+    try:
+        rel = path.relative_to(anchor)
+    except ValueError:
+        raise Refused(f"outside {anchor}") from None
+    parts = rel.parts
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise Refused(f"not strictly inside {anchor}")
+    return parts
+
+
+def open_parent_safely(anchor: tuple[Path, int], path: Path) -> tuple[int, str]:
+    """Open the folder holding `path` one component at a time from the anchor, never following a
+    symlink: a component swapped for a symlink makes the open fail (ELOOP/ENOTDIR)."""
+    root, root_fd = anchor
+    parts = _relative_parts(root, path)
+    # No path string is resolved here: each component is opened relative to the one before,
+    # without following symlinks, starting from the root's own descriptor.
+    try:
+        return open_parent(root_fd, parts), parts[-1]
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(f"{e.filename} on the way is now a symlink or not a folder") from None
+        if e.errno == errno.ENOENT:
+            raise FileNotFoundError(e.errno, e.strerror, e.filename) from None
+        raise
+
+
+def take_lock(anchor: tuple[Path, int], lock: Path) -> int | None:
+    """Win the filelock at `lock` without blocking and without creating it; held until the item
+    is done, so no preparation or download can start on what is being removed."""
+    try:
+        parent_fd, name = open_parent_safely(anchor, lock)
+    except FileNotFoundError:
+        return None
+    try:
+        return acquire(name, dir_fd=parent_fd)
+    except LockBusy as busy:
+        raise Refused(busy.message()) from None
+    finally:
+        os.close(parent_fd)
+
+
+def check_target(
+    item: GcItem, t: Target, anchor: tuple[Path, int], ctx: RunContext, parents: dict[Path, int]
+) -> tuple[int, str, int | None, os.stat_result] | None:
+    """Re-check one target; returns (parent fd, name, folder fd or None, stat) or None if gone.
+    Parent folders are opened once and kept in `parents` (closed by the caller)."""
+    name = t.path.name
+    if t.path.parent in parents:
+        parent_fd = parents[t.path.parent]
+    else:
+        try:
+            parent_fd, name = open_parent_safely(anchor, t.path)
+        except FileNotFoundError:
+            return None
+        parents[t.path.parent] = parent_fd
+    keep_open = False
+    dir_fd: int | None = None
+    try:
+        try:
+            st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            raise Refused("is a symlink (never followed)")
+        if stat.S_ISDIR(st.st_mode) != t.is_dir:
+            raise Refused("changed type since the plan")
+        stats = [st]
+        if t.is_dir:
+            try:
+                dir_fd = os.open(name, O_DIR, dir_fd=parent_fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused("is now a symlink") from None
+                raise
+            stats += inventory(dir_fd)
+        judge(item, t, stats, ctx, dir_fd)
+        keep_open = True
+        return parent_fd, name, dir_fd, st
+    finally:
+        if not keep_open and dir_fd is not None:
+            os.close(dir_fd)
+
+
+def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext, dir_fd: int | None) -> None:
+    """Raise `Refused` unless the target may go now: the plan's rules on the fresh snapshot, then
+    what only this moment tells (changed since the plan, its name, a save that finished)."""
+    top = stats[0]
+    pids = {pid for s in stats for pid in ctx.in_use.pids(s)}
+    aged = item.kind != Kind.LOCK and item.action != "purge"  # a quarantined file's age is its move's
+    newest = max(s.st_mtime for s in stats)
+    why = ctx.refusal([s.st_uid for s in stats], newest, pids, aged, item.scope)
+    if why is None and t.is_dir and item.scope == "temp":
+        cwd = ctx.in_use.cwd_pids_under(t.path)
+        kind = layout.temp_folder_kind(t.path.name) or "pymp"
+        why = (
+            Refusal("in-use", f"in use by pid {pids_text(cwd)} (its working folder)")
+            if cwd
+            else ctx.temp_refusal(t.path, kind, min(top.st_mtime, top.st_ctime))
+        )
+    elif why is None and t.is_dir and any(s.startswith(os.fspath(t.path) + "/") for s in ctx.sockets):
+        why = Refusal("socket", socket_reason(t.path))
+    if why is not None:
+        raise Refused(why.text)
+    if item.action == "evict" and not t.is_dir and (top.st_size != t.size or top.st_mtime != t.mtime):
+        raise Refused("changed since the plan")
+    name = t.path.name
+    if item.kind == Kind.TEMP and item.scope == "root":
+        trash = layout.GC_TRASH_RE.match(name)
+        if not (layout.TEMP_FILE_RE.match(name) or trash):
+            raise Refused("not a temp file name")
+        if trash and gc_alive(int(trash.group("pid"))):
+            raise Refused(f"the gc that set it aside (pid {trash.group('pid')}) is still running")
+    if item.kind == Kind.TF_CACHE:
+        from cachetool.cache.tfdata import tf_leftover_name
+
+        if not tf_leftover_name(name):
+            raise Refused("not a tf.data lockfile or temp state name")
+    if item.kind == Kind.INCOMPLETE_SAVE and dir_fd is not None:
+        try:
+            os.stat(layout.STATE_JSON, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            raise Refused("state.json appeared: the save finished")
+    if item.kind == Kind.LOCK and guard_alive(t.path, ctx.root) is not False:
+        raise Refused("its folder exists again, or cannot be told")
+
+
+@contextlib.contextmanager
+def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT, root_fd: int | None = None) -> Iterator[Path]:
+    """Hold the exclusive gc lock of `root` (`<root>/.cachetool/gc.lock`, or a per-user lock when
+    the root cannot be written), so two gc runs never work on one cache at once.
+
+    With `root_fd` the lock file is reached from that descriptor (no path is resolved again); it
+    is an `flock`, the same lock `filelock` takes, so older runs and this one exclude each other."""
+    from cachetool.cache.store import flock_within
+
+    fd = None
+    path = root / layout.LEDGER_DIR / GC_LOCK_NAME
+    own_root = root_fd is None
+    try:
+        if root_fd is None:
+            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(layout.LEDGER_DIR, dir_fd=root_fd)
+        state_fd = os.open(layout.LEDGER_DIR, O_DIR, dir_fd=root_fd)
+        try:
+            fd = os.open(
+                GC_LOCK_NAME,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                0o644,
+                dir_fd=state_fd,
+            )
+        finally:
+            os.close(state_fd)
+    except OSError:
+        fd = None
+    finally:
+        if own_root and root_fd is not None:
+            os.close(root_fd)
+    if fd is None:  # a read-only root: a lock of this user's, outside the root
+        from filelock import FileLock, Timeout
+
+        from cachetool.cache.roots import root_key, user_state_dir
+
+        path = user_state_dir() / "gc-locks" / f"{root_key(root)}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path), timeout=timeout)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise GcBusy(root, path, timeout) from None
+        try:
+            yield path
+        finally:
+            lock.release()
+        return
+    try:
+        if not flock_within(fd, timeout):
+            raise GcBusy(root, path, timeout)
+        yield path
+    finally:
+        os.close(fd)  # releases the flock

@@ -10,17 +10,101 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
-from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
-from cachetool.cache.model import Entry
-from cachetool.cache.tfdata import tf_leftover_name
-from cachetool.maintenance.gc.model import GcItem, Refusal, Target
-from cachetool.maintenance.gc.planner import Planner, gc_alive, newest_mtime, owner_uid
-from cachetool.maintenance.gc.tempdir import check_owner_refusal, owner_refusal
-from cachetool.maintenance.liveness import socket_reason
+from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind, TempKind
+from cachetool.maintenance.gc.plan import GcItem, Refusal, Target
+from cachetool.maintenance.gc.rules import Planner, gc_alive, owner_uid
 from cachetool.maintenance.locks import LockState, lock_guard, probe
+
+if TYPE_CHECKING:
+    from cachetool.cache.model import CacheFile
+    from cachetool.cache.scan import Entry
+
+
+@dataclass(frozen=True)
+class TempFolder:
+    """An `hf_datasets-*` or `pymp-*` entry of the temp dir, as `lstat` and a walk tell it."""
+
+    path: Path
+    kind: TempKind
+    is_dir: bool  # False for a symlink or a file with such a name (never followed, never removed)
+    uid: int
+    size: int = 0
+    files: int = 0
+    newest: float = 0.0
+    made_by: float = 0.0  # the latest the folder can have been created: min(its mtime, its ctime)
+
+
+@dataclass(frozen=True)
+class TempScan:
+    """The temp dir and its `datasets` leftovers."""
+
+    path: Path
+    folders: tuple[TempFolder, ...] = ()
+    error: str | None = None
+
+
+def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
+    """List the `hf_datasets-*` and `pymp-*` folders of a temp dir; nothing else there is read."""
+    resolved = Path(os.path.realpath(path))
+    try:
+        names = sorted(os.listdir(resolved))
+    except OSError as e:
+        return TempScan(resolved, (), e.strerror or str(e))
+    out = []
+    for name in names:
+        kind = layout.temp_folder_kind(name)
+        if kind is None:
+            continue
+        p = resolved / name
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        made_by = min(st.st_mtime, st.st_ctime)
+        if not stat.S_ISDIR(st.st_mode):
+            out.append(TempFolder(p, kind, False, st.st_uid, 0, 0, st.st_mtime, made_by))
+            continue
+        size, files, newest = _tree_totals(p, st.st_mtime)
+        out.append(TempFolder(p, kind, True, st.st_uid, size, files, newest, made_by))
+    return TempScan(resolved, tuple(out))
+
+
+def _tree_totals(path: Path, newest: float) -> tuple[int, int, float]:
+    size = files = 0
+    stack = [path]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                for de in it:
+                    try:
+                        st = de.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    newest = max(newest, st.st_mtime)
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(Path(de.path))
+                    else:
+                        size += st.st_size
+                        files += 1
+        except OSError:
+            continue
+    return size, files, newest
+
+
+def newest_mtime(e: Entry) -> float | None:
+    """The newest modification time of an entry's files and of the entry itself."""
+    got = max((f.mtime for f in e.files), default=None)
+    try:
+        own = os.lstat(e.path).st_mtime
+    except OSError:
+        return got
+    return own if got is None else max(got, own)
 
 
 class LeftoverPlanner(Planner):
@@ -61,23 +145,18 @@ class LeftoverPlanner(Planner):
         if e.dataset_dir is None and e.path.parent not in data_dirs:
             self.skip(e, Refusal("not-datasets", "not in a dataset folder: datasets did not write it"))
             return
-        why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
-        if why:
-            self.skip(e, why)
-            return
         reason = ("empty" if f.size == 0 else "partial") + " tmp file of a killed writer"
-        self.add(
-            GcItem(
-                e.path,
-                Kind.TEMP,
-                f.size,
-                1,
-                reason,
-                (Target(e.path, False, f.size, f.mtime),),
-                dataset=e.dataset,
-                aliases=e.aliases,
-            )
-        )
+        self.leftover_file(e, f, Kind.TEMP, reason, dataset=e.dataset, aliases=e.aliases)
+
+    def leftover_file(self, e: Entry, f: CacheFile, kind: Kind, reason: str, **extra: Any) -> None:
+        """Plan to remove one leftover file as one item, unless a rule keeps it (a lock's age
+        says nothing: filelock never touches its mtime)."""
+        aged = kind != Kind.LOCK
+        why = self.refusal([f.uid], f.mtime if aged else None, self.file_pids([f]), age_applies=aged)
+        if why:
+            self.skip(e, why, path=f.path, size=f.size)
+            return
+        self.add(GcItem(f.path, kind, f.size, 1, reason, (Target(f.path, False, f.size, f.mtime),), **extra))
 
     def tf_leftovers(self, e: Entry) -> None:
         """What a killed `tf.data` writer left (its lockfiles and partial shards), as one item;
@@ -87,6 +166,8 @@ class LeftoverPlanner(Planner):
             return
         if e.state != "abandoned":
             return
+        from cachetool.cache.tfdata import tf_leftover_name
+
         files = [f for f in e.files if tf_leftover_name(f.name)]
         if not files or any(not stat.S_ISREG(f.mode) for f in files):
             self.skip(e, Refusal("not-regular", "not a regular file"))
@@ -119,12 +200,7 @@ class LeftoverPlanner(Planner):
         if not e.files or any(f.path != e.path for f in e.files):
             self.leftover_folder(e, reason)
             return
-        f = e.files[0]
-        why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
-        if why:
-            self.skip(e, why)
-            return
-        self.add(GcItem(e.path, Kind.TEMP, f.size, 1, reason, (Target(e.path, False, f.size, f.mtime),)))
+        self.leftover_file(e, e.files[0], Kind.TEMP, reason)
 
     def incomplete_prepare(self, e: Entry) -> None:
         final = e.dataset_dir or e.path.with_name(e.path.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
@@ -169,22 +245,8 @@ class LeftoverPlanner(Planner):
             if state.held:
                 self.skip(e, _busy_reason("a download", lock, state), path=f.path, size=f.size)
                 continue
-            why = self.refusal([f.uid], f.mtime, self.file_pids([f]))
-            if why:
-                self.skip(e, why, path=f.path, size=f.size)
-                continue
-            self.add(
-                GcItem(
-                    f.path,
-                    Kind.DOWNLOAD,
-                    f.size,
-                    1,
-                    "interrupted download, its lock is free",
-                    (Target(f.path, False, f.size, f.mtime),),
-                    dataset=e.dataset,
-                    lock=lock,
-                )
-            )
+            reason = "interrupted download, its lock is free"
+            self.leftover_file(e, f, Kind.DOWNLOAD, reason, dataset=e.dataset, lock=lock)
 
     def lock(self, e: Entry) -> None:
         f = e.files[0] if e.files else None
@@ -199,32 +261,11 @@ class LeftoverPlanner(Planner):
             return  # a lock of a live folder: nothing to say, it is simply part of the cache
         state = probe(e.path)
         if state.held:
-            self.skip(
-                e,
-                Refusal("lock-held", "held by a live process")
-                if state == LockState.HELD
-                else Refusal(
-                    "lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)"
-                ),
-            )
+            held = state == LockState.HELD
+            self.skip(e, Refusal("lock-held", "held by a live process") if held else _UNPROBED)
             return
-        # Age says nothing about a lock: filelock never touches its mtime.
-        why = self.refusal([f.uid], None, self.file_pids([f]), age_applies=False)
-        if why:
-            self.skip(e, why)
-            return
-        self.add(
-            GcItem(
-                e.path,
-                Kind.LOCK,
-                f.size,
-                1,
-                f"{guard.kind} nobody holds; its {guard.what} is gone",
-                (Target(e.path, False, f.size, f.mtime),),
-                dataset=e.dataset,
-                lock=e.path,
-            )
-        )
+        reason = f"{guard.kind} nobody holds; its {guard.what} is gone"
+        self.leftover_file(e, f, Kind.LOCK, reason, dataset=e.dataset, lock=e.path)
 
     def temp_folders(self) -> None:
         if self.temp is None:
@@ -243,15 +284,8 @@ class LeftoverPlanner(Planner):
                 )
                 continue
             pids = self.in_use.pids_under(tf.path) | self.in_use.cwd_pids_under(tf.path)
-            prefix = os.fspath(tf.path) + "/"
-            bound = any(s.startswith(prefix) for s in self.sockets)
             why = self.refusal([tf.uid], tf.newest, pids, scope="temp")
-            if why is None and bound:
-                why = Refusal("socket", socket_reason(tf.path))
-            if why is None and tf.kind == "determinism":
-                why = check_owner_refusal(tf.path.name, tf.made_by, self.pool_users)
-            elif why is None:
-                why = owner_refusal(tf.kind, tf.made_by, self.temp_users, self.pool_users)
+            why = why or self.temp_refusal(tf.path, tf.kind, tf.made_by)
             if why:
                 self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
                 continue
@@ -272,6 +306,9 @@ class LeftoverPlanner(Planner):
                     scope="temp",
                 )
             )
+
+
+_UNPROBED = Refusal("lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)")
 
 
 def _busy_reason(who: str, lock: Path, state: LockState) -> Refusal:

@@ -1,336 +1,546 @@
-"""Building a gc plan: scan, liveness snapshot, pins and the ledger's parents in; plain data out.
-
-`build_plan()` decides from a scan, a liveness snapshot and a few lock probes; `plan_gc()` gathers
-those for a cache root. Nothing is removed here (`execute` does, checking everything again).
-"""
+"""A gc run as plain frozen data: its options (declared once, `GcOptions`), the plan (items to
+remove, what it keeps and why) and the outcome of each item. Decisions are typed; every message
+is rendered from them."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import stat
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import Field, dataclass, field, fields
+from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from cachetool.cache import layout
-from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
-from cachetool.cache.lookup import find_entry
-from cachetool.cache.model import CacheReport
-from cachetool.errors import CachetoolError
-from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
-from cachetool.maintenance.gc.leftovers import LeftoverPlanner
-from cachetool.maintenance.gc.model import (
-    NOTHING_SELECTED,
-    GcItem,
-    GcOptions,
-    GcPlan,
-    KeptBecause,
-    Refusal,
-    Target,
-    order_kept,
-)
-from cachetool.maintenance.gc.tempdir import TempScan, scan_temp_dir
-from cachetool.maintenance.liveness import InUse, TempDirUser
-from cachetool.maintenance.shared import check_min_age, dead_writer_hint, shared_state
+from cachetool.cache.layout import Kind
+from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import compact_duration, human_size, iso_time
 
+if TYPE_CHECKING:
+    from cachetool.maintenance.shared import SharedState
+    from cachetool.trace.leases import Lease
 
-class _Builder(LeftoverPlanner, EvictionPlanner):
-    """Every planning step over one set of inputs."""
+#: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
+DEFAULT_MIN_AGE = 3600.0
+#: How long a second gc waits for the first before giving up.
+LOCK_TIMEOUT = 30.0
+
+#: "leftover": what a killed process left (`--temp`, or named); "evict": a whole cache entry;
+#: "purge": something `verify --quarantine` moved aside (`--quarantine`).
+Action = Literal["leftover", "evict", "purge"]
+#: "root": inside the cache root; "temp": a folder in the temp dir.
+Scope = Literal["root", "temp"]
+#: What execute did with one item.
+Status = Literal["removed", "skipped", "failed"]
 
 
-def build_plan(
-    report: CacheReport,
-    in_use: InUse,
-    options: GcOptions,
-    *,
-    temp: TempScan | None = None,
-    pins: Mapping[str, Any] | None = None,
-    parents: Mapping[str, Iterable[str]] | None = None,
-    sockets: frozenset[str] = frozenset(),
-    temp_users: Sequence[TempDirUser] = (),
-    pool_users: Sequence[TempDirUser] = (),
-    now: float | None = None,
-    root_refused: str | None = None,
-    euid: int | None = None,
-) -> GcPlan:
-    """Decide what a gc run removes, from a scan and a liveness snapshot (plus lock probes).
+class GcBusy(CachetoolError):
+    """Another `cachetool gc` holds this cache's gc lock."""
 
-    Nothing is removed here. The same rules run again in `execute()` right before each item,
-    because processes start and finish between the two."""
-    t = time.time() if now is None else now
-    b = _Builder(
-        report,
-        in_use,
-        options,
-        t,
-        os.geteuid() if euid is None else euid,
-        pins or {},
-        parents or {},
-        sockets,
-        temp,
-        temp_users,
-        pool_users,
-    )
-    b.resolve_protections()
-    b.note_partial_liveness()
-    why_kept, evicting = _run_steps(b, report, options, parents or {}, root_refused)
-    n, size, counts = b.kept(why_kept, evicting, named=bool(options.fingerprints) and not options.temp)
-    return GcPlan(
-        report.root,
-        temp.path if temp else None,
-        options,
-        tuple(b.items),
-        tuple(b.skipped),
-        n,
-        size,
-        order_kept(counts, options),
-        tuple(b.warnings),
-        t,
-    )
+    exit_code = ExitCode.PROBLEMS_FOUND
+
+    def __init__(self, root: Path, lock: Path, timeout: float) -> None:
+        super().__init__(
+            f"another cachetool gc is running on {root} (waited {timeout:g}s for {lock}); "
+            "try again when it ends"
+        )
+        self.root = root
+        self.lock = lock
 
 
-def _run_steps(
-    b: _Builder,
-    report: CacheReport,
-    options: GcOptions,
-    parents: Mapping[str, Iterable[str]],
-    root_refused: str | None,
-) -> tuple[dict[Path, KeptBecause], bool]:
-    """Run the leftover and eviction steps the options ask for; returns why each unit that
-    stays stays, and whether the run evicts."""
-    recorded = [*parents, *(x for v in parents.values() for x in v)]
-    explicit = [find_entry(report, fp, recorded=recorded) for fp in options.fingerprints]
-    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
-    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
-    explicit = [e for e in explicit if e.kind not in leftover_kinds]
-    if root_refused is not None:
-        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
-        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
-        b.temp_folders()
-    elif options.temp:
-        b.leftovers()
-        b.temp_folders()
-    elif named_leftovers:
-        b.leftovers(only=named_leftovers)
-    evicting = bool(explicit) or options.older_than is not None or options.max_size is not None
-    evicting = evicting or bool(options.datasets)
-    if not evicting:
-        return {}, False
-    for e in explicit:
-        if e.kind not in EVICTABLE:
-            b.skip(
-                e, Refusal("not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)")
-            )
-        elif e.kind == Kind.SAVED and (e.unit or e.path) == b.root:
-            b.skip(
-                e, Refusal("cache-root", "is the cache root itself: gc never removes the folder it cleans")
-            )
-    # Names narrow the run even when none of them can be evicted: `[]` is "nothing in scope".
-    named = [e for e in explicit if e.kind in EVICTABLE] if options.fingerprints else None
-    return b.evictions(named), True
-
-
-_LAYOUT_KINDS = WRITTEN_BY_DATASETS | {
-    Kind.INCOMPLETE_PREPARE,
-    Kind.INCOMPLETE_SAVE,
-    Kind.DOWNLOAD,
-    Kind.EXTRACTED,
-    Kind.TF_CACHE,
-}
-
-#: "fs-root": the root is `/`; "home": it is or holds the home folder; "not-a-cache": nothing in
-#: it looks like a `datasets` cache (then whatever matches a leftover name is somebody's file).
-RootRefusalCode = Literal["fs-root", "home", "not-a-cache"]
-
-_ROOT_REFUSALS: dict[RootRefusalCode, str] = {
-    "fs-root": "it is the file system root",
-    "home": "it is or holds your home folder",
-    "not-a-cache": "nothing in it looks like a datasets cache (no dataset folder, cache file or download)",
-}
+def _option(
+    help: str, *, keyword: str | None = None, cli_default: Any = None, parse: str | None = None
+) -> Any:
+    """A `GcOptions` field's one declaration for the command, `gc_cache` and the docs: its help,
+    its keyword when not the field's name (`--dataset` is `datasets`), the command's default
+    when it differs (`--min-age 1h`), and how a string value is read ("duration", "size")."""
+    return {"help": help, "keyword": keyword, "cli_default": cli_default, "parse": parse}
 
 
 @dataclass(frozen=True)
-class RootRefusal:
-    """Why gc will not clean a root without `--force-root`."""
+class GcOptions:
+    """Every choice of a gc run, declared once: `cachetool gc`'s options and `gc_cache()`'s
+    keywords are made from these fields. Durations are seconds (or `"30d"`), sizes bytes (or
+    `"50GB"`); an invalid value raises `CachetoolError` (exit 2) here, for the command as for Python."""
 
-    root: Path
-    code: RootRefusalCode
+    temp: bool = field(
+        default=False,
+        metadata=_option(
+            "Remove leftovers of killed processes: `tmp*` files, `.incomplete` folders, interrupted "
+            "saves and downloads, unheld locks of folders that are gone, and `hf_datasets-*` / `pymp-*` "
+            "folders in the temp dir (nothing else there)."
+        ),
+    )
+    tmp_dir: Path | None = field(
+        default=None,
+        metadata=_option(
+            "The temp dir to clean with --temp. Default: the one datasets uses (TMPDIR, TEMP, TMP, "
+            "else the system default)."
+        ),
+    )
+    min_age: float = field(
+        default=DEFAULT_MIN_AGE,
+        metadata=_option(
+            "Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
+            "hosts of a shared file system are invisible to gc: there, their leases and age are the "
+            "guards (at least 10m for temp files no lease covers).",
+            cli_default="1h",
+            parse="duration",
+        ),
+    )
+    all_users: bool = field(
+        default=False, metadata=_option("Also remove files other users own (default: only yours).")
+    )
+    older_than: float | None = field(
+        default=None,
+        metadata=_option(
+            "Evict entries not used in this long (e.g. 30d): last ledger record, else modified time. "
+            "With --quarantine: purge what was moved aside at least this long ago.",
+            parse="duration",
+        ),
+    )
+    max_size: int | None = field(
+        default=None,
+        metadata=_option(
+            "Evict least recently used entries until the cache is under this size (e.g. 50GB).",
+            parse="size",
+        ),
+    )
+    datasets: tuple[str, ...] = field(
+        default=(),
+        metadata=_option(
+            "Only entries of this dataset (e.g. csv or csv/default-…); repeatable.", keyword="dataset"
+        ),
+    )
+    #: The command's arguments: entries to evict, as `cachetool ls -q` prints them.
+    fingerprints: tuple[str, ...] = field(
+        default=(),
+        metadata=_option(
+            "Entries to evict: fingerprints (or prefixes) or paths, as `cachetool ls -q` prints them."
+        ),
+    )
+    keep: tuple[str, ...] = field(
+        default=(),
+        metadata=_option("Never evict this fingerprint or its recorded ancestors (repeatable)."),
+    )
+    include_sources: bool = field(
+        default=False,
+        metadata=_option("Also evict source splits and saved datasets (kept by default)."),
+    )
+    force_root: bool = field(
+        default=False,
+        metadata=_option(
+            "Clean the folder even if it is /, holds your home folder, or has no datasets "
+            "layout (refused by default: there, leftover-looking names may be your own files)."
+        ),
+    )
+    other_hosts_idle: bool = field(
+        default=False,
+        metadata=_option(
+            "On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
+            "10m for temp files no lease covers: you know no process on another host writes this cache "
+            "outside `cachetool run` or `cachetool.tracing()`."
+        ),
+    )
+    quarantine: bool = field(
+        default=False,
+        metadata=_option(
+            "Purge the quarantine: delete what `verify --quarantine` moved aside into "
+            ".cachetool/quarantine/ (with --older-than: moved aside at least that long ago). Nothing "
+            "else is removed in that run."
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "tuple[str, ...]":
+                if isinstance(value, str):
+                    raise CachetoolError(f"{f.name} must be a sequence of names, not one string")
+                value = tuple(value or ())
+            elif isinstance(value, str) and f.metadata["parse"] is not None:
+                value = _parse(value, f.metadata["parse"], f"--{option_keyword(f).replace('_', '-')}")
+            elif f.name == "tmp_dir" and value is not None:
+                value = Path(value)
+            if f.metadata["parse"] is not None and value is not None:
+                if value < 0:
+                    raise CachetoolError(
+                        f"invalid --{f.name.replace('_', '-')} {value!r}: must not be negative"
+                    )
+                value = int(value) if f.name == "max_size" else float(value)
+            object.__setattr__(self, f.name, value)
+        if self.quarantine and (
+            self.temp or self.max_size is not None or self.datasets or self.fingerprints or self.keep
+        ):
+            raise CachetoolError(
+                "--quarantine purges the quarantine and nothing else: run --temp or an eviction as a "
+                "gc of its own (quarantine=True takes only older_than)"
+            )
+        if self.tmp_dir is not None and not self.temp:
+            raise CachetoolError("--tmp-dir only makes sense with --temp (tmp_dir needs temp=True)")
+
+    @classmethod
+    def of(cls, **keywords: Any) -> GcOptions:
+        """The options of `cachetool gc`'s keywords (`dataset=` for `datasets`)."""
+        names = {option_keyword(f): f.name for f in fields(cls)}
+        unknown = sorted(set(keywords) - set(names))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+        return cls(**{names[k]: v for k, v in keywords.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        """The options as `--json` shows them (the temp dir is the plan's `temp_dir`)."""
+        skip = ("tmp_dir", "force_root")
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
 
     @property
-    def detail(self) -> str:
-        return _ROOT_REFUSALS[self.code]
+    def evicts(self) -> bool:
+        """True when the run evicts entries (not only leftovers)."""
+        return not self.quarantine and bool(
+            self.older_than is not None or self.max_size is not None or self.datasets or self.fingerprints
+        )
+
+    @property
+    def selects(self) -> bool:
+        """False when nothing is selected (no `--temp`, no entries named, no limit, no
+        `--quarantine`): nothing to do."""
+        return self.temp or self.evicts or self.quarantine
+
+
+def option_keyword(f: Field[Any]) -> str:
+    """The keyword (and, dashed, the `--flag`) of a `GcOptions` field."""
+    return f.metadata["keyword"] or f.name
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _parse(value: str, how: str, option: str) -> float:
+    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
+
+    return (
+        parse_duration(value, option)
+        if how == "duration"
+        else parse_quantity(value, BYTE_UNITS, option, value)
+    )
+
+
+#: What gc says when nothing was selected at all (exit 0; see docs/gc.md).
+NOTHING_SELECTED = (
+    "nothing to do: no entries named and none of --temp, --older-than, --max-size, --dataset, "
+    "--quarantine given "
+    "(an empty `cachetool ls -q` selection selects nothing)"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One file or folder an item removes, as the plan saw it (execute compares)."""
+
+    path: Path
+    is_dir: bool
+    size: int
+    mtime: float | None  # for folders: the newest modification time inside
+
+
+@dataclass(frozen=True)
+class GcItem:
+    """One unit of deletion: removed entirely or not at all (short of an I/O error)."""
+
+    path: Path
+    kind: Kind
+    size: int
+    files: int  # files freed (inodes matter: caches hit inode quotas)
+    reason: str
+    targets: tuple[Target, ...]
+    action: Action = "leftover"
+    scope: Scope = "root"
+    fingerprint: str | None = None
+    aliases: tuple[str, ...] = ()
+    dataset: str | None = None
+    used: float | None = None
+    lock: Path | None = None  # held (non-blocking) across the removal; someone holding it keeps the item
+
+    @property
+    def id(self) -> str:
+        return self.fingerprint or os.fsdecode(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "action": self.action,
+            "kind": self.kind.value,
+            "scope": self.scope,
+            "path": os.fsdecode(self.path),
+            "paths": [os.fsdecode(t.path) for t in self.targets],
+            "fingerprint": self.fingerprint,
+            "aliases": list(self.aliases),
+            "dataset": self.dataset,
+            "size": self.size,
+            "files": self.files,
+            "used": iso_time(self.used),
+            "reason": self.reason,
+        }
+
+
+#: Why gc keeps something it looked at, typed (`Skip.code`); `Skip.reason` renders it with detail.
+KeepCode = Literal[
+    "other-user",  # owned by another user (without --all-users)
+    "in-use",  # a live process holds, maps or writes it
+    "leased",  # a live run's lease covers it: it may be writing it
+    "too-young",  # modified less than --min-age ago
+    "lock-held",  # its lock is held: a preparation or download is running
+    "lock-unknown",  # its lock cannot be probed: counted as held
+    "guard-unknown",  # a lock whose guarded folder cannot be told
+    "not-regular",  # not a regular file (or, in the temp dir, not a folder: never followed)
+    "not-datasets",  # its name or place says datasets did not write it
+    "being-written",  # a tf.data cache a live writer is writing
+    "gc-running",  # set aside by a gc that is still running
+    "cache-root",  # it is the cache root itself
+    "socket",  # a live process listens on a socket inside
+    "may-be-owned",  # a live process may own this temp folder
+    "pinned",  # pinned, or a recorded ancestor of a pinned entry
+    "keep",  # named by --keep, or a recorded ancestor of one
+    "source",  # a source split or saved dataset (without --include-sources)
+    "not-evictable",  # named, but of a kind gc does not evict
+]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason to keep something: typed (`code`) and rendered (`text`)."""
+
+    code: KeepCode
+    text: str
 
     def __str__(self) -> str:
-        return f"refusing to clean {self.root}: {self.detail}"
+        return self.text
 
 
-def root_refusal(report: CacheReport) -> RootRefusal | None:
-    """Why gc will not clean this root without `--force-root`: it is `/` or holds a home
-    folder, or nothing in it looks like a `datasets` cache."""
-    root = os.path.realpath(report.root)
-    home = os.path.realpath(os.path.expanduser("~"))
-    if root == "/":
-        return RootRefusal(report.root, "fs-root")
-    if home != "/" and (root == home or home.startswith(root.rstrip("/") + "/")):
-        return RootRefusal(report.root, "home")
-    if report.datasets or any(e.kind in _LAYOUT_KINDS for e in report.entries):
-        return None
-    if any(layout.VERSION_RE.match(p.name) for p in Path(report.root).glob("*/*/*") if p.is_dir()):
-        return None  # builder folders (`<name>/<config>/<version>`) not prepared yet
-    return RootRefusal(report.root, "not-a-cache")
+@dataclass(frozen=True)
+class Skip:
+    """Something gc looked at and keeps, and why (a leftover not proven dead, a protected entry)."""
+
+    path: Path
+    kind: Kind
+    code: KeepCode
+    reason: str
+    size: int = 0
+    fingerprint: str | None = None
+    scope: Scope = "root"
+    #: The entry's other fingerprints (a saved dataset's, as `load_from_disk` gives it): a kept
+    #: entry named by one of them is named too.
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def id(self) -> str:
+        return self.fingerprint or os.fsdecode(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind.value,
+            "scope": self.scope,
+            "path": os.fsdecode(self.path),
+            "fingerprint": self.fingerprint,
+            "size": self.size,
+            "code": self.code,
+            "reason": self.reason,
+        }
 
 
-def _refuse_a_partly_read_ledger(root: Path, segments: Iterable[Path]) -> None:
-    """Evicting needs the whole ledger: what it did not read may hold the recorded ancestors of a
-    pinned entry (or the last use of an entry), which gc would then choose."""
-    from cachetool.formatting import human_size
-    from cachetool.history.segments import MAX_SEGMENT_BYTES, read_partly
+class KeptBecause(str, Enum):
+    """Why a cache entry survives a run, as the keeps sentence counts it. Members are listed in
+    the order the sentence names them: protections first, then what the selection left out."""
 
-    cut = [p for p in segments if read_partly(p)]
-    if cut:
-        raise CachetoolError(
-            f"the ledger of {root} could not be read whole ({cut[0]} holds more than the "
-            f"{human_size(MAX_SEGMENT_BYTES)} read of a segment): gc evicts nothing, since what was "
-            "not read may name the ancestors of a pinned entry; gc --temp still removes leftovers"
-        )
+    PINNED = "pinned"
+    PINNED_ANCESTOR = "ancestors of pinned entries"
+    KEEP = "kept by --keep"
+    IN_USE = "in use"
+    OTHER_USERS = "owned by other users"
+    TOO_YOUNG = "younger than --min-age"
+    SOURCES = "source splits and saved datasets"
+    OUTSIDE = "outside the selection"
+    RECENT = "used recently"  # rendered with --older-than
+    QUARANTINED_RECENTLY = "quarantined recently"  # rendered with --quarantine --older-than
+    FITS = "that fit under --max-size"  # rendered with --max-size
+    NOT_SELECTED = "not selected"
+    NOT_EVICTABLE = "unreadable or not evictable"
+    UNTOUCHED = "untouched (--temp removes only leftovers)"
 
-
-def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
-    """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
-    ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
-    named, no limit) nothing is scanned: the plan is empty and its one warning says so. A root
-    that is not an existing folder is a `CachetoolError` (exit 2), as for the command."""
-    from cachetool.cache.dirs import existing_root
-
-    root = existing_root(root)
-    if not options.selects:
-        return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
-    if options.quarantine:
-        return plan_purge(root, options)
-    from cachetool.cache.pins import read_pins
-    from cachetool.cache.scan import scan_cache
-    from cachetool.history.ledger import Ledger
-    from cachetool.maintenance.gc.eviction import recorded_parents
-    from cachetool.maintenance.liveness import scan_in_use
-
-    root_id = _folder_id(root)
-    ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
-    if options.evicts:
-        _refuse_a_partly_read_ledger(root, ledger.segments)
-    report = scan_cache(root, usage=ledger.usage(), liveness=scan_in_use)
-    if _folder_id(report.root) != root_id:
-        raise CachetoolError(
-            f"the cache root {report.root} was replaced while it was scanned; nothing removed"
-        )
-    why = None if options.force_root or not report.entries else root_refusal(report)
-    if why is not None and (options.evicts or why.code != "not-a-cache"):
-        raise CachetoolError(f"{why}; pass --force-root if you mean it")
-    temp, temp_id = _scan_temp(options)
-    shared = shared_state(report.root)
-    check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
-    pins = read_pins(report.root)
-    named = pins or options.keep or options.fingerprints
-    parents = recorded_parents(ledger) if options.evicts and named else {}
-    plan = _build_live(
-        report, options, temp, pins=pins, parents=parents, root_refused=why.detail if why else None
-    )
-    modified = {e.path: e.modified for e in report.entries}
-    young = {
-        s.path: modified.get(s.path) for s in plan.skipped if s.code == "too-young" and s.scope == "root"
-    }
-    hint = dead_writer_hint(report.root, shared, young, options.min_age)
-    return dataclasses.replace(
-        plan, root_id=root_id, temp_id=temp_id, shared=shared, hints=(hint,) if hint else ()
-    )
+    def render(self, options: GcOptions) -> str:
+        """The words for the keeps sentence and the JSON `kept.reasons` keys."""
+        if self == KeptBecause.QUARANTINED_RECENTLY and options.older_than is not None:
+            return f"quarantined in the last {compact_duration(options.older_than)}"
+        if self == KeptBecause.RECENT and options.older_than is not None:
+            return f"used in the last {compact_duration(options.older_than)}"
+        if self == KeptBecause.FITS and options.max_size is not None:
+            return f"that fit under {human_size(options.max_size)}"
+        return self.value
 
 
-def plan_purge(root: Path, options: GcOptions) -> GcPlan:
-    """The plan of `--quarantine`: what `verify --quarantine` moved aside into
-    `<root>/.cachetool/quarantine/` (as `quarantined(root)` lists it, the log checked, not
-    trusted), all of it or, with `older_than`, what was moved aside at least that long ago.
-    Execute checks each again (not a symlink, not in use, yours) as for any item."""
-    from cachetool.formatting import iso_time
-    from cachetool.maintenance.verify.quarantine import quarantined
+_PROTECTIONS = (
+    KeptBecause.PINNED,
+    KeptBecause.PINNED_ANCESTOR,
+    KeptBecause.KEEP,
+    KeptBecause.IN_USE,
+    KeptBecause.OTHER_USERS,
+)
 
-    root = root.resolve()  # as the quarantine's records name their paths
-    now = time.time()
-    items: list[GcItem] = []
-    kept, kept_bytes = 0, 0
-    for q in quarantined(root):
-        if options.older_than is not None and now - q.time < options.older_than:
-            kept, kept_bytes = kept + 1, kept_bytes + q.size
-            continue
-        try:
-            st = os.lstat(q.path)
-        except OSError:
-            continue
-        is_dir = stat.S_ISDIR(st.st_mode)
-        items.append(
-            GcItem(
-                q.path,
-                Kind.UNREADABLE,
-                q.size,
-                q.files,
-                f"quarantined {iso_time(q.time)} from {q.original}: {q.problem}",
-                (Target(q.path, is_dir, q.size, st.st_mtime),),
-                action="purge",
-            )
-        )
-    reasons = ((KeptBecause.QUARANTINED_RECENTLY, kept),) if kept else ()
-    return GcPlan(
-        root, None, options, tuple(items), (), kept, kept_bytes, reasons, (), now, root_id=_folder_id(root)
+
+def order_kept(counts: dict[KeptBecause, int], options: GcOptions) -> tuple[tuple[KeptBecause, int], ...]:
+    """Protections first, in the order they apply; then the rest, most common first."""
+    rank = {r: i for i, r in enumerate(_PROTECTIONS)}
+    return tuple(
+        sorted(counts.items(), key=lambda kv: (rank.get(kv[0], len(rank)), -kv[1], kv[0].render(options)))
     )
 
 
-def _scan_temp(options: GcOptions) -> tuple[TempScan | None, tuple[int, int] | None]:
-    """The temp dir's scan and identity, with `--temp`."""
-    from cachetool.cache.dirs import temp_dir
+@dataclass(frozen=True)
+class GcPlan:
+    """What a gc run would remove, what it keeps and why. `execute(plan)` carries it out."""
 
-    if not options.temp:
-        return None, None
-    tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
-    return scan_temp_dir(tmp), _folder_id(tmp)
+    root: Path
+    temp_dir: Path | None
+    options: GcOptions
+    items: tuple[GcItem, ...]
+    skipped: tuple[Skip, ...] = ()
+    kept_entries: int = 0
+    kept_bytes: int = 0
+    kept_reasons: tuple[tuple[KeptBecause, int], ...] = ()  # (why, entries): `order_kept`
+    warnings: tuple[str, ...] = ()
+    created_at: float = field(default=0.0, compare=False)
+    #: (st_dev, st_ino) of the cache root and the temp dir when the plan was made: execute works
+    #: only inside those very folders, whatever their paths lead to by then.
+    root_id: tuple[int, int] | None = field(default=None, compare=False)
+    temp_id: tuple[int, int] | None = field(default=None, compare=False)
+    #: The root's file system and leases (`cachetool.maintenance.shared`).
+    shared: SharedState | None = field(default=None, compare=False)
+    #: Commands that do what this plan keeps from doing (`shared.dead_writer_hint`).
+    hints: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def expected_freed(self) -> int:
+        return sum(i.size for i in self.items)
+
+    @property
+    def expected_files(self) -> int:
+        return sum(i.files for i in self.items)
+
+    def keeps_sentence(self) -> str:
+        """One sentence on what survives: "keeps 12 entries (3.1 GB): 2 pinned, ... and 9 used in
+        the last 30d"."""
+        n = self.kept_entries
+        head = f"keeps {n} entr{'y' if n == 1 else 'ies'} ({human_size(self.kept_bytes)})"
+        parts = [f"{n} {why.render(self.options)}" for why, n in self.kept_reasons]
+        if not parts:
+            return head
+        body = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        return f"{head}: {body}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": os.fsdecode(self.root),
+            "temp_dir": os.fsdecode(self.temp_dir) if self.temp_dir else None,
+            "items": [i.to_json() for i in self.items],
+            "bytes": self.expected_freed,
+            "files": self.expected_files,
+            "skipped": [s.to_json() for s in self.skipped],
+            "kept": {
+                "entries": self.kept_entries,
+                "bytes": self.kept_bytes,
+                "reasons": {why.render(self.options): n for why, n in self.kept_reasons},
+                "summary": self.keeps_sentence(),
+            },
+            "warnings": list(self.warnings),
+            "hints": list(self.hints),
+            **(self.shared.to_json() if self.shared is not None else {}),
+        }
 
 
-def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, **keywords: Any) -> GcPlan:
-    """`build_plan` with this host's liveness, taken last: the snapshot should be younger than
-    everything it judges."""
-    from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
+@dataclass(frozen=True)
+class Outcome:
+    """What execute did with one item."""
 
-    in_use = scan_in_use(root=report.root, writers=False)
-    users = temp_dir_users(temp.path) if temp is not None and temp.folders else ()
-    pools = (
-        temp_dir_users(temp.path, python=True)
-        if temp is not None and any(f.kind in ("pymp", "determinism") for f in temp.folders)
-        else ()
-    )
-    return build_plan(
-        report,
-        in_use,
-        options,
-        temp=temp,
-        sockets=bound_socket_paths(),
-        temp_users=users,
-        pool_users=pools,
-        **keywords,
-    )
+    item: GcItem
+    status: Status
+    reason: str | None = None
+    freed: int = 0
+    files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.item.to_json(),
+            "status": self.status,
+            "reason": self.reason,
+            "freed": self.freed,
+            "files_removed": self.files,
+        }
 
 
-def plan_temp_only(root: Path, options: GcOptions) -> GcPlan:
-    """The plan of `--temp` when the default cache root does not exist yet (nothing cached): the
-    temp dir alone; nothing is read or made at `root`."""
-    temp, temp_id = _scan_temp(options)
-    plan = _build_live(CacheReport(root, (), ()), options, temp)
-    note = f"nothing cached yet ({root} does not exist): only the temp dir is cleaned"
-    return dataclasses.replace(plan, temp_id=temp_id, warnings=(note, *plan.warnings))
+@dataclass(frozen=True)
+class GcResult:
+    """The outcome of every item of a plan, in plan order."""
+
+    plan: GcPlan
+    outcomes: tuple[Outcome, ...]
+    finished_at: float = field(default=0.0, compare=False)
+    #: Leases removed: expired (another host) or of a process of this host that is gone.
+    leases_removed: tuple[Lease, ...] = field(default=(), compare=False)
+
+    def _with(self, status: Status) -> tuple[Outcome, ...]:
+        return tuple(o for o in self.outcomes if o.status == status)
+
+    @property
+    def removed(self) -> tuple[Outcome, ...]:
+        return self._with("removed")
+
+    @property
+    def skipped(self) -> tuple[Outcome, ...]:
+        return self._with("skipped")
+
+    @property
+    def failed(self) -> tuple[Outcome, ...]:
+        return self._with("failed")
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(o.freed for o in self.outcomes)
+
+    @property
+    def freed_files(self) -> int:
+        return sum(o.files for o in self.outcomes)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.PROBLEMS_FOUND if self.failed else ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "removed": [o.to_json() for o in self.removed],
+            "skipped": [o.to_json() for o in self.skipped],
+            "failed": [o.to_json() for o in self.failed],
+            "freed_bytes": self.freed_bytes,
+            "freed_files": self.freed_files,
+            "leases_removed": [lease.to_json() for lease in self.leases_removed],
+        }
 
 
-def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
+def named_but_kept(names: Iterable[str], plan: GcPlan, result: GcResult | None) -> list[tuple[str, str]]:
+    """(entry, reason) for each entry named (as `fingerprints`) that gc keeps."""
+    names = list(names)
+    if not names:
+        return []
+
+    def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
+        ids = [x for x in (fp, *aliases) if x]
+        return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
+
+    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, s.aliases, s.path)]
+    if result is not None:
+        kept += [
+            (o.item.id, o.reason or o.status)
+            for o in (*result.skipped, *result.failed)
+            if named(o.item.fingerprint, o.item.aliases, o.item.path)
+        ]
+    return kept

@@ -1,188 +1,318 @@
-"""What every planning step shares: the inputs of one plan, the refusals that keep anything (not
-yours, in use, leased, too young), and the lists the steps fill. `leftovers` and `eviction` add
-their steps to it; `plan.build_plan` runs them."""
+"""Building a gc plan: scan, liveness snapshot, pins and the ledger's parents in; plain data out.
+Nothing is removed here (`execute` does, checking everything again)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import stat
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, CacheReport, Entry
-from cachetool.formatting import compact_age, compact_duration
-from cachetool.maintenance.gc.model import GcItem, GcOptions, KeepCode, KeptBecause, Refusal, Scope, Skip
-from cachetool.maintenance.gc.tempdir import TempScan
+from cachetool.cache import layout
+from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind
+from cachetool.cache.scan import CacheReport
+from cachetool.errors import CachetoolError
+from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
+from cachetool.maintenance.gc.leftovers import LeftoverPlanner, TempScan, scan_temp_dir
+from cachetool.maintenance.gc.plan import (
+    NOTHING_SELECTED,
+    GcItem,
+    GcOptions,
+    GcPlan,
+    KeptBecause,
+    Refusal,
+    Target,
+    order_kept,
+)
+from cachetool.maintenance.gc.rules import Rules
 from cachetool.maintenance.liveness import InUse, TempDirUser
-from cachetool.maintenance.shared import leased_reason
-from cachetool.processes import alive
+from cachetool.maintenance.shared import check_min_age, dead_writer_hint, shared_state
 
-#: How the keeps sentence counts an entry that a refusal (`Planner.refusal`) keeps.
-KEPT_BECAUSE: dict[KeepCode, KeptBecause] = {
-    "other-user": KeptBecause.OTHER_USERS,
-    "in-use": KeptBecause.IN_USE,
-    "leased": KeptBecause.IN_USE,  # a live run may be writing it
-    "too-young": KeptBecause.TOO_YOUNG,
+
+class _Builder(LeftoverPlanner, EvictionPlanner):
+    """Every planning step over one set of inputs."""
+
+
+def build_plan(
+    report: CacheReport,
+    in_use: InUse,
+    options: GcOptions,
+    *,
+    temp: TempScan | None = None,
+    pins: Mapping[str, Any] | None = None,
+    parents: Mapping[str, Iterable[str]] | None = None,
+    sockets: frozenset[str] = frozenset(),
+    temp_users: Sequence[TempDirUser] = (),
+    pool_users: Sequence[TempDirUser] = (),
+    now: float | None = None,
+    root_refused: str | None = None,
+    euid: int | None = None,
+) -> GcPlan:
+    """Decide what a gc run removes, from a scan and a liveness snapshot (plus lock probes).
+    Nothing is removed here: `execute()` runs the same rules again right before each item."""
+    b = _Builder(
+        options,
+        in_use,
+        sockets,
+        tuple(temp_users),
+        tuple(pool_users),
+        time.time() if now is None else now,
+        os.geteuid() if euid is None else euid,
+        report=report,
+        pins=set(pins or {}),
+        parents=parents or {},
+        temp=temp,
+    )
+    b.resolve_protections()
+    if not in_use.complete and options.all_users:
+        # Without --all-users only our own files are touched, which other users' processes
+        # (the ones we cannot inspect) rarely hold; with it, say that the check is partial.
+        b.warnings.append("some processes could not be inspected; files they hold look unused")
+    why_kept, evicting = _run_steps(b, report, options, parents or {}, root_refused)
+    n, size, counts = b.kept(why_kept, evicting, named=bool(options.fingerprints) and not options.temp)
+    return GcPlan(
+        report.root,
+        temp.path if temp else None,
+        options,
+        tuple(b.items),
+        tuple(b.skipped),
+        n,
+        size,
+        order_kept(counts, options),
+        tuple(b.warnings),
+        b.now,
+    )
+
+
+def _run_steps(
+    b: _Builder,
+    report: CacheReport,
+    options: GcOptions,
+    parents: Mapping[str, Iterable[str]],
+    root_refused: str | None,
+) -> tuple[dict[Path, KeptBecause], bool]:
+    """Run the leftover and eviction steps the options ask for; returns why each unit that
+    stays stays, and whether the run evicts."""
+    from cachetool.cache.lookup import find_entry
+
+    recorded = [*parents, *(x for v in parents.values() for x in v)]
+    explicit = [find_entry(report, fp, recorded=recorded) for fp in options.fingerprints]
+    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
+    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
+    explicit = [e for e in explicit if e.kind not in leftover_kinds]
+    if root_refused is not None:
+        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
+        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
+        b.temp_folders()
+    elif options.temp:
+        b.leftovers()
+        b.temp_folders()
+    elif named_leftovers:
+        b.leftovers(only=named_leftovers)
+    evicting = bool(explicit) or options.older_than is not None or options.max_size is not None
+    evicting = evicting or bool(options.datasets)
+    if not evicting:
+        return {}, False
+    for e in explicit:
+        if e.kind not in EVICTABLE:
+            b.skip(
+                e, Refusal("not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)")
+            )
+        elif e.kind == Kind.SAVED and (e.unit or e.path) == b.root:
+            b.skip(
+                e, Refusal("cache-root", "is the cache root itself: gc never removes the folder it cleans")
+            )
+    # Names narrow the run even when none of them can be evicted: `[]` is "nothing in scope".
+    named = [e for e in explicit if e.kind in EVICTABLE] if options.fingerprints else None
+    return b.evictions(named), True
+
+
+_LAYOUT_KINDS = WRITTEN_BY_DATASETS | {
+    Kind.INCOMPLETE_PREPARE,
+    Kind.INCOMPLETE_SAVE,
+    Kind.DOWNLOAD,
+    Kind.EXTRACTED,
+    Kind.TF_CACHE,
+}
+
+#: Why gc will not clean a root without `--force-root`; "not-a-cache": whatever matches a
+#: leftover name there is somebody's file.
+_ROOT_REFUSALS = {
+    "fs-root": "it is the file system root",
+    "home": "it is or holds your home folder",
+    "not-a-cache": "nothing in it looks like a datasets cache (no dataset folder, cache file or download)",
 }
 
 
-def too_young(age: float, min_age: float) -> Refusal | None:
-    """Why something modified `age` seconds ago stays under `--min-age`; None when it may go. A
-    modification time in the future (another host's clock, or skew) tells no age: it stays
-    under any `--min-age` but 0."""
-    if min_age <= 0 or age >= min_age:
+def root_refusal(report: CacheReport) -> str | None:
+    """Why gc will not clean this root without `--force-root` (a key of `_ROOT_REFUSALS`): it is
+    `/` or holds a home folder, or nothing in it looks like a `datasets` cache."""
+    root = os.path.realpath(report.root)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if root == "/":
+        return "fs-root"
+    if home != "/" and (root == home or home.startswith(root.rstrip("/") + "/")):
+        return "home"
+    if report.datasets or any(e.kind in _LAYOUT_KINDS for e in report.entries):
         return None
-    when = future_mtime(age) or f"modified {compact_age(max(0.0, age))} ago"
-    return Refusal("too-young", f"{when}, younger than --min-age {compact_duration(min_age)}")
+    if any(layout.VERSION_RE.match(p.name) for p in Path(report.root).glob("*/*/*") if p.is_dir()):
+        return None  # builder folders (`<name>/<config>/<version>`) not prepared yet
+    return "not-a-cache"
 
 
-def future_mtime(age: float) -> str | None:
-    """What to say of an age below zero (a modification time ahead of this host's clock, by more
-    than a second); None for any other."""
-    if age > -1.0:
-        return None
-    return f"modified {compact_age(-age)} in the future (another host's clock?)"
+def _refuse_a_partly_read_ledger(root: Path, segments: Iterable[Path]) -> None:
+    from cachetool.formatting import human_size
+    from cachetool.history.segments import MAX_SEGMENT_BYTES, read_partly
 
-
-def pids_text(pids: Iterable[int]) -> str:
-    held = sorted(set(pids))
-    return ", ".join(map(str, held[:5])) + (" …" if len(held) > 5 else "")
-
-
-class Planner:
-    """The inputs and the growing output of one plan; nothing here touches the file system
-    beyond `lstat` and lock probes."""
-
-    def __init__(
-        self,
-        report: CacheReport,
-        in_use: InUse,
-        options: GcOptions,
-        now: float,
-        euid: int,
-        pins: Mapping[str, Any],
-        parents: Mapping[str, Iterable[str]],
-        sockets: frozenset[str],
-        temp: TempScan | None,
-        temp_users: Sequence[TempDirUser] = (),
-        pool_users: Sequence[TempDirUser] = (),
-    ) -> None:
-        self.report = report
-        self.root = report.root
-        self.in_use = in_use
-        self.o = options
-        self.now = now
-        self.euid = euid
-        self.sockets = sockets
-        self.temp = temp
-        self.temp_users = tuple(temp_users)
-        self.pool_users = tuple(pool_users)
-        self.parents = parents
-        self.pins = set(pins)
-        self.listings: dict[Path, list[str]] = {}  # folder listings for decoding root locks, per plan
-        self.items: list[GcItem] = []
-        self.skipped: list[Skip] = []
-        self.warnings: list[str] = []
-        self.removing: set[Path] = set()
-
-    def note_partial_liveness(self) -> None:
-        if not self.in_use.complete and self.o.all_users:
-            # Without --all-users only our own files are touched, which other users' processes
-            # (the ones we cannot inspect) rarely hold; with it, say that the check is partial.
-            self.warnings.append("some processes could not be inspected; files they hold look unused")
-
-    def refusal(
-        self,
-        uids: Iterable[int],
-        newest: float | None,
-        pids: Iterable[int],
-        age_applies: bool = True,
-        scope: Scope = "root",
-    ) -> Refusal | None:
-        """Why something must stay whatever it is: another user's (without --all-users), held by
-        a live process, under a live lease, or younger than --min-age."""
-        if not self.o.all_users:
-            others = sorted({u for u in uids if u != self.euid})
-            if others:
-                return Refusal("other-user", f"owned by uid {others[0]}, not by you (pass --all-users)")
-        held = set(pids)
-        if held:
-            return Refusal("in-use", f"in use by pid {pids_text(held)}")
-        lease = self.in_use.lease_over(newest) if age_applies and scope == "root" else None
-        if lease is not None:
-            return Refusal("leased", leased_reason(lease))
-        if age_applies and newest is not None:
-            return too_young(self.now - newest, self.o.min_age)
-        return None
-
-    def file_pids(self, files: Iterable[CacheFile]) -> set[int]:
-        out: set[int] = set()
-        for f in files:
-            out |= self.in_use.pids_for_path(os.fspath(f.path))
-        return out
-
-    def skip(
-        self,
-        e: Entry | None,
-        why: Refusal,
-        *,
-        path: Path | None = None,
-        kind: Kind | None = None,
-        size: int | None = None,
-        scope: Scope = "root",
-    ) -> None:
-        self.skipped.append(
-            Skip(
-                path or (e.path if e else self.root),
-                kind or (e.kind if e else Kind.OTHER),
-                why.code,
-                why.text,
-                size if size is not None else (e.size if e else 0),
-                e.fingerprint if e else None,
-                scope,
-                e.aliases if e else (),
-            )
+    cut = [p for p in segments if read_partly(p)]
+    if cut:
+        raise CachetoolError(
+            f"the ledger of {root} could not be read whole ({cut[0]} holds more than the "
+            f"{human_size(MAX_SEGMENT_BYTES)} read of a segment): gc evicts nothing, since what was "
+            "not read may name the ancestors of a pinned entry; gc --temp still removes leftovers"
         )
 
-    def add(self, item: GcItem) -> None:
-        newest = max((t.mtime for t in item.targets if t.mtime is not None), default=None)
-        future = future_mtime(self.now - newest) if newest is not None else None
-        if future is not None and item.kind != Kind.LOCK:
-            item = dataclasses.replace(item, reason=f"{item.reason}; {future}")
-        self.items.append(item)
-        for t in item.targets:
-            self.removing.add(t.path)
+
+def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
+    """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
+    ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
+    named, no limit) nothing is scanned: the plan is empty and its one warning says so. A root
+    that is not an existing folder is a `CachetoolError` (exit 2), as for the command."""
+    from cachetool.cache.dirs import existing_root
+
+    root = existing_root(root)
+    if not options.selects:
+        return GcPlan(root, None, options, (), warnings=(NOTHING_SELECTED,), created_at=time.time())
+    if options.quarantine:
+        return plan_purge(root, options)
+    from cachetool.cache.scan import scan_cache
+
+    root_id = _folder_id(root)
+    ledger = None
+    if options.evicts:
+        # Evicting needs the whole ledger: what was not read may name the recorded ancestors
+        # of a pinned entry (or the last use of an entry), which gc would then choose.
+        from cachetool.history.ledger import Ledger
+
+        ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
+        _refuse_a_partly_read_ledger(root, ledger.segments)
+    from cachetool.maintenance.liveness import scan_in_use
+
+    report = scan_cache(root, usage=ledger.usage() if ledger is not None else None, liveness=scan_in_use)
+    if _folder_id(report.root) != root_id:
+        raise CachetoolError(
+            f"the cache root {report.root} was replaced while it was scanned; nothing removed"
+        )
+    why = None if options.force_root or not report.entries else root_refusal(report)
+    if why is not None and (options.evicts or why != "not-a-cache"):
+        raise CachetoolError(
+            f"refusing to clean {report.root}: {_ROOT_REFUSALS[why]}; pass --force-root if you mean it"
+        )
+    temp, temp_id = _scan_temp(options)
+    shared = shared_state(report.root)
+    check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
+    pins: dict[str, Any] = {}
+    parents: dict[str, frozenset[str]] = {}
+    if ledger is not None:  # only eviction asks what is pinned and what it descends from
+        from cachetool.cache.pins import read_pins
+        from cachetool.maintenance.gc.eviction import recorded_parents
+
+        pins = read_pins(report.root)
+        parents = recorded_parents(ledger) if pins or options.keep or options.fingerprints else {}
+    plan = _build_live(
+        report, options, temp, pins=pins, parents=parents, root_refused=_ROOT_REFUSALS[why] if why else None
+    )
+    modified = {e.path: e.modified for e in report.entries}
+    young = {
+        s.path: modified.get(s.path) for s in plan.skipped if s.code == "too-young" and s.scope == "root"
+    }
+    hint = dead_writer_hint(report.root, shared, young, options.min_age)
+    return dataclasses.replace(
+        plan, root_id=root_id, temp_id=temp_id, shared=shared, hints=(hint,) if hint else ()
+    )
 
 
-def newest_mtime(e: Entry) -> float | None:
-    """The newest modification time of an entry's files and of the entry itself."""
-    got = max((f.mtime for f in e.files), default=None)
+def plan_purge(root: Path, options: GcOptions) -> GcPlan:
+    """The plan of `--quarantine`: what `verify --quarantine` moved aside into
+    `<root>/.cachetool/quarantine/` (as `quarantined(root)` lists it, the log checked, not
+    trusted), all of it or, with `older_than`, what was moved aside at least that long ago.
+    Execute checks each again (not a symlink, not in use, yours) as for any item."""
+    from cachetool.formatting import iso_time
+    from cachetool.maintenance.verify.quarantine import quarantined
+
+    root = root.resolve()  # as the quarantine's records name their paths
+    now = time.time()
+    items: list[GcItem] = []
+    kept, kept_bytes = 0, 0
+    for q in quarantined(root):
+        if options.older_than is not None and now - q.time < options.older_than:
+            kept, kept_bytes = kept + 1, kept_bytes + q.size
+            continue
+        try:
+            st = os.lstat(q.path)
+        except OSError:
+            continue
+        is_dir = stat.S_ISDIR(st.st_mode)
+        items.append(
+            GcItem(
+                q.path,
+                Kind.UNREADABLE,
+                q.size,
+                q.files,
+                f"quarantined {iso_time(q.time)} from {q.original}: {q.problem}",
+                (Target(q.path, is_dir, q.size, st.st_mtime),),
+                action="purge",
+            )
+        )
+    reasons = ((KeptBecause.QUARANTINED_RECENTLY, kept),) if kept else ()
+    return GcPlan(
+        root, None, options, tuple(items), (), kept, kept_bytes, reasons, (), now, root_id=_folder_id(root)
+    )
+
+
+def _scan_temp(options: GcOptions) -> tuple[TempScan | None, tuple[int, int] | None]:
+    """The temp dir's scan and identity, with `--temp`."""
+    from cachetool.cache.dirs import temp_dir
+
+    if not options.temp:
+        return None, None
+    tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
+    return scan_temp_dir(tmp), _folder_id(tmp)
+
+
+def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, **keywords: Any) -> GcPlan:
+    """`build_plan` with this host's liveness, taken last: the snapshot should be younger than
+    everything it judges."""
+    rules = Rules.take(
+        options, report.root, temp.path if temp else None, (f.kind for f in temp.folders) if temp else ()
+    )
+    return build_plan(
+        report,
+        rules.in_use,
+        options,
+        temp=temp,
+        sockets=rules.sockets,
+        temp_users=rules.temp_users,
+        pool_users=rules.pool_users,
+        **keywords,
+    )
+
+
+def plan_temp_only(root: Path, options: GcOptions) -> GcPlan:
+    """The plan of `--temp` when the default cache root does not exist yet (nothing cached): the
+    temp dir alone; nothing is read or made at `root`."""
+    temp, temp_id = _scan_temp(options)
+    plan = _build_live(CacheReport(root, (), ()), options, temp)
+    note = f"nothing cached yet ({root} does not exist): only the temp dir is cleaned"
+    return dataclasses.replace(plan, temp_id=temp_id, warnings=(note, *plan.warnings))
+
+
+def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     try:
-        own = os.lstat(e.path).st_mtime
+        st = os.stat(path)
     except OSError:
-        return got
-    return own if got is None else max(got, own)
-
-
-def owner_uid(path: Path) -> int:
-    try:
-        return os.lstat(path).st_uid
-    except OSError:
-        return os.geteuid()
-
-
-def gc_alive(pid: int) -> bool:
-    """Is `pid` a live cachetool process (the gc whose set-aside name carries it)?"""
-    if pid == os.getpid():
-        return True
-    if not alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"cachetool" in f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # cannot tell: keep it
+        return None
+    return (st.st_dev, st.st_ino)
