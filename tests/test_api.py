@@ -120,6 +120,21 @@ def test_command_options_are_the_function_keywords(command: str) -> None:
     assert not missing, f"{COMMAND_FUNCTIONS[command]}{inspect.signature(func)} lacks {missing}"
 
 
+def test_explain_and_check_determinism_refuse_in_python_what_their_commands_refuse(tmp_path: Path) -> None:
+    """`explain(history=-1)` and `check_determinism(timeout=-1)` raise the `CachetoolError` their
+    commands exit 2 with, before anything is read or run: the options validate themselves."""
+    from cachetool.errors import CachetoolError
+
+    with pytest.raises(CachetoolError, match="invalid --history -1"):
+        cachetool.explain(tmp_path, "7a57", history=-1)
+    with pytest.raises(CachetoolError, match="either a fingerprint or --last"):
+        cachetool.explain(tmp_path, "7a57", last=True)
+    script = tmp_path / "p.py"
+    script.write_text("")
+    with pytest.raises(CachetoolError, match="invalid --timeout"):
+        cachetool.check_determinism(script, timeout=-1.0)
+
+
 # -- every documented name is importable -------------------------------------------------------
 
 #: Functions the docs name that are not cachetool's (`datasets`, the standard library, Linux).

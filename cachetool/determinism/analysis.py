@@ -35,10 +35,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from cachetool.determinism.causes import arg_diffs, random_cause, same_story, source_cause, state_cause
+from cachetool.determinism.causes import (
+    StateChange,
+    arg_diffs,
+    random_cause,
+    same_story,
+    source_cause,
+    state_cause,
+    state_changes,
+)
 from cachetool.determinism.events import Event, as_events
 from cachetool.determinism.report import Analysis, Cause, CauseKind, Step, StepStatus, Unmatched
-from cachetool.determinism.state import StateChange, state_changes
 
 __all__ = ["align", "analyze"]
 

@@ -23,10 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
-import xxhash
-
 from cachetool.fingerprint.decompose import MORE, decomposable, describe, parts_of, short_repr, type_name
-from cachetool.fingerprint.hashing import try_hash
+from cachetool.fingerprint.hashing import hash_bytes, try_hash
 
 __all__ = ["HashNode", "as_node", "build_tree", "iter_nodes", "node_at", "part_key", "part_keys"]
 
@@ -193,7 +191,7 @@ def _order_free_digest(obj: Any) -> str | None:
         if isinstance(obj, str):
             if not 2 <= len(obj) <= 100_000:
                 return None
-            return str(xxhash.xxh64("".join(sorted(obj)).encode("utf-8", "surrogatepass")).hexdigest())
+            return hash_bytes("".join(sorted(obj)).encode("utf-8", "surrogatepass"))
         if isinstance(obj, (list, tuple)):
             values = list(obj)
         elif isinstance(obj, dict):
@@ -203,6 +201,6 @@ def _order_free_digest(obj: Any) -> str | None:
         if len(values) < 2 or len(values) > 10_000:
             return None
         keys = sorted(repr(v) for v in values)
-        return str(xxhash.xxh64("\x00".join(keys).encode("utf-8", "surrogatepass")).hexdigest())
+        return hash_bytes("\x00".join(keys).encode("utf-8", "surrogatepass"))
     except Exception:
         return None

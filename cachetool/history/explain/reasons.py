@@ -28,12 +28,9 @@ NON_SEMANTIC = frozenset(
         "suffix_template",
     }
 )
-#: Culprit kinds (`cachetool.fingerprint.diff.hint_for`) that vary from process to process.
-NONDETERMINISTIC_KINDS = frozenset(
-    {"set-order", "order", "address", "uuid", "temp-path", "timestamp", "random-state"}
-)
 _MAX_UPSTREAM = 50
-#: How a part of each culprit kind varies, in check-determinism's words (its variations).
+#: The culprit kinds (`cachetool.fingerprint.hints.hint_for`) that vary from process to process,
+#: and how, in check-determinism's words (its variations).
 _VARIES = {
     "set-order": "depends on PYTHONHASHSEED",
     "order": "depends on PYTHONHASHSEED",
@@ -43,6 +40,7 @@ _VARIES = {
     "temp-path": "changes on every run (a temporary path)",
     "random-state": "changes on every run",
 }
+NONDETERMINISTIC_KINDS = frozenset(_VARIES)
 
 
 def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) -> list[Reason]:
