@@ -29,38 +29,55 @@ from cachetool.cli.output import Output, OutputFormat
 # imported; and the Typer app with nothing in front of it. Both see the clock stopped at the
 # same second, so the ages in a human listing (`5s ago`) are the same.
 CLOCK = "import os, time\nnow = float(os.environ['NOW'])\ntime.time = lambda: now\n"
-LIGHT = CLOCK + (
-    "import atexit, os, runpy, sys\n"
+NOTE = (
+    "import atexit, os, sys\n"
     "def note():\n"
     "    with open(os.environ['PROBE'], 'w') as f:\n"
     "        f.write(','.join(m for m in ('typer', 'click', 'pydantic', 'rich') if m in sys.modules))\n"
-    "atexit.register(note)\n"
-    "sys.argv[0] = 'cachetool'\n"
-    "runpy.run_module('cachetool', run_name='__main__', alter_sys=True)\n"
+)
+LIGHT = (
+    CLOCK
+    + NOTE
+    + (
+        "import runpy\n"
+        "atexit.register(note)\n"
+        "sys.argv[0] = 'cachetool'\n"
+        "runpy.run_module('cachetool', run_name='__main__', alter_sys=True)\n"
+    )
 )
 TYPER = CLOCK + "import sys\nsys.argv[0] = 'cachetool'\nfrom cachetool.cli.app import main\nmain()\n"
-# TYPER for many command lines: the process imports the Typer app and what Typer reads options
-# with (pydantic) once, most of a run's time, under the environment and
-# working directory every child has; then it forks a child per line read on stdin (`[args,
-# stdout file, stderr file]`), which answers it as TYPER would (same environment, clock and
-# argv[0]; stdin /dev/null; its own exit) and whose exit code the parent writes back as a line.
-TYPER_FORKS = CLOCK + (
-    "import json, os, sys\n"
-    "sys.argv[0] = 'cachetool'\n"
-    "from cachetool.cli.app import main\n"
-    "import pydantic\n"
-    "for line in sys.stdin:\n"
-    "    args, out, err = json.loads(line)\n"
-    "    pid = os.fork()\n"
-    "    if pid == 0:\n"
-    "        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)\n"
-    "        os.dup2(os.open(out, os.O_WRONLY), 1)\n"
-    "        os.dup2(os.open(err, os.O_WRONLY), 2)\n"
-    "        sys.argv[1:] = args\n"
-    "        main()\n"
-    "        sys.exit()\n"
-    "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)\n"
+# LIGHT or TYPER for many command lines: the process imports once what the command lines need
+# (WARM: most of a run's time), under the environment and working directory every child has;
+# then it forks a child per line read on stdin (`[args, stdout file, stderr file]`), which
+# answers it as LIGHT or TYPER would (same environment, clock and argv[0]; stdin /dev/null; its
+# own exit; the probe noted when PROBE is set) and whose exit code the parent writes back.
+FORKS = (
+    CLOCK
+    + NOTE
+    + (
+        "import json\n"
+        "sys.argv[0] = 'cachetool'\n"
+        "WARM\n"
+        "for line in sys.stdin:\n"
+        "    args, out, err = json.loads(line)\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        if 'PROBE' in os.environ:\n"
+        "            atexit.register(note)\n"
+        "        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)\n"
+        "        os.dup2(os.open(out, os.O_WRONLY), 1)\n"
+        "        os.dup2(os.open(err, os.O_WRONLY), 2)\n"
+        "        sys.argv[1:] = args\n"
+        "        main()\n"
+        "        sys.exit()\n"
+        "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)\n"
+    )
 )
+#: Never Typer, Click or pydantic: what the light path's answers import.
+LIGHT_WARM = (
+    "from cachetool.cli.entry import main\nimport cachetool.cli.light, cachetool.cli.ls, cachetool.cli.show"
+)
+TYPER_WARM = "from cachetool.cli.app import main\nimport pydantic"
 
 
 def _run(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
@@ -76,13 +93,14 @@ def _both(args: list[str], env: dict[str, str], probe: Path) -> tuple[tuple[int,
     return _run(LIGHT, args, {**env, "PROBE": str(probe)}), _run(TYPER, args, env)
 
 
-class _TyperForks:
-    """TYPER_FORKS started once with `env`: `answer(args)` is what `_run(TYPER, args, env)` gives."""
+class _Forks:
+    """FORKS started once with `warm` and `env`: `answer(args)` is what `_run(LIGHT or TYPER,
+    args, env)` gives."""
 
-    def __init__(self, env: dict[str, str], folder: Path) -> None:
-        self.out, self.err = folder / "typer.out", folder / "typer.err"
+    def __init__(self, warm: str, env: dict[str, str], folder: Path) -> None:
+        self.out, self.err = folder / f"{id(self)}.out", folder / f"{id(self)}.err"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", TYPER_FORKS],
+            [sys.executable, "-c", FORKS.replace("WARM", warm)],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -173,7 +191,8 @@ def test_light_path_answers_as_the_typer_app(
     saved = str(Path(golden["folder"]) / "saved" / "reviews")
     probe = tmp_path / "probe"
     env = {**golden_env, "NOW": str(time.time())}  # one stopped clock for every line
-    typer_app = _TyperForks(env, tmp_path)
+    typer_app = _Forks(TYPER_WARM, env, tmp_path)
+    light_path = _Forks(LIGHT_WARM, {**env, "PROBE": str(probe)}, tmp_path)
     try:
         for template, light_expected in MATRIX:
             args = [
@@ -181,7 +200,7 @@ def test_light_path_answers_as_the_typer_app(
                 for a in template
             ]
             probe.unlink(missing_ok=True)
-            light = _run(LIGHT, args, {**env, "PROBE": str(probe)})
+            light = light_path.answer(args)
             assert light == typer_app.answer(args), f"cachetool {' '.join(template)}"
             imported = probe.read_text().split(",")
             took_light = "typer" not in imported
@@ -190,6 +209,7 @@ def test_light_path_answers_as_the_typer_app(
                 assert not {"click", "pydantic"} & set(imported), template
     finally:
         typer_app.close()
+        light_path.close()
     # the default root that does not exist, through the environment: nothing cached yet
     env = {**golden_env, "HF_DATASETS_CACHE": MISSING}
     light, typer = _both(["ls", "--json"], env, probe)
@@ -232,7 +252,7 @@ def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
     paths, for every command that takes a name (not a traceback from the ledger's index)."""
     probe = tmp_path / "probe"
     env = {**golden_env, "NOW": str(time.time())}
-    typer_app = _TyperForks(env, tmp_path)
+    typer_app = _Forks(TYPER_WARM, env, tmp_path)
     try:
         for name in ("f0\udce9", "\udcff\udcfe"):  # how Python hands such an argument on
             for command in ("show", "lineage", "explain"):

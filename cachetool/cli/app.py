@@ -127,8 +127,8 @@ def _summary(doc: str | None) -> str:
 
 
 def root_help(width: int) -> str:
-    """`cachetool --help` as plain text: the root's help is the one most often asked for, and
-    rendering it with Rich (markdown, panels) costs more than the rest of start-up together."""
+    """`cachetool --help` as plain text, each command's summary whole (Click's cuts it short with
+    `...`), without building every command's Click object first (the most asked-for help)."""
     import textwrap
 
     width = max(40, min(width, 100))

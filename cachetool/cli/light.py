@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,57 +110,40 @@ def _readable_path(text: str) -> bool:
     return os.access(text, os.R_OK)
 
 
-def _format(o: dict[str, Any]) -> Any:
+#: The commands read here.
+COMMANDS = ("ls", "show", "lineage", "explain")
+
+
+def _call(command: str, o: dict[str, Any]) -> int | None:
+    """What the Typer command calls, with the values it is given."""
+    if command == "--version":
+        from cachetool import __version__
+
+        sys.stdout.write(f"cachetool {__version__}\n")
+        sys.stdout.flush()
+        return None
     from cachetool.cli.output import OutputFormat, choose_format
 
-    return choose_format(OutputFormat(o["fmt"]), o["as_json"], o["quiet"])
+    fmt = choose_format(OutputFormat(o["fmt"]), o["as_json"], o["quiet"])
+    if command == "ls":
+        from cachetool.cli.ls import run_ls
 
+        run_ls(o["path"], o["cache_dir"], o["filter"] or [], o["sort"], o["limit"], fmt, o["no_truncate"])
+    elif command == "show":
+        from cachetool.cli.show import run_show
 
-# What each Typer command calls, with the values it is given.
-def _ls(o: dict[str, Any]) -> int | None:
-    from cachetool.cli.ls import run_ls
+        run_show(o["fingerprint"], o["cache_dir"], fmt, o["no_truncate"])
+    elif command == "lineage":
+        from cachetool.cli.lineage import run_lineage
 
-    run_ls(o["path"], o["cache_dir"], o["filter"] or [], o["sort"], o["limit"], _format(o), o["no_truncate"])
+        flags = {k: o[k] for k in ("descendants", "internal", "all_roots")}
+        run_lineage(o["fingerprint"], o["cache_dir"], fmt, all=o["all_"], **flags)
+    else:
+        from cachetool.cli.explain import run_explain
+
+        args = (o["last"], o["script"], o["history"], o["cache_dir"], fmt, o["all_roots"])
+        return run_explain(o["fingerprint"], *args)
     return None
-
-
-def _show(o: dict[str, Any]) -> int | None:
-    from cachetool.cli.show import run_show
-
-    run_show(o["fingerprint"], o["cache_dir"], _format(o), o["no_truncate"])
-    return None
-
-
-def _lineage(o: dict[str, Any]) -> int | None:
-    from cachetool.cli.lineage import run_lineage
-
-    flags = {k: o[k] for k in ("descendants", "internal", "all_roots")}
-    run_lineage(o["fingerprint"], o["cache_dir"], _format(o), all=o["all_"], **flags)
-    return None
-
-
-def _explain(o: dict[str, Any]) -> int | None:
-    from cachetool.cli.explain import run_explain
-
-    args = (o["last"], o["script"], o["history"], o["cache_dir"], _format(o), o["all_roots"])
-    return run_explain(o["fingerprint"], *args)
-
-
-def _version(o: dict[str, Any]) -> int | None:
-    from cachetool import __version__
-
-    sys.stdout.write(f"cachetool {__version__}\n")
-    sys.stdout.flush()
-    return None
-
-
-#: The commands read here, and what answers each.
-COMMANDS: dict[str, Callable[[dict[str, Any]], int | None]] = {
-    "ls": _ls,
-    "show": _show,
-    "lineage": _lineage,
-    "explain": _explain,
-}
 
 
 def answer(argv: Sequence[str]) -> int | None:
@@ -169,19 +152,17 @@ def answer(argv: Sequence[str]) -> int | None:
     from cachetool.cli.output import debug_enabled, report_exception
 
     # At a TAB the app completes; with CACHETOOL_DEBUG the traceback asked for is the app's.
-    if completing() or debug_enabled():
+    if completing() or debug_enabled() or not argv:
         return None
-    command: Callable[[dict[str, Any]], int | None] = _version
-    values: dict[str, Any] = {}
+    command = "--version"
+    values: dict[str, Any] | None = {}
     if list(argv) not in (["--version"], ["-V"]):
-        if not argv or argv[0] not in COMMANDS:
-            return None
-        command, parsed = COMMANDS[argv[0]], parse(GRAMMARS[argv[0]], argv[1:])
-        if parsed is None:
-            return None
-        values = parsed
+        command = argv[0]
+        values = parse(GRAMMARS[command], argv[1:]) if command in COMMANDS else None
+    if values is None:
+        return None
     try:
-        return command(values) or 0
+        return _call(command, values) or 0
     except (Exception, KeyboardInterrupt) as e:  # the boundary of the Typer commands, the same
         code = report_exception(e)
         if code is None:
