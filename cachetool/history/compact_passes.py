@@ -66,7 +66,7 @@ def first_pass(folder: Path) -> list[Segment]:
             seg.unread = f"{skipped} line(s) this cachetool cannot read (`cachetool stats` names them)"
         elif min(whole, size) < size:
             seg.unread = "its last line is torn (its writer was killed mid-write) or past the size read"
-        for offset, _length, rec in records:
+        for offset, rec in records:
             if offset >= size:
                 break
             seg.last = max(seg.last, rec.end)
@@ -208,7 +208,7 @@ def second_pass(
     for seg in replaced:
         records, _, _ = read_segment_from(folder / seg.name)
         rest: list[LedgerRecord] = []
-        for offset, _length, rec in records:
+        for offset, rec in records:
             if offset >= seg.size:
                 break
             if isinstance(rec, RunSummaryRecord):

@@ -130,46 +130,32 @@ def read_segment(
     """The records of one segment, typed. A last line without its newline is a record torn by a
     killed writer; it and every line that is not a valid record (bad JSON, too long, nested too
     deeply, a field of the wrong type, an unknown type) are skipped with a warning naming the line."""
+    return [rec for _, rec in read_segment_from(path, warnings, read_from)[0]]
+
+
+def read_segment_from(
+    path: Path, warnings: list[str] | None = None, read_from: str | None = None
+) -> tuple[list[tuple[int, LedgerRecord]], int, int]:
+    """`read_segment` with each record's offset, the offset after the last whole line, and how
+    many whole lines were skipped."""
     sink: list[str] = [] if warnings is None else warnings
     data = _read_capped(path, sink)
-    if data is None:
-        return []
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
-    if tail.strip():
-        sink.append(
-            f"{path}: skipped a torn last record ({len(tail)} bytes; its writer was killed mid-write)"
-        )
-    return _parse_lines(path, lines, sink, read_from)
-
-
-def read_segment_from(path: Path) -> tuple[list[tuple[int, int, LedgerRecord]], int, int]:
-    """The records of the whole lines of a segment, each with its offset and length, the offset
-    after the last whole line, and how many lines were skipped (`read_segment` names them)."""
-    data = _read_capped(path, [])
     if not data:
         return [], 0, 0
     whole = data.rfind(b"\n") + 1
+    if data[whole:].strip():
+        sink.append(
+            f"{path}: skipped a torn last record ({len(data) - whole} bytes; its writer was killed mid-write)"
+        )
     out = []
-    sink: list[str] = []
+    skipped = len(sink)
     at = 0
-    for number, line in enumerate(data[:whole].split(b"\n")[:-1], 1):
-        rec = _parse_line(path, number, line, sink, None)
-        if rec is not None:
-            out.append((at, len(line), rec))
-        at += len(line) + 1
-    return out, whole, len(sink)
-
-
-def _parse_lines(
-    path: Path, lines: list[bytes], sink: list[str], read_from: str | None
-) -> list[LedgerRecord]:
-    out = []
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):
         rec = _parse_line(path, number, line, sink, read_from)
         if rec is not None:
-            out.append(rec)
-    return out
+            out.append((at, rec))
+        at += len(line) + 1
+    return out, whole, len(sink) - skipped
 
 
 def _parse_line(
