@@ -107,9 +107,9 @@ def _register() -> None:
     app.command("pin", cls=HelpCommand)(pin.pin_command)
     app.command("unpin", cls=HelpCommand)(pin.unpin_command)
 
-    from cachetool.cli import explain, stats
+    from cachetool.cli import explain_command, stats
 
-    app.command("explain", cls=HelpCommand)(explain.explain_command)
+    app.command("explain", cls=HelpCommand)(explain_command.explain_command)
     app.command("stats", cls=HelpCommand)(stats.stats_command)
 
     from cachetool.cli import report
