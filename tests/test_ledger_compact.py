@@ -511,3 +511,46 @@ def test_gc_history_is_compacted_so_a_cache_cleaned_every_day_keeps_a_bounded_le
     assert len(gc_records(root)) <= 3 * 20 + 1  # the newest runs whole, the eviction kept
     assert deleted() and not missing()
     assert _totals(root)["runs"] == 10
+
+
+@pytest.mark.slow
+def test_a_traced_run_that_ends_compacts_a_long_ledger_so_reading_it_stays_cheap(tmp_path: Path) -> None:
+    """A cache whose ledger grew past `AUTO_BYTES` of old runs (beyond the newest kept whole) is
+    compacted by the next `cachetool run` as it ends, with no `gc` or `stats --compact`: the old
+    runs summarised, the ledger a fraction of its size, the runs counted and the lineage of what
+    the cache holds unchanged."""
+    from cachetool.history.compact import AUTO_BYTES, foldable_bytes
+    from tests.conftest import cachetool_run, hf_env
+
+    root = tmp_path / "cache"
+    host = socket.gethostname()
+    for r in range(10):  # ten old runs of many steps: about 2 MB each
+        w = LedgerWriter(pid=DEAD_PID + 1000 + r, start=100.0 + r)
+        base = {"v": 1, "run": w.run_id, "host": host, "pid": DEAD_PID + 1000 + r, "root": str(root)}
+        w.append(str(root), {**base, "type": "run-start", "seq": 0, "time": 100.0 + r, "argv": ["old.py"]})
+        for s in range(1, 2_200):
+            rec = {**base, "type": "transform", "seq": s, "time": 100.0 + r, "operation": "map"}
+            w.append(
+                str(root), {**rec, "result": f"{r:04d}{s:012d}", "parents": ["source"], "note": "x" * 800}
+            )
+        w.append(str(root), {**base, "type": "run-end", "seq": 2_200, "time": 101.0 + r})
+        w.close()
+    old = set(_segments(root))
+    living = _write_runs(root, 50, 3)  # the newest 50, kept whole by compaction
+    for i, name in enumerate(sorted(_segments(root), key=lambda n: (n not in old, n))):
+        os.utime(ledger_dir(root) / name, (1_000.0 + i, 1_000.0 + i))  # written in that order
+    assert foldable_bytes(root) > AUTO_BYTES
+    runs, chain, size = _totals(root)["runs"], _chain(root, living), ledger_bytes(root)
+
+    (tmp_path / "d.csv").write_text("a\n1\n2\n3\n")
+    script = tmp_path / "p.py"
+    script.write_text(
+        "from datasets import load_dataset\n"
+        "load_dataset('csv', data_files='d.csv', split='train').map(lambda x: {'b': x['a'] * 2})\n"
+    )
+    cachetool_run(script, env=hf_env(tmp_path), cwd=tmp_path)
+
+    assert [n for n in _segments(root) if n.startswith("compacted-")], _segments(root)
+    assert foldable_bytes(root) <= AUTO_BYTES and ledger_bytes(root) < size / 4
+    assert _totals(root)["runs"] == runs + 1
+    assert _chain(root, living) == chain

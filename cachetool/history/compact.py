@@ -201,8 +201,10 @@ def sync_dir(folder: Path) -> None:
 #: Segments kept whole per ledger folder (the newest ones, one per traced process: `cachetool
 #: run` traces one run each): `explain` compares a step with these.
 KEEP_RUNS = 50
-#: Past this many bytes of segments a `gc` run compacts the ledger by itself.
-AUTO_BYTES = 64 * 1024 * 1024
+#: Past this many bytes of segments that compaction would fold (older than the newest
+#: `KEEP_RUNS` of their folder), a traced run that ends and a `gc` run compact the ledger by
+#: themselves: reading the whole ledger (`lineage`, `explain`, `ls`) stays about a second.
+AUTO_BYTES = 16 * 1024 * 1024
 #: A segment written on another host is compacted only this long after it recorded its end.
 OTHER_HOST_GRACE = 3600.0
 
@@ -272,12 +274,13 @@ def compact_ledger(
     keep_runs: int = KEEP_RUNS,
     dry_run: bool = False,
     now: float | None = None,
+    timeout: float = 60,
 ) -> CompactionReport:
     """Compact the ledger of `root` (see the module docstring): in each ledger folder, the
     segments of finished runs older than its newest `keep_runs` segments (a segment holds one
     traced process's runs) become one compacted segment. With `dry_run`, nothing is
     written or removed; the report says what would be. Raises `CachetoolError` when another
-    compaction of this ledger holds its lock for more than a minute."""
+    compaction of this ledger holds its lock for more than `timeout` seconds."""
     from filelock import FileLock, Timeout
 
     root_path = Path(os.path.abspath(os.fspath(root)))
@@ -292,7 +295,7 @@ def compact_ledger(
             total = replace(total, warnings=(*total.warnings, f"{folder}: left alone: {why}"))
             continue
         try:
-            with FileLock(os.fspath(folder / LOCK_NAME), timeout=60):
+            with FileLock(os.fspath(folder / LOCK_NAME), timeout=timeout):
                 got = _compact_folder(root_path, folder, keep_runs, dry_run, now)
         except Timeout:
             raise CachetoolError(f"{folder}: another compaction of this ledger is running") from None
@@ -315,14 +318,32 @@ def _not_own(folder: Path, within: Path) -> str | None:
     return None
 
 
-def compact_if_large(root: str | os.PathLike[str], *, dry_run: bool = False) -> CompactionReport | None:
-    """`compact_ledger(root, dry_run=dry_run)` when its segments hold more than `AUTO_BYTES` (what
-    `gc` does after a removal); None, doing nothing, otherwise or when another compaction holds
-    the ledger."""
-    if ledger_bytes(root) <= AUTO_BYTES:
+def foldable_bytes(root: str | os.PathLike[str], keep_runs: int = KEEP_RUNS) -> int:
+    """Bytes of the segments compaction could fold: in each ledger folder, those not yet compacted
+    and older (by mtime) than its newest `keep_runs`. Only `stat`s: cheap enough for every run."""
+    total = 0
+    for folder in ledger_dirs(root):
+        with contextlib.suppress(OSError), os.scandir(folder) as it:
+            raw = [
+                de.stat()
+                for de in it
+                if de.name.endswith(SEGMENT_SUFFIX) and not de.name.startswith(COMPACTED_PREFIX)
+            ]
+            raw.sort(key=lambda st: st.st_mtime)
+            total += sum(st.st_size for st in raw[: max(0, len(raw) - keep_runs)])
+    return total
+
+
+def compact_if_large(
+    root: str | os.PathLike[str], *, dry_run: bool = False, wait: bool = True
+) -> CompactionReport | None:
+    """`compact_ledger(root, dry_run=dry_run)` when more than `AUTO_BYTES` could be folded (what a
+    traced run does as it ends and `gc` after a removal); None, doing nothing, otherwise or when
+    another compaction holds the ledger (waited for a minute with `wait`, not at all without)."""
+    if foldable_bytes(root) <= AUTO_BYTES:
         return None
     try:
-        return compact_ledger(root, dry_run=dry_run)
+        return compact_ledger(root, dry_run=dry_run, timeout=60 if wait else 0)
     except CachetoolError:
         return None
 

@@ -323,6 +323,10 @@ class Tracer:
             step = seq if self._raised_at_exit is raised else None
         for root in list(sink.roots):
             self._emit(self.records.run_end(root, status, exception, message, step))
+        from cachetool.history.compact import compact_if_large
+
+        for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
+            compact_if_large(root, wait=False)
 
     def note_exit(self, exc: BaseException | None) -> None:
         """How the script ended: normally (`exc` None), by `SystemExit`, or by an uncaught
