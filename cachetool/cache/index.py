@@ -47,7 +47,9 @@ class ReadIndex:
         folder = derived_dir(root)
         self.enabled = enabled and folder is not None
         self.path = (folder or root) / INDEX_NAME
-        self._stored: dict[str, tuple[int, bytes]] = {}  # folder -> (row count, its rows marshalled)
+        #: Each folder's rows marshalled, until the walk reaches it, and how many it holds.
+        self._stored: dict[str, bytes] = {}
+        self._counts: dict[str, int] = {}
         self.stored = 0  # file rows in the index read
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Row] = {}
@@ -55,13 +57,15 @@ class ReadIndex:
         self._columns: dict[int, tuple[Any, Any]] = {}
         self._new: list[_Row] = []  # its rows still true, and those read now
         self._used_all = True  # no file of it read now
-        #: The rows to write, by folder, as `_stored` holds them.
-        self._kept: dict[str, tuple[int, bytes]] = {}
+        #: The rows to write, by folder, as the index holds them (None: as it holds them now).
+        self._kept: dict[str, tuple[int, bytes] | None] = {}
         self.hits = self.misses = 0
         if self.enabled:
-            self._load()
+            self._stored, self._counts = self._load()
+            self.stored = sum(self._counts.values())
 
-    def _load(self) -> None:
+    def _load(self) -> tuple[dict[str, bytes], dict[str, int]]:
+        """Each folder's rows as stored, and how many files each holds."""
         from cachetool.cache.store import read_state
         from cachetool.safejson import BadJsonFile
 
@@ -70,20 +74,22 @@ class ReadIndex:
             if data.startswith(_MAGIC):
                 stored = marshal.loads(zlib.decompress(memoryview(data)[len(_MAGIC) :]))
                 if type(stored) is dict:
-                    self._stored = stored
-                    self.stored = sum(n for n, _ in stored.values())
+                    return {f: n_blob[1] for f, n_blob in stored.items()}, {
+                        f: n for f, (n, _) in stored.items()
+                    }
         except (OSError, BadJsonFile, zlib.error, ValueError, EOFError, TypeError, MemoryError):
-            self._stored, self.stored = {}, 0  # a damaged index: every file is read again
+            pass  # a damaged index: every file is read again
+        return {}, {}
 
     def _enter(self, folder: str) -> None:
         """Make `folder` the one whose rows are at hand (the walk reads a folder's files in one go)."""
         self._flush()
         self._folder = folder
         self._rows, self._new, self._used_all, self._columns = {}, [], True, {}
-        n_blob = self._stored.get(folder)
-        if n_blob is not None:
+        blob = self._stored.pop(folder, None)  # let go of once decoded
+        if blob is not None:
             try:
-                self._rows = {row[0]: row for row in marshal.loads(n_blob[1])}
+                self._rows = {row[0]: row for row in marshal.loads(blob)}
             except (ValueError, EOFError, TypeError, IndexError, KeyError):
                 pass
 
@@ -92,14 +98,14 @@ class ReadIndex:
         folder, new = self._folder, self._new
         if folder is None or not new:
             return
-        old = self._kept.get(folder)
-        if old is not None:  # the folder met again: rarely
-            new = [*marshal.loads(old[1]), *new]
-        stored = self._stored.get(folder)
-        if stored is not None and len(new) == stored[0] and self._used_all:
-            self._kept[folder] = stored  # unchanged: its rows as they were
-        else:
-            self._kept[folder] = (len(new), marshal.dumps(new))
+        if folder in self._kept:  # the folder met again: rarely
+            old = self._kept[folder]
+            blob = old[1] if old is not None else self._load()[0].get(folder)
+            new = [*(marshal.loads(blob) if blob else ()), *new]
+        elif len(new) == self._counts.get(folder) and self._used_all:
+            self._kept[folder] = None  # unchanged: its rows as they are
+            return
+        self._kept[folder] = (len(new), marshal.dumps(new))
 
     def get_in(self, folder: str, name: str, size: int, ctime_ns: int, inode: int) -> ArrowSummary | None:
         """The summary of the file `name` of `folder` (relative to the root, "" for the root) if
@@ -150,8 +156,7 @@ class ReadIndex:
 
     def folder_rows(self, folder: str) -> int:
         """How many files of `folder` (relative to the root, "" for the root) the index holds."""
-        n_blob = self._stored.get(folder)
-        return 0 if n_blob is None else n_blob[0]
+        return self._counts.get(folder, 0)
 
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where it cannot be written."""
@@ -162,7 +167,13 @@ class ReadIndex:
         from cachetool.cache.store import write_whole  # a repeat listing writes nothing
 
         try:
-            data = _MAGIC + zlib.compress(marshal.dumps(self._kept), 1)
+            stored = self._load()[0] if None in self._kept.values() else {}
+            kept = {  # the rows of unchanged folders read again
+                f: rows if rows is not None else (self._counts[f], stored[f])
+                for f, rows in self._kept.items()
+                if rows is not None or f in stored
+            }
+            data = _MAGIC + zlib.compress(marshal.dumps(kept), 1)
             write_whole(self.path, data, create_folders=True)
         except (OSError, ValueError):
             return False

@@ -71,14 +71,32 @@ def scan_cache(
         entries = attribute_locks(scanner.entries, scanner.datasets)
         if usage:
             entries = attach_usage(entries, usage)
-        entries.sort(key=_listing_order)
+        entries = _in_listing_order(entries)
         datasets = sorted(scanner.datasets, key=lambda d: str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())
 
 
-def _listing_order(e: Entry) -> tuple[str, str, str, str]:
-    """Entries by dataset, kind, split, then path text."""
-    return (e.dataset or "~", e.kind._value_, e.split or "", str(e.path))
+def _in_listing_order(entries: list[Entry]) -> list[Entry]:
+    """`entries` by dataset, kind, split, then path text: grouped first, so the texts of one
+    group's paths exist at a time, not those of every entry of a large cache."""
+    groups: dict[tuple[str, str, str], list[Entry]] = {}
+    for e in entries:
+        key = (e.dataset or "~", e.kind._value_, e.split or "")
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [e]
+        else:
+            group.append(e)
+    out: list[Entry] = []
+    for key in sorted(groups):
+        group = groups.pop(key)
+        group.sort(key=_path_text)
+        out += group
+    return out
+
+
+def _path_text(e: Entry) -> str:
+    return str(e.path)
 
 
 def may_have_ledger(root: Path) -> bool:
