@@ -162,11 +162,11 @@ class GcOptions:
             elif f.name == "tmp_dir" and value is not None:
                 value = Path(value)
             if f.metadata["parse"] is not None and value is not None:
+                value = int(value) if f.name == "max_size" else float(value)
                 if value < 0:
                     raise CachetoolError(
                         f"invalid --{f.name.replace('_', '-')} {value!r}: must not be negative"
                     )
-                value = int(value) if f.name == "max_size" else float(value)
             object.__setattr__(self, f.name, value)
         if self.quarantine and (
             self.temp or self.max_size is not None or self.datasets or self.fingerprints or self.keep
