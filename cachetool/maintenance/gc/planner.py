@@ -17,16 +17,8 @@ from cachetool.cache.scan import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
 from cachetool.maintenance.gc.leftovers import LeftoverPlanner, TempScan, scan_temp_dir
-from cachetool.maintenance.gc.plan import (
-    NOTHING_SELECTED,
-    GcItem,
-    GcOptions,
-    GcPlan,
-    KeptBecause,
-    Refusal,
-    Target,
-    order_kept,
-)
+from cachetool.maintenance.gc.options import NOTHING_SELECTED, GcOptions
+from cachetool.maintenance.gc.plan import GcItem, GcPlan, KeptBecause, Refusal, Target, order_kept
 from cachetool.maintenance.gc.rules import Rules
 from cachetool.maintenance.liveness import InUse, TempDirUser
 from cachetool.maintenance.shared import check_min_age, dead_writer_hint, shared_state
