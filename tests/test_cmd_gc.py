@@ -732,13 +732,14 @@ def test_a_plan_is_plain_data(lockroot: Path) -> None:
     from cachetool.cache.scan import scan_cache
     from cachetool.maintenance.gc.plan import GcItem, Target
     from cachetool.maintenance.gc.planner import build_plan
+    from cachetool.maintenance.gc.rules import Rules
     from cachetool.maintenance.liveness import InUse
 
     lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"
     lock.touch()
     mtime = lock.stat().st_mtime
     options = GcOptions(temp=True, min_age=0)
-    plan = build_plan(scan_cache(lockroot), InUse(), options)
+    plan = build_plan(scan_cache(lockroot), Rules(options, InUse()))
     assert plan.items == (
         GcItem(
             lock,
