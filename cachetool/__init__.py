@@ -50,7 +50,7 @@ _LAZY = {
     # gc, pin, unpin
     "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc.planner",
-    "GcOptions": "cachetool.maintenance.gc.plan",
+    "GcOptions": "cachetool.maintenance.gc.options",
     "break_lease": "cachetool.maintenance.shared",
     "pin": "cachetool.maintenance.pinning",
     "unpin": "cachetool.maintenance.pinning",

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from cachetool.cli.app import app
 from cachetool.maintenance.gc.execute import execute, gc_lock
-from cachetool.maintenance.gc.plan import GcBusy, GcOptions
+from cachetool.maintenance.gc.options import GcOptions
+from cachetool.maintenance.gc.plan import GcBusy
 from cachetool.maintenance.gc.planner import plan_gc
 from tests.conftest import hf_env, short_tmp_dir
 
@@ -731,13 +732,14 @@ def test_a_plan_is_plain_data(lockroot: Path) -> None:
     from cachetool.cache.scan import scan_cache
     from cachetool.maintenance.gc.plan import GcItem, Target
     from cachetool.maintenance.gc.planner import build_plan
+    from cachetool.maintenance.gc.rules import Rules
     from cachetool.maintenance.liveness import InUse
 
     lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"
     lock.touch()
     mtime = lock.stat().st_mtime
     options = GcOptions(temp=True, min_age=0)
-    plan = build_plan(scan_cache(lockroot), InUse(), options)
+    plan = build_plan(scan_cache(lockroot), Rules(options, InUse()))
     assert plan.items == (
         GcItem(
             lock,
@@ -800,7 +802,7 @@ def test_the_python_api_validates_and_runs_as_the_command_does(lockroot: Path) -
     from cachetool.cli.gc import gc_command
     from cachetool.errors import CachetoolError
     from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
-    from cachetool.maintenance.gc.plan import NOTHING_SELECTED
+    from cachetool.maintenance.gc.options import NOTHING_SELECTED
 
     # `--break-lease ID` is `break_lease(root, id)`, a function of its own (as `stats --zero` is).
     presentation = {"fmt", "as_json", "quiet", "no_truncate", "break_lease"}

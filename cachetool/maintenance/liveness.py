@@ -64,20 +64,14 @@ class InUse:
     def pids_under(self, folder: str | os.PathLike[str]) -> frozenset[int]:
         """Holders of any file below `folder` (a resolved path), by name."""
         prefix = os.fspath(folder).rstrip("/") + "/"
-        out: set[int] = set()
-        for p, pids in self.paths.items():
-            if p.startswith(prefix):
-                out |= pids
-        return frozenset(out)
+        return frozenset(pid for p, pids in self.paths.items() if p.startswith(prefix) for pid in pids)
 
     def cwd_pids_under(self, folder: str | os.PathLike[str]) -> frozenset[int]:
         """Live processes whose working folder is `folder` (a resolved path) or below it."""
         top = os.fspath(folder).rstrip("/")
-        out: set[int] = set()
-        for cwd, pids in self.cwds.items():
-            if cwd == top or cwd.startswith(top + "/"):
-                out |= pids
-        return frozenset(out)
+        return frozenset(
+            pid for cwd, pids in self.cwds.items() if cwd == top or cwd.startswith(top + "/") for pid in pids
+        )
 
 
 #: How many passes over every process in `/proc` this process has made.

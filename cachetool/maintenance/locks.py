@@ -133,18 +133,6 @@ def lock_guard(
     return Guard(kind, base, (parent / base, parent / (base + layout.INCOMPLETE_DIR_SUFFIX)))
 
 
-def guard_alive(
-    lock: Path,
-    root: Path | None,
-    ignoring: frozenset[Path] = frozenset(),
-    listings: dict[Path, list[str]] | None = None,
-) -> bool | None:
-    """Does something `lock` guards still exist (not counting the paths in `ignoring`, which are
-    about to go)? None: nobody can tell what it guards."""
-    guard = lock_guard(lock, root, listings)
-    return None if guard is None else guard.alive(ignoring)
-
-
 def stale_guard(lock: Path, root: Path | None) -> Guard | None:
     """The guard of a stale lock: what it guards is gone and the probe won it. None when the
     lock is useful, held, unattributable, or the probe cannot tell."""

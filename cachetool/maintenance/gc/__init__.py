@@ -20,10 +20,11 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from cachetool.errors import CachetoolError, ExitCode
-from cachetool.maintenance.gc.plan import GcOptions, GcPlan, GcResult, named_but_kept, option_keyword
+from cachetool.maintenance.gc.options import GcOptions, option_keyword
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
+    from cachetool.maintenance.gc.plan import GcPlan, GcResult
 
 
 class ConfirmationNeeded(CachetoolError):
@@ -49,6 +50,8 @@ class GcRun:
     @property
     def named_but_kept(self) -> list[tuple[str, str]]:
         """(entry, reason) for each entry named in `fingerprints` that gc keeps."""
+        from cachetool.maintenance.gc.plan import named_but_kept
+
         return named_but_kept(self.plan.options.fingerprints, self.plan, self.result)
 
     @property
@@ -83,6 +86,7 @@ def gc_cache(
     run's `compaction` says what that did (a dry run: what it would do)."""
     from cachetool.cache.dirs import existing_root, resolve_cache_root
     from cachetool.maintenance.gc.execute import execute
+    from cachetool.maintenance.gc.plan import GcResult
     from cachetool.maintenance.gc.planner import plan_gc, plan_temp_only
 
     o = GcOptions.of(fingerprints=fingerprints, **options)

@@ -39,7 +39,7 @@ from cachetool.maintenance.gc.plan import (
 )
 from cachetool.maintenance.gc.rules import Rules, gc_alive, pids_text
 from cachetool.maintenance.liveness import InUse, pids_holding, socket_reason
-from cachetool.maintenance.locks import LockBusy, acquire, guard_alive
+from cachetool.maintenance.locks import LockBusy, acquire, lock_guard
 from cachetool.maintenance.shared import remove_stale_leases
 
 if TYPE_CHECKING:
@@ -248,8 +248,6 @@ def _set_item_aside(index: int, item: GcItem, ctx: RunContext, batch: _Batch) ->
         if not checked:
             _close(fds)
             return Outcome(item, "skipped", "already gone")
-        if item.kind == Kind.LOCK and guard_alive(item.path, ctx.root) is not False:
-            raise Refused("its folder exists again, or cannot be told")
         aside, keys = _set_aside(checked, ctx)
         batch.pending.append(_Pending(index, item, checked, aside, keys, fds, freed))
         batch.holds_non_locks |= item.kind != Kind.LOCK
@@ -486,7 +484,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
             pass
         else:
             raise Refused("state.json appeared: the save finished")
-    if item.kind == Kind.LOCK and guard_alive(t.path, ctx.root) is not False:
+    if item.kind == Kind.LOCK and ((guard := lock_guard(t.path, ctx.root)) is None or guard.alive()):
         raise Refused("its folder exists again, or cannot be told")
 
 

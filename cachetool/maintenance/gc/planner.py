@@ -7,7 +7,7 @@ import dataclasses
 import os
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +17,9 @@ from cachetool.cache.scan import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.maintenance.gc.eviction import EVICTABLE, EvictionPlanner
 from cachetool.maintenance.gc.leftovers import LeftoverPlanner, TempScan, scan_temp_dir
-from cachetool.maintenance.gc.plan import (
-    NOTHING_SELECTED,
-    GcItem,
-    GcOptions,
-    GcPlan,
-    KeptBecause,
-    Refusal,
-    Target,
-    order_kept,
-)
+from cachetool.maintenance.gc.options import NOTHING_SELECTED, GcOptions
+from cachetool.maintenance.gc.plan import GcItem, GcPlan, KeptBecause, Refusal, Target, order_kept
 from cachetool.maintenance.gc.rules import Rules
-from cachetool.maintenance.liveness import InUse, TempDirUser
 from cachetool.maintenance.shared import check_min_age, dead_writer_hint, shared_state
 
 
@@ -38,36 +29,20 @@ class _Builder(LeftoverPlanner, EvictionPlanner):
 
 def build_plan(
     report: CacheReport,
-    in_use: InUse,
-    options: GcOptions,
+    rules: Rules,
     *,
     temp: TempScan | None = None,
     pins: Mapping[str, Any] | None = None,
     parents: Mapping[str, Iterable[str]] | None = None,
-    sockets: frozenset[str] = frozenset(),
-    temp_users: Sequence[TempDirUser] = (),
-    pool_users: Sequence[TempDirUser] = (),
-    now: float | None = None,
     root_refused: str | None = None,
-    euid: int | None = None,
 ) -> GcPlan:
-    """Decide what a gc run removes, from a scan and a liveness snapshot (plus lock probes).
-    Nothing is removed here: `execute()` runs the same rules again right before each item."""
-    b = _Builder(
-        options,
-        in_use,
-        sockets,
-        tuple(temp_users),
-        tuple(pool_users),
-        time.time() if now is None else now,
-        os.geteuid() if euid is None else euid,
-        report=report,
-        pins=set(pins or {}),
-        parents=parents or {},
-        temp=temp,
-    )
+    """Decide what a gc run removes, from a scan and the rules on a liveness snapshot (plus lock
+    probes). Nothing is removed here: `execute()` runs the same rules again before each item."""
+    options = rules.options
+    fields = {f.name: getattr(rules, f.name) for f in dataclasses.fields(Rules)}
+    b = _Builder(**fields, report=report, pins=set(pins or {}), parents=parents or {}, temp=temp)
     b.resolve_protections()
-    if not in_use.complete and options.all_users:
+    if not rules.in_use.complete and options.all_users:
         # Without --all-users only our own files are touched, which other users' processes
         # (the ones we cannot inspect) rarely hold; with it, say that the check is partial.
         b.warnings.append("some processes could not be inspected; files they hold look unused")
@@ -286,19 +261,9 @@ def _scan_temp(options: GcOptions) -> tuple[TempScan | None, tuple[int, int] | N
 def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, **keywords: Any) -> GcPlan:
     """`build_plan` with this host's liveness, taken last: the snapshot should be younger than
     everything it judges."""
-    rules = Rules.take(
-        options, report.root, temp.path if temp else None, (f.kind for f in temp.folders) if temp else ()
-    )
-    return build_plan(
-        report,
-        rules.in_use,
-        options,
-        temp=temp,
-        sockets=rules.sockets,
-        temp_users=rules.temp_users,
-        pool_users=rules.pool_users,
-        **keywords,
-    )
+    kinds = (f.kind for f in temp.folders) if temp else ()
+    rules = Rules.take(options, report.root, temp.path if temp else None, kinds)
+    return build_plan(report, rules, temp=temp, **keywords)
 
 
 def plan_temp_only(root: Path, options: GcOptions) -> GcPlan:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind, TempKind
 from cachetool.formatting import compact_age, compact_duration
-from cachetool.maintenance.gc.plan import GcItem, GcOptions, KeepCode, KeptBecause, Refusal, Scope, Skip
+from cachetool.maintenance.gc.options import GcOptions
+from cachetool.maintenance.gc.plan import GcItem, KeepCode, KeptBecause, Refusal, Scope, Skip
 from cachetool.maintenance.liveness import InUse, TempDirUser, socket_reason
 from cachetool.maintenance.shared import leased_reason
 from cachetool.processes import alive, process_start
