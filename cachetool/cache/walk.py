@@ -25,12 +25,9 @@ class Item:
     """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
     uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
     a whole `stat_result` and its numbers take some 600 bytes per file. `prefix` is the folder's
-    text and a separator, one string shared by the folder's items. The `Path` is made when first
-    asked for (`child` makes it from the name): a listing writing JSON never needs most of them."""
+    text and a separator, one string shared by the folder's items."""
 
     __slots__ = (
-        "_child",
-        "_path",
         "ctime_ns",
         "error",
         "ino",
@@ -38,9 +35,9 @@ class Item:
         "is_file",
         "mode",
         "mtime",
-        "mtime_ns",
         "name",
         "ok",
+        "path",
         "prefix",
         "size",
         "uid",
@@ -55,13 +52,12 @@ class Item:
         prefix: str,
     ) -> None:
         self.name = name
-        self._child = child
-        self._path: Path | None = None
+        self.path = child(name)
         self.error = error
         self.prefix = prefix
         if st is None:
             self.ok = self.is_dir = self.is_file = False
-            self.mode = self.size = self.mtime_ns = self.ctime_ns = self.ino = 0
+            self.mode = self.size = self.ctime_ns = self.ino = 0
             self.uid = -1
             self.mtime = 0.0
             return
@@ -72,17 +68,9 @@ class Item:
         self.is_file = S_ISREG(mode)
         self.size = st.st_size
         self.mtime = st.st_mtime
-        self.mtime_ns = st.st_mtime_ns
         self.ctime_ns = st.st_ctime_ns
         self.ino = st.st_ino
         self.uid = st.st_uid
-
-    @property
-    def path(self) -> Path:
-        path = self._path
-        if path is None:
-            path = self._path = self._child(self.name)
-        return path
 
 
 S_ISDIR = stat.S_ISDIR

@@ -234,5 +234,5 @@ def _with_pin(
 ) -> dict[str, object]:
     """The entry's `--json` form, and whether it is pinned (`cachetool.cache.query.is_pinned`)."""
     doc = e.to_json()
-    doc["pinned"] = is_pinned(e, pinned)
+    doc["pinned"] = bool(pinned) and is_pinned(e, pinned)
     return doc
