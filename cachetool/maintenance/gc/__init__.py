@@ -95,11 +95,12 @@ def gc_cache(
         plan = plan_temp_only(default, o)  # nothing cached yet: the temp dir may hold leftovers
     else:
         plan = plan_gc(existing_root(cache_dir), o)
-    if dry_run or not o.selects:
+    if dry_run and plan.items:
         from cachetool.history.compact import compact_if_large
 
-        compaction = compact_if_large(plan.root, dry_run=True) if dry_run and plan.items else None
-        return GcRun(plan, None, dry_run=dry_run, compaction=compaction)
+        return GcRun(plan, None, dry_run=True, compaction=compact_if_large(plan.root, dry_run=True))
+    if dry_run or not o.selects:
+        return GcRun(plan, None, dry_run=dry_run)
     if not plan.items:
         stale = plan.shared is not None and bool(plan.shared.stale)
         return GcRun(plan, execute(plan) if stale else GcResult(plan, ()))
