@@ -17,6 +17,7 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.errors import CachetoolError, ExitCode
@@ -50,9 +51,20 @@ class GcRun:
     @property
     def named_but_kept(self) -> list[tuple[str, str]]:
         """(entry, reason) for each entry named in `fingerprints` that gc keeps."""
-        from cachetool.maintenance.gc.plan import named_but_kept
+        names = self.plan.options.fingerprints
 
-        return named_but_kept(self.plan.options.fingerprints, self.plan, self.result)
+        def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
+            ids = [x for x in (fp, *aliases) if x]
+            return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
+
+        kept = [(s.id, s.reason) for s in self.plan.skipped if named(s.fingerprint, s.aliases, s.path)]
+        outcomes = (*self.result.skipped, *self.result.failed) if self.result is not None else ()
+        kept += [
+            (o.item.id, o.reason or o.status)
+            for o in outcomes
+            if named(o.item.fingerprint, o.item.aliases, o.item.path)
+        ]
+        return kept
 
     @property
     def exit_code(self) -> ExitCode:
