@@ -726,6 +726,22 @@ def test_locks_go_only_when_free_and_their_folder_is_gone(lockroot: Path) -> Non
     assert all(p.exists() for k, p in names.items() if p not in removed)
 
 
+@pytest.mark.slow
+def test_a_temp_run_reads_neither_the_ledger_nor_the_pins(lockroot: Path, tmp_path: Path) -> None:
+    """`gc --temp` plans leftovers without loading the ledger or the pins, which only protect
+    entries from eviction: a temp-only run stays light."""
+    (lockroot / "csv" / "default" / "0.0.0" / "fedcba9876543210.incomplete").mkdir()
+    code = (
+        "import sys\n"
+        "from cachetool import gc_cache\n"
+        f"run = gc_cache({str(lockroot)!r}, temp=True, min_age=0, tmp_dir={str(tmp_path)!r}, dry_run=True)\n"
+        "print(len(run.plan.items), [m for m in ('cachetool.cache.pins', 'cachetool.history.ledger') "
+        "if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["1", "[]"]
+
+
 def test_a_plan_is_plain_data(lockroot: Path) -> None:
     """Plans compare by value: a test (or a user) can assert a whole plan."""
     from cachetool.cache.layout import Kind

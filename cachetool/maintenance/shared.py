@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 #: The smallest `--min-age` gc accepts for unleased temp files on a shared file system: a writer
 #: on another host that holds no lease shows only through its file's age.
 SHARED_MIN_AGE_FLOOR = 600.0
-OVERRIDE_FLAG = "--other-hosts-idle"
 
 
 class SharedMinAgeRefused(CachetoolError):
@@ -52,7 +51,7 @@ class SharedMinAgeRefused(CachetoolError):
         super().__init__(
             f"{root} is on {fs.type} (a file system other hosts may write): --min-age {min_age:g}s is "
             f"below the {SHARED_MIN_AGE_FLOOR / 60:g} min floor for temp files no lease covers, "
-            f"since writers on other hosts are invisible here; pass {OVERRIDE_FLAG} if no process on "
+            "since writers on other hosts are invisible here; pass --other-hosts-idle if no process on "
             "another host writes this cache without a cachetool lease"
         )
 
@@ -155,16 +154,12 @@ def _expiry(lease: Lease, now: float) -> str:
     return f"expires in {max(0.0, lease.expires - now):.0f}s ({at})"
 
 
-def lease_id(lease: Lease) -> str:
-    """What `gc --break-lease` takes: the lease file's name without `.json`."""
-    return lease.path.name.removesuffix(".json")
-
-
 def break_command(root: str | os.PathLike[str], lease: Lease) -> str:
-    """`cachetool gc --break-lease ID --cache-dir ROOT`, quoted for a POSIX shell."""
+    """`cachetool gc --break-lease ID --cache-dir ROOT` (ID: the lease file's name without `.json`)."""
     from cachetool.hints import shell_command
 
-    return shell_command("gc", "--break-lease", lease_id(lease), "--cache-dir", os.fsdecode(root))
+    lease_id = lease.path.name.removesuffix(".json")
+    return shell_command("gc", "--break-lease", lease_id, "--cache-dir", os.fsdecode(root))
 
 
 class NoSuchLease(CachetoolError):

@@ -17,6 +17,7 @@ import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.errors import CachetoolError, ExitCode
@@ -50,9 +51,20 @@ class GcRun:
     @property
     def named_but_kept(self) -> list[tuple[str, str]]:
         """(entry, reason) for each entry named in `fingerprints` that gc keeps."""
-        from cachetool.maintenance.gc.plan import named_but_kept
+        names = self.plan.options.fingerprints
 
-        return named_but_kept(self.plan.options.fingerprints, self.plan, self.result)
+        def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
+            ids = [x for x in (fp, *aliases) if x]
+            return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
+
+        kept = [(s.id, s.reason) for s in self.plan.skipped if named(s.fingerprint, s.aliases, s.path)]
+        outcomes = (*self.result.skipped, *self.result.failed) if self.result is not None else ()
+        kept += [
+            (o.item.id, o.reason or o.status)
+            for o in outcomes
+            if named(o.item.fingerprint, o.item.aliases, o.item.path)
+        ]
+        return kept
 
     @property
     def exit_code(self) -> ExitCode:
@@ -95,11 +107,12 @@ def gc_cache(
         plan = plan_temp_only(default, o)  # nothing cached yet: the temp dir may hold leftovers
     else:
         plan = plan_gc(existing_root(cache_dir), o)
-    if dry_run or not o.selects:
+    if dry_run and plan.items:
         from cachetool.history.compact import compact_if_large
 
-        compaction = compact_if_large(plan.root, dry_run=True) if dry_run and plan.items else None
-        return GcRun(plan, None, dry_run=dry_run, compaction=compaction)
+        return GcRun(plan, None, dry_run=True, compaction=compact_if_large(plan.root, dry_run=True))
+    if dry_run or not o.selects:
+        return GcRun(plan, None, dry_run=dry_run)
     if not plan.items:
         stale = plan.shared is not None and bool(plan.shared.stale)
         return GcRun(plan, execute(plan) if stale else GcResult(plan, ()))

@@ -4,7 +4,6 @@ outcome of each item. Decisions are typed; every message is rendered from them."
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -336,23 +335,3 @@ class GcResult:
             "freed_files": self.freed_files,
             "leases_removed": [lease.to_json() for lease in self.leases_removed],
         }
-
-
-def named_but_kept(names: Iterable[str], plan: GcPlan, result: GcResult | None) -> list[tuple[str, str]]:
-    """(entry, reason) for each entry named (as `fingerprints`) that gc keeps."""
-    names = list(names)
-    if not names:
-        return []
-
-    def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
-        ids = [x for x in (fp, *aliases) if x]
-        return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
-
-    kept = [(s.id, s.reason) for s in plan.skipped if named(s.fingerprint, s.aliases, s.path)]
-    if result is not None:
-        kept += [
-            (o.item.id, o.reason or o.status)
-            for o in (*result.skipped, *result.failed)
-            if named(o.item.fingerprint, o.item.aliases, o.item.path)
-        ]
-    return kept
