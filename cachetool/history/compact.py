@@ -60,12 +60,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
 from cachetool.history import segments as segment_files
-from cachetool.history.compact_passes import Segment, first_pass, living_fingerprints, needed, second_pass
 from cachetool.history.records.compacted import CompactionRecord
 from cachetool.history.segments import (
     COMPACTED_PREFIX,
@@ -74,6 +73,9 @@ from cachetool.history.segments import (
 )
 from cachetool.history.writer import ENCODER, RECORD_VERSION
 from cachetool.processes import alive
+
+if TYPE_CHECKING:  # the passes read records: loaded only when a compaction runs
+    from cachetool.history.compact_passes import Segment
 
 
 def _max_replaced() -> int:
@@ -352,6 +354,8 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
     with folder_fd(folder) as dfd:
         if not dry_run:
             remove_leftovers(folder, dfd)
+        from cachetool.history.compact_passes import first_pass
+
         segments = first_pass(folder)
         warnings = tuple(f"{folder / s.name}: left whole: {s.unread}" for s in segments if s.unread)
         raw = sorted((s for s in segments if not s.compacted), key=lambda s: (s.last, s.name))
@@ -403,6 +407,8 @@ def _compacted(
 ) -> tuple[bytes, CompactionReport]:
     """The bytes of the compacted segment that replaces `replaced`, and what it holds."""
     names = {s.name for s in replaced}
+    from cachetool.history.compact_passes import living_fingerprints, needed, second_pass
+
     living = living_fingerprints(root, replaced)
     wanted = set(living)
     for seg in segments:
