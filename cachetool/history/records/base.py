@@ -1,27 +1,266 @@
-"""`LedgerRecord`: the fields every record has, and how they are read and written."""
+"""How records are read and written: one reader and one writer per class, compiled once from its
+dataclass fields and their annotations, and `LedgerRecord`, the fields every record has."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import FrozenInstanceError, dataclass, field
+import builtins
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
-from cachetool.history.records.fields import (
-    BadRecord,
-    _bool,
-    _int,
-    _num,
-    _obj,
-    _opt_int,
-    _opt_str,
-    _time,
-)
-
-_BASE_KEYS = ("v", "type", "seq", "run", "time", "duration", "host", "pid", "versions", "internal", "root")
 #: The fields of `LedgerRecord.constant_json()`: the same in every record a process writes.
 CONSTANT_KEYS = ("v", "run", "host", "pid", "versions")
+#: Later than this is not a time a record was written (year 5138): `datetime` cannot show it.
+_MAX_TIME = 1e11
 
 _R = TypeVar("_R", bound=type)
+_P = TypeVar("_P", bound="Part")
+_L = TypeVar("_L", bound="LedgerRecord")
+#: A field's reader: (the JSON value or None, the path of its parent as "args.fn.") -> the value.
+Reader = Callable[[Any, str], Any]
+
+
+class BadRecord(ValueError):
+    """A ledger line that is JSON but not a record this cachetool can read; the message says why."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _checked(name: str, ok: Callable[[Any], bool], what: str, default: Any) -> Reader:
+    """None -> `default`; a value `ok` accepts as is; else BadRecord "'where.name' is not `what`"."""
+
+    def read(v: Any, where: str) -> Any:
+        if v is None:
+            return default
+        if ok(v):
+            return v
+        raise BadRecord(f"'{where}{name}' is not {what}")
+
+    return read
+
+
+def _number(name: str, default: Any) -> Reader:
+    def read(v: Any, where: str) -> Any:
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise BadRecord(f"'{where}{name}' is not a finite number")
+        return float(v)
+
+    return read
+
+
+def _part(name: str, part: type[Part]) -> Reader:
+    def read(v: Any, where: str) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise BadRecord(f"'{where}{name}' is not an object")
+        return part.parse(v, f"{where}{name}.")
+
+    return read
+
+
+def _part_list(name: str, part: type[Part]) -> Reader:
+    def read(v: Any, where: str) -> Any:
+        if v is None:
+            return ()
+        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+            raise BadRecord(f"'{where}{name}' is not a list of objects")
+        return tuple(part.parse(x, f"{where}{name}.") for x in v)
+
+    return read
+
+
+def _part_map(name: str, part: type[Part]) -> Reader:
+    def read(v: Any, where: str) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise BadRecord(f"'{where}{name}' is not an object")
+        for k, x in v.items():
+            if not isinstance(x, dict):
+                raise BadRecord(f"'{where}{name}.{k}' is not an object")
+        return {str(k): part.parse(x, f"{where}{name}.{k}.") for k, x in v.items()}
+
+    return read
+
+
+def _versions(v: Any, where: str) -> Any:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise BadRecord(f"'{where}versions' is not an object")
+    if not all(x is None or isinstance(x, str) for x in v.values()):
+        raise BadRecord(f"'{where}versions' holds a value that is not a string")
+    return dict(v)
+
+
+def _text(name: str, default: Any) -> Reader:
+    """A string field: None -> `default` ("" too when `default` is a string), or "is missing"."""
+    if default is MISSING:
+
+        def required(v: Any, where: str) -> Any:
+            if isinstance(v, str):
+                return v
+            raise BadRecord(f"'{where}{name}' " + ("is missing" if v is None else "is not a string"))
+
+        return required
+    check = _checked(name, lambda v: isinstance(v, str), "a string", default)
+    return check if default is None else lambda v, where: check(v, where) or default
+
+
+def _strings(name: str) -> Reader:
+    def read(v: Any, where: str) -> Any:
+        if v is None:
+            return ()
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise BadRecord(f"'{where}{name}' is not a list of strings")
+        return tuple(v)
+
+    return read
+
+
+def _is_part(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Part)
+
+
+def _reader(name: str, hint: Any, default: Any) -> Reader:
+    """The reader of a field annotated `hint` (`default` MISSING: a required field)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
+        hint = typing.get_args(hint)[0]
+        default = None if default is MISSING else default
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is str:
+        return _text(name, default)
+    if hint is bool:
+        return _checked(name, lambda v: isinstance(v, bool), "true or false", default)
+    if hint is int:
+        return _checked(name, _is_int, "an integer", default)
+    if hint is float:
+        return _number(name, default)
+    if _is_part(hint):
+        return _part(name, hint)
+    if origin is tuple:
+        return _part_list(name, args[0]) if _is_part(args[0]) else _strings(name)
+    if _is_part(args[1]):
+        return _part_map(name, args[1])
+    if args[1] is Any:
+        return _checked(name, lambda v: isinstance(v, dict), "an object", default)
+    return _versions
+
+
+def _writer(hint: Any) -> Callable[[Any], Any] | None:
+    """How a value annotated `hint` is written (None: as it is)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = typing.get_args(hint)[0]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if _is_part(hint):
+        return lambda v: None if v is None else v.to_json()
+    each = _writer(args[0] if origin is tuple else args[1]) if args else None
+    if origin is tuple:
+        return list if each is None else lambda v: [each(x) for x in v]
+    if origin is Mapping and args[1] is not Any:
+        return dict if each is None else lambda v: {k: each(x) for k, x in v.items()}
+    return None
+
+
+def _extra(v: Any) -> Any:
+    """The writer of `LedgerRecord.extra`: its fields go into the record (see `_write`)."""
+    return v
+
+
+class _Compiled:
+    """A class's reader, compiled once from its fields: a value of the field's plain type (str,
+    int, bool, finite float) or None is taken inline, anything else goes through the field's
+    reader (which converts, or raises BadRecord); and its writers (name, writer, the value at
+    which the field is left out)."""
+
+    def __init__(self, cls: type) -> None:
+        hints = typing.get_type_hints(cls)
+        omit = getattr(cls, "OMIT", ())
+        readers: list[Reader] = []
+        defaults: list[Any] = []
+        values: list[str] = []
+        self.writers: list[tuple[str, Callable[[Any], Any] | None, Any]] = []
+        for f in fields(cls):
+            if f.name in ("read_from", "extra"):
+                continue
+            hint, default = hints[f.name], f.default if f.default_factory is MISSING else f.default_factory()
+            custom = f.metadata.get("read")
+            self.writers.append((f.name, _writer(hint), default if f.name in omit else MISSING))
+            i = len(readers)
+            readers.append(custom or _reader(f.name, hint, default))
+            defaults.append(default)
+            plain = typing.get_args(hint)[0] if typing.get_origin(hint) is types.UnionType else hint
+            get, slow = f"(v := d.get({f.name!r}))", f"R[{i}](v, where)"
+            if custom or plain not in (str, int, bool, float) or (plain is str and default):
+                values.append(f"{f.name!r}: R[{i}](d.get({f.name!r}), where)")
+                continue
+            fast = f"type({get}) is {plain.__name__}" + (" and v - v == 0" if plain is float else "")
+            none = slow if default is MISSING else f"D[{i}] if v is None else {slow}"
+            values.append(f"{f.name!r}: v if {fast} else {none}")
+        source = "def read(d, where):\n    return {" + ", ".join(values) + "}"
+        scope: dict[str, Any] = {"R": readers, "D": defaults}
+        exec(source, scope)  # built from the class's own field names
+        self.read: Callable[[Mapping[str, Any], str], dict[str, Any]] = scope["read"]
+        self.keys = frozenset(name for name, _, _ in self.writers)
+        if "extra" in hints:  # a record: its unknown fields after the base ones, or last
+            names = [name for name, _, _ in self.writers]
+            at = len(names) if getattr(cls, "EXTRA_LAST", False) else names.index("versions") + 1
+            self.writers.insert(at, ("extra", _extra, MISSING))
+
+
+_COMPILED: dict[type, _Compiled] = {}
+
+
+def _compiled(cls: type) -> _Compiled:
+    c = _COMPILED.get(cls)
+    if c is None:
+        c = _COMPILED[cls] = _Compiled(cls)
+    return c
+
+
+def _write(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, write, omit in _compiled(type(obj)).writers:
+        if name in skip:
+            continue
+        v = getattr(obj, name)
+        if write is _extra:
+            out.update(v)
+        elif v != omit:
+            out[name] = v if write is None else write(v)
+    return out
+
+
+class Part:
+    """A part of a record (a frozen dataclass): read and written by its fields; the fields named
+    in `OMIT` are left out of its JSON when they hold their default."""
+
+    OMIT: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def parse(cls: type[_P], d: Mapping[str, Any], where: str = "") -> _P:
+        return cls(**_compiled(cls).read(d, where))
+
+    def to_json(self) -> dict[str, Any]:
+        return _write(self)
+
+
+_number_time = _number("time", 0.0)
+
+
+def _time(v: Any, where: str) -> float:
+    t: float = _number_time(v, where)
+    if not 0 <= t < _MAX_TIME:
+        raise BadRecord("'time' is not a time since the epoch")
+    return t
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,46 +268,34 @@ class LedgerRecord:
     """What every record has: version, type, order, time, where it ran, and the root it belongs to.
 
     `read_from` is the root whose ledger the record was read from (not written: it is where the
-    reader found it); `extra` keeps the fields this cachetool does not know."""
+    reader found it); `extra` keeps the fields this cachetool does not know, written after the
+    base fields (after all fields when `EXTRA_LAST`)."""
 
     TYPE: ClassVar[str] = ""
+    OMIT: ClassVar[tuple[str, ...]] = ()
+    EXTRA_LAST: ClassVar[bool] = False
 
-    v: int = 1
+    # in the order they are written
     type: str = ""
     seq: int = 0
-    run: str = ""
-    time: float = 0.0
+    time: float = field(default=0.0, metadata={"read": _time})
     duration: float = 0.0
+    internal: bool = False
+    root: str | None = None
+    v: int = 1
+    run: str = ""
     host: str | None = None
     pid: int | None = None
     versions: Mapping[str, str | None] = field(default_factory=dict)
-    internal: bool = False
-    root: str | None = None
     read_from: str | None = field(default=None, compare=False)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    @staticmethod
-    def _base(d: Mapping[str, Any], read_from: str | None = None) -> dict[str, Any]:
-        versions = _obj(d, "versions") or {}
-        if not all(v is None or isinstance(v, str) for v in versions.values()):
-            raise BadRecord("'versions' holds a value that is not a string")
-        run = d.get("run")
-        if run is not None and not isinstance(run, str):
-            raise BadRecord("'run' is not a string")
-        return {
-            "v": _int(d, "v", 1),
-            "type": str(d.get("type")),
-            "seq": _int(d, "seq"),
-            "run": run or "",
-            "time": _time(d),
-            "duration": _num(d, "duration"),
-            "host": _opt_str(d, "host"),
-            "pid": _opt_int(d, "pid"),
-            "versions": dict(versions),
-            "internal": _bool(d, "internal"),
-            "root": _opt_str(d, "root"),
-            "read_from": read_from,
-        }
+    @classmethod
+    def parse(cls: builtins.type[_L], d: Mapping[str, Any], read_from: str | None = None) -> _L:
+        """The record for a decoded line; unknown fields go to `extra`."""
+        c = _compiled(cls)
+        keys = c.keys
+        return cls(**c.read(d, ""), read_from=read_from, extra={k: v for k, v in d.items() if k not in keys})
 
     def version(self, package: str) -> str | None:
         """The version of `package` ("datasets", "python", ...) the record was written with."""
@@ -94,35 +321,16 @@ class LedgerRecord:
                 return self.read_from.rstrip("/") + "/" + path[len(prefix) :]
         return path
 
-    def _base_json(self, constant: bool) -> dict[str, Any]:
-        out = {
-            "type": self.type or self.TYPE,
-            "seq": self.seq,
-            "time": self.time,
-            "duration": self.duration,
-            "internal": self.internal,
-            "root": self.root,
-        }
-        if constant:
-            out.update(self.constant_json())
-        return out
-
     def constant_json(self) -> dict[str, Any]:
         """The fields every record of one process shares (`CONSTANT_KEYS`): a writer encodes
         them once per process and writes the rest with `to_json(constant=False)`."""
-        return {
-            "v": self.v,
-            "run": self.run,
-            "host": self.host,
-            "pid": self.pid,
-            "versions": dict(self.versions),
-        }
+        return {k: dict(self.versions) if k == "versions" else getattr(self, k) for k in CONSTANT_KEYS}
 
     def to_json(self, *, constant: bool = True) -> dict[str, Any]:
         """The record as written in a segment (and as `--json` outputs show it); without the
         fields of `constant_json()` when `constant` is False."""
-        out = self._base_json(constant)
-        out.update(self.extra)
+        out = _write(self, () if constant else CONSTANT_KEYS)
+        out["type"] = self.type or self.TYPE
         return out
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.base import BadRecord, LedgerRecord
 from cachetool.history.records.compacted import CompactionRecord, RunSummaryRecord
-from cachetool.history.records.fields import BadRecord
 from cachetool.history.records.other import GcRecord, SourceRecord
 from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import CheckpointRecord, RootRecord, SaveRecord, TransformRecord
@@ -42,4 +41,4 @@ def parse_record(obj: Any, read_from: str | None = None) -> LedgerRecord:
     cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise BadRecord(f"unknown record type {str(kind)[:40]!r}")
-    return cls.parse(obj, read_from)  # type: ignore[attr-defined]
+    return cls.parse(obj, read_from)
