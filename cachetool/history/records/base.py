@@ -21,107 +21,32 @@ _P = TypeVar("_P", bound="Part")
 _L = TypeVar("_L", bound="LedgerRecord")
 #: A field's reader: (the JSON value or None, the path of its parent as "args.fn.") -> the value.
 Reader = Callable[[Any, str], Any]
+#: Makes a field's default (None: the field is required).
+Maker = Callable[[], Any] | None
 
 
 class BadRecord(ValueError):
     """A ledger line that is JSON but not a record this cachetool can read; the message says why."""
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _checked(name: str, ok: Callable[[Any], bool], what: str, default: Any) -> Reader:
-    """None -> `default`; a value `ok` accepts as is; else BadRecord "'where.name' is not `what`"."""
+def _field(
+    name: str,
+    default: Callable[[], Any] | None,
+    ok: Callable[[Any], bool],
+    what: str,
+    convert: Reader | None = None,
+) -> Reader:
+    """A field's reader: None -> `default()` (no default: "is missing"), a value `ok` refuses ->
+    BadRecord "'where.name' is not `what`", else the value (`convert(value, where)` if given)."""
 
     def read(v: Any, where: str) -> Any:
         if v is None:
-            return default
-        if ok(v):
-            return v
-        raise BadRecord(f"'{where}{name}' is not {what}")
-
-    return read
-
-
-def _number(name: str, default: Any) -> Reader:
-    def read(v: Any, where: str) -> Any:
-        if v is None:
-            return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise BadRecord(f"'{where}{name}' is not a finite number")
-        return float(v)
-
-    return read
-
-
-def _part(name: str, part: type[Part]) -> Reader:
-    def read(v: Any, where: str) -> Any:
-        if v is None:
-            return None
-        if not isinstance(v, dict):
-            raise BadRecord(f"'{where}{name}' is not an object")
-        return part.parse(v, f"{where}{name}.")
-
-    return read
-
-
-def _part_list(name: str, part: type[Part]) -> Reader:
-    def read(v: Any, where: str) -> Any:
-        if v is None:
-            return ()
-        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
-            raise BadRecord(f"'{where}{name}' is not a list of objects")
-        return tuple(part.parse(x, f"{where}{name}.") for x in v)
-
-    return read
-
-
-def _part_map(name: str, part: type[Part]) -> Reader:
-    def read(v: Any, where: str) -> Any:
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            raise BadRecord(f"'{where}{name}' is not an object")
-        for k, x in v.items():
-            if not isinstance(x, dict):
-                raise BadRecord(f"'{where}{name}.{k}' is not an object")
-        return {str(k): part.parse(x, f"{where}{name}.{k}.") for k, x in v.items()}
-
-    return read
-
-
-def _versions(v: Any, where: str) -> Any:
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise BadRecord(f"'{where}versions' is not an object")
-    if not all(x is None or isinstance(x, str) for x in v.values()):
-        raise BadRecord(f"'{where}versions' holds a value that is not a string")
-    return dict(v)
-
-
-def _text(name: str, default: Any) -> Reader:
-    """A string field: None -> `default` ("" too when `default` is a string), or "is missing"."""
-    if default is MISSING:
-
-        def required(v: Any, where: str) -> Any:
-            if isinstance(v, str):
-                return v
-            raise BadRecord(f"'{where}{name}' " + ("is missing" if v is None else "is not a string"))
-
-        return required
-    check = _checked(name, lambda v: isinstance(v, str), "a string", default)
-    return check if default is None else lambda v, where: check(v, where) or default
-
-
-def _strings(name: str) -> Reader:
-    def read(v: Any, where: str) -> Any:
-        if v is None:
-            return ()
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise BadRecord(f"'{where}{name}' is not a list of strings")
-        return tuple(v)
+            if default is None:
+                raise BadRecord(f"'{where}{name}' is missing")
+            return default()
+        if not ok(v):
+            raise BadRecord(f"'{where}{name}' is not {what}")
+        return v if convert is None else convert(v, where)
 
     return read
 
@@ -130,29 +55,58 @@ def _is_part(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, Part)
 
 
-def _reader(name: str, hint: Any, default: Any) -> Reader:
-    """The reader of a field annotated `hint` (`default` MISSING: a required field)."""
+def _list_of(kind: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(isinstance(x, kind) for x in v)
+
+
+def _is_dict(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _versions(v: Any, where: str) -> Any:
+    if not all(x is None or isinstance(x, str) for x in v.values()):
+        raise BadRecord(f"'{where}versions' holds a value that is not a string")
+    return dict(v)
+
+
+def _reader(name: str, hint: Any, default: Maker) -> Reader:
+    """The reader of a field annotated `hint`; `default` makes its default (None: required)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
-        hint = typing.get_args(hint)[0]
-        default = None if default is MISSING else default
+        hint, default = typing.get_args(hint)[0], default or (lambda: None)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is str:
-        return _text(name, default)
+    if hint is str:  # a string default stands for "" too
+        text = default() if default else None
+        return _field(
+            name,
+            default,
+            lambda v: isinstance(v, str),
+            "a string",
+            (lambda v, w: v or text) if text else None,
+        )
     if hint is bool:
-        return _checked(name, lambda v: isinstance(v, bool), "true or false", default)
+        return _field(name, default, lambda v: isinstance(v, bool), "true or false")
     if hint is int:
-        return _checked(name, _is_int, "an integer", default)
+        return _field(name, default, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
     if hint is float:
-        return _number(name, default)
+        finite = lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)  # noqa: E731
+        return _field(name, default, finite, "a finite number", lambda v, w: float(v))
     if _is_part(hint):
-        return _part(name, hint)
+        return _field(name, default, _is_dict, "an object", lambda v, w: hint.parse(v, f"{w}{name}."))
+    if origin is tuple and _is_part(args[0]):
+        each = lambda v, w: tuple(args[0].parse(x, f"{w}{name}.") for x in v)  # noqa: E731
+        return _field(name, default, _list_of(dict), "a list of objects", each)
     if origin is tuple:
-        return _part_list(name, args[0]) if _is_part(args[0]) else _strings(name)
-    if _is_part(args[1]):
-        return _part_map(name, args[1])
-    if args[1] is Any:
-        return _checked(name, lambda v: isinstance(v, dict), "an object", default)
-    return _versions
+        return _field(name, default, _list_of(str), "a list of strings", lambda v, w: tuple(v))
+    if not _is_part(args[1]):
+        return _field(name, default, _is_dict, "an object", None if args[1] is Any else _versions)
+
+    def parts(v: Any, where: str) -> dict[str, Any]:
+        for k, x in v.items():
+            if not isinstance(x, dict):
+                raise BadRecord(f"'{where}{name}.{k}' is not an object")
+        return {str(k): args[1].parse(x, f"{where}{name}.{k}.") for k, x in v.items()}
+
+    return _field(name, default, _is_dict, "an object", parts)
 
 
 def _writer(hint: Any) -> Callable[[Any], Any] | None:
@@ -195,7 +149,8 @@ class _Compiled:
             custom = f.metadata.get("read")
             self.writers.append((f.name, _writer(hint), default if f.name in omit else MISSING))
             i = len(readers)
-            readers.append(custom or _reader(f.name, hint, default))
+            make = (lambda d=default: d) if f.default_factory is MISSING else f.default_factory
+            readers.append(custom or _reader(f.name, hint, None if default is MISSING else make))
             defaults.append(default)
             plain = typing.get_args(hint)[0] if typing.get_origin(hint) is types.UnionType else hint
             get, slow = f"(v := d.get({f.name!r}))", f"R[{i}](v, where)"
@@ -253,7 +208,7 @@ class Part:
         return _write(self)
 
 
-_number_time = _number("time", 0.0)
+_number_time = _reader("time", float, lambda: 0.0)
 
 
 def _time(v: Any, where: str) -> float:
