@@ -245,6 +245,11 @@ class LedgerRecord:
     read_from: str | None = field(default=None, compare=False)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "TYPE" in vars(cls):
+            RECORD_TYPES[cls.TYPE] = cls
+
     @classmethod
     def parse(cls: builtins.type[_L], d: Mapping[str, Any], read_from: str | None = None) -> _L:
         """The record for a decoded line; unknown fields go to `extra`."""
@@ -287,6 +292,10 @@ class LedgerRecord:
         out = _write(self, () if constant else CONSTANT_KEYS)
         out["type"] = self.type or self.TYPE
         return out
+
+
+#: Record type -> class (a type not listed here is skipped with a warning).
+RECORD_TYPES: dict[str, type[LedgerRecord]] = {}
 
 
 def same_fields(cls: _R) -> _R:

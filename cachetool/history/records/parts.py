@@ -104,17 +104,6 @@ class SourceInfo(Part):
     "in-memory" or "file"; the other fields belong to one kind each (None otherwise) and are
     written only when set, a builder's always and only its own."""
 
-    OMIT: ClassVar[tuple[str, ...]] = (
-        "builder",
-        "config",
-        "relative_data_dir",
-        "split",
-        "path",
-        "state_fingerprint",
-        "constructor",
-        "data_files",
-    )
-
     kind: str | None = None
     builder: str | None = None
     config: str | None = None
@@ -127,6 +116,6 @@ class SourceInfo(Part):
 
     def to_json(self) -> dict[str, Any]:
         if self.kind != "builder":
-            return super().to_json()
+            return {k: v for k, v in super().to_json().items() if k == "kind" or v not in (None, [])}
         out = {k: getattr(self, k) for k in ("kind", "builder", "config", "relative_data_dir", "split")}
         return out | {"data_files": [x.to_json() for x in self.data_files]}
