@@ -4,11 +4,12 @@ dataclass fields and their annotations, and `LedgerRecord`, the fields every rec
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
+from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 #: The fields of `LedgerRecord.constant_json()`: the same in every record a process writes.
@@ -52,7 +53,7 @@ def _field(
 
 
 def _is_part(hint: Any) -> bool:
-    return isinstance(hint, type) and issubclass(hint, Part)
+    return Part in getattr(hint, "__mro__", ())
 
 
 def _list_of(kind: type) -> Callable[[Any], bool]:
@@ -129,26 +130,36 @@ def _extra(v: Any) -> Any:
     return v
 
 
+def _default(f: Field[Any]) -> Any:
+    return f.default if f.default_factory is MISSING else f.default_factory()
+
+
 class _Compiled:
-    """A class's reader, compiled once from its fields: a value of the field's plain type (str,
-    int, bool, finite float) or None is taken inline, anything else goes through the field's
-    reader (which converts, or raises BadRecord); and its writers (name, writer, the value at
-    which the field is left out)."""
+    """How a class is written (name, writer, the value at which the field is left out) and read:
+    its reader is compiled once, at the first read; a value of the field's plain type (str, int,
+    bool, finite float) or None is taken inline, any other goes through the field's reader (which
+    converts it, or raises BadRecord)."""
 
     def __init__(self, cls: type) -> None:
-        hints = typing.get_type_hints(cls)
+        self.hints = typing.get_type_hints(cls)
+        self.fields = [f for f in fields(cls) if f.name not in ("read_from", "extra")]
         omit = getattr(cls, "OMIT", ())
+        self.writers = [
+            (f.name, _writer(self.hints[f.name]), _default(f) if f.name in omit else MISSING)
+            for f in self.fields
+        ]
+        self.keys = frozenset(f.name for f in self.fields)
+        if "extra" in self.hints:  # a record: its unknown fields after the base ones, or last
+            at = len(self.fields) if getattr(cls, "EXTRA_LAST", False) else len(CONSTANT_KEYS) + 6
+            self.writers.insert(at, ("extra", _extra, MISSING))
+
+    @functools.cached_property
+    def read(self) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
         readers: list[Reader] = []
         defaults: list[Any] = []
         values: list[str] = []
-        self.writers: list[tuple[str, Callable[[Any], Any] | None, Any]] = []
-        for f in fields(cls):
-            if f.name in ("read_from", "extra"):
-                continue
-            hint, default = hints[f.name], f.default if f.default_factory is MISSING else f.default_factory()
-            custom = f.metadata.get("read")
-            self.writers.append((f.name, _writer(hint), default if f.name in omit else MISSING))
-            i = len(readers)
+        for i, f in enumerate(self.fields):
+            hint, default, custom = self.hints[f.name], _default(f), f.metadata.get("read")
             make = (lambda d=default: d) if f.default_factory is MISSING else f.default_factory
             readers.append(custom or _reader(f.name, hint, None if default is MISSING else make))
             defaults.append(default)
@@ -160,24 +171,20 @@ class _Compiled:
             fast = f"type({get}) is {plain.__name__}" + (" and v - v == 0" if plain is float else "")
             none = slow if default is MISSING else f"D[{i}] if v is None else {slow}"
             values.append(f"{f.name!r}: v if {fast} else {none}")
-        source = "def read(d, where):\n    return {" + ", ".join(values) + "}"
         scope: dict[str, Any] = {"R": readers, "D": defaults}
-        exec(source, scope)  # built from the class's own field names
-        self.read: Callable[[Mapping[str, Any], str], dict[str, Any]] = scope["read"]
-        self.keys = frozenset(name for name, _, _ in self.writers)
-        if "extra" in hints:  # a record: its unknown fields after the base ones, or last
-            names = [name for name, _, _ in self.writers]
-            at = len(names) if getattr(cls, "EXTRA_LAST", False) else names.index("versions") + 1
-            self.writers.insert(at, ("extra", _extra, MISSING))
+        exec("def read(d, where):\n    return {" + ", ".join(values) + "}", scope)  # our own field names
+        return scope["read"]
 
 
 _COMPILED: dict[type, _Compiled] = {}
 
 
 def _compiled(cls: type) -> _Compiled:
+    """`cls`'s readers and writers, shared with the classes whose fields it has (`same_fields`)."""
     c = _COMPILED.get(cls)
     if c is None:
-        c = _COMPILED[cls] = _Compiled(cls)
+        own = next(k for k in cls.__mro__ if "__dataclass_fields__" in vars(k))
+        c = _COMPILED[cls] = _COMPILED.get(own) or _Compiled(own)
     return c
 
 
