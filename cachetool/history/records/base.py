@@ -31,11 +31,7 @@ class BadRecord(ValueError):
 
 
 def _field(
-    name: str,
-    default: Callable[[], Any] | None,
-    ok: Callable[[Any], bool],
-    what: str,
-    convert: Reader | None = None,
+    name: str, default: Maker, ok: Callable[[Any], bool], what: str, convert: Reader | None = None
 ) -> Reader:
     """A field's reader: None -> `default()` (no default: "is missing"), a value `ok` refuses ->
     BadRecord "'where.name' is not `what`", else the value (`convert(value, where)` if given)."""
@@ -50,6 +46,11 @@ def _field(
         return v if convert is None else convert(v, where)
 
     return read
+
+
+def _plain(hint: Any) -> Any:
+    """X for `X | None`."""
+    return typing.get_args(hint)[0] if isinstance(hint, types.UnionType) else hint
 
 
 def _is_part(hint: Any) -> bool:
@@ -72,18 +73,13 @@ def _versions(v: Any, where: str) -> Any:
 
 def _reader(name: str, hint: Any, default: Maker) -> Reader:
     """The reader of a field annotated `hint`; `default` makes its default (None: required)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
-        hint, default = typing.get_args(hint)[0], default or (lambda: None)
+    if isinstance(hint, types.UnionType):  # X | None
+        hint, default = _plain(hint), default or (lambda: None)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is str:  # a string default stands for "" too
         text = default() if default else None
-        return _field(
-            name,
-            default,
-            lambda v: isinstance(v, str),
-            "a string",
-            (lambda v, w: v or text) if text else None,
-        )
+        or_text = (lambda v, w: v or text) if text else None
+        return _field(name, default, lambda v: isinstance(v, str), "a string", or_text)
     if hint is bool:
         return _field(name, default, lambda v: isinstance(v, bool), "true or false")
     if hint is int:
@@ -112,8 +108,7 @@ def _reader(name: str, hint: Any, default: Maker) -> Reader:
 
 def _writer(hint: Any) -> Callable[[Any], Any] | None:
     """How a value annotated `hint` is written (None: as it is)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = typing.get_args(hint)[0]
+    hint = _plain(hint)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if _is_part(hint):
         return lambda v: None if v is None else v.to_json()
@@ -163,7 +158,7 @@ class _Compiled:
             make = (lambda d=default: d) if f.default_factory is MISSING else f.default_factory
             readers.append(custom or _reader(f.name, hint, None if default is MISSING else make))
             defaults.append(default)
-            plain = typing.get_args(hint)[0] if typing.get_origin(hint) is types.UnionType else hint
+            plain = _plain(hint)
             get, slow = f"(v := d.get({f.name!r}))", f"R[{i}](v, where)"
             if custom or plain not in (str, int, bool, float) or (plain is str and default):
                 values.append(f"{f.name!r}: R[{i}](d.get({f.name!r}), where)")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from cachetool.history.records.base import BadRecord, LedgerRecord
+from cachetool.history.records.base import BadRecord, LedgerRecord, _field, _is_dict
 
 #: Per fingerprint in a summary: [last use, origin records, hits, misses, random (0/1)].
 FpSums = tuple[float, int, int, int, int]
@@ -31,21 +31,18 @@ def _replaces(raw: Any, where: str) -> tuple[tuple[str, int], ...]:
     return tuple((str(n), int(s)) for n, s in raw)
 
 
-def _fps(raw: Any, where: str) -> dict[str, FpSums]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise BadRecord("'fps' is not an object")
-    fps: dict[str, FpSums] = {}
+def _sums(raw: dict[str, Any], where: str) -> dict[str, FpSums]:
     for fp, v in raw.items():
-        if not (
-            isinstance(v, list)
-            and len(v) == 5
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
-        ):
+        if not (isinstance(v, list) and len(v) == 5 and all(_is_number(x) for x in v)):
             raise BadRecord(f"'fps.{fp[:40]}' is not [last, records, hits, misses, random]")
-        fps[str(fp)] = (float(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]))
-    return fps
+    return {str(fp): (float(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4])) for fp, v in raw.items()}
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+_fps = _field("fps", dict, _is_dict, "an object", _sums)
 
 
 @dataclass(frozen=True, kw_only=True)
