@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cachetool.history.records.fields import BadRecord
+from cachetool.history.records.base import BadRecord
 from cachetool.history.records.parse import parse_record
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.segments import read_segment

@@ -1,27 +1,223 @@
-"""`LedgerRecord`: the fields every record has, and how they are read and written."""
+"""How records are read and written: one reader and one writer per class, compiled once from its
+dataclass fields and their annotations, and `LedgerRecord`, the fields every record has."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import FrozenInstanceError, dataclass, field
+import builtins
+import functools
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
-from cachetool.history.records.fields import (
-    BadRecord,
-    _bool,
-    _int,
-    _num,
-    _obj,
-    _opt_int,
-    _opt_str,
-    _time,
-)
-
-_BASE_KEYS = ("v", "type", "seq", "run", "time", "duration", "host", "pid", "versions", "internal", "root")
 #: The fields of `LedgerRecord.constant_json()`: the same in every record a process writes.
 CONSTANT_KEYS = ("v", "run", "host", "pid", "versions")
+#: Later than this is not a time a record was written (year 5138): `datetime` cannot show it.
+_MAX_TIME = 1e11
 
 _R = TypeVar("_R", bound=type)
+_P = TypeVar("_P", bound="Part")
+_L = TypeVar("_L", bound="LedgerRecord")
+#: A field's reader: (the JSON value or None, the path of its parent as "args.fn.") -> the value.
+Reader = Callable[[Any, str], Any]
+#: Makes a field's default (None: the field is required).
+Maker = Callable[[], Any] | None
+
+
+class BadRecord(ValueError):
+    """A ledger line that is JSON but not a record this cachetool can read; the message says why."""
+
+
+def _field(
+    name: str, default: Maker, ok: Callable[[Any], bool], what: str, convert: Reader | None = None
+) -> Reader:
+    """A field's reader: None -> `default()` (no default: "is missing"), a value `ok` refuses ->
+    BadRecord "'where.name' is not `what`", else the value (`convert(value, where)` if given)."""
+
+    def read(v: Any, where: str) -> Any:
+        if v is None:
+            if default is None:
+                raise BadRecord(f"'{where}{name}' is missing")
+            return default()
+        if not ok(v):
+            raise BadRecord(f"'{where}{name}' is not {what}")
+        return v if convert is None else convert(v, where)
+
+    return read
+
+
+def _plain(hint: Any) -> Any:
+    """X for `X | None`."""
+    return typing.get_args(hint)[0] if isinstance(hint, types.UnionType) else hint
+
+
+def _is_part(hint: Any) -> bool:
+    return Part in getattr(hint, "__mro__", ())
+
+
+def _list_of(kind: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(isinstance(x, kind) for x in v)
+
+
+def _is_dict(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _versions(v: Any, where: str) -> Any:
+    if not all(x is None or isinstance(x, str) for x in v.values()):
+        raise BadRecord(f"'{where}versions' holds a value that is not a string")
+    return dict(v)
+
+
+def _reader(name: str, hint: Any, default: Maker) -> Reader:
+    """The reader of a field annotated `hint`; `default` makes its default (None: required)."""
+    if isinstance(hint, types.UnionType):  # X | None
+        hint, default = _plain(hint), default or (lambda: None)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is str:  # a string default stands for "" too
+        text = default() if default else None
+        or_text = (lambda v, w: v or text) if text else None
+        return _field(name, default, lambda v: isinstance(v, str), "a string", or_text)
+    if hint is bool:
+        return _field(name, default, lambda v: isinstance(v, bool), "true or false")
+    if hint is int:
+        return _field(name, default, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
+    if hint is float:
+        finite = lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)  # noqa: E731
+        return _field(name, default, finite, "a finite number", lambda v, w: float(v))
+    if _is_part(hint):
+        return _field(name, default, _is_dict, "an object", lambda v, w: hint.parse(v, f"{w}{name}."))
+    if origin is tuple and _is_part(args[0]):
+        each = lambda v, w: tuple(args[0].parse(x, f"{w}{name}.") for x in v)  # noqa: E731
+        return _field(name, default, _list_of(dict), "a list of objects", each)
+    if origin is tuple:
+        return _field(name, default, _list_of(str), "a list of strings", lambda v, w: tuple(v))
+    if not _is_part(args[1]):
+        return _field(name, default, _is_dict, "an object", None if args[1] is Any else _versions)
+
+    def parts(v: Any, where: str) -> dict[str, Any]:
+        for k, x in v.items():
+            if not isinstance(x, dict):
+                raise BadRecord(f"'{where}{name}.{k}' is not an object")
+        return {str(k): args[1].parse(x, f"{where}{name}.{k}.") for k, x in v.items()}
+
+    return _field(name, default, _is_dict, "an object", parts)
+
+
+def _writer(hint: Any) -> Callable[[Any], Any] | None:
+    """How a value annotated `hint` is written (None: as it is)."""
+    hint = _plain(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if _is_part(hint):
+        return lambda v: None if v is None else v.to_json()
+    each = _writer(args[0] if origin is tuple else args[1]) if args else None
+    if origin is tuple:
+        return list if each is None else lambda v: [each(x) for x in v]
+    if origin is Mapping and args[1] is not Any:
+        return dict if each is None else lambda v: {k: each(x) for k, x in v.items()}
+    return None
+
+
+def _extra(v: Any) -> Any:
+    """The writer of `LedgerRecord.extra`: its fields go into the record (see `_write`)."""
+    return v
+
+
+def _default(f: Field[Any]) -> Any:
+    return f.default if f.default_factory is MISSING else f.default_factory()
+
+
+class _Compiled:
+    """How a class is written (name, writer, the value at which the field is left out) and read:
+    its reader is compiled once, at the first read; a value of the field's plain type (str, int,
+    bool, finite float) or None is taken inline, any other goes through the field's reader (which
+    converts it, or raises BadRecord)."""
+
+    def __init__(self, cls: type) -> None:
+        self.hints = typing.get_type_hints(cls)
+        self.fields = [f for f in fields(cls) if f.name not in ("read_from", "extra")]
+        omit = getattr(cls, "OMIT", ())
+        self.writers = [
+            (f.name, _writer(self.hints[f.name]), _default(f) if f.name in omit else MISSING)
+            for f in self.fields
+        ]
+        self.keys = frozenset(f.name for f in self.fields)
+        if "extra" in self.hints:  # a record: its unknown fields after the base ones, or last
+            at = len(self.fields) if getattr(cls, "EXTRA_LAST", False) else len(CONSTANT_KEYS) + 6
+            self.writers.insert(at, ("extra", _extra, MISSING))
+
+    @functools.cached_property
+    def read(self) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
+        readers: list[Reader] = []
+        defaults: list[Any] = []
+        values: list[str] = []
+        for i, f in enumerate(self.fields):
+            hint, default, custom = self.hints[f.name], _default(f), f.metadata.get("read")
+            make = (lambda d=default: d) if f.default_factory is MISSING else f.default_factory
+            readers.append(custom or _reader(f.name, hint, None if default is MISSING else make))
+            defaults.append(default)
+            plain = _plain(hint)
+            get, slow = f"(v := d.get({f.name!r}))", f"R[{i}](v, where)"
+            if custom or plain not in (str, int, bool, float) or (plain is str and default):
+                values.append(f"{f.name!r}: R[{i}](d.get({f.name!r}), where)")
+                continue
+            fast = f"type({get}) is {plain.__name__}" + (" and v - v == 0" if plain is float else "")
+            none = slow if default is MISSING else f"D[{i}] if v is None else {slow}"
+            values.append(f"{f.name!r}: v if {fast} else {none}")
+        scope: dict[str, Any] = {"R": readers, "D": defaults}
+        exec("def read(d, where):\n    return {" + ", ".join(values) + "}", scope)  # our own field names
+        return scope["read"]
+
+
+_COMPILED: dict[type, _Compiled] = {}
+
+
+def _compiled(cls: type) -> _Compiled:
+    """`cls`'s readers and writers, shared with the classes whose fields it has (`same_fields`)."""
+    c = _COMPILED.get(cls)
+    if c is None:
+        own = next(k for k in cls.__mro__ if "__dataclass_fields__" in vars(k))
+        c = _COMPILED[cls] = _COMPILED.get(own) or _Compiled(own)
+    return c
+
+
+def _write(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, write, omit in _compiled(type(obj)).writers:
+        if name in skip:
+            continue
+        v = getattr(obj, name)
+        if write is _extra:
+            out.update(v)
+        elif v != omit:
+            out[name] = v if write is None else write(v)
+    return out
+
+
+class Part:
+    """A part of a record (a frozen dataclass): read and written by its fields; the fields named
+    in `OMIT` are left out of its JSON when they hold their default."""
+
+    OMIT: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def parse(cls: type[_P], d: Mapping[str, Any], where: str = "") -> _P:
+        return cls(**_compiled(cls).read(d, where))
+
+    def to_json(self) -> dict[str, Any]:
+        return _write(self)
+
+
+_number_time = _reader("time", float, lambda: 0.0)
+
+
+def _time(v: Any, where: str) -> float:
+    t: float = _number_time(v, where)
+    if not 0 <= t < _MAX_TIME:
+        raise BadRecord("'time' is not a time since the epoch")
+    return t
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,46 +225,39 @@ class LedgerRecord:
     """What every record has: version, type, order, time, where it ran, and the root it belongs to.
 
     `read_from` is the root whose ledger the record was read from (not written: it is where the
-    reader found it); `extra` keeps the fields this cachetool does not know."""
+    reader found it); `extra` keeps the fields this cachetool does not know, written after the
+    base fields (after all fields when `EXTRA_LAST`)."""
 
     TYPE: ClassVar[str] = ""
+    OMIT: ClassVar[tuple[str, ...]] = ()
+    EXTRA_LAST: ClassVar[bool] = False
 
-    v: int = 1
+    # in the order they are written
     type: str = ""
     seq: int = 0
-    run: str = ""
-    time: float = 0.0
+    time: float = field(default=0.0, metadata={"read": _time})
     duration: float = 0.0
+    internal: bool = False
+    root: str | None = None
+    v: int = 1
+    run: str = ""
     host: str | None = None
     pid: int | None = None
     versions: Mapping[str, str | None] = field(default_factory=dict)
-    internal: bool = False
-    root: str | None = None
     read_from: str | None = field(default=None, compare=False)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    @staticmethod
-    def _base(d: Mapping[str, Any], read_from: str | None = None) -> dict[str, Any]:
-        versions = _obj(d, "versions") or {}
-        if not all(v is None or isinstance(v, str) for v in versions.values()):
-            raise BadRecord("'versions' holds a value that is not a string")
-        run = d.get("run")
-        if run is not None and not isinstance(run, str):
-            raise BadRecord("'run' is not a string")
-        return {
-            "v": _int(d, "v", 1),
-            "type": str(d.get("type")),
-            "seq": _int(d, "seq"),
-            "run": run or "",
-            "time": _time(d),
-            "duration": _num(d, "duration"),
-            "host": _opt_str(d, "host"),
-            "pid": _opt_int(d, "pid"),
-            "versions": dict(versions),
-            "internal": _bool(d, "internal"),
-            "root": _opt_str(d, "root"),
-            "read_from": read_from,
-        }
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "TYPE" in vars(cls):
+            RECORD_TYPES[cls.TYPE] = cls
+
+    @classmethod
+    def parse(cls: builtins.type[_L], d: Mapping[str, Any], read_from: str | None = None) -> _L:
+        """The record for a decoded line; unknown fields go to `extra`."""
+        c = _compiled(cls)
+        keys = c.keys
+        return cls(**c.read(d, ""), read_from=read_from, extra={k: v for k, v in d.items() if k not in keys})
 
     def version(self, package: str) -> str | None:
         """The version of `package` ("datasets", "python", ...) the record was written with."""
@@ -94,36 +283,21 @@ class LedgerRecord:
                 return self.read_from.rstrip("/") + "/" + path[len(prefix) :]
         return path
 
-    def _base_json(self, constant: bool) -> dict[str, Any]:
-        out = {
-            "type": self.type or self.TYPE,
-            "seq": self.seq,
-            "time": self.time,
-            "duration": self.duration,
-            "internal": self.internal,
-            "root": self.root,
-        }
-        if constant:
-            out.update(self.constant_json())
-        return out
-
     def constant_json(self) -> dict[str, Any]:
         """The fields every record of one process shares (`CONSTANT_KEYS`): a writer encodes
         them once per process and writes the rest with `to_json(constant=False)`."""
-        return {
-            "v": self.v,
-            "run": self.run,
-            "host": self.host,
-            "pid": self.pid,
-            "versions": dict(self.versions),
-        }
+        return {k: dict(self.versions) if k == "versions" else getattr(self, k) for k in CONSTANT_KEYS}
 
     def to_json(self, *, constant: bool = True) -> dict[str, Any]:
         """The record as written in a segment (and as `--json` outputs show it); without the
         fields of `constant_json()` when `constant` is False."""
-        out = self._base_json(constant)
-        out.update(self.extra)
+        out = _write(self, () if constant else CONSTANT_KEYS)
+        out["type"] = self.type or self.TYPE
         return out
+
+
+#: Record type -> class (a type not listed here is skipped with a warning).
+RECORD_TYPES: dict[str, type[LedgerRecord]] = {}
 
 
 def same_fields(cls: _R) -> _R:

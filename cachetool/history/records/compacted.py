@@ -7,8 +7,42 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from cachetool.history.records.base import _BASE_KEYS, LedgerRecord
-from cachetool.history.records.fields import BadRecord, _int, _num, _obj, _strs
+from cachetool.history.records.base import BadRecord, LedgerRecord, _field, _is_dict
+
+#: Per fingerprint in a summary: [last use, origin records, hits, misses, random (0/1)].
+FpSums = tuple[float, int, int, int, int]
+
+
+def _replaces(raw: Any, where: str) -> tuple[tuple[str, int], ...]:
+    if not isinstance(raw, list) or not all(
+        isinstance(x, list)
+        and len(x) == 2
+        and isinstance(x[0], str)
+        and isinstance(x[1], int)
+        and not isinstance(x[1], bool)
+        for x in raw
+    ):
+        raise BadRecord("'replaces' is not a list of [name, size]")
+    from cachetool.cache.roots import is_segment_name
+
+    for name, _ in raw:
+        if not is_segment_name(name):
+            raise BadRecord(f"'replaces' names {name[:80]!r}, not a segment of its folder")
+    return tuple((str(n), int(s)) for n, s in raw)
+
+
+def _sums(raw: dict[str, Any], where: str) -> dict[str, FpSums]:
+    for fp, v in raw.items():
+        if not (isinstance(v, list) and len(v) == 5 and all(_is_number(x) for x in v)):
+            raise BadRecord(f"'fps.{fp[:40]}' is not [last, records, hits, misses, random]")
+    return {str(fp): (float(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4])) for fp, v in raw.items()}
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+_fps = _field("fps", dict, _is_dict, "an object", _sums)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,40 +53,7 @@ class CompactionRecord(LedgerRecord):
 
     TYPE: ClassVar[str] = "compaction"
 
-    replaces: tuple[tuple[str, int], ...] = ()
-
-    @classmethod
-    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> CompactionRecord:
-        raw = d.get("replaces")
-        if not isinstance(raw, list) or not all(
-            isinstance(x, list)
-            and len(x) == 2
-            and isinstance(x[0], str)
-            and isinstance(x[1], int)
-            and not isinstance(x[1], bool)
-            for x in raw
-        ):
-            raise BadRecord("'replaces' is not a list of [name, size]")
-        from cachetool.cache.roots import is_segment_name
-
-        for name, _ in raw:
-            if not is_segment_name(name):
-                raise BadRecord(f"'replaces' names {name[:80]!r}, not a segment of its folder")
-        return cls(
-            **cls._base(d, read_from),
-            replaces=tuple((str(n), int(s)) for n, s in raw),
-            extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k != "replaces"},
-        )
-
-    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
-        out = self._base_json(constant)
-        out.update(self.extra)
-        out["replaces"] = [list(x) for x in self.replaces]
-        return out
-
-
-#: Per fingerprint in a summary: [last use, origin records, hits, misses, random (0/1)].
-FpSums = tuple[float, int, int, int, int]
+    replaces: tuple[tuple[str, int], ...] = field(default=(), metadata={"read": _replaces})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,10 @@ class RunSummaryRecord(LedgerRecord):
     fingerprint. `other` counts the origins of fingerprints without files (not kept)."""
 
     TYPE: ClassVar[str] = "run-summary"
+    #: The counts a merge of summaries adds up.
+    _COUNTS: ClassVar[tuple[str, ...]] = (
+        *("runs", "steps", "hits", "misses", "partial", "no_file", "saves", "bytes_written", "other"),
+    )
 
     argv: tuple[str, ...] = ()
     runs: int = 1
@@ -74,51 +79,7 @@ class RunSummaryRecord(LedgerRecord):
     partial: int = 0
     no_file: int = 0
     saves: int = 0
-    miss_seconds: float = 0.0
     bytes_written: int = 0
     other: int = 0
-    fps: Mapping[str, FpSums] = field(default_factory=dict)
-
-    _COUNTS: ClassVar[tuple[str, ...]] = (
-        "runs",
-        "steps",
-        "hits",
-        "misses",
-        "partial",
-        "no_file",
-        "saves",
-        "bytes_written",
-        "other",
-    )
-
-    @classmethod
-    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> RunSummaryRecord:
-        raw = _obj(d, "fps") or {}
-        fps: dict[str, FpSums] = {}
-        for fp, v in raw.items():
-            if not (
-                isinstance(v, list)
-                and len(v) == 5
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
-            ):
-                raise BadRecord(f"'fps.{fp[:40]}' is not [last, records, hits, misses, random]")
-            fps[str(fp)] = (float(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]))
-        keys = ("argv", "miss_seconds", "fps", *cls._COUNTS)
-        counts: dict[str, Any] = {k: _int(d, k, 1 if k == "runs" else 0) for k in cls._COUNTS}
-        return cls(
-            **cls._base(d, read_from),
-            **counts,
-            argv=_strs(d, "argv"),
-            miss_seconds=_num(d, "miss_seconds"),
-            fps=fps,
-            extra={k: v for k, v in d.items() if k not in _BASE_KEYS and k not in keys},
-        )
-
-    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
-        out = self._base_json(constant)
-        out.update(self.extra)
-        out["argv"] = list(self.argv)
-        out.update({k: getattr(self, k) for k in self._COUNTS})
-        out["miss_seconds"] = self.miss_seconds
-        out["fps"] = {fp: list(v) for fp, v in self.fps.items()}
-        return out
+    miss_seconds: float = 0.0
+    fps: Mapping[str, FpSums] = field(default_factory=dict, metadata={"read": _fps})

@@ -1,33 +1,12 @@
-"""The record type registry and `parse_record`, which picks the class for a decoded line."""
+"""`parse_record`: the record class of a decoded line, among every record type (each registers in
+`RECORD_TYPES` as its module is imported, all of them here)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import CompactionRecord, RunSummaryRecord
-from cachetool.history.records.fields import BadRecord
-from cachetool.history.records.other import GcRecord, SourceRecord
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
-from cachetool.history.records.steps import CheckpointRecord, RootRecord, SaveRecord, TransformRecord
-
-#: Record type -> class. A type not listed here is skipped with a warning.
-RECORD_TYPES: dict[str, type[LedgerRecord]] = {
-    c.TYPE: c
-    for c in (
-        TransformRecord,
-        RootRecord,
-        SaveRecord,
-        CheckpointRecord,
-        SourceRecord,
-        GcRecord,
-        RunStartRecord,
-        RunEndRecord,
-        StepStartRecord,
-        CompactionRecord,
-        RunSummaryRecord,
-    )
-}
+from cachetool.history.records import compacted, other, runs, steps  # noqa: F401 - the record types
+from cachetool.history.records.base import RECORD_TYPES, BadRecord, LedgerRecord
 
 
 def parse_record(obj: Any, read_from: str | None = None) -> LedgerRecord:
@@ -42,4 +21,4 @@ def parse_record(obj: Any, read_from: str | None = None) -> LedgerRecord:
     cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise BadRecord(f"unknown record type {str(kind)[:40]!r}")
-    return cls.parse(obj, read_from)  # type: ignore[attr-defined]
+    return cls.parse(obj, read_from)

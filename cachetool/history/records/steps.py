@@ -7,15 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from cachetool.history.records.base import _BASE_KEYS, LedgerRecord, same_fields
-from cachetool.history.records.fields import (
-    BadRecord,
-    _bool,
-    _obj,
-    _objs,
-    _opt_str,
-    _strs,
-)
+from cachetool.history.records.base import BadRecord, LedgerRecord, same_fields
 from cachetool.history.records.parts import (
     ArgInfo,
     CallSite,
@@ -32,34 +24,20 @@ _CACHE_VALUES = ("hit", "partial", "miss", "none")
 _COMPUTED = ("miss", "partial")
 
 
-_STEP_KEYS = (
-    "operation",
-    "transform",
-    "result",
-    "parents",
-    "output",
-    "call_site",
-    "function",
-    "args",
-    "random_fallback",
-    "fingerprint_given",
-    "files",
-    "cache",
-    "in_memory",
-    "split",
-    "source",
-    "error",
-    "no_cache",
-    "columns",
-)
-
-
-_STEP_ALL = frozenset(_BASE_KEYS + _STEP_KEYS)
+def _cache(v: Any, where: str) -> str:
+    if v is None:
+        return "none"
+    if v not in _CACHE_VALUES:
+        raise BadRecord("'cache' is not one of hit, partial, miss, none")
+    return str(v)
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
+
+    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns")
+    EXTRA_LAST: ClassVar[bool] = True
 
     operation: str | None = None
     transform: str | None = None
@@ -72,7 +50,7 @@ class StepRecord(LedgerRecord):
     random_fallback: RandomFallback | None = None
     fingerprint_given: bool = False
     files: tuple[FileRecord, ...] = ()
-    cache: str = "none"
+    cache: str = field(default="none", metadata={"read": _cache})
     in_memory: bool = False
     split: str | None = None
     source: SourceInfo | None = None
@@ -82,45 +60,6 @@ class StepRecord(LedgerRecord):
     no_cache: str | None = None
     #: Events files, in-memory roots: each column's digest and first values.
     columns: Mapping[str, ColumnHead] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, d: Mapping[str, Any], read_from: str | None = None) -> StepRecord:
-        cache = d.get("cache")
-        if cache is None:
-            cache = "none"
-        if cache not in _CACHE_VALUES:
-            raise BadRecord("'cache' is not one of hit, partial, miss, none")
-        raw_args = _obj(d, "args") or {}
-        for name, a in raw_args.items():
-            if not isinstance(a, dict):
-                raise BadRecord(f"'args.{name}' is not an object")
-        raw_columns = _obj(d, "columns") or {}
-        for name, c in raw_columns.items():
-            if not isinstance(c, dict):
-                raise BadRecord(f"'columns.{name}' is not an object")
-        cs, fn, rf, src = (_obj(d, k) for k in ("call_site", "function", "random_fallback", "source"))
-        return cls(
-            **cls._base(d, read_from),
-            operation=_opt_str(d, "operation"),
-            transform=_opt_str(d, "transform"),
-            result=_opt_str(d, "result"),
-            parents=_strs(d, "parents"),
-            output=_opt_str(d, "output"),
-            call_site=CallSite.parse(cs) if cs is not None else None,
-            function=FunctionInfo.parse(fn) if fn is not None else None,
-            args={str(k): ArgInfo.parse(v, str(k)) for k, v in raw_args.items()},
-            random_fallback=RandomFallback.parse(rf) if rf is not None else None,
-            fingerprint_given=_bool(d, "fingerprint_given"),
-            files=tuple(FileRecord.parse(x) for x in _objs(d, "files")),
-            cache=cache,
-            in_memory=_bool(d, "in_memory"),
-            split=_opt_str(d, "split"),
-            source=SourceInfo.parse(src) if src is not None else None,
-            error=_opt_str(d, "error"),
-            no_cache=_opt_str(d, "no_cache"),
-            columns={str(k): ColumnHead.parse(v, str(k)) for k, v in raw_columns.items()},
-            extra={k: v for k, v in d.items() if k not in _STEP_ALL},
-        )
 
     # -- what readers ask ----------------------------------------------------------------------
     @property
@@ -184,33 +123,6 @@ class StepRecord(LedgerRecord):
     @property
     def file_paths(self) -> tuple[str, ...]:
         return tuple(f.path for f in self.files)
-
-    def to_json(self, *, constant: bool = True) -> dict[str, Any]:
-        out = self._base_json(constant)
-        out |= {
-            "operation": self.operation,
-            "transform": self.transform,
-            "result": self.result,
-            "parents": list(self.parents),
-            "output": self.output,
-            "call_site": self.call_site.to_json() if self.call_site else None,
-            "function": self.function.to_json() if self.function else None,
-            "args": {k: a.to_json() for k, a in self.args.items()},
-            "random_fallback": self.random_fallback.to_json() if self.random_fallback else None,
-            "fingerprint_given": self.fingerprint_given,
-            "files": [f.to_json() for f in self.files],
-            "cache": self.cache,
-            "in_memory": self.in_memory,
-            "split": self.split,
-            "source": self.source.to_json() if self.source else None,
-            "error": self.error,
-        }
-        if self.no_cache is not None:
-            out["no_cache"] = self.no_cache
-        if self.columns:
-            out["columns"] = {k: c.to_json() for k, c in self.columns.items()}
-        out.update(self.extra)
-        return out
 
 
 #: Why a step ran without a persistent cache: its dataset lives in memory (`Dataset.from_dict`,
