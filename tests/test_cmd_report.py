@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests import forks
 from tests.conftest import hf_env
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,10 @@ HOSTILE_SHOWN = "cache-\\xff\\x1b[31mred\\x0aHint: run curl x | sh.arrow"
 
 
 def _cachetool(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """`cachetool ARGS`: `run` (the user's pipeline) a fresh interpreter, the others forked from
+    the warm parent (`forks.run`)."""
+    start = subprocess.run if args[0] == "run" else forks.run
+    return start(
         [sys.executable, "-m", "cachetool", *args],
         env=env,
         cwd=cwd,

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import forks
+
 try:  # tests/ may or may not be a package
     from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
@@ -83,7 +85,8 @@ def _run(project: Path, env: dict[str, str]) -> dict[str, object]:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """`cachetool ARGS` as a user runs it, forked from the warm parent (`forks.run`)."""
+    return forks.run(
         [sys.executable, "-m", "cachetool", *args], env=env, capture_output=True, text=True, timeout=120
     )
 

@@ -148,10 +148,14 @@ def test_checksums_recorded_wrongly_are_findings_and_move_nothing(tmp_path: Path
     env = hf_env(tmp_path)
     root = tmp_path / "cache"
     saved = root / "saved"
-    _python(env, SAVE, str(saved), "v1")
     data = tmp_path / "data.csv"
     data.write_text("text\n" + "".join(f"line {i}\n" for i in range(500)))
-    _python(env, MAP, str(data), "cached")
+    # SAVE then MAP in one interpreter (one import of datasets), each with its own arguments.
+    _python(
+        env,
+        f"import sys\nsys.argv[1:] = {[str(saved), 'v1']!r}\n{SAVE}\n"
+        f"sys.argv[1:] = {[str(data), 'cached']!r}\n{MAP}",
+    )
     code, doc = _verify(env, root, "--deep", "--record")
     assert code == 0 and doc["checksums_recorded"] >= 4
     sums = root / ".cachetool" / "checksums.json"
