@@ -160,12 +160,13 @@ class _Compiled:
             defaults.append(default)
             plain = _plain(hint)
             get, slow = f"(v := d.get({f.name!r}))", f"R[{i}](v, where)"
-            if custom or plain not in (str, int, bool, float) or (plain is str and default):
+            if custom or default is MISSING or type(default) is dict:  # no default to share
                 values.append(f"{f.name!r}: R[{i}](d.get({f.name!r}), where)")
-                continue
-            fast = f"type({get}) is {plain.__name__}" + (" and v - v == 0" if plain is float else "")
-            none = slow if default is MISSING else f"D[{i}] if v is None else {slow}"
-            values.append(f"{f.name!r}: v if {fast} else {none}")
+            elif plain not in (str, int, bool, float) or (plain is str and default):
+                values.append(f"{f.name!r}: D[{i}] if {get} is None else {slow}")
+            else:
+                fast = f"type({get}) is {plain.__name__}" + (" and v - v == 0" if plain is float else "")
+                values.append(f"{f.name!r}: v if {fast} else D[{i}] if v is None else {slow}")
         scope: dict[str, Any] = {"R": readers, "D": defaults}
         exec("def read(d, where):\n    return {" + ", ".join(values) + "}", scope)  # our own field names
         return scope["read"]
