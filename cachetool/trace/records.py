@@ -366,6 +366,10 @@ class RecordBuilder:
         )
         return [record]
 
+    def _now(self) -> dict[str, Any]:
+        """The fields of a record made now, outside a traced call."""
+        return {**self.constants, "seq": next(self.seq), "time": round(time.time(), 6)}
+
     def _call(self, frame: Frame, duration: float, seq: int | None = None) -> dict[str, Any]:
         """The fields of every record of a traced call's step."""
         return {
@@ -409,9 +413,7 @@ class RecordBuilder:
         """A dataset made outside any traced call (`Dataset.from_dict`, `from_pandas`, ...)."""
         root, in_memory = self.roots.of(dataset)
         return RootRecord(
-            **self.constants,
-            seq=next(self.seq),
-            time=round(time.time(), 6),
+            **self._now(),
             internal=False,
             root=root,
             operation=entry or "Dataset",
@@ -441,9 +443,7 @@ class RecordBuilder:
     def run_start(self) -> RunStartRecord:
         """The run starts (in the ledger of the process's cache root)."""
         return RunStartRecord(
-            **self.constants,
-            seq=next(self.seq),
-            time=round(time.time(), 6),
+            **self._now(),
             root=self.roots.default,
             argv=tuple(str(a) for a in sys.argv),
             cwd=_cwd(),
@@ -459,9 +459,7 @@ class RecordBuilder:
     ) -> RunEndRecord:
         """The run ended without being killed (one per root it wrote to), and how, when known."""
         return RunEndRecord(
-            **self.constants,
-            seq=next(self.seq),
-            time=round(time.time(), 6),
+            **self._now(),
             root=root,
             status=status,
             exception=exception,
