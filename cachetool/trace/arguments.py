@@ -122,10 +122,8 @@ class Arguments:
         return out
 
     def note_changes(self, args: dict[str, ArgInfo], h: HashEvent) -> dict[str, ArgInfo]:
-        """Determinism runs: an argument whose digest at the end of a step that ran differs from
-        the one datasets computed when it hashed the step was changed by the step itself (a
-        tokenizer configured inside the mapped function, a vocabulary built on the first call).
-        Its tree after the step goes next to the one taken at hash time, as ``"after"``."""
+        """Determinism runs: an argument the step itself changed (its digest at the end differs)
+        gets its tree after the step as ``"after"``."""
         values = {str(k): v for k, v in h.args.items()} if isinstance(h.args, Mapping) else {}
         out = dict(args)
         for key, entry in args.items():

@@ -190,11 +190,8 @@ def tracing(events_file: str | os.PathLike[str] | None = None) -> Iterator[None]
 
 
 class _Finder:
-    """At the front of `sys.meta_path`, waits for the script's own `import datasets`, lets the real
-    finder and loader do their work, and installs the hooks once the module has executed. It
-    follows the import protocol without `importlib.abc`, which alone pulls in
-    `importlib.resources`, `tempfile`, `pathlib` and `typing` (costs a script that never imports
-    `datasets` would pay)."""
+    """At the front of `sys.meta_path`: installs the hooks once the script's `import datasets` has
+    executed (without `importlib.abc`, which imports too much for a script that never uses it)."""
 
     def __init__(self, settings: tuple[str | None, bool, bool]) -> None:
         self.settings = settings
