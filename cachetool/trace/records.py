@@ -1,7 +1,5 @@
-"""The records of a tracer: one typed record (`cachetool.history.records`) per step a traced call
-made, built from the call's frame and what `datasets` hashed inside it (where a chain starts or
-ends too: a builder's splits, `load_from_disk`, `save_to_disk`); a step start when a step begins
-to compute; the run's start and end; the text of the user's functions.
+"""The records of a tracer (`cachetool.history.records`): one per step a traced call made (from its
+frame and what `datasets` hashed inside it), step starts, the run's start and end, source texts.
 """
 
 from __future__ import annotations
@@ -515,13 +513,12 @@ def _stat_files(ds: Any, status: str) -> tuple[FileRecord, ...]:
 
 
 def _data_files(builder: Any) -> tuple[DataFile, ...]:
-    """The builder's local data files with their size and mtime at load time, so that `explain`
-    can say which input file changed when a source dataset gets a new fingerprint."""
+    """The builder's local data files with their size and mtime at load time (for `explain`)."""
     out: list[DataFile] = []
     data_files = getattr(getattr(builder, "config", None), "data_files", None)
     if not isinstance(data_files, Mapping):
         return ()
-    try:
+    with contextlib.suppress(Exception):  # an odd data_files object: the fingerprint still says it
         for split, files in data_files.items():
             for f in files if isinstance(files, (list, tuple)) else [files]:
                 path = local_path(str(f))
@@ -534,6 +531,4 @@ def _data_files(builder: Any) -> tuple[DataFile, ...]:
                 out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
                 if len(out) >= MAX_DATA_FILES:
                     return tuple(out)
-    except Exception:  # an odd data_files object: the fingerprint still says the source changed
-        return tuple(out)
     return tuple(out)
