@@ -58,11 +58,7 @@ class Culprit:
     @property
     def values_str(self) -> str:
         """``4187 vs 912``: the reprs of the runs, distinct ones only, in run order."""
-        seen: list[str] = []
-        for r in self.reprs:
-            if r not in seen:
-                seen.append(r)
-        return " vs ".join(seen)
+        return " vs ".join(dict.fromkeys(self.reprs))
 
     @property
     def leaves_str(self) -> list[str]:
