@@ -106,9 +106,8 @@ class Arguments:
         return Hashed(None, out, function, None, fingerprint_given=given)
 
     def show_args(self, args: Mapping[str, ArgInfo], frame: Frame, h: HashEvent | None) -> dict[str, ArgInfo]:
-        """Give every hashed argument a readable value for `lineage` (a summary where it is too
-        large for a repr: `20000 ints, digest …`, a range, the features of a cast), and record
-        `num_proc`, which does not enter the fingerprint but says how the step ran."""
+        """Every hashed argument with a readable value (`20000 ints, digest …` where too large for a
+        repr), and `num_proc` (not hashed, but it says how the step ran)."""
         out = dict(args)
         values = h.args if h is not None and isinstance(h.args, Mapping) else {}
         for name, entry in args.items():
