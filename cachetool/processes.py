@@ -1,9 +1,4 @@
-"""Whether a process of this host runs: the one answer every command gives.
-
-A process killed and not yet reaped by its parent (a zombie) has ended: it runs no code, holds no
-file, and will never write or renew a lease again. Every question "is pid X alive" (leases, a
-killed run in `explain`, gc's leftovers and temp folders, ledger compaction) is answered here.
-"""
+"""Whether a process of this host runs: the one answer every command gives (a zombie has ended)."""
 
 from __future__ import annotations
 
@@ -14,11 +9,8 @@ _ENDED = (b"Z", b"X", b"x")
 
 
 def process_start(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch); None when it does not run: it does
-    not exist, or it has ended and waits to be reaped (a zombie).
-
-    Read from `/proc/<pid>/stat` and the boot time in `/proc/stat`, as psutil does (without
-    importing it: a traced run pays this at start)."""
+    """When process `pid` started (epoch seconds); None when it does not run (gone, or a zombie).
+    Read from `/proc` as psutil does, without importing it."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()

@@ -68,14 +68,10 @@ def _key(event: Event) -> _Key:
 
 
 def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list[int]:
-    """Each event's identity, the same in every run whatever the order of events or the cache
-    state: its call (`_key`), the identities of the steps that made its parents (its lineage: the
-    train split's map is not the test split's), and how many calls with that call and lineage came
-    before it. A parent is known by the first call the user made that produced it (datasets'
-    internal calls, which a warm run makes fewer of, never shift a step the user made); by the
-    internal call that made it, without counting, when no call of the user did; by -1 when no
-    recorded step made it. Identities are numbered in `known`, shared by the runs compared (flat,
-    however long the lineage)."""
+    """Each event's identity, the same in every run whatever the order or cache state: its call
+    (`_key`), its lineage (the identities of the steps that made its parents, by the user's call
+    first: a warm run's fewer internal calls never shift it; -1 for none) and how many such calls
+    came before it. Numbered in `known`, shared by the runs compared."""
     made: dict[str, int] = {}
     made_inside: dict[str, int] = {}
     seen: Counter[tuple[Any, ...]] = Counter()
@@ -87,10 +83,8 @@ def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list
     def parent(fp: str) -> int:
         shard = _SHARD.match(fp)  # num_proc shards are named after their map: <fp>_00000_of_00002
         for name in (fp, shard.group(1) if shard else None):
-            if name in made:
-                return made[name]
-            if name in made_inside:
-                return made_inside[name]
+            if name in made or name in made_inside:
+                return made.get(name, made_inside.get(name, -1))
         return -1
 
     for event in run:
@@ -175,9 +169,8 @@ def analyze(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> Analysis:
 
 
 def _one_run_only(events: Sequence[Sequence[Event]], matched: Sequence[set[int]]) -> tuple[Unmatched, ...]:
-    """The calls the user made that a run recorded and another did not, once per run and call
-    site, in the order of the runs (datasets' internal calls are left out: a cold run makes them
-    where a warm one loads the result)."""
+    """The user's calls a run recorded and another did not, once per run and call site (internal
+    calls left out: a cold run makes them where a warm one loads the result)."""
     found: dict[tuple[int, str, str | None, int | None], Unmatched] = {}
     for k, run in enumerate(events):
         for i, event in enumerate(run):

@@ -1,12 +1,7 @@
-"""What makes one aligned step differ: its arguments diffed tree against tree, the source it reads,
-the piece `datasets` could not pickle, or an object an earlier step changed (pure functions over
-one row: the step's event in each run).
-
-Objects a step changes while it runs (cache-state causes): the tracer records an argument's hash
-tree when `datasets` hashes it and, in a determinism run, its tree at the end of a step that ran
-when its digest changed meanwhile (`ArgInfo.after`). A later step whose arguments hold a changed
-part has a fingerprint that depends on whether the earlier step was computed or loaded from the
-cache (datasets issues #3638, #5985, #3847): `state_changes` finds them.
+"""What makes one aligned step differ (pure functions over one row: the step's event in each run):
+its arguments diffed tree against tree, the source it reads, the piece `datasets` could not pickle,
+or an object an earlier step changed while it ran (`ArgInfo.after`: then a later step hashing it
+depends on whether that step was computed or loaded; datasets #3638, #5985, #3847).
 """
 
 from __future__ import annotations
@@ -268,9 +263,8 @@ def _note_changed(name: str, entry: ArgInfo, pos: int, changed: dict[_PartKey, _
 def _hashed_again(
     args: Mapping[str, ArgInfo], changed: Mapping[_PartKey, _Changed]
 ) -> tuple[int, Culprit] | None:
-    """The changed part a step's arguments hold: where it was changed, and what changed, named by
-    its path in this step's argument (``fn_kwargs['tok'] → .padding``, not the path it had in
-    the function of the step that changed it)."""
+    """The changed part a step's arguments hold, named by its path in this step's argument
+    (``fn_kwargs['tok'] → .padding``)."""
     for name, entry in args.items():
         if entry.tree is None:
             continue

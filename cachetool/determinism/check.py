@@ -1,19 +1,13 @@
 """Run a script N times in subprocesses that differ on purpose and compare their fingerprints.
 
-Each run is ``python -m cachetool run script.py [args]`` with its own ``PYTHONHASHSEED`` and its own
-events file (``CACHETOOL_TRACE_EVENTS``, with hash trees: ``CACHETOOL_TRACE_TREES=1``). By default
-the runs use the cache the script would use anyway, one after the other; the first computes every
-step (``CACHETOOL_TRACE_COLD=1``: nothing loaded from the cache; a step the cache lacks is written
-where a plain run writes it, one the cache holds and what is made from it go to a temporary folder,
-and so does a file the script names that exists) so that a step changing an object that a later step
-hashes shows even when the cache is warm (fingerprints themselves are computed before any cache
-lookup). ``isolated=True`` gives each run a fresh temporary ``HF_DATASETS_CACHE`` (removed
-afterwards); they run one after another too (a ``save_to_disk`` folder or any other file of the
-script's own, outside the caches, would be written by two at once: a run reading it memory-mapped
-dies of SIGBUS), or ``jobs`` at once when the caller says the script writes nothing else.
-
-The pieces: `process` (one run: its processes and output), `events` (its events file, typed),
-`analysis` (the comparison), `report` (the result); what a stopped check leaves is removed here.
+Each run is ``python -m cachetool run script.py [args]`` with its own ``PYTHONHASHSEED`` and events
+file (with hash trees). By default the runs share the script's cache, one after the other, and the
+first computes every step (``CACHETOOL_TRACE_COLD=1``; what the cache holds is rewritten to a
+temporary folder) so that a step changing an object a later step hashes shows on a warm cache too.
+``isolated=True`` gives each run a fresh temporary cache; they run one after another too (a file of
+the script's own, written by two at once, kills a run reading it memory-mapped with SIGBUS), or
+``jobs`` at once when the caller says the script writes nothing else. What a stopped check leaves
+is removed here.
 """
 
 from __future__ import annotations
@@ -49,8 +43,7 @@ WORKDIR_PREFIX = "cachetool-determinism-"
 
 
 class CheckInterrupted(CachetoolError):
-    """The check was interrupted (Ctrl-C) or terminated (SIGTERM): its runs were stopped and what
-    they left was removed; the message says what."""
+    """Ctrl-C or SIGTERM: the runs were stopped and what they left removed (the message says what)."""
 
     exit_code = ExitCode.INTERRUPTED
 
@@ -86,10 +79,8 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 class Leftovers:
     """What stopped runs leave: `tmp*` files in the user's cache, `hf_datasets-*` and `pymp-*`
-    folders in the temp dir (a cold run writes a step the cache already holds to an `hf_datasets-*`
-    folder). Only what the check made is removed: cache files written since it started, temp
-    folders that were not there before it; each through gc's own checks (not open, not mapped, not
-    owned by a live process)."""
+    temp folders. Only what the check made goes (files written since it started, folders new
+    since), each through gc's own checks (not open, not mapped, not owned by a live process)."""
 
     def __init__(self, isolated: bool, env: Mapping[str, str]) -> None:
         from cachetool.cache.dirs import resolve_cache_root, temp_dir
@@ -145,9 +136,7 @@ class Leftovers:
 
 
 def _load_comparison() -> None:
-    """Import what the comparison needs (the ledger's record classes, the analysis, the report:
-    tens of milliseconds) once the runs are going, not before they start: they use both cores,
-    so this costs the check half as much then."""
+    """Import the comparison (tens of milliseconds) while the runs go, not before they start."""
     for module in ("cachetool.determinism.analysis", "cachetool.determinism.report"):
         importlib.import_module(module)
 
@@ -293,11 +282,8 @@ def _check(o: CheckOptions, rs: RunSettings) -> DeterminismReport:
 
 
 def _one_after_another(runs: Sequence[Run]) -> list[RunOutcome]:
-    """Runs each after the one before (on the shared cache it may reuse what that one wrote),
-    stopping at the first failure (the report is about it). The next run's interpreter starts while
-    a run works and waits for its turn, so its start and `import datasets` overlap that work. Never
-    two at once, a cold first run included: the script's own files (a `save_to_disk` folder, and
-    what its maps write there) would be written by both."""
+    """Runs each after the one before, stopping at the first failure; the next one's interpreter
+    starts and imports `datasets` meanwhile. Never two at once: both would write the script's files."""
     outcomes: list[RunOutcome] = []
     try:
         for i, run in enumerate(runs):
@@ -333,8 +319,7 @@ def _at_once(runs: Sequence[Run], workers: int) -> list[RunOutcome]:
 def _run_warnings(
     outcomes: Sequence[RunOutcome], leftovers: Leftovers, started: float, workdir: Path
 ) -> list[str]:
-    """What the report must say about the runs themselves: a timeout and what was cleaned up after
-    it, output cut to its tail, lines of an events file that could not be read."""
+    """What the report says about the runs: a timeout and its cleanup, capped output, unreadable events."""
     warnings: list[str] = []
     if any(o.timed_out for o in outcomes):
         removed = leftovers.remove(started, workdir)
@@ -367,11 +352,9 @@ def _compared(
     extra_run: Callable[[], RunOutcome],
     loading_run: Callable[[], RunOutcome],
 ) -> DeterminismReport:
-    """The report of runs that all finished: their analysis, checked again by one more run with the
-    first run's seed when a difference is found (`rerun`), and why nothing was compared if so.
-    Isolated runs all compute every step: when a step hashes an object an earlier step changed
-    while it ran, one more run on the first run's cache (with its seed) loads that step, so that
-    whether its fingerprint depends on the cache state is observed, not inferred."""
+    """The report of runs that all finished. On a difference, one more run with the first seed
+    (`rerun`); isolated runs with an unobserved cache-state note, one more run on the first run's
+    cache, so that the dependence on the cache state is observed, not inferred."""
     from cachetool.determinism.analysis import analyze
 
     outcomes = report.runs
@@ -414,8 +397,7 @@ def _compared(
 
 
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:
-    """Mark each cause ``PYTHONHASHSEED`` when the equal-seed run reproduces the first run's
-    fingerprint there, else ``every run``."""
+    """Each cause: ``PYTHONHASHSEED`` when the equal-seed run reproduces it, else ``every run``."""
     from cachetool.determinism.analysis import align
 
     rows, _ = align([first.events, extra.events])

@@ -1,9 +1,5 @@
-"""A run's events file, read once into the typed step records of `cachetool.history.records`.
-
-The tracer and `cachetool.checkpoint` append one JSON line per step to the file named by
-``CACHETOOL_TRACE_EVENTS``; it is read with the ledger's own segment reader, so a line that is not
-a valid record (bad JSON, a field of the wrong type, an unknown record type, a line torn by a killed
-run) is skipped with a warning naming the line, never an exception.
+"""A run's events file (``CACHETOOL_TRACE_EVENTS``), read once into typed step records with the
+ledger's segment reader: a line that is not a valid record is skipped with a warning, never raised.
 """
 
 from __future__ import annotations
@@ -34,9 +30,8 @@ class EventsFile:
 
 
 def load_events(path: str | os.PathLike[str]) -> EventsFile:
-    """The events of one run, typed and in `seq` order (tracer and checkpoint events share one
-    sequence; writers may buffer differently), with a warning per line skipped. No file: a run that
-    recorded nothing."""
+    """The events of one run in `seq` order (writers may buffer differently), with a warning per line
+    skipped; no file: nothing recorded."""
     path = Path(path)
     if not os.path.lexists(path):
         return EventsFile()

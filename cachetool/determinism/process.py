@@ -1,12 +1,9 @@
-"""One run of the script, from start to outcome: its folder, environment, processes (every one it
-started found and stopped through a marker in their environment, however it detached), its
-output drained to a capped tail, and its progress.
+"""One run of the script, from start to outcome: its folder, environment, processes (found and
+stopped through a marker in their environment, however they detached), capped output, progress.
 
-A run is started (`Run.start`) before its turn when it can be: the interpreter starts with the
-run's environment (``PYTHONHASHSEED`` fixed from the start) and waits on a pipe
-(`cachetool.determinism.waiter`), importing `datasets` meanwhile when the script sets no
-environment variable itself, so that the import overlaps the previous run's work. `Run.go` gives it
-its turn; its time and its `timeout` count from then.
+A run starts (`Run.start`) before its turn when it can: the interpreter waits on a pipe
+(`cachetool.determinism.waiter`), importing `datasets` meanwhile, so that the import overlaps the
+previous run's work. `Run.go` gives it its turn; its time and `timeout` count from then.
 """
 
 from __future__ import annotations
@@ -27,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetool.determinism.waiter import GO, GO_FD_ENV, PREIMPORT_ENV
+from cachetool.processes import process_start
 from cachetool.trace.install import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
 
 if TYPE_CHECKING:  # imported when a run ends: the runs start before the comparison's imports
@@ -66,8 +64,8 @@ class Tail:
                 del self.buf[: len(self.buf) - self.cap]
 
     def finish(self, path: Path, timeout: float = 2.0) -> bytes:
-        """Wait for the end of the stream (a process that outlived the run may hold the pipe:
-        then give up after `timeout`), write the kept tail to `path` and return it."""
+        """Write the kept tail to `path` and return it, once the stream ends or after `timeout`
+        (a process that outlived the run may hold the pipe)."""
         self.thread.join(timeout)
         with contextlib.suppress(OSError):
             os.close(self.fd)
@@ -84,8 +82,7 @@ def tail_lines(data: bytes, lines: int = _STDERR_TAIL_LINES) -> str:
 
 
 def marked_pids(marker: str) -> list[int]:
-    """Pids of live processes (of this user, readable in /proc) whose environment holds the run
-    marker `marker`: what a run started, however it detached (double fork, setsid)."""
+    """Pids of this user's processes whose environment holds the run marker `marker`."""
     needle = f"{RUN_MARKER_ENV}={marker}".encode() + b"\0"
     me = os.getpid()
     out: list[int] = []
@@ -107,11 +104,11 @@ def marked_pids(marker: str) -> list[int]:
 
 
 def stop_marked(marker: str, rounds: int = 5) -> int:
-    """SIGKILL every process carrying `marker`, again until none is left (one may fork while
-    the others are stopped). Returns how many were stopped."""
+    """SIGKILL every process carrying `marker`, again until none is left (one may fork meanwhile).
+    Returns how many were stopped."""
     stopped: set[int] = set()
     for _ in range(rounds):
-        pids = [p for p in marked_pids(marker) if not _is_zombie(p)]
+        pids = [p for p in marked_pids(marker) if process_start(p) is not None]
         if not pids:
             break
         for pid in pids:
@@ -122,21 +119,12 @@ def stop_marked(marker: str, rounds: int = 5) -> int:
     return len(stopped)
 
 
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return True
-
-
 _PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\|\s*\d+/\d+ \[|[0-9.?]+ ?(it|examples|ba|B)/s\]")
 
 
 def terminal_lines(text: str) -> list[str]:
-    """The lines of a script's stderr as a terminal last showed them: each line is what follows
-    its last carriage return (a progress bar redraws itself with ``\\r``), and progress-bar lines
-    (``Map: 100%|████| 4/4 [00:00<00:00, 248 examples/s]``) are left out."""
+    """The lines of a script's stderr as a terminal last showed them (what follows each line's last
+    ``\\r``), without progress-bar lines (``Map: 100%|████| 4/4 [00:00<00:00, 248 examples/s]``)."""
     out = []
     for raw in text.split("\n"):
         line = raw.rstrip("\r").rsplit("\r", 1)[-1]
@@ -146,9 +134,7 @@ def terminal_lines(text: str) -> list[str]:
 
 
 def wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
-    """`proc.wait(timeout)`, woken by the exit itself: with a timeout, `Popen.wait` sleeps in
-    steps of up to 50 ms and sees the end of a run that much late; a pidfd (Linux 5.3+) becomes
-    readable the moment the process exits. Raises `subprocess.TimeoutExpired` as `wait` does."""
+    """`proc.wait(timeout)`, woken by the exit itself through a pidfd (`Popen.wait` polls every 50 ms)."""
     if timeout is None or proc.returncode is not None:
         return proc.wait(timeout)
     try:
@@ -182,9 +168,7 @@ _SETS_ENVIRONMENT = ("environ", "putenv", "dotenv")
 
 
 def run_command(script: str, args: Sequence[str], launcher: Sequence[str] | None = None) -> list[str]:
-    """The command line of one run: the script under cachetool's tracing (what
-    ``python -m cachetool run script.py args`` executes, without the CLI hop), or
-    ``[*launcher, script, *args]`` when a launcher is given."""
+    """One run's command line: the script traced as by ``cachetool run``, or under `launcher`."""
     if launcher is not None:
         return [*launcher, script, *args]
     from cachetool.trace.runner import command
@@ -193,9 +177,8 @@ def run_command(script: str, args: Sequence[str], launcher: Sequence[str] | None
 
 
 def _waiting_command(command: list[str]) -> list[str] | None:
-    """`command` started as a waiting interpreter: the bootstrap module replaced by the waiter,
-    which runs the bootstrap when its turn comes; None when the command does not start the
-    bootstrap as a module (a launcher, or ``-c`` from a source folder): then it starts on its turn."""
+    """`command` with the bootstrap module replaced by the waiter (which runs it on its turn); None
+    when it does not start the bootstrap as a module (a launcher): then it starts on its turn."""
     for i in range(len(command) - 1):
         if tuple(command[i : i + 2]) == _BOOTSTRAP:
             return [*command[:i], *_WAITER, *command[i + 2 :]]
@@ -203,8 +186,7 @@ def _waiting_command(command: list[str]) -> list[str] | None:
 
 
 def _may_preimport(script: Path) -> bool:
-    """Import `datasets` ahead of the script: it uses `datasets` and sets no environment variable
-    itself (`datasets` reads ``HF_*`` variables at import)."""
+    """The script uses `datasets` and sets no environment variable (read at import) itself."""
     source = script / "__main__.py" if script.is_dir() else script
     try:
         text = source.read_text(errors="replace")
@@ -265,8 +247,7 @@ class Run:
 
     @property
     def cache(self) -> Path:
-        """Isolated runs: this run's own cache (removed with the check's temp folder; the first
-        run's is kept until then, for a run that loads what it computed)."""
+        """Isolated runs: this run's own cache."""
         return self.dir / "hf-datasets-cache"
 
     @property
@@ -410,8 +391,7 @@ class Run:
         )
 
     def abort(self) -> None:
-        """Stop what this run started and has not finished (a check interrupted, a run that is not
-        needed after an earlier one failed). A waiting interpreter sees the end of its pipe."""
+        """Stop what this run started and has not finished (a waiting interpreter sees its pipe end)."""
         if self.go_fd is not None:
             os.close(self.go_fd)
             self.go_fd = None

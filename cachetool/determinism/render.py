@@ -259,19 +259,13 @@ def human_lines(report: DeterminismReport) -> list[str]:
     # The steps the user made (datasets' internal ones repeat their caller's fingerprints).
     compared = sum(1 for s in analysis.steps if not s.internal)
     differing = analysis.differing
-    for cause in analysis.deterministic_causes:
-        lines.append("")
-        lines.extend(cause_lines(cause))
-    for cause in analysis.random_causes:
-        lines.append("")
-        lines.extend(cause_lines(cause))
+    for cause in (*analysis.deterministic_causes, *analysis.random_causes):
+        lines += ["", *cause_lines(cause)]
     for cause in analysis.masked:
-        lines.append("")
-        lines.append("also differs on its own (inside the cascade above; it will show once that is fixed):")
-        lines.extend(cause_lines(cause))
+        lines += ["", "also differs on its own (inside the cascade above; it will show once that is fixed):"]
+        lines += cause_lines(cause)
     for cause in analysis.unobserved:
-        lines.append("")
-        lines.extend(unobserved_lines(cause))
+        lines += ["", *unobserved_lines(cause)]
     lines.extend(_uncached_lines(report))
     lines.append("")
     summary = f"{compared} fingerprint(s) compared, {differing} differ"

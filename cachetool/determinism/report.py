@@ -307,10 +307,7 @@ class DeterminismReport:
     @property
     def failed_run(self) -> RunOutcome | None:
         """The first run that failed or timed out, if any."""
-        for run in self.runs:
-            if run.failed:
-                return run
-        return None
+        return next((run for run in self.runs if run.failed), None)
 
     @property
     def nothing_compared_reason(self) -> NothingCompared | None:
@@ -338,9 +335,8 @@ class DeterminismReport:
 
     @property
     def uncached(self) -> tuple[tuple[Step, str], ...]:
-        """The steps the user made that ran without a persistent cache (an in-memory dataset's
-        maps, ``keep_in_memory=True``, ...), with the reason the last warm run recorded: they run
-        again in every session whatever the check says (a note; the exit code does not change)."""
+        """The user's steps that ran without a persistent cache, with the reason the last warm run
+        recorded (a note; the exit code does not change)."""
         analysis = self.analysis
         warm = [k for k, run in enumerate(self.runs) if not run.cold]
         if analysis is None or not warm:

@@ -1,12 +1,7 @@
 """`python -m cachetool.determinism.waiter script.py args...`: a run's interpreter, started before
-its turn.
-
-The determinism runner starts the next run while the previous one works: this interpreter starts
-with the run's whole environment (its ``PYTHONHASHSEED`` is fixed from the start), imports
-`datasets` when the runner says the script allows it (`PREIMPORT_ENV`), then waits on a pipe. One
-byte on the pipe is its turn: it becomes the traced script exactly as ``cachetool run`` does
-(`cachetool.trace.runner`). End of file instead (the check ended or failed before its turn): it
-exits without running anything.
+its turn with the run's environment; imports `datasets` when allowed (`PREIMPORT_ENV`), then waits
+on a pipe. One byte is its turn: it becomes the traced script as ``cachetool run`` does. End of file
+instead: it exits without running anything.
 """
 
 from __future__ import annotations

@@ -203,8 +203,7 @@ def _items(seq: list[tuple[str, Any]], max_items: int) -> Iterator[tuple[str, An
 
 
 def _key_label(key: Any) -> str:
-    text = short_repr(key)
-    return f"[{text}]"
+    return f"[{short_repr(key)}]"
 
 
 def _children_unsafe(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:

@@ -1,10 +1,8 @@
 """Compare hash trees from several processes and name the culprit.
 
-The culprit is the deepest node on which all differences lie: walk the trees together, descend into
-every child whose digest differs between runs, collect the nodes where the difference cannot be
-pushed further down (no child differs), and take their longest common path. It comes only from the
-trees' digests, never from a type or a name; the *hint* then says what usually causes a culprit of
-that kind and how to fix it.
+The culprit is the deepest node on which all differences lie (the longest common path of the
+differing leaves), found from the digests only, never a type or a name; its *hint* says what
+usually causes it.
 """
 
 from __future__ import annotations
@@ -60,11 +58,7 @@ class Culprit:
     @property
     def values_str(self) -> str:
         """``4187 vs 912``: the reprs of the runs, distinct ones only, in run order."""
-        seen: list[str] = []
-        for r in self.reprs:
-            if r not in seen:
-                seen.append(r)
-        return " vs ".join(seen)
+        return " vs ".join(dict.fromkeys(self.reprs))
 
     @property
     def leaves_str(self) -> list[str]:

@@ -1,12 +1,9 @@
 """Hash any object exactly as `datasets.fingerprint.Hasher.hash` does.
 
-`datasets` hashes a value as ``xxh64(dumps(value)).hexdigest()`` where ``dumps`` is its own dill
-pickler (`datasets.utils._dill`): dict items and sets are sorted, strings are never memoized, code
-objects keep only the base name of their file and ``co_firstlineno = 1``, Arrow tables are hashed
-chunk-independently. When `datasets` is already imported we call its pickler, so the digests are
-the ones it computes by construction. Otherwise a replica with the same rules is used (the tests
-compare the two byte for byte): importing `datasets` costs over a second, which a plain-Python
-pipeline calling `cachetool.checkpoint` should not pay.
+``xxh64(dumps(value))`` with `datasets`' own dill pickler when `datasets` is imported; otherwise a
+replica with the same rules (sorted dicts and sets, no string memo, code objects with the base name
+of their file and ``co_firstlineno = 1``; the tests compare the two byte for byte), so that a
+pipeline calling `cachetool.checkpoint` does not pay the import of `datasets`.
 """
 
 from __future__ import annotations

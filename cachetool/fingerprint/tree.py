@@ -1,21 +1,10 @@
 """Hash trees: an object decomposed into the parts its fingerprint is made of, each part hashed.
 
-`datasets` hashes an argument as one pickle; when two runs give two digests, the pickle does not say
-which part differed. A hash tree does: the root is the argument (its digest is exactly
-``datasets.fingerprint.Hasher.hash(value)``), and each child is a part the pickle contains —
-
-* a function pickled by value: its code (bytecode, constants, names), closure cells by name, the
-  globals it references by name, defaults and keyword defaults, its ``__dict__``;
-* a bound method: ``__func__`` and ``__self__``; ``functools.partial``: func, args, keywords;
-* a class pickled by value (defined in ``__main__``): its attributes and methods;
-* any other object: what ``__reduce_ex__`` returns (constructor args, ``__dict__``, slots, items);
-* lists, tuples and dicts: their items.
-
-Every node is hashed on its own the way `datasets` hashes a value, so two trees from two processes
-can be compared node by node (`cachetool.fingerprint.diff`). Trees are bounded in depth and size:
-arrays, tables, tensors and modules are single leaves, long containers show their first items.
-
-A node is a `HashNode`: a small dict, compact in JSON (keys of one letter).
+`datasets` hashes an argument as one pickle; a hash tree says which part differed: the root is the
+argument (its digest is exactly ``Hasher.hash(value)``), each child a part the pickle contains
+(`decompose`), every node hashed on its own as `datasets` hashes a value, so that trees from two
+processes compare node by node (`diff`). Bounded in depth and size. A node is a `HashNode`: a small
+dict with one-letter keys.
 """
 
 from __future__ import annotations
@@ -94,10 +83,8 @@ _SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "
 
 
 def part_key(label: str, node: HashNode, depth: int) -> tuple[str, ...] | None:
-    """How one part of an object is recognised in another tree (the same object hashed by
-    another step): an object or container by its digest (distinctive), a scalar only as a named
-    variable (``global 'n'``, ``closure 'k'``) with its value's digest, so that an unrelated
-    ``True`` or ``None`` elsewhere is not taken for it. None when the part cannot be recognised."""
+    """How a part is recognised in another tree: an object by its digest, a scalar only as a named
+    variable (``global 'n'``) with its digest (an unrelated ``True`` is not it); None otherwise."""
     digest = node.get("d")
     if not isinstance(digest, str):
         return None

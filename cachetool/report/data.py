@@ -223,9 +223,9 @@ def longest_paths(parents: Sequence[Collection[int]]) -> list[int]:
 
 def _all_args(rec: StepRecord | None) -> dict[str, str]:
     """Every hashed argument of a record as a short string: its repr when small, else its type."""
-    if rec is None:
-        return {}
-    return {name: a.repr if a.repr is not None else f"<{a.type or '?'}>" for name, a in rec.args.items()}
+    from cachetool.history.explain.reasons import _repr
+
+    return {name: _repr(a) for name, a in rec.args.items()} if rec is not None else {}
 
 
 def _time_of(rec: StepRecord | None) -> float:

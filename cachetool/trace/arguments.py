@@ -106,9 +106,8 @@ class Arguments:
         return Hashed(None, out, function, None, fingerprint_given=given)
 
     def show_args(self, args: Mapping[str, ArgInfo], frame: Frame, h: HashEvent | None) -> dict[str, ArgInfo]:
-        """Give every hashed argument a readable value for `lineage` (a summary where it is too
-        large for a repr: `20000 ints, digest …`, a range, the features of a cast), and record
-        `num_proc`, which does not enter the fingerprint but says how the step ran."""
+        """Every hashed argument with a readable value (`20000 ints, digest …` where too large for a
+        repr), and `num_proc` (not hashed, but it says how the step ran)."""
         out = dict(args)
         values = h.args if h is not None and isinstance(h.args, Mapping) else {}
         for name, entry in args.items():
@@ -122,10 +121,8 @@ class Arguments:
         return out
 
     def note_changes(self, args: dict[str, ArgInfo], h: HashEvent) -> dict[str, ArgInfo]:
-        """Determinism runs: an argument whose digest at the end of a step that ran differs from
-        the one datasets computed when it hashed the step was changed by the step itself (a
-        tokenizer configured inside the mapped function, a vocabulary built on the first call).
-        Its tree after the step goes next to the one taken at hash time, as ``"after"``."""
+        """Determinism runs: an argument the step itself changed (its digest at the end differs)
+        gets its tree after the step as ``"after"``."""
         values = {str(k): v for k, v in h.args.items()} if isinstance(h.args, Mapping) else {}
         out = dict(args)
         for key, entry in args.items():

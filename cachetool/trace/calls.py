@@ -1,10 +1,7 @@
-"""The traced calls in progress: per thread, a stack of frames (one per hooked call), where each
-call was made from, which of a call's output files existed before it wrote, and the hash watch:
-inside an `update_fingerprint` call (`watched`), `Hasher.hash` notes each top-level digest and the
-exception `datasets` swallows before it falls back to a random fingerprint, and
-`generate_random_fingerprint` notes that the fallback happened. Nothing is pickled a second time.
-
-A call that `datasets` makes itself while another traced call is running is internal.
+"""The traced calls in progress: per thread, a stack of frames (a call `datasets` makes inside
+another is internal), call sites, which output files existed before, and the hash watch inside
+`update_fingerprint` (`watched`: each top-level digest, and the swallowed exception of a random
+fallback). Nothing is pickled a second time.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Tracing on and off in this process: `tracing()`, `install_tracing()`, the settings a
-determinism run passes in, and the import hook that installs the tracer when the script imports
-`datasets`.
-
-Nothing here imports `datasets` (it reads `HF_DATASETS_CACHE` and friends at import, and scripts
-commonly set them first), nor `typing`: `cachetool run`'s launcher imports this module.
+"""Tracing on and off in this process (`tracing()`, `install_tracing()`, a determinism run's
+settings, the import hook on the script's `import datasets`). Imports neither `datasets` (scripts
+set its variables first) nor `typing`: `cachetool run`'s launcher imports this module.
 """
 
 from __future__ import annotations
@@ -46,10 +43,8 @@ _at_fork_registered = False
 
 
 def take_environment() -> None:
-    """Before the script's own code runs: keep the tracer's settings here and remove the
-    ``CACHETOOL_*`` variables cachetool set for the run from ``os.environ`` (and the
-    ``PYTHONHASHSEED`` the determinism runner set, putting back the user's own), so the script sees
-    the environment of a plain run. The user's own settings (``CACHETOOL_HOME``, ...) stay."""
+    """Before the script runs: take the run's ``CACHETOOL_*`` variables out of ``os.environ`` (and
+    put the user's ``PYTHONHASHSEED`` back), so the script sees the environment of a plain run."""
     global _taken
     taken = {k: os.environ[k] for k in _RUN_VARIABLES if k in os.environ}
     if SEED_ENV in taken:
@@ -190,11 +185,8 @@ def tracing(events_file: str | os.PathLike[str] | None = None) -> Iterator[None]
 
 
 class _Finder:
-    """At the front of `sys.meta_path`, waits for the script's own `import datasets`, lets the real
-    finder and loader do their work, and installs the hooks once the module has executed. It
-    follows the import protocol without `importlib.abc`, which alone pulls in
-    `importlib.resources`, `tempfile`, `pathlib` and `typing` (costs a script that never imports
-    `datasets` would pay)."""
+    """At the front of `sys.meta_path`: installs the hooks once the script's `import datasets` has
+    executed (without `importlib.abc`, which imports too much for a script that never uses it)."""
 
     def __init__(self, settings: tuple[str | None, bool, bool]) -> None:
         self.settings = settings

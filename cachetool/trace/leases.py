@@ -1,20 +1,12 @@
 """Leases: a writing process announces itself in every cache root it writes to, for gc and
 verify on any host (`/proc` shows only this host).
 
-A traced process (`cachetool run`, `cachetool.tracing()`, the runs of `check-determinism`) keeps a
-small file in `<root>/.cachetool/leases/` naming its host, kernel boot id, pid, PID namespace and
-start time, renewed from a daemon thread every few seconds (`hold_lease`). It is written to a temp
-name and renamed into place, so a reader never sees half of one; it is removed when tracing is
-uninstalled or the process exits. Taking a lease creates `.cachetool/leases/` inside an existing
-root, never the root; a renewal creates nothing: a lease whose file is gone (the program deleted
-the root, a saved folder or a temporary directory) ends there, so the folder stays deleted.
-
-A lease of this host whose PID namespace is ours is judged by `/proc` (its process lives, with the
-same start time; what it writes it holds open, so its files are seen like any process's); any
-other lease lives until it expires, and while it lives, whatever its process may be writing in
-that root (anything modified since it started) is live: `InUse.lease_over(mtime)` is the one
-answer gc and verify ask. A killed process leaves its lease behind; gc removes it once it is dead
-(this host) or expired (another host).
+A traced process keeps a file in `<root>/.cachetool/leases/` (host, boot id, pid, PID namespace,
+start time), renewed from a daemon thread (`hold_lease`), written to a temp name and renamed, removed
+at exit. Taking one creates `.cachetool/leases/` in an existing root, never the root; a renewal
+creates nothing (a deleted root stays deleted). A lease of this host and PID namespace is judged by
+`/proc`; any other lives until it expires, and while it lives, what was modified in its root since
+its process started is live (`InUse.lease_over(mtime)`).
 """
 
 from __future__ import annotations
@@ -124,10 +116,8 @@ def leases_dir(root: str | os.PathLike[str]) -> Path:
 
 
 def read_lease(path: Path) -> Lease | None:
-    """A lease file, or None when it is not one (a half-written file is never read: the holder
-    writes a temp file and renames it into place). Read through `cachetool.cache.store` (never
-    followed, regular files only, capped); times that are not finite numbers make it no lease,
-    and its lifetime is at most `MAX_LEASE_SECONDS`."""
+    """A lease file, or None when it is not one (read through `cachetool.cache.store`; times must be
+    finite; its lifetime is at most `MAX_LEASE_SECONDS`)."""
     import math
 
     from cachetool.cache.store import open_state

@@ -66,16 +66,10 @@ class Patches:
 
 
 class PickledAsOriginal:
-    """A replacement for a `datasets` function that pickles exactly as the original it wraps.
-
-    dill, and every pickler built on it (`datasets`' hashing pickler, `multiprocess`), writes the
-    same bytes for it as for the original: by reference where dill finds the original under its
-    qualified name (the replacement now stands there), else the original itself (by value, as
-    for `Hasher.hash`'s function). dill's search for the globals a pickled function refers to
-    (`dill.detect.globalvars`) sees the original's code, globals and closure. So the fingerprint of
-    anything that references a replaced function does not change under tracing, and unpickling
-    gives the original back. Calls go to the replacement; as a class attribute it binds like a
-    function.
+    """A replacement for a `datasets` function that dill (and every pickler built on it) pickles
+    with the same bytes as the original: by reference under its qualified name, else the original
+    by value; `dill.detect.globalvars` sees the original's code, globals and closure. Fingerprints
+    do not change under tracing. Calls go to the replacement; it binds like a function.
     """
 
     __wrapped__: Callable[..., Any]
@@ -135,12 +129,9 @@ def _trampoline_code(cells: int) -> types.CodeType:
 
 
 def function_as_original(original: types.FunctionType, replacement: Callable[..., Any]) -> types.FunctionType:
-    """A function that calls `replacement` and that dill pickles as `original`, for an original
-    dill finds under its qualified name (a module function, a method). It is a function (`datasets`
-    hashes `type(value)` too) and stands under that name, so dill pickles it by reference; for
-    dill's search of the globals a pickled function refers to (`dill.detect.globalvars`) it has
-    the original's globals, the original's closure cells, and the original's code among its
-    constants (the search reads them), so the search finds exactly what it finds from the original.
+    """A function (`datasets` hashes `type(value)` too) that calls `replacement` and that dill
+    pickles as `original` (by reference under its qualified name); it holds the original's
+    globals, closure and code, so `dill.detect.globalvars` finds what it finds from the original.
     """
     cells = original.__closure__ or ()
     template = _trampoline_code(len(cells))

@@ -1,7 +1,5 @@
-"""The records of a tracer: one typed record (`cachetool.history.records`) per step a traced call
-made, built from the call's frame and what `datasets` hashed inside it (where a chain starts or
-ends too: a builder's splits, `load_from_disk`, `save_to_disk`); a step start when a step begins
-to compute; the run's start and end; the text of the user's functions.
+"""The records of a tracer (`cachetool.history.records`): one per step a traced call made (from its
+frame and what `datasets` hashed inside it), step starts, the run's start and end, source texts.
 """
 
 from __future__ import annotations
@@ -366,6 +364,10 @@ class RecordBuilder:
         )
         return [record]
 
+    def _now(self) -> dict[str, Any]:
+        """The fields of a record made now, outside a traced call."""
+        return {**self.constants, "seq": next(self.seq), "time": round(time.time(), 6)}
+
     def _call(self, frame: Frame, duration: float, seq: int | None = None) -> dict[str, Any]:
         """The fields of every record of a traced call's step."""
         return {
@@ -409,9 +411,7 @@ class RecordBuilder:
         """A dataset made outside any traced call (`Dataset.from_dict`, `from_pandas`, ...)."""
         root, in_memory = self.roots.of(dataset)
         return RootRecord(
-            **self.constants,
-            seq=next(self.seq),
-            time=round(time.time(), 6),
+            **self._now(),
             internal=False,
             root=root,
             operation=entry or "Dataset",
@@ -441,9 +441,7 @@ class RecordBuilder:
     def run_start(self) -> RunStartRecord:
         """The run starts (in the ledger of the process's cache root)."""
         return RunStartRecord(
-            **self.constants,
-            seq=next(self.seq),
-            time=round(time.time(), 6),
+            **self._now(),
             root=self.roots.default,
             argv=tuple(str(a) for a in sys.argv),
             cwd=_cwd(),
@@ -459,9 +457,7 @@ class RecordBuilder:
     ) -> RunEndRecord:
         """The run ended without being killed (one per root it wrote to), and how, when known."""
         return RunEndRecord(
-            **self.constants,
-            seq=next(self.seq),
-            time=round(time.time(), 6),
+            **self._now(),
             root=root,
             status=status,
             exception=exception,
@@ -517,13 +513,12 @@ def _stat_files(ds: Any, status: str) -> tuple[FileRecord, ...]:
 
 
 def _data_files(builder: Any) -> tuple[DataFile, ...]:
-    """The builder's local data files with their size and mtime at load time, so that `explain`
-    can say which input file changed when a source dataset gets a new fingerprint."""
+    """The builder's local data files with their size and mtime at load time (for `explain`)."""
     out: list[DataFile] = []
     data_files = getattr(getattr(builder, "config", None), "data_files", None)
     if not isinstance(data_files, Mapping):
         return ()
-    try:
+    with contextlib.suppress(Exception):  # an odd data_files object: the fingerprint still says it
         for split, files in data_files.items():
             for f in files if isinstance(files, (list, tuple)) else [files]:
                 path = local_path(str(f))
@@ -536,6 +531,4 @@ def _data_files(builder: Any) -> tuple[DataFile, ...]:
                 out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
                 if len(out) >= MAX_DATA_FILES:
                     return tuple(out)
-    except Exception:  # an odd data_files object: the fingerprint still says the source changed
-        return tuple(out)
     return tuple(out)

@@ -1,11 +1,8 @@
 """Which cache root's ledger a record belongs to.
 
-A step belongs to the root its result's cache files live in: the process's cache root, a cache
-root given to `load_dataset(cache_dir=...)`, or a `save_to_disk` folder (a root of its own; the
-splits of a saved `DatasetDict` belong to the dict's folder). A dataset that lives in memory
-belongs to the process's cache root. Locations are taken as `datasets` takes them: a local path
-or an fsspec-style local URL (`file:///a/b`); a step on another file system (`s3://…`) belongs to
-the process's cache root, never to a folder named after the URL.
+A step belongs to the root its result's files live in (the process's cache root, a `cache_dir=`,
+a `save_to_disk` folder: a saved `DatasetDict`'s splits belong to its folder). In memory, or on
+another file system (`s3://…`): the process's cache root.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Run a script exactly as `python script.py args...` would (a module as `python -m module
 args...`), with tracing on.
 
-`run_script()` replaces the current process (`os.execv`) by a fresh interpreter started as
-`python -m cachetool.trace.bootstrap script.py args...`: the pid, stdio, signals and exit status
-are the script's own, and CPython itself handles `SystemExit`, uncaught exceptions and
-`KeyboardInterrupt`. The console script calls `run_here()` instead: its interpreter has imported
-nothing but the bootstrap, so the script runs in it without starting a second interpreter.
-
-The bootstrap gives the script CPython's `sys.argv`, `sys.path[0]` (its folder, symlinks resolved)
-and a fresh `__main__` with CPython's attributes (so `multiprocessing` spawn workers re-import it
-from its path); `-m module` runs through `runpy` as `python -m` does. Tracing is installed by an
-import hook on the script's own `import datasets`, and tracebacks leave out the bootstrap's and
-the tracer's frames.
+`run_script()` execs `python -m cachetool.trace.bootstrap script.py args...` (pid, stdio, signals
+and exit status are the script's own); the console script calls `run_here()` to run it in its own
+interpreter. The bootstrap gives the script CPython's `sys.argv`, `sys.path[0]` and a fresh
+`__main__`; tracing is installed on the script's own `import datasets`; tracebacks leave out the
+bootstrap's and the tracer's frames.
 """
 
 from __future__ import annotations
@@ -76,10 +70,8 @@ def _is_package_path(script: str) -> bool:
 
 
 def command(script: str, args: Sequence[str], *, module: bool = False) -> list[str]:
-    """The interpreter command line that runs `script` (with `module`, the module named so) under
-    the bootstrap: `python -m cachetool.trace.bootstrap [-m] script.py args...`, so `ps` shows the
-    script and its arguments; `python -c <bootstrap>` only when a fresh interpreter could not
-    import cachetool by itself (run from a source folder with `-I` or `-P`)."""
+    """`python -m cachetool.trace.bootstrap [-m] script.py args...` (`ps` shows the script), or
+    `python -c <bootstrap>` when a fresh interpreter could not import cachetool by itself."""
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     flags = interpreter_flags()
     target = [MODULE_FLAG, script] if module else [script]
@@ -130,9 +122,8 @@ def interpreter_flags() -> list[str]:
 
 
 def _importable_in_child(package_parent: str, flags: Sequence[str]) -> bool:
-    """A new interpreter with `flags`, in this working folder and environment, finds cachetool:
-    its folder is on the path every interpreter gets (site-packages, `.pth` files, PYTHONPATH),
-    or it is the working folder, which `-m` puts first unless `-I`/`-P` say not to."""
+    """A new interpreter with `flags`, here, finds cachetool (on its default path, or in the
+    working folder `-m` puts first unless `-I`/`-P`)."""
     here = os.path.realpath(package_parent)
     inherited = {os.path.realpath(p) for p in sys.path[1:] if p}  # [0]: this launcher's own folder
     if here in inherited or ("-S" not in flags and _found_by_installed_finder(here)):
@@ -187,10 +178,8 @@ def run_script(
 
 
 def run_here(script: str, args: Sequence[str], *, module: bool = False) -> NoReturn:
-    """`cachetool run SCRIPT ARGS...` (with `module`, `cachetool run -m MODULE ARGS...`) from the
-    console script (`cachetool.cli.entry`), before anything but the bootstrap is imported: become
-    `python script.py args...` in this interpreter (what `run_script` does in a fresh one) and
-    exit as the script does. Does not return."""
+    """`cachetool run [-m] SCRIPT ARGS...` from the console script, before anything but the
+    bootstrap is imported: `run_script` in this interpreter. Does not return."""
     if not module:
         check_script(script)
     sys.argv[:] = [sys.argv[0], *([MODULE_FLAG] if module else []), script, *args]

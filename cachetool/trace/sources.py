@@ -1,12 +1,9 @@
 """What the tracer records about the user's function: enough to tell later that its code changed.
 
-`datasets` pickles a function of `__main__` by value but one imported from the user's own modules
-by reference (module and name): editing it keeps the fingerprint, and a result computed by the old
-code is reused. So, once per code object and process, the tracer records its source hash, a
-`code_hash` (bytecode, constants and names: moving it or editing a comment is no change), whether
-it is pickled `by_reference`, the `deps` it reaches through other user functions that are pickled
-by reference (at most `MAX_DEPS`), and their source texts (one `"source"` record per process and
-root, for `cachetool explain`).
+`datasets` pickles a function of the user's own modules by reference: editing it keeps the
+fingerprint. So, once per code object and process, the tracer records its source hash, `code_hash`,
+whether it is pickled `by_reference`, the `deps` it reaches that are (at most `MAX_DEPS`), and their
+source texts (one `"source"` record per process and root).
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The tracer: hooks into `datasets` that record every transform call while a pipeline runs.
 
-Two layers (DESIGN.md, Tracing):
-
-1. The transform methods and entry points (`Dataset.map`, the `fingerprint_transform`-decorated
-   methods, `concatenate_datasets`, `DatasetBuilder.as_dataset`, `load_from_disk`, `save_to_disk`)
-   are wrapped in *frames* (`calls`): input fingerprint(s) -> result fingerprint(s), the files
-   written or reused, duration, call site. This layer also sees steps given `new_fingerprint=`.
-2. `update_fingerprint`, `generate_random_fingerprint` and `generate_fingerprint`, replaced in every
-   `datasets` module that imported them by name (`patches`), give the hash inputs (`arguments`),
-   watched inside the original call (`calls.watched`).
-
-Every hook calls the original and returns its result unchanged; the bookkeeping around it runs
-under `try/except Exception` and is switched off in forked children (a `num_proc` pool worker).
-Records are built by `records` and go to a sink: the ledger of the root each belongs to
-(`LedgerSink`), or, in a determinism run, one events file (`EventsSink`).
-
-Known limits: calls made in forked children (datasets' own `num_proc` workers, but also a user's
-own fork pool) and in spawned children (fresh interpreters) are not recorded; `IterableDataset`
-(streaming) and `DatasetDict` methods are seen through the `Dataset` calls they make.
+Two layers (DESIGN.md, Tracing): the transform methods and entry points are wrapped in *frames*
+(`calls`: fingerprints in and out, files, duration, call site); `update_fingerprint`,
+`generate_random_fingerprint` and `generate_fingerprint`, replaced wherever `datasets` imported them
+(`patches`), give the hash inputs (`arguments`). Every hook returns the original's result unchanged;
+its bookkeeping runs under `try/except Exception`, off in forked children. Records (`records`) go to
+the ledger of their root (`LedgerSink`) or, in a determinism run, one events file (`EventsSink`).
+Calls in forked or spawned children are not recorded.
 """
 
 from __future__ import annotations
@@ -329,9 +318,7 @@ class Tracer:
             compact_if_large(root, wait=False)
 
     def note_exit(self, exc: BaseException | None) -> None:
-        """How the script ended: normally (`exc` None), by `SystemExit`, or by an uncaught
-        exception (which step it came out of is known when it went through one). The run's end
-        record says it."""
+        """How the script ended (`exc` None: normally), and from which step an exception came."""
         self._raised_at_exit = None
         if exc is None:
             self._outcome = (0, None, None)
@@ -463,9 +450,8 @@ class Tracer:
         return download_and_prepare
 
     def _note_start(self, path: str) -> None:
-        """The user's step is about to compute (its output file is not there to load, or it was
-        told not to load it): say so now, so that a run killed inside the step still tells which
-        step it was and where it wrote. Cache hits write nothing here."""
+        """The user's step is about to compute: say so now, so that a run killed inside it still
+        tells which step it was and where it wrote. Cache hits write nothing."""
         stack = self.local.stack
         top = stack[0]
         if top.started or not self._ledger:
@@ -525,10 +511,9 @@ class Positions(NamedTuple):
 
 
 def positions(function: Callable[..., Any]) -> Positions | None:
-    """`function`'s `load_from_cache_file` and file-name parameters, by position (`sys.maxsize`
-    for keyword-only ones), through its decorators; None when it does not take
-    `load_from_cache_file`. Read from the code object: `inspect.signature` costs tens of
-    microseconds for each of the ~40 methods a tracer wraps, at every start."""
+    """`function`'s `load_from_cache_file` and file-name parameters by position (`sys.maxsize`:
+    keyword-only); None without `load_from_cache_file`. From the code object: `inspect.signature`
+    is too slow for every start."""
     code = getattr(inspect.unwrap(function), "__code__", None)
     if code is None:
         return None
@@ -555,9 +540,8 @@ def with_value(
 def recomputed_args(
     args: tuple[Any, ...], kwargs: dict[str, Any], at: Positions, fresh: Callable[[str, Any], str]
 ) -> tuple[Any, Any]:
-    """The call's arguments for the cold run: `load_from_cache_file=False` wherever the caller
-    put it, and each file the script names (`cache_file_name=`, ...) kept if it can be
-    written where the script said, else a temporary one (`fresh(path, parent)`, see `fresh_path`)."""
+    """The call's arguments for the cold run: `load_from_cache_file=False`, and each file the
+    script names through `fresh(path, parent)`."""
     args, kwargs = with_value(args, kwargs, "load_from_cache_file", at.load, False)
     for name, i in at.names:
         given = args[i] if i < len(args) else kwargs.get(name)
@@ -569,13 +553,9 @@ def recomputed_args(
 
 
 def fresh_path(path: str, parent: Any = None) -> str:
-    """Where the cold run writes a step it computes: where a plain run would, unless the
-    cache already holds that step (its file, or the shards of a `num_proc` map), which it
-    leaves alone (a reader on another host would lose a file replaced under it) and writes to
-    a temporary folder instead, as `datasets` does with caching off. A step named by the
-    script whose parent is in that folder goes there too: it was made from a recomputed
-    parent, not the one the cache holds. (Without a name, `datasets` puts it beside its
-    parent by itself.)"""
+    """Where the cold run writes a step: where a plain run would, unless the cache holds that step
+    (its file or `num_proc` shards: a reader may have it open) or its parent was written aside;
+    then a temporary folder, as `datasets` does with caching off."""
     folder, name = os.path.split(path)
     stem = name[: -len(".arrow")] + "_" if name.endswith(".arrow") else None
     fp_mod = sys.modules["datasets.fingerprint"]
