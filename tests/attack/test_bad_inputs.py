@@ -151,8 +151,9 @@ def test_a_fifo_in_place_of_cachetools_own_files_never_hangs(tmp_path: Path, nam
 
 def test_damaged_ledger_records_fifo_and_dev_zero_segments(tmp_path: Path) -> None:
     """Ledger lines with wrong types (`"parents":5`, `"duration":"abc"`, `"files":5`,
-    `"time":1e400`), 200,000 nested brackets, a FIFO segment and one symlinked to /dev/zero: every
-    command that reads the ledger ends normally (the bad lines are warnings), none hangs."""
+    `"time":1e400`, a run summary counting `NaN` or `Infinity` records), 200,000 nested
+    brackets, a FIFO segment and one symlinked to /dev/zero: every command that reads the ledger
+    ends normally (the bad lines are warnings), none hangs."""
     root = tmp_path / "cache"
     files = synthesize_cache(root, 2)
     fp = files[0].name[len("cache-") : -len(".arrow")]
@@ -162,6 +163,8 @@ def test_damaged_ledger_records_fifo_and_dev_zero_segments(tmp_path: Path) -> No
         {**good, "duration": "abc"},
         {**good, "files": 5},
         {"v": 1, "type": "gc", "files": [1], "paths": "x"},
+        {"v": 1, "type": "run-summary", "seq": 0, "time": 1.0, "fps": {fp: [1.0, float("nan"), 0, 0, 0]}},
+        {"v": 1, "type": "run-summary", "seq": 0, "time": 1.0, "fps": {fp: [1.0, 1, float("inf"), 0, 0]}},
     ]
     lines = [json.dumps(good), *map(json.dumps, bad), json.dumps(good).replace("1.0", "1e400"), "[" * 200_000]
     ledger = root / ".cachetool" / "ledger"
@@ -192,3 +195,4 @@ def test_damaged_ledger_records_fifo_and_dev_zero_segments(tmp_path: Path) -> No
     _assert_no_crash(results)
     lineage = next(err for cmd, _, err in results if cmd[:1] == ["lineage"])
     assert "not a regular file" in lineage and "'parents' is not a list of strings" in lineage
+    assert f"'fps.{fp}' is not [last, records, hits, misses, random]" in lineage

@@ -3,6 +3,7 @@ compacted segment replaces, and the summary of one run whose records were folded
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -33,13 +34,20 @@ def _replaces(raw: Any, where: str) -> tuple[tuple[str, int], ...]:
 
 def _sums(raw: dict[str, Any], where: str) -> dict[str, FpSums]:
     for fp, v in raw.items():
-        if not (isinstance(v, list) and len(v) == 5 and all(_is_number(x) for x in v)):
+        if not (
+            isinstance(v, list) and len(v) == 5 and all(map(_is_number, v)) and all(map(_is_count, v[1:]))
+        ):
             raise BadRecord(f"'fps.{fp[:40]}' is not [last, records, hits, misses, random]")
     return {str(fp): (float(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4])) for fp, v in raw.items()}
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """A finite number (JSON's `NaN` and `Infinity` are read by `json.loads`)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) or (isinstance(x, float) and x.is_integer())
 
 
 _fps = _field("fps", dict, _is_dict, "an object", _sums)
