@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 #: types they return and take.
 _LAZY = {
     # ls, show, dirs, demo
-    "list_cache": "cachetool.cache.listing",
+    "list_cache": "cachetool.cli.ls",
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.lookup",
     "show_entry": "cachetool.history.show",

@@ -291,3 +291,16 @@ def test_nothing_cached_yet_is_an_empty_listing_and_gc_temp_still_cleans_the_tem
     assert said.exit_code == 0, said.stderr
     assert [r["path"] for r in json.loads(said.stdout)["result"]["removed"]] == [str(pymp)]
     assert not pymp.exists() and not default.exists()
+
+
+@pytest.mark.slow
+def test_list_cache_from_python_knows_what_the_ledger_recorded_as_ls_does(golden: dict[str, Any]) -> None:
+    """`from cachetool import list_cache` is the function behind `cachetool ls`: on a cache its
+    pipeline was recorded in, each entry has the parent, operation and last use `ls --json` shows
+    (so `filter=["used>30d"]` means what `--filter "used>30d"` means)."""
+    from cachetool import list_cache
+
+    doc = json.loads(invoke("ls", golden["cache"], "--json").stdout)
+    shown = {e["id"]: (e["parent"], e["operation"], e["used"]) for e in doc["entries"]}
+    listed = {e.id: (e.parent, e.operation, e.to_json()["used"]) for e in list_cache(golden["cache"]).entries}
+    assert listed == shown and any(parent for parent, _, _ in shown.values())

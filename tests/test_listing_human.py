@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cachetool.cache.listing import list_cache
+from cachetool.cache.listing import read_listing
 from cachetool.cache.pins import add_pin
 from cachetool.cli.ls import live_in, recorded_usage
 from cachetool.cli.ls_table import render_human
@@ -49,7 +49,7 @@ FEW_FORMS = [FORMS[i] for i in (0, 3, 7, 9, 11, 14)]
 def _object_path_text(root: Path, args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """What `ls ARGS` writes, from the listing that makes every `Entry`."""
     limit = int(args[args.index("--limit") + 1]) if "--limit" in args else None
-    listing = list_cache(root, limit=limit, usage=recorded_usage(root), liveness=live_in)
+    listing = read_listing(root, limit=limit, usage=recorded_usage(root), liveness=live_in)
     capsys.readouterr()
     if "-q" in args or "quiet" in args:
         Output(OutputFormat.quiet).ids(e.id for e in listing.entries)
@@ -67,11 +67,11 @@ def assert_human_is_the_listing(
 ) -> None:
     """Every form of `forms`, then `FEW_FORMS` with one entry pinned: the same bytes both
     ways, at one clock (ages count from the scan's time)."""
-    list_cache(root)  # the read index, written
+    read_listing(root)  # the read index, written
     now = time.time()
     with monkeypatch.context() as m:
         m.setattr(time, "time", lambda: now)
-        pin = next(e.fingerprint for e in list_cache(root).entries if e.fingerprint)
+        pin = next(e.fingerprint for e in read_listing(root).entries if e.fingerprint)
         for pinned in (False, True):
             if pinned:
                 add_pin(root, pin)
@@ -128,7 +128,7 @@ def test_damaged_and_odd_files_list_the_bytes_of_the_listing(
         if not path.is_symlink():
             t = time.time() - 7 * 86400 * i  # ages in days, weeks, months
             os.utime(path, (t, t))
-    list_cache(root)  # the index knows every file as it is now; then one changes
+    read_listing(root)  # the index knows every file as it is now; then one changes
     _write_stream(files[5], f"{5:016x}", {"id": pa.array([7, 8, 9])})
     assert_human_is_the_listing(root, monkeypatch, capsys)
 
@@ -206,4 +206,4 @@ def test_real_caches_list_the_bytes_of_the_listing(
     _write_stream(folder / "cache-00000000000000ee.arrow", "00000000000000ee", {"id": pa.array([1])})
     assert_human_is_the_listing(root, monkeypatch, capsys, FEW_FORMS)
     if which == "golden":
-        assert any(e.operation for e in list_cache(root, usage=recorded_usage(root)).report.entries)
+        assert any(e.operation for e in read_listing(root, usage=recorded_usage(root)).report.entries)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cachetool.cache.listing import list_cache
+from cachetool.cache.listing import read_listing
 from cachetool.cache.pins import add_pin
 from cachetool.cli.ls import live_in, ls_document_text, recorded_usage
 from tests.attack.races import synthesize_cache
@@ -59,17 +59,17 @@ def _options(form: list[str]) -> dict[str, Any]:
 
 def _object_path_text(root: Path, form: list[str]) -> str:
     """What `ls --json` writes in a pipe, from the listing that makes every `Entry`."""
-    listing = list_cache(root, **_options(form), usage=recorded_usage(root), liveness=live_in)
+    listing = read_listing(root, **_options(form), usage=recorded_usage(root), liveness=live_in)
     return "".join(ls_document_text(listing.report, listing.entries, listing.pinned)) + "\n"
 
 
 def assert_warm_listing_is_the_listing(root: Path, forms: list[list[str]] = FORMS) -> None:
-    list_cache(root)  # the read index, written
+    read_listing(root)  # the read index, written
     for form in forms:
         got = invoke("ls", str(root), "--json", *form)
         assert got.exit_code == 0, (form, got.output)
         assert got.stdout == _object_path_text(root, form), form
-    pin = next(e.fingerprint for e in list_cache(root).entries if e.fingerprint)
+    pin = next(e.fingerprint for e in read_listing(root).entries if e.fingerprint)
     add_pin(root, pin)
     for form in ([], ["--limit", "2"], ["--filter", "pinned=yes"]):
         got = invoke("ls", str(root), "--json", *form)
@@ -127,7 +127,7 @@ def test_damaged_and_odd_files_list_the_bytes_of_the_listing(
     _write_stream(other / "cache-00000000000000f9.arrow", "00000000000000f9", {"id": pa.array([1])})
     _write_stream(root / "cache-00000000000000fa.arrow", "00000000000000fa", {"text": pa.array(["x"])})
     (root / "notes.txt").write_text("x")
-    list_cache(root)  # the index knows every file as it is now; then one changes
+    read_listing(root)  # the index knows every file as it is now; then one changes
     _write_stream(files[5], f"{5:016x}", {"id": pa.array([7, 8, 9])})
     assert_warm_listing_is_the_listing(root)
 

@@ -29,7 +29,7 @@ class Listing:
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
 
-def list_cache(
+def read_listing(
     path: str | os.PathLike[str],
     *,
     filter: Sequence[str] = (),  # the name of the `--filter` option
@@ -39,8 +39,10 @@ def list_cache(
     liveness: Callable[..., Liveness] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Listing:
-    """List a cache root, a `save_to_disk` folder or any folder of Arrow files, as `cachetool ls`
-    does: `filter` holds `--filter` expressions (all must match: `["size>100MB", "used>30d"]`),
+    """List a cache root, a `save_to_disk` folder or any folder of Arrow files with what the
+    caller knows of it (`usage`, `liveness`: what `scan_cache` takes; `cachetool.list_cache`
+    passes the ledger's and the live processes'): `filter` holds `--filter` expressions (all must
+    match: `["size>100MB", "used>30d"]`),
     `sort` a `--sort` expression (`"size:desc"`), `limit` the most entries kept.
 
     Bad expressions raise `BadExpression` before the folder is read. The report keeps every entry

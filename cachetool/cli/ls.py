@@ -18,6 +18,7 @@ from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
+    from cachetool.cache.listing import Listing
     from cachetool.cache.model import CacheReport, Entry, RecordedUse
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
@@ -133,14 +134,33 @@ def _nothing_cached(out: Output, e: CacheNotFound) -> None:
         out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
 
 
-def _ls(out: Output, target: Path, filters: list[str], sort: str | None, limit: int | None) -> None:
-    from cachetool.cache.listing import list_cache
+def list_cache(
+    path: str | os.PathLike[str],
+    *,
+    filter: Sequence[str] = (),  # the name of the `--filter` option
+    sort: str | None = None,
+    limit: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Listing:
+    """What `cachetool ls` lists, as data: the entries of a cache root, a `save_to_disk` folder or
+    any folder of Arrow files, with what the ledger recorded of each (parent, operation, last use)
+    and which files live processes hold; `filter` holds `--filter` expressions (all must match:
+    `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the most
+    entries kept. Bad expressions raise `BadExpression` before the folder is read. The report keeps
+    every entry (`listing.report.entries`); `listing.entries` are the ones selected."""
+    from cachetool.cache.listing import check_query, read_listing
 
-    usage = recorded_usage(target.resolve())
+    check_query(filter, sort, limit)
+    root = Path(path).expanduser()
+    usage = recorded_usage(root.resolve())
+    return read_listing(
+        root, filter=filter, sort=sort, limit=limit, usage=usage, liveness=live_in, progress=progress
+    )
+
+
+def _ls(out: Output, target: Path, filters: list[str], sort: str | None, limit: int | None) -> None:
     with scan_progress() as progress:
-        listing = list_cache(
-            target, filter=filters, sort=sort, limit=limit, usage=usage, liveness=live_in, progress=progress
-        )
+        listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
     for message in listing.warnings:
         warn(message)
     report, entries, pinned = listing.report, listing.entries, listing.pinned
