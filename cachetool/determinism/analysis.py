@@ -225,10 +225,8 @@ class _Comparison:
             step = self._in_cascade(step, row, inherited, fallback)
             cause_index = inherited
         elif step.internal:
-            # datasets' own step is never a cause: the call the user made is. When it made the
-            # fingerprint of such a call (`select(..., new_fingerprint=)` inside train_test_split),
-            # that call's cause is its cause; otherwise only datasets' own intermediate state
-            # differs, which no step of the user reads.
+            # datasets' own step is never a cause: the user's call that has its fingerprint
+            # (`select(new_fingerprint=)` in train_test_split) shares its cause; else no user step reads it.
             if self._made_by_user_call(step):
                 self.deferred.append(step.index)
             elif fallback:
@@ -248,10 +246,8 @@ class _Comparison:
             return step
         change = self.changes.get(step.index)
         if change is not None and not step.internal and self._never_loaded(change.changed_at):
-            # Every run agrees, and every run computed the step that changes the object: whether a
-            # run that loads it from the cache agrees too was not observed. Not a cause (a cause is
-            # observed, never inferred: a seeded generator that a cache hit advances as well gives
-            # the same fingerprint either way), but worth saying.
+            # Every run computed the step that changes the object: whether a run that loads it agrees
+            # was not observed. A note, not a cause (a cause is observed, never inferred).
             self.unobserved.append(state_cause(step, row, change, self.steps))
         return step
 

@@ -228,10 +228,8 @@ class Run:
         #: Isolated runs: the run whose cache this one uses as it found it (it loads what that one
         #: computed), instead of a fresh one.
         self.cache_of = cache_of
-        # On the user's cache, the first run computes every step (caching disabled, its files go
-        # to a temporary folder) and the next ones use the cache as it is: a step whose result
-        # depends on whether an earlier one was computed or loaded shows even on a warm cache.
-        # Isolated runs start from empty caches: they compute everything anyway.
+        # On the user's cache the first run computes every step, so that a step depending on whether
+        # an earlier one was computed or loaded shows on a warm cache (isolated caches start empty).
         self.cold = s.cold and not s.isolated and index == 0
         self.dir = s.workdir / f"run-{index}"
         self.events = self.dir / "events.jsonl"

@@ -129,13 +129,9 @@ def _state_lines(cause: Cause) -> list[str]:
         "  that step changes an object while it runs, and this step hashes the object again",
     ]
     for culprit in cause.culprits:
-        if not culprit.parts:
-            lines.append(f"  changed: {culprit.path_str}: {culprit.values_str}")
-        else:
-            for part in culprit.parts:
-                lines.append(f"  changed: {part.path_str}: {part.values_str}")
-            if len(culprit.leaves) > len(culprit.parts):
-                lines.append(f"  ... and {len(culprit.leaves) - len(culprit.parts)} more changed")
+        lines += [f"  changed: {part.path_str}: {part.values_str}" for part in culprit.parts or (culprit,)]
+        if culprit.parts and len(culprit.leaves) > len(culprit.parts):
+            lines.append(f"  ... and {len(culprit.leaves) - len(culprit.parts)} more changed")
         lines.append(f"  hint: {culprit.hint}")
     return lines
 
@@ -206,8 +202,7 @@ def unobserved_lines(cause: Cause) -> list[str]:
         "  that step: whether a run that loads it from the cache gives the same fingerprint was not seen",
     ]
     for culprit in cause.culprits:
-        for part in culprit.parts or (culprit,):
-            lines.append(f"  changed: {part.path_str}: {part.values_str}")
+        lines += [f"  changed: {part.path_str}: {part.values_str}" for part in culprit.parts or (culprit,)]
     return lines
 
 

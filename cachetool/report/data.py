@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,10 +96,7 @@ class ReportData:
             "steps": len(self.nodes),
             "edges": len(self.edges),
             "call_sites": len({s.site for s in self.site_runs}),
-            "problems": [
-                {"source": p.source, "severity": p.severity, "path": p.path, "what": p.what}
-                for p in self.problems
-            ],
+            "problems": [asdict(p) for p in self.problems],
         }
 
 

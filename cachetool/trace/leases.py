@@ -270,14 +270,12 @@ _holder_lock = threading.Lock()
 def hold_lease(root: str | os.PathLike[str]) -> None:
     """Hold a lease in `root` for as long as this process traces (never raises)."""
     global _holder
-    try:
+    with contextlib.suppress(Exception):  # a lease must never break the user's pipeline
         with _holder_lock:
             if _holder is None or _holder.pid != os.getpid():
                 _holder = _Holder()
                 atexit.register(_holder.release)
         _holder.hold(root)
-    except Exception:  # a lease must never break the user's pipeline
-        pass
 
 
 def release_all() -> None:
