@@ -18,14 +18,6 @@ from collections.abc import Sequence
 from cachetool.history.records.other import GcRecord
 from cachetool.history.writer import RECORD_VERSION, LedgerWriter
 
-GC_TYPE = "gc"
-
-
-def _versions() -> dict[str, str | None]:
-    from cachetool import __version__
-
-    return {"python": platform.python_version(), "cachetool": __version__}
-
 
 class GcLog:
     """Appends gc records for one run to the ledger of one root (opened lazily, closed on exit)."""
@@ -49,17 +41,19 @@ class GcLog:
         when: float,
     ) -> None:
         """Record one removal. Never raises: losing a log line must not fail a deletion that happened."""
+        from cachetool import __version__
+
         self._seq += 1
         w = self._writer
         record = GcRecord(
             v=RECORD_VERSION,
-            type=GC_TYPE,
+            type="gc",
             seq=self._seq,
             run=w.run_id,
             time=when,
             host=w.host,
             pid=w.pid,
-            versions=_versions(),
+            versions={"python": platform.python_version(), "cachetool": __version__},
             root=self.root,
             action="removed",
             fingerprint=fingerprint,
