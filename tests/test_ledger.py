@@ -146,8 +146,6 @@ def test_a_record_after_a_torn_one_starts_on_a_fresh_line(tmp_path: Path) -> Non
     """gc logs a removal while the disk is full (the kernel writes part of the record), space
     comes back, and gc logs the next removal: that record is read back whole, not glued to the
     torn one; only the torn one is skipped, with a warning."""
-    from cachetool.history.gclog import gc_records
-
     root = tmp_path / "cache"
     root.mkdir()
     proc = subprocess.run(
@@ -159,7 +157,7 @@ def test_a_record_after_a_torn_one_starts_on_a_fresh_line(tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, proc.stderr
     got = read_ledger(root)
-    assert [r.fingerprint for r in gc_records(got)] == [f"{1:016x}", f"{3:016x}"]
+    assert [r.fingerprint for r in got.gc_records()] == [f"{1:016x}", f"{3:016x}"]
     assert len(got.warnings) == 1 and "skipped an unreadable record" in got.warnings[0]
 
 

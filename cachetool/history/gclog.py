@@ -6,7 +6,7 @@ a crash in between leaves files removed without a record, never a record of a re
 not happen. The record's fields are documented with the others in `cachetool.history.ledger`.
 
 A gc record has no `result`, so readers that follow `result`/`parents` (usage, lineage edges)
-ignore it; `removed_fingerprints(ledger)` is how `lineage` learns that a node was deleted.
+ignore it; `lineage` reads them to say that a node was deleted.
 """
 
 from __future__ import annotations
@@ -15,17 +15,8 @@ import os
 import platform
 from collections.abc import Sequence
 
-from cachetool.history.ledger import Ledger, read_ledger
 from cachetool.history.records.other import GcRecord
 from cachetool.history.writer import RECORD_VERSION, LedgerWriter
-
-GC_TYPE = "gc"
-
-
-def _versions() -> dict[str, str | None]:
-    from cachetool import __version__
-
-    return {"python": platform.python_version(), "cachetool": __version__}
 
 
 class GcLog:
@@ -50,17 +41,19 @@ class GcLog:
         when: float,
     ) -> None:
         """Record one removal. Never raises: losing a log line must not fail a deletion that happened."""
+        from cachetool import __version__
+
         self._seq += 1
         w = self._writer
         record = GcRecord(
             v=RECORD_VERSION,
-            type=GC_TYPE,
+            type="gc",
             seq=self._seq,
             run=w.run_id,
             time=when,
             host=w.host,
             pid=w.pid,
-            versions=_versions(),
+            versions={"python": platform.python_version(), "cachetool": __version__},
             root=self.root,
             action="removed",
             fingerprint=fingerprint,
@@ -88,32 +81,8 @@ class GcLog:
         self.close()
 
 
-def gc_records(root: str | os.PathLike[str] | Ledger) -> list[GcRecord]:
+def gc_records(root: str | os.PathLike[str]) -> list[GcRecord]:
     """Every gc record of `root`, oldest first."""
-    ledger = root if isinstance(root, Ledger) else read_ledger(root)
-    return ledger.gc_records()
+    from cachetool.history.ledger import read_ledger  # the reader is heavy; gc only appends
 
-
-def removed_fingerprints(root: str | os.PathLike[str] | Ledger) -> dict[str, GcRecord]:
-    """Fingerprint (and alias) -> the latest gc record that removed it.
-
-    A fingerprint recomputed after its removal has files again; callers that show "deleted"
-    should also check that the files named in the record are still gone."""
-    out: dict[str, GcRecord] = {}
-    for rec in gc_records(root):
-        for fp in rec.fingerprints:
-            out[fp] = rec
-    return out
-
-
-def paths_gone(record: GcRecord) -> bool:
-    """True when no path the record names exists any more."""
-    return not any(os.path.lexists(record.located(p)) for p in record.paths)
-
-
-def describe(record: GcRecord) -> str:
-    """`deleted by gc <time>: <reason>` for one gc record."""
-    from cachetool.formatting import iso_time
-
-    when = iso_time(record.time)
-    return f"deleted by gc {when}: {record.reason or 'no reason recorded'}"
+    return read_ledger(root).gc_records()

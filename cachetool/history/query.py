@@ -277,10 +277,10 @@ class LineageGraph:
 
     def _deleted(self, fp: str) -> str | None:
         """What gc said when it removed `fp`, while the files it removed are still gone."""
-        from cachetool.history.gclog import describe, paths_gone
-
         rec = self._removed.get(fp)
-        return describe(rec) if rec is not None and paths_gone(rec) else None
+        if rec is None or any(os.path.lexists(rec.located(p)) for p in rec.paths):
+            return None
+        return f"deleted by gc {iso_time(rec.time)}: {rec.reason or 'no reason recorded'}"
 
     def step(self, fp: str) -> Step:
         """What the records say about `fp`, with its files checked on disk now."""

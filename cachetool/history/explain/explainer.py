@@ -194,7 +194,7 @@ def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> N
     from cachetool.errors import CachetoolError
     from cachetool.history.runs import unended_step
 
-    start = unended_step(view.ledger.records if view.ledger else (), fp)
+    start = unended_step(view.ledger.records, fp)
     if start is None:
         return
     site = start.call_site
@@ -236,7 +236,7 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
 
 def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
     """The starts of this root's runs that wrote no end."""
-    records = view.ledger.records if view.ledger is not None else ()
+    records = view.ledger.records
     ended = {r.run for r in records if isinstance(r, RunEndRecord)}
     starts = (r for r in records if isinstance(r, RunStartRecord) and r.run and r.run not in ended)
     return [r for r in starts if view.own(r)]
@@ -261,8 +261,8 @@ def explain_run(
     # after load_from_disk; the cache root its saved data came from): their stale results count.
     every = sorted((r for r in view.steps if r.run == run_id), key=lambda r: r.seq)
     records = [r for r in every if view.own(r)]
-    interrupted = interruption(view.ledger.records, run_id) if view.ledger is not None else None
-    failed = failure(view.ledger.records, run_id) if view.ledger is not None else None
+    interrupted = interruption(view.ledger.records, run_id)
+    failed = failure(view.ledger.records, run_id)
     starts = [r.time for r in _unended_starts(view) if r.run == run_id]
     if not records and not (interrupted and starts):  # killed before its first step: said below
         raise NoRecords(Path(root), f"records of run {run_id}")

@@ -457,7 +457,7 @@ def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
 
 def _removed_between(view: LedgerView, fp: str | None, after: float, before: float) -> GcRecord | None:
     """The latest gc record of this root that removed `fp`'s files between two of its steps."""
-    if fp is None or view.ledger is None:
+    if fp is None:
         return None
     found = [g for g in view.ledger.gc_records() if fp in g.fingerprints and after < g.time < before]
     return found[-1] if found else None

@@ -5,8 +5,6 @@ cache hit reused."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
@@ -26,24 +24,17 @@ from cachetool.history.records.steps import (
 class LedgerView:
     """The records of a root (and of the roots its lineage reaches), indexed for comparisons."""
 
-    def __init__(
-        self,
-        root: Path,
-        records: Iterable[LedgerRecord],
-        warnings: Sequence[str] = (),
-        ledger: Ledger | None = None,
-        *,
-        all_roots: bool = False,
-    ) -> None:
-        self.root = root
+    def __init__(self, ledger: Ledger, *, all_roots: bool = False) -> None:
+        self.root = ledger.root
+        self._root = os.fspath(ledger.root)  # compared as a string: `read_from` is normalized
         self.ledger = ledger
         self.all_roots = all_roots  # records of other roots count as this root's
-        self.warnings = tuple(warnings)
+        self.warnings = tuple(ledger.warnings)
         self.sources: dict[str, str] = {}
         self.steps: list[StepRecord] = []
         self.by_result: dict[str, list[StepRecord]] = {}
         first: dict[str, float] = {}
-        for rec in records:
+        for rec in ledger.records:
             if isinstance(rec, RunSummaryRecord):  # runs a compaction folded away were runs too
                 if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
                     first[rec.run] = rec.time
@@ -80,7 +71,7 @@ class LedgerView:
 
     def own(self, rec: LedgerRecord) -> bool:
         """The record was read from this root's ledger (not followed into another root)."""
-        return self.all_roots or rec.read_from is None or Path(rec.read_from) == self.root
+        return self.all_roots or rec.read_from is None or rec.read_from == self._root
 
     def first_run(self, rec: StepRecord) -> bool:
         """No run of this root was recorded before `rec`'s run: the cache started empty."""
@@ -198,7 +189,7 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     """The ledger of `root` (a loaded `Ledger`, or a root to load), indexed: its own records, plus
     the origins of inputs recorded in other roots (every known root with `all_roots`)."""
     ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
-    return LedgerView(ledger.root, ledger.records, ledger.warnings, ledger, all_roots=all_roots)
+    return LedgerView(ledger, all_roots=all_roots)
 
 
 def first_line(item: FunctionRef) -> int:
