@@ -1,11 +1,12 @@
 """The `cachetool` command: a thin Typer skin over the model.
 
-Command modules are imported here to register their commands; each keeps its heavy imports
-(pyarrow, dill, datasets) inside the function body, so `cachetool --help` and `--version` stay light.
+Each command module keeps its heavy imports (pyarrow, dill, datasets) inside the function body,
+and a launched command line imports only the module of the command it names (`_register`).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 from typing import Annotated, Any
@@ -78,46 +79,41 @@ class HelpCommand(typer.core.TyperCommand):
         formatter.buffer[:] = [piece.replace("`", "") for piece in formatter.buffer]
 
 
-def _register() -> None:
-    from cachetool.cli import demo, dirs, ls_command, show_command
-
-    app.command("ls", cls=HelpCommand)(ls_command.ls_command)
-    app.command("show", cls=HelpCommand)(show_command.show_command)
-    app.command("dirs", cls=HelpCommand)(dirs.dirs_command)
-    app.command("demo", cls=HelpCommand)(demo.demo_command)
-
-    from cachetool.cli import verify
-
-    app.command("verify", cls=HelpCommand)(verify.verify_command)
-
-    from cachetool.cli import check_determinism
-
-    app.command("check-determinism", cls=HelpCommand, context_settings=check_determinism.CONTEXT_SETTINGS)(
-        check_determinism.check_determinism_command
-    )
-
-    from cachetool.cli import lineage_command, run
-
-    app.command("run", cls=HelpCommand, context_settings=run.CONTEXT_SETTINGS)(run.run_command)
-    app.command("lineage", cls=HelpCommand)(lineage_command.lineage_command)
-
-    from cachetool.cli import gc, pin
-
-    app.command("gc", cls=HelpCommand)(gc.gc_command)
-    app.command("pin", cls=HelpCommand)(pin.pin_command)
-    app.command("unpin", cls=HelpCommand)(pin.unpin_command)
-
-    from cachetool.cli import explain_command, stats
-
-    app.command("explain", cls=HelpCommand)(explain_command.explain_command)
-    app.command("stats", cls=HelpCommand)(stats.stats_command)
-
-    from cachetool.cli import report
-
-    app.command("report", cls=HelpCommand)(report.report_command)
+# name: (module under cachetool.cli, function); a module's CONTEXT_SETTINGS go to its command.
+COMMANDS = {
+    "ls": ("ls_command", "ls_command"),
+    "show": ("show_command", "show_command"),
+    "dirs": ("dirs", "dirs_command"),
+    "demo": ("demo", "demo_command"),
+    "verify": ("verify", "verify_command"),
+    "check-determinism": ("check_determinism", "check_determinism_command"),
+    "run": ("run", "run_command"),
+    "lineage": ("lineage_command", "lineage_command"),
+    "gc": ("gc", "gc_command"),
+    "pin": ("pin", "pin_command"),
+    "unpin": ("pin", "unpin_command"),
+    "explain": ("explain_command", "explain_command"),
+    "stats": ("stats", "stats_command"),
+    "report": ("report", "report_command"),
+}
 
 
-_register()
+def _register(argv: list[str]) -> None:
+    """Registers the command a launched command line names (its first word: the root's own
+    options all exit), else every command (`--help`, a TAB, an unknown or abbreviated name, an
+    import by a test or the docs): `cachetool gc` imports gc's modules only."""
+    from cachetool.cli import completing
+
+    launched = sys.argv[0].endswith(("cachetool", "__main__.py"))
+    named = argv[0] if launched and argv[:1] and argv[0] in COMMANDS and not completing() else None
+    for name, (module, function) in COMMANDS.items():
+        if named in (None, name):
+            command = importlib.import_module(f"cachetool.cli.{module}")
+            settings = getattr(command, "CONTEXT_SETTINGS", None)
+            app.command(name, cls=HelpCommand, context_settings=settings)(getattr(command, function))
+
+
+_register(sys.argv[1:])
 
 
 def _summary(doc: str | None) -> str:
