@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -87,8 +87,12 @@ def _proc_pids() -> Iterable[int]:
 
 
 def _dev_from_maps(dev: str) -> int:
-    major, minor = dev.split(":")
-    return os.makedev(int(major, 16), int(minor, 16))
+    """The device number of a maps line; -1 (no device) if unreadable."""
+    try:
+        major, minor = dev.split(":")
+        return os.makedev(int(major, 16), int(minor, 16))
+    except ValueError:
+        return -1
 
 
 def scan_in_use(
@@ -187,21 +191,23 @@ def _read_fds(
     return "read"
 
 
+def _mapped(pid: int) -> Iterator[tuple[str, int, str]]:
+    """The files process `pid` has memory-mapped: (device as maps writes it, inode, path); raises
+    OSError. The device is converted by the caller (`_dev_from_maps`) only where it is needed."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[4] != "0" and parts[4].isdigit():
+                yield parts[3], int(parts[4]), parts[5].rstrip("\n")
+
+
 def _read_maps(pid: int, holders: dict[FileKey, set[int]], paths: dict[str, set[int]]) -> _Read:
     """Add the files process `pid` has memory-mapped to the maps."""
     try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) < 6 or parts[4] == "0":
-                    continue
-                try:
-                    holders[(_dev_from_maps(parts[3]), int(parts[4]))].add(pid)
-                except ValueError:
-                    continue
-                name = parts[5].rstrip("\n")
-                if name.startswith("/"):
-                    paths[name].add(pid)
+        for dev, ino, name in _mapped(pid):
+            holders[(_dev_from_maps(dev), ino)].add(pid)
+            if name.startswith("/"):
+                paths[name].add(pid)
     except (FileNotFoundError, ProcessLookupError):
         return "gone"
     except PermissionError:
@@ -242,21 +248,11 @@ def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[Fil
             if st.st_ino in inos and (st.st_dev, st.st_ino) in wanted:
                 found[(st.st_dev, st.st_ino)].add(pid)
         try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    parts = line.split(None, 5)
-                    if len(parts) < 6 or parts[4] == "0":
-                        continue
-                    try:
-                        ino = int(parts[4])
-                        if ino in inos:
-                            dev = _dev_from_maps(parts[3])
-                            if (dev, ino) in wanted or (dev not in devs and any(i == ino for _, i in wanted)):
-                                # Some file systems (overlay, btrfs) show another device number in
-                                # maps than stat gives: an inode match alone counts, to be safe.
-                                found[next(k for k in wanted if k[1] == ino)].add(pid)
-                    except (ValueError, StopIteration):
-                        continue
+            for maps_dev, ino, _ in _mapped(pid):
+                if ino in inos and ((dev := _dev_from_maps(maps_dev), ino) in wanted or dev not in devs):
+                    # Some file systems (overlay, btrfs) show another device number in maps than
+                    # stat gives: an inode match alone counts, to be safe.
+                    found[next(k for k in wanted if k[1] == ino)].add(pid)
         except OSError:
             continue
     return _frozen(found)
