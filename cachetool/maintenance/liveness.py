@@ -78,6 +78,12 @@ class InUse:
 proc_passes = 0
 
 
+def pids_text(pids: Iterable[int], limit: int | None = None) -> str:
+    """Process ids, sorted, comma-separated; past `limit` of them, the rest is an ellipsis."""
+    held = sorted(set(pids))
+    return ", ".join(map(str, held[:limit])) + (" …" if limit is not None and len(held) > limit else "")
+
+
 def _proc_pids() -> Iterable[int]:
     global proc_passes
     proc_passes += 1

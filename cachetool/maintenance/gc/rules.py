@@ -18,7 +18,7 @@ from cachetool.cache.layout import Kind, TempKind
 from cachetool.formatting import compact_age, compact_duration
 from cachetool.maintenance.gc.options import GcOptions
 from cachetool.maintenance.gc.plan import GcItem, KeepCode, KeptBecause, Refusal, Scope, Skip
-from cachetool.maintenance.liveness import InUse, TempDirUser, socket_reason
+from cachetool.maintenance.liveness import InUse, TempDirUser, pids_text, socket_reason
 from cachetool.maintenance.shared import leased_reason
 from cachetool.processes import alive, process_start
 
@@ -53,11 +53,6 @@ def future_mtime(age: float) -> str | None:
     if age > -1.0:
         return None
     return f"modified {compact_age(-age)} in the future (another host's clock?)"
-
-
-def pids_text(pids: Iterable[int]) -> str:
-    held = sorted(set(pids))
-    return ", ".join(map(str, held[:5])) + (" …" if len(held) > 5 else "")
 
 
 _R = TypeVar("_R", bound="Rules")
@@ -112,7 +107,7 @@ class Rules:
                 return Refusal("other-user", f"owned by uid {others[0]}, not by you (pass --all-users)")
         held = set(pids)
         if held:
-            return Refusal("in-use", f"in use by pid {pids_text(held)}")
+            return Refusal("in-use", f"in use by pid {pids_text(held, 5)}")
         lease = self.in_use.lease_over(newest) if age_applies and scope == "root" else None
         if lease is not None:
             return Refusal("leased", leased_reason(lease))
