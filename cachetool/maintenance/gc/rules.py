@@ -81,7 +81,7 @@ class Rules:
     ) -> _R:
         """A liveness snapshot of this host (and `root`'s leases; `in_use` when given) for the
         rules; the temp dir's possible owners only for the `kinds` of its folders to judge."""
-        from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
+        from cachetool.maintenance.liveness import bound_sockets, scan_in_use, temp_dir_users
 
         kinds = set(kinds)
         in_use = in_use if in_use is not None else scan_in_use(root=root, writers=False)
@@ -89,7 +89,7 @@ class Rules:
         pools = (
             temp_dir_users(temp_dir, python=True) if temp_dir is not None and kinds - {"hf_datasets"} else ()
         )
-        return cls(options, in_use, bound_socket_paths(), users, pools)
+        return cls(options, in_use, frozenset(bound_sockets()), users, pools)
 
     def refusal(
         self,
