@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -78,6 +78,12 @@ class InUse:
 proc_passes = 0
 
 
+def pids_text(pids: Iterable[int], limit: int | None = None) -> str:
+    """Process ids, sorted, comma-separated; past `limit` of them, the rest is an ellipsis."""
+    held = sorted(set(pids))
+    return ", ".join(map(str, held[:limit])) + (" …" if limit is not None and len(held) > limit else "")
+
+
 def _proc_pids() -> Iterable[int]:
     global proc_passes
     proc_passes += 1
@@ -87,18 +93,20 @@ def _proc_pids() -> Iterable[int]:
 
 
 def _dev_from_maps(dev: str) -> int:
-    major, minor = dev.split(":")
-    return os.makedev(int(major, 16), int(minor, 16))
+    """The device number of a maps line; -1 (no device) if unreadable."""
+    try:
+        major, minor = dev.split(":")
+        return os.makedev(int(major, 16), int(minor, 16))
+    except ValueError:
+        return -1
 
 
-def scan_in_use(
-    exclude_self: bool = True, root: str | os.PathLike[str] | None = None, writers: bool = True
-) -> InUse:
-    """One pass over every process this user may inspect; with `root`, the live leases of that
-    cache root too (processes on other hosts, or on this one, that may be writing in it). Without
-    `writers`, which descriptors are open for writing is not read (`InUse.writers` stays empty):
+def scan_in_use(root: str | os.PathLike[str] | None = None, writers: bool = True) -> InUse:
+    """One pass over every process this user may inspect but this one; with `root`, the live leases
+    of that cache root too (processes on other hosts, or on this one, that may be writing in it).
+    Without `writers`, which descriptors are open for writing is not read (`InUse.writers` stays empty):
     a third of the pass's cost, which gc does not need."""
-    snapshot = _scan_local(exclude_self, writers)
+    snapshot = _scan_local(writers)
     if root is None:
         return snapshot
     import dataclasses
@@ -115,9 +123,9 @@ def live_leases(root: str | os.PathLike[str]) -> tuple[Lease, ...]:
     return tuple(lease for lease, state in judge_leases(root) if state == "live" and not lease.is_local(me))
 
 
-def _scan_local(exclude_self: bool, want_writers: bool = True) -> InUse:
+def _scan_local(want_writers: bool) -> InUse:
     if not os.path.isdir("/proc/self/fd"):
-        return _scan_psutil(exclude_self)
+        return _scan_psutil()
     holders: dict[FileKey, set[int]] = defaultdict(set)
     writers: dict[FileKey, set[int]] = defaultdict(set)
     paths: dict[str, set[int]] = defaultdict(set)
@@ -125,7 +133,7 @@ def _scan_local(exclude_self: bool, want_writers: bool = True) -> InUse:
     complete = True
     me = os.getpid()
     for pid in _proc_pids():
-        if exclude_self and pid == me:
+        if pid == me:
             continue
         fds = _read_fds(pid, holders, writers if want_writers else None, paths)
         if fds == "gone":
@@ -187,21 +195,23 @@ def _read_fds(
     return "read"
 
 
+def _mapped(pid: int) -> Iterator[tuple[str, int, str]]:
+    """The files process `pid` has memory-mapped: (device as maps writes it, inode, path); raises
+    OSError. The device is converted by the caller (`_dev_from_maps`) only where it is needed."""
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[4] != "0" and parts[4].isdigit():
+                yield parts[3], int(parts[4]), parts[5].rstrip("\n")
+
+
 def _read_maps(pid: int, holders: dict[FileKey, set[int]], paths: dict[str, set[int]]) -> _Read:
     """Add the files process `pid` has memory-mapped to the maps."""
     try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) < 6 or parts[4] == "0":
-                    continue
-                try:
-                    holders[(_dev_from_maps(parts[3]), int(parts[4]))].add(pid)
-                except ValueError:
-                    continue
-                name = parts[5].rstrip("\n")
-                if name.startswith("/"):
-                    paths[name].add(pid)
+        for dev, ino, name in _mapped(pid):
+            holders[(_dev_from_maps(dev), ino)].add(pid)
+            if name.startswith("/"):
+                paths[name].add(pid)
     except (FileNotFoundError, ProcessLookupError):
         return "gone"
     except PermissionError:
@@ -209,7 +219,7 @@ def _read_maps(pid: int, holders: dict[FileKey, set[int]], paths: dict[str, set[
     return "read"
 
 
-def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[FileKey, frozenset[int]]:
+def pids_holding(keys: Iterable[FileKey]) -> dict[FileKey, frozenset[int]]:
     """Which live processes hold any of these files open or memory-mapped, or have one of these
     folders as their working folder, read from `/proc` now, in one pass for all of them.
 
@@ -221,13 +231,13 @@ def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[Fil
     if not wanted:
         return {}
     if not os.path.isdir("/proc/self/fd"):
-        snapshot = _scan_psutil(exclude_self)
+        snapshot = _scan_psutil()
         return {k: snapshot.holders[k] for k in wanted if k in snapshot.holders}
     devs = {d for d, _ in wanted}
     inos = {i for _, i in wanted}
     me = os.getpid()
     for pid in _proc_pids():
-        if exclude_self and pid == me:
+        if pid == me:
             continue
         fd_dir = f"/proc/{pid}/fd"
         try:
@@ -242,36 +252,21 @@ def pids_holding(keys: Iterable[FileKey], exclude_self: bool = True) -> dict[Fil
             if st.st_ino in inos and (st.st_dev, st.st_ino) in wanted:
                 found[(st.st_dev, st.st_ino)].add(pid)
         try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    parts = line.split(None, 5)
-                    if len(parts) < 6 or parts[4] == "0":
-                        continue
-                    try:
-                        ino = int(parts[4])
-                        if ino in inos:
-                            dev = _dev_from_maps(parts[3])
-                            if (dev, ino) in wanted or (dev not in devs and any(i == ino for _, i in wanted)):
-                                # Some file systems (overlay, btrfs) show another device number in
-                                # maps than stat gives: an inode match alone counts, to be safe.
-                                found[next(k for k in wanted if k[1] == ino)].add(pid)
-                    except (ValueError, StopIteration):
-                        continue
+            for maps_dev, ino, _ in _mapped(pid):
+                if ino in inos and ((dev := _dev_from_maps(maps_dev), ino) in wanted or dev not in devs):
+                    # Some file systems (overlay, btrfs) show another device number in maps than
+                    # stat gives: an inode match alone counts, to be safe.
+                    found[next(k for k in wanted if k[1] == ino)].add(pid)
         except OSError:
             continue
     return _frozen(found)
 
 
-def bound_socket_paths() -> frozenset[str]:
-    """Paths of the Unix sockets some live process on this host has bound (`/proc/net/unix`).
+def bound_sockets() -> dict[str, int]:
+    """Path -> inode of the Unix sockets some live process on this host has bound (`/proc/net/unix`).
 
     A `pymp-*` folder holds the listener socket of a multiprocess Manager; while its server lives,
     the socket is bound here, even though no process has the socket *file* open."""
-    return frozenset(_bound_sockets())
-
-
-def _bound_sockets() -> dict[str, int]:
-    """Bound Unix socket path -> the socket's inode, from `/proc/net/unix`."""
     out: dict[str, int] = {}
     try:
         with open("/proc/net/unix", encoding="utf-8", errors="surrogateescape") as f:
@@ -285,16 +280,16 @@ def _bound_sockets() -> dict[str, int]:
     return out
 
 
-def socket_listeners(folder: str | os.PathLike[str], exclude_self: bool = True) -> frozenset[int]:
+def socket_listeners(folder: str | os.PathLike[str]) -> frozenset[int]:
     """Live processes of this host that hold a Unix socket bound below `folder` (the socket's
     inode in `/proc/net/unix`, found among each process's descriptors); empty when none can be
     read (another user's)."""
     prefix = os.fspath(folder).rstrip("/") + "/"
-    links = {f"socket:[{ino}]" for path, ino in _bound_sockets().items() if path.startswith(prefix) and ino}
+    links = {f"socket:[{ino}]" for path, ino in bound_sockets().items() if path.startswith(prefix) and ino}
     me = os.getpid()
     out: set[int] = set()
     for pid in _proc_pids() if links else ():
-        if exclude_self and pid == me:
+        if pid == me:
             continue
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -322,7 +317,7 @@ def socket_reason(folder: str | os.PathLike[str]) -> str:
     return f"a live process listens on a socket inside: {who}{' …' if len(pids) > 3 else ''}"
 
 
-def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms without /proc
+def _scan_psutil() -> InUse:  # pragma: no cover - platforms without /proc
     import psutil
 
     holders: dict[FileKey, set[int]] = defaultdict(set)
@@ -332,7 +327,7 @@ def _scan_psutil(exclude_self: bool) -> InUse:  # pragma: no cover - platforms w
     complete = True
     me = os.getpid()
     for proc in psutil.process_iter():
-        if exclude_self and proc.pid == me:
+        if proc.pid == me:
             continue
         try:
             cwds[proc.cwd()].add(proc.pid)
@@ -391,9 +386,7 @@ def _is_python(pid: int, maps: str) -> bool:
         return False
 
 
-def temp_dir_users(
-    temp_dir: str | os.PathLike[str], exclude_self: bool = True, python: bool = False
-) -> tuple[TempDirUser, ...]:
+def temp_dir_users(temp_dir: str | os.PathLike[str], python: bool = False) -> tuple[TempDirUser, ...]:
     """Live processes on this host that may own an `hf_datasets-*` folder in `temp_dir`.
 
     Such a folder lives as long as its process, which holds nothing in it between writes (its
@@ -412,7 +405,7 @@ def temp_dir_users(
     except OSError:
         return ()
     for pid in pids:
-        if exclude_self and pid == me:
+        if pid == me:
             continue
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:

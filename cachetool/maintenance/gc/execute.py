@@ -37,8 +37,8 @@ from cachetool.maintenance.gc.plan import (
     Refusal,
     Target,
 )
-from cachetool.maintenance.gc.rules import Rules, gc_alive, pids_text
-from cachetool.maintenance.liveness import InUse, pids_holding, socket_reason
+from cachetool.maintenance.gc.rules import Rules, gc_alive
+from cachetool.maintenance.liveness import InUse, pids_holding, pids_text, socket_reason
 from cachetool.maintenance.locks import LockBusy, acquire, lock_guard
 from cachetool.maintenance.shared import remove_stale_leases
 
@@ -455,7 +455,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
         cwd = ctx.in_use.cwd_pids_under(t.path)
         kind = layout.temp_folder_kind(t.path.name) or "pymp"
         why = (
-            Refusal("in-use", f"in use by pid {pids_text(cwd)} (its working folder)")
+            Refusal("in-use", f"in use by pid {pids_text(cwd, 5)} (its working folder)")
             if cwd
             else ctx.temp_refusal(t.path, kind, min(top.st_mtime, top.st_ctime))
         )

@@ -18,7 +18,7 @@ from cachetool.cache.layout import Kind, TempKind
 from cachetool.formatting import compact_age, compact_duration
 from cachetool.maintenance.gc.options import GcOptions
 from cachetool.maintenance.gc.plan import GcItem, KeepCode, KeptBecause, Refusal, Scope, Skip
-from cachetool.maintenance.liveness import InUse, TempDirUser, socket_reason
+from cachetool.maintenance.liveness import InUse, TempDirUser, pids_text, socket_reason
 from cachetool.maintenance.shared import leased_reason
 from cachetool.processes import alive, process_start
 
@@ -55,11 +55,6 @@ def future_mtime(age: float) -> str | None:
     return f"modified {compact_age(-age)} in the future (another host's clock?)"
 
 
-def pids_text(pids: Iterable[int]) -> str:
-    held = sorted(set(pids))
-    return ", ".join(map(str, held[:5])) + (" …" if len(held) > 5 else "")
-
-
 _R = TypeVar("_R", bound="Rules")
 
 
@@ -86,7 +81,7 @@ class Rules:
     ) -> _R:
         """A liveness snapshot of this host (and `root`'s leases; `in_use` when given) for the
         rules; the temp dir's possible owners only for the `kinds` of its folders to judge."""
-        from cachetool.maintenance.liveness import bound_socket_paths, scan_in_use, temp_dir_users
+        from cachetool.maintenance.liveness import bound_sockets, scan_in_use, temp_dir_users
 
         kinds = set(kinds)
         in_use = in_use if in_use is not None else scan_in_use(root=root, writers=False)
@@ -94,7 +89,7 @@ class Rules:
         pools = (
             temp_dir_users(temp_dir, python=True) if temp_dir is not None and kinds - {"hf_datasets"} else ()
         )
-        return cls(options, in_use, bound_socket_paths(), users, pools)
+        return cls(options, in_use, frozenset(bound_sockets()), users, pools)
 
     def refusal(
         self,
@@ -112,7 +107,7 @@ class Rules:
                 return Refusal("other-user", f"owned by uid {others[0]}, not by you (pass --all-users)")
         held = set(pids)
         if held:
-            return Refusal("in-use", f"in use by pid {pids_text(held)}")
+            return Refusal("in-use", f"in use by pid {pids_text(held, 5)}")
         lease = self.in_use.lease_over(newest) if age_applies and scope == "root" else None
         if lease is not None:
             return Refusal("leased", leased_reason(lease))

@@ -22,14 +22,9 @@ from cachetool.cache.scan import CacheReport, Entry
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.liveness import InUse
+from cachetool.maintenance.liveness import InUse, pids_text
 from cachetool.maintenance.locks import stale_guard
-from cachetool.maintenance.verify.findings import (
-    CHANGED,
-    Code,
-    Finding,
-    pids_text,
-)
+from cachetool.maintenance.verify.findings import CHANGED, Code, Finding
 
 #: An interrupted save younger than this may still be running (state.json comes last).
 RECENT_SAVE_SECONDS = 300.0

@@ -6,7 +6,6 @@ is decided from codes and severities, never from the sentence."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -163,8 +162,3 @@ def rel(path: Path, root: Path) -> str:
         return os.fsdecode(path.relative_to(root))
     except ValueError:
         return os.fsdecode(path)
-
-
-def pids_text(pids: Iterable[int]) -> str:
-    """Process ids, sorted, comma-separated."""
-    return ", ".join(str(p) for p in sorted(pids))

@@ -28,8 +28,8 @@ from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import Entry, scan_cache
 from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, rename_noreplace
-from cachetool.maintenance.liveness import InUse, scan_in_use
-from cachetool.maintenance.verify.findings import Code, Finding, VerifyReport, pids_text
+from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use
+from cachetool.maintenance.verify.findings import Code, Finding, VerifyReport
 
 QUARANTINE_DIR = "quarantine"
 QUARANTINE_LOG = "log.jsonl"
