@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,22 @@ except ImportError:
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _no_orphans(tmp_path: Path) -> Iterator[None]:
+    """A SIGKILLed `num_proc` map leaves its pool workers running (as it does for a user); once the
+    test has looked at them, they go, so they do not load the machine for the rest of the run."""
+    yield
+    mine = os.fsencode(tmp_path)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if mine in f.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            continue
+
 
 # Line 12 is the long map; its function says when it is well under way (a few written batches).
 PIPELINE = textwrap.dedent(
