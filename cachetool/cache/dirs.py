@@ -119,7 +119,7 @@ def resolve_dirs(
             "cachetool ledger",
             root.path / ".cachetool",
             in_root,
-            "cachetool's records of this root: lineage ledger and read index",
+            "cachetool's records of this root, shared by its users: ledger, leases, pins, quarantine",
         ),
         Location(
             "cachetool user dir",
