@@ -225,72 +225,38 @@ class Entry:
         return self.kind._value_  # what .value gives, without the enum's descriptor
 
     def to_json(self) -> dict[str, Any]:
-        keys = TF_JSON_KEYS if self.kind is Kind.TF_CACHE else ENTRY_JSON_KEYS
-        return dict(zip(keys, self.json_values(), strict=True))
-
-    def json_values(self) -> tuple[Any, ...]:
-        """The values of `to_json`, in the order of `ENTRY_JSON_KEYS` (`TF_JSON_KEYS` for a
-        tf.data cache): what `ls --json` writes as text without making the dict."""
-        modified = self.modified  # each value worked out once (a listing writes 100,000 of these)
-        used = self.used
+        modified, used = self.modified, self.used  # each worked out once (a listing writes 100,000)
         mod_iso = iso_time(modified)
         path = str(self.path)
-        dataset_dir, unit = self.dataset_dir, self.unit
-        values = (
-            self.fingerprint or path,
-            self.kind._value_,
-            self.fingerprint,
-            list(self.aliases),
-            self.dataset,
-            None if dataset_dir is None else str(dataset_dir),
-            self.split,
-            self.content,
-            path,
-            len(self.files),
-            self.expected_files,
-            self.rows,
-            self.expected_rows,
-            [name for name, _ in self.columns],
-            self.size,
-            mod_iso,
-            mod_iso if used == modified else iso_time(used),
-            self.complete,
-            self.parent,
-            self.operation,
-            None if unit is None else str(unit),
-            list(self.problems),
-        )
+        doc = {
+            "id": self.fingerprint or path,
+            "kind": self.kind._value_,
+            "fingerprint": self.fingerprint,
+            "aliases": list(self.aliases),
+            "dataset": self.dataset,
+            "dataset_dir": None if self.dataset_dir is None else str(self.dataset_dir),
+            "split": self.split,
+            "content": self.content,
+            "path": path,
+            "files": len(self.files),
+            "expected_files": self.expected_files,
+            "rows": self.rows,
+            "expected_rows": self.expected_rows,
+            "columns": [name for name, _ in self.columns],
+            "size": self.size,
+            "modified": mod_iso,
+            "used": mod_iso if used == modified else iso_time(used),
+            "complete": self.complete,
+            "parent": self.parent,
+            "operation": self.operation,
+            "unit": None if self.unit is None else str(self.unit),
+            "problems": list(self.problems),
+        }
         if self.kind is Kind.TF_CACHE:
-            return (*values, self.path.name, self.state, list(self.writer_pids))
-        return values
+            doc.update(prefix=self.path.name, state=self.state, writer_pids=list(self.writer_pids))
+        return doc
 
 
-#: The keys of `Entry.to_json`, in order (a tf.data cache adds `prefix`, `state`, `writer_pids`).
-ENTRY_JSON_KEYS = (
-    "id",
-    "kind",
-    "fingerprint",
-    "aliases",
-    "dataset",
-    "dataset_dir",
-    "split",
-    "content",
-    "path",
-    "files",
-    "expected_files",
-    "rows",
-    "expected_rows",
-    "columns",
-    "size",
-    "modified",
-    "used",
-    "complete",
-    "parent",
-    "operation",
-    "unit",
-    "problems",
-)
-TF_JSON_KEYS = (*ENTRY_JSON_KEYS, "prefix", "state", "writer_pids")
 _TF_STATE_SHORT = {"being-written": "writing", "incomplete": "partial"}
 
 

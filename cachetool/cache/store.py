@@ -15,9 +15,6 @@ place, because whoever may write a shared cache may have put anything there.
   `STALE_SECONDS` (no write takes that long), so they never pile up.
 * A record is appended with one `write` of the whole line (`append_state`).
 * A lock is an `flock` on a file opened the same way (`lock_state`).
-* SQLite never opens a path below `.cachetool/` (it would follow a symlink there, and make
-  `-journal` files by name): a database kept there is read as bytes here and opened in memory
-  (`connect_image`), and written back with `write_whole`.
 
 `STATE_FILES` names every file kept there: opening a name it does not match is a programming
 error, so a new state file is in the list (and in the tests that plant links, FIFOs and devices
@@ -34,13 +31,9 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.safejson import MAX_BYTES, read_opened
-
-if TYPE_CHECKING:
-    import sqlite3
 
 #: A temporary file of one of these writes older than this was left by a killed writer.
 STALE_SECONDS = 3600.0
@@ -256,46 +249,3 @@ def _remove_stale(dir_fd: int, prefix: str, now: float) -> None:
                 os.unlink(name, dir_fd=dir_fd)
         except OSError:
             continue
-
-
-def connect_image(image: bytes | None = None) -> sqlite3.Connection:
-    """An in-memory database, empty or holding `image` (a serialized database): how a database
-    kept in `.cachetool/` is opened (`cachetool.cache.store`), never by its path."""
-    import sqlite3
-
-    db = sqlite3.connect(":memory:")
-    if image is not None:
-        deserialize = getattr(db, "deserialize", None)
-        if deserialize is not None:
-            deserialize(image)
-        else:  # Python 3.10: through a private temporary file
-            import tempfile
-
-            db.close()
-            with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
-                path = os.path.join(tmp, "index.sqlite")
-                with open(path, "wb") as f:
-                    f.write(image)
-                disk = sqlite3.connect(path)
-                db = sqlite3.connect(":memory:")
-                disk.backup(db)
-                disk.close()
-    db.execute("PRAGMA trusted_schema=OFF")  # the file may come from anyone who can write the root
-    return db
-
-
-def image_of(db: sqlite3.Connection) -> bytes:
-    """The serialized image of the database `db` (what `connect_image` opens again)."""
-    serialize = getattr(db, "serialize", None)
-    if serialize is not None:
-        return bytes(serialize())
-    import sqlite3
-    import tempfile  # Python 3.10: through a private temporary file
-
-    with tempfile.TemporaryDirectory(prefix="cachetool-index-") as tmp:
-        path = os.path.join(tmp, "index.sqlite")
-        disk = sqlite3.connect(path)
-        db.backup(disk)
-        disk.close()
-        with open(path, "rb") as f:
-            return f.read()

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -221,11 +220,10 @@ def ls_document(
     report: CacheReport, entries: Sequence[Entry], pinned: frozenset[str] = frozenset()
 ) -> dict[str, object]:
     """The `--json` document (schema in docs/listing.md, key names in docs/json.md)."""
-    is_pinned = _pin_test(pinned)
     totals = report.totals()
     return {
         "root": os.fsdecode(report.root),
-        "entries": [{**e.to_json(), "pinned": is_pinned(e)} for e in entries],
+        "entries": _entry_docs(entries, pinned),
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in totals.items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
@@ -235,56 +233,27 @@ def ls_document_text(
     report: CacheReport, entries: Sequence[Entry], pinned: frozenset[str] = frozenset()
 ) -> Iterator[str]:
     """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
-    of a thousand entries: never the dicts or the whole text of a 100,000-entry listing at once.
-    Each entry is written from `Entry.json_values`, without making its dict."""
-    from cachetool.cache.model import ENTRY_JSON_KEYS, TF_JSON_KEYS
+    of a thousand entries: never the dicts or the whole text of a 100,000-entry listing at once."""
     from cachetool.cli.output import envelope
 
-    is_pinned = _pin_test(pinned)
-    templates = {len(keys): _template(keys) for keys in (ENTRY_JSON_KEYS, TF_JSON_KEYS)}
     head = json.dumps(envelope(ls_document(report, [], pinned)))
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
     for start in range(0, len(entries), 1000):
-        chunk = entries[start : start + 1000]
-        piece = ", ".join([_entry_text(e, is_pinned(e), templates) for e in chunk])
-        yield piece if start == 0 else ", " + piece
+        text = json.dumps(_entry_docs(entries[start : start + 1000], pinned))[1:-1]
+        yield text if start == 0 else ", " + text
     yield head[cut:]
 
 
-def _pin_test(pinned: frozenset[str]) -> Callable[[Entry], bool]:
-    """Whether an entry is pinned (`cachetool.cache.query.is_pinned`; asked only where the root
-    has pins)."""
-    if not pinned:
-        return lambda e: False
-    from cachetool.cache.query import is_pinned
+def _entry_docs(entries: Sequence[Entry], pinned: frozenset[str]) -> list[dict[str, object]]:
+    """Each entry's `to_json`, with whether it is pinned."""
+    docs = [e.to_json() for e in entries]
+    if pinned:
+        from cachetool.cache.query import is_pinned
 
-    return lambda e: is_pinned(e, pinned)
-
-
-def _entry_text(e: Entry, pinned: bool, templates: dict[int, str]) -> str:
-    """`{**e.to_json(), "pinned": pinned}` as `json.dumps` writes it (`templates`: `_template`
-    of its keys, by their number)."""
-    values = e.json_values()
-    return templates[len(values)] % (*map(_value_text, values), "true" if pinned else "false")
-
-
-def _value_text(v: object) -> str:
-    """A JSON value as `json.dumps` writes it (ASCII, `", "` between items)."""
-    t = type(v)
-    if t is str:
-        return encode_basestring_ascii(v)  # type: ignore[arg-type]
-    if v is None:
-        return "null"
-    if t is int:
-        return int.__repr__(v)
-    if t is bool:
-        return "true" if v else "false"
-    if t is list:
-        return "[" + ", ".join(map(_value_text, v)) + "]"  # type: ignore[call-overload]
-    return json.dumps(v)
-
-
-def _template(keys: Sequence[str]) -> str:
-    """An entry's object with a `%s` for each value of `keys`, and one for `pinned`."""
-    return "{" + ", ".join(f"{json.dumps(k)}: %s" for k in (*keys, "pinned")) + "}"
+        for e, doc in zip(entries, docs, strict=True):
+            doc["pinned"] = is_pinned(e, pinned)
+    else:
+        for doc in docs:
+            doc["pinned"] = False
+    return docs

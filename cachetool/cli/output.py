@@ -10,7 +10,6 @@ wrapping, at the width Rich would choose).
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 import sys
@@ -290,22 +289,15 @@ class Output:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
-    def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str | bytes]]) -> None:
+    def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str]]) -> None:
         """The same document as `json(doc())`; in a pipe (compact) written from `pieces`, the
-        document's text in order (or its ASCII bytes), so a large listing is never held whole as
-        objects or text."""
+        document's text in order, so a large listing is never held whole as objects or text."""
         if sys.stdout.isatty():
             self.json(doc())
             return
-        sys.stdout.flush()
-        binary = getattr(sys.stdout, "buffer", None)
-        for piece in itertools.chain(pieces(), ["\n"]):
-            if binary is None:
-                sys.stdout.write(piece if isinstance(piece, str) else piece.decode("ascii"))
-            else:
-                binary.write(piece if isinstance(piece, bytes) else piece.encode("ascii"))
-        if binary is not None:
-            binary.flush()
+        for piece in pieces():
+            sys.stdout.write(piece)
+        sys.stdout.write("\n")
         sys.stdout.flush()
 
     def ids(self, ids: Iterable[str]) -> None:
