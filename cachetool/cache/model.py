@@ -228,7 +228,7 @@ class Entry:
         modified, used = self.modified, self.used  # each worked out once (a listing writes 100,000)
         mod_iso = iso_time(modified)
         path = str(self.path)
-        doc = {
+        doc: dict[str, Any] = {
             "id": self.fingerprint or path,
             "kind": self.kind._value_,
             "fingerprint": self.fingerprint,

@@ -15,6 +15,7 @@ An entry without a value for the key (rows of a lock file) never matches a compa
 
 from __future__ import annotations
 
+import operator
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -27,24 +28,12 @@ from cachetool.errors import BadExpression
 _FILTER_RE = re.compile(r"(?P<key>[a-zA-Z_]+)\s*(?P<op>==|!=|>=|<=|>|<|=)\s*(?P<value>.+)")
 _NUMBER_UNIT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
 
-BYTE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "p": 10**15,
-    "pb": 10**15,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
+#: Decimal units (k/KB ... P/PB, as `hf cache`) and binary ones (KiB ... TiB), lower case.
+BYTE_UNITS = (
+    {"": 1, "b": 1}
+    | {p + b: 10 ** (3 * i) for i, p in enumerate("kmgtp", 1) for b in ("", "b")}
+    | {p + "ib": 2 ** (10 * i) for i, p in enumerate("kmgt", 1)}
+)
 TIME_UNITS = {
     "": 1,
     "s": 1,
@@ -67,6 +56,25 @@ _YES = {"yes", "true", "1", "y"}
 _NO = {"no", "false", "0", "n"}
 # Newest, biggest, most first unless told otherwise; names ascending (as `hf cache ls`).
 _DEFAULT_DESC = {"size", "modified", "used", "rows", "files"}
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
+    ">=": operator.ge,
+    "<=": operator.le,
+}
+#: The value of an entry each numeric, age and sort key compares (None: it has none).
+_VALUES: dict[str, Callable[[Entry], Any]] = {
+    "size": operator.attrgetter("size"),
+    "rows": operator.attrgetter("rows"),
+    "files": lambda e: len(e.files),
+    "modified": operator.attrgetter("modified"),
+    "used": operator.attrgetter("used"),
+    "kind": lambda e: e.kind.value,
+    "name": lambda e: (e.dataset or "~", e.split or "", e.id),
+}
 
 EntryTest = Callable[[Entry, float], bool]
 
@@ -104,30 +112,6 @@ def parse_duration(value: str, option: str, expr: str | None = None) -> float:
     return parse_quantity(value, TIME_UNITS, option, expr if expr is not None else value)
 
 
-def _compare(left: float | None, op: str, right: float) -> bool:
-    if left is None:
-        return False
-    if op in ("=", "=="):
-        return left == right
-    if op == "!=":
-        return left != right
-    if op == ">":
-        return left > right
-    if op == "<":
-        return left < right
-    if op == ">=":
-        return left >= right
-    return left <= right
-
-
-def _numeric_value(e: Entry, key: str) -> float | None:
-    if key == "size":
-        return e.size
-    if key == "rows":
-        return e.rows
-    return len(e.files)
-
-
 def compile_filter(expr: str, pinned: frozenset[str] = frozenset()) -> EntryTest:
     """Turn one `--filter` expression into a test of (entry, now); `pinned` holds the pinned
     fingerprints, for `pinned=yes`."""
@@ -141,17 +125,16 @@ def compile_filter(expr: str, pinned: frozenset[str] = frozenset()) -> EntryTest
             raise BadExpression("--filter", expr, "use pinned=yes or pinned=no")
         want = (value.lower() in _YES) != (op == "!=")
         return lambda e, now: is_pinned(e, pinned) == want
-    if key in NUMERIC_KEYS:
-        threshold = parse_quantity(value, NUMERIC_KEYS[key], "--filter", expr)
-        return lambda e, now: _compare(_numeric_value(e, key), op, threshold)
-    if key in AGE_KEYS:
-        seconds = parse_quantity(value, TIME_UNITS, "--filter", expr)
+    if key in NUMERIC_KEYS or key in AGE_KEYS:
+        age = key in AGE_KEYS  # compared as now minus the time
+        threshold = parse_quantity(value, TIME_UNITS if age else NUMERIC_KEYS[key], "--filter", expr)
+        compare, value_of = _OPS[op], _VALUES[key]
 
-        def age_test(e: Entry, now: float) -> bool:
-            ts = e.used if key == "used" else e.modified
-            return _compare(None if ts is None else now - ts, op, seconds)
+        def test(e: Entry, now: float) -> bool:
+            v = value_of(e)
+            return v is not None and compare(now - v if age else v, threshold)
 
-        return age_test
+        return test
     if key in TEXT_KEYS:
         if op not in ("=", "==", "!="):
             raise BadExpression("--filter", expr, f"'{key}' takes only = or !=")
@@ -221,21 +204,7 @@ def sort_entries(entries: Sequence[Entry], expr: str | None) -> list[Entry]:
         raise BadExpression("--sort", expr, "order must be 'asc' or 'desc'")
     desc = order == "desc" or (order == "" and key in _DEFAULT_DESC)
 
-    def value(e: Entry) -> Any:
-        if key == "size":
-            return e.size
-        if key == "modified":
-            return e.modified
-        if key == "used":
-            return e.used
-        if key == "rows":
-            return e.rows
-        if key == "files":
-            return len(e.files)
-        if key == "kind":
-            return e.kind.value
-        return (e.dataset or "~", e.split or "", e.id)
-
+    value = _VALUES[key]
     present = [e for e in entries if value(e) is not None]
     missing = [e for e in entries if value(e) is None]
     return sorted(present, key=value, reverse=desc) + missing
