@@ -1,14 +1,12 @@
 """The read index: what a scan read of each Arrow file, so a repeat scan only `stat`s the files
 that did not change.
 
-Kept in the user's cache folder (`cachetool.cache.dirs.derived_dir`: a scan writes nothing into
-the root) as `read-index.z`: a zlib-compressed `marshal` of each folder's rows (relative to the
-root), each row a file's name, size, change time, inode and `ArrowSummary` fields. A row is used
-only while the file has the same size, ctime (which a write changes, and so does putting the
-mtime back after one) and inode. A folder's rows are decoded when the walk reaches it, so a scan
-never holds every row as objects at once; one that does not decode is read again from its files,
-and an index that does not decompress (zlib checks its sum) is not used at all. It is written
-whole (`store.write_whole`) and only when something changed; where it cannot be written it is not.
+`read-index.z` in the user's cache folder (`cachetool.cache.dirs.derived_dir`) is a zlib-compressed
+`marshal` of each folder's rows (relative to the root): a file's name, size, change time, inode and
+`ArrowSummary` fields. A row is used only while the file has the same size, ctime (which a write
+changes, and so does putting the mtime back after one) and inode. A folder's rows are decoded when
+the walk reaches it, never all at once; rows that do not decode are read again from their files.
+It is written whole, only when something changed, and not where it cannot be.
 """
 
 from __future__ import annotations
@@ -126,8 +124,7 @@ class ReadIndex:
         return summary
 
     def _summary(self, fields: Any) -> ArrowSummary | None:
-        """The summary of stored fields, None for any not as `put` writes them (a damaged or
-        foreign index: the file is read again)."""
+        """The summary of stored fields, None for any not as `put` writes them (the file is read again)."""
         fmt, rows, batches, columns, fp, template, eos, error = fields
         known = self._columns.get(id(columns))  # one check per distinct columns of a folder
         if known is None or known[0] is not columns:

@@ -1,14 +1,11 @@
 """Paths of the files a listing finds, made cheaply: `child_maker(folder)` gives a function from a
 file's name to its `Path`.
 
-A `Path` made the ordinary way parses its text and keeps it twice (the text, and a list of its
-parts): some 400 bytes per file, 40 MB for a cache of 100,000 files, and a few microseconds each.
-Where the interpreter's `pathlib` keeps its parts in a list (Python 3.10 and 3.11 on POSIX), a
-child is a `PosixPath` that holds its folder's path and its own name, and makes its text and parts
-only when asked (each time: nothing more is kept). It is a `PosixPath` in every way that counts:
-equal to, hashing and sorting like, printing and pickling as the same `Path(text)`, and every path
-derived from it (`parent`, `/`, `with_name`, ...) is an ordinary `PosixPath`. Elsewhere children
-are ordinary `Path`s, made from their text without parsing it again.
+A `Path` made the ordinary way parses its text and keeps it twice (the text and its parts): some
+400 bytes and a few microseconds per file. Where `pathlib` keeps its parts in a list (Python 3.10
+and 3.11 on POSIX), a child is a `PosixPath` holding its folder's path and its name, making its
+text and parts when asked. It is equal to, hashes, sorts, prints and pickles as `Path(text)`, and
+paths derived from it are ordinary ones. Elsewhere children are ordinary `Path`s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Reading Arrow headers ahead of the walk, on the other cores: a cold listing of many files
-waits mostly on those reads. `ReadAhead` finds the Arrow files of folders the read index does not
-know whole and has forked processes read them (`read_summaries`), handing each summary to the walk
-when its turn comes."""
+waits mostly on those reads."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import math
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from cachetool.cache import layout
@@ -23,16 +21,14 @@ READ_AHEAD_AFTER = 100
 
 
 class ReadAhead:
-    """The headers of one walk's Arrow files read on other cores: `start` finds the files and
-    starts the reading processes, `result` hands the walk the summary of a file when its turn
-    comes, `missed` counts the files the read index did not know, `close` stops the processes."""
+    """The headers of one walk's Arrow files, read on other cores and handed to the walk in turn."""
 
     def __init__(self, root: str, root_len: int, index: ReadIndex) -> None:
         self.root = root
         self.root_len = root_len  # the length of the root's text and a separator
         self.index = index
         self.prefetched: dict[str, ArrowSummary] = {}  # headers read ahead, before their turn
-        self._reads: Iterable[tuple[str, ArrowSummary]] = ()  # headers being read on other cores
+        self._reads: _Reads | None = None  # headers being read on other cores
         self.pending: set[str] = set()  # paths read ahead and not yet asked for
         self._stream: Iterator[tuple[str, ArrowSummary]] = iter(())
         self.misses = 0  # Arrow files the read index did not know, so far
@@ -40,17 +36,12 @@ class ReadAhead:
         self.walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
 
     def start(self) -> None:
-        """Where more than one core is free: find the Arrow files of folders the read index does
-        not know whole (new folders, or ones whose count of Arrow files changed) and have their
-        headers read on the other cores while the walk goes on: a cold listing of many files
-        waits mostly on those reads. This first pass only reads names (no `stat`, nothing kept
-        but the paths to read); folders the walk never reads Arrow headers in (cachetool's own,
-        downloads, interrupted prepares, gc leftovers) are skipped. A file changed in place in a
-        known folder is read by the walk itself.
-
-        With a read index, the pass waits until the walk has met `READ_AHEAD_AFTER` files the
-        index does not know (a repeat listing of an unchanged cache never makes it), and then
-        leaves out the folders the walk has already been through."""
+        """Where more than one core is free, have the headers of the Arrow files of folders the
+        read index does not know whole (new ones, or ones whose count of Arrow files changed) read
+        on the other cores. This pass reads names only, and skips the folders the walk reads no
+        header in; a file changed in place in a known folder is read by the walk itself. With a
+        read index it waits until the walk has met `READ_AHEAD_AFTER` files the index does not
+        know (a repeat listing of an unchanged cache never does), then skips the folders walked."""
         if self.index.stored and not self.deferred:
             self.deferred = True
             return
@@ -93,8 +84,7 @@ class ReadAhead:
         self._stream = iter(self._reads)
 
     def missed(self) -> None:
-        """The walk met an Arrow file the read index did not know: a deferred read-ahead starts
-        at the `READ_AHEAD_AFTER`th."""
+        """The walk met an Arrow file the read index did not know."""
         self.misses += 1
         if self.deferred and self.misses >= READ_AHEAD_AFTER:
             self.start()
@@ -114,11 +104,9 @@ class ReadAhead:
         return None
 
     def close(self) -> None:
-        """Stop the processes reading ahead (all their work is done once the walk is)."""
-        close = getattr(self._reads, "close", None)
-        if close is not None:
-            close()
-        self._reads = ()
+        if self._reads is not None:
+            self._reads.close()
+        self._reads = None
 
 
 def _read_ahead_below(name: str, at_root: bool) -> bool:
@@ -129,13 +117,10 @@ def _read_ahead_below(name: str, at_root: bool) -> bool:
 
 
 def spare_cores() -> int:
-    """Cores a cold listing may use: those this process may run on and the machine's load
-    leaves idle, and one only where forking is unsafe (another thread runs, e.g. a progress
-    display) or unavailable. The listing keeps one for its own walk and reads headers in a
-    process on each of the others: on 2 cores, a second reading process only took turns with
-    the walk (the same time, 10% more CPU). A reading process costs CPU of its own (the names
-    walked twice, the summaries sent back): on a busy machine, where it only takes turns with
-    the walk, reading in the listing's own process is the faster too."""
+    """Cores a cold listing may use: those this process may run on and the machine's load leaves
+    idle; one where forking is unsafe (another thread runs) or unavailable. The walk keeps one
+    and a reading process runs on each other: on a busy machine, where a reader only takes turns
+    with the walk (and costs CPU of its own), reading in the walk's own process is faster."""
     import threading
 
     if threading.active_count() > 1 or not hasattr(os, "fork"):
@@ -152,14 +137,11 @@ def spare_cores() -> int:
 
 
 class _Reads:
-    """`read_summary` of each path, on `workers` forked processes, handed back in order as they
-    come (the walk classifies the first folders while the others are read). Chunk `i` of the
-    paths is read by process `i % workers`, which writes its chunks' summaries, pickled, to its
-    own pipe in order: a process a pipe's worth ahead of the walk waits, so read summaries do not
-    pile up in memory when the walk is the slower side. The walk reads the pipes itself (a
-    `ProcessPoolExecutor`'s thread unpickling results took the interpreter lock from the walk:
-    0.06 s of CPU at 20k files). A process that died hands back nothing more: the walk reads
-    those files itself."""
+    """(path, summary) of each of `paths`, in order, read on `workers` forked processes. Chunk `i`
+    is read by process `i % workers` and written, pickled, to its own pipe: a process a pipe's
+    worth ahead of the walk waits, so summaries do not pile up. The walk reads the pipes itself
+    (a `ProcessPoolExecutor`'s thread took the interpreter lock from it). A process that died
+    hands back nothing more: the walk reads those files itself."""
 
     def __init__(self, paths: list[str], workers: int) -> None:
         chunk = max(64, min(512, len(paths) // (workers * 8)))
@@ -180,7 +162,6 @@ class _Reads:
             self._readers.append((pid, open(r, "rb")))  # noqa: SIM115 - closed by close()
 
     def __iter__(self) -> Iterator[tuple[str, ArrowSummary]]:
-        """(path, summary) pairs, in the order of the paths; fewer if a reading process died."""
         import pickle
 
         i = 0
@@ -196,7 +177,6 @@ class _Reads:
             yield from zip(chunk, pickle.loads(data), strict=True)
 
     def close(self) -> None:
-        """Stop the reading processes (a listing that ends early leaves them work undone)."""
         import signal
 
         for pid, pipe in self._readers:
@@ -210,8 +190,8 @@ class _Reads:
 
 
 def _reader_main(chunks: list[list[str]], fd: int) -> None:  # pragma: no cover - runs forked
-    """A reading process: the summaries of each chunk, pickled, length first, to `fd`; then it
-    exits without running the listing's exit handlers."""
+    """A reading process: each chunk's summaries, pickled, length first, to `fd`; then it exits
+    without running the listing's exit handlers."""
     import pickle
 
     code = 0
@@ -228,10 +208,8 @@ def _reader_main(chunks: list[list[str]], fd: int) -> None:  # pragma: no cover 
 
 
 def _reader_start() -> None:
-    """A reading process only decodes schemas and walks batches with pyarrow, which does so
-    without numpy since pyarrow 16: unless this process has numpy or pyarrow already (forked
-    from a program that imported them), numpy is kept out, which makes importing pyarrow, the
-    first thing the process waits for, take a third of the time."""
+    """Keep numpy out of a reading process (pyarrow >= 16 reads headers without it) unless it was
+    forked with numpy or pyarrow loaded: importing pyarrow then takes a third of the time."""
     if "numpy" in sys.modules or "pyarrow" in sys.modules:
         return
     try:
@@ -248,6 +226,6 @@ def _read_chunk(paths: list[str]) -> list[ArrowSummary]:
     return [read_summary(p) for p in paths]
 
 
-def read_summaries(paths: list[str], workers: int) -> Iterable[tuple[str, ArrowSummary]]:
+def read_summaries(paths: list[str], workers: int) -> _Reads:
     """(path, summary) of each of `paths`, in order, read on `workers` other processes."""
     return _Reads(paths, workers)

@@ -1,12 +1,9 @@
 """Scanning a datasets cache: `scan_cache(root)` walks the tree once and returns a `CacheReport`.
 
-Only `stat`, small JSON metadata files and Arrow headers are read. Leftovers and odd names become
-entries of kind `unreadable`/`other` plus warnings. It never follows a symlink, never opens
-anything but regular files, and never reads column data (see `cachetool.cache.arrow`).
-
-The parts: `model` (the dataclasses), `walk` (listing folders, reading files), `recognize` (what
-a folder is), `classify` and `nondata` (the rules that make entries), `entries` (building them),
-`lookup` (finding one by name).
+Only `stat`, small JSON metadata files and Arrow headers are read; a symlink is never followed,
+nothing but regular files is opened. Leftovers and odd names become entries of kind
+`unreadable`/`other` plus warnings. The parts: `model` (the dataclasses), `walk`, `recognize`
+(what a folder is), `classify` and `nondata` (the rules), `entries` (building them).
 """
 
 from __future__ import annotations
@@ -42,10 +39,9 @@ def scan_cache(
 ) -> CacheReport:
     """Scan a datasets cache root (or a `save_to_disk` folder, or any folder of Arrow files).
 
-    Reads only `stat` results, JSON metadata and Arrow headers. With `use_index`, what was read is
-    remembered in the user's cache folder (`cachetool.cache.dirs.derived_dir`; nothing is written
-    into the root), so a repeat scan only stats unchanged files. What a higher layer knows comes
-    in as data: `usage` (fingerprint to what the ledger says of it, e.g.
+    With `use_index`, what was read is remembered in the user's cache folder (never in the root),
+    so a repeat scan only stats unchanged files. What a higher layer knows comes in as data:
+    `usage` (fingerprint to what the ledger says of it, e.g.
     `cachetool.history.ledger.usage_by_fingerprint(root)`) fills parent, operation and last use;
     `liveness` (e.g. `cachetool.maintenance.liveness.scan_in_use`), called as
     `liveness(root=root)` at most once, tells a tf.data cache being written from an abandoned one
@@ -63,10 +59,10 @@ def scan_cache(
         scanner = Scanner(root_path, index, progress, liveness)
         if not own:
             try:
-                scanner.read_ahead()
+                scanner.ahead.start()  # unread headers read on other cores while the walk goes on
                 scanner.walk(root_path)
             finally:
-                scanner.close()
+                scanner.ahead.close()
         index.save()
         entries = attribute_locks(scanner.entries, scanner.datasets)
         if usage:
@@ -77,8 +73,8 @@ def scan_cache(
 
 
 def _in_listing_order(entries: list[Entry]) -> list[Entry]:
-    """`entries` by dataset, kind, split, then path text: grouped first, so the texts of one
-    group's paths exist at a time, not those of every entry of a large cache."""
+    """`entries` by dataset, kind, split, then path text (grouped first, so only one group's path
+    texts exist at a time)."""
     groups: dict[tuple[str, str, str], list[Entry]] = {}
     for e in entries:
         key = (e.dataset or "~", e.kind._value_, e.split or "")
@@ -90,20 +86,14 @@ def _in_listing_order(entries: list[Entry]) -> list[Entry]:
     out: list[Entry] = []
     for key in sorted(groups):
         group = groups.pop(key)
-        group.sort(key=_path_text)
+        group.sort(key=lambda e: str(e.path))
         out += group
     return out
 
 
-def _path_text(e: Entry) -> str:
-    return str(e.path)
-
-
 def may_have_ledger(root: Path) -> bool:
-    """Whether a folder that may hold ledger segments of `root` holds any file named like one:
-    a caller that would read the ledger's usage for a scan can skip importing it otherwise. The
-    per-user fallback's name (a hash of the root's path) is made only where the per-user
-    `ledgers` folder exists."""
+    """Whether a folder that may hold ledger segments of `root` holds a file named like one (a
+    caller can skip importing the ledger otherwise)."""
     from cachetool.cache.roots import SEGMENT_SUFFIX, present_ledger_dirs
 
     for folder in present_ledger_dirs(root):

@@ -1,6 +1,6 @@
 """The walk: folders listed with `os.scandir` (never following a link), files turned into
 `CacheFile`s with their `stat` and, for Arrow files, their headers (from the read index when the
-file did not change, else read, on other cores when many are unread: `cachetool.cache.readahead`)."""
+file did not change, else read, ahead on other cores when many are unread)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,9 @@ from cachetool.cache.readahead import ReadAhead
 
 
 class Item:
-    """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing
-    uses (`ok` is False, with `error` saying why, when `lstat` failed). Only the fields are kept:
-    a whole `stat_result` and its numbers take some 600 bytes per file. `prefix` is the folder's
-    text and a separator, one string shared by the folder's items."""
+    """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing uses
+    (`ok` False and `error` saying why when `lstat` failed), not the whole `stat_result` (some 600
+    bytes). `prefix` is the folder's text and a separator, one string shared by its items."""
 
     __slots__ = (
         "ctime_ns",
@@ -107,10 +106,9 @@ def list_dir(path: Path) -> tuple[list[Item], str | None]:
 
 @contextmanager
 def gc_paused(freeze: bool = False) -> Iterator[None]:
-    """No cyclic garbage collection while a listing builds its objects: a scan of 100,000 files
-    makes millions of objects and no cycles, and the collector walking them again and again was
-    a quarter to a third of the time. With `freeze` (a command about to exit) what was made is
-    moved out of the collector's sight on the way out, so no collection walks it even once."""
+    """No cyclic garbage collection while a listing builds its objects (millions, and no cycles:
+    collections took a quarter to a third of the time). With `freeze` (a command about to exit)
+    what was made is moved out of the collector's sight on the way out."""
     if not gc.isenabled():
         yield
         return
@@ -148,15 +146,6 @@ class Walker:
         self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
         self._folder = ""  # the same, relative to the root
         self._walked = self.ahead.walked  # folders (text + "/") whose Arrow files the walk has met
-
-    def read_ahead(self) -> None:
-        """Have the headers of the Arrow files the read index does not know read on the other
-        cores while the walk goes on, where more than one core is free (`ReadAhead.start`)."""
-        self.ahead.start()
-
-    def close(self) -> None:
-        """Stop the processes reading ahead (all their work is done once the walk is)."""
-        self.ahead.close()
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
