@@ -156,7 +156,7 @@ def _stream(h: Headers | None) -> ArrowSummary | None:
     return ArrowSummary(STREAM, rows, batches, columns, fp, metadata_template(text, fp), eos, error)
 
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _NOATIME = getattr(os, "O_NOATIME", 0)
 
 

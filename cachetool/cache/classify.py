@@ -1,32 +1,33 @@
-"""The walk's rules for dataset folders: which folder is a saved dataset, a saved DatasetDict,
-an interrupted save or a prepared builder folder, and which entry each file of a folder is part
-of (`cachetool.cache.layout` holds the name patterns)."""
+"""The walk's rules: what each folder and file of a cache is. A saved dataset (`state.json`), a
+saved DatasetDict (`dataset_dict.json`), an interrupted save, a prepared builder folder
+(`<name>/<config>/<version>[/<hash>]`), the entry each file of a folder is part of, and what
+holds no dataset state: downloads, extracted archives, `tf.data` file caches and what a killed gc
+set aside (`cachetool.cache.layout` holds the name patterns)."""
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cachetool.cache import layout
+from cachetool.cache.arrow import open_noatime
 from cachetool.cache.entries import derived_entry, plain_arrow_entry, shard_set_entry, source_entry
 from cachetool.cache.layout import Kind, parse_cache_file
-from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry
-from cachetool.cache.nondata import NonDataWalker
-from cachetool.cache.recognize import (
-    is_count,
-    is_dataset_dict,
-    is_datasets_state,
-    is_interrupted_save,
-    looks_like_arrow_stream,
-    read_json,
-    relative_data_dir,
-)
-from cachetool.cache.walk import Item, list_dir
+from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, Liveness
+from cachetool.cache.walk import Item, Walker, list_dir
 from cachetool.fingerprint.plain import loaded_fingerprint
+from cachetool.safejson import read_json_file
+
+#: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
+_TF_HINT = re.compile(r"\.index$|\.data-\d{5}-of-\d{5}$|\.lockfile$|\.tempstate\d")
 
 
-class Scanner(NonDataWalker):
+class Scanner(Walker):
     """One scan of a cache root: `walk(root)` fills `entries`, `datasets` and `warnings`."""
 
     #: The folders still to walk, the next one last (None: no walk under way).
@@ -332,3 +333,223 @@ class Scanner(NonDataWalker):
                 problems=("data-*.arrow without state.json: an interrupted save_to_disk",),
             )
         )
+
+    # -- what holds no dataset state ----------------------------------------------------------
+
+    def tf_caches(self, path: Path, items: Sequence[Item], ds: DatasetDir | None) -> Sequence[Item]:
+        """Group the files of `tf.data` file caches in this folder into one entry each; returns the
+        items left for the other rules."""
+        # Most names in a datasets cache end in .arrow: one suffix test keeps 100k files cheap.
+        candidates = [
+            it for it in items if not it.name.endswith(".arrow") and _TF_HINT.search(it.name) and it.is_file
+        ]
+        if not candidates:
+            return items
+        from cachetool.cache import tfdata
+
+        by_name = {it.name: it for it in candidates if tfdata.is_tf_cache_file(it.name)}
+        if not by_name:
+            return items
+        caches = tfdata.find_tf_caches(
+            os.fsdecode(path),
+            list(by_name),
+            sizes=lambda n: by_name[n].size,
+            holders=lambda n: (
+                tuple(live.pids_for_path(os.fsdecode(path / n))) if (live := self.in_use()) else ()
+            ),
+        )
+        claimed: set[str] = set()
+        for c in caches:
+            files = tuple(self.cache_file(by_name[n], arrow=False) for n in c.files)
+            state, problems = c.state, list(c.problems)
+            newest = max(f.mtime for f in files)
+            live = self.in_use() if state == "abandoned" else None
+            if live is not None and (lease := live.lease_over(newest)) is not None:
+                state = "being-written"
+                problems.append(f"may be being written by {lease} (a live lease)")
+            elif state == "abandoned":
+                problems.append(
+                    "abandoned by a killed writer: its lockfile makes the next run fail "
+                    "(AlreadyExistsError); `cachetool gc --temp` removes it"
+                )
+            elif state == "being-written":
+                problems.append(f"being written by pid {', '.join(map(str, c.writer_pids))}")
+            self.entries.append(
+                Entry(
+                    Kind.TF_CACHE,
+                    Path(c.path),
+                    files,
+                    dataset=ds.name if ds else None,
+                    dataset_dir=ds.path if ds else None,
+                    problems=tuple(problems),
+                    state=state,
+                    writer_pids=c.writer_pids,
+                )
+            )
+            claimed.update(c.files)
+        return [it for it in items if it.name not in claimed]
+
+    def in_use(self) -> Liveness | None:
+        """Which files live processes hold, and the root's live leases (taken once, when needed,
+        from the scan's `liveness`; None without it)."""
+        if self._in_use is None and self.liveness is not None:
+            self._in_use = self.liveness(root=self.root)
+        return self._in_use
+
+    def gc_trash(self, item: Item, ds: DatasetDir | None) -> Entry:
+        """What a killed gc set aside (`.cachetool-gc-<pid>-<n>`): a leftover for `gc --temp`."""
+        files = self.tree_files(item.path) if item.is_dir else [self.cache_file(item, arrow=False)]
+        return Entry(
+            Kind.TEMP,
+            item.path,
+            tuple(files),
+            dataset=ds.name if ds else None,
+            dataset_dir=ds.path if ds else None,
+            problems=("set aside by a gc that did not finish",),
+        )
+
+    def downloads(self, path: Path) -> None:
+        items, err = list_dir(path)
+        if err:
+            self.warn(path, err)
+            return
+        by_base: dict[str, list[CacheFile]] = defaultdict(list)
+        for it in items:
+            if it.is_dir:
+                if it.name == "extracted":
+                    self.extracted(it.path)
+                else:
+                    self.walk(it.path)
+                continue
+            odd = self.odd(it, None)
+            if odd is not None:
+                self.entries.append(odd)
+                continue
+            f = self.cache_file(it, arrow=False)
+            if layout.is_lock_name(it.name):
+                self.entries.append(Entry(Kind.LOCK, it.path, (f,), dataset="downloads"))
+                continue
+            base = it.name
+            for suffix in (".json", ".incomplete"):
+                if base.endswith(suffix):
+                    base = base[: -len(suffix)]
+            by_base[base].append(f)
+        for base, files in sorted(by_base.items()):
+            main = next((f for f in files if f.name == base), files[0])
+            problems = ("incomplete download",) if any(f.name.endswith(".incomplete") for f in files) else ()
+            self.entries.append(
+                Entry(Kind.DOWNLOAD, main.path, tuple(files), dataset="downloads", problems=problems)
+            )
+
+    def extracted(self, path: Path) -> None:
+        items, err = list_dir(path)
+        if err:
+            self.warn(path, err)
+            return
+        for it in items:
+            odd = self.odd(it, None)
+            if odd is not None:
+                self.entries.append(odd)
+            elif it.is_dir:
+                self.entries.append(
+                    Entry(
+                        Kind.EXTRACTED,
+                        it.path,
+                        tuple(self.tree_files(it.path)),
+                        dataset="downloads/extracted",
+                    )
+                )
+            elif layout.is_lock_name(it.name):
+                self.entries.append(
+                    Entry(
+                        Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), dataset="downloads/extracted"
+                    )
+                )
+            else:
+                self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
+
+
+def read_json(path: Path) -> Any:
+    """A small JSON file `datasets` wrote, or None: regular files only (a FIFO is never waited
+    on), size-capped, and nesting too deep to parse is a bad file like any other."""
+    try:
+        return read_json_file(path)
+    except (OSError, ValueError):
+        return None
+
+
+def is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def is_dataset_dict(path: Path) -> bool:
+    """`dataset_dict.json` as `DatasetDict.save_to_disk` writes it: {"splits": ["train", ...]}."""
+    doc = read_json(path)
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("splits"), list)
+        and all(isinstance(x, str) for x in doc["splits"])
+    )
+
+
+def is_datasets_state(state: Any) -> bool:
+    """A `state.json` as `Dataset.save_to_disk` writes it: `_fingerprint` is a string and
+    `_data_files` names the whole set `data-00000-of-0000N.arrow` … `data-<N-1>-of-0000N.arrow`.
+    Such a folder is a saved dataset even when none of its data files remain (a damaged save
+    verify reports). Anything else is a user's file."""
+    if not isinstance(state, dict) or not isinstance(state.get("_fingerprint"), str):
+        return False
+    files = state.get("_data_files")
+    if not isinstance(files, list) or not files:
+        return False
+    named = [d.get("filename") if isinstance(d, dict) else None for d in files]
+    shards = [layout.SAVED_SHARD_RE.match(n) if isinstance(n, str) else None for n in named]
+    if not all(shards):
+        return False
+    return sorted((int(m["index"]), int(m["count"])) for m in shards if m) == [
+        (i, len(shards)) for i in range(len(shards))
+    ]
+
+
+def is_interrupted_save(items: Sequence[Item]) -> bool:
+    """Only what `save_to_disk` writes (data-NNNNN-of-NNNNN.arrow, dataset_info.json, locks),
+    and the data files are Arrow streams or empty: a killed save, not a user's folder."""
+    for it in items:
+        if it.is_dir:
+            if it.name != layout.LEDGER_DIR:
+                return False
+            continue
+        if it.name in (layout.DATASET_INFO, "dataset_infos.json") or layout.is_lock_name(it.name):
+            continue
+        if not layout.SAVED_SHARD_RE.match(it.name) or not looks_like_arrow_stream(it.path):
+            return False
+    return True
+
+
+def looks_like_arrow_stream(path: Path) -> bool:
+    """Empty, or starting as every Arrow IPC stream `datasets` writes starts (the continuation
+    marker `ff ff ff ff`): what a killed writer leaves. A user's text file is neither."""
+    try:
+        fd = open_noatime(path)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) in (b"", b"\xff\xff\xff\xff")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def relative_data_dir(path: Path) -> str | None:
+    """`<name>/<config>/<version>[/<hash>]`, as `DatasetBuilder._relative_data_dir` builds it.
+
+    Recognised by the version level (`0.0.0`), not by depth below the root: a builder folder is
+    3 levels deep without a module hash and 4 with one.
+    """
+    parts = path.parts
+    if len(parts) >= 3 and layout.VERSION_RE.match(parts[-1]):
+        return "/".join(parts[-3:])
+    if len(parts) >= 4 and layout.VERSION_RE.match(parts[-2]):
+        return "/".join(parts[-4:])
+    return None

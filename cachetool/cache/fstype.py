@@ -21,27 +21,8 @@ import ctypes
 import os
 from dataclasses import dataclass
 
-#: Mount-table types of network and cluster file systems.
-SHARED_TYPES = frozenset(
-    {
-        "nfs",
-        "nfs4",
-        "lustre",
-        "gpfs",
-        "ceph",
-        "cifs",
-        "smb3",
-        "smbfs",
-        "glusterfs",
-        "beegfs",
-        "afs",
-        "9p",
-        "panfs",
-        "ocfs2",
-        "gfs2",
-    }
-)
-#: statfs magic numbers (linux/magic.h and the file systems' own headers) of the same.
+#: statfs magic numbers (linux/magic.h and the file systems' own headers) of network and cluster
+#: file systems.
 SHARED_MAGIC = {
     0x6969: "nfs",
     0x0BD00BD0: "lustre",
@@ -57,6 +38,8 @@ SHARED_MAGIC = {
     0x7461636F: "ocfs2",
     0x01161970: "gfs2",
 }
+#: Mount-table types of the same.
+SHARED_TYPES = frozenset({*SHARED_MAGIC.values(), "nfs4", "smb3", "glusterfs", "panfs"})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from cachetool.errors import RecordedOnly
 
@@ -25,32 +25,6 @@ if TYPE_CHECKING:
 _SHARD_OF = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
 #: `cache-<fp>.arrow` (or one shard's `cache-<fp>_00000_of_00002.arrow`): a cache file's name.
 _CACHE_FILE = re.compile(r"^cache-(.+?)(?:_\d{5}_of_\d{5})?\.arrow$")
-
-
-@runtime_checkable
-class KnownFingerprints(Protocol):
-    """Fingerprints a ledger records, asked one at a time or by prefix (a long ledger's index
-    answers without listing them all)."""
-
-    def __contains__(self, fp: object, /) -> bool: ...
-
-    def starting_with(self, prefix: str) -> list[str]: ...
-
-
-class _Known:
-    """The fingerprints of a set, and of a `KnownFingerprints` when given."""
-
-    def __init__(self, fps: set[str], more: KnownFingerprints | None = None) -> None:
-        self.fps, self.more = fps, more
-
-    def __contains__(self, fp: object) -> bool:
-        return fp in self.fps or (self.more is not None and fp in self.more)
-
-    def starting_with(self, prefix: str) -> list[str]:
-        found = {x for x in self.fps if x.startswith(prefix)}
-        if self.more is not None:
-            found.update(self.more.starting_with(prefix))
-        return sorted(found)
 
 
 @dataclass(frozen=True)
@@ -75,7 +49,7 @@ def resolve(
     report: CacheReport,
     ledger: Ledger | None = None,
     *,
-    recorded: Iterable[str] | KnownFingerprints | None = None,
+    recorded: Iterable[str] | None = None,
 ) -> Resolved:
     """The one fingerprint `name` means, with one rule for every command:
 
@@ -100,11 +74,7 @@ def resolve(
 
     if not name:
         raise UnknownFingerprint(name, report.root)
-    fps = ledger.fingerprints() if ledger is not None else set()
-    if isinstance(recorded, KnownFingerprints):
-        known = _Known(fps, recorded)
-    else:
-        known = _Known(fps | set(recorded or ()))
+    known = (ledger.fingerprints() if ledger is not None else set()) | set(recorded or ())
     # 1. a path, or a cache file's name
     e = entry_at_path(report, name)
     if e is not None:
@@ -131,7 +101,7 @@ def cache_file_key(name: str) -> str:
 
 
 def _by_prefix(
-    name: str, report: CacheReport, ledger: Ledger | None, known: _Known, entries: Iterable[Entry]
+    name: str, report: CacheReport, ledger: Ledger | None, known: set[str], entries: Iterable[Entry]
 ) -> Resolved:
     from cachetool.errors import AmbiguousFingerprint, UnknownFingerprint
 
@@ -145,7 +115,7 @@ def _by_prefix(
         seen.update(fps)
         fp = next((x for x in named if x in known), None) or next((x for x in fps if x in known), named[0])
         candidates[f"{e.id} ({e.kind.value}, {os.fsdecode(e.path)})"] = Resolved(fp, e)
-    for fp in known.starting_with(name):
+    for fp in sorted(x for x in known if x.startswith(name)):
         if fp in seen:
             continue
         shard_of = _SHARD_OF.match(fp)  # a num_proc shard is part of its map's result

@@ -187,19 +187,13 @@ def parse_index(data: bytes) -> TfIndex:
 
 def read_index(path: str) -> TfIndex:
     """Read and decode an index file (regular files only, size-capped; never follows a symlink)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOATIME", 0))
-    try:
-        st = os.fstat(fd)
-        import stat
+    from cachetool.cache.arrow import open_noatime
+    from cachetool.safejson import BadJsonFile, read_opened
 
-        if not stat.S_ISREG(st.st_mode):
-            raise TfIndexError("not a regular file")
-        if st.st_size > MAX_INDEX_BYTES:
-            raise TfIndexError(f"{st.st_size} bytes: larger than any index this reads")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return parse_index(f.read())
-    finally:
-        os.close(fd)
+    try:
+        return parse_index(read_opened(lambda: open_noatime(path), MAX_INDEX_BYTES))
+    except BadJsonFile as e:
+        raise TfIndexError(str(e)) from None
 
 
 # --- grouping files into caches ----------------------------------------------------------------
@@ -211,9 +205,7 @@ def tf_leftover_name(name: str) -> bool:
 
 
 def is_tf_cache_file(name: str) -> bool:
-    return bool(
-        LOCK_RE.match(name) or TEMPSTATE_RE.match(name) or DATA_RE.match(name) or INDEX_RE.match(name)
-    )
+    return _owner(name) is not None
 
 
 def _owner(name: str) -> str | None:
