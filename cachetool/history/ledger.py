@@ -133,13 +133,13 @@ The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same d
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachetool.cache.roots import known_roots
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import RunSummaryRecord
+from cachetool.history.records.compacted import FpSums, RunSummaryRecord
 from cachetool.history.records.other import GcRecord, SourceRecord
 from cachetool.history.records.steps import SaveRecord, StepRecord
 from cachetool.history.segments import iter_segments, read_segment
@@ -162,44 +162,47 @@ class Usage:
     made_as: str | None = None
 
 
+def add_sums(a: FpSums | None, b: FpSums) -> FpSums:
+    """Two tallies of one fingerprint as one: the later use, the counts added, random if either."""
+    if a is None:
+        return b
+    return (max(a[0], b[0]), a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] | b[4])
+
+
+def step_sums(rec: StepRecord) -> Iterator[tuple[str, FpSums]]:
+    """What one step adds to the usage of each fingerprint it names: its end, a use of what it
+    made and of its parents; an origin (`is_origin`), one record with its hit, miss and random
+    fingerprint for each fingerprint it made."""
+    hit, miss, random = rec.origin_counts if rec.is_origin else (0, 0, 0)
+    for fp in rec.made:
+        yield fp, (rec.end, int(rec.is_origin), hit, miss, random)
+    for fp in rec.parents:
+        yield fp, (rec.end, 0, 0, 0, 0)
+
+
 def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] = ()) -> dict[str, Usage]:
-    last: dict[str, float] = {}
+    sums: dict[str, FpSums] = {}
     origin: dict[str, StepRecord] = {}
-    counts: dict[str, list[int]] = {}  # fp -> [records, hits, misses, random]
     for summary in summaries:  # runs a compaction folded away: their uses and origin counts
-        for kept, (when, records, hits, misses, random) in summary.fps.items():
-            last[kept] = max(last.get(kept, 0.0), when)
-            c = counts.setdefault(kept, [0, 0, 0, 0])
-            c[0] += records
-            c[1] += hits
-            c[2] += misses
-            c[3] |= random
+        for fp, got in summary.fps.items():
+            sums[fp] = add_sums(sums.get(fp), got)
     for rec in steps:  # oldest first: the latest origin wins
-        for fp in rec.used:  # using a dataset as a parent is a use of it too
-            last[fp] = max(last.get(fp, 0.0), rec.end)
-        # A save or a no-op map says nothing about where the fingerprint comes from.
-        if rec.is_origin:
-            hit, miss, random = rec.origin_counts
-            for made in rec.made:
-                origin[made] = rec
-                c = counts.setdefault(made, [0, 0, 0, 0])
-                c[0] += 1
-                c[1] += hit
-                c[2] += miss
-                c[3] |= random
+        if rec.is_origin:  # a save or a no-op map says nothing about where it comes from
+            origin.update((made, rec) for made in rec.made)
+        for fp, got in step_sums(rec):
+            sums[fp] = add_sums(sums.get(fp), got)
     out: dict[str, Usage] = {}
-    for fp, when in last.items():
+    for fp, (when, records, hits, misses, random) in sums.items():
         o = origin.get(fp)
-        c = counts.get(fp, [0, 0, 0, 0])
         out[fp] = Usage(
             last_used=when,
             parent=o.parents[0] if o and o.parents else None,
             operation=o.operation if o else None,
             parents=o.parents if o else (),
-            records=c[0],
-            hits=c[1],
-            misses=c[2],
-            random_fallback=bool(c[3]),
+            records=records,
+            hits=hits,
+            misses=misses,
+            random_fallback=bool(random),
             made_as=o.result if o is not None and o.result != fp else None,
         )
     return out

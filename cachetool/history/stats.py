@@ -21,7 +21,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from cachetool.cache.store import read_state_json, write_whole
 from cachetool.errors import CachetoolError
 from cachetool.history.hosts import ConcurrentComputation, concurrent_computations
 from cachetool.history.ledger import Ledger
+from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.compacted import RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
 
@@ -47,11 +48,11 @@ class Counts:
     """Hits, misses and what they cost, for all steps or for one group of them."""
 
     steps: int = 0
+    runs: int = 0
     hits: int = 0
     misses: int = 0  # partial ones included
     partial: int = 0
     no_file: int = 0
-    runs: int = 0
     miss_seconds: float = 0.0
     recompute_seconds: float = 0.0
     bytes_written: int = 0
@@ -73,20 +74,41 @@ class Counts:
         return "-" if rate is None else f"{rate * 100:.1f} %"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "runs": self.runs,
-            "hits": self.hits,
-            "misses": self.misses,
-            "partial": self.partial,
-            "no_file": self.no_file,
-            "hit_rate": self.hit_rate,
-            "miss_seconds": round(self.miss_seconds, 6),
-            "recompute_seconds": round(self.recompute_seconds, 6),
-            "bytes_written": self.bytes_written,
-            "uncached": self.uncached,
-            "uncached_seconds": round(self.uncached_seconds, 6),
-        }
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = round(v, 6) if isinstance(v, float) else v
+            if f.name == "no_file":
+                out["hit_rate"] = self.hit_rate
+        return out
+
+    @classmethod
+    def of(cls, steps: list[tuple[StepRecord, bool]], summaries: Iterable[RunSummaryRecord] = ()) -> Counts:
+        """The counts of `steps` (each with whether it had run before: its time, when it computed
+        or ran uncached, is lost), and of the summarised runs `summaries`."""
+        misses = [r for r, _ in steps if r.computed]
+        uncached = [r for r, _ in steps if r.uncached is not None]
+        c = cls(
+            steps=len(steps),
+            hits=sum(r.cache == "hit" for r, _ in steps),
+            misses=len(misses),
+            partial=sum(r.cache == "partial" for r in misses),
+            no_file=len(steps) - sum(r.cache in ("hit", "miss", "partial") for r, _ in steps),
+            miss_seconds=sum(r.duration for r in misses),
+            recompute_seconds=sum(r.duration for r, again in steps if again and (r.computed or r.uncached)),
+            bytes_written=sum(written_bytes(r) for r, _ in steps),
+            uncached=len(uncached),
+            uncached_seconds=sum(r.duration for r in uncached),
+        )
+        runs = {r.run for r, _ in steps if r.run}
+        for s in summaries:  # their call sites and datasets are not kept
+            runs.update(s.run if s.runs == 1 else f"{s.run}#{i}" for i in range(s.runs))
+            c = replace(c, **{k: getattr(c, k) + getattr(s, k) for k in _SUMMED})
+        return replace(c, runs=len(runs))
+
+
+#: The counts a run's summary holds as `Counts` does.
+_SUMMED = ("steps", "hits", "misses", "partial", "no_file", "miss_seconds", "bytes_written")
 
 
 @dataclass(frozen=True)
@@ -101,14 +123,8 @@ class Group:
     line: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "operation": self.operation,
-            "function": self.function,
-            "file": self.file,
-            "line": self.line,
-            **self.counts.to_json(),
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "counts"}
+        return out | self.counts.to_json()
 
 
 @dataclass(frozen=True)
@@ -120,7 +136,7 @@ class RandomReason:
     count: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"argument": self.argument, "error": self.error, "count": self.count}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -171,65 +187,6 @@ class StatsReport:
                 "computations": [c.to_json() for c in self.concurrent],
             },
         }
-
-
-class _Acc:
-    """A mutable tally, frozen into `Counts` at the end."""
-
-    def __init__(self) -> None:
-        self.steps = self.hits = self.misses = self.partial = self.no_file = self.bytes = 0
-        self.miss_s = self.recompute_s = self.uncached_s = 0.0
-        self.uncached = 0
-        self.runs: set[str] = set()
-
-    def add(self, rec: StepRecord, recomputed: bool) -> None:
-        self.steps += 1
-        if rec.run:
-            self.runs.add(rec.run)
-        cache = rec.cache
-        seconds = rec.duration
-        if cache == "hit":
-            self.hits += 1
-        elif cache in ("miss", "partial"):
-            self.misses += 1
-            self.partial += cache == "partial"
-            self.miss_s += seconds
-            if recomputed:
-                self.recompute_s += seconds
-        else:
-            self.no_file += 1
-        if rec.uncached is not None:
-            self.uncached += 1
-            self.uncached_s += seconds
-            if recomputed and cache not in ("miss", "partial"):  # misses are counted above
-                self.recompute_s += seconds
-        self.bytes += written_bytes(rec)
-
-    def add_summary(self, rec: RunSummaryRecord) -> None:
-        """A summarised run's counts (its call sites and datasets are not kept)."""
-        self.steps += rec.steps
-        self.runs.update(rec.run if rec.runs == 1 else f"{rec.run}#{i}" for i in range(rec.runs))
-        self.hits += rec.hits
-        self.misses += rec.misses
-        self.partial += rec.partial
-        self.no_file += rec.no_file
-        self.miss_s += rec.miss_seconds
-        self.bytes += rec.bytes_written
-
-    def counts(self) -> Counts:
-        return Counts(
-            steps=self.steps,
-            hits=self.hits,
-            misses=self.misses,
-            partial=self.partial,
-            no_file=self.no_file,
-            runs=len(self.runs),
-            miss_seconds=self.miss_s,
-            recompute_seconds=self.recompute_s,
-            bytes_written=self.bytes,
-            uncached=self.uncached,
-            uncached_seconds=self.uncached_s,
-        )
 
 
 def _site(rec: StepRecord) -> _Site:
@@ -309,8 +266,6 @@ def ledger_stats(
     since: float | None = None,
     all_: bool = False,
     now: float | None = None,
-    records: Iterable[StepRecord] | None = None,
-    ledger: Ledger | None = None,
     compact: bool = False,
     dry_run: bool = False,
 ) -> StatsReport:
@@ -328,105 +283,71 @@ def ledger_stats(
 
         compaction = compact_ledger(root_path, dry_run=dry_run)
     end = time.time() if now is None else now
-    warnings: tuple[str, ...] = ()
-    if records is None:
-        if ledger is None:
-            ledger = Ledger.load(root_path, follow=False)
-        records, warnings = [*ledger.own_steps(), *ledger.saves_elsewhere()], ledger.warnings
+    ledger = Ledger.load(root_path, follow=False)
     zero = zeroed_at(root_path)
-    starts = [t for t in (since, None if all_ else zero) if t is not None]
-    start = max(starts) if starts else None
-    tally = _Tally(start, end)
-    for rec in sorted(
-        (r for r in records if r.type in (*COUNTED, "save") and not r.internal), key=lambda r: r.time
-    ):
-        tally.add(rec)
-    for summary in ledger.summaries() if ledger is not None else ():
-        tally.add_summary(summary)
-    report = tally.report(root_path, zero, tuple(warnings))
-    return report if compaction is None else replace(report, compaction=compaction)
+    start = max((t for t in (since, None if all_ else zero) if t is not None), default=None)
 
+    def in_period(rec: LedgerRecord) -> bool:
+        return (start is None or rec.time >= start) and rec.time <= end
 
-class _Tally:
-    """The counts of one period, fed the records oldest first (earlier records, outside the
-    period, still tell whether a step had run before)."""
-
-    def __init__(self, start: float | None, end: float) -> None:
-        self.start, self.end = start, end
-        self.total = _Acc()
-        self.sites: dict[str, tuple[_Acc, _Site]] = {}
-        self.datasets: dict[str, _Acc] = {}
-        self.seen_sites: dict[str, set[str]] = {}  # call site -> the runs that ran a step there
-        self.seen_fps: set[str] = set()
-        self.saves = 0
-        self.random: dict[tuple[str | None, str], int] = {}
-        self.random_count = 0
-        self.counted: list[StepRecord] = []
-        self.summarised_steps: Counter[str] = Counter()
-
-    def add(self, rec: StepRecord) -> None:
+    # Fed oldest first: records before the period still tell whether a step had run before.
+    steps: list[tuple[StepRecord, bool]] = []
+    saves: list[StepRecord] = []
+    sites: dict[str, tuple[list[tuple[StepRecord, bool]], _Site]] = {}
+    datasets: dict[str, list[tuple[StepRecord, bool]]] = {}
+    seen_sites: dict[str, set[str]] = {}  # call site -> the runs that ran a step there
+    seen_fps: set[str] = set()
+    records = [*ledger.own_steps(), *ledger.saves_elsewhere()]
+    for rec in sorted((r for r in records if r.type in (*COUNTED, "save")), key=lambda r: r.time):
+        if rec.type == "save":
+            saves += [rec] if in_period(rec) else []
+            continue
         site = _site(rec)
-        fp = rec.result
         # A call site counts as run before only from an earlier run: one call makes several
         # steps there (train_test_split's two splits, a DatasetDict's splits, two maps on a line).
-        site_runs = self.seen_sites.get(site[0], set())
-        recomputed = bool(site_runs - {rec.run}) or (fp is not None and fp in self.seen_fps)
-        if rec.type != "save":
-            self.seen_sites.setdefault(site[0], set()).add(rec.run)
-            if fp is not None:
-                self.seen_fps.add(fp)
-        if (self.start is not None and rec.time < self.start) or rec.time > self.end:
-            return
-        if rec.type == "save":
-            self.saves += 1
-            self.total.bytes += written_bytes(rec)
-            return
-        self.total.add(rec, recomputed)
-        self.counted.append(rec)
-        acc = self.sites.get(site[0])
-        if acc is None:
-            acc = self.sites[site[0]] = (_Acc(), site)
-        acc[0].add(rec, recomputed)
-        self.datasets.setdefault(dataset_of(rec), _Acc()).add(rec, recomputed)
-        rf = rec.random_fallback
-        if rf is not None:
-            self.random_count += 1
-            err = f"{rf.error_type}: {rf.error}" if rf.error_type else str(rf.error)
-            key = (rf.argument, err)
-            self.random[key] = self.random.get(key, 0) + 1
-
-    def add_summary(self, rec: RunSummaryRecord) -> None:
-        """A run a compaction summarised, counted in the totals when it started in the period."""
-        if (self.start is not None and rec.time < self.start) or rec.time > self.end:
-            return
-        self.total.add_summary(rec)
-        self.saves += rec.saves
-        self.summarised_steps[rec.host or "?"] += rec.steps
-
-    def report(self, root: Path, zero: float | None, warnings: tuple[str, ...]) -> StatsReport:
-        site_groups = [
-            Group(key=k, counts=a.counts(), operation=s[3], function=s[4], file=s[1], line=s[2])
-            for k, (a, s) in self.sites.items()
-        ]
-        site_groups.sort(key=lambda g: (-g.counts.recompute_seconds, -g.counts.misses, g.key))
-        ds_groups = [Group(key=k, counts=a.counts()) for k, a in self.datasets.items()]
-        ds_groups.sort(key=lambda g: (-g.counts.misses, g.key))
-        hosts = Counter(r.host or "?" for r in self.counted) + self.summarised_steps
-        return StatsReport(
-            root=root,
-            start=self.start,
-            end=self.end,
-            zeroed_at=zero,
-            total=self.total.counts(),
-            saves=self.saves,
-            random_count=self.random_count,
-            random=tuple(
-                RandomReason(arg, err, n)
-                for (arg, err), n in sorted(self.random.items(), key=lambda kv: -kv[1])
-            ),
-            call_sites=tuple(site_groups),
-            datasets=tuple(ds_groups),
-            warnings=warnings,
-            hosts=tuple(sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))),
-            concurrent=concurrent_computations(self.counted),
-        )
+        again = bool(seen_sites.get(site[0], set()) - {rec.run}) or rec.result in seen_fps
+        seen_sites.setdefault(site[0], set()).add(rec.run)
+        if rec.result is not None:
+            seen_fps.add(rec.result)
+        if in_period(rec):
+            steps.append((rec, again))
+            sites.setdefault(site[0], ([], site))[0].append((rec, again))
+            datasets.setdefault(dataset_of(rec), []).append((rec, again))
+    summaries = [s for s in ledger.summaries() if in_period(s)]
+    total = Counts.of(steps, summaries)
+    site_groups = [
+        Group(key=k, counts=Counts.of(items), operation=s[3], function=s[4], file=s[1], line=s[2])
+        for k, (items, s) in sites.items()
+    ]
+    site_groups.sort(key=lambda g: (-g.counts.recompute_seconds, -g.counts.misses, g.key))
+    ds_groups = sorted(
+        (Group(key=k, counts=Counts.of(items)) for k, items in datasets.items()),
+        key=lambda g: (-g.counts.misses, g.key),
+    )
+    random = Counter(
+        (rf.argument, f"{rf.error_type}: {rf.error}" if rf.error_type else str(rf.error))
+        for r, _ in steps
+        if (rf := r.random_fallback) is not None
+    )
+    summarised: Counter[str] = Counter()
+    for s in summaries:
+        summarised[s.host or "?"] += s.steps
+    hosts = Counter(r.host or "?" for r, _ in steps) + summarised
+    return StatsReport(
+        root=root_path,
+        start=start,
+        end=end,
+        zeroed_at=zero,
+        total=replace(total, bytes_written=total.bytes_written + sum(written_bytes(r) for r in saves)),
+        saves=len(saves) + sum(s.saves for s in summaries),
+        random_count=random.total(),
+        random=tuple(
+            RandomReason(arg, err, n) for (arg, err), n in sorted(random.items(), key=lambda kv: -kv[1])
+        ),
+        call_sites=tuple(site_groups),
+        datasets=tuple(ds_groups),
+        warnings=ledger.warnings,
+        hosts=tuple(sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        concurrent=concurrent_computations(r for r, _ in steps),
+        compaction=compaction,
+    )
