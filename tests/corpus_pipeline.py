@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import pytest
 
-from cachetool.determinism.events import Event
+from cachetool.determinism.report import Event
 from cachetool.determinism.render import cause_lines, human_lines
 from cachetool.determinism.report import Cause, DeterminismReport
 from tests.conftest import once_per_session

@@ -361,8 +361,7 @@ class Run:
         duration = time.monotonic() - self.went
         out_tail.finish(self.dir / "stdout.txt")
         err = err_tail.finish(self.dir / "stderr.txt")
-        from cachetool.determinism.events import load_events
-        from cachetool.determinism.report import RunOutcome
+        from cachetool.determinism.report import RunOutcome, load_events
 
         read = load_events(self.events)
         if self.s.isolated and self.s.one_path:

@@ -1,5 +1,6 @@
-"""The result of a determinism check: each run's outcome, the aligned steps and the causes the
-comparison finds, the verdict and the exit code.
+"""The result of a determinism check: each run's events (its events file, read once into typed
+step records: a line that is not a valid record is skipped with a warning, never raised), the
+aligned steps and the causes the comparison finds, the verdict and the exit code.
 
 Statuses, cause kinds and variations are `Literal`s: the text a person reads is rendered from them
 (`cachetool.determinism.render`), never parsed back.
@@ -7,12 +8,59 @@ Statuses, cause kinds and variations are `Literal`s: the text a person reads is 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from cachetool.determinism.events import Event
 from cachetool.errors import ExitCode
 from cachetool.fingerprint.diff import Culprit, Unpicklable
+from cachetool.history.explain.answer import as_json, json_fields
+from cachetool.history.records.base import BadRecord
+from cachetool.history.records.parse import parse_record
+from cachetool.history.records.steps import StepRecord
+from cachetool.history.segments import read_segment
+
+#: One event: a step (transform, root, save, checkpoint) as one run recorded it.
+Event = StepRecord
+
+
+@dataclass(frozen=True)
+class EventsFile:
+    """The events of one run in `seq` order, and the lines that could not be read."""
+
+    events: tuple[Event, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def load_events(path: str | os.PathLike[str]) -> EventsFile:
+    """The events of one run in `seq` order (writers may buffer differently), with a warning per line
+    skipped; no file: nothing recorded. Other records (a source text, a run's start) are left out."""
+    if not os.path.lexists(path):
+        return EventsFile()
+    warnings: list[str] = []
+    events = [r for r in read_segment(Path(path), warnings) if isinstance(r, StepRecord)]
+    events.sort(key=lambda e: e.seq)
+    return EventsFile(tuple(events), tuple(warnings))
+
+
+def read_events(path: str | os.PathLike[str]) -> list[Event]:
+    """The events of one run (see `load_events`; its warnings are dropped here)."""
+    return list(load_events(path).events)
+
+
+def as_events(run: Iterable[Event | Mapping[str, Any]]) -> tuple[Event, ...]:
+    """Events given as records or as the decoded JSON objects of an events file (a missing ``v``
+    is version 1), parsed once. `BadRecord` says which object is not a step."""
+    out: list[Event] = []
+    for i, item in enumerate(run):
+        record = item if isinstance(item, StepRecord) else parse_record({"v": 1, **item})
+        if not isinstance(record, StepRecord):
+            raise BadRecord(f"event {i}: a {record.type} record, not a step")
+        out.append(record)
+    return tuple(out)
+
 
 #: A step's part in the story: ``same`` (every run agrees), ``cause`` (differs while its inputs do
 #: not), ``cascade`` (differs because an earlier cause did), ``source`` (a differing input) or
@@ -81,19 +129,11 @@ class Step:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "index": self.index,
-            "type": self.type,
-            "operation": self.operation,
-            "transform": self.transform,
+            **json_fields(self, "index", "type", "operation", "transform"),
             "call_site": {"file": self.file, "line": self.line},
-            "function": self.function,
-            "function_defined": self.function_defined,
-            "internal": self.internal,
+            **json_fields(self, "function", "function_defined", "internal"),
             "fingerprints": list(self.results),
-            "parents": [list(p) for p in self.parents],
-            "status": self.status,
-            "cause": self.cause,
-            "split": self.split,
+            **json_fields(self, "parents", "status", "cause", "split"),
         }
 
 
@@ -128,28 +168,23 @@ class Cause:
     changed_by: Step | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        step, by = self.step, self.changed_by
         return {
             "kind": self.kind,
-            "step": self.step.index,
-            "call_site": {"file": self.step.file, "line": self.step.line},
-            "operation": self.step.operation,
-            "transform": self.step.transform,
-            "function": self.step.function,
-            "fingerprints": list(self.step.results),
+            "step": step.index,
+            "call_site": {"file": step.file, "line": step.line},
+            **json_fields(step, "operation", "transform", "function"),
+            "fingerprints": list(step.results),
             "differing_arguments": list(self.differing_args),
-            "culprits": [c.to_dict() for c in self.culprits],
-            "unpicklable": [u.to_dict() for u in self.unpicklable],
-            "errors": list(self.errors),
+            **json_fields(self, "culprits", "unpicklable", "errors"),
             "source_differences": {d.key: list(d.values) for d in self.source_diffs},
-            "cascade": self.cascade,
-            "variation": self.variation,
+            **json_fields(self, "cascade", "variation"),
             "changed_by": None
-            if self.changed_by is None
+            if by is None
             else {
-                "step": self.changed_by.index,
-                "call_site": {"file": self.changed_by.file, "line": self.changed_by.line},
-                "operation": self.changed_by.operation,
-                "function": self.changed_by.function,
+                "step": by.index,
+                "call_site": {"file": by.file, "line": by.line},
+                **json_fields(by, "operation", "function"),
             },
         }
 
@@ -176,8 +211,7 @@ class Unmatched:
             "run": self.run + 1,
             "operation": self.operation,
             "call_site": {"file": self.file, "line": self.line},
-            "function": self.function,
-            "count": self.count,
+            **json_fields(self, "function", "count"),
         }
 
 
@@ -264,14 +298,10 @@ class RunOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "index": self.index,
-            "hash_seed": self.hash_seed,
-            "returncode": self.returncode,
-            "timed_out": self.timed_out,
+            **json_fields(self, "index", "hash_seed", "returncode", "timed_out"),
             "duration_s": round(self.duration, 3),
             "events": len(self.events),
-            "isolated_cache": self.isolated_cache,
-            "cold": self.cold,
+            **json_fields(self, "isolated_cache", "cold"),
             "stderr_tail": self.stderr_tail if self.failed else None,
             "stopped_processes": self.stopped,
             "output_bytes": self.output_bytes,
@@ -376,27 +406,23 @@ class DeterminismReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON form (``--json``); see README, "check-determinism JSON"."""
-        analysis = self.analysis
+        a = self.analysis or Analysis((), ())
         return {
             "version": REPORT_VERSION,
-            "script": self.script,
-            "args": list(self.args),
+            **json_fields(self, "script", "args"),
             "exit_code": int(self.exit_code),
             "verdict": self.verdict,
             "variations": {
                 "hash_seeds": [r.hash_seed for r in self.runs],
                 "isolated_cache": self.isolated,
             },
-            "runs": [r.to_dict() for r in self.runs],
-            "rerun": self.rerun.to_dict() if self.rerun is not None else None,
-            "transforms": [s.to_dict() for s in analysis.steps] if analysis else [],
-            "unaligned_events": analysis.unaligned if analysis else 0,
-            "differences": [c.to_dict() for c in analysis.deterministic_causes] if analysis else [],
-            "random_fingerprints": [c.to_dict() for c in analysis.random_causes] if analysis else [],
-            "masked_differences": [c.to_dict() for c in analysis.masked] if analysis else [],
-            "unobserved": [c.to_dict() for c in analysis.unobserved] if analysis else [],
-            "one_run_only": [u.to_dict() for u in analysis.one_run_only] if analysis else [],
+            **json_fields(self, "runs", "rerun"),
+            "transforms": as_json(a.steps),
+            "unaligned_events": a.unaligned,
+            "differences": as_json(a.deterministic_causes),
+            "random_fingerprints": as_json(a.random_causes),
+            "masked_differences": as_json(a.masked),
+            **json_fields(a, "unobserved", "one_run_only"),
             "uncached": [{"step": step.index, "reason": reason} for step, reason in self.uncached],
-            "warnings": list(self.warnings),
-            "nothing_compared": self.nothing_compared,
+            **json_fields(self, "warnings", "nothing_compared"),
         }

@@ -63,6 +63,19 @@ class NoRecords(CachetoolError):
         self.root = root
 
 
+def as_json(value: Any) -> Any:
+    """A value as JSON: a typed value by its `to_json` (or `to_dict`), a tuple as a list."""
+    if isinstance(value, (tuple, list)):
+        return [as_json(v) for v in value]
+    to_json = getattr(value, "to_json", None) or getattr(value, "to_dict", None)
+    return to_json() if to_json is not None else value
+
+
+def json_fields(obj: object, *names: str) -> dict[str, Any]:
+    """The attributes `names` of `obj` (fields or properties) as JSON values, in that order."""
+    return {name: as_json(getattr(obj, name)) for name in names}
+
+
 @dataclass(frozen=True)
 class LineChange:
     """One changed line of a function: its number in the newer source (or the older one, for a
@@ -73,7 +86,7 @@ class LineChange:
     after: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"line": self.line, "before": self.before, "after": self.after}
+        return json_fields(self, "line", "before", "after")
 
     def __str__(self) -> str:
         if self.before is None:
@@ -124,13 +137,9 @@ class StepRef:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "fingerprint": self.fingerprint,
-            "operation": self.operation,
-            "function": self.function,
+            **json_fields(self, "fingerprint", "operation", "function"),
             "call_site": {"file": self.file, "line": self.line},
-            "time": self.time,
-            "run": self.run,
-            "host": self.host,
+            **json_fields(self, "time", "run", "host"),
         }
 
 
@@ -162,13 +171,7 @@ class Reason:
         return {
             "kind": self.kind,
             "message": self.text,
-            "argument": self.argument,
-            "path": self.path,
-            "before": self.before,
-            "after": self.after,
-            "lines": [c.to_json() for c in self.lines],
-            "hint": self.hint,
-            "upstream": self.upstream.to_json() if self.upstream else None,
+            **json_fields(self, "argument", "path", "before", "after", "lines", "hint", "upstream"),
         }
 
 
@@ -185,7 +188,7 @@ class SourceChange:
         return self.qualname.rsplit(".", 1)[-1] if self.file else self.qualname
 
     def to_json(self) -> dict[str, Any]:
-        return {"qualname": self.qualname, "file": self.file, "lines": [c.to_json() for c in self.lines]}
+        return json_fields(self, "qualname", "file", "lines")
 
 
 @dataclass(frozen=True)
@@ -280,20 +283,10 @@ class StaleHit:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "fingerprint": self.fingerprint,
-            "root": self.root,
-            "files": list(self.files),
-            "computed_at": self.computed_at,
-            "computed_run": self.computed_run,
-            "reused_at": self.reused_at,
-            "reused_run": self.reused_run,
-            "changes": [c.to_json() for c in self.changes],
-            "step": self.step.to_json(),
-            "derived_from": self.derived_from.to_json() if self.derived_from else None,
-            "recomputed_at": self.recomputed_at,
+            **json_fields(self, "fingerprint", "root", "files", "computed_at", "computed_run", "reused_at"),
+            **json_fields(self, "reused_run", "changes", "step", "derived_from", "recomputed_at"),
             "remove": list(self.remove or (self.fingerprint,)),
-            "message": self.message,
-            "hint": self.hint,
+            **json_fields(self, "message", "hint"),
         }
 
 
@@ -322,16 +315,12 @@ class StepExplanation:
     def to_json(self) -> dict[str, Any]:
         return {
             **self.step.to_json(),
-            "cache": self.cache,
-            "duration": self.duration,
-            "status": self.status,
-            "reasons": [r.to_json() for r in self.reasons],
-            "compared_with": self.compared_with.to_json() if self.compared_with else None,
+            **json_fields(self, "cache", "duration", "status", "reasons", "compared_with"),
             "history": [
                 {"step": ref.to_json(), "reasons": [r.to_json() for r in reasons]}
                 for ref, reasons in self.history
             ],
-            "stale": [s.to_json() for s in self.stale],
+            "stale": as_json(self.stale),
         }
 
 
@@ -364,7 +353,7 @@ class UncachedStep:
         return UNCACHED_TEXT.get(self.reason, self.reason)
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step.to_json(), "reason": self.reason, "duration": self.duration}
+        return json_fields(self, "step", "reason", "duration")
 
 
 @dataclass(frozen=True)
@@ -399,16 +388,10 @@ class ExplainReport:
         return {
             "version": 1,
             "root": str(self.root),
-            "mode": self.mode,
-            "run": self.run,
-            "run_time": self.run_time,
-            "computed": self.computed,
-            "loaded": self.loaded,
-            "steps": [s.to_json() for s in self.steps],
-            "stale": [s.to_json() for s in self.stale],
-            "uncached": [u.to_json() for u in self.uncached],
+            **json_fields(
+                self, "mode", "run", "run_time", "computed", "loaded", "steps", "stale", "uncached"
+            ),
             "uncached_seconds": round(self.uncached_seconds, 6),
             "uncached_hint": UNCACHED_HINT if self.uncached else None,
-            "interrupted": self.interrupted.to_json() if self.interrupted else None,
-            "failed": self.failed.to_json() if self.failed else None,
+            **json_fields(self, "interrupted", "failed"),
         }
