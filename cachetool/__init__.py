@@ -51,7 +51,7 @@ _LAZY = {
     "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc.planner",
     "GcOptions": "cachetool.maintenance.gc.options",
-    "break_lease": "cachetool.maintenance.shared",
+    "break_lease": "cachetool.maintenance.liveness",
     "pin": "cachetool.maintenance.pinning",
     "unpin": "cachetool.maintenance.pinning",
     "list_pins": "cachetool.maintenance.pinning",

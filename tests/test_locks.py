@@ -16,7 +16,7 @@ import pytest
 
 from cachetool.maintenance.gc.options import GcOptions
 from cachetool.maintenance.gc.planner import plan_gc
-from cachetool.maintenance.locks import LockState, probe
+from cachetool.maintenance.liveness import LockState, probe
 from cachetool.maintenance.verify import verify_cache
 
 GONE = "fedcba9876543210"

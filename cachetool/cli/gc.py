@@ -151,7 +151,7 @@ gc_command.__signature__ = _signature()  # type: ignore[attr-defined]
 def _break_lease(cache_dir: Path | None, name: str) -> None:
     """Run `break_lease` on the cache root and say what went."""
     from cachetool.cache.dirs import existing_root
-    from cachetool.maintenance.shared import break_lease
+    from cachetool.maintenance.liveness import break_lease
 
     lease = break_lease(existing_root(cache_dir), name)
     typer.echo(f"Removed the lease of {lease} (logged in the ledger).")

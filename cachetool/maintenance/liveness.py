@@ -1,28 +1,58 @@
-"""Which files are in use right now by a live process on this host.
+"""Who is using a file right now: live processes of this host (`/proc`), leases of runs on other
+hosts, and the filelocks of a `datasets` cache. gc and verify ask here, never elsewhere.
 
-A live `datasets` writer holds its `tmp*` file open (twice: `NamedTemporaryFile` and the Arrow
-writer); a live dataset memory-maps its cache files, and maps show up in `/proc/<pid>/maps`, not
-in the fd list. One pass over `/proc/*/fd`, `/proc/*/maps` and `/proc/*/cwd` collects them into a
-map from (device, inode) to the pids using it. A pass costs as much as there are processes and
-open files on the host, so a command makes a fixed number of them, never one per item it judges
-(`proc_passes` counts them). Where `/proc` is missing (macOS), psutil's open files are used;
-memory maps of other processes are not visible there.
+A live `datasets` writer holds its `tmp*` file open; a live dataset memory-maps its cache files
+(`/proc/<pid>/maps`, not the fd list). One pass over `/proc/*/fd`, `/proc/*/maps` and
+`/proc/*/cwd` collects them into a map from (device, inode) to the pids using it. A pass costs as
+much as there are processes and open files on the host, so a command makes a fixed number of
+them, never one per item it judges (`proc_passes` counts them). Where `/proc` is missing (macOS),
+psutil's open files are used; memory maps of other processes are not visible there.
 
-Processes on other machines of a shared file system are invisible to this check; their
-writers announce themselves with leases (`cachetool.trace.leases`), and a snapshot taken
-for a root carries that root's live ones: `InUse.lease_over(mtime)` is the one answer gc and
-verify ask.
+Processes on other hosts of a shared file system are invisible to `/proc`; their writers
+announce themselves with leases (`cachetool.trace.leases`): a snapshot taken for a root carries
+that root's live ones (`InUse.lease_over`), and `SharedState` is what gc shows and refuses on such
+a file system.
+
+A lock probe (`probe`) opens the lock without `O_CREAT` and without following a symlink, then
+tries a non-blocking exclusive `flock`, the lock `filelock` takes. When it cannot tell, the answer
+is `LockState.UNKNOWN`, which `LockState.held` counts as held: a leftover kept until the next run
+costs less than removing what a running preparation needs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from cachetool.trace.leases import CLOCK_SKEW, Lease, judge_leases, this_host
+from cachetool.cache import layout
+from cachetool.cache.fstype import FileSystem, file_system
+from cachetool.cache.layout import LEDGER_DIR, LockKind
+from cachetool.errors import CachetoolError, ExitCode
+from cachetool.formatting import compact_duration, safe_text
+from cachetool.maintenance.fdops import O_DIR, open_parent
+from cachetool.trace.leases import (
+    CLOCK_SKEW,
+    LEASES_DIR,
+    Lease,
+    LeaseState,
+    judge_leases,
+    lease_state,
+    leases_dir,
+    read_lease,
+    this_host,
+)
+
+if TYPE_CHECKING:
+    from cachetool.history.gclog import GcLog
 
 FileKey = tuple[int, int]  # (st_dev, st_ino)
 
@@ -85,11 +115,11 @@ def pids_text(pids: Iterable[int], limit: int | None = None) -> str:
 
 
 def _proc_pids() -> Iterable[int]:
+    """Every process of this host but this one, counted as one pass (`proc_passes`)."""
     global proc_passes
     proc_passes += 1
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            yield int(name)
+    me = os.getpid()
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != me]
 
 
 def _dev_from_maps(dev: str) -> int:
@@ -104,47 +134,34 @@ def _dev_from_maps(dev: str) -> int:
 def scan_in_use(root: str | os.PathLike[str] | None = None, writers: bool = True) -> InUse:
     """One pass over every process this user may inspect but this one; with `root`, the live leases
     of that cache root too (processes on other hosts, or on this one, that may be writing in it).
-    Without `writers`, which descriptors are open for writing is not read (`InUse.writers` stays empty):
-    a third of the pass's cost, which gc does not need."""
-    snapshot = _scan_local(writers)
-    if root is None:
-        return snapshot
-    import dataclasses
-
-    return dataclasses.replace(snapshot, leases=live_leases(root))
+    Without `writers`, which descriptors are open for writing is not read (`InUse.writers` stays
+    empty): a third of the pass's cost, which gc does not need."""
+    if not os.path.isdir("/proc/self/fd"):
+        snapshot = _scan_psutil()
+    else:
+        holders: dict[FileKey, set[int]] = defaultdict(set)
+        written: dict[FileKey, set[int]] = defaultdict(set)
+        paths: dict[str, set[int]] = defaultdict(set)
+        cwds: dict[str, set[int]] = defaultdict(set)
+        complete = True
+        for pid in _proc_pids():
+            fds = _read_fds(pid, holders, written if writers else None, paths)
+            if fds == "gone":
+                continue  # exited meanwhile
+            if fds == "denied" or _read_maps(pid, holders, paths) == "denied":
+                complete = False
+            with contextlib.suppress(OSError):
+                cwds[os.readlink(f"/proc/{pid}/cwd")].add(pid)
+        snapshot = InUse(_frozen(holders), _frozen(written), complete, _frozen(paths), cwds=_frozen(cwds))
+    return snapshot if root is None else replace(snapshot, leases=live_leases(root))
 
 
 def live_leases(root: str | os.PathLike[str]) -> tuple[Lease, ...]:
-    """The live leases of `root` that speak for processes `/proc` cannot show."""
-    # A live lease of this host adds nothing to /proc: what its process writes, it holds open
-    # (and gc's other rules keep what it writes in bursts). Leases speak for processes /proc
-    # cannot show: other hosts, other PID namespaces.
+    """The live leases of `root` that speak for processes `/proc` cannot show: other hosts, other
+    PID namespaces. (A live lease of this host adds nothing: what its process writes, it holds
+    open, and gc's other rules keep what it writes in bursts.)"""
     me = this_host()
     return tuple(lease for lease, state in judge_leases(root) if state == "live" and not lease.is_local(me))
-
-
-def _scan_local(want_writers: bool) -> InUse:
-    if not os.path.isdir("/proc/self/fd"):
-        return _scan_psutil()
-    holders: dict[FileKey, set[int]] = defaultdict(set)
-    writers: dict[FileKey, set[int]] = defaultdict(set)
-    paths: dict[str, set[int]] = defaultdict(set)
-    cwds: dict[str, set[int]] = defaultdict(set)
-    complete = True
-    me = os.getpid()
-    for pid in _proc_pids():
-        if pid == me:
-            continue
-        fds = _read_fds(pid, holders, writers if want_writers else None, paths)
-        if fds == "gone":
-            continue  # exited meanwhile
-        if fds == "denied" or _read_maps(pid, holders, paths) == "denied":
-            complete = False
-        try:
-            cwds[os.readlink(f"/proc/{pid}/cwd")].add(pid)
-        except OSError:
-            pass
-    return InUse(_frozen(holders), _frozen(writers), complete, _frozen(paths), cwds=_frozen(cwds))
 
 
 def _frozen(found: dict[_K, set[int]]) -> dict[_K, frozenset[int]]:
@@ -235,10 +252,7 @@ def pids_holding(keys: Iterable[FileKey]) -> dict[FileKey, frozenset[int]]:
         return {k: snapshot.holders[k] for k in wanted if k in snapshot.holders}
     devs = {d for d, _ in wanted}
     inos = {i for _, i in wanted}
-    me = os.getpid()
     for pid in _proc_pids():
-        if pid == me:
-            continue
         fd_dir = f"/proc/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
@@ -286,11 +300,8 @@ def socket_listeners(folder: str | os.PathLike[str]) -> frozenset[int]:
     read (another user's)."""
     prefix = os.fspath(folder).rstrip("/") + "/"
     links = {f"socket:[{ino}]" for path, ino in bound_sockets().items() if path.startswith(prefix) and ino}
-    me = os.getpid()
     out: set[int] = set()
     for pid in _proc_pids() if links else ():
-        if pid == me:
-            continue
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
@@ -398,15 +409,12 @@ def temp_dir_users(temp_dir: str | os.PathLike[str], python: bool = False) -> tu
     from cachetool.processes import process_start
 
     target = os.path.realpath(temp_dir)
-    me = os.getpid()
     out: list[TempDirUser] = []
     try:
         pids = list(_proc_pids())
     except OSError:
         return ()
     for pid in pids:
-        if pid == me:
-            continue
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
                 maps = f.read()
@@ -421,3 +429,410 @@ def temp_dir_users(temp_dir: str | os.PathLike[str], python: bool = False) -> tu
         if started is not None:
             out.append(TempDirUser(pid, started))
     return tuple(out)
+
+
+_O_PROBE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+class LockState(str, Enum):
+    """What a non-blocking probe of one lock file found."""
+
+    MISSING = "missing"  # no file: held by nobody
+    FREE = "free"  # the probe won the flock (and released it)
+    HELD = "held"  # a live process holds it
+    UNKNOWN = "unknown"  # could not open or flock it: treated as held
+
+    @property
+    def held(self) -> bool:
+        """The safe reading: held, or no way to tell."""
+        return self in (LockState.HELD, LockState.UNKNOWN)
+
+
+class LockBusy(Exception):
+    """`acquire` could not win the lock: held by a live process (HELD), or no way to tell (UNKNOWN)."""
+
+    def __init__(self, state: LockState, name: str, detail: str = "") -> None:
+        self.state = state
+        self.name = name
+        self.detail = detail
+        super().__init__(self.message())
+
+    def message(self) -> str:
+        if self.state == LockState.HELD:
+            return f"{self.name} is held by a live process"
+        return f"cannot tell whether {self.name} is held ({self.detail or 'cannot probe it'})"
+
+
+def acquire(name: str | os.PathLike[str], dir_fd: int | None = None) -> int | None:
+    """Win the lock at `name` (relative to `dir_fd` when given) without blocking and without
+    creating it. Returns the descriptor holding it (closing it releases the lock), or None when
+    there is no such file. Raises `LockBusy` (HELD or UNKNOWN) when it cannot be won."""
+    shown = os.path.basename(os.fsdecode(name))
+    try:
+        fd = os.open(name, _O_PROBE, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        detail = "a symlink, never followed" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        raise LockBusy(LockState.UNKNOWN, shown, detail) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise LockBusy(LockState.HELD, shown) from None
+        raise LockBusy(LockState.UNKNOWN, shown, e.strerror or str(e)) from None
+    return fd
+
+
+def probe(path: str | os.PathLike[str]) -> LockState:
+    """Is the lock at `path` held? Never creates the file, never follows a symlink."""
+    try:
+        fd = acquire(path)
+    except LockBusy as busy:
+        return busy.state
+    if fd is None:
+        return LockState.MISSING
+    os.close(fd)  # closing releases the flock we won
+    return LockState.FREE
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What one lock file guards: it is useful while any of `paths` exists."""
+
+    kind: LockKind
+    name: str  # the guarded file or folder's name; for a root lock, its mangled path
+    paths: tuple[Path, ...]  # for a root lock: the existing folders its name decodes to
+
+    @property
+    def what(self) -> str:
+        """ "download" or "folder": what a stale lock's guarded thing was."""
+        return "download" if self.kind == LockKind.DOWNLOAD else "folder"
+
+    def alive(self, ignoring: frozenset[Path] = frozenset()) -> bool:
+        """Does something it guards still exist (not counting `ignoring`, about to go)?"""
+        return any(os.path.lexists(g) and g not in ignoring for g in self.paths)
+
+
+def lock_guard(
+    lock: Path, root: Path | None = None, listings: dict[Path, list[str]] | None = None
+) -> Guard | None:
+    """What the lock file `lock` guards. `<dir>_builder.lock` and `<dir>.incomplete_info.lock`
+    guard `<dir>` (and its `.incomplete` while preparing); `downloads/<name>.lock` the download
+    (and its `.incomplete`); `extracted/<sha>.lock` its folder; a lock directly in the cache
+    `root` named after an absolute folder path guards that folder (decoded against the file
+    system; `listings` caches folder listings across calls). None: a lock nobody can attribute,
+    or a decoding that could not finish."""
+    parent = lock.parent
+    got = layout.parse_lock_name(
+        lock.name, parent.name, parent.parent.name, root is not None and parent == root
+    )
+    if got is None:
+        return None
+    kind, base = got
+    if kind == LockKind.ROOT:
+        found = _decode_root_lock(base, listings if listings is not None else {})
+        return None if found is None else Guard(kind, base, found)
+    if kind == LockKind.EXTRACTION:
+        return Guard(kind, base, (parent / base,))
+    return Guard(kind, base, (parent / base, parent / (base + layout.INCOMPLETE_DIR_SUFFIX)))
+
+
+def stale_guard(lock: Path, root: Path | None) -> Guard | None:
+    """The guard of a stale lock: what it guards is gone and the probe won it. None when the
+    lock is useful, held, unattributable, or the probe cannot tell."""
+    guard = lock_guard(lock, root)
+    if guard is None or guard.alive():
+        return None
+    return guard if probe(lock) == LockState.FREE else None
+
+
+def _decode_root_lock(
+    mangled: str, listings: dict[Path, list[str]], budget: int = 64
+) -> tuple[Path, ...] | None:
+    """Existing folders whose absolute path, "/" turned into "_", is `mangled` (the ambiguity of
+    "_" is resolved by looking at what exists). Empty: nothing matches, the folder is gone. None:
+    a folder on the way could not be listed or the search ran too long, so nobody knows."""
+    found: list[Path] = []
+    calls = 0
+    unsure = False
+
+    def walk(folder: Path, rest: str) -> None:
+        nonlocal calls, unsure
+        if calls >= budget:
+            unsure = True
+            return
+        calls += 1
+        names = listings.get(folder)
+        if names is None:
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                return
+            except OSError:
+                unsure = True
+                return
+            listings[folder] = names
+        for n in names:
+            if n in (rest, rest + layout.INCOMPLETE_DIR_SUFFIX):
+                found.append(folder / n)
+            elif rest.startswith(n + "_") and os.path.isdir(folder / n):
+                walk(folder / n, rest[len(n) + 1 :])
+
+    walk(Path("/"), mangled[1:])
+    if found:
+        return tuple(found)
+    return None if unsure else ()
+
+
+#: The smallest `--min-age` gc accepts for unleased temp files on a shared file system: a writer
+#: on another host that holds no lease shows only through its file's age.
+SHARED_MIN_AGE_FLOOR = 600.0
+
+
+class SharedMinAgeRefused(CachetoolError):
+    """`--min-age` below the floor on a shared file system, without the override."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, root: Path, fs: FileSystem, min_age: float) -> None:
+        super().__init__(
+            f"{root} is on {fs.type} (a file system other hosts may write): --min-age {min_age:g}s is "
+            f"below the {SHARED_MIN_AGE_FLOOR / 60:g} min floor for temp files no lease covers, "
+            "since writers on other hosts are invisible here; pass --other-hosts-idle if no process on "
+            "another host writes this cache without a cachetool lease"
+        )
+
+
+@dataclass(frozen=True)
+class SharedState:
+    """What gc knows about other writers of one root: its file system and its leases."""
+
+    filesystem: FileSystem | None
+    leases: tuple[tuple[Lease, LeaseState], ...] = ()
+    #: For a stale lease (by its file name): the other known roots where the same run holds one
+    #: (a `save_to_disk` folder a map after `load_from_disk` wrote in): its leftovers may be there.
+    elsewhere: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def live(self) -> tuple[Lease, ...]:
+        return tuple(lease for lease, state in self.leases if state == "live")
+
+    @property
+    def stale(self) -> tuple[tuple[Lease, LeaseState], ...]:
+        return tuple((lease, state) for lease, state in self.leases if state != "live")
+
+    root: str = ""  # for the command that breaks a lease
+
+    def notes(self, now: float | None = None, *, dry_run: bool = False) -> list[str]:
+        """Lines for the plan: the file system when shared, the live and stale leases (which a
+        dry run leaves in place)."""
+        now = time.time() if now is None else now
+        out = []
+        fs = self.filesystem
+        if fs is not None and fs.shared:
+            out.append(
+                f"the cache is on {fs.type} ({fs.source or '?'} at {fs.mount_point or '?'}), shared with "
+                "other hosts: their processes are invisible here, only their leases protect their files"
+            )
+        for lease in self.live:
+            out.append(
+                f"live lease: {lease} (renewed {max(0.0, now - lease.renewed):.0f}s ago, "
+                f"{_expiry(lease, now)}): {safe_text(os.fsdecode(lease.path))}"
+            )
+            out.append(f"  if its process is gone: `{break_command(self.root, lease)}`")
+        # A plan, shown before it runs (or when it is refused): what happened is the result's.
+        for lease, state in self.stale:
+            out.append(f"{_stale_reason(lease, state, now)}: its lease would be removed")
+            for other in self.elsewhere.get(lease.path.name, ()):
+                from cachetool.hints import shell_command
+
+                command = shell_command("gc", "--temp", "--cache-dir", other)
+                out.append(f"  it also wrote in {other}, a cache root of its own: `{command}`")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        leases = []
+        for lease, state in self.leases:
+            doc = dict(lease.to_json(), state=state)
+            if state != "live":
+                doc["also_in"] = list(self.elsewhere.get(lease.path.name, ()))
+            leases.append(doc)
+        return {"filesystem": self.filesystem.to_json() if self.filesystem else None, "leases": leases}
+
+
+def dead_writer_hint(
+    root: Path, state: SharedState, young: Mapping[Path, float | None], min_age: float
+) -> str | None:
+    """The command that removes now the leftovers kept only as younger than `min_age` (paths to
+    their last modification) that a traced run of this host may have left: its process is gone
+    (its lease is dead) and it was running when they were last written, and no process holds
+    them (else they would not be kept for their age). None on a shared file system, where a
+    writer on another host may hold what `/proc` does not show."""
+    fs = state.filesystem
+    if fs is not None and fs.shared:
+        return None
+    dead = [lease for lease, s in state.stale if s == "dead"]
+    by_lease: dict[Lease, list[Path]] = {}
+    for path, mtime in sorted(young.items()):
+        lease = next((x for x in dead if mtime is not None and x.start - 1.0 <= mtime <= x.expires), None)
+        if lease is not None:
+            by_lease.setdefault(lease, []).append(path)
+    if not by_lease:
+        return None
+    leases = ", ".join(str(lease) for lease in by_lease)
+    paths = [p for ps in by_lease.values() for p in ps]
+    n = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
+    them = "them" if len(paths) != 1 else "it"
+    from cachetool.hints import gc_command
+
+    command = gc_command(root, *(os.fsdecode(p) for p in paths))
+    return (
+        f"{leases}, a traced run that wrote here, is gone, and no process holds the {n} kept as younger "
+        f"than --min-age {compact_duration(min_age)} that it may have left unfinished: `{command}` "
+        f"removes {them} now (checked again right before)"
+    )
+
+
+def _expiry(lease: Lease, now: float) -> str:
+    """`expires in 45s (2026-11-28 05:30:00 UTC)`, or what says when this host checks it."""
+    if lease.is_local(this_host()):
+        return "lives while its process on this host does"
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(lease.expires))
+    return f"expires in {max(0.0, lease.expires - now):.0f}s ({at})"
+
+
+def break_command(root: str | os.PathLike[str], lease: Lease) -> str:
+    """`cachetool gc --break-lease ID --cache-dir ROOT` (ID: the lease file's name without `.json`)."""
+    from cachetool.hints import shell_command
+
+    lease_id = lease.path.name.removesuffix(".json")
+    return shell_command("gc", "--break-lease", lease_id, "--cache-dir", os.fsdecode(root))
+
+
+class NoSuchLease(CachetoolError):
+    """`gc --break-lease ID` names no lease of the root."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, root: Path, name: str) -> None:
+        super().__init__(f"no lease {safe_text(name)} in {safe_text(os.fsdecode(root))} (gc lists them)")
+
+
+def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
+    """Remove the lease `name` (its file name, with or without `.json`) of `root`, live or not:
+    for a lease whose process the user knows is gone (a host that died, a forged lease). Logged
+    in the ledger as gc's removals are. NoSuchLease when the root has no such lease."""
+    from cachetool.history.gclog import GcLog
+
+    root_path = Path(os.path.abspath(os.fspath(root)))
+    file = name if name.endswith(".json") else f"{name}.json"
+    lease = read_lease(leases_dir(root_path) / file) if "/" not in file and file != ".json" else None
+    if lease is None:
+        raise NoSuchLease(root_path, name)
+    root_fd = os.open(root_path, O_DIR)
+    try:
+        size, _ = _unlink_lease(root_fd, file)
+    except (FileNotFoundError, LookupError):
+        raise NoSuchLease(root_path, name) from None
+    finally:
+        os.close(root_fd)
+    log = GcLog(root_path)
+    try:
+        _log_removal(log, lease, size, f"{lease}: broken by the user (gc --break-lease)")
+    finally:
+        log.close()
+    return lease
+
+
+def _unlink_lease(
+    root_fd: int, file: str, why: Callable[[Lease], str | None] = lambda _: ""
+) -> tuple[int, str]:
+    """Remove the lease file `file`, reached from the root's descriptor without following a
+    symlink, when `why(the lease as read now)` gives a reason; its size and that reason (else
+    `LookupError`)."""
+    fd = open_parent(root_fd, (LEDGER_DIR, LEASES_DIR, file))
+    try:
+        again = read_lease(Path(f"/proc/self/fd/{fd}") / file)
+        reason = why(again) if again is not None else None
+        if reason is None:
+            raise LookupError(file)
+        size = os.stat(file, dir_fd=fd, follow_symlinks=False).st_size
+        os.unlink(file, dir_fd=fd)
+        return size, reason
+    finally:
+        os.close(fd)
+
+
+def _log_removal(log: GcLog, lease: Lease, size: int, reason: str) -> None:
+    log.removed(kind="lease", paths=[lease.path], size=size, files=1, reason=reason, when=time.time())
+
+
+def leased_reason(lease: Lease) -> str:
+    """Why gc keeps what a live lease's process may be writing (starts "in use", as every
+    reason of a live writer does)."""
+    return f"in use by a run holding a lease ({lease}): it may be writing this"
+
+
+def _stale_reason(lease: Lease, state: LeaseState, now: float) -> str:
+    if state == "dead":
+        return f"{lease}: this host, its process is gone"
+    return f"{lease}: expired {max(0.0, now - lease.expires):.0f}s ago (not renewed)"
+
+
+def shared_state(root: str | os.PathLike[str]) -> SharedState:
+    """The file system of `root` and every lease in it, judged now; for each stale one, the other
+    known roots where its run holds a lease too."""
+    try:
+        fs: FileSystem | None = file_system(root)
+    except OSError:
+        fs = None
+    leases = tuple(judge_leases(root))
+    stale = [lease for lease, state in leases if state != "live"]
+    return SharedState(fs, leases, _elsewhere(Path(root), stale), os.fsdecode(root))
+
+
+def _elsewhere(root: Path, stale: list[Lease]) -> dict[str, tuple[str, ...]]:
+    """Lease file name -> the other roots of the registry (`cachetool.cache.roots`) holding a
+    lease of that name: one run (host, pid, start) leases every root it writes in."""
+    if not stale:
+        return {}
+    from cachetool.cache.roots import other_roots
+
+    others = [path for path, _ in other_roots(root)]
+    found = {}
+    for lease in stale:
+        name = lease.path.name
+        there = tuple(r for r in others if os.path.isfile(leases_dir(r) / name))
+        if there:
+            found[name] = there
+    return found
+
+
+def check_min_age(root: Path, state: SharedState, min_age: float, temp: bool, other_hosts_idle: bool) -> None:
+    """Refuse a `--temp` run with `--min-age` under the floor on a shared file system."""
+    fs = state.filesystem
+    if temp and fs is not None and fs.shared and min_age < SHARED_MIN_AGE_FLOOR and not other_hosts_idle:
+        raise SharedMinAgeRefused(root, fs, min_age)
+
+
+def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> list[Lease]:
+    """Remove the leases that were stale at plan time and still are (a lease renewed since, or
+    whose process turns out alive, stays). Every removal is logged."""
+
+    def still_stale(lease: Lease) -> str | None:
+        now = lease_state(lease)
+        return None if now == "live" else _stale_reason(lease, now, time.time())
+
+    removed: list[Lease] = []
+    for lease, _ in state.stale:
+        try:
+            size, reason = _unlink_lease(root_fd, lease.path.name, still_stale)
+        except (OSError, LookupError):
+            continue
+        removed.append(lease)
+        if log is not None:
+            with contextlib.suppress(Exception):
+                _log_removal(log, lease, size, reason)
+    return removed

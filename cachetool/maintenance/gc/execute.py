@@ -38,9 +38,16 @@ from cachetool.maintenance.gc.plan import (
     Target,
 )
 from cachetool.maintenance.gc.rules import Rules, gc_alive
-from cachetool.maintenance.liveness import InUse, pids_holding, pids_text, socket_reason
-from cachetool.maintenance.locks import LockBusy, acquire, lock_guard
-from cachetool.maintenance.shared import remove_stale_leases
+from cachetool.maintenance.liveness import (
+    InUse,
+    LockBusy,
+    acquire,
+    lock_guard,
+    pids_holding,
+    pids_text,
+    remove_stale_leases,
+    socket_reason,
+)
 
 if TYPE_CHECKING:
     from cachetool.trace.leases import Lease
@@ -491,52 +498,20 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
 @contextlib.contextmanager
 def gc_lock(root: Path, timeout: float = LOCK_TIMEOUT, root_fd: int | None = None) -> Iterator[Path]:
     """Hold the exclusive gc lock of `root` (`<root>/.cachetool/gc.lock`, or a per-user lock when
-    the root cannot be written), so two gc runs never work on one cache at once.
+    the root cannot be written), so two gc runs never work on one cache at once. It is an `flock`,
+    the lock `filelock` takes, so older runs and this one exclude each other; with `root_fd` the
+    lock file is reached from that descriptor (no path is resolved again)."""
+    from cachetool.cache.store import flock_within, open_state
 
-    With `root_fd` the lock file is reached from that descriptor (no path is resolved again); it
-    is an `flock`, the same lock `filelock` takes, so older runs and this one exclude each other."""
-    from cachetool.cache.store import flock_within
-
-    fd = None
     path = root / layout.LEDGER_DIR / GC_LOCK_NAME
-    own_root = root_fd is None
+    base = Path(f"/proc/self/fd/{root_fd}") if root_fd is not None else root
     try:
-        if root_fd is None:
-            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(layout.LEDGER_DIR, dir_fd=root_fd)
-        state_fd = os.open(layout.LEDGER_DIR, O_DIR, dir_fd=root_fd)
-        try:
-            fd = os.open(
-                GC_LOCK_NAME,
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                0o644,
-                dir_fd=state_fd,
-            )
-        finally:
-            os.close(state_fd)
-    except OSError:
-        fd = None
-    finally:
-        if own_root and root_fd is not None:
-            os.close(root_fd)
-    if fd is None:  # a read-only root: a lock of this user's, outside the root
-        from filelock import FileLock, Timeout
-
+        fd = open_state(base / layout.LEDGER_DIR / GC_LOCK_NAME, os.O_RDWR | os.O_CREAT, create_folders=True)
+    except OSError:  # a read-only root: a lock of this user's, outside the root
         from cachetool.cache.roots import root_key, user_state_dir
 
         path = user_state_dir() / "gc-locks" / f"{root_key(root)}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(path), timeout=timeout)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise GcBusy(root, path, timeout) from None
-        try:
-            yield path
-        finally:
-            lock.release()
-        return
+        fd = open_state(path, os.O_RDWR | os.O_CREAT, create_folders=True)
     try:
         if not flock_within(fd, timeout):
             raise GcBusy(root, path, timeout)

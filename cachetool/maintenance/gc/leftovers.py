@@ -18,7 +18,7 @@ from cachetool.cache import layout
 from cachetool.cache.layout import WRITTEN_BY_DATASETS, Kind, TempKind
 from cachetool.maintenance.gc.plan import GcItem, Refusal, Target
 from cachetool.maintenance.gc.rules import Planner, gc_alive, owner_uid
-from cachetool.maintenance.locks import LockState, lock_guard, probe
+from cachetool.maintenance.liveness import LockState, lock_guard, probe
 
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheFile

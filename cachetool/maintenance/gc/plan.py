@@ -15,7 +15,7 @@ from cachetool.formatting import compact_duration, human_size, iso_time
 
 if TYPE_CHECKING:
     from cachetool.maintenance.gc.options import GcOptions
-    from cachetool.maintenance.shared import SharedState
+    from cachetool.maintenance.liveness import SharedState
     from cachetool.trace.leases import Lease
 
 #: How long a second gc waits for the first before giving up.
@@ -225,7 +225,7 @@ class GcPlan:
     #: only inside those very folders, whatever their paths lead to by then.
     root_id: tuple[int, int] | None = field(default=None, compare=False)
     temp_id: tuple[int, int] | None = field(default=None, compare=False)
-    #: The root's file system and leases (`cachetool.maintenance.shared`).
+    #: The root's file system and leases (`cachetool.maintenance.liveness`).
     shared: SharedState | None = field(default=None, compare=False)
     #: Commands that do what this plan keeps from doing (`shared.dead_writer_hint`).
     hints: tuple[str, ...] = field(default=(), compare=False)

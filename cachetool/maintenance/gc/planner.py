@@ -20,7 +20,7 @@ from cachetool.maintenance.gc.leftovers import LeftoverPlanner, TempScan, scan_t
 from cachetool.maintenance.gc.options import NOTHING_SELECTED, GcOptions
 from cachetool.maintenance.gc.plan import GcItem, GcPlan, KeptBecause, Refusal, Target, order_kept
 from cachetool.maintenance.gc.rules import Rules
-from cachetool.maintenance.shared import check_min_age, dead_writer_hint, shared_state
+from cachetool.maintenance.liveness import check_min_age, dead_writer_hint, shared_state
 
 
 class _Builder(LeftoverPlanner, EvictionPlanner):

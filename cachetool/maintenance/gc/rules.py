@@ -18,8 +18,7 @@ from cachetool.cache.layout import Kind, TempKind
 from cachetool.formatting import compact_age, compact_duration
 from cachetool.maintenance.gc.options import GcOptions
 from cachetool.maintenance.gc.plan import GcItem, KeepCode, KeptBecause, Refusal, Scope, Skip
-from cachetool.maintenance.liveness import InUse, TempDirUser, pids_text, socket_reason
-from cachetool.maintenance.shared import leased_reason
+from cachetool.maintenance.liveness import InUse, TempDirUser, leased_reason, pids_text, socket_reason
 from cachetool.processes import alive, process_start
 
 if TYPE_CHECKING:

@@ -22,8 +22,7 @@ from cachetool.cache.scan import CacheReport, Entry
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.liveness import InUse, pids_text
-from cachetool.maintenance.locks import stale_guard
+from cachetool.maintenance.liveness import InUse, pids_text, stale_guard
 from cachetool.maintenance.verify.findings import CHANGED, Code, Finding
 
 #: An interrupted save younger than this may still be running (state.json comes last).
@@ -228,7 +227,7 @@ class Checker:
         )
 
     def lock(self, e: Entry) -> None:
-        """A lock is stale when what it guards is gone and nobody holds it (`maintenance.locks`)."""
+        """A lock is stale when what it guards is gone and nobody holds it (`maintenance.liveness`)."""
         guard = stale_guard(e.path, self.report.root)
         if guard is not None:
             self.removable("stale-lock", e, f"stale lock: {guard.name} no longer exists")
