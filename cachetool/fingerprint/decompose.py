@@ -19,8 +19,6 @@ from typing import Any
 
 from cachetool.fingerprint.hashing import pickled_filename
 
-__all__ = ["LEAF_MODULES", "MORE", "decomposable", "describe", "parts_of", "short_repr", "type_name"]
-
 _REPR_LIMIT = 100
 
 # Values of these libraries are leaves (`decompose` keeps them whole) and their type names keep the

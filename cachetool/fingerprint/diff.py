@@ -9,26 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from cachetool.fingerprint.hints import ADDED_HINT, HASH_SEED_HINT, hint_for
 from cachetool.fingerprint.tree import HashNode, node_at
 
-__all__ = [
-    "Culprit",
-    "Unpicklable",
-    "diff_trees",
-    "find_unpicklable",
-    "find_unpicklable_in_tree",
-    "render_path",
-    "seeded",
-]
-
 
 @dataclass(frozen=True)
-class Culprit:
-    """The deepest part of an argument on which every difference between the runs lies."""
+class _Part:
+    """A part of a hashed argument: where it sits and what it is."""
 
     argument: str
     #: Access steps below the argument, e.g. ``("closure 'stop'",)``; empty: the argument itself.
@@ -36,6 +26,27 @@ class Culprit:
     type: str
     #: A few words, e.g. ``frozenset of 12 str``.
     description: str
+
+    @property
+    def path_str(self) -> str:
+        """``function → closure 'stop' (frozenset of 12 str)``."""
+        return f"{render_path(self.argument, self.path)} ({self.description})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (tuples as lists), with `path_str` after `path`."""
+        doc: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            doc[f.name] = list(value) if isinstance(value, tuple) else value
+            if f.name == "path":
+                doc["path_str"] = self.path_str
+        return doc
+
+
+@dataclass(frozen=True)
+class Culprit(_Part):
+    """The deepest part of an argument on which every difference between the runs lies."""
+
     #: One short repr per run.
     reprs: tuple[str, ...]
     #: One digest per run (None where the part could not be pickled).
@@ -51,11 +62,6 @@ class Culprit:
     parts: tuple[Culprit, ...] = field(default_factory=tuple)
 
     @property
-    def path_str(self) -> str:
-        """``function → closure 'stop' (frozenset of 12 str)``."""
-        return f"{render_path(self.argument, self.path)} ({self.description})"
-
-    @property
     def values_str(self) -> str:
         """``4187 vs 912``: the reprs of the runs, distinct ones only, in run order."""
         return " vs ".join(dict.fromkeys(self.reprs))
@@ -66,35 +72,15 @@ class Culprit:
         return [render_path(self.argument, leaf) for leaf in self.leaves]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "argument": self.argument,
-            "path": list(self.path),
-            "path_str": self.path_str,
-            "type": self.type,
-            "description": self.description,
-            "reprs": list(self.reprs),
-            "digests": list(self.digests),
-            "kind": self.kind,
-            "hint": self.hint,
-            "leaves": self.leaves_str,
-            "parts": [p.to_dict() for p in self.parts],
-        }
+        return {**super().to_dict(), "leaves": self.leaves_str, "parts": [p.to_dict() for p in self.parts]}
 
 
 @dataclass(frozen=True)
-class Unpicklable:
+class Unpicklable(_Part):
     """The smallest part of an argument that cannot be pickled, with the real exception text."""
 
-    argument: str
-    path: tuple[str, ...]
-    type: str
-    description: str
     repr: str
     error: str
-
-    @property
-    def path_str(self) -> str:
-        return f"{render_path(self.argument, self.path)} ({self.description})"
 
     @property
     def hint(self) -> str:
@@ -105,16 +91,12 @@ class Unpicklable:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "argument": self.argument,
-            "path": list(self.path),
-            "path_str": self.path_str,
-            "type": self.type,
-            "description": self.description,
-            "repr": self.repr,
-            "error": self.error,
-            "hint": self.hint,
-        }
+        return {**super().to_dict(), "hint": self.hint}
+
+
+def _named(node: HashNode) -> tuple[str, str]:
+    """The `type` and `description` of the part at `node`."""
+    return str(node.get("t", "?")), str(node.get("s") or node.get("t", "?"))
 
 
 def seeded(culprit: Culprit) -> Culprit:
@@ -202,10 +184,9 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None
     """A part present in some runs only: a value set on first use, or added."""
     first = next(n for n in nodes if n is not None)
     return Culprit(
-        argument=argument,
-        path=path,
-        type=str(first.get("t", "?")),
-        description=str(first.get("s") or first.get("t", "?")),
+        argument,
+        path,
+        *_named(first),
         reprs=tuple(ABSENT if n is None else str(n.get("r", "")) for n in nodes),
         digests=tuple(None if n is None else n.get("d") for n in nodes),
         kind="added",
@@ -306,10 +287,9 @@ def _culprit(
         if len(hints) == 1 and "" not in hints:
             kind, hint = next(iter(hints.items()))
     return Culprit(
-        argument=argument,
-        path=path,
-        type=str(first.get("t", "?")),
-        description=str(first.get("s") or first.get("t", "?")),
+        argument,
+        path,
+        *_named(first),
         reprs=tuple(str(n.get("r", "")) for n in nodes),
         digests=tuple(n.get("d") for n in nodes),
         kind=kind,
@@ -336,10 +316,9 @@ def find_unpicklable_in_tree(argument: str, tree: HashNode, error: str | None = 
         node = min(failing, key=lambda c: _blame_order(c, wanted))
         path = (*path, node["l"])
     return Unpicklable(
-        argument=argument,
-        path=path,
-        type=str(node.get("t", "?")),
-        description=str(node.get("s") or node.get("t", "?")),
+        argument,
+        path,
+        *_named(node),
         repr=str(node.get("r", "")),
         error=str(node.get("e", "")),
     )

@@ -17,24 +17,6 @@ from typing import Any
 
 import xxhash
 
-__all__ = [
-    "HashError",
-    "dumps",
-    "hash_bytes",
-    "hash_object",
-    "pickled_filename",
-    "try_hash",
-    "using_datasets_pickler",
-]
-
-
-class HashError(Exception):
-    """An object could not be pickled, so `datasets` would fall back to a random fingerprint."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(describe_exception(error))
-        self.error = error
-
 
 def describe_exception(error: BaseException) -> str:
     """``"TypeError: cannot pickle 'generator' object"``: the exception as a user would see it."""
@@ -46,11 +28,6 @@ def describe_exception(error: BaseException) -> str:
 def hash_bytes(data: bytes) -> str:
     """``Hasher.hash_bytes``: the 16-hex-digit xxh64 of some bytes."""
     return str(xxhash.xxh64(data).hexdigest())
-
-
-def using_datasets_pickler() -> bool:
-    """True when digests come from `datasets`' own pickler (it is imported in this process)."""
-    return "datasets" in sys.modules and _datasets_dumps() is not None
 
 
 # Types datasets' pickler special-cases when their library is loaded; their values go to datasets.
@@ -93,9 +70,7 @@ def try_hash(obj: Any) -> tuple[str | None, str | None]:
     """``(digest, None)``, or ``(None, "TypeError: cannot pickle ...")`` when `obj` cannot be pickled."""
     try:
         return hash_object(obj), None
-    except RecursionError as e:
-        return None, describe_exception(e)
-    except Exception as e:
+    except Exception as e:  # RecursionError included
         return None, describe_exception(e)
 
 

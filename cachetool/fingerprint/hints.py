@@ -14,15 +14,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cachetool.fingerprint.tree import HashNode
 
-__all__ = [
-    "ADDED_HINT",
-    "HASH_SEED_HINT",
-    "ORDER_HINTS",
-    "STATE_CHANGE_ISSUE",
-    "hint_for",
-    "reordered",
-    "state_change_hint",
-]
 
 _RUNTIME = (
     "compute it inside the function, or pass it in as an argument that is the same in every run "

@@ -15,8 +15,6 @@ from typing import Any, TypedDict, cast
 from cachetool.fingerprint.decompose import MORE, decomposable, describe, parts_of, short_repr, type_name
 from cachetool.fingerprint.hashing import hash_bytes, try_hash
 
-__all__ = ["HashNode", "as_node", "build_tree", "iter_nodes", "node_at", "part_key", "part_keys"]
-
 
 class HashNode(TypedDict, total=False):
     """One node of a hash tree, as the tracer writes it in an events file or the ledger."""
