@@ -156,6 +156,7 @@ GONE = {
     "cachetool.cache.listing.list_cache_lean",
     "cachetool.history.explain.stale_hits",
     "cachetool.report.report",
+    "cachetool.fingerprint.decompose",
 }
 
 

@@ -23,7 +23,7 @@ from cachetool.cache.recognize import (
     relative_data_dir,
 )
 from cachetool.cache.walk import Item, list_dir
-from cachetool.fingerprint.plain import loaded_fingerprint
+from cachetool.fingerprint.hashing import loaded_fingerprint
 
 
 class Scanner(NonDataWalker):
