@@ -157,6 +157,7 @@ GONE = {
     "cachetool.history.explain.stale_hits",
     "cachetool.report.report",
     "cachetool.determinism.events.read_events",
+    "cachetool.fingerprint.decompose",
 }
 
 

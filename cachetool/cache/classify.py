@@ -20,7 +20,7 @@ from cachetool.cache.entries import derived_entry, plain_arrow_entry, shard_set_
 from cachetool.cache.layout import Kind, parse_cache_file
 from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, Liveness
 from cachetool.cache.walk import Item, Walker, list_dir
-from cachetool.fingerprint.plain import loaded_fingerprint
+from cachetool.fingerprint.hashing import loaded_fingerprint
 from cachetool.safejson import read_json_file
 
 #: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.

@@ -13,7 +13,7 @@ from cachetool.cache import layout
 from cachetool.cache.arrow import IPC_FILE, STREAM
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, RecordedUse
-from cachetool.fingerprint.plain import source_split_fingerprint
+from cachetool.fingerprint.hashing import source_split_fingerprint
 
 
 def _content(f: CacheFile) -> str | None:

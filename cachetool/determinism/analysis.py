@@ -46,8 +46,14 @@ from cachetool.determinism.report import (
     Unmatched,
     as_events,
 )
-from cachetool.fingerprint.diff import Culprit, Unpicklable, diff_trees, find_unpicklable_in_tree
-from cachetool.fingerprint.hints import reordered, state_change_hint
+from cachetool.fingerprint.diff import (
+    Culprit,
+    Unpicklable,
+    diff_trees,
+    find_unpicklable_in_tree,
+    reordered,
+    state_change_hint,
+)
 from cachetool.fingerprint.tree import as_node, iter_nodes, node_at, part_key, types_on_path
 from cachetool.history.records.parts import ArgInfo
 

@@ -29,9 +29,8 @@ def checkpoint(name: str, obj: Any) -> str | None:
         return None
     from pathlib import Path
 
-    from cachetool.fingerprint.decompose import short_repr
     from cachetool.fingerprint.hashing import try_hash
-    from cachetool.fingerprint.tree import build_tree
+    from cachetool.fingerprint.tree import build_tree, short_repr
     from cachetool.history.records.parts import ArgInfo, CallSite, RandomFallback
     from cachetool.history.records.steps import CheckpointRecord
     from cachetool.history.writer import SegmentWriter

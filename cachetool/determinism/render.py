@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from cachetool.determinism.report import Cause, DeterminismReport, Step
-from cachetool.fingerprint.hints import ORDER_HINTS
+from cachetool.fingerprint.diff import ORDER_HINTS
 
 __all__ = ["github_lines", "human_lines"]
 

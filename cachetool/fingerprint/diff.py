@@ -1,34 +1,25 @@
 """Compare hash trees from several processes and name the culprit.
 
 The culprit is the deepest node on which all differences lie (the longest common path of the
-differing leaves), found from the digests only, never a type or a name; its *hint* says what
-usually causes it.
+differing leaves), found from the digests only, never a type or a name. Its *kind* comes from the
+culprit's nodes (type, place in a function, reprs in each run), never from a message: a frozenset is
+"set-order", a function's line table "lines", a float that reads as a time "timestamp", anything
+else "value"; its *hint* says what usually causes that kind and how to fix it (`hint_for`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from cachetool.fingerprint.hints import ADDED_HINT, HASH_SEED_HINT, hint_for
 from cachetool.fingerprint.tree import HashNode, node_at
-
-__all__ = [
-    "Culprit",
-    "Unpicklable",
-    "diff_trees",
-    "find_unpicklable",
-    "find_unpicklable_in_tree",
-    "render_path",
-    "seeded",
-]
 
 
 @dataclass(frozen=True)
-class Culprit:
-    """The deepest part of an argument on which every difference between the runs lies."""
+class _Part:
+    """A part of a hashed argument: where it sits and what it is."""
 
     argument: str
     #: Access steps below the argument, e.g. ``("closure 'stop'",)``; empty: the argument itself.
@@ -36,6 +27,27 @@ class Culprit:
     type: str
     #: A few words, e.g. ``frozenset of 12 str``.
     description: str
+
+    @property
+    def path_str(self) -> str:
+        """``function → closure 'stop' (frozenset of 12 str)``."""
+        return f"{render_path(self.argument, self.path)} ({self.description})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (tuples as lists), with `path_str` after `path`."""
+        doc: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            doc[f.name] = list(value) if isinstance(value, tuple) else value
+            if f.name == "path":
+                doc["path_str"] = self.path_str
+        return doc
+
+
+@dataclass(frozen=True)
+class Culprit(_Part):
+    """The deepest part of an argument on which every difference between the runs lies."""
+
     #: One short repr per run.
     reprs: tuple[str, ...]
     #: One digest per run (None where the part could not be pickled).
@@ -51,11 +63,6 @@ class Culprit:
     parts: tuple[Culprit, ...] = field(default_factory=tuple)
 
     @property
-    def path_str(self) -> str:
-        """``function → closure 'stop' (frozenset of 12 str)``."""
-        return f"{render_path(self.argument, self.path)} ({self.description})"
-
-    @property
     def values_str(self) -> str:
         """``4187 vs 912``: the reprs of the runs, distinct ones only, in run order."""
         return " vs ".join(dict.fromkeys(self.reprs))
@@ -66,35 +73,15 @@ class Culprit:
         return [render_path(self.argument, leaf) for leaf in self.leaves]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "argument": self.argument,
-            "path": list(self.path),
-            "path_str": self.path_str,
-            "type": self.type,
-            "description": self.description,
-            "reprs": list(self.reprs),
-            "digests": list(self.digests),
-            "kind": self.kind,
-            "hint": self.hint,
-            "leaves": self.leaves_str,
-            "parts": [p.to_dict() for p in self.parts],
-        }
+        return {**super().to_dict(), "leaves": self.leaves_str, "parts": [p.to_dict() for p in self.parts]}
 
 
 @dataclass(frozen=True)
-class Unpicklable:
+class Unpicklable(_Part):
     """The smallest part of an argument that cannot be pickled, with the real exception text."""
 
-    argument: str
-    path: tuple[str, ...]
-    type: str
-    description: str
     repr: str
     error: str
-
-    @property
-    def path_str(self) -> str:
-        return f"{render_path(self.argument, self.path)} ({self.description})"
 
     @property
     def hint(self) -> str:
@@ -105,16 +92,12 @@ class Unpicklable:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "argument": self.argument,
-            "path": list(self.path),
-            "path_str": self.path_str,
-            "type": self.type,
-            "description": self.description,
-            "repr": self.repr,
-            "error": self.error,
-            "hint": self.hint,
-        }
+        return {**super().to_dict(), "hint": self.hint}
+
+
+def _named(node: HashNode) -> tuple[str, str]:
+    """The `type` and `description` of the part at `node`."""
+    return str(node.get("t", "?")), str(node.get("s") or node.get("t", "?"))
 
 
 def seeded(culprit: Culprit) -> Culprit:
@@ -202,10 +185,9 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None
     """A part present in some runs only: a value set on first use, or added."""
     first = next(n for n in nodes if n is not None)
     return Culprit(
-        argument=argument,
-        path=path,
-        type=str(first.get("t", "?")),
-        description=str(first.get("s") or first.get("t", "?")),
+        argument,
+        path,
+        *_named(first),
         reprs=tuple(ABSENT if n is None else str(n.get("r", "")) for n in nodes),
         digests=tuple(None if n is None else n.get("d") for n in nodes),
         kind="added",
@@ -306,10 +288,9 @@ def _culprit(
         if len(hints) == 1 and "" not in hints:
             kind, hint = next(iter(hints.items()))
     return Culprit(
-        argument=argument,
-        path=path,
-        type=str(first.get("t", "?")),
-        description=str(first.get("s") or first.get("t", "?")),
+        argument,
+        path,
+        *_named(first),
         reprs=tuple(str(n.get("r", "")) for n in nodes),
         digests=tuple(n.get("d") for n in nodes),
         kind=kind,
@@ -336,10 +317,9 @@ def find_unpicklable_in_tree(argument: str, tree: HashNode, error: str | None = 
         node = min(failing, key=lambda c: _blame_order(c, wanted))
         path = (*path, node["l"])
     return Unpicklable(
-        argument=argument,
-        path=path,
-        type=str(node.get("t", "?")),
-        description=str(node.get("s") or node.get("t", "?")),
+        argument,
+        path,
+        *_named(node),
         repr=str(node.get("r", "")),
         error=str(node.get("e", "")),
     )
@@ -360,3 +340,161 @@ def find_unpicklable(argument: str, obj: Any) -> Unpicklable | None:
     from cachetool.fingerprint.tree import build_tree
 
     return find_unpicklable_in_tree(argument, build_tree(obj))
+
+
+# -- what usually causes a culprit ------------------------------------------------------------
+
+_RUNTIME = (
+    "compute it inside the function, or pass it in as an argument that is the same in every run "
+    "(e.g. from the command line)."
+)
+_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+_ADDRESS = re.compile(r"0x[0-9a-f]{6,}", re.I)
+_TEMP = re.compile(r"(/tmp/|/var/folders/|\\Temp\\|tmp[a-z0-9_]{8})", re.I)
+_DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b")
+
+
+def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str = "") -> tuple[str, str]:
+    """``(kind, one-line hint)`` for a culprit, from its nodes in each run (type, reprs, digests);
+    `argument` is the hashed argument it sits in (a generator given to `shuffle` is not one given
+    to the mapped function)."""
+    type_name = str(nodes[0].get("t", ""))
+    reprs = [str(n.get("r", "")) for n in nodes]
+    last = path[-1] if path else ""
+    orders = {n.get("o") for n in nodes}
+    same_items = len(orders) == 1 and None not in orders
+    return (
+        _order_hint(type_name, last, same_items)
+        or _state_hint(type_name, argument)
+        or _code_hint(type_name, last, reprs)
+        or _value_hint(type_name, reprs)
+    )
+
+
+def _order_hint(type_name: str, last: str, same_items: bool) -> tuple[str, str] | None:
+    """A set pickled in hash-seed order, or the same items in another order in each run."""
+    if type_name == "frozenset":
+        if last.startswith("const["):
+            return "set-order", (
+                "a set literal of constants in a function (`x in {'a', 'b'}`) compiles to a frozenset "
+                "constant whose order follows PYTHONHASHSEED: use a tuple, or a module-level set "
+                "(datasets sorts sets)."
+            )
+        return "set-order", (
+            "a frozenset pickles in PYTHONHASHSEED order: use a set (datasets sorts sets) or a sorted tuple."
+        )
+    if same_items and type_name in ("str", "list", "tuple", "dict"):
+        return "order", (
+            f"the same items in a different order in each run: this {type_name} is built by iterating "
+            "a set or frozenset; iterate sorted(...) instead."
+        )
+    return None
+
+
+def _state_hint(type_name: str, argument: str) -> tuple[str, str] | None:
+    """An object whose type says it is made at run time: a random generator, a timestamp."""
+    if type_name.split(".")[-1] in ("Generator", "RandomState", "BitGenerator", "PCG64", "MT19937"):
+        if argument in ("generator", "seed", ""):
+            return "random-state", (
+                "an unseeded random generator (shuffle or train_test_split without seed=): pass seed= "
+                "or generator=np.random.default_rng(<fixed seed>)."
+            )
+        return "random-state", (
+            "an unseeded random generator reaches the function (np.random.default_rng() or "
+            "RandomState() without a seed): datasets hashes its state, new in every run; create it "
+            "with a fixed seed (np.random.default_rng(42)), or inside the function from a seed argument."
+        )
+    if type_name.split(".")[-1] in ("datetime", "date", "time", "Timestamp"):
+        return "timestamp", f"a timestamp ({type_name}) is taken at run time: {_RUNTIME}"
+    return None
+
+
+def _code_hint(type_name: str, last: str, reprs: Sequence[str]) -> tuple[str, str] | None:
+    """A part of a function's code: its file name, its line table, its bytecode."""
+    if last == "filename":
+        names = " → ".join(dict.fromkeys(r.strip("'\"") for r in reprs))
+        return "source-file", (
+            f"the function is the same but its source file changed ({names}), which datasets hashes "
+            "(a function's code keeps its file name): run the script under one name, or define the "
+            "function in a module both scripts import."
+        )
+    if last == "linetable":
+        return "lines", (
+            "the function's code is the same but its lines moved inside it (a blank or comment line "
+            "added or removed), which datasets hashes (line numbers from the function's first line)."
+        )
+    if type_name == "code" or last in ("bytecode", "names", "varnames"):
+        return "code", "the function's code differs between runs: is it generated or edited at run time?"
+    return None
+
+
+def _value_hint(type_name: str, reprs: Sequence[str]) -> tuple[str, str]:
+    """A value, by what its text looks like (an address, a uuid, a temp path, a time)."""
+    # An object's repr is not what gets hashed; only a scalar's text is.
+    joined = " ".join(reprs) if type_name in ("str", "bytes", "int", "float") else ""
+    if _ADDRESS.search(joined):
+        return "address", f"a repr with a memory address (id()-based) differs in every run: {_RUNTIME}"
+    if _UUID.search(joined):
+        return "uuid", f"a uuid is made at run time: {_RUNTIME}"
+    if _TEMP.search(joined):
+        return "temp-path", f"a temporary path is made at run time: {_RUNTIME}"
+    if (type_name == "float" and all(_looks_like_time(r) for r in reprs)) or _DATETIME.search(joined):
+        return "timestamp", f"a timestamp is taken at run time: {_RUNTIME}"
+    return "value", f"this value is different in each run: {_RUNTIME}"
+
+
+#: A value that an equal hash seed reproduces (culprit kind ``hash-seed``): not made at run time.
+HASH_SEED_HINT = (
+    "this value follows PYTHONHASHSEED (a run with an equal hash seed gave the same): it comes from "
+    "hash() of a str or bytes, or from iterating a set or frozenset; use a stable hash (hashlib) "
+    "or iterate sorted(...) instead."
+)
+
+#: A part present in some runs only (culprit kind ``added``).
+ADDED_HINT = (
+    "this part exists in some runs only: an attribute or key set on first use (a "
+    "functools.cached_property, a lazily filled memo or vocabulary) is pickled once it is set; "
+    "compute it up front (before the first map), or keep it out of the pickle (__getstate__)."
+)
+
+#: What to do about a source's inputs given in another order in each run, by what is reordered:
+#: the keys of check-determinism's `SourceDiff`s that say so (explain words the same).
+ORDER_HINTS = {
+    "data_files order": "the data files are listed in another order in each run (a list built from a "
+    "set, or os.listdir/glob unsorted): pass data_files=sorted(...).",
+    "inputs order": "the datasets are concatenated in another order in each run (a loop over a set or "
+    "dict built from one): loop over sorted(...).",
+}
+
+
+def reordered(lists: Sequence[Sequence[str]]) -> bool:
+    """The same two or more items in another order in some of `lists` (one list per run)."""
+    return (
+        len(lists[0]) > 1
+        and len({tuple(x) for x in lists}) > 1
+        and len({tuple(sorted(x)) for x in lists}) == 1
+    )
+
+
+#: The datasets issue where changing an object inside the mapped function is discussed.
+STATE_CHANGE_ISSUE = "https://github.com/huggingface/datasets/issues/3638"
+
+
+def state_change_hint(types: str) -> str:
+    """What to do about an object a step changes while it runs (the hint of a cache-state culprit);
+    `types` names the types on the way to the changed part."""
+    what = "the tokenizer" if "tokenizer" in types.lower() else "the object"
+    return (
+        f"the mapped function changes {what} while it runs, and datasets hashes it again later: build "
+        f"and configure {what} completely before the first map (truncation, padding, added tokens, a "
+        f"lazily built vocabulary, a functools.cached_property: call it once up front), or create it "
+        f"inside the function. See "
+        f"{STATE_CHANGE_ISSUE}"
+    )
+
+
+def _looks_like_time(text: str) -> bool:
+    try:
+        return 1e9 < float(text) < 1e10
+    except ValueError:
+        return False

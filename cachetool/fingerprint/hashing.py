@@ -4,36 +4,24 @@
 replica with the same rules (sorted dicts and sets, no string memo, code objects with the base name
 of their file and ``co_firstlineno = 1``; the tests compare the two byte for byte), so that a
 pipeline calling `cachetool.checkpoint` does not pay the import of `datasets`.
+
+For plain values (str, int, float, bool, None, lists, tuples and dicts of them) dill pickles exactly
+like the standard library's pure-Python pickler, so `hash_plain` needs neither `datasets` nor dill:
+enough to recompute, cheaply in `cachetool ls`, the fingerprints `datasets` derives from paths and
+`state.json`.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import pickle
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from types import CodeType
 from typing import Any
 
 import xxhash
-
-__all__ = [
-    "HashError",
-    "dumps",
-    "hash_bytes",
-    "hash_object",
-    "pickled_filename",
-    "try_hash",
-    "using_datasets_pickler",
-]
-
-
-class HashError(Exception):
-    """An object could not be pickled, so `datasets` would fall back to a random fingerprint."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(describe_exception(error))
-        self.error = error
 
 
 def describe_exception(error: BaseException) -> str:
@@ -46,11 +34,6 @@ def describe_exception(error: BaseException) -> str:
 def hash_bytes(data: bytes) -> str:
     """``Hasher.hash_bytes``: the 16-hex-digit xxh64 of some bytes."""
     return str(xxhash.xxh64(data).hexdigest())
-
-
-def using_datasets_pickler() -> bool:
-    """True when digests come from `datasets`' own pickler (it is imported in this process)."""
-    return "datasets" in sys.modules and _datasets_dumps() is not None
 
 
 # Types datasets' pickler special-cases when their library is loaded; their values go to datasets.
@@ -93,9 +76,7 @@ def try_hash(obj: Any) -> tuple[str | None, str | None]:
     """``(digest, None)``, or ``(None, "TypeError: cannot pickle ...")`` when `obj` cannot be pickled."""
     try:
         return hash_object(obj), None
-    except RecursionError as e:
-        return None, describe_exception(e)
-    except Exception as e:
+    except Exception as e:  # RecursionError included
         return None, describe_exception(e)
 
 
@@ -219,3 +200,69 @@ def _arrow_reducer(name: str) -> Callable[[Any, Any], None]:
         getattr(datasets_dill, name)(pickler, obj)
 
     return save
+
+
+# -- plain values, without dill ------------------------------------------------------------------
+
+_PROTOCOL = 4  # dill.settings["protocol"] on Python 3.11 (pickle.DEFAULT_PROTOCOL)
+
+
+# The pure-Python pickler (the one dill extends); typeshed does not describe it.
+_PythonPickler: Any = pickle._Pickler
+
+
+class _PlainPickler(_PythonPickler):
+    def memoize(self, obj: Any) -> None:
+        if type(obj) is not str:
+            super().memoize(obj)
+
+    def _batch_setitems(self, items: Iterable[Any], *args: Any) -> None:
+        try:
+            ordered = sorted(items)
+        except TypeError:
+            ordered = sorted(items, key=lambda kv: hash_plain(kv[0]))
+        super()._batch_setitems(iter(ordered), *args)
+
+
+def hash_plain(value: Any) -> str:
+    """`datasets.fingerprint.Hasher.hash(value)` for a plain value."""
+    buf = io.BytesIO()
+    _PlainPickler(buf, protocol=_PROTOCOL).dump(value)
+    return hash_bytes(buf.getvalue())
+
+
+def _hasher(*values: Any) -> str:
+    """`datasets.fingerprint.Hasher` fed `values` one by one (`update`), for plain values."""
+    m = xxhash.xxh64()
+    for value in values:
+        m.update(f"=={type(value)}==".encode())
+        m.update(hash_plain(value).encode())
+    return str(m.hexdigest())
+
+
+def source_split_fingerprint(relative_data_dir: str, split: str) -> str:
+    """The fingerprint `DatasetBuilder.as_dataset` gives a prepared split: the hash of the builder
+    folder relative to the cache root (`csv/default-…/0.0.0/<hash>`) and the split name."""
+    return _hasher(relative_data_dir, split)
+
+
+def update_fingerprint_plain(fingerprint: str, transform: str, args: Mapping[str, Any]) -> str:
+    """`datasets.fingerprint.update_fingerprint` for plain-valued arguments."""
+    return _hasher(fingerprint, transform, *(v for key in sorted(args) for v in (key, args[key])))
+
+
+def loaded_fingerprint(state: Mapping[str, Any]) -> str | None:
+    """The fingerprint a dataset has right after `load_from_disk`: `state.json`'s `_fingerprint` passed
+    through the `with_format(...)` that `Dataset.load_from_disk` ends with (an in-place `set_format`).
+    Arguments equal to their defaults are dropped, as `format_kwargs_for_fingerprint` does."""
+    fp = state.get("_fingerprint")
+    if not isinstance(fp, str):
+        return None
+    args: dict[str, Any] = {"format_kwargs": state.get("_format_kwargs") or {}}
+    if state.get("_format_type") is not None:
+        args["type"] = state["_format_type"]
+    if state.get("_format_columns") is not None:
+        args["columns"] = state["_format_columns"]
+    if state.get("_output_all_columns"):
+        args["output_all_columns"] = True
+    return update_fingerprint_plain(fp, "datasets.arrow_dataset.Dataset.set_format", args)

@@ -2,20 +2,27 @@
 
 `datasets` hashes an argument as one pickle; a hash tree says which part differed: the root is the
 argument (its digest is exactly ``Hasher.hash(value)``), each child a part the pickle contains
-(`decompose`), every node hashed on its own as `datasets` hashes a value, so that trees from two
+(`parts_of`), every node hashed on its own as `datasets` hashes a value, so that trees from two
 processes compare node by node (`diff`). Bounded in depth and size. A node is a `HashNode`: a small
 dict with one-letter keys.
+
+Functions pickled by value show their code, closure cells, referenced globals, defaults and
+``__dict__``; classes pickled by value their attributes; other objects what ``__reduce_ex__``
+returns; containers their items. Values of array, table and model libraries are leaves.
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
+import itertools
+import re
+import reprlib
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
-from cachetool.fingerprint.decompose import MORE, decomposable, describe, parts_of, short_repr, type_name
-from cachetool.fingerprint.hashing import hash_bytes, try_hash
-
-__all__ = ["HashNode", "as_node", "build_tree", "iter_nodes", "node_at", "part_key", "part_keys"]
+from cachetool.fingerprint.hashing import hash_bytes, pickled_filename, try_hash
 
 
 class HashNode(TypedDict, total=False):
@@ -191,3 +198,328 @@ def _order_free_digest(obj: Any) -> str | None:
         return hash_bytes("\x00".join(keys).encode("utf-8", "surrogatepass"))
     except Exception:
         return None
+
+
+# -- the parts of an object ----------------------------------------------------------------------
+
+_REPR_LIMIT = 100
+
+# Values of these libraries are leaves (kept whole) and their type names keep the
+# library's name: they are large (arrays, tables, models) and their internal layout is not what a
+# person would fix.
+LEAF_MODULES = (
+    "numpy",
+    "pyarrow",
+    "pandas",
+    "torch",
+    "tensorflow",
+    "jax",
+    "jaxlib",
+    "scipy",
+    "PIL",
+    "polars",
+    "transformers",
+    "tokenizers",
+)
+
+_repr = reprlib.Repr()
+_repr.maxstring = 60
+_repr.maxother = 60
+_repr.maxlist = 6
+_repr.maxtuple = 6
+_repr.maxset = 6
+_repr.maxfrozenset = 6
+_repr.maxdict = 4
+_repr.maxlevel = 2
+
+
+def type_name(obj: Any) -> str:
+    cls = type(obj)
+    module = getattr(cls, "__module__", "") or ""
+    name = getattr(cls, "__qualname__", cls.__name__)
+    if module in ("builtins", "__main__") or module.startswith("_"):
+        return str(name)
+    top = module.split(".")[0]
+    return f"{top}.{name}" if top in LEAF_MODULES or top == "datasets" else str(name)
+
+
+def _elem_desc(items: list[Any]) -> str:
+    names = {type(x).__name__ for x in items}
+    return f" {names.pop()}" if len(names) == 1 else ""
+
+
+def describe(obj: Any) -> str:
+    """A few words for a person: ``frozenset of 12 str``, ``function 'clean'``, ``code 'f'``."""
+    try:
+        if isinstance(obj, (set, frozenset, list, tuple)):
+            return f"{type_name(obj)} of {len(obj)}{_elem_desc(list(itertools.islice(obj, 200)))}"
+        if isinstance(obj, dict):
+            return f"{type_name(obj)} of {len(obj)}"
+        if isinstance(obj, types.FunctionType):
+            return f"function {obj.__qualname__!r}"
+        if isinstance(obj, types.MethodType):
+            return f"method {getattr(obj.__func__, '__qualname__', '?')!r}"
+        if isinstance(obj, types.CodeType):
+            return f"code {obj.co_qualname if hasattr(obj, 'co_qualname') else obj.co_name!r}"
+        if isinstance(obj, type):
+            return f"class {obj.__qualname__!r}"
+        if isinstance(obj, (str, bytes)):
+            return f"{type(obj).__name__} of {len(obj)}"
+    except Exception:
+        pass
+    return type_name(obj)
+
+
+def short_repr(obj: Any) -> str:
+    """A bounded repr with control characters escaped; never raises."""
+    try:
+        if isinstance(obj, types.FunctionType):
+            text = f"<function {obj.__module__}.{obj.__qualname__}>"
+        elif isinstance(obj, types.CodeType):
+            text = f"<code {obj.co_name}>"
+        elif isinstance(obj, types.ModuleType):
+            text = f"<module {obj.__name__}>"
+        elif isinstance(obj, (datetime.datetime, datetime.date, datetime.time)):
+            text = obj.isoformat()
+        else:
+            text = _repr.repr(obj)
+    except Exception as e:
+        text = f"<{type_name(obj)}: repr failed: {type(e).__name__}>"
+    if len(text) > _REPR_LIMIT:
+        text = text[: _REPR_LIMIT - 3] + "..."
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+# datasets' data containers are leaves; its small objects (Features, ClassLabel, configs) are not.
+_DATASETS_DATA_MODULES = (
+    "datasets.arrow_dataset",
+    "datasets.table",
+    "datasets.iterable_dataset",
+    "datasets.dataset_dict",
+    "datasets.builder",
+)
+_SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None), range, slice)
+# Leaves shown by their ISO text: they pickle as bytes, which no person reads.
+_TIMES = (datetime.datetime, datetime.date, datetime.time, datetime.timedelta)
+
+MORE: Any = object()  # a marker label: more items than shown
+
+
+def _by_reference(obj: Any) -> bool:
+    """Whether dill pickles this function or class by reference (module + qualname), not by value."""
+    try:
+        from dill._dill import _locate_function
+
+        return bool(_locate_function(obj, None))
+    except Exception:
+        return False
+
+
+def _tokenizer_state(obj: Any) -> dict[str, Any] | None:
+    """The parts of a `tokenizers.Tokenizer` as it pickles them (its JSON form: truncation,
+    padding, added tokens, model ...), or None for anything else. A map that switches truncation on
+    changes exactly one of these, and a person can read which."""
+    cls = type(obj)
+    if cls.__name__ != "Tokenizer" or not (getattr(cls, "__module__", "") or "").startswith("tokenizers"):
+        return None
+    try:
+        import json
+
+        state = json.loads(obj.to_str())
+    except Exception:
+        return None
+    return state if isinstance(state, dict) else None
+
+
+#: A small pandas frame or series is shown by its cells (column, then row); a larger one is a leaf.
+_MAX_CELLS = 10_000
+
+
+def _pandas_columns(obj: Any) -> list[tuple[str, Any]] | None:
+    """``[(label, values)]`` of a small DataFrame (one list per column) or Series (its values), so
+    that a difference reads as the column and row of the cells that differ; None otherwise."""
+    cls = type(obj)
+    if not (getattr(cls, "__module__", "") or "").startswith("pandas") or cls.__name__ not in (
+        "DataFrame",
+        "Series",
+    ):
+        return None
+    try:
+        if cls.__name__ == "Series":
+            if len(obj) > _MAX_CELLS:
+                return None
+            return [(".values", obj.tolist())]
+        if obj.size > _MAX_CELLS:
+            return None
+        return [(_key_label(col), obj[col].tolist()) for col in obj.columns]
+    except Exception:
+        return None
+
+
+def decomposable(obj: Any) -> bool:
+    if isinstance(obj, (_SCALARS, set, frozenset, types.ModuleType, _TIMES)):
+        return False
+    if _tokenizer_state(obj) is not None or _pandas_columns(obj) is not None:
+        return True
+    full_module = getattr(type(obj), "__module__", "") or ""
+    if full_module.split(".")[0] in LEAF_MODULES or full_module.startswith(_DATASETS_DATA_MODULES):
+        return False
+    if isinstance(obj, (types.FunctionType, type)):
+        return not _by_reference(obj)
+    return not isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType))
+
+
+def parts_of(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
+    """The parts of `obj` as ``(label, value)``; labels are the access steps shown in a path."""
+    try:
+        yield from _children_unsafe(obj, max_items)
+    except Exception:
+        return
+
+
+def _items(seq: list[tuple[str, Any]], max_items: int) -> Iterator[tuple[str, Any]]:
+    yield from seq[:max_items]
+    if len(seq) > max_items:
+        yield MORE, None
+
+
+def _key_label(key: Any) -> str:
+    return f"[{short_repr(key)}]"
+
+
+def _children_unsafe(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, types.FunctionType):
+        yield from _function_children(obj)
+    elif isinstance(obj, types.MethodType):
+        yield "__func__", obj.__func__
+        yield "__self__", obj.__self__
+    elif isinstance(obj, types.CodeType):
+        yield from _code_children(obj)
+    elif isinstance(obj, functools.partial):
+        yield "func", obj.func
+        for i, arg in enumerate(obj.args):
+            yield f"args[{i}]", arg
+        for key in sorted(obj.keywords):
+            yield f"keywords[{key!r}]", obj.keywords[key]
+        # Not obj.__dict__: reading it creates an empty dict, which would change the pickle.
+        state = obj.__reduce__()[2]
+        extra = state[3] if isinstance(state, tuple) and len(state) > 3 else None
+        if isinstance(extra, dict):
+            for key in sorted(extra):
+                yield f".{key}", extra[key]
+    elif isinstance(obj, dict):
+        try:
+            keys = sorted(obj)
+        except Exception:
+            keys = sorted(obj, key=repr)
+        yield from _items([(_key_label(k), obj[k]) for k in keys], max_items)
+    elif isinstance(obj, (list, tuple)):
+        yield from _items([(f"[{i}]", v) for i, v in enumerate(obj)], max_items)
+    elif isinstance(obj, type):
+        yield from _class_children(obj)
+    elif isinstance(obj, re.Pattern):
+        yield ".pattern", obj.pattern
+        yield ".flags", obj.flags
+    elif isinstance(obj, types.CellType):
+        yield "cell_contents", obj.cell_contents
+    elif (state := _tokenizer_state(obj)) is not None:
+        for key, value in state.items():
+            yield f".{key}", value
+    elif (columns := _pandas_columns(obj)) is not None:
+        yield from _items(columns, max_items)
+    else:
+        yield from _object_children(obj, max_items)
+
+
+def _function_children(fn: types.FunctionType) -> Iterator[tuple[str, Any]]:
+    code = fn.__code__
+    yield "code", code
+    for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        yield f"closure {name!r}", value
+    try:
+        from dill.detect import globalvars
+
+        referenced = globalvars(fn, recurse=True, builtin=False)
+    except Exception:
+        referenced = {}
+    for name in sorted(referenced):
+        yield f"global {name!r}", referenced[name]
+    positional = code.co_varnames[: code.co_argcount]
+    defaults = fn.__defaults__ or ()
+    for name, value in zip(positional[len(positional) - len(defaults) :], defaults, strict=False):
+        yield f"default {name!r}", value
+    for name, value in sorted((fn.__kwdefaults__ or {}).items()):
+        yield f"default {name!r}", value
+    for name, value in sorted(fn.__dict__.items()):
+        yield f".{name}", value
+
+
+def _code_children(code: types.CodeType) -> Iterator[tuple[str, Any]]:
+    yield "bytecode", code.co_code
+    for i, const in enumerate(code.co_consts):
+        if isinstance(const, types.CodeType):
+            yield f"const[{i}] {const.co_name}", const
+        else:
+            yield f"const[{i}]", const
+    yield "names", code.co_names
+    yield "varnames", code.co_varnames
+    yield "linetable", code.co_linetable
+    yield "filename", pickled_filename(code)
+
+
+def _class_children(cls: type) -> Iterator[tuple[str, Any]]:
+    for i, base in enumerate(cls.__bases__):
+        if base is not object:
+            yield f"base[{i}]", base
+    skip = {"__dict__", "__weakref__", "__module__", "__qualname__", "__doc__"}
+    for name in sorted(cls.__dict__):
+        if name not in skip:
+            yield f".{name}", cls.__dict__[name]
+
+
+def _object_children(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
+    try:
+        reduced = obj.__reduce_ex__(4)
+    except Exception:
+        # Cannot be reduced (the unpicklable piece, or a part of it): its __dict__ can still show
+        # which attribute is the problem.
+        state = getattr(obj, "__dict__", None)
+        if isinstance(state, dict):
+            for key in sorted(state, key=str):
+                yield f".{key}", state[key]
+        return
+    if isinstance(reduced, str) or not isinstance(reduced, tuple):
+        return
+    ctor = reduced[0]
+    args = reduced[1] if len(reduced) > 1 else ()
+    state = reduced[2] if len(reduced) > 2 else None
+    listitems = reduced[3] if len(reduced) > 3 else None
+    dictitems = reduced[4] if len(reduced) > 4 else None
+    if getattr(ctor, "__name__", "") == "__newobj__" and args:
+        cls, args = args[0], args[1:]
+        if isinstance(cls, type) and not _by_reference(cls):
+            yield "class", cls
+    elif getattr(ctor, "__name__", "") == "_reconstructor" and args:
+        cls = args[0]
+        if isinstance(cls, type) and not _by_reference(cls):
+            yield "class", cls
+        args = ()
+    for i, arg in enumerate(args or ()):
+        yield f"args[{i}]", arg
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)):
+        state, slots = state
+    if isinstance(state, dict):
+        yield from _items([(f".{k}", state[k]) for k in sorted(state, key=str)], max_items)
+    elif state is not None:
+        yield "state", state
+    if isinstance(slots, dict):
+        yield from _items([(f".{k}", slots[k]) for k in sorted(slots, key=str)], max_items)
+    if listitems is not None:
+        yield from _items([(f"[{i}]", v) for i, v in enumerate(listitems)], max_items)
+    if dictitems is not None:
+        yield from _items([(_key_label(k), v) for k, v in dictitems], max_items)

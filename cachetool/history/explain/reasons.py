@@ -29,7 +29,7 @@ NON_SEMANTIC = frozenset(
     }
 )
 _MAX_UPSTREAM = 50
-#: The culprit kinds (`cachetool.fingerprint.hints.hint_for`) that vary from process to process,
+#: The culprit kinds (`cachetool.fingerprint.diff.hint_for`) that vary from process to process,
 #: and how, in check-determinism's words (its variations).
 _VARIES = {
     "set-order": "depends on PYTHONHASHSEED",
@@ -221,7 +221,7 @@ def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: i
 def _reordered_files(old: SourceInfo, new: SourceInfo) -> Reason | None:
     """The same data files, listed in another order (a list built from a set): check-determinism's
     words for it."""
-    from cachetool.fingerprint.hints import ORDER_HINTS, reordered
+    from cachetool.fingerprint.diff import ORDER_HINTS, reordered
 
     a = [os.path.basename(f.path) for f in old.data_files]
     b = [os.path.basename(f.path) for f in new.data_files]
@@ -310,8 +310,7 @@ def _cache_state(
     the other: the computing run changed it while it ran, and this step hashed it again
     (check-determinism's cache-state cause). None otherwise. The object is recognised as
     check-determinism recognises it (`part_key`), in this step's tree of either run."""
-    from cachetool.fingerprint.diff import render_path
-    from cachetool.fingerprint.hints import state_change_hint
+    from cachetool.fingerprint.diff import render_path, state_change_hint
     from cachetool.fingerprint.tree import as_node, node_at, part_key, part_keys, types_on_path
 
     if new.run == old.run:

@@ -24,11 +24,10 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import queue
-import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -287,7 +286,6 @@ class SchemaVerdicts:
         self.install = _install_key() if self.path is not None else None
         self.known: dict[str, str | None] = {}
         self.new = 0
-        self._lock = threading.Lock()
         if self.path is not None and self.install is not None:
             self.known = _read_verdicts(self.path, self.install)
 
@@ -297,15 +295,10 @@ class SchemaVerdicts:
 
         raw = schema.serialize().to_pybytes()
         digest = xxhash.xxh3_128_hexdigest(raw)
-        with self._lock:
-            if digest in self.known:
-                return self.known[digest]
-        why = load_error(schema)
-        with self._lock:
-            if digest not in self.known:
-                self.known[digest] = why
-                self.new += 1
-        return why
+        if digest not in self.known:
+            self.known[digest] = load_error(schema)
+            self.new += 1
+        return self.known[digest]
 
     def save(self) -> None:
         """Store the verdicts when this run found new ones (where that cannot be written: skipped)."""
@@ -409,105 +402,48 @@ def read_files(
     its `wants` says (default: validated and hashed); `progress(done, total)` is called from this
     thread as files finish."""
     verdicts = verdicts or SchemaVerdicts()
-    wants = wants or [EVERYTHING] * len(paths)
     workers = jobs or os.cpu_count() or 1
-    results: list[DeepResult | None] = [None] * len(paths)
-    finished: queue.SimpleQueue[_File] = queue.SimpleQueue()
-    in_flight = threading.BoundedSemaphore(2 * workers + 2)  # files mapped at once
-    done = 0
+    results: list[DeepResult] = []
+    reading: deque[_Read] = deque()  # files mapped at once: at most 2 * workers + 2
 
-    def done_with(f: _File) -> None:  # on the thread that finished the file
-        in_flight.release()
-        finished.put(f)
-
-    def collect() -> None:
-        nonlocal done
-        f = finished.get()
-        if f.crash is not None:
-            raise f.crash
-        results[f.index] = f.result
-        done += 1
+    def finish_oldest() -> None:
+        results.append(reading.popleft().result())
         if progress is not None:
-            progress(done, len(paths))
+            progress(len(results), len(paths))
 
     # Thousands of batch objects come and go, none in a cycle: a collection would only walk
     # every object of the process again (5% of a deep verify's CPU in a profile).
     with gc_paused(), ThreadPoolExecutor(max_workers=workers) as pool:
-        for index, (path, want) in enumerate(zip(paths, wants, strict=True)):
-            while not in_flight.acquire(blocking=False):
-                collect()  # a file finished frees its place first
-            _File(index, path, want, done_with, pool, verdicts).start()
-            while not finished.empty():
-                collect()
-        while done < len(paths):
-            collect()
-    return [r for r in results if r is not None]  # every one is: a crash was raised
+        for path, want in zip(paths, wants or [EVERYTHING] * len(paths), strict=True):
+            if len(reading) > 2 * workers + 1:
+                finish_oldest()
+            reading.append(_Read(path, want, verdicts, pool))
+        while reading:
+            finish_oldest()
+    return results
 
 
-class _File:
-    """One file being read: its map, its batches, and what the tasks found. `pending` counts the
-    tasks not yet finished (plus one for the thread still handing them out); the last to finish
-    turns the findings into the result and unmaps the file."""
+class _Read:
+    """One file being read: mapped, its schema judged and its batches listed on the calling
+    thread (cheap, zero-copy), while the pool hashes it and validates each group of batches."""
 
-    def __init__(
-        self,
-        index: int,
-        path: Path,
-        want: Want,
-        on_done: Callable[[_File], None],
-        pool: ThreadPoolExecutor,
-        verdicts: SchemaVerdicts,
-    ) -> None:
-        self.index = index
-        self.path = path
-        self.want = want
-        self.on_done = on_done
-        self.pool = pool
-        self.verdicts = verdicts
-        self.lock = threading.Lock()
-        self.pending = 1
+    def __init__(self, path: Path, want: Want, verdicts: SchemaVerdicts, pool: ThreadPoolExecutor) -> None:
+        self.path, self.want, self.verdicts, self.pool = path, want, verdicts, pool
         self.mm: mmap.mmap | None = None
         self.views: list[Any] = []  # pyarrow objects over the map: dropped before it closes
         self.groups: list[tuple[int, list[Any]]] = []  # (index of the first batch, batches)
+        self.checks: list[Future[tuple[int, str] | None]] = []  # each group's first bad batch
+        self.hashing: Future[str] | None = None
         self.size = self.mtime_ns = self.ctime_ns = 0
         self.ident: tuple[int, int, int, int] | None = None
-        self.checksum: str | None = None
         self.error: str | None = None  # found before any batch: opening, the schema
         self.read_error: str | None = None  # reading the stream, after every batch listed
-        self.bad_batch: tuple[int, str] | None = None  # the first batch that does not validate
-        self.crash: BaseException | None = None
-        self.result: DeepResult | None = None
-
-    def start(self) -> None:
-        try:
-            if self._map():
-                self._submit()
-        except BaseException as e:  # handed to the caller's thread by `collect`
-            self.crash = e
-        self._task_done()
-
-    def _submit(self) -> None:
-        if self.want.trusted is not None:  # hashed first: validated only if it changed
-            self._run(self._trusted)
-        elif self.size <= GROUP_BYTES:  # one task: validated, then hashed while cached
-            self._list_batches()
-            self._run(self._whole)
-        else:  # hashed on one core while its batches are validated on the others
-            if self.want.checksum:
-                self._run(self._hash)
-            self._list_batches(lambda n: self._run(self._validate, n))
-
-    def _trusted(self) -> None:
-        """A file recorded as valid: when its bytes hash to the recorded checksum only its schema
-        is checked (what `datasets` says of it may have changed); otherwise it is read in full."""
-        self._hash()
-        if self.checksum != self.want.trusted:
-            self._list_batches(lambda n: self._run(self._validate, n))
+        if not self._map():
             return
-        try:
-            self._open()
-        except Exception as e:  # pragma: no cover - these bytes were read without an error
-            self.read_error = damage(e)
+        if want.checksum:
+            self.hashing = pool.submit(xxh3, self.mm)
+        if want.trusted is None:  # else hashed first: validated only if it changed
+            self._validate()
 
     def _map(self) -> bool:
         from cachetool.cache.arrow import open_noatime
@@ -529,26 +465,6 @@ class _File:
             os.close(fd)
         return True
 
-    def _list_batches(self, listed: Callable[[int], None] | None = None) -> None:
-        """Read the message headers (zero-copy views of the map) and group the batches, calling
-        `listed(n)` as group n is complete (so its validation starts while the rest is listed);
-        stop at a schema `datasets` refuses (the file is reported for that alone)."""
-        group: list[Any] = []
-        first = start = 0
-        try:
-            source, reader = self._open()
-            if self.error is not None:
-                return
-            for index, batch in enumerate(reader):
-                group.append(batch)
-                if source.tell() - start >= GROUP_BYTES:
-                    self._listed((first, group), listed)
-                    group, first, start = [], index + 1, source.tell()
-        except Exception as e:  # whatever pyarrow raises on damage is a finding
-            self.read_error = damage(e)
-        if group:
-            self._listed((first, group), listed)
-
     def _open(self) -> tuple[Any, Any]:
         """The stream's reader over the map, its schema read; `error` is set when `datasets`
         refuses the schema, or it is too large to read (the file is reported for that alone)."""
@@ -566,96 +482,80 @@ class _File:
         self.error = self.verdicts.error(reader.schema)
         return source, reader
 
-    def _listed(self, group: tuple[int, list[Any]], listed: Callable[[int], None] | None) -> None:
-        self.groups.append(group)
-        if listed is not None:
-            listed(len(self.groups) - 1)
-
-    def _run(self, work: Callable[..., None], *args: Any) -> None:
-        """Hand `work(*args)` to the pool, as one more task of this file."""
-        with self.lock:
-            self.pending += 1
-        self.pool.submit(self._task, work, *args)
-
-    def _task(self, work: Callable[..., None], *args: Any) -> None:
+    def _validate(self) -> None:
+        """List the batches and hand each group of about `GROUP_BYTES` to the pool as soon as
+        it is complete, so its validation starts while the rest is listed."""
+        group: list[Any] = []
+        first = start = 0
         try:
-            work(*args)
-        except BaseException as e:
-            self.crash = e
-        self._task_done()
+            source, reader = self._open()
+            for index, batch in enumerate(reader if self.error is None else ()):
+                group.append(batch)
+                if source.tell() - start >= GROUP_BYTES:
+                    self._check(first, group)
+                    group, first, start = [], index + 1, source.tell()
+        except Exception as e:  # whatever pyarrow raises on damage is a finding
+            self.read_error = damage(e)
+        if group:
+            self._check(first, group)
 
-    def _whole(self) -> None:
-        if self.groups:
-            self._validate(0)
-        if self.want.checksum:
-            self._hash()
+    def _check(self, first: int, batches: list[Any]) -> None:
+        self.groups.append((first, batches))
+        self.checks.append(self.pool.submit(first_bad_batch, self.groups, len(self.groups) - 1))
 
-    def _hash(self) -> None:
-        import xxhash
-
-        assert self.mm is not None  # hashed only once mapped
-        self.checksum = xxhash.xxh3_64(self.mm).hexdigest()
-
-    def _validate(self, n: int) -> None:
-        import pyarrow as pa
-
-        first, batches = self.groups[n]
-        bad = self.bad_batch
-        if bad is not None and bad[0] < first:
-            return  # an earlier batch is the one reported
-        if WHOLE_GROUPS and len(batches) > 1:
-            try:
-                # The whole group in one call: the GIL is given back and taken again once per
-                # group instead of once per batch, so threads running on every core do not
-                # queue for it. A table of the batches holds every one, empty ones included,
-                # and each batch's own lengths were checked as it was read; a group that does
-                # not validate is gone through batch by batch below, for the first bad batch
-                # and the words a batch-by-batch read gives.
-                pa.Table.from_batches(batches).validate(full=True)
-                return
-            except Exception:  # said batch by batch below
-                pass
-        for index, batch in enumerate(batches, first):
-            bad = self.bad_batch
-            if bad is not None and bad[0] < index:
-                return  # an earlier batch is the one reported
-            try:
-                batch.validate(full=True)
-            except pa.ArrowInvalid as e:
-                self._bad(index, f"invalid data in batch {index}: {' '.join(str(e).split())}")
-                return
-            except Exception as e:  # as reading the stream would report it
-                self._bad(index, damage(e))
-                return
-
-    def _bad(self, index: int, why: str) -> None:
-        with self.lock:
-            if self.bad_batch is None or index < self.bad_batch[0]:
-                self.bad_batch = (index, why)
-
-    def _task_done(self) -> None:
-        with self.lock:
-            self.pending -= 1
-            if self.pending:
-                return
-        self._finish()
-        self.on_done(self)
-
-    def _finish(self) -> None:
-        error = self.error
-        if error is None:
-            error = self.bad_batch[1] if self.bad_batch is not None else self.read_error
-        self.result = DeepResult(
-            self.path, self.size, self.mtime_ns, self.checksum, error, self.ident, self.ctime_ns
-        )
+    def result(self) -> DeepResult:
+        """Wait for the file's tasks (raising what one raised) and unmap it."""
+        checksum = self.hashing.result() if self.hashing is not None else None
+        if self.mm is not None and self.want.trusted is not None:
+            if checksum != self.want.trusted:
+                self._validate()
+            else:  # the bytes it found valid: only what `datasets` says of the schema is asked
+                try:
+                    self._open()
+                except Exception as e:  # pragma: no cover - these bytes were read without an error
+                    self.read_error = damage(e)
+        bad = [b for b in (c.result() for c in self.checks) if b is not None]
+        error = self.error or (min(bad)[1] if bad else self.read_error)
         self.groups.clear()
         self.views.clear()
         if self.mm is not None:
             try:
                 self.mm.close()
-            except BufferError:  # pragma: no cover - a view outlived the walk; GC unmaps it
+            except BufferError:  # pragma: no cover - a view outlived the read; GC unmaps it
                 pass
-            self.mm = None
+        return DeepResult(self.path, self.size, self.mtime_ns, checksum, error, self.ident, self.ctime_ns)
+
+
+def xxh3(data: Any) -> str:
+    import xxhash
+
+    return str(xxhash.xxh3_64(data).hexdigest())
+
+
+def first_bad_batch(groups: list[tuple[int, list[Any]]], n: int) -> tuple[int, str] | None:
+    """The first batch of group `n` that does not validate in full, and why."""
+    import pyarrow as pa
+
+    first, batches = groups[n]
+    if WHOLE_GROUPS and len(batches) > 1:
+        try:
+            # The whole group in one call: the GIL is given back and taken again once per group
+            # instead of once per batch, so threads running on every core do not queue for it. A
+            # table of the batches holds every one, empty ones included, and each batch's own
+            # lengths were checked as it was read; a group that does not validate is gone through
+            # batch by batch below, for the first bad batch and the words a batch-by-batch read gives.
+            pa.Table.from_batches(batches).validate(full=True)
+            return None
+        except Exception:  # said batch by batch below
+            pass
+    for index, batch in enumerate(batches, first):
+        try:
+            batch.validate(full=True)
+        except pa.ArrowInvalid as e:
+            return index, f"invalid data in batch {index}: {' '.join(str(e).split())}"
+        except Exception as e:  # as reading the stream would report it
+            return index, damage(e)
+    return None
 
 
 def damage(e: BaseException) -> str:
