@@ -1,7 +1,4 @@
-"""`cachetool ls`: list the cache as entries, grouped by dataset folder.
-
-No Typer here (its options are in `cachetool.cli.ls_command`): `cachetool.cli.light` answers a
-plain `ls` command line with `run_ls` without building the Typer app."""
+"""`cachetool ls`: list the cache as entries, grouped by dataset folder (options in `ls_command`)."""
 
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) ->
 
 def recorded_usage(root: Path, ledger: Ledger | bool = True) -> Mapping[str, RecordedUse]:
     """What recorded lineage says of each fingerprint, for a scan of `root`: from the ledger of
-    the root enclosing it (`True`; without importing the ledger where it has no segment), from a
-    loaded `Ledger`, or nothing (`False`)."""
+    the root enclosing it (`True`), from a loaded `Ledger`, or nothing (`False`)."""
     if ledger is False:
         return {}
     if ledger is True:
@@ -105,9 +101,7 @@ def run_ls(
     fmt: OutputFormat,
     no_truncate: bool = False,
 ) -> None:
-    """`cachetool ls` once its options are read (by Typer, or by `cachetool.cli.light`), in a
-    process about to exit: no cyclic garbage collection while it runs, and what it made is left
-    out of any later one (`gc_paused(freeze=True)`)."""
+    """`cachetool ls` once its options are read, in a process about to exit (`gc_paused(freeze=True)`)."""
     from cachetool.cache.listing import check_query
     from cachetool.cache.walk import gc_paused
 
@@ -141,12 +135,11 @@ def list_cache(
     limit: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Listing:
-    """What `cachetool ls` lists, as data: the entries of a cache root, a `save_to_disk` folder or
-    any folder of Arrow files, with what the ledger recorded of each (parent, operation, last use)
-    and which files live processes hold; `filter` holds `--filter` expressions (all must match:
-    `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the most
-    entries kept. Bad expressions raise `BadExpression` before the folder is read. The report keeps
-    every entry (`listing.report.entries`); `listing.entries` are the ones selected."""
+    """What `cachetool ls` lists, as data: `read_listing` of a cache root, a `save_to_disk` folder
+    or any folder of Arrow files, with what the ledger recorded of each entry (parent, operation,
+    last use) and which files live processes hold. `filter` holds `--filter` expressions (all must
+    match: `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the
+    most entries kept; bad ones raise `BadExpression` before the folder is read."""
     from cachetool.cache.listing import check_query, read_listing
 
     check_query(filter, sort, limit)
@@ -180,8 +173,7 @@ def _ls(out: Output, target: Path, filters: list[str], sort: str | None, limit: 
 
 
 def hint_not_a_cache(root: Path, entries: Sequence[Entry]) -> None:
-    """A folder holding files but nothing `datasets` writes (a folder of CSV files, a typo'd
-    path) is listed, and a hint says it is not a datasets cache."""
+    """Under a listing of files of which none is one `datasets` writes: a hint that it is not a cache."""
     from cachetool.cache.layout import Kind
 
     if not entries or any(e.kind != Kind.OTHER for e in entries):
@@ -198,8 +190,7 @@ def hint_not_a_cache(root: Path, entries: Sequence[Entry]) -> None:
 
 
 def quarantine_line(out: Output, root: Path) -> None:
-    """Under a listing: what `verify --quarantine` moved aside and keeps in the root (not part
-    of the cache's totals), with the command that lists it."""
+    """Under a listing: what `verify --quarantine` moved aside in the root, and how to list it."""
     from cachetool.cache.layout import LEDGER_DIR
 
     if not os.path.isdir(root / LEDGER_DIR / "quarantine"):

@@ -4,6 +4,7 @@ them. `cachetool.cli.ls` draws it only in human mode."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -81,40 +82,16 @@ def render_human(
 
 
 class _Texts:
-    """The texts of ages, sizes and row counts, each formatted once: they repeat (the files of
-    one run share their second, a pipeline's steps their row count), in every table of a
-    listing. `now` is the scan's time, which ages count from."""
+    """The texts of ages, sizes and row counts, each formatted once: they repeat (the files of one
+    run share their second, a pipeline's steps their row count). Ages count from `now`."""
 
     def __init__(self, now: float) -> None:
-        self.now = now
-        self.ages: dict[int, str] = {}
-        self.sizes: dict[int, str] = {}
-        self.counts: dict[int | None, str] = {None: ""}
+        from cachetool.formatting import human_size, short_age
 
-    def age(self, ts: float | None) -> str:
-        if ts is None:
-            return ""
-        seconds = int(self.now - ts)
-        text = self.ages.get(seconds)
-        if text is None:
-            from cachetool.formatting import short_age
-
-            text = self.ages[seconds] = short_age(seconds) + " ago"
-        return text
-
-    def size(self, n: int) -> str:
-        text = self.sizes.get(n)
-        if text is None:
-            from cachetool.formatting import human_size
-
-            text = self.sizes[n] = human_size(n)
-        return text
-
-    def rows(self, n: int | None) -> str:
-        text = self.counts.get(n)
-        if text is None:
-            text = self.counts[n] = f"{n:,}"
-        return text
+        ago = functools.cache(lambda seconds: short_age(seconds) + " ago")
+        self.age: Callable[[float | None], str] = lambda ts: "" if ts is None else ago(int(now - ts))
+        self.size: Callable[[int], str] = functools.cache(human_size)
+        self.rows: Callable[[int | None], str] = functools.cache(lambda n: "" if n is None else f"{n:,}")
 
 
 def _table_columns(entries: Sequence[Entry], pinned: frozenset[str], texts: _Texts) -> dict[str, list[str]]:
