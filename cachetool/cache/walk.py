@@ -223,38 +223,21 @@ class Walker:
 
     def odd(self, item: Item, ds: DatasetDir | None) -> Entry | None:
         """Entries for things that are not regular files or folders; None for ordinary items."""
+        dataset = ds.name if ds else None
         if not item.ok:
-            self.warn(item.path, item.error or "cannot stat")
-            return Entry(
-                Kind.UNREADABLE,
-                item.path,
-                (),
-                dataset=ds.name if ds else None,
-                problems=(item.error or "cannot stat",),
-            )
+            problem = item.error or "cannot stat"
+            self.warn(item.path, problem)
+            return Entry(Kind.UNREADABLE, item.path, (), dataset, problems=(problem,))
         mode = item.mode
         if stat.S_ISLNK(mode):
             f = self.cache_file(item, arrow=False)
             problem = f"symlink to {f.link_target} (not followed)"
-            return Entry(
-                Kind.OTHER,
-                item.path,
-                (f,),
-                dataset=ds.name if ds else None,
-                dataset_dir=ds.path if ds else None,
-                problems=(problem,),
-            )
+            return Entry(Kind.OTHER, item.path, (f,), dataset, ds.path if ds else None, problems=(problem,))
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             what = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
             f = CacheFile(item.path, 0, item.mtime, mode, item.uid)
             self.warn(item.path, f"not a regular file ({what}); not opened")
-            return Entry(
-                Kind.OTHER,
-                item.path,
-                (f,),
-                dataset=ds.name if ds else None,
-                problems=(f"not a regular file ({what})",),
-            )
+            return Entry(Kind.OTHER, item.path, (f,), dataset, problems=(f"not a regular file ({what})",))
         return None
 
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
