@@ -24,15 +24,6 @@ if TYPE_CHECKING:
     from cachetool.maintenance.liveness import InUse
 
 
-def resolve_target(path: Path | None, cache_dir: Path | None) -> Path:
-    """PATH argument or --cache-dir (not both), else the default cache root; must exist."""
-    from cachetool.cache.dirs import existing_root
-
-    if path is not None and cache_dir is not None:
-        raise CachetoolError("give either PATH or --cache-dir, not both")
-    return existing_root(path if path is not None else cache_dir)
-
-
 def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) -> CacheReport:
     """Scan, showing a live file count on a terminal (stderr) for long scans; `ledger` as
     `recorded_usage` takes it."""
@@ -106,20 +97,39 @@ def run_ls(
     no_truncate: bool = False,
 ) -> None:
     """`cachetool ls` once its options are read, in a process about to exit (`gc_paused(freeze=True)`)."""
+    from cachetool.cache.dirs import existing_root
     from cachetool.cache.listing import check_query
     from cachetool.cache.walk import gc_paused
 
     with gc_paused(freeze=True):
         check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
+        if path is not None and cache_dir is not None:
+            raise CachetoolError("give either PATH or --cache-dir, not both")
         out = Output(fmt, no_truncate=no_truncate)
         try:
-            target = resolve_target(path, cache_dir)
+            target = existing_root(path if path is not None else cache_dir)
         except CacheNotFound as e:
             if not e.default:
                 raise
             _nothing_cached(out, e)
             return
-        _ls(out, target, filters, sort, limit)
+        with scan_progress() as progress:
+            listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
+        for message in listing.warnings:
+            warn(message)
+        report, entries, pinned = listing.report, listing.entries, listing.pinned
+        if out.format == OutputFormat.json:
+            out.json_pieces(
+                lambda: ls_document(report, entries, pinned),
+                lambda: ls_document_text(report, entries, pinned),
+            )
+        elif out.format == OutputFormat.quiet:
+            out.ids(e.id for e in entries)
+        else:
+            render_human(out, report, entries, grouped=sort is None, pinned=pinned)
+            quarantine_line(out, report.root)
+        report_warnings(report)
+        hint_not_a_cache(report.root, report.entries)
 
 
 def _nothing_cached(out: Output, e: CacheNotFound) -> None:
@@ -152,26 +162,6 @@ def list_cache(
     return read_listing(
         root, filter=filter, sort=sort, limit=limit, usage=usage, liveness=live_in, progress=progress
     )
-
-
-def _ls(out: Output, target: Path, filters: list[str], sort: str | None, limit: int | None) -> None:
-    with scan_progress() as progress:
-        listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
-    for message in listing.warnings:
-        warn(message)
-    report, entries, pinned = listing.report, listing.entries, listing.pinned
-    if out.format == OutputFormat.json:
-        out.json_pieces(
-            lambda: ls_document(report, entries, pinned),
-            lambda: ls_document_text(report, entries, pinned),
-        )
-    elif out.format == OutputFormat.quiet:
-        out.ids(e.id for e in entries)
-    else:
-        render_human(out, report, entries, grouped=sort is None, pinned=pinned)
-        quarantine_line(out, report.root)
-    report_warnings(report)
-    hint_not_a_cache(report.root, report.entries)
 
 
 def hint_not_a_cache(root: Path, entries: Sequence[Entry]) -> None:
