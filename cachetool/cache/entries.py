@@ -178,26 +178,17 @@ def attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[En
 def attach_usage(entries: list[Entry], usage: Mapping[str, RecordedUse]) -> list[Entry]:
     """Fill `parent`, `operation` and `last_used` from recorded lineage, by fingerprint or alias;
     the fingerprint the recorded step gave a file named after another becomes an alias."""
-    if not usage:
-        return entries
-    subset = getattr(usage, "subset", None)  # an index answers a whole listing in a few queries
-    if subset is not None:
-        usage = subset(fp for e in entries for fp in (e.fingerprint, *e.aliases) if fp)
     out = []
     for e in entries:
-        info = None
-        for fp in (e.fingerprint, *e.aliases):
-            if fp and fp in usage:
-                info = usage[fp]
-                break
+        info = next((usage[fp] for fp in (e.fingerprint, *e.aliases) if fp and fp in usage), None)
         if info is None:
             out.append(e)
-        else:
-            alias = info.made_as
-            aliases = e.aliases if alias is None or alias in e.aliases else (*e.aliases, alias)
-            out.append(
-                replace(
-                    e, last_used=info.last_used, parent=info.parent, operation=info.operation, aliases=aliases
-                )
+            continue
+        alias = info.made_as
+        aliases = e.aliases if alias is None or alias in e.aliases else (*e.aliases, alias)
+        out.append(
+            replace(
+                e, last_used=info.last_used, parent=info.parent, operation=info.operation, aliases=aliases
             )
+        )
     return out
