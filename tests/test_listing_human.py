@@ -15,8 +15,7 @@ import pytest
 
 from cachetool.cache.listing import read_listing
 from cachetool.cache.pins import add_pin
-from cachetool.cli.ls import live_in, recorded_usage
-from cachetool.cli.ls_table import render_human
+from cachetool.cli.ls import live_in, recorded_usage, render_human
 from cachetool.cli.output import Output, OutputFormat
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke

@@ -25,15 +25,12 @@ def _content(f: CacheFile) -> str | None:
 
 def _unreadable(f: CacheFile, ds: DatasetDir | None, fp: str | None) -> Entry:
     problem = f.summary.error if f.summary and f.summary.error else "unreadable"
-    return Entry(
-        Kind.UNREADABLE,
-        f.path,
-        (f,),
-        dataset=ds.name if ds else None,
-        dataset_dir=ds.path if ds else None,
-        fingerprint=fp,
-        problems=(problem,),
-    )
+    return Entry(Kind.UNREADABLE, f.path, (f,), *_where(ds), fingerprint=fp, problems=(problem,))
+
+
+def _where(ds: DatasetDir | None) -> tuple[str | None, Path | None]:
+    """An entry's `dataset` and `dataset_dir`: those of the folder `ds` it is in, if any."""
+    return (ds.name, ds.path) if ds else (None, None)
 
 
 def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
@@ -52,8 +49,7 @@ def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
         Kind.INDICES if indices else Kind.DERIVED,
         f.path,
         (f,),
-        dataset=ds.name if ds else None,
-        dataset_dir=ds.path if ds else None,
+        *_where(ds),
         fingerprint=fp,
         content="indices" if indices else "data",
         problems=problems,
@@ -68,8 +64,7 @@ def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
         Kind.ARROW,
         f.path,
         (f,),
-        dataset=ds.name if ds else None,
-        dataset_dir=ds.path if ds else None,
+        *_where(ds),
         fingerprint=s.fingerprint,
         content=_content(f),
         problems=(s.error,) if s.error else (),
@@ -78,10 +73,8 @@ def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
 
 def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir | None) -> Entry:
     files.sort(key=lambda f: f.shard or (0, 0))
-    problems = []
     gap = shard_gap(files, count)
-    if gap:
-        problems.append(gap)
+    problems = [gap] if gap else []
     for f in files:
         s = f.summary
         if s is None:
@@ -97,8 +90,7 @@ def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir 
         Kind.SHARDS,
         files[0].path,
         tuple(files),
-        dataset=ds.name if ds else None,
-        dataset_dir=ds.path if ds else None,
+        *_where(ds),
         fingerprint=fp,
         content=content,
         expected_files=count,
@@ -109,9 +101,14 @@ def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir 
 def shard_gap(files: Iterable[CacheFile], count: int) -> str | None:
     """The problem of a `num_proc` shard set that misses shards ("partial: 1 of 2 shards (missing
     00001)"), None when every shard is there."""
+    have, missing = _shards(files, count)
+    return f"partial: {have} of {count} shards (missing {_ranks(missing)})" if missing else None
+
+
+def _shards(files: Iterable[CacheFile], count: int) -> tuple[int, list[int]]:
+    """How many distinct shards of a set of `count` are in `files`, and the missing ranks."""
     have = {f.shard[0] for f in files if f.shard}
-    missing = [i for i in range(count) if i not in have]
-    return f"partial: {len(have)} of {count} shards (missing {_ranks(missing)})" if missing else None
+    return len(have), [i for i in range(count) if i not in have]
 
 
 def source_entry(split: str, files: list[CacheFile], count: int | None, ds: DatasetDir | None) -> Entry:
@@ -119,11 +116,9 @@ def source_entry(split: str, files: list[CacheFile], count: int | None, ds: Data
     files.sort(key=lambda f: f.shard or (0, 0))
     fp = source_split_fingerprint(ds.relative_data_dir, split) if ds.relative_data_dir else None
     problems = []
-    if count is not None:
-        have = {f.shard[0] for f in files if f.shard}
-        missing = [i for i in range(count) if i not in have]
-        if missing:
-            problems.append(f"missing shards {_ranks(missing)} of {count}")
+    missing = _shards(files, count)[1] if count is not None else None
+    if missing:
+        problems.append(f"missing shards {_ranks(missing)} of {count}")
     for f in files:
         if f.summary is not None and f.summary.error:
             problems.append(f"{f.name}: {f.summary.error}")
@@ -183,26 +178,17 @@ def attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[En
 def attach_usage(entries: list[Entry], usage: Mapping[str, RecordedUse]) -> list[Entry]:
     """Fill `parent`, `operation` and `last_used` from recorded lineage, by fingerprint or alias;
     the fingerprint the recorded step gave a file named after another becomes an alias."""
-    if not usage:
-        return entries
-    subset = getattr(usage, "subset", None)  # an index answers a whole listing in a few queries
-    if subset is not None:
-        usage = subset(fp for e in entries for fp in (e.fingerprint, *e.aliases) if fp)
     out = []
     for e in entries:
-        info = None
-        for fp in (e.fingerprint, *e.aliases):
-            if fp and fp in usage:
-                info = usage[fp]
-                break
+        info = next((usage[fp] for fp in (e.fingerprint, *e.aliases) if fp and fp in usage), None)
         if info is None:
             out.append(e)
-        else:
-            alias = info.made_as
-            aliases = e.aliases if alias is None or alias in e.aliases else (*e.aliases, alias)
-            out.append(
-                replace(
-                    e, last_used=info.last_used, parent=info.parent, operation=info.operation, aliases=aliases
-                )
+            continue
+        alias = info.made_as
+        aliases = e.aliases if alias is None or alias in e.aliases else (*e.aliases, alias)
+        out.append(
+            replace(
+                e, last_used=info.last_used, parent=info.parent, operation=info.operation, aliases=aliases
             )
+        )
     return out

@@ -40,14 +40,10 @@ def read_listing(
     progress: Callable[[int], None] | None = None,
 ) -> Listing:
     """List a cache root, a `save_to_disk` folder or any folder of Arrow files with what the
-    caller knows of it (`usage`, `liveness`: what `scan_cache` takes; `cachetool.list_cache`
-    passes the ledger's and the live processes'): `filter` holds `--filter` expressions (all must
-    match: `["size>100MB", "used>30d"]`),
-    `sort` a `--sort` expression (`"size:desc"`), `limit` the most entries kept.
-
-    Bad expressions raise `BadExpression` before the folder is read. The report keeps every entry
-    (`listing.report.entries`); `listing.entries` are the ones selected. `usage` and `liveness`
-    are what `scan_cache` takes."""
+    caller knows of it (`usage`, `liveness`: what `scan_cache` takes): `filter` holds `--filter`
+    expressions (all must match), `sort` a `--sort` expression, `limit` the most entries kept;
+    bad ones raise `BadExpression` before the folder is read. The report keeps every entry
+    (`listing.report.entries`); `listing.entries` are the ones selected."""
     from cachetool.cache.query import apply_filters, sort_entries
     from cachetool.cache.scan import scan_cache
 

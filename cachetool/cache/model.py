@@ -69,7 +69,7 @@ class CacheFile:
     def to_json(self) -> dict[str, Any]:
         s = self.summary
         return {
-            "path": _path_str(self.path),
+            "path": str(self.path),
             "size": self.size,
             "modified": iso_time(self.mtime),
             "shard": list(self.shard) if self.shard else None,
@@ -139,7 +139,7 @@ class Entry:
     @property
     def id(self) -> str:
         """What `-q` prints and what `show`/`gc` accept: the fingerprint, else the path."""
-        return self.fingerprint or _path_str(self.path)
+        return self.fingerprint or str(self.path)
 
     # Most entries hold one file: each property answers that case first (a listing of 100,000
     # entries asks each of them several times).
@@ -272,7 +272,7 @@ class ScanWarning:
         is shown escaped (`\\x0a`), so a name never prints a line of its own."""
         from cachetool.formatting import safe_text
 
-        return safe_text(f"{_path_str(self.path)}: {self.problem}")
+        return safe_text(f"{self.path}: {self.problem}")
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,3 @@ class CacheReport:
         from cachetool.cache.lookup import find_entry
 
         return find_entry(self, prefix, ledger)
-
-
-def _path_str(p: Path) -> str:
-    return str(p)  # what os.fsdecode gives for a Path, without its two calls

@@ -1,20 +1,14 @@
 """The files cachetool keeps in a root's own folder (`<root>/.cachetool/`), opened and read in one
 place, because whoever may write a shared cache may have put anything there.
 
-* Every path below `.cachetool/` is reached from a descriptor: the root is opened as the user
-  gave it, then `.cachetool` and each folder below it without following a symlink, then the file
-  itself with `O_NOFOLLOW | O_NONBLOCK`. What is opened must be a regular file (a FIFO is never
-  waited on, a device never read); a file opened to be written must also have one link (a hard
-  link to a file of the user elsewhere is never appended to). A path outside any `.cachetool`
-  folder (the per-user fallback folder) is opened the same way from its parent.
-* A file is read whole, up to a cap, with one read sized from its stat (`read_state`).
-* A file is written whole to a temporary file beside it (`.<stem>-XXXXXXXX`, created with
-  `O_EXCL | O_NOFOLLOW`) and renamed over the old one, so a reader sees the old file or the new
-  one, never part of either (`write_whole`). A writer killed between the two leaves its
-  temporary file behind; the next write of the same file removes those older than
-  `STALE_SECONDS` (no write takes that long), so they never pile up.
-* A record is appended with one `write` of the whole line (`append_state`).
-* A lock is an `flock` on a file opened the same way (`lock_state`).
+* Every path below `.cachetool/` is reached from a descriptor: the root as the user gave it, then
+  each folder from `.cachetool` on without following a symlink, then the file with `O_NOFOLLOW |
+  O_NONBLOCK`. It must be a regular file (a FIFO is never waited on, a device never read), and
+  one opened to be written must have one link. Elsewhere (the per-user folder) from its parent.
+* A file is read whole, up to a cap (`read_state`); written whole to a temporary file beside it
+  (`.<stem>-XXXXXXXX`, `O_EXCL | O_NOFOLLOW`) renamed over the old one (`write_whole`), whose
+  leftovers older than `STALE_SECONDS` the next write removes; a record is appended with one
+  `write` (`append_state`); a lock is an `flock` on a file opened the same way (`lock_state`).
 
 `STATE_FILES` names every file kept there: opening a name it does not match is a programming
 error, so a new state file is in the list (and in the tests that plant links, FIFOs and devices
@@ -169,7 +163,6 @@ def append_state(path: Path, data: bytes) -> None:
 def lock_state(path: Path, timeout: float, busy: type[Exception] = TimeoutError) -> Iterator[int]:
     """Hold an exclusive `flock` on the lock file `path` (made, with its folders, when missing;
     the lock `filelock` takes, so older versions exclude this one); `busy` after `timeout` s."""
-
     fd = open_state(path, os.O_RDWR | os.O_CREAT, create_folders=True)
     try:
         if not flock_within(fd, timeout):
@@ -196,15 +189,14 @@ def flock_within(fd: int, timeout: float) -> bool:
 
 
 def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: bool = False) -> None:
-    """Replace `path` by `data` through a temporary file and one rename. Raises OSError (with
-    the temporary file removed) when the folder is missing, read-only, full, or a symlink: the
-    folders are opened without following one (`open_folder`), and the writes go through that
-    descriptor, so they never land outside the cache root. The file gets `mode` less the umask
-    (0o644 for what every user of a shared cache must read)."""
+    """Replace `path` by `data` through a temporary file and one rename, through the descriptor of
+    its folder (`open_folder`), so the writes never land outside the root. OSError (the temporary
+    file removed) when the folder is missing, read-only, full, or a symlink. The file gets `mode`
+    less the umask (0o644 for what every user of a shared cache must read)."""
     import secrets
 
     _check_registered(_split(path)[1])
-    prefix = temp_prefix(path)
+    prefix = f".{path.name.split('.', 1)[0]}-"  # `.read-index-` for `read-index.z`
     dir_fd = open_folder(path.parent, create=create_folders)
     try:
         tmp = f"{prefix}{secrets.token_hex(4)}"
@@ -228,14 +220,8 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: b
         os.close(dir_fd)
 
 
-def temp_prefix(path: Path) -> str:
-    """`.read-index-` for `read-index.z`: how the temporary files of `path` begin."""
-    return f".{path.name.split('.', 1)[0]}-"
-
-
 def _remove_stale(dir_fd: int, prefix: str, now: float) -> None:
-    """Remove the regular files of the folder `dir_fd` named `prefix...` and modified more than
-    `STALE_SECONDS` before `now`; anything that cannot be read or removed stays."""
+    """Remove the regular files `prefix...` of the folder `dir_fd` older than `STALE_SECONDS`."""
     try:
         names = os.listdir(dir_fd)
     except OSError:

@@ -56,8 +56,7 @@ def _demo(folder: Path | None) -> None:
 
 def _show_demo(target: Path) -> None:
     from cachetool.cache.scan import scan_cache
-    from cachetool.cli.ls import live_in, recorded_usage, report_warnings
-    from cachetool.cli.ls_table import render_human
+    from cachetool.cli.ls import live_in, recorded_usage, render_human, report_warnings
     from cachetool.demo import build_demo
 
     out = Output(OutputFormat.human)

@@ -1,10 +1,8 @@
 """The output sink every command writes through (human lines and tables, one JSON document, or
-ids), the `Error:`/`Warning:`/`Hint:` lines on stderr, and the process boundary
-(`report_exception`). No Typer here: the light path uses it too.
+ids), the `Error:`/`Warning:`/`Hint:` lines on stderr, and the process boundary (`report_exception`).
 
-Rich is imported only where it draws something: on a terminal, for a table plain lines cannot
-show, or a line holding a tab. Elsewhere the sink writes the very bytes Rich would (no style, no
-wrapping, at the width Rich would choose).
+Rich is imported only where it draws something (a terminal, a table plain lines cannot show, a
+tab); elsewhere the sink writes the very bytes Rich would, at the width Rich would choose.
 """
 
 from __future__ import annotations
@@ -54,13 +52,10 @@ def debug_enabled() -> bool:
 
 
 def report_exception(e: BaseException) -> int | None:
-    """The process boundary: a `CachetoolError` becomes one `Error: ...` line on stderr, and the
-    exit code to end with is returned. None: the exception goes on (`CACHETOOL_DEBUG=1` shows
-    its traceback, and what the boundary does not handle is not its to hide).
-
-    Ctrl-C exits 130 quietly; a reader that went away (`cachetool ls | head`) ends it with 0; a
-    file system error nothing above expected (a path longer than PATH_MAX, EINVAL while a folder
-    on the way is swapped, EIO) names the file and the reason in one line."""
+    """The process boundary: a `CachetoolError` becomes one `Error: ...` line on stderr and the
+    exit code to end with is returned; None lets the exception go on (`CACHETOOL_DEBUG=1`, or one
+    not handled here). Ctrl-C exits 130; a reader that went away (`cachetool ls | head`) ends it
+    with 0; an unexpected file system error (ENAMETOOLONG, EINVAL, EIO) names the file and why."""
     if isinstance(e, BrokenPipeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -81,10 +76,9 @@ def report_exception(e: BaseException) -> int | None:
 
 
 def plain_width(stream: TextIO) -> int | None:
-    """The width of lines written to `stream` as they are, where a Rich console would neither
-    style nor crop them (not a terminal by `TTY_COMPATIBLE`, `FORCE_COLOR`, then `isatty()`):
-    `COLUMNS`, else the size of the first of stdin, stdout and stderr that is a terminal, else 80.
-    None where Rich must write (a terminal, Windows, an unusual `COLUMNS`)."""
+    """The width of lines written to `stream` as they are, where Rich would neither style nor crop
+    them (not a terminal by `TTY_COMPATIBLE`, `FORCE_COLOR`, then `isatty()`): `COLUMNS`, else the
+    first terminal's of stdin, stdout, stderr, else 80. None where Rich must write."""
     compatible, force = os.environ.get("TTY_COMPATIBLE", ""), os.environ.get("FORCE_COLOR")
     try:
         terminal = stream.isatty()
@@ -114,10 +108,8 @@ def stderr_console() -> Console:
 
 
 def _stderr_line(label: str, style: str, message: str, fit: bool = True) -> None:
-    """Lines on stderr, escaped (paths may contain markup); a message of several lines (the
-    candidates of an ambiguous prefix) keeps its line breaks. On a terminal, paths in a line wider
-    than the window are shortened from the middle (names whole) so the line fits, unless not
-    `fit`. Never wrapped: the terminal folds a long line, and it pastes as one."""
+    """Lines on stderr, escaped, line breaks kept. On a terminal, paths in a line wider than the
+    window are shortened from the middle (names whole), unless not `fit`; never wrapped."""
     lines = [safe_text(line) for line in message.split("\n")]
     text = "\n".join(lines)
     if "\t" not in text and not sys.stderr.isatty() and plain_width(sys.stderr) is not None:
@@ -194,12 +186,9 @@ class Output:
         widths: dict[str, tuple[int, int]] | None = None,
         whole: Sequence[str] = (),
     ) -> None:
-        """Columns are (header, justify). Every cell is escaped: file names can contain markup.
-        Cells of the `whole` columns (names, paths) are never split: other columns give way.
-
-        A table that fits the width is written directly, as Rich lays it out (columns two spaces
-        apart, each as wide as its widest cell within `widths`, an ellipsis where a cell is cut):
-        Rich takes ~0.4 ms per row, 10 s for a listing of 20,000 entries. Rich draws the rest."""
+        """Columns are (header, justify); every cell is escaped. Cells of the `whole` columns
+        (names, paths) are never split: other columns give way. A table that fits is written
+        directly, as Rich lays it out (Rich takes ~0.4 ms per row); Rich draws the rest."""
         rows = _safe_cells(rows)
         headers = [h for h, _ in columns]
         widths = dict(widths or {})
@@ -235,8 +224,7 @@ class Output:
         cells: Sequence[list[str]],
         widths: dict[str, tuple[int, int]] | None = None,
     ) -> None:
-        """`table(None, columns, rows, widths=widths)` of text cells given column by column
-        (each as long as the others), as a listing builds them: drawn plain, no list per row."""
+        """`table(None, columns, rows, widths=widths)` of text cells given column by column."""
         safe = [col if "".join(col).isprintable() else [safe_text(c) for c in col] for col in cells]
         lines = plain_column_lines(columns, safe, {} if self.no_truncate else dict(widths or {}), self.width)
         if lines is not None:
@@ -256,8 +244,8 @@ class Output:
         file.flush()
 
     def path(self, path: str | os.PathLike[str], room: int | None = None) -> str:
-        """A path for a human line: `~` for the home folder, shortened from the middle to fit
-        `room` columns (default: the terminal's width) unless --no-truncate; names stay whole."""
+        """A path for a human line: `~` for home, shortened from the middle to fit `room` columns
+        (default: the width) unless --no-truncate; names stay whole."""
         from cachetool.formatting import short_path
 
         if self.no_truncate:
@@ -265,9 +253,8 @@ class Output:
         return short_path(path, self.width if room is None else room)
 
     def line(self, text: str = "", style: str | None = None, *, wrap: bool = True) -> None:
-        """One line of text; wider than the terminal, it is wrapped at spaces only (paths, hashes
-        and commands in backticks never split), continuation lines indented. `wrap=False` for a
-        line that is a command to paste: a wrapped one would run as several commands."""
+        """One line of text, wrapped at spaces only (continuation lines indented) when wider than
+        the terminal; `wrap=False` for a command to paste."""
         from cachetool.formatting import wrap_line
 
         whole = self.no_truncate or not wrap
@@ -307,9 +294,8 @@ class Output:
 
 
 def _titled(title: str, lines: list[str]) -> list[str] | None:
-    """A plain table's lines under its title as Rich draws it without styles: centred over the
-    table's width (padded on both sides), or None where Rich would do more (a title wider than
-    the table, or text Rich reads as markup or emoji codes)."""
+    """A plain table's lines under its title centred as Rich draws it, or None where Rich would
+    do more (a title wider than the table, markup or emoji codes)."""
     width = len(lines[0])
     text = title.rstrip()
     if not (lines[0].isascii() and text.isascii() and text.isprintable()) or len(text) > width:
@@ -321,8 +307,8 @@ def _titled(title: str, lines: list[str]) -> list[str] | None:
 
 
 def _safe_cells(rows: Iterable[Sequence[Any]]) -> list[list[str]]:
-    """Each cell as text safe for a terminal (`safe_text`; None is empty). Column by column: a
-    column of plain strings with nothing to escape (the usual case) is taken as it is."""
+    """Each cell as text safe for a terminal (None is empty); a column of plain strings with
+    nothing to escape is taken as it is."""
     table = [list(row) for row in rows]
     if not table or len({len(row) for row in table}) != 1:
         return [[safe_text("" if c is None else str(c)) for c in row] for row in table]
