@@ -1,7 +1,7 @@
 """Cheap reads of Arrow IPC stream files: schema, metadata, row count and completeness.
 
 Nothing here reads column data. A small file is read with one `read()`, a large one
-memory-mapped, and its message headers are walked in Python (`cachetool.cache.ipc_headers`), so
+memory-mapped, and its message headers are walked in Python (`cachetool.cache.ipc`), so
 the cost grows with the number of batches, not with bytes; anything unusual is read again through
 pyarrow's reader, which names the damage. Files are opened with `O_NOATIME` where the kernel
 allows it, so a listing never moves a file's access time.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachetool.cache.frozen import fast_init
-from cachetool.cache.ipc_headers import CONTINUATION, EOS_MARKER, Headers, parse_hf_metadata, walk_headers
+from cachetool.cache.ipc import CONTINUATION, EOS_MARKER, Headers, parse_hf_metadata, walk_headers
 
 FILE_MAGIC = b"ARROW1"
 
