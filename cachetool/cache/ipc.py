@@ -52,18 +52,25 @@ MAX_NESTING = 32
 _NULL, _INT, _FLOAT, _BINARY, _UTF8, _BOOL, _DECIMAL, _DATE, _TIME, _TIMESTAMP = range(1, 11)
 _LIST, _STRUCT, _FIXED_BINARY, _FIXED_LIST, _DURATION = 12, 13, 15, 16, 18
 _LARGE_BINARY, _LARGE_UTF8, _LARGE_LIST = 19, 20, 21
-_PLAIN = {
-    _NULL: "null",
-    _BINARY: "binary",
-    _UTF8: "string",
-    _BOOL: "bool",
-    _LARGE_BINARY: "large_binary",
-    _LARGE_UTF8: "large_string",
-}
-_INTS = {(8, 1): "int8", (16, 1): "int16", (32, 1): "int32", (64, 1): "int64"}
-_INTS.update({(8, 0): "uint8", (16, 0): "uint16", (32, 0): "uint32", (64, 0): "uint64"})
-_FLOATS = ("halffloat", "float", "double")
 _UNITS = ("s", "ms", "us", "ns")
+#: Types whose text follows from a few scalars of their table: {kind: ((size, default) of each
+#: field, {their values: the text})}; other values are declined.
+_SCALAR_TYPES: dict[int, tuple[tuple[tuple[int, int], ...], dict[tuple[int, ...], str]]] = {
+    _NULL: ((), {(): "null"}),
+    _BINARY: ((), {(): "binary"}),
+    _UTF8: ((), {(): "string"}),
+    _BOOL: ((), {(): "bool"}),
+    _LARGE_BINARY: ((), {(): "large_binary"}),
+    _LARGE_UTF8: ((), {(): "large_string"}),
+    _INT: (((4, 0), (1, 0)), {(w, s): f"{'' if s else 'u'}int{w}" for w in (8, 16, 32, 64) for s in (0, 1)}),
+    _FLOAT: (((2, 0),), {(0,): "halffloat", (1,): "float", (2,): "double"}),
+    _DATE: (((2, 1),), {(0,): "date32[day]", (1,): "date64[ms]"}),
+    _TIME: (
+        ((2, 1), (4, 32)),
+        {(u, w): f"time{w}[{_UNITS[u]}]" for u, w in ((0, 32), (1, 32), (2, 64), (3, 64))},
+    ),
+    _DURATION: (((2, 1),), {(u,): f"duration[{unit}]" for u, unit in enumerate(_UNITS)}),
+}
 _LISTS = {_LIST: "list", _LARGE_LIST: "large_list", _FIXED_LIST: "fixed_size_list"}
 #: Decimal bit widths read here and the largest precision pyarrow allows for each.
 _DECIMALS = {128: 38, 256: 76}
@@ -397,9 +404,8 @@ def _child(c: tuple[str, str, bool, int]) -> str:
 
 
 def _type(r: _Reader, kind: int, pos: int, children: list[tuple[str, str, bool, int]]) -> str:
-    """`str()` of the type `kind` whose table is at `pos`, with `children` (see `_field`). One
-    branch per kind of Arrow type, in one function on purpose: a type switch reads whole, and it
-    runs for every field of every distinct schema of a cold listing."""
+    """`str()` of the type `kind` whose table is at `pos`, with `children` (see `_field`): one
+    branch per family of Arrow types, in one function, as a type switch reads whole."""
     if kind in _LISTS:
         if len(children) != 1:
             raise _Declined
@@ -416,32 +422,13 @@ def _type(r: _Reader, kind: int, pos: int, children: list[tuple[str, str, bool, 
         return "struct<" + ", ".join(_child(c) for c in children) + ">"
     if children:
         raise _Declined  # children on a type that has none: pyarrow ignores them, so do not guess
-    if kind in _PLAIN:
-        r.table(pos, 0)
-        return _PLAIN[kind]
-    if kind == _INT:
-        t = r.table(pos, 2)
-        width, signed = r.scalar(t, 0, 4, 0), r.scalar(t, 1, 1, 0)
-        text = _INTS.get((width, signed != 0))
+    if kind in _SCALAR_TYPES:
+        fields, texts = _SCALAR_TYPES[kind]
+        t = r.table(pos, len(fields))
+        text = texts.get(tuple(r.scalar(t, i, size, default) for i, (size, default) in enumerate(fields)))
         if text is None:
             raise _Declined
         return text
-    if kind == _FLOAT:
-        precision = r.scalar(r.table(pos, 1), 0, 2, 0)
-        if not 0 <= precision <= 2:
-            raise _Declined
-        return _FLOATS[precision]
-    if kind == _DATE:
-        unit = r.scalar(r.table(pos, 1), 0, 2, 1)
-        if unit not in (0, 1):
-            raise _Declined
-        return "date32[day]" if unit == 0 else "date64[ms]"
-    if kind == _TIME:
-        t = r.table(pos, 2)
-        unit, width = r.scalar(t, 0, 2, 1), r.scalar(t, 1, 4, 32)
-        if (unit, width) not in ((0, 32), (1, 32), (2, 64), (3, 64)):
-            raise _Declined
-        return f"time{width}[{_UNITS[unit]}]"
     if kind == _TIMESTAMP:
         t = r.table(pos, 2)
         unit = r.scalar(t, 0, 2, 0)
@@ -450,11 +437,6 @@ def _type(r: _Reader, kind: int, pos: int, children: list[tuple[str, str, bool, 
         tz_at = r.at(t, 1, 4)
         tz = r.text(tz_at) if tz_at else ""
         return f"timestamp[{_UNITS[unit]}, tz={tz}]" if tz else f"timestamp[{_UNITS[unit]}]"
-    if kind == _DURATION:
-        unit = r.scalar(r.table(pos, 1), 0, 2, 1)
-        if not 0 <= unit <= 3:
-            raise _Declined
-        return f"duration[{_UNITS[unit]}]"
     if kind == _FIXED_BINARY:
         width = r.scalar(r.table(pos, 1), 0, 4, 0)
         if width < 0:
