@@ -170,11 +170,6 @@ def open_noatime(path: str | os.PathLike[str]) -> int:
     return os.open(path, _OPEN_FLAGS)
 
 
-def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
-    raw = (schema.metadata or {}).get(b"huggingface")
-    return (None, None) if raw is None else parse_hf_metadata(raw)
-
-
 #: Files up to this size are read with one `read()`; larger ones are memory-mapped, so only the
 #: pages holding message headers are touched, never column data.
 READ_WHOLE_BYTES = 1 << 20
@@ -265,31 +260,35 @@ def read_summary(path: str | os.PathLike[str], size_hint: int = -1) -> ArrowSumm
 
 
 def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
+    """What pyarrow's reader reads in the stream (or IPC file) `mm`, and the damage it names."""
     import pyarrow as pa
 
     head = mm[:8]
-    if head[:6] == FILE_MAGIC:
-        return _ipc_file(mm)
-    if head[:4] != CONTINUATION:
+    ipc_file = head[:6] == FILE_MAGIC
+    if not ipc_file and head[:4] != CONTINUATION:
         return ArrowSummary(NOT_ARROW, error=f"not an Arrow IPC stream (starts with {head[:8].hex()})")
-    eos = size >= 8 and mm[size - 8 : size] == EOS_MARKER
+    what = "damaged Arrow IPC file" if ipc_file else "unreadable schema"
+    rows = batches = 0
     buf = pa.py_buffer(mm)
     try:
         try:
-            reader = pa.ipc.open_stream(pa.BufferReader(buf))
+            reader = (pa.ipc.open_file if ipc_file else pa.ipc.open_stream)(pa.BufferReader(buf))
+            if ipc_file:
+                batches = reader.num_record_batches
+                rows = sum(reader.get_batch(i).num_rows for i in range(batches))
+            columns = tuple((f.name, str(f.type)) for f in reader.schema)
         except (pa.ArrowInvalid, OSError) as e:
-            return ArrowSummary(NOT_ARROW, error=f"unreadable schema: {_one_line(e)}")
+            return ArrowSummary(NOT_ARROW, error=f"{what}: {_one_line(e)}")
         except Exception as e:  # see read_summary
-            return ArrowSummary(UNREADABLE, error=f"unreadable schema: {_describe(e)}")
-        schema = reader.schema
-        try:
-            columns = tuple((f.name, str(f.type)) for f in schema)
-        except UnicodeDecodeError:
-            return ArrowSummary(UNREADABLE, error="unreadable schema: a column name is not UTF-8")
-        fingerprint, features = _parse_metadata(schema)
-        rows = batches = 0
-        error = None
-        while True:
+            names = isinstance(e, UnicodeDecodeError) and not ipc_file
+            return ArrowSummary(
+                UNREADABLE, error=f"{what}: {'a column name is not UTF-8' if names else _describe(e)}"
+            )
+        raw = (reader.schema.metadata or {}).get(b"huggingface")
+        fingerprint, text = (None, None) if raw is None else parse_hf_metadata(raw)
+        eos = not ipc_file and mm[size - 8 : size] == EOS_MARKER
+        error = "Arrow IPC file format, but datasets reads the stream format" if ipc_file else None
+        while not ipc_file:
             try:
                 batch = reader.read_next_batch()
             except StopIteration:
@@ -308,40 +307,10 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
                 f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
             )
         del reader
+        template = metadata_template(text, fingerprint)
         return ArrowSummary(
-            STREAM, rows, batches, columns, fingerprint, metadata_template(features, fingerprint), eos, error
+            IPC_FILE if ipc_file else STREAM, rows, batches, columns, fingerprint, template, eos, error
         )
-    finally:
-        del buf
-
-
-def _ipc_file(mm: mmap.mmap) -> ArrowSummary:
-    import pyarrow as pa
-
-    buf = pa.py_buffer(mm)
-    try:
-        try:
-            reader = pa.ipc.open_file(pa.BufferReader(buf))
-            schema = reader.schema
-            rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-            fp, features = _parse_metadata(schema)
-            columns = tuple((f.name, str(f.type)) for f in schema)
-            n = reader.num_record_batches
-            del reader
-            return ArrowSummary(
-                IPC_FILE,
-                rows,
-                n,
-                columns,
-                fp,
-                metadata_template(features, fp),
-                False,
-                "Arrow IPC file format, but datasets reads the stream format",
-            )
-        except (pa.ArrowInvalid, OSError) as e:
-            return ArrowSummary(NOT_ARROW, error=f"damaged Arrow IPC file: {_one_line(e)}")
-        except Exception as e:  # see read_summary
-            return ArrowSummary(UNREADABLE, error=f"damaged Arrow IPC file: {_describe(e)}")
     finally:
         del buf
 
