@@ -9,10 +9,12 @@ allows it, so a listing never moves a file's access time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from cachetool.cache.frozen import fast_init
@@ -75,16 +77,7 @@ class ArrowSummary:
 
     def fields(self) -> tuple[Any, ...]:
         """The values `shared_summary` makes the summary of again (what the read index keeps)."""
-        return (
-            self.format,
-            self.rows,
-            self.batches,
-            self.columns,
-            self.fingerprint,
-            self.metadata_template,
-            self.eos,
-            self.error,
-        )
+        return _FIELDS(self)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
@@ -93,21 +86,15 @@ class ArrowSummary:
         return shared_summary, self.fields()
 
 
+_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(ArrowSummary)))
 _Columns = tuple[tuple[str, str], ...]
 _COLUMNS: dict[_Columns, _Columns] = {}
 
 
-def shared_summary(
-    format: str,
-    rows: int | None,
-    batches: int | None,
-    columns: _Columns,
-    fingerprint: str | None,
-    template: str | None,
-    eos: bool,
-    error: str | None,
-) -> ArrowSummary:
-    """The summary of these values, sharing its columns and metadata template with the others."""
+def shared_summary(*fields: Any) -> ArrowSummary:
+    """The summary of `fields` (as `ArrowSummary.fields` gives them), sharing its columns and
+    metadata template with the others."""
+    format, rows, batches, columns, fingerprint, template, eos, error = fields
     return ArrowSummary(
         format,
         rows,
@@ -201,14 +188,9 @@ def schema_too_large(head: bytes, size: int) -> str | None:
 def read_summary(path: str | os.PathLike[str], size_hint: int = -1) -> ArrowSummary:
     """Read the schema and batch headers of an Arrow IPC stream file. Never raises for a bad file.
     `size_hint`: the file's size as a `stat` just said (a listing has it), which spares an
-    `fstat` when one `read()` finds the file that long.
-
-    A well-formed stream is walked message by message in Python (the header of each message is
-    a small flatbuffer: its type, the batch's row count and its body length); the schema is
-    decoded once per distinct shape (in Python for the types `datasets` writes, by pyarrow
-    otherwise). Anything unusual (a cut, a dictionary batch,
-    the IPC file format, garbage) is read again through pyarrow, whose reader says exactly what
-    is wrong."""
+    `fstat` when one `read()` finds the file that long. A well-formed stream is walked by
+    `cachetool.cache.ipc`; anything else (a cut, a dictionary batch, the IPC file format, garbage)
+    is read by pyarrow's reader, which says exactly what is wrong."""
     try:
         fd = open_noatime(path)
     except PermissionError:
