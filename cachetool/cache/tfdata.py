@@ -92,39 +92,30 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes) -> dict[int, list[int | bytes]]:
-    """Protobuf wire format: field number → values (varints as ints, length-delimited as bytes)."""
-    out: dict[int, list[int | bytes]] = {}
+def _fields(buf: bytes) -> dict[int, int | None]:
+    """Protobuf wire format: field number → its last value (varints and fixed-width numbers as
+    ints, a length-delimited field as None: never a number this module reads)."""
+    out: dict[int, int | None] = {}
     pos, end = 0, len(buf)
     while pos < end:
         key, pos = _varint(buf, pos, end)
         number, wire = key >> 3, key & 7
-        value: int | bytes
         if wire == 0:
-            value, pos = _varint(buf, pos, end)
-        elif wire == 1:
-            if pos + 8 > end:
-                raise TfIndexError("truncated fixed64")
-            value, pos = int.from_bytes(buf[pos : pos + 8], "little"), pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos, end)
-            if pos + n > end:
-                raise TfIndexError("truncated field")
-            value, pos = buf[pos : pos + n], pos + n
-        elif wire == 5:
-            if pos + 4 > end:
-                raise TfIndexError("truncated fixed32")
-            value, pos = int.from_bytes(buf[pos : pos + 4], "little"), pos + 4
-        else:
+            out[number], pos = _varint(buf, pos, end)
+            continue
+        if wire not in (1, 2, 5):
             raise TfIndexError(f"unknown wire type {wire}")
-        out.setdefault(number, []).append(value)
+        n, pos = _varint(buf, pos, end) if wire == 2 else ({1: 8, 5: 4}[wire], pos)
+        if pos + n > end:
+            raise TfIndexError("truncated field" if wire == 2 else f"truncated fixed{8 * n}")
+        out[number] = None if wire == 2 else int.from_bytes(buf[pos : pos + n], "little")
+        pos += n
     return out
 
 
-def _int(fields: dict[int, list[int | bytes]], number: int) -> int:
-    values = fields.get(number) or [0]
-    v = values[-1]
-    if not isinstance(v, int):
+def _int(fields: dict[int, int | None], number: int) -> int:
+    v = fields.get(number, 0)
+    if v is None:
         raise TfIndexError(f"field {number} is not a number")
     return v
 
