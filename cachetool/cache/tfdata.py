@@ -236,38 +236,25 @@ def find_tf_caches(
     out = []
     for prefix, files in sorted(groups.items()):
         files.sort()
-        # A lone `x.index` with no data files and no writer state is not a tf.data cache.
-        if files == [f"{prefix}.index"] and not (LOCK_RE.match(files[0]) or TEMPSTATE_RE.match(files[0])):
-            continue
         if all(INDEX_RE.match(n) for n in files):
-            continue
+            continue  # a lone `x.index` with no data files and no writer state is not a tf.data cache
         locks = [n for n in files if LOCK_RE.match(n)]
         # Liveness matters only where a writer left its lockfile (it costs a pass over /proc).
         pids = sorted({pid for n in files for pid in (holders(n) if holders and locks else ())})
         created = _created_at(os.path.join(folder, locks[0])) if locks else None
-        total = sum(size_of(n) for n in files)
+        state: TfState
+        problems: tuple[str, ...] = ()
         if locks and not pids and created is None:
             # TensorFlow writes `Created at: <epoch>` into every lockfile: without it, the file is
             # somebody else's, and nothing here is called abandoned (gc removes only abandoned).
-            problem = f"{locks[0]} does not hold TensorFlow's `Created at:` line"
-            out.append(TfCache(folder, prefix, "incomplete", tuple(files), total, problems=(problem,)))
-            continue
-        if locks:
-            state: TfState = "being-written" if pids else "abandoned"
-            out.append(TfCache(folder, prefix, state, tuple(files), total, tuple(pids), created))
-            continue
-        problems = check_complete(folder, prefix, files, size_of)
-        out.append(
-            TfCache(
-                folder,
-                prefix,
-                "incomplete" if problems else "complete",
-                tuple(files),
-                total,
-                tuple(pids),
-                problems=tuple(problems),
-            )
-        )
+            state, problems = "incomplete", (f"{locks[0]} does not hold TensorFlow's `Created at:` line",)
+        elif locks:
+            state = "being-written" if pids else "abandoned"
+        else:
+            problems = tuple(check_complete(folder, prefix, files, size_of))
+            state = "incomplete" if problems else "complete"
+        total = sum(size_of(n) for n in files)
+        out.append(TfCache(folder, prefix, state, tuple(files), total, tuple(pids), created, problems))
     return out
 
 
