@@ -244,19 +244,15 @@ class Scanner(Walker):
         files: list[CacheFile] = list(meta)
         other: list[Item] = []
         for it in items:
-            if it.is_file and layout.SAVED_SHARD_RE.match(it.name):
-                m = layout.SAVED_SHARD_RE.match(it.name)
-                assert m is not None
+            if it.is_file and (m := layout.SAVED_SHARD_RE.match(it.name)):
                 files.append(self.cache_file(it, arrow=True, shard=(int(m["index"]), int(m["count"]))))
             elif it.name not in layout.METADATA_NAMES:
                 other.append(it)
         present = {f.name for f in files}
-        for n in named:
-            if n not in present:
-                problems.append(f"state.json names {n}, which is missing")
-        for f in files:
-            if f.summary is not None and f.summary.error:
-                problems.append(f"{f.name}: {f.summary.error}")
+        problems += [f"state.json names {n}, which is missing" for n in named if n not in present]
+        problems += [
+            f"{f.name}: {f.summary.error}" for f in files if f.summary is not None and f.summary.error
+        ]
         self.entries.append(
             Entry(
                 Kind.SAVED,
@@ -434,23 +430,11 @@ class Scanner(Walker):
             odd = self.odd(it, None)
             if odd is not None:
                 self.entries.append(odd)
-            elif it.is_dir:
-                self.entries.append(
-                    Entry(
-                        Kind.EXTRACTED,
-                        it.path,
-                        tuple(self.tree_files(it.path)),
-                        dataset="downloads/extracted",
-                    )
-                )
-            elif layout.is_lock_name(it.name):
-                self.entries.append(
-                    Entry(
-                        Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), dataset="downloads/extracted"
-                    )
-                )
-            else:
-                self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
+                continue
+            files = tuple(self.tree_files(it.path)) if it.is_dir else (self.cache_file(it, arrow=False),)
+            kind = Kind.EXTRACTED if it.is_dir else Kind.LOCK if layout.is_lock_name(it.name) else Kind.OTHER
+            label = None if kind == Kind.OTHER else "downloads/extracted"
+            self.entries.append(Entry(kind, it.path, files, dataset=label))
 
 
 def _in(ds: DatasetDir | None) -> dict[str, Any]:
