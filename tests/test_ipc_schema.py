@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from cachetool.cache.ipc_headers import _pyarrow_shape
-from cachetool.cache.ipc_schema import decode_schema
+from cachetool.cache.ipc import decode_schema
 from tests.attack.damaged_arrow import schema_length
 
 
@@ -110,8 +109,20 @@ def _message(schema: Any) -> bytes:
 
 
 def _pyarrow(message: bytes) -> Any:
-    shape = _pyarrow_shape(message, len(message))
-    return None if shape is None else shape[:3]
+    """What pyarrow reads in a schema message: (columns, the node index of each column in a
+    record batch, the node count of a batch), or None where it refuses the message."""
+    import pyarrow as pa
+
+    def nodes(t: Any) -> int:
+        return 1 + sum(nodes(t.field(i).type) for i in range(t.num_fields))
+
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(message))
+        counts = [nodes(f.type) for f in schema]
+        columns = tuple((f.name, str(f.type)) for f in schema)
+    except Exception:  # pyarrow refuses it (ArrowException, UnicodeDecodeError, ...)
+        return None
+    return columns, tuple(sum(counts[:i]) for i in range(len(counts))), sum(counts)
 
 
 LEFT_TO_PYARROW = ("dictionary", "map", "union", "interval", "field-metadata")
@@ -222,7 +233,7 @@ def test_metadata_values_of_a_remembered_form_read_as_json_reads_them() -> None:
     a form remembered from one file reads the others without parsing them: every value (other
     fingerprints, damaged bytes, a fingerprint escaped, twice there, nested, a key twice) reads
     to the fingerprint and text `json.loads` gives, with forms remembered or not."""
-    from cachetool.cache import ipc_headers
+    from cachetool.cache import ipc
 
     features = {"id": {"dtype": "int64", "_type": "Value"}, "text": {"dtype": "string", "_type": "Value"}}
     fp = "0123456789abcdef"
@@ -255,19 +266,19 @@ def test_metadata_values_of_a_remembered_form_read_as_json_reads_them() -> None:
                         rng.choice(b'"\\{}[],: 0aQZ\x00\xff') if rng.random() < 0.5 else rng.randrange(256)
                     )
             mutants.append(bytes(b))
-    ipc_headers._HF_FORMS.clear()
-    fresh = [ipc_headers._parse_hf_json(m) for m in mutants]
+    ipc._HF_FORMS.clear()
+    fresh = [ipc._parse_hf_json(m) for m in mutants]
     for raw in (v.encode() for v in values):
-        ipc_headers.parse_hf_metadata(raw)
+        ipc.parse_hf_metadata(raw)
     # The three plain ones, the one whose copy elsewhere is escaped and the last of a key twice:
     # never the escaped fingerprint (a plain copy elsewhere) or one that is there twice.
-    assert len(ipc_headers._HF_FORMS) == 5
-    assert not any(b'"x": "' in head for head, _ in ipc_headers._HF_FORMS)
+    assert len(ipc._HF_FORMS) == 5
+    assert not any(b'"x": "' in head for head, _ in ipc._HF_FORMS)
     hits = 0
     for m, expected in zip(mutants, fresh, strict=True):
-        forms = list(ipc_headers._HF_FORMS)
-        assert ipc_headers.parse_hf_metadata(m) == expected, m
-        hits += forms == ipc_headers._HF_FORMS and expected[0] is not None
+        forms = list(ipc._HF_FORMS)
+        assert ipc.parse_hf_metadata(m) == expected, m
+        hits += forms == ipc._HF_FORMS and expected[0] is not None
     assert hits > 100
 
 

@@ -1,7 +1,7 @@
 """Cheap reads of Arrow IPC stream files: schema, metadata, row count and completeness.
 
 Nothing here reads column data. A small file is read with one `read()`, a large one
-memory-mapped, and its message headers are walked in Python (`cachetool.cache.ipc_headers`), so
+memory-mapped, and its message headers are walked in Python (`cachetool.cache.ipc`), so
 the cost grows with the number of batches, not with bytes; anything unusual is read again through
 pyarrow's reader, which names the damage. Files are opened with `O_NOATIME` where the kernel
 allows it, so a listing never moves a file's access time.
@@ -9,14 +9,16 @@ allows it, so a listing never moves a file's access time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from cachetool.cache.frozen import fast_init
-from cachetool.cache.ipc_headers import CONTINUATION, EOS_MARKER, Headers, parse_hf_metadata, walk_headers
+from cachetool.cache.ipc import CONTINUATION, EOS_MARKER, Headers, parse_hf_metadata, walk_headers
 
 FILE_MAGIC = b"ARROW1"
 
@@ -75,16 +77,7 @@ class ArrowSummary:
 
     def fields(self) -> tuple[Any, ...]:
         """The values `shared_summary` makes the summary of again (what the read index keeps)."""
-        return (
-            self.format,
-            self.rows,
-            self.batches,
-            self.columns,
-            self.fingerprint,
-            self.metadata_template,
-            self.eos,
-            self.error,
-        )
+        return _FIELDS(self)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
@@ -93,21 +86,15 @@ class ArrowSummary:
         return shared_summary, self.fields()
 
 
+_FIELDS = attrgetter(*(f.name for f in dataclasses.fields(ArrowSummary)))
 _Columns = tuple[tuple[str, str], ...]
 _COLUMNS: dict[_Columns, _Columns] = {}
 
 
-def shared_summary(
-    format: str,
-    rows: int | None,
-    batches: int | None,
-    columns: _Columns,
-    fingerprint: str | None,
-    template: str | None,
-    eos: bool,
-    error: str | None,
-) -> ArrowSummary:
-    """The summary of these values, sharing its columns and metadata template with the others."""
+def shared_summary(*fields: Any) -> ArrowSummary:
+    """The summary of `fields` (as `ArrowSummary.fields` gives them), sharing its columns and
+    metadata template with the others."""
+    format, rows, batches, columns, fingerprint, template, eos, error = fields
     return ArrowSummary(
         format,
         rows,
@@ -170,11 +157,6 @@ def open_noatime(path: str | os.PathLike[str]) -> int:
     return os.open(path, _OPEN_FLAGS)
 
 
-def _parse_metadata(schema: Any) -> tuple[str | None, str | None]:
-    raw = (schema.metadata or {}).get(b"huggingface")
-    return (None, None) if raw is None else parse_hf_metadata(raw)
-
-
 #: Files up to this size are read with one `read()`; larger ones are memory-mapped, so only the
 #: pages holding message headers are touched, never column data.
 READ_WHOLE_BYTES = 1 << 20
@@ -206,14 +188,9 @@ def schema_too_large(head: bytes, size: int) -> str | None:
 def read_summary(path: str | os.PathLike[str], size_hint: int = -1) -> ArrowSummary:
     """Read the schema and batch headers of an Arrow IPC stream file. Never raises for a bad file.
     `size_hint`: the file's size as a `stat` just said (a listing has it), which spares an
-    `fstat` when one `read()` finds the file that long.
-
-    A well-formed stream is walked message by message in Python (the header of each message is
-    a small flatbuffer: its type, the batch's row count and its body length); the schema is
-    decoded once per distinct shape (in Python for the types `datasets` writes, by pyarrow
-    otherwise). Anything unusual (a cut, a dictionary batch,
-    the IPC file format, garbage) is read again through pyarrow, whose reader says exactly what
-    is wrong."""
+    `fstat` when one `read()` finds the file that long. A well-formed stream is walked by
+    `cachetool.cache.ipc`; anything else (a cut, a dictionary batch, the IPC file format, garbage)
+    is read by pyarrow's reader, which says exactly what is wrong."""
     try:
         fd = open_noatime(path)
     except PermissionError:
@@ -265,31 +242,35 @@ def read_summary(path: str | os.PathLike[str], size_hint: int = -1) -> ArrowSumm
 
 
 def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
+    """What pyarrow's reader reads in the stream (or IPC file) `mm`, and the damage it names."""
     import pyarrow as pa
 
     head = mm[:8]
-    if head[:6] == FILE_MAGIC:
-        return _ipc_file(mm)
-    if head[:4] != CONTINUATION:
+    ipc_file = head[:6] == FILE_MAGIC
+    if not ipc_file and head[:4] != CONTINUATION:
         return ArrowSummary(NOT_ARROW, error=f"not an Arrow IPC stream (starts with {head[:8].hex()})")
-    eos = size >= 8 and mm[size - 8 : size] == EOS_MARKER
+    what = "damaged Arrow IPC file" if ipc_file else "unreadable schema"
+    rows = batches = 0
     buf = pa.py_buffer(mm)
     try:
         try:
-            reader = pa.ipc.open_stream(pa.BufferReader(buf))
+            reader = (pa.ipc.open_file if ipc_file else pa.ipc.open_stream)(pa.BufferReader(buf))
+            if ipc_file:
+                batches = reader.num_record_batches
+                rows = sum(reader.get_batch(i).num_rows for i in range(batches))
+            columns = tuple((f.name, str(f.type)) for f in reader.schema)
         except (pa.ArrowInvalid, OSError) as e:
-            return ArrowSummary(NOT_ARROW, error=f"unreadable schema: {_one_line(e)}")
+            return ArrowSummary(NOT_ARROW, error=f"{what}: {_one_line(e)}")
         except Exception as e:  # see read_summary
-            return ArrowSummary(UNREADABLE, error=f"unreadable schema: {_describe(e)}")
-        schema = reader.schema
-        try:
-            columns = tuple((f.name, str(f.type)) for f in schema)
-        except UnicodeDecodeError:
-            return ArrowSummary(UNREADABLE, error="unreadable schema: a column name is not UTF-8")
-        fingerprint, features = _parse_metadata(schema)
-        rows = batches = 0
-        error = None
-        while True:
+            names = isinstance(e, UnicodeDecodeError) and not ipc_file
+            return ArrowSummary(
+                UNREADABLE, error=f"{what}: {'a column name is not UTF-8' if names else _describe(e)}"
+            )
+        raw = (reader.schema.metadata or {}).get(b"huggingface")
+        fingerprint, text = (None, None) if raw is None else parse_hf_metadata(raw)
+        eos = not ipc_file and mm[size - 8 : size] == EOS_MARKER
+        error = "Arrow IPC file format, but datasets reads the stream format" if ipc_file else None
+        while not ipc_file:
             try:
                 batch = reader.read_next_batch()
             except StopIteration:
@@ -308,40 +289,10 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
                 f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
             )
         del reader
+        template = metadata_template(text, fingerprint)
         return ArrowSummary(
-            STREAM, rows, batches, columns, fingerprint, metadata_template(features, fingerprint), eos, error
+            IPC_FILE if ipc_file else STREAM, rows, batches, columns, fingerprint, template, eos, error
         )
-    finally:
-        del buf
-
-
-def _ipc_file(mm: mmap.mmap) -> ArrowSummary:
-    import pyarrow as pa
-
-    buf = pa.py_buffer(mm)
-    try:
-        try:
-            reader = pa.ipc.open_file(pa.BufferReader(buf))
-            schema = reader.schema
-            rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-            fp, features = _parse_metadata(schema)
-            columns = tuple((f.name, str(f.type)) for f in schema)
-            n = reader.num_record_batches
-            del reader
-            return ArrowSummary(
-                IPC_FILE,
-                rows,
-                n,
-                columns,
-                fp,
-                metadata_template(features, fp),
-                False,
-                "Arrow IPC file format, but datasets reads the stream format",
-            )
-        except (pa.ArrowInvalid, OSError) as e:
-            return ArrowSummary(NOT_ARROW, error=f"damaged Arrow IPC file: {_one_line(e)}")
-        except Exception as e:  # see read_summary
-            return ArrowSummary(UNREADABLE, error=f"damaged Arrow IPC file: {_describe(e)}")
     finally:
         del buf
 

@@ -95,19 +95,17 @@ class Scanner(Walker):
         if layout.GC_TRASH_RE.match(it.name):
             self.entries.append(self.gc_trash(it, ds))
             return
-        rel = None
+        rel = final = None
         if layout.is_incomplete_dir(it.name):
             final = it.path.with_name(it.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)])
             rel = relative_data_dir(final)
         if rel is not None:  # `<name>/<config>/<version>[/<hash>].incomplete`, as datasets names it
-            files = self.tree_files(it.path)
-            label = "/".join(rel.split("/")[:2]) if rel else (ds.name if ds else it.name)
             self.entries.append(
                 Entry(
                     Kind.INCOMPLETE_PREPARE,
                     it.path,
-                    tuple(files),
-                    dataset=label,
+                    tuple(self.tree_files(it.path)),
+                    dataset="/".join(rel.split("/")[:2]),
                     dataset_dir=final,
                     problems=("interrupted load_dataset preparation",),
                 )
@@ -121,9 +119,7 @@ class Scanner(Walker):
     def files_in(self, path: Path, items: Sequence[Item], ds: DatasetDir | None) -> None:
         """Classify the files of one folder; `ds` is the dataset folder it is (if any)."""
         shard_groups: dict[str, list[CacheFile]] = defaultdict(list)
-        shard_counts: dict[str, int] = {}
         source_groups: dict[str, list[CacheFile]] = defaultdict(list)
-        source_counts: dict[str, int] = {}
         splits = [s for s, _ in ds.split_rows] if ds is not None and ds.kind == DirKind.BUILDER else []
         entries = self.entries
         for it in self.tf_caches(path, items, ds):
@@ -149,28 +145,22 @@ class Scanner(Walker):
                 fp, rank, count = parsed
                 if rank is not None and count is not None:
                     shard_groups[fp].append(self.cache_file(it, arrow=True, shard=(rank, count)))
-                    shard_counts[fp] = max(count, shard_counts.get(fp, 0))
                 else:
                     entries.append(derived_entry(self.cache_file(it, arrow=True), fp, ds))
             elif splits and (src := layout.source_split_of(name, splits)) is not None:
                 split, index, count = src
                 shard = (index, count) if index is not None and count is not None else None
                 source_groups[split].append(self.cache_file(it, arrow=True, shard=shard))
-                if count is not None:
-                    source_counts[split] = count
             elif name.endswith(".arrow"):
                 entries.append(plain_arrow_entry(self.cache_file(it, arrow=True), ds))
             else:
-                f = self.cache_file(it, arrow=False)
-                if ds is None:
-                    kind = Kind.METADATA if name in layout.METADATA_NAMES else Kind.OTHER
-                    entries.append(Entry(kind, it.path, (f,)))
-                else:
-                    entries.append(Entry(Kind.OTHER, it.path, (f,), dataset=ds.name, dataset_dir=ds.path))
+                kind = Kind.METADATA if ds is None and name in layout.METADATA_NAMES else Kind.OTHER
+                entries.append(Entry(kind, it.path, (self.cache_file(it, arrow=False),), **_in(ds)))
         for fp, files in sorted(shard_groups.items()):
-            entries.append(shard_set_entry(fp, files, shard_counts[fp], ds))
+            entries.append(shard_set_entry(fp, files, max(f.shard[1] for f in files if f.shard), ds))
         for split, files in sorted(source_groups.items()):
-            entries.append(source_entry(split, files, source_counts.get(split), ds))
+            count = next((f.shard[1] for f in reversed(files) if f.shard), None)
+            entries.append(source_entry(split, files, count, ds))
 
     def meta_files(self, items: Sequence[Item]) -> tuple[CacheFile, ...]:
         """The metadata files (`dataset_info.json`, `state.json`, ...) among a folder's items."""
@@ -184,10 +174,8 @@ class Scanner(Walker):
         """The entry of a lock file, of what a killed gc set aside, or of a temporary file a
         writer is filling (or left behind); None for any other file."""
         name = it.name
-        dsname, dspath = (ds.name, ds.path) if ds is not None else (None, None)
         if layout.is_lock_name(name):
-            f = self.cache_file(it, arrow=False)
-            return Entry(Kind.LOCK, it.path, (f,), dataset=dsname, dataset_dir=dspath)
+            return Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), **_in(ds))
         if name.startswith(layout.GC_TRASH_PREFIX) and layout.GC_TRASH_RE.match(name):
             return self.gc_trash(it, ds)
         if name.startswith("tmp") and layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
@@ -197,9 +185,7 @@ class Scanner(Walker):
                 Kind.TEMP,
                 it.path,
                 (f,),
-                dataset=dsname,
-                dataset_dir=dspath,
-                fingerprint=None,
+                **_in(ds),
                 aliases=(fp,) if fp else (),
                 problems=("temporary file: a writer in progress or killed",),
             )
@@ -258,19 +244,15 @@ class Scanner(Walker):
         files: list[CacheFile] = list(meta)
         other: list[Item] = []
         for it in items:
-            if it.is_file and layout.SAVED_SHARD_RE.match(it.name):
-                m = layout.SAVED_SHARD_RE.match(it.name)
-                assert m is not None
+            if it.is_file and (m := layout.SAVED_SHARD_RE.match(it.name)):
                 files.append(self.cache_file(it, arrow=True, shard=(int(m["index"]), int(m["count"]))))
             elif it.name not in layout.METADATA_NAMES:
                 other.append(it)
         present = {f.name for f in files}
-        for n in named:
-            if n not in present:
-                problems.append(f"state.json names {n}, which is missing")
-        for f in files:
-            if f.summary is not None and f.summary.error:
-                problems.append(f"{f.name}: {f.summary.error}")
+        problems += [f"state.json names {n}, which is missing" for n in named if n not in present]
+        problems += [
+            f"{f.name}: {f.summary.error}" for f in files if f.summary is not None and f.summary.error
+        ]
         self.entries.append(
             Entry(
                 Kind.SAVED,
@@ -379,8 +361,7 @@ class Scanner(Walker):
                     Kind.TF_CACHE,
                     Path(c.path),
                     files,
-                    dataset=ds.name if ds else None,
-                    dataset_dir=ds.path if ds else None,
+                    **_in(ds),
                     problems=tuple(problems),
                     state=state,
                     writer_pids=c.writer_pids,
@@ -403,8 +384,7 @@ class Scanner(Walker):
             Kind.TEMP,
             item.path,
             tuple(files),
-            dataset=ds.name if ds else None,
-            dataset_dir=ds.path if ds else None,
+            **_in(ds),
             problems=("set aside by a gc that did not finish",),
         )
 
@@ -450,23 +430,16 @@ class Scanner(Walker):
             odd = self.odd(it, None)
             if odd is not None:
                 self.entries.append(odd)
-            elif it.is_dir:
-                self.entries.append(
-                    Entry(
-                        Kind.EXTRACTED,
-                        it.path,
-                        tuple(self.tree_files(it.path)),
-                        dataset="downloads/extracted",
-                    )
-                )
-            elif layout.is_lock_name(it.name):
-                self.entries.append(
-                    Entry(
-                        Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), dataset="downloads/extracted"
-                    )
-                )
-            else:
-                self.entries.append(Entry(Kind.OTHER, it.path, (self.cache_file(it, arrow=False),)))
+                continue
+            files = tuple(self.tree_files(it.path)) if it.is_dir else (self.cache_file(it, arrow=False),)
+            kind = Kind.EXTRACTED if it.is_dir else Kind.LOCK if layout.is_lock_name(it.name) else Kind.OTHER
+            label = None if kind == Kind.OTHER else "downloads/extracted"
+            self.entries.append(Entry(kind, it.path, files, dataset=label))
+
+
+def _in(ds: DatasetDir | None) -> dict[str, Any]:
+    """The `dataset` and `dataset_dir` of an entry found in the dataset folder `ds` (if any)."""
+    return {} if ds is None else {"dataset": ds.name, "dataset_dir": ds.path}
 
 
 def read_json(path: Path) -> Any:

@@ -84,35 +84,36 @@ def resolve_dirs(
     home = hf_home(env)
     root = resolve_cache_root(cache_dir, env)
     in_root = f"cache root ({root.source})"
-    downloads = _overridable(
-        env,
-        "HF_DATASETS_DOWNLOADED_DATASETS_PATH",
-        Location(
-            "downloads", root.path / "downloads", in_root, "raw files downloaded from URLs by load_dataset"
-        ),
+
+    def overridable(variable: str, default: Location, expand_user: bool = False) -> Location:
+        # The folder `variable` names when it is set: verbatim, as `datasets` reads it, or with
+        # `~` expanded where the library that reads it expands it.
+        value = _env(env, variable)
+        if value is None:
+            return default
+        path = Path(os.path.expanduser(value)) if expand_user else Path(value)
+        return Location(default.name, path, variable, default.description)
+
+    downloads_dir = Location(
+        "downloads", root.path / "downloads", in_root, "raw files downloaded from URLs by load_dataset"
     )
+    downloads = overridable("HF_DATASETS_DOWNLOADED_DATASETS_PATH", downloads_dir)
+    modules = Location("modules", home.path / "modules", home.source, "dataset loading scripts' modules")
+    hub = Location(
+        "hub cache",
+        home.path / "hub",
+        home.source,
+        "raw files of Hub datasets and models; manage it with `hf cache`",
+    )
+    state_source = next((v for v in ("CACHETOOL_HOME", "XDG_STATE_HOME") if _env(env, v)), "default")
     return (
         root,
         downloads,
         Location(
             "extracted", downloads.path / "extracted", "downloads", "archives extracted by load_dataset"
         ),
-        _overridable(
-            env,
-            "HF_MODULES_CACHE",
-            Location("modules", home.path / "modules", home.source, "dataset loading scripts' modules"),
-        ),
-        _overridable(
-            env,
-            "HF_HUB_CACHE",
-            Location(
-                "hub cache",
-                home.path / "hub",
-                home.source,
-                "raw files of Hub datasets and models; manage it with `hf cache`",
-            ),
-            expand_user=True,
-        ),
+        overridable("HF_MODULES_CACHE", modules),
+        overridable("HF_HUB_CACHE", hub, expand_user=True),
         home,
         temp_dir(env),
         Location(
@@ -124,13 +125,19 @@ def resolve_dirs(
         Location(
             "cachetool user dir",
             user_state_dir(env),
-            _user_state_source(env),
+            state_source,
             "registry of known cache roots; ledger fallback for read-only roots",
         ),
-        *_other_roots(root.path, env),
+        *(
+            Location(_OTHER_ROOTS[kind][0], Path(path), "registry", _OTHER_ROOTS[kind][1])
+            for path, kind in other_roots(root.path, env)
+            if os.path.isdir(path)
+        ),
     )
 
 
+#: The other roots of the registry (`cachetool.cache.roots.other_roots`), each a cache root of
+#: its own: (name, description) by kind.
 _OTHER_ROOTS = {
     "saved": (
         "saved folder",
@@ -139,34 +146,6 @@ _OTHER_ROOTS = {
     ),
     "cache": ("other cache", "another datasets cache a traced run wrote in: pass it as --cache-dir"),
 }
-
-
-def _other_roots(root: Path, env: Mapping[str, str]) -> list[Location]:
-    """The roots of the registry (`cachetool.cache.roots.other_roots`) other than `root` that
-    exist: the folders traced runs wrote in, each a cache root of its own."""
-    return [
-        Location(_OTHER_ROOTS[kind][0], Path(path), "registry", _OTHER_ROOTS[kind][1])
-        for path, kind in other_roots(root, env)
-        if os.path.isdir(path)
-    ]
-
-
-def _overridable(
-    env: Mapping[str, str], variable: str, default: Location, *, expand_user: bool = False
-) -> Location:
-    """`default`, or the folder `variable` names when it is set: verbatim, as `datasets` reads it,
-    or with `~` expanded (`expand_user`) where the library that reads it expands it."""
-    value = _env(env, variable)
-    if value is None:
-        return default
-    path = Path(os.path.expanduser(value)) if expand_user else Path(value)
-    return Location(default.name, path, variable, default.description)
-
-
-def _user_state_source(env: Mapping[str, str]) -> str:
-    if _env(env, "CACHETOOL_HOME"):
-        return "CACHETOOL_HOME"
-    return "XDG_STATE_HOME" if _env(env, "XDG_STATE_HOME") else "default"
 
 
 def derived_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path | None:

@@ -18,7 +18,9 @@ its own file and renames it into place.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
+import re
 from dataclasses import dataclass
 
 #: statfs magic numbers (linux/magic.h and the file systems' own headers) of network and cluster
@@ -53,13 +55,7 @@ class FileSystem:
     shared: bool
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "type": self.type,
-            "mount_point": self.mount_point,
-            "source": self.source,
-            "magic": f"0x{self.magic:x}" if self.magic is not None else None,
-            "shared": self.shared,
-        }
+        return {**dataclasses.asdict(self), "magic": f"0x{self.magic:x}" if self.magic is not None else None}
 
 
 def is_shared_type(fstype: str) -> bool:
@@ -70,15 +66,7 @@ def is_shared_type(fstype: str) -> bool:
 
 def _unescape(field: str) -> str:
     """Mount tables escape space, tab, newline and backslash as octal (`\\040`)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and len(field[i + 1 : i + 4]) == 3 and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def mount_of(path: str, mounts: str) -> tuple[str, str, str] | None:

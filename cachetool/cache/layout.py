@@ -5,6 +5,7 @@ This module is the one place that knows the patterns; the scan, verify and gc al
 
 from __future__ import annotations
 
+import os
 import re
 from enum import Enum
 from typing import Literal
@@ -94,19 +95,12 @@ VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 def parse_cache_file(name: str) -> tuple[str, int | None, int | None] | None:
     """`cache-<fp>.arrow` -> (fp, None, None); `cache-<fp>_00001_of_00004.arrow` -> (fp, 1, 4)."""
     fp = name[6:-6]
-    if (
-        fp.isalnum()
-        and fp.isascii()
-        and len(fp) <= 64
-        and name.startswith("cache-")
-        and name.endswith(".arrow")
-    ):
+    if fp.isalnum() and fp.isascii() and len(fp) <= 64 and name[:6] == "cache-" and name[-6:] == ".arrow":
         return fp, None, None  # the usual name, told without the pattern (no `_`: no shard part)
     m = CACHE_FILE_RE.match(name)
     if m is None:
         return None
-    rank = m.group("rank")
-    count = m.group("count")
+    rank, count = m.group("rank"), m.group("count")
     return m.group("fp"), (int(rank) if rank else None), (int(count) if count else None)
 
 
@@ -121,18 +115,14 @@ def source_split_of(name: str, splits: list[str]) -> tuple[str, int | None, int 
     `csv-train.arrow` -> ("train", None, None); `events-train-00001-of-00002.arrow` -> ("train", 1, 2).
     Longest split names first, so `train` does not claim `my-train`.
     """
-    stem = name
     index = count = None
     m = SOURCE_SHARD_RE.match(name)
     if m is not None:
         stem = m.group("prefix")
         index, count = int(m.group("index")), int(m.group("count"))
     else:
-        for ext in (".arrow", ".parquet"):
-            if stem.endswith(ext):
-                stem = stem[: -len(ext)]
-                break
-        else:
+        stem, ext = os.path.splitext(name)
+        if ext not in (".arrow", ".parquet"):
             return None
     for split in sorted(splits, key=len, reverse=True):
         if stem.endswith("-" + split) and len(stem) > len(split) + 1:

@@ -88,7 +88,7 @@ def resolve(
     if len(exact) == 1:
         return Resolved(name, exact[0])
     if not exact and name in known:
-        return Resolved(name, _entry_of(report, name) or _entry_of_files(report, ledger, name))
+        return Resolved(name, _entry_of_files(report, ledger, name))
     # 3. prefix
     return _by_prefix(name, report, ledger, known, exact or report.entries)
 
@@ -139,10 +139,6 @@ def entry_at_path(report: CacheReport, name: str) -> Entry | None:
         if path == name or (absolute is not None and path == absolute):
             return e
     return None
-
-
-def _entry_of(report: CacheReport, fp: str) -> Entry | None:
-    return next((e for e in report.entries if fp in (e.fingerprint, *e.aliases)), None)
 
 
 def _entry_of_files(report: CacheReport, ledger: Ledger | None, fp: str) -> Entry | None:

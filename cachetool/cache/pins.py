@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,35 +61,35 @@ def read_pins(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     return {str(k): (v if isinstance(v, dict) else {}) for k, v in pins.items()}
 
 
-def _write_pins(root: Path, pins: Mapping[str, Mapping[str, Any]]) -> None:
-    from cachetool.cache.store import write_whole
-
-    doc = {"v": 1, "pins": dict(sorted(pins.items()))}
-    write_whole(pins_path(root), (json.dumps(doc, indent=1) + "\n").encode(), mode=0o644, create_folders=True)
-
-
-def _locked(root: Path) -> Any:
-    from cachetool.cache.store import lock_state
+@contextmanager
+def _editing(root: Path) -> Iterator[dict[str, dict[str, Any]]]:
+    """The pins of `root`, read under its lock and written back if the block changed them."""
+    from cachetool.cache.store import lock_state, write_whole
 
     path = pins_path(root)
-    return lock_state(path.with_name(path.name + ".lock"), timeout=10)
+    try:
+        with lock_state(path.with_name(path.name + ".lock"), timeout=10):
+            pins = read_pins(root)
+            before = set(pins)
+            yield pins
+            if set(pins) != before:
+                doc = {"v": 1, "pins": dict(sorted(pins.items()))}
+                write_whole(
+                    path, (json.dumps(doc, indent=1) + "\n").encode(), mode=0o644, create_folders=True
+                )
+    except OSError as e:
+        raise CachetoolError(f"cannot write the pins of {root}: {e.strerror or e}") from None
 
 
 def add_pin(root: str | os.PathLike[str], fingerprint: str) -> bool:
     """Pin `fingerprint` in `root`. Returns False when it was already pinned."""
-    root_path = Path(root)
-    try:
-        with _locked(root_path):
-            pins = read_pins(root_path)
-            if fingerprint in pins:
-                return False
-            import socket  # here: listings read pins, only pinning needs the host name
+    with _editing(Path(root)) as pins:
+        if fingerprint in pins:
+            return False
+        import socket  # here: listings read pins, only pinning needs the host name
 
-            pins[fingerprint] = {"time": time.time(), "host": socket.gethostname(), "user": os.geteuid()}
-            _write_pins(root_path, pins)
-            return True
-    except OSError as e:
-        raise CachetoolError(f"cannot write the pins of {root_path}: {e.strerror or e}") from None
+        pins[fingerprint] = {"time": time.time(), "host": socket.gethostname(), "user": os.geteuid()}
+        return True
 
 
 def remove_pin(root: str | os.PathLike[str], prefix: str) -> str:
@@ -97,18 +98,12 @@ def remove_pin(root: str | os.PathLike[str], prefix: str) -> str:
     Raises `NotPinned`, or `AmbiguousFingerprint` when the prefix names several pins."""
     from cachetool.errors import AmbiguousFingerprint
 
-    root_path = Path(root)
-    try:
-        with _locked(root_path):
-            pins = read_pins(root_path)
-            matches = [fp for fp in pins if fp == prefix]
-            matches = matches or [fp for fp in pins if prefix and fp.startswith(prefix)]
-            if not matches:
-                raise NotPinned(prefix, root_path)
-            if len(matches) > 1:
-                raise AmbiguousFingerprint(prefix, sorted(matches))
-            del pins[matches[0]]
-            _write_pins(root_path, pins)
-            return matches[0]
-    except OSError as e:
-        raise CachetoolError(f"cannot write the pins of {root_path}: {e.strerror or e}") from None
+    with _editing(Path(root)) as pins:
+        matches = [fp for fp in pins if fp == prefix]
+        matches = matches or [fp for fp in pins if prefix and fp.startswith(prefix)]
+        if not matches:
+            raise NotPinned(prefix, Path(root))
+        if len(matches) > 1:
+            raise AmbiguousFingerprint(prefix, sorted(matches))
+        del pins[matches[0]]
+        return matches[0]

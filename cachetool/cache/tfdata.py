@@ -92,39 +92,30 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes) -> dict[int, list[int | bytes]]:
-    """Protobuf wire format: field number → values (varints as ints, length-delimited as bytes)."""
-    out: dict[int, list[int | bytes]] = {}
+def _fields(buf: bytes) -> dict[int, int | None]:
+    """Protobuf wire format: field number → its last value (varints and fixed-width numbers as
+    ints, a length-delimited field as None: never a number this module reads)."""
+    out: dict[int, int | None] = {}
     pos, end = 0, len(buf)
     while pos < end:
         key, pos = _varint(buf, pos, end)
         number, wire = key >> 3, key & 7
-        value: int | bytes
         if wire == 0:
-            value, pos = _varint(buf, pos, end)
-        elif wire == 1:
-            if pos + 8 > end:
-                raise TfIndexError("truncated fixed64")
-            value, pos = int.from_bytes(buf[pos : pos + 8], "little"), pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos, end)
-            if pos + n > end:
-                raise TfIndexError("truncated field")
-            value, pos = buf[pos : pos + n], pos + n
-        elif wire == 5:
-            if pos + 4 > end:
-                raise TfIndexError("truncated fixed32")
-            value, pos = int.from_bytes(buf[pos : pos + 4], "little"), pos + 4
-        else:
+            out[number], pos = _varint(buf, pos, end)
+            continue
+        if wire not in (1, 2, 5):
             raise TfIndexError(f"unknown wire type {wire}")
-        out.setdefault(number, []).append(value)
+        n, pos = _varint(buf, pos, end) if wire == 2 else ({1: 8, 5: 4}[wire], pos)
+        if pos + n > end:
+            raise TfIndexError("truncated field" if wire == 2 else f"truncated fixed{8 * n}")
+        out[number] = None if wire == 2 else int.from_bytes(buf[pos : pos + n], "little")
+        pos += n
     return out
 
 
-def _int(fields: dict[int, list[int | bytes]], number: int) -> int:
-    values = fields.get(number) or [0]
-    v = values[-1]
-    if not isinstance(v, int):
+def _int(fields: dict[int, int | None], number: int) -> int:
+    v = fields.get(number, 0)
+    if v is None:
         raise TfIndexError(f"field {number} is not a number")
     return v
 
@@ -245,38 +236,25 @@ def find_tf_caches(
     out = []
     for prefix, files in sorted(groups.items()):
         files.sort()
-        # A lone `x.index` with no data files and no writer state is not a tf.data cache.
-        if files == [f"{prefix}.index"] and not (LOCK_RE.match(files[0]) or TEMPSTATE_RE.match(files[0])):
-            continue
         if all(INDEX_RE.match(n) for n in files):
-            continue
+            continue  # a lone `x.index` with no data files and no writer state is not a tf.data cache
         locks = [n for n in files if LOCK_RE.match(n)]
         # Liveness matters only where a writer left its lockfile (it costs a pass over /proc).
         pids = sorted({pid for n in files for pid in (holders(n) if holders and locks else ())})
         created = _created_at(os.path.join(folder, locks[0])) if locks else None
-        total = sum(size_of(n) for n in files)
+        state: TfState
+        problems: tuple[str, ...] = ()
         if locks and not pids and created is None:
             # TensorFlow writes `Created at: <epoch>` into every lockfile: without it, the file is
             # somebody else's, and nothing here is called abandoned (gc removes only abandoned).
-            problem = f"{locks[0]} does not hold TensorFlow's `Created at:` line"
-            out.append(TfCache(folder, prefix, "incomplete", tuple(files), total, problems=(problem,)))
-            continue
-        if locks:
-            state: TfState = "being-written" if pids else "abandoned"
-            out.append(TfCache(folder, prefix, state, tuple(files), total, tuple(pids), created))
-            continue
-        problems = check_complete(folder, prefix, files, size_of)
-        out.append(
-            TfCache(
-                folder,
-                prefix,
-                "incomplete" if problems else "complete",
-                tuple(files),
-                total,
-                tuple(pids),
-                problems=tuple(problems),
-            )
-        )
+            state, problems = "incomplete", (f"{locks[0]} does not hold TensorFlow's `Created at:` line",)
+        elif locks:
+            state = "being-written" if pids else "abandoned"
+        else:
+            problems = tuple(check_complete(folder, prefix, files, size_of))
+            state = "incomplete" if problems else "complete"
+        total = sum(size_of(n) for n in files)
+        out.append(TfCache(folder, prefix, state, tuple(files), total, tuple(pids), created, problems))
     return out
 
 

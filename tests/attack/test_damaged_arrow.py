@@ -42,20 +42,20 @@ def test_headers_remembered_from_good_files_never_change_what_a_mutant_reads(tmp
     dataset differ only in their fingerprint): a mutant read right after good files of the same
     shape (other fingerprints of the same length) reads exactly as it does with nothing
     remembered, whether the damage is in the schema, the metadata value or the batches."""
-    from cachetool.cache import ipc_headers
+    from cachetool.cache import ipc
 
     good = tmp_path / "good.arrow"
     path = tmp_path / "cache-0123456789abcdef.arrow"
     remembered = 0
     for data in mutations(good_stream(), seed=20261125, count=400):
         path.write_bytes(data)
-        ipc_headers._SHAPES.clear()
-        ipc_headers._SCHEMA_MESSAGES.clear()
+        ipc._SHAPES.clear()
+        ipc._SCHEMA_MESSAGES.clear()
         fresh = read_summary(path)
         for fp in ("fedcba9876543210", "00000000000000ff"):
             good.write_bytes(good_stream(fp))
             read_summary(good)
-        remembered += bool(ipc_headers._SCHEMA_MESSAGES)
+        remembered += bool(ipc._SCHEMA_MESSAGES)
         assert read_summary(path) == fresh
     assert remembered == 400
 
