@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, REQUIRED, arg, command, opt, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 
 if TYPE_CHECKING:
@@ -15,11 +16,54 @@ if TYPE_CHECKING:
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
 
-def run_lineage(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, **options: bool) -> None:
-    """`cachetool lineage` once its options are read (by Typer, or by `cachetool.cli.light`)."""
+@command(
+    fingerprint=arg("A fingerprint or a unique prefix of one.", default=REQUIRED),
+    descendants=opt("--descendants", "-d", help="Show the tree of what was made from it."),
+    all_=opt("--all", "-a", help="Show the whole forest of its dataset (every branch)."),
+    internal=opt("--internal", help="Include calls datasets makes itself (set_format, shards)."),
+    cache_dir=CACHE_DIR,
+    all_roots=ALL_ROOTS,
+    **output("dot", "mermaid", quiet="the steps' fingerprints, one a line"),
+)
+def run_lineage(
+    fingerprint: str,
+    cache_dir: Path | None,
+    fmt: OutputFormat,
+    descendants: bool,
+    all_: bool,
+    internal: bool,
+    all_roots: bool,
+) -> None:
+    """Show where a fingerprint comes from: the chain of recorded steps from its source.
+
+    One step a line: operation, function (name @ file:line), key arguments, fingerprint, how many
+    recorded runs hit or missed the cache, and whether its cache file exists now (size) or is gone.
+    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. Only
+    this cache's records count (another cache's runs of the same pipeline are not its hits), but a
+    parent in another root (the cache a saved folder came from) is followed through the registry
+    of known roots, and the saved folders made from this cache are followed too; such steps say
+    "recorded in <root>". `--all-roots` reads every known root. A file written by a call
+    `datasets` makes itself (`cast_column` runs `map`) keeps its step, marked as such. Lineage
+    exists only for pipelines run under `cachetool run` (or `cachetool.tracing()`); for other
+    entries it says what the disk tells.
+
+    **Examples**
+
+        cachetool lineage 7a5731241fa9ef8b
+
+        cachetool lineage 7a57 --descendants
+
+        cachetool lineage 7a57 --all --format dot | dot -Tsvg > lineage.svg
+
+        cachetool lineage 7a57 --format mermaid
+
+    Exit codes: 0 shown (even when no parent is recorded); 2 unknown or ambiguous fingerprint,
+    or missing cache.
+    """
     from cachetool.cache.dirs import root_for
     from cachetool.history.query import lineage
 
+    options = {"descendants": descendants, "all": all_, "internal": internal, "all_roots": all_roots}
     view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
     if fmt == OutputFormat.json:
         Output(fmt).json(view.to_json())
