@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from cachetool import __version__
+from cachetool.cli.common import COMMANDS
 
 app = typer.Typer(
     name="cachetool",
@@ -32,10 +33,10 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from cachetool.cli.common import handle_errors
+        from cachetool.cli.common import invoke
 
-        handle_errors(typer.echo)(f"cachetool {__version__}")  # `> /dev/full`: one error line
-        raise typer.Exit()
+        # `> /dev/full`: one error line
+        raise typer.Exit(invoke(typer.echo, {"message": f"cachetool {__version__}"}))
 
 
 @app.callback()
@@ -79,32 +80,13 @@ class HelpCommand(typer.core.TyperCommand):
         formatter.buffer[:] = [piece.replace("`", "") for piece in formatter.buffer]
 
 
-# name: (module under cachetool.cli, the function its `command` declares)
-COMMANDS = {
-    "ls": ("ls_command", "ls_command"),
-    "show": ("show", "run_show"),
-    "dirs": ("dirs", "dirs_command"),
-    "demo": ("demo", "demo_command"),
-    "verify": ("verify", "verify_command"),
-    "check-determinism": ("check_determinism", "check_determinism_command"),
-    "run": ("run", "run_command"),
-    "lineage": ("lineage", "run_lineage"),
-    "gc": ("gc", "gc_command"),
-    "pin": ("pin", "pin_command"),
-    "unpin": ("pin", "unpin_command"),
-    "explain": ("explain", "run_explain"),
-    "stats": ("stats", "stats_command"),
-    "report": ("report", "report_command"),
-}
-
-
 def typer_callback(func: Any) -> Any:
     """The Typer command of `func`: its declared parameters as Typer's, its docstring as help,
     `func` run behind the error boundary and its exit code the command's."""
-    from cachetool.cli.common import handle_errors, invoke, params_of
+    from cachetool.cli.common import invoke, params_of
 
     def callback(**values: Any) -> None:
-        code = handle_errors(invoke)(func, values)
+        code = invoke(func, values)
         if code:
             raise typer.Exit(code)
 

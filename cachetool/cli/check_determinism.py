@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import REQUIRED, arg, command, opt, output
-from cachetool.cli.output import Output, OutputFormat
+from cachetool.cli.output import Output, OutputFormat, warn
 
 if TYPE_CHECKING:
-    from cachetool.determinism.report import DeterminismReport, RunProgress
+    from collections.abc import Callable
+
+    from cachetool.determinism.report import RunProgress
 
 
 @command(
@@ -110,36 +112,50 @@ def check_determinism_command(
     import sys
 
     from cachetool.determinism.check import CheckOptions, check_determinism
+    from cachetool.determinism.render import github_lines, human_lines
 
     # `script_args` is `args` of check_determinism, named for the help and the reference
     seeds = _parse_seeds(hash_seeds)
     options = CheckOptions(script, script_args or [], runs, seeds, timeout, isolated, jobs, cold=cold)
-    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
-    report = check_determinism(**vars(options), progress=progress)
-    _show(report, fmt)
+    report = check_determinism(
+        **vars(options), progress=_progress(sys.stderr) if sys.stderr.isatty() else None
+    )
+    for message in report.warnings:
+        warn(message)
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json(report.to_dict())
+    elif fmt == OutputFormat.quiet:
+        a = report.analysis
+        causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
+        out.ids(dict.fromkeys(c.step.location for c in causes))
+    elif fmt == OutputFormat.github:
+        sys.stdout.writelines(line + "\n" for line in github_lines(report))
+        sys.stdout.flush()
+    else:
+        for line in human_lines(report):
+            out.line(line)  # wrapped at spaces: paths and reprs are never cut
     return int(report.exit_code)
 
 
-class _Progress:
+def _progress(stream: Any) -> Callable[[RunProgress], None]:
     """One status line on a terminal (stderr) while the runs go: which run, steps seen so far."""
+    shown, lock = [0], threading.Lock()
 
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.shown = 0
-        self.lock = threading.Lock()
-
-    def __call__(self, run: RunProgress) -> None:
+    def show(run: RunProgress) -> None:
         state = "done" if run.finished else "running"
         cold = ", cold" if run.cold else ""
         text = (
             f"check-determinism: run {run.index + 1} (PYTHONHASHSEED={run.hash_seed}{cold}) {state}, "
             f"{run.steps} step(s) seen, {run.elapsed:.0f} s"
         )
-        with self.lock:
-            pad = " " * max(0, self.shown - len(text))
-            self.stream.write("\r" + text + pad + ("\n" if run.finished else ""))
-            self.stream.flush()
-            self.shown = 0 if run.finished else len(text)
+        with lock:
+            pad = " " * max(0, shown[0] - len(text))
+            stream.write("\r" + text + pad + ("\n" if run.finished else ""))
+            stream.flush()
+            shown[0] = 0 if run.finished else len(text)
+
+    return show
 
 
 def _parse_seeds(text: str | None) -> list[int] | None:
@@ -154,27 +170,3 @@ def _parse_seeds(text: str | None) -> list[int] | None:
     if len(seeds) < 2:
         raise CachetoolError(f"invalid --hash-seeds '{text}': give at least two seeds")
     return seeds
-
-
-def _show(report: DeterminismReport, fmt: OutputFormat) -> None:
-    import sys
-
-    from cachetool.cli.output import warn
-    from cachetool.determinism.render import github_lines, human_lines
-
-    for message in report.warnings:
-        warn(message)
-    if fmt == OutputFormat.json:
-        Output(fmt).json(report.to_dict())
-    elif fmt == OutputFormat.quiet:
-        a = report.analysis
-        causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
-        Output(fmt).ids(dict.fromkeys(c.step.location for c in causes))
-    elif fmt == OutputFormat.github:
-        for line in github_lines(report):
-            sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-    else:
-        out = Output(OutputFormat.human)
-        for line in human_lines(report):
-            out.line(line)  # wrapped at spaces: paths and reprs are never cut

@@ -8,7 +8,6 @@ grammar from the same declarations. Typer is imported only where Typer runs (a p
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +15,25 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cachetool.cli.output import OutputFormat, choose_format, report_exception
+
+#: Each command by name: (module under cachetool.cli, the function its `command` declares)
+COMMANDS = {
+    "ls": ("ls_command", "ls_command"),
+    "show": ("show", "run_show"),
+    "dirs": ("dirs", "dirs_command"),
+    "demo": ("demo", "demo_command"),
+    "verify": ("verify", "verify_command"),
+    "check-determinism": ("check_determinism", "check_determinism_command"),
+    "run": ("run", "run_command"),
+    "lineage": ("lineage", "run_lineage"),
+    "gc": ("gc", "gc_command"),
+    "pin": ("pin", "pin_command"),
+    "unpin": ("pin", "unpin_command"),
+    "explain": ("explain", "run_explain"),
+    "stats": ("stats", "stats_command"),
+    "report": ("report", "report_command"),
+}
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: The default of an argument the command line must give.
@@ -62,12 +80,19 @@ def params_of(func: Callable[..., Any]) -> dict[str, Param]:
 
 
 def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
-    """`func`'s exit code once called with a command line's `values` (the light path's and
-    Typer's): `fmt`, `--json` and `-q` become the one chosen format."""
+    """`func`'s exit code once called with a command line's `values` (`fmt`, `--json` and `-q`
+    folded into the one chosen format), behind the process boundary (`report_exception`): the
+    light path and the Typer commands end the same way."""
     if "as_json" in values:
         values = dict(values)
         values["fmt"] = choose_format(values["fmt"], values.pop("as_json"), values.pop("quiet"))
-    return int(func(**values) or 0)
+    try:
+        return int(func(**values) or 0)
+    except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
+        code = report_exception(e)
+        if code is None:
+            raise
+        return code
 
 
 _FORMAT_MEANING = {
@@ -154,21 +179,3 @@ def confirm(question: str) -> bool:
         if isinstance(e.__context__, KeyboardInterrupt):
             raise KeyboardInterrupt from None
         raise
-
-
-def handle_errors(func: F) -> F:
-    """`func` behind the process boundary (`report_exception`), ending with `typer.Exit`."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
-            code = report_exception(e)
-            if code is None:
-                raise
-            import typer
-
-            raise typer.Exit(code) from None
-
-    return wrapper  # type: ignore[return-value]

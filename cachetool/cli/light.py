@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cachetool.cli.common import REQUIRED, Param, invoke, params_of
-from cachetool.cli.output import OutputFormat, debug_enabled, report_exception
+from cachetool.cli.common import COMMANDS, REQUIRED, Param, invoke, params_of
+from cachetool.cli.output import OutputFormat, debug_enabled
 
 
 def _kind(p: Param) -> str:
@@ -102,13 +102,8 @@ def _readable_path(text: str) -> bool:
     return os.access(text, os.R_OK)
 
 
-#: The commands read here: (module under cachetool.cli, the function its `command` declares).
-COMMANDS = {
-    "ls": ("ls_command", "ls_command"),
-    "show": ("show", "run_show"),
-    "lineage": ("lineage", "run_lineage"),
-    "explain": ("explain", "run_explain"),
-}
+#: The commands read here.
+COMMANDS = {name: COMMANDS[name] for name in ("ls", "show", "lineage", "explain")}
 
 
 def _version() -> None:
@@ -133,10 +128,4 @@ def answer(argv: Sequence[str]) -> int | None:
         values = parse(params_of(func), argv[1:])
     if values is None:
         return None
-    try:
-        return invoke(func, values)
-    except (Exception, KeyboardInterrupt) as e:  # the boundary of the Typer commands, the same
-        code = report_exception(e)
-        if code is None:
-            raise
-        return code
+    return invoke(func, values)

@@ -110,24 +110,24 @@ def _runs(step: Step) -> str:
 
 
 def _notes(step: Step) -> str:
-    notes = []
-    if step.fingerprint_given:
-        notes.append("new_fingerprint= given")
-    if step.random_fallback:
-        rf = step.random_fallback
-        arg = rf.argument or "the transform"
-        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.error})")
-    if step.internal:
-        notes.append("made inside another step by datasets")
-    if step.foreign and step.root:
-        notes.append(f"recorded in {step.root}")
-    for path in step.saved_to:
-        notes.append(f"saved to {path}")
-    if step.deleted:
-        notes.append(step.deleted)
-    if step.where:
-        notes.append(step.where)
-    return "; ".join(notes)
+    rf = step.random_fallback
+    notes = [
+        "new_fingerprint= given" if step.fingerprint_given else "",
+        f"random fingerprint: {rf.argument or 'the transform'} could not be hashed ({rf.error})"
+        if rf
+        else "",
+        "made inside another step by datasets" if step.internal else "",
+        f"recorded in {step.root}" if step.foreign and step.root else "",
+        *(f"saved to {path}" for path in step.saved_to),
+        step.deleted or "",
+        step.where or "",
+    ]
+    return "; ".join(n for n in notes if n)
+
+
+def _parts(step: Step) -> list[str]:
+    """What the step did: `map`, `upper @ pipeline.py:21`, `batched=True` (those it has)."""
+    return [x for x in (_what(step), step.function_str, step.args_str) if x]
 
 
 def _unended(view: LineageView) -> str | None:
@@ -148,11 +148,6 @@ def step_line(step: Step, stale: str | None = None, unended: str | None = None) 
     `[stale: …]` when the entry is stale."""
     if not step.recorded:
         return f"{step.fingerprint}  {unended or NOT_RECORDED}"
-    parts = [_what(step)]
-    if step.function_str:
-        parts.append(step.function_str)
-    if step.args_str:
-        parts.append(step.args_str)
     tail = f"{step.fingerprint}  {step.file_str}"
     runs = _runs(step)
     if runs:
@@ -160,7 +155,7 @@ def step_line(step: Step, stale: str | None = None, unended: str | None = None) 
     notes = "; ".join(x for x in (stale, _notes(step)) if x)
     if notes:
         tail += f"  [{notes}]"
-    return "  ".join(parts) + "  ->  " + tail
+    return "  ".join(_parts(step)) + "  ->  " + tail
 
 
 def render(out: Output, view: LineageView) -> None:
@@ -195,15 +190,7 @@ def render(out: Output, view: LineageView) -> None:
 
 
 def _label(step: Step) -> str:
-    parts = [_what(step)]
-    if step.function_str:
-        parts.append(step.function_str)
-    if step.args_str:
-        parts.append(step.args_str)
-    parts.append(step.fingerprint)
-    if step.recorded:
-        parts.append(step.file_str)
-    return "\n".join(parts)
+    return "\n".join([*_parts(step), step.fingerprint, *([step.file_str] if step.recorded else [])])
 
 
 def to_dot(view: LineageView) -> str:

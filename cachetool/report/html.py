@@ -1,7 +1,7 @@
 """Render a `ReportData` as one self-contained HTML page (`page.html`): inline SVG drawn here (a
 squarified treemap, a layered lineage graph, a grid of hit rates per call site and run, bars of
-time lost) and a small script for the search box and the step details (`page.js`). Nothing is fetched when the page is
-viewed, and the page stays small (no chart library)."""
+time lost) and a small script for the search box and the step details (`page.js`). Nothing is
+fetched when the page is viewed, and the page stays small (no chart library)."""
 
 from __future__ import annotations
 
