@@ -815,6 +815,7 @@ def test_the_python_api_validates_and_runs_as_the_command_does(lockroot: Path) -
     typed on the command line) and removes nothing without `yes=True` or a confirmation."""
     import inspect
 
+    from cachetool.cli.common import params_of
     from cachetool.cli.gc import gc_command
     from cachetool.errors import CachetoolError
     from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
@@ -822,7 +823,7 @@ def test_the_python_api_validates_and_runs_as_the_command_does(lockroot: Path) -
 
     # `--break-lease ID` is `break_lease(root, id)`, a function of its own (as `stats --zero` is).
     presentation = {"fmt", "as_json", "quiet", "no_truncate", "break_lease"}
-    cli_keywords = set(inspect.signature(gc_command).parameters) - presentation
+    cli_keywords = set(params_of(gc_command)) - presentation
     assert cli_keywords == set(inspect.signature(gc_cache).parameters) - {"confirm"}
     plan = plan_gc(lockroot, GcOptions())
     assert plan.items == () and plan.warnings == (NOTHING_SELECTED,)

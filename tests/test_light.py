@@ -366,23 +366,35 @@ def test_a_reader_that_goes_away_ends_a_long_listing_quietly(
             assert proc.wait(timeout=120) == 0 and first and err == b"", (args, err[-500:])
 
 
-# --- the light grammar is read from the Typer commands ------------------------------------------
+# --- the light grammar is read from the declarations of the Typer commands --------------------
 
 
 def test_the_light_grammar_is_read_from_the_typer_commands() -> None:
     """A command line the light path answers means what it means to the Typer app: its grammar
     (every option of `ls`, `show`, `lineage` and `explain` by name and short name, flag or value,
-    repeatable, formats, bounds, defaults, and the arguments) is what `python -m cachetool.cli.docs`
-    reads from the Typer commands, and `--version`/`-V` are the root's."""
+    repeatable, formats, bounds, defaults, and the arguments) is read from the declarations the
+    Typer commands are made from, and `--version`/`-V` are the root's."""
+    import importlib
+
     import typer
 
     from cachetool.cli import light
     from cachetool.cli.app import app
-    from cachetool.cli.docs import GRAMMAR_END, GRAMMAR_START, light_grammars
+    from cachetool.cli.common import REQUIRED, params_of
 
-    block = Path(light.__file__).read_text(encoding="utf-8").split(GRAMMAR_START)[1].split(GRAMMAR_END)[0]
-    assert block.strip() == light_grammars().strip(), "run: python -m cachetool.cli.docs"
     group = typer.main.get_command(app)
+    for name, (module, function) in light.COMMANDS.items():
+        declared = params_of(getattr(importlib.import_module(f"cachetool.cli.{module}"), function))
+        params = group.commands[name].params  # type: ignore[attr-defined]
+        assert [p.name for p in params] == list(declared), name
+        for p, d in zip(params, declared.values(), strict=True):
+            assert tuple(p.opts) == d.flags or not d.flags, (name, p.name)
+            assert p.required == (d.default is REQUIRED) and not p.envvar, (name, p.name)
+            assert p.default == (None if p.required else d.default), (name, p.name)
+            kind = light._kind(d) if d.flags else "argument"
+            assert kind != "many" or p.multiple, (name, p.name)
+            assert kind != "count" or (p.min, p.max) == (0, None), (name, p.name)
+            assert kind != "flag" or (p.is_flag and not p.secondary_opts), (name, p.name)
     version = next(p for p in group.params if p.name == "version")
     assert sorted(version.opts) == ["--version", "-V"] and not version.envvar
     assert not group.context_settings.get("auto_envvar_prefix")
@@ -391,27 +403,23 @@ def test_the_light_grammar_is_read_from_the_typer_commands() -> None:
 def test_an_option_the_light_path_cannot_read_is_left_to_the_typer_app() -> None:
     """An option read from an environment variable, of several values, with other bounds or on
     by default is marked for the Typer app, which then answers every command line naming it."""
-    import copy
+    from dataclasses import replace
 
-    import typer
+    from cachetool.cli.common import params_of
+    from cachetool.cli.light import _kind
+    from cachetool.cli.ls_command import ls_command
 
-    from cachetool.cli.app import app
-    from cachetool.cli.docs import _kind
-
-    ls = typer.main.get_command(app).commands["ls"]  # type: ignore[attr-defined]
-    params = {p.name: p for p in ls.params}
+    params = params_of(ls_command)
     changes = [
-        ("sort", "envvar", "CACHETOOL_SORT"),
-        ("sort", "nargs", 2),
-        ("limit", "min", 1),
-        ("as_json", "default", True),
-        ("as_json", "secondary_opts", ["--no-json"]),
+        ("sort", {"extra": {**params["sort"].extra, "envvar": "CACHETOOL_SORT"}}),
+        ("sort", {"extra": {**params["sort"].extra, "nargs": 2}}),
+        ("limit", {"extra": {**params["limit"].extra, "min": 1}}),
+        ("as_json", {"default": True}),
+        ("as_json", {"flags": ("--json/--no-json",)}),
     ]
-    for name, attribute, value in changes:
+    for name, change in changes:
         assert _kind(params[name]) != "typer", name
-        changed = copy.copy(params[name])
-        setattr(changed, attribute, value)
-        assert _kind(changed) == "typer", (name, attribute)
+        assert _kind(replace(params[name], **change)) == "typer", (name, change)
 
 
 # --- the sink writes what Rich would ----------------------------------------------------------

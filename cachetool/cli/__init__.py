@@ -1,9 +1,10 @@
 """The command line: the launcher (`entry`), the light path of plain `ls`/`show`/`lineage`/
-`explain` and `--version` (`light`), the Typer app (`app`) with the options and the error
-boundary its commands share (`common`), the output sink (`output`), and one module per command.
+`explain` and `--version` (`light`), the Typer app (`app`), what every command shares (`common`:
+the declaration of its options, the error boundary), the output sink (`output`), and one module
+per command, whose function `common.command` declares.
 
 The top layer: may import every other package of cachetool; nothing imports it. `entry`,
-`light` and `output` import no Typer, Click or pydantic; what they and the app share is here.
+`light`, `common` and `output` import no Typer, Click or pydantic.
 """
 
 from __future__ import annotations

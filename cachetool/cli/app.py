@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from cachetool import __version__
+from cachetool.cli.common import COMMANDS
 
 app = typer.Typer(
     name="cachetool",
@@ -32,10 +33,10 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from cachetool.cli.common import handle_errors
+        from cachetool.cli.common import invoke
 
-        handle_errors(typer.echo)(f"cachetool {__version__}")  # `> /dev/full`: one error line
-        raise typer.Exit()
+        # `> /dev/full`: one error line
+        raise typer.Exit(invoke(typer.echo, {"message": f"cachetool {__version__}"}))
 
 
 @app.callback()
@@ -79,23 +80,30 @@ class HelpCommand(typer.core.TyperCommand):
         formatter.buffer[:] = [piece.replace("`", "") for piece in formatter.buffer]
 
 
-# name: (module under cachetool.cli, function); a module's CONTEXT_SETTINGS go to its command.
-COMMANDS = {
-    "ls": ("ls_command", "ls_command"),
-    "show": ("show_command", "show_command"),
-    "dirs": ("dirs", "dirs_command"),
-    "demo": ("demo", "demo_command"),
-    "verify": ("verify", "verify_command"),
-    "check-determinism": ("check_determinism", "check_determinism_command"),
-    "run": ("run", "run_command"),
-    "lineage": ("lineage_command", "lineage_command"),
-    "gc": ("gc", "gc_command"),
-    "pin": ("pin", "pin_command"),
-    "unpin": ("pin", "unpin_command"),
-    "explain": ("explain_command", "explain_command"),
-    "stats": ("stats", "stats_command"),
-    "report": ("report", "report_command"),
-}
+def typer_callback(func: Any) -> Any:
+    """The Typer command of `func`: its declared parameters as Typer's, its docstring as help,
+    `func` run behind the error boundary and its exit code the command's."""
+    from cachetool.cli.common import invoke, params_of
+
+    def callback(**values: Any) -> None:
+        code = invoke(func, values)
+        if code:
+            raise typer.Exit(code)
+
+    parameters = []
+    for name, p in params_of(func).items():
+        info = (
+            typer.Option(*p.flags, help=p.help, **p.extra)
+            if p.flags
+            else typer.Argument(help=p.help, **p.extra)
+        )
+        kind = inspect.Parameter.KEYWORD_ONLY
+        parameters.append(
+            inspect.Parameter(name, kind, default=p.default, annotation=Annotated[p.type, info])
+        )
+    callback.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    callback.__doc__ = func.__doc__
+    return callback
 
 
 def _register(argv: list[str]) -> None:
@@ -108,9 +116,9 @@ def _register(argv: list[str]) -> None:
     named = argv[0] if launched and argv[:1] and argv[0] in COMMANDS and not completing() else None
     for name, (module, function) in COMMANDS.items():
         if named in (None, name):
-            command = importlib.import_module(f"cachetool.cli.{module}")
-            settings = getattr(command, "CONTEXT_SETTINGS", None)
-            app.command(name, cls=HelpCommand, context_settings=settings)(getattr(command, function))
+            func = getattr(importlib.import_module(f"cachetool.cli.{module}"), function)
+            settings = func.cli[1]
+            app.command(name, cls=HelpCommand, context_settings=settings)(typer_callback(func))
 
 
 _register(sys.argv[1:])

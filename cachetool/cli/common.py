@@ -1,16 +1,99 @@
-"""The Typer options every command shares, written once, and the error boundary of a Typer
-command (the output sink and the messages are `cachetool.cli.output`, which imports no Typer)."""
+"""What every command shares, without Typer (the light path reads it too): each command's
+arguments and options as plain data (`Param`, declared on the function that does the work with
+`command`), the options every command spells the same way, and the error boundary.
+
+`cachetool.cli.app` makes a Typer command of each declaration; `cachetool.cli.light` reads its
+grammar from the same declarations. Typer is imported only where Typer runs (a parser, a prompt).
+"""
 
 from __future__ import annotations
 
-import functools
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-import typer
+from cachetool.cli.output import OutputFormat, choose_format, report_exception
 
-from cachetool.cli.output import OutputFormat, report_exception
+#: Each command by name: (module under cachetool.cli, the function its `command` declares)
+COMMANDS = {
+    "ls": ("ls_command", "ls_command"),
+    "show": ("show", "run_show"),
+    "dirs": ("dirs", "dirs_command"),
+    "demo": ("demo", "demo_command"),
+    "verify": ("verify", "verify_command"),
+    "check-determinism": ("check_determinism", "check_determinism_command"),
+    "run": ("run", "run_command"),
+    "lineage": ("lineage", "run_lineage"),
+    "gc": ("gc", "gc_command"),
+    "pin": ("pin", "pin_command"),
+    "unpin": ("pin", "unpin_command"),
+    "explain": ("explain", "run_explain"),
+    "stats": ("stats", "stats_command"),
+    "report": ("report", "report_command"),
+}
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The default of an argument the command line must give.
+REQUIRED: Any = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument (no `flags`) or option of a command: its `typer.Option` or `typer.Argument`
+    (`extra`: their other keywords), its Python type and default."""
+
+    flags: tuple[str, ...]
+    help: str
+    type: Any = bool
+    default: Any = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def opt(*flags: str, help: str, type: Any = bool, default: Any = None, **extra: Any) -> Param:
+    """An option; a flag (off unless `default=True`) unless `type` says otherwise."""
+    return Param(flags, help, type, False if type is bool and default is None else default, extra)
+
+
+def arg(help: str, type: Any = str, default: Any = None, **extra: Any) -> Param:
+    """An argument (`default=REQUIRED`: the command line must give it)."""
+    return Param((), help, type, default, extra)
+
+
+def command(context_settings: dict[str, Any] | None = None, /, **params: Param) -> Callable[[F], F]:
+    """Declares the function's command: its parameters in order, by keyword, and its help (the
+    docstring). The function is called with their values, `--json` and `-q` folded into `fmt`
+    (`invoke`), and returns its exit code (None: 0)."""
+
+    def declare(func: F) -> F:
+        func.cli = (params, context_settings)  # type: ignore[attr-defined]
+        return func
+
+    return declare
+
+
+def params_of(func: Callable[..., Any]) -> dict[str, Param]:
+    """The parameters `command` declared for `func`."""
+    return func.cli[0]  # type: ignore[attr-defined]
+
+
+def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
+    """`func`'s exit code once called with a command line's `values` (`fmt`, `--json` and `-q`
+    folded into the one chosen format), behind the process boundary (`report_exception`): the
+    light path and the Typer commands end the same way."""
+    if "as_json" in values:
+        values = dict(values)
+        values["fmt"] = choose_format(values["fmt"], values.pop("as_json"), values.pop("quiet"))
+    try:
+        return int(func(**values) or 0)
+    except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
+        code = report_exception(e)
+        if code is None:
+            raise
+        return code
+
 
 _FORMAT_MEANING = {
     "human": "tables and sentences",
@@ -21,72 +104,73 @@ _FORMAT_MEANING = {
 }
 
 
-def format_option(*extra: str, quiet: str = "one id a line") -> Any:
-    """The one `--format` option: human, json and quiet, plus this command's `extra` formats.
-
-    `quiet` says what the command prints in quiet mode. A value outside the command's own list is
-    a usage error naming the accepted ones.
-    """
+def output(*extra: str, quiet: str = "one id a line") -> dict[str, Param]:
+    """`--format` (human, json, quiet and this command's `extra` formats; `quiet` says what quiet
+    mode prints), `--json` and `-q`, which `invoke` folds into `fmt`. A format outside the
+    command's own list is a usage error naming the accepted ones."""
     choices = ("human", "json", "quiet", *extra)
 
     def parse(value: str | OutputFormat) -> OutputFormat:
         text = value.value if isinstance(value, OutputFormat) else str(value)
         if text not in choices:
+            import typer
+
             raise typer.BadParameter(f"'{text}' is not one of {', '.join(choices)}")
         return OutputFormat(text)
 
-    def complete(incomplete: str) -> list[str]:
+    def complete(incomplete: str) -> list[str]:  # Typer passes what its annotation names
         return [c for c in choices if c.startswith(incomplete)]
 
     meaning = {**_FORMAT_MEANING, "quiet": quiet}
-    return typer.Option(
+    fmt = opt(
         "--format",
+        type=OutputFormat,
+        default=OutputFormat.human,
         parser=parse,
         metavar="|".join(choices),
         autocompletion=complete,
         help="; ".join(f"{c}: {meaning[c]}" for c in choices) + ".",
     )
+    json, quiet_ = (
+        opt("--json", help="Same as --format json."),
+        opt("-q", "--quiet", help="Same as --format quiet."),
+    )
+    return {"fmt": fmt, "as_json": json, "quiet": quiet_}
 
 
 def _cache_dir(value: str) -> Path:
     """`--cache-dir ''` is a mistake (an unset variable in a script), not the current folder."""
     if not value.strip():
+        import typer
+
         raise typer.BadParameter("is empty (an unset variable?); give a folder, or leave the option out")
     return Path(value)
 
 
-AllRootsOption = Annotated[
-    bool,
-    typer.Option(
-        "--all-roots",
-        help="Also read the ledgers of every other cache root this user traced (each step says "
-        "its root). By default only this cache's records count, plus the roots its inputs come from.",
-    ),
-]
-CacheDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--cache-dir",
-        parser=_cache_dir,
-        metavar="DIR",
-        help="The datasets cache root. Default: HF_DATASETS_CACHE, else HF_HOME/datasets, "
-        "else XDG_CACHE_HOME/huggingface/datasets, else ~/.cache/huggingface/datasets.",
-        show_default=False,
-    ),
-]
-FormatOption = Annotated[OutputFormat, format_option()]
-JsonOption = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
-QuietOption = Annotated[bool, typer.Option("-q", "--quiet", help="Same as --format quiet.")]
-NoTruncateOption = Annotated[
-    bool,
-    typer.Option("--no-truncate", help="Show fingerprints, names and paths whole, however wide the table."),
-]
+ALL_ROOTS = opt(
+    "--all-roots",
+    help="Also read the ledgers of every other cache root this user traced (each step says "
+    "its root). By default only this cache's records count, plus the roots its inputs come from.",
+)
+CACHE_DIR = opt(
+    "--cache-dir",
+    type=Path | None,
+    parser=_cache_dir,
+    metavar="DIR",
+    help="The datasets cache root. Default: HF_DATASETS_CACHE, else HF_HOME/datasets, "
+    "else XDG_CACHE_HOME/huggingface/datasets, else ~/.cache/huggingface/datasets.",
+    show_default=False,
+)
+NO_TRUNCATE = opt("--no-truncate", help="Show fingerprints, names and paths whole, however wide the table.")
+OUTPUT = output()
 
 
 def confirm(question: str) -> bool:
     """Ask a yes/no question on the terminal (default no). Ctrl-C while it waits is a
     KeyboardInterrupt, as anywhere else (exit 130): Typer would turn it into "Aborted!" and 1.
     Typer's own prompt: Typer bundles its Click, and a separate `click` may not be installed."""
+    import typer
+
     try:
         return typer.confirm(question, default=False)
     except typer.Abort as e:
@@ -95,22 +179,3 @@ def confirm(question: str) -> bool:
         if isinstance(e.__context__, KeyboardInterrupt):
             raise KeyboardInterrupt from None
         raise
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def handle_errors(func: F) -> F:
-    """`func` behind the process boundary (`report_exception`), ending with `typer.Exit`."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
-            code = report_exception(e)
-            if code is None:
-                raise
-            raise typer.Exit(code) from None
-
-    return wrapper  # type: ignore[return-value]

@@ -5,20 +5,15 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
-from cachetool.cli.common import handle_errors
+from cachetool.cli.common import arg, command
 from cachetool.cli.output import Output, OutputFormat, hint
 
 
-def demo_command(
-    folder: Annotated[
-        Path | None,
-        typer.Argument(help="Where to build the demo (default: a new temporary folder).", show_default=False),
-    ] = None,
-) -> None:
+@command(
+    folder=arg("Where to build the demo (default: a new temporary folder).", Path | None, show_default=False)
+)
+def demo_command(folder: Path | None) -> None:
     """Build a small real `datasets` cache from generated data, then list it.
 
     Writes a CSV file and a pipeline script into FOLDER and runs the pipeline with the real
@@ -36,11 +31,6 @@ def demo_command(
 
     Exit codes: 0 built and listed; 2 `datasets` not installed, or the pipeline failed.
     """
-    _demo(folder)
-
-
-@handle_errors
-def _demo(folder: Path | None) -> None:
     from cachetool.cache.roots import forget_roots, known_roots
 
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
@@ -71,7 +61,7 @@ def _show_demo(target: Path) -> None:
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))
-    from cachetool.cli.gc_render import show_plan
+    from cachetool.cli.gc import show_plan
     from cachetool.maintenance.gc.options import GcOptions
     from cachetool.maintenance.gc.planner import plan_gc
 

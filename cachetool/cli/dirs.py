@@ -6,19 +6,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cachetool.cli.common import CacheDirOption, FormatOption, JsonOption, QuietOption, handle_errors
-from cachetool.cli.output import Output, OutputFormat, choose_format
+from cachetool.cli.common import CACHE_DIR, OUTPUT, command
+from cachetool.cli.output import Output, OutputFormat
 
 if TYPE_CHECKING:
     from cachetool.cache.fstype import FileSystem
 
 
-def dirs_command(
-    cache_dir: CacheDirOption = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
+@command(cache_dir=CACHE_DIR, **OUTPUT)
+def dirs_command(cache_dir: Path | None, fmt: OutputFormat) -> None:
     """Print every location cachetool and `datasets` use, and where each value came from.
 
     Resolved in the same order as `datasets` itself: `--cache-dir`, `HF_DATASETS_CACHE`,
@@ -42,11 +38,6 @@ def dirs_command(
 
     Exit codes: 0 shown (missing folders are shown as missing); 2 usage.
     """
-    _dirs(cache_dir, choose_format(fmt, as_json, quiet))
-
-
-@handle_errors
-def _dirs(cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import resolve_dirs
     from cachetool.cache.fstype import file_system
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, arg, command, opt, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import ExitCode
 from cachetool.formatting import local_time, short_duration
@@ -15,6 +16,30 @@ if TYPE_CHECKING:
     from cachetool.history.runs import Failure, Interruption
 
 
+@command(
+    fingerprint=arg(
+        "A recorded fingerprint (a unique prefix is enough) or a cache-<fp>.arrow path.",
+        str | None,
+        show_default=False,
+    ),
+    last=opt("--last", help="Explain every step the most recent recorded run computed."),
+    script=opt(
+        "--script",
+        help="Like --last, for the most recent run of this script.",
+        type=Path | None,
+        show_default=False,
+    ),
+    history=opt(
+        "--history",
+        help="With a fingerprint: also compare this many earlier runs.",
+        type=int,
+        default=3,
+        min=0,
+    ),
+    cache_dir=CACHE_DIR,
+    **output(quiet="the explained steps' fingerprints, one a line"),
+    all_roots=ALL_ROOTS,
+)
 def run_explain(
     fingerprint: str | None,
     last: bool,
@@ -24,7 +49,40 @@ def run_explain(
     fmt: OutputFormat,
     all_roots: bool = False,
 ) -> int:
-    """`cachetool explain` once its options are read: the exit code, 1 when a cache hit is stale."""
+    """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
+
+    A recorded step is compared with its siblings: earlier records of the same call site (or
+    function) with another fingerprint, most recent first. The answer names what changed: an
+    argument (`fn_kwargs['threshold']` changed 0.5 → 0.6), the function's source (with the line),
+    an object that pickles differently in every process (then run `cachetool check-determinism`),
+    the source dataset (an input file modified), a random fingerprint (an argument `datasets`
+    cannot hash), or only an argument that does not change the result (`writer_batch_size`). A
+    change upstream is named with the step where it happened. "first run recorded in this
+    cache" when the cache held nothing before this run (runs recorded in other caches do not
+    count: explain and lineage read the ledger of this cache, plus the roots its inputs come
+    from), "first time this step ran" when there is nothing else to compare with.
+
+    **Stale hits.** A function imported from your own module is hashed by name, so editing it
+    keeps the fingerprint and `datasets` reuses the old result. explain reports "cache entry
+    cache-….arrow was reused at 10:31, but `clean_text` in text_helpers.py changed since it was
+    computed", with the line, and every entry made from it as stale too; the hint removes them
+    all in one `cachetool gc` command.
+
+    Needs pipelines run under `cachetool run` (or `cachetool.tracing()`).
+
+    **Examples**
+
+        cachetool explain --last
+
+        cachetool explain 7a5731241fa9ef8b
+
+        cachetool explain 7a57 --history 10
+
+        cachetool explain --script train.py --json
+
+    Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
+    --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
+    """
     from cachetool.cache.dirs import root_for
     from cachetool.history.explain.explainer import ExplainOptions, explain
 

@@ -1,65 +1,68 @@
 """`cachetool gc`: reclaim disk safely — leftovers first, then age and size limits.
 
 A thin layer over `cachetool.maintenance.gc.gc_cache`: its arguments and options are the fields of
-`GcOptions`, passed through as keywords. It asks on a terminal and renders the plan and the result."""
+`GcOptions`, passed through as keywords. It asks on a terminal and renders the plan and the result
+(also `cachetool demo`'s)."""
 
 from __future__ import annotations
 
-import inspect
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    NoTruncateOption,
-    QuietOption,
-    confirm,
-    handle_errors,
-)
-from cachetool.cli.gc_render import gc_document, show_compaction, show_plan, show_result
-from cachetool.cli.output import Output, OutputFormat, choose_format, error, hint, warn
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, Param, arg, command, confirm, opt
+from cachetool.cli.output import Output, OutputFormat, error, hint, warn
+from cachetool.errors import CachetoolError
 from cachetool.formatting import human_size
-from cachetool.maintenance.gc.options import NOTHING_SELECTED, GcOptions, option_keyword
+from cachetool.maintenance.gc import NOTHING_SELECTED, GcOptions, option_keyword
 
 if TYPE_CHECKING:
+    from cachetool.history.compact import CompactionReport
     from cachetool.maintenance.gc import GcRun
-    from cachetool.maintenance.gc.plan import GcPlan
+    from cachetool.maintenance.gc.plan import GcPlan, GcResult
 
-_BreakLease = Annotated[
-    str | None,
-    typer.Option(
+
+def _option_params() -> dict[str, Param]:
+    """The command's arguments and options, as `GcOptions` declares them (help, flag, default),
+    the argument first."""
+    out = {}
+    for f in sorted(fields(GcOptions), key=lambda f: f.name != "fingerprints"):
+        keyword, help, default = option_keyword(f), f.metadata["help"], f.metadata["cli_default"]
+        flag = "--" + keyword.replace("_", "-")
+        if f.name == "fingerprints":
+            out[keyword] = arg(help, list[str] | None, show_default=False)
+        elif f.type == "bool":
+            out[keyword] = opt(flag, help=help)
+        elif f.type == "tuple[str, ...]":
+            out[keyword] = opt(flag, help=help, type=list[str] | None)
+        else:
+            kind = (Path if f.name == "tmp_dir" else str) | None
+            out[keyword] = opt(flag, help=help, type=kind, default=default, show_default=default is not None)
+    return out
+
+
+@command(
+    **_option_params(),
+    break_lease=opt(
         "--break-lease",
-        metavar="ID",
         help="Remove the lease ID (as gc shows it) and do nothing else: for a run you know is gone "
         "(its host died, or the lease is forged). Logged in the ledger.",
+        type=str | None,
+        metavar="ID",
     ),
-]
-_DryRun = Annotated[
-    bool, typer.Option("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop.")
-]
-_Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-
-
-# The docstring is the command's --help (description, examples, exit codes): that, not logic,
-# makes this function long.
+    dry_run=opt("--dry-run", "-n", help="Show the plan (what, why, bytes, files) and stop."),
+    yes=opt("--yes", "-y", help="Do not ask for confirmation."),
+    cache_dir=CACHE_DIR,
+    **OUTPUT,
+    no_truncate=NO_TRUNCATE,
+)
 def gc_command(
-    break_lease: _BreakLease = None,
-    dry_run: _DryRun = False,
-    yes: _Yes = False,
-    cache_dir: CacheDirOption = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-    no_truncate: NoTruncateOption = False,
-    **options: Any,
-) -> None:
+    break_lease: str | None, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool, **keywords: Any
+) -> int:
     """Reclaim disk: remove what killed runs left behind, evict entries by age or size.
 
     Always a plan first. `--dry-run` prints what would go, why, and what it frees; otherwise the
@@ -99,69 +102,15 @@ def gc_command(
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).
     """
-    if break_lease is not None:
-        _break_lease(cache_dir, break_lease)
-        return
-    _gc(
-        choose_format(fmt, as_json, quiet),
-        no_truncate,
-        cache_dir=cache_dir,
-        dry_run=dry_run,
-        yes=yes,
-        **options,
-    )
-
-
-def _option_parameters() -> list[inspect.Parameter]:
-    """The command's arguments and options, as `GcOptions` declares them (help, flag, default)."""
-    out = []
-    for f in fields(GcOptions):
-        keyword, help, default = option_keyword(f), f.metadata["help"], f.metadata["cli_default"]
-        flag = "--" + keyword.replace("_", "-")
-        if f.name == "fingerprints":
-            annotation: Any = Annotated[list[str] | None, typer.Argument(help=help, show_default=False)]
-        elif f.type == "bool":
-            annotation, default = Annotated[bool, typer.Option(flag, help=help)], False
-        elif f.type == "tuple[str, ...]":
-            annotation = Annotated[list[str] | None, typer.Option(flag, help=help)]
-        else:
-            kind = Path if f.name == "tmp_dir" else str
-            annotation = Annotated[
-                kind | None, typer.Option(flag, help=help, show_default=default is not None)
-            ]
-        out.append(
-            inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-        )
-    return out
-
-
-def _signature() -> inspect.Signature:
-    sig = inspect.signature(gc_command, eval_str=True)
-    own = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != "options"
-    ]
-    first = sorted(_option_parameters(), key=lambda p: p.name != "fingerprints")  # the argument first
-    return sig.replace(parameters=[*first, *own])
-
-
-gc_command.__signature__ = _signature()  # type: ignore[attr-defined]
-
-
-@handle_errors
-def _break_lease(cache_dir: Path | None, name: str) -> None:
-    """Run `break_lease` on the cache root and say what went."""
-    from cachetool.cache.dirs import existing_root
-    from cachetool.maintenance.liveness import break_lease
-
-    lease = break_lease(existing_root(cache_dir), name)
-    typer.echo(f"Removed the lease of {lease} (logged in the ledger).")
-
-
-@handle_errors
-def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
-    """Run `gc_cache(**keywords)`, asking on a terminal, and render what it did."""
     from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
 
+    if break_lease is not None:
+        from cachetool.cache.dirs import existing_root
+        from cachetool.maintenance.liveness import break_lease as remove_lease
+
+        lease = remove_lease(existing_root(cache_dir), break_lease)
+        typer.echo(f"Removed the lease of {lease} (logged in the ledger).")
+        return 0
     out = Output(fmt, no_truncate=no_truncate)
     asked: list[GcPlan] = []
 
@@ -173,14 +122,14 @@ def _gc(fmt: OutputFormat, no_truncate: bool, **keywords: Any) -> None:
 
     interactive = fmt == OutputFormat.human and sys.stdin.isatty()
     try:
-        run = gc_cache(**keywords, confirm=ask if interactive else None)
+        run = gc_cache(cache_dir=cache_dir, **keywords, confirm=ask if interactive else None)
     except ConfirmationNeeded as e:
         _warn(e.plan)
         show_plan(out, e.plan, dry_run=False, final=True)
         _hints(e.plan)
         n = len(e.plan.items)
         raise CachetoolError(f"refusing to remove {n} item(s) without confirmation: pass --yes") from None
-    _show_run(out, run, plan_shown=bool(asked))
+    return _show_run(out, run, plan_shown=bool(asked))
 
 
 def _warn(plan: GcPlan) -> None:
@@ -193,7 +142,7 @@ def _hints(plan: GcPlan) -> None:
         hint(h)
 
 
-def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
+def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
     """Everything a run prints after `gc_cache` returned, and its exit code."""
     plan = run.plan
     if not plan.options.selects:
@@ -202,7 +151,7 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
         hint(NOTHING_SELECTED)
         if out.format == OutputFormat.json:
             out.json(gc_document(plan, None, run.dry_run))
-        return
+        return 0
     if not plan_shown:
         _warn(plan)
     if run.dry_run:
@@ -211,10 +160,10 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
         for what, why in run.named_but_kept:
             warn(f"{what} would be kept: {why}")
         _hints(plan)
-        return
+        return 0
     if run.declined or run.result is None:
         out.line("Nothing removed.")
-        return
+        return 0
     if not plan.items and out.format == OutputFormat.human:
         show_plan(out, plan, dry_run=False, final=True)
         for lease in run.result.leases_removed:
@@ -227,5 +176,159 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> None:
     _hints(plan)
     for what, why in run.named_but_kept:
         error(f"{what} was named but kept: {why}")
-    if run.exit_code != ExitCode.OK:
-        raise typer.Exit(int(run.exit_code))
+    return int(run.exit_code)
+
+
+# ------------------------------------------------------------------------------------------
+# How a plan and a run are shown: the human tables (what would go, what is kept and why, what a
+# run removed, kept on a last check or failed), the `--json` document and the ids of `-q`.
+# ------------------------------------------------------------------------------------------
+
+
+def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
+    """The item's path inside the cache (or the temp dir, named above the table), shortened from
+    the middle for a table; names, hashes among them, stay whole. The full path is in --json."""
+    from cachetool.formatting import short_path
+
+    for base in (plan.root, plan.temp_dir):
+        if base is None:
+            continue
+        try:
+            rel = path.relative_to(base)
+        except ValueError:
+            continue
+        return short_path(rel, None if whole else 40)
+    return short_path(path, None if whole else 40)
+
+
+def gc_document(
+    plan: GcPlan, result: GcResult | None, dry_run: bool, compaction: CompactionReport | None = None
+) -> dict[str, Any]:
+    """The `--json` document (schema in docs/gc.md)."""
+    return {
+        "root": os.fsdecode(plan.root),
+        "temp_dir": os.fsdecode(plan.temp_dir) if plan.temp_dir else None,
+        "dry_run": dry_run,
+        "options": plan.options.to_json(),
+        "plan": plan.to_json(),
+        "result": result.to_json() if result is not None else None,
+        "compaction": compaction.to_json() if compaction is not None else None,
+    }
+
+
+def show_compaction(out: Output, run: GcRun) -> None:
+    """One line for the ledger compaction that followed (or would follow) the removals."""
+    from cachetool.cli.stats import compaction_line
+    from cachetool.history.compact import AUTO_BYTES
+
+    if run.compaction is not None and out.format == OutputFormat.human:
+        out.line(f"{compaction_line(run.compaction)} (over {human_size(AUTO_BYTES)})")
+        for w in run.compaction.warnings:
+            warn(w)
+
+
+def show_plan(
+    out: Output, plan: GcPlan, *, dry_run: bool, final: bool, compaction: CompactionReport | None = None
+) -> None:
+    """The plan in the chosen sink. `final`: nothing else will be printed (dry run, refusal)."""
+    if out.format == OutputFormat.json:
+        if final:
+            out.json(gc_document(plan, None, dry_run, compaction))
+        return
+    if out.format == OutputFormat.quiet:
+        if final:
+            out.ids(i.id for i in plan.items)
+        return
+    out.line(f"Cache: {out.path(plan.root, out.width - 7)}", style="bold")
+    if plan.temp_dir is not None:
+        out.line(
+            f"Temp dir: {out.path(plan.temp_dir, 40)} "
+            "(only hf_datasets-*, pymp-* and cachetool-determinism-*)",
+            style="dim",
+        )
+    for note in plan.shared.notes(dry_run=dry_run) if plan.shared is not None else ():
+        out.line(note, style="dim")
+    if plan.items:
+        out.line()
+        out.line("Would remove:" if dry_run else "Plan:", style="bold")
+        _items_table(out, plan)
+    if plan.skipped:
+        out.line()
+        out.line("Kept:", style="bold")
+        _skipped_table(out, plan)
+    out.line()
+    if plan.items:
+        verb = "Would free" if dry_run else "Frees"
+        freed = f"{human_size(plan.expected_freed)} in {plan.expected_files} file(s)"
+        out.line(f"{verb} {freed} ({len(plan.items)} item(s)); {plan.keeps_sentence()}.")
+    else:
+        out.line(f"Nothing to remove; {plan.keeps_sentence()}.")
+    if dry_run and plan.items:
+        hint("run again without --dry-run to remove them (each item is checked again right before)")
+
+
+def _items_table(out: Output, plan: GcPlan) -> None:
+    rows = [
+        (
+            i.kind.value,
+            i.fingerprint or _where(i.path, plan, out.no_truncate),
+            human_size(i.size),
+            i.files,
+            i.reason,
+        )
+        for i in plan.items
+    ]
+    out.table(
+        None,
+        [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
+        rows,
+        whole=("what",),
+    )
+
+
+def _skipped_table(out: Output, plan: GcPlan) -> None:
+    out.table(
+        None,
+        [("kind", "left"), ("what", "left"), ("size", "right"), ("why", "left")],
+        [
+            (
+                s.kind.value,
+                s.fingerprint or _where(s.path, plan, out.no_truncate),
+                human_size(s.size),
+                s.reason,
+            )
+            for s in plan.skipped
+        ],
+    )
+
+
+def show_result(out: Output, result: GcResult, compaction: CompactionReport | None = None) -> None:
+    plan = result.plan
+    if out.format == OutputFormat.json:
+        out.json(gc_document(plan, result, False, compaction))
+        return
+    if out.format == OutputFormat.quiet:
+        out.ids(o.item.id for o in result.removed)
+        return
+    out.line()
+    if result.skipped or result.failed:
+        out.table(
+            None,
+            [("status", "left"), ("kind", "left"), ("what", "left"), ("why", "left")],
+            [
+                (
+                    o.status,
+                    o.item.kind.value,
+                    o.item.fingerprint or _where(o.item.path, plan, out.no_truncate),
+                    o.reason or "",
+                )
+                for o in (*result.failed, *result.skipped)
+            ],
+        )
+    freed = f"{human_size(result.freed_bytes)} in {result.freed_files} file(s)"
+    out.line(
+        f"Removed {len(result.removed)} item(s), freed {freed}; "
+        f"{len(result.skipped)} kept on a last check, {len(result.failed)} failed."
+    )
+    for lease in result.leases_removed:
+        out.line(f"Removed the stale lease of {lease}.", style="dim")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, REQUIRED, arg, command, opt, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 
 if TYPE_CHECKING:
@@ -15,11 +16,54 @@ if TYPE_CHECKING:
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
 
-def run_lineage(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, **options: bool) -> None:
-    """`cachetool lineage` once its options are read (by Typer, or by `cachetool.cli.light`)."""
+@command(
+    fingerprint=arg("A fingerprint or a unique prefix of one.", default=REQUIRED),
+    descendants=opt("--descendants", "-d", help="Show the tree of what was made from it."),
+    all_=opt("--all", "-a", help="Show the whole forest of its dataset (every branch)."),
+    internal=opt("--internal", help="Include calls datasets makes itself (set_format, shards)."),
+    cache_dir=CACHE_DIR,
+    all_roots=ALL_ROOTS,
+    **output("dot", "mermaid", quiet="the steps' fingerprints, one a line"),
+)
+def run_lineage(
+    fingerprint: str,
+    cache_dir: Path | None,
+    fmt: OutputFormat,
+    descendants: bool,
+    all_: bool,
+    internal: bool,
+    all_roots: bool,
+) -> None:
+    """Show where a fingerprint comes from: the chain of recorded steps from its source.
+
+    One step a line: operation, function (name @ file:line), key arguments, fingerprint, how many
+    recorded runs hit or missed the cache, and whether its cache file exists now (size) or is gone.
+    Steps that write no file (select with a list, remove_columns, in-memory datasets) say so. Only
+    this cache's records count (another cache's runs of the same pipeline are not its hits), but a
+    parent in another root (the cache a saved folder came from) is followed through the registry
+    of known roots, and the saved folders made from this cache are followed too; such steps say
+    "recorded in <root>". `--all-roots` reads every known root. A file written by a call
+    `datasets` makes itself (`cast_column` runs `map`) keeps its step, marked as such. Lineage
+    exists only for pipelines run under `cachetool run` (or `cachetool.tracing()`); for other
+    entries it says what the disk tells.
+
+    **Examples**
+
+        cachetool lineage 7a5731241fa9ef8b
+
+        cachetool lineage 7a57 --descendants
+
+        cachetool lineage 7a57 --all --format dot | dot -Tsvg > lineage.svg
+
+        cachetool lineage 7a57 --format mermaid
+
+    Exit codes: 0 shown (even when no parent is recorded); 2 unknown or ambiguous fingerprint,
+    or missing cache.
+    """
     from cachetool.cache.dirs import root_for
     from cachetool.history.query import lineage
 
+    options = {"descendants": descendants, "all": all_, "internal": internal, "all_roots": all_roots}
     view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
     if fmt == OutputFormat.json:
         Output(fmt).json(view.to_json())
@@ -66,24 +110,24 @@ def _runs(step: Step) -> str:
 
 
 def _notes(step: Step) -> str:
-    notes = []
-    if step.fingerprint_given:
-        notes.append("new_fingerprint= given")
-    if step.random_fallback:
-        rf = step.random_fallback
-        arg = rf.argument or "the transform"
-        notes.append(f"random fingerprint: {arg} could not be hashed ({rf.error})")
-    if step.internal:
-        notes.append("made inside another step by datasets")
-    if step.foreign and step.root:
-        notes.append(f"recorded in {step.root}")
-    for path in step.saved_to:
-        notes.append(f"saved to {path}")
-    if step.deleted:
-        notes.append(step.deleted)
-    if step.where:
-        notes.append(step.where)
-    return "; ".join(notes)
+    rf = step.random_fallback
+    notes = [
+        "new_fingerprint= given" if step.fingerprint_given else "",
+        f"random fingerprint: {rf.argument or 'the transform'} could not be hashed ({rf.error})"
+        if rf
+        else "",
+        "made inside another step by datasets" if step.internal else "",
+        f"recorded in {step.root}" if step.foreign and step.root else "",
+        *(f"saved to {path}" for path in step.saved_to),
+        step.deleted or "",
+        step.where or "",
+    ]
+    return "; ".join(n for n in notes if n)
+
+
+def _parts(step: Step) -> list[str]:
+    """What the step did: `map`, `upper @ pipeline.py:21`, `batched=True` (those it has)."""
+    return [x for x in (_what(step), step.function_str, step.args_str) if x]
 
 
 def _unended(view: LineageView) -> str | None:
@@ -104,11 +148,6 @@ def step_line(step: Step, stale: str | None = None, unended: str | None = None) 
     `[stale: …]` when the entry is stale."""
     if not step.recorded:
         return f"{step.fingerprint}  {unended or NOT_RECORDED}"
-    parts = [_what(step)]
-    if step.function_str:
-        parts.append(step.function_str)
-    if step.args_str:
-        parts.append(step.args_str)
     tail = f"{step.fingerprint}  {step.file_str}"
     runs = _runs(step)
     if runs:
@@ -116,7 +155,7 @@ def step_line(step: Step, stale: str | None = None, unended: str | None = None) 
     notes = "; ".join(x for x in (stale, _notes(step)) if x)
     if notes:
         tail += f"  [{notes}]"
-    return "  ".join(parts) + "  ->  " + tail
+    return "  ".join(_parts(step)) + "  ->  " + tail
 
 
 def render(out: Output, view: LineageView) -> None:
@@ -151,15 +190,7 @@ def render(out: Output, view: LineageView) -> None:
 
 
 def _label(step: Step) -> str:
-    parts = [_what(step)]
-    if step.function_str:
-        parts.append(step.function_str)
-    if step.args_str:
-        parts.append(step.args_str)
-    parts.append(step.fingerprint)
-    if step.recorded:
-        parts.append(step.file_str)
-    return "\n".join(parts)
+    return "\n".join([*_parts(step), step.fingerprint, *([step.file_str] if step.recorded else [])])
 
 
 def to_dot(view: LineageView) -> str:

@@ -1,60 +1,47 @@
-"""`cachetool ls`'s Typer options and help; the work is `cachetool.cli.ls.run_ls`."""
+"""`cachetool ls`'s arguments, options and help; the work is `cachetool.cli.ls.run_ls`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
-from cachetool.cli.common import (
-    CacheDirOption,
-    FormatOption,
-    JsonOption,
-    NoTruncateOption,
-    QuietOption,
-    handle_errors,
-)
+from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, arg, command, opt
 from cachetool.cli.ls import run_ls
-from cachetool.cli.output import OutputFormat, choose_format
+from cachetool.cli.output import OutputFormat
 
 
-# Long for its Typer options and help text only: the work is in `run_ls`.
+@command(
+    path=arg(
+        "A cache root, a save_to_disk folder or any folder of Arrow files.", Path | None, show_default=False
+    ),
+    cache_dir=CACHE_DIR,
+    filter=opt(
+        "--filter",
+        "-f",
+        help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
+        "Keys: size, rows, files, used (or accessed), modified, kind, dataset, split, content, "
+        "fingerprint, pinned.",
+        type=list[str] | None,
+        metavar="EXPR",
+    ),
+    sort=opt(
+        "--sort",
+        help="size|modified|used|accessed|rows|files|kind|name, optionally :asc or :desc "
+        "(default desc for size/modified/used/rows/files, asc for name).",
+        type=str | None,
+        metavar="KEY",
+    ),
+    limit=opt("--limit", help="Show at most N entries.", type=int | None, min=0, metavar="N"),
+    **OUTPUT,
+    no_truncate=NO_TRUNCATE,
+)
 def ls_command(
-    path: Annotated[
-        Path | None,
-        typer.Argument(
-            help="A cache root, a save_to_disk folder or any folder of Arrow files.", show_default=False
-        ),
-    ] = None,
-    cache_dir: CacheDirOption = None,
-    filter: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--filter",
-            "-f",
-            help="Keep entries matching KEY OP VALUE (repeatable; all must match). "
-            "Keys: size, rows, files, used (or accessed), modified, kind, dataset, split, content, "
-            "fingerprint, pinned.",
-            metavar="EXPR",
-        ),
-    ] = None,
-    sort: Annotated[
-        str | None,
-        typer.Option(
-            "--sort",
-            help="size|modified|used|accessed|rows|files|kind|name, optionally :asc or :desc "
-            "(default desc for size/modified/used/rows/files, asc for name).",
-            metavar="KEY",
-        ),
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=0, metavar="N", help="Show at most N entries.")
-    ] = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-    no_truncate: NoTruncateOption = False,
+    path: Path | None,
+    cache_dir: Path | None,
+    filter: list[str] | None,
+    sort: str | None,
+    limit: int | None,
+    fmt: OutputFormat,
+    no_truncate: bool,
 ) -> None:
     """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
 
@@ -81,6 +68,4 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    handle_errors(run_ls)(
-        path, cache_dir, filter or [], sort, limit, choose_format(fmt, as_json, quiet), no_truncate
-    )
+    run_ls(path, cache_dir, filter or [], sort, limit, fmt, no_truncate)

@@ -3,31 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, FormatOption, JsonOption, QuietOption, handle_errors
-from cachetool.cli.output import Output, OutputFormat, choose_format
-
-FingerprintArg = Annotated[
-    str, typer.Argument(help="A fingerprint or a unique prefix of one.", show_default=False)
-]
+from cachetool.cli.common import CACHE_DIR, OUTPUT, REQUIRED, arg, command, opt
+from cachetool.cli.output import Output, OutputFormat
 
 
-def pin_command(
-    fingerprint: Annotated[
-        str | None,
-        typer.Argument(help="A fingerprint or a unique prefix of one (not with --list).", show_default=False),
-    ] = None,
-    list_: Annotated[
-        bool, typer.Option("--list", "-l", help="List the pins of the cache instead of adding one.")
-    ] = False,
-    cache_dir: CacheDirOption = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
+@command(
+    fingerprint=arg(
+        "A fingerprint or a unique prefix of one (not with --list).", str | None, show_default=False
+    ),
+    list_=opt("--list", "-l", help="List the pins of the cache instead of adding one."),
+    cache_dir=CACHE_DIR,
+    **OUTPUT,
+)
+def pin_command(fingerprint: str | None, list_: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     """Pin an entry: `cachetool gc` never evicts it, nor any ancestor the ledger records for it.
 
     Ancestors count because rerunning a pipeline recomputes every evicted step before the pinned
@@ -51,20 +42,19 @@ def pin_command(
     if list_:
         if fingerprint is not None:
             raise typer.BadParameter("give a fingerprint or --list, not both", param_hint="FINGERPRINT")
-        _list_pins(cache_dir, choose_format(fmt, as_json, quiet))
+        _list_pins(cache_dir, fmt)
         return
     if fingerprint is None:
         raise typer.BadParameter("give the fingerprint to pin, or --list", param_hint="FINGERPRINT")
-    _change(True, fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
+    _change(True, fingerprint, cache_dir, fmt)
 
 
-def unpin_command(
-    fingerprint: FingerprintArg,
-    cache_dir: CacheDirOption = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
+@command(
+    fingerprint=arg("A fingerprint or a unique prefix of one.", default=REQUIRED, show_default=False),
+    cache_dir=CACHE_DIR,
+    **OUTPUT,
+)
+def unpin_command(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
     """Unpin an entry, so that `cachetool gc` may evict it (and its ancestors) again.
 
     **Examples**
@@ -73,10 +63,9 @@ def unpin_command(
 
     Exit codes: 0 unpinned; 2 not pinned, ambiguous prefix, missing cache.
     """
-    _change(False, fingerprint, cache_dir, choose_format(fmt, as_json, quiet))
+    _change(False, fingerprint, cache_dir, fmt)
 
 
-@handle_errors
 def _change(pin: bool, fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
     """Pin or unpin, and say what changed."""
     from cachetool.cache.dirs import root_for
@@ -96,7 +85,6 @@ def _change(pin: bool, fingerprint: str, cache_dir: Path | None, fmt: OutputForm
         out.line(f"Unpinned {change.fingerprint}")
 
 
-@handle_errors
 def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.formatting import human_size, iso_time

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
-from cachetool.cli.common import CacheDirOption, FormatOption, JsonOption, QuietOption, handle_errors
-from cachetool.cli.output import Output, OutputFormat, choose_format, warn
+from cachetool.cli.common import CACHE_DIR, OUTPUT, command, opt
+from cachetool.cli.output import Output, OutputFormat, warn
 
 
-def report_command(
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", help="The HTML file to write (replaced if it exists).", dir_okay=False
-        ),
-    ] = Path("report.html"),
-    no_verify: Annotated[
-        bool, typer.Option("--no-verify", help="Leave out verify's findings (faster on a large cache).")
-    ] = False,
-    cache_dir: CacheDirOption = None,
-    fmt: FormatOption = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
+@command(
+    output=opt(
+        "--output",
+        "-o",
+        help="The HTML file to write (replaced if it exists).",
+        type=Path,
+        default=Path("report.html"),
+        dir_okay=False,
+    ),
+    no_verify=opt("--no-verify", help="Leave out verify's findings (faster on a large cache)."),
+    cache_dir=CACHE_DIR,
+    **OUTPUT,
+)
+def report_command(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     """Write one self-contained HTML page that pictures the cache.
 
     The page holds a treemap of the cache by dataset folder and entry (size, kind, age), the
@@ -45,11 +41,6 @@ def report_command(
 
     Exit codes: 0 written; 2 usage (missing cache, output not writable).
     """
-    _report(output, no_verify, cache_dir, choose_format(fmt, as_json, quiet))
-
-
-@handle_errors
-def _report(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.formatting import human_size, safe_text
     from cachetool.report.html import write_report

@@ -2,36 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from cachetool.cli.common import handle_errors
-
-#: Everything after the script belongs to the script, `--help` included.
-CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+from cachetool.cli.common import arg, command, opt
 
 
-def run_command(
-    script: Annotated[
-        str | None,
-        typer.Argument(
-            help="The Python script to run, as you would give it to `python`.", show_default=False
-        ),
-    ] = None,
-    args: Annotated[
-        list[str] | None, typer.Argument(help="Arguments for the script, passed through untouched.")
-    ] = None,
-    module: Annotated[
-        str | None,
-        typer.Option(
-            "-m",
-            "--module",
-            metavar="MODULE",
-            help="Run a module as `python -m MODULE` does (everything after it is its arguments).",
-        ),
-    ] = None,
-) -> None:
+@command(
+    # Everything after the script belongs to the script, `--help` included.
+    {"allow_interspersed_args": False, "ignore_unknown_options": True},
+    script=arg("The Python script to run, as you would give it to `python`.", str | None, show_default=False),
+    args=arg("Arguments for the script, passed through untouched.", list[str] | None),
+    module=opt(
+        "-m",
+        "--module",
+        help="Run a module as `python -m MODULE` does (everything after it is its arguments).",
+        type=str | None,
+        metavar="MODULE",
+    ),
+)
+def run_command(script: str | None, args: list[str] | None, module: str | None) -> None:
     """Run a pipeline script exactly as `python script.py args...` would, recording lineage.
 
     The script gets the same `sys.argv`, `__main__`, `sys.path[0]` (its own folder), working
@@ -57,16 +46,11 @@ def run_command(
     Exit codes: the script's own; 2 when the script does not exist or is a folder without
     `__main__.py`.
     """
+    from cachetool.trace.runner import run_script
+
     if module is not None:
-        _run(module, [*([script] if script is not None else []), *(args or [])], module=True)
+        run_script(module, [*([script] if script is not None else []), *(args or [])], module=True)
     elif script is None:
         raise typer.BadParameter("give a script to run, or -m MODULE", param_hint="SCRIPT")
     else:
-        _run(script, list(args or []))
-
-
-@handle_errors
-def _run(script: str, args: list[str], module: bool = False) -> None:
-    from cachetool.trace.runner import run_script
-
-    run_script(script, args, module=module)
+        run_script(script, list(args or []))

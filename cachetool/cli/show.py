@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, command
 from cachetool.cli.output import Output, OutputFormat, warn
 from cachetool.formatting import local_time, time_ago
 from cachetool.history.show import fingerprint_check
@@ -19,8 +20,30 @@ if TYPE_CHECKING:
     from cachetool.history.show import EntryReport
 
 
+@command(
+    fingerprint=arg("A fingerprint, a unique prefix of one, an alias, or a path.", default=REQUIRED),
+    cache_dir=CACHE_DIR,
+    **OUTPUT,
+    no_truncate=NO_TRUNCATE,
+)
 def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
-    """`cachetool show` once its options are read (by Typer, or by `cachetool.cli.light`)."""
+    """Show everything known about one cache entry.
+
+    Files with sizes and paths, content (data or indices), schema and `features`, row count, the
+    fingerprint recorded inside each file and whether it matches the name, completeness (the
+    end-of-stream marker), timestamps, expected rows for source splits, and the recorded lineage
+    when the pipeline ran under `cachetool run`. A unique prefix of a fingerprint is enough.
+
+    **Examples**
+
+        cachetool show 7a5731241fa9ef8b
+
+        cachetool show 7a57 --json
+
+        cachetool show 7a57 --cache-dir /data/hf-cache
+
+    Exit codes: 0 shown; 2 unknown or ambiguous fingerprint (candidates listed), or missing cache.
+    """
     from cachetool.cache.dirs import root_for
     from cachetool.cli.ls import report_warnings, scan_with_progress
     from cachetool.history.show import show_entry

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
-from cachetool.cli.common import CacheDirOption, JsonOption, QuietOption, format_option, handle_errors
-from cachetool.cli.output import Output, OutputFormat, choose_format, hint, warn
+from cachetool.cli.common import CACHE_DIR, command, opt, output
+from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
@@ -18,38 +18,33 @@ if TYPE_CHECKING:
     from cachetool.history.stats import Group, StatsReport
 
 
-def stats_command(
-    since: Annotated[
-        str | None,
-        typer.Option(
-            "--since",
-            help="Count only the last period: 90m, 12h, 7d, 4w (and never before --zero).",
-            show_default=False,
-        ),
-    ] = None,
-    zero: Annotated[
-        bool, typer.Option("--zero", "-z", help="Start a new counting period now (no record is deleted).")
-    ] = False,
-    all_: Annotated[bool, typer.Option("--all", help="Ignore the last --zero: count every record.")] = False,
-    top: Annotated[
-        int, typer.Option("--top", min=0, help="Rows in the per call site and per dataset tables.")
-    ] = 10,
-    compact: Annotated[
-        bool,
-        typer.Option(
-            "--compact",
-            help="First compact the ledger: old runs summarised, what the cache still holds kept whole.",
-        ),
-    ] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", "-n", help="With --compact: say what it would do, change nothing.")
-    ] = False,
-    cache_dir: CacheDirOption = None,
-    fmt: Annotated[OutputFormat, format_option(quiet="the hit rate alone, 0 to 1 (empty: no lookups)")] = (
-        OutputFormat.human
+@command(
+    since=opt(
+        "--since",
+        help="Count only the last period: 90m, 12h, 7d, 4w (and never before --zero).",
+        type=str | None,
+        show_default=False,
     ),
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
+    zero=opt("--zero", "-z", help="Start a new counting period now (no record is deleted)."),
+    all_=opt("--all", help="Ignore the last --zero: count every record."),
+    top=opt("--top", help="Rows in the per call site and per dataset tables.", type=int, default=10, min=0),
+    compact=opt(
+        "--compact",
+        help="First compact the ledger: old runs summarised, what the cache still holds kept whole.",
+    ),
+    dry_run=opt("--dry-run", "-n", help="With --compact: say what it would do, change nothing."),
+    cache_dir=CACHE_DIR,
+    **output(quiet="the hit rate alone, 0 to 1 (empty: no lookups)"),
+)
+def stats_command(
+    since: str | None,
+    zero: bool,
+    all_: bool,
+    top: int,
+    compact: bool,
+    dry_run: bool,
+    cache_dir: Path | None,
+    fmt: OutputFormat,
 ) -> None:
     """Summarise the cache's hits and misses from the recorded runs, like `ccache -s`.
 
@@ -80,20 +75,6 @@ def stats_command(
     """
     if dry_run and not compact:
         raise typer.BadParameter("goes with --compact", param_hint="--dry-run")
-    _stats(since, zero, all_, top, compact, dry_run, cache_dir, choose_format(fmt, as_json, quiet))
-
-
-@handle_errors
-def _stats(
-    since: str | None,
-    zero: bool,
-    all_: bool,
-    top: int,
-    compact: bool,
-    dry_run: bool,
-    cache_dir: Path | None,
-    fmt: OutputFormat,
-) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.query import parse_duration
     from cachetool.history.stats import ledger_stats, zero_stats

@@ -8,19 +8,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from cachetool.cli.common import (
-    CacheDirOption,
-    JsonOption,
-    QuietOption,
-    confirm,
-    format_option,
-    handle_errors,
-)
-from cachetool.cli.output import Output, OutputFormat, choose_format, hint, warn
+from cachetool.cli.common import CACHE_DIR, arg, command, confirm, opt, output
+from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
@@ -28,76 +19,46 @@ if TYPE_CHECKING:
     from cachetool.maintenance.verify.quarantine import QuarantinePlan
 
 
-# Long only by its options and its --help text (the docstring); the body is one call.
-def verify_command(
-    fingerprints: Annotated[
+@command(
+    fingerprints=arg(
+        "Check only these entries (fingerprints, unique prefixes or paths).",
         list[str] | None,
-        typer.Argument(
-            help="Check only these entries (fingerprints, unique prefixes or paths).", show_default=False
-        ),
-    ] = None,
-    cache_dir: CacheDirOption = None,
-    deep: Annotated[
-        bool,
-        typer.Option(
-            "--deep",
-            help="Also read and validate every buffer (offsets, UTF-8, "
-            "nulls), and compare each file's bytes with its checksum (xxh3) "
-            "where --record stored one.",
-        ),
-    ] = False,
-    record: Annotated[
-        bool,
-        typer.Option(
-            "--record",
-            help="With --deep: store the checksums, so a later "
-            "`verify --deep` reports files whose bytes changed.",
-        ),
-    ] = False,
-    quarantine: Annotated[
-        bool,
-        typer.Option(
-            "--quarantine",
-            help="Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged; asks "
-            "first unless --yes).",
-        ),
-    ] = False,
-    list_: Annotated[
-        bool,
-        typer.Option(
-            "--list",
-            help="With --quarantine: list what the quarantine holds (where each came from, its size "
-            "and problem) and check nothing.",
-        ),
-    ] = False,
-    restore: Annotated[
-        bool, typer.Option("--restore", help="Put quarantined files back, then verify.")
-    ] = False,
-    stale: Annotated[
-        bool,
-        typer.Option(
-            "--stale",
-            help="Also report entries computed by code that changed since: functions from your own "
-            "modules, which datasets hashes by name (needs runs recorded by `cachetool run`).",
-        ),
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", "-n", help="With --quarantine: show what would move, and move nothing."),
-    ] = False,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="With --quarantine: do not ask for confirmation.")
-    ] = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
-    jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", help="Threads for --deep (default: one per core).")
-    ] = None,
-    fmt: Annotated[
-        OutputFormat, format_option("github", quiet="the entries with errors, one a line")
-    ] = OutputFormat.human,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
+        show_default=False,
+    ),
+    cache_dir=CACHE_DIR,
+    deep=opt(
+        "--deep",
+        help="Also read and validate every buffer (offsets, UTF-8, nulls), and compare each file's "
+        "bytes with its checksum (xxh3) where --record stored one.",
+    ),
+    record=opt(
+        "--record",
+        help="With --deep: store the checksums, so a later `verify --deep` reports files whose bytes "
+        "changed.",
+    ),
+    quarantine=opt(
+        "--quarantine",
+        help="Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged; asks "
+        "first unless --yes).",
+    ),
+    list_quarantine=opt(
+        "--list",
+        help="With --quarantine: list what the quarantine holds (where each came from, its size "
+        "and problem) and check nothing.",
+    ),
+    restore=opt("--restore", help="Put quarantined files back, then verify."),
+    stale=opt(
+        "--stale",
+        help="Also report entries computed by code that changed since: functions from your own "
+        "modules, which datasets hashes by name (needs runs recorded by `cachetool run`).",
+    ),
+    dry_run=opt("--dry-run", "-n", help="With --quarantine: show what would move, and move nothing."),
+    yes=opt("--yes", "-y", help="With --quarantine: do not ask for confirmation."),
+    strict=opt("--strict", help="Exit 1 on warnings too."),
+    jobs=opt("--jobs", "-j", help="Threads for --deep (default: one per core).", type=int | None),
+    **output("github", quiet="the entries with errors, one a line"),
+)
+def verify_command(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any) -> int:
     """Prove every cache file is whole and what it claims to be.
 
     Checks each entry: the file is an Arrow IPC stream that reads to its end-of-stream marker
@@ -139,25 +100,7 @@ def verify_command(
 
         cachetool verify --stale            # results of code edited since
     """
-    _verify(
-        cache_dir,
-        choose_format(fmt, as_json, quiet),
-        yes,
-        fingerprints=fingerprints or [],
-        deep=deep,
-        record=record,
-        stale=stale,
-        quarantine=quarantine,
-        dry_run=dry_run,
-        restore=restore,
-        strict=strict,
-        jobs=jobs,
-        list_quarantine=list_,
-    )
-
-
-@handle_errors
-def _verify(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any) -> None:
+    options["fingerprints"] = options["fingerprints"] or ()
     with _deep_run() if options["deep"] and not options["list_quarantine"] else nullcontext():
         from cachetool.cache.dirs import existing_root
         from cachetool.maintenance.verify import VerifyOptions, run_verify
@@ -167,7 +110,7 @@ def _verify(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any
         out = Output(fmt)
         if opts.list_quarantine:
             _list_quarantine(out, root, fmt)
-            return
+            return 0
         with _progress(fmt) as (update, stop):
 
             def ask(plan: QuarantinePlan) -> bool:
@@ -184,8 +127,7 @@ def _verify(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any
         _show(out, report, fmt)
         if report.would_quarantine:
             hint("run again without --dry-run to move them (each is checked again right before)")
-        if report.exit_code:
-            raise typer.Exit(report.exit_code)
+        return int(report.exit_code)
 
 
 def _list_quarantine(out: Output, root: Path, fmt: OutputFormat) -> None:

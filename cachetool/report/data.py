@@ -184,7 +184,9 @@ def _tiles(report: Any, now: float) -> list[Tile]:
 
 
 def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:
-    fps = sorted(graph.fingerprints, key=lambda fp: (_time_of(graph.origin(fp)), fp))
+    from cachetool.history.explain.reasons import _repr
+
+    fps = sorted(graph.fingerprints, key=lambda fp: (getattr(graph.origin(fp), "time", 0.0), fp))
     index = {fp: i for i, fp in enumerate(fps)}
     depth = longest_paths([{index[p] for p in graph.parents(fp) if p in index and p != fp} for fp in fps])
     nodes = []
@@ -192,7 +194,9 @@ def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:
         step = graph.step(fp)
         op = step.operation or step.type or "?"
         details = step.to_json()
-        details["args"] = {**_all_args(step.record), **details["args"]}
+        # every hashed argument as a short string (its repr when small, else its type)
+        hashed = step.record.args if step.record is not None else {}
+        details["args"] = {**{name: _repr(a) for name, a in hashed.items()}, **details["args"]}
         nodes.append(Node(fp, f"{op} {fp[:8]}", d, details))
     edges = [(p, c) for p, c in graph.edges(fps) if p in index and c in index]
     return nodes, edges
@@ -216,17 +220,6 @@ def longest_paths(parents: Sequence[Collection[int]]) -> list[int]:
             if waiting[k] == 0:
                 ready.append(k)
     return depth
-
-
-def _all_args(rec: StepRecord | None) -> dict[str, str]:
-    """Every hashed argument of a record as a short string: its repr when small, else its type."""
-    from cachetool.history.explain.reasons import _repr
-
-    return {name: _repr(a) for name, a in rec.args.items()} if rec is not None else {}
-
-
-def _time_of(rec: StepRecord | None) -> float:
-    return rec.time if rec else 0.0
 
 
 def _site_runs(records: Iterable[StepRecord]) -> list[SiteRun]:

@@ -1,15 +1,17 @@
-"""Render a `ReportData` as one self-contained HTML page: inline SVG drawn here (a squarified
-treemap, a layered lineage graph, a grid of hit rates per call site and run, bars of time lost)
-and a small script for the search box and the step details. Nothing is fetched when the page is
-viewed, and the page stays small (no chart library)."""
+"""Render a `ReportData` as one self-contained HTML page (`page.html`): inline SVG drawn here (a
+squarified treemap, a layered lineage graph, a grid of hit rates per call site and run, bars of
+time lost) and a small script for the search box and the step details (`page.js`). Nothing is
+fetched when the page is viewed, and the page stays small (no chart library)."""
 
 from __future__ import annotations
 
 import html
 import json
 import os
+import string
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from cachetool.errors import CachetoolError
@@ -34,6 +36,8 @@ KIND_COLOURS = {
     "unreadable": "#d62728",
     "other": "#c7c7c7",
 }
+#: The page (a `string.Template`, its style inline) and the script of its search box and details.
+PAGE = ("page.html", "page.js")
 #: A linear chain of at least this many steps is drawn as one box.
 MIN_CHAIN = 3
 BOX_W, BOX_H, ROW_H, GAP_X = 210, 22, 30, 46
@@ -326,98 +330,10 @@ def sites_svg(data: ReportData) -> tuple[str, str]:
     return "".join(out), "".join(bars)
 
 
-_SCRIPT = """
-const data = JSON.parse(document.getElementById('step-data').textContent);
-const details = document.getElementById('step-details'), list = document.getElementById('step-list');
-const nodes = [...document.querySelectorAll('#lineage .node')];
-function showStep(i) {
-  const d = data.steps[i], lines = [];
-  lines.push((d.operation || d.type || '?') + '  ' + d.fingerprint);
-  if (d.parents && d.parents.length) lines.push('parents: ' + d.parents.join(', '));
-  if (d.function) lines.push('function: ' + (d.function.qualname || '?') + ' @ ' +
-                             (d.function.file || '?') + ':' + (d.function.line || '?'));
-  if (d.call_site) lines.push('called at: ' + (d.call_site.file || '?') + ':' + (d.call_site.line || '?'));
-  const args = Object.entries(d.args || {});
-  lines.push('arguments:' + (args.length ? '' : ' (none recorded)'));
-  for (const [k, v] of args) lines.push('  ' + k + ' = ' + v);
-  lines.push('runs: ' + d.runs + ', hits: ' + d.hits + ', misses: ' + d.misses +
-             (d.cache ? ' (last: ' + d.cache + ')' : ''));
-  const files = d.files || [];
-  lines.push('files:' + (files.length ? '' : (d.in_memory ? ' none (in memory)' : ' none')));
-  for (const f of files) lines.push('  ' + f.path + (f.exists ? '  ' + f.size + ' bytes' : '  (gone)'));
-  if (d.deleted) lines.push(d.deleted);
-  details.textContent = lines.join('\\n');
-  for (const b of list.children) b.classList.toggle('on', +b.dataset.i === i);
-}
-function showBox(g, step) {
-  nodes.forEach(n => n.classList.toggle('on', +n.dataset.g === g));
-  const members = data.groups[g];
-  list.replaceChildren(...(members.length > 1 ? members.map(i => {
-    const b = document.createElement('button');
-    const d = data.steps[i];
-    b.textContent = (d.operation || d.type) + ' ' + d.fingerprint.slice(0, 8);
-    b.dataset.i = i;
-    b.onclick = () => showStep(i);
-    return b;
-  }) : []));
-  showStep(step === undefined ? members[0] : step);
-}
-function matches(i, q) {
-  const d = data.steps[i];
-  const texts = [d.fingerprint, d.operation, d.function && d.function.qualname];
-  return texts.some(t => t && t.toLowerCase().includes(q));
-}
-const search = document.getElementById('search'), count = document.getElementById('search-count');
-search.addEventListener('input', () => {
-  const q = search.value.trim().toLowerCase();
-  let n = 0;
-  for (const el of nodes) {
-    const hit = q !== '' && data.groups[el.dataset.g].some(i => matches(i, q));
-    el.classList.toggle('hit', hit);
-    el.classList.toggle('dim', q !== '' && !hit);
-    n += hit;
-  }
-  count.textContent = q ? n + ' box(es) match' : '';
-});
-search.addEventListener('keydown', ev => {
-  const q = search.value.trim().toLowerCase(), el = nodes.find(n => n.classList.contains('hit'));
-  if (ev.key !== 'Enter' || !el) return;
-  el.scrollIntoView({block: 'center', inline: 'center'});
-  showBox(+el.dataset.g, data.groups[el.dataset.g].find(i => matches(i, q)));
-});
-for (const el of nodes) {
-  el.addEventListener('click', () => showBox(+el.dataset.g));
-  el.addEventListener('keydown', ev => { if (ev.key === 'Enter') showBox(+el.dataset.g); });
-}
-"""
-
-
 def _json_in_script(obj: Any) -> str:
     """JSON that cannot end the <script> element it sits in."""
     return json.dumps(obj).replace("</", "<\\/").replace("<!--", "<\\!--")
 
-
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
-h1 { font-size: 1.4em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
-.note { color: #666; } code { background: #f2f2f2; padding: 0 .2em; }
-svg text { font-size: 12px; } .fl { font-weight: 600; }
-.scroll { overflow: auto; max-height: 80vh; border: 1px solid #eee; }
-#lineage path { fill: none; stroke: #999; }
-.node { cursor: pointer; } .node text { fill: #fff; font-family: ui-monospace, monospace; }
-.node.on rect { stroke: #000; stroke-width: 2; } .node.hit rect { stroke: #d00; stroke-width: 3; }
-.node.dim { opacity: .3; }
-#search { width: 24em; margin: .5em 0; } #step-list { max-height: 8em; overflow: auto; }
-#step-list button.on { font-weight: bold; }
-#step-details { background: #f7f7f7; padding: .8em; white-space: pre-wrap; min-height: 3em; }
-#step-details, td { overflow-wrap: anywhere; }
-table { border-collapse: collapse; width: 100%; table-layout: fixed; }
-td, th { border: 1px solid #ddd; padding: .2em .5em; text-align: left; }
-th.narrow { width: 6em; } th.path { width: 55%; }
-tr.error td { background: #fde8e8; } tr.warning td { background: #fff6e0; }
-.legend span { margin-right: 1em; white-space: nowrap; }
-.legend i { display: inline-block; width: .9em; height: .9em; margin-right: .3em; vertical-align: middle; }
-"""
 
 #: Shown where a section has nothing recorded to draw.
 _NO_RUNS = (
@@ -454,27 +370,22 @@ def render_html(data: ReportData) -> str:
         )
     legend = "".join(f"<span><i style='background:{c}'></i>{k}</span>" for k, c in KIND_COLOURS.items())
     steps = {"steps": _safe([n.details for n in data.nodes]), "groups": groups}
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>cachetool report: {root}</title>
-<style>{_STYLE}</style>
-</head><body>
-<h1>cachetool report</h1>
-<p>Cache <code>{root}</code>: {data.dataset_count} dataset folder(s), {data.entry_count} entries, {size};
-{len(data.nodes)} fingerprint(s) in the lineage graph. Made {local_time(data.generated_at)}.</p>
-<h2>What takes the space</h2>
-<div class="legend">{legend}</div>
-<div id="treemap">{treemap_svg(data)}</div>
-<h2>Lineage of recorded runs</h2>
-{lineage_html}
-<h2>Hit rate per call site</h2>
-{sites_html}
-<h2>Leftovers and verify findings</h2>
-{_problems_html(data)}
-<script type="application/json" id="step-data">{_json_in_script(steps)}</script>
-<script>{_SCRIPT if data.nodes else ""}</script>
-</body></html>
-"""
+    page, script = (Path(__file__).with_name(name).read_text(encoding="utf-8") for name in PAGE)
+    return string.Template(page).substitute(
+        root=root,
+        datasets=data.dataset_count,
+        entries=data.entry_count,
+        size=size,
+        nodes=len(data.nodes),
+        made=local_time(data.generated_at),
+        legend=legend,
+        treemap=treemap_svg(data),
+        lineage=lineage_html,
+        sites=sites_html,
+        problems=_problems_html(data),
+        steps=_json_in_script(steps),
+        script=script if data.nodes else "",
+    )
 
 
 def _problems_html(data: ReportData) -> str:
