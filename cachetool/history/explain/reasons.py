@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import Reason, StepRef
-from cachetool.history.explain.source_text import line_changes
+from cachetool.history.explain.stale import line_changes
 from cachetool.history.explain.view import LedgerView
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
