@@ -33,7 +33,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachetool.determinism.report import (
     Analysis,
@@ -366,12 +366,11 @@ class _Comparison:
 # What makes one aligned step differ, over one row (the step's event in each run): its arguments
 # diffed tree against tree, the source it reads, the piece `datasets` could not pickle, or an object
 # an earlier step changed while it ran (`ArgInfo.after`; datasets #3638, #5985, #3847).
-@dataclass(frozen=True)
-class ArgDiffs:
+class ArgDiffs(NamedTuple):
     """The arguments whose digests differ between runs, and the culprit found inside each."""
 
-    differing_args: tuple[str, ...] = ()
-    culprits: tuple[Culprit, ...] = ()
+    differing_args: tuple[str, ...]
+    culprits: tuple[Culprit, ...]
 
 
 def _is_dataset(tree: Mapping[str, Any] | None) -> bool:
@@ -479,13 +478,8 @@ def _order_diffs(row: Sequence[Event], names: Mapping[str, str]) -> list[SourceD
 
 def same_story(a: Cause, b: Cause) -> bool:
     """Two causes at one call site with the same kind, arguments and culprits (one call made twice)."""
-    same = (a.step.file, a.step.line, a.step.operation, a.kind, a.differing_args) == (
-        b.step.file,
-        b.step.line,
-        b.step.operation,
-        b.kind,
-        b.differing_args,
-    ) and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
+    sa, sb = ((c.step.file, c.step.line, c.step.operation, c.kind, c.differing_args) for c in (a, b))
+    same = sa == sb and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
     if a.kind == "source":  # the splits of one load_dataset call: the same inputs reordered
         return same and bool(a.source_diffs) and a.source_diffs == b.source_diffs
     return same and a.kind != "unexplained"

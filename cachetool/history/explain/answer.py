@@ -297,12 +297,6 @@ class StepExplanation:
     history: tuple[tuple[StepRef, tuple[Reason, ...]], ...] = ()
     stale: tuple[StaleHit, ...] = ()
 
-    @property
-    def summary(self) -> str:
-        if not self.reasons:
-            return "loaded from the cache" if self.status == "loaded" else self.status
-        return "; ".join(r.text for r in self.reasons)
-
     def to_json(self) -> dict[str, Any]:
         return {
             **self.step.to_json(),

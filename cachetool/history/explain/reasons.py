@@ -100,12 +100,8 @@ def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
 def _versions_reason(new: StepRecord, old: StepRecord) -> Reason:
     va, vb = old.version("datasets"), new.version("datasets")
     extra = f" (datasets {va} → {vb})" if va != vb else ""
-    return Reason(
-        "versions",
-        f"datasets hashes this step differently now: {old.transform} → {new.transform}{extra}",
-        before=str(old.transform),
-        after=str(new.transform),
-    )
+    message = f"datasets hashes this step differently now: {old.transform} → {new.transform}{extra}"
+    return Reason("versions", message, before=str(old.transform), after=str(new.transform))
 
 
 def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
@@ -119,14 +115,8 @@ def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: in
         rec_new = view.origin(p_new, before=new.time + 1e-6)
         rec_old = view.origin(p_old, before=old.time + 1e-6) if p_old is not None else None
         if rec_new is None or rec_old is None or depth >= _MAX_UPSTREAM:
-            out.append(
-                Reason(
-                    "input",
-                    f"its input changed ({p_old} → {p_new}); the step that made it is not recorded",
-                    before=p_old,
-                    after=p_new,
-                )
-            )
+            message = f"its input changed ({p_old} → {p_new}); the step that made it is not recorded"
+            out.append(Reason("input", message, before=p_old, after=p_new))
             continue
         upstream = StepRef.of(rec_new)
         for r in compare(view, rec_new, rec_old, depth + 1):
@@ -322,13 +312,8 @@ def _nondeterministic(
     """`path` hashes differently from run to run by itself: how, by the culprit's `kind`."""
     what = f"`{path}` ({description})" if description else f"`{path}`"
     varies = _VARIES.get(kind or "", "pickles differently in every process")
-    return Reason(
-        "nondeterministic",
-        f"{what} {varies} — not a change of yours; run `cachetool check-determinism` on the script",
-        argument=argument,
-        path=path,
-        hint=hint,
-    )
+    message = f"{what} {varies} — not a change of yours; run `cachetool check-determinism` on the script"
+    return Reason("nondeterministic", message, argument=argument, path=path, hint=hint)
 
 
 def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
@@ -355,15 +340,8 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
     if changed:
         lines = line_changes(view.sources, fa, fb)
         where = f" ({lines[0]})" if lines else ""
-        return [
-            Reason(
-                "function-source",
-                f"the source of `{fb.qualname}` changed{where}",
-                argument="function",
-                path="function",
-                lines=tuple(lines),
-            )
-        ]
+        message = f"the source of `{fb.qualname}` changed{where}"
+        return [Reason("function-source", message, argument="function", path="function", lines=tuple(lines))]
     return [_same_code_reason(view, new, old, fb.qualname)]
 
 
