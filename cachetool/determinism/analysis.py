@@ -60,15 +60,13 @@ _Key = tuple[str, str | None, str | None, str | None, int | None, bool]
 
 
 def _key(event: Event) -> _Key:
+    file, line = _site(event)
+    return (event.type, event.operation, event.transform, file, line, event.internal)
+
+
+def _site(event: Event) -> tuple[str | None, int | None]:
     site = event.call_site
-    return (
-        event.type,
-        event.operation,
-        event.transform,
-        site.file if site is not None else None,
-        site.line if site is not None else None,
-        event.internal,
-    )
+    return (site.file, site.line) if site is not None else (None, None)
 
 
 def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list[int]:
@@ -135,15 +133,14 @@ def align(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> tuple[list[tup
 
 def _step(index: int, positions: tuple[int, ...], row: Sequence[Event]) -> Step:
     first = row[0]
-    site, fn = first.call_site, first.function
+    fn = first.function
     return Step(
-        index=index,
-        positions=positions,
-        type=first.type or "transform",
-        operation=first.operation or "",
-        transform=first.transform or "",
-        file=site.file if site is not None else None,
-        line=site.line if site is not None else None,
+        index,
+        positions,
+        first.type or "transform",
+        first.operation or "",
+        first.transform or "",
+        *_site(first),
         function=fn.qualname if fn is not None else None,
         internal=first.internal,
         results=tuple(e.result for e in row),
@@ -180,8 +177,8 @@ def _one_run_only(events: Sequence[Sequence[Event]], matched: Sequence[set[int]]
         for i, event in enumerate(run):
             if i in matched[k] or event.internal:
                 continue
-            site, fn = event.call_site, event.function
-            key = (k, event.operation or event.type, site.file if site else None, site.line if site else None)
+            fn = event.function
+            key = (k, event.operation or event.type, *_site(event))
             known = found.get(key)
             found[key] = (
                 replace(known, count=known.count + 1)

@@ -387,22 +387,19 @@ def _compared(
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:
     """Each cause: ``PYTHONHASHSEED`` when the equal-seed run reproduces it, else ``every run``."""
     from cachetool.determinism.analysis import align
+    from cachetool.fingerprint.diff import seeded
 
     rows, _ = align([first.events, extra.events])
     twin_of = {row[0]: row[1] for row in rows}
-    causes: list[Cause] = []
-    for cause in analysis.causes:
+
+    def varied(cause: Cause) -> Cause:
         position = cause.step.positions[0]
         if cause.kind in ("random", "cache-state") or position not in twin_of:
-            causes.append(cause)
-            continue
-        same = extra.events[twin_of[position]].result == first.events[position].result
-        if same:
-            # Nothing made at run time: no hint may say "different in each run".
-            from cachetool.fingerprint.diff import seeded
+            return cause
+        if extra.events[twin_of[position]].result != first.events[position].result:
+            return dataclasses.replace(cause, variation="every run")
+        # Nothing made at run time: no hint may say "different in each run".
+        culprits = tuple(seeded(c) for c in cause.culprits)
+        return dataclasses.replace(cause, variation="PYTHONHASHSEED", culprits=culprits)
 
-            culprits = tuple(seeded(c) for c in cause.culprits)
-            causes.append(dataclasses.replace(cause, variation="PYTHONHASHSEED", culprits=culprits))
-        else:
-            causes.append(dataclasses.replace(cause, variation="every run"))
-    return dataclasses.replace(analysis, causes=tuple(causes))
+    return dataclasses.replace(analysis, causes=tuple(varied(c) for c in analysis.causes))

@@ -211,11 +211,8 @@ def stale_hits(
     view = view or load_view(root)
     root_abs = os.path.abspath(os.fspath(root))
     upstream = Upstream(view)
-    scope: set[str] | None = None
-    if only is not None:
-        scope = {only} if isinstance(only, str) else set(only)
-        for fp in list(scope):
-            scope.update(upstream.ancestors(fp))
+    wanted = None if only is None else {only} if isinstance(only, str) else set(only)
+    scope = None if wanted is None else wanted.union(*(upstream.ancestors(fp) for fp in wanted))
     stale: dict[str, StaleHit] = {}
     entries: dict[str, tuple[StepRecord, tuple[str, ...], StepRecord | None]] = {}
     disk_cache: dict[str, str | None] = {}
@@ -234,13 +231,8 @@ def stale_hits(
         entries[fp] = (comp, files, later[-1] if later else None)
         if comp.function is None:  # no code of the user's (cast_column, train_test_split): made
             continue  # from a stale result at most, found below
-        found: list[StaleHit] = []
-        reused = None
-        for hit in reversed(later):
-            found = stale_for_hit(view, hit)
-            if found:
-                reused = hit
-                break
+        # The latest reuse by other code, if any.
+        reused, found = next(((h, f) for h in reversed(later) if (f := stale_for_hit(view, h))), (None, []))
         changes, checked = _disk_changes(view, comp.function, disk_cache)
         if not checked:
             # The sources cannot be read here (another machine, a moved file): the runs decide.
@@ -256,8 +248,7 @@ def stale_hits(
         if cause is not None:
             stale[fp] = derived_hit(fp, comp, files, cause, reused)
     out = sorted(stale.values(), key=lambda s: (s.computed_at or 0.0, s.fingerprint))
-    if scope is not None:
-        wanted = {only} if isinstance(only, str) else set(only or ())
+    if wanted is not None:
         out = [s for s in out if s.fingerprint in wanted]
     return with_removals(upstream, (replace(s, root=root_abs) for s in out))
 
