@@ -24,7 +24,7 @@ except ImportError:
 from cachetool.cli.app import app
 from cachetool.history.explain.answer import ExplainReport, LineChange, StepExplanation
 from cachetool.history.explain.explainer import explain_fingerprint, explain_run
-from cachetool.history.explain.source_text import diff_lines, function_source
+from cachetool.history.explain.stale import diff_lines, function_source
 from cachetool.history.explain.stale import stale_hits
 from cachetool.history.ledger import read_ledger
 
@@ -301,7 +301,7 @@ def test_records_stay_small_with_a_10_mb_closure(runs: ExplainRuns) -> None:
 
 def test_function_source_and_line_diff_ignore_comments_but_not_code() -> None:
     """The disk check behind `verify --stale`: a comment or blank line is not a change."""
-    from cachetool.history.explain.source_text import tokens as _tokens
+    from cachetool.history.explain.stale import tokens as _tokens
 
     edited = HELPERS_V1.replace(
         "    return text.strip().lower()", "    # tidy\n    return text.strip().lower()\n"

@@ -33,7 +33,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachetool.determinism.report import (
     Analysis,
@@ -66,15 +66,13 @@ _Key = tuple[str, str | None, str | None, str | None, int | None, bool]
 
 
 def _key(event: Event) -> _Key:
+    file, line = _site(event)
+    return (event.type, event.operation, event.transform, file, line, event.internal)
+
+
+def _site(event: Event) -> tuple[str | None, int | None]:
     site = event.call_site
-    return (
-        event.type,
-        event.operation,
-        event.transform,
-        site.file if site is not None else None,
-        site.line if site is not None else None,
-        event.internal,
-    )
+    return (site.file, site.line) if site is not None else (None, None)
 
 
 def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list[int]:
@@ -141,15 +139,14 @@ def align(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> tuple[list[tup
 
 def _step(index: int, positions: tuple[int, ...], row: Sequence[Event]) -> Step:
     first = row[0]
-    site, fn = first.call_site, first.function
+    fn = first.function
     return Step(
-        index=index,
-        positions=positions,
-        type=first.type or "transform",
-        operation=first.operation or "",
-        transform=first.transform or "",
-        file=site.file if site is not None else None,
-        line=site.line if site is not None else None,
+        index,
+        positions,
+        first.type or "transform",
+        first.operation or "",
+        first.transform or "",
+        *_site(first),
         function=fn.qualname if fn is not None else None,
         internal=first.internal,
         results=tuple(e.result for e in row),
@@ -186,8 +183,8 @@ def _one_run_only(events: Sequence[Sequence[Event]], matched: Sequence[set[int]]
         for i, event in enumerate(run):
             if i in matched[k] or event.internal:
                 continue
-            site, fn = event.call_site, event.function
-            key = (k, event.operation or event.type, site.file if site else None, site.line if site else None)
+            fn = event.function
+            key = (k, event.operation or event.type, *_site(event))
             known = found.get(key)
             found[key] = (
                 replace(known, count=known.count + 1)
@@ -372,12 +369,11 @@ class _Comparison:
 # What makes one aligned step differ, over one row (the step's event in each run): its arguments
 # diffed tree against tree, the source it reads, the piece `datasets` could not pickle, or an object
 # an earlier step changed while it ran (`ArgInfo.after`; datasets #3638, #5985, #3847).
-@dataclass(frozen=True)
-class ArgDiffs:
+class ArgDiffs(NamedTuple):
     """The arguments whose digests differ between runs, and the culprit found inside each."""
 
-    differing_args: tuple[str, ...] = ()
-    culprits: tuple[Culprit, ...] = ()
+    differing_args: tuple[str, ...]
+    culprits: tuple[Culprit, ...]
 
 
 def _is_dataset(tree: Mapping[str, Any] | None) -> bool:
@@ -485,13 +481,8 @@ def _order_diffs(row: Sequence[Event], names: Mapping[str, str]) -> list[SourceD
 
 def same_story(a: Cause, b: Cause) -> bool:
     """Two causes at one call site with the same kind, arguments and culprits (one call made twice)."""
-    same = (a.step.file, a.step.line, a.step.operation, a.kind, a.differing_args) == (
-        b.step.file,
-        b.step.line,
-        b.step.operation,
-        b.kind,
-        b.differing_args,
-    ) and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
+    sa, sb = ((c.step.file, c.step.line, c.step.operation, c.kind, c.differing_args) for c in (a, b))
+    same = sa == sb and [c.path_str for c in a.culprits] == [c.path_str for c in b.culprits]
     if a.kind == "source":  # the splits of one load_dataset call: the same inputs reordered
         return same and bool(a.source_diffs) and a.source_diffs == b.source_diffs
     return same and a.kind != "unexplained"

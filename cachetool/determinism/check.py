@@ -31,10 +31,8 @@ from cachetool.errors import CachetoolError, ExitCode
 if TYPE_CHECKING:
     from cachetool.determinism.report import Analysis, Cause, DeterminismReport, RunOutcome, RunProgress
 
-#: Warnings shown per run about lines of its events file that could not be read.
-_EVENT_WARNINGS_SHOWN = 5
-#: Steps recorded in some runs only, named one by one.
-_ONE_RUN_ONLY_SHOWN = 5
+#: Unreadable lines of a run's events file, and steps recorded in some runs only, named one by one.
+_SHOWN = 5
 
 
 #: The temp folder of a check: `cachetool-determinism-<pid>-<random>`; `gc --temp` removes it
@@ -49,11 +47,10 @@ class CheckInterrupted(CachetoolError):
 
     def __init__(self, cause: BaseException, removed: str, workdir: Path) -> None:
         what = "terminated" if isinstance(cause, Terminated) else "interrupted"
-        parts = [f"check-determinism {what}: stopped the running script"]
-        if removed:
-            parts.append(f"removed what its runs left: {removed}")
-        parts.append(f"removed its temp folder {workdir}")
-        super().__init__("; ".join(parts))
+        left = f"; removed what its runs left: {removed}" if removed else ""
+        super().__init__(
+            f"check-determinism {what}: stopped the running script{left}; removed its temp folder {workdir}"
+        )
         self.cause = cause
 
 
@@ -127,26 +124,17 @@ class Leftovers:
             return ""
         files = sum(1 for o in result.removed if o.item.scope == "root")
         folders = sum(1 for o in result.removed if o.item.scope == "temp")
-        words = []
-        if files:
-            words.append(f"{files} tmp file(s) in {self.cache_root}")
-        if folders:
-            words.append(f"{folders} temp folder(s) in {self.temp}")
-        return " and ".join(words)
+        words = (
+            (files, f"{files} tmp file(s) in {self.cache_root}"),
+            (folders, f"{folders} temp folder(s) in {self.temp}"),
+        )
+        return " and ".join(w for n, w in words if n)
 
 
 def _load_comparison() -> None:
     """Import the comparison (tens of milliseconds) while the runs go, not before they start."""
     for module in ("cachetool.determinism.analysis", "cachetool.determinism.report"):
         importlib.import_module(module)
-
-
-class BadScript(CachetoolError):
-    """The script to check does not exist."""
-
-    def __init__(self, script: Path) -> None:
-        super().__init__(f"script not found: {script}")
-        self.script = script
 
 
 @dataclass(frozen=True)
@@ -168,7 +156,7 @@ class CheckOptions:
     def __post_init__(self) -> None:
         path = Path(self.script)
         if not (path.is_file() or (path / "__main__.py").is_file()):
-            raise BadScript(path)  # a file, or a folder with __main__.py, as `cachetool run`
+            raise CachetoolError(f"script not found: {path}")  # a file, or a folder with __main__.py
         if self.timeout is not None and not self.timeout >= 0:  # also NaN
             raise CachetoolError(f"invalid --timeout {self.timeout:g}: give seconds >= 0 (0: no limit)")
         if len(self.seeds) < 2:
@@ -336,7 +324,7 @@ def _run_warnings(
             f"only the last {OUTPUT_CAP:,} of stdout and of stderr were kept"
         )
     for o in outcomes:
-        shown = o.event_warnings[:_EVENT_WARNINGS_SHOWN]
+        shown = o.event_warnings[:_SHOWN]
         warnings.extend(f"run {o.index + 1}: {w}; that event was not compared" for w in shown)
         if len(o.event_warnings) > len(shown):
             warnings.append(
@@ -371,14 +359,14 @@ def _compared(
     if analysis.one_run_only:
         unreadable = any(o.event_warnings for o in outcomes)
         why = "paths, or some events could not be read" if unreadable else "paths"
-        for u in analysis.one_run_only[:_ONE_RUN_ONLY_SHOWN]:
+        for u in analysis.one_run_only[:_SHOWN]:
             times = f" ({u.count} times)" if u.count > 1 else ""
             warnings.append(
                 f"{u.operation} at {u.location} was recorded in run {u.run + 1} only{times} (the runs "
                 f"took different {why}); not compared"
             )
-        if len(analysis.one_run_only) > _ONE_RUN_ONLY_SHOWN:
-            more = len(analysis.one_run_only) - _ONE_RUN_ONLY_SHOWN
+        if len(analysis.one_run_only) > _SHOWN:
+            more = len(analysis.one_run_only) - _SHOWN
             warnings.append(f"{more} more step(s) recorded in some runs only; not compared")
     extra: RunOutcome | None = None
     if o.rerun and analysis.deterministic_causes:
@@ -399,22 +387,19 @@ def _compared(
 def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) -> Analysis:
     """Each cause: ``PYTHONHASHSEED`` when the equal-seed run reproduces it, else ``every run``."""
     from cachetool.determinism.analysis import align
+    from cachetool.fingerprint.diff import seeded
 
     rows, _ = align([first.events, extra.events])
     twin_of = {row[0]: row[1] for row in rows}
-    causes: list[Cause] = []
-    for cause in analysis.causes:
+
+    def varied(cause: Cause) -> Cause:
         position = cause.step.positions[0]
         if cause.kind in ("random", "cache-state") or position not in twin_of:
-            causes.append(cause)
-            continue
-        same = extra.events[twin_of[position]].result == first.events[position].result
-        if same:
-            # Nothing made at run time: no hint may say "different in each run".
-            from cachetool.fingerprint.diff import seeded
+            return cause
+        if extra.events[twin_of[position]].result != first.events[position].result:
+            return dataclasses.replace(cause, variation="every run")
+        # Nothing made at run time: no hint may say "different in each run".
+        culprits = tuple(seeded(c) for c in cause.culprits)
+        return dataclasses.replace(cause, variation="PYTHONHASHSEED", culprits=culprits)
 
-            culprits = tuple(seeded(c) for c in cause.culprits)
-            causes.append(dataclasses.replace(cause, variation="PYTHONHASHSEED", culprits=culprits))
-        else:
-            causes.append(dataclasses.replace(cause, variation="every run"))
-    return dataclasses.replace(analysis, causes=tuple(causes))
+    return dataclasses.replace(analysis, causes=tuple(varied(c) for c in analysis.causes))

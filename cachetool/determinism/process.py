@@ -238,7 +238,10 @@ class Run:
         self.go_fd: int | None = None
         self.tails: tuple[Tail, Tail] | None = None
         self.went: float | None = None
-        self.watch: _Watching | None = None
+        #: Reports the run's progress while it goes (`_watch`); a display problem sets it to None.
+        self.progress = s.progress
+        self.watch: threading.Thread | None = None
+        self.unwatched = threading.Event()
         self.done = False
         #: `abort` stopped the script while it ran (not only an interpreter waiting for its turn).
         self.stopped_early = False
@@ -333,7 +336,37 @@ class Run:
 
     def _went(self) -> None:
         self.went = time.monotonic()
-        self.watch = _Watching(self.s.progress, self.events, self.index, self.seed, self.cold)
+        if self.progress is not None:
+            self.watch = threading.Thread(target=self._watch, daemon=True)
+            self.watch.start()
+
+    def _watch(self) -> None:
+        while not self.unwatched.wait(0.5):
+            self._report(False)
+
+    def _report(self, finished: bool) -> None:
+        """Where the run is (the lines of its events file), to `progress`."""
+        from cachetool.determinism.report import RunProgress
+
+        if self.progress is None or self.went is None:
+            return
+        try:
+            steps = self.events.read_bytes().count(b"\n")
+        except OSError:
+            steps = 0
+        try:
+            elapsed = time.monotonic() - self.went
+            self.progress(RunProgress(self.index, self.seed, self.cold, steps, elapsed, finished))
+        except Exception:  # a display problem never stops the check
+            self.progress = None
+
+    def _unwatch(self, report: bool = True) -> None:
+        self.unwatched.set()
+        if self.watch is not None:
+            self.watch.join()
+            self.watch = None
+            if report:
+                self._report(True)
 
     def finish(self) -> RunOutcome:
         """Wait for the end of the run (stopping it and what it started after `timeout`)."""
@@ -356,8 +389,7 @@ class Run:
             raise
         finally:
             self.done = True
-            if self.watch is not None:
-                self.watch.close()
+            self._unwatch()
         duration = time.monotonic() - self.went
         out_tail.finish(self.dir / "stdout.txt")
         err = err_tail.finish(self.dir / "stderr.txt")
@@ -397,50 +429,4 @@ class Run:
             self.stopped_early = self.going
             kill_group(self.proc)
             stop_marked(self.marker)
-            if self.watch is not None:
-                self.watch.close(report=False)
-
-
-class _Watching:
-    """While a run goes, report its progress (the lines of its events file) from a thread."""
-
-    def __init__(
-        self, progress: Callable[[RunProgress], None] | None, events: Path, index: int, seed: int, cold: bool
-    ) -> None:
-        self.progress = progress
-        self.events = events
-        self.index, self.seed, self.cold = index, seed, cold
-        self.stop = threading.Event()
-        self.start = time.monotonic()
-        self.thread: threading.Thread | None = None
-        if progress is not None:
-            self.thread = threading.Thread(target=self._loop, daemon=True)
-            self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.stop.wait(0.5):
-            self.report(False)
-
-    def report(self, finished: bool) -> None:
-        if self.progress is None:
-            return
-        from cachetool.determinism.report import RunProgress
-
-        try:
-            steps = self.events.read_bytes().count(b"\n")
-        except OSError:
-            steps = 0
-        try:
-            self.progress(
-                RunProgress(self.index, self.seed, self.cold, steps, time.monotonic() - self.start, finished)
-            )
-        except Exception:  # a display problem never stops the check
-            self.progress = None
-
-    def close(self, report: bool = True) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
-            if report:
-                self.report(True)
+            self._unwatch(report=False)

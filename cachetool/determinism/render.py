@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from cachetool.determinism.report import Cause, DeterminismReport, Step
 from cachetool.fingerprint.diff import ORDER_HINTS
@@ -24,9 +25,11 @@ def _relative(path: str) -> str:
 
 def _location(cause: Cause) -> str:
     step = cause.step
-    if step.file is None:
-        return "?"
-    return _relative(step.file) + (f":{step.line}" if step.line is not None else "")
+    return (
+        "?"
+        if step.file is None
+        else _relative(step.file) + (f":{step.line}" if step.line is not None else "")
+    )
 
 
 def _what(cause: Cause) -> str:
@@ -42,17 +45,12 @@ def _what(cause: Cause) -> str:
     return " ".join(parts)
 
 
-def _variation(cause: Cause) -> str | None:
-    if cause.variation == "PYTHONHASHSEED":
-        return "depends on PYTHONHASHSEED (a run with an equal hash seed gave the same fingerprint)"
-    if cause.variation == "every run":
-        return "changes on every run (even with an equal hash seed)"
-    if cause.variation == "cache state":
-        return (
-            "depends on the cache state: it differs between a run that computed the earlier step and "
-            "one that loaded it from the cache (a warm cache hides it; a cold one shows it)"
-        )
-    return None
+_VARIATIONS = {
+    "PYTHONHASHSEED": "depends on PYTHONHASHSEED (a run with an equal hash seed gave the same fingerprint)",
+    "every run": "changes on every run (even with an equal hash seed)",
+    "cache state": "depends on the cache state: it differs between a run that computed the earlier step "
+    "and one that loaded it from the cache (a warm cache hides it; a cold one shows it)",
+}
 
 
 def _step_name(step: Step) -> str:
@@ -160,32 +158,27 @@ def _argument_lines(cause: Cause) -> list[str]:
     return lines
 
 
-_GIVEN = [
-    "  the fingerprint was given with new_fingerprint= and differs between runs",
-    "  hint: derive new_fingerprint from inputs that are the same in every run (not a clock or uuid)",
-]
-_UNEXPLAINED = ["  no recorded argument differs; the difference is in what datasets hashed internally"]
+_BY_KIND: dict[str, Callable[[Cause], list[str]]] = {
+    "source": _source_lines,
+    "random": _random_lines,
+    "cache-state": _state_lines,
+    "given": lambda _: [
+        "  the fingerprint was given with new_fingerprint= and differs between runs",
+        "  hint: derive new_fingerprint from inputs that are the same in every run (not a clock or uuid)",
+    ],
+    "unexplained": lambda _: [
+        "  no recorded argument differs; the difference is in what datasets hashed internally"
+    ],
+}
 
 
 def cause_lines(cause: Cause) -> list[str]:
     """The explanation of one cause, as indented lines."""
     fps = " vs ".join(dict.fromkeys(_short(fp) for fp in cause.step.results))
     lines = [f"{_location(cause)}  {_what(cause)}: fingerprint {fps}"]
-    if cause.kind == "source":
-        lines += _source_lines(cause)
-    elif cause.kind == "random":
-        lines += _random_lines(cause)
-    elif cause.kind == "cache-state":
-        lines += _state_lines(cause)
-    elif cause.kind == "given":
-        lines += _GIVEN
-    elif cause.kind == "unexplained":
-        lines += _UNEXPLAINED
-    else:
-        lines += _argument_lines(cause)
-    variation = _variation(cause)
-    if variation:
-        lines.append(f"  {variation}")
+    lines += _BY_KIND.get(cause.kind, _argument_lines)(cause)
+    if cause.variation:
+        lines.append(f"  {_VARIATIONS[cause.variation]}")
     if cause.cascade:
         noun = "fingerprint differs" if cause.cascade == 1 else "fingerprints differ"
         lines.append(f"  {cause.cascade} downstream {noun} because of this")

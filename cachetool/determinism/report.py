@@ -263,6 +263,12 @@ Verdict = Literal[
     "deterministic", "not deterministic", "nothing compared", "script failed", "random fingerprint"
 ]
 
+_VERDICTS: dict[ExitCode, Verdict] = {
+    ExitCode.OK: "deterministic",
+    ExitCode.PROBLEMS_FOUND: "not deterministic",
+    ExitCode.RANDOM_FINGERPRINT: "random fingerprint",
+}
+
 #: Why no fingerprint was compared: the runs took different paths, or none recorded one.
 NothingCompared = Literal["different paths", "no fingerprint"]
 
@@ -367,19 +373,13 @@ class DeterminismReport:
     def uncached(self) -> tuple[tuple[Step, str], ...]:
         """The user's steps that ran without a persistent cache, with the reason the last warm run
         recorded (a note; the exit code does not change)."""
-        analysis = self.analysis
         warm = [k for k, run in enumerate(self.runs) if not run.cold]
-        if analysis is None or not warm:
+        if self.analysis is None or not warm:
             return ()
         k = warm[-1]
-        out: list[tuple[Step, str]] = []
-        for step in analysis.steps:
-            if step.internal or k >= len(step.positions):
-                continue
-            reason = self.runs[k].events[step.positions[k]].uncached
-            if reason is not None:
-                out.append((step, reason))
-        return tuple(out)
+        steps = [s for s in self.analysis.steps if not s.internal and k < len(s.positions)]
+        found = ((s, self.runs[k].events[s.positions[k]].uncached) for s in steps)
+        return tuple((s, reason) for s, reason in found if reason is not None)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -396,13 +396,9 @@ class DeterminismReport:
     @property
     def verdict(self) -> Verdict:
         code = self.exit_code
-        if code == ExitCode.PROBLEMS_FOUND:
-            return "not deterministic"
-        if code == ExitCode.RANDOM_FINGERPRINT:
-            return "random fingerprint"
         if code == ExitCode.USAGE:
             return "nothing compared" if self.nothing_compared_reason else "script failed"
-        return "deterministic"
+        return _VERDICTS[code]
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON form (``--json``); see README, "check-determinism JSON"."""

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cachetool.errors import CachetoolError
 from cachetool.formatting import clock_time
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import Failure, Interruption
@@ -53,14 +52,6 @@ StepStatus = Literal["computed", "loaded", "partial", "no file"]
 ExplainMode = Literal["fingerprint", "run"]
 #: Why a step ran without a persistent cache (`cachetool.history.records.steps.UNCACHED_REASONS`).
 UncachedReason = Literal["in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false"]
-
-
-class NoRecords(CachetoolError):
-    """The ledger has nothing to explain (no pipeline ran under `cachetool run`)."""
-
-    def __init__(self, root: Path, what: str) -> None:
-        super().__init__(f"no recorded {what} in {root}: run the pipeline with `cachetool run script.py`")
-        self.root = root
 
 
 def as_json(value: Any) -> Any:
@@ -305,12 +296,6 @@ class StepExplanation:
     #: Earlier siblings, most recent first, each with what differs from the one before it.
     history: tuple[tuple[StepRef, tuple[Reason, ...]], ...] = ()
     stale: tuple[StaleHit, ...] = ()
-
-    @property
-    def summary(self) -> str:
-        if not self.reasons:
-            return "loaded from the cache" if self.status == "loaded" else self.status
-        return "; ".join(r.text for r in self.reasons)
 
     def to_json(self) -> dict[str, Any]:
         return {

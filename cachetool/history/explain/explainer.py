@@ -12,7 +12,6 @@ from pathlib import Path
 from cachetool.errors import CachetoolError
 from cachetool.history.explain.answer import (
     ExplainReport,
-    NoRecords,
     Reason,
     StaleHit,
     StepExplanation,
@@ -158,7 +157,7 @@ def explain_fingerprint(
     ]
     if not recs:
         _raise_unended(root, view, fp)
-        raise NoRecords(Path(root), f"step that made {fp}")
+        raise _no_records(root, f"step that made {fp}")
     computed = [r for r in recs if r.computed or r.random_fallback is not None]
     target = computed[-1] if computed else recs[-1]
     step = explain_record(view, target, history=history)
@@ -189,9 +188,15 @@ def explain_fingerprint(
     )
 
 
+def _no_records(root: str | os.PathLike[str], what: str) -> CachetoolError:
+    """The ledger has nothing to explain (no pipeline ran under `cachetool run`)."""
+    return CachetoolError(
+        f"no recorded {what} in {Path(root)}: run the pipeline with `cachetool run script.py`"
+    )
+
+
 def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
     """When a step began to make `fp` in a run killed in it: say so (the run was traced)."""
-    from cachetool.errors import CachetoolError
     from cachetool.history.runs import unended_step
 
     start = unended_step(view.ledger.records, fp)
@@ -230,7 +235,7 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
             best = (start.time, start.run)
     if best is None:
         what = f"run of {script}" if script is not None else "run"
-        raise NoRecords(Path(root), what)
+        raise _no_records(root, what)
     return best[1]
 
 
@@ -265,7 +270,7 @@ def explain_run(
     failed = failure(view.ledger.records, run_id)
     starts = [r.time for r in _unended_starts(view) if r.run == run_id]
     if not records and not (interrupted and starts):  # killed before its first step: said below
-        raise NoRecords(Path(root), f"records of run {run_id}")
+        raise _no_records(root, f"records of run {run_id}")
     steps = []
     stale: dict[str, StaleHit] = {}
     upstream = Upstream(view)

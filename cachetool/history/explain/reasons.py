@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import Reason, StepRef
-from cachetool.history.explain.source_text import line_changes
+from cachetool.history.explain.stale import line_changes
 from cachetool.history.explain.view import LedgerView
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
@@ -53,16 +53,9 @@ def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) 
         return _source_reasons(view, new, old, depth)
     reasons: list[Reason] = []
     if new.fingerprint_given or old.fingerprint_given:
-        a, b = _given(old), _given(new)
-        return [
-            Reason(
-                "fingerprint-given",
-                f"new_fingerprint= changed {a} → {b}",
-                argument="new_fingerprint",
-                before=a,
-                after=b,
-            )
-        ]
+        a, b = (str(r.result) if r.fingerprint_given else f"(hashed: {r.result})" for r in (old, new))
+        message = f"new_fingerprint= changed {a} → {b}"
+        return [Reason("fingerprint-given", message, "new_fingerprint", None, a, b)]
     if new.parents != old.parents:
         reasons.extend(_input_reasons(view, new, old, depth))
     if new.transform != old.transform:
@@ -79,26 +72,17 @@ def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) 
     return reasons
 
 
-def _given(rec: StepRecord) -> str:
-    if rec.fingerprint_given:
-        return str(rec.result)
-    return f"(hashed: {rec.result})"
-
-
 def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
     from cachetool.fingerprint.diff import find_unpicklable_in_tree, render_path
     from cachetool.fingerprint.tree import as_node
 
-    argument = rf.argument
-    error = rf.error
-    error_type = rf.error_type
+    argument, error, error_type = rf.argument, rf.error, rf.error_type
     err = f"{error_type}: {error}" if error_type and error else str(error or error_type or "unknown error")
     path = argument
     what = f"`{argument}`" if argument else "the transform"
     arg = rec.args.get(argument) if argument else None
-    summary = arg.summary if arg is not None else None
-    if summary is not None:
-        found = find_unpicklable_in_tree(str(argument), as_node(summary))
+    if arg is not None and arg.summary is not None:
+        found = find_unpicklable_in_tree(str(argument), as_node(arg.summary))
         if found is not None:
             path = render_path(str(argument), found.path)
             what = f"`{path}` ({found.description})"
@@ -114,21 +98,15 @@ def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
 
 
 def _versions_reason(new: StepRecord, old: StepRecord) -> Reason:
-    va = old.version("datasets")
-    vb = new.version("datasets")
+    va, vb = old.version("datasets"), new.version("datasets")
     extra = f" (datasets {va} → {vb})" if va != vb else ""
-    return Reason(
-        "versions",
-        f"datasets hashes this step differently now: {old.transform} → {new.transform}{extra}",
-        before=str(old.transform),
-        after=str(new.transform),
-    )
+    message = f"datasets hashes this step differently now: {old.transform} → {new.transform}{extra}"
+    return Reason("versions", message, before=str(old.transform), after=str(new.transform))
 
 
 def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
     """The parent fingerprints differ: explain the parent against the old parent, upstream."""
-    new_parents = list(new.parents)
-    old_parents = list(old.parents)
+    new_parents, old_parents = list(new.parents), list(old.parents)
     out: list[Reason] = []
     for i, p_new in enumerate(new_parents):
         p_old = old_parents[i] if i < len(old_parents) else None
@@ -137,14 +115,8 @@ def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: in
         rec_new = view.origin(p_new, before=new.time + 1e-6)
         rec_old = view.origin(p_old, before=old.time + 1e-6) if p_old is not None else None
         if rec_new is None or rec_old is None or depth >= _MAX_UPSTREAM:
-            out.append(
-                Reason(
-                    "input",
-                    f"its input changed ({p_old} → {p_new}); the step that made it is not recorded",
-                    before=p_old,
-                    after=p_new,
-                )
-            )
+            message = f"its input changed ({p_old} → {p_new}); the step that made it is not recorded"
+            out.append(Reason("input", message, before=p_old, after=p_new))
             continue
         upstream = StepRef.of(rec_new)
         for r in compare(view, rec_new, rec_old, depth + 1):
@@ -157,10 +129,8 @@ def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: in
 
 
 def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
-    src_new = new.source or SourceInfo()
-    src_old = old.source or SourceInfo()
-    kind = src_new.kind
-    if kind == "builder":
+    src_new, src_old = new.source or SourceInfo(), old.source or SourceInfo()
+    if src_new.kind == "builder":
         reordered = _reordered_files(src_old, src_new)
         if reordered is not None:
             return [reordered]
@@ -178,13 +148,10 @@ def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: i
                 parts.append(f"{name} added")
             elif b is None:
                 parts.append(f"{name} removed")
-            elif (a.size, a.mtime) != (b.size, b.mtime):
-                detail = (
-                    f"size {a.size} → {b.size} bytes"
-                    if a.size != b.size
-                    else f"modified {clock_time(b.mtime)}"
-                )
-                parts.append(f"{name} modified ({detail})")
+            elif a.size != b.size:
+                parts.append(f"{name} modified (size {a.size} → {b.size} bytes)")
+            elif a.mtime != b.mtime:
+                parts.append(f"{name} modified (modified {clock_time(b.mtime)})")
         builder = src_new.builder or "?"
         if parts:
             message = f"the source dataset changed: {', '.join(parts)}"
@@ -195,24 +162,12 @@ def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: i
             )
         else:
             message = f"the source dataset changed ({old.result} → {new.result})"
-        return [
-            Reason(
-                "source",
-                message,
-                before=str(src_old.relative_data_dir),
-                after=str(src_new.relative_data_dir),
-            )
-        ]
-    if kind == "saved":
-        return [
-            Reason(
-                "source",
-                f"the saved dataset at {src_new.path} holds another state "
-                f"({src_old.state_fingerprint} → {src_new.state_fingerprint})",
-                before=src_old.state_fingerprint,
-                after=src_new.state_fingerprint,
-            )
-        ]
+        dirs = (str(src_old.relative_data_dir), str(src_new.relative_data_dir))
+        return [Reason("source", message, None, None, *dirs)]
+    if src_new.kind == "saved":
+        states = (src_old.state_fingerprint, src_new.state_fingerprint)
+        message = f"the saved dataset at {src_new.path} holds another state ({states[0]} → {states[1]})"
+        return [Reason("source", message, None, None, *states)]
     if new.parents != old.parents:
         return _input_reasons(view, new, old, depth)
     return [Reason("source", "the source data changed (an in-memory dataset or a file of its own)")]
@@ -241,19 +196,14 @@ def _reordered_files(old: SourceInfo, new: SourceInfo) -> Reason | None:
 
 
 def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
-    args_new = new.args
-    args_old = old.args
-    differing = []
-    for name in sorted(set(args_new) | set(args_old)):
-        a, b = args_old.get(name), args_new.get(name)
-        if a is None or b is None:
-            differing.append(name)
-            continue
-        if a.digest is not None and b.digest is not None:
-            if a.digest != b.digest:
-                differing.append(name)
-        elif a.repr != b.repr:
-            differing.append(name)
+    args_new, args_old = new.args, old.args
+    differing = [
+        name
+        for name in sorted(set(args_new) | set(args_old))
+        if (a := args_old.get(name)) is None
+        or (b := args_new.get(name)) is None
+        or (a.digest != b.digest if a.digest is not None and b.digest is not None else a.repr != b.repr)
+    ]
     if not differing:
         return []
     if all(name in NON_SEMANTIC for name in differing):
@@ -352,14 +302,7 @@ def _cache_state(
 
 def _changed(argument: str, path: str, before: str, after: str) -> Reason:
     """`path` (a part of `argument`) has another value."""
-    return Reason(
-        "argument",
-        f"`{path}` changed {before} → {after}",
-        argument=argument,
-        path=path,
-        before=before,
-        after=after,
-    )
+    return Reason("argument", f"`{path}` changed {before} → {after}", argument, path, before, after)
 
 
 def _nondeterministic(
@@ -368,29 +311,15 @@ def _nondeterministic(
     """`path` hashes differently from run to run by itself: how, by the culprit's `kind`."""
     what = f"`{path}` ({description})" if description else f"`{path}`"
     varies = _VARIES.get(kind or "", "pickles differently in every process")
-    return Reason(
-        "nondeterministic",
-        f"{what} {varies} — not a change of yours; run `cachetool check-determinism` on the script",
-        argument=argument,
-        path=path,
-        hint=hint,
-    )
+    message = f"{what} {varies} — not a change of yours; run `cachetool check-determinism` on the script"
+    return Reason("nondeterministic", message, argument=argument, path=path, hint=hint)
 
 
 def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
-
-    fa = old.function or FunctionInfo()
-    fb = new.function or FunctionInfo()
+    fa, fb = old.function or FunctionInfo(), new.function or FunctionInfo()
     if fa.qualname != fb.qualname:
-        return [
-            Reason(
-                "function",
-                f"another function: {fa.qualname} → {fb.qualname}",
-                argument="function",
-                before=fa.qualname,
-                after=fb.qualname,
-            )
-        ]
+        message = f"another function: {fa.qualname} → {fb.qualname}"
+        return [Reason("function", message, "function", None, fa.qualname, fb.qualname)]
     code_a, code_b = fa.code_hash, fb.code_hash
     file_a, file_b = (os.path.basename(f.file or "") for f in (fa, fb))
     if code_a and code_a == code_b and file_a != file_b and fb.qualname != "<lambda>":
@@ -410,15 +339,8 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
     if changed:
         lines = line_changes(view.sources, fa, fb)
         where = f" ({lines[0]})" if lines else ""
-        return [
-            Reason(
-                "function-source",
-                f"the source of `{fb.qualname}` changed{where}",
-                argument="function",
-                path="function",
-                lines=tuple(lines),
-            )
-        ]
+        message = f"the source of `{fb.qualname}` changed{where}"
+        return [Reason("function-source", message, argument="function", path="function", lines=tuple(lines))]
     return [_same_code_reason(view, new, old, fb.qualname)]
 
 
@@ -428,12 +350,10 @@ def _same_code_reason(view: LedgerView, new: StepRecord, old: StepRecord, qualna
     from cachetool.fingerprint.diff import diff_trees, render_path
     from cachetool.fingerprint.tree import as_node
 
-    arg_a, arg_b = old.arg("function"), new.arg("function")
-    sa = arg_a.summary if arg_a is not None else None
-    sb = arg_b.summary if arg_b is not None else None
-    culprit = (
-        diff_trees("function", [as_node(sa), as_node(sb)]) if sa is not None and sb is not None else None
-    )
+    sa, sb = (a.summary if (a := r.arg("function")) is not None else None for r in (old, new))
+    culprit = None
+    if sa is not None and sb is not None:
+        culprit = diff_trees("function", [as_node(sa), as_node(sb)])
     if culprit is None:
         return _nondeterministic(
             "function",

@@ -1,4 +1,6 @@
-"""Stale cache hits: entries computed by code that has changed since.
+"""Stale cache hits: entries computed by code that has changed since; and the source texts of user
+functions compared (the lines that changed, a function found in a module's text, comments and
+blank lines ignored).
 
 A function imported from the user's own module is pickled by reference, so editing it keeps the
 fingerprint and `datasets` reuses the old result. `stale_hits(root)` finds cache entries whose
@@ -8,24 +10,24 @@ the source file on disk now.
 
 from __future__ import annotations
 
+import ast
+import difflib
+import io
 import os
+import textwrap
+import tokenize
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from cachetool.history.explain.answer import SourceChange, StaleHit, StepRef
-from cachetool.history.explain.source_text import (
-    def_line,
-    diff_lines,
-    function_source,
-    line_changes,
-    strip_module,
-    tokens,
-)
+from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef
 from cachetool.history.explain.view import LedgerView, first_line, load_view
 from cachetool.history.records.parts import FunctionInfo, FunctionRef
 from cachetool.history.records.steps import StepRecord
+
+_MAX_LINES = 6
 
 
 def _by_reference_parts(fn: FunctionInfo) -> list[FunctionRef]:
@@ -51,6 +53,24 @@ def _code_changes(view: LedgerView, old: FunctionInfo, new: FunctionInfo) -> lis
     return changes
 
 
+def _hit(
+    fp: str, files: tuple[str, ...], comp: StepRecord, reused: StepRecord | None, step: StepRecord, **kw: Any
+) -> StaleHit:
+    """The stale entry `fp` computed by `comp`, reused by `reused` (None: not seen reused), shown as
+    `step` (a source when that is a root, unless `source` is given)."""
+    kw.setdefault("source", step.type == "root")
+    return StaleHit(
+        fingerprint=fp,
+        files=files,
+        computed_at=comp.time,
+        computed_run=comp.run or None,
+        reused_at=reused.time if reused is not None else None,
+        reused_run=(reused.run or None) if reused is not None else None,
+        step=StepRef.of(step),
+        **kw,
+    )
+
+
 def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
     """A hit whose function or helpers differ from those of the computation it reused."""
     fn_hit = hit.function
@@ -63,20 +83,7 @@ def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
     changes = _code_changes(view, comp.function, fn_hit)
     if not changes:
         return []
-    return [
-        StaleHit(
-            fingerprint=fp,
-            files=hit.file_paths,
-            computed_at=comp.time,
-            computed_run=comp.run or None,
-            reused_at=hit.time,
-            reused_run=hit.run or None,
-            changes=tuple(changes),
-            step=StepRef.of(hit),
-            root=hit.where or None,
-            source=hit.type == "root",
-        )
-    ]
+    return [_hit(fp, hit.file_paths, comp, hit, hit, changes=tuple(changes), root=hit.where or None)]
 
 
 #: What makes a result stale though its own code is the same: the step upstream it was made
@@ -155,16 +162,15 @@ def derived_hit(
     fp: str, comp: StepRecord, files: tuple[str, ...], cause: _Cause, reused: StepRecord | None = None
 ) -> StaleHit:
     """The stale entry `fp` (computed by `comp`), made from a stale result upstream."""
-    return StaleHit(
-        fingerprint=fp,
-        files=files,
-        computed_at=comp.time,
-        computed_run=comp.run or None,
-        reused_at=reused.time if reused is not None else None,
-        reused_run=(reused.run or None) if reused is not None else None,
+    step = reused or comp
+    return _hit(
+        fp,
+        files,
+        comp,
+        reused,
+        step,
         changes=(),
-        step=StepRef.of(reused or comp),
-        root=(reused or comp).where or None,
+        root=step.where or None,
         derived_from=cause[0],
         recomputed_at=cause[1],
         source=comp.type == "root",
@@ -205,11 +211,8 @@ def stale_hits(
     view = view or load_view(root)
     root_abs = os.path.abspath(os.fspath(root))
     upstream = Upstream(view)
-    scope: set[str] | None = None
-    if only is not None:
-        scope = {only} if isinstance(only, str) else set(only)
-        for fp in list(scope):
-            scope.update(upstream.ancestors(fp))
+    wanted = None if only is None else {only} if isinstance(only, str) else set(only)
+    scope = None if wanted is None else wanted.union(*(upstream.ancestors(fp) for fp in wanted))
     stale: dict[str, StaleHit] = {}
     entries: dict[str, tuple[StepRecord, tuple[str, ...], StepRecord | None]] = {}
     disk_cache: dict[str, str | None] = {}
@@ -228,27 +231,14 @@ def stale_hits(
         entries[fp] = (comp, files, later[-1] if later else None)
         if comp.function is None:  # no code of the user's (cast_column, train_test_split): made
             continue  # from a stale result at most, found below
-        found: list[StaleHit] = []
-        for hit in reversed(later):
-            found = stale_for_hit(view, hit)
-            if found:
-                break
+        # The latest reuse by other code, if any.
+        reused, found = next(((h, f) for h in reversed(later) if (f := stale_for_hit(view, h))), (None, []))
         changes, checked = _disk_changes(view, comp.function, disk_cache)
         if not checked:
             # The sources cannot be read here (another machine, a moved file): the runs decide.
             stale.update((s.fingerprint, s) for s in found)
         elif changes:
-            stale[fp] = StaleHit(
-                fingerprint=fp,
-                files=files,
-                computed_at=comp.time,
-                computed_run=comp.run or None,
-                reused_at=found[0].reused_at if found else None,
-                reused_run=found[0].reused_run if found else None,
-                changes=tuple(changes),
-                step=StepRef.of(comp),
-                source=comp.type == "root",
-            )
+            stale[fp] = _hit(fp, files, comp, reused, comp, changes=tuple(changes))
     # Ancestors before descendants: an ancestor has fewer ancestors than what is made from it.
     for fp in sorted(entries, key=lambda x: len(upstream.ancestors(x))):
         if fp in stale:
@@ -258,8 +248,7 @@ def stale_hits(
         if cause is not None:
             stale[fp] = derived_hit(fp, comp, files, cause, reused)
     out = sorted(stale.values(), key=lambda s: (s.computed_at or 0.0, s.fingerprint))
-    if scope is not None:
-        wanted = {only} if isinstance(only, str) else set(only or ())
+    if wanted is not None:
         out = [s for s in out if s.fingerprint in wanted]
     return with_removals(upstream, (replace(s, root=root_abs) for s in out))
 
@@ -296,3 +285,98 @@ def _disk_changes(
         lines = diff_lines(recorded, current, start, def_line(text, local) or start)
         changes.append(SourceChange(qualname, path, tuple(lines)))
     return changes, checked
+
+
+def line_changes(sources: Mapping[str, str], fa: FunctionRef, fb: FunctionRef) -> list[LineChange]:
+    """The changed lines between two recorded versions of a function (`sources`: recorded texts
+    by source hash); none when either text is not recorded."""
+    old_text = sources.get(str(fa.source_hash))
+    new_text = sources.get(str(fb.source_hash))
+    if old_text is None or new_text is None:
+        return []
+    start_old = first_line(fa)
+    start_new = first_line(fb)
+    return diff_lines(old_text, new_text, start_old, start_new)
+
+
+def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> list[LineChange]:
+    """Changed lines between two versions of a function, numbered in the file (the newer one
+    for changed and added lines)."""
+    a, b = old.splitlines(), new.splitlines()
+    out: list[LineChange] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        for k in range(max(i2 - i1, j2 - j1)):
+            before = a[i1 + k].strip() if i1 + k < i2 else None
+            after = b[j1 + k].strip() if j1 + k < j2 else None
+            line = start_new + j1 + k if after is not None else start_old + i1 + k
+            out.append(LineChange(line, before, after))
+            if len(out) >= _MAX_LINES:
+                return out
+    return out
+
+
+def strip_module(qualname: str, path: str) -> str | None:
+    """`pkg.text_helpers.clean_text` in `.../text_helpers.py` -> `clean_text`."""
+    stem = Path(path).stem
+    marker = f"{stem}."
+    idx = qualname.find(marker)
+    if stem == "__init__":
+        return qualname.rsplit(".", 1)[-1]
+    return qualname[idx + len(marker) :] if idx >= 0 else None
+
+
+def _find_def(tree: ast.AST, qualname: str) -> ast.AST | None:
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        found = None
+        for child in getattr(node, "body", ()):
+            if (
+                isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and child.name == part
+            ):
+                found = child
+        if found is None:
+            return None
+        node = found
+    return node
+
+
+def def_line(text: str, qualname: str) -> int | None:
+    try:
+        node = _find_def(ast.parse(text), qualname)
+    except SyntaxError:
+        return None
+    if node is None:
+        return None
+    decorators = getattr(node, "decorator_list", [])
+    return min([getattr(node, "lineno", 1), *(d.lineno for d in decorators)])
+
+
+def function_source(text: str, qualname: str) -> str | None:
+    """The source of the function `qualname` in a module's text, as `inspect.getsource` gives
+    it (decorators included), or None when it is not there any more."""
+    try:
+        node = _find_def(ast.parse(text), qualname)
+    except SyntaxError:
+        return None
+    if node is None or not hasattr(node, "end_lineno"):
+        return None
+    start = def_line(text, qualname) or 1
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[start - 1 : getattr(node, "end_lineno", start)])
+
+
+def tokens(source: str) -> list[tuple[int, str]] | str:
+    """The tokens of a piece of source without comments, blank lines and indentation amounts: two
+    versions with equal tokens are the same code."""
+    try:
+        toks = tokenize.generate_tokens(io.StringIO(textwrap.dedent(source)).readline)
+        return [
+            (t.type, t.string)
+            for t in toks
+            if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT)
+        ]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return source.strip()
