@@ -746,9 +746,8 @@ def test_a_plan_is_plain_data(lockroot: Path) -> None:
     """Plans compare by value: a test (or a user) can assert a whole plan."""
     from cachetool.cache.layout import Kind
     from cachetool.cache.scan import scan_cache
-    from cachetool.maintenance.gc.plan import GcItem, Target
+    from cachetool.maintenance.gc.plan import GcItem, Rules, Target
     from cachetool.maintenance.gc.planner import build_plan
-    from cachetool.maintenance.gc.rules import Rules
     from cachetool.maintenance.liveness import InUse
 
     lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"

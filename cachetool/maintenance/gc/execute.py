@@ -35,9 +35,10 @@ from cachetool.maintenance.gc.plan import (
     GcResult,
     Outcome,
     Refusal,
+    Rules,
     Target,
+    gc_alive,
 )
-from cachetool.maintenance.gc.rules import Rules, gc_alive
 from cachetool.maintenance.liveness import (
     InUse,
     LockBusy,
