@@ -147,6 +147,7 @@ GONE = {
     "cachetool.maintenance.hints",
     "cachetool.maintenance.leases",
     "cachetool.maintenance.pins",
+    "cachetool.maintenance.locks",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
     "cachetool.history.narrow.narrow_report",
