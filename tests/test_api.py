@@ -148,6 +148,7 @@ GONE = {
     "cachetool.maintenance.leases",
     "cachetool.maintenance.pins",
     "cachetool.maintenance.locks",
+    "cachetool.maintenance.gc.options",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
     "cachetool.history.narrow.narrow_report",

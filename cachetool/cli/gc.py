@@ -26,7 +26,7 @@ from cachetool.cli.gc_render import gc_document, show_compaction, show_plan, sho
 from cachetool.cli.output import Output, OutputFormat, choose_format, error, hint, warn
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import human_size
-from cachetool.maintenance.gc.options import NOTHING_SELECTED, GcOptions, option_keyword
+from cachetool.maintenance.gc import NOTHING_SELECTED, GcOptions, option_keyword
 
 if TYPE_CHECKING:
     from cachetool.maintenance.gc import GcRun

@@ -20,7 +20,7 @@ from cachetool.maintenance.liveness import InUse, TempDirUser, leased_reason, pi
 from cachetool.processes import alive, process_start
 
 if TYPE_CHECKING:
-    from cachetool.maintenance.gc.options import GcOptions
+    from cachetool.maintenance.gc import GcOptions
     from cachetool.maintenance.liveness import SharedState
     from cachetool.trace.leases import Lease
 

@@ -32,7 +32,7 @@ from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, TempKi
 from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
-from cachetool.maintenance.gc.options import NOTHING_SELECTED, GcOptions
+from cachetool.maintenance.gc import NOTHING_SELECTED, GcOptions
 from cachetool.maintenance.gc.plan import (
     KEPT_BECAUSE,
     GcItem,
