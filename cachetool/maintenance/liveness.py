@@ -366,11 +366,14 @@ def _scan_psutil() -> InUse:  # pragma: no cover - platforms without /proc
 
 @dataclass(frozen=True)
 class TempDirUser:
-    """A live process that may keep `hf_datasets-*` folders in a temp dir: pyarrow is loaded (so
-    `datasets` may be) and its environment names that temp dir (or cannot be read)."""
+    """A live process whose environment names a temp dir (or cannot be read) and that may keep
+    folders there: `hf_datasets-*` ones when pyarrow is loaded (`arrow`: `datasets` may be),
+    `pymp-*` ones when it is Python."""
 
     pid: int
     started: float  # seconds since the epoch
+    arrow: bool = True
+    python: bool = True
 
 
 def _proc_temp_dir(pid: int) -> str | None:
@@ -397,15 +400,13 @@ def _is_python(pid: int, maps: str) -> bool:
         return False
 
 
-def temp_dir_users(temp_dir: str | os.PathLike[str], python: bool = False) -> tuple[TempDirUser, ...]:
-    """Live processes on this host that may own an `hf_datasets-*` folder in `temp_dir`.
+def temp_dir_users(temp_dir: str | os.PathLike[str]) -> tuple[TempDirUser, ...]:
+    """Live processes on this host that may own an `hf_datasets-*` or `pymp-*` folder in `temp_dir`.
 
     Such a folder lives as long as its process, which holds nothing in it between writes (its
-    datasets may have been dropped, or the first map has not written yet), so an open-files check
-    alone cannot prove it dead. A process that has pyarrow mapped, uses this temp dir and started
-    before the folder existed may be its owner. With `python`, any live Python process counts (the
-    owners of `pymp-*` folders: `multiprocessing.util.get_temp_dir()` makes one that nothing holds
-    open). (A process that changed TMPDIR after it started is judged by its initial environment.)"""
+    datasets may have been dropped, the first map has not written yet, or it is the folder
+    `multiprocessing.util.get_temp_dir()` makes), so an open-files check alone cannot prove it
+    dead. (A process that changed TMPDIR after it started is judged by its initial environment.)"""
     from cachetool.processes import process_start
 
     target = os.path.realpath(temp_dir)
@@ -420,14 +421,15 @@ def temp_dir_users(temp_dir: str | os.PathLike[str], python: bool = False) -> tu
                 maps = f.read()
         except OSError:
             continue
-        if not (_is_python(pid, maps) if python else "libarrow" in maps):
+        arrow, python = "libarrow" in maps, _is_python(pid, maps)
+        if not (arrow or python):
             continue
         where = _proc_temp_dir(pid)
         if where is not None and where != target:
             continue
         started = process_start(pid)
         if started is not None:
-            out.append(TempDirUser(pid, started))
+            out.append(TempDirUser(pid, started, arrow, python))
     return tuple(out)
 
 

@@ -126,8 +126,8 @@ def _execute_locked(
     log: bool,
 ) -> GcResult:
     """The body of `execute()`, under the gc lock."""
-    kinds = {layout.temp_folder_kind(i.path.name) or "pymp" for i in plan.items if i.scope == "temp"}
-    ctx = RunContext.take(plan.options, plan.root, plan.temp_dir, kinds, in_use=in_use)
+    temp = plan.temp_dir if any(i.scope == "temp" for i in plan.items) else None
+    ctx = RunContext.take(plan.options, plan.root, temp, in_use=in_use)
     ctx.anchors, ctx.anchor_errors, ctx.root, ctx.refresh = anchors, anchor_errors, plan.root, in_use is None
     gclog = None
     if log and "root" in anchors:  # never a ledger where there is no cache (yet)

@@ -381,8 +381,7 @@ class Rules:
     options: GcOptions
     in_use: InUse
     sockets: frozenset[str] = frozenset()
-    temp_users: tuple[TempDirUser, ...] = ()  # may own `hf_datasets-*` folders
-    pool_users: tuple[TempDirUser, ...] = ()  # may own `pymp-*` and check folders
+    temp_users: tuple[TempDirUser, ...] = ()  # may own folders of the temp dir
     now: float = field(default_factory=time.time)
     euid: int = field(default_factory=os.geteuid)
 
@@ -392,20 +391,15 @@ class Rules:
         options: GcOptions,
         root: Path | None,
         temp_dir: Path | None,
-        kinds: Iterable[str],
         in_use: InUse | None = None,
     ) -> _R:
         """A liveness snapshot of this host (and `root`'s leases; `in_use` when given) for the
-        rules; the temp dir's possible owners only for the `kinds` of its folders to judge."""
+        rules, with the possible owners of folders in `temp_dir` (None: no such folder to judge)."""
         from cachetool.maintenance.liveness import bound_sockets, scan_in_use, temp_dir_users
 
-        kinds = set(kinds)
         in_use = in_use if in_use is not None else scan_in_use(root=root, writers=False)
-        users = temp_dir_users(temp_dir) if temp_dir is not None and "hf_datasets" in kinds else ()
-        pools = (
-            temp_dir_users(temp_dir, python=True) if temp_dir is not None and kinds - {"hf_datasets"} else ()
-        )
-        return cls(options, in_use, frozenset(bound_sockets()), users, pools)
+        users = temp_dir_users(temp_dir) if temp_dir is not None else ()
+        return cls(options, in_use, frozenset(bound_sockets()), users)
 
     def refusal(
         self,
@@ -448,19 +442,20 @@ class Rules:
                 if started is not None and started <= made_by + _START_SLACK:
                     return Refusal("may-be-owned", f"the check that made it (pid {pid}) is still running")
                 return None
-        users, who = (self.temp_users, "datasets") if kind == "hf_datasets" else (self.pool_users, "Python")
-        owners = possible_owners(made_by, users)
+        # Any live process of the kind that makes such folders, using this temp dir and started
+        # before the folder existed, may be its owner, idle between writes.
+        arrow = kind == "hf_datasets"
+        owners = sorted(
+            u.pid
+            for u in self.temp_users
+            if (u.arrow if arrow else u.python) and u.started <= made_by + _START_SLACK
+        )
         if owners:
+            who = "datasets" if arrow else "Python"
             return Refusal(
                 "may-be-owned", f"a live {who} process using this temp dir (pid {owners[0]}) may own it"
             )
         return None
-
-
-def possible_owners(made_by: float, users: Iterable[TempDirUser]) -> list[int]:
-    """Pids of live processes using the temp dir that started before a folder made at `made_by`
-    existed: any of them may be its owner, idle between writes."""
-    return sorted(u.pid for u in users if u.started <= made_by + _START_SLACK)
 
 
 def owner_uid(path: Path) -> int:

@@ -17,6 +17,7 @@ datasets are protected; so is anything a refusal keeps (in use, too young, not y
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
@@ -32,6 +33,7 @@ from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, TempKi
 from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
+from cachetool.maintenance.fdops import O_DIR, inventory
 from cachetool.maintenance.gc import NOTHING_SELECTED, GcOptions
 from cachetool.maintenance.gc.plan import (
     KEPT_BECAUSE,
@@ -103,35 +105,19 @@ def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
         except OSError:
             continue
         made_by = min(st.st_mtime, st.st_ctime)
-        if not stat.S_ISDIR(st.st_mode):
-            out.append(TempFolder(p, kind, False, st.st_uid, 0, 0, st.st_mtime, made_by))
-            continue
-        size, files, newest = _tree_totals(p, st.st_mtime)
-        out.append(TempFolder(p, kind, True, st.st_uid, size, files, newest, made_by))
+        is_dir, inside = stat.S_ISDIR(st.st_mode), []
+        if is_dir:
+            with contextlib.suppress(OSError):
+                fd = os.open(p, O_DIR)
+                try:
+                    inside = inventory(fd)
+                finally:
+                    os.close(fd)
+        files = [s for s in inside if not stat.S_ISDIR(s.st_mode)]
+        newest = max([st.st_mtime, *(s.st_mtime for s in inside)])
+        size = sum(s.st_size for s in files)
+        out.append(TempFolder(p, kind, is_dir, st.st_uid, size, len(files), newest, made_by))
     return TempScan(resolved, tuple(out))
-
-
-def _tree_totals(path: Path, newest: float) -> tuple[int, int, float]:
-    size = files = 0
-    stack = [path]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                for de in it:
-                    try:
-                        st = de.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    newest = max(newest, st.st_mtime)
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(Path(de.path))
-                    else:
-                        size += st.st_size
-                        files += 1
-        except OSError:
-            continue
-    return size, files, newest
 
 
 def newest_mtime(e: Entry) -> float | None:
@@ -976,8 +962,7 @@ def _scan_temp(options: GcOptions) -> tuple[TempScan | None, tuple[int, int] | N
 def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, **keywords: Any) -> GcPlan:
     """`build_plan` with this host's liveness, taken last: the snapshot should be younger than
     everything it judges."""
-    kinds = (f.kind for f in temp.folders) if temp else ()
-    rules = Rules.take(options, report.root, temp.path if temp else None, kinds)
+    rules = Rules.take(options, report.root, temp.path if temp and temp.folders else None)
     return build_plan(report, rules, temp=temp, **keywords)
 
 
