@@ -78,7 +78,7 @@ def show_plan(
             "(only hf_datasets-*, pymp-* and cachetool-determinism-*)",
             style="dim",
         )
-    for note in plan.shared.notes(dry_run=dry_run) if plan.shared is not None else ():
+    for note in plan.shared.notes() if plan.shared is not None else ():
         out.line(note, style="dim")
     if plan.items:
         out.line()

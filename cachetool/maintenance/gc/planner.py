@@ -23,8 +23,9 @@ import os
 import stat
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,6 +215,25 @@ class Planner(Rules):
             )
         )
 
+    def offer(
+        self,
+        e: Entry | None,
+        item: GcItem,
+        uids: Iterable[int],
+        pids: Iterable[int],
+        *,
+        aged: bool = True,
+        also: Callable[[], Refusal | None] = lambda: None,
+    ) -> None:
+        """Plan `item` unless a rule (or `also`) keeps it: then a skip, of `e` at the item's path.
+        `aged`: its age counts (a lock's says nothing: filelock never touches its mtime)."""
+        newest = max((t.mtime for t in item.targets if t.mtime is not None), default=None) if aged else None
+        why = self.refusal(uids, newest, pids, age_applies=aged, scope=item.scope) or also()
+        if why is None:
+            self.add(item)
+        else:
+            self.skip(e, why, path=item.path, kind=item.kind, size=item.size, scope=item.scope)
+
     def add(self, item: GcItem) -> None:
         newest = max((t.mtime for t in item.targets if t.mtime is not None), default=None)
         future = future_mtime(self.now - newest) if newest is not None else None
@@ -261,14 +281,9 @@ class Planner(Rules):
         self.leftover_file(e, f, Kind.TEMP, reason, dataset=e.dataset, aliases=e.aliases)
 
     def leftover_file(self, e: Entry, f: CacheFile, kind: Kind, reason: str, **extra: Any) -> None:
-        """Plan to remove one leftover file as one item, unless a rule keeps it (a lock's age
-        says nothing: filelock never touches its mtime)."""
-        aged = kind != Kind.LOCK
-        why = self.refusal([f.uid], f.mtime if aged else None, self.file_pids([f]), age_applies=aged)
-        if why:
-            self.skip(e, why, path=f.path, size=f.size)
-            return
-        self.add(GcItem(f.path, kind, f.size, 1, reason, (Target(f.path, False, f.size, f.mtime),), **extra))
+        """Plan to remove one leftover file as one item, unless a rule keeps it."""
+        item = GcItem(f.path, kind, f.size, 1, reason, (Target(f.path, False, f.size, f.mtime),), **extra)
+        self.offer(e, item, [f.uid], self.file_pids([f]), aged=kind != Kind.LOCK)
 
     def tf_leftovers(self, e: Entry) -> None:
         """What a killed `tf.data` writer left (its lockfiles and partial shards), as one item;
@@ -336,16 +351,9 @@ class Planner(Rules):
 
     def leftover_folder(self, e: Entry, reason: str, lock: Path | None = None) -> None:
         """Plan to remove a leftover folder as one item, unless something in it says keep."""
-        newest = newest_mtime(e)
-        uids = [f.uid for f in e.files] + [owner_uid(e.path)]
-        why = self.refusal(uids, newest, self.in_use.pids_under(e.path))
-        if why:
-            self.skip(e, why)
-            return
-        target = Target(e.path, True, e.size, newest)
-        self.add(
-            GcItem(e.path, e.kind, e.size, len(e.files), reason, (target,), dataset=e.dataset, lock=lock)
-        )
+        target = Target(e.path, True, e.size, newest_mtime(e))
+        item = GcItem(e.path, e.kind, e.size, len(e.files), reason, (target,), dataset=e.dataset, lock=lock)
+        self.offer(e, item, [f.uid for f in e.files] + [owner_uid(e.path)], self.in_use.pids_under(e.path))
 
     def incomplete_download(self, e: Entry) -> None:
         for f in e.files:
@@ -395,29 +403,11 @@ class Planner(Rules):
                     scope="temp",
                 )
                 continue
+            reason, target = _TEMP_REASONS[tf.kind], Target(tf.path, True, tf.size, tf.newest)
+            item = GcItem(tf.path, Kind.TEMP, tf.size, tf.files, reason, (target,), scope="temp")
             pids = self.in_use.pids_under(tf.path) | self.in_use.cwd_pids_under(tf.path)
-            why = self.refusal([tf.uid], tf.newest, pids, scope="temp")
-            why = why or self.temp_refusal(tf.path, tf.kind, tf.made_by)
-            if why:
-                self.skip(None, why, path=tf.path, kind=Kind.TEMP, size=tf.size, scope="temp")
-                continue
-            if tf.kind == "hf_datasets":
-                reason = "temp folder of a process that is gone (caching disabled)"
-            elif tf.kind == "determinism":
-                reason = "temp folder of a check-determinism that is gone"
-            else:
-                reason = "multiprocess pool folder, its processes are gone"
-            self.add(
-                GcItem(
-                    tf.path,
-                    Kind.TEMP,
-                    tf.size,
-                    tf.files,
-                    reason,
-                    (Target(tf.path, True, tf.size, tf.newest),),
-                    scope="temp",
-                )
-            )
+            also = partial(self.temp_refusal, tf.path, tf.kind, tf.made_by)
+            self.offer(None, item, [tf.uid], pids, also=also)
 
     def resolve_protections(self) -> None:
         """Pins, `--keep` and their recorded ancestors (the one naming rule for `--keep`:
@@ -659,6 +649,12 @@ class Planner(Rules):
         return n, size, counts
 
 
+#: Why a temp dir folder is removed, by its kind.
+_TEMP_REASONS: dict[str, str] = {
+    "hf_datasets": "temp folder of a process that is gone (caching disabled)",
+    "determinism": "temp folder of a check-determinism that is gone",
+    "pymp": "multiprocess pool folder, its processes are gone",
+}
 _UNPROBED = Refusal("lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)")
 
 
