@@ -234,6 +234,11 @@ class Planner(Rules):
         else:
             self.skip(e, why, path=item.path, kind=item.kind, size=item.size, scope=item.scope)
 
+    @property
+    def recorded(self) -> list[str]:
+        """Every fingerprint the ledger records, as a result or as a parent."""
+        return [*self.parents, *(x for v in self.parents.values() for x in v)]
+
     def add(self, item: GcItem) -> None:
         newest = max((t.mtime for t in item.targets if t.mtime is not None), default=None)
         future = future_mtime(self.now - newest) if newest is not None else None
@@ -416,11 +421,10 @@ class Planner(Rules):
         from cachetool.errors import UnknownFingerprint
 
         parents = self.parents
-        recorded = [*parents, *(x for v in parents.values() for x in v)]
         self.keep_fps: set[str] = set()
         for p in self.o.keep:
             try:
-                got = resolve(p, self.report, recorded=recorded)
+                got = resolve(p, self.report, recorded=self.recorded)
             except UnknownFingerprint:
                 self.warnings.append(f"--keep {p}: no entry or recorded fingerprint matches")
                 continue
@@ -746,7 +750,39 @@ def build_plan(
         # Without --all-users only our own files are touched, which other users' processes
         # (the ones we cannot inspect) rarely hold; with it, say that the check is partial.
         b.warnings.append("some processes could not be inspected; files they hold look unused")
-    why_kept, evicting = _run_steps(b, report, options, parents or {}, root_refused)
+    explicit: list[Entry] = []
+    if options.fingerprints:
+        from cachetool.cache.lookup import find_entry
+
+        explicit = [find_entry(report, fp, recorded=b.recorded) for fp in options.fingerprints]
+    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
+    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
+    explicit = [e for e in explicit if e.kind not in leftover_kinds]
+    if root_refused is not None:
+        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
+        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
+        b.temp_folders()
+    elif options.temp:
+        b.leftovers()
+        b.temp_folders()
+    elif named_leftovers:
+        b.leftovers(only=named_leftovers)
+    evicting = (
+        bool(explicit or options.datasets) or options.older_than is not None or options.max_size is not None
+    )
+    why_kept: dict[Path, KeptBecause] = {}
+    if evicting:
+        for e in explicit:
+            if e.kind not in EVICTABLE:
+                why = Refusal(
+                    "not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)"
+                )
+                b.skip(e, why)
+            elif e.kind == Kind.SAVED and (e.unit or e.path) == b.root:
+                why = Refusal("cache-root", "is the cache root itself: gc never removes the folder it cleans")
+                b.skip(e, why)
+        # Names narrow the run even when none of them can be evicted: `[]` is "nothing in scope".
+        why_kept = b.evictions([e for e in explicit if e.kind in EVICTABLE] if options.fingerprints else None)
     n, size, counts = b.kept(why_kept, evicting, named=bool(options.fingerprints) and not options.temp)
     return GcPlan(
         report.root,
@@ -760,49 +796,6 @@ def build_plan(
         tuple(b.warnings),
         b.now,
     )
-
-
-def _run_steps(
-    b: Planner,
-    report: CacheReport,
-    options: GcOptions,
-    parents: Mapping[str, Iterable[str]],
-    root_refused: str | None,
-) -> tuple[dict[Path, KeptBecause], bool]:
-    """Run the leftover and eviction steps the options ask for; returns why each unit that
-    stays stays, and whether the run evicts."""
-    from cachetool.cache.lookup import find_entry
-
-    recorded = [*parents, *(x for v in parents.values() for x in v)]
-    explicit = [find_entry(report, fp, recorded=recorded) for fp in options.fingerprints]
-    leftover_kinds = layout.LEFTOVER_KINDS | {Kind.LOCK, Kind.DOWNLOAD, Kind.TF_CACHE}
-    named_leftovers = {e.path for e in explicit if e.kind in leftover_kinds}
-    explicit = [e for e in explicit if e.kind not in leftover_kinds]
-    if root_refused is not None:
-        # Not a datasets cache: only the temp dir is cleaned (eviction was refused earlier).
-        b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
-        b.temp_folders()
-    elif options.temp:
-        b.leftovers()
-        b.temp_folders()
-    elif named_leftovers:
-        b.leftovers(only=named_leftovers)
-    evicting = bool(explicit) or options.older_than is not None or options.max_size is not None
-    evicting = evicting or bool(options.datasets)
-    if not evicting:
-        return {}, False
-    for e in explicit:
-        if e.kind not in EVICTABLE:
-            b.skip(
-                e, Refusal("not-evictable", f"a {e.kind.value} entry is not evicted (see cachetool verify)")
-            )
-        elif e.kind == Kind.SAVED and (e.unit or e.path) == b.root:
-            b.skip(
-                e, Refusal("cache-root", "is the cache root itself: gc never removes the folder it cleans")
-            )
-    # Names narrow the run even when none of them can be evicted: `[]` is "nothing in scope".
-    named = [e for e in explicit if e.kind in EVICTABLE] if options.fingerprints else None
-    return b.evictions(named), True
 
 
 _LAYOUT_KINDS = WRITTEN_BY_DATASETS | {
