@@ -417,12 +417,13 @@ class Planner(Rules):
     def resolve_protections(self) -> None:
         """Pins, `--keep` and their recorded ancestors (the one naming rule for `--keep`:
         ambiguous is an error; a name nothing matches is only warned about)."""
-        from cachetool.cache.lookup import resolve
         from cachetool.errors import UnknownFingerprint
 
         parents = self.parents
         self.keep_fps: set[str] = set()
         for p in self.o.keep:
+            from cachetool.cache.lookup import resolve  # here: most runs name nothing to keep
+
             try:
                 got = resolve(p, self.report, recorded=self.recorded)
             except UnknownFingerprint:
