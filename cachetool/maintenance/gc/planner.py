@@ -153,17 +153,9 @@ class _Unit:
     def fingerprints(self) -> set[str]:
         return {fp for e in self.members for fp in (e.fingerprint, *e.aliases) if fp}
 
-    @property
-    def primary(self) -> Entry:
-        return self.members[0]
 
-
-@dataclass(frozen=True)
-class _Protected:
-    """Why a unit must stay: counted as `because`, shown in the skips as `why`."""
-
-    because: KeptBecause
-    why: Refusal
+#: Why a unit must stay: counted as the first, shown in the skips as the second.
+_Protected = tuple[KeptBecause, Refusal]
 
 
 @dataclass(kw_only=True)
@@ -184,10 +176,6 @@ class Planner(Rules):
     @property
     def root(self) -> Path:
         return self.report.root
-
-    @property
-    def o(self) -> GcOptions:
-        return self.options
 
     def file_pids(self, files: Iterable[CacheFile]) -> set[int]:
         return {pid for f in files for pid in self.in_use.pids_for_path(os.fspath(f.path))}
@@ -421,7 +409,7 @@ class Planner(Rules):
 
         parents = self.parents
         self.keep_fps: set[str] = set()
-        for p in self.o.keep:
+        for p in self.options.keep:
             from cachetool.cache.lookup import resolve  # here: most runs name nothing to keep
 
             try:
@@ -469,21 +457,21 @@ class Planner(Rules):
         """Why a unit must stay, or None."""
         fps = u.fingerprints
         if fps & self.pins:
-            return _Protected(KeptBecause.PINNED, Refusal("pinned", "pinned (cachetool unpin to release)"))
+            return KeptBecause.PINNED, Refusal("pinned", "pinned (cachetool unpin to release)")
         hit = next((fp for fp in sorted(fps) if fp in self.pin_ancestors), None)
         if hit:
-            why = Refusal("pinned", f"ancestor of pinned {self.pin_ancestors[hit]}")
-            return _Protected(KeptBecause.PINNED_ANCESTOR, why)
+            return KeptBecause.PINNED_ANCESTOR, Refusal(
+                "pinned", f"ancestor of pinned {self.pin_ancestors[hit]}"
+            )
         if fps & self.keep_fps:
-            return _Protected(KeptBecause.KEEP, Refusal("keep", "kept by --keep"))
+            return KeptBecause.KEEP, Refusal("keep", "kept by --keep")
         hit = next((fp for fp in sorted(fps) if fp in self.keep_ancestors), None)
         if hit:
-            return _Protected(
-                KeptBecause.KEEP, Refusal("keep", f"ancestor of --keep {self.keep_ancestors[hit]}")
+            return KeptBecause.KEEP, Refusal("keep", f"ancestor of --keep {self.keep_ancestors[hit]}")
+        if u.kind in SOURCE_LIKE and not self.options.include_sources:
+            return KeptBecause.SOURCES, Refusal(
+                "source", "source split or saved dataset (pass --include-sources)"
             )
-        if u.kind in SOURCE_LIKE and not self.o.include_sources:
-            why = Refusal("source", "source split or saved dataset (pass --include-sources)")
-            return _Protected(KeptBecause.SOURCES, why)
         pids: set[int] = set()
         for e in u.members:
             pids |= self.file_pids(e.files)
@@ -491,13 +479,13 @@ class Planner(Rules):
             pids |= self.in_use.pids_under(u.key)
         uids = [f.uid for e in u.members for f in e.files]
         refused = self.refusal(uids, u.newest, pids)
-        return None if refused is None else _Protected(KEPT_BECAUSE[refused.code], refused)
+        return None if refused is None else (KEPT_BECAUSE[refused.code], refused)
 
     def evictions(self, explicit: list[Entry] | None) -> dict[Path, KeptBecause]:
         """Plan evictions; returns, per unit key, why a unit that stays stays (for the sentence).
         `explicit`: the evictable entries named on the command line, None when none were named
         (an empty list when every name was refused: then nothing is in scope)."""
-        o = self.o
+        o = self.options
         units = self._units = self.units()
         explicit_keys = {_unit_key_of(e) for e in explicit or ()}
         scoped = self.scoped(units, explicit_keys if explicit is not None else None)
@@ -521,8 +509,8 @@ class Planner(Rules):
             if p is None:
                 chosen.append(u)
             else:
-                why_kept[u.key] = p.because
-                self.protected_skip(u, p.why, explicit_keys)
+                why_kept[u.key] = p[0]
+                self.protected_skip(u, p[1], explicit_keys)
         by_size: set[Path] = set()
         if o.max_size is not None:
             selected_keys = {u.key for u in selected}
@@ -535,10 +523,10 @@ class Planner(Rules):
     def scoped(self, units: list[_Unit], explicit_keys: set[Path] | None) -> list[_Unit]:
         """The units named on the command line (all without names), of `--dataset` if given."""
         scoped = units if explicit_keys is None else [u for u in units if u.key in explicit_keys]
-        if self.o.datasets:
+        if self.options.datasets:
             from cachetool.cache.query import compile_filter
 
-            tests = [compile_filter(f"dataset={name}") for name in self.o.datasets]
+            tests = [compile_filter(f"dataset={name}") for name in self.options.datasets]
             scoped = [u for u in scoped if any(t(e, self.now) for e in u.members for t in tests)]
         return scoped
 
@@ -565,8 +553,8 @@ class Planner(Rules):
                 continue
             p = protected[u.key]
             if p is not None:
-                why_kept[u.key] = p.because
-                self.protected_skip(u, p.why, explicit_keys)
+                why_kept[u.key] = p[0]
+                self.protected_skip(u, p[1], explicit_keys)
                 continue
             if any(c.kind == Kind.SAVED and c.key in u.key.parents for c in chosen):
                 continue
@@ -586,12 +574,12 @@ class Planner(Rules):
     def protected_skip(self, u: _Unit, why: Refusal, explicit_keys: set[Path]) -> None:
         # Sources and saved datasets stay by default; listing each of them would bury the skips
         # that matter (pinned, in use, too young) unless the user named them.
-        if u.kind in SOURCE_LIKE and not self.o.include_sources and u.key not in explicit_keys:
+        if u.kind in SOURCE_LIKE and not self.options.include_sources and u.key not in explicit_keys:
             return
-        self.skip(u.primary, why, path=u.key, size=u.size)
+        self.skip(u.members[0], why, path=u.key, size=u.size)
 
     def _evict_item(self, u: _Unit, by_size: bool = False) -> GcItem:
-        o = self.o
+        o = self.options
         ago = f" (last used {compact_age(self.now - u.used)} ago)" if u.used is not None else ""
         if by_size and o.max_size is not None:
             reason = f"least recently used{ago}, cache over {human_size(o.max_size)}"
@@ -601,7 +589,7 @@ class Planner(Rules):
             reason = "named on the command line"
         else:
             reason = f"in --dataset {', '.join(o.datasets)}"
-        e = u.primary
+        e = u.members[0]
         fp = e.fingerprint if u.kind != Kind.SOURCE or len(u.members) == 1 else None
         aliases = tuple(sorted(u.fingerprints - {fp} if fp else u.fingerprints))
         # A builder folder goes under its builder lock, as `datasets` prepares it: a pipeline that
