@@ -50,7 +50,7 @@ _LAZY = {
     # gc, pin, unpin
     "gc_cache": "cachetool.maintenance.gc",
     "plan_gc": "cachetool.maintenance.gc.planner",
-    "GcOptions": "cachetool.maintenance.gc.options",
+    "GcOptions": "cachetool.maintenance.gc",
     "break_lease": "cachetool.maintenance.liveness",
     "pin": "cachetool.maintenance.pinning",
     "unpin": "cachetool.maintenance.pinning",

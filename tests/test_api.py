@@ -147,6 +147,8 @@ GONE = {
     "cachetool.maintenance.hints",
     "cachetool.maintenance.leases",
     "cachetool.maintenance.pins",
+    "cachetool.maintenance.locks",
+    "cachetool.maintenance.gc.options",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
     "cachetool.history.narrow.narrow_report",

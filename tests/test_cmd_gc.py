@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cachetool.cli.app import app
+from cachetool.maintenance.gc import GcOptions
 from cachetool.maintenance.gc.execute import execute, gc_lock
-from cachetool.maintenance.gc.options import GcOptions
 from cachetool.maintenance.gc.plan import GcBusy
 from cachetool.maintenance.gc.planner import plan_gc
 from tests.conftest import hf_env, short_tmp_dir
@@ -746,9 +746,8 @@ def test_a_plan_is_plain_data(lockroot: Path) -> None:
     """Plans compare by value: a test (or a user) can assert a whole plan."""
     from cachetool.cache.layout import Kind
     from cachetool.cache.scan import scan_cache
-    from cachetool.maintenance.gc.plan import GcItem, Target
+    from cachetool.maintenance.gc.plan import GcItem, Rules, Target
     from cachetool.maintenance.gc.planner import build_plan
-    from cachetool.maintenance.gc.rules import Rules
     from cachetool.maintenance.liveness import InUse
 
     lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"
@@ -818,8 +817,7 @@ def test_the_python_api_validates_and_runs_as_the_command_does(lockroot: Path) -
     from cachetool.cli.common import params_of
     from cachetool.cli.gc import gc_command
     from cachetool.errors import CachetoolError
-    from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
-    from cachetool.maintenance.gc.options import NOTHING_SELECTED
+    from cachetool.maintenance.gc import NOTHING_SELECTED, ConfirmationNeeded, gc_cache
 
     # `--break-lease ID` is `break_lease(root, id)`, a function of its own (as `stats --zero` is).
     presentation = {"fmt", "as_json", "quiet", "no_truncate", "break_lease"}

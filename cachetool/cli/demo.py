@@ -62,7 +62,7 @@ def _show_demo(target: Path) -> None:
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))
     from cachetool.cli.gc import show_plan
-    from cachetool.maintenance.gc.options import GcOptions
+    from cachetool.maintenance.gc import GcOptions
     from cachetool.maintenance.gc.planner import plan_gc
 
     out.line()

@@ -218,10 +218,10 @@ def gc_document(
 
 def show_compaction(out: Output, run: GcRun) -> None:
     """One line for the ledger compaction that followed (or would follow) the removals."""
-    from cachetool.cli.stats import compaction_line
-    from cachetool.history.compact import AUTO_BYTES
-
     if run.compaction is not None and out.format == OutputFormat.human:
+        from cachetool.cli.stats import compaction_line
+        from cachetool.history.compact import AUTO_BYTES
+
         out.line(f"{compaction_line(run.compaction)} (over {human_size(AUTO_BYTES)})")
         for w in run.compaction.warnings:
             warn(w)
@@ -246,7 +246,7 @@ def show_plan(
             "(only hf_datasets-*, pymp-* and cachetool-determinism-*)",
             style="dim",
         )
-    for note in plan.shared.notes(dry_run=dry_run) if plan.shared is not None else ():
+    for note in plan.shared.notes() if plan.shared is not None else ():
         out.line(note, style="dim")
     if plan.items:
         out.line()

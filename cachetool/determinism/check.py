@@ -99,8 +99,8 @@ class Leftovers:
         """Remove them; returns what went, in words ("" when nothing)."""
         try:
             from cachetool.cache.layout import Kind
+            from cachetool.maintenance.gc import GcOptions
             from cachetool.maintenance.gc.execute import execute
-            from cachetool.maintenance.gc.options import GcOptions
             from cachetool.maintenance.gc.planner import plan_gc
 
             root = self.cache_root if self.cache_root is not None and self.cache_root.is_dir() else workdir

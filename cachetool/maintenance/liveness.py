@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from cachetool.cache import layout
 from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR, LockKind
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_duration, safe_text
 from cachetool.maintenance.fdops import O_DIR, open_parent
 from cachetool.trace.leases import (
@@ -366,11 +366,14 @@ def _scan_psutil() -> InUse:  # pragma: no cover - platforms without /proc
 
 @dataclass(frozen=True)
 class TempDirUser:
-    """A live process that may keep `hf_datasets-*` folders in a temp dir: pyarrow is loaded (so
-    `datasets` may be) and its environment names that temp dir (or cannot be read)."""
+    """A live process whose environment names a temp dir (or cannot be read) and that may keep
+    folders there: `hf_datasets-*` ones when pyarrow is loaded (`arrow`: `datasets` may be),
+    `pymp-*` ones when it is Python."""
 
     pid: int
     started: float  # seconds since the epoch
+    arrow: bool = True
+    python: bool = True
 
 
 def _proc_temp_dir(pid: int) -> str | None:
@@ -397,15 +400,13 @@ def _is_python(pid: int, maps: str) -> bool:
         return False
 
 
-def temp_dir_users(temp_dir: str | os.PathLike[str], python: bool = False) -> tuple[TempDirUser, ...]:
-    """Live processes on this host that may own an `hf_datasets-*` folder in `temp_dir`.
+def temp_dir_users(temp_dir: str | os.PathLike[str]) -> tuple[TempDirUser, ...]:
+    """Live processes on this host that may own an `hf_datasets-*` or `pymp-*` folder in `temp_dir`.
 
     Such a folder lives as long as its process, which holds nothing in it between writes (its
-    datasets may have been dropped, or the first map has not written yet), so an open-files check
-    alone cannot prove it dead. A process that has pyarrow mapped, uses this temp dir and started
-    before the folder existed may be its owner. With `python`, any live Python process counts (the
-    owners of `pymp-*` folders: `multiprocessing.util.get_temp_dir()` makes one that nothing holds
-    open). (A process that changed TMPDIR after it started is judged by its initial environment.)"""
+    datasets may have been dropped, the first map has not written yet, or it is the folder
+    `multiprocessing.util.get_temp_dir()` makes), so an open-files check alone cannot prove it
+    dead. (A process that changed TMPDIR after it started is judged by its initial environment.)"""
     from cachetool.processes import process_start
 
     target = os.path.realpath(temp_dir)
@@ -420,14 +421,15 @@ def temp_dir_users(temp_dir: str | os.PathLike[str], python: bool = False) -> tu
                 maps = f.read()
         except OSError:
             continue
-        if not (_is_python(pid, maps) if python else "libarrow" in maps):
+        arrow, python = "libarrow" in maps, _is_python(pid, maps)
+        if not (arrow or python):
             continue
         where = _proc_temp_dir(pid)
         if where is not None and where != target:
             continue
         started = process_start(pid)
         if started is not None:
-            out.append(TempDirUser(pid, started))
+            out.append(TempDirUser(pid, started, arrow, python))
     return tuple(out)
 
 
@@ -591,20 +593,6 @@ def _decode_root_lock(
 SHARED_MIN_AGE_FLOOR = 600.0
 
 
-class SharedMinAgeRefused(CachetoolError):
-    """`--min-age` below the floor on a shared file system, without the override."""
-
-    exit_code = ExitCode.USAGE
-
-    def __init__(self, root: Path, fs: FileSystem, min_age: float) -> None:
-        super().__init__(
-            f"{root} is on {fs.type} (a file system other hosts may write): --min-age {min_age:g}s is "
-            f"below the {SHARED_MIN_AGE_FLOOR / 60:g} min floor for temp files no lease covers, "
-            "since writers on other hosts are invisible here; pass --other-hosts-idle if no process on "
-            "another host writes this cache without a cachetool lease"
-        )
-
-
 @dataclass(frozen=True)
 class SharedState:
     """What gc knows about other writers of one root: its file system and its leases."""
@@ -625,11 +613,9 @@ class SharedState:
 
     root: str = ""  # for the command that breaks a lease
 
-    def notes(self, now: float | None = None, *, dry_run: bool = False) -> list[str]:
-        """Lines for the plan: the file system when shared, the live and stale leases (which a
-        dry run leaves in place)."""
-        now = time.time() if now is None else now
-        out = []
+    def notes(self) -> list[str]:
+        """Lines for the plan: the file system when shared, the live and stale leases."""
+        now, out = time.time(), []
         fs = self.filesystem
         if fs is not None and fs.shared:
             out.append(
@@ -711,31 +697,25 @@ def break_command(root: str | os.PathLike[str], lease: Lease) -> str:
     return shell_command("gc", "--break-lease", lease_id, "--cache-dir", os.fsdecode(root))
 
 
-class NoSuchLease(CachetoolError):
-    """`gc --break-lease ID` names no lease of the root."""
-
-    exit_code = ExitCode.USAGE
-
-    def __init__(self, root: Path, name: str) -> None:
-        super().__init__(f"no lease {safe_text(name)} in {safe_text(os.fsdecode(root))} (gc lists them)")
-
-
 def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
     """Remove the lease `name` (its file name, with or without `.json`) of `root`, live or not:
     for a lease whose process the user knows is gone (a host that died, a forged lease). Logged
-    in the ledger as gc's removals are. NoSuchLease when the root has no such lease."""
+    in the ledger as gc's removals are. A `CachetoolError` (exit 2) when the root has no such lease."""
     from cachetool.history.gclog import GcLog
 
     root_path = Path(os.path.abspath(os.fspath(root)))
+    missing = CachetoolError(
+        f"no lease {safe_text(name)} in {safe_text(os.fsdecode(root_path))} (gc lists them)"
+    )
     file = name if name.endswith(".json") else f"{name}.json"
     lease = read_lease(leases_dir(root_path) / file) if "/" not in file and file != ".json" else None
     if lease is None:
-        raise NoSuchLease(root_path, name)
+        raise missing
     root_fd = os.open(root_path, O_DIR)
     try:
         size, _ = _unlink_lease(root_fd, file)
     except (FileNotFoundError, LookupError):
-        raise NoSuchLease(root_path, name) from None
+        raise missing from None
     finally:
         os.close(root_fd)
     log = GcLog(root_path)
@@ -814,7 +794,12 @@ def check_min_age(root: Path, state: SharedState, min_age: float, temp: bool, ot
     """Refuse a `--temp` run with `--min-age` under the floor on a shared file system."""
     fs = state.filesystem
     if temp and fs is not None and fs.shared and min_age < SHARED_MIN_AGE_FLOOR and not other_hosts_idle:
-        raise SharedMinAgeRefused(root, fs, min_age)
+        raise CachetoolError(
+            f"{root} is on {fs.type} (a file system other hosts may write): --min-age {min_age:g}s is "
+            f"below the {SHARED_MIN_AGE_FLOOR / 60:g} min floor for temp files no lease covers, "
+            "since writers on other hosts are invisible here; pass --other-hosts-idle if no process on "
+            "another host writes this cache without a cachetool lease"
+        )
 
 
 def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> list[Lease]:

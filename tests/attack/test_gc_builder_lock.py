@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cachetool.cli.app import app
-from cachetool.maintenance.gc.options import GcOptions
+from cachetool.maintenance.gc import GcOptions
 from cachetool.maintenance.gc.planner import plan_gc
 from tests.attack.races import synthesize_cache
 

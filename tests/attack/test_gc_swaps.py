@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cachetool.maintenance.gc import GcOptions
 from cachetool.maintenance.gc.execute import execute
-from cachetool.maintenance.gc.options import GcOptions
 from cachetool.maintenance.gc.planner import plan_gc
 from tests.attack.races import synthesize_cache
 

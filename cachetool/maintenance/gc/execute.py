@@ -35,9 +35,10 @@ from cachetool.maintenance.gc.plan import (
     GcResult,
     Outcome,
     Refusal,
+    Rules,
     Target,
+    gc_alive,
 )
-from cachetool.maintenance.gc.rules import Rules, gc_alive
 from cachetool.maintenance.liveness import (
     InUse,
     LockBusy,
@@ -87,71 +88,57 @@ def execute(
     A fresh liveness snapshot is taken after the lock is won (unless one is given). Items that
     fail a re-check are skipped with the reason; an I/O error fails that item only. Every removal
     is recorded in the root's ledger (`cachetool.history.gclog`) after its files are gone."""
-    anchors: dict[str, tuple[Path, int]] = {}
-    anchor_errors: dict[str, str] = {}
-    for scope, anchor, expected in (("root", plan.root, plan.root_id), ("temp", plan.temp_dir, plan.temp_id)):
-        if anchor is None:
-            continue
-        try:
-            # The one time a path is resolved: from here on everything is relative to this
-            # descriptor, and it must be the very folder the plan was made for.
-            fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            continue  # its items fail their re-check below
-        st = os.fstat(fd)
-        if expected is not None and (st.st_dev, st.st_ino) != expected:
-            os.close(fd)
-            anchor_errors[scope] = (
-                f"{anchor} is no longer the folder the plan was made for (a folder on the way "
-                "was replaced); nothing in it is touched"
-            )
-            continue
-        anchors[scope] = (anchor, fd)
-    try:
-        root_fd = anchors["root"][1] if "root" in anchors else None
-        # Without the root every item of it is refused: nothing needs the lock.
-        with gc_lock(plan.root, lock_timeout, root_fd) if root_fd is not None else contextlib.nullcontext():
-            return _execute_locked(plan, anchors, anchor_errors, in_use, log)
-    finally:
-        for _, fd in anchors.values():
-            os.close(fd)
+    with contextlib.ExitStack() as stack:
+        anchors: dict[str, tuple[Path, int]] = {}
+        anchor_errors: dict[str, str] = {}
+        anchored = (("root", plan.root, plan.root_id), ("temp", plan.temp_dir, plan.temp_id))
+        for scope, anchor, expected in anchored:
+            if anchor is None:
+                continue
+            try:
+                # The one time a path is resolved: from here on everything is relative to this
+                # descriptor, and it must be the very folder the plan was made for.
+                fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue  # its items fail their re-check below
+            stack.callback(os.close, fd)
+            st = os.fstat(fd)
+            if expected is not None and (st.st_dev, st.st_ino) != expected:
+                anchor_errors[scope] = (
+                    f"{anchor} is no longer the folder the plan was made for (a folder on the way "
+                    "was replaced); nothing in it is touched"
+                )
+                continue
+            anchors[scope] = (anchor, fd)
+        gclog = None
+        if "root" in anchors:  # without the root every item of it is refused: nothing needs the lock
+            stack.enter_context(gc_lock(plan.root, lock_timeout, anchors["root"][1]))
+            if log:  # never a ledger where there is no cache (yet)
+                from cachetool.history.gclog import GcLog
 
+                gclog = stack.enter_context(contextlib.closing(GcLog(plan.root)))
+        temp = plan.temp_dir if any(i.scope == "temp" for i in plan.items) else None
+        ctx = RunContext.take(plan.options, plan.root, temp, in_use=in_use)
+        ctx.anchors, ctx.anchor_errors = anchors, anchor_errors
+        ctx.root, ctx.refresh = plan.root, in_use is None
+        outcomes: dict[int, Outcome] = {}
 
-def _execute_locked(
-    plan: GcPlan,
-    anchors: dict[str, tuple[Path, int]],
-    anchor_errors: dict[str, str],
-    in_use: InUse | None,
-    log: bool,
-) -> GcResult:
-    """The body of `execute()`, under the gc lock."""
-    kinds = {layout.temp_folder_kind(i.path.name) or "pymp" for i in plan.items if i.scope == "temp"}
-    ctx = RunContext.take(plan.options, plan.root, plan.temp_dir, kinds, in_use=in_use)
-    ctx.anchors, ctx.anchor_errors, ctx.root, ctx.refresh = anchors, anchor_errors, plan.root, in_use is None
-    gclog = None
-    if log and "root" in anchors:  # never a ledger where there is no cache (yet)
-        from cachetool.history.gclog import GcLog
+        def done(index: int, outcome: Outcome) -> None:
+            outcomes[index] = outcome
+            item = outcome.item
+            if gclog is not None and (outcome.status == "removed" or outcome.files > 0):
+                gclog.removed(
+                    kind=item.kind.value,
+                    paths=[t.path for t in item.targets],
+                    size=outcome.freed,
+                    files=outcome.files,
+                    reason=item.reason,
+                    fingerprint=item.fingerprint,
+                    aliases=item.aliases,
+                    dataset=item.dataset,
+                    when=time.time(),
+                )
 
-        gclog = GcLog(plan.root)
-    outcomes: dict[int, Outcome] = {}
-
-    def done(index: int, outcome: Outcome) -> None:
-        outcomes[index] = outcome
-        item = outcome.item
-        if gclog is not None and (outcome.status == "removed" or outcome.files > 0):
-            gclog.removed(
-                kind=item.kind.value,
-                paths=[t.path for t in item.targets],
-                size=outcome.freed,
-                files=outcome.files,
-                reason=item.reason,
-                fingerprint=item.fingerprint,
-                aliases=item.aliases,
-                dataset=item.dataset,
-                when=time.time(),
-            )
-
-    try:
         batch = _Batch()
         try:
             for index, item in enumerate(plan.items):
@@ -169,9 +156,6 @@ def _execute_locked(
         leases: tuple[Lease, ...] = ()
         if plan.shared is not None and "root" in anchors:
             leases = tuple(remove_stale_leases(anchors["root"][1], plan.shared, gclog))
-    finally:
-        if gclog is not None:
-            gclog.close()
     return GcResult(plan, tuple(outcomes[i] for i in sorted(outcomes)), time.time(), leases)
 
 

@@ -1,20 +1,26 @@
-"""A gc run as plain frozen data: the plan (items to remove, what it keeps and why) and the
-outcome of each item. Decisions are typed; every message is rendered from them."""
+"""A gc run as plain data: the plan (items to remove, what it keeps and why), the outcome of each
+item, and the keep rules the plan and `execute` both ask (`Rules`: not yours, in use, leased, too
+young, a live owner in the temp dir). Decisions are typed; every message is rendered from them."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from cachetool.cache.layout import Kind
+from cachetool.cache import layout
+from cachetool.cache.layout import Kind, TempKind
 from cachetool.errors import CachetoolError, ExitCode
-from cachetool.formatting import compact_duration, human_size, iso_time
+from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
+from cachetool.maintenance.liveness import InUse, TempDirUser, leased_reason, pids_text, socket_reason
+from cachetool.processes import alive, process_start
 
 if TYPE_CHECKING:
-    from cachetool.maintenance.gc.options import GcOptions
+    from cachetool.maintenance.gc import GcOptions
     from cachetool.maintenance.liveness import SharedState
     from cachetool.trace.leases import Lease
 
@@ -335,3 +341,140 @@ class GcResult:
             "freed_files": self.freed_files,
             "leases_removed": [lease.to_json() for lease in self.leases_removed],
         }
+
+
+#: How the keeps sentence counts an entry that a refusal (`Rules.refusal`) keeps.
+KEPT_BECAUSE: dict[KeepCode, KeptBecause] = {
+    "other-user": KeptBecause.OTHER_USERS,
+    "in-use": KeptBecause.IN_USE,
+    "leased": KeptBecause.IN_USE,  # a live run may be writing it
+    "too-young": KeptBecause.TOO_YOUNG,
+}
+
+#: Clock slack when comparing a process start time (boot-time based) with a file time.
+_START_SLACK = 2.0
+
+
+def too_young(age: float, min_age: float) -> Refusal | None:
+    """Why something modified `age` seconds ago stays under `--min-age`. A modification time in
+    the future (another host's clock) tells no age: it stays under any `--min-age` but 0."""
+    if min_age <= 0 or age >= min_age:
+        return None
+    when = future_mtime(age) or f"modified {compact_age(max(0.0, age))} ago"
+    return Refusal("too-young", f"{when}, younger than --min-age {compact_duration(min_age)}")
+
+
+def future_mtime(age: float) -> str | None:
+    """What to say of a modification time ahead of this host's clock by more than a second."""
+    if age > -1.0:
+        return None
+    return f"modified {compact_age(-age)} in the future (another host's clock?)"
+
+
+_R = TypeVar("_R", bound="Rules")
+
+
+@dataclass
+class Rules:
+    """The keep rules of one run and the liveness snapshot they read (`take`)."""
+
+    options: GcOptions
+    in_use: InUse
+    sockets: frozenset[str] = frozenset()
+    temp_users: tuple[TempDirUser, ...] = ()  # may own folders of the temp dir
+    now: float = field(default_factory=time.time)
+    euid: int = field(default_factory=os.geteuid)
+
+    @classmethod
+    def take(
+        cls: type[_R],
+        options: GcOptions,
+        root: Path | None,
+        temp_dir: Path | None,
+        in_use: InUse | None = None,
+    ) -> _R:
+        """A liveness snapshot of this host (and `root`'s leases; `in_use` when given) for the
+        rules, with the possible owners of folders in `temp_dir` (None: no such folder to judge)."""
+        from cachetool.maintenance.liveness import bound_sockets, scan_in_use, temp_dir_users
+
+        in_use = in_use if in_use is not None else scan_in_use(root=root, writers=False)
+        users = temp_dir_users(temp_dir) if temp_dir is not None else ()
+        return cls(options, in_use, frozenset(bound_sockets()), users)
+
+    def refusal(
+        self,
+        uids: Iterable[int],
+        newest: float | None,
+        pids: Iterable[int],
+        age_applies: bool = True,
+        scope: Scope = "root",
+    ) -> Refusal | None:
+        """Why something must stay whatever it is: another user's (without --all-users), held by
+        a live process, under a live lease, or younger than --min-age."""
+        if not self.options.all_users:
+            others = sorted({u for u in uids if u != self.euid})
+            if others:
+                return Refusal("other-user", f"owned by uid {others[0]}, not by you (pass --all-users)")
+        held = set(pids)
+        if held:
+            return Refusal("in-use", f"in use by pid {pids_text(held, 5)}")
+        lease = self.in_use.lease_over(newest) if age_applies and scope == "root" else None
+        if lease is not None:
+            return Refusal("leased", leased_reason(lease))
+        if age_applies and newest is not None:
+            return too_young(self.now - newest, self.options.min_age)
+        return None
+
+    def temp_refusal(self, path: Path, kind: TempKind, made_by: float) -> Refusal | None:
+        """Why a temp-dir folder stays though nothing in it is held: a live process listens on a
+        socket inside, or may own it (it uses this temp dir and started before the folder)."""
+        prefix = os.fspath(path) + "/"
+        if any(s.startswith(prefix) for s in self.sockets):
+            return Refusal("socket", socket_reason(path))
+        if kind == "determinism":
+            # `cachetool-determinism-<pid>-*` is that check's while it lives and started before
+            # the folder was made (a reused pid started later); older names carry no pid.
+            m = layout.CHECK_DIR_RE.match(path.name)
+            if m is not None:
+                pid = int(m.group("pid"))
+                started = process_start(pid)
+                started = 0.0 if started is None and alive(pid) else started  # alive, start unknown
+                if started is not None and started <= made_by + _START_SLACK:
+                    return Refusal("may-be-owned", f"the check that made it (pid {pid}) is still running")
+                return None
+        # Any live process of the kind that makes such folders, using this temp dir and started
+        # before the folder existed, may be its owner, idle between writes.
+        arrow = kind == "hf_datasets"
+        owners = sorted(
+            u.pid
+            for u in self.temp_users
+            if (u.arrow if arrow else u.python) and u.started <= made_by + _START_SLACK
+        )
+        if owners:
+            who = "datasets" if arrow else "Python"
+            return Refusal(
+                "may-be-owned", f"a live {who} process using this temp dir (pid {owners[0]}) may own it"
+            )
+        return None
+
+
+def owner_uid(path: Path) -> int:
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return os.geteuid()
+
+
+def gc_alive(pid: int) -> bool:
+    """Is `pid` a live cachetool process (the gc whose set-aside name carries it)?"""
+    if pid == os.getpid():
+        return True
+    if not alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"cachetool" in f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: keep it
