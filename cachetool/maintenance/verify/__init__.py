@@ -15,7 +15,6 @@ Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -158,7 +157,7 @@ def _check(
     if options.fingerprints:
         chosen = {id(find_entry(report, fp, ledger)) for fp in options.fingerprints}
         entries = [e for e in entries if id(e) in chosen]
-    checker = Checker(report, lambda: scan_in_use(root=report.root), time.time())  # when needed
+    checker = Checker(report)
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)

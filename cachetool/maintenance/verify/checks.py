@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from cachetool.cache.scan import CacheReport, Entry
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.liveness import InUse, pids_text
+from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use
 from cachetool.maintenance.locks import stale_guard
 from cachetool.maintenance.verify.findings import CHANGED, Code, Finding
 
@@ -33,14 +34,17 @@ RECENT_SAVE_SECONDS = 300.0
 class Checker:
     """Collects the findings about the entries of one scan (`entry(e)` for each)."""
 
-    def __init__(self, report: CacheReport, in_use: InUse | Callable[[], InUse], now: float) -> None:
-        """`in_use` may be a function that takes the liveness snapshot: it is then called the
-        first time a check needs to know who holds a file (a leftover, a lock, a shard set being
-        written), and a cache without any spends nothing on reading every process's files."""
+    def __init__(self, report: CacheReport) -> None:
         self.report = report
-        self._in_use = in_use
-        self.now = now
+        self.now = time.time()
         self.findings: list[Finding] = []
+
+    @functools.cached_property
+    def in_use(self) -> InUse:
+        """Who holds which file, taken the first time a check needs it (a leftover, a lock, a
+        shard set being written): a cache without any spends nothing on reading every process's
+        files."""
+        return scan_in_use(root=self.report.root)
 
     def recompute(self, e: Entry) -> str:
         """The hint for a damaged entry `e`: quarantine moves it aside, datasets recomputes it;
@@ -49,12 +53,6 @@ class Checker:
             return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
         command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(self.report.root))
         return f"move it aside with `{command}`; datasets will recompute it"
-
-    @property
-    def in_use(self) -> InUse:
-        if callable(self._in_use):
-            self._in_use = self._in_use()
-        return self._in_use
 
     def removable(
         self, code: Code, e: Entry, detail: str, path: Path | None = None, target: str = ""
