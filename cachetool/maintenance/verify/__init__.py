@@ -1,13 +1,12 @@
 """`verify`: prove every cache file is whole and what it claims to be.
 
 `verify_cache(root)` (its options are `VerifyOptions`) scans the root without the read index
-(every header is read again; with `deep=True` the index is used, as every byte is read and
-validated after), turns what the scan found into findings (`checks`), and adds the checks only
-verify makes: shard lengths against `dataset_info.json`, indices that point past the end of their
-data, leftovers and who is writing them, ledger records whose files are gone, and with `deep=True`
-a full validation of every buffer and checksums (`deep`). `quarantine` moves what has errors
-aside, as a plan with `execute()`, and puts it back. Findings are typed (`findings`): a `Finding`
-has a code, which decides its severity; the sentence shown is rendered from the values read.
+(with `deep=True` with it: every byte is read and validated after), turns what the scan found into
+typed findings and adds the checks only verify makes (`findings`): shard lengths against
+`dataset_info.json`, indices that point past the end of their data, leftovers and who is writing
+them, ledger records whose files are gone; with `deep=True` a full validation of every buffer and
+checksums (`deep`). `quarantine` moves what has errors aside, as a plan with `execute()`, and puts
+it back.
 
 Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and the base modules.
 """
@@ -24,9 +23,8 @@ from cachetool.cache.scan import scan_cache
 from cachetool.errors import CachetoolError
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use
-from cachetool.maintenance.verify.checks import Checker, check_indices
 from cachetool.maintenance.verify.deep import deep_pass
-from cachetool.maintenance.verify.findings import Finding, Severity, VerifyReport
+from cachetool.maintenance.verify.findings import Checker, Finding, Severity, VerifyReport, check_indices
 from cachetool.maintenance.verify.quarantine import QuarantinePlan, plan_quarantine, restore
 
 _ORDER = {s: i for i, s in enumerate(Severity)}

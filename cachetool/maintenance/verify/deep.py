@@ -42,8 +42,7 @@ from cachetool.cache.walk import gc_paused
 from cachetool.formatting import local_time
 from cachetool.hints import shell_command
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.verify.checks import Checker
-from cachetool.maintenance.verify.findings import Finding, rel
+from cachetool.maintenance.verify.findings import Checker, Finding, rel
 
 CHECKSUMS_NAME = "checksums.json"
 #: How long `save_checksums` waits for another process storing its checksums (a few writes).

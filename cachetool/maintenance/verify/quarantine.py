@@ -66,12 +66,7 @@ class QuarantinePlan:
         return replace(self.report, would_quarantine=self.paths)
 
     def execute(self) -> VerifyReport:
-        """Move each unit (never delete) into `<root>/.cachetool/quarantine/<time>-<pid>/`, so the
-        next `datasets` run recomputes it instead of crashing. Each move is logged before it
-        happens; one that fails or is refused becomes a `not-quarantined` finding and the others
-        go on. Only the file version verify judged moves: its identity is compared before the
-        move, and again (with the finding itself) once the unit is out of reach in the quarantine
-        folder; a file replaced or repaired meanwhile is put back."""
+        """Move each unit, checking every file again right before; see `quarantine`."""
         report, root = self.report, self.report.root
         if not self.units:
             return report
@@ -175,7 +170,15 @@ def _stays(f: Finding, e: Entry | None) -> str | None:
 
 
 def quarantine(report: VerifyReport) -> VerifyReport:
-    """Move what has errors aside: `plan_quarantine(report).execute()`."""
+    """Move what has errors into `<root>/.cachetool/quarantine/<time>-<pid>/` (never delete), so the
+    next `datasets` run recomputes it instead of crashing: `plan_quarantine(report).execute()`.
+    Each move is logged before it happens; one that fails becomes a finding and the others go on.
+    Nothing a live process holds moves.
+
+    Only the file version verify judged moves: its identity (device, inode, size, mtime) is
+    compared before the move, and again with the finding itself once the unit is out of reach in
+    the quarantine folder; a file replaced or repaired meanwhile is put back. Every step goes
+    through folder descriptors opened from the root without following symlinks."""
     return plan_quarantine(report).execute()
 
 
