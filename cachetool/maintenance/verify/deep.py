@@ -2,21 +2,14 @@
 schema as `datasets` would, and checksum the bytes (xxh3) where a stored checksum is compared or
 `--record` stores one, so a later deep verify reports bytes that changed.
 
-Each file is mapped once (`mmap` of a descriptor opened without touching its access time): on a
-warm page cache this costs less CPU than `read()` into a buffer, which copies every byte. Both
-xxhash and pyarrow's `validate` release the GIL, so one thread walks the stream's message headers
-(cheap, zero-copy) while the pool hashes each whole file and validates its batches in groups of
-about `GROUP_BYTES`: a large file is spread over every core instead of keeping one busy. The
-first problem in stream order is the one reported, as reading the file batch by batch would.
-
-What each file needs is its `Want`: a checksum nobody compares or stores is not computed (xxh3
-and the page faults of the bytes only it reads were a quarter of the read's CPU), and a file
-whose bytes hash to a checksum recorded after this pyarrow validated them in full is not
-validated again (the same bytes give the same answer): hashed, its schema checked, done.
-
-What `datasets` says of a schema is remembered in the user's cache folder, for every root
-(`SchemaVerdicts`): a repeated deep verify does not import `datasets` (about 0.6 s of CPU, more
-than validating a few GB) to answer what it answered before, and writes nothing into the root.
+Each file is mapped once (cheaper than `read()` into a buffer on a warm page cache); one thread
+walks the stream's message headers (zero-copy) while a pool hashes the file and validates its
+batches in groups of about `GROUP_BYTES` (both release the GIL), so a large file spreads over
+every core; the first problem in stream order is the one reported. A checksum nobody compares or
+stores is not computed, and a file whose bytes hash to a checksum recorded after this pyarrow
+validated it is not validated again (`Want`). What `datasets` says of a schema is remembered in
+the user's cache folder for every root (`SchemaVerdicts`), so a repeated deep verify does not
+import `datasets` (~0.6 s of CPU) to answer again. docs/performance.md has the measurements.
 """
 
 from __future__ import annotations
@@ -218,12 +211,10 @@ MAX_VERDICTS = 4096
 def load_error(schema: Any) -> str | None:
     """Why `datasets` would refuse a file with this Arrow schema, or None if it would load it.
 
-    `datasets.Dataset.from_file` reads the `huggingface` schema metadata as JSON and builds
-    `Features.from_arrow_schema` (which runs `Features.from_dict` on `info.features`), then checks
-    column names and types in `Dataset.__init__`. The same constructor runs here on an empty table
-    of the same schema (everything it checks depends on the schema alone), so the answer is the
-    one `datasets` gives, for every feature type and version; once per distinct schema. Without
-    `datasets` installed, the metadata is only parsed as JSON and its shape checked."""
+    `Dataset.from_file` builds the features from the schema metadata, then checks column names and
+    types in `Dataset.__init__`, all from the schema alone: the same constructor runs here on an
+    empty table of that schema, so the answer is the one `datasets` gives, for every feature type
+    and version. Without `datasets` installed, the metadata's JSON and shape are checked."""
     try:
         import datasets
     except ImportError:
