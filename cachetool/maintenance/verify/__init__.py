@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cachetool.cache.layout import MOVABLE_KINDS
 from cachetool.cache.lookup import find_entry
-from cachetool.cache.scan import scan_cache
+from cachetool.cache.scan import CacheReport, scan_cache
 from cachetool.errors import CachetoolError
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use
@@ -119,10 +120,10 @@ def run_verify(
     """`verify_cache` with its options as one value (what `cachetool verify` calls)."""
     notes: list[str] = []
     restored = restore(root, warn=notes.append) if options.restore else []
-    report = _check(root, options, progress, ledger)
+    report, scanned = _check(root, options, progress, ledger)
     report = replace(report, restored=tuple(restored), restore_notes=tuple(notes), strict=options.strict)
     if options.stale:
-        report = _with_stale_findings(report)
+        report = _with_stale_findings(report, scanned)
     if not options.quarantine:
         return report
     plan = plan_quarantine(report)
@@ -138,7 +139,8 @@ def _check(
     options: VerifyOptions,
     progress: Callable[[int, int], None] | None,
     ledger: Ledger | None,
-) -> VerifyReport:
+) -> tuple[VerifyReport, CacheReport]:
+    """The findings about `root` (with every entry of its scan, the chosen ones checked)."""
     if ledger is None:  # a command that has loaded the ledger passes it
         ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
@@ -168,9 +170,10 @@ def _check(
         )
     findings = sorted(checker.findings, key=lambda f: (_ORDER[f.severity], os.fsdecode(f.path)))
     files_checked = sum(len(e.files) for e in entries)
-    return VerifyReport(
+    verified = VerifyReport(
         report.root, tuple(findings), len(entries), files_checked, bytes_checked, options.deep, recorded
     )
+    return verified, report
 
 
 def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
@@ -198,18 +201,16 @@ def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
         checker.findings.append(Finding("record-file-gone", why, fp, "record", Path(path)))
 
 
-def _with_stale_findings(report: VerifyReport) -> VerifyReport:
+def _with_stale_findings(report: VerifyReport, scanned: CacheReport) -> VerifyReport:
     """`report` plus an error for each entry computed by code that has changed since
     (`cachetool.history.explain.stale.stale_hits`). Each is about the first file of the step's record
     that the cache classifies as written by `datasets` (a record may name anything), or its first
     file when none is (then `--quarantine` moves nothing)."""
-    from cachetool.cache.layout import MOVABLE_KINDS
     from cachetool.history.explain.stale import stale_hits
 
     hits = stale_hits(report.root)
     if not hits:
         return report
-    scanned = scan_cache(report.root, use_index=True, liveness=scan_in_use)
     own = {os.fsdecode(f.path) for e in scanned.entries if e.kind in MOVABLE_KINDS for f in e.files}
     found = [
         Finding(
