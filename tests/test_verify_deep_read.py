@@ -78,8 +78,9 @@ def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importi
     tmp_path: Path,
 ) -> None:
     """The second `verify --deep` of a cache with a file whose schema `datasets` refuses reports
-    the same "datasets cannot load it" without importing `datasets`; a verdict stored for
-    another install of `datasets` or `pyarrow` is not used (datasets is asked again)."""
+    the same "datasets cannot load it" without importing `datasets`, and so does the first of
+    another cache holding that schema; a verdict stored for another install of `datasets` or
+    `pyarrow` is not used (datasets is asked again)."""
     from datasets import Dataset
 
     env = hf_env(tmp_path)
@@ -91,9 +92,12 @@ def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importi
     at = data.index(b'{"info"')
     good.write_bytes(data[:at] + b'["info"' + data[at + 7 :])
 
-    def run() -> str:
-        cmd = [sys.executable, "-c", VERIFY, str(root)]
+    def run_on(folder: Path) -> str:
+        cmd = [sys.executable, "-c", VERIFY, str(folder)]
         return subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+
+    def run() -> str:
+        return run_on(root)
 
     first = run()
     assert "datasets cannot load it" in first and first.rstrip().endswith("True")
@@ -101,8 +105,12 @@ def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importi
     assert second == first.replace("True", "False")
     from cachetool.cache.dirs import derived_dir
 
-    kept = derived_dir(root, env) / VERDICTS_NAME  # type: ignore[operator]
+    kept = derived_dir(root, env).parent.parent / VERDICTS_NAME  # type: ignore[union-attr]
     assert not (root / ".cachetool" / kept.name).exists()  # verify --deep writes nothing in the root
+    other = tmp_path / "other"  # another cache with a file of the same schema: datasets not asked
+    other.mkdir()
+    (other / good.name).write_bytes(good.read_bytes())
+    assert run_on(other) == second
     doc = json.loads(kept.read_text())
     kept.write_text(json.dumps({**doc, "install": "another"}))
     assert run() == first

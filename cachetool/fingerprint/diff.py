@@ -139,7 +139,10 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
     _collect(nodes, (), leaves)
     if not leaves:
         return None
-    common = _common_prefix(leaves)
+    n = 0  # the length of the path all differing leaves share
+    while all(len(leaf) > n and leaf[n] == leaves[0][n] for leaf in leaves):
+        n += 1
+    common = leaves[0][:n]
     found = [node_at(t, common) for t in nodes]
     culprit_nodes = [f for f in found if f is not None] or nodes
     culprit = _culprit(argument, common, culprit_nodes, tuple(leaves))
@@ -257,18 +260,6 @@ def _collect(nodes: Sequence[HashNode], path: tuple[str, ...], out: list[tuple[s
         _collect([c[leaf[-1]] for c in children], leaf, out)
     for label in dict.fromkeys(somewhere):
         out.append((*path, label))
-
-
-def _common_prefix(paths: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
-    first = paths[0]
-    n = len(first)
-    for p in paths[1:]:
-        n = min(n, len(p))
-        for i in range(n):
-            if p[i] != first[i]:
-                n = i
-                break
-    return first[:n]
 
 
 def _culprit(

@@ -62,8 +62,54 @@ def build_tree(
     holding the exception text) when `obj` cannot be pickled; the tree then shows which part fails.
     Never raises for an odd object: a part that cannot be inspected becomes a leaf.
     """
-    builder = _Builder(max_depth=max_depth, max_nodes=max_nodes, max_items=max_items)
-    return builder.node("", obj, depth=0)
+    count = 0
+    # Digests by object id for this build; the objects are kept alive so ids stay unique.
+    digests: dict[int, tuple[Any, str | None, str | None]] = {}
+    on_path: set[int] = set()
+
+    def node(label: str, obj: Any, depth: int) -> HashNode:
+        nonlocal count
+        count += 1
+        known = digests.get(id(obj))
+        digest, err = known[1:] if known is not None and known[0] is obj else try_hash(obj)
+        digests[id(obj)] = (obj, digest, err)
+        out: HashNode = {
+            "l": label,
+            "t": type_name(obj),
+            "s": describe(obj),
+            "r": short_repr(obj),
+            "d": digest,
+        }
+        if err is not None:
+            out["e"] = err
+        order = _order_free_digest(obj)
+        if order is not None:
+            out["o"] = order
+        parts = list(parts_of(obj, max_items)) if decomposable(obj) else []
+        if not parts:
+            return out
+        stop = "cycle" if id(obj) in on_path else "depth" if depth >= max_depth else None
+        if stop is not None or count >= max_nodes:
+            out["x"] = stop or "nodes"
+            return out
+        children = []
+        on_path.add(id(obj))
+        try:
+            for child_label, child in parts:
+                if child_label is MORE:
+                    out["x"] = "items"
+                    continue
+                if count >= max_nodes:
+                    out["x"] = "nodes"
+                    break
+                children.append(node(child_label, child, depth + 1))
+        finally:
+            on_path.discard(id(obj))
+        if children:
+            out["c"] = children
+        return out
+
+    return node("", obj, 0)
 
 
 def iter_nodes(tree: HashNode, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], HashNode]]:
@@ -113,69 +159,6 @@ def types_on_path(tree: HashNode, path: Sequence[str]) -> str:
     object from: a tokenizer, a model)."""
     nodes = (node_at(tree, path[:depth]) for depth in range(len(path) + 1))
     return " ".join(n.get("t", "") for n in nodes if n is not None)
-
-
-class _Builder:
-    def __init__(self, *, max_depth: int, max_nodes: int, max_items: int) -> None:
-        self.max_depth = max_depth
-        self.max_nodes = max_nodes
-        self.max_items = max_items
-        self.count = 0
-        # Digests by object id for this build; the objects are kept alive so ids stay unique.
-        self._digests: dict[int, tuple[Any, str | None, str | None]] = {}
-        self._on_path: set[int] = set()
-
-    def digest(self, obj: Any) -> tuple[str | None, str | None]:
-        cached = self._digests.get(id(obj))
-        if cached is not None and cached[0] is obj:
-            return cached[1], cached[2]
-        digest, err = try_hash(obj)
-        self._digests[id(obj)] = (obj, digest, err)
-        return digest, err
-
-    def node(self, label: str, obj: Any, depth: int) -> HashNode:
-        self.count += 1
-        digest, err = self.digest(obj)
-        node: HashNode = {
-            "l": label,
-            "t": type_name(obj),
-            "s": describe(obj),
-            "r": short_repr(obj),
-            "d": digest,
-        }
-        if err is not None:
-            node["e"] = err
-        order = _order_free_digest(obj)
-        if order is not None:
-            node["o"] = order
-        parts = list(parts_of(obj, self.max_items)) if decomposable(obj) else []
-        if not parts:
-            return node
-        if id(obj) in self._on_path:
-            node["x"] = "cycle"
-            return node
-        if depth >= self.max_depth:
-            node["x"] = "depth"
-            return node
-        if self.count >= self.max_nodes:
-            node["x"] = "nodes"
-            return node
-        children = []
-        self._on_path.add(id(obj))
-        try:
-            for child_label, child in parts:
-                if child_label is MORE:
-                    node["x"] = "items"
-                    continue
-                if self.count >= self.max_nodes:
-                    node["x"] = "nodes"
-                    break
-                children.append(self.node(child_label, child, depth + 1))
-        finally:
-            self._on_path.discard(id(obj))
-        if children:
-            node["c"] = children
-        return node
 
 
 def _order_free_digest(obj: Any) -> str | None:

@@ -1,13 +1,12 @@
 """`verify`: prove every cache file is whole and what it claims to be.
 
 `verify_cache(root)` (its options are `VerifyOptions`) scans the root without the read index
-(every header is read again; with `deep=True` the index is used, as every byte is read and
-validated after), turns what the scan found into findings (`checks`), and adds the checks only
-verify makes: shard lengths against `dataset_info.json`, indices that point past the end of their
-data, leftovers and who is writing them, ledger records whose files are gone, and with `deep=True`
-a full validation of every buffer and checksums (`deep`). `quarantine` moves what has errors
-aside, as a plan with `execute()`, and puts it back. Findings are typed (`findings`): a `Finding`
-has a code, which decides its severity; the sentence shown is rendered from the values read.
+(with `deep=True` with it: every byte is read and validated after), turns what the scan found into
+typed findings and adds the checks only verify makes (`findings`): shard lengths against
+`dataset_info.json`, indices that point past the end of their data, leftovers and who is writing
+them, ledger records whose files are gone; with `deep=True` a full validation of every buffer and
+checksums (`deep`). `quarantine` moves what has errors aside, as a plan with `execute()`, and puts
+it back.
 
 Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and the base modules.
 """
@@ -15,19 +14,18 @@ Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cachetool.cache.layout import MOVABLE_KINDS
 from cachetool.cache.lookup import find_entry
-from cachetool.cache.scan import scan_cache
+from cachetool.cache.scan import CacheReport, scan_cache
 from cachetool.errors import CachetoolError
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use
-from cachetool.maintenance.verify.checks import Checker, check_indices
 from cachetool.maintenance.verify.deep import deep_pass
-from cachetool.maintenance.verify.findings import Finding, Severity, VerifyReport
+from cachetool.maintenance.verify.findings import Checker, Finding, Severity, VerifyReport, check_indices
 from cachetool.maintenance.verify.quarantine import QuarantinePlan, plan_quarantine, restore
 
 _ORDER = {s: i for i, s in enumerate(Severity)}
@@ -122,10 +120,10 @@ def run_verify(
     """`verify_cache` with its options as one value (what `cachetool verify` calls)."""
     notes: list[str] = []
     restored = restore(root, warn=notes.append) if options.restore else []
-    report = _check(root, options, progress, ledger)
+    report, scanned = _check(root, options, progress, ledger)
     report = replace(report, restored=tuple(restored), restore_notes=tuple(notes), strict=options.strict)
     if options.stale:
-        report = _with_stale_findings(report)
+        report = _with_stale_findings(report, scanned)
     if not options.quarantine:
         return report
     plan = plan_quarantine(report)
@@ -141,7 +139,8 @@ def _check(
     options: VerifyOptions,
     progress: Callable[[int, int], None] | None,
     ledger: Ledger | None,
-) -> VerifyReport:
+) -> tuple[VerifyReport, CacheReport]:
+    """The findings about `root` (with every entry of its scan, the chosen ones checked)."""
     if ledger is None:  # a command that has loaded the ledger passes it
         ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
     # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
@@ -158,7 +157,7 @@ def _check(
     if options.fingerprints:
         chosen = {id(find_entry(report, fp, ledger)) for fp in options.fingerprints}
         entries = [e for e in entries if id(e) in chosen]
-    checker = Checker(report, lambda: scan_in_use(root=report.root), time.time())  # when needed
+    checker = Checker(report)
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)
@@ -171,9 +170,10 @@ def _check(
         )
     findings = sorted(checker.findings, key=lambda f: (_ORDER[f.severity], os.fsdecode(f.path)))
     files_checked = sum(len(e.files) for e in entries)
-    return VerifyReport(
+    verified = VerifyReport(
         report.root, tuple(findings), len(entries), files_checked, bytes_checked, options.deep, recorded
     )
+    return verified, report
 
 
 def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
@@ -201,18 +201,16 @@ def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
         checker.findings.append(Finding("record-file-gone", why, fp, "record", Path(path)))
 
 
-def _with_stale_findings(report: VerifyReport) -> VerifyReport:
+def _with_stale_findings(report: VerifyReport, scanned: CacheReport) -> VerifyReport:
     """`report` plus an error for each entry computed by code that has changed since
     (`cachetool.history.explain.stale.stale_hits`). Each is about the first file of the step's record
     that the cache classifies as written by `datasets` (a record may name anything), or its first
     file when none is (then `--quarantine` moves nothing)."""
-    from cachetool.cache.layout import MOVABLE_KINDS
     from cachetool.history.explain.stale import stale_hits
 
     hits = stale_hits(report.root)
     if not hits:
         return report
-    scanned = scan_cache(report.root, use_index=True, liveness=scan_in_use)
     own = {os.fsdecode(f.path) for e in scanned.entries if e.kind in MOVABLE_KINDS for f in e.files}
     found = [
         Finding(

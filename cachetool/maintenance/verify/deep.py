@@ -2,21 +2,14 @@
 schema as `datasets` would, and checksum the bytes (xxh3) where a stored checksum is compared or
 `--record` stores one, so a later deep verify reports bytes that changed.
 
-Each file is mapped once (`mmap` of a descriptor opened without touching its access time): on a
-warm page cache this costs less CPU than `read()` into a buffer, which copies every byte. Both
-xxhash and pyarrow's `validate` release the GIL, so one thread walks the stream's message headers
-(cheap, zero-copy) while the pool hashes each whole file and validates its batches in groups of
-about `GROUP_BYTES`: a large file is spread over every core instead of keeping one busy. The
-first problem in stream order is the one reported, as reading the file batch by batch would.
-
-What each file needs is its `Want`: a checksum nobody compares or stores is not computed (xxh3
-and the page faults of the bytes only it reads were a quarter of the read's CPU), and a file
-whose bytes hash to a checksum recorded after this pyarrow validated them in full is not
-validated again (the same bytes give the same answer): hashed, its schema checked, done.
-
-What `datasets` says of a schema is remembered in the user's cache folder for the root
-(`SchemaVerdicts`): a repeated deep verify does not import `datasets` (about 0.6 s of CPU, more
-than validating a few GB) to answer what it answered before, and writes nothing into the root.
+Each file is mapped once (cheaper than `read()` into a buffer on a warm page cache); one thread
+walks the stream's message headers (zero-copy) while a pool hashes the file and validates its
+batches in groups of about `GROUP_BYTES` (both release the GIL), so a large file spreads over
+every core; the first problem in stream order is the one reported. A checksum nobody compares or
+stores is not computed, and a file whose bytes hash to a checksum recorded after this pyarrow
+validated it is not validated again (`Want`). What `datasets` says of a schema is remembered in
+the user's cache folder for every root (`SchemaVerdicts`), so a repeated deep verify does not
+import `datasets` (~0.6 s of CPU) to answer again. docs/performance.md has the measurements.
 """
 
 from __future__ import annotations
@@ -42,29 +35,35 @@ from cachetool.cache.walk import gc_paused
 from cachetool.formatting import local_time
 from cachetool.hints import shell_command
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.verify.checks import Checker
-from cachetool.maintenance.verify.findings import Finding, rel
-from cachetool.safejson import BadJsonFile
+from cachetool.maintenance.verify.findings import Checker, Finding, rel
 
 CHECKSUMS_NAME = "checksums.json"
-
-
-# -- stored checksums ----------------------------------------------------------------------------
+#: How long `save_checksums` waits for another process storing its checksums (a few writes).
+LOCK_SECONDS = 60.0
+#: What a deep read checks, as a number: raise it whenever that changes, so that files recorded
+#: as valid before are validated in full again.
+DEEP_CHECKS = 1
 
 
 def checksums_path(root: Path) -> Path:
     return root / layout.LEDGER_DIR / CHECKSUMS_NAME
 
 
-def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
+def _stored(path: Path, field: str, keep: Callable[[Any], bool], **expect: Any) -> dict[str, Any]:
+    """The entries of the object `field` of the JSON document at `path` that `keep` accepts; {}
+    when it does not read, is not that shape (edited by hand), or differs from `expect`."""
     try:
-        doc = read_state_json(checksums_path(root))
+        doc = read_state_json(path)
     except (OSError, ValueError):
         return {}
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict):
+    if not isinstance(doc, dict) or any(doc.get(k) != v for k, v in expect.items()):
         return {}
-    return {k: v for k, v in files.items() if isinstance(v, dict)}  # an entry edited by hand
+    found = doc.get(field)
+    return {k: v for k, v in found.items() if keep(v)} if isinstance(found, dict) else {}
+
+
+def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
+    return _stored(checksums_path(root), "files", lambda v: isinstance(v, dict))
 
 
 def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
@@ -79,8 +78,12 @@ def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
         write_whole(path, doc, create_folders=True)
 
 
-#: How long `save_checksums` waits for another process storing its checksums (a few writes).
-LOCK_SECONDS = 60.0
+def validator() -> str:
+    """What validated a file in full, stored with its checksum: the same bytes validated by the
+    same pyarrow and the same checks give the same answer."""
+    import pyarrow as pa
+
+    return f"pyarrow {pa.__version__}; checks {DEEP_CHECKS}"
 
 
 # -- the deep pass -------------------------------------------------------------------------------
@@ -98,6 +101,7 @@ def deep_pass(
     """Read every whole Arrow stream of `entries` on `jobs` threads, add a finding for each that
     does not validate or whose bytes changed since recorded, and with `record` store the new
     checksums. Returns (bytes read, checksums stored)."""
+    root = report.root
     targets: list[tuple[Entry, CacheFile]] = [
         (e, f)
         for e in entries
@@ -105,71 +109,48 @@ def deep_pass(
         for f in e.files
         if f.summary is not None and f.summary.error is None and f.summary.format == "stream"
     ]
-    verdicts = SchemaVerdicts(report.root)
-    paths = [f.path for _, f in targets]
-    stored = load_checksums(report.root)
-    wants = [_want(stored.get(rel(p, report.root)), record) for p in paths]
-    read = read_files(paths, jobs, verdicts, progress, wants)
-    results = list(zip([e for e, _ in targets], read, strict=True))
+    verdicts = SchemaVerdicts(root)
+    stored = load_checksums(root)
+    wants = [_want(stored.get(rel(f.path, root)), record) for _, f in targets]
+    results = read_files([f.path for _, f in targets], jobs, verdicts, progress, wants)
     verdicts.save()
     new_sums: dict[str, dict[str, Any]] = {}
-    record_command = shell_command("verify", "--deep", "--record", "--cache-dir", os.fsdecode(report.root))
-    for e, res in results:
+    record_command = shell_command("verify", "--deep", "--record", "--cache-dir", os.fsdecode(root))
+    for (e, _), res in zip(targets, results, strict=True):
         if res.error is not None:
             checker.add("invalid-data", e, res.path, res.error, checker.recompute(e), ident=res.identity)
             continue
-        key = rel(res.path, report.root)
+        key = rel(res.path, root)
         rewritten = _compare(checker, e, res, stored.get(key), record_command)
-        if record or (rewritten and _unchanged_since_read(res)):
-            new_sums[key] = _record(res)
-    total_bytes = sum(res.size for _, res in results)
+        if not (record or rewritten):
+            continue
+        # A file written in place while it was read could have had old bytes validated and new
+        # ones hashed: its checksum is stored without the note that it validated.
+        try:
+            st = os.stat(res.path)
+            unchanged = identity(st) == res.identity and st.st_ctime_ns == res.ctime_ns
+        except OSError:
+            unchanged = False
+        if record or unchanged:
+            new_sums[key] = {
+                "size": res.size,
+                "mtime_ns": res.mtime_ns,
+                "ctime_ns": res.ctime_ns,
+                "xxh3": res.checksum,
+                "time": time.time(),
+                **({"ino": res.identity[1]} if res.identity is not None else {}),
+                **({"validated": validator()} if unchanged else {}),
+            }
+    total_bytes = sum(res.size for res in results)
     if not new_sums:
         return total_bytes, 0
     try:
-        save_checksums(report.root, new_sums)
+        save_checksums(root, new_sums)
     except OSError as err:
         why = f"cannot store checksums: {err.strerror or err}"
-        path = checksums_path(report.root)
-        checker.findings.append(Finding("checksums-not-stored", why, "", "record", path))
+        checker.findings.append(Finding("checksums-not-stored", why, "", "record", checksums_path(root)))
         return total_bytes, 0
-    return total_bytes, sum(1 for _, r in results if r.error is None) if record else 0
-
-
-def _record(res: DeepResult) -> dict[str, Any]:
-    """What is stored of a file read in full: its checksum, and the stat that tells a later run
-    whether it was written anew (inode, mtime, ctime) or changed where it lies."""
-    return {
-        "size": res.size,
-        "mtime_ns": res.mtime_ns,
-        "ctime_ns": res.ctime_ns,
-        "xxh3": res.checksum,
-        "time": time.time(),
-        **({"ino": res.identity[1]} if res.identity is not None else {}),
-        **({"validated": validator()} if _unchanged_since_read(res) else {}),
-    }
-
-
-#: What a deep read checks, as a number: raise it whenever that changes, so that files recorded
-#: as valid before are validated in full again.
-DEEP_CHECKS = 1
-
-
-def validator() -> str:
-    """What validated a file in full, stored with its checksum: the same bytes validated by the
-    same pyarrow and the same checks give the same answer."""
-    import pyarrow as pa
-
-    return f"pyarrow {pa.__version__}; checks {DEEP_CHECKS}"
-
-
-def _unchanged_since_read(res: DeepResult) -> bool:
-    """Whether the file is still the very version that was read (a write in place while it was
-    read could have had old bytes validated and new ones hashed: those are not trusted later)."""
-    try:
-        st = os.stat(res.path)
-    except OSError:
-        return False
-    return identity(st) == res.identity and st.st_ctime_ns == res.ctime_ns
+    return total_bytes, sum(1 for r in results if r.error is None) if record else 0
 
 
 def _want(old: dict[str, Any] | None, record: bool) -> Want:
@@ -185,15 +166,13 @@ def _want(old: dict[str, Any] | None, record: bool) -> Want:
 def _compare(
     checker: Checker, e: Entry, res: DeepResult, old: dict[str, Any] | None, record_command: str
 ) -> bool:
-    """Whether a file whose bytes differ from its recorded checksum was written anew since (True:
-    its checksum is to be recorded again), and a finding saying which.
+    """Whether a file (whose stream validates in full) differs from its recorded checksum because
+    it was written anew since (True: its checksum is recorded again), with a finding saying which.
 
-    Only a file whose stream validates in full comes here. Written anew: another inode (written
-    beside and renamed, as `datasets` writes a cache file), or a new mtime (and so a new ctime:
-    truncated and written again, as `save_to_disk` writes into its folder): information, and it
-    is recorded again. The same inode and mtime with other bytes is bit rot, a silent overwrite,
-    or a wrong record: an error that says the stream validates, and which `--quarantine` never
-    moves on this evidence alone (one mismatch against a record is a finding, not proof)."""
+    Written anew: another inode (written beside and renamed, as `datasets` writes a cache file),
+    or a new mtime (truncated and written again, as `save_to_disk` writes): information. The same
+    inode and mtime with other bytes is bit rot, a silent overwrite or a wrong record: an error,
+    which `--quarantine` never moves on this evidence alone."""
     if old is None or old.get("xxh3") == res.checksum:
         return False
     when = local_time(float(old.get("time", 0)), seconds=False)
@@ -232,12 +211,10 @@ MAX_VERDICTS = 4096
 def load_error(schema: Any) -> str | None:
     """Why `datasets` would refuse a file with this Arrow schema, or None if it would load it.
 
-    `datasets.Dataset.from_file` reads the `huggingface` schema metadata as JSON and builds
-    `Features.from_arrow_schema` (which runs `Features.from_dict` on `info.features`), then checks
-    column names and types in `Dataset.__init__`. The same constructor runs here on an empty table
-    of the same schema (everything it checks depends on the schema alone), so the answer is the
-    one `datasets` gives, for every feature type and version; once per distinct schema. Without
-    `datasets` installed, the metadata is only parsed as JSON and its shape checked."""
+    `Dataset.from_file` builds the features from the schema metadata, then checks column names and
+    types in `Dataset.__init__`, all from the schema alone: the same constructor runs here on an
+    empty table of that schema, so the answer is the one `datasets` gives, for every feature type
+    and version. Without `datasets` installed, the metadata's JSON and shape are checked."""
     try:
         import datasets
     except ImportError:
@@ -274,58 +251,46 @@ def first_line(e: BaseException) -> str:
 
 
 class SchemaVerdicts:
-    """`load_error` per schema, once each; with a `root`, remembered in the user's cache folder
-    for it (`cache.dirs.derived_dir`, never the root) for the `datasets` and `pyarrow` installed
-    now (a verdict stored by another install is not used)."""
+    """`load_error` per schema, once each; with a `root`, remembered for the `datasets` and
+    `pyarrow` installed now (a verdict stored by another install is not used) in the user's cache
+    folder, beside the folders of the roots (`cache.dirs.derived_dir`, never a root): a verdict
+    holds for every cache."""
 
     def __init__(self, root: Path | None = None) -> None:
         from cachetool.cache.dirs import derived_dir
 
-        folder = derived_dir(root) if root is not None else None
-        self.path = folder / VERDICTS_NAME if folder is not None else None
+        folder = derived_dir(root) if root is not None else None  # <user cache>/roots/<root>
+        self.path = folder.parent.parent / VERDICTS_NAME if folder is not None else None
         self.install = _install_key() if self.path is not None else None
-        self.known: dict[str, str | None] = {}
+        self.known: dict[str, str | None] = self._read()
         self.new = 0
-        if self.path is not None and self.install is not None:
-            self.known = _read_verdicts(self.path, self.install)
+
+    def _read(self) -> dict[str, str | None]:
+        if self.path is None or self.install is None:
+            return {}
+        return _stored(self.path, "verdicts", lambda v: v is None or isinstance(v, str), install=self.install)
 
     def error(self, schema: Any) -> str | None:
-        """`load_error(schema)`, from what an earlier verify of this cache found when it can."""
+        """`load_error(schema)`, from what an earlier verify found when it can."""
         import xxhash
 
-        raw = schema.serialize().to_pybytes()
-        digest = xxhash.xxh3_128_hexdigest(raw)
+        digest = xxhash.xxh3_128_hexdigest(schema.serialize().to_pybytes())
         if digest not in self.known:
             self.known[digest] = load_error(schema)
             self.new += 1
         return self.known[digest]
 
     def save(self) -> None:
-        """Store the verdicts when this run found new ones (where that cannot be written: skipped)."""
-        path = self.path
-        if not self.new or self.install is None or path is None:
+        """Store the verdicts when this run found new ones (where that cannot be written: skipped),
+        with those another verify stored meanwhile."""
+        if not self.new or self.install is None or self.path is None:
             return
-        stored = _read_verdicts(path, self.install)  # another verify may have added some
-        merged = {**stored, **self.known}
-        verdicts = dict(list(merged.items())[-MAX_VERDICTS:])
+        verdicts = dict(list({**self._read(), **self.known}.items())[-MAX_VERDICTS:])
         try:
             doc = {"version": 1, "install": self.install, "verdicts": verdicts}
-            write_whole(path, json.dumps(doc).encode(), create_folders=True)
+            write_whole(self.path, json.dumps(doc).encode(), create_folders=True)
         except OSError:
             return
-
-
-def _read_verdicts(path: Path, install: str) -> dict[str, str | None]:
-    try:
-        doc = read_state_json(path)
-    except (OSError, BadJsonFile):
-        return {}
-    if not isinstance(doc, dict) or doc.get("install") != install:
-        return {}
-    verdicts = doc.get("verdicts")
-    if not isinstance(verdicts, dict):
-        return {}
-    return {k: v for k, v in verdicts.items() if isinstance(k, str) and (v is None or isinstance(v, str))}
 
 
 def _install_key() -> str | None:

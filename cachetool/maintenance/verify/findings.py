@@ -1,17 +1,38 @@
-"""What verify says, as typed values: a `Finding` (a code, which carries its severity, the
-sentence shown, about one entry and file, with a hint) and the `VerifyReport`. Everything verify
-decides (the exit code, what `--quarantine` moves, how a finding is checked again before a move)
-is decided from codes and severities, never from the sentence."""
+"""What verify says, as typed values, and the checks that say it.
+
+A `Finding` has a code, which carries its severity, the sentence shown, about one entry and file,
+with a hint; the `VerifyReport` holds them. Everything verify decides (the exit code, what
+`--quarantine` moves, how a finding is checked again before a move) is decided from codes and
+severities, never from the sentence. `Checker` turns what a scan found about each entry into
+findings, and `check_indices` checks indices files against the data they index.
+
+A file a live process is writing right now is never reported as corrupt: it is "being written by
+pid N". A save in progress looks like an interrupted one for a moment (state.json is written last),
+so an incomplete save touched in the last minutes is a warning, not an error.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from cachetool.cache import layout
+from cachetool.cache.entries import shard_gap
+from cachetool.cache.layout import Kind
+from cachetool.cache.model import CacheFile
+from cachetool.cache.scan import CacheReport, Entry
 from cachetool.errors import ExitCode
+from cachetool.hints import gc_command, shell_command
+from cachetool.history.ledger import Ledger
+from cachetool.maintenance.fdops import identity
+from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use, stale_guard
 
 
 class Severity(str, Enum):
@@ -162,3 +183,392 @@ def rel(path: Path, root: Path) -> str:
         return os.fsdecode(path.relative_to(root))
     except ValueError:
         return os.fsdecode(path)
+
+
+# -- the checks --------------------------------------------------------------------------------
+
+#: An interrupted save younger than this may still be running (state.json comes last).
+RECENT_SAVE_SECONDS = 300.0
+
+
+class Checker:
+    """Collects the findings about the entries of one scan (`entry(e)` for each)."""
+
+    def __init__(self, report: CacheReport) -> None:
+        self.report = report
+        self.now = time.time()
+        self.findings: list[Finding] = []
+
+    @functools.cached_property
+    def in_use(self) -> InUse:
+        """Who holds which file, taken the first time a check needs it (a leftover, a lock, a
+        shard set being written): a cache without any spends nothing on reading every process's
+        files."""
+        return scan_in_use(root=self.report.root)
+
+    def recompute(self, e: Entry) -> str:
+        """The hint for a damaged entry `e`: quarantine moves it aside, datasets recomputes it;
+        nothing recomputes a `save_to_disk` folder, and `--quarantine` never moves it."""
+        if e.kind == Kind.SAVED:
+            return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
+        command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(self.report.root))
+        return f"move it aside with `{command}`; datasets will recompute it"
+
+    def removable(
+        self, code: Code, e: Entry, detail: str, path: Path | None = None, target: str = ""
+    ) -> None:
+        """A finding whose hint is the gc command that removes `target` (the entry's path): it was
+        just proven unheld."""
+        self.add(code, e, path or e.path, detail, gc_command(self.report.root, target or os.fsdecode(e.path)))
+
+    def add(
+        self,
+        code: Code,
+        e: Entry,
+        path: Path,
+        detail: str,
+        hint: str = "",
+        ident: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        if ident is None:
+            ident = _scanned_identity(e, path)
+        self.findings.append(Finding(code, detail, e.id, e.kind.value, path, hint, ident))
+
+    def pids(self, path: Path, writers: bool = False) -> frozenset[int]:
+        """The live processes on this host that hold `path` open (`writers`: for writing)."""
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return frozenset()
+        return (self.in_use.writer_pids(st) if writers else self.in_use.pids(st)) or frozenset()
+
+    def live_writer(self, e: Entry) -> frozenset[int]:
+        return next((pids for f in e.files if (pids := self.pids(f.path, writers=True))), frozenset())
+
+    def being_written(self, e: Entry, what: str = "", path: Path | None = None) -> bool:
+        """A live process on this host writes `e` (or its file `path`): say so, as info."""
+        pids = self.pids(path, writers=True) if path is not None else self.live_writer(e)
+        if pids:
+            self.add("being-written", e, path or e.path, f"{what}being written by pid {pids_text(pids)}")
+        return bool(pids)
+
+    def leased(self, e: Entry) -> bool:
+        """A live lease's process (on this host or another) may be writing `e`: say so, as info."""
+        lease = self.in_use.lease_over(e.modified)
+        if lease is None:
+            return False
+        self.add("leased", e, e.path, f"may be being written by {lease} (a live lease)")
+        return True
+
+    # -- per entry ---------------------------------------------------------------------------
+    def entry(self, e: Entry) -> None:
+        leftover = _LEFTOVERS.get(e.kind)
+        if leftover is not None:
+            return leftover(self, e)
+        if e.kind == Kind.DOWNLOAD and e.problems:
+            self.removable("incomplete-download", e, "; ".join(e.problems))
+            return None
+        if e.kind == Kind.OTHER:
+            # The scan gives an entry of its own to symlinks and non-regular files only with a
+            # problem; the file's mode, not the sentence, says which it is.
+            odd = any(not stat.S_ISREG(f.mode) for f in e.files)
+            for p in e.problems:
+                self.add("not-regular-file" if odd else "odd-file", e, e.path, p)
+            return None
+        if e.kind == Kind.SHARDS and e.problems and self.shards_in_progress(e):
+            self.add("shards-in-progress", e, e.path, "shard set being written right now")
+            return None
+        for f in e.files:
+            self.file(e, f)
+        reported = _file_problem_texts(e)
+        gap = shard_gap(e.files, e.expected_files) if e.kind == Kind.SHARDS and e.expected_files else None
+        for p in e.problems:
+            if p == gap:
+                # A num_proc map that did not finish: datasets loads each finished shard from the
+                # cache and computes only the missing ones, so the finished ones are not damage.
+                self.add("partial-shards", e, e.path, f"{p}: {_REUSED}")
+            elif p not in reported:
+                self.add("damaged", e, e.path, p, self.recompute(e))
+        if e.kind == Kind.SOURCE:
+            self.shard_lengths(e)
+        return None
+
+    def tf_cache(self, e: Entry) -> None:
+        """A finished tf.data cache must have an index that parses and every data shard it names,
+        as long as the index says; a killed writer's lockfile blocks the next run."""
+        if e.state == "incomplete":
+            for p in e.problems:
+                self.add("tf-incomplete", e, e.path, p, _TF_RECOMPUTE)
+        elif e.state == "abandoned":
+            self.removable("tf-abandoned", e, "; ".join(e.problems))
+        elif e.state == "being-written":
+            self.add("tf-being-written", e, e.path, "; ".join(e.problems))
+
+    def file(self, e: Entry, f: CacheFile) -> None:
+        s = f.summary
+        if s is None:
+            return
+        if s.error is not None:
+            if not self.being_written(e, path=f.path):
+                self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
+            return
+        mismatch = _mismatch(f)
+        if mismatch is not None:
+            hint = "the file was written under another name or overwritten; " + self.recompute(e)
+            self.add("fingerprint-mismatch", e, f.path, mismatch, hint)
+
+    def shards_in_progress(self, e: Entry) -> bool:
+        """A num_proc map renames each shard into place when it finishes; while the others are
+        still tmp* files held by live workers, the set is in progress, not broken."""
+        assert e.fingerprint is not None
+        folder = e.path.parent
+        for other in self.report.entries:
+            if other.kind != Kind.TEMP or other.path.parent != folder:
+                continue
+            if any(a.startswith(e.fingerprint + "_") for a in other.aliases) and self.live_writer(other):
+                return True
+        return False
+
+    def shard_lengths(self, e: Entry) -> None:
+        ds = next((d for d in self.report.datasets if d.path == e.dataset_dir), None)
+        if ds is None or e.split is None:
+            return
+        lengths = ds.expected_shard_lengths(e.split)
+        if not lengths or len(lengths) != len(e.files):
+            return
+        for f, want in zip(e.files, lengths, strict=True):
+            got = f.summary.rows if f.summary else None
+            if got is not None and f.summary is not None and f.summary.error is None and got != want:
+                self.add(
+                    "shard-length",
+                    e,
+                    f.path,
+                    f"{got} rows, dataset_info.json shard_lengths says {want}",
+                    self.recompute(e),
+                )
+
+    def temp(self, e: Entry) -> None:
+        if self.being_written(e):
+            return
+        holders = frozenset().union(*(self.pids(f.path) for f in e.files))
+        if holders:
+            self.add("held-open", e, e.path, f"temporary file held open by pid {pids_text(holders)}")
+            return
+        if self.leased(e):
+            return
+        self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
+
+    def leftover_prepare(self, e: Entry) -> None:
+        what = "an interrupted load_dataset preparation"
+        if not (self.being_written(e, f"{what} in progress: ") or self.leased(e)):
+            self.removable("leftover-prepare", e, f"leftover of {what}")
+
+    def incomplete_save(self, e: Entry) -> None:
+        if self.being_written(e, "save_to_disk in progress: ") or self.leased(e):
+            return
+        age = self.now - (e.modified or 0.0)
+        if age < RECENT_SAVE_SECONDS:
+            self.add(
+                "recent-save",
+                e,
+                e.path,
+                f"data-*.arrow without state.json, last written {int(age)}s ago: a save in progress "
+                "or an interrupted one",
+                "verify again later; if it stays, it is interrupted",
+            )
+            return
+        self.add(
+            "interrupted-save",
+            e,
+            e.path,
+            "data-*.arrow without state.json: an interrupted save_to_disk",
+            "save it again; " + gc_command(self.report.root, os.fsdecode(e.path)),
+        )
+
+    def lock(self, e: Entry) -> None:
+        """A lock is stale when what it guards is gone and nobody holds it (`maintenance.liveness`)."""
+        guard = stale_guard(e.path, self.report.root)
+        if guard is not None:
+            self.removable("stale-lock", e, f"stale lock: {guard.name} no longer exists")
+
+
+#: The entry kinds whose problems are all about their files or their own completeness, and the
+#: check of each.
+_LEFTOVERS: dict[Kind, Callable[[Checker, Entry], None]] = {
+    Kind.TEMP: Checker.temp,
+    Kind.INCOMPLETE_PREPARE: Checker.leftover_prepare,
+    Kind.INCOMPLETE_SAVE: Checker.incomplete_save,
+    Kind.LOCK: Checker.lock,
+    Kind.TF_CACHE: Checker.tf_cache,
+}
+
+
+def _mismatch(f: CacheFile) -> str | None:
+    """The problem of a `cache-*.arrow` file whose schema metadata holds another fingerprint than
+    its name says."""
+    parsed = layout.parse_cache_file(f.name)
+    held = f.summary.fingerprint if f.summary is not None else None
+    if parsed is None or held is None:
+        return None
+    fp, rank, count = parsed
+    expected = layout.shard_fingerprint(fp, rank, count) if rank is not None and count is not None else fp
+    return None if held == expected else f"file holds fingerprint {held}, name says {expected}"
+
+
+_TF_RECOMPUTE = "remove the cache's files; the next run of the tf.data pipeline writes it again"
+_REUSED = "a num_proc map that did not finish; datasets reuses the finished shards and computes the rest"
+
+
+def _file_problem_texts(e: Entry) -> set[str]:
+    """What the scan says in `e.problems` about single files, which `Checker.file` reports on its
+    own: each file's header error and fingerprint mismatch, bare and after the file's name (the
+    scan's form for sets). Rendered from the same header summaries and compared whole; the other
+    problems are the entry's own (missing shards, rows, state.json)."""
+    out: set[str] = set()
+    for f in e.files:
+        texts = [t for t in (f.summary.error if f.summary else None, _mismatch(f)) if t]
+        out.update(texts)
+        out.update(f"{f.name}: {t}" for t in texts)
+    return out
+
+
+def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
+    """The identity of `path` as the scan read it: its stat now, if size and mtime are still the
+    scan's; CHANGED if not; None for what is not one of the entry's regular files."""
+    f = next((f for f in e.files if f.path == path), None)
+    if f is None:
+        return None
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return CHANGED
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
+
+
+# -- indices files ---------------------------------------------------------------------------------
+
+_DATA_KINDS = (Kind.SOURCE, Kind.DERIVED, Kind.SHARDS, Kind.SAVED)
+
+
+def check_indices(
+    checker: Checker, entries: Sequence[Entry], parents: dict[str, str | None], ledger: Ledger
+) -> None:
+    """An indices mapping must point inside the data it indexes. The recorded parent tells
+    which data that is; without a record, an index past the end of every data file in the
+    folder is wrong whatever it indexes."""
+    by_fp = {fp: e for e in entries for fp in (e.fingerprint, *e.aliases) if fp}
+    by_path = {f.path: x for x in checker.report.entries for f in x.files}
+    removed = functools.cache(lambda: _removed_folders(ledger))  # read only when needed
+    for e in entries:
+        if e.kind != Kind.INDICES or not e.files or e.files[0].summary is None or e.files[0].summary.error:
+            continue
+        biggest = _max_index(e.files[0].path)
+        if biggest is None:
+            continue
+        parent_fp = parents.get(e.fingerprint or "")
+        parent = by_fp.get(parent_fp or "")
+        if parent_fp and parent is None:
+            parent = _data_on_disk(parent_fp, ledger, by_fp, by_path)
+        if parent_fp and parent is None:
+            _orphan(checker, e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+            continue
+        if parent is not None and (parent.problems or parent.complete is False):
+            continue  # the parent is the broken one: its own finding says so
+        if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
+            if biggest >= parent.rows:
+                checker.add(
+                    "index-out-of-bounds",
+                    e,
+                    e.files[0].path,
+                    f"index {biggest} points past the end of its data ({parent.rows} rows in {parent.id})",
+                    checker.recompute(e),
+                )
+            continue
+        _unrecorded(checker, e, entries, biggest, removed)
+
+
+def _unrecorded(
+    checker: Checker, e: Entry, entries: Sequence[Entry], biggest: int, removed: Callable[[], frozenset[Path]]
+) -> None:
+    """An indices file without a recorded parent, against every dataset left in its folder. The
+    data it points into is gone when its folder has no source split left, or gc removed data
+    files from it."""
+    sizes = [
+        x.rows
+        for x in entries
+        if x.dataset_dir == e.dataset_dir and x.rows is not None and not x.problems and x.kind in _DATA_KINDS
+    ]
+    if not sizes or biggest < max(sizes):
+        return
+    folder = e.files[0].path.parent
+    if folder in removed() or not any(
+        x.kind == Kind.SOURCE and x.files and x.files[0].path.parent == folder for x in checker.report.entries
+    ):
+        _orphan(
+            checker,
+            e,
+            f"index {biggest} is past the end of every dataset left in its folder (largest has "
+            f"{max(sizes)} rows): the data it indexes was removed",
+        )
+        return
+    checker.add(
+        "index-out-of-bounds",
+        e,
+        e.files[0].path,
+        f"index {biggest} points past the end of every dataset in its folder (largest has {max(sizes)} rows)",
+        checker.recompute(e),
+    )
+
+
+def _orphan(checker: Checker, e: Entry, why: str) -> None:
+    """An indices file whose data is gone: harmless (datasets never reads it without its
+    data), removable, and never quarantined."""
+    checker.removable("orphan-indices", e, f"orphan: {why}", e.files[0].path, e.id)
+
+
+def _removed_folders(ledger: Ledger) -> frozenset[Path]:
+    """Folders from which gc (as its log in the ledger says) removed data files."""
+    kinds = ("source", "derived", "shards", "arrow")
+    return frozenset(Path(p).parent for rec in ledger.gc_records() if rec.kind in kinds for p in rec.paths)
+
+
+def _data_on_disk(
+    fp: str, ledger: Ledger, by_fp: dict[str, Entry], by_path: dict[Path, Entry]
+) -> Entry | None:
+    """The cache entry holding the data of the recorded step `fp` when no entry has its
+    fingerprint: a step that wrote no file (`select` of a range, `set_format`) holds its parent's
+    data, and one that wrote under another fingerprint (`cast_column` through its internal `map`)
+    holds the files its record lists. None when that data is gone."""
+    seen: set[str] = set()
+    while fp not in seen:
+        seen.add(fp)
+        if fp in by_fp:
+            return by_fp[fp]
+        made = [r for r in ledger.for_result(fp, include_internal=True) if r.is_origin]
+        if not made:
+            return None
+        rec = made[-1]
+        if rec.files:
+            return next((by_path[p] for f in rec.files if (p := Path(f.path)) in by_path), None)
+        if len(rec.parents) != 1:
+            return None
+        fp = rec.parents[0]
+    return None
+
+
+def _max_index(path: Path) -> int | None:
+    """The largest value of an indices file (reads its single uint64 column)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        with pa.memory_map(os.fspath(path)) as source:
+            table = pa.ipc.open_stream(source).read_all()
+            if table.num_rows == 0:
+                return None
+            value = pc.max(table.column(0)).as_py()
+            return int(value) if value is not None else None
+    except Exception:  # a damaged file has no bounds to check; its own finding says so
+        return None

@@ -22,23 +22,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import Entry, scan_cache
 from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, rename_noreplace
 from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use
-from cachetool.maintenance.verify.findings import Code, Finding, VerifyReport
+from cachetool.maintenance.verify.findings import Finding, VerifyReport
 
 QUARANTINE_DIR = "quarantine"
 QUARANTINE_LOG = "log.jsonl"
 #: The most of the quarantine log that is read (a record is about 300 bytes).
 MAX_LOG_BYTES = 64 * 1024 * 1024
-
-#: How `--quarantine` tells, once a file is out of reach, that its finding still holds: read the
-#: headers again, or validate every buffer again. Other codes rely on the file's identity alone.
-RECHECK: dict[Code, Literal["header", "deep"]] = {"unreadable-header": "header", "invalid-data": "deep"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +67,52 @@ class QuarantinePlan:
 
     def execute(self) -> VerifyReport:
         """Move each unit, checking every file again right before; see `quarantine`."""
-        return _execute(self)
+        report, root = self.report, self.report.root
+        if not self.units:
+            return report
+        moved: list[tuple[Path, Path]] = []
+        problems: list[Finding] = []
+        try:
+            root_fd = os.open(root, O_DIR)
+        except OSError as err:
+            reason = f"cannot open the cache root: {err.strerror or err}"
+            problems = [_not_quarantined(unit.finding, reason) for unit in self.units]
+            return replace(report, findings=(*report.findings, *problems))
+        in_use = scan_in_use(root=root)
+        folder = functools.cache(lambda: _run_folder(root_fd))
+        done: set[Path] = set()
+        try:
+            for unit in self.units:
+                finding = unit.finding
+                todo = [
+                    src
+                    for src in unit.paths
+                    if src not in done and not any(p in done for p in src.parents) and os.path.lexists(src)
+                ]
+                why = _changed(root_fd, root, finding, finding.path)
+                if why is not None and todo:
+                    problems.append(_not_quarantined(finding, why))
+                    continue
+                this: list[tuple[Path, Path]] = []
+                for src in todo:
+                    try:
+                        this.append((src, _move(root_fd, root, folder, src, finding, in_use)))
+                    except (_Refused, OSError) as err:
+                        problems.append(_not_quarantined(finding, _reason(err), src))
+                if not this:
+                    continue
+                # Out of reach now: nobody can swap the file under its old name any more, so this
+                # check is final. If the finding no longer holds, the unit goes back.
+                why = _still_broken(root_fd, root, finding, this)
+                if why is not None:
+                    _put_back(root_fd, root, this)
+                    problems.append(_not_quarantined(finding, why + " (put back)"))
+                    continue
+                done.update(src for src, _ in this)
+                moved += this
+        finally:
+            os.close(root_fd)
+        return replace(report, findings=(*report.findings, *problems), quarantined=tuple(moved))
 
 
 def _not_quarantined(f: Finding, why: str, path: Path | None = None) -> Finding:
@@ -145,56 +186,8 @@ class _Refused(Exception):
     """A file that stays where it is, and why (a sentence)."""
 
 
-def _execute(plan: QuarantinePlan) -> VerifyReport:
-    report = plan.report
-    root = report.root
-    if not plan.units:
-        return report
-    moved: list[tuple[Path, Path]] = []
-    problems: list[Finding] = []
-    try:
-        root_fd = os.open(root, O_DIR)
-    except OSError as err:
-        reason = f"cannot open the cache root: {err.strerror or err}"
-        problems = [_not_quarantined(unit.finding, reason) for unit in plan.units]
-        return replace(report, findings=(*report.findings, *problems))
-    in_use = scan_in_use(root=root)
-    folder = functools.cache(lambda: _run_folder(root_fd))
-    done: set[Path] = set()
-    try:
-        for unit in plan.units:
-            finding = unit.finding
-            todo = [
-                src
-                for src in unit.paths
-                if src not in done and not any(p in done for p in src.parents) and os.path.lexists(src)
-            ]
-            why = _changed(root_fd, root, finding, finding.path)
-            if why is not None and todo:
-                problems.append(_not_quarantined(finding, why))
-                continue
-            this: list[tuple[Path, Path]] = []
-            for src in todo:
-                try:
-                    this.append((src, _move(root_fd, root, folder, src, finding, in_use)))
-                except _Refused as refusal:
-                    problems.append(_not_quarantined(finding, str(refusal), src))
-                except OSError as err:
-                    problems.append(_not_quarantined(finding, err.strerror or str(err), src))
-            if not this:
-                continue
-            # Out of reach now: nobody can swap the file under its old name any more, so this
-            # check is final. If the finding no longer holds, the unit goes back.
-            why = _still_broken(root_fd, root, finding, this)
-            if why is not None:
-                _put_back(root_fd, root, this)
-                problems.append(_not_quarantined(finding, why + " (put back)"))
-                continue
-            done.update(src for src, _ in this)
-            moved += this
-    finally:
-        os.close(root_fd)
-    return replace(report, findings=(*report.findings, *problems), quarantined=tuple(moved))
+def _reason(err: Exception) -> str:
+    return str(getattr(err, "strerror", None) or err)
 
 
 def parts_under(root: Path, path: Path) -> tuple[str, ...]:
@@ -322,13 +315,14 @@ def _still_broken(root_fd: int, root: Path, finding: Finding, unit: list[tuple[P
     why = _changed(root_fd, root, finding, where)
     if why is not None:
         return why
-    check = RECHECK.get(finding.code)
-    if check == "header":
+    # A header or deep finding is checked again by reading the file again; the others rely on
+    # the file's identity alone.
+    if finding.code == "unreadable-header":
         from cachetool.cache.arrow import read_summary
 
         if read_summary(where).error is None:
             return "changed since verify read it (it reads whole now)"
-    elif check == "deep":
+    elif finding.code == "invalid-data":
         from cachetool.maintenance.verify.deep import deep_check
 
         if deep_check(where).error is None:
@@ -491,7 +485,7 @@ def restore(
             finally:
                 os.close(root_fd)
         except (OSError, ValueError) as err:
-            why = str(getattr(err, "strerror", None) or err)
+            why = _reason(err)
             if rec.get("stays") != why:  # said once; tried again every time, quietly
                 say(f"{dst}: cannot go back: {why}")
                 _log(root_path, "stays", src, dst, reason=why)
