@@ -18,9 +18,18 @@ from typing import Any
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.parts import CallSite
 from cachetool.history.records.steps import StepRecord
-from cachetool.trace.roots import abs_path
 
-__all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch", "watched", "wrap_hash", "wrap_random"]
+__all__ = [
+    "CallState",
+    "Calls",
+    "Frame",
+    "HashEvent",
+    "Watch",
+    "abs_path",
+    "watched",
+    "wrap_hash",
+    "wrap_random",
+]
 
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
 #: The arguments of a transform that name its output files, of the script's own choosing.
@@ -251,3 +260,10 @@ def wrap_random(original: Callable[..., str], local: CallState) -> Callable[...,
         return original(*args, **kwargs)
 
     return generate_random_fingerprint
+
+
+def abs_path(path: str) -> str:
+    """`path` made absolute and normal."""
+    if path.startswith("/") and "/." not in path and "//" not in path:
+        return path  # already absolute and normal: the common case, kept cheap
+    return os.path.abspath(os.path.expanduser(path))

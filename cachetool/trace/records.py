@@ -10,19 +10,18 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypedDict
 
 from cachetool.history.records.other import SourceRecord
 from cachetool.history.records.parts import DataFile, FileRecord, FunctionInfo, SourceInfo
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
+from cachetool.history.records.runs import RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord, TransformRecord
 from cachetool.history.writer import RECORD_VERSION
-from cachetool.trace.arguments import SOURCES, Arguments, Hashed, column_heads, operation_of
-from cachetool.trace.calls import Frame, HashEvent
-from cachetool.trace.roots import Roots, abs_path, cache_files, local_path, split_of
+from cachetool.trace.arguments import SOURCES, Arguments, column_heads, operation_of
+from cachetool.trace.calls import Frame, HashEvent, abs_path
 
-__all__ = ["Constants", "RecordBuilder", "fingerprints"]
+__all__ = ["Constants", "RecordBuilder", "Roots", "fingerprints", "local_path"]
 
 #: Local data files recorded per builder root (enough to name the one that changed).
 MAX_DATA_FILES = 16
@@ -115,34 +114,30 @@ class RecordBuilder:
     ) -> TransformRecord:
         ds_files = cache_files(ds)
         root, in_memory = self.roots.of(ds, ds_files)
+        files, cache = self._files(frame, ds_files, parent_files, snapshot)
         if h is not None:
-            hashed = self.arguments.hashed(h)
+            computed = cache in ("miss", "partial") or h.watch.random
+            summaries = self.arguments.summaries and not frame.internal and computed
+            hashed = self.arguments.hashed(h, described=True, after=cache != "hit", summaries=summaries)
         else:
             hashed = self._adopt(frame, fp) or (
-                Hashed(None, {}, None, None) if frame.kind == "concat" else self.arguments.unhashed(frame)
+                {} if frame.kind == "concat" else self.arguments.unhashed(frame)
             )
-        args = self.arguments.show_args(hashed.args, frame, h)
-        files, cache = self._files(frame, ds_files, parent_files, snapshot)
+        args, num_proc = hashed.get("args", {}), frame.kwargs.get("num_proc")
+        if frame.op in ("map", "filter") and type(num_proc) is int and "num_proc" not in args:
+            # Not hashed, but it says how the step ran.
+            hashed["args"] = {**args, "num_proc": self.arguments.arg_info(None, repr(num_proc), "int")}
         no_cache = None
         if frame.op in ("map", "filter") and not frame.internal:
             no_cache = self._no_cache(frame, cache, in_memory)
-        if self.arguments.trees and h is not None and cache != "hit":
-            args = self.arguments.note_changes(args, h)
-        computed = cache in ("miss", "partial") or hashed.random_fallback is not None
-        if h is not None and self.arguments.summaries and not frame.internal and computed:
-            args = self.arguments.with_summaries(args, h)
         return TransformRecord(
             **self._call(frame, duration, seq),
+            **hashed,
             root=root,
             operation=frame.op,
-            transform=hashed.transform,
             result=fp if isinstance(fp, str) else None,
             parents=fingerprints(frame.parent_fps),
             output=output,
-            function=hashed.function,
-            args=args,
-            random_fallback=hashed.random_fallback,
-            fingerprint_given=hashed.fingerprint_given,
             files=files,
             cache=cache,
             in_memory=in_memory,
@@ -154,36 +149,28 @@ class RecordBuilder:
         self, frame: Frame, exc: BaseException, h: HashEvent | None, duration: float
     ) -> TransformRecord:
         """The record of a call that raised: what it was given, and the exception."""
-        hashed = self.arguments.hashed(h) if h is not None else Hashed(None, {}, None, None)
         return TransformRecord(
             **self._call(frame, duration),
+            **(self.arguments.hashed(h) if h is not None else {}),
             root=self.roots.of(frame.parents[0])[0] if frame.parents else self.roots.default,
             operation=frame.op,
-            transform=hashed.transform,
             parents=fingerprints(frame.parent_fps),
-            function=hashed.function,
-            args=hashed.args,
-            random_fallback=hashed.random_fallback,
             error=f"{type(exc).__name__}: {exc}",
         )
 
     def hash_step(self, h: HashEvent, *, internal: bool, root: str) -> TransformRecord:
         """The record of a hash made outside any traced call, or not the call's own."""
-        hashed = self.arguments.hashed(h)
         return TransformRecord(
             **self.constants,
+            **self.arguments.hashed(h),
             seq=h.seq,
             time=round(h.start, 6),
             internal=internal,
             root=root,
             operation=operation_of(h.transform),
-            transform=hashed.transform,
             result=h.result,
             parents=(h.parent,) if isinstance(h.parent, str) else (),
             call_site=h.call_site,
-            function=hashed.function,
-            args=hashed.args,
-            random_fallback=hashed.random_fallback,
         )
 
     def _no_cache(self, frame: Frame, cache: str, in_memory: bool) -> str | None:
@@ -199,15 +186,20 @@ class RecordBuilder:
             return "load-from-cache-file-false"
         return None
 
-    def _adopt(self, frame: Frame, fp: Any) -> Hashed | None:
+    def _adopt(self, frame: Frame, fp: Any) -> dict[str, Any] | None:
         """A call that hashed nothing itself but whose one nested call made the same step
-        (`with_format` -> `set_format`, `take` -> `select`): describe it by that call's hash."""
+        (`with_format` -> `set_format`, `take` -> `select`): described by that call's hash."""
         parents = fingerprints(frame.parent_fps)
         match = [c for c in frame.children if c.result == fp and c.parents == parents and c.transform]
         if len(match) != 1:
             return None
         c = match[0]
-        return Hashed(c.transform, c.args, c.function, c.random_fallback)
+        return {
+            "transform": c.transform,
+            "args": c.args,
+            "function": c.function,
+            "random_fallback": c.random_fallback,
+        }
 
     def _files(
         self,
@@ -364,7 +356,7 @@ class RecordBuilder:
         )
         return [record]
 
-    def _now(self) -> dict[str, Any]:
+    def now(self) -> dict[str, Any]:
         """The fields of a record made now, outside a traced call."""
         return {**self.constants, "seq": next(self.seq), "time": round(time.time(), 6)}
 
@@ -411,7 +403,7 @@ class RecordBuilder:
         """A dataset made outside any traced call (`Dataset.from_dict`, `from_pandas`, ...)."""
         root, in_memory = self.roots.of(dataset)
         return RootRecord(
-            **self._now(),
+            **self.now(),
             internal=False,
             root=root,
             operation=entry or "Dataset",
@@ -441,28 +433,10 @@ class RecordBuilder:
     def run_start(self) -> RunStartRecord:
         """The run starts (in the ledger of the process's cache root)."""
         return RunStartRecord(
-            **self._now(),
+            **self.now(),
             root=self.roots.default,
             argv=tuple(str(a) for a in sys.argv),
             cwd=_cwd(),
-        )
-
-    def run_end(
-        self,
-        root: str,
-        status: int | None = None,
-        exception: str | None = None,
-        message: str | None = None,
-        step: int | None = None,
-    ) -> RunEndRecord:
-        """The run ended without being killed (one per root it wrote to), and how, when known."""
-        return RunEndRecord(
-            **self._now(),
-            root=root,
-            status=status,
-            exception=exception,
-            message=message,
-            step=step,
         )
 
 
@@ -532,3 +506,100 @@ def _data_files(builder: Any) -> tuple[DataFile, ...]:
                 if len(out) >= MAX_DATA_FILES:
                     return tuple(out)
     return tuple(out)
+
+
+# Which cache root's ledger a record belongs to. A step belongs to the root its result's files live in
+# (the process's cache root, a `cache_dir=`, a `save_to_disk` folder: a saved `DatasetDict`'s splits
+# belong to its folder). In memory, or on another file system (`s3://…`): the process's cache root.
+
+
+class Roots:
+    """The roots a tracer has met, and the root of each cache folder (remembered per folder).
+
+    `on_new_root(root)` is called once per root met (the tracer holds a lease on it)."""
+
+    def __init__(self, on_new_root: Callable[[str], None]) -> None:
+        self.default = ""  # the process's cache root (`HF_DATASETS_CACHE`)
+        self._known: set[str] = set()  # cache roots and saved folders met
+        self._by_folder: dict[str, str] = {}  # folder -> its root
+        self._on_new_root = on_new_root
+
+    def add(self, root: str) -> None:
+        if root not in self._known:
+            self._known.add(root)
+            self._by_folder.clear()
+            self._on_new_root(root)
+
+    def remember(self, folder: str, root: str) -> None:
+        """`folder` (a builder's output folder, a path or a URL) belongs to the cache root `root`."""
+        path = local_path(folder)
+        if path is not None:
+            self._by_folder[path] = root
+
+    def saved(self, path: str) -> str:
+        """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""
+        parent = os.path.dirname(path)
+        root = parent if os.path.isfile(os.path.join(parent, "dataset_dict.json")) else path
+        self.add(root)
+        return root
+
+    def of(self, ds: Any, files: list[dict[str, Any]] | None = None) -> tuple[str, bool]:
+        """(the root whose ledger holds records about `ds`, whether `ds` lives only in memory)."""
+        if files is None:
+            files = cache_files(ds)
+        if not files:
+            return self.default, True
+        return self.of_folder(os.path.dirname(abs_path(files[0]["filename"]))), False
+
+    def of_folder(self, folder: str) -> str:
+        """The root whose ledger holds records about the cache files in `folder`."""
+        hit = self._by_folder.get(folder)
+        if hit is not None:
+            return hit
+        if os.path.basename(folder).startswith("hf_datasets-"):
+            # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
+            self._by_folder[folder] = self.default
+            return self.default
+        best = ""
+        for r in (*self._known, self.default):
+            if (folder == r or folder.startswith(r.rstrip(os.sep) + os.sep)) and len(r) > len(best):
+                best = r
+        if not best:
+            # A folder of Arrow files of its own (Dataset.from_file, a custom cache_file_name).
+            best = self.saved(folder) if os.path.isfile(os.path.join(folder, "state.json")) else folder
+        self._by_folder[folder] = best
+        return best
+
+
+_LOCAL_SCHEMES = ("file://", "local://")
+
+
+def local_path(url: Any) -> str | None:
+    """The absolute local path an fsspec-style location names (`/a/b`, `a/b`, `file:///a/b`,
+    `file:/a/b`, `local:///a/b`, a path-like); None for any other file system (`s3://…`,
+    `memory://…`, a chained `simplecache::file://…`)."""
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str) or not url:
+        return None
+    for scheme in _LOCAL_SCHEMES:
+        if url.startswith(scheme):
+            return abs_path(url[len(scheme) :] or os.sep)
+    if url.startswith("file:") and url[5:6] == "/":
+        return abs_path(url[5:])
+    if "::" in url or "://" in url:
+        return None
+    return abs_path(url)
+
+
+def cache_files(ds: Any) -> list[dict[str, Any]]:
+    try:
+        files = ds.cache_files
+    except Exception:  # not a Dataset, or a broken one
+        return []
+    return files if isinstance(files, list) else []
+
+
+def split_of(ds: Any) -> str | None:
+    split = getattr(ds, "_split", None)
+    return str(split) if split is not None else None

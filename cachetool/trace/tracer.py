@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import os
 import platform
@@ -20,9 +21,10 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.runs import RunEndRecord
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.writer import ENCODER, LedgerWriter, SegmentWriter
 from cachetool.trace.arguments import Arguments, hash_tree
@@ -32,14 +34,14 @@ from cachetool.trace.calls import (
     Frame,
     HashEvent,
     Watch,
+    abs_path,
     watched,
     wrap_hash,
     wrap_random,
 )
 from cachetool.trace.leases import hold_lease
 from cachetool.trace.patches import Patches
-from cachetool.trace.records import RecordBuilder
-from cachetool.trace.roots import Roots, abs_path
+from cachetool.trace.records import RecordBuilder, Roots
 
 __all__ = ["EventsSink", "LedgerSink", "Tracer", "warn"]
 
@@ -64,35 +66,25 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+#: Where the tracer hooks `datasets` (module, then attributes): without one, tracing is off.
+_HOOK_POINTS = """fingerprint.update_fingerprint fingerprint.generate_random_fingerprint
+fingerprint.Hasher.hash arrow_dataset.generate_fingerprint arrow_dataset._concatenate_map_style_datasets
+arrow_dataset.Dataset.set_format arrow_dataset.Dataset.save_to_disk arrow_dataset.Dataset.load_from_disk
+arrow_dataset.Dataset._get_cache_file_path builder.DatasetBuilder.as_dataset
+builder.DatasetBuilder.download_and_prepare builder.DatasetBuilder._relative_data_dir"""
+
+
 def _missing_hook_points() -> list[str]:
     """The functions and methods the tracer hooks that this `datasets` lacks."""
-    import datasets.arrow_dataset as ad
-    import datasets.builder as builder_mod
-    import datasets.fingerprint as fp_mod
-
-    missing = [
-        n for n in ("update_fingerprint", "generate_random_fingerprint", "Hasher") if not hasattr(fp_mod, n)
-    ]
-    missing += [
-        f"arrow_dataset.{n}"
-        for n in ("Dataset", "generate_fingerprint", "_concatenate_map_style_datasets")
-        if not hasattr(ad, n)
-    ]
-    dataset_cls = getattr(ad, "Dataset", None)
-    builder_cls = getattr(builder_mod, "DatasetBuilder", None)
-    if dataset_cls is not None:
-        missing += [
-            f"Dataset.{m}"
-            for m in (*INPLACE_METHODS, "save_to_disk", "load_from_disk", "_get_cache_file_path")
-            if m not in vars(dataset_cls)
-        ]
-    if builder_cls is None or not all(
-        hasattr(builder_cls, m) for m in ("as_dataset", "download_and_prepare", "_relative_data_dir")
-    ):
-        missing.append("DatasetBuilder.as_dataset/download_and_prepare")
-    hasher = getattr(fp_mod, "Hasher", None)
-    if hasher is not None and not isinstance(vars(hasher).get("hash"), classmethod):
-        missing.append("Hasher.hash")
+    missing = []
+    for point in _HOOK_POINTS.split():
+        module, *names = point.split(".")
+        obj: Any = importlib.import_module(f"datasets.{module}")
+        for name in names:
+            obj = vars(obj).get(name)
+            if obj is None:
+                missing.append(point)
+                break
     return missing
 
 
@@ -184,11 +176,10 @@ class Tracer:
         self._hook_errors = 0
         self._prefix: str | None = None
         self._ended = False
-        #: How the run ended, once the runner says (`note_exit`): status, exception, message.
-        self._outcome: tuple[int, str | None, str | None] | None = None
+        #: How the run ended, once the runner says (`note_exit`): the fields of its end records.
+        self._outcome: dict[str, Any] | None = None
         #: The last exception that came out of a step the user called, with the step's `seq`.
         self._raised: tuple[BaseException, int] | None = None
-        self._raised_at_exit: BaseException | None = None
         #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
@@ -305,13 +296,8 @@ class Tracer:
         if not (self.enabled and isinstance(sink, LedgerSink)) or self._ended or os.getpid() != self.pid:
             return
         self._ended = True
-        status, exception, message = self._outcome or (None, None, None)
-        step = None
-        if self._raised is not None and self._outcome is not None:
-            raised, seq = self._raised
-            step = seq if self._raised_at_exit is raised else None
         for root in list(sink.roots):
-            self._emit(self.records.run_end(root, status, exception, message, step))
+            self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
         from cachetool.history.compact import compact_if_large
 
         for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
@@ -319,23 +305,20 @@ class Tracer:
 
     def note_exit(self, exc: BaseException | None) -> None:
         """How the script ended (`exc` None: normally), and from which step an exception came."""
-        self._raised_at_exit = None
-        if exc is None:
-            self._outcome = (0, None, None)
-        elif isinstance(exc, SystemExit):
-            code = exc.code
-            self._outcome = (code if isinstance(code, int) else 0 if code is None else 1, None, None)
-        else:
-            status = 130 if isinstance(exc, KeyboardInterrupt) else 1
-            self._outcome = (status, type(exc).__name__, str(exc)[:2000])
-            seen: set[int] = set()
-            e: BaseException | None = exc
-            while e is not None and id(e) not in seen:  # the step's exception, or one it caused
-                seen.add(id(e))
-                if self._raised is not None and e is self._raised[0]:
-                    self._raised_at_exit = e
-                    break
-                e = e.__context__
+        if exc is None or isinstance(exc, SystemExit):
+            code = None if exc is None else exc.code
+            self._outcome = {"status": code if isinstance(code, int) else 0 if code is None else 1}
+            return
+        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        self._outcome = {"status": status, "exception": type(exc).__name__, "message": str(exc)[:2000]}
+        seen: set[int] = set()
+        e: BaseException | None = exc
+        while e is not None and id(e) not in seen:  # the step's exception, or one it caused
+            seen.add(id(e))
+            if self._raised is not None and e is self._raised[0]:
+                self._outcome["step"] = self._raised[1]
+                break
+            e = e.__context__
 
     # -- layer 2 ------------------------------------------------------------------------------
     def _wrap_update_fingerprint(self, original: Callable[..., str]) -> Callable[..., str]:
@@ -387,14 +370,12 @@ class Tracer:
 
     # -- layer 1 ------------------------------------------------------------------------------
     def _wrap_method(self, original: Callable[..., Any], op: str, kind: str) -> Callable[..., Any]:
-        at = positions(original)
-
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
-            if self.recompute and at is not None:
-                args, kwargs = recomputed_args(args, kwargs, at, self._fresh_path)
+            if self.recompute and args:
+                args, kwargs = cold_args(original, args, kwargs, self._fresh_path)
             try:
                 frame = self.calls.enter(op, kind, original, args, kwargs, sys._getframe(1))
             except Exception as e:
@@ -503,53 +484,29 @@ class Tracer:
 # plain run would unless the cache already holds that step.
 
 
-class Positions(NamedTuple):
-    """Where a transform takes `load_from_cache_file` and the file names the script may give."""
-
-    load: int
-    names: tuple[tuple[str, int], ...]
-
-
-def positions(function: Callable[..., Any]) -> Positions | None:
-    """`function`'s `load_from_cache_file` and file-name parameters by position (`sys.maxsize`:
-    keyword-only); None without `load_from_cache_file`. From the code object: `inspect.signature`
-    is too slow for every start."""
-    code = getattr(inspect.unwrap(function), "__code__", None)
-    if code is None:
-        return None
-    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-
-    def at(name: str) -> int:
-        i = names.index(name)
-        return i if i < code.co_argcount else sys.maxsize
-
-    if "load_from_cache_file" not in names:
-        return None
-    return Positions(at("load_from_cache_file"), tuple((n, at(n)) for n in FILE_NAME_ARGS if n in names))
-
-
-def with_value(
-    args: tuple[Any, ...], kwargs: dict[str, Any], name: str, at: int, value: Any
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call's arguments with `name` (at position `at`) set to `value`, wherever the caller put it."""
-    if len(args) > at:
-        return (*args[:at], value, *args[at + 1 :]), kwargs
-    return args, {**kwargs, name: value}
-
-
-def recomputed_args(
-    args: tuple[Any, ...], kwargs: dict[str, Any], at: Positions, fresh: Callable[[str, Any], str]
+def cold_args(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    fresh: Callable[[str, Any], str],
 ) -> tuple[Any, Any]:
     """The call's arguments for the cold run: `load_from_cache_file=False`, and each file the
-    script names through `fresh(path, parent)`."""
-    args, kwargs = with_value(args, kwargs, "load_from_cache_file", at.load, False)
-    for name, i in at.names:
-        given = args[i] if i < len(args) else kwargs.get(name)
-        if isinstance(given, (str, os.PathLike)):
-            path = fresh(os.fspath(given), args[0] if args else None)
-            if path != os.fspath(given):
-                args, kwargs = with_value(args, kwargs, name, i, path)
-    return args, kwargs
+    script names through `fresh(path, parent)` (unchanged for a transform without that parameter)."""
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except (TypeError, ValueError):  # a call that raises anyway
+        return args, kwargs
+    if "load_from_cache_file" not in bound.signature.parameters:
+        return args, kwargs
+    given = bound.arguments
+    given["load_from_cache_file"] = False
+    for name in FILE_NAME_ARGS:
+        path = given.get(name)
+        if isinstance(path, (str, os.PathLike)) and (new := fresh(os.fspath(path), args[0])) != os.fspath(
+            path
+        ):
+            given[name] = new
+    return bound.args, bound.kwargs
 
 
 def fresh_path(path: str, parent: Any = None) -> str:
