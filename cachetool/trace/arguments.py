@@ -22,7 +22,6 @@ from cachetool.trace.sources import unwrap
 if TYPE_CHECKING:
     from cachetool.fingerprint.tree import HashNode
 
-__all__ = ["SOURCES", "Arguments", "column_heads", "hash_tree", "operation_of", "summarize"]
 
 _FN_INFO: dict[Any, FunctionInfo] = {}  # code object -> the "function" field of records
 #: Source hash -> the text of a user function, for "source" records.
@@ -56,7 +55,7 @@ class Arguments:
         """
         args = h.args if isinstance(h.args, Mapping) else {}
         keys = sorted(args)
-        digests = h.watch.digests
+        digests = h.digests
         out: dict[str, ArgInfo] = {}
         for i, key in enumerate(keys):
             value, pos = args[key], 3 + 2 * i  # digests: [parent, transform, key0, value0, ...]
@@ -81,11 +80,10 @@ class Arguments:
         fn = args.get("function")
         if fn is not None:
             fields["function"] = self.function_info(fn)
-        w = h.watch
-        if w.random:
-            index = (w.error_at - 2) // 2 if w.error_at is not None and w.error_at >= 2 else len(keys)
+        if h.random:
+            index = (h.error_at - 2) // 2 if h.error_at is not None and h.error_at >= 2 else len(keys)
             argument = str(keys[index]) if index < len(keys) else None
-            fields["random_fallback"] = RandomFallback(argument, w.error, w.error_type)
+            fields["random_fallback"] = RandomFallback(argument, h.error, h.error_type)
         return fields
 
     def unhashed(self, frame: Frame) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 from cachetool.history.records.other import SourceRecord
 from cachetool.history.records.parts import DataFile, FileRecord, FunctionInfo, SourceInfo
@@ -19,9 +19,7 @@ from cachetool.history.records.runs import RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord, TransformRecord
 from cachetool.history.writer import RECORD_VERSION
 from cachetool.trace.arguments import SOURCES, Arguments, column_heads, operation_of
-from cachetool.trace.calls import Frame, HashEvent, abs_path
-
-__all__ = ["Constants", "RecordBuilder", "Roots", "fingerprints", "local_path"]
+from cachetool.trace.calls import CallState, Frame, HashEvent, abs_path
 
 #: Local data files recorded per builder root (enough to name the one that changed).
 MAX_DATA_FILES = 16
@@ -29,25 +27,18 @@ MAX_DATA_FILES = 16
 _MISSING = object()
 
 
-class Constants(TypedDict):
-    """The fields every record of one process shares (`LedgerRecord.constant_json`)."""
-
-    v: int
-    run: str
-    host: str
-    pid: int
-    versions: Mapping[str, str | None]
-
-
 class RecordBuilder:
     """Builds the records of one tracer."""
 
-    def __init__(self, *, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments) -> None:
-        host = socket.gethostname()
-        self.constants = Constants(v=RECORD_VERSION, run=run, host=host, pid=pid, versions={})
+    def __init__(
+        self, *, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments, local: CallState
+    ) -> None:
+        #: The fields every record of the process shares (`LedgerRecord.constant_json`).
+        self.constants: dict[str, Any] = dict(v=RECORD_VERSION, run=run, host=socket.gethostname(), pid=pid)
         self.seq = seq
         self.roots = roots
         self.arguments = arguments
+        self.local = local  # per thread: which output files existed before the call
         self._sources_done: set[tuple[Any, str]] = set()
 
     def steps(
@@ -55,8 +46,6 @@ class RecordBuilder:
         frame: Frame,
         out: Any,
         exc: BaseException | None,
-        duration: float,
-        snapshot: Mapping[str, Any],
     ) -> list[StepRecord]:
         """The records of the steps one traced call made (none when it raised, but for a
         transform the user called: its record has the error)."""
@@ -64,7 +53,7 @@ class RecordBuilder:
         if kind in ("builder", "load_saved", "save"):
             if exc is not None or (out is None and kind != "save"):
                 return []
-            return getattr(self, kind)(frame, out, duration)
+            return getattr(self, kind)(frame, out)
         results: list[tuple[str | None, Any]]
         if exc is not None:
             results = []
@@ -88,9 +77,9 @@ class RecordBuilder:
                 used.add(id(h))
             # A second output of one call (train_test_split's test) gets its own seq.
             seq = next(self.seq) if records else frame.seq
-            records.append(self._transform(frame, ds, fp, output, h, parent_files, duration, seq, snapshot))
+            records.append(self._transform(frame, ds, fp, output, h, parent_files, seq))
         if exc is not None and not frame.internal:
-            records.append(self._error(frame, exc, own[0] if own else None, duration))
+            records.append(self._error(frame, exc, own[0] if own else None))
         # Hashes made directly in this call that are not its own (rare): internal events.
         for h in frame.hashes:
             if h not in own:
@@ -108,15 +97,13 @@ class RecordBuilder:
         output: str | None,
         h: HashEvent | None,
         parent_files: set[str],
-        duration: float,
         seq: int,
-        snapshot: Mapping[str, Any],
     ) -> TransformRecord:
         ds_files = cache_files(ds)
         root, in_memory = self.roots.of(ds, ds_files)
-        files, cache = self._files(frame, ds_files, parent_files, snapshot)
+        files, cache = self._files(frame, ds_files, parent_files)
         if h is not None:
-            computed = cache in ("miss", "partial") or h.watch.random
+            computed = cache in ("miss", "partial") or h.random
             summaries = self.arguments.summaries and not frame.internal and computed
             hashed = self.arguments.hashed(h, described=True, after=cache != "hit", summaries=summaries)
         else:
@@ -131,7 +118,7 @@ class RecordBuilder:
         if frame.op in ("map", "filter") and not frame.internal:
             no_cache = self._no_cache(frame, cache, in_memory)
         return TransformRecord(
-            **self._call(frame, duration, seq),
+            **self._call(frame, seq),
             **hashed,
             root=root,
             operation=frame.op,
@@ -145,12 +132,10 @@ class RecordBuilder:
             no_cache=no_cache,
         )
 
-    def _error(
-        self, frame: Frame, exc: BaseException, h: HashEvent | None, duration: float
-    ) -> TransformRecord:
+    def _error(self, frame: Frame, exc: BaseException, h: HashEvent | None) -> TransformRecord:
         """The record of a call that raised: what it was given, and the exception."""
         return TransformRecord(
-            **self._call(frame, duration),
+            **self._call(frame),
             **(self.arguments.hashed(h) if h is not None else {}),
             root=self.roots.of(frame.parents[0])[0] if frame.parents else self.roots.default,
             operation=frame.op,
@@ -202,11 +187,7 @@ class RecordBuilder:
         }
 
     def _files(
-        self,
-        frame: Frame,
-        ds_files: list[dict[str, Any]],
-        parent_files: set[str],
-        snap: Mapping[str, Any],
+        self, frame: Frame, ds_files: list[dict[str, Any]], parent_files: set[str]
     ) -> tuple[tuple[FileRecord, ...], str]:
         """The result files a call produced (not its parents'), each written or reused, and the
         call's cache status."""
@@ -219,7 +200,7 @@ class RecordBuilder:
             path = abs_path(f["filename"])
             if path in parent_files:
                 continue
-            before = snap.get(path, _MISSING)
+            before = self.local.snapshot.get(path, _MISSING)
             if loads and isinstance(before, tuple) and before[1] >= 0:
                 reused += 1
                 files.append(FileRecord(path, before[1], "reused"))
@@ -240,7 +221,7 @@ class RecordBuilder:
             return (), "none"
         return tuple(files), "miss" if not reused else "hit" if not written else "partial"
 
-    def builder(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+    def builder(self, frame: Frame, out: Any) -> list[StepRecord]:
         """The root records of a builder's splits (`load_dataset`, `DatasetBuilder.as_dataset`)."""
         builder: Any = frame.args[0] if frame.args else frame.kwargs.get("self")
         # `cache_dir=` may be a URL (`file:///…`): the path it names, or on another file system the
@@ -273,20 +254,15 @@ class RecordBuilder:
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
         records: list[StepRecord] = []
         for output, ds in items:
-            files = _stat_files(ds, status)
             records.append(
                 RootRecord(
-                    **self._call(frame, duration, next(self.seq) if records else frame.seq),
+                    **self._call(frame, next(self.seq) if records else frame.seq),
+                    **_dataset_fields(ds, status, prepared),
                     root=cache_root,
                     operation=operation,
-                    result=_fingerprint_of(ds),
                     output=None if output is None else str(output),
                     function=function,
                     args=args,
-                    files=files,
-                    cache=prepared if files else "none",
-                    in_memory=not files,
-                    split=split_of(ds),
                     source=SourceInfo(
                         kind="builder",
                         builder=_str_or_none(getattr(builder, "name", None)),
@@ -299,43 +275,34 @@ class RecordBuilder:
             )
         return records
 
-    def load_saved(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+    def load_saved(self, frame: Frame, out: Any) -> list[StepRecord]:
         """`load_from_disk`: its parent is the saved state."""
-        raw = frame.args[0] if frame.args else frame.kwargs.get("dataset_path")
-        local = local_path(raw)
-        # A saved dataset on another file system: the step belongs to this process's cache root.
-        path = local if local is not None else str(os.fspath(raw) if isinstance(raw, os.PathLike) else raw)
-        root = self.roots.saved(local) if local is not None else self.roots.default
+        local, path, root = self._saved(frame.args[0] if frame.args else frame.kwargs.get("dataset_path"))
         state_fp = None
-        state_file = os.path.join(local, "state.json") if local is not None else None
-        if state_file is not None:
-            with contextlib.suppress(Exception), open(state_file, encoding="utf-8") as fh:
-                state_fp = json.load(fh).get("_fingerprint")
+        if local is not None:
+            with (
+                contextlib.suppress(Exception),
+                open(os.path.join(local, "state.json"), encoding="utf-8") as f,
+            ):
+                state_fp = json.load(f).get("_fingerprint")
         state_fp = state_fp if isinstance(state_fp, str) else None
-        files = _stat_files(out, "reused")
         record = RootRecord(
-            **self._call(frame, duration),
+            **self._call(frame),
+            **_dataset_fields(out, "reused", "hit"),
             root=root,
             operation="load_from_disk",
-            result=_fingerprint_of(out),
             parents=(state_fp,) if state_fp else (),
-            files=files,
-            cache="hit" if files else "none",
-            in_memory=not files,
-            split=split_of(out),
             source=SourceInfo(kind="saved", path=path, state_fingerprint=state_fp),
         )
         return [record]
 
-    def save(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+    def save(self, frame: Frame, out: Any) -> list[StepRecord]:
         """`save_to_disk`: the folder becomes a root of its own."""
         ds = frame.parents[0]
         raw = frame.args[1] if len(frame.args) > 1 else frame.kwargs.get("dataset_path")
         if not isinstance(raw, (str, os.PathLike)):
             return []
-        local = local_path(raw)
-        path = local if local is not None else os.fspath(raw)
-        root = self.roots.saved(local) if local is not None else self.roots.default
+        local, path, root = self._saved(raw)
         files = []
         if local is not None:
             with contextlib.suppress(OSError), os.scandir(local) as it:
@@ -344,7 +311,7 @@ class RecordBuilder:
                         files.append(FileRecord(de.path, de.stat().st_size, "written"))
         fp = _fingerprint_of(ds)
         record = SaveRecord(
-            **self._call(frame, duration),
+            **self._call(frame),
             root=root,
             operation="save_to_disk",
             result=fp,
@@ -356,17 +323,25 @@ class RecordBuilder:
         )
         return [record]
 
+    def _saved(self, raw: Any) -> tuple[str | None, str, str]:
+        """(local path, path as recorded, root) of a saved dataset's folder: a root of its own; on
+        another file system, the step belongs to the process's cache root."""
+        local = local_path(raw)
+        if local is None:
+            return None, str(os.fspath(raw) if isinstance(raw, os.PathLike) else raw), self.roots.default
+        return local, local, self.roots.saved(local)
+
     def now(self) -> dict[str, Any]:
         """The fields of a record made now, outside a traced call."""
         return {**self.constants, "seq": next(self.seq), "time": round(time.time(), 6)}
 
-    def _call(self, frame: Frame, duration: float, seq: int | None = None) -> dict[str, Any]:
+    def _call(self, frame: Frame, seq: int | None = None) -> dict[str, Any]:
         """The fields of every record of a traced call's step."""
         return {
             **self.constants,
             "seq": frame.seq if seq is None else seq,
             "time": round(frame.start, 6),
-            "duration": round(duration, 6),
+            "duration": round(frame.duration, 6),
             "internal": frame.internal,
             "call_site": frame.call_site,
         }
@@ -476,14 +451,22 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _stat_files(ds: Any, status: str) -> tuple[FileRecord, ...]:
-    """The cache files of `ds` that exist, with their sizes, all with `status`."""
+def _dataset_fields(ds: Any, status: str, cache: str) -> dict[str, Any]:
+    """A root record's fields from its dataset: the cache files that exist, with their sizes, all
+    with `status`, and `cache` when there are any."""
     files = []
     for f in cache_files(ds):
         path = abs_path(f["filename"])
         with contextlib.suppress(OSError):
             files.append(FileRecord(path, os.stat(path).st_size, status))
-    return tuple(files)
+    split, cache = split_of(ds), cache if files else "none"
+    return {
+        "result": _fingerprint_of(ds),
+        "files": tuple(files),
+        "cache": cache,
+        "in_memory": not files,
+        "split": split,
+    }
 
 
 def _data_files(builder: Any) -> tuple[DataFile, ...]:

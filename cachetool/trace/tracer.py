@@ -33,9 +33,7 @@ from cachetool.trace.calls import (
     Calls,
     Frame,
     HashEvent,
-    Watch,
     abs_path,
-    watched,
     wrap_hash,
     wrap_random,
 )
@@ -43,15 +41,11 @@ from cachetool.trace.leases import hold_lease
 from cachetool.trace.patches import Patches
 from cachetool.trace.records import RecordBuilder, Roots
 
-__all__ = ["EventsSink", "LedgerSink", "Tracer", "warn"]
-
 #: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
 _TRANSFORMS = """map filter select sort shuffle train_test_split remove_columns rename_column rename_columns
 select_columns flatten cast cast_column add_column add_item batch flatten_indices shard skip take repeat
 with_format class_encode_column align_labels_with_mapping"""
 TRANSFORM_METHODS = tuple(_TRANSFORMS.split())
-#: Methods that change the dataset in place (the result is `self` afterwards).
-INPLACE_METHODS = ("set_format",)
 
 
 def library_versions() -> dict[str, str]:
@@ -93,7 +87,7 @@ def _transforms(dataset_cls: type) -> list[str]:
     `fingerprint_transform`-decorated one."""
     names = {m for m in TRANSFORM_METHODS if m in vars(dataset_cls)}
     for name, value in vars(dataset_cls).items():
-        if not name.startswith("_") and _is_fingerprint_transform(value) and name not in INPLACE_METHODS:
+        if not name.startswith("_") and _is_fingerprint_transform(value) and name != "set_format":
             names.add(name)
     return sorted(names)
 
@@ -170,7 +164,12 @@ class Tracer:
         self.roots = Roots(self._on_new_root)
         self.arguments = Arguments(trees=isinstance(sink, EventsSink) and sink.trees, summaries=self._ledger)
         self.records = RecordBuilder(
-            run=sink.run_id, pid=self.pid, seq=seq, roots=self.roots, arguments=self.arguments
+            run=sink.run_id,
+            pid=self.pid,
+            seq=seq,
+            roots=self.roots,
+            arguments=self.arguments,
+            local=self.local,
         )
         self.patches = Patches()
         self._hook_errors = 0
@@ -194,10 +193,8 @@ class Tracer:
         version = getattr(datasets, "__version__", "?")
         missing = _missing_hook_points()
         if missing:
-            warn(
-                f"tracing is off: this datasets {version} has no {', '.join(missing[:5])}; "
-                + "the script runs untraced"
-            )
+            lacks = ", ".join(missing[:5])
+            warn(f"tracing is off: this datasets {version} has no {lacks}; the script runs untraced")
             return False
         untraced = [f"Dataset.{m}" for m in TRANSFORM_METHODS if m not in vars(ad.Dataset)]
         if untraced:  # 2.21 has no `repeat`; 2.14 no `skip`, `take`, `batch`
@@ -242,13 +239,11 @@ class Tracer:
         self.patches.patch_imported({name: (orig, make(orig)) for name, (orig, make) in originals.items()})
         patch(fp_mod.Hasher, "hash", wrap_hash(vars(fp_mod.Hasher)["hash"].__func__, local))
 
-        # Layer 1: the edges.
+        # Layer 1: the edges (`set_format` changes the dataset in place: its result is `self`).
         methods = vars(ad.Dataset)
-        for name in _transforms(ad.Dataset):
-            patch(ad.Dataset, name, self._wrap_method(methods[name], name, "transform"))
-        for name in INPLACE_METHODS:
-            patch(ad.Dataset, name, self._wrap_method(methods[name], name, "inplace"))
-        patch(ad.Dataset, "save_to_disk", self._wrap_method(methods["save_to_disk"], "save_to_disk", "save"))
+        edges = [(name, "transform") for name in _transforms(ad.Dataset)]
+        for name, kind in (*edges, ("set_format", "inplace"), ("save_to_disk", "save")):
+            patch(ad.Dataset, name, self._wrap_method(methods[name], name, kind))
         load = methods["load_from_disk"].__func__
         patch(ad.Dataset, "load_from_disk", self._wrap_method(load, "load_from_disk", "load_saved"))
         patch(ad.Dataset, "_get_cache_file_path", self._wrap_cache_path(methods["_get_cache_file_path"]))
@@ -274,10 +269,8 @@ class Tracer:
     def _hook_failed(self, where: str, e: BaseException) -> None:
         self._hook_errors += 1
         if self._hook_errors == 1:
-            warn(
-                f"a tracing hook failed in {where} ({type(e).__name__}: {e}); the pipeline is not "
-                "affected, but its lineage may be incomplete"
-            )
+            says = "the pipeline is not affected, but its lineage may be incomplete"
+            warn(f"a tracing hook failed in {where} ({type(e).__name__}: {e}); {says}")
         if os.environ.get("CACHETOOL_DEBUG"):
             import traceback
 
@@ -328,9 +321,14 @@ class Tracer:
         def update_fingerprint(fingerprint: Any, transform: Any, transform_args: Any) -> str:
             if not self.enabled:
                 return original(fingerprint, transform, transform_args)
-            result, watch = watched(local, original, fingerprint, transform, transform_args)
+            previous = local.watch
+            local.watch = ev = HashEvent()  # what `Hasher.hash` sees inside this call
             try:
-                self._on_hash(fingerprint, transform, transform_args, result, watch)
+                result = original(fingerprint, transform, transform_args)
+            finally:
+                local.watch = previous
+            try:
+                self._on_hash(ev, fingerprint, transform, transform_args, result)
             except Exception as e:
                 self._hook_failed("update_fingerprint", e)
             return result
@@ -351,10 +349,10 @@ class Tracer:
 
         return generate_fingerprint
 
-    def _on_hash(self, parent: Any, transform: Any, args: Any, result: str, watch: Watch) -> None:
+    def _on_hash(self, ev: HashEvent, parent: Any, transform: Any, args: Any, result: str) -> None:
+        ev.parent, ev.transform, ev.result, ev.seq = parent, transform, result, next(self.seq)
         # A copy: train_test_split reuses one dict for its two hashes, changing fingerprint_name.
-        args = dict(args) if isinstance(args, Mapping) else args
-        ev = HashEvent(parent, transform, args, result, watch, next(self.seq))
+        ev.args = args = dict(args) if isinstance(args, Mapping) else args
         if self.arguments.trees and isinstance(args, Mapping):
             # Now, before the transform runs: a map may change the objects its function uses
             # (a tokenizer switching truncation on), and the tree must show what datasets hashed.
@@ -450,8 +448,8 @@ class Tracer:
         local = self.local
         stack = local.stack
         try:
-            duration = self.calls.leave(frame)
-            records = self.records.steps(frame, out, exc, duration, local.snapshot)
+            self.calls.leave(frame)
+            records = self.records.steps(frame, out, exc)
             if stack:
                 # Nested calls finish first; hold their records so that the file is in call order.
                 stack[-1].children.extend(records)
@@ -484,12 +482,7 @@ class Tracer:
 # plain run would unless the cache already holds that step.
 
 
-def cold_args(
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    fresh: Callable[[str, Any], str],
-) -> tuple[Any, Any]:
+def cold_args(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], fresh: Any) -> Any:
     """The call's arguments for the cold run: `load_from_cache_file=False`, and each file the
     script names through `fresh(path, parent)` (unchanged for a transform without that parameter)."""
     try:
@@ -502,10 +495,8 @@ def cold_args(
     given["load_from_cache_file"] = False
     for name in FILE_NAME_ARGS:
         path = given.get(name)
-        if isinstance(path, (str, os.PathLike)) and (new := fresh(os.fspath(path), args[0])) != os.fspath(
-            path
-        ):
-            given[name] = new
+        if isinstance(path, (str, os.PathLike)):
+            given[name] = fresh(os.fspath(path), args[0])
     return bound.args, bound.kwargs
 
 
