@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from cachetool.history.records.parts import ArgInfo, ColumnHead, FunctionInfo, RandomFallback
 from cachetool.trace.calls import Frame, HashEvent
@@ -22,26 +22,17 @@ from cachetool.trace.sources import unwrap
 if TYPE_CHECKING:
     from cachetool.fingerprint.tree import HashNode
 
-__all__ = ["SOURCES", "Arguments", "Hashed", "column_heads", "hash_tree", "operation_of", "summarize"]
 
 _FN_INFO: dict[Any, FunctionInfo] = {}  # code object -> the "function" field of records
 #: Source hash -> the text of a user function, for "source" records.
 SOURCES: dict[str, dict[str, Any]] = {}
 _SCALAR_TYPES = frozenset({"bool", "int", "float", "str", "NoneType"})
-
-
-class Hashed(NamedTuple):
-    """What a step's record says about its hash inputs."""
-
-    transform: str | None
-    args: Mapping[str, ArgInfo]
-    function: FunctionInfo | None
-    random_fallback: RandomFallback | None
-    fingerprint_given: bool = False
+_GIVEN_FINGERPRINTS = ("new_fingerprint", "train_new_fingerprint", "test_new_fingerprint")
 
 
 class Arguments:
-    """Turns the hash inputs of steps into record parts. `trees`: add each argument's hash tree
+    """Turns the hash inputs of steps into the fields of their records (`transform`, `args`,
+    `function`, `random_fallback`, `fingerprint_given`). `trees`: add each argument's hash tree
     (determinism runs); `summaries`: add bounded summaries to steps that computed (the ledger)."""
 
     def __init__(self, *, trees: bool, summaries: bool) -> None:
@@ -51,41 +42,51 @@ class Arguments:
         # function, the same flags), and a frozen record part can be shared.
         self._arg_infos: dict[tuple[str | None, str | None, str], ArgInfo] = {}
 
-    def hashed(self, h: HashEvent) -> Hashed:
+    def hashed(
+        self, h: HashEvent, *, described: bool = False, after: bool = False, summaries: bool = False
+    ) -> dict[str, Any]:
         """What `datasets` hashed for a step: the transform, each argument (digest, repr, type;
-        its hash tree in determinism runs), the user's function, a random fallback."""
+        its hash tree in determinism runs), the user's function, a random fallback.
+
+        `described`: an argument too large for a repr gets a readable one (`20000 ints, digest …`).
+        `after` (determinism runs): an argument the step itself changed (its digest at the end
+        differs) gets its tree after the step. `summaries` (the ledger, for `explain`): each
+        argument whose repr does not say all (not a plain scalar or an empty container) gets one.
+        """
         args = h.args if isinstance(h.args, Mapping) else {}
         keys = sorted(args)
-        digests = h.watch.digests
+        digests = h.digests
         out: dict[str, ArgInfo] = {}
         for i, key in enumerate(keys):
-            pos = 3 + 2 * i  # [parent, transform, key0, value0, key1, value1, ...]
-            value = args[key]
-            tree = None
-            if self.trees:
-                tree = (h.trees or {}).get(str(key)) if h.trees is not None else hash_tree(value)
+            value, pos = args[key], 3 + 2 * i  # digests: [parent, transform, key0, value0, ...]
             digest = digests[pos] if pos < len(digests) else None
-            if tree is None:
-                out[str(key)] = self.arg_info(digest, safe_repr(value), type_name(value))
-            else:
-                out[str(key)] = ArgInfo(digest, safe_repr(value), type_name(value), tree=tree)
+            shown = safe_repr(value)
+            if shown is None and described:
+                shown = describe_value(value, digest)
+            info = self.arg_info(digest, shown, type_name(value))
+            more: dict[str, Any] = {}
+            if self.trees:
+                more["tree"] = tree = (h.trees or {}).get(str(key))
+                # A dataset argument's digest follows fingerprints, not the step.
+                if after and digest is not None and isinstance(tree, Mapping) and not _is_dataset(tree):
+                    now = try_hash(value)
+                    if now is not None and now != digest:
+                        more["after"] = hash_tree(value)
+            says_all = shown is not None and (info.type in _SCALAR_TYPES or shown in ("{}", "[]", "()"))
+            if summaries and not says_all and key not in ("fingerprint_name", "new_fingerprint"):
+                more["summary"] = summarize(value)
+            out[str(key)] = dataclasses.replace(info, **more) if more else info
+        fields: dict[str, Any] = {"transform": transform_string(h.transform), "args": out}
         fn = args.get("function")
-        w = h.watch
-        fallback = None
-        if w.random:
-            argument = None
-            if w.error_at is not None and w.error_at >= 2:
-                index = (w.error_at - 2) // 2
-                argument = str(keys[index]) if index < len(keys) else None
-            fallback = RandomFallback(argument, w.error, w.error_type)
-        return Hashed(
-            transform_string(h.transform),
-            out,
-            self.function_info(fn) if fn is not None else None,
-            fallback,
-        )
+        if fn is not None:
+            fields["function"] = self.function_info(fn)
+        if h.random:
+            index = (h.error_at - 2) // 2 if h.error_at is not None and h.error_at >= 2 else len(keys)
+            argument = str(keys[index]) if index < len(keys) else None
+            fields["random_fallback"] = RandomFallback(argument, h.error, h.error_type)
+        return fields
 
-    def unhashed(self, frame: Frame) -> Hashed:
+    def unhashed(self, frame: Frame) -> dict[str, Any]:
         """A call that hashed nothing (`new_fingerprint=` given): its arguments' reprs, no digests."""
         try:
             bound = inspect.signature(frame.original).bind_partial(*frame.args, **frame.kwargs).arguments
@@ -101,56 +102,11 @@ class Arguments:
         fn = frame.kwargs.get("function")
         if fn is None and frame.op in ("map", "filter") and len(frame.args) > 1:
             fn = frame.args[1]
-        given = any(isinstance(frame.kwargs.get(k), str) for k in _GIVEN_FINGERPRINTS)
-        function = self.function_info(fn) if callable(fn) else None
-        return Hashed(None, out, function, None, fingerprint_given=given)
-
-    def show_args(self, args: Mapping[str, ArgInfo], frame: Frame, h: HashEvent | None) -> dict[str, ArgInfo]:
-        """Every hashed argument with a readable value (`20000 ints, digest …` where too large for a
-        repr), and `num_proc` (not hashed, but it says how the step ran)."""
-        out = dict(args)
-        values = h.args if h is not None and isinstance(h.args, Mapping) else {}
-        for name, entry in args.items():
-            if entry.repr is None and name in values:
-                shown = describe_value(values[name], entry.digest)
-                if shown is not None:
-                    out[name] = dataclasses.replace(entry, repr=shown)
-        num_proc = frame.kwargs.get("num_proc")
-        if frame.op in ("map", "filter") and type(num_proc) is int and "num_proc" not in out:
-            out["num_proc"] = self.arg_info(None, repr(num_proc), "int")
-        return out
-
-    def note_changes(self, args: dict[str, ArgInfo], h: HashEvent) -> dict[str, ArgInfo]:
-        """Determinism runs: an argument the step itself changed (its digest at the end differs)
-        gets its tree after the step as ``"after"``."""
-        values = {str(k): v for k, v in h.args.items()} if isinstance(h.args, Mapping) else {}
-        out = dict(args)
-        for key, entry in args.items():
-            tree = entry.tree
-            if entry.digest is None or not isinstance(tree, Mapping) or key not in values:
-                continue
-            if str(tree.get("t", "")).startswith("datasets."):
-                continue  # a dataset argument: its digest follows fingerprints, not the step
-            after = try_hash(values[key])
-            if after is not None and after != entry.digest:
-                out[key] = dataclasses.replace(entry, after=hash_tree(values[key]))
-        return out
-
-    def with_summaries(self, args: dict[str, ArgInfo], h: HashEvent) -> dict[str, ArgInfo]:
-        """Summaries of the arguments of a step that computed its result (or fell back to a random
-        fingerprint), for `cachetool explain`; a plain scalar's or empty container's repr says all."""
-        values = h.args if isinstance(h.args, Mapping) else {}
-        out = dict(args)
-        for name, entry in args.items():
-            r = entry.repr
-            if r is not None and (entry.type in _SCALAR_TYPES or r in ("{}", "[]", "()")):
-                continue
-            if name in ("fingerprint_name", "new_fingerprint"):
-                continue
-            summary = summarize(values.get(name))
-            if summary is not None:
-                out[name] = dataclasses.replace(entry, summary=summary)
-        return out
+        return {
+            "args": out,
+            "function": self.function_info(fn) if callable(fn) else None,
+            "fingerprint_given": any(isinstance(frame.kwargs.get(k), str) for k in _GIVEN_FINGERPRINTS),
+        }
 
     def value_info(self, value: Any) -> ArgInfo:
         """A value a step's fingerprint depends on that `datasets` hashes out of sight (a
@@ -177,9 +133,6 @@ class Arguments:
                 self._arg_infos.clear()
             info = self._arg_infos[key] = ArgInfo(digest, shown, type_)
         return info
-
-
-_GIVEN_FINGERPRINTS = ("new_fingerprint", "train_new_fingerprint", "test_new_fingerprint")
 
 
 def operation_of(transform: Any) -> str:
@@ -266,6 +219,10 @@ def describe_value(value: Any, digest: str | None, budget: int = 120) -> str | N
     except Exception:  # an odd object: no description rather than a failed record
         return None
     return None
+
+
+def _is_dataset(tree: Mapping[str, Any]) -> bool:
+    return str(tree.get("t", "")).startswith("datasets.")
 
 
 def _is_feature(value: Any) -> bool:

@@ -1,7 +1,7 @@
 """The traced calls in progress: per thread, a stack of frames (a call `datasets` makes inside
 another is internal), call sites, which output files existed before, and the hash watch inside
-`update_fingerprint` (`watched`: each top-level digest, and the swallowed exception of a random
-fallback). Nothing is pickled a second time.
+`update_fingerprint` (each top-level digest, and the swallowed exception of a random fallback).
+Nothing is pickled a second time.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ from typing import Any
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.parts import CallSite
 from cachetool.history.records.steps import StepRecord
-from cachetool.trace.roots import abs_path
-
-__all__ = ["CallState", "Calls", "Frame", "HashEvent", "Watch", "watched", "wrap_hash", "wrap_random"]
 
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
 #: The arguments of a transform that name its output files, of the script's own choosing.
@@ -28,8 +25,10 @@ FILE_NAME_ARGS = tuple(f"{p}cache_file_name" for p in ("", "indices_", "train_in
 
 
 @dataclass(slots=True, eq=False)
-class Watch:
-    """What `Hasher.hash` saw during one `update_fingerprint` call."""
+class HashEvent:
+    """One `update_fingerprint` call: what `Hasher.hash` saw while it ran (each top-level digest,
+    the error swallowed before a random fallback), then its parent fingerprint, transform,
+    arguments and result."""
 
     digests: list[str] = field(default_factory=list)
     depth: int = 0
@@ -37,19 +36,11 @@ class Watch:
     error_type: str | None = None
     error_at: int | None = None
     random: bool = False
-
-
-@dataclass(slots=True, eq=False)
-class HashEvent:
-    """One `update_fingerprint` call: parent fingerprint, transform, arguments, result, and what
-    `Hasher.hash` saw."""
-
-    parent: Any
-    transform: Any
-    args: Any
-    result: Any
-    watch: Watch
-    seq: int
+    parent: Any = None
+    transform: Any = None
+    args: Any = None
+    result: Any = None
+    seq: int = 0
     start: float = 0.0  # set for hashes outside any traced call; others use their call's start
     call_site: CallSite | None = None
     #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
@@ -72,8 +63,9 @@ class Frame:
     seq: int
     parents: list[Any]
     parent_fps: list[Any]
-    start: float
-    t0: float
+    start: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.perf_counter)
+    duration: float = 0.0
     hashes: list[HashEvent] = field(default_factory=list)
     started: bool = False  # a step-start record was written for this call
     children: list[StepRecord] = field(default_factory=list)
@@ -85,7 +77,7 @@ class CallState(threading.local):
 
     def __init__(self) -> None:
         self.stack: list[Frame] = []
-        self.watch: Watch | None = None
+        self.watch: HashEvent | None = None  # the `update_fingerprint` call running
         #: Output path -> (inode, size) before the call wrote (size -1: not known), None: absent.
         self.snapshot: dict[str, tuple[int, int] | None] = {}
 
@@ -146,33 +138,18 @@ class Calls:
                 self.snapshot(value)
         parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
         internal = bool(stack) and caller_in_datasets
-        frame = Frame(
-            op,
-            kind,
-            original,
-            args,
-            kwargs,
-            call_site,
-            entry,
-            internal,
-            seq,
-            parents,
-            parent_fps,
-            time.time(),
-            time.perf_counter(),
-        )
+        frame = Frame(op, kind, original, args, kwargs, call_site, entry, internal, seq, parents, parent_fps)
         stack.append(frame)
         return frame
 
-    def leave(self, frame: Frame) -> float:
-        """Take `frame` off its thread's stack; its duration."""
-        duration = time.perf_counter() - frame.t0
+    def leave(self, frame: Frame) -> None:
+        """Take `frame` off its thread's stack; its duration is known."""
+        frame.duration = time.perf_counter() - frame.t0
         stack = self.local.stack
         if stack and stack[-1] is frame:
             stack.pop()
         elif frame in stack:
             stack.remove(frame)
-        return duration
 
     def snapshot(self, path: str) -> None:
         """Remember which outputs of a call exist before it writes: `cache-<fp>.arrow` and its
@@ -202,18 +179,6 @@ class Calls:
                             snap.setdefault(os.path.join(folder, name), (de.inode(), -1))
         except OSError:
             pass
-
-
-def watched(local: CallState, original: Callable[..., str], *args: Any) -> tuple[str, Watch]:
-    """`original(*args)` (an `update_fingerprint`) with a new watch in place, and the watch."""
-    watch = Watch()
-    previous = local.watch
-    local.watch = watch
-    try:
-        result = original(*args)
-    finally:
-        local.watch = previous
-    return result, watch
 
 
 def wrap_hash(original: Callable[..., str], local: CallState) -> Callable[..., str]:
@@ -251,3 +216,10 @@ def wrap_random(original: Callable[..., str], local: CallState) -> Callable[...,
         return original(*args, **kwargs)
 
     return generate_random_fingerprint
+
+
+def abs_path(path: str) -> str:
+    """`path` made absolute and normal."""
+    if path.startswith("/") and "/." not in path and "//" not in path:
+        return path  # already absolute and normal: the common case, kept cheap
+    return os.path.abspath(os.path.expanduser(path))

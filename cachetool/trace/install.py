@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     import importlib.machinery
     from collections.abc import Iterator, Sequence
     from types import ModuleType
-    from typing import Any
 
     from cachetool.trace.tracer import Tracer
 
@@ -38,7 +37,8 @@ _taken: dict[str, str] | None = None  # the run's settings, once `take_environme
 
 _lock = threading.RLock()
 _tracer: Tracer | None = None
-_pending = False  # the import hook waits for `datasets`
+#: The settings the import hook installs the tracer with once `datasets` is imported.
+_pending: tuple[str | None, bool, bool] | None = None
 _at_fork_registered = False
 
 
@@ -46,26 +46,18 @@ def take_environment() -> None:
     """Before the script runs: take the run's ``CACHETOOL_*`` variables out of ``os.environ`` (and
     put the user's ``PYTHONHASHSEED`` back), so the script sees the environment of a plain run."""
     global _taken
-    taken = {k: os.environ[k] for k in _RUN_VARIABLES if k in os.environ}
-    if SEED_ENV in taken:
-        if taken[SEED_ENV]:
-            os.environ["PYTHONHASHSEED"] = taken[SEED_ENV]
-        else:
-            os.environ.pop("PYTHONHASHSEED", None)
-    for key in _RUN_VARIABLES:
-        os.environ.pop(key, None)
-    _taken = taken
+    _taken = {k: os.environ.pop(k) for k in _RUN_VARIABLES if k in os.environ}
+    if _taken.get(SEED_ENV):
+        os.environ["PYTHONHASHSEED"] = _taken[SEED_ENV]
+    elif SEED_ENV in _taken:
+        os.environ.pop("PYTHONHASHSEED", None)
 
 
 def run_settings() -> tuple[str, bool, bool]:
     """(events file, hash trees wanted, cold run) of this process, from the determinism runner."""
     settings = _taken if _taken is not None else os.environ
-    off = ("", "0", "false", "no")
-    return (
-        settings.get(EVENTS_ENV, ""),
-        settings.get(TREES_ENV, "") not in off,
-        settings.get(COLD_ENV, "") not in off,
-    )
+    on = [settings.get(key, "") not in ("", "0", "false", "no") for key in (TREES_ENV, COLD_ENV)]
+    return settings.get(EVENTS_ENV, ""), on[0], on[1]
 
 
 def active_tracer() -> Tracer | None:
@@ -92,16 +84,16 @@ def install_tracing(events_file: str | os.PathLike[str] | None = None) -> None:
         if sys.modules.get("datasets") is not None:
             _install_now(events, trees, cold)
             return
-        _pending = True
-        sys.meta_path.insert(0, _Finder((events, trees, cold)))
+        _pending = (events, trees, cold)
+        sys.meta_path.insert(0, _Finder())
 
 
-def _on_datasets_imported(events: str | None, trees: bool, cold: bool) -> None:
+def _on_datasets_imported() -> None:
     global _pending
     with _lock:
-        if _pending:
-            _pending = False
-            _install_now(events, trees, cold)
+        settings, _pending = _pending, None
+        if settings is not None:
+            _install_now(*settings)
 
 
 def _install_now(events: str | None, trees: bool, cold: bool) -> None:
@@ -157,7 +149,7 @@ def uninstall_tracing() -> None:
     with _lock:
         if _pending:
             _remove_finder()
-            _pending = False
+            _pending = None
         if _tracer is not None:
             from cachetool.trace.leases import release_all
 
@@ -188,9 +180,7 @@ class _Finder:
     """At the front of `sys.meta_path`: installs the hooks once the script's `import datasets` has
     executed (without `importlib.abc`, which imports too much for a script that never uses it)."""
 
-    def __init__(self, settings: tuple[str | None, bool, bool]) -> None:
-        self.settings = settings
-        self._busy = threading.local()
+    _busy = threading.local()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -208,33 +198,20 @@ class _Finder:
                     break
         finally:
             self._busy.on = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        loader = spec.loader if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        spec.loader = _Loader(spec.loader, self.settings)  # type: ignore[assignment]  # no ABC
+        run = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            del loader.exec_module  # the loader as it was: the module looks imported normally
+            run(module)
+            _remove_finder()
+            _on_datasets_imported()  # never raises: the import itself succeeded
+
+        with contextlib.suppress(AttributeError):  # a loader that takes no attribute: untraced
+            loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
-
-
-class _Loader:
-    def __init__(self, inner: Any, settings: tuple[str | None, bool, bool]) -> None:
-        self.inner = inner
-        self.settings = settings
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        create = getattr(self.inner, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module: ModuleType) -> None:
-        # Put the real loader back first: the module must look as if it was imported normally.
-        with contextlib.suppress(Exception):
-            module.__loader__ = self.inner
-            if module.__spec__ is not None:
-                module.__spec__.loader = self.inner
-        self.inner.exec_module(module)
-        _remove_finder()
-        _on_datasets_imported(*self.settings)  # never raises: the import itself succeeded
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def _remove_finder() -> None:

@@ -190,16 +190,10 @@ class _Holder:
         self.pid = os.getpid()
         me = this_host()
         start = process_start(self.pid) or time.time()
-        self._doc = {
-            "v": 1,
-            "host": me.host,
-            "boot_id": me.boot_id,
-            "pid": self.pid,
-            "pid_ns": me.pid_ns,
-            "start": start,
-            "lifetime": self.lifetime,
-            "command": " ".join(sys.argv)[:500],
-        }
+        command = " ".join(sys.argv)[:500]
+        self._doc = dict(
+            v=1, **dataclasses.asdict(me), pid=self.pid, start=start, lifetime=self.lifetime, command=command
+        )
         self.name = f"{me.host}-{self.pid}-{int(start * 1000)}.json"
         self._paths: dict[str, Path] = {}
         self._lock = threading.Lock()

@@ -14,8 +14,6 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Patches", "PickledAsOriginal", "function_as_original"]
-
 
 class Patches:
     """The attributes replaced so far, to restore in reverse order."""

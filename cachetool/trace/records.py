@@ -10,19 +10,16 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any, TypedDict
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from cachetool.history.records.other import SourceRecord
 from cachetool.history.records.parts import DataFile, FileRecord, FunctionInfo, SourceInfo
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
+from cachetool.history.records.runs import RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord, TransformRecord
 from cachetool.history.writer import RECORD_VERSION
-from cachetool.trace.arguments import SOURCES, Arguments, Hashed, column_heads, operation_of
-from cachetool.trace.calls import Frame, HashEvent
-from cachetool.trace.roots import Roots, abs_path, cache_files, local_path, split_of
-
-__all__ = ["Constants", "RecordBuilder", "fingerprints"]
+from cachetool.trace.arguments import SOURCES, Arguments, column_heads, operation_of
+from cachetool.trace.calls import CallState, Frame, HashEvent, abs_path
 
 #: Local data files recorded per builder root (enough to name the one that changed).
 MAX_DATA_FILES = 16
@@ -30,25 +27,18 @@ MAX_DATA_FILES = 16
 _MISSING = object()
 
 
-class Constants(TypedDict):
-    """The fields every record of one process shares (`LedgerRecord.constant_json`)."""
-
-    v: int
-    run: str
-    host: str
-    pid: int
-    versions: Mapping[str, str | None]
-
-
 class RecordBuilder:
     """Builds the records of one tracer."""
 
-    def __init__(self, *, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments) -> None:
-        host = socket.gethostname()
-        self.constants = Constants(v=RECORD_VERSION, run=run, host=host, pid=pid, versions={})
+    def __init__(
+        self, *, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments, local: CallState
+    ) -> None:
+        #: The fields every record of the process shares (`LedgerRecord.constant_json`).
+        self.constants: dict[str, Any] = dict(v=RECORD_VERSION, run=run, host=socket.gethostname(), pid=pid)
         self.seq = seq
         self.roots = roots
         self.arguments = arguments
+        self.local = local  # per thread: which output files existed before the call
         self._sources_done: set[tuple[Any, str]] = set()
 
     def steps(
@@ -56,8 +46,6 @@ class RecordBuilder:
         frame: Frame,
         out: Any,
         exc: BaseException | None,
-        duration: float,
-        snapshot: Mapping[str, Any],
     ) -> list[StepRecord]:
         """The records of the steps one traced call made (none when it raised, but for a
         transform the user called: its record has the error)."""
@@ -65,7 +53,7 @@ class RecordBuilder:
         if kind in ("builder", "load_saved", "save"):
             if exc is not None or (out is None and kind != "save"):
                 return []
-            return getattr(self, kind)(frame, out, duration)
+            return getattr(self, kind)(frame, out)
         results: list[tuple[str | None, Any]]
         if exc is not None:
             results = []
@@ -89,9 +77,9 @@ class RecordBuilder:
                 used.add(id(h))
             # A second output of one call (train_test_split's test) gets its own seq.
             seq = next(self.seq) if records else frame.seq
-            records.append(self._transform(frame, ds, fp, output, h, parent_files, duration, seq, snapshot))
+            records.append(self._transform(frame, ds, fp, output, h, parent_files, seq))
         if exc is not None and not frame.internal:
-            records.append(self._error(frame, exc, own[0] if own else None, duration))
+            records.append(self._error(frame, exc, own[0] if own else None))
         # Hashes made directly in this call that are not its own (rare): internal events.
         for h in frame.hashes:
             if h not in own:
@@ -109,40 +97,34 @@ class RecordBuilder:
         output: str | None,
         h: HashEvent | None,
         parent_files: set[str],
-        duration: float,
         seq: int,
-        snapshot: Mapping[str, Any],
     ) -> TransformRecord:
         ds_files = cache_files(ds)
         root, in_memory = self.roots.of(ds, ds_files)
+        files, cache = self._files(frame, ds_files, parent_files)
         if h is not None:
-            hashed = self.arguments.hashed(h)
+            computed = cache in ("miss", "partial") or h.random
+            summaries = self.arguments.summaries and not frame.internal and computed
+            hashed = self.arguments.hashed(h, described=True, after=cache != "hit", summaries=summaries)
         else:
             hashed = self._adopt(frame, fp) or (
-                Hashed(None, {}, None, None) if frame.kind == "concat" else self.arguments.unhashed(frame)
+                {} if frame.kind == "concat" else self.arguments.unhashed(frame)
             )
-        args = self.arguments.show_args(hashed.args, frame, h)
-        files, cache = self._files(frame, ds_files, parent_files, snapshot)
+        args, num_proc = hashed.get("args", {}), frame.kwargs.get("num_proc")
+        if frame.op in ("map", "filter") and type(num_proc) is int and "num_proc" not in args:
+            # Not hashed, but it says how the step ran.
+            hashed["args"] = {**args, "num_proc": self.arguments.arg_info(None, repr(num_proc), "int")}
         no_cache = None
         if frame.op in ("map", "filter") and not frame.internal:
             no_cache = self._no_cache(frame, cache, in_memory)
-        if self.arguments.trees and h is not None and cache != "hit":
-            args = self.arguments.note_changes(args, h)
-        computed = cache in ("miss", "partial") or hashed.random_fallback is not None
-        if h is not None and self.arguments.summaries and not frame.internal and computed:
-            args = self.arguments.with_summaries(args, h)
         return TransformRecord(
-            **self._call(frame, duration, seq),
+            **self._call(frame, seq),
+            **hashed,
             root=root,
             operation=frame.op,
-            transform=hashed.transform,
             result=fp if isinstance(fp, str) else None,
             parents=fingerprints(frame.parent_fps),
             output=output,
-            function=hashed.function,
-            args=args,
-            random_fallback=hashed.random_fallback,
-            fingerprint_given=hashed.fingerprint_given,
             files=files,
             cache=cache,
             in_memory=in_memory,
@@ -150,40 +132,30 @@ class RecordBuilder:
             no_cache=no_cache,
         )
 
-    def _error(
-        self, frame: Frame, exc: BaseException, h: HashEvent | None, duration: float
-    ) -> TransformRecord:
+    def _error(self, frame: Frame, exc: BaseException, h: HashEvent | None) -> TransformRecord:
         """The record of a call that raised: what it was given, and the exception."""
-        hashed = self.arguments.hashed(h) if h is not None else Hashed(None, {}, None, None)
         return TransformRecord(
-            **self._call(frame, duration),
+            **self._call(frame),
+            **(self.arguments.hashed(h) if h is not None else {}),
             root=self.roots.of(frame.parents[0])[0] if frame.parents else self.roots.default,
             operation=frame.op,
-            transform=hashed.transform,
             parents=fingerprints(frame.parent_fps),
-            function=hashed.function,
-            args=hashed.args,
-            random_fallback=hashed.random_fallback,
             error=f"{type(exc).__name__}: {exc}",
         )
 
     def hash_step(self, h: HashEvent, *, internal: bool, root: str) -> TransformRecord:
         """The record of a hash made outside any traced call, or not the call's own."""
-        hashed = self.arguments.hashed(h)
         return TransformRecord(
             **self.constants,
+            **self.arguments.hashed(h),
             seq=h.seq,
             time=round(h.start, 6),
             internal=internal,
             root=root,
             operation=operation_of(h.transform),
-            transform=hashed.transform,
             result=h.result,
             parents=(h.parent,) if isinstance(h.parent, str) else (),
             call_site=h.call_site,
-            function=hashed.function,
-            args=hashed.args,
-            random_fallback=hashed.random_fallback,
         )
 
     def _no_cache(self, frame: Frame, cache: str, in_memory: bool) -> str | None:
@@ -199,22 +171,23 @@ class RecordBuilder:
             return "load-from-cache-file-false"
         return None
 
-    def _adopt(self, frame: Frame, fp: Any) -> Hashed | None:
+    def _adopt(self, frame: Frame, fp: Any) -> dict[str, Any] | None:
         """A call that hashed nothing itself but whose one nested call made the same step
-        (`with_format` -> `set_format`, `take` -> `select`): describe it by that call's hash."""
+        (`with_format` -> `set_format`, `take` -> `select`): described by that call's hash."""
         parents = fingerprints(frame.parent_fps)
         match = [c for c in frame.children if c.result == fp and c.parents == parents and c.transform]
         if len(match) != 1:
             return None
         c = match[0]
-        return Hashed(c.transform, c.args, c.function, c.random_fallback)
+        return {
+            "transform": c.transform,
+            "args": c.args,
+            "function": c.function,
+            "random_fallback": c.random_fallback,
+        }
 
     def _files(
-        self,
-        frame: Frame,
-        ds_files: list[dict[str, Any]],
-        parent_files: set[str],
-        snap: Mapping[str, Any],
+        self, frame: Frame, ds_files: list[dict[str, Any]], parent_files: set[str]
     ) -> tuple[tuple[FileRecord, ...], str]:
         """The result files a call produced (not its parents'), each written or reused, and the
         call's cache status."""
@@ -227,7 +200,7 @@ class RecordBuilder:
             path = abs_path(f["filename"])
             if path in parent_files:
                 continue
-            before = snap.get(path, _MISSING)
+            before = self.local.snapshot.get(path, _MISSING)
             if loads and isinstance(before, tuple) and before[1] >= 0:
                 reused += 1
                 files.append(FileRecord(path, before[1], "reused"))
@@ -248,7 +221,7 @@ class RecordBuilder:
             return (), "none"
         return tuple(files), "miss" if not reused else "hit" if not written else "partial"
 
-    def builder(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+    def builder(self, frame: Frame, out: Any) -> list[StepRecord]:
         """The root records of a builder's splits (`load_dataset`, `DatasetBuilder.as_dataset`)."""
         builder: Any = frame.args[0] if frame.args else frame.kwargs.get("self")
         # `cache_dir=` may be a URL (`file:///…`): the path it names, or on another file system the
@@ -281,20 +254,15 @@ class RecordBuilder:
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
         records: list[StepRecord] = []
         for output, ds in items:
-            files = _stat_files(ds, status)
             records.append(
                 RootRecord(
-                    **self._call(frame, duration, next(self.seq) if records else frame.seq),
+                    **self._call(frame, next(self.seq) if records else frame.seq),
+                    **_dataset_fields(ds, status, prepared),
                     root=cache_root,
                     operation=operation,
-                    result=_fingerprint_of(ds),
                     output=None if output is None else str(output),
                     function=function,
                     args=args,
-                    files=files,
-                    cache=prepared if files else "none",
-                    in_memory=not files,
-                    split=split_of(ds),
                     source=SourceInfo(
                         kind="builder",
                         builder=_str_or_none(getattr(builder, "name", None)),
@@ -307,43 +275,34 @@ class RecordBuilder:
             )
         return records
 
-    def load_saved(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+    def load_saved(self, frame: Frame, out: Any) -> list[StepRecord]:
         """`load_from_disk`: its parent is the saved state."""
-        raw = frame.args[0] if frame.args else frame.kwargs.get("dataset_path")
-        local = local_path(raw)
-        # A saved dataset on another file system: the step belongs to this process's cache root.
-        path = local if local is not None else str(os.fspath(raw) if isinstance(raw, os.PathLike) else raw)
-        root = self.roots.saved(local) if local is not None else self.roots.default
+        local, path, root = self._saved(frame.args[0] if frame.args else frame.kwargs.get("dataset_path"))
         state_fp = None
-        state_file = os.path.join(local, "state.json") if local is not None else None
-        if state_file is not None:
-            with contextlib.suppress(Exception), open(state_file, encoding="utf-8") as fh:
-                state_fp = json.load(fh).get("_fingerprint")
+        if local is not None:
+            with (
+                contextlib.suppress(Exception),
+                open(os.path.join(local, "state.json"), encoding="utf-8") as f,
+            ):
+                state_fp = json.load(f).get("_fingerprint")
         state_fp = state_fp if isinstance(state_fp, str) else None
-        files = _stat_files(out, "reused")
         record = RootRecord(
-            **self._call(frame, duration),
+            **self._call(frame),
+            **_dataset_fields(out, "reused", "hit"),
             root=root,
             operation="load_from_disk",
-            result=_fingerprint_of(out),
             parents=(state_fp,) if state_fp else (),
-            files=files,
-            cache="hit" if files else "none",
-            in_memory=not files,
-            split=split_of(out),
             source=SourceInfo(kind="saved", path=path, state_fingerprint=state_fp),
         )
         return [record]
 
-    def save(self, frame: Frame, out: Any, duration: float) -> list[StepRecord]:
+    def save(self, frame: Frame, out: Any) -> list[StepRecord]:
         """`save_to_disk`: the folder becomes a root of its own."""
         ds = frame.parents[0]
         raw = frame.args[1] if len(frame.args) > 1 else frame.kwargs.get("dataset_path")
         if not isinstance(raw, (str, os.PathLike)):
             return []
-        local = local_path(raw)
-        path = local if local is not None else os.fspath(raw)
-        root = self.roots.saved(local) if local is not None else self.roots.default
+        local, path, root = self._saved(raw)
         files = []
         if local is not None:
             with contextlib.suppress(OSError), os.scandir(local) as it:
@@ -352,7 +311,7 @@ class RecordBuilder:
                         files.append(FileRecord(de.path, de.stat().st_size, "written"))
         fp = _fingerprint_of(ds)
         record = SaveRecord(
-            **self._call(frame, duration),
+            **self._call(frame),
             root=root,
             operation="save_to_disk",
             result=fp,
@@ -364,17 +323,25 @@ class RecordBuilder:
         )
         return [record]
 
-    def _now(self) -> dict[str, Any]:
+    def _saved(self, raw: Any) -> tuple[str | None, str, str]:
+        """(local path, path as recorded, root) of a saved dataset's folder: a root of its own; on
+        another file system, the step belongs to the process's cache root."""
+        local = local_path(raw)
+        if local is None:
+            return None, str(os.fspath(raw) if isinstance(raw, os.PathLike) else raw), self.roots.default
+        return local, local, self.roots.saved(local)
+
+    def now(self) -> dict[str, Any]:
         """The fields of a record made now, outside a traced call."""
         return {**self.constants, "seq": next(self.seq), "time": round(time.time(), 6)}
 
-    def _call(self, frame: Frame, duration: float, seq: int | None = None) -> dict[str, Any]:
+    def _call(self, frame: Frame, seq: int | None = None) -> dict[str, Any]:
         """The fields of every record of a traced call's step."""
         return {
             **self.constants,
             "seq": frame.seq if seq is None else seq,
             "time": round(frame.start, 6),
-            "duration": round(duration, 6),
+            "duration": round(frame.duration, 6),
             "internal": frame.internal,
             "call_site": frame.call_site,
         }
@@ -411,7 +378,7 @@ class RecordBuilder:
         """A dataset made outside any traced call (`Dataset.from_dict`, `from_pandas`, ...)."""
         root, in_memory = self.roots.of(dataset)
         return RootRecord(
-            **self._now(),
+            **self.now(),
             internal=False,
             root=root,
             operation=entry or "Dataset",
@@ -441,28 +408,10 @@ class RecordBuilder:
     def run_start(self) -> RunStartRecord:
         """The run starts (in the ledger of the process's cache root)."""
         return RunStartRecord(
-            **self._now(),
+            **self.now(),
             root=self.roots.default,
             argv=tuple(str(a) for a in sys.argv),
             cwd=_cwd(),
-        )
-
-    def run_end(
-        self,
-        root: str,
-        status: int | None = None,
-        exception: str | None = None,
-        message: str | None = None,
-        step: int | None = None,
-    ) -> RunEndRecord:
-        """The run ended without being killed (one per root it wrote to), and how, when known."""
-        return RunEndRecord(
-            **self._now(),
-            root=root,
-            status=status,
-            exception=exception,
-            message=message,
-            step=step,
         )
 
 
@@ -502,14 +451,22 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _stat_files(ds: Any, status: str) -> tuple[FileRecord, ...]:
-    """The cache files of `ds` that exist, with their sizes, all with `status`."""
+def _dataset_fields(ds: Any, status: str, cache: str) -> dict[str, Any]:
+    """A root record's fields from its dataset: the cache files that exist, with their sizes, all
+    with `status`, and `cache` when there are any."""
     files = []
     for f in cache_files(ds):
         path = abs_path(f["filename"])
         with contextlib.suppress(OSError):
             files.append(FileRecord(path, os.stat(path).st_size, status))
-    return tuple(files)
+    split, cache = split_of(ds), cache if files else "none"
+    return {
+        "result": _fingerprint_of(ds),
+        "files": tuple(files),
+        "cache": cache,
+        "in_memory": not files,
+        "split": split,
+    }
 
 
 def _data_files(builder: Any) -> tuple[DataFile, ...]:
@@ -532,3 +489,100 @@ def _data_files(builder: Any) -> tuple[DataFile, ...]:
                 if len(out) >= MAX_DATA_FILES:
                     return tuple(out)
     return tuple(out)
+
+
+# Which cache root's ledger a record belongs to. A step belongs to the root its result's files live in
+# (the process's cache root, a `cache_dir=`, a `save_to_disk` folder: a saved `DatasetDict`'s splits
+# belong to its folder). In memory, or on another file system (`s3://…`): the process's cache root.
+
+
+class Roots:
+    """The roots a tracer has met, and the root of each cache folder (remembered per folder).
+
+    `on_new_root(root)` is called once per root met (the tracer holds a lease on it)."""
+
+    def __init__(self, on_new_root: Callable[[str], None]) -> None:
+        self.default = ""  # the process's cache root (`HF_DATASETS_CACHE`)
+        self._known: set[str] = set()  # cache roots and saved folders met
+        self._by_folder: dict[str, str] = {}  # folder -> its root
+        self._on_new_root = on_new_root
+
+    def add(self, root: str) -> None:
+        if root not in self._known:
+            self._known.add(root)
+            self._by_folder.clear()
+            self._on_new_root(root)
+
+    def remember(self, folder: str, root: str) -> None:
+        """`folder` (a builder's output folder, a path or a URL) belongs to the cache root `root`."""
+        path = local_path(folder)
+        if path is not None:
+            self._by_folder[path] = root
+
+    def saved(self, path: str) -> str:
+        """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""
+        parent = os.path.dirname(path)
+        root = parent if os.path.isfile(os.path.join(parent, "dataset_dict.json")) else path
+        self.add(root)
+        return root
+
+    def of(self, ds: Any, files: list[dict[str, Any]] | None = None) -> tuple[str, bool]:
+        """(the root whose ledger holds records about `ds`, whether `ds` lives only in memory)."""
+        if files is None:
+            files = cache_files(ds)
+        if not files:
+            return self.default, True
+        return self.of_folder(os.path.dirname(abs_path(files[0]["filename"]))), False
+
+    def of_folder(self, folder: str) -> str:
+        """The root whose ledger holds records about the cache files in `folder`."""
+        hit = self._by_folder.get(folder)
+        if hit is not None:
+            return hit
+        if os.path.basename(folder).startswith("hf_datasets-"):
+            # disable_caching(): datasets' temp folder, deleted at exit; the step is the cache's.
+            self._by_folder[folder] = self.default
+            return self.default
+        best = ""
+        for r in (*self._known, self.default):
+            if (folder == r or folder.startswith(r.rstrip(os.sep) + os.sep)) and len(r) > len(best):
+                best = r
+        if not best:
+            # A folder of Arrow files of its own (Dataset.from_file, a custom cache_file_name).
+            best = self.saved(folder) if os.path.isfile(os.path.join(folder, "state.json")) else folder
+        self._by_folder[folder] = best
+        return best
+
+
+_LOCAL_SCHEMES = ("file://", "local://")
+
+
+def local_path(url: Any) -> str | None:
+    """The absolute local path an fsspec-style location names (`/a/b`, `a/b`, `file:///a/b`,
+    `file:/a/b`, `local:///a/b`, a path-like); None for any other file system (`s3://…`,
+    `memory://…`, a chained `simplecache::file://…`)."""
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if not isinstance(url, str) or not url:
+        return None
+    for scheme in _LOCAL_SCHEMES:
+        if url.startswith(scheme):
+            return abs_path(url[len(scheme) :] or os.sep)
+    if url.startswith("file:") and url[5:6] == "/":
+        return abs_path(url[5:])
+    if "::" in url or "://" in url:
+        return None
+    return abs_path(url)
+
+
+def cache_files(ds: Any) -> list[dict[str, Any]]:
+    try:
+        files = ds.cache_files
+    except Exception:  # not a Dataset, or a broken one
+        return []
+    return files if isinstance(files, list) else []
+
+
+def split_of(ds: Any) -> str | None:
+    split = getattr(ds, "_split", None)
+    return str(split) if split is not None else None

@@ -80,45 +80,12 @@ def command(script: str, args: Sequence[str], *, module: bool = False) -> list[s
     return [sys.executable, *flags, "-c", _BOOTSTRAP.format(path=package_parent), *target, *args]
 
 
-#: `sys.flags` fields and the option each gives (as `subprocess._args_from_interpreter_flags`).
-_FLAG_OPTIONS = (
-    ("optimize", "O"),
-    ("debug", "d"),
-    ("dont_write_bytecode", "B"),
-    ("no_site", "S"),
-    ("verbose", "v"),
-    ("bytes_warning", "b"),
-    ("quiet", "q"),
-)
-_X_OPTIONS = ("faulthandler", "tracemalloc", "importtime", "frozen_modules", "showrefcount", "utf8")
-
-
 def interpreter_flags() -> list[str]:
     """The command-line options that give a new interpreter this one's settings (`sys.flags`,
-    `-W`, `-X`): what the standard library's `subprocess._args_from_interpreter_flags()` returns,
-    without importing `subprocess` (5 ms of the launcher `cachetool run` replaces)."""
-    flags = sys.flags
-    args = [f"-{opt * getattr(flags, name)}" for name, opt in _FLAG_OPTIONS if getattr(flags, name) > 0]
-    if flags.isolated:
-        args.append("-I")
-    else:
-        args += [opt for on, opt in ((flags.ignore_environment, "-E"), (flags.no_user_site, "-s")) if on]
-        if getattr(flags, "safe_path", False):  # 3.11+
-            args.append("-P")
-    warnings = sys.warnoptions[:]
-    if flags.bytes_warning:
-        warnings.remove("error::BytesWarning" if flags.bytes_warning > 1 else "default::BytesWarning")
-    if flags.dev_mode:
-        warnings.remove("default")
-    args += [f"-W{opt}" for opt in warnings]
-    if flags.dev_mode:
-        args += ["-X", "dev"]
-    xoptions = getattr(sys, "_xoptions", {})
-    for opt in _X_OPTIONS:
-        if opt in xoptions:
-            value = xoptions[opt]
-            args += ["-X", opt if value is True else f"{opt}={value}"]
-    return args
+    `-W`, `-X`), as the standard library's own child interpreters get them."""
+    import subprocess
+
+    return subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
 
 
 def _importable_in_child(package_parent: str, flags: Sequence[str]) -> bool:
@@ -189,44 +156,50 @@ def run_here(script: str, args: Sequence[str], *, module: bool = False) -> NoRet
 
 def _bootstrap() -> None:
     """Inside the fresh interpreter: become `python script.py args...`, install tracing, run."""
-    import importlib.machinery
-    from types import ModuleType
-
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
-    from cachetool.trace.install import install_tracing, take_environment
+    from cachetool.trace.install import install_tracing, note_exit, take_environment
 
     take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
-
+    run: Callable[[], object]
     if script == MODULE_FLAG and len(argv) > 1:
         # `python -m module args...`: runpy's own code for it (argv[0] becomes the module's file;
         # a module that is not there ends with python's one line and exit status 1).
         import runpy
 
         sys.argv[:] = argv[1:]
-        if not getattr(sys.flags, "safe_path", False):
-            sys.path[0] = os.getcwd()
-        install_tracing()
-        sys.excepthook = _trimming_hook(sys.excepthook)
-        runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]
-        return
-
-    if _is_package_path(script):
-        # A folder or zip with __main__.py: runpy knows those rules.
+        first = os.getcwd()
+        run = lambda: runpy._run_module_as_main(argv[1], alter_argv=True)  # type: ignore[attr-defined]  # noqa: E731
+    elif _is_package_path(script):  # a folder or zip with __main__.py: runpy knows those rules
         import runpy
 
-        if not getattr(sys.flags, "safe_path", False):
-            sys.path[0] = script
-        install_tracing()
-        sys.excepthook = _trimming_hook(sys.excepthook)
-        _noting_exit(runpy.run_path, script, run_name="__main__")
-        return
+        first = script
+        run = lambda: runpy.run_path(script, run_name="__main__")  # noqa: E731
+    else:
+        first = os.path.dirname(os.path.realpath(script))
+        run = _main_module(script)
+    if not getattr(sys.flags, "safe_path", False):  # `python -P` adds no script folder
+        sys.path[0] = first
+    install_tracing()
+    sys.excepthook = _trimming_hook(sys.excepthook)
+    # The run's end record keeps the exit status and the exception (its frames are trimmed from
+    # tracebacks).
+    try:
+        run()
+    except BaseException as e:
+        note_exit(e)
+        raise
+    note_exit(None)
+
+
+def _main_module(script: str) -> Callable[[], object]:
+    """Runs the script as CPython runs `python script.py`: in a fresh `__main__` module."""
+    import importlib.machinery
+    from types import ModuleType
 
     # CPython joins a relative script path to the cwd without normalising it (`work/../x.py`).
     path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
-    if not getattr(sys.flags, "safe_path", False):  # `python -P` adds no script folder
-        sys.path[0] = os.path.dirname(os.path.realpath(script))
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -255,22 +228,7 @@ def _bootstrap() -> None:
         }
     )
     sys.modules["__main__"] = main
-    install_tracing()
-    sys.excepthook = _trimming_hook(sys.excepthook)
-    _noting_exit(exec, code, main.__dict__)
-
-
-def _noting_exit(run: Callable[..., object], *args: Any, **kwargs: Any) -> None:
-    """`run(*args, **kwargs)` (the script), telling the tracer how it ended: the run's end record
-    keeps the exit status and the exception (its frames are trimmed from tracebacks)."""
-    from cachetool.trace.install import note_exit
-
-    try:
-        run(*args, **kwargs)
-    except BaseException as e:
-        note_exit(e)
-        raise
-    note_exit(None)
+    return lambda: exec(code, main.__dict__)
 
 
 def _is_zip(path: str) -> bool:

@@ -131,28 +131,30 @@ def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
     target, code = unwrap(fn)
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     module = getattr(target, "__module__", None)
-    source = source_of(target)
+    if module not in (None, "__main__", "__mp_main__"):
+        qualname = f"{module}.{qualname}"
+    info = _ref(qualname, code, source_of(target), sources)
+    info["by_reference"] = by_reference(target)
+    info["deps"] = _deps(target, sources) if isinstance(target, types.FunctionType) else []
+    return info
+
+
+def _ref(
+    qualname: str, code: types.CodeType | None, source: str | None, sources: dict[str, Any]
+) -> dict[str, Any]:
+    """A function's name, place and hashes; its source text goes to `sources` when it is the user's."""
     shash = source_hash(source, code)
-    info: dict[str, Any] = {
-        "qualname": qualname if module in (None, "__main__", "__mp_main__") else f"{module}.{qualname}",
+    ref = {
+        "qualname": qualname,
         "file": code.co_filename if code is not None else None,
         "line": code.co_firstlineno if code is not None else None,
         "source_hash": shash,
         "code_hash": code_hash(code) if code is not None else None,
-        "by_reference": by_reference(target),
-        "deps": [],
     }
     if code is not None and shash is not None and source is not None and is_user_file(code.co_filename):
-        _keep_source(sources, shash, info, source)
-    if isinstance(target, types.FunctionType):
-        info["deps"] = _deps(target, sources)
-    return info
-
-
-def _keep_source(sources: dict[str, dict[str, Any]], shash: str, info: dict[str, Any], source: str) -> None:
-    if shash not in sources:
         text = {"text": source[:MAX_SOURCE_CHARS], "truncated": len(source) > MAX_SOURCE_CHARS}
-        sources[shash] = {"qualname": info["qualname"], "file": info["file"], "line": info["line"], **text}
+        sources.setdefault(shash, {"qualname": qualname, "file": ref["file"], "line": ref["line"], **text})
+    return ref
 
 
 def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -161,29 +163,16 @@ def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[di
     seen: set[int] = {id(fn)}
     queue: list[types.FunctionType] = [fn]
     while queue and len(out) < MAX_DEPS:
-        current = queue.pop(0)
-        for callee in _referenced_functions(current):
+        for callee in _referenced_functions(queue.pop(0)):
             if id(callee) in seen:
                 continue
             seen.add(id(callee))
-            code = callee.__code__
-            if not is_user_file(code.co_filename):
+            if not is_user_file(callee.__code__.co_filename):
                 continue
             queue.append(callee)
-            if not by_reference(callee):
-                continue  # pickled by value: a change of it changes the fingerprint
-            source = source_of(callee)
-            shash = source_hash(source, code)
-            dep = {
-                "qualname": f"{callee.__module__}.{callee.__qualname__}",
-                "file": code.co_filename,
-                "line": code.co_firstlineno,
-                "source_hash": shash,
-                "code_hash": code_hash(code),
-            }
-            if source is not None and shash is not None:
-                _keep_source(sources, shash, dep, source)
-            out.append(dep)
+            if by_reference(callee):  # a change of one pickled by value changes the fingerprint
+                qualname = f"{callee.__module__}.{callee.__qualname__}"
+                out.append(_ref(qualname, callee.__code__, source_of(callee), sources))
             if len(out) >= MAX_DEPS:
                 break
     return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import os
 import platform
@@ -20,9 +21,10 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.runs import RunEndRecord
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.writer import ENCODER, LedgerWriter, SegmentWriter
 from cachetool.trace.arguments import Arguments, hash_tree
@@ -31,25 +33,19 @@ from cachetool.trace.calls import (
     Calls,
     Frame,
     HashEvent,
-    Watch,
-    watched,
+    abs_path,
     wrap_hash,
     wrap_random,
 )
 from cachetool.trace.leases import hold_lease
 from cachetool.trace.patches import Patches
-from cachetool.trace.records import RecordBuilder
-from cachetool.trace.roots import Roots, abs_path
-
-__all__ = ["EventsSink", "LedgerSink", "Tracer", "warn"]
+from cachetool.trace.records import RecordBuilder, Roots
 
 #: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
 _TRANSFORMS = """map filter select sort shuffle train_test_split remove_columns rename_column rename_columns
 select_columns flatten cast cast_column add_column add_item batch flatten_indices shard skip take repeat
 with_format class_encode_column align_labels_with_mapping"""
 TRANSFORM_METHODS = tuple(_TRANSFORMS.split())
-#: Methods that change the dataset in place (the result is `self` afterwards).
-INPLACE_METHODS = ("set_format",)
 
 
 def library_versions() -> dict[str, str]:
@@ -64,35 +60,25 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+#: Where the tracer hooks `datasets` (module, then attributes): without one, tracing is off.
+_HOOK_POINTS = """fingerprint.update_fingerprint fingerprint.generate_random_fingerprint
+fingerprint.Hasher.hash arrow_dataset.generate_fingerprint arrow_dataset._concatenate_map_style_datasets
+arrow_dataset.Dataset.set_format arrow_dataset.Dataset.save_to_disk arrow_dataset.Dataset.load_from_disk
+arrow_dataset.Dataset._get_cache_file_path builder.DatasetBuilder.as_dataset
+builder.DatasetBuilder.download_and_prepare builder.DatasetBuilder._relative_data_dir"""
+
+
 def _missing_hook_points() -> list[str]:
     """The functions and methods the tracer hooks that this `datasets` lacks."""
-    import datasets.arrow_dataset as ad
-    import datasets.builder as builder_mod
-    import datasets.fingerprint as fp_mod
-
-    missing = [
-        n for n in ("update_fingerprint", "generate_random_fingerprint", "Hasher") if not hasattr(fp_mod, n)
-    ]
-    missing += [
-        f"arrow_dataset.{n}"
-        for n in ("Dataset", "generate_fingerprint", "_concatenate_map_style_datasets")
-        if not hasattr(ad, n)
-    ]
-    dataset_cls = getattr(ad, "Dataset", None)
-    builder_cls = getattr(builder_mod, "DatasetBuilder", None)
-    if dataset_cls is not None:
-        missing += [
-            f"Dataset.{m}"
-            for m in (*INPLACE_METHODS, "save_to_disk", "load_from_disk", "_get_cache_file_path")
-            if m not in vars(dataset_cls)
-        ]
-    if builder_cls is None or not all(
-        hasattr(builder_cls, m) for m in ("as_dataset", "download_and_prepare", "_relative_data_dir")
-    ):
-        missing.append("DatasetBuilder.as_dataset/download_and_prepare")
-    hasher = getattr(fp_mod, "Hasher", None)
-    if hasher is not None and not isinstance(vars(hasher).get("hash"), classmethod):
-        missing.append("Hasher.hash")
+    missing = []
+    for point in _HOOK_POINTS.split():
+        module, *names = point.split(".")
+        obj: Any = importlib.import_module(f"datasets.{module}")
+        for name in names:
+            obj = vars(obj).get(name)
+            if obj is None:
+                missing.append(point)
+                break
     return missing
 
 
@@ -101,7 +87,7 @@ def _transforms(dataset_cls: type) -> list[str]:
     `fingerprint_transform`-decorated one."""
     names = {m for m in TRANSFORM_METHODS if m in vars(dataset_cls)}
     for name, value in vars(dataset_cls).items():
-        if not name.startswith("_") and _is_fingerprint_transform(value) and name not in INPLACE_METHODS:
+        if not name.startswith("_") and _is_fingerprint_transform(value) and name != "set_format":
             names.add(name)
     return sorted(names)
 
@@ -178,17 +164,21 @@ class Tracer:
         self.roots = Roots(self._on_new_root)
         self.arguments = Arguments(trees=isinstance(sink, EventsSink) and sink.trees, summaries=self._ledger)
         self.records = RecordBuilder(
-            run=sink.run_id, pid=self.pid, seq=seq, roots=self.roots, arguments=self.arguments
+            run=sink.run_id,
+            pid=self.pid,
+            seq=seq,
+            roots=self.roots,
+            arguments=self.arguments,
+            local=self.local,
         )
         self.patches = Patches()
         self._hook_errors = 0
         self._prefix: str | None = None
         self._ended = False
-        #: How the run ended, once the runner says (`note_exit`): status, exception, message.
-        self._outcome: tuple[int, str | None, str | None] | None = None
+        #: How the run ended, once the runner says (`note_exit`): the fields of its end records.
+        self._outcome: dict[str, Any] | None = None
         #: The last exception that came out of a step the user called, with the step's `seq`.
         self._raised: tuple[BaseException, int] | None = None
-        self._raised_at_exit: BaseException | None = None
         #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
@@ -203,10 +193,8 @@ class Tracer:
         version = getattr(datasets, "__version__", "?")
         missing = _missing_hook_points()
         if missing:
-            warn(
-                f"tracing is off: this datasets {version} has no {', '.join(missing[:5])}; "
-                + "the script runs untraced"
-            )
+            lacks = ", ".join(missing[:5])
+            warn(f"tracing is off: this datasets {version} has no {lacks}; the script runs untraced")
             return False
         untraced = [f"Dataset.{m}" for m in TRANSFORM_METHODS if m not in vars(ad.Dataset)]
         if untraced:  # 2.21 has no `repeat`; 2.14 no `skip`, `take`, `batch`
@@ -251,13 +239,11 @@ class Tracer:
         self.patches.patch_imported({name: (orig, make(orig)) for name, (orig, make) in originals.items()})
         patch(fp_mod.Hasher, "hash", wrap_hash(vars(fp_mod.Hasher)["hash"].__func__, local))
 
-        # Layer 1: the edges.
+        # Layer 1: the edges (`set_format` changes the dataset in place: its result is `self`).
         methods = vars(ad.Dataset)
-        for name in _transforms(ad.Dataset):
-            patch(ad.Dataset, name, self._wrap_method(methods[name], name, "transform"))
-        for name in INPLACE_METHODS:
-            patch(ad.Dataset, name, self._wrap_method(methods[name], name, "inplace"))
-        patch(ad.Dataset, "save_to_disk", self._wrap_method(methods["save_to_disk"], "save_to_disk", "save"))
+        edges = [(name, "transform") for name in _transforms(ad.Dataset)]
+        for name, kind in (*edges, ("set_format", "inplace"), ("save_to_disk", "save")):
+            patch(ad.Dataset, name, self._wrap_method(methods[name], name, kind))
         load = methods["load_from_disk"].__func__
         patch(ad.Dataset, "load_from_disk", self._wrap_method(load, "load_from_disk", "load_saved"))
         patch(ad.Dataset, "_get_cache_file_path", self._wrap_cache_path(methods["_get_cache_file_path"]))
@@ -283,10 +269,8 @@ class Tracer:
     def _hook_failed(self, where: str, e: BaseException) -> None:
         self._hook_errors += 1
         if self._hook_errors == 1:
-            warn(
-                f"a tracing hook failed in {where} ({type(e).__name__}: {e}); the pipeline is not "
-                "affected, but its lineage may be incomplete"
-            )
+            says = "the pipeline is not affected, but its lineage may be incomplete"
+            warn(f"a tracing hook failed in {where} ({type(e).__name__}: {e}); {says}")
         if os.environ.get("CACHETOOL_DEBUG"):
             import traceback
 
@@ -305,13 +289,8 @@ class Tracer:
         if not (self.enabled and isinstance(sink, LedgerSink)) or self._ended or os.getpid() != self.pid:
             return
         self._ended = True
-        status, exception, message = self._outcome or (None, None, None)
-        step = None
-        if self._raised is not None and self._outcome is not None:
-            raised, seq = self._raised
-            step = seq if self._raised_at_exit is raised else None
         for root in list(sink.roots):
-            self._emit(self.records.run_end(root, status, exception, message, step))
+            self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
         from cachetool.history.compact import compact_if_large
 
         for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
@@ -319,23 +298,20 @@ class Tracer:
 
     def note_exit(self, exc: BaseException | None) -> None:
         """How the script ended (`exc` None: normally), and from which step an exception came."""
-        self._raised_at_exit = None
-        if exc is None:
-            self._outcome = (0, None, None)
-        elif isinstance(exc, SystemExit):
-            code = exc.code
-            self._outcome = (code if isinstance(code, int) else 0 if code is None else 1, None, None)
-        else:
-            status = 130 if isinstance(exc, KeyboardInterrupt) else 1
-            self._outcome = (status, type(exc).__name__, str(exc)[:2000])
-            seen: set[int] = set()
-            e: BaseException | None = exc
-            while e is not None and id(e) not in seen:  # the step's exception, or one it caused
-                seen.add(id(e))
-                if self._raised is not None and e is self._raised[0]:
-                    self._raised_at_exit = e
-                    break
-                e = e.__context__
+        if exc is None or isinstance(exc, SystemExit):
+            code = None if exc is None else exc.code
+            self._outcome = {"status": code if isinstance(code, int) else 0 if code is None else 1}
+            return
+        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        self._outcome = {"status": status, "exception": type(exc).__name__, "message": str(exc)[:2000]}
+        seen: set[int] = set()
+        e: BaseException | None = exc
+        while e is not None and id(e) not in seen:  # the step's exception, or one it caused
+            seen.add(id(e))
+            if self._raised is not None and e is self._raised[0]:
+                self._outcome["step"] = self._raised[1]
+                break
+            e = e.__context__
 
     # -- layer 2 ------------------------------------------------------------------------------
     def _wrap_update_fingerprint(self, original: Callable[..., str]) -> Callable[..., str]:
@@ -345,9 +321,14 @@ class Tracer:
         def update_fingerprint(fingerprint: Any, transform: Any, transform_args: Any) -> str:
             if not self.enabled:
                 return original(fingerprint, transform, transform_args)
-            result, watch = watched(local, original, fingerprint, transform, transform_args)
+            previous = local.watch
+            local.watch = ev = HashEvent()  # what `Hasher.hash` sees inside this call
             try:
-                self._on_hash(fingerprint, transform, transform_args, result, watch)
+                result = original(fingerprint, transform, transform_args)
+            finally:
+                local.watch = previous
+            try:
+                self._on_hash(ev, fingerprint, transform, transform_args, result)
             except Exception as e:
                 self._hook_failed("update_fingerprint", e)
             return result
@@ -368,10 +349,10 @@ class Tracer:
 
         return generate_fingerprint
 
-    def _on_hash(self, parent: Any, transform: Any, args: Any, result: str, watch: Watch) -> None:
+    def _on_hash(self, ev: HashEvent, parent: Any, transform: Any, args: Any, result: str) -> None:
+        ev.parent, ev.transform, ev.result, ev.seq = parent, transform, result, next(self.seq)
         # A copy: train_test_split reuses one dict for its two hashes, changing fingerprint_name.
-        args = dict(args) if isinstance(args, Mapping) else args
-        ev = HashEvent(parent, transform, args, result, watch, next(self.seq))
+        ev.args = args = dict(args) if isinstance(args, Mapping) else args
         if self.arguments.trees and isinstance(args, Mapping):
             # Now, before the transform runs: a map may change the objects its function uses
             # (a tokenizer switching truncation on), and the tree must show what datasets hashed.
@@ -387,14 +368,12 @@ class Tracer:
 
     # -- layer 1 ------------------------------------------------------------------------------
     def _wrap_method(self, original: Callable[..., Any], op: str, kind: str) -> Callable[..., Any]:
-        at = positions(original)
-
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
-            if self.recompute and at is not None:
-                args, kwargs = recomputed_args(args, kwargs, at, self._fresh_path)
+            if self.recompute and args:
+                args, kwargs = cold_args(original, args, kwargs, self._fresh_path)
             try:
                 frame = self.calls.enter(op, kind, original, args, kwargs, sys._getframe(1))
             except Exception as e:
@@ -469,8 +448,8 @@ class Tracer:
         local = self.local
         stack = local.stack
         try:
-            duration = self.calls.leave(frame)
-            records = self.records.steps(frame, out, exc, duration, local.snapshot)
+            self.calls.leave(frame)
+            records = self.records.steps(frame, out, exc)
             if stack:
                 # Nested calls finish first; hold their records so that the file is in call order.
                 stack[-1].children.extend(records)
@@ -503,53 +482,22 @@ class Tracer:
 # plain run would unless the cache already holds that step.
 
 
-class Positions(NamedTuple):
-    """Where a transform takes `load_from_cache_file` and the file names the script may give."""
-
-    load: int
-    names: tuple[tuple[str, int], ...]
-
-
-def positions(function: Callable[..., Any]) -> Positions | None:
-    """`function`'s `load_from_cache_file` and file-name parameters by position (`sys.maxsize`:
-    keyword-only); None without `load_from_cache_file`. From the code object: `inspect.signature`
-    is too slow for every start."""
-    code = getattr(inspect.unwrap(function), "__code__", None)
-    if code is None:
-        return None
-    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-
-    def at(name: str) -> int:
-        i = names.index(name)
-        return i if i < code.co_argcount else sys.maxsize
-
-    if "load_from_cache_file" not in names:
-        return None
-    return Positions(at("load_from_cache_file"), tuple((n, at(n)) for n in FILE_NAME_ARGS if n in names))
-
-
-def with_value(
-    args: tuple[Any, ...], kwargs: dict[str, Any], name: str, at: int, value: Any
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call's arguments with `name` (at position `at`) set to `value`, wherever the caller put it."""
-    if len(args) > at:
-        return (*args[:at], value, *args[at + 1 :]), kwargs
-    return args, {**kwargs, name: value}
-
-
-def recomputed_args(
-    args: tuple[Any, ...], kwargs: dict[str, Any], at: Positions, fresh: Callable[[str, Any], str]
-) -> tuple[Any, Any]:
+def cold_args(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], fresh: Any) -> Any:
     """The call's arguments for the cold run: `load_from_cache_file=False`, and each file the
-    script names through `fresh(path, parent)`."""
-    args, kwargs = with_value(args, kwargs, "load_from_cache_file", at.load, False)
-    for name, i in at.names:
-        given = args[i] if i < len(args) else kwargs.get(name)
-        if isinstance(given, (str, os.PathLike)):
-            path = fresh(os.fspath(given), args[0] if args else None)
-            if path != os.fspath(given):
-                args, kwargs = with_value(args, kwargs, name, i, path)
-    return args, kwargs
+    script names through `fresh(path, parent)` (unchanged for a transform without that parameter)."""
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except (TypeError, ValueError):  # a call that raises anyway
+        return args, kwargs
+    if "load_from_cache_file" not in bound.signature.parameters:
+        return args, kwargs
+    given = bound.arguments
+    given["load_from_cache_file"] = False
+    for name in FILE_NAME_ARGS:
+        path = given.get(name)
+        if isinstance(path, (str, os.PathLike)):
+            given[name] = fresh(os.fspath(path), args[0])
+    return bound.args, bound.kwargs
 
 
 def fresh_path(path: str, parent: Any = None) -> str:
