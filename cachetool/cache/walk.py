@@ -30,54 +30,28 @@ from cachetool.cache.readahead import ReadAhead
 
 
 class Item:
-    """One folder entry as `scandir` gave it: its name, path and the `lstat` fields a listing uses
-    (`ok` False and `error` saying why when `lstat` failed), not the whole `stat_result` (some 600
-    bytes). `prefix` is the folder's text and a separator, one string shared by its items."""
+    """One folder entry as `scandir` gave it: its name, path and `lstat` result (`st` None and
+    `error` saying why when `lstat` failed). Items live only while their folder is classified.
+    `prefix` is the folder's text and a separator, one string shared by its items."""
 
-    __slots__ = (
-        "ctime_ns",
-        "error",
-        "ino",
-        "is_dir",
-        "is_file",
-        "mode",
-        "mtime",
-        "name",
-        "ok",
-        "path",
-        "prefix",
-        "size",
-        "uid",
-    )
+    __slots__ = ("error", "is_dir", "is_file", "name", "ok", "path", "prefix", "st")
 
     def __init__(
-        self,
-        name: str,
-        child: Callable[[str], Path],
-        st: os.stat_result | None,
-        error: str | None,
-        prefix: str,
+        self, name: str, path: Path, st: os.stat_result | None, error: str | None, prefix: str
     ) -> None:
         self.name = name
-        self.path = child(name)
+        self.path = path
+        self.st = st
         self.error = error
         self.prefix = prefix
-        if st is None:
-            self.ok = self.is_dir = self.is_file = False
-            self.mode = self.size = self.ctime_ns = self.ino = 0
-            self.uid = -1
-            self.mtime = 0.0
-            return
-        self.ok = True
-        mode = st.st_mode
-        self.mode = mode = _MODES.setdefault(mode, mode)  # one int per distinct mode, not per file
+        self.ok = st is not None
+        mode = 0 if st is None else st.st_mode
         self.is_dir = S_ISDIR(mode)
         self.is_file = S_ISREG(mode)
-        self.size = st.st_size
-        self.mtime = st.st_mtime
-        self.ctime_ns = st.st_ctime_ns
-        self.ino = st.st_ino
-        self.uid = st.st_uid
+
+    @property
+    def size(self) -> int:
+        return 0 if self.st is None else self.st.st_size
 
 
 S_ISDIR = stat.S_ISDIR
@@ -101,9 +75,9 @@ def list_dir(path: Path) -> tuple[list[Item], str | None]:
                 try:
                     st = de.stat(follow_symlinks=False)
                 except OSError as e:
-                    items.append(Item(name, child, None, e.strerror or str(e), prefix))
+                    items.append(Item(name, child(name), None, e.strerror or str(e), prefix))
                     continue
-                items.append(Item(name, child, st, None, prefix))
+                items.append(Item(name, child(name), st, None, prefix))
     except PermissionError:
         return [], "permission denied"
     except OSError as e:
@@ -160,7 +134,8 @@ class Walker:
         self.warnings.append(ScanWarning(path, problem))
 
     def cache_file(self, item: Item, *, arrow: bool, shard: tuple[int, int] | None = None) -> CacheFile:
-        assert item.ok
+        st = item.st
+        assert st is not None
         self.files_seen += 1
         if self.progress is not None and self.files_seen % 200 == 0:
             self.progress(self.files_seen)
@@ -170,12 +145,13 @@ class Walker:
                 summary = self.summary(item)
                 if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
                     self.warn(item.path, summary.error)
-        elif stat.S_ISLNK(item.mode):
+        elif stat.S_ISLNK(st.st_mode):
             try:
                 link = os.readlink(item.path)
             except OSError:
                 link = "?"
-        return CacheFile(item.path, item.size, item.mtime, item.mode, item.uid, summary, shard, link)
+        mode = _MODES.setdefault(st.st_mode, st.st_mode)  # one int per distinct mode, not per file
+        return CacheFile(item.path, st.st_size, st.st_mtime, mode, st.st_uid, summary, shard, link)
 
     def _folder_of(self, item: Item) -> str:
         """The folder of `item` relative to the root (noting that the walk has met it)."""
@@ -188,8 +164,10 @@ class Walker:
 
     def summary(self, item: Item) -> ArrowSummary:
         folder = self._folder_of(item)
-        name = item.name
-        cached = self.index.get_in(folder, name, item.size, item.ctime_ns, item.ino)
+        name, st = item.name, item.st
+        assert st is not None
+        size, ctime_ns, ino = st.st_size, st.st_ctime_ns, st.st_ino
+        cached = self.index.get_in(folder, name, size, ctime_ns, ino)
         if cached is not None:
             return cached
         path = item.prefix + name
@@ -197,10 +175,10 @@ class Walker:
         summary = ahead.result(path) if ahead.pending else None
         if summary is None:
             ahead.missed()
-            summary = read_summary(path, item.size)
+            summary = read_summary(path, size)
         # A file still being written (a live tmp* file) must not be remembered half-read.
         if not layout.TEMP_FILE_RE.match(name):
-            self.index.put(folder, name, item.size, item.ctime_ns, item.ino, summary)
+            self.index.put(folder, name, size, ctime_ns, ino, summary)
         return summary
 
     def tree_files(self, path: Path) -> list[CacheFile]:
@@ -223,19 +201,19 @@ class Walker:
 
     def odd(self, item: Item, ds: DatasetDir | None) -> Entry | None:
         """Entries for things that are not regular files or folders; None for ordinary items."""
-        dataset = ds.name if ds else None
-        if not item.ok:
+        dataset, st = ds.name if ds else None, item.st
+        if st is None:
             problem = item.error or "cannot stat"
             self.warn(item.path, problem)
             return Entry(Kind.UNREADABLE, item.path, (), dataset, problems=(problem,))
-        mode = item.mode
+        mode = st.st_mode
         if stat.S_ISLNK(mode):
             f = self.cache_file(item, arrow=False)
             problem = f"symlink to {f.link_target} (not followed)"
             return Entry(Kind.OTHER, item.path, (f,), dataset, ds.path if ds else None, problems=(problem,))
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             what = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
-            f = CacheFile(item.path, 0, item.mtime, mode, item.uid)
+            f = CacheFile(item.path, 0, st.st_mtime, mode, st.st_uid)
             self.warn(item.path, f"not a regular file ({what}); not opened")
             return Entry(Kind.OTHER, item.path, (f,), dataset, problems=(f"not a regular file ({what})",))
         return None

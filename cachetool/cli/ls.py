@@ -284,16 +284,10 @@ def render_human(
         out.line("No entries." if not count else "No entries match.")
     elif grouped:
         groups: dict[str, list[Entry]] = {}
-        dirs: dict[str, Path | None] = {}
         for e in entries:
-            name, where = e.dataset or "(cache root)", e.dataset_dir
-            members = groups.get(name)
-            if members is None:
-                members = groups[name] = []
-                dirs[name] = where  # the first member's folder
-            members.append(e)
+            groups.setdefault(e.dataset or "(cache root)", []).append(e)
         for name, members in groups.items():
-            where = dirs[name]
+            where = members[0].dataset_dir  # the first member's folder
             out.line()
             out.line(name, style="bold cyan")
             if where is not None and _short(where, report.root) not in (name, "."):
