@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import Any
 
 from cachetool.cache.frozen import fast_init
-from cachetool.cache.ipc import CONTINUATION, EOS_MARKER, Headers, parse_hf_metadata, walk_headers
+from cachetool.cache.ipc import CONTINUATION, EOS_MARKER, Headers, no_eos, parse_hf_metadata, walk_headers
 
 FILE_MAGIC = b"ARROW1"
 
@@ -285,9 +285,7 @@ def _walk(mm: mmap.mmap, size: int) -> ArrowSummary:
             batches += 1
             del batch
         if error is None and not eos:
-            error = (
-                f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
-            )
+            error = no_eos(batches, rows)
         del reader
         template = metadata_template(text, fingerprint)
         return ArrowSummary(

@@ -283,10 +283,12 @@ def walk_headers(buf: Any, size: int) -> Headers | None:
     except Exception:  # anything unusual (_Declined, struct.error, ...): pyarrow's reader says what
         return None
     eos = buf[size - 8 : size] == EOS_MARKER
-    error = None
-    if not eos:
-        error = f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
-    return rows, batches, columns, fingerprint, text, eos, error
+    return rows, batches, columns, fingerprint, text, eos, None if eos else no_eos(batches, rows)
+
+
+def no_eos(batches: int, rows: int) -> str:
+    """The problem of a stream read to its end without the end-of-stream marker."""
+    return f"no end-of-stream marker after {batches} batches ({rows} rows): the writer did not finish"
 
 
 def _batch(r: _Reader, node_count: int, top_nodes: tuple[int, ...]) -> tuple[int, int]:

@@ -37,6 +37,20 @@ def test_the_header_reader_survives_thousands_of_mutated_files(tmp_path: Path) -
     assert unreadable >= 20  # the mutants reach the exceptions beyond ArrowInvalid
 
 
+@pytest.mark.slow
+def test_a_mutant_reads_as_pyarrows_reader_reads_it(tmp_path: Path) -> None:
+    """Seeded mutants of a `datasets`-shaped stream read to what pyarrow's reader says of them
+    (rows, batches, columns, metadata, completeness, the damage it names): a batch header that
+    pyarrow's flatbuffer verifier refuses is damage, never a complete file."""
+    from tests.test_listing_fast_paths import _pyarrow_walk
+
+    path = tmp_path / "cache-0123456789abcdef.arrow"
+    for seed in range(3):
+        for data in mutations(good_stream(), seed=seed, count=150):
+            write_anew(path, data)
+            assert read_summary(path) == _pyarrow_walk(path), (seed, data.hex())
+
+
 def test_headers_remembered_from_good_files_never_change_what_a_mutant_reads(tmp_path: Path) -> None:
     """The header walk remembers the schema and batch headers of files it read (files of one
     dataset differ only in their fingerprint): a mutant read right after good files of the same
