@@ -14,7 +14,7 @@ file system merges the records of every node. Two questions only the merge can a
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from cachetool.formatting import human_duration
@@ -32,13 +32,7 @@ class Computation:
     duration: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "host": self.host,
-            "pid": self.pid,
-            "start": self.start,
-            "duration": self.duration,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,16 @@ every branch of its dataset (the forest of its sources).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Container, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.formatting import human_size, iso_time
 from cachetool.history.hosts import where_sentence
 from cachetool.history.ledger import Ledger
-from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.base import LedgerRecord, picked
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import CallSite, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import SaveRecord, StepRecord
@@ -56,9 +55,9 @@ class Step:
     function: FunctionInfo | None = None
     args: tuple[tuple[str, str], ...] = ()  # (name, short repr) of the small, telling arguments
     call_site: CallSite | None = None
+    runs: int = 0
     hits: int = 0
     misses: int = 0
-    runs: int = 0
     cache: str | None = None  # of the latest record: hit | partial | miss | none
     files: tuple[FileNow, ...] = ()
     in_memory: bool = False
@@ -111,34 +110,10 @@ class Step:
         return f"{gone} of {len(self.files)} files gone"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "recorded": self.recorded,
-            "parents": list(self.parents),
-            "type": self.type,
-            "operation": self.operation,
-            "transform": self.transform,
-            "function": self.function.to_json() if self.function else None,
-            "args": dict(self.args),
-            "call_site": self.call_site.to_json() if self.call_site else None,
-            "runs": self.runs,
-            "hits": self.hits,
-            "misses": self.misses,
-            "cache": self.cache,
-            "files": [{"path": f.path, "size": f.size, "exists": f.exists} for f in self.files],
-            "in_memory": self.in_memory,
-            "fingerprint_given": self.fingerprint_given,
-            "random_fallback": self.random_fallback.to_json() if self.random_fallback else None,
-            "source": self.source.to_json() if self.source else None,
-            "root": self.root,
-            "foreign": self.foreign,
-            "internal": self.internal,
-            "split": self.split,
-            "used": iso_time(self.last_used),
-            "saved_to": list(self.saved_to),
-            "deleted": self.deleted,
-            "where": self.where,
-        }
+        out = picked(self, tuple(f.name for f in fields(self)[:-1]))  # not `record`
+        files = [{**asdict(x), "exists": x.exists} for x in self.files]
+        out |= {"args": dict(self.args), "files": files, "last_used": iso_time(self.last_used)}
+        return {("used" if k == "last_used" else k): v for k, v in out.items()}
 
 
 #: Arguments that say nothing a reader needs in a one-line summary.
@@ -238,7 +213,7 @@ class LineageGraph:
         for fp, rec in list(self._origin.items()):
             parents = tuple(self._visible_parent(p) for p in rec.parents if p != fp)
             if parents != rec.parents:
-                self._origin[fp] = dataclasses.replace(rec, parents=tuple(dict.fromkeys(parents)))
+                self._origin[fp] = replace(rec, parents=tuple(dict.fromkeys(parents)))
 
     def _visible_parent(self, fp: str) -> str:
         seen: set[str] = set()

@@ -297,6 +297,15 @@ class LedgerRecord:
         return out
 
 
+def picked(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The fields `names` of a record or part as JSON shows them: parts as objects, tuples as lists."""
+    out = {}
+    for name in names:
+        v = getattr(obj, name)
+        out[name] = v.to_json() if isinstance(v, Part) else list(v) if isinstance(v, tuple) else v
+    return out
+
+
 #: Record type -> class (a type not listed here is skipped with a warning).
 RECORD_TYPES: dict[str, type[LedgerRecord]] = {}
 
