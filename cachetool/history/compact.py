@@ -251,17 +251,11 @@ class CompactionReport:
 
     def plus(self, other: CompactionReport) -> CompactionReport:
         """This report with what `other` (of another ledger folder of the same root) did."""
+        added = ("segments", "runs", "kept", "summarised", "gc_folded", "left", "recent", "warnings")
         return replace(
             self,
-            segments=self.segments + other.segments,
-            runs=self.runs + other.runs,
-            kept=self.kept + other.kept,
-            summarised=self.summarised + other.summarised,
-            gc_folded=self.gc_folded + other.gc_folded,
             bytes_after=self.bytes_after - other.bytes_before + other.bytes_after,
-            left=self.left + other.left,
-            recent=self.recent + other.recent,
-            warnings=self.warnings + other.warnings,
+            **{k: getattr(self, k) + getattr(other, k) for k in added},
         )
 
 

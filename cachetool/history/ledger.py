@@ -235,81 +235,54 @@ def read_other_roots(
     follow: bool,
 ) -> list[Path]:
     """Add to `records`, `warnings` and `segments` (those of `first`, the ledger's root) what the
-    other known roots add: every one with `all_roots`, else what `follow_saves` and
-    `follow_parents` find (with `follow`). Returns every root read, `first` first."""
+    other known roots add: every one with `all_roots`; else, with `follow`, the `save_to_disk`
+    folders that hold a state made here (what was made from them descends from it), and the
+    origins (with their ancestry) of the parents no record read explains. Returns every root
+    read, `first` first."""
     roots = [first]
     registry = known_roots()
     others = [p for p in (Path(r) for r in registry) if p != first and p.is_dir()]
-    if all_roots:
-        for other in others:
+    read: dict[Path, list[LedgerRecord]] = {}
+
+    def records_of(other: Path) -> list[LedgerRecord]:
+        if other not in read:
             got, w, segs = read_root(other)
-            records += got
-            warnings += w
-            segments += segs
-            roots.append(other)
-    elif follow and others:
-        cache: dict[Path, list[LedgerRecord]] = {}
-        saved = [p for p in others if registry.get(os.fspath(p), {}).get("kind") == "saved"]
-        follow_saves(records, warnings, roots, saved, cache)
-        follow_parents(records, warnings, roots, others, cache)
-    return roots
-
-
-def follow_saves(
-    records: list[LedgerRecord],
-    warnings: list[str],
-    roots: list[Path],
-    saved: list[Path],
-    cache: dict[Path, list[LedgerRecord]],
-) -> None:
-    """Add the records of `save_to_disk` folders that hold a state made here (the folder is a
-    root of its own; what was made from it there descends from this root)."""
-    made = {r.result for r in records if isinstance(r, StepRecord) and r.result is not None}
-    for folder in saved:
-        if folder not in cache:
-            got, w, _ = read_root(folder)
-            cache[folder] = got
+            read[other] = got
             warnings.extend(w)
-        steps = [r for r in cache[folder] if isinstance(r, StepRecord)]
+            segments.extend(segs if all_roots else ())
+        return read[other]
+
+    if all_roots or not follow:
+        for other in others if all_roots else ():
+            records += records_of(other)
+            roots.append(other)
+        return roots
+    made = {r.result for r in records if isinstance(r, StepRecord) and r.result is not None}
+    for folder in (p for p in others if registry.get(os.fspath(p), {}).get("kind") == "saved"):
+        steps = [r for r in records_of(folder) if isinstance(r, StepRecord)]
         if any(r.result in made for r in steps if isinstance(r, SaveRecord)):
-            records += [r for r in cache[folder] if isinstance(r, (StepRecord, SourceRecord))]
+            records += [r for r in read[folder] if isinstance(r, (StepRecord, SourceRecord))]
             roots.append(folder)
             made |= {r.result for r in steps if r.result is not None}
-
-
-def follow_parents(
-    records: list[LedgerRecord],
-    warnings: list[str],
-    roots: list[Path],
-    others: list[Path],
-    cache: dict[Path, list[LedgerRecord]],
-) -> None:
-    """Add the origins (and their ancestry) of parents that `records` do not explain."""
     whole = set(roots)  # read whole already
-    made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin}
+    made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin and r.result}
     needed = {p for r in records if isinstance(r, StepRecord) for p in r.parents} - made
     while needed:
         found: list[LedgerRecord] = []
-        for other in others:
-            if other in whole:
-                continue
-            if other not in cache:
-                got, w, _ = read_root(other)
-                cache[other] = got
-                warnings.extend(w)
-            hit = [r for r in cache[other] if isinstance(r, StepRecord) and r.result in needed]
+        for other in (p for p in others if p not in whole):
+            hit = [r for r in records_of(other) if isinstance(r, StepRecord) and r.result in needed]
             if hit and other not in roots:
                 roots.append(other)
-            found += hit
-            # the text of the functions those steps name, for explain
+            # with the text of the functions those steps name, for explain
             hashes = {h for r in hit for h in source_hashes(r)}
-            found += [r for r in cache[other] if isinstance(r, SourceRecord) and r.hash in hashes]
+            found += hit + [r for r in read[other] if isinstance(r, SourceRecord) and r.hash in hashes]
         if not found:
-            return
+            return roots
         records += found
-        made |= {r.result for r in found if isinstance(r, StepRecord) and r.is_origin}
+        made |= {r.result for r in found if isinstance(r, StepRecord) and r.is_origin and r.result}
         needed = {p for r in found if isinstance(r, StepRecord) for p in r.parents} - made
         needed -= {r.result for r in records if isinstance(r, StepRecord)}
+    return roots
 
 
 def source_hashes(rec: StepRecord) -> list[str]:
