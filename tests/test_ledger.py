@@ -254,8 +254,8 @@ def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> No
     """gc's `"files": 1` (a count) and a step's `"files": [...]` (a list) are two classes, so no
     reader can take one for the other; each round-trips through its writer's JSON unchanged."""
     from cachetool.history.gclog import GcLog, gc_records
+    from cachetool.history.records import parse_record
     from cachetool.history.records.other import GcRecord
-    from cachetool.history.records.parse import parse_record
     from cachetool.history.records.steps import StepRecord
 
     root = tmp_path / "cache"

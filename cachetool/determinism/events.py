@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cachetool.history.records import parse_record
 from cachetool.history.records.base import BadRecord
-from cachetool.history.records.parse import parse_record
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.segments import read_segment
 

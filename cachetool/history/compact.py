@@ -67,9 +67,15 @@ from cachetool.errors import CachetoolError
 from cachetool.history import segments as segment_files
 from cachetool.history.ledger import add_sums, source_hashes, step_sums
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import CompactionRecord, FpSums, RunSummaryRecord
-from cachetool.history.records.other import GcRecord, SourceRecord
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord
+from cachetool.history.records.other import (
+    CompactionRecord,
+    FpSums,
+    GcRecord,
+    RunEndRecord,
+    RunStartRecord,
+    RunSummaryRecord,
+    SourceRecord,
+)
 from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
 from cachetool.history.segments import (
     COMPACTED_PREFIX,

@@ -139,8 +139,7 @@ from pathlib import Path
 
 from cachetool.cache.roots import known_roots
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import FpSums, RunSummaryRecord
-from cachetool.history.records.other import GcRecord, SourceRecord
+from cachetool.history.records.other import FpSums, GcRecord, RunSummaryRecord, SourceRecord
 from cachetool.history.records.steps import SaveRecord, StepRecord
 from cachetool.history.segments import iter_segments, read_segment
 

@@ -26,7 +26,7 @@ from cachetool.history.records.steps import SaveRecord, StepRecord
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
-    from cachetool.history.records.runs import StepStartRecord
+    from cachetool.history.records.other import StepStartRecord
 
 
 @dataclass(frozen=True)

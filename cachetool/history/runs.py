@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from cachetool.history.records.base import LedgerRecord, picked
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
+from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
 
 #: "killed": the process is gone; "running": it still runs on this host; "unknown": it ran on

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs
 from cachetool.cache.store import NotRegularFile, open_state
+from cachetool.history.records import parse_record
 from cachetool.history.records.base import BadRecord, LedgerRecord
-from cachetool.history.records.parse import parse_record
 
 #: A record longer than this is not one cachetool wrote (source texts stop at 20,000 characters,
 #: argument summaries at 2.5 kB each): skipped with a warning.

@@ -31,7 +31,7 @@ from cachetool.errors import CachetoolError
 from cachetool.history.hosts import ConcurrentComputation, concurrent_computations
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import RunSummaryRecord
+from cachetool.history.records.other import RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
 
 if TYPE_CHECKING:

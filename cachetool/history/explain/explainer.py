@@ -35,7 +35,7 @@ from cachetool.history.explain.stale import (
     with_removals,
 )
 from cachetool.history.explain.view import LedgerView, load_view
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord
+from cachetool.history.records.other import RunEndRecord, RunStartRecord
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import failure, interruption
 
