@@ -121,7 +121,7 @@ def test_a_writer_killed_mid_record_leaves_a_torn_tail_that_is_skipped(tmp_path:
 TORN_BY_A_FULL_DISK = textwrap.dedent(
     """\
     import resource, signal, sys
-    from cachetool.history.gclog import GcLog
+    from cachetool.history.writer import GcLog
     from cachetool.cache.roots import ledger_dir
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     root = sys.argv[1]
@@ -253,10 +253,11 @@ def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
 def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> None:
     """gc's `"files": 1` (a count) and a step's `"files": [...]` (a list) are two classes, so no
     reader can take one for the other; each round-trips through its writer's JSON unchanged."""
-    from cachetool.history.gclog import GcLog, gc_records
+    from cachetool.history.ledger import gc_records
     from cachetool.history.records import parse_record
     from cachetool.history.records.other import GcRecord
     from cachetool.history.records.steps import StepRecord
+    from cachetool.history.writer import GcLog
 
     root = tmp_path / "cache"
     root.mkdir()

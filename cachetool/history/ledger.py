@@ -401,6 +401,11 @@ def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, 
     return read_ledger(root).usage()
 
 
+def gc_records(root: str | os.PathLike[str]) -> list[GcRecord]:
+    """Every gc record of `root`, oldest first."""
+    return read_ledger(root).gc_records()
+
+
 def records_for(
     root: str | os.PathLike[str] | Ledger, fingerprint: str, *, include_internal: bool = False
 ) -> list[StepRecord]:

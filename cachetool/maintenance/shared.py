@@ -35,7 +35,7 @@ from cachetool.trace.leases import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.history.gclog import GcLog
+    from cachetool.history.writer import GcLog
 
 #: The smallest `--min-age` gc accepts for unleased temp files on a shared file system: a writer
 #: on another host that holds no lease shows only through its file's age.
@@ -175,7 +175,7 @@ def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
     """Remove the lease `name` (its file name, with or without `.json`) of `root`, live or not:
     for a lease whose process the user knows is gone (a host that died, a forged lease). Logged
     in the ledger as gc's removals are. NoSuchLease when the root has no such lease."""
-    from cachetool.history.gclog import GcLog
+    from cachetool.history.writer import GcLog
 
     root_path = Path(os.path.abspath(os.fspath(root)))
     file = name if name.endswith(".json") else f"{name}.json"

@@ -79,7 +79,7 @@ def execute(
 
     A fresh liveness snapshot is taken after the lock is won (unless one is given). Items that
     fail a re-check are skipped with the reason; an I/O error fails that item only. Every removal
-    is recorded in the root's ledger (`cachetool.history.gclog`) after its files are gone."""
+    is recorded in the root's ledger (`cachetool.history.writer.GcLog`) after its files are gone."""
     anchors: dict[str, tuple[Path, int]] = {}
     anchor_errors: dict[str, str] = {}
     for scope, anchor, expected in (("root", plan.root, plan.root_id), ("temp", plan.temp_dir, plan.temp_id)):
@@ -123,7 +123,7 @@ def _execute_locked(
     ctx.anchors, ctx.anchor_errors, ctx.root, ctx.refresh = anchors, anchor_errors, plan.root, in_use is None
     gclog = None
     if log and "root" in anchors:  # never a ledger where there is no cache (yet)
-        from cachetool.history.gclog import GcLog
+        from cachetool.history.writer import GcLog
 
         gclog = GcLog(plan.root)
     outcomes: dict[int, Outcome] = {}
