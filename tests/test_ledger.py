@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.roots import fallback_ledger_dir, known_roots, ledger_dir
-from cachetool.history.ledger import read_ledger, records_for, usage_by_fingerprint
-from cachetool.history.segments import MAX_LINE_BYTES
+from cachetool.history.ledger import MAX_LINE_BYTES, read_ledger, records_for, usage_by_fingerprint
 from cachetool.history.writer import LedgerWriter
 
 

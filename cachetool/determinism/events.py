@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cachetool.history.ledger import read_segment
 from cachetool.history.records import parse_record
 from cachetool.history.records.base import BadRecord
 from cachetool.history.records.steps import StepRecord
-from cachetool.history.segments import read_segment
 
 __all__ = ["Event", "EventsFile", "as_events", "load_events", "read_events"]
 

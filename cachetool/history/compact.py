@@ -64,8 +64,17 @@ from typing import Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
-from cachetool.history import segments as segment_files
-from cachetool.history.ledger import add_sums, source_hashes, step_sums
+from cachetool.history import ledger as segment_files
+from cachetool.history.ledger import (
+    COMPACTED_PREFIX,
+    add_sums,
+    read_segment_from,
+    replaced_segments,
+    segment_size,
+    source_hashes,
+    step_sums,
+    still_replaced,
+)
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import (
     CompactionRecord,
@@ -77,13 +86,6 @@ from cachetool.history.records.other import (
     SourceRecord,
 )
 from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
-from cachetool.history.segments import (
-    COMPACTED_PREFIX,
-    read_segment_from,
-    replaced_segments,
-    segment_size,
-    still_replaced,
-)
 from cachetool.history.writer import ENCODER, RECORD_VERSION
 from cachetool.processes import alive
 
@@ -598,9 +600,9 @@ GcFolded = tuple[int, int, float, float]
 _DATA_KINDS = frozenset({"source", "derived", "shards", "arrow"})
 
 
-def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], GcFolded]:
-    """The gc records a reader still needs, and the count of the others: the latest removal of
-    each fingerprint the kept records name (`lineage` shows it deleted, `explain` says when, and
+def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], list[GcRecord]]:
+    """The gc records a reader still needs, and the others: the latest removal of each
+    fingerprint the kept records name (`lineage` shows it deleted, `explain` says when, and
     `verify` does not call its recorded files missing), and the latest removal of data from each
     folder that still exists (`verify` knows gc emptied it). Everything else gc removed is history
     no command reads: it is folded into one count, so gc records no longer grow the ledger."""
@@ -613,18 +615,20 @@ def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], GcFo
             latest[("folder", os.path.dirname(g.path))] = g
     kept = list({id(g): g for g in latest.values()}.values())
     ids = {id(g) for g in kept}
-    folded = [g for g in gcs if id(g) not in ids]
-    if not folded:
-        return kept, (0, 0, 0.0, 0.0)
-    times = [g.time for g in folded]
-    return kept, (len(folded), sum(g.size for g in folded), min(times), max(times))
+    return kept, [g for g in gcs if id(g) not in ids]
 
 
-def folded_sum(a: GcFolded, b: GcFolded) -> GcFolded:
-    """Two counts of folded gc records as one."""
-    if not a[0] or not b[0]:
-        return a if a[0] else b
-    return (a[0] + b[0], a[1] + b[1], min(a[2], b[2]), max(a[3], b[3]))
+def _fold(counts: list[GcFolded]) -> GcFolded:
+    """Counts of folded gc records as one."""
+    counts = [c for c in counts if c[0]]
+    if not counts:
+        return (0, 0, 0.0, 0.0)
+    return (
+        sum(c[0] for c in counts),
+        sum(c[1] for c in counts),
+        min(c[2] for c in counts),
+        max(c[3] for c in counts),
+    )
 
 
 def second_pass(
@@ -644,7 +648,7 @@ def second_pass(
     earlier: list[RunSummaryRecord] = []
     fresh: list[RunSummaryRecord] = []
     gcs: list[GcRecord] = []
-    before: GcFolded = (0, 0, 0.0, 0.0)
+    before: list[GcFolded] = []
     kept: list[LedgerRecord] = []
     texts: list[LedgerRecord] = []
     summarised = 0
@@ -657,7 +661,7 @@ def second_pass(
             if isinstance(rec, RunSummaryRecord):
                 earlier.append(trimmed(rec, living))
             elif isinstance(rec, CompactionRecord):
-                before = folded_sum(before, gc_folded(rec))
+                before.append(gc_folded(rec))
             elif isinstance(rec, GcRecord):
                 gcs.append(rec)
             elif isinstance(rec, SourceRecord):
@@ -670,11 +674,12 @@ def second_pass(
                 rest.append(rec)
         fresh += summaries(rest, living)
     order = lambda r: (r.time, r.run, r.seq)  # noqa: E731
-    gc_whole, folded = _gc_kept(gcs, named | living)
+    gc_whole, gc_folded_now = _gc_kept(gcs, named | living)
     out: list[LedgerRecord] = [*bounded([*earlier, *fresh])]
     out += sorted(gc_whole, key=order) + sorted(kept, key=order) + sorted(texts, key=order)
     lines = [ENCODER.encode(r.to_json()) for r in out]
-    return lines, len(kept), len(fresh), summarised, folded_sum(before, folded)
+    folded = _fold([*before, *((1, g.size, g.time, g.time) for g in gc_folded_now)])
+    return lines, len(kept), len(fresh), summarised, folded
 
 
 def gc_folded(rec: CompactionRecord) -> GcFolded:
