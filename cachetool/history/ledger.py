@@ -25,9 +25,9 @@ record per transform call to the ledger of the cache root the call belongs to:
   follow a parent into another root (a saved folder's parent lives in the cache root it came from).
 
 The modules: `cachetool.cache.roots` (where a root's ledger lives; the registry of known roots),
-`writer` (segments written), `resolve` (naming a fingerprint); this one: segments read into typed
-records, the `Ledger` of a root, read once per command, the other roots it reads, and what it says
-about each fingerprint (`Usage`).
+`writer` (segments written); this one: segments read into typed records, the `Ledger` of a root,
+read once per command, the other roots it reads, what it says about each fingerprint (`Usage`),
+and naming a fingerprint in a root (`resolve_in_root`, `named_elsewhere`).
 
 Record schema, version 1 (one JSON object per line; fields may be added, never renamed)::
 
@@ -136,8 +136,10 @@ import json
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, known_roots, ledger_dirs
 from cachetool.cache.store import NotRegularFile, open_state
@@ -145,6 +147,10 @@ from cachetool.history.records import parse_record
 from cachetool.history.records.base import BadRecord, LedgerRecord
 from cachetool.history.records.other import FpSums, GcRecord, RunSummaryRecord, SourceRecord
 from cachetool.history.records.steps import SaveRecord, StepRecord
+
+if TYPE_CHECKING:
+    from cachetool.cache.lookup import Resolved
+    from cachetool.cache.model import CacheReport
 
 #: A record longer than this is not one cachetool wrote (source texts stop at 20,000 characters,
 #: argument summaries at 2.5 kB each): skipped with a warning.
@@ -577,3 +583,65 @@ def records_for(
     """Every record of `root` whose result is `fingerprint` (oldest first): what `show` prints."""
     ledger = root if isinstance(root, Ledger) else read_ledger(root)
     return ledger.for_result(fingerprint, include_internal=include_internal)
+
+
+def resolve_in_root(
+    root: str | os.PathLike[str], name: str, ledger: Ledger | None = None
+) -> tuple[Resolved, CacheReport, Ledger]:
+    """`resolve` for a command that has only the root: the ledger of `root` (loaded once unless
+    given) and a scan of its cache, returned too so the command reads neither again. A root that
+    cannot be scanned (gone since the records were made) resolves against the ledger alone."""
+    from cachetool.cache.lookup import resolve
+    from cachetool.cache.model import CacheReport
+    from cachetool.cache.scan import scan_cache
+    from cachetool.errors import CachetoolError
+
+    if ledger is None:
+        ledger = Ledger.load(root, follow=False)
+    try:
+        report = scan_cache(root, usage=ledger.usage())
+    except CachetoolError:
+        report = CacheReport(root=Path(os.path.abspath(os.fspath(root))), datasets=(), entries=())
+    return resolve(name, report, ledger), report, ledger
+
+
+def roots_recording(root: Path, name: str) -> list[str]:
+    """The other roots whose ledger records a step result `name` (a fingerprint or its prefix, a
+    cache file's name) names, among the roots `root`'s ledger leads to as `lineage` follows them
+    (a `save_to_disk` folder of a state made in `root`, where a map after `load_from_disk` wrote).
+    Sorted; empty for a path or an empty name."""
+    from cachetool.cache.lookup import cache_file_key
+
+    key = cache_file_key(name)
+    if os.sep in name or not key:  # a path; or the empty name, which every fingerprint starts with
+        return []
+    ledger = Ledger.load(root)
+    return sorted(
+        {
+            r.read_from
+            for r in ledger.records
+            if isinstance(r, StepRecord)
+            and r.read_from is not None
+            and ledger.is_foreign(r)
+            and r.result is not None
+            and r.result.startswith(key)
+        }
+    )
+
+
+@contextmanager
+def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
+    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when a root that
+    `root`'s ledger leads to records it (`roots_recording`): the message names that root and
+    `cachetool COMMAND NAME --cache-dir <it>`."""
+    from cachetool.errors import InAnotherRoot, UnknownFingerprint
+
+    try:
+        yield
+    except UnknownFingerprint as e:
+        if type(e) is not UnknownFingerprint:  # a recorded-only fingerprint says so already
+            raise
+        others = roots_recording(root, name)
+        if not others:
+            raise
+        raise InAnotherRoot(name, root, others, command) from None

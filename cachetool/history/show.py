@@ -86,7 +86,7 @@ def show_entry(
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
     from cachetool.cache.scan import scan_cache
-    from cachetool.history.resolve import named_elsewhere
+    from cachetool.history.ledger import named_elsewhere
 
     def scan(ledger: Ledger | bool) -> CacheReport:
         if progress is not None:
