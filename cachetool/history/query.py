@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.formatting import human_size, iso_time
-from cachetool.history.hosts import where_sentence
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord, picked
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import CallSite, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import SaveRecord, StepRecord
+from cachetool.history.stats import where_sentence
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
