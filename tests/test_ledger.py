@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.roots import fallback_ledger_dir, known_roots, ledger_dir
-from cachetool.history.ledger import MAX_LINE_BYTES, read_ledger, records_for, usage_by_fingerprint
+from cachetool.history.ledger import MAX_LINE_BYTES, read_ledger, usage_by_fingerprint
 from cachetool.history.writer import LedgerWriter
 
 
@@ -175,13 +175,13 @@ def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_pat
     usage = usage_by_fingerprint(root)
     assert usage["bbbb"].parent == "aaaa"
     assert usage["bbbb"].operation == "teleport"
-    assert records_for(root, "bbbb")[0].extra["quantum"] == {"entangled": True}
+    assert read_ledger(root).for_result("bbbb")[0].extra["quantum"] == {"entangled": True}
 
 
 def test_no_ledger_means_no_usage(tmp_path: Path) -> None:
     """A cache nobody traced: the scan's ledger lookup returns nothing, cheaply."""
     assert usage_by_fingerprint(tmp_path) == {}
-    assert records_for(tmp_path, "abc") == []
+    assert read_ledger(tmp_path).for_result("abc") == []
 
 
 def test_usage_has_last_use_parent_operation_and_hit_counts(tmp_path: Path) -> None:

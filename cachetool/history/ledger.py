@@ -577,14 +577,6 @@ def gc_records(root: str | os.PathLike[str]) -> list[GcRecord]:
     return read_ledger(root).gc_records()
 
 
-def records_for(
-    root: str | os.PathLike[str] | Ledger, fingerprint: str, *, include_internal: bool = False
-) -> list[StepRecord]:
-    """Every record of `root` whose result is `fingerprint` (oldest first): what `show` prints."""
-    ledger = root if isinstance(root, Ledger) else read_ledger(root)
-    return ledger.for_result(fingerprint, include_internal=include_internal)
-
-
 def resolve_in_root(
     root: str | os.PathLike[str], name: str, ledger: Ledger | None = None
 ) -> tuple[Resolved, CacheReport, Ledger]:

@@ -454,14 +454,12 @@ def lineage_view(
     *,
     mode: LineageMode = "chain",
     include_internal: bool = False,
-    all_roots: bool = False,
     ledger: Ledger | None = None,
 ) -> LineageView:
     """`lineage` for a cache already scanned (`report`), with its ledger when already loaded."""
     from cachetool.cache.lookup import resolve
 
-    if ledger is None:
-        ledger = Ledger.load(report.root, all_roots=all_roots)
+    ledger = ledger or Ledger.load(report.root)
     graph = load_graph(ledger, include_internal=include_internal)
     got = resolve(prefix, report, ledger)
     fp = got.recorded_as(graph.recorded)
