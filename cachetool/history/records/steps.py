@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from cachetool.cache.layout import parse_cache_file
 from cachetool.history.records.base import BadRecord, LedgerRecord, same_fields
 from cachetool.history.records.parts import (
     ArgInfo,
@@ -94,8 +95,6 @@ class StepRecord(LedgerRecord):
         the fingerprint of the `map` it runs): the ledger's usage files the step under each."""
         if self.result is None:
             return ()
-        from cachetool.cache.layout import parse_cache_file
-
         made = [self.result]
         for f in self.files:
             parsed = parse_cache_file(f.path.rpartition("/")[2])
