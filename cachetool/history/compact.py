@@ -68,6 +68,7 @@ from cachetool.history import ledger as segment_files
 from cachetool.history.ledger import (
     COMPACTED_PREFIX,
     add_sums,
+    order_key,
     read_segment_from,
     replaced_segments,
     segment_size,
@@ -607,7 +608,7 @@ def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], list
     folder that still exists (`verify` knows gc emptied it). Everything else gc removed is history
     no command reads: it is folded into one count, so gc records no longer grow the ledger."""
     latest: dict[object, GcRecord] = {}
-    for g in sorted(gcs, key=lambda r: (r.time, r.run, r.seq)):
+    for g in sorted(gcs, key=order_key):
         for fp in g.fingerprints:
             if fp in named:
                 latest[fp] = g
@@ -673,10 +674,9 @@ def second_pass(
                 summarised += isinstance(rec, StepRecord)
                 rest.append(rec)
         fresh += summaries(rest, living)
-    order = lambda r: (r.time, r.run, r.seq)  # noqa: E731
     gc_whole, gc_folded_now = _gc_kept(gcs, named | living)
     out: list[LedgerRecord] = [*bounded([*earlier, *fresh])]
-    out += sorted(gc_whole, key=order) + sorted(kept, key=order) + sorted(texts, key=order)
+    out += sorted(gc_whole, key=order_key) + sorted(kept, key=order_key) + sorted(texts, key=order_key)
     lines = [ENCODER.encode(r.to_json()) for r in out]
     folded = _fold([*before, *((1, g.size, g.time, g.time) for g in gc_folded_now)])
     return lines, len(kept), len(fresh), summarised, folded

@@ -133,6 +133,7 @@ The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same d
 from __future__ import annotations
 
 import json
+import operator
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
@@ -378,9 +379,8 @@ def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] 
     return out
 
 
-def order_key(rec: LedgerRecord) -> tuple[float, str, int]:
-    """A ledger's order: by time, then run, then the record's order within its run."""
-    return (rec.time, rec.run, rec.seq)
+#: A ledger's order: by time, then run, then the record's order within its run.
+order_key = operator.attrgetter("time", "run", "seq")
 
 
 def read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -88,7 +89,7 @@ class StepRecord(LedgerRecord):
             and self.result not in self.parents
         )
 
-    @property
+    @functools.cached_property  # read twice per record by the ledger's usage
     def made(self) -> tuple[str, ...]:
         """The fingerprints this step's result is known by: `result`, then the fingerprint in the
         name of each cache file it wrote or reused when that differs (`cast_column` writes under
