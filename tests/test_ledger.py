@@ -86,7 +86,7 @@ KILLED = textwrap.dedent(
         w.append(root, {"v": 1, "type": "transform", "seq": i, "time": 1.0, "result": f"fp{i:014d}",
                         "parents": []})
     # The kernel may cut a large write short when a fatal signal arrives; this is the state it leaves.
-    seg = w.segment_for(root)
+    seg = w._segments[root]
     os.write(seg._fd, b'{"v": 1, "type": "transform", "seq": 20, "result": "fp000000000000')
     print("ready", flush=True)
     time.sleep(60)

@@ -463,23 +463,6 @@ def source_hashes(rec: StepRecord) -> list[str]:
     return [h for h in (fn.source_hash, *(d.source_hash for d in fn.deps)) if h]
 
 
-def saves_in_other_roots(root: Path, made: set[str], own: set[tuple[str, int]]) -> list[SaveRecord]:
-    """The `save_to_disk` records, in the known roots other than `root`, of states in `made`
-    (not internal, and not those of `own`, by run and seq)."""
-    out: list[SaveRecord] = []
-    for r in known_roots():
-        other = Path(r)
-        if other == root or not other.is_dir():
-            continue
-        got, _, _ = read_root(other)
-        out += [
-            x
-            for x in got
-            if isinstance(x, SaveRecord) and not x.internal and x.result in made and (x.run, x.seq) not in own
-        ]
-    return out
-
-
 @dataclass(frozen=True)
 class Ledger:
     """The records of one cache root, read once per command, oldest first.
@@ -545,9 +528,13 @@ class Ledger:
         each labelled with the root it was read from."""
         made = {r.result for r in self.own_steps(include_internal=True) if r.result is not None}
         own = {(r.run, r.seq) for r in self.own_steps() if isinstance(r, SaveRecord)}
-        if not made:
-            return []
-        return saves_in_other_roots(self.root, made, own)
+        others = [Path(r) for r in known_roots() if made and Path(r) != self.root and Path(r).is_dir()]
+        return [
+            x
+            for got in (read_root(other)[0] for other in others)
+            for x in got
+            if isinstance(x, SaveRecord) and not x.internal and x.result in made and (x.run, x.seq) not in own
+        ]
 
     def summaries(self) -> list[RunSummaryRecord]:
         """The summaries of this root's runs a compaction folded away, oldest first."""

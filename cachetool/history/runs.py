@@ -77,10 +77,10 @@ class Failure:
         return self.exception in _READ_ERRORS
 
     def to_json(self) -> dict[str, Any]:
-        s = self.step
-        step = None if s is None else picked(s, ("operation", "seq", "function", "parents", "call_site"))
-        if step is not None:
-            step["function"] = s.function.qualname if s is not None and s.function else None
+        s, step = self.step, None
+        if s is not None:
+            step = picked(s, ("operation", "seq", "function", "parents", "call_site"))
+            step["function"] = s.function.qualname if s.function else None
         return {**_shallow(self), "step": step}
 
 

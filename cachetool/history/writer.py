@@ -154,12 +154,6 @@ class LedgerWriter:
     def run_id(self) -> str:
         return self.name[: -len(SEGMENT_SUFFIX)]
 
-    def segment_for(self, root: str, kind: str = "cache") -> SegmentWriter | None:
-        """The segment of `root`, creating it (or its fallback) the first time."""
-        with self._lock:  # two threads writing to a new root at once open one segment
-            seg = self._segments.get(root, _UNSET)
-            return self._open(root, kind) if seg is _UNSET else seg
-
     def _open(self, root: str, kind: str) -> SegmentWriter | None:
         writer: SegmentWriter | None = None
         try:
