@@ -471,9 +471,9 @@ def _safe_host(host: str) -> str:
 
 
 #: A step record that says where its result comes from, as the first pass keeps it (not the
-#: record itself: memory stays small however long the ledger): its order, where it is, its parents,
-#: whether it is internal and the source texts it names.
-_Origin = tuple[tuple[float, str, int], str, int, tuple[str, ...], bool, tuple[str, ...]]
+#: record itself: memory stays small however long the ledger): its order, where it is, its parents
+#: and the source texts it names.
+_Origin = tuple[tuple[float, str, int], str, int, tuple[str, ...], tuple[str, ...]]
 
 
 @dataclass
@@ -485,7 +485,9 @@ class Segment:
     compacted: bool
     last: float = 0.0
     ended: bool = False
-    origins: dict[str, list[_Origin]] = field(default_factory=dict)
+    origins: dict[tuple[str, bool], _Origin] = field(
+        default_factory=dict
+    )  # the latest, by result and internal
     inputs: set[str] = field(default_factory=set)  # parents and no-op results its steps name
     unread: str = ""  # why its lines cannot all be carried over (then it stays whole)
     with_files: set[str] = field(default_factory=set)  # results a recorded file of which exists
@@ -527,15 +529,10 @@ def first_pass(folder: Path) -> list[Segment]:
             if not rec.is_origin:
                 seg.inputs.add(rec.result)
                 continue
-            origin = (
-                (rec.time, rec.run, rec.seq),
-                name,
-                offset,
-                rec.parents,
-                rec.internal,
-                tuple(source_hashes(rec)),
-            )
-            seg.origins.setdefault(rec.result, []).append(origin)
+            origin = (order_key(rec), name, offset, rec.parents, tuple(source_hashes(rec)))
+            was = seg.origins.get((rec.result, rec.internal))
+            if was is None or origin[0] >= was[0]:
+                seg.origins[(rec.result, rec.internal)] = origin
             for f in rec.files:
                 if f.path not in exists:  # where it is now: the root may have been moved
                     exists[f.path] = os.path.lexists(rec.located(f.path))
@@ -553,11 +550,10 @@ def needed(
     the source texts they name are; and every fingerprint those records name."""
     latest: dict[tuple[str, bool], _Origin] = {}
     for seg in replaced:
-        for fp, origins in seg.origins.items():
-            for o in origins:
-                was = latest.get((fp, o[4]))
-                if was is None or o[0] >= was[0]:
-                    latest[(fp, o[4])] = o
+        for key, o in seg.origins.items():
+            was = latest.get(key)
+            if was is None or o[0] >= was[0]:
+                latest[key] = o
     keep: set[tuple[str, int]] = set()
     hashes: set[str] = set()
     seen: set[str] = set()
@@ -571,7 +567,7 @@ def needed(
             got = latest.get((fp, internal))
             if got is not None:
                 keep.add((got[1], got[2]))
-                hashes.update(got[5])
+                hashes.update(got[4])
                 todo.extend(got[3])
     sources: dict[str, tuple[str, int]] = {}
     for seg in replaced:

@@ -116,6 +116,11 @@ class Step:
         return {("used" if k == "last_used" else k): v for k, v in out.items()}
 
 
+#: The fields of a `Step` that are those of the record that made it.
+_AS_RECORDED = (
+    *("type", "operation", "transform", "function", "call_site", "cache", "in_memory"),
+    *("fingerprint_given", "random_fallback", "source", "split", "internal"),
+)
 #: Arguments that say nothing a reader needs in a one-line summary.
 _QUIET_ARGS = frozenset({"fingerprint_name", "function", "new_fingerprint"})
 
@@ -279,36 +284,24 @@ class LineageGraph:
             # An empty `fn_kwargs` says nothing; a non-empty one tells branches apart.
             if name not in _QUIET_ARGS and a.repr is not None and not (name == "fn_kwargs" and a.repr == "{}")
         ]
-        stats = st or [0, 0, 0, 0.0]
-        root = rec.where or None
+        runs, hits, misses, last_used = st or [0, 0, 0, 0.0]
         return Step(
             fingerprint=fp,
             recorded=True,
             parents=self.parents(fp),
-            type=rec.type,
-            operation=rec.operation,
-            transform=rec.transform,
-            function=rec.function,
             args=tuple(args),
-            call_site=rec.call_site,
-            runs=int(stats[0]),
-            hits=int(stats[1]),
-            misses=int(stats[2]),
-            cache=rec.cache,
+            runs=int(runs),
+            hits=int(hits),
+            misses=int(misses),
             files=tuple(files),
-            in_memory=rec.in_memory,
-            fingerprint_given=rec.fingerprint_given,
-            random_fallback=rec.random_fallback,
-            source=rec.source,
-            root=root,
+            root=rec.where or None,
             foreign=bool(self.root and rec.read_from and Path(rec.read_from) != Path(self.root)),
-            split=rec.split,
-            internal=rec.internal,
-            last_used=stats[3] or None,
+            last_used=last_used or None,
             saved_to=tuple(self._saved.get(fp, ())),
             record=rec,
             deleted=self._deleted(fp),
             where=where_sentence(self._hosts.get(fp, ())),
+            **{k: getattr(rec, k) for k in _AS_RECORDED},
         )
 
     # -- queries -------------------------------------------------------------------------------
