@@ -1,18 +1,14 @@
-"""Writing the ledger: one segment per process and root, appended one record per `write()`.
-
-Each process appends to its own segment, `<host>-<pid>-<start time>.jsonl`, opened with
-`O_APPEND`, one `write()` per record: no lock on the hot path, safe on NFS, and merging ledgers
-across machines is copying files. A root that cannot be written falls back to the per-user
-ledger folder (said once on stderr).
+"""Writing the ledger: one segment per process and root, appended one record per `write()` (the
+format and its guarantees: `cachetool.history.ledger`). A root that cannot be written falls back
+to the per-user ledger folder (said once on stderr).
 
 A process holds at most `MAX_OPEN_SEGMENTS` segments open (the roots it wrote to last): a program
 that saves to a thousand folders must not run out of descriptors because it is traced. A segment
 closed for room is opened again for its root's next record; a root that is gone by then (the
 program deleted it) is not recreated, and its records go nowhere.
 
-`cachetool gc` appends one `GcRecord` per removed item (`GcLog`) through the same segments, after
-the files are gone: a crash in between leaves files removed without a record, never a record of a
-removal that did not happen.
+`cachetool gc` appends one `GcRecord` per removed item (`GcLog`) after the files are gone: a crash
+in between leaves files removed without a record, never a record of a removal that did not happen.
 """
 
 from __future__ import annotations
