@@ -225,8 +225,7 @@ def read_partly(path: Path) -> bool:
 
 
 def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
-    """The first MAX_SEGMENT_BYTES of a regular file; None (with a
-    warning) for anything else: a FIFO is never waited on, a symlink to /dev/zero is never read."""
+    """The first `MAX_SEGMENT_BYTES` of a regular file; None (with a warning) for anything else."""
     try:
         fd = open_state(path)
     except NotRegularFile:
@@ -259,9 +258,8 @@ def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
 def read_segment(
     path: Path, warnings: list[str] | None = None, read_from: str | None = None
 ) -> list[LedgerRecord]:
-    """The records of one segment, typed. A last line without its newline is a record torn by a
-    killed writer; it and every line that is not a valid record (bad JSON, too long, nested too
-    deeply, a field of the wrong type, an unknown type) are skipped with a warning naming the line."""
+    """The records of one segment, typed; a torn last line and every line that is not a record
+    are skipped with a warning naming the line."""
     return [rec for _, rec in read_segment_from(path, warnings, read_from)[0]]
 
 
@@ -465,13 +463,8 @@ def source_hashes(rec: StepRecord) -> list[str]:
 
 @dataclass(frozen=True)
 class Ledger:
-    """The records of one cache root, read once per command, oldest first.
-
-    Scoped to `root`: records of other roots are read only when asked (`all_roots=True`,
-    `--all-roots`), to explain a step whose input lives in another root (a saved folder's
-    `load_from_disk` names a state computed in the cache root it came from), and for the
-    `save_to_disk` folders that hold a state made in `root` (what was made from them descends
-    from it). Those records keep the root they were read from in `read_from` (`is_foreign`)."""
+    """The records of one cache root, read once per command, oldest first, with those of the other
+    roots `read_other_roots` adds (each keeps the root it was read from: `is_foreign`)."""
 
     root: Path
     records: tuple[LedgerRecord, ...] = ()
