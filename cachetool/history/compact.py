@@ -153,12 +153,17 @@ def unlink_replaced(dfd: int, name: str, size: int) -> None:
             os.unlink(name, dir_fd=dfd)
 
 
+def sync_dir(dfd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.fsync(dfd)
+
+
 def kill_point(point: str) -> None:
     if os.environ.get(KILL_AT_ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def write_compacted(folder: Path, data: bytes, now: float) -> Path:
+def write_compacted(folder: Path, dfd: int, data: bytes, now: float) -> Path:
     stamp = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     final = folder / f"{COMPACTED_PREFIX}{stamp}-{os.getpid()}{SEGMENT_SUFFIX}"
     tmp = folder / f"{_TMP_PREFIX}{os.getpid()}.tmp"
@@ -174,7 +179,7 @@ def write_compacted(folder: Path, data: bytes, now: float) -> Path:
         os.close(fd)
     kill_point("written")
     os.replace(tmp, final)
-    sync_dir(folder)
+    sync_dir(dfd)
     return final
 
 
@@ -190,15 +195,6 @@ def remove_leftovers(folder: Path, dfd: int) -> None:
     compacted = [n for n in names if n.startswith(COMPACTED_PREFIX) and n.endswith(SEGMENT_SUFFIX)]
     for name, size in replaced_segments(folder, compacted).items():
         unlink_replaced(dfd, name, size)
-
-
-def sync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 #: Segments kept whole per ledger folder (the newest ones, one per traced process: `cachetool
@@ -387,11 +383,11 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
             report = replace(report, dry_run=dry_run, left=left, recent=len(recent), warnings=warnings)
             if dry_run:
                 return report
-            write_compacted(folder, data, now)
+            write_compacted(folder, dfd, data, now)
             kill_point("renamed")
             for s in replaced:
                 unlink_replaced(dfd, s.name, s.size)
-            sync_dir(folder)
+            sync_dir(dfd)
             return report
 
 
