@@ -149,6 +149,8 @@ GONE = {
     "cachetool.maintenance.pins",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
+    "cachetool.history.resolve.resolve",
+    "cachetool.history.segments",
     "cachetool.history.narrow.narrow_report",
     "cachetool.history.usage",
     "cachetool.cache.lean",
