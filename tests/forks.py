@@ -69,7 +69,7 @@ WARM = (
     "pydantic",
     "cachetool.cache.scan",
     "cachetool.cache.query",
-    "cachetool.history.resolve",
+    "cachetool.history.ledger",
     "cachetool.history.stats",
     "cachetool.history.compact",
     "cachetool.maintenance.verify",

@@ -151,6 +151,8 @@ GONE = {
     "cachetool.maintenance.gc.options",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
+    "cachetool.history.resolve.resolve",
+    "cachetool.history.segments",
     "cachetool.history.narrow.narrow_report",
     "cachetool.history.usage",
     "cachetool.cache.lean",

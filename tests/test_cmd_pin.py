@@ -45,12 +45,12 @@ def test_gc_evicts_nothing_when_the_ledger_could_not_be_read_whole(
     """A ledger segment larger than readers read of one (256 MB; lowered here to 1 kB): the
     recorded ancestors of a pinned entry may be in what was not read, so `gc --max-size` evicts
     nothing (one `Error:` line, exit 2) where it would have chosen them; `gc --temp` still runs."""
-    from cachetool.history import segments
+    from cachetool.history import ledger
 
     cache = copy / "cache"
     b, a = leftovers["chain_b"], leftovers["chain_a"]
     assert cli("pin", b[:8], "--cache-dir", str(cache)).exit_code == 0
-    monkeypatch.setattr(segments, "MAX_SEGMENT_BYTES", 1024)
+    monkeypatch.setattr(ledger, "MAX_SEGMENT_BYTES", 1024)
     res = cli("gc", "--cache-dir", str(cache), "--max-size", "0", "--min-age", "0", "--dry-run")
     assert res.exit_code == 2, res.stdout + res.stderr
     assert a not in res.stdout

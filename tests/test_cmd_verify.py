@@ -1103,6 +1103,6 @@ def test_the_quarantine_shows_in_ls_and_its_list_and_restore_says_once_why_a_fil
     listed = CliRunner().invoke(app, ["verify", "--quarantine", "--list", "--cache-dir", str(cache)], env=env)
     assert "The quarantine is empty." in listed.stdout, listed.stdout
     assert "quarantine:" not in CliRunner().invoke(app, ["ls", "--cache-dir", str(cache)], env=env).stdout
-    from cachetool.history.gclog import gc_records
+    from cachetool.history.ledger import gc_records
 
     assert [r.path for r in gc_records(cache)][-1] == str(qpath)

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.roots import fallback_ledger_dir, known_roots, ledger_dir
-from cachetool.history.ledger import read_ledger, records_for, usage_by_fingerprint
-from cachetool.history.segments import MAX_LINE_BYTES
+from cachetool.history.ledger import MAX_LINE_BYTES, read_ledger, usage_by_fingerprint
 from cachetool.history.writer import LedgerWriter
 
 
@@ -87,7 +86,7 @@ KILLED = textwrap.dedent(
         w.append(root, {"v": 1, "type": "transform", "seq": i, "time": 1.0, "result": f"fp{i:014d}",
                         "parents": []})
     # The kernel may cut a large write short when a fatal signal arrives; this is the state it leaves.
-    seg = w.segment_for(root)
+    seg = w._segments[root]
     os.write(seg._fd, b'{"v": 1, "type": "transform", "seq": 20, "result": "fp000000000000')
     print("ready", flush=True)
     time.sleep(60)
@@ -121,7 +120,7 @@ def test_a_writer_killed_mid_record_leaves_a_torn_tail_that_is_skipped(tmp_path:
 TORN_BY_A_FULL_DISK = textwrap.dedent(
     """\
     import resource, signal, sys
-    from cachetool.history.gclog import GcLog
+    from cachetool.history.writer import GcLog
     from cachetool.cache.roots import ledger_dir
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     root = sys.argv[1]
@@ -176,13 +175,13 @@ def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_pat
     usage = usage_by_fingerprint(root)
     assert usage["bbbb"].parent == "aaaa"
     assert usage["bbbb"].operation == "teleport"
-    assert records_for(root, "bbbb")[0].extra["quantum"] == {"entangled": True}
+    assert read_ledger(root).for_result("bbbb")[0].extra["quantum"] == {"entangled": True}
 
 
 def test_no_ledger_means_no_usage(tmp_path: Path) -> None:
     """A cache nobody traced: the scan's ledger lookup returns nothing, cheaply."""
     assert usage_by_fingerprint(tmp_path) == {}
-    assert records_for(tmp_path, "abc") == []
+    assert read_ledger(tmp_path).for_result("abc") == []
 
 
 def test_usage_has_last_use_parent_operation_and_hit_counts(tmp_path: Path) -> None:
@@ -253,10 +252,11 @@ def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
 def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> None:
     """gc's `"files": 1` (a count) and a step's `"files": [...]` (a list) are two classes, so no
     reader can take one for the other; each round-trips through its writer's JSON unchanged."""
-    from cachetool.history.gclog import GcLog, gc_records
+    from cachetool.history.ledger import gc_records
+    from cachetool.history.records import parse_record
     from cachetool.history.records.other import GcRecord
-    from cachetool.history.records.parse import parse_record
     from cachetool.history.records.steps import StepRecord
+    from cachetool.history.writer import GcLog
 
     root = tmp_path / "cache"
     root.mkdir()

@@ -178,10 +178,10 @@ def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
     write one segment with all their lineage past that limit, and lineage would lose it. It
     leaves the ledger as it is and says why; the lineage of what has files, the totals and the gc
     records stay whole, and reading warns of nothing."""
-    from cachetool.history import segments
-    from cachetool.history.gclog import gc_records
+    from cachetool.history import ledger
+    from cachetool.history.ledger import gc_records
 
-    monkeypatch.setattr(segments, "MAX_SEGMENT_BYTES", 48 * 1024)
+    monkeypatch.setattr(ledger, "MAX_SEGMENT_BYTES", 48 * 1024)
     root = tmp_path / "cache"
     living = _write_runs(root, 30, 20)
     for r in range(30):
@@ -474,7 +474,7 @@ def test_gc_history_is_compacted_so_a_cache_cleaned_every_day_keeps_a_bounded_le
     recorded file missing."""
     import pyarrow as pa
 
-    from cachetool.history.gclog import gc_records
+    from cachetool.history.ledger import gc_records
     from cachetool.maintenance.verify import verify_cache
 
     root = tmp_path / "cache"

@@ -34,7 +34,7 @@ STALE_SECONDS = 3600.0
 
 #: Every file cachetool keeps below `<root>/.cachetool/` (shell patterns, relative to it).
 STATE_FILES = (
-    "ledger/*.jsonl",  # cachetool.history.segments: the ledger (gc's log included)
+    "ledger/*.jsonl",  # cachetool.history.ledger: the ledger (gc's log included)
     "leases/*.json",  # cachetool.trace.leases
     "pins.json",  # cachetool.cache.pins
     "pins.json.lock",

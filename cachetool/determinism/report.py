@@ -17,10 +17,10 @@ from typing import Any, Literal, NamedTuple
 from cachetool.errors import ExitCode
 from cachetool.fingerprint.diff import Culprit, Unpicklable
 from cachetool.history.explain.answer import as_json, json_fields
+from cachetool.history.ledger import read_segment
+from cachetool.history.records import parse_record
 from cachetool.history.records.base import BadRecord
-from cachetool.history.records.parse import parse_record
 from cachetool.history.records.steps import StepRecord
-from cachetool.history.segments import read_segment
 
 #: One event: a step (transform, root, save, checkpoint) as one run recorded it.
 Event = StepRecord

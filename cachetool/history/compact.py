@@ -6,43 +6,31 @@ replaces the segments of finished old runs with one *compacted segment* (`compac
 .jsonl`, JSON Lines like any segment) that holds:
 
 * a `CompactionRecord` first, naming the segments (and their sizes) it replaces;
-* one `RunSummaryRecord` per old run: start and end, host, script, step counts, bytes written,
-  the fingerprints whose origin it recorded (computed, loaded, neither) and when it last used each
-  one; summaries of earlier compactions are carried over;
-* the gc records a command still reads (the latest removal of each fingerprint the kept records
-  name, and of data from each folder that still exists); the others are folded into one count in
-  the `CompactionRecord` (`gc_folded`: removals, bytes, first and last time), so a cache cleaned
-  every day keeps a ledger of bounded size;
+* one `RunSummaryRecord` per old run (earlier compactions' carried over): what `stats` counts and
+  what the ledger's usage needs (`cachetool.history.ledger.Usage`) of the fingerprints that still
+  have files, so `ls`, `gc` and `verify` see the same usage;
+* the gc records a command still reads (`_gc_kept`); the others are folded into one count in the
+  `CompactionRecord` (`gc_folded`), so a cache cleaned every day keeps a ledger of bounded size;
 * whole, the records still needed: for every fingerprint that still has files in the cache (an
   entry's fingerprint or alias, or a recorded file that exists), and every fingerprint a kept run
-  names as a parent, its latest origin record, then the same for its parents up to the source:
-  `lineage`, `show` and `explain` of what the cache holds keep their parent links; and the
-  source texts those records name.
+  names as a parent, its latest origin record, then the same for its parents up to the source
+  (`lineage`, `show` and `explain` keep their parent links), and the source texts they name.
 
-The newest `keep_runs` segments of each ledger folder (a segment holds one process's runs) stay
-whole, and so does every segment whose writer may still be running: a segment is compacted only
-when compaction can lock it exclusively (a writer holds a shared lock on its open segment, so a
-writer in another PID namespace is seen whatever the pid in its name) and its writer, on this
-host, is gone, or, written on another host, it recorded its end more than an hour ago. A segment
-with lines this cachetool cannot read (a newer record type, a torn last line) stays whole too,
-with a warning: nothing is dropped unread. A compacted segment is never written larger than
-readers read of one segment (`MAX_SEGMENT_BYTES`): past it, the records kept whole (written after
-the gc history) would be lost to lineage; the ledger is then left as it is, with a warning.
-
-What the ledger's usage needs of a summarised run (last use, hits, misses, random fingerprints:
-`cachetool.history.ledger.Usage`) is in its summary, so `ls`, `gc` and `verify` see the same
-usage. `explain` compares a step only with the runs kept whole; `stats` counts summarised runs in
-its totals, not by call site or dataset.
+The newest `keep_runs` segments of each ledger folder stay whole (`explain` compares a step only
+with those), and so does every segment whose writer may still be running: a segment is compacted
+only when compaction can lock it exclusively (a writer holds a shared lock on its open segment,
+whatever the pid in its name) and its writer, on this host, is gone, or, written on another host,
+it recorded its end more than an hour ago. A segment with lines this cachetool cannot read stays
+whole too, with a warning: nothing is dropped unread. A compacted segment is never written larger
+than readers read of one segment (`MAX_SEGMENT_BYTES`); the ledger is then left as it is.
 
 Safety: a ledger folder that is a symlink, or whose real path leaves the root (the user's state
 folder for the fallback ledger), is left alone; a compacted segment names only plain segment
 files of its own folder, and removals go through the folder's descriptor. One compaction at a
-time per ledger folder (a lock file in it); the compacted segment is
-written under a temporary name, synced, then renamed into place, and only then are the replaced
-segments removed. Readers skip a replaced segment while it still has the size it was read at, so
-a compaction killed at any point loses nothing and counts nothing twice: before the rename the
-old segments are the ledger, after it the compacted one is; the next compaction removes what a
-killed one left.
+time per ledger folder (a lock file in it); the compacted segment is written under a temporary
+name, synced, renamed into place, and only then are the replaced segments removed. Readers skip a
+replaced segment while it still has the size it was read at, so a compaction killed at any point
+loses nothing and counts nothing twice; the next compaction removes what a killed one left.
 """
 
 from __future__ import annotations
@@ -64,20 +52,29 @@ from typing import Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
-from cachetool.history import segments as segment_files
-from cachetool.history.ledger import add_sums, source_hashes, step_sums
-from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import CompactionRecord, FpSums, RunSummaryRecord
-from cachetool.history.records.other import GcRecord, SourceRecord
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord
-from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
-from cachetool.history.segments import (
+from cachetool.history import ledger as segment_files
+from cachetool.history.ledger import (
     COMPACTED_PREFIX,
+    add_sums,
+    order_key,
     read_segment_from,
     replaced_segments,
     segment_size,
+    source_hashes,
+    step_sums,
     still_replaced,
 )
+from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.other import (
+    CompactionRecord,
+    FpSums,
+    GcRecord,
+    RunEndRecord,
+    RunStartRecord,
+    RunSummaryRecord,
+    SourceRecord,
+)
+from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
 from cachetool.history.writer import ENCODER, RECORD_VERSION
 from cachetool.processes import alive
 
@@ -156,12 +153,17 @@ def unlink_replaced(dfd: int, name: str, size: int) -> None:
             os.unlink(name, dir_fd=dfd)
 
 
+def sync_dir(dfd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.fsync(dfd)
+
+
 def kill_point(point: str) -> None:
     if os.environ.get(KILL_AT_ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def write_compacted(folder: Path, data: bytes, now: float) -> Path:
+def write_compacted(folder: Path, dfd: int, data: bytes, now: float) -> Path:
     stamp = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     final = folder / f"{COMPACTED_PREFIX}{stamp}-{os.getpid()}{SEGMENT_SUFFIX}"
     tmp = folder / f"{_TMP_PREFIX}{os.getpid()}.tmp"
@@ -177,7 +179,7 @@ def write_compacted(folder: Path, data: bytes, now: float) -> Path:
         os.close(fd)
     kill_point("written")
     os.replace(tmp, final)
-    sync_dir(folder)
+    sync_dir(dfd)
     return final
 
 
@@ -193,15 +195,6 @@ def remove_leftovers(folder: Path, dfd: int) -> None:
     compacted = [n for n in names if n.startswith(COMPACTED_PREFIX) and n.endswith(SEGMENT_SUFFIX)]
     for name, size in replaced_segments(folder, compacted).items():
         unlink_replaced(dfd, name, size)
-
-
-def sync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 #: Segments kept whole per ledger folder (the newest ones, one per traced process: `cachetool
@@ -251,17 +244,11 @@ class CompactionReport:
 
     def plus(self, other: CompactionReport) -> CompactionReport:
         """This report with what `other` (of another ledger folder of the same root) did."""
+        added = ("segments", "runs", "kept", "summarised", "gc_folded", "left", "recent", "warnings")
         return replace(
             self,
-            segments=self.segments + other.segments,
-            runs=self.runs + other.runs,
-            kept=self.kept + other.kept,
-            summarised=self.summarised + other.summarised,
-            gc_folded=self.gc_folded + other.gc_folded,
             bytes_after=self.bytes_after - other.bytes_before + other.bytes_after,
-            left=self.left + other.left,
-            recent=self.recent + other.recent,
-            warnings=self.warnings + other.warnings,
+            **{k: getattr(self, k) + getattr(other, k) for k in added},
         )
 
 
@@ -396,11 +383,11 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
             report = replace(report, dry_run=dry_run, left=left, recent=len(recent), warnings=warnings)
             if dry_run:
                 return report
-            write_compacted(folder, data, now)
+            write_compacted(folder, dfd, data, now)
             kill_point("renamed")
             for s in replaced:
                 unlink_replaced(dfd, s.name, s.size)
-            sync_dir(folder)
+            sync_dir(dfd)
             return report
 
 
@@ -468,9 +455,9 @@ def _safe_host(host: str) -> str:
 
 
 #: A step record that says where its result comes from, as the first pass keeps it (not the
-#: record itself: memory stays small however long the ledger): its order, where it is, its parents,
-#: whether it is internal and the source texts it names.
-_Origin = tuple[tuple[float, str, int], str, int, tuple[str, ...], bool, tuple[str, ...]]
+#: record itself: memory stays small however long the ledger): its order, where it is, its parents
+#: and the source texts it names.
+_Origin = tuple[tuple[float, str, int], str, int, tuple[str, ...], tuple[str, ...]]
 
 
 @dataclass
@@ -482,7 +469,9 @@ class Segment:
     compacted: bool
     last: float = 0.0
     ended: bool = False
-    origins: dict[str, list[_Origin]] = field(default_factory=dict)
+    origins: dict[tuple[str, bool], _Origin] = field(
+        default_factory=dict
+    )  # the latest, by result and internal
     inputs: set[str] = field(default_factory=set)  # parents and no-op results its steps name
     unread: str = ""  # why its lines cannot all be carried over (then it stays whole)
     with_files: set[str] = field(default_factory=set)  # results a recorded file of which exists
@@ -524,15 +513,10 @@ def first_pass(folder: Path) -> list[Segment]:
             if not rec.is_origin:
                 seg.inputs.add(rec.result)
                 continue
-            origin = (
-                (rec.time, rec.run, rec.seq),
-                name,
-                offset,
-                rec.parents,
-                rec.internal,
-                tuple(source_hashes(rec)),
-            )
-            seg.origins.setdefault(rec.result, []).append(origin)
+            origin = (order_key(rec), name, offset, rec.parents, tuple(source_hashes(rec)))
+            was = seg.origins.get((rec.result, rec.internal))
+            if was is None or origin[0] >= was[0]:
+                seg.origins[(rec.result, rec.internal)] = origin
             for f in rec.files:
                 if f.path not in exists:  # where it is now: the root may have been moved
                     exists[f.path] = os.path.lexists(rec.located(f.path))
@@ -550,11 +534,10 @@ def needed(
     the source texts they name are; and every fingerprint those records name."""
     latest: dict[tuple[str, bool], _Origin] = {}
     for seg in replaced:
-        for fp, origins in seg.origins.items():
-            for o in origins:
-                was = latest.get((fp, o[4]))
-                if was is None or o[0] >= was[0]:
-                    latest[(fp, o[4])] = o
+        for key, o in seg.origins.items():
+            was = latest.get(key)
+            if was is None or o[0] >= was[0]:
+                latest[key] = o
     keep: set[tuple[str, int]] = set()
     hashes: set[str] = set()
     seen: set[str] = set()
@@ -568,7 +551,7 @@ def needed(
             got = latest.get((fp, internal))
             if got is not None:
                 keep.add((got[1], got[2]))
-                hashes.update(got[5])
+                hashes.update(got[4])
                 todo.extend(got[3])
     sources: dict[str, tuple[str, int]] = {}
     for seg in replaced:
@@ -598,14 +581,14 @@ GcFolded = tuple[int, int, float, float]
 _DATA_KINDS = frozenset({"source", "derived", "shards", "arrow"})
 
 
-def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], GcFolded]:
-    """The gc records a reader still needs, and the count of the others: the latest removal of
-    each fingerprint the kept records name (`lineage` shows it deleted, `explain` says when, and
+def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], list[GcRecord]]:
+    """The gc records a reader still needs, and the others: the latest removal of each
+    fingerprint the kept records name (`lineage` shows it deleted, `explain` says when, and
     `verify` does not call its recorded files missing), and the latest removal of data from each
     folder that still exists (`verify` knows gc emptied it). Everything else gc removed is history
     no command reads: it is folded into one count, so gc records no longer grow the ledger."""
     latest: dict[object, GcRecord] = {}
-    for g in sorted(gcs, key=lambda r: (r.time, r.run, r.seq)):
+    for g in sorted(gcs, key=order_key):
         for fp in g.fingerprints:
             if fp in named:
                 latest[fp] = g
@@ -613,18 +596,20 @@ def _gc_kept(gcs: list[GcRecord], named: set[str]) -> tuple[list[GcRecord], GcFo
             latest[("folder", os.path.dirname(g.path))] = g
     kept = list({id(g): g for g in latest.values()}.values())
     ids = {id(g) for g in kept}
-    folded = [g for g in gcs if id(g) not in ids]
-    if not folded:
-        return kept, (0, 0, 0.0, 0.0)
-    times = [g.time for g in folded]
-    return kept, (len(folded), sum(g.size for g in folded), min(times), max(times))
+    return kept, [g for g in gcs if id(g) not in ids]
 
 
-def folded_sum(a: GcFolded, b: GcFolded) -> GcFolded:
-    """Two counts of folded gc records as one."""
-    if not a[0] or not b[0]:
-        return a if a[0] else b
-    return (a[0] + b[0], a[1] + b[1], min(a[2], b[2]), max(a[3], b[3]))
+def _fold(counts: list[GcFolded]) -> GcFolded:
+    """Counts of folded gc records as one."""
+    counts = [c for c in counts if c[0]]
+    if not counts:
+        return (0, 0, 0.0, 0.0)
+    return (
+        sum(c[0] for c in counts),
+        sum(c[1] for c in counts),
+        min(c[2] for c in counts),
+        max(c[3] for c in counts),
+    )
 
 
 def second_pass(
@@ -644,7 +629,7 @@ def second_pass(
     earlier: list[RunSummaryRecord] = []
     fresh: list[RunSummaryRecord] = []
     gcs: list[GcRecord] = []
-    before: GcFolded = (0, 0, 0.0, 0.0)
+    before: list[GcFolded] = []
     kept: list[LedgerRecord] = []
     texts: list[LedgerRecord] = []
     summarised = 0
@@ -657,7 +642,7 @@ def second_pass(
             if isinstance(rec, RunSummaryRecord):
                 earlier.append(trimmed(rec, living))
             elif isinstance(rec, CompactionRecord):
-                before = folded_sum(before, gc_folded(rec))
+                before.append(gc_folded(rec))
             elif isinstance(rec, GcRecord):
                 gcs.append(rec)
             elif isinstance(rec, SourceRecord):
@@ -669,12 +654,12 @@ def second_pass(
                 summarised += isinstance(rec, StepRecord)
                 rest.append(rec)
         fresh += summaries(rest, living)
-    order = lambda r: (r.time, r.run, r.seq)  # noqa: E731
-    gc_whole, folded = _gc_kept(gcs, named | living)
+    gc_whole, gc_folded_now = _gc_kept(gcs, named | living)
     out: list[LedgerRecord] = [*bounded([*earlier, *fresh])]
-    out += sorted(gc_whole, key=order) + sorted(kept, key=order) + sorted(texts, key=order)
+    out += sorted(gc_whole, key=order_key) + sorted(kept, key=order_key) + sorted(texts, key=order_key)
     lines = [ENCODER.encode(r.to_json()) for r in out]
-    return lines, len(kept), len(fresh), summarised, folded_sum(before, folded)
+    folded = _fold([*before, *((1, g.size, g.time, g.time) for g in gc_folded_now)])
+    return lines, len(kept), len(fresh), summarised, folded
 
 
 def gc_folded(rec: CompactionRecord) -> GcFolded:

@@ -25,9 +25,9 @@ record per transform call to the ledger of the cache root the call belongs to:
   follow a parent into another root (a saved folder's parent lives in the cache root it came from).
 
 The modules: `cachetool.cache.roots` (where a root's ledger lives; the registry of known roots),
-`writer` (segments written), `segments` (one segment read, typed), `resolve` (naming a
-fingerprint); this one: the `Ledger` of a root, read once per command, the other roots it reads,
-and what it says about each fingerprint (`Usage`).
+`writer` (segments written); this one: segments read into typed records, the `Ledger` of a root,
+read once per command, the other roots it reads, what it says about each fingerprint (`Usage`),
+and naming a fingerprint in a root (`resolve_in_root`, `named_elsewhere`).
 
 Record schema, version 1 (one JSON object per line; fields may be added, never renamed)::
 
@@ -132,17 +132,186 @@ The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same d
 
 from __future__ import annotations
 
+import json
+import operator
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cachetool.cache.roots import known_roots
-from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import FpSums, RunSummaryRecord
-from cachetool.history.records.other import GcRecord, SourceRecord
+from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, known_roots, ledger_dirs
+from cachetool.cache.store import NotRegularFile, open_state
+from cachetool.history.records import parse_record
+from cachetool.history.records.base import BadRecord, LedgerRecord
+from cachetool.history.records.other import FpSums, GcRecord, RunSummaryRecord, SourceRecord
 from cachetool.history.records.steps import SaveRecord, StepRecord
-from cachetool.history.segments import iter_segments, read_segment
+
+if TYPE_CHECKING:
+    from cachetool.cache.lookup import Resolved
+    from cachetool.cache.model import CacheReport
+
+#: A record longer than this is not one cachetool wrote (source texts stop at 20,000 characters,
+#: argument summaries at 2.5 kB each): skipped with a warning.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+#: A segment is read up to this size; the rest is skipped with a warning (a runaway writer, or a
+#: file that is not a segment).
+MAX_SEGMENT_BYTES = 256 * 1024 * 1024
+
+
+#: The name of a compacted segment starts with this (`cachetool.history.compact`).
+COMPACTED_PREFIX = "compacted-"
+
+
+def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
+    """Segment files of `root` (own ledger and user fallback), in name order; a segment a
+    compacted segment replaces is left out while it still has the size it was read at (a
+    compaction that was killed before removing it)."""
+    for d in ledger_dirs(root):
+        try:
+            names = sorted(n for n in os.listdir(d) if n.endswith(SEGMENT_SUFFIX))
+        except OSError:
+            continue
+        replaced = replaced_segments(d, [n for n in names if n.startswith(COMPACTED_PREFIX)])
+        for n in names:
+            if not still_replaced(d / n, replaced):
+                yield d / n
+
+
+def still_replaced(path: Path, replaced: dict[str, int]) -> bool:
+    """The segment at `path` is one a compacted segment replaces and still has the size it was
+    read at (a compaction killed before removing it): readers skip it, the next compaction
+    removes it."""
+    return path.name in replaced and segment_size(path) == replaced[path.name]
+
+
+def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
+    """{name: size} of the segments the compacted segments `compacted` of `folder` replace (each
+    names them in its first record)."""
+    out: dict[str, int] = {}
+    for name in compacted:
+        try:
+            fd = open_state(folder / name)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            with os.fdopen(os.dup(fd), "rb") as f:
+                first = f.readline(MAX_LINE_BYTES)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        rec = _parse_line(folder / name, 1, first.rstrip(b"\n"), [], None)
+        replaces = getattr(rec, "replaces", None) if rec is not None and rec.type == "compaction" else None
+        out.update((n, size) for n, size in replaces or () if is_segment_name(n))
+    return out
+
+
+def segment_size(path: Path) -> int | None:
+    """The size of the file at `path` (not followed if a symlink); None if there is none."""
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return None
+
+
+def read_partly(path: Path) -> bool:
+    """Readers read only part of the segment at `path`: it holds more than `MAX_SEGMENT_BYTES`."""
+    return (segment_size(path) or 0) > MAX_SEGMENT_BYTES
+
+
+def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
+    """The first `MAX_SEGMENT_BYTES` of a regular file; None (with a warning) for anything else."""
+    try:
+        fd = open_state(path)
+    except NotRegularFile:
+        warnings.append(f"{path}: skipped: not a regular file")
+        return None
+    except OSError as e:
+        warnings.append(f"{path}: {e.strerror or e}")
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            warnings.append(f"{path}: skipped: not a regular file")
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_SEGMENT_BYTES + 1)
+    except OSError as e:
+        warnings.append(f"{path}: {e.strerror or e}")
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SEGMENT_BYTES:
+        cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES) + 1
+        warnings.append(
+            f"{path}: read the first {cut} bytes only (a segment holds at most {MAX_SEGMENT_BYTES})"
+        )
+        data = data[:cut]
+    return data
+
+
+def read_segment(
+    path: Path, warnings: list[str] | None = None, read_from: str | None = None
+) -> list[LedgerRecord]:
+    """The records of one segment, typed; a torn last line and every line that is not a record
+    are skipped with a warning naming the line."""
+    return [rec for _, rec in read_segment_from(path, warnings, read_from)[0]]
+
+
+def read_segment_from(
+    path: Path, warnings: list[str] | None = None, read_from: str | None = None
+) -> tuple[list[tuple[int, LedgerRecord]], int, int]:
+    """`read_segment` with each record's offset, the offset after the last whole line, and how
+    many whole lines were skipped."""
+    sink: list[str] = [] if warnings is None else warnings
+    data = _read_capped(path, sink)
+    if not data:
+        return [], 0, 0
+    whole = data.rfind(b"\n") + 1
+    if data[whole:].strip():
+        sink.append(
+            f"{path}: skipped a torn last record ({len(data) - whole} bytes; its writer was killed mid-write)"
+        )
+    out = []
+    skipped = len(sink)
+    at = 0
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):
+        rec = _parse_line(path, number, line, sink, read_from)
+        if rec is not None:
+            out.append((at, rec))
+        at += len(line) + 1
+    return out, whole, len(sink) - skipped
+
+
+def _parse_line(
+    path: Path, number: int, line: bytes, sink: list[str], read_from: str | None
+) -> LedgerRecord | None:
+    """One line's record, or None (with a warning unless blank)."""
+    if not line.strip():
+        return None
+    if len(line) > MAX_LINE_BYTES:
+        sink.append(f"{path}:{number}: skipped a record of {len(line)} bytes (at most {MAX_LINE_BYTES})")
+        return None
+    try:
+        obj = json.loads(line)
+    except RecursionError:
+        sink.append(f"{path}:{number}: skipped a record nested too deeply")
+        return None
+    except ValueError:
+        sink.append(f"{path}:{number}: skipped an unreadable record")
+        return None
+    try:
+        return parse_record(obj, read_from)
+    except BadRecord as e:
+        sink.append(f"{path}:{number}: skipped a record: {e}")
+    except RecursionError:
+        sink.append(f"{path}:{number}: skipped a record nested too deeply")
+    return None
 
 
 @dataclass(frozen=True)
@@ -208,9 +377,8 @@ def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] 
     return out
 
 
-def order_key(rec: LedgerRecord) -> tuple[float, str, int]:
-    """A ledger's order: by time, then run, then the record's order within its run."""
-    return (rec.time, rec.run, rec.seq)
+#: A ledger's order: by time, then run, then the record's order within its run.
+order_key = operator.attrgetter("time", "run", "seq")
 
 
 def read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
@@ -235,81 +403,54 @@ def read_other_roots(
     follow: bool,
 ) -> list[Path]:
     """Add to `records`, `warnings` and `segments` (those of `first`, the ledger's root) what the
-    other known roots add: every one with `all_roots`, else what `follow_saves` and
-    `follow_parents` find (with `follow`). Returns every root read, `first` first."""
+    other known roots add: every one with `all_roots`; else, with `follow`, the `save_to_disk`
+    folders that hold a state made here (what was made from them descends from it), and the
+    origins (with their ancestry) of the parents no record read explains. Returns every root
+    read, `first` first."""
     roots = [first]
     registry = known_roots()
     others = [p for p in (Path(r) for r in registry) if p != first and p.is_dir()]
-    if all_roots:
-        for other in others:
+    read: dict[Path, list[LedgerRecord]] = {}
+
+    def records_of(other: Path) -> list[LedgerRecord]:
+        if other not in read:
             got, w, segs = read_root(other)
-            records += got
-            warnings += w
-            segments += segs
-            roots.append(other)
-    elif follow and others:
-        cache: dict[Path, list[LedgerRecord]] = {}
-        saved = [p for p in others if registry.get(os.fspath(p), {}).get("kind") == "saved"]
-        follow_saves(records, warnings, roots, saved, cache)
-        follow_parents(records, warnings, roots, others, cache)
-    return roots
-
-
-def follow_saves(
-    records: list[LedgerRecord],
-    warnings: list[str],
-    roots: list[Path],
-    saved: list[Path],
-    cache: dict[Path, list[LedgerRecord]],
-) -> None:
-    """Add the records of `save_to_disk` folders that hold a state made here (the folder is a
-    root of its own; what was made from it there descends from this root)."""
-    made = {r.result for r in records if isinstance(r, StepRecord) and r.result is not None}
-    for folder in saved:
-        if folder not in cache:
-            got, w, _ = read_root(folder)
-            cache[folder] = got
+            read[other] = got
             warnings.extend(w)
-        steps = [r for r in cache[folder] if isinstance(r, StepRecord)]
+            segments.extend(segs if all_roots else ())
+        return read[other]
+
+    if all_roots or not follow:
+        for other in others if all_roots else ():
+            records += records_of(other)
+            roots.append(other)
+        return roots
+    made = {r.result for r in records if isinstance(r, StepRecord) and r.result is not None}
+    for folder in (p for p in others if registry.get(os.fspath(p), {}).get("kind") == "saved"):
+        steps = [r for r in records_of(folder) if isinstance(r, StepRecord)]
         if any(r.result in made for r in steps if isinstance(r, SaveRecord)):
-            records += [r for r in cache[folder] if isinstance(r, (StepRecord, SourceRecord))]
+            records += [r for r in read[folder] if isinstance(r, (StepRecord, SourceRecord))]
             roots.append(folder)
             made |= {r.result for r in steps if r.result is not None}
-
-
-def follow_parents(
-    records: list[LedgerRecord],
-    warnings: list[str],
-    roots: list[Path],
-    others: list[Path],
-    cache: dict[Path, list[LedgerRecord]],
-) -> None:
-    """Add the origins (and their ancestry) of parents that `records` do not explain."""
     whole = set(roots)  # read whole already
-    made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin}
+    made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin and r.result}
     needed = {p for r in records if isinstance(r, StepRecord) for p in r.parents} - made
     while needed:
         found: list[LedgerRecord] = []
-        for other in others:
-            if other in whole:
-                continue
-            if other not in cache:
-                got, w, _ = read_root(other)
-                cache[other] = got
-                warnings.extend(w)
-            hit = [r for r in cache[other] if isinstance(r, StepRecord) and r.result in needed]
+        for other in (p for p in others if p not in whole):
+            hit = [r for r in records_of(other) if isinstance(r, StepRecord) and r.result in needed]
             if hit and other not in roots:
                 roots.append(other)
-            found += hit
-            # the text of the functions those steps name, for explain
+            # with the text of the functions those steps name, for explain
             hashes = {h for r in hit for h in source_hashes(r)}
-            found += [r for r in cache[other] if isinstance(r, SourceRecord) and r.hash in hashes]
+            found += hit + [r for r in read[other] if isinstance(r, SourceRecord) and r.hash in hashes]
         if not found:
-            return
+            return roots
         records += found
-        made |= {r.result for r in found if isinstance(r, StepRecord) and r.is_origin}
+        made |= {r.result for r in found if isinstance(r, StepRecord) and r.is_origin and r.result}
         needed = {p for r in found if isinstance(r, StepRecord) for p in r.parents} - made
         needed -= {r.result for r in records if isinstance(r, StepRecord)}
+    return roots
 
 
 def source_hashes(rec: StepRecord) -> list[str]:
@@ -320,32 +461,10 @@ def source_hashes(rec: StepRecord) -> list[str]:
     return [h for h in (fn.source_hash, *(d.source_hash for d in fn.deps)) if h]
 
 
-def saves_in_other_roots(root: Path, made: set[str], own: set[tuple[str, int]]) -> list[SaveRecord]:
-    """The `save_to_disk` records, in the known roots other than `root`, of states in `made`
-    (not internal, and not those of `own`, by run and seq)."""
-    out: list[SaveRecord] = []
-    for r in known_roots():
-        other = Path(r)
-        if other == root or not other.is_dir():
-            continue
-        got, _, _ = read_root(other)
-        out += [
-            x
-            for x in got
-            if isinstance(x, SaveRecord) and not x.internal and x.result in made and (x.run, x.seq) not in own
-        ]
-    return out
-
-
 @dataclass(frozen=True)
 class Ledger:
-    """The records of one cache root, read once per command, oldest first.
-
-    Scoped to `root`: records of other roots are read only when asked (`all_roots=True`,
-    `--all-roots`), to explain a step whose input lives in another root (a saved folder's
-    `load_from_disk` names a state computed in the cache root it came from), and for the
-    `save_to_disk` folders that hold a state made in `root` (what was made from them descends
-    from it). Those records keep the root they were read from in `read_from` (`is_foreign`)."""
+    """The records of one cache root, read once per command, oldest first, with those of the other
+    roots `read_other_roots` adds (each keeps the root it was read from: `is_foreign`)."""
 
     root: Path
     records: tuple[LedgerRecord, ...] = ()
@@ -402,9 +521,13 @@ class Ledger:
         each labelled with the root it was read from."""
         made = {r.result for r in self.own_steps(include_internal=True) if r.result is not None}
         own = {(r.run, r.seq) for r in self.own_steps() if isinstance(r, SaveRecord)}
-        if not made:
-            return []
-        return saves_in_other_roots(self.root, made, own)
+        others = [Path(r) for r in known_roots() if made and Path(r) != self.root and Path(r).is_dir()]
+        return [
+            x
+            for got in (read_root(other)[0] for other in others)
+            for x in got
+            if isinstance(x, SaveRecord) and not x.internal and x.result in made and (x.run, x.seq) not in own
+        ]
 
     def summaries(self) -> list[RunSummaryRecord]:
         """The summaries of this root's runs a compaction folded away, oldest first."""
@@ -429,9 +552,68 @@ def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, 
     return read_ledger(root).usage()
 
 
-def records_for(
-    root: str | os.PathLike[str] | Ledger, fingerprint: str, *, include_internal: bool = False
-) -> list[StepRecord]:
-    """Every record of `root` whose result is `fingerprint` (oldest first): what `show` prints."""
-    ledger = root if isinstance(root, Ledger) else read_ledger(root)
-    return ledger.for_result(fingerprint, include_internal=include_internal)
+def gc_records(root: str | os.PathLike[str]) -> list[GcRecord]:
+    """Every gc record of `root`, oldest first."""
+    return read_ledger(root).gc_records()
+
+
+def resolve_in_root(
+    root: str | os.PathLike[str], name: str, ledger: Ledger | None = None
+) -> tuple[Resolved, CacheReport, Ledger]:
+    """`resolve` for a command that has only the root: the ledger of `root` (loaded once unless
+    given) and a scan of its cache, returned too so the command reads neither again. A root that
+    cannot be scanned (gone since the records were made) resolves against the ledger alone."""
+    from cachetool.cache.lookup import resolve
+    from cachetool.cache.model import CacheReport
+    from cachetool.cache.scan import scan_cache
+    from cachetool.errors import CachetoolError
+
+    if ledger is None:
+        ledger = Ledger.load(root, follow=False)
+    try:
+        report = scan_cache(root, usage=ledger.usage())
+    except CachetoolError:
+        report = CacheReport(root=Path(os.path.abspath(os.fspath(root))), datasets=(), entries=())
+    return resolve(name, report, ledger), report, ledger
+
+
+def roots_recording(root: Path, name: str) -> list[str]:
+    """The other roots whose ledger records a step result `name` (a fingerprint or its prefix, a
+    cache file's name) names, among the roots `root`'s ledger leads to as `lineage` follows them
+    (a `save_to_disk` folder of a state made in `root`, where a map after `load_from_disk` wrote).
+    Sorted; empty for a path or an empty name."""
+    from cachetool.cache.lookup import cache_file_key
+
+    key = cache_file_key(name)
+    if os.sep in name or not key:  # a path; or the empty name, which every fingerprint starts with
+        return []
+    ledger = Ledger.load(root)
+    return sorted(
+        {
+            r.read_from
+            for r in ledger.records
+            if isinstance(r, StepRecord)
+            and r.read_from is not None
+            and ledger.is_foreign(r)
+            and r.result is not None
+            and r.result.startswith(key)
+        }
+    )
+
+
+@contextmanager
+def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
+    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when a root that
+    `root`'s ledger leads to records it (`roots_recording`): the message names that root and
+    `cachetool COMMAND NAME --cache-dir <it>`."""
+    from cachetool.errors import InAnotherRoot, UnknownFingerprint
+
+    try:
+        yield
+    except UnknownFingerprint as e:
+        if type(e) is not UnknownFingerprint:  # a recorded-only fingerprint says so already
+            raise
+        others = roots_recording(root, name)
+        if not others:
+            raise
+        raise InAnotherRoot(name, root, others, command) from None

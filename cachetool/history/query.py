@@ -10,24 +10,23 @@ every branch of its dataset (the forest of its sources).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Container, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.formatting import human_size, iso_time
-from cachetool.history.hosts import where_sentence
 from cachetool.history.ledger import Ledger
-from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.base import LedgerRecord, picked
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import CallSite, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import SaveRecord, StepRecord
+from cachetool.history.stats import where_sentence
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
-    from cachetool.history.records.runs import StepStartRecord
+    from cachetool.history.records.other import StepStartRecord
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,9 @@ class Step:
     function: FunctionInfo | None = None
     args: tuple[tuple[str, str], ...] = ()  # (name, short repr) of the small, telling arguments
     call_site: CallSite | None = None
+    runs: int = 0
     hits: int = 0
     misses: int = 0
-    runs: int = 0
     cache: str | None = None  # of the latest record: hit | partial | miss | none
     files: tuple[FileNow, ...] = ()
     in_memory: bool = False
@@ -111,36 +110,17 @@ class Step:
         return f"{gone} of {len(self.files)} files gone"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "recorded": self.recorded,
-            "parents": list(self.parents),
-            "type": self.type,
-            "operation": self.operation,
-            "transform": self.transform,
-            "function": self.function.to_json() if self.function else None,
-            "args": dict(self.args),
-            "call_site": self.call_site.to_json() if self.call_site else None,
-            "runs": self.runs,
-            "hits": self.hits,
-            "misses": self.misses,
-            "cache": self.cache,
-            "files": [{"path": f.path, "size": f.size, "exists": f.exists} for f in self.files],
-            "in_memory": self.in_memory,
-            "fingerprint_given": self.fingerprint_given,
-            "random_fallback": self.random_fallback.to_json() if self.random_fallback else None,
-            "source": self.source.to_json() if self.source else None,
-            "root": self.root,
-            "foreign": self.foreign,
-            "internal": self.internal,
-            "split": self.split,
-            "used": iso_time(self.last_used),
-            "saved_to": list(self.saved_to),
-            "deleted": self.deleted,
-            "where": self.where,
-        }
+        out = picked(self, tuple(f.name for f in fields(self)[:-1]))  # not `record`
+        files = [{**asdict(x), "exists": x.exists} for x in self.files]
+        out |= {"args": dict(self.args), "files": files, "last_used": iso_time(self.last_used)}
+        return {("used" if k == "last_used" else k): v for k, v in out.items()}
 
 
+#: The fields of a `Step` that are those of the record that made it.
+_AS_RECORDED = (
+    *("type", "operation", "transform", "function", "call_site", "cache", "in_memory"),
+    *("fingerprint_given", "random_fallback", "source", "split", "internal"),
+)
 #: Arguments that say nothing a reader needs in a one-line summary.
 _QUIET_ARGS = frozenset({"fingerprint_name", "function", "new_fingerprint"})
 
@@ -238,7 +218,7 @@ class LineageGraph:
         for fp, rec in list(self._origin.items()):
             parents = tuple(self._visible_parent(p) for p in rec.parents if p != fp)
             if parents != rec.parents:
-                self._origin[fp] = dataclasses.replace(rec, parents=tuple(dict.fromkeys(parents)))
+                self._origin[fp] = replace(rec, parents=tuple(dict.fromkeys(parents)))
 
     def _visible_parent(self, fp: str) -> str:
         seen: set[str] = set()
@@ -304,36 +284,24 @@ class LineageGraph:
             # An empty `fn_kwargs` says nothing; a non-empty one tells branches apart.
             if name not in _QUIET_ARGS and a.repr is not None and not (name == "fn_kwargs" and a.repr == "{}")
         ]
-        stats = st or [0, 0, 0, 0.0]
-        root = rec.where or None
+        runs, hits, misses, last_used = st or [0, 0, 0, 0.0]
         return Step(
             fingerprint=fp,
             recorded=True,
             parents=self.parents(fp),
-            type=rec.type,
-            operation=rec.operation,
-            transform=rec.transform,
-            function=rec.function,
             args=tuple(args),
-            call_site=rec.call_site,
-            runs=int(stats[0]),
-            hits=int(stats[1]),
-            misses=int(stats[2]),
-            cache=rec.cache,
+            runs=int(runs),
+            hits=int(hits),
+            misses=int(misses),
             files=tuple(files),
-            in_memory=rec.in_memory,
-            fingerprint_given=rec.fingerprint_given,
-            random_fallback=rec.random_fallback,
-            source=rec.source,
-            root=root,
+            root=rec.where or None,
             foreign=bool(self.root and rec.read_from and Path(rec.read_from) != Path(self.root)),
-            split=rec.split,
-            internal=rec.internal,
-            last_used=stats[3] or None,
+            last_used=last_used or None,
             saved_to=tuple(self._saved.get(fp, ())),
             record=rec,
             deleted=self._deleted(fp),
             where=where_sentence(self._hosts.get(fp, ())),
+            **{k: getattr(rec, k) for k in _AS_RECORDED},
         )
 
     # -- queries -------------------------------------------------------------------------------
@@ -479,14 +447,12 @@ def lineage_view(
     *,
     mode: LineageMode = "chain",
     include_internal: bool = False,
-    all_roots: bool = False,
     ledger: Ledger | None = None,
 ) -> LineageView:
     """`lineage` for a cache already scanned (`report`), with its ledger when already loaded."""
     from cachetool.cache.lookup import resolve
 
-    if ledger is None:
-        ledger = Ledger.load(report.root, all_roots=all_roots)
+    ledger = ledger or Ledger.load(report.root)
     graph = load_graph(ledger, include_internal=include_internal)
     got = resolve(prefix, report, ledger)
     fp = got.recorded_as(graph.recorded)

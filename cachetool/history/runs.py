@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord, StepStartRecord
+from cachetool.history.records.base import LedgerRecord, picked
+from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
 
 #: "killed": the process is gone; "running": it still runs on this host; "unknown": it ran on
@@ -38,9 +38,6 @@ class UnfinishedFile:
     size: int
     finished: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "finished": self.finished}
-
 
 @dataclass(frozen=True)
 class Interruption:
@@ -54,25 +51,9 @@ class Interruption:
     written: tuple[UnfinishedFile, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        step = self.step
-        return {
-            "run": self.run,
-            "state": self.state,
-            "host": self.host,
-            "pid": self.pid,
-            "step": None
-            if step is None
-            else {
-                "operation": step.operation,
-                "seq": step.seq,
-                "time": step.time,
-                "parents": list(step.parents),
-                "call_site": step.call_site.to_json() if step.call_site else None,
-                "split": step.split,
-                "paths": list(step.paths),
-            },
-            "written": [f.to_json() for f in self.written],
-        }
+        fields = ("operation", "seq", "time", "parents", "call_site", "split", "paths")
+        step = None if self.step is None else picked(self.step, fields)
+        return {**_shallow(self), "step": step, "written": [asdict(f) for f in self.written]}
 
 
 #: Exceptions of reading an Arrow file (a cache file cut short or overwritten): `verify` finds it.
@@ -96,22 +77,15 @@ class Failure:
         return self.exception in _READ_ERRORS
 
     def to_json(self) -> dict[str, Any]:
-        step = self.step
-        return {
-            "run": self.run,
-            "status": self.status,
-            "exception": self.exception,
-            "message": self.message,
-            "step": None
-            if step is None
-            else {
-                "operation": step.operation,
-                "seq": step.seq,
-                "function": step.function.qualname if step.function else None,
-                "parents": list(step.parents),
-                "call_site": step.call_site.to_json() if step.call_site else None,
-            },
-        }
+        s, step = self.step, None
+        if s is not None:
+            step = picked(s, ("operation", "seq", "function", "parents", "call_site"))
+            step["function"] = s.function.qualname if s.function else None
+        return {**_shallow(self), "step": step}
+
+
+def _shallow(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def failure(records: Iterable[LedgerRecord], run: str) -> Failure | None:

@@ -85,45 +85,28 @@ def show_entry(
     and what each holds, and the records of the steps that made it. A fingerprint only the ledger
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
-    from cachetool.cache.scan import scan_cache
-    from cachetool.history.resolve import named_elsewhere
-
-    def scan(ledger: Ledger | bool) -> CacheReport:
-        if progress is not None:
-            return progress(root, ledger)
-        from cachetool.cache.dirs import enclosing_root
-        from cachetool.history.ledger import usage_by_fingerprint
-
-        read = enclosing_root(root) if ledger is True else ledger
-        return scan_cache(root, usage=usage_by_fingerprint(read) if read is not False else None)
-
-    root_path = Path(os.fspath(root)).expanduser().resolve()
-    with named_elsewhere(root_path, fingerprint, "show"):
-        return _show_entry(root_path, fingerprint, scan)
-
-
-def _show_entry(
-    root_path: Path, fingerprint: str, scan: Callable[[Ledger | bool], CacheReport]
-) -> EntryReport:
     from cachetool.cache.lookup import resolve
     from cachetool.cache.pins import read_pins
     from cachetool.cache.query import is_pinned
+    from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
-    from cachetool.history.ledger import Ledger
+    from cachetool.history.ledger import Ledger, named_elsewhere, order_key
 
-    ledger = Ledger.load(root_path, follow=False)
-    report = scan(ledger)
-    got = resolve(fingerprint, report, ledger)
+    root_path = Path(os.fspath(root)).expanduser().resolve()
+    with named_elsewhere(root_path, fingerprint, "show"):
+        ledger = Ledger.load(root_path, follow=False)
+        report = scan_cache(root, usage=ledger.usage()) if progress is None else progress(root, ledger)
+        got = resolve(fingerprint, report, ledger)
     entry = got.entry
     if entry is None:
         return EntryReport(report, got.fingerprint, None, tuple(ledger.for_result(got.fingerprint)))
     # The records of the entry's fingerprints, and of the one named when its step wrote the
     # entry's files under another name.
     fps = dict.fromkeys(fp for fp in (entry.fingerprint, *entry.aliases, got.fingerprint) if fp)
-    records = sorted((r for fp in fps for r in ledger.for_result(fp)), key=lambda r: (r.time, r.run, r.seq))
+    records = sorted((r for fp in fps for r in ledger.for_result(fp)), key=order_key)
     warnings: tuple[str, ...] = ()
     try:
-        pinned, warnings = is_pinned(entry, frozenset(read_pins(report.root))), warnings
+        pinned = is_pinned(entry, frozenset(read_pins(report.root)))
     except CachetoolError as e:
         pinned, warnings = False, (e.message,)
     return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings)

@@ -1,14 +1,14 @@
-"""Writing the ledger: one segment per process and root, appended one record per `write()`.
-
-Each process appends to its own segment, `<host>-<pid>-<start time>.jsonl`, opened with
-`O_APPEND`, one `write()` per record: no lock on the hot path, safe on NFS, and merging ledgers
-across machines is copying files. A root that cannot be written falls back to the per-user
-ledger folder (said once on stderr).
+"""Writing the ledger: one segment per process and root, appended one record per `write()` (the
+format and its guarantees: `cachetool.history.ledger`). A root that cannot be written falls back
+to the per-user ledger folder (said once on stderr).
 
 A process holds at most `MAX_OPEN_SEGMENTS` segments open (the roots it wrote to last): a program
 that saves to a thousand folders must not run out of descriptors because it is traced. A segment
 closed for room is opened again for its root's next record; a root that is gone by then (the
 program deleted it) is not recreated, and its records go nowhere.
+
+`cachetool gc` appends one `GcRecord` per removed item (`GcLog`) after the files are gone: a crash
+in between leaves files removed without a record, never a record of a removal that did not happen.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import contextlib
 import fcntl
 import json
 import os
+import platform
 import socket
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from cachetool.cache.roots import (
     register_root,
     segment_name,
 )
+from cachetool.history.records.other import GcRecord
 
 #: The record format this cachetool writes. Readers accept any version >= 1.
 RECORD_VERSION = 1
@@ -148,12 +150,6 @@ class LedgerWriter:
     def run_id(self) -> str:
         return self.name[: -len(SEGMENT_SUFFIX)]
 
-    def segment_for(self, root: str, kind: str = "cache") -> SegmentWriter | None:
-        """The segment of `root`, creating it (or its fallback) the first time."""
-        with self._lock:  # two threads writing to a new root at once open one segment
-            seg = self._segments.get(root, _UNSET)
-            return self._open(root, kind) if seg is _UNSET else seg
-
     def _open(self, root: str, kind: str) -> SegmentWriter | None:
         writer: SegmentWriter | None = None
         try:
@@ -218,3 +214,65 @@ def _write_root_note(folder: Path, root: str) -> None:
     if not note.exists():
         with contextlib.suppress(OSError):
             note.write_text(os.path.abspath(root) + "\n", encoding="utf-8")
+
+
+class GcLog:
+    """Appends gc records for one run to the ledger of one root (opened lazily, closed on exit)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(root)
+        self._writer = LedgerWriter()
+        self._seq = 0
+
+    def removed(
+        self,
+        *,
+        kind: str,
+        paths: Sequence[str | os.PathLike[str]],
+        size: int,
+        files: int,
+        reason: str,
+        fingerprint: str | None = None,
+        aliases: Sequence[str] = (),
+        dataset: str | None = None,
+        when: float,
+    ) -> None:
+        """Record one removal. Never raises: losing a log line must not fail a deletion that happened."""
+        from cachetool import __version__
+
+        self._seq += 1
+        w = self._writer
+        record = GcRecord(
+            v=RECORD_VERSION,
+            type="gc",
+            seq=self._seq,
+            run=w.run_id,
+            time=when,
+            host=w.host,
+            pid=w.pid,
+            versions={"python": platform.python_version(), "cachetool": __version__},
+            root=self.root,
+            action="removed",
+            fingerprint=fingerprint,
+            aliases=tuple(aliases),
+            kind=kind,
+            path=os.fsdecode(paths[0]) if paths else None,
+            paths=tuple(os.fsdecode(p) for p in paths),
+            size=int(size),
+            files=int(files),
+            reason=reason,
+            dataset=dataset,
+        )
+        try:
+            w.append(self.root, record.to_json())
+        except Exception:  # a full disk or a vanished root: the removal stands either way
+            return
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> GcLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -52,7 +52,7 @@ from cachetool.trace.leases import (
 )
 
 if TYPE_CHECKING:
-    from cachetool.history.gclog import GcLog
+    from cachetool.history.writer import GcLog
 
 FileKey = tuple[int, int]  # (st_dev, st_ino)
 
@@ -701,7 +701,7 @@ def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
     """Remove the lease `name` (its file name, with or without `.json`) of `root`, live or not:
     for a lease whose process the user knows is gone (a host that died, a forged lease). Logged
     in the ledger as gc's removals are. A `CachetoolError` (exit 2) when the root has no such lease."""
-    from cachetool.history.gclog import GcLog
+    from cachetool.history.writer import GcLog
 
     root_path = Path(os.path.abspath(os.fspath(root)))
     missing = CachetoolError(

@@ -63,7 +63,7 @@ def pin(root: str | os.PathLike[str], fingerprint: str) -> PinChange:
     `cachetool.cache.lookup.resolve`; one only the ledger knows too): `gc` never evicts it,
     nor any ancestor the ledger records for it. The Python side of `cachetool pin`."""
     from cachetool.cache.pins import add_pin
-    from cachetool.history.resolve import named_elsewhere, resolve_in_root
+    from cachetool.history.ledger import named_elsewhere, resolve_in_root
 
     root_path = _root(root)
     with named_elsewhere(root_path, fingerprint, "pin"):

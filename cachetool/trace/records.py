@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from cachetool.history.records.other import SourceRecord
+from cachetool.history.records.other import RunStartRecord, SourceRecord, StepStartRecord
 from cachetool.history.records.parts import DataFile, FileRecord, FunctionInfo, SourceInfo
-from cachetool.history.records.runs import RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord, TransformRecord
 from cachetool.history.writer import RECORD_VERSION
 from cachetool.trace.arguments import SOURCES, Arguments, column_heads, operation_of

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.runs import RunEndRecord
+from cachetool.history.records.other import RunEndRecord
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.writer import ENCODER, LedgerWriter, SegmentWriter
 from cachetool.trace.arguments import Arguments, hash_tree

@@ -34,7 +34,7 @@ from cachetool.history.explain.stale import (
     with_removals,
 )
 from cachetool.history.explain.view import LedgerView, load_view
-from cachetool.history.records.runs import RunEndRecord, RunStartRecord
+from cachetool.history.records.other import RunEndRecord, RunStartRecord
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import failure, interruption
 
@@ -87,7 +87,7 @@ def resolve_fingerprint(view: LedgerView, name: str) -> str:
     (`cachetool.cache.lookup.resolve`: path, cache file name, exact fingerprint or alias,
     unique prefix). An entry whose own fingerprint is not recorded resolves to the one of its
     fingerprints that is (after `load_from_disk`, the alias)."""
-    from cachetool.history.resolve import resolve_in_root
+    from cachetool.history.ledger import resolve_in_root
 
     return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
 

@@ -8,8 +8,7 @@ import os
 
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.compacted import RunSummaryRecord
-from cachetool.history.records.other import SourceRecord
+from cachetool.history.records.other import RunSummaryRecord, SourceRecord
 from cachetool.history.records.parts import FunctionRef
 from cachetool.history.records.steps import (
     RootRecord,

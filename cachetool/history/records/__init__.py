@@ -1,12 +1,33 @@
 """Typed ledger records: one frozen dataclass per record type, parsed once when a ledger is read.
 
 The schema is documented in `cachetool.history.ledger`. Readers get these classes, never raw
-dicts; writers build them and serialize them with `to_json()`. `parse.parse_record(obj)` turns
-one decoded JSON object into a record or raises `base.BadRecord` with a one-line reason; fields
-a record does not know are kept in `extra`. `base` reads and writes every record and part from
-its dataclass fields; the record types are in `steps`, `runs` (run markers), `compacted` (a
-compacted ledger's marker and run summaries) and `other` (source and gc records), their parts in
-`parts`.
+dicts; writers build them and serialize them with `to_json()`. `parse_record(obj)` turns one
+decoded JSON object into a record or raises `base.BadRecord` with a one-line reason; fields a
+record does not know are kept in `extra`. `base` reads and writes every record and part from its
+dataclass fields; the record types are in `steps` and `other` (run markers, source and gc
+records, a compacted ledger's marker and run summaries), their parts in `parts`.
 
 Part of `history`: imports only `cache` and the base modules.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+from cachetool.history.records import other, steps  # noqa: F401 - every record type registers
+from cachetool.history.records.base import RECORD_TYPES, BadRecord, LedgerRecord
+
+
+def parse_record(obj: Any, read_from: str | None = None) -> LedgerRecord:
+    """The typed record for one decoded JSON line (found in the ledger of the root `read_from`);
+    `BadRecord` says why it is not one."""
+    if not isinstance(obj, dict):
+        raise BadRecord("not a JSON object")
+    v = obj.get("v")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise BadRecord("no record version")
+    kind = obj.get("type")
+    cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise BadRecord(f"unknown record type {str(kind)[:40]!r}")
+    return cls.parse(obj, read_from)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from cachetool.cache.layout import parse_cache_file
 from cachetool.history.records.base import BadRecord, LedgerRecord, same_fields
 from cachetool.history.records.parts import (
     ArgInfo,
@@ -87,15 +89,13 @@ class StepRecord(LedgerRecord):
             and self.result not in self.parents
         )
 
-    @property
+    @functools.cached_property  # read twice per record by the ledger's usage
     def made(self) -> tuple[str, ...]:
         """The fingerprints this step's result is known by: `result`, then the fingerprint in the
         name of each cache file it wrote or reused when that differs (`cast_column` writes under
         the fingerprint of the `map` it runs): the ledger's usage files the step under each."""
         if self.result is None:
             return ()
-        from cachetool.cache.layout import parse_cache_file
-
         made = [self.result]
         for f in self.files:
             parsed = parse_cache_file(f.path.rpartition("/")[2])

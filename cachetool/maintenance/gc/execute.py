@@ -87,7 +87,7 @@ def execute(
 
     A fresh liveness snapshot is taken after the lock is won (unless one is given). Items that
     fail a re-check are skipped with the reason; an I/O error fails that item only. Every removal
-    is recorded in the root's ledger (`cachetool.history.gclog`) after its files are gone."""
+    is recorded in the root's ledger (`cachetool.history.writer.GcLog`) after its files are gone."""
     with contextlib.ExitStack() as stack:
         anchors: dict[str, tuple[Path, int]] = {}
         anchor_errors: dict[str, str] = {}
@@ -114,7 +114,7 @@ def execute(
         if "root" in anchors:  # without the root every item of it is refused: nothing needs the lock
             stack.enter_context(gc_lock(plan.root, lock_timeout, anchors["root"][1]))
             if log:  # never a ledger where there is no cache (yet)
-                from cachetool.history.gclog import GcLog
+                from cachetool.history.writer import GcLog
 
                 gclog = stack.enter_context(contextlib.closing(GcLog(plan.root)))
         temp = plan.temp_dir if any(i.scope == "temp" for i in plan.items) else None

@@ -821,7 +821,7 @@ def root_refusal(report: CacheReport) -> str | None:
 
 
 def _refuse_a_partly_read_ledger(root: Path, segments: Iterable[Path]) -> None:
-    from cachetool.history.segments import MAX_SEGMENT_BYTES, read_partly
+    from cachetool.history.ledger import MAX_SEGMENT_BYTES, read_partly
 
     cut = [p for p in segments if read_partly(p)]
     if cut:
