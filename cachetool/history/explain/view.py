@@ -32,31 +32,28 @@ class LedgerView:
         self.sources: dict[str, str] = {}
         self.steps: list[StepRecord] = []
         self.by_result: dict[str, list[StepRecord]] = {}
-        first: dict[str, float] = {}
-        for rec in ledger.records:
-            if isinstance(rec, RunSummaryRecord):  # runs a compaction folded away were runs too
-                if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
-                    first[rec.run] = rec.time
-                continue
-            if isinstance(rec, SourceRecord):
-                if rec.hash is not None and rec.text is not None:
-                    self.sources.setdefault(rec.hash, rec.text)
-                continue
-            if rec.internal or not isinstance(rec, (TransformRecord, RootRecord)):
-                continue
-            self.steps.append(rec)
-            if rec.result is not None:
-                self.by_result.setdefault(rec.result, []).append(rec)
         # Siblings by key, and the first record of each run: a question is a lookup, not a pass
         # over every record (a long ledger has 100,000 of them).
         self._realpaths: dict[str, str] = {}
         self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
-        for rec in self.steps:
+        first: dict[str, float] = {}
+        for rec in ledger.records:
+            if isinstance(rec, SourceRecord):
+                if rec.hash is not None and rec.text is not None:
+                    self.sources.setdefault(rec.hash, rec.text)
+                continue
+            step = isinstance(rec, (TransformRecord, RootRecord)) and not rec.internal
+            # The runs a compaction folded away were runs too.
+            if (step or isinstance(rec, RunSummaryRecord)) and self.own(rec):
+                first[rec.run] = min(rec.time, first.get(rec.run, rec.time))
+            if not isinstance(rec, (TransformRecord, RootRecord)) or rec.internal:
+                continue
+            self.steps.append(rec)
+            if rec.result is not None:
+                self.by_result.setdefault(rec.result, []).append(rec)
             for key in self._keys(rec):
                 if key is not None:
                     self._by_key.setdefault(key, []).append(rec)
-            if self.own(rec) and (rec.run not in first or rec.time < first[rec.run]):
-                first[rec.run] = rec.time
         self._earliest = sorted((t, run) for run, t in first.items())[:2]
         self._lineages: dict[int, tuple[object, ...]] = {}  # by id of a record of `steps`
 
