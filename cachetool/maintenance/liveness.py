@@ -194,6 +194,8 @@ def _read_fds(
         except OSError:
             continue
         if not target.startswith("/"):
+            if target.startswith("socket:["):
+                paths[target].add(pid)  # who listens on a bound socket (`socket_reason`)
             continue
         key = (st.st_dev, st.st_ino)
         holders[key].add(pid)
@@ -294,34 +296,14 @@ def bound_sockets() -> dict[str, int]:
     return out
 
 
-def socket_listeners(folder: str | os.PathLike[str]) -> frozenset[int]:
-    """Live processes of this host that hold a Unix socket bound below `folder` (the socket's
-    inode in `/proc/net/unix`, found among each process's descriptors); empty when none can be
-    read (another user's)."""
-    prefix = os.fspath(folder).rstrip("/") + "/"
-    links = {f"socket:[{ino}]" for path, ino in bound_sockets().items() if path.startswith(prefix) and ino}
-    out: set[int] = set()
-    for pid in _proc_pids() if links else ():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
-                    out.add(pid)
-                    break
-            except OSError:
-                continue
-    return frozenset(out)
-
-
-def socket_reason(folder: str | os.PathLike[str]) -> str:
-    """Why a folder stays while a live process listens on a socket inside it, naming that
-    process (pid and command) when it can be read."""
+def socket_reason(folder: str | os.PathLike[str], sockets: Mapping[str, int], in_use: InUse) -> str:
+    """Why a folder stays while a live process listens on a socket bound below it (`sockets`, as
+    `bound_sockets()` gives them), naming that process (pid and command) when `in_use` shows it."""
     from cachetool.processes import command_line
 
-    pids = sorted(socket_listeners(folder))
+    prefix = os.fspath(folder).rstrip("/") + "/"
+    links = {f"socket:[{ino}]" for path, ino in sockets.items() if path.startswith(prefix) and ino}
+    pids = sorted({pid for link in links for pid in in_use.paths.get(link, ())})
     if not pids:
         return "a live process listens on a socket inside"
     who = ", ".join(f"pid {pid} ({command_line(pid) or '?'})" for pid in pids[:3])

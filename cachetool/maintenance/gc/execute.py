@@ -451,7 +451,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
             else ctx.temp_refusal(t.path, kind, min(top.st_mtime, top.st_ctime))
         )
     elif why is None and t.is_dir and any(s.startswith(os.fspath(t.path) + "/") for s in ctx.sockets):
-        why = Refusal("socket", socket_reason(t.path))
+        why = Refusal("socket", socket_reason(t.path, ctx.sockets, ctx.in_use))
     if why is not None:
         raise Refused(why.text)
     if item.action == "evict" and not t.is_dir and (top.st_size != t.size or top.st_mtime != t.mtime):
