@@ -1,22 +1,16 @@
 """Who is using a file right now: live processes of this host (`/proc`), leases of runs on other
 hosts, and the filelocks of a `datasets` cache. gc and verify ask here, never elsewhere.
 
-A live `datasets` writer holds its `tmp*` file open; a live dataset memory-maps its cache files
-(`/proc/<pid>/maps`, not the fd list). One pass over `/proc/*/fd`, `/proc/*/maps` and
-`/proc/*/cwd` collects them into a map from (device, inode) to the pids using it. A pass costs as
-much as there are processes and open files on the host, so a command makes a fixed number of
-them, never one per item it judges (`proc_passes` counts them). Where `/proc` is missing (macOS),
-psutil's open files are used; memory maps of other processes are not visible there.
+A live writer holds its `tmp*` file open; a live dataset memory-maps its cache files. One pass
+over `/proc/*/fd`, `/proc/*/maps` and `/proc/*/cwd` maps (device, inode) to the pids using it; a
+pass costs as much as the host has processes and open files, so a command makes a fixed number of
+them, never one per item (`proc_passes` counts them). Without `/proc` (macOS) psutil's open files
+stand in; other processes' memory maps are not visible there. Processes on other hosts are
+invisible to `/proc`: their writers announce themselves with leases (`cachetool.trace.leases`).
 
-Processes on other hosts of a shared file system are invisible to `/proc`; their writers
-announce themselves with leases (`cachetool.trace.leases`): a snapshot taken for a root carries
-that root's live ones (`InUse.lease_over`), and `SharedState` is what gc shows and refuses on such
-a file system.
-
-A lock probe (`probe`) opens the lock without `O_CREAT` and without following a symlink, then
-tries a non-blocking exclusive `flock`, the lock `filelock` takes. When it cannot tell, the answer
-is `LockState.UNKNOWN`, which `LockState.held` counts as held: a leftover kept until the next run
-costs less than removing what a running preparation needs.
+A lock probe never creates the lock nor follows a symlink; when it cannot tell, the answer is
+`LockState.UNKNOWN`, which counts as held: a leftover kept until the next run costs less than
+removing what a running preparation needs.
 """
 
 from __future__ import annotations
