@@ -430,15 +430,13 @@ class LockBusy(Exception):
     """`acquire` could not win the lock: held by a live process (HELD), or no way to tell (UNKNOWN)."""
 
     def __init__(self, state: LockState, name: str, detail: str = "") -> None:
+        held = state == LockState.HELD
+        super().__init__(
+            f"{name} is held by a live process"
+            if held
+            else f"cannot tell whether {name} is held ({detail or 'cannot probe it'})"
+        )
         self.state = state
-        self.name = name
-        self.detail = detail
-        super().__init__(self.message())
-
-    def message(self) -> str:
-        if self.state == LockState.HELD:
-            return f"{self.name} is held by a live process"
-        return f"cannot tell whether {self.name} is held ({self.detail or 'cannot probe it'})"
 
 
 def acquire(name: str | os.PathLike[str], dir_fd: int | None = None) -> int | None:
@@ -482,11 +480,6 @@ class Guard:
     kind: LockKind
     name: str  # the guarded file or folder's name; for a root lock, its mangled path
     paths: tuple[Path, ...]  # for a root lock: the existing folders its name decodes to
-
-    @property
-    def what(self) -> str:
-        """ "download" or "folder": what a stale lock's guarded thing was."""
-        return "download" if self.kind == LockKind.DOWNLOAD else "folder"
 
     def alive(self, ignoring: frozenset[Path] = frozenset()) -> bool:
         """Does something it guards still exist (not counting `ignoring`, about to go)?"""

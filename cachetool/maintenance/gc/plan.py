@@ -130,9 +130,6 @@ class Refusal:
     code: KeepCode
     text: str
 
-    def __str__(self) -> str:
-        return self.text
-
 
 @dataclass(frozen=True)
 class Skip:
@@ -196,13 +193,8 @@ class KeptBecause(str, Enum):
         return self.value
 
 
-_PROTECTIONS = (
-    KeptBecause.PINNED,
-    KeptBecause.PINNED_ANCESTOR,
-    KeptBecause.KEEP,
-    KeptBecause.IN_USE,
-    KeptBecause.OTHER_USERS,
-)
+#: pinned, their ancestors, --keep, in use, other users': the members that protect, in order.
+_PROTECTIONS = tuple(KeptBecause)[:5]
 
 
 def order_kept(counts: dict[KeptBecause, int], options: GcOptions) -> tuple[tuple[KeptBecause, int], ...]:

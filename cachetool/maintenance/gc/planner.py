@@ -16,7 +16,7 @@ import dataclasses
 import os
 import stat
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
-from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, TempKind
+from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, LockKind, TempKind
 from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
@@ -372,7 +372,8 @@ class Planner(Rules):
             held = state == LockState.HELD
             self.skip(e, Refusal("lock-held", "held by a live process") if held else _UNPROBED)
             return
-        reason = f"{guard.kind} nobody holds; its {guard.what} is gone"
+        what = "download" if guard.kind == LockKind.DOWNLOAD else "folder"
+        reason = f"{guard.kind} nobody holds; its {what} is gone"
         self.leftover_file(e, f, Kind.LOCK, reason, dataset=e.dataset, lock=e.path)
 
     def temp_folders(self) -> None:
@@ -612,7 +613,7 @@ class Planner(Rules):
         """How many data entries (and bytes) survive the plan, counted by why (`named`: the run
         removes only the entries named on the command line)."""
         removed = {t.path for i in self.items for t in i.targets}
-        counts: dict[KeptBecause, int] = {}
+        counts: Counter[KeptBecause] = Counter()
         n = size = 0
         reason_of_entry: dict[Path, KeptBecause] = {}
         for u in self._units if evicting else []:
@@ -621,11 +622,7 @@ class Planner(Rules):
         for e in self.report.entries:
             if e.kind not in DATA_KINDS:
                 continue
-            if (
-                e.path in removed
-                or any(p in removed for p in e.path.parents)
-                or any(f.path in removed for f in e.files)
-            ):
+            if any(p in removed for p in (e.path, *e.path.parents, *(f.path for f in e.files))):
                 continue
             n += 1
             size += e.size
@@ -633,8 +630,8 @@ class Planner(Rules):
                 reason = reason_of_entry.get(e.path, KeptBecause.NOT_EVICTABLE)
             else:
                 reason = KeptBecause.OUTSIDE if named else KeptBecause.UNTOUCHED
-            counts[reason] = counts.get(reason, 0) + 1
-        return n, size, counts
+            counts[reason] += 1
+        return n, size, dict(counts)
 
 
 #: Why a temp dir folder is removed, by its kind.
