@@ -1,22 +1,16 @@
 """Who is using a file right now: live processes of this host (`/proc`), leases of runs on other
 hosts, and the filelocks of a `datasets` cache. gc and verify ask here, never elsewhere.
 
-A live `datasets` writer holds its `tmp*` file open; a live dataset memory-maps its cache files
-(`/proc/<pid>/maps`, not the fd list). One pass over `/proc/*/fd`, `/proc/*/maps` and
-`/proc/*/cwd` collects them into a map from (device, inode) to the pids using it. A pass costs as
-much as there are processes and open files on the host, so a command makes a fixed number of
-them, never one per item it judges (`proc_passes` counts them). Where `/proc` is missing (macOS),
-psutil's open files are used; memory maps of other processes are not visible there.
+A live writer holds its `tmp*` file open; a live dataset memory-maps its cache files. One pass
+over `/proc/*/fd`, `/proc/*/maps` and `/proc/*/cwd` maps (device, inode) to the pids using it; a
+pass costs as much as the host has processes and open files, so a command makes a fixed number of
+them, never one per item (`proc_passes` counts them). Without `/proc` (macOS) psutil's open files
+stand in; other processes' memory maps are not visible there. Processes on other hosts are
+invisible to `/proc`: their writers announce themselves with leases (`cachetool.trace.leases`).
 
-Processes on other hosts of a shared file system are invisible to `/proc`; their writers
-announce themselves with leases (`cachetool.trace.leases`): a snapshot taken for a root carries
-that root's live ones (`InUse.lease_over`), and `SharedState` is what gc shows and refuses on such
-a file system.
-
-A lock probe (`probe`) opens the lock without `O_CREAT` and without following a symlink, then
-tries a non-blocking exclusive `flock`, the lock `filelock` takes. When it cannot tell, the answer
-is `LockState.UNKNOWN`, which `LockState.held` counts as held: a leftover kept until the next run
-costs less than removing what a running preparation needs.
+A lock probe never creates the lock nor follows a symlink; when it cannot tell, the answer is
+`LockState.UNKNOWN`, which counts as held: a leftover kept until the next run costs less than
+removing what a running preparation needs.
 """
 
 from __future__ import annotations
@@ -194,6 +188,8 @@ def _read_fds(
         except OSError:
             continue
         if not target.startswith("/"):
+            if target.startswith("socket:["):
+                paths[target].add(pid)  # who listens on a bound socket (`socket_reason`)
             continue
         key = (st.st_dev, st.st_ino)
         holders[key].add(pid)
@@ -294,34 +290,14 @@ def bound_sockets() -> dict[str, int]:
     return out
 
 
-def socket_listeners(folder: str | os.PathLike[str]) -> frozenset[int]:
-    """Live processes of this host that hold a Unix socket bound below `folder` (the socket's
-    inode in `/proc/net/unix`, found among each process's descriptors); empty when none can be
-    read (another user's)."""
-    prefix = os.fspath(folder).rstrip("/") + "/"
-    links = {f"socket:[{ino}]" for path, ino in bound_sockets().items() if path.startswith(prefix) and ino}
-    out: set[int] = set()
-    for pid in _proc_pids() if links else ():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
-                    out.add(pid)
-                    break
-            except OSError:
-                continue
-    return frozenset(out)
-
-
-def socket_reason(folder: str | os.PathLike[str]) -> str:
-    """Why a folder stays while a live process listens on a socket inside it, naming that
-    process (pid and command) when it can be read."""
+def socket_reason(folder: str | os.PathLike[str], sockets: Mapping[str, int], in_use: InUse) -> str:
+    """Why a folder stays while a live process listens on a socket bound below it (`sockets`, as
+    `bound_sockets()` gives them), naming that process (pid and command) when `in_use` shows it."""
     from cachetool.processes import command_line
 
-    pids = sorted(socket_listeners(folder))
+    prefix = os.fspath(folder).rstrip("/") + "/"
+    links = {f"socket:[{ino}]" for path, ino in sockets.items() if path.startswith(prefix) and ino}
+    pids = sorted({pid for link in links for pid in in_use.paths.get(link, ())})
     if not pids:
         return "a live process listens on a socket inside"
     who = ", ".join(f"pid {pid} ({command_line(pid) or '?'})" for pid in pids[:3])
@@ -454,15 +430,13 @@ class LockBusy(Exception):
     """`acquire` could not win the lock: held by a live process (HELD), or no way to tell (UNKNOWN)."""
 
     def __init__(self, state: LockState, name: str, detail: str = "") -> None:
+        held = state == LockState.HELD
+        super().__init__(
+            f"{name} is held by a live process"
+            if held
+            else f"cannot tell whether {name} is held ({detail or 'cannot probe it'})"
+        )
         self.state = state
-        self.name = name
-        self.detail = detail
-        super().__init__(self.message())
-
-    def message(self) -> str:
-        if self.state == LockState.HELD:
-            return f"{self.name} is held by a live process"
-        return f"cannot tell whether {self.name} is held ({self.detail or 'cannot probe it'})"
 
 
 def acquire(name: str | os.PathLike[str], dir_fd: int | None = None) -> int | None:
@@ -506,11 +480,6 @@ class Guard:
     kind: LockKind
     name: str  # the guarded file or folder's name; for a root lock, its mangled path
     paths: tuple[Path, ...]  # for a root lock: the existing folders its name decodes to
-
-    @property
-    def what(self) -> str:
-        """ "download" or "folder": what a stale lock's guarded thing was."""
-        return "download" if self.kind == LockKind.DOWNLOAD else "folder"
 
     def alive(self, ignoring: frozenset[Path] = frozenset()) -> bool:
         """Does something it guards still exist (not counting `ignoring`, about to go)?"""

@@ -25,7 +25,7 @@ from cachetool.errors import CachetoolError, ExitCode
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
-    from cachetool.maintenance.gc.plan import GcPlan, GcResult
+    from cachetool.maintenance.gc.plan import GcItem, GcPlan, GcResult, Skip
 
 
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
@@ -243,18 +243,13 @@ class GcRun:
         """(entry, reason) for each entry named in `fingerprints` that gc keeps."""
         names = self.plan.options.fingerprints
 
-        def named(fp: str | None, aliases: tuple[str, ...], path: Path) -> bool:
-            ids = [x for x in (fp, *aliases) if x]
-            return any(os.fsdecode(path) == n or any(i.startswith(n) for i in ids) for n in names)
+        def named(x: Skip | GcItem) -> bool:
+            ids = [i for i in (x.fingerprint, *x.aliases) if i]
+            return any(os.fsdecode(x.path) == n or any(i.startswith(n) for i in ids) for n in names)
 
-        kept = [(s.id, s.reason) for s in self.plan.skipped if named(s.fingerprint, s.aliases, s.path)]
+        kept = [(s.id, s.reason) for s in self.plan.skipped if named(s)]
         outcomes = (*self.result.skipped, *self.result.failed) if self.result is not None else ()
-        kept += [
-            (o.item.id, o.reason or o.status)
-            for o in outcomes
-            if named(o.item.fingerprint, o.item.aliases, o.item.path)
-        ]
-        return kept
+        return kept + [(o.item.id, o.reason or o.status) for o in outcomes if named(o.item)]
 
     @property
     def exit_code(self) -> ExitCode:

@@ -349,22 +349,16 @@ def _put_back(aside: list[_Checked], checked: list[_Checked]) -> None:
             rename_noreplace(parent_fd, new, parent_fd, old)
 
 
-def _relative_parts(anchor: Path, path: Path) -> tuple[str, ...]:
-    try:
-        rel = path.relative_to(anchor)
-    except ValueError:
-        raise Refused(f"outside {anchor}") from None
-    parts = rel.parts
-    if not parts or any(p in ("", ".", "..") for p in parts):
-        raise Refused(f"not strictly inside {anchor}")
-    return parts
-
-
 def open_parent_safely(anchor: tuple[Path, int], path: Path) -> tuple[int, str]:
     """Open the folder holding `path` one component at a time from the anchor, never following a
     symlink: a component swapped for a symlink makes the open fail (ELOOP/ENOTDIR)."""
     root, root_fd = anchor
-    parts = _relative_parts(root, path)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise Refused(f"outside {root}") from None
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise Refused(f"not strictly inside {root}")
     # No path string is resolved here: each component is opened relative to the one before,
     # without following symlinks, starting from the root's own descriptor.
     try:
@@ -387,7 +381,7 @@ def take_lock(anchor: tuple[Path, int], lock: Path) -> int | None:
     try:
         return acquire(name, dir_fd=parent_fd)
     except LockBusy as busy:
-        raise Refused(busy.message()) from None
+        raise Refused(str(busy)) from None
     finally:
         os.close(parent_fd)
 
@@ -451,7 +445,7 @@ def judge(item: GcItem, t: Target, stats: list[os.stat_result], ctx: RunContext,
             else ctx.temp_refusal(t.path, kind, min(top.st_mtime, top.st_ctime))
         )
     elif why is None and t.is_dir and any(s.startswith(os.fspath(t.path) + "/") for s in ctx.sockets):
-        why = Refusal("socket", socket_reason(t.path))
+        why = Refusal("socket", socket_reason(t.path, ctx.sockets, ctx.in_use))
     if why is not None:
         raise Refused(why.text)
     if item.action == "evict" and not t.is_dir and (top.st_size != t.size or top.st_mtime != t.mtime):

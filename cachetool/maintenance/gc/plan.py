@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -130,9 +130,6 @@ class Refusal:
     code: KeepCode
     text: str
 
-    def __str__(self) -> str:
-        return self.text
-
 
 @dataclass(frozen=True)
 class Skip:
@@ -196,13 +193,8 @@ class KeptBecause(str, Enum):
         return self.value
 
 
-_PROTECTIONS = (
-    KeptBecause.PINNED,
-    KeptBecause.PINNED_ANCESTOR,
-    KeptBecause.KEEP,
-    KeptBecause.IN_USE,
-    KeptBecause.OTHER_USERS,
-)
+#: pinned, their ancestors, --keep, in use, other users': the members that protect, in order.
+_PROTECTIONS = tuple(KeptBecause)[:5]
 
 
 def order_kept(counts: dict[KeptBecause, int], options: GcOptions) -> tuple[tuple[KeptBecause, int], ...]:
@@ -380,7 +372,7 @@ class Rules:
 
     options: GcOptions
     in_use: InUse
-    sockets: frozenset[str] = frozenset()
+    sockets: Mapping[str, int] = field(default_factory=dict)  # bound Unix sockets: path -> inode
     temp_users: tuple[TempDirUser, ...] = ()  # may own folders of the temp dir
     now: float = field(default_factory=time.time)
     euid: int = field(default_factory=os.geteuid)
@@ -399,7 +391,7 @@ class Rules:
 
         in_use = in_use if in_use is not None else scan_in_use(root=root, writers=False)
         users = temp_dir_users(temp_dir) if temp_dir is not None else ()
-        return cls(options, in_use, frozenset(bound_sockets()), users)
+        return cls(options, in_use, bound_sockets(), users)
 
     def refusal(
         self,
@@ -430,7 +422,7 @@ class Rules:
         socket inside, or may own it (it uses this temp dir and started before the folder)."""
         prefix = os.fspath(path) + "/"
         if any(s.startswith(prefix) for s in self.sockets):
-            return Refusal("socket", socket_reason(path))
+            return Refusal("socket", socket_reason(path, self.sockets, self.in_use))
         if kind == "determinism":
             # `cachetool-determinism-<pid>-*` is that check's while it lives and started before
             # the folder was made (a reused pid started later); older names carry no pid.

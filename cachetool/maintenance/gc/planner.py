@@ -1,18 +1,12 @@
 """Building a gc plan: a scan, a liveness snapshot, pins and the ledger's parents in; plain data
 out. Nothing is removed here: `execute` checks every item again.
 
-**Leftovers** (`--temp`, or named): what killed processes left, each proven dead before it is
-planned: `tmp*` files of a killed writer, `<hash or version>.incomplete/` folders of an
-interrupted preparation, interrupted `save_to_disk` folders, `*.incomplete` downloads, lock files
-that guard nothing any more, what a killed `tf.data` writer or gc left, and in the temp dir only
-`hf_datasets-*`, `pymp-*` and `cachetool-determinism-*` folders.
-
-**Eviction** (`--older-than`, `--max-size`, `--dataset`, named entries): whole units only. A unit
-is every shard of a fingerprint together, a saved DatasetDict folder as one, or the source splits
-of a builder folder together with its `dataset_info.json` (which goes first, so `datasets`
-prepares the folder again instead of trusting one with holes). Pinned entries and their recorded
-ancestors, `--keep` and its ancestors, and (without `--include-sources`) sources and saved
-datasets are protected; so is anything a refusal keeps (in use, too young, not yours).
+Leftovers (`--temp`, or named) are each proven dead before they are planned. Eviction removes
+whole units: every shard of a fingerprint together, a saved DatasetDict folder as one, or the
+source splits of a builder folder with its `dataset_info.json` (which goes first, so `datasets`
+prepares the folder again instead of trusting one with holes). Pins, `--keep` and their recorded
+ancestors, and (without `--include-sources`) sources and saved datasets are protected; so is
+anything a refusal keeps (in use, too young, not yours).
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ import dataclasses
 import os
 import stat
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
-from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, TempKind
+from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, LockKind, TempKind
 from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
@@ -86,6 +80,7 @@ class TempScan:
     path: Path
     folders: tuple[TempFolder, ...] = ()
     error: str | None = None
+    id: tuple[int, int] | None = None  # (st_dev, st_ino): execute works only in this very folder
 
 
 def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
@@ -94,7 +89,7 @@ def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
     try:
         names = sorted(os.listdir(resolved))
     except OSError as e:
-        return TempScan(resolved, (), e.strerror or str(e))
+        return TempScan(resolved, (), e.strerror or str(e), _folder_id(resolved))
     out = []
     for name in names:
         kind = layout.temp_folder_kind(name)
@@ -118,7 +113,7 @@ def scan_temp_dir(path: str | os.PathLike[str]) -> TempScan:
         newest = max([st.st_mtime, *(s.st_mtime for s in inside)])
         size = sum(s.st_size for s in files)
         out.append(TempFolder(p, kind, is_dir, st.st_uid, size, len(files), newest, made_by))
-    return TempScan(resolved, tuple(out))
+    return TempScan(resolved, tuple(out), None, _folder_id(resolved))
 
 
 def newest_mtime(e: Entry) -> float | None:
@@ -377,7 +372,8 @@ class Planner(Rules):
             held = state == LockState.HELD
             self.skip(e, Refusal("lock-held", "held by a live process") if held else _UNPROBED)
             return
-        reason = f"{guard.kind} nobody holds; its {guard.what} is gone"
+        what = "download" if guard.kind == LockKind.DOWNLOAD else "folder"
+        reason = f"{guard.kind} nobody holds; its {what} is gone"
         self.leftover_file(e, f, Kind.LOCK, reason, dataset=e.dataset, lock=e.path)
 
     def temp_folders(self) -> None:
@@ -617,7 +613,7 @@ class Planner(Rules):
         """How many data entries (and bytes) survive the plan, counted by why (`named`: the run
         removes only the entries named on the command line)."""
         removed = {t.path for i in self.items for t in i.targets}
-        counts: dict[KeptBecause, int] = {}
+        counts: Counter[KeptBecause] = Counter()
         n = size = 0
         reason_of_entry: dict[Path, KeptBecause] = {}
         for u in self._units if evicting else []:
@@ -626,11 +622,7 @@ class Planner(Rules):
         for e in self.report.entries:
             if e.kind not in DATA_KINDS:
                 continue
-            if (
-                e.path in removed
-                or any(p in removed for p in e.path.parents)
-                or any(f.path in removed for f in e.files)
-            ):
+            if any(p in removed for p in (e.path, *e.path.parents, *(f.path for f in e.files))):
                 continue
             n += 1
             size += e.size
@@ -638,8 +630,8 @@ class Planner(Rules):
                 reason = reason_of_entry.get(e.path, KeptBecause.NOT_EVICTABLE)
             else:
                 reason = KeptBecause.OUTSIDE if named else KeptBecause.UNTOUCHED
-            counts[reason] = counts.get(reason, 0) + 1
-        return n, size, counts
+            counts[reason] += 1
+        return n, size, dict(counts)
 
 
 #: Why a temp dir folder is removed, by its kind.
@@ -784,6 +776,7 @@ def build_plan(
         order_kept(counts, options),
         tuple(b.warnings),
         b.now,
+        temp_id=temp.id if temp else None,
     )
 
 
@@ -820,18 +813,6 @@ def root_refusal(report: CacheReport) -> str | None:
     return "not-a-cache"
 
 
-def _refuse_a_partly_read_ledger(root: Path, segments: Iterable[Path]) -> None:
-    from cachetool.history.ledger import MAX_SEGMENT_BYTES, read_partly
-
-    cut = [p for p in segments if read_partly(p)]
-    if cut:
-        raise CachetoolError(
-            f"the ledger of {root} could not be read whole ({cut[0]} holds more than the "
-            f"{human_size(MAX_SEGMENT_BYTES)} read of a segment): gc evicts nothing, since what was "
-            "not read may name the ancestors of a pinned entry; gc --temp still removes leftovers"
-        )
-
-
 def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
     ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
@@ -852,9 +833,16 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         # Evicting needs the whole ledger: what was not read may name the recorded ancestors
         # of a pinned entry (or the last use of an entry), which gc would then choose.
         from cachetool.history.ledger import Ledger
+        from cachetool.history.ledger import MAX_SEGMENT_BYTES, read_partly
 
         ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
-        _refuse_a_partly_read_ledger(root, ledger.segments)
+        cut = [p for p in ledger.segments if read_partly(p)]
+        if cut:
+            raise CachetoolError(
+                f"the ledger of {root} could not be read whole ({cut[0]} holds more than the "
+                f"{human_size(MAX_SEGMENT_BYTES)} read of a segment): gc evicts nothing, since what was "
+                "not read may name the ancestors of a pinned entry; gc --temp still removes leftovers"
+            )
     from cachetool.maintenance.liveness import scan_in_use
 
     report = scan_cache(root, usage=ledger.usage() if ledger is not None else None, liveness=scan_in_use)
@@ -867,7 +855,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         raise CachetoolError(
             f"refusing to clean {report.root}: {_ROOT_REFUSALS[why]}; pass --force-root if you mean it"
         )
-    temp, temp_id = _scan_temp(options)
+    temp = _scan_temp(options)
     shared = shared_state(report.root)
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins: dict[str, Any] = {}
@@ -885,9 +873,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         s.path: modified.get(s.path) for s in plan.skipped if s.code == "too-young" and s.scope == "root"
     }
     hint = dead_writer_hint(report.root, shared, young, options.min_age)
-    return dataclasses.replace(
-        plan, root_id=root_id, temp_id=temp_id, shared=shared, hints=(hint,) if hint else ()
-    )
+    return dataclasses.replace(plan, root_id=root_id, shared=shared, hints=(hint,) if hint else ())
 
 
 def plan_purge(root: Path, options: GcOptions) -> GcPlan:
@@ -927,14 +913,13 @@ def plan_purge(root: Path, options: GcOptions) -> GcPlan:
     )
 
 
-def _scan_temp(options: GcOptions) -> tuple[TempScan | None, tuple[int, int] | None]:
-    """The temp dir's scan and identity, with `--temp`."""
+def _scan_temp(options: GcOptions) -> TempScan | None:
+    """The temp dir's scan, with `--temp`."""
     from cachetool.cache.dirs import temp_dir
 
     if not options.temp:
-        return None, None
-    tmp = options.tmp_dir if options.tmp_dir is not None else temp_dir().path
-    return scan_temp_dir(tmp), _folder_id(tmp)
+        return None
+    return scan_temp_dir(options.tmp_dir if options.tmp_dir is not None else temp_dir().path)
 
 
 def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, **keywords: Any) -> GcPlan:
@@ -947,10 +932,9 @@ def _build_live(report: CacheReport, options: GcOptions, temp: TempScan | None, 
 def plan_temp_only(root: Path, options: GcOptions) -> GcPlan:
     """The plan of `--temp` when the default cache root does not exist yet (nothing cached): the
     temp dir alone; nothing is read or made at `root`."""
-    temp, temp_id = _scan_temp(options)
-    plan = _build_live(CacheReport(root, (), ()), options, temp)
+    plan = _build_live(CacheReport(root, (), ()), options, _scan_temp(options))
     note = f"nothing cached yet ({root} does not exist): only the temp dir is cleaned"
-    return dataclasses.replace(plan, temp_id=temp_id, warnings=(note, *plan.warnings))
+    return dataclasses.replace(plan, warnings=(note, *plan.warnings))
 
 
 def _folder_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
