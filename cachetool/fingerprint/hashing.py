@@ -24,13 +24,6 @@ from typing import Any
 import xxhash
 
 
-def describe_exception(error: BaseException) -> str:
-    """``"TypeError: cannot pickle 'generator' object"``: the exception as a user would see it."""
-    text = str(error)
-    name = type(error).__name__
-    return f"{name}: {text}" if text else name
-
-
 def hash_bytes(data: bytes) -> str:
     """``Hasher.hash_bytes``: the 16-hex-digit xxh64 of some bytes."""
     return str(xxhash.xxh64(data).hexdigest())
@@ -76,8 +69,8 @@ def try_hash(obj: Any) -> tuple[str | None, str | None]:
     """``(digest, None)``, or ``(None, "TypeError: cannot pickle ...")`` when `obj` cannot be pickled."""
     try:
         return hash_object(obj), None
-    except Exception as e:  # RecursionError included
-        return None, describe_exception(e)
+    except Exception as e:  # RecursionError included; said as a user would see it
+        return None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def pickled_filename(code: CodeType) -> str:
