@@ -180,10 +180,6 @@ def _as_path(culprit: Culprit, parents: Sequence[HashNode | None]) -> Culprit:
     return replace(whole, kind=kind, hint=hint)
 
 
-#: What a part missing in a run reads as.
-ABSENT = "(absent)"
-
-
 def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None]) -> Culprit:
     """A part present in some runs only: a value set on first use, or added."""
     first = next(n for n in nodes if n is not None)
@@ -191,7 +187,7 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None
         argument,
         path,
         *_named(first),
-        reprs=tuple(ABSENT if n is None else str(n.get("r", "")) for n in nodes),
+        reprs=tuple("(absent)" if n is None else str(n.get("r", "")) for n in nodes),
         digests=tuple(None if n is None else n.get("d") for n in nodes),
         kind="added",
         hint=ADDED_HINT,
