@@ -13,6 +13,7 @@ enough to recompute, cheaply in `cachetool ls`, the fingerprints `datasets` deri
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pickle
@@ -90,7 +91,6 @@ def pickled_filename(code: CodeType) -> str:
 
 # --- the replica of datasets.utils._dill, used when datasets is not imported -----------------------
 
-_REPLICA: type | None = None
 _DILL_NUMPY = ("save_numpy_ufunc", "save_numpy_dtype", "save_numpy_array")
 
 
@@ -101,11 +101,9 @@ def _replica_dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
+@functools.cache
 def _replica_pickler() -> type:
     """Build the replica pickler class once (dill is imported lazily)."""
-    global _REPLICA
-    if _REPLICA is not None:
-        return _REPLICA
     import dill
 
     class Pickler(dill.Pickler):
@@ -140,7 +138,6 @@ def _replica_pickler() -> type:
         Pickler.dispatch[pa.Table] = _arrow_reducer("_save_arrowTable")
         Pickler.dispatch[pa.ChunkedArray] = _arrow_reducer("_save_arrowChunkedArray")
 
-    _REPLICA = Pickler
     return Pickler
 
 
