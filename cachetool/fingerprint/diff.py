@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from cachetool.fingerprint.tree import HashNode, node_at
+from cachetool.fingerprint.tree import HashNode, build_tree, node_at
 
 
 @dataclass(frozen=True)
@@ -180,10 +180,6 @@ def _as_path(culprit: Culprit, parents: Sequence[HashNode | None]) -> Culprit:
     return replace(whole, kind=kind, hint=hint)
 
 
-#: What a part missing in a run reads as.
-ABSENT = "(absent)"
-
-
 def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None]) -> Culprit:
     """A part present in some runs only: a value set on first use, or added."""
     first = next(n for n in nodes if n is not None)
@@ -191,7 +187,7 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None
         argument,
         path,
         *_named(first),
-        reprs=tuple(ABSENT if n is None else str(n.get("r", "")) for n in nodes),
+        reprs=tuple("(absent)" if n is None else str(n.get("r", "")) for n in nodes),
         digests=tuple(None if n is None else n.get("d") for n in nodes),
         kind="added",
         hint=ADDED_HINT,
@@ -223,14 +219,9 @@ _MAX_PARTS = 6
 
 
 def _same(nodes: Sequence[HashNode]) -> bool:
-    digests = {n.get("d") for n in nodes}
-    if len(digests) == 1 and None not in digests:
-        return True
-    if None in digests:
-        # Unpicklable in every run: not a difference between runs (the random fallback is reported
-        # separately); a part that pickles in one run and not in another is.
-        return all(n.get("d") is None for n in nodes) and len({n.get("e") for n in nodes}) == 1
-    return False
+    """One digest in every run. Unpicklable in every run, with one error, is no difference between
+    runs either (the random fallback is reported separately); pickled in one run only is one."""
+    return len({(n.get("d"), n.get("e") if n.get("d") is None else None) for n in nodes}) == 1
 
 
 def _collect(nodes: Sequence[HashNode], path: tuple[str, ...], out: list[tuple[str, ...]]) -> None:
@@ -328,8 +319,6 @@ def _blame_order(node: HashNode, wanted: str) -> tuple[int, int, int]:
 def find_unpicklable(argument: str, obj: Any) -> Unpicklable | None:
     """Decompose `obj` and try to pickle each piece: the smallest piece that fails, with the real
     exception text, or None when `obj` pickles."""
-    from cachetool.fingerprint.tree import build_tree
-
     return find_unpicklable_in_tree(argument, build_tree(obj))
 
 

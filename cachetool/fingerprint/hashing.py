@@ -13,6 +13,7 @@ enough to recompute, cheaply in `cachetool ls`, the fingerprints `datasets` deri
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import pickle
@@ -22,13 +23,6 @@ from types import CodeType
 from typing import Any
 
 import xxhash
-
-
-def describe_exception(error: BaseException) -> str:
-    """``"TypeError: cannot pickle 'generator' object"``: the exception as a user would see it."""
-    text = str(error)
-    name = type(error).__name__
-    return f"{name}: {text}" if text else name
 
 
 def hash_bytes(data: bytes) -> str:
@@ -76,8 +70,8 @@ def try_hash(obj: Any) -> tuple[str | None, str | None]:
     """``(digest, None)``, or ``(None, "TypeError: cannot pickle ...")`` when `obj` cannot be pickled."""
     try:
         return hash_object(obj), None
-    except Exception as e:  # RecursionError included
-        return None, describe_exception(e)
+    except Exception as e:  # RecursionError included; said as a user would see it
+        return None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def pickled_filename(code: CodeType) -> str:
@@ -97,7 +91,6 @@ def pickled_filename(code: CodeType) -> str:
 
 # --- the replica of datasets.utils._dill, used when datasets is not imported -----------------------
 
-_REPLICA: type | None = None
 _DILL_NUMPY = ("save_numpy_ufunc", "save_numpy_dtype", "save_numpy_array")
 
 
@@ -108,11 +101,9 @@ def _replica_dumps(obj: Any) -> bytes:
     return buf.getvalue()
 
 
+@functools.cache
 def _replica_pickler() -> type:
     """Build the replica pickler class once (dill is imported lazily)."""
-    global _REPLICA
-    if _REPLICA is not None:
-        return _REPLICA
     import dill
 
     class Pickler(dill.Pickler):
@@ -147,7 +138,6 @@ def _replica_pickler() -> type:
         Pickler.dispatch[pa.Table] = _arrow_reducer("_save_arrowTable")
         Pickler.dispatch[pa.ChunkedArray] = _arrow_reducer("_save_arrowChunkedArray")
 
-    _REPLICA = Pickler
     return Pickler
 
 

@@ -206,14 +206,9 @@ LEAF_MODULES = (
 )
 
 _repr = reprlib.Repr()
-_repr.maxstring = 60
-_repr.maxother = 60
-_repr.maxlist = 6
-_repr.maxtuple = 6
-_repr.maxset = 6
-_repr.maxfrozenset = 6
-_repr.maxdict = 4
-_repr.maxlevel = 2
+vars(_repr).update(
+    maxstring=60, maxother=60, maxlist=6, maxtuple=6, maxset=6, maxfrozenset=6, maxdict=4, maxlevel=2
+)
 
 
 def type_name(obj: Any) -> str:

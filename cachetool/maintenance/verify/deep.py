@@ -395,7 +395,6 @@ class _Read:
     def __init__(self, path: Path, want: Want, verdicts: SchemaVerdicts, pool: ThreadPoolExecutor) -> None:
         self.path, self.want, self.verdicts, self.pool = path, want, verdicts, pool
         self.mm: mmap.mmap | None = None
-        self.views: list[Any] = []  # pyarrow objects over the map: dropped before it closes
         self.groups: list[tuple[int, list[Any]]] = []  # (index of the first batch, batches)
         self.checks: list[Future[tuple[int, str] | None]] = []  # each group's first bad batch
         self.hashing: Future[str] | None = None
@@ -443,7 +442,6 @@ class _Read:
             return None, None
         source = pa.BufferReader(pa.py_buffer(self.mm))
         reader = pa.ipc.open_stream(source)
-        self.views += [source, reader]
         self.error = self.verdicts.error(reader.schema)
         return source, reader
 
@@ -482,7 +480,6 @@ class _Read:
         bad = [b for b in (c.result() for c in self.checks) if b is not None]
         error = self.error or (min(bad)[1] if bad else self.read_error)
         self.groups.clear()
-        self.views.clear()
         if self.mm is not None:
             try:
                 self.mm.close()

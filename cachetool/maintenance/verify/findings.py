@@ -471,9 +471,9 @@ def check_indices(
         parent = by_fp.get(parent_fp or "")
         if parent_fp and parent is None:
             parent = _data_on_disk(parent_fp, ledger, by_fp, by_path)
-        if parent_fp and parent is None:
-            _orphan(checker, e, f"the data it indexes ({parent_fp}) is no longer in the cache")
-            continue
+            if parent is None:
+                _orphan(checker, e, f"the data it indexes ({parent_fp}) is no longer in the cache")
+                continue
         if parent is not None and (parent.problems or parent.complete is False):
             continue  # the parent is the broken one: its own finding says so
         if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:

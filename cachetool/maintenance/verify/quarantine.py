@@ -20,7 +20,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -368,15 +368,9 @@ class Quarantined:
     stays: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "path": os.fsdecode(self.path),
-            "from": os.fsdecode(self.original),
-            "problem": self.problem,
-            "time": self.time,
-            "size": self.size,
-            "files": self.files,
-            "stays": self.stays,
-        }
+        """Every field, paths as text, `original` as "from"."""
+        doc = {("from" if k == "original" else k): v for k, v in asdict(self).items()}
+        return {k: os.fsdecode(v) if isinstance(v, Path) else v for k, v in doc.items()}
 
 
 def quarantined(root: str | os.PathLike[str]) -> list[Quarantined]:
