@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cachetool.history.records.other import SourceRecord
@@ -468,20 +468,14 @@ def _dataset_fields(ds: Any, status: str, cache: str) -> dict[str, Any]:
 def _data_files(builder: Any) -> tuple[DataFile, ...]:
     """The builder's local data files with their size and mtime at load time (for `explain`)."""
     out: list[DataFile] = []
-    data_files = getattr(getattr(builder, "config", None), "data_files", None)
-    if not isinstance(data_files, Mapping):
-        return ()
     with contextlib.suppress(Exception):  # an odd data_files object: the fingerprint still says it
-        for split, files in data_files.items():
+        for split, files in builder.config.data_files.items():
             for f in files if isinstance(files, (list, tuple)) else [files]:
                 path = local_path(str(f))
-                if path is None:
-                    continue
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    continue
-                out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
+                with contextlib.suppress(OSError):  # gone since
+                    if path is not None:  # on another file system: the fingerprint says it
+                        st = os.stat(path)
+                        out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
                 if len(out) >= MAX_DATA_FILES:
                     return tuple(out)
     return tuple(out)
