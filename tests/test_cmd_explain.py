@@ -325,7 +325,7 @@ def test_the_function_info_names_the_user_helpers_datasets_hashes_by_name(
     with its code hash; the source texts are kept for `explain`."""
     import sys
 
-    from cachetool.trace.sources import describe
+    from cachetool.trace.arguments import describe
 
     (tmp_path / "myhelpers.py").write_text(
         "def clean(t):\n    return t.strip()\n\n\n"

@@ -439,3 +439,23 @@ def test_explain_last_says_the_run_failed_in_the_map_that_read_a_damaged_file(tm
     ), human
     assert f"cachetool verify --cache-dir {cache}" in human, human
     assert said.exit_code == 0
+
+
+def test_explain_last_says_a_module_run_failed_in_its_map(tmp_path: Path) -> None:
+    """`cachetool run -m module` of a pipeline whose map raises: the run's end records the exit
+    status, the exception and the step it came out of, as for a script, so `explain --last` says
+    the run failed in that map (it said nothing about how a module run ended)."""
+    (tmp_path / "boom.py").write_text(
+        "import sys\nfrom datasets import load_dataset\n\n\ndef bad(ex):\n"
+        "    raise ValueError('no such column')\n\n\n"
+        "load_dataset('csv', data_files=sys.argv[1], split='train').map(bad)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "d.csv").write_text("text\na\nb\n", encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    failed = cachetool_run("-m", "boom", "d.csv", env=env, cwd=tmp_path, check=False)
+    assert failed.returncode == 1 and "ValueError: no such column" in failed.stderr
+
+    ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
+    assert ended["status"] == 1 and ended["exception"] == "ValueError", ended
+    assert ended["message"] == "no such column" and ended["step"]["operation"] == "map", ended

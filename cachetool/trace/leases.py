@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from cachetool.cache.roots import make_state_dir
+from cachetool.cache.store import write_whole
 from cachetool.processes import process_start
 
 #: Where a root keeps its leases, below its `.cachetool/` folder.
@@ -217,13 +218,7 @@ class _Holder:
                 self._thread.start()
 
     def _write(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, json.dumps(dict(self._doc, renewed=time.time())).encode("utf-8"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_whole(path, json.dumps(dict(self._doc, renewed=time.time())).encode("utf-8"), mode=0o644)
 
     def _renew(self) -> None:
         # Every sixth of the lifetime (10 s at the default 60 s), at most 10 s.

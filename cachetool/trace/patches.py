@@ -45,14 +45,11 @@ class Patches:
         """Put each replacement (`name`: (original, replacement)) in every `datasets` module that
         imported the original by name."""
         for mod_name, mod in list(sys.modules.items()):
-            if mod is None or not (mod_name == "datasets" or mod_name.startswith("datasets.")):
-                continue
             d = getattr(mod, "__dict__", None)
-            if not isinstance(d, dict):
-                continue
-            for name, (orig, replacement) in replacements.items():
-                if d.get(name) is orig:
-                    self.patch(mod, name, replacement)
+            if (mod_name == "datasets" or mod_name.startswith("datasets.")) and isinstance(d, dict):
+                for name, (orig, replacement) in replacements.items():
+                    if d.get(name) is orig:
+                        self.patch(mod, name, replacement)
 
     def restore(self) -> None:
         """Put every original back (in reverse order)."""

@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cachetool.history.records.other import RunStartRecord, SourceRecord, StepStartRecord
@@ -64,16 +64,14 @@ class RecordBuilder:
             results = [(None, out)]
         joined = "".join(fp for fp in frame.parent_fps if isinstance(fp, str))
         own = [h for h in frame.hashes if h.parent == joined]
-        used: set[int] = set()
+        free = list(own)  # each output takes the hash that made its fingerprint, else the next one
         records: list[StepRecord] = []
         parent_files = {abs_path(f["filename"]) for d in frame.parents for f in cache_files(d)}
         for output, ds in results:
             fp = getattr(ds, "_fingerprint", None)
-            h = next((x for x in own if id(x) not in used and x.result == fp), None)
-            if h is None:
-                h = next((x for x in own if id(x) not in used), None)
+            h = next((x for x in free if x.result == fp), free[0] if free else None)
             if h is not None:
-                used.add(id(h))
+                free.remove(h)
             # A second output of one call (train_test_split's test) gets its own seq.
             seq = next(self.seq) if records else frame.seq
             records.append(self._transform(frame, ds, fp, output, h, parent_files, seq))
@@ -230,8 +228,6 @@ class RecordBuilder:
         rel = None
         with contextlib.suppress(Exception):
             rel = builder._relative_data_dir()
-        with contextlib.suppress(Exception):
-            self.roots.remember(builder._output_dir, cache_root)
         prepared = getattr(builder, "__dict__", {}).get("_cachetool_prepared", "hit")
         data_files = _data_files(builder)
         items = (
@@ -471,20 +467,14 @@ def _dataset_fields(ds: Any, status: str, cache: str) -> dict[str, Any]:
 def _data_files(builder: Any) -> tuple[DataFile, ...]:
     """The builder's local data files with their size and mtime at load time (for `explain`)."""
     out: list[DataFile] = []
-    data_files = getattr(getattr(builder, "config", None), "data_files", None)
-    if not isinstance(data_files, Mapping):
-        return ()
     with contextlib.suppress(Exception):  # an odd data_files object: the fingerprint still says it
-        for split, files in data_files.items():
+        for split, files in builder.config.data_files.items():
             for f in files if isinstance(files, (list, tuple)) else [files]:
                 path = local_path(str(f))
-                if path is None:
-                    continue
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    continue
-                out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
+                with contextlib.suppress(OSError):  # gone since
+                    if path is not None:  # on another file system: the fingerprint says it
+                        st = os.stat(path)
+                        out.append(DataFile(str(split), path, st.st_size, st.st_mtime))
                 if len(out) >= MAX_DATA_FILES:
                     return tuple(out)
     return tuple(out)
@@ -511,12 +501,6 @@ class Roots:
             self._known.add(root)
             self._by_folder.clear()
             self._on_new_root(root)
-
-    def remember(self, folder: str, root: str) -> None:
-        """`folder` (a builder's output folder, a path or a URL) belongs to the cache root `root`."""
-        path = local_path(folder)
-        if path is not None:
-            self._by_folder[path] = root
 
     def saved(self, path: str) -> str:
         """A saved dataset is a root of its own; a split of a saved DatasetDict belongs to the dict."""

@@ -102,12 +102,10 @@ def _importable_in_child(package_parent: str, flags: Sequence[str]) -> bool:
 def _found_by_installed_finder(here: str) -> bool:
     """An editable install (setuptools' finder, added by a `.pth` file in site-packages, so every
     interpreter that runs `site` gets it) maps cachetool to `here` without putting it on sys.path."""
-    import importlib.machinery
+    from importlib.machinery import BuiltinImporter, FrozenImporter, PathFinder
 
     for finder in sys.meta_path:
-        if finder in (importlib.machinery.PathFinder, importlib.machinery.BuiltinImporter):
-            continue
-        if finder is importlib.machinery.FrozenImporter or not hasattr(finder, "find_spec"):
+        if finder in (PathFinder, BuiltinImporter, FrozenImporter) or not hasattr(finder, "find_spec"):
             continue
         try:
             spec = finder.find_spec("cachetool", None)
@@ -272,9 +270,6 @@ def _trim(tb: TracebackType | None, here: str) -> TracebackType | None:
         if not (launcher and not keep) and not filename.startswith(here):
             keep.append(tb)
         tb = tb.tb_next
-    for i in range(len(keep) - 1):
-        keep[i].tb_next = keep[i + 1]
-    if keep:
-        keep[-1].tb_next = None
-        return keep[0]
-    return None
+    for this, after in zip(keep, [*keep[1:], None], strict=True):
+        this.tb_next = after
+    return keep[0] if keep else None
