@@ -832,8 +832,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     if options.evicts:
         # Evicting needs the whole ledger: what was not read may name the recorded ancestors
         # of a pinned entry (or the last use of an entry), which gc would then choose.
-        from cachetool.history.ledger import Ledger
-        from cachetool.history.ledger import MAX_SEGMENT_BYTES, read_partly
+        from cachetool.history.ledger import MAX_SEGMENT_BYTES, Ledger, read_partly
 
         ledger = Ledger.load(Path(root).expanduser().resolve(), follow=False)
         cut = [p for p in ledger.segments if read_partly(p)]
