@@ -456,10 +456,6 @@ def reordered(lists: Sequence[Sequence[str]]) -> bool:
     )
 
 
-#: The datasets issue where changing an object inside the mapped function is discussed.
-STATE_CHANGE_ISSUE = "https://github.com/huggingface/datasets/issues/3638"
-
-
 def state_change_hint(types: str) -> str:
     """What to do about an object a step changes while it runs (the hint of a cache-state culprit);
     `types` names the types on the way to the changed part."""
@@ -468,8 +464,7 @@ def state_change_hint(types: str) -> str:
         f"the mapped function changes {what} while it runs, and datasets hashes it again later: build "
         f"and configure {what} completely before the first map (truncation, padding, added tokens, a "
         f"lazily built vocabulary, a functools.cached_property: call it once up front), or create it "
-        f"inside the function. See "
-        f"{STATE_CHANGE_ISSUE}"
+        "inside the function. See https://github.com/huggingface/datasets/issues/3638"
     )
 
 

@@ -221,16 +221,12 @@ def type_name(obj: Any) -> str:
     return f"{top}.{name}" if top in LEAF_MODULES or top == "datasets" else str(name)
 
 
-def _elem_desc(items: list[Any]) -> str:
-    names = {type(x).__name__ for x in items}
-    return f" {names.pop()}" if len(names) == 1 else ""
-
-
 def describe(obj: Any) -> str:
     """A few words for a person: ``frozenset of 12 str``, ``function 'clean'``, ``code 'f'``."""
     try:
         if isinstance(obj, (set, frozenset, list, tuple)):
-            return f"{type_name(obj)} of {len(obj)}{_elem_desc(list(itertools.islice(obj, 200)))}"
+            names = {type(x).__name__ for x in itertools.islice(obj, 200)}  # one type: named
+            return f"{type_name(obj)} of {len(obj)}" + (f" {names.pop()}" if len(names) == 1 else "")
         if isinstance(obj, dict):
             return f"{type_name(obj)} of {len(obj)}"
         if isinstance(obj, types.FunctionType):

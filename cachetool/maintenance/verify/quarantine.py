@@ -285,14 +285,7 @@ def _check_unheld(dir_fd: int, name: str, in_use: InUse) -> None:
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
         raise _Refused("a symlink")
-    stats = [st]
-    if stat.S_ISDIR(st.st_mode):
-        fd = os.open(name, O_DIR, dir_fd=dir_fd)
-        try:
-            stats = [s for s in inventory(fd) if not stat.S_ISDIR(s.st_mode)]
-        finally:
-            os.close(fd)
-    for s in stats:
+    for s in _files_in(name, dir_fd) if stat.S_ISDIR(st.st_mode) else [st]:
         pids = in_use.pids(s)
         if pids:
             raise _Refused(f"in use by pid {pids_text(pids)}")
@@ -386,7 +379,10 @@ def quarantined(root: str | os.PathLike[str]) -> list[Quarantined]:
             st = os.lstat(src)
         except OSError:
             continue
-        sizes = [st.st_size] if not stat.S_ISDIR(st.st_mode) else _file_sizes(src)
+        try:
+            sizes = [s.st_size for s in (_files_in(src) if stat.S_ISDIR(st.st_mode) else [st])]
+        except OSError:
+            sizes = []
         when = rec.get("time")
         out.append(
             Quarantined(
@@ -402,15 +398,11 @@ def quarantined(root: str | os.PathLike[str]) -> list[Quarantined]:
     return sorted(out, key=lambda q: q.time)
 
 
-def _file_sizes(folder: Path) -> list[int]:
+def _files_in(name: str | Path, dir_fd: int | None = None) -> list[os.stat_result]:
+    """The stat of every file (not folder) below the folder `name`, never following a symlink."""
+    fd = os.open(name, O_DIR, dir_fd=dir_fd)
     try:
-        fd = os.open(folder, O_DIR)
-    except OSError:
-        return []
-    try:
-        return [s.st_size for s in inventory(fd) if not stat.S_ISDIR(s.st_mode)]
-    except OSError:
-        return []
+        return [s for s in inventory(fd) if not stat.S_ISDIR(s.st_mode)]
     finally:
         os.close(fd)
 
