@@ -21,9 +21,8 @@ from typing import TypeVar
 
 import pytest
 
-from cachetool.determinism.report import Event
 from cachetool.determinism.render import cause_lines, human_lines
-from cachetool.determinism.report import Cause, DeterminismReport
+from cachetool.determinism.report import Cause, DeterminismReport, Event
 from tests.conftest import once_per_session
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -19,9 +19,8 @@ from typer.testing import CliRunner
 from cachetool.cli.app import app
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.report import read_events
 from cachetool.determinism.render import cause_lines, github_lines, human_lines
-from cachetool.determinism.report import DeterminismReport
+from cachetool.determinism.report import DeterminismReport, read_events
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
 from tests.corpus_pipeline import causes_of, check_once, events_of, once
@@ -202,8 +201,7 @@ def test_read_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None
 
 
 def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
-    from cachetool.determinism.report import as_events
-    from cachetool.determinism.report import RunOutcome
+    from cachetool.determinism.report import RunOutcome, as_events
 
     outcomes = tuple(
         RunOutcome(

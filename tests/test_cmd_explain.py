@@ -24,8 +24,7 @@ except ImportError:
 from cachetool.cli.app import app
 from cachetool.history.explain.answer import ExplainReport, LineChange, StepExplanation
 from cachetool.history.explain.explainer import explain_fingerprint, explain_run
-from cachetool.history.explain.stale import diff_lines, function_source
-from cachetool.history.explain.stale import stale_hits
+from cachetool.history.explain.stale import diff_lines, function_source, stale_hits
 from cachetool.history.ledger import read_ledger
 
 pytestmark = pytest.mark.slow
