@@ -297,11 +297,7 @@ class _Comparison:
             if own.differing_args and key not in self.masked_seen:
                 # Once per call site and culprit (DatasetDict.map repeats it for every split).
                 self.masked_seen.add(key)
-                self.masked.append(
-                    Cause(
-                        step=step, kind="arguments", differing_args=own.differing_args, culprits=own.culprits
-                    )
-                )
+                self.masked.append(Cause(step, "arguments", *own))
         return step
 
     def _made_by_user_call(self, step: Step) -> bool:
@@ -323,11 +319,11 @@ class _Comparison:
         elif change is not None:
             cause = state_cause(step, row, change, self.steps)
         elif any(e.fingerprint_given for e in row):
-            cause = Cause(step=step, kind="given")
+            cause = Cause(step, "given")
         else:
             diffs = arg_diffs(row)
             kind: CauseKind = "arguments" if diffs.differing_args else "unexplained"
-            cause = Cause(step=step, kind=kind, differing_args=diffs.differing_args, culprits=diffs.culprits)
+            cause = Cause(step, kind, *diffs)
         repeated = next((i for i, c in enumerate(self.causes) if same_story(c, cause)), None)
         if repeated is not None:
             # The same call and culprit again (the other split of a DatasetDict.map, the test
@@ -408,14 +404,9 @@ def arg_diffs(row: Sequence[Event], *, skip_datasets: bool = False) -> ArgDiffs:
 
 def state_cause(step: Step, row: Sequence[Event], change: StateChange, steps: Sequence[Step]) -> Cause:
     """A step that hashes an object an earlier step changed while it ran."""
-    return Cause(
-        step=step,
-        kind="cache-state",
-        differing_args=arg_diffs(row).differing_args,
-        culprits=(change.culprit,),
-        variation="cache state",
-        changed_by=steps[change.changed_at] if change.changed_at < len(steps) else None,
-    )
+    by = steps[change.changed_at] if change.changed_at < len(steps) else None
+    args = arg_diffs(row).differing_args
+    return Cause(step, "cache-state", args, (change.culprit,), variation="cache state", changed_by=by)
 
 
 def random_cause(step: Step, row: Sequence[Event]) -> Cause:
@@ -436,13 +427,7 @@ def random_cause(step: Step, row: Sequence[Event]) -> Cause:
             piece = find_unpicklable_in_tree(name, as_node(entry.tree), errors[0] if errors else None)
             if piece is not None:
                 found.append(piece)
-    return Cause(
-        step=step,
-        kind="random",
-        differing_args=tuple(args),
-        unpicklable=tuple(found),
-        errors=tuple(dict.fromkeys(errors)),
-    )
+    return Cause(step, "random", tuple(args), unpicklable=tuple(found), errors=tuple(dict.fromkeys(errors)))
 
 
 def source_cause(step: Step, row: Sequence[Event], names: Mapping[str, str] | None = None) -> Cause:
@@ -451,19 +436,12 @@ def source_cause(step: Step, row: Sequence[Event], names: Mapping[str, str] | No
     When the runs give it the same inputs in another order (data files, the datasets it
     concatenates: named by `names`, fingerprint -> what made it), that order is the difference."""
     columns = _column_diffs(row)
-    diffs = arg_diffs(row)
     orders = _order_diffs(row, names or {})
     source_diffs = _source_diffs(row)
     if orders:  # the builder folder's name is the hash of that order: not a difference of its own
         source_diffs = [d for d in source_diffs if d.key != "relative_data_dir"]
-    return Cause(
-        step=step,
-        kind="source",
-        source_diffs=(*orders, *source_diffs, *columns),
-        columns_differ=bool(columns),
-        differing_args=diffs.differing_args,
-        culprits=diffs.culprits,
-    )
+    differences = (*orders, *source_diffs, *columns)
+    return Cause(step, "source", *arg_diffs(row), source_diffs=differences, columns_differ=bool(columns))
 
 
 def _order_diffs(row: Sequence[Event], names: Mapping[str, str]) -> list[SourceDiff]:

@@ -291,16 +291,9 @@ def github_lines(report: DeterminismReport) -> list[str]:
         return [annotation("error", f"check-determinism: {report.nothing_compared}", file=report.script)]
     for cause in (*analysis.deterministic_causes, *analysis.random_causes):
         title = "random fingerprint" if cause.kind == "random" else "fingerprint not deterministic"
-        message = "\n".join(cause_lines(cause)[1:]) or _what(cause)
-        out.append(
-            annotation(
-                "error",
-                _what(cause) + ": " + message.strip(),
-                file=os.path.relpath(cause.step.file) if cause.step.file else None,
-                line=cause.step.line,
-                title=title,
-            )
-        )
+        text = _what(cause) + ": " + ("\n".join(cause_lines(cause)[1:]) or _what(cause)).strip()
+        file = os.path.relpath(cause.step.file) if cause.step.file else None
+        out.append(annotation("error", text, file=file, line=cause.step.line, title=title))
     if not out:
         out.append(annotation("notice", f"{report.script}: every fingerprint matched"))
     return out

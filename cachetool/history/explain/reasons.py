@@ -61,15 +61,8 @@ def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) 
     if new.transform != old.transform:
         reasons.append(_versions_reason(new, old))
     reasons.extend(_argument_reasons(view, new_s, old_s))
-    if not reasons:
-        reasons.append(
-            Reason(
-                "unexplained",
-                "no recorded argument differs (the fingerprints were made from something cachetool "
-                "does not see)",
-            )
-        )
-    return reasons
+    unseen = "no recorded argument differs (the fingerprints were made from something cachetool does not see)"
+    return reasons or [Reason("unexplained", unseen)]
 
 
 def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
@@ -182,17 +175,13 @@ def _reordered_files(old: SourceInfo, new: SourceInfo) -> Reason | None:
     b = [os.path.basename(f.path) for f in new.data_files]
     if not reordered([a, b]):
         return None
-    return Reason(
-        "nondeterministic",
-        f"the same {len(a)} data files in another order ({', '.join(a)} → {', '.join(b)}), which "
-        f"{_VARIES['order']} when the list comes from a set — not a change of yours; run "
-        "`cachetool check-determinism` on the script",
-        argument="data_files",
-        path="data_files",
-        before=", ".join(a),
-        after=", ".join(b),
-        hint=ORDER_HINTS["data_files order"],
+    before, after = ", ".join(a), ", ".join(b)
+    message = (
+        f"the same {len(a)} data files in another order ({before} → {after}), which {_VARIES['order']} when "
+        "the list comes from a set — not a change of yours; run `cachetool check-determinism` on the script"
     )
+    hint = ORDER_HINTS["data_files order"]
+    return Reason("nondeterministic", message, "data_files", "data_files", before, after, hint=hint)
 
 
 def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
@@ -207,18 +196,11 @@ def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
     if not differing:
         return []
     if all(name in NON_SEMANTIC for name in differing):
-        changes = [f"{n} {_repr(args_old.get(n))} → {_repr(args_new.get(n))}" for n in differing]
-        return [
-            Reason(
-                "non-semantic",
-                f"only {', '.join(changes)} changed, which does not change the result "
-                "(datasets hashes it anyway)",
-                argument=differing[0],
-                before=_repr(args_old.get(differing[0])),
-                after=_repr(args_new.get(differing[0])),
-                hint="pass the same value every time, or new_fingerprint= to keep the cached result",
-            )
-        ]
+        values = {n: (_repr(args_old.get(n)), _repr(args_new.get(n))) for n in differing}
+        changes = ", ".join(f"{n} {a} → {b}" for n, (a, b) in values.items())
+        message = f"only {changes} changed, which does not change the result (datasets hashes it anyway)"
+        hint = "pass the same value every time, or new_fingerprint= to keep the cached result"
+        return [Reason("non-semantic", message, differing[0], None, *values[differing[0]], hint=hint)]
     out = []
     for name in differing:
         if name == "function":
@@ -288,15 +270,13 @@ def _cache_state(
         if not any(keys & part_keys(t) for t in trees):
             continue
         shown = render_path(argument, path)
-        return Reason(
-            "cache-state",
-            f"`{shown}` differs between a run that computed {StepRef.of(earlier).label} and one that "
-            "loaded it from the cache: that step changes it while it runs, and this step hashes it "
-            "again — not a change of yours",
-            argument=argument,
-            path=shown,
-            hint=state_change_hint(types_on_path(nodes[0][0], path)),
+        message = (
+            f"`{shown}` differs between a run that computed {StepRef.of(earlier).label} and one that loaded "
+            "it from the cache: that step changes it while it runs, and this step hashes it again — not a "
+            "change of yours"
         )
+        hint = state_change_hint(types_on_path(nodes[0][0], path))
+        return Reason("cache-state", message, argument, shown, hint=hint)
     return None
 
 
@@ -323,18 +303,12 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
     code_a, code_b = fa.code_hash, fb.code_hash
     file_a, file_b = (os.path.basename(f.file or "") for f in (fa, fb))
     if code_a and code_a == code_b and file_a != file_b and fb.qualname != "<lambda>":
-        return [
-            Reason(
-                "source-file",
-                f"the function `{fb.qualname}` is the same but its source file changed "
-                f"({file_a} → {file_b}), which datasets hashes (a function's code keeps its file name)",
-                argument="function",
-                path="function",
-                before=file_a,
-                after=file_b,
-                hint="run the script under one name, or define the function in a module both scripts import",
-            )
-        ]
+        message = (
+            f"the function `{fb.qualname}` is the same but its source file changed ({file_a} → {file_b}), "
+            "which datasets hashes (a function's code keeps its file name)"
+        )
+        hint = "run the script under one name, or define the function in a module both scripts import"
+        return [Reason("source-file", message, "function", "function", file_a, file_b, hint=hint)]
     changed = code_a != code_b if code_a and code_b else fa.source_hash != fb.source_hash
     if changed:
         lines = line_changes(view.sources, fa, fb)
