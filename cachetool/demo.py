@@ -101,14 +101,13 @@ def build_demo(folder: str | os.PathLike[str], *, traced: bool = False) -> Demo:
     base = Path(folder).expanduser().resolve()
     script = write_demo_files(base)
     cache = base / "cache"
-    env = dict(os.environ)
-    env["HF_DATASETS_CACHE"] = str(cache)
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("HF_UPDATE_DOWNLOAD_COUNTS", "0")
-    env.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    cmd = [sys.executable, str(script)]
-    if traced:
-        cmd = [sys.executable, "-m", "cachetool", "run", str(script)]
+    quiet = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_UPDATE_DOWNLOAD_COUNTS": "0",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    }
+    env = {**quiet, **os.environ, "HF_DATASETS_CACHE": str(cache)}
+    cmd = [sys.executable, *(["-m", "cachetool", "run"] if traced else []), str(script)]
     proc = subprocess.run(cmd, env=env, cwd=base, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])

@@ -194,24 +194,22 @@ class Scanner(Walker):
     # -- entry builders ------------------------------------------------------------------------
 
     def builder_dir(self, path: Path, items: Sequence[Item]) -> DatasetDir:
-        info = read_json(path / layout.DATASET_INFO)
+        info_path = path / layout.DATASET_INFO
+        info = read_json(info_path)
+        if not isinstance(info, dict):
+            self.warn(info_path, "unreadable dataset_info.json")
+        splits = (info.get("splits") or {}) if isinstance(info, dict) else {}
         split_rows: list[tuple[str, int]] = []
         shard_lengths: list[tuple[str, tuple[int, ...]]] = []
-        if isinstance(info, dict):
-            splits = info.get("splits") or {}
-            if isinstance(splits, dict):
-                for name, s in splits.items():
-                    if isinstance(s, dict) and isinstance(s.get("num_examples"), int):
-                        split_rows.append((str(name), s["num_examples"]))
-                        lengths = s.get("shard_lengths")
-                        if isinstance(lengths, list) and all(is_count(x) for x in lengths):
-                            shard_lengths.append((str(name), tuple(lengths)))
-                        elif lengths is not None:
-                            self.warn(
-                                path / layout.DATASET_INFO, f"split {name}: shard_lengths are not counts"
-                            )
-        else:
-            self.warn(path / layout.DATASET_INFO, "unreadable dataset_info.json")
+        for name, s in splits.items() if isinstance(splits, dict) else ():
+            if not isinstance(s, dict) or not isinstance(s.get("num_examples"), int):
+                continue
+            split_rows.append((str(name), s["num_examples"]))
+            lengths = s.get("shard_lengths")
+            if isinstance(lengths, list) and all(is_count(x) for x in lengths):
+                shard_lengths.append((str(name), tuple(lengths)))
+            elif lengths is not None:
+                self.warn(info_path, f"split {name}: shard_lengths are not counts")
         rel = relative_data_dir(path)
         meta = self.meta_files(items)
         name = "/".join(rel.split("/")[:2]) if rel else path.name
