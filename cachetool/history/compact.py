@@ -52,20 +52,9 @@ from typing import Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
-from cachetool.history import ledger as segment_files
-from cachetool.history.ledger import (
-    COMPACTED_PREFIX,
-    add_sums,
-    order_key,
-    read_segment_from,
-    replaced_segments,
-    segment_size,
-    source_hashes,
-    step_sums,
-    still_replaced,
-)
-from cachetool.history.records.base import LedgerRecord
+from cachetool.history.records.base import LedgerRecord, order_key
 from cachetool.history.records.other import (
+    COMPACTED_PREFIX,
     CompactionRecord,
     FpSums,
     GcRecord,
@@ -73,8 +62,10 @@ from cachetool.history.records.other import (
     RunStartRecord,
     RunSummaryRecord,
     SourceRecord,
+    add_sums,
+    step_sums,
 )
-from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
+from cachetool.history.records.steps import COUNTED, StepRecord, source_hashes, written_bytes
 from cachetool.history.writer import ENCODER, RECORD_VERSION
 from cachetool.processes import alive
 
@@ -185,6 +176,8 @@ def write_compacted(folder: Path, dfd: int, data: bytes, now: float) -> Path:
 
 def remove_leftovers(folder: Path, dfd: int) -> None:
     """What a killed compaction left: its temporary file, and segments it replaced."""
+    from cachetool.history.ledger import replaced_segments
+
     names = os.listdir(dfd)
     for name in names:
         if name.startswith(_TMP_PREFIX) and name.endswith(".tmp"):
@@ -342,6 +335,8 @@ def compact_if_large(
 
 
 def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now: float) -> CompactionReport:
+    from cachetool.history import ledger  # the reader, loaded only when a compaction runs (not by gc)
+
     with folder_fd(folder) as dfd:
         if not dry_run:
             remove_leftovers(folder, dfd)
@@ -363,7 +358,7 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
                 return empty
             replaced = done + compacted
             data, report = _compacted(root, folder, segments, replaced, now)
-            if len(data) > segment_files.MAX_SEGMENT_BYTES:
+            if len(data) > ledger.MAX_SEGMENT_BYTES:
                 # Readers read that much of a segment: the records kept whole, written after the
                 # gc history, would be lost to lineage (and gc would no longer protect a pin's
                 # ancestors). The segments stay as they are, each read whole.
@@ -372,10 +367,10 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
                     warnings=(
                         *warnings,
                         f"{folder}: left as it is: the compacted segment would hold {len(data)} bytes, "
-                        f"more than readers read of one segment ({segment_files.MAX_SEGMENT_BYTES})",
+                        f"more than readers read of one segment ({ledger.MAX_SEGMENT_BYTES})",
                     ),
                 )
-            if any(segment_size(folder / s.name) != s.size for s in replaced):
+            if any(ledger.segment_size(folder / s.name) != s.size for s in replaced):
                 # A writer appended meanwhile: what was read no longer stands for the segment.
                 return replace(
                     empty, warnings=(*warnings, f"{folder}: the ledger changed while read: try again")
@@ -480,6 +475,8 @@ class Segment:
 
 def first_pass(folder: Path) -> list[Segment]:
     """Each segment readers see (replaced ones left out), read once, one at a time."""
+    from cachetool.history.ledger import read_segment_from, replaced_segments, still_replaced
+
     names = sorted(n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX))
     replaced = replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)])
     out = []
@@ -625,6 +622,8 @@ def second_pass(
     kept whole, their source texts), reading the replaced segments again one at a time; with how
     many records were kept, runs summarised and records summarised, and the gc removals folded
     into a count (with those earlier compactions folded)."""
+    from cachetool.history.ledger import read_segment_from
+
     chosen = set(sources.values())
     earlier: list[RunSummaryRecord] = []
     fresh: list[RunSummaryRecord] = []

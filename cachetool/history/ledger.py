@@ -133,7 +133,6 @@ The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same d
 from __future__ import annotations
 
 import json
-import operator
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
@@ -145,9 +144,17 @@ from typing import TYPE_CHECKING
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, known_roots, ledger_dirs
 from cachetool.cache.store import NotRegularFile, open_state
 from cachetool.history.records import parse_record
-from cachetool.history.records.base import BadRecord, LedgerRecord
-from cachetool.history.records.other import FpSums, GcRecord, RunSummaryRecord, SourceRecord
-from cachetool.history.records.steps import SaveRecord, StepRecord
+from cachetool.history.records.base import BadRecord, LedgerRecord, order_key
+from cachetool.history.records.other import (
+    COMPACTED_PREFIX,
+    FpSums,
+    GcRecord,
+    RunSummaryRecord,
+    SourceRecord,
+    add_sums,
+    step_sums,
+)
+from cachetool.history.records.steps import SaveRecord, StepRecord, source_hashes
 
 if TYPE_CHECKING:
     from cachetool.cache.lookup import Resolved
@@ -159,10 +166,6 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 #: A segment is read up to this size; the rest is skipped with a warning (a runaway writer, or a
 #: file that is not a segment).
 MAX_SEGMENT_BYTES = 256 * 1024 * 1024
-
-
-#: The name of a compacted segment starts with this (`cachetool.history.compact`).
-COMPACTED_PREFIX = "compacted-"
 
 
 def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
@@ -331,24 +334,6 @@ class Usage:
     made_as: str | None = None
 
 
-def add_sums(a: FpSums | None, b: FpSums) -> FpSums:
-    """Two tallies of one fingerprint as one: the later use, the counts added, random if either."""
-    if a is None:
-        return b
-    return (max(a[0], b[0]), a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] | b[4])
-
-
-def step_sums(rec: StepRecord) -> Iterator[tuple[str, FpSums]]:
-    """What one step adds to the usage of each fingerprint it names: its end, a use of what it
-    made and of its parents; an origin (`is_origin`), one record with its hit, miss and random
-    fingerprint for each fingerprint it made."""
-    hit, miss, random = rec.origin_counts if rec.is_origin else (0, 0, 0)
-    for fp in rec.made:
-        yield fp, (rec.end, int(rec.is_origin), hit, miss, random)
-    for fp in rec.parents:
-        yield fp, (rec.end, 0, 0, 0, 0)
-
-
 def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] = ()) -> dict[str, Usage]:
     sums: dict[str, FpSums] = {}
     origin: dict[str, StepRecord] = {}
@@ -375,10 +360,6 @@ def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] 
             made_as=o.result if o is not None and o.result != fp else None,
         )
     return out
-
-
-#: A ledger's order: by time, then run, then the record's order within its run.
-order_key = operator.attrgetter("time", "run", "seq")
 
 
 def read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
@@ -451,14 +432,6 @@ def read_other_roots(
         needed = {p for r in found if isinstance(r, StepRecord) for p in r.parents} - made
         needed -= {r.result for r in records if isinstance(r, StepRecord)}
     return roots
-
-
-def source_hashes(rec: StepRecord) -> list[str]:
-    """The source hashes of the function a step record names and of the helpers it calls."""
-    fn = rec.function
-    if fn is None:
-        return []
-    return [h for h in (fn.source_hash, *(d.source_hash for d in fn.deps)) if h]
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ def show_entry(
     from cachetool.cache.query import is_pinned
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
-    from cachetool.history.ledger import Ledger, named_elsewhere, order_key
+    from cachetool.history.ledger import Ledger, named_elsewhere
+    from cachetool.history.records.base import order_key
 
     root_path = Path(os.fspath(root)).expanduser().resolve()
     with named_elsewhere(root_path, fingerprint, "show"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -312,6 +313,9 @@ def picked(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
         out[name] = v.to_json() if isinstance(v, Part) else list(v) if isinstance(v, tuple) else v
     return out
 
+
+#: A ledger's order: by time, then run, then the record's order within its run.
+order_key = operator.attrgetter("time", "run", "seq")
 
 #: Record type -> class (a type not listed here is skipped with a warning).
 RECORD_TYPES: dict[str, type[LedgerRecord]] = {}

@@ -6,12 +6,16 @@ summary of one run whose records were folded into it)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cachetool.history.records.base import BadRecord, LedgerRecord, _field, _is_dict
 from cachetool.history.records.parts import CallSite
+from cachetool.history.records.steps import StepRecord
+
+#: The name of a compacted segment starts with this (`cachetool.history.compact`).
+COMPACTED_PREFIX = "compacted-"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,3 +185,21 @@ class RunSummaryRecord(LedgerRecord):
     other: int = 0
     miss_seconds: float = 0.0
     fps: Mapping[str, FpSums] = field(default_factory=dict, metadata={"read": _fps})
+
+
+def add_sums(a: FpSums | None, b: FpSums) -> FpSums:
+    """Two tallies of one fingerprint as one: the later use, the counts added, random if either."""
+    if a is None:
+        return b
+    return (max(a[0], b[0]), a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] | b[4])
+
+
+def step_sums(rec: StepRecord) -> Iterator[tuple[str, FpSums]]:
+    """What one step adds to the usage of each fingerprint it names: its end, a use of what it
+    made and of its parents; an origin (`is_origin`), one record with its hit, miss and random
+    fingerprint for each fingerprint it made."""
+    hit, miss, random = rec.origin_counts if rec.is_origin else (0, 0, 0)
+    for fp in rec.made:
+        yield fp, (rec.end, int(rec.is_origin), hit, miss, random)
+    for fp in rec.parents:
+        yield fp, (rec.end, 0, 0, 0, 0)

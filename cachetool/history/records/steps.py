@@ -202,3 +202,11 @@ COUNTED = ("transform", "root")
 def written_bytes(rec: StepRecord) -> int:
     """Bytes of the files a record wrote (not those it reused)."""
     return sum(f.size or 0 for f in rec.files if f.status == "written")
+
+
+def source_hashes(rec: StepRecord) -> list[str]:
+    """The source hashes of the function a step record names and of the helpers it calls."""
+    fn = rec.function
+    if fn is None:
+        return []
+    return [h for h in (fn.source_hash, *(d.source_hash for d in fn.deps)) if h]
