@@ -21,16 +21,9 @@ def completion_script(shell: str) -> str:
     )
 
 
-def write_completions(folder: Path) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for shell, name in SHELLS.items():
-        path = folder / name
-        path.write_text(completion_script(shell), encoding="utf-8")
-        written.append(path)
-    return written
-
-
 if __name__ == "__main__":
-    for p in write_completions(Path(sys.argv[1] if len(sys.argv) > 1 else "completions")):
-        print(p)
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "completions")
+    folder.mkdir(parents=True, exist_ok=True)
+    for shell, name in SHELLS.items():
+        (folder / name).write_text(completion_script(shell), encoding="utf-8")
+        print(folder / name)

@@ -128,13 +128,6 @@ API = (
 )
 
 
-def _resolve(dotted: str) -> Any:
-    import importlib
-
-    module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
 def _signature(obj: Any, name: str) -> str:
     try:
         sig = str(inspect.signature(obj))
@@ -144,11 +137,13 @@ def _signature(obj: Any, name: str) -> str:
 
 
 def _api_item(dotted: str) -> str:
-    obj = _resolve(dotted)
-    name = dotted.rpartition(".")[2]
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    obj = getattr(importlib.import_module(module), name)
     kind = "class" if inspect.isclass(obj) else "function"
     shown = _signature(obj, name) if kind == "function" else name
-    where = f"`from {dotted.rpartition('.')[0]} import {name}`"
+    where = f"`from {module} import {name}`"
     lines = [f"### `{shown}`", "", f"{kind}, {where}", ""]
     doc = _md_text(inspect.cleandoc(obj.__doc__ or "(no docstring)"))
     lines.append(doc)
