@@ -170,15 +170,10 @@ class Calls:
             return
         folder, base = os.path.split(path)
         stem, ext = os.path.splitext(base)
-        try:
-            with os.scandir(folder) as it:
-                for de in it:
-                    name = de.name
-                    if name != base and name.startswith(stem) and name.endswith(ext):
-                        with contextlib.suppress(OSError):
-                            snap.setdefault(os.path.join(folder, name), (de.inode(), -1))
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), os.scandir(folder) as it:
+            for de in it:
+                if de.name != base and de.name.startswith(stem) and de.name.endswith(ext):
+                    snap.setdefault(de.path, (de.inode(), -1))  # (the inode is in the entry)
 
 
 def wrap_hash(original: Callable[..., str], local: CallState) -> Callable[..., str]:

@@ -112,8 +112,7 @@ def _install_now(events: str | None, trees: bool, cold: bool) -> None:
             return
         _tracer = tracer
         if not _at_fork_registered:  # handlers cannot be unregistered: one per process
-            if hasattr(os, "register_at_fork"):
-                os.register_at_fork(after_in_child=_after_fork)
+            os.register_at_fork(after_in_child=_after_fork)
             atexit.register(_end_run)
             _at_fork_registered = True
         tracer.start_run()

@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import socket
 import sys
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Literal
 
 from cachetool.cache.roots import make_state_dir
-from cachetool.cache.store import write_whole
 from cachetool.processes import process_start
 
 #: Where a root keeps its leases, below its `.cachetool/` folder.
@@ -119,9 +119,7 @@ def leases_dir(root: str | os.PathLike[str]) -> Path:
 def read_lease(path: Path) -> Lease | None:
     """A lease file, or None when it is not one (read through `cachetool.cache.store`; times must be
     finite; its lifetime is at most `MAX_LEASE_SECONDS`)."""
-    import math
-
-    from cachetool.cache.store import open_state
+    from cachetool.cache.store import open_state  # (not for every importer of this module)
     from cachetool.safejson import parse_json, read_open_file
 
     try:
@@ -131,19 +129,13 @@ def read_lease(path: Path) -> Lease | None:
     try:
         st = os.fstat(fd)
         doc = parse_json(read_open_file(fd, MAX_LEASE_BYTES))
-        times = [float(doc[k]) for k in ("start", "renewed", "lifetime")]
-        if not all(math.isfinite(t) for t in times) or times[2] <= 0:
+        start, renewed, lifetime = (float(doc[k]) for k in ("start", "renewed", "lifetime"))
+        if not all(map(math.isfinite, (start, renewed, lifetime))) or lifetime <= 0:
             return None
+        host, boot_id, command = str(doc["host"]), str(doc["boot_id"]), str(doc.get("command", ""))
+        renewed, lifetime = max(renewed, st.st_mtime), min(lifetime, MAX_LEASE_SECONDS)
         return Lease(
-            path,
-            str(doc["host"]),
-            str(doc["boot_id"]),
-            int(doc["pid"]),
-            int(doc["pid_ns"]),
-            times[0],
-            max(times[1], st.st_mtime),
-            min(times[2], MAX_LEASE_SECONDS),
-            str(doc.get("command", "")),
+            path, host, boot_id, int(doc["pid"]), int(doc["pid_ns"]), start, renewed, lifetime, command
         )
     except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return None
@@ -218,6 +210,8 @@ class _Holder:
                 self._thread.start()
 
     def _write(self, path: Path) -> None:
+        from cachetool.cache.store import write_whole
+
         write_whole(path, json.dumps(dict(self._doc, renewed=time.time())).encode("utf-8"), mode=0o644)
 
     def _renew(self) -> None:

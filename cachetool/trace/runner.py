@@ -133,13 +133,7 @@ def run_script(
     argv = command(script, args, module=module)
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.name == "posix":
-        os.execve(argv[0], argv, env)
-    # No exec on this platform: run as a child and pass its exit status on.
-    import subprocess  # pragma: no cover - Windows
-
-    proc = subprocess.run(argv, env=env)  # pragma: no cover - Windows
-    raise SystemExit(proc.returncode)  # pragma: no cover
+    os.execve(argv[0], argv, env)  # cachetool runs on POSIX systems only
 
 
 def run_here(script: str, args: Sequence[str], *, module: bool = False) -> NoReturn:
