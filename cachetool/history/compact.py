@@ -433,8 +433,8 @@ def _finished(seg: Segment, folder: Path, now: float) -> bool:
     """Its writer will append no more: on this host, its process is gone; on another host, it
     recorded its end more than `OTHER_HOST_GRACE` ago (a segment of another name: it was last
     written that long ago)."""
-    m = _SEGMENT_NAME.match(seg.name)
-    if m is not None and m["host"] == _safe_host(socket.gethostname()):
+    m = _SEGMENT_NAME.match(seg.name)  # this host, as a segment's name spells it:
+    if m is not None and m["host"] == segment_name(socket.gethostname(), 0, 0.0).rsplit("-", 2)[0]:
         return not alive(int(m["pid"]))
     if seg.ended and now - seg.last > OTHER_HOST_GRACE:
         return True
@@ -442,11 +442,6 @@ def _finished(seg: Segment, folder: Path, now: float) -> bool:
         return m is None and now - (folder / seg.name).stat().st_mtime > OTHER_HOST_GRACE
     except OSError:
         return False
-
-
-def _safe_host(host: str) -> str:
-    """The host as a segment's name spells it."""
-    return segment_name(host, 0, 0.0).rsplit("-", 2)[0]
 
 
 #: A step record that says where its result comes from, as the first pass keeps it (not the

@@ -51,8 +51,8 @@ class Interruption:
     written: tuple[UnfinishedFile, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        fields = ("operation", "seq", "time", "parents", "call_site", "split", "paths")
-        step = None if self.step is None else picked(self.step, fields)
+        names = ("operation", "seq", "time", "parents", "call_site", "split", "paths")
+        step = None if self.step is None else picked(self.step, names)
         return {**_shallow(self), "step": step, "written": [asdict(f) for f in self.written]}
 
 

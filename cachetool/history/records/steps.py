@@ -6,7 +6,7 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from cachetool.cache.layout import parse_cache_file
 from cachetool.history.records.base import BadRecord, LedgerRecord, same_fields
@@ -21,7 +21,6 @@ from cachetool.history.records.parts import (
 )
 
 #: `cache` values of a step record.
-CacheStatus = Literal["hit", "partial", "miss", "none"]
 _CACHE_VALUES = ("hit", "partial", "miss", "none")
 _COMPUTED = ("miss", "partial")
 
