@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from cachetool import __version__
-from cachetool.cli.common import COMMANDS
+from cachetool.cli.common import COMMANDS, invoke, params_of
 
 app = typer.Typer(
     name="cachetool",
@@ -32,10 +32,7 @@ app = typer.Typer(
 
 
 def _version(value: bool) -> None:
-    if value:
-        from cachetool.cli.common import invoke
-
-        # `> /dev/full`: one error line
+    if value:  # `> /dev/full`: one error line
         raise typer.Exit(invoke(typer.echo, {"message": f"cachetool {__version__}"}))
 
 
@@ -83,7 +80,6 @@ class HelpCommand(typer.core.TyperCommand):
 def typer_callback(func: Any) -> Any:
     """The Typer command of `func`: its declared parameters as Typer's, its docstring as help,
     `func` run behind the error boundary and its exit code the command's."""
-    from cachetool.cli.common import invoke, params_of
 
     def callback(**values: Any) -> None:
         code = invoke(func, values)
