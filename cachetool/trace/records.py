@@ -31,7 +31,7 @@ class RecordBuilder:
     """Builds the records of one tracer."""
 
     def __init__(
-        self, *, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments, local: CallState
+        self, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments, local: CallState
     ) -> None:
         #: The fields every record of the process shares (`LedgerRecord.constant_json`).
         self.constants: dict[str, Any] = dict(v=RECORD_VERSION, run=run, host=socket.gethostname(), pid=pid)
