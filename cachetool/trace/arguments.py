@@ -176,23 +176,19 @@ def safe_repr(value: Any, budget: int = 120) -> str | None:
 
 def _safe_repr(value: Any, budget: int, depth: int) -> str | None:
     t = type(value)
-    if t in _PLAIN:
+    if t in _PLAIN or (t is str and len(value) <= budget):
         return repr(value)
-    if t is str:
-        return repr(value) if len(value) <= budget else None
     if depth <= 0 or t not in (list, tuple, set, frozenset, dict) or len(value) > 12:
         return None
     if t is dict:
-        parts = [
-            (_safe_repr(k, budget, depth - 1), _safe_repr(v, budget, depth - 1)) for k, v in value.items()
-        ]
-        if any(k is None or v is None for k, v in parts):
-            return None
-        return "{" + ", ".join(f"{k}: {v}" for k, v in parts) + "}"
-    items = sorted(value, key=repr) if t in (set, frozenset) else value
+        items = [x for pair in value.items() for x in pair]
+    else:
+        items = sorted(value, key=repr) if t in (set, frozenset) else value
     reprs = [_safe_repr(v, budget, depth - 1) for v in items]
     if None in reprs:
         return None
+    if t is dict:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in zip(reprs[::2], reprs[1::2], strict=True)) + "}"
     body = ", ".join(reprs)  # type: ignore[arg-type]
     if t is list:
         return f"[{body}]"

@@ -30,7 +30,7 @@ class RecordBuilder:
     """Builds the records of one tracer."""
 
     def __init__(
-        self, *, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments, local: CallState
+        self, run: str, pid: int, seq: Iterator[int], roots: Roots, arguments: Arguments, local: CallState
     ) -> None:
         #: The fields every record of the process shares (`LedgerRecord.constant_json`).
         self.constants: dict[str, Any] = dict(v=RECORD_VERSION, run=run, host=socket.gethostname(), pid=pid)
@@ -537,9 +537,6 @@ class Roots:
         return best
 
 
-_LOCAL_SCHEMES = ("file://", "local://")
-
-
 def local_path(url: Any) -> str | None:
     """The absolute local path an fsspec-style location names (`/a/b`, `a/b`, `file:///a/b`,
     `file:/a/b`, `local:///a/b`, a path-like); None for any other file system (`s3://…`,
@@ -548,7 +545,7 @@ def local_path(url: Any) -> str | None:
         url = os.fspath(url)
     if not isinstance(url, str) or not url:
         return None
-    for scheme in _LOCAL_SCHEMES:
+    for scheme in ("file://", "local://"):
         if url.startswith(scheme):
             return abs_path(url[len(scheme) :] or os.sep)
     if url.startswith("file:") and url[5:6] == "/":

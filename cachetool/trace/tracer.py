@@ -163,14 +163,7 @@ class Tracer:
         self.local = self.calls.local
         self.roots = Roots(self._on_new_root)
         self.arguments = Arguments(trees=isinstance(sink, EventsSink) and sink.trees, summaries=self._ledger)
-        self.records = RecordBuilder(
-            run=sink.run_id,
-            pid=self.pid,
-            seq=seq,
-            roots=self.roots,
-            arguments=self.arguments,
-            local=self.local,
-        )
+        self.records = RecordBuilder(sink.run_id, self.pid, seq, self.roots, self.arguments, self.local)
         self.patches = Patches()
         self._hook_errors = 0
         self._prefix: str | None = None
