@@ -16,7 +16,8 @@ from cachetool.cache.layout import LEDGER_DIR
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 
-DERIVED = (".read-index-k1ll3d0", ".schema-verdicts-k1ll3d0")
+DERIVED = (".read-index-k1ll3d0",)
+FOR_EVERY_CACHE = (".schema-verdicts-k1ll3d0",)
 IN_ROOT = (".checksums-k1ll3d0",)
 
 
@@ -32,7 +33,7 @@ def _leave(folder: Path, names: tuple[str, ...], suffix: str, age: float) -> lis
 @pytest.mark.slow
 def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> None:
     """`ls` (read index) and `verify --deep --record` (checksums in the root, schema
-    verdicts in the user's folder) remove their files' temporary files older than an hour;
+    verdicts in the user's folder, one file for every cache) remove their files' temporary files older than an hour;
     younger ones (a write under way on another host, however unlikely) and other files of the
     folder stay."""
     root = isolated_env / "cache"
@@ -42,8 +43,11 @@ def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> 
     derived = derived_dir(root)
     assert derived is not None
     derived.mkdir(parents=True)
-    old = _leave(derived, DERIVED, "", 2 * 3600) + _leave(folder, IN_ROOT, "", 2 * 3600)
-    young = _leave(derived, DERIVED, "y", 60) + _leave(folder, IN_ROOT, "y", 60)
+    every = derived.parent.parent  # the user's derived folder, above each root's
+    old, young = [], []
+    for suffix, age, into in (("", 2 * 3600, old), ("y", 60, young)):
+        into += _leave(derived, DERIVED, suffix, age) + _leave(every, FOR_EVERY_CACHE, suffix, age)
+        into += _leave(folder, IN_ROOT, suffix, age)
     mine = derived / ".read-index-notes.txt.d"
     mine.mkdir()
     os.utime(mine, (0, 0))
