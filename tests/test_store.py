@@ -33,9 +33,9 @@ def _leave(folder: Path, names: tuple[str, ...], suffix: str, age: float) -> lis
 @pytest.mark.slow
 def test_leftovers_of_killed_writes_go_at_the_next_write(isolated_env: Path) -> None:
     """`ls` (read index) and `verify --deep --record` (checksums in the root, schema
-    verdicts in the user's folder, one file for every cache) remove their files' temporary files older than an hour;
-    younger ones (a write under way on another host, however unlikely) and other files of the
-    folder stay."""
+    verdicts in the user's folder, one file for every cache) remove their files' temporary
+    files older than an hour; younger ones (a write under way on another host, however
+    unlikely) and other files of the folder stay."""
     root = isolated_env / "cache"
     synthesize_cache(root, 6)
     folder = root / LEDGER_DIR
