@@ -182,6 +182,23 @@ def test_random_fallbacks_are_not_hashing_differences() -> None:
     assert _report(runs).exit_code == ExitCode.RANDOM_FINGERPRINT
 
 
+@pytest.mark.parametrize("predictable", [True, False])
+def test_a_fallback_that_repeats_in_every_run_is_not_deterministic(predictable: bool) -> None:
+    """A fallback drawn from Python's global `random` (datasets < 2.17) that gave the same
+    fingerprint in every run (`random.seed`) exits 1 with a hint: another version of the step
+    would load this result. The same fingerprint from a fallback that is not predictable (a map
+    that writes nothing keeps its input's) stays a random fingerprint (exit 3)."""
+    fb = {"argument": "function", "error": "cannot pickle 'generator' object", "predictable": predictable}
+    runs = [[ev("map", 1, "1c80317fa3b1799d", ["p"], random_fallback=fb)] for _ in range(2)]
+    report = _report(runs)
+    assert report.exit_code == (ExitCode.PROBLEMS_FOUND if predictable else ExitCode.RANDOM_FINGERPRINT)
+    (cause,) = report.analysis.random_causes  # type: ignore[union-attr]
+    assert cause.predictable == predictable
+    text = "\n".join(human_lines(report))
+    assert ("repeats across runs after random.seed(...)" in text) == predictable
+    assert "pass new_fingerprint=" in text
+
+
 def test_events_align_by_call_site_when_a_run_has_extra_events() -> None:
     """An event only one run has is counted, and the rest still line up."""
     run_a = [ev("map", 1, "a", ["p"]), ev("filter", 2, "b", ["a"])]

@@ -88,7 +88,8 @@ def check_determinism_command(
     between a run that computed step N and one that loaded it from the cache". On a large warm
     cache `--no-cold` saves that recomputation and leaves such changes unseen.
 
-    Exit codes: 0 every fingerprint matched; 1 a fingerprint differs; 2 the script failed, timed
+    Exit codes: 0 every fingerprint matched; 1 a fingerprint differs, or a random fallback gave
+    every run the same one (datasets < 2.17 after random.seed); 2 the script failed, timed
     out, or the usage was wrong (the tail of its stderr is shown); 3 the only differences come
     from `datasets` falling back to a random fingerprint (an argument cannot be pickled, so that
     cache is never reused; the report names the object and the exception).

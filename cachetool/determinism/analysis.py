@@ -427,7 +427,10 @@ def random_cause(step: Step, row: Sequence[Event]) -> Cause:
             piece = find_unpicklable_in_tree(name, as_node(entry.tree), errors[0] if errors else None)
             if piece is not None:
                 found.append(piece)
-    return Cause(step, "random", tuple(args), unpicklable=tuple(found), errors=tuple(dict.fromkeys(errors)))
+    # Every run drew the same "random" fingerprint from Python's global `random` (`random.seed`).
+    predictable = not step.differs and all(e.random_fallback and e.random_fallback.predictable for e in row)
+    errs = tuple(dict.fromkeys(errors))
+    return Cause(step, "random", tuple(args), unpicklable=tuple(found), errors=errs, predictable=predictable)
 
 
 def source_cause(step: Step, row: Sequence[Event], names: Mapping[str, str] | None = None) -> Cause:

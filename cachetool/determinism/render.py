@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 
 from cachetool.determinism.report import Cause, DeterminismReport, Step
-from cachetool.fingerprint.diff import ORDER_HINTS
+from cachetool.fingerprint.diff import ORDER_HINTS, PREDICTABLE_FALLBACK, PREDICTABLE_HINT
 
 __all__ = ["github_lines", "human_lines"]
 
@@ -102,11 +102,16 @@ def _source_lines(cause: Cause) -> list[str]:
 
 
 def _random_lines(cause: Cause) -> list[str]:
-    lines = ["  datasets could not hash an argument and used a random fingerprint: the cache is never reused"]
+    said = (
+        f"the same in every run ({PREDICTABLE_FALLBACK})"
+        if cause.predictable
+        else "the cache is never reused"
+    )
+    lines = [f"  datasets could not hash an argument and used a random fingerprint: {said}"]
     for piece in cause.unpicklable:
         lines.append(f"  cannot pickle: {piece.path_str} {piece.repr}")
         lines.append(f"  error: {piece.error}")
-        lines.append(f"  hint: {piece.hint}")
+        lines.append(f"  hint: {PREDICTABLE_HINT if cause.predictable else piece.hint}")
     if not cause.unpicklable:
         for error in cause.errors:
             lines.append(f"  error: {error}")

@@ -166,6 +166,9 @@ class Cause:
     variation: Variation | None = None
     #: Cache-state causes: the earlier step that changed the object while it ran.
     changed_by: Step | None = None
+    #: Random causes: a fallback from Python's global `random` that gave every run the same
+    #: fingerprint (`random.seed`): another version of the step would load this result.
+    predictable: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         step, by = self.step, self.changed_by
@@ -178,7 +181,7 @@ class Cause:
             "differing_arguments": list(self.differing_args),
             **json_fields(self, "culprits", "unpicklable", "errors"),
             "source_differences": {d.key: list(d.values) for d in self.source_diffs},
-            **json_fields(self, "cascade", "variation"),
+            **json_fields(self, "cascade", "variation", "predictable"),
             "changed_by": None
             if by is None
             else {
@@ -383,11 +386,11 @@ class DeterminismReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """0 every fingerprint matched; 1 one differs; 2 the script failed or nothing was
-        compared; 3 only random fallbacks."""
+        """0 every fingerprint matched; 1 one differs, or a random fallback repeats in every run;
+        2 the script failed or nothing was compared; 3 only random fallbacks."""
         if self.failed_run is not None or self.analysis is None or self.nothing_compared_reason:
             return ExitCode.USAGE
-        if self.analysis.deterministic_causes:
+        if self.analysis.deterministic_causes or any(c.predictable for c in self.analysis.random_causes):
             return ExitCode.PROBLEMS_FOUND
         if self.analysis.random_causes:
             return ExitCode.RANDOM_FINGERPRINT

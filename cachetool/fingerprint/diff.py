@@ -437,6 +437,16 @@ ADDED_HINT = (
     "compute it up front (before the first map), or keep it out of the pickle (__getstate__)."
 )
 
+#: A random fallback drawn from Python's global `random` (datasets < 2.17), and what to do: the
+#: tracer's warning, explain and check-determinism say it in these words.
+PREDICTABLE_FALLBACK = (
+    "the fallback comes from Python's global `random`, so it repeats across runs after random.seed(...)"
+)
+PREDICTABLE_HINT = (
+    "another version of the step loads this result: pass new_fingerprint= (a new one whenever the "
+    "step changes), or make the part hashable (create it inside the function)"
+)
+
 #: What to do about a source's inputs given in another order in each run, by what is reordered:
 #: the keys of check-determinism's `SourceDiff`s that say so (explain words the same).
 ORDER_HINTS = {

@@ -74,7 +74,9 @@ Record schema, version 1 (one JSON object per line; fields may be added, never r
                     c): three levels at most, reprs of at most 48 characters, at most 2.5 kB of
                     JSON per argument (deeper levels are dropped to fit). [added: summary]
     random_fallback null, or {"argument": name or null (the transform itself), "error": text,
-                    "error_type": name}: `datasets` could not hash and used a random fingerprint
+                    "error_type": name, "predictable": true when drawn from Python's global
+                    `random`, datasets < 2.17}: `datasets` could not hash and used a random fingerprint
+                    [added: predictable]
     fingerprint_given  true when the caller passed `new_fingerprint=` (no hashing took place)
     files           [{"path", "size", "status": "written" | "reused"}]: cache files the call
                     produced (result files that its parents do not have)

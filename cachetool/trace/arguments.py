@@ -94,7 +94,7 @@ class Arguments:
         if h.random:
             index = (h.error_at - 2) // 2 if h.error_at is not None and h.error_at >= 2 else len(keys)
             argument = str(keys[index]) if index < len(keys) else None
-            fields["random_fallback"] = RandomFallback(argument, h.error, h.error_type)
+            fields["random_fallback"] = RandomFallback(argument, h.error, h.error_type, h.predictable)
         return fields
 
     def unhashed(self, frame: Frame) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ class HashEvent:
     error_type: str | None = None
     error_at: int | None = None
     random: bool = False
+    predictable: bool = False  # the random fallback came from Python's global `random`
     parent: Any = None
     transform: Any = None
     args: Any = None
@@ -201,14 +203,19 @@ def wrap_hash(original: Callable[..., str], local: CallState) -> Callable[..., s
 
 
 def wrap_random(original: Callable[..., str], local: CallState) -> Callable[..., str]:
-    """`generate_random_fingerprint`, noting in the watch of the call it runs in that it ran."""
+    """`generate_random_fingerprint`, noting in the watch of the call it runs in that it ran, and
+    whether it drew from Python's global `random` (datasets < 2.17), which `random.seed` fixes."""
 
     @functools.wraps(original)
     def generate_random_fingerprint(*args: Any, **kwargs: Any) -> str:
         w = local.watch
-        if w is not None:
-            w.random = True
-        return original(*args, **kwargs)
+        if w is None:
+            return original(*args, **kwargs)
+        w.random = True
+        state = random.getstate()
+        fp = original(*args, **kwargs)
+        w.predictable = random.getstate() != state
+        return fp
 
     return generate_random_fingerprint
 

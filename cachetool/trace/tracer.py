@@ -175,6 +175,8 @@ class Tracer:
         #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
+        #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
+        self._warned: set[Any] = set()
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -465,9 +467,15 @@ class Tracer:
             # "v", "run", "host", "pid" and "versions" are the same in every record of the process:
             # encoded once (encoding them each time is a third of the cost of a record).
             self._prefix = ENCODER.encode(record.constant_json())[:-1] + ","
-        if self._ledger and isinstance(record, StepRecord) and record.function is not None:
-            for src in self.records.sources(record, record.function):
+        if self._ledger and isinstance(record, StepRecord):
+            for src in self.records.sources(record, record.function) if record.function else ():
                 self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
+            rf = record.random_fallback
+            if rf and rf.predictable and not record.internal and record.call_site not in self._warned:
+                from cachetool.history.explain.reasons import predictable_warning
+
+                self._warned.add(record.call_site)  # once per call site (DatasetDict.map: per split)
+                warn(predictable_warning(record, rf))
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
 
 

@@ -209,6 +209,9 @@ class StaleHit:
     source: bool = field(default=False, compare=False)
     #: One of `remove` is a source.
     remove_sources: bool = field(default=False, compare=False)
+    #: Reused under a random fallback fingerprint that repeats after `random.seed` (datasets
+    #: < 2.17): whatever code computed it, this step would load it.
+    predictable: bool = False
 
     @property
     def file_name(self) -> str:
@@ -229,6 +232,11 @@ class StaleHit:
 
     @property
     def message(self) -> str:
+        if self.predictable:
+            return (
+                f"cache entry {self.file_name} was reused at {clock_time(self.reused_at or 0)}, "
+                "probably stale: the fingerprint is predictable, not derived from the function"
+            )
         up = self.derived_from
         if up is not None:
             what = f"cache entry {self.file_name} ({self.step.label})"
@@ -255,6 +263,11 @@ class StaleHit:
 
     @property
     def hint(self) -> str:
+        if self.predictable:
+            from cachetool.fingerprint.diff import PREDICTABLE_FALLBACK, PREDICTABLE_HINT
+
+            said = f"datasets could not hash the step and {PREDICTABLE_FALLBACK}"
+            return f"{said}: remove it (`{self.gc_command}`); {PREDICTABLE_HINT}"
         return (
             "datasets hashes functions from your own modules by name, not by code, and what was "
             f"made from a stale result is stale too: remove them all (`{self.gc_command}`), or "
@@ -275,7 +288,9 @@ class StaleHit:
     def to_json(self) -> dict[str, Any]:
         return {
             **json_fields(self, "fingerprint", "root", "files", "computed_at", "computed_run", "reused_at"),
-            **json_fields(self, "reused_run", "changes", "step", "derived_from", "recomputed_at"),
+            **json_fields(
+                self, "reused_run", "changes", "step", "derived_from", "recomputed_at", "predictable"
+            ),
             "remove": list(self.remove or (self.fingerprint,)),
             **json_fields(self, "message", "hint"),
         }

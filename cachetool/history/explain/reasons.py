@@ -66,7 +66,12 @@ def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) 
 
 
 def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
-    from cachetool.fingerprint.diff import find_unpicklable_in_tree, render_path
+    from cachetool.fingerprint.diff import (
+        PREDICTABLE_FALLBACK,
+        PREDICTABLE_HINT,
+        find_unpicklable_in_tree,
+        render_path,
+    )
     from cachetool.fingerprint.tree import as_node
 
     argument, error, error_type = rf.argument, rf.error, rf.error_type
@@ -87,7 +92,17 @@ def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
         "a random fingerprint is new in every run, so the step is always recomputed: make the "
         "argument picklable (create it inside the function), or pass new_fingerprint="
     )
+    if rf.predictable:
+        message, hint = f"{message}; {PREDICTABLE_FALLBACK}", PREDICTABLE_HINT
     return Reason("random", message, argument=argument, path=path, hint=hint)
+
+
+def predictable_warning(rec: StepRecord, rf: RandomFallback) -> str:
+    """What a traced run says of a step whose fallback fingerprint `rf` repeats after `random.seed`."""
+    reason = random_reason(rec, rf, earlier=False)
+    files = rec.file_paths if rec.cache == "hit" else ()
+    loaded = f"; this run loaded {os.path.basename(files[0])}: probably stale" if files else ""
+    return f"{StepRef.of(rec).label}: {reason.message}{loaded}. Hint: {reason.hint}"
 
 
 def _versions_reason(new: StepRecord, old: StepRecord) -> Reason:

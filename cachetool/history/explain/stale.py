@@ -72,13 +72,20 @@ def _hit(
 
 
 def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
-    """A hit whose function or helpers differ from those of the computation it reused."""
+    """A hit whose function or helpers differ from those of the computation it reused, or whose
+    fingerprint is a random fallback that repeats after `random.seed` (whatever the code)."""
     fn_hit = hit.function
     fp = hit.result
-    if fn_hit is None or fp is None:
+    predictable = hit.random_fallback is not None and hit.random_fallback.predictable
+    if (fn_hit is None and not predictable) or fp is None:
         return []
     comp = view.computing(fp, before=hit.time)
-    if comp is None or comp.function is None:
+    if predictable:
+        found = _hit(
+            fp, hit.file_paths, comp or hit, hit, hit, changes=(), root=hit.where or None, predictable=True
+        )
+        return [found if comp else replace(found, computed_at=None, computed_run=None)]  # computed untraced
+    if fn_hit is None or comp is None or comp.function is None:
         return []
     changes = _code_changes(view, comp.function, fn_hit)
     if not changes:

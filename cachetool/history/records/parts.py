@@ -72,11 +72,16 @@ class ColumnHead(Part):
 
 @dataclass(frozen=True)
 class RandomFallback(Part):
-    """`datasets` could not hash `argument` (None: the transform itself) and used a random fingerprint."""
+    """`datasets` could not hash `argument` (None: the transform itself) and used a random fingerprint;
+    `predictable`: drawn from Python's global `random` (datasets < 2.17), so the same in every run
+    after `random.seed(...)`."""
+
+    OMIT: ClassVar[tuple[str, ...]] = ("predictable",)
 
     argument: str | None = None
     error: str | None = None
     error_type: str | None = None
+    predictable: bool = False
 
 
 @dataclass(frozen=True)
