@@ -162,6 +162,15 @@ GONE = {
     "cachetool.report.report",
     "cachetool.determinism.events.read_events",
     "cachetool.fingerprint.decompose",
+    "cachetool.cache.ipc_headers",
+    "cachetool.cache.model.ENTRY_JSON_KEYS",
+    "cachetool.cache.recognize",
+    "cachetool.cache.store.connect_image",
+    "cachetool.cli.ls_table",
+    "cachetool.determinism.events",
+    "cachetool.history.explain.source_text",
+    "cachetool.maintenance.verify.checks",
+    "cachetool.trace.roots",
 }
 
 
