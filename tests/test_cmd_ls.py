@@ -204,6 +204,21 @@ def test_names_of_locks_use_the_room_a_wide_terminal_gives(golden: dict[str, Any
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sort", [[], ["--sort", "size"]])
+def test_no_truncate_shows_every_fingerprint_and_name_whole_at_80_columns(
+    golden: dict[str, Any], sort: list[str]
+) -> None:
+    """`ls --no-truncate` at 80 columns (a pipe, a narrow terminal) shows every id `ls -q`
+    prints, fingerprints and lock names, whole on one line however wide the table grows (they
+    were folded into pieces of three to six characters)."""
+    env = golden["env"]
+    ids = invoke("ls", golden["cache"], "-q", env=env).stdout.split()
+    out = invoke("ls", golden["cache"], "--no-truncate", *sort, env=env, columns=80).stdout
+    missing = [i for i in ids if os.path.basename(i) not in out]
+    assert ids and not missing, (missing, out)
+
+
+@pytest.mark.slow
 def test_a_subfolder_or_a_saved_folder_is_read_with_its_roots_records(golden: dict[str, Any]) -> None:
     """`ls` of a dataset's folder inside a traced cache shows the operations and parents the
     cache's ledger recorded; `show` and `lineage` of a saved folder's path need no `--cache-dir`
