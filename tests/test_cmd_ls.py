@@ -132,6 +132,17 @@ def test_bad_filter_is_a_usage_error_quoting_the_expression(tmp_path: Path) -> N
     assert result.exit_code == 2 and "invalid --sort 'weight'" in result.stderr
 
 
+def test_an_age_filter_without_a_unit_is_refused_as_gc_refuses_it(tmp_path: Path) -> None:
+    """`ls --filter "used>30"` is refused with the hint `gc --older-than 30` gives (it silently
+    meant 30 seconds, so `gc $(cachetool ls -q --filter "used>30")` evicted nearly everything);
+    0 needs no unit."""
+    for expr in ("used>30", "accessed>=7", "modified<2"):
+        result = invoke("ls", str(tmp_path), "--filter", expr)
+        assert result.exit_code == 2 and "needs a unit" in result.stderr, (expr, result.stderr)
+        assert result.stderr.startswith(f"Error: invalid --filter '{expr}'"), result.stderr
+    assert invoke("ls", str(tmp_path), "--filter", "used>0").exit_code == 0
+
+
 def test_path_and_cache_dir_together_are_refused(tmp_path: Path) -> None:
     result = invoke("ls", str(tmp_path), "--cache-dir", str(tmp_path))
     assert (
