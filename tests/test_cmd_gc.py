@@ -197,6 +197,22 @@ def test_leftovers_named_on_the_command_line(copy: Path, leftovers: dict[str, An
 
 
 @pytest.mark.slow
+def test_a_named_lock_of_a_live_folder_is_kept_with_its_reason(copy: Path, leftovers: dict[str, Any]) -> None:
+    """`cachetool gc $(cachetool ls -q --filter kind=lock)` names each lock `load_dataset` left
+    beside a prepared split it still guards: gc keeps it and says why (code `lock-live`), and,
+    as for any entry named but kept, exits 1 (a dry run: 0, as a preview, with a warning)."""
+    csv_dir = copy / leftovers["csv_dir"]
+    lock = csv_dir.parent / f"{csv_dir.name}_builder.lock"
+    assert lock.exists() and str(lock) in cli("ls", "--cache-dir", str(copy / "cache"), "-q").stdout.split()
+    for extra, want in ((["--dry-run"], 0), (["-y"], 1)):
+        code, doc = gc_json(copy, str(lock), "--min-age", "0", *extra)
+        assert code == want and doc["plan"]["items"] == [], doc["plan"]["items"]
+        assert [(s["path"], s["code"]) for s in doc["plan"]["skipped"]] == [(str(lock), "lock-live")]
+        assert csv_dir.name in doc["plan"]["skipped"][0]["reason"]
+    assert lock.exists()
+
+
+@pytest.mark.slow
 def test_naming_only_an_entry_gc_does_not_evict_removes_nothing_else(
     copy: Path, leftovers: dict[str, Any]
 ) -> None:

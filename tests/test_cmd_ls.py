@@ -132,6 +132,17 @@ def test_bad_filter_is_a_usage_error_quoting_the_expression(tmp_path: Path) -> N
     assert result.exit_code == 2 and "invalid --sort 'weight'" in result.stderr
 
 
+def test_an_age_filter_without_a_unit_is_refused_as_gc_refuses_it(tmp_path: Path) -> None:
+    """`ls --filter "used>30"` is refused with the hint `gc --older-than 30` gives (it silently
+    meant 30 seconds, so `gc $(cachetool ls -q --filter "used>30")` evicted nearly everything);
+    0 needs no unit."""
+    for expr in ("used>30", "accessed>=7", "modified<2"):
+        result = invoke("ls", str(tmp_path), "--filter", expr)
+        assert result.exit_code == 2 and "needs a unit" in result.stderr, (expr, result.stderr)
+        assert result.stderr.startswith(f"Error: invalid --filter '{expr}'"), result.stderr
+    assert invoke("ls", str(tmp_path), "--filter", "used>0").exit_code == 0
+
+
 def test_path_and_cache_dir_together_are_refused(tmp_path: Path) -> None:
     result = invoke("ls", str(tmp_path), "--cache-dir", str(tmp_path))
     assert (
@@ -201,6 +212,21 @@ def test_names_of_locks_use_the_room_a_wide_terminal_gives(golden: dict[str, Any
     assert builder_lock in wide and max(len(line) for line in wide.splitlines()) <= 200
     assert builder_lock not in narrow and "…_builder.lock" in narrow
     assert max(len(line) for line in narrow.splitlines()) <= 80
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sort", [[], ["--sort", "size"]])
+def test_no_truncate_shows_every_fingerprint_and_name_whole_at_80_columns(
+    golden: dict[str, Any], sort: list[str]
+) -> None:
+    """`ls --no-truncate` at 80 columns (a pipe, a narrow terminal) shows every id `ls -q`
+    prints, fingerprints and lock names, whole on one line however wide the table grows (they
+    were folded into pieces of three to six characters)."""
+    env = golden["env"]
+    ids = invoke("ls", golden["cache"], "-q", env=env).stdout.split()
+    out = invoke("ls", golden["cache"], "--no-truncate", *sort, env=env, columns=80).stdout
+    missing = [i for i in ids if os.path.basename(i) not in out]
+    assert ids and not missing, (missing, out)
 
 
 @pytest.mark.slow

@@ -93,3 +93,17 @@ def test_show_at_80_columns_keeps_fingerprints_times_and_call_sites_whole(golden
     record = next(line for line in out.splitlines() if " map " in line and "miss" in line)
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d ", record), record
     assert last["parent"] in record and re.search(r"pipeline\.py:\d+$", record.rstrip()), record
+
+
+@pytest.mark.slow
+def test_show_takes_every_id_ls_q_prints_a_lock_and_a_temp_file_too(real_cache: dict[str, Any]) -> None:
+    """`cachetool ls -q | xargs -n1 cachetool show`: an entry without a fingerprint (the locks
+    `load_dataset` leaves, a killed writer's tmp file) is named by its path, and `show` of that
+    path shows it (it said "no cache entry matches")."""
+    listed = invoke("ls", "--json", "--filter", "kind=lock,temp", "--cache-dir", real_cache["cache"]).stdout
+    entries = json.loads(listed)["entries"]
+    assert {e["kind"] for e in entries} == {"lock", "temp"}, entries
+    for i in (e["id"] for e in entries):
+        result = invoke("show", i, "--cache-dir", real_cache["cache"], "--json")
+        assert result.exit_code == 0, (i, result.stderr)
+        assert json.loads(result.stdout)["path"] == i

@@ -24,7 +24,7 @@ from cachetool.maintenance.verify import verify_cache
 from cachetool.maintenance.verify.findings import Severity, VerifyReport
 from cachetool.maintenance.verify.quarantine import QuarantinePlan, restore
 from tests import forks
-from tests.conftest import hf_env
+from tests.conftest import cachetool_run, hf_env
 
 pytestmark = pytest.mark.slow
 
@@ -1106,3 +1106,32 @@ def test_the_quarantine_shows_in_ls_and_its_list_and_restore_says_once_why_a_fil
     from cachetool.history.ledger import gc_records
 
     assert [r.path for r in gc_records(cache)][-1] == str(qpath)
+
+
+FILTER_THEN_SORT = """\
+import sys
+from datasets import load_dataset
+
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+ds.filter(lambda ex: ex["x"] % 3 == 0, num_proc=2).sort("x", reverse=True)
+"""
+
+
+def test_indices_made_from_a_num_proc_filter_index_the_data_below_it(tmp_path: Path) -> None:
+    """A `num_proc=2` filter writes its indices as shards; a `sort` after it writes indices into
+    the data below them (300 rows), not into the filter's 100 indices: `verify` of that healthy
+    traced cache finds no error. With the data removed, the sort's indices are an orphan (a
+    warning), not "out of bounds"."""
+    (tmp_path / "p.py").write_text(FILTER_THEN_SORT, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(300)), encoding="utf-8")
+    env = hf_env(tmp_path)
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
+    root = tmp_path / "cache"
+    kinds = {(e.kind, e.content) for e in scan_cache(root).entries}
+    assert {(Kind.SHARDS, "indices"), (Kind.INDICES, "indices")} <= kinds, kinds
+    assert errors(verify_cache(root)) == []
+    (source,) = root.rglob("csv-train.arrow")
+    source.unlink()
+    report = verify_cache(root)
+    assert errors(report) == []
+    assert [f.code for f in report.warnings if f.kind == "indices"] == ["orphan-indices"]

@@ -51,6 +51,9 @@ def _reads(fp: str, out: Path) -> list[list[str]]:
         ["explain", "--last"],
         ["explain", fp],
         ["dirs"],
+        ["stats", "--compact", "--dry-run"],
+        ["gc", "--older-than", "1d", "--dry-run"],
+        ["verify", "--quarantine", "--dry-run"],
     ]
 
 

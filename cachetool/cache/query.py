@@ -127,7 +127,12 @@ def compile_filter(expr: str, pinned: frozenset[str] = frozenset()) -> EntryTest
         return lambda e, now: is_pinned(e, pinned) == want
     if key in NUMERIC_KEYS or key in AGE_KEYS:
         age = key in AGE_KEYS  # compared as now minus the time
-        threshold = parse_quantity(value, TIME_UNITS if age else NUMERIC_KEYS[key], "--filter", expr)
+        # an age needs a unit, as --older-than does: `used>30` reads as days to some, seconds to others
+        threshold = (
+            parse_duration(value, "--filter", expr)
+            if age
+            else parse_quantity(value, NUMERIC_KEYS[key], "--filter", expr)
+        )
         compare, value_of = _OPS[op], _VALUES[key]
 
         def test(e: Entry, now: float) -> bool:

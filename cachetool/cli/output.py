@@ -166,6 +166,11 @@ class Output:
         return width if width is not None else self.console.width
 
     @property
+    def room(self) -> int:
+        """The width a table may take: the line's, or any with --no-truncate (nothing is cut)."""
+        return sys.maxsize if self.no_truncate else self.width
+
+    @property
     def console(self) -> Console:
         if self._console is None:
             from rich.console import Console
@@ -197,7 +202,7 @@ class Output:
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
         if caption is None and (title is None or self.plain):
-            lines = plain_table_lines(columns, rows, {} if self.no_truncate else widths, self.width)
+            lines = plain_table_lines(columns, rows, {} if self.no_truncate else widths, self.room)
             if lines is not None and title is not None:
                 lines = _titled(title, lines)
             if lines is not None:
@@ -205,7 +210,8 @@ class Output:
                 return
         table = rich_table(title, caption, columns, rows, {} if self.no_truncate else widths)
         if not whole or self.no_truncate or whole_fits(headers, rows, widths, whole, self.width):
-            self.console.print(table)
+            room = max(self.width, self.console.measure(table).maximum) if self.no_truncate else None
+            self.console.print(table, width=room)
             return
         # The names do not fit beside the other columns: one block per row instead, the names on
         # their own line, the rest as `header value` pairs below, so nothing is cut or dropped.
@@ -226,7 +232,7 @@ class Output:
     ) -> None:
         """`table(None, columns, rows, widths=widths)` of text cells given column by column."""
         safe = [col if "".join(col).isprintable() else [safe_text(c) for c in col] for col in cells]
-        lines = plain_column_lines(columns, safe, {} if self.no_truncate else dict(widths or {}), self.width)
+        lines = plain_column_lines(columns, safe, {} if self.no_truncate else dict(widths or {}), self.room)
         if lines is not None:
             self._write_plain_table(lines)
             return

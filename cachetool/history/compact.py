@@ -281,7 +281,8 @@ def compact_ledger(
             total = replace(total, warnings=(*total.warnings, f"{folder}: left alone: {why}"))
             continue
         try:
-            with FileLock(os.fspath(folder / LOCK_NAME), timeout=timeout):
+            lock = FileLock(os.fspath(folder / LOCK_NAME), timeout=timeout)
+            with contextlib.nullcontext() if dry_run else lock:  # a dry run writes not even the lock
                 got = _compact_folder(root_path, folder, keep_runs, dry_run, now)
         except Timeout:
             raise CachetoolError(f"{folder}: another compaction of this ledger is running") from None

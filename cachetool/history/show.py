@@ -85,7 +85,7 @@ def show_entry(
     and what each holds, and the records of the steps that made it. A fingerprint only the ledger
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
-    from cachetool.cache.lookup import resolve
+    from cachetool.cache.lookup import Resolved, entry_at_path, resolve
     from cachetool.cache.pins import read_pins
     from cachetool.cache.query import is_pinned
     from cachetool.cache.scan import scan_cache
@@ -97,7 +97,12 @@ def show_entry(
     with named_elsewhere(root_path, fingerprint, "show"):
         ledger = Ledger.load(root_path, follow=False)
         report = scan_cache(root, usage=ledger.usage()) if progress is None else progress(root, ledger)
-        got = resolve(fingerprint, report, ledger)
+        at_path = entry_at_path(report, fingerprint)  # a leftover or a lock has no fingerprint
+        got = (
+            Resolved(fingerprint, at_path)
+            if at_path and not at_path.fingerprint
+            else resolve(fingerprint, report, ledger)
+        )
     entry = got.entry
     if entry is None:
         return EntryReport(report, got.fingerprint, None, tuple(ledger.for_result(got.fingerprint)))

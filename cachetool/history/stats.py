@@ -426,7 +426,8 @@ def ledger_stats(
         # A call site counts as run before only from an earlier run: one call makes several
         # steps there (train_test_split's two splits, a DatasetDict's splits, two maps on a line).
         again = bool(seen_sites.get(site[0], set()) - {rec.run}) or rec.result in seen_fps
-        seen_sites.setdefault(site[0], set()).add(rec.run)
+        if rec.error is None:  # a step that raised made nothing a later run could have reused
+            seen_sites.setdefault(site[0], set()).add(rec.run)
         if rec.result is not None:
             seen_fps.add(rec.result)
         if in_period(rec):

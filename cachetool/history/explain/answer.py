@@ -42,6 +42,7 @@ ReasonKind = Literal[
     "versions",
     "same-fingerprint",
     "concurrent",
+    "failed-before",
     "first-run",
     "unexplained",
 ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cachetool.errors import CachetoolError
+from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import (
     ExplainReport,
     Reason,
@@ -73,6 +74,10 @@ def _reasons(
         return (concurrent_reason(rec, same),), StepRef.of(same)
     if same is not None and rec.computed:
         return (same_fingerprint_reason(view, rec, same),), StepRef.of(same)
+    if siblings and siblings[0].result is None and siblings[0].error:
+        when = clock_time(siblings[0].time)
+        why = f"it failed when it last ran, at {when} ({siblings[0].error}): nothing was cached"
+        return (Reason("failed-before", why),), StepRef.of(siblings[0])
     if siblings:
         return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])
     if view.first_run(rec):

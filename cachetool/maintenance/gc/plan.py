@@ -109,6 +109,7 @@ KeepCode = Literal[
     "lock-held",  # its lock is held: a preparation or download is running
     "lock-unknown",  # its lock cannot be probed: counted as held
     "guard-unknown",  # a lock whose guarded folder cannot be told
+    "lock-live",  # a lock named on the command line whose folder or download exists
     "not-regular",  # not a regular file (or, in the temp dir, not a folder: never followed)
     "not-datasets",  # its name or place says datasets did not write it
     "being-written",  # a tf.data cache a live writer is writing

@@ -255,7 +255,7 @@ class Planner(Rules):
                 self.tf_leftovers(e)
         # Locks last: whether a lock still guards something depends on the folders removed above.
         for e in locks:
-            self.lock(e)
+            self.lock(e, named=only is not None)
 
     def temp_file(self, e: Entry, data_dirs: set[Path]) -> None:
         f = e.files[0] if e.files else None
@@ -356,7 +356,7 @@ class Planner(Rules):
             reason = "interrupted download, its lock is free"
             self.leftover_file(e, f, Kind.DOWNLOAD, reason, dataset=e.dataset, lock=lock)
 
-    def lock(self, e: Entry) -> None:
+    def lock(self, e: Entry, named: bool = False) -> None:
         f = e.files[0] if e.files else None
         if f is None or not stat.S_ISREG(f.mode):
             self.skip(e, Refusal("not-regular", "not a regular file"))
@@ -366,7 +366,10 @@ class Planner(Rules):
             self.skip(e, Refusal("guard-unknown", "cannot tell which folder it guards"))
             return
         if guard.alive(frozenset(self.removing)):
-            return  # a lock of a live folder: nothing to say, it is simply part of the cache
+            if named:  # a lock of a live folder is part of the cache: said only when asked for
+                live = next(p for p in guard.paths if os.path.lexists(p))
+                self.skip(e, Refusal("lock-live", f"guards {os.path.relpath(live, self.root)}, which exists"))
+            return
         state = probe(e.path)
         if state.held:
             held = state == LockState.HELD

@@ -476,7 +476,7 @@ def check_indices(
                 continue
         if parent is not None and (parent.problems or parent.complete is False):
             continue  # the parent is the broken one: its own finding says so
-        if parent is not None and parent.rows is not None and parent.kind != Kind.INDICES:
+        if parent is not None and parent.rows is not None and parent.content != "indices":
             if biggest >= parent.rows:
                 checker.add(
                     "index-out-of-bounds",
