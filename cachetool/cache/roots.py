@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-LEDGER_DIR = ".cachetool"
+from cachetool.cache.layout import LEDGER_DIR
+
 SEGMENT_SUFFIX = ".jsonl"
 ROOTS_FILE = "roots.json"
 

@@ -260,10 +260,10 @@ def _finish(batch: _Batch, done: Callable[[int, Outcome], None]) -> None:
         while batch.pending:
             p = batch.pending.pop()
             try:
-                pids = sorted({pid for k in p.keys for pid in holders.get(k, ())})
+                pids = {pid for k in p.keys for pid in holders.get(k, ())}
                 if pids:
                     _put_back(p.aside, p.checked)
-                    raise Refused(f"became in use by pid {', '.join(map(str, pids[:5]))} (put back)")
+                    raise Refused(f"became in use by pid {pids_text(pids, 5)} (put back)")
                 _remove(p.aside, p.freed)
                 outcome = Outcome(p.item, "removed", None, *p.freed)
             except Exception as e:  # one broken item must not stop the others
