@@ -745,8 +745,8 @@ def test_a_temp_run_reads_neither_the_ledger_nor_the_pins(lockroot: Path, tmp_pa
 @pytest.mark.slow
 def test_removing_one_leftover_loads_only_what_it_needs(lockroot: Path, tmp_path: Path) -> None:
     """`gc --temp -y` removing one tmp file of a killed writer loads no Arrow read index, no
-    read-ahead, no fingerprint hashing and no ledger compaction: those serve data files and
-    long ledgers, which such a run does not meet."""
+    read-ahead, no fingerprint hashing, no ledger compaction and no lease writer: those serve
+    data files, long ledgers and traced runs, which such a run does not meet."""
     folder = lockroot / "csv" / "default" / "0.0.0" / "abc123abc123abc1"
     (folder / "dataset_info.json").write_text('{"splits": {"train": {"num_examples": 1}}}')
     leftover = folder / "tmpabcd1234"
@@ -759,6 +759,7 @@ def test_removing_one_leftover_loads_only_what_it_needs(lockroot: Path, tmp_path
         "cachetool.cache.readahead",
         "cachetool.fingerprint.hashing",
         "cachetool.history.compact",
+        "cachetool.trace.leases",
     )
     code = (
         "import runpy, sys\n"

@@ -52,6 +52,7 @@ from typing import Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
+from cachetool.history import writer
 from cachetool.history.records.base import LedgerRecord, order_key
 from cachetool.history.records.other import (
     COMPACTED_PREFIX,
@@ -295,6 +296,20 @@ def _not_own(folder: Path, within: Path) -> str | None:
     if os.path.commonpath([real, base]) != base:
         return f"its real path {real} is outside {base}"
     return None
+
+
+def compact_if_large(
+    root: str | os.PathLike[str], *, dry_run: bool = False, wait: bool = True
+) -> CompactionReport | None:
+    """`compact_ledger(root, dry_run=dry_run)` when more than `AUTO_BYTES` could be folded (what a
+    traced run does as it ends and `gc` after a removal); None, doing nothing, otherwise or when
+    another compaction holds the ledger (waited for a minute with `wait`, not at all without)."""
+    if writer.foldable_bytes(root) <= writer.AUTO_BYTES:
+        return None
+    try:
+        return compact_ledger(root, dry_run=dry_run, timeout=60 if wait else 0)
+    except CachetoolError:
+        return None
 
 
 def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now: float) -> CompactionReport:

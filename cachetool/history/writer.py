@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetool.cache.roots import (
     SEGMENT_SUFFIX,
@@ -35,11 +35,7 @@ from cachetool.cache.roots import (
     register_root,
     segment_name,
 )
-from cachetool.errors import CachetoolError
 from cachetool.history.records.other import COMPACTED_PREFIX, GcRecord
-
-if TYPE_CHECKING:
-    from cachetool.history.compact import CompactionReport
 
 #: The record format this cachetool writes. Readers accept any version >= 1.
 RECORD_VERSION = 1
@@ -306,20 +302,3 @@ def foldable_bytes(root: str | os.PathLike[str], keep_runs: int = KEEP_RUNS) -> 
             raw.sort(key=lambda st: st.st_mtime)
             total += sum(st.st_size for st in raw[: max(0, len(raw) - keep_runs)])
     return total
-
-
-def compact_if_large(
-    root: str | os.PathLike[str], *, dry_run: bool = False, wait: bool = True
-) -> CompactionReport | None:
-    """`compact_ledger(root, dry_run=dry_run)` when more than `AUTO_BYTES` could be folded (what a
-    traced run does as it ends and `gc` after a removal); None, doing nothing, otherwise or when
-    another compaction holds the ledger (waited for a minute with `wait`, not at all without).
-    The compaction module is loaded only then."""
-    if foldable_bytes(root) <= AUTO_BYTES:
-        return None
-    from cachetool.history.compact import compact_ledger
-
-    try:
-        return compact_ledger(root, dry_run=dry_run, timeout=60 if wait else 0)
-    except CachetoolError:
-        return None

@@ -286,7 +286,7 @@ class Tracer:
         self._ended = True
         for root in list(sink.roots):
             self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
-        from cachetool.history.writer import compact_if_large
+        from cachetool.history.compact import compact_if_large
 
         for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
             compact_if_large(root, wait=False)

@@ -293,9 +293,7 @@ def gc_cache(
     else:
         plan = plan_gc(existing_root(cache_dir), o)
     if dry_run and plan.items:
-        from cachetool.history.writer import compact_if_large
-
-        return GcRun(plan, None, dry_run=True, compaction=compact_if_large(plan.root, dry_run=True))
+        return GcRun(plan, None, dry_run=True, compaction=_compact_if_large(plan.root, dry_run=True))
     if dry_run or not o.selects:
         return GcRun(plan, None, dry_run=dry_run)
     if not plan.items:
@@ -309,9 +307,18 @@ def gc_cache(
     result = execute(plan)
     if not result.removed:
         return GcRun(plan, result)
-    from cachetool.history.writer import compact_if_large
+    return GcRun(plan, result, compaction=_compact_if_large(plan.root))  # the ledger stays bounded
 
-    return GcRun(plan, result, compaction=compact_if_large(plan.root))  # the ledger stays bounded
+
+def _compact_if_large(root: Path, dry_run: bool = False) -> CompactionReport | None:
+    """`compact_if_large(root)`, its module loaded only for a ledger past `AUTO_BYTES`."""
+    from cachetool.history.writer import AUTO_BYTES, foldable_bytes
+
+    if foldable_bytes(root) <= AUTO_BYTES:
+        return None
+    from cachetool.history.compact import compact_if_large
+
+    return compact_if_large(root, dry_run=dry_run)
 
 
 def _keyword_signature() -> inspect.Signature:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
@@ -41,6 +40,7 @@ from cachetool.maintenance.gc.plan import (
 )
 from cachetool.maintenance.liveness import (
     InUse,
+    Lease,
     LockBusy,
     acquire,
     lock_guard,
@@ -49,9 +49,6 @@ from cachetool.maintenance.liveness import (
     remove_stale_leases,
     socket_reason,
 )
-
-if TYPE_CHECKING:
-    from cachetool.trace.leases import Lease
 
 GC_LOCK_NAME = "gc.lock"
 #: The leases of a liveness snapshot older than this are read again before the next item (a run
