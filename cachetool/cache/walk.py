@@ -172,7 +172,7 @@ class Walker:
         assert st is not None
         size, ctime_ns, ino = st.st_size, st.st_ctime_ns, st.st_ino
         path = item.prefix + name
-        if layout.TEMP_FILE_RE.match(name):  # a file still being written is never remembered half-read
+        if name[:3] == "tmp" and layout.TEMP_FILE_RE.match(name):  # being written: never remembered
             return read_summary(path, size)
         index, ahead = self.index, self.ahead
         if index is None or ahead is None:
