@@ -1,8 +1,11 @@
-"""Whether a process of this host runs: the one answer every command gives (a zombie has ended)."""
+"""Whether a process of this host runs: the one answer every command gives (a zombie has ended);
+what tells this host from another (`this_host`)."""
 
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import dataclass
 
 #: `/proc/<pid>/stat` states of a process that has ended: zombie, dead.
 _ENDED = (b"Z", b"X", b"x")
@@ -70,3 +73,26 @@ def _boot_time() -> float:
             if line.startswith("btime "):
                 return float(line.split()[1])
     raise ValueError("no btime in /proc/stat")
+
+
+@dataclass(frozen=True)
+class HostId:
+    """What tells one host (kernel) and one PID namespace from another."""
+
+    host: str
+    boot_id: str
+    pid_ns: int
+
+
+def this_host() -> HostId:
+    """This process's host name, kernel boot id and PID namespace."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot_id = f.read().strip()
+    except OSError:
+        boot_id = ""
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = 0
+    return HostId(socket.gethostname(), boot_id, pid_ns)

@@ -758,6 +758,40 @@ def test_a_temp_run_reads_neither_the_ledger_nor_the_pins(lockroot: Path, tmp_pa
     assert proc.stdout.split() == ["1", "[]"]
 
 
+@pytest.mark.slow
+def test_removing_one_leftover_loads_only_what_it_needs(lockroot: Path, tmp_path: Path) -> None:
+    """`gc --temp -y` removing one tmp file of a killed writer loads no Arrow read index, no
+    read-ahead, no fingerprint hashing, no ledger compaction and no lease writer: those serve
+    data files, long ledgers and traced runs, which such a run does not meet."""
+    folder = lockroot / "csv" / "default" / "0.0.0" / "abc123abc123abc1"
+    (folder / "dataset_info.json").write_text('{"splits": {"train": {"num_examples": 1}}}')
+    leftover = folder / "tmpabcd1234"
+    leftover.write_bytes(b"\xff\xff\xff\xff")
+    leftover.chmod(0o600)
+    set_age([leftover], 1)
+    (tmp_path / "tmp").mkdir()
+    heavy = (
+        "cachetool.cache.index",
+        "cachetool.cache.readahead",
+        "cachetool.fingerprint.hashing",
+        "cachetool.history.compact",
+        "cachetool.trace.leases",
+    )
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['cachetool', 'gc', '--temp', '-y', '--cache-dir', {str(lockroot)!r}, "
+        f"'--tmp-dir', {str(tmp_path / 'tmp')!r}]\n"
+        "try:\n"
+        "    runpy.run_module('cachetool', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert not leftover.exists()
+    assert proc.stdout.splitlines()[-1] == "[]"
+
+
 def test_a_plan_is_plain_data(lockroot: Path) -> None:
     """Plans compare by value: a test (or a user) can assert a whole plan."""
     from cachetool.cache.layout import Kind

@@ -379,7 +379,7 @@ def test_a_gc_that_removed_something_compacts_a_large_ledger(
     compacts it and says so; stats totals unchanged."""
     import pyarrow as pa
 
-    from cachetool.history import compact
+    from cachetool.history import writer
     from cachetool.maintenance.gc import gc_cache
 
     root = tmp_path / "cache"
@@ -390,7 +390,7 @@ def test_a_gc_that_removed_something_compacts_a_large_ledger(
     with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, schema) as w:
         w.write_batch(pa.record_batch([pa.array([1])], schema=schema))
     os.utime(path, (1e9, 1e9))
-    monkeypatch.setattr(compact, "AUTO_BYTES", 1000)
+    monkeypatch.setattr(writer, "AUTO_BYTES", 1000)
     dry = gc_cache(root, ["00000000000000aa"], min_age=0, dry_run=True)
     assert dry.compaction is not None and dry.compaction.dry_run and dry.compaction.runs == 10
     shown = invoke("gc", "00000000000000aa", "--min-age", "0", "--dry-run", "--cache-dir", str(root))
@@ -519,7 +519,7 @@ def test_a_traced_run_that_ends_compacts_a_long_ledger_so_reading_it_stays_cheap
     compacted by the next `cachetool run` as it ends, with no `gc` or `stats --compact`: the old
     runs summarised, the ledger a fraction of its size, the runs counted and the lineage of what
     the cache holds unchanged."""
-    from cachetool.history.compact import AUTO_BYTES, foldable_bytes
+    from cachetool.history.writer import AUTO_BYTES, foldable_bytes
     from tests.conftest import cachetool_run, hf_env
 
     root = tmp_path / "cache"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.fstype import file_system, is_shared_type, mount_of
-from cachetool.processes import process_start
-from cachetool.trace.leases import Lease, lease_state, this_host
+from cachetool.maintenance.liveness import Lease, lease_state
+from cachetool.processes import process_start, this_host
 from tests.conftest import hf_env
 
 # Mount-table lines as they appear on real machines (one per file system family).

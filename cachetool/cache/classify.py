@@ -20,7 +20,6 @@ from cachetool.cache.entries import derived_entry, plain_arrow_entry, shard_set_
 from cachetool.cache.layout import Kind, parse_cache_file
 from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, Liveness
 from cachetool.cache.walk import Item, Walker, list_dir
-from cachetool.fingerprint.hashing import loaded_fingerprint
 from cachetool.safejson import read_json_file
 
 #: A cheap first look before the tf.data patterns: names that may belong to a tf.data cache.
@@ -220,6 +219,8 @@ class Scanner(Walker):
     def saved(
         self, path: Path, items: Sequence[Item], unit: Path | None = None, split_name: str | None = None
     ) -> None:
+        from cachetool.fingerprint.hashing import loaded_fingerprint  # (not for a walk of leftovers)
+
         state = read_json(path / layout.STATE_JSON)
         meta = self.meta_files(items)
         label = f"{unit.name}/{path.name}" if unit is not None else path.name

@@ -13,7 +13,6 @@ from cachetool.cache import layout
 from cachetool.cache.arrow import IPC_FILE, STREAM
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, RecordedUse
-from cachetool.fingerprint.hashing import source_split_fingerprint
 
 
 def _content(f: CacheFile) -> str | None:
@@ -112,6 +111,8 @@ def _shards(files: Iterable[CacheFile], count: int) -> tuple[int, list[int]]:
 
 
 def source_entry(split: str, files: list[CacheFile], count: int | None, ds: DatasetDir | None) -> Entry:
+    from cachetool.fingerprint.hashing import source_split_fingerprint  # (not for a walk of leftovers)
+
     assert ds is not None
     files.sort(key=lambda f: f.shard or (0, 0))
     fp = source_split_fingerprint(ds.relative_data_dir, split) if ds.relative_data_dir else None

@@ -18,9 +18,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-LEDGER_DIR = ".cachetool"
+from cachetool.cache.layout import LEDGER_DIR
+
 SEGMENT_SUFFIX = ".jsonl"
 ROOTS_FILE = "roots.json"
+#: Where a root keeps its leases (`cachetool.trace.leases`), below its `.cachetool/` folder.
+LEASES_DIR = "leases"
+#: The longest a lease lives after its last renewal, whatever it or `CACHETOOL_LEASE_SECONDS`
+#: says: a lease file is written by whoever can write the cache, and one that claimed to live
+#: forever would keep gc from freeing anything.
+MAX_LEASE_SECONDS = 3600.0
+
+
+def leases_dir(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / LEDGER_DIR / LEASES_DIR
 
 
 def user_state_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -17,7 +17,6 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.classify import Scanner
 from cachetool.cache.entries import attach_usage, attribute_locks
-from cachetool.cache.index import ReadIndex
 from cachetool.cache.model import (
     CacheReport,
     Entry,
@@ -55,15 +54,15 @@ def scan_cache(
     root_path = root_path.resolve()
     own = _is_cachetool_state(root_path)
     with gc_paused():
-        index = ReadIndex(root_path, enabled=use_index and not own)
-        scanner = Scanner(root_path, index, progress, liveness)
+        scanner = Scanner(root_path, use_index, progress, liveness)
         if not own:
             try:
-                scanner.ahead.start()  # unread headers read on other cores while the walk goes on
                 scanner.walk(root_path)
             finally:
-                scanner.ahead.close()
-        index.save()
+                if scanner.ahead is not None:
+                    scanner.ahead.close()
+        if scanner.index is not None:
+            scanner.index.save()
         entries = attribute_locks(scanner.entries, scanner.datasets)
         if usage:
             entries = attach_usage(entries, usage)

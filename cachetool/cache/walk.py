@@ -19,14 +19,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path, PosixPath, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
-from cachetool.cache.index import ReadIndex
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheFile, DatasetDir, Entry, Liveness, ScanWarning
-from cachetool.cache.readahead import ReadAhead
+
+if TYPE_CHECKING:
+    from cachetool.cache.index import ReadIndex
+    from cachetool.cache.readahead import ReadAhead
 
 
 class Item:
@@ -110,24 +112,27 @@ class Walker:
     def __init__(
         self,
         root: Path,
-        index: ReadIndex,
+        use_index: bool,
         progress: Callable[[int], None] | None,
         liveness: Callable[..., Liveness] | None = None,
     ) -> None:
         self.root = root
-        self.index = index
+        self.use_index = use_index
+        #: The read index and the headers read on other cores, from the first Arrow file met on
+        #: (a walk that meets only leftovers, as `gc --temp` may, loads neither).
+        self.index: ReadIndex | None = None
+        self.ahead: ReadAhead | None = None
         self.entries: list[Entry] = []
         self.datasets: list[DatasetDir] = []
         self.warnings: list[ScanWarning] = []
         self.progress = progress
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
-        self.ahead = ReadAhead(str(root), self.root_len, index)  # headers read on other cores
         self.liveness = liveness
         self._in_use: Liveness | None = None  # taken only when a tf.data writer left a lockfile
         self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
         self._folder = ""  # the same, relative to the root
-        self._walked = self.ahead.walked  # folders (text + "/") whose Arrow files the walk has met
+        self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
@@ -163,23 +168,36 @@ class Walker:
         return self._folder
 
     def summary(self, item: Item) -> ArrowSummary:
-        folder = self._folder_of(item)
         name, st = item.name, item.st
         assert st is not None
         size, ctime_ns, ino = st.st_size, st.st_ctime_ns, st.st_ino
-        cached = self.index.get_in(folder, name, size, ctime_ns, ino)
+        path = item.prefix + name
+        if name[:3] == "tmp" and layout.TEMP_FILE_RE.match(name):  # being written: never remembered
+            return read_summary(path, size)
+        index, ahead = self.index, self.ahead
+        if index is None or ahead is None:
+            index, ahead = self._start_reading()
+        folder = self._folder_of(item)
+        cached = index.get_in(folder, name, size, ctime_ns, ino)
         if cached is not None:
             return cached
-        path = item.prefix + name
-        ahead = self.ahead
         summary = ahead.result(path) if ahead.pending else None
         if summary is None:
             ahead.missed()
             summary = read_summary(path, size)
-        # A file still being written (a live tmp* file) must not be remembered half-read.
-        if not layout.TEMP_FILE_RE.match(name):
-            self.index.put(folder, name, size, ctime_ns, ino, summary)
+        index.put(folder, name, size, ctime_ns, ino, summary)
         return summary
+
+    def _start_reading(self) -> tuple[ReadIndex, ReadAhead]:
+        """Load the read index and have unread headers read on other cores as the walk goes on."""
+        from cachetool.cache.index import ReadIndex
+        from cachetool.cache.readahead import ReadAhead
+
+        self.index = index = ReadIndex(self.root, enabled=self.use_index)
+        self.ahead = ahead = ReadAhead(str(self.root), self.root_len, index)
+        ahead.walked = self._walked
+        ahead.start()
+        return index, ahead
 
     def tree_files(self, path: Path) -> list[CacheFile]:
         """Every regular file below `path` (for folders listed as one unit), links not followed."""

@@ -220,7 +220,7 @@ def show_compaction(out: Output, run: GcRun) -> None:
     """One line for the ledger compaction that followed (or would follow) the removals."""
     if run.compaction is not None and out.format == OutputFormat.human:
         from cachetool.cli.stats import compaction_line
-        from cachetool.history.compact import AUTO_BYTES
+        from cachetool.history.writer import AUTO_BYTES
 
         out.line(f"{compaction_line(run.compaction)} (over {human_size(AUTO_BYTES)})")
         for w in run.compaction.warnings:

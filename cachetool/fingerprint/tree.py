@@ -18,6 +18,7 @@ import functools
 import itertools
 import re
 import reprlib
+import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypedDict, cast
@@ -279,14 +280,21 @@ _TIMES = (datetime.datetime, datetime.date, datetime.time, datetime.timedelta)
 MORE: Any = object()  # a marker label: more items than shown
 
 
-def _by_reference(obj: Any) -> bool:
-    """Whether dill pickles this function or class by reference (module + qualname), not by value."""
-    try:
-        from dill._dill import _locate_function
-
-        return bool(_locate_function(obj, None))
-    except Exception:
+def by_reference(fn: Any) -> bool:
+    """Whether dill (and so `datasets`) pickles this function or class as module + name, not by
+    value."""
+    module = getattr(fn, "__module__", None)
+    if module in (None, "__main__", "__mp_main__"):
         return False
+    qualname = getattr(fn, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        return False
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is fn
 
 
 def _tokenizer_state(obj: Any) -> dict[str, Any] | None:
@@ -339,7 +347,7 @@ def decomposable(obj: Any) -> bool:
     if full_module.split(".")[0] in LEAF_MODULES or full_module.startswith(_DATASETS_DATA_MODULES):
         return False
     if isinstance(obj, (types.FunctionType, type)):
-        return not _by_reference(obj)
+        return not by_reference(obj)
     return not isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType))
 
 
@@ -475,11 +483,11 @@ def _object_children(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
     dictitems = reduced[4] if len(reduced) > 4 else None
     if getattr(ctor, "__name__", "") == "__newobj__" and args:
         cls, args = args[0], args[1:]
-        if isinstance(cls, type) and not _by_reference(cls):
+        if isinstance(cls, type) and not by_reference(cls):
             yield "class", cls
     elif getattr(ctor, "__name__", "") == "_reconstructor" and args:
         cls = args[0]
-        if isinstance(cls, type) and not _by_reference(cls):
+        if isinstance(cls, type) and not by_reference(cls):
             yield "class", cls
         args = ()
     for i, arg in enumerate(args or ()):

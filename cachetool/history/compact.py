@@ -52,6 +52,7 @@ from typing import Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
+from cachetool.history import writer
 from cachetool.history.records.base import LedgerRecord, order_key
 from cachetool.history.records.other import (
     COMPACTED_PREFIX,
@@ -66,7 +67,7 @@ from cachetool.history.records.other import (
     step_sums,
 )
 from cachetool.history.records.steps import COUNTED, StepRecord, source_hashes, written_bytes
-from cachetool.history.writer import ENCODER, RECORD_VERSION
+from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION
 from cachetool.processes import alive
 
 
@@ -190,13 +191,6 @@ def remove_leftovers(folder: Path, dfd: int) -> None:
         unlink_replaced(dfd, name, size)
 
 
-#: Segments kept whole per ledger folder (the newest ones, one per traced process: `cachetool
-#: run` traces one run each): `explain` compares a step with these.
-KEEP_RUNS = 50
-#: Past this many bytes of segments that compaction would fold (older than the newest
-#: `KEEP_RUNS` of their folder), a traced run that ends and a `gc` run compact the ledger by
-#: themselves: reading the whole ledger (`lineage`, `explain`, `ls`) stays about a second.
-AUTO_BYTES = 16 * 1024 * 1024
 #: A segment written on another host is compacted only this long after it recorded its end.
 OTHER_HOST_GRACE = 3600.0
 
@@ -305,29 +299,13 @@ def _not_own(folder: Path, within: Path) -> str | None:
     return None
 
 
-def foldable_bytes(root: str | os.PathLike[str], keep_runs: int = KEEP_RUNS) -> int:
-    """Bytes of the segments compaction could fold: in each ledger folder, those not yet compacted
-    and older (by mtime) than its newest `keep_runs`. Only `stat`s: cheap enough for every run."""
-    total = 0
-    for folder in ledger_dirs(root):
-        with contextlib.suppress(OSError), os.scandir(folder) as it:
-            raw = [
-                de.stat()
-                for de in it
-                if de.name.endswith(SEGMENT_SUFFIX) and not de.name.startswith(COMPACTED_PREFIX)
-            ]
-            raw.sort(key=lambda st: st.st_mtime)
-            total += sum(st.st_size for st in raw[: max(0, len(raw) - keep_runs)])
-    return total
-
-
 def compact_if_large(
     root: str | os.PathLike[str], *, dry_run: bool = False, wait: bool = True
 ) -> CompactionReport | None:
     """`compact_ledger(root, dry_run=dry_run)` when more than `AUTO_BYTES` could be folded (what a
     traced run does as it ends and `gc` after a removal); None, doing nothing, otherwise or when
     another compaction holds the ledger (waited for a minute with `wait`, not at all without)."""
-    if foldable_bytes(root) <= AUTO_BYTES:
+    if writer.foldable_bytes(root) <= writer.AUTO_BYTES:
         return None
     try:
         return compact_ledger(root, dry_run=dry_run, timeout=60 if wait else 0)

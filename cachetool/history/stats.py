@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachetool.cache.roots import LEDGER_DIR, fallback_ledger_dir
+from cachetool.cache.layout import LEDGER_DIR
+from cachetool.cache.roots import fallback_ledger_dir
 from cachetool.cache.store import read_state_json, write_whole
 from cachetool.errors import CachetoolError
 from cachetool.formatting import human_duration

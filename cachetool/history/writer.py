@@ -31,10 +31,11 @@ from cachetool.cache.roots import (
     SEGMENT_SUFFIX,
     fallback_ledger_dir,
     ledger_dir,
+    ledger_dirs,
     register_root,
     segment_name,
 )
-from cachetool.history.records.other import GcRecord
+from cachetool.history.records.other import COMPACTED_PREFIX, GcRecord
 
 #: The record format this cachetool writes. Readers accept any version >= 1.
 RECORD_VERSION = 1
@@ -276,3 +277,28 @@ class GcLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: Segments kept whole per ledger folder (the newest ones, one per traced process: `cachetool
+#: run` traces one run each): `explain` compares a step with these.
+KEEP_RUNS = 50
+#: Past this many bytes of segments that compaction would fold (older than the newest
+#: `KEEP_RUNS` of their folder), a traced run that ends and a `gc` run compact the ledger by
+#: themselves: reading the whole ledger (`lineage`, `explain`, `ls`) stays about a second.
+AUTO_BYTES = 16 * 1024 * 1024
+
+
+def foldable_bytes(root: str | os.PathLike[str], keep_runs: int = KEEP_RUNS) -> int:
+    """Bytes of the segments compaction could fold: in each ledger folder, those not yet compacted
+    and older (by mtime) than its newest `keep_runs`. Only `stat`s: cheap enough for every run."""
+    total = 0
+    for folder in ledger_dirs(root):
+        with contextlib.suppress(OSError), os.scandir(folder) as it:
+            raw = [
+                de.stat()
+                for de in it
+                if de.name.endswith(SEGMENT_SUFFIX) and not de.name.startswith(COMPACTED_PREFIX)
+            ]
+            raw.sort(key=lambda st: st.st_mtime)
+            total += sum(st.st_size for st in raw[: max(0, len(raw) - keep_runs)])
+    return total

@@ -27,6 +27,7 @@ import types
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from cachetool.fingerprint.tree import by_reference
 from cachetool.history.records.parts import ArgInfo, ColumnHead, FunctionInfo, RandomFallback
 from cachetool.trace.calls import Frame, HashEvent
 
@@ -382,22 +383,6 @@ def is_user_file(filename: str | None) -> bool:
     if "site-packages" in path or "dist-packages" in path:
         return False
     return not path.startswith(_system_prefixes())
-
-
-def by_reference(fn: Any) -> bool:
-    """Whether dill (and so `datasets`) pickles this function as module + name, not as code."""
-    module = getattr(fn, "__module__", None)
-    if module in (None, "__main__", "__mp_main__"):
-        return False
-    qualname = getattr(fn, "__qualname__", "")
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        return False
-    obj: Any = sys.modules.get(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return False
-    return obj is fn
 
 
 def code_hash(code: types.CodeType) -> str:

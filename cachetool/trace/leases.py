@@ -6,7 +6,8 @@ start time), renewed from a daemon thread (`hold_lease`), written to a temp name
 at exit. Taking one creates `.cachetool/leases/` in an existing root, never the root; a renewal
 creates nothing (a deleted root stays deleted). A lease of this host and PID namespace is judged by
 `/proc`; any other lives until it expires, and while it lives, what was modified in its root since
-its process started is live (`InUse.lease_over(mtime)`).
+its process started is live (`InUse.lease_over(mtime)`). They are read in
+`cachetool.maintenance.liveness`.
 """
 
 from __future__ import annotations
@@ -15,34 +16,17 @@ import atexit
 import contextlib
 import dataclasses
 import json
-import math
 import os
-import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from cachetool.cache.roots import make_state_dir
-from cachetool.processes import process_start
+from cachetool.cache.roots import MAX_LEASE_SECONDS, leases_dir, make_state_dir
+from cachetool.processes import process_start, this_host
 
-#: Where a root keeps its leases, below its `.cachetool/` folder.
-LEASES_DIR = "leases"
 #: Seconds a lease lives after its last renewal, unless `CACHETOOL_LEASE_SECONDS` says otherwise.
 DEFAULT_LEASE_SECONDS = 60.0
-#: The longest a lease lives after its last renewal, whatever it or `CACHETOOL_LEASE_SECONDS`
-#: says: a lease file is written by whoever can write the cache, and one that claimed to live
-#: forever would keep gc from freeing anything.
-MAX_LEASE_SECONDS = 3600.0
-#: The most a lease file is read of (one is about 300 bytes).
-MAX_LEASE_BYTES = 64 * 1024
-#: How far the clocks of two hosts (and a file server's) may disagree: a lease covers files
-#: modified up to this long before its process started.
-CLOCK_SKEW = 300.0
-
-LeaseState = Literal["live", "expired", "dead"]
 
 
 def lease_seconds(environ: dict[str, str] | None = None) -> float:
@@ -54,125 +38,6 @@ def lease_seconds(environ: dict[str, str] | None = None) -> float:
     except ValueError:
         return DEFAULT_LEASE_SECONDS
     return min(value, MAX_LEASE_SECONDS) if value > 0 else DEFAULT_LEASE_SECONDS
-
-
-@dataclass(frozen=True)
-class HostId:
-    """What tells one host (kernel) and one PID namespace from another."""
-
-    host: str
-    boot_id: str
-    pid_ns: int
-
-
-def this_host() -> HostId:
-    """This process's host name, kernel boot id and PID namespace."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            boot_id = f.read().strip()
-    except OSError:
-        boot_id = ""
-    try:
-        pid_ns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        pid_ns = 0
-    return HostId(socket.gethostname(), boot_id, pid_ns)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One writing process's announcement, as read from its lease file."""
-
-    path: Path
-    host: str
-    boot_id: str
-    pid: int
-    pid_ns: int
-    start: float  # when the process started
-    renewed: float  # its last renewal (the later of the recorded time and the file's mtime)
-    lifetime: float
-    command: str = ""
-
-    @property
-    def expires(self) -> float:
-        return self.renewed + self.lifetime
-
-    def is_local(self, me: HostId) -> bool:
-        """Of this kernel and of a PID namespace whose processes `/proc` shows by these pids."""
-        return bool(self.boot_id) and self.boot_id == me.boot_id and self.pid_ns == me.pid_ns
-
-    def __str__(self) -> str:
-        from cachetool.formatting import safe_text  # the host name is whatever the file says
-
-        return f"pid {self.pid} on {safe_text(self.host)}"
-
-    def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "path": os.fsdecode(self.path)}
-
-
-def leases_dir(root: str | os.PathLike[str]) -> Path:
-    from cachetool.cache.layout import LEDGER_DIR
-
-    return Path(root) / LEDGER_DIR / LEASES_DIR
-
-
-def read_lease(path: Path) -> Lease | None:
-    """A lease file, or None when it is not one (read through `cachetool.cache.store`; times must be
-    finite; its lifetime is at most `MAX_LEASE_SECONDS`)."""
-    from cachetool.cache.store import open_state  # (not for every importer of this module)
-    from cachetool.safejson import parse_json, read_open_file
-
-    try:
-        fd = open_state(path)
-    except (OSError, ValueError):
-        return None
-    try:
-        st = os.fstat(fd)
-        doc = parse_json(read_open_file(fd, MAX_LEASE_BYTES))
-        start, renewed, lifetime = (float(doc[k]) for k in ("start", "renewed", "lifetime"))
-        if not all(map(math.isfinite, (start, renewed, lifetime))) or lifetime <= 0:
-            return None
-        host, boot_id, command = str(doc["host"]), str(doc["boot_id"]), str(doc.get("command", ""))
-        renewed, lifetime = max(renewed, st.st_mtime), min(lifetime, MAX_LEASE_SECONDS)
-        return Lease(
-            path, host, boot_id, int(doc["pid"]), int(doc["pid_ns"]), start, renewed, lifetime, command
-        )
-    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
-        return None
-    finally:
-        os.close(fd)
-
-
-def lease_state(lease: Lease, me: HostId | None = None, now: float | None = None) -> LeaseState:
-    """`live`, `expired` (another host's lease, not renewed within its lifetime) or `dead` (a
-    lease of this host whose process is gone, has ended unreaped, or is another process with the
-    same pid)."""
-    me = me or this_host()
-    if lease.is_local(me):
-        started = process_start(lease.pid)
-        return "live" if started is not None and abs(started - lease.start) < 2.0 else "dead"
-    now = time.time() if now is None else now
-    if lease.renewed > now + CLOCK_SKEW:  # a renewal from the future is not one: it never expires
-        return "expired"
-    return "live" if now < lease.expires else "expired"
-
-
-def judge_leases(root: str | os.PathLike[str], now: float | None = None) -> list[tuple[Lease, LeaseState]]:
-    """Every lease of `root` with its state (unreadable lease files are left alone)."""
-    folder = leases_dir(root)
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    me = this_host()
-    out = []
-    for name in names:
-        if name.startswith(".") or not name.endswith(".json"):
-            continue
-        lease = read_lease(folder / name)
-        if lease is not None:
-            out.append((lease, lease_state(lease, me, now)))
-    return out
 
 
 class _Holder:

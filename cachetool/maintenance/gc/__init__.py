@@ -235,7 +235,7 @@ class GcRun:
     dry_run: bool = False
     declined: bool = False  # `confirm` said no: nothing removed
     #: The ledger compaction that followed the removals (a dry run: that would follow), when the
-    #: ledger is past `cachetool.history.compact.AUTO_BYTES`.
+    #: ledger is past `cachetool.history.writer.AUTO_BYTES`.
     compaction: CompactionReport | None = None
 
     @property
@@ -279,7 +279,7 @@ def gc_cache(
     raises `ConfirmationNeeded` (exit 2). With nothing selected (no `temp`, nothing named, no
     limit) nothing is scanned and the plan's one warning says so. Stale leases are removed even
     when the plan removes nothing: they protect nothing any more. After a removal, a ledger
-    larger than `cachetool.history.compact.AUTO_BYTES` is compacted (`compact_if_large`); the
+    larger than `cachetool.history.writer.AUTO_BYTES` is compacted (`compact_if_large`); the
     run's `compaction` says what that did (a dry run: what it would do)."""
     from cachetool.cache.dirs import existing_root, resolve_cache_root
     from cachetool.maintenance.gc.execute import execute
@@ -293,9 +293,7 @@ def gc_cache(
     else:
         plan = plan_gc(existing_root(cache_dir), o)
     if dry_run and plan.items:
-        from cachetool.history.compact import compact_if_large
-
-        return GcRun(plan, None, dry_run=True, compaction=compact_if_large(plan.root, dry_run=True))
+        return GcRun(plan, None, dry_run=True, compaction=_compact_if_large(plan.root, dry_run=True))
     if dry_run or not o.selects:
         return GcRun(plan, None, dry_run=dry_run)
     if not plan.items:
@@ -309,9 +307,18 @@ def gc_cache(
     result = execute(plan)
     if not result.removed:
         return GcRun(plan, result)
+    return GcRun(plan, result, compaction=_compact_if_large(plan.root))  # the ledger stays bounded
+
+
+def _compact_if_large(root: Path, dry_run: bool = False) -> CompactionReport | None:
+    """`compact_if_large(root)`, its module loaded only for a ledger past `AUTO_BYTES`."""
+    from cachetool.history.writer import AUTO_BYTES, foldable_bytes
+
+    if foldable_bytes(root) <= AUTO_BYTES:
+        return None
     from cachetool.history.compact import compact_if_large
 
-    return GcRun(plan, result, compaction=compact_if_large(plan.root))  # the ledger stays bounded
+    return compact_if_large(root, dry_run=dry_run)
 
 
 def _keyword_signature() -> inspect.Signature:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
@@ -41,6 +40,7 @@ from cachetool.maintenance.gc.plan import (
 )
 from cachetool.maintenance.liveness import (
     InUse,
+    Lease,
     LockBusy,
     acquire,
     lock_guard,
@@ -49,9 +49,6 @@ from cachetool.maintenance.liveness import (
     remove_stale_leases,
     socket_reason,
 )
-
-if TYPE_CHECKING:
-    from cachetool.trace.leases import Lease
 
 GC_LOCK_NAME = "gc.lock"
 #: The leases of a liveness snapshot older than this are read again before the next item (a run
@@ -260,10 +257,10 @@ def _finish(batch: _Batch, done: Callable[[int, Outcome], None]) -> None:
         while batch.pending:
             p = batch.pending.pop()
             try:
-                pids = sorted({pid for k in p.keys for pid in holders.get(k, ())})
+                pids = {pid for k in p.keys for pid in holders.get(k, ())}
                 if pids:
                     _put_back(p.aside, p.checked)
-                    raise Refused(f"became in use by pid {', '.join(map(str, pids[:5]))} (put back)")
+                    raise Refused(f"became in use by pid {pids_text(pids, 5)} (put back)")
                 _remove(p.aside, p.freed)
                 outcome = Outcome(p.item, "removed", None, *p.freed)
             except Exception as e:  # one broken item must not stop the others

@@ -16,13 +16,12 @@ from cachetool.cache import layout
 from cachetool.cache.layout import Kind, TempKind
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
-from cachetool.maintenance.liveness import InUse, TempDirUser, leased_reason, pids_text, socket_reason
+from cachetool.maintenance.liveness import InUse, Lease, TempDirUser, leased_reason, pids_text, socket_reason
 from cachetool.processes import alive, process_start
 
 if TYPE_CHECKING:
     from cachetool.maintenance.gc import GcOptions
     from cachetool.maintenance.liveness import SharedState
-    from cachetool.trace.leases import Lease
 
 #: How long a second gc waits for the first before giving up.
 LOCK_TIMEOUT = 30.0
