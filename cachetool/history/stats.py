@@ -28,7 +28,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
@@ -130,8 +131,7 @@ class Group:
     line: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "counts"}
-        return out | self.counts.to_json()
+        return json_fields(self, skip=("counts",)) | self.counts.to_json()
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class RandomReason:
     count: int
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ class Computation:
     duration: float
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return json_fields(self)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -27,6 +26,7 @@ from typing import Literal
 
 from cachetool.cache.roots import make_state_dir
 from cachetool.processes import process_start
+from cachetool.safejson import json_fields
 
 #: Where a root keeps its leases, below its `.cachetool/` folder.
 LEASES_DIR = "leases"
@@ -107,7 +107,7 @@ class Lease:
         return f"pid {self.pid} on {safe_text(self.host)}"
 
     def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "path": os.fsdecode(self.path)}
+        return json_fields(self)
 
 
 def leases_dir(root: str | os.PathLike[str]) -> Path:
@@ -185,7 +185,7 @@ class _Holder:
         start = process_start(self.pid) or time.time()
         command = " ".join(sys.argv)[:500]
         self._doc = dict(
-            v=1, **dataclasses.asdict(me), pid=self.pid, start=start, lifetime=self.lifetime, command=command
+            v=1, **json_fields(me), pid=self.pid, start=start, lifetime=self.lifetime, command=command
         )
         self.name = f"{me.host}-{self.pid}-{int(start * 1000)}.json"
         self._paths: dict[str, Path] = {}
