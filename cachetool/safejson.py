@@ -10,6 +10,7 @@ import json
 import os
 import stat
 from collections.abc import Callable, Container
+from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
@@ -83,11 +84,13 @@ def _loads(data: bytes | str, **options: Any) -> Any:
 
 def json_value(value: Any) -> Any:
     """A value as JSON shows it: a typed value by its `to_json` (or `to_dict`), a tuple or list
-    as a list of such values, a path as its text."""
+    as a list of such values, a path as its text, an enum member as its value."""
     if isinstance(value, (tuple, list)):
         return [json_value(v) for v in value]
     if isinstance(value, PurePath):
         return os.fsdecode(value)
+    if isinstance(value, Enum):
+        return value.value
     to_json = getattr(value, "to_json", None) or getattr(value, "to_dict", None)
     return to_json() if to_json is not None else value
 

@@ -18,6 +18,7 @@ from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
 from cachetool.maintenance.liveness import InUse, TempDirUser, leased_reason, pids_text, socket_reason
 from cachetool.processes import alive, process_start
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.maintenance.gc import GcOptions
@@ -84,17 +85,9 @@ class GcItem:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id,
-            "action": self.action,
-            "kind": self.kind.value,
-            "scope": self.scope,
-            "path": os.fsdecode(self.path),
+            **json_fields(self, "id", "action", "kind", "scope", "path"),
             "paths": [os.fsdecode(t.path) for t in self.targets],
-            "fingerprint": self.fingerprint,
-            "aliases": list(self.aliases),
-            "dataset": self.dataset,
-            "size": self.size,
-            "files": self.files,
+            **json_fields(self, "fingerprint", "aliases", "dataset", "size", "files"),
             "used": iso_time(self.used),
             "reason": self.reason,
         }
@@ -151,16 +144,7 @@ class Skip:
         return self.fingerprint or os.fsdecode(self.path)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind.value,
-            "scope": self.scope,
-            "path": os.fsdecode(self.path),
-            "fingerprint": self.fingerprint,
-            "size": self.size,
-            "code": self.code,
-            "reason": self.reason,
-        }
+        return json_fields(self, "id", "kind", "scope", "path", "fingerprint", "size", "code", "reason")
 
 
 class KeptBecause(str, Enum):

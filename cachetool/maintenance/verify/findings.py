@@ -31,6 +31,7 @@ from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use, stale_guard
+from cachetool.safejson import json_fields
 
 
 class Severity(str, Enum):
@@ -107,14 +108,7 @@ class Finding:
         return SEVERITY[self.code]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "severity": self.severity.value,
-            "entry": self.entry,
-            "kind": self.kind,
-            "path": os.fsdecode(self.path),
-            "problem": self.problem,
-            "hint": self.hint,
-        }
+        return json_fields(self, "severity", "entry", "kind", "path", "problem", "hint")
 
 
 #: The identity of a file that changed between the scan and the finding: matches no file.
