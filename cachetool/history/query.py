@@ -404,16 +404,12 @@ class LineageView:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "fingerprint": self.fingerprint,
-            "mode": self.mode,
-            "recorded": self.recorded,
+            **json_fields(self, "fingerprint", "mode", "recorded"),
             "steps": [
                 {"depth": d, **s.to_json(), "stale": self.stale_note(s.fingerprint) is not None}
                 for d, s in self.steps
             ],
-            "edges": [list(e) for e in self.edges],
-            "entry": self.entry.to_json() if self.entry is not None else None,
-            "unended": None if self.unended is None else self.unended.to_json(),
+            **json_fields(self, "edges", "entry", "unended"),
         }
 
 

@@ -193,12 +193,9 @@ class ConcurrentComputation:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "fingerprint": self.fingerprint,
-            "operation": self.operation,
-            "runs": self.runs,
-            "hosts": list(self.hosts),
+            **json_fields(self, "fingerprint", "operation", "runs", "hosts"),
             "lost_seconds": round(self.lost_seconds, 6),
-            "computations": [c.to_json() for c in self.computations],
+            **json_fields(self, "computations"),
         }
 
 

@@ -233,12 +233,10 @@ class GcPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "root": os.fsdecode(self.root),
-            "temp_dir": os.fsdecode(self.temp_dir) if self.temp_dir else None,
-            "items": [i.to_json() for i in self.items],
+            **json_fields(self, "root", "temp_dir", "items"),
             "bytes": self.expected_freed,
             "files": self.expected_files,
-            "skipped": [s.to_json() for s in self.skipped],
+            **json_fields(self, "skipped"),
             "kept": {
                 "entries": self.kept_entries,
                 "bytes": self.kept_bytes,
@@ -264,9 +262,7 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         return {
             **self.item.to_json(),
-            "status": self.status,
-            "reason": self.reason,
-            "freed": self.freed,
+            **json_fields(self, "status", "reason", "freed"),
             "files_removed": self.files,
         }
 

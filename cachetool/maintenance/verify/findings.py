@@ -154,14 +154,10 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "version": 1,
-            "root": os.fsdecode(self.root),
-            "deep": self.deep,
-            "entries_checked": self.entries_checked,
-            "files_checked": self.files_checked,
-            "bytes_checked": self.bytes_checked,
+            **json_fields(self, "root", "deep", "entries_checked", "files_checked", "bytes_checked"),
             "checksums_recorded": self.recorded,
             "counts": {s.value: sum(f.severity == s for f in self.findings) for s in Severity},
-            "findings": [f.to_json() for f in self.findings],
+            **json_fields(self, "findings"),
             "quarantined": [{"from": os.fsdecode(a), "to": os.fsdecode(b)} for a, b in self.quarantined],
         }
         if self.would_quarantine is not None:
