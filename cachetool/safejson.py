@@ -1,13 +1,17 @@
 """Reading the small JSON files of a cache (`dataset_info.json`, `state.json`, cachetool's own
 state) without trusting them: regular files only (a FIFO is never waited on, `/dev/zero` behind a
-symlink is never read), a size cap, and nesting too deep to parse is a bad file like any other."""
+symlink is never read), a size cap, and nesting too deep to parse is a bad file like any other;
+and the JSON form of typed values (`json_fields`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Container
+from enum import Enum
+from pathlib import PurePath
 from typing import Any
 
 #: No metadata file of a cache comes near this (a dataset_info.json of many configs is a few MB).
@@ -76,3 +80,23 @@ def _loads(data: bytes | str, **options: Any) -> Any:
         raise BadJsonFile("nested too deeply") from None
     except ValueError as e:  # UnicodeDecodeError included
         raise BadJsonFile(str(e).splitlines()[0][:200]) from None
+
+
+def json_value(value: Any) -> Any:
+    """A value as JSON shows it: a typed value by its `to_json` (or `to_dict`), a tuple or list
+    as a list of such values, a path as its text, an enum member as its value."""
+    if isinstance(value, (tuple, list)):
+        return [json_value(v) for v in value]
+    if isinstance(value, PurePath):
+        return os.fsdecode(value)
+    if isinstance(value, Enum):
+        return value.value
+    to_json = getattr(value, "to_json", None) or getattr(value, "to_dict", None)
+    return to_json() if to_json is not None else value
+
+
+def json_fields(obj: Any, *names: str, skip: Container[str] = ()) -> dict[str, Any]:
+    """The attributes `names` of `obj` (fields or properties; by default every field of the
+    dataclass `obj` but `skip`) as JSON values (`json_value`), in that order."""
+    names = names or tuple(f.name for f in dataclasses.fields(obj) if f.name not in skip)
+    return {name: json_value(getattr(obj, name)) for name in names}

@@ -45,7 +45,7 @@ def test_a_file_swapped_for_one_of_the_same_size_and_mtime_is_read_again(tmp_pat
     os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(other, target)
     second = scan_cache(root).find(fp)
-    assert second.problems == (f"file holds fingerprint {'f' * len(fp)}, name says {fp}",)
+    assert [str(p) for p in second.problems] == [f"file holds fingerprint {'f' * len(fp)}, name says {fp}"]
 
 
 def test_a_scan_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:

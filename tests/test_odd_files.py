@@ -75,7 +75,7 @@ def odd_cache(tmp_path: Path) -> Path:
 
 def test_scan_turns_every_problem_into_a_warning_not_a_crash(odd_cache: Path) -> None:
     report = scan_cache(odd_cache)
-    kinds = {e.path.name: (e.kind, e.problems) for e in report.entries}
+    kinds = {e.path.name: (e.kind, tuple(map(str, e.problems))) for e in report.entries}
     assert kinds[f"cache-{FP}.arrow"] == (Kind.DERIVED, ())
     assert kinds["cache-1111111111111111.arrow"][0] == Kind.DERIVED
     assert "no end-of-stream marker after 4 batches (100 rows)" in kinds["cache-1111111111111111.arrow"][1][0]
@@ -188,7 +188,7 @@ def _make_traversable(root: Path) -> None:
 def _scan_here(root: Path) -> dict[str, Any]:
     report = scan_cache(root)
     return {
-        "problems": [(e.path.name, list(e.problems)) for e in report.entries],
+        "problems": [(e.path.name, [str(p) for p in e.problems]) for e in report.entries],
         "kinds": [(e.path.name, e.kind.value) for e in report.entries],
     }
 

@@ -50,7 +50,7 @@ def test_every_entry_of_the_csv_dataset_has_the_kind_and_fingerprint_datasets_re
     }
     partial = by_fp(report, real_cache["partial_shards"])
     assert partial.complete is False and partial.kind_str == "shards 1/2"
-    assert partial.problems == ("partial: 1 of 2 shards (missing 00001)",)
+    assert [str(p) for p in partial.problems] == ["partial: 1 of 2 shards (missing 00001)"]
     assert by_fp(report, real_cache["shards"]).complete is True
 
 

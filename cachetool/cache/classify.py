@@ -16,9 +16,15 @@ from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.arrow import open_noatime
-from cachetool.cache.entries import derived_entry, plain_arrow_entry, shard_set_entry, source_entry
+from cachetool.cache.entries import (
+    derived_entry,
+    header_problems,
+    plain_arrow_entry,
+    shard_set_entry,
+    source_entry,
+)
 from cachetool.cache.layout import Kind, parse_cache_file
-from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, Liveness
+from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, EntryProblem, Liveness
 from cachetool.cache.walk import Item, Walker, list_dir
 from cachetool.safejson import read_json_file
 
@@ -59,7 +65,7 @@ class Scanner(Walker):
         items, err = list_dir(path)
         if err:
             self.warn(path, err)
-            self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(err,)))
+            self.entries.append(Entry(Kind.UNREADABLE, path, (), problems=(EntryProblem(err),)))
             return
         names = {it.name for it in items if it.is_file}
         is_root = path == self.root
@@ -106,7 +112,7 @@ class Scanner(Walker):
                     tuple(self.tree_files(it.path)),
                     dataset="/".join(rel.split("/")[:2]),
                     dataset_dir=final,
-                    problems=("interrupted load_dataset preparation",),
+                    problems=(EntryProblem("interrupted load_dataset preparation"),),
                 )
             )
             return
@@ -186,7 +192,7 @@ class Scanner(Walker):
                 (f,),
                 **_in(ds),
                 aliases=(fp,) if fp else (),
-                problems=("temporary file: a writer in progress or killed",),
+                problems=(EntryProblem("temporary file: a writer in progress or killed"),),
             )
         return None
 
@@ -226,7 +232,7 @@ class Scanner(Walker):
         label = f"{unit.name}/{path.name}" if unit is not None else path.name
         ds = DatasetDir(path, label, DirKind.SAVED)  # its metadata files belong to the entry below
         self.datasets.append(ds)
-        problems: list[str] = []
+        problems: list[EntryProblem] = []
         fp = aliases = None
         named: list[str] = []
         if isinstance(state, dict):
@@ -238,7 +244,7 @@ class Scanner(Walker):
                     named.append(d["filename"])
             split_name = split_name or (state.get("_split") if isinstance(state.get("_split"), str) else None)
         else:
-            problems.append("unreadable state.json")
+            problems.append(EntryProblem("unreadable state.json"))
             self.warn(path / layout.STATE_JSON, "unreadable state.json")
         files: list[CacheFile] = list(meta)
         other: list[Item] = []
@@ -248,10 +254,10 @@ class Scanner(Walker):
             elif it.name not in layout.METADATA_NAMES:
                 other.append(it)
         present = {f.name for f in files}
-        problems += [f"state.json names {n}, which is missing" for n in named if n not in present]
         problems += [
-            f"{f.name}: {f.summary.error}" for f in files if f.summary is not None and f.summary.error
+            EntryProblem(f"state.json names {n}, which is missing") for n in named if n not in present
         ]
+        problems += [p for f in files for p in header_problems(f, in_set=True)]
         self.entries.append(
             Entry(
                 Kind.SAVED,
@@ -311,7 +317,7 @@ class Scanner(Walker):
                 tuple(files),
                 dataset=path.name,
                 dataset_dir=path,
-                problems=("data-*.arrow without state.json: an interrupted save_to_disk",),
+                problems=(EntryProblem("data-*.arrow without state.json: an interrupted save_to_disk"),),
             )
         )
 
@@ -342,19 +348,21 @@ class Scanner(Walker):
         claimed: set[str] = set()
         for c in caches:
             files = tuple(self.cache_file(by_name[n], arrow=False) for n in c.files)
-            state, problems = c.state, list(c.problems)
+            state, problems = c.state, [EntryProblem(p) for p in c.problems]
             newest = max(f.mtime for f in files)
             live = self.in_use() if state == "abandoned" else None
             if live is not None and (lease := live.lease_over(newest)) is not None:
                 state = "being-written"
-                problems.append(f"may be being written by {lease} (a live lease)")
+                problems.append(EntryProblem(f"may be being written by {lease} (a live lease)"))
             elif state == "abandoned":
                 problems.append(
-                    "abandoned by a killed writer: its lockfile makes the next run fail "
-                    "(AlreadyExistsError); `cachetool gc --temp` removes it"
+                    EntryProblem(
+                        "abandoned by a killed writer: its lockfile makes the next run fail "
+                        "(AlreadyExistsError); `cachetool gc --temp` removes it"
+                    )
                 )
             elif state == "being-written":
-                problems.append(f"being written by pid {', '.join(map(str, c.writer_pids))}")
+                problems.append(EntryProblem(f"being written by pid {', '.join(map(str, c.writer_pids))}"))
             self.entries.append(
                 Entry(
                     Kind.TF_CACHE,
@@ -384,7 +392,7 @@ class Scanner(Walker):
             item.path,
             tuple(files),
             **_in(ds),
-            problems=("set aside by a gc that did not finish",),
+            problems=(EntryProblem("set aside by a gc that did not finish"),),
         )
 
     def downloads(self, path: Path) -> None:
@@ -415,7 +423,8 @@ class Scanner(Walker):
             by_base[base].append(f)
         for base, files in sorted(by_base.items()):
             main = next((f for f in files if f.name == base), files[0])
-            problems = ("incomplete download",) if any(f.name.endswith(".incomplete") for f in files) else ()
+            incomplete = any(f.name.endswith(".incomplete") for f in files)
+            problems = (EntryProblem("incomplete download"),) if incomplete else ()
             self.entries.append(
                 Entry(Kind.DOWNLOAD, main.path, tuple(files), dataset="downloads", problems=problems)
             )

@@ -12,7 +12,7 @@ from pathlib import Path
 from cachetool.cache import layout
 from cachetool.cache.arrow import IPC_FILE, STREAM
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, RecordedUse
+from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, EntryProblem, RecordedUse
 
 
 def _content(f: CacheFile) -> str | None:
@@ -23,8 +23,8 @@ def _content(f: CacheFile) -> str | None:
 
 
 def _unreadable(f: CacheFile, ds: DatasetDir | None, fp: str | None) -> Entry:
-    problem = f.summary.error if f.summary and f.summary.error else "unreadable"
-    return Entry(Kind.UNREADABLE, f.path, (f,), *_where(ds), fingerprint=fp, problems=(problem,))
+    problems = header_problems(f) or (EntryProblem("unreadable"),)
+    return Entry(Kind.UNREADABLE, f.path, (f,), *_where(ds), fingerprint=fp, problems=problems)
 
 
 def _where(ds: DatasetDir | None) -> tuple[str | None, Path | None]:
@@ -36,11 +36,10 @@ def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
     s = f.summary
     if s is None or not s.columns or (s.format != STREAM and s.format != IPC_FILE):
         return _unreadable(f, ds, fp)
-    error = s.error
-    problems: tuple[str, ...] = (error,) if error else ()
+    problems = header_problems(f)
     held = s.fingerprint
     if held is not None and held != fp:
-        problems += (f"file holds fingerprint {held}, name says {fp}",)
+        problems += (EntryProblem(code="fingerprint-mismatch", got=held, want=fp),)
     elif held is not None:
         fp = held  # the same text: one string for both (a listing holds 100,000)
     indices = s.is_indices
@@ -66,24 +65,32 @@ def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
         *_where(ds),
         fingerprint=s.fingerprint,
         content=_content(f),
-        problems=(s.error,) if s.error else (),
+        problems=header_problems(f),
     )
+
+
+def header_problems(f: CacheFile, in_set: bool = False) -> tuple[EntryProblem, ...]:
+    """Why the headers of `f` do not read to the end, if they do not (`in_set`: naming `f`)."""
+    error = f.summary.error if f.summary else None
+    return (EntryProblem(error, "unreadable", f.path if in_set else None),) if error else ()
 
 
 def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir | None) -> Entry:
     files.sort(key=lambda f: f.shard or (0, 0))
-    gap = shard_gap(files, count)
-    problems = [gap] if gap else []
+    have, missing = _shards(files, count)
+    problems = [EntryProblem(code="partial-shards", got=have, want=count, missing=missing)] if missing else []
     for f in files:
         s = f.summary
         if s is None:
             continue
         if s.error:
-            problems.append(f"{f.name}: {s.error}")
+            problems += header_problems(f, in_set=True)
         elif f.shard and s.fingerprint is not None:
             expect = layout.shard_fingerprint(fp, *f.shard)
             if s.fingerprint != expect:
-                problems.append(f"{f.name}: file holds fingerprint {s.fingerprint}, name says {expect}")
+                problems.append(
+                    EntryProblem(code="fingerprint-mismatch", file=f.path, got=s.fingerprint, want=expect)
+                )
     content = next((c for f in files if (c := _content(f))), None)
     return Entry(
         Kind.SHARDS,
@@ -97,17 +104,10 @@ def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir 
     )
 
 
-def shard_gap(files: Iterable[CacheFile], count: int) -> str | None:
-    """The problem of a `num_proc` shard set that misses shards ("partial: 1 of 2 shards (missing
-    00001)"), None when every shard is there."""
-    have, missing = _shards(files, count)
-    return f"partial: {have} of {count} shards (missing {_ranks(missing)})" if missing else None
-
-
-def _shards(files: Iterable[CacheFile], count: int) -> tuple[int, list[int]]:
+def _shards(files: Iterable[CacheFile], count: int) -> tuple[int, tuple[int, ...]]:
     """How many distinct shards of a set of `count` are in `files`, and the missing ranks."""
     have = {f.shard[0] for f in files if f.shard}
-    return len(have), [i for i in range(count) if i not in have]
+    return len(have), tuple(i for i in range(count) if i not in have)
 
 
 def source_entry(split: str, files: list[CacheFile], count: int | None, ds: DatasetDir | None) -> Entry:
@@ -119,17 +119,16 @@ def source_entry(split: str, files: list[CacheFile], count: int | None, ds: Data
     problems = []
     missing = _shards(files, count)[1] if count is not None else None
     if missing:
-        problems.append(f"missing shards {_ranks(missing)} of {count}")
+        problems.append(EntryProblem(code="missing-shards", want=count, missing=missing))
     for f in files:
-        if f.summary is not None and f.summary.error:
-            problems.append(f"{f.name}: {f.summary.error}")
+        problems += header_problems(f, in_set=True)
     expected = ds.expected_rows(split)
     rows = [f.summary.rows for f in files if f.summary is not None]
     # With a shard missing the row count is short by consequence; say the cause only.
     if expected is not None and rows and all(r is not None for r in rows) and not problems:
         got = sum(r or 0 for r in rows)
         if got != expected:
-            problems.append(f"{got} rows, dataset_info.json says {expected}")
+            problems.append(EntryProblem(code="rows", got=got, want=expected))
     return Entry(
         Kind.SOURCE,
         files[0].path,
@@ -143,10 +142,6 @@ def source_entry(split: str, files: list[CacheFile], count: int | None, ds: Data
         expected_files=count,
         problems=tuple(problems),
     )
-
-
-def _ranks(ranks: Iterable[int]) -> str:
-    return ", ".join(f"{r:05d}" for r in ranks)
 
 
 def attribute_locks(entries: list[Entry], datasets: list[DatasetDir]) -> list[Entry]:

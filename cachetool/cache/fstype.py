@@ -18,10 +18,11 @@ its own file and renames it into place.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
 import re
 from dataclasses import dataclass
+
+from cachetool.safejson import json_fields
 
 #: statfs magic numbers (linux/magic.h and the file systems' own headers) of network and cluster
 #: file systems.
@@ -55,7 +56,7 @@ class FileSystem:
     shared: bool
 
     def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "magic": f"0x{self.magic:x}" if self.magic is not None else None}
+        return {**json_fields(self), "magic": f"0x{self.magic:x}" if self.magic is not None else None}
 
 
 def is_shared_type(fstype: str) -> bool:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from cachetool.cache.arrow import ArrowSummary
 from cachetool.cache.frozen import fast_init
@@ -110,6 +110,47 @@ class DatasetDir:
         return dict(self.shard_lengths).get(split)
 
 
+#: What is wrong with an entry: a file's Arrow headers do not read ("unreadable"), a file holds
+#: another fingerprint than its name says, a shard set or a source split misses shards, a split
+#: has other rows than dataset_info.json says; anything else the scan says is a "note".
+ProblemCode = Literal[
+    "note", "unreadable", "fingerprint-mismatch", "partial-shards", "missing-shards", "rows"
+]
+
+#: The sentence of each code, filled from the problem's fields (a note's and an unreadable file's
+#: sentence is its `text`).
+_WORDING: dict[str, str] = {
+    "fingerprint-mismatch": "file holds fingerprint {got}, name says {want}",
+    "partial-shards": "partial: {got} of {want} shards (missing {missing})",
+    "missing-shards": "missing shards {missing} of {want}",
+    "rows": "{got} rows, dataset_info.json says {want}",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EntryProblem:
+    """One thing wrong with an entry, typed: `str()` is the sentence listings, `show` and JSON
+    show; `detail` is the same without the file's name, as verify says it about the file."""
+
+    text: str = ""  # a note's sentence, or why a file's headers do not read
+    code: ProblemCode = "note"
+    file: Path | None = None  # the file of a set it is about, named first (None: the entry's own)
+    got: int | str | None = None  # the fingerprint held, the shards present, the rows counted
+    want: int | str | None = None  # the fingerprint the name says, the shard count, dataset_info's rows
+    missing: tuple[int, ...] = ()  # the ranks of missing shards
+
+    @property
+    def detail(self) -> str:
+        wording = _WORDING.get(self.code)
+        if wording is None:
+            return self.text
+        missing = ", ".join(f"{r:05d}" for r in self.missing)
+        return wording.format(got=self.got, want=self.want, missing=missing)
+
+    def __str__(self) -> str:
+        return self.detail if self.file is None else f"{self.file.name}: {self.detail}"
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -127,7 +168,7 @@ class Entry:
     expected_rows: int | None = None  # source splits: dataset_info.json
     expected_files: int | None = None  # shard sets: the N of _of_N / -of-N
     unit: Path | None = None  # what is deleted together (a saved DatasetDict folder)
-    problems: tuple[str, ...] = ()
+    problems: tuple[EntryProblem, ...] = ()
     last_used: float | None = None  # latest ledger record touching the entry, if any
     parent: str | None = None  # recorded parent fingerprint (from the ledger)
     operation: str | None = None  # recorded operation (from the ledger)
@@ -250,7 +291,7 @@ class Entry:
             "parent": self.parent,
             "operation": self.operation,
             "unit": None if self.unit is None else str(self.unit),
-            "problems": list(self.problems),
+            "problems": [str(p) for p in self.problems],
         }
         if self.kind is Kind.TF_CACHE:
             doc.update(prefix=self.path.name, state=self.state, writer_pids=list(self.writer_pids))

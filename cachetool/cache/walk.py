@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cache import layout
 from cachetool.cache.arrow import ArrowSummary, read_summary
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, DatasetDir, Entry, Liveness, ScanWarning
+from cachetool.cache.model import CacheFile, DatasetDir, Entry, EntryProblem, Liveness, ScanWarning
 
 if TYPE_CHECKING:
     from cachetool.cache.index import ReadIndex
@@ -221,19 +221,20 @@ class Walker:
         """Entries for things that are not regular files or folders; None for ordinary items."""
         dataset, st = ds.name if ds else None, item.st
         if st is None:
-            problem = item.error or "cannot stat"
-            self.warn(item.path, problem)
-            return Entry(Kind.UNREADABLE, item.path, (), dataset, problems=(problem,))
+            why = item.error or "cannot stat"
+            self.warn(item.path, why)
+            return Entry(Kind.UNREADABLE, item.path, (), dataset, problems=(EntryProblem(why),))
         mode = st.st_mode
         if stat.S_ISLNK(mode):
             f = self.cache_file(item, arrow=False)
-            problem = f"symlink to {f.link_target} (not followed)"
+            problem = EntryProblem(f"symlink to {f.link_target} (not followed)")
             return Entry(Kind.OTHER, item.path, (f,), dataset, ds.path if ds else None, problems=(problem,))
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             what = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
             f = CacheFile(item.path, 0, st.st_mtime, mode, st.st_uid)
             self.warn(item.path, f"not a regular file ({what}); not opened")
-            return Entry(Kind.OTHER, item.path, (f,), dataset, problems=(f"not a regular file ({what})",))
+            problem = EntryProblem(f"not a regular file ({what})")
+            return Entry(Kind.OTHER, item.path, (f,), dataset, problems=(problem,))
         return None
 
     def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:

@@ -16,11 +16,11 @@ from typing import Any, Literal, NamedTuple
 
 from cachetool.errors import ExitCode
 from cachetool.fingerprint.diff import Culprit, Unpicklable
-from cachetool.history.explain.answer import as_json, json_fields
 from cachetool.history.ledger import read_segment
 from cachetool.history.records import parse_record
 from cachetool.history.records.base import BadRecord
 from cachetool.history.records.steps import StepRecord
+from cachetool.safejson import json_fields, json_value
 
 #: One event: a step (transform, root, save, checkpoint) as one run recorded it.
 Event = StepRecord
@@ -416,11 +416,11 @@ class DeterminismReport:
                 "isolated_cache": self.isolated,
             },
             **json_fields(self, "runs", "rerun"),
-            "transforms": as_json(a.steps),
+            "transforms": json_value(a.steps),
             "unaligned_events": a.unaligned,
-            "differences": as_json(a.deterministic_causes),
-            "random_fingerprints": as_json(a.random_causes),
-            "masked_differences": as_json(a.masked),
+            "differences": json_value(a.deterministic_causes),
+            "random_fingerprints": json_value(a.random_causes),
+            "masked_differences": json_value(a.masked),
             **json_fields(a, "unobserved", "one_run_only"),
             "uncached": [{"step": step.index, "reason": reason} for step, reason in self.uncached],
             **json_fields(self, "warnings", "nothing_compared"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from cachetool.fingerprint.tree import HashNode, build_tree, node_at
+from cachetool.safejson import json_fields
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,7 @@ class _Part:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field (tuples as lists), with `path_str` after `path`."""
-        doc: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            doc[f.name] = list(value) if isinstance(value, tuple) else value
-            if f.name == "path":
-                doc["path_str"] = self.path_str
-        return doc
+        return json_fields(self, "argument", "path", "path_str", *(f.name for f in fields(self)[2:]))
 
 
 @dataclass(frozen=True)
@@ -73,7 +68,7 @@ class Culprit(_Part):
         return [render_path(self.argument, leaf) for leaf in self.leaves]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "leaves": self.leaves_str, "parts": [p.to_dict() for p in self.parts]}
+        return {**super().to_dict(), "leaves": self.leaves_str}
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ import socket
 import stat
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ from cachetool.history.records.other import (
 from cachetool.history.records.steps import COUNTED, StepRecord, source_hashes, written_bytes
 from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION
 from cachetool.processes import alive
+from cachetool.safejson import json_fields
 
 
 def _max_replaced() -> int:
@@ -226,8 +227,7 @@ class CompactionReport:
         return "; ".join(why) or "no segment"
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**out, "root": os.fspath(self.root), "left": list(self.left), "warnings": list(self.warnings)}
+        return json_fields(self)
 
     def plus(self, other: CompactionReport) -> CompactionReport:
         """This report with what `other` (of another ledger folder of the same root) did."""

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container, Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.formatting import human_size, iso_time
 from cachetool.history.ledger import Ledger
-from cachetool.history.records.base import LedgerRecord, picked
+from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import CallSite, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import SaveRecord, StepRecord
 from cachetool.history.stats import where_sentence
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
@@ -110,8 +111,8 @@ class Step:
         return f"{gone} of {len(self.files)} files gone"
 
     def to_json(self) -> dict[str, Any]:
-        out = picked(self, tuple(f.name for f in fields(self)[:-1]))  # not `record`
-        files = [{**asdict(x), "exists": x.exists} for x in self.files]
+        out = json_fields(self, skip=("record",))
+        files = [json_fields(x, "path", "size", "exists") for x in self.files]
         out |= {"args": dict(self.args), "files": files, "last_used": iso_time(self.last_used)}
         return {("used" if k == "last_used" else k): v for k, v in out.items()}
 
@@ -403,16 +404,12 @@ class LineageView:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "fingerprint": self.fingerprint,
-            "mode": self.mode,
-            "recorded": self.recorded,
+            **json_fields(self, "fingerprint", "mode", "recorded"),
             "steps": [
                 {"depth": d, **s.to_json(), "stale": self.stale_note(s.fingerprint) is not None}
                 for d, s in self.steps
             ],
-            "edges": [list(e) for e in self.edges],
-            "entry": self.entry.to_json() if self.entry is not None else None,
-            "unended": None if self.unended is None else self.unended.to_json(),
+            **json_fields(self, "edges", "entry", "unended"),
         }
 
 

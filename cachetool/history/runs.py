@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from cachetool.history.records.base import LedgerRecord, picked
+from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
+from cachetool.safejson import json_fields
 
 #: "killed": the process is gone; "running": it still runs on this host; "unknown": it ran on
 #: another host, so cachetool cannot tell.
@@ -52,8 +53,9 @@ class Interruption:
 
     def to_json(self) -> dict[str, Any]:
         names = ("operation", "seq", "time", "parents", "call_site", "split", "paths")
-        step = None if self.step is None else picked(self.step, names)
-        return {**_shallow(self), "step": step, "written": [asdict(f) for f in self.written]}
+        step = None if self.step is None else json_fields(self.step, *names)
+        written = [json_fields(f) for f in self.written]
+        return {**json_fields(self, skip=("step", "written")), "step": step, "written": written}
 
 
 #: Exceptions of reading an Arrow file (a cache file cut short or overwritten): `verify` finds it.
@@ -79,13 +81,9 @@ class Failure:
     def to_json(self) -> dict[str, Any]:
         s, step = self.step, None
         if s is not None:
-            step = picked(s, ("operation", "seq", "function", "parents", "call_site"))
+            step = json_fields(s, "operation", "seq", "function", "parents", "call_site")
             step["function"] = s.function.qualname if s.function else None
-        return {**_shallow(self), "step": step}
-
-
-def _shallow(obj: Any) -> dict[str, Any]:
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+        return {**json_fields(self, skip=("step",)), "step": step}
 
 
 def failure(records: Iterable[LedgerRecord], run: str) -> Failure | None:

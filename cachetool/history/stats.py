@@ -28,7 +28,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
@@ -131,8 +132,7 @@ class Group:
     line: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "counts"}
-        return out | self.counts.to_json()
+        return json_fields(self, skip=("counts",)) | self.counts.to_json()
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class RandomReason:
     count: int
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class Computation:
     duration: float
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -194,12 +194,9 @@ class ConcurrentComputation:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "fingerprint": self.fingerprint,
-            "operation": self.operation,
-            "runs": self.runs,
-            "hosts": list(self.hosts),
+            **json_fields(self, "fingerprint", "operation", "runs", "hosts"),
             "lost_seconds": round(self.lost_seconds, 6),
-            "computations": [c.to_json() for c in self.computations],
+            **json_fields(self, "computations"),
         }
 
 

@@ -7,11 +7,12 @@ a name is turned into a fingerprint by the one naming rule (`cachetool.cache.loo
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.formatting import iso_time
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.cache.model import Entry
@@ -28,7 +29,7 @@ class PinChange:
     changed: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "root": str(self.root)}
+        return json_fields(self)
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.layout import LEFTOVER_KINDS, Kind
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.history.records.steps import StepRecord
@@ -96,7 +97,7 @@ class ReportData:
             "steps": len(self.nodes),
             "edges": len(self.edges),
             "call_sites": len({s.site for s in self.site_runs}),
-            "problems": [asdict(p) for p in self.problems],
+            "problems": [json_fields(p) for p in self.problems],
         }
 
 

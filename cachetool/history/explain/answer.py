@@ -17,6 +17,7 @@ from typing import Any, Literal
 from cachetool.formatting import clock_time
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import Failure, Interruption
+from cachetool.safejson import json_fields, json_value
 
 #: What differs between a step and the sibling it is compared with: an argument's value
 #: (``fn_kwargs['threshold']`` 0.5 → 0.6); another function; the function's code (with the lines);
@@ -53,19 +54,6 @@ StepStatus = Literal["computed", "loaded", "partial", "no file"]
 ExplainMode = Literal["fingerprint", "run"]
 #: Why a step ran without a persistent cache (`cachetool.history.records.steps.UNCACHED_REASONS`).
 UncachedReason = Literal["in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false"]
-
-
-def as_json(value: Any) -> Any:
-    """A value as JSON: a typed value by its `to_json` (or `to_dict`), a tuple as a list."""
-    if isinstance(value, (tuple, list)):
-        return [as_json(v) for v in value]
-    to_json = getattr(value, "to_json", None) or getattr(value, "to_dict", None)
-    return to_json() if to_json is not None else value
-
-
-def json_fields(obj: object, *names: str) -> dict[str, Any]:
-    """The attributes `names` of `obj` (fields or properties) as JSON values, in that order."""
-    return {name: as_json(getattr(obj, name)) for name in names}
 
 
 @dataclass(frozen=True)
@@ -321,7 +309,7 @@ class StepExplanation:
                 {"step": ref.to_json(), "reasons": [r.to_json() for r in reasons]}
                 for ref, reasons in self.history
             ],
-            "stale": as_json(self.stale),
+            "stale": json_value(self.stale),
         }
 
 

@@ -305,15 +305,6 @@ class LedgerRecord:
         return out
 
 
-def picked(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    """The fields `names` of a record or part as JSON shows them: parts as objects, tuples as lists."""
-    out = {}
-    for name in names:
-        v = getattr(obj, name)
-        out[name] = v.to_json() if isinstance(v, Part) else list(v) if isinstance(v, tuple) else v
-    return out
-
-
 #: A ledger's order: by time, then run, then the record's order within its run.
 order_key = operator.attrgetter("time", "run", "seq")
 

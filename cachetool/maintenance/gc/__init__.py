@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
@@ -174,8 +175,7 @@ class GcOptions:
 
     def to_json(self) -> dict[str, Any]:
         """The options as `--json` shows them (the temp dir is the plan's `temp_dir`)."""
-        skip = ("tmp_dir", "force_root")
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
+        return json_fields(self, skip=("tmp_dir", "force_root"))
 
     @property
     def evicts(self) -> bool:
@@ -194,10 +194,6 @@ class GcOptions:
 def option_keyword(f: Field[Any]) -> str:
     """The keyword (and, dashed, the `--flag`) of a `GcOptions` field."""
     return f.metadata["keyword"] or f.name
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _parse(value: str, how: str, option: str) -> float:

@@ -18,6 +18,7 @@ from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
 from cachetool.maintenance.liveness import InUse, Lease, TempDirUser, leased_reason, pids_text, socket_reason
 from cachetool.processes import alive, process_start
+from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.maintenance.gc import GcOptions
@@ -83,17 +84,9 @@ class GcItem:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id,
-            "action": self.action,
-            "kind": self.kind.value,
-            "scope": self.scope,
-            "path": os.fsdecode(self.path),
+            **json_fields(self, "id", "action", "kind", "scope", "path"),
             "paths": [os.fsdecode(t.path) for t in self.targets],
-            "fingerprint": self.fingerprint,
-            "aliases": list(self.aliases),
-            "dataset": self.dataset,
-            "size": self.size,
-            "files": self.files,
+            **json_fields(self, "fingerprint", "aliases", "dataset", "size", "files"),
             "used": iso_time(self.used),
             "reason": self.reason,
         }
@@ -151,16 +144,7 @@ class Skip:
         return self.fingerprint or os.fsdecode(self.path)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind.value,
-            "scope": self.scope,
-            "path": os.fsdecode(self.path),
-            "fingerprint": self.fingerprint,
-            "size": self.size,
-            "code": self.code,
-            "reason": self.reason,
-        }
+        return json_fields(self, "id", "kind", "scope", "path", "fingerprint", "size", "code", "reason")
 
 
 class KeptBecause(str, Enum):
@@ -249,12 +233,10 @@ class GcPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "root": os.fsdecode(self.root),
-            "temp_dir": os.fsdecode(self.temp_dir) if self.temp_dir else None,
-            "items": [i.to_json() for i in self.items],
+            **json_fields(self, "root", "temp_dir", "items"),
             "bytes": self.expected_freed,
             "files": self.expected_files,
-            "skipped": [s.to_json() for s in self.skipped],
+            **json_fields(self, "skipped"),
             "kept": {
                 "entries": self.kept_entries,
                 "bytes": self.kept_bytes,
@@ -280,9 +262,7 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         return {
             **self.item.to_json(),
-            "status": self.status,
-            "reason": self.reason,
-            "freed": self.freed,
+            **json_fields(self, "status", "reason", "freed"),
             "files_removed": self.files,
         }
 

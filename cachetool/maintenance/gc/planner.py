@@ -277,7 +277,7 @@ class Planner(Rules):
         """What a killed `tf.data` writer left (its lockfiles and partial shards), as one item;
         never a finished cache's index or data."""
         if e.state == "being-written":
-            self.skip(e, Refusal("being-written", e.problems[-1] if e.problems else "being written"))
+            self.skip(e, Refusal("being-written", str(e.problems[-1]) if e.problems else "being written"))
             return
         if e.state != "abandoned":
             return

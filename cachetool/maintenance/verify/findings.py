@@ -23,16 +23,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from cachetool.cache import layout
-from cachetool.cache.entries import shard_gap
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile
+from cachetool.cache.model import EntryProblem
 from cachetool.cache.scan import CacheReport, Entry
 from cachetool.errors import ExitCode
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use, stale_guard
+from cachetool.safejson import json_fields
 
 
 class Severity(str, Enum):
@@ -109,14 +108,7 @@ class Finding:
         return SEVERITY[self.code]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "severity": self.severity.value,
-            "entry": self.entry,
-            "kind": self.kind,
-            "path": os.fsdecode(self.path),
-            "problem": self.problem,
-            "hint": self.hint,
-        }
+        return json_fields(self, "severity", "entry", "kind", "path", "problem", "hint")
 
 
 #: The identity of a file that changed between the scan and the finding: matches no file.
@@ -162,14 +154,10 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "version": 1,
-            "root": os.fsdecode(self.root),
-            "deep": self.deep,
-            "entries_checked": self.entries_checked,
-            "files_checked": self.files_checked,
-            "bytes_checked": self.bytes_checked,
+            **json_fields(self, "root", "deep", "entries_checked", "files_checked", "bytes_checked"),
             "checksums_recorded": self.recorded,
             "counts": {s.value: sum(f.severity == s for f in self.findings) for s in Severity},
-            "findings": [f.to_json() for f in self.findings],
+            **json_fields(self, "findings"),
             "quarantined": [{"from": os.fsdecode(a), "to": os.fsdecode(b)} for a, b in self.quarantined],
         }
         if self.would_quarantine is not None:
@@ -266,29 +254,29 @@ class Checker:
         if leftover is not None:
             return leftover(self, e)
         if e.kind == Kind.DOWNLOAD and e.problems:
-            self.removable("incomplete-download", e, "; ".join(e.problems))
+            self.removable("incomplete-download", e, "; ".join(map(str, e.problems)))
             return None
         if e.kind == Kind.OTHER:
             # The scan gives an entry of its own to symlinks and non-regular files only with a
             # problem; the file's mode, not the sentence, says which it is.
             odd = any(not stat.S_ISREG(f.mode) for f in e.files)
             for p in e.problems:
-                self.add("not-regular-file" if odd else "odd-file", e, e.path, p)
+                self.add("not-regular-file" if odd else "odd-file", e, e.path, str(p))
             return None
         if e.kind == Kind.SHARDS and e.problems and self.shards_in_progress(e):
             self.add("shards-in-progress", e, e.path, "shard set being written right now")
             return None
-        for f in e.files:
-            self.file(e, f)
-        reported = _file_problem_texts(e)
-        gap = shard_gap(e.files, e.expected_files) if e.kind == Kind.SHARDS and e.expected_files else None
+        unreadable = {p.file for p in e.problems if p.code == "unreadable"}
         for p in e.problems:
-            if p == gap:
+            if p.code == "unreadable" or (p.code == "fingerprint-mismatch" and p.file not in unreadable):
+                self.file(e, p)
+        for p in e.problems:
+            if p.code == "partial-shards":
                 # A num_proc map that did not finish: datasets loads each finished shard from the
                 # cache and computes only the missing ones, so the finished ones are not damage.
                 self.add("partial-shards", e, e.path, f"{p}: {_REUSED}")
-            elif p not in reported:
-                self.add("damaged", e, e.path, p, self.recompute(e))
+            elif p.code not in ("unreadable", "fingerprint-mismatch"):
+                self.add("damaged", e, e.path, str(p), self.recompute(e))
         if e.kind == Kind.SOURCE:
             self.shard_lengths(e)
         return None
@@ -298,24 +286,20 @@ class Checker:
         as long as the index says; a killed writer's lockfile blocks the next run."""
         if e.state == "incomplete":
             for p in e.problems:
-                self.add("tf-incomplete", e, e.path, p, _TF_RECOMPUTE)
+                self.add("tf-incomplete", e, e.path, str(p), _TF_RECOMPUTE)
         elif e.state == "abandoned":
-            self.removable("tf-abandoned", e, "; ".join(e.problems))
+            self.removable("tf-abandoned", e, "; ".join(map(str, e.problems)))
         elif e.state == "being-written":
-            self.add("tf-being-written", e, e.path, "; ".join(e.problems))
+            self.add("tf-being-written", e, e.path, "; ".join(map(str, e.problems)))
 
-    def file(self, e: Entry, f: CacheFile) -> None:
-        s = f.summary
-        if s is None:
-            return
-        if s.error is not None:
-            if not self.being_written(e, path=f.path):
-                self.add("unreadable-header", e, f.path, s.error, self.recompute(e))
-            return
-        mismatch = _mismatch(f)
-        if mismatch is not None:
+    def file(self, e: Entry, p: EntryProblem) -> None:
+        """A problem the scan found with one of the entry's files (None: the entry's own)."""
+        path = p.file or e.path
+        if p.code == "fingerprint-mismatch":
             hint = "the file was written under another name or overwritten; " + self.recompute(e)
-            self.add("fingerprint-mismatch", e, f.path, mismatch, hint)
+            self.add("fingerprint-mismatch", e, path, p.detail, hint)
+        elif not self.being_written(e, path=path):
+            self.add("unreadable-header", e, path, p.detail, self.recompute(e))
 
     def shards_in_progress(self, e: Entry) -> bool:
         """A num_proc map renames each shard into place when it finishes; while the others are
@@ -403,33 +387,8 @@ _LEFTOVERS: dict[Kind, Callable[[Checker, Entry], None]] = {
 }
 
 
-def _mismatch(f: CacheFile) -> str | None:
-    """The problem of a `cache-*.arrow` file whose schema metadata holds another fingerprint than
-    its name says."""
-    parsed = layout.parse_cache_file(f.name)
-    held = f.summary.fingerprint if f.summary is not None else None
-    if parsed is None or held is None:
-        return None
-    fp, rank, count = parsed
-    expected = layout.shard_fingerprint(fp, rank, count) if rank is not None and count is not None else fp
-    return None if held == expected else f"file holds fingerprint {held}, name says {expected}"
-
-
 _TF_RECOMPUTE = "remove the cache's files; the next run of the tf.data pipeline writes it again"
 _REUSED = "a num_proc map that did not finish; datasets reuses the finished shards and computes the rest"
-
-
-def _file_problem_texts(e: Entry) -> set[str]:
-    """What the scan says in `e.problems` about single files, which `Checker.file` reports on its
-    own: each file's header error and fingerprint mismatch, bare and after the file's name (the
-    scan's form for sets). Rendered from the same header summaries and compared whole; the other
-    problems are the entry's own (missing shards, rows, state.json)."""
-    out: set[str] = set()
-    for f in e.files:
-        texts = [t for t in (f.summary.error if f.summary else None, _mismatch(f)) if t]
-        out.update(texts)
-        out.update(f"{f.name}: {t}" for t in texts)
-    return out
 
 
 def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:

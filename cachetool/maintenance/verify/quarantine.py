@@ -20,7 +20,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from cachetool.cache.scan import Entry, scan_cache
 from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, rename_noreplace
 from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use
 from cachetool.maintenance.verify.findings import Finding, VerifyReport
+from cachetool.safejson import json_fields
 
 QUARANTINE_DIR = "quarantine"
 QUARANTINE_LOG = "log.jsonl"
@@ -362,8 +363,7 @@ class Quarantined:
 
     def to_json(self) -> dict[str, Any]:
         """Every field, paths as text, `original` as "from"."""
-        doc = {("from" if k == "original" else k): v for k, v in asdict(self).items()}
-        return {k: os.fsdecode(v) if isinstance(v, Path) else v for k, v in doc.items()}
+        return {("from" if k == "original" else k): v for k, v in json_fields(self).items()}
 
 
 def quarantined(root: str | os.PathLike[str]) -> list[Quarantined]:
