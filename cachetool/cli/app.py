@@ -77,29 +77,35 @@ class HelpCommand(typer.core.TyperCommand):
         formatter.buffer[:] = [piece.replace("`", "") for piece in formatter.buffer]
 
 
-def typer_callback(func: Any) -> Any:
-    """The Typer command of `func`: its declared parameters as Typer's, its docstring as help,
-    `func` run behind the error boundary and its exit code the command's."""
+class TyperCallback:
+    """The Typer command of `func`: its declared parameters as Typer's (read when Typer builds the
+    command, not when it is registered), its docstring as help, `func` run behind the error
+    boundary and its exit code the command's."""
 
-    def callback(**values: Any) -> None:
-        code = invoke(func, values)
+    __annotations__ = {}  # Typer reads the types from the signature
+
+    def __init__(self, func: Any) -> None:
+        self.func, self.__doc__ = func, func.__doc__
+
+    def __call__(self, **values: Any) -> None:
+        code = invoke(self.func, values)
         if code:
             raise typer.Exit(code)
 
-    parameters = []
-    for name, p in params_of(func).items():
-        info = (
-            typer.Option(*p.flags, help=p.help, **p.extra)
-            if p.flags
-            else typer.Argument(help=p.help, **p.extra)
-        )
-        kind = inspect.Parameter.KEYWORD_ONLY
-        parameters.append(
-            inspect.Parameter(name, kind, default=p.default, annotation=Annotated[p.type, info])
-        )
-    callback.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    callback.__doc__ = func.__doc__
-    return callback
+    @property
+    def __signature__(self) -> inspect.Signature:
+        parameters = []
+        for name, p in params_of(self.func).items():
+            info = (
+                typer.Option(*p.flags, help=p.help, **p.extra)
+                if p.flags
+                else typer.Argument(help=p.help, **p.extra)
+            )
+            kind = inspect.Parameter.KEYWORD_ONLY
+            parameters.append(
+                inspect.Parameter(name, kind, default=p.default, annotation=Annotated[p.type, info])
+            )
+        return inspect.Signature(parameters)
 
 
 def _register(argv: list[str]) -> None:
@@ -114,7 +120,7 @@ def _register(argv: list[str]) -> None:
         if named in (None, name):
             func = getattr(importlib.import_module(f"cachetool.cli.{module}"), function)
             settings = func.cli[1]
-            app.command(name, cls=HelpCommand, context_settings=settings)(typer_callback(func))
+            app.command(name, cls=HelpCommand, context_settings=settings)(TyperCallback(func))
 
 
 _register(sys.argv[1:])

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, arg, command, opt, output
+from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, command, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import ExitCode
 from cachetool.formatting import local_time, short_duration
@@ -17,25 +17,9 @@ if TYPE_CHECKING:
 
 
 @command(
-    fingerprint=arg(
-        "A recorded fingerprint (a unique prefix is enough) or a cache-<fp>.arrow path.",
-        str | None,
-        show_default=False,
-    ),
-    last=opt("--last", help="Explain every step the most recent recorded run computed."),
-    script=opt(
-        "--script",
-        help="Like --last, for the most recent run of this script.",
-        type=Path | None,
-        show_default=False,
-    ),
-    history=opt(
-        "--history",
-        help="With a fingerprint: also compare this many earlier runs.",
-        type=int,
-        default=3,
-        min=0,
-    ),
+    None,
+    "cachetool.history.explain.explainer.ExplainOptions",
+    "fingerprint last script history cache_dir fmt as_json quiet all_roots",
     cache_dir=CACHE_DIR,
     **output(quiet="the explained steps' fingerprints, one a line"),
     all_roots=ALL_ROOTS,
