@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import command, output
@@ -22,15 +21,7 @@ if TYPE_CHECKING:
     **output("github", quiet="the call sites (file:line) that differ, one a line"),
 )
 def check_determinism_command(
-    script: Path,
-    script_args: list[str] | None,
-    runs: int,
-    hash_seeds: str | None,
-    timeout: float,
-    isolated: bool,
-    cold: bool,
-    jobs: int | None,
-    fmt: OutputFormat,
+    script_args: list[str] | None, hash_seeds: str | None, fmt: OutputFormat, **keywords: Any
 ) -> int:
     """Run a pipeline script several times with different PYTHONHASHSEED values, compare every
     fingerprint `datasets` computes, and explain the first one that differs.
@@ -76,8 +67,7 @@ def check_determinism_command(
     from cachetool.determinism.render import github_lines, human_lines
 
     # `script_args` is `args` of check_determinism, named for the help and the reference
-    seeds = _parse_seeds(hash_seeds)
-    options = CheckOptions(script, script_args or [], runs, seeds, timeout, isolated, jobs, cold=cold)
+    options = CheckOptions(args=script_args or [], hash_seeds=_parse_seeds(hash_seeds), **keywords)
     report = check_determinism(
         **vars(options), progress=_progress(sys.stderr) if sys.stderr.isatty() else None
     )

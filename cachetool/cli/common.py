@@ -1,6 +1,7 @@
 """What every command shares, without Typer (the light path reads it too): each command's
 arguments and options as plain data (`Param`, declared on the function that does the work with
-`command`), the options every command spells the same way, and the error boundary.
+`command`, or on the fields of its options dataclass), the options every command spells the same
+way, and the error boundary.
 
 `cachetool.cli.app` makes a Typer command of each declaration; `cachetool.cli.light` reads its
 grammar from the same declarations. Typer is imported only where Typer runs (a parser, a prompt).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, command, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
@@ -24,15 +24,7 @@ if TYPE_CHECKING:
     **output(quiet="the explained steps' fingerprints, one a line"),
     all_roots=ALL_ROOTS,
 )
-def run_explain(
-    fingerprint: str | None,
-    last: bool,
-    script: Path | None,
-    history: int,
-    cache_dir: Path | None,
-    fmt: OutputFormat,
-    all_roots: bool = False,
-) -> int:
+def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> int:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
     A recorded step is compared with its siblings: earlier records of the same call site (or
@@ -70,8 +62,8 @@ def run_explain(
     from cachetool.cache.dirs import root_for
     from cachetool.history.explain.explainer import ExplainOptions, explain
 
-    options = ExplainOptions(fingerprint, last, script, history, all_roots)  # refused before any read
-    root = Path(os.path.abspath(root_for(fingerprint, cache_dir)))
+    options = ExplainOptions(**keywords)  # refused before any read
+    root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
     report = explain(root, **vars(options))
     out = Output(fmt)
     others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []
