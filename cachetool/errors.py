@@ -10,6 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # `cachetool run`'s launcher imports this module: no pathlib, no collections
     from collections.abc import Sequence
     from pathlib import Path
+    from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -170,3 +171,27 @@ class MissingDependency(CachetoolError):
     def __init__(self, package: str, hint: str) -> None:
         super().__init__(f"{package} is not installed; {hint}")
         self.package = package
+
+
+def option(
+    default: Any,
+    help: str,
+    *flags: str,
+    argument: bool = False,
+    keyword: str | None = None,
+    type: Any = None,
+    cli_default: Any = None,
+    parse: str | None = None,
+    **cli: Any,
+) -> Any:
+    """A field of a command's options dataclass (`GcOptions`, `VerifyOptions`, ...): the one
+    declaration of the option for the command, its Python function and the docs. `default` is
+    the field's; the command's `--help` says `help`; `flags` default to `--keyword` (the field's
+    name unless `keyword` says otherwise), or it is the command's `argument`; `type` and
+    `cli_default` are the command line's when not the field's; `parse` says how a string value is
+    read ("duration", "size"); `cli`: Typer's other keywords (`min`, `metavar`, ...)."""
+    from dataclasses import MISSING, field
+
+    m = {"help": help, "flags": flags, "argument": argument, "keyword": keyword, "type": type}
+    m |= {"cli_default": cli_default, "parse": parse, "cli": cli}
+    return field(metadata=m) if default is MISSING else field(default=default, metadata=m)

@@ -407,7 +407,7 @@ def test_an_option_the_light_path_cannot_read_is_left_to_the_typer_app() -> None
 
     from cachetool.cli.common import params_of
     from cachetool.cli.light import _kind
-    from cachetool.cli.ls_command import ls_command
+    from cachetool.cli.ls import ls_command
 
     params = params_of(ls_command)
     changes = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 from typing import Annotated, Any
 
@@ -77,44 +78,55 @@ class HelpCommand(typer.core.TyperCommand):
         formatter.buffer[:] = [piece.replace("`", "") for piece in formatter.buffer]
 
 
-def typer_callback(func: Any) -> Any:
-    """The Typer command of `func`: its declared parameters as Typer's, its docstring as help,
-    `func` run behind the error boundary and its exit code the command's."""
+class TyperCallback:
+    """The Typer command of `func`: its declared parameters as Typer's (read when Typer builds the
+    command, not when it is registered), its docstring as help, `func` run behind the error
+    boundary and its exit code the command's."""
 
-    def callback(**values: Any) -> None:
-        code = invoke(func, values)
+    __annotations__ = {}  # Typer reads the types from the signature
+
+    def __init__(self, func: Any, bare: bool = False) -> None:
+        self.func, self.__doc__, self.bare = func, func.__doc__, bare  # bare: no parameters
+
+    def __call__(self, **values: Any) -> None:
+        code = invoke(self.func, values)
         if code:
             raise typer.Exit(code)
 
-    parameters = []
-    for name, p in params_of(func).items():
-        info = (
-            typer.Option(*p.flags, help=p.help, **p.extra)
-            if p.flags
-            else typer.Argument(help=p.help, **p.extra)
-        )
-        kind = inspect.Parameter.KEYWORD_ONLY
-        parameters.append(
-            inspect.Parameter(name, kind, default=p.default, annotation=Annotated[p.type, info])
-        )
-    callback.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    callback.__doc__ = func.__doc__
-    return callback
+    @property
+    def __signature__(self) -> inspect.Signature:
+        parameters = []
+        for name, p in {} if self.bare else params_of(self.func).items():
+            info = (
+                typer.Option(*p.flags, help=p.help, **p.extra)
+                if p.flags
+                else typer.Argument(help=p.help, **p.extra)
+            )
+            kind = inspect.Parameter.KEYWORD_ONLY
+            parameters.append(
+                inspect.Parameter(name, kind, default=p.default, annotation=Annotated[p.type, info])
+            )
+        return inspect.Signature(parameters)
 
 
 def _register(argv: list[str]) -> None:
     """Registers the command a launched command line names (its first word: the root's own
-    options all exit), else every command (`--help`, a TAB, an unknown or abbreviated name, an
-    import by a test or the docs): `cachetool gc` imports gc's modules only."""
+    options all exit), or a TAB's words, else every command (`--help`, a TAB, an unknown or
+    abbreviated name, an import by a test or the docs): `cachetool gc` imports gc's modules only.
+    At a TAB before a command is named, only the commands' names are completed: their options
+    are not read."""
     from cachetool.cli import completing
 
-    launched = sys.argv[0].endswith(("cachetool", "__main__.py"))
-    named = argv[0] if launched and argv[:1] and argv[0] in COMMANDS and not completing() else None
+    if completing():  # the words as bash (COMP_WORDS), zsh and fish (Typer's variable) give them
+        argv = (os.environ.get("COMP_WORDS") or os.environ.get("_TYPER_COMPLETE_ARGS") or "").split()[1:]
+    elif not sys.argv[0].endswith(("cachetool", "__main__.py")):
+        argv = []  # imported, not launched
+    named = argv[0] if argv[:1] and argv[0] in COMMANDS else None
     for name, (module, function) in COMMANDS.items():
         if named in (None, name):
             func = getattr(importlib.import_module(f"cachetool.cli.{module}"), function)
-            settings = func.cli[1]
-            app.command(name, cls=HelpCommand, context_settings=settings)(typer_callback(func))
+            callback = TyperCallback(func, bare=completing() and named is None)
+            app.command(name, cls=HelpCommand, context_settings=func.cli[1])(callback)
 
 
 _register(sys.argv[1:])

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachetool.cli.common import REQUIRED, arg, command, opt, output
+from cachetool.cli.common import command, output
 from cachetool.cli.output import Output, OutputFormat, warn
 
 if TYPE_CHECKING:
@@ -17,60 +16,12 @@ if TYPE_CHECKING:
 
 @command(
     {"ignore_unknown_options": True},  # options after the script it does not know go to the script
-    script=arg("The pipeline script to run.", Path, REQUIRED, show_default=False),
-    script_args=arg(
-        "Arguments for the script, after it, as with `cachetool run`. Options check-determinism "
-        "knows are its own: put script arguments that clash with them after `--`.",
-        list[str] | None,
-        show_default=False,
-    ),
-    runs=opt("--runs", "-n", help="How many runs to compare.", type=int, default=2, min=2),
-    hash_seeds=opt(
-        "--hash-seeds",
-        help="Comma-separated PYTHONHASHSEED values, one per run (sets the number of runs). Default: 1,2,...",
-        type=str | None,
-        show_default=False,
-    ),
-    timeout=opt(
-        "--timeout",
-        help="Seconds a run may take before it is stopped (0: no limit).",
-        type=float,
-        default=900.0,
-    ),
-    isolated=opt(
-        "--isolated",
-        help="Give each run a fresh temporary HF_DATASETS_CACHE (removed afterwards). Default: "
-        "the cache the script uses anyway. Either way the runs go one after the other.",
-    ),
-    cold=opt(
-        "--cold/--no-cold",
-        help="Make the first run compute every step (what the cache lacks it writes there, "
-        "for the next run to load), so a step that changes an object a later step hashes "
-        "is found on a warm cache too. --no-cold: faster on a large warm cache, but such a "
-        "change goes unseen.",
-        default=True,
-    ),
-    jobs=opt(
-        "--jobs",
-        "-j",
-        help="With --isolated: runs at once, for a script that writes no file outside its cache "
-        "(a save_to_disk folder written by two runs at once can kill one). Default: 1.",
-        type=int | None,
-        min=1,
-        show_default=False,
-    ),
+    "cachetool.determinism.check.CheckOptions",
+    "script script_args runs hash_seeds timeout isolated cold jobs fmt as_json quiet",
     **output("github", quiet="the call sites (file:line) that differ, one a line"),
 )
 def check_determinism_command(
-    script: Path,
-    script_args: list[str] | None,
-    runs: int,
-    hash_seeds: str | None,
-    timeout: float,
-    isolated: bool,
-    cold: bool,
-    jobs: int | None,
-    fmt: OutputFormat,
+    script_args: list[str] | None, hash_seeds: str | None, fmt: OutputFormat, **keywords: Any
 ) -> int:
     """Run a pipeline script several times with different PYTHONHASHSEED values, compare every
     fingerprint `datasets` computes, and explain the first one that differs.
@@ -116,8 +67,7 @@ def check_determinism_command(
     from cachetool.determinism.render import github_lines, human_lines
 
     # `script_args` is `args` of check_determinism, named for the help and the reference
-    seeds = _parse_seeds(hash_seeds)
-    options = CheckOptions(script, script_args or [], runs, seeds, timeout, isolated, jobs, cold=cold)
+    options = CheckOptions(args=script_args or [], hash_seeds=_parse_seeds(hash_seeds), **keywords)
     report = check_determinism(
         **vars(options), progress=_progress(sys.stderr) if sys.stderr.isatty() else None
     )

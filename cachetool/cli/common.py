@@ -1,6 +1,7 @@
 """What every command shares, without Typer (the light path reads it too): each command's
 arguments and options as plain data (`Param`, declared on the function that does the work with
-`command`), the options every command spells the same way, and the error boundary.
+`command`, or on the fields of its options dataclass), the options every command spells the same
+way, and the error boundary.
 
 `cachetool.cli.app` makes a Typer command of each declaration; `cachetool.cli.light` reads its
 grammar from the same declarations. Typer is imported only where Typer runs (a parser, a prompt).
@@ -8,17 +9,18 @@ grammar from the same declarations. Typer is imported only where Typer runs (a p
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 from cachetool.cli.output import OutputFormat, choose_format, report_exception
 
 #: Each command by name: (module under cachetool.cli, the function its `command` declares)
 COMMANDS = {
-    "ls": ("ls_command", "ls_command"),
+    "ls": ("ls", "ls_command"),
     "show": ("show", "run_show"),
     "dirs": ("dirs", "dirs_command"),
     "demo": ("demo", "demo_command"),
@@ -62,13 +64,17 @@ def arg(help: str, type: Any = str, default: Any = None, **extra: Any) -> Param:
     return Param((), help, type, default, extra)
 
 
-def command(context_settings: dict[str, Any] | None = None, /, **params: Param) -> Callable[[F], F]:
-    """Declares the function's command: its parameters in order, by keyword, and its help (the
-    docstring). The function is called with their values, `--json` and `-q` folded into `fmt`
-    (`invoke`), and returns its exit code (None: 0)."""
+def command(
+    context_settings: dict[str, Any] | None = None, options: str = "", order: str = "", /, **params: Param
+) -> Callable[[F], F]:
+    """Declares the function's command: its parameters by keyword (in `order` when given: names
+    of `params` and of the fields of the dataclass `options` names, `cachetool.errors.option`)
+    and its help (the docstring). The function is called with their values, `--json` and `-q`
+    folded into `fmt` (`invoke`), and returns its exit code (None: 0). The dataclass is imported
+    only when the parameters are read: `cachetool --help` lists the commands without it."""
 
     def declare(func: F) -> F:
-        func.cli = (params, context_settings)  # type: ignore[attr-defined]
+        func.cli = (params, context_settings, options, order)  # type: ignore[attr-defined]
         return func
 
     return declare
@@ -76,7 +82,34 @@ def command(context_settings: dict[str, Any] | None = None, /, **params: Param) 
 
 def params_of(func: Callable[..., Any]) -> dict[str, Param]:
     """The parameters `command` declared for `func`."""
-    return func.cli[0]  # type: ignore[attr-defined]
+    params, settings, options, order = func.cli  # type: ignore[attr-defined]
+    if options:
+        module, _, name = options.rpartition(".")
+        declared = {**_fields(getattr(importlib.import_module(module), name)), **params}
+        params = {name: declared[name] for name in order.split()}
+        func.cli = (params, settings, "", "")  # type: ignore[attr-defined]
+    return params
+
+
+def _fields(cls: type) -> dict[str, Param]:
+    """The parameters the fields of `cls` declare (those with a help)."""
+    hints = get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        m = f.metadata
+        if "help" not in m:
+            continue
+        keyword = m["keyword"] or f.name
+        # a value read from a string (`parse`) is text; a sequence, a repeatable option
+        many = f.default == ()
+        kind = m["type"] or (str | None if m["parse"] else list[str] | None if many else hints[f.name])
+        default = REQUIRED if f.default is MISSING else None if many else m["cli_default"] or f.default
+        if m["argument"]:
+            out[keyword] = arg(m["help"], kind, default, **m["cli"])
+        else:
+            flags = m["flags"] or ("--" + keyword.replace("_", "-"),)
+            out[keyword] = opt(*flags, help=m["help"], type=kind, default=default, **m["cli"])
+    return out
 
 
 def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:

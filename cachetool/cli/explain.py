@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, arg, command, opt, output
+from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, command, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import ExitCode
 from cachetool.formatting import local_time, short_duration
@@ -17,38 +17,14 @@ if TYPE_CHECKING:
 
 
 @command(
-    fingerprint=arg(
-        "A recorded fingerprint (a unique prefix is enough) or a cache-<fp>.arrow path.",
-        str | None,
-        show_default=False,
-    ),
-    last=opt("--last", help="Explain every step the most recent recorded run computed."),
-    script=opt(
-        "--script",
-        help="Like --last, for the most recent run of this script.",
-        type=Path | None,
-        show_default=False,
-    ),
-    history=opt(
-        "--history",
-        help="With a fingerprint: also compare this many earlier runs.",
-        type=int,
-        default=3,
-        min=0,
-    ),
+    None,
+    "cachetool.history.explain.explainer.ExplainOptions",
+    "fingerprint last script history cache_dir fmt as_json quiet all_roots",
     cache_dir=CACHE_DIR,
     **output(quiet="the explained steps' fingerprints, one a line"),
     all_roots=ALL_ROOTS,
 )
-def run_explain(
-    fingerprint: str | None,
-    last: bool,
-    script: Path | None,
-    history: int,
-    cache_dir: Path | None,
-    fmt: OutputFormat,
-    all_roots: bool = False,
-) -> int:
+def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> int:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
     A recorded step is compared with its siblings: earlier records of the same call site (or
@@ -86,8 +62,8 @@ def run_explain(
     from cachetool.cache.dirs import root_for
     from cachetool.history.explain.explainer import ExplainOptions, explain
 
-    options = ExplainOptions(fingerprint, last, script, history, all_roots)  # refused before any read
-    root = Path(os.path.abspath(root_for(fingerprint, cache_dir)))
+    options = ExplainOptions(**keywords)  # refused before any read
+    root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
     report = explain(root, **vars(options))
     out = Output(fmt)
     others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, Param, arg, command, confirm, opt
+from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, command, confirm, opt
 from cachetool.cli.output import Output, OutputFormat, error, hint, warn
 from cachetool.errors import CachetoolError
 from cachetool.formatting import human_size
-from cachetool.maintenance.gc import NOTHING_SELECTED, GcOptions, option_keyword
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
@@ -26,27 +24,11 @@ if TYPE_CHECKING:
     from cachetool.maintenance.gc.plan import GcPlan, GcResult
 
 
-def _option_params() -> dict[str, Param]:
-    """The command's arguments and options, as `GcOptions` declares them (help, flag, default),
-    the argument first."""
-    out = {}
-    for f in sorted(fields(GcOptions), key=lambda f: f.name != "fingerprints"):
-        keyword, help, default = option_keyword(f), f.metadata["help"], f.metadata["cli_default"]
-        flag = "--" + keyword.replace("_", "-")
-        if f.name == "fingerprints":
-            out[keyword] = arg(help, list[str] | None, show_default=False)
-        elif f.type == "bool":
-            out[keyword] = opt(flag, help=help)
-        elif f.type == "tuple[str, ...]":
-            out[keyword] = opt(flag, help=help, type=list[str] | None)
-        else:
-            kind = (Path if f.name == "tmp_dir" else str) | None
-            out[keyword] = opt(flag, help=help, type=kind, default=default, show_default=default is not None)
-    return out
-
-
 @command(
-    **_option_params(),
+    None,
+    "cachetool.maintenance.gc.GcOptions",
+    "fingerprints temp tmp_dir min_age all_users older_than max_size dataset keep include_sources "
+    "force_root other_hosts_idle quarantine break_lease dry_run yes cache_dir fmt as_json quiet no_truncate",
     break_lease=opt(
         "--break-lease",
         help="Remove the lease ID (as gc shows it) and do nothing else: for a run you know is gone "
@@ -144,6 +126,8 @@ def _hints(plan: GcPlan) -> None:
 
 def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
     """Everything a run prints after `gc_cache` returned, and its exit code."""
+    from cachetool.maintenance.gc import NOTHING_SELECTED
+
     plan = run.plan
     if not plan.options.selects:
         # An empty selection (`gc $(cachetool ls -q --filter …)` when nothing matches) is nothing

@@ -10,7 +10,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachetool.cli.common import CACHE_DIR, arg, command, confirm, opt, output
+from cachetool.cli.common import CACHE_DIR, command, confirm, opt, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
 
@@ -20,42 +20,12 @@ if TYPE_CHECKING:
 
 
 @command(
-    fingerprints=arg(
-        "Check only these entries (fingerprints, unique prefixes or paths).",
-        list[str] | None,
-        show_default=False,
-    ),
+    None,
+    "cachetool.maintenance.verify.VerifyOptions",
+    "fingerprints cache_dir deep record quarantine list_quarantine restore stale dry_run yes "
+    "strict jobs fmt as_json quiet",
     cache_dir=CACHE_DIR,
-    deep=opt(
-        "--deep",
-        help="Also read and validate every buffer (offsets, UTF-8, nulls), and compare each file's "
-        "bytes with its checksum (xxh3) where --record stored one.",
-    ),
-    record=opt(
-        "--record",
-        help="With --deep: store the checksums, so a later `verify --deep` reports files whose bytes "
-        "changed.",
-    ),
-    quarantine=opt(
-        "--quarantine",
-        help="Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged; asks "
-        "first unless --yes).",
-    ),
-    list_quarantine=opt(
-        "--list",
-        help="With --quarantine: list what the quarantine holds (where each came from, its size "
-        "and problem) and check nothing.",
-    ),
-    restore=opt("--restore", help="Put quarantined files back, then verify."),
-    stale=opt(
-        "--stale",
-        help="Also report entries computed by code that changed since: functions from your own "
-        "modules, which datasets hashes by name (needs runs recorded by `cachetool run`).",
-    ),
-    dry_run=opt("--dry-run", "-n", help="With --quarantine: show what would move, and move nothing."),
     yes=opt("--yes", "-y", help="With --quarantine: do not ask for confirmation."),
-    strict=opt("--strict", help="Exit 1 on warnings too."),
-    jobs=opt("--jobs", "-j", help="Threads for --deep (default: one per core).", type=int | None),
     **output("github", quiet="the entries with errors, one a line"),
 )
 def verify_command(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetool.determinism.process import OUTPUT_CAP, Run, RunSettings
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.errors import CachetoolError, ExitCode, option
 
 if TYPE_CHECKING:
     from cachetool.determinism.report import Analysis, Cause, DeterminismReport, RunOutcome, RunProgress
@@ -143,15 +143,51 @@ class CheckOptions:
     integers). Invalid values raise `CachetoolError` (exit 2) here, so Python is refused exactly as
     the command is."""
 
-    script: str | os.PathLike[str]
-    args: Sequence[str] = ()
-    runs: int = 2
-    hash_seeds: Sequence[int] | None = None
-    timeout: float | None = 900.0
-    isolated: bool = False
-    jobs: int | None = None
+    script: str | os.PathLike[str] = option(
+        dataclasses.MISSING, "The pipeline script to run.", argument=True, type=Path, show_default=False
+    )
+    args: Sequence[str] = option(
+        (),
+        "Arguments for the script, after it, as with `cachetool run`. Options check-determinism "
+        "knows are its own: put script arguments that clash with them after `--`.",
+        argument=True,
+        keyword="script_args",
+        type=list[str] | None,
+        show_default=False,
+    )
+    runs: int = option(2, "How many runs to compare.", "--runs", "-n", min=2)
+    hash_seeds: Sequence[int] | None = option(
+        None,
+        "Comma-separated PYTHONHASHSEED values, one per run (sets the number of runs). Default: 1,2,...",
+        type=str | None,
+        show_default=False,
+    )
+    timeout: float | None = option(
+        900.0, "Seconds a run may take before it is stopped (0: no limit).", type=float
+    )
+    isolated: bool = option(
+        False,
+        "Give each run a fresh temporary HF_DATASETS_CACHE (removed afterwards). Default: "
+        "the cache the script uses anyway. Either way the runs go one after the other.",
+    )
+    jobs: int | None = option(
+        None,
+        "With --isolated: runs at once, for a script that writes no file outside its cache "
+        "(a save_to_disk folder written by two runs at once can kill one). Default: 1.",
+        "--jobs",
+        "-j",
+        min=1,
+        show_default=False,
+    )
     rerun: bool = True
-    cold: bool = True
+    cold: bool = option(
+        True,
+        "Make the first run compute every step (what the cache lacks it writes there, "
+        "for the next run to load), so a step that changes an object a later step hashes "
+        "is found on a warm cache too. --no-cold: faster on a large warm cache, but such a "
+        "change goes unseen.",
+        "--cold/--no-cold",
+    )
 
     def __post_init__(self) -> None:
         path = Path(self.script)

@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable, Mapping
 from types import CodeType
 from typing import Any
 
-import xxhash
-
 
 def hash_bytes(data: bytes) -> str:
     """``Hasher.hash_bytes``: the 16-hex-digit xxh64 of some bytes."""
+    import xxhash  # not on `cachetool verify --help`'s path (the scan imports this module)
+
     return str(xxhash.xxh64(data).hexdigest())
 
 
@@ -223,6 +223,8 @@ def hash_plain(value: Any) -> str:
 
 def _hasher(*values: Any) -> str:
     """`datasets.fingerprint.Hasher` fed `values` one by one (`update`), for plain values."""
+    import xxhash
+
     m = xxhash.xxh64()
     for value in values:
         m.update(f"=={type(value)}==".encode())

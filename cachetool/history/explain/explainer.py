@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cachetool.errors import CachetoolError
+from cachetool.errors import CachetoolError, option
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import (
     ExplainReport,
@@ -102,11 +102,18 @@ class ExplainOptions:
     """What `cachetool explain` explains; mirrors its options one to one. Invalid combinations
     raise `CachetoolError` (exit 2) here, so Python is refused exactly as the command is."""
 
-    fingerprint: str | None = None
-    last: bool = False
-    script: str | os.PathLike[str] | None = None
-    history: int = 3
-    all_roots: bool = False
+    fingerprint: str | None = option(
+        None,
+        "A recorded fingerprint (a unique prefix is enough) or a cache-<fp>.arrow path.",
+        argument=True,
+        show_default=False,
+    )
+    last: bool = option(False, "Explain every step the most recent recorded run computed.")
+    script: str | os.PathLike[str] | None = option(
+        None, "Like --last, for the most recent run of this script.", type=Path | None, show_default=False
+    )
+    history: int = option(3, "With a fingerprint: also compare this many earlier runs.", min=0)
+    all_roots: bool = False  # `--all-roots`, as every command that reads the ledger says it
 
     def __post_init__(self) -> None:
         if self.fingerprint is None and not self.last and self.script is None:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.errors import CachetoolError, ExitCode, option
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
@@ -33,107 +33,71 @@ if TYPE_CHECKING:
 DEFAULT_MIN_AGE = 3600.0
 
 
-def _option(
-    help: str, *, keyword: str | None = None, cli_default: Any = None, parse: str | None = None
-) -> Any:
-    """A `GcOptions` field's one declaration for the command, `gc_cache` and the docs: its help,
-    its keyword when not the field's name (`--dataset` is `datasets`), the command's default
-    when it differs (`--min-age 1h`), and how a string value is read ("duration", "size")."""
-    return {"help": help, "keyword": keyword, "cli_default": cli_default, "parse": parse}
-
-
 @dataclass(frozen=True)
 class GcOptions:
     """Every choice of a gc run, declared once: `cachetool gc`'s options and `gc_cache()`'s
     keywords are made from these fields. Durations are seconds (or `"30d"`), sizes bytes (or
     `"50GB"`); an invalid value raises `CachetoolError` (exit 2) here, for the command as for Python."""
 
-    temp: bool = field(
-        default=False,
-        metadata=_option(
-            "Remove leftovers of killed processes: `tmp*` files, `.incomplete` folders, interrupted "
-            "saves and downloads, unheld locks of folders that are gone, and `hf_datasets-*` / `pymp-*` "
-            "folders in the temp dir (nothing else there)."
-        ),
+    temp: bool = option(
+        False,
+        "Remove leftovers of killed processes: `tmp*` files, `.incomplete` folders, interrupted "
+        "saves and downloads, unheld locks of folders that are gone, and `hf_datasets-*` / `pymp-*` "
+        "folders in the temp dir (nothing else there).",
     )
-    tmp_dir: Path | None = field(
-        default=None,
-        metadata=_option(
-            "The temp dir to clean with --temp. Default: the one datasets uses (TMPDIR, TEMP, TMP, "
-            "else the system default)."
-        ),
+    tmp_dir: Path | None = option(
+        None,
+        "The temp dir to clean with --temp. Default: the one datasets uses (TMPDIR, TEMP, TMP, "
+        "else the system default).",
     )
-    min_age: float = field(
-        default=DEFAULT_MIN_AGE,
-        metadata=_option(
-            "Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
-            "hosts of a shared file system are invisible to gc: there, their leases and age are the "
-            "guards (at least 10m for temp files no lease covers).",
-            cli_default="1h",
-            parse="duration",
-        ),
+    min_age: float = option(
+        DEFAULT_MIN_AGE,
+        "Only touch what was modified at least this long ago (s, m, h, d, w). Processes on other "
+        "hosts of a shared file system are invisible to gc: there, their leases and age are the "
+        "guards (at least 10m for temp files no lease covers).",
+        cli_default="1h",
+        parse="duration",
     )
-    all_users: bool = field(
-        default=False, metadata=_option("Also remove files other users own (default: only yours).")
+    all_users: bool = option(False, "Also remove files other users own (default: only yours).")
+    older_than: float | None = option(
+        None,
+        "Evict entries not used in this long (e.g. 30d): last ledger record, else modified time. "
+        "With --quarantine: purge what was moved aside at least this long ago.",
+        parse="duration",
     )
-    older_than: float | None = field(
-        default=None,
-        metadata=_option(
-            "Evict entries not used in this long (e.g. 30d): last ledger record, else modified time. "
-            "With --quarantine: purge what was moved aside at least this long ago.",
-            parse="duration",
-        ),
+    max_size: int | None = option(
+        None,
+        "Evict least recently used entries until the cache is under this size (e.g. 50GB).",
+        parse="size",
     )
-    max_size: int | None = field(
-        default=None,
-        metadata=_option(
-            "Evict least recently used entries until the cache is under this size (e.g. 50GB).",
-            parse="size",
-        ),
-    )
-    datasets: tuple[str, ...] = field(
-        default=(),
-        metadata=_option(
-            "Only entries of this dataset (e.g. csv or csv/default-…); repeatable.", keyword="dataset"
-        ),
+    datasets: tuple[str, ...] = option(
+        (), "Only entries of this dataset (e.g. csv or csv/default-…); repeatable.", keyword="dataset"
     )
     #: The command's arguments: entries to evict, as `cachetool ls -q` prints them.
-    fingerprints: tuple[str, ...] = field(
-        default=(),
-        metadata=_option(
-            "Entries to evict: fingerprints (or prefixes) or paths, as `cachetool ls -q` prints them."
-        ),
+    fingerprints: tuple[str, ...] = option(
+        (),
+        "Entries to evict: fingerprints (or prefixes) or paths, as `cachetool ls -q` prints them.",
+        argument=True,
+        show_default=False,
     )
-    keep: tuple[str, ...] = field(
-        default=(),
-        metadata=_option("Never evict this fingerprint or its recorded ancestors (repeatable)."),
+    keep: tuple[str, ...] = option((), "Never evict this fingerprint or its recorded ancestors (repeatable).")
+    include_sources: bool = option(False, "Also evict source splits and saved datasets (kept by default).")
+    force_root: bool = option(
+        False,
+        "Clean the folder even if it is /, holds your home folder, or has no datasets "
+        "layout (refused by default: there, leftover-looking names may be your own files).",
     )
-    include_sources: bool = field(
-        default=False,
-        metadata=_option("Also evict source splits and saved datasets (kept by default)."),
+    other_hosts_idle: bool = option(
+        False,
+        "On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
+        "10m for temp files no lease covers: you know no process on another host writes this cache "
+        "outside `cachetool run` or `cachetool.tracing()`.",
     )
-    force_root: bool = field(
-        default=False,
-        metadata=_option(
-            "Clean the folder even if it is /, holds your home folder, or has no datasets "
-            "layout (refused by default: there, leftover-looking names may be your own files)."
-        ),
-    )
-    other_hosts_idle: bool = field(
-        default=False,
-        metadata=_option(
-            "On a shared file system (NFS, Lustre, GPFS, CephFS, CIFS, FUSE), allow --min-age below "
-            "10m for temp files no lease covers: you know no process on another host writes this cache "
-            "outside `cachetool run` or `cachetool.tracing()`."
-        ),
-    )
-    quarantine: bool = field(
-        default=False,
-        metadata=_option(
-            "Purge the quarantine: delete what `verify --quarantine` moved aside into "
-            ".cachetool/quarantine/ (with --older-than: moved aside at least that long ago). Nothing "
-            "else is removed in that run."
-        ),
+    quarantine: bool = option(
+        False,
+        "Purge the quarantine: delete what `verify --quarantine` moved aside into "
+        ".cachetool/quarantine/ (with --older-than: moved aside at least that long ago). Nothing "
+        "else is removed in that run.",
     )
 
     def __post_init__(self) -> None:

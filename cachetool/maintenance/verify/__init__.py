@@ -21,7 +21,7 @@ from pathlib import Path
 from cachetool.cache.layout import MOVABLE_KINDS
 from cachetool.cache.lookup import find_entry
 from cachetool.cache.scan import CacheReport, scan_cache
-from cachetool.errors import CachetoolError
+from cachetool.errors import CachetoolError, option
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use
 from cachetool.maintenance.verify.deep import deep_pass
@@ -37,17 +37,44 @@ class VerifyOptions:
     values raise `CachetoolError` (exit 2) here, before anything is read, so `verify_cache`
     refuses exactly what the command refuses."""
 
-    fingerprints: Sequence[str] = ()
-    deep: bool = False
-    record: bool = False
-    stale: bool = False
-    quarantine: bool = False
-    dry_run: bool = False
-    restore: bool = False
-    strict: bool = False
-    jobs: int | None = None  # threads for `deep`; None: one per core
+    fingerprints: Sequence[str] = option(
+        (),
+        "Check only these entries (fingerprints, unique prefixes or paths).",
+        argument=True,
+        show_default=False,
+    )
+    deep: bool = option(
+        False,
+        "Also read and validate every buffer (offsets, UTF-8, nulls), and compare each file's "
+        "bytes with its checksum (xxh3) where --record stored one.",
+    )
+    record: bool = option(
+        False,
+        "With --deep: store the checksums, so a later `verify --deep` reports files whose bytes changed.",
+    )
+    stale: bool = option(
+        False,
+        "Also report entries computed by code that changed since: functions from your own "
+        "modules, which datasets hashes by name (needs runs recorded by `cachetool run`).",
+    )
+    quarantine: bool = option(
+        False,
+        "Move files with errors into <root>/.cachetool/quarantine/ (never deletes; logged; asks "
+        "first unless --yes).",
+    )
+    dry_run: bool = option(
+        False, "With --quarantine: show what would move, and move nothing.", "--dry-run", "-n"
+    )
+    restore: bool = option(False, "Put quarantined files back, then verify.")
+    strict: bool = option(False, "Exit 1 on warnings too.")
+    jobs: int | None = option(None, "Threads for --deep (default: one per core).", "--jobs", "-j")
     #: `--quarantine --list`: list what the quarantine holds (`quarantined(root)`), check nothing.
-    list_quarantine: bool = False
+    list_quarantine: bool = option(
+        False,
+        "With --quarantine: list what the quarantine holds (where each came from, its size "
+        "and problem) and check nothing.",
+        "--list",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.fingerprints, str):
