@@ -60,13 +60,25 @@ from typing import Any
 CLI = (sys.executable, "-m", "cachetool")
 #: Imported by the zygote: what `python -m cachetool` imports before it reads its command line,
 #: what the Typer app imports to read options (pydantic, through Typer's adapters) and the model
-#: modules the commands import (a child would import each again, 0.05 to 0.1 s of CPU). A name
-#: that no longer exists is skipped.
+#: modules the commands import (a child would import each again, 0.05 to 0.1 s of CPU). pydantic
+#: and Typer load the parts that read options on first use: those are named. A name that no
+#: longer exists is skipped.
 WARM = (
     "cachetool.cli.entry",
     "cachetool.cli.light",
     "cachetool.cli.app",
     "pydantic",
+    "typer._adapters",
+    "pydantic.main",
+    "pydantic.type_adapter",
+    "pydantic.json_schema",
+    "pydantic.plugin._loader",
+    "typer._click.decorators",
+    "importlib.metadata",
+    "zoneinfo",
+    "runpy",
+    "cachetool.cache.dirs",
+    "cachetool.cache.pins",
     "cachetool.cache.scan",
     "cachetool.cache.query",
     "cachetool.history.ledger",

@@ -17,9 +17,10 @@ import pytest
 
 from cachetool.cache.layout import LEDGER_DIR
 from cachetool.cache.store import STATE_FILES
+from cachetool.maintenance.verify.deep import VERDICTS_NAME
 from tests import forks
 from tests.attack.races import synthesize_cache
-from tests.conftest import hf_env
+from tests.conftest import hf_env, once_per_session
 
 pytestmark = pytest.mark.slow
 
@@ -99,6 +100,33 @@ def _plant(path: Path, how: str, home: Path) -> None:
         path.mkdir()
 
 
+@pytest.fixture(scope="session")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """What `verify --deep` stores in the user's cache folder about the schemas of `_cache` (the
+    same in every test's cache), from one real run: each test starts with it, so its `verify
+    --deep` judges them without importing `datasets` (0.5 s of CPU per test). Empty if nothing
+    was stored (each test then imports `datasets` again)."""
+
+    def make(base: Path) -> bytes:
+        root, _ = _cache(base)
+        env = hf_env(base)
+        _run(["verify", "--deep", "--cache-dir", str(root)], env)
+        kept = Path(env["CACHETOOL_HOME"]) / "derived" / VERDICTS_NAME
+        return kept.read_bytes() if kept.is_file() else b""
+
+    return once_per_session(tmp_path_factory, "state_files_verdicts", make)[1]
+
+
+def _env(base: Path, verdicts: bytes) -> dict[str, str]:
+    """`hf_env(base)`, its user's cache folder holding `verdicts`."""
+    env = hf_env(base)
+    if verdicts:
+        kept = Path(env["CACHETOOL_HOME"]) / "derived" / VERDICTS_NAME
+        kept.parent.mkdir(parents=True)
+        kept.write_bytes(verdicts)
+    return env
+
+
 def _run(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
     try:
         proc = forks.run(
@@ -111,7 +139,9 @@ def _run(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 @pytest.mark.parametrize("how", SUBSTITUTES)
 @pytest.mark.parametrize("name", STATE_FILES)
-def test_a_state_file_replaced_by_a_link_fifo_device_or_folder(tmp_path: Path, name: str, how: str) -> None:
+def test_a_state_file_replaced_by_a_link_fifo_device_or_folder(
+    tmp_path: Path, name: str, how: str, verdicts: bytes
+) -> None:
     """Every command that reads or writes a state file, with that file replaced: nothing outside
     the root is written (the user's text file and SQLite database are byte for byte the same),
     no command hangs, none ends in a traceback."""
@@ -119,7 +149,7 @@ def test_a_state_file_replaced_by_a_link_fifo_device_or_folder(tmp_path: Path, n
     home = _outside(tmp_path)
     before = _snapshot(home)
     _plant(root / LEDGER_DIR / _instance(name), how, home)
-    env = hf_env(tmp_path)
+    env = _env(tmp_path, verdicts)
     for cmd in _commands(root, fp):
         code, err = _run(cmd, env)
         assert "Traceback" not in err, (cmd, err[-2000:])
@@ -141,7 +171,7 @@ CONTENTS = {
 
 
 @pytest.mark.parametrize("content", list(CONTENTS), ids=list(CONTENTS))
-def test_any_content_of_every_state_file(tmp_path: Path, content: str) -> None:
+def test_any_content_of_every_state_file(tmp_path: Path, content: str, verdicts: bytes) -> None:
     """Every state file holding the same bad content at once (and one of 300 MB, sparse): every
     command ends normally, with no traceback."""
     root, fp = _cache(tmp_path)
@@ -152,7 +182,7 @@ def test_any_content_of_every_state_file(tmp_path: Path, content: str) -> None:
     if content == "empty":  # and a huge one, sparse
         with open(root / LEDGER_DIR / "checksums.json", "wb") as f:
             f.truncate(300 << 20)
-    env = hf_env(tmp_path)
+    env = _env(tmp_path, verdicts)
     for cmd in _commands(root, fp):
         code, err = _run(cmd, env)
         assert "Traceback" not in err, (cmd, err[-2000:])
