@@ -86,7 +86,7 @@ def params_of(func: Callable[..., Any]) -> dict[str, Param]:
     if options:
         module, _, name = options.rpartition(".")
         declared = {**_fields(getattr(importlib.import_module(module), name)), **params}
-        params = {name: declared[name] for name in order.split()}
+        params = {n: declared[n] for n in order.split()}
         func.cli = (params, settings, "", "")  # type: ignore[attr-defined]
     return params
 
