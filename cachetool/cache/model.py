@@ -117,9 +117,10 @@ ProblemCode = Literal[
     "note", "unreadable", "fingerprint-mismatch", "partial-shards", "missing-shards", "rows"
 ]
 
-#: The sentence of each code, filled from the problem's fields (a note's and an unreadable file's
-#: sentence is its `text`).
+#: The sentence of each code, filled from the problem's fields.
 _WORDING: dict[str, str] = {
+    "note": "{text}",
+    "unreadable": "{text}",
     "fingerprint-mismatch": "file holds fingerprint {got}, name says {want}",
     "partial-shards": "partial: {got} of {want} shards (missing {missing})",
     "missing-shards": "missing shards {missing} of {want}",
@@ -141,11 +142,8 @@ class EntryProblem:
 
     @property
     def detail(self) -> str:
-        wording = _WORDING.get(self.code)
-        if wording is None:
-            return self.text
         missing = ", ".join(f"{r:05d}" for r in self.missing)
-        return wording.format(got=self.got, want=self.want, missing=missing)
+        return _WORDING[self.code].format(text=self.text, got=self.got, want=self.want, missing=missing)
 
     def __str__(self) -> str:
         return self.detail if self.file is None else f"{self.file.name}: {self.detail}"
