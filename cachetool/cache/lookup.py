@@ -115,6 +115,11 @@ def _by_prefix(
         seen.update(fps)
         fp = next((x for x in named if x in known), None) or next((x for x in fps if x in known), named[0])
         candidates[f"{e.id} ({e.kind.value}, {os.fsdecode(e.path)})"] = Resolved(fp, e)
+    # A killed num_proc writer's tmp file names its shard (`<fp>_00001_of_00002`): part of <fp>.
+    shards = {
+        k for k, r in candidates.items() if (m := _SHARD_OF.match(r.fingerprint)) and m.group(1) in seen
+    }
+    candidates = {k: r for k, r in candidates.items() if k not in shards}
     for fp in sorted(x for x in known if x.startswith(name)):
         if fp in seen:
             continue
