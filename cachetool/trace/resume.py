@@ -1,0 +1,148 @@
+"""Resume a killed map: reuse the complete record batches the killed attempt of the same
+fingerprint left in its `tmp*` file, compute only the rest, and write what an uninterrupted run
+writes.
+
+The same fingerprint means the same function, input and arguments (`batched`, `batch_size`,
+`with_indices`, `writer_batch_size`, `features` ... are all hashed), so the killed attempt's rows
+are this call's. Only rows of complete map batches are reused (a truncated tail is dropped), from a
+multiple of `batch_size` on: a batched function sees the batches it would have seen, and
+`with_indices` the same indices. Before trusting the rows, the last reused batch is computed again
+and must equal them (a batched function that changes the number of rows is not resumable: its
+output rows are not its input rows). The rest is computed by `datasets`' own `map` with the
+partial's features, so its writer types every value as the uninterrupted writer did after its first
+batch; the head and the rest go into a new `tmp*` file under the partial's schema (and metadata),
+renamed onto `cache-<fp>.arrow`, which `map` then loads as a cache hit. A `tmp*` file any process
+holds open or maps is never used nor removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import inspect
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from cachetool.cache.arrow import read_summary
+from cachetool.history.ledger import read_ledger
+from cachetool.history.records.parts import Resumed
+from cachetool.history.runs import _state, _unfinished, unended_step
+
+
+def resume_map(
+    map_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], path: str, root: str, run: str
+) -> Resumed | None:
+    """Write `path` (`cache-<fp>.arrow` of the call `map_fn(*args, **kwargs)` of the run `run`)
+    from the killed attempt's complete batches and the rest computed now; None (nothing written)
+    when there is no killed attempt to resume, or it cannot be resumed exactly."""
+    fp = os.path.basename(path).removeprefix("cache-").removesuffix(".arrow")
+    step = unended_step([r for r in read_ledger(root).records if r.run != run], fp)
+    if step is None or _state(step) != "killed":
+        return None
+    call = inspect.signature(map_fn).bind(*args, **kwargs)
+    call.apply_defaults()
+    given = dict(call.arguments)
+    ds = given.pop("self")
+    if given["num_proc"] or given["keep_in_memory"] or inspect.iscoroutinefunction(given["function"]):
+        return None
+    for f in _unfinished(step):
+        if not f.finished and read_summary(f.path).fingerprint == fp and not _held(f.path):
+            reused = _resume_file(map_fn, ds, given, f.path, path)
+            if reused is not None:
+                with contextlib.suppress(OSError):
+                    if not _held(f.path):
+                        os.unlink(f.path)
+                return Resumed(rows=reused, of=len(ds), run=step.run, partial=f.path)
+    return None
+
+
+def _resume_file(
+    map_fn: Callable[..., Any], ds: Any, given: dict[str, Any], partial: str, target: str
+) -> int | None:
+    """Write `target` from `partial`'s reusable rows and the rest of `ds` mapped now; the rows
+    reused, or None (nothing written)."""
+    import pyarrow as pa
+    from datasets import Features
+    from datasets.table import table_cast
+
+    step = given["batch_size"] if given["batched"] else 1
+    if not step or step <= 0:  # one batch of everything: nothing to resume from
+        return None
+    with pa.memory_map(partial) as source:
+        reader = pa.ipc.open_stream(source)
+        schema, batches = reader.schema, []
+        with contextlib.suppress(pa.ArrowInvalid, OSError):  # a truncated last batch is dropped
+            batches.extend(reader)
+        head = pa.Table.from_batches(batches, schema)
+        start = min(head.num_rows, len(ds)) // step * step
+        if start == 0:
+            return None
+        features = Features.from_arrow_schema(schema)
+        folder = os.path.dirname(target)
+
+        def mapped(lo: int, hi: int) -> pa.Table:
+            """Rows `lo` to `hi` of `ds` through the map, as its writer types them."""
+            name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
+            out = os.path.join(folder, f"{name}.arrow")
+            try:
+                fn = _shifted(given, lo) if given["with_indices"] else given["function"]
+                kw = {**given, "function": fn, "features": features, "cache_file_name": out}
+                kw.update(load_from_cache_file=False, new_fingerprint=name, desc="Resume")
+                res = map_fn(ds.select(range(lo, hi)), **kw)
+                table = res.data.table if os.path.exists(out) else schema.empty_table()
+                return table_cast(table, schema)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(out)
+
+        if not mapped(start - step, start).equals(head.slice(start - step, step)):
+            return None
+        with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False) as tmp:
+            try:
+                with pa.ipc.new_stream(tmp, schema) as writer:
+                    writer.write_table(head.slice(0, start))
+                    if start < len(ds):
+                        writer.write_table(mapped(start, len(ds)))
+                umask = os.umask(0o666)
+                os.umask(umask)
+                os.chmod(tmp.name, 0o666 & ~umask)
+                os.replace(tmp.name, target)
+            except BaseException:
+                os.unlink(tmp.name)
+                raise
+    return start
+
+
+def _shifted(given: dict[str, Any], offset: int) -> Callable[..., Any]:
+    """The map's function, called with indices `offset` higher (`with_indices`): the rows of a
+    slice starting at `offset` get the indices they have in the whole dataset."""
+    function = given["function"]
+    columns = given["input_columns"]
+    at = 1 if columns is None or isinstance(columns, str) else len(columns)
+
+    def shifted(*args: Any, **kwargs: Any) -> Any:
+        i = args[at]
+        i = [x + offset for x in i] if isinstance(i, list) else i + offset
+        return function(*args[:at], i, *args[at + 1 :], **kwargs)
+
+    return shifted
+
+
+def _held(path: str) -> bool:
+    """Some process (this one included) has `path` open or memory-mapped: the kernel grants a
+    write lease only on a file no one else has open. Where leases are not supported (a network
+    file system), every file counts as held."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return True
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)

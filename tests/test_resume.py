@@ -1,0 +1,110 @@
+"""A traced map SIGKILLed part way gives its work back: the rerun reuses the complete record batches
+the killed run wrote, computes only the rest, and writes what an uninterrupted run writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cachetool.cache.arrow import read_summary
+
+try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run, invoke
+    from tests.lineage_pipeline import subprocess_env
+    from tests.test_killed_run import _run_and_kill
+except ImportError:
+    from conftest import cachetool_run, invoke  # type: ignore[no-redef]
+    from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
+    from test_killed_run import _run_and_kill  # type: ignore[no-redef]
+
+pytestmark = pytest.mark.slow
+
+ROWS = 200_000
+
+# The map slows down (and says so) at row KILL_AT, read at run time so that the fingerprint is the
+# same in the killed run, the rerun and the uninterrupted run.
+PIPELINE = textwrap.dedent(
+    """\
+    import os, sys, time
+    from pathlib import Path
+    from datasets import load_dataset
+
+    def f(ex, idx):
+        at = int(os.environ.get("KILL_AT", -1))
+        last = idx[-1] if isinstance(idx, list) else idx
+        if 0 <= at <= last:
+            Path(sys.argv[2]).write_text("busy")
+            time.sleep(0.01)
+        if isinstance(idx, list):
+            return {"y": [x * 2 + i for x, i in zip(ex["x"], idx)], "s": [str(i) for i in idx]}
+        return {"y": ex["x"] * 2 + idx, "s": str(idx)}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    ds = ds.map(f, with_indices=True, MAP_ARGS)
+    print("finished", ds._fingerprint)
+    """
+)
+
+
+def _table(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_stream(source).read_all()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["examples", "batched"])
+def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, batched: bool) -> None:
+    """A 200,000-row map (one example at a time, or batches of 700) SIGKILLed at 60-90%: the rerun
+    reuses at least 90% of the rows the killed run had completed, and its cache file holds the
+    same table, schema and schema metadata as an uninterrupted run's; the ledger says so
+    ("resumed: N of 200,000 rows reused from the killed run of RUN", shown by `explain --last`),
+    no `tmp*` file is left, and the run after that loads the file as an ordinary cache hit."""
+    args = "batched=True, batch_size=700" if batched else "writer_batch_size=500"
+    (tmp_path / "p.py").write_text(PIPELINE.replace("MAP_ARGS", args), encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(ROWS)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    # The uninterrupted run, in a cache of its own, runs while the other is killed.
+    reference = subprocess.Popen(
+        [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", "-"],
+        env={**env, "HF_DATASETS_CACHE": str(tmp_path / "reference")},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    kill_at = random.Random().randrange(int(ROWS * 0.6), int(ROWS * 0.85))
+    _run_and_kill(tmp_path, {**env, "KILL_AT": str(kill_at)})
+    killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    completed = read_summary(partial).rows or 0  # its complete record batches
+    assert completed >= kill_at * 0.95, (completed, kill_at)
+
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    fp = out.stdout.split()[-1]
+    assert reference.wait(timeout=120) == 0, reference.stderr.read() if reference.stderr else ""
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
+    (said,) = [r["message"] for r in step["reasons"] if r["kind"] == "resumed"]
+    reused = int(said.split()[1].replace(",", ""))
+    assert said == f"resumed: {reused:,} of {ROWS:,} rows reused from the killed run of {killed}", said
+    assert completed >= reused >= 0.9 * completed, (reused, completed)
+    assert said in " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+
+    (mine,) = (tmp_path / "cache").rglob(f"cache-{fp}.arrow")
+    (theirs,) = (tmp_path / "reference").rglob(f"cache-{fp}.arrow")
+    got, want = _table(mine), _table(theirs)
+    assert got.schema.equals(want.schema, check_metadata=True), (got.schema, want.schema)
+    assert got.equals(want)
+    assert not list((tmp_path / "cache").rglob("tmp*"))
+    assert oct(mine.stat().st_mode & 0o777) == oct(theirs.stat().st_mode & 0o777)
+
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    again = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    assert again["computed"] == 0 and again["loaded"] == 2, again  # the CSV and the map
+    assert os.path.samefile(next((tmp_path / "cache").rglob(f"cache-{fp}.arrow")), mine)
