@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -59,14 +61,44 @@ def _table(path: Path) -> pa.Table:
         return pa.ipc.open_stream(source).read_all()
 
 
-@pytest.mark.parametrize("batched", [False, True], ids=["examples", "batched"])
-def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, batched: bool) -> None:
-    """A 200,000-row map (one example at a time, or batches of 700) SIGKILLed at 60-90%: the rerun
-    reuses at least 90% of the rows the killed run had completed, and its cache file holds the
-    same table, schema and schema metadata as an uninterrupted run's; the ledger says so
-    ("resumed: N of 200,000 rows reused from the killed run of RUN", shown by `explain --last`),
-    no `tmp*` file is left, and the run after that loads the file as an ordinary cache hit."""
-    args = "batched=True, batch_size=700" if batched else "writer_batch_size=500"
+def _kill_group(tmp_path: Path, env: dict[str, str]) -> None:
+    """`cachetool run p.py` SIGKILLed with its `num_proc` workers (the OOM killer or a scheduler
+    ending the job) once the map says it is busy: every worker's `tmp*` file stays."""
+    marker = tmp_path / "busy"
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+CASES = {
+    "examples": ("writer_batch_size=500", 0.6, 0.85),
+    "batched": ("batched=True, batch_size=700", 0.6, 0.85),
+    # The second worker's rows start at 100,000: killed at 60-90% of the whole map.
+    "num_proc": ("batched=True, batch_size=700, num_proc=2", 0.8, 0.95),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str) -> None:
+    """A 200,000-row map (one example at a time, batches of 700, or batches in 2 processes)
+    SIGKILLed at 60-90%: the rerun reuses at least 90% of the rows the killed run had completed,
+    and its cache files hold the same tables, schemas and schema metadata as an uninterrupted
+    run's; the ledger says so ("resumed: N of 200,000 rows reused from the killed run of RUN",
+    shown by `explain --last`), no `tmp*` file is left, and the run after that loads the files as
+    an ordinary cache hit."""
+    args, low, high = CASES[case]
     (tmp_path / "p.py").write_text(PIPELINE.replace("MAP_ARGS", args), encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(ROWS)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
@@ -78,12 +110,15 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, batched: bool) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    kill_at = random.Random().randrange(int(ROWS * 0.6), int(ROWS * 0.85))
-    _run_and_kill(tmp_path, {**env, "KILL_AT": str(kill_at)})
+    kill_at = random.Random().randrange(int(ROWS * low), int(ROWS * high))
+    if case == "num_proc":
+        _kill_group(tmp_path, {**env, "KILL_AT": str(kill_at)})
+    else:
+        _run_and_kill(tmp_path, {**env, "KILL_AT": str(kill_at)})
     killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
-    (partial,) = (tmp_path / "cache").rglob("tmp*")
-    completed = read_summary(partial).rows or 0  # its complete record batches
-    assert completed >= kill_at * 0.95, (completed, kill_at)
+    partials = list((tmp_path / "cache").rglob("tmp*"))
+    completed = sum(read_summary(p).rows or 0 for p in partials)  # their complete record batches
+    assert partials and completed >= (0 if case == "num_proc" else kill_at * 0.95), (completed, kill_at)
 
     out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
     fp = out.stdout.split()[-1]
@@ -96,15 +131,19 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, batched: bool) ->
     assert completed >= reused >= 0.9 * completed, (reused, completed)
     assert said in " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
 
-    (mine,) = (tmp_path / "cache").rglob(f"cache-{fp}.arrow")
-    (theirs,) = (tmp_path / "reference").rglob(f"cache-{fp}.arrow")
-    got, want = _table(mine), _table(theirs)
-    assert got.schema.equals(want.schema, check_metadata=True), (got.schema, want.schema)
-    assert got.equals(want)
+    mine = sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
+    theirs = sorted((tmp_path / "reference").rglob(f"cache-{fp}*.arrow"))
+    assert [p.name for p in mine] == [p.name for p in theirs] and mine
+    for m, t in zip(mine, theirs, strict=True):
+        got, want = _table(m), _table(t)
+        assert got.schema.equals(want.schema, check_metadata=True), (got.schema, want.schema)
+        assert got.equals(want)
+        assert oct(m.stat().st_mode & 0o777) == oct(t.stat().st_mode & 0o777)
     assert not list((tmp_path / "cache").rglob("tmp*"))
-    assert oct(mine.stat().st_mode & 0o777) == oct(theirs.stat().st_mode & 0o777)
 
     cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
     again = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     assert again["computed"] == 0 and again["loaded"] == 2, again  # the CSV and the map
-    assert os.path.samefile(next((tmp_path / "cache").rglob(f"cache-{fp}.arrow")), mine)
+    assert [os.stat(p).st_ino for p in mine] == [
+        p.stat().st_ino for p in sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
+    ]

@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import inspect
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -45,24 +46,39 @@ def resume_map(
     call.apply_defaults()
     given = dict(call.arguments)
     ds = given.pop("self")
-    if given["num_proc"] or given["keep_in_memory"] or inspect.iscoroutinefunction(given["function"]):
+    if given["keep_in_memory"] or inspect.iscoroutinefunction(given["function"]):
         return None
-    for f in _unfinished(step):
-        if not f.finished and read_summary(f.path).fingerprint == fp and not _held(f.path):
-            reused = _resume_file(map_fn, ds, given, f.path, path)
-            if reused is not None:
-                with contextlib.suppress(OSError):
-                    if not _held(f.path):
-                        os.unlink(f.path)
-                return Resumed(rows=reused, of=len(ds), run=step.run, partial=f.path)
-    return None
+    reused = 0
+    for f in _unfinished(step):  # one, or one per num_proc shard: `<fp>_00001_of_00002` inside
+        got = None if f.finished or _held(f.path) else read_summary(f.path).fingerprint
+        suffix = got[len(fp) :] if got and got.startswith(fp) else None
+        shard = re.fullmatch(r"_(\d+)_of_(\d+)", suffix or "")
+        if suffix is None or (suffix and (shard is None or given["with_rank"])):
+            continue
+        rank, shards = map(int, shard.groups()) if shard else (0, 1)
+        size, more = divmod(len(ds), shards)  # datasets' contiguous shards
+        rows = (rank * size + min(rank, more), size + (rank < more))
+        target = path.removesuffix(".arrow") + suffix + ".arrow"
+        done = _resume_file(map_fn, ds, given, f.path, target, *rows)
+        if done:
+            reused += done
+            with contextlib.suppress(OSError):
+                if not _held(f.path):
+                    os.unlink(f.path)
+    return Resumed(rows=reused, of=len(ds), run=step.run) if reused else None
 
 
 def _resume_file(
-    map_fn: Callable[..., Any], ds: Any, given: dict[str, Any], partial: str, target: str
+    map_fn: Callable[..., Any],
+    ds: Any,
+    given: dict[str, Any],
+    partial: str,
+    target: str,
+    first: int,
+    count: int,
 ) -> int | None:
-    """Write `target` from `partial`'s reusable rows and the rest of `ds` mapped now; the rows
-    reused, or None (nothing written)."""
+    """Write `target`, the map of `ds`'s rows `first` to `first + count`, from `partial`'s reusable
+    rows and the rest mapped now; the rows reused, or None (nothing written)."""
     import pyarrow as pa
     from datasets import Features
     from datasets.table import table_cast
@@ -76,21 +92,21 @@ def _resume_file(
         with contextlib.suppress(pa.ArrowInvalid, OSError):  # a truncated last batch is dropped
             batches.extend(reader)
         head = pa.Table.from_batches(batches, schema)
-        start = min(head.num_rows, len(ds)) // step * step
+        start = min(head.num_rows, count) // step * step
         if start == 0:
             return None
         features = Features.from_arrow_schema(schema)
         folder = os.path.dirname(target)
 
         def mapped(lo: int, hi: int) -> pa.Table:
-            """Rows `lo` to `hi` of `ds` through the map, as its writer types them."""
+            """Rows `lo` to `hi` (of the `count` from `first`) through the map, as its writer types them."""
             name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
             out = os.path.join(folder, f"{name}.arrow")
             try:
-                fn = _shifted(given, lo) if given["with_indices"] else given["function"]
+                fn = _shifted(given, first + lo) if given["with_indices"] else given["function"]
                 kw = {**given, "function": fn, "features": features, "cache_file_name": out}
-                kw.update(load_from_cache_file=False, new_fingerprint=name, desc="Resume")
-                res = map_fn(ds.select(range(lo, hi)), **kw)
+                kw.update(load_from_cache_file=False, new_fingerprint=name, num_proc=None, desc="Resume")
+                res = map_fn(ds.select(range(first + lo, first + hi)), **kw)
                 table = res.data.table if os.path.exists(out) else schema.empty_table()
                 return table_cast(table, schema)
             finally:
@@ -103,8 +119,8 @@ def _resume_file(
             try:
                 with pa.ipc.new_stream(tmp, schema) as writer:
                     writer.write_table(head.slice(0, start))
-                    if start < len(ds):
-                        writer.write_table(mapped(start, len(ds)))
+                    if start < count:
+                        writer.write_table(mapped(start, count))
                 umask = os.umask(0o666)
                 os.umask(umask)
                 os.chmod(tmp.name, 0o666 & ~umask)

@@ -123,12 +123,11 @@ class SourceInfo(Part):
 
 @dataclass(frozen=True)
 class Resumed(Part):
-    """A map that reused `rows` of its `of` rows from the `partial` file its killed run `run` left."""
+    """A map that reused `rows` of its `of` rows from the `tmp*` files its killed run `run` left."""
 
     rows: int = 0
     of: int = 0
     run: str | None = None
-    partial: str | None = None
 
     @property
     def text(self) -> str:
