@@ -38,7 +38,10 @@ def resume_map(
     """Write `path` (`cache-<fp>.arrow` of the call `map_fn(*args, **kwargs)` of the run `run`)
     from the killed attempt's complete batches and the rest computed now; None (nothing written)
     when there is no killed attempt to resume, or it cannot be resumed exactly."""
-    fp = os.path.basename(path).removeprefix("cache-").removesuffix(".arrow")
+    folder, name = os.path.split(path)
+    if not any(n.startswith("tmp") for n in os.listdir(folder)):  # nothing left by a killed run
+        return None
+    fp = name.removeprefix("cache-").removesuffix(".arrow")
     step = unended_step([r for r in read_ledger(root).records if r.run != run], fp)
     if step is None or _state(step) != "killed":
         return None
@@ -99,7 +102,7 @@ def _resume_file(
         folder = os.path.dirname(target)
 
         def mapped(lo: int, hi: int) -> pa.Table:
-            """Rows `lo` to `hi` (of the `count` from `first`) through the map, as its writer types them."""
+            """Rows `lo` to `hi` of the `count` from `first` through the map, typed as its writer does."""
             name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
             out = os.path.join(folder, f"{name}.arrow")
             try:
@@ -115,19 +118,20 @@ def _resume_file(
 
         if not mapped(start - step, start).equals(head.slice(start - step, step)):
             return None
-        with tempfile.NamedTemporaryFile("wb", dir=folder, delete=False) as tmp:
-            try:
-                with pa.ipc.new_stream(tmp, schema) as writer:
-                    writer.write_table(head.slice(0, start))
-                    if start < count:
-                        writer.write_table(mapped(start, count))
-                umask = os.umask(0o666)
-                os.umask(umask)
-                os.chmod(tmp.name, 0o666 & ~umask)
-                os.replace(tmp.name, target)
-            except BaseException:
-                os.unlink(tmp.name)
-                raise
+        fd, tmp = tempfile.mkstemp(dir=folder)  # `tmpXXXXXXXX`, as datasets names its own
+        os.close(fd)
+        try:
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                writer.write_table(head.slice(0, start))
+                if start < count:
+                    writer.write_table(mapped(start, count))
+            umask = os.umask(0o666)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     return start
 
 
