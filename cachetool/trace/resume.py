@@ -28,8 +28,9 @@ from typing import Any
 
 from cachetool.cache.arrow import read_summary
 from cachetool.history.ledger import read_ledger
+from cachetool.history.records.other import StepStartRecord
 from cachetool.history.records.parts import Resumed
-from cachetool.history.runs import _state, _unfinished, unended_step
+from cachetool.history.runs import _state
 
 
 def resume_map(
@@ -39,21 +40,28 @@ def resume_map(
     from the killed attempt's complete batches and the rest computed now; None (nothing written)
     when there is no killed attempt to resume, or it cannot be resumed exactly."""
     folder, name = os.path.split(path)
-    if not any(n.startswith("tmp") for n in os.listdir(folder)):  # nothing left by a killed run
+    tmps = sorted(n for n in os.listdir(folder) if n.startswith("tmp"))
+    if not tmps:  # nothing left by a killed run
         return None
     fp = name.removeprefix("cache-").removesuffix(".arrow")
-    step = unended_step([r for r in read_ledger(root).records if r.run != run], fp)
-    if step is None or _state(step) != "killed":
-        return None
+    records = read_ledger(root).records
+    starts = sorted(
+        (r for r in records if isinstance(r, StepStartRecord) and path in r.paths), key=lambda r: r.time
+    )
     call = inspect.signature(map_fn).bind(*args, **kwargs)
     call.apply_defaults()
     given = dict(call.arguments)
     ds = given.pop("self")
     if given["keep_in_memory"] or inspect.iscoroutinefunction(given["function"]):
         return None
-    reused = 0
-    for f in _unfinished(step):  # one, or one per num_proc shard: `<fp>_00001_of_00002` inside
-        got = None if f.finished or _held(f.path) else read_summary(f.path).fingerprint
+    reused, runs = 0, []
+    for tmp in tmps:
+        partial = os.path.join(folder, tmp)
+        # Its writer: the latest run that began this step when the file was not there yet.
+        owner = next((s for s in reversed(starts) if tmp not in s.before and s.run != run), None)
+        if owner is None or _state(owner) != "killed" or _held(partial):
+            continue
+        got = read_summary(partial).fingerprint  # `<fp>_00001_of_00002` for a num_proc shard
         suffix = got[len(fp) :] if got and got.startswith(fp) else None
         shard = re.fullmatch(r"_(\d+)_of_(\d+)", suffix or "")
         if suffix is None or (suffix and (shard is None or given["with_rank"])):
@@ -62,13 +70,14 @@ def resume_map(
         size, more = divmod(len(ds), shards)  # datasets' contiguous shards
         rows = (rank * size + min(rank, more), size + (rank < more))
         target = path.removesuffix(".arrow") + suffix + ".arrow"
-        done = _resume_file(map_fn, ds, given, f.path, target, *rows)
+        done = _resume_file(map_fn, ds, given, partial, target, *rows)
         if done:
             reused += done
+            runs.append(owner.run)
             with contextlib.suppress(OSError):
-                if not _held(f.path):
-                    os.unlink(f.path)
-    return Resumed(rows=reused, of=len(ds), run=step.run) if reused else None
+                if not _held(partial):
+                    os.unlink(partial)
+    return Resumed(rows=reused, of=len(ds), run=", ".join(dict.fromkeys(runs))) if reused else None
 
 
 def _resume_file(
@@ -118,13 +127,14 @@ def _resume_file(
 
         if not mapped(start - step, start).equals(head.slice(start - step, step)):
             return None
+        # The rest first: killed while it computes, this run leaves `partial` as it was.
+        rest = mapped(start, count) if start < count else schema.empty_table()
         fd, tmp = tempfile.mkstemp(dir=folder)  # `tmpXXXXXXXX`, as datasets names its own
         os.close(fd)
         try:
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
                 writer.write_table(head.slice(0, start))
-                if start < count:
-                    writer.write_table(mapped(start, count))
+                writer.write_table(rest)
             umask = os.umask(0o666)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)

@@ -452,7 +452,8 @@ class Tracer:
         if top.op == "map" and len(self.local.stack) == 1 and top.started and not os.path.exists(path):
             self.enabled = False
             try:
-                root = self.roots.of_folder(os.path.dirname(abs_path(path)))
+                path = abs_path(path)
+                root = self.roots.of_folder(os.path.dirname(path))
                 top.resumed = resume_map(top.original, top.args, top.kwargs, path, root, self.sink.run_id)
             finally:
                 self.enabled = True
