@@ -159,3 +159,28 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str) -> Non
     assert [os.stat(p).st_ino for p in mine] == [
         p.stat().st_ino for p in sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
     ]
+
+
+def test_a_run_killed_while_it_resumes_leaves_the_first_run_s_rows_resumable(tmp_path: Path) -> None:
+    """A map SIGKILLed, then SIGKILLed again while its rerun resumes it: the third run still
+    reuses the first run's rows (credited to that run), and its file holds every row right."""
+    (tmp_path / "p.py").write_text(PIPELINE.replace("MAP_ARGS", "batched=True, batch_size=100"))
+    (tmp_path / "p.py").write_text((tmp_path / "p.py").read_text().replace("STRIDE", "1"))
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), KILL_AT="10000")
+    _run_and_kill(tmp_path, env)
+    first = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    rows = read_summary(partial).rows or 0
+    _run_and_kill(tmp_path, env)  # in the rest of the map, after the first 10,000 rows
+    assert partial.exists()
+
+    out = cachetool_run("p.py", "d.csv", "-", env={**env, "KILL_AT": "-1"}, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
+    said = [r["message"] for r in step["reasons"] if r["kind"] == "resumed"]
+    assert said == [f"resumed: {rows:,} of 20,000 rows reused from the killed run of {first}"], said
+    (done,) = (tmp_path / "cache").rglob(f"cache-{out.stdout.split()[-1]}.arrow")
+    table = _table(done).to_pydict()
+    assert table["y"] == [i * 3 for i in range(20_000)] and table["s"] == [str(i) for i in range(20_000)]
+    assert not partial.exists()
