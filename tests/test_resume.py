@@ -184,3 +184,21 @@ def test_a_run_killed_while_it_resumes_leaves_the_first_run_s_rows_resumable(tmp
     table = _table(done).to_pydict()
     assert table["y"] == [i * 3 for i in range(20_000)] and table["s"] == [str(i) for i in range(20_000)]
     assert not partial.exists()
+
+
+def test_a_rerun_told_not_to_load_from_the_cache_computes_everything(tmp_path: Path) -> None:
+    """`load_from_cache_file=False` on the rerun of a killed map: nothing is resumed (the map would
+    compute everything anyway), and the killed run's file is left as it was."""
+    script = PIPELINE.replace("STRIDE", "1")
+    (tmp_path / "p.py").write_text(script.replace("MAP_ARGS", "batched=True, batch_size=100"))
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, {**env, "KILL_AT": "10000"})
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    size = partial.stat().st_size
+    again = script.replace("MAP_ARGS", "batched=True, batch_size=100, load_from_cache_file=False")
+    (tmp_path / "p.py").write_text(again)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    said = invoke("explain", "--last", "--json", env=env).stdout
+    assert json.loads(said)["uncached"] and "resumed" not in said, said
+    assert partial.stat().st_size == size

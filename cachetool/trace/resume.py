@@ -52,7 +52,7 @@ def resume_map(
     call.apply_defaults()
     given = dict(call.arguments)
     ds = given.pop("self")
-    if given["keep_in_memory"] or inspect.iscoroutinefunction(given["function"]):
+    if given["load_from_cache_file"] is False or inspect.iscoroutinefunction(given["function"]):
         return None
     reused, runs = 0, []
     for tmp in tmps:
