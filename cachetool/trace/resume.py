@@ -70,7 +70,7 @@ def resume_map(
         size, more = divmod(len(ds), shards)  # datasets' contiguous shards
         rows = (rank * size + min(rank, more), size + (rank < more))
         target = path.removesuffix(".arrow") + suffix + ".arrow"
-        done = _resume_file(map_fn, ds, given, partial, target, *rows)
+        done = None if os.path.exists(target) else _resume_file(map_fn, ds, given, partial, target, *rows)
         if done:
             reused += done
             runs.append(owner.run)
