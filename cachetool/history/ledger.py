@@ -91,6 +91,8 @@ Record schema, version 1 (one JSON object per line; fields may be added, never r
                     {"kind": "saved", "path", "state_fingerprint"} |
                     {"kind": "in-memory", "constructor"}; saves: {"kind": "saved", "path"}
     error           null, or "ExceptionType: message" when the call raised
+    resumed         maps only, when set: {"rows", "of", "run"}: `rows` of the result's `of` rows
+                    were reused from the `tmp*` files the killed run(s) `run` left [added]
 
 Types (a record whose field has another type is skipped): `v`, `seq`, `pid`, sizes and lines are
 integers; `time`, `duration`, `mtime` finite numbers; `parents`, `aliases`, `paths` lists of

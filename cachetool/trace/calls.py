@@ -70,6 +70,7 @@ class Frame:
     duration: float = 0.0
     hashes: list[HashEvent] = field(default_factory=list)
     started: bool = False  # a step-start record was written for this call
+    resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
     children: list[StepRecord] = field(default_factory=list)
     pending: list[LedgerRecord] = field(default_factory=list)
 

@@ -127,6 +127,7 @@ class RecordBuilder:
             in_memory=in_memory,
             split=split_of(ds),
             no_cache=no_cache,
+            resumed=frame.resumed,
         )
 
     def _error(self, frame: Frame, exc: BaseException, h: HashEvent | None) -> TransformRecord:

@@ -40,6 +40,7 @@ from cachetool.trace.calls import (
 from cachetool.trace.leases import hold_lease
 from cachetool.trace.patches import Patches
 from cachetool.trace.records import RecordBuilder, Roots
+from cachetool.trace.resume import resume_map
 
 #: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
 _TRANSFORMS = """map filter select sort shuffle train_test_split remove_columns rename_column rename_columns
@@ -394,6 +395,7 @@ class Tracer:
                 try:
                     self.calls.snapshot(path)
                     self._note_start(path)
+                    self._resume(path)
                 except Exception as e:
                     self._hook_failed("_get_cache_file_path", e)
             return path
@@ -438,6 +440,18 @@ class Tracer:
             return
         top.started = True
         self._emit(self.records.step_start(top, path))
+
+    def _resume(self, path: str) -> None:
+        """A map about to compute: reuse what its killed attempt wrote (`resume`); untraced."""
+        top = self.local.stack[-1]
+        if top.op == "map" and len(self.local.stack) == 1 and top.started and not os.path.exists(path):
+            self.enabled = False
+            try:
+                path = abs_path(path)
+                root = self.roots.of_folder(os.path.dirname(path))
+                top.resumed = resume_map(top.original, top.args, top.kwargs, path, root, self.sink.run_id)
+            finally:
+                self.enabled = True
 
     def _exit(self, frame: Frame, out: Any, exc: BaseException | None) -> None:
         local = self.local

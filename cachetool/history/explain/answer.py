@@ -27,7 +27,8 @@ from cachetool.safejson import json_fields, json_value
 #: fingerprint; another ``new_fingerprint=``; the ``source`` dataset; the ``input`` changed upstream
 #: with no recorded step saying why; another ``datasets`` release (``versions``);
 #: ``same-fingerprint`` (the cache file was gone); ``concurrent`` (another run computed it at the
-#: same time); ``first-run``; ``unexplained``. A change upstream names its step (`Reason.upstream`).
+#: same time); ``first-run``; ``unexplained``; ``resumed`` (besides the others: the map reused the
+#: rows its killed attempt had written). A change upstream names its step (`Reason.upstream`).
 ReasonKind = Literal[
     "argument",
     "function",
@@ -46,6 +47,7 @@ ReasonKind = Literal[
     "failed-before",
     "first-run",
     "unexplained",
+    "resumed",
 ]
 #: What a step did with its result: computed it (a cache miss), loaded it (a hit), reused some
 #: `num_proc` shards and computed the others, or wrote no file.

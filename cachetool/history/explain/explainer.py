@@ -46,6 +46,7 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     """Why `rec`'s step computed its result: compared with its most recent sibling."""
     siblings = view.siblings(rec)
     reasons, compared = _reasons(view, rec, siblings)
+    reasons += (Reason("resumed", rec.resumed.text),) if rec.resumed else ()
     pairs = itertools.pairwise(siblings[: 1 + history])
     past = tuple((StepRef.of(older), tuple(compare(view, newer, older))) for newer, older in pairs)
     return StepExplanation(

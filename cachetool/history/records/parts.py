@@ -124,3 +124,16 @@ class SourceInfo(Part):
             return {k: v for k, v in super().to_json().items() if k == "kind" or v not in (None, [])}
         out = {k: getattr(self, k) for k in ("kind", "builder", "config", "relative_data_dir", "split")}
         return out | {"data_files": [x.to_json() for x in self.data_files]}
+
+
+@dataclass(frozen=True)
+class Resumed(Part):
+    """A map that reused `rows` of its `of` rows from the `tmp*` files its killed run `run` left."""
+
+    rows: int = 0
+    of: int = 0
+    run: str | None = None
+
+    @property
+    def text(self) -> str:
+        return f"resumed: {self.rows:,} of {self.of:,} rows reused from the killed run of {self.run}"

@@ -17,6 +17,7 @@ from cachetool.history.records.parts import (
     FileRecord,
     FunctionInfo,
     RandomFallback,
+    Resumed,
     SourceInfo,
 )
 
@@ -37,7 +38,7 @@ def _cache(v: Any, where: str) -> str:
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
 
-    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns")
+    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns", "resumed")
     EXTRA_LAST: ClassVar[bool] = True
 
     operation: str | None = None
@@ -61,6 +62,8 @@ class StepRecord(LedgerRecord):
     no_cache: str | None = None
     #: Events files, in-memory roots: each column's digest and first values.
     columns: Mapping[str, ColumnHead] = field(default_factory=dict)
+    #: A map that reused the complete batches of its killed attempt (`cachetool.trace.resume`).
+    resumed: Resumed | None = None
 
     # -- what readers ask ----------------------------------------------------------------------
     @property

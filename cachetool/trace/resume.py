@@ -1,0 +1,178 @@
+"""Resume a killed map: reuse the complete record batches the killed attempt of the same
+fingerprint left in its `tmp*` file, compute only the rest, and write what an uninterrupted run
+writes.
+
+The same fingerprint means the same function, input and arguments (`batched`, `batch_size`,
+`with_indices`, `writer_batch_size`, `features` ... are all hashed), so the killed attempt's rows
+are this call's. Only rows of complete map batches are reused (a truncated tail is dropped), from a
+multiple of `batch_size` on: a batched function sees the batches it would have seen, and
+`with_indices` the same indices. Before trusting the rows, the last reused batch is computed again
+and must equal them (a batched function that changes the number of rows is not resumable: its
+output rows are not its input rows). The rest is computed by `datasets`' own `map` with the
+partial's features, so its writer types every value as the uninterrupted writer did after its first
+batch; the head and the rest go into a new `tmp*` file under the partial's schema (and metadata),
+renamed onto `cache-<fp>.arrow`, which `map` then loads as a cache hit. A `tmp*` file any process
+holds open or maps is never used nor removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import inspect
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from cachetool.cache.arrow import read_summary
+from cachetool.history.ledger import read_ledger
+from cachetool.history.records.other import StepStartRecord
+from cachetool.history.records.parts import Resumed
+from cachetool.history.runs import _state
+
+
+def resume_map(
+    map_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], path: str, root: str, run: str
+) -> Resumed | None:
+    """Write `path` (`cache-<fp>.arrow` of the call `map_fn(*args, **kwargs)` of the run `run`)
+    from the killed attempt's complete batches and the rest computed now; None (nothing written)
+    when there is no killed attempt to resume, or it cannot be resumed exactly."""
+    folder, name = os.path.split(path)
+    tmps = sorted(n for n in os.listdir(folder) if n.startswith("tmp"))
+    if not tmps:  # nothing left by a killed run
+        return None
+    fp = name.removeprefix("cache-").removesuffix(".arrow")
+    records = read_ledger(root).records
+    starts = sorted(
+        (r for r in records if isinstance(r, StepStartRecord) and path in r.paths), key=lambda r: r.time
+    )
+    call = inspect.signature(map_fn).bind(*args, **kwargs)
+    call.apply_defaults()
+    given = dict(call.arguments)
+    ds = given.pop("self")
+    if given["load_from_cache_file"] is False or inspect.iscoroutinefunction(given["function"]):
+        return None
+    reused, runs = 0, []
+    for tmp in tmps:
+        partial = os.path.join(folder, tmp)
+        # Its writer: the latest run that began this step when the file was not there yet.
+        owner = next((s for s in reversed(starts) if tmp not in s.before and s.run != run), None)
+        if owner is None or _state(owner) != "killed" or _held(partial):
+            continue
+        got = read_summary(partial).fingerprint  # `<fp>_00001_of_00002` for a num_proc shard
+        suffix = got[len(fp) :] if got and got.startswith(fp) else None
+        shard = re.fullmatch(r"_(\d+)_of_(\d+)", suffix or "")
+        if suffix is None or (suffix and (shard is None or given["with_rank"])):
+            continue
+        rank, shards = map(int, shard.groups()) if shard else (0, 1)
+        size, more = divmod(len(ds), shards)  # datasets' contiguous shards
+        rows = (rank * size + min(rank, more), size + (rank < more))
+        target = path.removesuffix(".arrow") + suffix + ".arrow"
+        done = None if os.path.exists(target) else _resume_file(map_fn, ds, given, partial, target, *rows)
+        if done:
+            reused += done
+            runs.append(owner.run)
+            with contextlib.suppress(OSError):
+                if not _held(partial):
+                    os.unlink(partial)
+    return Resumed(rows=reused, of=len(ds), run=", ".join(dict.fromkeys(runs))) if reused else None
+
+
+def _resume_file(
+    map_fn: Callable[..., Any],
+    ds: Any,
+    given: dict[str, Any],
+    partial: str,
+    target: str,
+    first: int,
+    count: int,
+) -> int | None:
+    """Write `target`, the map of `ds`'s rows `first` to `first + count`, from `partial`'s reusable
+    rows and the rest mapped now; the rows reused, or None (nothing written)."""
+    import pyarrow as pa
+    from datasets import Features
+    from datasets.table import table_cast
+
+    step = given["batch_size"] if given["batched"] else 1
+    if not step or step <= 0:  # one batch of everything: nothing to resume from
+        return None
+    with pa.memory_map(partial) as source:
+        reader = pa.ipc.open_stream(source)
+        schema, batches = reader.schema, []
+        with contextlib.suppress(pa.ArrowInvalid, OSError):  # a truncated last batch is dropped
+            batches.extend(reader)
+        head = pa.Table.from_batches(batches, schema)
+        start = min(head.num_rows, count) // step * step
+        if start == 0:
+            return None
+        features = Features.from_arrow_schema(schema)
+        folder = os.path.dirname(target)
+
+        def mapped(lo: int, hi: int) -> pa.Table:
+            """Rows `lo` to `hi` of the `count` from `first` through the map, typed as its writer does."""
+            name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
+            out = os.path.join(folder, f"{name}.arrow")
+            try:
+                fn = _shifted(given, first + lo) if given["with_indices"] else given["function"]
+                kw = {**given, "function": fn, "features": features, "cache_file_name": out}
+                kw.update(load_from_cache_file=False, new_fingerprint=name, num_proc=None, desc="Resume")
+                res = map_fn(ds.select(range(first + lo, first + hi)), **kw)
+                table = res.data.table if os.path.exists(out) else schema.empty_table()
+                return table_cast(table, schema)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(out)
+
+        if not mapped(start - step, start).equals(head.slice(start - step, step)):
+            return None
+        # The rest first: killed while it computes, this run leaves `partial` as it was.
+        rest = mapped(start, count) if start < count else schema.empty_table()
+        fd, tmp = tempfile.mkstemp(dir=folder)  # `tmpXXXXXXXX`, as datasets names its own
+        os.close(fd)
+        try:
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                writer.write_table(head.slice(0, start))
+                writer.write_table(rest)
+            umask = os.umask(0o666)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    return start
+
+
+def _shifted(given: dict[str, Any], offset: int) -> Callable[..., Any]:
+    """The map's function, called with indices `offset` higher (`with_indices`): the rows of a
+    slice starting at `offset` get the indices they have in the whole dataset."""
+    function = given["function"]
+    columns = given["input_columns"]
+    at = 1 if columns is None or isinstance(columns, str) else len(columns)
+
+    def shifted(*args: Any, **kwargs: Any) -> Any:
+        i = args[at]
+        i = [x + offset for x in i] if isinstance(i, list) else i + offset
+        return function(*args[:at], i, *args[at + 1 :], **kwargs)
+
+    return shifted
+
+
+def _held(path: str) -> bool:
+    """Some process (this one included) has `path` open or memory-mapped: the kernel grants a
+    write lease only on a file no one else has open. Where leases are not supported (a network
+    file system), every file counts as held."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return True
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)

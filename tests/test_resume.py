@@ -1,0 +1,204 @@
+"""A traced map SIGKILLed part way gives its work back: the rerun reuses the complete record batches
+the killed run wrote, computes only the rest, and writes what an uninterrupted run writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cachetool.cache.arrow import read_summary
+
+try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run, invoke
+    from tests.lineage_pipeline import subprocess_env
+    from tests.test_killed_run import _run_and_kill
+except ImportError:
+    from conftest import cachetool_run, invoke  # type: ignore[no-redef]
+    from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
+    from test_killed_run import _run_and_kill  # type: ignore[no-redef]
+
+pytestmark = pytest.mark.slow
+
+ROWS = 200_000
+
+# The map slows down (and says so) at row KILL_AT, read at run time so that the fingerprint is the
+# same in the killed run, the rerun and the uninterrupted run.
+PIPELINE = textwrap.dedent(
+    """\
+    import os, sys, time
+    from pathlib import Path
+    from datasets import load_dataset
+
+    def f(ex, idx):
+        at = int(os.environ.get("KILL_AT", -1))
+        last = idx[-1] if isinstance(idx, list) else idx
+        if 0 <= at <= last:
+            Path(sys.argv[2]).write_text("busy")
+            time.sleep(0.01)
+        if isinstance(idx, list):
+            y = [x * 2 + i for x, i in zip(ex["x"], idx)]
+            return {"y": y[::STRIDE], "s": [str(i) for i in idx][::STRIDE]}
+        return {"y": ex["x"] * 2 + idx, "s": str(idx)}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    ds = ds.map(f, with_indices=True, MAP_ARGS)
+    print("finished", ds._fingerprint)
+    """
+)
+
+
+def _table(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_stream(source).read_all()
+
+
+def _kill_group(tmp_path: Path, env: dict[str, str]) -> None:
+    """`cachetool run p.py` SIGKILLed with its `num_proc` workers (the OOM killer or a scheduler
+    ending the job) once the map says it is busy: every worker's `tmp*` file stays."""
+    marker = tmp_path / "busy"
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+CASES = {
+    "examples": ("writer_batch_size=500", 0.6, 0.85),
+    "batched": ("batched=True, batch_size=700", 0.6, 0.85),
+    # The second worker's rows start at 100,000: killed at 60-90% of the whole map.
+    "num_proc": ("batched=True, batch_size=700, num_proc=2", 0.8, 0.95),
+    # A batched map that returns fewer rows than it is given: its output rows are not its input
+    # rows, so nothing is reused (the rows must still be those of an uninterrupted run).
+    "fewer-rows": ("batched=True, batch_size=700, remove_columns=['x']", 0.6, 0.85),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str) -> None:
+    """A 200,000-row map (one example at a time, batches of 700, or batches in 2 processes)
+    SIGKILLed at 60-90%: the rerun reuses at least 90% of the rows the killed run had completed,
+    and its cache files hold the same tables, schemas and schema metadata as an uninterrupted
+    run's; the ledger says so ("resumed: N of 200,000 rows reused from the killed run of RUN",
+    shown by `explain --last`), no `tmp*` file is left, and the run after that loads the files as
+    an ordinary cache hit."""
+    args, low, high = CASES[case]
+    stride = 2 if case == "fewer-rows" else 1
+    script = PIPELINE.replace("MAP_ARGS", args).replace("STRIDE", "2" if case == "fewer-rows" else "1")
+    (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(ROWS)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    # The uninterrupted run, in a cache of its own, runs while the other is killed.
+    reference = subprocess.Popen(
+        [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", "-"],
+        env={**env, "HF_DATASETS_CACHE": str(tmp_path / "reference")},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    kill_at = random.Random().randrange(int(ROWS * low), int(ROWS * high))
+    if case == "num_proc":
+        _kill_group(tmp_path, {**env, "KILL_AT": str(kill_at)})
+    else:
+        _run_and_kill(tmp_path, {**env, "KILL_AT": str(kill_at)})
+    killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    partials = list((tmp_path / "cache").rglob("tmp*"))
+    completed = sum(read_summary(p).rows or 0 for p in partials)  # their complete record batches
+    assert partials and completed >= (0 if case == "num_proc" else kill_at * 0.95 / stride), completed
+    for p in partials:  # killed in the middle of writing a batch: that batch is not reused
+        os.truncate(p, p.stat().st_size - 100)
+
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    fp = out.stdout.split()[-1]
+    assert reference.wait(timeout=120) == 0, reference.stderr.read() if reference.stderr else ""
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
+    said = [r["message"] for r in step["reasons"] if r["kind"] == "resumed"]
+    if case == "fewer-rows":
+        assert not said, said
+    else:
+        reused = int(said[0].split()[1].replace(",", ""))
+        assert said == [f"resumed: {reused:,} of {ROWS:,} rows reused from the killed run of {killed}"]
+        assert completed >= reused >= 0.9 * completed, (reused, completed)
+        assert said[0] in " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+
+    mine = sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
+    theirs = sorted((tmp_path / "reference").rglob(f"cache-{fp}*.arrow"))
+    assert [p.name for p in mine] == [p.name for p in theirs] and mine
+    for m, t in zip(mine, theirs, strict=True):
+        got, want = _table(m), _table(t)
+        assert got.schema.equals(want.schema, check_metadata=True), (got.schema, want.schema)
+        assert got.equals(want)
+        assert oct(m.stat().st_mode & 0o777) == oct(t.stat().st_mode & 0o777)
+    # The partial files given back are removed; one not reused stays, untouched, for gc.
+    assert list((tmp_path / "cache").rglob("tmp*")) == (partials if case == "fewer-rows" else [])
+
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    again = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    assert again["computed"] == 0 and again["loaded"] == 2, again  # the CSV and the map
+    assert [os.stat(p).st_ino for p in mine] == [
+        p.stat().st_ino for p in sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
+    ]
+
+
+def test_a_run_killed_while_it_resumes_leaves_the_first_run_s_rows_resumable(tmp_path: Path) -> None:
+    """A map SIGKILLed, then SIGKILLed again while its rerun resumes it: the third run still
+    reuses the first run's rows (credited to that run), and its file holds every row right."""
+    (tmp_path / "p.py").write_text(PIPELINE.replace("MAP_ARGS", "batched=True, batch_size=100"))
+    (tmp_path / "p.py").write_text((tmp_path / "p.py").read_text().replace("STRIDE", "1"))
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), KILL_AT="10000")
+    _run_and_kill(tmp_path, env)
+    first = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    rows = read_summary(partial).rows or 0
+    _run_and_kill(tmp_path, env)  # in the rest of the map, after the first 10,000 rows
+    assert partial.exists()
+
+    out = cachetool_run("p.py", "d.csv", "-", env={**env, "KILL_AT": "-1"}, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
+    said = [r["message"] for r in step["reasons"] if r["kind"] == "resumed"]
+    assert said == [f"resumed: {rows:,} of 20,000 rows reused from the killed run of {first}"], said
+    (done,) = (tmp_path / "cache").rglob(f"cache-{out.stdout.split()[-1]}.arrow")
+    table = _table(done).to_pydict()
+    assert table["y"] == [i * 3 for i in range(20_000)] and table["s"] == [str(i) for i in range(20_000)]
+    assert not partial.exists()
+
+
+def test_a_rerun_told_not_to_load_from_the_cache_computes_everything(tmp_path: Path) -> None:
+    """`load_from_cache_file=False` on the rerun of a killed map: nothing is resumed (the map would
+    compute everything anyway), and the killed run's file is left as it was."""
+    script = PIPELINE.replace("STRIDE", "1")
+    (tmp_path / "p.py").write_text(script.replace("MAP_ARGS", "batched=True, batch_size=100"))
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, {**env, "KILL_AT": "10000"})
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    size = partial.stat().st_size
+    again = script.replace("MAP_ARGS", "batched=True, batch_size=100, load_from_cache_file=False")
+    (tmp_path / "p.py").write_text(again)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    said = invoke("explain", "--last", "--json", env=env).stdout
+    assert json.loads(said)["uncached"] and "resumed" not in said, said
+    assert partial.stat().st_size == size
