@@ -361,14 +361,15 @@ def test_the_function_info_names_the_user_helpers_datasets_hashes_by_name(
 def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A map whose function raised in the previous run (a helper of the user's own module, fixed
     since: datasets hashes it by name, so the fingerprint is the same) is explained as having
-    failed then, with the error, not as "no recorded argument differs"."""
+    failed then, with the error, not as "no recorded argument differs"; the filter after it, run
+    for the first time, says so itself (not as a heading over every step of the run)."""
     from tests.conftest import cachetool_run, hf_env
 
     (tmp_path / "d.csv").write_text("text\nab\ncd\n", encoding="utf-8")
     (tmp_path / "helpers.py").write_text("def n(ex):\n    raise ValueError('not ready')\n", encoding="utf-8")
     (tmp_path / "p.py").write_text(
         "from datasets import load_dataset\nfrom helpers import n\n"
-        "load_dataset('csv', data_files='d.csv', split='train').map(n)\n",
+        "load_dataset('csv', data_files='d.csv', split='train').map(n).filter(lambda ex: ex['n'] > 1)\n",
         encoding="utf-8",
     )
     env = hf_env(tmp_path)
@@ -379,3 +380,8 @@ def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytes
     (mapped,) = [s for s in explain_run(tmp_path / "cache").steps if s.step.operation == "map"]
     assert [r.kind for r in mapped.reasons] == ["failed-before"], mapped.reasons
     assert "ValueError: not ready" in mapped.reasons[0].message
+    # Only the filter runs for the first time: said at the filter, not as a heading of the run.
+    human = CliRunner().invoke(app, ["explain", "--last"], env={**env, "COLUMNS": "200"}).stdout
+    assert "First time this step ran" not in human, human
+    at = human.index(". filter ")
+    assert "first time this step ran" in human[at:] and "first time" not in human[:at], human

@@ -293,7 +293,8 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
         numbers = {s.step.fingerprint: n for n, s in enumerate(report.steps, 1) if s.step.fingerprint}
         first = {r.text for s in report.steps for r in s.reasons if r.kind == "first-run"}
         said = None
-        if len(first) == 1 and report.steps and all(s.reasons for s in report.steps):
+        every = all(s.reasons and all(r.kind == "first-run" for r in s.reasons) for s in report.steps)
+        if len(first) == 1 and report.steps and every:
             said = first.pop()  # "first run recorded in this cache": once for every step
             out.line(said[0].upper() + said[1:] + ".")
             out.line("")
