@@ -75,14 +75,22 @@ def write_demo_files(folder: Path, rows: int = 400) -> Path:
     """Write the CSV input (modified at `DEMO_MTIME`) and the pipeline script into `folder`;
     returns the script's path."""
     folder.mkdir(parents=True, exist_ok=True)
-    csv = folder / "reviews.csv"
-    with open(csv, "w", encoding="utf-8") as f:
-        f.write("id,text,label\n")
-        for i in range(rows):
-            words = " ".join(_WORDS[(i * k + 3) % len(_WORDS)] for k in range(1 + i % 7))
-            f.write(f"{i},review {i}: {words},{i % 2}\n")
+    csv, script = folder / "reviews.csv", folder / "pipeline.py"
+    lines = ["id,text,label\n"]
+    for i in range(rows):
+        words = " ".join(_WORDS[(i * k + 3) % len(_WORDS)] for k in range(1 + i % 7))
+        lines.append(f"{i},review {i}: {words},{i % 2}\n")
+    for path, text in ((csv, "".join(lines)), (script, DEMO_SCRIPT)):
+        try:  # a file of the user's is never replaced; an earlier demo's is written again
+            theirs = path.read_bytes() != text.encode()
+        except FileNotFoundError:
+            theirs = False
+        except OSError:
+            theirs = True
+        if theirs:
+            raise CachetoolError(f"{path} exists and is not the demo's: give the demo a folder of its own")
+    csv.write_text("".join(lines), encoding="utf-8")
     os.utime(csv, (DEMO_MTIME, DEMO_MTIME))
-    script = folder / "pipeline.py"
     script.write_text(DEMO_SCRIPT, encoding="utf-8")
     return script
 

@@ -81,6 +81,15 @@ class UnknownFingerprint(CachetoolError):
         self.root = root
 
 
+class NoFingerprint(UnknownFingerprint):
+    """The entry at a path has no fingerprint to name it by (a lock, a tmp file)."""
+
+    def __init__(self, path: str, root: Path, kind: str) -> None:
+        CachetoolError.__init__(self, f"{path} is a {kind} entry: it has no fingerprint")
+        self.prefix = path
+        self.root = root
+
+
 def _root_of_path_outside(name: str, root: Path) -> str | None:
     """For a name that is a saved dataset's path outside `root`: the folder to pass as
     `--cache-dir` (its DatasetDict's folder, where a traced run keeps the ledger, else the saved

@@ -361,11 +361,15 @@ def test_a_failing_script_exits_2_with_the_tail_of_its_stderr(
 
 @pytest.mark.slow
 def test_a_script_that_times_out_exits_2(checkpoint_script: Path, tmp_path: Path) -> None:
+    """A run that times out exits 2; one that wrote nothing to stderr says so (it promised "last
+    lines of its stderr:" and showed none)."""
     # Nothing has to happen before this timeout: the script sleeps 30 s, and a run stopped wherever
     # it is (its interpreter still starting included) is a run that timed out.
     report = run_plain(checkpoint_script, "sleep", tmp_path, timeout=0.3)
     assert report.exit_code == ExitCode.USAGE
     assert report.failed_run is not None and report.failed_run.timed_out
+    assert not report.failed_run.stderr_tail
+    assert human_lines(report)[-1].endswith("timed out after 0 s; it wrote nothing to stderr")
 
 
 # --- the next run starts while the one before works ---------------------------------------------

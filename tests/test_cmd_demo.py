@@ -42,3 +42,18 @@ def test_demo(fixed_folder: Path, tmp_path: Path) -> None:
     )
     assert dirs.returncode == 0, dirs.stderr
     assert str(fixed_folder) not in dirs.stdout
+
+
+def test_demo_never_overwrites_a_file_of_yours(tmp_path: Path) -> None:
+    """`cachetool demo FOLDER` where FOLDER holds your own `pipeline.py` (or `reviews.csv`) is
+    refused (exit 2, one line) and leaves the file as it was (it was replaced by the demo's)."""
+    from tests.conftest import invoke
+
+    for name in ("pipeline.py", "reviews.csv"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / name).write_text("my own work\n", encoding="utf-8")
+        result = invoke("demo", str(folder))
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert (folder / name).read_text(encoding="utf-8") == "my own work\n"

@@ -853,6 +853,8 @@ def test_usage_errors(lockroot: Path) -> None:
     assert res.exit_code == 2 and "invalid --max-size '12 parsecs'" in res.stderr
     res = cli("gc", "--cache-dir", str(lockroot), "--temp", "--min-age", "soon")
     assert res.exit_code == 2 and "invalid --min-age 'soon'" in res.stderr
+    res = cli("gc", "--cache-dir", str(lockroot), "--temp", "--min-age", "-5m")
+    assert res.exit_code == 2 and res.stderr == "Error: invalid --min-age '-5m': '-5m' is negative\n"
     res = cli("gc", "--cache-dir", str(lockroot / "missing"), "--temp")
     assert res.exit_code == 2 and "cache directory not found" in res.stderr
 

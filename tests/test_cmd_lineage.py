@@ -129,6 +129,9 @@ def test_dot_and_mermaid_draw_the_graph(runs: PipelineRuns, cli: CliRunner) -> N
     assert mermaid.startswith("flowchart TD\n")
     # 7 edges from the csv load to train, sort -> test, and the two into the concatenation.
     assert mermaid.count(" --> ") == 7 + 1 + 2
+    # Mermaid labels are HTML: `<lambda>` is escaped, or the function name vanishes as a tag.
+    code, mermaid, _ = _lineage(cli, fp["branch1"], "--cache-dir", str(runs.cache), "--format", "mermaid")
+    assert "#lt;lambda#gt; @ " in mermaid and "<lambda>" not in mermaid, mermaid
 
 
 def test_an_entry_without_a_record_says_so_and_shows_the_disk(

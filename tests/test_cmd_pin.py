@@ -91,3 +91,14 @@ def test_pins_are_listed_marked_and_filtered(golden: dict[str, Any]) -> None:
     finally:
         invoke("unpin", fp, "--cache-dir", cache)
     assert invoke("ls", cache, "-q", "--filter", "pinned=yes").stdout == ""
+
+
+@pytest.mark.slow
+def test_an_entry_without_a_fingerprint_is_named_as_such(real_cache: dict[str, Any]) -> None:
+    """`pin`, `lineage` and `explain` of the path of a lock `load_dataset` left (an entry `ls`
+    lists, without a fingerprint) say that it has none (exit 2), not "no cache entry matches"."""
+    lock = next(Path(real_cache["cache"]).rglob("*_builder.lock"))
+    for command in ("pin", "lineage", "explain"):
+        said = invoke(command, str(lock), "--cache-dir", real_cache["cache"])
+        assert said.exit_code == 2, (command, said.output)
+        assert said.stderr == f"Error: {lock} is a lock entry: it has no fingerprint\n", command

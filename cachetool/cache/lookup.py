@@ -70,7 +70,7 @@ def resolve(
     (`cast_column`'s result lives in a file its internal `map` named), else with `entry=None`:
     `lineage`, `explain` and `show` show its records, `pin` pins it, `gc` and `verify` say no
     cache file holds it."""
-    from cachetool.errors import UnknownFingerprint
+    from cachetool.errors import NoFingerprint, UnknownFingerprint
 
     if not name:
         raise UnknownFingerprint(name, report.root)
@@ -80,7 +80,7 @@ def resolve(
     if e is not None:
         fp = next((x for x in (e.fingerprint, *e.aliases) if x and x in known), e.fingerprint)
         if fp is None:
-            raise UnknownFingerprint(name, report.root)  # a file without a fingerprint
+            raise NoFingerprint(name, report.root, e.kind.value)
         return Resolved(fp, e)
     name = cache_file_key(name)
     # 2. exact

@@ -84,7 +84,8 @@ def parse_quantity(value: str, units: dict[str, int] | None, option: str, expr: 
     `BadExpression` naming `option` and quoting `expr` (a usage error, exit 2)."""
     m = _NUMBER_UNIT_RE.fullmatch(value.strip())
     if m is None:
-        raise BadExpression(option, expr, f"'{value}' is not a number")
+        negative = _NUMBER_UNIT_RE.fullmatch(value.strip().removeprefix("-")) is not None
+        raise BadExpression(option, expr, f"'{value}' is {'negative' if negative else 'not a number'}")
     number, unit = float(m.group(1)), m.group(2).lower()
     if units is None:
         if unit:

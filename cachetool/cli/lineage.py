@@ -210,7 +210,8 @@ def to_dot(view: LineageView) -> str:
 
 
 def _mermaid_text(text: str) -> str:
-    return text.replace('"', "#quot;").replace("\n", "<br/>")
+    # Labels are HTML: `<lambda>` would be a tag (and vanish) without its entity codes.
+    return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;").replace("\n", "<br/>")
 
 
 def to_mermaid(view: LineageView) -> str:

@@ -241,10 +241,10 @@ def human_lines(report: DeterminismReport) -> list[str]:
         how = (
             f"timed out after {failed.duration:.0f} s" if failed.timed_out else f"exited {failed.returncode}"
         )
-        lines.append(
-            f"run {failed.index + 1} (PYTHONHASHSEED={failed.hash_seed}) {how}; last lines of its stderr:"
-        )
-        lines.extend(f"  | {line}" for line in failed.stderr_tail.splitlines())
+        tail = (failed.stderr_tail or "").splitlines()
+        said = "last lines of its stderr:" if tail else "it wrote nothing to stderr"
+        lines.append(f"run {failed.index + 1} (PYTHONHASHSEED={failed.hash_seed}) {how}; {said}")
+        lines.extend(f"  | {line}" for line in tail)
         return lines
     analysis = report.analysis
     if analysis is None:
