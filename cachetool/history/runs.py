@@ -128,7 +128,7 @@ def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | No
     step = max(open_steps, key=lambda s: s.seq) if open_steps else None
     return Interruption(
         run=run,
-        state=_state(first),
+        state=run_state(first),
         host=first.host,
         pid=first.pid,
         step=step,
@@ -151,7 +151,7 @@ def unended_step(records: Iterable[LedgerRecord], fp: str) -> StepStartRecord | 
     return open_[-1] if open_ else None
 
 
-def _state(rec: LedgerRecord) -> RunState:
+def run_state(rec: LedgerRecord) -> RunState:
     import socket
 
     if rec.host != socket.gethostname() or rec.pid is None:

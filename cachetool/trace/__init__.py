@@ -2,7 +2,8 @@
 
 Owns the tracer (`tracer`, `calls`, `arguments`, `records`, `patches`), turning
 tracing on and off (`install`: `tracing()`, `install_tracing()`), running a script under it
-(`runner`, `bootstrap`: `cachetool run`) and the leases a traced process holds and gc and verify
-judge (`leases`). May import `history`, `cache`, `fingerprint` and the base modules; nothing here
-imports `datasets` before the script does.
+(`runner`, `bootstrap`: `cachetool run`), resuming a killed map (`resume`) and writing the leases
+a traced process holds (`leases`; gc and verify judge them in `maintenance.liveness`). May
+import `history`, `cache`, `fingerprint` and the base modules; nothing here imports `datasets`
+before the script does.
 """

@@ -30,7 +30,7 @@ from cachetool.cache.arrow import read_summary
 from cachetool.history.ledger import read_ledger
 from cachetool.history.records.other import StepStartRecord
 from cachetool.history.records.parts import Resumed
-from cachetool.history.runs import _state
+from cachetool.history.runs import run_state
 
 
 def resume_map(
@@ -59,7 +59,7 @@ def resume_map(
         partial = os.path.join(folder, tmp)
         # Its writer: the latest run that began this step when the file was not there yet.
         owner = next((s for s in reversed(starts) if tmp not in s.before and s.run != run), None)
-        if owner is None or _state(owner) != "killed" or _held(partial):
+        if owner is None or run_state(owner) != "killed" or _held(partial):
             continue
         got = read_summary(partial).fingerprint  # `<fp>_00001_of_00002` for a num_proc shard
         suffix = got[len(fp) :] if got and got.startswith(fp) else None
