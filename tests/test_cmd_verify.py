@@ -883,16 +883,12 @@ print("finished")
 """
 
 
-def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path: Path) -> None:
-    """A `num_proc=2` map killed (with its workers) after shard 0 finished, while shard 1 was still
-    a tmp file: verify reports the partial shard set as a warning (datasets reuses the finished
-    shard and computes the rest), not an error, and `verify --quarantine -y` leaves the finished
-    shard in place (it moved it aside); the rerun reuses it ("Reprocessing 1/2 shards")."""
+def kill_num_proc_map_after_shard_0(tmp_path: Path, env: dict[str, str]) -> Path:
+    """Run NUM_PROC_MAP on 400 rows in `tmp_path` and SIGKILL it (with its workers) once shard 0
+    is finished and shard 1 is a tmp file with data; the cache folder (`tmp_path / "cache"`)."""
     (tmp_path / "p.py").write_text(NUM_PROC_MAP, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(400)), encoding="utf-8")
-    env = hf_env(tmp_path)
-    cache = tmp_path / "cache"
-    marker = tmp_path / "busy"
+    cache, marker = tmp_path / "cache", tmp_path / "busy"
     proc = subprocess.Popen(
         [sys.executable, "p.py", "d.csv", str(marker), "slow"],
         cwd=tmp_path,
@@ -913,6 +909,16 @@ def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    return cache
+
+
+def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path: Path) -> None:
+    """A `num_proc=2` map killed (with its workers) after shard 0 finished, while shard 1 was still
+    a tmp file: verify reports the partial shard set as a warning (datasets reuses the finished
+    shard and computes the rest), not an error, and `verify --quarantine -y` leaves the finished
+    shard in place (it moved it aside); the rerun reuses it ("Reprocessing 1/2 shards")."""
+    env = hf_env(tmp_path)
+    cache = kill_num_proc_map_after_shard_0(tmp_path, env)
     (finished,) = cache.rglob("cache-*_00000_of_00002.arrow")
     assert not list(cache.rglob("cache-*_00001_of_00002.arrow"))
 
@@ -935,7 +941,7 @@ def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path:
     assert finished.exists()
 
     rerun = subprocess.run(
-        [sys.executable, "p.py", "d.csv", str(marker), "fast"],
+        [sys.executable, "p.py", "d.csv", str(tmp_path / "busy"), "fast"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -465,32 +465,10 @@ def test_a_prefix_names_a_killed_num_proc_map_not_also_its_tmp_file(tmp_path: Pa
     """A `num_proc=2` map killed with its workers after shard 0 finished leaves shard 1's tmp file,
     whose header names `<fp>_00001_of_00002`: a prefix of `<fp>` names the map's shards, and
     `show`, `lineage` and `verify` take it (it was "ambiguous" with the tmp file)."""
-    from tests.test_cmd_verify import NUM_PROC_MAP
+    from tests.test_cmd_verify import kill_num_proc_map_after_shard_0
 
-    (tmp_path / "p.py").write_text(NUM_PROC_MAP, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(400)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cache, marker = tmp_path / "cache", tmp_path / "busy"
-    proc = subprocess.Popen(
-        [sys.executable, "p.py", "d.csv", str(marker), "slow"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not (
-            marker.exists()
-            and list(cache.rglob("cache-*_00000_of_00002.arrow"))
-            and [p for p in cache.rglob("tmp*") if p.is_file() and p.stat().st_size > 0]
-        ):
-            assert proc.poll() is None and time.monotonic() < deadline, "the map never got under way"
-            time.sleep(0.02)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    cache = kill_num_proc_map_after_shard_0(tmp_path, env)
     (finished,) = cache.rglob("cache-*_00000_of_00002.arrow")
     prefix = finished.name.removeprefix("cache-")[:8]
     for command in ("show", "lineage", "verify"):
