@@ -358,18 +358,20 @@ def test_the_function_info_names_the_user_helpers_datasets_hashes_by_name(
     assert direct["by_reference"] is True and direct["deps"] == []
 
 
-def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A map whose function raised in the previous run (a helper of the user's own module, fixed
-    since: datasets hashes it by name, so the fingerprint is the same) is explained as having
-    failed then, with the error, not as "no recorded argument differs"; the filter after it, run
-    for the first time, says so itself (not as a heading over every step of the run)."""
+def fail_then_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: str, after: str = ""
+) -> dict[str, str]:
+    """Under `cachetool run`, a CSV of `rows` mapped by a helper of the user's own module that
+    raises (the run fails), then the same pipeline with the helper fixed (same fingerprint:
+    datasets hashes it by name); `after` is more of the chain. CACHETOOL_HOME is the runs'; the
+    runs' environment."""
     from tests.conftest import cachetool_run, hf_env
 
-    (tmp_path / "d.csv").write_text("text\nab\ncd\n", encoding="utf-8")
+    (tmp_path / "d.csv").write_text("text\n" + rows, encoding="utf-8")
     (tmp_path / "helpers.py").write_text("def n(ex):\n    raise ValueError('not ready')\n", encoding="utf-8")
     (tmp_path / "p.py").write_text(
         "from datasets import load_dataset\nfrom helpers import n\n"
-        "load_dataset('csv', data_files='d.csv', split='train').map(n).filter(lambda ex: ex['n'] > 1)\n",
+        f"load_dataset('csv', data_files='d.csv', split='train').map(n){after}\n",
         encoding="utf-8",
     )
     env = hf_env(tmp_path)
@@ -377,6 +379,15 @@ def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytes
     (tmp_path / "helpers.py").write_text("def n(ex):\n    return {'n': len(ex['text'])}\n", encoding="utf-8")
     cachetool_run("p.py", env=env, cwd=tmp_path)
     monkeypatch.setenv("CACHETOOL_HOME", env["CACHETOOL_HOME"])
+    return env
+
+
+def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map whose function raised in the previous run (a helper of the user's own module, fixed
+    since: datasets hashes it by name, so the fingerprint is the same) is explained as having
+    failed then, with the error, not as "no recorded argument differs"; the filter after it, run
+    for the first time, says so itself (not as a heading over every step of the run)."""
+    env = fail_then_fix(tmp_path, monkeypatch, "ab\ncd\n", ".filter(lambda ex: ex['n'] > 1)")
     (mapped,) = [s for s in explain_run(tmp_path / "cache").steps if s.step.operation == "map"]
     assert [r.kind for r in mapped.reasons] == ["failed-before"], mapped.reasons
     assert "ValueError: not ready" in mapped.reasons[0].message

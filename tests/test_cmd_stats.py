@@ -206,19 +206,8 @@ def test_stats_of_two_real_runs(
 def test_a_step_that_failed_before_is_not_time_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A map whose function raised in the first run computed nothing a later run could reuse:
     when the fixed pipeline computes it, that is a miss, not time lost to recomputation."""
-    from tests.conftest import cachetool_run, hf_env
+    from tests.test_cmd_explain import fail_then_fix
 
-    (tmp_path / "d.csv").write_text("text\n" + "ab\n" * 50, encoding="utf-8")
-    (tmp_path / "helpers.py").write_text("def n(ex):\n    raise ValueError('not ready')\n", encoding="utf-8")
-    (tmp_path / "p.py").write_text(
-        "from datasets import load_dataset\nfrom helpers import n\n"
-        "load_dataset('csv', data_files='d.csv', split='train').map(n)\n",
-        encoding="utf-8",
-    )
-    env = hf_env(tmp_path)
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 1
-    (tmp_path / "helpers.py").write_text("def n(ex):\n    return {'n': len(ex['text'])}\n", encoding="utf-8")
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    monkeypatch.setenv("CACHETOOL_HOME", env["CACHETOOL_HOME"])
+    fail_then_fix(tmp_path, monkeypatch, "ab\n" * 50)
     (site,) = [g for g in ledger_stats(tmp_path / "cache").call_sites if g.operation == "map"]
     assert (site.counts.misses, site.counts.recompute_seconds) == (1, 0.0), site.counts
