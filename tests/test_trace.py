@@ -279,6 +279,42 @@ def test_tracing_api_records_hits_misses_and_partial_num_proc_reuse(tmp_path: Pa
     assert fp_untraced not in by_result
 
 
+COMPUTE = textwrap.dedent(
+    """\
+    import json, sys, time
+    from datasets import load_dataset
+
+    def burn(ex):                        # 10 ms of CPU per row, in whichever process maps it
+        t = time.process_time()
+        while time.process_time() - t < 0.01:
+            pass
+        return {"y": ex["id"] + 1}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    a = ds.map(burn, num_proc=2)         # 40 rows: 0.4 s of CPU in two worker processes
+    b = ds.map(burn, num_proc=2)         # the same step again: a cache hit
+    print(json.dumps(a._fingerprint))
+    """
+)
+
+
+def test_a_computed_step_records_its_wall_and_cpu_time_workers_included(tmp_path: Path) -> None:
+    """A map that computes records its compute time: wall seconds, and CPU seconds that include
+    its `num_proc` worker processes (0.4 s of CPU there, next to almost none in the parent); the
+    same step loaded from the cache records none."""
+    script = tmp_path / "compute.py"
+    script.write_text(COMPUTE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(40)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = cachetool_run(script, str(tmp_path / "d.csv"), env=env, timeout=120)
+    fp = json.loads(proc.stdout.strip().splitlines()[-1])
+    miss, hit = [r for r in read_ledger(tmp_path / "cache").steps() if r.result == fp and not r.internal]
+    assert (miss.cache, hit.cache) == ("miss", "hit")
+    assert miss.compute is not None and hit.compute is None
+    assert miss.compute.wall == pytest.approx(miss.duration)
+    assert 0.4 <= miss.compute.cpu < 0.4 + 5 * miss.compute.wall, miss.compute
+
+
 OLD_DATASETS = textwrap.dedent(
     """\
     import importlib, sys

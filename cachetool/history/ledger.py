@@ -93,6 +93,9 @@ Record schema, version 1 (one JSON object per line; fields may be added, never r
     error           null, or "ExceptionType: message" when the call raised
     resumed         maps only, when set: {"rows", "of", "run"}: `rows` of the result's `of` rows
                     were reused from the `tmp*` files the killed run(s) `run` left [added]
+    compute         steps that computed (cache "miss"/"partial") and that the user called, when
+                    set: {"wall", "cpu"}: seconds of wall-clock time, and of CPU time of the
+                    process and of the worker processes it ran (`num_proc`) [added]
 
 Types (a record whose field has another type is skipped): `v`, `seq`, `pid`, sizes and lines are
 integers; `time`, `duration`, `mtime` finite numbers; `parents`, `aliases`, `paths` lists of

@@ -71,6 +71,7 @@ class Frame:
     hashes: list[HashEvent] = field(default_factory=list)
     started: bool = False  # a step-start record was written for this call
     resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
+    cpu0: float | None = None  # a call the user made: CPU seconds used before it (`cpu_seconds`)
     children: list[StepRecord] = field(default_factory=list)
     pending: list[LedgerRecord] = field(default_factory=list)
 
@@ -142,6 +143,8 @@ class Calls:
         parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
         internal = bool(stack) and caller_in_datasets
         frame = Frame(op, kind, original, args, kwargs, call_site, entry, internal, seq, parents, parent_fps)
+        if not stack:
+            frame.cpu0 = cpu_seconds()
         stack.append(frame)
         return frame
 
@@ -219,6 +222,13 @@ def wrap_random(original: Callable[..., str], local: CallState) -> Callable[...,
         return fp
 
     return generate_random_fingerprint
+
+
+def cpu_seconds() -> float:
+    """CPU seconds this process and its reaped children have used: a `num_proc` map's pool
+    workers are reaped before the map returns, so the difference over a call counts them."""
+    t = os.times()  # one system call
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def abs_path(path: str) -> str:

@@ -11,14 +11,15 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from cachetool.history.records.other import RunStartRecord, SourceRecord, StepStartRecord
-from cachetool.history.records.parts import DataFile, FileRecord, FunctionInfo, SourceInfo
+from cachetool.history.records.parts import Compute, DataFile, FileRecord, FunctionInfo, SourceInfo
 from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord, TransformRecord
 from cachetool.history.writer import RECORD_VERSION
 from cachetool.trace.arguments import SOURCES, Arguments, column_heads, operation_of
-from cachetool.trace.calls import CallState, Frame, HashEvent, abs_path
+from cachetool.trace.calls import CallState, Frame, HashEvent, abs_path, cpu_seconds
 
 #: Local data files recorded per builder root (enough to name the one that changed).
 MAX_DATA_FILES = 16
@@ -75,6 +76,7 @@ class RecordBuilder:
             # A second output of one call (train_test_split's test) gets its own seq.
             seq = next(self.seq) if records else frame.seq
             records.append(self._transform(frame, ds, fp, output, h, parent_files, seq))
+        records = _with_compute(frame, records)
         if exc is not None and not frame.internal:
             records.append(self._error(frame, exc, own[0] if own else None))
         # Hashes made directly in this call that are not its own (rare): internal events.
@@ -409,6 +411,17 @@ class RecordBuilder:
             argv=tuple(str(a) for a in sys.argv),
             cwd=_cwd(),
         )
+
+
+def _with_compute(frame: Frame, records: list[StepRecord]) -> list[StepRecord]:
+    """`records` with the call's compute time on those that computed (split evenly between
+    them: `train_test_split` computes two); a hit costs one `os.times()` at its start."""
+    if frame.cpu0 is None or not any(r.computed for r in records):
+        return records
+    n = sum(r.computed for r in records)
+    cpu = max(0.0, cpu_seconds() - frame.cpu0)
+    part = Compute(wall=round(frame.duration / n, 6), cpu=round(cpu / n, 6))
+    return [replace(r, compute=part) if r.computed else r for r in records]
 
 
 def _cwd() -> str | None:

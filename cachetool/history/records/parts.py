@@ -137,3 +137,12 @@ class Resumed(Part):
     @property
     def text(self) -> str:
         return f"resumed: {self.rows:,} of {self.of:,} rows reused from the killed run of {self.run}"
+
+
+@dataclass(frozen=True)
+class Compute(Part):
+    """What a step that computed its result cost: `wall` seconds, and `cpu` seconds of this
+    process and of the worker processes it ran and reaped (`num_proc`)."""
+
+    wall: float = 0.0
+    cpu: float = 0.0

@@ -14,6 +14,7 @@ from cachetool.history.records.parts import (
     ArgInfo,
     CallSite,
     ColumnHead,
+    Compute,
     FileRecord,
     FunctionInfo,
     RandomFallback,
@@ -38,7 +39,7 @@ def _cache(v: Any, where: str) -> str:
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
 
-    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns", "resumed")
+    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns", "resumed", "compute")
     EXTRA_LAST: ClassVar[bool] = True
 
     operation: str | None = None
@@ -64,6 +65,9 @@ class StepRecord(LedgerRecord):
     columns: Mapping[str, ColumnHead] = field(default_factory=dict)
     #: A map that reused the complete batches of its killed attempt (`cachetool.trace.resume`).
     resumed: Resumed | None = None
+    #: A step that computed (miss, partial): its compute time, workers included (None: a hit,
+    #: or a record written before the tracer measured it).
+    compute: Compute | None = None
 
     # -- what readers ask ----------------------------------------------------------------------
     @property
