@@ -10,8 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 try:  # tests/ may or may not be a package
+    from tests.conftest import invoke
     from tests.explain_pipeline import ExplainRuns, shared_explain_runs
 except ImportError:
+    from conftest import invoke  # type: ignore[no-redef]
     from explain_pipeline import ExplainRuns, shared_explain_runs  # type: ignore[no-redef]
 
 from cachetool.cli.app import app
@@ -211,3 +213,100 @@ def test_a_step_that_failed_before_is_not_time_lost(tmp_path: Path, monkeypatch:
     fail_then_fix(tmp_path, monkeypatch, "ab\n" * 50)
     (site,) = [g for g in ledger_stats(tmp_path / "cache").call_sites if g.operation == "map"]
     assert (site.counts.misses, site.counts.recompute_seconds) == (1, 0.0), site.counts
+
+
+@pytest.mark.slow
+def test_hours_recomputed_because_of_nondeterminism_per_culprit_and_call_site(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of run 2's recomputed steps, those whose call site and input had an earlier result under
+    another fingerprint for a reason explain calls nondeterministic (the set literal of `tag`,
+    the generator argument of `random`) are counted per culprit and per call site, with their
+    wall and CPU time; the changed argument of `threshold` and `writer_batch_size` are not."""
+    runs: ExplainRuns = shared_explain_runs(tmp_path_factory)
+    monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
+    nd = ledger_stats(runs.cache).nondeterminism
+    sites = {(g.operation, g.line) for g in nd.call_sites}
+    assert sites == {("map", runs.line('fps["tag"]')), ("map", runs.line('fps["random"]'))}, nd
+    culprits = {(c.kind, c.key) for c in nd.culprits}
+    assert ("random", "fn_kwargs['model']") in culprits and len(culprits) == 2, culprits
+    assert any(k == "nondeterministic" and c.startswith("function → code") for k, c in culprits)
+    assert nd.total.steps == 2 and nd.total.seconds > 0 and nd.total.cpu_seconds > 0
+    assert nd.total.seconds == pytest.approx(sum(c.hours.seconds for c in nd.culprits))
+    doc = json.loads(CliRunner().invoke(app, ["stats", "--json", "--cache-dir", str(runs.cache)]).stdout)
+    assert doc["nondeterminism"]["steps"] == 2
+    assert {c["culprit"] for c in doc["nondeterminism"]["culprits"]} == {c for _, c in culprits}
+    human = CliRunner().invoke(app, ["stats", "--cache-dir", str(runs.cache)], env={"COLUMNS": "150"})
+    assert "Recomputed for nondeterminism" in human.stdout and "fn_kwargs['model']" in human.stdout
+
+
+def test_hours_given_back_by_resume_and_rekey(tmp_path: Path, isolated_env: Path) -> None:
+    """A resumed map gives back the time its reused rows would have taken at the rate it computed
+    the rest; a re-keyed step (a `rekeyed` part on its record) gives back the compute time of the
+    earlier result of its call site and input, less its own time. Records without compute times
+    (older ledgers) still read, their duration standing for the wall time."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    site = {"file": "/work/pipe.py", "line": 10, "function": "<module>"}
+    files = [data_file(root, "r1", 1000, "written")]
+    runs = [
+        # An old ledger's record: no "compute" part.
+        [record(root, time=T0, result="a1", call_site=site, cache="miss", duration=40.0, files=files)],
+        [
+            record(
+                root,
+                time=T0 + DAY,
+                result="r1",
+                call_site=site,
+                cache="miss",
+                duration=10.0,
+                files=files,
+                compute={"wall": 10.0, "cpu": 30.0},
+                resumed={"rows": 60, "of": 100, "run": "killed-run"},
+            )
+        ],
+        [
+            record(
+                root,
+                time=T0 + 2 * DAY,
+                result="k1",
+                call_site=site,
+                cache="miss",
+                duration=1.5,
+                files=files,
+                compute={"wall": 1.5, "cpu": 1.5},
+                rekeyed={"from": "r1", "batches": 8},
+            )
+        ],
+    ]
+    for i, recs in enumerate(runs):
+        writer = LedgerWriter(host="host", pid=100 + i, start=recs[0]["time"])
+        for seq, rec in enumerate(recs):
+            writer.append(str(root), {**rec, "run": writer.run_id, "seq": seq})
+        writer.close()
+    back = ledger_stats(root, now=T0 + 3 * DAY).given_back
+    assert (back.resume.steps, back.resume.rows, back.resume.seconds) == (1, 60, pytest.approx(15.0))
+    assert (back.rekey.steps, back.rekey.seconds) == (1, pytest.approx(10.0 - 1.5))
+    assert back.seconds == pytest.approx(23.5)
+    # The window: only the re-keyed step's run is in the last day and a half.
+    recent = ledger_stats(root, since="36h", now=T0 + 3 * DAY).given_back
+    assert (recent.resume.steps, recent.rekey.steps) == (0, 1)
+    doc = json.loads(CliRunner().invoke(app, ["stats", "--json", "--cache-dir", str(root)]).stdout)
+    assert doc["given_back"]["resume"] == {"steps": 1, "rows": 60, "seconds": 15.0}
+    human = CliRunner().invoke(app, ["stats", "--cache-dir", str(root)], env={"COLUMNS": "120"}).stdout
+    assert "Given back by resume" in human and "Given back by re-key" in human
+
+
+@pytest.mark.parametrize("since", ["7d", "12h", "30m", "2w"])
+def test_since_takes_a_duration_in_python_too(known: Path, since: str) -> None:
+    assert ledger_stats(known, since=since).start is not None
+
+
+def test_a_bad_since_is_a_one_line_usage_error(known: Path) -> None:
+    from cachetool.errors import CachetoolError
+
+    with pytest.raises(CachetoolError, match="--since"):
+        ledger_stats(known, since="soon")
+    proc = invoke("stats", "--since", "7 days", "--cache-dir", str(known))
+    assert proc.exit_code == 2 and proc.stderr.startswith("Error:"), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr

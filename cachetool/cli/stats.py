@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,7 +75,6 @@ def stats_command(
     if dry_run and not compact:
         raise typer.BadParameter("goes with --compact", param_hint="--dry-run")
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.query import parse_duration
     from cachetool.history.stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))
@@ -92,10 +90,7 @@ def stats_command(
                 f"Statistics zeroed at {_when(t)} (records kept; `cachetool stats --all` still sees them)"
             )
         return
-    now = time.time()
-    # A period longer than the clock's past (`--since 9999999999y`) means every recorded run.
-    start = max(0.0, now - parse_duration(since, "--since")) if since is not None else None
-    report = ledger_stats(root, since=start, all_=all_, now=now, compact=compact, dry_run=dry_run)
+    report = ledger_stats(root, since=since, all_=all_, compact=compact, dry_run=dry_run)
     if report.compaction is not None and fmt == OutputFormat.human:
         render_compaction(out, report.compaction)
     if fmt == OutputFormat.json:
@@ -192,6 +187,21 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         rows.insert(1, ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts)))
     if r.concurrent:
         rows.append(("Lost to concurrent runs", short_duration(r.concurrent_seconds)))
+    nd, back = r.nondeterminism, r.given_back
+    if nd.total.steps:
+        cpu = f"CPU {short_duration(nd.total.cpu_seconds)}, " if nd.total.cpu_seconds else ""
+        steps = f"{nd.total.steps} step{'s' if nd.total.steps != 1 else ''}"
+        rows.insert(
+            8, ("Recomputed for nondeterminism", f"{short_duration(nd.total.seconds)}  ({cpu}{steps})")
+        )
+    if back.resume.steps:
+        rows.append(
+            ("Given back by resume", f"{short_duration(back.resume.seconds)}  ({back.resume.rows:,} rows)")
+        )
+    if back.rekey.steps:
+        rows.append(
+            ("Given back by re-key", f"{short_duration(back.rekey.seconds)}  ({back.rekey.steps} steps)")
+        )
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         out.line(f"  {k.ljust(width)}{v}")
@@ -202,6 +212,11 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         if k == "Lost to concurrent runs":
             for c in r.concurrent[:top]:
                 out.line(f"    {c.sentence()}")
+        if k == "Recomputed for nondeterminism":
+            for lost in (*nd.culprits[:top], *nd.call_sites[:top]):
+                what = f"culprit `{lost.key}` ({lost.kind})" if lost.kind else f"call site {lost.key}"
+                what += f" {lost.function}" if lost.function else ""
+                out.line(f"    {short_duration(lost.hours.seconds)}  {what.rstrip()}")
     cols = [
         ("", "left"),
         ("hits", "right"),

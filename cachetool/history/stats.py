@@ -17,6 +17,14 @@ node-7, node-9", said only when more than one host appears in the records of a f
 both paid for it, one result thrown away (the last rename wins); `stats` reports each such
 overlap and the time lost, every computation but the longest (`concurrent_computations`).
 
+*Hours* use each step's recorded compute time (`StepRecord.compute`: wall, and CPU with the
+`num_proc` workers; a record without one counts its duration as wall time): those recomputed
+because of nondeterminism (a miss whose call site and input had an earlier result under another
+fingerprint, for a reason `explain` calls nondeterministic: `NONDETERMINISM`), per culprit and per
+call site; and those given back by resume (a `resumed` part: the reused rows at the rate the step
+computed the rest) and by re-key (a `rekeyed` part: the earlier result's compute time, less the
+step's own).
+
 `zero_stats(root)` starts a new counting period, as `ccache -z` does, without deleting a record:
 it writes the time into `<root>/.cachetool/stats.json`, and later reports count from there.
 """
@@ -257,6 +265,109 @@ def where_sentence(records: Iterable[Any]) -> str | None:
     return ", ".join(parts)
 
 
+#: The kinds of `explain` reasons that make a recomputation the doing of nondeterminism: a part
+#: that hashes differently in every process, a random fallback fingerprint, an object an earlier
+#: step changes while it computes.
+NONDETERMINISM = ("nondeterministic", "random", "cache-state")
+
+
+def compute_time(rec: StepRecord) -> tuple[float, float | None]:
+    """(wall, CPU seconds or None) a step spent computing: its recorded compute time, else (older
+    records) its duration and no CPU time."""
+    c = rec.compute
+    return (c.wall, c.cpu) if c is not None else (rec.duration, None)
+
+
+@dataclass(frozen=True)
+class Hours:
+    """Compute time of some steps: wall seconds, and CPU seconds (of the steps that recorded it)."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def plus(self, wall: float, cpu: float | None) -> Hours:
+        return Hours(self.steps + 1, self.seconds + wall, self.cpu_seconds + (cpu or 0.0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "seconds": round(self.seconds, 6),
+            "cpu_seconds": round(self.cpu_seconds, 6),
+        }
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Hours recomputed because of nondeterminism, of one culprit (`kind`, the part's path, and
+    `explain`'s sentence of the latest) or one call site (its key, operation, function, place)."""
+
+    key: str
+    hours: Hours
+    kind: str | None = None
+    message: str | None = None
+    operation: str | None = None
+    function: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            k: v for k, v in json_fields(self, skip=("hours",)).items() if v is not None
+        } | self.hours.to_json()
+
+
+@dataclass(frozen=True)
+class Nondeterminism:
+    """Hours recomputed because of nondeterminism: in all, per culprit, per call site."""
+
+    total: Hours = Hours()
+    culprits: tuple[Lost, ...] = ()
+    call_sites: tuple[Lost, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        culprits = [{"culprit": c.key} | c.to_json() for c in self.culprits]
+        for c in culprits:
+            del c["key"]
+        return {
+            **self.total.to_json(),
+            "culprits": culprits,
+            "call_sites": [c.to_json() for c in self.call_sites],
+        }
+
+
+@dataclass(frozen=True)
+class Back:
+    """Compute time given back to some steps (by resume: and the rows reused)."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    rows: int = 0
+
+    def plus(self, seconds: float, rows: int = 0) -> Back:
+        return Back(self.steps + 1, self.seconds + seconds, self.rows + rows)
+
+
+@dataclass(frozen=True)
+class GivenBack:
+    """Compute time given back by resume and by re-key."""
+
+    resume: Back = Back()
+    rekey: Back = Back()
+
+    @property
+    def seconds(self) -> float:
+        return self.resume.seconds + self.rekey.seconds
+
+    def to_json(self) -> dict[str, Any]:
+        r, k = self.resume, self.rekey
+        return {
+            "seconds": round(self.seconds, 6),
+            "resume": {"steps": r.steps, "rows": r.rows, "seconds": round(r.seconds, 6)},
+            "rekey": {"steps": k.steps, "seconds": round(k.seconds, 6)},
+        }
+
+
 @dataclass(frozen=True)
 class StatsReport:
     """Everything `cachetool stats` prints, as raw values."""
@@ -278,6 +389,10 @@ class StatsReport:
     concurrent: tuple[ConcurrentComputation, ...] = ()
     #: what `--compact` did (or with `--dry-run` would do) before counting
     compaction: CompactionReport | None = None
+    #: hours recomputed because of nondeterminism
+    nondeterminism: Nondeterminism = Nondeterminism()
+    #: hours given back by resume and re-key
+    given_back: GivenBack = GivenBack()
 
     @property
     def concurrent_seconds(self) -> float:
@@ -304,6 +419,8 @@ class StatsReport:
                 "lost_seconds": round(self.concurrent_seconds, 6),
                 "computations": [c.to_json() for c in self.concurrent],
             },
+            "nondeterminism": self.nondeterminism.to_json(),
+            "given_back": self.given_back.to_json(),
         }
 
 
@@ -381,26 +498,32 @@ def zero_stats(root: str | os.PathLike[str], now: float | None = None) -> float:
 def ledger_stats(
     root: str | os.PathLike[str],
     *,
-    since: float | None = None,
+    since: float | str | None = None,
     all_: bool = False,
     now: float | None = None,
     compact: bool = False,
     dry_run: bool = False,
 ) -> StatsReport:
     """Count the recorded steps of `root` from the latest `zero_stats` (and not before `since`, an
-    epoch time); `all_` (`--all`) ignores the zero mark. With `compact` (`--compact`), compact
-    the ledger first (`cachetool.history.compact.compact_ledger`; with `dry_run`, only say what
-    it would do): the report's `compaction`. Runs a compaction summarised count in the totals.
-    The Python side of `cachetool stats`."""
+    epoch time, or a period before `now` as `--since` takes it: "7d", "12h", "30m", "2w"; another
+    string is a `CachetoolError`); `all_` (`--all`) ignores the zero mark. With `compact`
+    (`--compact`), compact the ledger first (`cachetool.history.compact.compact_ledger`; with
+    `dry_run`, only say what it would do): the report's `compaction`. Runs a compaction
+    summarised count in the totals. The Python side of `cachetool stats`."""
     root_path = Path(root)
     compaction = None
     if dry_run and not compact:
         raise CachetoolError("--dry-run goes with --compact")
+    end = time.time() if now is None else now
+    if isinstance(since, str):
+        from cachetool.cache.query import parse_duration
+
+        # A period longer than the clock's past (`--since 9999999999y`) means every recorded run.
+        since = max(0.0, end - parse_duration(since, "--since"))
     if compact:
         from cachetool.history.compact import compact_ledger
 
         compaction = compact_ledger(root_path, dry_run=dry_run)
-    end = time.time() if now is None else now
     ledger = Ledger.load(root_path, follow=False)
     zero = zeroed_at(root_path)
     start = max((t for t in (since, None if all_ else zero) if t is not None), default=None)
@@ -415,6 +538,8 @@ def ledger_stats(
     datasets: dict[str, list[tuple[StepRecord, bool]]] = {}
     seen_sites: dict[str, set[str]] = {}  # call site -> the runs that ran a step there
     seen_fps: set[str] = set()
+    back = GivenBack()
+    computed: dict[object, StepRecord] = {}  # fingerprint, or (call site, parents) -> its latest computation
     records = [*ledger.own_steps(), *ledger.saves_elsewhere()]
     for rec in sorted((r for r in records if r.type in (*COUNTED, "save")), key=lambda r: r.time):
         if rec.type == "save":
@@ -428,7 +553,10 @@ def ledger_stats(
             seen_sites.setdefault(site[0], set()).add(rec.run)
         if rec.result is not None:
             seen_fps.add(rec.result)
+            if rec.computed:
+                computed[rec.result] = computed[(site[0], rec.parents)] = rec
         if in_period(rec):
+            back = _given_back(back, rec, computed, site[0])
             steps.append((rec, again))
             sites.setdefault(site[0], ([], site))[0].append((rec, again))
             datasets.setdefault(dataset_of(rec), []).append((rec, again))
@@ -469,4 +597,66 @@ def ledger_stats(
         hosts=tuple(sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))),
         concurrent=concurrent_computations(r for r, _ in steps),
         compaction=compaction,
+        nondeterminism=_nondeterminism(ledger, steps),
+        given_back=back,
+    )
+
+
+def _given_back(back: GivenBack, rec: StepRecord, computed: dict[object, StepRecord], site: str) -> GivenBack:
+    """`back` with what `rec` gave back: by resume, its reused rows at the rate it computed the
+    rest; by re-key (a `rekeyed` part, read by name), the compute time of the earlier result it
+    names (else of the latest of its call site and input), less its own time."""
+    wall = compute_time(rec)[0]
+    if rec.resumed is not None and rec.resumed.rows:
+        left = rec.resumed.of - rec.resumed.rows
+        back = replace(
+            back,
+            resume=back.resume.plus(wall * rec.resumed.rows / left if left > 0 else 0.0, rec.resumed.rows),
+        )
+    part = getattr(rec, "rekeyed", None) or rec.extra.get("rekeyed")
+    if part:
+        named = part.to_json() if hasattr(part, "to_json") else part
+        names = [v for v in named.values() if isinstance(v, str)] if isinstance(named, dict) else []
+        earlier = next((computed[n] for n in names if n in computed), None) or computed.get(
+            (site, rec.parents)
+        )
+        saved = max(0.0, compute_time(earlier)[0] - rec.duration) if earlier is not None else 0.0
+        back = replace(back, rekey=back.rekey.plus(saved))
+    return back
+
+
+def _nondeterminism(ledger: Ledger, steps: list[tuple[StepRecord, bool]]) -> Nondeterminism:
+    """The hours of the recomputed steps whose call site and input had an earlier result under
+    another fingerprint, for a reason `explain` gives (`explain_record`) of a kind in
+    `NONDETERMINISM`; a step with several culprits shares its time between them."""
+    candidates = [r for r, again in steps if again and r.computed]
+    if not candidates:
+        return Nondeterminism()
+    from cachetool.history.explain.explainer import explain_record
+    from cachetool.history.explain.view import LedgerView
+
+    view = LedgerView(ledger)
+    total = Hours()
+    culprits: dict[tuple[str, str], Lost] = {}
+    sites: dict[str, Lost] = {}
+    for rec in candidates:
+        siblings = view.siblings(rec)
+        if not siblings or siblings[0].parents != rec.parents:
+            continue
+        reasons = [r for r in explain_record(view, rec).reasons if r.kind in NONDETERMINISM]
+        if not reasons:
+            continue
+        wall, cpu = compute_time(rec)
+        total = total.plus(wall, cpu)
+        key, file, line, op, fn = _site(rec)
+        lost = sites.get(key) or Lost(key, Hours(), operation=op, function=fn, file=file, line=line)
+        sites[key] = replace(lost, hours=lost.hours.plus(wall, cpu))
+        for r in reasons:
+            name = r.path or r.argument or "the transform"
+            lost = culprits.get((r.kind, name)) or Lost(name, Hours(), kind=r.kind)
+            share = lost.hours.plus(wall / len(reasons), None if cpu is None else cpu / len(reasons))
+            culprits[(r.kind, name)] = replace(lost, hours=share, message=r.text)
+    order = lambda g: (-g.hours.seconds, g.key)  # noqa: E731
+    return Nondeterminism(
+        total, tuple(sorted(culprits.values(), key=order)), tuple(sorted(sites.values(), key=order))
     )

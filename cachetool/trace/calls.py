@@ -10,6 +10,7 @@ import contextlib
 import functools
 import os
 import random
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -227,8 +228,8 @@ def wrap_random(original: Callable[..., str], local: CallState) -> Callable[...,
 def cpu_seconds() -> float:
     """CPU seconds this process and its reaped children have used: a `num_proc` map's pool
     workers are reaped before the map returns, so the difference over a call counts them."""
-    t = os.times()  # one system call
-    return t.user + t.system + t.children_user + t.children_system
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime  # microseconds, not ticks
 
 
 def abs_path(path: str) -> str:

@@ -415,7 +415,7 @@ class RecordBuilder:
 
 def _with_compute(frame: Frame, records: list[StepRecord]) -> list[StepRecord]:
     """`records` with the call's compute time on those that computed (split evenly between
-    them: `train_test_split` computes two); a hit costs one `os.times()` at its start."""
+    them: `train_test_split` computes two); a hit costs one `cpu_seconds()` at its start."""
     if frame.cpu0 is None or not any(r.computed for r in records):
         return records
     n = sum(r.computed for r in records)
