@@ -1059,3 +1059,78 @@ def test_a_leftover_with_a_future_mtime_is_removable_with_min_age_0(
     code, doc = gc_json(copy, *args, "--min-age", "0", "-y")
     assert code == 0 and str(tmp_file) in {r["path"] for r in doc["result"]["removed"]}
     assert not tmp_file.exists()
+
+
+COSTLY = """\
+import json, sys, time
+import cachetool
+cachetool.install_tracing()
+from datasets import load_dataset
+
+def costly(ex):                          # 15 ms of CPU a row, a small result
+    t = time.process_time()
+    while time.process_time() - t < 0.015:
+        pass
+    return {"y": ex["id"] + 1}
+
+def cheap(ex):                           # no time at all, a large result
+    return {"pad": "x" * 20_000}
+
+ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+fps = [ds.map(costly)._fingerprint]      # least recently used
+time.sleep(0.05)
+fps.append(ds.map(cheap)._fingerprint)
+cachetool.trace.install.uninstall_tracing()
+time.sleep(0.05)
+fps.append(ds.map(lambda ex: {"z": ex["id"]})._fingerprint)   # untraced: its cost is not known
+print(json.dumps(fps))
+"""
+
+
+@pytest.mark.slow
+def test_max_size_policy_cost_evicts_the_least_recompute_seconds_per_gb_first(tmp_path: Path) -> None:
+    """At the same --max-size, LRU evicts the oldest entry, which took 0.3 s to compute; `--policy
+    cost` keeps it and evicts the large entry that costs nothing to recompute, after the one whose
+    cost was never recorded. The plan says what each eviction costs to recompute ("unknown" when
+    never recorded); a bad policy is a usage error."""
+    base = short_tmp_dir(tmp_path)
+    (base / "d.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    (base / "costly.py").write_text(COSTLY, encoding="utf-8")
+    env = hf_env(base, HF_DATASETS_CACHE=str(base / "cache"))
+    proc = subprocess.run(
+        [sys.executable, str(base / "costly.py"), str(base / "d.csv")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    costly, cheap, untraced = json.loads(proc.stdout.strip().splitlines()[-1])
+    from cachetool.cache.scan import scan_cache
+
+    entries = {e.fingerprint: e for e in scan_cache(base / "cache").entries}
+    total = scan_cache(base / "cache").size
+    limit = str(total - entries[cheap].size)
+    lru = gc_json(base, "--max-size", limit, "--min-age", "0", "--dry-run")[1]["plan"]["items"]
+    assert [i["fingerprint"] for i in lru] == [costly, cheap]
+    code, doc = gc_json(base, "--max-size", limit, "--policy", "cost", "--min-age", "0", "--dry-run")
+    items = {i["fingerprint"]: i for i in doc["plan"]["items"]}
+    assert code == 0 and list(items) == [untraced, cheap], items
+    assert doc["options"]["policy"] == "cost"
+    assert items[untraced]["recompute_seconds"] is None and 0 <= items[cheap]["recompute_seconds"] < 0.3
+    assert lru[0]["recompute_seconds"] >= 0.3
+    human = cli(
+        "gc",
+        "--cache-dir",
+        str(base / "cache"),
+        "--max-size",
+        limit,
+        "--policy",
+        "cost",
+        "--min-age",
+        "0",
+        "-n",
+    )
+    assert "recompute" in human.stdout and "unknown" in human.stdout, human.stdout
+    bad = cli("gc", "--cache-dir", str(base / "cache"), "--max-size", limit, "--policy", "fifo")
+    assert bad.exit_code == 2 and bad.stderr.startswith("Error:") and "cost or lru" in bad.stderr, bad.stderr

@@ -16,18 +16,18 @@ import typer
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, command, confirm, opt
 from cachetool.cli.output import Output, OutputFormat, error, hint, warn
 from cachetool.errors import CachetoolError
-from cachetool.formatting import human_size
+from cachetool.formatting import human_size, short_duration
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
     from cachetool.maintenance.gc import GcRun
-    from cachetool.maintenance.gc.plan import GcPlan, GcResult
+    from cachetool.maintenance.gc.plan import GcItem, GcPlan, GcResult
 
 
 @command(
     None,
     "cachetool.maintenance.gc.GcOptions",
-    "fingerprints temp tmp_dir min_age all_users older_than max_size dataset keep include_sources "
+    "fingerprints temp tmp_dir min_age all_users older_than max_size policy dataset keep include_sources "
     "force_root other_hosts_idle quarantine break_lease dry_run yes cache_dir fmt as_json quiet no_truncate",
     break_lease=opt(
         "--break-lease",
@@ -252,22 +252,39 @@ def show_plan(
 
 
 def _items_table(out: Output, plan: GcPlan) -> None:
+    # Evictions say what recomputing each would cost (its recorded compute time).
+    evicts = any(i.action == "evict" for i in plan.items)
     rows = [
         (
             i.kind.value,
             i.fingerprint or _where(i.path, plan, out.no_truncate),
             human_size(i.size),
             i.files,
+            *((_recompute(i),) if evicts else ()),
             i.reason,
         )
         for i in plan.items
     ]
+    recompute = [("recompute", "right")] if evicts else []
     out.table(
         None,
-        [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right"), ("why", "left")],
+        [
+            ("kind", "left"),
+            ("what", "left"),
+            ("size", "right"),
+            ("files", "right"),
+            *recompute,
+            ("why", "left"),
+        ],
         rows,
         whole=("what",),
     )
+
+
+def _recompute(item: GcItem) -> str:
+    if item.action != "evict":
+        return ""
+    return "unknown" if item.recompute is None else short_duration(item.recompute)
 
 
 def _skipped_table(out: Output, plan: GcPlan) -> None:

@@ -278,6 +278,19 @@ def compute_time(rec: StepRecord) -> tuple[float, float | None]:
     return (c.wall, c.cpu) if c is not None else (rec.duration, None)
 
 
+def recompute_costs(records: Iterable[LedgerRecord]) -> dict[str, float]:
+    """What recomputing each fingerprint would cost, in wall seconds: the compute time its latest
+    full computation recorded (a partial one's when no other), under every fingerprint the
+    result is known by. A fingerprint never computed under the tracer is not in it."""
+    costs: dict[str, float] = {}
+    partial: dict[str, float] = {}
+    for rec in records:
+        if isinstance(rec, StepRecord) and rec.compute is not None and rec.computed and not rec.internal:
+            for fp in rec.made:
+                (costs if rec.cache == "miss" else partial)[fp] = rec.compute.wall
+    return partial | costs
+
+
 @dataclass(frozen=True)
 class Hours:
     """Compute time of some steps: wall seconds, and CPU seconds (of the steps that recorded it)."""

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from cachetool.maintenance.gc.plan import GcItem, GcPlan, GcResult, Skip
 
 
+#: What `--max-size` evicts first (`--policy`): the least recently used, or the least recompute
+#: seconds per GB.
+POLICIES = ("lru", "cost")
 #: Default `--min-age`: younger leftovers may belong to a writer this host cannot see.
 DEFAULT_MIN_AGE = 3600.0
 
@@ -69,6 +72,13 @@ class GcOptions:
         None,
         "Evict least recently used entries until the cache is under this size (e.g. 50GB).",
         parse="size",
+    )
+    policy: str = option(
+        "lru",
+        "What --max-size evicts first: lru, the least recently used; cost, the least recompute time "
+        "per GB (from the compute time the ledger recorded; never recorded: first, least recently "
+        "used first).",
+        metavar="cost|lru",
     )
     datasets: tuple[str, ...] = option(
         (), "Only entries of this dataset (e.g. csv or csv/default-…); repeatable.", keyword="dataset"
@@ -118,6 +128,8 @@ class GcOptions:
                         f"invalid --{f.name.replace('_', '-')} {value!r}: must not be negative"
                     )
             object.__setattr__(self, f.name, value)
+        if self.policy not in POLICIES:
+            raise CachetoolError(f"invalid --policy {self.policy!r}: use cost or lru")
         if self.quarantine and (
             self.temp or self.max_size is not None or self.datasets or self.fingerprints or self.keep
         ):

@@ -77,6 +77,9 @@ class GcItem:
     dataset: str | None = None
     used: float | None = None
     lock: Path | None = None  # held (non-blocking) across the removal; someone holding it keeps the item
+    #: An eviction: the seconds its recorded computation took, what recomputing it costs (None:
+    #: never recorded).
+    recompute: float | None = None
 
     @property
     def id(self) -> str:
@@ -89,6 +92,7 @@ class GcItem:
             **json_fields(self, "fingerprint", "aliases", "dataset", "size", "files"),
             "used": iso_time(self.used),
             "reason": self.reason,
+            "recompute_seconds": self.recompute,
         }
 
 

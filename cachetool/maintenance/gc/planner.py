@@ -27,7 +27,7 @@ from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, LockKind, TempKind
 from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError
-from cachetool.formatting import compact_age, compact_duration, human_size, iso_time
+from cachetool.formatting import compact_age, compact_duration, human_size, iso_time, short_duration
 from cachetool.maintenance.fdops import O_DIR, inventory
 from cachetool.maintenance.gc import NOTHING_SELECTED, GcOptions
 from cachetool.maintenance.gc.plan import (
@@ -161,6 +161,8 @@ class Planner(Rules):
     report: CacheReport
     pins: set[str] = field(default_factory=set)
     parents: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    #: Fingerprint -> the wall seconds its recorded computation took (`recompute_costs`).
+    costs: Mapping[str, float] = field(default_factory=dict)
     temp: TempScan | None = None
     listings: dict[Path, list[str]] = field(default_factory=dict)  # for decoding root locks
     items: list[GcItem] = field(default_factory=list)
@@ -452,6 +454,28 @@ class Planner(Rules):
                 out.append(_unit(e.path, e.kind, [e], list(e.files)))
         return out
 
+    def cost(self, u: _Unit) -> float | None:
+        """What recomputing `u` costs: the recorded compute seconds of its entries (None: none
+        recorded)."""
+        known = [
+            next((self.costs[fp] for fp in (e.fingerprint, *e.aliases) if fp and fp in self.costs), None)
+            for e in u.members
+        ]
+        return sum(c for c in known if c is not None) if any(c is not None for c in known) else None
+
+    def eviction_order(self, units: list[_Unit]) -> list[_Unit]:
+        """`units` in the order `--max-size` evicts them (`--policy`): least recently used first;
+        or least recompute seconds per GB first, those whose cost was never recorded before all
+        (least recently used first among equals)."""
+
+        def lru(u: _Unit) -> tuple[float, int, str]:
+            return (u.used if u.used is not None else 0.0, -u.size, os.fsdecode(u.key))
+
+        if self.options.policy != "cost":
+            return sorted(units, key=lru)
+        costs = {u.key: self.cost(u) for u in units}
+        return sorted(units, key=lambda u: (*cost_rank(costs[u.key], u.size), *lru(u)))
+
     def protection(self, u: _Unit) -> _Protected | None:
         """Why a unit must stay, or None."""
         fps = u.fingerprints
@@ -538,15 +562,12 @@ class Planner(Rules):
         why_kept: dict[Path, KeptBecause],
         explicit_keys: set[Path],
     ) -> set[Path]:
-        """Choose least recently used units of `rest` (adding them to `chosen`) until the cache
+        """Choose units of `rest` in `eviction_order` (adding them to `chosen`) until the cache
         fits under `max_size`; returns the keys chosen for size."""
         leftover_bytes = sum(i.size for i in self.items if i.scope == "root")
         current = self.report.size - leftover_bytes - sum(u.size for u in _outermost(chosen))
         by_size: set[Path] = set()
-        rest = sorted(
-            rest, key=lambda u: (u.used if u.used is not None else 0.0, -u.size, os.fsdecode(u.key))
-        )
-        for u in rest:
+        for u in self.eviction_order(rest):
             if current <= max_size:
                 why_kept.setdefault(u.key, KeptBecause.FITS)
                 continue
@@ -580,7 +601,11 @@ class Planner(Rules):
     def _evict_item(self, u: _Unit, by_size: bool = False) -> GcItem:
         o = self.options
         ago = f" (last used {compact_age(self.now - u.used)} ago)" if u.used is not None else ""
-        if by_size and o.max_size is not None:
+        cost = self.cost(u)
+        if by_size and o.max_size is not None and o.policy == "cost":
+            per_gb = "never recorded" if cost is None else f"{short_duration(cost_rank(cost, u.size)[1])}/GB"
+            reason = f"least recompute time per GB ({per_gb}), cache over {human_size(o.max_size)}"
+        elif by_size and o.max_size is not None:
             reason = f"least recently used{ago}, cache over {human_size(o.max_size)}"
         elif o.older_than is not None:
             reason = f"not used in {compact_duration(o.older_than)}{ago}"
@@ -608,6 +633,7 @@ class Planner(Rules):
             dataset=u.label,
             used=u.used,
             lock=lock,
+            recompute=cost,
         )
 
     def kept(
@@ -644,6 +670,14 @@ _TEMP_REASONS: dict[str, str] = {
     "pymp": "multiprocess pool folder, its processes are gone",
 }
 _UNPROBED = Refusal("lock-unknown", "cannot tell whether a live process holds it (it cannot be probed)")
+
+
+def cost_rank(seconds: float | None, size: int) -> tuple[int, float]:
+    """Where `--policy cost` puts an entry of `size` bytes whose recomputation costs `seconds`
+    (None: never recorded): (0, 0) for an unknown cost, first; else (1, seconds per GB)."""
+    if seconds is None:
+        return (0, 0.0)
+    return (1, seconds / max(size, 1) * 1e9)
 
 
 def _busy_reason(who: str, lock: Path, state: LockState) -> Refusal:
@@ -723,12 +757,15 @@ def build_plan(
     pins: Mapping[str, Any] | None = None,
     parents: Mapping[str, Iterable[str]] | None = None,
     root_refused: str | None = None,
+    costs: Mapping[str, float] | None = None,
 ) -> GcPlan:
     """Decide what a gc run removes, from a scan and the rules on a liveness snapshot (plus lock
     probes). Nothing is removed here: `execute()` runs the same rules again before each item."""
     options = rules.options
     fields = {f.name: getattr(rules, f.name) for f in dataclasses.fields(Rules)}
-    b = Planner(**fields, report=report, pins=set(pins or {}), parents=parents or {}, temp=temp)
+    b = Planner(
+        **fields, report=report, pins=set(pins or {}), parents=parents or {}, temp=temp, costs=costs or {}
+    )
     b.resolve_protections()
     if not rules.in_use.complete and options.all_users:
         # Without --all-users only our own files are touched, which other users' processes
@@ -862,14 +899,16 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     check_min_age(report.root, shared, options.min_age, options.temp, options.other_hosts_idle)
     pins: dict[str, Any] = {}
     parents: dict[str, frozenset[str]] = {}
+    costs: dict[str, float] = {}
     if ledger is not None:  # only eviction asks what is pinned and what it descends from
         from cachetool.cache.pins import read_pins
+        from cachetool.history.stats import recompute_costs
 
         pins = read_pins(report.root)
         parents = recorded_parents(ledger) if pins or options.keep or options.fingerprints else {}
-    plan = _build_live(
-        report, options, temp, pins=pins, parents=parents, root_refused=_ROOT_REFUSALS[why] if why else None
-    )
+        costs = recompute_costs(ledger.own_steps())
+    refused = _ROOT_REFUSALS[why] if why else None
+    plan = _build_live(report, options, temp, pins=pins, parents=parents, root_refused=refused, costs=costs)
     modified = {e.path: e.modified for e in report.entries}
     young = {
         s.path: modified.get(s.path) for s in plan.skipped if s.code == "too-young" and s.scope == "root"
