@@ -1134,3 +1134,18 @@ def test_max_size_policy_cost_evicts_the_least_recompute_seconds_per_gb_first(tm
     assert "recompute" in human.stdout and "unknown" in human.stdout, human.stdout
     bad = cli("gc", "--cache-dir", str(base / "cache"), "--max-size", limit, "--policy", "fifo")
     assert bad.exit_code == 2 and bad.stderr.startswith("Error:") and "cost or lru" in bad.stderr, bad.stderr
+
+
+def test_policy_cost_loses_30_percent_fewer_recompute_seconds_than_lru_on_a_replayed_trace() -> None:
+    """On the benchmark's replayed trace (500 steps of pipelines used in phases, sizes and compute
+    times with a spread, a size limit below the working set), gc's planner with `--policy cost`
+    loses at least 30% fewer recompute-seconds than with LRU at the same limit, over ten seeds."""
+    from benchmarks.bench_gc_policy import make_trace, replay
+
+    lost = {"lru": 0.0, "cost": 0.0}
+    for seed in range(10):
+        results, trace = make_trace(seed)
+        limit = int(0.2 * sum(s.size for s in results))
+        for policy in lost:
+            lost[policy] += replay(trace, limit, policy, Path("/bench/cache"))[0]
+    assert lost["cost"] <= 0.7 * lost["lru"], lost
