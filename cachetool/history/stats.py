@@ -553,6 +553,8 @@ def ledger_stats(
     seen_fps: set[str] = set()
     back = GivenBack()
     computed: dict[object, StepRecord] = {}  # fingerprint, or (call site, parents) -> its latest computation
+    made: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}  # (call site, parents) -> result -> run
+    recomputed: list[StepRecord] = []  # misses whose call site and input made another result before
     records = [*ledger.own_steps(), *ledger.saves_elsewhere()]
     for rec in sorted((r for r in records if r.type in (*COUNTED, "save")), key=lambda r: r.time):
         if rec.type == "save":
@@ -564,8 +566,16 @@ def ledger_stats(
         again = bool(seen_sites.get(site[0], set()) - {rec.run}) or rec.result in seen_fps
         if rec.error is None:  # a step that raised made nothing a later run could have reused
             seen_sites.setdefault(site[0], set()).add(rec.run)
+        before = made.setdefault((site[0], rec.parents), {})
+        if (
+            in_period(rec)
+            and rec.computed
+            and any(f != rec.result and r != rec.run for f, r in before.items())
+        ):
+            recomputed.append(rec)
         if rec.result is not None:
             seen_fps.add(rec.result)
+            before[rec.result] = rec.run
             if rec.computed:
                 computed[rec.result] = computed[(site[0], rec.parents)] = rec
         if in_period(rec):
@@ -610,7 +620,7 @@ def ledger_stats(
         hosts=tuple(sorted(hosts.items(), key=lambda kv: (-kv[1], kv[0]))),
         concurrent=concurrent_computations(r for r, _ in steps),
         compaction=compaction,
-        nondeterminism=_nondeterminism(ledger, steps),
+        nondeterminism=_nondeterminism(ledger, recomputed),
         given_back=back,
     )
 
@@ -638,12 +648,11 @@ def _given_back(back: GivenBack, rec: StepRecord, computed: dict[object, StepRec
     return back
 
 
-def _nondeterminism(ledger: Ledger, steps: list[tuple[StepRecord, bool]]) -> Nondeterminism:
-    """The hours of the recomputed steps whose call site and input had an earlier result under
-    another fingerprint, for a reason `explain` gives (`explain_record`) of a kind in
+def _nondeterminism(ledger: Ledger, recomputed: list[StepRecord]) -> Nondeterminism:
+    """The hours of the `recomputed` steps (misses whose call site and input had an earlier result
+    under another fingerprint) for a reason `explain` gives (`explain_record`) of a kind in
     `NONDETERMINISM`; a step with several culprits shares its time between them."""
-    candidates = [r for r, again in steps if again and r.computed]
-    if not candidates:
+    if not recomputed:
         return Nondeterminism()
     from cachetool.history.explain.explainer import explain_record
     from cachetool.history.explain.view import LedgerView
@@ -652,10 +661,7 @@ def _nondeterminism(ledger: Ledger, steps: list[tuple[StepRecord, bool]]) -> Non
     total = Hours()
     culprits: dict[tuple[str, str], Lost] = {}
     sites: dict[str, Lost] = {}
-    for rec in candidates:
-        siblings = view.siblings(rec)
-        if not siblings or siblings[0].parents != rec.parents:
-            continue
+    for rec in recomputed:
         reasons = [r for r in explain_record(view, rec).reasons if r.kind in NONDETERMINISM]
         if not reasons:
             continue
