@@ -324,10 +324,10 @@ class Lost:
     file: str | None = None
     line: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            k: v for k, v in json_fields(self, skip=("hours",)).items() if v is not None
-        } | self.hours.to_json()
+    def to_json(self, key: str = "key") -> dict[str, Any]:
+        """`key` names the key ("culprit" for a culprit); fields that are None are left out."""
+        given = {k: v for k, v in json_fields(self, skip=("key", "hours")).items() if v is not None}
+        return {key: self.key, **given, **self.hours.to_json()}
 
 
 @dataclass(frozen=True)
@@ -339,12 +339,9 @@ class Nondeterminism:
     call_sites: tuple[Lost, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        culprits = [{"culprit": c.key} | c.to_json() for c in self.culprits]
-        for c in culprits:
-            del c["key"]
         return {
             **self.total.to_json(),
-            "culprits": culprits,
+            "culprits": [c.to_json("culprit") for c in self.culprits],
             "call_sites": [c.to_json() for c in self.call_sites],
         }
 
