@@ -194,6 +194,13 @@ CACHE_DIR = opt(
     "else XDG_CACHE_HOME/huggingface/datasets, else ~/.cache/huggingface/datasets.",
     show_default=False,
 )
+SHARD = opt(
+    "--shard",
+    type=str | None,
+    metavar="I/N",
+    help="Only shard I of N (from 0): an even, stable share of the entries by fingerprint hex "
+    "prefix, for N jobs on one or many hosts; join their --json with `cachetool merge`.",
+)
 NO_TRUNCATE = opt("--no-truncate", help="Show fingerprints, names and paths whole, however wide the table.")
 OUTPUT = output()
 
