@@ -9,21 +9,26 @@ in its own UTS and PID namespaces (`unshare`, host name `node-7`), as in tests/t
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import hf_env, invoke
+from tests.conftest import copy_cache, hf_env, invoke
 
 CACHETOOL = [sys.executable, "-m", "cachetool"]
+#: What `merge --json` says of its inputs, not of the caches: the rest is the same however the
+#: caches were split into shards.
+ABOUT_INPUTS = ("documents", "shard_sets")
 
 
-def cachetool_json(base: Path, *args: str, ok: tuple[int, ...] = (0,), host: list[str] = ()) -> Any:  # type: ignore[assignment]
+def cachetool_json(base: Path, *args: str, ok: tuple[int, ...] = (0,), host: Sequence[str] = ()) -> Any:
     """`cachetool ARGS --json` in a process of its own (on another host with `host`); its document."""
     proc = subprocess.run(
         [*host, *CACHETOOL, *args, "--json"],
@@ -112,3 +117,119 @@ def test_four_shards_hold_each_entry_and_finding_exactly_once(shards: dict[str, 
         assert sum(doc[key] for doc in parts_v) == whole_v[key], key
     found = sorted((f["severity"], f["entry"], f["path"]) for doc in parts_v for f in doc["findings"])
     assert found == sorted((f["severity"], f["entry"], f["path"]) for f in whole_v["findings"]) and found
+
+
+def about_caches(merged: dict[str, Any]) -> dict[str, Any]:
+    """What `merge --json` says of the caches, the ages in its problems' sentences left out (the
+    jobs ran seconds apart: "last written 3s ago", "4s ago")."""
+    import re
+
+    doc = {k: v for k, v in merged.items() if k not in ABOUT_INPUTS}
+    doc["problems"] = [
+        {**p, "problem": re.sub(r"\d+[smhd] ago", "ago", p["problem"])} for p in doc["problems"]
+    ]
+    return doc
+
+
+def write_docs(folder: Path, docs: dict[str, Any]) -> list[str]:
+    """Each document as `folder/<name>.json`; their paths, in the order given."""
+    folder.mkdir(exist_ok=True)
+    for name, doc in docs.items():
+        (folder / f"{name}.json").write_text(json.dumps(doc), encoding="utf-8")
+    return [str(folder / f"{name}.json") for name in docs]
+
+
+def merge(*files: str, ok: tuple[int, ...] = (0,)) -> tuple[Any, int]:
+    """`cachetool merge FILES --json` (in this process): its document and exit code."""
+    result = invoke("merge", *files, "--json")
+    assert result.exit_code in ok, result.stderr
+    return json.loads(result.stdout), result.exit_code
+
+
+@pytest.mark.slow
+def test_the_merge_of_four_shards_is_the_merge_of_the_whole(shards: dict[str, Any], tmp_path: Path) -> None:
+    """`merge` of the 4 shards of `ls` and of `verify --deep` says exactly what the merge of the
+    unsharded documents says: hosts, totals, leftovers, problems (and exits the same); only what it
+    says of its input files differs, and the shard set is complete."""
+    whole_files = write_docs(tmp_path / "whole", {"ls": shards["ls"], "verify": shards["verify"]})
+    parts = {f"ls-{i}": d for i, d in enumerate(shards["ls_shards"])}
+    parts |= {f"verify-{i}": d for i, d in enumerate(shards["verify_shards"])}
+    whole, code = merge(*whole_files, ok=(0, 1))
+    sharded, sharded_code = merge(*write_docs(tmp_path / "parts", parts), ok=(0, 1))
+    assert sharded_code == code
+    assert about_caches(sharded) == about_caches(whole)
+    assert [s["missing"] + s["repeated"] for s in sharded["shard_sets"]] == [[], []]
+    assert whole["leftovers"] and whole["totals"] == shards["ls"]["totals"]
+
+
+@pytest.mark.slow
+def test_a_missing_or_repeated_shard_is_reported_not_merged(shards: dict[str, Any], tmp_path: Path) -> None:
+    """Shards 0, 1, 1 and 3 of 4: merge says shard 2/4 is missing and 1/4 was given twice (counted
+    once), and exits 1."""
+    ls = shards["ls_shards"]
+    files = write_docs(tmp_path, {"a": ls[0], "b": ls[1], "c": ls[1], "d": ls[3]})
+    doc, _ = merge(*files, ok=(1,))
+    (shard_set,) = doc["shard_sets"]
+    assert shard_set["missing"] == [2] and shard_set["repeated"] == [1]
+    counted = sum(h["entries"] for h in doc["hosts"])
+    assert counted == len(ls[0]["entries"]) + len(ls[1]["entries"]) + len(ls[3]["entries"])
+    human = invoke("merge", *files, columns=100)
+    assert human.exit_code == 1
+    text = " ".join(human.stdout.split())
+    assert "missing shard 2/4" in text and "shard 1/4 given twice" in text, human.stdout
+
+
+@pytest.mark.slow
+def test_merge_tells_hosts_apart(copy: Path, tmp_path: Path) -> None:
+    """The same cache copied to node-7 and listed there (its own UTS and PID namespaces): merge
+    names both hosts, lists every fingerprint both hold as a duplicate across hosts, each host's
+    leftovers, and a step made from the same parent by the same operation whose result differs on
+    node-7."""
+    import shutil
+    import socket
+
+    other = tmp_path / "node7"
+    other.mkdir()
+    copy_cache(copy / "cache", other / "cache")
+    shutil.copytree(copy / "tmp", other / "tmp")
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed to simulate a second host")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    node7 = ["unshare", *user, "--pid", "--uts", "--fork", "--mount-proc"]
+    node7 += ["sh", "-c", 'hostname "$0" && exec "$@"', "node-7"]
+    here, there = cachetool_json(copy, "ls"), cachetool_json(other, "ls", host=node7)
+    assert there["host"] == "node-7" and here["host"] == socket.gethostname()
+    step = next(e for e in there["entries"] if e["parent"] and e["operation"])
+    step["fingerprint"] = step["id"] = "00ff00ff00ff00ff"  # what node-7 computed differs
+    doc, _ = merge(*write_docs(tmp_path, {"here": here, "there": there}))
+    assert sorted(h["host"] for h in doc["hosts"]) == sorted([here["host"], "node-7"])
+    both = {e["fingerprint"] for e in here["entries"]} & {e["fingerprint"] for e in there["entries"]}
+    both.discard(None)
+    assert {d["fingerprint"] for d in doc["duplicates"]} == both and both
+    assert all(d["hosts"] == sorted([here["host"], "node-7"]) for d in doc["duplicates"])
+    assert {x["host"] for x in doc["leftovers"]} == {here["host"], "node-7"}
+    (differs,) = doc["differing_steps"]
+    assert (differs["parent"], differs["operation"]) == (step["parent"], step["operation"])
+    assert differs["fingerprints"]["node-7"] == ["00ff00ff00ff00ff"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no JSON at all",
+        '{"version": 2, "root": "/c", "entries": [], "totals": {}}',
+        '{"version": 1, "root": "/c", "fingerprints": []}',
+        "[1, 2]",
+    ],
+)
+def test_merge_refuses_a_file_that_is_not_a_cachetool_document(tmp_path: Path, text: str) -> None:
+    """Not JSON, a document of an unknown version, another command's document: one `Error:` line
+    naming the file, exit 2."""
+    good = tmp_path / "good.json"
+    good.write_text('{"version": 1, "root": "/c", "host": "h", "shard": null, "entries": [], "totals": {}}')
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    result = invoke("merge", str(good), str(bad))
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {bad}: "), result.stderr

@@ -34,6 +34,7 @@ COMMANDS = {
     "explain": ("explain", "run_explain"),
     "stats": ("stats", "stats_command"),
     "report": ("report", "report_command"),
+    "merge": ("merge", "merge_command"),
 }
 
 

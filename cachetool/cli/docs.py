@@ -53,6 +53,7 @@ GUIDES = {
     "explain": "explain.md",
     "stats": "explain.md",
     "report": "report.md",
+    "merge": "fleet.md",
 }
 
 
