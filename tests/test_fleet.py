@@ -150,7 +150,8 @@ def merge(*files: str, ok: tuple[int, ...] = (0,)) -> tuple[Any, int]:
 def test_the_merge_of_four_shards_is_the_merge_of_the_whole(shards: dict[str, Any], tmp_path: Path) -> None:
     """`merge` of the 4 shards of `ls` and of `verify --deep` says exactly what the merge of the
     unsharded documents says: hosts, totals, leftovers, problems (and exits the same); only what it
-    says of its input files differs, and the shard set is complete."""
+    says of its input files differs, and the shard set is complete, also when each shard ran on
+    another node (an array's tasks on one shared file system)."""
     whole_files = write_docs(tmp_path / "whole", {"ls": shards["ls"], "verify": shards["verify"]})
     parts = {f"ls-{i}": d for i, d in enumerate(shards["ls_shards"])}
     parts |= {f"verify-{i}": d for i, d in enumerate(shards["verify_shards"])}
@@ -160,6 +161,13 @@ def test_the_merge_of_four_shards_is_the_merge_of_the_whole(shards: dict[str, An
     assert about_caches(sharded) == about_caches(whole)
     assert [s["missing"] + s["repeated"] for s in sharded["shard_sets"]] == [[], []]
     assert whole["leftovers"] and whole["totals"] == shards["ls"]["totals"]
+    # the tasks of an array run on many nodes of one shared file system: still one set per root
+    spread = {name: {**doc, "host": f"node-{i % 4}"} for i, (name, doc) in enumerate(parts.items())}
+    across, _ = merge(*write_docs(tmp_path / "spread", spread), ok=(0, 1))
+    assert [(s["hosts"], s["complete"]) for s in across["shard_sets"]] == [
+        ([f"node-{i}" for i in range(4)], True)
+    ] * 2
+    assert across["totals"] == whole["totals"] and across["duplicates"] == []
 
 
 @pytest.mark.slow

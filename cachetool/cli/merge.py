@@ -33,8 +33,9 @@ def merge_command(files: list[Path], fmt: OutputFormat) -> int:
     differs between hosts. `ls --json` carries no call site: a step is matched across hosts by
     its parent fingerprint and operation, which only runs recorded by `cachetool run` give.
 
-    Documents of one command from one host and root form a shard set: a missing shard, a shard
-    given twice (counted once) or shards of different counts are reported and exit 1.
+    The shards of one command and root form one set, whichever hosts ran them (a whole listing,
+    without --shard, is a set of its own per host): a missing shard, a shard given twice (counted
+    once) or shards of different counts are reported and exit 1.
 
     **Examples**
 
@@ -55,7 +56,7 @@ def merge_command(files: list[Path], fmt: OutputFormat) -> int:
     out = Output(fmt)
     for s in report.shard_sets:
         for problem in s.problems():
-            warn(f"{s.command} on {s.host} ({s.root}): {problem}")
+            warn(f"{s.command} of {s.root} (on {', '.join(s.hosts)}): {problem}")
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:
@@ -75,7 +76,7 @@ def render(out: Output, report: FleetReport) -> None:
         n = "/".join(map(str, s.counts))
         state = "complete" if s.complete else "; ".join(s.problems())
         out.line(
-            f"  {s.command} on {s.host}: {len(s.given)} of {n} shard(s), {state}",
+            f"  {s.command} of {s.root} on {', '.join(s.hosts)}: {len(s.given)} of {n} shard(s), {state}",
             style=None if s.complete else "bold red",
         )
     out.line()

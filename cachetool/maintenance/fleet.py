@@ -78,11 +78,13 @@ def read_document(path: str | os.PathLike[str]) -> Document:
 
 @dataclass(frozen=True)
 class ShardSet:
-    """The documents of one command from one host and root: which shards came, which did not,
-    which came twice (counted once)."""
+    """The documents of one command about one cache: which shards came (from which hosts), which
+    did not, which came twice (counted once). Shards (`--shard i/n`, n > 1) of one root are one
+    set whatever host ran each (the jobs of a SLURM array land on many nodes of one shared file
+    system); whole listings (no shard) are one set per host and root."""
 
     command: str
-    host: str
+    hosts: tuple[str, ...]
     root: str
     counts: tuple[int, ...]
     given: tuple[int, ...]
@@ -104,7 +106,7 @@ class ShardSet:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        doc = {k: getattr(self, k) for k in ("command", "host", "root", "counts", "given")}
+        doc = {k: getattr(self, k) for k in ("command", "hosts", "root", "counts", "given")}
         return {
             **doc,
             "complete": self.complete,
@@ -153,12 +155,10 @@ def merge_documents(paths: Sequence[str | os.PathLike[str]]) -> FleetReport:
     if not paths:
         raise CachetoolError("give the JSON files to merge (`cachetool ls --json > a.json`, ...)")
     docs = [read_document(p) for p in paths]
-    groups: dict[tuple[str, str, str], list[Document]] = defaultdict(list)
-    for d in docs:
-        groups[(d.command, d.host, d.root)].append(d)
     sets: list[ShardSet] = []
     kept: list[Document] = []
-    for (command, host, root), members in sorted(groups.items()):
+    for members in _shard_sets(docs):
+        command, root = members[0].command, members[0].root
         seen: dict[Shard, Document] = {}
         repeated = set()
         for d in members:
@@ -170,7 +170,8 @@ def merge_documents(paths: Sequence[str | os.PathLike[str]]) -> FleetReport:
         sizes = tuple(sorted({s.count for s in seen}))
         given = tuple(sorted(s.index for s in seen))
         missing = tuple(i for i in range(sizes[0]) if i not in given) if len(sizes) == 1 else ()
-        sets.append(ShardSet(command, host, root, sizes, given, missing, tuple(sorted(repeated))))
+        hosts = tuple(sorted({d.host for d in members}))
+        sets.append(ShardSet(command, hosts, root, sizes, given, missing, tuple(sorted(repeated))))
     ls = [d for d in kept if d.command == "ls"]
     verify = [d for d in kept if d.command == "verify"]
     problems, counts = _problems(ls, verify)
@@ -193,6 +194,19 @@ def merge_documents(paths: Sequence[str | os.PathLike[str]]) -> FleetReport:
         counts=counts,
         differing_steps=_differing_steps(ls),
     )
+
+
+def _shard_sets(docs: Sequence[Document]) -> Iterable[list[Document]]:
+    """The documents grouped as `ShardSet` says, in a stable order."""
+    by_root: dict[tuple[str, str], list[Document]] = defaultdict(list)
+    for d in docs:
+        by_root[(d.command, d.root)].append(d)
+    for _, members in sorted(by_root.items()):
+        if any(d.shard.count > 1 for d in members):
+            yield members
+        else:  # whole listings: the same path on two hosts is two caches (or one seen twice)
+            for host in sorted({d.host for d in members}):
+                yield [d for d in members if d.host == host]
 
 
 def _entries(d: Document) -> list[dict[str, Any]]:
