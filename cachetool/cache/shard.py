@@ -44,6 +44,7 @@ class Shard:
         return position(fingerprint, path, root) * self.count >> 32 == self.index
 
     def holds_entry(self, entry: Entry, root: Path) -> bool:
+        """Whether `entry` of the cache at `root` is in this shard."""
         return self.holds(entry.fingerprint, entry.path, root)
 
 

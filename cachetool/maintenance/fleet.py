@@ -149,12 +149,15 @@ class FleetReport:
         }
 
 
-def merge_documents(paths: Sequence[str | os.PathLike[str]]) -> FleetReport:
-    """`cachetool merge`: read each file (`read_document`), check the shard sets, and join what
-    the documents say. A shard given twice counts once; a missing one is reported."""
-    if not paths:
+def merge_documents(files: Sequence[str | os.PathLike[str]]) -> FleetReport:
+    """`cachetool merge`: read each file (`read_document`: an `ls --json` or `verify --json`
+    document, else `CachetoolError` naming it), group them into shard sets (`ShardSet`), and join
+    what they say: per host, totals, duplicates across hosts, leftovers, problems, differing steps
+    (docs/fleet.md). A shard given twice counts once; a missing one is reported
+    (`report.exit_code` 1)."""
+    if not files:
         raise CachetoolError("give the JSON files to merge (`cachetool ls --json > a.json`, ...)")
-    docs = [read_document(p) for p in paths]
+    docs = [read_document(f) for f in files]
     sets: list[ShardSet] = []
     kept: list[Document] = []
     for members in _shard_sets(docs):
