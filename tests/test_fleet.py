@@ -79,9 +79,15 @@ def test_a_bad_shard_is_a_one_line_usage_error(isolated_env: Path, command: str,
     assert len(lines) == 1 and lines[0].startswith("Error: invalid --shard"), result.stderr
 
 
-@pytest.fixture
-def shards(copy: Path) -> dict[str, Any]:
-    """`ls --json` and `verify --deep --json` of the leftovers cache, whole and in 4 shards."""
+@pytest.fixture(scope="module")
+def shards(leftovers: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`ls --json` and `verify --deep --json` of a copy of the leftovers cache, whole and in 4
+    shards, made once for the tests that only read them."""
+    import shutil
+
+    copy = tmp_path_factory.mktemp("fleet") / "base"
+    for name in ("cache", "tmp"):
+        shutil.copytree(leftovers["base"] / name, copy / name, symlinks=True)
     docs: dict[str, Any] = {}
     for command in (["ls"], ["verify", "--deep"]):
         ok = (0, 1)
