@@ -283,9 +283,10 @@ def _problems(ls: list[Document], verify: list[Document]) -> tuple[list[dict[str
             counts[str(f.get("severity"))] += 1
             keys = ("severity", "entry", "kind", "path", "problem", "hint")
             rows.append({"host": d.host, "source": "verify", **_pick(f, *keys)})
-    verified = {(d.host, d.root) for d in verify}
+    # Shards of one root make one set whatever host ran them (`ShardSet`): so does what covers them.
+    verified = {(d.host, d.root) for d in verify} | {("", d.root) for d in verify if d.shard.count > 1}
     for d in ls:
-        if (d.host, d.root) in verified:
+        if (d.host, d.root) in verified or (d.shard.count > 1 and ("", d.root) in verified):
             continue  # verify says more of the same files
         for e in _entries(d):
             for p in e.get("problems") or ():
