@@ -73,11 +73,9 @@ def position(fingerprint: str | None, path: str | os.PathLike[str], root: Path) 
         return int(fingerprint[:8], 16)
     if fingerprint:
         key = os.fsencode(fingerprint)
-    else:
-        try:
-            key = os.fsencode(Path(path).relative_to(root).as_posix())
-        except ValueError:  # outside the root (a temp dir): its whole path
-            key = os.fsencode(path)
+    else:  # string work, not `Path.relative_to`: a listing may hold 100,000 leftovers
+        text, top = os.fsdecode(path), os.fsdecode(root).rstrip("/") + "/"
+        key = os.fsencode(text[len(top) :] if text.startswith(top) else text)  # outside: whole
     import hashlib
 
     return int(hashlib.sha256(key).hexdigest()[:8], 16)
