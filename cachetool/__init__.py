@@ -66,6 +66,8 @@ _LAZY = {
     "checkpoint": "cachetool.determinism.checkpoint",
     # report
     "write_report": "cachetool.report.html",
+    # merge
+    "merge_documents": "cachetool.maintenance.fleet",
     # what they return
     "CacheReport": "cachetool.cache.model",
     "DatasetDir": "cachetool.cache.model",

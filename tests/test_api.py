@@ -36,6 +36,7 @@ COMMAND_FUNCTIONS = {
     "stats": "ledger_stats",
     "check-determinism": "check_determinism",
     "report": "write_report",
+    "merge": "merge_documents",
 }
 
 #: Options that choose how a result is shown (and the exit code it gives), or whether a plan is

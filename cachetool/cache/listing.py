@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetool.cache.model import CacheReport, Entry
+from cachetool.cache.shard import Shard, parse_shard, shard_report
 from cachetool.errors import CachetoolError
 
 if TYPE_CHECKING:
@@ -38,17 +39,20 @@ def read_listing(
     usage: Mapping[str, RecordedUse] | None = None,
     liveness: Callable[..., Liveness] | None = None,
     progress: Callable[[int], None] | None = None,
+    shard: Shard | tuple[int, int] | str | None = None,
 ) -> Listing:
     """List a cache root, a `save_to_disk` folder or any folder of Arrow files with what the
     caller knows of it (`usage`, `liveness`: what `scan_cache` takes): `filter` holds `--filter`
     expressions (all must match), `sort` a `--sort` expression, `limit` the most entries kept;
-    bad ones raise `BadExpression` before the folder is read. The report keeps every entry
-    (`listing.report.entries`); `listing.entries` are the ones selected."""
+    bad ones raise `BadExpression` before the folder is read. `shard` (`"i/n"` or `(i, n)`) keeps
+    the share of shard i of n (`cachetool.cache.shard`) in the report too. The report keeps every
+    entry (of the shard) (`listing.report.entries`); `listing.entries` are the ones selected."""
     from cachetool.cache.query import apply_filters, sort_entries
     from cachetool.cache.scan import scan_cache
 
     check_query(filter, sort, limit)
-    report = scan_cache(Path(path), usage=usage, liveness=liveness, progress=progress)
+    chosen = parse_shard(shard)
+    report = shard_report(scan_cache(Path(path), usage=usage, liveness=liveness, progress=progress), chosen)
     pinned, warnings = _pinned(report.root)
     entries = sort_entries(apply_filters(report.entries, list(filter), pinned=pinned), sort)
     if limit is not None:

@@ -34,6 +34,7 @@ COMMANDS = {
     "explain": ("explain", "run_explain"),
     "stats": ("stats", "stats_command"),
     "report": ("report", "report_command"),
+    "merge": ("merge", "merge_command"),
 }
 
 
@@ -193,6 +194,13 @@ CACHE_DIR = opt(
     help="The datasets cache root. Default: HF_DATASETS_CACHE, else HF_HOME/datasets, "
     "else XDG_CACHE_HOME/huggingface/datasets, else ~/.cache/huggingface/datasets.",
     show_default=False,
+)
+SHARD = opt(
+    "--shard",
+    type=str | None,
+    metavar="I/N",
+    help="Only shard I of N (from 0): an even, stable share of the entries by fingerprint hex "
+    "prefix, for N jobs on one or many hosts; join their --json with `cachetool merge`.",
 )
 NO_TRUNCATE = opt("--no-truncate", help="Show fingerprints, names and paths whole, however wide the table.")
 OUTPUT = output()

@@ -53,6 +53,7 @@ GUIDES = {
     "explain": "explain.md",
     "stats": "explain.md",
     "report": "report.md",
+    "merge": "fleet.md",
 }
 
 
@@ -123,6 +124,11 @@ API = (
         "fingerprint.hashing.hash_object fingerprint.tree.build_tree fingerprint.diff.diff_trees",
     ),
     ("A picture: `report`", "write_report report.data.build_report"),
+    (
+        "Many jobs and hosts: `--shard`, `merge`",
+        "merge_documents maintenance.fleet.FleetReport maintenance.fleet.read_document cache.shard.Shard "
+        "cache.shard.parse_shard",
+    ),
     ("The demo: `demo`", "build_demo"),
     ("Errors and exit codes", "errors.CachetoolError errors.ExitCode"),
 )

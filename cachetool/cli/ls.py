@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, arg, command, opt
+from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, SHARD, arg, command, opt
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.listing import Listing
     from cachetool.cache.model import CacheReport, Entry, RecordedUse
+    from cachetool.cache.shard import Shard
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
 
@@ -110,6 +111,7 @@ def report_warnings(report: CacheReport) -> None:
         metavar="KEY",
     ),
     limit=opt("--limit", help="Show at most N entries.", type=int | None, min=0, metavar="N"),
+    shard=SHARD,
     **OUTPUT,
     no_truncate=NO_TRUNCATE,
 )
@@ -119,6 +121,7 @@ def ls_command(
     filter: list[str] | None,
     sort: str | None,
     limit: int | None,
+    shard: str | None,
     fmt: OutputFormat,
     no_truncate: bool,
 ) -> None:
@@ -145,15 +148,19 @@ def ls_command(
 
         cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
 
+        cachetool ls --shard 0/8 --json > 0.json    # one job of 8 (docs/fleet.md)
+
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.listing import check_query
+    from cachetool.cache.shard import parse_shard
     from cachetool.cache.walk import gc_paused
 
     with gc_paused(freeze=True):
         filters = filter or []
         check_query(filters, sort, limit)  # bad expressions fail before the (possibly long) scan
+        chosen = parse_shard(shard)
         if path is not None and cache_dir is not None:
             raise CachetoolError("give either PATH or --cache-dir, not both")
         out = Output(fmt, no_truncate=no_truncate)
@@ -162,31 +169,36 @@ def ls_command(
         except CacheNotFound as e:
             if not e.default:
                 raise
-            _nothing_cached(out, e)
+            _nothing_cached(out, e, chosen)
             return
         with scan_progress() as progress:
-            listing = list_cache(target, filter=filters, sort=sort, limit=limit, progress=progress)
+            listing = list_cache(
+                target, filter=filters, sort=sort, limit=limit, progress=progress, shard=chosen
+            )
         for message in listing.warnings:
             warn(message)
         report, entries, pinned = listing.report, listing.entries, listing.pinned
         if out.format == OutputFormat.json:
             out.json_pieces(
-                lambda: ls_document(report, entries, pinned),
-                lambda: ls_document_text(report, entries, pinned),
+                lambda: ls_document(report, entries, pinned, chosen),
+                lambda: ls_document_text(report, entries, pinned, chosen),
             )
         elif out.format == OutputFormat.quiet:
             out.ids(e.id for e in entries)
         else:
-            render_human(out, report, entries, grouped=sort is None, pinned=pinned)
+            render_human(out, report, entries, grouped=sort is None, pinned=pinned, shard=chosen)
             quarantine_line(out, report.root)
         report_warnings(report)
         hint_not_a_cache(report.root, report.entries)
 
 
-def _nothing_cached(out: Output, e: CacheNotFound) -> None:
+def _nothing_cached(out: Output, e: CacheNotFound, shard: Shard | None) -> None:
     """The default root does not exist yet: an empty listing, not an error."""
     if out.format == OutputFormat.json:
-        out.json({"root": os.fsdecode(e.root), "entries": [], "totals": {}, "warnings": []})
+        from cachetool.cache.shard import fleet_fields
+
+        doc = {"root": os.fsdecode(e.root), **fleet_fields(shard), "entries": [], "totals": {}}
+        out.json({**doc, "warnings": []})
     elif out.format == OutputFormat.human:
         where = out.path(e.root, out.width - 40)
         out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
@@ -199,19 +211,28 @@ def list_cache(
     sort: str | None = None,
     limit: int | None = None,
     progress: Callable[[int], None] | None = None,
+    shard: Shard | tuple[int, int] | str | None = None,
 ) -> Listing:
     """What `cachetool ls` lists, as data: `read_listing` of a cache root, a `save_to_disk` folder
     or any folder of Arrow files, with what the ledger recorded of each entry (parent, operation,
     last use) and which files live processes hold. `filter` holds `--filter` expressions (all must
     match: `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the
-    most entries kept; bad ones raise `BadExpression` before the folder is read."""
+    most entries kept; bad ones raise `BadExpression` before the folder is read. `shard` (`(i, n)`
+    or `"i/n"`, `--shard`) lists shard i of n alone (`cachetool.cache.shard` says which entries)."""
     from cachetool.cache.listing import check_query, read_listing
 
     check_query(filter, sort, limit)
     root = Path(path).expanduser()
     usage = recorded_usage(root.resolve())
     return read_listing(
-        root, filter=filter, sort=sort, limit=limit, usage=usage, liveness=live_in, progress=progress
+        root,
+        filter=filter,
+        sort=sort,
+        limit=limit,
+        usage=usage,
+        liveness=live_in,
+        progress=progress,
+        shard=shard,
     )
 
 
@@ -251,12 +272,18 @@ def quarantine_line(out: Output, root: Path) -> None:
 
 
 def ls_document(
-    report: CacheReport, entries: Sequence[Entry], pinned: frozenset[str] = frozenset()
+    report: CacheReport,
+    entries: Sequence[Entry],
+    pinned: frozenset[str] = frozenset(),
+    shard: Shard | None = None,
 ) -> dict[str, object]:
     """The `--json` document (schema in docs/listing.md, key names in docs/json.md)."""
+    from cachetool.cache.shard import fleet_fields
+
     totals = report.totals()
     return {
         "root": os.fsdecode(report.root),
+        **fleet_fields(shard),
         "entries": _entry_docs(entries, pinned),
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in totals.items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
@@ -264,13 +291,16 @@ def ls_document(
 
 
 def ls_document_text(
-    report: CacheReport, entries: Sequence[Entry], pinned: frozenset[str] = frozenset()
+    report: CacheReport,
+    entries: Sequence[Entry],
+    pinned: frozenset[str] = frozenset(),
+    shard: Shard | None = None,
 ) -> Iterator[str]:
     """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
     of a thousand entries: never the dicts or the whole text of a 100,000-entry listing at once."""
     from cachetool.cli.output import envelope
 
-    head = json.dumps(envelope(ls_document(report, [], pinned)))
+    head = json.dumps(envelope(ls_document(report, [], pinned, shard)))
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
     for start in range(0, len(entries), 1000):
@@ -326,11 +356,13 @@ def render_human(
     entries: Sequence[Entry],
     grouped: bool = True,
     pinned: frozenset[str] = frozenset(),
+    shard: Shard | None = None,
 ) -> None:
     """Tables grouped by dataset folder (or one flat table when sorted), then the totals."""
     count = len(report.entries)
     texts = _Texts(report.scanned_at)
-    out.line(f"Cache: {out.path(report.root, out.width - 7)}", style="bold")
+    part = f" (shard {shard})" if shard is not None else ""
+    out.line(f"Cache: {out.path(report.root, out.width - 7 - len(part))}{part}", style="bold")
     if not entries:
         out.line("No entries." if not count else "No entries match.")
     elif grouped:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     None,
     "cachetool.maintenance.verify.VerifyOptions",
     "fingerprints cache_dir deep record quarantine list_quarantine restore stale dry_run yes "
-    "strict jobs fmt as_json quiet",
+    "strict jobs shard fmt as_json quiet",
     cache_dir=CACHE_DIR,
     yes=opt("--yes", "-y", help="With --quarantine: do not ask for confirmation."),
     **output("github", quiet="the entries with errors, one a line"),
@@ -69,6 +69,8 @@ def verify_command(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **optio
         cachetool verify --format github    # annotations in a GitHub Actions step
 
         cachetool verify --stale            # results of code edited since
+
+        cachetool verify --deep --shard 3/8 --json > 3.json    # one job of 8
     """
     options["fingerprints"] = options["fingerprints"] or ()
     with _deep_run() if options["deep"] and not options["list_quarantine"] else nullcontext():
@@ -230,8 +232,9 @@ def render(out: Output, report: VerifyReport) -> None:
     n_info = len(report.findings) - n_err - n_warn
     deep = f", {report.bytes_checked:,} bytes read in full" if report.deep else ""
     rec = f", {report.recorded} checksums recorded" if report.recorded else ""
+    part = f" of shard {report.shard}" if report.shard is not None else ""
     out.line(
-        f"Checked {report.entries_checked} entries, {report.files_checked} files{deep}{rec}: "
+        f"Checked {report.entries_checked} entries{part}, {report.files_checked} files{deep}{rec}: "
         f"{n_err} error(s), {n_warn} warning(s), {n_info} info.",
         style="bold red" if n_err else ("yellow" if n_warn else "green"),
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 from cachetool.cache.layout import MOVABLE_KINDS
 from cachetool.cache.lookup import find_entry
 from cachetool.cache.scan import CacheReport, scan_cache
+from cachetool.cache.shard import Shard, parse_shard
 from cachetool.errors import CachetoolError, option
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.liveness import scan_in_use
@@ -75,8 +76,16 @@ class VerifyOptions:
         "and problem) and check nothing.",
         "--list",
     )
+    shard: Shard | None = option(
+        None,
+        "Check only shard I of N (from 0): an even, stable share of the entries by fingerprint hex "
+        "prefix, for N jobs on one or many hosts; join their --json with `cachetool merge`.",
+        type=str | None,
+        metavar="I/N",
+    )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "shard", parse_shard(self.shard))
         if isinstance(self.fingerprints, str):
             raise CachetoolError("fingerprints must be a sequence of names, not one string")
         object.__setattr__(self, "fingerprints", tuple(self.fingerprints))
@@ -109,6 +118,7 @@ def verify_cache(
     ledger: Ledger | None = None,
     confirm: Callable[[QuarantinePlan], bool] | None = None,
     strict: bool = False,
+    shard: Shard | tuple[int, int] | str | None = None,
 ) -> VerifyReport:
     """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
 
@@ -119,7 +129,9 @@ def verify_cache(
     puts quarantined files back (`report.restored`). `quarantine` then moves what has errors aside
     (`plan_quarantine(report).execute()`): with `dry_run` nothing moves and `report.would_quarantine`
     says what would; `confirm(plan)`, when given, is asked first and moves nothing unless true.
-    `strict` makes warnings fail too (`report.exit_code`). Invalid options (`record` without
+    `strict` makes warnings fail too (`report.exit_code`). `shard` (`(i, n)` or `"i/n"`) checks
+    shard i of n alone (`cachetool.cache.shard` says which entries; `cachetool merge` joins the
+    shards' `to_json()`). Invalid options (`record` without
     `deep`, `dry_run` without `quarantine`, see `VerifyOptions`) raise `CachetoolError` (usage)
     before anything is read."""
     options = VerifyOptions(
@@ -132,6 +144,7 @@ def verify_cache(
         restore=restore,
         strict=strict,
         jobs=jobs,
+        shard=parse_shard(shard),
     )
     return run_verify(root, options, progress=progress, ledger=ledger, confirm=confirm)
 
@@ -150,7 +163,7 @@ def run_verify(
     report, scanned = _check(root, options, progress, ledger)
     report = replace(report, restored=tuple(restored), restore_notes=tuple(notes), strict=options.strict)
     if options.stale:
-        report = _with_stale_findings(report, scanned)
+        report = _with_stale_findings(report, scanned, options.shard)
     if not options.quarantine:
         return report
     plan = plan_quarantine(report)
@@ -184,12 +197,15 @@ def _check(
     if options.fingerprints:
         chosen = {id(find_entry(report, fp, ledger)) for fp in options.fingerprints}
         entries = [e for e in entries if id(e) in chosen]
+    shard = options.shard
+    if shard is not None:
+        entries = [e for e in entries if shard.holds_entry(e, report.root)]
     checker = Checker(report)
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)
     if not options.fingerprints:
-        _ledger_findings(checker, ledger)
+        _ledger_findings(checker, ledger, shard)
     bytes_checked = recorded = 0
     if options.deep:
         bytes_checked, recorded = deep_pass(
@@ -200,12 +216,14 @@ def _check(
     verified = VerifyReport(
         report.root, tuple(findings), len(entries), files_checked, bytes_checked, options.deep, recorded
     )
+    verified = replace(verified, shard=shard)
     return verified, report
 
 
-def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
+def _ledger_findings(checker: Checker, ledger: Ledger, shard: Shard | None) -> None:
     """Records whose files are gone: information (a user removed them), not corruption. What gc
-    removed after the record was written, and logged in the ledger, is history and says nothing."""
+    removed after the record was written, and logged in the ledger, is history and says nothing.
+    Under a shard: those of the fingerprints it holds."""
     removed: dict[str, float] = {}  # path gc removed (a file or a folder) -> when, the latest
     for gc in ledger.gc_records():
         for p in gc.paths:
@@ -224,11 +242,13 @@ def _ledger_findings(checker: Checker, ledger: Ledger) -> None:
             ):
                 gone[f.path] = rec.result or "?"
     for path, fp in sorted(gone.items()):
+        if shard is not None and not shard.holds(fp, path, checker.report.root):
+            continue
         why = "recorded file no longer exists (removed since)"
         checker.findings.append(Finding("record-file-gone", why, fp, "record", Path(path)))
 
 
-def _with_stale_findings(report: VerifyReport, scanned: CacheReport) -> VerifyReport:
+def _with_stale_findings(report: VerifyReport, scanned: CacheReport, shard: Shard | None) -> VerifyReport:
     """`report` plus an error for each entry computed by code that has changed since
     (`cachetool.history.explain.stale.stale_hits`). Each is about the first file of the step's record
     that the cache classifies as written by `datasets` (a record may name anything), or its first
@@ -250,6 +270,6 @@ def _with_stale_findings(report: VerifyReport, scanned: CacheReport) -> VerifyRe
             f"made from it (`{s.gc_command}`, or --quarantine), or pass new_fingerprint= to the step",
         )
         for s in hits
-        if s.files
+        if s.files and (shard is None or shard.holds(s.fingerprint, s.files[0], report.root))
     ]
     return replace(report, findings=(*report.findings, *found))

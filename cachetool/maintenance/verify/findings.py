@@ -26,6 +26,7 @@ from typing import Any, Literal, get_args
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import EntryProblem
 from cachetool.cache.scan import CacheReport, Entry
+from cachetool.cache.shard import Shard, fleet_fields
 from cachetool.errors import ExitCode
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
@@ -132,6 +133,8 @@ class VerifyReport:
     restore_notes: tuple[str, ...] = field(default=())
     #: Warnings fail too (`verify_cache(strict=True)`, `cachetool verify --strict`).
     strict: bool = False
+    #: The shard checked (`verify_cache(shard=(i, n))`, `--shard i/n`); None: every entry.
+    shard: Shard | None = None
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -154,7 +157,9 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "version": 1,
-            **json_fields(self, "root", "deep", "entries_checked", "files_checked", "bytes_checked"),
+            **json_fields(self, "root"),
+            **fleet_fields(self.shard),
+            **json_fields(self, "deep", "entries_checked", "files_checked", "bytes_checked"),
             "checksums_recorded": self.recorded,
             "counts": {s.value: sum(f.severity == s for f in self.findings) for s in Severity},
             **json_fields(self, "findings"),
