@@ -113,6 +113,7 @@ def test_report_json_counts_what_the_cache_holds(cache: dict[str, Any]) -> None:
     assert doc["output"] == str(out)
     assert doc["bytes"] == out.stat().st_size <= 1_500_000
     assert doc["datasets"] == 2
+    assert doc["generated_at"].endswith("+00:00") and "T" in doc["generated_at"]  # as `modified` in ls
     assert doc["steps"] >= 40  # csv, map, 11 siblings, 2 x (filter + 10 maps), json and its 4 steps
     assert [p["what"].split(",")[0] for p in doc["problems"] if p["source"] == "leftover"] == ["temp"]
     assert [p["severity"] for p in doc["problems"]].count("error") == 1  # the damaged file

@@ -179,6 +179,9 @@ def test_cli_stats_json_and_zero(known: Path) -> None:
     assert {"version", "root", "period", "call_sites", "datasets", "hit_rate", "recompute_seconds"} <= set(
         doc
     )
+    # Times are UTC ISO 8601 in every document, as `modified` and `used` are in `ls --json`.
+    assert doc["period"]["start"] is None and doc["period"]["zeroed_at"] is None
+    assert doc["period"]["end"].endswith("+00:00") and "T" in doc["period"]["end"], doc["period"]
     human = runner.invoke(app, ["stats", "--cache-dir", str(known)], env={"COLUMNS": "120"})
     assert human.exit_code == 0 and "Per call site" in human.stdout and "40.0 %" in human.stdout
     zeroed = runner.invoke(app, ["stats", "--zero", "--cache-dir", str(known)])

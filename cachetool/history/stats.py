@@ -44,7 +44,7 @@ from cachetool.cache.layout import LEDGER_DIR
 from cachetool.cache.roots import fallback_ledger_dir
 from cachetool.cache.store import read_state_json, write_whole
 from cachetool.errors import CachetoolError
-from cachetool.formatting import human_duration
+from cachetool.formatting import human_duration, iso_time
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunSummaryRecord
@@ -414,7 +414,11 @@ class StatsReport:
             **compaction,
             "version": 1,
             "root": str(self.root),
-            "period": {"start": self.start, "end": self.end, "zeroed_at": self.zeroed_at},
+            "period": {
+                "start": iso_time(self.start),
+                "end": iso_time(self.end),
+                "zeroed_at": iso_time(self.zeroed_at),
+            },
             **self.total.to_json(),
             "saves": self.saves,
             "random_fingerprints": {

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.layout import LEFTOVER_KINDS, Kind
+from cachetool.formatting import iso_time
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ class ReportData:
     def to_json(self) -> dict[str, Any]:
         return {
             "root": os.fsdecode(self.root),
-            "generated_at": self.generated_at,
+            "generated_at": iso_time(self.generated_at),
             "datasets": self.dataset_count,
             "entries": self.entry_count,
             "size": sum(t.size for t in self.tiles if t.parent == ""),
