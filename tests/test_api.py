@@ -134,6 +134,8 @@ def test_explain_and_check_determinism_refuse_in_python_what_their_commands_refu
     script.write_text("")
     with pytest.raises(CachetoolError, match="invalid --timeout"):
         cachetool.check_determinism(script, timeout=-1.0)
+    with pytest.raises(CachetoolError, match="--hash-seeds"):
+        cachetool.check_determinism(script, hash_seeds=[5, 5])
 
 
 # -- every documented name is importable -------------------------------------------------------

@@ -537,6 +537,10 @@ def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check-determinism", str(tmp_path / "p.py"), "--hash-seeds", "1,x"])
     assert result.exit_code == 2
     assert "invalid --hash-seeds '1,x'" in result.stderr
+    # Two runs under one seed prove nothing: refused, not reported deterministic.
+    result = runner.invoke(app, ["check-determinism", str(tmp_path / "p.py"), "--hash-seeds", "1,1"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and "--hash-seeds" in result.stderr and "differ" in result.stderr
 
 
 def test_help_documents_exit_codes_and_examples() -> None:

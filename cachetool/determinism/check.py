@@ -199,6 +199,9 @@ class CheckOptions:
             raise CachetoolError("need at least 2 runs to compare (--runs 2 or --hash-seeds 1,2)")
         if any(not 0 <= s <= 4294967295 for s in self.seeds):
             raise CachetoolError("hash seeds must be integers from 0 to 4294967295")
+        if len(set(self.seeds)) < len(self.seeds):  # two runs under one seed prove nothing
+            seeds = ",".join(map(str, self.seeds))
+            raise CachetoolError(f"invalid --hash-seeds '{seeds}': the seeds must differ, one per run")
 
     @property
     def seeds(self) -> tuple[int, ...]:
