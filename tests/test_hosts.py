@@ -267,12 +267,17 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
 
 
 def test_on_its_own_host_a_live_lease_keeps_only_what_its_process_holds(base: Path) -> None:
-    """A traced process that idles (a notebook under `cachetool.tracing()`) holds a live lease; on
-    its own host that lease keeps nothing /proc does not show, so gc --temp still removes the
-    leftover of another writer killed beside it. From node-7 the same leftover stays (the lease
-    may be writing it)."""
+    """A traced process that loaded a dataset into the cache, then idles (a notebook under
+    `cachetool.tracing()`), holds a live lease; on its own host that lease keeps nothing /proc
+    does not show, so gc --temp still removes the leftover of another writer killed beside it. From
+    node-7 the same leftover stays (the lease may be writing it)."""
     idle = base / "idle.py"
-    idle.write_text("import time, datasets\nprint('ready', flush=True)\ntime.sleep(120)\n")
+    (base / "idle.csv").write_text("x\n1\n2\n")
+    idle.write_text(
+        "import time, datasets\n"
+        f"datasets.load_dataset('csv', data_files={str(base / 'idle.csv')!r}, split='train')\n"
+        "print('ready', flush=True)\ntime.sleep(120)\n"
+    )
     sleeper = subprocess.Popen(
         [CACHETOOL, "run", str(idle)], env=hf_env(base), stdout=subprocess.PIPE, text=True
     )

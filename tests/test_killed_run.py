@@ -272,6 +272,31 @@ def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: 
         assert json.loads(invoke("explain", "--json", *other, env=env).stdout)["run"] == doc["run"], other
 
 
+def test_a_run_that_writes_only_under_cache_dir_records_nothing_in_the_default_root(tmp_path: Path) -> None:
+    """A pipeline whose `load_dataset` and map write only under `cache_dir=other`: the run is
+    recorded there alone, complete and killed alike. The default cache root stays untouched (it
+    held a 0-step run and the run's lease, and `explain --last` in `other` pointed there)."""
+    script = LOADING.replace('split="train",', 'split="train", cache_dir="other",').replace(
+        'print("finished")', 'ds.map(lambda e: {"y": e["x"]})\nprint("finished")'
+    )
+    (tmp_path / "load.py").write_text(script, encoding="utf-8")
+    (tmp_path / "small.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(100)), encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    default = tmp_path / "cache"
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(default))
+    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path)
+    assert not default.exists(), sorted(default.rglob("*"))
+    there = invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path / "other"), env=env)
+    assert [s["operation"] for s in json.loads(there.stdout)["steps"]] == ["load_dataset", "map"], there.stdout
+    assert str(default) not in there.stderr, there.stderr
+    assert invoke("explain", "--last", env=env).exit_code != 0  # no recorded run in the default root
+
+    pid = _run_and_kill(tmp_path, env, "load.py", writes_in="other")  # killed while load_dataset builds
+    assert not default.exists(), sorted(default.rglob("*"))
+    doc = json.loads(invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path / "other"), env=env).stdout)
+    assert doc["interrupted"]["state"] == "killed" and doc["interrupted"]["pid"] == pid, doc
+
+
 def test_gc_temp_names_the_other_root_a_killed_run_wrote_in(tmp_path: Path) -> None:
     """A run SIGKILLed in a map after `load_from_disk` left its unfinished file in the saved folder, a
     cache root of its own. `explain --last` of the datasets cache says the run was killed outside

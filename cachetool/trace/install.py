@@ -99,7 +99,6 @@ def _on_datasets_imported() -> None:
 def _install_now(events: str | None, trees: bool, cold: bool) -> None:
     global _tracer, _at_fork_registered
     try:
-        from cachetool.trace.leases import hold_lease
         from cachetool.trace.tracer import EventsSink, LedgerSink, Tracer
 
         sink = EventsSink(events, trees) if events else LedgerSink()
@@ -116,7 +115,6 @@ def _install_now(events: str | None, trees: bool, cold: bool) -> None:
             atexit.register(_end_run)
             _at_fork_registered = True
         tracer.start_run()
-        hold_lease(tracer.roots.default)  # announce this writer to gc and verify on every host
     except Exception as e:  # never raise into the user's code
         with contextlib.suppress(Exception):
             sys.stderr.write(f"cachetool: warning: tracing is off ({type(e).__name__}: {e})\n")

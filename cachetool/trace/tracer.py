@@ -12,6 +12,7 @@ Calls in forked or spawned children are not recorded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -39,7 +40,7 @@ from cachetool.trace.calls import (
 )
 from cachetool.trace.leases import hold_lease
 from cachetool.trace.patches import Patches
-from cachetool.trace.records import RecordBuilder, Roots
+from cachetool.trace.records import RecordBuilder, Roots, local_path
 from cachetool.trace.resume import resume_map
 
 #: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
@@ -120,10 +121,12 @@ class LedgerSink:
         self.cache_root = ""  # the process's cache root: also where steps on other file systems go
         self.roots: dict[str, None] = {}  # every root written to, in order
 
-    def emit_line(self, record: LedgerRecord, line: str) -> None:
-        """Write one record, already encoded as `line` (JSON, no newline)."""
-        root = record.root or self.cache_root
-        source = record.source if isinstance(record, StepRecord) else None
+    def emit_line(self, record: LedgerRecord, line: str, like: LedgerRecord | None = None) -> None:
+        """Write one record, already encoded as `line` (JSON, no newline), to the ledger `like`'s
+        goes to (default: `record`'s own)."""
+        like = like or record
+        root = like.root or self.cache_root
+        source = like.source if isinstance(like, StepRecord) else None
         saved = source is not None and source.kind == "saved" and root != self.cache_root
         self.roots[root] = None
         self.writer.append_line(root, line, "saved" if saved else "cache")
@@ -142,7 +145,7 @@ class EventsSink:
         self.trees = trees
         self.run_id = f"{socket.gethostname()}-{os.getpid()}"
 
-    def emit_line(self, record: LedgerRecord, line: str) -> None:
+    def emit_line(self, record: LedgerRecord, line: str, like: LedgerRecord | None = None) -> None:
         self.segment.append_line(line)
 
     def close(self) -> None:
@@ -178,6 +181,9 @@ class Tracer:
         self.recompute = False
         #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
         self._warned: set[Any] = set()
+        #: The run's start (`start_run`), written to each root before the run's first record there.
+        self._start: LedgerRecord | None = None
+        self._entered: set[str] = set()  # roots the run wrote in: each has the start and a lease
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -274,9 +280,21 @@ class Tracer:
 
     # -- the run ------------------------------------------------------------------------------
     def start_run(self) -> None:
-        """Write the run's start to the ledger of the process's cache root (`end_run` closes it)."""
+        """The run starts: its start record goes to each root the run writes in, before the run's
+        first record there (`enter_root`); `end_run` closes each."""
         if self._ledger and self.enabled:
-            self._emit(self.records.run_start())
+            self._start = self.records.run_start()
+
+    def enter_root(self, root: str, first: LedgerRecord | None = None) -> None:
+        """The run is about to write in `root` (`first`: its first record there): its start record
+        there, in the ledger `first` goes to, and a lease (gc on every host must know this writer).
+        A root the run never writes in gets neither."""
+        if root in self._entered or not self.enabled:
+            return
+        self._entered.add(root)
+        hold_lease(root)
+        if self._start is not None:
+            self._emit(dataclasses.replace(self._start, root=root), like=first)
 
     def end_run(self) -> None:
         """Write the run's end to every root it wrote to: the run ended without being killed.
@@ -285,6 +303,8 @@ class Tracer:
         if not (self.enabled and isinstance(sink, LedgerSink)) or self._ended or os.getpid() != self.pid:
             return
         self._ended = True
+        if not sink.roots and (self._outcome or {}).get("status", 0) != 0:
+            self.enter_root(self.roots.default)  # failed before writing anything: say so where users look
         for root in list(sink.roots):
             self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
         from cachetool.history.compact import compact_if_large
@@ -418,6 +438,7 @@ class Tracer:
             existed = None
             with contextlib.suppress(Exception):
                 existed = os.path.isdir(builder._output_dir)
+                self.enter_root(local_path(builder._cache_dir_root) or self.roots.default)
             out = original(builder, *args, **kwargs)
             with contextlib.suppress(Exception):
                 builder.__dict__["_cachetool_prepared"] = "hit" if existed else "miss"
@@ -476,7 +497,9 @@ class Tracer:
             if not stack:
                 local.snapshot.clear()
 
-    def _emit(self, record: LedgerRecord) -> None:
+    def _emit(self, record: LedgerRecord, like: LedgerRecord | None = None) -> None:
+        if (record.root or self.roots.default) not in self._entered:
+            self.enter_root(record.root or self.roots.default, record)
         if self._prefix is None:
             # "v", "run", "host", "pid" and "versions" are the same in every record of the process:
             # encoded once (encoding them each time is a third of the cost of a record).
@@ -490,7 +513,7 @@ class Tracer:
 
                 self._warned.add(record.call_site)  # once per call site (DatasetDict.map: per split)
                 warn(predictable_warning(record, rf))
-        self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:])
+        self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:], like)
 
 
 # The determinism runner's cold run (`Tracer.recompute`): every step computes, and writes where a
