@@ -286,14 +286,16 @@ def test_a_run_that_writes_only_under_cache_dir_records_nothing_in_the_default_r
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(default))
     cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path)
     assert not default.exists(), sorted(default.rglob("*"))
-    there = invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path / "other"), env=env)
-    assert [s["operation"] for s in json.loads(there.stdout)["steps"]] == ["load_dataset", "map"], there.stdout
+    other = ("--cache-dir", str(tmp_path / "other"))
+    there = invoke("explain", "--last", "--json", *other, env=env)
+    steps = json.loads(there.stdout)["steps"]
+    assert [s["operation"] for s in steps] == ["load_dataset", "map"], there.stdout
     assert str(default) not in there.stderr, there.stderr
     assert invoke("explain", "--last", env=env).exit_code != 0  # no recorded run in the default root
 
     pid = _run_and_kill(tmp_path, env, "load.py", writes_in="other")  # killed while load_dataset builds
     assert not default.exists(), sorted(default.rglob("*"))
-    doc = json.loads(invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path / "other"), env=env).stdout)
+    doc = json.loads(invoke("explain", "--last", "--json", *other, env=env).stdout)
     assert doc["interrupted"]["state"] == "killed" and doc["interrupted"]["pid"] == pid, doc
 
 
