@@ -29,6 +29,12 @@ from tests.conftest import cachetool_run, hf_env
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def _state_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--quarantine` records its moves in the ledger, which notes the root in the user's state."""
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+
+
 def clean_copy(real_cache: dict[str, Any], dest: Path) -> Path:
     """A copy of the real cache without the damage the builder planted on purpose."""
     root = dest / "cache"
@@ -1141,3 +1147,37 @@ def test_indices_made_from_a_num_proc_filter_index_the_data_below_it(tmp_path: P
     report = verify_cache(root)
     assert errors(report) == []
     assert [f.code for f in report.warnings if f.kind == "indices"] == ["orphan-indices"]
+
+
+QUARANTINED_PIPELINE = """\
+import sys
+from datasets import load_dataset
+ds = load_dataset("csv", data_files=sys.argv[1], split="train").map(lambda e: {"y": e["x"] * 2})
+print(ds._fingerprint)
+"""
+
+
+@pytest.mark.slow
+def test_show_and_explain_name_the_quarantine_a_damaged_result_went_to(tmp_path: Path) -> None:
+    """A map's cache file is damaged; `verify --quarantine` moves it aside. `show` says it is in
+    quarantine and where, and after the pipeline recomputes it, `explain` says the old file was
+    quarantined by verify (it said "gone (deleted, cleaned up, or load_from_cache_file=False)")."""
+    (tmp_path / "p.py").write_text(QUARANTINED_PIPELINE)
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(50)))
+    env = hf_env(tmp_path)
+    fp = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path).stdout.split()[-1]
+    root = Path(env["HF_DATASETS_CACHE"])
+    (damaged,) = root.rglob(f"cache-{fp}.arrow")
+    damaged.write_bytes(damaged.read_bytes()[:300])
+    runner = CliRunner()
+    moved = runner.invoke(app, ["verify", "--cache-dir", str(root), "--quarantine", "--yes"], env=env)
+    assert moved.exit_code == 1 and not damaged.exists(), moved.output
+    (where,) = (root / ".cachetool" / "quarantine").rglob(damaged.name)
+
+    show = runner.invoke(app, ["show", fp, "--cache-dir", str(root)], env={**env, "COLUMNS": "300"})
+    assert "quarantined by cachetool verify" in show.stdout and str(where) in show.stdout, show.stdout
+
+    assert cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path).stdout.split()[-1] == fp
+    said = runner.invoke(app, ["explain", fp, "--cache-dir", str(root)], env={**env, "COLUMNS": "300"})
+    assert "quarantined by cachetool verify at " in said.stdout and str(where) in said.stdout, said.stdout
+    assert "gone (deleted" not in said.stdout

@@ -63,6 +63,8 @@ def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_tru
     elif shown.entry is None:
         n = len(shown.records)
         out.line(f"{shown.fingerprint}: no cache file holds it; the ledger records {n} step(s) that made it")
+        if shown.removed is not None:
+            out.line(f"Its files were {shown.removed.said(local_time(shown.removed.time))}.")
         _render_records(out, shown.records)
     else:
         render(out, shown)

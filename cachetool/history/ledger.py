@@ -110,8 +110,9 @@ and root, before the first record that names it: {"hash" (its source_hash), "qua
 "line", "text" (at most 20,000 characters), "truncated"}. `cachetool explain` diffs two of them
 to show the line that changed.
 
-Gc records (`"type": "gc"`, written by `cachetool gc` after each removal, `GcRecord`) carry no
-`result`: {"action": "removed", "fingerprint" (or null: leftovers have none), "aliases", "kind"
+Gc records (`"type": "gc"`, written by `cachetool gc` after each removal and by `cachetool verify
+--quarantine` after each move, `GcRecord`) carry no `result`: {"action": "removed" or
+"quarantined" (then "moved_to": where each path went), "fingerprint" (or null: leftovers have none), "aliases", "kind"
 (the entry kind), "path" (the first removed path), "paths" (every removed file or folder),
 "size" (bytes freed), "files" (the *number* of files freed), "reason", "dataset"}.
 

@@ -261,6 +261,8 @@ class LineageGraph:
         rec = self._removed.get(fp)
         if rec is None or any(os.path.lexists(rec.located(p)) for p in rec.paths):
             return None
+        if rec.action == "quarantined":
+            return rec.said(iso_time(rec.time) or "")
         return f"deleted by gc {iso_time(rec.time)}: {rec.reason or 'no reason recorded'}"
 
     def step(self, fp: str) -> Step:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheFile, CacheReport, Entry
     from cachetool.history.ledger import Ledger
+    from cachetool.history.records.other import GcRecord
     from cachetool.history.records.steps import StepRecord
 
 #: The fingerprint written inside a file, against the entry's: the same (`matches`; a shard of a
@@ -42,6 +43,8 @@ class EntryReport:
     pinned: bool = False
     #: What could not be read (a damaged pins file: the entry is shown as not pinned).
     warnings: tuple[str, ...] = ()
+    #: When no cache file holds it: the latest record of gc removing it or verify quarantining it.
+    removed: GcRecord | None = None
 
     @property
     def features(self) -> dict[str, Any] | None:
@@ -63,6 +66,7 @@ class EntryReport:
                 "root": root,
                 "files": [],
                 "records": records,
+                "removed": self.removed.to_json() if self.removed is not None else None,
             }
         doc = e.to_json()
         doc["root"] = root
@@ -105,7 +109,9 @@ def show_entry(
         )
     entry = got.entry
     if entry is None:
-        return EntryReport(report, got.fingerprint, None, tuple(ledger.for_result(got.fingerprint)))
+        fp = got.fingerprint
+        removed = next((g for g in reversed(ledger.gc_records()) if fp in g.fingerprints), None)
+        return EntryReport(report, fp, None, tuple(ledger.for_result(fp)), removed=removed)
     # The records of the entry's fingerprints, and of the one named when its step wrote the
     # entry's files under another name.
     fps = dict.fromkeys(fp for fp in (entry.fingerprint, *entry.aliases, got.fingerprint) if fp)

@@ -237,8 +237,11 @@ class GcLog:
         aliases: Sequence[str] = (),
         dataset: str | None = None,
         when: float,
+        action: str = "removed",
+        moved_to: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
-        """Record one removal. Never raises: losing a log line must not fail a deletion that happened."""
+        """Record one removal (`action` "quarantined": a move to `moved_to`). Never raises: losing
+        a log line must not fail a deletion that happened."""
         from cachetool import __version__
 
         self._seq += 1
@@ -253,7 +256,7 @@ class GcLog:
             pid=w.pid,
             versions={"python": platform.python_version(), "cachetool": __version__},
             root=self.root,
-            action="removed",
+            action=action,
             fingerprint=fingerprint,
             aliases=tuple(aliases),
             kind=kind,
@@ -263,6 +266,7 @@ class GcLog:
             files=int(files),
             reason=reason,
             dataset=dataset,
+            moved_to=tuple(os.fsdecode(p) for p in moved_to),
         )
         try:
             w.append(self.root, record.to_json())

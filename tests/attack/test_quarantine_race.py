@@ -19,6 +19,12 @@ from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env
 
 
+@pytest.fixture(autouse=True)
+def _state_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quarantine records its moves in the ledger, which notes the root in the user's state."""
+    monkeypatch.setenv("CACHETOOL_HOME", str(tmp_path / "cachetool_home"))
+
+
 def _broken_and_good(root: Path) -> tuple[Path, bytes, bytes]:
     target = synthesize_cache(root, 2)[0]
     good = target.read_bytes()

@@ -386,8 +386,7 @@ def same_fingerprint_reason(view: LedgerView, rec: StepRecord, same: StepRecord)
     gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
     removal = _removed_between(view, rec.result, same.time, rec.time)
     why = (
-        f"removed by cachetool gc at {clock_time(removal.time)}"
-        + (f" ({removal.reason})" if removal.reason else "")
+        removal.said(clock_time(removal.time))
         if removal is not None
         else "gone (deleted, cleaned up, or load_from_cache_file=False)"
     )

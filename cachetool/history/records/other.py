@@ -82,7 +82,9 @@ class SourceRecord(LedgerRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class GcRecord(LedgerRecord):
-    """One item `cachetool gc` removed. `files` is a count here (a step's `files` is a list)."""
+    """One item `cachetool gc` removed (`action` "removed"), or `cachetool verify --quarantine`
+    moved aside ("quarantined", to `moved_to`). `files` is a count here (a step's `files` is a
+    list)."""
 
     TYPE: ClassVar[str] = "gc"
     EXTRA_LAST: ClassVar[bool] = True
@@ -97,6 +99,14 @@ class GcRecord(LedgerRecord):
     files: int = 0
     reason: str | None = None
     dataset: str | None = None
+    moved_to: tuple[str, ...] = ()
+
+    def said(self, when: str) -> str:
+        """How the files went, `when` being the record's time as the caller writes it."""
+        if self.action == "quarantined":
+            to = f", moved to {self.moved_to[0]}" if self.moved_to else ""
+            return f"quarantined by cachetool verify at {when} ({self.reason or 'damaged'}{to})"
+        return f"removed by cachetool gc at {when}" + (f" ({self.reason})" if self.reason else "")
 
     @property
     def fingerprints(self) -> tuple[str, ...]:

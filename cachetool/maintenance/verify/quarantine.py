@@ -44,6 +44,7 @@ class QuarantineUnit:
 
     finding: Finding
     paths: tuple[Path, ...]
+    entry: Entry | None = None  # the entry the files belong to: its fingerprints go in the ledger
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,38 @@ class QuarantinePlan:
                     continue
                 done.update(src for src, _ in this)
                 moved += this
+                _record(root, unit, this)
         finally:
             os.close(root_fd)
         return replace(report, findings=(*report.findings, *problems), quarantined=tuple(moved))
+
+
+def _record(root: Path, unit: QuarantineUnit, moved: list[tuple[Path, Path]]) -> None:
+    """Say in the ledger what moved, as gc says what it removed: `show` and `explain` name the
+    quarantine when the fingerprint's files are missing or recomputed."""
+    from cachetool.history.writer import GcLog
+
+    e = unit.entry
+    with GcLog(root) as log:
+        log.removed(
+            action="quarantined",
+            kind=e.kind.value if e is not None else "file",
+            paths=[src for src, _ in moved],
+            moved_to=[dst for _, dst in moved],
+            size=sum(_size(dst) for _, dst in moved),
+            files=len(moved),
+            reason=unit.finding.problem,
+            fingerprint=e.fingerprint if e is not None else None,
+            aliases=e.aliases if e is not None else (),
+            when=time.time(),
+        )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
 
 
 def _not_quarantined(f: Finding, why: str, path: Path | None = None) -> Finding:
@@ -152,7 +182,7 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
             paths = [f.path]
         else:
             paths = [x.path for x in e.files] or [e.path]
-        units.append(QuarantineUnit(f, tuple(p for p in paths if os.path.lexists(p))))
+        units.append(QuarantineUnit(f, tuple(p for p in paths if os.path.lexists(p)), e))
     report = replace(report, findings=(*report.findings, *refused))
     return QuarantinePlan(report, tuple(u for u in units if u.paths))
 
