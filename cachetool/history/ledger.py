@@ -113,8 +113,9 @@ to show the line that changed.
 Gc records (`"type": "gc"`, written by `cachetool gc` after each removal and by `cachetool verify
 --quarantine` after each move, `GcRecord`) carry no `result`: {"action": "removed" or
 "quarantined" (then "moved_to": where each path went), "fingerprint" (or null: leftovers have
-none), "aliases", "kind" (the entry kind), "path" (the first removed path), "paths" (every removed file or folder),
-"size" (bytes freed), "files" (the *number* of files freed), "reason", "dataset"}.
+none), "aliases", "kind" (the entry kind), "path" (the first removed path), "paths" (every
+removed file or folder), "size" (bytes freed), "files" (the *number* of files freed), "reason",
+"dataset"}.
 
 Run records (`cachetool.history.runs` reads them): `"run-start"` (`RunStartRecord`: {"argv", "cwd"},
 in the cache root's ledger when tracing starts), `"run-end"` (`RunEndRecord`, in every root the run
