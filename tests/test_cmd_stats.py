@@ -216,6 +216,12 @@ def test_a_step_that_failed_before_is_not_time_lost(tmp_path: Path, monkeypatch:
     fail_then_fix(tmp_path, monkeypatch, "ab\n" * 50)
     (site,) = [g for g in ledger_stats(tmp_path / "cache").call_sites if g.operation == "map"]
     assert (site.counts.misses, site.counts.recompute_seconds) == (1, 0.0), site.counts
+    # The failed run is counted as failed, not as a step that wrote no cache file.
+    assert (site.counts.failed, site.counts.no_file) == (1, 0), site.counts
+    human = invoke("stats", "--cache-dir", str(tmp_path / "cache")).stdout
+    assert (
+        "Steps that failed                 1" in human and "Steps without a cache file        0" in human
+    ), human
 
 
 @pytest.mark.slow

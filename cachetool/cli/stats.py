@@ -176,6 +176,7 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("Hits", f"{t.hits}" + (f"  ({t.hit_rate_str})" if looked else "")),
         ("Misses", f"{t.misses}" + (f"  ({t.partial} partial)" if t.partial else "")),
         ("Steps without a cache file", str(t.no_file)),
+        *([("Steps that failed", str(t.failed))] if t.failed else []),
         ("Steps without a persistent cache", f"{t.uncached}  ({short_duration(t.uncached_seconds)})"),
         ("Time computing misses", short_duration(t.miss_seconds)),
         ("Time lost recomputing", short_duration(t.recompute_seconds)),
@@ -192,7 +193,8 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         cpu = f"CPU {short_duration(nd.total.cpu_seconds)}, " if nd.total.cpu_seconds else ""
         steps = f"{nd.total.steps} step{'s' if nd.total.steps != 1 else ''}"
         rows.insert(
-            8, ("Recomputed for nondeterminism", f"{short_duration(nd.total.seconds)}  ({cpu}{steps})")
+            [k for k, _ in rows].index("Time lost recomputing") + 1,
+            ("Recomputed for nondeterminism", f"{short_duration(nd.total.seconds)}  ({cpu}{steps})"),
         )
     if back.resume.steps:
         rows.append(

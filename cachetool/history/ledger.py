@@ -128,7 +128,7 @@ step start without its step record.
 Compacted segments (`cachetool.history.compact`, `compacted-<time>-<pid>.jsonl`) start with a
 `"compaction"` record (`CompactionRecord`: {"replaces": [[segment name, size], ...]}: readers skip
 those segments while they keep that size) and hold `"run-summary"` records (`RunSummaryRecord`,
-`internal`: {"argv", "runs", "steps", "hits", "misses", "partial", "no_file", "saves",
+`internal`: {"argv", "runs", "steps", "hits", "misses", "partial", "no_file", "failed", "saves",
 "miss_seconds", "bytes_written", "other", "fps": {fp: [last use, records, hits, misses,
 random]}}) for the runs they folded away, then gc records and the step records they kept whole.
 

@@ -69,7 +69,8 @@ class Counts:
     hits: int = 0
     misses: int = 0  # partial ones included
     partial: int = 0
-    no_file: int = 0
+    no_file: int = 0  # looked nothing up and wrote no cache file (failed steps apart)
+    failed: int = 0  # raised: the error is in the record
     miss_seconds: float = 0.0
     recompute_seconds: float = 0.0
     bytes_written: int = 0
@@ -110,7 +111,8 @@ class Counts:
             hits=sum(r.cache == "hit" for r, _ in steps),
             misses=len(misses),
             partial=sum(r.cache == "partial" for r in misses),
-            no_file=len(steps) - sum(r.cache in ("hit", "miss", "partial") for r, _ in steps),
+            no_file=sum(r.cache not in ("hit", "miss", "partial") and r.error is None for r, _ in steps),
+            failed=sum(r.error is not None for r, _ in steps),
             miss_seconds=sum(r.duration for r in misses),
             recompute_seconds=sum(r.duration for r, again in steps if again and (r.computed or r.uncached)),
             bytes_written=sum(written_bytes(r) for r, _ in steps),
@@ -125,7 +127,7 @@ class Counts:
 
 
 #: The counts a run's summary holds as `Counts` does.
-_SUMMED = ("steps", "hits", "misses", "partial", "no_file", "miss_seconds", "bytes_written")
+_SUMMED = ("steps", "hits", "misses", "partial", "no_file", "failed", "miss_seconds", "bytes_written")
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,8 @@ class RunSummaryRecord(LedgerRecord):
     TYPE: ClassVar[str] = "run-summary"
     #: The counts a merge of summaries adds up.
     _COUNTS: ClassVar[tuple[str, ...]] = (
-        *("runs", "steps", "hits", "misses", "partial", "no_file", "saves", "bytes_written", "other"),
+        *("runs", "steps", "hits", "misses", "partial", "no_file", "failed", "saves", "bytes_written"),
+        "other",
     )
 
     argv: tuple[str, ...] = ()
@@ -190,6 +191,7 @@ class RunSummaryRecord(LedgerRecord):
     misses: int = 0
     partial: int = 0
     no_file: int = 0
+    failed: int = 0
     saves: int = 0
     bytes_written: int = 0
     other: int = 0
