@@ -385,7 +385,7 @@ def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dea
     tmp_path: Path,
 ) -> None:
     """Right after a traced run is SIGKILLed in its map, README's `gc --temp -y` keeps its
-    unfinished file (younger than the default --min-age 1h) and says why it may go now: the run's
+    unfinished file (a resumable partial, kept a day) and says why it may go now: the run's
     process is gone and nothing holds the file, with the command that removes it; that command
     does. A plan refused for want of --yes says the dead run's lease "would be removed" and removes
     nothing (it said "its lease is removed")."""

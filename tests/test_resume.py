@@ -172,6 +172,20 @@ def test_a_run_killed_while_it_resumes_leaves_the_first_run_s_rows_resumable(tmp
     first = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
     (partial,) = (tmp_path / "cache").rglob("tmp*")
     rows = read_summary(partial).rows or 0
+    # `ls` shows it as a resumable partial with its rows; `gc --temp` keeps it for a day unless
+    # named or given --min-age, and says why.
+    (entry,) = [
+        e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
+    ]
+    assert (entry["resumable"], entry["rows"], entry["path"]) == (True, rows, str(partial)), entry
+    assert "temp resumable" in invoke("ls", env=env, columns=200).stdout
+    plan = json.loads(invoke("gc", "--temp", "--dry-run", "--json", env=env).stdout)["plan"]
+    (kept,) = [k for k in plan["skipped"] if k["path"] == str(partial)]
+    assert kept["code"] == "resumable" and f"({rows:,} rows)" in kept["reason"], kept
+    plan = json.loads(invoke("gc", "--temp", "--dry-run", "--json", "--min-age", "0", env=env).stdout)["plan"]
+    assert str(partial) in [i["path"] for i in plan["items"]], plan
+    named = json.loads(invoke("gc", str(partial), "--dry-run", "--json", env=env).stdout)["plan"]
+    assert [k["code"] for k in named["skipped"] if k["path"] == str(partial)] == ["too-young"], named
     _run_and_kill(tmp_path, env)  # in the rest of the map, after the first 10,000 rows
     assert partial.exists()
 

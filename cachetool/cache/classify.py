@@ -186,13 +186,16 @@ class Scanner(Walker):
         if name.startswith("tmp") and layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
             f = self.cache_file(it, arrow=True)
             fp = f.summary.fingerprint if f.summary else None
+            rows = f.summary.rows if f.summary else None
+            # A map's partial output: complete batches of a step whose file is not there yet.
+            resumable = bool(fp and rows and not (it.path.parent / f"cache-{fp}.arrow").exists())
+            problem = (
+                EntryProblem(code="resumable", got=rows, want=fp)
+                if resumable
+                else EntryProblem("temporary file: a writer in progress or killed")
+            )
             return Entry(
-                Kind.TEMP,
-                it.path,
-                (f,),
-                **_in(ds),
-                aliases=(fp,) if fp else (),
-                problems=(EntryProblem("temporary file: a writer in progress or killed"),),
+                Kind.TEMP, it.path, (f,), **_in(ds), aliases=(fp,) if fp else (), problems=(problem,)
             )
         return None
 

@@ -114,7 +114,7 @@ class DatasetDir:
 #: another fingerprint than its name says, a shard set or a source split misses shards, a split
 #: has other rows than dataset_info.json says; anything else the scan says is a "note".
 ProblemCode = Literal[
-    "note", "unreadable", "fingerprint-mismatch", "partial-shards", "missing-shards", "rows"
+    "note", "unreadable", "fingerprint-mismatch", "partial-shards", "missing-shards", "rows", "resumable"
 ]
 
 #: The sentence of each code, filled from the problem's fields.
@@ -125,6 +125,8 @@ _WORDING: dict[str, str] = {
     "partial-shards": "partial: {got} of {want} shards (missing {missing})",
     "missing-shards": "missing shards {missing} of {want}",
     "rows": "{got} rows, dataset_info.json says {want}",
+    "resumable": "temporary file of {want} holding {got:,} rows in complete batches: a writer in "
+    "progress, or a killed one whose rows a traced rerun of the step reuses (resumable partial)",
 }
 
 
@@ -242,6 +244,12 @@ class Entry:
     def files_of_data(self) -> tuple[CacheFile, ...]:
         return tuple(f for f in self.files if f.summary is not None)
 
+    @property
+    def resumable_rows(self) -> int:
+        """A map's temporary file holding complete batches of a step not finished yet: the rows
+        a traced rerun may reuse (docs/resume.md); 0 for anything else."""
+        return next((int(p.got or 0) for p in self.problems if p.code == "resumable"), 0)
+
     # --- human forms ------------------------------------------------------------------------
     @property
     def size_str(self) -> str:
@@ -261,6 +269,8 @@ class Entry:
             return f"shards {len(self.files_of_data)}/{self.expected_files}"
         if self.kind == Kind.TF_CACHE and self.state:
             return f"tf-cache {_TF_STATE_SHORT.get(self.state, self.state)}"
+        if self.resumable_rows:
+            return "temp resumable"
         return self.kind._value_  # what .value gives, without the enum's descriptor
 
     def to_json(self) -> dict[str, Any]:
@@ -293,6 +303,8 @@ class Entry:
         }
         if self.kind is Kind.TF_CACHE:
             doc.update(prefix=self.path.name, state=self.state, writer_pids=list(self.writer_pids))
+        elif self.kind is Kind.TEMP:
+            doc["resumable"] = bool(self.resumable_rows)
         return doc
 
 

@@ -707,10 +707,11 @@ class SharedState:
 
 
 def dead_writer_hint(
-    root: Path, state: SharedState, young: Mapping[Path, float | None], min_age: float
+    root: Path, state: SharedState, young: Mapping[Path, float | None], min_age: float, kept_as: str = ""
 ) -> str | None:
-    """The command that removes now the leftovers kept only as younger than `min_age` (paths to
-    their last modification) that a traced run of this host may have left: its process is gone
+    """The command that removes now the leftovers kept only as younger than `min_age` (or, with
+    `kept_as`, for the reason it says; paths to their last modification) that a traced run of
+    this host may have left: its process is gone
     (its lease is dead) and it was running when they were last written, and no process holds
     them (else they would not be kept for their age). None on a shared file system, where a
     writer on another host may hold what `/proc` does not show."""
@@ -733,9 +734,9 @@ def dead_writer_hint(
 
     command = gc_command(root, *(os.fsdecode(p) for p in paths))
     return (
-        f"{leases}, a traced run that wrote here, is gone, and no process holds the {n} kept as younger "
-        f"than --min-age {compact_duration(min_age)} that it may have left unfinished: `{command}` "
-        f"removes {them} now (checked again right before)"
+        f"{leases}, a traced run that wrote here, is gone, and no process holds the {n} kept "
+        f"{kept_as or f'as younger than --min-age {compact_duration(min_age)}'} that it may have left "
+        f"unfinished: `{command}` removes {them} now (checked again right before)"
     )
 
 

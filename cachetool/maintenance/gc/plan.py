@@ -102,6 +102,7 @@ KeepCode = Literal[
     "in-use",  # a live process holds, maps or writes it
     "leased",  # a live run's lease covers it: it may be writing it
     "too-young",  # modified less than --min-age ago
+    "resumable",  # a map's partial output a traced rerun resumes from, less than a day old
     "lock-held",  # its lock is held: a preparation or download is running
     "lock-unknown",  # its lock cannot be probed: counted as held
     "guard-unknown",  # a lock whose guarded folder cannot be told

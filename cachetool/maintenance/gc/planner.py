@@ -29,7 +29,7 @@ from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time, short_duration
 from cachetool.maintenance.fdops import O_DIR, inventory
-from cachetool.maintenance.gc import NOTHING_SELECTED, GcOptions
+from cachetool.maintenance.gc import DEFAULT_MIN_AGE, NOTHING_SELECTED, GcOptions
 from cachetool.maintenance.gc.plan import (
     KEPT_BECAUSE,
     GcItem,
@@ -125,6 +125,9 @@ def newest_mtime(e: Entry) -> float | None:
         return got
     return own if got is None else max(got, own)
 
+
+#: How long `gc --temp` keeps a resumable partial by default (not named, no `--min-age`).
+RESUMABLE_FOR = 24 * 3600.0
 
 #: Kinds kept unless `--include-sources`: what cannot be computed again from the cache alone.
 SOURCE_LIKE = frozenset({Kind.SOURCE, Kind.SAVED, Kind.ARROW})
@@ -244,7 +247,7 @@ class Planner(Rules):
             if e.kind == Kind.TEMP and layout.GC_TRASH_RE.match(e.path.name):
                 self.gc_trash(e)
             elif e.kind == Kind.TEMP:
-                self.temp_file(e, data_dirs)
+                self.temp_file(e, data_dirs, named=only is not None)
             elif e.kind == Kind.INCOMPLETE_PREPARE:
                 self.incomplete_prepare(e)
             elif e.kind == Kind.INCOMPLETE_SAVE:
@@ -259,13 +262,29 @@ class Planner(Rules):
         for e in locks:
             self.lock(e, named=only is not None)
 
-    def temp_file(self, e: Entry, data_dirs: set[Path]) -> None:
+    def temp_file(self, e: Entry, data_dirs: set[Path], named: bool = False) -> None:
         f = e.files[0] if e.files else None
         if f is None or not stat.S_ISREG(f.mode):
             self.skip(e, Refusal("not-regular", "not a regular file"))
             return
         if e.dataset_dir is None and e.path.parent not in data_dirs:
             self.skip(e, Refusal("not-datasets", "not in a dataset folder: datasets did not write it"))
+            return
+        age = self.now - f.mtime
+        if (
+            e.resumable_rows
+            and not named
+            and self.options.min_age == DEFAULT_MIN_AGE
+            and 0 <= age < RESUMABLE_FOR
+        ):
+            # A day for its pipeline to run again and take the rows back (docs/resume.md).
+            fp = e.aliases[0] if e.aliases else "its step"
+            ago = compact_age(max(0.0, age))
+            why = (
+                f"resumable partial of {fp} ({e.resumable_rows:,} rows), modified {ago} ago: a traced "
+                "rerun of its step reuses them; kept a day unless named or --min-age is given"
+            )
+            self.skip(e, Refusal("resumable", why))
             return
         reason = ("empty" if f.size == 0 else "partial") + " tmp file of a killed writer"
         self.leftover_file(e, f, Kind.TEMP, reason, dataset=e.dataset, aliases=e.aliases)
@@ -910,11 +929,21 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     refused = _ROOT_REFUSALS[why] if why else None
     plan = _build_live(report, options, temp, pins=pins, parents=parents, root_refused=refused, costs=costs)
     modified = {e.path: e.modified for e in report.entries}
-    young = {
-        s.path: modified.get(s.path) for s in plan.skipped if s.code == "too-young" and s.scope == "root"
+    kept = {
+        code: {s.path: modified.get(s.path) for s in plan.skipped if s.code == code and s.scope == "root"}
+        for code in ("too-young", "resumable")
     }
-    hint = dead_writer_hint(report.root, shared, young, options.min_age)
-    return dataclasses.replace(plan, root_id=root_id, shared=shared, hints=(hint,) if hint else ())
+    hints = (
+        dead_writer_hint(report.root, shared, kept["too-young"], options.min_age),
+        dead_writer_hint(
+            report.root,
+            shared,
+            kept["resumable"],
+            options.min_age,
+            "as resumable partials (a traced rerun of its pipeline reuses their rows)",
+        ),
+    )
+    return dataclasses.replace(plan, root_id=root_id, shared=shared, hints=tuple(h for h in hints if h))
 
 
 def plan_purge(root: Path, options: GcOptions) -> GcPlan:
