@@ -110,14 +110,14 @@ def _resume_file(
         features = Features.from_arrow_schema(schema)
         folder = os.path.dirname(target)
 
-        def mapped(lo: int, hi: int) -> pa.Table:
+        def mapped(lo: int, hi: int, desc: str) -> pa.Table:
             """Rows `lo` to `hi` of the `count` from `first` through the map, typed as its writer does."""
             name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
             out = os.path.join(folder, f"{name}.arrow")
             try:
                 fn = _shifted(given, first + lo) if given["with_indices"] else given["function"]
                 kw = {**given, "function": fn, "features": features, "cache_file_name": out}
-                kw.update(load_from_cache_file=False, new_fingerprint=name, num_proc=None, desc="Resume")
+                kw.update(load_from_cache_file=False, new_fingerprint=name, num_proc=None, desc=desc)
                 res = map_fn(ds.select(range(first + lo, first + hi)), **kw)
                 table = res.data.table if os.path.exists(out) else schema.empty_table()
                 return table_cast(table, schema)
@@ -125,10 +125,12 @@ def _resume_file(
                 with contextlib.suppress(OSError):
                     os.unlink(out)
 
-        if not mapped(start - step, start).equals(head.slice(start - step, step)):
+        check = f"Resume: checking the last of {start:,} reused rows"
+        if not mapped(start - step, start, check).equals(head.slice(start - step, step)):
             return None
         # The rest first: killed while it computes, this run leaves `partial` as it was.
-        rest = mapped(start, count) if start < count else schema.empty_table()
+        resumed_at = f"Map (resumed at row {first + start:,})"
+        rest = mapped(start, count, resumed_at) if start < count else schema.empty_table()
         fd, tmp = tempfile.mkstemp(dir=folder)  # `tmpXXXXXXXX`, as datasets names its own
         os.close(fd)
         try:

@@ -46,7 +46,8 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     """Why `rec`'s step computed its result: compared with its most recent sibling."""
     siblings = view.siblings(rec)
     reasons, compared = _reasons(view, rec, siblings)
-    reasons += (Reason("resumed", rec.resumed.text),) if rec.resumed else ()
+    if rec.resumed:  # its killed run began it: not a first time, whatever else was recorded
+        reasons = (*(r for r in reasons if r.kind != "first-run"), Reason("resumed", rec.resumed.text))
     pairs = itertools.pairwise(siblings[: 1 + history])
     past = tuple((StepRef.of(older), tuple(compare(view, newer, older))) for newer, older in pairs)
     return StepExplanation(
