@@ -39,7 +39,7 @@ PIPELINE = textwrap.dedent(
     from pathlib import Path
     from datasets import load_dataset
 
-    def f(ex, idx):
+    def f(ex, idx, rank=None):
         at = int(os.environ.get("KILL_AT", -1))
         last = idx[-1] if isinstance(idx, list) else idx
         if 0 <= at <= last:
@@ -47,8 +47,9 @@ PIPELINE = textwrap.dedent(
             time.sleep(0.01)
         if isinstance(idx, list):
             y = [x * 2 + i for x, i in zip(ex["x"], idx)]
-            return {"y": y[::STRIDE], "s": [str(i) for i in idx][::STRIDE]}
-        return {"y": ex["x"] * 2 + idx, "s": str(idx)}
+            out = {"y": y[::STRIDE], "s": [str(i) for i in idx][::STRIDE]}
+            return out if rank is None else {**out, "r": [rank] * len(out["y"])}
+        return {"y": ex["x"] * 2 + idx, "s": str(idx), **({} if rank is None else {"r": rank})}
 
     ds = load_dataset("csv", data_files=sys.argv[1], split="train")
     ds = ds.map(f, with_indices=True, MAP_ARGS)
@@ -88,6 +89,8 @@ CASES = {
     "batched": ("batched=True, batch_size=700", 0.6, 0.85),
     # The second worker's rows start at 100,000: killed at 60-90% of the whole map.
     "num_proc": ("batched=True, batch_size=700, num_proc=2", 0.8, 0.95),
+    # Each worker's rows are computed with its rank: the resumed rows too.
+    "with_rank": ("batched=True, batch_size=700, num_proc=2, with_rank=True", 0.8, 0.95),
     # A batched map that returns fewer rows than it is given: its output rows are not its input
     # rows, so nothing is reused (the rows must still be those of an uninterrupted run).
     "fewer-rows": ("batched=True, batch_size=700, remove_columns=['x']", 0.6, 0.85),
@@ -117,14 +120,14 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str) -> Non
         stderr=subprocess.PIPE,
     )
     kill_at = random.Random().randrange(int(ROWS * low), int(ROWS * high))
-    if case == "num_proc":
+    if case in ("num_proc", "with_rank"):
         _kill_group(tmp_path, {**env, "KILL_AT": str(kill_at)})
     else:
         _run_and_kill(tmp_path, {**env, "KILL_AT": str(kill_at)})
     killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
     partials = list((tmp_path / "cache").rglob("tmp*"))
     completed = sum(read_summary(p).rows or 0 for p in partials)  # their complete record batches
-    assert partials and completed >= (0 if case == "num_proc" else kill_at * 0.95 / stride), completed
+    assert partials and completed >= (0 if "num_proc=2" in args else kill_at * 0.95 / stride), completed
     for p in partials:  # killed in the middle of writing a batch: that batch is not reused
         os.truncate(p, p.stat().st_size - 100)
 

@@ -64,13 +64,14 @@ def resume_map(
         got = read_summary(partial).fingerprint  # `<fp>_00001_of_00002` for a num_proc shard
         suffix = got[len(fp) :] if got and got.startswith(fp) else None
         shard = re.fullmatch(r"_(\d+)_of_(\d+)", suffix or "")
-        if suffix is None or (suffix and (shard is None or given["with_rank"])):
+        if suffix is None or (suffix and shard is None):
             continue
         rank, shards = map(int, shard.groups()) if shard else (0, 1)
         size, more = divmod(len(ds), shards)  # datasets' contiguous shards
         rows = (rank * size + min(rank, more), size + (rank < more))
         target = path.removesuffix(".arrow") + suffix + ".arrow"
-        done = None if os.path.exists(target) else _resume_file(map_fn, ds, given, partial, target, *rows)
+        rows_of = (*rows, rank if shard else None)  # a num_proc worker's rows, and its rank
+        done = None if os.path.exists(target) else _resume_file(map_fn, ds, given, partial, target, *rows_of)
         if done:
             reused += done
             runs.append(owner.run)
@@ -88,9 +89,11 @@ def _resume_file(
     target: str,
     first: int,
     count: int,
+    rank: int | None,
 ) -> int | None:
-    """Write `target`, the map of `ds`'s rows `first` to `first + count`, from `partial`'s reusable
-    rows and the rest mapped now; the rows reused, or None (nothing written)."""
+    """Write `target`, the map of `ds`'s rows `first` to `first + count` (by the `num_proc` worker
+    `rank`), from `partial`'s reusable rows and the rest mapped now; the rows reused, or None
+    (nothing written)."""
     import pyarrow as pa
     from datasets import Features
     from datasets.table import table_cast
@@ -115,7 +118,7 @@ def _resume_file(
             name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
             out = os.path.join(folder, f"{name}.arrow")
             try:
-                fn = _shifted(given, first + lo) if given["with_indices"] else given["function"]
+                fn = _as_worker(given, first + lo, rank)
                 kw = {**given, "function": fn, "features": features, "cache_file_name": out}
                 kw.update(load_from_cache_file=False, new_fingerprint=name, num_proc=None, desc=desc)
                 res = map_fn(ds.select(range(first + lo, first + hi)), **kw)
@@ -147,19 +150,26 @@ def _resume_file(
     return start
 
 
-def _shifted(given: dict[str, Any], offset: int) -> Callable[..., Any]:
-    """The map's function, called with indices `offset` higher (`with_indices`): the rows of a
-    slice starting at `offset` get the indices they have in the whole dataset."""
-    function = given["function"]
+def _as_worker(given: dict[str, Any], offset: int, rank: int | None) -> Callable[..., Any]:
+    """The map's function, called as the killed run called it on a slice starting at `offset`:
+    with the indices the rows have in the whole dataset (`with_indices`) and the `num_proc`
+    worker's `rank` (`with_rank`; None without workers, as `datasets` passes it)."""
+    function, indices, ranked = given["function"], given["with_indices"], given["with_rank"]
+    if not indices and not ranked:
+        return function
     columns = given["input_columns"]
     at = 1 if columns is None or isinstance(columns, str) else len(columns)
 
-    def shifted(*args: Any, **kwargs: Any) -> Any:
-        i = args[at]
-        i = [x + offset for x in i] if isinstance(i, list) else i + offset
-        return function(*args[:at], i, *args[at + 1 :], **kwargs)
+    def as_worker(*args: Any, **kwargs: Any) -> Any:
+        args_ = list(args)
+        if indices:
+            i = args_[at]
+            args_[at] = [x + offset for x in i] if isinstance(i, list) else i + offset
+        if ranked:
+            args_[at + indices] = rank
+        return function(*args_, **kwargs)
 
-    return shifted
+    return as_worker
 
 
 def _held(path: str) -> bool:
