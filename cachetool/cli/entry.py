@@ -39,6 +39,13 @@ def _run(args: Sequence[str]) -> None:
     from cachetool.errors import CachetoolError
     from cachetool.trace.runner import check_script, run_here
 
+    if args[0] == "--reuse-equivalent" and len(args) >= 2:
+        import os
+
+        from cachetool.trace.install import REUSE_ENV
+
+        os.environ[REUSE_ENV] = "1"
+        args = args[1:]
     if args[0] in ("-m", "--module") and len(args) >= 2:
         run_here(args[1], args[2:], module=True)  # does not return
     if args[0].startswith("-"):

@@ -121,8 +121,15 @@ def _notes(step: Step) -> str:
         *(f"saved to {path}" for path in step.saved_to),
         step.deleted or "",
         step.where or "",
+        *_given_back(step),
     ]
     return "; ".join(n for n in notes if n)
+
+
+def _given_back(step: Step) -> list[str]:
+    """What the step's latest run gave back: the rows it resumed, the result it re-keyed."""
+    rec = step.record
+    return [p.text for p in (rec.resumed, rec.rekeyed) if p is not None] if rec is not None else []
 
 
 def _parts(step: Step) -> list[str]:

@@ -19,8 +19,16 @@ from cachetool.cli.common import arg, command, opt
         type=str | None,
         metavar="MODULE",
     ),
+    reuse_equivalent=opt(
+        "--reuse-equivalent",
+        help="A map about to compute under a new fingerprint takes the earlier result of its call "
+        "site on the same input (same function source) once 8 sampled batches computed again "
+        "equal it, instead of computing it all (see docs/resume.md).",
+    ),
 )
-def run_command(script: str | None, args: list[str] | None, module: str | None) -> None:
+def run_command(
+    script: str | None, args: list[str] | None, module: str | None, reuse_equivalent: bool
+) -> None:
     """Run a pipeline script exactly as `python script.py args...` would, recording lineage.
 
     The script gets the same `sys.argv`, `__main__`, `sys.path[0]` (its own folder), working
@@ -43,14 +51,18 @@ def run_command(script: str | None, args: list[str] | None, module: str | None) 
 
         python -m cachetool run pipeline.py
 
+        cachetool run --reuse-equivalent pipeline.py
+
     Exit codes: the script's own; 2 when the script does not exist or is a folder without
     `__main__.py`.
     """
     from cachetool.trace.runner import run_script
 
+    reuse = reuse_equivalent
     if module is not None:
-        run_script(module, [*([script] if script is not None else []), *(args or [])], module=True)
+        rest = [*([script] if script is not None else []), *(args or [])]
+        run_script(module, rest, module=True, reuse_equivalent=reuse)
     elif script is None:
         raise typer.BadParameter("give a script to run, or -m MODULE", param_hint="SCRIPT")
     else:
-        run_script(script, list(args or []))
+        run_script(script, list(args or []), reuse_equivalent=reuse)

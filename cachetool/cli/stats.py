@@ -202,7 +202,11 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         )
     if back.rekey.steps:
         rows.append(
-            ("Given back by re-key", f"{short_duration(back.rekey.seconds)}  ({back.rekey.steps} steps)")
+            (
+                "Given back by re-key",
+                f"{short_duration(back.rekey.seconds)}  ({back.rekey.steps} step"
+                + ("s)" if back.rekey.steps != 1 else ")"),
+            )
         )
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:

@@ -72,6 +72,7 @@ class Frame:
     hashes: list[HashEvent] = field(default_factory=list)
     started: bool = False  # a step-start record was written for this call
     resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
+    rekeyed: Any = None  # the `Rekeyed` part of a map given an equivalent earlier result
     cpu0: float | None = None  # a call the user made: CPU seconds used before it (`cpu_seconds`)
     children: list[StepRecord] = field(default_factory=list)
     pending: list[LedgerRecord] = field(default_factory=list)

@@ -29,7 +29,10 @@ TREES_ENV = "CACHETOOL_TRACE_TREES"
 COLD_ENV = "CACHETOOL_TRACE_COLD"
 #: Set by the determinism runner when it sets PYTHONHASHSEED: the user's own value ("" for none).
 SEED_ENV = "CACHETOOL_USER_PYTHONHASHSEED"
-_RUN_VARIABLES = (EVENTS_ENV, TREES_ENV, COLD_ENV, SEED_ENV)
+#: Set by `cachetool run --reuse-equivalent`: a map about to compute takes an equivalent earlier
+#: result once sampled batches prove it (`cachetool.trace.rekey`).
+REUSE_ENV = "CACHETOOL_REUSE_EQUIVALENT"
+_RUN_VARIABLES = (EVENTS_ENV, TREES_ENV, COLD_ENV, SEED_ENV, REUSE_ENV)
 
 #: One sequence for tracer events and `cachetool.checkpoint()` events, so that `seq` orders both.
 event_counter = itertools.count()
@@ -40,6 +43,7 @@ _tracer: Tracer | None = None
 #: The settings the import hook installs the tracer with once `datasets` is imported.
 _pending: tuple[str | None, bool, bool] | None = None
 _at_fork_registered = False
+_reuse_equivalent = False  # `tracing(reuse_equivalent=True)`
 
 
 def take_environment() -> None:
@@ -106,6 +110,8 @@ def _install_now(events: str | None, trees: bool, cold: bool) -> None:
         # The determinism runner's cold run: every step computes, so what a step changes in its
         # function's objects shows; it writes where a plain run would, for the next run to load.
         tracer.recompute = bool(cold and events)
+        settings = _taken if _taken is not None else os.environ
+        tracer.reuse_equivalent = _reuse_equivalent or settings.get(REUSE_ENV, "") not in ("", "0")
         if not tracer.install():
             sink.close()
             return
@@ -156,19 +162,32 @@ def uninstall_tracing() -> None:
 
 
 @contextlib.contextmanager
-def tracing(events_file: str | os.PathLike[str] | None = None) -> Iterator[None]:
+def tracing(
+    events_file: str | os.PathLike[str] | None = None, *, reuse_equivalent: bool = False
+) -> Iterator[None]:
     """Record the `datasets` transform calls made inside the block::
 
         with cachetool.tracing():
             ds = load_dataset("csv", data_files="x.csv", split="train").map(f)
 
+    `reuse_equivalent` (as `cachetool run --reuse-equivalent`): a `map` about to compute under a
+    new fingerprint takes the earlier result of its call site on the same input, with the same
+    function source, once sampled batches computed again equal it (docs/resume.md).
     Hooks installed before the block (by `cachetool run` or `install_tracing()`) stay after it.
     """
+    global _reuse_equivalent
     already = _tracer is not None or _pending
+    before, _reuse_equivalent = _reuse_equivalent, _reuse_equivalent or reuse_equivalent
     install_tracing(events_file)
+    tracer, was = _tracer, _tracer.reuse_equivalent if _tracer is not None else False
+    if tracer is not None:
+        tracer.reuse_equivalent = was or reuse_equivalent
     try:
         yield
     finally:
+        _reuse_equivalent = before
+        if tracer is not None:
+            tracer.reuse_equivalent = was
         if not already:
             uninstall_tracing()
 

@@ -130,6 +130,7 @@ class RecordBuilder:
             split=split_of(ds),
             no_cache=no_cache,
             resumed=frame.resumed,
+            rekeyed=frame.rekeyed,
         )
 
     def _error(self, frame: Frame, exc: BaseException, h: HashEvent | None) -> TransformRecord:

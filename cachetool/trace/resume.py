@@ -95,8 +95,6 @@ def _resume_file(
     `rank`), from `partial`'s reusable rows and the rest mapped now; the rows reused, or None
     (nothing written)."""
     import pyarrow as pa
-    from datasets import Features
-    from datasets.table import table_cast
 
     step = given["batch_size"] if given["batched"] else 1
     if not step or step <= 0:  # one batch of everything: nothing to resume from
@@ -110,23 +108,10 @@ def _resume_file(
         start = min(head.num_rows, count) // step * step
         if start == 0:
             return None
-        features = Features.from_arrow_schema(schema)
         folder = os.path.dirname(target)
 
         def mapped(lo: int, hi: int, desc: str) -> pa.Table:
-            """Rows `lo` to `hi` of the `count` from `first` through the map, typed as its writer does."""
-            name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
-            out = os.path.join(folder, f"{name}.arrow")
-            try:
-                fn = _as_worker(given, first + lo, rank)
-                kw = {**given, "function": fn, "features": features, "cache_file_name": out}
-                kw.update(load_from_cache_file=False, new_fingerprint=name, num_proc=None, desc=desc)
-                res = map_fn(ds.select(range(first + lo, first + hi)), **kw)
-                table = res.data.table if os.path.exists(out) else schema.empty_table()
-                return table_cast(table, schema)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(out)
+            return map_rows(map_fn, ds, given, first + lo, first + hi, schema, folder, desc, rank)
 
         check = f"Resume: checking the last of {start:,} reused rows"
         if not mapped(start - step, start, check).equals(head.slice(start - step, step)):
@@ -134,20 +119,61 @@ def _resume_file(
         # The rest first: killed while it computes, this run leaves `partial` as it was.
         resumed_at = f"Map (resumed at row {first + start:,})"
         rest = mapped(start, count, resumed_at) if start < count else schema.empty_table()
-        fd, tmp = tempfile.mkstemp(dir=folder)  # `tmpXXXXXXXX`, as datasets names its own
-        os.close(fd)
-        try:
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-                writer.write_table(head.slice(0, start))
-                writer.write_table(rest)
-            umask = os.umask(0o666)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_stream(target, schema, [head.slice(0, start), rest])
     return start
+
+
+def map_rows(
+    map_fn: Callable[..., Any],
+    ds: Any,
+    given: dict[str, Any],
+    lo: int,
+    hi: int,
+    schema: Any,
+    folder: str,
+    desc: str,
+    rank: int | None = None,
+    typed: bool = True,
+) -> Any:
+    """Rows `lo` to `hi` of `ds` through the map call `given` (by the `num_proc` worker `rank`),
+    typed under `schema` as the map's writer types them (`typed`; else as they come): `datasets`'
+    own `map` on a `select`, written to a `tmp*` file of `folder` that is removed once mapped."""
+    from datasets import Features
+    from datasets.table import table_cast
+
+    name = f"tmp{os.urandom(4).hex()}"  # removed as soon as mapped (the table maps it)
+    out = os.path.join(folder, f"{name}.arrow")
+    try:
+        kw = {**given, "function": _as_worker(given, lo, rank), "cache_file_name": out}
+        kw.update(load_from_cache_file=False, new_fingerprint=name, num_proc=None, desc=desc)
+        if typed:
+            kw["features"] = Features.from_arrow_schema(schema)
+        res = map_fn(ds.select(range(lo, hi)), **kw)
+        table = res.data.table if os.path.exists(out) else schema.empty_table()
+        return table_cast(table, schema) if typed else table
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(out)
+
+
+def write_stream(target: str, schema: Any, tables: list[Any]) -> None:
+    """`tables` as one Arrow stream under `schema`, written to a new `tmp*` file beside `target`
+    (as datasets names its own) with the mode datasets gives, then renamed onto `target`."""
+    import pyarrow as pa
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))
+    os.close(fd)
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            for table in tables:
+                writer.write_table(table)
+        umask = os.umask(0o666)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _as_worker(given: dict[str, Any], offset: int, rank: int | None) -> Callable[..., Any]:

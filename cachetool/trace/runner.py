@@ -118,18 +118,27 @@ def _found_by_installed_finder(here: str) -> bool:
 
 
 def run_script(
-    script: str, args: Sequence[str], *, events_file: str | None = None, module: bool = False
+    script: str,
+    args: Sequence[str],
+    *,
+    events_file: str | None = None,
+    module: bool = False,
+    reuse_equivalent: bool = False,
 ) -> NoReturn:
     """Replace this process by `python script.py args...` (with `module`, `python -m script
     args...`) with tracing on. Does not return; raises `ScriptNotFound` or `NoMainModule` first
     for a script python would refuse.
 
-    With `events_file`, every event goes to that JSON Lines file instead of the ledger."""
+    With `events_file`, every event goes to that JSON Lines file instead of the ledger. With
+    `reuse_equivalent`, a map about to compute takes an equivalent earlier result once sampled
+    batches prove it (`cachetool.trace.rekey`)."""
     if not module:
         check_script(script)
     env = dict(os.environ)
     if events_file is not None:
         env["CACHETOOL_TRACE_EVENTS"] = os.path.abspath(events_file)
+    if reuse_equivalent:
+        env["CACHETOOL_REUSE_EQUIVALENT"] = "1"
     argv = command(script, args, module=module)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -105,6 +105,13 @@ def _is_fingerprint_transform(value: Any) -> bool:
     return False
 
 
+def note(message: str) -> None:
+    """One line on stderr that is not a warning, never an exception."""
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"cachetool: {message}\n")
+        sys.stderr.flush()
+
+
 def warn(message: str) -> None:
     """One line on stderr, never an exception."""
     with contextlib.suppress(Exception):
@@ -179,6 +186,9 @@ class Tracer:
         #: The determinism runner's cold run: every step computes (`load_from_cache_file=False`)
         #: and writes where a plain run would, so the next run loads what it made.
         self.recompute = False
+        #: `cachetool run --reuse-equivalent`: a map about to compute takes an equivalent earlier
+        #: result once sampled batches prove it (`cachetool.trace.rekey`).
+        self.reuse_equivalent = False
         #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
         self._warned: set[Any] = set()
         #: The run's start (`start_run`), written to each root before the run's first record there.
@@ -463,7 +473,8 @@ class Tracer:
         self._emit(self.records.step_start(top, path))
 
     def _resume(self, path: str) -> None:
-        """A map about to compute: reuse what its killed attempt wrote (`resume`); untraced."""
+        """A map about to compute: reuse what its killed attempt wrote (`resume`), else, with
+        `reuse_equivalent`, an equivalent earlier result (`rekey`); untraced."""
         top = self.local.stack[-1]
         if top.op == "map" and len(self.local.stack) == 1 and top.started and not os.path.exists(path):
             self.enabled = False
@@ -471,8 +482,20 @@ class Tracer:
                 path = abs_path(path)
                 root = self.roots.of_folder(os.path.dirname(path))
                 top.resumed = resume_map(top.original, top.args, top.kwargs, path, root, self.sink.run_id)
+                if top.resumed is None and self.reuse_equivalent and self._ledger:
+                    self._rekey(top, path, root)
             finally:
                 self.enabled = True
+
+    def _rekey(self, top: Frame, path: str, root: str) -> None:
+        from cachetool.trace.rekey import rekey_map
+
+        fp = os.path.basename(path).removeprefix("cache-").removesuffix(".arrow")
+        h = next((x for x in top.hashes if x.result == fp), None)
+        if h is None or top.call_site is None:
+            return
+        hashed = self.arguments.hashed(h)
+        top.rekeyed = rekey_map(top.original, top.args, top.kwargs, path, root, hashed, top.call_site, note)
 
     def _exit(self, frame: Frame, out: Any, exc: BaseException | None) -> None:
         local = self.local

@@ -28,7 +28,9 @@ from cachetool.safejson import json_fields, json_value
 #: with no recorded step saying why; another ``datasets`` release (``versions``);
 #: ``same-fingerprint`` (the cache file was gone); ``concurrent`` (another run computed it at the
 #: same time); ``first-run``; ``unexplained``; ``resumed`` (besides the others: the map reused the
-#: rows its killed attempt had written). A change upstream names its step (`Reason.upstream`).
+#: rows its killed attempt had written); ``rekeyed`` (besides the others: an equivalent earlier
+#: result, proven on sampled batches, was written under the new fingerprint). A change upstream
+#: names its step (`Reason.upstream`).
 ReasonKind = Literal[
     "argument",
     "function",
@@ -48,6 +50,7 @@ ReasonKind = Literal[
     "first-run",
     "unexplained",
     "resumed",
+    "rekeyed",
 ]
 #: What a step did with its result: computed it (a cache miss), loaded it (a hit), reused some
 #: `num_proc` shards and computed the others, or wrote no file.

@@ -48,6 +48,8 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     reasons, compared = _reasons(view, rec, siblings)
     if rec.resumed:  # its killed run began it: not a first time, whatever else was recorded
         reasons = (*(r for r in reasons if r.kind != "first-run"), Reason("resumed", rec.resumed.text))
+    if rec.rekeyed:  # what it computed was the proof; the result is the earlier one
+        reasons += (Reason("rekeyed", rec.rekeyed.text),)
     pairs = itertools.pairwise(siblings[: 1 + history])
     past = tuple((StepRef.of(older), tuple(compare(view, newer, older))) for newer, older in pairs)
     return StepExplanation(

@@ -140,6 +140,24 @@ class Resumed(Part):
 
 
 @dataclass(frozen=True)
+class Rekeyed(Part):
+    """A map whose result was the earlier result `source` (of the run `run`), written under the
+    step's fingerprint once `batches` sampled batches (`rows` rows) computed again equalled it."""
+
+    source: str | None = None
+    run: str | None = None
+    batches: int = 0
+    rows: int = 0
+
+    @property
+    def text(self) -> str:
+        return (
+            f"re-keyed from {self.source}, proven on {self.batches} batches "
+            f"({self.rows:,} rows computed again, equal)"
+        )
+
+
+@dataclass(frozen=True)
 class Compute(Part):
     """What a step that computed its result cost: `wall` seconds, and `cpu` seconds of this
     process and of the worker processes it ran and reaped (`num_proc`)."""

@@ -18,6 +18,7 @@ from cachetool.history.records.parts import (
     FileRecord,
     FunctionInfo,
     RandomFallback,
+    Rekeyed,
     Resumed,
     SourceInfo,
 )
@@ -39,7 +40,7 @@ def _cache(v: Any, where: str) -> str:
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
 
-    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns", "resumed", "compute")
+    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns", "resumed", "rekeyed", "compute")
     EXTRA_LAST: ClassVar[bool] = True
 
     operation: str | None = None
@@ -65,6 +66,8 @@ class StepRecord(LedgerRecord):
     columns: Mapping[str, ColumnHead] = field(default_factory=dict)
     #: A map that reused the complete batches of its killed attempt (`cachetool.trace.resume`).
     resumed: Resumed | None = None
+    #: A map whose earlier equivalent result was written under its fingerprint (`trace.rekey`).
+    rekeyed: Rekeyed | None = None
     #: A step that computed (miss, partial): its compute time, workers included (None: a hit,
     #: or a record written before the tracer measured it).
     compute: Compute | None = None
