@@ -71,7 +71,7 @@ def rekey_map(
     given.apply_defaults()
     call = dict(given.arguments)
     ds = call.pop("self")
-    if call["load_from_cache_file"] is False or (call["num_proc"] or 1) > 1 or hashed.get("random_fallback"):
+    if call["load_from_cache_file"] is False or hashed.get("random_fallback"):
         return None
     if inspect.iscoroutinefunction(call["function"]):
         return None
@@ -82,7 +82,11 @@ def rekey_map(
         return None
     rec, old = found
     where = f"map @ {os.path.basename(call_site.file or '?')}:{call_site.line}"
-    batches = _proof(map_fn, ds, call, old, folder)
+    workers = call["num_proc"] or 1
+    if workers > 1 or not os.path.isfile(old):
+        batches: tuple[int, int] | str = "a map run in num_proc workers is not re-keyed"
+    else:
+        batches = _proof(map_fn, ds, call, old, folder)
     if isinstance(batches, str):
         say(f"{where} not re-keyed from {rec.result}: {batches}; computing it")
         return None
@@ -123,7 +127,8 @@ def _earlier(
         if any(_digest(mine.get(k)) != _digest(rec.args.get(k)) for k in SHAPING):
             continue
         old = os.path.join(folder, f"cache-{rec.result}.arrow")
-        if os.path.isfile(old):
+        shards = f"cache-{rec.result}_00000_of_"  # a num_proc map's first shard
+        if os.path.isfile(old) or any(n.startswith(shards) for n in os.listdir(folder)):
             return rec, old
     return None
 
