@@ -284,7 +284,7 @@ def test_hours_given_back_by_resume_and_rekey(tmp_path: Path, isolated_env: Path
                 duration=1.5,
                 files=files,
                 compute={"wall": 1.5, "cpu": 1.5},
-                rekeyed={"from": "r1", "batches": 8},
+                rekeyed={"source": "r1", "run": "r1-run", "batches": 8, "rows": 8000},
             )
         ],
     ]

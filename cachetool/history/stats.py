@@ -630,8 +630,8 @@ def ledger_stats(
 
 def _given_back(back: GivenBack, rec: StepRecord, computed: dict[object, StepRecord], site: str) -> GivenBack:
     """`back` with what `rec` gave back: by resume, its reused rows at the rate it computed the
-    rest; by re-key (a `rekeyed` part, read by name), the compute time of the earlier result it
-    names (else of the latest of its call site and input), less its own time."""
+    rest; by re-key (its `rekeyed` part), the compute time of the earlier result it names (else of
+    the latest of its call site and input), less its own time."""
     wall = compute_time(rec)[0]
     if rec.resumed is not None and rec.resumed.rows:
         left = rec.resumed.of - rec.resumed.rows
@@ -639,13 +639,8 @@ def _given_back(back: GivenBack, rec: StepRecord, computed: dict[object, StepRec
             back,
             resume=back.resume.plus(wall * rec.resumed.rows / left if left > 0 else 0.0, rec.resumed.rows),
         )
-    part = getattr(rec, "rekeyed", None) or rec.extra.get("rekeyed")
-    if part:
-        named = part.to_json() if hasattr(part, "to_json") else part
-        names = [v for v in named.values() if isinstance(v, str)] if isinstance(named, dict) else []
-        earlier = next((computed[n] for n in names if n in computed), None) or computed.get(
-            (site, rec.parents)
-        )
+    if rec.rekeyed is not None:
+        earlier = computed.get(rec.rekeyed.source) or computed.get((site, rec.parents))
         saved = max(0.0, compute_time(earlier)[0] - rec.duration) if earlier is not None else 0.0
         back = replace(back, rekey=back.rekey.plus(saved))
     return back
