@@ -983,6 +983,28 @@ def test_gc_naming_a_saved_dataset_that_is_the_cache_root_says_it_is_kept(tmp_pa
 
 
 @pytest.mark.slow
+def test_gc_says_it_keeps_the_saved_dataset_that_is_the_cache_root(tmp_path: Path) -> None:
+    """`gc --older-than` or `--max-size` with `--cache-dir` a save_to_disk folder (a Dataset or a
+    DatasetDict) keeps the saved dataset, since gc never removes the folder it cleans, and its
+    keeps sentence says so; it called the DatasetDict's split folders "unreadable or not
+    evictable"."""
+    from datasets import Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"x": list(range(20))})
+    one, saved = tmp_path / "one", tmp_path / "saved"
+    ds.save_to_disk(str(one))
+    DatasetDict(train=ds, test=ds.select(range(5))).save_to_disk(str(saved))
+    for root, n in ((one, 1), (saved, 2)):
+        for how in (["--older-than", "0d"], ["--max-size", "0", "--include-sources"]):
+            said = cli("gc", *how, "--min-age", "0", "--dry-run", "--cache-dir", str(root))
+            assert said.exit_code == 0, said.stderr
+            assert f": {n} in the saved dataset that is the cache root" in said.stdout, said.stdout
+            doc = json.loads(cli("gc", *how, "--dry-run", "--json", "--cache-dir", str(root)).stdout)
+            kept = doc["plan"]["kept"]
+            assert kept["reasons"] == {"in the saved dataset that is the cache root": n}, kept
+
+
+@pytest.mark.slow
 def test_ctrl_c_at_the_confirmation_exits_130_and_removes_nothing(tmp_path: Path) -> None:
     """Ctrl-C while gc waits at its question ("Remove 2 item(s), …? [y/N]") on a terminal ends it
     as any interrupted command ends: `Error: interrupted` and exit 130 (not Click's "Aborted!" and

@@ -921,7 +921,8 @@ def kill_num_proc_map_after_shard_0(tmp_path: Path, env: dict[str, str]) -> Path
 def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path: Path) -> None:
     """A `num_proc=2` map killed (with its workers) after shard 0 finished, while shard 1 was still
     a tmp file: verify reports the partial shard set as a warning (datasets reuses the finished
-    shard and computes the rest), not an error, and `verify --quarantine -y` leaves the finished
+    shard and computes the rest), not an error, with a hint: the next run finishes it, and the gc
+    command that removes it if none will. `verify --quarantine -y` leaves the finished
     shard in place (it moved it aside); the rerun reuses it ("Reprocessing 1/2 shards")."""
     env = hf_env(tmp_path)
     cache = kill_num_proc_map_after_shard_0(tmp_path, env)
@@ -938,6 +939,11 @@ def test_quarantine_keeps_the_finished_shards_of_a_killed_num_proc_map(tmp_path:
         partial
     )
     assert "reuses" in partial["problem"], partial
+    fp = partial["entry"]
+    assert partial["hint"] == (
+        "the next run of the map finishes it; if none will, remove it with "
+        f"`cachetool gc {fp} --min-age 0 --cache-dir {cache}`"
+    ), partial
 
     moved = CliRunner().invoke(
         app, ["verify", "--quarantine", "-y", "--json", "--cache-dir", str(cache)], env=env

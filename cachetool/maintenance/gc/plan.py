@@ -169,6 +169,7 @@ class KeptBecause(str, Enum):
     FITS = "that fit under --max-size"  # rendered with --max-size
     NOT_SELECTED = "not selected"
     NOT_EVICTABLE = "unreadable or not evictable"
+    CACHE_ROOT = "in the saved dataset that is the cache root"  # gc never removes the folder it cleans
     UNTOUCHED = "untouched (--temp removes only leftovers)"
 
     def render(self, options: GcOptions) -> str:

@@ -675,7 +675,11 @@ class Planner(Rules):
             n += 1
             size += e.size
             if evicting:
-                reason = reason_of_entry.get(e.path, KeptBecause.NOT_EVICTABLE)
+                # A saved folder given as the root is no unit: gc never removes the root.
+                unit_less = (
+                    KeptBecause.CACHE_ROOT if _unit_key_of(e) == self.root else KeptBecause.NOT_EVICTABLE
+                )
+                reason = reason_of_entry.get(e.path, unit_less)
             else:
                 reason = KeptBecause.OUTSIDE if named else KeptBecause.UNTOUCHED
             counts[reason] += 1

@@ -279,7 +279,9 @@ class Checker:
             if p.code == "partial-shards":
                 # A num_proc map that did not finish: datasets loads each finished shard from the
                 # cache and computes only the missing ones, so the finished ones are not damage.
-                self.add("partial-shards", e, e.path, f"{p}: {_REUSED}")
+                remove = gc_command(self.report.root, e.fingerprint or os.fsdecode(e.path))
+                hint = f"the next run of the map finishes it; if none will, remove it with `{remove}`"
+                self.add("partial-shards", e, e.path, f"{p}: {_REUSED}", hint)
             elif p.code not in ("unreadable", "fingerprint-mismatch"):
                 self.add("damaged", e, e.path, str(p), self.recompute(e))
         if e.kind == Kind.SOURCE:
