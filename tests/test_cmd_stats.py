@@ -319,3 +319,7 @@ def test_a_bad_since_is_a_one_line_usage_error(known: Path) -> None:
     proc = invoke("stats", "--since", "7 days", "--cache-dir", str(known))
     assert proc.exit_code == 2 and proc.stderr.startswith("Error:"), proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
+    said = invoke("stats", "--since", "soon", "--cache-dir", str(known)).stderr
+    assert said.startswith(
+        "Error: invalid --since 'soon': 'soon' is not a duration: give a number and a unit"
+    )
