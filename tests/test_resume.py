@@ -219,3 +219,52 @@ def test_a_rerun_told_not_to_load_from_the_cache_computes_everything(tmp_path: P
     said = invoke("explain", "--last", "--json", env=env).stdout
     assert json.loads(said)["uncached"] and "resumed" not in said, said
     assert partial.stat().st_size == size
+
+
+def _gc_plan(env: dict[str, str], *args: str) -> tuple[list[str], dict[str, str]]:
+    """The paths `gc --dry-run ARGS` would remove from the cache, and those it keeps with the code
+    of why (what it would do in the temp dir left out)."""
+    cache = env["HF_DATASETS_CACHE"]
+    plan = json.loads(invoke("gc", "--cache-dir", cache, "--dry-run", "--json", *args, env=env).stdout)[
+        "plan"
+    ]
+    kept = {s["path"]: s["code"] for s in plan["skipped"] if s["path"].startswith(cache)}
+    return [i["path"] for i in plan["items"] if i["path"].startswith(cache)], kept
+
+
+def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> None:
+    """A `filter` SIGKILLed part way leaves an indices `tmp*` file under the filter's fingerprint,
+    but a filter does not resume: `ls` lists it as a plain `temp` and `gc --temp` removes it once
+    older than `--min-age`, as any leftover."""
+    (tmp_path / "p.py").write_text(
+        textwrap.dedent(
+            """\
+            import sys, time
+            from pathlib import Path
+            from datasets import load_dataset
+
+            def keep(ex, idx):
+                if idx == 3000:
+                    Path(sys.argv[2]).write_text("busy")
+                time.sleep(0.002 if idx >= 3000 else 0)
+                return idx % 3 != 0
+
+            ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+            ds = ds.filter(keep, with_indices=True, writer_batch_size=100)
+            print("finished")
+            """
+        ),
+        encoding="utf-8",
+    )
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    assert read_summary(partial).fingerprint and read_summary(partial).rows  # what made it look resumable
+    (entry,) = [
+        e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
+    ]
+    assert entry["resumable"] is False, entry
+    hours_ago = time.time() - 2 * 3600
+    os.utime(partial, (hours_ago, hours_ago))
+    assert _gc_plan(env, "--temp") == ([str(partial)], {})
