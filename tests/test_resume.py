@@ -232,6 +232,32 @@ def _gc_plan(env: dict[str, str], *args: str) -> tuple[list[str], dict[str, str]
     return [i["path"] for i in plan["items"] if i["path"].startswith(cache)], kept
 
 
+def test_gc_temp_keeps_a_resumable_partial_only_while_nothing_else_is_said_of_it(tmp_path: Path) -> None:
+    """`gc --temp` keeps a killed map's resumable partial for a day, but one named on its command
+    line goes (`gc --temp PATH` as `gc PATH`), and one a live process holds is kept as in use by
+    that process, not as a partial a rerun will take back."""
+    script = PIPELINE.replace("MAP_ARGS", "batched=True, batch_size=100").replace("STRIDE", "1")
+    (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), KILL_AT="10000")
+    _run_and_kill(tmp_path, env)
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    hours_ago = time.time() - 2 * 3600  # past the default --min-age 1h, within the day
+    os.utime(partial, (hours_ago, hours_ago))
+    assert _gc_plan(env, "--temp") == ([], {str(partial): "resumable"})
+    assert _gc_plan(env, "--temp", str(partial)) == ([str(partial)], {})
+
+    hold = "import sys; f = open(sys.argv[1], 'rb'); print(flush=True); sys.stdin.read()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(partial)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"\n"
+        assert _gc_plan(env, "--temp") == ([], {str(partial): "in-use"})
+    finally:
+        holder.communicate(b"")
+
+
 def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> None:
     """A `filter` SIGKILLed part way leaves an indices `tmp*` file under the filter's fingerprint,
     but a filter does not resume: `ls` lists it as a plain `temp` and `gc --temp` removes it once
