@@ -248,9 +248,10 @@ def _gc_plan(env: dict[str, str], *args: str) -> tuple[list[str], dict[str, str]
 
 
 def test_gc_temp_keeps_a_resumable_partial_only_while_nothing_else_is_said_of_it(tmp_path: Path) -> None:
-    """`gc --temp` keeps a killed map's resumable partial for a day, but one named on its command
-    line goes (`gc --temp PATH` as `gc PATH`), and one a live process holds is kept as in use by
-    that process, not as a partial a rerun will take back."""
+    """`gc --temp` (and `gc_cache(temp=True)`) keeps a killed map's resumable partial for a day, but
+    one named on its command line goes (`gc --temp PATH` as `gc PATH`), as with `--min-age` given,
+    and one a live process holds is kept as in use by that process, not as a partial a rerun will
+    take back. `show` of its fingerprint calls it resumable, with its rows."""
     script = PIPELINE.replace("MAP_ARGS", "batched=True, batch_size=100").replace("STRIDE", "1")
     (tmp_path / "p.py").write_text(script, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
@@ -261,6 +262,19 @@ def test_gc_temp_keeps_a_resumable_partial_only_while_nothing_else_is_said_of_it
     os.utime(partial, (hours_ago, hours_ago))
     assert _gc_plan(env, "--temp") == ([], {str(partial): "resumable"})
     assert _gc_plan(env, "--temp", str(partial)) == ([str(partial)], {})
+    # The same from Python; and `show` of the fingerprint says what the file is.
+    from cachetool import gc_cache
+
+    run = gc_cache(env["HF_DATASETS_CACHE"], temp=True, tmp_dir=tmp_path, dry_run=True)
+    assert partial not in [i.path for i in run.plan.items]
+    assert [s.code for s in run.plan.skipped if s.path == partial] == ["resumable"]
+    run = gc_cache(env["HF_DATASETS_CACHE"], temp=True, tmp_dir=tmp_path, min_age="30m", dry_run=True)
+    assert partial in [i.path for i in run.plan.items]
+    summary = read_summary(partial)
+    shown = invoke(
+        "show", "--cache-dir", env["HF_DATASETS_CACHE"], str(summary.fingerprint), env=env, columns=200
+    )
+    assert "temp resumable" in shown.stdout and f"holding {summary.rows:,} rows" in shown.stdout, shown.stdout
 
     hold = "import sys; f = open(sys.argv[1], 'rb'); print(flush=True); sys.stdin.read()"
     holder = subprocess.Popen(
