@@ -323,3 +323,50 @@ def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> N
     hours_ago = time.time() - 2 * 3600
     os.utime(partial, (hours_ago, hours_ago))
     assert _gc_plan(env, "--temp") == ([str(partial)], {})
+
+
+BOTH_WORKERS = textwrap.dedent(
+    """\
+    import os, sys, time
+    from pathlib import Path
+    from datasets import load_dataset
+
+    def f(ex, idx):
+        time.sleep(0.01)  # every worker as slow, all along
+        if idx[-1] >= int(os.environ.get("KILL_AT", 10**9)):
+            Path(sys.argv[2]).write_text("busy")
+        return {"y": [x * 2 + i for x, i in zip(ex["x"], idx)]}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    ds = ds.map(f, with_indices=True, batched=True, batch_size=100, num_proc=4)
+    print("finished", ds._fingerprint)
+    """
+)
+
+
+@pytest.mark.parametrize(("kill_at", "resumes"), [(16_000, False), (19_500, True)], ids=["early", "late"])
+def test_a_num_proc_map_resumes_unless_that_is_much_slower(
+    tmp_path: Path, kill_at: int, resumes: bool
+) -> None:
+    """A `num_proc=4` map whose workers are SIGKILLed together: resumed, their rests are computed
+    one after the other in the rerun's process, so killed at about 20% each (16,000 rows left one
+    after the other against 5,000 side by side) the rerun leaves it to `datasets`' workers, and at
+    about 90% it resumes; either way the files are an uninterrupted run's."""
+    (tmp_path / "p.py").write_text(BOTH_WORKERS, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run(
+        "p.py", "d.csv", "-", env={**env, "HF_DATASETS_CACHE": str(tmp_path / "reference")}, cwd=tmp_path
+    )
+    _kill_group(tmp_path, {**env, "KILL_AT": str(kill_at)})
+    partials = list((tmp_path / "cache").rglob("tmp*"))
+    assert partials  # (on a loaded machine a worker may have finished, or not begun, by then)
+
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    said = invoke("explain", "--last", env=env, columns=200).stdout
+    assert ("resumed:" in said) == resumes, said
+    fp = out.stdout.split()[-1]
+    mine = sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
+    theirs = sorted((tmp_path / "reference").rglob(f"cache-{fp}*.arrow"))
+    assert [p.name for p in mine] == [p.name for p in theirs] and len(mine) == 4
+    assert all(_table(m).equals(_table(t)) for m, t in zip(mine, theirs, strict=True))
