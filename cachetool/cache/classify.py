@@ -187,8 +187,14 @@ class Scanner(Walker):
             f = self.cache_file(it, arrow=True)
             fp = f.summary.fingerprint if f.summary else None
             rows = f.summary.rows if f.summary else None
-            # A map's partial output: complete batches of a step whose file is not there yet.
-            resumable = bool(fp and rows and not (it.path.parent / f"cache-{fp}.arrow").exists())
+            # A map's partial output: complete batches of a step whose file is not there yet (an
+            # indices mapping is a filter's, sort's, ...: those do not resume).
+            resumable = bool(
+                fp
+                and rows
+                and not (f.summary and f.summary.is_indices)
+                and not (it.path.parent / f"cache-{fp}.arrow").exists()
+            )
             problem = (
                 EntryProblem(code="resumable", got=rows, want=fp)
                 if resumable

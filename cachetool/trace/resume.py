@@ -54,24 +54,36 @@ def resume_map(
     ds = given.pop("self")
     if given["load_from_cache_file"] is False or inspect.iscoroutinefunction(given["function"]):
         return None
-    reused, runs = 0, []
+    step = given["batch_size"] if given["batched"] else 1
+    if not step or step <= 0:  # one batch of everything: nothing to resume from
+        return None
+    # Each partial to resume: it, its run, its file, the first and the number of rows of its
+    # `num_proc` worker (all rows without workers), its rank, the number of shards, its rows.
+    found: list[tuple[str, Any, str, int, int, int | None, int, int]] = []
     for tmp in tmps:
         partial = os.path.join(folder, tmp)
         # Its writer: the latest run that began this step when the file was not there yet.
         owner = next((s for s in reversed(starts) if tmp not in s.before and s.run != run), None)
         if owner is None or run_state(owner) != "killed" or _held(partial):
             continue
-        got = read_summary(partial).fingerprint  # `<fp>_00001_of_00002` for a num_proc shard
+        summary = read_summary(partial)
+        got = summary.fingerprint  # `<fp>_00001_of_00002` for a num_proc shard
         suffix = got[len(fp) :] if got and got.startswith(fp) else None
         shard = re.fullmatch(r"_(\d+)_of_(\d+)", suffix or "")
         if suffix is None or (suffix and shard is None):
             continue
         rank, shards = map(int, shard.groups()) if shard else (0, 1)
-        size, more = divmod(len(ds), shards)  # datasets' contiguous shards
-        rows = (rank * size + min(rank, more), size + (rank < more))
-        target = path.removesuffix(".arrow") + suffix + ".arrow"
-        rows_of = (*rows, rank if shard else None)  # a num_proc worker's rows, and its rank
-        done = None if os.path.exists(target) else _resume_file(map_fn, ds, given, partial, target, *rows_of)
+        first, count = _shard_rows(len(ds), rank, shards)
+        target = path.removesuffix(".arrow") + (suffix or "") + ".arrow"
+        if not os.path.exists(target):
+            found.append(
+                (partial, owner, target, first, count, rank if shard else None, shards, summary.rows or 0)
+            )
+    found = [f for f in found if _pays_off(f[6], found, path, len(ds), step, given["num_proc"])]
+    reused, runs = 0, []
+    for partial, owner, target, first, count, worker, _, _ in found:
+        exists = os.path.exists(target)  # (resumed from an earlier partial of the same worker)
+        done = None if exists else _resume_file(map_fn, ds, given, partial, target, first, count, worker)
         if done:
             reused += done
             runs.append(owner.run)
@@ -79,6 +91,48 @@ def resume_map(
                 if not _held(partial):
                     os.unlink(partial)
     return Resumed(rows=reused, of=len(ds), run=", ".join(dict.fromkeys(runs))) if reused else None
+
+
+def _shard_rows(rows: int, rank: int, shards: int) -> tuple[int, int]:
+    """The first row and the number of rows of `datasets`' contiguous shard `rank` of `shards`."""
+    size, more = divmod(rows, shards)
+    return rank * size + min(rank, more), size + (rank < more)
+
+
+#: How much longer than recomputing a resumed `num_proc` map may take (counted in rows): twice, so
+#: that 2 workers always resume (their rests one after the other are at most both shards) and a near
+#: tie spares the rerun `datasets`' pool of workers, while 8 workers killed half way (4 times) do not.
+SLOWER = 2.0
+
+
+def _pays_off(
+    shards: int, found: list[tuple[Any, ...]], path: str, rows: int, step: int, num_proc: int | None
+) -> bool:
+    """Whether resuming the killed `num_proc` workers' shards (of `shards`) found in `found` takes
+    at most `SLOWER` times as long as not: resumed, their rest is computed one shard after the
+    other in this process, then `datasets`' workers compute the unfinished shards without a partial
+    side by side; not resumed, they compute every unfinished shard side by side (a map of 8 workers
+    killed half way would take 4 times as long resumed). Counted in rows, the reusable ones from
+    the partials' complete batches."""
+    if shards == 1:
+        return True
+    prefix = path.removesuffix(".arrow")
+    todo = {
+        r: _shard_rows(rows, r, shards)[1]
+        for r in range(shards)
+        if not os.path.exists(f"{prefix}_{r:05d}_of_{shards:05d}.arrow")
+    }
+    reusable: dict[int, int] = {}
+    for _, _, _, _, count, rank, n, complete in found:
+        if n == shards and rank is not None:
+            done = min(complete, count) // step * step
+            reusable[rank] = max(reusable.get(rank, 0), done)
+    workers = max(1, min(num_proc or 1, len(todo)))
+    others = [n for r, n in todo.items() if r not in reusable]
+    resumed = sum(todo[r] - n for r, n in reusable.items() if r in todo)
+    resumed += max(max(others, default=0), -(-sum(others) // workers))
+    recomputed = max(max(todo.values(), default=0), -(-sum(todo.values()) // workers))
+    return resumed <= SLOWER * recomputed
 
 
 def _resume_file(

@@ -212,11 +212,16 @@ class Planner(Rules):
         *,
         aged: bool = True,
         also: Callable[[], Refusal | None] = lambda: None,
+        young: Refusal | None = None,
     ) -> None:
         """Plan `item` unless a rule (or `also`) keeps it: then a skip, of `e` at the item's path.
-        `aged`: its age counts (a lock's says nothing: filelock never touches its mtime)."""
+        `aged`: its age counts (a lock's says nothing: filelock never touches its mtime).
+        `young`: why it stays though old enough for `--min-age` (said instead of too young)."""
         newest = max((t.mtime for t in item.targets if t.mtime is not None), default=None) if aged else None
-        why = self.refusal(uids, newest, pids, age_applies=aged, scope=item.scope) or also()
+        why = self.refusal(uids, newest, pids, age_applies=aged, scope=item.scope)
+        if young is not None and (why is None or why.code == "too-young"):
+            why = young
+        why = why or also()
         if why is None:
             self.add(item)
         else:
@@ -235,7 +240,10 @@ class Planner(Rules):
         self.items.append(item)
         self.removing.update(t.path for t in item.targets)
 
-    def leftovers(self, only: set[Path] | None = None) -> None:
+    def leftovers(self, only: set[Path] | None = None, named: set[Path] | None = None) -> None:
+        """Plan the leftovers (`only` these, when given); those `named` on the command line (all
+        of `only`) are not kept as resumable partials."""
+        named = only if only is not None else named or set()
         # Folders `datasets` writes cache files into: dataset folders, and folders holding its
         # cache-<fp>.arrow files. A folder of a user's own .arrow files is not one of them.
         data_dirs = {d.path for d in self.report.datasets}
@@ -247,7 +255,7 @@ class Planner(Rules):
             if e.kind == Kind.TEMP and layout.GC_TRASH_RE.match(e.path.name):
                 self.gc_trash(e)
             elif e.kind == Kind.TEMP:
-                self.temp_file(e, data_dirs, named=only is not None)
+                self.temp_file(e, data_dirs, named=e.path in named)
             elif e.kind == Kind.INCOMPLETE_PREPARE:
                 self.incomplete_prepare(e)
             elif e.kind == Kind.INCOMPLETE_SAVE:
@@ -271,28 +279,31 @@ class Planner(Rules):
             self.skip(e, Refusal("not-datasets", "not in a dataset folder: datasets did not write it"))
             return
         age = self.now - f.mtime
+        young = None
         if (
             e.resumable_rows
             and not named
             and self.options.min_age == DEFAULT_MIN_AGE
             and 0 <= age < RESUMABLE_FOR
         ):
-            # A day for its pipeline to run again and take the rows back (docs/resume.md).
+            # A day for its pipeline to run again and take the rows back (docs/resume.md); held by
+            # a live process or another user's, it is kept for that.
             fp = e.aliases[0] if e.aliases else "its step"
             ago = compact_age(max(0.0, age))
             why = (
                 f"resumable partial of {fp} ({e.resumable_rows:,} rows), modified {ago} ago: a traced "
                 "rerun of its step reuses them; kept a day unless named or --min-age is given"
             )
-            self.skip(e, Refusal("resumable", why))
-            return
+            young = Refusal("resumable", why)
         reason = ("empty" if f.size == 0 else "partial") + " tmp file of a killed writer"
-        self.leftover_file(e, f, Kind.TEMP, reason, dataset=e.dataset, aliases=e.aliases)
+        self.leftover_file(e, f, Kind.TEMP, reason, young=young, dataset=e.dataset, aliases=e.aliases)
 
-    def leftover_file(self, e: Entry, f: CacheFile, kind: Kind, reason: str, **extra: Any) -> None:
-        """Plan to remove one leftover file as one item, unless a rule keeps it."""
+    def leftover_file(
+        self, e: Entry, f: CacheFile, kind: Kind, reason: str, young: Refusal | None = None, **extra: Any
+    ) -> None:
+        """Plan to remove one leftover file as one item, unless a rule (or `young`) keeps it."""
         item = GcItem(f.path, kind, f.size, 1, reason, (Target(f.path, False, f.size, f.mtime),), **extra)
-        self.offer(e, item, [f.uid], self.file_pids([f]), aged=kind != Kind.LOCK)
+        self.offer(e, item, [f.uid], self.file_pids([f]), aged=kind != Kind.LOCK, young=young)
 
     def tf_leftovers(self, e: Entry) -> None:
         """What a killed `tf.data` writer left (its lockfiles and partial shards), as one item;
@@ -807,7 +818,7 @@ def build_plan(
         b.warnings.append(f"not cleaning {report.root}: {root_refused}; pass --force-root if you mean it")
         b.temp_folders()
     elif options.temp:
-        b.leftovers()
+        b.leftovers(named=named_leftovers)
         b.temp_folders()
     elif named_leftovers:
         b.leftovers(only=named_leftovers)
