@@ -102,12 +102,12 @@ def parse_duration(value: str, option: str, expr: str | None = None) -> float:
     """Seconds from `30d`, `12h`, `90m`; a bare number other than 0 is refused with a hint, since
     `--older-than 30` reads as days to some and as seconds to others (a usage error, exit 2)."""
     m = _NUMBER_UNIT_RE.fullmatch(value.strip())
-    if m is None:
+    if m is None and not value.strip().startswith("-"):  # a negative one is refused as such
         said = expr if expr is not None else value
         raise BadExpression(
             option, said, f"'{value}' is not a duration: give a number and a unit, e.g. 7d, 12h, 30m"
         )
-    if not m.group(2) and float(m.group(1)) != 0:
+    if m is not None and not m.group(2) and float(m.group(1)) != 0:
         n = m.group(1)
         raise BadExpression(
             option,
