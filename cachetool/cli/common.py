@@ -34,6 +34,7 @@ COMMANDS = {
     "explain": ("explain", "run_explain"),
     "stats": ("stats", "stats_command"),
     "report": ("report", "report_command"),
+    "remote": ("remote", "remote_command"),
 }
 
 

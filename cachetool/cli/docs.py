@@ -53,6 +53,7 @@ GUIDES = {
     "explain": "explain.md",
     "stats": "explain.md",
     "report": "report.md",
+    "remote": "remote.md",
 }
 
 
@@ -124,6 +125,7 @@ API = (
     ),
     ("A picture: `report`", "write_report report.data.build_report"),
     ("The demo: `demo`", "build_demo"),
+    ("Many machines: `remote`", "remote.push remote.pull remote.Pushed remote.Pulled"),
     ("Errors and exit codes", "errors.CachetoolError errors.ExitCode"),
 )
 

@@ -170,7 +170,7 @@ class Bucket:
         """The variables of a user of this remote (`extra` added)."""
         return {**self.server.env(), "CACHETOOL_REMOTE": self.url, **extra}
 
-    def keys(self) -> list[str]:
+    def objects(self) -> list[str]:
         """Every key under the prefix, relative to it."""
         client = self.server.client()
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=self.prefix + "/")

@@ -1,0 +1,107 @@
+"""`cachetool remote push|pull`: a step's cache files to and from the remote tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from cachetool.cli.common import CACHE_DIR, OUTPUT, REQUIRED, arg, command, opt
+from cachetool.cli.output import Output, OutputFormat, hint
+
+REMOTE = opt(
+    "--remote",
+    type=str | None,
+    metavar="URL",
+    help="The remote: s3://bucket/prefix (also gs://, az://). Default: CACHETOOL_REMOTE.",
+)
+
+
+@command(
+    action=arg("push (upload) or pull (download).", default=REQUIRED, show_default=False),
+    fingerprints=arg(
+        "Fingerprints, unique prefixes or cache file paths (push without any: every cache file "
+        "of the cache).",
+        list[str] | None,
+        show_default=False,
+    ),
+    remote=REMOTE,
+    cache_dir=CACHE_DIR,
+    **OUTPUT,
+)
+def remote_command(
+    action: str, fingerprints: list[str] | None, remote: str | None, cache_dir: Path | None, fmt: OutputFormat
+) -> None:
+    """Push a step's cache files to the remote, or pull them from it into this cache.
+
+    The remote is an object store (`CACHETOOL_REMOTE=s3://bucket/prefix`, or --remote); endpoint
+    and credentials come from `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`
+    or `~/.aws/`. Needs `pip install "cachetool[remote]"`.
+
+    **push** uploads each file (`cache-<fp>.arrow`, or its num_proc shards) with a write-once
+    put, then a producer record naming each file's size and xxh3 (signed with
+    `CACHETOOL_REMOTE_KEY` when set), written last: an upload killed half-way leaves nothing a
+    reader uses. Nothing on the remote is ever replaced; pushing again sends nothing.
+
+    **pull** downloads a result, checks every size and checksum, that each file is a whole Arrow
+    stream of that fingerprint, and with `CACHETOOL_REMOTE_KEY` set the record's signature; only
+    then it places the files where their producer had them, under their own names, never over
+    a file. `datasets` then loads them as a cache hit. A failed check places nothing.
+
+    With a remote set, `cachetool run` does both for every step: pull on a miss, push after a
+    step computed (docs/remote.md).
+
+    **Examples**
+
+        export CACHETOOL_REMOTE=s3://team-bucket/hf-cache
+
+        cachetool remote push 3f2a9c1b
+
+        cachetool remote push                # every cache file of the cache
+
+        cachetool remote pull 3f2a9c1b4d5e6f70 --cache-dir /scratch/hf
+
+        cachetool ls s3://team-bucket/hf-cache
+
+    Exit codes: 0 pushed or pulled (or there already); 1 refused: a checksum, the Arrow stream or
+    the signature failed, or other bytes stand on the remote where a file would go (nothing
+    placed, nothing replaced); 2 usage (no remote, unknown fingerprint, not on the remote, the
+    remote unreachable).
+    """
+    from cachetool.formatting import human_size
+    from cachetool.remote import pull, push
+
+    names = list(fingerprints or ())
+    out = Output(fmt)
+    if action == "push":
+        pushed = push(names, cache_dir=cache_dir, remote=remote)
+        if fmt == OutputFormat.json:
+            out.json({"pushed": [p.to_json() for p in pushed]})
+        elif fmt == OutputFormat.quiet:
+            out.ids(p.fingerprint for p in pushed)
+        for p in pushed:
+            if fmt == OutputFormat.human:
+                if p.already:
+                    out.line(f"{p.fingerprint} is already on the remote: nothing sent")
+                else:
+                    files = f"{len(p.files)} file{'s' if len(p.files) > 1 else ''}"
+                    out.line(f"Pushed {p.fingerprint}: {files}, {human_size(p.sent)} sent")
+            if not p.same:
+                hint(f"the remote's record of {p.fingerprint} names other files than this cache's: kept")
+        if not pushed and fmt == OutputFormat.human:
+            out.line("No cache files to push.")
+    elif action == "pull":
+        if len(names) != 1:
+            raise typer.BadParameter("pull takes one fingerprint", param_hint="FINGERPRINTS")
+        got = pull(names[0], cache_dir=cache_dir, remote=remote)
+        if fmt == OutputFormat.json:
+            out.json({"pulled": got.to_json()})
+        elif fmt == OutputFormat.quiet:
+            out.ids([got.fingerprint])
+        elif got.received:
+            where = out.path(got.files[0].parent, out.width - 40)
+            out.line(f"Pulled {got.fingerprint}: {human_size(got.received)}, checked, into {where}")
+        else:
+            out.line(f"{got.fingerprint} is in the cache already: nothing received")
+    else:
+        raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
