@@ -101,6 +101,12 @@ def remote_command(
         elif got.received:
             where = out.path(got.files[0].parent, out.width - 40)
             out.line(f"Pulled {got.fingerprint}: {human_size(got.received)}, checked, into {where}")
+        folder = got.files[0].parent
+        if got.received and not any((folder / n).exists() for n in ("dataset_info.json", "state.json")):
+            hint(
+                "its source is not prepared in this cache yet, and datasets replaces the folder when it "
+                "prepares it: load the source first, or let `cachetool run --remote` pull on the miss"
+            )
         else:
             out.line(f"{got.fingerprint} is in the cache already: nothing received")
     else:

@@ -19,8 +19,15 @@ from cachetool.cli.common import arg, command, opt
         type=str | None,
         metavar="MODULE",
     ),
+    remote=opt(
+        "--remote",
+        type=str | None,
+        metavar="URL",
+        help="Use this remote (s3://bucket/prefix): pull a step's result on a miss, push what "
+        "computed (as CACHETOOL_REMOTE does).",
+    ),
 )
-def run_command(script: str | None, args: list[str] | None, module: str | None) -> None:
+def run_command(script: str | None, args: list[str] | None, module: str | None, remote: str | None) -> None:
     """Run a pipeline script exactly as `python script.py args...` would, recording lineage.
 
     The script gets the same `sys.argv`, `__main__`, `sys.path[0]` (its own folder), working
@@ -33,6 +40,10 @@ def run_command(script: str | None, args: list[str] | None, module: str | None) 
 
     In your own code, `with cachetool.tracing(): ...` does the same.
 
+    With a remote (`--remote s3://bucket/prefix`, or `CACHETOOL_REMOTE`), a step whose result is
+    not in the local cache is looked up there first and, once checked, loaded as a cache hit;
+    what a step computes is pushed (docs/remote.md).
+
     **Examples**
 
         cachetool run pipeline.py
@@ -41,13 +52,19 @@ def run_command(script: str | None, args: list[str] | None, module: str | None) 
 
         cachetool run -m mypackage.prepare --split train
 
+        cachetool run --remote s3://team-bucket/hf-cache prepare.py
+
         python -m cachetool run pipeline.py
 
     Exit codes: the script's own; 2 when the script does not exist or is a folder without
     `__main__.py`.
     """
+    import os
+
     from cachetool.trace.runner import run_script
 
+    if remote:
+        os.environ["CACHETOOL_REMOTE"] = remote
     if module is not None:
         run_script(module, [*([script] if script is not None else []), *(args or [])], module=True)
     elif script is None:

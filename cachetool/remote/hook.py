@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,17 @@ class RemoteHook:
         self.remote = remote
         self._failed = False
 
-    def before_compute(self, path: str) -> None:
-        """A step is about to look for its cache file `path`: when neither it nor one of its
-        shards is there, place the remote's copy (checked) so that `datasets` finds it."""
+    def before_compute(self, path: str, kwargs: Mapping[str, Any]) -> None:
+        """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
+        it nor one of its shards is there, place the remote's copy (checked) so that `datasets`
+        finds it. Not for a step told to compute (`load_from_cache_file=False`)."""
         from cachetool.remote.transfer import _record, cache_files_of, pull_record
 
         folder, name = os.path.split(path)
         parsed = parse_cache_file(name)
-        if parsed is None or self._failed or cache_files_of(folder, parsed[0]):
+        if kwargs.get("load_from_cache_file") is False or parsed is None or self._failed:
+            return
+        if cache_files_of(folder, parsed[0]):
             return
         try:
             record = _record(self.remote, parsed[0])

@@ -178,6 +178,8 @@ class Tracer:
         self.recompute = False
         #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
         self._warned: set[Any] = set()
+        #: Pull on a miss, push after a compute (`cachetool.remote.hook`): with a remote configured.
+        self.remote: Any = None
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -207,6 +209,10 @@ class Tracer:
             self.uninstall()
             warn(f"tracing is off: installing the hooks failed ({type(e).__name__}: {e})")
             return False
+        if self._ledger and os.environ.get("CACHETOOL_REMOTE"):
+            from cachetool.remote.hook import hook_from_env
+
+            self.remote = hook_from_env()
         self.enabled = True
         return True
 
@@ -393,6 +399,8 @@ class Tracer:
                 path = self._fresh_path(path)
             if self.enabled and self.local.stack:
                 try:
+                    if self.remote is not None:  # a miss here may be a hit on the remote
+                        self.remote.before_compute(path, self.local.stack[-1].kwargs)
                     self.calls.snapshot(path)
                     self._note_start(path)
                     self._resume(path)
@@ -470,6 +478,8 @@ class Tracer:
                 frame.pending.sort(key=lambda r: r.seq)
                 for rec in frame.pending:
                     self._emit(rec)
+                if self.remote is not None and exc is None:
+                    self.remote.after_compute(frame.pending)  # what computed goes to the remote
         except Exception as e:
             self._hook_failed(frame.op, e)
         finally:
