@@ -125,7 +125,11 @@ API = (
     ),
     ("A picture: `report`", "write_report report.data.build_report"),
     ("The demo: `demo`", "build_demo"),
-    ("Many machines: `remote`", "remote.push remote.pull remote.Pushed remote.Pulled"),
+    (
+        "Many machines: `remote`, `ls s3://`, `verify s3://`",
+        "remote.push remote.pull remote.Pushed remote.Pulled remote.fleet.list_remote "
+        "remote.fleet.verify_remote",
+    ),
     ("Errors and exit codes", "errors.CachetoolError errors.ExitCode"),
 )
 

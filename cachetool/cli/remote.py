@@ -111,3 +111,77 @@ def remote_command(
             out.line(f"{got.fingerprint} is in the cache already: nothing received")
     else:
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
+
+
+def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
+    """`cachetool ls s3://...`: one row per fingerprint on the remote (`list_remote`)."""
+    import time
+
+    from cachetool.formatting import compact_age, human_size
+    from cachetool.remote.client import remote_url
+    from cachetool.remote.fleet import list_remote
+
+    entries = list_remote(remote_url(url))
+    shown = entries[:limit] if limit is not None else entries
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json({"remote": remote_url(url), "entries": [e.to_json() for e in shown]})
+        return
+    if fmt == OutputFormat.quiet:
+        out.ids(e.fingerprint for e in shown)
+        return
+    now = time.time()
+    out.table(
+        None,
+        [
+            ("fingerprint", "left"),
+            ("files", "right"),
+            ("size", "right"),
+            ("written", "right"),
+            ("record", "left"),
+        ],
+        [
+            (
+                e.fingerprint,
+                str(len(e.files)),
+                human_size(e.size),
+                compact_age(now - e.modified),
+                "yes" if e.record else "no: not used",
+            )
+            for e in shown
+        ],
+        whole=("fingerprint",),
+    )
+    files, size = sum(len(e.files) for e in entries), human_size(sum(e.size for e in entries))
+    out.line(f"{len(entries)} results, {files} files, {size} on {remote_url(url)}")
+    if any(not e.record for e in entries):
+        hint("a result without a record is an upload stopped before its end: no reader uses it")
+
+
+def remote_verify(url: str, fingerprints: list[str], deep: bool, fmt: OutputFormat) -> int:
+    """`cachetool verify s3://... [FP...] [--deep]`: `verify_remote`, its findings, its exit code."""
+    from cachetool.formatting import human_size
+    from cachetool.remote.client import remote_url
+    from cachetool.remote.fleet import verify_remote
+
+    report = verify_remote(remote_url(url), fingerprints=fingerprints, deep=deep)
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json(report.to_json())
+    elif fmt == OutputFormat.quiet:
+        out.ids(sorted({f.fingerprint for f in report.findings if f.severity == "error"}))
+    else:
+        for f in report.findings:
+            out.line(f"{f.severity}: {f}")
+        errors = sum(f.severity == "error" for f in report.findings)
+        warnings = len(report.findings) - errors
+        how = "deep: every byte" if deep else "shallow: schema and end-of-stream marker"
+        out.line(
+            f"Checked {report.results} results ({report.files} files, {how}; {human_size(report.bytes_read)} "
+            f"read) on {report.url}: {_count(errors, 'error')}, {_count(warnings, 'warning')}"
+        )
+    return int(report.exit_code)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
