@@ -193,7 +193,7 @@ def _shallow(remote: Remote, key: str, size: int) -> tuple[str | None, int]:
 
     if size < 16:
         return f"{size} bytes: too short for an Arrow stream", 0
-    head = remote.get_range(key, 0, min(size, HEAD_BYTES))
+    head = remote.get_range(key, 0, min(size, HEAD_BYTES))  # a small file whole: one read
     read = len(head)
     if head[:4] != CONTINUATION:
         return "not an Arrow IPC stream", read
@@ -206,8 +206,11 @@ def _shallow(remote: Remote, key: str, size: int) -> tuple[str | None, int]:
     message = head[: 8 + length]
     if decode_schema(message) is None and not _pyarrow_reads_schema(message):
         return "its schema message does not read", read
-    tail = remote.get_range(key, size - 8, size)
-    read += len(tail)
+    if len(head) == size:
+        tail = head[size - 8 :]
+    else:
+        tail = remote.get_range(key, size - 8, size)
+        read += len(tail)
     if tail != EOS_MARKER:
         return "no end-of-stream marker: the writer did not finish", read
     return None, read

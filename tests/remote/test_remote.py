@@ -192,3 +192,20 @@ def test_no_remote_configured_is_a_usage_error(host_a: Path) -> None:
     result = invoke("remote", "push", FP, "--cache-dir", str(host_a))
     assert result.exit_code == 2
     assert result.stderr == "Error: no remote: set CACHETOOL_REMOTE=s3://bucket/prefix or pass --remote\n"
+
+
+@pytest.mark.slow
+def test_nothing_remote_is_imported_unless_a_remote_is_used(tmp_path: Path) -> None:
+    """Without a remote configured, neither `cachetool.remote` nor a listing imports the client
+    library (start-up and `ls` cost what they did)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cachetool.remote, cachetool.cli.ls;"
+        "from cachetool.cli.ls import list_cache;"
+        f"list_cache({str(tmp_path)!r});"
+        "assert 'obstore' not in sys.modules, 'obstore imported'"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHETOOL_REMOTE")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).parents[2])
