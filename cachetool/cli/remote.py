@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -185,3 +186,97 @@ def remote_verify(url: str, fingerprints: list[str], deep: bool, fmt: OutputForm
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+#: The gc options that apply to a remote (the others are for a local cache).
+_REMOTE_GC = {"fingerprints", "older_than", "dry_run", "yes", "min_age"}
+
+
+def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat) -> int:
+    """`cachetool gc s3://... --older-than D [--dry-run] [-y]`: `plan_remote_gc`, shown, then
+    confirmed and executed (`execute_remote_gc`)."""
+    import sys
+
+    from cachetool.cache.query import parse_duration
+    from cachetool.cli.common import confirm
+    from cachetool.errors import CachetoolError
+    from cachetool.formatting import human_size
+    from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
+
+    url, *rest = options["fingerprints"]
+    local = [k for k, v in options.items() if v and k not in _REMOTE_GC]
+    if rest or local or cache_dir is not None:
+        what = "fingerprints" if rest else "--" + (local[0] if local else "cache_dir").replace("_", "-")
+        raise CachetoolError(f"{what}: gc of a remote takes --older-than, --dry-run and --yes only")
+    older = options["older_than"]
+    if older is None:
+        raise CachetoolError("gc of a remote needs --older-than (e.g. 30d)")
+    seconds = parse_duration(older, "--older-than") if isinstance(older, str) else float(older)
+    plan = plan_remote_gc(url, older_than=seconds)
+    out = Output(fmt)
+    if fmt == OutputFormat.json and options["dry_run"]:
+        out.json({**plan.to_json(), "dry_run": True})
+        return 0
+    if fmt == OutputFormat.human:
+        _show_remote_plan(out, plan)
+    if not plan.items or options["dry_run"]:
+        return 0
+    if not options["yes"]:
+        interactive = fmt == OutputFormat.human and sys.stdin.isatty()
+        question = f"Remove {len(plan.items)} result(s), {human_size(plan.expected_freed)}?"
+        if not interactive or not confirm(question):
+            if interactive:
+                return 0
+            n = len(plan.items)
+            raise CachetoolError(f"refusing to remove {n} result(s) without confirmation: pass --yes")
+    result = execute_remote_gc(plan)
+    for fp, why in result.kept:
+        hint(f"kept {fp}: {why}")
+    if fmt == OutputFormat.json:
+        out.json(
+            {
+                **plan.to_json(),
+                "dry_run": False,
+                "removed": list(result.removed),
+                "freed": result.freed,
+                "kept": [{"fingerprint": fp, "reason": why} for fp, why in result.kept],
+            }
+        )
+    elif fmt == OutputFormat.quiet:
+        out.ids(result.removed)
+    else:
+        out.line(f"Removed {_count(len(result.removed), 'result')}, {human_size(result.freed)} freed.")
+    return 1 if result.kept else 0
+
+
+def _show_remote_plan(out: Output, plan: Any) -> None:
+    import time
+
+    from cachetool.formatting import compact_age, human_size
+
+    if not plan.items:
+        out.line(f"Nothing on {plan.url} is older than that.")
+        return
+    now = time.time()
+    out.table(
+        None,
+        [
+            ("fingerprint", "left"),
+            ("files", "right"),
+            ("size", "right"),
+            ("written", "right"),
+            ("record", "left"),
+        ],
+        [
+            (
+                e.fingerprint,
+                str(len(e.files)),
+                human_size(e.size),
+                compact_age(now - e.modified),
+                "yes" if e.record else "no",
+            )
+            for e in plan.items
+        ],
+        whole=("fingerprint",),
+    )
+    out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")

@@ -225,3 +225,80 @@ def _pyarrow_reads_schema(message: bytes) -> bool:
     except Exception:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class RemoteGcPlan:
+    """What `gc s3://... --older-than D` would remove: each result (all of its objects) whose
+    newest object is older than `older_than` seconds; a result without a record (an upload that
+    may still be running) only once older than `STALE_SECONDS` too."""
+
+    url: str
+    older_than: float
+    items: tuple[RemoteEntry, ...]
+
+    @property
+    def expected_freed(self) -> int:
+        return sum(e.size for e in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "remote": self.url,
+            "older_than": self.older_than,
+            "items": [e.to_json() for e in self.items],
+            "expected_freed": self.expected_freed,
+        }
+
+
+@dataclass(frozen=True)
+class RemoteGcResult:
+    """What `execute_remote_gc` removed, the bytes freed, and what it kept (with why)."""
+
+    removed: tuple[str, ...]
+    freed: int
+    kept: tuple[tuple[str, str], ...] = ()
+
+
+def plan_remote_gc(url: str | None = None, *, older_than: float, now: float | None = None) -> RemoteGcPlan:
+    """The plan of removing what the remote `url` (else `CACHETOOL_REMOTE`) holds that nobody
+    wrote to for `older_than` seconds. Nothing is removed here."""
+    import time
+
+    from cachetool.cache.store import STALE_SECONDS
+
+    remote = open_remote(url)
+    now = time.time() if now is None else now
+    items = tuple(
+        e
+        for e in _entries(remote)
+        if now - e.modified > older_than and (e.record or now - e.modified > STALE_SECONDS)
+    )
+    return RemoteGcPlan(remote.url, older_than, items)
+
+
+def execute_remote_gc(plan: RemoteGcPlan, now: float | None = None) -> RemoteGcResult:
+    """Remove each result of `plan`, its record first (from then on no reader uses it), then its
+    files. Right before, its objects are listed again: one written since the plan (a push that
+    came back) keeps the result."""
+    import time
+
+    import obstore
+
+    remote = open_remote(plan.url)
+    removed, kept, freed = [], [], 0
+    for e in plan.items:
+        now_ = time.time() if now is None else now
+        objects = list(remote.list(e.fingerprint))  # a path prefix: `fp/...` only
+        if any(now_ - o["last_modified"].timestamp() <= plan.older_than for o in objects):
+            kept.append((e.fingerprint, "written to since the plan was made"))
+            continue
+        paths = sorted((str(o["path"]) for o in objects), key=lambda p: not p.endswith("/" + RECORD_NAME))
+        try:
+            for path in paths:
+                obstore.delete(remote.store, path)
+        except Exception as err:
+            kept.append((e.fingerprint, f"removal failed: {str(err).strip().splitlines()[0][:200]}"))
+            continue
+        removed.append(e.fingerprint)
+        freed += sum(int(o["size"]) for o in objects if not str(o["path"]).endswith("/" + RECORD_NAME))
+    return RemoteGcResult(tuple(removed), freed, tuple(kept))

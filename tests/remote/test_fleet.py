@@ -98,3 +98,25 @@ def test_verify_of_a_remote_names_each_result_a_reader_would_refuse(pushed: Buck
         f"the remote record of {fp} is not used: unsigned, and CACHETOOL_REMOTE_KEY is set"
         for fp in (FP, FP2)
     }
+
+
+def test_gc_of_a_remote_removes_whole_old_results_and_never_an_upload_in_progress(pushed: Bucket) -> None:
+    """`gc s3://... --older-than D` removes each result nobody wrote to for D (record and
+    files), after a plan and a confirmation (`--yes` without a terminal); files without a record
+    younger than an hour (an upload that may still run) stay whatever D says."""
+    pushed.put("0000aaaa0000aaaa/cache-0000aaaa0000aaaa.arrow", b"an upload in progress")
+    assert invoke("gc", pushed.url, "--older-than", "1h", "--dry-run").stdout.startswith("Nothing on ")
+    plan = json.loads(invoke("gc", pushed.url, "--older-than", "0s", "--dry-run", "--json").stdout)
+    assert [e["fingerprint"] for e in plan["items"]] == [FP, FP2] and plan["dry_run"] is True
+    unconfirmed = invoke("gc", pushed.url, "--older-than", "0s")
+    assert unconfirmed.exit_code == 2
+    assert unconfirmed.stderr == "Error: refusing to remove 2 result(s) without confirmation: pass --yes\n"
+    assert len(pushed.objects()) == 6
+    done = invoke("gc", pushed.url, "--older-than", "0s", "--yes")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[-1].startswith("Removed 2 results, ")
+    assert pushed.objects() == ["0000aaaa0000aaaa/cache-0000aaaa0000aaaa.arrow"]
+    wrong = invoke("gc", pushed.url, "--older-than", "0s", "--temp")
+    assert (
+        wrong.exit_code == 2 and "gc of a remote takes --older-than, --dry-run and --yes only" in wrong.stderr
+    )
