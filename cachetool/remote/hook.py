@@ -31,7 +31,7 @@ class RemoteHook:
         """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
         it nor one of its shards is there, place the remote's copy (checked) so that `datasets`
         finds it. Not for a step told to compute (`load_from_cache_file=False`)."""
-        from cachetool.remote.transfer import _record, cache_files_of, pull_record
+        from cachetool.remote.transfer import cache_files_of, fetch_record, pull_record
 
         folder, name = os.path.split(path)
         parsed = parse_cache_file(name)
@@ -40,7 +40,7 @@ class RemoteHook:
         if cache_files_of(folder, parsed[0]):
             return
         try:
-            record = _record(self.remote, parsed[0])
+            record = fetch_record(self.remote, parsed[0])
             if record is None:
                 return
             pulled = pull_record(self.remote, record, Path(folder))

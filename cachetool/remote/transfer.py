@@ -117,7 +117,7 @@ def pull(
 
     target = open_remote(remote, key)
     root = existing_root(cache_dir)
-    record = _record(target, fingerprint)
+    record = fetch_record(target, fingerprint)
     if record is None:
         raise RemoteError(f"{fingerprint} is not on the remote {target.url}")
     return pull_record(target, record, root / record.folder)
@@ -279,7 +279,7 @@ def object_digest(remote: Remote, key: str) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _record(remote: Remote, fingerprint: str) -> Any:
+def fetch_record(remote: Remote, fingerprint: str) -> Any:
     """The checked record of `fingerprint` on the remote, None when there is none."""
     data = remote.get(f"{fingerprint}/{RECORD_NAME}")
     return None if data is None else read_record(data, fingerprint, remote.key)

@@ -174,3 +174,31 @@ def test_a_push_killed_half_way_leaves_nothing_a_reader_uses(
     assert got.exit_code == 0, got.output
     for name in os.listdir(folder):
         assert (tmp_path / "b" / "csv" / "x" / name).read_bytes() == (folder / name).read_bytes()
+
+
+@pytest.mark.slow
+def test_a_run_refuses_a_tampered_remote_result_and_computes_the_step(
+    moto_bucket: Bucket, tmp_path: Path
+) -> None:
+    """With a remote whose copy of a step is tampered with (its record names other bytes), a
+    traced run on another host says why on stderr, places nothing, and computes the step: the
+    result is the one host A computed."""
+    os.environ.update(moto_bucket.server.env())
+    try:
+        a, _, _ = _run(tmp_path, "a", "--remote", moto_bucket.url)
+        fp = str(a["map"])
+        tampered = Bucket(moto_bucket.server, moto_bucket.prefix + "-tampered")
+        good = moto_bucket.get(f"{fp}/cache-{fp}.arrow")
+        n = len(good) // 2
+        tampered.put(f"{fp}/cache-{fp}.arrow", good[:n] + bytes([good[n] ^ 1]) + good[n + 1 :])
+        tampered.put(f"{fp}/record.json", moto_bucket.get(f"{fp}/record.json"))
+        b, ran_b, err = _run(tmp_path, "b", "--remote", tampered.url)
+    finally:
+        for k in moto_bucket.server.env():
+            os.environ.pop(k, None)
+    assert ran_b == "double\n", err  # computed here
+    assert (
+        f"cachetool: {tampered.url}/{fp}/cache-{fp}.arrow: its xxh3 is not the one its record names: "
+        "not used; the step computes here" in err
+    )
+    assert Path(str(b["files"][0])).read_bytes() == good  # type: ignore[index]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -209,3 +210,28 @@ def test_nothing_remote_is_imported_unless_a_remote_is_used(tmp_path: Path) -> N
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHETOOL_REMOTE")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=Path(__file__).parents[2])
+
+
+@pytest.mark.slow
+def test_credentials_and_endpoint_come_from_aws_config_files(
+    seaweed_server: Any, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no AWS_* variables, the profile of ~/.aws/credentials and ~/.aws/config (here through
+    AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE) gives the keys, region and endpoint; a
+    server that checks signatures (SeaweedFS) refuses a wrong key."""
+    from tests.remote.conftest import ACCESS_KEY, SECRET_KEY
+
+    bucket = Bucket(seaweed_server, "t-config-files")
+    creds, config = tmp_path / "credentials", tmp_path / "config"
+    config.write_text(f"[profile team]\nregion = us-east-1\nendpoint_url = {seaweed_server.endpoint}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "team")
+    creds.write_text(f"[team]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = wrong\n")
+    refused = invoke("remote", "push", FP, "--cache-dir", str(host_a), "--remote", bucket.url)
+    assert refused.exit_code == 2 and refused.stderr.startswith("Error: cannot "), refused.output
+    creds.write_text(f"[team]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")
+    pushed = invoke("remote", "push", FP, "--cache-dir", str(host_a), "--remote", bucket.url)
+    assert pushed.exit_code == 0, pushed.output
+    monkeypatch.delenv("AWS_PROFILE")  # the tests' own client signs in by its arguments
+    assert f"{FP}/record.json" in bucket.objects()
