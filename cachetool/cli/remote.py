@@ -280,3 +280,24 @@ def _show_remote_plan(out: Output, plan: Any) -> None:
         whole=("fingerprint",),
     )
     out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")
+
+
+def served_lines(root: Path, since: float | None) -> tuple[dict[str, Any], list[str]]:
+    """For `cachetool stats`: what remotes served into `root` (since `since`), as a JSON field
+    and human lines; nothing at all when no result was pulled."""
+    from cachetool.formatting import human_size, short_duration
+    from cachetool.remote.transfer import served
+
+    hosts = served(root, since)
+    if not hosts:
+        return {}, []
+    total = sum(h.bytes for h in hosts)
+    lines = [
+        "",
+        f"Served from the remote: {_count(sum(h.results for h in hosts), 'result')}, {human_size(total)}",
+    ]
+    lines += [
+        f"  {h.host}: {_count(h.results, 'result')}, {human_size(h.bytes)} in {short_duration(h.seconds)}"
+        for h in hosts
+    ]
+    return {"remote_served": [h.to_json() for h in hosts]}, lines

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ class RemoteHook:
         """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
         it nor one of its shards is there, place the remote's copy (checked) so that `datasets`
         finds it. Not for a step told to compute (`load_from_cache_file=False`)."""
-        from cachetool.remote.transfer import cache_files_of, fetch_record, pull_record
+        from cachetool.remote.transfer import cache_files_of, fetch_record, note_served, pull_record
 
         folder, name = os.path.split(path)
         parsed = parse_cache_file(name)
@@ -43,7 +44,13 @@ class RemoteHook:
             record = fetch_record(self.remote, parsed[0])
             if record is None:
                 return
+            started = time.monotonic()
             pulled = pull_record(self.remote, record, Path(folder))
+            if pulled.received:
+                from cachetool.cache.dirs import enclosing_root
+
+                took = time.monotonic() - started
+                note_served(enclosing_root(folder), pulled, took, self.remote.url)
             _say(f"{parsed[0]} from {self.remote.url} ({human_size(pulled.received)}, checked)")
         except RemoteRefused as e:
             _say(f"{e.message}; the step computes here")

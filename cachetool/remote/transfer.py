@@ -16,6 +16,7 @@ import contextlib
 import os
 import secrets
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,11 @@ def pull(
     record = fetch_record(target, fingerprint)
     if record is None:
         raise RemoteError(f"{fingerprint} is not on the remote {target.url}")
-    return pull_record(target, record, root / record.folder)
+    started = time.monotonic()
+    got = pull_record(target, record, root / record.folder)
+    if got.received:
+        note_served(root, got, time.monotonic() - started, target.url)
+    return got
 
 
 # -- the steps ----------------------------------------------------------------------------------
@@ -235,6 +240,63 @@ def _check_arrow(path: Path, f: RemoteFile, fingerprint: str) -> None:
         why = f"its metadata names fingerprint {summary.fingerprint}, not {want}"
     if why is not None:
         raise RemoteRefused(f"{f.name} from the remote is not used: {why}")
+
+
+# -- what the remote served --------------------------------------------------------------------
+#: One line per result pulled into a root: when, by which host, how many bytes, in how long.
+SERVED_LOG = "remote.jsonl"
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the remote gave one host of a root: results, bytes, seconds spent pulling them."""
+
+    host: str
+    results: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "results": self.results, "bytes": self.bytes, "seconds": self.seconds}
+
+
+def note_served(root: str | os.PathLike[str], pulled: Pulled, seconds: float, url: str) -> None:
+    """Append to the root's log that `pulled` came from the remote `url` (never raises)."""
+    import json
+    import socket
+
+    from cachetool.cache.layout import LEDGER_DIR
+    from cachetool.cache.store import append_state
+
+    line = {"v": 1, "time": time.time(), "host": socket.gethostname(), "fingerprint": pulled.fingerprint}
+    line |= {"bytes": pulled.received, "seconds": round(seconds, 3), "remote": url}
+    with contextlib.suppress(OSError, ValueError):
+        append_state(Path(root, LEDGER_DIR, SERVED_LOG), (json.dumps(line) + "\n").encode())
+
+
+def served(root: str | os.PathLike[str], since: float | None = None) -> list[Served]:
+    """Per host, what the remote served into `root` (since `since`, seconds since the epoch)."""
+    import json
+
+    from cachetool.cache.layout import LEDGER_DIR
+    from cachetool.cache.store import read_state
+
+    try:
+        data = read_state(Path(root, LEDGER_DIR, SERVED_LOG))
+    except (OSError, ValueError):
+        return []
+    hosts: dict[str, Served] = {}
+    for raw in data.splitlines():
+        try:
+            d = json.loads(raw)
+            t, host, n, s = float(d["time"]), str(d["host"]), int(d["bytes"]), float(d["seconds"])
+        except (ValueError, TypeError, KeyError, RecursionError):
+            continue  # a torn or foreign line (UnicodeDecodeError is a ValueError)
+        if since is not None and t < since:
+            continue
+        h = hosts.get(host, Served(host))
+        hosts[host] = Served(host, h.results + 1, h.bytes + n, h.seconds + s)
+    return sorted(hosts.values(), key=lambda h: h.host)
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ step the first one computed; a push killed by SIGKILL half-way leaves nothing a 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -115,7 +116,7 @@ def test_a_pulled_result_is_a_datasets_cache_hit(
 def test_run_with_a_remote_computes_nothing_another_host_computed(bucket: Bucket, tmp_path: Path) -> None:
     """`cachetool run --remote URL` on host A computes and pushes every step; the same pipeline
     on host B, with an empty cache, computes none of them: each is pulled, checked and loaded
-    as a cache hit, byte for byte the same."""
+    as a cache hit, byte for byte the same; `cachetool stats` on B counts what the remote served."""
     os.environ.update(bucket.server.env())
     try:
         a, ran_a, _ = _run(tmp_path, "a", "--remote", bucket.url)
@@ -129,6 +130,12 @@ def test_run_with_a_remote_computes_nothing_another_host_computed(bucket: Bucket
     assert f"cachetool: {a['map']} from {bucket.url} (" in err
     for fa, fb in zip(a["files"], b["files"], strict=True):  # type: ignore[call-overload]
         assert Path(fa).read_bytes() == Path(fb).read_bytes()
+    stats = invoke("stats", "--cache-dir", str(tmp_path / "b" / "cache"), "--json")
+    (served,) = json.loads(stats.stdout)["remote_served"]
+    sizes = sum(Path(f).stat().st_size for f in {*b["files"]})  # type: ignore[misc]
+    assert (served["results"], served["bytes"]) == (2, sizes)
+    human = invoke("stats", "--cache-dir", str(tmp_path / "b" / "cache")).stdout
+    assert "Served from the remote: 2 results, " in human
 
 
 @pytest.mark.slow
