@@ -131,6 +131,9 @@ def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
     if fmt == OutputFormat.quiet:
         out.ids(e.fingerprint for e in shown)
         return
+    if not entries:
+        out.line(f"Nothing on {remote_url(url)} yet.")
+        return
     now = time.time()
     out.table(
         None,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from cachetool.errors import CachetoolError, ExitCode
@@ -116,8 +118,17 @@ class Remote:
             raise self._failed("list", prefix or "", e) from None
 
     def _failed(self, what: str, path: str, e: Exception) -> RemoteError:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return RemoteError(f"cannot {what} {self.url}/{path}: {first[:300]}")
+        return RemoteError(f"cannot {what} {'/'.join(p for p in (self.url, path) if p)}: {short_error(e)}")
+
+
+def short_error(e: Exception) -> str:
+    """The client library's error in one line: its first, without the server's XML body (but
+    with the S3 error code it names)."""
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    code = re.search(r"<Code>([^<]{1,80})</Code>", text)
+    first = first.split(": <?xml", 1)[0].strip()
+    return first[:300] + (f" ({code.group(1)})" if code else "")
 
 
 def open_remote(url: str | None = None, key: str | None = None) -> Remote:
@@ -136,11 +147,13 @@ def open_remote(url: str | None = None, key: str | None = None) -> Remote:
         raise RemoteError('the remote tier needs obstore: pip install "cachetool[remote]"') from None
     config = _aws_config() if url.startswith("s3://") else {}
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or config.get("endpoint") or ""
-    options: Any = {"allow_http": True} if endpoint.startswith("http://") else None
+    # A remote that does not answer costs a run seconds, not the client's default of minutes.
+    options: Any = {"connect_timeout": "5s", "allow_http": endpoint.startswith("http://")}
+    retry: Any = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
     try:
-        store = from_url(url, client_options=options, **config)  # type: ignore[call-overload]
+        store = from_url(url, client_options=options, retry_config=retry, **config)  # type: ignore[call-overload]
     except Exception as e:
-        raise RemoteError(f"cannot use the remote {url}: {str(e).strip().splitlines()[0]}") from None
+        raise RemoteError(f"cannot use the remote {url}: {short_error(e)}") from None
     secret = key if key is not None else os.environ.get(KEY_ENV)
     return Remote(url, store, secret.encode() if secret else None)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachetool.errors import ExitCode
-from cachetool.remote.client import Remote, RemoteRefused, open_remote
+from cachetool.remote.client import Remote, RemoteRefused, open_remote, short_error
 from cachetool.remote.record import RECORD_NAME, read_record
 
 #: The first range read of a file: enough for the schema message `datasets` writes (a few kB).
@@ -297,7 +297,7 @@ def execute_remote_gc(plan: RemoteGcPlan, now: float | None = None) -> RemoteGcR
             for path in paths:
                 obstore.delete(remote.store, path)
         except Exception as err:
-            kept.append((e.fingerprint, f"removal failed: {str(err).strip().splitlines()[0][:200]}"))
+            kept.append((e.fingerprint, f"removal failed: {short_error(err)}"))
             continue
         removed.append(e.fingerprint)
         freed += sum(int(o["size"]) for o in objects if not str(o["path"]).endswith("/" + RECORD_NAME))

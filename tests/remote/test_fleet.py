@@ -48,6 +48,8 @@ def test_ls_of_a_remote_lists_each_result_and_says_which_no_reader_uses(pushed: 
     assert human.exit_code == 0, human.output
     assert "no: not used" in human.stdout and "3 results, 4 files" in human.stdout
     assert invoke("ls", pushed.url, "-q").stdout.split() == ["0000aaaa0000aaaa", FP, FP2]
+    empty = Bucket(pushed.server, pushed.prefix + "-empty").url
+    assert invoke("ls", empty).stdout == f"Nothing on {empty} yet.\n"
 
 
 def test_verify_of_a_remote_reads_two_ranges_per_file_and_deep_reads_every_byte(pushed: Bucket) -> None:
