@@ -42,11 +42,13 @@ class RemoteEntry:
         return sum(size for _, size in self.files)
 
     def to_json(self) -> dict[str, Any]:
+        from cachetool.formatting import iso_time
+
         return {
             "fingerprint": self.fingerprint,
-            "files": [{"name": n, "size": s} for n, s in self.files],
+            "files": len(self.files),
             "size": self.size,
-            "modified": self.modified,
+            "modified": iso_time(self.modified),
             "record": self.record,
         }
 

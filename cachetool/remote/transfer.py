@@ -24,7 +24,7 @@ from typing import Any
 
 from cachetool.cache.layout import parse_cache_file, shard_fingerprint
 from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote
-from cachetool.remote.record import RECORD_NAME, RemoteFile, read_record
+from cachetool.remote.record import RECORD_NAME, Record, RemoteFile, read_record
 
 _CHUNK = 8 << 20
 
@@ -43,7 +43,7 @@ class Pushed:
     def to_json(self) -> dict[str, Any]:
         return {
             "fingerprint": self.fingerprint,
-            "files": list(self.files),
+            "file_names": list(self.files),
             "bytes_sent": self.sent,
             "already_on_remote": self.already,
             "same_files": self.same,
@@ -62,7 +62,7 @@ class Pulled:
     def to_json(self) -> dict[str, Any]:
         return {
             "fingerprint": self.fingerprint,
-            "files": [os.fspath(f) for f in self.files],
+            "paths": [os.fspath(f) for f in self.files],
             "bytes_received": self.received,
         }
 
@@ -166,7 +166,7 @@ def push_step(
     return Pushed(fingerprint, tuple(names), sent)
 
 
-def pull_record(remote: Remote, record: Any, folder: Path) -> Pulled:
+def pull_record(remote: Remote, record: Record, folder: Path) -> Pulled:
     """Place the files of the checked `record` in `folder`; see the module's docstring."""
     fp = record.fingerprint
     present = [f for f in record.files if os.path.lexists(folder / f.name)]
@@ -341,7 +341,7 @@ def object_digest(remote: Remote, key: str) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def fetch_record(remote: Remote, fingerprint: str) -> Any:
+def fetch_record(remote: Remote, fingerprint: str) -> Record | None:
     """The checked record of `fingerprint` on the remote, None when there is none."""
     data = remote.get(f"{fingerprint}/{RECORD_NAME}")
     return None if data is None else read_record(data, fingerprint, remote.key)
