@@ -59,15 +59,13 @@ def run_command(script: str | None, args: list[str] | None, module: str | None, 
     Exit codes: the script's own; 2 when the script does not exist or is a folder without
     `__main__.py`.
     """
-    import os
-
     from cachetool.trace.runner import run_script
 
-    if remote:
-        os.environ["CACHETOOL_REMOTE"] = remote
     if module is not None:
-        run_script(module, [*([script] if script is not None else []), *(args or [])], module=True)
+        run_script(
+            module, [*([script] if script is not None else []), *(args or [])], module=True, remote=remote
+        )
     elif script is None:
         raise typer.BadParameter("give a script to run, or -m MODULE", param_hint="SCRIPT")
     else:
-        run_script(script, list(args or []))
+        run_script(script, list(args or []), remote=remote)

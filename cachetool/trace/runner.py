@@ -118,16 +118,25 @@ def _found_by_installed_finder(here: str) -> bool:
 
 
 def run_script(
-    script: str, args: Sequence[str], *, events_file: str | None = None, module: bool = False
+    script: str,
+    args: Sequence[str],
+    *,
+    events_file: str | None = None,
+    module: bool = False,
+    remote: str | None = None,
 ) -> NoReturn:
     """Replace this process by `python script.py args...` (with `module`, `python -m script
     args...`) with tracing on. Does not return; raises `ScriptNotFound` or `NoMainModule` first
     for a script python would refuse.
 
-    With `events_file`, every event goes to that JSON Lines file instead of the ledger."""
+    With `events_file`, every event goes to that JSON Lines file instead of the ledger. With
+    `remote` (`s3://bucket/prefix`, as `CACHETOOL_REMOTE`), a step's result is pulled from it on a
+    miss and pushed to it once computed (docs/remote.md)."""
     if not module:
         check_script(script)
     env = dict(os.environ)
+    if remote:
+        env["CACHETOOL_REMOTE"] = remote
     if events_file is not None:
         env["CACHETOOL_TRACE_EVENTS"] = os.path.abspath(events_file)
     argv = command(script, args, module=module)
