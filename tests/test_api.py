@@ -37,6 +37,7 @@ COMMAND_FUNCTIONS = {
     "check-determinism": "check_determinism",
     "report": "write_report",
     "merge": "merge_documents",
+    "remote": "cachetool.remote.push",
 }
 
 #: Options that choose how a result is shown (and the exit code it gives), or whether a plan is
@@ -52,6 +53,7 @@ OTHER_FUNCTION = {
     ("stats", "zero"): "zero_stats",
     ("gc", "break_lease"): "break_lease",
     ("verify", "list"): "quarantined",
+    ("remote", "action"): "cachetool.remote.pull",
 }
 
 #: Arguments whose keyword is shorter than the name the help shows (`[SCRIPT_ARGS]...`).
@@ -94,9 +96,9 @@ def test_every_command_has_an_exported_function() -> None:
     """Each command is in COMMAND_FUNCTIONS, and its function is `from cachetool import ...`-able
     (`from cachetool import lineage` is the function, not a package)."""
     assert set(_commands()) == set(COMMAND_FUNCTIONS)
-    names = [n for n in COMMAND_FUNCTIONS.values() if "." not in n] + list(OTHER_FUNCTION.values())
-    assert set(names) <= set(cachetool.__all__)
-    for dotted in (n for n in COMMAND_FUNCTIONS.values() if "." in n):
+    functions = [*COMMAND_FUNCTIONS.values(), *OTHER_FUNCTION.values()]
+    assert {n for n in functions if "." not in n} <= set(cachetool.__all__)
+    for dotted in (n for n in functions if "." in n):
         assert (_resolve(dotted).__doc__ or "").strip(), dotted
 
 

@@ -43,6 +43,7 @@ STATE_FILES = (
     "checksums.json.lock",
     "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine
     "gc.lock",  # cachetool.maintenance.gc.execute
+    "remote.jsonl",  # cachetool.remote.transfer: results pulled from a remote
 )
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)

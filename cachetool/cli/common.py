@@ -35,6 +35,7 @@ COMMANDS = {
     "stats": ("stats", "stats_command"),
     "report": ("report", "report_command"),
     "merge": ("merge", "merge_command"),
+    "remote": ("remote", "remote_command"),
 }
 
 

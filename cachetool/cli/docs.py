@@ -54,6 +54,7 @@ GUIDES = {
     "stats": "explain.md",
     "report": "report.md",
     "merge": "fleet.md",
+    "remote": "remote.md",
 }
 
 
@@ -130,6 +131,11 @@ API = (
         "cache.shard.parse_shard",
     ),
     ("The demo: `demo`", "build_demo"),
+    (
+        "Many machines: `remote`, `ls s3://`, `verify s3://`, `gc s3://`",
+        "remote.push remote.pull remote.Pushed remote.Pulled remote.fleet.list_remote "
+        "remote.fleet.verify_remote remote.fleet.plan_remote_gc remote.fleet.execute_remote_gc",
+    ),
     ("Errors and exit codes", "errors.CachetoolError errors.ExitCode"),
 )
 

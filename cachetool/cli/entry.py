@@ -36,16 +36,22 @@ def _run(args: Sequence[str]) -> None:
     """`run -m MODULE ...` and `run SCRIPT ...` as the Typer app reads them (its own options all
     come before `run`): after the module or the script, everything is theirs, `--help` included.
     Returns for an option of `run` and a script that does not exist: the Typer app answers."""
+    import os
+
     from cachetool.errors import CachetoolError
     from cachetool.trace.runner import check_script, run_here
 
-    if args[0] == "--reuse-equivalent" and len(args) >= 2:
-        import os
+    while len(args) >= 2 and args[0] in ("--reuse-equivalent", "--remote"):
+        if args[0] == "--reuse-equivalent":
+            from cachetool.trace.install import REUSE_ENV
 
-        from cachetool.trace.install import REUSE_ENV
-
-        os.environ[REUSE_ENV] = "1"
-        args = args[1:]
+            os.environ[REUSE_ENV] = "1"
+            args = args[1:]
+        elif len(args) >= 3 and args[1]:
+            os.environ["CACHETOOL_REMOTE"] = args[1]
+            args = args[2:]
+        else:
+            return
     if args[0] in ("-m", "--module") and len(args) >= 2:
         run_here(args[1], args[2:], module=True)  # does not return
     if args[0].startswith("-"):

@@ -80,12 +80,22 @@ def gc_command(
 
         cachetool gc --quarantine --older-than 30d
 
+        cachetool gc s3://team-bucket/hf-cache --older-than 90d --dry-run
+
     Exit codes: 0 the plan ran (or there was nothing to do, also when nothing was selected);
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).
     """
     from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
 
+    fingerprints = keywords.get("fingerprints") or ()
+    if fingerprints and ":/" in fingerprints[0][:6] and break_lease is None:
+        from cachetool.remote.client import is_remote_url
+
+        if is_remote_url(fingerprints[0]):  # gc s3://bucket/prefix --older-than 30d
+            from cachetool.cli.remote import remote_gc
+
+            return remote_gc({**keywords, "fingerprints": fingerprints}, cache_dir, fmt)
     if break_lease is not None:
         from cachetool.cache.dirs import existing_root
         from cachetool.maintenance.liveness import break_lease as remove_lease

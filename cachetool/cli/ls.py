@@ -146,12 +146,25 @@ def ls_command(
 
         cachetool ls ./saved/my_dataset
 
+        cachetool ls s3://team-bucket/hf-cache    # a remote (docs/remote.md)
+
         cachetool gc $(cachetool ls -q --filter "used>30d") --dry-run
 
         cachetool ls --shard 0/8 --json > 0.json    # one job of 8 (docs/fleet.md)
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
+    if path is not None and ":/" in os.fspath(path)[:6]:  # s3://bucket/prefix (a Path keeps one /)
+        from cachetool.remote.client import is_remote_url
+
+        if is_remote_url(path):
+            if filter or sort or cache_dir is not None:
+                raise CachetoolError(
+                    "a remote is listed whole: --filter, --sort and --cache-dir are for a cache"
+                )
+            from cachetool.cli.remote import remote_ls
+
+            return remote_ls(os.fspath(path), fmt, limit)
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.listing import check_query
     from cachetool.cache.shard import parse_shard

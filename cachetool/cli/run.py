@@ -25,9 +25,16 @@ from cachetool.cli.common import arg, command, opt
         "site on the same input (same function source) once 8 sampled batches computed again "
         "equal it, instead of computing it all (see docs/resume.md).",
     ),
+    remote=opt(
+        "--remote",
+        type=str | None,
+        metavar="URL",
+        help="Use this remote (s3://bucket/prefix): pull a step's result on a miss, push what "
+        "computed (as CACHETOOL_REMOTE does).",
+    ),
 )
 def run_command(
-    script: str | None, args: list[str] | None, module: str | None, reuse_equivalent: bool
+    script: str | None, args: list[str] | None, module: str | None, reuse_equivalent: bool, remote: str | None
 ) -> None:
     """Run a pipeline script exactly as `python script.py args...` would, recording lineage.
 
@@ -41,6 +48,10 @@ def run_command(
 
     In your own code, `with cachetool.tracing(): ...` does the same.
 
+    With a remote (`--remote s3://bucket/prefix`, or `CACHETOOL_REMOTE`), a step whose result is
+    not in the local cache is looked up there first and, once checked, loaded as a cache hit;
+    what a step computes is pushed (docs/remote.md).
+
     **Examples**
 
         cachetool run pipeline.py
@@ -48,6 +59,8 @@ def run_command(
         cachetool run train.py --epochs 3 --data ./data
 
         cachetool run -m mypackage.prepare --split train
+
+        cachetool run --remote s3://team-bucket/hf-cache prepare.py
 
         python -m cachetool run pipeline.py
 
@@ -61,8 +74,8 @@ def run_command(
     reuse = reuse_equivalent
     if module is not None:
         rest = [*([script] if script is not None else []), *(args or [])]
-        run_script(module, rest, module=True, reuse_equivalent=reuse)
+        run_script(module, rest, module=True, reuse_equivalent=reuse, remote=remote)
     elif script is None:
         raise typer.BadParameter("give a script to run, or -m MODULE", param_hint="SCRIPT")
     else:
-        run_script(script, list(args or []), reuse_equivalent=reuse)
+        run_script(script, list(args or []), reuse_equivalent=reuse, remote=remote)

@@ -93,13 +93,18 @@ def stats_command(
     report = ledger_stats(root, since=since, all_=all_, compact=compact, dry_run=dry_run)
     if report.compaction is not None and fmt == OutputFormat.human:
         render_compaction(out, report.compaction)
+    from cachetool.cli.remote import served_lines
+
+    remote = served_lines(root, report.start)  # results pulled from a remote, when any were
     if fmt == OutputFormat.json:
-        out.json(report.to_json())
+        out.json({**report.to_json(), **remote[0]})
     elif fmt == OutputFormat.quiet:
         looked = report.total.hits + report.total.misses
         out.ids([f"{report.total.hits / looked:.4g}" if looked else ""])
     else:
         render(out, report, top)
+        for line in remote[1]:
+            out.line(line)
     for w in report.warnings:
         warn(w)
     if report.total.steps == 0 and not report.saves:

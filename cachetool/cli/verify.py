@@ -71,8 +71,22 @@ def verify_command(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **optio
         cachetool verify --stale            # results of code edited since
 
         cachetool verify --deep --shard 3/8 --json > 3.json    # one job of 8
+
+        cachetool verify s3://team-bucket/hf-cache --deep   # a remote
     """
     options["fingerprints"] = options["fingerprints"] or ()
+    if options["fingerprints"] and ":/" in options["fingerprints"][0][:6]:
+        from cachetool.remote.client import is_remote_url
+
+        if is_remote_url(options["fingerprints"][0]):
+            from cachetool.cli.remote import remote_verify
+
+            local = [k for k in ("record", "quarantine", "list_quarantine", "restore", "stale") if options[k]]
+            if local or cache_dir is not None:
+                flag = "--" + (local[0].replace("_", "-") if local else "cache-dir")
+                raise CachetoolError(f"{flag} is for a local cache, not a remote")
+            url, *fps = options["fingerprints"]
+            return remote_verify(url, fps, options["deep"], fmt)
     with _deep_run() if options["deep"] and not options["list_quarantine"] else nullcontext():
         from cachetool.cache.dirs import existing_root
         from cachetool.maintenance.verify import VerifyOptions, run_verify

@@ -124,6 +124,7 @@ def run_script(
     events_file: str | None = None,
     module: bool = False,
     reuse_equivalent: bool = False,
+    remote: str | None = None,
 ) -> NoReturn:
     """Replace this process by `python script.py args...` (with `module`, `python -m script
     args...`) with tracing on. Does not return; raises `ScriptNotFound` or `NoMainModule` first
@@ -131,10 +132,14 @@ def run_script(
 
     With `events_file`, every event goes to that JSON Lines file instead of the ledger. With
     `reuse_equivalent`, a map about to compute takes an equivalent earlier result once sampled
-    batches prove it (`cachetool.trace.rekey`)."""
+    batches prove it (`cachetool.trace.rekey`). With `remote` (`s3://bucket/prefix`, as
+    `CACHETOOL_REMOTE`), a step's result is pulled from it on a miss and pushed to it once computed
+    (docs/remote.md)."""
     if not module:
         check_script(script)
     env = dict(os.environ)
+    if remote:
+        env["CACHETOOL_REMOTE"] = remote
     if events_file is not None:
         env["CACHETOOL_TRACE_EVENTS"] = os.path.abspath(events_file)
     if reuse_equivalent:

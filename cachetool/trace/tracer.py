@@ -194,6 +194,8 @@ class Tracer:
         #: The run's start (`start_run`), written to each root before the run's first record there.
         self._start: LedgerRecord | None = None
         self._entered: set[str] = set()  # roots the run wrote in: each has the start and a lease
+        #: Pull on a miss, push after a compute (`cachetool.remote.hook`): with a remote configured.
+        self.remote: Any = None
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -223,6 +225,10 @@ class Tracer:
             self.uninstall()
             warn(f"tracing is off: installing the hooks failed ({type(e).__name__}: {e})")
             return False
+        if self._ledger and os.environ.get("CACHETOOL_REMOTE"):
+            from cachetool.remote.hook import hook_from_env
+
+            self.remote = hook_from_env()
         self.enabled = True
         return True
 
@@ -423,6 +429,8 @@ class Tracer:
                 path = self._fresh_path(path)
             if self.enabled and self.local.stack:
                 try:
+                    if self.remote is not None:  # a miss here may be a hit on the remote
+                        self.remote.before_compute(path, self.local.stack[-1].kwargs)
                     self.calls.snapshot(path)
                     self._note_start(path)
                     self._resume(path)
@@ -514,6 +522,8 @@ class Tracer:
                 frame.pending.sort(key=lambda r: r.seq)
                 for rec in frame.pending:
                     self._emit(rec)
+                if self.remote is not None and exc is None:
+                    self.remote.after_compute(frame.pending)  # what computed goes to the remote
         except Exception as e:
             self._hook_failed(frame.op, e)
         finally:

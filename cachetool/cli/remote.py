@@ -1,0 +1,306 @@
+"""`cachetool remote push|pull`: a step's cache files to and from the remote tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cachetool.cli.common import CACHE_DIR, OUTPUT, REQUIRED, arg, command, opt
+from cachetool.cli.output import Output, OutputFormat, hint
+
+REMOTE = opt(
+    "--remote",
+    type=str | None,
+    metavar="URL",
+    help="The remote: s3://bucket/prefix (also gs://, az://). Default: CACHETOOL_REMOTE.",
+)
+
+
+@command(
+    action=arg("push (upload) or pull (download).", default=REQUIRED, show_default=False),
+    fingerprints=arg(
+        "Fingerprints, unique prefixes or cache file paths (push without any: every cache file "
+        "of the cache).",
+        list[str] | None,
+        show_default=False,
+    ),
+    remote=REMOTE,
+    cache_dir=CACHE_DIR,
+    **OUTPUT,
+)
+def remote_command(
+    action: str, fingerprints: list[str] | None, remote: str | None, cache_dir: Path | None, fmt: OutputFormat
+) -> None:
+    """Push a step's cache files to the remote, or pull them from it into this cache.
+
+    The remote is an object store (`CACHETOOL_REMOTE=s3://bucket/prefix`, or --remote); endpoint
+    and credentials come from `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`
+    or `~/.aws/`. Needs `pip install "cachetool[remote]"`.
+
+    **push** uploads each file (`cache-<fp>.arrow`, or its num_proc shards) with a write-once
+    put, then a producer record naming each file's size and xxh3 (signed with
+    `CACHETOOL_REMOTE_KEY` when set), written last: an upload killed half-way leaves nothing a
+    reader uses. Nothing on the remote is ever replaced; pushing again sends nothing.
+
+    **pull** downloads a result, checks every size and checksum, that each file is a whole Arrow
+    stream of that fingerprint, and with `CACHETOOL_REMOTE_KEY` set the record's signature; only
+    then it places the files where their producer had them, under their own names, never over
+    a file. `datasets` then loads them as a cache hit. A failed check places nothing.
+
+    With a remote set, `cachetool run` does both for every step: pull on a miss, push after a
+    step computed (docs/remote.md).
+
+    **Examples**
+
+        export CACHETOOL_REMOTE=s3://team-bucket/hf-cache
+
+        cachetool remote push 3f2a9c1b
+
+        cachetool remote push                # every cache file of the cache
+
+        cachetool remote pull 3f2a9c1b4d5e6f70 --cache-dir /scratch/hf
+
+        cachetool ls s3://team-bucket/hf-cache
+
+    Exit codes: 0 pushed or pulled (or there already); 1 refused: a checksum, the Arrow stream or
+    the signature failed, or other bytes stand on the remote where a file would go (nothing
+    placed, nothing replaced); 2 usage (no remote, unknown fingerprint, not on the remote, the
+    remote unreachable).
+    """
+    from cachetool.formatting import human_size
+    from cachetool.remote import pull, push
+
+    names = list(fingerprints or ())
+    out = Output(fmt)
+    if action == "push":
+        pushed = push(names, cache_dir=cache_dir, remote=remote)
+        if fmt == OutputFormat.json:
+            out.json({"pushed": [p.to_json() for p in pushed]})
+        elif fmt == OutputFormat.quiet:
+            out.ids(p.fingerprint for p in pushed)
+        for p in pushed:
+            if fmt == OutputFormat.human:
+                if p.already:
+                    out.line(f"{p.fingerprint} is already on the remote: nothing sent")
+                else:
+                    files = f"{len(p.files)} file{'s' if len(p.files) > 1 else ''}"
+                    out.line(f"Pushed {p.fingerprint}: {files}, {human_size(p.sent)} sent")
+            if not p.same:
+                hint(f"the remote's record of {p.fingerprint} names other files than this cache's: kept")
+        if not pushed and fmt == OutputFormat.human:
+            out.line("No cache files to push.")
+    elif action == "pull":
+        if len(names) != 1:
+            raise typer.BadParameter("pull takes one fingerprint", param_hint="FINGERPRINTS")
+        got = pull(names[0], cache_dir=cache_dir, remote=remote)
+        if fmt == OutputFormat.json:
+            out.json({"pulled": got.to_json()})
+        elif fmt == OutputFormat.quiet:
+            out.ids([got.fingerprint])
+        elif got.received:
+            where = out.path(got.files[0].parent, out.width - 40)
+            out.line(f"Pulled {got.fingerprint}: {human_size(got.received)}, checked, into {where}")
+        folder = got.files[0].parent
+        if got.received and not any((folder / n).exists() for n in ("dataset_info.json", "state.json")):
+            hint(
+                "its source is not prepared in this cache yet, and datasets replaces the folder when it "
+                "prepares it: load the source first, or let `cachetool run --remote` pull on the miss"
+            )
+        else:
+            out.line(f"{got.fingerprint} is in the cache already: nothing received")
+    else:
+        raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
+
+
+def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
+    """`cachetool ls s3://...`: one row per fingerprint on the remote (`list_remote`)."""
+    import time
+
+    from cachetool.formatting import compact_age, human_size
+    from cachetool.remote.client import remote_url
+    from cachetool.remote.fleet import list_remote
+
+    entries = list_remote(remote_url(url))
+    shown = entries[:limit] if limit is not None else entries
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json({"remote": remote_url(url), "entries": [e.to_json() for e in shown]})
+        return
+    if fmt == OutputFormat.quiet:
+        out.ids(e.fingerprint for e in shown)
+        return
+    if not entries:
+        out.line(f"Nothing on {remote_url(url)} yet.")
+        return
+    now = time.time()
+    out.table(
+        None,
+        [
+            ("fingerprint", "left"),
+            ("files", "right"),
+            ("size", "right"),
+            ("written", "right"),
+            ("record", "left"),
+        ],
+        [
+            (
+                e.fingerprint,
+                str(len(e.files)),
+                human_size(e.size),
+                compact_age(now - e.modified),
+                "yes" if e.record else "no: not used",
+            )
+            for e in shown
+        ],
+        whole=("fingerprint",),
+    )
+    files, size = sum(len(e.files) for e in entries), human_size(sum(e.size for e in entries))
+    out.line(f"{len(entries)} results, {files} files, {size} on {remote_url(url)}")
+    if any(not e.record for e in entries):
+        hint("a result without a record is an upload stopped before its end: no reader uses it")
+
+
+def remote_verify(url: str, fingerprints: list[str], deep: bool, fmt: OutputFormat) -> int:
+    """`cachetool verify s3://... [FP...] [--deep]`: `verify_remote`, its findings, its exit code."""
+    from cachetool.formatting import human_size
+    from cachetool.remote.client import remote_url
+    from cachetool.remote.fleet import verify_remote
+
+    report = verify_remote(remote_url(url), fingerprints=fingerprints, deep=deep)
+    out = Output(fmt)
+    if fmt == OutputFormat.json:
+        out.json(report.to_json())
+    elif fmt == OutputFormat.quiet:
+        out.ids(sorted({f.fingerprint for f in report.findings if f.severity == "error"}))
+    else:
+        for f in report.findings:
+            out.line(f"{f.severity}: {f}")
+        errors = sum(f.severity == "error" for f in report.findings)
+        warnings = len(report.findings) - errors
+        how = "deep: every byte" if deep else "shallow: schema and end-of-stream marker"
+        out.line(
+            f"Checked {report.results} results ({report.files} files, {how}; {human_size(report.bytes_read)} "
+            f"read) on {report.url}: {_count(errors, 'error')}, {_count(warnings, 'warning')}"
+        )
+    return int(report.exit_code)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+#: The gc options that apply to a remote (the others are for a local cache).
+_REMOTE_GC = {"fingerprints", "older_than", "dry_run", "yes", "min_age"}
+
+
+def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat) -> int:
+    """`cachetool gc s3://... --older-than D [--dry-run] [-y]`: `plan_remote_gc`, shown, then
+    confirmed and executed (`execute_remote_gc`)."""
+    import sys
+
+    from cachetool.cache.query import parse_duration
+    from cachetool.cli.common import confirm
+    from cachetool.errors import CachetoolError
+    from cachetool.formatting import human_size
+    from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
+
+    url, *rest = options["fingerprints"]
+    local = [k for k, v in options.items() if v and k not in _REMOTE_GC and (k, v) != ("policy", "lru")]
+    if rest or local or cache_dir is not None:
+        what = "fingerprints" if rest else "--" + (local[0] if local else "cache_dir").replace("_", "-")
+        raise CachetoolError(f"{what}: gc of a remote takes --older-than, --dry-run and --yes only")
+    older = options["older_than"]
+    if older is None:
+        raise CachetoolError("gc of a remote needs --older-than (e.g. 30d)")
+    seconds = parse_duration(older, "--older-than") if isinstance(older, str) else float(older)
+    plan = plan_remote_gc(url, older_than=seconds)
+    out = Output(fmt)
+    if fmt == OutputFormat.json and options["dry_run"]:
+        out.json({**plan.to_json(), "dry_run": True})
+        return 0
+    if fmt == OutputFormat.human:
+        _show_remote_plan(out, plan)
+    if not plan.items or options["dry_run"]:
+        return 0
+    if not options["yes"]:
+        interactive = fmt == OutputFormat.human and sys.stdin.isatty()
+        question = f"Remove {len(plan.items)} result(s), {human_size(plan.expected_freed)}?"
+        if not interactive or not confirm(question):
+            if interactive:
+                return 0
+            n = len(plan.items)
+            raise CachetoolError(f"refusing to remove {n} result(s) without confirmation: pass --yes")
+    result = execute_remote_gc(plan)
+    for fp, why in result.kept:
+        hint(f"kept {fp}: {why}")
+    if fmt == OutputFormat.json:
+        out.json(
+            {
+                **plan.to_json(),
+                "dry_run": False,
+                "removed": list(result.removed),
+                "freed": result.freed,
+                "kept": [{"fingerprint": fp, "reason": why} for fp, why in result.kept],
+            }
+        )
+    elif fmt == OutputFormat.quiet:
+        out.ids(result.removed)
+    else:
+        out.line(f"Removed {_count(len(result.removed), 'result')}, {human_size(result.freed)} freed.")
+    return 1 if result.kept else 0
+
+
+def _show_remote_plan(out: Output, plan: Any) -> None:
+    import time
+
+    from cachetool.formatting import compact_age, human_size
+
+    if not plan.items:
+        out.line(f"Nothing on {plan.url} is older than that.")
+        return
+    now = time.time()
+    out.table(
+        None,
+        [
+            ("fingerprint", "left"),
+            ("files", "right"),
+            ("size", "right"),
+            ("written", "right"),
+            ("record", "left"),
+        ],
+        [
+            (
+                e.fingerprint,
+                str(len(e.files)),
+                human_size(e.size),
+                compact_age(now - e.modified),
+                "yes" if e.record else "no",
+            )
+            for e in plan.items
+        ],
+        whole=("fingerprint",),
+    )
+    out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")
+
+
+def served_lines(root: Path, since: float | None) -> tuple[dict[str, Any], list[str]]:
+    """For `cachetool stats`: what remotes served into `root` (since `since`), as a JSON field
+    and human lines; nothing at all when no result was pulled."""
+    from cachetool.formatting import human_size, short_duration
+    from cachetool.remote.transfer import served
+
+    hosts = served(root, since)
+    if not hosts:
+        return {}, []
+    total = sum(h.bytes for h in hosts)
+    lines = [
+        "",
+        f"Served from the remote: {_count(sum(h.results for h in hosts), 'result')}, {human_size(total)}",
+    ]
+    lines += [
+        f"  {h.host}: {_count(h.results, 'result')}, {human_size(h.bytes)} in {short_duration(h.seconds)}"
+        for h in hosts
+    ]
+    return {"remote_served": [h.to_json() for h in hosts]}, lines

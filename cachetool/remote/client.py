@@ -1,0 +1,194 @@
+"""The configured remote and the few object-store operations the remote tier uses, through
+obstore (imported on first use): write-once puts, whole and ranged reads, listing.
+
+The remote is `CACHETOOL_REMOTE` (or `--remote`): `s3://bucket/prefix`, `gs://...`, `az://...`.
+Endpoint and credentials come the usual way: `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID` /
+`AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN`, `AWS_REGION`; when no key is in the environment, the
+profile (`AWS_PROFILE`, else `default`) of `~/.aws/credentials` and `~/.aws/config`
+(`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from cachetool.errors import CachetoolError, ExitCode
+
+REMOTE_ENV = "CACHETOOL_REMOTE"
+KEY_ENV = "CACHETOOL_REMOTE_KEY"
+#: The schemes of a remote, as a `Path` keeps them (`Path("s3://b/p")` reads `s3:/b/p`).
+_SCHEMES = ("s3:/", "gs:/", "az:/", "abfs:/")
+
+
+def is_remote_url(text: object) -> bool:
+    """`text` names a remote (`s3://...`); `Path("s3://b/p")` reads `s3:/b/p` and counts too."""
+    s = os.fspath(text) if isinstance(text, os.PathLike) else str(text)
+    return s.startswith(_SCHEMES)
+
+
+def remote_url(text: object) -> str:
+    """The URL `text` names, the slash a `Path` collapsed put back (`s3:/b/p` -> `s3://b/p`)."""
+    s = os.fspath(text) if isinstance(text, os.PathLike) else str(text)
+    scheme, _, rest = s.partition(":")
+    return f"{scheme}://{rest.lstrip('/')}".rstrip("/")
+
+
+class RemoteError(CachetoolError):
+    """The remote is not configured, not reachable, or refuses an operation (exit 2)."""
+
+
+class RemoteRefused(CachetoolError):
+    """What the remote holds failed a check (a checksum, the Arrow stream, the signature) and was
+    not used; or an object of other bytes stands where a push would write (exit 1)."""
+
+    exit_code = ExitCode.PROBLEMS_FOUND
+
+
+@dataclass(frozen=True)
+class Remote:
+    """One remote: its URL, the obstore store rooted at its prefix, and the signing key."""
+
+    url: str
+    store: Any
+    key: bytes | None = None
+
+    def put_once(self, path: str, data: Any) -> bool:
+        """Write `data` (bytes or a local `Path`) at `path` unless an object is there already
+        (`If-None-Match: *`, one PUT); False when one is: it is never replaced."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self.store, path, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        except Exception as e:
+            raise self._failed("write", path, e) from None
+        return True
+
+    def get(self, path: str) -> bytes | None:
+        """The object at `path`, None when there is none."""
+        import obstore
+
+        try:
+            return bytes(obstore.get(self.store, path).bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise self._failed("read", path, e) from None
+
+    def chunks(self, path: str) -> Iterator[bytes]:
+        """The object at `path` in chunks as they arrive (FileNotFoundError when there is none)."""
+        import obstore
+
+        try:
+            for chunk in obstore.get(self.store, path):
+                yield bytes(chunk)
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise self._failed("read", path, e) from None
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes `start` to `end` (exclusive) of the object at `path`."""
+        import obstore
+
+        try:
+            return bytes(obstore.get_range(self.store, path, start=start, end=end))
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise self._failed("read", path, e) from None
+
+    def list(self, prefix: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every object under `prefix` (all of the remote's when None): `path`, `size`,
+        `last_modified`, paths relative to the remote's prefix."""
+        import obstore
+
+        try:
+            for batch in obstore.list(self.store, prefix=prefix, chunk_size=1000):
+                yield from batch
+        except Exception as e:
+            raise self._failed("list", prefix or "", e) from None
+
+    def _failed(self, what: str, path: str, e: Exception) -> RemoteError:
+        return RemoteError(f"cannot {what} {'/'.join(p for p in (self.url, path) if p)}: {short_error(e)}")
+
+
+def short_error(e: Exception) -> str:
+    """The client library's error in one line: its first, without the server's XML body (but
+    with the S3 error code it names)."""
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    code = re.search(r"<Code>([^<]{1,80})</Code>", text)
+    first = first.split(": <?xml", 1)[0].strip()
+    return first[:300] + (f" ({code.group(1)})" if code else "")
+
+
+def open_remote(url: str | None = None, key: str | None = None) -> Remote:
+    """The remote `url` names, else `CACHETOOL_REMOTE`; signed with `key`, else
+    `CACHETOOL_REMOTE_KEY` (none when both are empty). RemoteError when none is configured, the
+    URL is not one, or the client library is missing."""
+    url = url or os.environ.get(REMOTE_ENV) or None
+    if url is None:
+        raise RemoteError(f"no remote: set {REMOTE_ENV}=s3://bucket/prefix or pass --remote")
+    if not is_remote_url(url):
+        raise RemoteError(f"not a remote URL: {url!r} (s3://bucket/prefix, gs://..., az://...)")
+    url = remote_url(url)
+    try:
+        from obstore.store import from_url
+    except ImportError:
+        raise RemoteError('the remote tier needs obstore: pip install "cachetool[remote]"') from None
+    config = _aws_config() if url.startswith("s3://") else {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or config.get("endpoint") or ""
+    # A remote that does not answer costs a run seconds, not the client's default of minutes.
+    options: Any = {"connect_timeout": "5s", "allow_http": endpoint.startswith("http://")}
+    retry: Any = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
+    try:
+        store = from_url(url, client_options=options, retry_config=retry, **config)  # type: ignore[call-overload]
+    except Exception as e:
+        raise RemoteError(f"cannot use the remote {url}: {short_error(e)}") from None
+    secret = key if key is not None else os.environ.get(KEY_ENV)
+    return Remote(url, store, secret.encode() if secret else None)
+
+
+def _aws_config() -> dict[str, str]:
+    """What `~/.aws/credentials` and `~/.aws/config` say for the profile, for what the
+    environment does not (obstore reads the environment itself)."""
+    out: dict[str, str] = {}
+    profile = os.environ.get("AWS_PROFILE") or "default"
+    files = (
+        ("AWS_CONFIG_FILE", "~/.aws/config", "default" if profile == "default" else f"profile {profile}"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", profile),
+    )
+    keys = {
+        "aws_access_key_id": "access_key_id",
+        "aws_secret_access_key": "secret_access_key",
+        "aws_session_token": "session_token",
+        "region": "region",
+        "endpoint_url": "endpoint",
+    }
+    for env, default, section in files:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read(os.path.expanduser(os.environ.get(env) or default))
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue
+        if parser.has_section(section):
+            for name, value in parser.items(section):
+                if name in keys:
+                    out[keys[name]] = value
+    if os.environ.get("AWS_ACCESS_KEY_ID"):  # the environment's credentials win, as in the AWS CLI
+        for k in ("access_key_id", "secret_access_key", "session_token"):
+            out.pop(k, None)
+    if os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"):
+        out.pop("region", None)
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        out.pop("endpoint", None)
+    return out

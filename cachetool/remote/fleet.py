@@ -1,0 +1,306 @@
+"""`cachetool ls s3://...` and `cachetool verify s3://...`: what a remote holds, and whether a
+reader would use it.
+
+The listing is one listing of the objects (no object is read): each fingerprint with its files,
+their bytes, the latest write, and whether its record is there. Verify reads each record (checked
+as a reader checks it: the signature with a key set, the names), then per file, shallow: the size
+the listing says, and two small range reads: the schema message at the start (decoded as
+cachetool's header reader decodes it) and the end-of-stream marker at the end; `--deep`: the whole
+object, its xxh3 against the record's. Fingerprints are checked in parallel threads (obstore
+releases the GIL while it waits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetool.errors import ExitCode
+from cachetool.remote.client import Remote, RemoteRefused, open_remote, short_error
+from cachetool.remote.record import RECORD_NAME, read_record
+
+#: The first range read of a file: enough for the schema message `datasets` writes (a few kB).
+HEAD_BYTES = 64 << 10
+_THREADS = 16
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    """One fingerprint on the remote: its files (the record left out), their bytes, the latest
+    write (seconds since the epoch), and whether its record is there (else: an upload killed
+    before its record, which no reader uses)."""
+
+    fingerprint: str
+    files: tuple[tuple[str, int], ...]  # (name, size)
+    modified: float
+    record: bool
+
+    @property
+    def size(self) -> int:
+        return sum(size for _, size in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        from cachetool.formatting import iso_time
+
+        return {
+            "fingerprint": self.fingerprint,
+            "files": len(self.files),
+            "size": self.size,
+            "modified": iso_time(self.modified),
+            "record": self.record,
+        }
+
+
+def list_remote(url: str | None = None, *, key: str | None = None) -> list[RemoteEntry]:
+    """Every fingerprint on the remote `url` (else `CACHETOOL_REMOTE`), by fingerprint."""
+    return _entries(open_remote(url, key))
+
+
+def _entries(remote: Remote) -> list[RemoteEntry]:
+    found: dict[str, dict[str, Any]] = {}
+    for obj in remote.list():
+        fp, _, name = str(obj["path"]).partition("/")
+        if not name or "/" in name:
+            continue  # not something cachetool writes
+        e = found.setdefault(fp, {"files": [], "modified": 0.0, "record": False})
+        e["modified"] = max(e["modified"], obj["last_modified"].timestamp())
+        if name == RECORD_NAME:
+            e["record"] = True
+        else:
+            e["files"].append((name, int(obj["size"])))
+    return [
+        RemoteEntry(fp, tuple(sorted(e["files"])), e["modified"], e["record"])
+        for fp, e in sorted(found.items())
+    ]
+
+
+@dataclass(frozen=True)
+class RemoteFinding:
+    """One problem of a result on the remote: `error` (a reader refuses it) or `warning`."""
+
+    fingerprint: str
+    severity: str
+    problem: str
+    file: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.fingerprint}/{self.file}" if self.file else self.fingerprint
+        return f"{where}: {self.problem}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "file": self.file,
+            "severity": self.severity,
+            "problem": self.problem,
+        }
+
+
+@dataclass(frozen=True)
+class RemoteVerifyReport:
+    """What `verify_remote` checked: results, files, bytes read, and the findings."""
+
+    url: str
+    deep: bool
+    results: int
+    files: int
+    bytes_read: int
+    findings: tuple[RemoteFinding, ...] = field(default_factory=tuple)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        bad = any(f.severity == "error" for f in self.findings)
+        return ExitCode.PROBLEMS_FOUND if bad else ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "remote": self.url,
+            "deep": self.deep,
+            "results": self.results,
+            "files": self.files,
+            "bytes_read": self.bytes_read,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def verify_remote(
+    url: str | None = None,
+    *,
+    fingerprints: Iterable[str] = (),
+    deep: bool = False,
+    key: str | None = None,
+) -> RemoteVerifyReport:
+    """Check what the remote `url` (else `CACHETOOL_REMOTE`) holds as a reader would (only the
+    results `fingerprints` names, when given): see the module's docstring."""
+    remote = open_remote(url, key)
+    entries = _entries(remote)
+    wanted = set(fingerprints)
+    if wanted:
+        entries = [e for e in entries if e.fingerprint in wanted]
+    with ThreadPoolExecutor(_THREADS) as pool:
+        done = list(pool.map(lambda e: _verify_one(remote, e, deep), entries))
+    findings = tuple(f for found, _, _ in done for f in found)
+    files = sum(n for _, n, _ in done)
+    read = sum(b for _, _, b in done)
+    return RemoteVerifyReport(remote.url, deep, len(entries), files, read, findings)
+
+
+def _verify_one(remote: Remote, e: RemoteEntry, deep: bool) -> tuple[list[RemoteFinding], int, int]:
+    """(findings, files checked, bytes read) of one result."""
+    fp = e.fingerprint
+    if not e.record:
+        why = "files without a record (an upload stopped before its end): no reader uses them"
+        return [RemoteFinding(fp, "warning", why)], 0, 0
+    data = remote.get(f"{fp}/{RECORD_NAME}") or b""
+    try:
+        record = read_record(data, fp, remote.key)
+    except RemoteRefused as err:
+        return [RemoteFinding(fp, "error", err.message)], 0, len(data)
+    found: list[RemoteFinding] = []
+    sizes = dict(e.files)
+    read = len(data)
+    for f in record.files:
+        size = sizes.get(f.name)
+        if size is None:
+            found.append(RemoteFinding(fp, "error", "missing, though the record names it", f.name))
+            continue
+        if size != f.size:
+            found.append(RemoteFinding(fp, "error", f"{size} bytes, the record says {f.size}", f.name))
+            continue
+        key = f"{fp}/{f.name}"
+        if deep:
+            from cachetool.remote.transfer import object_digest
+
+            got = object_digest(remote, key)
+            read += got[0]
+            if got != (f.size, f.xxh3):
+                found.append(RemoteFinding(fp, "error", "its xxh3 is not the one its record names", f.name))
+                continue
+        problem, n = _shallow(remote, key, size)
+        read += n
+        if problem is not None:
+            found.append(RemoteFinding(fp, "error", problem, f.name))
+    for name in sorted(set(sizes) - {f.name for f in record.files}):
+        found.append(RemoteFinding(fp, "warning", "not named by the record: no reader uses it", name))
+    return found, len(record.files), read
+
+
+def _shallow(remote: Remote, key: str, size: int) -> tuple[str | None, int]:
+    """(what is wrong with the Arrow stream `key` of `size` bytes, or None; bytes read): its
+    schema message at the start, its end-of-stream marker at the end."""
+    from cachetool.cache.arrow import MAX_SCHEMA_BYTES
+    from cachetool.cache.ipc import CONTINUATION, EOS_MARKER, decode_schema
+
+    if size < 16:
+        return f"{size} bytes: too short for an Arrow stream", 0
+    head = remote.get_range(key, 0, min(size, HEAD_BYTES))  # a small file whole: one read
+    read = len(head)
+    if head[:4] != CONTINUATION:
+        return "not an Arrow IPC stream", read
+    length = int.from_bytes(head[4:8], "little", signed=True)
+    if length <= 0 or length > MAX_SCHEMA_BYTES or 8 + length > size:
+        return "its schema message is damaged", read
+    if 8 + length > len(head):
+        head += remote.get_range(key, len(head), 8 + length)
+        read = len(head)
+    message = head[: 8 + length]
+    if decode_schema(message) is None and not _pyarrow_reads_schema(message):
+        return "its schema message does not read", read
+    if len(head) == size:
+        tail = head[size - 8 :]
+    else:
+        tail = remote.get_range(key, size - 8, size)
+        read += len(tail)
+    if tail != EOS_MARKER:
+        return "no end-of-stream marker: the writer did not finish", read
+    return None, read
+
+
+def _pyarrow_reads_schema(message: bytes) -> bool:
+    """pyarrow reads the schema message (one cachetool's header reader declines)."""
+    import pyarrow as pa
+
+    try:
+        pa.ipc.read_schema(pa.py_buffer(message))
+    except Exception:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class RemoteGcPlan:
+    """What `gc s3://... --older-than D` would remove: each result (all of its objects) whose
+    newest object is older than `older_than` seconds; a result without a record (an upload that
+    may still be running) only once older than `STALE_SECONDS` too."""
+
+    url: str
+    older_than: float
+    items: tuple[RemoteEntry, ...]
+
+    @property
+    def expected_freed(self) -> int:
+        return sum(e.size for e in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "remote": self.url,
+            "older_than": self.older_than,
+            "items": [e.to_json() for e in self.items],
+            "expected_freed": self.expected_freed,
+        }
+
+
+@dataclass(frozen=True)
+class RemoteGcResult:
+    """What `execute_remote_gc` removed, the bytes freed, and what it kept (with why)."""
+
+    removed: tuple[str, ...]
+    freed: int
+    kept: tuple[tuple[str, str], ...] = ()
+
+
+def plan_remote_gc(url: str | None = None, *, older_than: float, now: float | None = None) -> RemoteGcPlan:
+    """The plan of removing what the remote `url` (else `CACHETOOL_REMOTE`) holds that nobody
+    wrote to for `older_than` seconds. Nothing is removed here."""
+    import time
+
+    from cachetool.cache.store import STALE_SECONDS
+
+    remote = open_remote(url)
+    now = time.time() if now is None else now
+    items = tuple(
+        e
+        for e in _entries(remote)
+        if now - e.modified > older_than and (e.record or now - e.modified > STALE_SECONDS)
+    )
+    return RemoteGcPlan(remote.url, older_than, items)
+
+
+def execute_remote_gc(plan: RemoteGcPlan, now: float | None = None) -> RemoteGcResult:
+    """Remove each result of `plan`, its record first (from then on no reader uses it), then its
+    files. Right before, its objects are listed again: one written since the plan (a push that
+    came back) keeps the result."""
+    import time
+
+    import obstore
+
+    remote = open_remote(plan.url)
+    removed, kept, freed = [], [], 0
+    for e in plan.items:
+        now_ = time.time() if now is None else now
+        objects = list(remote.list(e.fingerprint))  # a path prefix: `fp/...` only
+        if any(now_ - o["last_modified"].timestamp() <= plan.older_than for o in objects):
+            kept.append((e.fingerprint, "written to since the plan was made"))
+            continue
+        paths = sorted((str(o["path"]) for o in objects), key=lambda p: not p.endswith("/" + RECORD_NAME))
+        try:
+            for path in paths:
+                obstore.delete(remote.store, path)
+        except Exception as err:
+            kept.append((e.fingerprint, f"removal failed: {short_error(err)}"))
+            continue
+        removed.append(e.fingerprint)
+        freed += sum(int(o["size"]) for o in objects if not str(o["path"]).endswith("/" + RECORD_NAME))
+    return RemoteGcResult(tuple(removed), freed, tuple(kept))
