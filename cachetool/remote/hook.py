@@ -31,13 +31,17 @@ class RemoteHook:
     def before_compute(self, path: str, kwargs: Mapping[str, Any]) -> None:
         """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
         it nor one of its shards is there, place the remote's copy (checked) so that `datasets`
-        finds it. Not for a step told to compute (`load_from_cache_file=False`)."""
+        finds it. Not for a step told to compute (`load_from_cache_file=False`), nor with caching
+        off."""
         from cachetool.remote.transfer import cache_files_of, fetch_record, note_served, pull_record
 
         folder, name = os.path.split(path)
         parsed = parse_cache_file(name)
         if kwargs.get("load_from_cache_file") is False or parsed is None or self._failed:
             return
+        fingerprinting = sys.modules.get("datasets.fingerprint")
+        if fingerprinting is not None and not fingerprinting.is_caching_enabled():
+            return  # `disable_caching()`: datasets would not load it
         if cache_files_of(folder, parsed[0]):
             return
         try:

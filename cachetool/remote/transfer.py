@@ -176,14 +176,21 @@ def pull_record(remote: Remote, record: Record, folder: Path) -> Pulled:
     temps: list[tuple[str, RemoteFile]] = []
     dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        received = 0
-        for f in record.files:
-            if f in present:
-                continue
-            tmp = f"tmp{secrets.token_hex(4)}"
-            temps.append((tmp, f))
-            received += _download(remote, f"{fp}/{f.name}", dir_fd, tmp, f)
+        temps = [(f"tmp{secrets.token_hex(4)}", f) for f in record.files if f not in present]
+
+        def fetch(item: tuple[str, RemoteFile]) -> int:
+            tmp, f = item
+            got = _download(remote, f"{fp}/{f.name}", dir_fd, tmp, f)
             _check_arrow(folder / tmp, f, fp)
+            return got
+
+        if len(temps) == 1:
+            received = fetch(temps[0])
+        else:  # the shards of a num_proc map at once; one failed check refuses them all
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(8, len(temps))) as pool:
+                received = sum(pool.map(fetch, temps))
         for tmp, f in temps:
             try:
                 os.link(tmp, f.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)

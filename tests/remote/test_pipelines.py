@@ -34,8 +34,16 @@ def double(batch):
 
 out = ds.map(double, batched=True)
 even = out.filter(lambda x: x["id"] % 2 == 0)
-print(json.dumps({"map": out._fingerprint, "filter": even._fingerprint,
-                  "files": [f["filename"] for f in (*out.cache_files, *even.cache_files)]}))
+files = [f["filename"] for f in (*out.cache_files, *even.cache_files)]
+if os.environ.get("NUM_PROC"):  # a num_proc map: its result is shards
+    def triple(batch):
+        with open(os.environ["MARKER"], "a") as f:
+            f.write("triple\\n")
+        return {"z": [v * 3 for v in batch["y"]]}
+
+    tripled = even.map(triple, batched=True, num_proc=2)
+    files += [f["filename"] for f in tripled.cache_files]
+print(json.dumps({"map": out._fingerprint, "filter": even._fingerprint, "files": files}))
 """
 
 
@@ -115,27 +123,30 @@ def test_a_pulled_result_is_a_datasets_cache_hit(
 @pytest.mark.slow
 def test_run_with_a_remote_computes_nothing_another_host_computed(bucket: Bucket, tmp_path: Path) -> None:
     """`cachetool run --remote URL` on host A computes and pushes every step; the same pipeline
-    on host B, with an empty cache, computes none of them: each is pulled, checked and loaded
-    as a cache hit, byte for byte the same; `cachetool stats` on B counts what the remote served."""
-    os.environ.update(bucket.server.env())
+    on host B, with an empty cache, computes none of them (a num_proc map's shards included):
+    each is pulled, checked and loaded as a cache hit, byte for byte the same; `cachetool stats`
+    on B counts what the remote served."""
+    os.environ.update(bucket.server.env(), NUM_PROC="2")
     try:
         a, ran_a, _ = _run(tmp_path, "a", "--remote", bucket.url)
-        assert ran_a and f"{a['map']}/record.json" in bucket.objects()
+        assert ran_a.count("triple") == 2 and f"{a['map']}/record.json" in bucket.objects()
         assert f"{a['filter']}/record.json" in bucket.objects()
         b, ran_b, err = _run(tmp_path, "b", "--remote", bucket.url)
     finally:
-        for k in bucket.server.env():
+        for k in [*bucket.server.env(), "NUM_PROC"]:
             os.environ.pop(k, None)
     assert ran_b == "", err
+    shards = [f for f in b["files"] if "_of_00002" in f]  # type: ignore[attr-defined]
+    assert len(shards) == 2, b["files"]
     assert f"cachetool: {a['map']} from {bucket.url} (" in err
     for fa, fb in zip(a["files"], b["files"], strict=True):  # type: ignore[call-overload]
         assert Path(fa).read_bytes() == Path(fb).read_bytes()
     stats = invoke("stats", "--cache-dir", str(tmp_path / "b" / "cache"), "--json")
     (served,) = json.loads(stats.stdout)["remote_served"]
     sizes = sum(Path(f).stat().st_size for f in {*b["files"]})  # type: ignore[misc]
-    assert (served["results"], served["bytes"]) == (2, sizes)
+    assert (served["results"], served["bytes"]) == (3, sizes)
     human = invoke("stats", "--cache-dir", str(tmp_path / "b" / "cache")).stdout
-    assert "Served from the remote: 2 results, " in human
+    assert "Served from the remote: 3 results, " in human
 
 
 @pytest.mark.slow

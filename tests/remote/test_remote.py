@@ -22,15 +22,15 @@ FP = "0123456789abcdef"
 FOLDER = "csv/default-1/0.0.0/abc"
 
 
-def cache_file(path: Path, fingerprint: str, rows: int = 100) -> bytes:
-    """Write a cache file as `datasets` does (a stream whose `huggingface` metadata names the
-    fingerprint) and return its bytes."""
+def cache_file(path: Path, fingerprint: str, rows: int = 100, batch: int = 30) -> bytes:
+    """Write a cache file as `datasets` does (a stream of batches of `batch` rows whose
+    `huggingface` metadata names the fingerprint) and return its bytes."""
     meta = {"huggingface": json.dumps({"info": {"features": {}}, "fingerprint": fingerprint})}
     table = pa.table({"id": list(range(rows)), "text": [f"row {i}" for i in range(rows)]})
     table = table.replace_schema_metadata(meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     with pa.OSFile(os.fspath(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=30)
+        writer.write_table(table, max_chunksize=batch)
     return path.read_bytes()
 
 
