@@ -116,9 +116,8 @@ def remote_command(
 
 def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
     """`cachetool ls s3://...`: one row per fingerprint on the remote (`list_remote`)."""
-    import time
 
-    from cachetool.formatting import compact_age, human_size
+    from cachetool.formatting import human_size
     from cachetool.remote.client import remote_url
     from cachetool.remote.fleet import list_remote
 
@@ -134,28 +133,7 @@ def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
     if not entries:
         out.line(f"Nothing on {remote_url(url)} yet.")
         return
-    now = time.time()
-    out.table(
-        None,
-        [
-            ("fingerprint", "left"),
-            ("files", "right"),
-            ("size", "right"),
-            ("written", "right"),
-            ("record", "left"),
-        ],
-        [
-            (
-                e.fingerprint,
-                str(len(e.files)),
-                human_size(e.size),
-                compact_age(now - e.modified),
-                "yes" if e.record else "no: not used",
-            )
-            for e in shown
-        ],
-        whole=("fingerprint",),
-    )
+    _entries_table(out, shown, "no: not used")
     files, size = sum(len(e.files) for e in entries), human_size(sum(e.size for e in entries))
     out.line(f"{len(entries)} results, {files} files, {size} on {remote_url(url)}")
     if any(not e.record for e in entries):
@@ -252,36 +230,35 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat
     return 1 if result.kept else 0
 
 
-def _show_remote_plan(out: Output, plan: Any) -> None:
+def _entries_table(out: Output, entries: Any, no_record: str) -> None:
+    """One row per result on a remote: fingerprint, files, size, age, whether its record is there."""
     import time
 
     from cachetool.formatting import compact_age, human_size
 
+    now = time.time()
+    rows = [
+        (
+            e.fingerprint,
+            str(len(e.files)),
+            human_size(e.size),
+            compact_age(now - e.modified),
+            "yes" if e.record else no_record,
+        )
+        for e in entries
+    ]
+    columns = [("fingerprint", "left"), ("files", "right"), ("size", "right"), ("written", "right")]
+    out.table(None, [*columns, ("record", "left")], rows, whole=("fingerprint",))
+
+
+def _show_remote_plan(out: Output, plan: Any) -> None:
+
+    from cachetool.formatting import human_size
+
     if not plan.items:
         out.line(f"Nothing on {plan.url} is older than that.")
         return
-    now = time.time()
-    out.table(
-        None,
-        [
-            ("fingerprint", "left"),
-            ("files", "right"),
-            ("size", "right"),
-            ("written", "right"),
-            ("record", "left"),
-        ],
-        [
-            (
-                e.fingerprint,
-                str(len(e.files)),
-                human_size(e.size),
-                compact_age(now - e.modified),
-                "yes" if e.record else "no",
-            )
-            for e in plan.items
-        ],
-        whole=("fingerprint",),
-    )
+    _entries_table(out, plan.items, "no")
     out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")
 
 
