@@ -1,4 +1,6 @@
-"""`cachetool remote push|pull`: a step's cache files to and from the remote tier."""
+"""`cachetool remote push|pull`: a step's cache files to and from the remote tier; and what
+`ls`, `verify` and `gc` print for a remote (`s3://...` in place of a cache), and `stats`' line
+of what remotes served."""
 
 from __future__ import annotations
 
