@@ -141,7 +141,8 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str, part: 
     completed = sum(read_summary(p).rows or 0 for p in partials)  # their complete record batches
     assert partials and completed >= (0 if "num_proc=2" in args else kill_at * 0.95 / stride), completed
     for p in partials:  # killed in the middle of writing a batch: that batch is not reused
-        os.truncate(p, p.stat().st_size - 100)
+        if p.stat().st_size > 100:  # a worker killed as it began holds less than a schema
+            os.truncate(p, p.stat().st_size - 100)
 
     out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
     fp = out.stdout.split()[-1]
