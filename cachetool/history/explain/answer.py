@@ -27,8 +27,9 @@ from cachetool.safejson import json_fields, json_value
 #: fingerprint; another ``new_fingerprint=``; the ``source`` dataset; the ``input`` changed upstream
 #: with no recorded step saying why; another ``datasets`` release (``versions``);
 #: ``same-fingerprint`` (the cache file was gone); ``concurrent`` (another run computed it at the
-#: same time); ``first-run``; ``unexplained``; ``resumed`` (besides the others: the map reused the
-#: rows its killed attempt had written); ``rekeyed`` (besides the others: an equivalent earlier
+#: same time); ``killed-before`` (an earlier run was killed in the step); ``first-run``;
+#: ``unexplained``; ``resumed`` (besides the others: the map reused the rows its killed attempt
+#: had written); ``rekeyed`` (besides the others: an equivalent earlier
 #: result, proven on sampled batches, was written under the new fingerprint). A change upstream
 #: names its step (`Reason.upstream`).
 ReasonKind = Literal[
@@ -47,6 +48,7 @@ ReasonKind = Literal[
     "same-fingerprint",
     "concurrent",
     "failed-before",
+    "killed-before",
     "first-run",
     "unexplained",
     "resumed",

@@ -35,7 +35,7 @@ from cachetool.history.explain.stale import (
     with_removals,
 )
 from cachetool.history.explain.view import LedgerView, load_view
-from cachetool.history.records.other import RunEndRecord, RunStartRecord
+from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import failure, interruption
 
@@ -84,11 +84,40 @@ def _reasons(
         return (Reason("failed-before", why),), StepRef.of(siblings[0])
     if siblings:
         return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])
+    killed = _killed_attempt(view, rec)
+    if killed is not None:
+        why = (
+            f"its last attempt, in run {killed.run} at {clock_time(killed.time)}, was killed before it "
+            "finished: nothing was cached"
+        )
+        return (Reason("killed-before", why),), None
     if view.first_run(rec):
         return (
             Reason("first-run", "first run recorded in this cache: it held nothing yet, so every step ran"),
         ), None
     return (Reason("first-run", "first time this step ran (nothing recorded to compare with)"),), None
+
+
+def _killed_attempt(view: LedgerView, rec: StepRecord) -> StepStartRecord | None:
+    """The latest start of this step (same call site and input) by an earlier run that never wrote
+    the step's record: it was killed in the step."""
+    site = rec.call_site
+    if site is None:
+        return None
+    records = view.ledger.records
+    done = {(r.run, r.seq) for r in records if isinstance(r, StepRecord)}
+    starts = [
+        r
+        for r in records
+        if isinstance(r, StepStartRecord)
+        and r.run != rec.run
+        and r.time < rec.time
+        and r.parents == rec.parents
+        and r.call_site is not None
+        and (r.call_site.file, r.call_site.line) == (site.file, site.line)
+        and (r.run, r.seq) not in done
+    ]
+    return max(starts, key=lambda r: r.time, default=None)
 
 
 def resolve_fingerprint(view: LedgerView, name: str) -> str:
