@@ -501,3 +501,23 @@ def test_a_prefix_names_a_killed_num_proc_map_not_also_its_tmp_file(tmp_path: Pa
     for command in ("show", "lineage", "verify"):
         said = invoke(command, prefix, "--cache-dir", str(cache), env=env)
         assert "ambiguous" not in said.stderr and said.exit_code in (0, 1), (command, said.stderr)
+
+
+def test_explain_of_a_killed_map_says_a_traced_rerun_takes_back_its_rows(tmp_path: Path) -> None:
+    """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
+    and a traced rerun takes its rows back. `explain --last` says the same of it (the rows a
+    rerun takes back, `resumable_rows` in JSON), not "datasets does not reuse these" followed
+    only by the command that deletes it."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    listed = json.loads(invoke("ls", "--json", env=env).stdout)["entries"]
+    partial = next(e for e in listed if e["kind"] == "temp")
+    assert partial["resumable"] and partial["rows"], partial
+
+    human = invoke("explain", "--last", env=env, columns=80).stdout
+    assert "does not reuse" not in human, human
+    assert f"{partial['rows']:,} rows" in human and "traced rerun" in human, human
+    written = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]["written"]
+    assert [(w["path"], w["resumable_rows"]) for w in written] == [(partial["path"], partial["rows"])]

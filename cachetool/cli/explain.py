@@ -231,10 +231,16 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         )
         tmp = [f for f in i.written if not f.finished]
         done = [f for f in i.written if f.finished]
-        if tmp:
+        resumable = [f for f in tmp if f.resumable_rows]
+        if resumable:
+            out.line("  It had written (unfinished; a traced rerun of the step takes back their rows):")
+            for f in resumable:
+                out.line(f"    {f.path}  {human_size(f.size)}, {f.resumable_rows:,} rows")
+        if len(resumable) < len(tmp):
             out.line("  It had written (unfinished; datasets does not reuse these):")
             for f in tmp:
-                out.line(f"    {f.path}  {human_size(f.size)}")
+                if not f.resumable_rows:
+                    out.line(f"    {f.path}  {human_size(f.size)}")
         if done:
             out.line("  Finished num_proc shards of the step (datasets reuses these):")
             for f in done:
@@ -245,7 +251,7 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
             from cachetool.hints import shell_command
 
             root = step.root or os.path.dirname(tmp[0].path)
-            out.line("  To remove its unfinished files:")
+            out.line("  To remove its unfinished files" + (" instead:" if resumable else ":"))
             out.line(
                 f"    {shell_command('gc', '--temp', '--min-age', '0', '--cache-dir', root)}", wrap=False
             )

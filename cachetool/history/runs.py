@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from cachetool.history.records.base import LedgerRecord
@@ -38,6 +39,9 @@ class UnfinishedFile:
     path: str
     size: int
     finished: bool = False
+    #: The rows in complete batches of a `tmp*` file that a traced rerun of the step takes back
+    #: (`cachetool ls` calls it `temp resumable`); 0: none.
+    resumable_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,5 +186,14 @@ def _unfinished(step: StepStartRecord) -> tuple[UnfinishedFile, ...]:
             if e.name in step.before:  # there before the step began: another run's leftover
                 continue
             if e.is_file(follow_symlinks=False) and st.st_mtime >= step.time - _SLACK:
-                out.append(UnfinishedFile(e.path, st.st_size, finished=not e.name.startswith("tmp")))
+                finished = not e.name.startswith("tmp")
+                rows = 0 if finished else _resumable_rows(e.path)
+                out.append(UnfinishedFile(e.path, st.st_size, finished=finished, resumable_rows=rows))
     return tuple(sorted(out, key=lambda f: (f.finished, f.path)))
+
+
+def _resumable_rows(path: str) -> int:
+    from cachetool.cache.arrow import read_summary
+    from cachetool.cache.classify import resumable_rows
+
+    return resumable_rows(Path(path), read_summary(path))
