@@ -347,6 +347,15 @@ class Checker:
             return
         if self.leased(e):
             return
+        if e.resumable_rows:  # as ls and gc --temp call it: a traced rerun takes its rows back
+            of = f" of {e.aliases[0]}" if e.aliases else ""
+            rows = f"{e.resumable_rows:,} rows in complete batches"
+            detail = f"resumable partial{of} left by a killed writer: {rows}"
+            rerun = "rerun its pipeline under `cachetool run` to take these rows back, or remove it: "
+            self.add(
+                "leftover-temp", e, e.path, detail, rerun + gc_command(self.report.root, os.fsdecode(e.path))
+            )
+            return
         self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
 
     def leftover_prepare(self, e: Entry) -> None:
