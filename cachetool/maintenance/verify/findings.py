@@ -347,13 +347,13 @@ class Checker:
             return
         if self.leased(e):
             return
-        if e.resumable_rows:  # as ls and gc --temp call it: a traced rerun takes its rows back
+        if e.resumable_rows:  # as ls and gc --temp call it; the hint stays a command to paste
             of = f" of {e.aliases[0]}" if e.aliases else ""
-            rows = f"{e.resumable_rows:,} rows in complete batches"
-            detail = f"resumable partial{of} left by a killed writer: {rows}"
-            rerun = "rerun its pipeline under `cachetool run` to take these rows back, or remove it: "
-            self.add(
-                "leftover-temp", e, e.path, detail, rerun + gc_command(self.report.root, os.fsdecode(e.path))
+            self.removable(
+                "leftover-temp",
+                e,
+                f"resumable partial{of} left by a killed writer: {e.resumable_rows:,} rows in complete "
+                "batches that a rerun under `cachetool run` takes back (the hint removes them instead)",
             )
             return
         self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
