@@ -396,3 +396,18 @@ def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytes
     assert "First time this step ran" not in human, human
     at = human.index(". filter ")
     assert "first time this step ran" in human[at:] and "first time" not in human[:at], human
+
+
+def test_report_lists_the_stale_hits_as_problems(runs: ExplainRuns, tmp_path: Path) -> None:
+    """`cachetool report` of a cache whose hits reused results of edited helper functions lists
+    those stale entries among its problems, as `verify --stale` and `explain` report them; it
+    said "0 problem(s)"."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "200"}
+    args = ["report", "-o", str(tmp_path / "r.html"), "--json", "--cache-dir", str(runs.cache)]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    problems = json.loads(result.stdout)["problems"]
+    stale = {runs.second["stale"], runs.second["stale_dep"]}
+    listed = [p for p in problems if any(fp in p["path"] for fp in stale)]
+    assert len(listed) == 2 and all(p["severity"] == "error" for p in listed), problems
+    assert all("changed since it was computed" in p["what"] or "stale" in p["what"] for p in listed), listed
