@@ -411,3 +411,24 @@ def test_report_lists_the_stale_hits_as_problems(runs: ExplainRuns, tmp_path: Pa
     listed = [p for p in problems if any(fp in p["path"] for fp in stale)]
     assert len(listed) == 2 and all(p["severity"] == "error" for p in listed), problems
     assert all("changed since it was computed" in p["what"] or "stale" in p["what"] for p in listed), listed
+
+
+def test_show_says_an_entry_is_stale(runs: ExplainRuns) -> None:
+    """`cachetool show` of an entry a hit reused although a helper it calls was edited says it is
+    stale, as `lineage` marks it, with the command that says what changed; `"stale"` in `--json`
+    (null for an entry that is not). It showed such an entry as any other."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "100"}
+    cache = ["--cache-dir", str(runs.cache)]
+    fp, dep = runs.second["stale"], runs.second["stale_dep"]
+    human = CliRunner().invoke(app, ["show", fp, *cache], env=env).stdout
+    assert "stale: code changed" in human and f"cachetool explain {fp}" in human, human
+
+    def stale(name: str) -> str | None:
+        result = CliRunner().invoke(app, ["show", name, "--json", *cache], env=env)
+        assert result.exit_code == 0, result.output
+        note: str | None = json.loads(result.stdout)["stale"]
+        return note
+
+    assert stale(fp) == "stale: code changed"
+    assert stale(dep) == "stale: code changed"
+    assert stale(runs.second["shout"]) is None

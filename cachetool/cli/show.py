@@ -81,6 +81,8 @@ def render(out: Output, shown: EntryReport) -> None:
     out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
     for p in e.problems:
         out.line(f"problem: {p}", style="red")
+    if shown.stale:
+        out.line(f"{shown.stale} — `cachetool explain {shown.fingerprint}` says what changed", style="red")
     out.line()
     _render_files(out, shown.report.root, e)
     if e.columns:

@@ -45,6 +45,9 @@ class EntryReport:
     warnings: tuple[str, ...] = ()
     #: When no cache file holds it: the latest record of gc removing it or verify quarantining it.
     removed: GcRecord | None = None
+    #: Why it is stale ("stale: code changed", "stale: made from FP"), as `lineage` says; None:
+    #: not stale (`cachetool.history.explain.stale.stale_hits`).
+    stale: str | None = None
 
     @property
     def features(self) -> dict[str, Any] | None:
@@ -75,6 +78,7 @@ class EntryReport:
         doc["features"] = self.features
         doc["records"] = records
         doc["pinned"] = self.pinned
+        doc["stale"] = self.stale
         return doc
 
 
@@ -95,6 +99,7 @@ def show_entry(
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
     from cachetool.history.ledger import Ledger, named_elsewhere
+    from cachetool.history.query import stale_notes
     from cachetool.history.records.base import order_key
 
     root_path = Path(os.fspath(root)).expanduser().resolve()
@@ -121,4 +126,6 @@ def show_entry(
         pinned = is_pinned(entry, frozenset(read_pins(report.root)))
     except CachetoolError as e:
         pinned, warnings = False, (e.message,)
-    return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings)
+    notes = dict(stale_notes(root_path, ledger, list(fps)))
+    stale = next((notes[fp] for fp in fps if fp in notes), None)
+    return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings, stale=stale)
