@@ -127,3 +127,16 @@ def test_gc_refuses_to_evict_from_a_folder_whose_pins_live_in_another(
         assert f"--cache-dir {cache}" in res.stderr, res.stderr
     _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--dry-run")
     assert b not in {i["fingerprint"] for i in doc["plan"]["items"]}
+
+
+@pytest.mark.slow
+def test_a_folder_inside_a_cache_root_lists_the_root_s_pins(copy: Path, leftovers: dict[str, Any]) -> None:
+    """`ls --cache-dir` and `show --cache-dir` given a dataset's folder inside a cache root mark an
+    entry pinned in that root as pinned (`ls --filter pinned=yes` finds it): the pins are the
+    root's. They said it was not pinned."""
+    cache = copy / "cache"
+    b = leftovers["chain_b"]
+    assert cli("pin", b, "--cache-dir", str(cache)).exit_code == 0
+    inside = str(copy / leftovers["csv_dir"])
+    assert invoke("ls", "--cache-dir", inside, "-q", "--filter", "pinned=yes").stdout == f"{b}\n"
+    assert json.loads(invoke("show", b, "--cache-dir", inside, "--json").stdout)["pinned"] is True
