@@ -231,7 +231,13 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         )
         tmp = [f for f in i.written if not f.finished]
         done = [f for f in i.written if f.finished]
-        resumable = [f for f in tmp if f.resumable_rows]
+        # A live run is still writing its files: what a rerun would take back is not known yet.
+        resumable = [f for f in tmp if f.resumable_rows] if i.state != "running" else []
+        if i.state == "running" and tmp:
+            out.line("  It is writing (unfinished):")
+            for f in tmp:
+                out.line(f"    {f.path}  {human_size(f.size)}")
+            tmp = []
         if resumable:
             out.line("  It had written (unfinished; a traced rerun of the step takes back their rows):")
             for f in resumable:
