@@ -569,10 +569,11 @@ def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_ste
     """A `num_proc=2` map SIGKILLed with its workers (the whole job ended) before either shard
     finished leaves one tmp file per worker, each naming `<fp>_0000N_of_00002`. `lineage` of the
     map's fingerprint (or a prefix) names the step and the killed run, and `explain` of it points
-    at the killed run. Both said the name was "ambiguous" between the two tmp files (and naming one
-    by its path, as that error told, said "it has no fingerprint"); with one tmp file holding a
-    header, they took that shard for the map: "parent not recorded — run the pipeline with
-    `cachetool run`", of a traced run."""
+    at the killed run, and `show` of it names that step (`"unended"` in `--json`). Both said the
+    name was "ambiguous" between the two tmp files (and naming one by its path, as that error
+    told, said "it has no fingerprint"); with one tmp file holding a header, they took that shard
+    for the map: "parent not recorded — run the pipeline with `cachetool run`", of a traced run;
+    `show` said "the ledger records 0 step(s) that made it"."""
     (tmp_path / "p.py").write_text(
         PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
     )
@@ -605,6 +606,11 @@ def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_ste
         assert "ambiguous" not in explained.stderr and "was killed in it" in explained.stderr, (
             explained.stderr
         )
+        shown = invoke("show", name, env=env, columns=200)
+        assert shown.exit_code == 0 and "0 step(s)" not in shown.stdout, shown.stdout + shown.stderr
+        assert "map @ p.py:12" in shown.stdout and "killed in it" in shown.stdout, shown.stdout
+    unended = json.loads(invoke("show", fp, "--json", env=env).stdout)["unended"]
+    assert unended["operation"] == "map" and unended["run"] == doc["run"], unended
 
 
 def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Path) -> None:
