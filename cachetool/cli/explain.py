@@ -66,7 +66,9 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
     root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
     report = explain(root, **vars(options))
     out = Output(fmt)
-    others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []
+    others = []  # with --all-roots the steps the run recorded in other roots are shown here
+    if report.mode == "run" and report.run is not None and not options.all_roots:
+        others = _roots_with_run(root, report.run)
     if fmt == OutputFormat.json:
         out.json(report.to_json())
     elif fmt == OutputFormat.quiet:
