@@ -118,7 +118,7 @@ def _install_now(events: str | None, trees: bool, cold: bool) -> None:
         _tracer = tracer
         if not _at_fork_registered:  # handlers cannot be unregistered: one per process
             os.register_at_fork(after_in_child=_after_fork)
-            atexit.register(_end_run)
+            atexit.register(end_run)
             _at_fork_registered = True
         tracer.start_run()
     except Exception as e:  # never raise into the user's code
@@ -126,8 +126,10 @@ def _install_now(events: str | None, trees: bool, cold: bool) -> None:
             sys.stderr.write(f"cachetool: warning: tracing is off ({type(e).__name__}: {e})\n")
 
 
-def _end_run() -> None:
-    """At exit: the run ended (a SIGKILL never gets here, and that is how a killed run shows)."""
+def end_run() -> None:
+    """At exit: the run ended (a SIGKILL never gets here, and that is how a killed run shows).
+    Once: `cachetool run` calls it before a KeyboardInterrupt leaves the script, since code run at
+    exit clears CPython's note of the interrupt (the process would end with 1, not by SIGINT)."""
     if _tracer is not None:
         with contextlib.suppress(Exception):
             _tracer.end_run()

@@ -165,7 +165,7 @@ def _bootstrap() -> None:
     argv = sys.argv[1:]  # sys.argv was ["-c" or the bootstrap's path, script, *args]
     script = argv[0]
     sys.argv[:] = argv
-    from cachetool.trace.install import install_tracing, note_exit, take_environment
+    from cachetool.trace.install import end_run, install_tracing, note_exit, take_environment
 
     take_environment()  # the script sees no CACHETOOL_* variable (the tracer keeps its settings)
     run: Callable[[], object]
@@ -195,6 +195,8 @@ def _bootstrap() -> None:
         run()
     except BaseException as e:
         note_exit(e)
+        if isinstance(e, KeyboardInterrupt):
+            end_run()  # now: at exit it would clear CPython's note to end by SIGINT, as python does
         raise
     note_exit(None)
 
