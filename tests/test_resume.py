@@ -136,10 +136,18 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str, part: 
         _kill_group(tmp_path, {**env, "KILL_AT": str(kill_at)})
     else:
         _run_and_kill(tmp_path, {**env, "KILL_AT": str(kill_at)})
-    killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    killed_doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    killed = killed_doc["run"]
     partials = list((tmp_path / "cache").rglob("tmp*"))
     completed = sum(read_summary(p).rows or 0 for p in partials)  # their complete record batches
     assert partials and completed >= (0 if "num_proc=2" in args else kill_at * 0.95 / stride), completed
+    # explain of the killed run offers its partial output as what a rerun reuses, not as waste.
+    cut = killed_doc["interrupted"]
+    assert sum(f["resumable_rows"] for f in cut["written"]) == completed, cut["written"]
+    if completed:
+        told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+        assert "Its partial output (a traced rerun of the pipeline reuses these rows" in told, told
+        assert f"{max(f['resumable_rows'] for f in cut['written']):,} rows" in told, told
     for p in partials:  # killed in the middle of writing a batch: that batch is not reused
         if p.stat().st_size > 100:  # a worker killed as it began holds less than a schema
             os.truncate(p, p.stat().st_size - 100)
@@ -158,7 +166,7 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str, part: 
         assert completed >= reused >= 0.9 * completed, (reused, completed)
         human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
         # Its killed run began the step: not "the first time this step ran".
-        assert said[0] in human and "first time" not in human, human
+        assert said[0] in human and "first time" not in human and "nothing was cached" not in human, human
         assert "first-run" not in [r["kind"] for r in step["reasons"]], step
 
     mine = sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
@@ -322,7 +330,11 @@ def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> N
         e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
     ]
     assert entry["resumable"] is False, entry
-    killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    killed_doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    killed = killed_doc["run"]
+    assert [f["resumable_rows"] for f in killed_doc["interrupted"]["written"]] == [0]
+    told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+    assert "unfinished; datasets does not reuse these" in told and "partial output" not in told, told
     # The rerun computes it all; explain says the killed run began it, not "first time this step ran".
     cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)

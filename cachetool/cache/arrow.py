@@ -64,6 +64,15 @@ class ArrowSummary:
     def complete(self) -> bool:
         return self.format == STREAM and self.eos and self.error is None
 
+    def resumable_rows(self, folder: str | os.PathLike[str]) -> int:
+        """For a `tmp*` file in `folder`: the rows of a map's partial output a traced rerun may
+        reuse (complete batches of a step whose `cache-<fp>.arrow` is not there; an indices
+        mapping is a filter's, sort's, ...: those do not resume); 0 otherwise."""
+        fp, rows = self.fingerprint, self.rows
+        if not fp or not rows or self.is_indices:
+            return 0
+        return 0 if os.path.exists(os.path.join(folder, f"cache-{fp}.arrow")) else rows
+
     @property
     def features(self) -> dict[str, Any] | None:
         """`info.features` from the `huggingface` metadata (the `datasets` feature types)."""

@@ -186,18 +186,10 @@ class Scanner(Walker):
         if name.startswith("tmp") and layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
             f = self.cache_file(it, arrow=True)
             fp = f.summary.fingerprint if f.summary else None
-            rows = f.summary.rows if f.summary else None
-            # A map's partial output: complete batches of a step whose file is not there yet (an
-            # indices mapping is a filter's, sort's, ...: those do not resume).
-            resumable = bool(
-                fp
-                and rows
-                and not (f.summary and f.summary.is_indices)
-                and not (it.path.parent / f"cache-{fp}.arrow").exists()
-            )
+            rows = f.summary.resumable_rows(it.path.parent) if f.summary else 0
             problem = (
                 EntryProblem(code="resumable", got=rows, want=fp)
-                if resumable
+                if rows
                 else EntryProblem("temporary file: a writer in progress or killed")
             )
             return Entry(

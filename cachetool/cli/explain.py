@@ -229,8 +229,13 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
             f"started at {local_time(step.time)}.",
             style="bold red",
         )
-        tmp = [f for f in i.written if not f.finished]
+        partial = [f for f in i.written if not f.finished and f.resumable_rows]
+        tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
         done = [f for f in i.written if f.finished]
+        if partial:
+            out.line("  Its partial output (a traced rerun of the pipeline reuses these rows):")
+            for f in partial:
+                out.line(f"    {f.path}  {human_size(f.size)}, {f.resumable_rows:,} rows")
         if tmp:
             out.line("  It had written (unfinished; datasets does not reuse these):")
             for f in tmp:
@@ -241,11 +246,14 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
                 out.line(f"    {f.path}  {human_size(f.size)}")
         if not i.written:
             out.line("  It had written nothing yet.")
-        if tmp and i.state == "killed":
+        if (tmp or partial) and i.state == "killed":
             from cachetool.hints import shell_command
 
-            root = step.root or os.path.dirname(tmp[0].path)
-            out.line("  To remove its unfinished files:")
+            root = step.root or os.path.dirname((tmp or partial)[0].path)
+            if partial:  # `gc --temp` keeps a resumable partial for a day; removing it loses its rows
+                out.line("  To continue it, run the pipeline again (`cachetool run`); to remove its files:")
+            else:
+                out.line("  To remove its unfinished files:")
             out.line(
                 f"    {shell_command('gc', '--temp', '--min-age', '0', '--cache-dir', root)}", wrap=False
             )

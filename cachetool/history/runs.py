@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cachetool.cache.arrow import read_summary
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
@@ -38,6 +39,8 @@ class UnfinishedFile:
     path: str
     size: int
     finished: bool = False
+    #: A killed map's partial output: the rows a traced rerun reuses (docs/resume.md).
+    resumable_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,5 +185,9 @@ def _unfinished(step: StepStartRecord) -> tuple[UnfinishedFile, ...]:
             if e.name in step.before:  # there before the step began: another run's leftover
                 continue
             if e.is_file(follow_symlinks=False) and st.st_mtime >= step.time - _SLACK:
-                out.append(UnfinishedFile(e.path, st.st_size, finished=not e.name.startswith("tmp")))
+                finished = not e.name.startswith("tmp")
+                rows = 0
+                if not finished and step.operation == "map":
+                    rows = read_summary(e.path, st.st_size).resumable_rows(folder)
+                out.append(UnfinishedFile(e.path, st.st_size, finished, rows))
     return tuple(sorted(out, key=lambda f: (f.finished, f.path)))

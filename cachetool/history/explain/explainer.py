@@ -86,9 +86,11 @@ def _reasons(
         return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])
     killed = _killed_attempt(view, rec)
     if killed is not None:
+        # What it left is a resumable partial when this run resumed it (the "resumed" reason).
+        left = "; this run went on from the rows it had written" if rec.resumed else ": nothing was cached"
         why = (
             f"its last attempt, in run {killed.run} at {clock_time(killed.time)}, was killed before it "
-            "finished: nothing was cached"
+            f"finished{left}"
         )
         return (Reason("killed-before", why),), None
     if view.first_run(rec):
