@@ -396,3 +396,23 @@ def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytes
     assert "First time this step ran" not in human, human
     at = human.index(". filter ")
     assert "first time this step ran" in human[at:] and "first time" not in human[:at], human
+
+
+@pytest.mark.parametrize("default", ["missing", "empty"])
+def test_last_where_nothing_was_recorded_names_the_root_the_last_run_wrote_in(
+    runs: ExplainRuns, tmp_path: Path, default: str
+) -> None:
+    """A pipeline that caches under `cache_dir=` records its runs there, not in the default
+    cache: `explain --last` in the default cache (not made yet, or holding no run) says so in
+    one line and gives the command that explains the run; that command works."""
+    home = tmp_path / "cache"
+    if default == "empty":
+        home.mkdir()
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "HF_DATASETS_CACHE": str(home), "COLUMNS": "200"}
+    result = CliRunner().invoke(app, ["explain", "--last"], env=env)
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    command = f"cachetool explain --last --cache-dir {runs.cache}"
+    assert line.endswith(f"the last traced run recorded steps in {runs.cache}: `{command}`"), line
+    followed = CliRunner().invoke(app, command.split()[1:], env=env)
+    assert followed.exit_code == 1 and "Stale cache hits" in followed.stdout, followed.output

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, command, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
-from cachetool.errors import ExitCode
+from cachetool.errors import CacheNotFound, CachetoolError, ExitCode
 from cachetool.formatting import local_time, short_duration
+from cachetool.hints import shell_command
 
 if TYPE_CHECKING:
     from cachetool.history.explain.answer import ExplainReport, Reason, StaleHit, StepExplanation
@@ -63,8 +64,21 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
     from cachetool.history.explain.explainer import ExplainOptions, explain
 
     options = ExplainOptions(**keywords)  # refused before any read
-    root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
-    report = explain(root, **vars(options))
+    root: Path | None = None
+    try:
+        root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
+        report = explain(root, **vars(options))
+    except CachetoolError as e:
+        # --last where nothing was recorded: the run may have written under `cache_dir=` only.
+        missing = isinstance(e, CacheNotFound) and e.default
+        base = e.root if isinstance(e, CacheNotFound) else root
+        other = _latest_root_elsewhere(base) if options.last and base is not None else None
+        if other is None or not (missing or e.message.startswith("no recorded")):
+            raise
+        command = shell_command("explain", "--last", "--cache-dir", other)
+        raise CachetoolError(
+            f"{e.message}; the last traced run recorded steps in {other}: `{command}`"
+        ) from e
     out = Output(fmt)
     others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []
     if fmt == OutputFormat.json:
@@ -76,8 +90,6 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
     for w in report.warnings:
         warn(w)
     if others:
-        from cachetool.hints import shell_command
-
         for other in others:
             command = shell_command("explain", "--last", "--cache-dir", other)
             hint(f"this run also recorded steps in {other}, a cache root of its own: `{command}`")
@@ -92,6 +104,21 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
                 hint(group[0].elsewhere_hint(saved=os.path.realpath(group[0].root or "") in saved))
         return int(ExitCode.PROBLEMS_FOUND)
     return int(ExitCode.OK)
+
+
+def _latest_root_elsewhere(root: Path) -> str | None:
+    """The root of the registry, other than `root`, whose ledger was written to last (the root a
+    run with `cache_dir=` recorded in), or None."""
+    from cachetool.cache.roots import ledger_dir, other_roots
+
+    newest: tuple[float, str] | None = None
+    for other, _ in other_roots(root):
+        try:
+            when = max(p.stat().st_mtime for p in ledger_dir(other).glob("*.jsonl"))
+        except (OSError, ValueError):
+            continue
+        newest = max(newest or (when, other), (when, other))
+    return newest[1] if newest else None
 
 
 def _roots_with_run(root: Path, run: str) -> list[str]:
