@@ -416,3 +416,19 @@ def test_last_where_nothing_was_recorded_names_the_root_the_last_run_wrote_in(
     assert line.endswith(f"the last traced run recorded steps in {runs.cache}: `{command}`"), line
     followed = CliRunner().invoke(app, command.split()[1:], env=env)
     assert followed.exit_code == 1 and "Stale cache hits" in followed.stdout, followed.output
+
+
+def test_show_says_an_entry_is_stale_as_lineage_does(runs: ExplainRuns) -> None:
+    """`show` of an entry computed before a helper of the user's module was edited (and reused
+    after) says it is stale, in the facts and as `"stale"` in `--json`; a fresh entry says nothing."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "200"}
+    stale, fresh = runs.second["stale"], runs.second["threshold"]
+    human = CliRunner().invoke(app, ["show", stale, "--cache-dir", str(runs.cache)], env=env)
+    assert human.exit_code == 0, human.output
+    assert re.search(r"^\s*stale\s+yes: code changed \(`cachetool explain ", human.stdout, re.M), human.stdout
+    doc = json.loads(
+        CliRunner().invoke(app, ["show", stale, "--json", "--cache-dir", str(runs.cache)], env=env).stdout
+    )
+    assert doc["stale"] == "stale: code changed", doc.get("stale")
+    other = CliRunner().invoke(app, ["show", fresh, "--json", "--cache-dir", str(runs.cache)], env=env)
+    assert json.loads(other.stdout)["stale"] is None

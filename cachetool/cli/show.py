@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, command
 from cachetool.cli.output import Output, OutputFormat, warn
 from cachetool.formatting import local_time, time_ago
+from cachetool.hints import shell_command
 from cachetool.history.show import fingerprint_check
 
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ def render(out: Output, shown: EntryReport) -> None:
     if e is None:
         return
     facts = _facts(out, e, shown.pinned)
+    if shown.stale:
+        command = shell_command("explain", shown.fingerprint, "--cache-dir", os.fspath(shown.report.root))
+        facts.append(("stale", f"yes: {shown.stale.removeprefix('stale: ')} (`{command}` says why)"))
     out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
     for p in e.problems:
         out.line(f"problem: {p}", style="red")

@@ -469,7 +469,7 @@ def lineage_view(
         unended = unended_step(ledger.records, fp)
     return LineageView(
         unended=unended,
-        stale=_stale_notes(report.root, ledger, fps),
+        stale=stale_notes(report.root, ledger, fps),
         fingerprint=fp,
         mode=mode,
         steps=tuple((d, graph.step(x)) for d, x in items),
@@ -479,7 +479,7 @@ def lineage_view(
     )
 
 
-def _stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -> tuple[tuple[str, str], ...]:
+def stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) -> tuple[tuple[str, str], ...]:
     """The stale entries among `fps`, each with a few words of why: in `root` and in the other
     roots the ledger read (a `save_to_disk` folder a map after `load_from_disk` wrote in)."""
     from cachetool.history.explain.stale import stale_hits

@@ -45,6 +45,8 @@ class EntryReport:
     warnings: tuple[str, ...] = ()
     #: When no cache file holds it: the latest record of gc removing it or verify quarantining it.
     removed: GcRecord | None = None
+    #: Why the entry is stale (`stale: code changed`, `stale: made from FP`), as lineage says, or None.
+    stale: str | None = None
 
     @property
     def features(self) -> dict[str, Any] | None:
@@ -75,6 +77,7 @@ class EntryReport:
         doc["features"] = self.features
         doc["records"] = records
         doc["pinned"] = self.pinned
+        doc["stale"] = self.stale
         return doc
 
 
@@ -121,4 +124,7 @@ def show_entry(
         pinned = is_pinned(entry, frozenset(read_pins(report.root)))
     except CachetoolError as e:
         pinned, warnings = False, (e.message,)
-    return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings)
+    from cachetool.history.query import stale_notes
+
+    stale = next((note for fp, note in stale_notes(root_path, ledger, list(fps)) if fp in fps), None)
+    return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings, stale=stale)
