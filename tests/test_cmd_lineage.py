@@ -239,3 +239,35 @@ def test_lineage_after_the_cache_folder_was_moved_finds_the_files_at_the_new_pla
         ] * len(step["files"]), step
     human = invoke("lineage", final, "--cache-dir", str(new), env=env, columns=200).stdout
     assert "gone" not in human, human
+
+
+def test_a_damaged_ledger_of_an_unrelated_root_is_not_warned_about(tmp_path: Path) -> None:
+    """Two caches traced by one user; the ledger of the second has an unreadable line. In the
+    first, whose pipeline has a `num_proc` map (its shards' records name parents no step of
+    this cache made), `explain --last`, `lineage` and `report` say nothing of the second cache:
+    they warned "skipped an unreadable record" of a file in it, which nothing they showed came
+    from."""
+    script = (
+        "import sys\nfrom datasets import load_dataset\n"
+        "ds = load_dataset('csv', data_files='d.csv', split='train')\n"
+        "ds = ds.map(lambda ex: {'y': ex['x'] + int(sys.argv[1])}, num_proc=2)\n"
+    )
+    (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    env = hf_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "other"))
+    cachetool_run("p.py", "0", env=env, cwd=tmp_path)
+    [segment] = (tmp_path / "other" / ".cachetool" / "ledger").glob("*.jsonl")
+    with open(segment, "ab") as f:
+        f.write(b'{"unreadable\n')
+    env["HF_DATASETS_CACHE"] = str(tmp_path / "cache")
+    cachetool_run("p.py", "1", env=env, cwd=tmp_path)
+
+    [fp] = [
+        e["fingerprint"]
+        for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"]
+        if e["kind"] == "shards"
+    ]
+    for args in (["explain", "--last"], ["lineage", fp], ["report", "-o", str(tmp_path / "r.html")]):
+        said = invoke(*args, env=env)
+        assert said.exit_code == 0, said.stdout + said.stderr
+        assert "other" not in said.stderr and "unreadable" not in said.stderr, (args, said.stderr)

@@ -501,3 +501,40 @@ def test_a_prefix_names_a_killed_num_proc_map_not_also_its_tmp_file(tmp_path: Pa
     for command in ("show", "lineage", "verify"):
         said = invoke(command, prefix, "--cache-dir", str(cache), env=env)
         assert "ambiguous" not in said.stderr and said.exit_code in (0, 1), (command, said.stderr)
+
+
+def test_explain_of_a_killed_map_says_a_traced_rerun_takes_back_its_rows(tmp_path: Path) -> None:
+    """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
+    and a traced rerun takes its rows back. `explain --last` says the same of it (the rows a
+    rerun takes back, `resumable_rows` in JSON), not "datasets does not reuse these" followed
+    only by the command that deletes it."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    listed = json.loads(invoke("ls", "--json", env=env).stdout)["entries"]
+    partial = next(e for e in listed if e["kind"] == "temp")
+    assert partial["resumable"] and partial["rows"], partial
+
+    human = invoke("explain", "--last", env=env, columns=80).stdout
+    assert "does not reuse" not in human, human
+    assert f"{partial['rows']:,} rows" in human and "traced rerun" in human, human
+    written = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]["written"]
+    assert [(w["path"], w["resumable_rows"]) for w in written] == [(partial["path"], partial["rows"])]
+
+
+def test_explain_of_a_resumed_map_does_not_say_nothing_was_cached(tmp_path: Path) -> None:
+    """A map SIGKILLed after writing complete batches, then rerun under `cachetool run`, which
+    takes those rows back: explain --last says the step resumed ("resumed: N of 2,000 rows
+    reused from the killed run of RUN"), not also that the killed attempt left "nothing was
+    cached"."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    [step] = [s for s in doc["steps"] if s["operation"] == "map"]
+    assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
+    human = invoke("explain", "--last", env=env, columns=80).stdout
+    assert "resumed:" in human and "nothing was cached" not in human, human

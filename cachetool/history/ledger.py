@@ -396,31 +396,36 @@ def read_other_roots(
     other known roots add: every one with `all_roots`; else, with `follow`, the `save_to_disk`
     folders that hold a state made here (what was made from them descends from it), and the
     origins (with their ancestry) of the parents no record read explains. Returns every root
-    read, `first` first."""
+    read, `first` first. The warnings of a root that adds nothing are left out: nothing shown
+    came from it."""
     roots = [first]
     registry = known_roots()
     others = [p for p in (Path(r) for r in registry) if p != first and p.is_dir()]
     read: dict[Path, list[LedgerRecord]] = {}
+    warned: dict[Path, list[str]] = {}
 
     def records_of(other: Path) -> list[LedgerRecord]:
         if other not in read:
-            got, w, segs = read_root(other)
+            got, warned[other], segs = read_root(other)
             read[other] = got
-            warnings.extend(w)
             segments.extend(segs if all_roots else ())
         return read[other]
+
+    def add(other: Path) -> None:
+        roots.append(other)
+        warnings.extend(warned.get(other, ()))
 
     if all_roots or not follow:
         for other in others if all_roots else ():
             records += records_of(other)
-            roots.append(other)
+            add(other)
         return roots
     made = {r.result for r in records if isinstance(r, StepRecord) and r.result is not None}
     for folder in (p for p in others if registry.get(os.fspath(p), {}).get("kind") == "saved"):
         steps = [r for r in records_of(folder) if isinstance(r, StepRecord)]
         if any(r.result in made for r in steps if isinstance(r, SaveRecord)):
             records += [r for r in read[folder] if isinstance(r, (StepRecord, SourceRecord))]
-            roots.append(folder)
+            add(folder)
             made |= {r.result for r in steps if r.result is not None}
     whole = set(roots)  # read whole already
     made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin and r.result}
@@ -430,7 +435,7 @@ def read_other_roots(
         for other in (p for p in others if p not in whole):
             hit = [r for r in records_of(other) if isinstance(r, StepRecord) and r.result in needed]
             if hit and other not in roots:
-                roots.append(other)
+                add(other)
             # with the text of the functions those steps name, for explain
             hashes = {h for r in hit for h in source_hashes(r)}
             found += hit + [r for r in read[other] if isinstance(r, SourceRecord) and r.hash in hashes]

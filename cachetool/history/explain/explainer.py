@@ -46,8 +46,9 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     """Why `rec`'s step computed its result: compared with its most recent sibling."""
     siblings = view.siblings(rec)
     reasons, compared = _reasons(view, rec, siblings)
-    if rec.resumed:  # its killed run began it: not a first time, whatever else was recorded
-        reasons = (*(r for r in reasons if r.kind != "first-run"), Reason("resumed", rec.resumed.text))
+    if rec.resumed:  # its killed run began it, and left rows: not a first time, nor "nothing cached"
+        kept = (r for r in reasons if r.kind not in ("first-run", "killed-before"))
+        reasons = (*kept, Reason("resumed", rec.resumed.text))
     if rec.rekeyed:  # what it computed was the proof; the result is the earlier one
         reasons += (Reason("rekeyed", rec.rekeyed.text),)
     pairs = itertools.pairwise(siblings[: 1 + history])
@@ -86,11 +87,9 @@ def _reasons(
         return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])
     killed = _killed_attempt(view, rec)
     if killed is not None:
-        # What it left is a resumable partial when this run resumed it (the "resumed" reason).
-        left = "; this run went on from the rows it had written" if rec.resumed else ": nothing was cached"
         why = (
             f"its last attempt, in run {killed.run} at {clock_time(killed.time)}, was killed before it "
-            f"finished{left}"
+            "finished: nothing was cached"
         )
         return (Reason("killed-before", why),), None
     if view.first_run(rec):

@@ -37,6 +37,9 @@ class LedgerView:
         self._realpaths: dict[str, str] = {}
         self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
         first: dict[str, float] = {}
+        made: dict[str, set[str]] = {}  # per run, the results its steps had made or loaded
+        #: Runs that loaded a result none of their steps had made: the cache held something.
+        self._found_results: set[str] = set()
         for rec in ledger.records:
             if isinstance(rec, SourceRecord):
                 if rec.hash is not None and rec.text is not None:
@@ -51,6 +54,10 @@ class LedgerView:
             self.steps.append(rec)
             if rec.result is not None:
                 self.by_result.setdefault(rec.result, []).append(rec)
+                mine = made.setdefault(rec.run, set())
+                if rec.cache == "hit" and rec.result not in mine and self.own(rec):
+                    self._found_results.add(rec.run)
+                mine.add(rec.result)
             for key in self._keys(rec):
                 if key is not None:
                     self._by_key.setdefault(key, []).append(rec)
@@ -70,7 +77,10 @@ class LedgerView:
         return self.all_roots or rec.read_from is None or rec.read_from == self._root
 
     def first_run(self, rec: StepRecord) -> bool:
-        """No run of this root was recorded before `rec`'s run: the cache started empty."""
+        """No run of this root was recorded before `rec`'s run, and that run loaded nothing its
+        own steps had not made: the cache started empty (an untraced run may have filled it)."""
+        if rec.run in self._found_results:
+            return False
         other = next((t for t, run in self._earliest if run != rec.run), None)
         return other is None or other >= rec.time
 
