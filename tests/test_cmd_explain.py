@@ -432,3 +432,19 @@ def test_show_says_an_entry_is_stale_as_lineage_does(runs: ExplainRuns) -> None:
     assert doc["stale"] == "stale: code changed", doc.get("stale")
     other = CliRunner().invoke(app, ["show", fresh, "--json", "--cache-dir", str(runs.cache)], env=env)
     assert json.loads(other.stdout)["stale"] is None
+
+
+def test_report_lists_the_stale_hits_as_problems(runs: ExplainRuns, tmp_path: Path) -> None:
+    """`cachetool report` of a cache whose hits reused results of edited helper functions lists
+    those stale entries among its problems, as `verify --stale` and `explain` report them; it
+    said "0 problem(s)"."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "200"}
+    args = ["report", "-o", str(tmp_path / "r.html"), "--json", "--cache-dir", str(runs.cache)]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    problems = json.loads(result.stdout)["problems"]
+    stale = {runs.second["stale"], runs.second["stale_dep"]}
+    listed = [p for p in problems if any(fp in p["path"] for fp in stale)]
+    assert len(listed) == 2 and all(p["severity"] == "error" for p in listed), problems
+    assert all("changed since it was computed" in p["what"] or "stale" in p["what"] for p in listed), listed
+

@@ -271,3 +271,41 @@ def test_a_damaged_ledger_of_an_unrelated_root_is_not_warned_about(tmp_path: Pat
         said = invoke(*args, env=env)
         assert said.exit_code == 0, said.stdout + said.stderr
         assert "other" not in said.stderr and "unreadable" not in said.stderr, (args, said.stderr)
+
+
+def test_lineage_from_a_saved_folder_counts_the_runs_of_the_cache_its_steps_ran_in(tmp_path: Path) -> None:
+    """A pipeline loads a CSV, maps it and saves it to a folder; another cache loads the same CSV
+    (the same source fingerprint) in two traced runs of its own. `lineage` of the saved state,
+    asked in the saved folder, shows the load with the runs of the cache the pipeline ran in
+    (1 miss, as asked there) and says it was recorded there, not the hits and misses of every
+    cache that ever loaded that CSV added together."""
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    (tmp_path / "load.py").write_text(
+        "from datasets import load_dataset\nload_dataset('csv', data_files='d.csv', split='train')\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\n"
+        "ds = load_dataset('csv', data_files='d.csv', split='train')\n"
+        "ds.map(lambda ex: {'y': ex['x'] + 1}).save_to_disk('saved')\n",
+        encoding="utf-8",
+    )
+    env = hf_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "other"))
+    for _ in range(2):
+        cachetool_run("load.py", env=env, cwd=tmp_path)
+    env["HF_DATASETS_CACHE"] = str(tmp_path / "cache")
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+
+    saved = json.loads((tmp_path / "saved" / "state.json").read_text())["_fingerprint"]
+    here = json.loads(invoke("lineage", saved, "--json", env=env).stdout)["steps"][0]
+    there = json.loads(
+        invoke("lineage", saved, "--json", "--cache-dir", str(tmp_path / "saved"), env=env).stdout
+    )
+    load = there["steps"][0]
+    assert load["operation"] == "load_dataset" == here["operation"], load
+    assert (
+        (load["runs"], load["misses"], load["hits"])
+        == (here["runs"], here["misses"], here["hits"])
+        == (1, 1, 0)
+    )
+    assert load["root"] == str(tmp_path / "cache"), load

@@ -220,11 +220,11 @@ def test_a_frozenset_depends_on_the_hash_seed(tmp_path: Path) -> None:
 
 
 def test_a_first_traced_run_that_loaded_results_does_not_say_the_cache_held_nothing(tmp_path: Path) -> None:
-    """A pipeline run plainly (`python p.py`) fills the cache; one step is edited and the pipeline
-    runs under `cachetool run`: the load and the first map are loaded from the cache. explain
-    --last says the edited map ran for the first time with nothing recorded to compare with, not
-    "first run recorded in this cache: it held nothing yet, so every step ran" (of a run that
-    loaded 2 results from that cache)."""
+    """A pipeline run plainly (`python p.py`) fills the cache; two maps are edited and the
+    pipeline runs under `cachetool run`: the load comes from the cache. explain --last says the
+    edited maps ran for the first time with nothing recorded to compare with ("First time each of
+    these steps ran", once), not "first run recorded in this cache: it held nothing yet, so every
+    step ran" (of a run that loaded a result from that cache)."""
     import subprocess
     import sys
 
@@ -240,12 +240,13 @@ def test_a_first_traced_run_that_loaded_results_does_not_say_the_cache_held_noth
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     subprocess.run([sys.executable, "p.py"], env=env, cwd=tmp_path, check=True, capture_output=True)
-    (tmp_path / "p.py").write_text(script.replace("* 2", "* 3"), encoding="utf-8")
+    (tmp_path / "p.py").write_text(script.replace("* 2", "* 3").replace("+ 1", "+ 5"), encoding="utf-8")
     cachetool_run("p.py", env=env, cwd=tmp_path)
 
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
-    assert (doc["computed"], doc["loaded"]) == (1, 2), doc
-    [step] = doc["steps"]
-    assert step["reasons"][0]["message"] == "first time this step ran (nothing recorded to compare with)"
+    assert (doc["computed"], doc["loaded"]) == (2, 1), doc
+    first = "first time this step ran (nothing recorded to compare with)"
+    assert [[r["message"] for r in s["reasons"]] for s in doc["steps"]] == [[first], [first]], doc
     human = invoke("explain", "--last", env=env, columns=80).stdout
     assert "held nothing yet" not in human and "every step ran" not in human, human
+    assert human.count("First time each of these steps ran") == 1 and "this step" not in human, human

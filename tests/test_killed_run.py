@@ -538,3 +538,24 @@ def test_explain_of_a_resumed_map_does_not_say_nothing_was_cached(tmp_path: Path
     assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
     human = invoke("explain", "--last", env=env, columns=80).stdout
     assert "resumed:" in human and "nothing was cached" not in human, human
+
+
+def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path: Path) -> None:
+    """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
+    and `gc --temp` keeps it for a traced rerun. `verify` says the same: a resumable partial of
+    the step with its rows, that a rerun under `cachetool run` takes back; its hint stays the
+    gc command that removes it instead. It said "leftover temporary file of a killed writer"."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    listed = json.loads(invoke("ls", "--json", env=env).stdout)["entries"]
+    partial = next(e for e in listed if e["kind"] == "temp")
+    assert partial["resumable"], partial
+
+    doc = json.loads(invoke("verify", "--json", env=env).stdout)
+    [finding] = [f for f in doc["findings"] if f["entry"] == partial["id"]]
+    assert finding["severity"] == "warning", finding
+    assert f"{partial['rows']:,} rows" in finding["problem"], finding
+    assert "resumable" in finding["problem"] and "killed" in finding["problem"], finding
+    assert "cachetool run" in finding["problem"] and finding["hint"].startswith("cachetool gc "), finding

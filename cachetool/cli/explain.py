@@ -331,7 +331,8 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
         every = all(s.reasons and all(r.kind == "first-run" for r in s.reasons) for s in report.steps)
         if len(first) == 1 and report.steps and every:
             said = first.pop()  # "first run recorded in this cache": once for every step
-            out.line(said[0].upper() + said[1:] + ".")
+            header = said.replace("this step", "each of these steps") if len(report.steps) > 1 else said
+            out.line(header[0].upper() + header[1:] + ".")
             out.line("")
         for n, s in enumerate(report.steps, 1):
             _step_lines(out, s, detailed=False, number=n, numbers=numbers, said=said)

@@ -432,8 +432,11 @@ def read_other_roots(
     needed = {p for r in records if isinstance(r, StepRecord) for p in r.parents} - made
     while needed:
         found: list[LedgerRecord] = []
-        for other in (p for p in others if p not in whole):
+        # A fingerprint is taken from one root, the roots its children came from first: the same
+        # source loaded in another cache is that cache's history, not this lineage's.
+        for other in sorted((p for p in others if p not in whole), key=lambda p: p not in roots):
             hit = [r for r in records_of(other) if isinstance(r, StepRecord) and r.result in needed]
+            needed = needed - {r.result for r in hit}
             if hit and other not in roots:
                 add(other)
             # with the text of the functions those steps name, for explain

@@ -107,7 +107,8 @@ def build_report(
 ) -> ReportData:
     """Gather everything `cachetool report` draws for the cache `root`.
 
-    `verify` runs the header checks of `cachetool verify` (no deep read) to list findings."""
+    `verify` runs the header checks of `cachetool verify --stale` (no deep read) to list
+    findings: results of code edited since they were computed are errors too."""
     import time
 
     from cachetool.cache.scan import scan_cache
@@ -132,7 +133,7 @@ def build_report(
         from cachetool.maintenance.verify import verify_cache
 
         listed = {p.path for p in problems}  # verify speaks of leftovers too: each is listed once
-        for f in verify_cache(report.root, ledger=ledger).findings:
+        for f in verify_cache(report.root, ledger=ledger, stale=True).findings:
             if os.fsdecode(f.path) not in listed:
                 problems.append(Problem("verify", f.severity.value, os.fsdecode(f.path), f.problem))
     return ReportData(

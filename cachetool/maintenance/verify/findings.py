@@ -347,6 +347,15 @@ class Checker:
             return
         if self.leased(e):
             return
+        if e.resumable_rows:  # as ls and gc --temp call it; the hint stays a command to paste
+            of = f" of {e.aliases[0]}" if e.aliases else ""
+            self.removable(
+                "leftover-temp",
+                e,
+                f"resumable partial{of} left by a killed writer: {e.resumable_rows:,} rows in complete "
+                "batches that a rerun under `cachetool run` takes back (the hint removes them instead)",
+            )
+            return
         self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
 
     def leftover_prepare(self, e: Entry) -> None:
