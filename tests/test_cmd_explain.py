@@ -447,4 +447,3 @@ def test_report_lists_the_stale_hits_as_problems(runs: ExplainRuns, tmp_path: Pa
     listed = [p for p in problems if any(fp in p["path"] for fp in stale)]
     assert len(listed) == 2 and all(p["severity"] == "error" for p in listed), problems
     assert all("changed since it was computed" in p["what"] or "stale" in p["what"] for p in listed), listed
-
