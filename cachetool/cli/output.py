@@ -293,6 +293,17 @@ class Output:
         sys.stdout.write("\n")
         sys.stdout.flush()
 
+    def emit(self, doc: Callable[[], dict[str, Any]], ids: Iterable[str]) -> bool:
+        """What every command writes for `--json` (the document `doc()`) and for `-q` (`ids`, one
+        a line); False for the other formats, which the command draws itself."""
+        if self.format == OutputFormat.json:
+            self.json(doc())
+        elif self.format == OutputFormat.quiet:
+            self.ids(ids)
+        else:
+            return False
+        return True
+
     def ids(self, ids: Iterable[str]) -> None:
         for i in ids:
             sys.stdout.write(safe_text(i) + "\n")
