@@ -140,7 +140,7 @@ def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: A
     out = output.Output(output.OutputFormat.human, width=width)
     buf = io.StringIO()
     out._console = Console(highlight=False, soft_wrap=False, width=width, file=buf)
-    with mock.patch.object(output, "plain_table_lines", lambda *a: None):
+    with mock.patch.object(output, "plain_column_lines", lambda *a: None):
         out.table(None, columns, rows, widths=widths)
     return buf.getvalue()
 
@@ -151,7 +151,12 @@ def test_large_tables_are_drawn_as_rich_draws_them() -> None:
     120 columns; a table too wide for the terminal is still Rich's."""
     import random
 
-    from cachetool.cli.tables import plain_table_lines
+    from cachetool.cli.tables import plain_column_lines
+
+    def plain_table_lines(columns: Any, rows: Any, widths: Any, width: int) -> list[str] | None:
+        return plain_column_lines(
+            columns, list(zip(*rows, strict=True)) if rows else [() for _ in columns], widths, width
+        )
 
     rng = random.Random(7)
     words = ["derived", "shards 1/2", "[bold]x[/]", "héllo", "数据集", "", "0123456789abcdef0123", "1,234"]
