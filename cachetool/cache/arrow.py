@@ -85,35 +85,13 @@ class ArrowSummary:
         return features if isinstance(features, dict) else None
 
     def fields(self) -> tuple[Any, ...]:
-        """The values `shared_summary` makes the summary of again (what the read index keeps)."""
+        """The values the read index keeps of the summary, in the order of its fields."""
         return _FIELDS(self)
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
-        # dataclasses with slots learned to pickle in 3.11), and arrives sharing the columns and
-        # metadata template of the summaries already here.
-        return shared_summary, self.fields()
 
 
 _FIELDS = attrgetter(*(f.name for f in dataclasses.fields(ArrowSummary)))
 _Columns = tuple[tuple[str, str], ...]
 _COLUMNS: dict[_Columns, _Columns] = {}
-
-
-def shared_summary(*fields: Any) -> ArrowSummary:
-    """The summary of `fields` (as `ArrowSummary.fields` gives them), sharing its columns and
-    metadata template with the others."""
-    format, rows, batches, columns, fingerprint, template, eos, error = fields
-    return ArrowSummary(
-        format,
-        rows,
-        batches,
-        shared_columns(columns),
-        fingerprint,
-        metadata_template(template, None),
-        eos,
-        error,
-    )
 
 
 def shared_columns(columns: _Columns) -> _Columns:

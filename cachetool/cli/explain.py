@@ -81,11 +81,7 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
         ) from e
     out = Output(fmt)
     others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []
-    if fmt == OutputFormat.json:
-        out.json(report.to_json())
-    elif fmt == OutputFormat.quiet:
-        out.ids(s.step.fingerprint for s in report.steps if s.step.fingerprint)
-    else:
+    if not out.emit(report.to_json, (s.step.fingerprint for s in report.steps if s.step.fingerprint)):
         render(out, report, elsewhere=bool(others))
     for w in report.warnings:
         warn(w)

@@ -57,26 +57,22 @@ def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_tru
     )
     for w in shown.warnings:
         warn(w)
-    if fmt == OutputFormat.json:
-        out.json(shown.to_json())
-    elif fmt == OutputFormat.quiet:
-        out.ids([shown.entry.id if shown.entry is not None else shown.fingerprint])
-    elif shown.entry is None:
-        n = len(shown.records)
-        out.line(f"{shown.fingerprint}: no cache file holds it; the ledger records {n} step(s) that made it")
-        if shown.removed is not None:
-            out.line(f"Its files were {shown.removed.said(local_time(shown.removed.time))}.")
-        _render_records(out, shown.records)
-    else:
+    if not out.emit(shown.to_json, [shown.entry.id if shown.entry is not None else shown.fingerprint]):
         render(out, shown)
     if shown.entry is not None:
         report_warnings(shown.report)
 
 
 def render(out: Output, shown: EntryReport) -> None:
-    """Human output: the facts, the files, the schema, then the recorded steps."""
+    """Human output: the facts, the files, the schema, then the recorded steps (only those when no
+    cache file holds the fingerprint)."""
     e = shown.entry
     if e is None:
+        n = len(shown.records)
+        out.line(f"{shown.fingerprint}: no cache file holds it; the ledger records {n} step(s) that made it")
+        if shown.removed is not None:
+            out.line(f"Its files were {shown.removed.said(local_time(shown.removed.time))}.")
+        _render_records(out, shown.records)
         return
     facts = _facts(out, e, shown.pinned)
     if shown.stale:
