@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from cachetool.cli.output import Output, OutputFormat
+from tests import forks
 
 # The console entry (`python -m cachetool`), noting in a file which of the heavy modules it
 # imported; and the Typer app with nothing in front of it. Both see the clock stopped at the
@@ -101,12 +102,9 @@ _IMPORT = (
 #: Never Typer, Click or pydantic: what the light path's answers import.
 LIGHT_WARM = "from cachetool.cli.entry import main\n" + _IMPORT.format(MODELS)
 #: The Typer app, what it loads on first use to read options (pydantic's parts through Typer's
-#: adapters: 0.05 s of CPU per command line otherwise) and what its commands import.
-TYPER_WARM = (
-    "from cachetool.cli.app import main\n"
-    "import pydantic, pydantic.main, pydantic.type_adapter, pydantic.json_schema, typer._adapters\n"
-    + _IMPORT.format((*MODELS, "typer._click.decorators", "pydantic.plugin._loader", "importlib.metadata"))
-)
+#: adapters: 0.05 s of CPU per command line otherwise) and what its commands import: what the
+#: warm parent of `forks.run` imports.
+TYPER_WARM = "from cachetool.cli.app import main\n" + _IMPORT.format((*forks.WARM, *MODELS))
 
 
 def _run(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
