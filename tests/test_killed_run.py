@@ -186,28 +186,20 @@ def test_explain_last_says_the_run_was_killed_in_the_map_and_what_it_wrote(tmp_p
     killed (the process named), names the map at p.py:12 that was running, and lists the
     unfinished file that run had written, with its size. It said "first time this step ran" (of
     the CSV load) after the first kill and "Nothing was recomputed" after the second (the load
-    was then a cache hit). The JSON document carries the same facts."""
+    was then a cache hit). The JSON document carries the same facts. It gives the gc command
+    that removes what the runs left unfinished (`gc --temp --min-age 0 --cache-dir ROOT`); run
+    as printed (with --yes), it removes them."""
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     first = _explained(tmp_path, env, _run_and_kill(tmp_path, env), set())
-    _explained(tmp_path, env, _run_and_kill(tmp_path, env), first)
-
-
-def test_the_command_explain_gives_for_a_killed_run_removes_its_unfinished_files(tmp_path: Path) -> None:
-    """explain --last of a killed run gives the gc command that removes what the run left
-    unfinished (`gc --temp --min-age 0 --cache-dir ROOT`); run as printed (with --yes), it
-    removes them, and the next run completes."""
-    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    new = _explained(tmp_path, env, _run_and_kill(tmp_path, env), set())
+    second = _explained(tmp_path, env, _run_and_kill(tmp_path, env), first)
     line = next(x for x in invoke("explain", "--last", env=env).stdout.splitlines() if "gc --temp" in x)
     argv = line.split()
     assert argv[:2] == ["cachetool", "gc"], line
     removed = invoke(*argv[1:], "--yes", env=env)
     assert removed.exit_code == 0, removed.stdout + removed.stderr
-    assert not any(p.exists() for p in new)
+    assert not any(p.exists() for p in first | second)
 
 
 def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) -> None:
