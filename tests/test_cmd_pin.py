@@ -102,3 +102,41 @@ def test_an_entry_without_a_fingerprint_is_named_as_such(real_cache: dict[str, A
         said = invoke(command, str(lock), "--cache-dir", real_cache["cache"])
         assert said.exit_code == 2, (command, said.output)
         assert said.stderr == f"Error: {lock} is a lock entry: it has no fingerprint\n", command
+
+
+@pytest.mark.slow
+def test_gc_refuses_to_evict_from_a_folder_whose_pins_live_in_another(
+    copy: Path, leftovers: dict[str, Any]
+) -> None:
+    """An entry pinned in a cache root; `gc --max-size` given a folder inside that root (a
+    dataset's folder) or one that holds it (HF_HOME above `datasets/`) refuses to evict (exit
+    2), naming the root whose pins and recorded ancestors it would not read and the `--cache-dir`
+    to give. It planned to evict the pinned entry: pins live in the root's `.cachetool/`."""
+    cache = copy / "cache"
+    b = leftovers["chain_b"]
+    assert cli("pin", b, "--cache-dir", str(cache)).exit_code == 0
+    inside = copy / leftovers["csv_dir"]
+    assert any(inside.glob(f"cache-{b}*.arrow"))
+    for where, how in (
+        (inside, f"it is inside the cache root {cache}"),
+        (copy, f"it holds the cache root {cache}"),
+    ):
+        res = cli("gc", "--cache-dir", str(where), "--max-size", "0", "--min-age", "0", "--dry-run")
+        assert res.exit_code == 2, res.stdout + res.stderr
+        assert res.stderr.startswith(f"Error: refusing to evict from {where}: {how}"), res.stderr
+        assert f"--cache-dir {cache}" in res.stderr, res.stderr
+    _, doc = gc_json(copy, "--max-size", "0", "--min-age", "0", "--dry-run")
+    assert b not in {i["fingerprint"] for i in doc["plan"]["items"]}
+
+
+@pytest.mark.slow
+def test_a_folder_inside_a_cache_root_lists_the_root_s_pins(copy: Path, leftovers: dict[str, Any]) -> None:
+    """`ls --cache-dir` and `show --cache-dir` given a dataset's folder inside a cache root mark an
+    entry pinned in that root as pinned (`ls --filter pinned=yes` finds it): the pins are the
+    root's. They said it was not pinned."""
+    cache = copy / "cache"
+    b = leftovers["chain_b"]
+    assert cli("pin", b, "--cache-dir", str(cache)).exit_code == 0
+    inside = str(copy / leftovers["csv_dir"])
+    assert invoke("ls", "--cache-dir", inside, "-q", "--filter", "pinned=yes").stdout == f"{b}\n"
+    assert json.loads(invoke("show", b, "--cache-dir", inside, "--json").stdout)["pinned"] is True

@@ -551,3 +551,45 @@ def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path:
     assert f"{partial['rows']:,} rows" in finding["problem"], finding
     assert "resumable" in finding["problem"] and "killed" in finding["problem"], finding
     assert "cachetool run" in finding["problem"] and finding["hint"].startswith("cachetool gc "), finding
+
+
+def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_step(tmp_path: Path) -> None:
+    """A `num_proc=2` map SIGKILLed with its workers (the whole job ended) before either shard
+    finished leaves one tmp file per worker, each naming `<fp>_0000N_of_00002`. `lineage` of the
+    map's fingerprint (or a prefix) names the step and the killed run, and `explain` of it points
+    at the killed run. Both said the name was "ambiguous" between the two tmp files (and naming one
+    by its path, as that error told, said "it has no fingerprint"); with one tmp file holding a
+    header, they took that shard for the map: "parent not recorded — run the pipeline with
+    `cachetool run`", of a traced run."""
+    (tmp_path / "p.py").write_text(
+        PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
+    )
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "busy").exists() or len(_tmp_sizes(tmp_path)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not list((tmp_path / "cache").rglob("cache-*_of_00002.arrow"))  # no shard finished
+
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    fp = Path(doc["interrupted"]["step"]["paths"][0]).name.removeprefix("cache-").removesuffix(".arrow")
+    for name in (fp, fp[:8]):
+        said = invoke("lineage", name, env=env, columns=200)
+        assert said.exit_code == 0 and "ambiguous" not in said.stderr, said.stderr
+        assert "map @ p.py:12" in said.stdout and "killed" in said.stdout, said.stdout
+        explained = invoke("explain", name, env=env, columns=200)
+        assert "ambiguous" not in explained.stderr and "was killed in it" in explained.stderr, (
+            explained.stderr
+        )

@@ -73,10 +73,12 @@ def check_query(filter: Sequence[str], sort: str | None, limit: int | None) -> N
 
 
 def _pinned(root: Path) -> tuple[frozenset[str], tuple[str, ...]]:
-    """The pinned fingerprints of `root`; a damaged pins file is a warning (listing goes on)."""
+    """The pinned fingerprints of `root` (kept by the root that holds it: `enclosing_root`); a
+    damaged pins file is a warning (listing goes on)."""
+    from cachetool.cache.dirs import enclosing_root
     from cachetool.cache.pins import read_pins
 
     try:
-        return frozenset(read_pins(root)), ()
+        return frozenset(read_pins(enclosing_root(root))), ()
     except CachetoolError as e:
         return frozenset(), (e.message,)

@@ -131,6 +131,11 @@ def _by_prefix(
         candidates[f"{fp} (recorded in the ledger, {where})"] = Resolved(fp, entry)
     if not candidates:
         raise UnknownFingerprint(name, report.root)
+    # The tmp files of a killed num_proc map's shards, none finished: parts of one <fp>, which the
+    # name stands for (not one shard's tmp file, a part that has no lineage of its own).
+    bases = {m.group(1) if (m := _SHARD_OF.match(r.fingerprint)) else None for r in candidates.values()}
+    if len(bases) == 1 and (base := bases.pop()) is not None and base.startswith(name):
+        return Resolved(base, _entry_of_files(report, ledger, base))
     if len(candidates) > 1:
         raise AmbiguousFingerprint(name, sorted(candidates))
     return next(iter(candidates.values()))

@@ -92,6 +92,7 @@ def show_entry(
     and what each holds, and the records of the steps that made it. A fingerprint only the ledger
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
+    from cachetool.cache.dirs import enclosing_root
     from cachetool.cache.lookup import Resolved, entry_at_path, resolve
     from cachetool.cache.pins import read_pins
     from cachetool.cache.query import is_pinned
@@ -121,7 +122,7 @@ def show_entry(
     records = sorted((r for fp in fps for r in ledger.for_result(fp)), key=order_key)
     warnings: tuple[str, ...] = ()
     try:
-        pinned = is_pinned(entry, frozenset(read_pins(report.root)))
+        pinned = is_pinned(entry, frozenset(read_pins(enclosing_root(report.root))))
     except CachetoolError as e:
         pinned, warnings = False, (e.message,)
     from cachetool.history.query import stale_notes

@@ -887,6 +887,21 @@ def root_refusal(report: CacheReport) -> str | None:
     return "not-a-cache"
 
 
+def _pins_elsewhere(root: Path) -> tuple[str, Path] | None:
+    """The cache root around `root` (`enclosing_root`) or below it (a folder or two down:
+    `datasets/` of an HF home) that holds pins gc would not read when told to evict from `root`,
+    with how the two are placed; None when there is none."""
+    from cachetool.cache.dirs import enclosing_root
+    from cachetool.cache.layout import LEDGER_DIR
+    from cachetool.cache.pins import read_pins
+
+    up = enclosing_root(root)
+    if up != root:
+        return ("it is inside the cache root", up) if read_pins(up) else None
+    below = sorted(root.glob(f"*/{LEDGER_DIR}")) + sorted(root.glob(f"*/*/{LEDGER_DIR}"))
+    return next((("it holds the cache root", p.parent) for p in below if read_pins(p.parent)), None)
+
+
 def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     """Scan `root` (and the temp dir with `--temp`), take a liveness snapshot, read pins and the
     ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
@@ -927,6 +942,12 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     if why is not None and (options.evicts or why != "not-a-cache"):
         raise CachetoolError(
             f"refusing to clean {report.root}: {_ROOT_REFUSALS[why]}; pass --force-root if you mean it"
+        )
+    if options.evicts and not options.force_root and (held := _pins_elsewhere(Path(report.root))):
+        how, other = held
+        raise CachetoolError(
+            f"refusing to evict from {report.root}: {how} {other}, whose pins (and their recorded "
+            f"ancestors) gc reads there: pass --cache-dir {other} (--force-root evicts without them)"
         )
     temp = _scan_temp(options)
     shared = shared_state(report.root)
