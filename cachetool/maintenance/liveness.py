@@ -160,7 +160,7 @@ class InUse:
     #: maps names (`pids_holding` asks both).
     cwd_keys: dict[FileKey, frozenset[int]] = field(default_factory=dict, compare=False)
     maps: dict[FileKey, frozenset[int]] = field(default_factory=dict, compare=False)
-    #: pid -> (pyarrow loaded, is Python) for each process that may keep folders in a temp dir
+    #: pid -> (pyarrow loaded, libpython loaded) of each process whose maps were read
     #: (`temp_dir_users`).
     programs: dict[int, tuple[bool, bool]] = field(default_factory=dict, compare=False)
 
@@ -319,7 +319,7 @@ def _read_maps(
     pid: int, found: dict[str, dict[Any, set[int]]], programs: dict[int, tuple[bool, bool]]
 ) -> _Read:
     """Add the files process `pid` has memory-mapped to `found`, and to `programs` whether it
-    has pyarrow loaded or is Python."""
+    has pyarrow and libpython loaded."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
             maps = f.read()
@@ -335,9 +335,7 @@ def _read_maps(
             found["maps"][key].add(pid)
             if parts[5].startswith("/"):
                 found["paths"][parts[5]].add(pid)
-    arrow, python = "libarrow" in maps, _is_python(pid, maps)
-    if arrow or python:
-        programs[pid] = (arrow, python)
+    programs[pid] = ("libarrow" in maps, "libpython" in maps)
     return "read"
 
 
@@ -460,9 +458,7 @@ def _proc_temp_dir(pid: int) -> str | None:
     return os.path.realpath("/tmp")
 
 
-def _is_python(pid: int, maps: str) -> bool:
-    if "libpython" in maps:
-        return True
+def _is_python(pid: int) -> bool:
     try:
         return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
@@ -479,7 +475,10 @@ def temp_dir_users(temp_dir: str | os.PathLike[str], in_use: InUse) -> tuple[Tem
     dead. (A process that changed TMPDIR after it started is judged by its initial environment.)"""
     target = os.path.realpath(temp_dir)
     out: list[TempDirUser] = []
-    for pid, (arrow, python) in sorted(in_use.programs.items()):
+    for pid, (arrow, libpython) in sorted(in_use.programs.items()):
+        python = libpython or _is_python(pid)
+        if not (arrow or python):
+            continue
         where = _proc_temp_dir(pid)
         if where is not None and where != target:
             continue
