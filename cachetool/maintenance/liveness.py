@@ -279,8 +279,7 @@ _FOUND = ("holders", "writers", "paths", "cwds", "cwd_keys", "maps")
 
 
 def _read_fds(pid: int, found: dict[str, dict[Any, set[int]]], writers: bool) -> _Read:
-    """Add what process `pid` holds open (and, with `writers`, opened for writing) to `found`.
-    Pipes, sockets and other descriptors that name no path are no file of a cache."""
+    """Add what process `pid` holds open (and, with `writers`, opened for writing) to `found`."""
     fd_dir = f"/proc/{pid}/fd"
     try:
         fds = os.listdir(fd_dir)
@@ -294,12 +293,12 @@ def _read_fds(pid: int, found: dict[str, dict[Any, set[int]]], writers: bool) ->
             st = os.stat(f"{fd_dir}/{fd}")
         except OSError:
             continue
+        key = (st.st_dev, st.st_ino)
+        found["holders"][key].add(pid)  # pipes and sockets too: their devices hold no cache file
         if not target.startswith("/"):
             if target.startswith("socket:["):
                 found["paths"][target].add(pid)  # who listens on a bound socket (`socket_reason`)
             continue
-        key = (st.st_dev, st.st_ino)
-        found["holders"][key].add(pid)
         found["paths"][target].add(pid)
         if writers and _opened_for_writing(pid, fd):
             found["writers"][key].add(pid)
