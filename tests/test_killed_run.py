@@ -536,7 +536,8 @@ def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path:
     """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
     and `gc --temp` keeps it for a traced rerun. `verify` says the same: a resumable partial of
     the step with its rows, that a rerun under `cachetool run` takes back; its hint stays the
-    gc command that removes it instead. It said "leftover temporary file of a killed writer"."""
+    gc command that removes it instead, and `report` lists it as `temp resumable`. It said
+    "leftover temporary file of a killed writer" (and `report` "temp")."""
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
@@ -551,6 +552,9 @@ def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path:
     assert f"{partial['rows']:,} rows" in finding["problem"], finding
     assert "resumable" in finding["problem"] and "killed" in finding["problem"], finding
     assert "cachetool run" in finding["problem"] and finding["hint"].startswith("cachetool gc "), finding
+    report = invoke("report", "-o", str(tmp_path / "r.html"), "--json", env=env)
+    [problem] = [p for p in json.loads(report.stdout)["problems"] if p["path"] == partial["path"]]
+    assert problem["what"].startswith("temp resumable, "), problem
 
 
 def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_step(tmp_path: Path) -> None:

@@ -99,6 +99,8 @@ def seeded(culprit: Culprit) -> Culprit:
     """`culprit` once an equal hash seed reproduced it: a plain value (kind ``value``, "different in
     each run") follows the hash seed instead (kind ``hash-seed``), in each of its parts too."""
     parts = tuple(seeded(p) for p in culprit.parts)
+    if culprit.kind == "value" and culprit.type == "set":  # datasets sorts sets from 2.15 on
+        return replace(culprit, kind="set-order", hint=OLD_SET_HINT, parts=parts)
     if culprit.kind == "value":
         return replace(culprit, kind="hash-seed", hint=HASH_SEED_HINT, parts=parts)
     return replace(culprit, parts=parts)
@@ -353,11 +355,13 @@ def _order_hint(type_name: str, last: str, same_items: bool) -> tuple[str, str] 
             return "set-order", (
                 "a set literal of constants in a function (`x in {'a', 'b'}`) compiles to a frozenset "
                 "constant whose order follows PYTHONHASHSEED: use a tuple, or a module-level set "
-                "(datasets sorts sets)."
+                "(with datasets 2.15 or later, which sorts sets)."
             )
         return "set-order", (
-            "a frozenset pickles in PYTHONHASHSEED order: use a set (datasets sorts sets) or a sorted tuple."
+            "a frozenset pickles in PYTHONHASHSEED order: use a sorted tuple, or a set (with datasets "
+            "2.15 or later, which sorts sets)."
         )
+
     if same_items and type_name in ("str", "list", "tuple", "dict"):
         return "order", (
             f"the same items in a different order in each run: this {type_name} is built by iterating "
@@ -423,6 +427,12 @@ HASH_SEED_HINT = (
     "this value follows PYTHONHASHSEED (a run with an equal hash seed gave the same): it comes from "
     "hash() of a str or bytes, or from iterating a set or frozenset; use a stable hash (hashlib) "
     "or iterate sorted(...) instead."
+)
+
+#: A set that an equal hash seed reproduces: only a `datasets` older than 2.15 pickles a set unsorted.
+OLD_SET_HINT = (
+    "datasets before 2.15 pickles a set in PYTHONHASHSEED order: use a sorted tuple, or datasets 2.15 "
+    "or later (which sorts sets)."
 )
 
 #: A part present in some runs only (culprit kind ``added``).

@@ -125,7 +125,7 @@ def build_report(
     nodes, edges = _lineage(graph)
     site_runs = _site_runs(graph.records)
     problems = [
-        Problem("leftover", "warning", os.fsdecode(e.path), f"{e.kind.value}, {e.size_str}")
+        Problem("leftover", "warning", os.fsdecode(e.path), f"{e.kind_str}, {e.size_str}")
         for e in report.entries
         if e.kind in LEFTOVER_KINDS
     ]

@@ -206,3 +206,21 @@ def test_the_saved_folder_is_named_as_a_cache_root_of_its_own(run: Run) -> None:
     assert {"name": "saved folder", "path": saved} in [
         {"name": loc["name"], "path": loc["path"]} for loc in locations
     ], locations
+
+
+def test_the_frozenset_hint_offers_only_fixes_that_work_on_this_version(run: Run) -> None:
+    """The hint for a closure over a frozenset names a sorted tuple, which works on every version,
+    and a set only with the version from which `datasets` sorts sets (2.15): the script with a
+    set is deterministic from 2.15 on and not before. It said "use a set (datasets sorts sets)"
+    on 2.14 too, where that script still differs."""
+    import datasets
+
+    report = " ".join(cachetool(run, "check-determinism", "frozenset_script.py", ok=(1,)).stdout.split())
+    assert "use a sorted tuple" in report and "use a set (datasets sorts sets)" not in report, report
+    assert "datasets 2.15 or later" in report, report
+    (run.base / "set_script.py").write_text(FROZENSET.replace("frozenset(", "set("), encoding="utf-8")
+    sorts_sets = tuple(int(p) for p in datasets.__version__.split(".")[:2]) >= (2, 15)
+    said = cachetool(run, "check-determinism", "set_script.py", ok=(0,) if sorts_sets else (1,)).stdout
+    if not sorts_sets:  # the set is the culprit now: the hint says why, and what works here
+        said = " ".join(said.split())
+        assert "before 2.15" in said and "sorted tuple" in said, said
