@@ -1034,3 +1034,28 @@ def test_isolated_runs_go_one_after_another_so_a_saved_folder_is_never_written_b
     marks = [line.split() for line in log.read_text().splitlines()]
     assert [kind for kind, _ in marks] == ["start", "end"] * (len(marks) // 2), marks
     assert len(marks) >= 4
+
+
+@pytest.mark.slow
+def test_a_num_proc_map_of_a_reloaded_datasetdict_is_only_the_cascade(tmp_path: Path) -> None:
+    """A script that rewrites its CSV before each run (the cause), saves the DatasetDict, loads it
+    back and maps it with `num_proc=2`: the map differs only as the cascade of the load. It was
+    also reported as differing "on its own" because of `num_proc`, which `datasets` does not hash
+    (recorded only to say how the step ran, and in some runs only)."""
+    script = tmp_path / "p.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            from datasets import load_dataset, load_from_disk
+            with open("d.csv", "w") as f:
+                f.write("x\\n" + "".join(f"{i}\\n" for i in range(200)))
+            d = load_dataset("csv", data_files={"train": "d.csv", "test": "d.csv"})
+            d.save_to_disk("saved")
+            load_from_disk("saved").map(lambda ex: {"y": ex["x"] + 1}, num_proc=2)
+            """
+        ),
+        encoding="utf-8",
+    )
+    report = check_determinism(script, env=clean_env(tmp_path), cwd=tmp_path, rerun=False)
+    assert report.analysis is not None and [c.kind for c in report.analysis.causes] == ["source"]
+    assert report.analysis.masked == (), report.analysis.masked

@@ -323,3 +323,13 @@ def test_a_bad_since_is_a_one_line_usage_error(known: Path) -> None:
     assert said.startswith(
         "Error: invalid --since 'soon': 'soon' is not a duration: give a number and a unit"
     )
+
+
+def test_since_that_leaves_out_every_run_says_so(known: Path) -> None:
+    """`stats --since 1d` of a cache whose recorded runs are all older says that none of its runs
+    is in the period and how to see them (`--all`), not that statistics come from
+    pipelines run with `cachetool run` (they were)."""
+    said = invoke("stats", "--since", "1d", "--cache-dir", str(known))
+    assert said.exit_code == 0, said.stderr
+    assert "cachetool run pipeline.py" not in said.stderr, said.stderr
+    assert "no step recorded since" in said.stderr and "cachetool stats --all" in said.stderr, said.stderr

@@ -561,10 +561,11 @@ def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_ste
     """A `num_proc=2` map SIGKILLed with its workers (the whole job ended) before either shard
     finished leaves one tmp file per worker, each naming `<fp>_0000N_of_00002`. `lineage` of the
     map's fingerprint (or a prefix) names the step and the killed run, and `explain` of it points
-    at the killed run. Both said the name was "ambiguous" between the two tmp files (and naming one
-    by its path, as that error told, said "it has no fingerprint"); with one tmp file holding a
-    header, they took that shard for the map: "parent not recorded — run the pipeline with
-    `cachetool run`", of a traced run."""
+    at the killed run, and `show` of it names that step (`"unended"` in `--json`). Both said the
+    name was "ambiguous" between the two tmp files (and naming one by its path, as that error
+    told, said "it has no fingerprint"); with one tmp file holding a header, they took that shard
+    for the map: "parent not recorded — run the pipeline with `cachetool run`", of a traced run;
+    `show` said "the ledger records 0 step(s) that made it"."""
     (tmp_path / "p.py").write_text(
         PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
     )
@@ -597,3 +598,36 @@ def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_ste
         assert "ambiguous" not in explained.stderr and "was killed in it" in explained.stderr, (
             explained.stderr
         )
+        shown = invoke("show", name, env=env, columns=200)
+        assert shown.exit_code == 0 and "0 step(s)" not in shown.stdout, shown.stdout + shown.stderr
+        assert "map @ p.py:12" in shown.stdout and "killed in it" in shown.stdout, shown.stdout
+    unended = json.loads(invoke("show", fp, "--json", env=env).stdout)["unended"]
+    assert unended["operation"] == "map" and unended["run"] == doc["run"], unended
+
+
+def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Path) -> None:
+    """`explain --last` while the traced run is still in its map: the run "is still running", and
+    its unfinished file is one it is writing, not one "a traced rerun of the step takes back" nor
+    one "datasets does not reuse", and no command to remove it is given."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "busy").exists() or not any(_tmp_sizes(tmp_path).values()):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+            time.sleep(0.01)
+        human = invoke("explain", "--last", env=env, columns=80).stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "is still running" in human and "It is writing (unfinished):" in human, human
+    assert "takes back" not in human and "does not reuse" not in human and "gc --temp" not in human, human

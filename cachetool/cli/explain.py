@@ -255,6 +255,13 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         partial = [f for f in i.written if not f.finished and f.resumable_rows]
         tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
         done = [f for f in i.written if f.finished]
+        if i.state == "running":  # still writing: what a rerun would take back is not known yet
+            tmp, partial = tmp + partial, []
+            if tmp:
+                out.line("  It is writing (unfinished):")
+                for f in tmp:
+                    out.line(f"    {f.path}  {human_size(f.size)}")
+            tmp = []
         if partial:
             out.line("  Its partial output (a traced rerun of the pipeline reuses these rows):")
             for f in partial:

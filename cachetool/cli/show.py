@@ -68,8 +68,18 @@ def render(out: Output, shown: EntryReport) -> None:
     cache file holds the fingerprint)."""
     e = shown.entry
     if e is None:
-        n = len(shown.records)
-        out.line(f"{shown.fingerprint}: no cache file holds it; the ledger records {n} step(s) that made it")
+        n, start = len(shown.records), shown.unended
+        if start is not None:  # a step began to make it and never ended
+            site = start.call_site
+            at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
+            out.line(
+                f"{shown.fingerprint}: no cache file holds it: the step that was making it "
+                f"({start.operation or 'a step'}{at}) never ended, its run {start.run} was killed in it "
+                f"(`cachetool lineage {shown.fingerprint}`)"
+            )
+        else:
+            made = f"the ledger records {n} step(s) that made it"
+            out.line(f"{shown.fingerprint}: no cache file holds it; {made}")
         if shown.removed is not None:
             out.line(f"Its files were {shown.removed.said(local_time(shown.removed.time))}.")
         _render_records(out, shown.records)

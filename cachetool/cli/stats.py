@@ -102,7 +102,13 @@ def stats_command(
     for w in report.warnings:
         warn(w)
     if report.total.steps == 0 and not report.saves:
-        hint("statistics come from pipelines run with `cachetool run pipeline.py`")
+        if since is not None and ledger_stats(root, all_=True).total.steps:
+            hint(
+                f"no step recorded since {_when(report.start)}: `cachetool stats --all` "
+                "counts every recorded run"
+            )
+        else:
+            hint("statistics come from pipelines run with `cachetool run pipeline.py`")
 
 
 def compaction_line(c: CompactionReport) -> str:

@@ -388,8 +388,9 @@ def arg_diffs(row: Sequence[Event], *, skip_datasets: bool = False) -> ArgDiffs:
     for name in sorted(names):
         entries: list[ArgInfo | None] = [event.arg(name) for event in row]
         digests = [en.digest if en is not None else None for en in entries]
-        if len(set(digests)) == 1 and (digests[0] is not None or all(en is not None for en in entries)):
-            # Equal digests, or an argument recorded without a digest in every run (not hashed).
+        if len(set(digests)) == 1:
+            # Equal digests, or an argument no run hashed (`num_proc`, recorded in some runs only
+            # to say how the step ran): it cannot make a fingerprint differ.
             continue
         trees = [en.tree if en is not None else None for en in entries]
         if skip_datasets and any(_is_dataset(t) for t in trees):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheFile, CacheReport, Entry
     from cachetool.history.ledger import Ledger
-    from cachetool.history.records.other import GcRecord
+    from cachetool.history.records.other import GcRecord, StepStartRecord
     from cachetool.history.records.steps import StepRecord
 
 #: The fingerprint written inside a file, against the entry's: the same (`matches`; a shard of a
@@ -47,6 +47,9 @@ class EntryReport:
     removed: GcRecord | None = None
     #: Why the entry is stale (`stale: code changed`, `stale: made from FP`), as lineage says, or None.
     stale: str | None = None
+    #: When no record made it: the step that began to make it in a run killed (or still running)
+    #: in it (`cachetool.history.runs.unended_step`).
+    unended: StepStartRecord | None = None
 
     @property
     def features(self) -> dict[str, Any] | None:
@@ -69,6 +72,7 @@ class EntryReport:
                 "files": [],
                 "records": records,
                 "removed": self.removed.to_json() if self.removed is not None else None,
+                "unended": self.unended.to_json() if self.unended is not None else None,
             }
         doc = e.to_json()
         doc["root"] = root
@@ -100,6 +104,7 @@ def show_entry(
     from cachetool.errors import CachetoolError
     from cachetool.history.ledger import Ledger, named_elsewhere
     from cachetool.history.records.base import order_key
+    from cachetool.history.runs import unended_step
 
     root_path = Path(os.fspath(root)).expanduser().resolve()
     with named_elsewhere(root_path, fingerprint, "show"):
@@ -115,7 +120,9 @@ def show_entry(
     if entry is None:
         fp = got.fingerprint
         removed = next((g for g in reversed(ledger.gc_records()) if fp in g.fingerprints), None)
-        return EntryReport(report, fp, None, tuple(ledger.for_result(fp)), removed=removed)
+        made = tuple(ledger.for_result(fp))
+        unended = None if made else unended_step(ledger.records, fp)
+        return EntryReport(report, fp, None, made, removed=removed, unended=unended)
     # The records of the entry's fingerprints, and of the one named when its step wrote the
     # entry's files under another name.
     fps = dict.fromkeys(fp for fp in (entry.fingerprint, *entry.aliases, got.fingerprint) if fp)
