@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -571,19 +571,7 @@ def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_ste
     )
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    with open(tmp_path / "out.txt", "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "busy").exists() or len(_tmp_sizes(tmp_path)) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
-        time.sleep(0.01)
+    proc = _busy_run(tmp_path, env, lambda: len(_tmp_sizes(tmp_path)) >= 2, group=True)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not list((tmp_path / "cache").rglob("cache-*_of_00002.arrow"))  # no shard finished
@@ -612,6 +600,21 @@ def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Pat
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = _busy_run(tmp_path, env, lambda: any(_tmp_sizes(tmp_path).values()))
+    try:
+        human = invoke("explain", "--last", env=env, columns=80).stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "is still running" in human and "It is writing (unfinished):" in human, human
+    assert "takes back" not in human and "does not reuse" not in human and "gc --temp" not in human, human
+
+
+def _busy_run(
+    tmp_path: Path, env: dict[str, str], ready: Callable[[], bool], *, group: bool = False
+) -> subprocess.Popen[bytes]:
+    """`cachetool run p.py d.csv busy` started (in a session of its own with `group`), returned
+    once the map says it is busy and `ready()` holds; its output goes to out.txt."""
     with open(tmp_path / "out.txt", "wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")],
@@ -619,15 +622,14 @@ def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Pat
             cwd=tmp_path,
             stdout=sink,
             stderr=subprocess.STDOUT,
+            start_new_session=group,
         )
+    deadline = time.monotonic() + 120
     try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "busy").exists() or not any(_tmp_sizes(tmp_path).values()):
+        while not (tmp_path / "busy").exists() or not ready():
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
             time.sleep(0.01)
-        human = invoke("explain", "--last", env=env, columns=80).stdout
-    finally:
+    except BaseException:
         proc.kill()
-        proc.wait()
-    assert "is still running" in human and "It is writing (unfinished):" in human, human
-    assert "takes back" not in human and "does not reuse" not in human and "gc --temp" not in human, human
+        raise
+    return proc
