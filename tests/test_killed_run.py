@@ -495,11 +495,15 @@ def test_a_prefix_names_a_killed_num_proc_map_not_also_its_tmp_file(tmp_path: Pa
         assert "ambiguous" not in said.stderr and said.exit_code in (0, 1), (command, said.stderr)
 
 
-def test_explain_of_a_killed_map_says_a_traced_rerun_takes_back_its_rows(tmp_path: Path) -> None:
+def test_a_killed_map_s_partial_is_one_a_traced_rerun_takes_back_in_every_command(tmp_path: Path) -> None:
     """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
-    and a traced rerun takes its rows back. `explain --last` says the same of it (the rows a
-    rerun takes back, `resumable_rows` in JSON), not "datasets does not reuse these" followed
-    only by the command that deletes it."""
+    and `gc --temp` keeps it for a traced rerun. `explain --last` says the same of it (its rows,
+    `resumable_rows` in JSON), not "datasets does not reuse these" followed only by the command
+    that deletes it; `verify` calls it a resumable partial with its rows that a rerun under
+    `cachetool run` takes back (its hint stays the gc command that removes it instead), not a
+    "leftover temporary file of a killed writer"; `report` lists it as `temp resumable`. The
+    rerun takes those rows back, and its explain says "resumed: N of 2,000 rows reused from the
+    killed run of RUN" alone, not also that the killed attempt left "nothing was cached"."""
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
@@ -514,38 +518,6 @@ def test_explain_of_a_killed_map_says_a_traced_rerun_takes_back_its_rows(tmp_pat
     written = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]["written"]
     assert [(w["path"], w["resumable_rows"]) for w in written] == [(partial["path"], partial["rows"])]
 
-
-def test_explain_of_a_resumed_map_does_not_say_nothing_was_cached(tmp_path: Path) -> None:
-    """A map SIGKILLed after writing complete batches, then rerun under `cachetool run`, which
-    takes those rows back: explain --last says the step resumed ("resumed: N of 2,000 rows
-    reused from the killed run of RUN"), not also that the killed attempt left "nothing was
-    cached"."""
-    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    _run_and_kill(tmp_path, env)
-    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path)
-    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
-    [step] = [s for s in doc["steps"] if s["operation"] == "map"]
-    assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
-    human = invoke("explain", "--last", env=env, columns=80).stdout
-    assert "resumed:" in human and "nothing was cached" not in human, human
-
-
-def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path: Path) -> None:
-    """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
-    and `gc --temp` keeps it for a traced rerun. `verify` says the same: a resumable partial of
-    the step with its rows, that a rerun under `cachetool run` takes back; its hint stays the
-    gc command that removes it instead, and `report` lists it as `temp resumable`. It said
-    "leftover temporary file of a killed writer" (and `report` "temp")."""
-    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    _run_and_kill(tmp_path, env)
-    listed = json.loads(invoke("ls", "--json", env=env).stdout)["entries"]
-    partial = next(e for e in listed if e["kind"] == "temp")
-    assert partial["resumable"], partial
-
     doc = json.loads(invoke("verify", "--json", env=env).stdout)
     [finding] = [f for f in doc["findings"] if f["entry"] == partial["id"]]
     assert finding["severity"] == "warning", finding
@@ -555,6 +527,13 @@ def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path:
     report = invoke("report", "-o", str(tmp_path / "r.html"), "--json", env=env)
     [problem] = [p for p in json.loads(report.stdout)["problems"] if p["path"] == partial["path"]]
     assert problem["what"].startswith("temp resumable, "), problem
+
+    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    [step] = [s for s in doc["steps"] if s["operation"] == "map"]
+    assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
+    human = invoke("explain", "--last", env=env, columns=80).stdout
+    assert "resumed:" in human and "nothing was cached" not in human, human
 
 
 def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_step(tmp_path: Path) -> None:
