@@ -250,3 +250,26 @@ def test_a_first_traced_run_that_loaded_results_does_not_say_the_cache_held_noth
     human = invoke("explain", "--last", env=env, columns=80).stdout
     assert "held nothing yet" not in human and "every step ran" not in human, human
     assert human.count("First time each of these steps ran") == 1 and "this step" not in human, human
+
+
+def test_explain_last_all_roots_does_not_point_at_a_root_whose_steps_it_shows(tmp_path: Path) -> None:
+    """A run that maps a dataset loaded back from its `save_to_disk` folder records that map in the
+    folder, a cache root of its own. `explain --last` in the cache points there with a hint;
+    `explain --last --all-roots` shows that map itself, and gives no hint to go and explain it
+    there (it did)."""
+    script = textwrap.dedent(
+        """\
+        from datasets import load_dataset, load_from_disk
+        load_dataset("csv", data_files="d.csv", split="train").save_to_disk("saved")
+        load_from_disk("saved").map(lambda ex: {"y": ex["x"] + 1})
+        """
+    )
+    (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    hint = "also recorded steps in"
+    assert hint in invoke("explain", "--last", env=env).stderr
+    both = invoke("explain", "--last", "--all-roots", env=env, columns=200)
+    assert "map <lambda> @ p.py:3" in both.stdout, both.stdout
+    assert hint not in both.stderr, both.stderr

@@ -196,6 +196,23 @@ def test_a_missing_or_repeated_shard_is_reported_not_merged(shards: dict[str, An
 
 
 @pytest.mark.slow
+def test_a_whole_listing_merged_with_its_shards_is_counted_once(
+    shards: dict[str, Any], tmp_path: Path
+) -> None:
+    """The whole `ls` of a cache merged with its 4 shards: the listings of different counts do
+    not make one set (exit 1, said so), and what is counted is the complete listing, once: the
+    entries, files and bytes of the whole, not twice as many; the line says "1 of 1 shard(s)"
+    (it said "5 of 1/4 shard(s)")."""
+    parts = {"whole": shards["ls"]} | {f"ls-{i}": d for i, d in enumerate(shards["ls_shards"])}
+    files = write_docs(tmp_path, parts)
+    doc, _ = merge(*files, ok=(1,))
+    assert doc["totals"] == shards["ls"]["totals"]
+    assert sum(h["entries"] for h in doc["hosts"]) == len(shards["ls"]["entries"])
+    text = " ".join(invoke("merge", *files, columns=100).stdout.split())
+    assert "1 of 1 shard(s)" in text and "do not make one set" in text and " of 1/4 " not in text, text
+
+
+@pytest.mark.slow
 def test_merge_tells_hosts_apart(copy: Path, tmp_path: Path) -> None:
     """The same cache copied to node-7 and listed there (its own UTS and PID namespaces): merge
     names both hosts, lists every fingerprint both hold as a duplicate across hosts, each host's

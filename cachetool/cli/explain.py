@@ -80,7 +80,9 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
             f"{e.message}; the last traced run recorded steps in {other}: `{command}`"
         ) from e
     out = Output(fmt)
-    others = _roots_with_run(root, report.run) if report.mode == "run" and report.run is not None else []
+    others = []  # with --all-roots the steps the run recorded in other roots are shown here
+    if report.mode == "run" and report.run is not None and not options.all_roots:
+        others = _roots_with_run(root, report.run)
     if not out.emit(report.to_json, (s.step.fingerprint for s in report.steps if s.step.fingerprint)):
         render(out, report, elsewhere=bool(others))
     for w in report.warnings:

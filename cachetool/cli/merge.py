@@ -69,7 +69,7 @@ def render(out: Output, report: FleetReport) -> None:
     hosts = report.hosts
     out.line(f"Merged {len(report.documents)} document(s) from {len(hosts)} host(s)", style="bold")
     for s in report.shard_sets:
-        n = "/".join(map(str, s.counts))
+        n = s.counted
         state = "complete" if s.complete else "; ".join(s.problems())
         out.line(
             f"  {s.command} of {s.root} on {', '.join(s.hosts)}: {len(s.given)} of {n} shard(s), {state}",

@@ -90,6 +90,9 @@ class ShardSet:
     given: tuple[int, ...]
     missing: tuple[int, ...]
     repeated: tuple[int, ...]
+    #: With shards of different counts, the count whose documents are counted (the one that
+    #: covers most of the cache, the fewest shards first): the others list the same entries again.
+    counted: int = 1
 
     @property
     def complete(self) -> bool:
@@ -98,15 +101,18 @@ class ShardSet:
     def problems(self) -> list[str]:
         """What is wrong with the set, as sentences."""
         out = []
+        n = self.counted
         if len(self.counts) > 1:
-            out.append(f"shards of different counts ({', '.join(map(str, self.counts))}) do not make one set")
-        n = self.counts[0]
+            out.append(
+                f"shards of different counts ({', '.join(map(str, self.counts))}) do not make one set: "
+                f"only those of {n} are counted"
+            )
         out += [f"missing shard {i}/{n}" for i in self.missing]
         out += [f"shard {i}/{n} given twice (counted once)" for i in self.repeated]
         return out
 
     def to_json(self) -> dict[str, Any]:
-        doc = {k: getattr(self, k) for k in ("command", "hosts", "root", "counts", "given")}
+        doc = {k: getattr(self, k) for k in ("command", "hosts", "root", "counts", "counted", "given")}
         return {
             **doc,
             "complete": self.complete,
@@ -169,12 +175,14 @@ def merge_documents(files: Sequence[str | os.PathLike[str]]) -> FleetReport:
                 repeated.add(d.shard.index)
             else:
                 seen[d.shard] = d
-        kept += seen.values()
         sizes = tuple(sorted({s.count for s in seen}))
-        given = tuple(sorted(s.index for s in seen))
-        missing = tuple(i for i in range(sizes[0]) if i not in given) if len(sizes) == 1 else ()
+        # Shards of different counts list the same entries again: count those of one count only.
+        counted = max(sizes, key=lambda c: (sum(s.count == c for s in seen) / c, -c))
+        kept += [d for s, d in seen.items() if s.count == counted]
+        given = tuple(sorted(s.index for s in seen if s.count == counted))
+        missing = tuple(i for i in range(counted) if i not in given)
         hosts = tuple(sorted({d.host for d in members}))
-        sets.append(ShardSet(command, hosts, root, sizes, given, missing, tuple(sorted(repeated))))
+        sets.append(ShardSet(command, hosts, root, sizes, given, missing, tuple(sorted(repeated)), counted))
     ls = [d for d in kept if d.command == "ls"]
     verify = [d for d in kept if d.command == "verify"]
     problems, counts = _problems(ls, verify)
