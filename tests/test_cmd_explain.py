@@ -398,6 +398,42 @@ def test_a_step_that_failed_last_time_says_so(tmp_path: Path, monkeypatch: pytes
     assert "first time this step ran" in human[at:] and "first time" not in human[:at], human
 
 
+@pytest.mark.parametrize("default", ["missing", "empty"])
+def test_last_where_nothing_was_recorded_names_the_root_the_last_run_wrote_in(
+    runs: ExplainRuns, tmp_path: Path, default: str
+) -> None:
+    """A pipeline that caches under `cache_dir=` records its runs there, not in the default
+    cache: `explain --last` in the default cache (not made yet, or holding no run) says so in
+    one line and gives the command that explains the run; that command works."""
+    home = tmp_path / "cache"
+    if default == "empty":
+        home.mkdir()
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "HF_DATASETS_CACHE": str(home), "COLUMNS": "200"}
+    result = CliRunner().invoke(app, ["explain", "--last"], env=env)
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    command = f"cachetool explain --last --cache-dir {runs.cache}"
+    assert line.endswith(f"the last traced run recorded steps in {runs.cache}: `{command}`"), line
+    followed = CliRunner().invoke(app, command.split()[1:], env=env)
+    assert followed.exit_code == 1 and "Stale cache hits" in followed.stdout, followed.output
+
+
+def test_show_says_an_entry_is_stale_as_lineage_does(runs: ExplainRuns) -> None:
+    """`show` of an entry computed before a helper of the user's module was edited (and reused
+    after) says it is stale, in the facts and as `"stale"` in `--json`; a fresh entry says nothing."""
+    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "200"}
+    stale, fresh = runs.second["stale"], runs.second["threshold"]
+    human = CliRunner().invoke(app, ["show", stale, "--cache-dir", str(runs.cache)], env=env)
+    assert human.exit_code == 0, human.output
+    assert re.search(r"^\s*stale\s+yes: code changed \(`cachetool explain ", human.stdout, re.M), human.stdout
+    doc = json.loads(
+        CliRunner().invoke(app, ["show", stale, "--json", "--cache-dir", str(runs.cache)], env=env).stdout
+    )
+    assert doc["stale"] == "stale: code changed", doc.get("stale")
+    other = CliRunner().invoke(app, ["show", fresh, "--json", "--cache-dir", str(runs.cache)], env=env)
+    assert json.loads(other.stdout)["stale"] is None
+
+
 def test_report_lists_the_stale_hits_as_problems(runs: ExplainRuns, tmp_path: Path) -> None:
     """`cachetool report` of a cache whose hits reused results of edited helper functions lists
     those stale entries among its problems, as `verify --stale` and `explain` report them; it
@@ -411,24 +447,3 @@ def test_report_lists_the_stale_hits_as_problems(runs: ExplainRuns, tmp_path: Pa
     listed = [p for p in problems if any(fp in p["path"] for fp in stale)]
     assert len(listed) == 2 and all(p["severity"] == "error" for p in listed), problems
     assert all("changed since it was computed" in p["what"] or "stale" in p["what"] for p in listed), listed
-
-
-def test_show_says_an_entry_is_stale(runs: ExplainRuns) -> None:
-    """`cachetool show` of an entry a hit reused although a helper it calls was edited says it is
-    stale, as `lineage` marks it, with the command that says what changed; `"stale"` in `--json`
-    (null for an entry that is not). It showed such an entry as any other."""
-    env = {"CACHETOOL_HOME": runs.env["CACHETOOL_HOME"], "COLUMNS": "100"}
-    cache = ["--cache-dir", str(runs.cache)]
-    fp, dep = runs.second["stale"], runs.second["stale_dep"]
-    human = CliRunner().invoke(app, ["show", fp, *cache], env=env).stdout
-    assert "stale: code changed" in human and f"cachetool explain {fp}" in human, human
-
-    def stale(name: str) -> str | None:
-        result = CliRunner().invoke(app, ["show", name, "--json", *cache], env=env)
-        assert result.exit_code == 0, result.output
-        note: str | None = json.loads(result.stdout)["stale"]
-        return note
-
-    assert stale(fp) == "stale: code changed"
-    assert stale(dep) == "stale: code changed"
-    assert stale(runs.second["shout"]) is None

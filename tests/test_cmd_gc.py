@@ -773,7 +773,6 @@ def test_removing_one_leftover_loads_only_what_it_needs(lockroot: Path, tmp_path
     (tmp_path / "tmp").mkdir()
     heavy = (
         "cachetool.cache.index",
-        "cachetool.cache.readahead",
         "cachetool.fingerprint.hashing",
         "cachetool.history.compact",
         "cachetool.trace.leases",

@@ -19,6 +19,7 @@ import pytest
 from cachetool.determinism.analysis import analyze
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
+from tests.corpus_pipeline import write_pipeline
 
 CORPUS = Path(__file__).parent / "corpus"
 MODES = {"default": (), "no-cold": ("--no-cold",), "isolated": ("--isolated",)}
@@ -130,25 +131,54 @@ def assert_deterministic(code: int, report: dict[str, Any], text: str) -> None:
     assert "only (the runs took different" not in text, text
 
 
+#: The controls k14, k15 and k04, checked as one pipeline (tests/corpus_pipeline.py: each script
+#: runs as `python kNN.py` would, one after the other in one interpreter).
+CONTROLS = (
+    "k14_classlabel_split_saved_reloaded.py",
+    "k15_generator_reshuffles_each_epoch.py",
+    "k04_seeded_shuffle.py",
+)
+
+
+@pytest.fixture(scope="module")
+def controls(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """`check` of the pipeline of CONTROLS in a mode, once per mode for the module."""
+    checked: dict[str, tuple[int, dict[str, Any], str]] = {}
+
+    def checked_in(mode: str) -> tuple[int, dict[str, Any], str]:
+        if mode not in checked:
+            base = tmp_path_factory.mktemp(f"controls-{mode}")
+            script = write_pipeline(base / "controls.py", CONTROLS)
+            checked[mode] = check(str(script), base, *MODES[mode])
+        return checked[mode]
+
+    return checked_in
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_a_classlabel_cast_split_save_and_reload_is_deterministic(mode: str, tmp_path: Path) -> None:
+def test_a_classlabel_cast_split_save_and_reload_is_deterministic(mode: str, controls: Any) -> None:
     """csv -> cast_column(ClassLabel) -> train_test_split(seed=) -> save_to_disk -> load_from_disk ->
     map -> filter: plain reruns load every step from the cache, and check-determinism says so
-    (exit 0, every fingerprint the same, no cause) in every mode."""
-    code, report, text = check("k14_classlabel_split_saved_reloaded.py", tmp_path, *MODES[mode])
+    (exit 0, every fingerprint the same, no cause) in every mode (k14, in the pipeline of CONTROLS)."""
+    code, report, text = controls(mode)
     assert_deterministic(code, report, text)
-    assert len([t for t in report["transforms"] if not t["internal"]]) >= 12, text
+    k14 = str(CORPUS / CONTROLS[0])
+    user = [t for t in report["transforms"] if not t["internal"] and t["call_site"]["file"] == k14]
+    assert len(user) >= 12, text
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_a_seeded_generator_reshuffling_each_epoch_is_deterministic(mode: str, tmp_path: Path) -> None:
+def test_a_seeded_generator_reshuffling_each_epoch_is_deterministic(mode: str, controls: Any) -> None:
     """`shuffle(generator=rng)` each epoch with one seeded generator: datasets draws from the
     generator on a cache hit too, so every run agrees; no cache-state cause is inferred from the
-    generator's changed state (exit 0, "0 differ", no cause) in every mode."""
-    code, report, text = check("k15_generator_reshuffles_each_epoch.py", tmp_path, *MODES[mode])
+    generator's changed state (exit 0, "0 differ", no cause) in every mode (k15, in the pipeline
+    of CONTROLS)."""
+    code, report, text = controls(mode)
     assert_deterministic(code, report, text)
+    k15 = str(CORPUS / CONTROLS[1])
+    assert [t for t in report["transforms"] if not t["internal"] and t["call_site"]["file"] == k15], text
 
 
 @pytest.mark.slow
@@ -179,11 +209,12 @@ def test_a_cause_after_a_cached_split_is_found_on_its_own_split(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_maps_of_an_in_memory_dataset_are_noted_as_running_again_every_time(tmp_path: Path) -> None:
+def test_maps_of_an_in_memory_dataset_are_noted_as_running_again_every_time(controls: Any) -> None:
     """k04 maps a dataset built with `from_dict`: its map has no persistent cache and runs again in
     every session. The check says so in `explain`'s words (the reason and how to reuse it), as a
-    note: the pipeline stays deterministic, exit 0; the JSON lists the step and its reason."""
-    code, report, text = check("k04_seeded_shuffle.py", tmp_path)
+    note: the pipeline stays deterministic, exit 0; the JSON lists the step and its reason (k04, in
+    the pipeline of CONTROLS, whose other steps are all cached)."""
+    code, report, text = controls("default")
     assert code == ExitCode.OK, text
     assert "note: 1 step ran without a persistent cache; it runs again in every run" in text, text
     said = " ".join(text.split())  # as one line, wherever the terminal width wrapped it
@@ -192,6 +223,7 @@ def test_maps_of_an_in_memory_dataset_are_noted_as_running_again_every_time(tmp_
     (entry,) = report["uncached"]
     assert entry["reason"] == "in-memory"
     assert report["transforms"][entry["step"]]["operation"] == "map"
+    assert report["transforms"][entry["step"]]["call_site"]["file"] == str(CORPUS / CONTROLS[2])
 
 
 # --- the culprit down to every differing leaf --------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests import forks
 from tests.conftest import copy_cache, hf_env, invoke
 
 CACHETOOL = [sys.executable, "-m", "cachetool"]
@@ -29,8 +30,9 @@ ABOUT_INPUTS = ("documents", "shard_sets")
 
 
 def cachetool_json(base: Path, *args: str, ok: tuple[int, ...] = (0,), host: Sequence[str] = ()) -> Any:
-    """`cachetool ARGS --json` in a process of its own (on another host with `host`); its document."""
-    proc = subprocess.run(
+    """`cachetool ARGS --json` in a process of its own (on another host with `host`; else forked
+    from the warm parent, `forks.run`); its document."""
+    proc = (subprocess.run if host else forks.run)(
         [*host, *CACHETOOL, *args, "--json"],
         env=hf_env(base, COLUMNS="200"),
         capture_output=True,

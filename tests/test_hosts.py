@@ -23,11 +23,14 @@ from typing import Any
 
 import pytest
 
+from tests import forks
 from tests.conftest import build_once, copy_cache, hf_env
 
 pytestmark = pytest.mark.slow
 
 CACHETOOL = str(Path(sys.executable).with_name("cachetool"))
+#: `cachetool` on this host, forked from the warm parent (`forks.run`).
+CLI = [sys.executable, "-m", "cachetool"]
 
 WRITER = textwrap.dedent(
     """\
@@ -238,8 +241,8 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
     listed = on_other_host(base, "ls")["entries"]
     assert not [e for e in listed if "/.cachetool/" in e["path"]]  # leases are never entries
 
-    here = subprocess.run(
-        [CACHETOOL, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--min-age", "0", "--dry-run", "--json"],
+    here = forks.run(
+        [*CLI, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--min-age", "0", "--dry-run", "--json"],
         env=hf_env(base),
         capture_output=True,
         text=True,
@@ -293,8 +296,8 @@ def test_on_its_own_host_a_live_lease_keeps_only_what_its_process_holds(base: Pa
         there = gc_from_other_host(base, "--min-age", "0", "--dry-run")["plan"]
         assert not {Path(i["path"]) for i in there["items"]} & leftovers
         assert [(lease["pid"], lease["state"]) for lease in there["leases"]] == [(sleeper.pid, "live")]
-        here = subprocess.run(
-            [CACHETOOL, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--min-age", "0", "-y", "--json"],
+        here = forks.run(
+            [*CLI, "gc", "--temp", "--tmp-dir", str(base / "tmp"), "--min-age", "0", "-y", "--json"],
             env=hf_env(base),
             capture_output=True,
             text=True,
@@ -351,7 +354,7 @@ def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
     assert third.returncode == 0, err[-2000:]
 
     env = hf_env(base, COLUMNS="200")
-    got = subprocess.run([CACHETOOL, "stats", "--json"], env=env, capture_output=True, check=True)
+    got = forks.run([*CLI, "stats", "--json"], env=env, capture_output=True, check=True)
     stats = json.loads(got.stdout)
     (dup,) = stats["concurrent"]["computations"]
     assert (dup["fingerprint"], dup["operation"], dup["runs"]) == (fp, "map", 2)
@@ -360,20 +363,16 @@ def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
     assert dup["lost_seconds"] == pytest.approx(durations[0]) and durations[0] > 1.0
     assert stats["concurrent"]["lost_seconds"] == pytest.approx(dup["lost_seconds"])
     assert set(stats["hosts"]) == {"vm", "node-7", "node-9"}
-    human = subprocess.run([CACHETOOL, "stats"], env=env, capture_output=True, text=True, check=True).stdout
+    human = forks.run([*CLI, "stats"], env=env, capture_output=True, text=True, check=True).stdout
     assert f"2 runs computed {fp[:8]}… concurrently (node-7, vm);" in human
 
-    lineage = subprocess.run(
-        [CACHETOOL, "lineage", fp, "--json"], env=env, capture_output=True, text=True, check=True
-    )
+    lineage = forks.run([*CLI, "lineage", fp, "--json"], env=env, capture_output=True, text=True, check=True)
     steps = [s for s in json.loads(lineage.stdout)["steps"] if s["fingerprint"] == fp]
     assert steps and steps[0]["where"] in (
         "computed on vm, node-7, loaded on node-9",
         "computed on node-7, vm, loaded on node-9",
     )
-    explain = subprocess.run(
-        [CACHETOOL, "explain", fp, "--json"], env=env, capture_output=True, text=True, check=True
-    )
+    explain = forks.run([*CLI, "explain", fp, "--json"], env=env, capture_output=True, text=True, check=True)
     (why,) = json.loads(explain.stdout)["steps"]
     (reason,) = why["reasons"]
     hosts = {why["host"], why["compared_with"]["host"]}

@@ -299,10 +299,9 @@ def test_a_size_hint_that_no_longer_holds_reads_the_file_as_it_is(tmp_path: Path
 
 _LIST_WITHOUT_PYARROW = """
 import sys
-from cachetool.cache import arrow, readahead
+from cachetool.cache import arrow
 from cachetool.cache.scan import scan_cache
 
-readahead.READ_AHEAD_MIN_FILES = int(sys.argv[2])
 plain = arrow._walk
 asked = []
 arrow._walk = lambda mm, size: asked.append(plain(mm, size).error) or plain(mm, size)
@@ -315,52 +314,11 @@ print(len(scan.entries), "pyarrow" in sys.modules, len(asked), all(asked))
 def test_a_cold_listing_imports_pyarrow_only_for_a_damaged_file(real_cache: dict[str, Any]) -> None:
     """A cold listing of the test cache (every kind of entry `datasets` writes) reads the headers
     of every whole file without pyarrow (46 MB of a listing's peak memory): only the one file a
-    killed writer cut short is read by pyarrow, which names the damage. So too in a reading
-    process."""
-    for read_ahead in ("1000000", "1"):
-        out = subprocess.run(
-            [sys.executable, "-c", _LIST_WITHOUT_PYARROW, real_cache["cache"], read_ahead],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        assert int(out[0]) > 10 and out[1:] == ["True", "1", "True"], out
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("cores", [2, 3])
-def test_a_reading_process_killed_mid_listing_leaves_the_rest_to_the_walk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int
-) -> None:
-    """A cold listing's reading processes (one, or two taking chunks in turn) SIGKILLed after
-    their first chunk of files: the listing reads the others itself and reports exactly what a
-    listing in one process reports."""
-    import os
-    import signal
-
-    from cachetool.cache import readahead
-    from cachetool.cache.scan import scan_cache
-    from tests.attack.races import synthesize_cache
-
-    root = tmp_path / "cache"
-    synthesize_cache(root, 300)
-    serial = scan_cache(root, use_index=False)
-    listing = os.getpid()
-    read: list[int] = []
-
-    def dying(paths: list[str]) -> list[Any]:
-        if os.getpid() != listing and read:
-            os.kill(os.getpid(), signal.SIGKILL)
-        read.append(len(paths))
-        return real(paths)
-
-    real = readahead._read_chunk
-    monkeypatch.setattr(readahead, "_read_chunk", dying)
-    monkeypatch.setattr(readahead, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(readahead, "spare_cores", lambda: cores)
-    handed: list[int] = []
-    reads = readahead._Reads
-    plain = reads.__iter__
-    monkeypatch.setattr(reads, "__iter__", lambda self: (handed.append(1) or x for x in plain(self)))
-    assert scan_cache(root, use_index=False) == serial
-    assert len(handed) == 64 * (cores - 1)  # the first chunk of each, then the walk's own reads
+    killed writer cut short is read by pyarrow, which names the damage."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LIST_WITHOUT_PYARROW, real_cache["cache"]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert int(out[0]) > 10 and out[1:] == ["True", "1", "True"], out

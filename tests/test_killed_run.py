@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -186,28 +186,20 @@ def test_explain_last_says_the_run_was_killed_in_the_map_and_what_it_wrote(tmp_p
     killed (the process named), names the map at p.py:12 that was running, and lists the
     unfinished file that run had written, with its size. It said "first time this step ran" (of
     the CSV load) after the first kill and "Nothing was recomputed" after the second (the load
-    was then a cache hit). The JSON document carries the same facts."""
+    was then a cache hit). The JSON document carries the same facts. It gives the gc command
+    that removes what the runs left unfinished (`gc --temp --min-age 0 --cache-dir ROOT`); run
+    as printed (with --yes), it removes them."""
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     first = _explained(tmp_path, env, _run_and_kill(tmp_path, env), set())
-    _explained(tmp_path, env, _run_and_kill(tmp_path, env), first)
-
-
-def test_the_command_explain_gives_for_a_killed_run_removes_its_unfinished_files(tmp_path: Path) -> None:
-    """explain --last of a killed run gives the gc command that removes what the run left
-    unfinished (`gc --temp --min-age 0 --cache-dir ROOT`); run as printed (with --yes), it
-    removes them, and the next run completes."""
-    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    new = _explained(tmp_path, env, _run_and_kill(tmp_path, env), set())
+    second = _explained(tmp_path, env, _run_and_kill(tmp_path, env), first)
     line = next(x for x in invoke("explain", "--last", env=env).stdout.splitlines() if "gc --temp" in x)
     argv = line.split()
     assert argv[:2] == ["cachetool", "gc"], line
     removed = invoke(*argv[1:], "--yes", env=env)
     assert removed.exit_code == 0, removed.stdout + removed.stderr
-    assert not any(p.exists() for p in new)
+    assert not any(p.exists() for p in first | second)
 
 
 def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) -> None:
@@ -503,11 +495,15 @@ def test_a_prefix_names_a_killed_num_proc_map_not_also_its_tmp_file(tmp_path: Pa
         assert "ambiguous" not in said.stderr and said.exit_code in (0, 1), (command, said.stderr)
 
 
-def test_explain_of_a_killed_map_says_a_traced_rerun_takes_back_its_rows(tmp_path: Path) -> None:
+def test_a_killed_map_s_partial_is_one_a_traced_rerun_takes_back_in_every_command(tmp_path: Path) -> None:
     """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
-    and a traced rerun takes its rows back. `explain --last` says the same of it (the rows a
-    rerun takes back, `resumable_rows` in JSON), not "datasets does not reuse these" followed
-    only by the command that deletes it."""
+    and `gc --temp` keeps it for a traced rerun. `explain --last` says the same of it (its rows,
+    `resumable_rows` in JSON), not "datasets does not reuse these" followed only by the command
+    that deletes it; `verify` calls it a resumable partial with its rows that a rerun under
+    `cachetool run` takes back (its hint stays the gc command that removes it instead), not a
+    "leftover temporary file of a killed writer"; `report` lists it as `temp resumable`. The
+    rerun takes those rows back, and its explain says "resumed: N of 2,000 rows reused from the
+    killed run of RUN" alone, not also that the killed attempt left "nothing was cached"."""
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
@@ -522,38 +518,6 @@ def test_explain_of_a_killed_map_says_a_traced_rerun_takes_back_its_rows(tmp_pat
     written = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]["written"]
     assert [(w["path"], w["resumable_rows"]) for w in written] == [(partial["path"], partial["rows"])]
 
-
-def test_explain_of_a_resumed_map_does_not_say_nothing_was_cached(tmp_path: Path) -> None:
-    """A map SIGKILLed after writing complete batches, then rerun under `cachetool run`, which
-    takes those rows back: explain --last says the step resumed ("resumed: N of 2,000 rows
-    reused from the killed run of RUN"), not also that the killed attempt left "nothing was
-    cached"."""
-    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    _run_and_kill(tmp_path, env)
-    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path)
-    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
-    [step] = [s for s in doc["steps"] if s["operation"] == "map"]
-    assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
-    human = invoke("explain", "--last", env=env, columns=80).stdout
-    assert "resumed:" in human and "nothing was cached" not in human, human
-
-
-def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path: Path) -> None:
-    """A map SIGKILLed after writing complete batches: `ls` calls its tmp file `temp resumable`
-    and `gc --temp` keeps it for a traced rerun. `verify` says the same: a resumable partial of
-    the step with its rows, that a rerun under `cachetool run` takes back; its hint stays the
-    gc command that removes it instead, and `report` lists it as `temp resumable`. It said
-    "leftover temporary file of a killed writer" (and `report` "temp")."""
-    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    _run_and_kill(tmp_path, env)
-    listed = json.loads(invoke("ls", "--json", env=env).stdout)["entries"]
-    partial = next(e for e in listed if e["kind"] == "temp")
-    assert partial["resumable"], partial
-
     doc = json.loads(invoke("verify", "--json", env=env).stdout)
     [finding] = [f for f in doc["findings"] if f["entry"] == partial["id"]]
     assert finding["severity"] == "warning", finding
@@ -563,6 +527,13 @@ def test_verify_calls_a_killed_map_s_partial_resumable_as_ls_and_gc_do(tmp_path:
     report = invoke("report", "-o", str(tmp_path / "r.html"), "--json", env=env)
     [problem] = [p for p in json.loads(report.stdout)["problems"] if p["path"] == partial["path"]]
     assert problem["what"].startswith("temp resumable, "), problem
+
+    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    [step] = [s for s in doc["steps"] if s["operation"] == "map"]
+    assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
+    human = invoke("explain", "--last", env=env, columns=80).stdout
+    assert "resumed:" in human and "nothing was cached" not in human, human
 
 
 def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_step(tmp_path: Path) -> None:
@@ -579,19 +550,7 @@ def test_the_fingerprint_of_a_num_proc_map_killed_with_its_workers_names_its_ste
     )
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    with open(tmp_path / "out.txt", "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "busy").exists() or len(_tmp_sizes(tmp_path)) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
-        time.sleep(0.01)
+    proc = _busy_run(tmp_path, env, lambda: len(_tmp_sizes(tmp_path)) >= 2, group=True)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not list((tmp_path / "cache").rglob("cache-*_of_00002.arrow"))  # no shard finished
@@ -620,6 +579,21 @@ def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Pat
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = _busy_run(tmp_path, env, lambda: any(_tmp_sizes(tmp_path).values()))
+    try:
+        human = invoke("explain", "--last", env=env, columns=80).stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "is still running" in human and "It is writing (unfinished):" in human, human
+    assert "takes back" not in human and "does not reuse" not in human and "gc --temp" not in human, human
+
+
+def _busy_run(
+    tmp_path: Path, env: dict[str, str], ready: Callable[[], bool], *, group: bool = False
+) -> subprocess.Popen[bytes]:
+    """`cachetool run p.py d.csv busy` started (in a session of its own with `group`), returned
+    once the map says it is busy and `ready()` holds; its output goes to out.txt."""
     with open(tmp_path / "out.txt", "wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")],
@@ -627,15 +601,14 @@ def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Pat
             cwd=tmp_path,
             stdout=sink,
             stderr=subprocess.STDOUT,
+            start_new_session=group,
         )
+    deadline = time.monotonic() + 120
     try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "busy").exists() or not any(_tmp_sizes(tmp_path).values()):
+        while not (tmp_path / "busy").exists() or not ready():
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
             time.sleep(0.01)
-        human = invoke("explain", "--last", env=env, columns=80).stdout
-    finally:
+    except BaseException:
         proc.kill()
-        proc.wait()
-    assert "is still running" in human and "It is writing (unfinished):" in human, human
-    assert "takes back" not in human and "does not reuse" not in human and "gc --temp" not in human, human
+        raise
+    return proc

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from cachetool.cli.output import Output, OutputFormat
+from tests import forks
 
 # The console entry (`python -m cachetool`), noting in a file which of the heavy modules it
 # imported; and the Typer app with nothing in front of it. Both see the clock stopped at the
@@ -73,16 +74,37 @@ FORKS = (
         "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)\n"
     )
 )
+#: What the commands of MATRIX import to answer (0.03 to 0.05 s of CPU per command line in each
+#: child otherwise), never Typer, Click or pydantic; a name that no longer exists is skipped.
+MODELS = (
+    "cachetool.cli.light",
+    "cachetool.cli.ls",
+    "cachetool.cli.show",
+    "cachetool.cli.lineage",
+    "cachetool.cli.explain",
+    "cachetool.cache.scan",
+    "cachetool.cache.query",
+    "cachetool.cache.lookup",
+    "cachetool.cache.pins",
+    "cachetool.history.ledger",
+    "cachetool.history.query",
+    "cachetool.history.stats",
+    "cachetool.history.explain.explainer",
+)
+_IMPORT = (
+    "import importlib\n"
+    "for name in {!r}:\n"
+    "    try:\n"
+    "        importlib.import_module(name)\n"
+    "    except ImportError:\n"
+    "        pass\n"
+)
 #: Never Typer, Click or pydantic: what the light path's answers import.
-LIGHT_WARM = (
-    "from cachetool.cli.entry import main\nimport cachetool.cli.light, cachetool.cli.ls, cachetool.cli.show"
-)
-#: The Typer app and what it loads on first use to read options (pydantic's parts through Typer's
-#: adapters: 0.05 s of CPU per command line otherwise).
-TYPER_WARM = (
-    "from cachetool.cli.app import main\n"
-    "import pydantic, pydantic.main, pydantic.type_adapter, pydantic.json_schema, typer._adapters"
-)
+LIGHT_WARM = "from cachetool.cli.entry import main\n" + _IMPORT.format(MODELS)
+#: The Typer app, what it loads on first use to read options (pydantic's parts through Typer's
+#: adapters: 0.05 s of CPU per command line otherwise) and what its commands import: what the
+#: warm parent of `forks.run` imports.
+TYPER_WARM = "from cachetool.cli.app import main\n" + _IMPORT.format((*forks.WARM, *MODELS))
 
 
 def _run(code: str, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
@@ -258,10 +280,12 @@ def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
     probe = tmp_path / "probe"
     env = {**golden_env, "NOW": str(time.time())}
     typer_app = _Forks(TYPER_WARM, env, tmp_path)
+    light_path = _Forks(LIGHT_WARM, {**env, "PROBE": str(probe)}, tmp_path)
     try:
         for name in ("f0\udce9", "\udcff\udcfe"):  # how Python hands such an argument on
             for command in ("show", "lineage", "explain"):
-                light = _run(LIGHT, [command, name], {**env, "PROBE": str(probe)})
+                probe.unlink(missing_ok=True)
+                light = light_path.answer([command, name])
                 typer = typer_app.answer([command, name])
                 assert light == typer, (command, name, light, typer)
                 assert "typer" not in probe.read_text().split(","), command
@@ -272,6 +296,7 @@ def test_a_name_that_is_not_utf8_is_an_unknown_fingerprint(
                 assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, (args, out, err)
     finally:
         typer_app.close()
+        light_path.close()
 
 
 @pytest.mark.slow

@@ -140,7 +140,7 @@ def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: A
     out = output.Output(output.OutputFormat.human, width=width)
     buf = io.StringIO()
     out._console = Console(highlight=False, soft_wrap=False, width=width, file=buf)
-    with mock.patch.object(output, "plain_table_lines", lambda *a: None):
+    with mock.patch.object(output, "plain_column_lines", lambda *a: None):
         out.table(None, columns, rows, widths=widths)
     return buf.getvalue()
 
@@ -151,7 +151,12 @@ def test_large_tables_are_drawn_as_rich_draws_them() -> None:
     120 columns; a table too wide for the terminal is still Rich's."""
     import random
 
-    from cachetool.cli.tables import plain_table_lines
+    from cachetool.cli.tables import plain_column_lines
+
+    def plain_table_lines(columns: Any, rows: Any, widths: Any, width: int) -> list[str] | None:
+        return plain_column_lines(
+            columns, list(zip(*rows, strict=True)) if rows else [() for _ in columns], widths, width
+        )
 
     rng = random.Random(7)
     words = ["derived", "shards 1/2", "[bold]x[/]", "héllo", "数据集", "", "0123456789abcdef0123", "1,234"]
@@ -182,27 +187,6 @@ def test_sizes_read_as_humanize_writes_them() -> None:
     values += [10**k + d for k in range(3, 34) for d in (-51, -50, -49, -1, 0, 1)]
     values += [7**k for k in range(1, 40)]
     assert [human_size(v) for v in values] == [humanize.naturalsize(v) for v in values]
-
-
-@pytest.mark.slow
-def test_headers_read_ahead_on_other_cores_give_the_same_report(
-    real_cache: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cold listing of many files reads their headers in forked processes first: the report
-    (every entry, file, summary and warning) is the one a listing in one process makes."""
-    from cachetool.cache import readahead
-
-    serial = scan_cache(real_cache["cache"], use_index=False)
-    monkeypatch.setattr(readahead, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(readahead, "spare_cores", lambda: 2)
-    calls: list[int] = []
-    real = readahead.read_summaries
-    monkeypatch.setattr(
-        readahead, "read_summaries", lambda paths, n: calls.append(len(paths)) or real(paths, n)
-    )
-    parallel = scan_cache(real_cache["cache"], use_index=False)
-    assert calls and calls[0] > 5
-    assert parallel == serial
 
 
 def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
@@ -328,38 +312,3 @@ def test_ls_json_text_of_thousands_of_entries_is_what_json_dumps_writes(tmp_path
     for pins in (frozenset(), frozenset({entries[0].id})):
         text = "".join(ls_document_text(report, entries, pins))
         assert text == json.dumps(envelope(ls_document(report, entries, pins)))
-
-
-def test_a_repeat_listing_reads_new_files_ahead_only_once_it_meets_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With a read index, a listing looks for files to read on other cores only after the walk
-    has met files the index does not know, and then only in folders it has not been through:
-    an unchanged cache is never read ahead, a grown one is, and either way the report is the
-    one a listing without the index makes."""
-    from cachetool.cache import readahead
-
-    root = tmp_path / "cache"
-    synthesize_cache(root, 4)
-    scan_cache(root)  # the read index
-    monkeypatch.setattr(readahead, "READ_AHEAD_MIN_FILES", 1)
-    monkeypatch.setattr(readahead, "READ_AHEAD_AFTER", 2)
-    monkeypatch.setattr(readahead, "spare_cores", lambda: 2)
-    calls: list[list[str]] = []
-    real = readahead.read_summaries
-
-    def listed(**kw: Any) -> Any:
-        calls.clear()
-        return scan_cache(root, **kw), list(calls)
-
-    monkeypatch.setattr(readahead, "read_summaries", lambda paths, n: calls.append(paths) or real(paths, n))
-    assert listed() == (listed(use_index=False)[0], [])
-    for folder in ("a", "b", "c"):
-        (root / folder).mkdir()
-        for i in range(3):
-            _write_stream(root / folder / f"cache-{folder}{i:015x}.arrow", f"{folder}{i:015x}", 2)
-    grown, reads = listed()
-    assert reads == [
-        [str(root / folder / f"cache-{folder}{i:015x}.arrow") for folder in "bc" for i in range(3)]
-    ]
-    assert grown == listed(use_index=False)[0]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -68,6 +69,7 @@ def _kill_group(tmp_path: Path, env: dict[str, str]) -> None:
     """`cachetool run p.py` SIGKILLed with its `num_proc` workers (the OOM killer or a scheduler
     ending the job) once the map says it is busy: every worker's `tmp*` file stays."""
     marker = tmp_path / "busy"
+    marker.unlink(missing_ok=True)
     with open(tmp_path / "out.txt", "wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
@@ -83,6 +85,41 @@ def _kill_group(tmp_path: Path, env: dict[str, str]) -> None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+#: `shared(script, rows)`: the folder of a pipeline and its uninterrupted run.
+Shared = Callable[[str, int], tuple[Path, "subprocess.Popen[str]"]]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    """`shared(script, rows)`: a folder holding the pipeline `script` as p.py and a d.csv of
+    `rows` rows, and the uninterrupted run of it started there (its cache `reference/`), both made
+    once for the module's tests of that pipeline: `datasets` hashes the data file's path and time
+    into the fingerprints, so each of them runs the pipeline in that folder (its own cache given
+    by HF_DATASETS_CACHE) to compare with that run."""
+    made: dict[tuple[str, int], tuple[Path, subprocess.Popen[str]]] = {}
+
+    def make(script: str, rows: int) -> tuple[Path, subprocess.Popen[str]]:
+        if (script, rows) not in made:
+            case = tmp_path_factory.mktemp("pipeline")
+            (case / "p.py").write_text(script, encoding="utf-8")
+            (case / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(rows)), encoding="utf-8")
+            reference = subprocess.Popen(
+                [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", "-"],
+                env=subprocess_env(case, HF_DATASETS_CACHE=str(case / "reference")),
+                cwd=case,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            made[script, rows] = (case, reference)
+        return made[script, rows]
+
+    yield make
+    for _, reference in made.values():
+        reference.kill()
+        reference.communicate()
 
 
 CASES = {
@@ -107,7 +144,12 @@ KILL_POINTS = [
 
 
 @pytest.mark.parametrize(("case", "part"), KILL_POINTS, ids=[f"{c}-{p}" for c, p in KILL_POINTS])
-def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str, part: str) -> None:
+def test_a_rerun_resumes_a_map_killed_part_way(
+    tmp_path: Path,
+    case: str,
+    part: str,
+    shared: Shared,
+) -> None:
     """A 50,000-row map (one example at a time, batches of 700, or batches in 2 processes)
     SIGKILLed at 60-90% (early and late in that range): the rerun reuses at least 90% of the rows
     the killed run had completed, and its cache files hold the same tables, schemas and schema
@@ -120,31 +162,31 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str, part: 
     low, high = {"early": (low, mid), "late": (mid, high)}.get(part, (low, high))
     stride = 2 if case == "fewer-rows" else 1
     script = PIPELINE.replace("MAP_ARGS", args).replace("STRIDE", "2" if case == "fewer-rows" else "1")
-    (tmp_path / "p.py").write_text(script, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(ROWS)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     # The uninterrupted run, in a cache of its own, runs while the other is killed.
-    reference = subprocess.Popen(
-        [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", "-"],
-        env={**env, "HF_DATASETS_CACHE": str(tmp_path / "reference")},
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    folder, reference = shared(script, ROWS)
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     kill_at = random.Random().randrange(int(ROWS * low), int(ROWS * high))
     if case in ("num_proc", "with_rank"):
-        _kill_group(tmp_path, {**env, "KILL_AT": str(kill_at)})
+        _kill_group(folder, {**env, "KILL_AT": str(kill_at)})
     else:
-        _run_and_kill(tmp_path, {**env, "KILL_AT": str(kill_at)})
-    killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+        _run_and_kill(folder, {**env, "KILL_AT": str(kill_at)}, writes_in=str(tmp_path / "cache"))
+    killed_doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    killed = killed_doc["run"]
     partials = list((tmp_path / "cache").rglob("tmp*"))
     completed = sum(read_summary(p).rows or 0 for p in partials)  # their complete record batches
     assert partials and completed >= (0 if "num_proc=2" in args else kill_at * 0.95 / stride), completed
+    # explain of the killed run offers its partial output as what a rerun reuses, not as waste.
+    cut = killed_doc["interrupted"]
+    assert sum(f["resumable_rows"] for f in cut["written"]) == completed, cut["written"]
+    if completed:
+        told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+        assert "Its partial output (a traced rerun of the pipeline reuses these rows" in told, told
+        assert f"{max(f['resumable_rows'] for f in cut['written']):,} rows" in told, told
     for p in partials:  # killed in the middle of writing a batch: that batch is not reused
         if p.stat().st_size > 100:  # a worker killed as it began holds less than a schema
             os.truncate(p, p.stat().st_size - 100)
 
-    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
     fp = out.stdout.split()[-1]
     assert reference.wait(timeout=120) == 0, reference.stderr.read() if reference.stderr else ""
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
@@ -158,11 +200,11 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str, part: 
         assert completed >= reused >= 0.9 * completed, (reused, completed)
         human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
         # Its killed run began the step: not "the first time this step ran".
-        assert said[0] in human and "first time" not in human, human
+        assert said[0] in human and "first time" not in human and "nothing was cached" not in human, human
         assert "first-run" not in [r["kind"] for r in step["reasons"]], step
 
     mine = sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
-    theirs = sorted((tmp_path / "reference").rglob(f"cache-{fp}*.arrow"))
+    theirs = sorted((folder / "reference").rglob(f"cache-{fp}*.arrow"))
     assert [p.name for p in mine] == [p.name for p in theirs] and mine
     for m, t in zip(mine, theirs, strict=True):
         got, want = _table(m), _table(t)
@@ -172,7 +214,7 @@ def test_a_rerun_resumes_a_map_killed_part_way(tmp_path: Path, case: str, part: 
     # The partial files given back are removed; one not reused stays, untouched, for gc.
     assert list((tmp_path / "cache").rglob("tmp*")) == (partials if case == "fewer-rows" else [])
 
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
     again = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     assert again["computed"] == 0 and again["loaded"] == 2, again  # the CSV and the map
     assert [os.stat(p).st_ino for p in mine] == [
@@ -322,7 +364,11 @@ def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> N
         e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
     ]
     assert entry["resumable"] is False, entry
-    killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    killed_doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    killed = killed_doc["run"]
+    assert [f["resumable_rows"] for f in killed_doc["interrupted"]["written"]] == [0]
+    told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+    assert "unfinished; datasets does not reuse these" in told and "partial output" not in told, told
     # The rerun computes it all; explain says the killed run began it, not "first time this step ran".
     cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
@@ -355,27 +401,27 @@ BOTH_WORKERS = textwrap.dedent(
 
 @pytest.mark.parametrize(("kill_at", "resumes"), [(16_000, False), (19_500, True)], ids=["early", "late"])
 def test_a_num_proc_map_resumes_unless_that_is_much_slower(
-    tmp_path: Path, kill_at: int, resumes: bool
+    tmp_path: Path,
+    kill_at: int,
+    resumes: bool,
+    shared: Shared,
 ) -> None:
     """A `num_proc=4` map whose workers are SIGKILLed together: resumed, their rests are computed
     one after the other in the rerun's process, so killed at about 20% each (16,000 rows left one
     after the other against 5,000 side by side) the rerun leaves it to `datasets`' workers, and at
     about 90% it resumes; either way the files are an uninterrupted run's."""
-    (tmp_path / "p.py").write_text(BOTH_WORKERS, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    folder, reference = shared(BOTH_WORKERS, 20_000)
+    assert reference.wait(timeout=240) == 0, reference.stderr.read() if reference.stderr else ""
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run(
-        "p.py", "d.csv", "-", env={**env, "HF_DATASETS_CACHE": str(tmp_path / "reference")}, cwd=tmp_path
-    )
-    _kill_group(tmp_path, {**env, "KILL_AT": str(kill_at)})
+    _kill_group(folder, {**env, "KILL_AT": str(kill_at)})
     partials = list((tmp_path / "cache").rglob("tmp*"))
     assert partials  # (on a loaded machine a worker may have finished, or not begun, by then)
 
-    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
     said = invoke("explain", "--last", env=env, columns=200).stdout
     assert ("resumed:" in said) == resumes, said
     fp = out.stdout.split()[-1]
     mine = sorted((tmp_path / "cache").rglob(f"cache-{fp}*.arrow"))
-    theirs = sorted((tmp_path / "reference").rglob(f"cache-{fp}*.arrow"))
+    theirs = sorted((folder / "reference").rglob(f"cache-{fp}*.arrow"))
     assert [p.name for p in mine] == [p.name for p in theirs] and len(mine) == 4
     assert all(_table(m).equals(_table(t)) for m, t in zip(mine, theirs, strict=True))

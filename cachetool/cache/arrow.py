@@ -64,6 +64,15 @@ class ArrowSummary:
     def complete(self) -> bool:
         return self.format == STREAM and self.eos and self.error is None
 
+    def resumable_rows(self, folder: str | os.PathLike[str]) -> int:
+        """For a `tmp*` file in `folder`: the rows of a map's partial output a traced rerun may
+        reuse (complete batches of a step whose `cache-<fp>.arrow` is not there; an indices
+        mapping is a filter's, sort's, ...: those do not resume); 0 otherwise."""
+        fp, rows = self.fingerprint, self.rows
+        if not fp or not rows or self.is_indices:
+            return 0
+        return 0 if os.path.exists(os.path.join(folder, f"cache-{fp}.arrow")) else rows
+
     @property
     def features(self) -> dict[str, Any] | None:
         """`info.features` from the `huggingface` metadata (the `datasets` feature types)."""
@@ -76,35 +85,13 @@ class ArrowSummary:
         return features if isinstance(features, dict) else None
 
     def fields(self) -> tuple[Any, ...]:
-        """The values `shared_summary` makes the summary of again (what the read index keeps)."""
+        """The values the read index keeps of the summary, in the order of its fields."""
         return _FIELDS(self)
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # Explicit, so a summary read in another process pickles on Python 3.10 too (frozen
-        # dataclasses with slots learned to pickle in 3.11), and arrives sharing the columns and
-        # metadata template of the summaries already here.
-        return shared_summary, self.fields()
 
 
 _FIELDS = attrgetter(*(f.name for f in dataclasses.fields(ArrowSummary)))
 _Columns = tuple[tuple[str, str], ...]
 _COLUMNS: dict[_Columns, _Columns] = {}
-
-
-def shared_summary(*fields: Any) -> ArrowSummary:
-    """The summary of `fields` (as `ArrowSummary.fields` gives them), sharing its columns and
-    metadata template with the others."""
-    format, rows, batches, columns, fingerprint, template, eos, error = fields
-    return ArrowSummary(
-        format,
-        rows,
-        batches,
-        shared_columns(columns),
-        fingerprint,
-        metadata_template(template, None),
-        eos,
-        error,
-    )
 
 
 def shared_columns(columns: _Columns) -> _Columns:

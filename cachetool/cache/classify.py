@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.cache import layout
-from cachetool.cache.arrow import ArrowSummary, open_noatime
+from cachetool.cache.arrow import open_noatime
 from cachetool.cache.entries import (
     derived_entry,
     header_problems,
@@ -186,7 +186,7 @@ class Scanner(Walker):
         if name.startswith("tmp") and layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
             f = self.cache_file(it, arrow=True)
             fp = f.summary.fingerprint if f.summary else None
-            rows = resumable_rows(it.path, f.summary)
+            rows = f.summary.resumable_rows(it.path.parent) if f.summary else 0
             problem = (
                 EntryProblem(code="resumable", got=rows, want=fp)
                 if rows
@@ -506,16 +506,6 @@ def is_interrupted_save(items: Sequence[Item]) -> bool:
         if not layout.SAVED_SHARD_RE.match(it.name) or not looks_like_arrow_stream(it.path):
             return False
     return True
-
-
-def resumable_rows(path: Path, summary: ArrowSummary | None) -> int:
-    """The rows of a `tmp*` file that a traced rerun of its step takes back (0: none): a map's
-    partial output, complete batches of a step whose file is not there yet (an indices mapping
-    is a filter's, sort's, ...: those do not resume)."""
-    fp = summary.fingerprint if summary else None
-    if not (summary and fp and summary.rows) or summary.is_indices:
-        return 0
-    return 0 if (path.parent / f"cache-{fp}.arrow").exists() else summary.rows
 
 
 def looks_like_arrow_stream(path: Path) -> bool:

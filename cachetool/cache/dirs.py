@@ -150,11 +150,10 @@ _OTHER_ROOTS = {
 
 def derived_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path | None:
     """Where cachetool keeps what it derives from the cache at `root` only to be faster next time
-    (the read index, the kept listing text, the ledger index, schema verdicts): the user's cache
-    folder, `CACHETOOL_HOME/derived`, else `XDG_CACHE_HOME/cachetool`, else `~/.cache/cachetool`,
-    then `roots/<device>-<inode>` of the root (the same cache under another path is the same).
-    Reads never write into a root; losing this folder costs only time. None when the root cannot
-    be stat'ed."""
+    (the read index, schema verdicts): the user's cache folder, `CACHETOOL_HOME/derived`, else
+    `XDG_CACHE_HOME/cachetool`, else `~/.cache/cachetool`, then `roots/<device>-<inode>` of the
+    root (the same cache under another path is the same). Reads never write into a root; losing
+    this folder costs only time. None when the root cannot be stat'ed."""
     env = os.environ if environ is None else environ
     try:
         st = os.stat(root)

@@ -151,10 +151,6 @@ class ReadIndex:
         self._used_all = False
         self._new.append((name, size, ctime_ns, inode, s.fields()))
 
-    def folder_rows(self, folder: str) -> int:
-        """How many files of `folder` (relative to the root, "" for the root) the index holds."""
-        return self._counts.get(folder, 0)
-
     def save(self) -> bool:
         """Write the index if anything changed. Returns False where it cannot be written."""
         self._flush()

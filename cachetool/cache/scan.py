@@ -56,11 +56,7 @@ def scan_cache(
     with gc_paused():
         scanner = Scanner(root_path, use_index, progress, liveness)
         if not own:
-            try:
-                scanner.walk(root_path)
-            finally:
-                if scanner.ahead is not None:
-                    scanner.ahead.close()
+            scanner.walk(root_path)
         if scanner.index is not None:
             scanner.index.save()
         entries = attribute_locks(scanner.entries, scanner.datasets)

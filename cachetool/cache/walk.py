@@ -1,6 +1,6 @@
 """The walk: folders listed with `os.scandir` (never following a link), files turned into
 `CacheFile`s with their `stat` and, for Arrow files, their headers (from the read index when the
-file did not change, else read, ahead on other cores when many are unread).
+file did not change, else read).
 
 Paths are made cheaply (`child_maker`): a `Path` made the ordinary way parses its text and keeps it
 twice (the text and its parts), some 400 bytes and a few microseconds per file. Where `pathlib`
@@ -28,7 +28,6 @@ from cachetool.cache.model import CacheFile, DatasetDir, Entry, EntryProblem, Li
 
 if TYPE_CHECKING:
     from cachetool.cache.index import ReadIndex
-    from cachetool.cache.readahead import ReadAhead
 
 
 class Item:
@@ -118,10 +117,9 @@ class Walker:
     ) -> None:
         self.root = root
         self.use_index = use_index
-        #: The read index and the headers read on other cores, from the first Arrow file met on
-        #: (a walk that meets only leftovers, as `gc --temp` may, loads neither).
+        #: The read index, from the first Arrow file met on (a walk that meets only leftovers, as
+        #: `gc --temp` may, does not load it).
         self.index: ReadIndex | None = None
-        self.ahead: ReadAhead | None = None
         self.entries: list[Entry] = []
         self.datasets: list[DatasetDir] = []
         self.warnings: list[ScanWarning] = []
@@ -132,7 +130,6 @@ class Walker:
         self._in_use: Liveness | None = None  # taken only when a tf.data writer left a lockfile
         self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
         self._folder = ""  # the same, relative to the root
-        self._walked: set[str] = set()  # folders (text + "/") whose Arrow files the walk has met
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
@@ -159,12 +156,11 @@ class Walker:
         return CacheFile(item.path, st.st_size, st.st_mtime, mode, st.st_uid, summary, shard, link)
 
     def _folder_of(self, item: Item) -> str:
-        """The folder of `item` relative to the root (noting that the walk has met it)."""
+        """The folder of `item` relative to the root."""
         prefix = item.prefix
         if prefix is not self._prefix:  # a new folder: its path relative to the root, once
             self._prefix = prefix
             self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
-            self._walked.add(prefix)
         return self._folder
 
     def summary(self, item: Item) -> ArrowSummary:
@@ -174,30 +170,18 @@ class Walker:
         path = item.prefix + name
         if name[:3] == "tmp" and layout.TEMP_FILE_RE.match(name):  # being written: never remembered
             return read_summary(path, size)
-        index, ahead = self.index, self.ahead
-        if index is None or ahead is None:
-            index, ahead = self._start_reading()
+        index = self.index
+        if index is None:
+            from cachetool.cache.index import ReadIndex
+
+            index = self.index = ReadIndex(self.root, enabled=self.use_index)
         folder = self._folder_of(item)
         cached = index.get_in(folder, name, size, ctime_ns, ino)
         if cached is not None:
             return cached
-        summary = ahead.result(path) if ahead.pending else None
-        if summary is None:
-            ahead.missed()
-            summary = read_summary(path, size)
+        summary = read_summary(path, size)
         index.put(folder, name, size, ctime_ns, ino, summary)
         return summary
-
-    def _start_reading(self) -> tuple[ReadIndex, ReadAhead]:
-        """Load the read index and have unread headers read on other cores as the walk goes on."""
-        from cachetool.cache.index import ReadIndex
-        from cachetool.cache.readahead import ReadAhead
-
-        self.index = index = ReadIndex(self.root, enabled=self.use_index)
-        self.ahead = ahead = ReadAhead(str(self.root), self.root_len, index)
-        ahead.walked = self._walked
-        ahead.start()
-        return index, ahead
 
     def tree_files(self, path: Path) -> list[CacheFile]:
         """Every regular file below `path` (for folders listed as one unit), links not followed."""

@@ -74,16 +74,12 @@ def check_determinism_command(
     for message in report.warnings:
         warn(message)
     out = Output(fmt)
-    if fmt == OutputFormat.json:
-        out.json(report.to_dict())
-    elif fmt == OutputFormat.quiet:
-        a = report.analysis
-        causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
-        out.ids(dict.fromkeys(c.step.location for c in causes))
-    elif fmt == OutputFormat.github:
+    a = report.analysis
+    causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
+    if fmt == OutputFormat.github:
         sys.stdout.writelines(line + "\n" for line in github_lines(report))
         sys.stdout.flush()
-    else:
+    elif not out.emit(report.to_dict, dict.fromkeys(c.step.location for c in causes)):
         for line in human_lines(report):
             out.line(line)  # wrapped at spaces: paths and reprs are never cut
     return int(report.exit_code)

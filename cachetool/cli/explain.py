@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, command, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
-from cachetool.errors import ExitCode
+from cachetool.errors import CacheNotFound, CachetoolError, ExitCode
 from cachetool.formatting import local_time, short_duration
+from cachetool.hints import shell_command
 
 if TYPE_CHECKING:
     from cachetool.history.explain.answer import ExplainReport, Reason, StaleHit, StepExplanation
@@ -63,23 +64,30 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
     from cachetool.history.explain.explainer import ExplainOptions, explain
 
     options = ExplainOptions(**keywords)  # refused before any read
-    root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
-    report = explain(root, **vars(options))
+    root: Path | None = None
+    try:
+        root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
+        report = explain(root, **vars(options))
+    except CachetoolError as e:
+        # --last where nothing was recorded: the run may have written under `cache_dir=` only.
+        missing = isinstance(e, CacheNotFound) and e.default
+        base = e.root if isinstance(e, CacheNotFound) else root
+        other = _latest_root_elsewhere(base) if options.last and base is not None else None
+        if other is None or not (missing or e.message.startswith("no recorded")):
+            raise
+        command = shell_command("explain", "--last", "--cache-dir", other)
+        raise CachetoolError(
+            f"{e.message}; the last traced run recorded steps in {other}: `{command}`"
+        ) from e
     out = Output(fmt)
     others = []  # with --all-roots the steps the run recorded in other roots are shown here
     if report.mode == "run" and report.run is not None and not options.all_roots:
         others = _roots_with_run(root, report.run)
-    if fmt == OutputFormat.json:
-        out.json(report.to_json())
-    elif fmt == OutputFormat.quiet:
-        out.ids(s.step.fingerprint for s in report.steps if s.step.fingerprint)
-    else:
+    if not out.emit(report.to_json, (s.step.fingerprint for s in report.steps if s.step.fingerprint)):
         render(out, report, elsewhere=bool(others))
     for w in report.warnings:
         warn(w)
     if others:
-        from cachetool.hints import shell_command
-
         for other in others:
             command = shell_command("explain", "--last", "--cache-dir", other)
             hint(f"this run also recorded steps in {other}, a cache root of its own: `{command}`")
@@ -94,6 +102,21 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
                 hint(group[0].elsewhere_hint(saved=os.path.realpath(group[0].root or "") in saved))
         return int(ExitCode.PROBLEMS_FOUND)
     return int(ExitCode.OK)
+
+
+def _latest_root_elsewhere(root: Path) -> str | None:
+    """The root of the registry, other than `root`, whose ledger was written to last (the root a
+    run with `cache_dir=` recorded in), or None."""
+    from cachetool.cache.roots import ledger_dir, other_roots
+
+    newest: tuple[float, str] | None = None
+    for other, _ in other_roots(root):
+        try:
+            when = max(p.stat().st_mtime for p in ledger_dir(other).glob("*.jsonl"))
+        except (OSError, ValueError):
+            continue
+        newest = max(newest or (when, other), (when, other))
+    return newest[1] if newest else None
 
 
 def _roots_with_run(root: Path, run: str) -> list[str]:
@@ -231,35 +254,38 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
             f"started at {local_time(step.time)}.",
             style="bold red",
         )
-        tmp = [f for f in i.written if not f.finished]
+        partial = [f for f in i.written if not f.finished and f.resumable_rows]
+        tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
         done = [f for f in i.written if f.finished]
-        # A live run is still writing its files: what a rerun would take back is not known yet.
-        resumable = [f for f in tmp if f.resumable_rows] if i.state != "running" else []
-        if i.state == "running" and tmp:
-            out.line("  It is writing (unfinished):")
-            for f in tmp:
-                out.line(f"    {f.path}  {human_size(f.size)}")
+        if i.state == "running":  # still writing: what a rerun would take back is not known yet
+            tmp, partial = tmp + partial, []
+            if tmp:
+                out.line("  It is writing (unfinished):")
+                for f in tmp:
+                    out.line(f"    {f.path}  {human_size(f.size)}")
             tmp = []
-        if resumable:
-            out.line("  It had written (unfinished; a traced rerun of the step takes back their rows):")
-            for f in resumable:
+        if partial:
+            out.line("  Its partial output (a traced rerun of the pipeline reuses these rows):")
+            for f in partial:
                 out.line(f"    {f.path}  {human_size(f.size)}, {f.resumable_rows:,} rows")
-        if len(resumable) < len(tmp):
+        if tmp:
             out.line("  It had written (unfinished; datasets does not reuse these):")
             for f in tmp:
-                if not f.resumable_rows:
-                    out.line(f"    {f.path}  {human_size(f.size)}")
+                out.line(f"    {f.path}  {human_size(f.size)}")
         if done:
             out.line("  Finished num_proc shards of the step (datasets reuses these):")
             for f in done:
                 out.line(f"    {f.path}  {human_size(f.size)}")
         if not i.written:
             out.line("  It had written nothing yet.")
-        if tmp and i.state == "killed":
+        if (tmp or partial) and i.state == "killed":
             from cachetool.hints import shell_command
 
-            root = step.root or os.path.dirname(tmp[0].path)
-            out.line("  To remove its unfinished files" + (" instead:" if resumable else ":"))
+            root = step.root or os.path.dirname((tmp or partial)[0].path)
+            if partial:  # `gc --temp` keeps a resumable partial for a day; removing it loses its rows
+                out.line("  To continue it, run the pipeline again (`cachetool run`); to remove its files:")
+            else:
+                out.line("  To remove its unfinished files:")
             out.line(
                 f"    {shell_command('gc', '--temp', '--min-age', '0', '--cache-dir', root)}", wrap=False
             )

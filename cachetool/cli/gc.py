@@ -225,13 +225,9 @@ def show_plan(
     out: Output, plan: GcPlan, *, dry_run: bool, final: bool, compaction: CompactionReport | None = None
 ) -> None:
     """The plan in the chosen sink. `final`: nothing else will be printed (dry run, refusal)."""
-    if out.format == OutputFormat.json:
+    if out.format != OutputFormat.human:
         if final:
-            out.json(gc_document(plan, None, dry_run, compaction))
-        return
-    if out.format == OutputFormat.quiet:
-        if final:
-            out.ids(i.id for i in plan.items)
+            out.emit(lambda: gc_document(plan, None, dry_run, compaction), (i.id for i in plan.items))
         return
     out.line(f"Cache: {out.path(plan.root, out.width - 7)}", style="bold")
     if plan.temp_dir is not None:
@@ -315,11 +311,7 @@ def _skipped_table(out: Output, plan: GcPlan) -> None:
 
 def show_result(out: Output, result: GcResult, compaction: CompactionReport | None = None) -> None:
     plan = result.plan
-    if out.format == OutputFormat.json:
-        out.json(gc_document(plan, result, False, compaction))
-        return
-    if out.format == OutputFormat.quiet:
-        out.ids(o.item.id for o in result.removed)
+    if out.emit(lambda: gc_document(plan, result, False, compaction), (o.item.id for o in result.removed)):
         return
     out.line()
     if result.skipped or result.failed:

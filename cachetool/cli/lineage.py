@@ -65,16 +65,13 @@ def run_lineage(
 
     options = {"descendants": descendants, "all": all_, "internal": internal, "all_roots": all_roots}
     view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
-    if fmt == OutputFormat.json:
-        Output(fmt).json(view.to_json())
-    elif fmt == OutputFormat.quiet:
-        Output(fmt).ids(s.fingerprint for _, s in view.steps)
-    elif fmt == OutputFormat.dot:
+    out = Output(fmt)
+    if fmt == OutputFormat.dot:
         sys.stdout.write(to_dot(view))
     elif fmt == OutputFormat.mermaid:
         sys.stdout.write(to_mermaid(view))
-    else:
-        render(Output(OutputFormat.human), view)
+    elif not out.emit(view.to_json, (s.fingerprint for _, s in view.steps)):
+        render(out, view)
     for w in view.warnings:
         warn(w)
     if not view.recorded and view.unended is None:

@@ -57,11 +57,7 @@ def merge_command(files: list[Path], fmt: OutputFormat) -> int:
     for s in report.shard_sets:
         for problem in s.problems():
             warn(f"{s.command} of {s.root} (on {', '.join(s.hosts)}): {problem}")
-    if fmt == OutputFormat.json:
-        out.json(report.to_json())
-    elif fmt == OutputFormat.quiet:
-        out.ids(d["fingerprint"] for d in report.duplicates)
-    else:
+    if not out.emit(report.to_json, (d["fingerprint"] for d in report.duplicates)):
         render(out, report)
     return report.exit_code
 

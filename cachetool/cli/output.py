@@ -16,7 +16,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cachetool.cli.tables import plain_column_lines, plain_table_lines, rich_table, whole_fits
+from cachetool.cli.tables import plain_column_lines, rich_table, whole_fits
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import safe_text
 
@@ -201,8 +201,9 @@ class Output:
             i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
-        if caption is None and (title is None or self.plain):
-            lines = plain_table_lines(columns, rows, {} if self.no_truncate else widths, self.room)
+        if caption is None and (title is None or self.plain) and all(len(r) == len(columns) for r in rows):
+            cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
+            lines = plain_column_lines(columns, cells, {} if self.no_truncate else widths, self.room)
             if lines is not None and title is not None:
                 lines = _titled(title, lines)
             if lines is not None:
@@ -292,6 +293,17 @@ class Output:
             sys.stdout.write(piece)
         sys.stdout.write("\n")
         sys.stdout.flush()
+
+    def emit(self, doc: Callable[[], dict[str, Any]], ids: Iterable[str]) -> bool:
+        """What every command writes for `--json` (the document `doc()`) and for `-q` (`ids`, one
+        a line); False for the other formats, which the command draws itself."""
+        if self.format == OutputFormat.json:
+            self.json(doc())
+        elif self.format == OutputFormat.quiet:
+            self.ids(ids)
+        else:
+            return False
+        return True
 
     def ids(self, ids: Iterable[str]) -> None:
         for i in ids:

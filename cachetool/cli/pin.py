@@ -73,16 +73,14 @@ def _change(pin: bool, fingerprint: str, cache_dir: Path | None, fmt: OutputForm
 
     change = (pinning.pin if pin else pinning.unpin)(root_for(fingerprint, cache_dir), fingerprint)
     out = Output(fmt)
-    if fmt == OutputFormat.json:
-        out.json(change.to_json())
-    elif fmt == OutputFormat.quiet:
-        out.ids([change.fingerprint])
-    elif change.pinned:
+    if out.emit(change.to_json, [change.fingerprint]):
+        return
+    if not change.pinned:
+        out.line(f"Unpinned {change.fingerprint}")
+    else:
         out.line(
             f"Pinned {change.fingerprint}" if change.changed else f"{change.fingerprint} was already pinned"
         )
-    else:
-        out.line(f"Unpinned {change.fingerprint}")
 
 
 def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
@@ -93,11 +91,9 @@ def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
     root = existing_root(cache_dir).resolve()
     pins = list_pins(root, entries=fmt != OutputFormat.quiet)
     out = Output(fmt)
-    if fmt == OutputFormat.quiet:
-        out.ids(p.fingerprint for p in pins)
-        return
-    if fmt == OutputFormat.json:
-        out.json({"root": str(root), "pins": [p.to_json() for p in pins]})
+    if out.emit(
+        lambda: {"root": str(root), "pins": [p.to_json() for p in pins]}, (p.fingerprint for p in pins)
+    ):
         return
     if not pins:
         out.line(f"No pins in {out.path(root, out.width - 12)}.")

@@ -78,12 +78,11 @@ def remote_command(
     out = Output(fmt)
     if action == "push":
         pushed = push(names, cache_dir=cache_dir, remote=remote)
-        if fmt == OutputFormat.json:
-            out.json({"pushed": [p.to_json() for p in pushed]})
-        elif fmt == OutputFormat.quiet:
-            out.ids(p.fingerprint for p in pushed)
+        human = not out.emit(
+            lambda: {"pushed": [p.to_json() for p in pushed]}, (p.fingerprint for p in pushed)
+        )
         for p in pushed:
-            if fmt == OutputFormat.human:
+            if human:
                 if p.already:
                     out.line(f"{p.fingerprint} is already on the remote: nothing sent")
                 else:
@@ -91,27 +90,25 @@ def remote_command(
                     out.line(f"Pushed {p.fingerprint}: {files}, {human_size(p.sent)} sent")
             if not p.same:
                 hint(f"the remote's record of {p.fingerprint} names other files than this cache's: kept")
-        if not pushed and fmt == OutputFormat.human:
+        if not pushed and human:
             out.line("No cache files to push.")
     elif action == "pull":
         if len(names) != 1:
             raise typer.BadParameter("pull takes one fingerprint", param_hint="FINGERPRINTS")
         got = pull(names[0], cache_dir=cache_dir, remote=remote)
-        if fmt == OutputFormat.json:
-            out.json({"pulled": got.to_json()})
-        elif fmt == OutputFormat.quiet:
-            out.ids([got.fingerprint])
+        if out.emit(lambda: {"pulled": got.to_json()}, [got.fingerprint]):
+            pass
         elif got.received:
             where = out.path(got.files[0].parent, out.width - 40)
             out.line(f"Pulled {got.fingerprint}: {human_size(got.received)}, checked, into {where}")
+        else:
+            out.line(f"{got.fingerprint} is in the cache already: nothing received")
         folder = got.files[0].parent
         if got.received and not any((folder / n).exists() for n in ("dataset_info.json", "state.json")):
             hint(
                 "its source is not prepared in this cache yet, and datasets replaces the folder when it "
                 "prepares it: load the source first, or let `cachetool run --remote` pull on the miss"
             )
-        else:
-            out.line(f"{got.fingerprint} is in the cache already: nothing received")
     else:
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
 
@@ -126,11 +123,10 @@ def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
     entries = list_remote(remote_url(url))
     shown = entries[:limit] if limit is not None else entries
     out = Output(fmt)
-    if fmt == OutputFormat.json:
-        out.json({"remote": remote_url(url), "entries": [e.to_json() for e in shown]})
-        return
-    if fmt == OutputFormat.quiet:
-        out.ids(e.fingerprint for e in shown)
+    if out.emit(
+        lambda: {"remote": remote_url(url), "entries": [e.to_json() for e in shown]},
+        (e.fingerprint for e in shown),
+    ):
         return
     if not entries:
         out.line(f"Nothing on {remote_url(url)} yet.")
@@ -150,11 +146,9 @@ def remote_verify(url: str, fingerprints: list[str], deep: bool, fmt: OutputForm
 
     report = verify_remote(remote_url(url), fingerprints=fingerprints, deep=deep)
     out = Output(fmt)
-    if fmt == OutputFormat.json:
-        out.json(report.to_json())
-    elif fmt == OutputFormat.quiet:
-        out.ids(sorted({f.fingerprint for f in report.findings if f.severity == "error"}))
-    else:
+    if not out.emit(
+        report.to_json, sorted({f.fingerprint for f in report.findings if f.severity == "error"})
+    ):
         for f in report.findings:
             out.line(f"{f.severity}: {f}")
         errors = sum(f.severity == "error" for f in report.findings)
@@ -215,19 +209,14 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat
     result = execute_remote_gc(plan)
     for fp, why in result.kept:
         hint(f"kept {fp}: {why}")
-    if fmt == OutputFormat.json:
-        out.json(
-            {
-                **plan.to_json(),
-                "dry_run": False,
-                "removed": list(result.removed),
-                "freed": result.freed,
-                "kept": [{"fingerprint": fp, "reason": why} for fp, why in result.kept],
-            }
-        )
-    elif fmt == OutputFormat.quiet:
-        out.ids(result.removed)
-    else:
+    doc = {
+        **plan.to_json(),
+        "dry_run": False,
+        "removed": list(result.removed),
+        "freed": result.freed,
+        "kept": [{"fingerprint": fp, "reason": why} for fp, why in result.kept],
+    }
+    if not out.emit(lambda: doc, result.removed):
         out.line(f"Removed {_count(len(result.removed), 'result')}, {human_size(result.freed)} freed.")
     return 1 if result.kept else 0
 

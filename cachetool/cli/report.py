@@ -50,11 +50,7 @@ def report_command(output: Path, no_verify: bool, cache_dir: Path | None, fmt: O
     path = os.path.abspath(output)
     for w in data.warnings[:5]:
         warn(safe_text(w))  # one line each: a newline in a file name must not start a line of its own
-    if fmt == OutputFormat.json:
-        out.json({"output": path, "bytes": size, **data.to_json()})
-    elif fmt == OutputFormat.quiet:
-        out.ids([path])
-    else:
+    if not out.emit(lambda: {"output": path, "bytes": size, **data.to_json()}, [path]):
         out.line(
             f"Wrote {path} ({human_size(size)}): {data.dataset_count} dataset folder(s), "
             f"{data.entry_count} entries, {len(data.nodes)} fingerprint(s) in the lineage graph, "

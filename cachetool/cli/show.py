@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, command
 from cachetool.cli.output import Output, OutputFormat, warn
 from cachetool.formatting import local_time, time_ago
+from cachetool.hints import shell_command
 from cachetool.history.show import fingerprint_check
 
 if TYPE_CHECKING:
@@ -56,11 +57,17 @@ def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_tru
     )
     for w in shown.warnings:
         warn(w)
-    if fmt == OutputFormat.json:
-        out.json(shown.to_json())
-    elif fmt == OutputFormat.quiet:
-        out.ids([shown.entry.id if shown.entry is not None else shown.fingerprint])
-    elif shown.entry is None:
+    if not out.emit(shown.to_json, [shown.entry.id if shown.entry is not None else shown.fingerprint]):
+        render(out, shown)
+    if shown.entry is not None:
+        report_warnings(shown.report)
+
+
+def render(out: Output, shown: EntryReport) -> None:
+    """Human output: the facts, the files, the schema, then the recorded steps (only those when no
+    cache file holds the fingerprint)."""
+    e = shown.entry
+    if e is None:
         n, start = len(shown.records), shown.unended
         if start is not None:  # a step began to make it and never ended
             site = start.call_site
@@ -76,23 +83,14 @@ def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_tru
         if shown.removed is not None:
             out.line(f"Its files were {shown.removed.said(local_time(shown.removed.time))}.")
         _render_records(out, shown.records)
-    else:
-        render(out, shown)
-    if shown.entry is not None:
-        report_warnings(shown.report)
-
-
-def render(out: Output, shown: EntryReport) -> None:
-    """Human output: the facts, the files, the schema, then the recorded steps."""
-    e = shown.entry
-    if e is None:
         return
     facts = _facts(out, e, shown.pinned)
+    if shown.stale:
+        command = shell_command("explain", shown.fingerprint, "--cache-dir", os.fspath(shown.report.root))
+        facts.append(("stale", f"yes: {shown.stale.removeprefix('stale: ')} (`{command}` says why)"))
     out.table(None, [("", "left"), ("", "left")], [(k, v) for k, v in facts if v not in (None, "")])
     for p in e.problems:
         out.line(f"problem: {p}", style="red")
-    if shown.stale:
-        out.line(f"{shown.stale} — `cachetool explain {shown.fingerprint}` says what changed", style="red")
     out.line()
     _render_files(out, shown.report.root, e)
     if e.columns:

@@ -81,11 +81,7 @@ def stats_command(
     out = Output(fmt)
     if zero:
         t = zero_stats(root)
-        if fmt == OutputFormat.json:
-            out.json({"root": str(root), "zeroed_at": t})
-        elif fmt == OutputFormat.quiet:
-            out.ids([str(t)])
-        else:
+        if not out.emit(lambda: {"root": str(root), "zeroed_at": t}, [str(t)]):
             out.line(
                 f"Statistics zeroed at {_when(t)} (records kept; `cachetool stats --all` still sees them)"
             )
@@ -96,12 +92,10 @@ def stats_command(
     from cachetool.cli.remote import served_lines
 
     remote = served_lines(root, report.start)  # results pulled from a remote, when any were
-    if fmt == OutputFormat.json:
-        out.json({**report.to_json(), **remote[0]})
-    elif fmt == OutputFormat.quiet:
-        looked = report.total.hits + report.total.misses
-        out.ids([f"{report.total.hits / looked:.4g}" if looked else ""])
-    else:
+    looked = report.total.hits + report.total.misses
+    if not out.emit(
+        lambda: {**report.to_json(), **remote[0]}, [f"{report.total.hits / looked:.4g}" if looked else ""]
+    ):
         render(out, report, top)
         for line in remote[1]:
             out.line(line)

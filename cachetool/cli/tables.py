@@ -5,26 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["plain_column_lines", "plain_table_lines", "rich_table", "whole_fits"]
-
-
-def plain_table_lines(
-    columns: Sequence[tuple[str, str]],
-    cells: Sequence[Sequence[str]],
-    widths: dict[str, tuple[int, int]],
-    width: int,
-) -> list[str] | None:
-    """The lines Rich draws for a table without box, edge or title (header first), or None
-    where Rich would have to do more than pad: the table is wider than `width`, a cell holds a
-    tab, or a cell with wide characters must be cut.
-
-    Column by column: a column of ASCII text (the usual case) is measured with `len` and padded
-    by one format string per line, so a listing of 100,000 rows costs little more than its text."""
-    n = len(columns)
-    if any(len(row) != n for row in cells):
-        return None
-    col_cells: list[Sequence[str]] = list(zip(*cells, strict=True)) if cells else [() for _ in columns]
-    return plain_column_lines(columns, col_cells, widths, width)
+__all__ = ["plain_column_lines", "rich_table", "whole_fits"]
 
 
 def plain_column_lines(
@@ -33,7 +14,12 @@ def plain_column_lines(
     widths: dict[str, tuple[int, int]],
     width: int,
 ) -> list[str] | None:
-    """`plain_table_lines` of cells given column by column (each column as long as the others)."""
+    """The lines Rich draws for a table without box, edge or title (header first) of cells given
+    column by column, or None where Rich would have to do more than pad: the table is wider than
+    `width`, a cell holds a tab, or a cell with wide characters must be cut.
+
+    A column of ASCII text (the usual case) is measured with `len` and padded by one format string
+    per line, so a listing of 100,000 rows costs little more than its text."""
     n = len(columns)
     col_widths: list[int] = []
     pieces: list[str] = []  # the format of a line, column by column

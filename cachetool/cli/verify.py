@@ -123,11 +123,10 @@ def _list_quarantine(out: Output, root: Path, fmt: OutputFormat) -> None:
     from cachetool.maintenance.verify.quarantine import quarantined
 
     items = quarantined(root)
-    if fmt == OutputFormat.json:
-        out.json({"root": os.fsdecode(root), "quarantine": [q.to_json() for q in items]})
-        return
-    if fmt == OutputFormat.quiet:
-        out.ids(os.fsdecode(q.path) for q in items)
+    if out.emit(
+        lambda: {"root": os.fsdecode(root), "quarantine": [q.to_json() for q in items]},
+        (os.fsdecode(q.path) for q in items),
+    ):
         return
     if not items:
         out.line("The quarantine is empty.")
@@ -205,19 +204,15 @@ def _progress(fmt: OutputFormat) -> Iterator[tuple[Callable[[int, int], None] | 
 
 def _show(out: Output, report: VerifyReport, fmt: OutputFormat) -> None:
     """The report in the chosen sink."""
-    if fmt == OutputFormat.json:
-        out.json(report.to_json())
-    elif fmt == OutputFormat.quiet:
-        shown = report.errors + (report.warnings if report.strict else ())
-        out.ids(dict.fromkeys(f.entry or os.fsdecode(f.path) for f in shown))
-    elif fmt == OutputFormat.github:
+    shown = report.errors + (report.warnings if report.strict else ())
+    if fmt == OutputFormat.github:
         from cachetool.annotations import annotation
 
         for f in report.findings:
             level = {"error": "error", "warning": "warning", "info": "notice"}[f.severity.value]
             msg = f.problem + (f" — {f.hint}" if f.hint else "")
             sys.stdout.write(annotation(level, msg, file=os.fsdecode(f.path)) + "\n")
-    else:
+    elif not out.emit(report.to_json, dict.fromkeys(f.entry or os.fsdecode(f.path) for f in shown)):
         render(out, report)
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
+from cachetool.cache.arrow import read_summary
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
@@ -39,8 +39,7 @@ class UnfinishedFile:
     path: str
     size: int
     finished: bool = False
-    #: The rows in complete batches of a `tmp*` file that a traced rerun of the step takes back
-    #: (`cachetool ls` calls it `temp resumable`); 0: none.
+    #: A killed map's partial output: the rows a traced rerun reuses (docs/resume.md).
     resumable_rows: int = 0
 
 
@@ -187,13 +186,8 @@ def _unfinished(step: StepStartRecord) -> tuple[UnfinishedFile, ...]:
                 continue
             if e.is_file(follow_symlinks=False) and st.st_mtime >= step.time - _SLACK:
                 finished = not e.name.startswith("tmp")
-                rows = 0 if finished else _resumable_rows(e.path)
-                out.append(UnfinishedFile(e.path, st.st_size, finished=finished, resumable_rows=rows))
+                rows = 0
+                if not finished and step.operation == "map":
+                    rows = read_summary(e.path, st.st_size).resumable_rows(folder)
+                out.append(UnfinishedFile(e.path, st.st_size, finished, rows))
     return tuple(sorted(out, key=lambda f: (f.finished, f.path)))
-
-
-def _resumable_rows(path: str) -> int:
-    from cachetool.cache.arrow import read_summary
-    from cachetool.cache.classify import resumable_rows
-
-    return resumable_rows(Path(path), read_summary(path))

@@ -45,8 +45,7 @@ class EntryReport:
     warnings: tuple[str, ...] = ()
     #: When no cache file holds it: the latest record of gc removing it or verify quarantining it.
     removed: GcRecord | None = None
-    #: Why it is stale ("stale: code changed", "stale: made from FP"), as `lineage` says; None:
-    #: not stale (`cachetool.history.explain.stale.stale_hits`).
+    #: Why the entry is stale (`stale: code changed`, `stale: made from FP`), as lineage says, or None.
     stale: str | None = None
     #: When no record made it: the step that began to make it in a run killed (or still running)
     #: in it (`cachetool.history.runs.unended_step`).
@@ -104,7 +103,6 @@ def show_entry(
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
     from cachetool.history.ledger import Ledger, named_elsewhere
-    from cachetool.history.query import stale_notes
     from cachetool.history.records.base import order_key
     from cachetool.history.runs import unended_step
 
@@ -134,6 +132,7 @@ def show_entry(
         pinned = is_pinned(entry, frozenset(read_pins(enclosing_root(report.root))))
     except CachetoolError as e:
         pinned, warnings = False, (e.message,)
-    notes = dict(stale_notes(root_path, ledger, list(fps)))
-    stale = next((notes[fp] for fp in fps if fp in notes), None)
+    from cachetool.history.query import stale_notes
+
+    stale = next((note for fp, note in stale_notes(root_path, ledger, list(fps)) if fp in fps), None)
     return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings, stale=stale)

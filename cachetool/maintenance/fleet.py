@@ -296,33 +296,15 @@ def _problems(ls: list[Document], verify: list[Document]) -> tuple[list[dict[str
     for d in ls:
         if (d.host, d.root) in verified or (d.shard.count > 1 and ("", d.root) in verified):
             continue  # verify says more of the same files
-        for e in _entries(d):
-            for p in e.get("problems") or ():
-                rows.append(
-                    {
-                        "host": d.host,
-                        "source": "ls",
-                        "severity": "warning",
-                        "entry": e.get("id"),
-                        "kind": e.get("kind"),
-                        "path": e.get("path"),
-                        "problem": p,
-                        "hint": "",
-                    }
-                )
-        for w in d.doc.get("warnings") or ():
-            rows.append(
-                {
-                    "host": d.host,
-                    "source": "ls",
-                    "severity": "warning",
-                    "entry": None,
-                    "kind": None,
-                    "path": w.get("path"),
-                    "problem": w.get("problem"),
-                    "hint": "",
-                }
-            )
+        found = [
+            (e.get("id"), e.get("kind"), e.get("path"), p)
+            for e in _entries(d)
+            for p in e.get("problems") or ()
+        ]
+        found += [(None, None, w.get("path"), w.get("problem")) for w in d.doc.get("warnings") or ()]
+        for entry, kind, path, problem in found:
+            where = {"entry": entry, "kind": kind, "path": path, "problem": problem, "hint": ""}
+            rows.append({"host": d.host, "source": "ls", "severity": "warning", **where})
     order = {"error": 0, "warning": 1, "info": 2}
     rows.sort(key=lambda r: (order.get(str(r["severity"]), 3), r["host"], str(r["path"]), str(r["problem"])))
     return rows, dict(counts)

@@ -22,7 +22,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -156,6 +156,13 @@ class InUse:
     leases: tuple[Lease, ...] = field(default=(), compare=False)
     #: Working folders of live processes (resolved paths) and the pids in each.
     cwds: dict[str, frozenset[int]] = field(default_factory=dict, compare=False)
+    #: The same working folders by (device, inode), and the mapped files alone, by the device
+    #: maps names (`pids_holding` asks both).
+    cwd_keys: dict[FileKey, frozenset[int]] = field(default_factory=dict, compare=False)
+    maps: dict[FileKey, frozenset[int]] = field(default_factory=dict, compare=False)
+    #: pid -> (pyarrow loaded, libpython loaded) of each process whose maps were read
+    #: (`temp_dir_users`).
+    programs: dict[int, tuple[bool, bool]] = field(default_factory=dict, compare=False)
 
     def lease_over(self, mtime: float | None) -> Lease | None:
         """The live lease whose process may have written a file last modified at `mtime`: one
@@ -217,27 +224,39 @@ def _dev_from_maps(dev: str) -> int:
 
 
 def scan_in_use(root: str | os.PathLike[str] | None = None, writers: bool = True) -> InUse:
-    """One pass over every process this user may inspect but this one; with `root`, the live leases
-    of that cache root too (processes on other hosts, or on this one, that may be writing in it).
-    Without `writers`, which descriptors are open for writing is not read (`InUse.writers` stays
-    empty): a third of the pass's cost, which gc does not need."""
+    """One pass over every process this user may inspect but this one: what each holds open,
+    maps and works in, and whether it may keep folders in a temp dir (`temp_dir_users`); with
+    `root`, the live leases of that cache root too (processes on other hosts, or on this one,
+    that may be writing in it). Without `writers`, which descriptors are open for writing is not
+    read (`InUse.writers` stays empty): a third of the pass's cost, which gc does not need."""
     if not os.path.isdir("/proc/self/fd"):
         snapshot = _scan_psutil()
     else:
-        holders: dict[FileKey, set[int]] = defaultdict(set)
-        written: dict[FileKey, set[int]] = defaultdict(set)
-        paths: dict[str, set[int]] = defaultdict(set)
-        cwds: dict[str, set[int]] = defaultdict(set)
+        found: dict[str, dict[Any, set[int]]] = {name: defaultdict(set) for name in _FOUND}
+        programs: dict[int, tuple[bool, bool]] = {}
         complete = True
         for pid in _proc_pids():
-            fds = _read_fds(pid, holders, written if writers else None, paths)
+            fds = _read_fds(pid, found, writers)
             if fds == "gone":
                 continue  # exited meanwhile
-            if fds == "denied" or _read_maps(pid, holders, paths) == "denied":
+            if fds == "denied" or _read_maps(pid, found, programs) == "denied":
                 complete = False
             with contextlib.suppress(OSError):
-                cwds[os.readlink(f"/proc/{pid}/cwd")].add(pid)
-        snapshot = InUse(_frozen(holders), _frozen(written), complete, _frozen(paths), cwds=_frozen(cwds))
+                found["cwds"][os.readlink(f"/proc/{pid}/cwd")].add(pid)
+                st = os.stat(f"/proc/{pid}/cwd")
+                found["cwd_keys"][(st.st_dev, st.st_ino)].add(pid)
+        f = {name: _frozen(v) for name, v in found.items()}
+        snapshot = InUse(
+            f["holders"],
+            f["writers"],
+            complete,
+            f["paths"],
+            (),
+            f["cwds"],
+            f["cwd_keys"],
+            f["maps"],
+            programs,
+        )
     return snapshot if root is None else replace(snapshot, leases=live_leases(root))
 
 
@@ -255,16 +274,12 @@ def _frozen(found: dict[_K, set[int]]) -> dict[_K, frozenset[int]]:
 
 _K = TypeVar("_K")
 _Read = Literal["read", "gone", "denied"]
+#: What one pass collects, each a field of `InUse`.
+_FOUND = ("holders", "writers", "paths", "cwds", "cwd_keys", "maps")
 
 
-def _read_fds(
-    pid: int,
-    holders: dict[FileKey, set[int]],
-    writers: dict[FileKey, set[int]] | None,
-    paths: dict[str, set[int]],
-) -> _Read:
-    """Add what process `pid` holds open (and, unless `writers` is None, opened for writing) to
-    the maps. Pipes, sockets and other descriptors that name no path are no file of a cache."""
+def _read_fds(pid: int, found: dict[str, dict[Any, set[int]]], writers: bool) -> _Read:
+    """Add what process `pid` holds open (and, with `writers`, opened for writing) to `found`."""
     fd_dir = f"/proc/{pid}/fd"
     try:
         fds = os.listdir(fd_dir)
@@ -278,89 +293,73 @@ def _read_fds(
             st = os.stat(f"{fd_dir}/{fd}")
         except OSError:
             continue
+        key = (st.st_dev, st.st_ino)
+        found["holders"][key].add(pid)  # pipes and sockets too: their devices hold no cache file
         if not target.startswith("/"):
             if target.startswith("socket:["):
-                paths[target].add(pid)  # who listens on a bound socket (`socket_reason`)
+                found["paths"][target].add(pid)  # who listens on a bound socket (`socket_reason`)
             continue
-        key = (st.st_dev, st.st_ino)
-        holders[key].add(pid)
-        paths[target].add(pid)
-        if writers is None:
-            continue
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
-                for line in f:
-                    if line.startswith("flags:"):
-                        if int(line.split()[1], 8) & (os.O_WRONLY | os.O_RDWR):
-                            writers[key].add(pid)
-                        break
-        except (OSError, ValueError):
-            pass
+        found["paths"][target].add(pid)
+        if writers and _opened_for_writing(pid, fd):
+            found["writers"][key].add(pid)
     return "read"
 
 
-def _mapped(pid: int) -> Iterator[tuple[str, int, str]]:
-    """The files process `pid` has memory-mapped: (device as maps writes it, inode, path); raises
-    OSError. The device is converted by the caller (`_dev_from_maps`) only where it is needed."""
-    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and parts[4] != "0" and parts[4].isdigit():
-                yield parts[3], int(parts[4]), parts[5].rstrip("\n")
-
-
-def _read_maps(pid: int, holders: dict[FileKey, set[int]], paths: dict[str, set[int]]) -> _Read:
-    """Add the files process `pid` has memory-mapped to the maps."""
+def _opened_for_writing(pid: int, fd: str) -> bool:
     try:
-        for dev, ino, name in _mapped(pid):
-            holders[(_dev_from_maps(dev), ino)].add(pid)
-            if name.startswith("/"):
-                paths[name].add(pid)
+        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
+            flags = next(line for line in f if line.startswith("flags:"))
+        return bool(int(flags.split()[1], 8) & (os.O_WRONLY | os.O_RDWR))
+    except (OSError, ValueError, StopIteration):
+        return False
+
+
+def _read_maps(
+    pid: int, found: dict[str, dict[Any, set[int]]], programs: dict[int, tuple[bool, bool]]
+) -> _Read:
+    """Add the files process `pid` has memory-mapped to `found`, and to `programs` whether it
+    has pyarrow and libpython loaded."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            maps = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return "gone"
-    except PermissionError:
+    except OSError:
         return "denied"
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[4] != "0" and parts[4].isdigit():
+            key = (_dev_from_maps(parts[3]), int(parts[4]))
+            found["holders"][key].add(pid)
+            found["maps"][key].add(pid)
+            if parts[5].startswith("/"):
+                found["paths"][parts[5]].add(pid)
+    programs[pid] = ("libarrow" in maps, "libpython" in maps)
     return "read"
 
 
 def pids_holding(keys: Iterable[FileKey]) -> dict[FileKey, frozenset[int]]:
     """Which live processes hold any of these files open or memory-mapped, or have one of these
-    folders as their working folder, read from `/proc` now, in one pass for all of them.
+    folders as their working folder: one fresh pass (`scan_in_use`) for all of them.
 
     The check gc makes after it took items out of reach: for every process the open
     descriptors are read before its memory maps, so a reader that opened the file before it was
     moved and mapped it since is seen by one or the other."""
     wanted = set(keys)
-    found: dict[FileKey, set[int]] = defaultdict(set)
     if not wanted:
         return {}
-    if not os.path.isdir("/proc/self/fd"):
-        snapshot = _scan_psutil()
-        return {k: snapshot.holders[k] for k in wanted if k in snapshot.holders}
+    now = scan_in_use(writers=False)
     devs = {d for d, _ in wanted}
-    inos = {i for _, i in wanted}
-    for pid in _proc_pids():
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for link in [*(f"{fd_dir}/{fd}" for fd in fds), f"/proc/{pid}/cwd"]:
-            try:
-                st = os.stat(link)
-            except OSError:
-                continue
-            if st.st_ino in inos and (st.st_dev, st.st_ino) in wanted:
-                found[(st.st_dev, st.st_ino)].add(pid)
-        try:
-            for maps_dev, ino, _ in _mapped(pid):
-                if ino in inos and ((dev := _dev_from_maps(maps_dev), ino) in wanted or dev not in devs):
-                    # Some file systems (overlay, btrfs) show another device number in maps than
-                    # stat gives: an inode match alone counts, to be safe.
-                    found[next(k for k in wanted if k[1] == ino)].add(pid)
-        except OSError:
-            continue
-    return _frozen(found)
+    # Some file systems (overlay, btrfs) show another device number in maps than stat gives: a
+    # mapping of a wanted inode on a device no wanted file is on counts too, to be safe.
+    foreign: dict[int, frozenset[int]] = defaultdict(frozenset)
+    for (dev, ino), pids in now.maps.items():
+        if dev not in devs:
+            foreign[ino] |= pids
+    found = {
+        k: now.holders.get(k, frozenset()) | now.cwd_keys.get(k, frozenset()) | foreign[k[1]] for k in wanted
+    }
+    return {k: pids for k, pids in found.items() if pids}
 
 
 def bound_sockets() -> dict[str, int]:
@@ -458,17 +457,16 @@ def _proc_temp_dir(pid: int) -> str | None:
     return os.path.realpath("/tmp")
 
 
-def _is_python(pid: int, maps: str) -> bool:
-    if "libpython" in maps:
-        return True
+def _is_python(pid: int) -> bool:
     try:
         return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
         return False
 
 
-def temp_dir_users(temp_dir: str | os.PathLike[str]) -> tuple[TempDirUser, ...]:
-    """Live processes on this host that may own an `hf_datasets-*` or `pymp-*` folder in `temp_dir`.
+def temp_dir_users(temp_dir: str | os.PathLike[str], in_use: InUse) -> tuple[TempDirUser, ...]:
+    """Live processes of the snapshot `in_use` that may own an `hf_datasets-*` or `pymp-*` folder
+    in `temp_dir`.
 
     Such a folder lives as long as its process, which holds nothing in it between writes (its
     datasets may have been dropped, the first map has not written yet, or it is the folder
@@ -476,17 +474,8 @@ def temp_dir_users(temp_dir: str | os.PathLike[str]) -> tuple[TempDirUser, ...]:
     dead. (A process that changed TMPDIR after it started is judged by its initial environment.)"""
     target = os.path.realpath(temp_dir)
     out: list[TempDirUser] = []
-    try:
-        pids = list(_proc_pids())
-    except OSError:
-        return ()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-                maps = f.read()
-        except OSError:
-            continue
-        arrow, python = "libarrow" in maps, _is_python(pid, maps)
+    for pid, (arrow, libpython) in sorted(in_use.programs.items()):
+        python = libpython or _is_python(pid)
         if not (arrow or python):
             continue
         where = _proc_temp_dir(pid)

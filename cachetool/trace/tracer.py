@@ -27,7 +27,7 @@ from typing import Any
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord
 from cachetool.history.records.steps import StepRecord
-from cachetool.history.writer import ENCODER, LedgerWriter, SegmentWriter
+from cachetool.history.writer import AUTO_BYTES, ENCODER, LedgerWriter, SegmentWriter, foldable_bytes
 from cachetool.trace.arguments import Arguments, hash_tree
 from cachetool.trace.calls import (
     FILE_NAME_ARGS,
@@ -41,7 +41,6 @@ from cachetool.trace.calls import (
 from cachetool.trace.leases import hold_lease
 from cachetool.trace.patches import Patches
 from cachetool.trace.records import RecordBuilder, Roots, local_path
-from cachetool.trace.resume import resume_map
 
 #: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
 _TRANSFORMS = """map filter select sort shuffle train_test_split remove_columns rename_column rename_columns
@@ -323,10 +322,11 @@ class Tracer:
             self.enter_root(self.roots.default)  # failed before writing anything: say so where users look
         for root in list(sink.roots):
             self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
-        from cachetool.history.compact import compact_if_large
-
         for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
-            compact_if_large(root, wait=False)
+            if foldable_bytes(root) > AUTO_BYTES:
+                from cachetool.history.compact import compact_if_large
+
+                compact_if_large(root, wait=False)
 
     def note_exit(self, exc: BaseException | None) -> None:
         """How the script ended (`exc` None: normally), and from which step an exception came."""
@@ -485,6 +485,8 @@ class Tracer:
         `reuse_equivalent`, an equivalent earlier result (`rekey`); untraced."""
         top = self.local.stack[-1]
         if top.op == "map" and len(self.local.stack) == 1 and top.started and not os.path.exists(path):
+            from cachetool.trace.resume import resume_map  # only when a map computes
+
             self.enabled = False
             try:
                 path = abs_path(path)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import marshal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -72,49 +71,6 @@ def test_headers_remembered_from_good_files_never_change_what_a_mutant_reads(tmp
         remembered += bool(ipc._SCHEMA_MESSAGES)
         assert read_summary(path) == fresh
     assert remembered == 400
-
-
-_READ_IN_A_READER = """
-import multiprocessing, os, sys
-from concurrent.futures import ProcessPoolExecutor
-from cachetool.cache.readahead import _reader_start, _read_chunk
-folder = sys.argv[1]
-paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
-assert "pyarrow" not in sys.modules and "numpy" not in sys.modules
-
-
-def numpy_kept_out():
-    return sys.modules.get("numpy", 0) is None
-
-
-fork = multiprocessing.get_context("fork")
-with ProcessPoolExecutor(1, mp_context=fork, initializer=_reader_start) as pool:
-    there = pool.submit(_read_chunk, paths).result()
-    kept_out = pool.submit(numpy_kept_out).result()
-here = _read_chunk(paths)
-print(kept_out, sum(a == b for a, b in zip(there, here, strict=True)), len(here))
-"""
-
-
-def test_a_reading_process_without_numpy_reads_damaged_files_as_the_listing_does(tmp_path: Path) -> None:
-    """A cold listing reads headers in a forked process that keeps numpy out (pyarrow does not
-    need it there): every damaged file (mutants, a 128-bit integer, a name that is not UTF-8,
-    the IPC file format) reads there exactly as in the listing's own process."""
-    import pyarrow as pa
-
-    folder = tmp_path / "files"
-    folder.mkdir()
-    for i, data in enumerate(mutations(good_stream(), seed=20261126, count=300)):
-        (folder / f"m{i:03d}.arrow").write_bytes(data)
-    (folder / "wide.arrow").write_bytes(wide_integer(good_stream()))
-    (folder / "name.arrow").write_bytes(non_utf8_name(good_stream()))
-    table = pa.table({"a": [1, 2]})
-    with pa.OSFile(str(folder / "file.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
-        w.write_table(table)
-    out = subprocess.run(
-        [sys.executable, "-c", _READ_IN_A_READER, str(folder)], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert out == [str(int(pa.__version__.split(".")[0]) >= 16), "303", "303"]
 
 
 @pytest.mark.parametrize(

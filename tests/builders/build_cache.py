@@ -19,7 +19,7 @@ import tarfile
 import threading
 from pathlib import Path
 
-from killing import killed_run
+from killing import killed_fork
 
 OUT = Path(sys.argv[1]).resolve()
 CACHE = Path(os.environ["HF_DATASETS_CACHE"]).resolve()
@@ -116,7 +116,7 @@ def main() -> None:
     # A map killed by SIGKILL mid-write leaves a tmp* file next to its input.
     csv_dir = Path(made["csv_dir"])  # type: ignore[arg-type]
     before = set(os.listdir(csv_dir))
-    killed_run(
+    killed_fork(
         KILL_MAP,
         str(csv_path),
         ready=lambda: any(
@@ -128,7 +128,7 @@ def main() -> None:
 
     # A generator prepare killed mid-way leaves <version>.incomplete/.
     gen_root = CACHE / "generator"
-    killed_run(
+    killed_fork(
         KILL_PREPARE,
         ready=lambda: (
             gen_root.exists()

@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from killing import killed_run
+from killing import killed_fork, killed_run
 
 OUT = Path(sys.argv[1]).resolve()
 CACHE = Path(os.environ["HF_DATASETS_CACHE"]).resolve()
@@ -199,7 +199,7 @@ def main() -> None:
         return sorted(all_paths() - before)
 
     before = all_paths()
-    killed_run(
+    killed_fork(
         KILL_MAP,
         str(csv_path),
         ready=lambda: any(p.name.startswith("tmp") and p.stat().st_size > 0 for p in csv_dir.iterdir()),
@@ -221,7 +221,7 @@ def main() -> None:
 
     gen_root = CACHE / "generator"
     before = all_paths()
-    killed_run(
+    killed_fork(
         KILL_PREPARE,
         ready=lambda: (
             gen_root.exists()
@@ -237,14 +237,14 @@ def main() -> None:
     ]
 
     target = CACHE / "saved" / "killed"
-    killed_run(
+    killed_fork(
         KILL_SAVE, str(target), ready=lambda: len(list(target.glob("data-*.arrow"))) >= 2, settle=SETTLE
     )
     assert not (target / "state.json").exists()
     leftovers["killed_save"] = [rel(target)]
 
     before = all_paths()
-    killed_run(
+    killed_fork(
         KILL_UNCACHED,
         str(csv_path),
         ready=lambda: any(p.name.startswith("tmp") for d in TMP.glob("hf_datasets-*") for p in d.iterdir()),

@@ -84,6 +84,29 @@ def test_a_second_push_sends_nothing(bucket: Bucket, host_a: Path, monkeypatch: 
     assert {k: bucket.get(k) for k in bucket.objects()} == before
 
 
+def test_remote_pull_says_once_what_it_did_and_its_json_is_one_document(
+    bucket: Bucket, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remote pull` into a cache whose source folder is prepared prints one line, "Pulled ...",
+    not also "... is in the cache already"; a second pull prints only that one; with --json each
+    prints one JSON document and nothing else."""
+    use(monkeypatch, bucket)
+    push([FP], cache_dir=host_a)
+    for fmt in ([], ["--json"]):
+        b = tmp_path / f"b{len(fmt)}"
+        (b / FOLDER).mkdir(parents=True)
+        (b / FOLDER / "dataset_info.json").write_text("{}")
+        first = invoke("remote", "pull", FP, "--cache-dir", str(b), *fmt)
+        again = invoke("remote", "pull", FP, "--cache-dir", str(b), *fmt)
+        assert first.exit_code == again.exit_code == 0, (first.output, again.output)
+        if fmt:
+            assert json.loads(first.stdout)["pulled"]["bytes_received"] > 0
+            assert json.loads(again.stdout)["pulled"]["bytes_received"] == 0
+        else:
+            assert first.stdout.startswith(f"Pulled {FP}: ") and "already" not in first.stdout, first.stdout
+            assert again.stdout == f"{FP} is in the cache already: nothing received\n"
+
+
 def test_a_tampered_file_is_refused_and_nothing_is_placed(
     bucket: Bucket, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

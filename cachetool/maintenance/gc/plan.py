@@ -376,7 +376,7 @@ class Rules:
         from cachetool.maintenance.liveness import bound_sockets, scan_in_use, temp_dir_users
 
         in_use = in_use if in_use is not None else scan_in_use(root=root, writers=False)
-        users = temp_dir_users(temp_dir) if temp_dir is not None else ()
+        users = temp_dir_users(temp_dir, in_use) if temp_dir is not None else ()
         return cls(options, in_use, bound_sockets(), users)
 
     def refusal(
