@@ -273,3 +273,18 @@ def test_explain_last_all_roots_does_not_point_at_a_root_whose_steps_it_shows(tm
     both = invoke("explain", "--last", "--all-roots", env=env, columns=200)
     assert "map <lambda> @ p.py:3" in both.stdout, both.stdout
     assert hint not in both.stderr, both.stderr
+
+
+def test_explain_last_all_roots_explains_this_cache_s_latest_run(tmp_path: Path) -> None:
+    """Two caches, each with a traced run, the other cache's run later: `explain --last
+    --all-roots` in the first explains the first cache's latest run (comparing with every cache),
+    as `explain --last` does; it explained the other cache's run, without saying where it ran."""
+    script = 'from datasets import load_dataset\nload_dataset("csv", data_files="d.csv", split="train")\n'
+    (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env={**env, "HF_DATASETS_CACHE": str(tmp_path / "other")}, cwd=tmp_path)
+    mine = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    both = json.loads(invoke("explain", "--last", "--all-roots", "--json", env=env).stdout)["run"]
+    assert both == mine

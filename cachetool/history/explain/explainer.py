@@ -264,8 +264,8 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
     root = os.path.abspath(os.fspath(view.root))
     wanted = os.path.realpath(os.fspath(script)) if script is not None else None
     best: tuple[float, str] | None = None
-    for rec in view.steps:
-        if not view.own(rec) and rec.root != root:
+    for rec in view.steps:  # this root's, with --all-roots too (those compare, they are not run)
+        if view.ledger.is_foreign(rec) and rec.root != root:
             continue
         if wanted is not None:
             site = rec.call_site
@@ -290,7 +290,7 @@ def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
     records = view.ledger.records
     ended = {r.run for r in records if isinstance(r, RunEndRecord)}
     starts = (r for r in records if isinstance(r, RunStartRecord) and r.run and r.run not in ended)
-    return [r for r in starts if view.own(r)]
+    return [r for r in starts if not view.ledger.is_foreign(r)]
 
 
 def explain_run(
