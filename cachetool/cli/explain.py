@@ -258,12 +258,11 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
         done = [f for f in i.written if f.finished]
         if i.state == "running":  # still writing: what a rerun would take back is not known yet
-            tmp, partial = tmp + partial, []
-            if tmp:
+            writing, tmp, partial = tmp + partial, [], []
+            if writing:
                 out.line("  It is writing (unfinished):")
-                for f in tmp:
+                for f in writing:
                     out.line(f"    {f.path}  {human_size(f.size)}")
-            tmp = []
         if partial:
             out.line("  Its partial output (a traced rerun of the pipeline reuses these rows):")
             for f in partial:
@@ -279,8 +278,6 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         if not i.written:
             out.line("  It had written nothing yet.")
         if (tmp or partial) and i.state == "killed":
-            from cachetool.hints import shell_command
-
             root = step.root or os.path.dirname((tmp or partial)[0].path)
             if partial:  # `gc --temp` keeps a resumable partial for a day; removing it loses its rows
                 out.line("  To continue it, run the pipeline again (`cachetool run`); to remove its files:")
@@ -293,8 +290,6 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
 
 
 def _failed_lines(out: Output, f: Failure, root: Path) -> None:
-    from cachetool.hints import shell_command
-
     step = f.step
     where = ""
     if step is not None:
