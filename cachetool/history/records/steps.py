@@ -213,6 +213,23 @@ def written_bytes(rec: StepRecord) -> int:
     return sum(f.size or 0 for f in rec.files if f.status == "written")
 
 
+def step_counts(steps: list[StepRecord]) -> dict[str, Any]:
+    """What `stats` counts of some steps, as a run's summary holds it too: steps, hits, misses
+    (partial ones included), partial, no file (looked nothing up and wrote nothing, failed steps
+    apart), failed, the seconds of the misses and the bytes written."""
+    misses = [r for r in steps if r.computed]
+    return {
+        "steps": len(steps),
+        "hits": sum(r.cache == "hit" for r in steps),
+        "misses": len(misses),
+        "partial": sum(r.cache == "partial" for r in misses),
+        "no_file": sum(r.cache not in ("hit", "miss", "partial") and r.error is None for r in steps),
+        "failed": sum(r.error is not None for r in steps),
+        "miss_seconds": sum(r.duration for r in misses),
+        "bytes_written": sum(written_bytes(r) for r in steps),
+    }
+
+
 def source_hashes(rec: StepRecord) -> list[str]:
     """The source hashes of the function a step record names and of the helpers it calls."""
     fn = rec.function
