@@ -60,7 +60,7 @@ class StepRecord(LedgerRecord):
     source: SourceInfo | None = None
     error: str | None = None
     #: Why the step ran without a persistent cache (it runs again in every run), or None:
-    #: one of `UNCACHED_REASONS`.
+    #: one of `cachetool.history.explain.answer.UNCACHED_TEXT`.
     no_cache: str | None = None
     #: Events files, in-memory roots: each column's digest and first values.
     columns: Mapping[str, ColumnHead] = field(default_factory=dict)
@@ -75,7 +75,7 @@ class StepRecord(LedgerRecord):
     # -- what readers ask ----------------------------------------------------------------------
     @property
     def uncached(self) -> str | None:
-        """Why this step runs again in every run (`UNCACHED_REASONS`), or None. Records written
+        """Why this step runs again in every run (`no_cache`), or None. Records written
         before the tracer said so count a map or filter of an in-memory dataset."""
         if self.no_cache is not None:
             return self.no_cache
@@ -132,13 +132,6 @@ class StepRecord(LedgerRecord):
     @property
     def file_paths(self) -> tuple[str, ...]:
         return tuple(f.path for f in self.files)
-
-
-#: Why a step ran without a persistent cache: its dataset lives in memory (`Dataset.from_dict`,
-#: `from_pandas`, `from_list`, any dataset without cache files), `keep_in_memory=True`,
-#: `datasets.disable_caching()` (results go to a temp folder deleted at exit), or
-#: `load_from_cache_file=False` (the file is there, and computed again).
-UNCACHED_REASONS = ("in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false")
 
 
 @same_fields
