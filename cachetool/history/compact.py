@@ -66,7 +66,7 @@ from cachetool.history.records.other import (
     add_sums,
     step_sums,
 )
-from cachetool.history.records.steps import COUNTED, StepRecord, source_hashes, written_bytes
+from cachetool.history.records.steps import COUNTED, StepRecord, source_hashes, step_counts, written_bytes
 from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION
 from cachetool.processes import alive
 from cachetool.safejson import json_fields
@@ -662,8 +662,9 @@ def summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSumm
     out = []
     for run, recs in runs.items():
         steps = [r for r in recs if isinstance(r, StepRecord) and not r.internal]
-        counted = [r for r in steps if r.type in COUNTED]
-        misses = [r for r in counted if r.computed]
+        saves = [r for r in steps if r.type == "save"]
+        counts = step_counts([r for r in steps if r.type in COUNTED])
+        counts["bytes_written"] += sum(map(written_bytes, saves))
         fps: dict[str, FpSums] = {}
         for r in steps:  # the rule of `Ledger.usage`, for the fingerprints that have files
             for fp, sums in step_sums(r):
@@ -684,15 +685,8 @@ def summaries(records: Iterable[LedgerRecord], living: set[str]) -> list[RunSumm
                 internal=True,
                 root=first.root,
                 argv=start.argv if start is not None else (),
-                steps=len(counted),
-                hits=sum(r.cache == "hit" for r in counted),
-                misses=len(misses),
-                partial=sum(r.cache == "partial" for r in counted),
-                no_file=sum(r.cache not in ("hit", "miss", "partial") and r.error is None for r in counted),
-                failed=sum(r.error is not None for r in counted),
-                saves=sum(r.type == "save" for r in steps),
-                miss_seconds=sum(r.duration for r in misses),
-                bytes_written=sum(written_bytes(r) for r in steps if r.type in (*COUNTED, "save")),
+                **counts,
+                saves=len(saves),
                 other=sum(r.is_origin and r.result not in living for r in steps),
                 fps=fps,
             )

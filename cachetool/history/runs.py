@@ -110,21 +110,11 @@ def failure(records: Iterable[LedgerRecord], run: str) -> Failure | None:
 def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | None:
     """How run `run` ended, when it did not close: None for a run that wrote its end (or one
     recorded before runs had starts and ends)."""
-    started: RunStartRecord | None = None
-    steps: list[StepStartRecord] = []
-    done: set[int] = set()
-    for rec in records:
-        if rec.run != run:
-            continue
-        if isinstance(rec, RunEndRecord):
-            return None
-        if isinstance(rec, RunStartRecord):
-            started = rec
-        elif isinstance(rec, StepStartRecord):
-            steps.append(rec)
-        elif isinstance(rec, StepRecord):
-            done.add(rec.seq)
-    open_steps = [s for s in steps if s.seq not in done]
+    mine = [rec for rec in records if rec.run == run]
+    if any(isinstance(rec, RunEndRecord) for rec in mine):
+        return None
+    started = next((rec for rec in reversed(mine) if isinstance(rec, RunStartRecord)), None)
+    open_steps = open_starts(mine)
     if started is None and not open_steps:
         return None
     first = started or open_steps[0]
@@ -142,16 +132,22 @@ def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | No
 def unended_step(records: Iterable[LedgerRecord], fp: str) -> StepStartRecord | None:
     """The latest step that began to compute `fp`'s cache file and wrote no record of its end:
     its run was killed in it (the `num_proc` workers it left may have finished the file)."""
-    names = (f"cache-{fp}.arrow",)
+    name = f"cache-{fp}.arrow"
+    open_ = [s for s in open_starts(records) if any(os.path.basename(p) == name for p in s.paths)]
+    return open_[-1] if open_ else None
+
+
+def open_starts(records: Iterable[LedgerRecord]) -> list[StepStartRecord]:
+    """The step starts, in the order recorded, whose step wrote no record of its end (the same
+    `run` and `seq`): its run was killed in it, or still runs it."""
     starts: list[StepStartRecord] = []
     done: set[tuple[str, int]] = set()
     for rec in records:
-        if isinstance(rec, StepStartRecord) and any(os.path.basename(p) in names for p in rec.paths):
+        if isinstance(rec, StepStartRecord):
             starts.append(rec)
-        elif isinstance(rec, StepRecord) and not rec.internal:
+        elif isinstance(rec, StepRecord):
             done.add((rec.run, rec.seq))
-    open_ = [s for s in starts if (s.run, s.seq) not in done]
-    return open_[-1] if open_ else None
+    return [s for s in starts if (s.run, s.seq) not in done]
 
 
 def run_state(rec: LedgerRecord) -> RunState:

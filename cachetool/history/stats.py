@@ -48,7 +48,7 @@ from cachetool.formatting import human_duration, iso_time
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunSummaryRecord
-from cachetool.history.records.steps import COUNTED, StepRecord, written_bytes
+from cachetool.history.records.steps import COUNTED, StepRecord, step_counts, written_bytes
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
@@ -104,18 +104,10 @@ class Counts:
     def of(cls, steps: list[tuple[StepRecord, bool]], summaries: Iterable[RunSummaryRecord] = ()) -> Counts:
         """The counts of `steps` (each with whether it had run before: its time, when it computed
         or ran uncached, is lost), and of the summarised runs `summaries`."""
-        misses = [r for r, _ in steps if r.computed]
         uncached = [r for r, _ in steps if r.uncached is not None]
         c = cls(
-            steps=len(steps),
-            hits=sum(r.cache == "hit" for r, _ in steps),
-            misses=len(misses),
-            partial=sum(r.cache == "partial" for r in misses),
-            no_file=sum(r.cache not in ("hit", "miss", "partial") and r.error is None for r, _ in steps),
-            failed=sum(r.error is not None for r, _ in steps),
-            miss_seconds=sum(r.duration for r in misses),
+            **step_counts([r for r, _ in steps]),
             recompute_seconds=sum(r.duration for r, again in steps if again and (r.computed or r.uncached)),
-            bytes_written=sum(written_bytes(r) for r, _ in steps),
             uncached=len(uncached),
             uncached_seconds=sum(r.duration for r in uncached),
         )
@@ -126,7 +118,7 @@ class Counts:
         return replace(c, runs=len(runs))
 
 
-#: The counts a run's summary holds as `Counts` does.
+#: The counts a run's summary holds as `Counts` does (`step_counts`).
 _SUMMED = ("steps", "hits", "misses", "partial", "no_file", "failed", "miss_seconds", "bytes_written")
 
 

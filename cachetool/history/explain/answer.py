@@ -59,8 +59,6 @@ ReasonKind = Literal[
 StepStatus = Literal["computed", "loaded", "partial", "no file"]
 #: One fingerprint explained, or every computed step of a run.
 ExplainMode = Literal["fingerprint", "run"]
-#: Why a step ran without a persistent cache (`cachetool.history.records.steps.UNCACHED_REASONS`).
-UncachedReason = Literal["in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false"]
 
 
 @dataclass(frozen=True)
@@ -340,8 +338,8 @@ class UncachedStep:
     """A step of the run that ran without a persistent cache: it runs again in every run."""
 
     step: StepRef
-    #: one of `UncachedReason` (kept as read: a newer cachetool may record another)
-    reason: UncachedReason | str
+    #: a key of `UNCACHED_TEXT` (kept as read: a newer cachetool may record another)
+    reason: str
     duration: float
 
     @property

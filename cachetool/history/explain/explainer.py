@@ -37,7 +37,7 @@ from cachetool.history.explain.stale import (
 from cachetool.history.explain.view import LedgerView, load_view
 from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
 from cachetool.history.records.steps import StepRecord
-from cachetool.history.runs import failure, interruption
+from cachetool.history.runs import failure, interruption, open_starts
 
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
 
@@ -105,18 +105,14 @@ def _killed_attempt(view: LedgerView, rec: StepRecord) -> StepStartRecord | None
     site = rec.call_site
     if site is None:
         return None
-    records = view.ledger.records
-    done = {(r.run, r.seq) for r in records if isinstance(r, StepRecord)}
     starts = [
         r
-        for r in records
-        if isinstance(r, StepStartRecord)
-        and r.run != rec.run
+        for r in open_starts(view.ledger.records)
+        if r.run != rec.run
         and r.time < rec.time
         and r.parents == rec.parents
         and r.call_site is not None
         and (r.call_site.file, r.call_site.line) == (site.file, site.line)
-        and (r.run, r.seq) not in done
     ]
     return max(starts, key=lambda r: r.time, default=None)
 

@@ -60,7 +60,7 @@ class StepRecord(LedgerRecord):
     source: SourceInfo | None = None
     error: str | None = None
     #: Why the step ran without a persistent cache (it runs again in every run), or None:
-    #: one of `UNCACHED_REASONS`.
+    #: one of `cachetool.history.explain.answer.UNCACHED_TEXT`.
     no_cache: str | None = None
     #: Events files, in-memory roots: each column's digest and first values.
     columns: Mapping[str, ColumnHead] = field(default_factory=dict)
@@ -75,7 +75,7 @@ class StepRecord(LedgerRecord):
     # -- what readers ask ----------------------------------------------------------------------
     @property
     def uncached(self) -> str | None:
-        """Why this step runs again in every run (`UNCACHED_REASONS`), or None. Records written
+        """Why this step runs again in every run (`no_cache`), or None. Records written
         before the tracer said so count a map or filter of an in-memory dataset."""
         if self.no_cache is not None:
             return self.no_cache
@@ -132,13 +132,6 @@ class StepRecord(LedgerRecord):
     @property
     def file_paths(self) -> tuple[str, ...]:
         return tuple(f.path for f in self.files)
-
-
-#: Why a step ran without a persistent cache: its dataset lives in memory (`Dataset.from_dict`,
-#: `from_pandas`, `from_list`, any dataset without cache files), `keep_in_memory=True`,
-#: `datasets.disable_caching()` (results go to a temp folder deleted at exit), or
-#: `load_from_cache_file=False` (the file is there, and computed again).
-UNCACHED_REASONS = ("in-memory", "keep-in-memory", "caching-disabled", "load-from-cache-file-false")
 
 
 @same_fields
@@ -211,6 +204,23 @@ COUNTED = ("transform", "root")
 def written_bytes(rec: StepRecord) -> int:
     """Bytes of the files a record wrote (not those it reused)."""
     return sum(f.size or 0 for f in rec.files if f.status == "written")
+
+
+def step_counts(steps: list[StepRecord]) -> dict[str, Any]:
+    """What `stats` counts of some steps, as a run's summary holds it too: steps, hits, misses
+    (partial ones included), partial, no file (looked nothing up and wrote nothing, failed steps
+    apart), failed, the seconds of the misses and the bytes written."""
+    misses = [r for r in steps if r.computed]
+    return {
+        "steps": len(steps),
+        "hits": sum(r.cache == "hit" for r in steps),
+        "misses": len(misses),
+        "partial": sum(r.cache == "partial" for r in misses),
+        "no_file": sum(r.cache not in ("hit", "miss", "partial") and r.error is None for r in steps),
+        "failed": sum(r.error is not None for r in steps),
+        "miss_seconds": sum(r.duration for r in misses),
+        "bytes_written": sum(written_bytes(r) for r in steps),
+    }
 
 
 def source_hashes(rec: StepRecord) -> list[str]:
