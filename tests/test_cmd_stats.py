@@ -323,3 +323,15 @@ def test_a_bad_since_is_a_one_line_usage_error(known: Path) -> None:
     assert said.startswith(
         "Error: invalid --since 'soon': 'soon' is not a duration: give a number and a unit"
     )
+
+
+def test_a_period_with_no_run_does_not_say_to_use_cachetool_run(known: Path) -> None:
+    """`stats --since 1d` on a cache whose runs are all older, or `stats` right after `--zero`:
+    the hint says the period is empty and how to count the earlier runs, not that statistics
+    need `cachetool run` (they were recorded by it)."""
+    since = invoke("stats", "--since", "1d", "--cache-dir", str(known))
+    assert since.exit_code == 0 and "cachetool run pipeline.py" not in since.stderr, since.stderr
+    assert "no step recorded since" in since.stderr and "--since" in since.stderr, since.stderr
+    assert invoke("stats", "--zero", "--cache-dir", str(known)).exit_code == 0
+    zeroed = invoke("stats", "--cache-dir", str(known))
+    assert "cachetool run pipeline.py" not in zeroed.stderr and "--all" in zeroed.stderr, zeroed.stderr

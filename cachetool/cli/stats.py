@@ -108,7 +108,15 @@ def stats_command(
     for w in report.warnings:
         warn(w)
     if report.total.steps == 0 and not report.saves:
-        hint("statistics come from pipelines run with `cachetool run pipeline.py`")
+        if report.start is not None and ledger_stats(root, all_=True).total.steps:
+            how = (
+                "a longer --since counts earlier runs"
+                if since
+                else "`cachetool stats --all` counts those before --zero"
+            )
+            hint(f"no step recorded since {_when(report.start)}: {how}")
+        else:
+            hint("statistics come from pipelines run with `cachetool run pipeline.py`")
 
 
 def compaction_line(c: CompactionReport) -> str:
