@@ -134,6 +134,7 @@ def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
         return
     if not entries:
         out.line(f"Nothing on {remote_url(url)} yet.")
+        _hint_remotes_below(url)
         return
     _entries_table(out, shown, "no: not used")
     files, size = sum(len(e.files) for e in entries), human_size(sum(e.size for e in entries))
@@ -164,7 +165,21 @@ def remote_verify(url: str, fingerprints: list[str], deep: bool, fmt: OutputForm
             f"Checked {report.results} results ({report.files} files, {how}; {human_size(report.bytes_read)} "
             f"read) on {report.url}: {_count(errors, 'error')}, {_count(warnings, 'warning')}"
         )
+    if not report.results and not fingerprints:
+        _hint_remotes_below(url)
     return int(report.exit_code)
+
+
+def _hint_remotes_below(url: str) -> None:
+    """Name the remotes under `url`, which holds no result itself (`ls s3://bucket` of a remote
+    at `s3://bucket/prefix`)."""
+    from cachetool.remote.client import remote_url
+    from cachetool.remote.fleet import remotes_below
+
+    below = remotes_below(remote_url(url))
+    if below:
+        more = f" (and {len(below) - 1} more)" if len(below) > 1 else ""
+        hint(f"results are under {below[0]}{more}: name that remote")
 
 
 def _count(n: int, word: str) -> str:

@@ -76,6 +76,18 @@ def _entries(remote: Remote) -> list[RemoteEntry]:
     ]
 
 
+def remotes_below(url: str | None = None) -> list[str]:
+    """The remotes under `url` (else `CACHETOOL_REMOTE`) that hold a record (`<sub>/<fp>/record.json`):
+    what a user listing `url` and finding no result there may have meant."""
+    remote = open_remote(url, None)
+    subs = set()
+    for obj in remote.list():
+        *sub, _fp, name = str(obj["path"]).split("/")
+        if sub and name == RECORD_NAME:
+            subs.add("/".join(sub))
+    return [f"{remote.url}/{sub}" for sub in sorted(subs)]
+
+
 @dataclass(frozen=True)
 class RemoteFinding:
     """One problem of a result on the remote: `error` (a reader refuses it) or `warning`."""

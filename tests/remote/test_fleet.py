@@ -122,3 +122,20 @@ def test_gc_of_a_remote_removes_whole_old_results_and_never_an_upload_in_progres
     assert (
         wrong.exit_code == 2 and "gc of a remote takes --older-than, --dry-run and --yes only" in wrong.stderr
     )
+
+
+def test_ls_and_verify_of_the_prefix_above_a_remote_say_where_its_results_are(
+    moto_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ls` or `verify` of a prefix holding no result itself, but a remote one level down (a
+    bucket's root, say), names that remote instead of only "Nothing on ... yet" or a clean
+    check of 0 results."""
+    inner = Bucket(moto_bucket.server, moto_bucket.prefix + "/team")
+    for k, v in inner.env().items():
+        monkeypatch.setenv(k, v)
+    cache_file(tmp_path / "a" / FOLDER / f"cache-{FP}.arrow", FP)
+    push([], cache_dir=tmp_path / "a")
+    for command in ("ls", "verify"):
+        above = invoke(command, moto_bucket.url)
+        assert above.exit_code == 0, above.output
+        assert f"results are under {inner.url}" in above.stderr, (command, above.output)
