@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachetool.errors import ExitCode
-from cachetool.remote.client import Remote, RemoteRefused, open_remote, short_error
+from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote, short_error
 from cachetool.remote.record import RECORD_NAME, read_record
 
 #: The first range read of a file: enough for the schema message `datasets` writes (a few kB).
@@ -150,6 +150,9 @@ def verify_remote(
     entries = _entries(remote)
     wanted = set(fingerprints)
     if wanted:
+        missing = sorted(wanted - {e.fingerprint for e in entries})
+        if missing:
+            raise RemoteError(f"{missing[0]} is not on the remote {remote.url}")
         entries = [e for e in entries if e.fingerprint in wanted]
     with ThreadPoolExecutor(_THREADS) as pool:
         done = list(pool.map(lambda e: _verify_one(remote, e, deep), entries))

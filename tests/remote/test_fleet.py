@@ -139,3 +139,11 @@ def test_ls_and_verify_of_the_prefix_above_a_remote_say_where_its_results_are(
         above = invoke(command, moto_bucket.url)
         assert above.exit_code == 0, above.output
         assert f"results are under {inner.url}" in above.stderr, (command, above.output)
+
+
+def test_verify_of_a_result_the_remote_does_not_hold_is_an_error_not_a_clean_check(pushed: Bucket) -> None:
+    """`verify s3://... FP` naming a fingerprint the remote does not hold says so in one line and
+    exits 2, as `remote pull FP` does, instead of "Checked 0 results ... 0 errors" and exit 0."""
+    missing = invoke("verify", pushed.url, FP, "deadbeefdeadbeef")
+    assert missing.exit_code == 2, missing.output
+    assert missing.stderr == f"Error: deadbeefdeadbeef is not on the remote {pushed.url}\n"
