@@ -195,6 +195,23 @@ def test_no_remote_configured_is_a_usage_error(host_a: Path) -> None:
     assert result.stderr == "Error: no remote: set CACHETOOL_REMOTE=s3://bucket/prefix or pass --remote\n"
 
 
+def test_run_with_a_remote_that_is_not_a_url_is_a_usage_error(tmp_path: Path) -> None:
+    """`cachetool run --remote team/cache script.py` (no s3://) stops before the script runs, in
+    one line naming --remote (exit 2), instead of running it without the remote under a warning
+    about CACHETOOL_REMOTE, which the user did not set."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text("open(__file__ + '.ran', 'w').close()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHETOOL_REMOTE", "AWS_"))}
+    args = [sys.executable, "-m", "cachetool", "run", "--remote", "team/cache", str(script)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("Error: Invalid value for --remote: not a remote URL")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "script.py.ran").exists()
+
+
 @pytest.mark.slow
 def test_nothing_remote_is_imported_unless_a_remote_is_used(tmp_path: Path) -> None:
     """Without a remote configured, neither `cachetool.remote` nor a listing imports the client
