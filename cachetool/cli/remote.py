@@ -72,6 +72,7 @@ def remote_command(
     remote unreachable).
     """
     from cachetool.formatting import human_size
+    from cachetool.hints import shell_command
     from cachetool.remote import pull, push
 
     names = list(fingerprints or ())
@@ -104,14 +105,17 @@ def remote_command(
         elif got.received:
             where = out.path(got.files[0].parent, out.width - 40)
             out.line(f"Pulled {got.fingerprint}: {human_size(got.received)}, checked, into {where}")
+        elif not got.other_bytes:
+            out.line(f"{got.fingerprint} is in the cache already: nothing received")
+        for path in got.other_bytes:
+            command = shell_command("verify", "--cache-dir", str(path.parent))
+            hint(f"{path.name} in the cache is not the remote's: kept; to check it, run: {command}")
         folder = got.files[0].parent
         if got.received and not any((folder / n).exists() for n in ("dataset_info.json", "state.json")):
             hint(
                 "its source is not prepared in this cache yet, and datasets replaces the folder when it "
                 "prepares it: load the source first, or let `cachetool run --remote` pull on the miss"
             )
-        else:
-            out.line(f"{got.fingerprint} is in the cache already: nothing received")
     else:
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
 

@@ -18,7 +18,7 @@ import secrets
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +53,20 @@ class Pushed:
 @dataclass(frozen=True)
 class Pulled:
     """What `pull` did for one fingerprint: the files now in the cache, the bytes downloaded
-    (0 when every file was there already)."""
+    (0 when every file was there already), and the files the cache held already with other bytes
+    than the remote's (kept)."""
 
     fingerprint: str
     files: tuple[Path, ...]
     received: int = 0
+    other_bytes: tuple[Path, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "fingerprint": self.fingerprint,
             "paths": [os.fspath(f) for f in self.files],
             "bytes_received": self.received,
+            "other_bytes": [os.fspath(f) for f in self.other_bytes],
         }
 
 
@@ -125,7 +128,10 @@ def pull(
     got = pull_record(target, record, root / record.folder)
     if got.received:
         note_served(root, got, time.monotonic() - started, target.url)
-    return got
+        return got
+    folder = root / record.folder  # every file was there: are they the remote's?
+    other = tuple(folder / f.name for f in record.files if file_digest(folder / f.name) != (f.size, f.xxh3))
+    return replace(got, other_bytes=other)
 
 
 # -- the steps ----------------------------------------------------------------------------------

@@ -195,6 +195,36 @@ def test_no_remote_configured_is_a_usage_error(host_a: Path) -> None:
     assert result.stderr == "Error: no remote: set CACHETOOL_REMOTE=s3://bucket/prefix or pass --remote\n"
 
 
+def test_pull_over_a_damaged_local_file_does_not_say_the_result_is_there(
+    moto_bucket: Bucket, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remote pull FP` where the cache holds a file of that name with other bytes than the
+    remote's (cut short here) keeps it, and says it differs and how to check it, instead of
+    "FP is in the cache already: nothing received"; `--json` names it in `other_bytes` (and
+    prints nothing else). A pull that placed files never adds "in the cache already"."""
+    use(monkeypatch, moto_bucket)
+    push([FP], cache_dir=host_a)
+    local = host_a / FOLDER / f"cache-{FP}.arrow"
+    whole = local.read_bytes()
+    local.write_bytes(whole[: len(whole) // 2])
+    human = invoke("remote", "pull", FP, "--cache-dir", str(host_a))
+    assert human.exit_code == 0, human.output
+    assert "in the cache already" not in human.stdout, human.output
+    assert f"cache-{FP}.arrow in the cache is not the remote's: kept" in human.stderr, human.output
+    doc = json.loads(invoke("remote", "pull", FP, "--cache-dir", str(host_a), "--json").stdout)
+    assert doc["pulled"]["other_bytes"] == [os.fspath(local)]
+    assert local.read_bytes() == whole[: len(whole) // 2]  # never replaced
+    local.write_bytes(whole)
+    same = invoke("remote", "pull", FP, "--cache-dir", str(host_a), "--json")
+    assert json.loads(same.stdout)["pulled"]["other_bytes"] == []
+    # A pull into a cache whose source is prepared says it pulled, and only that.
+    b = tmp_path / "b"
+    (b / FOLDER).mkdir(parents=True)
+    (b / FOLDER / "dataset_info.json").write_text("{}")
+    pulled = invoke("remote", "pull", FP, "--cache-dir", str(b))
+    assert pulled.stdout.startswith(f"Pulled {FP}: ") and "already" not in pulled.stdout, pulled.output
+
+
 def test_run_with_a_remote_that_is_not_a_url_is_a_usage_error(tmp_path: Path) -> None:
     """`cachetool run --remote team/cache script.py` (no s3://) stops before the script runs, in
     one line naming --remote (exit 2), instead of running it without the remote under a warning
