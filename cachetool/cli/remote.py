@@ -90,7 +90,9 @@ def remote_command(
                 else:
                     files = f"{len(p.files)} file{'s' if len(p.files) > 1 else ''}"
                     out.line(f"Pushed {p.fingerprint}: {files}, {human_size(p.sent)} sent")
-            if not p.same:
+            if p.refused:
+                hint(f"{p.refused}: kept (nothing on the remote is replaced)")
+            elif not p.same:
                 hint(f"the remote's record of {p.fingerprint} names other files than this cache's: kept")
         if not pushed and fmt == OutputFormat.human:
             out.line("No cache files to push.")

@@ -32,13 +32,15 @@ _CHUNK = 8 << 20
 @dataclass(frozen=True)
 class Pushed:
     """What `push` did for one fingerprint: the files, the bytes sent now; `already`: a record
-    was on the remote before (nothing was written), `same`: it names these very files."""
+    was on the remote before (nothing was written), `same`: it names these very files,
+    `refused`: why a reader with this key does not use it (unsigned, another key; else "")."""
 
     fingerprint: str
     files: tuple[str, ...]
     sent: int = 0
     already: bool = False
     same: bool = True
+    refused: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +49,7 @@ class Pushed:
             "bytes_sent": self.sent,
             "already_on_remote": self.already,
             "same_files": self.same,
+            "refused": self.refused,
         }
 
 
@@ -149,7 +152,7 @@ def push_step(
     files = [RemoteFile(name, *file_digest(Path(folder, name))) for name in names]
     existing = remote.get(f"{fingerprint}/{RECORD_NAME}")
     if existing is not None:
-        return Pushed(fingerprint, tuple(names), 0, True, _same(existing, fingerprint, remote, files))
+        return Pushed(fingerprint, tuple(names), 0, True, *_same(existing, fingerprint, remote, files))
     sent = 0
     for f in files:
         key = f"{fingerprint}/{f.name}"
@@ -168,7 +171,7 @@ def push_step(
     data = make_record(fingerprint, rel, files, _versions(), call_site, remote.key)
     if not remote.put_once(f"{fingerprint}/{RECORD_NAME}", data):  # another writer was first
         again = remote.get(f"{fingerprint}/{RECORD_NAME}") or b""
-        return Pushed(fingerprint, tuple(names), sent, True, _same(again, fingerprint, remote, files))
+        return Pushed(fingerprint, tuple(names), sent, True, *_same(again, fingerprint, remote, files))
     return Pushed(fingerprint, tuple(names), sent)
 
 
@@ -360,11 +363,18 @@ def fetch_record(remote: Remote, fingerprint: str) -> Record | None:
     return None if data is None else read_record(data, fingerprint, remote.key)
 
 
-def _same(data: bytes, fingerprint: str, remote: Remote, files: list[RemoteFile]) -> bool:
+def _same(data: bytes, fingerprint: str, remote: Remote, files: list[RemoteFile]) -> tuple[bool, str]:
+    """Whether the remote's record `data` names these very `files`, and why a reader with the
+    remote's key refuses it (else "")."""
     try:
-        return set(read_record(data, fingerprint, remote.key).files) == set(files)
-    except RemoteRefused:
-        return False
+        same = set(read_record(data, fingerprint, None).files) == set(files)
+    except RemoteRefused as e:  # not a record any reader uses
+        return False, str(e)
+    try:
+        read_record(data, fingerprint, remote.key)
+    except RemoteRefused as e:
+        return same, str(e)
+    return same, ""
 
 
 def _versions() -> dict[str, str]:

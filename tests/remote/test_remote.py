@@ -225,6 +225,24 @@ def test_pull_over_a_damaged_local_file_does_not_say_the_result_is_there(
     assert pulled.stdout.startswith(f"Pulled {FP}: ") and "already" not in pulled.stdout, pulled.output
 
 
+def test_a_signed_push_over_an_unsigned_record_says_readers_refuse_it_not_other_files(
+    moto_bucket: Bucket, host_a: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remote push FP` with CACHETOOL_REMOTE_KEY set, when the remote holds FP's record unsigned
+    (pushed from a host without the key) of these very files, says readers with the key refuse
+    that record, not that it "names other files than this cache's"; `--json` says `same_files`
+    true and why in `refused`."""
+    use(monkeypatch, moto_bucket)
+    push([FP], cache_dir=host_a)
+    monkeypatch.setenv("CACHETOOL_REMOTE_KEY", "k1")
+    again = invoke("remote", "push", FP, "--cache-dir", str(host_a))
+    assert again.exit_code == 0, again.output
+    assert "names other files" not in again.stderr, again.output
+    assert "unsigned, and CACHETOOL_REMOTE_KEY is set" in again.stderr, again.output
+    (doc,) = json.loads(invoke("remote", "push", FP, "--cache-dir", str(host_a), "--json").stdout)["pushed"]
+    assert doc["same_files"] is True and "unsigned" in doc["refused"], doc
+
+
 def test_run_with_a_remote_that_is_not_a_url_is_a_usage_error(tmp_path: Path) -> None:
     """`cachetool run --remote team/cache script.py` (no s3://) stops before the script runs, in
     one line naming --remote (exit 2), instead of running it without the remote under a warning
