@@ -147,3 +147,13 @@ def test_verify_of_a_result_the_remote_does_not_hold_is_an_error_not_a_clean_che
     missing = invoke("verify", pushed.url, FP, "deadbeefdeadbeef")
     assert missing.exit_code == 2, missing.output
     assert missing.stderr == f"Error: deadbeefdeadbeef is not on the remote {pushed.url}\n"
+
+
+def test_shard_of_a_remote_is_refused_not_ignored(pushed: Bucket) -> None:
+    """`ls s3://... --shard 0/2` and `verify s3://... --shard 0/2` say in one line that a remote
+    is not sharded (exit 2), instead of listing or checking every result as if it were one shard
+    (two such jobs would count each result twice)."""
+    for command in ("ls", "verify"):
+        sharded = invoke(command, pushed.url, "--shard", "0/2")
+        assert sharded.exit_code == 2, (command, sharded.output)
+        assert sharded.stdout == "" and sharded.stderr.startswith("Error: --shard"), sharded.output
