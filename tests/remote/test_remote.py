@@ -243,6 +243,29 @@ def test_a_signed_push_over_an_unsigned_record_says_readers_refuse_it_not_other_
     assert doc["same_files"] is True and "unsigned" in doc["refused"], doc
 
 
+def test_no_credentials_anywhere_says_so_in_one_line(
+    moto_bucket: Bucket, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no AWS credentials in the environment or ~/.aws (the client then asks the instance
+    metadata service, here a closed port), a command on the remote fails in one line that says
+    no credentials were found and how to give them, not only the client's error about a PUT to
+    /latest/api/token."""
+    for k in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_bucket.server.endpoint)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
+    for args in (
+        ("ls", moto_bucket.url),
+        ("remote", "push", FP, "--cache-dir", str(host_a), "--remote", moto_bucket.url),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in line, line
+
+
 def test_run_with_a_remote_that_is_not_a_url_is_a_usage_error(tmp_path: Path) -> None:
     """`cachetool run --remote team/cache script.py` (no s3://) stops before the script runs, in
     one line naming --remote (exit 2), instead of running it without the remote under a warning
