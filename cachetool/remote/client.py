@@ -167,8 +167,8 @@ def open_remote(url: str | None = None, key: str | None = None) -> Remote:
 def _credentials_given() -> bool:
     """Whether the environment or an AWS config file gives credentials (else the client asks the
     instance metadata service, which answers only on a cloud machine)."""
-    given = ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
-    given += ("AWS_CONTAINER_CREDENTIALS_FULL_URI",)
+    given = ["AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"]
+    given.append("AWS_CONTAINER_CREDENTIALS_FULL_URI")
     return any(os.environ.get(k) for k in given) or "access_key_id" in _aws_config()
 
 
