@@ -325,11 +325,13 @@ def test_a_bad_since_is_a_one_line_usage_error(known: Path) -> None:
     )
 
 
-def test_since_that_leaves_out_every_run_says_so(known: Path) -> None:
-    """`stats --since 1d` of a cache whose recorded runs are all older says that none of its runs
-    is in the period and how to see them (`--all`), not that statistics come from
-    pipelines run with `cachetool run` (they were)."""
-    said = invoke("stats", "--since", "1d", "--cache-dir", str(known))
-    assert said.exit_code == 0, said.stderr
-    assert "cachetool run pipeline.py" not in said.stderr, said.stderr
-    assert "no step recorded since" in said.stderr and "cachetool stats --all" in said.stderr, said.stderr
+def test_a_period_with_no_run_does_not_say_to_use_cachetool_run(known: Path) -> None:
+    """`stats --since 1d` on a cache whose runs are all older, or `stats` right after `--zero`:
+    the hint says the period is empty and how to count the earlier runs, not that statistics
+    need `cachetool run` (they were recorded by it)."""
+    since = invoke("stats", "--since", "1d", "--cache-dir", str(known))
+    assert since.exit_code == 0 and "cachetool run pipeline.py" not in since.stderr, since.stderr
+    assert "no step recorded since" in since.stderr and "--since" in since.stderr, since.stderr
+    assert invoke("stats", "--zero", "--cache-dir", str(known)).exit_code == 0
+    zeroed = invoke("stats", "--cache-dir", str(known))
+    assert "cachetool run pipeline.py" not in zeroed.stderr and "--all" in zeroed.stderr, zeroed.stderr

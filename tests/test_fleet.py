@@ -266,3 +266,17 @@ def test_merge_refuses_a_file_that_is_not_a_cachetool_document(tmp_path: Path, t
     assert result.exit_code == 2, result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {bad}: "), result.stderr
+
+
+def test_merge_of_a_remote_listing_says_it_is_one(tmp_path: Path) -> None:
+    """`cachetool ls s3://... --json > r.json; cachetool merge r.json`: the error says the file is
+    a remote's listing, which merge does not join (it joins local caches' documents), not that
+    it is no document of `cachetool ls --json`."""
+    remote = tmp_path / "r.json"
+    remote.write_text('{"version": 1, "remote": "s3://team/hf", "entries": []}')
+    result = invoke("merge", str(remote))
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr == (
+        f"Error: {remote}: a document of the remote s3://team/hf: merge joins the documents of "
+        "local caches (`cachetool ls --json`, `cachetool verify --json`)\n"
+    )

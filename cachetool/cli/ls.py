@@ -158,6 +158,8 @@ def ls_command(
         from cachetool.remote.client import is_remote_url
 
         if is_remote_url(path):
+            if shard is not None:
+                raise CachetoolError("--shard: a remote is listed whole (one listing), not in shards")
             if filter or sort or cache_dir is not None:
                 raise CachetoolError(
                     "a remote is listed whole: --filter, --sort and --cache-dir are for a cache"

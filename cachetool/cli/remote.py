@@ -72,6 +72,7 @@ def remote_command(
     remote unreachable).
     """
     from cachetool.formatting import human_size
+    from cachetool.hints import shell_command
     from cachetool.remote import pull, push
 
     names = list(fingerprints or ())
@@ -88,7 +89,9 @@ def remote_command(
                 else:
                     files = f"{len(p.files)} file{'s' if len(p.files) > 1 else ''}"
                     out.line(f"Pushed {p.fingerprint}: {files}, {human_size(p.sent)} sent")
-            if not p.same:
+            if p.refused:
+                hint(f"{p.refused}: kept (nothing on the remote is replaced)")
+            elif not p.same:
                 hint(f"the remote's record of {p.fingerprint} names other files than this cache's: kept")
         if not pushed and human:
             out.line("No cache files to push.")
@@ -101,8 +104,11 @@ def remote_command(
         elif got.received:
             where = out.path(got.files[0].parent, out.width - 40)
             out.line(f"Pulled {got.fingerprint}: {human_size(got.received)}, checked, into {where}")
-        else:
+        elif not got.other_bytes:
             out.line(f"{got.fingerprint} is in the cache already: nothing received")
+        for path in got.other_bytes:
+            command = shell_command("verify", "--cache-dir", str(path.parent))
+            hint(f"{path.name} in the cache is not the remote's: kept; to check it, run: {command}")
         folder = got.files[0].parent
         if got.received and not any((folder / n).exists() for n in ("dataset_info.json", "state.json")):
             hint(
@@ -130,6 +136,7 @@ def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
         return
     if not entries:
         out.line(f"Nothing on {remote_url(url)} yet.")
+        _hint_remotes_below(url)
         return
     _entries_table(out, shown, "no: not used")
     files, size = sum(len(e.files) for e in entries), human_size(sum(e.size for e in entries))
@@ -158,7 +165,21 @@ def remote_verify(url: str, fingerprints: list[str], deep: bool, fmt: OutputForm
             f"Checked {report.results} results ({report.files} files, {how}; {human_size(report.bytes_read)} "
             f"read) on {report.url}: {_count(errors, 'error')}, {_count(warnings, 'warning')}"
         )
+    if not report.results and not fingerprints:
+        _hint_remotes_below(url)
     return int(report.exit_code)
+
+
+def _hint_remotes_below(url: str) -> None:
+    """Name the remotes under `url`, which holds no result itself (`ls s3://bucket` of a remote
+    at `s3://bucket/prefix`)."""
+    from cachetool.remote.client import remote_url
+    from cachetool.remote.fleet import remotes_below
+
+    below = remotes_below(remote_url(url))
+    if below:
+        more = f" (and {len(below) - 1} more)" if len(below) > 1 else ""
+        hint(f"results are under {below[0]}{more}: name that remote")
 
 
 def _count(n: int, word: str) -> str:

@@ -67,10 +67,14 @@ def run_command(
         cachetool run --reuse-equivalent pipeline.py
 
     Exit codes: the script's own; 2 when the script does not exist or is a folder without
-    `__main__.py`.
+    `__main__.py`, or `--remote` is not a remote URL.
     """
+    from cachetool.remote.client import is_remote_url
     from cachetool.trace.runner import run_script
 
+    if remote is not None and not is_remote_url(remote):
+        why = f"not a remote URL: {remote!r} (s3://bucket/prefix, gs://..., az://...)"
+        raise typer.BadParameter(why, param_hint="--remote")
     reuse = reuse_equivalent
     if module is not None:
         rest = [*([script] if script is not None else []), *(args or [])]

@@ -102,11 +102,13 @@ def stats_command(
     for w in report.warnings:
         warn(w)
     if report.total.steps == 0 and not report.saves:
-        if since is not None and ledger_stats(root, all_=True).total.steps:
-            hint(
-                f"no step recorded since {_when(report.start)}: `cachetool stats --all` "
-                "counts every recorded run"
+        if report.start is not None and ledger_stats(root, all_=True).total.steps:
+            how = (
+                "a longer --since counts earlier runs"
+                if since
+                else "`cachetool stats --all` counts those before --zero"
             )
+            hint(f"no step recorded since {_when(report.start)}: {how}")
         else:
             hint("statistics come from pipelines run with `cachetool run pipeline.py`")
 

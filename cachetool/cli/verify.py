@@ -81,6 +81,8 @@ def verify_command(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **optio
         if is_remote_url(options["fingerprints"][0]):
             from cachetool.cli.remote import remote_verify
 
+            if options["shard"] is not None:
+                raise CachetoolError("--shard: a remote is verified whole, not in shards")
             local = [k for k in ("record", "quarantine", "list_quarantine", "restore", "stale") if options[k]]
             if local or cache_dir is not None:
                 flag = "--" + (local[0].replace("_", "-") if local else "cache-dir")

@@ -65,6 +65,11 @@ def read_document(path: str | os.PathLike[str]) -> Document:
         command = "ls"
     elif isinstance(doc.get("findings"), list) and "entries_checked" in doc:
         command = "verify"
+    elif isinstance(doc.get("remote"), str):  # `ls s3://... --json`, `verify s3://... --json`
+        raise CachetoolError(
+            f"{name}: a document of the remote {doc['remote']}: merge joins the documents of local caches "
+            "(`cachetool ls --json`, `cachetool verify --json`)"
+        )
     else:
         raise CachetoolError(f"{name}: not a document of `cachetool ls --json` or `cachetool verify --json`")
     shard = doc.get("shard")

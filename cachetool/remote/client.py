@@ -118,7 +118,13 @@ class Remote:
             raise self._failed("list", prefix or "", e) from None
 
     def _failed(self, what: str, path: str, e: Exception) -> RemoteError:
-        return RemoteError(f"cannot {what} {'/'.join(p for p in (self.url, path) if p)}: {short_error(e)}")
+        why = short_error(e)
+        if "/latest/api/token" in why and not _credentials_given():  # the client's last resort
+            why += (
+                "; no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+                "AWS_PROFILE for a profile of ~/.aws/credentials"
+            )
+        return RemoteError(f"cannot {what} {'/'.join(p for p in (self.url, path) if p)}: {why}")
 
 
 def short_error(e: Exception) -> str:
@@ -156,6 +162,14 @@ def open_remote(url: str | None = None, key: str | None = None) -> Remote:
         raise RemoteError(f"cannot use the remote {url}: {short_error(e)}") from None
     secret = key if key is not None else os.environ.get(KEY_ENV)
     return Remote(url, store, secret.encode() if secret else None)
+
+
+def _credentials_given() -> bool:
+    """Whether the environment or an AWS config file gives credentials (else the client asks the
+    instance metadata service, which answers only on a cloud machine)."""
+    given = ["AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"]
+    given.append("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    return any(os.environ.get(k) for k in given) or "access_key_id" in _aws_config()
 
 
 def _aws_config() -> dict[str, str]:

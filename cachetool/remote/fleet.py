@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cachetool.errors import ExitCode
-from cachetool.remote.client import Remote, RemoteRefused, open_remote, short_error
+from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote, short_error
 from cachetool.remote.record import RECORD_NAME, read_record
 
 #: The first range read of a file: enough for the schema message `datasets` writes (a few kB).
@@ -74,6 +74,18 @@ def _entries(remote: Remote) -> list[RemoteEntry]:
         RemoteEntry(fp, tuple(sorted(e["files"])), e["modified"], e["record"])
         for fp, e in sorted(found.items())
     ]
+
+
+def remotes_below(url: str | None = None) -> list[str]:
+    """The remotes under `url` (else `CACHETOOL_REMOTE`) that hold a record (`<sub>/<fp>/record.json`):
+    what a user listing `url` and finding no result there may have meant."""
+    remote = open_remote(url, None)
+    subs = set()
+    for obj in remote.list():
+        *sub, _fp, name = str(obj["path"]).split("/")
+        if sub and name == RECORD_NAME:
+            subs.add("/".join(sub))
+    return [f"{remote.url}/{sub}" for sub in sorted(subs)]
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,9 @@ def verify_remote(
     entries = _entries(remote)
     wanted = set(fingerprints)
     if wanted:
+        missing = sorted(wanted - {e.fingerprint for e in entries})
+        if missing:
+            raise RemoteError(f"{missing[0]} is not on the remote {remote.url}")
         entries = [e for e in entries if e.fingerprint in wanted]
     with ThreadPoolExecutor(_THREADS) as pool:
         done = list(pool.map(lambda e: _verify_one(remote, e, deep), entries))

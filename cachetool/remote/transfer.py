@@ -18,7 +18,7 @@ import secrets
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,15 @@ _CHUNK = 8 << 20
 @dataclass(frozen=True)
 class Pushed:
     """What `push` did for one fingerprint: the files, the bytes sent now; `already`: a record
-    was on the remote before (nothing was written), `same`: it names these very files."""
+    was on the remote before (nothing was written), `same`: it names these very files,
+    `refused`: why a reader with this key does not use it (unsigned, another key; else "")."""
 
     fingerprint: str
     files: tuple[str, ...]
     sent: int = 0
     already: bool = False
     same: bool = True
+    refused: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,23 +49,27 @@ class Pushed:
             "bytes_sent": self.sent,
             "already_on_remote": self.already,
             "same_files": self.same,
+            "refused": self.refused,
         }
 
 
 @dataclass(frozen=True)
 class Pulled:
     """What `pull` did for one fingerprint: the files now in the cache, the bytes downloaded
-    (0 when every file was there already)."""
+    (0 when every file was there already), and the files the cache held already with other bytes
+    than the remote's (kept)."""
 
     fingerprint: str
     files: tuple[Path, ...]
     received: int = 0
+    other_bytes: tuple[Path, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "fingerprint": self.fingerprint,
             "paths": [os.fspath(f) for f in self.files],
             "bytes_received": self.received,
+            "other_bytes": [os.fspath(f) for f in self.other_bytes],
         }
 
 
@@ -125,7 +131,10 @@ def pull(
     got = pull_record(target, record, root / record.folder)
     if got.received:
         note_served(root, got, time.monotonic() - started, target.url)
-    return got
+        return got
+    folder = root / record.folder  # every file was there: are they the remote's?
+    other = tuple(folder / f.name for f in record.files if file_digest(folder / f.name) != (f.size, f.xxh3))
+    return replace(got, other_bytes=other)
 
 
 # -- the steps ----------------------------------------------------------------------------------
@@ -143,7 +152,7 @@ def push_step(
     files = [RemoteFile(name, *file_digest(Path(folder, name))) for name in names]
     existing = remote.get(f"{fingerprint}/{RECORD_NAME}")
     if existing is not None:
-        return Pushed(fingerprint, tuple(names), 0, True, _same(existing, fingerprint, remote, files))
+        return Pushed(fingerprint, tuple(names), 0, True, *_same(existing, fingerprint, remote, files))
     sent = 0
     for f in files:
         key = f"{fingerprint}/{f.name}"
@@ -162,7 +171,7 @@ def push_step(
     data = make_record(fingerprint, rel, files, _versions(), call_site, remote.key)
     if not remote.put_once(f"{fingerprint}/{RECORD_NAME}", data):  # another writer was first
         again = remote.get(f"{fingerprint}/{RECORD_NAME}") or b""
-        return Pushed(fingerprint, tuple(names), sent, True, _same(again, fingerprint, remote, files))
+        return Pushed(fingerprint, tuple(names), sent, True, *_same(again, fingerprint, remote, files))
     return Pushed(fingerprint, tuple(names), sent)
 
 
@@ -354,11 +363,18 @@ def fetch_record(remote: Remote, fingerprint: str) -> Record | None:
     return None if data is None else read_record(data, fingerprint, remote.key)
 
 
-def _same(data: bytes, fingerprint: str, remote: Remote, files: list[RemoteFile]) -> bool:
+def _same(data: bytes, fingerprint: str, remote: Remote, files: list[RemoteFile]) -> tuple[bool, str]:
+    """Whether the remote's record `data` names these very `files`, and why a reader with the
+    remote's key refuses it (else "")."""
     try:
-        return set(read_record(data, fingerprint, remote.key).files) == set(files)
-    except RemoteRefused:
-        return False
+        same = set(read_record(data, fingerprint, None).files) == set(files)
+    except RemoteRefused as e:  # not a record any reader uses
+        return False, str(e)
+    try:
+        read_record(data, fingerprint, remote.key)
+    except RemoteRefused as e:
+        return same, str(e)
+    return same, ""
 
 
 def _versions() -> dict[str, str]:

@@ -122,3 +122,38 @@ def test_gc_of_a_remote_removes_whole_old_results_and_never_an_upload_in_progres
     assert (
         wrong.exit_code == 2 and "gc of a remote takes --older-than, --dry-run and --yes only" in wrong.stderr
     )
+
+
+def test_ls_and_verify_of_the_prefix_above_a_remote_say_where_its_results_are(
+    moto_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ls` or `verify` of a prefix holding no result itself, but a remote one level down (a
+    bucket's root, say), names that remote instead of only "Nothing on ... yet" or a clean
+    check of 0 results."""
+    inner = Bucket(moto_bucket.server, moto_bucket.prefix + "/team")
+    for k, v in inner.env().items():
+        monkeypatch.setenv(k, v)
+    cache_file(tmp_path / "a" / FOLDER / f"cache-{FP}.arrow", FP)
+    push([], cache_dir=tmp_path / "a")
+    for command in ("ls", "verify"):
+        above = invoke(command, moto_bucket.url)
+        assert above.exit_code == 0, above.output
+        assert f"results are under {inner.url}" in above.stderr, (command, above.output)
+
+
+def test_verify_of_a_result_the_remote_does_not_hold_is_an_error_not_a_clean_check(pushed: Bucket) -> None:
+    """`verify s3://... FP` naming a fingerprint the remote does not hold says so in one line and
+    exits 2, as `remote pull FP` does, instead of "Checked 0 results ... 0 errors" and exit 0."""
+    missing = invoke("verify", pushed.url, FP, "deadbeefdeadbeef")
+    assert missing.exit_code == 2, missing.output
+    assert missing.stderr == f"Error: deadbeefdeadbeef is not on the remote {pushed.url}\n"
+
+
+def test_shard_of_a_remote_is_refused_not_ignored(pushed: Bucket) -> None:
+    """`ls s3://... --shard 0/2` and `verify s3://... --shard 0/2` say in one line that a remote
+    is not sharded (exit 2), instead of listing or checking every result as if it were one shard
+    (two such jobs would count each result twice)."""
+    for command in ("ls", "verify"):
+        sharded = invoke(command, pushed.url, "--shard", "0/2")
+        assert sharded.exit_code == 2, (command, sharded.output)
+        assert sharded.stdout == "" and sharded.stderr.startswith("Error: --shard"), sharded.output

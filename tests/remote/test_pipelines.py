@@ -125,7 +125,8 @@ def test_run_with_a_remote_computes_nothing_another_host_computed(bucket: Bucket
     """`cachetool run --remote URL` on host A computes and pushes every step; the same pipeline
     on host B, with an empty cache, computes none of them (a num_proc map's shards included):
     each is pulled, checked and loaded as a cache hit, byte for byte the same; `cachetool stats`
-    on B counts what the remote served."""
+    on B counts what the remote served, and `explain --last` there does not claim that every
+    step ran."""
     os.environ.update(bucket.server.env(), NUM_PROC="2")
     try:
         a, ran_a, _ = _run(tmp_path, "a", "--remote", bucket.url)
@@ -147,6 +148,9 @@ def test_run_with_a_remote_computes_nothing_another_host_computed(bucket: Bucket
     assert (served["results"], served["bytes"]) == (3, sizes)
     human = invoke("stats", "--cache-dir", str(tmp_path / "b" / "cache")).stdout
     assert "Served from the remote: 3 results, " in human
+    explained = invoke("explain", "--last", "--cache-dir", str(tmp_path / "b" / "cache")).stdout
+    assert "1 step computed, 3 loaded from the cache" in explained, explained
+    assert "every step ran" not in explained, explained
 
 
 @pytest.mark.slow

@@ -218,6 +218,94 @@ def test_no_remote_configured_is_a_usage_error(host_a: Path) -> None:
     assert result.stderr == "Error: no remote: set CACHETOOL_REMOTE=s3://bucket/prefix or pass --remote\n"
 
 
+def test_pull_over_a_damaged_local_file_does_not_say_the_result_is_there(
+    moto_bucket: Bucket, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remote pull FP` where the cache holds a file of that name with other bytes than the
+    remote's (cut short here) keeps it, and says it differs and how to check it, instead of
+    "FP is in the cache already: nothing received"; `--json` names it in `other_bytes` (and
+    prints nothing else). A pull that placed files never adds "in the cache already"."""
+    use(monkeypatch, moto_bucket)
+    push([FP], cache_dir=host_a)
+    local = host_a / FOLDER / f"cache-{FP}.arrow"
+    whole = local.read_bytes()
+    local.write_bytes(whole[: len(whole) // 2])
+    human = invoke("remote", "pull", FP, "--cache-dir", str(host_a))
+    assert human.exit_code == 0, human.output
+    assert "in the cache already" not in human.stdout, human.output
+    assert f"cache-{FP}.arrow in the cache is not the remote's: kept" in human.stderr, human.output
+    doc = json.loads(invoke("remote", "pull", FP, "--cache-dir", str(host_a), "--json").stdout)
+    assert doc["pulled"]["other_bytes"] == [os.fspath(local)]
+    assert local.read_bytes() == whole[: len(whole) // 2]  # never replaced
+    local.write_bytes(whole)
+    same = invoke("remote", "pull", FP, "--cache-dir", str(host_a), "--json")
+    assert json.loads(same.stdout)["pulled"]["other_bytes"] == []
+    # A pull into a cache whose source is prepared says it pulled, and only that.
+    b = tmp_path / "b"
+    (b / FOLDER).mkdir(parents=True)
+    (b / FOLDER / "dataset_info.json").write_text("{}")
+    pulled = invoke("remote", "pull", FP, "--cache-dir", str(b))
+    assert pulled.stdout.startswith(f"Pulled {FP}: ") and "already" not in pulled.stdout, pulled.output
+
+
+def test_a_signed_push_over_an_unsigned_record_says_readers_refuse_it_not_other_files(
+    moto_bucket: Bucket, host_a: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remote push FP` with CACHETOOL_REMOTE_KEY set, when the remote holds FP's record unsigned
+    (pushed from a host without the key) of these very files, says readers with the key refuse
+    that record, not that it "names other files than this cache's"; `--json` says `same_files`
+    true and why in `refused`."""
+    use(monkeypatch, moto_bucket)
+    push([FP], cache_dir=host_a)
+    monkeypatch.setenv("CACHETOOL_REMOTE_KEY", "k1")
+    again = invoke("remote", "push", FP, "--cache-dir", str(host_a))
+    assert again.exit_code == 0, again.output
+    assert "names other files" not in again.stderr, again.output
+    assert "unsigned, and CACHETOOL_REMOTE_KEY is set" in again.stderr, again.output
+    (doc,) = json.loads(invoke("remote", "push", FP, "--cache-dir", str(host_a), "--json").stdout)["pushed"]
+    assert doc["same_files"] is True and "unsigned" in doc["refused"], doc
+
+
+def test_no_credentials_anywhere_says_so_in_one_line(
+    moto_bucket: Bucket, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no AWS credentials in the environment or ~/.aws (the client then asks the instance
+    metadata service, here a closed port), a command on the remote fails in one line that says
+    no credentials were found and how to give them, not only the client's error about a PUT to
+    /latest/api/token."""
+    for k in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_bucket.server.endpoint)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
+    for args in (
+        ("ls", moto_bucket.url),
+        ("remote", "push", FP, "--cache-dir", str(host_a), "--remote", moto_bucket.url),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in line, line
+
+
+def test_run_with_a_remote_that_is_not_a_url_is_a_usage_error(tmp_path: Path) -> None:
+    """`cachetool run --remote team/cache script.py` (no s3://) stops before the script runs, in
+    one line naming --remote (exit 2), instead of running it without the remote under a warning
+    about CACHETOOL_REMOTE, which the user did not set."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text("open(__file__ + '.ran', 'w').close()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHETOOL_REMOTE", "AWS_"))}
+    args = [sys.executable, "-m", "cachetool", "run", "--remote", "team/cache", str(script)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("Error: Invalid value for --remote: not a remote URL")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "script.py.ran").exists()
+
+
 @pytest.mark.slow
 def test_nothing_remote_is_imported_unless_a_remote_is_used(tmp_path: Path) -> None:
     """Without a remote configured, neither `cachetool.remote` nor a listing imports the client

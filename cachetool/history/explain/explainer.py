@@ -93,9 +93,11 @@ def _reasons(
         )
         return (Reason("killed-before", why),), None
     if view.first_run(rec):
-        return (
-            Reason("first-run", "first run recorded in this cache: it held nothing yet, so every step ran"),
-        ), None
+        loaded = any(
+            isinstance(r, StepRecord) and r.run == rec.run and r.cache == "hit" for r in view.ledger.records
+        )
+        why = "nothing recorded to compare with" if loaded else "it held nothing yet, so every step ran"
+        return (Reason("first-run", f"first run recorded in this cache: {why}"),), None
     return (Reason("first-run", "first time this step ran (nothing recorded to compare with)"),), None
 
 
