@@ -93,10 +93,10 @@ def _python(env: dict[str, str], code: str, *args: str) -> str:
 
 def test_a_dataset_saved_again_after_record_is_recorded_again_not_quarantined(tmp_path: Path) -> None:
     """`save_to_disk` again to the same folder after `verify --deep --record` rewrites its files
-    whole: `verify --deep` says they were rewritten and records them again (exit 0), and
-    `verify --deep --quarantine --yes` moves nothing, so `load_from_disk` still loads the new
-    data. A saved file damaged since (cut short) is an error that is reported but never moved:
-    nothing recomputes a saved dataset."""
+    whole: `verify --deep` says they were rewritten (exit 0) and how to record them again, and
+    writes nothing (a read); `verify --deep --quarantine --yes` moves nothing, so `load_from_disk`
+    still loads the new data; after `--record`, nothing more is said. A saved file damaged since
+    (cut short) is an error that is reported but never moved: nothing recomputes a saved dataset."""
     env = hf_env(tmp_path)
     root = tmp_path / "cache"
     saved = root / "saved"
@@ -104,13 +104,19 @@ def test_a_dataset_saved_again_after_record_is_recorded_again_not_quarantined(tm
     code, doc = _verify(env, root, "--deep", "--record")
     assert code == 0 and doc["checksums_recorded"] == 2
     _python(env, SAVE, str(saved), "v2")
+    sums = root / ".cachetool" / "checksums.json"
+    recorded = sums.read_bytes(), sums.stat().st_mtime_ns
 
-    code, doc = _verify(env, root, "--deep", "--quarantine", "--yes")
-    assert code == 0, doc["findings"]
-    assert doc["quarantined"] == []
-    rewritten = sorted(f["path"] for f in doc["findings"] if "rewritten" in f["problem"])
-    assert rewritten == sorted(str(p) for p in saved.glob("data-*.arrow")), doc["findings"]
+    for args in (("--deep",), ("--deep", "--quarantine", "--yes")):
+        code, doc = _verify(env, root, *args)
+        assert code == 0, doc["findings"]
+        assert doc["quarantined"] == []
+        rewritten = [f for f in doc["findings"] if "rewritten" in f["problem"]]
+        assert sorted(f["path"] for f in rewritten) == sorted(str(p) for p in saved.glob("data-*.arrow"))
+        assert all("verify --deep --record" in f["hint"] for f in rewritten), rewritten
+        assert (sums.read_bytes(), sums.stat().st_mtime_ns) == recorded
     assert _python(env, LOAD, str(saved)) == "row 7 v2"
+    assert _verify(env, root, "--deep", "--record")[0] == 0
     code, doc = _verify(env, root, "--deep")
     assert code == 0 and doc["findings"] == []  # recorded again: nothing more to say
 
@@ -122,10 +128,10 @@ def test_a_dataset_saved_again_after_record_is_recorded_again_not_quarantined(tm
     assert any(f["path"] == str(shard) and "saved dataset" in f["problem"] for f in doc["findings"])
 
 
-def test_a_map_recomputed_after_record_is_recorded_again(tmp_path: Path) -> None:
+def test_a_map_recomputed_after_record_is_said_rewritten_and_moved_nowhere(tmp_path: Path) -> None:
     """A map recomputed with `load_from_cache_file=False` writes its cache file anew under the
-    same fingerprint: the next `verify --deep --quarantine --yes` says it was rewritten, records
-    it again and moves nothing."""
+    same fingerprint: the next `verify --deep --quarantine --yes` says it was rewritten and moves
+    nothing."""
     env = hf_env(tmp_path)
     root = tmp_path / "cache"
     data = tmp_path / "data.csv"

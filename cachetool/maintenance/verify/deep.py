@@ -121,8 +121,8 @@ def deep_pass(
             checker.add("invalid-data", e, res.path, res.error, checker.recompute(e), ident=res.identity)
             continue
         key = rel(res.path, root)
-        rewritten = _compare(checker, e, res, stored.get(key), record_command)
-        if not (record or rewritten):
+        _compare(checker, e, res, stored.get(key), record, record_command)
+        if not record:
             continue
         # A file written in place while it was read could have had old bytes validated and new
         # ones hashed: its checksum is stored without the note that it validated.
@@ -131,16 +131,15 @@ def deep_pass(
             unchanged = identity(st) == res.identity and st.st_ctime_ns == res.ctime_ns
         except OSError:
             unchanged = False
-        if record or unchanged:
-            new_sums[key] = {
-                "size": res.size,
-                "mtime_ns": res.mtime_ns,
-                "ctime_ns": res.ctime_ns,
-                "xxh3": res.checksum,
-                "time": time.time(),
-                **({"ino": res.identity[1]} if res.identity is not None else {}),
-                **({"validated": validator()} if unchanged else {}),
-            }
+        new_sums[key] = {
+            "size": res.size,
+            "mtime_ns": res.mtime_ns,
+            "ctime_ns": res.ctime_ns,
+            "xxh3": res.checksum,
+            "time": time.time(),
+            **({"ino": res.identity[1]} if res.identity is not None else {}),
+            **({"validated": validator()} if unchanged else {}),
+        }
     total_bytes = sum(res.size for res in results)
     if not new_sums:
         return total_bytes, 0
@@ -164,17 +163,23 @@ def _want(old: dict[str, Any] | None, record: bool) -> Want:
 
 
 def _compare(
-    checker: Checker, e: Entry, res: DeepResult, old: dict[str, Any] | None, record_command: str
-) -> bool:
-    """Whether a file (whose stream validates in full) differs from its recorded checksum because
-    it was written anew since (True: its checksum is recorded again), with a finding saying which.
+    checker: Checker,
+    e: Entry,
+    res: DeepResult,
+    old: dict[str, Any] | None,
+    record: bool,
+    record_command: str,
+) -> None:
+    """A finding when a file (whose stream validates in full) differs from its recorded checksum,
+    saying whether it was written anew since (its checksum is recorded again with `record`; a
+    verify without it writes nothing, and says how to record it).
 
     Written anew: another inode (written beside and renamed, as `datasets` writes a cache file),
     or a new mtime (truncated and written again, as `save_to_disk` writes): information. The same
     inode and mtime with other bytes is bit rot, a silent overwrite or a wrong record: an error,
     which `--quarantine` never moves on this evidence alone."""
     if old is None or old.get("xxh3") == res.checksum:
-        return False
+        return
     when = local_time(float(old.get("time", 0)), seconds=False)
     ino = res.identity[1] if res.identity is not None else None
     new_inode = isinstance(old.get("ino"), int) and ino is not None and old["ino"] != ino
@@ -185,10 +190,10 @@ def _compare(
             e,
             res.path,
             f"rewritten since its checksum was recorded {when} ({how}; the stream validates "
-            "in full): checksum recorded again",
-            "",
+            f"in full){': checksum recorded again' if record else ''}",
+            "" if record else f"to record its new checksum, run: {record_command}",
         )
-        return True
+        return
     same_size = " (same size and mtime: bit rot or a silent overwrite)" if old.get("size") == res.size else ""
     checker.add(
         "checksum-changed",

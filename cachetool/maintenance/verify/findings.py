@@ -77,7 +77,7 @@ InfoCode = Literal[
     "shards-in-progress",  # a num_proc shard set whose other shards are still being written
     "tf-being-written",
     "record-file-gone",  # a ledger record's file was removed since
-    "rewritten",  # --deep: written anew since its checksum was recorded (recorded again)
+    "rewritten",  # --deep: written anew since its checksum was recorded (--record records it again)
 ]
 #: What a finding is about. Each code has one severity (`SEVERITY`).
 Code = Literal[ErrorCode, WarningCode, InfoCode]
