@@ -114,8 +114,13 @@ def test_following_the_hint_removes_every_stale_entry_and_the_data_comes_out_rig
     fps = first["fps"]
     assert isinstance(fps, list)
     _edit_helper(project)
-    second = _run(project, env)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    second = json.loads(run.stdout.strip().splitlines()[-1])
     assert second["fps"] == fps and second["upper"] == 0  # reused: the stale result
+    # The run itself says so, and its hint removes all three.
+    assert "warning: this run loaded 3 stale result(s)" in run.stderr, run.stderr
+    assert "`clean_text` in helpers.py changed" in run.stderr, run.stderr
+    assert set(fps) <= set(_hint_command(run.stderr)), run.stderr
 
     explained = _cli(env, "explain", "--last", "--json")
     assert explained.returncode == 1, explained.stderr
@@ -147,7 +152,9 @@ def test_following_the_hint_removes_every_stale_entry_and_the_data_comes_out_rig
 
     removed = _cli(env, *command[1:], "--yes")
     assert removed.returncode == 0, removed.stderr
-    third = _run(project, env)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    assert "stale" not in run.stderr, run.stderr
+    third = json.loads(run.stdout.strip().splitlines()[-1])
     assert third["fps"] == fps
     assert third["upper"] == 20 * 2  # "Hello World" in every row: the new helper's output
 
@@ -167,7 +174,9 @@ def test_an_input_recomputed_by_changed_code_makes_what_was_made_from_it_stale(t
     _edit_helper(project)
     removed = _cli(env, "gc", fps[0], "--min-age", "0", "--cache-dir", str(tmp_path / "cache"), "--yes")
     assert removed.returncode == 0, removed.stderr
-    assert _run(project, env)["upper"] == 0  # still wrong: the later steps reused their old files
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    assert json.loads(run.stdout.strip().splitlines()[-1])["upper"] == 0  # still wrong: the later
+    assert "warning: this run loaded 2 stale result(s)" in run.stderr, run.stderr  # steps reused old files
 
     explained = _cli(env, "explain", "--last", "--json")
     assert explained.returncode == 1, explained.stdout

@@ -190,6 +190,10 @@ class Tracer:
         self.reuse_equivalent = False
         #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
         self._warned: set[Any] = set()
+        #: Per root, the results this run loaded, and the roots where a step has a function
+        #: `datasets` hashes by name: those are checked for stale results when the run ends.
+        self._hits: dict[str, set[str]] = {}
+        self._by_name: set[str] = set()
         #: The run's start (`start_run`), written to each root before the run's first record there.
         self._start: LedgerRecord | None = None
         self._entered: set[str] = set()  # roots the run wrote in: each has the start and a lease
@@ -322,6 +326,8 @@ class Tracer:
             self.enter_root(self.roots.default)  # failed before writing anything: say so where users look
         for root in list(sink.roots):
             self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
+        for root in self._by_name & self._hits.keys():
+            _warn_stale(root, self._hits[root])
         for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
             if foldable_bytes(root) > AUTO_BYTES:
                 from cachetool.history.compact import compact_if_large
@@ -542,6 +548,11 @@ class Tracer:
         if self._ledger and isinstance(record, StepRecord):
             for src in self.records.sources(record, record.function) if record.function else ():
                 self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
+            root = record.root or self.roots.default
+            if record.cache == "hit" and record.result:
+                self._hits.setdefault(root, set()).add(record.result)
+            if (fn := record.function) and (fn.by_reference or fn.deps):
+                self._by_name.add(root)
             rf = record.random_fallback
             if rf and rf.predictable and not record.internal and record.call_site not in self._warned:
                 from cachetool.history.explain.reasons import predictable_warning
@@ -549,6 +560,25 @@ class Tracer:
                 self._warned.add(record.call_site)  # once per call site (DatasetDict.map: per split)
                 warn(predictable_warning(record, rf))
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:], like)
+
+
+def _warn_stale(root: str, fps: set[str]) -> None:
+    """Say on stderr which results the run loaded were computed by code of the user's modules that
+    has changed since (`datasets` hashes it by name, so it reused them), and what was made from
+    them: one warning per root, the first cause named, the others counted."""
+    from cachetool.hints import shell_command
+    from cachetool.history.explain.stale import stale_hits
+
+    try:
+        found = [s for s in stale_hits(root, only=fps) if not s.predictable]  # those warned at the hit
+    except Exception:  # a warning only: never fails the run
+        return
+    if not found:
+        return
+    first = next((s for s in found if s.derived_from is None), found[0])
+    explain = shell_command("explain", "--last", "--cache-dir", root)
+    said = f"this run loaded {len(found)} stale result(s): {first.message}"
+    warn(f"{said}. Hint: {first.hint}; `{explain}` names each")
 
 
 # The determinism runner's cold run (`Tracer.recompute`): every step computes, and writes where a

@@ -203,7 +203,6 @@ def _compare(
         "so values changed inside it or the record is wrong: not moved by --quarantine",
         f"check the data; if the file is right, run `{record_command}` again",
     )
-    return False
 
 
 # -- what datasets says of a schema -------------------------------------------------------------
