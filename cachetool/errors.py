@@ -127,8 +127,8 @@ class RecordedOnly(UnknownFingerprint):
 
 
 class InAnotherRoot(UnknownFingerprint):
-    """No entry of this root matches the name; the ledger of another root, one its steps lead to
-    (a `save_to_disk` folder a map after `load_from_disk` wrote in), records it."""
+    """No entry of this root matches the name; the ledger of another known root records it (a
+    `save_to_disk` folder, a folder a map wrote its `cache_file_name=` in, another cache)."""
 
     def __init__(self, prefix: str, root: Path, others: Sequence[str], command: str) -> None:
         from cachetool.hints import shell_command  # the launcher imports this module

@@ -309,3 +309,45 @@ def test_lineage_from_a_saved_folder_counts_the_runs_of_the_cache_its_steps_ran_
         == (1, 1, 0)
     )
     assert load["root"] == str(tmp_path / "cache"), load
+
+
+def test_a_map_written_to_a_folder_of_its_own_after_load_from_disk_has_its_whole_chain(
+    tmp_path: Path,
+) -> None:
+    """A pipeline loads a CSV, maps it and saves it; a second traced script loads the saved
+    folder and maps it with `cache_file_name=` in a third folder. `lineage` of that map, asked in
+    the third folder, goes back through the saved folder to the CSV load (no "parent not
+    recorded — run the pipeline with `cachetool run`": it was); `lineage`, `show` and `explain`
+    asked in the default cache name the folder that records it and the command that shows it, and
+    that command works."""
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\n"
+        "ds = load_dataset('csv', data_files='d.csv', split='train')\n"
+        "ds.map(lambda ex: {'y': ex['x'] + 1}).save_to_disk('saved')\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "u.py").write_text(
+        "import os\nfrom datasets import load_from_disk\nos.makedirs('out', exist_ok=True)\n"
+        "ds = load_from_disk('saved').map(lambda ex: {'z': ex['y'] * 2}, cache_file_name='out/z.arrow')\n"
+        "print(ds._fingerprint)\n",
+        encoding="utf-8",
+    )
+    env = hf_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    fp = cachetool_run("u.py", env=env, cwd=tmp_path).stdout.split()[-1]
+
+    there = invoke("lineage", fp, "--cache-dir", str(tmp_path / "out"), env=env)
+    assert there.exit_code == 0 and NOT_RECORDED not in there.stdout, there.stdout
+    doc = json.loads(invoke("lineage", fp, "--json", "--cache-dir", str(tmp_path / "out"), env=env).stdout)
+    ops = [s["operation"] for s in doc["steps"]]
+    assert ops[0] == "load_dataset" and ops[-2:] == ["load_from_disk", "map"], ops
+
+    for name in ("lineage", "show", "explain"):
+        here = invoke(name, fp, env=env)
+        assert here.exit_code == 2 and "Traceback" not in here.stderr, here.stderr
+        command = here.stderr[here.stderr.index("`cachetool ") + 1 : here.stderr.rindex("`")].split()
+        assert command == ["cachetool", name, fp, "--cache-dir", str(tmp_path / "out")], here.stderr
+        followed = invoke(*command[1:], env=env)
+        assert followed.exit_code == 0, followed.stderr
+    assert invoke("lineage", fp, "--cache-dir", str(tmp_path / "out"), env=env).stdout == there.stdout

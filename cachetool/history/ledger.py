@@ -430,13 +430,16 @@ def read_other_roots(
     whole = set(roots)  # read whole already
     made = {r.result for r in records if isinstance(r, StepRecord) and r.is_origin and r.result}
     needed = {p for r in records if isinstance(r, StepRecord) for p in r.parents} - made
+    sought: set[str] = set()
     while needed:
+        sought |= needed
         found: list[LedgerRecord] = []
         # A fingerprint is taken from one root, the roots its children came from first: the same
-        # source loaded in another cache is that cache's history, not this lineage's.
+        # source loaded in another cache is that cache's history, not this lineage's. A save
+        # names the state it saved without saying where it comes from: the search goes on.
         for other in sorted((p for p in others if p not in whole), key=lambda p: p not in roots):
             hit = [r for r in records_of(other) if isinstance(r, StepRecord) and r.result in needed]
-            needed = needed - {r.result for r in hit}
+            needed = needed - {r.result for r in hit if r.is_origin}
             if hit and other not in roots:
                 add(other)
             # with the text of the functions those steps name, for explain
@@ -444,10 +447,9 @@ def read_other_roots(
             found += hit + [r for r in read[other] if isinstance(r, SourceRecord) and r.hash in hashes]
         if not found:
             return roots
-        records += found
+        records += found  # each fingerprint is sought once: nothing is found twice
         made |= {r.result for r in found if isinstance(r, StepRecord) and r.is_origin and r.result}
-        needed = {p for r in found if isinstance(r, StepRecord) for p in r.parents} - made
-        needed -= {r.result for r in records if isinstance(r, StepRecord)}
+        needed = {p for r in found if isinstance(r, StepRecord) for p in r.parents} - made - sought
     return roots
 
 
@@ -568,16 +570,16 @@ def resolve_in_root(
 
 
 def roots_recording(root: Path, name: str) -> list[str]:
-    """The other roots whose ledger records a step result `name` (a fingerprint or its prefix, a
-    cache file's name) names, among the roots `root`'s ledger leads to as `lineage` follows them
-    (a `save_to_disk` folder of a state made in `root`, where a map after `load_from_disk` wrote).
-    Sorted; empty for a path or an empty name."""
+    """The other known roots whose ledger records a step result `name` (a fingerprint or its
+    prefix, a cache file's name) names: a `save_to_disk` folder, a folder a map wrote its
+    `cache_file_name=` in, another cache. Sorted; empty for a path or an empty name. Read only
+    when `name` is not found in `root`: every known root's ledger is read."""
     from cachetool.cache.lookup import cache_file_key
 
     key = cache_file_key(name)
     if os.sep in name or not key:  # a path; or the empty name, which every fingerprint starts with
         return []
-    ledger = Ledger.load(root)
+    ledger = Ledger.load(root, all_roots=True)
     return sorted(
         {
             r.read_from
@@ -593,8 +595,8 @@ def roots_recording(root: Path, name: str) -> list[str]:
 
 @contextmanager
 def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
-    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when a root that
-    `root`'s ledger leads to records it (`roots_recording`): the message names that root and
+    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when another known
+    root records it (`roots_recording`): the message names that root and
     `cachetool COMMAND NAME --cache-dir <it>`."""
     from cachetool.errors import InAnotherRoot, UnknownFingerprint
 

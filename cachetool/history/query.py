@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.formatting import human_size, iso_time
-from cachetool.history.ledger import Ledger
+from cachetool.history.ledger import Ledger, named_elsewhere
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import CallSite, FunctionInfo, RandomFallback, SourceInfo
@@ -437,7 +437,8 @@ def lineage(
     root_abs = os.path.abspath(os.path.expanduser(os.fspath(root)))
     ledger = Ledger.load(root_abs, all_roots=all_roots)
     report = scan_cache(root, usage=ledger.usage())
-    return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
+    with named_elsewhere(Path(root_abs), fingerprint, "lineage"):
+        return lineage_view(report, fingerprint, mode=mode, include_internal=internal, ledger=ledger)
 
 
 def lineage_view(

@@ -124,9 +124,10 @@ def resolve_fingerprint(view: LedgerView, name: str) -> str:
     (`cachetool.cache.lookup.resolve`: path, cache file name, exact fingerprint or alias,
     unique prefix). An entry whose own fingerprint is not recorded resolves to the one of its
     fingerprints that is (after `load_from_disk`, the alias)."""
-    from cachetool.history.ledger import resolve_in_root
+    from cachetool.history.ledger import named_elsewhere, resolve_in_root
 
-    return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
+    with named_elsewhere(Path(view.root), name, "explain"):
+        return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
 
 
 @dataclass(frozen=True)
