@@ -486,6 +486,8 @@ def stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) ->
     from cachetool.history.explain.stale import stale_hits
     from cachetool.history.explain.view import load_view
 
+    if not any(r.may_go_stale for r in ledger.steps(include_internal=True)):
+        return ()
     view = load_view(ledger)
     roots = dict.fromkeys([os.path.abspath(os.fspath(root)), *(os.fspath(r) for r in ledger.roots)])
     found = [s for r in roots for s in stale_hits(r, view=view, only=fps)]

@@ -190,8 +190,8 @@ class Tracer:
         self.reuse_equivalent = False
         #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
         self._warned: set[Any] = set()
-        #: Per root, the results this run loaded, and the roots where a step has a function
-        #: `datasets` hashes by name: those are checked for stale results when the run ends.
+        #: Per root, the results this run loaded, and the roots where a step may go stale
+        #: (`StepRecord.may_go_stale`): those are checked for stale results when the run ends.
         self._hits: dict[str, set[str]] = {}
         self._by_name: set[str] = set()
         #: The run's start (`start_run`), written to each root before the run's first record there.
@@ -551,7 +551,7 @@ class Tracer:
             root = record.root or self.roots.default
             if record.cache == "hit" and record.result:
                 self._hits.setdefault(root, set()).add(record.result)
-            if (fn := record.function) and (fn.by_reference or fn.deps):
+            if record.may_go_stale:
                 self._by_name.add(root)
             rf = record.random_fallback
             if rf and rf.predictable and not record.internal and record.call_site not in self._warned:

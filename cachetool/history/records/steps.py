@@ -89,6 +89,14 @@ class StepRecord(LedgerRecord):
         return self.cache in _COMPUTED
 
     @property
+    def may_go_stale(self) -> bool:
+        """Code can change under this step's fingerprint: its function, or a helper of the user's
+        it calls, is hashed by `datasets` by name only, or the fingerprint is a random fallback
+        that repeats after `random.seed`. Steps without one are never the cause of a stale hit."""
+        fn, rf = self.function, self.random_fallback
+        return bool(fn and (fn.by_reference or fn.deps)) or bool(rf and rf.predictable)
+
+    @property
     def is_origin(self) -> bool:
         """The record says where `result` comes from: not a save, not a checkpoint, not a no-op
         whose result is its own parent (a map whose function returned None)."""
