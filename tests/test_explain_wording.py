@@ -288,3 +288,31 @@ def test_explain_last_all_roots_explains_this_cache_s_latest_run(tmp_path: Path)
     mine = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
     both = json.loads(invoke("explain", "--last", "--all-roots", "--json", env=env).stdout)["run"]
     assert both == mine
+
+
+def test_explain_last_of_a_run_that_computed_only_in_another_cache_says_so(tmp_path: Path) -> None:
+    """A run loads a saved folder and maps it with `cache_file_name=` in a folder of its own:
+    `explain --last` in the saved folder counts the loads there and says the run recorded steps
+    in other caches, not that "Nothing was recomputed" (the map was), and its hint's command
+    explains the map."""
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\n"
+        "load_dataset('csv', data_files='d.csv', split='train').save_to_disk('saved')\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "u.py").write_text(
+        "import os\nfrom datasets import load_from_disk\nos.makedirs('out', exist_ok=True)\n"
+        "load_from_disk('saved').map(lambda ex: {'y': ex['x'] + 1}, cache_file_name='out/y.arrow')\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("u.py", env=env, cwd=tmp_path)
+    said = invoke("explain", "--last", "--cache-dir", str(tmp_path / "saved"), env=env, columns=200)
+    assert said.exit_code == 0, said.stderr
+    assert "Nothing was recomputed.\n" not in said.stdout, said.stdout
+    assert "it recorded steps in other caches too" in said.stdout, said.stdout
+    command = said.stderr[said.stderr.index("`cachetool ") + 1 : said.stderr.rindex("`")].split()
+    there = invoke(*command[1:], env=env, columns=200)
+    assert "map <lambda> @ u.py:4" in there.stdout, there.stdout

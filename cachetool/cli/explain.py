@@ -317,7 +317,8 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
         out.line(
             f"Run {report.run} at {local_time(report.run_time)}: {computed} step"
             f"{'' if computed == 1 else 's'} computed, {report.loaded} loaded from the cache"
-            + (f", {n} without a persistent cache" if n else ""),
+            + (f", {n} without a persistent cache" if n else "")
+            + (" here; it recorded steps in other caches too" if elsewhere else ""),
             style="bold",
         )
         out.line("")
@@ -339,7 +340,7 @@ def render(out: Output, report: ExplainReport, *, elsewhere: bool = False) -> No
         if report.uncached:
             _uncached_lines(out, report)
         elif not report.steps and report.interrupted is None and report.failed is None:
-            out.line("Nothing was recomputed.")
+            out.line("Nothing was recomputed in this cache." if elsewhere else "Nothing was recomputed.")
     else:
         for s in report.steps:
             _step_lines(out, s, detailed=True)
