@@ -612,3 +612,29 @@ def _busy_run(
         proc.kill()
         raise
     return proc
+
+
+def test_the_dead_run_hint_names_only_what_the_killed_run_may_have_left(tmp_path: Path) -> None:
+    """A traced run is SIGKILLed in its map; right after, another traced run computes a map of its
+    own (a complete cache file, written while the dead run's lease had not yet expired). `gc
+    --temp --max-size` keeps that file as younger than --min-age, and its hint for the dead run names
+    only the killed run's unfinished file, never the other run's complete result (it offered to
+    remove both, as "left unfinished")."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    (tmp_path / "other.py").write_text(
+        "from datasets import load_dataset\n"
+        "load_dataset('csv', data_files='d.csv', split='train').map(lambda ex: {'z': ex['x'] + 1})\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    pid = _run_and_kill(tmp_path, env)
+    (left,) = _tmp_sizes(tmp_path)
+    before = set((tmp_path / "cache").rglob("cache-*.arrow"))
+    cachetool_run("other.py", env=env, cwd=tmp_path)
+    (complete,) = set((tmp_path / "cache").rglob("cache-*.arrow")) - before
+
+    said = invoke("gc", "--temp", "--max-size", "1B", "--dry-run", env=env, columns=250)
+    assert said.exit_code == 0, said.stderr
+    assert str(complete) not in said.stderr, said.stderr
+    assert f"pid {pid} on " in said.stderr and str(left) in said.stderr, said.stderr

@@ -964,9 +964,10 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         costs = recompute_costs(ledger.own_steps())
     refused = _ROOT_REFUSALS[why] if why else None
     plan = _build_live(report, options, temp, pins=pins, parents=parents, root_refused=refused, costs=costs)
-    modified = {e.path: e.modified for e in report.entries}
+    # What a killed run may have left unfinished: leftovers (a complete result is another run's).
+    modified = {e.path: e.modified for e in report.entries if e.kind in layout.LEFTOVER_KINDS}
     kept = {
-        code: {s.path: modified.get(s.path) for s in plan.skipped if s.code == code and s.scope == "root"}
+        code: {s.path: modified[s.path] for s in plan.skipped if s.code == code and s.path in modified}
         for code in ("too-young", "resumable")
     }
     hints = (
