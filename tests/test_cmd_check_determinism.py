@@ -626,6 +626,14 @@ CULPRITS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "u11_split_then_set_on_test.py": ("fn_kwargs", ("['m']",), "order"),
     "u14_append_log_on_self.py": ("function", (".log",), "value"),
     "u15_partial_list_from_set.py": ("function", ("keywords['cols']",), "order"),
+    # d*: the leaf, several objects deep or reached by several paths, named as what it is.
+    "d01_dataclass_field_set_literal.py": (
+        "function",
+        (".cfg", "class", ".__init__", "closure '_dflt_vocab'", "code", "const[1]"),
+        "set-order",
+    ),
+    "d02_uuid_on_self.py": ("function", (".run_id",), "uuid"),
+    "d03_id_on_self.py": ("function", (".key",), "address"),
 }
 UNPICKLABLE = {
     "c13_unpicklable_connection.py": (

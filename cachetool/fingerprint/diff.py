@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from cachetool.fingerprint.tree import HashNode, build_tree, node_at
+from cachetool.fingerprint.tree import SCALAR_TYPES, HashNode, build_tree, node_at
 from cachetool.safejson import json_fields
 
 
@@ -134,6 +134,7 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
         return None
     leaves: list[tuple[str, ...]] = []
     _collect(nodes, (), leaves)
+    leaves = _distinct(nodes, leaves)
     if not leaves:
         return None
     n = 0  # the length of the path all differing leaves share
@@ -143,6 +144,11 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
     found = [node_at(t, common) for t in nodes]
     culprit_nodes = [f for f in found if f is not None] or nodes
     culprit = _culprit(argument, common, culprit_nodes, tuple(leaves))
+    if len(leaves) == 1 and str(culprit_nodes[0].get("t", "")) in SCALAR_TYPES:
+        # A plain value inside what explains it (the int of a uuid.UUID): named as that.
+        place = _places(nodes, (), leaves)[0]
+        if place != common:
+            culprit = _culprit(argument, place, [n for n in (node_at(t, place) for t in nodes) if n], ())
     if culprit.kind == "value" and common:
         culprit = _as_path(culprit, [node_at(t, common[:-1]) for t in nodes])
     # The differences sit in several places below a node that is not itself the problem (a
@@ -189,6 +195,29 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None
         kind="added",
         hint=ADDED_HINT,
     )
+
+
+def _distinct(trees: Sequence[HashNode], leaves: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The differing leaves, one object reached by several paths (a function that is a dataclass
+    field's default factory and a closure of its ``__init__``: the same type and digest in each
+    run) kept once: where another path goes further into it, or else by its shortest path."""
+
+    def key(path: tuple[str, ...]) -> tuple[Any, ...] | None:
+        found = [node_at(t, path) for t in trees]
+        if any(n is None or not n.get("d") for n in found):
+            return None
+        return tuple((n.get("t"), n.get("d")) for n in found if n is not None)
+
+    inside = {key(leaf[:depth]) for leaf in leaves for depth in range(1, len(leaf))} - {None}
+    first: dict[Any, tuple[str, ...]] = {}
+    for leaf in leaves:
+        k = key(leaf)
+        if k is None:
+            first[leaf] = leaf
+        elif k not in inside and (k not in first or len(leaf) < len(first[k])):
+            first[k] = leaf
+    kept = set(first.values())
+    return [leaf for leaf in leaves if leaf in kept]
 
 
 def _places(
@@ -383,6 +412,8 @@ def _state_hint(type_name: str, argument: str) -> tuple[str, str] | None:
             "RandomState() without a seed): datasets hashes its state, new in every run; create it "
             "with a fixed seed (np.random.default_rng(42)), or inside the function from a seed argument."
         )
+    if type_name.split(".")[-1] == "UUID":
+        return "uuid", f"a uuid is made at run time: {_RUNTIME}"
     if type_name.split(".")[-1] in ("datetime", "date", "time", "Timestamp"):
         return "timestamp", f"a timestamp ({type_name}) is taken at run time: {_RUNTIME}"
     return None
@@ -411,8 +442,8 @@ def _value_hint(type_name: str, reprs: Sequence[str]) -> tuple[str, str]:
     """A value, by what its text looks like (an address, a uuid, a temp path, a time)."""
     # An object's repr is not what gets hashed; only a scalar's text is.
     joined = " ".join(reprs) if type_name in ("str", "bytes", "int", "float") else ""
-    if _ADDRESS.search(joined):
-        return "address", f"a repr with a memory address (id()-based) differs in every run: {_RUNTIME}"
+    if _ADDRESS.search(joined) or (type_name == "int" and all(_looks_like_address(r) for r in reprs)):
+        return "address", f"a memory address (an id(), or a repr with 0x...) differs in every run: {_RUNTIME}"
     if _UUID.search(joined):
         return "uuid", f"a uuid is made at run time: {_RUNTIME}"
     if _TEMP.search(joined):
@@ -481,6 +512,15 @@ def state_change_hint(types: str) -> str:
         f"lazily built vocabulary, a functools.cached_property: call it once up front), or create it "
         "inside the function. See https://github.com/huggingface/datasets/issues/3638"
     )
+
+
+def _looks_like_address(text: str) -> bool:
+    """An int that reads as an object's address (``id(obj)`` in CPython): aligned, in user space."""
+    try:
+        value = int(text)
+    except ValueError:
+        return False
+    return 2**32 <= value < 2**48 and value % 8 == 0
 
 
 def _looks_like_time(text: str) -> bool:

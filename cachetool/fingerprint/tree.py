@@ -133,7 +133,7 @@ def node_at(tree: HashNode, path: Sequence[str]) -> HashNode | None:
     return node
 
 
-_SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
+SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
 
 
 def part_key(label: str, node: HashNode, depth: int) -> tuple[str, ...] | None:
@@ -142,7 +142,7 @@ def part_key(label: str, node: HashNode, depth: int) -> tuple[str, ...] | None:
     digest = node.get("d")
     if not isinstance(digest, str):
         return None
-    if str(node.get("t", "")) not in _SCALAR_TYPES:
+    if str(node.get("t", "")) not in SCALAR_TYPES:
         return (digest,)
     if depth >= 1 and label.startswith(("global ", "closure ", "[")):
         return (label, digest)
