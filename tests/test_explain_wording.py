@@ -288,3 +288,81 @@ def test_explain_last_all_roots_explains_this_cache_s_latest_run(tmp_path: Path)
     mine = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
     both = json.loads(invoke("explain", "--last", "--all-roots", "--json", env=env).stdout)["run"]
     assert both == mine
+
+
+LEAVES = """\
+    import os
+    import uuid
+    from dataclasses import dataclass, field
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    @dataclass
+    class Cfg:
+        vocab: set = field(default_factory=lambda: {"alpha", "beta", "gamma", "delta", "epsilon"})
+
+
+    class Tagger:
+        def __init__(self, cfg):
+            self.cfg = cfg
+
+        def __call__(self, ex):
+            return {"known": ex["w"] in self.cfg.vocab}
+
+
+    class Tok:
+        def __init__(self):
+            self.special = frozenset(["[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"])
+
+        def __getstate__(self):
+            return {"special": self.special, "extra": {"<s>", "</s>", "<unk>", "<pad>"}}
+
+
+    TOK = Tok()
+
+
+    def encode(ex):
+        return {"special": ex["w"] in TOK.special}
+
+
+    class Keyed:
+        def __init__(self):
+            self.key = id(self)
+            self.run_id = uuid.uuid4()
+
+        def __call__(self, ex):
+            return {"k": 1}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+    ds.map(Tagger(Cfg()))
+    ds.map(encode)
+    ds.map(Keyed())
+    """
+
+
+def test_each_place_that_varies_is_named_however_deep(tmp_path: Path) -> None:
+    """Parts that vary by themselves below what a run records in full are still named, each where
+    it is, as check-determinism names them: a set literal in a dataclass field's default factory
+    (six steps deep, one object reached by two paths), a set literal in a `__getstate__` and a
+    frozenset on the same object (two places), an `id()` and a `uuid4()` on an object (a memory
+    address, a UUID); never "changed <Tok object at 0x...>"."""
+    doc = _two_runs(tmp_path, LEAVES)
+    said = {
+        step["function"]: [(r["kind"], r["path"], r["message"]) for r in step["reasons"]]
+        for step in doc["steps"]
+    }
+    tagger = "function → .cfg → class → .__init__ → closure '_dflt_vocab' → code → const[1]"
+    assert [r[:2] for r in said["Tagger.__call__"]] == [("nondeterministic", tagger)], said
+    assert "depends on PYTHONHASHSEED" in said["Tagger.__call__"][0][2], said
+    assert [r[:2] for r in said["encode"]] == [
+        ("nondeterministic", "function → global 'TOK' → class → .__getstate__ → code → const[1]"),
+        ("nondeterministic", "function → global 'TOK' → .special"),
+    ], said
+    keyed = {path: message for _, path, message in said["Keyed.__call__"]}
+    assert set(keyed) == {"function → .key", "function → .run_id"}, said
+    assert "(a memory address)" in keyed["function → .key"], said
+    assert "(UUID) changes on every run" in keyed["function → .run_id"], said

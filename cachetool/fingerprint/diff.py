@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from cachetool.fingerprint.tree import SCALAR_TYPES, HashNode, build_tree, node_at
+from cachetool.fingerprint.tree import SCALAR_TYPES, HashNode, build_tree, node_at, short_repr, type_name
 from cachetool.safejson import json_fields
 
 
@@ -61,6 +61,11 @@ class Culprit(_Part):
     def values_str(self) -> str:
         """``4187 vs 912``: the reprs of the runs, distinct ones only, in run order."""
         return " vs ".join(dict.fromkeys(self.reprs))
+
+    @property
+    def text_differs(self) -> bool:
+        """Whether the runs' reprs differ beyond memory addresses (an object's default repr)."""
+        return len({_ADDRESS.sub("0x", r) for r in self.reprs}) > 1
 
     @property
     def leaves_str(self) -> list[str]:
@@ -358,6 +363,20 @@ _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f
 _ADDRESS = re.compile(r"0x[0-9a-f]{6,}", re.I)
 _TEMP = re.compile(r"(/tmp/|/var/folders/|\\Temp\\|tmp[a-z0-9_]{8})", re.I)
 _DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b")
+
+
+#: The kinds of part that differ between processes by themselves, whatever the code around them.
+VARYING_KINDS = frozenset({"set-order", "timestamp", "uuid", "address", "temp-path", "random-state"})
+
+
+def varies_by_itself(obj: Any) -> bool:
+    """Whether a part, seen in one process, is of a kind that differs between processes by itself: a
+    frozenset of str (hash-seed order), a timestamp, a uuid, a temporary path, a memory address, an
+    unseeded random generator (`hint_for`'s kinds, read from its type and, for a scalar, its text)."""
+    if isinstance(obj, frozenset):
+        return len(obj) > 1 and any(isinstance(x, (str, bytes)) for x in obj)
+    text = short_repr(obj) if isinstance(obj, (str, int, float)) and not isinstance(obj, bool) else ""
+    return hint_for([{"t": type_name(obj), "r": text}] * 2)[0] in VARYING_KINDS
 
 
 def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str = "") -> tuple[str, str]:
