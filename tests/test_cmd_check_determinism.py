@@ -647,7 +647,7 @@ UNPICKLABLE = {
 #: uk12 and uk13 (controls of cache-state causes) are checked in tests/test_determinism_diagnosis.py.
 CONTROLS = sorted(
     p.name
-    for pattern in ("k0*.py", "uk*.py")
+    for pattern in ("k0*.py", "uk*.py", "dk*.py")
     for p in CORPUS.glob(pattern)
     if not p.name.endswith("_helpers.py") and not p.name.startswith(("uk12_", "uk13_"))
 )
