@@ -634,6 +634,8 @@ CULPRITS: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "d02_uuid_on_self.py": ("function", (".run_id",), "uuid"),
     "d03_id_on_self.py": ("function", (".key",), "address"),
+    "d04_frozenset_keyed_dict.py": ("fn_kwargs", ("['cities']",), "set-order"),
+    "d05_strftime_run_name.py": ("function", (".run_name",), "timestamp"),
 }
 UNPICKLABLE = {
     "c13_unpicklable_connection.py": (

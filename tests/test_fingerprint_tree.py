@@ -281,6 +281,17 @@ def test_hints_follow_what_the_runs_recorded() -> None:
     )
     assert hint_for(runs("numpy.Generator", "Generator(PCG64)", "Generator(PCG64)"))[0] == "random-state"
     assert hint_for(runs("int", "4187", "912"))[0] == "value"
+    # A run name stamped with time.strftime("%Y%m%d-%H%M%S").
+    assert hint_for(runs("str", "'run-20261129-003926'", "'run-20261129-003931'"))[0] == "timestamp"
+    # A dict keyed by frozensets of str: its keys pickle in hash-seed order, its values do not move.
+    keyed = [
+        _node(
+            "", f"k{i}", [_node("[frozenset({'new', 'york'})]", "v", t="str")], t="dict", s="dict of 1", o="o"
+        )
+        for i in range(2)
+    ]
+    kind, hint = hint_for(keyed)
+    assert kind == "set-order" and "keyed by frozensets" in hint
     # An object's repr is not what is hashed: an address in it is no reason.
     assert (
         hint_for(runs("Cfg", "<Cfg object at 0x7f9061e72190>", "<Cfg object at 0x7f16c67795d0>"))[0]

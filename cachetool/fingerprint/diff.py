@@ -362,7 +362,11 @@ _RUNTIME = (
 _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
 _ADDRESS = re.compile(r"0x[0-9a-f]{6,}", re.I)
 _TEMP = re.compile(r"(/tmp/|/var/folders/|\\Temp\\|tmp[a-z0-9_]{8})", re.I)
-_DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b")
+_DATETIME = re.compile(
+    r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b"
+    # time.strftime("%Y%m%d-%H%M%S"), "%Y%m%dT%H%M", ...
+    r"|(?<!\d)(19|20)\d\d(0[1-9]|1[0-2])(0[1-9]|[12]\d|3[01])[T_\-]?([01]\d|2[0-3])[0-5]\d"
+)
 
 
 #: The kinds of part that differ between processes by themselves, whatever the code around them.
@@ -388,16 +392,20 @@ def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str 
     last = path[-1] if path else ""
     orders = {n.get("o") for n in nodes}
     same_items = len(orders) == 1 and None not in orders
+    frozen_keys = type_name == "dict" and any(
+        str(c.get("l", "")).startswith("[frozenset(") for c in nodes[0].get("c", ())
+    )
     return (
-        _order_hint(type_name, last, same_items)
+        _order_hint(type_name, last, same_items, frozen_keys)
         or _state_hint(type_name, argument)
         or _code_hint(type_name, last, reprs)
         or _value_hint(type_name, reprs)
     )
 
 
-def _order_hint(type_name: str, last: str, same_items: bool) -> tuple[str, str] | None:
-    """A set pickled in hash-seed order, or the same items in another order in each run."""
+def _order_hint(type_name: str, last: str, same_items: bool, frozen_keys: bool) -> tuple[str, str] | None:
+    """A set pickled in hash-seed order (a dict's frozenset keys too), or the same items in another
+    order in each run."""
     if type_name == "frozenset":
         if last.startswith("const["):
             return "set-order", (
@@ -409,7 +417,11 @@ def _order_hint(type_name: str, last: str, same_items: bool) -> tuple[str, str] 
             "a frozenset pickles in PYTHONHASHSEED order: use a sorted tuple, or a set (with datasets "
             "2.15 or later, which sorts sets)."
         )
-
+    if frozen_keys:
+        return "set-order", (
+            "a dict keyed by frozensets: each key pickles in PYTHONHASHSEED order: key it by sorted "
+            "tuples (tuple(sorted(words)))."
+        )
     if same_items and type_name in ("str", "list", "tuple", "dict"):
         return "order", (
             f"the same items in a different order in each run: this {type_name} is built by iterating "
