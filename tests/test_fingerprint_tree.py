@@ -427,7 +427,7 @@ def test_several_places_are_grouped_under_what_explains_them() -> None:
 def test_one_object_reached_by_several_paths_is_one_place() -> None:
     """A frozenset constant reached twice (a dataclass field's default factory, and the same
     function as a closure of the class's ``__init__``): the culprit is that one object, named by
-    its shortest path, not the object holding both paths."""
+    its shortest path, not the object holding both paths; a public name before a private one."""
 
     def run(i: int) -> dict[str, Any]:
         def const() -> dict[str, Any]:
@@ -448,6 +448,14 @@ def test_one_object_reached_by_several_paths_is_one_place() -> None:
         "function → .cfg → class → .__init__ → closure '_dflt_vocab' → code → const[1] (frozenset of 6 str)"
     )
     assert culprit.kind == "set-order" and culprit.parts == ()
+
+    # Two attributes holding one list (ClassLabel's `._int2str` is its `.names`): the public one.
+    def label(i: int) -> dict[str, Any]:
+        names = [_node(name, f"n{i}", t="list", s="list of 4 str", o="o") for name in ("._int2str", ".names")]
+        return _node("", f"cl{i}", names, t="datasets.ClassLabel")
+
+    same = diff_trees("feature", [label(1), label(2)])
+    assert same is not None and (same.path_str, same.kind) == ("feature → .names (list of 4 str)", "order")
 
 
 def test_a_plain_value_inside_what_explains_it_is_named_by_that() -> None:

@@ -205,7 +205,8 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None
 def _distinct(trees: Sequence[HashNode], leaves: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     """The differing leaves, one object reached by several paths (a function that is a dataclass
     field's default factory and a closure of its ``__init__``: the same type and digest in each
-    run) kept once: where another path goes further into it, or else by its shortest path."""
+    run) kept once: where another path goes further into it, or else by its path with the fewest
+    private names (`ClassLabel.names`, not `._int2str`), then the shortest."""
 
     def key(path: tuple[str, ...]) -> tuple[Any, ...] | None:
         found = [node_at(t, path) for t in trees]
@@ -219,10 +220,15 @@ def _distinct(trees: Sequence[HashNode], leaves: list[tuple[str, ...]]) -> list[
         k = key(leaf)
         if k is None:
             first[leaf] = leaf
-        elif k not in inside and (k not in first or len(leaf) < len(first[k])):
+        elif k not in inside and (k not in first or _rank(leaf) < _rank(first[k])):
             first[k] = leaf
     kept = set(first.values())
     return [leaf for leaf in leaves if leaf in kept]
+
+
+def _rank(path: tuple[str, ...]) -> tuple[int, int]:
+    """Which of the paths to one object names it best: fewer private names, then fewer steps."""
+    return sum(1 for label in path if label.startswith("._")), len(path)
 
 
 def _places(
