@@ -366,3 +366,50 @@ def test_each_place_that_varies_is_named_however_deep(tmp_path: Path) -> None:
     assert set(keyed) == {"function → .key", "function → .run_id"}, said
     assert "(a memory address)" in keyed["function → .key"], said
     assert "(UUID) changes on every run" in keyed["function → .run_id"], said
+
+
+def test_a_change_below_what_the_ledger_keeps_is_not_called_nondeterministic(tmp_path: Path) -> None:
+    """The user edits a value four objects deep (`CONFIG.model.head.dropout`, which `Config.__init__`
+    and `Model` reach too): explain names what holds every place it differs, says the difference
+    lies below what the ledger keeps and may be their change; never "not a change of yours" (nor
+    "changed <Head object at 0x...> → <Head object at 0x...>")."""
+    script = """\
+        import os
+
+        from datasets import load_dataset
+
+        here = os.path.dirname(os.path.abspath(__file__))
+
+
+        class Head:
+            def __init__(self):
+                self.dropout = 0.1
+
+
+        class Model:
+            def __init__(self):
+                self.head = Head()
+
+
+        class Config:
+            def __init__(self):
+                self.model = Model()
+
+
+        CONFIG = Config()
+
+
+        def scale(ex):
+            return {"y": len(ex["w"]) * CONFIG.model.head.dropout}
+
+
+        ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+        ds.map(scale)
+        """
+    doc = _two_runs(tmp_path, script, edit=("self.dropout = 0.1", "self.dropout = 0.2"))
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "argument", reason
+    assert reason["path"] == "function → global 'CONFIG'", reason
+    assert "below the levels the ledger keeps" in reason["message"], reason
+    assert "not a change of yours" not in reason["message"] and "0x" not in reason["message"], reason

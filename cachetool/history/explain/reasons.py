@@ -252,22 +252,49 @@ def _value_reasons(view: LedgerView, new_rec: StepRecord, old_rec: StepRecord, n
 def _culprit_reasons(view: LedgerView, new: StepRecord, old: StepRecord, culprit: Culprit) -> list[Reason]:
     """What the part of an argument that differs is, one reason per place where it differs in
     several (a frozenset on an attribute and a set literal in a method of one object; a part
-    present in one run only, an item appended, is said of what holds it): varying by itself
-    (check-determinism's words), hashing alike with the same text (by itself too), changed by an
-    earlier step, or changed by the user (its values)."""
+    present in one run only, an item appended, is said of what holds it; places that all differ
+    below what the ledger keeps, of what holds them)."""
+    places = culprit.parts if culprit.parts and all(p.kind != "added" for p in culprit.parts) else ()
+    reasons = [_part_reason(view, new, old, part) for part in places or (culprit,)]
+    if places and all(r.kind == "argument" and r.before is None for r in reasons):
+        return [_part_reason(view, new, old, replace(culprit, parts=()), below=True)]
+    return reasons
+
+
+def _part_reason(
+    view: LedgerView, new: StepRecord, old: StepRecord, part: Culprit, below: bool = False
+) -> Reason:
+    """One part that differs: varying by itself (check-determinism's words), hashing alike with the
+    same text (by itself too), changed by an earlier step, differing below what the ledger keeps of
+    it (`below`, or the part is where its summary stops), or changed by the user (its values)."""
     from cachetool.fingerprint.diff import render_path
 
-    places = culprit.parts if culprit.parts and all(p.kind != "added" for p in culprit.parts) else ()
-    out = []
-    for part in places or (culprit,):
-        path = render_path(part.argument, part.path)
-        before, after = part.reprs[0], part.reprs[-1]
-        if part.kind in NONDETERMINISTIC_KINDS or not part.text_differs or part.kind == "code":
-            out.append(_nondeterministic(part.argument, path, part.description, part.hint, part.kind))
-        else:
-            state = _cache_state(view, new, old, part.argument, part.path)
-            out.append(state or _changed(part.argument, path, before, after))
-    return out
+    path = render_path(part.argument, part.path)
+    if part.kind in NONDETERMINISTIC_KINDS or part.kind == "code":
+        return _nondeterministic(part.argument, path, part.description, part.hint, part.kind)
+    below = below or _summary_stops_at(view, new, part.argument, part.path)
+    if not below and not part.text_differs and any(part.reprs):
+        return _nondeterministic(part.argument, path, part.description, part.hint, part.kind)
+    state = _cache_state(view, new, old, part.argument, part.path)
+    if state is not None:
+        return state
+    if not part.text_differs:
+        where = "below the levels the ledger keeps of it" if below else "(the ledger keeps no text of it)"
+        message = (
+            f"`{path}` ({part.description}) differs {where}: a change of yours, or a value made at run "
+            "time (`cachetool check-determinism` on the script names the latter)"
+        )
+        return Reason("argument", message, part.argument, path)
+    return _changed(part.argument, path, part.reprs[0], part.reprs[-1])
+
+
+def _summary_stops_at(view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]) -> bool:
+    """Whether the recorded summary of `argument` stops at `path`: what differs lies below it."""
+    from cachetool.fingerprint.tree import as_node, node_at
+
+    arg = view.with_summaries(rec).arg(argument)
+    node = node_at(as_node(arg.summary), path) if arg is not None and arg.summary is not None else None
+    return node is not None and "x" in node
 
 
 def _cache_state(
