@@ -413,3 +413,31 @@ def test_a_change_below_what_the_ledger_keeps_is_not_called_nondeterministic(tmp
     assert reason["path"] == "function → global 'CONFIG'", reason
     assert "below the levels the ledger keeps" in reason["message"], reason
     assert "not a change of yours" not in reason["message"] and "0x" not in reason["message"], reason
+
+
+def test_a_default_computed_when_the_script_runs_says_so(tmp_path: Path) -> None:
+    """`def scale(ex, factor=random.random())`: the function's source is the same in both runs, its
+    default is not. explain names the default with both values and says it is computed when the
+    script runs, with what to do."""
+    script = """\
+        import os
+        import random
+
+        from datasets import load_dataset
+
+        here = os.path.dirname(os.path.abspath(__file__))
+
+
+        def scale(ex, factor=random.random()):
+            return {"y": len(ex["w"]) * factor}
+
+
+        ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+        ds.map(scale)
+        """
+    doc = _two_runs(tmp_path, script)
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "argument" and reason["path"] == "function → default 'factor'", reason
+    assert " → " in reason["message"] and "computed when the script runs" in reason["message"], reason
+    assert "inside the function" in reason["hint"], reason

@@ -285,7 +285,19 @@ def _part_reason(
             "time (`cachetool check-determinism` on the script names the latter)"
         )
         return Reason("argument", message, part.argument, path)
-    return _changed(part.argument, path, part.reprs[0], part.reprs[-1])
+    changed = _changed(part.argument, path, part.reprs[0], part.reprs[-1])
+    fa, fb = old.function or FunctionInfo(), new.function or FunctionInfo()
+    same_source = fa.source_hash is not None and fa.source_hash == fb.source_hash
+    if len(part.path) == 1 and part.path[0].startswith("default ") and same_source:
+        # The same `def` line gave another default: it is computed when the script runs.
+        message = f"{changed.message} (the source is the same: the default is computed when the script runs)"
+        hint = (
+            "a default computed when the script runs (random.random(), time.time(), an environment "
+            "variable) changes the fingerprint with its value: compute it inside the function, or pass "
+            "it in fn_kwargs"
+        )
+        return replace(changed, message=message, hint=hint)
+    return changed
 
 
 def _summary_stops_at(view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]) -> bool:
