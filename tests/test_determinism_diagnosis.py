@@ -9,6 +9,7 @@ sees the environment of a plain run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -20,7 +21,6 @@ import xxhash
 
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.process import RUN_MARKER_ENV
 from cachetool.determinism.render import human_lines
 from cachetool.determinism.report import DeterminismReport
 from cachetool.errors import ExitCode
@@ -432,12 +432,15 @@ def test_an_unpicklable_pool_is_blamed_on_its_work_queue(tmp_path_factory: pytes
 
 
 ENVIRONMENT = """
-import json, os, sys
+import json, os, subprocess, sys
 import cachetool
 seen = {k: v for k, v in os.environ.items() if k.startswith("CACHETOOL_") or k == "PYTHONHASHSEED"}
+child = [sys.executable, "-c", "import os; print(os.environ.get('CACHETOOL_CHECK_RUN', ''))"]
+inherited = subprocess.run(child, capture_output=True, text=True, check=True).stdout.strip()
 with open(os.path.join(sys.argv[1], f"{os.getpid()}.json"), "w") as f:
-    json.dump(seen, f)
+    json.dump({"seen": seen, "inherited": inherited}, f)
 cachetool.checkpoint("config", {"lr": 0.1})
+cachetool.checkpoint("environment", dict(os.environ))
 """
 
 
@@ -445,9 +448,11 @@ cachetool.checkpoint("config", {"lr": 0.1})
 @pytest.mark.parametrize("user_seed", [None, "7"])
 def test_the_script_sees_the_environment_of_a_plain_run(user_seed: str | None, tmp_path: Path) -> None:
     """The variables the check sets for a run are gone from the script's os.environ, PYTHONHASHSEED is
-    the user's own (or absent), the user's CACHETOOL_HOME stays, and checkpoints still record. One
-    variable stays on purpose: the run marker every process the run starts inherits, so that what
-    a timed-out run leaves (a double-forked daemon) can be found and stopped."""
+    the user's own (or absent), the user's CACHETOOL_HOME stays, and checkpoints still record: a
+    snapshot of the whole environment hashes alike in every run. The run marker is out of
+    os.environ too, yet stays in the process's environment, which every process the run starts
+    inherits, so that what a timed-out run leaves (a double-forked daemon) can be found and
+    stopped."""
     script = tmp_path / "env_script.py"
     script.write_text(ENVIRONMENT)
     out = tmp_path / "seen"
@@ -457,13 +462,14 @@ def test_the_script_sees_the_environment_of_a_plain_run(user_seed: str | None, t
         env["PYTHONHASHSEED"] = user_seed
     report = check_determinism(script, [str(out)], env=env, rerun=False, timeout=120)
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
-    assert report.analysis is not None and len(report.analysis.steps) == 1
-    seen = [json.loads(p.read_text()) for p in sorted(out.iterdir())]
-    assert all(s.pop(RUN_MARKER_ENV) for s in seen)
+    assert report.analysis is not None and len(report.analysis.steps) == 2
+    said = [json.loads(p.read_text()) for p in sorted(out.iterdir())]
+    inherited = {s["inherited"] for s in said}
+    assert len(inherited) == 2 and all(m.startswith(f"{os.getpid()}-") for m in inherited), said
     expected = {"CACHETOOL_HOME": env["CACHETOOL_HOME"]}
     if user_seed is not None:
         expected["PYTHONHASHSEED"] = user_seed
-    assert seen == [expected, expected]
+    assert [s["seen"] for s in said] == [expected, expected]
 
 
 @pytest.mark.slow

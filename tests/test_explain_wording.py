@@ -316,3 +316,156 @@ def test_explain_last_of_a_run_that_computed_only_in_another_cache_says_so(tmp_p
     command = said.stderr[said.stderr.index("`cachetool ") + 1 : said.stderr.rindex("`")].split()
     there = invoke(*command[1:], env=env, columns=200)
     assert "map <lambda> @ u.py:4" in there.stdout, there.stdout
+
+
+LEAVES = """\
+    import os
+    import uuid
+    from dataclasses import dataclass, field
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    @dataclass
+    class Cfg:
+        vocab: set = field(default_factory=lambda: {"alpha", "beta", "gamma", "delta", "epsilon"})
+
+
+    class Tagger:
+        def __init__(self, cfg):
+            self.cfg = cfg
+
+        def __call__(self, ex):
+            return {"known": ex["w"] in self.cfg.vocab}
+
+
+    class Tok:
+        def __init__(self):
+            self.special = frozenset(["[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"])
+
+        def __getstate__(self):
+            return {"special": self.special, "extra": {"<s>", "</s>", "<unk>", "<pad>"}}
+
+
+    TOK = Tok()
+
+
+    def encode(ex):
+        return {"special": ex["w"] in TOK.special}
+
+
+    class Keyed:
+        def __init__(self):
+            self.key = id(self)
+            self.run_id = uuid.uuid4()
+
+        def __call__(self, ex):
+            return {"k": 1}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+    ds.map(Tagger(Cfg()))
+    ds.map(encode)
+    ds.map(Keyed())
+    """
+
+
+def test_each_place_that_varies_is_named_however_deep(tmp_path: Path) -> None:
+    """Parts that vary by themselves below what a run records in full are still named, each where
+    it is, as check-determinism names them: a set literal in a dataclass field's default factory
+    (six steps deep, one object reached by two paths), a set literal in a `__getstate__` and a
+    frozenset on the same object (two places), an `id()` and a `uuid4()` on an object (a memory
+    address, a UUID); never "changed <Tok object at 0x...>"."""
+    doc = _two_runs(tmp_path, LEAVES)
+    said = {
+        step["function"]: [(r["kind"], r["path"], r["message"]) for r in step["reasons"]]
+        for step in doc["steps"]
+    }
+    tagger = "function → .cfg → class → .__init__ → closure '_dflt_vocab' → code → const[1]"
+    assert [r[:2] for r in said["Tagger.__call__"]] == [("nondeterministic", tagger)], said
+    assert "depends on PYTHONHASHSEED" in said["Tagger.__call__"][0][2], said
+    assert [r[:2] for r in said["encode"]] == [
+        ("nondeterministic", "function → global 'TOK' → class → .__getstate__ → code → const[1]"),
+        ("nondeterministic", "function → global 'TOK' → .special"),
+    ], said
+    keyed = {path: message for _, path, message in said["Keyed.__call__"]}
+    assert set(keyed) == {"function → .key", "function → .run_id"}, said
+    assert "(a memory address)" in keyed["function → .key"], said
+    assert "(UUID) changes on every run" in keyed["function → .run_id"], said
+
+
+def test_a_change_below_what_the_ledger_keeps_is_not_called_nondeterministic(tmp_path: Path) -> None:
+    """The user edits a value four objects deep (`CONFIG.model.head.dropout`, which `Config.__init__`
+    and `Model` reach too): explain names what holds every place it differs, says the difference
+    lies below what the ledger keeps and may be their change; never "not a change of yours" (nor
+    "changed <Head object at 0x...> → <Head object at 0x...>")."""
+    script = """\
+        import os
+
+        from datasets import load_dataset
+
+        here = os.path.dirname(os.path.abspath(__file__))
+
+
+        class Head:
+            def __init__(self):
+                self.dropout = 0.1
+
+
+        class Model:
+            def __init__(self):
+                self.head = Head()
+
+
+        class Config:
+            def __init__(self):
+                self.model = Model()
+
+
+        CONFIG = Config()
+
+
+        def scale(ex):
+            return {"y": len(ex["w"]) * CONFIG.model.head.dropout}
+
+
+        ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+        ds.map(scale)
+        """
+    doc = _two_runs(tmp_path, script, edit=("self.dropout = 0.1", "self.dropout = 0.2"))
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "argument", reason
+    assert reason["path"] == "function → global 'CONFIG'", reason
+    assert "below the levels the ledger keeps" in reason["message"], reason
+    assert "not a change of yours" not in reason["message"] and "0x" not in reason["message"], reason
+
+
+def test_a_default_computed_when_the_script_runs_says_so(tmp_path: Path) -> None:
+    """`def scale(ex, factor=random.random())`: the function's source is the same in both runs, its
+    default is not. explain names the default with both values and says it is computed when the
+    script runs, with what to do."""
+    script = """\
+        import os
+        import random
+
+        from datasets import load_dataset
+
+        here = os.path.dirname(os.path.abspath(__file__))
+
+
+        def scale(ex, factor=random.random()):
+            return {"y": len(ex["w"]) * factor}
+
+
+        ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
+        ds.map(scale)
+        """
+    doc = _two_runs(tmp_path, script)
+    [step] = doc["steps"]
+    [reason] = step["reasons"]
+    assert reason["kind"] == "argument" and reason["path"] == "function → default 'factor'", reason
+    assert " → " in reason["message"] and "computed when the script runs" in reason["message"], reason
+    assert "inside the function" in reason["hint"], reason

@@ -31,7 +31,7 @@ from cachetool.fingerprint.diff import (
     render_path,
 )
 from cachetool.fingerprint.hashing import _replica_dumps, hash_bytes, hash_object, try_hash
-from cachetool.fingerprint.tree import build_tree, iter_nodes
+from cachetool.fingerprint.tree import build_tree, iter_nodes, node_at
 
 STOP = frozenset(["a", "an", "the", "of"])
 
@@ -281,6 +281,17 @@ def test_hints_follow_what_the_runs_recorded() -> None:
     )
     assert hint_for(runs("numpy.Generator", "Generator(PCG64)", "Generator(PCG64)"))[0] == "random-state"
     assert hint_for(runs("int", "4187", "912"))[0] == "value"
+    # A run name stamped with time.strftime("%Y%m%d-%H%M%S").
+    assert hint_for(runs("str", "'run-20261129-003926'", "'run-20261129-003931'"))[0] == "timestamp"
+    # A dict keyed by frozensets of str: its keys pickle in hash-seed order, its values do not move.
+    keyed = [
+        _node(
+            "", f"k{i}", [_node("[frozenset({'new', 'york'})]", "v", t="str")], t="dict", s="dict of 1", o="o"
+        )
+        for i in range(2)
+    ]
+    kind, hint = hint_for(keyed)
+    assert kind == "set-order" and "keyed by frozensets" in hint
     # An object's repr is not what is hashed: an address in it is no reason.
     assert (
         hint_for(runs("Cfg", "<Cfg object at 0x7f9061e72190>", "<Cfg object at 0x7f16c67795d0>"))[0]
@@ -411,3 +422,59 @@ def test_several_places_are_grouped_under_what_explains_them() -> None:
         ("fn_kwargs → .names (list of 2 str)", "order"),
         ("fn_kwargs → .made (float)", "timestamp"),
     ]
+
+
+def test_one_object_reached_by_several_paths_is_one_place() -> None:
+    """A frozenset constant reached twice (a dataclass field's default factory, and the same
+    function as a closure of the class's ``__init__``): the culprit is that one object, named by
+    its shortest path, not the object holding both paths; a public name before a private one."""
+
+    def run(i: int) -> dict[str, Any]:
+        def const() -> dict[str, Any]:
+            return _node("const[1]", f"fs{i}", t="frozenset", s="frozenset of 6 str", r="frozenset({...})")
+
+        def factory(label: str) -> dict[str, Any]:
+            return _node(label, f"fn{i}", [_node("code", f"co{i}", [const()], t="code")], t="function")
+
+        field_ = _node("['vocab']", f"fd{i}", [factory(".default_factory")], t="Field")
+        fields_ = _node(".__dataclass_fields__", f"fs{i}d", [field_], t="dict")
+        init = _node(".__init__", f"in{i}", [factory("closure '_dflt_vocab'")], t="function")
+        cls = _node("class", f"cl{i}", [fields_, init], t="type")
+        return _node("", f"root{i}", [_node(".cfg", f"cfg{i}", [cls], t="Cfg")], t="Tagger")
+
+    culprit = diff_trees("function", [run(1), run(2)])
+    assert culprit is not None
+    assert culprit.path_str == (
+        "function → .cfg → class → .__init__ → closure '_dflt_vocab' → code → const[1] (frozenset of 6 str)"
+    )
+    assert culprit.kind == "set-order" and culprit.parts == ()
+
+    # Two attributes holding one list (ClassLabel's `._int2str` is its `.names`): the public one.
+    def label(i: int) -> dict[str, Any]:
+        names = [_node(name, f"n{i}", t="list", s="list of 4 str", o="o") for name in ("._int2str", ".names")]
+        return _node("", f"cl{i}", names, t="datasets.ClassLabel")
+
+    same = diff_trees("feature", [label(1), label(2)])
+    assert same is not None and (same.path_str, same.kind) == ("feature → .names (list of 4 str)", "order")
+
+
+def test_a_plain_value_inside_what_explains_it_is_named_by_that() -> None:
+    """The int inside a `uuid.UUID` on an object is named as the UUID (a uuid made at run time),
+    and an int that reads as a memory address in each run (``id(obj)``) as an address."""
+
+    def run(number: str) -> dict[str, Any]:
+        inner = _node(".int", f"i{number}", r=number)
+        made = _node(".run_id", f"u{number}", [inner], t="UUID", s="UUID", r=f"UUID('{number}')")
+        key = _node(".key", f"k{number}", r=str(139990131606352 + int(number[-2:]) * 16))
+        return _node("", f"r{number}", [made, key], t="Run", s="Run", r="<Run>")
+
+    culprit = diff_trees("function", [run("264958461563023097757571921561669715710"), run("12")])
+    assert culprit is not None
+    assert [(p.path_str, p.kind) for p in culprit.parts] == [
+        ("function → .run_id (UUID)", "uuid"),
+        ("function → .key (int)", "address"),
+    ]
+    uuid_only = [_node("", f"r{n}", [node_at(run(n), (".run_id",))], t="Run") for n in ("10", "12")]
+    alone = diff_trees("function", uuid_only)
+    assert alone is not None and (alone.path_str, alone.kind) == ("function → .run_id (UUID)", "uuid")
+    assert hint_for([_node("", "a", r="4187"), _node("", "b", r="912")])[0] == "value"

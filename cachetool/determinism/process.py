@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from cachetool.determinism.waiter import GO, GO_FD_ENV, PREIMPORT_ENV
 from cachetool.processes import process_start
-from cachetool.trace.install import COLD_ENV, EVENTS_ENV, SEED_ENV, TREES_ENV
+from cachetool.trace.install import COLD_ENV, EVENTS_ENV, RUN_MARKER_ENV, SEED_ENV, TREES_ENV
 
 if TYPE_CHECKING:  # imported when a run ends: the runs start before the comparison's imports
     from cachetool.determinism.report import RunOutcome, RunProgress
@@ -34,9 +34,6 @@ _STDERR_TAIL_LINES = 20
 #: Bytes of a run's stdout and stderr kept (the last ones, on disk in its run folder): a script
 #: that prints gigabytes must not fill the temp dir.
 OUTPUT_CAP = 1 << 20
-#: Marks every process of one run (inherited through fork, exec and setsid), so the processes a
-#: run leaves behind can be found and stopped even when they left its process group.
-RUN_MARKER_ENV = "CACHETOOL_CHECK_RUN"
 
 
 class Tail:

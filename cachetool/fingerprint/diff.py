@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from cachetool.fingerprint.tree import HashNode, build_tree, node_at
+from cachetool.fingerprint.tree import SCALAR_TYPES, HashNode, build_tree, node_at, short_repr, type_name
 from cachetool.safejson import json_fields
 
 
@@ -61,6 +61,11 @@ class Culprit(_Part):
     def values_str(self) -> str:
         """``4187 vs 912``: the reprs of the runs, distinct ones only, in run order."""
         return " vs ".join(dict.fromkeys(self.reprs))
+
+    @property
+    def text_differs(self) -> bool:
+        """Whether the runs' reprs differ beyond memory addresses (an object's default repr)."""
+        return len({_ADDRESS.sub("0x", r) for r in self.reprs}) > 1
 
     @property
     def leaves_str(self) -> list[str]:
@@ -134,6 +139,7 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
         return None
     leaves: list[tuple[str, ...]] = []
     _collect(nodes, (), leaves)
+    leaves = _distinct(nodes, leaves)
     if not leaves:
         return None
     n = 0  # the length of the path all differing leaves share
@@ -143,6 +149,11 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
     found = [node_at(t, common) for t in nodes]
     culprit_nodes = [f for f in found if f is not None] or nodes
     culprit = _culprit(argument, common, culprit_nodes, tuple(leaves))
+    if len(leaves) == 1 and str(culprit_nodes[0].get("t", "")) in SCALAR_TYPES:
+        # A plain value inside what explains it (the int of a uuid.UUID): named as that.
+        place = _places(nodes, (), leaves)[0]
+        if place != common:
+            culprit = _culprit(argument, place, [n for n in (node_at(t, place) for t in nodes) if n], ())
     if culprit.kind == "value" and common:
         culprit = _as_path(culprit, [node_at(t, common[:-1]) for t in nodes])
     # The differences sit in several places below a node that is not itself the problem (a
@@ -189,6 +200,35 @@ def _added(argument: str, path: tuple[str, ...], nodes: Sequence[HashNode | None
         kind="added",
         hint=ADDED_HINT,
     )
+
+
+def _distinct(trees: Sequence[HashNode], leaves: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The differing leaves, one object reached by several paths (a function that is a dataclass
+    field's default factory and a closure of its ``__init__``: the same type and digest in each
+    run) kept once: where another path goes further into it, or else by its path with the fewest
+    private names (`ClassLabel.names`, not `._int2str`), then the shortest."""
+
+    def key(path: tuple[str, ...]) -> tuple[Any, ...] | None:
+        found = [node_at(t, path) for t in trees]
+        if any(n is None or not n.get("d") for n in found):
+            return None
+        return tuple((n.get("t"), n.get("d")) for n in found if n is not None)
+
+    inside = {key(leaf[:depth]) for leaf in leaves for depth in range(1, len(leaf))} - {None}
+    first: dict[Any, tuple[str, ...]] = {}
+    for leaf in leaves:
+        k = key(leaf)
+        if k is None:
+            first[leaf] = leaf
+        elif k not in inside and (k not in first or _rank(leaf) < _rank(first[k])):
+            first[k] = leaf
+    kept = set(first.values())
+    return [leaf for leaf in leaves if leaf in kept]
+
+
+def _rank(path: tuple[str, ...]) -> tuple[int, int]:
+    """Which of the paths to one object names it best: fewer private names, then fewer steps."""
+    return sum(1 for label in path if label.startswith("._")), len(path)
 
 
 def _places(
@@ -328,7 +368,25 @@ _RUNTIME = (
 _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
 _ADDRESS = re.compile(r"0x[0-9a-f]{6,}", re.I)
 _TEMP = re.compile(r"(/tmp/|/var/folders/|\\Temp\\|tmp[a-z0-9_]{8})", re.I)
-_DATETIME = re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b")
+_DATETIME = re.compile(
+    r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]?\d\d|\b1[5-9]\d{8}(\.\d+)?\b|\b\d\d:\d\d:\d\d\b"
+    # time.strftime("%Y%m%d-%H%M%S"), "%Y%m%dT%H%M", ...
+    r"|(?<!\d)(19|20)\d\d(0[1-9]|1[0-2])(0[1-9]|[12]\d|3[01])[T_\-]?([01]\d|2[0-3])[0-5]\d"
+)
+
+
+#: The kinds of part that differ between processes by themselves, whatever the code around them.
+VARYING_KINDS = frozenset({"set-order", "timestamp", "uuid", "address", "temp-path", "random-state"})
+
+
+def varies_by_itself(obj: Any) -> bool:
+    """Whether a part, seen in one process, is of a kind that differs between processes by itself: a
+    frozenset of str (hash-seed order), a timestamp, a uuid, a temporary path, a memory address, an
+    unseeded random generator (`hint_for`'s kinds, read from its type and, for a scalar, its text)."""
+    if isinstance(obj, frozenset):
+        return len(obj) > 1 and any(isinstance(x, (str, bytes)) for x in obj)
+    text = short_repr(obj) if isinstance(obj, (str, int, float)) and not isinstance(obj, bool) else ""
+    return hint_for([{"t": type_name(obj), "r": text}] * 2)[0] in VARYING_KINDS
 
 
 def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str = "") -> tuple[str, str]:
@@ -340,16 +398,20 @@ def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str 
     last = path[-1] if path else ""
     orders = {n.get("o") for n in nodes}
     same_items = len(orders) == 1 and None not in orders
+    frozen_keys = type_name == "dict" and any(
+        str(c.get("l", "")).startswith("[frozenset(") for c in nodes[0].get("c", ())
+    )
     return (
-        _order_hint(type_name, last, same_items)
+        _order_hint(type_name, last, same_items, frozen_keys)
         or _state_hint(type_name, argument)
         or _code_hint(type_name, last, reprs)
         or _value_hint(type_name, reprs)
     )
 
 
-def _order_hint(type_name: str, last: str, same_items: bool) -> tuple[str, str] | None:
-    """A set pickled in hash-seed order, or the same items in another order in each run."""
+def _order_hint(type_name: str, last: str, same_items: bool, frozen_keys: bool) -> tuple[str, str] | None:
+    """A set pickled in hash-seed order (a dict's frozenset keys too), or the same items in another
+    order in each run."""
     if type_name == "frozenset":
         if last.startswith("const["):
             return "set-order", (
@@ -361,7 +423,11 @@ def _order_hint(type_name: str, last: str, same_items: bool) -> tuple[str, str] 
             "a frozenset pickles in PYTHONHASHSEED order: use a sorted tuple, or a set (with datasets "
             "2.15 or later, which sorts sets)."
         )
-
+    if frozen_keys:
+        return "set-order", (
+            "a dict keyed by frozensets: each key pickles in PYTHONHASHSEED order: key it by sorted "
+            "tuples (tuple(sorted(words)))."
+        )
     if same_items and type_name in ("str", "list", "tuple", "dict"):
         return "order", (
             f"the same items in a different order in each run: this {type_name} is built by iterating "
@@ -383,6 +449,8 @@ def _state_hint(type_name: str, argument: str) -> tuple[str, str] | None:
             "RandomState() without a seed): datasets hashes its state, new in every run; create it "
             "with a fixed seed (np.random.default_rng(42)), or inside the function from a seed argument."
         )
+    if type_name.split(".")[-1] == "UUID":
+        return "uuid", f"a uuid is made at run time: {_RUNTIME}"
     if type_name.split(".")[-1] in ("datetime", "date", "time", "Timestamp"):
         return "timestamp", f"a timestamp ({type_name}) is taken at run time: {_RUNTIME}"
     return None
@@ -411,8 +479,8 @@ def _value_hint(type_name: str, reprs: Sequence[str]) -> tuple[str, str]:
     """A value, by what its text looks like (an address, a uuid, a temp path, a time)."""
     # An object's repr is not what gets hashed; only a scalar's text is.
     joined = " ".join(reprs) if type_name in ("str", "bytes", "int", "float") else ""
-    if _ADDRESS.search(joined):
-        return "address", f"a repr with a memory address (id()-based) differs in every run: {_RUNTIME}"
+    if _ADDRESS.search(joined) or (type_name == "int" and all(_looks_like_address(r) for r in reprs)):
+        return "address", f"a memory address (an id(), or a repr with 0x...) differs in every run: {_RUNTIME}"
     if _UUID.search(joined):
         return "uuid", f"a uuid is made at run time: {_RUNTIME}"
     if _TEMP.search(joined):
@@ -481,6 +549,15 @@ def state_change_hint(types: str) -> str:
         f"lazily built vocabulary, a functools.cached_property: call it once up front), or create it "
         "inside the function. See https://github.com/huggingface/datasets/issues/3638"
     )
+
+
+def _looks_like_address(text: str) -> bool:
+    """An int that reads as an object's address (``id(obj)`` in CPython): aligned, in user space."""
+    try:
+        value = int(text)
+    except ValueError:
+        return False
+    return 2**32 <= value < 2**48 and value % 8 == 0
 
 
 def _looks_like_time(text: str) -> bool:

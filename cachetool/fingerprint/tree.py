@@ -20,7 +20,7 @@ import re
 import reprlib
 import sys
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
 from cachetool.fingerprint.hashing import hash_bytes, pickled_filename, try_hash
@@ -113,6 +113,63 @@ def build_tree(
     return node("", obj, 0)
 
 
+def graft(
+    obj: Any,
+    tree: HashNode,
+    wanted: Callable[[Any], bool],
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_visits: int = 300,
+    max_paths: int = 4,
+    max_items: int = DEFAULT_MAX_ITEMS,
+) -> HashNode:
+    """`tree` (a bounded tree of `obj`) with, below each node it stops at for depth, the path to each
+    part that is `wanted` (one that varies between processes by itself, however deep it sits), so
+    that a diff of two such trees reaches that part. Parts are looked at (never hashed) up to
+    `max_depth` levels below the root and `max_visits` in all; only the nodes on a path are hashed."""
+    visits = 0
+    paths = 0
+
+    def found_below(value: Any, depth: int, seen: set[int]) -> list[HashNode]:
+        """Nodes of the parts of `value` that lead to wanted parts (each with its path below it)."""
+        nonlocal visits, paths
+        out: list[HashNode] = []
+        if depth >= max_depth or not decomposable(value) or id(value) in seen:
+            return out
+        seen.add(id(value))
+        for label, part in parts_of(value, max_items):
+            if label is MORE or visits >= max_visits or paths >= max_paths:
+                break
+            visits += 1
+            if wanted(part):
+                paths += 1
+                out.append(_alone(label, part))
+                continue
+            below = found_below(part, depth + 1, seen)
+            if below:
+                out.append({**_alone(label, part), "c": below})
+        return out
+
+    def walk(node: HashNode, value: Any, depth: int) -> HashNode:
+        if node.get("x") == "depth" and not node.get("c"):
+            below = found_below(value, depth, set())
+            return {**node, "c": below} if below else node
+        children = node.get("c")
+        if not children:
+            return node
+        parts = dict(parts_of(value, max_items))
+        return {**node, "c": [walk(c, parts[c["l"]], depth + 1) if c["l"] in parts else c for c in children]}
+
+    return walk(tree, obj, 0)
+
+
+def _alone(label: str, obj: Any) -> HashNode:
+    """The node of `obj` without its children (marked as stopped for depth where it has parts)."""
+    node = build_tree(obj, max_depth=0)
+    node["l"] = label
+    return node
+
+
 def iter_nodes(tree: HashNode, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], HashNode]]:
     """Every ``(path, node)`` of a tree, depth first; `path` is the labels below the root."""
     yield path, tree
@@ -133,7 +190,7 @@ def node_at(tree: HashNode, path: Sequence[str]) -> HashNode | None:
     return node
 
 
-_SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
+SCALAR_TYPES = frozenset({"str", "bytes", "int", "float", "bool", "NoneType", "complex"})
 
 
 def part_key(label: str, node: HashNode, depth: int) -> tuple[str, ...] | None:
@@ -142,7 +199,7 @@ def part_key(label: str, node: HashNode, depth: int) -> tuple[str, ...] | None:
     digest = node.get("d")
     if not isinstance(digest, str):
         return None
-    if str(node.get("t", "")) not in _SCALAR_TYPES:
+    if str(node.get("t", "")) not in SCALAR_TYPES:
         return (digest,)
     if depth >= 1 and label.startswith(("global ", "closure ", "[")):
         return (label, digest)

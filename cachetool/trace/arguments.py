@@ -313,18 +313,25 @@ _NO_REPR = ("bytecode", "linetable", "varnames", "names")
 
 def summarize(value: Any) -> dict[str, Any] | None:
     """A bounded summary of `value`'s hash tree, or None when no tree can be built."""
-    try:
-        from cachetool.fingerprint.tree import build_tree
+    from cachetool.fingerprint.tree import as_node, build_tree, graft
 
+    try:
         tree = build_tree(value, max_depth=MAX_DEPTH, max_nodes=MAX_NODES, max_items=MAX_ITEMS)
     except Exception:  # a summary is a nicety; never a reason to lose the record
         return None
     node = _compact(tree)
     for keep in range(MAX_DEPTH - 1, -1, -1):
         if len(json.dumps(node, ensure_ascii=False, separators=(",", ":"))) <= MAX_BYTES:
-            return node
-        node = _cut(node, keep)
-    return node  # the argument alone: a digest, a type and a short repr
+            break
+        node = _cut(node, keep)  # at worst the argument alone: a digest, a type and a short repr
+    try:
+        from cachetool.fingerprint.diff import varies_by_itself
+
+        # Below the cut, the parts that vary between processes by themselves (a frozenset of str in
+        # a set literal of a method, a uuid on an attribute's attribute): explain names them.
+        return _compact(graft(value, as_node(node), varies_by_itself, max_items=MAX_ITEMS))
+    except Exception:
+        return node
 
 
 def _compact(node: HashNode) -> dict[str, Any]:

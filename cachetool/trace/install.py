@@ -33,6 +33,11 @@ SEED_ENV = "CACHETOOL_USER_PYTHONHASHSEED"
 #: result once sampled batches prove it (`cachetool.trace.rekey`).
 REUSE_ENV = "CACHETOOL_REUSE_EQUIVALENT"
 _RUN_VARIABLES = (EVENTS_ENV, TREES_ENV, COLD_ENV, SEED_ENV, REUSE_ENV)
+#: Set by the determinism runner: marks every process of one run (inherited through fork, exec and
+#: setsid), so the processes a run leaves behind can be found and stopped even when they left its
+#: process group. Kept in the process's environment, out of ``os.environ`` (its value is new in each
+#: run: a script that hashes its environment would differ by it).
+RUN_MARKER_ENV = "CACHETOOL_CHECK_RUN"
 
 #: One sequence for tracer events and `cachetool.checkpoint()` events, so that `seq` orders both.
 event_counter = itertools.count()
@@ -48,9 +53,14 @@ _reuse_equivalent = False  # `tracing(reuse_equivalent=True)`
 
 def take_environment() -> None:
     """Before the script runs: take the run's ``CACHETOOL_*`` variables out of ``os.environ`` (and
-    put the user's ``PYTHONHASHSEED`` back), so the script sees the environment of a plain run."""
+    put the user's ``PYTHONHASHSEED`` back), so the script sees the environment of a plain run; the
+    run marker stays in the process's environment."""
     global _taken
     _taken = {k: os.environ.pop(k) for k in _RUN_VARIABLES if k in os.environ}
+    # Out of the mapping only (no unsetenv): the processes the script starts still inherit it.
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        data.pop(os.environ.encodekey(RUN_MARKER_ENV), None)
     if _taken.get(SEED_ENV):
         os.environ["PYTHONHASHSEED"] = _taken[SEED_ENV]
     elif SEED_ENV in _taken:

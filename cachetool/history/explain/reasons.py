@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import Reason, StepRef
@@ -12,6 +13,9 @@ from cachetool.history.explain.view import LedgerView
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import StepRecord
+
+if TYPE_CHECKING:
+    from cachetool.fingerprint.diff import Culprit
 
 #: Arguments `datasets` hashes that do not change the data a step produces.
 NON_SEMANTIC = frozenset(
@@ -221,7 +225,7 @@ def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
         if name == "function":
             out.extend(_function_reasons(view, new, old))
         else:
-            out.append(_value_reason(view, new, old, name))
+            out.extend(_value_reasons(view, new, old, name))
     return out
 
 
@@ -232,21 +236,77 @@ def _repr(entry: ArgInfo | None) -> str:
     return entry.repr if entry.repr is not None else f"<{entry.type or '?'}>"
 
 
-def _value_reason(view: LedgerView, new_rec: StepRecord, old_rec: StepRecord, name: str) -> Reason:
+def _value_reasons(view: LedgerView, new_rec: StepRecord, old_rec: StepRecord, name: str) -> list[Reason]:
     """An argument other than the function changed: name the part, with its values."""
-    from cachetool.fingerprint.diff import diff_trees, render_path
+    from cachetool.fingerprint.diff import diff_trees
     from cachetool.fingerprint.tree import as_node
 
     old, new = old_rec.args.get(name), new_rec.args.get(name)
     if old is not None and new is not None and old.summary is not None and new.summary is not None:
         culprit = diff_trees(name, [as_node(old.summary), as_node(new.summary)])
         if culprit is not None:
-            path = render_path(name, culprit.path)
-            if culprit.kind in NONDETERMINISTIC_KINDS:
-                return _nondeterministic(name, path, culprit.description, culprit.hint, culprit.kind)
-            state = _cache_state(view, new_rec, old_rec, name, culprit.path)
-            return state or _changed(name, path, culprit.reprs[0], culprit.reprs[-1])
-    return _changed(name, name, _repr(old), _repr(new))
+            return _culprit_reasons(view, new_rec, old_rec, culprit)
+    return [_changed(name, name, _repr(old), _repr(new))]
+
+
+def _culprit_reasons(view: LedgerView, new: StepRecord, old: StepRecord, culprit: Culprit) -> list[Reason]:
+    """What the part of an argument that differs is, one reason per place where it differs in
+    several (a frozenset on an attribute and a set literal in a method of one object; a part
+    present in one run only, an item appended, is said of what holds it; places that all differ
+    below what the ledger keeps, of what holds them)."""
+    places = culprit.parts if culprit.parts and all(p.kind != "added" for p in culprit.parts) else ()
+    reasons = [_part_reason(view, new, old, part) for part in places or (culprit,)]
+    if places and all(r.kind == "argument" and r.before is None for r in reasons):
+        return [_part_reason(view, new, old, replace(culprit, parts=()), below=True)]
+    return reasons
+
+
+def _part_reason(
+    view: LedgerView, new: StepRecord, old: StepRecord, part: Culprit, below: bool = False
+) -> Reason:
+    """One part that differs: varying by itself (check-determinism's words), hashing alike with the
+    same text (by itself too), changed by an earlier step, differing below what the ledger keeps of
+    it (`below`, or the part is where its summary stops), or changed by the user (its values)."""
+    from cachetool.fingerprint.diff import render_path
+
+    path = render_path(part.argument, part.path)
+    if part.kind in NONDETERMINISTIC_KINDS or part.kind == "code":
+        return _nondeterministic(part.argument, path, part.description, part.hint, part.kind)
+    below = below or _summary_stops_at(view, new, part.argument, part.path)
+    if not below and not part.text_differs and any(part.reprs):
+        return _nondeterministic(part.argument, path, part.description, part.hint, part.kind)
+    state = _cache_state(view, new, old, part.argument, part.path)
+    if state is not None:
+        return state
+    if not part.text_differs:
+        where = "below the levels the ledger keeps of it" if below else "(the ledger keeps no text of it)"
+        message = (
+            f"`{path}` ({part.description}) differs {where}: a change of yours, or a value made at run "
+            "time (`cachetool check-determinism` on the script names the latter)"
+        )
+        return Reason("argument", message, part.argument, path)
+    changed = _changed(part.argument, path, part.reprs[0], part.reprs[-1])
+    fa, fb = old.function or FunctionInfo(), new.function or FunctionInfo()
+    same_source = fa.source_hash is not None and fa.source_hash == fb.source_hash
+    if len(part.path) == 1 and part.path[0].startswith("default ") and same_source:
+        # The same `def` line gave another default: it is computed when the script runs.
+        message = f"{changed.message} (the source is the same: the default is computed when the script runs)"
+        hint = (
+            "a default computed when the script runs (random.random(), time.time(), an environment "
+            "variable) changes the fingerprint with its value: compute it inside the function, or pass "
+            "it in fn_kwargs"
+        )
+        return replace(changed, message=message, hint=hint)
+    return changed
+
+
+def _summary_stops_at(view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]) -> bool:
+    """Whether the recorded summary of `argument` stops at `path`: what differs lies below it."""
+    from cachetool.fingerprint.tree import as_node, node_at
+
+    arg = view.with_summaries(rec).arg(argument)
+    node = node_at(as_node(arg.summary), path) if arg is not None and arg.summary is not None else None
+    return node is not None and "x" in node
 
 
 def _cache_state(
@@ -330,13 +390,15 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
         where = f" ({lines[0]})" if lines else ""
         message = f"the source of `{fb.qualname}` changed{where}"
         return [Reason("function-source", message, argument="function", path="function", lines=tuple(lines))]
-    return [_same_code_reason(view, new, old, fb.qualname)]
+    return _same_code_reasons(view, new, old, fb.qualname)
 
 
-def _same_code_reason(view: LedgerView, new: StepRecord, old: StepRecord, qualname: str | None) -> Reason:
+def _same_code_reasons(
+    view: LedgerView, new: StepRecord, old: StepRecord, qualname: str | None
+) -> list[Reason]:
     """The function's code is the same, yet it hashes differently: the part of its hash tree
     that differs, or what varies from process to process."""
-    from cachetool.fingerprint.diff import diff_trees, render_path
+    from cachetool.fingerprint.diff import diff_trees
     from cachetool.fingerprint.tree import as_node
 
     sa, sb = (a.summary if (a := r.arg("function")) is not None else None for r in (old, new))
@@ -344,18 +406,11 @@ def _same_code_reason(view: LedgerView, new: StepRecord, old: StepRecord, qualna
     if sa is not None and sb is not None:
         culprit = diff_trees("function", [as_node(sa), as_node(sb)])
     if culprit is None:
-        return _nondeterministic(
-            "function",
-            "function",
-            f"function {qualname!r}",
-            "its source is unchanged, yet it hashes differently: something it references is "
-            "built at run time",
+        hint = (
+            "its source is unchanged, yet it hashes differently: something it references is built at run time"
         )
-    before, after = culprit.reprs[0], culprit.reprs[-1]
-    path = render_path("function", culprit.path)
-    if culprit.kind in NONDETERMINISTIC_KINDS or before == after or culprit.kind == "code":
-        return _nondeterministic("function", path, culprit.description, culprit.hint, culprit.kind)
-    return _cache_state(view, new, old, "function", culprit.path) or _changed("function", path, before, after)
+        return [_nondeterministic("function", "function", f"function {qualname!r}", hint)]
+    return _culprit_reasons(view, new, old, culprit)
 
 
 def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
