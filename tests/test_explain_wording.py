@@ -469,3 +469,41 @@ def test_a_default_computed_when_the_script_runs_says_so(tmp_path: Path) -> None
     assert reason["kind"] == "argument" and reason["path"] == "function → default 'factor'", reason
     assert " → " in reason["message"] and "computed when the script runs" in reason["message"], reason
     assert "inside the function" in reason["hint"], reason
+
+
+def test_explain_last_points_at_a_later_run_from_this_folder_that_recorded_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pipeline run in the default cache, then another from the same folder that caches only
+    under `cache_dir=`: `explain --last` explains the first (the latest in this cache) and says
+    that a later run from this folder recorded its steps in the other cache, with the command that
+    explains it; that command does. A later run from another folder is not mentioned."""
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    (tmp_path / "a.py").write_text(
+        "from datasets import load_dataset\nload_dataset('csv', data_files='d.csv', split='train')\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "b.py").write_text(
+        "from datasets import load_dataset\n"
+        "load_dataset('csv', data_files='d.csv', split='train', cache_dir='other').map(lambda ex: ex)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    cachetool_run("a.py", env=env, cwd=tmp_path)
+    first = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "d.csv").write_bytes((tmp_path / "d.csv").read_bytes())
+    (elsewhere / "b.py").write_bytes((tmp_path / "b.py").read_bytes())
+    cachetool_run("b.py", env=env, cwd=elsewhere)
+    assert "later traced run" not in invoke("explain", "--last", env=env).stderr
+
+    cachetool_run("b.py", env=env, cwd=tmp_path)
+    said = invoke("explain", "--last", env=env, columns=200)
+    assert said.exit_code == 0 and first in said.stdout, said.stdout
+    assert "a later traced run from this folder" in said.stderr, said.stderr
+    command = said.stderr[said.stderr.index("`cachetool ") + 1 : said.stderr.rindex("`")].split()
+    assert command == ["cachetool", "explain", "--last", "--cache-dir", str(tmp_path / "other")], said.stderr
+    there = invoke(*command[1:], env=env, columns=200)
+    assert "map <lambda> @ b.py:2" in there.stdout, there.stdout

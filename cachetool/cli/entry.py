@@ -39,7 +39,6 @@ def _run(args: Sequence[str]) -> None:
     import os
 
     from cachetool.errors import CachetoolError
-    from cachetool.remote.client import is_remote_url
     from cachetool.trace.runner import check_script, run_here
 
     while len(args) >= 2 and args[0] in ("--reuse-equivalent", "--remote"):
@@ -48,7 +47,10 @@ def _run(args: Sequence[str]) -> None:
 
             os.environ[REUSE_ENV] = "1"
             args = args[1:]
-        elif len(args) >= 3 and is_remote_url(args[1]):  # else the app says it is no URL
+            continue
+        from cachetool.remote.client import is_remote_url  # (the remote package: only for --remote)
+
+        if len(args) >= 3 and is_remote_url(args[1]):  # else the app says it is no URL
             os.environ["CACHETOOL_REMOTE"] = args[1]
             args = args[2:]
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,11 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
         for other in others:
             command = shell_command("explain", "--last", "--cache-dir", other)
             hint(f"this run also recorded steps in {other}, a cache root of its own: `{command}`")
+    elif options.last and report.run is not None and not options.all_roots and root is not None:
+        later = _later_run_here(root, report.run)
+        if later is not None:
+            command = shell_command("explain", "--last", "--cache-dir", later)
+            hint(f"a later traced run from this folder recorded its steps in {later}: `{command}`")
     if report.stale:
         first, *rest = _by_root(report.stale).values()
         hint(first[0].hint)
@@ -117,6 +123,34 @@ def _latest_root_elsewhere(root: Path) -> str | None:
             continue
         newest = max(newest or (when, other), (when, other))
     return newest[1] if newest else None
+
+
+def _later_run_here(root: Path, run: str) -> str | None:
+    """The root whose newest ledger segment is a run other than `run` that started in this working
+    directory after `run`'s segment here was last written (a run with `cache_dir=` elsewhere), or
+    None. Each other known root costs a `stat` of its segments; the newest one's first record is read."""
+    from cachetool.cache.roots import ledger_dir, other_roots
+    from cachetool.safejson import parse_json
+
+    try:
+        since = (ledger_dir(root) / f"{run}.jsonl").stat().st_mtime
+    except OSError:
+        return None
+    newest: tuple[float, str, Path] | None = None
+    for other, _ in other_roots(root):
+        for segment in ledger_dir(other).glob("*.jsonl"):
+            with contextlib.suppress(OSError):
+                when = segment.stat().st_mtime
+                if when > since and segment.stem != run and (newest is None or when > newest[0]):
+                    newest = (when, other, segment)
+    if newest is None:
+        return None
+    try:
+        with open(newest[2], "rb") as f:
+            start = parse_json(f.readline(64 * 1024))
+    except Exception:  # a hint only
+        return None
+    return newest[1] if isinstance(start, dict) and start.get("cwd") == os.getcwd() else None
 
 
 def _roots_with_run(root: Path, run: str) -> list[str]:

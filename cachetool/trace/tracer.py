@@ -21,7 +21,7 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from cachetool.history.records.base import LedgerRecord
@@ -190,10 +190,11 @@ class Tracer:
         self.reuse_equivalent = False
         #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
         self._warned: set[Any] = set()
-        #: Per root, the results this run loaded, and the roots where a step may go stale
-        #: (`StepRecord.may_go_stale`): those are checked for stale results when the run ends.
-        self._hits: dict[str, set[str]] = {}
-        self._by_name: set[str] = set()
+        #: Per root, the results this run loaded (fingerprint to files), and the source files of
+        #: the user's modules its steps' functions reach (`StepRecord.may_go_stale`): checked for
+        #: stale results when the run ends, when a source is newer than a loaded file.
+        self._hits: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._by_name: dict[str, set[str]] = {}
         #: The run's start (`start_run`), written to each root before the run's first record there.
         self._start: LedgerRecord | None = None
         self._entered: set[str] = set()  # roots the run wrote in: each has the start and a lease
@@ -326,8 +327,9 @@ class Tracer:
             self.enter_root(self.roots.default)  # failed before writing anything: say so where users look
         for root in list(sink.roots):
             self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
-        for root in self._by_name & self._hits.keys():
-            _warn_stale(root, self._hits[root])
+        for root, sources in self._by_name.items():
+            if _older_than(self._hits.get(root, {}), sources):
+                _warn_stale(root, set(self._hits[root]))
         for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
             if foldable_bytes(root) > AUTO_BYTES:
                 from cachetool.history.compact import compact_if_large
@@ -550,9 +552,9 @@ class Tracer:
                 self.sink.emit_line(src, self._prefix + ENCODER.encode(src.to_json(constant=False))[1:])
             root = record.root or self.roots.default
             if record.cache == "hit" and record.result:
-                self._hits.setdefault(root, set()).add(record.result)
-            if record.may_go_stale:
-                self._by_name.add(root)
+                self._hits.setdefault(root, {})[record.result] = tuple(f.path for f in record.files)
+            if record.may_go_stale and (fn := record.function):
+                self._by_name.setdefault(root, set()).update(p.file for p in (fn, *fn.deps) if p.file)
             rf = record.random_fallback
             if rf and rf.predictable and not record.internal and record.call_site not in self._warned:
                 from cachetool.history.explain.reasons import predictable_warning
@@ -560,6 +562,22 @@ class Tracer:
                 self._warned.add(record.call_site)  # once per call site (DatasetDict.map: per split)
                 warn(predictable_warning(record, rf))
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:], like)
+
+
+def _older_than(hits: dict[str, tuple[str, ...]], sources: set[str]) -> bool:
+    """Whether a file of `hits` was last written before a file of `sources` was: only then can a
+    loaded result be stale (reading the ledger to know costs a fraction of a second)."""
+
+    def mtimes(paths: Iterable[str]) -> list[float]:
+        out = []
+        for path in paths:
+            with contextlib.suppress(OSError):
+                out.append(os.stat(path).st_mtime)
+        return out
+
+    loaded = mtimes(p for files in hits.values() for p in files)
+    edited = mtimes(sources)
+    return bool(loaded and edited) and min(loaded) < max(edited)
 
 
 def _warn_stale(root: str, fps: set[str]) -> None:
