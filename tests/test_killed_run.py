@@ -638,3 +638,38 @@ def test_the_dead_run_hint_names_only_what_the_killed_run_may_have_left(tmp_path
     assert said.exit_code == 0, said.stderr
     assert str(complete) not in said.stderr, said.stderr
     assert f"pid {pid} on " in said.stderr and str(left) in said.stderr, said.stderr
+
+
+def test_a_run_beside_a_killed_one_says_how_long_before_it_that_one_began(tmp_path: Path) -> None:
+    """Two traced runs of one pipeline on one cache: the second starts while the first is in its
+    map, then the first is SIGKILLed and the second finishes. `explain --last` says the second
+    computed the map because an attempt that began that long before it was killed (the two ran
+    side by side), not as if a run killed long ago had left nothing."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(1200)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    first, second = tmp_path / "busy1", tmp_path / "busy2"
+
+    def start(marker: Path) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)]
+        return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait_for(marker: Path, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+
+    a = start(first)
+    try:
+        wait_for(first, a)
+        b = start(second)
+        wait_for(second, b)
+    finally:
+        a.kill()
+        a.wait()
+    assert b.wait(timeout=120) == 0
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
+    (reason,) = step["reasons"]
+    assert reason["kind"] == "killed-before" and "before this one" in reason["message"], reason

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cachetool.errors import CachetoolError, option
-from cachetool.formatting import clock_time
+from cachetool.formatting import clock_time, short_duration
 from cachetool.history.explain.answer import (
     ExplainReport,
     Reason,
@@ -87,10 +87,13 @@ def _reasons(
         return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])
     killed = _killed_attempt(view, rec)
     if killed is not None:
-        why = (
-            f"its last attempt, in run {killed.run} at {clock_time(killed.time)}, was killed before it "
-            "finished: nothing was cached"
+        gap = rec.time - killed.time
+        attempt = (  # begun so shortly before that the two may well have run side by side
+            f"in run {killed.run}, began {short_duration(gap)} before this one and"
+            if gap < (rec.duration or 0.0)
+            else f"in run {killed.run} at {clock_time(killed.time)},"
         )
+        why = f"its last attempt, {attempt} was killed before it finished: nothing was cached"
         return (Reason("killed-before", why),), None
     if view.first_run(rec):
         loaded = any(
