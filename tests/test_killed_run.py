@@ -652,7 +652,9 @@ def test_a_run_beside_a_killed_one_says_how_long_before_it_that_one_began(tmp_pa
 
     def start(marker: Path) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)]
-        return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def wait_for(marker: Path, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + 120

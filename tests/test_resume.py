@@ -374,7 +374,7 @@ def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> N
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     (step,) = [s for s in doc["steps"] if s["operation"] == "filter"]
     assert [r["kind"] for r in step["reasons"]] == ["killed-before"], step["reasons"]
-    assert f"its last attempt, in run {killed} at " in step["reasons"][0]["message"]
+    assert f"its last attempt, in run {killed}" in step["reasons"][0]["message"]
     hours_ago = time.time() - 2 * 3600
     os.utime(partial, (hours_ago, hours_ago))
     assert _gc_plan(env, "--temp") == ([str(partial)], {})
