@@ -675,3 +675,32 @@ def test_a_run_beside_a_killed_one_says_how_long_before_it_that_one_began(tmp_pa
     (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
     (reason,) = step["reasons"]
     assert reason["kind"] == "killed-before" and "before this one" in reason["message"], reason
+
+
+def test_ls_calls_a_partial_resumable_only_once_its_writer_is_gone(tmp_path: Path) -> None:
+    """While a map writes its `tmp*` file, `ls` says the file is being written by that process,
+    not that it is a resumable partial (a traced rerun takes back only what a killed run left);
+    once the writer is SIGKILLed, the same file is a resumable partial."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    marker = tmp_path / "busy"
+    cmd = [sys.executable, "p.py", "d.csv", str(marker)]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and any(_tmp_sizes(tmp_path).values())):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        (writing,) = [
+            e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
+        ]
+        assert writing["resumable"] is False, writing
+        assert any(f"being written by pid {proc.pid}" in p for p in writing["problems"]), writing
+    finally:
+        proc.kill()
+        proc.wait()
+    (left,) = [
+        e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
+    ]
+    assert left["resumable"] is True and left["path"] == writing["path"], left

@@ -187,8 +187,12 @@ class Scanner(Walker):
             f = self.cache_file(it, arrow=True)
             fp = f.summary.fingerprint if f.summary else None
             rows = f.summary.resumable_rows(it.path.parent) if f.summary else 0
+            # A partial is a killed run's only once no live process writes it (asked only then).
+            pids = live.pids_for_path(os.fsdecode(it.path)) if rows and (live := self.in_use()) else ()
             problem = (
-                EntryProblem(code="resumable", got=rows, want=fp)
+                EntryProblem(f"being written by pid {', '.join(map(str, sorted(pids)))}")
+                if pids
+                else EntryProblem(code="resumable", got=rows, want=fp)
                 if rows
                 else EntryProblem("temporary file: a writer in progress or killed")
             )
