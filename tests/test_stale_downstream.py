@@ -415,3 +415,41 @@ def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there
     # The edited step, recomputed: its stale reuses before that are history, not a finding.
     again = _cli(env, "explain", edited, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["stale"] == [], again.stdout
+
+
+def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> None:
+    """A helper of the user's module reads a constant of that module (`SUFFIX = "!"`); the
+    constant is edited, the code is not. `datasets` hashes the helper by name and reuses the old
+    result: the run warns that it loaded a stale result and names the constant, `explain --last`
+    and `verify --stale` flag the entry and the map made from it, and the hint's command removes
+    them so that the next run computes the new value."""
+    project = tmp_path / "project"
+    project.mkdir()
+    helpers = 'SUFFIX = "!"\n\n\ndef clean_text(text):\n    return text.strip() + SUFFIX\n'
+    (project / "helpers.py").write_text(helpers, encoding="utf-8")
+    (project / "pipeline.py").write_text(
+        PIPELINE.replace(
+            'sum(ch.isupper() for t in c["text"] for ch in t)', 'sum(t.count("?") for t in c["text"])'
+        ),
+        encoding="utf-8",
+    )
+    (project / "data.csv").write_text(
+        "id,text\n" + "".join(f"{i},  Hello World number {i}\n" for i in range(20)), encoding="utf-8"
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    fps = _run(project, env)["fps"]
+    assert isinstance(fps, list)
+    (project / "helpers.py").write_text(helpers.replace('"!"', '"?"'), encoding="utf-8")
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    assert json.loads(run.stdout.strip().splitlines()[-1])["upper"] == 0  # the old results, reused
+    assert "this run loaded 3 stale result(s)" in run.stderr and "`SUFFIX`" in run.stderr, run.stderr
+
+    explained = _cli(env, "explain", "--last", "--json")
+    assert explained.returncode == 1, explained.stdout
+    assert [s["fingerprint"] for s in json.loads(explained.stdout)["stale"]] == fps
+    verified = _cli(env, "verify", "--stale", "--json")
+    found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
+    assert verified.returncode == 1 and found == set(fps), verified.stdout
+    removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert _run(project, env)["upper"] == 20

@@ -417,6 +417,50 @@ def _feed_code(h: Any, code: types.CodeType, depth: int) -> None:
         h.update(b"\x00")
 
 
+#: The most items a value of a module `reads` describes (a larger one is not compared).
+MAX_READ_ITEMS = 100_000
+_READ_LEAVES = (str, bytes, int, float, bool, type(None))
+
+
+def reads(fn: types.FunctionType) -> dict[str, str]:
+    """The digest of each plain value (numbers, text, and lists, tuples, sets and dicts of them)
+    of its module that `fn` reads by name: what `datasets` does not see of a function it hashes
+    by name. Sets and dicts are described in a sorted order, so a digest is the same in every
+    process; any other value (a function, a class, an object) is left out."""
+    out: dict[str, str] = {}
+    g = fn.__globals__
+    for name in dict.fromkeys(_names(fn.__code__)):
+        if name in g and not isinstance(g[name], types.ModuleType):
+            budget = [MAX_READ_ITEMS]
+            text = _canonical(g[name], budget)
+            if text is not None:
+                out[name] = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return out
+
+
+def _canonical(value: Any, budget: list[int]) -> str | None:
+    """A text that is the same for equal plain values in any process; None for anything else or
+    more than the budget of items."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return None
+    if isinstance(value, _READ_LEAVES):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        items = value.items() if isinstance(value, dict) else ((x, None) for x in value)
+        parts = []
+        for k, v in items:
+            ck = _canonical(k, budget)
+            cv = _canonical(v, budget) if isinstance(value, dict) else ""
+            if ck is None or cv is None:
+                return None
+            parts.append(f"{ck}={cv}" if isinstance(value, dict) else ck)
+        if isinstance(value, (set, frozenset, dict)):
+            parts.sort()
+        return f"{type(value).__name__}[{','.join(parts)}]"
+    return None
+
+
 def source_of(target: Any) -> str | None:
     """The source text of a function, or None when it has none (a lambda typed at a prompt)."""
     try:
@@ -463,6 +507,8 @@ def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
         qualname = f"{module}.{qualname}"
     info = _ref(qualname, code, source_of(target), sources)
     info["by_reference"] = by_reference(target)
+    if info["by_reference"] and isinstance(target, types.FunctionType):
+        info["reads"] = reads(target)
     info["deps"] = _deps(target, sources) if isinstance(target, types.FunctionType) else []
     return info
 
@@ -500,7 +546,8 @@ def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[di
             queue.append(callee)
             if by_reference(callee):  # a change of one pickled by value changes the fingerprint
                 qualname = f"{callee.__module__}.{callee.__qualname__}"
-                out.append(_ref(qualname, callee.__code__, source_of(callee), sources))
+                ref = _ref(qualname, callee.__code__, source_of(callee), sources)
+                out.append({**ref, "reads": reads(callee)})
             if len(out) >= MAX_DEPS:
                 break
     return out

@@ -167,13 +167,15 @@ class SourceChange:
     qualname: str
     file: str | None
     lines: tuple[LineChange, ...]
+    #: Values of its module it reads that changed (its code the same, or not).
+    values: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
         return self.qualname.rsplit(".", 1)[-1] if self.file else self.qualname
 
     def to_json(self) -> dict[str, Any]:
-        return json_fields(self, "qualname", "file", "lines")
+        return json_fields(self, "qualname", "file", "lines", "values")
 
 
 @dataclass(frozen=True)
@@ -244,7 +246,14 @@ class StaleHit:
             f"`{c.name}` in {os.path.basename(c.file)}" if c.file else f"`{c.name}`" for c in self.changes
         )
         first = next((c.lines[0] for c in self.changes if c.lines), None)
-        tail = f" ({first})" if first is not None else ""
+        value = next((v for c in self.changes for v in c.values), None)
+        tail = (
+            f" ({first})"
+            if first is not None
+            else f" (the value of `{value}` it reads)"
+            if value is not None
+            else ""
+        )
         if self.reused_at is not None:
             return (
                 f"cache entry {self.file_name} was reused at {clock_time(self.reused_at)}, but {names} "

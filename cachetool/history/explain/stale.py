@@ -46,10 +46,10 @@ def _code_changes(view: LedgerView, old: FunctionInfo, new: FunctionInfo) -> lis
             continue
         a, b = was.code_hash, part.code_hash
         differs = a != b if a and b else was.source_hash != part.source_hash
-        if differs:
-            changes.append(
-                SourceChange(str(part.qualname), part.file, tuple(line_changes(view.sources, was, part)))
-            )
+        values = tuple(n for n, d in part.reads.items() if was.reads.get(n, d) != d)
+        if differs or values:
+            lines = tuple(line_changes(view.sources, was, part)) if differs else ()
+            changes.append(SourceChange(str(part.qualname), part.file, lines, values))
     return changes
 
 
@@ -246,6 +246,8 @@ def stale_hits(
             stale.update((s.fingerprint, s) for s in found)
         elif changes:
             stale[fp] = _hit(fp, files, comp, reused, comp, changes=tuple(changes))
+        else:  # the code on disk is as it was; a value it reads is not on disk: the runs decide
+            stale.update((s.fingerprint, s) for s in found if any(c.values for c in s.changes))
     # Ancestors before descendants: an ancestor has fewer ancestors than what is made from it.
     for fp in sorted(entries, key=lambda x: len(upstream.ancestors(x))):
         if fp in stale:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cachetool.history.records.base import Part
@@ -20,13 +20,18 @@ class CallSite(Part):
 
 @dataclass(frozen=True)
 class FunctionRef(Part):
-    """A function of the user's code: its name, place and the hashes of its source and bytecode."""
+    """A function of the user's code: its name, place and the hashes of its source and bytecode;
+    for one `datasets` hashes by name, the digest of each plain value of its module it reads
+    (`reads`: a constant edited there changes what it does, not its code)."""
+
+    OMIT: ClassVar[tuple[str, ...]] = ("reads",)
 
     qualname: str | None = None
     file: str | None = None
     line: int | None = None
     source_hash: str | None = None
     code_hash: str | None = None
+    reads: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
