@@ -88,9 +88,9 @@ def _reasons(
     killed = _killed_attempt(view, rec)
     if killed is not None:
         gap = rec.time - killed.time
-        attempt = (  # begun so shortly before that the two may well have run side by side
+        attempt = (  # begun shortly before: the two may well have run side by side
             f"in run {killed.run}, began {short_duration(gap)} before this one and"
-            if gap < (rec.duration or 0.0)
+            if gap < 120
             else f"in run {killed.run} at {clock_time(killed.time)},"
         )
         why = f"its last attempt, {attempt} was killed before it finished: nothing was cached"
