@@ -418,14 +418,19 @@ def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there
 
 
 def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> None:
-    """A helper of the user's module reads a constant of that module (`SUFFIX = "!"`); the
-    constant is edited, the code is not. `datasets` hashes the helper by name and reuses the old
+    """A helper of the user's module reads a constant of that module (`SUFFIX = "!"`) and fills a
+    dict of it as it runs (no edit: a second run warns of nothing); the constant is edited, the
+    code is not. `datasets` hashes the helper by name and reuses the old
     result: the run warns that it loaded a stale result and names the constant, `explain --last`
     and `verify --stale` flag the entry and the map made from it, and the hint's command removes
     them so that the next run computes the new value."""
     project = tmp_path / "project"
     project.mkdir()
-    helpers = 'SUFFIX = "!"\n\n\ndef clean_text(text):\n    return text.strip() + SUFFIX\n'
+    helpers = (
+        'SUFFIX = "!"\nSEEN = {}\n\n\ndef clean_text(text):\n'
+        "    SEEN[text] = len(SEEN)  # a value the helper fills as it runs: no edit\n"
+        "    return text.strip() + SUFFIX\n"
+    )
     (project / "helpers.py").write_text(helpers, encoding="utf-8")
     (project / "pipeline.py").write_text(
         PIPELINE.replace(
@@ -439,6 +444,8 @@ def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> N
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
     fps = _run(project, env)["fps"]
     assert isinstance(fps, list)
+    again = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    assert "stale" not in again.stderr, again.stderr  # SEEN was filled by the first run's map
     (project / "helpers.py").write_text(helpers.replace('"!"', '"?"'), encoding="utf-8")
     run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
     assert json.loads(run.stdout.strip().splitlines()[-1])["upper"] == 0  # the old results, reused

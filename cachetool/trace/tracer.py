@@ -393,6 +393,11 @@ class Tracer:
         ev.parent, ev.transform, ev.result, ev.seq = parent, transform, result, next(self.seq)
         # A copy: train_test_split reuses one dict for its two hashes, changing fingerprint_name.
         ev.args = args = dict(args) if isinstance(args, Mapping) else args
+        if self._ledger and isinstance(args, Mapping) and callable(fn := args.get("function")):
+            # Described now, before it runs: the values of its module it reads (`reads`) as a
+            # run that loads the result sees them, not as the function itself left them.
+            with contextlib.suppress(Exception):  # (the record says why, when it is built)
+                self.arguments.function_info(fn)
         if self.arguments.trees and isinstance(args, Mapping):
             # Now, before the transform runs: a map may change the objects its function uses
             # (a tokenizer switching truncation on), and the tree must show what datasets hashed.
