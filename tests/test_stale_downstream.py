@@ -418,20 +418,21 @@ def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there
 
 
 def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> None:
-    """A helper of the user's module reads a constant of that module (`SUFFIX = "!"`) and fills a
-    dict of it as it runs (no edit: a second run warns of nothing); the constant is edited, the
-    code is not. `datasets` hashes the helper by name and reuses the old
-    result: the run warns that it loaded a stale result and names the constant, `explain --last`
-    and `verify --stale` flag the entry and the map made from it, and the hint's command removes
-    them so that the next run computes the new value."""
+    """A helper of the user's module reads a constant of another module of theirs
+    (`config.SUFFIX`) and one of its own (`PREFIX`), and fills a dict of its module as it runs
+    (no edit: a second run warns of nothing). `datasets` hashes the helper by name, so an edited
+    constant keeps every fingerprint: the run warns that it loaded stale results and names the
+    constant, `explain --last` and `verify --stale` flag the entry and what was made from it, and
+    the hint's command removes them so that the next run computes the new value."""
     project = tmp_path / "project"
     project.mkdir()
     helpers = (
-        'SUFFIX = "!"\nSEEN = {}\n\n\ndef clean_text(text):\n'
+        'import config\n\nPREFIX = ""\nSEEN = {}\n\n\ndef clean_text(text):\n'
         "    SEEN[text] = len(SEEN)  # a value the helper fills as it runs: no edit\n"
-        "    return text.strip() + SUFFIX\n"
+        "    return PREFIX + text.strip() + config.SUFFIX\n"
     )
     (project / "helpers.py").write_text(helpers, encoding="utf-8")
+    (project / "config.py").write_text('SUFFIX = "!"\n', encoding="utf-8")
     (project / "pipeline.py").write_text(
         PIPELINE.replace(
             'sum(ch.isupper() for t in c["text"] for ch in t)', 'sum(t.count("?") for t in c["text"])'
@@ -446,10 +447,10 @@ def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> N
     assert isinstance(fps, list)
     again = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
     assert "stale" not in again.stderr, again.stderr  # SEEN was filled by the first run's map
-    (project / "helpers.py").write_text(helpers.replace('"!"', '"?"'), encoding="utf-8")
+    (project / "config.py").write_text('SUFFIX = "?"\n', encoding="utf-8")
     run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
     assert json.loads(run.stdout.strip().splitlines()[-1])["upper"] == 0  # the old results, reused
-    assert "this run loaded 3 stale result(s)" in run.stderr and "`SUFFIX`" in run.stderr, run.stderr
+    assert "this run loaded 3 stale result(s)" in run.stderr and "`config.SUFFIX`" in run.stderr, run.stderr
 
     explained = _cli(env, "explain", "--last", "--json")
     assert explained.returncode == 1, explained.stdout
@@ -460,3 +461,7 @@ def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> N
     removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert _run(project, env)["upper"] == 20
+
+    (project / "helpers.py").write_text(helpers.replace('PREFIX = ""', 'PREFIX = "> "'), encoding="utf-8")
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    assert "this run loaded 3 stale result(s)" in run.stderr and "`PREFIX`" in run.stderr, run.stderr

@@ -424,17 +424,20 @@ _READ_LEAVES = (str, bytes, int, float, bool, type(None))
 
 def reads(fn: types.FunctionType) -> dict[str, str]:
     """The digest of each plain value (numbers, text, and lists, tuples, sets and dicts of them)
-    of its module that `fn` reads by name: what `datasets` does not see of a function it hashes
-    by name. Sets and dicts are described in a sorted order, so a digest is the same in every
+    of its module that `fn` reads by name (and `module.NAME` of a module of the user's): what
+    `datasets` does not see of a function it hashes by name. Sets and dicts are described in a sorted order, so a digest is the same in every
     process; any other value (a function, a class, an object) is left out."""
-    out: dict[str, str] = {}
     g = fn.__globals__
-    for name in dict.fromkeys(_names(fn.__code__)):
-        if name in g and not isinstance(g[name], types.ModuleType):
-            budget = [MAX_READ_ITEMS]
-            text = _canonical(g[name], budget)
-            if text is not None:
-                out[name] = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    names = list(dict.fromkeys(_names(fn.__code__)))
+    values = {n: g[n] for n in names if n in g}
+    for module in [v for v in values.values() if isinstance(v, types.ModuleType)]:
+        if is_user_file(getattr(module, "__file__", None)):  # `config.MAX_LEN`
+            values.update((f"{module.__name__}.{n}", vars(module)[n]) for n in names if n in vars(module))
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        text = _canonical(value, [MAX_READ_ITEMS])
+        if text is not None:
+            out[name] = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return out
 
 

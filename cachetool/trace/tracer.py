@@ -559,7 +559,10 @@ class Tracer:
             if record.cache == "hit" and record.result:
                 self._hits.setdefault(root, {})[record.result] = tuple(f.path for f in record.files)
             if record.may_go_stale and (fn := record.function):
-                self._by_name.setdefault(root, set()).update(p.file for p in (fn, *fn.deps) if p.file)
+                sources = self._by_name.setdefault(root, set())
+                for part in (fn, *fn.deps):
+                    sources.update([part.file] if part.file else ())
+                    sources.update(_module_file(name) for name in part.reads if "." in name)
             rf = record.random_fallback
             if rf and rf.predictable and not record.internal and record.call_site not in self._warned:
                 from cachetool.history.explain.reasons import predictable_warning
@@ -567,6 +570,12 @@ class Tracer:
                 self._warned.add(record.call_site)  # once per call site (DatasetDict.map: per split)
                 warn(predictable_warning(record, rf))
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:], like)
+
+
+def _module_file(read: str) -> str:
+    """The file of the module whose value `read` (`config.MAX_LEN`) names ("" when none)."""
+    module = sys.modules.get(read.rsplit(".", 1)[0])
+    return str(getattr(module, "__file__", None) or "")
 
 
 def _older_than(hits: dict[str, tuple[str, ...]], sources: set[str]) -> bool:
