@@ -425,8 +425,9 @@ _READ_LEAVES = (str, bytes, int, float, bool, type(None))
 def reads(fn: types.FunctionType) -> dict[str, str]:
     """The digest of each plain value (numbers, text, and lists, tuples, sets and dicts of them)
     of its module that `fn` reads by name (and `module.NAME` of a module of the user's): what
-    `datasets` does not see of a function it hashes by name. Sets and dicts are described in a sorted order, so a digest is the same in every
-    process; any other value (a function, a class, an object) is left out."""
+    `datasets` does not see of a function it hashes by name. Sets and dicts are described in a
+    sorted order, so a digest is the same in every process; any other value (a function, a
+    class, an object) is left out."""
     g = fn.__globals__
     names = list(dict.fromkeys(_names(fn.__code__)))
     values = {n: g[n] for n in names if n in g}
