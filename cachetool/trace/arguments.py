@@ -449,6 +449,10 @@ def _canonical(value: Any, budget: list[int]) -> str | None:
     if budget[0] < 0:
         return None
     if isinstance(value, _READ_LEAVES):
+        if isinstance(value, (str, bytes)):
+            budget[0] -= len(value) // 100  # a long text counts as many items
+            if budget[0] < 0:
+                return None
         return f"{type(value).__name__}:{value!r}"
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         items = value.items() if isinstance(value, dict) else ((x, None) for x in value)
