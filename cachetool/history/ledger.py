@@ -351,7 +351,8 @@ def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] 
             sums[fp] = add_sums(sums.get(fp), got)
     for rec in steps:  # oldest first: the latest origin wins
         if rec.is_origin:  # a save or a no-op map says nothing about where it comes from
-            origin.update((made, rec) for made in rec.made)
+            for made in rec.made:
+                origin[made] = rec
         for fp, got in step_sums(rec):
             sums[fp] = add_sums(sums.get(fp), got)
     out: dict[str, Usage] = {}
