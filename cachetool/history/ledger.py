@@ -433,7 +433,7 @@ def read_other_roots(
         roots.append(other)
         warnings.extend(warned.get(other, ()))
 
-    if all_roots or not follow:
+    if all_roots or not follow or not others:  # no other root to read: nothing to look up
         for other in others if all_roots else ():
             records += records_of(other)
             add(other)
