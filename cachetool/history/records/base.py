@@ -268,7 +268,7 @@ def _new(cls: type[_T], values: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass `cls` holding `values`, every field read and checked
     already: no `__init__` to copy them again (about a third of the time of reading a ledger)."""
     obj = object.__new__(cls)
-    vars(obj).update(values)
+    object.__setattr__(obj, "__dict__", values)  # taken as it is, not copied
     return obj
 
 
@@ -338,9 +338,9 @@ class LedgerRecord:
     def parse(cls: builtins.type[_L], d: Mapping[str, Any], read_from: str | None = None) -> _L:
         """The record for a decoded line; unknown fields go to `extra`."""
         c = _compiled(cls)
-        rec = object.__new__(cls)  # as `Part.parse`: about a third of the time of reading a ledger
-        vars(rec).update(c.read(d, ""), read_from=read_from, extra=_unknown(d, c.keys))
-        return rec
+        values = c.read(d, "")
+        values["read_from"], values["extra"] = read_from, _unknown(d, c.keys)
+        return _new(cls, values)
 
     def version(self, package: str) -> str | None:
         """The version of `package` ("datasets", "python", ...) the record was written with."""
