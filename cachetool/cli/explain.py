@@ -62,13 +62,15 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
     from cachetool.cache.dirs import root_for
+    from cachetool.cache.walk import gc_paused
     from cachetool.history.explain.explainer import ExplainOptions, explain
 
     options = ExplainOptions(**keywords)  # refused before any read
     root: Path | None = None
     try:
         root = Path(os.path.abspath(root_for(options.fingerprint, cache_dir)))
-        report = explain(root, **vars(options))
+        with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
+            report = explain(root, **vars(options))
     except CachetoolError as e:
         # --last where nothing was recorded: the run may have written under `cache_dir=` only.
         missing = isinstance(e, CacheNotFound) and e.default

@@ -61,10 +61,12 @@ def run_lineage(
     or missing cache.
     """
     from cachetool.cache.dirs import root_for
+    from cachetool.cache.walk import gc_paused
     from cachetool.history.query import lineage
 
     options = {"descendants": descendants, "all": all_, "internal": internal, "all_roots": all_roots}
-    view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
+    with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
+        view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
     out = Output(fmt)
     if fmt == OutputFormat.dot:
         sys.stdout.write(to_dot(view))

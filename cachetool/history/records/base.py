@@ -19,6 +19,7 @@ CONSTANT_KEYS = ("v", "run", "host", "pid", "versions")
 _MAX_TIME = 1e11
 
 _R = TypeVar("_R", bound=type)
+_T = TypeVar("_T")
 _P = TypeVar("_P", bound="Part")
 _L = TypeVar("_L", bound="LedgerRecord")
 #: A field's reader: (the JSON value or None, the path of its parent as "args.fn.") -> the value.
@@ -91,20 +92,74 @@ def _reader(name: str, hint: Any, default: Maker) -> Reader:
     if _is_part(hint):
         return _field(name, default, _is_dict, "an object", lambda v, w: hint.parse(v, f"{w}{name}."))
     if origin is tuple and _is_part(args[0]):
-        each = lambda v, w: tuple(args[0].parse(x, f"{w}{name}.") for x in v)  # noqa: E731
-        return _field(name, default, _list_of(dict), "a list of objects", each)
+        return _field(name, default, _list_of(dict), "a list of objects", _parts_list(name, args[0]))
     if origin is tuple:
         return _field(name, default, _list_of(str), "a list of strings", lambda v, w: tuple(v))
     if not _is_part(args[1]):
         return _field(name, default, _is_dict, "an object", None if args[1] is Any else _versions)
+    each = _parts_map(name, args[1])
 
     def parts(v: Any, where: str) -> dict[str, Any]:
         for k, x in v.items():
             if not isinstance(x, dict):
                 raise BadRecord(f"'{where}{name}.{k}' is not an object")
-        return {str(k): args[1].parse(x, f"{where}{name}.{k}.") for k, x in v.items()}
+        return each(v, where)
 
     return _field(name, default, _is_dict, "an object", parts)
+
+
+def _parts_list(name: str, part: type[Part]) -> Reader:
+    """Reads a list of objects (each checked to be one already) into a tuple of `part`."""
+    read = _compiled(part).read
+
+    def each(v: Any, where: str) -> tuple[Any, ...]:
+        w = f"{where}{name}."
+        return tuple([_new(part, read(x, w)) for x in v])
+
+    return each
+
+
+def _parts_map(name: str, part: type[Part]) -> Reader:
+    """Reads an object of objects (each checked to be one already) into a dict of `part`."""
+    read = _compiled(part).read
+
+    def each(v: Any, where: str) -> dict[str, Any]:
+        w = f"{where}{name}."
+        return {str(k): _new(part, read(x, f"{w}{k}.")) for k, x in v.items()}
+
+    return each
+
+
+def _inline(name: str, hint: Any, first: str, const: Callable[[Any], str]) -> tuple[str, str] | None:
+    """How a class's compiled reader takes a value annotated `hint` that its type (and its items'
+    types) alone shows to be right, without calling the field's reader: (the condition, `first`
+    standing for the value where the condition first names it; the value read). None: the field's
+    reader always reads it. `const(x)` names `x` in the compiled reader."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint in (str, int, bool):
+        return f"type({first}) is {hint.__name__}", "v"
+    if hint is float:
+        return f"type({first}) is float and v - v == 0", "v"
+    if _is_part(hint):
+        read = const(_compiled(hint).read)
+        return f"type({first}) is dict", f"N({const(hint)}, {read}(v, where + {name + '.'!r}))"
+    if origin is Mapping and args[1] is Any:
+        return f"type({first}) is dict", "v"
+    if origin is tuple and args[1:] == (Ellipsis,):
+        item, container, items = args[0], "list", "v"
+    elif origin is Mapping:
+        item, container, items = args[1], "dict", "v.values()"
+    else:
+        return None
+    if _is_part(item):
+        kinds = {dict}
+        value = const((_parts_list if origin is tuple else _parts_map)(name, item)) + "(v, where)"
+    elif set(typing.get_args(item) or (item,)) <= {str, type(None)}:
+        kinds = set(typing.get_args(item) or (item,))
+        value = f"{container}(v)" if origin is Mapping else "tuple(v)"
+    else:
+        return None
+    return f"type({first}) is {container} and {{*map(type, {items})}} <= {const(kinds)}", value
 
 
 def _writer(hint: Any) -> Callable[[Any], Any] | None:
@@ -132,9 +187,10 @@ def _default(f: Field[Any]) -> Any:
 
 class _Compiled:
     """How a class is written (name, writer, the value at which the field is left out) and read:
-    its reader is compiled once, at the first read; a value of the field's plain type (str, int,
-    bool, finite float) or None is taken inline, any other goes through the field's reader (which
-    converts it, or raises BadRecord)."""
+    its reader is compiled once, at the first read; None, and a value whose type shows it right
+    (`_inline`: a str, int, bool or finite float, an object for a part, a list of strings or of
+    objects, ...), are taken inline, any other goes through the field's reader (which converts
+    it, or raises BadRecord)."""
 
     def __init__(self, cls: type) -> None:
         self.hints = typing.get_type_hints(cls)
@@ -153,7 +209,13 @@ class _Compiled:
     def read(self) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
         readers: list[Reader] = []
         defaults: list[Any] = []
+        consts: list[Any] = []
         values: list[str] = []
+
+        def const(x: Any) -> str:
+            consts.append(x)
+            return f"C[{len(consts) - 1}]"
+
         for i, f in enumerate(self.fields):
             hint, default, custom = self.hints[f.name], _default(f), f.metadata.get("read")
             make = (lambda d=default: d) if f.default_factory is MISSING else f.default_factory
@@ -161,14 +223,18 @@ class _Compiled:
             defaults.append(default)
             plain = _plain(hint)
             get, slow = f"(v := d.get({f.name!r}))", f"R[{i}](v, where)"
-            if custom or default is MISSING or type(default) is dict:  # no default to share
-                values.append(f"{f.name!r}: R[{i}](d.get({f.name!r}), where)")
-            elif plain not in (str, int, bool, float) or (plain is str and default):
+            shared = default is not MISSING and type(default) is not dict  # a default to share
+            text = plain is str and shared and default  # a string default stands for "" too
+            fast = None if custom or text else _inline(f.name, plain, get, const)
+            if fast is not None:
+                test, value = fast
+                none = f"D[{i}] if v is None else " if shared else ""
+                values.append(f"{f.name!r}: {value} if {test} else {none}{slow}")
+            elif shared:
                 values.append(f"{f.name!r}: D[{i}] if {get} is None else {slow}")
             else:
-                fast = f"type({get}) is {plain.__name__}" + (" and v - v == 0" if plain is float else "")
-                values.append(f"{f.name!r}: v if {fast} else D[{i}] if v is None else {slow}")
-        scope: dict[str, Any] = {"R": readers, "D": defaults}
+                values.append(f"{f.name!r}: R[{i}](d.get({f.name!r}), where)")
+        scope: dict[str, Any] = {"R": readers, "D": defaults, "C": consts, "N": _new}
         exec("def read(d, where):\n    return {" + ", ".join(values) + "}", scope)  # our own field names
         return scope["read"]
 
@@ -198,6 +264,14 @@ def _write(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     return out
 
 
+def _new(cls: type[_T], values: dict[str, Any]) -> _T:
+    """An instance of the frozen dataclass `cls` holding `values`, every field read and checked
+    already: no `__init__` to copy them again (about a third of the time of reading a ledger)."""
+    obj = object.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)  # taken as it is, not copied
+    return obj
+
+
 class Part:
     """A part of a record (a frozen dataclass): read and written by its fields; the fields named
     in `OMIT` are left out of its JSON when they hold their default."""
@@ -206,9 +280,7 @@ class Part:
 
     @classmethod
     def parse(cls: type[_P], d: Mapping[str, Any], where: str = "") -> _P:
-        part = object.__new__(cls)  # the reader checked every field: no `__init__` to copy them again
-        vars(part).update(_compiled(cls).read(d, where))
-        return part
+        return _new(cls, _compiled(cls).read(d, where))
 
     def to_json(self) -> dict[str, Any]:
         return _write(self)
@@ -222,6 +294,8 @@ _number_time = _reader("time", float, lambda: 0.0)
 
 
 def _time(v: Any, where: str) -> float:
+    if type(v) is float and 0 <= v < _MAX_TIME:  # as written: read without the number's checks
+        return v
     t: float = _number_time(v, where)
     if not 0 <= t < _MAX_TIME:
         raise BadRecord("'time' is not a time since the epoch")
@@ -264,9 +338,9 @@ class LedgerRecord:
     def parse(cls: builtins.type[_L], d: Mapping[str, Any], read_from: str | None = None) -> _L:
         """The record for a decoded line; unknown fields go to `extra`."""
         c = _compiled(cls)
-        rec = object.__new__(cls)  # as `Part.parse`: about a third of the time of reading a ledger
-        vars(rec).update(c.read(d, ""), read_from=read_from, extra=_unknown(d, c.keys))
-        return rec
+        values = c.read(d, "")
+        values["read_from"], values["extra"] = read_from, _unknown(d, c.keys)
+        return _new(cls, values)
 
     def version(self, package: str) -> str | None:
         """The version of `package` ("datasets", "python", ...) the record was written with."""

@@ -210,8 +210,10 @@ def step_sums(rec: StepRecord) -> Iterator[tuple[str, FpSums]]:
     """What one step adds to the usage of each fingerprint it names: its end, a use of what it
     made and of its parents; an origin (`is_origin`), one record with its hit, miss and random
     fingerprint for each fingerprint it made."""
-    hit, miss, random = rec.origin_counts if rec.is_origin else (0, 0, 0)
+    end = rec.end
+    used: FpSums = (end, 0, 0, 0, 0)
+    made = (end, 1, *rec.origin_counts) if rec.is_origin else used
     for fp in rec.made:
-        yield fp, (rec.end, int(rec.is_origin), hit, miss, random)
+        yield fp, made
     for fp in rec.parents:
-        yield fp, (rec.end, 0, 0, 0, 0)
+        yield fp, used
