@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,36 @@ def _assert_as_nobody(root: Path, what: str) -> dict[str, Any]:
     os.waitpid(pid, 0)
     assert data, f"the unprivileged scan ({what}) crashed"
     return json.loads(data)  # type: ignore[no-any-return]
+
+
+WRITER = """
+import json, sys, time
+import pyarrow as pa
+schema = pa.schema([("x", pa.int64())], metadata={"huggingface": json.dumps({"fingerprint": sys.argv[2]})})
+with pa.OSFile(sys.argv[1], "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+    w.write_batch(pa.record_batch([pa.array(range(10))], schema=schema))
+    sink.flush()
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_ls_and_show_say_an_arrow_file_a_live_process_writes_is_being_written(odd_cache: Path) -> None:
+    """A `cache-<hex>.arrow` another process is writing right now (no end-of-stream marker yet) is
+    "being written by pid N" in `show` and not one of the problems `ls` counts, as `verify` says."""
+    fp = "abcdabcdabcdabcd"
+    path = next(odd_cache.rglob("dataset_info.json")).parent / f"cache-{fp}.arrow"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), fp], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        run = CliRunner().invoke
+        listed = json.loads(run(app, ["ls", str(odd_cache), "--json"], catch_exceptions=False).stdout)
+        assert str(path) not in [w["path"] for w in listed["warnings"]]
+        shown = json.loads(run(app, ["show", fp, "--cache-dir", str(odd_cache), "--json"]).stdout)
+        assert shown["problems"] == [f"being written by pid {writer.pid}"]
+    finally:
+        writer.kill()
+        writer.wait()
