@@ -359,9 +359,8 @@ class Checker:
         self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
 
     def leftover_prepare(self, e: Entry) -> None:
-        what = "an interrupted load_dataset preparation"
-        if not (self.being_written(e, f"{what} in progress: ") or self.leased(e)):
-            self.removable("leftover-prepare", e, f"leftover of {what}")
+        if not (self.being_written(e, "load_dataset preparation in progress: ") or self.leased(e)):
+            self.removable("leftover-prepare", e, "leftover of an interrupted load_dataset preparation")
 
     def incomplete_save(self, e: Entry) -> None:
         if self.being_written(e, "save_to_disk in progress: ") or self.leased(e):
