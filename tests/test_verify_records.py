@@ -217,3 +217,44 @@ def test_two_concurrent_deep_records_keep_each_others_checksums(tmp_path: Path) 
         assert [o.strip() for o, _ in outs] == ["1", "1"]
         stored = json.loads((root / ".cachetool" / "checksums.json").read_text())["files"]
         assert sorted(stored) == sorted(os.fsdecode(p.relative_to(root)) for p in files), attempt
+
+
+def test_checksums_one_user_recorded_catch_bit_rot_for_every_user(tmp_path: Path) -> None:
+    """On a cache several users share, the checksums one user recorded with `verify --deep
+    --record` are read by another user's `verify --deep` (a forked child with another uid: the
+    kernel, not a mock, decides), which reports a file whose bytes changed since, same size and
+    mtime, as an error: not a file called fine."""
+    from cachetool.maintenance.verify import verify_cache
+    from tests.attack.races import synthesize_cache
+    from tests.test_odd_files import _make_traversable
+
+    root = tmp_path / "cache"
+    (path,) = synthesize_cache(root, 1)
+    assert verify_cache(root, deep=True, record=True).recorded == 1
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    at = len(data) - 8 - 64 * 8 + 8  # a value of the `id` column, the marker and other values kept
+    data[at] ^= 0x01
+    with open(path, "r+b") as f:  # in place: same inode, same size
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert [f.code for f in verify_cache(root, deep=True).findings] == ["checksum-changed"]
+    if os.geteuid() != 0:
+        return  # another uid needs root to switch to
+    _make_traversable(root)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            codes = [f.code for f in verify_cache(root, deep=True).findings]
+            os.write(w, json.dumps(codes).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    assert got and json.loads(got) == ["checksum-changed"]

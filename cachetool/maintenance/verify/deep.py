@@ -75,7 +75,8 @@ def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
     with lock_state(path.with_name(CHECKSUMS_NAME + ".lock"), LOCK_SECONDS):
         merged = {**load_checksums(root), **files}
         doc = json.dumps({"version": 1, "files": merged}, separators=(",", ":")).encode()
-        write_whole(path, doc, create_folders=True)
+        # Every user of a shared cache compares with them (as `pins.json`, 0o644 less the umask).
+        write_whole(path, doc, mode=0o644, create_folders=True)
 
 
 def validator() -> str:
