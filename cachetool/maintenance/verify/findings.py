@@ -66,6 +66,7 @@ WarningCode = Literal[  # leftovers and oddities; gc removes them
     "stale-lock",  # a lock whose guarded folder is gone and that nobody holds
     "orphan-indices",  # an indices file whose data is gone
     "checksums-not-stored",  # --record could not write its checksums
+    "checksums-unread",  # --deep could not read the stored checksums (another user's)
     "partial-shards",  # a num_proc shard set missing shards (a killed map): datasets reuses the rest
     "not-quarantined",  # --quarantine left a broken file where it is, and why
 ]
