@@ -153,7 +153,8 @@ class Walker:
         if item.is_file:
             if arrow:
                 summary = self.summary(item)
-                if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
+                error = summary.error
+                if error is not None and not layout.TEMP_FILE_RE.match(item.name):
                     # A file another process is writing right now reads as cut short: not damage.
                     pids = live.writer_pids(st) if (live := self.in_use()) else ()
                     if pids:
@@ -161,7 +162,7 @@ class Walker:
                             summary, error=f"being written by pid {', '.join(map(str, sorted(pids)))}"
                         )
                     else:
-                        self.warn(item.path, summary.error)
+                        self.warn(item.path, error)
         elif stat.S_ISLNK(st.st_mode):
             try:
                 link = os.readlink(item.path)
