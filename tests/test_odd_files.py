@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import subprocess
@@ -247,3 +248,46 @@ def test_ls_and_show_say_an_arrow_file_a_live_process_writes_is_being_written(od
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path) -> None:
+    """In a shared cache (folders every user may write), a cache file of another user that this
+    user may not read is not proven damaged: `verify --quarantine` (`quarantine(report)`) leaves
+    it where it is, saying why, instead of moving that user's data aside."""
+    from cachetool.maintenance.verify import verify_cache
+    from cachetool.maintenance.verify.quarantine import quarantine
+
+    if os.geteuid() != 0:
+        pytest.skip("another user's file needs root to make")
+    ds = next(odd_cache.rglob("dataset_info.json")).parent
+    for p in ds.glob("cache-*"):
+        if p.name != f"cache-{FP}.arrow":
+            p.unlink()  # the other kinds of trouble are other tests'
+    secret = ds / "cache-abababababababab.arrow"
+    write_stream(secret, fingerprint="abababababababab")
+    os.chmod(secret, 0o000)
+    _make_traversable(odd_cache)
+    for dirpath, _, _ in os.walk(odd_cache):
+        os.chmod(dirpath, 0o777)
+    quarantine(verify_cache(odd_cache))  # imports what the child needs (nothing to move as root)
+    codecs.lookup("ascii")  # and the codec it reads /proc with: this interpreter's files are root's
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            done = quarantine(verify_cache(odd_cache))
+            os.write(w, json.dumps([(f.code, f.problem) for f in done.findings]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    assert secret.exists()
+    assert (
+        "not-quarantined",
+        "not quarantined: another user's file this user may not read: it may be whole",
+    ) in [tuple(x) for x in json.loads(got)], got
