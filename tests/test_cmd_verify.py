@@ -498,6 +498,37 @@ def test_save_to_disk_killed_midway(tmp_path: Path) -> None:
     ]
 
 
+SLOW_PREPARE = """
+import time
+from datasets import Dataset
+def gen():
+    for i in range(100000):
+        if i == 20:
+            print("ready", flush=True)
+        if i >= 20:
+            time.sleep(0.05)
+        yield {"i": i}
+Dataset.from_generator(gen, writer_batch_size=5)
+"""
+
+
+@pytest.mark.slow
+def test_a_preparation_running_right_now_is_in_progress_not_interrupted(tmp_path: Path) -> None:
+    """A `load_dataset` preparation a live process is writing is said to be in progress, being
+    written by its pid, as info: not "interrupted"."""
+    env = hf_env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_PREPARE], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        report = verify_cache(tmp_path / "cache")
+        assert [(f.kind, f.problem) for f in report.findings] == [
+            ("incomplete-prepare", f"load_dataset preparation in progress: being written by pid {proc.pid}")
+        ]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_temp_file_being_written_is_never_called_corrupt(
     real_cache: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -325,3 +325,28 @@ def test_an_ambiguous_prefix_lists_its_candidates_in_at_most_ten_lines(
     assert lines[0].startswith("Error: 'ab' is ambiguous: it matches 30 entries")
     assert 2 < len(lines) <= 10 and lines[1].strip().startswith("ab00000000000000")
     assert lines[-1].strip() == "... and 22 more"
+
+
+@pytest.mark.slow
+def test_a_run_from_a_folder_whose_name_is_not_utf8_is_recorded_readably(tmp_path: Path) -> None:
+    """A pipeline run with `cachetool run` from a folder whose name is not UTF-8 (a Latin-1 name):
+    its records (script path, working folder, data file) read back with no warning, the path
+    bytes as they were, and `explain --last` explains that run."""
+    from tests.conftest import cachetool_run, hf_env, invoke
+
+    project = tmp_path / os.fsdecode(b"proj\xe9")
+    project.mkdir()
+    (project / "d.csv").write_text("x\n1\n2\n", encoding="utf-8")
+    (project / "p.py").write_text(
+        "from datasets import load_dataset\n"
+        "load_dataset('csv', data_files='d.csv', split='train').map(lambda ex: {'y': ex['x'] * 2})\n",
+        encoding="utf-8",
+    )
+    env = hf_env(tmp_path)
+    cachetool_run("p.py", env=env, cwd=project)
+    ledger = read_ledger(tmp_path / "cache")
+    assert ledger.warnings == ()
+    assert any(r.type == "run-start" for r in ledger.records)
+    explained = invoke("explain", "--last", "--cache-dir", str(tmp_path / "cache"), env=env)
+    assert explained.exit_code == 0, explained.stderr
+    assert "map <lambda> @ p.py:2" in explained.stdout

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -213,3 +215,79 @@ def _assert_as_nobody(root: Path, what: str) -> dict[str, Any]:
     os.waitpid(pid, 0)
     assert data, f"the unprivileged scan ({what}) crashed"
     return json.loads(data)  # type: ignore[no-any-return]
+
+
+WRITER = """
+import json, sys, time
+import pyarrow as pa
+schema = pa.schema([("x", pa.int64())], metadata={"huggingface": json.dumps({"fingerprint": sys.argv[2]})})
+with pa.OSFile(sys.argv[1], "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+    w.write_batch(pa.record_batch([pa.array(range(10))], schema=schema))
+    sink.flush()
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_ls_and_show_say_an_arrow_file_a_live_process_writes_is_being_written(odd_cache: Path) -> None:
+    """A `cache-<hex>.arrow` another process is writing right now (no end-of-stream marker yet) is
+    "being written by pid N" in `show` and not one of the problems `ls` counts, as `verify` says."""
+    fp = "abcdabcdabcdabcd"
+    path = next(odd_cache.rglob("dataset_info.json")).parent / f"cache-{fp}.arrow"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), fp], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        run = CliRunner().invoke
+        listed = json.loads(run(app, ["ls", str(odd_cache), "--json"], catch_exceptions=False).stdout)
+        assert str(path) not in [w["path"] for w in listed["warnings"]]
+        shown = json.loads(run(app, ["show", fp, "--cache-dir", str(odd_cache), "--json"]).stdout)
+        assert shown["problems"] == [f"being written by pid {writer.pid}"]
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path) -> None:
+    """In a shared cache (folders every user may write), a cache file of another user that this
+    user may not read is not proven damaged: `verify --quarantine` (`quarantine(report)`) leaves
+    it where it is, saying why, instead of moving that user's data aside."""
+    from cachetool.maintenance.verify import verify_cache
+    from cachetool.maintenance.verify.quarantine import quarantine
+
+    if os.geteuid() != 0:
+        pytest.skip("another user's file needs root to make")
+    ds = next(odd_cache.rglob("dataset_info.json")).parent
+    for p in ds.glob("cache-*"):
+        if p.name != f"cache-{FP}.arrow":
+            p.unlink()  # the other kinds of trouble are other tests'
+    secret = ds / "cache-abababababababab.arrow"
+    write_stream(secret, fingerprint="abababababababab")
+    os.chmod(secret, 0o000)
+    _make_traversable(odd_cache)
+    for dirpath, _, _ in os.walk(odd_cache):
+        os.chmod(dirpath, 0o777)
+    quarantine(verify_cache(odd_cache))  # imports what the child needs (nothing to move as root)
+    codecs.lookup("ascii")  # and the codec it reads /proc with: this interpreter's files are root's
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            done = quarantine(verify_cache(odd_cache))
+            os.write(w, json.dumps([(f.code, f.problem) for f in done.findings]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    assert secret.exists()
+    assert (
+        "not-quarantined",
+        "not quarantined: another user's file this user may not read: it may be whole",
+    ) in [tuple(x) for x in json.loads(got)], got

@@ -330,6 +330,40 @@ def test_gc_temp_keeps_a_resumable_partial_only_while_nothing_else_is_said_of_it
         holder.communicate(b"")
 
 
+def test_a_full_fingerprint_names_its_result_not_a_killed_run_s_partial_of_it(tmp_path: Path) -> None:
+    """Two runs of one pipeline on one cache, one SIGKILLed mid-map while the other (untraced, so it
+    does not take the partial back) finishes: the killed run's `tmp*` partial is made under the same
+    fingerprint as the finished result, and `show`, `lineage` and `pin` given that full fingerprint
+    (or a prefix of it) name the result, not "ambiguous"."""
+    script = PIPELINE.replace("MAP_ARGS", "batched=True, batch_size=100").replace("STRIDE", "1")
+    (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), KILL_AT="10000")
+    _run_and_kill(tmp_path, env)
+    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    done = subprocess.run(
+        [sys.executable, "p.py", "d.csv", "-"],
+        env={**env, "KILL_AT": "-1"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    fp = done.stdout.split()[-1]
+    assert partial.exists() and read_summary(partial).fingerprint == fp
+    cache = env["HF_DATASETS_CACHE"]
+    result = invoke("show", fp, "--cache-dir", cache, "--json", env=env)
+    assert result.exit_code == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert (shown["kind"], shown["fingerprint"]) == ("derived", fp)
+    assert invoke("lineage", fp, "--cache-dir", cache, env=env).exit_code == 0
+    prefix = json.loads(invoke("show", fp[:6], "--cache-dir", cache, "--json", env=env).stdout)
+    assert prefix["fingerprint"] == fp
+    pinned = invoke("pin", fp, "--cache-dir", cache, env=env)
+    assert pinned.exit_code == 0, pinned.stderr
+
+
 def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> None:
     """A `filter` SIGKILLed part way leaves an indices `tmp*` file under the filter's fingerprint,
     but a filter does not resume: `ls` lists it as a plain `temp` and `gc --temp` removes it once

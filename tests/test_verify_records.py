@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,83 @@ def test_two_concurrent_deep_records_keep_each_others_checksums(tmp_path: Path) 
         assert [o.strip() for o, _ in outs] == ["1", "1"]
         stored = json.loads((root / ".cachetool" / "checksums.json").read_text())["files"]
         assert sorted(stored) == sorted(os.fsdecode(p.relative_to(root)) for p in files), attempt
+
+
+def test_checksums_one_user_recorded_catch_bit_rot_for_every_user(tmp_path: Path) -> None:
+    """On a cache several users share, the checksums one user recorded with `verify --deep
+    --record` are read by another user's `verify --deep` (a forked child with another uid: the
+    kernel, not a mock, decides), which reports a file whose bytes changed since, same size and
+    mtime, as an error: not a file called fine."""
+    from cachetool.maintenance.verify import verify_cache
+    from tests.attack.races import synthesize_cache
+    from tests.test_odd_files import _make_traversable
+
+    root = tmp_path / "cache"
+    (path,) = synthesize_cache(root, 1)
+    assert verify_cache(root, deep=True, record=True).recorded == 1
+    _rot(path)
+    assert [f.code for f in verify_cache(root, deep=True).findings] == ["checksum-changed"]
+    if os.geteuid() != 0:
+        return  # another uid needs root to switch to
+    _make_traversable(root)
+    assert _as_another_user(lambda: [f.code for f in verify_cache(root, deep=True).findings]) == [
+        "checksum-changed"
+    ]
+
+
+def test_checksums_another_user_cannot_read_are_said_unread_and_never_replaced(tmp_path: Path) -> None:
+    """Checksums stored where this user may not read them (another user's, recorded with umask
+    077) are said to be unread by `verify --deep`, and `--record` stores nothing rather than
+    replace them with its own: every checksum recorded before is still there."""
+    from cachetool.maintenance.verify import verify_cache
+    from tests.attack.races import synthesize_cache
+    from tests.test_odd_files import _make_traversable
+
+    if os.geteuid() != 0:
+        pytest.skip("another uid needs root to switch to")
+    root = tmp_path / "cache"
+    synthesize_cache(root, 1)
+    verify_cache(root, deep=True, record=True)
+    stored = root / ".cachetool" / "checksums.json"
+    stored.chmod(0o600)
+    before = stored.read_bytes()
+    _make_traversable(root)
+    (root / ".cachetool").chmod(0o777)  # a shared cache: every user may write there
+    assert _as_another_user(lambda: [f.code for f in verify_cache(root, deep=True).findings]) == [
+        "checksums-unread"
+    ]
+    codes = _as_another_user(lambda: [f.code for f in verify_cache(root, deep=True, record=True).findings])
+    assert codes == ["checksums-unread", "checksums-not-stored"]
+    assert stored.read_bytes() == before
+
+
+def _rot(path: Path) -> None:
+    """Change one value inside the Arrow stream at `path` in place: same inode, size and mtime."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    at = len(data) - 8 - 64 * 8 + 8  # a value of the `id` column, the marker and other values kept
+    data[at] ^= 0x01
+    with open(path, "r+b") as f:  # in place: same inode, same size
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _as_another_user(fn: Callable[[], Any]) -> Any:
+    """What `fn` returns (as JSON) run in a forked child as the user nobody, once this process has
+    imported what it needs."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(w, json.dumps(fn()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    assert got, "the child crashed"
+    return json.loads(got)

@@ -24,7 +24,7 @@ from cachetool.cache.entries import (
     source_entry,
 )
 from cachetool.cache.layout import Kind, parse_cache_file
-from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, EntryProblem, Liveness
+from cachetool.cache.model import CacheFile, DatasetDir, DirKind, Entry, EntryProblem
 from cachetool.cache.walk import Item, Walker, list_dir
 from cachetool.safejson import read_json_file
 
@@ -381,13 +381,6 @@ class Scanner(Walker):
             )
             claimed.update(c.files)
         return [it for it in items if it.name not in claimed]
-
-    def in_use(self) -> Liveness | None:
-        """Which files live processes hold, and the root's live leases (taken once, when needed,
-        from the scan's `liveness`; None without it)."""
-        if self._in_use is None and self.liveness is not None:
-            self._in_use = self.liveness(root=self.root)
-        return self._in_use
 
     def gc_trash(self, item: Item, ds: DatasetDir | None) -> Entry:
         """What a killed gc set aside (`.cachetool-gc-<pid>-<n>`): a leftover for `gc --temp`."""

@@ -13,6 +13,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cachetool.cache.layout import Kind
 from cachetool.errors import RecordedOnly
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ def resolve(
        (`<fp>_00000_of_00002`). One candidate resolves; several are *ambiguous*
        (`AmbiguousFingerprint`, listing them); none is `UnknownFingerprint`.
 
+    In 2 and 3, a killed run's `tmp*` partial of a result that is there is part of that result,
+    not another candidate.
+
     For an entry, the fingerprint returned is the one typed when it is exact, else the one that
     starts with the prefix, preferring the one the ledger records (`recorded`: fingerprints known
     without a loaded ledger) (after `load_from_disk` the recorded one is the alias). A
@@ -85,6 +89,7 @@ def resolve(
     name = cache_file_key(name)
     # 2. exact
     exact = [e for e in report.entries if name in (e.fingerprint, *e.aliases)]
+    exact = [e for e in exact if not _partial_of(e, exact)] or exact
     if len(exact) == 1:
         return Resolved(name, exact[0])
     if not exact and name in known:
@@ -120,6 +125,10 @@ def _by_prefix(
         k for k, r in candidates.items() if (m := _SHARD_OF.match(r.fingerprint)) and m.group(1) in seen
     }
     candidates = {k: r for k, r in candidates.items() if k not in shards}
+    entries_named = [r.entry for r in candidates.values() if r.entry is not None]
+    candidates = {
+        k: r for k, r in candidates.items() if r.entry is None or not _partial_of(r.entry, entries_named)
+    }
     for fp in sorted(x for x in known if x.startswith(name)):
         if fp in seen:
             continue
@@ -139,6 +148,14 @@ def _by_prefix(
     if len(candidates) > 1:
         raise AmbiguousFingerprint(name, sorted(candidates))
     return next(iter(candidates.values()))
+
+
+def _partial_of(e: Entry, others: Iterable[Entry]) -> bool:
+    """`e` is a killed run's `tmp*` partial of the result of one of `others` (two runs of one
+    pipeline on one cache, one killed while the other finished): part of it, not another name."""
+    return e.kind == Kind.TEMP and any(
+        o.fingerprint is not None and o.fingerprint in e.aliases for o in others
+    )
 
 
 def entry_at_path(report: CacheReport, name: str) -> Entry | None:

@@ -7,6 +7,7 @@ the `--json` form of each.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
@@ -41,6 +42,7 @@ class Liveness(Protocol):
     who holds a file, and the live lease that may have written a file modified at a time."""
 
     def pids_for_path(self, path: str) -> frozenset[int]: ...
+    def writer_pids(self, st: os.stat_result) -> frozenset[int]: ...
     def lease_over(self, mtime: float | None) -> object | None: ...
 
 

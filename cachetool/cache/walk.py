@@ -17,6 +17,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from operator import attrgetter
 from pathlib import Path, PosixPath, PurePath
 from typing import TYPE_CHECKING, Any
@@ -127,13 +128,20 @@ class Walker:
         self.files_seen = 0
         self.root_len = len(str(root).rstrip("/")) + 1
         self.liveness = liveness
-        self._in_use: Liveness | None = None  # taken only when a tf.data writer left a lockfile
+        self._in_use: Liveness | None = None  # taken only when a file may be being written
         self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
         self._folder = ""  # the same, relative to the root
 
     # -- helpers ------------------------------------------------------------------------------
     def warn(self, path: Path, problem: str) -> None:
         self.warnings.append(ScanWarning(path, problem))
+
+    def in_use(self) -> Liveness | None:
+        """Which files live processes hold, and the root's live leases (taken once, when needed,
+        from the scan's `liveness`; None without it)."""
+        if self._in_use is None and self.liveness is not None:
+            self._in_use = self.liveness(root=self.root)
+        return self._in_use
 
     def cache_file(self, item: Item, *, arrow: bool, shard: tuple[int, int] | None = None) -> CacheFile:
         st = item.st
@@ -145,8 +153,16 @@ class Walker:
         if item.is_file:
             if arrow:
                 summary = self.summary(item)
-                if summary.error is not None and not layout.TEMP_FILE_RE.match(item.name):
-                    self.warn(item.path, summary.error)
+                error = summary.error
+                if error is not None and not layout.TEMP_FILE_RE.match(item.name):
+                    # A file another process is writing right now reads as cut short: not damage.
+                    pids = live.writer_pids(st) if (live := self.in_use()) else ()
+                    if pids:
+                        summary = replace(
+                            summary, error=f"being written by pid {', '.join(map(str, sorted(pids)))}"
+                        )
+                    else:
+                        self.warn(item.path, error)
         elif stat.S_ISLNK(st.st_mode):
             try:
                 link = os.readlink(item.path)

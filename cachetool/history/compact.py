@@ -67,7 +67,7 @@ from cachetool.history.records.other import (
     step_sums,
 )
 from cachetool.history.records.steps import COUNTED, StepRecord, source_hashes, step_counts, written_bytes
-from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION
+from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION, utf8
 from cachetool.processes import alive
 from cachetool.safejson import json_fields
 
@@ -389,7 +389,7 @@ def _compacted(
         extra={"gc_folded": list(folded)} if folded[0] else {},
     )
     text = "\n".join([ENCODER.encode(header.to_json()), *lines]) + "\n"
-    data = text.encode("utf-8", "surrogateescape")
+    data = utf8(text)
     report = CompactionReport(
         root,
         False,

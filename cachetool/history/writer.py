@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import threading
@@ -46,6 +47,19 @@ Record = dict[str, Any]
 _UNSET: Any = object()
 # One encoder for every record: compact, UTF-8, anything odd (a Path) as its str().
 ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str, check_circular=False)
+#: A lone surrogate: an undecodable byte of a path, as `os.fsdecode` gives it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8(text: str) -> bytes:
+    """JSON text `ENCODER` made, as the UTF-8 every reader takes: a lone surrogate (a path's byte
+    that is not UTF-8) is written as its JSON escape, which reads back as the same str."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
 WarnFn = Callable[[str], None]
 
 
@@ -101,7 +115,7 @@ class SegmentWriter:
         if self._fd is None:
             self.open()
         assert self._fd is not None
-        data = (line + "\n").encode("utf-8", "surrogateescape")
+        data = utf8(line + "\n")
         if self._torn:
             data = b"\n" + data
         view = memoryview(data)

@@ -14,6 +14,7 @@ import `datasets` (~0.6 s of CPU) to answer again. docs/performance.md has the m
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -63,7 +64,12 @@ def _stored(path: Path, field: str, keep: Callable[[Any], bool], **expect: Any) 
 
 
 def load_checksums(root: Path) -> dict[str, dict[str, Any]]:
-    return _stored(checksums_path(root), "files", lambda v: isinstance(v, dict))
+    """The checksums stored for `root`; PermissionError when they are stored where this user may
+    not read them (another user's, recorded with a strict umask)."""
+    path = checksums_path(root)
+    if os.path.lexists(path) and not os.access(path, os.R_OK, follow_symlinks=False):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+    return _stored(path, "files", lambda v: isinstance(v, dict))
 
 
 def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
@@ -75,7 +81,8 @@ def save_checksums(root: Path, files: dict[str, dict[str, Any]]) -> None:
     with lock_state(path.with_name(CHECKSUMS_NAME + ".lock"), LOCK_SECONDS):
         merged = {**load_checksums(root), **files}
         doc = json.dumps({"version": 1, "files": merged}, separators=(",", ":")).encode()
-        write_whole(path, doc, create_folders=True)
+        # Every user of a shared cache compares with them (as `pins.json`, 0o644 less the umask).
+        write_whole(path, doc, mode=0o644, create_folders=True)
 
 
 def validator() -> str:
@@ -110,7 +117,12 @@ def deep_pass(
         if f.summary is not None and f.summary.error is None and f.summary.format == "stream"
     ]
     verdicts = SchemaVerdicts(root)
-    stored = load_checksums(root)
+    try:
+        stored = load_checksums(root)
+    except PermissionError as err:  # `--record` then stores nothing: it would drop them
+        stored = {}
+        why = f"cannot read the stored checksums: {err.strerror}; no file is compared with them"
+        checker.findings.append(Finding("checksums-unread", why, "", "record", checksums_path(root)))
     wants = [_want(stored.get(rel(f.path, root)), record) for _, f in targets]
     results = read_files([f.path for _, f in targets], jobs, verdicts, progress, wants)
     verdicts.save()

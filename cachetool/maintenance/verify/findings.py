@@ -66,6 +66,7 @@ WarningCode = Literal[  # leftovers and oddities; gc removes them
     "stale-lock",  # a lock whose guarded folder is gone and that nobody holds
     "orphan-indices",  # an indices file whose data is gone
     "checksums-not-stored",  # --record could not write its checksums
+    "checksums-unread",  # --deep could not read the stored checksums (another user's)
     "partial-shards",  # a num_proc shard set missing shards (a killed map): datasets reuses the rest
     "not-quarantined",  # --quarantine left a broken file where it is, and why
 ]
@@ -359,9 +360,8 @@ class Checker:
         self.removable("leftover-temp", e, "leftover temporary file of a killed writer")
 
     def leftover_prepare(self, e: Entry) -> None:
-        what = "an interrupted load_dataset preparation"
-        if not (self.being_written(e, f"{what} in progress: ") or self.leased(e)):
-            self.removable("leftover-prepare", e, f"leftover of {what}")
+        if not (self.being_written(e, "load_dataset preparation in progress: ") or self.leased(e)):
+            self.removable("leftover-prepare", e, "leftover of an interrupted load_dataset preparation")
 
     def incomplete_save(self, e: Entry) -> None:
         if self.being_written(e, "save_to_disk in progress: ") or self.leased(e):

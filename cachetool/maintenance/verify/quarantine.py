@@ -197,7 +197,20 @@ def _stays(f: Finding, e: Entry | None) -> str | None:
         return f"not a file datasets wrote (the cache classifies it as {what}), whatever a record says"
     if f.code == "checksum-changed":
         return "its stream validates in full; a differing checksum alone is no proof of damage"
+    if f.problem == "permission denied" and _owner(e) not in (os.geteuid(), None):
+        # A shared cache: gc leaves other users' files alone too (unless --all-users).
+        return "another user's file this user may not read: it may be whole"
     return None
+
+
+def _owner(e: Entry) -> int | None:
+    """The uid owning the entry's files (its path for a folder that could not be listed)."""
+    if e.files:
+        return e.files[0].uid
+    try:
+        return e.path.lstat().st_uid
+    except OSError:
+        return None
 
 
 def quarantine(report: VerifyReport) -> VerifyReport:
