@@ -148,6 +148,8 @@ class _Compiled:
         if "extra" in self.hints:  # a record: its unknown fields after the base ones, or last
             at = len(self.fields) if getattr(cls, "EXTRA_LAST", False) else len(CONSTANT_KEYS) + 6
             self.writers.insert(at, ("extra", _extra, MISSING))
+        #: The writers of `to_json(constant=False)`: a tracer writes every record this way.
+        self.variable = [w for w in self.writers if w[0] not in CONSTANT_KEYS]
 
     @functools.cached_property
     def read(self) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
@@ -185,15 +187,14 @@ def _compiled(cls: type) -> _Compiled:
     return c
 
 
-def _write(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+def _write(obj: Any, constant: bool = True) -> dict[str, Any]:
+    c = _compiled(type(obj))
     out: dict[str, Any] = {}
-    for name, write, omit in _compiled(type(obj)).writers:
-        if name in skip:
-            continue
+    for name, write, omit in c.writers if constant else c.variable:
         v = getattr(obj, name)
         if write is _extra:
             out.update(v)
-        elif v != omit:
+        elif omit is MISSING or v != omit:
             out[name] = v if write is None else write(v)
     return out
 
@@ -300,7 +301,7 @@ class LedgerRecord:
     def to_json(self, *, constant: bool = True) -> dict[str, Any]:
         """The record as written in a segment (and as `--json` outputs show it); without the
         fields of `constant_json()` when `constant` is False."""
-        out = _write(self, () if constant else CONSTANT_KEYS)
+        out = _write(self, constant)
         out["type"] = self.type or self.TYPE
         return out
 
