@@ -36,7 +36,7 @@ def _cache(v: Any, where: str) -> str:
     return str(v)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
 
