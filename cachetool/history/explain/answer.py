@@ -172,10 +172,23 @@ class SourceChange:
 
     @property
     def name(self) -> str:
-        return self.qualname.rsplit(".", 1)[-1] if self.file else self.qualname
+        """As its module names it (`Tokenizer.__call__`, `clean_text`)."""
+        if not self.file:
+            return self.qualname
+        return strip_module(self.qualname, self.file) or self.qualname.rsplit(".", 1)[-1]
 
     def to_json(self) -> dict[str, Any]:
         return json_fields(self, "qualname", "file", "lines", "values")
+
+
+def strip_module(qualname: str, path: str) -> str | None:
+    """`pkg.text_helpers.clean_text` in `.../text_helpers.py` -> `clean_text`."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    marker = f"{stem}."
+    idx = qualname.find(marker)
+    if stem == "__init__":
+        return qualname.rsplit(".", 1)[-1]
+    return qualname[idx + len(marker) :] if idx >= 0 else None
 
 
 @dataclass(frozen=True)

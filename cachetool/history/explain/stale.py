@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef
+from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef, strip_module
 from cachetool.history.explain.view import LedgerView, first_line, load_view
 from cachetool.history.records.parts import FunctionInfo, FunctionRef
 from cachetool.history.records.steps import StepRecord
@@ -324,16 +324,6 @@ def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> li
             if len(out) >= _MAX_LINES:
                 return out
     return out
-
-
-def strip_module(qualname: str, path: str) -> str | None:
-    """`pkg.text_helpers.clean_text` in `.../text_helpers.py` -> `clean_text`."""
-    stem = Path(path).stem
-    marker = f"{stem}."
-    idx = qualname.find(marker)
-    if stem == "__init__":
-        return qualname.rsplit(".", 1)[-1]
-    return qualname[idx + len(marker) :] if idx >= 0 else None
 
 
 def _find_def(tree: ast.AST, qualname: str) -> ast.AST | None:
