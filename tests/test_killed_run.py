@@ -704,3 +704,25 @@ def test_ls_calls_a_partial_resumable_only_once_its_writer_is_gone(tmp_path: Pat
         e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
     ]
     assert left["resumable"] is True and left["path"] == writing["path"], left
+
+
+def test_a_run_that_ends_by_os_exit_half_way_is_not_called_killed(tmp_path: Path) -> None:
+    """A script that ends by `os._exit(N)` after its first map (skipping the code Python runs at
+    exit): `cachetool run` exits N, and `explain --last` says the run failed with exit status N,
+    or nothing about its end for 0. It said "The run was killed (process …)"."""
+    (tmp_path / "p.py").write_text(
+        "import os, sys\nfrom datasets import Dataset\n\n"
+        "ds = Dataset.from_dict({'x': list(range(10))}).map(lambda ex: {'y': ex['x']}, cache_file_name=os.path.abspath('c.arrow'))\n"
+        "os._exit(int(sys.argv[1]))\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    for status in (5, 0):
+        ended = cachetool_run("p.py", str(status), env=env, cwd=tmp_path, check=False)
+        assert ended.returncode == status, ended.stderr
+        doc = json.loads(invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path), env=env).stdout)
+        assert doc["interrupted"] is None, doc["interrupted"]
+        assert (doc["failed"] or {}).get("status") == (status or None), doc["failed"]
+        human = invoke("explain", "--last", "--cache-dir", str(tmp_path), env=env, columns=80).stdout
+        assert "killed" not in human, human
+        assert ("The run failed (exit status 5)" in human) == (status == 5), human
