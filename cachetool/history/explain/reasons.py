@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cachetool.formatting import clock_time
-from cachetool.history.explain.answer import Reason, StepRef
+from cachetool.history.explain.answer import UNCACHED_TEXT, Reason, StepRef
 from cachetool.history.explain.stale import line_changes
 from cachetool.history.explain.view import LedgerView
 from cachetool.history.records.other import GcRecord
@@ -445,6 +445,8 @@ def same_fingerprint_reason(view: LedgerView, rec: StepRecord, same: StepRecord)
         if removal is not None
         else "gone (deleted, cleaned up, or load_from_cache_file=False)"
     )
+    if rec.uncached is not None:  # datasets did not look for the file
+        gone, why = "it ran without a persistent cache:", UNCACHED_TEXT.get(rec.uncached, rec.uncached)
     return Reason(
         "same-fingerprint",
         f"its fingerprint is not new (also made at {clock_time(same.time)}"
