@@ -357,8 +357,9 @@ def test_a_run_with_caching_disabled_does_not_make_the_cached_files_gone(tmp_pat
     """A pipeline runs cached, then again after `datasets.disable_caching()` (the same
     fingerprints, its files in a temp folder deleted at exit): `lineage` of the last step shows
     the cache files still there with their sizes, `explain` says the step ran with caching
-    disabled, and `verify` reports no recorded file gone. They said "gone", "its cache file was
-    gone" and "recorded file no longer exists" of the files `ls` lists."""
+    disabled, `verify` reports no recorded file gone, and `stats` counts its steps under
+    "(caching disabled)". They said "gone", "its cache file was gone" and "recorded file no
+    longer exists" of the files `ls` lists, and `stats` named a saved dataset that is not there."""
     (tmp_path / "p.py").write_text(
         "import sys, datasets\nif sys.argv[1:]:\n    datasets.disable_caching()\n"
         "ds = datasets.load_dataset('csv', data_files='d.csv', split='train')\n"
@@ -380,3 +381,5 @@ def test_a_run_with_caching_disabled_does_not_make_the_cached_files_gone(tmp_pat
     assert "it ran without a persistent cache: datasets.disable_caching()" in said, said
     verified = json.loads(invoke("verify", "--json", env=env).stdout)["findings"]
     assert not [f for f in verified if f["code"] == "record-file-gone"], verified
+    datasets = [d["key"] for d in json.loads(invoke("stats", "--json", env=env).stdout)["datasets"]]
+    assert "(caching disabled)" in datasets and not [d for d in datasets if d.startswith("saved:")], datasets
