@@ -118,10 +118,11 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
 
 
 def _start_and_kill(
-    tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache"
+    tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache", *, ctrl_c: bool = False
 ) -> subprocess.Popen[bytes]:
     """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits.
-    Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open."""
+    Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open.
+    With `ctrl_c`, SIGINT goes to the run's process group instead, as a terminal's Ctrl-C does."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
     before = set(_tmp_sizes(tmp_path, writes_in))
@@ -133,6 +134,7 @@ def _start_and_kill(
             cwd=tmp_path,
             stdout=sink,
             stderr=subprocess.STDOUT,
+            start_new_session=ctrl_c,
         )
     try:
         deadline = time.monotonic() + 120
@@ -146,7 +148,10 @@ def _start_and_kill(
             assert proc.poll() is None, output.read_text()
             assert time.monotonic() < deadline, "the map never wrote to its unfinished file"
             time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
+        if ctrl_c:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -726,3 +731,22 @@ def test_a_run_that_ends_by_os_exit_half_way_is_not_called_killed(tmp_path: Path
         human = invoke("explain", "--last", "--cache-dir", str(tmp_path), env=env, columns=80).stdout
         assert "killed" not in human, human
         assert ("The run failed (exit status 5)" in human) == (status == 5), human
+
+
+def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the process group) during a `num_proc=2` map: `datasets`' pool then
+    raises a `TimeoutError` and the script ends with exit status 1, as under plain python.
+    `explain --last` says the run was interrupted (Ctrl-C) in that map; it said the run failed
+    in it with a TimeoutError."""
+    (tmp_path / "p.py").write_text(
+        PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
+    )
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = _start_and_kill(tmp_path, env, ctrl_c=True)
+    assert proc.wait(timeout=60) == 1, (tmp_path / "out.txt").read_text()
+    ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
+    assert ended["exception"] == "KeyboardInterrupt" and ended["step"]["operation"] == "map", ended
+    human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "The run was interrupted (Ctrl-C) in map slow @ p.py:12" in human, human
+    assert "TimeoutError" not in human, human

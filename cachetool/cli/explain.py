@@ -335,7 +335,10 @@ def _failed_lines(out: Output, f: Failure, root: Path) -> None:
     why = f"exit status {f.status}"
     if f.exception:
         why = f"{f.exception}: {f.message}" if f.message else f.exception
-    out.line(f"The run failed{where} ({why}).", style="bold red")
+    if f.exception == "KeyboardInterrupt":
+        out.line(f"The run was interrupted (Ctrl-C){where}.", style="bold red")
+    else:
+        out.line(f"The run failed{where} ({why}).", style="bold red")
     if f.read_error:
         out.line("  A cache file it read may be damaged; to find it, run:")
         out.line(f"    {shell_command('verify', '--cache-dir', os.fspath(root))}", wrap=False)

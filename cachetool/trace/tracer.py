@@ -348,9 +348,10 @@ class Tracer:
         e: BaseException | None = exc
         while e is not None and id(e) not in seen:  # the step's exception, or one it caused
             seen.add(id(e))
+            if isinstance(e, KeyboardInterrupt) and e is not exc:  # Ctrl-C, then the pool's error
+                self._outcome |= {"exception": "KeyboardInterrupt", "message": f"then {type(exc).__name__}"}
             if self._raised is not None and e is self._raised[0]:
                 self._outcome["step"] = self._raised[1]
-                break
             e = e.__context__
 
     # -- layer 2 ------------------------------------------------------------------------------
