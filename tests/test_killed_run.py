@@ -118,7 +118,12 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
 
 
 def _start_and_kill(
-    tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache", *, ctrl_c: bool = False
+    tmp_path: Path,
+    env: dict[str, str],
+    script: str = "p.py",
+    writes_in: str = "cache",
+    *,
+    ctrl_c: bool = False,
 ) -> subprocess.Popen[bytes]:
     """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits.
     Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open.
@@ -750,3 +755,38 @@ def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout
     human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "The run was interrupted (Ctrl-C) in map slow @ p.py:12" in human, human
     assert "TimeoutError" not in human, human
+
+
+def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_cached(tmp_path: Path) -> None:
+    """One `num_proc=2` worker SIGKILLed while the script lives: `datasets` raises "One of the
+    subprocesses has abruptly died", the run exits 1 and `explain --last` says it failed in that
+    map. The rerun takes back the rows the workers wrote, and its explain says the step failed
+    when it last ran and what was reused, not also "nothing was cached"."""
+    (tmp_path / "p.py").write_text(
+        PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
+    )
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    marker = tmp_path / "busy"
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 120
+    while not marker.exists() or not any(_tmp_sizes(tmp_path).values()):
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+        time.sleep(0.02)
+    workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    os.kill(int(workers[0]), signal.SIGKILL)
+    assert proc.wait(timeout=120) == 1
+    said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "The run failed in map slow @ p.py:12 (RuntimeError: One of the subprocesses" in said, said
+
+    cachetool_run("p.py", "d.csv", str(marker), env=env, cwd=tmp_path)
+    said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "it failed when it last ran" in said and "rows reused from" in said, said
+    assert "nothing was cached" not in said, said
