@@ -722,7 +722,8 @@ def test_a_run_that_ends_by_os_exit_half_way_is_not_called_killed(tmp_path: Path
     or nothing about its end for 0. It said "The run was killed (process …)"."""
     (tmp_path / "p.py").write_text(
         "import os, sys\nfrom datasets import Dataset\n\n"
-        "ds = Dataset.from_dict({'x': list(range(10))}).map(lambda ex: {'y': ex['x']}, cache_file_name=os.path.abspath('c.arrow'))\n"
+        "ds = Dataset.from_dict({'x': list(range(10))})\n"
+        "ds = ds.map(lambda ex: {'y': ex['x']}, cache_file_name=os.path.abspath('c.arrow'))\n"
         "os._exit(int(sys.argv[1]))\n",
         encoding="utf-8",
     )

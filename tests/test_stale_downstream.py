@@ -482,7 +482,8 @@ def test_a_helper_reached_through_package_attributes_two_modules_deep_is_an_edit
     )
     script = (project / "pipeline.py").read_text(encoding="utf-8")
     script = script.replace("from helpers import clean_text", "import textpkg.a")
-    (project / "pipeline.py").write_text(script.replace("clean_text(ex", "textpkg.a.norm(ex"), encoding="utf-8")
+    script = script.replace("clean_text(ex", "textpkg.a.norm(ex")
+    (project / "pipeline.py").write_text(script, encoding="utf-8")
     fps = _run(project, env)["fps"]
     assert isinstance(fps, list)
     (package / "b.py").write_text(HELPERS.replace(".lower()", ""), encoding="utf-8")

@@ -189,7 +189,7 @@ def _bootstrap() -> None:
         sys.path[0] = first
     install_tracing()
     sys.excepthook = _trimming_hook(sys.excepthook)
-    os._exit = _ending_exit(os._exit, os.getpid())
+    os._exit = _ending_exit(os._exit, os.getpid())  # type: ignore[assignment]
     # The run's end record keeps the exit status and the exception (its frames are trimmed from
     # tracebacks).
     try:
