@@ -791,3 +791,21 @@ def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_c
     said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "it failed when it last ran" in said and "rows reused from" in said, said
     assert "nothing was cached" not in said, said
+
+
+def test_a_sys_exit_inside_a_map_names_the_map_the_run_ended_in(tmp_path: Path) -> None:
+    """A map whose function calls `sys.exit(3)` half-way: `cachetool run` exits 3 and `explain
+    --last` says the run failed in that map with exit status 3 (it named no step, while `stats`
+    counted the map as failed)."""
+    (tmp_path / "p.py").write_text(
+        "import sys\nfrom datasets import Dataset\n\n\ndef f(ex, i):\n    if i == 5:\n"
+        "        sys.exit(3)\n    return {'y': i}\n\n\n"
+        "Dataset.from_dict({'x': list(range(10))}).map(f, with_indices=True)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 3
+    ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
+    assert ended["status"] == 3 and ended["step"]["operation"] == "map", ended
+    human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "The run failed in map f @ p.py:11 (exit status 3)." in human, human

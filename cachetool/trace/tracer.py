@@ -341,9 +341,11 @@ class Tracer:
         if exc is None or isinstance(exc, SystemExit):
             code = None if exc is None else exc.code
             self._outcome = {"status": code if isinstance(code, int) else 0 if code is None else 1}
-            return
-        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
-        self._outcome = {"status": status, "exception": type(exc).__name__, "message": str(exc)[:2000]}
+            if exc is None or not self._outcome["status"]:
+                return
+        else:
+            status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+            self._outcome = {"status": status, "exception": type(exc).__name__, "message": str(exc)[:2000]}
         seen: set[int] = set()
         e: BaseException | None = exc
         while e is not None and id(e) not in seen:  # the step's exception, or one it caused
