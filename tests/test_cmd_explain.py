@@ -447,3 +447,26 @@ def test_report_lists_the_stale_hits_as_problems(runs: ExplainRuns, tmp_path: Pa
     listed = [p for p in problems if any(fp in p["path"] for fp in stale)]
     assert len(listed) == 2 and all(p["severity"] == "error" for p in listed), problems
     assert all("changed since it was computed" in p["what"] or "stale" in p["what"] for p in listed), listed
+
+
+def test_another_split_slice_is_named_and_the_loaded_source_not_called_recomputed(tmp_path: Path) -> None:
+    """A pipeline loads `split="train[:10%]"`, then `train[:20%]` (the prepared split is loaded
+    from the cache both times): `explain --last` says of the map after it that another split was
+    asked for, with both, and that `load_dataset` loaded another result, not that it "was
+    recomputed because the source dataset changed"."""
+    from tests.conftest import cachetool_run, hf_env, invoke
+
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(50)), encoding="utf-8")
+    script = (
+        "import sys\nfrom datasets import load_dataset\n"
+        "ds = load_dataset('csv', data_files='d.csv', split=sys.argv[1])\n"
+        "ds.map(lambda ex: {'y': ex['x'] + 1})\n"
+    )
+    (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    env = hf_env(tmp_path)
+    cachetool_run("p.py", "train[:10%]", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "train[:20%]", env=env, cwd=tmp_path)
+    said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "another split was asked for (train[:10%] → train[:20%])" in said, said
+    assert "was recomputed" not in said and "source dataset changed" not in said, said
+    assert "load_dataset @ p.py:3 loaded another result because" in said, said

@@ -351,3 +351,35 @@ def test_a_map_written_to_a_folder_of_its_own_after_load_from_disk_has_its_whole
         followed = invoke(*command[1:], env=env)
         assert followed.exit_code == 0, followed.stderr
     assert invoke("lineage", fp, "--cache-dir", str(tmp_path / "out"), env=env).stdout == there.stdout
+
+
+def test_a_run_with_caching_disabled_does_not_make_the_cached_files_gone(tmp_path: Path) -> None:
+    """A pipeline runs cached, then again after `datasets.disable_caching()` (the same
+    fingerprints, its files in a temp folder deleted at exit): `lineage` of the last step shows
+    the cache files still there with their sizes, `explain` says the step ran with caching
+    disabled, `verify` reports no recorded file gone, and `stats` counts its steps under
+    "(caching disabled)". They said "gone", "its cache file was gone" and "recorded file no
+    longer exists" of the files `ls` lists, and `stats` named a saved dataset that is not there."""
+    (tmp_path / "p.py").write_text(
+        "import sys, datasets\nif sys.argv[1:]:\n    datasets.disable_caching()\n"
+        "ds = datasets.load_dataset('csv', data_files='d.csv', split='train')\n"
+        "print(ds.map(lambda ex: {'y': ex['x'] + 1})._fingerprint)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "d.csv").write_text("x\n1\n2\n", encoding="utf-8")
+    env = hf_env(tmp_path)
+    final = cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split()[-1]
+    assert cachetool_run("p.py", "off", env=env, cwd=tmp_path).stdout.split()[-1] == final
+    step = json.loads(invoke("lineage", final, "--json", env=env).stdout)["steps"][-1]
+    assert step["fingerprint"] == final and step["files"], step
+    assert all(f["exists"] and f["path"].startswith(env["HF_DATASETS_CACHE"]) for f in step["files"]), step
+    assert "gone" not in invoke("lineage", final, env=env, columns=80).stdout
+    # explain says why the step computed although its file is there; verify does not report the
+    # temp files datasets deleted at exit (it said "recorded file no longer exists").
+    said = " ".join(invoke("explain", final, env=env, columns=80).stdout.split())
+    assert "its cache file was gone" not in said, said
+    assert "it ran without a persistent cache: datasets.disable_caching()" in said, said
+    verified = json.loads(invoke("verify", "--json", env=env).stdout)["findings"]
+    assert not [f for f in verified if f["code"] == "record-file-gone"], verified
+    datasets = [d["key"] for d in json.loads(invoke("stats", "--json", env=env).stdout)["datasets"]]
+    assert "(caching disabled)" in datasets and not [d for d in datasets if d.startswith("saved:")], datasets

@@ -330,3 +330,38 @@ def test_list_cache_from_python_knows_what_the_ledger_recorded_as_ls_does(golden
     shown = {e["id"]: (e["parent"], e["operation"], e["used"]) for e in doc["entries"]}
     listed = {e.id: (e.parent, e.operation, e.to_json()["used"]) for e in list_cache(golden["cache"]).entries}
     assert listed == shown and any(parent for parent, _, _ in shown.values())
+
+
+@pytest.mark.slow
+def test_nothing_cached_yet_names_the_cache_dir_the_last_traced_run_wrote_in(tmp_path: Path) -> None:
+    """A pipeline caches only under `load_dataset(..., cache_dir=<project>/hfc)`, so the default
+    cache root does not exist: `ls` and `stats` say nothing is cached there and name the folder
+    the traced run wrote in with `--cache-dir`, and that `ls` lists the run's entries. They only
+    said "nothing cached yet"."""
+    from tests.conftest import cachetool_run
+    from tests.lineage_pipeline import subprocess_env
+
+    (tmp_path / "d.csv").write_text("x\n1\n2\n", encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\n"
+        "load_dataset('csv', data_files='d.csv', split='train', cache_dir='hfc').map(lambda e: {'y': 1})\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    other = str(tmp_path / "hfc")
+    for args in (["ls"], ["stats"]):
+        said = forks.run(
+            [sys.executable, "-m", "cachetool", *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert "othing cached yet" in said.stdout + said.stderr, said
+        assert f"the last traced run recorded steps in {other}" in " ".join(said.stderr.split()), said
+        assert f"--cache-dir {other}" in said.stderr, said.stderr
+    listed = forks.run(
+        [sys.executable, "-m", "cachetool", "ls", "--cache-dir", other, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert any(e["operation"] == "map" for e in json.loads(listed.stdout)["entries"]), listed.stdout

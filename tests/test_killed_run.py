@@ -118,10 +118,16 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
 
 
 def _start_and_kill(
-    tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache"
+    tmp_path: Path,
+    env: dict[str, str],
+    script: str = "p.py",
+    writes_in: str = "cache",
+    *,
+    ctrl_c: bool = False,
 ) -> subprocess.Popen[bytes]:
     """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits.
-    Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open."""
+    Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open.
+    With `ctrl_c`, SIGINT goes to the run's process group instead, as a terminal's Ctrl-C does."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
     before = set(_tmp_sizes(tmp_path, writes_in))
@@ -133,6 +139,7 @@ def _start_and_kill(
             cwd=tmp_path,
             stdout=sink,
             stderr=subprocess.STDOUT,
+            start_new_session=ctrl_c,
         )
     try:
         deadline = time.monotonic() + 120
@@ -146,7 +153,10 @@ def _start_and_kill(
             assert proc.poll() is None, output.read_text()
             assert time.monotonic() < deadline, "the map never wrote to its unfinished file"
             time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
+        if ctrl_c:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -704,3 +714,98 @@ def test_ls_calls_a_partial_resumable_only_once_its_writer_is_gone(tmp_path: Pat
         e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"] if e["kind"] == "temp"
     ]
     assert left["resumable"] is True and left["path"] == writing["path"], left
+
+
+def test_a_run_that_ends_by_os_exit_half_way_is_not_called_killed(tmp_path: Path) -> None:
+    """A script that ends by `os._exit(N)` after its first map (skipping the code Python runs at
+    exit): `cachetool run` exits N, and `explain --last` says the run failed with exit status N,
+    or nothing about its end for 0. It said "The run was killed (process …)"."""
+    (tmp_path / "p.py").write_text(
+        "import os, sys\nfrom datasets import Dataset\n\n"
+        "ds = Dataset.from_dict({'x': list(range(10))})\n"
+        "ds = ds.map(lambda ex: {'y': ex['x']}, cache_file_name=os.path.abspath('c.arrow'))\n"
+        "os._exit(int(sys.argv[1]))\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    for status in (5, 0):
+        ended = cachetool_run("p.py", str(status), env=env, cwd=tmp_path, check=False)
+        assert ended.returncode == status, ended.stderr
+        doc = json.loads(invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path), env=env).stdout)
+        assert doc["interrupted"] is None, doc["interrupted"]
+        assert (doc["failed"] or {}).get("status") == (status or None), doc["failed"]
+        human = invoke("explain", "--last", "--cache-dir", str(tmp_path), env=env, columns=80).stdout
+        assert "killed" not in human, human
+        assert ("The run failed (exit status 5)" in human) == (status == 5), human
+
+
+def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the process group) during a `num_proc=2` map: `datasets`' pool then
+    raises a `TimeoutError` and the script ends with exit status 1, as under plain python.
+    `explain --last` says the run was interrupted (Ctrl-C) in that map; it said the run failed
+    in it with a TimeoutError."""
+    (tmp_path / "p.py").write_text(
+        PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
+    )
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    proc = _start_and_kill(tmp_path, env, ctrl_c=True)
+    assert proc.wait(timeout=60) == 1, (tmp_path / "out.txt").read_text()
+    ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
+    assert ended["exception"] == "KeyboardInterrupt" and ended["step"]["operation"] == "map", ended
+    human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "The run was interrupted (Ctrl-C) in map slow @ p.py:12" in human, human
+    assert "TimeoutError" not in human, human
+
+
+def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_cached(tmp_path: Path) -> None:
+    """One `num_proc=2` worker SIGKILLed while the script lives: `datasets` raises "One of the
+    subprocesses has abruptly died", the run exits 1 and `explain --last` says it failed in that
+    map. The rerun takes back the rows the workers wrote, and its explain says the step failed
+    when it last ran and what was reused, not also "nothing was cached"."""
+    (tmp_path / "p.py").write_text(
+        PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
+    )
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    marker = tmp_path / "busy"
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 120
+    while not marker.exists() or not any(_tmp_sizes(tmp_path).values()):
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+        time.sleep(0.02)
+    workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    os.kill(int(workers[0]), signal.SIGKILL)
+    assert proc.wait(timeout=120) == 1
+    said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "The run failed in map slow @ p.py:12 (RuntimeError: One of the subprocesses" in said, said
+
+    cachetool_run("p.py", "d.csv", str(marker), env=env, cwd=tmp_path)
+    said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "it failed when it last ran" in said and "rows reused from" in said, said
+    assert "nothing was cached" not in said, said
+
+
+def test_a_sys_exit_inside_a_map_names_the_map_the_run_ended_in(tmp_path: Path) -> None:
+    """A map whose function calls `sys.exit(3)` half-way: `cachetool run` exits 3 and `explain
+    --last` says the run failed in that map with exit status 3 (it named no step, while `stats`
+    counted the map as failed)."""
+    (tmp_path / "p.py").write_text(
+        "import sys\nfrom datasets import Dataset\n\n\ndef f(ex, i):\n    if i == 5:\n"
+        "        sys.exit(3)\n    return {'y': i}\n\n\n"
+        "Dataset.from_dict({'x': list(range(10))}).map(f, with_indices=True)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 3
+    ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
+    assert ended["status"] == 3 and ended["step"]["operation"] == "map", ended
+    human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
+    assert "The run failed in map f @ p.py:11 (exit status 3)." in human, human

@@ -465,3 +465,32 @@ def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> N
     (project / "helpers.py").write_text(helpers.replace('PREFIX = ""', 'PREFIX = "> "'), encoding="utf-8")
     run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
     assert "this run loaded 3 stale result(s)" in run.stderr and "`PREFIX`" in run.stderr, run.stderr
+
+
+def test_a_helper_reached_through_package_attributes_two_modules_deep_is_an_edit(tmp_path: Path) -> None:
+    """The map calls `textpkg.a.norm(...)` (a package attribute), and `norm` calls
+    `textpkg.b.clean_text` (another): `datasets` hashes `textpkg` by name, so an edit of
+    `clean_text` in b.py keeps every fingerprint. The run warns that it loaded 3 stale results
+    and names the helper, and `verify --stale` flags the three (it said nothing before)."""
+    project, env = _project(tmp_path)
+    package = project / "textpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "b.py").write_text(HELPERS, encoding="utf-8")
+    (package / "a.py").write_text(
+        "import textpkg.b\n\n\ndef norm(text):\n    return textpkg.b.clean_text(text)\n", encoding="utf-8"
+    )
+    script = (project / "pipeline.py").read_text(encoding="utf-8")
+    script = script.replace("from helpers import clean_text", "import textpkg.a")
+    script = script.replace("clean_text(ex", "textpkg.a.norm(ex")
+    (project / "pipeline.py").write_text(script, encoding="utf-8")
+    fps = _run(project, env)["fps"]
+    assert isinstance(fps, list)
+    (package / "b.py").write_text(HELPERS.replace(".lower()", ""), encoding="utf-8")
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    assert json.loads(run.stdout.strip().splitlines()[-1])["fps"] == fps
+    assert "this run loaded 3 stale result(s)" in run.stderr, run.stderr
+    assert "`clean_text` in b.py changed" in run.stderr, run.stderr
+    verified = _cli(env, "verify", "--stale", "--json")
+    found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
+    assert verified.returncode == 1 and found == set(fps), verified.stdout

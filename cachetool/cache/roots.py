@@ -139,6 +139,19 @@ def other_roots(
     ]
 
 
+def latest_root_elsewhere(root: str | os.PathLike[str]) -> str | None:
+    """The root of the registry, other than `root`, whose ledger was written to last (the root a
+    run with `cache_dir=` recorded in), or None."""
+    newest: tuple[float, str] | None = None
+    for other, _ in other_roots(root):
+        try:
+            when = max(p.stat().st_mtime for p in ledger_dir(other).glob("*.jsonl"))
+        except (OSError, ValueError):
+            continue
+        newest = max(newest or (when, other), (when, other))
+    return newest[1] if newest else None
+
+
 def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:
     """Add `root` to the registry (once per process and root: a lock and a rewrite, off the hot path).
 

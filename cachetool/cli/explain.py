@@ -62,6 +62,7 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
     from cachetool.cache.dirs import root_for
+    from cachetool.cache.roots import latest_root_elsewhere
     from cachetool.cache.walk import gc_paused
     from cachetool.history.explain.explainer import ExplainOptions, explain
 
@@ -75,7 +76,7 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
         # --last where nothing was recorded: the run may have written under `cache_dir=` only.
         missing = isinstance(e, CacheNotFound) and e.default
         base = e.root if isinstance(e, CacheNotFound) else root
-        other = _latest_root_elsewhere(base) if options.last and base is not None else None
+        other = latest_root_elsewhere(base) if options.last and base is not None else None
         if other is None or not (missing or e.message.startswith("no recorded")):
             raise
         command = shell_command("explain", "--last", "--cache-dir", other)
@@ -110,21 +111,6 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
                 hint(group[0].elsewhere_hint(saved=os.path.realpath(group[0].root or "") in saved))
         return int(ExitCode.PROBLEMS_FOUND)
     return int(ExitCode.OK)
-
-
-def _latest_root_elsewhere(root: Path) -> str | None:
-    """The root of the registry, other than `root`, whose ledger was written to last (the root a
-    run with `cache_dir=` recorded in), or None."""
-    from cachetool.cache.roots import ledger_dir, other_roots
-
-    newest: tuple[float, str] | None = None
-    for other, _ in other_roots(root):
-        try:
-            when = max(p.stat().st_mtime for p in ledger_dir(other).glob("*.jsonl"))
-        except (OSError, ValueError):
-            continue
-        newest = max(newest or (when, other), (when, other))
-    return newest[1] if newest else None
 
 
 def _later_run_here(root: Path, run: str) -> str | None:
@@ -337,7 +323,10 @@ def _failed_lines(out: Output, f: Failure, root: Path) -> None:
     why = f"exit status {f.status}"
     if f.exception:
         why = f"{f.exception}: {f.message}" if f.message else f.exception
-    out.line(f"The run failed{where} ({why}).", style="bold red")
+    if f.exception == "KeyboardInterrupt":
+        out.line(f"The run was interrupted (Ctrl-C){where}.", style="bold red")
+    else:
+        out.line(f"The run failed{where} ({why}).", style="bold red")
     if f.read_error:
         out.line("  A cache file it read may be damaged; to find it, run:")
         out.line(f"    {shell_command('verify', '--cache-dir', os.fspath(root))}", wrap=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, SHARD, arg, command, opt
-from cachetool.cli.output import Output, OutputFormat, hint, warn
+from cachetool.cli.output import Output, OutputFormat, hint, hint_root_elsewhere, warn
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
@@ -217,6 +217,7 @@ def _nothing_cached(out: Output, e: CacheNotFound, shard: Shard | None) -> None:
     elif out.format == OutputFormat.human:
         where = out.path(e.root, out.width - 40)
         out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
+        hint_root_elsewhere(e.root)
 
 
 def list_cache(

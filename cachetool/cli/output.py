@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from cachetool.cli.tables import plain_column_lines, rich_table, whole_fits
-from cachetool.errors import CachetoolError, ExitCode
+from cachetool.errors import CacheNotFound, CachetoolError, ExitCode
 from cachetool.formatting import safe_text
 
 if TYPE_CHECKING:
@@ -64,6 +64,8 @@ def report_exception(e: BaseException) -> int | None:
         return None
     if isinstance(e, CachetoolError):
         error(e.message)
+        if isinstance(e, CacheNotFound) and e.default:
+            hint_root_elsewhere(e.root)
         return int(e.exit_code)
     if isinstance(e, KeyboardInterrupt):
         error("interrupted")
@@ -139,6 +141,17 @@ def hint(message: str) -> None:
     """A hint on stderr; one that holds a command (in backticks) is printed whole, its paths not
     shortened, so the command pastes as printed."""
     _stderr_line("Hint:", "dim", message, fit="`" not in message)
+
+
+def hint_root_elsewhere(root: str | os.PathLike[str]) -> None:
+    """Nothing is cached in the default root `root`: name the root the last traced run recorded
+    steps in (a pipeline with `cache_dir=`), with the command that lists it."""
+    from cachetool.cache.roots import latest_root_elsewhere
+    from cachetool.hints import shell_command
+
+    other = latest_root_elsewhere(root)
+    if other is not None:
+        hint(f"the last traced run recorded steps in {other}: `{shell_command('ls', '--cache-dir', other)}`")
 
 
 class Output:

@@ -126,6 +126,19 @@ _AS_RECORDED = (
 _QUIET_ARGS = frozenset({"fingerprint_name", "function", "new_fingerprint"})
 
 
+def _files_now(rec: StepRecord) -> list[FileNow]:
+    """The files `rec` wrote or reused, as they are on disk now."""
+    files = []
+    for f in rec.files:
+        path = rec.located(f.path)  # the root may have been moved since
+        try:
+            size: int | None = os.stat(path).st_size
+        except OSError:
+            size = None
+        files.append(FileNow(path, size))
+    return files
+
+
 def _count_run(st: list[float], rec: StepRecord) -> None:
     """One more run of a fingerprint's origin in its stats: ``[runs, hits, misses, last_used]``."""
     st[0] += 1
@@ -150,6 +163,7 @@ class LineageGraph:
         self._removed: dict[str, GcRecord] = {}  # fp -> the latest gc record that removed its files
         self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
         self._hosts: dict[str, list[StepRecord]] = {}  # fp -> its origins from hosts not seen before
+        self._kept: dict[str, StepRecord] = {}  # fp -> its latest origin with files in a cache
         self.records: list[StepRecord] = []
         made_file: dict[str, list[StepRecord]] = {}  # fp -> its hidden internal origins with files
         for rec in records:
@@ -185,6 +199,8 @@ class LineageGraph:
             return  # says nothing about where fp comes from
         _count_run(st, rec)
         self._origin[fp] = rec
+        if rec.files and rec.uncached is None:
+            self._kept[fp] = rec
         seen = self._hosts.setdefault(fp, [])
         if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
             seen.append(rec)
@@ -273,14 +289,10 @@ class LineageGraph:
             return Step(
                 fp, recorded=False, last_used=st[3] if st else None, saved_to=tuple(self._saved.get(fp, ()))
             )
-        files = []
-        for f in rec.files:
-            path = rec.located(f.path)  # the root may have been moved since
-            try:
-                size: int | None = os.stat(path).st_size
-            except OSError:
-                size = None
-            files.append(FileNow(path, size))
+        files = _files_now(rec)
+        kept = self._kept.get(fp)
+        if kept is not None and kept is not rec and not any(f.exists for f in files):
+            files = _files_now(kept)  # the latest run wrote to a temp folder (disable_caching())
         args = [
             (name, a.repr)
             for name, a in sorted(rec.args.items())

@@ -444,7 +444,10 @@ def _site(rec: StepRecord) -> _Site:
 
 def dataset_of(rec: StepRecord) -> str:
     """`csv/default-c955f4a6b949b4ae` for a step whose files live in that builder folder; the
-    saved folder's name for a saved dataset; `(in memory)` or `(no file)` otherwise."""
+    saved folder's name for a saved dataset; `(in memory)`, `(caching disabled)` (its files were in
+    a temp folder) or `(no file)` otherwise."""
+    if rec.uncached == "caching-disabled":
+        return "(caching disabled)"
     src = rec.source
     root = rec.where
     if rec.files and root:

@@ -431,9 +431,8 @@ def reads(fn: types.FunctionType) -> dict[str, str]:
     g = fn.__globals__
     names = list(dict.fromkeys(_names(fn.__code__)))
     values = {n: g[n] for n in names if n in g}
-    for module in [v for v in values.values() if isinstance(v, types.ModuleType)]:
-        if is_user_file(getattr(module, "__file__", None)):  # `config.MAX_LEN`
-            values.update((f"{module.__name__}.{n}", vars(module)[n]) for n in names if n in vars(module))
+    for module in _user_modules(names, g):  # `config.MAX_LEN`, `pkg.config.MAX_LEN`
+        values.update((f"{module.__name__}.{n}", vars(module)[n]) for n in names if n in vars(module))
     out: dict[str, str] = {}
     for name, value in values.items():
         text = _canonical(value, [MAX_READ_ITEMS])
@@ -570,18 +569,31 @@ def _names(code: types.CodeType, depth: int = 0) -> list[str]:
     return names
 
 
+def _user_modules(names: list[str], g: dict[str, Any]) -> list[types.ModuleType]:
+    """The modules of the user's that code with these `names` reaches from its globals `g`:
+    `helpers` of `helpers.clean`, and `pkg` and `pkg.a` of `pkg.a.clean`."""
+    found: list[types.ModuleType] = []
+    queue = [g.get(name) for name in dict.fromkeys(names)]
+    while queue:
+        module = queue.pop()
+        if not isinstance(module, types.ModuleType) or any(module is m for m in found):
+            continue
+        where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", ())), None)
+        if is_user_file(where):
+            found.append(module)
+            queue.extend(vars(module).get(name) for name in names)
+    return found
+
+
 def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
     """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`) or closure."""
     names = _names(fn.__code__)
     g = fn.__globals__
     found: list[types.FunctionType] = []
-    modules: list[types.ModuleType] = []
     for name in dict.fromkeys(names):
         value = g.get(name)
         if isinstance(value, types.FunctionType):
             found.append(value)
-        elif isinstance(value, types.ModuleType) and is_user_file(getattr(value, "__file__", None)):
-            modules.append(value)
         elif value is not None and not isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
             # A user class called in the function, or an object of one: its methods run too, and an
             # object pickles its attributes but names its class (the code of its methods is not in
@@ -589,7 +601,7 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
             cls = value if isinstance(value, type) else type(value)
             if is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
                 found.extend(v for v in vars(cls).values() if isinstance(v, types.FunctionType))
-    for module in modules:
+    for module in _user_modules(names, g):
         for name in dict.fromkeys(names):
             value = getattr(module, name, None)
             if isinstance(value, types.FunctionType):

@@ -189,6 +189,7 @@ def _bootstrap() -> None:
         sys.path[0] = first
     install_tracing()
     sys.excepthook = _trimming_hook(sys.excepthook)
+    os._exit = _ending_exit(os._exit, os.getpid())  # type: ignore[assignment]
     # The run's end record keeps the exit status and the exception (its frames are trimmed from
     # tracebacks).
     try:
@@ -199,6 +200,20 @@ def _bootstrap() -> None:
             end_run()  # now: at exit it would clear CPython's note to end by SIGINT, as python does
         raise
     note_exit(None)
+
+
+def _ending_exit(original: Callable[[int], NoReturn], pid: int) -> Callable[[int], NoReturn]:
+    """`os._exit` that records the run's end first when the script's own process calls it (code
+    run at exit is skipped, and the run would read as killed); a forked worker's goes straight on."""
+    from cachetool.trace.install import end_run, note_exit
+
+    def _exit(status: int) -> NoReturn:
+        if os.getpid() == pid:
+            note_exit(SystemExit(status))
+            end_run()
+        original(status)
+
+    return _exit
 
 
 def _main_module(script: str) -> Callable[[], object]:

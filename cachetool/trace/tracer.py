@@ -341,16 +341,19 @@ class Tracer:
         if exc is None or isinstance(exc, SystemExit):
             code = None if exc is None else exc.code
             self._outcome = {"status": code if isinstance(code, int) else 0 if code is None else 1}
-            return
-        status = 130 if isinstance(exc, KeyboardInterrupt) else 1
-        self._outcome = {"status": status, "exception": type(exc).__name__, "message": str(exc)[:2000]}
+            if exc is None or not self._outcome["status"]:
+                return
+        else:
+            status = 130 if isinstance(exc, KeyboardInterrupt) else 1
+            self._outcome = {"status": status, "exception": type(exc).__name__, "message": str(exc)[:2000]}
         seen: set[int] = set()
         e: BaseException | None = exc
         while e is not None and id(e) not in seen:  # the step's exception, or one it caused
             seen.add(id(e))
+            if isinstance(e, KeyboardInterrupt) and e is not exc:  # Ctrl-C, then the pool's error
+                self._outcome |= {"exception": "KeyboardInterrupt", "message": f"then {type(exc).__name__}"}
             if self._raised is not None and e is self._raised[0]:
                 self._outcome["step"] = self._raised[1]
-                break
             e = e.__context__
 
     # -- layer 2 ------------------------------------------------------------------------------

@@ -145,12 +145,15 @@ class Reason:
     hint: str | None = None
     #: Set when the change happened in an earlier step: that step.
     upstream: StepRef | None = None
+    #: That step loaded its (other) result from the cache.
+    upstream_loaded: bool = False
 
     @property
     def text(self) -> str:
         if self.upstream is None:
             return self.message
-        return f"its input changed: {self.upstream.label} was recomputed because {self.message}"
+        made = "loaded another result" if self.upstream_loaded else "was recomputed"
+        return f"its input changed: {self.upstream.label} {made} because {self.message}"
 
     def to_json(self) -> dict[str, Any]:
         return {

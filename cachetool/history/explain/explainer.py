@@ -39,6 +39,7 @@ from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepSt
 from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import failure, interruption, open_starts
 
+_NOTHING_CACHED = ": nothing was cached"
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
 
 
@@ -47,7 +48,11 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
     siblings = view.siblings(rec)
     reasons, compared = _reasons(view, rec, siblings)
     if rec.resumed:  # its killed run began it, and left rows: not a first time, nor "nothing cached"
-        kept = (r for r in reasons if r.kind not in ("first-run", "killed-before"))
+        kept = (
+            replace(r, message=r.message.removesuffix(_NOTHING_CACHED)) if r.kind == "failed-before" else r
+            for r in reasons
+            if r.kind not in ("first-run", "killed-before")
+        )
         reasons = (*kept, Reason("resumed", rec.resumed.text))
     if rec.rekeyed:  # what it computed was the proof; the result is the earlier one
         reasons += (Reason("rekeyed", rec.rekeyed.text),)
@@ -81,7 +86,7 @@ def _reasons(
         return (same_fingerprint_reason(view, rec, same),), StepRef.of(same)
     if siblings and siblings[0].result is None and siblings[0].error:
         when = clock_time(siblings[0].time)
-        why = f"it failed when it last ran, at {when} ({siblings[0].error}): nothing was cached"
+        why = f"it failed when it last ran, at {when} ({siblings[0].error}){_NOTHING_CACHED}"
         return (Reason("failed-before", why),), StepRef.of(siblings[0])
     if siblings:
         return tuple(compare(view, rec, siblings[0])), StepRef.of(siblings[0])

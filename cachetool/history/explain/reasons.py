@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cachetool.formatting import clock_time
-from cachetool.history.explain.answer import Reason, StepRef
+from cachetool.history.explain.answer import UNCACHED_TEXT, Reason, StepRef
 from cachetool.history.explain.stale import line_changes
 from cachetool.history.explain.view import LedgerView
 from cachetool.history.records.other import GcRecord
@@ -133,7 +133,7 @@ def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: in
         upstream = StepRef.of(rec_new)
         for r in compare(view, rec_new, rec_old, depth + 1):
             if r.upstream is None:
-                r = replace(r, upstream=upstream)
+                r = replace(r, upstream=upstream, upstream_loaded=rec_new.cache == "hit")
             out.append(r)
     if len(old_parents) > len(new_parents):
         out.append(Reason("input", "it has fewer inputs than before"))
@@ -167,6 +167,8 @@ def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: i
         builder = src_new.builder or "?"
         if parts:
             message = f"the source dataset changed: {', '.join(parts)}"
+        elif src_new.split != src_old.split and src_new.relative_data_dir == src_old.relative_data_dir:
+            message = f"another split was asked for ({src_old.split} → {src_new.split})"
         elif src_new.relative_data_dir != src_old.relative_data_dir:
             message = (
                 f"the source dataset changed: the {builder} builder's data or configuration differs "
@@ -445,6 +447,8 @@ def same_fingerprint_reason(view: LedgerView, rec: StepRecord, same: StepRecord)
         if removal is not None
         else "gone (deleted, cleaned up, or load_from_cache_file=False)"
     )
+    if rec.uncached is not None:  # datasets did not look for the file
+        gone, why = "it ran without a persistent cache:", UNCACHED_TEXT.get(rec.uncached, rec.uncached)
     return Reason(
         "same-fingerprint",
         f"its fingerprint is not new (also made at {clock_time(same.time)}"

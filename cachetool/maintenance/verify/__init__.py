@@ -234,6 +234,8 @@ def _ledger_findings(checker: Checker, ledger: Ledger, shard: Shard | None) -> N
 
     gone: dict[str, str] = {}
     for rec in ledger.own_steps():
+        if rec.uncached == "caching-disabled":
+            continue  # its files were in a temp folder `datasets` deletes at exit
         for f in rec.files:
             if (
                 f.path not in gone
