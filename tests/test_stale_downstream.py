@@ -494,3 +494,29 @@ def test_a_helper_reached_through_package_attributes_two_modules_deep_is_an_edit
     verified = _cli(env, "verify", "--stale", "--json")
     found = {f["entry"] for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"}
     assert verified.returncode == 1 and found == set(fps), verified.stdout
+
+
+def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_path: Path) -> None:
+    """A map given `cache_file_name=` is edited: `datasets` loads the named file whatever the new
+    fingerprint, so the run gets the old rows. The run says so: the file, the fingerprint it was
+    written under and the step's own; a run whose file matches says nothing."""
+    script = tmp_path / "p.py"
+    code = (
+        "import datasets\n"
+        "ds = datasets.Dataset.from_dict({'x': list(range(10))})\n"
+        "ds = ds.map(lambda ex: {'y': ex['x'] + 1}, cache_file_name=%r)\n"
+        "print(ds[0]['y'], ds._fingerprint)\n"
+    ) % str(tmp_path / "named" / "m.arrow")
+    (tmp_path / "named").mkdir()
+    script.write_text(code, encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    first = cachetool_run(script, env=env, cwd=tmp_path)
+    again = cachetool_run(script, env=env, cwd=tmp_path)
+    assert again.stdout == first.stdout and "warning" not in again.stderr, again.stderr
+    script.write_text(code.replace("+ 1", "+ 2"), encoding="utf-8")
+    edited = cachetool_run(script, env=env, cwd=tmp_path)
+    old_fp, new_fp = first.stdout.split()[1], edited.stdout.split()[1]
+    assert edited.stdout.split()[0] == "1" and new_fp != old_fp  # the old rows, reused
+    said = " ".join(edited.stderr.split())
+    assert str(tmp_path / "named" / "m.arrow") in said and old_fp in said and new_fp in said, said
+    assert "probably stale" in said, said

@@ -561,6 +561,8 @@ class Tracer:
             root = record.root or self.roots.default
             if record.cache == "hit" and record.result:
                 self._hits.setdefault(root, {})[record.result] = tuple(f.path for f in record.files)
+                if record.TYPE == "transform" and record.files and not record.internal:
+                    _check_named_file(record, record.result, record.files[0].path)
             if record.may_go_stale and (fn := record.function):
                 sources = self._by_name.setdefault(root, set())
                 for part in (fn, *fn.deps):
@@ -573,6 +575,26 @@ class Tracer:
                 self._warned.add(record.call_site)  # once per call site (DatasetDict.map: per split)
                 warn(predictable_warning(record, rf))
         self.sink.emit_line(record, self._prefix + ENCODER.encode(record.to_json(constant=False))[1:], like)
+
+
+def _check_named_file(record: StepRecord, fp: str, path: str) -> None:
+    """Warn when a step loaded a file it named (`cache_file_name=`) that an earlier version of the
+    step wrote: `datasets` loads a named file whatever the fingerprint. A file named after the
+    fingerprint (`cache-<fp>…`) is not read."""
+    if os.path.basename(path).startswith(f"cache-{fp}"):
+        return
+    from cachetool.cache.arrow import read_summary
+
+    written = read_summary(path).fingerprint
+    if written and not written.startswith(fp):
+        site = record.call_site
+        where = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site else ""
+        warn(
+            f"{record.operation}{where} loaded {path} (its cache_file_name=), which was written under "
+            f"fingerprint {written}, not this step's {fp}: datasets loads a named file whatever "
+            "changed, so it is probably stale. Hint: remove the file (or pass "
+            "load_from_cache_file=False) to compute it again"
+        )
 
 
 def _module_file(read: str) -> str:
