@@ -503,10 +503,10 @@ def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_
     script = tmp_path / "p.py"
     code = (
         "import datasets\n"
-        "ds = datasets.Dataset.from_dict({'x': list(range(10))})\n"
-        "ds = ds.map(lambda ex: {'y': ex['x'] + 1}, cache_file_name=%r)\n"
+        "ds = datasets.Dataset.from_dict({{'x': list(range(10))}})\n"
+        "ds = ds.map(lambda ex: {{'y': ex['x'] + 1}}, cache_file_name={!r})\n"
         "print(ds[0]['y'], ds._fingerprint)\n"
-    ) % str(tmp_path / "named" / "m.arrow")
+    ).format(str(tmp_path / "named" / "m.arrow"))
     (tmp_path / "named").mkdir()
     script.write_text(code, encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
