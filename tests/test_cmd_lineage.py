@@ -350,6 +350,7 @@ def test_a_map_written_to_a_folder_of_its_own_after_load_from_disk_has_its_whole
         assert command == ["cachetool", name, fp, "--cache-dir", str(tmp_path / "out")], here.stderr
         followed = invoke(*command[1:], env=env)
         assert followed.exit_code == 0, followed.stderr
+        assert name != "show" or "in (cache root)" in followed.stdout, followed.stdout  # not "in ."
     assert invoke("lineage", fp, "--cache-dir", str(tmp_path / "out"), env=env).stdout == there.stdout
 
 

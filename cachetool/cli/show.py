@@ -138,7 +138,7 @@ def _render_files(out: Output, root: Path, e: Entry) -> None:
             where = os.fsdecode(Path(folder).relative_to(root))
         except ValueError:
             where = out.path(Path(folder), 40)
-        out.line(f"in {out.path(where, out.width - 3)}", style="dim")
+        out.line(f"in {out.path(where, out.width - 3)}" if where != "." else "in (cache root)", style="dim")
     narrow = not out.no_truncate and out.width < 100
     rows = [_file_row(out, e, f, narrow) for f in e.files]
     wide = [("batches", "right"), ("fingerprint in file", "left"), ("state", "left")]
