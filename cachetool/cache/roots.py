@@ -139,16 +139,24 @@ def other_roots(
     ]
 
 
-def latest_root_elsewhere(root: str | os.PathLike[str]) -> str | None:
-    """The root of the registry, other than `root`, whose ledger was written to last (the root a
-    run with `cache_dir=` recorded in), or None."""
-    newest: tuple[float, str] | None = None
+def newest_segment_elsewhere(root: str | os.PathLike[str]) -> tuple[float, str, Path] | None:
+    """(modification time, root, segment) of the ledger segment written last in a root of the
+    registry other than `root` (where a run with `cache_dir=` recorded), or None."""
+    newest: tuple[float, str, Path] | None = None
     for other, _ in other_roots(root):
-        try:
-            when = max(p.stat().st_mtime for p in ledger_dir(other).glob("*.jsonl"))
-        except (OSError, ValueError):
-            continue
-        newest = max(newest or (when, other), (when, other))
+        for segment in ledger_dir(other).glob("*.jsonl"):
+            try:
+                when = segment.stat().st_mtime
+            except OSError:
+                continue
+            if newest is None or when > newest[0]:
+                newest = (when, other, segment)
+    return newest
+
+
+def latest_root_elsewhere(root: str | os.PathLike[str]) -> str | None:
+    """The root of the registry, other than `root`, whose ledger was written to last, or None."""
+    newest = newest_segment_elsewhere(root)
     return newest[1] if newest else None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,24 +115,18 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
 def _later_run_here(root: Path, run: str) -> str | None:
     """The root whose newest ledger segment is a run other than `run` that started in this working
     directory after `run`'s segment here was last written (a run with `cache_dir=` elsewhere), or
-    None. Each other known root costs a `stat` of its segments; the newest one's first record is read."""
-    from cachetool.cache.roots import ledger_dir, other_roots
+    None (`newest_segment_elsewhere`; only that segment's first record is read)."""
+    from cachetool.cache.roots import ledger_dir, newest_segment_elsewhere
     from cachetool.safejson import parse_json
 
+    newest = newest_segment_elsewhere(root)
     try:
-        since = (ledger_dir(root) / f"{run}.jsonl").stat().st_mtime
-    except OSError:
-        return None
-    newest: tuple[float, str, Path] | None = None
-    for other, _ in other_roots(root):
-        for segment in ledger_dir(other).glob("*.jsonl"):
-            with contextlib.suppress(OSError):
-                when = segment.stat().st_mtime
-                if when > since and segment.stem != run and (newest is None or when > newest[0]):
-                    newest = (when, other, segment)
-    if newest is None:
-        return None
-    try:
+        if (
+            newest is None
+            or newest[2].stem == run
+            or newest[0] <= (ledger_dir(root) / f"{run}.jsonl").stat().st_mtime
+        ):
+            return None
         with open(newest[2], "rb") as f:
             start = parse_json(f.readline(64 * 1024))
     except Exception:  # a hint only
