@@ -520,3 +520,32 @@ def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_
     said = " ".join(edited.stderr.split())
     assert str(tmp_path / "named" / "m.arrow") in said and old_fp in said and new_fp in said, said
     assert "probably stale" in said, said
+
+
+def test_the_run_warning_removes_every_stale_result_it_counts(tmp_path: Path) -> None:
+    """A DatasetDict's two splits are filtered by a helper whose constant is then edited: the run
+    warns of 2 stale results, and the one gc command it gives removes both (it named the first
+    split's only), so the next run computes both splits with the new value."""
+    (tmp_path / "helpers.py").write_text(
+        "LIMIT = 5\n\n\ndef keep(n):\n    return n > LIMIT\n", encoding="utf-8"
+    )
+    for split in ("train", "test"):
+        rows = "".join(json.dumps({"n": i}) + "\n" for i in range(20))
+        (tmp_path / f"{split}.jsonl").write_text(rows, encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\nfrom helpers import keep\n"
+        "dd = load_dataset('json', data_files={'train': 'train.jsonl', 'test': 'test.jsonl'})\n"
+        "dd = dd.filter(lambda ex: keep(ex['n']))\n"
+        "print(sum(len(d) for d in dd.values()))\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split()[-1] == "28"
+    (tmp_path / "helpers.py").write_text(
+        "LIMIT = 9\n\n\ndef keep(n):\n    return n > LIMIT\n", encoding="utf-8"
+    )
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    assert "this run loaded 2 stale result(s)" in run.stderr, run.stderr
+    removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split()[-1] == "20"

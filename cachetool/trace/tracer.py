@@ -633,6 +633,9 @@ def _warn_stale(root: str, fps: set[str]) -> None:
     if not found:
         return
     first = next((s for s in found if s.derived_from is None), found[0])
+    every = tuple(dict.fromkeys(fp for s in found for fp in (s.remove or (s.fingerprint,))))
+    sources = any(s.remove_sources or s.source for s in found)
+    first = dataclasses.replace(first, remove=every, remove_sources=sources)  # its hint removes them all
     explain = shell_command("explain", "--last", "--cache-dir", root)
     said = f"this run loaded {len(found)} stale result(s): {first.message}"
     warn(f"{said}. Hint: {first.hint}; `{explain}` names each")
