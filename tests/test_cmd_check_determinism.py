@@ -20,7 +20,7 @@ from cachetool.cli.app import app
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
 from cachetool.determinism.render import cause_lines, github_lines, human_lines
-from cachetool.determinism.report import DeterminismReport, read_events
+from cachetool.determinism.report import DeterminismReport, load_events
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
 from tests.corpus_pipeline import causes_of, check_once, events_of, once
@@ -209,12 +209,12 @@ def test_events_align_by_call_site_when_a_run_has_extra_events() -> None:
     assert [s.operation for s in analysis.steps] == ["map", "filter"]
 
 
-def test_read_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None:
+def test_load_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     step = {"v": 1, "type": "checkpoint"}
     lines = [json.dumps({**step, "seq": 2, "x": 1}), json.dumps({**step, "seq": 1}), '{"seq": 3, "tor']
     path.write_text("\n".join(lines))
-    assert [e.seq for e in read_events(path)] == [1, 2]
+    assert [e.seq for e in load_events(path).events] == [1, 2]
 
 
 def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
@@ -258,7 +258,7 @@ def test_checkpoint_records_the_datasets_digest_and_tree(
     monkeypatch.setenv("CACHETOOL_TRACE_TREES", "1")
     value = {"lr": 0.1, "stop": frozenset(["a", "b"])}
     digest = cachetool.checkpoint("config", value)
-    (event,) = read_events(events)
+    (event,) = load_events(events).events
     assert digest == event.result == Hasher.hash(value)
     assert event.type == "checkpoint" and event.transform == "config"
     assert event.args["value"].tree["d"] == digest  # type: ignore[index]

@@ -1,29 +1,6 @@
-"""Align the trace events of N runs and explain the first fingerprint that differs.
-
-Pure functions over event lists (one list per run, as read from each run's events file): no
-subprocess, no disk. `cachetool.determinism.check` feeds them.
-
-Rules:
-
-* events are aligned by identity, never by order: the call site (operation, transform, file, line)
-  and the lineage of the step (the steps that made its parents), so that a warm run's fewer
-  internal events never shift a step and one split's step is never compared with another's; an
-  event present in some runs only is named, not compared;
-* a step whose fingerprint differs while its parents match is a **cause**; its differing arguments
-  are diffed tree against tree to name the culprit;
-* a step whose parent is a fingerprint that differed earlier belongs to that cause's **cascade**;
-* a root (a source dataset) that differs, or a step whose differing parent no recorded step made,
-  is a **source** difference: no argument differs, the input does;
-* a step where `datasets` fell back to a random fingerprint (an argument that cannot be pickled) is
-  a **random** cause: it differs in every process by construction; the unpicklable piece is named;
-* a step whose fingerprint differs and that hashes an object an earlier step changed while it ran
-  (a tokenizer the mapped function configured, a vocabulary built on the first call: the tracer
-  records the argument's tree at hash time and, when it changed, at the end of the step) is a
-  **cache-state** cause: a run that computed the earlier step and one that loaded it disagree;
-* a cause is observed, never inferred: an internal step (one `datasets` made itself) is never a
-  cause, and a step whose fingerprint matches in every run is none either. When every run computed
-  the step that changed an object hashed later, and all agree, that they would agree with a run
-  that loads it is not observed: it is noted (`Analysis.unobserved`), not a cause.
+"""Align the trace events of N runs and explain the first fingerprint that differs: pure functions
+over one event list per run (no subprocess, no disk). The rules (alignment by identity, causes,
+cascades, sources, random fallbacks, cache-state changes) are in docs/check-determinism.md.
 """
 
 from __future__ import annotations
@@ -159,7 +136,7 @@ def _step(index: int, positions: tuple[int, ...], row: Sequence[Event]) -> Step:
 
 def analyze(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> Analysis:
     """Compare N runs' events (N >= 2): steps, causes with culprits, and their cascades. Events are
-    records (`read_events`) or the JSON objects of an events file, parsed once here."""
+    records (`load_events`) or the JSON objects of an events file, parsed once here."""
     events = [as_events(run) for run in runs]
     positions, unaligned = align(events)
     matched = [{row[k] for row in positions} for k in range(len(events))]

@@ -1,13 +1,5 @@
-"""Run a script N times in subprocesses that differ on purpose and compare their fingerprints.
-
-Each run is ``python -m cachetool run script.py [args]`` with its own ``PYTHONHASHSEED`` and events
-file (with hash trees). By default the runs share the script's cache, one after the other, and the
-first computes every step (``CACHETOOL_TRACE_COLD=1``; what the cache holds is rewritten to a
-temporary folder) so that a step changing an object a later step hashes shows on a warm cache too.
-``isolated=True`` gives each run a fresh temporary cache; they run one after another too (a file of
-the script's own, written by two at once, kills a run reading it memory-mapped with SIGBUS), or
-``jobs`` at once when the caller says the script writes nothing else. What a stopped check leaves
-is removed here.
+"""Run a script N times in subprocesses that differ on purpose (hash seed, cache state) and compare
+their fingerprints; what a stopped check leaves is removed here. docs/check-determinism.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""`cachetool.checkpoint(name, obj)`: record the hash of any object as a trace event.
-
-A pipeline that does not use `datasets` (plain Python, tf.data, a config object for a trainer) can
-still be checked by `cachetool check-determinism`: each checkpoint is compared across runs like a
-fingerprint, and a difference is explained from its hash tree. Outside a determinism run (no
-``CACHETOOL_TRACE_EVENTS`` in the environment) a checkpoint does nothing and costs nothing.
+"""`cachetool.checkpoint(name, obj)`: record the hash of any object as a trace event, compared
+across runs by `check-determinism` like a fingerprint; outside a determinism run it does nothing.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """One run of the script, from start to outcome: its folder, environment, processes (found and
-stopped through a marker in their environment, however they detached), capped output, progress.
-
-A run starts (`Run.start`) before its turn when it can: the interpreter waits on a pipe
-(`cachetool.determinism.waiter`), importing `datasets` meanwhile, so that the import overlaps the
-previous run's work. `Run.go` gives it its turn; its time and `timeout` count from then.
+stopped through a marker in their environment), capped output, progress. A run's interpreter
+starts ahead of its turn (`waiter`), importing `datasets` while the previous run works.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 
 from cachetool.determinism.report import Cause, DeterminismReport, Step
-from cachetool.fingerprint.diff import ORDER_HINTS, PREDICTABLE_FALLBACK, PREDICTABLE_HINT
+from cachetool.fingerprint.diff import ORDER_HINTS, Culprit, PREDICTABLE_FALLBACK, PREDICTABLE_HINT
 
 __all__ = ["github_lines", "human_lines"]
 
@@ -23,8 +23,7 @@ def _relative(path: str) -> str:
     return path if rel.startswith(".." + os.sep) else rel
 
 
-def _location(cause: Cause) -> str:
-    step = cause.step
+def _location(step: Step) -> str:
     return (
         "?"
         if step.file is None
@@ -54,42 +53,29 @@ _VARIATIONS = {
 
 
 def _step_name(step: Step) -> str:
-    where = f"{_relative(step.file)}:{step.line}" if step.file else "?"
     what = f"{step.operation} {step.function}" if step.function else step.operation
     split = f" on split {step.split}" if step.split else ""
-    return f"step {step.index + 1} ({what}{split} at {where})"
-
-
-def _order_lines(cause: Cause) -> list[str] | None:
-    """A source whose inputs are the same in every run, in another order (data files, the
-    datasets it concatenates, a generator's paths): what is reordered, and the fix."""
-    orders = [d for d in cause.source_diffs if d.key in ORDER_HINTS]
-    culprits = [c for c in cause.culprits if c.kind in ("order", "set-order")]
-    if not orders and not culprits:
-        return None
-    lines = ["  the same inputs, in another order in each run:"]
-    for diff in orders:
-        lines.append(f"  {diff.key}: {' vs '.join(dict.fromkeys(diff.values))}")
-    for culprit in culprits:
-        lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
-    lines += [f"  hint: {ORDER_HINTS[d.key]}" for d in orders]
-    lines += [f"  hint: {c.hint}" for c in culprits]
-    return lines
+    return f"step {step.index + 1} ({what}{split} at {_location(step)})"
 
 
 def _source_lines(cause: Cause) -> list[str]:
-    reordered = _order_lines(cause)
-    if reordered is not None:
-        return reordered
+    """A source that differs; when its inputs are the same in every run in another order (data
+    files, the datasets it concatenates, a generator's paths), what is reordered and the fix."""
+    orders = [d for d in cause.source_diffs if d.key in ORDER_HINTS]
+    culprits = [c for c in cause.culprits if c.kind in ("order", "set-order")]
+    if orders or culprits:
+        lines = ["  the same inputs, in another order in each run:"]
+        lines += [f"  {d.key}: {' vs '.join(dict.fromkeys(d.values))}" for d in orders]
+        lines += [f"  differs: {c.path_str}: {c.values_str}" for c in culprits]
+        lines += [f"  hint: {ORDER_HINTS[d.key]}" for d in orders]
+        return lines + [f"  hint: {c.hint}" for c in culprits]
     lines = ["  the source dataset differs between runs (no argument differs, the input does):"]
     if cause.columns_differ:
         lines.append(f"  the data given to {cause.step.operation} is built at run time.")
     else:
         lines.append("  an input file rewritten or touched between runs, or data built at run time.")
-    for diff in cause.source_diffs:
-        lines.append(f"  source {diff.key}: {' vs '.join(dict.fromkeys(diff.values))}")
-    for culprit in cause.culprits:
-        lines.append(f"  differs: {culprit.path_str}: {culprit.values_str}")
+    lines += [f"  source {d.key}: {' vs '.join(dict.fromkeys(d.values))}" for d in cause.source_diffs]
+    lines += [f"  differs: {c.path_str}: {c.values_str}" for c in cause.culprits]
     if cause.step.operation == "load_dataset" or any(
         d.key == "relative_data_dir" for d in cause.source_diffs
     ):
@@ -120,19 +106,26 @@ def _random_lines(cause: Cause) -> list[str]:
     return lines
 
 
+def _origin(cause: Cause) -> str:
+    return _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
+
+
+def _changed_lines(culprit: Culprit) -> list[str]:
+    return [f"  changed: {part.path_str}: {part.values_str}" for part in culprit.parts or (culprit,)]
+
+
 def _state_lines(cause: Cause) -> list[str]:
-    origin = _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
     subject = (
         "the function's state"
         if "function" in cause.differing_args or not cause.differing_args
         else (f"the state of {', '.join(cause.differing_args)}")
     )
     lines = [
-        f"  {subject} differs between a run that computed {origin} and one that loaded it from the cache:",
+        f"  {subject} differs between a run that computed {_origin(cause)} and one that loaded it from the cache:",
         "  that step changes an object while it runs, and this step hashes the object again",
     ]
     for culprit in cause.culprits:
-        lines += [f"  changed: {part.path_str}: {part.values_str}" for part in culprit.parts or (culprit,)]
+        lines += _changed_lines(culprit)
         if culprit.parts and len(culprit.leaves) > len(culprit.parts):
             lines.append(f"  ... and {len(culprit.leaves) - len(culprit.parts)} more changed")
         lines.append(f"  hint: {culprit.hint}")
@@ -180,7 +173,7 @@ _BY_KIND: dict[str, Callable[[Cause], list[str]]] = {
 def cause_lines(cause: Cause) -> list[str]:
     """The explanation of one cause, as indented lines."""
     fps = " vs ".join(dict.fromkeys(_short(fp) for fp in cause.step.results))
-    lines = [f"{_location(cause)}  {_what(cause)}: fingerprint {fps}"]
+    lines = [f"{_location(cause.step)}  {_what(cause)}: fingerprint {fps}"]
     lines += _BY_KIND.get(cause.kind, _argument_lines)(cause)
     if cause.variation:
         lines.append(f"  {_VARIATIONS[cause.variation]}")
@@ -193,15 +186,12 @@ def cause_lines(cause: Cause) -> list[str]:
 def unobserved_lines(cause: Cause) -> list[str]:
     """A step every run agrees on that hashes an object an earlier step changed, where every run
     computed that step: a note (not a cause: nothing was observed to differ)."""
-    origin = _step_name(cause.changed_by) if cause.changed_by is not None else "an earlier step"
     lines = [
-        f"{_location(cause)}  {_what(cause)}: fingerprint {_short(cause.step.results[0])} in every run",
-        f"  note: it hashes an object that {origin} changes while it runs, and every run here computed",
+        f"{_location(cause.step)}  {_what(cause)}: fingerprint {_short(cause.step.results[0])} in every run",
+        f"  note: it hashes an object that {_origin(cause)} changes while it runs, and every run here computed",
         "  that step: whether a run that loads it from the cache gives the same fingerprint was not seen",
     ]
-    for culprit in cause.culprits:
-        lines += [f"  changed: {part.path_str}: {part.values_str}" for part in culprit.parts or (culprit,)]
-    return lines
+    return lines + [line for culprit in cause.culprits for line in _changed_lines(culprit)]
 
 
 def _uncached_lines(report: DeterminismReport) -> list[str]:

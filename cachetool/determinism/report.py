@@ -1,9 +1,5 @@
-"""The result of a determinism check: each run's events (its events file, read once into typed
-step records: a line that is not a valid record is skipped with a warning, never raised), the
-aligned steps and the causes the comparison finds, the verdict and the exit code.
-
-Statuses, cause kinds and variations are `Literal`s: the text a person reads is rendered from them
-(`cachetool.determinism.render`), never parsed back.
+"""The result of a determinism check: each run's events, the aligned steps and the causes found,
+the verdict and the exit code. Statuses, kinds and variations are `Literal`s that `render` words.
 """
 
 from __future__ import annotations
@@ -43,11 +39,6 @@ def load_events(path: str | os.PathLike[str]) -> EventsFile:
     events = [r for r in read_segment(Path(path), warnings) if isinstance(r, StepRecord)]
     events.sort(key=lambda e: e.seq)
     return EventsFile(tuple(events), tuple(warnings))
-
-
-def read_events(path: str | os.PathLike[str]) -> list[Event]:
-    """The events of one run (see `load_events`; its warnings are dropped here)."""
-    return list(load_events(path).events)
 
 
 def as_events(run: Iterable[Event | Mapping[str, Any]]) -> tuple[Event, ...]:
@@ -272,9 +263,6 @@ _VERDICTS: dict[ExitCode, Verdict] = {
     ExitCode.RANDOM_FINGERPRINT: "random fingerprint",
 }
 
-#: Why no fingerprint was compared: the runs took different paths, or none recorded one.
-NothingCompared = Literal["different paths", "no fingerprint"]
-
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -349,20 +337,11 @@ class DeterminismReport:
         return next((run for run in self.runs if run.failed), None)
 
     @property
-    def nothing_compared_reason(self) -> NothingCompared | None:
+    def nothing_compared(self) -> str | None:
         """Why no fingerprint was compared (None when some were, or a run failed): not a pass."""
         if self.failed_run is not None or self.analysis is None or self.analysis.steps:
             return None
-        return "different paths" if self.analysis.unaligned else "no fingerprint"
-
-    @property
-    def nothing_compared(self) -> str | None:
-        """`nothing_compared_reason` in words."""
-        reason = self.nothing_compared_reason
-        if reason is None:
-            return None
-        if reason == "different paths":
-            assert self.analysis is not None
+        if self.analysis.unaligned:
             return (
                 f"nothing was compared: the runs took different paths ({self.analysis.unaligned} "
                 "event(s) in some runs only)"
@@ -388,7 +367,7 @@ class DeterminismReport:
     def exit_code(self) -> ExitCode:
         """0 every fingerprint matched; 1 one differs, or a random fallback repeats in every run;
         2 the script failed or nothing was compared; 3 only random fallbacks."""
-        if self.failed_run is not None or self.analysis is None or self.nothing_compared_reason:
+        if self.failed_run is not None or self.analysis is None or self.nothing_compared:
             return ExitCode.USAGE
         if self.analysis.deterministic_causes or any(c.predictable for c in self.analysis.random_causes):
             return ExitCode.PROBLEMS_FOUND
@@ -400,7 +379,7 @@ class DeterminismReport:
     def verdict(self) -> Verdict:
         code = self.exit_code
         if code == ExitCode.USAGE:
-            return "nothing compared" if self.nothing_compared_reason else "script failed"
+            return "nothing compared" if self.nothing_compared else "script failed"
         return _VERDICTS[code]
 
     def to_dict(self) -> dict[str, Any]:

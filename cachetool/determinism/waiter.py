@@ -1,7 +1,6 @@
-"""`python -m cachetool.determinism.waiter script.py args...`: a run's interpreter, started before
-its turn with the run's environment; imports `datasets` when allowed (`PREIMPORT_ENV`), then waits
-on a pipe. One byte is its turn: it becomes the traced script as ``cachetool run`` does. End of file
-instead: it exits without running anything.
+"""`python -m cachetool.determinism.waiter script.py args...`: a run's interpreter started before
+its turn; imports `datasets` when allowed, then waits on a pipe: one byte (`GO`) runs the traced
+script, end of file exits.
 """
 
 from __future__ import annotations
