@@ -1,16 +1,12 @@
-"""The configured remote and the few object-store operations the remote tier uses, through
-obstore (imported on first use): write-once puts, whole and ranged reads, listing.
-
-The remote is `CACHETOOL_REMOTE` (or `--remote`): `s3://bucket/prefix`, `gs://...`, `az://...`.
-Endpoint and credentials come the usual way: `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID` /
-`AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN`, `AWS_REGION`; when no key is in the environment, the
-profile (`AWS_PROFILE`, else `default`) of `~/.aws/credentials` and `~/.aws/config`
-(`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`).
+"""The configured remote (`CACHETOOL_REMOTE`, `--remote`: `s3://bucket/prefix`, `gs://...`,
+`az://...`) and the few object-store operations the remote tier uses, through obstore (imported on
+first use). Credentials come from the environment, else the AWS profile files (docs/remote.md).
 """
 
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -72,39 +68,40 @@ class Remote:
             raise self._failed("write", path, e) from None
         return True
 
+    @contextlib.contextmanager
+    def _reading(self, path: str) -> Iterator[None]:
+        """A failed read of `path` as a RemoteError; FileNotFoundError (no object) as it is."""
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise self._failed("read", path, e) from None
+
     def get(self, path: str) -> bytes | None:
         """The object at `path`, None when there is none."""
         import obstore
 
         try:
-            return bytes(obstore.get(self.store, path).bytes())
+            with self._reading(path):
+                return bytes(obstore.get(self.store, path).bytes())
         except FileNotFoundError:
             return None
-        except Exception as e:
-            raise self._failed("read", path, e) from None
 
     def chunks(self, path: str) -> Iterator[bytes]:
         """The object at `path` in chunks as they arrive (FileNotFoundError when there is none)."""
         import obstore
 
-        try:
+        with self._reading(path):
             for chunk in obstore.get(self.store, path):
                 yield bytes(chunk)
-        except FileNotFoundError:
-            raise
-        except Exception as e:
-            raise self._failed("read", path, e) from None
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes `start` to `end` (exclusive) of the object at `path`."""
         import obstore
 
-        try:
+        with self._reading(path):
             return bytes(obstore.get_range(self.store, path, start=start, end=end))
-        except FileNotFoundError:
-            raise
-        except Exception as e:
-            raise self._failed("read", path, e) from None
 
     def list(self, prefix: str | None = None) -> Iterator[dict[str, Any]]:
         """Every object under `prefix` (all of the remote's when None): `path`, `size`,

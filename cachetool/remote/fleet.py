@@ -1,13 +1,6 @@
-"""`cachetool ls s3://...` and `cachetool verify s3://...`: what a remote holds, and whether a
-reader would use it.
-
-The listing is one listing of the objects (no object is read): each fingerprint with its files,
-their bytes, the latest write, and whether its record is there. Verify reads each record (checked
-as a reader checks it: the signature with a key set, the names), then per file, shallow: the size
-the listing says, and two small range reads: the schema message at the start (decoded as
-cachetool's header reader decodes it) and the end-of-stream marker at the end; `--deep`: the whole
-object, its xxh3 against the record's. Fingerprints are checked in parallel threads (obstore
-releases the GIL while it waits).
+"""`cachetool ls|verify|gc s3://...`: what a remote holds (one listing, no object read), whether a
+reader would use it (shallow: sizes and two range reads per file; `--deep`: every byte against its
+xxh3), and removing what nobody wrote to for a while.
 """
 
 from __future__ import annotations
@@ -20,6 +13,7 @@ from typing import Any
 from cachetool.errors import ExitCode
 from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote, short_error
 from cachetool.remote.record import RECORD_NAME, read_record
+from cachetool.safejson import json_fields
 
 #: The first range read of a file: enough for the schema message `datasets` writes (a few kB).
 HEAD_BYTES = 64 << 10
@@ -102,12 +96,7 @@ class RemoteFinding:
         return f"{where}: {self.problem}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "file": self.file,
-            "severity": self.severity,
-            "problem": self.problem,
-        }
+        return json_fields(self, "fingerprint", "file", "severity", "problem")
 
 
 @dataclass(frozen=True)
@@ -127,14 +116,7 @@ class RemoteVerifyReport:
         return ExitCode.PROBLEMS_FOUND if bad else ExitCode.OK
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "remote": self.url,
-            "deep": self.deep,
-            "results": self.results,
-            "files": self.files,
-            "bytes_read": self.bytes_read,
-            "findings": [f.to_json() for f in self.findings],
-        }
+        return {"remote": self.url, **json_fields(self, "deep", "results", "files", "bytes_read", "findings")}
 
 
 def verify_remote(
@@ -259,12 +241,7 @@ class RemoteGcPlan:
         return sum(e.size for e in self.items)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "remote": self.url,
-            "older_than": self.older_than,
-            "items": [e.to_json() for e in self.items],
-            "expected_freed": self.expected_freed,
-        }
+        return {"remote": self.url, **json_fields(self, "older_than", "items", "expected_freed")}
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,5 @@
-"""The producer record of one result on the remote (`<fp>/record.json`), written after every file
-it names: each file's name, size and xxh3, where the files live in a cache root, and who made
-them (versions, host, user, time, call site). With a key it carries an HMAC-SHA256 of everything
-else in it; a reader with a key uses no record whose signature is missing or wrong.
-
-A reader trusts nothing in a record it has not checked: every file name must be a cache file of
-the record's fingerprint (no path), the folder a relative path inside a cache root.
+"""The producer record of one result (`<fp>/record.json`), written after the files it names (name,
+size, xxh3), HMAC-signed with a key; a reader trusts nothing in it it has not checked.
 """
 
 from __future__ import annotations
@@ -20,7 +15,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from cachetool.cache.layout import parse_cache_file
-from cachetool.remote.client import RemoteRefused
+from cachetool.remote.client import KEY_ENV, RemoteRefused
+from cachetool.safejson import json_fields
 
 RECORD_NAME = "record.json"
 FORMAT = "cachetool-remote-record/1"
@@ -37,7 +33,7 @@ class RemoteFile:
     xxh3: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "xxh3": self.xxh3}
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -99,9 +95,9 @@ def read_record(data: bytes, fingerprint: str, key: bytes | None) -> Record:
     signature = doc.get("signature")
     if key is not None:
         if not isinstance(signature, str):
-            raise refuse(f"unsigned, and {_key_env()} is set")
+            raise refuse(f"unsigned, and {KEY_ENV} is set")
         if not hmac.compare_digest(signature, _sign(doc, key)):
-            raise refuse(f"its signature does not match {_key_env()}")
+            raise refuse(f"its signature does not match {KEY_ENV}")
     if doc.get("fingerprint") != fingerprint:
         raise refuse(f"it names another fingerprint ({str(doc.get('fingerprint'))[:70]})")
     folder = doc.get("folder")
@@ -129,12 +125,6 @@ def _sign(doc: dict[str, Any], key: bytes) -> str:
     body = {k: v for k, v in doc.items() if k != "signature"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     return hmac.new(key, text, hashlib.sha256).hexdigest()
-
-
-def _key_env() -> str:
-    from cachetool.remote.client import KEY_ENV
-
-    return KEY_ENV
 
 
 def _user() -> str:

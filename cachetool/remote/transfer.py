@@ -1,13 +1,6 @@
-"""`push` and `pull`: one step's cache files to the remote and back, and the two hooks the tracer
-calls when a remote is configured (`hook`).
-
-Push writes each file once (`If-None-Match: *`), then the record that names their checksums: an
-upload killed on the way leaves files no record names, which no reader uses (and which the next
-push keeps when they hold the very same bytes). Pull downloads every file of a record beside its
-place in the cache under a temporary name (`tmpXXXXXXXX`, the name `datasets` gives what it is
-writing: gc knows a dead one), checks each size and xxh3 and that each is a whole Arrow stream of
-the record's fingerprint, and only then gives each its name with a hard link, which never
-replaces a file: `datasets` finds it there as a cache hit. Any failed check places nothing.
+"""`push` and `pull`: one step's cache files to the remote and back (docs/remote.md). Push writes
+each file once, then the record; pull downloads under `tmpXXXXXXXX` names, checks sizes, xxh3 and
+the Arrow stream, and only then links each file to its name (never replacing one).
 """
 
 from __future__ import annotations
@@ -334,27 +327,26 @@ def _cache_files(files: Iterable[Any]) -> list[str]:
     return [f.path.name for f in files if parse_cache_file(f.path.name) is not None]
 
 
-def file_digest(path: Path) -> tuple[int, str]:
-    """(size, xxh3-64 hex) of the local file `path`."""
+def _digest(chunks: Iterable[bytes]) -> tuple[int, str]:
+    """(size, xxh3-64 hex) of the bytes `chunks` hold."""
     import xxhash
 
     h, size = xxhash.xxh3_64(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            size += len(chunk)
-            h.update(chunk)
+    for chunk in chunks:
+        size += len(chunk)
+        h.update(chunk)
     return size, h.hexdigest()
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """(size, xxh3-64 hex) of the local file `path`."""
+    with open(path, "rb") as f:
+        return _digest(iter(lambda: f.read(_CHUNK), b""))
 
 
 def object_digest(remote: Remote, key: str) -> tuple[int, str]:
     """(size, xxh3-64 hex) of the object `key`, read whole."""
-    import xxhash
-
-    h, size = xxhash.xxh3_64(), 0
-    for chunk in remote.chunks(key):
-        size += len(chunk)
-        h.update(chunk)
-    return size, h.hexdigest()
+    return _digest(remote.chunks(key))
 
 
 def fetch_record(remote: Remote, fingerprint: str) -> Record | None:

@@ -1,12 +1,11 @@
-"""What `cachetool report` shows, as plain data: gathered from the scan, the ledger, verify and
-the leftovers gc would remove. No HTML here (see `cachetool.report.html`), so a test can assert
-on the data and another renderer can use it."""
+"""What `cachetool report` shows, as plain data (no HTML: `cachetool.report.html`): gathered from
+the scan, the ledger, verify and the leftovers gc would remove."""
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +38,6 @@ class Node:
 
     fingerprint: str
     label: str  # "map fp[:8]"
-    depth: int  # steps from the chain's source
     details: Mapping[str, Any]  # the step as `cachetool lineage --json` gives it
 
 
@@ -81,6 +79,10 @@ class ReportData:
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
+    def size(self) -> int:
+        return sum(t.size for t in self.tiles if t.parent == "")
+
+    @property
     def dataset_count(self) -> int:
         return sum(t.kind == "dataset" for t in self.tiles)
 
@@ -94,7 +96,7 @@ class ReportData:
             "generated_at": iso_time(self.generated_at),
             "datasets": self.dataset_count,
             "entries": self.entry_count,
-            "size": sum(t.size for t in self.tiles if t.parent == ""),
+            "size": self.size,
             "steps": len(self.nodes),
             "edges": len(self.edges),
             "call_sites": len({s.site for s in self.site_runs}),
@@ -190,39 +192,18 @@ def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:
     from cachetool.history.explain.reasons import _repr
 
     fps = sorted(graph.fingerprints, key=lambda fp: (getattr(graph.origin(fp), "time", 0.0), fp))
-    index = {fp: i for i, fp in enumerate(fps)}
-    depth = longest_paths([{index[p] for p in graph.parents(fp) if p in index and p != fp} for fp in fps])
     nodes = []
-    for fp, d in zip(fps, depth, strict=True):
+    for fp in fps:
         step = graph.step(fp)
         op = step.operation or step.type or "?"
         details = step.to_json()
         # every hashed argument as a short string (its repr when small, else its type)
         hashed = step.record.args if step.record is not None else {}
         details["args"] = {**{name: _repr(a) for name, a in hashed.items()}, **details["args"]}
-        nodes.append(Node(fp, f"{op} {fp[:8]}", d, details))
-    edges = [(p, c) for p, c in graph.edges(fps) if p in index and c in index]
+        nodes.append(Node(fp, f"{op} {fp[:8]}", details))
+    known = set(fps)
+    edges = [(p, c) for p, c in graph.edges(fps) if p in known and c in known]
     return nodes, edges
-
-
-def longest_paths(parents: Sequence[Collection[int]]) -> list[int]:
-    """For each node of a graph given as its parents' indexes, the number of steps of the longest
-    path to it from a node without parents (in Kahn's order, without recursion: a chain may be
-    thousands of steps long; a node on a cycle keeps what its other parents gave it)."""
-    kids: list[list[int]] = [[] for _ in parents]
-    for i, ps in enumerate(parents):
-        for p in ps:
-            kids[p].append(i)
-    waiting = [len(ps) for ps in parents]
-    depth = [0] * len(parents)
-    ready = [i for i, n in enumerate(waiting) if n == 0]
-    for i in ready:  # the list grows while it is read
-        for k in kids[i]:
-            depth[k] = max(depth[k], depth[i] + 1)
-            waiting[k] -= 1
-            if waiting[k] == 0:
-                ready.append(k)
-    return depth
 
 
 def _site_runs(records: Iterable[StepRecord]) -> list[SiteRun]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from cachetool.errors import CachetoolError
 from cachetool.formatting import human_age, human_size, local_time, safe_text, short_duration
-from cachetool.report.data import ReportData, Tile, build_report, longest_paths
+from cachetool.report.data import ReportData, Tile, build_report
 
 #: One colour per kind, shared by the treemap and its legend.
 KIND_COLOURS = {
@@ -197,13 +197,23 @@ def _groups(data: ReportData) -> tuple[list[list[int]], list[set[int]]]:
 
 
 def _layers(from_boxes: list[set[int]]) -> list[list[int]]:
-    """Boxes by layer (the longest path from a source), ordered within each layer by the mean
-    position of their parents, then of their children, a few sweeps each way (fewer crossings)."""
+    """Boxes by layer (the longest path from a source, in Kahn's order without recursion: a chain
+    may be thousands of steps long; a box on a cycle keeps what its other parents gave it), ordered
+    within each layer by the mean position of their parents, then of their children, a few sweeps
+    each way (fewer crossings)."""
     kids: list[list[int]] = [[] for _ in from_boxes]
     for g, ps in enumerate(from_boxes):
         for p in ps:
             kids[p].append(g)
-    layer = longest_paths(from_boxes)
+    waiting = [len(ps) for ps in from_boxes]
+    layer = [0] * len(from_boxes)
+    ready = [g for g, n in enumerate(waiting) if n == 0]
+    for g in ready:  # the list grows while it is read
+        for k in kids[g]:
+            layer[k] = max(layer[k], layer[g] + 1)
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                ready.append(k)
     layers: list[list[int]] = [[] for _ in range(max(layer, default=-1) + 1)]
     for g in range(len(from_boxes)):
         layers[layer[g]].append(g)
@@ -345,7 +355,7 @@ _NO_RUNS = (
 def render_html(data: ReportData) -> str:
     """The whole page as one string."""
     root = _s(os.fsdecode(data.root))
-    size = human_size(sum(t.size for t in data.tiles if t.parent == ""))
+    size = human_size(data.size)
     groups, from_boxes = _groups(data)
     lineage_html = (
         "<p class='note'>Left to right from the sources; a chain of steps is one box (<code>+N</code> "
