@@ -26,7 +26,6 @@ from datasets.fingerprint import Hasher
 from cachetool.fingerprint.diff import (
     diff_trees,
     find_unpicklable,
-    find_unpicklable_in_tree,
     hint_for,
     render_path,
 )
@@ -183,7 +182,7 @@ def test_unpicklable_piece_is_found_with_the_real_exception() -> None:
     def use_gen(example: dict[str, Any]) -> Any:
         return next(gen)
 
-    piece = find_unpicklable("function", use_gen)
+    piece = find_unpicklable("function", build_tree(use_gen))
     assert piece is not None
     assert piece.path == ("closure 'gen'",)
     assert piece.type == "generator"
@@ -197,12 +196,12 @@ def test_unpicklable_piece_is_found_with_the_real_exception() -> None:
             self.table = "country"
             self.conn = sqlite3.connect(":memory:")
 
-    piece = find_unpicklable("function", Enricher())
+    piece = find_unpicklable("function", build_tree(Enricher()))
     assert piece is not None
     assert piece.path_str == "function → .conn (Connection)"
     assert "cannot pickle 'sqlite3.Connection' object" in piece.error
     assert "new_fingerprint=" in piece.hint
-    assert find_unpicklable("function", module_function) is None
+    assert find_unpicklable("function", build_tree(module_function)) is None
     assert try_hash(Enricher())[0] is None
 
 
@@ -401,7 +400,7 @@ def test_deterministic_objects_have_equal_trees_across_processes(
 def test_unpicklable_tree_in_json_still_names_the_piece(tmp_path: Path) -> None:
     gen = (i for i in range(2))
     tree = json.loads(json.dumps(build_tree({"ids": gen, "ok": 1})))
-    piece = find_unpicklable_in_tree("fn_kwargs", tree)
+    piece = find_unpicklable("fn_kwargs", tree)
     assert piece is not None and piece.path_str == "fn_kwargs['ids'] (generator)"
 
 

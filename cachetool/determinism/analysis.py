@@ -27,7 +27,7 @@ from cachetool.fingerprint.diff import (
     Culprit,
     Unpicklable,
     diff_trees,
-    find_unpicklable_in_tree,
+    find_unpicklable,
     reordered,
     state_change_hint,
 )
@@ -402,7 +402,7 @@ def random_cause(step: Step, row: Sequence[Event]) -> Cause:
     for name in args:
         entry = row[0].arg(name)
         if entry is not None and entry.tree is not None:
-            piece = find_unpicklable_in_tree(name, as_node(entry.tree), errors[0] if errors else None)
+            piece = find_unpicklable(name, as_node(entry.tree), errors[0] if errors else None)
             if piece is not None:
                 found.append(piece)
     # Every run drew the same "random" fingerprint from Python's global `random` (`random.seed`).

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 
 from cachetool.determinism.report import Cause, DeterminismReport, Step
-from cachetool.fingerprint.diff import ORDER_HINTS, Culprit, PREDICTABLE_FALLBACK, PREDICTABLE_HINT
+from cachetool.fingerprint.diff import ORDER_HINTS, PREDICTABLE_FALLBACK, PREDICTABLE_HINT, Culprit
 
 __all__ = ["github_lines", "human_lines"]
 
@@ -121,7 +121,8 @@ def _state_lines(cause: Cause) -> list[str]:
         else (f"the state of {', '.join(cause.differing_args)}")
     )
     lines = [
-        f"  {subject} differs between a run that computed {_origin(cause)} and one that loaded it from the cache:",
+        f"  {subject} differs between a run that computed {_origin(cause)} and one that loaded it "
+        "from the cache:",
         "  that step changes an object while it runs, and this step hashes the object again",
     ]
     for culprit in cause.culprits:
@@ -188,7 +189,8 @@ def unobserved_lines(cause: Cause) -> list[str]:
     computed that step: a note (not a cause: nothing was observed to differ)."""
     lines = [
         f"{_location(cause.step)}  {_what(cause)}: fingerprint {_short(cause.step.results[0])} in every run",
-        f"  note: it hashes an object that {_origin(cause)} changes while it runs, and every run here computed",
+        f"  note: it hashes an object that {_origin(cause)} changes while it runs, and every run here "
+        "computed",
         "  that step: whether a run that loads it from the cache gives the same fingerprint was not seen",
     ]
     return lines + [line for culprit in cause.culprits for line in _changed_lines(culprit)]

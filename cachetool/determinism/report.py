@@ -230,12 +230,6 @@ class Analysis:
     #: that step and all agree: whether a run that loads it agrees was not observed (a note).
     unobserved: tuple[Cause, ...] = field(default_factory=tuple)
 
-    def __post_init__(self) -> None:
-        # A cause is observed: at a step the user made whose fingerprint differs between runs.
-        for cause in self.causes:
-            if cause.step.internal or not cause.step.differs:
-                raise ValueError(f"a cause must be a differing step the user made: step {cause.step.index}")
-
     @property
     def differing(self) -> int:
         """The steps the user made whose fingerprint differs between runs."""

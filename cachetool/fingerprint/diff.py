@@ -1,10 +1,6 @@
-"""Compare hash trees from several processes and name the culprit.
-
-The culprit is the deepest node on which all differences lie (the longest common path of the
-differing leaves), found from the digests only, never a type or a name. Its *kind* comes from the
-culprit's nodes (type, place in a function, reprs in each run), never from a message: a frozenset is
-"set-order", a function's line table "lines", a float that reads as a time "timestamp", anything
-else "value"; its *hint* says what usually causes that kind and how to fix it (`hint_for`).
+"""Compare hash trees from several processes and name the culprit: the deepest node on which all
+differences lie, found from the digests only; its kind and hint come from its nodes (type, place
+in a function, reprs in each run), never from a message (`hint_for`).
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from cachetool.fingerprint.tree import SCALAR_TYPES, HashNode, build_tree, node_at, short_repr, type_name
+from cachetool.fingerprint.tree import SCALAR_TYPES, HashNode, node_at, short_repr, type_name
 from cachetool.safejson import json_fields
 
 
@@ -67,13 +63,9 @@ class Culprit(_Part):
         """Whether the runs' reprs differ beyond memory addresses (an object's default repr)."""
         return len({_ADDRESS.sub("0x", r) for r in self.reprs}) > 1
 
-    @property
-    def leaves_str(self) -> list[str]:
-        """Each differing part, when there are several, as a rendered path."""
-        return [render_path(self.argument, leaf) for leaf in self.leaves]
-
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "leaves": self.leaves_str}
+        """Each of several differing parts (`leaves`) as a rendered path."""
+        return {**super().to_dict(), "leaves": [render_path(self.argument, leaf) for leaf in self.leaves]}
 
 
 @dataclass(frozen=True)
@@ -318,7 +310,7 @@ def _culprit(
     )
 
 
-def find_unpicklable_in_tree(argument: str, tree: HashNode, error: str | None = None) -> Unpicklable | None:
+def find_unpicklable(argument: str, tree: HashNode, error: str | None = None) -> Unpicklable | None:
     """The deepest node that cannot be pickled while all of its children can, or None when the whole
     argument pickles. Where several parts fail, the one the exception names is followed (`error`,
     the text datasets swallowed, else the argument's own): `cannot pickle '_queue.SimpleQueue'
@@ -351,12 +343,6 @@ def _blame_order(node: HashNode, wanted: str) -> tuple[int, int, int]:
     error = str(node.get("e", ""))
     named = bool(type_name) and bool(re.search(rf"['.]{re.escape(type_name)}'", wanted))
     return (0 if named else 1, 0 if error == wanted else 1, 1 if error.startswith("RecursionError") else 0)
-
-
-def find_unpicklable(argument: str, obj: Any) -> Unpicklable | None:
-    """Decompose `obj` and try to pickle each piece: the smallest piece that fails, with the real
-    exception text, or None when `obj` pickles."""
-    return find_unpicklable_in_tree(argument, build_tree(obj))
 
 
 # -- what usually causes a culprit ------------------------------------------------------------

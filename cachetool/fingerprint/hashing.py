@@ -1,14 +1,6 @@
-"""Hash any object exactly as `datasets.fingerprint.Hasher.hash` does.
-
-``xxh64(dumps(value))`` with `datasets`' own dill pickler when `datasets` is imported; otherwise a
-replica with the same rules (sorted dicts and sets, no string memo, code objects with the base name
-of their file and ``co_firstlineno = 1``; the tests compare the two byte for byte), so that a
-pipeline calling `cachetool.checkpoint` does not pay the import of `datasets`.
-
-For plain values (str, int, float, bool, None, lists, tuples and dicts of them) dill pickles exactly
-like the standard library's pure-Python pickler, so `hash_plain` needs neither `datasets` nor dill:
-enough to recompute, cheaply in `cachetool ls`, the fingerprints `datasets` derives from paths and
-`state.json`.
+"""Hash any object exactly as `datasets.fingerprint.Hasher.hash` does: with `datasets`' own pickler
+when it is imported, else a replica of it (so `cachetool.checkpoint` does not import `datasets`);
+`hash_plain` for plain values needs neither `datasets` nor dill (for `cachetool ls`).
 """
 
 from __future__ import annotations

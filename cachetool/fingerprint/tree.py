@@ -1,14 +1,7 @@
-"""Hash trees: an object decomposed into the parts its fingerprint is made of, each part hashed.
-
-`datasets` hashes an argument as one pickle; a hash tree says which part differed: the root is the
-argument (its digest is exactly ``Hasher.hash(value)``), each child a part the pickle contains
-(`parts_of`), every node hashed on its own as `datasets` hashes a value, so that trees from two
-processes compare node by node (`diff`). Bounded in depth and size. A node is a `HashNode`: a small
-dict with one-letter keys.
-
-Functions pickled by value show their code, closure cells, referenced globals, defaults and
-``__dict__``; classes pickled by value their attributes; other objects what ``__reduce_ex__``
-returns; containers their items. Values of array, table and model libraries are leaves.
+"""Hash trees: an object decomposed into the parts its pickle contains (`parts_of`), each hashed as
+`datasets` hashes a value (the root's digest is ``Hasher.hash(value)``), so that trees from two
+processes compare node by node. Bounded in depth and size; values of array, table and model
+libraries are leaves. A node is a `HashNode`.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
     from cachetool.fingerprint.diff import (
         PREDICTABLE_FALLBACK,
         PREDICTABLE_HINT,
-        find_unpicklable_in_tree,
+        find_unpicklable,
         render_path,
     )
     from cachetool.fingerprint.tree import as_node
@@ -84,7 +84,7 @@ def random_reason(rec: StepRecord, rf: RandomFallback, earlier: bool) -> Reason:
     what = f"`{argument}`" if argument else "the transform"
     arg = rec.args.get(argument) if argument else None
     if arg is not None and arg.summary is not None:
-        found = find_unpicklable_in_tree(str(argument), as_node(arg.summary))
+        found = find_unpicklable(str(argument), as_node(arg.summary))
         if found is not None:
             path = render_path(str(argument), found.path)
             what = f"`{path}` ({found.description})"
