@@ -140,16 +140,11 @@ def analyze(runs: Sequence[Iterable[Event | Mapping[str, Any]]]) -> Analysis:
     events = [as_events(run) for run in runs]
     positions, unaligned = align(events)
     matched = [{row[k] for row in positions} for k in range(len(events))]
-    unaligned_internal = sum(
-        1 for k, run in enumerate(events) for i, e in enumerate(run) if i not in matched[k] and e.internal
-    )
     rows = [[events[k][i] for k, i in enumerate(row)] for row in positions]
     comparison = _Comparison(len(events), rows, state_changes(events, positions))
     for index, row in enumerate(rows):
         comparison.add(_step(index, positions[index], row), row)
-    return replace(
-        comparison.result(unaligned, unaligned_internal), one_run_only=_one_run_only(events, matched)
-    )
+    return replace(comparison.result(unaligned), one_run_only=_one_run_only(events, matched))
 
 
 def _one_run_only(events: Sequence[Sequence[Event]], matched: Sequence[set[int]]) -> tuple[Unmatched, ...]:
@@ -310,7 +305,7 @@ class _Comparison:
         self.causes.append(replace(cause, step=step))
         return step, cause_index
 
-    def result(self, unaligned: int, unaligned_internal: int) -> Analysis:
+    def result(self, unaligned: int) -> Analysis:
         steps = self.steps
         for index in self.deferred:
             twin = next(
@@ -332,7 +327,6 @@ class _Comparison:
             steps=tuple(steps),
             causes=tuple(replace(c, cascade=downstream[i]) for i, c in enumerate(self.causes)),
             unaligned=unaligned,
-            unaligned_internal=unaligned_internal,
             hidden_random=tuple(self.hidden_random),
             masked=tuple(self.masked),
             unobserved=tuple(self.unobserved),

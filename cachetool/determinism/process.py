@@ -28,17 +28,16 @@ if TYPE_CHECKING:  # imported when a run ends: the runs start before the compari
     from cachetool.determinism.report import RunOutcome, RunProgress
 
 _STDERR_TAIL_LINES = 20
-#: Bytes of a run's stdout and stderr kept (the last ones, on disk in its run folder): a script
-#: that prints gigabytes must not fill the temp dir.
+#: Bytes of a run's stdout and stderr kept (the last ones): a script that prints gigabytes must not
+#: fill the memory.
 OUTPUT_CAP = 1 << 20
 
 
 class Tail:
     """Drains a pipe on a thread, keeping only its last `cap` bytes (and the total count)."""
 
-    def __init__(self, fd: int, cap: int = OUTPUT_CAP) -> None:
+    def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.cap = cap
         self.total = 0
         self.buf = bytearray()
         self.thread = threading.Thread(target=self._drain, daemon=True)
@@ -54,20 +53,17 @@ class Tail:
                 return
             self.total += len(chunk)
             self.buf += chunk
-            if len(self.buf) > 2 * self.cap:
-                del self.buf[: len(self.buf) - self.cap]
+            if len(self.buf) > 2 * OUTPUT_CAP:
+                del self.buf[: len(self.buf) - OUTPUT_CAP]
 
-    def finish(self, path: Path, timeout: float = 2.0) -> bytes:
-        """Write the kept tail to `path` and return it, once the stream ends or after `timeout`
-        (a process that outlived the run may hold the pipe)."""
+    def finish(self, timeout: float = 2.0) -> bytes:
+        """The kept tail, once the stream ends or after `timeout` (a process that outlived the run
+        may hold the pipe)."""
         self.thread.join(timeout)
         with contextlib.suppress(OSError):
             os.close(self.fd)
         self.thread.join(1.0)
-        data = bytes(self.buf[-self.cap :])
-        with contextlib.suppress(OSError):
-            path.write_bytes(data)
-        return data
+        return bytes(self.buf[-OUTPUT_CAP:])
 
 
 def tail_lines(data: bytes, lines: int = _STDERR_TAIL_LINES) -> str:
@@ -385,8 +381,8 @@ class Run:
             self.done = True
             self._unwatch()
         duration = time.monotonic() - self.went
-        out_tail.finish(self.dir / "stdout.txt")
-        err = err_tail.finish(self.dir / "stderr.txt")
+        out_tail.finish()
+        err = err_tail.finish()
         from cachetool.determinism.report import RunOutcome, load_events
 
         read = load_events(self.events)

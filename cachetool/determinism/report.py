@@ -217,9 +217,6 @@ class Analysis:
     causes: tuple[Cause, ...]
     #: Events of some run that have no counterpart in another run.
     unaligned: int = 0
-    #: Of those, calls `datasets` made itself (`select`, `set_format` inside a step it computed):
-    #: a cold run makes them where a warm one loads the result, on the same path.
-    unaligned_internal: int = 0
     #: Random fallbacks on steps whose fingerprints all matched anyway.
     hidden_random: tuple[Cause, ...] = field(default_factory=tuple)
     #: Steps inside a cascade whose own arguments differ as well (hidden by an earlier cause).
