@@ -241,35 +241,31 @@ def check_determinism(
     ``--isolated``, ``--jobs``, ``--no-cold``).
     """
     o = CheckOptions(script, tuple(args), runs, hash_seeds, timeout, isolated, jobs, rerun, cold)
-    path = Path(script)
-    rs = RunSettings(
-        # As the user typed it (sys.argv[0] of a plain run), unless the runs start elsewhere.
-        script=path if cwd is None else path.resolve(),
-        args=tuple(args),
-        timeout=timeout or None,
-        isolated=isolated,
-        cold=cold,
-        cwd=Path(cwd) if cwd is not None else Path.cwd(),
-        env=dict(os.environ if env is None else env),
-        launcher=launcher,
-        progress=progress,
-        workdir=Path(),
-    )
-    return _check(o, rs)
-
-
-def _check(o: CheckOptions, rs: RunSettings) -> DeterminismReport:
+    env = dict(os.environ if env is None else env)
     # Runs start in their own sessions (a timeout stops a whole num_proc pool), so Ctrl-C does not
     # reach them: every live run is stopped here when this process is interrupted or terminated,
     # and what the runs left (their temp folder, tmp files in the cache) is removed.
-    leftovers = Leftovers(o.isolated, rs.env)
+    leftovers = Leftovers(isolated, env)
     started = time.time()
     with (
         terminate_as_interrupt(),
         tempfile.TemporaryDirectory(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-") as tmp,
     ):
         workdir = Path(tmp)
-        rs = dataclasses.replace(rs, workdir=workdir, one_path=o.isolated and o.workers == 1)
+        rs = RunSettings(
+            # As the user typed it (sys.argv[0] of a plain run), unless the runs start elsewhere.
+            script=Path(script) if cwd is None else Path(script).resolve(),
+            args=tuple(args),
+            timeout=timeout or None,
+            isolated=isolated,
+            cold=cold,
+            cwd=Path(cwd) if cwd is not None else Path.cwd(),
+            env=env,
+            launcher=launcher,
+            progress=progress,
+            workdir=workdir,
+            one_path=isolated and o.workers == 1,
+        )
         seeds = o.seeds
         planned = [Run(rs, i, seed) for i, seed in enumerate(seeds)]
         try:

@@ -257,7 +257,7 @@ class Run:
         env[TREES_ENV] = "1"
         if self.cold:
             env[COLD_ENV] = "1"
-        if self.s.isolated and self.s.one_path:
+        if self.s.one_path:
             env["HF_DATASETS_CACHE"] = str(self.s.shared_cache)  # put in place on its turn (`go`)
         elif self.s.isolated:
             if self.cache_of is not None:
@@ -309,7 +309,7 @@ class Run:
 
     def go(self) -> None:
         """Its turn: the waiting interpreter runs the script (started now when not yet started)."""
-        if self.s.isolated and self.s.one_path and not self.going:
+        if self.s.one_path and not self.going:
             # Its cache goes where every run's is: the cache of the run it loads from, or a new one.
             if self.cache_of is not None:
                 os.rename(self.cache_of.cache, self.s.shared_cache)
@@ -386,7 +386,7 @@ class Run:
         from cachetool.determinism.report import RunOutcome, load_events
 
         read = load_events(self.events)
-        if self.s.isolated and self.s.one_path:
+        if self.s.one_path:
             if self.index == 0:  # kept aside for the run that loads what it computed
                 os.rename(self.s.shared_cache, self.cache)
             else:
