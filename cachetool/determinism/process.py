@@ -66,11 +66,6 @@ class Tail:
         return bytes(self.buf[-OUTPUT_CAP:])
 
 
-def tail_lines(data: bytes, lines: int = _STDERR_TAIL_LINES) -> str:
-    """The script's last real lines, as its terminal showed them (no progress-bar redraws)."""
-    return "\n".join(terminal_lines(data.decode(errors="replace"))[-lines:])
-
-
 def marked_pids(marker: str) -> list[int]:
     """Pids of this user's processes whose environment holds the run marker `marker`."""
     needle = f"{RUN_MARKER_ENV}={marker}".encode() + b"\0"
@@ -141,29 +136,11 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
     return proc.wait()
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the run and anything it started (a num_proc pool): it runs in its own session."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
-
-
 _BOOTSTRAP = ("-m", "cachetool.trace.bootstrap")
 _WAITER = ("-m", "cachetool.determinism.waiter")
 #: Words in a script's source that may set the environment `datasets` reads at import: then it is
 #: not imported ahead of the script.
 _SETS_ENVIRONMENT = ("environ", "putenv", "dotenv")
-
-
-def run_command(script: str, args: Sequence[str], launcher: Sequence[str] | None = None) -> list[str]:
-    """One run's command line: the script traced as by ``cachetool run``, or under `launcher`."""
-    if launcher is not None:
-        return [*launcher, script, *args]
-    from cachetool.trace.runner import command
-
-    return command(script, list(args))
 
 
 def _waiting_command(command: list[str]) -> list[str] | None:
@@ -274,7 +251,13 @@ class Run:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         env = self._env()
-        command = run_command(str(self.s.script), self.s.args, self.s.launcher)
+        # The script traced as by ``cachetool run``, or under the launcher.
+        if self.s.launcher is not None:
+            command = [*self.s.launcher, str(self.s.script), *self.s.args]
+        else:
+            from cachetool.trace.runner import command as traced
+
+            command = traced(str(self.s.script), list(self.s.args))
         waiting = _waiting_command(command)
         pass_fds: tuple[int, ...] = ()
         if waiting is not None:
@@ -369,13 +352,9 @@ class Run:
             left = None if self.s.timeout is None else max(0.0, self.went + self.s.timeout - time.monotonic())
             returncode = wait_exit(proc, left)
         except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(proc)
-            stopped = 1 + stop_marked(self.marker)
-            returncode = None
+            timed_out, stopped, returncode = True, 1 + self._stop(), None
         except BaseException:
-            kill_group(proc)
-            stop_marked(self.marker)
+            self._stop()
             raise
         finally:
             self.done = True
@@ -400,7 +379,8 @@ class Run:
             timed_out=timed_out,
             duration=duration,
             events=read.events,
-            stderr_tail=tail_lines(err),
+            # The script's last real lines, as its terminal showed them (no progress-bar redraws).
+            stderr_tail="\n".join(terminal_lines(err.decode(errors="replace"))[-_STDERR_TAIL_LINES:]),
             isolated_cache=self.s.isolated,
             stopped=stopped,
             output_bytes=out_tail.total + err_tail.total,
@@ -417,6 +397,16 @@ class Run:
         if self.proc is not None and not self.done:
             self.done = True
             self.stopped_early = self.going
-            kill_group(self.proc)
-            stop_marked(self.marker)
+            self._stop()
             self._unwatch(report=False)
+
+    def _stop(self) -> int:
+        """SIGKILL the run and anything it started (a num_proc pool: it runs in its own session),
+        then whatever else carries its marker; returns how many of those were stopped."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.proc.kill()
+        self.proc.wait()
+        return stop_marked(self.marker)

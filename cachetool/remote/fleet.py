@@ -38,13 +38,8 @@ class RemoteEntry:
     def to_json(self) -> dict[str, Any]:
         from cachetool.formatting import iso_time
 
-        return {
-            "fingerprint": self.fingerprint,
-            "files": len(self.files),
-            "size": self.size,
-            "modified": iso_time(self.modified),
-            "record": self.record,
-        }
+        files = {"files": len(self.files), "size": self.size, "modified": iso_time(self.modified)}
+        return {"fingerprint": self.fingerprint, **files, "record": self.record}
 
 
 def list_remote(url: str | None = None, *, key: str | None = None) -> list[RemoteEntry]:

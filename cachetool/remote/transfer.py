@@ -18,6 +18,7 @@ from typing import Any
 from cachetool.cache.layout import parse_cache_file, shard_fingerprint
 from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote
 from cachetool.remote.record import RECORD_NAME, Record, RemoteFile, read_record
+from cachetool.safejson import json_fields
 
 _CHUNK = 8 << 20
 
@@ -266,7 +267,7 @@ class Served:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "results": self.results, "bytes": self.bytes, "seconds": self.seconds}
+        return json_fields(self)
 
 
 def note_served(root: str | os.PathLike[str], pulled: Pulled, seconds: float, url: str) -> None:
