@@ -32,12 +32,10 @@ def _datasets_dumps() -> Callable[[Any], bytes] | None:
     global _DATASETS_DUMPS
     if _DATASETS_DUMPS is None:
         try:
-            from datasets.utils._dill import dumps as datasets_dumps
-        except ImportError:
-            try:  # datasets < 2.15 kept its pickler in py_utils
+            try:
+                from datasets.utils._dill import dumps as datasets_dumps
+            except ImportError:  # datasets < 2.15 kept its pickler in py_utils
                 from datasets.utils.py_utils import dumps as datasets_dumps
-            except Exception:  # datasets half-imported, or an incompatible release
-                return None
         except Exception:  # datasets half-imported, or an incompatible release
             return None
         _DATASETS_DUMPS = datasets_dumps
@@ -81,6 +79,31 @@ def pickled_filename(code: CodeType) -> str:
     return os.path.basename(name)
 
 
+# The pure-Python pickler (the one dill extends); typeshed does not describe it.
+_PythonPickler: Any = pickle._Pickler
+
+
+class _HashPickler(_PythonPickler):
+    """Pickles as `datasets` does for hashing: a dict's items in sorted order (by the hash of their
+    keys, `key`, where keys do not compare), and no string memoised (two equal strings can have
+    different ids). For plain values as it is; the replica below adds dill's rules."""
+
+    @staticmethod
+    def key(value: Any) -> str:
+        return hash_plain(value)
+
+    def memoize(self, obj: Any) -> None:
+        if type(obj) is not str:
+            super().memoize(obj)
+
+    def _batch_setitems(self, items: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            ordered = sorted(items)
+        except Exception:
+            ordered = sorted(items, key=lambda kv: self.key(kv[0]))
+        return super()._batch_setitems(iter(ordered), *args, **kwargs)
+
+
 # --- the replica of datasets.utils._dill, used when datasets is not imported -----------------------
 
 _DILL_NUMPY = ("save_numpy_ufunc", "save_numpy_dtype", "save_numpy_array")
@@ -98,25 +121,16 @@ def _replica_pickler() -> type:
     """Build the replica pickler class once (dill is imported lazily)."""
     import dill
 
-    class Pickler(dill.Pickler):
+    class Pickler(_HashPickler, dill.Pickler):
+        @staticmethod
+        def key(value: Any) -> str:
+            return hash_object(value)
+
         # datasets copies dill's table when it is imported, before any numpy value was pickled;
         # dill later adds numpy reducers to its own table only, which datasets never sees.
         dispatch = dill._dill.MetaCatchingDict(
             {t: f for t, f in dill.Pickler.dispatch.items() if getattr(f, "__name__", "") not in _DILL_NUMPY}
         )
-
-        def _batch_setitems(self, items: Any, *args: Any, **kwargs: Any) -> Any:
-            # Ignore the order of keys in a dict.
-            try:
-                items = sorted(items)
-            except Exception:
-                items = sorted(items, key=lambda x: hash_object(x[0]))
-            return super()._batch_setitems(items, *args, **kwargs)
-
-        def memoize(self, obj: Any) -> None:
-            # Two equal strings can have different ids: never memoize them.
-            if type(obj) is not str:
-                dill.Pickler.memoize(self, obj)
 
     Pickler.dispatch[set] = _save_set
     Pickler.dispatch[CodeType] = _save_code
@@ -189,27 +203,10 @@ def _arrow_reducer(name: str) -> Callable[[Any, Any], None]:
 _PROTOCOL = 4  # dill.settings["protocol"] on Python 3.11 (pickle.DEFAULT_PROTOCOL)
 
 
-# The pure-Python pickler (the one dill extends); typeshed does not describe it.
-_PythonPickler: Any = pickle._Pickler
-
-
-class _PlainPickler(_PythonPickler):
-    def memoize(self, obj: Any) -> None:
-        if type(obj) is not str:
-            super().memoize(obj)
-
-    def _batch_setitems(self, items: Iterable[Any], *args: Any) -> None:
-        try:
-            ordered = sorted(items)
-        except TypeError:
-            ordered = sorted(items, key=lambda kv: hash_plain(kv[0]))
-        super()._batch_setitems(iter(ordered), *args)
-
-
 def hash_plain(value: Any) -> str:
     """`datasets.fingerprint.Hasher.hash(value)` for a plain value."""
     buf = io.BytesIO()
-    _PlainPickler(buf, protocol=_PROTOCOL).dump(value)
+    _HashPickler(buf, protocol=_PROTOCOL).dump(value)
     return hash_bytes(buf.getvalue())
 
 

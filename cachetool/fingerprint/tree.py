@@ -531,26 +531,21 @@ def _object_children(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
     state = reduced[2] if len(reduced) > 2 else None
     listitems = reduced[3] if len(reduced) > 3 else None
     dictitems = reduced[4] if len(reduced) > 4 else None
-    if getattr(ctor, "__name__", "") == "__newobj__" and args:
-        cls, args = args[0], args[1:]
+    how = getattr(ctor, "__name__", "")
+    if how in ("__newobj__", "_reconstructor") and args:
+        cls, args = args[0], args[1:] if how == "__newobj__" else ()
         if isinstance(cls, type) and not by_reference(cls):
             yield "class", cls
-    elif getattr(ctor, "__name__", "") == "_reconstructor" and args:
-        cls = args[0]
-        if isinstance(cls, type) and not by_reference(cls):
-            yield "class", cls
-        args = ()
     for i, arg in enumerate(args or ()):
         yield f"args[{i}]", arg
     slots = None
     if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)):
         state, slots = state
-    if isinstance(state, dict):
-        yield from _items([(f".{k}", state[k]) for k in sorted(state, key=str)], max_items)
-    elif state is not None:
+    if state is not None and not isinstance(state, dict):
         yield "state", state
-    if isinstance(slots, dict):
-        yield from _items([(f".{k}", slots[k]) for k in sorted(slots, key=str)], max_items)
+    for attributes in (state, slots):
+        if isinstance(attributes, dict):
+            yield from _items([(f".{k}", attributes[k]) for k in sorted(attributes, key=str)], max_items)
     if listitems is not None:
         yield from _items([(f"[{i}]", v) for i, v in enumerate(listitems)], max_items)
     if dictitems is not None:
