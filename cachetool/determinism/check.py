@@ -351,13 +351,14 @@ def _run_warnings(
             f"only the last {OUTPUT_CAP:,} of stdout and of stderr were kept"
         )
     for o in outcomes:
-        shown = o.event_warnings[:_SHOWN]
-        warnings.extend(f"run {o.index + 1}: {w}; that event was not compared" for w in shown)
-        if len(o.event_warnings) > len(shown):
-            warnings.append(
-                f"run {o.index + 1}: {len(o.event_warnings) - len(shown)} more unreadable event(s)"
-            )
+        said = [f"run {o.index + 1}: {w}; that event was not compared" for w in o.event_warnings]
+        warnings += _first(said, f"run {o.index + 1}: {{}} more unreadable event(s)")
     return warnings
+
+
+def _first(lines: list[str], more: str) -> list[str]:
+    """The first `_SHOWN` of `lines`, then how many more there are (`more`, formatted with it)."""
+    return lines[:_SHOWN] + ([more.format(len(lines) - _SHOWN)] if len(lines) > _SHOWN else [])
 
 
 def _compared(
@@ -386,15 +387,13 @@ def _compared(
     if analysis.one_run_only:
         unreadable = any(o.event_warnings for o in outcomes)
         why = "paths, or some events could not be read" if unreadable else "paths"
-        for u in analysis.one_run_only[:_SHOWN]:
-            times = f" ({u.count} times)" if u.count > 1 else ""
-            warnings.append(
-                f"{u.operation} at {u.location} was recorded in run {u.run + 1} only{times} (the runs "
-                f"took different {why}); not compared"
-            )
-        if len(analysis.one_run_only) > _SHOWN:
-            more = len(analysis.one_run_only) - _SHOWN
-            warnings.append(f"{more} more step(s) recorded in some runs only; not compared")
+        said = [
+            f"{u.operation} at {u.location} was recorded in run {u.run + 1} only"
+            + (f" ({u.count} times)" if u.count > 1 else "")
+            + f" (the runs took different {why}); not compared"
+            for u in analysis.one_run_only
+        ]
+        warnings += _first(said, "{} more step(s) recorded in some runs only; not compared")
     extra: RunOutcome | None = None
     if o.rerun and analysis.deterministic_causes:
         extra = extra_run()
@@ -405,8 +404,8 @@ def _compared(
     report = dataclasses.replace(report, analysis=analysis, rerun=extra, warnings=tuple(warnings))
     if report.nothing_compared is not None:
         # The script's own warnings say why (tracing off, an early exit): show them.
-        said = outcomes[0].stderr_tail.strip()
-        extra_lines = [f"run 1 wrote on stderr:\n{said}"] if said else []
+        tail = outcomes[0].stderr_tail.strip()
+        extra_lines = [f"run 1 wrote on stderr:\n{tail}"] if tail else []
         report = dataclasses.replace(report, warnings=(*warnings, report.nothing_compared, *extra_lines))
     return report
 
