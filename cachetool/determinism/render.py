@@ -24,11 +24,7 @@ def _relative(path: str) -> str:
 
 
 def _location(step: Step) -> str:
-    return (
-        "?"
-        if step.file is None
-        else _relative(step.file) + (f":{step.line}" if step.line is not None else "")
-    )
+    return _relative(step.location)
 
 
 def _what(cause: Cause) -> str:
