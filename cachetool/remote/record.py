@@ -38,17 +38,11 @@ class RemoteFile:
 
 @dataclass(frozen=True)
 class Record:
-    """A checked producer record: `fields` is the whole document as written."""
+    """What a reader uses of a checked producer record."""
 
     fingerprint: str
     folder: str  # where the files live, relative to a cache root (posix)
     files: tuple[RemoteFile, ...]
-    fields: dict[str, Any]
-    signed: bool
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
 
 
 def make_record(
@@ -118,7 +112,7 @@ def read_record(data: bytes, fingerprint: str, key: bytes | None) -> Record:
         if parsed is None or parsed[0] != fingerprint or "/" in f["name"]:
             raise refuse(f"{f['name'][:80]!r} is not a cache file of {fingerprint}")
         files.append(RemoteFile(f["name"], f["size"], f["xxh3"]))
-    return Record(fingerprint, folder, tuple(files), doc, isinstance(signature, str))
+    return Record(fingerprint, folder, tuple(files))
 
 
 def _sign(doc: dict[str, Any], key: bytes) -> str:
