@@ -37,7 +37,7 @@ class Node:
     """One recorded fingerprint of the lineage graph, with what a click shows."""
 
     fingerprint: str
-    label: str  # "map fp[:8]"
+    operation: str  # "map"
     details: Mapping[str, Any]  # the step as `cachetool lineage --json` gives it
 
 
@@ -200,7 +200,7 @@ def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:
         # every hashed argument as a short string (its repr when small, else its type)
         hashed = step.record.args if step.record is not None else {}
         details["args"] = {**{name: _repr(a) for name, a in hashed.items()}, **details["args"]}
-        nodes.append(Node(fp, f"{op} {fp[:8]}", details))
+        nodes.append(Node(fp, op, details))
     known = set(fps)
     edges = [(p, c) for p, c in graph.edges(fps) if p in known and c in known]
     return nodes, edges

@@ -262,14 +262,14 @@ def lineage_svg(data: ReportData, groups: list[list[int]], from_boxes: list[set[
             )
     for g, members in enumerate(groups):
         first, last_step = data.nodes[members[0]], data.nodes[members[-1]]
-        op, _, fp = first.label.rpartition(" ")
+        op, fp = first.operation, first.fingerprint[:8]
         more = f" +{len(members) - 1}" if len(members) > 1 else ""
         label = f"{op[: int((BOX_W - 12) / 7.3) - len(fp) - len(more) - 1]} {fp}{more}"  # what the box holds
         title = ""
         if len(members) > 1:
             ops: dict[str, int] = defaultdict(int)
             for i in members:
-                ops[data.nodes[i].label.rpartition(" ")[0]] += 1
+                ops[data.nodes[i].operation] += 1
             steps = ", ".join(o if k == 1 else f"{k} × {o}" for o, k in ops.items())
             title = f"<title>{len(members)} steps: {_s(steps)}</title>"
         out.append(
