@@ -1,10 +1,7 @@
-"""What every command shares, without Typer (the light path reads it too): each command's
-arguments and options as plain data (`Param`, declared on the function that does the work with
-`command`, or on the fields of its options dataclass), the options every command spells the same
-way, and the error boundary.
-
-`cachetool.cli.app` makes a Typer command of each declaration; `cachetool.cli.light` reads its
-grammar from the same declarations. Typer is imported only where Typer runs (a parser, a prompt).
+"""What every command shares, without Typer: its arguments and options as data (`Param`, declared
+with `command` or on the fields of its options dataclass), the options every command spells the
+same way, and the error boundary (`invoke`). `app` builds the Typer commands from them, `light`
+its grammar.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
-from cachetool.cli.output import OutputFormat, choose_format, report_exception
+from cachetool.cli.output import Output, OutputFormat, report_exception
 
 #: Each command by name: (module under cachetool.cli, the function its `command` declares)
 COMMANDS = {
@@ -71,9 +68,10 @@ def command(
 ) -> Callable[[F], F]:
     """Declares the function's command: its parameters by keyword (in `order` when given: names
     of `params` and of the fields of the dataclass `options` names, `cachetool.errors.option`)
-    and its help (the docstring). The function is called with their values, `--json` and `-q`
-    folded into `fmt` (`invoke`), and returns its exit code (None: 0). The dataclass is imported
-    only when the parameters are read: `cachetool --help` lists the commands without it."""
+    and its help (the docstring). The function is called with their values (`--format`, `--json`,
+    `-q` and `--no-truncate` made one `out: Output` by `invoke`) and returns its exit code (None:
+    0). The dataclass is imported only when the parameters are read: `cachetool --help` lists the
+    commands without it."""
 
     def declare(func: F) -> F:
         func.cli = (params, context_settings, options, order)  # type: ignore[attr-defined]
@@ -115,12 +113,14 @@ def _fields(cls: type) -> dict[str, Param]:
 
 
 def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
-    """`func`'s exit code once called with a command line's `values` (`fmt`, `--json` and `-q`
-    folded into the one chosen format), behind the process boundary (`report_exception`): the
-    light path and the Typer commands end the same way."""
-    if "as_json" in values:
+    """`func`'s exit code once called with a command line's `values` (`fmt`, `--json`, `-q` and
+    `--no-truncate` made the one sink `out`), behind the process boundary (`report_exception`):
+    the light path and the Typer commands end the same way."""
+    if "fmt" in values:
         values = dict(values)
-        values["fmt"] = choose_format(values["fmt"], values.pop("as_json"), values.pop("quiet"))
+        fmt, as_json, quiet = values.pop("fmt"), values.pop("as_json"), values.pop("quiet")
+        fmt = OutputFormat.json if as_json else OutputFormat.quiet if quiet else fmt
+        values["out"] = Output(fmt, no_truncate=values.pop("no_truncate", False))
     try:
         return int(func(**values) or 0)
     except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
@@ -141,7 +141,7 @@ _FORMAT_MEANING = {
 
 def output(*extra: str, quiet: str = "one id a line") -> dict[str, Param]:
     """`--format` (human, json, quiet and this command's `extra` formats; `quiet` says what quiet
-    mode prints), `--json` and `-q`, which `invoke` folds into `fmt`. A format outside the
+    mode prints), `--json` and `-q`, which `invoke` makes one sink. A format outside the
     command's own list is a usage error naming the accepted ones."""
     choices = ("human", "json", "quiet", *extra)
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @command(cache_dir=CACHE_DIR, **OUTPUT)
-def dirs_command(cache_dir: Path | None, fmt: OutputFormat) -> None:
+def dirs_command(cache_dir: Path | None, out: Output) -> None:
     """Print every location cachetool and `datasets` use, and where each value came from.
 
     Resolved in the same order as `datasets` itself: `--cache-dir`, `HF_DATASETS_CACHE`,
@@ -43,8 +43,7 @@ def dirs_command(cache_dir: Path | None, fmt: OutputFormat) -> None:
 
     locations = resolve_dirs(cache_dir)
     systems = {loc.path: file_system(loc.path) if loc.exists else None for loc in locations}
-    out = Output(fmt)
-    if fmt == OutputFormat.json:
+    if out.format == OutputFormat.json:
         out.json(
             {
                 "locations": [
@@ -61,7 +60,7 @@ def dirs_command(cache_dir: Path | None, fmt: OutputFormat) -> None:
                 ],
             }
         )
-    elif fmt == OutputFormat.quiet:
+    elif out.format == OutputFormat.quiet:
         out.ids(os.fsdecode(loc.path) for loc in locations)
     else:
         # `from` says where the path came from and what holds it: its file system, or "missing".

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, command, output
-from cachetool.cli.output import Output, OutputFormat, hint, warn
+from cachetool.cli.output import Output, hint, warn
 from cachetool.errors import CacheNotFound, CachetoolError, ExitCode
 from cachetool.formatting import local_time, short_duration
 from cachetool.hints import shell_command
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     **output(quiet="the explained steps' fingerprints, one a line"),
     all_roots=ALL_ROOTS,
 )
-def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> int:
+def run_explain(cache_dir: Path | None, out: Output, **keywords: Any) -> int:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
     A recorded step is compared with its siblings: earlier records of the same call site (or
@@ -82,7 +82,6 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
         raise CachetoolError(
             f"{e.message}; the last traced run recorded steps in {other}: `{command}`"
         ) from e
-    out = Output(fmt)
     others = []  # with --all-roots the steps the run recorded in other roots are shown here
     if report.mode == "run" and report.run is not None and not options.all_roots:
         others = _roots_with_run(root, report.run)

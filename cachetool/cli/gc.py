@@ -42,9 +42,7 @@ if TYPE_CHECKING:
     **OUTPUT,
     no_truncate=NO_TRUNCATE,
 )
-def gc_command(
-    break_lease: str | None, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool, **keywords: Any
-) -> int:
+def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **keywords: Any) -> int:
     """Reclaim disk: remove what killed runs left behind, evict entries by age or size.
 
     Always a plan first. `--dry-run` prints what would go, why, and what it frees; otherwise the
@@ -86,16 +84,12 @@ def gc_command(
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).
     """
+    from cachetool.cli.remote import is_remote, remote_gc
     from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
 
     fingerprints = keywords.get("fingerprints") or ()
-    if fingerprints and ":/" in fingerprints[0][:6] and break_lease is None:
-        from cachetool.remote.client import is_remote_url
-
-        if is_remote_url(fingerprints[0]):  # gc s3://bucket/prefix --older-than 30d
-            from cachetool.cli.remote import remote_gc
-
-            return remote_gc({**keywords, "fingerprints": fingerprints}, cache_dir, fmt)
+    if break_lease is None and is_remote(next(iter(fingerprints), None)):  # gc s3://bucket/prefix
+        return remote_gc({**keywords, "fingerprints": fingerprints}, cache_dir, out)
     if break_lease is not None:
         from cachetool.cache.dirs import existing_root
         from cachetool.maintenance.liveness import break_lease as remove_lease
@@ -103,7 +97,6 @@ def gc_command(
         lease = remove_lease(existing_root(cache_dir), break_lease)
         typer.echo(f"Removed the lease of {lease} (logged in the ledger).")
         return 0
-    out = Output(fmt, no_truncate=no_truncate)
     asked: list[GcPlan] = []
 
     def ask(plan: GcPlan) -> bool:
@@ -112,7 +105,7 @@ def gc_command(
         show_plan(out, plan, dry_run=False, final=False)
         return confirm(f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?")
 
-    interactive = fmt == OutputFormat.human and sys.stdin.isatty()
+    interactive = out.human and sys.stdin.isatty()
     try:
         run = gc_cache(cache_dir=cache_dir, **keywords, confirm=ask if interactive else None)
     except ConfirmationNeeded as e:

@@ -28,7 +28,7 @@ NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 def run_lineage(
     fingerprint: str,
     cache_dir: Path | None,
-    fmt: OutputFormat,
+    out: Output,
     descendants: bool,
     all_: bool,
     internal: bool,
@@ -67,10 +67,9 @@ def run_lineage(
     options = {"descendants": descendants, "all": all_, "internal": internal, "all_roots": all_roots}
     with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
         view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
-    out = Output(fmt)
-    if fmt == OutputFormat.dot:
+    if out.format == OutputFormat.dot:
         sys.stdout.write(to_dot(view))
-    elif fmt == OutputFormat.mermaid:
+    elif out.format == OutputFormat.mermaid:
         sys.stdout.write(to_mermaid(view))
     elif not out.emit(view.to_json, (s.fingerprint for _, s in view.steps)):
         render(out, view)

@@ -39,14 +39,6 @@ class OutputFormat(str, Enum):
 JSON_VERSION = 1
 
 
-def choose_format(fmt: OutputFormat, as_json: bool = False, quiet: bool = False) -> OutputFormat:
-    if as_json:
-        return OutputFormat.json
-    if quiet:
-        return OutputFormat.quiet
-    return fmt
-
-
 def debug_enabled() -> bool:
     return os.environ.get("CACHETOOL_DEBUG", "") not in ("", "0", "false", "no")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, command
-from cachetool.cli.output import Output, OutputFormat, warn
+from cachetool.cli.output import Output, warn
 from cachetool.formatting import local_time, time_ago
 from cachetool.hints import shell_command
 from cachetool.history.show import fingerprint_check
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     **OUTPUT,
     no_truncate=NO_TRUNCATE,
 )
-def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
+def run_show(fingerprint: str, cache_dir: Path | None, out: Output) -> None:
     """Show everything known about one cache entry.
 
     Files with sizes and paths, content (data or indices), schema and `features`, row count, the
@@ -49,11 +49,10 @@ def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_tru
     from cachetool.cli.ls import report_warnings, scan_with_progress
     from cachetool.history.show import show_entry
 
-    out = Output(fmt, no_truncate=no_truncate)
     shown = show_entry(
         root_for(fingerprint, cache_dir),
         fingerprint,
-        progress=lambda root, ledger: scan_with_progress(Path(root), out, ledger),
+        progress=lambda root, ledger: scan_with_progress(Path(root), ledger),
     )
     for w in shown.warnings:
         warn(w)

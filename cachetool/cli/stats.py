@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from cachetool.cli.common import CACHE_DIR, command, opt, output
-from cachetool.cli.output import Output, OutputFormat, hint, warn
+from cachetool.cli.output import Output, hint, warn
 from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def stats_command(
     compact: bool,
     dry_run: bool,
     cache_dir: Path | None,
-    fmt: OutputFormat,
+    out: Output,
 ) -> None:
     """Summarise the cache's hits and misses from the recorded runs, like `ccache -s`.
 
@@ -78,7 +78,6 @@ def stats_command(
     from cachetool.history.stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))
-    out = Output(fmt)
     if zero:
         t = zero_stats(root)
         if not out.emit(lambda: {"root": str(root), "zeroed_at": t}, [str(t)]):
@@ -87,7 +86,7 @@ def stats_command(
             )
         return
     report = ledger_stats(root, since=since, all_=all_, compact=compact, dry_run=dry_run)
-    if report.compaction is not None and fmt == OutputFormat.human:
+    if report.compaction is not None and out.human:
         render_compaction(out, report.compaction)
     from cachetool.cli.remote import served_lines
 
