@@ -71,8 +71,7 @@ def check_determinism_command(
     report = check_determinism(
         **vars(options), progress=_progress(sys.stderr) if sys.stderr.isatty() else None
     )
-    for message in report.warnings:
-        warn(message)
+    warn(*report.warnings)
     a = report.analysis
     causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
     if out.format == OutputFormat.github:

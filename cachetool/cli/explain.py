@@ -87,8 +87,7 @@ def run_explain(cache_dir: Path | None, out: Output, **keywords: Any) -> int:
         others = _roots_with_run(root, report.run)
     if not out.emit(report.to_json, (s.step.fingerprint for s in report.steps if s.step.fingerprint)):
         render(out, report, elsewhere=bool(others))
-    for w in report.warnings:
-        warn(w)
+    warn(*report.warnings)
     if others:
         for other in others:
             command = shell_command("explain", "--last", "--cache-dir", other)

@@ -101,7 +101,7 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
 
     def ask(plan: GcPlan) -> bool:
         asked.append(plan)
-        _warn(plan)
+        warn(*plan.warnings)
         show_plan(out, plan, dry_run=False, final=False)
         return confirm(f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?")
 
@@ -109,22 +109,12 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
     try:
         run = gc_cache(cache_dir=cache_dir, **keywords, confirm=ask if interactive else None)
     except ConfirmationNeeded as e:
-        _warn(e.plan)
+        warn(*e.plan.warnings)
         show_plan(out, e.plan, dry_run=False, final=True)
-        _hints(e.plan)
+        hint(*e.plan.hints)
         n = len(e.plan.items)
         raise CachetoolError(f"refusing to remove {n} item(s) without confirmation: pass --yes") from None
     return _show_run(out, run, plan_shown=bool(asked))
-
-
-def _warn(plan: GcPlan) -> None:
-    for w in plan.warnings:
-        warn(w)
-
-
-def _hints(plan: GcPlan) -> None:
-    for h in plan.hints:
-        hint(h)
 
 
 def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
@@ -140,13 +130,13 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
             out.json(gc_document(plan, None, run.dry_run))
         return 0
     if not plan_shown:
-        _warn(plan)
+        warn(*plan.warnings)
     if run.dry_run:
         show_plan(out, plan, dry_run=True, final=True, compaction=run.compaction)
         show_compaction(out, run)
         for what, why in run.named_but_kept:
             warn(f"{what} would be kept: {why}")
-        _hints(plan)
+        hint(*plan.hints)
         return 0
     if run.declined or run.result is None:
         out.line("Nothing removed.")
@@ -160,7 +150,7 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
             show_plan(out, plan, dry_run=False, final=False)
         show_result(out, run.result, run.compaction)
         show_compaction(out, run)
-    _hints(plan)
+    hint(*plan.hints)
     for what, why in run.named_but_kept:
         error(f"{what} was named but kept: {why}")
     return int(run.exit_code)
@@ -210,8 +200,7 @@ def show_compaction(out: Output, run: GcRun) -> None:
         from cachetool.history.writer import AUTO_BYTES
 
         out.line(f"{compaction_line(run.compaction)} (over {human_size(AUTO_BYTES)})")
-        for w in run.compaction.warnings:
-            warn(w)
+        warn(*run.compaction.warnings)
 
 
 def show_plan(

@@ -73,8 +73,7 @@ def run_lineage(
         sys.stdout.write(to_mermaid(view))
     elif not out.emit(view.to_json, (s.fingerprint for _, s in view.steps)):
         render(out, view)
-    for w in view.warnings:
-        warn(w)
+    warn(*view.warnings)
     if not view.recorded and view.unended is None:
         hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
 

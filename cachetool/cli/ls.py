@@ -182,8 +182,7 @@ def ls_command(
             listing = list_cache(
                 target, filter=filters, sort=sort, limit=limit, progress=progress, shard=chosen
             )
-        for message in listing.warnings:
-            warn(message)
+        warn(*listing.warnings)
         report, entries, pinned = listing.report, listing.entries, listing.pinned
         if out.format == OutputFormat.json:
             out.json_pieces(

@@ -125,14 +125,16 @@ def error(message: str) -> None:
     _stderr_line("Error:", "bold red", message)
 
 
-def warn(message: str) -> None:
-    _stderr_line("Warning:", "yellow", message)
+def warn(*messages: str) -> None:
+    for message in messages:
+        _stderr_line("Warning:", "yellow", message)
 
 
-def hint(message: str) -> None:
-    """A hint on stderr; one that holds a command (in backticks) is printed whole, its paths not
+def hint(*messages: str) -> None:
+    """Hints on stderr; one that holds a command (in backticks) is printed whole, its paths not
     shortened, so the command pastes as printed."""
-    _stderr_line("Hint:", "dim", message, fit="`" not in message)
+    for message in messages:
+        _stderr_line("Hint:", "dim", message, fit="`" not in message)
 
 
 def hint_root_elsewhere(root: str | os.PathLike[str]) -> None:

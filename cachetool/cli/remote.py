@@ -234,8 +234,7 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
             n = len(plan.items)
             raise CachetoolError(f"refusing to remove {n} result(s) without confirmation: pass --yes")
     result = execute_remote_gc(plan)
-    for fp, why in result.kept:
-        hint(f"kept {fp}: {why}")
+    hint(*(f"kept {fp}: {why}" for fp, why in result.kept))
     doc = {
         **plan.to_json(),
         "dry_run": False,

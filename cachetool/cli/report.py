@@ -47,8 +47,7 @@ def report_command(output: Path, no_verify: bool, cache_dir: Path | None, out: O
 
     data, size = write_report(existing_root(cache_dir), output, verify=not no_verify)
     path = os.path.abspath(output)
-    for w in data.warnings[:5]:
-        warn(safe_text(w))  # one line each: a newline in a file name must not start a line of its own
+    warn(*map(safe_text, data.warnings[:5]))  # one line each: a newline in a name starts none
     if not out.emit(lambda: {"output": path, "bytes": size, **data.to_json()}, [path]):
         out.line(
             f"Wrote {path} ({human_size(size)}): {data.dataset_count} dataset folder(s), "

@@ -54,8 +54,7 @@ def run_show(fingerprint: str, cache_dir: Path | None, out: Output) -> None:
         fingerprint,
         progress=lambda root, ledger: scan_with_progress(Path(root), ledger),
     )
-    for w in shown.warnings:
-        warn(w)
+    warn(*shown.warnings)
     if not out.emit(shown.to_json, [shown.entry.id if shown.entry is not None else shown.fingerprint]):
         render(out, shown)
     if shown.entry is not None:

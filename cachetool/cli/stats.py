@@ -98,8 +98,7 @@ def stats_command(
         render(out, report, top)
         for line in remote[1]:
             out.line(line)
-    for w in report.warnings:
-        warn(w)
+    warn(*report.warnings)
     if report.total.steps == 0 and not report.saves:
         if report.start is not None and ledger_stats(root, all_=True).total.steps:
             how = (
@@ -130,8 +129,7 @@ def render_compaction(out: Output, c: CompactionReport) -> None:
     if c.left:
         out.line(f"  {len(c.left)} old segment(s) left whole: a writer may still be running (or see below)")
     out.line("")
-    for w in c.warnings:
-        warn(w)
+    warn(*c.warnings)
 
 
 def _when(t: float | None) -> str:

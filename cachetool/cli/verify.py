@@ -102,10 +102,8 @@ def verify_command(cache_dir: Path | None, out: Output, yes: bool, **options: An
                 return _confirm(out, plan)
 
             report = run_verify(root, opts, progress=update, confirm=None if yes else ask)
-        for note in report.restore_notes:
-            warn(note)
-        for _, dst in report.restored:
-            hint(f"restored {dst}")
+        warn(*report.restore_notes)
+        hint(*(f"restored {dst}" for _, dst in report.restored))
         if opts.restore and not report.restored:
             hint("nothing to restore")
         _show(out, report)
