@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, command, confirm, opt
 from cachetool.cli.output import Output, OutputFormat, error, hint, warn
 from cachetool.errors import CachetoolError
@@ -95,7 +93,7 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
         from cachetool.maintenance.liveness import break_lease as remove_lease
 
         lease = remove_lease(existing_root(cache_dir), break_lease)
-        typer.echo(f"Removed the lease of {lease} (logged in the ledger).")
+        out.line(f"Removed the lease of {lease} (logged in the ledger).", wrap=False)
         return 0
     asked: list[GcPlan] = []
 
@@ -141,12 +139,12 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
     if run.declined or run.result is None:
         out.line("Nothing removed.")
         return 0
-    if not plan.items and out.format == OutputFormat.human:
+    if not plan.items and out.human:
         show_plan(out, plan, dry_run=False, final=True)
         for lease in run.result.leases_removed:
             out.line(f"Removed the stale lease of {lease}.", style="dim")
     else:
-        if not plan_shown and out.format == OutputFormat.human:
+        if not plan_shown and out.human:
             show_plan(out, plan, dry_run=False, final=False)
         show_result(out, run.result, run.compaction)
         show_compaction(out, run)
@@ -167,15 +165,8 @@ def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
     the middle for a table; names, hashes among them, stay whole. The full path is in --json."""
     from cachetool.formatting import short_path
 
-    for base in (plan.root, plan.temp_dir):
-        if base is None:
-            continue
-        try:
-            rel = path.relative_to(base)
-        except ValueError:
-            continue
-        return short_path(rel, None if whole else 40)
-    return short_path(path, None if whole else 40)
+    base = next((b for b in (plan.root, plan.temp_dir) if b is not None and path.is_relative_to(b)), None)
+    return short_path(path if base is None else path.relative_to(base), None if whole else 40)
 
 
 def gc_document(
@@ -195,7 +186,7 @@ def gc_document(
 
 def show_compaction(out: Output, run: GcRun) -> None:
     """One line for the ledger compaction that followed (or would follow) the removals."""
-    if run.compaction is not None and out.format == OutputFormat.human:
+    if run.compaction is not None and out.human:
         from cachetool.cli.stats import compaction_line
         from cachetool.history.writer import AUTO_BYTES
 
@@ -207,7 +198,7 @@ def show_plan(
     out: Output, plan: GcPlan, *, dry_run: bool, final: bool, compaction: CompactionReport | None = None
 ) -> None:
     """The plan in the chosen sink. `final`: nothing else will be printed (dry run, refusal)."""
-    if out.format != OutputFormat.human:
+    if not out.human:
         if final:
             out.emit(lambda: gc_document(plan, None, dry_run, compaction), (i.id for i in plan.items))
         return

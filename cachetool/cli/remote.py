@@ -10,6 +10,7 @@ from typing import Any
 
 from cachetool.cli.common import CACHE_DIR, OUTPUT, REQUIRED, arg, command, opt
 from cachetool.cli.output import Output, OutputFormat, hint
+from cachetool.formatting import human_size
 
 REMOTE = opt(
     "--remote",
@@ -72,7 +73,6 @@ def remote_command(
     """
     import typer
 
-    from cachetool.formatting import human_size
     from cachetool.hints import shell_command
     from cachetool.remote import pull, push
 
@@ -130,8 +130,6 @@ def is_remote(value: str | os.PathLike[str] | None) -> bool:
 
 def remote_ls(url: str, out: Output, limit: int | None) -> None:
     """`cachetool ls s3://...`: one row per fingerprint on the remote (`list_remote`)."""
-
-    from cachetool.formatting import human_size
     from cachetool.remote.client import remote_url
     from cachetool.remote.fleet import list_remote
 
@@ -155,7 +153,6 @@ def remote_ls(url: str, out: Output, limit: int | None) -> None:
 
 def remote_verify(url: str, fingerprints: list[str], deep: bool, out: Output) -> int:
     """`cachetool verify s3://... [FP...] [--deep]`: `verify_remote`, its findings, its exit code."""
-    from cachetool.formatting import human_size
     from cachetool.remote.client import remote_url
     from cachetool.remote.fleet import verify_remote
 
@@ -205,7 +202,6 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
     from cachetool.cache.query import parse_duration
     from cachetool.cli.common import confirm
     from cachetool.errors import CachetoolError
-    from cachetool.formatting import human_size
     from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
 
     url, *rest = options["fingerprints"]
@@ -221,8 +217,11 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
     if out.format == OutputFormat.json and options["dry_run"]:
         out.json({**plan.to_json(), "dry_run": True})
         return 0
-    if out.human:
-        _show_remote_plan(out, plan)
+    if out.human and not plan.items:
+        out.line(f"Nothing on {plan.url} is older than that.")
+    elif out.human:
+        _entries_table(out, plan.items, "no")
+        out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")
     if not plan.items or options["dry_run"]:
         return 0
     if not options["yes"]:
@@ -251,7 +250,7 @@ def _entries_table(out: Output, entries: Any, no_record: str) -> None:
     """One row per result on a remote: fingerprint, files, size, age, whether its record is there."""
     import time
 
-    from cachetool.formatting import compact_age, human_size
+    from cachetool.formatting import compact_age
 
     now = time.time()
     rows = [
@@ -268,21 +267,10 @@ def _entries_table(out: Output, entries: Any, no_record: str) -> None:
     out.table(None, [*columns, ("record", "left")], rows, whole=("fingerprint",))
 
 
-def _show_remote_plan(out: Output, plan: Any) -> None:
-
-    from cachetool.formatting import human_size
-
-    if not plan.items:
-        out.line(f"Nothing on {plan.url} is older than that.")
-        return
-    _entries_table(out, plan.items, "no")
-    out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")
-
-
 def served_lines(root: Path, since: float | None) -> tuple[dict[str, Any], list[str]]:
     """For `cachetool stats`: what remotes served into `root` (since `since`), as a JSON field
     and human lines; nothing at all when no result was pulled."""
-    from cachetool.formatting import human_size, short_duration
+    from cachetool.formatting import short_duration
     from cachetool.remote.transfer import served
 
     hosts = served(root, since)
