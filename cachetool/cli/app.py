@@ -125,7 +125,7 @@ def _register(argv: list[str]) -> None:
     elif not launched:
         argv = []
     named = argv[0] if argv[:1] and argv[0] in COMMANDS else None
-    bare = named is None and (completing() or (launched and argv in ([], ["--help"], ["-h"])))
+    bare = named is None and (completing() or (launched and argv in (["--help"], ["-h"])))
     for name, (module, function) in COMMANDS.items():
         if named in (None, name):
             func = getattr(importlib.import_module(f"cachetool.cli.{module}"), function)

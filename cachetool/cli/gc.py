@@ -19,7 +19,7 @@ from cachetool.formatting import human_size, short_duration
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
     from cachetool.maintenance.gc import GcRun
-    from cachetool.maintenance.gc.plan import GcItem, GcPlan, GcResult
+    from cachetool.maintenance.gc.plan import GcItem, GcPlan, GcResult, Skip
 
 
 @command(
@@ -160,11 +160,15 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
 # ------------------------------------------------------------------------------------------
 
 
-def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
-    """The item's path inside the cache (or the temp dir, named above the table), shortened from
-    the middle for a table; names, hashes among them, stay whole. The full path is in --json."""
+def _what(item: GcItem | Skip, plan: GcPlan, whole: bool) -> str:
+    """The item's fingerprint, else its path inside the cache (or the temp dir, named above the
+    table), shortened from the middle to 40 columns unless `whole`; names, hashes among them, stay
+    whole. The full path is in --json."""
     from cachetool.formatting import short_path
 
+    if item.fingerprint:
+        return item.fingerprint
+    path = item.path
     base = next((b for b in (plan.root, plan.temp_dir) if b is not None and path.is_relative_to(b)), None)
     return short_path(path if base is None else path.relative_to(base), None if whole else 40)
 
@@ -236,7 +240,7 @@ def _items_table(out: Output, plan: GcPlan) -> None:
     rows = [
         (
             i.kind.value,
-            i.fingerprint or _where(i.path, plan, out.no_truncate),
+            _what(i, plan, out.no_truncate),
             human_size(i.size),
             i.files,
             *((_recompute(i),) if evicts else ()),
@@ -245,19 +249,8 @@ def _items_table(out: Output, plan: GcPlan) -> None:
         for i in plan.items
     ]
     recompute = [("recompute", "right")] if evicts else []
-    out.table(
-        None,
-        [
-            ("kind", "left"),
-            ("what", "left"),
-            ("size", "right"),
-            ("files", "right"),
-            *recompute,
-            ("why", "left"),
-        ],
-        rows,
-        whole=("what",),
-    )
+    columns = [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right")]
+    out.table(None, [*columns, *recompute, ("why", "left")], rows, whole=("what",))
 
 
 def _recompute(item: GcItem) -> str:
@@ -273,7 +266,7 @@ def _skipped_table(out: Output, plan: GcPlan) -> None:
         [
             (
                 s.kind.value,
-                s.fingerprint or _where(s.path, plan, out.no_truncate),
+                _what(s, plan, out.no_truncate),
                 human_size(s.size),
                 s.reason,
             )
@@ -295,7 +288,7 @@ def show_result(out: Output, result: GcResult, compaction: CompactionReport | No
                 (
                     o.status,
                     o.item.kind.value,
-                    o.item.fingerprint or _where(o.item.path, plan, out.no_truncate),
+                    _what(o.item, plan, out.no_truncate),
                     o.reason or "",
                 )
                 for o in (*result.failed, *result.skipped)

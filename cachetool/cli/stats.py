@@ -147,23 +147,17 @@ def _telling(groups: tuple[Group, ...]) -> tuple[Group, ...]:
 
 
 def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[str]]:
-    rows = []
-    for g in groups[:top]:
-        c = g.counts
-        label = g.key
-        if site and g.function:
-            label = f"{g.key} {g.function}"
-        rows.append(
-            [
-                label,
-                str(c.hits),
-                str(c.misses),
-                c.hit_rate_str,
-                short_duration(c.recompute_seconds),
-                human_size(c.bytes_written),
-            ]
-        )
-    return rows
+    return [
+        [
+            f"{g.key} {g.function}" if site and g.function else g.key,
+            str(g.counts.hits),
+            str(g.counts.misses),
+            g.counts.hit_rate_str,
+            short_duration(g.counts.recompute_seconds),
+            human_size(g.counts.bytes_written),
+        ]
+        for g in groups[:top]
+    ]
 
 
 def render(out: Output, r: StatsReport, top: int = 10) -> None:
@@ -227,21 +221,14 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
                 what = f"culprit `{lost.key}` ({lost.kind})" if lost.kind else f"call site {lost.key}"
                 what += f" {lost.function}" if lost.function else ""
                 out.line(f"    {short_duration(lost.hours.seconds)}  {what.rstrip()}")
-    cols = [
-        ("", "left"),
-        ("hits", "right"),
-        ("misses", "right"),
-        ("hit rate", "right"),
-        ("recompute", "right"),
-        ("written", "right"),
-    ]
+    cols = [(h, "right") for h in ("hits", "misses", "hit rate", "recompute", "written")]
     sites, datasets = _telling(r.call_sites), _telling(r.datasets)
     if sites:
         out.line("")
-        out.table("Per call site", [("call site", "left"), *cols[1:]], _group_rows(sites, top, True))
+        out.table("Per call site", [("call site", "left"), *cols], _group_rows(sites, top, True))
     if datasets:
         out.line("")
-        out.table("Per dataset", [("dataset", "left"), *cols[1:]], _group_rows(datasets, top, False))
+        out.table("Per dataset", [("dataset", "left"), *cols], _group_rows(datasets, top, False))
     hidden = [
         f"{n - top} more {what}"
         for n, what in ((len(sites), "call sites"), (len(datasets), "datasets"))
