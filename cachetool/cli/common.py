@@ -104,11 +104,8 @@ def _fields(cls: type) -> dict[str, Param]:
         many = f.default == ()
         kind = m["type"] or (str | None if m["parse"] else list[str] | None if many else hints[f.name])
         default = REQUIRED if f.default is MISSING else None if many else m["cli_default"] or f.default
-        if m["argument"]:
-            out[keyword] = arg(m["help"], kind, default, **m["cli"])
-        else:
-            flags = m["flags"] or ("--" + keyword.replace("_", "-"),)
-            out[keyword] = opt(*flags, help=m["help"], type=kind, default=default, **m["cli"])
+        flags = () if m["argument"] else m["flags"] or ("--" + keyword.replace("_", "-"),)
+        out[keyword] = Param(flags, m["help"], kind, default, m["cli"])
     return out
 
 
