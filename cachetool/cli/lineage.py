@@ -181,15 +181,8 @@ def render(out: Output, view: LineageView) -> None:
                 out.line(f"{view.fingerprint}: a source split, the start of its chains (no run recorded)")
             else:
                 out.line(f"{view.fingerprint}: {_unended(view) or NOT_RECORDED}")
-            facts = [f"kind {e.kind_str}"]
-            if e.dataset:
-                facts.append(f"dataset {e.dataset}")
-            if e.split:
-                facts.append(f"split {e.split}")
-            if e.content:
-                facts.append(f"content {e.content}")
-            facts.append(f"size {e.size_str}")
-            out.line("On disk: " + ", ".join(facts))
+            facts = (("kind", e.kind_str), ("dataset", e.dataset), ("split", e.split), ("content", e.content))
+            out.line("On disk: " + ", ".join([*(f"{k} {v}" for k, v in facts if v), f"size {e.size_str}"]))
             out.line(f"Path: {e.path}")
 
 

@@ -194,7 +194,6 @@ class Output:
         title: str | None,
         columns: Sequence[tuple[str, str]],
         rows: Iterable[Sequence[Any]],
-        caption: str | None = None,
         widths: dict[str, tuple[int, int]] | None = None,
         whole: Sequence[str] = (),
     ) -> None:
@@ -208,7 +207,7 @@ class Output:
             i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
-        if caption is None and (title is None or self.plain) and all(len(r) == len(columns) for r in rows):
+        if (title is None or self.plain) and all(len(r) == len(columns) for r in rows):
             cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
             lines = plain_column_lines(columns, cells, {} if self.no_truncate else widths, self.room)
             if lines is not None and title is not None:
@@ -216,7 +215,7 @@ class Output:
             if lines is not None:
                 self._write_plain_table(lines)
                 return
-        table = rich_table(title, caption, columns, rows, {} if self.no_truncate else widths)
+        table = rich_table(title, columns, rows, {} if self.no_truncate else widths)
         if not whole or self.no_truncate or whole_fits(headers, rows, widths, whole, self.width):
             room = max(self.width, self.console.measure(table).maximum) if self.no_truncate else None
             self.console.print(table, width=room)
