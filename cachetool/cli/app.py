@@ -126,7 +126,7 @@ def _register(argv: list[str]) -> None:
         argv = []
     named = argv[0] if argv[:1] and argv[0] in COMMANDS else None
     bare = named is None and (completing() or (launched and argv in (["--help"], ["-h"])))
-    for name, (module, function) in COMMANDS.items():
+    for name, (module, function, _) in COMMANDS.items():
         if named in (None, name):
             func = getattr(importlib.import_module(f"cachetool.cli.{module}"), function)
             summary = " ".join((func.__doc__ or "").split("\n\n", 1)[0].split()).replace("`", "")

@@ -15,24 +15,25 @@ from typing import Any, TypeVar, get_type_hints
 
 from cachetool.cli.output import Output, OutputFormat, report_exception
 
-#: Each command by name: (module under cachetool.cli, the function its `command` declares)
+#: Each command by name: (module under cachetool.cli, the function its `command` declares, the
+#: guide in docs/ that explains it)
 COMMANDS = {
-    "ls": ("ls", "ls_command"),
-    "show": ("show", "run_show"),
-    "dirs": ("dirs", "dirs_command"),
-    "demo": ("demo", "demo_command"),
-    "verify": ("verify", "verify_command"),
-    "check-determinism": ("check_determinism", "check_determinism_command"),
-    "run": ("run", "run_command"),
-    "lineage": ("lineage", "run_lineage"),
-    "gc": ("gc", "gc_command"),
-    "pin": ("pin", "pin_command"),
-    "unpin": ("pin", "unpin_command"),
-    "explain": ("explain", "run_explain"),
-    "stats": ("stats", "stats_command"),
-    "report": ("report", "report_command"),
-    "merge": ("merge", "merge_command"),
-    "remote": ("remote", "remote_command"),
+    "ls": ("ls", "ls_command", "listing.md"),
+    "show": ("show", "run_show", "listing.md"),
+    "dirs": ("dirs", "dirs_command", "listing.md"),
+    "demo": ("demo", "demo_command", "listing.md"),
+    "verify": ("verify", "verify_command", "verify.md"),
+    "check-determinism": ("check_determinism", "check_determinism_command", "check-determinism.md"),
+    "run": ("run", "run_command", "lineage.md"),
+    "lineage": ("lineage", "run_lineage", "lineage.md"),
+    "gc": ("gc", "gc_command", "gc.md"),
+    "pin": ("pin", "pin_command", "gc.md"),
+    "unpin": ("pin", "unpin_command", "gc.md"),
+    "explain": ("explain", "run_explain", "explain.md"),
+    "stats": ("stats", "stats_command", "explain.md"),
+    "report": ("report", "report_command", "report.md"),
+    "merge": ("merge", "merge_command", "fleet.md"),
+    "remote": ("remote", "remote_command", "remote.md"),
 }
 
 

@@ -100,7 +100,7 @@ def answer(argv: Sequence[str]) -> int | None:
         return invoke(functools.partial(print, f"cachetool {__version__}", flush=True), {})
     if argv[0] not in COMMANDS:
         return None
-    module, name = COMMANDS[argv[0]]
+    module, name, _ = COMMANDS[argv[0]]
     func = getattr(importlib.import_module(f"cachetool.cli.{module}"), name)
     values = parse(params_of(func), argv[1:])
     return None if values is None else invoke(func, values)
