@@ -269,25 +269,22 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         )
         partial = [f for f in i.written if not f.finished and f.resumable_rows]
         tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
-        done = [f for f in i.written if f.finished]
-        if i.state == "running":  # still writing: what a rerun would take back is not known yet
-            writing, tmp, partial = tmp + partial, [], []
-            if writing:
-                out.line("  It is writing (unfinished):")
-                for f in writing:
-                    out.line(f"    {f.path}  {human_size(f.size)}")
-        if partial:
-            out.line("  Its partial output (a traced rerun of the pipeline reuses these rows):")
-            for f in partial:
-                out.line(f"    {f.path}  {human_size(f.size)}, {f.resumable_rows:,} rows")
-        if tmp:
-            out.line("  It had written (unfinished; datasets does not reuse these):")
-            for f in tmp:
-                out.line(f"    {f.path}  {human_size(f.size)}")
-        if done:
-            out.line("  Finished num_proc shards of the step (datasets reuses these):")
-            for f in done:
-                out.line(f"    {f.path}  {human_size(f.size)}")
+        # Still writing: what a rerun would take back is not known yet.
+        writing, tmp, partial = (tmp + partial, [], []) if i.state == "running" else ([], tmp, partial)
+        for title, files in (
+            ("It is writing (unfinished):", writing),
+            ("Its partial output (a traced rerun of the pipeline reuses these rows):", partial),
+            ("It had written (unfinished; datasets does not reuse these):", tmp),
+            (
+                "Finished num_proc shards of the step (datasets reuses these):",
+                [f for f in i.written if f.finished],
+            ),
+        ):
+            if files:
+                out.line(f"  {title}")
+            for f in files:
+                rows = f", {f.resumable_rows:,} rows" if files is partial else ""
+                out.line(f"    {f.path}  {human_size(f.size)}{rows}")
         if not i.written:
             out.line("  It had written nothing yet.")
         if (tmp or partial) and i.state == "killed":

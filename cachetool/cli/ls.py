@@ -201,11 +201,10 @@ def ls_command(
 def _nothing_cached(out: Output, e: CacheNotFound, shard: Shard | None) -> None:
     """The default root does not exist yet: an empty listing, not an error."""
     if out.format == OutputFormat.json:
-        from cachetool.cache.shard import fleet_fields
+        from cachetool.cache.model import CacheReport
 
-        doc = {"root": os.fsdecode(e.root), **fleet_fields(shard), "entries": [], "totals": {}}
-        out.json({**doc, "warnings": []})
-    elif out.format == OutputFormat.human:
+        out.json(ls_document(CacheReport(Path(e.root), (), ()), [], shard=shard))
+    elif out.human:
         where = out.path(e.root, out.width - 40)
         out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
         hint_root_elsewhere(e.root)
