@@ -168,44 +168,40 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         period += " (zeroed)"
     out.line(f"Cache statistics for {r.root} — {period}", style="bold")
     looked = t.hits + t.misses
-    rows = [
+    nd, back = r.nondeterminism, r.given_back
+    cpu = f"CPU {short_duration(nd.total.cpu_seconds)}, " if nd.total.cpu_seconds else ""
+    steps, rekeyed = (f"{n} step{'s' if n != 1 else ''}" for n in (nd.total.steps, back.rekey.steps))
+    given: list[tuple[str, str | None]] = [  # None: a row left out
         ("Runs", str(t.runs)),
+        ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts) if len(r.hosts) > 1 else None),
         ("Steps recorded", str(t.steps)),
         ("Hits", f"{t.hits}" + (f"  ({t.hit_rate_str})" if looked else "")),
         ("Misses", f"{t.misses}" + (f"  ({t.partial} partial)" if t.partial else "")),
         ("Steps without a cache file", str(t.no_file)),
-        *([("Steps that failed", str(t.failed))] if t.failed else []),
+        ("Steps that failed", str(t.failed) if t.failed else None),
         ("Steps without a persistent cache", f"{t.uncached}  ({short_duration(t.uncached_seconds)})"),
         ("Time computing misses", short_duration(t.miss_seconds)),
         ("Time lost recomputing", short_duration(t.recompute_seconds)),
+        (
+            "Recomputed for nondeterminism",
+            f"{short_duration(nd.total.seconds)}  ({cpu}{steps})" if nd.total.steps else None,
+        ),
         ("Random fingerprints", str(r.random_count)),
         ("Saves", str(r.saves)),
         ("Bytes written", human_size(t.bytes_written)),
+        ("Lost to concurrent runs", short_duration(r.concurrent_seconds) if r.concurrent else None),
+        (
+            "Given back by resume",
+            f"{short_duration(back.resume.seconds)}  ({back.resume.rows:,} rows)"
+            if back.resume.steps
+            else None,
+        ),
+        (
+            "Given back by re-key",
+            f"{short_duration(back.rekey.seconds)}  ({rekeyed})" if back.rekey.steps else None,
+        ),
     ]
-    if len(r.hosts) > 1:
-        rows.insert(1, ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts)))
-    if r.concurrent:
-        rows.append(("Lost to concurrent runs", short_duration(r.concurrent_seconds)))
-    nd, back = r.nondeterminism, r.given_back
-    if nd.total.steps:
-        cpu = f"CPU {short_duration(nd.total.cpu_seconds)}, " if nd.total.cpu_seconds else ""
-        steps = f"{nd.total.steps} step{'s' if nd.total.steps != 1 else ''}"
-        rows.insert(
-            [k for k, _ in rows].index("Time lost recomputing") + 1,
-            ("Recomputed for nondeterminism", f"{short_duration(nd.total.seconds)}  ({cpu}{steps})"),
-        )
-    if back.resume.steps:
-        rows.append(
-            ("Given back by resume", f"{short_duration(back.resume.seconds)}  ({back.resume.rows:,} rows)")
-        )
-    if back.rekey.steps:
-        rows.append(
-            (
-                "Given back by re-key",
-                f"{short_duration(back.rekey.seconds)}  ({back.rekey.steps} step"
-                + ("s)" if back.rekey.steps != 1 else ")"),
-            )
-        )
+    rows = [(k, v) for k, v in given if v is not None]
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         out.line(f"  {k.ljust(width)}{v}")
