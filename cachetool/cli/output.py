@@ -207,7 +207,7 @@ class Output:
             i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
-        if (title is None or self.plain) and all(len(r) == len(columns) for r in rows):
+        if title is None or self.plain:
             cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
             lines = plain_column_lines(columns, cells, {} if self.no_truncate else widths, self.room)
             if lines is not None and title is not None:
@@ -334,8 +334,6 @@ def _safe_cells(rows: Iterable[Sequence[Any]]) -> list[list[str]]:
     """Each cell as text safe for a terminal (None is empty); a column of plain strings with
     nothing to escape is taken as it is."""
     table = [list(row) for row in rows]
-    if not table or len({len(row) for row in table}) != 1:
-        return [[safe_text("" if c is None else str(c)) for c in row] for row in table]
     for i, col in enumerate(zip(*table, strict=True)):
         if set(map(type, col)) == {str} and "".join(col).isprintable():
             continue
