@@ -58,7 +58,7 @@ def command_reference() -> str:
         )
         rows = []
         for p in cmd.params:
-            if p.name in ("help",) or getattr(p, "hidden", False):
+            if p.name == "help" or getattr(p, "hidden", False):
                 continue
             opts = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
             help_text = " ".join((getattr(p, "help", None) or "").split())
@@ -136,10 +136,8 @@ def _api_item(dotted: str) -> str:
     obj = getattr(importlib.import_module(module), name)
     kind = "class" if inspect.isclass(obj) else "function"
     shown = _signature(obj, name) if kind == "function" else name
-    where = f"`from {module} import {name}`"
-    lines = [f"### `{shown}`", "", f"{kind}, {where}", ""]
     doc = _md_text(inspect.cleandoc(obj.__doc__ or "(no docstring)"))
-    lines.append(doc)
+    lines = [f"### `{shown}`", "", f"{kind}, `from {module} import {name}`", "", doc]
     if kind == "class":
         import dataclasses
 

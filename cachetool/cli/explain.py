@@ -118,18 +118,17 @@ def _later_run_here(root: Path, run: str) -> str | None:
     from cachetool.safejson import parse_json
 
     newest = newest_segment_elsewhere(root)
+    if newest is None:
+        return None
+    mtime, other, segment = newest
     try:
-        if (
-            newest is None
-            or newest[2].stem == run
-            or newest[0] <= (ledger_dir(root) / f"{run}.jsonl").stat().st_mtime
-        ):
+        if segment.stem == run or mtime <= (ledger_dir(root) / f"{run}.jsonl").stat().st_mtime:
             return None
-        with open(newest[2], "rb") as f:
+        with open(segment, "rb") as f:
             start = parse_json(f.readline(64 * 1024))
     except Exception:  # a hint only
         return None
-    return newest[1] if isinstance(start, dict) and start.get("cwd") == os.getcwd() else None
+    return other if isinstance(start, dict) and start.get("cwd") == os.getcwd() else None
 
 
 def _roots_with_run(root: Path, run: str) -> list[str]:
