@@ -413,7 +413,7 @@ def test_the_light_grammar_is_read_from_the_typer_commands() -> None:
     from cachetool.cli.common import REQUIRED, params_of
 
     group = typer.main.get_command(app)
-    for name, (module, function) in light.COMMANDS.items():
+    for name, (module, function, _) in light.COMMANDS.items():
         declared = params_of(getattr(importlib.import_module(f"cachetool.cli.{module}"), function))
         params = group.commands[name].params  # type: ignore[attr-defined]
         assert [p.name for p in params] == list(declared), name

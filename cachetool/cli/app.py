@@ -6,6 +6,7 @@ and a launched command line imports only the module of the command it names (`_r
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -19,9 +20,10 @@ from cachetool.cli.common import COMMANDS, invoke, params_of
 
 app = typer.Typer(
     name="cachetool",
-    help="See, verify and tidy the on-disk cache of Hugging Face `datasets`.\n\n"
-    "Start with `cachetool demo` (builds a small real cache and lists it), then `cachetool dirs` "
-    "to see where your cache lives and `cachetool ls` to list it.",
+    help="See, verify and tidy the on-disk cache of Hugging Face datasets.\n\n"
+    "Start with cachetool demo (builds a small real cache and lists it), then cachetool dirs "
+    "to see where your cache lives and cachetool ls to list it.",
+    epilog="Run cachetool COMMAND --help for a command's options and examples.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -113,65 +115,28 @@ def _register(argv: list[str]) -> None:
     """Registers the command a launched command line names (its first word: the root's own
     options all exit), or a TAB's words, else every command (`--help`, a TAB, an unknown or
     abbreviated name, an import by a test or the docs): `cachetool gc` imports gc's modules only.
-    At a TAB before a command is named, only the commands' names are completed: their options
-    are not read."""
+    The root's help and a TAB before a command is named read each command's name and summary
+    (its docstring's first paragraph, whole), not its options."""
     from cachetool.cli import completing
 
+    launched = sys.argv[0].endswith(("cachetool", "__main__.py"))
     if completing():  # the words as bash (COMP_WORDS), zsh and fish (Typer's variable) give them
         argv = (os.environ.get("COMP_WORDS") or os.environ.get("_TYPER_COMPLETE_ARGS") or "").split()[1:]
-    elif not sys.argv[0].endswith(("cachetool", "__main__.py")):
-        argv = []  # imported, not launched
+    elif not launched:
+        argv = []
     named = argv[0] if argv[:1] and argv[0] in COMMANDS else None
-    for name, (module, function) in COMMANDS.items():
+    bare = named is None and (completing() or (launched and argv in (["--help"], ["-h"])))
+    for name, (module, function, _) in COMMANDS.items():
         if named in (None, name):
             func = getattr(importlib.import_module(f"cachetool.cli.{module}"), function)
-            callback = TyperCallback(func, bare=completing() and named is None)
-            app.command(name, cls=HelpCommand, context_settings=func.cli[1])(callback)
+            summary = " ".join((func.__doc__ or "").split("\n\n", 1)[0].split()).replace("`", "")
+            short = None if completing() else summary  # a TAB's menus keep Click's short form
+            app.command(name, cls=HelpCommand, context_settings=func.cli[1], short_help=short)(
+                TyperCallback(func, bare=bare)
+            )
 
 
 _register(sys.argv[1:])
-
-
-def _summary(doc: str | None) -> str:
-    """A command's first paragraph on one line, without markdown backticks."""
-    first = (doc or "").strip().split("\n\n", 1)[0]
-    return " ".join(first.split()).replace("`", "")
-
-
-def root_help(width: int) -> str:
-    """`cachetool --help` as plain text, each command's summary whole (Click's cuts it short with
-    `...`), without building every command's Click object first (the most asked-for help)."""
-    import textwrap
-
-    width = max(40, min(width, 100))
-    lines = ["Usage: cachetool [OPTIONS] COMMAND [ARGS]...", ""]
-    for para in (app.info.help or "").split("\n\n"):
-        lines += textwrap.wrap(
-            " ".join(para.split()).replace("`", ""), width - 2, initial_indent="  ", subsequent_indent="  "
-        )
-        lines.append("")
-    options = [
-        ("-V, --version", "Print the version and exit."),
-        ("--install-completion", "Install completion for the current shell."),
-        (
-            "--show-completion",
-            "Show completion for the current shell, to copy it or customize the installation.",
-        ),
-        ("-h, --help", "Show this message and exit."),
-    ]
-    commands = [
-        (c.name or "", _summary(c.callback.__doc__ if c.callback else None)) for c in app.registered_commands
-    ]
-    for title, rows in (("Options", options), ("Commands", commands)):
-        lines.append(f"{title}:")
-        left = max(len(name) for name, _ in rows) + 4
-        for name, text in rows:
-            wrapped = textwrap.wrap(text, max(20, width - left)) or [""]
-            lines.append(f"  {name:<{left - 2}}{wrapped[0]}")
-            lines += [" " * left + more for more in wrapped[1:]]
-        lines.append("")
-    lines.append("Run `cachetool COMMAND --help` for a command's options and examples.")
-    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -182,9 +147,8 @@ def main() -> None:
     code = closed_stdout(argv)
     if code is not None:
         sys.exit(code)
-    if argv in (["--help"], ["-h"], []) and not completing():
-        import shutil
-
-        sys.stdout.write(root_help(shutil.get_terminal_size().columns))
-        sys.exit(0 if argv else 2)  # no arguments: help, and the usage exit code, as before
+    if not argv and not completing():  # no arguments: the help (on stdout), and the usage exit code
+        with contextlib.suppress(SystemExit):
+            app(["--help"], prog_name="cachetool")
+        sys.exit(2)
     sys.exit(app(prog_name="cachetool"))

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     **output("github", quiet="the call sites (file:line) that differ, one a line"),
 )
 def check_determinism_command(
-    script_args: list[str] | None, hash_seeds: str | None, fmt: OutputFormat, **keywords: Any
+    script_args: list[str] | None, hash_seeds: str | None, out: Output, **keywords: Any
 ) -> int:
     """Run a pipeline script several times with different PYTHONHASHSEED values, compare every
     fingerprint `datasets` computes, and explain the first one that differs.
@@ -71,12 +71,10 @@ def check_determinism_command(
     report = check_determinism(
         **vars(options), progress=_progress(sys.stderr) if sys.stderr.isatty() else None
     )
-    for message in report.warnings:
-        warn(message)
-    out = Output(fmt)
+    warn(*report.warnings)
     a = report.analysis
     causes = (*a.deterministic_causes, *a.random_causes) if a is not None else ()
-    if fmt == OutputFormat.github:
+    if out.format == OutputFormat.github:
         sys.stdout.writelines(line + "\n" for line in github_lines(report))
         sys.stdout.flush()
     elif not out.emit(report.to_dict, dict.fromkeys(c.step.location for c in causes)):

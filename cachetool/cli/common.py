@@ -1,10 +1,7 @@
-"""What every command shares, without Typer (the light path reads it too): each command's
-arguments and options as plain data (`Param`, declared on the function that does the work with
-`command`, or on the fields of its options dataclass), the options every command spells the same
-way, and the error boundary.
-
-`cachetool.cli.app` makes a Typer command of each declaration; `cachetool.cli.light` reads its
-grammar from the same declarations. Typer is imported only where Typer runs (a parser, a prompt).
+"""What every command shares, without Typer: its arguments and options as data (`Param`, declared
+with `command` or on the fields of its options dataclass), the options every command spells the
+same way, and the error boundary (`invoke`). `app` builds the Typer commands from them, `light`
+its grammar.
 """
 
 from __future__ import annotations
@@ -16,26 +13,27 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
-from cachetool.cli.output import OutputFormat, choose_format, report_exception
+from cachetool.cli.output import Output, OutputFormat, report_exception
 
-#: Each command by name: (module under cachetool.cli, the function its `command` declares)
+#: Each command by name: (module under cachetool.cli, the function its `command` declares, the
+#: guide in docs/ that explains it)
 COMMANDS = {
-    "ls": ("ls", "ls_command"),
-    "show": ("show", "run_show"),
-    "dirs": ("dirs", "dirs_command"),
-    "demo": ("demo", "demo_command"),
-    "verify": ("verify", "verify_command"),
-    "check-determinism": ("check_determinism", "check_determinism_command"),
-    "run": ("run", "run_command"),
-    "lineage": ("lineage", "run_lineage"),
-    "gc": ("gc", "gc_command"),
-    "pin": ("pin", "pin_command"),
-    "unpin": ("pin", "unpin_command"),
-    "explain": ("explain", "run_explain"),
-    "stats": ("stats", "stats_command"),
-    "report": ("report", "report_command"),
-    "merge": ("merge", "merge_command"),
-    "remote": ("remote", "remote_command"),
+    "ls": ("ls", "ls_command", "listing.md"),
+    "show": ("show", "run_show", "listing.md"),
+    "dirs": ("dirs", "dirs_command", "listing.md"),
+    "demo": ("demo", "demo_command", "listing.md"),
+    "verify": ("verify", "verify_command", "verify.md"),
+    "check-determinism": ("check_determinism", "check_determinism_command", "check-determinism.md"),
+    "run": ("run", "run_command", "lineage.md"),
+    "lineage": ("lineage", "run_lineage", "lineage.md"),
+    "gc": ("gc", "gc_command", "gc.md"),
+    "pin": ("pin", "pin_command", "gc.md"),
+    "unpin": ("pin", "unpin_command", "gc.md"),
+    "explain": ("explain", "run_explain", "explain.md"),
+    "stats": ("stats", "stats_command", "explain.md"),
+    "report": ("report", "report_command", "report.md"),
+    "merge": ("merge", "merge_command", "fleet.md"),
+    "remote": ("remote", "remote_command", "remote.md"),
 }
 
 
@@ -71,9 +69,10 @@ def command(
 ) -> Callable[[F], F]:
     """Declares the function's command: its parameters by keyword (in `order` when given: names
     of `params` and of the fields of the dataclass `options` names, `cachetool.errors.option`)
-    and its help (the docstring). The function is called with their values, `--json` and `-q`
-    folded into `fmt` (`invoke`), and returns its exit code (None: 0). The dataclass is imported
-    only when the parameters are read: `cachetool --help` lists the commands without it."""
+    and its help (the docstring). The function is called with their values (`--format`, `--json`,
+    `-q` and `--no-truncate` made one `out: Output` by `invoke`) and returns its exit code (None:
+    0). The dataclass is imported only when the parameters are read: `cachetool --help` lists the
+    commands without it."""
 
     def declare(func: F) -> F:
         func.cli = (params, context_settings, options, order)  # type: ignore[attr-defined]
@@ -106,21 +105,20 @@ def _fields(cls: type) -> dict[str, Param]:
         many = f.default == ()
         kind = m["type"] or (str | None if m["parse"] else list[str] | None if many else hints[f.name])
         default = REQUIRED if f.default is MISSING else None if many else m["cli_default"] or f.default
-        if m["argument"]:
-            out[keyword] = arg(m["help"], kind, default, **m["cli"])
-        else:
-            flags = m["flags"] or ("--" + keyword.replace("_", "-"),)
-            out[keyword] = opt(*flags, help=m["help"], type=kind, default=default, **m["cli"])
+        flags = () if m["argument"] else m["flags"] or ("--" + keyword.replace("_", "-"),)
+        out[keyword] = Param(flags, m["help"], kind, default, m["cli"])
     return out
 
 
 def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
-    """`func`'s exit code once called with a command line's `values` (`fmt`, `--json` and `-q`
-    folded into the one chosen format), behind the process boundary (`report_exception`): the
-    light path and the Typer commands end the same way."""
-    if "as_json" in values:
+    """`func`'s exit code once called with a command line's `values` (`fmt`, `--json`, `-q` and
+    `--no-truncate` made the one sink `out`), behind the process boundary (`report_exception`):
+    the light path and the Typer commands end the same way."""
+    if "fmt" in values:
         values = dict(values)
-        values["fmt"] = choose_format(values["fmt"], values.pop("as_json"), values.pop("quiet"))
+        fmt, as_json, quiet = values.pop("fmt"), values.pop("as_json"), values.pop("quiet")
+        fmt = OutputFormat.json if as_json else OutputFormat.quiet if quiet else fmt
+        values["out"] = Output(fmt, no_truncate=values.pop("no_truncate", False))
     try:
         return int(func(**values) or 0)
     except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
@@ -141,7 +139,7 @@ _FORMAT_MEANING = {
 
 def output(*extra: str, quiet: str = "one id a line") -> dict[str, Param]:
     """`--format` (human, json, quiet and this command's `extra` formats; `quiet` says what quiet
-    mode prints), `--json` and `-q`, which `invoke` folds into `fmt`. A format outside the
+    mode prints), `--json` and `-q`, which `invoke` makes one sink. A format outside the
     command's own list is a usage error naming the accepted ones."""
     choices = ("human", "json", "quiet", *extra)
 

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetool.cli.common import CACHE_DIR, OUTPUT, command
-from cachetool.cli.output import Output, OutputFormat
+from cachetool.cli.output import Output
 
 if TYPE_CHECKING:
     from cachetool.cache.fstype import FileSystem
 
 
 @command(cache_dir=CACHE_DIR, **OUTPUT)
-def dirs_command(cache_dir: Path | None, fmt: OutputFormat) -> None:
+def dirs_command(cache_dir: Path | None, out: Output) -> None:
     """Print every location cachetool and `datasets` use, and where each value came from.
 
     Resolved in the same order as `datasets` itself: `--cache-dir`, `HF_DATASETS_CACHE`,
@@ -43,27 +43,21 @@ def dirs_command(cache_dir: Path | None, fmt: OutputFormat) -> None:
 
     locations = resolve_dirs(cache_dir)
     systems = {loc.path: file_system(loc.path) if loc.exists else None for loc in locations}
-    out = Output(fmt)
-    if fmt == OutputFormat.json:
-        out.json(
+    doc = {
+        "locations": [
             {
-                "locations": [
-                    {
-                        "name": loc.name,
-                        "path": os.fsdecode(loc.path),
-                        "source": loc.source,
-                        "exists": loc.exists,
-                        "description": loc.description,
-                        "filesystem": fs.type if (fs := systems[loc.path]) else None,
-                        "shared": fs.shared if fs else None,
-                    }
-                    for loc in locations
-                ],
+                "name": loc.name,
+                "path": os.fsdecode(loc.path),
+                "source": loc.source,
+                "exists": loc.exists,
+                "description": loc.description,
+                "filesystem": fs.type if (fs := systems[loc.path]) else None,
+                "shared": fs.shared if fs else None,
             }
-        )
-    elif fmt == OutputFormat.quiet:
-        out.ids(os.fsdecode(loc.path) for loc in locations)
-    else:
+            for loc in locations
+        ],
+    }
+    if not out.emit(lambda: doc, (os.fsdecode(loc.path) for loc in locations)):
         # `from` says where the path came from and what holds it: its file system, or "missing".
         sources = [
             f"{loc.source}; {_fs_cell(systems[loc.path]) if loc.exists else 'missing'}".rstrip("; ")

@@ -1,10 +1,6 @@
 """The `cachetool` console script and `python -m cachetool`: `run SCRIPT` goes straight to the
-script, plain command lines to `cachetool.cli.light`, the rest to the Typer app.
-
-`cachetool run SCRIPT ARGS...` becomes the script (`python script.py ARGS...` with tracing on), in
-this interpreter, before anything heavy is imported: building the Typer app first (~0.2 s) would
-buy nothing. What the app must answer (`run --help`, a script that does not exist, a TAB) goes
-to it. Imports no Typer, Click or pydantic.
+script (before anything heavy is imported), plain command lines to `cachetool.cli.light`, the rest
+to the Typer app. Imports no Typer, Click or pydantic.
 """
 
 from __future__ import annotations

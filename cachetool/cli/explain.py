@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, command, output
-from cachetool.cli.output import Output, OutputFormat, hint, warn
+from cachetool.cli.output import Output, hint, warn
 from cachetool.errors import CacheNotFound, CachetoolError, ExitCode
 from cachetool.formatting import local_time, short_duration
 from cachetool.hints import shell_command
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     **output(quiet="the explained steps' fingerprints, one a line"),
     all_roots=ALL_ROOTS,
 )
-def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> int:
+def run_explain(cache_dir: Path | None, out: Output, **keywords: Any) -> int:
     """Say why a step was recomputed, and warn when a cache hit reused a result of older code.
 
     A recorded step is compared with its siblings: earlier records of the same call site (or
@@ -82,14 +82,12 @@ def run_explain(cache_dir: Path | None, fmt: OutputFormat, **keywords: Any) -> i
         raise CachetoolError(
             f"{e.message}; the last traced run recorded steps in {other}: `{command}`"
         ) from e
-    out = Output(fmt)
     others = []  # with --all-roots the steps the run recorded in other roots are shown here
     if report.mode == "run" and report.run is not None and not options.all_roots:
         others = _roots_with_run(root, report.run)
     if not out.emit(report.to_json, (s.step.fingerprint for s in report.steps if s.step.fingerprint)):
         render(out, report, elsewhere=bool(others))
-    for w in report.warnings:
-        warn(w)
+    warn(*report.warnings)
     if others:
         for other in others:
             command = shell_command("explain", "--last", "--cache-dir", other)
@@ -120,18 +118,17 @@ def _later_run_here(root: Path, run: str) -> str | None:
     from cachetool.safejson import parse_json
 
     newest = newest_segment_elsewhere(root)
+    if newest is None:
+        return None
+    mtime, other, segment = newest
     try:
-        if (
-            newest is None
-            or newest[2].stem == run
-            or newest[0] <= (ledger_dir(root) / f"{run}.jsonl").stat().st_mtime
-        ):
+        if segment.stem == run or mtime <= (ledger_dir(root) / f"{run}.jsonl").stat().st_mtime:
             return None
-        with open(newest[2], "rb") as f:
+        with open(segment, "rb") as f:
             start = parse_json(f.readline(64 * 1024))
     except Exception:  # a hint only
         return None
-    return newest[1] if isinstance(start, dict) and start.get("cwd") == os.getcwd() else None
+    return other if isinstance(start, dict) and start.get("cwd") == os.getcwd() else None
 
 
 def _roots_with_run(root: Path, run: str) -> list[str]:
@@ -271,25 +268,22 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         )
         partial = [f for f in i.written if not f.finished and f.resumable_rows]
         tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
-        done = [f for f in i.written if f.finished]
-        if i.state == "running":  # still writing: what a rerun would take back is not known yet
-            writing, tmp, partial = tmp + partial, [], []
-            if writing:
-                out.line("  It is writing (unfinished):")
-                for f in writing:
-                    out.line(f"    {f.path}  {human_size(f.size)}")
-        if partial:
-            out.line("  Its partial output (a traced rerun of the pipeline reuses these rows):")
-            for f in partial:
-                out.line(f"    {f.path}  {human_size(f.size)}, {f.resumable_rows:,} rows")
-        if tmp:
-            out.line("  It had written (unfinished; datasets does not reuse these):")
-            for f in tmp:
-                out.line(f"    {f.path}  {human_size(f.size)}")
-        if done:
-            out.line("  Finished num_proc shards of the step (datasets reuses these):")
-            for f in done:
-                out.line(f"    {f.path}  {human_size(f.size)}")
+        # Still writing: what a rerun would take back is not known yet.
+        writing, tmp, partial = (tmp + partial, [], []) if i.state == "running" else ([], tmp, partial)
+        for title, files in (
+            ("It is writing (unfinished):", writing),
+            ("Its partial output (a traced rerun of the pipeline reuses these rows):", partial),
+            ("It had written (unfinished; datasets does not reuse these):", tmp),
+            (
+                "Finished num_proc shards of the step (datasets reuses these):",
+                [f for f in i.written if f.finished],
+            ),
+        ):
+            if files:
+                out.line(f"  {title}")
+            for f in files:
+                rows = f", {f.resumable_rows:,} rows" if files is partial else ""
+                out.line(f"    {f.path}  {human_size(f.size)}{rows}")
         if not i.written:
             out.line("  It had written nothing yet.")
         if (tmp or partial) and i.state == "killed":

@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, command, confirm, opt
 from cachetool.cli.output import Output, OutputFormat, error, hint, warn
 from cachetool.errors import CachetoolError
@@ -21,7 +19,7 @@ from cachetool.formatting import human_size, short_duration
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
     from cachetool.maintenance.gc import GcRun
-    from cachetool.maintenance.gc.plan import GcItem, GcPlan, GcResult
+    from cachetool.maintenance.gc.plan import GcItem, GcPlan, GcResult, Skip
 
 
 @command(
@@ -42,9 +40,7 @@ if TYPE_CHECKING:
     **OUTPUT,
     no_truncate=NO_TRUNCATE,
 )
-def gc_command(
-    break_lease: str | None, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool, **keywords: Any
-) -> int:
+def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **keywords: Any) -> int:
     """Reclaim disk: remove what killed runs left behind, evict entries by age or size.
 
     Always a plan first. `--dry-run` prints what would go, why, and what it frees; otherwise the
@@ -86,52 +82,37 @@ def gc_command(
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).
     """
+    from cachetool.cli.remote import is_remote, remote_gc
     from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
 
     fingerprints = keywords.get("fingerprints") or ()
-    if fingerprints and ":/" in fingerprints[0][:6] and break_lease is None:
-        from cachetool.remote.client import is_remote_url
-
-        if is_remote_url(fingerprints[0]):  # gc s3://bucket/prefix --older-than 30d
-            from cachetool.cli.remote import remote_gc
-
-            return remote_gc({**keywords, "fingerprints": fingerprints}, cache_dir, fmt)
+    if break_lease is None and is_remote(next(iter(fingerprints), None)):  # gc s3://bucket/prefix
+        return remote_gc({**keywords, "fingerprints": fingerprints}, cache_dir, out)
     if break_lease is not None:
         from cachetool.cache.dirs import existing_root
         from cachetool.maintenance.liveness import break_lease as remove_lease
 
         lease = remove_lease(existing_root(cache_dir), break_lease)
-        typer.echo(f"Removed the lease of {lease} (logged in the ledger).")
+        out.line(f"Removed the lease of {lease} (logged in the ledger).", wrap=False)
         return 0
-    out = Output(fmt, no_truncate=no_truncate)
     asked: list[GcPlan] = []
 
     def ask(plan: GcPlan) -> bool:
         asked.append(plan)
-        _warn(plan)
+        warn(*plan.warnings)
         show_plan(out, plan, dry_run=False, final=False)
         return confirm(f"Remove {len(plan.items)} item(s), {human_size(plan.expected_freed)}?")
 
-    interactive = fmt == OutputFormat.human and sys.stdin.isatty()
+    interactive = out.human and sys.stdin.isatty()
     try:
         run = gc_cache(cache_dir=cache_dir, **keywords, confirm=ask if interactive else None)
     except ConfirmationNeeded as e:
-        _warn(e.plan)
+        warn(*e.plan.warnings)
         show_plan(out, e.plan, dry_run=False, final=True)
-        _hints(e.plan)
+        hint(*e.plan.hints)
         n = len(e.plan.items)
         raise CachetoolError(f"refusing to remove {n} item(s) without confirmation: pass --yes") from None
     return _show_run(out, run, plan_shown=bool(asked))
-
-
-def _warn(plan: GcPlan) -> None:
-    for w in plan.warnings:
-        warn(w)
-
-
-def _hints(plan: GcPlan) -> None:
-    for h in plan.hints:
-        hint(h)
 
 
 def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
@@ -147,27 +128,27 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
             out.json(gc_document(plan, None, run.dry_run))
         return 0
     if not plan_shown:
-        _warn(plan)
+        warn(*plan.warnings)
     if run.dry_run:
         show_plan(out, plan, dry_run=True, final=True, compaction=run.compaction)
         show_compaction(out, run)
         for what, why in run.named_but_kept:
             warn(f"{what} would be kept: {why}")
-        _hints(plan)
+        hint(*plan.hints)
         return 0
     if run.declined or run.result is None:
         out.line("Nothing removed.")
         return 0
-    if not plan.items and out.format == OutputFormat.human:
+    if not plan.items and out.human:
         show_plan(out, plan, dry_run=False, final=True)
         for lease in run.result.leases_removed:
             out.line(f"Removed the stale lease of {lease}.", style="dim")
     else:
-        if not plan_shown and out.format == OutputFormat.human:
+        if not plan_shown and out.human:
             show_plan(out, plan, dry_run=False, final=False)
         show_result(out, run.result, run.compaction)
         show_compaction(out, run)
-    _hints(plan)
+    hint(*plan.hints)
     for what, why in run.named_but_kept:
         error(f"{what} was named but kept: {why}")
     return int(run.exit_code)
@@ -179,20 +160,17 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
 # ------------------------------------------------------------------------------------------
 
 
-def _where(path: Path, plan: GcPlan, whole: bool = False) -> str:
-    """The item's path inside the cache (or the temp dir, named above the table), shortened from
-    the middle for a table; names, hashes among them, stay whole. The full path is in --json."""
+def _what(item: GcItem | Skip, plan: GcPlan, whole: bool) -> str:
+    """The item's fingerprint, else its path inside the cache (or the temp dir, named above the
+    table), shortened from the middle to 40 columns unless `whole`; names, hashes among them, stay
+    whole. The full path is in --json."""
     from cachetool.formatting import short_path
 
-    for base in (plan.root, plan.temp_dir):
-        if base is None:
-            continue
-        try:
-            rel = path.relative_to(base)
-        except ValueError:
-            continue
-        return short_path(rel, None if whole else 40)
-    return short_path(path, None if whole else 40)
+    if item.fingerprint:
+        return item.fingerprint
+    path = item.path
+    base = next((b for b in (plan.root, plan.temp_dir) if b is not None and path.is_relative_to(b)), None)
+    return short_path(path if base is None else path.relative_to(base), None if whole else 40)
 
 
 def gc_document(
@@ -212,20 +190,19 @@ def gc_document(
 
 def show_compaction(out: Output, run: GcRun) -> None:
     """One line for the ledger compaction that followed (or would follow) the removals."""
-    if run.compaction is not None and out.format == OutputFormat.human:
+    if run.compaction is not None and out.human:
         from cachetool.cli.stats import compaction_line
         from cachetool.history.writer import AUTO_BYTES
 
         out.line(f"{compaction_line(run.compaction)} (over {human_size(AUTO_BYTES)})")
-        for w in run.compaction.warnings:
-            warn(w)
+        warn(*run.compaction.warnings)
 
 
 def show_plan(
     out: Output, plan: GcPlan, *, dry_run: bool, final: bool, compaction: CompactionReport | None = None
 ) -> None:
     """The plan in the chosen sink. `final`: nothing else will be printed (dry run, refusal)."""
-    if out.format != OutputFormat.human:
+    if not out.human:
         if final:
             out.emit(lambda: gc_document(plan, None, dry_run, compaction), (i.id for i in plan.items))
         return
@@ -263,7 +240,7 @@ def _items_table(out: Output, plan: GcPlan) -> None:
     rows = [
         (
             i.kind.value,
-            i.fingerprint or _where(i.path, plan, out.no_truncate),
+            _what(i, plan, out.no_truncate),
             human_size(i.size),
             i.files,
             *((_recompute(i),) if evicts else ()),
@@ -272,19 +249,8 @@ def _items_table(out: Output, plan: GcPlan) -> None:
         for i in plan.items
     ]
     recompute = [("recompute", "right")] if evicts else []
-    out.table(
-        None,
-        [
-            ("kind", "left"),
-            ("what", "left"),
-            ("size", "right"),
-            ("files", "right"),
-            *recompute,
-            ("why", "left"),
-        ],
-        rows,
-        whole=("what",),
-    )
+    columns = [("kind", "left"), ("what", "left"), ("size", "right"), ("files", "right")]
+    out.table(None, [*columns, *recompute, ("why", "left")], rows, whole=("what",))
 
 
 def _recompute(item: GcItem) -> str:
@@ -300,7 +266,7 @@ def _skipped_table(out: Output, plan: GcPlan) -> None:
         [
             (
                 s.kind.value,
-                s.fingerprint or _where(s.path, plan, out.no_truncate),
+                _what(s, plan, out.no_truncate),
                 human_size(s.size),
                 s.reason,
             )
@@ -322,7 +288,7 @@ def show_result(out: Output, result: GcResult, compaction: CompactionReport | No
                 (
                     o.status,
                     o.item.kind.value,
-                    o.item.fingerprint or _where(o.item.path, plan, out.no_truncate),
+                    _what(o.item, plan, out.no_truncate),
                     o.reason or "",
                 )
                 for o in (*result.failed, *result.skipped)

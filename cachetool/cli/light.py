@@ -1,20 +1,16 @@
-"""Plain `ls`, `show FP`, `lineage FP`, `explain FP` and `--version`, answered without building the
-Typer app (no Typer, Click or pydantic).
-
-Typer reads every option value through pydantic (~45 ms, whatever the option's type) and builds
-every command (~15 ms): through it, a warm `ls --json` of 20,000 files takes 2.6 times a Python
-scandir walk instead of 1.7 (the goal is 2). The grammar here is read from the declarations the
-Typer commands are made from (`cachetool.cli.common.command`); a command line it does not
-read entirely (help, an unknown or abbreviated option, a value Typer would refuse, a repeated
-option, `--`, a TAB, `CACHETOOL_DEBUG`) is left to the Typer app. What is answered here is
-answered by the functions the Typer commands call, with the same values.
+"""Plain `ls`, `show FP`, `lineage FP`, `explain FP` and `--version`, answered without Typer,
+Click or pydantic: Typer reads every option value through pydantic (~0.1 s of CPU, more than a
+warm listing; docs/performance.md). The grammar is read from the declarations the Typer commands
+are made from (`cachetool.cli.common.command`); a command line it does not read entirely (help,
+an unknown, abbreviated or repeated option, a value Typer would refuse, `--`, a TAB,
+`CACHETOOL_DEBUG`) is left to the Typer app.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,30 +18,30 @@ from typing import Any
 from cachetool.cli.common import COMMANDS, REQUIRED, Param, invoke, params_of
 from cachetool.cli.output import OutputFormat, debug_enabled
 
+#: The commands read here.
+COMMANDS = {name: COMMANDS[name] for name in ("ls", "show", "lineage", "explain")}
+
 
 def _kind(p: Param) -> str:
-    """How the light path reads option `p`: flag; text; many (text, repeatable); count (digits);
-    path (a Path, unchecked); `human|json|...` (one of these formats); typer (left to the Typer app)."""
+    """How option `p` is read here: flag; text; many (text, repeatable); count (digits); path (a
+    Path, unchecked); `human|json|...` (one of these formats); typer (left to the Typer app)."""
     if any(key in p.extra for key in ("envvar", "nargs", "count")) or any("/" in f for f in p.flags):
         return "typer"
+    kinds = {str: "text", str | None: "text", list[str] | None: "many"}
     if p.type is bool:
         return "flag" if p.default is False else "typer"
-    if p.type in (str, str | None):
-        return "text"
-    if p.type == list[str] | None:
-        return "many"
     if p.type in (int, int | None) and p.extra.get("min") == 0 and "max" not in p.extra:
         return "count"
     if p.type == Path | None and "parser" in p.extra:  # no PATH checks
         return "path"
     if p.type is OutputFormat:
         return str(p.extra["metavar"])
-    return "typer"
+    return kinds.get(p.type, "typer")
 
 
 def parse(params: dict[str, Param], args: Sequence[str]) -> dict[str, Any] | None:
-    """Every parameter's value (its default where `args` do not give it), or None when the light
-    path does not read the command line entirely."""
+    """Every parameter's value (its default where `args` do not give it), or None when the
+    command line is not read entirely here."""
     values = {name: p.default for name, p in params.items()}
     options = {flag: (name, _kind(p)) for name, p in params.items() for flag in p.flags}
     arguments = [(name, p.type in (Path, Path | None)) for name, p in params.items() if not p.flags]
@@ -75,10 +71,8 @@ def parse(params: dict[str, Param], args: Sequence[str]) -> dict[str, Any] | Non
             values[dest] = [*(values[dest] or []), value]
         elif kind == "count" and value.isascii() and value.isdigit():
             values[dest] = int(value)
-        elif kind == "path":
-            values[dest] = Path(value)
-        elif kind == "text":
-            values[dest] = value
+        elif kind in ("path", "text"):
+            values[dest] = Path(value) if kind == "path" else value
         elif kind != "count" and value in kind.split("|"):
             values[dest] = OutputFormat(value)
         else:
@@ -87,30 +81,10 @@ def parse(params: dict[str, Param], args: Sequence[str]) -> dict[str, Any] | Non
     if not required <= len(positional) <= len(arguments):
         return None
     for (name, path), text in zip(arguments, positional, strict=False):
-        if path and not _readable_path(text):
-            return None
+        if path and os.path.exists(text) and not os.access(text, os.R_OK):
+            return None  # Typer's PATH arguments refuse a path that cannot be read
         values[name] = Path(text) if path else text
     return values
-
-
-def _readable_path(text: str) -> bool:
-    """Typer's PATH arguments refuse a path that exists but cannot be read (a usage error)."""
-    try:
-        os.stat(text)
-    except (OSError, ValueError):
-        return True
-    return os.access(text, os.R_OK)
-
-
-#: The commands read here.
-COMMANDS = {name: COMMANDS[name] for name in ("ls", "show", "lineage", "explain")}
-
-
-def _version() -> None:
-    from cachetool import __version__
-
-    sys.stdout.write(f"cachetool {__version__}\n")
-    sys.stdout.flush()
 
 
 def answer(argv: Sequence[str]) -> int | None:
@@ -120,12 +94,13 @@ def answer(argv: Sequence[str]) -> int | None:
     # At a TAB the app completes; with CACHETOOL_DEBUG the traceback asked for is the app's.
     if completing() or debug_enabled() or not argv:
         return None
-    func: Any = _version
-    values: dict[str, Any] | None = {} if list(argv) in (["--version"], ["-V"]) else None
-    if values is None and argv[0] in COMMANDS:
-        module, name = COMMANDS[argv[0]]
-        func = getattr(importlib.import_module(f"cachetool.cli.{module}"), name)
-        values = parse(params_of(func), argv[1:])
-    if values is None:
+    if list(argv) in (["--version"], ["-V"]):
+        from cachetool import __version__
+
+        return invoke(functools.partial(print, f"cachetool {__version__}", flush=True), {})
+    if argv[0] not in COMMANDS:
         return None
-    return invoke(func, values)
+    module, name, _ = COMMANDS[argv[0]]
+    func = getattr(importlib.import_module(f"cachetool.cli.{module}"), name)
+    values = parse(params_of(func), argv[1:])
+    return None if values is None else invoke(func, values)

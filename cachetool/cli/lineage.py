@@ -28,7 +28,7 @@ NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 def run_lineage(
     fingerprint: str,
     cache_dir: Path | None,
-    fmt: OutputFormat,
+    out: Output,
     descendants: bool,
     all_: bool,
     internal: bool,
@@ -67,15 +67,13 @@ def run_lineage(
     options = {"descendants": descendants, "all": all_, "internal": internal, "all_roots": all_roots}
     with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
         view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
-    out = Output(fmt)
-    if fmt == OutputFormat.dot:
+    if out.format == OutputFormat.dot:
         sys.stdout.write(to_dot(view))
-    elif fmt == OutputFormat.mermaid:
+    elif out.format == OutputFormat.mermaid:
         sys.stdout.write(to_mermaid(view))
     elif not out.emit(view.to_json, (s.fingerprint for _, s in view.steps)):
         render(out, view)
-    for w in view.warnings:
-        warn(w)
+    warn(*view.warnings)
     if not view.recorded and view.unended is None:
         hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
 
@@ -183,15 +181,8 @@ def render(out: Output, view: LineageView) -> None:
                 out.line(f"{view.fingerprint}: a source split, the start of its chains (no run recorded)")
             else:
                 out.line(f"{view.fingerprint}: {_unended(view) or NOT_RECORDED}")
-            facts = [f"kind {e.kind_str}"]
-            if e.dataset:
-                facts.append(f"dataset {e.dataset}")
-            if e.split:
-                facts.append(f"split {e.split}")
-            if e.content:
-                facts.append(f"content {e.content}")
-            facts.append(f"size {e.size_str}")
-            out.line("On disk: " + ", ".join(facts))
+            facts = (("kind", e.kind_str), ("dataset", e.dataset), ("split", e.split), ("content", e.content))
+            out.line("On disk: " + ", ".join([*(f"{k} {v}" for k, v in facts if v), f"size {e.size_str}"]))
             out.line(f"Path: {e.path}")
 
 

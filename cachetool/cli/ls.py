@@ -1,6 +1,5 @@
-"""`cachetool ls`: the listing as data (`list_cache`), its `--json`
-document, and its human tables: entries grouped by dataset folder (or one flat table when sorted),
-their cells made column by column, narrowed to the terminal, and the totals under them."""
+"""`cachetool ls`: the listing as data (`list_cache`), its `--json` document, and its human
+tables (grouped by dataset folder, or one flat table when sorted) with the totals under them."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from cachetool.maintenance.liveness import InUse
 
 
-def scan_with_progress(root: Path, out: Output, ledger: Ledger | bool = True) -> CacheReport:
+def scan_with_progress(root: Path, ledger: Ledger | bool = True) -> CacheReport:
     """Scan, showing a live file count on a terminal (stderr) for long scans; `ledger` as
     `recorded_usage` takes it."""
     from cachetool.cache.scan import scan_cache
@@ -122,8 +121,7 @@ def ls_command(
     sort: str | None,
     limit: int | None,
     shard: str | None,
-    fmt: OutputFormat,
-    no_truncate: bool,
+    out: Output,
 ) -> None:
     """List cached datasets and cache files: kind, fingerprint, rows, size, age, parent.
 
@@ -154,19 +152,14 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    if path is not None and ":/" in os.fspath(path)[:6]:  # s3://bucket/prefix (a Path keeps one /)
-        from cachetool.remote.client import is_remote_url
+    from cachetool.cli.remote import is_remote, remote_ls
 
-        if is_remote_url(path):
-            if shard is not None:
-                raise CachetoolError("--shard: a remote is listed whole (one listing), not in shards")
-            if filter or sort or cache_dir is not None:
-                raise CachetoolError(
-                    "a remote is listed whole: --filter, --sort and --cache-dir are for a cache"
-                )
-            from cachetool.cli.remote import remote_ls
-
-            return remote_ls(os.fspath(path), fmt, limit)
+    if path is not None and is_remote(path):
+        if shard is not None:
+            raise CachetoolError("--shard: a remote is listed whole (one listing), not in shards")
+        if filter or sort or cache_dir is not None:
+            raise CachetoolError("a remote is listed whole: --filter, --sort and --cache-dir are for a cache")
+        return remote_ls(os.fspath(path), out, limit)
     from cachetool.cache.dirs import existing_root
     from cachetool.cache.listing import check_query
     from cachetool.cache.shard import parse_shard
@@ -178,7 +171,6 @@ def ls_command(
         chosen = parse_shard(shard)
         if path is not None and cache_dir is not None:
             raise CachetoolError("give either PATH or --cache-dir, not both")
-        out = Output(fmt, no_truncate=no_truncate)
         try:
             target = existing_root(path if path is not None else cache_dir)
         except CacheNotFound as e:
@@ -190,8 +182,7 @@ def ls_command(
             listing = list_cache(
                 target, filter=filters, sort=sort, limit=limit, progress=progress, shard=chosen
             )
-        for message in listing.warnings:
-            warn(message)
+        warn(*listing.warnings)
         report, entries, pinned = listing.report, listing.entries, listing.pinned
         if out.format == OutputFormat.json:
             out.json_pieces(
@@ -210,11 +201,10 @@ def ls_command(
 def _nothing_cached(out: Output, e: CacheNotFound, shard: Shard | None) -> None:
     """The default root does not exist yet: an empty listing, not an error."""
     if out.format == OutputFormat.json:
-        from cachetool.cache.shard import fleet_fields
+        from cachetool.cache.model import CacheReport
 
-        doc = {"root": os.fsdecode(e.root), **fleet_fields(shard), "entries": [], "totals": {}}
-        out.json({**doc, "warnings": []})
-    elif out.format == OutputFormat.human:
+        out.json(ls_document(CacheReport(Path(e.root), (), ()), [], shard=shard))
+    elif out.human:
         where = out.path(e.root, out.width - 40)
         out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
         hint_root_elsewhere(e.root)
@@ -327,15 +317,11 @@ def ls_document_text(
 
 def _entry_docs(entries: Sequence[Entry], pinned: frozenset[str]) -> list[dict[str, object]]:
     """Each entry's `to_json`, with whether it is pinned."""
-    docs = [e.to_json() for e in entries]
-    if pinned:
-        from cachetool.cache.query import is_pinned
+    from cachetool.cache.query import is_pinned
 
-        for e, doc in zip(entries, docs, strict=True):
-            doc["pinned"] = is_pinned(e, pinned)
-    else:
-        for doc in docs:
-            doc["pinned"] = False
+    docs = [e.to_json() for e in entries]
+    for e, doc in zip(entries, docs, strict=True):
+        doc["pinned"] = bool(pinned) and is_pinned(e, pinned)
     return docs
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetool.cli.common import OUTPUT, REQUIRED, arg, command
-from cachetool.cli.output import Output, OutputFormat, warn
+from cachetool.cli.output import Output, warn
 
 if TYPE_CHECKING:
     from cachetool.maintenance.fleet import FleetReport
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     ),
     **OUTPUT,
 )
-def merge_command(files: list[Path], fmt: OutputFormat) -> int:
+def merge_command(files: list[Path], out: Output) -> int:
     """Join the --json documents of ls and verify jobs into one fleet report.
 
     Reads each file (never a cache): the shards of `ls --shard i/n` and `verify --shard i/n` jobs,
@@ -53,7 +53,6 @@ def merge_command(files: list[Path], fmt: OutputFormat) -> int:
     from cachetool.maintenance.fleet import merge_documents
 
     report = merge_documents(files)
-    out = Output(fmt)
     for s in report.shard_sets:
         for problem in s.problems():
             warn(f"{s.command} of {s.root} (on {', '.join(s.hosts)}): {problem}")

@@ -39,14 +39,6 @@ class OutputFormat(str, Enum):
 JSON_VERSION = 1
 
 
-def choose_format(fmt: OutputFormat, as_json: bool = False, quiet: bool = False) -> OutputFormat:
-    if as_json:
-        return OutputFormat.json
-    if quiet:
-        return OutputFormat.quiet
-    return fmt
-
-
 def debug_enabled() -> bool:
     return os.environ.get("CACHETOOL_DEBUG", "") not in ("", "0", "false", "no")
 
@@ -133,14 +125,16 @@ def error(message: str) -> None:
     _stderr_line("Error:", "bold red", message)
 
 
-def warn(message: str) -> None:
-    _stderr_line("Warning:", "yellow", message)
+def warn(*messages: str) -> None:
+    for message in messages:
+        _stderr_line("Warning:", "yellow", message)
 
 
-def hint(message: str) -> None:
-    """A hint on stderr; one that holds a command (in backticks) is printed whole, its paths not
+def hint(*messages: str) -> None:
+    """Hints on stderr; one that holds a command (in backticks) is printed whole, its paths not
     shortened, so the command pastes as printed."""
-    _stderr_line("Hint:", "dim", message, fit="`" not in message)
+    for message in messages:
+        _stderr_line("Hint:", "dim", message, fit="`" not in message)
 
 
 def hint_root_elsewhere(root: str | os.PathLike[str]) -> None:
@@ -200,7 +194,6 @@ class Output:
         title: str | None,
         columns: Sequence[tuple[str, str]],
         rows: Iterable[Sequence[Any]],
-        caption: str | None = None,
         widths: dict[str, tuple[int, int]] | None = None,
         whole: Sequence[str] = (),
     ) -> None:
@@ -214,7 +207,7 @@ class Output:
             i = headers.index(header)
             longest = max((len(r[i]) for r in rows), default=len(header))
             widths[header] = (max(longest, len(header)), max(longest, len(header)))
-        if caption is None and (title is None or self.plain) and all(len(r) == len(columns) for r in rows):
+        if title is None or self.plain:
             cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
             lines = plain_column_lines(columns, cells, {} if self.no_truncate else widths, self.room)
             if lines is not None and title is not None:
@@ -222,7 +215,7 @@ class Output:
             if lines is not None:
                 self._write_plain_table(lines)
                 return
-        table = rich_table(title, caption, columns, rows, {} if self.no_truncate else widths)
+        table = rich_table(title, columns, rows, {} if self.no_truncate else widths)
         if not whole or self.no_truncate or whole_fits(headers, rows, widths, whole, self.width):
             room = max(self.width, self.console.measure(table).maximum) if self.no_truncate else None
             self.console.print(table, width=room)
@@ -341,8 +334,6 @@ def _safe_cells(rows: Iterable[Sequence[Any]]) -> list[list[str]]:
     """Each cell as text safe for a terminal (None is empty); a column of plain strings with
     nothing to escape is taken as it is."""
     table = [list(row) for row in rows]
-    if not table or len({len(row) for row in table}) != 1:
-        return [[safe_text("" if c is None else str(c)) for c in row] for row in table]
     for i, col in enumerate(zip(*table, strict=True)):
         if set(map(type, col)) == {str} and "".join(col).isprintable():
             continue

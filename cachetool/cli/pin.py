@@ -18,7 +18,7 @@ from cachetool.cli.output import Output, OutputFormat
     cache_dir=CACHE_DIR,
     **OUTPUT,
 )
-def pin_command(fingerprint: str | None, list_: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def pin_command(fingerprint: str | None, list_: bool, cache_dir: Path | None, out: Output) -> None:
     """Pin an entry: `cachetool gc` never evicts it, nor any ancestor the ledger records for it.
 
     Ancestors count because rerunning a pipeline recomputes every evicted step before the pinned
@@ -42,11 +42,11 @@ def pin_command(fingerprint: str | None, list_: bool, cache_dir: Path | None, fm
     if list_:
         if fingerprint is not None:
             raise typer.BadParameter("give a fingerprint or --list, not both", param_hint="FINGERPRINT")
-        _list_pins(cache_dir, fmt)
+        _list_pins(cache_dir, out)
         return
     if fingerprint is None:
         raise typer.BadParameter("give the fingerprint to pin, or --list", param_hint="FINGERPRINT")
-    _change(True, fingerprint, cache_dir, fmt)
+    _change(True, fingerprint, cache_dir, out)
 
 
 @command(
@@ -54,7 +54,7 @@ def pin_command(fingerprint: str | None, list_: bool, cache_dir: Path | None, fm
     cache_dir=CACHE_DIR,
     **OUTPUT,
 )
-def unpin_command(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def unpin_command(fingerprint: str, cache_dir: Path | None, out: Output) -> None:
     """Unpin an entry, so that `cachetool gc` may evict it (and its ancestors) again.
 
     **Examples**
@@ -63,16 +63,15 @@ def unpin_command(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -
 
     Exit codes: 0 unpinned; 2 not pinned, ambiguous prefix, missing cache.
     """
-    _change(False, fingerprint, cache_dir, fmt)
+    _change(False, fingerprint, cache_dir, out)
 
 
-def _change(pin: bool, fingerprint: str, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _change(pin: bool, fingerprint: str, cache_dir: Path | None, out: Output) -> None:
     """Pin or unpin, and say what changed."""
     from cachetool.cache.dirs import root_for
     from cachetool.maintenance import pinning
 
     change = (pinning.pin if pin else pinning.unpin)(root_for(fingerprint, cache_dir), fingerprint)
-    out = Output(fmt)
     if out.emit(change.to_json, [change.fingerprint]):
         return
     if not change.pinned:
@@ -83,14 +82,13 @@ def _change(pin: bool, fingerprint: str, cache_dir: Path | None, fmt: OutputForm
         )
 
 
-def _list_pins(cache_dir: Path | None, fmt: OutputFormat) -> None:
+def _list_pins(cache_dir: Path | None, out: Output) -> None:
     from cachetool.cache.dirs import existing_root
     from cachetool.formatting import human_size, iso_time
     from cachetool.maintenance.pinning import list_pins
 
     root = existing_root(cache_dir).resolve()
-    pins = list_pins(root, entries=fmt != OutputFormat.quiet)
-    out = Output(fmt)
+    pins = list_pins(root, entries=out.format != OutputFormat.quiet)
     if out.emit(
         lambda: {"root": str(root), "pins": [p.to_json() for p in pins]}, (p.fingerprint for p in pins)
     ):

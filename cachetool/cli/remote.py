@@ -4,13 +4,13 @@ of what remotes served."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-import typer
-
 from cachetool.cli.common import CACHE_DIR, OUTPUT, REQUIRED, arg, command, opt
 from cachetool.cli.output import Output, OutputFormat, hint
+from cachetool.formatting import human_size
 
 REMOTE = opt(
     "--remote",
@@ -33,7 +33,7 @@ REMOTE = opt(
     **OUTPUT,
 )
 def remote_command(
-    action: str, fingerprints: list[str] | None, remote: str | None, cache_dir: Path | None, fmt: OutputFormat
+    action: str, fingerprints: list[str] | None, remote: str | None, cache_dir: Path | None, out: Output
 ) -> None:
     """Push a step's cache files to the remote, or pull them from it into this cache.
 
@@ -71,12 +71,12 @@ def remote_command(
     placed, nothing replaced); 2 usage (no remote, unknown fingerprint, not on the remote, the
     remote unreachable).
     """
-    from cachetool.formatting import human_size
+    import typer
+
     from cachetool.hints import shell_command
     from cachetool.remote import pull, push
 
     names = list(fingerprints or ())
-    out = Output(fmt)
     if action == "push":
         pushed = push(names, cache_dir=cache_dir, remote=remote)
         human = not out.emit(
@@ -119,16 +119,22 @@ def remote_command(
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
 
 
-def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
-    """`cachetool ls s3://...`: one row per fingerprint on the remote (`list_remote`)."""
+def is_remote(value: str | os.PathLike[str] | None) -> bool:
+    """Whether a command's first argument names a remote (`s3://bucket/prefix`), not a cache."""
+    if value is None or ":/" not in os.fspath(value)[:6]:  # a Path keeps one / of `s3://`
+        return False
+    from cachetool.remote.client import is_remote_url
 
-    from cachetool.formatting import human_size
+    return is_remote_url(value)
+
+
+def remote_ls(url: str, out: Output, limit: int | None) -> None:
+    """`cachetool ls s3://...`: one row per fingerprint on the remote (`list_remote`)."""
     from cachetool.remote.client import remote_url
     from cachetool.remote.fleet import list_remote
 
     entries = list_remote(remote_url(url))
     shown = entries[:limit] if limit is not None else entries
-    out = Output(fmt)
     if out.emit(
         lambda: {"remote": remote_url(url), "entries": [e.to_json() for e in shown]},
         (e.fingerprint for e in shown),
@@ -145,14 +151,12 @@ def remote_ls(url: str, fmt: OutputFormat, limit: int | None) -> None:
         hint("a result without a record is an upload stopped before its end: no reader uses it")
 
 
-def remote_verify(url: str, fingerprints: list[str], deep: bool, fmt: OutputFormat) -> int:
+def remote_verify(url: str, fingerprints: list[str], deep: bool, out: Output) -> int:
     """`cachetool verify s3://... [FP...] [--deep]`: `verify_remote`, its findings, its exit code."""
-    from cachetool.formatting import human_size
     from cachetool.remote.client import remote_url
     from cachetool.remote.fleet import verify_remote
 
     report = verify_remote(remote_url(url), fingerprints=fingerprints, deep=deep)
-    out = Output(fmt)
     if not out.emit(
         report.to_json, sorted({f.fingerprint for f in report.findings if f.severity == "error"})
     ):
@@ -190,7 +194,7 @@ def _count(n: int, word: str) -> str:
 _REMOTE_GC = {"fingerprints", "older_than", "dry_run", "yes", "min_age"}
 
 
-def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat) -> int:
+def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> int:
     """`cachetool gc s3://... --older-than D [--dry-run] [-y]`: `plan_remote_gc`, shown, then
     confirmed and executed (`execute_remote_gc`)."""
     import sys
@@ -198,7 +202,6 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat
     from cachetool.cache.query import parse_duration
     from cachetool.cli.common import confirm
     from cachetool.errors import CachetoolError
-    from cachetool.formatting import human_size
     from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
 
     url, *rest = options["fingerprints"]
@@ -211,16 +214,18 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat
         raise CachetoolError("gc of a remote needs --older-than (e.g. 30d)")
     seconds = parse_duration(older, "--older-than") if isinstance(older, str) else float(older)
     plan = plan_remote_gc(url, older_than=seconds)
-    out = Output(fmt)
-    if fmt == OutputFormat.json and options["dry_run"]:
+    if out.format == OutputFormat.json and options["dry_run"]:
         out.json({**plan.to_json(), "dry_run": True})
         return 0
-    if fmt == OutputFormat.human:
-        _show_remote_plan(out, plan)
+    if out.human and not plan.items:
+        out.line(f"Nothing on {plan.url} is older than that.")
+    elif out.human:
+        _entries_table(out, plan.items, "no")
+        out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")
     if not plan.items or options["dry_run"]:
         return 0
     if not options["yes"]:
-        interactive = fmt == OutputFormat.human and sys.stdin.isatty()
+        interactive = out.human and sys.stdin.isatty()
         question = f"Remove {len(plan.items)} result(s), {human_size(plan.expected_freed)}?"
         if not interactive or not confirm(question):
             if interactive:
@@ -228,8 +233,7 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, fmt: OutputFormat
             n = len(plan.items)
             raise CachetoolError(f"refusing to remove {n} result(s) without confirmation: pass --yes")
     result = execute_remote_gc(plan)
-    for fp, why in result.kept:
-        hint(f"kept {fp}: {why}")
+    hint(*(f"kept {fp}: {why}" for fp, why in result.kept))
     doc = {
         **plan.to_json(),
         "dry_run": False,
@@ -246,7 +250,7 @@ def _entries_table(out: Output, entries: Any, no_record: str) -> None:
     """One row per result on a remote: fingerprint, files, size, age, whether its record is there."""
     import time
 
-    from cachetool.formatting import compact_age, human_size
+    from cachetool.formatting import compact_age
 
     now = time.time()
     rows = [
@@ -263,21 +267,10 @@ def _entries_table(out: Output, entries: Any, no_record: str) -> None:
     out.table(None, [*columns, ("record", "left")], rows, whole=("fingerprint",))
 
 
-def _show_remote_plan(out: Output, plan: Any) -> None:
-
-    from cachetool.formatting import human_size
-
-    if not plan.items:
-        out.line(f"Nothing on {plan.url} is older than that.")
-        return
-    _entries_table(out, plan.items, "no")
-    out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")
-
-
 def served_lines(root: Path, since: float | None) -> tuple[dict[str, Any], list[str]]:
     """For `cachetool stats`: what remotes served into `root` (since `since`), as a JSON field
     and human lines; nothing at all when no result was pulled."""
-    from cachetool.formatting import human_size, short_duration
+    from cachetool.formatting import short_duration
     from cachetool.remote.transfer import served
 
     hosts = served(root, since)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from cachetool.cli.common import CACHE_DIR, OUTPUT, command, opt
-from cachetool.cli.output import Output, OutputFormat, warn
+from cachetool.cli.output import Output, warn
 
 
 @command(
@@ -22,7 +22,7 @@ from cachetool.cli.output import Output, OutputFormat, warn
     cache_dir=CACHE_DIR,
     **OUTPUT,
 )
-def report_command(output: Path, no_verify: bool, cache_dir: Path | None, fmt: OutputFormat) -> None:
+def report_command(output: Path, no_verify: bool, cache_dir: Path | None, out: Output) -> None:
     """Write one self-contained HTML page that pictures the cache.
 
     The page holds a treemap of the cache by dataset folder and entry (size, kind, age), the
@@ -46,10 +46,8 @@ def report_command(output: Path, no_verify: bool, cache_dir: Path | None, fmt: O
     from cachetool.report.html import write_report
 
     data, size = write_report(existing_root(cache_dir), output, verify=not no_verify)
-    out = Output(fmt)
     path = os.path.abspath(output)
-    for w in data.warnings[:5]:
-        warn(safe_text(w))  # one line each: a newline in a file name must not start a line of its own
+    warn(*map(safe_text, data.warnings[:5]))  # one line each: a newline in a name starts none
     if not out.emit(lambda: {"output": path, "bytes": size, **data.to_json()}, [path]):
         out.line(
             f"Wrote {path} ({human_size(size)}): {data.dataset_count} dataset folder(s), "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, command
-from cachetool.cli.output import Output, OutputFormat, warn
+from cachetool.cli.output import Output, warn
 from cachetool.formatting import local_time, time_ago
 from cachetool.hints import shell_command
 from cachetool.history.show import fingerprint_check
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     **OUTPUT,
     no_truncate=NO_TRUNCATE,
 )
-def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_truncate: bool = False) -> None:
+def run_show(fingerprint: str, cache_dir: Path | None, out: Output) -> None:
     """Show everything known about one cache entry.
 
     Files with sizes and paths, content (data or indices), schema and `features`, row count, the
@@ -49,14 +49,12 @@ def run_show(fingerprint: str, cache_dir: Path | None, fmt: OutputFormat, no_tru
     from cachetool.cli.ls import report_warnings, scan_with_progress
     from cachetool.history.show import show_entry
 
-    out = Output(fmt, no_truncate=no_truncate)
     shown = show_entry(
         root_for(fingerprint, cache_dir),
         fingerprint,
-        progress=lambda root, ledger: scan_with_progress(Path(root), out, ledger),
+        progress=lambda root, ledger: scan_with_progress(Path(root), ledger),
     )
-    for w in shown.warnings:
-        warn(w)
+    warn(*shown.warnings)
     if not out.emit(shown.to_json, [shown.entry.id if shown.entry is not None else shown.fingerprint]):
         render(out, shown)
     if shown.entry is not None:
@@ -140,7 +138,7 @@ def _render_files(out: Output, root: Path, e: Entry) -> None:
             where = out.path(Path(folder), 40)
         out.line(f"in {out.path(where, out.width - 3)}" if where != "." else "in (cache root)", style="dim")
     narrow = not out.no_truncate and out.width < 100
-    rows = [_file_row(out, e, f, narrow) for f in e.files]
+    rows = [_file_row(out, e, f, os.path.relpath(f.path, folder or "."), narrow) for f in e.files]
     wide = [("batches", "right"), ("fingerprint in file", "left"), ("state", "left")]
     columns = [
         ("file", "left"),
@@ -151,9 +149,7 @@ def _render_files(out: Output, root: Path, e: Entry) -> None:
     out.table("Files", columns, rows, whole=("file",))
 
 
-def _file_row(out: Output, e: Entry, f: CacheFile, narrow: bool) -> tuple[object, ...]:
-    folder = os.path.commonpath([x.path.parent for x in e.files])
-    name = os.path.relpath(f.path, folder)
+def _file_row(out: Output, e: Entry, f: CacheFile, name: str, narrow: bool) -> tuple[object, ...]:
     s = f.summary
     if s is None:
         return (name, f.size_str, "", "") if narrow else (name, f.size_str, "", "", "", "")
@@ -174,30 +170,22 @@ def _file_row(out: Output, e: Entry, f: CacheFile, narrow: bool) -> tuple[object
 
 def _render_records(out: Output, records: Sequence[StepRecord]) -> None:
     if records:
-        rec_rows = []
-        for r in records[-10:]:
-            rec_rows.append(
-                (
-                    local_time(r.time, seconds=False),  # the row fits 80 columns whole
-                    r.operation or "",
-                    r.cache,
-                    f"{r.duration:.2f}s",
-                    ", ".join(p[:16] for p in r.parents),
-                    (r.function.qualname or "") if r.function else "",
-                    _site(r.call_site),
-                )
+        rec_rows = [
+            (
+                local_time(r.time, seconds=False),  # the row fits 80 columns whole
+                r.operation or "",
+                r.cache,
+                f"{r.duration:.2f}s",
+                ", ".join(p[:16] for p in r.parents),
+                (r.function.qualname or "") if r.function else "",
+                _site(r.call_site),
             )
+            for r in records[-10:]
+        ]
+        headers = ("when", "op", "cache", "took", "parent", "function", "call site")
         out.table(
             f"Recorded ({len(records)} record(s), latest last)",
-            [
-                ("when", "left"),
-                ("op", "left"),
-                ("cache", "left"),
-                ("took", "right"),
-                ("parent", "left"),
-                ("function", "left"),
-                ("call site", "left"),
-            ],
+            [(h, "right" if h == "took" else "left") for h in headers],
             rec_rows,
             # times and parents stay whole (copyable); a long function or call site is cut
             widths={

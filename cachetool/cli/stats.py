@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from cachetool.cli.common import CACHE_DIR, command, opt, output
-from cachetool.cli.output import Output, OutputFormat, hint, warn
+from cachetool.cli.output import Output, hint, warn
 from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def stats_command(
     compact: bool,
     dry_run: bool,
     cache_dir: Path | None,
-    fmt: OutputFormat,
+    out: Output,
 ) -> None:
     """Summarise the cache's hits and misses from the recorded runs, like `ccache -s`.
 
@@ -78,7 +78,6 @@ def stats_command(
     from cachetool.history.stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))
-    out = Output(fmt)
     if zero:
         t = zero_stats(root)
         if not out.emit(lambda: {"root": str(root), "zeroed_at": t}, [str(t)]):
@@ -87,7 +86,7 @@ def stats_command(
             )
         return
     report = ledger_stats(root, since=since, all_=all_, compact=compact, dry_run=dry_run)
-    if report.compaction is not None and fmt == OutputFormat.human:
+    if report.compaction is not None and out.human:
         render_compaction(out, report.compaction)
     from cachetool.cli.remote import served_lines
 
@@ -99,8 +98,7 @@ def stats_command(
         render(out, report, top)
         for line in remote[1]:
             out.line(line)
-    for w in report.warnings:
-        warn(w)
+    warn(*report.warnings)
     if report.total.steps == 0 and not report.saves:
         if report.start is not None and ledger_stats(root, all_=True).total.steps:
             how = (
@@ -131,8 +129,7 @@ def render_compaction(out: Output, c: CompactionReport) -> None:
     if c.left:
         out.line(f"  {len(c.left)} old segment(s) left whole: a writer may still be running (or see below)")
     out.line("")
-    for w in c.warnings:
-        warn(w)
+    warn(*c.warnings)
 
 
 def _when(t: float | None) -> str:
@@ -150,23 +147,17 @@ def _telling(groups: tuple[Group, ...]) -> tuple[Group, ...]:
 
 
 def _group_rows(groups: tuple[Group, ...], top: int, site: bool) -> list[list[str]]:
-    rows = []
-    for g in groups[:top]:
-        c = g.counts
-        label = g.key
-        if site and g.function:
-            label = f"{g.key} {g.function}"
-        rows.append(
-            [
-                label,
-                str(c.hits),
-                str(c.misses),
-                c.hit_rate_str,
-                short_duration(c.recompute_seconds),
-                human_size(c.bytes_written),
-            ]
-        )
-    return rows
+    return [
+        [
+            f"{g.key} {g.function}" if site and g.function else g.key,
+            str(g.counts.hits),
+            str(g.counts.misses),
+            g.counts.hit_rate_str,
+            short_duration(g.counts.recompute_seconds),
+            human_size(g.counts.bytes_written),
+        ]
+        for g in groups[:top]
+    ]
 
 
 def render(out: Output, r: StatsReport, top: int = 10) -> None:
@@ -177,44 +168,40 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         period += " (zeroed)"
     out.line(f"Cache statistics for {r.root} — {period}", style="bold")
     looked = t.hits + t.misses
-    rows = [
+    nd, back = r.nondeterminism, r.given_back
+    cpu = f"CPU {short_duration(nd.total.cpu_seconds)}, " if nd.total.cpu_seconds else ""
+    steps, rekeyed = (f"{n} step{'s' if n != 1 else ''}" for n in (nd.total.steps, back.rekey.steps))
+    given: list[tuple[str, str | None]] = [  # None: a row left out
         ("Runs", str(t.runs)),
+        ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts) if len(r.hosts) > 1 else None),
         ("Steps recorded", str(t.steps)),
         ("Hits", f"{t.hits}" + (f"  ({t.hit_rate_str})" if looked else "")),
         ("Misses", f"{t.misses}" + (f"  ({t.partial} partial)" if t.partial else "")),
         ("Steps without a cache file", str(t.no_file)),
-        *([("Steps that failed", str(t.failed))] if t.failed else []),
+        ("Steps that failed", str(t.failed) if t.failed else None),
         ("Steps without a persistent cache", f"{t.uncached}  ({short_duration(t.uncached_seconds)})"),
         ("Time computing misses", short_duration(t.miss_seconds)),
         ("Time lost recomputing", short_duration(t.recompute_seconds)),
+        (
+            "Recomputed for nondeterminism",
+            f"{short_duration(nd.total.seconds)}  ({cpu}{steps})" if nd.total.steps else None,
+        ),
         ("Random fingerprints", str(r.random_count)),
         ("Saves", str(r.saves)),
         ("Bytes written", human_size(t.bytes_written)),
+        ("Lost to concurrent runs", short_duration(r.concurrent_seconds) if r.concurrent else None),
+        (
+            "Given back by resume",
+            f"{short_duration(back.resume.seconds)}  ({back.resume.rows:,} rows)"
+            if back.resume.steps
+            else None,
+        ),
+        (
+            "Given back by re-key",
+            f"{short_duration(back.rekey.seconds)}  ({rekeyed})" if back.rekey.steps else None,
+        ),
     ]
-    if len(r.hosts) > 1:
-        rows.insert(1, ("Hosts", ", ".join(f"{h} ({n} steps)" for h, n in r.hosts)))
-    if r.concurrent:
-        rows.append(("Lost to concurrent runs", short_duration(r.concurrent_seconds)))
-    nd, back = r.nondeterminism, r.given_back
-    if nd.total.steps:
-        cpu = f"CPU {short_duration(nd.total.cpu_seconds)}, " if nd.total.cpu_seconds else ""
-        steps = f"{nd.total.steps} step{'s' if nd.total.steps != 1 else ''}"
-        rows.insert(
-            [k for k, _ in rows].index("Time lost recomputing") + 1,
-            ("Recomputed for nondeterminism", f"{short_duration(nd.total.seconds)}  ({cpu}{steps})"),
-        )
-    if back.resume.steps:
-        rows.append(
-            ("Given back by resume", f"{short_duration(back.resume.seconds)}  ({back.resume.rows:,} rows)")
-        )
-    if back.rekey.steps:
-        rows.append(
-            (
-                "Given back by re-key",
-                f"{short_duration(back.rekey.seconds)}  ({back.rekey.steps} step"
-                + ("s)" if back.rekey.steps != 1 else ")"),
-            )
-        )
+    rows = [(k, v) for k, v in given if v is not None]
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         out.line(f"  {k.ljust(width)}{v}")
@@ -230,21 +217,14 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
                 what = f"culprit `{lost.key}` ({lost.kind})" if lost.kind else f"call site {lost.key}"
                 what += f" {lost.function}" if lost.function else ""
                 out.line(f"    {short_duration(lost.hours.seconds)}  {what.rstrip()}")
-    cols = [
-        ("", "left"),
-        ("hits", "right"),
-        ("misses", "right"),
-        ("hit rate", "right"),
-        ("recompute", "right"),
-        ("written", "right"),
-    ]
+    cols = [(h, "right") for h in ("hits", "misses", "hit rate", "recompute", "written")]
     sites, datasets = _telling(r.call_sites), _telling(r.datasets)
     if sites:
         out.line("")
-        out.table("Per call site", [("call site", "left"), *cols[1:]], _group_rows(sites, top, True))
+        out.table("Per call site", [("call site", "left"), *cols], _group_rows(sites, top, True))
     if datasets:
         out.line("")
-        out.table("Per dataset", [("dataset", "left"), *cols[1:]], _group_rows(datasets, top, False))
+        out.table("Per dataset", [("dataset", "left"), *cols], _group_rows(datasets, top, False))
     hidden = [
         f"{n - top} more {what}"
         for n, what in ((len(sites), "call sites"), (len(datasets), "datasets"))

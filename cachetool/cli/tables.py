@@ -92,7 +92,6 @@ def _fit_cells(col: list[str], w: int, right: bool) -> list[str] | None:
 
 def rich_table(
     title: str | None,
-    caption: str | None,
     columns: Sequence[tuple[str, str]],
     rows: Sequence[Sequence[str]],
     widths: dict[str, tuple[int, int]],
@@ -103,12 +102,10 @@ def rich_table(
 
     table = Table(
         title=title,
-        caption=caption,
         show_edge=False,
         pad_edge=False,
         box=None,
         header_style="bold",
-        caption_justify="left",
     )
     for header, justify in columns:
         fixed = header in widths

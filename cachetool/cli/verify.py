@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     yes=opt("--yes", "-y", help="With --quarantine: do not ask for confirmation."),
     **output("github", quiet="the entries with errors, one a line"),
 )
-def verify_command(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **options: Any) -> int:
+def verify_command(cache_dir: Path | None, out: Output, yes: bool, **options: Any) -> int:
     """Prove every cache file is whole and what it claims to be.
 
     Checks each entry: the file is an Arrow IPC stream that reads to its end-of-stream marker
@@ -74,51 +74,45 @@ def verify_command(cache_dir: Path | None, fmt: OutputFormat, yes: bool, **optio
 
         cachetool verify s3://team-bucket/hf-cache --deep   # a remote
     """
+    from cachetool.cli.remote import is_remote, remote_verify
+
     options["fingerprints"] = options["fingerprints"] or ()
-    if options["fingerprints"] and ":/" in options["fingerprints"][0][:6]:
-        from cachetool.remote.client import is_remote_url
-
-        if is_remote_url(options["fingerprints"][0]):
-            from cachetool.cli.remote import remote_verify
-
-            if options["shard"] is not None:
-                raise CachetoolError("--shard: a remote is verified whole, not in shards")
-            local = [k for k in ("record", "quarantine", "list_quarantine", "restore", "stale") if options[k]]
-            if local or cache_dir is not None:
-                flag = "--" + (local[0].replace("_", "-") if local else "cache-dir")
-                raise CachetoolError(f"{flag} is for a local cache, not a remote")
-            url, *fps = options["fingerprints"]
-            return remote_verify(url, fps, options["deep"], fmt)
+    if is_remote(next(iter(options["fingerprints"]), None)):
+        if options["shard"] is not None:
+            raise CachetoolError("--shard: a remote is verified whole, not in shards")
+        local = [k for k in ("record", "quarantine", "list_quarantine", "restore", "stale") if options[k]]
+        if local or cache_dir is not None:
+            flag = "--" + (local[0].replace("_", "-") if local else "cache-dir")
+            raise CachetoolError(f"{flag} is for a local cache, not a remote")
+        url, *fps = options["fingerprints"]
+        return remote_verify(url, fps, options["deep"], out)
     with _deep_run() if options["deep"] and not options["list_quarantine"] else nullcontext():
         from cachetool.cache.dirs import existing_root
         from cachetool.maintenance.verify import VerifyOptions, run_verify
 
         opts = VerifyOptions(**options)
         root = existing_root(cache_dir)
-        out = Output(fmt)
         if opts.list_quarantine:
-            _list_quarantine(out, root, fmt)
+            _list_quarantine(out, root)
             return 0
-        with _progress(fmt) as (update, stop):
+        with _progress(out) as (update, stop):
 
             def ask(plan: QuarantinePlan) -> bool:
                 stop()
-                return _confirm(out, plan, fmt)
+                return _confirm(out, plan)
 
             report = run_verify(root, opts, progress=update, confirm=None if yes else ask)
-        for note in report.restore_notes:
-            warn(note)
-        for _, dst in report.restored:
-            hint(f"restored {dst}")
+        warn(*report.restore_notes)
+        hint(*(f"restored {dst}" for _, dst in report.restored))
         if opts.restore and not report.restored:
             hint("nothing to restore")
-        _show(out, report, fmt)
+        _show(out, report)
         if report.would_quarantine:
             hint("run again without --dry-run to move them (each is checked again right before)")
         return int(report.exit_code)
 
 
-def _list_quarantine(out: Output, root: Path, fmt: OutputFormat) -> None:
+def _list_quarantine(out: Output, root: Path) -> None:
     """`verify --quarantine --list`: what the quarantine holds (`quarantined(root)`)."""
     from cachetool.formatting import compact_age, human_size
     from cachetool.maintenance.verify.findings import rel
@@ -162,12 +156,12 @@ def _deep_run() -> Iterator[None]:
         yield
 
 
-def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat) -> bool:
+def _confirm(out: Output, plan: QuarantinePlan) -> bool:
     """Ask before moving anything; without a terminal (or outside human output) print the plan
     and refuse: a prompt nobody can answer stops with "pass --yes" (exit 2)."""
     n = len(plan.paths)
-    if fmt != OutputFormat.human or not sys.stdin.isatty():
-        _show(out, plan.dry_run(), fmt)
+    if not out.human or not sys.stdin.isatty():
+        _show(out, plan.dry_run())
         raise CachetoolError(f"refusing to quarantine {n} file(s) without confirmation: pass --yes")
     from cachetool.maintenance.verify.findings import rel
 
@@ -181,10 +175,10 @@ def _confirm(out: Output, plan: QuarantinePlan, fmt: OutputFormat) -> bool:
 
 
 @contextmanager
-def _progress(fmt: OutputFormat) -> Iterator[tuple[Callable[[int, int], None] | None, Callable[[], None]]]:
+def _progress(out: Output) -> Iterator[tuple[Callable[[int, int], None] | None, Callable[[], None]]]:
     """The status line on a terminal's stderr (human output only), as (update, stop): the header
     walk, then --deep's files with a bar. No update where nothing is drawn."""
-    if not (sys.stderr.isatty() and fmt == OutputFormat.human):
+    if not (sys.stderr.isatty() and out.human):
         yield None, lambda: None
         return
     from rich.progress import Progress
@@ -204,10 +198,10 @@ def _progress(fmt: OutputFormat) -> Iterator[tuple[Callable[[int, int], None] | 
         yield update, status.stop
 
 
-def _show(out: Output, report: VerifyReport, fmt: OutputFormat) -> None:
+def _show(out: Output, report: VerifyReport) -> None:
     """The report in the chosen sink."""
     shown = report.errors + (report.warnings if report.strict else ())
-    if fmt == OutputFormat.github:
+    if out.format == OutputFormat.github:
         from cachetool.annotations import annotation
 
         for f in report.findings:
