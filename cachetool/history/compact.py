@@ -1,36 +1,6 @@
-"""Compacting a long-lived ledger: old runs summarised, the records still needed kept whole.
-
-Every traced process appends its own segment, so a cache used for months holds thousands of
-segments and hundreds of thousands of records (about 1.2 kB each). `compact_ledger(root)`
-replaces the segments of finished old runs with one *compacted segment* (`compacted-<time>-<pid>
-.jsonl`, JSON Lines like any segment) that holds:
-
-* a `CompactionRecord` first, naming the segments (and their sizes) it replaces;
-* one `RunSummaryRecord` per old run (earlier compactions' carried over): what `stats` counts and
-  what the ledger's usage needs (`cachetool.history.ledger.Usage`) of the fingerprints that still
-  have files, so `ls`, `gc` and `verify` see the same usage;
-* the gc records a command still reads (`_gc_kept`); the others are folded into one count in the
-  `CompactionRecord` (`gc_folded`), so a cache cleaned every day keeps a ledger of bounded size;
-* whole, the records still needed: for every fingerprint that still has files in the cache (an
-  entry's fingerprint or alias, or a recorded file that exists), and every fingerprint a kept run
-  names as a parent, its latest origin record, then the same for its parents up to the source
-  (`lineage`, `show` and `explain` keep their parent links), and the source texts they name.
-
-The newest `keep_runs` segments of each ledger folder stay whole (`explain` compares a step only
-with those), and so does every segment whose writer may still be running: a segment is compacted
-only when compaction can lock it exclusively (a writer holds a shared lock on its open segment,
-whatever the pid in its name) and its writer, on this host, is gone, or, written on another host,
-it recorded its end more than an hour ago. A segment with lines this cachetool cannot read stays
-whole too, with a warning: nothing is dropped unread. A compacted segment is never written larger
-than readers read of one segment (`MAX_SEGMENT_BYTES`); the ledger is then left as it is.
-
-Safety: a ledger folder that is a symlink, or whose real path leaves the root (the user's state
-folder for the fallback ledger), is left alone; a compacted segment names only plain segment
-files of its own folder, and removals go through the folder's descriptor. One compaction at a
-time per ledger folder (a lock file in it); the compacted segment is written under a temporary
-name, synced, renamed into place, and only then are the replaced segments removed. Readers skip a
-replaced segment while it still has the size it was read at, so a compaction killed at any point
-loses nothing and counts nothing twice; the next compaction removes what a killed one left.
+"""Compacting a long-lived ledger: the segments of finished old runs become one compacted
+segment of run summaries and the records still needed, kept whole (docs/ledger.md
+and docs/explain.md, "A long-lived ledger").
 """
 
 from __future__ import annotations

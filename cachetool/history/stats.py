@@ -1,32 +1,6 @@
-"""How well the cache works, from the ledger: hits, misses, time lost to recomputation (`ccache -s`).
-
-Counts come from the recorded steps (transform calls and source datasets; internal calls that
-`datasets` makes itself are left out): a *hit* reused every output file, a *miss* computed at
-least one (a `num_proc` step that reused some shards is a partial miss). Steps that write no
-file (in-memory datasets, `select` with a list, `remove_columns`) are counted as steps, not as
-hits or misses. *Recompute time* is the recorded duration of misses of steps that had run
-before (same call site in an earlier run, or the same fingerprint): the time a better-kept
-cache would have saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
-in-memory dataset, `keep_in_memory=True`, `disable_caching()`, `load_from_cache_file=False`) run
-again every time: they are counted apart, and from their second run on their time is lost too.
-
-A ledger on a shared file system merges the records of every node (each process appends its own
-segment), and two questions only the merge answers: *where* ("computed on node-3, loaded on
-node-7, node-9", said only when more than one host appears in the records of a fingerprint:
-`where_sentence`), and *waste*: two runs that computed the same fingerprint at overlapping times
-both paid for it, one result thrown away (the last rename wins); `stats` reports each such
-overlap and the time lost, every computation but the longest (`concurrent_computations`).
-
-*Hours* use each step's recorded compute time (`StepRecord.compute`: wall, and CPU with the
-`num_proc` workers; a record without one counts its duration as wall time): those recomputed
-because of nondeterminism (a miss whose call site and input had an earlier result under another
-fingerprint, for a reason `explain` calls nondeterministic: `NONDETERMINISM`), per culprit and per
-call site; and those given back by resume (a `resumed` part: the reused rows at the rate the step
-computed the rest) and by re-key (a `rekeyed` part: the earlier result's compute time, less the
-step's own).
-
-`zero_stats(root)` starts a new counting period, as `ccache -z` does, without deleting a record:
-it writes the time into `<root>/.cachetool/stats.json`, and later reports count from there.
+"""How well the cache works, from the ledger (`cachetool stats`, as `ccache -s`): hits, misses,
+time lost to recomputation, hours lost to nondeterminism and given back, work two hosts did twice,
+and the counting period `zero_stats` starts. What each number counts: docs/explain.md.
 """
 
 from __future__ import annotations

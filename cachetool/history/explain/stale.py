@@ -1,11 +1,6 @@
-"""Stale cache hits: entries computed by code that has changed since; and the source texts of user
-functions compared (the lines that changed, a function found in a module's text, comments and
-blank lines ignored).
-
-A function imported from the user's own module is pickled by reference, so editing it keeps the
-fingerprint and `datasets` reuses the old result. `stale_hits(root)` finds cache entries whose
-computing code (the function, or a helper it calls) changed since: by a later recorded run, or in
-the source file on disk now.
+"""Stale cache hits: entries computed by code of the user's own modules that has changed since
+(`datasets` hashes it by name), found by a later recorded run or in the source file on disk now;
+and source texts compared (the lines that changed; comments and blank lines ignored).
 """
 
 from __future__ import annotations
