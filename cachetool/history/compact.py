@@ -10,6 +10,7 @@ import errno
 import fcntl
 import os
 import re
+import resource
 import signal
 import socket
 import stat
@@ -41,24 +42,11 @@ from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION, utf8
 from cachetool.processes import alive
 from cachetool.safejson import json_fields
 
-
-def _max_replaced() -> int:
-    """Half the descriptors this process may open (each lock is one): 512 under the common soft
-    limit of 1,024, so a ledger of a thousand runs compacts at once where the limit is higher."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):
-        return 512
-    if soft == resource.RLIM_INFINITY:
-        return 65536
-    return max(16, min(soft // 2, 65536))
-
-
-#: Segments one compaction locks and replaces at most (each lock is an open descriptor); the
-#: rest wait for the next compaction.
-MAX_REPLACED = _max_replaced()
+_SOFT_LIMIT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+#: Segments one compaction locks and replaces at most (each lock is an open descriptor): half
+#: the descriptors this process may open (512 under the common soft limit of 1,024); the rest
+#: wait for the next compaction.
+MAX_REPLACED = 65536 if _SOFT_LIMIT == resource.RLIM_INFINITY else max(16, min(_SOFT_LIMIT // 2, 65536))
 LOCK_NAME = ".compact.lock"
 _TMP_PREFIX = ".compact-"
 #: Test hook: a compaction whose environment names one of its kill points ("written": the
@@ -419,18 +407,17 @@ class Segment:
 
 def first_pass(folder: Path) -> list[Segment]:
     """Each segment readers see (replaced ones left out), read once, one at a time."""
-    from cachetool.history.ledger import read_segment_from, replaced_segments, still_replaced
+    from cachetool.history.ledger import read_segment_from, segments_in
 
-    names = sorted(n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX))
-    replaced = replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)])
     out = []
     exists: dict[str, bool] = {}
-    for name in names:
+    for path in segments_in(folder):
+        name = path.name
         try:
-            st = os.lstat(folder / name)
+            st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISREG(st.st_mode) or still_replaced(folder / name, replaced):
+        if not stat.S_ISREG(st.st_mode):
             continue
         size = st.st_size
         seg = Segment(name, size, name.startswith(COMPACTED_PREFIX))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,25 +43,21 @@ MAX_SEGMENT_BYTES = 256 * 1024 * 1024
 
 
 def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
-    """Segment files of `root` (own ledger and user fallback), in name order; a segment a
-    compacted segment replaces is left out while it still has the size it was read at (a
-    compaction that was killed before removing it)."""
+    """Segment files of `root` (own ledger and user fallback), in name order (`segments_in`)."""
     for d in ledger_dirs(root):
-        try:
-            names = sorted(n for n in os.listdir(d) if n.endswith(SEGMENT_SUFFIX))
-        except OSError:
-            continue
-        replaced = replaced_segments(d, [n for n in names if n.startswith(COMPACTED_PREFIX)])
-        for n in names:
-            if not still_replaced(d / n, replaced):
-                yield d / n
+        yield from segments_in(d)
 
 
-def still_replaced(path: Path, replaced: dict[str, int]) -> bool:
-    """The segment at `path` is one a compacted segment replaces and still has the size it was
-    read at (a compaction killed before removing it): readers skip it, the next compaction
-    removes it."""
-    return path.name in replaced and segment_size(path) == replaced[path.name]
+def segments_in(folder: Path) -> list[Path]:
+    """The segment files of one ledger folder, in name order; a segment a compacted segment
+    replaces is left out while it still has the size it was read at (a compaction killed before
+    removing it: the next compaction removes it)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX))
+    except OSError:
+        return []
+    replaced = replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)])
+    return [folder / n for n in names if n not in replaced or segment_size(folder / n) != replaced[n]]
 
 
 def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
@@ -71,18 +66,10 @@ def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for name in compacted:
         try:
-            fd = open_state(folder / name)
-        except OSError:
-            continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            with os.fdopen(os.dup(fd), "rb") as f:
+            with os.fdopen(open_state(folder / name), "rb") as f:
                 first = f.readline(MAX_LINE_BYTES)
-        except OSError:
+        except OSError:  # NotRegularFile included
             continue
-        finally:
-            os.close(fd)
         rec = _parse_line(folder / name, 1, first.rstrip(b"\n"), [], None)
         replaces = getattr(rec, "replaces", None) if rec is not None and rec.type == "compaction" else None
         out.update((n, size) for n, size in replaces or () if is_segment_name(n))
@@ -113,17 +100,11 @@ def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
         warnings.append(f"{path}: {e.strerror or e}")
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            warnings.append(f"{path}: skipped: not a regular file")
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
+        with os.fdopen(fd, "rb") as f:
             data = f.read(MAX_SEGMENT_BYTES + 1)
     except OSError as e:
         warnings.append(f"{path}: {e.strerror or e}")
         return None
-    finally:
-        os.close(fd)
     if len(data) > MAX_SEGMENT_BYTES:
         cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES) + 1
         warnings.append(

@@ -372,11 +372,10 @@ def load_graph(
     *,
     include_internal: bool = False,
     warnings: list[str] | None = None,
-    all_roots: bool = False,
 ) -> LineageGraph:
     """The lineage graph of `root` (a loaded `Ledger`, or a root to load), with the origins of
-    parents recorded in other roots; every known root with `all_roots`."""
-    ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
+    parents recorded in other roots."""
+    ledger = root if isinstance(root, Ledger) else Ledger.load(root)
     if warnings is not None:
         warnings.extend(ledger.warnings)
     return LineageGraph(ledger.records, include_internal=include_internal, root=os.fspath(ledger.root))

@@ -261,14 +261,16 @@ def recompute_costs(records: Iterable[LedgerRecord]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Hours:
-    """Compute time of some steps: wall seconds, and CPU seconds (of the steps that recorded it)."""
+    """Compute time of some steps: wall seconds, CPU seconds (of the steps that recorded it), and
+    the rows reused (time given back by resume)."""
 
     steps: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    rows: int = 0
 
-    def plus(self, wall: float, cpu: float | None) -> Hours:
-        return Hours(self.steps + 1, self.seconds + wall, self.cpu_seconds + (cpu or 0.0))
+    def plus(self, wall: float, cpu: float | None = None, rows: int = 0) -> Hours:
+        return Hours(self.steps + 1, self.seconds + wall, self.cpu_seconds + (cpu or 0.0), self.rows + rows)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -315,23 +317,11 @@ class Nondeterminism:
 
 
 @dataclass(frozen=True)
-class Back:
-    """Compute time given back to some steps (by resume: and the rows reused)."""
-
-    steps: int = 0
-    seconds: float = 0.0
-    rows: int = 0
-
-    def plus(self, seconds: float, rows: int = 0) -> Back:
-        return Back(self.steps + 1, self.seconds + seconds, self.rows + rows)
-
-
-@dataclass(frozen=True)
 class GivenBack:
     """Compute time given back by resume and by re-key."""
 
-    resume: Back = Back()
-    rekey: Back = Back()
+    resume: Hours = Hours()
+    rekey: Hours = Hours()
 
     @property
     def seconds(self) -> float:
@@ -606,7 +596,9 @@ def _given_back(back: GivenBack, rec: StepRecord, computed: dict[object, StepRec
         left = rec.resumed.of - rec.resumed.rows
         back = replace(
             back,
-            resume=back.resume.plus(wall * rec.resumed.rows / left if left > 0 else 0.0, rec.resumed.rows),
+            resume=back.resume.plus(
+                wall * rec.resumed.rows / left if left > 0 else 0.0, rows=rec.resumed.rows
+            ),
         )
     if rec.rekeyed is not None:
         earlier = computed.get(rec.rekeyed.source) or computed.get((site, rec.parents))

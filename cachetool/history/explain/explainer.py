@@ -27,7 +27,6 @@ from cachetool.history.explain.reasons import (
     same_fingerprint_reason,
 )
 from cachetool.history.explain.stale import (
-    Upstream,
     derived_hit,
     stale_for_hit,
     stale_hits,
@@ -221,7 +220,7 @@ def explain_fingerprint(
     stale += tuple(
         s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None or s.derived_from is not None
     )
-    found = _removing_all(Upstream(view), stale, view.root)
+    found = _removing_all(view, stale)
     if found:
         # What was made from it is stale too, and only the whole ledger knows all of it.
         whole = next((s for s in stale_hits(root) if s.fingerprint == fp), None)
@@ -301,20 +300,15 @@ def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
 
 
 def explain_run(
-    root: str | os.PathLike[str],
-    run: str | None = None,
-    *,
-    script: str | os.PathLike[str] | None = None,
-    view: LedgerView | None = None,
-    all_roots: bool = False,
+    root: str | os.PathLike[str], *, script: str | os.PathLike[str] | None = None, all_roots: bool = False
 ) -> ExplainReport:
-    """Every step of a run that computed its result, each with its reason ("first time this step
-    ran" when there is nothing to compare with), and the stale hits of the run. The latest run
-    of the root (or of `script`) unless `run` names one.
+    """Every step of the latest run of the root (or of `script`) that computed its result, each
+    with its reason ("first time this step ran" when there is nothing to compare with), and the
+    stale hits of the run.
 
     The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
-    view = view or load_view(root, all_roots=all_roots)
-    run_id = run or last_run(view, script)
+    view = load_view(root, all_roots=all_roots)
+    run_id = last_run(view, script)
     # The run's steps in the other roots the view read (a save_to_disk folder the run mapped in
     # after load_from_disk; the cache root its saved data came from): their stale results count.
     every = sorted((r for r in view.steps if r.run == run_id), key=lambda r: r.seq)
@@ -326,7 +320,6 @@ def explain_run(
         raise _no_records(root, f"records of run {run_id}")
     steps = []
     stale: dict[str, StaleHit] = {}
-    upstream = Upstream(view)
     uncached: list[UncachedStep] = []
     loaded = 0
     for rec in every:
@@ -337,7 +330,7 @@ def explain_run(
                 uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
         elif rec.cache == "hit":
             loaded += own
-            for s in stale_for_hit(view, rec) or _derived_for_hit(view, upstream, rec, stale):
+            for s in stale_for_hit(view, rec) or _derived_for_hit(view, rec, stale):
                 stale.setdefault(s.fingerprint, s)
         elif own and (rec.computed or rec.random_fallback is not None):
             steps.append(explain_record(view, rec))
@@ -348,7 +341,7 @@ def explain_run(
         run=run_id,
         run_time=min(r.time for r in records) if records else min(starts),
         loaded=loaded,
-        stale=_removing_all(upstream, stale.values(), view.root),
+        stale=_removing_all(view, stale.values()),
         warnings=view.warnings,
         uncached=tuple(uncached),
         interrupted=interrupted,
@@ -356,24 +349,22 @@ def explain_run(
     )
 
 
-def _derived_for_hit(
-    view: LedgerView, upstream: Upstream, hit: StepRecord, stale: Mapping[str, StaleHit]
-) -> list[StaleHit]:
+def _derived_for_hit(view: LedgerView, hit: StepRecord, stale: Mapping[str, StaleHit]) -> list[StaleHit]:
     """A hit of a result made from a stale result upstream (`stale`: those of the run so far)."""
     fp = hit.result
     comp = view.computing(fp, before=hit.time) if fp is not None else None
     if fp is None or comp is None:
         return []
-    cause = stale_input(view, upstream, fp, comp.time, stale)
+    cause = stale_input(view, fp, comp.time, stale)
     return [derived_hit(fp, comp, hit.file_paths, cause, hit)] if cause is not None else []
 
 
-def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> tuple[StaleHit, ...]:
+def _removing_all(view: LedgerView, found: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
     """`found`, deduplicated, each hint removing every stale entry of the report in its cache
-    root (`root` unless found in another) that still exists: one gc command per root, since gc
+    root (the view's unless found in another) that still exists: one gc command per root, since gc
     takes one `--cache-dir`."""
-    root_abs = os.path.abspath(os.fspath(root))
-    items = with_removals(upstream, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
+    root_abs = os.path.abspath(os.fspath(view.root))
+    items = with_removals(view, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
     where = {s.fingerprint: s.root for s in items}
     out = []
     for s in items:

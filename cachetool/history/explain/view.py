@@ -5,6 +5,7 @@ cache hit reused."""
 from __future__ import annotations
 
 import os
+from collections import deque
 
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
@@ -63,6 +64,11 @@ class LedgerView:
                     self._by_key.setdefault(key, []).append(rec)
         self._earliest = sorted((t, run) for run, t in first.items())[:2]
         self._lineages: dict[int, tuple[object, ...]] = {}  # by id of a record of `steps`
+        self._ancestors: dict[str, tuple[str, ...]] = {}
+        #: Source files read (None: unreadable), and per record whether its function's code
+        #: differs on disk now (`cachetool.history.explain.stale`).
+        self.disk: dict[str, str | None] = {}
+        self.on_disk: dict[int, bool] = {}
 
     def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
         site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
@@ -94,6 +100,27 @@ class LedgerView:
                 continue
             best = rec
         return best
+
+    def parents(self, fp: str) -> tuple[str, ...]:
+        rec = self.origin(fp)
+        return rec.parents if rec is not None else ()
+
+    def ancestors(self, fp: str) -> tuple[str, ...]:
+        """The recorded ancestors of `fp`, nearest first (memoised: a whole root asks for every
+        entry's)."""
+        found = self._ancestors.get(fp)
+        if found is None:
+            out: list[str] = []
+            seen = {fp}
+            queue = deque(self.parents(fp))
+            while queue:
+                x = queue.popleft()
+                if x not in seen:
+                    seen.add(x)
+                    out.append(x)
+                    queue.extend(self.parents(x))
+            found = self._ancestors[fp] = tuple(out)
+        return found
 
     def computing(self, fp: str, before: float | None = None) -> StepRecord | None:
         """The latest record that computed `fp`'s file (a miss), before `before` when given."""
