@@ -294,7 +294,7 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
             if not done and len(compacted) < 2:
                 return empty
             replaced = done + compacted
-            data, report = _compacted(root, folder, segments, replaced, now)
+            data, report = _compacted(empty, folder, segments, replaced, now)
             if len(data) > ledger.MAX_SEGMENT_BYTES:
                 # Readers read that much of a segment: the records kept whole, written after the
                 # gc history, would be lost to lineage (and gc would no longer protect a pin's
@@ -312,7 +312,6 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
                 return replace(
                     empty, warnings=(*warnings, f"{folder}: the ledger changed while read: try again")
                 )
-            report = replace(report, dry_run=dry_run, left=left, recent=len(recent), warnings=warnings)
             if dry_run:
                 return report
             write_compacted(folder, dfd, data, now)
@@ -324,9 +323,11 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
 
 
 def _compacted(
-    root: Path, folder: Path, segments: list[Segment], replaced: list[Segment], now: float
+    empty: CompactionReport, folder: Path, segments: list[Segment], replaced: list[Segment], now: float
 ) -> tuple[bytes, CompactionReport]:
-    """The bytes of the compacted segment that replaces `replaced`, and what it holds."""
+    """The bytes of the compacted segment that replaces `replaced`, and the report `empty` with
+    what it holds."""
+    root = empty.root
     names = {s.name for s in replaced}
     living = living_fingerprints(root, replaced)
     wanted = set(living)
@@ -348,9 +349,8 @@ def _compacted(
     )
     text = "\n".join([ENCODER.encode(header.to_json()), *lines]) + "\n"
     data = utf8(text)
-    report = CompactionReport(
-        root,
-        False,
+    report = replace(
+        empty,
         segments=len(replaced),
         runs=runs,
         kept=kept,

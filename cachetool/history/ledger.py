@@ -434,19 +434,25 @@ def resolve_in_root(
     return resolve(name, report, ledger), report, ledger
 
 
-def roots_recording(root: Path, name: str) -> list[str]:
-    """The other known roots whose ledger records a step result `name` (a fingerprint or its
-    prefix, a cache file's name) names: a `save_to_disk` folder, a folder a map wrote its
-    `cache_file_name=` in, another cache. Sorted; empty for a path or an empty name. Read only
-    when `name` is not found in `root`: every known root's ledger is read."""
+@contextmanager
+def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
+    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when other known
+    roots record a step result `name` (a fingerprint or its prefix, a cache file's name) names:
+    a `save_to_disk` folder, a folder a map wrote its `cache_file_name=` in, another cache. The
+    message names them and `cachetool COMMAND NAME --cache-dir <it>`. Only then is every known
+    root's ledger read; never for a path or the empty name (every fingerprint starts with it)."""
     from cachetool.cache.lookup import cache_file_key
+    from cachetool.errors import InAnotherRoot, UnknownFingerprint
 
-    key = cache_file_key(name)
-    if os.sep in name or not key:  # a path; or the empty name, which every fingerprint starts with
-        return []
-    ledger = Ledger.load(root, all_roots=True)
-    return sorted(
-        {
+    try:
+        yield
+    except UnknownFingerprint as e:
+        key = cache_file_key(name)
+        # a recorded-only fingerprint says so already
+        if type(e) is not UnknownFingerprint or os.sep in name or not key:
+            raise
+        ledger = Ledger.load(root, all_roots=True)
+        others = {
             r.read_from
             for r in ledger.records
             if isinstance(r, StepRecord)
@@ -455,22 +461,6 @@ def roots_recording(root: Path, name: str) -> list[str]:
             and r.result is not None
             and r.result.startswith(key)
         }
-    )
-
-
-@contextmanager
-def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
-    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when another known
-    root records it (`roots_recording`): the message names that root and
-    `cachetool COMMAND NAME --cache-dir <it>`."""
-    from cachetool.errors import InAnotherRoot, UnknownFingerprint
-
-    try:
-        yield
-    except UnknownFingerprint as e:
-        if type(e) is not UnknownFingerprint:  # a recorded-only fingerprint says so already
-            raise
-        others = roots_recording(root, name)
         if not others:
             raise
-        raise InAnotherRoot(name, root, others, command) from None
+        raise InAnotherRoot(name, root, sorted(others), command) from None
