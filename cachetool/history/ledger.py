@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -399,14 +399,6 @@ class Ledger:
 def read_ledger(root: str | os.PathLike[str]) -> Ledger:
     """The ledger of `root` alone (no other root)."""
     return Ledger.load(root, follow=False)
-
-
-def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:
-    """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
-    Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then."""
-    if isinstance(root, Ledger):
-        return root.usage()
-    return read_ledger(root).usage()
 
 
 def gc_records(root: str | os.PathLike[str]) -> list[GcRecord]:
