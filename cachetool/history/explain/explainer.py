@@ -133,8 +133,8 @@ def resolve_fingerprint(view: LedgerView, name: str) -> str:
     fingerprints that is (after `load_from_disk`, the alias)."""
     from cachetool.history.ledger import named_elsewhere, resolve_in_root
 
-    with named_elsewhere(Path(view.root), name, "explain"):
-        return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
+    with named_elsewhere(view.ledger.root, name, "explain"):
+        return resolve_in_root(view.ledger.root, name, view.ledger)[0].recorded_as(view.by_result)
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def explain_fingerprint(
         run_time=target.time,
         loaded=sum(r.cache == "hit" for r in recs),
         stale=found,
-        warnings=view.warnings,
+        warnings=view.ledger.warnings,
     )
 
 
@@ -267,7 +267,7 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
     """The id of the most recent recorded run of this root (of `script`, when given): the run of
     the latest step, or a later run that started and never ended (killed, or still running,
     before its first step: in `load_dataset`'s own build, which records no step start)."""
-    root = os.path.abspath(os.fspath(view.root))
+    root = os.fspath(view.ledger.root)
     wanted = os.path.realpath(os.fspath(script)) if script is not None else None
     best: tuple[float, str] | None = None
     for rec in view.steps:  # this root's, with --all-roots too (those compare, they are not run)
@@ -342,7 +342,7 @@ def explain_run(
         run_time=min(r.time for r in records) if records else min(starts),
         loaded=loaded,
         stale=_removing_all(view, stale.values()),
-        warnings=view.warnings,
+        warnings=view.ledger.warnings,
         uncached=tuple(uncached),
         interrupted=interrupted,
         failed=failed,
@@ -363,7 +363,7 @@ def _removing_all(view: LedgerView, found: Iterable[StaleHit]) -> tuple[StaleHit
     """`found`, deduplicated, each hint removing every stale entry of the report in its cache
     root (the view's unless found in another) that still exists: one gc command per root, since gc
     takes one `--cache-dir`."""
-    root_abs = os.path.abspath(os.fspath(view.root))
+    root_abs = os.fspath(view.ledger.root)
     items = with_removals(view, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
     where = {s.fingerprint: s.root for s in items}
     out = []
