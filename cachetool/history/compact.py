@@ -396,9 +396,8 @@ class Segment:
     compacted: bool
     last: float = 0.0
     ended: bool = False
-    origins: dict[tuple[str, bool], _Origin] = field(
-        default_factory=dict
-    )  # the latest, by result and internal
+    #: the latest, by result and internal
+    origins: dict[tuple[str, bool], _Origin] = field(default_factory=dict)
     inputs: set[str] = field(default_factory=set)  # parents and no-op results its steps name
     unread: str = ""  # why its lines cannot all be carried over (then it stays whole)
     with_files: set[str] = field(default_factory=set)  # results a recorded file of which exists
