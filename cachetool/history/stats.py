@@ -9,7 +9,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -199,17 +199,13 @@ def concurrent_computations(records: Iterable[Any]) -> tuple[ConcurrentComputati
                 end = max(end, r.time + r.duration)
                 continue
             if len({c.run for c in cluster}) > 1:
-                out.append(_overlap(fp, cluster))
+                # One run may compute a state twice in a row (a loop): each record is one computation.
+                comps = tuple(Computation(c.run, c.host, c.pid, c.time, c.duration) for c in cluster)
+                out.append(ConcurrentComputation(fp, cluster[0].operation, comps))
             if r is not None:
                 cluster, end = [r], r.time + r.duration
     out.sort(key=lambda c: (-c.lost_seconds, c.fingerprint))
     return tuple(out)
-
-
-def _overlap(fp: str, cluster: Sequence[StepRecord]) -> ConcurrentComputation:
-    # One run may compute a state twice in a row (a loop): its own records are one computation each.
-    comps = tuple(Computation(r.run, r.host, r.pid, r.time, r.duration) for r in cluster)
-    return ConcurrentComputation(fp, cluster[0].operation, comps)
 
 
 def where_sentence(records: Iterable[Any]) -> str | None:

@@ -363,8 +363,11 @@ def _removing_all(view: LedgerView, found: Iterable[StaleHit]) -> tuple[StaleHit
     """`found`, deduplicated, each hint removing every stale entry of the report in its cache
     root (the view's unless found in another) that still exists: one gc command per root, since gc
     takes one `--cache-dir`."""
-    root_abs = os.fspath(view.ledger.root)
-    items = with_removals(view, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
+    root = os.fspath(view.ledger.root)
+    unique: dict[tuple[str, float | None], StaleHit] = {}
+    for s in found:
+        unique.setdefault((s.fingerprint, s.reused_at), replace(s, root=s.root or root))
+    items = with_removals(view, unique.values())
     where = {s.fingerprint: s.root for s in items}
     out = []
     for s in items:
@@ -372,10 +375,3 @@ def _removing_all(view: LedgerView, found: Iterable[StaleHit]) -> tuple[StaleHit
         sources = any(x.source for x in items if x.fingerprint in every)
         out.append(replace(s, remove=every or s.remove, remove_sources=sources))
     return tuple(out)
-
-
-def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
-    out: dict[tuple[str, float | None], StaleHit] = {}
-    for s in items:
-        out.setdefault((s.fingerprint, s.reused_at), s)
-    return tuple(out.values())
