@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef, strip_module
-from cachetool.history.explain.view import LedgerView, first_line, load_view
+from cachetool.history.explain.view import LedgerView, load_view
 from cachetool.history.records.parts import FunctionInfo, FunctionRef
 from cachetool.history.records.steps import StepRecord
 
@@ -248,7 +248,7 @@ def _disk_changes(view: LedgerView, fn: FunctionInfo) -> tuple[list[SourceChange
         checked += 1
         if tokens(current) == tokens(recorded):
             continue
-        lines = diff_lines(recorded, current, first_line(part), at)
+        lines = diff_lines(recorded, current, part.line or 1, at)
         changes.append(SourceChange(qualname, path, tuple(lines)))
     return changes, checked
 
@@ -260,9 +260,7 @@ def line_changes(sources: Mapping[str, str], fa: FunctionRef, fb: FunctionRef) -
     new_text = sources.get(str(fb.source_hash))
     if old_text is None or new_text is None:
         return []
-    start_old = first_line(fa)
-    start_new = first_line(fb)
-    return diff_lines(old_text, new_text, start_old, start_new)
+    return diff_lines(old_text, new_text, fa.line or 1, fb.line or 1)
 
 
 def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> list[LineChange]:

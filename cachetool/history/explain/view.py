@@ -11,7 +11,6 @@ from collections.abc import Callable
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunSummaryRecord, SourceRecord
-from cachetool.history.records.parts import FunctionRef
 from cachetool.history.records.steps import (
     RootRecord,
     StepRecord,
@@ -209,10 +208,6 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     the origins of inputs recorded in other roots (every known root with `all_roots`)."""
     ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
     return LedgerView(ledger, all_roots=all_roots)
-
-
-def first_line(item: FunctionRef) -> int:
-    return item.line if item.line is not None else 1
 
 
 def _has_summaries(rec: StepRecord) -> bool:
