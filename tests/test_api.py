@@ -156,6 +156,7 @@ GONE = {
     "cachetool.maintenance.gc.options",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
+    "cachetool.history.ledger.usage_by_fingerprint",
     "cachetool.history.resolve.resolve",
     "cachetool.history.segments",
     "cachetool.history.narrow.narrow_report",

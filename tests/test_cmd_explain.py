@@ -24,7 +24,7 @@ except ImportError:
 from cachetool.cli.app import app
 from cachetool.history.explain.answer import ExplainReport, LineChange, StepExplanation
 from cachetool.history.explain.explainer import explain_fingerprint, explain_run
-from cachetool.history.explain.stale import diff_lines, function_source, stale_hits
+from cachetool.history.explain.stale import definition, diff_lines, stale_hits
 from cachetool.history.ledger import read_ledger
 
 pytestmark = pytest.mark.slow
@@ -305,16 +305,16 @@ def test_function_source_and_line_diff_ignore_comments_but_not_code() -> None:
     edited = HELPERS_V1.replace(
         "    return text.strip().lower()", "    # tidy\n    return text.strip().lower()\n"
     )
-    a, b = function_source(HELPERS_V1, "clean_text"), function_source(edited, "clean_text")
-    assert a == "def clean_text(text):\n    return text.strip().lower()\n"
-    assert a is not None and b is not None and _tokens(a) == _tokens(b)
+    a, b = definition(HELPERS_V1, "clean_text"), definition(edited, "clean_text")
+    assert a == ("def clean_text(text):\n    return text.strip().lower()\n", 1)
+    assert b is not None and _tokens(a[0]) == _tokens(b[0])
     changed = HELPERS_V1.replace(".lower()", ".upper()")
-    c = function_source(changed, "clean_text")
-    assert c is not None and _tokens(a) != _tokens(c)
-    assert diff_lines(a, c, 1, 1) == [
+    c = definition(changed, "clean_text")
+    assert c is not None and _tokens(a[0]) != _tokens(c[0])
+    assert diff_lines(a[0], c[0], 1, 1) == [
         LineChange(2, "return text.strip().lower()", "return text.strip().upper()")
     ]
-    assert function_source(SCRIPT, "make_big.lookup") is not None
+    assert definition(SCRIPT, "make_big.lookup") is not None
 
 
 def test_the_function_info_names_the_user_helpers_datasets_hashes_by_name(

@@ -167,9 +167,9 @@ def test_unknown_and_ambiguous_fingerprints_are_usage_errors(runs: PipelineRuns,
 
 def test_scan_attaches_recorded_parent_and_operation(runs: PipelineRuns, cli: CliRunner) -> None:
     """What `ls` and `show` read: recorded parent and operation on the entries of the cache."""
-    from cachetool.history.ledger import usage_by_fingerprint
+    from cachetool.history.ledger import read_ledger
 
-    report = scan_cache(runs.cache, usage=usage_by_fingerprint(runs.cache))
+    report = scan_cache(runs.cache, usage=read_ledger(runs.cache).usage())
     by_fp = {e.fingerprint: e for e in report.entries if e.fingerprint}
     fp = runs.fps
     assert (by_fp[fp["map"]].parent, by_fp[fp["map"]].operation) == (fp["csv"], "map")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.roots import fallback_ledger_dir, known_roots, ledger_dir
-from cachetool.history.ledger import MAX_LINE_BYTES, read_ledger, usage_by_fingerprint
+from cachetool.history.ledger import MAX_LINE_BYTES, read_ledger
 from cachetool.history.writer import LedgerWriter
 
 
@@ -112,7 +112,7 @@ def test_a_writer_killed_mid_record_leaves_a_torn_tail_that_is_skipped(tmp_path:
     assert [r.seq for r in got.records] == list(range(20))
     assert len(got.warnings) == 1
     assert "torn last record" in got.warnings[0]
-    assert set(usage_by_fingerprint(root)) == {f"fp{i:014d}" for i in range(20)}
+    assert set(read_ledger(root).usage()) == {f"fp{i:014d}" for i in range(20)}
 
 
 #: Three gc records; the second hits a file size limit (RLIMIT_FSIZE: the kernel writes part of
@@ -172,7 +172,7 @@ def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_pat
     assert [r.result for r in got.steps()] == ["aaaa", "bbbb"]
     assert got.records[1].extra["quantum"] == {"entangled": True}
     assert len(got.warnings) == 2  # the two bad lines, each named
-    usage = usage_by_fingerprint(root)
+    usage = read_ledger(root).usage()
     assert usage["bbbb"].parent == "aaaa"
     assert usage["bbbb"].operation == "teleport"
     assert read_ledger(root).for_result("bbbb")[0].extra["quantum"] == {"entangled": True}
@@ -180,7 +180,7 @@ def test_records_from_a_newer_version_are_read_with_their_unknown_fields(tmp_pat
 
 def test_no_ledger_means_no_usage(tmp_path: Path) -> None:
     """A cache nobody traced: the scan's ledger lookup returns nothing, cheaply."""
-    assert usage_by_fingerprint(tmp_path) == {}
+    assert read_ledger(tmp_path).usage() == {}
     assert read_ledger(tmp_path).for_result("abc") == []
 
 
@@ -195,7 +195,7 @@ def test_usage_has_last_use_parent_operation_and_hit_counts(tmp_path: Path) -> N
     w.append(str(root), _record(3, "m1", "m1", operation="map"))  # function returned None
     w.append(str(root), _record(9, "m2", "m1", operation="filter"))
     w.close()
-    usage = usage_by_fingerprint(root)
+    usage = read_ledger(root).usage()
     assert usage["m1"].parent == "src" and usage["m1"].operation == "map"
     assert (usage["m1"].hits, usage["m1"].misses) == (1, 1)
     assert usage["src"].last_used == pytest.approx(1002.5)  # last used as m1's parent
@@ -218,7 +218,7 @@ def test_an_unwritable_root_falls_back_to_the_user_folder_and_says_so_once(tmp_p
     assert len(said) == 1
     assert str(fallback_ledger_dir(root)) in said[0]
     assert [r.result for r in read_ledger(root).steps()] == ["fp0", "fp1", "fp2"]
-    assert "fp2" in usage_by_fingerprint(root)
+    assert "fp2" in read_ledger(root).usage()
 
 
 @pytest.mark.parametrize(
@@ -246,7 +246,7 @@ def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
     got = read_ledger(root)
     assert [r.result for r in got.steps()] == ["aaaa"]
     assert len(got.warnings) == 1 and got.warnings[0].startswith(f"{seg}:2: skipped a record: {why}")
-    assert set(usage_by_fingerprint(root)) == {"aaaa"}
+    assert set(read_ledger(root).usage()) == {"aaaa"}
 
 
 def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from cachetool.cache.roots import ledger_dir
 from cachetool.history.compact import KILL_AT_ENV, compact_ledger, ledger_bytes
-from cachetool.history.ledger import read_ledger, usage_by_fingerprint
+from cachetool.history.ledger import read_ledger
 from cachetool.history.query import lineage
 from cachetool.history.stats import ledger_stats
 from cachetool.history.writer import LedgerWriter
@@ -89,7 +89,7 @@ def _totals(root: Path) -> dict[str, Any]:
 
 
 def _usage_of(root: Path, fps: list[str]) -> dict[str, Any]:
-    usage = usage_by_fingerprint(root)
+    usage = read_ledger(root).usage()
     whole = read_ledger(root).usage()
     assert {fp: usage.get(fp) for fp in fps} == {fp: whole.get(fp) for fp in fps}  # index == records
     return {fp: usage.get(fp) for fp in fps}
@@ -310,7 +310,7 @@ def test_compaction_while_tracers_append_loses_and_doubles_nothing(tmp_path: Pat
     assert did >= 3 and beside >= 2, (did, beside)
     got = ledger_stats(root).total
     assert {"steps": got.steps, "hits": got.hits, "misses": got.misses} == expected
-    usage = usage_by_fingerprint(root)
+    usage = read_ledger(root).usage()
     assert sum(u.records for u in usage.values()) == 0  # no file survives: usage of none kept
     assert not [n for n in os.listdir(ledger_dir(root)) if n.endswith(".tmp")]
     assert len(_segments(root)) == 1  # everything finished: one compacted segment

@@ -41,7 +41,7 @@ def scan_cache(
     With `use_index`, what was read is remembered in the user's cache folder (never in the root),
     so a repeat scan only stats unchanged files. What a higher layer knows comes in as data:
     `usage` (fingerprint to what the ledger says of it, e.g.
-    `cachetool.history.ledger.usage_by_fingerprint(root)`) fills parent, operation and last use;
+    `cachetool.history.ledger.read_ledger(root).usage()`) fills parent, operation and last use;
     `liveness` (e.g. `cachetool.maintenance.liveness.scan_in_use`), called as
     `liveness(root=root)` at most once, tells a tf.data cache being written from an abandoned one
     (without it, no process is live).

@@ -46,9 +46,9 @@ def recorded_usage(root: Path, ledger: Ledger | bool = True) -> Mapping[str, Rec
         ledger_root = enclosing_root(root)
         if not may_have_ledger(ledger_root):
             return {}  # what the ledger says, without importing it (a third of an `ls`'s imports)
-    from cachetool.history.ledger import usage_by_fingerprint
+    from cachetool.history.ledger import read_ledger
 
-    return usage_by_fingerprint(ledger_root if ledger is True else ledger)
+    return (read_ledger(ledger_root) if ledger is True else ledger).usage()
 
 
 def live_in(*, root: Path) -> InUse:

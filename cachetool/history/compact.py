@@ -1,36 +1,6 @@
-"""Compacting a long-lived ledger: old runs summarised, the records still needed kept whole.
-
-Every traced process appends its own segment, so a cache used for months holds thousands of
-segments and hundreds of thousands of records (about 1.2 kB each). `compact_ledger(root)`
-replaces the segments of finished old runs with one *compacted segment* (`compacted-<time>-<pid>
-.jsonl`, JSON Lines like any segment) that holds:
-
-* a `CompactionRecord` first, naming the segments (and their sizes) it replaces;
-* one `RunSummaryRecord` per old run (earlier compactions' carried over): what `stats` counts and
-  what the ledger's usage needs (`cachetool.history.ledger.Usage`) of the fingerprints that still
-  have files, so `ls`, `gc` and `verify` see the same usage;
-* the gc records a command still reads (`_gc_kept`); the others are folded into one count in the
-  `CompactionRecord` (`gc_folded`), so a cache cleaned every day keeps a ledger of bounded size;
-* whole, the records still needed: for every fingerprint that still has files in the cache (an
-  entry's fingerprint or alias, or a recorded file that exists), and every fingerprint a kept run
-  names as a parent, its latest origin record, then the same for its parents up to the source
-  (`lineage`, `show` and `explain` keep their parent links), and the source texts they name.
-
-The newest `keep_runs` segments of each ledger folder stay whole (`explain` compares a step only
-with those), and so does every segment whose writer may still be running: a segment is compacted
-only when compaction can lock it exclusively (a writer holds a shared lock on its open segment,
-whatever the pid in its name) and its writer, on this host, is gone, or, written on another host,
-it recorded its end more than an hour ago. A segment with lines this cachetool cannot read stays
-whole too, with a warning: nothing is dropped unread. A compacted segment is never written larger
-than readers read of one segment (`MAX_SEGMENT_BYTES`); the ledger is then left as it is.
-
-Safety: a ledger folder that is a symlink, or whose real path leaves the root (the user's state
-folder for the fallback ledger), is left alone; a compacted segment names only plain segment
-files of its own folder, and removals go through the folder's descriptor. One compaction at a
-time per ledger folder (a lock file in it); the compacted segment is written under a temporary
-name, synced, renamed into place, and only then are the replaced segments removed. Readers skip a
-replaced segment while it still has the size it was read at, so a compaction killed at any point
-loses nothing and counts nothing twice; the next compaction removes what a killed one left.
+"""Compacting a long-lived ledger: the segments of finished old runs become one compacted
+segment of run summaries and the records still needed, kept whole (docs/ledger.md
+and docs/explain.md, "A long-lived ledger").
 """
 
 from __future__ import annotations
@@ -40,6 +10,7 @@ import errno
 import fcntl
 import os
 import re
+import resource
 import signal
 import socket
 import stat
@@ -71,24 +42,11 @@ from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION, utf8
 from cachetool.processes import alive
 from cachetool.safejson import json_fields
 
-
-def _max_replaced() -> int:
-    """Half the descriptors this process may open (each lock is one): 512 under the common soft
-    limit of 1,024, so a ledger of a thousand runs compacts at once where the limit is higher."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):
-        return 512
-    if soft == resource.RLIM_INFINITY:
-        return 65536
-    return max(16, min(soft // 2, 65536))
-
-
-#: Segments one compaction locks and replaces at most (each lock is an open descriptor); the
-#: rest wait for the next compaction.
-MAX_REPLACED = _max_replaced()
+_SOFT_LIMIT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+#: Segments one compaction locks and replaces at most (each lock is an open descriptor): half
+#: the descriptors this process may open (512 under the common soft limit of 1,024); the rest
+#: wait for the next compaction.
+MAX_REPLACED = 65536 if _SOFT_LIMIT == resource.RLIM_INFINITY else max(16, min(_SOFT_LIMIT // 2, 65536))
 LOCK_NAME = ".compact.lock"
 _TMP_PREFIX = ".compact-"
 #: Test hook: a compaction whose environment names one of its kill points ("written": the
@@ -336,7 +294,7 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
             if not done and len(compacted) < 2:
                 return empty
             replaced = done + compacted
-            data, report = _compacted(root, folder, segments, replaced, now)
+            data, report = _compacted(empty, folder, segments, replaced, now)
             if len(data) > ledger.MAX_SEGMENT_BYTES:
                 # Readers read that much of a segment: the records kept whole, written after the
                 # gc history, would be lost to lineage (and gc would no longer protect a pin's
@@ -354,7 +312,6 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
                 return replace(
                     empty, warnings=(*warnings, f"{folder}: the ledger changed while read: try again")
                 )
-            report = replace(report, dry_run=dry_run, left=left, recent=len(recent), warnings=warnings)
             if dry_run:
                 return report
             write_compacted(folder, dfd, data, now)
@@ -366,9 +323,11 @@ def _compact_folder(root: Path, folder: Path, keep_runs: int, dry_run: bool, now
 
 
 def _compacted(
-    root: Path, folder: Path, segments: list[Segment], replaced: list[Segment], now: float
+    empty: CompactionReport, folder: Path, segments: list[Segment], replaced: list[Segment], now: float
 ) -> tuple[bytes, CompactionReport]:
-    """The bytes of the compacted segment that replaces `replaced`, and what it holds."""
+    """The bytes of the compacted segment that replaces `replaced`, and the report `empty` with
+    what it holds."""
+    root = empty.root
     names = {s.name for s in replaced}
     living = living_fingerprints(root, replaced)
     wanted = set(living)
@@ -390,9 +349,8 @@ def _compacted(
     )
     text = "\n".join([ENCODER.encode(header.to_json()), *lines]) + "\n"
     data = utf8(text)
-    report = CompactionReport(
-        root,
-        False,
+    report = replace(
+        empty,
         segments=len(replaced),
         runs=runs,
         kept=kept,
@@ -438,9 +396,8 @@ class Segment:
     compacted: bool
     last: float = 0.0
     ended: bool = False
-    origins: dict[tuple[str, bool], _Origin] = field(
-        default_factory=dict
-    )  # the latest, by result and internal
+    #: the latest, by result and internal
+    origins: dict[tuple[str, bool], _Origin] = field(default_factory=dict)
     inputs: set[str] = field(default_factory=set)  # parents and no-op results its steps name
     unread: str = ""  # why its lines cannot all be carried over (then it stays whole)
     with_files: set[str] = field(default_factory=set)  # results a recorded file of which exists
@@ -449,18 +406,17 @@ class Segment:
 
 def first_pass(folder: Path) -> list[Segment]:
     """Each segment readers see (replaced ones left out), read once, one at a time."""
-    from cachetool.history.ledger import read_segment_from, replaced_segments, still_replaced
+    from cachetool.history.ledger import read_segment_from, segments_in
 
-    names = sorted(n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX))
-    replaced = replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)])
     out = []
     exists: dict[str, bool] = {}
-    for name in names:
+    for path in segments_in(folder):
+        name = path.name
         try:
-            st = os.lstat(folder / name)
+            st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISREG(st.st_mode) or still_replaced(folder / name, replaced):
+        if not stat.S_ISREG(st.st_mode):
             continue
         size = st.st_size
         seg = Segment(name, size, name.startswith(COMPACTED_PREFIX))

@@ -1,150 +1,15 @@
-"""The ledger: what cachetool recorded about a cache root while pipelines ran.
+"""The ledger of a cache root read: segments into typed records, the `Ledger` of a root (read
+once per command, with the other roots it reaches), what it says about each fingerprint
+(`Usage`), and naming a fingerprint in a root (`resolve_in_root`, `named_elsewhere`).
 
-`datasets` keeps no parent fingerprint on disk, so the tracer (`cachetool.trace`) appends one
-record per transform call to the ledger of the cache root the call belongs to:
-
-* one ledger per root, in `<root>/.cachetool/ledger/`; a `save_to_disk` folder is a root of its own;
-  in-memory datasets go to the default root's ledger (marked `"in_memory": true`);
-* each process appends to its own *segment*, `<host>-<pid>-<start time>.jsonl`, opened with
-  `O_APPEND`, one `write()` per record: no lock on the hot path, safe on NFS, and merging ledgers
-  across machines is copying files;
-* readers merge every segment into typed records (`cachetool.history.records`: one frozen class
-  per record type), skip a torn last line (a writer killed mid-record) with a warning, and keep
-  fields they do not know (records from a newer cachetool are still read). A line that is not a
-  record of this schema (bad JSON, more than `MAX_LINE_BYTES`, nested too deeply, a field of the
-  wrong type such as `"parents": 5` or `"time": 1e400`, an unknown `type`) is skipped with a
-  warning naming the file and line, never an exception. Only regular files are read (a FIFO is
-  not waited on, a symlink to `/dev/zero` is not read), at most `MAX_SEGMENT_BYTES` each;
-* a command loads a root's ledger once (`Ledger.load`), scoped to that root: other roots' records
-  are read only with `--all-roots` or to find the origin of a parent the root does not record,
-  and keep the root they were read from (`read_from`);
-* one rule turns what a user types into a fingerprint for every command (`resolve`);
-* a read-only root is recorded in `user_state_dir()/ledgers/<key>/` instead (said once on stderr);
-  readers look in both places;
-* `user_state_dir()/roots.json` lists every root a tracer wrote to, so `cachetool lineage` can
-  follow a parent into another root (a saved folder's parent lives in the cache root it came from).
-
-The modules: `cachetool.cache.roots` (where a root's ledger lives; the registry of known roots),
-`writer` (segments written); this one: segments read into typed records, the `Ledger` of a root,
-read once per command, the other roots it reads, what it says about each fingerprint (`Usage`),
-and naming a fingerprint in a root (`resolve_in_root`, `named_elsewhere`).
-
-Record schema, version 1 (one JSON object per line; fields may be added, never renamed)::
-
-    v               1
-    type            "transform" (a transform call), "root" (a dataset that starts a chain: a
-                    builder split, load_from_disk, an in-memory dataset), "save" (save_to_disk:
-                    the saved folder holds `result`), "source" (the text of a user function,
-                    see below); events files also hold "checkpoint" events of
-                    `cachetool.checkpoint()`
-    seq             order of the call within its process (sort by it; nested calls finish first)
-    run             the segment id: "<host>-<pid>-<start>"; records of one run share it
-    time            call start, seconds since the epoch
-    duration        seconds
-    host, pid       where the call ran
-    versions        {"python", "datasets", "dill", "pyarrow", "cachetool"}
-    operation       "map", "filter", "select", "shuffle", "sort", "train_test_split",
-                    "remove_columns", "concatenate_datasets", "set_format", "load_dataset",
-                    "load_from_disk", "from_dict", "save_to_disk", ...
-    transform       the transform string `datasets` hashed (e.g.
-                    "datasets.arrow_dataset.Dataset._map_single"), or null when it hashed nothing
-    result          the result fingerprint (null when the call raised)
-    parents         list of parent fingerprints (several for concatenate_datasets; [] for roots)
-    output          which output of a multi-output call ("train"/"test" of train_test_split,
-                    the split of a builder's DatasetDict), else null
-    internal        true for calls `datasets` makes itself (set_format inside map, the per-shard
-                    select of num_proc maps, ...); hidden by default
-    call_site       {"file", "line", "function"}: the first frame outside datasets and cachetool
-    function        {"qualname", "file", "line", "source_hash", "code_hash", "by_reference",
-                    "deps"} of the user's function, or null. `source_hash` is "sha256:<16 hex>" of
-                    its source text ("code:<16 hex>" without source); `code_hash` hashes its
-                    bytecode, constants and names but not line numbers (a moved function or an
-                    edited comment keeps it); `by_reference` is true when `datasets` pickles it by
-                    module and name (a function of an importable module), so editing it keeps the
-                    fingerprint; `deps` lists the functions of the user's own modules it reaches
-                    through its globals that are pickled by reference, each {"qualname", "file",
-                    "line", "source_hash", "code_hash"} (at most 16). [added: code_hash,
-                    by_reference, deps]
-    args            {name: {"digest", "repr", "type", "summary"?}}: per hashed argument its
-                    `Hasher` digest (null when not hashed), a short safe repr of small plain
-                    values (else null) and its type name. `summary` (only in records of steps
-                    that computed their result, cache "miss"/"partial", or fell back to a random
-                    fingerprint; not for plain scalars) is a bounded hash tree of the argument in
-                    the node format of `cachetool.fingerprint.tree` (keys l, t, d, s, r, e, o, x,
-                    c): three levels at most, reprs of at most 48 characters, at most 2.5 kB of
-                    JSON per argument (deeper levels are dropped to fit). [added: summary]
-    random_fallback null, or {"argument": name or null (the transform itself), "error": text,
-                    "error_type": name, "predictable": true when drawn from Python's global
-                    `random`, datasets < 2.17}: `datasets` could not hash and used a random fingerprint
-                    [added: predictable]
-    fingerprint_given  true when the caller passed `new_fingerprint=` (no hashing took place)
-    files           [{"path", "size", "status": "written" | "reused"}]: cache files the call
-                    produced (result files that its parents do not have)
-    cache           "hit" (every output file existed), "partial" (some num_proc shards existed),
-                    "miss", or "none" (the call writes no file: in memory, select, remove_columns)
-    in_memory       the result has no cache file
-    root            the cache root whose ledger holds the record
-    split           the dataset's split, if any
-    source          roots only: {"kind": "builder", "builder", "config", "relative_data_dir",
-                    "split", "data_files": [{"split", "path", "size", "mtime"}] (local data files
-                    at load time, at most 16) [added: data_files]} |
-                    {"kind": "saved", "path", "state_fingerprint"} |
-                    {"kind": "in-memory", "constructor"}; saves: {"kind": "saved", "path"}
-    error           null, or "ExceptionType: message" when the call raised
-    resumed         maps only, when set: {"rows", "of", "run"}: `rows` of the result's `of` rows
-                    were reused from the `tmp*` files the killed run(s) `run` left [added]
-    compute         steps that computed (cache "miss"/"partial") and that the user called, when
-                    set: {"wall", "cpu"}: seconds of wall-clock time, and of CPU time of the
-                    process and of the worker processes it ran (`num_proc`) [added]
-
-Types (a record whose field has another type is skipped): `v`, `seq`, `pid`, sizes and lines are
-integers; `time`, `duration`, `mtime` finite numbers; `parents`, `aliases`, `paths` lists of
-strings; `files` of a step a list of objects with a string `path`; `internal`, `in_memory`,
-`fingerprint_given`, `by_reference`, `truncated` true/false; `cache` one of the four values; the
-other scalar fields strings or null. Classes: `TransformRecord`, `RootRecord`, `SaveRecord`,
-`CheckpointRecord` (all `StepRecord`), `SourceRecord`, `GcRecord`.
-
-Source records (`"type": "source"`, `"internal": true`, `"result": null`) carry the text of a user
-function (or of a helper it calls) named by a record's `function` field, written once per process
-and root, before the first record that names it: {"hash" (its source_hash), "qualname", "file",
-"line", "text" (at most 20,000 characters), "truncated"}. `cachetool explain` diffs two of them
-to show the line that changed.
-
-Gc records (`"type": "gc"`, written by `cachetool gc` after each removal and by `cachetool verify
---quarantine` after each move, `GcRecord`) carry no `result`: {"action": "removed" or
-"quarantined" (then "moved_to": where each path went), "fingerprint" (or null: leftovers have
-none), "aliases", "kind" (the entry kind), "path" (the first removed path), "paths" (every
-removed file or folder), "size" (bytes freed), "files" (the *number* of files freed), "reason",
-"dataset"}.
-
-Run records (`cachetool.history.runs` reads them): `"run-start"` (`RunStartRecord`: {"argv", "cwd"},
-in the cache root's ledger when tracing starts), `"run-end"` (`RunEndRecord`, in every root the run
-wrote to, at exit: {"status", "exception", "message", "step"} under `cachetool run`, the exit
-status, the uncaught exception and the `seq` of the step it came out of) and `"step-start"`
-(`StepStartRecord`: {"operation", "parents", "call_site", "split", "paths", "before"}, the step's
-`seq`, written when a step begins to compute): a run killed in a step has a start and no end, and a
-step start without its step record.
-
-Compacted segments (`cachetool.history.compact`, `compacted-<time>-<pid>.jsonl`) start with a
-`"compaction"` record (`CompactionRecord`: {"replaces": [[segment name, size], ...]}: readers skip
-those segments while they keep that size) and hold `"run-summary"` records (`RunSummaryRecord`,
-`internal`: {"argv", "runs", "steps", "hits", "misses", "partial", "no_file", "failed", "saves",
-"miss_seconds", "bytes_written", "other", "fps": {fp: [last use, records, hits, misses,
-random]}}) for the runs they folded away, then gc records and the step records they kept whole.
-
-Checkpoint events (`"type": "checkpoint"`, `CheckpointRecord`, only in events files) are steps:
-`transform` is the checkpoint's name, `result` the object's digest, `args.value` its repr.
-
-The determinism runner's events file (`CACHETOOL_TRACE_EVENTS`) holds the same dicts, each with its
-`seq`, plus `"tree"` per argument when `CACHETOOL_TRACE_TREES=1`.
+How the ledger is kept, and its record schema: docs/ledger.md.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,25 +43,21 @@ MAX_SEGMENT_BYTES = 256 * 1024 * 1024
 
 
 def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
-    """Segment files of `root` (own ledger and user fallback), in name order; a segment a
-    compacted segment replaces is left out while it still has the size it was read at (a
-    compaction that was killed before removing it)."""
+    """Segment files of `root` (own ledger and user fallback), in name order (`segments_in`)."""
     for d in ledger_dirs(root):
-        try:
-            names = sorted(n for n in os.listdir(d) if n.endswith(SEGMENT_SUFFIX))
-        except OSError:
-            continue
-        replaced = replaced_segments(d, [n for n in names if n.startswith(COMPACTED_PREFIX)])
-        for n in names:
-            if not still_replaced(d / n, replaced):
-                yield d / n
+        yield from segments_in(d)
 
 
-def still_replaced(path: Path, replaced: dict[str, int]) -> bool:
-    """The segment at `path` is one a compacted segment replaces and still has the size it was
-    read at (a compaction killed before removing it): readers skip it, the next compaction
-    removes it."""
-    return path.name in replaced and segment_size(path) == replaced[path.name]
+def segments_in(folder: Path) -> list[Path]:
+    """The segment files of one ledger folder, in name order; a segment a compacted segment
+    replaces is left out while it still has the size it was read at (a compaction killed before
+    removing it: the next compaction removes it)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX))
+    except OSError:
+        return []
+    replaced = replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)])
+    return [folder / n for n in names if n not in replaced or segment_size(folder / n) != replaced[n]]
 
 
 def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
@@ -205,18 +66,10 @@ def replaced_segments(folder: Path, compacted: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for name in compacted:
         try:
-            fd = open_state(folder / name)
-        except OSError:
-            continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            with os.fdopen(os.dup(fd), "rb") as f:
+            with os.fdopen(open_state(folder / name), "rb") as f:
                 first = f.readline(MAX_LINE_BYTES)
-        except OSError:
+        except OSError:  # NotRegularFile included
             continue
-        finally:
-            os.close(fd)
         rec = _parse_line(folder / name, 1, first.rstrip(b"\n"), [], None)
         replaces = getattr(rec, "replaces", None) if rec is not None and rec.type == "compaction" else None
         out.update((n, size) for n, size in replaces or () if is_segment_name(n))
@@ -247,17 +100,11 @@ def _read_capped(path: Path, warnings: list[str]) -> bytes | None:
         warnings.append(f"{path}: {e.strerror or e}")
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            warnings.append(f"{path}: skipped: not a regular file")
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
+        with os.fdopen(fd, "rb") as f:
             data = f.read(MAX_SEGMENT_BYTES + 1)
     except OSError as e:
         warnings.append(f"{path}: {e.strerror or e}")
         return None
-    finally:
-        os.close(fd)
     if len(data) > MAX_SEGMENT_BYTES:
         cut = data.rfind(b"\n", 0, MAX_SEGMENT_BYTES) + 1
         warnings.append(
@@ -554,14 +401,6 @@ def read_ledger(root: str | os.PathLike[str]) -> Ledger:
     return Ledger.load(root, follow=False)
 
 
-def usage_by_fingerprint(root: str | os.PathLike[str] | Ledger) -> Mapping[str, Usage]:
-    """For each fingerprint the ledger of `root` mentions: last use, parent and operation.
-    Cheap when there is no ledger (one `listdir` per candidate folder) and returns `{}` then."""
-    if isinstance(root, Ledger):
-        return root.usage()
-    return read_ledger(root).usage()
-
-
 def gc_records(root: str | os.PathLike[str]) -> list[GcRecord]:
     """Every gc record of `root`, oldest first."""
     return read_ledger(root).gc_records()
@@ -587,19 +426,25 @@ def resolve_in_root(
     return resolve(name, report, ledger), report, ledger
 
 
-def roots_recording(root: Path, name: str) -> list[str]:
-    """The other known roots whose ledger records a step result `name` (a fingerprint or its
-    prefix, a cache file's name) names: a `save_to_disk` folder, a folder a map wrote its
-    `cache_file_name=` in, another cache. Sorted; empty for a path or an empty name. Read only
-    when `name` is not found in `root`: every known root's ledger is read."""
+@contextmanager
+def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
+    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when other known
+    roots record a step result `name` (a fingerprint or its prefix, a cache file's name) names:
+    a `save_to_disk` folder, a folder a map wrote its `cache_file_name=` in, another cache. The
+    message names them and `cachetool COMMAND NAME --cache-dir <it>`. Only then is every known
+    root's ledger read; never for a path or the empty name (every fingerprint starts with it)."""
     from cachetool.cache.lookup import cache_file_key
+    from cachetool.errors import InAnotherRoot, UnknownFingerprint
 
-    key = cache_file_key(name)
-    if os.sep in name or not key:  # a path; or the empty name, which every fingerprint starts with
-        return []
-    ledger = Ledger.load(root, all_roots=True)
-    return sorted(
-        {
+    try:
+        yield
+    except UnknownFingerprint as e:
+        key = cache_file_key(name)
+        # a recorded-only fingerprint says so already
+        if type(e) is not UnknownFingerprint or os.sep in name or not key:
+            raise
+        ledger = Ledger.load(root, all_roots=True)
+        others = {
             r.read_from
             for r in ledger.records
             if isinstance(r, StepRecord)
@@ -608,22 +453,6 @@ def roots_recording(root: Path, name: str) -> list[str]:
             and r.result is not None
             and r.result.startswith(key)
         }
-    )
-
-
-@contextmanager
-def named_elsewhere(root: Path, name: str, command: str) -> Iterator[None]:
-    """Turn an `UnknownFingerprint` of `name` in `root` into `InAnotherRoot` when another known
-    root records it (`roots_recording`): the message names that root and
-    `cachetool COMMAND NAME --cache-dir <it>`."""
-    from cachetool.errors import InAnotherRoot, UnknownFingerprint
-
-    try:
-        yield
-    except UnknownFingerprint as e:
-        if type(e) is not UnknownFingerprint:  # a recorded-only fingerprint says so already
-            raise
-        others = roots_recording(root, name)
         if not others:
             raise
-        raise InAnotherRoot(name, root, others, command) from None
+        raise InAnotherRoot(name, root, sorted(others), command) from None

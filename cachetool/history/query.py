@@ -1,11 +1,6 @@
-"""Lineage: the graph of recorded steps (fingerprints as nodes, recorded calls as edges), a
-fingerprint as lineage shows it (`Step`), and the answer of `cachetool lineage` (`LineageView`).
-
-The graph is built from ledger records (`cachetool.history.ledger`) of one or more roots; lineage
-crosses roots (a saved folder's `load_from_disk` record names the fingerprint in `state.json`,
-whose own record lives in the cache root it was computed in). `lineage(root, fingerprint)` is the
-chain from its source(s) to it; `descendants=True` the tree of what was made from it; `all=True`
-every branch of its dataset (the forest of its sources).
+"""Lineage (`cachetool lineage`): the graph of recorded steps, fingerprints as nodes and recorded
+calls as edges, across roots (a saved folder's parent lives in the cache root it was computed in);
+a fingerprint as lineage shows it (`Step`), and the answer (`LineageView`).
 """
 
 from __future__ import annotations
@@ -377,11 +372,10 @@ def load_graph(
     *,
     include_internal: bool = False,
     warnings: list[str] | None = None,
-    all_roots: bool = False,
 ) -> LineageGraph:
     """The lineage graph of `root` (a loaded `Ledger`, or a root to load), with the origins of
-    parents recorded in other roots; every known root with `all_roots`."""
-    ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
+    parents recorded in other roots."""
+    ledger = root if isinstance(root, Ledger) else Ledger.load(root)
     if warnings is not None:
         warnings.extend(ledger.warnings)
     return LineageGraph(ledger.records, include_internal=include_internal, root=os.fspath(ledger.root))

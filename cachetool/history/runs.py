@@ -1,12 +1,8 @@
 """How a traced run ended: closed normally, still running, or killed, and the step it was in.
 
-The tracer writes a `RunStartRecord` when a run starts, a `StepStartRecord` when a step begins to
-compute (a cache miss, before it writes), the step's own record when it ends (same `run` and
-`seq`), and a `RunEndRecord` at exit. A SIGKILL (the OOM killer, a job scheduler, `kill -9`)
-writes nothing more: a run with a start and no end, whose process is gone, was killed; a step
-start without its step record is the step that was running, and the unfinished files in its
-output folder (datasets writes `tmpXXXXXXXX` there and renames it when the step ends) are what it
-had written. Runs recorded before these records existed say nothing here.
+A SIGKILL writes nothing more: a run with a `RunStartRecord` and no `RunEndRecord`, whose process
+is gone, was killed; a `StepStartRecord` without its step record (same `run` and `seq`) is the
+step that was running, and datasets' `tmp*` files in its output folder are what it had written.
 """
 
 from __future__ import annotations

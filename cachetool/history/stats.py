@@ -1,32 +1,6 @@
-"""How well the cache works, from the ledger: hits, misses, time lost to recomputation (`ccache -s`).
-
-Counts come from the recorded steps (transform calls and source datasets; internal calls that
-`datasets` makes itself are left out): a *hit* reused every output file, a *miss* computed at
-least one (a `num_proc` step that reused some shards is a partial miss). Steps that write no
-file (in-memory datasets, `select` with a list, `remove_columns`) are counted as steps, not as
-hits or misses. *Recompute time* is the recorded duration of misses of steps that had run
-before (same call site in an earlier run, or the same fingerprint): the time a better-kept
-cache would have saved; first runs are not lost time. Steps that ran without a persistent cache (a map of an
-in-memory dataset, `keep_in_memory=True`, `disable_caching()`, `load_from_cache_file=False`) run
-again every time: they are counted apart, and from their second run on their time is lost too.
-
-A ledger on a shared file system merges the records of every node (each process appends its own
-segment), and two questions only the merge answers: *where* ("computed on node-3, loaded on
-node-7, node-9", said only when more than one host appears in the records of a fingerprint:
-`where_sentence`), and *waste*: two runs that computed the same fingerprint at overlapping times
-both paid for it, one result thrown away (the last rename wins); `stats` reports each such
-overlap and the time lost, every computation but the longest (`concurrent_computations`).
-
-*Hours* use each step's recorded compute time (`StepRecord.compute`: wall, and CPU with the
-`num_proc` workers; a record without one counts its duration as wall time): those recomputed
-because of nondeterminism (a miss whose call site and input had an earlier result under another
-fingerprint, for a reason `explain` calls nondeterministic: `NONDETERMINISM`), per culprit and per
-call site; and those given back by resume (a `resumed` part: the reused rows at the rate the step
-computed the rest) and by re-key (a `rekeyed` part: the earlier result's compute time, less the
-step's own).
-
-`zero_stats(root)` starts a new counting period, as `ccache -z` does, without deleting a record:
-it writes the time into `<root>/.cachetool/stats.json`, and later reports count from there.
+"""How well the cache works, from the ledger (`cachetool stats`, as `ccache -s`): hits, misses,
+time lost to recomputation, hours lost to nondeterminism and given back, work two hosts did twice,
+and the counting period `zero_stats` starts. What each number counts: docs/explain.md.
 """
 
 from __future__ import annotations
@@ -35,7 +9,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -225,17 +199,13 @@ def concurrent_computations(records: Iterable[Any]) -> tuple[ConcurrentComputati
                 end = max(end, r.time + r.duration)
                 continue
             if len({c.run for c in cluster}) > 1:
-                out.append(_overlap(fp, cluster))
+                # One run may compute a state twice in a row (a loop): each record is one computation.
+                comps = tuple(Computation(c.run, c.host, c.pid, c.time, c.duration) for c in cluster)
+                out.append(ConcurrentComputation(fp, cluster[0].operation, comps))
             if r is not None:
                 cluster, end = [r], r.time + r.duration
     out.sort(key=lambda c: (-c.lost_seconds, c.fingerprint))
     return tuple(out)
-
-
-def _overlap(fp: str, cluster: Sequence[StepRecord]) -> ConcurrentComputation:
-    # One run may compute a state twice in a row (a loop): its own records are one computation each.
-    comps = tuple(Computation(r.run, r.host, r.pid, r.time, r.duration) for r in cluster)
-    return ConcurrentComputation(fp, cluster[0].operation, comps)
 
 
 def where_sentence(records: Iterable[Any]) -> str | None:
@@ -287,14 +257,16 @@ def recompute_costs(records: Iterable[LedgerRecord]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Hours:
-    """Compute time of some steps: wall seconds, and CPU seconds (of the steps that recorded it)."""
+    """Compute time of some steps: wall seconds, CPU seconds (of the steps that recorded it), and
+    the rows reused (time given back by resume)."""
 
     steps: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    rows: int = 0
 
-    def plus(self, wall: float, cpu: float | None) -> Hours:
-        return Hours(self.steps + 1, self.seconds + wall, self.cpu_seconds + (cpu or 0.0))
+    def plus(self, wall: float, cpu: float | None = None, rows: int = 0) -> Hours:
+        return Hours(self.steps + 1, self.seconds + wall, self.cpu_seconds + (cpu or 0.0), self.rows + rows)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -341,23 +313,11 @@ class Nondeterminism:
 
 
 @dataclass(frozen=True)
-class Back:
-    """Compute time given back to some steps (by resume: and the rows reused)."""
-
-    steps: int = 0
-    seconds: float = 0.0
-    rows: int = 0
-
-    def plus(self, seconds: float, rows: int = 0) -> Back:
-        return Back(self.steps + 1, self.seconds + seconds, self.rows + rows)
-
-
-@dataclass(frozen=True)
 class GivenBack:
     """Compute time given back by resume and by re-key."""
 
-    resume: Back = Back()
-    rekey: Back = Back()
+    resume: Hours = Hours()
+    rekey: Hours = Hours()
 
     @property
     def seconds(self) -> float:
@@ -632,7 +592,9 @@ def _given_back(back: GivenBack, rec: StepRecord, computed: dict[object, StepRec
         left = rec.resumed.of - rec.resumed.rows
         back = replace(
             back,
-            resume=back.resume.plus(wall * rec.resumed.rows / left if left > 0 else 0.0, rec.resumed.rows),
+            resume=back.resume.plus(
+                wall * rec.resumed.rows / left if left > 0 else 0.0, rows=rec.resumed.rows
+            ),
         )
     if rec.rekeyed is not None:
         earlier = computed.get(rec.rekeyed.source) or computed.get((site, rec.parents))

@@ -93,10 +93,10 @@ def list_pins(root: str | os.PathLike[str], *, entries: bool = True) -> tuple[Pi
     if entries and pins:
         from cachetool.cache.dirs import enclosing_root
         from cachetool.cache.scan import scan_cache
-        from cachetool.history.ledger import usage_by_fingerprint
+        from cachetool.history.ledger import read_ledger
         from cachetool.maintenance.liveness import scan_in_use
 
-        usage = usage_by_fingerprint(enclosing_root(root_path))
+        usage = read_ledger(enclosing_root(root_path)).usage()
         for entry in scan_cache(root_path, usage=usage, liveness=scan_in_use).entries:
             for fp in (entry.fingerprint, *entry.aliases):
                 if fp in pins:

@@ -19,19 +19,8 @@ from cachetool.history.records.steps import StepRecord
 from cachetool.history.runs import Failure, Interruption
 from cachetool.safejson import json_fields, json_value
 
-#: What differs between a step and the sibling it is compared with: an argument's value
-#: (``fn_kwargs['threshold']`` 0.5 → 0.6); another function; the function's code (with the lines);
-#: the same function from another file; ``nondeterministic`` (the same code hashes differently by
-#: itself); ``cache-state`` (an object an earlier step changed while it ran, computed in one run
-#: and loaded in the other); ``non-semantic`` arguments only (``writer_batch_size``); a ``random``
-#: fingerprint; another ``new_fingerprint=``; the ``source`` dataset; the ``input`` changed upstream
-#: with no recorded step saying why; another ``datasets`` release (``versions``);
-#: ``same-fingerprint`` (the cache file was gone); ``concurrent`` (another run computed it at the
-#: same time); ``killed-before`` (an earlier run was killed in the step); ``first-run``;
-#: ``unexplained``; ``resumed`` (besides the others: the map reused the rows its killed attempt
-#: had written); ``rekeyed`` (besides the others: an equivalent earlier
-#: result, proven on sampled batches, was written under the new fingerprint). A change upstream
-#: names its step (`Reason.upstream`).
+#: What differs between a step and the sibling it is compared with (each kind: docs/explain.md);
+#: `resumed` and `rekeyed` come besides the others. A change upstream names its step (`Reason.upstream`).
 ReasonKind = Literal[
     "argument",
     "function",

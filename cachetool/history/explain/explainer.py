@@ -27,7 +27,6 @@ from cachetool.history.explain.reasons import (
     same_fingerprint_reason,
 )
 from cachetool.history.explain.stale import (
-    Upstream,
     derived_hit,
     stale_for_hit,
     stale_hits,
@@ -134,8 +133,8 @@ def resolve_fingerprint(view: LedgerView, name: str) -> str:
     fingerprints that is (after `load_from_disk`, the alias)."""
     from cachetool.history.ledger import named_elsewhere, resolve_in_root
 
-    with named_elsewhere(Path(view.root), name, "explain"):
-        return resolve_in_root(view.root, name, view.ledger)[0].recorded_as(view.by_result)
+    with named_elsewhere(view.ledger.root, name, "explain"):
+        return resolve_in_root(view.ledger.root, name, view.ledger)[0].recorded_as(view.by_result)
 
 
 @dataclass(frozen=True)
@@ -221,7 +220,7 @@ def explain_fingerprint(
     stale += tuple(
         s for s in stale_hits(root, view=view, only=fp) if s.reused_at is None or s.derived_from is not None
     )
-    found = _removing_all(Upstream(view), stale, view.root)
+    found = _removing_all(view, stale)
     if found:
         # What was made from it is stale too, and only the whole ledger knows all of it.
         whole = next((s for s in stale_hits(root) if s.fingerprint == fp), None)
@@ -237,7 +236,7 @@ def explain_fingerprint(
         run_time=target.time,
         loaded=sum(r.cache == "hit" for r in recs),
         stale=found,
-        warnings=view.warnings,
+        warnings=view.ledger.warnings,
     )
 
 
@@ -268,7 +267,7 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
     """The id of the most recent recorded run of this root (of `script`, when given): the run of
     the latest step, or a later run that started and never ended (killed, or still running,
     before its first step: in `load_dataset`'s own build, which records no step start)."""
-    root = os.path.abspath(os.fspath(view.root))
+    root = os.fspath(view.ledger.root)
     wanted = os.path.realpath(os.fspath(script)) if script is not None else None
     best: tuple[float, str] | None = None
     for rec in view.steps:  # this root's, with --all-roots too (those compare, they are not run)
@@ -301,20 +300,15 @@ def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
 
 
 def explain_run(
-    root: str | os.PathLike[str],
-    run: str | None = None,
-    *,
-    script: str | os.PathLike[str] | None = None,
-    view: LedgerView | None = None,
-    all_roots: bool = False,
+    root: str | os.PathLike[str], *, script: str | os.PathLike[str] | None = None, all_roots: bool = False
 ) -> ExplainReport:
-    """Every step of a run that computed its result, each with its reason ("first time this step
-    ran" when there is nothing to compare with), and the stale hits of the run. The latest run
-    of the root (or of `script`) unless `run` names one.
+    """Every step of the latest run of the root (or of `script`) that computed its result, each
+    with its reason ("first time this step ran" when there is nothing to compare with), and the
+    stale hits of the run.
 
     The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
-    view = view or load_view(root, all_roots=all_roots)
-    run_id = run or last_run(view, script)
+    view = load_view(root, all_roots=all_roots)
+    run_id = last_run(view, script)
     # The run's steps in the other roots the view read (a save_to_disk folder the run mapped in
     # after load_from_disk; the cache root its saved data came from): their stale results count.
     every = sorted((r for r in view.steps if r.run == run_id), key=lambda r: r.seq)
@@ -326,7 +320,6 @@ def explain_run(
         raise _no_records(root, f"records of run {run_id}")
     steps = []
     stale: dict[str, StaleHit] = {}
-    upstream = Upstream(view)
     uncached: list[UncachedStep] = []
     loaded = 0
     for rec in every:
@@ -337,7 +330,7 @@ def explain_run(
                 uncached.append(UncachedStep(StepRef.of(rec), reason, rec.duration))
         elif rec.cache == "hit":
             loaded += own
-            for s in stale_for_hit(view, rec) or _derived_for_hit(view, upstream, rec, stale):
+            for s in stale_for_hit(view, rec) or _derived_for_hit(view, rec, stale):
                 stale.setdefault(s.fingerprint, s)
         elif own and (rec.computed or rec.random_fallback is not None):
             steps.append(explain_record(view, rec))
@@ -348,32 +341,33 @@ def explain_run(
         run=run_id,
         run_time=min(r.time for r in records) if records else min(starts),
         loaded=loaded,
-        stale=_removing_all(upstream, stale.values(), view.root),
-        warnings=view.warnings,
+        stale=_removing_all(view, stale.values()),
+        warnings=view.ledger.warnings,
         uncached=tuple(uncached),
         interrupted=interrupted,
         failed=failed,
     )
 
 
-def _derived_for_hit(
-    view: LedgerView, upstream: Upstream, hit: StepRecord, stale: Mapping[str, StaleHit]
-) -> list[StaleHit]:
+def _derived_for_hit(view: LedgerView, hit: StepRecord, stale: Mapping[str, StaleHit]) -> list[StaleHit]:
     """A hit of a result made from a stale result upstream (`stale`: those of the run so far)."""
     fp = hit.result
     comp = view.computing(fp, before=hit.time) if fp is not None else None
     if fp is None or comp is None:
         return []
-    cause = stale_input(view, upstream, fp, comp.time, stale)
+    cause = stale_input(view, fp, comp.time, stale)
     return [derived_hit(fp, comp, hit.file_paths, cause, hit)] if cause is not None else []
 
 
-def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> tuple[StaleHit, ...]:
+def _removing_all(view: LedgerView, found: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
     """`found`, deduplicated, each hint removing every stale entry of the report in its cache
-    root (`root` unless found in another) that still exists: one gc command per root, since gc
+    root (the view's unless found in another) that still exists: one gc command per root, since gc
     takes one `--cache-dir`."""
-    root_abs = os.path.abspath(os.fspath(root))
-    items = with_removals(upstream, (replace(s, root=s.root or root_abs) for s in _dedupe(found)))
+    root = os.fspath(view.ledger.root)
+    unique: dict[tuple[str, float | None], StaleHit] = {}
+    for s in found:
+        unique.setdefault((s.fingerprint, s.reused_at), replace(s, root=s.root or root))
+    items = with_removals(view, unique.values())
     where = {s.fingerprint: s.root for s in items}
     out = []
     for s in items:
@@ -381,10 +375,3 @@ def _removing_all(upstream: Upstream, found: Iterable[StaleHit], root: Path) -> 
         sources = any(x.source for x in items if x.fingerprint in every)
         out.append(replace(s, remove=every or s.remove, remove_sources=sources))
     return tuple(out)
-
-
-def _dedupe(items: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
-    out: dict[tuple[str, float | None], StaleHit] = {}
-    for s in items:
-        out.setdefault((s.fingerprint, s.reused_at), s)
-    return tuple(out.values())

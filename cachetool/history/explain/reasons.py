@@ -16,6 +16,7 @@ from cachetool.history.records.steps import StepRecord
 
 if TYPE_CHECKING:
     from cachetool.fingerprint.diff import Culprit
+    from cachetool.fingerprint.tree import HashNode
 
 #: Arguments `datasets` hashes that do not change the data a step produces.
 NON_SEMANTIC = frozenset(
@@ -240,22 +241,25 @@ def _repr(entry: ArgInfo | None) -> str:
 
 def _value_reasons(view: LedgerView, new_rec: StepRecord, old_rec: StepRecord, name: str) -> list[Reason]:
     """An argument other than the function changed: name the part, with its values."""
+    found = _culprit_reasons(view, new_rec, old_rec, name)
+    return found or [_changed(name, name, _repr(old_rec.arg(name)), _repr(new_rec.arg(name)))]
+
+
+def _culprit_reasons(view: LedgerView, new: StepRecord, old: StepRecord, name: str) -> list[Reason] | None:
+    """What the part of argument `name` that differs is, as their recorded summaries say (None
+    when they do not), one reason per place where it differs in several (a frozenset on an
+    attribute and a set literal in a method of one object; a part present in one run only, an
+    item appended, is said of what holds it; places that all differ below what the ledger keeps,
+    of what holds them)."""
     from cachetool.fingerprint.diff import diff_trees
     from cachetool.fingerprint.tree import as_node
 
-    old, new = old_rec.args.get(name), new_rec.args.get(name)
-    if old is not None and new is not None and old.summary is not None and new.summary is not None:
-        culprit = diff_trees(name, [as_node(old.summary), as_node(new.summary)])
-        if culprit is not None:
-            return _culprit_reasons(view, new_rec, old_rec, culprit)
-    return [_changed(name, name, _repr(old), _repr(new))]
-
-
-def _culprit_reasons(view: LedgerView, new: StepRecord, old: StepRecord, culprit: Culprit) -> list[Reason]:
-    """What the part of an argument that differs is, one reason per place where it differs in
-    several (a frozenset on an attribute and a set literal in a method of one object; a part
-    present in one run only, an item appended, is said of what holds it; places that all differ
-    below what the ledger keeps, of what holds them)."""
+    a, b = old.arg(name), new.arg(name)
+    if a is None or b is None or a.summary is None or b.summary is None:
+        return None
+    culprit = diff_trees(name, [as_node(a.summary), as_node(b.summary)])
+    if culprit is None:
+        return None
     places = culprit.parts if culprit.parts and all(p.kind != "added" for p in culprit.parts) else ()
     reasons = [_part_reason(view, new, old, part) for part in places or (culprit,)]
     if places and all(r.kind == "argument" and r.before is None for r in reasons):
@@ -302,13 +306,23 @@ def _part_reason(
     return changed
 
 
-def _summary_stops_at(view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]) -> bool:
-    """Whether the recorded summary of `argument` stops at `path`: what differs lies below it."""
+def _summary_node(
+    view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]
+) -> tuple[HashNode, HashNode] | None:
+    """The recorded summary of `argument` (`rec`'s, or that of the computation it reused) and its
+    node at `path`, when there is one."""
     from cachetool.fingerprint.tree import as_node, node_at
 
     arg = view.with_summaries(rec).arg(argument)
-    node = node_at(as_node(arg.summary), path) if arg is not None and arg.summary is not None else None
-    return node is not None and "x" in node
+    tree = as_node(arg.summary) if arg is not None and arg.summary is not None else None
+    node = node_at(tree, path) if tree is not None else None
+    return (tree, node) if tree is not None and node is not None else None
+
+
+def _summary_stops_at(view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]) -> bool:
+    """Whether the recorded summary of `argument` stops at `path`: what differs lies below it."""
+    got = _summary_node(view, rec, argument, path)
+    return got is not None and "x" in got[1]
 
 
 def _cache_state(
@@ -320,17 +334,11 @@ def _cache_state(
     (check-determinism's cache-state cause). None otherwise. The object is recognised as
     check-determinism recognises it (`part_key`), in this step's tree of either run."""
     from cachetool.fingerprint.diff import render_path, state_change_hint
-    from cachetool.fingerprint.tree import as_node, node_at, part_key, part_keys, types_on_path
+    from cachetool.fingerprint.tree import as_node, part_key, part_keys, types_on_path
 
     if new.run == old.run:
         return None
-    nodes = []
-    for rec in (new, old):
-        arg = view.with_summaries(rec).arg(argument)
-        tree = as_node(arg.summary) if arg is not None and arg.summary is not None else None
-        node = node_at(tree, path) if tree is not None else None
-        if tree is not None and node is not None:
-            nodes.append((tree, node))
+    nodes = [got for rec in (new, old) if (got := _summary_node(view, rec, argument, path))]
     keys = {part_key(path[-1] if path else "", node, len(path)) for _, node in nodes} - {None}
     if not keys:
         return None
@@ -400,19 +408,11 @@ def _same_code_reasons(
 ) -> list[Reason]:
     """The function's code is the same, yet it hashes differently: the part of its hash tree
     that differs, or what varies from process to process."""
-    from cachetool.fingerprint.diff import diff_trees
-    from cachetool.fingerprint.tree import as_node
-
-    sa, sb = (a.summary if (a := r.arg("function")) is not None else None for r in (old, new))
-    culprit = None
-    if sa is not None and sb is not None:
-        culprit = diff_trees("function", [as_node(sa), as_node(sb)])
-    if culprit is None:
-        hint = (
-            "its source is unchanged, yet it hashes differently: something it references is built at run time"
-        )
-        return [_nondeterministic("function", "function", f"function {qualname!r}", hint)]
-    return _culprit_reasons(view, new, old, culprit)
+    found = _culprit_reasons(view, new, old, "function")
+    if found is not None:
+        return found
+    hint = "its source is unchanged, yet it hashes differently: something it references is built at run time"
+    return [_nondeterministic("function", "function", f"function {qualname!r}", hint)]
 
 
 def _on_other_host(other: StepRecord, rec: StepRecord) -> str:

@@ -1,11 +1,6 @@
-"""Stale cache hits: entries computed by code that has changed since; and the source texts of user
-functions compared (the lines that changed, a function found in a module's text, comments and
-blank lines ignored).
-
-A function imported from the user's own module is pickled by reference, so editing it keeps the
-fingerprint and `datasets` reuses the old result. `stale_hits(root)` finds cache entries whose
-computing code (the function, or a helper it calls) changed since: by a later recorded run, or in
-the source file on disk now.
+"""Stale cache hits: entries computed by code of the user's own modules that has changed since
+(`datasets` hashes it by name), found by a later recorded run or in the source file on disk now;
+and source texts compared (the lines that changed; comments and blank lines ignored).
 """
 
 from __future__ import annotations
@@ -16,14 +11,13 @@ import io
 import os
 import textwrap
 import tokenize
-from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef, strip_module
-from cachetool.history.explain.view import LedgerView, first_line, load_view
+from cachetool.history.explain.view import LedgerView, load_view
 from cachetool.history.records.parts import FunctionInfo, FunctionRef
 from cachetool.history.records.steps import StepRecord
 
@@ -98,58 +92,24 @@ def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
 _Cause = tuple[StepRef, float | None]
 
 
-class Upstream:
-    """The recorded ancestors of fingerprints, nearest first (memoised: a whole root asks for
-    every entry's)."""
-
-    def __init__(self, view: LedgerView) -> None:
-        self.view = view
-        self._memo: dict[str, tuple[str, ...]] = {}
-        self._on_disk: dict[int, bool] = {}
-
-    def changed_on_disk(self, rec: StepRecord, files: dict[str, str | None]) -> bool:
-        """The code of `rec`'s function (its by-reference parts) differs on disk now (`files`:
-        the source files read so far), once per record."""
-        found = self._on_disk.get(id(rec))
-        if found is None:
-            fn = rec.function
-            found = self._on_disk[id(rec)] = fn is not None and bool(_disk_changes(self.view, fn, files)[0])
-        return found
-
-    def _parents(self, fp: str) -> tuple[str, ...]:
-        rec = self.view.origin(fp)
-        return tuple(p for p in rec.parents if p != fp) if rec is not None else ()
-
-    def ancestors(self, fp: str) -> tuple[str, ...]:
-        found = self._memo.get(fp)
-        if found is None:
-            out: list[str] = []
-            seen = {fp}
-            queue = deque(self._parents(fp))
-            while queue:
-                x = queue.popleft()
-                if x not in seen:
-                    seen.add(x)
-                    out.append(x)
-                    queue.extend(self._parents(x))
-            found = self._memo[fp] = tuple(out)
-        return found
+def _changed_on_disk(view: LedgerView, rec: StepRecord) -> bool:
+    """The code of `rec`'s function (its by-reference parts) differs on disk now, asked once per
+    record (`verify --stale` asks of every entry's ancestors)."""
+    found = view.on_disk.get(id(rec))
+    if found is None:
+        fn = rec.function
+        found = view.on_disk[id(rec)] = fn is not None and bool(_disk_changes(view, fn)[0])
+    return found
 
 
 def stale_input(
-    view: LedgerView,
-    upstream: Upstream,
-    fp: str,
-    made_at: float,
-    stale: Mapping[str, StaleHit],
-    disk: dict[str, str | None] | None = None,
+    view: LedgerView, fp: str, made_at: float, stale: Mapping[str, StaleHit], disk: bool = False
 ) -> _Cause | None:
     """Why the result of `fp` made at `made_at` is stale although its own code is unchanged: the
     nearest ancestor whose result is stale (`stale`, by fingerprint; the step that made that one
     stale when it is derived itself), or whose result `fp` was made from was computed by code
-    that has changed since: recomputed later by other code, or (with `disk`, a cache of source
-    files read) other code on disk now."""
-    for anc in upstream.ancestors(fp):
+    that has changed since: recomputed later by other code, or (with `disk`) other code on disk now."""
+    for anc in view.ancestors(fp):
         found = stale.get(anc)
         if found is not None:
             return (found.derived_from, found.recomputed_at) if found.derived_from else (found.step, None)
@@ -160,7 +120,7 @@ def stale_input(
         fn = new.function if new is not None and new is not old else None
         if new is not None and fn is not None and _code_changes(view, old.function, fn):
             return StepRef.of(new), new.time
-        if disk is not None and upstream.changed_on_disk(old, disk):
+        if disk and _changed_on_disk(view, old):
             return StepRef.of(old), None
     return None
 
@@ -184,7 +144,7 @@ def derived_hit(
     )
 
 
-def with_removals(upstream: Upstream, found: Iterable[StaleHit]) -> list[StaleHit]:
+def with_removals(view: LedgerView, found: Iterable[StaleHit]) -> list[StaleHit]:
     """`found`, each with the stale entries made from it that still exist (`StaleHit.remove`):
     the hint removes them in one command."""
     found = list(found)
@@ -192,7 +152,7 @@ def with_removals(upstream: Upstream, found: Iterable[StaleHit]) -> list[StaleHi
     sources = {s.fingerprint for s in found if s.source}
     out = []
     for s in found:
-        family = [fp for fp in present if fp == s.fingerprint or s.fingerprint in upstream.ancestors(fp)]
+        family = [fp for fp in present if fp == s.fingerprint or s.fingerprint in view.ancestors(fp)]
         remove = tuple(dict.fromkeys([s.fingerprint, *family]))
         out.append(replace(s, remove=remove, remove_sources=bool(sources.intersection(remove))))
     return out
@@ -217,12 +177,10 @@ def stale_hits(
     The Python side of `cachetool verify --stale`."""
     view = view or load_view(root)
     root_abs = os.path.abspath(os.fspath(root))
-    upstream = Upstream(view)
     wanted = None if only is None else {only} if isinstance(only, str) else set(only)
-    scope = None if wanted is None else wanted.union(*(upstream.ancestors(fp) for fp in wanted))
+    scope = None if wanted is None else wanted.union(*(view.ancestors(fp) for fp in wanted))
     stale: dict[str, StaleHit] = {}
     entries: dict[str, tuple[StepRecord, tuple[str, ...], StepRecord | None]] = {}
-    disk_cache: dict[str, str | None] = {}
     for fp, recs in view.by_result.items():
         if scope is not None and fp not in scope:
             continue
@@ -240,7 +198,7 @@ def stale_hits(
             continue  # from a stale result at most, found below
         # The latest reuse by other code, if any.
         reused, found = next(((h, f) for h in reversed(later) if (f := stale_for_hit(view, h))), (None, []))
-        changes, checked = _disk_changes(view, comp.function, disk_cache)
+        changes, checked = _disk_changes(view, comp.function)
         if not checked:
             # The sources cannot be read here (another machine, a moved file): the runs decide.
             stale.update((s.fingerprint, s) for s in found)
@@ -249,24 +207,22 @@ def stale_hits(
         else:  # the code on disk is as it was; a value it reads is not on disk: the runs decide
             stale.update((s.fingerprint, s) for s in found if any(c.values for c in s.changes))
     # Ancestors before descendants: an ancestor has fewer ancestors than what is made from it.
-    for fp in sorted(entries, key=lambda x: len(upstream.ancestors(x))):
+    for fp in sorted(entries, key=lambda x: len(view.ancestors(x))):
         if fp in stale:
             continue
         comp, files, reused = entries[fp]
-        cause = stale_input(view, upstream, fp, comp.time, stale, disk_cache)
+        cause = stale_input(view, fp, comp.time, stale, disk=True)
         if cause is not None:
             stale[fp] = derived_hit(fp, comp, files, cause, reused)
     out = sorted(stale.values(), key=lambda s: (s.computed_at or 0.0, s.fingerprint))
     if wanted is not None:
         out = [s for s in out if s.fingerprint in wanted]
-    return with_removals(upstream, (replace(s, root=root_abs) for s in out))
+    return with_removals(view, (replace(s, root=root_abs) for s in out))
 
 
-def _disk_changes(
-    view: LedgerView, fn: FunctionInfo, files: dict[str, str | None]
-) -> tuple[list[SourceChange], int]:
+def _disk_changes(view: LedgerView, fn: FunctionInfo) -> tuple[list[SourceChange], int]:
     """The by-reference parts of `fn` whose source on disk now differs from the recorded one, and
-    how many parts could be compared at all."""
+    how many parts could be compared at all (the files read are kept in `view.disk`)."""
     changes = []
     checked = 0
     for part in _by_reference_parts(fn):
@@ -274,6 +230,7 @@ def _disk_changes(
         path = part.file
         if recorded is None or path is None:
             continue
+        files = view.disk
         if path not in files:
             try:
                 files[path] = Path(path).read_text(encoding="utf-8")
@@ -284,14 +241,14 @@ def _disk_changes(
             continue
         qualname = str(part.qualname)
         local = strip_module(qualname, path) or qualname.split(".", 1)[-1]
-        current = function_source(text, local)
-        if current is None:
+        found = definition(text, local)
+        if found is None:
             continue
+        current, at = found
         checked += 1
         if tokens(current) == tokens(recorded):
             continue
-        start = first_line(part)
-        lines = diff_lines(recorded, current, start, def_line(text, local) or start)
+        lines = diff_lines(recorded, current, part.line or 1, at)
         changes.append(SourceChange(qualname, path, tuple(lines)))
     return changes, checked
 
@@ -303,9 +260,7 @@ def line_changes(sources: Mapping[str, str], fa: FunctionRef, fb: FunctionRef) -
     new_text = sources.get(str(fb.source_hash))
     if old_text is None or new_text is None:
         return []
-    start_old = first_line(fa)
-    start_new = first_line(fb)
-    return diff_lines(old_text, new_text, start_old, start_new)
+    return diff_lines(old_text, new_text, fa.line or 1, fb.line or 1)
 
 
 def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> list[LineChange]:
@@ -326,45 +281,22 @@ def diff_lines(old: str, new: str, start_old: int = 1, start_new: int = 1) -> li
     return out
 
 
-def _find_def(tree: ast.AST, qualname: str) -> ast.AST | None:
-    node: ast.AST = tree
-    for part in qualname.split("."):
-        found = None
-        for child in getattr(node, "body", ()):
-            if (
-                isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and child.name == part
-            ):
-                found = child
-        if found is None:
-            return None
-        node = found
-    return node
-
-
-def def_line(text: str, qualname: str) -> int | None:
-    try:
-        node = _find_def(ast.parse(text), qualname)
-    except SyntaxError:
-        return None
-    if node is None:
-        return None
-    decorators = getattr(node, "decorator_list", [])
-    return min([getattr(node, "lineno", 1), *(d.lineno for d in decorators)])
-
-
-def function_source(text: str, qualname: str) -> str | None:
+def definition(text: str, qualname: str) -> tuple[str, int] | None:
     """The source of the function `qualname` in a module's text, as `inspect.getsource` gives
-    it (decorators included), or None when it is not there any more."""
+    it (decorators included), and the line it starts at; None when it is not there any more."""
     try:
-        node = _find_def(ast.parse(text), qualname)
+        node: ast.AST = ast.parse(text)
     except SyntaxError:
         return None
-    if node is None or not hasattr(node, "end_lineno"):
-        return None
-    start = def_line(text, qualname) or 1
-    lines = text.splitlines(keepends=True)
-    return "".join(lines[start - 1 : getattr(node, "end_lineno", start)])
+    for part in qualname.split("."):
+        defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        found = [c for c in getattr(node, "body", ()) if isinstance(c, defs) and c.name == part]
+        if not found:
+            return None
+        node = found[-1]
+    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return "".join(text.splitlines(keepends=True)[start - 1 : node.end_lineno]), start
 
 
 def tokens(source: str) -> list[tuple[int, str]] | str:

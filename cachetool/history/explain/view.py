@@ -5,11 +5,12 @@ cache hit reused."""
 from __future__ import annotations
 
 import os
+from collections import deque
+from collections.abc import Callable
 
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunSummaryRecord, SourceRecord
-from cachetool.history.records.parts import FunctionRef
 from cachetool.history.records.steps import (
     RootRecord,
     StepRecord,
@@ -24,11 +25,9 @@ class LedgerView:
     """The records of a root (and of the roots its lineage reaches), indexed for comparisons."""
 
     def __init__(self, ledger: Ledger, *, all_roots: bool = False) -> None:
-        self.root = ledger.root
         self._root = os.fspath(ledger.root)  # compared as a string: `read_from` is normalized
         self.ledger = ledger
         self.all_roots = all_roots  # records of other roots count as this root's
-        self.warnings = tuple(ledger.warnings)
         self.sources: dict[str, str] = {}
         self.steps: list[StepRecord] = []
         self.by_result: dict[str, list[StepRecord]] = {}
@@ -63,6 +62,11 @@ class LedgerView:
                     self._by_key.setdefault(key, []).append(rec)
         self._earliest = sorted((t, run) for run, t in first.items())[:2]
         self._lineages: dict[int, tuple[object, ...]] = {}  # by id of a record of `steps`
+        self._ancestors: dict[str, tuple[str, ...]] = {}
+        #: Source files read (None: unreadable), and per record whether its function's code
+        #: differs on disk now (`cachetool.history.explain.stale`).
+        self.disk: dict[str, str | None] = {}
+        self.on_disk: dict[int, bool] = {}
 
     def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
         site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
@@ -84,24 +88,38 @@ class LedgerView:
         other = next((t for t, run in self._earliest if run != rec.run), None)
         return other is None or other >= rec.time
 
+    def _latest(self, fp: str | None, keep: Callable[[StepRecord], bool]) -> StepRecord | None:
+        """The latest record of result `fp` that `keep` keeps."""
+        return next((r for r in reversed(self.by_result.get(str(fp), ())) if keep(r)), None)
+
     def origin(self, fp: str, before: float | None = None) -> StepRecord | None:
         """The latest record that made `fp` (before `before`, when given)."""
-        best = None
-        for rec in self.by_result.get(fp, ()):
-            if fp in rec.parents:
-                continue
-            if before is not None and rec.time > before:
-                continue
-            best = rec
-        return best
+        return self._latest(fp, lambda r: fp not in r.parents and (before is None or r.time <= before))
+
+    def parents(self, fp: str) -> tuple[str, ...]:
+        rec = self.origin(fp)
+        return rec.parents if rec is not None else ()
+
+    def ancestors(self, fp: str) -> tuple[str, ...]:
+        """The recorded ancestors of `fp`, nearest first (memoised: a whole root asks for every
+        entry's)."""
+        found = self._ancestors.get(fp)
+        if found is None:
+            out: list[str] = []
+            seen = {fp}
+            queue = deque(self.parents(fp))
+            while queue:
+                x = queue.popleft()
+                if x not in seen:
+                    seen.add(x)
+                    out.append(x)
+                    queue.extend(self.parents(x))
+            found = self._ancestors[fp] = tuple(out)
+        return found
 
     def computing(self, fp: str, before: float | None = None) -> StepRecord | None:
         """The latest record that computed `fp`'s file (a miss), before `before` when given."""
-        best = None
-        for rec in self.by_result.get(fp, ()):
-            if rec.computed and (before is None or rec.time < before):
-                best = rec
-        return best
+        return self._latest(fp, lambda r: r.computed and (before is None or r.time < before))
 
     def siblings(self, rec: StepRecord) -> list[StepRecord]:
         """Earlier records of the same step (call site, else function) with another fingerprint,
@@ -172,23 +190,17 @@ class LedgerView:
 
     def earlier_same(self, rec: StepRecord) -> StepRecord | None:
         """The latest earlier record of this root of the same fingerprint made the same way."""
-        best = None
-        for other in self.by_result.get(str(rec.result), ()):
-            if other is rec or other.time >= rec.time or other.run == rec.run or not self.own(other):
-                continue
-            if other.parents == rec.parents:
-                best = other
-        return best
+        return self._latest(
+            rec.result,
+            lambda r: r.time < rec.time and r.run != rec.run and r.parents == rec.parents and self.own(r),
+        )
 
     def with_summaries(self, rec: StepRecord) -> StepRecord:
         """`rec`, or an earlier record of the same fingerprint that holds argument summaries (a hit
         records none; the computation it reused does)."""
         if _has_summaries(rec):
             return rec
-        for other in reversed(self.by_result.get(str(rec.result), ())):
-            if _has_summaries(other) and other.parents == rec.parents:
-                return other
-        return rec
+        return self._latest(rec.result, lambda r: _has_summaries(r) and r.parents == rec.parents) or rec
 
 
 def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False) -> LedgerView:
@@ -196,10 +208,6 @@ def load_view(root: str | os.PathLike[str] | Ledger, *, all_roots: bool = False)
     the origins of inputs recorded in other roots (every known root with `all_roots`)."""
     ledger = root if isinstance(root, Ledger) else Ledger.load(root, all_roots=all_roots)
     return LedgerView(ledger, all_roots=all_roots)
-
-
-def first_line(item: FunctionRef) -> int:
-    return item.line if item.line is not None else 1
 
 
 def _has_summaries(rec: StepRecord) -> bool:
