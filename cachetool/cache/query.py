@@ -130,7 +130,7 @@ def compile_filter(expr: str, pinned: frozenset[str] = frozenset()) -> EntryTest
         if op not in ("=", "==", "!=") or value.lower() not in _YES | _NO:
             raise BadExpression("--filter", expr, "use pinned=yes or pinned=no")
         want = (value.lower() in _YES) != (op == "!=")
-        return lambda e, now: is_pinned(e, pinned) == want
+        return lambda e, now: e.pinned_in(pinned) == want
     if key in NUMERIC_KEYS or key in AGE_KEYS:
         age = key in AGE_KEYS  # compared as now minus the time
         # an age needs a unit, as --older-than does: `used>30` reads as days to some, seconds to others
@@ -182,11 +182,6 @@ def _text_match(e: Entry, key: str, wanted: set[str]) -> bool:
         return any(fp.startswith(w) for fp in fps for w in wanted)
     attr = {"split": e.split, "content": e.content}[key]
     return (attr or "").lower() in wanted
-
-
-def is_pinned(e: Entry, pinned: frozenset[str] | set[str]) -> bool:
-    """The entry's fingerprint, or one of its aliases, is pinned."""
-    return any(fp in pinned for fp in (e.fingerprint, *e.aliases) if fp)
 
 
 def apply_filters(
