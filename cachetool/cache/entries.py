@@ -36,22 +36,15 @@ def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
     s = f.summary
     if s is None or not s.columns or (s.format != STREAM and s.format != IPC_FILE):
         return _unreadable(f, ds, fp)
-    problems = header_problems(f)
+    problems = () if s.error is None else header_problems(f)
     held = s.fingerprint
     if held is not None and held != fp:
         problems += (EntryProblem(code="fingerprint-mismatch", got=held, want=fp),)
     elif held is not None:
         fp = held  # the same text: one string for both (a listing holds 100,000)
-    indices = s.is_indices
-    return Entry(
-        Kind.INDICES if indices else Kind.DERIVED,
-        f.path,
-        (f,),
-        *_where(ds),
-        fingerprint=fp,
-        content="indices" if indices else "data",
-        problems=problems,
-    )
+    if s.is_indices:
+        return Entry(Kind.INDICES, f.path, (f,), *_where(ds), fp, content="indices", problems=problems)
+    return Entry(Kind.DERIVED, f.path, (f,), *_where(ds), fp, content="data", problems=problems)
 
 
 def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:

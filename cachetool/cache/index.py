@@ -5,8 +5,8 @@ that did not change.
 `marshal` of each folder's rows (relative to the root): a file's name, size, change time, inode and
 `ArrowSummary` fields. A row is used only while the file has the same size, ctime (which a write
 changes, and so does putting the mtime back after one) and inode. A folder's rows are decoded when
-the walk reaches it, never all at once; rows that do not decode are read again from their files.
-It is written whole, only when something changed, and not where it cannot be.
+the walk reaches it, never all at once; an index that does not decompress is not used. It is
+written whole, only when something changed, and not where it cannot be.
 """
 
 from __future__ import annotations
@@ -16,22 +16,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from cachetool.cache.arrow import (
-    EMPTY,
-    IPC_FILE,
-    NOT_ARROW,
-    STREAM,
-    UNREADABLE,
-    ArrowSummary,
-    metadata_template,
-    shared_columns,
-)
+from cachetool.cache.arrow import ArrowSummary
 
 INDEX_NAME = "read-index.z"
+#: Raised whenever `ArrowSummary`'s fields change: an index of other fields is not read.
 _MAGIC = b"cachetool read index 7\n"
 #: No index of a real cache comes near this (100,000 files take about 1.3 MB).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
-_FORMATS = frozenset({STREAM, IPC_FILE, EMPTY, NOT_ARROW, UNREADABLE})
 #: (name, size, ctime_ns, inode, summary fields) of one file.
 _Row = tuple[str, int, int, int, tuple[Any, ...]]
 
@@ -51,8 +42,6 @@ class ReadIndex:
         self.stored = 0  # file rows in the index read
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Row] = {}
-        #: The columns of its rows found well formed, by identity, and their shared tuple.
-        self._columns: dict[int, tuple[Any, Any]] = {}
         self._new: list[_Row] = []  # its rows still true, and those read now
         self._used_all = True  # no file of it read now
         #: The rows to write, by folder, as the index holds them (None: as it holds them now).
@@ -83,13 +72,11 @@ class ReadIndex:
         """Make `folder` the one whose rows are at hand (the walk reads a folder's files in one go)."""
         self._flush()
         self._folder = folder
-        self._rows, self._new, self._used_all, self._columns = {}, [], True, {}
+        self._rows, self._new, self._used_all = {}, [], True
         blob = self._stored.pop(folder, None)  # let go of once decoded
         if blob is not None:
-            try:
-                self._rows = {row[0]: row for row in marshal.loads(blob)}
-            except (ValueError, EOFError, TypeError, IndexError, KeyError):
-                pass
+            # Rows share their folder's columns and metadata text (marshal keeps shared objects).
+            self._rows = {row[0]: row for row in marshal.loads(blob)}
 
     def _flush(self) -> None:
         """Keep the rows of the folder at hand that are still true, and its new ones."""
@@ -111,37 +98,11 @@ class ReadIndex:
         if folder != self._folder:
             self._enter(folder)
         row = self._rows.get(name)
-        try:
-            if row is None or row[1:4] != (size, ctime_ns, inode):
-                return None
-            summary = self._summary(row[4])
-        except (TypeError, IndexError, ValueError):
-            return None
-        if summary is None:
+        if row is None or row[1] != size or row[2] != ctime_ns or row[3] != inode:
             return None
         self.hits += 1
         self._new.append(row)
-        return summary
-
-    def _summary(self, fields: Any) -> ArrowSummary | None:
-        """The summary of stored fields, None for any not as `put` writes them (the file is read again)."""
-        fmt, rows, batches, columns, fp, template, eos, error = fields
-        known = self._columns.get(id(columns))  # one check per distinct columns of a folder
-        if known is None or known[0] is not columns:
-            if type(columns) is not tuple or not all(map(_is_column, columns)):
-                return None
-            known = self._columns[id(columns)] = (columns, shared_columns(columns))
-        if not (
-            fmt in _FORMATS
-            and type(eos) is bool
-            and (rows is None or (type(rows) is int and rows >= 0))
-            and (batches is None or (type(batches) is int and batches >= 0))
-            and (fp is None or type(fp) is str)
-            and (template is None or type(template) is str)
-            and (error is None or type(error) is str)
-        ):
-            return None
-        return ArrowSummary(fmt, rows, batches, known[1], fp, metadata_template(template, None), eos, error)
+        return ArrowSummary(*row[4])
 
     def put(self, folder: str, name: str, size: int, ctime_ns: int, inode: int, s: ArrowSummary) -> None:
         """Remember what was read from the file `name` of `folder` (relative to the root)."""
@@ -171,7 +132,3 @@ class ReadIndex:
         except (OSError, ValueError):
             return False
         return True
-
-
-def _is_column(c: Any) -> bool:
-    return type(c) is tuple and len(c) == 2 and type(c[0]) is str and type(c[1]) is str
