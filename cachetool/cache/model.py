@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from json.encoder import encode_basestring_ascii as _encode  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii as _encode
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 

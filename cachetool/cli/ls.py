@@ -19,8 +19,8 @@ from cachetool.cli.output import Output, OutputFormat, hint, hint_root_elsewhere
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.cache.listing import Listing
     from cachetool.cache.model import CacheReport, Entry, RecordedUse
+    from cachetool.cache.query import Listing
     from cachetool.cache.shard import Shard
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
@@ -168,7 +168,7 @@ def ls_command(
 
             return remote_ls(os.fspath(path), fmt, limit)
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.listing import check_query
+    from cachetool.cache.query import check_query
     from cachetool.cache.shard import parse_shard
     from cachetool.cache.walk import gc_paused
 
@@ -235,7 +235,7 @@ def list_cache(
     match: `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the
     most entries kept; bad ones raise `BadExpression` before the folder is read. `shard` (`(i, n)`
     or `"i/n"`, `--shard`) lists shard i of n alone (`cachetool.cache.shard` says which entries)."""
-    from cachetool.cache.listing import check_query, read_listing
+    from cachetool.cache.query import check_query, read_listing
 
     check_query(filter, sort, limit)
     root = Path(path).expanduser()
