@@ -1,10 +1,9 @@
 """Folders listed for the scan: `os.scandir` and `lstat` (never following a link) into `Item`s.
 
-Paths are made cheaply (`child_maker`): a `Path` made the ordinary way parses its text and keeps it
-twice (the text and its parts), some 400 bytes and a few microseconds per file. Where `pathlib`
-keeps its parts in a list (Python 3.10 and 3.11 on POSIX), a child is a `PosixPath` holding its
-folder's path and its name, making its text and parts when asked. It is equal to, hashes, sorts,
-prints and pickles as `Path(text)`, and paths derived from it are ordinary ones.
+A child's path (`child_maker`) holds its folder's path and its name and makes its text and parts
+when asked (where `pathlib` keeps its parts in a list: Python 3.10 and 3.11 on POSIX): a `Path`
+made the ordinary way costs some 400 bytes and a few microseconds per file. It is equal to,
+hashes, sorts, prints and pickles as `Path(text)`.
 """
 
 from __future__ import annotations
