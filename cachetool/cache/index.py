@@ -19,8 +19,8 @@ from typing import Any
 from cachetool.cache.arrow import ArrowSummary
 
 INDEX_NAME = "read-index.z"
-#: Raised whenever `ArrowSummary`'s fields change: an index of other fields is not read.
-_MAGIC = b"cachetool read index 7\n"
+#: Raised whenever the layout or `ArrowSummary`'s fields change: an index of another is not read.
+_MAGIC = b"cachetool read index 8\n"
 #: No index of a real cache comes near this (100,000 files take about 1.3 MB).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 #: (name, size, ctime_ns, inode, summary fields) of one file.
@@ -36,23 +36,18 @@ class ReadIndex:
         folder = derived_dir(root)
         self.enabled = enabled and folder is not None
         self.path = (folder or root) / INDEX_NAME
-        #: Each folder's rows marshalled, until the walk reaches it, and how many it holds.
-        self._stored: dict[str, bytes] = {}
-        self._counts: dict[str, int] = {}
-        self.stored = 0  # file rows in the index read
+        #: Each folder's rows marshalled, until the walk reaches it.
+        self._stored: dict[str, bytes] = self._load() if self.enabled else {}
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Row] = {}
         self._new: list[_Row] = []  # its rows still true, and those read now
-        self._used_all = True  # no file of it read now
-        #: The rows to write, by folder, as the index holds them (None: as it holds them now).
-        self._kept: dict[str, tuple[int, bytes] | None] = {}
-        self.hits = self.misses = 0
-        if self.enabled:
-            self._stored, self._counts = self._load()
-            self.stored = sum(self._counts.values())
+        self._read_now = False  # a file of it read now
+        #: The rows to write, by folder (None: as the index holds them).
+        self._kept: dict[str, bytes | None] = {}
+        self._changed = False
 
-    def _load(self) -> tuple[dict[str, bytes], dict[str, int]]:
-        """Each folder's rows as stored, and how many files each holds."""
+    def _load(self) -> dict[str, bytes]:
+        """Each folder's rows as stored."""
         from cachetool.cache.store import read_state
         from cachetool.safejson import BadJsonFile
 
@@ -61,22 +56,18 @@ class ReadIndex:
             if data.startswith(_MAGIC):
                 stored = marshal.loads(zlib.decompress(memoryview(data)[len(_MAGIC) :]))
                 if type(stored) is dict:
-                    return {f: n_blob[1] for f, n_blob in stored.items()}, {
-                        f: n for f, (n, _) in stored.items()
-                    }
+                    return stored
         except (OSError, BadJsonFile, zlib.error, ValueError, EOFError, TypeError, MemoryError):
             pass  # a damaged index: every file is read again
-        return {}, {}
+        return {}
 
     def _enter(self, folder: str) -> None:
         """Make `folder` the one whose rows are at hand (the walk reads a folder's files in one go)."""
         self._flush()
-        self._folder = folder
-        self._rows, self._new, self._used_all = {}, [], True
+        self._folder, self._new, self._read_now = folder, [], False
         blob = self._stored.pop(folder, None)  # let go of once decoded
-        if blob is not None:
-            # Rows share their folder's columns and metadata text (marshal keeps shared objects).
-            self._rows = {row[0]: row for row in marshal.loads(blob)}
+        # Rows share their folder's columns and metadata text (marshal keeps shared objects).
+        self._rows = {row[0]: row for row in marshal.loads(blob)} if blob is not None else {}
 
     def _flush(self) -> None:
         """Keep the rows of the folder at hand that are still true, and its new ones."""
@@ -85,12 +76,13 @@ class ReadIndex:
             return
         if folder in self._kept:  # the folder met again: rarely
             old = self._kept[folder]
-            blob = old[1] if old is not None else self._load()[0].get(folder)
+            blob = old if old is not None else self._load().get(folder)
             new = [*(marshal.loads(blob) if blob else ()), *new]
-        elif len(new) == self._counts.get(folder) and self._used_all:
+        elif len(new) == len(self._rows) and not self._read_now:
             self._kept[folder] = None  # unchanged: its rows as they are
             return
-        self._kept[folder] = (len(new), marshal.dumps(new))
+        self._changed = True
+        self._kept[folder] = marshal.dumps(new)
 
     def get_in(self, folder: str, name: str, size: int, ctime_ns: int, inode: int) -> ArrowSummary | None:
         """The summary of the file `name` of `folder` (relative to the root, "" for the root) if
@@ -100,7 +92,6 @@ class ReadIndex:
         row = self._rows.get(name)
         if row is None or row[1] != size or row[2] != ctime_ns or row[3] != inode:
             return None
-        self.hits += 1
         self._new.append(row)
         return ArrowSummary(*row[4])
 
@@ -108,22 +99,22 @@ class ReadIndex:
         """Remember what was read from the file `name` of `folder` (relative to the root)."""
         if folder != self._folder:
             self._enter(folder)
-        self.misses += 1
-        self._used_all = False
+        self._read_now = True
         self._new.append((name, size, ctime_ns, inode, s.fields()))
 
     def save(self) -> bool:
-        """Write the index if anything changed. Returns False where it cannot be written."""
+        """Write the index if anything changed (a folder's rows, or a folder gone). Returns False
+        where it cannot be written."""
         self._flush()
         self._folder = None
-        if not self.enabled or (self.misses == 0 and self.hits == self.stored):
+        if not self.enabled or not (self._changed or self._stored):
             return True
         from cachetool.cache.store import write_whole  # a repeat listing writes nothing
 
         try:
-            stored = self._load()[0] if None in self._kept.values() else {}
+            stored = self._load() if None in self._kept.values() else {}
             kept = {  # the rows of unchanged folders read again
-                f: rows if rows is not None else (self._counts[f], stored[f])
+                f: rows if rows is not None else stored[f]
                 for f, rows in self._kept.items()
                 if rows is not None or f in stored
             }

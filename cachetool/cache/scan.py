@@ -221,9 +221,8 @@ class Scanner:
         name, st = item.name, item.st
         assert st is not None
         size, ctime_ns, ino = st.st_size, st.st_ctime_ns, st.st_ino
-        path = item.prefix + name
         if name[:3] == "tmp" and layout.TEMP_FILE_RE.match(name):  # being written: never remembered
-            return read_summary(path, size)
+            return read_summary(item.prefix + name, size)
         index = self.index
         if index is None:
             from cachetool.cache.index import ReadIndex
@@ -233,7 +232,7 @@ class Scanner:
         cached = index.get_in(folder, name, size, ctime_ns, ino)
         if cached is not None:
             return cached
-        summary = read_summary(path, size)
+        summary = read_summary(item.prefix + name, size)
         index.put(folder, name, size, ctime_ns, ino, summary)
         return summary
 
