@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from cachetool.cache.frozen import fast_init
 from cachetool.cache.ipc import CONTINUATION, EOS_MARKER, Headers, no_eos, parse_hf_metadata, walk_headers
+from cachetool.cache.model import fast_init
 
 FILE_MAGIC = b"ARROW1"
 
