@@ -24,10 +24,10 @@ def _content(f: CacheFile) -> str | None:
 
 def _unreadable(f: CacheFile, ds: DatasetDir | None, fp: str | None) -> Entry:
     problems = header_problems(f) or (EntryProblem("unreadable"),)
-    return Entry(Kind.UNREADABLE, f.path, (f,), *_where(ds), fingerprint=fp, problems=problems)
+    return Entry(Kind.UNREADABLE, f.path, (f,), *where(ds), fingerprint=fp, problems=problems)
 
 
-def _where(ds: DatasetDir | None) -> tuple[str | None, Path | None]:
+def where(ds: DatasetDir | None) -> tuple[str | None, Path | None]:
     """An entry's `dataset` and `dataset_dir`: those of the folder `ds` it is in, if any."""
     return (ds.name, ds.path) if ds else (None, None)
 
@@ -43,8 +43,8 @@ def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
     elif held is not None:
         fp = held  # the same text: one string for both (a listing holds 100,000)
     if s.is_indices:
-        return Entry(Kind.INDICES, f.path, (f,), *_where(ds), fp, content="indices", problems=problems)
-    return Entry(Kind.DERIVED, f.path, (f,), *_where(ds), fp, content="data", problems=problems)
+        return Entry(Kind.INDICES, f.path, (f,), *where(ds), fp, content="indices", problems=problems)
+    return Entry(Kind.DERIVED, f.path, (f,), *where(ds), fp, content="data", problems=problems)
 
 
 def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
@@ -55,7 +55,7 @@ def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
         Kind.ARROW,
         f.path,
         (f,),
-        *_where(ds),
+        *where(ds),
         fingerprint=s.fingerprint,
         content=_content(f),
         problems=header_problems(f),
@@ -89,7 +89,7 @@ def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir 
         Kind.SHARDS,
         files[0].path,
         tuple(files),
-        *_where(ds),
+        *where(ds),
         fingerprint=fp,
         content=content,
         expected_files=count,

@@ -30,6 +30,7 @@ from cachetool.cache.entries import (
     plain_arrow_entry,
     shard_set_entry,
     source_entry,
+    where,
 )
 from cachetool.cache.layout import Kind, parse_cache_file
 from cachetool.cache.model import (
@@ -399,7 +400,7 @@ class Scanner:
                 entries.append(plain_arrow_entry(self.cache_file(it, arrow=True), ds))
             else:
                 kind = Kind.METADATA if ds is None and name in layout.METADATA_NAMES else Kind.OTHER
-                entries.append(Entry(kind, it.path, (self.cache_file(it, arrow=False),), **_in(ds)))
+                entries.append(Entry(kind, it.path, (self.cache_file(it, arrow=False),), *where(ds)))
         for fp, files in sorted(shard_groups.items()):
             entries.append(shard_set_entry(fp, files, max(f.shard[1] for f in files if f.shard), ds))
         for split, files in sorted(source_groups.items()):
@@ -419,7 +420,7 @@ class Scanner:
         writer is filling (or left behind); None for any other file."""
         name = it.name
         if layout.is_lock_name(name):
-            return Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), **_in(ds))
+            return Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), *where(ds))
         if name.startswith(layout.GC_TRASH_PREFIX) and layout.GC_TRASH_RE.match(name):
             return self.gc_trash(it, ds)
         if name.startswith("tmp") and layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
@@ -436,7 +437,7 @@ class Scanner:
                 else EntryProblem("temporary file: a writer in progress or killed")
             )
             return Entry(
-                Kind.TEMP, it.path, (f,), **_in(ds), aliases=(fp,) if fp else (), problems=(problem,)
+                Kind.TEMP, it.path, (f,), *where(ds), aliases=(fp,) if fp else (), problems=(problem,)
             )
         return None
 
@@ -612,7 +613,7 @@ class Scanner:
                     Kind.TF_CACHE,
                     Path(c.path),
                     files,
-                    **_in(ds),
+                    *where(ds),
                     problems=tuple(problems),
                     state=state,
                     writer_pids=c.writer_pids,
@@ -628,7 +629,7 @@ class Scanner:
             Kind.TEMP,
             item.path,
             tuple(files),
-            **_in(ds),
+            *where(ds),
             problems=(EntryProblem("set aside by a gc that did not finish"),),
         )
 
@@ -680,11 +681,6 @@ class Scanner:
             kind = Kind.EXTRACTED if it.is_dir else Kind.LOCK if layout.is_lock_name(it.name) else Kind.OTHER
             label = None if kind == Kind.OTHER else "downloads/extracted"
             self.entries.append(Entry(kind, it.path, files, dataset=label))
-
-
-def _in(ds: DatasetDir | None) -> dict[str, Any]:
-    """The `dataset` and `dataset_dir` of an entry found in the dataset folder `ds` (if any)."""
-    return {} if ds is None else {"dataset": ds.name, "dataset_dir": ds.path}
 
 
 def read_json(path: Path) -> Any:
