@@ -342,8 +342,8 @@ _LITERALS = {None: "null", True: "true", False: "false"}
 
 
 class _JsonWriter:
-    """Writes entries' `--json` objects, each text that repeats (a folder's path, a dataset's
-    name, a second, a set of columns) encoded once."""
+    """Writes entries' `--json` objects, each text that repeats (a dataset's name, a second, a
+    kind) encoded once, and each object many entries share (a folder's path, a set of columns)."""
 
     def __init__(self) -> None:
         self._texts: dict[str | None, str] = {None: "null"}
@@ -357,7 +357,7 @@ class _JsonWriter:
         return t
 
     def once(self, obj: Any, encode: Callable[[Any], str]) -> str:
-        """`encode(obj)` of an object many entries share (a folder's path, a columns tuple)."""
+        """`encode(obj)` of an object many entries share, by identity."""
         hit = self._by_id.get(id(obj))
         if hit is None or hit[0] is not obj:
             hit = self._by_id[id(obj)] = (obj, encode(obj))
@@ -365,27 +365,31 @@ class _JsonWriter:
 
     def object(self, e: Entry) -> str:
         """The entry's object, without its closing brace."""
-        text, modified, used = self.text, e.modified, e.used
+        texts, text, once = self._texts, self.text, self.once
+        modified = e.modified
+        used = modified if e.last_used is None else e.used
         path = _encode(str(e.path))
         fp = e.fingerprint
         fp_text = "null" if fp is None else _encode(fp)
-        mod = text(iso_time(modified))
+        mod = iso_time(modified)
+        mod = texts.get(mod) or text(mod)
+        kind, dataset, split, content = e.kind._value_, e.dataset, e.split, e.content
         expected_files, rows, expected_rows = e.expected_files, e.rows, e.expected_rows
         doc = _OBJECT % (
             fp_text if fp else path,
-            text(e.kind._value_),
+            texts.get(kind) or text(kind),
             fp_text,
-            _json_list(e.aliases),
-            text(e.dataset),
-            "null" if e.dataset_dir is None else self.once(e.dataset_dir, _encode_path),
-            text(e.split),
-            text(e.content),
+            _json_list(e.aliases) if e.aliases else "[]",
+            texts.get(dataset) or text(dataset),
+            "null" if e.dataset_dir is None else once(e.dataset_dir, _encode_path),
+            texts.get(split) or text(split),
+            texts.get(content) or text(content),
             path,
             len(e.files),
             "null" if expected_files is None else expected_files,
             "null" if rows is None else rows,
             "null" if expected_rows is None else expected_rows,
-            self.once(e.columns, _column_names),
+            once(e.columns, _column_names),
             e.size,
             mod,
             mod if used == modified else text(iso_time(used)),
