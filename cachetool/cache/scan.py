@@ -168,7 +168,7 @@ class Scanner:
         self.root_len = len(str(root).rstrip("/")) + 1
         self.liveness = liveness
         self._in_use: Liveness | None = None  # taken only when a file may be being written
-        self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
+        self._prefix = ""  # the folder of the last file `summary` read (its text + "/")
         self._folder = ""  # the same, relative to the root
 
     # -- helpers ------------------------------------------------------------------------------
@@ -210,15 +210,9 @@ class Scanner:
         mode = _MODES.setdefault(st.st_mode, st.st_mode)
         return CacheFile(item.path, st.st_size, st.st_mtime, mode, st.st_uid, summary, shard, link)
 
-    def _folder_of(self, item: Item) -> str:
-        """The folder of `item` relative to the root."""
-        prefix = item.prefix
-        if prefix is not self._prefix:  # a new folder: its path relative to the root, once
-            self._prefix = prefix
-            self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
-        return self._folder
-
     def summary(self, item: Item) -> ArrowSummary:
+        """What the headers of the file `item` say: from the read index while the file has not
+        changed, else read (and remembered, unless a writer is filling it)."""
         name, st = item.name, item.st
         assert st is not None
         size, ctime_ns, ino = st.st_size, st.st_ctime_ns, st.st_ino
@@ -229,7 +223,11 @@ class Scanner:
             from cachetool.cache.index import ReadIndex
 
             index = self.index = ReadIndex(self.root, enabled=self.use_index)
-        folder = self._folder_of(item)
+        prefix = item.prefix
+        if prefix is not self._prefix:  # a new folder: its path relative to the root, once
+            self._prefix = prefix
+            self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
+        folder = self._folder
         cached = index.get_in(folder, name, size, ctime_ns, ino)
         if cached is not None:
             return cached
