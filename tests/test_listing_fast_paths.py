@@ -9,15 +9,19 @@ import mmap
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cachetool.cache import arrow
+from cachetool.cache.layout import Kind
+from cachetool.cache.model import CacheFile, Entry, EntryProblem, entries_json
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.ls import ls_document, ls_document_text
 from cachetool.cli.output import envelope
+from cachetool.formatting import iso_time
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env, write_anew
 
@@ -312,3 +316,64 @@ def test_ls_json_text_of_thousands_of_entries_is_what_json_dumps_writes(tmp_path
     for pins in (frozenset(), frozenset({entries[0].id})):
         text = "".join(ls_document_text(report, entries, pins))
         assert text == json.dumps(envelope(ls_document(report, entries, pins)))
+
+
+def _fields(e: Entry) -> dict[str, Any]:
+    """An entry's `--json` object, field by field as docs/listing.md lists them."""
+    doc: dict[str, Any] = {
+        "id": e.id,
+        "kind": e.kind.value,
+        "fingerprint": e.fingerprint,
+        "aliases": list(e.aliases),
+        "dataset": e.dataset,
+        "dataset_dir": None if e.dataset_dir is None else str(e.dataset_dir),
+        "split": e.split,
+        "content": e.content,
+        "path": str(e.path),
+        "files": len(e.files),
+        "expected_files": e.expected_files,
+        "rows": e.rows,
+        "expected_rows": e.expected_rows,
+        "columns": [name for name, _ in e.columns],
+        "size": e.size,
+        "modified": iso_time(e.modified),
+        "used": iso_time(e.used),
+        "complete": e.complete,
+        "parent": e.parent,
+        "operation": e.operation,
+        "unit": None if e.unit is None else str(e.unit),
+        "problems": [str(p) for p in e.problems],
+    }
+    if e.kind is Kind.TF_CACHE:
+        doc.update(prefix=e.path.name, state=e.state, writer_pids=list(e.writer_pids))
+    elif e.kind is Kind.TEMP:
+        doc["resumable"] = bool(e.resumable_rows)
+    return doc
+
+
+def test_each_entry_is_written_as_json_dumps_writes_its_fields(tmp_path: Path) -> None:
+    """Every kind of entry, with names JSON escapes (quotes, non-ASCII, bytes that are not
+    UTF-8), a tf.data cache, a resumable temp file, recorded lineage and a pin, is written as
+    `json.dumps` writes its fields."""
+    root = tmp_path / "cache"
+    synthesize_cache(root, 3)
+    odd = root / 'caf\u00e9 "q"' / os.fsdecode(b"\xff-dir")
+    odd.mkdir(parents=True)
+    _write_stream(root / "x", "00000000000000ab", 3)  # pyarrow takes UTF-8 paths only
+    os.rename(root / "x", odd / "cache-00000000000000ab.arrow")
+    (odd / "notes \u2603.txt").write_text("x")
+    entries = list(scan_cache(root).entries)
+    first = entries[0]
+    f = CacheFile(root / "t.index", 10, 1.5e9)
+    resumable = EntryProblem(code="resumable", got=7, want="fp")
+    entries += [
+        replace(first, parent="p\u00e9re", operation='map "x"', last_used=2e9, aliases=("a1", "a2")),
+        Entry(Kind.TF_CACHE, root / "t", (f,), state="being-written", writer_pids=(12, 34)),
+        Entry(Kind.TF_CACHE, root / "u", (f,), problems=(EntryProblem("x\ny"),)),
+        Entry(Kind.TEMP, root / "tmpabcdefgh", (f,), problems=(resumable,)),
+        Entry(Kind.TEMP, root / "tmpabcdefgi", (f,), unit=root),
+    ]
+    pins = frozenset({first.id})
+    text = "[" + entries_json(entries, pins) + "]"
+    assert text == json.dumps([_fields(e) | {"pinned": e.pinned_in(pins)} for e in entries])
+    assert [e.to_json() for e in entries] == [_fields(e) for e in entries]

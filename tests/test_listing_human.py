@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cachetool.cache.listing import read_listing
 from cachetool.cache.pins import add_pin
+from cachetool.cache.query import read_listing
 from cachetool.cli.ls import live_in, recorded_usage, render_human
 from cachetool.cli.output import Output, OutputFormat
 from tests.attack.races import synthesize_cache

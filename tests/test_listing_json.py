@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cachetool.cache.listing import read_listing
 from cachetool.cache.pins import add_pin
+from cachetool.cache.query import read_listing
 from cachetool.cli.ls import live_in, ls_document_text, recorded_usage
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke

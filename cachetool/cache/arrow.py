@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from cachetool.cache.frozen import fast_init
 from cachetool.cache.ipc import CONTINUATION, EOS_MARKER, Headers, no_eos, parse_hf_metadata, walk_headers
+from cachetool.cache.model import fast_init
 
 FILE_MAGIC = b"ARROW1"
 
@@ -90,18 +90,6 @@ class ArrowSummary:
 
 
 _FIELDS = attrgetter(*(f.name for f in dataclasses.fields(ArrowSummary)))
-_Columns = tuple[tuple[str, str], ...]
-_COLUMNS: dict[_Columns, _Columns] = {}
-
-
-def shared_columns(columns: _Columns) -> _Columns:
-    """`columns`, as one tuple shared by every summary with these columns."""
-    shared = _COLUMNS.get(columns)
-    if shared is None:
-        if len(_COLUMNS) > 10_000:
-            _COLUMNS.clear()
-        shared = _COLUMNS[columns] = columns
-    return shared
 
 
 #: Stands for a file's own fingerprint in a metadata template. JSON text never holds a raw NUL

@@ -24,10 +24,10 @@ def _content(f: CacheFile) -> str | None:
 
 def _unreadable(f: CacheFile, ds: DatasetDir | None, fp: str | None) -> Entry:
     problems = header_problems(f) or (EntryProblem("unreadable"),)
-    return Entry(Kind.UNREADABLE, f.path, (f,), *_where(ds), fingerprint=fp, problems=problems)
+    return Entry(Kind.UNREADABLE, f.path, (f,), *where(ds), fingerprint=fp, problems=problems)
 
 
-def _where(ds: DatasetDir | None) -> tuple[str | None, Path | None]:
+def where(ds: DatasetDir | None) -> tuple[str | None, Path | None]:
     """An entry's `dataset` and `dataset_dir`: those of the folder `ds` it is in, if any."""
     return (ds.name, ds.path) if ds else (None, None)
 
@@ -36,22 +36,15 @@ def derived_entry(f: CacheFile, fp: str, ds: DatasetDir | None) -> Entry:
     s = f.summary
     if s is None or not s.columns or (s.format != STREAM and s.format != IPC_FILE):
         return _unreadable(f, ds, fp)
-    problems = header_problems(f)
+    problems = () if s.error is None else header_problems(f)
     held = s.fingerprint
     if held is not None and held != fp:
         problems += (EntryProblem(code="fingerprint-mismatch", got=held, want=fp),)
     elif held is not None:
         fp = held  # the same text: one string for both (a listing holds 100,000)
-    indices = s.is_indices
-    return Entry(
-        Kind.INDICES if indices else Kind.DERIVED,
-        f.path,
-        (f,),
-        *_where(ds),
-        fingerprint=fp,
-        content="indices" if indices else "data",
-        problems=problems,
-    )
+    if s.is_indices:
+        return Entry(Kind.INDICES, f.path, (f,), *where(ds), fp, content="indices", problems=problems)
+    return Entry(Kind.DERIVED, f.path, (f,), *where(ds), fp, content="data", problems=problems)
 
 
 def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
@@ -62,7 +55,7 @@ def plain_arrow_entry(f: CacheFile, ds: DatasetDir | None) -> Entry:
         Kind.ARROW,
         f.path,
         (f,),
-        *_where(ds),
+        *where(ds),
         fingerprint=s.fingerprint,
         content=_content(f),
         problems=header_problems(f),
@@ -96,7 +89,7 @@ def shard_set_entry(fp: str, files: list[CacheFile], count: int, ds: DatasetDir 
         Kind.SHARDS,
         files[0].path,
         tuple(files),
-        *_where(ds),
+        *where(ds),
         fingerprint=fp,
         content=content,
         expected_files=count,

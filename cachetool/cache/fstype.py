@@ -1,18 +1,6 @@
-"""Which file system a folder lives on, and whether other hosts may write it too.
-
-Two sources, as `df -T` and `stat -f` use them: the mount table (`/proc/self/mounts`: the longest
-mount point above the folder names the type, `nfs4`, `lustre`, `fuse.sshfs` ...) and `statfs(2)`'s
-magic number (authoritative for the folder itself, bind mounts included). A folder is *shared* when
-either says network or cluster file system: NFS, Lustre, GPFS (Spectrum Scale), CephFS, CIFS/SMB,
-GlusterFS, BeeGFS, AFS, 9p, or any FUSE file system (sshfs, s3fs, gcsfuse, JuiceFS, ... may be
-mounted by other hosts as well; `fuseblk`, a local disk through FUSE, is not counted).
-
-Locks on these file systems (gc takes `flock` on `<root>/.cachetool/gc.lock`): on Linux NFS
-clients `flock` is emulated by POSIX byte-range locks, which NFSv4 (and NFSv3 through NLM) hold
-on the server for every client; GPFS and CephFS (kernel client) lock cluster-wide; Lustre does
-only when mounted with `-o flock` (`localflock` locks this node only); CIFS and most FUSE file
-systems lock this client only. Leases (`.cachetool/leases/`) need no lock: each process writes
-its own file and renames it into place.
+"""Which file system a folder lives on, and whether other hosts may write it too (network, cluster
+or FUSE file systems): from the mount table (`/proc/self/mounts`, as `df -T`) and `statfs(2)`'s
+magic number (as `stat -f`). docs/hosts.md says what locks mean on each.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ that did not change.
 `marshal` of each folder's rows (relative to the root): a file's name, size, change time, inode and
 `ArrowSummary` fields. A row is used only while the file has the same size, ctime (which a write
 changes, and so does putting the mtime back after one) and inode. A folder's rows are decoded when
-the walk reaches it, never all at once; rows that do not decode are read again from their files.
-It is written whole, only when something changed, and not where it cannot be.
+the walk reaches it, never all at once; an index that does not decompress is not used. It is
+written whole, only when something changed, and not where it cannot be.
 """
 
 from __future__ import annotations
@@ -16,22 +16,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from cachetool.cache.arrow import (
-    EMPTY,
-    IPC_FILE,
-    NOT_ARROW,
-    STREAM,
-    UNREADABLE,
-    ArrowSummary,
-    metadata_template,
-    shared_columns,
-)
+from cachetool.cache.arrow import ArrowSummary
 
 INDEX_NAME = "read-index.z"
-_MAGIC = b"cachetool read index 7\n"
+#: Raised whenever the layout or `ArrowSummary`'s fields change: an index of another is not read.
+_MAGIC = b"cachetool read index 8\n"
 #: No index of a real cache comes near this (100,000 files take about 1.3 MB).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
-_FORMATS = frozenset({STREAM, IPC_FILE, EMPTY, NOT_ARROW, UNREADABLE})
 #: (name, size, ctime_ns, inode, summary fields) of one file.
 _Row = tuple[str, int, int, int, tuple[Any, ...]]
 
@@ -45,25 +36,18 @@ class ReadIndex:
         folder = derived_dir(root)
         self.enabled = enabled and folder is not None
         self.path = (folder or root) / INDEX_NAME
-        #: Each folder's rows marshalled, until the walk reaches it, and how many it holds.
-        self._stored: dict[str, bytes] = {}
-        self._counts: dict[str, int] = {}
-        self.stored = 0  # file rows in the index read
+        #: Each folder's rows marshalled, until the walk reaches it.
+        self._stored: dict[str, bytes] = self._load() if self.enabled else {}
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Row] = {}
-        #: The columns of its rows found well formed, by identity, and their shared tuple.
-        self._columns: dict[int, tuple[Any, Any]] = {}
         self._new: list[_Row] = []  # its rows still true, and those read now
-        self._used_all = True  # no file of it read now
-        #: The rows to write, by folder, as the index holds them (None: as it holds them now).
-        self._kept: dict[str, tuple[int, bytes] | None] = {}
-        self.hits = self.misses = 0
-        if self.enabled:
-            self._stored, self._counts = self._load()
-            self.stored = sum(self._counts.values())
+        self._read_now = False  # a file of it read now
+        #: The rows to write, by folder (None: as the index holds them).
+        self._kept: dict[str, bytes | None] = {}
+        self._changed = False
 
-    def _load(self) -> tuple[dict[str, bytes], dict[str, int]]:
-        """Each folder's rows as stored, and how many files each holds."""
+    def _load(self) -> dict[str, bytes]:
+        """Each folder's rows as stored."""
         from cachetool.cache.store import read_state
         from cachetool.safejson import BadJsonFile
 
@@ -72,24 +56,18 @@ class ReadIndex:
             if data.startswith(_MAGIC):
                 stored = marshal.loads(zlib.decompress(memoryview(data)[len(_MAGIC) :]))
                 if type(stored) is dict:
-                    return {f: n_blob[1] for f, n_blob in stored.items()}, {
-                        f: n for f, (n, _) in stored.items()
-                    }
+                    return stored
         except (OSError, BadJsonFile, zlib.error, ValueError, EOFError, TypeError, MemoryError):
             pass  # a damaged index: every file is read again
-        return {}, {}
+        return {}
 
     def _enter(self, folder: str) -> None:
         """Make `folder` the one whose rows are at hand (the walk reads a folder's files in one go)."""
         self._flush()
-        self._folder = folder
-        self._rows, self._new, self._used_all, self._columns = {}, [], True, {}
+        self._folder, self._new, self._read_now = folder, [], False
         blob = self._stored.pop(folder, None)  # let go of once decoded
-        if blob is not None:
-            try:
-                self._rows = {row[0]: row for row in marshal.loads(blob)}
-            except (ValueError, EOFError, TypeError, IndexError, KeyError):
-                pass
+        # Rows share their folder's columns and metadata text (marshal keeps shared objects).
+        self._rows = {row[0]: row for row in marshal.loads(blob)} if blob is not None else {}
 
     def _flush(self) -> None:
         """Keep the rows of the folder at hand that are still true, and its new ones."""
@@ -98,12 +76,13 @@ class ReadIndex:
             return
         if folder in self._kept:  # the folder met again: rarely
             old = self._kept[folder]
-            blob = old[1] if old is not None else self._load()[0].get(folder)
+            blob = old if old is not None else self._load().get(folder)
             new = [*(marshal.loads(blob) if blob else ()), *new]
-        elif len(new) == self._counts.get(folder) and self._used_all:
+        elif len(new) == len(self._rows) and not self._read_now:
             self._kept[folder] = None  # unchanged: its rows as they are
             return
-        self._kept[folder] = (len(new), marshal.dumps(new))
+        self._changed = True
+        self._kept[folder] = marshal.dumps(new)
 
     def get_in(self, folder: str, name: str, size: int, ctime_ns: int, inode: int) -> ArrowSummary | None:
         """The summary of the file `name` of `folder` (relative to the root, "" for the root) if
@@ -111,58 +90,31 @@ class ReadIndex:
         if folder != self._folder:
             self._enter(folder)
         row = self._rows.get(name)
-        try:
-            if row is None or row[1:4] != (size, ctime_ns, inode):
-                return None
-            summary = self._summary(row[4])
-        except (TypeError, IndexError, ValueError):
+        if row is None or row[1] != size or row[2] != ctime_ns or row[3] != inode:
             return None
-        if summary is None:
-            return None
-        self.hits += 1
         self._new.append(row)
-        return summary
-
-    def _summary(self, fields: Any) -> ArrowSummary | None:
-        """The summary of stored fields, None for any not as `put` writes them (the file is read again)."""
-        fmt, rows, batches, columns, fp, template, eos, error = fields
-        known = self._columns.get(id(columns))  # one check per distinct columns of a folder
-        if known is None or known[0] is not columns:
-            if type(columns) is not tuple or not all(map(_is_column, columns)):
-                return None
-            known = self._columns[id(columns)] = (columns, shared_columns(columns))
-        if not (
-            fmt in _FORMATS
-            and type(eos) is bool
-            and (rows is None or (type(rows) is int and rows >= 0))
-            and (batches is None or (type(batches) is int and batches >= 0))
-            and (fp is None or type(fp) is str)
-            and (template is None or type(template) is str)
-            and (error is None or type(error) is str)
-        ):
-            return None
-        return ArrowSummary(fmt, rows, batches, known[1], fp, metadata_template(template, None), eos, error)
+        return ArrowSummary(*row[4])
 
     def put(self, folder: str, name: str, size: int, ctime_ns: int, inode: int, s: ArrowSummary) -> None:
         """Remember what was read from the file `name` of `folder` (relative to the root)."""
         if folder != self._folder:
             self._enter(folder)
-        self.misses += 1
-        self._used_all = False
+        self._read_now = True
         self._new.append((name, size, ctime_ns, inode, s.fields()))
 
     def save(self) -> bool:
-        """Write the index if anything changed. Returns False where it cannot be written."""
+        """Write the index if anything changed (a folder's rows, or a folder gone). Returns False
+        where it cannot be written."""
         self._flush()
         self._folder = None
-        if not self.enabled or (self.misses == 0 and self.hits == self.stored):
+        if not self.enabled or not (self._changed or self._stored):
             return True
         from cachetool.cache.store import write_whole  # a repeat listing writes nothing
 
         try:
-            stored = self._load()[0] if None in self._kept.values() else {}
+            stored = self._load() if None in self._kept.values() else {}
             kept = {  # the rows of unchanged folders read again
-                f: rows if rows is not None else (self._counts[f], stored[f])
+                f: rows if rows is not None else stored[f]
                 for f, rows in self._kept.items()
                 if rows is not None or f in stored
             }
@@ -171,7 +123,3 @@ class ReadIndex:
         except (OSError, ValueError):
             return False
         return True
-
-
-def _is_column(c: Any) -> bool:
-    return type(c) is tuple and len(c) == 2 and type(c[0]) is str and type(c[1]) is str

@@ -1,18 +1,11 @@
 """The hand-written reader of Arrow IPC streams, so that a listing reads a cache without importing
-pyarrow. Each message's header is a small flatbuffer: the schema message gives the columns and the
-`huggingface` metadata, each record batch message its row count and body length, so a well-formed
-stream's rows, batches, columns and metadata are read without reading column data.
-
-Each flatbuffer is checked as the flatbuffers verifier that pyarrow runs checks it (every table,
-offset, string and vector inside the message and aligned, strings NUL-terminated, nesting and table
-counts bounded) and read as pyarrow reads it (`ipc/metadata_internal.cc`), for the column types
-`datasets` writes (integers, floats, strings, binaries, booleans, dates, times, timestamps,
-durations, decimals, lists, large lists, fixed-size lists and structs, nested). Anything else
-(dictionaries, extension types or any field metadata, maps, unions, intervals, views, message
-metadata, an unknown field, a value pyarrow would refuse or might read differently) is declined and
-the file is read by pyarrow's reader (`cachetool.cache.arrow`), so what is accepted here reads
-exactly as pyarrow reads it (tests/test_ipc_schema.py compares them on every schema of the test
-caches and on thousands of damaged messages)."""
+pyarrow: each message's header is a small flatbuffer, checked as pyarrow's flatbuffers verifier
+checks it and read as pyarrow reads it (`ipc/metadata_internal.cc`), for the column types
+`datasets` writes. Anything else (dictionaries, extension types, field metadata, maps, unions, a
+value pyarrow would refuse or might read differently) is declined and read by pyarrow's reader
+(`cachetool.cache.arrow`), so what is accepted here reads exactly as pyarrow reads it
+(tests/test_ipc_schema.py compares them; docs/performance.md).
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""Pins: fingerprints that `cachetool gc` never evicts, with their recorded ancestors.
-
-Pins live with the cache they protect, in `<root>/.cachetool/pins.json` (a copied or shared cache
-keeps its pins), written under a file lock and replaced atomically::
-
-    {"v": 1, "pins": {"<fingerprint>": {"time": 1700000000.0, "host": "...", "user": 1000}}}
-
-A pinned result stays cheap to reproduce only if the steps before it stay cached too: rerunning
-the pipeline recomputes every evicted ancestor even when the pinned step itself is a cache hit.
-So gc protects the pinned fingerprints *and* every fingerprint the ledger records as their
-ancestor (`cachetool.maintenance.gc.planner.recorded_parents`).
+"""Pins: fingerprints that `cachetool gc` never evicts, with their recorded ancestors (a pinned
+result stays cheap to reproduce only while the steps before it stay cached: docs/gc.md). They live
+in `<root>/.cachetool/pins.json` (a copied or shared cache keeps its pins), written under a file
+lock and replaced whole: `{"v": 1, "pins": {"<fingerprint>": {"time", "host", "user"}}}`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`--filter` and `--sort` expressions over entries, with `hf cache ls` semantics.
+"""What `cachetool ls` shows, as data (`read_listing`: the scan, then `--filter`, `--sort`,
+`--limit`), and the `--filter` and `--sort` expressions over entries, with `hf cache ls` semantics.
 
 Filters: `KEY OP VALUE` with OP one of `= != > < >= <=`.
 - `size>100MB`: bytes (decimal units k/KB, M/MB, G/GB, T/TB, as `hf cache`).
@@ -16,14 +17,18 @@ An entry without a value for the key (rows of a lock file) never matches a compa
 from __future__ import annotations
 
 import operator
+import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import Entry
-from cachetool.errors import BadExpression
+from cachetool.cache.model import CacheReport, Entry, Liveness, RecordedUse
+from cachetool.cache.shard import Shard, parse_shard, shard_report
+from cachetool.errors import BadExpression, CachetoolError
 
 _FILTER_RE = re.compile(r"(?P<key>[a-zA-Z_]+)\s*(?P<op>==|!=|>=|<=|>|<|=)\s*(?P<value>.+)")
 _NUMBER_UNIT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
@@ -130,7 +135,7 @@ def compile_filter(expr: str, pinned: frozenset[str] = frozenset()) -> EntryTest
         if op not in ("=", "==", "!=") or value.lower() not in _YES | _NO:
             raise BadExpression("--filter", expr, "use pinned=yes or pinned=no")
         want = (value.lower() in _YES) != (op == "!=")
-        return lambda e, now: is_pinned(e, pinned) == want
+        return lambda e, now: e.pinned_in(pinned) == want
     if key in NUMERIC_KEYS or key in AGE_KEYS:
         age = key in AGE_KEYS  # compared as now minus the time
         # an age needs a unit, as --older-than does: `used>30` reads as days to some, seconds to others
@@ -184,11 +189,6 @@ def _text_match(e: Entry, key: str, wanted: set[str]) -> bool:
     return (attr or "").lower() in wanted
 
 
-def is_pinned(e: Entry, pinned: frozenset[str] | set[str]) -> bool:
-    """The entry's fingerprint, or one of its aliases, is pinned."""
-    return any(fp in pinned for fp in (e.fingerprint, *e.aliases) if fp)
-
-
 def apply_filters(
     entries: Sequence[Entry],
     exprs: Sequence[str],
@@ -219,3 +219,65 @@ def sort_entries(entries: Sequence[Entry], expr: str | None) -> list[Entry]:
     present = [e for e in entries if value(e) is not None]
     missing = [e for e in entries if value(e) is None]
     return sorted(present, key=value, reverse=desc) + missing
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The scan of a folder and the entries the filters kept, in the sort order, cut to the limit."""
+
+    report: CacheReport
+    entries: list[Entry]
+    #: Fingerprints pinned in this root (`cachetool pin`).
+    pinned: frozenset[str] = frozenset()
+    #: A damaged pins file, named (the listing goes on without pins).
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+
+def read_listing(
+    path: str | os.PathLike[str],
+    *,
+    filter: Sequence[str] = (),  # the name of the `--filter` option
+    sort: str | None = None,
+    limit: int | None = None,
+    usage: Mapping[str, RecordedUse] | None = None,
+    liveness: Callable[..., Liveness] | None = None,
+    progress: Callable[[int], None] | None = None,
+    shard: Shard | tuple[int, int] | str | None = None,
+) -> Listing:
+    """List a cache root, a `save_to_disk` folder or any folder of Arrow files with what the
+    caller knows of it (`usage`, `liveness`: what `scan_cache` takes): `filter` holds `--filter`
+    expressions (all must match), `sort` a `--sort` expression, `limit` the most entries kept;
+    bad ones raise `BadExpression` before the folder is read. `shard` (`"i/n"` or `(i, n)`) keeps
+    the share of shard i of n (`cachetool.cache.shard`) in the report too. The report keeps every
+    entry (of the shard) (`listing.report.entries`); `listing.entries` are the ones selected."""
+    from cachetool.cache.scan import scan_cache
+
+    check_query(filter, sort, limit)
+    chosen = parse_shard(shard)
+    report = shard_report(scan_cache(Path(path), usage=usage, liveness=liveness, progress=progress), chosen)
+    pinned, warnings = _pinned(report.root)
+    entries = sort_entries(apply_filters(report.entries, list(filter), pinned=pinned), sort)
+    if limit is not None:
+        entries = entries[:limit]
+    return Listing(report, entries, pinned, warnings)
+
+
+def check_query(filter: Sequence[str], sort: str | None, limit: int | None) -> None:
+    """Raise `BadExpression` for a bad `--filter` or `--sort` expression, before any scan."""
+    for expr in filter:
+        compile_filter(expr)
+    sort_entries([], sort)
+    if limit is not None and limit < 0:
+        raise CachetoolError(f"--limit must be 0 or more, not {limit}")
+
+
+def _pinned(root: Path) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The pinned fingerprints of `root` (kept by the root that holds it: `enclosing_root`); a
+    damaged pins file is a warning (listing goes on)."""
+    from cachetool.cache.dirs import enclosing_root
+    from cachetool.cache.pins import read_pins
+
+    try:
+        return frozenset(read_pins(enclosing_root(root))), ()
+    except CachetoolError as e:
+        return frozenset(), (e.message,)

@@ -1,15 +1,6 @@
-"""`--shard i/n`: the share of a cache one of n processes lists or verifies (`ls`, `verify`), so a
-job scheduler can spread the work over hosts and `cachetool merge` can join the results.
-
-The rule is a pure function of what names an entry, never of which other files exist: an entry's
-*position* is a 32-bit number, and shard i of n holds the positions from i·2³²/n up to (i+1)·2³²/n.
-A fingerprint that starts with 8 hex digits (every fingerprint `datasets` makes, 16 hex) is its
-own position: its first 8 digits, so each shard is a range of hex prefixes (with n = 16, shard 3
-holds the fingerprints starting with `3`), and an even share because fingerprints are hashes.
-Anything else is hashed first (the first 8 hex digits of its SHA-256): a fingerprint a user gave
-(`new_fingerprint="my-step"`), else, for what has none (a leftover, a lock, a dataset folder's
-metadata, a warning about a file), its path relative to the cache root, so two hosts with their
-roots in different places agree too.
+"""`--shard i/n`: the share of a cache one of n processes lists or verifies (`ls`, `verify`), so
+`cachetool merge` can join the results. An entry's place is a pure function of what names it (its
+fingerprint, else its path relative to the root): `position`; docs/fleet.md gives the rule.
 """
 
 from __future__ import annotations

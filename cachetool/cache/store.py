@@ -1,14 +1,7 @@
-"""The files cachetool keeps in a root's own folder (`<root>/.cachetool/`), opened and read in one
-place, because whoever may write a shared cache may have put anything there.
-
-* Every path below `.cachetool/` is reached from a descriptor: the root as the user gave it, then
-  each folder from `.cachetool` on without following a symlink, then the file with `O_NOFOLLOW |
-  O_NONBLOCK`. It must be a regular file (a FIFO is never waited on, a device never read), and
-  one opened to be written must have one link. Elsewhere (the per-user folder) from its parent.
-* A file is read whole, up to a cap (`read_state`); written whole to a temporary file beside it
-  (`.<stem>-XXXXXXXX`, `O_EXCL | O_NOFOLLOW`) renamed over the old one (`write_whole`), whose
-  leftovers older than `STALE_SECONDS` the next write removes; a record is appended with one
-  `write` (`append_state`); a lock is an `flock` on a file opened the same way (`lock_state`).
+"""The files cachetool keeps in a root's own folder (`<root>/.cachetool/`), opened, read, written,
+appended to and locked in one place (docs/security.md says how), because whoever may write a
+shared cache may have put anything there: every path is reached from descriptors without following
+a link, must be a regular file, and is read whole up to a cap.
 
 `STATE_FILES` names every file kept there: opening a name it does not match is a programming
 error, so a new state file is in the list (and in the tests that plant links, FIFOs and devices

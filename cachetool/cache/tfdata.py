@@ -1,19 +1,8 @@
-"""TensorFlow `tf.data.Dataset.cache(prefix)` file caches, read without importing TensorFlow.
-
-What a file cache leaves on disk (TensorFlow's `cache_dataset_ops.cc` and `tensor_bundle`):
-
-* while it is written: `<prefix>_<shard>.lockfile` (the text `Created at: <epoch seconds>`, no
-  PID) and the bundle being written, `<prefix>_<shard>.data-00000-of-00001.tempstate<digits>`
-  (and `<prefix>_<shard>.index.tempstate<digits>` once a shard is flushed); a checkpointed
-  iterator adds finished shards `<prefix>_<shard>.index` / `.data-…`;
-* once finished: `<prefix>.index` and `<prefix>.data-NNNNN-of-MMMMM`; the lockfiles are deleted.
-
-A writer killed mid-way leaves the lockfile and the temp state; the next run then fails with
-`AlreadyExistsError: There appears to be a concurrent caching iterator running`. The index is a
-LevelDB-style table (`tensorflow/tsl/lib/io/table`): sorted key → value entries in blocks, a
-footer naming the index block. Its first entry (key "") is a `BundleHeaderProto` (number of data
-shards); every other entry is a `BundleEntryProto` saying in which data shard, at which offset and
-with what size a tensor lies. Both are decoded here from the protobuf wire format.
+"""TensorFlow `tf.data.Dataset.cache(prefix)` file caches, read without importing TensorFlow: which
+files make one cache, its state (docs/hosts.md: complete, being written, abandoned by a killed
+writer, incomplete), and its index (a LevelDB-style table of `BundleHeaderProto` and
+`BundleEntryProto` records, decoded from the protobuf wire format), as `cache_dataset_ops.cc` and
+`tensor_bundle` write them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The walk: folders listed with `os.scandir` (never following a link), files turned into
-`CacheFile`s with their `stat` and, for Arrow files, their headers (from the read index when the
-file did not change, else read).
+"""Folders listed for the scan: `os.scandir` and `lstat` (never following a link) into `Item`s.
 
-Paths are made cheaply (`child_maker`): a `Path` made the ordinary way parses its text and keeps it
-twice (the text and its parts), some 400 bytes and a few microseconds per file. Where `pathlib`
-keeps its parts in a list (Python 3.10 and 3.11 on POSIX), a child is a `PosixPath` holding its
-folder's path and its name, making its text and parts when asked. It is equal to, hashes, sorts,
-prints and pickles as `Path(text)`, and paths derived from it are ordinary ones.
+A child's path (`child_maker`) holds its folder's path and its name and makes its text and parts
+when asked (where `pathlib` keeps its parts in a list: Python 3.10 and 3.11 on POSIX): a `Path`
+made the ordinary way costs some 400 bytes and a few microseconds per file. It is equal to,
+hashes, sorts, prints and pickles as `Path(text)`.
 """
 
 from __future__ import annotations
@@ -17,18 +14,11 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from operator import attrgetter
 from pathlib import Path, PosixPath, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetool.cache import layout
-from cachetool.cache.arrow import ArrowSummary, read_summary
-from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile, DatasetDir, Entry, EntryProblem, Liveness, ScanWarning
-
-if TYPE_CHECKING:
-    from cachetool.cache.index import ReadIndex
 
 
 class Item:
@@ -58,7 +48,6 @@ class Item:
 
 S_ISDIR = stat.S_ISDIR
 S_ISREG = stat.S_ISREG
-_MODES: dict[int, int] = {}
 
 
 def list_dir(path: Path) -> tuple[list[Item], str | None]:
@@ -103,143 +92,6 @@ def gc_paused(freeze: bool = False) -> Iterator[None]:
         if freeze:
             gc.freeze()
         gc.enable()
-
-
-class Walker:
-    """Lists folders and reads files for one scan; collects its entries, dataset folders and
-    warnings. The rules that make entries of a folder's files live in the subclasses."""
-
-    def __init__(
-        self,
-        root: Path,
-        use_index: bool,
-        progress: Callable[[int], None] | None,
-        liveness: Callable[..., Liveness] | None = None,
-    ) -> None:
-        self.root = root
-        self.use_index = use_index
-        #: The read index, from the first Arrow file met on (a walk that meets only leftovers, as
-        #: `gc --temp` may, does not load it).
-        self.index: ReadIndex | None = None
-        self.entries: list[Entry] = []
-        self.datasets: list[DatasetDir] = []
-        self.warnings: list[ScanWarning] = []
-        self.progress = progress
-        self.files_seen = 0
-        self.root_len = len(str(root).rstrip("/")) + 1
-        self.liveness = liveness
-        self._in_use: Liveness | None = None  # taken only when a file may be being written
-        self._prefix = ""  # the folder of the last file `summary` was asked for (its text + "/")
-        self._folder = ""  # the same, relative to the root
-
-    # -- helpers ------------------------------------------------------------------------------
-    def warn(self, path: Path, problem: str) -> None:
-        self.warnings.append(ScanWarning(path, problem))
-
-    def in_use(self) -> Liveness | None:
-        """Which files live processes hold, and the root's live leases (taken once, when needed,
-        from the scan's `liveness`; None without it)."""
-        if self._in_use is None and self.liveness is not None:
-            self._in_use = self.liveness(root=self.root)
-        return self._in_use
-
-    def cache_file(self, item: Item, *, arrow: bool, shard: tuple[int, int] | None = None) -> CacheFile:
-        st = item.st
-        assert st is not None
-        self.files_seen += 1
-        if self.progress is not None and self.files_seen % 200 == 0:
-            self.progress(self.files_seen)
-        summary = link = None
-        if item.is_file:
-            if arrow:
-                summary = self.summary(item)
-                error = summary.error
-                if error is not None and not layout.TEMP_FILE_RE.match(item.name):
-                    # A file another process is writing right now reads as cut short: not damage.
-                    pids = live.writer_pids(st) if (live := self.in_use()) else ()
-                    if pids:
-                        summary = replace(
-                            summary, error=f"being written by pid {', '.join(map(str, sorted(pids)))}"
-                        )
-                    else:
-                        self.warn(item.path, error)
-        elif stat.S_ISLNK(st.st_mode):
-            try:
-                link = os.readlink(item.path)
-            except OSError:
-                link = "?"
-        mode = _MODES.setdefault(st.st_mode, st.st_mode)  # one int per distinct mode, not per file
-        return CacheFile(item.path, st.st_size, st.st_mtime, mode, st.st_uid, summary, shard, link)
-
-    def _folder_of(self, item: Item) -> str:
-        """The folder of `item` relative to the root."""
-        prefix = item.prefix
-        if prefix is not self._prefix:  # a new folder: its path relative to the root, once
-            self._prefix = prefix
-            self._folder = prefix[self.root_len : -1] if len(prefix) > self.root_len else ""
-        return self._folder
-
-    def summary(self, item: Item) -> ArrowSummary:
-        name, st = item.name, item.st
-        assert st is not None
-        size, ctime_ns, ino = st.st_size, st.st_ctime_ns, st.st_ino
-        path = item.prefix + name
-        if name[:3] == "tmp" and layout.TEMP_FILE_RE.match(name):  # being written: never remembered
-            return read_summary(path, size)
-        index = self.index
-        if index is None:
-            from cachetool.cache.index import ReadIndex
-
-            index = self.index = ReadIndex(self.root, enabled=self.use_index)
-        folder = self._folder_of(item)
-        cached = index.get_in(folder, name, size, ctime_ns, ino)
-        if cached is not None:
-            return cached
-        summary = read_summary(path, size)
-        index.put(folder, name, size, ctime_ns, ino, summary)
-        return summary
-
-    def tree_files(self, path: Path) -> list[CacheFile]:
-        """Every regular file below `path` (for folders listed as one unit), links not followed."""
-        out: list[CacheFile] = []
-        stack = [path]
-        while stack:
-            d = stack.pop()
-            items, err = list_dir(d)
-            if err:
-                self.warn(d, err)
-            for it in items:
-                if not it.ok:
-                    continue
-                if it.is_dir:
-                    stack.append(it.path)
-                else:
-                    out.append(self.cache_file(it, arrow=False))
-        return out
-
-    def odd(self, item: Item, ds: DatasetDir | None) -> Entry | None:
-        """Entries for things that are not regular files or folders; None for ordinary items."""
-        dataset, st = ds.name if ds else None, item.st
-        if st is None:
-            why = item.error or "cannot stat"
-            self.warn(item.path, why)
-            return Entry(Kind.UNREADABLE, item.path, (), dataset, problems=(EntryProblem(why),))
-        mode = st.st_mode
-        if stat.S_ISLNK(mode):
-            f = self.cache_file(item, arrow=False)
-            problem = EntryProblem(f"symlink to {f.link_target} (not followed)")
-            return Entry(Kind.OTHER, item.path, (f,), dataset, ds.path if ds else None, problems=(problem,))
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            what = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
-            f = CacheFile(item.path, 0, st.st_mtime, mode, st.st_uid)
-            self.warn(item.path, f"not a regular file ({what}); not opened")
-            problem = EntryProblem(f"not a regular file ({what})")
-            return Entry(Kind.OTHER, item.path, (f,), dataset, problems=(problem,))
-        return None
-
-    def walk(self, path: Path, unit: Path | None = None, dataset_hint: DatasetDir | None = None) -> None:
-        """Make the entries of the folder `path` and of everything below it."""
-        raise NotImplementedError
 
 
 #: Whether `pathlib` is the one `_ChildPath` is written for (its parts in a `_parts` slot).

@@ -79,7 +79,7 @@ API_END = "<!-- api:end -->"
 API = (
     (
         "Listing: `ls`, `show`, `dirs`",
-        "list_cache cache.listing.Listing scan_cache find_entry show_entry CacheReport Entry "
+        "list_cache cache.query.Listing scan_cache find_entry show_entry CacheReport Entry "
         "CacheFile DatasetDir Kind cache.query.apply_filters cache.query.sort_entries "
         "cache.query.parse_duration resolve_dirs resolve_cache_root",
     ),

@@ -18,8 +18,8 @@ from cachetool.cli.output import Output, OutputFormat, hint, hint_root_elsewhere
 from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
-    from cachetool.cache.listing import Listing
     from cachetool.cache.model import CacheReport, Entry, RecordedUse
+    from cachetool.cache.query import Listing
     from cachetool.cache.shard import Shard
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
@@ -161,7 +161,7 @@ def ls_command(
             raise CachetoolError("a remote is listed whole: --filter, --sort and --cache-dir are for a cache")
         return remote_ls(os.fspath(path), out, limit)
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.listing import check_query
+    from cachetool.cache.query import check_query
     from cachetool.cache.shard import parse_shard
     from cachetool.cache.walk import gc_paused
 
@@ -225,7 +225,7 @@ def list_cache(
     match: `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the
     most entries kept; bad ones raise `BadExpression` before the folder is read. `shard` (`(i, n)`
     or `"i/n"`, `--shard`) lists shard i of n alone (`cachetool.cache.shard` says which entries)."""
-    from cachetool.cache.listing import check_query, read_listing
+    from cachetool.cache.query import check_query, read_listing
 
     check_query(filter, sort, limit)
     root = Path(path).expanduser()
@@ -304,25 +304,23 @@ def ls_document_text(
 ) -> Iterator[str]:
     """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
     of a thousand entries: never the dicts or the whole text of a 100,000-entry listing at once."""
+    from cachetool.cache.model import entries_json
     from cachetool.cli.output import envelope
 
     head = json.dumps(envelope(ls_document(report, [], pinned, shard)))
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
     for start in range(0, len(entries), 1000):
-        text = json.dumps(_entry_docs(entries[start : start + 1000], pinned))[1:-1]
+        text = entries_json(entries[start : start + 1000], pinned)
         yield text if start == 0 else ", " + text
     yield head[cut:]
 
 
 def _entry_docs(entries: Sequence[Entry], pinned: frozenset[str]) -> list[dict[str, object]]:
-    """Each entry's `to_json`, with whether it is pinned."""
-    from cachetool.cache.query import is_pinned
+    """Each entry's `--json` object, with whether it is pinned."""
+    from cachetool.cache.model import entries_json
 
-    docs = [e.to_json() for e in entries]
-    for e, doc in zip(entries, docs, strict=True):
-        doc["pinned"] = bool(pinned) and is_pinned(e, pinned)
-    return docs
+    return json.loads("[" + entries_json(entries, pinned) + "]") if entries else []
 
 
 def _short(path: Path, root: Path) -> str:
@@ -400,8 +398,6 @@ class _Texts:
 
 def _table_columns(entries: Sequence[Entry], pinned: frozenset[str], texts: _Texts) -> dict[str, list[str]]:
     """Each column's cells, by column name, in the order of `entries`."""
-    from cachetool.cache.query import is_pinned
-
     age = texts.age
     used: list[str] = []
     modified: list[str] = []
@@ -413,7 +409,7 @@ def _table_columns(entries: Sequence[Entry], pinned: frozenset[str], texts: _Tex
         "dataset": [e.dataset or "" for e in entries],
         "kind": [e.kind_str for e in entries],
         "fingerprint": [entry_label(e, whole=True) for e in entries],
-        "pin": ["yes" if is_pinned(e, pinned) else "" for e in entries] if pinned else [""] * len(entries),
+        "pin": ["yes" if e.pinned_in(pinned) else "" for e in entries] if pinned else [""] * len(entries),
         "files": [str(len(e.files)) for e in entries],
         "rows": [texts.rows(e.rows) for e in entries],
         "cols": [str(len(e.columns) or "") for e in entries],

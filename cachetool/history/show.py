@@ -99,7 +99,6 @@ def show_entry(
     from cachetool.cache.dirs import enclosing_root
     from cachetool.cache.lookup import Resolved, entry_at_path, resolve
     from cachetool.cache.pins import read_pins
-    from cachetool.cache.query import is_pinned
     from cachetool.cache.scan import scan_cache
     from cachetool.errors import CachetoolError
     from cachetool.history.ledger import Ledger, named_elsewhere
@@ -129,7 +128,7 @@ def show_entry(
     records = sorted((r for fp in fps for r in ledger.for_result(fp)), key=order_key)
     warnings: tuple[str, ...] = ()
     try:
-        pinned = is_pinned(entry, frozenset(read_pins(enclosing_root(report.root))))
+        pinned = entry.pinned_in(frozenset(read_pins(enclosing_root(report.root))))
     except CachetoolError as e:
         pinned, warnings = False, (e.message,)
     from cachetool.history.query import stale_notes
