@@ -1,7 +1,6 @@
 """The traced calls in progress: per thread, a stack of frames (a call `datasets` makes inside
 another is internal), call sites, which output files existed before, and the hash watch inside
-`update_fingerprint` (each top-level digest, and the swallowed exception of a random fallback).
-Nothing is pickled a second time.
+`update_fingerprint` (each top-level digest, the exception before a random fallback).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from cachetool.history.records.parts import CallSite
 from cachetool.history.records.steps import StepRecord
 
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
+_SITES: dict[tuple[Any, int], CallSite] = {}  # (code object, line) -> its call site
 #: The arguments of a transform that name its output files, of the script's own choosing.
 FILE_NAME_ARGS = tuple(f"{p}cache_file_name" for p in ("", "indices_", "train_indices_", "test_indices_"))
 
@@ -135,7 +135,11 @@ class Calls:
             if caller_in_datasets is None:
                 caller_in_datasets = w == 1
             if w == 0:
-                return bool(caller_in_datasets), CallSite(code.co_filename, f.f_lineno, code.co_name), entry
+                line = f.f_lineno
+                site = _SITES.get((code, line))
+                if site is None:  # one per place: a loop's call site is read again each time
+                    site = _SITES[code, line] = CallSite(code.co_filename, line, code.co_name)
+                return bool(caller_in_datasets), site, entry
             entry = code.co_name
             f = f.f_back
         return bool(caller_in_datasets), None, entry

@@ -167,15 +167,22 @@ def _default(f: Field[Any]) -> Any:
 
 #: Values written as they are (the common case, checked first).
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+#: Where a part keeps its JSON object (`_json`): not a field.
+_MADE = " json"
 #: Where `extra` is in a class's writers: its fields go into the record (see `_write`).
 _EXTRA: Any = object()
 
 
 def _json(v: Any) -> Any:
     """A field's value as JSON holds it: a part as its object, a tuple as a list, and a mapping's
-    parts and tuples so too; any other value (a hash tree, `extra`) as it is."""
+    parts and tuples so too; any other value (a hash tree, `extra`) as it is. A part's object is
+    made once (parts are frozen; a tracer's records share their call site, function and arguments)
+    and copied."""
     if isinstance(v, Part):
-        return v.to_json()
+        made = v.__dict__.get(_MADE)
+        if made is None:
+            made = v.__dict__[_MADE] = v.to_json()
+        return dict(made)
     if type(v) is tuple:
         return [_json(x) for x in v]
     if type(v) is dict and any(isinstance(x, (Part, tuple)) for x in v.values()):
@@ -291,13 +298,13 @@ class _Fields:
 
     def __init__(self, *args: Any, **values: Any) -> None:
         c = _compiled(type(self))
-        if args:  # a tuple too long for the fields leaves some out: found below
-            values = dict(zip(c.names, args, strict=False)) | values
         d = dict(c.defaults)
-        for name, make in c.factories:
-            if name not in values:
-                d[name] = make()
+        if args:  # a tuple too long for the fields leaves some out: found below
+            d.update(zip(c.names, args, strict=False))
         d.update(values)
+        for name, make in c.factories:
+            if name not in d:
+                d[name] = make()
         if len(args) > len(c.names) or d.keys() != c.every:
             wrong = sorted(c.every.symmetric_difference(d)) or ["(too many positional arguments)"]
             raise TypeError(f"{type(self).__name__}: missing or unknown fields {', '.join(wrong)}")
