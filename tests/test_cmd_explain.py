@@ -347,15 +347,15 @@ def test_the_function_info_names_the_user_helpers_datasets_hashes_by_name(
     exec(compile(script.read_text(), str(script), "exec"), namespace)
     sources: dict[str, dict[str, object]] = {}
     info = describe(namespace["step"], sources)
-    assert info["by_reference"] is False and info["qualname"] == "step"
-    assert sorted(d["qualname"] for d in info["deps"]) == [
+    assert info.by_reference is False and info.qualname == "step"
+    assert sorted(str(d.qualname) for d in info.deps) == [
         "myhelpers.Cutter.cut",
         "myhelpers.clean",
         "myhelpers.shout",
     ]
-    assert all(d["code_hash"] and d["source_hash"] in sources for d in info["deps"])
+    assert all(d.code_hash and d.source_hash in sources for d in info.deps)
     direct = describe(myhelpers.clean, sources)
-    assert direct["by_reference"] is True and direct["deps"] == []
+    assert direct.by_reference is True and direct.deps == ()
 
 
 def fail_then_fix(

@@ -1,14 +1,6 @@
-"""Writing the ledger: one segment per process and root, appended one record per `write()` (the
-format and its guarantees: `cachetool.history.ledger`). A root that cannot be written falls back
-to the per-user ledger folder (said once on stderr).
-
-A process holds at most `MAX_OPEN_SEGMENTS` segments open (the roots it wrote to last): a program
-that saves to a thousand folders must not run out of descriptors because it is traced. A segment
-closed for room is opened again for its root's next record; a root that is gone by then (the
-program deleted it) is not recreated, and its records go nowhere.
-
-`cachetool gc` appends one `GcRecord` per removed item (`GcLog`) after the files are gone: a crash
-in between leaves files removed without a record, never a record of a removal that did not happen.
+"""Writing the ledger: one segment per process and root, one `os.write` per record (the format:
+`cachetool.history.ledger`); a root that cannot be written falls back to the per-user ledger
+folder; at most `MAX_OPEN_SEGMENTS` open at once. `GcLog`: gc's records, after the files are gone.
 """
 
 from __future__ import annotations
@@ -312,11 +304,13 @@ def foldable_bytes(root: str | os.PathLike[str], keep_runs: int = KEEP_RUNS) -> 
     total = 0
     for folder in ledger_dirs(root):
         with contextlib.suppress(OSError), os.scandir(folder) as it:
-            raw = [
-                de.stat()
+            found = [
+                de
                 for de in it
                 if de.name.endswith(SEGMENT_SUFFIX) and not de.name.startswith(COMPACTED_PREFIX)
             ]
-            raw.sort(key=lambda st: st.st_mtime)
+            if len(found) <= keep_runs:  # nothing to fold: no `stat` (a traced run asks as it ends)
+                continue
+            raw = sorted((de.stat() for de in found), key=lambda st: st.st_mtime)
             total += sum(st.st_size for st in raw[: max(0, len(raw) - keep_runs)])
     return total

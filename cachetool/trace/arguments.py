@@ -1,14 +1,7 @@
 """What a step was given, as its record says it: the transform `datasets` hashed, each argument
-(its digest, a short repr or summary, its type; hash trees in determinism runs), the user's
-function, and a fallback to a random fingerprint with the argument that caused it.
-
-`datasets` pickles a function of the user's own modules by reference: editing it keeps the
-fingerprint. So, once per code object and process, the tracer records its source hash, `code_hash`,
-whether it is pickled `by_reference`, the `deps` it reaches that are (at most `MAX_DEPS`), and their
-source texts (one `"source"` record per process and root).
-
-The per-argument digests come from watching `Hasher.hash` inside `update_fingerprint` (no second
-pickling). Nothing here calls a user-defined `__repr__`, and nothing raises into a traced call.
+(digest, short repr, type; summaries for `explain`, hash trees in determinism runs), the user's
+function (source and code hashes, helpers it reaches by name), a random fallback. Nothing here
+calls a user-defined `__repr__` or raises into a traced call.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cachetool.fingerprint.tree import by_reference
-from cachetool.history.records.parts import ArgInfo, ColumnHead, FunctionInfo, RandomFallback
+from cachetool.history.records.parts import ArgInfo, ColumnHead, FunctionInfo, FunctionRef, RandomFallback
 from cachetool.trace.calls import Frame, HashEvent
 
 if TYPE_CHECKING:
@@ -134,7 +127,7 @@ class Arguments:
         key = code if code is not None else id(target)
         info = _FN_INFO.get(key)
         if info is None:
-            info = _FN_INFO[key] = FunctionInfo.parse(describe(fn, SOURCES))
+            info = _FN_INFO[key] = describe(fn, SOURCES)
         return info
 
     def arg_info(self, digest: str | None, shown: str | None, type_: str) -> ArgInfo:
@@ -504,7 +497,7 @@ def unwrap(fn: Any) -> tuple[Any, types.CodeType | None]:
     return target, code if isinstance(code, types.CodeType) else None
 
 
-def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> FunctionInfo:
     """The `function` field of a record for `fn`; the source texts it names are added to `sources`
     (source hash -> {"qualname", "file", "line", "text", "truncated"})."""
     target, code = unwrap(fn)
@@ -512,12 +505,14 @@ def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
     module = getattr(target, "__module__", None)
     if module not in (None, "__main__", "__mp_main__"):
         qualname = f"{module}.{qualname}"
-    info = _ref(qualname, code, source_of(target), sources)
-    info["by_reference"] = by_reference(target)
-    if info["by_reference"] and isinstance(target, types.FunctionType):
-        info["reads"] = reads(target)
-    info["deps"] = _deps(target, sources) if isinstance(target, types.FunctionType) else []
-    return info
+    plain = isinstance(target, types.FunctionType)
+    named = by_reference(target)
+    return FunctionInfo(
+        **_ref(qualname, code, source_of(target), sources),
+        reads=reads(target) if named and plain else {},
+        by_reference=named,
+        deps=_deps(target, sources) if plain else (),
+    )
 
 
 def _ref(
@@ -538,9 +533,9 @@ def _ref(
     return ref
 
 
-def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> tuple[FunctionRef, ...]:
     """User-module functions pickled by reference that `fn` reaches through its globals."""
-    out: list[dict[str, Any]] = []
+    out: list[FunctionRef] = []
     seen: set[int] = {id(fn)}
     queue: list[types.FunctionType] = [fn]
     while queue and len(out) < MAX_DEPS:
@@ -554,10 +549,10 @@ def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[di
             if by_reference(callee):  # a change of one pickled by value changes the fingerprint
                 qualname = f"{callee.__module__}.{callee.__qualname__}"
                 ref = _ref(qualname, callee.__code__, source_of(callee), sources)
-                out.append({**ref, "reads": reads(callee)})
+                out.append(FunctionRef(**ref, reads=reads(callee)))
             if len(out) >= MAX_DEPS:
                 break
-    return out
+    return tuple(out)
 
 
 def _names(code: types.CodeType, depth: int = 0) -> list[str]:

@@ -1,7 +1,6 @@
 """The traced calls in progress: per thread, a stack of frames (a call `datasets` makes inside
 another is internal), call sites, which output files existed before, and the hash watch inside
-`update_fingerprint` (each top-level digest, and the swallowed exception of a random fallback).
-Nothing is pickled a second time.
+`update_fingerprint` (each top-level digest, the exception before a random fallback).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import resource
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from cachetool.history.records.base import LedgerRecord
@@ -22,60 +20,77 @@ from cachetool.history.records.parts import CallSite
 from cachetool.history.records.steps import StepRecord
 
 _WHERE: dict[Any, int] = {}  # code object -> 0 user code, 1 datasets, 2 cachetool
+_SITES: dict[tuple[Any, int], CallSite] = {}  # (code object, line) -> its call site
 #: The arguments of a transform that name its output files, of the script's own choosing.
 FILE_NAME_ARGS = tuple(f"{p}cache_file_name" for p in ("", "indices_", "train_indices_", "test_indices_"))
 
 
-@dataclass(slots=True, eq=False)
 class HashEvent:
     """One `update_fingerprint` call: what `Hasher.hash` saw while it ran (each top-level digest,
     the error swallowed before a random fallback), then its parent fingerprint, transform,
     arguments and result."""
 
-    digests: list[str] = field(default_factory=list)
-    depth: int = 0
-    error: str | None = None
-    error_type: str | None = None
-    error_at: int | None = None
-    random: bool = False
-    predictable: bool = False  # the random fallback came from Python's global `random`
-    parent: Any = None
-    transform: Any = None
-    args: Any = None
-    result: Any = None
-    seq: int = 0
-    start: float = 0.0  # set for hashes outside any traced call; others use their call's start
-    call_site: CallSite | None = None
-    #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
-    trees: dict[str, Any] | None = None
+    __slots__ = (
+        *("digests", "depth", "error", "error_type", "error_at", "random", "predictable"),
+        *("parent", "transform", "args", "result", "seq", "start", "call_site", "trees"),
+    )
+
+    def __init__(self) -> None:
+        self.digests: list[str] = []
+        self.depth = 0
+        self.error: str | None = None
+        self.error_type: str | None = None
+        self.error_at: int | None = None
+        self.random = False
+        self.predictable = False  # the random fallback came from Python's global `random`
+        self.parent: Any = None
+        self.transform: Any = None
+        self.args: Any = None
+        self.result: Any = None
+        self.seq = 0
+        self.start = 0.0  # set for hashes outside any traced call; others use their call's start
+        self.call_site: CallSite | None = None
+        #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
+        self.trees: dict[str, Any] | None = None
 
 
-@dataclass(slots=True, eq=False)
 class Frame:
     """One hooked call in progress: what it was given, where it was called from, the hashes made
     directly inside it and the records of the calls nested in it."""
 
-    op: str
-    kind: str
-    original: Any
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    call_site: CallSite | None
-    entry: str | None
-    internal: bool
-    seq: int
-    parents: list[Any]
-    parent_fps: list[Any]
-    start: float = field(default_factory=time.time)
-    t0: float = field(default_factory=time.perf_counter)
-    duration: float = 0.0
-    hashes: list[HashEvent] = field(default_factory=list)
-    started: bool = False  # a step-start record was written for this call
-    resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
-    rekeyed: Any = None  # the `Rekeyed` part of a map given an equivalent earlier result
-    cpu0: float | None = None  # a call the user made: CPU seconds used before it (`cpu_seconds`)
-    children: list[StepRecord] = field(default_factory=list)
-    pending: list[LedgerRecord] = field(default_factory=list)
+    __slots__ = (
+        *("op", "kind", "original", "args", "kwargs", "call_site", "entry", "internal", "seq"),
+        *("parents", "parent_fps", "start", "t0", "duration", "hashes", "started", "resumed"),
+        *("rekeyed", "cpu0", "children", "pending"),
+    )
+
+    def __init__(
+        self,
+        op: str,
+        kind: str,
+        original: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_site: CallSite | None,
+        entry: str | None,
+        internal: bool,
+        seq: int,
+        parents: list[Any],
+    ) -> None:
+        self.op, self.kind, self.original, self.args, self.kwargs = op, kind, original, args, kwargs
+        self.call_site, self.entry, self.internal, self.seq = call_site, entry, internal, seq
+        self.parents = parents
+        self.parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
+        self.start = time.time()
+        self.t0 = time.perf_counter()
+        self.duration = 0.0
+        self.hashes: list[HashEvent] = []
+        self.started = False  # a step-start record was written for this call
+        self.resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
+        self.rekeyed: Any = None  # the `Rekeyed` part of a map given an equivalent earlier result
+        self.cpu0: float | None = None  # a call the user made: CPU seconds used before it
+        self.children: list[StepRecord] = []
+        self.pending: list[LedgerRecord] = []
 
 
 class CallState(threading.local):
@@ -120,7 +135,11 @@ class Calls:
             if caller_in_datasets is None:
                 caller_in_datasets = w == 1
             if w == 0:
-                return bool(caller_in_datasets), CallSite(code.co_filename, f.f_lineno, code.co_name), entry
+                line = f.f_lineno
+                site = _SITES.get((code, line))
+                if site is None:  # one per place: a loop's call site is read again each time
+                    site = _SITES[code, line] = CallSite(code.co_filename, line, code.co_name)
+                return bool(caller_in_datasets), site, entry
             entry = code.co_name
             f = f.f_back
         return bool(caller_in_datasets), None, entry
@@ -142,9 +161,8 @@ class Calls:
             value = kwargs.get(key)
             if isinstance(value, str):
                 self.snapshot(value)
-        parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
         internal = bool(stack) and caller_in_datasets
-        frame = Frame(op, kind, original, args, kwargs, call_site, entry, internal, seq, parents, parent_fps)
+        frame = Frame(op, kind, original, args, kwargs, call_site, entry, internal, seq, parents)
         if not stack:
             frame.cpu0 = cpu_seconds()
         stack.append(frame)

@@ -1,13 +1,6 @@
-"""Leases: a writing process announces itself in every cache root it writes to, for gc and
-verify on any host (`/proc` shows only this host).
-
-A traced process keeps a file in `<root>/.cachetool/leases/` (host, boot id, pid, PID namespace,
-start time), renewed from a daemon thread (`hold_lease`), written to a temp name and renamed, removed
-at exit. Taking one creates `.cachetool/leases/` in an existing root, never the root; a renewal
-creates nothing (a deleted root stays deleted). A lease of this host and PID namespace is judged by
-`/proc`; any other lives until it expires, and while it lives, what was modified in its root since
-its process started is live (`InUse.lease_over(mtime)`). They are read in
-`cachetool.maintenance.liveness`.
+"""Leases: a traced process announces itself in every cache root it writes to
+(`<root>/.cachetool/leases/`), renewed from a daemon thread, removed at exit, so gc and verify on
+any host know it writes there (`cachetool.maintenance.liveness` reads them; docs/hosts.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Replacing functions of `datasets` without changing what pickles.
-
-`Patches` puts each replacement in place and restores the originals. Every replacement pickles
-exactly as its original does under dill (`PickledAsOriginal`, `function_as_original`), so tracing
-never changes a fingerprint of anything that references a replaced function.
+"""Replacing functions of `datasets` so that every replacement pickles exactly as its original
+under dill: tracing never changes a fingerprint.
 """
 
 from __future__ import annotations

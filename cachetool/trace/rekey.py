@@ -1,30 +1,10 @@
-"""Re-key instead of recompute (`cachetool run --reuse-equivalent`, `tracing(reuse_equivalent=True)`):
-a `map` about to compute under a new fingerprint whose call site made a result from the same input
-before, with the same function source, is first run on sampled batches; when every sampled batch
-equals the earlier result's rows, that result is written under the new fingerprint instead of
-computing it all.
-
-The earlier result qualifies when the ledger says it was made by a `map` at the same call site
-(file and line) from the same parent fingerprint, by the same `datasets` version, with the same
-function (qualified name, source text and the source of the helpers of the user's modules it
-reaches) and the same arguments that shape rows (`batched`, `batch_size`, `with_indices`,
-`with_rank`, `input_columns`, `remove_columns`, `drop_last_batch`, `features`), and its
-`cache-<fp>.arrow` holds one row per input row. What may differ is what the fingerprint hashed and
-the function's code does not show: the objects it reaches (a set's order, a timestamp on `self`),
-`fn_kwargs`, `writer_batch_size`.
-
-The proof: the function runs on `k` batches (8 by default: the first, the last, and the others
-spread evenly between; a batch is `batch_size` rows for a batched map, else 1,000 rows) through
-`datasets`' own `map`, and each must equal the earlier file's rows exactly: the same columns, the
-same Arrow types (a column of nulls only excepted) and the same values. It is evidence, not a
-proof for every row: a function whose output differs only on rows no sample holds is re-keyed
-wrongly (docs/resume.md says what this means). A map with `num_proc`, a random fingerprint, or
-`load_from_cache_file=False` is never re-keyed.
+"""Re-key instead of recompute (`cachetool run --reuse-equivalent`): a `map` about to compute
+takes the earlier result of its call site on the same input, with the same function source and
+the same row-shaping arguments, once sampled batches computed again equal it (docs/resume.md).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -33,7 +13,7 @@ from typing import Any
 from cachetool.history.ledger import read_ledger
 from cachetool.history.records.parts import Rekeyed
 from cachetool.history.records.steps import StepRecord
-from cachetool.trace.resume import map_rows, write_stream
+from cachetool.trace.resume import map_call, map_rows, write_stream
 
 #: Arguments that shape the rows a map writes: they must be the same for a result to be re-keyed.
 SHAPING = (
@@ -67,13 +47,8 @@ def rekey_map(
     written) when there is none or a sampled batch differs (then `say` tells why in one line)."""
     import datasets
 
-    given = inspect.signature(map_fn).bind(*args, **kwargs)
-    given.apply_defaults()
-    call = dict(given.arguments)
-    ds = call.pop("self")
-    if call["load_from_cache_file"] is False or hashed.get("random_fallback"):
-        return None
-    if inspect.iscoroutinefunction(call["function"]):
+    ds, call = map_call(map_fn, args, kwargs)
+    if call is None or hashed.get("random_fallback"):
         return None
     folder, name = os.path.split(path)
     fp = name.removeprefix("cache-").removesuffix(".arrow")

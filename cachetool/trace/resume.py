@@ -1,18 +1,6 @@
-"""Resume a killed map: reuse the complete record batches the killed attempt of the same
-fingerprint left in its `tmp*` file, compute only the rest, and write what an uninterrupted run
-writes.
-
-The same fingerprint means the same function, input and arguments (`batched`, `batch_size`,
-`with_indices`, `writer_batch_size`, `features` ... are all hashed), so the killed attempt's rows
-are this call's. Only rows of complete map batches are reused (a truncated tail is dropped), from a
-multiple of `batch_size` on: a batched function sees the batches it would have seen, and
-`with_indices` the same indices. Before trusting the rows, the last reused batch is computed again
-and must equal them (a batched function that changes the number of rows is not resumable: its
-output rows are not its input rows). The rest is computed by `datasets`' own `map` with the
-partial's features, so its writer types every value as the uninterrupted writer did after its first
-batch; the head and the rest go into a new `tmp*` file under the partial's schema (and metadata),
-renamed onto `cache-<fp>.arrow`, which `map` then loads as a cache hit. A `tmp*` file any process
-holds open or maps is never used nor removed.
+"""Resume a killed map: reuse the complete record batches its killed attempt (same fingerprint)
+left in a `tmp*` file, from a multiple of `batch_size`, compute the rest, and write what an
+uninterrupted run writes (docs/resume.md says what is proven and how).
 """
 
 from __future__ import annotations
@@ -48,11 +36,8 @@ def resume_map(
     starts = sorted(
         (r for r in records if isinstance(r, StepStartRecord) and path in r.paths), key=lambda r: r.time
     )
-    call = inspect.signature(map_fn).bind(*args, **kwargs)
-    call.apply_defaults()
-    given = dict(call.arguments)
-    ds = given.pop("self")
-    if given["load_from_cache_file"] is False or inspect.iscoroutinefunction(given["function"]):
+    ds, given = map_call(map_fn, args, kwargs)
+    if given is None:
         return None
     step = given["batch_size"] if given["batched"] else 1
     if not step or step <= 0:  # one batch of everything: nothing to resume from
@@ -91,6 +76,20 @@ def resume_map(
                 if not _held(partial):
                     os.unlink(partial)
     return Resumed(rows=reused, of=len(ds), run=", ".join(dict.fromkeys(runs))) if reused else None
+
+
+def map_call(
+    map_fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, dict[str, Any] | None]:
+    """(the dataset, every argument of the map call by name, defaults included); None for the
+    arguments of a call whose rows may not be reused (`load_from_cache_file=False`, a coroutine)."""
+    call = inspect.signature(map_fn).bind(*args, **kwargs)
+    call.apply_defaults()
+    given = dict(call.arguments)
+    ds = given.pop("self")
+    if given["load_from_cache_file"] is False or inspect.iscoroutinefunction(given["function"]):
+        return ds, None
+    return ds, given
 
 
 def _shard_rows(rows: int, rank: int, shards: int) -> tuple[int, int]:

@@ -1,11 +1,6 @@
-"""Run a script exactly as `python script.py args...` would (a module as `python -m module
-args...`), with tracing on.
-
-`run_script()` execs `python -m cachetool.trace.bootstrap script.py args...` (pid, stdio, signals
-and exit status are the script's own); the console script calls `run_here()` to run it in its own
-interpreter. The bootstrap gives the script CPython's `sys.argv`, `sys.path[0]` and a fresh
-`__main__`; tracing is installed on the script's own `import datasets`; tracebacks leave out the
-bootstrap's and the tracer's frames.
+"""`cachetool run`: run a script exactly as `python script.py args...` would (a module as
+`python -m module`), with tracing on: same pid, stdio, signals, exit status, `sys.argv`,
+`sys.path[0]` and a fresh `__main__`; tracebacks leave out the bootstrap's frames.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The tracer: hooks into `datasets` that record every transform call while a pipeline runs.
-
-Two layers (DESIGN.md, Tracing): the transform methods and entry points are wrapped in *frames*
-(`calls`: fingerprints in and out, files, duration, call site); `update_fingerprint`,
-`generate_random_fingerprint` and `generate_fingerprint`, replaced wherever `datasets` imported them
-(`patches`), give the hash inputs (`arguments`). Every hook returns the original's result unchanged;
-its bookkeeping runs under `try/except Exception`, off in forked children. Records (`records`) go to
-the ledger of their root (`LedgerSink`) or, in a determinism run, one events file (`EventsSink`).
-Calls in forked or spawned children are not recorded.
+"""The tracer: hooks into `datasets` that record every transform call while a pipeline runs
+(DESIGN.md, Tracing). Every hook returns the original's result unchanged; its bookkeeping never
+raises into the user's code and is off in forked children.
 """
 
 from __future__ import annotations
@@ -104,17 +98,10 @@ def _is_fingerprint_transform(value: Any) -> bool:
     return False
 
 
-def note(message: str) -> None:
-    """One line on stderr that is not a warning, never an exception."""
+def warn(message: str, kind: str = "warning: ") -> None:
+    """One line on stderr (`kind` "": a note, not a warning), never an exception."""
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"cachetool: {message}\n")
-        sys.stderr.flush()
-
-
-def warn(message: str) -> None:
-    """One line on stderr, never an exception."""
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"cachetool: warning: {message}\n")
+        sys.stderr.write(f"cachetool: {kind}{message}\n")
         sys.stderr.flush()
 
 
@@ -521,7 +508,8 @@ class Tracer:
         if h is None or top.call_site is None:
             return
         hashed = self.arguments.hashed(h)
-        top.rekeyed = rekey_map(top.original, top.args, top.kwargs, path, root, hashed, top.call_site, note)
+        say = functools.partial(warn, kind="")
+        top.rekeyed = rekey_map(top.original, top.args, top.kwargs, path, root, hashed, top.call_site, say)
 
     def _exit(self, frame: Frame, out: Any, exc: BaseException | None) -> None:
         local = self.local

@@ -18,7 +18,6 @@ CONSTANT_KEYS = ("v", "run", "host", "pid", "versions")
 #: Later than this is not a time a record was written (year 5138): `datetime` cannot show it.
 _MAX_TIME = 1e11
 
-_R = TypeVar("_R", bound=type)
 _T = TypeVar("_T")
 _P = TypeVar("_P", bound="Part")
 _L = TypeVar("_L", bound="LedgerRecord")
@@ -162,27 +161,33 @@ def _inline(name: str, hint: Any, first: str, const: Callable[[Any], str]) -> tu
     return f"type({first}) is {container} and {{*map(type, {items})}} <= {const(kinds)}", value
 
 
-def _writer(hint: Any) -> Callable[[Any], Any] | None:
-    """How a value annotated `hint` is written (None: as it is)."""
-    hint = _plain(hint)
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if _is_part(hint):
-        return lambda v: None if v is None else v.to_json()
-    each = _writer(args[0] if origin is tuple else args[1]) if args else None
-    if origin is tuple:
-        return list if each is None else lambda v: [each(x) for x in v]
-    if origin is Mapping and args[1] is not Any:
-        return dict if each is None else lambda v: {k: each(x) for k, x in v.items()}
-    return None
-
-
-def _extra(v: Any) -> Any:
-    """The writer of `LedgerRecord.extra`: its fields go into the record (see `_write`)."""
-    return v
-
-
 def _default(f: Field[Any]) -> Any:
     return f.default if f.default_factory is MISSING else f.default_factory()
+
+
+#: Values written as they are (the common case, checked first).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+#: Where a part keeps its JSON object (`_json`): not a field.
+_MADE = " json"
+#: Where `extra` is in a class's writers: its fields go into the record (see `_write`).
+_EXTRA: Any = object()
+
+
+def _json(v: Any) -> Any:
+    """A field's value as JSON holds it: a part as its object, a tuple as a list, and a mapping's
+    parts and tuples so too; any other value (a hash tree, `extra`) as it is. A part's object is
+    made once (parts are frozen; a tracer's records share their call site, function and arguments)
+    and copied."""
+    if isinstance(v, Part):
+        made = v.__dict__.get(_MADE)
+        if made is None:
+            made = v.__dict__[_MADE] = v.to_json()
+        return dict(made)
+    if type(v) is tuple:
+        return [_json(x) for x in v]
+    if type(v) is dict and any(isinstance(x, (Part, tuple)) for x in v.values()):
+        return {k: _json(x) for k, x in v.items()}
+    return v
 
 
 class _Compiled:
@@ -193,20 +198,22 @@ class _Compiled:
     it, or raises BadRecord)."""
 
     def __init__(self, cls: type) -> None:
-        self.hints = typing.get_type_hints(cls)
-        self.fields = [f for f in fields(cls) if f.name not in ("read_from", "extra")]
+        self.cls = cls
+        every = fields(cls)
+        #: What `_Fields.__init__` fills in: every field's name, default and default factory.
+        self.names = tuple(f.name for f in every)
+        self.every = frozenset(self.names)
+        self.defaults = {f.name: f.default for f in every if f.default is not MISSING}
+        self.factories = [(f.name, f.default_factory) for f in every if f.default_factory is not MISSING]
+        self.fields = [f for f in every if f.name not in ("read_from", "extra")]
         omit = getattr(cls, "OMIT", ())
-        self.writers = [
-            (f.name, _writer(self.hints[f.name]), _default(f) if f.name in omit else MISSING)
-            for f in self.fields
-        ]
+        self.writers = [(f.name, _default(f) if f.name in omit else MISSING) for f in self.fields]
         self.keys = frozenset(f.name for f in self.fields)
-        if "extra" in self.hints:  # a record: its unknown fields after the base ones, or last
+        if "extra" in self.every:  # a record: its unknown fields after the base ones, or last
             at = len(self.fields) if getattr(cls, "EXTRA_LAST", False) else len(CONSTANT_KEYS) + 6
-            self.writers.insert(at, ("extra", _extra, MISSING))
+            self.writers.insert(at, ("extra", _EXTRA))
         #: The writers of `to_json(constant=False)`: a tracer writes every record this way.
         self.variable = [w for w in self.writers if w[0] not in CONSTANT_KEYS]
-        every = fields(cls)
         self.shown = [f.name for f in every if f.repr]
         self.compared = operator.attrgetter(*[f.name for f in every if f.compare], "__class__")
         self.hashed = operator.attrgetter(
@@ -215,6 +222,7 @@ class _Compiled:
 
     @functools.cached_property
     def read(self) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
+        hints = typing.get_type_hints(self.cls)  # only to read: resolving them costs ~0.2 ms a class
         readers: list[Reader] = []
         defaults: list[Any] = []
         consts: list[Any] = []
@@ -225,7 +233,7 @@ class _Compiled:
             return f"C[{len(consts) - 1}]"
 
         for i, f in enumerate(self.fields):
-            hint, default, custom = self.hints[f.name], _default(f), f.metadata.get("read")
+            hint, default, custom = hints[f.name], _default(f), f.metadata.get("read")
             make = (lambda d=default: d) if f.default_factory is MISSING else f.default_factory
             readers.append(custom or _reader(f.name, hint, None if default is MISSING else make))
             defaults.append(default)
@@ -251,7 +259,7 @@ _COMPILED: dict[type, _Compiled] = {}
 
 
 def _compiled(cls: type) -> _Compiled:
-    """`cls`'s readers and writers, shared with the classes whose fields it has (`same_fields`)."""
+    """`cls`'s readers and writers, shared with its subclasses that add no field (`TransformRecord`)."""
     c = _COMPILED.get(cls)
     if c is None:
         own = next(k for k in cls.__mro__ if "__dataclass_fields__" in vars(k))
@@ -261,13 +269,14 @@ def _compiled(cls: type) -> _Compiled:
 
 def _write(obj: Any, constant: bool = True) -> dict[str, Any]:
     c = _compiled(type(obj))
+    values = obj.__dict__
     out: dict[str, Any] = {}
-    for name, write, omit in c.writers if constant else c.variable:
-        v = getattr(obj, name)
-        if write is _extra:
+    for name, omit in c.writers if constant else c.variable:
+        v = values[name]
+        if omit is _EXTRA:
             out.update(v)
         elif omit is MISSING or v != omit:
-            out[name] = v if write is None else write(v)
+            out[name] = v if type(v) in _SCALARS else _json(v)
     return out
 
 
@@ -280,10 +289,32 @@ def _new(cls: type[_T], values: dict[str, Any]) -> _T:
 
 
 class _Fields:
-    """The `__repr__`, `__eq__` and `__hash__` of every record and part, as `@dataclass` writes
-    them (its fields, those with `compare`, of the same class only), from the fields of each class
-    (`_compiled`): each class is declared `repr=False, eq=False` and does not compile its own
-    (~0.2 ms a class at every import; a traced run pays it at start)."""
+    """What `@dataclass(frozen=True)` would write for every record and part, from the fields of
+    each class (`_compiled`), without compiling code per class (~0.3 ms a class at every import;
+    a traced run pays it at start): each class is declared `@dataclass(init=False, repr=False,
+    eq=False)`. Its `__init__` takes the fields by name (or, in order, by position); `__repr__`,
+    `__eq__` and `__hash__` use its fields (those with `compare`, of the same class only); assigning
+    or deleting any attribute raises `FrozenInstanceError`."""
+
+    def __init__(self, *args: Any, **values: Any) -> None:
+        c = _compiled(type(self))
+        d = dict(c.defaults)
+        if args:  # a tuple too long for the fields leaves some out: found below
+            d.update(zip(c.names, args, strict=False))
+        d.update(values)
+        for name, make in c.factories:
+            if name not in d:
+                d[name] = make()
+        if len(args) > len(c.names) or d.keys() != c.every:
+            wrong = sorted(c.every.symmetric_difference(d)) or ["(too many positional arguments)"]
+            raise TypeError(f"{type(self).__name__}: missing or unknown fields {', '.join(wrong)}")
+        object.__setattr__(self, "__dict__", d)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _compiled(type(self)).shown)
@@ -329,7 +360,7 @@ def _time(v: Any, where: str) -> float:
     return t
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class LedgerRecord(_Fields):
     """What every record has: version, type, order, time, where it ran, and the root it belongs to.
 
@@ -411,24 +442,3 @@ order_key = operator.attrgetter("time", "run", "seq")
 
 #: Record type -> class (a type not listed here is skipped with a warning).
 RECORD_TYPES: dict[str, type[LedgerRecord]] = {}
-
-
-def same_fields(cls: _R) -> _R:
-    """For a record class that adds no field to its frozen dataclass base (only its `TYPE`): it
-    keeps the base's generated `__init__` (`__repr__`, `__eq__` and `__hash__` are `_Fields`'),
-    instead of `@dataclass` compiling it again, ~0.5 ms per class at every import (a traced run
-    pays it at start). Assigning or deleting any attribute raises
-    `FrozenInstanceError`, as `@dataclass(frozen=True)` makes it."""
-    own = [name for name in vars(cls).get("__annotations__", {}) if name != "TYPE"]
-    if own:
-        raise TypeError(f"{cls.__name__} adds fields {own}: decorate it with @dataclass")
-
-    def __setattr__(self: Any, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self: Any, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    cls.__setattr__ = __setattr__  # type: ignore[assignment]
-    cls.__delattr__ = __delattr__  # type: ignore[assignment]
-    return cls

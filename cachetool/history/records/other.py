@@ -18,7 +18,7 @@ from cachetool.history.records.steps import StepRecord
 COMPACTED_PREFIX = "compacted-"
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class RunStartRecord(LedgerRecord):
     """A traced process started (written when the tracer is installed, to its cache root's ledger):
     a run with this record and no `RunEndRecord` ended without closing (killed, or still running)."""
@@ -29,7 +29,7 @@ class RunStartRecord(LedgerRecord):
     cwd: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class RunEndRecord(LedgerRecord):
     """A traced process ended without being killed (an uncaught exception included), or stopped
     tracing; written to every root the run wrote to, with how it ended when `cachetool run` ran
@@ -47,7 +47,7 @@ class RunEndRecord(LedgerRecord):
     step: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class StepStartRecord(LedgerRecord):
     """A step began to compute: written when it finds no cache file to load (a miss), before it
     writes, so a run killed in the step still says which step it was and where it wrote. The
@@ -66,7 +66,7 @@ class StepStartRecord(LedgerRecord):
     before: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class SourceRecord(LedgerRecord):
     """The text of a user function named by a step's `function` (or one of its `deps`)."""
 
@@ -80,7 +80,7 @@ class SourceRecord(LedgerRecord):
     truncated: bool = False
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class GcRecord(LedgerRecord):
     """One item `cachetool gc` removed (`action` "removed"), or `cachetool verify --quarantine`
     moved aside ("quarantined", to `moved_to`). `files` is a count here (a step's `files` is a
@@ -157,7 +157,7 @@ def _is_count(x: Any) -> bool:
 _fps = _field("fps", dict, _is_dict, "an object", _sums)
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class CompactionRecord(LedgerRecord):
     """The first record of a compacted segment: the segments (name and size when read) whose
     records it holds, kept or summarised. Readers skip a segment named here while it still has
@@ -168,7 +168,7 @@ class CompactionRecord(LedgerRecord):
     replaces: tuple[tuple[str, int], ...] = field(default=(), metadata={"read": _replaces})
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class RunSummaryRecord(LedgerRecord):
     """Runs whose records a compaction folded away (`internal` ones left out): one run, or
     (`runs` > 1) the oldest ones merged. `time` is the first start, `duration` up to the last end;

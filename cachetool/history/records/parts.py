@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from cachetool.history.records.base import Part
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class CallSite(Part):
     """Where the user's code called the step: the first frame outside `datasets` and cachetool."""
 
@@ -18,7 +18,7 @@ class CallSite(Part):
     function: str | None = None
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class FunctionRef(Part):
     """A function of the user's code: its name, place and the hashes of its source and bytecode;
     for one `datasets` hashes by name, the digest of each plain value of its module it reads
@@ -34,7 +34,7 @@ class FunctionRef(Part):
     reads: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class FunctionInfo(FunctionRef):
     """The user's function of a step, with the helpers of the user's modules it reaches."""
 
@@ -50,7 +50,7 @@ class FunctionInfo(FunctionRef):
         return out
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class ArgInfo(Part):
     """One hashed argument of a step: its `Hasher` digest, a short repr and its type name;
     `summary` (a bounded hash tree) for steps that computed, `tree` (a full one) in events files,
@@ -66,7 +66,7 @@ class ArgInfo(Part):
     after: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class ColumnHead(Part):
     """A column of an in-memory source in an events file: its digest and the short reprs of its
     first values (a source built at run time is explained by the first value that differs)."""
@@ -75,7 +75,7 @@ class ColumnHead(Part):
     head: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class RandomFallback(Part):
     """`datasets` could not hash `argument` (None: the transform itself) and used a random fingerprint;
     `predictable`: drawn from Python's global `random` (datasets < 2.17), so the same in every run
@@ -89,7 +89,7 @@ class RandomFallback(Part):
     predictable: bool = False
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class FileRecord(Part):
     """A cache file a step produced or reused: `status` "written" or "reused"."""
 
@@ -98,7 +98,7 @@ class FileRecord(Part):
     status: str | None = None
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class DataFile(Part):
     """A local data file of a builder at load time."""
 
@@ -108,7 +108,7 @@ class DataFile(Part):
     mtime: float | None = None
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class SourceInfo(Part):
     """Where a chain starts (roots) or where a save went (saves). `kind` is "builder", "saved",
     "in-memory" or "file"; the other fields belong to one kind each (None otherwise) and are
@@ -131,7 +131,7 @@ class SourceInfo(Part):
         return out | {"data_files": [x.to_json() for x in self.data_files]}
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class Resumed(Part):
     """A map that reused `rows` of its `of` rows from the `tmp*` files its killed run `run` left."""
 
@@ -144,7 +144,7 @@ class Resumed(Part):
         return f"resumed: {self.rows:,} of {self.of:,} rows reused from the killed run of {self.run}"
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class Rekeyed(Part):
     """A map whose result was the earlier result `source` (of the run `run`), written under the
     step's fingerprint once `batches` sampled batches (`rows` rows) computed again equalled it."""
@@ -162,7 +162,7 @@ class Rekeyed(Part):
         )
 
 
-@dataclass(frozen=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class Compute(Part):
     """What a step that computed its result cost: `wall` seconds, and `cpu` seconds of this
     process and of the worker processes it ran and reaped (`num_proc`)."""

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from cachetool.cache.layout import parse_cache_file
-from cachetool.history.records.base import BadRecord, LedgerRecord, same_fields
+from cachetool.history.records.base import BadRecord, LedgerRecord
 from cachetool.history.records.parts import (
     ArgInfo,
     CallSite,
@@ -36,7 +35,7 @@ def _cache(v: Any, where: str) -> str:
     return str(v)
 
 
-@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
+@dataclass(init=False, repr=False, eq=False)
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
 
@@ -113,6 +112,8 @@ class StepRecord(LedgerRecord):
         the fingerprint of the `map` it runs): the ledger's usage files the step under each."""
         if self.result is None:
             return ()
+        from cachetool.cache.layout import parse_cache_file  # (its patterns: not for a tracer)
+
         made = [self.result]
         for f in self.files:
             parsed = parse_cache_file(f.path.rpartition("/")[2])
@@ -142,14 +143,12 @@ class StepRecord(LedgerRecord):
         return tuple(f.path for f in self.files)
 
 
-@same_fields
 class TransformRecord(StepRecord):
     """A transform call (`map`, `filter`, `select`, `concatenate_datasets`, ...)."""
 
     TYPE: ClassVar[str] = "transform"
 
 
-@same_fields
 class RootRecord(StepRecord):
     """A dataset that starts a chain: a builder split, `load_from_disk` (its parent is the saved
     state's fingerprint), an in-memory dataset. `source` says which."""
@@ -157,7 +156,6 @@ class RootRecord(StepRecord):
     TYPE: ClassVar[str] = "root"
 
 
-@same_fields
 class SaveRecord(StepRecord):
     """`save_to_disk`: the folder `source.path` holds `result`."""
 
@@ -168,7 +166,6 @@ class SaveRecord(StepRecord):
         return self.source.path if self.source else None
 
 
-@same_fields
 class CheckpointRecord(StepRecord):
     """`cachetool.checkpoint(name, obj)` in an events file: `transform` is the name, `result` the
     digest of the object, `args["value"]` its repr (and tree)."""
