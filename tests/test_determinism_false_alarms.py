@@ -182,22 +182,52 @@ def test_a_seeded_generator_reshuffling_each_epoch_is_deterministic(mode: str, c
     assert [t for t in report["transforms"] if not t["internal"] and t["call_site"]["file"] == k15], text
 
 
+#: m12, c20 and c19, checked as one pipeline in the default mode (tests/corpus_pipeline.py): each
+#: test reads the difference and the paragraph of the report its script's steps made.
+HASHED = (
+    "m12_cached_property_on_first_use.py",
+    "c20_bucket_from_str_hash.py",
+    "c19_cause_after_cached_split.py",
+)
+
+
+@pytest.fixture(scope="module")
+def hashed(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str]:
+    """`check` of the pipeline of HASHED, once for the module."""
+    base = tmp_path_factory.mktemp("hashed")
+    return check(str(write_pipeline(base / "hashed.py", HASHED)), base)
+
+
+def difference_of(script: str, checked: tuple[int, dict[str, Any], str]) -> tuple[dict[str, Any], str]:
+    """The one difference the steps of corpus `script` made in a `check` of a pipeline, and the
+    paragraph of the text report about it (as one line, wherever the terminal wrapped it)."""
+    code, report, text = checked
+    assert code == ExitCode.PROBLEMS_FOUND, text
+    mine = [d for d in report["differences"] if d["call_site"]["file"] == str(CORPUS / script)]
+    assert len(mine) == 1, text
+    (said,) = [p for p in text.split("\n\n") if p.startswith(f"{script}:")]
+    return mine[0], " ".join(said.split())
+
+
 @pytest.mark.slow
-def test_a_cause_after_a_cached_split_is_found_on_its_own_split(tmp_path: Path) -> None:
+def test_a_cause_after_a_cached_split_is_found_on_its_own_split(
+    hashed: tuple[int, dict[str, Any], str],
+) -> None:
     """c19 in the default mode on an empty cache: the cold first run computes the filter and the
     split (recording their internal calls), the second loads them (recording fewer). The one cause
     is the test split's map with its frozenset; the train split's steps all match, each compared
-    with itself; the test split's filter after it is its one downstream difference."""
-    code, report, text = check("c19_cause_after_cached_split.py", tmp_path)
-    assert code == ExitCode.PROBLEMS_FOUND, text
+    with itself; the test split's filter after it is its one downstream difference (c19, in the
+    pipeline of HASHED, whose other two scripts make one cause each and nothing downstream)."""
+    _, report, text = hashed
     assert [r["cold"] for r in report["runs"]] == [True, False]
     assert report["runs"][0]["events"] > report["runs"][1]["events"], text
-    (cause,) = report["differences"]
-    source = (CORPUS / "c19_cause_after_cached_split.py").read_text().splitlines()
-    assert source[cause["call_site"]["line"] - 1] == 'test = dd["test"].map(make_cleaner())', text
-    assert cause["kind"] == "arguments" and cause["cascade"] == 1, text
-    assert cause["culprits"][0]["path"] == ["closure 'stop'"], text
-    user = [t for t in report["transforms"] if not t["internal"]]
+    cause, said = difference_of(HASHED[2], hashed)
+    source = (CORPUS / HASHED[2]).read_text().splitlines()
+    assert source[cause["call_site"]["line"] - 1] == 'test = dd["test"].map(make_cleaner())', said
+    assert cause["kind"] == "arguments" and cause["cascade"] == 1, said
+    assert cause["culprits"][0]["path"] == ["closure 'stop'"], said
+    c19 = str(CORPUS / HASHED[2])
+    user = [t for t in report["transforms"] if not t["internal"] and t["call_site"]["file"] == c19]
     differing = [source[t["call_site"]["line"] - 1] for t in user if len(set(t["fingerprints"])) > 1]
     assert differing == [
         'test = dd["test"].map(make_cleaner())',
@@ -206,7 +236,7 @@ def test_a_cause_after_a_cached_split_is_found_on_its_own_split(tmp_path: Path) 
     for t in report["transforms"]:  # each run's parents are the same step's result in every run
         assert len({len(p) for p in t["parents"]}) == 1, t
     assert "only (the runs took different" not in text, text
-    assert "2 differ; 1 cause(s), 1 downstream" in text, text
+    assert "4 differ; 3 cause(s), 1 downstream" in text, text
 
 
 @pytest.mark.slow
@@ -292,31 +322,28 @@ def test_a_hash_seed_value_never_reads_as_different_in_each_run() -> None:
 
 
 @pytest.mark.slow
-def test_a_cached_property_filled_on_first_use_is_named_to_the_leaf(tmp_path: Path) -> None:
+def test_a_cached_property_filled_on_first_use_is_named_to_the_leaf(
+    hashed: tuple[int, dict[str, Any], str],
+) -> None:
     """m12: the map of the train split fills a `functools.cached_property` of the callable; the map
     of the test split hashes it again. The cache-state cause names the attribute, absent in the run
     that loaded the first map and set in the one that computed it."""
-    code, report, text = check("m12_cached_property_on_first_use.py", tmp_path)
-    assert code == ExitCode.PROBLEMS_FOUND, text
-    (cause,) = report["differences"]
-    assert cause["kind"] == "cache-state", text
-    said = " ".join(text.split())
-    assert "changed: function → .scale (int): (absent) vs 5" in said, text
-    assert "functools.cached_property" in said, text
+    cause, said = difference_of(HASHED[0], hashed)
+    assert cause["kind"] == "cache-state", said
+    assert "changed: function → .scale (int): (absent) vs 5" in said, said
+    assert "functools.cached_property" in said, said
 
 
 @pytest.mark.slow
-def test_a_value_from_the_hash_seed_gets_a_hash_seed_hint(tmp_path: Path) -> None:
+def test_a_value_from_the_hash_seed_gets_a_hash_seed_hint(hashed: tuple[int, dict[str, Any], str]) -> None:
     """c20: a global taken from `hash()` of a string. The equal-seed run reproduces it, so the
     report says it follows PYTHONHASHSEED and gives the hash-seed hint, never "different in each
     run"."""
-    code, report, text = check("c20_bucket_from_str_hash.py", tmp_path)
-    assert code == ExitCode.PROBLEMS_FOUND, text
-    (cause,) = report["differences"]
-    assert cause["variation"] == "PYTHONHASHSEED", text
-    assert cause["culprits"][0]["kind"] == "hash-seed", text
-    said = " ".join(text.split())
-    assert "this value follows PYTHONHASHSEED" in said and "different in each run" not in said, text
+    cause, said = difference_of(HASHED[1], hashed)
+    assert cause["variation"] == "PYTHONHASHSEED", said
+    assert cause["culprits"][0]["kind"] == "hash-seed", said
+    assert "this value follows PYTHONHASHSEED" in said and "different in each run" not in said, said
+    assert "different in each run" not in hashed[2], hashed[2]
 
 
 @pytest.mark.slow

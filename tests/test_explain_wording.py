@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,51 +20,14 @@ except ImportError:
 
 pytestmark = pytest.mark.slow
 
-PIPELINE = textwrap.dedent(
+#: Three maps that recompute in a second run of the pipeline with no edit, each for a reason that
+#: is not the user's: an earlier map fills a module global the later `count` reads (the second run
+#: loads that map, so the global stays empty: cache state); a callable object keeps
+#: `datetime.now()` on `self` (a time taken at run time); a closure holds a frozenset of str
+#: (pickled in hash-seed order).
+NOT_YOURS = textwrap.dedent(
     """\
     import datetime
-    import os
-
-    from datasets import load_dataset
-
-    here = os.path.dirname(os.path.abspath(__file__))
-
-
-    class Stamp:
-        def __init__(self):
-            self.created = datetime.datetime.now()
-
-        def __call__(self, ex):
-            return {"y": ex["x"] + 1}
-
-
-    ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
-    ds.map(Stamp())
-    """
-)
-
-
-def test_a_time_taken_at_run_time_changes_on_every_run(tmp_path: Path) -> None:
-    """A callable object that keeps `datetime.now()` on `self`: the second run recomputes its
-    map, and explain says the object's time "changes on every run", not a change of the user's,
-    with the check-determinism command."""
-    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(10)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
-    [step] = doc["steps"]
-    [reason] = step["reasons"]
-    assert reason["kind"] == "nondeterministic", reason
-    assert "created" in reason["path"], reason
-    assert "changes on every run" in reason["message"], reason
-    assert "pickles differently" not in reason["message"], reason
-    assert "cachetool check-determinism" in reason["message"], reason
-
-
-CACHE_STATE = textwrap.dedent(
-    """\
     import os
 
     from datasets import load_dataset
@@ -84,30 +48,88 @@ CACHE_STATE = textwrap.dedent(
     ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
     ds = ds.map(record)
     ds.map(count)
+
+
+    class Stamp:
+        def __init__(self):
+            self.created = datetime.datetime.now()
+
+        def __call__(self, ex):
+            return {"y": ex["x"] + 1}
+
+
+    ds.map(Stamp())
+
+
+    def make():
+        stop = frozenset(f"w{i}" for i in range(30))
+        return lambda ex: {"s": str(ex["x"]) in stop}
+
+
+    ds.map(make())
     """
 )
 
 
-def test_a_global_an_earlier_map_changed_is_cache_state_not_an_edit(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def not_yours(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """NOT_YOURS run twice on one cache under `cachetool run`: explain --last, as JSON and for a
+    person. Only the three maps recompute, each explained as its test expects."""
+    base = tmp_path_factory.mktemp("not-yours")
+    (base / "p.py").write_text(NOT_YOURS, encoding="utf-8")
+    (base / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(10)), encoding="utf-8")
+    env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
+    cachetool_run("p.py", env=env, cwd=base)
+    cachetool_run("p.py", env=env, cwd=base)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    lines = [s["call_site"]["line"] for s in doc["steps"]]
+    assert lines == [21, 32, 40], doc["steps"]  # count, Stamp(), make(): nothing else recomputed
+    return doc, invoke("explain", "--last", env=env).stdout
+
+
+def _reason(doc: dict[str, Any], line: int) -> dict[str, Any]:
+    """The one reason explain gives for the step called at p.py:`line`."""
+    (step,) = [s for s in doc["steps"] if s["call_site"]["line"] == line]
+    (reason,) = step["reasons"]
+    return dict(reason)
+
+
+def test_a_time_taken_at_run_time_changes_on_every_run(not_yours: tuple[dict[str, Any], str]) -> None:
+    """A callable object that keeps `datetime.now()` on `self`: the second run recomputes its
+    map, and explain says the object's time "changes on every run", not a change of the user's,
+    with the check-determinism command."""
+    reason = _reason(not_yours[0], 32)
+    assert reason["kind"] == "nondeterministic", reason
+    assert "created" in reason["path"], reason
+    assert "changes on every run" in reason["message"], reason
+    assert "pickles differently" not in reason["message"], reason
+    assert "cachetool check-determinism" in reason["message"], reason
+
+
+def test_a_global_an_earlier_map_changed_is_cache_state_not_an_edit(
+    not_yours: tuple[dict[str, Any], str],
+) -> None:
     """An earlier map fills a module global that a later map's function reads. The first run
     computes both; the second loads the first map from the cache, so the global stays empty and
     the later map recomputes. explain says what check-determinism says: its state differs between
     a run that computed the earlier step and one that loaded it (cache state, with the hint to
     build the object before the first map), not that the user changed `SEEN`."""
-    (tmp_path / "p.py").write_text(CACHE_STATE, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(10)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
-    [step] = doc["steps"]
-    [reason] = step["reasons"]
+    doc, human = not_yours
+    reason = _reason(doc, 21)
     assert reason["kind"] == "cache-state", reason
     assert "SEEN" in reason["path"], reason
     assert "a run that computed" in reason["message"] and "map record" in reason["message"], reason
-    assert "p.py:19" in reason["message"] and "before the first map" in reason["hint"], reason
-    human = invoke("explain", "--last", env=env).stdout
+    assert "p.py:20" in reason["message"] and "before the first map" in reason["hint"], reason
     assert "changed [" not in human and "not a change of yours" in human, human
+
+
+def test_a_frozenset_depends_on_the_hash_seed(not_yours: tuple[dict[str, Any], str]) -> None:
+    """Control: a frozenset of str in a closure pickles in hash-seed order: explain says it
+    "depends on PYTHONHASHSEED", as check-determinism does."""
+    reason = _reason(not_yours[0], 40)
+    assert reason["kind"] == "nondeterministic", reason
+    assert "depends on PYTHONHASHSEED" in reason["message"], reason
+    assert "PYTHONHASHSEED" in reason["hint"], reason
 
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -190,33 +212,6 @@ def test_a_global_the_user_edits_is_still_their_change(tmp_path: Path) -> None:
     assert reason["kind"] == "argument", reason
     assert "MISSING" in reason["path"], reason
     assert "-1 → -2" in reason["message"], reason
-
-
-def test_a_frozenset_depends_on_the_hash_seed(tmp_path: Path) -> None:
-    """Control: a frozenset of str in a closure pickles in hash-seed order: explain says it
-    "depends on PYTHONHASHSEED", as check-determinism does."""
-    script = """\
-        import os
-
-        from datasets import load_dataset
-
-        here = os.path.dirname(os.path.abspath(__file__))
-
-
-        def make():
-            stop = frozenset(f"w{i}" for i in range(30))
-            return lambda ex: {"s": ex["w"] in stop}
-
-
-        ds = load_dataset("csv", data_files=os.path.join(here, "d.csv"), split="train")
-        ds.map(make())
-        """
-    doc = _two_runs(tmp_path, script)
-    [step] = doc["steps"]
-    [reason] = step["reasons"]
-    assert reason["kind"] == "nondeterministic", reason
-    assert "depends on PYTHONHASHSEED" in reason["message"], reason
-    assert "PYTHONHASHSEED" in reason["hint"], reason
 
 
 def test_a_first_traced_run_that_loaded_results_does_not_say_the_cache_held_nothing(tmp_path: Path) -> None:
