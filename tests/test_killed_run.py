@@ -743,7 +743,7 @@ def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout
     """Ctrl-C (SIGINT to the process group) during a `num_proc=2` map: `datasets`' pool then
     raises a `TimeoutError` and the script ends with exit status 1, as under plain python.
     `explain --last` says the run was interrupted (Ctrl-C) in that map; it said the run failed
-    in it with a TimeoutError."""
+    in it with a TimeoutError; `stats` counts the map as interrupted, not as a step that failed."""
     (tmp_path / "p.py").write_text(
         PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
     )
@@ -756,6 +756,8 @@ def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout
     human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "The run was interrupted (Ctrl-C) in map slow @ p.py:12" in human, human
     assert "TimeoutError" not in human, human
+    stats = invoke("stats", env=env, columns=80).stdout
+    assert "Steps interrupted (Ctrl-C)        1" in stats and "failed" not in stats, stats
 
 
 def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_cached(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,7 @@ from cachetool.errors import CachetoolError
 from cachetool.formatting import human_duration, iso_time
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.other import RunSummaryRecord
+from cachetool.history.records.other import RunEndRecord, RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, step_counts, written_bytes
 from cachetool.safejson import json_fields
 
@@ -70,7 +70,8 @@ class Counts:
     misses: int = 0  # partial ones included
     partial: int = 0
     no_file: int = 0  # looked nothing up and wrote no cache file (failed steps apart)
-    failed: int = 0  # raised: the error is in the record
+    failed: int = 0  # raised: the error is in the record (Ctrl-C apart)
+    interrupted: int = 0  # stopped by Ctrl-C: the run's end record names the step
     miss_seconds: float = 0.0
     recompute_seconds: float = 0.0
     bytes_written: int = 0
@@ -101,12 +102,21 @@ class Counts:
         return out
 
     @classmethod
-    def of(cls, steps: list[tuple[StepRecord, bool]], summaries: Iterable[RunSummaryRecord] = ()) -> Counts:
+    def of(
+        cls,
+        steps: list[tuple[StepRecord, bool]],
+        summaries: Iterable[RunSummaryRecord] = (),
+        stopped: Collection[tuple[str | None, int | None]] = (),
+    ) -> Counts:
         """The counts of `steps` (each with whether it had run before: its time, when it computed
-        or ran uncached, is lost), and of the summarised runs `summaries`."""
+        or ran uncached, is lost), and of the summarised runs `summaries`; the steps `stopped`
+        names (run, seq) were interrupted by Ctrl-C, not failed."""
         uncached = [r for r, _ in steps if r.uncached is not None]
+        counts = step_counts([r for r, _ in steps])
+        interrupted = sum((r.run, r.seq) in stopped for r, _ in steps)
         c = cls(
-            **step_counts([r for r, _ in steps]),
+            **{**counts, "failed": counts["failed"] - interrupted},
+            interrupted=interrupted,
             recompute_seconds=sum(r.duration for r, again in steps if again and (r.computed or r.uncached)),
             uncached=len(uncached),
             uncached_seconds=sum(r.duration for r in uncached),
@@ -582,14 +592,26 @@ def ledger_stats(
             sites.setdefault(site[0], ([], site))[0].append((rec, again))
             datasets.setdefault(dataset_of(rec), []).append((rec, again))
     summaries = [s for s in ledger.summaries() if in_period(s)]
-    total = Counts.of(steps, summaries)
+    stopped = {
+        (r.run, r.step)
+        for r in ledger.records
+        if isinstance(r, RunEndRecord) and r.exception == "KeyboardInterrupt"
+    }
+    total = Counts.of(steps, summaries, stopped)
     site_groups = [
-        Group(key=k, counts=Counts.of(items), operation=s[3], function=s[4], file=s[1], line=s[2])
+        Group(
+            key=k,
+            counts=Counts.of(items, stopped=stopped),
+            operation=s[3],
+            function=s[4],
+            file=s[1],
+            line=s[2],
+        )
         for k, (items, s) in sites.items()
     ]
     site_groups.sort(key=lambda g: (-g.counts.recompute_seconds, -g.counts.misses, g.key))
     ds_groups = sorted(
-        (Group(key=k, counts=Counts.of(items)) for k, items in datasets.items()),
+        (Group(key=k, counts=Counts.of(items, stopped=stopped)) for k, items in datasets.items()),
         key=lambda g: (-g.counts.misses, g.key),
     )
     random = Counter(
