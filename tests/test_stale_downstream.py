@@ -522,6 +522,35 @@ def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_
     assert "probably stale" in said, said
 
 
+def test_a_named_cache_file_of_an_earlier_version_is_stale_for_explain_and_verify(tmp_path: Path) -> None:
+    """After a run whose edited map loaded its `cache_file_name=` file of the earlier version (and
+    filtered those old rows), `explain --last` lists the file among the stale hits and `verify
+    --stale` flags it and the filter's result made from it; the gc command of verify's hint removes
+    both, so the next run computes the new rows. Only the run's own warning said so."""
+    named = tmp_path / "named"
+    named.mkdir()
+    code = (
+        "import datasets\n"
+        "ds = datasets.Dataset.from_dict({{'x': list(range(10))}})\n"
+        "m = ds.map(lambda ex: {{'y': ex['x'] + 1}}, cache_file_name={!r})\n"
+        "print(sum(m.filter(lambda ex: ex['y'] > 5)['y']))\n"
+    ).format(str(named / "m.arrow"))
+    (tmp_path / "p.py").write_text(code, encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["40"]
+    (tmp_path / "p.py").write_text(code.replace("+ 1", "+ 2"), encoding="utf-8")
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["40"]  # the old rows
+    explained = " ".join(_cli(env, "explain", "--last", "--cache-dir", str(named)).stdout.split())
+    assert "Stale cache hits: cache entry m.arrow" in explained, explained
+    assert "written under fingerprint" in explained, explained
+    verified = _cli(env, "verify", "--stale", "--cache-dir", str(named), "--json")
+    findings = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
+    assert verified.returncode == 1 and len(findings) == 2, verified.stdout
+    hint = next(f["hint"] for f in findings if f["path"].endswith("m.arrow"))
+    assert _cli(env, *_hint_command(hint)[1:], "-y").returncode == 0
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["51"]
+
+
 def test_the_run_warning_removes_every_stale_result_it_counts(tmp_path: Path) -> None:
     """A DatasetDict's two splits are filtered by a helper whose constant is then edited: the run
     warns of 2 stale results, and the one gc command it gives removes both (it named the first
