@@ -170,11 +170,13 @@ class LedgerView:
         self._lineages[id(rec)] = found
         return found
 
-    def earlier_same(self, rec: StepRecord) -> StepRecord | None:
-        """The latest earlier record of this root of the same fingerprint made the same way."""
+    def earlier_same(self, rec: StepRecord, before: float | None = None) -> StepRecord | None:
+        """The latest earlier record of this root of the same fingerprint made the same way (begun
+        before `before`, when given, else before `rec`)."""
         best = None
+        before = rec.time if before is None else before
         for other in self.by_result.get(str(rec.result), ()):
-            if other is rec or other.time >= rec.time or other.run == rec.run or not self.own(other):
+            if other is rec or other.time >= before or other.run == rec.run or not self.own(other):
                 continue
             if other.parents == rec.parents:
                 best = other
