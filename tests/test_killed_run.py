@@ -383,6 +383,18 @@ def test_a_killed_run_not_yet_reaped_is_dead_to_explain_and_gc(tmp_path: Path) -
         proc.wait()
 
 
+def test_stats_counts_the_step_a_run_was_killed_in(tmp_path: Path) -> None:
+    """A traced run SIGKILLed in its map: `stats` counts that step as killed ("Steps killed
+    (SIGKILL, OOM)", `"killed"` in `--json`); it counted the run's finished steps only, as if the
+    run had been clean."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    assert "Steps killed (SIGKILL, OOM)       1" in invoke("stats", env=env, columns=80).stdout
+    assert json.loads(invoke("stats", "--json", env=env).stdout)["killed"] == 1
+
+
 def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dead_run_left(
     tmp_path: Path,
 ) -> None:

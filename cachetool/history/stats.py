@@ -49,6 +49,7 @@ from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord, RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, step_counts, written_bytes
+from cachetool.history.runs import open_starts, run_state
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
@@ -407,6 +408,8 @@ class StatsReport:
     nondeterminism: Nondeterminism = Nondeterminism()
     #: hours given back by resume and re-key
     given_back: GivenBack = GivenBack()
+    #: steps whose run was killed in them (SIGKILL, OOM): begun, never ended, the process gone
+    killed: int = 0
 
     @property
     def concurrent_seconds(self) -> float:
@@ -424,6 +427,7 @@ class StatsReport:
                 "zeroed_at": iso_time(self.zeroed_at),
             },
             **self.total.to_json(),
+            "killed": self.killed,
             "saves": self.saves,
             "random_fingerprints": {
                 "count": self.random_count,
@@ -642,6 +646,10 @@ def ledger_stats(
         compaction=compaction,
         nondeterminism=_nondeterminism(ledger, recomputed),
         given_back=back,
+        killed=sum(
+            in_period(s) and run_state(s) == "killed" and not ledger.is_foreign(s)
+            for s in open_starts(ledger.records)
+        ),
     )
 
 
