@@ -496,6 +496,35 @@ def test_a_helper_reached_through_package_attributes_two_modules_deep_is_an_edit
     assert verified.returncode == 1 and found == set(fps), verified.stdout
 
 
+def test_a_method_a_callable_object_reaches_through_self_is_an_edit(tmp_path: Path) -> None:
+    """`ds.map(Norm())`, a callable object of the user's module whose `__call__` calls
+    `self.clean(...)`, inherited from its base class: once `Base.clean` is edited (`datasets`
+    pickles the object by its class's name), the run warns that it loaded a stale result, naming
+    `Base.clean`, and `verify --stale` flags it. They said nothing."""
+    (tmp_path / "helpers.py").write_text(
+        "class Base:\n    def clean(self, t):\n        return t.strip()\n\n\n"
+        "class Norm(Base):\n    def __call__(self, r):\n        return {'u': self.clean(r['t'])}\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import Norm\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ', ' b ']})\n"
+        "ds.save_to_disk('saved') if not __import__('os').path.exists('saved') else None\n"
+        "print(datasets.load_from_disk('saved').map(Norm())[0]['u'])\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
+    helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
+    (tmp_path / "helpers.py").write_text(helpers.replace("t.strip()", "t.strip() + '.'"), encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    assert run.stdout == "a\n"  # the old result, reused
+    said = " ".join(run.stderr.split())
+    assert "this run loaded 1 stale result(s)" in said and "`Base.clean` in helpers.py changed" in said, said
+    verified = _cli(env, "verify", "--stale", "--cache-dir", str(tmp_path / "saved"))
+    assert verified.returncode == 1 and "`Base.clean` in helpers.py changed" in verified.stdout, verified
+
+
 def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_path: Path) -> None:
     """A map given `cache_file_name=` is edited: `datasets` loads the named file whatever the new
     fingerprint, so the run gets the old rows. The run says so: the file, the fingerprint it was

@@ -585,11 +585,28 @@ def _user_modules(names: list[str], g: dict[str, Any]) -> list[types.ModuleType]
     return found
 
 
+def _owner_class(fn: types.FunctionType) -> type | None:
+    """The class whose method `fn` is (`Norm.__call__`), found by its qualified name."""
+    *path, _ = fn.__qualname__.split(".")
+    owner: Any = fn.__globals__.get(path[0]) if path and "<locals>" not in path else None
+    for part in path[1:]:
+        owner = getattr(owner, part, None)
+    return owner if isinstance(owner, type) else None
+
+
 def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
-    """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`) or closure."""
+    """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`), its closure,
+    or, in a method, through `self` (`self.clean(x)`: the method of its class or of a base)."""
     names = _names(fn.__code__)
     g = fn.__globals__
     found: list[types.FunctionType] = []
+    owner = _owner_class(fn)
+    mro = owner.__mro__ if owner is not None else ()
+    for name in dict.fromkeys(names) if mro else ():
+        method = next((vars(k)[name] for k in mro if name in vars(k)), None)
+        method = getattr(method, "__func__", method)  # a staticmethod's or classmethod's function
+        if isinstance(method, types.FunctionType):
+            found.append(method)
     for name in dict.fromkeys(names):
         value = g.get(name)
         if isinstance(value, types.FunctionType):
