@@ -525,6 +525,25 @@ def test_a_method_a_callable_object_reaches_through_self_is_an_edit(tmp_path: Pa
     assert verified.returncode == 1 and "`Base.clean` in helpers.py changed" in verified.stdout, verified
 
 
+def test_a_helper_given_as_a_default_argument_is_an_edit(tmp_path: Path) -> None:
+    """`def step(r, fix=clean)` mapped, `clean` from the user's module (`datasets` pickles it by
+    name): once `clean` is edited the run warns that it loaded a stale result, naming `clean`.
+    It said nothing."""
+    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import clean\n\n\n"
+        "def step(r, fix=clean):\n    return {'u': fix(r['t'])}\n\n\n"
+        "print(datasets.Dataset.from_dict({'t': [' a ']}).map(step, cache_file_name='./m.arrow')[0]['u'])\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
+    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip() + '.'\n", encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
+
+
 def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_path: Path) -> None:
     """A map given `cache_file_name=` is edited: `datasets` loads the named file whatever the new
     fingerprint, so the run gets the old rows. The run says so: the file, the fingerprint it was

@@ -595,8 +595,8 @@ def _owner_class(fn: types.FunctionType) -> type | None:
 
 
 def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
-    """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`), its closure,
-    or, in a method, through `self` (`self.clean(x)`: the method of its class or of a base)."""
+    """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`), its closure or
+    its defaults, or, in a method, through `self` (`self.clean(x)`: of its class or of a base)."""
     names = _names(fn.__code__)
     g = fn.__globals__
     found: list[types.FunctionType] = []
@@ -630,4 +630,6 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
             continue
         if isinstance(value, types.FunctionType):
             found.append(value)
+    defaults = (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values())  # `def f(r, fix=clean)`
+    found.extend(v for v in defaults if isinstance(v, types.FunctionType))
     return found
