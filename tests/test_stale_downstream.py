@@ -525,10 +525,11 @@ def test_a_method_a_callable_object_reaches_through_self_is_an_edit(tmp_path: Pa
     assert verified.returncode == 1 and "`Base.clean` in helpers.py changed" in verified.stdout, verified
 
 
-def test_a_helper_given_as_a_default_argument_is_an_edit(tmp_path: Path) -> None:
-    """`def step(r, fix=clean)` mapped, `clean` from the user's module (`datasets` pickles it by
-    name): once `clean` is edited the run warns that it loaded a stale result, naming `clean`.
-    It said nothing."""
+@pytest.mark.parametrize("given", ["default", "fn_kwargs"])
+def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path, given: str) -> None:
+    """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, `clean`
+    from the user's module (`datasets` pickles it by name): once `clean` is edited the run warns
+    that it loaded a stale result, naming `clean`. It said nothing."""
     (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
     (tmp_path / "p.py").write_text(
         "import datasets\nfrom helpers import clean\n\n\n"
@@ -536,6 +537,9 @@ def test_a_helper_given_as_a_default_argument_is_an_edit(tmp_path: Path) -> None
         "print(datasets.Dataset.from_dict({'t': [' a ']}).map(step, cache_file_name='./m.arrow')[0]['u'])\n",
         encoding="utf-8",
     )
+    if given == "fn_kwargs":
+        script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
+        (tmp_path / "p.py").write_text(script.replace("map(step,", "map(step, fn_kwargs={'fix': clean},"))
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
     (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip() + '.'\n", encoding="utf-8")

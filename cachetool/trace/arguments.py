@@ -91,7 +91,7 @@ class Arguments:
         fields: dict[str, Any] = {"transform": transform_string(h.transform), "args": out}
         fn = args.get("function")
         if fn is not None:
-            fields["function"] = self.function_info(fn)
+            fields["function"] = self.function_info(fn, args.get("fn_kwargs"))
         if h.random:
             index = (h.error_at - 2) // 2 if h.error_at is not None and h.error_at >= 2 else len(keys)
             argument = str(keys[index]) if index < len(keys) else None
@@ -128,13 +128,16 @@ class Arguments:
             return dataclasses.replace(info, tree=hash_tree(value))
         return dataclasses.replace(info, summary=summarize(value)) if self.summaries else info
 
-    def function_info(self, fn: Any) -> FunctionInfo:
-        """The `function` field for `fn`, described once per code object and process."""
+    def function_info(self, fn: Any, fn_kwargs: Any = None) -> FunctionInfo:
+        """The `function` field for `fn`, described once per code object (and functions given in
+        `fn_kwargs`, helpers it calls too) and process."""
         target, code = unwrap(fn)
-        key = code if code is not None else id(target)
+        kwargs = fn_kwargs.values() if isinstance(fn_kwargs, dict) else ()
+        given = tuple(v for v in kwargs if isinstance(v, types.FunctionType))
+        key = (code if code is not None else id(target), *map(id, given))
         info = _FN_INFO.get(key)
         if info is None:
-            info = _FN_INFO[key] = FunctionInfo.parse(describe(fn, SOURCES))
+            info = _FN_INFO[key] = FunctionInfo.parse(describe(fn, SOURCES, given))
         return info
 
     def arg_info(self, digest: str | None, shown: str | None, type_: str) -> ArgInfo:
@@ -504,9 +507,12 @@ def unwrap(fn: Any) -> tuple[Any, types.CodeType | None]:
     return target, code if isinstance(code, types.CodeType) else None
 
 
-def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The `function` field of a record for `fn`; the source texts it names are added to `sources`
-    (source hash -> {"qualname", "file", "line", "text", "truncated"})."""
+def describe(
+    fn: Any, sources: dict[str, dict[str, Any]], given: tuple[types.FunctionType, ...] = ()
+) -> dict[str, Any]:
+    """The `function` field of a record for `fn` (`given`: functions it is given, as helpers it
+    calls); the source texts it names are added to `sources` (source hash -> {"qualname", "file",
+    "line", "text", "truncated"})."""
     target, code = unwrap(fn)
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     module = getattr(target, "__module__", None)
@@ -516,7 +522,7 @@ def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
     info["by_reference"] = by_reference(target)
     if info["by_reference"] and isinstance(target, types.FunctionType):
         info["reads"] = reads(target)
-    info["deps"] = _deps(target, sources) if isinstance(target, types.FunctionType) else []
+    info["deps"] = _deps(target, sources, given) if isinstance(target, types.FunctionType) else []
     return info
 
 
@@ -538,13 +544,17 @@ def _ref(
     return ref
 
 
-def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """User-module functions pickled by reference that `fn` reaches through its globals."""
+def _deps(
+    fn: types.FunctionType, sources: dict[str, dict[str, Any]], given: tuple[types.FunctionType, ...]
+) -> list[dict[str, Any]]:
+    """User-module functions pickled by reference that `fn` reaches (through its globals, or
+    `given` it), and those reach."""
     out: list[dict[str, Any]] = []
     seen: set[int] = {id(fn)}
     queue: list[types.FunctionType] = [fn]
     while queue and len(out) < MAX_DEPS:
-        for callee in _referenced_functions(queue.pop(0)):
+        current = queue.pop(0)
+        for callee in [*_referenced_functions(current), *(given if current is fn else ())]:
             if id(callee) in seen:
                 continue
             seen.add(id(callee))
