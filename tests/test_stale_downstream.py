@@ -525,6 +525,30 @@ def test_a_method_a_callable_object_reaches_through_self_is_an_edit(tmp_path: Pa
     assert verified.returncode == 1 and "`Base.clean` in helpers.py changed" in verified.stdout, verified
 
 
+def test_a_class_value_a_method_reads_through_self_is_an_edit(tmp_path: Path) -> None:
+    """`ds.filter(Keep())`, whose `__call__` reads `self.LIMIT`, a value of its class: once `LIMIT`
+    is edited in the class body (`datasets` pickles the object by its class's name, and `LIMIT`
+    is not the object's own), the run warns that it loaded a stale result, naming `Keep.LIMIT`.
+    It said nothing."""
+    (tmp_path / "helpers.py").write_text(
+        "class Keep:\n    LIMIT = 5\n\n    def __call__(self, r):\n        return r['n'] > self.LIMIT\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import Keep\n"
+        "ds = datasets.Dataset.from_dict({'n': list(range(10))})\n"
+        "print(len(ds.filter(Keep(), cache_file_name='./f.arrow')))\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "4\n"
+    helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
+    (tmp_path / "helpers.py").write_text(helpers.replace("LIMIT = 5", "LIMIT = 7"), encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == "4\n" and "(the value of `Keep.LIMIT` it reads)" in said, said
+
+
 @pytest.mark.parametrize("given", ["default", "fn_kwargs"])
 def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path, given: str) -> None:
     """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, `clean`

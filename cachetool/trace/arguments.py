@@ -427,15 +427,20 @@ _READ_LEAVES = (str, bytes, int, float, bool, type(None))
 
 def reads(fn: types.FunctionType) -> dict[str, str]:
     """The digest of each plain value (numbers, text, and lists, tuples, sets and dicts of them)
-    of its module that `fn` reads by name (and `module.NAME` of a module of the user's): what
-    `datasets` does not see of a function it hashes by name. Sets and dicts are described in a
-    sorted order, so a digest is the same in every process; any other value (a function, a
-    class, an object) is left out."""
+    of its module that `fn` reads by name (`module.NAME` of a module of the user's, and in a
+    method `Class.NAME`, a value of its class): what `datasets` does not see of a function it
+    hashes by name. Sets and dicts are described in a sorted order, so a digest is the same in
+    every process; any other value (a function, a class, an object) is left out."""
     g = fn.__globals__
     names = list(dict.fromkeys(_names(fn.__code__)))
     values = {n: g[n] for n in names if n in g}
     for module in _user_modules(names, g):  # `config.MAX_LEN`, `pkg.config.MAX_LEN`
         values.update((f"{module.__name__}.{n}", vars(module)[n]) for n in names if n in vars(module))
+    owner = _owner_class(fn)  # a method reads its class's values through `self` (`self.LIMIT`)
+    mro = owner.__mro__ if owner is not None else ()
+    for k in reversed(mro):  # not an annotated one: a default of the object's own (a dataclass field)
+        own = [n for n in names if n in vars(k) and n not in vars(k).get("__annotations__", {})]
+        values.update((f"{mro[0].__name__}.{n}", vars(k)[n]) for n in own)
     out: dict[str, str] = {}
     for name, value in values.items():
         text = _canonical(value, [MAX_READ_ITEMS])
