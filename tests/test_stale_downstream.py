@@ -549,6 +549,38 @@ def test_a_class_value_a_method_reads_through_self_is_an_edit(tmp_path: Path) ->
     assert run.stdout == "4\n" and "(the value of `Keep.LIMIT` it reads)" in said, said
 
 
+def test_a_staticmethod_or_classmethod_called_through_its_class_is_an_edit(tmp_path: Path) -> None:
+    """Maps calling `Text.up(...)` (a classmethod) and `Text.clean(...)` (a staticmethod) of the
+    user's module: once `up` is edited, the run warns that it loaded a stale result, naming
+    `Text.up`; once `clean` is too, two, the first naming `Text.clean`. It said nothing (only plain
+    functions of a class were followed)."""
+    (tmp_path / "helpers.py").write_text(
+        "class Text:\n    @staticmethod\n    def clean(t):\n        return t.strip()\n\n"
+        "    @classmethod\n    def up(cls, t):\n        return t.upper()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import Text\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ']})\n"
+        "u = ds.map(lambda r: {'u': Text.clean(r['t'])}, cache_file_name='./u.arrow')[0]['u']\n"
+        "v = ds.map(lambda r: {'v': Text.up(r['t'])}, cache_file_name='./v.arrow')[0]['v']\n"
+        "print(repr(u), repr(v))\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    for old, new, stale, name in (
+        ("t.upper()", "t.upper() + '!'", 1, "up"),
+        ("t.strip()", "t.strip() + '.'", 2, "clean"),
+    ):
+        helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
+        (tmp_path / "helpers.py").write_text(helpers.replace(old, new), encoding="utf-8")
+        run = cachetool_run("p.py", env=env, cwd=tmp_path)
+        said = " ".join(run.stderr.split())
+        assert run.stdout == first and f"this run loaded {stale} stale result(s)" in said, said
+        assert f"`Text.{name}` in helpers.py changed" in said, said
+
+
 @pytest.mark.parametrize("given", ["default", "fn_kwargs"])
 def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path, given: str) -> None:
     """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, `clean`

@@ -632,7 +632,10 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
             # the fingerprint).
             cls = value if isinstance(value, type) else type(value)
             if is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
-                found.extend(v for v in vars(cls).values() if isinstance(v, types.FunctionType))
+                # those it names (`Text.clean(x)`, `tok.encode(x)`) and the special ones (`__call__`)
+                named = (v for c in cls.__mro__ for k, v in vars(c).items() if k in names or k[:2] == "__")
+                methods = (getattr(v, "__func__", v) for v in named)  # static and class ones too
+                found.extend(v for v in methods if isinstance(v, types.FunctionType))
     for module in _user_modules(names, g):
         for name in dict.fromkeys(names):
             value = getattr(module, name, None)
