@@ -365,3 +365,29 @@ def test_nothing_cached_yet_names_the_cache_dir_the_last_traced_run_wrote_in(tmp
         timeout=120,
     )
     assert any(e["operation"] == "map" for e in json.loads(listed.stdout)["entries"]), listed.stdout
+
+
+@pytest.mark.slow
+def test_an_empty_default_root_names_the_saved_folder_the_last_traced_run_wrote_in(tmp_path: Path) -> None:
+    """A pipeline that saves with `save_to_disk`, loads it again and maps: its cache files are in
+    the saved folder, and the default root holds only the ledger of the save. `ls` there says "No
+    entries." and now names the folder the run wrote in, with the `ls --cache-dir` that lists it
+    (only a root that did not exist got that hint)."""
+    from tests.conftest import cachetool_run
+    from tests.lineage_pipeline import subprocess_env
+
+    (tmp_path / "p.py").write_text(
+        "import datasets\n"
+        "datasets.Dataset.from_dict({'x': [1, 2]}).save_to_disk('saved')\n"
+        "datasets.load_from_disk('saved').map(lambda e: {'y': 1})\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = forks.run([sys.executable, "-m", "cachetool", "ls"], env=env, capture_output=True, text=True)
+    assert "No entries." in said.stdout, said
+    command = f"cachetool ls --cache-dir {tmp_path / 'saved'}"
+    assert said.stderr.startswith(f"Hint: the last traced run recorded steps in {tmp_path / 'saved'}"), said
+    assert f"`{command}`" in said.stderr, said.stderr
+    listed = forks.run([sys.executable, "-m", *command.split()], env=env, capture_output=True, text=True)
+    assert " map " in listed.stdout, listed

@@ -228,3 +228,17 @@ def test_report_in_a_real_browser(cache: dict[str, Any]) -> None:
             browser.close()
     assert errors == []
     assert requests == []  # nothing fetched: the page is self-contained
+
+
+def test_report_of_a_saved_folder_counts_it(tmp_path: Path) -> None:
+    """`report --cache-dir` of one `save_to_disk` folder counts 1 dataset folder and draws the
+    folder under its own name; it said "0 dataset folder(s)" and "(top of the cache)"."""
+    env = hf_env(tmp_path)
+    save = "import datasets; datasets.Dataset.from_dict({'a': list(range(50))}).save_to_disk('saved')"
+    subprocess.run([sys.executable, "-c", save], env=env, cwd=tmp_path, check=True, timeout=120)
+    out = tmp_path / "r.html"
+    proc = _cachetool(env, "report", "--cache-dir", str(tmp_path / "saved"), "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert (json.loads(proc.stdout)["datasets"], json.loads(proc.stdout)["entries"]) == (1, 1)
+    page = out.read_text()
+    assert "(top of the cache)" not in page and ">saved<" in page

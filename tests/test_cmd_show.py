@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import copy_cache, invoke
+from tests.conftest import copy_cache, hf_env, invoke
 
 
 @pytest.mark.slow
@@ -107,3 +109,23 @@ def test_show_takes_every_id_ls_q_prints_a_lock_and_a_temp_file_too(real_cache: 
         result = invoke("show", i, "--cache-dir", real_cache["cache"], "--json")
         assert result.exit_code == 0, (i, result.stderr)
         assert json.loads(result.stdout)["path"] == i
+
+
+@pytest.mark.slow
+def test_show_of_a_damaged_file_says_only_verify_deep_reads_every_byte(tmp_path: Path) -> None:
+    """A saved file with bytes overwritten in its middle: at 80 columns `show` says `ok` (it reads
+    each file's schema and end-of-stream marker) and now hints that `cachetool verify --deep FP`
+    reads every byte; that command finds the damage (exit 1). It said `ok` and nothing else."""
+    env = hf_env(tmp_path)
+    save = "import datasets as d;d.Dataset.from_dict({'t': [f'r{i}' for i in range(2000)]}).save_to_disk('s')"
+    subprocess.run([sys.executable, "-c", save], env=env, cwd=tmp_path, check=True, timeout=120)
+    (data,) = (tmp_path / "s").glob("*.arrow")
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 4 : len(raw) // 4 + 16] = b"\xff" * 16
+    data.write_bytes(bytes(raw))
+    (entry,) = json.loads(invoke("ls", str(tmp_path / "s"), "--json", env=env).stdout)["entries"]
+    shown = invoke("show", entry["fingerprint"], "--cache-dir", str(tmp_path / "s"), env=env, columns=80)
+    assert " ok " in " ".join(shown.stdout.split()), shown.stdout
+    deep = f"cachetool verify --deep {entry['fingerprint']} --cache-dir {tmp_path / 's'}"
+    assert f"only `{deep}` reads every byte" in shown.stderr, shown.stderr
+    assert invoke(*deep.split()[1:], env=env).exit_code == 1

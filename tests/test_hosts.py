@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from cachetool.history.explain.explainer import explain_run
 from tests import forks
 from tests.conftest import build_once, copy_cache, hf_env
 
@@ -340,8 +341,10 @@ def _pipeline(base: Path, host: str | None, ready: str) -> subprocess.Popen[str]
 
 def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
     """The same pipeline starts on host `vm` and on `node-7` at once: both compute the same map.
-    `stats` reports that both runs computed it concurrently and the time one of them lost; a later
-    run on `node-9` loads it; `lineage` says where it was computed and where loaded."""
+    `stats` reports that both runs computed it concurrently and the time one of them lost, and
+    `explain --last` of either run says so of its map (the run whose map began first said "first
+    run recorded in this cache"); a later run on `node-9` loads it; `lineage` says where it was
+    computed and where loaded."""
     procs = [_pipeline(base, None, "ready-a"), _pipeline(base, "node-7", "ready-b")]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
@@ -365,6 +368,9 @@ def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
     assert set(stats["hosts"]) == {"vm", "node-7", "node-9"}
     human = forks.run([*CLI, "stats"], env=env, capture_output=True, text=True, check=True).stdout
     assert f"2 runs computed {fp[:8]}… concurrently (node-7, vm);" in human
+    for run in (c["run"] for c in dup["computations"]):
+        (step,) = [s for s in explain_run(base / "cache", run).steps if s.step.fingerprint == fp]
+        assert [r.kind for r in step.reasons] == ["concurrent"], (run, step.reasons)
 
     lineage = forks.run([*CLI, "lineage", fp, "--json"], env=env, capture_output=True, text=True, check=True)
     steps = [s for s in json.loads(lineage.stdout)["steps"] if s["fingerprint"] == fp]

@@ -383,6 +383,18 @@ def test_a_killed_run_not_yet_reaped_is_dead_to_explain_and_gc(tmp_path: Path) -
         proc.wait()
 
 
+def test_stats_counts_the_step_a_run_was_killed_in(tmp_path: Path) -> None:
+    """A traced run SIGKILLed in its map: `stats` counts that step as killed ("Steps killed
+    (SIGKILL, OOM)", `"killed"` in `--json`); it counted the run's finished steps only, as if the
+    run had been clean."""
+    (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    assert "Steps killed (SIGKILL, OOM)       1" in invoke("stats", env=env, columns=80).stdout
+    assert json.loads(invoke("stats", "--json", env=env).stdout)["killed"] == 1
+
+
 def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dead_run_left(
     tmp_path: Path,
 ) -> None:
@@ -743,7 +755,7 @@ def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout
     """Ctrl-C (SIGINT to the process group) during a `num_proc=2` map: `datasets`' pool then
     raises a `TimeoutError` and the script ends with exit status 1, as under plain python.
     `explain --last` says the run was interrupted (Ctrl-C) in that map; it said the run failed
-    in it with a TimeoutError."""
+    in it with a TimeoutError; `stats` counts the map as interrupted, not as a step that failed."""
     (tmp_path / "p.py").write_text(
         PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
     )
@@ -756,6 +768,8 @@ def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout
     human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "The run was interrupted (Ctrl-C) in map slow @ p.py:12" in human, human
     assert "TimeoutError" not in human, human
+    stats = invoke("stats", env=env, columns=80).stdout
+    assert "Steps interrupted (Ctrl-C)        1" in stats and "failed" not in stats, stats
 
 
 def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_cached(tmp_path: Path) -> None:

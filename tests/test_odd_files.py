@@ -18,6 +18,7 @@ from cachetool.cache.layout import Kind
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
 from tests import forks
+from tests.conftest import cachetool_run, hf_env, invoke
 
 FP = "0123456789abcdef"
 
@@ -291,3 +292,28 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
         "not-quarantined",
         "not quarantined: another user's file this user may not read: it may be whole",
     ) in [tuple(x) for x in json.loads(got)], got
+
+
+@pytest.mark.slow
+def test_a_folder_named_like_a_cache_file_is_named_by_the_verify_explain_points_to(tmp_path: Path) -> None:
+    """A folder `cache-<fp>.arrow` in a saved folder makes the traced map whose file that is fail
+    ("Expected file path, but … is a directory"); `explain --last` says to run `cachetool verify`,
+    which now names the folder in a warning, and `ls` hints at it. verify found nothing."""
+    env = hf_env(tmp_path)
+    (tmp_path / "p.py").write_text(
+        "import datasets\n"
+        "datasets.Dataset.from_dict({'a': [1, 2]}).save_to_disk('s')\n"
+        f"datasets.load_from_disk('s').map(lambda r: {{'b': 1}}, new_fingerprint='{FP}')\n"
+    )
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / f"cache-{FP}.arrow").mkdir()
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 1
+    root = str(tmp_path / "s")
+    verify = f"cachetool verify --cache-dir {root}"
+    explained = " ".join(invoke("explain", "--last", "--cache-dir", root, env=env).stdout.split())
+    assert f"is a directory). A cache file it read may be damaged; to find it, run: {verify}" in explained
+    doc = json.loads(invoke("verify", "--cache-dir", root, "--json", env=env).stdout)
+    (finding,) = doc["findings"]
+    assert (finding["path"], finding["severity"]) == (f"{root}/cache-{FP}.arrow", "warning"), finding
+    assert "a folder" in finding["problem"], finding
+    assert f"cache-{FP}.arrow" in invoke("ls", root, env=env).stderr

@@ -496,6 +496,114 @@ def test_a_helper_reached_through_package_attributes_two_modules_deep_is_an_edit
     assert verified.returncode == 1 and found == set(fps), verified.stdout
 
 
+def test_a_method_a_callable_object_reaches_through_self_is_an_edit(tmp_path: Path) -> None:
+    """`ds.map(Norm())`, a callable object of the user's module whose `__call__` calls
+    `self.clean(...)`, inherited from its base class: once `Base.clean` is edited (`datasets`
+    pickles the object by its class's name), the run warns that it loaded a stale result, naming
+    `Base.clean`, and `verify --stale` flags it. They said nothing."""
+    (tmp_path / "helpers.py").write_text(
+        "class Base:\n    def clean(self, t):\n        return t.strip()\n\n\n"
+        "class Norm(Base):\n    def __call__(self, r):\n        return {'u': self.clean(r['t'])}\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import Norm\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ', ' b ']})\n"
+        "ds.save_to_disk('saved') if not __import__('os').path.exists('saved') else None\n"
+        "print(datasets.load_from_disk('saved').map(Norm())[0]['u'])\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
+    helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
+    (tmp_path / "helpers.py").write_text(helpers.replace("t.strip()", "t.strip() + '.'"), encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    assert run.stdout == "a\n"  # the old result, reused
+    said = " ".join(run.stderr.split())
+    assert "this run loaded 1 stale result(s)" in said and "`Base.clean` in helpers.py changed" in said, said
+    verified = _cli(env, "verify", "--stale", "--cache-dir", str(tmp_path / "saved"))
+    assert verified.returncode == 1 and "`Base.clean` in helpers.py changed" in verified.stdout, verified
+
+
+def test_a_class_value_a_method_reads_through_self_is_an_edit(tmp_path: Path) -> None:
+    """`ds.filter(Keep())`, whose `__call__` reads `self.LIMIT`, a value of its class: once `LIMIT`
+    is edited in the class body (`datasets` pickles the object by its class's name, and `LIMIT`
+    is not the object's own), the run warns that it loaded a stale result, naming `Keep.LIMIT`.
+    It said nothing."""
+    (tmp_path / "helpers.py").write_text(
+        "class Keep:\n    LIMIT = 5\n\n    def __call__(self, r):\n        return r['n'] > self.LIMIT\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import Keep\n"
+        "ds = datasets.Dataset.from_dict({'n': list(range(10))})\n"
+        "print(len(ds.filter(Keep(), cache_file_name='./f.arrow')))\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "4\n"
+    helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
+    (tmp_path / "helpers.py").write_text(helpers.replace("LIMIT = 5", "LIMIT = 7"), encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == "4\n" and "(the value of `Keep.LIMIT` it reads)" in said, said
+
+
+def test_a_staticmethod_or_classmethod_called_through_its_class_is_an_edit(tmp_path: Path) -> None:
+    """Maps calling `Text.up(...)` (a classmethod) and `Text.clean(...)` (a staticmethod) of the
+    user's module: once `up` is edited, the run warns that it loaded a stale result, naming
+    `Text.up`; once `clean` is too, two, the first naming `Text.clean`. It said nothing (only plain
+    functions of a class were followed)."""
+    (tmp_path / "helpers.py").write_text(
+        "class Text:\n    @staticmethod\n    def clean(t):\n        return t.strip()\n\n"
+        "    @classmethod\n    def up(cls, t):\n        return t.upper()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import Text\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ']})\n"
+        "u = ds.map(lambda r: {'u': Text.clean(r['t'])}, cache_file_name='./u.arrow')[0]['u']\n"
+        "v = ds.map(lambda r: {'v': Text.up(r['t'])}, cache_file_name='./v.arrow')[0]['v']\n"
+        "print(repr(u), repr(v))\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    for old, new, stale, name in (
+        ("t.upper()", "t.upper() + '!'", 1, "up"),
+        ("t.strip()", "t.strip() + '.'", 2, "clean"),
+    ):
+        helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
+        (tmp_path / "helpers.py").write_text(helpers.replace(old, new), encoding="utf-8")
+        run = cachetool_run("p.py", env=env, cwd=tmp_path)
+        said = " ".join(run.stderr.split())
+        assert run.stdout == first and f"this run loaded {stale} stale result(s)" in said, said
+        assert f"`Text.{name}` in helpers.py changed" in said, said
+
+
+@pytest.mark.parametrize("given", ["default", "fn_kwargs"])
+def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path, given: str) -> None:
+    """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, `clean`
+    from the user's module (`datasets` pickles it by name): once `clean` is edited the run warns
+    that it loaded a stale result, naming `clean`. It said nothing."""
+    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import clean\n\n\n"
+        "def step(r, fix=clean):\n    return {'u': fix(r['t'])}\n\n\n"
+        "print(datasets.Dataset.from_dict({'t': [' a ']}).map(step, cache_file_name='./m.arrow')[0]['u'])\n",
+        encoding="utf-8",
+    )
+    if given == "fn_kwargs":
+        script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
+        (tmp_path / "p.py").write_text(script.replace("map(step,", "map(step, fn_kwargs={'fix': clean},"))
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
+    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip() + '.'\n", encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
+
+
 def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_path: Path) -> None:
     """A map given `cache_file_name=` is edited: `datasets` loads the named file whatever the new
     fingerprint, so the run gets the old rows. The run says so: the file, the fingerprint it was
@@ -520,6 +628,35 @@ def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_
     said = " ".join(edited.stderr.split())
     assert str(tmp_path / "named" / "m.arrow") in said and old_fp in said and new_fp in said, said
     assert "probably stale" in said, said
+
+
+def test_a_named_cache_file_of_an_earlier_version_is_stale_for_explain_and_verify(tmp_path: Path) -> None:
+    """After a run whose edited map loaded its `cache_file_name=` file of the earlier version (and
+    filtered those old rows), `explain --last` lists the file among the stale hits and `verify
+    --stale` flags it and the filter's result made from it; the gc command of verify's hint removes
+    both, so the next run computes the new rows. Only the run's own warning said so."""
+    named = tmp_path / "named"
+    named.mkdir()
+    code = (
+        "import datasets\n"
+        "ds = datasets.Dataset.from_dict({{'x': list(range(10))}})\n"
+        "m = ds.map(lambda ex: {{'y': ex['x'] + 1}}, cache_file_name={!r})\n"
+        "print(sum(m.filter(lambda ex: ex['y'] > 5)['y']))\n"
+    ).format(str(named / "m.arrow"))
+    (tmp_path / "p.py").write_text(code, encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["40"]
+    (tmp_path / "p.py").write_text(code.replace("+ 1", "+ 2"), encoding="utf-8")
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["40"]  # the old rows
+    explained = " ".join(_cli(env, "explain", "--last", "--cache-dir", str(named)).stdout.split())
+    assert "Stale cache hits: cache entry m.arrow" in explained, explained
+    assert "written under fingerprint" in explained, explained
+    verified = _cli(env, "verify", "--stale", "--cache-dir", str(named), "--json")
+    findings = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
+    assert verified.returncode == 1 and len(findings) == 2, verified.stdout
+    hint = next(f["hint"] for f in findings if f["path"].endswith("m.arrow"))
+    assert _cli(env, *_hint_command(hint)[1:], "-y").returncode == 0
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["51"]
 
 
 def test_the_run_warning_removes_every_stale_result_it_counts(tmp_path: Path) -> None:

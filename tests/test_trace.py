@@ -433,6 +433,20 @@ def test_run_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.stderr.strip() == "Error: can't open file 'nope.py': No such file or directory"
 
 
+def test_run_given_an_option_of_the_other_commands_says_it_has_none(tmp_path: Path) -> None:
+    """`cachetool run --cache-dir DIR p.py`, as every other command takes it: a usage error saying
+    `run` has no such option and how to choose the pipeline's cache (exit 2). It said "can't open
+    file '--cache-dir'", as if the option were the script."""
+    (tmp_path / "p.py").write_text("print('ran')\n", encoding="utf-8")
+    env = subprocess_env(tmp_path)
+    proc = cachetool_run("--cache-dir", "/data/hf", "p.py", env=env, cwd=tmp_path, timeout=60, check=False)
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert proc.stderr == (
+        "Error: no such option: --cache-dir; datasets chooses where the pipeline caches: "
+        "`HF_DATASETS_CACHE=DIR cachetool run SCRIPT`, or cache_dir= in the script\n"
+    ), proc.stderr
+
+
 def test_run_a_folder_without_main_is_a_one_line_error(tmp_path: Path) -> None:
     """`cachetool run data` where `data` is a folder without `__main__.py`: one `Error:` line
     (what `python data` says, without a traceback) and exit 2, as for a missing script."""

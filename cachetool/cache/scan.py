@@ -307,6 +307,8 @@ class Scanner:
             return
         names = {it.name for it in items if it.is_file}
         is_root = path == self.root
+        if path.name[:6] == "cache-" and parse_cache_file(path.name) is not None:
+            self.folder_named_as_a_file(path, dataset_hint)
 
         if layout.DATASET_DICT_JSON in names and is_dataset_dict(path / layout.DATASET_DICT_JSON):
             self.saved_dict(path, items)
@@ -329,6 +331,20 @@ class Scanner:
         for it in items:
             if it.is_dir:
                 self.subfolder(it, ds, is_root)
+
+    def folder_named_as_a_file(self, path: Path, ds: DatasetDir | None) -> None:
+        """A folder where `datasets` writes or loads a step's cache file: the step fails on it. An
+        entry of its own (its contents are walked as usual), which verify reports."""
+        why = "a folder where datasets writes or loads this step's cache file: the step fails on it"
+        try:
+            st = os.lstat(path)
+        except OSError:  # gone since it was listed
+            return
+        self.warn(path, why)
+        folder = CacheFile(path, 0, st.st_mtime, st.st_mode, st.st_uid)
+        dataset, dataset_dir = (ds.name, ds.path) if ds else (None, None)
+        problems = (EntryProblem(why),)
+        self.entries.append(Entry(Kind.OTHER, path, (folder,), dataset, dataset_dir, problems=problems))
 
     def subfolder(self, it: Item, ds: DatasetDir | None, is_root: bool) -> None:
         """A folder met by `walk`: cachetool's own (skipped), a killed gc's, an interrupted

@@ -194,6 +194,8 @@ def ls_command(
         else:
             render_human(out, report, entries, grouped=sort is None, pinned=pinned, shard=chosen)
             quarantine_line(out, report.root)
+            if not report.entries and path is None and cache_dir is None:  # the run cached elsewhere
+                hint_root_elsewhere(report.root)
         report_warnings(report)
         hint_not_a_cache(report.root, report.entries)
 

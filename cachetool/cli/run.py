@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from cachetool.cli.common import arg, command, opt
+from cachetool.errors import CachetoolError
 
 
 @command(
@@ -67,7 +70,7 @@ def run_command(
         cachetool run --reuse-equivalent pipeline.py
 
     Exit codes: the script's own; 2 when the script does not exist or is a folder without
-    `__main__.py`, or `--remote` is not a remote URL.
+    `__main__.py`, an option before it is not one of these, or `--remote` is not a remote URL.
     """
     from cachetool.remote.client import is_remote_url
     from cachetool.trace.runner import run_script
@@ -81,5 +84,13 @@ def run_command(
         run_script(module, rest, module=True, reuse_equivalent=reuse, remote=remote)
     elif script is None:
         raise typer.BadParameter("give a script to run, or -m MODULE", param_hint="SCRIPT")
+    elif script.startswith("-") and not os.path.exists(script):  # an option of the other commands
+        why = f"no such option: {script}"
+        if script.startswith("--cache-dir"):
+            why += (
+                "; datasets chooses where the pipeline caches: `HF_DATASETS_CACHE=DIR cachetool run "
+                "SCRIPT`, or cache_dir= in the script"
+            )
+        raise CachetoolError(why)
     else:
         run_script(script, list(args or []), reuse_equivalent=reuse, remote=remote)

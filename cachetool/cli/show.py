@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, command
-from cachetool.cli.output import Output, warn
+from cachetool.cli.output import Output, hint, warn
 from cachetool.formatting import local_time, time_ago
 from cachetool.hints import shell_command
 from cachetool.history.show import fingerprint_check
@@ -91,6 +91,11 @@ def render(out: Output, shown: EntryReport) -> None:
         out.line(f"problem: {p}", style="red")
     out.line()
     _render_files(out, shown.report.root, e)
+    if any(f.summary is not None and f.summary.complete for f in e.files):  # a flipped byte reads `ok`
+        deep = shell_command(
+            "verify", "--deep", shown.fingerprint, "--cache-dir", os.fspath(shown.report.root)
+        )
+        hint(f"the check reads each file's schema and end; only `{deep}` reads every byte")
     if e.columns:
         out.line()
         features = shown.features or {}

@@ -179,6 +179,8 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         ("Misses", f"{t.misses}" + (f"  ({t.partial} partial)" if t.partial else "")),
         ("Steps without a cache file", str(t.no_file)),
         ("Steps that failed", str(t.failed) if t.failed else None),
+        ("Steps interrupted (Ctrl-C)", str(t.interrupted) if t.interrupted else None),
+        ("Steps killed (SIGKILL, OOM)", str(r.killed) if r.killed else None),
         ("Steps without a persistent cache", f"{t.uncached}  ({short_duration(t.uncached_seconds)})"),
         ("Time computing misses", short_duration(t.miss_seconds)),
         ("Time lost recomputing", short_duration(t.recompute_seconds)),

@@ -344,7 +344,7 @@ def by_reference(fn: Any) -> bool:
         obj = getattr(obj, part, None)
         if obj is None:
             return False
-    return obj is fn
+    return obj is fn or getattr(obj, "__func__", None) is fn  # a classmethod's function
 
 
 def _tokenizer_state(obj: Any) -> dict[str, Any] | None:

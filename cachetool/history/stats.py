@@ -9,7 +9,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +21,9 @@ from cachetool.errors import CachetoolError
 from cachetool.formatting import human_duration, iso_time
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.other import RunSummaryRecord
+from cachetool.history.records.other import RunEndRecord, RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, step_counts, written_bytes
+from cachetool.history.runs import open_starts, run_state
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ class Counts:
     misses: int = 0  # partial ones included
     partial: int = 0
     no_file: int = 0  # looked nothing up and wrote no cache file (failed steps apart)
-    failed: int = 0  # raised: the error is in the record
+    failed: int = 0  # raised: the error is in the record (Ctrl-C apart)
+    interrupted: int = 0  # stopped by Ctrl-C: the run's end record names the step
     miss_seconds: float = 0.0
     recompute_seconds: float = 0.0
     bytes_written: int = 0
@@ -75,12 +77,21 @@ class Counts:
         return out
 
     @classmethod
-    def of(cls, steps: list[tuple[StepRecord, bool]], summaries: Iterable[RunSummaryRecord] = ()) -> Counts:
+    def of(
+        cls,
+        steps: list[tuple[StepRecord, bool]],
+        summaries: Iterable[RunSummaryRecord] = (),
+        stopped: Collection[tuple[str | None, int | None]] = (),
+    ) -> Counts:
         """The counts of `steps` (each with whether it had run before: its time, when it computed
-        or ran uncached, is lost), and of the summarised runs `summaries`."""
+        or ran uncached, is lost), and of the summarised runs `summaries`; the steps `stopped`
+        names (run, seq) were interrupted by Ctrl-C, not failed."""
         uncached = [r for r, _ in steps if r.uncached is not None]
+        counts = step_counts([r for r, _ in steps])
+        interrupted = sum((r.run, r.seq) in stopped for r, _ in steps)
         c = cls(
-            **step_counts([r for r, _ in steps]),
+            **{**counts, "failed": counts["failed"] - interrupted},
+            interrupted=interrupted,
             recompute_seconds=sum(r.duration for r, again in steps if again and (r.computed or r.uncached)),
             uncached=len(uncached),
             uncached_seconds=sum(r.duration for r in uncached),
@@ -357,6 +368,8 @@ class StatsReport:
     nondeterminism: Nondeterminism = Nondeterminism()
     #: hours given back by resume and re-key
     given_back: GivenBack = GivenBack()
+    #: steps whose run was killed in them (SIGKILL, OOM): begun, never ended, the process gone
+    killed: int = 0
 
     @property
     def concurrent_seconds(self) -> float:
@@ -374,6 +387,7 @@ class StatsReport:
                 "zeroed_at": iso_time(self.zeroed_at),
             },
             **self.total.to_json(),
+            "killed": self.killed,
             "saves": self.saves,
             "random_fingerprints": {
                 "count": self.random_count,
@@ -542,14 +556,26 @@ def ledger_stats(
             sites.setdefault(site[0], ([], site))[0].append((rec, again))
             datasets.setdefault(dataset_of(rec), []).append((rec, again))
     summaries = [s for s in ledger.summaries() if in_period(s)]
-    total = Counts.of(steps, summaries)
+    stopped = {
+        (r.run, r.step)
+        for r in ledger.records
+        if isinstance(r, RunEndRecord) and r.exception == "KeyboardInterrupt"
+    }
+    total = Counts.of(steps, summaries, stopped)
     site_groups = [
-        Group(key=k, counts=Counts.of(items), operation=s[3], function=s[4], file=s[1], line=s[2])
+        Group(
+            key=k,
+            counts=Counts.of(items, stopped=stopped),
+            operation=s[3],
+            function=s[4],
+            file=s[1],
+            line=s[2],
+        )
         for k, (items, s) in sites.items()
     ]
     site_groups.sort(key=lambda g: (-g.counts.recompute_seconds, -g.counts.misses, g.key))
     ds_groups = sorted(
-        (Group(key=k, counts=Counts.of(items)) for k, items in datasets.items()),
+        (Group(key=k, counts=Counts.of(items, stopped=stopped)) for k, items in datasets.items()),
         key=lambda g: (-g.counts.misses, g.key),
     )
     random = Counter(
@@ -580,6 +606,10 @@ def ledger_stats(
         compaction=compaction,
         nondeterminism=_nondeterminism(ledger, recomputed),
         given_back=back,
+        killed=sum(
+            in_period(s) and run_state(s) == "killed" and not ledger.is_foreign(s)
+            for s in open_starts(ledger.records)
+        ),
     )
 
 

@@ -152,12 +152,16 @@ def build_report(
 
 def _tiles(report: Any, now: float) -> list[Tile]:
     root_id = os.fsdecode(report.root)
-    tiles = [Tile(root_id, "", os.path.basename(root_id) or root_id, report.size, "root", None)]
+    names = {os.fsdecode(d.path): d.name for d in report.datasets}
+    # a root that is itself a dataset folder (a `save_to_disk` folder) is counted and named as one
+    kind = "dataset" if root_id in names else "root"
+    tiles = [
+        Tile(root_id, "", names.get(root_id, os.path.basename(root_id) or root_id), report.size, kind, None)
+    ]
     folders: dict[str, list[Any]] = defaultdict(list)
     for e in report.entries:
         folder = os.fsdecode(e.dataset_dir) if e.dataset_dir else root_id
         folders[folder].append(e)
-    names = {os.fsdecode(d.path): d.name for d in report.datasets}
     for d in report.datasets:
         folders.setdefault(os.fsdecode(d.path), [])
     for folder, entries in sorted(folders.items()):

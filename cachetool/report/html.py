@@ -122,7 +122,9 @@ def treemap_svg(data: ReportData, width: int = 1200, height: int = 520) -> str:
         for t in tops
         if t.kind == "dataset"
     ]
-    if loose:
+    if loose and root is not None and root.kind == "dataset":  # the root is a saved folder
+        folders.append((root.label, _tile_title(root), loose))
+    elif loose:
         folders.append(("(top of the cache)", ["entries at the top of the cache"], loose))
     folders = sorted((f for f in folders if f[2]), key=lambda f: -sum(c.size for c in f[2]))
     if not folders:

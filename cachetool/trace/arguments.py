@@ -84,7 +84,7 @@ class Arguments:
         fields: dict[str, Any] = {"transform": transform_string(h.transform), "args": out}
         fn = args.get("function")
         if fn is not None:
-            fields["function"] = self.function_info(fn)
+            fields["function"] = self.function_info(fn, args.get("fn_kwargs"))
         if h.random:
             index = (h.error_at - 2) // 2 if h.error_at is not None and h.error_at >= 2 else len(keys)
             argument = str(keys[index]) if index < len(keys) else None
@@ -121,13 +121,16 @@ class Arguments:
             return dataclasses.replace(info, tree=hash_tree(value))
         return dataclasses.replace(info, summary=summarize(value)) if self.summaries else info
 
-    def function_info(self, fn: Any) -> FunctionInfo:
-        """The `function` field for `fn`, described once per code object and process."""
+    def function_info(self, fn: Any, fn_kwargs: Any = None) -> FunctionInfo:
+        """The `function` field for `fn`, described once per code object (and functions given in
+        `fn_kwargs`, helpers it calls too) and process."""
         target, code = unwrap(fn)
-        key = code if code is not None else id(target)
+        kwargs = fn_kwargs.values() if isinstance(fn_kwargs, dict) else ()
+        given = tuple(v for v in kwargs if isinstance(v, types.FunctionType))
+        key = (code if code is not None else id(target), *map(id, given))
         info = _FN_INFO.get(key)
         if info is None:
-            info = _FN_INFO[key] = describe(fn, SOURCES)
+            info = _FN_INFO[key] = describe(fn, SOURCES, given)
         return info
 
     def arg_info(self, digest: str | None, shown: str | None, type_: str) -> ArgInfo:
@@ -417,15 +420,20 @@ _READ_LEAVES = (str, bytes, int, float, bool, type(None))
 
 def reads(fn: types.FunctionType) -> dict[str, str]:
     """The digest of each plain value (numbers, text, and lists, tuples, sets and dicts of them)
-    of its module that `fn` reads by name (and `module.NAME` of a module of the user's): what
-    `datasets` does not see of a function it hashes by name. Sets and dicts are described in a
-    sorted order, so a digest is the same in every process; any other value (a function, a
-    class, an object) is left out."""
+    of its module that `fn` reads by name (`module.NAME` of a module of the user's, and in a
+    method `Class.NAME`, a value of its class): what `datasets` does not see of a function it
+    hashes by name. Sets and dicts are described in a sorted order, so a digest is the same in
+    every process; any other value (a function, a class, an object) is left out."""
     g = fn.__globals__
     names = list(dict.fromkeys(_names(fn.__code__)))
     values = {n: g[n] for n in names if n in g}
     for module in _user_modules(names, g):  # `config.MAX_LEN`, `pkg.config.MAX_LEN`
         values.update((f"{module.__name__}.{n}", vars(module)[n]) for n in names if n in vars(module))
+    owner = _owner_class(fn)  # a method reads its class's values through `self` (`self.LIMIT`)
+    mro = owner.__mro__ if owner is not None else ()
+    for k in reversed(mro):  # not an annotated one: a default of the object's own (a dataclass field)
+        own = [n for n in names if n in vars(k) and n not in vars(k).get("__annotations__", {})]
+        values.update((f"{mro[0].__name__}.{n}", vars(k)[n]) for n in own)
     out: dict[str, str] = {}
     for name, value in values.items():
         text = _canonical(value, [MAX_READ_ITEMS])
@@ -497,9 +505,12 @@ def unwrap(fn: Any) -> tuple[Any, types.CodeType | None]:
     return target, code if isinstance(code, types.CodeType) else None
 
 
-def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> FunctionInfo:
-    """The `function` field of a record for `fn`; the source texts it names are added to `sources`
-    (source hash -> {"qualname", "file", "line", "text", "truncated"})."""
+def describe(
+    fn: Any, sources: dict[str, dict[str, Any]], given: tuple[types.FunctionType, ...] = ()
+) -> FunctionInfo:
+    """The `function` field of a record for `fn` (`given`: functions it is given, as helpers it
+    calls); the source texts it names are added to `sources` (source hash -> {"qualname", "file",
+    "line", "text", "truncated"})."""
     target, code = unwrap(fn)
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     module = getattr(target, "__module__", None)
@@ -511,7 +522,7 @@ def describe(fn: Any, sources: dict[str, dict[str, Any]]) -> FunctionInfo:
         **_ref(qualname, code, source_of(target), sources),
         reads=reads(target) if named and plain else {},
         by_reference=named,
-        deps=_deps(target, sources) if plain else (),
+        deps=_deps(target, sources, given) if plain else (),
     )
 
 
@@ -533,13 +544,17 @@ def _ref(
     return ref
 
 
-def _deps(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> tuple[FunctionRef, ...]:
-    """User-module functions pickled by reference that `fn` reaches through its globals."""
+def _deps(
+    fn: types.FunctionType, sources: dict[str, dict[str, Any]], given: tuple[types.FunctionType, ...]
+) -> tuple[FunctionRef, ...]:
+    """User-module functions pickled by reference that `fn` reaches (through its globals, or
+    `given` it), and those reach."""
     out: list[FunctionRef] = []
     seen: set[int] = {id(fn)}
     queue: list[types.FunctionType] = [fn]
     while queue and len(out) < MAX_DEPS:
-        for callee in _referenced_functions(queue.pop(0)):
+        current = queue.pop(0)
+        for callee in [*_referenced_functions(current), *(given if current is fn else ())]:
             if id(callee) in seen:
                 continue
             seen.add(id(callee))
@@ -580,11 +595,28 @@ def _user_modules(names: list[str], g: dict[str, Any]) -> list[types.ModuleType]
     return found
 
 
+def _owner_class(fn: types.FunctionType) -> type | None:
+    """The class whose method `fn` is (`Norm.__call__`), found by its qualified name."""
+    *path, _ = fn.__qualname__.split(".")
+    owner: Any = fn.__globals__.get(path[0]) if path and "<locals>" not in path else None
+    for part in path[1:]:
+        owner = getattr(owner, part, None)
+    return owner if isinstance(owner, type) else None
+
+
 def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
-    """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`) or closure."""
+    """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`), its closure or
+    its defaults, or, in a method, through `self` (`self.clean(x)`: of its class or of a base)."""
     names = _names(fn.__code__)
     g = fn.__globals__
     found: list[types.FunctionType] = []
+    owner = _owner_class(fn)
+    mro = owner.__mro__ if owner is not None else ()
+    for name in dict.fromkeys(names) if mro else ():
+        method = next((vars(k)[name] for k in mro if name in vars(k)), None)
+        method = getattr(method, "__func__", method)  # a staticmethod's or classmethod's function
+        if isinstance(method, types.FunctionType):
+            found.append(method)
     for name in dict.fromkeys(names):
         value = g.get(name)
         if isinstance(value, types.FunctionType):
@@ -595,7 +627,10 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
             # the fingerprint).
             cls = value if isinstance(value, type) else type(value)
             if is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
-                found.extend(v for v in vars(cls).values() if isinstance(v, types.FunctionType))
+                # those it names (`Text.clean(x)`, `tok.encode(x)`) and the special ones (`__call__`)
+                named = (v for c in cls.__mro__ for k, v in vars(c).items() if k in names or k[:2] == "__")
+                methods = (getattr(v, "__func__", v) for v in named)  # static and class ones too
+                found.extend(v for v in methods if isinstance(v, types.FunctionType))
     for module in _user_modules(names, g):
         for name in dict.fromkeys(names):
             value = getattr(module, name, None)
@@ -608,4 +643,6 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
             continue
         if isinstance(value, types.FunctionType):
             found.append(value)
+    defaults = (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values())  # `def f(r, fix=clean)`
+    found.extend(v for v in defaults if isinstance(v, types.FunctionType))
     return found

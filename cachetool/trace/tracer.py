@@ -567,14 +567,11 @@ class Tracer:
 
 def _check_named_file(record: StepRecord, fp: str, path: str) -> None:
     """Warn when a step loaded a file it named (`cache_file_name=`) that an earlier version of the
-    step wrote: `datasets` loads a named file whatever the fingerprint. A file named after the
-    fingerprint (`cache-<fp>…`) is not read."""
-    if os.path.basename(path).startswith(f"cache-{fp}"):
-        return
-    from cachetool.cache.arrow import read_summary
+    step wrote: `datasets` loads a named file whatever the fingerprint."""
+    from cachetool.history.explain.stale import written_under
 
-    written = read_summary(path).fingerprint
-    if written and not written.startswith(fp):
+    written = written_under(fp, path)
+    if written:
         site = record.call_site
         where = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site else ""
         warn(
@@ -615,7 +612,8 @@ def _warn_stale(root: str, fps: set[str]) -> None:
     from cachetool.history.explain.stale import stale_hits
 
     try:
-        found = [s for s in stale_hits(root, only=fps) if not s.predictable]  # those warned at the hit
+        found = stale_hits(root, only=fps)
+        found = [s for s in found if not (s.predictable or s.written_under)]  # those warned at the hit
     except Exception:  # a warning only: never fails the run
         return
     if not found:

@@ -213,6 +213,9 @@ class StaleHit:
     #: Reused under a random fallback fingerprint that repeats after `random.seed` (datasets
     #: < 2.17): whatever code computed it, this step would load it.
     predictable: bool = False
+    #: The fingerprint the file it loaded (named by `cache_file_name=`) was written under, when not
+    #: the step's: `datasets` loads a named file whatever changed.
+    written_under: str | None = None
 
     @property
     def file_name(self) -> str:
@@ -237,6 +240,12 @@ class StaleHit:
             return (
                 f"cache entry {self.file_name} was reused at {clock_time(self.reused_at or 0)}, "
                 "probably stale: the fingerprint is predictable, not derived from the function"
+            )
+        if self.written_under:
+            return (
+                f"cache entry {self.file_name} was loaded at {clock_time(self.reused_at or 0)} by "
+                f"{self.step.label} (its cache_file_name=), but was written under fingerprint "
+                f"{self.written_under}, not the step's {self.fingerprint}: probably stale"
             )
         up = self.derived_from
         if up is not None:
@@ -276,6 +285,12 @@ class StaleHit:
 
             said = f"datasets could not hash the step and {PREDICTABLE_FALLBACK}"
             return f"{said}: remove it (`{self.gc_command}`); {PREDICTABLE_HINT}"
+        if self.written_under:
+            return (
+                "datasets loads a file named by cache_file_name= whatever changed: remove it and "
+                f"what was made from it (`{self.gc_command}`), or pass load_from_cache_file=False, "
+                "to compute it again"
+            )
         return (
             "datasets hashes functions from your own modules by name, not by code, and what was "
             f"made from a stale result is stale too: remove them all (`{self.gc_command}`), or "
@@ -299,6 +314,7 @@ class StaleHit:
             **json_fields(
                 self, "reused_run", "changes", "step", "derived_from", "recomputed_at", "predictable"
             ),
+            **json_fields(self, "written_under"),
             "remove": list(self.remove or (self.fingerprint,)),
             **json_fields(self, "message", "hint"),
         }

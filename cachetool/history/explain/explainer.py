@@ -79,8 +79,9 @@ def _reasons(
     if rec.random_fallback is not None:
         reason = random_reason(view.with_summaries(rec), rec.random_fallback, earlier=False)
         return (reason,), StepRef.of(siblings[0]) if siblings else None
-    if same is not None and rec.computed and same.computed and same.end > rec.time:
-        return (concurrent_reason(rec, same),), StepRef.of(same)
+    beside = view.earlier_same(rec, before=rec.end)  # another run's, begun before this one ended
+    if beside is not None and rec.computed and beside.computed and beside.end > rec.time:
+        return (concurrent_reason(rec, beside),), StepRef.of(beside)
     if same is not None and rec.computed:
         return (same_fingerprint_reason(view, rec, same),), StepRef.of(same)
     if siblings and siblings[0].result is None and siblings[0].error:

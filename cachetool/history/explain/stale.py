@@ -65,11 +65,33 @@ def _hit(
     )
 
 
+def written_under(fp: str, path: str) -> str | None:
+    """The fingerprint the file `path` a step named (`cache_file_name=`) was written under, when
+    it is not the step's `fp`: `datasets` loads a named file whatever changed. None for a file
+    named as `datasets` names one (`cache-<fp>…`, not read: `cast` writes it under another
+    fingerprint than its result's) or written under `fp`."""
+    from cachetool.cache.arrow import read_summary
+    from cachetool.cache.layout import parse_cache_file
+
+    if parse_cache_file(os.path.basename(path)) is not None:
+        return None
+
+    written = read_summary(path).fingerprint
+    return written if written and not written.startswith(fp) else None
+
+
 def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
-    """A hit whose function or helpers differ from those of the computation it reused, or whose
-    fingerprint is a random fallback that repeats after `random.seed` (whatever the code)."""
+    """A hit whose function or helpers differ from those of the computation it reused, whose
+    fingerprint is a random fallback that repeats after `random.seed` (whatever the code), or that
+    loaded a file it named, written under another fingerprint (`StaleHit.written_under`)."""
     fn_hit = hit.function
     fp = hit.result
+    written = written_under(fp, hit.files[0].path) if fp and hit.type == "transform" and hit.files else None
+    if fp is not None and written is not None:
+        made = view.computing(written) or hit
+        # gc calls a file outside a dataset's folder (of a name of the user's) a source
+        where = {"root": hit.where or None, "source": True}
+        return [_hit(fp, hit.file_paths, made, hit, hit, changes=(), written_under=written, **where)]
     predictable = hit.random_fallback is not None and hit.random_fallback.predictable
     if (fn_hit is None and not predictable) or fp is None:
         return []
@@ -149,11 +171,12 @@ def with_removals(view: LedgerView, found: Iterable[StaleHit]) -> list[StaleHit]
     the hint removes them in one command."""
     found = list(found)
     present = [s.fingerprint for s in found if s.files and all(os.path.exists(p) for p in s.files)]
-    sources = {s.fingerprint for s in found if s.source}
+    sources = {s.written_under or s.fingerprint for s in found if s.source}
     out = []
     for s in found:
         family = [fp for fp in present if fp == s.fingerprint or s.fingerprint in view.ancestors(fp)]
-        remove = tuple(dict.fromkeys([s.fingerprint, *family]))
+        first = s.written_under or s.fingerprint  # a named file is the entry it was written under
+        remove = tuple(dict.fromkeys([first, *(fp for fp in family if fp != s.fingerprint)]))
         out.append(replace(s, remove=remove, remove_sources=bool(sources.intersection(remove))))
     return out
 
@@ -185,12 +208,14 @@ def stale_hits(
         if scope is not None and fp not in scope:
             continue
         comp = view.computing(fp)
-        if comp is None:
+        if comp is None:  # loaded only: a file it named, of another fingerprint, is stale
+            found = [s for r in recs[-1:] if r.cache == "hit" for s in stale_for_hit(view, r)]
+            stale.update((s.fingerprint, s) for s in found if s.written_under and _inside(s.files, root_abs))
             continue
         files = tuple(comp.file_paths)
         if not files or not all(os.path.exists(p) for p in files):
             continue
-        if not any(os.path.abspath(p).startswith(root_abs + os.sep) for p in files):
+        if not _inside(files, root_abs):
             continue
         later = [r for r in recs if r.cache == "hit" and r.time > comp.time]
         entries[fp] = (comp, files, later[-1] if later else None)
@@ -218,6 +243,10 @@ def stale_hits(
     if wanted is not None:
         out = [s for s in out if s.fingerprint in wanted]
     return with_removals(view, (replace(s, root=root_abs) for s in out))
+
+
+def _inside(files: Iterable[str], root_abs: str) -> bool:
+    return any(os.path.abspath(p).startswith(root_abs + os.sep) for p in files)
 
 
 def _disk_changes(view: LedgerView, fn: FunctionInfo) -> tuple[list[SourceChange], int]:

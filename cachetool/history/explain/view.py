@@ -188,11 +188,13 @@ class LedgerView:
         self._lineages[id(rec)] = found
         return found
 
-    def earlier_same(self, rec: StepRecord) -> StepRecord | None:
-        """The latest earlier record of this root of the same fingerprint made the same way."""
+    def earlier_same(self, rec: StepRecord, before: float | None = None) -> StepRecord | None:
+        """The latest earlier record of this root of the same fingerprint made the same way (begun
+        before `before`, when given, else before `rec`)."""
+        end = rec.time if before is None else before
         return self._latest(
             rec.result,
-            lambda r: r.time < rec.time and r.run != rec.run and r.parents == rec.parents and self.own(r),
+            lambda r: r.time < end and r.run != rec.run and r.parents == rec.parents and self.own(r),
         )
 
     def with_summaries(self, rec: StepRecord) -> StepRecord:
