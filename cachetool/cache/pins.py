@@ -8,7 +8,7 @@ keeps its pins), written under a file lock and replaced atomically::
 A pinned result stays cheap to reproduce only if the steps before it stay cached too: rerunning
 the pipeline recomputes every evicted ancestor even when the pinned step itself is a cache hit.
 So gc protects the pinned fingerprints *and* every fingerprint the ledger records as their
-ancestor (`cachetool.maintenance.gc.planner.recorded_parents`).
+ancestor (`cachetool.maintenance.gc.plan.recorded_parents`).
 """
 
 from __future__ import annotations
