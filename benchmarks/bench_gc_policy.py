@@ -82,8 +82,7 @@ def replay(trace: list[Step], limit: int, policy: str, root: Path) -> tuple[floa
     from cachetool.history.records.steps import TransformRecord
     from cachetool.history.stats import recompute_costs
     from cachetool.maintenance.gc import GcOptions
-    from cachetool.maintenance.gc.plan import Rules
-    from cachetool.maintenance.gc.planner import build_plan
+    from cachetool.maintenance.gc.plan import Rules, build_plan
     from cachetool.maintenance.liveness import InUse
 
     options = GcOptions(max_size=limit, policy=policy, min_age=0)

@@ -49,7 +49,7 @@ _LAZY = {
     "quarantined": "cachetool.maintenance.verify.quarantine",
     # gc, pin, unpin
     "gc_cache": "cachetool.maintenance.gc",
-    "plan_gc": "cachetool.maintenance.gc.planner",
+    "plan_gc": "cachetool.maintenance.gc.plan",
     "GcOptions": "cachetool.maintenance.gc",
     "break_lease": "cachetool.maintenance.liveness",
     "pin": "cachetool.maintenance.pinning",

@@ -85,7 +85,6 @@ WARM = (
     "cachetool.history.stats",
     "cachetool.history.compact",
     "cachetool.maintenance.verify",
-    "cachetool.maintenance.gc.planner",
     "cachetool.maintenance.gc.execute",
 )
 #: Never imported by the zygote (a listing's reader behaves differently with numpy or pyarrow

@@ -154,6 +154,8 @@ GONE = {
     "cachetool.maintenance.pins",
     "cachetool.maintenance.locks",
     "cachetool.maintenance.gc.options",
+    "cachetool.maintenance.gc.planner",
+    "cachetool.maintenance.gc.planner.build_plan",
     "cachetool.history.roots",
     "cachetool.history.ledger.resolve",
     "cachetool.history.ledger.usage_by_fingerprint",

@@ -22,8 +22,7 @@ from typer.testing import CliRunner
 from cachetool.cli.app import app
 from cachetool.maintenance.gc import GcOptions
 from cachetool.maintenance.gc.execute import execute, gc_lock
-from cachetool.maintenance.gc.plan import GcBusy
-from cachetool.maintenance.gc.planner import plan_gc
+from cachetool.maintenance.gc.plan import GcBusy, plan_gc
 from tests.conftest import hf_env, short_tmp_dir
 
 DAY = 86400.0
@@ -796,8 +795,7 @@ def test_a_plan_is_plain_data(lockroot: Path) -> None:
     """Plans compare by value: a test (or a user) can assert a whole plan."""
     from cachetool.cache.layout import Kind
     from cachetool.cache.scan import scan_cache
-    from cachetool.maintenance.gc.plan import GcItem, Rules, Target
-    from cachetool.maintenance.gc.planner import build_plan
+    from cachetool.maintenance.gc.plan import GcItem, Rules, Target, build_plan
     from cachetool.maintenance.liveness import InUse
 
     lock = lockroot / "csv" / "default" / "0.0.0" / "0123456789abcdef_builder.lock"

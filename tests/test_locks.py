@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cachetool.maintenance.gc import GcOptions
-from cachetool.maintenance.gc.planner import plan_gc
+from cachetool.maintenance.gc.plan import plan_gc
 from cachetool.maintenance.liveness import LockState, probe
 from cachetool.maintenance.verify import verify_cache
 

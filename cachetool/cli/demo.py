@@ -63,7 +63,7 @@ def _show_demo(target: Path) -> None:
         render_lineage(out, lineage_view(report, demo.final_fingerprint))
     from cachetool.cli.gc import show_plan
     from cachetool.maintenance.gc import GcOptions
-    from cachetool.maintenance.gc.planner import plan_gc
+    from cachetool.maintenance.gc.plan import plan_gc
 
     out.line()
     out.line("What `cachetool gc --temp --dry-run` would remove (leftovers of killed runs):", style="bold")

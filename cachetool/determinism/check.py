@@ -93,7 +93,7 @@ class Leftovers:
             from cachetool.cache.layout import Kind
             from cachetool.maintenance.gc import GcOptions
             from cachetool.maintenance.gc.execute import execute
-            from cachetool.maintenance.gc.planner import plan_gc
+            from cachetool.maintenance.gc.plan import plan_gc
 
             root = self.cache_root if self.cache_root is not None and self.cache_root.is_dir() else workdir
             plan = plan_gc(root, GcOptions(temp=True, min_age=0.0, tmp_dir=self.temp))

@@ -1,10 +1,5 @@
 """File operations relative to open folder descriptors, for everything that removes or moves
-files (gc, verify's quarantine): no path string is resolved again once a folder is open. This is
-the one place for them: open a path component by component (`open_parent`), list what is below a
-folder (`inventory`), empty it (`remove_tree`), move without overwriting (`rename_noreplace`).
-
-`rename_noreplace` is `renameat2(RENAME_NOREPLACE)`: a move never overwrites what another
-process put at the destination meanwhile.
+files (gc, verify's quarantine): once a folder is open, no path string is resolved again.
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ import errno
 import os
 import stat
 from functools import lru_cache
+from pathlib import Path
 
 from cachetool.cache import layout
 
@@ -77,6 +73,14 @@ def inventory(dir_fd: int) -> list[os.stat_result]:
             finally:
                 os.close(sub)
     return out
+
+
+def parts_under(root: Path, path: Path) -> tuple[str, ...]:
+    """The names from `root` down to `path`; ValueError when `path` is not strictly below `root`."""
+    parts = path.relative_to(root).parts
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(path)
+    return parts
 
 
 def open_parent(root_fd: int, parts: tuple[str, ...], *, create: bool = False) -> int:

@@ -1,11 +1,5 @@
 """`merge`: join the `--json` documents of `ls` and `verify` (`--shard i/n` jobs, one or many
-hosts) into one fleet report: each host's totals, the fingerprints held in more than one place,
-leftovers, problems, and steps whose result differs between hosts.
-
-It reads the documents alone, never a cache. `ls --json` carries no call site: a step is matched
-across hosts by its parent fingerprint and operation (what the ledger records of each entry), so a
-step of which no run was recorded (`cachetool run`) cannot be compared, and two different maps of
-one parent on two hosts look alike (docs/fleet.md says so).
+hosts) into one fleet report, from the documents alone, never a cache (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -20,6 +14,7 @@ from typing import Any
 from cachetool.cache.layout import LEFTOVER_KINDS
 from cachetool.cache.shard import Shard
 from cachetool.errors import CachetoolError, ExitCode
+from cachetool.safejson import json_fields
 
 #: The JSON versions merge reads.
 VERSIONS = (1,)
@@ -39,8 +34,7 @@ class Document:
     doc: dict[str, Any] = field(repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        place = {"file": self.file, "command": self.command, "host": self.host, "root": self.root}
-        return {**place, "shard": self.shard.to_json()}
+        return json_fields(self, skip=("doc",))
 
 
 def read_document(path: str | os.PathLike[str]) -> Document:
@@ -117,13 +111,8 @@ class ShardSet:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        doc = {k: getattr(self, k) for k in ("command", "hosts", "root", "counts", "counted", "given")}
-        return {
-            **doc,
-            "complete": self.complete,
-            "missing": list(self.missing),
-            "repeated": list(self.repeated),
-        }
+        keys = ("command", "hosts", "root", "counts", "counted", "given", "complete", "missing", "repeated")
+        return json_fields(self, *keys)
 
 
 @dataclass(frozen=True)
@@ -136,8 +125,8 @@ class FleetReport:
     totals: dict[str, dict[str, int]]
     duplicates: list[dict[str, Any]]
     leftovers: list[dict[str, Any]]
-    problems: list[dict[str, Any]]
     counts: dict[str, int]
+    problems: list[dict[str, Any]]
     differing_steps: list[dict[str, Any]]
 
     @property
@@ -147,17 +136,7 @@ class FleetReport:
         return int(ExitCode.PROBLEMS_FOUND if failed else ExitCode.OK)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "documents": [d.to_json() for d in self.documents],
-            "shard_sets": [s.to_json() for s in self.shard_sets],
-            "hosts": self.hosts,
-            "totals": self.totals,
-            "duplicates": self.duplicates,
-            "leftovers": self.leftovers,
-            "counts": self.counts,
-            "problems": self.problems,
-            "differing_steps": self.differing_steps,
-        }
+        return json_fields(self)
 
 
 def merge_documents(files: Sequence[str | os.PathLike[str]]) -> FleetReport:

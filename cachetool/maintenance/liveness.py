@@ -1,16 +1,7 @@
-"""Who is using a file right now: live processes of this host (`/proc`), leases of runs on other
-hosts, and the filelocks of a `datasets` cache. gc and verify ask here, never elsewhere.
-
-A live writer holds its `tmp*` file open; a live dataset memory-maps its cache files. One pass
-over `/proc/*/fd`, `/proc/*/maps` and `/proc/*/cwd` maps (device, inode) to the pids using it; a
-pass costs as much as the host has processes and open files, so a command makes a fixed number of
-them, never one per item (`proc_passes` counts them). Without `/proc` (macOS) psutil's open files
-stand in; other processes' memory maps are not visible there. Processes on other hosts are
-invisible to `/proc`: their writers announce themselves with leases (`cachetool.trace.leases`), read here.
-
-A lock probe never creates the lock nor follows a symlink; when it cannot tell, the answer is
-`LockState.UNKNOWN`, which counts as held: a leftover kept until the next run costs less than
-removing what a running preparation needs.
+"""Who is using a file right now: live processes of this host (one pass over `/proc` per question,
+never one per item; psutil where there is no `/proc`), leases of runs on other hosts, and the
+filelocks of a `datasets` cache (a probe never creates a lock nor follows a symlink; what it cannot
+tell counts as held). gc and verify ask here, never elsewhere.
 """
 
 from __future__ import annotations
@@ -72,8 +63,6 @@ class Lease:
         return bool(self.boot_id) and self.boot_id == me.boot_id and self.pid_ns == me.pid_ns
 
     def __str__(self) -> str:
-        from cachetool.formatting import safe_text  # the host name is whatever the file says
-
         return f"pid {self.pid} on {safe_text(self.host)}"
 
     def to_json(self) -> dict[str, object]:
@@ -121,7 +110,7 @@ def lease_state(lease: Lease, me: HostId | None = None, now: float | None = None
     return "live" if now < lease.expires else "expired"
 
 
-def judge_leases(root: str | os.PathLike[str], now: float | None = None) -> list[tuple[Lease, LeaseState]]:
+def judge_leases(root: str | os.PathLike[str]) -> list[tuple[Lease, LeaseState]]:
     """Every lease of `root` with its state (unreadable lease files are left alone)."""
     folder = leases_dir(root)
     try:
@@ -135,7 +124,7 @@ def judge_leases(root: str | os.PathLike[str], now: float | None = None) -> list
             continue
         lease = read_lease(folder / name)
         if lease is not None:
-            out.append((lease, lease_state(lease, me, now)))
+            out.append((lease, lease_state(lease, me)))
     return out
 
 
@@ -245,18 +234,8 @@ def scan_in_use(root: str | os.PathLike[str] | None = None, writers: bool = True
                 found["cwds"][os.readlink(f"/proc/{pid}/cwd")].add(pid)
                 st = os.stat(f"/proc/{pid}/cwd")
                 found["cwd_keys"][(st.st_dev, st.st_ino)].add(pid)
-        f = {name: _frozen(v) for name, v in found.items()}
-        snapshot = InUse(
-            f["holders"],
-            f["writers"],
-            complete,
-            f["paths"],
-            (),
-            f["cwds"],
-            f["cwd_keys"],
-            f["maps"],
-            programs,
-        )
+        frozen: dict[str, Any] = {name: _frozen(v) for name, v in found.items()}
+        snapshot = InUse(complete=complete, programs=programs, **frozen)
     return snapshot if root is None else replace(snapshot, leases=live_leases(root))
 
 
@@ -766,11 +745,8 @@ def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
         raise missing from None
     finally:
         os.close(root_fd)
-    log = GcLog(root_path)
-    try:
+    with GcLog(root_path) as log:
         _log_removal(log, lease, size, f"{lease}: broken by the user (gc --break-lease)")
-    finally:
-        log.close()
     return lease
 
 
@@ -795,12 +771,6 @@ def _unlink_lease(
 
 def _log_removal(log: GcLog, lease: Lease, size: int, reason: str) -> None:
     log.removed(kind="lease", paths=[lease.path], size=size, files=1, reason=reason, when=time.time())
-
-
-def leased_reason(lease: Lease) -> str:
-    """Why gc keeps what a live lease's process may be writing (starts "in use", as every
-    reason of a live writer does)."""
-    return f"in use by a run holding a lease ({lease}): it may be writing this"
 
 
 def _stale_reason(lease: Lease, state: LeaseState, now: float) -> str:

@@ -1,7 +1,5 @@
-"""`pin`, `unpin` and `pin --list` by the names users type: the Python side of those commands.
-
-The pins file itself (where it lives, its lock, what gc protects) is `cachetool.cache.pins`;
-a name is turned into a fingerprint by the one naming rule (`cachetool.cache.lookup.resolve`).
+"""`pin`, `unpin` and `pin --list` by the names users type; the pins file itself is
+`cachetool.cache.pins`.
 """
 
 from __future__ import annotations

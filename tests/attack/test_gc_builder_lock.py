@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cachetool.cli.app import app
 from cachetool.maintenance.gc import GcOptions
-from cachetool.maintenance.gc.planner import plan_gc
+from cachetool.maintenance.gc.plan import plan_gc
 from tests.attack.races import synthesize_cache
 
 

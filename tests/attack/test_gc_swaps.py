@@ -13,7 +13,7 @@ import pytest
 
 from cachetool.maintenance.gc import GcOptions
 from cachetool.maintenance.gc.execute import execute
-from cachetool.maintenance.gc.planner import plan_gc
+from cachetool.maintenance.gc.plan import plan_gc
 from tests.attack.races import synthesize_cache
 
 pytestmark = pytest.mark.slow

@@ -1,15 +1,7 @@
-"""`cachetool gc` as a plan: decide what goes (pure data), show it, then execute it item by item.
-
-Two kinds of work, both planned the same way: **leftovers** (`--temp`) — what killed processes
-leave behind, each proven dead — and **eviction** (`--older-than`, `--max-size`, `--dataset`,
-fingerprints) of whole entries. `planner.plan_gc()` decides from a scan, a liveness snapshot and a
-few lock probes; `execute.execute()` trusts none of it and checks each item again right before
-removing it through folder descriptors (`plan.Rules` holds the checks both ask). Processes on
-other hosts of a shared file system are invisible to the liveness check; there, leases and
-`--min-age` are the guards. `GcOptions` declares every option once (the command's options,
-`gc_cache()`'s keywords, the docs); `gc_cache()` is the whole command in one call.
-
-Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and the base modules.
+"""`cachetool gc` as a plan: `GcOptions` declares every option once (the command's options,
+`gc_cache()`'s keywords, the docs); `plan` decides what goes (leftovers of killed processes, each
+proven dead, and evictions of whole entries), `execute` checks each item again and removes it
+through folder descriptors (`plan.Rules` holds the checks both ask).
 """
 
 from __future__ import annotations
@@ -255,8 +247,7 @@ def gc_cache(
     run's `compaction` says what that did (a dry run: what it would do)."""
     from cachetool.cache.dirs import existing_root, resolve_cache_root
     from cachetool.maintenance.gc.execute import execute
-    from cachetool.maintenance.gc.plan import GcResult
-    from cachetool.maintenance.gc.planner import plan_gc, plan_temp_only
+    from cachetool.maintenance.gc.plan import GcResult, plan_gc, plan_temp_only
 
     o = GcOptions.of(fingerprints=fingerprints, **options)
     default = resolve_cache_root(cache_dir).path.expanduser()

@@ -1,8 +1,6 @@
-"""Carrying out a gc plan item by item under the gc lock, trusting none of it: each target is
-checked again (the plan's `Rules` on a fresh snapshot, plus what only the file system can tell
-now: inside the root, not a symlink, unchanged), set aside under a name no one can open, checked
-once more against `/proc`, and removed through folder descriptors (`cachetool.maintenance.fdops`).
-One item failing never stops the others; every removal is recorded in the root's ledger."""
+"""Carrying out a gc plan under the gc lock, trusting none of it: each target is checked again, set
+aside under a name no one can open, checked once more against `/proc`, and removed through folder
+descriptors. One item failing never stops the others; every removal is logged in the ledger."""
 
 from __future__ import annotations
 
@@ -22,6 +20,7 @@ from cachetool.maintenance.fdops import (
     O_DIR,
     inventory,
     open_parent,
+    parts_under,
     remove_tree,
     rename_noreplace,
     same_file,
@@ -115,9 +114,9 @@ def execute(
 
                 gclog = stack.enter_context(contextlib.closing(GcLog(plan.root)))
         temp = plan.temp_dir if any(i.scope == "temp" for i in plan.items) else None
-        ctx = RunContext.take(plan.options, plan.root, temp, in_use=in_use)
-        ctx.anchors, ctx.anchor_errors = anchors, anchor_errors
-        ctx.root, ctx.refresh = plan.root, in_use is None
+        rules = Rules.take(plan.options, plan.root, temp, in_use=in_use)
+        ctx = RunContext(**vars(rules), anchors=anchors, anchor_errors=anchor_errors, root=plan.root)
+        ctx.refresh = in_use is None
         outcomes: dict[int, Outcome] = {}
 
         def done(index: int, outcome: Outcome) -> None:
@@ -153,7 +152,7 @@ def execute(
         leases: tuple[Lease, ...] = ()
         if plan.shared is not None and "root" in anchors:
             leases = tuple(remove_stale_leases(anchors["root"][1], plan.shared, gclog))
-    return GcResult(plan, tuple(outcomes[i] for i in sorted(outcomes)), time.time(), leases)
+    return GcResult(plan, tuple(outcomes[i] for i in sorted(outcomes)), leases)
 
 
 #: Descriptors a batch may hold open (folders on the way, locks, the folders set aside) before its
@@ -351,11 +350,9 @@ def open_parent_safely(anchor: tuple[Path, int], path: Path) -> tuple[int, str]:
     symlink: a component swapped for a symlink makes the open fail (ELOOP/ENOTDIR)."""
     root, root_fd = anchor
     try:
-        parts = path.relative_to(root).parts
+        parts = parts_under(root, path)
     except ValueError:
         raise Refused(f"outside {root}") from None
-    if not parts or any(p in ("", ".", "..") for p in parts):
-        raise Refused(f"not strictly inside {root}")
     # No path string is resolved here: each component is opened relative to the one before,
     # without following symlinks, starting from the root's own descriptor.
     try:
@@ -385,7 +382,7 @@ def take_lock(anchor: tuple[Path, int], lock: Path) -> int | None:
 
 def check_target(
     item: GcItem, t: Target, anchor: tuple[Path, int], ctx: RunContext, parents: dict[Path, int]
-) -> tuple[int, str, int | None, os.stat_result] | None:
+) -> _Checked | None:
     """Re-check one target; returns (parent fd, name, folder fd or None, stat) or None if gone.
     Parent folders are opened once and kept in `parents` (closed by the caller)."""
     name = t.path.name

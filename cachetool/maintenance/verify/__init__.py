@@ -1,14 +1,6 @@
-"""`verify`: prove every cache file is whole and what it claims to be.
-
-`verify_cache(root)` (its options are `VerifyOptions`) scans the root without the read index
-(with `deep=True` with it: every byte is read and validated after), turns what the scan found into
-typed findings and adds the checks only verify makes (`findings`): shard lengths against
-`dataset_info.json`, indices that point past the end of their data, leftovers and who is writing
-them, ledger records whose files are gone; with `deep=True` a full validation of every buffer and
-checksums (`deep`). `quarantine` moves what has errors aside, as a plan with `execute()`, and puts
-it back.
-
-Part of `maintenance`: may import `trace`, `history`, `cache`, `fingerprint` and the base modules.
+"""`verify`: prove every cache file is whole and what it claims to be. `verify_cache(root)` (its
+options are `VerifyOptions`) turns a scan into typed findings (`findings`), adds a full read with
+`deep=True` (`deep`), and moves what has errors aside with `quarantine=True` (`quarantine`).
 """
 
 from __future__ import annotations
@@ -214,9 +206,15 @@ def _check(
     findings = sorted(checker.findings, key=lambda f: (_ORDER[f.severity], os.fsdecode(f.path)))
     files_checked = sum(len(e.files) for e in entries)
     verified = VerifyReport(
-        report.root, tuple(findings), len(entries), files_checked, bytes_checked, options.deep, recorded
+        report.root,
+        tuple(findings),
+        len(entries),
+        files_checked,
+        bytes_checked,
+        options.deep,
+        recorded,
+        shard=shard,
     )
-    verified = replace(verified, shard=shard)
     return verified, report
 
 

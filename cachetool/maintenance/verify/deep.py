@@ -1,15 +1,6 @@
-"""`verify --deep`: validate every buffer of every Arrow file (offsets, UTF-8, nulls), judge each
-schema as `datasets` would, and checksum the bytes (xxh3) where a stored checksum is compared or
-`--record` stores one, so a later deep verify reports bytes that changed.
-
-Each file is mapped once (cheaper than `read()` into a buffer on a warm page cache); one thread
-walks the stream's message headers (zero-copy) while a pool hashes the file and validates its
-batches in groups of about `GROUP_BYTES` (both release the GIL), so a large file spreads over
-every core; the first problem in stream order is the one reported. A checksum nobody compares or
-stores is not computed, and a file whose bytes hash to a checksum recorded after this pyarrow
-validated it is not validated again (`Want`). What `datasets` says of a schema is remembered in
-the user's cache folder for every root (`SchemaVerdicts`), so a repeated deep verify does not
-import `datasets` (~0.6 s of CPU) to answer again. docs/performance.md has the measurements.
+"""`verify --deep`: validate every buffer of every Arrow file, judge each schema as `datasets`
+would (verdicts remembered in the user's cache folder), and checksum the bytes (xxh3) where a
+stored checksum is compared or `--record` stores one. docs/performance.md has the measurements.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""What verify says, as typed values, and the checks that say it.
-
-A `Finding` has a code, which carries its severity, the sentence shown, about one entry and file,
-with a hint; the `VerifyReport` holds them. Everything verify decides (the exit code, what
-`--quarantine` moves, how a finding is checked again before a move) is decided from codes and
-severities, never from the sentence. `Checker` turns what a scan found about each entry into
-findings, and `check_indices` checks indices files against the data they index.
-
-A file a live process is writing right now is never reported as corrupt: it is "being written by
-pid N". A save in progress looks like an interrupted one for a moment (state.json is written last),
-so an incomplete save touched in the last minutes is a warning, not an error.
+"""What verify says, as typed values (`Finding`, whose code decides its severity and everything
+verify does with it; `VerifyReport`), and the checks that say it (`Checker` per entry,
+`check_indices`). A file a live process is writing is never reported as corrupt.
 """
 
 from __future__ import annotations
@@ -145,15 +137,11 @@ class VerifyReport:
     def warnings(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == Severity.WARNING)
 
-    def failed(self, strict: bool | None = None) -> bool:
-        """Errors were found, or warnings too when `strict` (by default the report's own)."""
-        strict = self.strict if strict is None else strict
-        return bool(self.errors) or (strict and bool(self.warnings))
-
     @property
     def exit_code(self) -> int:
-        """What `cachetool verify` exits with: 1 when `failed()`, else 0."""
-        return int(ExitCode.PROBLEMS_FOUND) if self.failed() else int(ExitCode.OK)
+        """What `cachetool verify` exits with: 1 when errors were found (or warnings, `strict`)."""
+        failed = bool(self.errors) or (self.strict and bool(self.warnings))
+        return int(ExitCode.PROBLEMS_FOUND) if failed else int(ExitCode.OK)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

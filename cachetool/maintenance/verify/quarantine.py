@@ -1,13 +1,6 @@
-"""`verify --quarantine`: move what has errors aside (never delete), as a plan first, and put it
-back (`--restore`) or list it (`--quarantine --list`).
-
-`plan_quarantine(report)` says what would move, unit by unit (a damaged source split takes its
-`dataset_info.json`; a num_proc shard only itself; a saved dataset and what `datasets` did not
-write never move); `--dry-run` prints it; `plan.execute()` moves each unit into
-`<root>/.cachetool/quarantine/<time>-<pid>/`, checking each file again right before: still the
-version verify judged, not a symlink, inside the cache, not held or mapped by a live process, not
-covered by a live lease. Every move (and every move back) goes through folder descriptors opened
-from the root without following symlinks, and is logged first; the log is checked, not trusted.
+"""`verify --quarantine`: move what has errors aside (never delete), as a plan first, put it back
+(`--restore`) or list it (`--list`). Each file is checked again right before it moves, and every
+move goes through folder descriptors opened from the root without following symlinks.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ from typing import Any
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
 from cachetool.cache.scan import Entry, scan_cache
-from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, rename_noreplace
+from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, parts_under, rename_noreplace
 from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use
 from cachetool.maintenance.verify.findings import Finding, VerifyReport
 from cachetool.safejson import json_fields
@@ -232,14 +225,6 @@ class _Refused(Exception):
 
 def _reason(err: Exception) -> str:
     return str(getattr(err, "strerror", None) or err)
-
-
-def parts_under(root: Path, path: Path) -> tuple[str, ...]:
-    """The names from `root` down to `path`; ValueError when `path` is not below `root`."""
-    parts = path.relative_to(root).parts
-    if not parts or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(path)
-    return parts
 
 
 @contextmanager
