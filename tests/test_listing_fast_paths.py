@@ -377,3 +377,23 @@ def test_each_entry_is_written_as_json_dumps_writes_its_fields(tmp_path: Path) -
     text = "[" + entries_json(entries, pins) + "]"
     assert text == json.dumps([_fields(e) | {"pinned": e.pinned_in(pins)} for e in entries])
     assert [e.to_json() for e in entries] == [_fields(e) for e in entries]
+
+
+def test_a_warm_listing_gives_a_prepared_split_its_fingerprint_without_hashing(tmp_path: Path) -> None:
+    """A prepared split listed again (read index present) has the fingerprint the first listing
+    computed, and the listing does not load the hashing code."""
+    root = tmp_path / "cache"
+    folder = synthesize_cache(root, 1)[0].parent
+    _write_stream(folder / "csv-train.arrow", "", 4)
+    script = (
+        "import json, sys; from cachetool.cache.scan import scan_cache; "
+        f"e = [e for e in scan_cache({str(root)!r}).entries if e.split == 'train'][0]; "
+        "print(json.dumps([e.fingerprint, 'cachetool.fingerprint.hashing' in sys.modules]))"
+    )
+    env = {**hf_env(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)}
+    runs = [
+        subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True) for _ in "12"
+    ]
+    (cold_fp, cold_hashed), (warm_fp, warm_hashed) = (json.loads(r.stdout) for r in runs)
+    assert cold_fp == warm_fp and len(cold_fp) == 16
+    assert cold_hashed and not warm_hashed

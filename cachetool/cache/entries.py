@@ -103,12 +103,11 @@ def _shards(files: Iterable[CacheFile], count: int) -> tuple[int, tuple[int, ...
     return len(have), tuple(i for i in range(count) if i not in have)
 
 
-def source_entry(split: str, files: list[CacheFile], count: int | None, ds: DatasetDir | None) -> Entry:
-    from cachetool.fingerprint.hashing import source_split_fingerprint  # (not for a walk of leftovers)
-
-    assert ds is not None
+def source_entry(
+    split: str, files: list[CacheFile], count: int | None, ds: DatasetDir, fp: str | None
+) -> Entry:
+    """The entry of the prepared split `split` of the builder folder `ds`, whose fingerprint is `fp`."""
     files.sort(key=lambda f: f.shard or (0, 0))
-    fp = source_split_fingerprint(ds.relative_data_dir, split) if ds.relative_data_dir else None
     problems = []
     missing = _shards(files, count)[1] if count is not None else None
     if missing:

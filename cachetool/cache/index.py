@@ -3,7 +3,8 @@ that did not change.
 
 `read-index.z` in the user's cache folder (`cachetool.cache.dirs.derived_dir`) is a zlib-compressed
 `marshal` of each folder's rows (relative to the root): a file's name, size, change time, inode and
-`ArrowSummary` fields. A row is used only while the file has the same size, ctime (which a write
+`ArrowSummary` fields, and the fingerprints of prepared splits (so a warm listing does not
+hash). A row is used only while the file has the same size, ctime (which a write
 changes, and so does putting the mtime back after one) and inode. A folder's rows are decoded when
 the walk reaches it, never all at once; an index that does not decompress is not used. It is
 written whole, only when something changed, and not where it cannot be.
@@ -20,7 +21,7 @@ from cachetool.cache.arrow import ArrowSummary
 
 INDEX_NAME = "read-index.z"
 #: Raised whenever the layout or `ArrowSummary`'s fields change: an index of another is not read.
-_MAGIC = b"cachetool read index 8\n"
+_MAGIC = b"cachetool read index 9\n"
 #: No index of a real cache comes near this (100,000 files take about 1.3 MB).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 #: (name, size, ctime_ns, inode, summary fields) of one file.
@@ -37,7 +38,8 @@ class ReadIndex:
         self.enabled = enabled and folder is not None
         self.path = (folder or root) / INDEX_NAME
         #: Each folder's rows marshalled, until the walk reaches it.
-        self._stored: dict[str, bytes] = self._load() if self.enabled else {}
+        self._stored, self._fingerprints = self._load() if self.enabled else ({}, {})
+        self._fingerprints_now: dict[tuple[str, str], str] = {}  # those asked now
         self._folder: str | None = None  # the folder whose rows are in `_rows`
         self._rows: dict[str, _Row] = {}
         self._new: list[_Row] = []  # its rows still true, and those read now
@@ -46,8 +48,8 @@ class ReadIndex:
         self._kept: dict[str, bytes | None] = {}
         self._changed = False
 
-    def _load(self) -> dict[str, bytes]:
-        """Each folder's rows as stored."""
+    def _load(self) -> tuple[dict[str, bytes], dict[tuple[str, str], str]]:
+        """Each folder's rows as stored, and the fingerprints of prepared splits."""
         from cachetool.cache.store import read_state
         from cachetool.safejson import BadJsonFile
 
@@ -55,11 +57,11 @@ class ReadIndex:
             data = read_state(self.path, MAX_INDEX_BYTES)
             if data.startswith(_MAGIC):
                 stored = marshal.loads(zlib.decompress(memoryview(data)[len(_MAGIC) :]))
-                if type(stored) is dict:
+                if type(stored) is tuple and len(stored) == 2:
                     return stored
         except (OSError, BadJsonFile, zlib.error, ValueError, EOFError, TypeError, MemoryError):
             pass  # a damaged index: every file is read again
-        return {}
+        return {}, {}
 
     def _enter(self, folder: str) -> None:
         """Make `folder` the one whose rows are at hand (the walk reads a folder's files in one go)."""
@@ -76,7 +78,7 @@ class ReadIndex:
             return
         if folder in self._kept:  # the folder met again: rarely
             old = self._kept[folder]
-            blob = old if old is not None else self._load().get(folder)
+            blob = old if old is not None else self._load()[0].get(folder)
             new = [*(marshal.loads(blob) if blob else ()), *new]
         elif len(new) == len(self._rows) and not self._read_now:
             self._kept[folder] = None  # unchanged: its rows as they are
@@ -102,6 +104,18 @@ class ReadIndex:
         self._read_now = True
         self._new.append((name, size, ctime_ns, inode, s.fields()))
 
+    def source_fingerprint(self, relative_data_dir: str, split: str) -> str:
+        """`source_split_fingerprint` of a prepared split, hashed once and then remembered."""
+        key = (relative_data_dir, split)
+        fp = self._fingerprints.get(key)
+        if fp is None:
+            from cachetool.fingerprint.hashing import source_split_fingerprint
+
+            fp = source_split_fingerprint(relative_data_dir, split)
+            self._changed = True
+        self._fingerprints_now[key] = fp
+        return fp
+
     def save(self) -> bool:
         """Write the index if anything changed (a folder's rows, or a folder gone). Returns False
         where it cannot be written."""
@@ -112,13 +126,13 @@ class ReadIndex:
         from cachetool.cache.store import write_whole  # a repeat listing writes nothing
 
         try:
-            stored = self._load() if None in self._kept.values() else {}
+            stored = self._load()[0] if None in self._kept.values() else {}
             kept = {  # the rows of unchanged folders read again
                 f: rows if rows is not None else stored[f]
                 for f, rows in self._kept.items()
                 if rows is not None or f in stored
             }
-            data = _MAGIC + zlib.compress(marshal.dumps(kept), 1)
+            data = _MAGIC + zlib.compress(marshal.dumps((kept, self._fingerprints_now)), 1)
             write_whole(self.path, data, create_folders=True)
         except (OSError, ValueError):
             return False

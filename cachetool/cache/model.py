@@ -368,7 +368,9 @@ class _JsonWriter:
         texts, text, once = self._texts, self.text, self.once
         modified = e.modified
         used = modified if e.last_used is None else e.used
-        path = _encode(str(e.path))
+        p = e.path
+        folder = getattr(p, "_prefix", None)  # a path the walk found: its folder's text encoded once
+        path = _encode(str(p)) if folder is None else text(folder)[:-1] + _encode(p.name)[1:]
         fp = e.fingerprint
         fp_text = "null" if fp is None else _encode(fp)
         mod = iso_time(modified)

@@ -210,6 +210,13 @@ class Scanner:
         mode = _MODES.setdefault(st.st_mode, st.st_mode)
         return CacheFile(item.path, st.st_size, st.st_mtime, mode, st.st_uid, summary, shard, link)
 
+    def read_index(self) -> ReadIndex:
+        if self.index is None:
+            from cachetool.cache.index import ReadIndex
+
+            self.index = ReadIndex(self.root, enabled=self.use_index)
+        return self.index
+
     def summary(self, item: Item) -> ArrowSummary:
         """What the headers of the file `item` say: from the read index while the file has not
         changed, else read (and remembered, unless a writer is filling it)."""
@@ -218,11 +225,7 @@ class Scanner:
         size, ctime_ns, ino = st.st_size, st.st_ctime_ns, st.st_ino
         if name[:3] == "tmp" and layout.TEMP_FILE_RE.match(name):  # being written: never remembered
             return read_summary(item.prefix + name, size)
-        index = self.index
-        if index is None:
-            from cachetool.cache.index import ReadIndex
-
-            index = self.index = ReadIndex(self.root, enabled=self.use_index)
+        index = self.index or self.read_index()
         prefix = item.prefix
         if prefix is not self._prefix:  # a new folder: its path relative to the root, once
             self._prefix = prefix
@@ -419,7 +422,13 @@ class Scanner:
             entries.append(shard_set_entry(fp, files, max(f.shard[1] for f in files if f.shard), ds))
         for split, files in sorted(source_groups.items()):
             count = next((f.shard[1] for f in reversed(files) if f.shard), None)
-            entries.append(source_entry(split, files, count, ds))
+            assert ds is not None
+            rel = ds.relative_data_dir
+            entries.append(
+                source_entry(
+                    split, files, count, ds, rel and self.read_index().source_fingerprint(rel, split)
+                )
+            )
 
     def meta_files(self, items: Sequence[Item]) -> tuple[CacheFile, ...]:
         """The metadata files (`dataset_info.json`, `state.json`, ...) among a folder's items."""

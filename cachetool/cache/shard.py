@@ -88,7 +88,6 @@ def shard_report(report: CacheReport, shard: Shard | None) -> CacheReport:
 
 def fleet_fields(shard: Shard | None) -> dict[str, Any]:
     """What a `--json` document says of where it comes from, so `cachetool merge` can tell hosts and
-    shards apart: `host` (this machine's name) and `shard` (`{"index": i, "count": n}`, or null)."""
-    import socket
-
-    return {"host": socket.gethostname(), "shard": None if shard is None else shard.to_json()}
+    shards apart: `host` (this machine's name, as `socket.gethostname()` says it: without importing
+    `socket`) and `shard` (`{"index": i, "count": n}`, or null)."""
+    return {"host": os.uname().nodename, "shard": None if shard is None else shard.to_json()}
