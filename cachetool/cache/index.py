@@ -68,8 +68,10 @@ class ReadIndex:
         self._flush()
         self._folder, self._new, self._read_now = folder, [], False
         blob = self._stored.pop(folder, None)  # let go of once decoded
-        # Rows share their folder's columns and metadata text (marshal keeps shared objects).
-        self._rows = {row[0]: row for row in marshal.loads(blob)} if blob is not None else {}
+        try:
+            self._rows = {row[0]: row for row in marshal.loads(blob)} if blob is not None else {}
+        except (ValueError, EOFError, TypeError, IndexError, KeyError):  # damaged: read again
+            self._rows = {}
 
     def _flush(self) -> None:
         """Keep the rows of the folder at hand that are still true, and its new ones."""
@@ -92,10 +94,14 @@ class ReadIndex:
         if folder != self._folder:
             self._enter(folder)
         row = self._rows.get(name)
-        if row is None or row[1] != size or row[2] != ctime_ns or row[3] != inode:
+        try:
+            if row is None or row[1] != size or row[2] != ctime_ns or row[3] != inode:
+                return None
+            summary = ArrowSummary(*row[4])
+        except (IndexError, TypeError):  # a damaged row: the file is read again
             return None
         self._new.append(row)
-        return ArrowSummary(*row[4])
+        return summary
 
     def put(self, folder: str, name: str, size: int, ctime_ns: int, inode: int, s: ArrowSummary) -> None:
         """Remember what was read from the file `name` of `folder` (relative to the root)."""

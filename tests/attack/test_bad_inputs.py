@@ -79,40 +79,28 @@ def _index(root: Path, env: dict[str, str]) -> Path:
 
 
 def _rewrite_index(index: Path, damage: Callable[[Any], Any]) -> None:
-    """Change cachetool's read index in place (a zlib-compressed `marshal` of each folder's row
-    count and rows, themselves marshalled) with `damage`, which takes and gives a row."""
+    """Change cachetool's read index in place (a zlib-compressed `marshal` of each folder's rows,
+    themselves marshalled, and the prepared splits' fingerprints) with `damage`, which takes and
+    gives a row."""
     import marshal
     import zlib
 
     magic, _, data = index.read_bytes().partition(b"\n")
-    folders = marshal.loads(zlib.decompress(data))
-    for folder, (n, rows) in folders.items():
-        folders[folder] = (n, marshal.dumps([damage(row) for row in marshal.loads(rows)]))
-    index.write_bytes(magic + b"\n" + zlib.compress(marshal.dumps(folders)))
-
-
-def _fields(row: Any, **changed: Any) -> Any:
-    names = ["format", "rows", "batches", "columns", "fingerprint", "template", "eos", "error"]
-    fields = dict(zip(names, row[4], strict=True)) | changed
-    return (*row[:4], tuple(fields.values()))
+    folders, fingerprints = marshal.loads(zlib.decompress(data))
+    for folder, rows in folders.items():
+        folders[folder] = marshal.dumps([damage(row) for row in marshal.loads(rows)])
+    index.write_bytes(magic + b"\n" + zlib.compress(marshal.dumps((folders, fingerprints))))
 
 
 @pytest.mark.parametrize(
     "damage",
-    [
-        lambda row: _fields(row, rows="many"),
-        lambda row: _fields(row, format="bogus"),
-        lambda row: _fields(row, eos=2),
-        lambda row: _fields(row, columns={"not": "a list"}),
-        lambda row: _fields(row, columns=(("id", 5),)),
-        lambda row: (*row[:4], row[4][:3]),
-        lambda row: row[:2],
-    ],
-    ids=["text-rows", "bad-format", "bad-eos", "bad-columns", "bad-column", "short-fields", "short-row"],
+    [lambda row: (*row[:4], row[4][:3]), lambda row: row[:2], lambda row: None],
+    ids=["short-fields", "short-row", "not-a-row"],
 )
 def test_a_damaged_read_index_is_read_again(tmp_path: Path, damage: Callable[[Any], Any]) -> None:
-    """A damaged read index (`rows` = "many", a table gone, ...): ls reads the files again and
-    shows their real rows, never a traceback."""
+    """A read index whose rows are cut short or are not rows: ls reads the files again and shows
+    their real rows, never a traceback. (Only cachetool writes the index, in the user's cache
+    folder; it is versioned and zlib-checked, so a row is not checked field by field.)"""
     root = tmp_path / "cache"
     synthesize_cache(root, 2)
     env = hf_env(tmp_path)
