@@ -253,7 +253,8 @@ def test_ls_and_show_say_an_arrow_file_a_live_process_writes_is_being_written(od
 def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path) -> None:
     """In a shared cache (folders every user may write), a cache file of another user that this
     user may not read is not proven damaged: `verify --quarantine` (`quarantine(report)`) leaves
-    it where it is, saying why, instead of moving that user's data aside."""
+    it where it is, saying why, instead of moving that user's data aside, and `verify` says whose
+    file it is instead of hinting to move it aside."""
     from cachetool.maintenance.verify import verify_cache
     from cachetool.maintenance.verify.quarantine import quarantine
 
@@ -279,7 +280,10 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
             os.setgid(65534)
             os.setuid(65534)
             done = quarantine(verify_cache(odd_cache))
-            os.write(w, json.dumps([(f.code, f.problem) for f in done.findings]).encode())
+            said = [(f.code, f.problem) for f in done.findings] + [
+                f.hint for f in done.findings if f.path == secret
+            ]
+            os.write(w, json.dumps(said).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -291,3 +295,6 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
         "not-quarantined",
         "not quarantined: another user's file this user may not read: it may be whole",
     ) in [tuple(x) for x in json.loads(got)], got
+    # and verify does not tell this user to move it aside (it said "move it aside with `cachetool
+    # verify --quarantine`", which then moved nothing)
+    assert "another user's file (uid 0): its owner or root can check it" in json.loads(got), got
