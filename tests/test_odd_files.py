@@ -298,3 +298,35 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
     # and verify does not tell this user to move it aside (it said "move it aside with `cachetool
     # verify --quarantine`", which then moved nothing)
     assert "another user's file (uid 0): its owner or root can check it" in json.loads(got), got
+
+
+def test_show_of_a_result_in_a_folder_this_user_may_not_read_names_the_folder(tmp_path: Path) -> None:
+    """`cachetool show PREFIX` of a result that lies in a folder another user made under umask 077
+    says it found no entry and names the folder this user may not read, instead of only "no cache
+    entry matches"."""
+    if os.geteuid() != 0:
+        pytest.skip("another user's folder needs root to make")
+    root = tmp_path / "cache"
+    hidden = root / "saved"
+    hidden.mkdir(parents=True)
+    write_stream(hidden / "cache-abababababababab.arrow", fingerprint="abababababababab")
+    _make_traversable(root)
+    os.chmod(root, 0o755)
+    os.chmod(hidden, 0o700)
+    run = CliRunner().invoke
+    assert run(app, ["show", "abab", "--cache-dir", str(root)]).exit_code == 0  # imports, as root
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child, another user: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(w, run(app, ["show", "abab", "--cache-dir", str(root)]).stderr.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert said == f"Error: no cache entry matches 'abab' in {root} (this user may not read {hidden})\n", said
