@@ -62,7 +62,7 @@ class NotADirectory(CachetoolError):
 class UnknownFingerprint(CachetoolError):
     """No entry has this fingerprint (or fingerprint prefix)."""
 
-    def __init__(self, prefix: str, root: Path) -> None:
+    def __init__(self, prefix: str, root: Path, unread: Sequence[Path] = ()) -> None:
         elsewhere = _root_of_path_outside(prefix, root)
         if elsewhere is not None:
             message = (
@@ -76,6 +76,9 @@ class UnknownFingerprint(CachetoolError):
                 message += f" and name one of its splits ({', '.join(splits)})"
         else:
             message = f"no cache entry matches '{prefix}' in {root}"
+            if unread:  # folders of another user (umask 077): what it names may be there
+                more = f" and {len(unread) - 1} other folder(s)" if len(unread) > 1 else ""
+                message += f" (this user may not read {os.fsdecode(unread[0])}{more})"
         super().__init__(message)
         self.prefix = prefix
         self.root = root

@@ -823,3 +823,38 @@ def test_a_sys_exit_inside_a_map_names_the_map_the_run_ended_in(tmp_path: Path) 
     assert ended["status"] == 3 and ended["step"]["operation"] == "map", ended
     human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "The run failed in map f @ p.py:11 (exit status 3)." in human, human
+
+
+def test_explain_last_of_a_run_that_filled_its_disk_says_so_not_a_damaged_file(tmp_path: Path) -> None:
+    """A traced map that fills its cache's file system (`OSError: [Errno 28] No space left on
+    device`): `explain --last` says the run failed in that map because the disk was full, with the
+    command that lists what holds the room; it said "A cache file it read may be damaged" and
+    gave `verify`, which finds nothing."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", cache]).returncode
+    ):
+        pytest.skip("a small file system needs root to mount")
+    try:
+        (tmp_path / "p.py").write_text(
+            "import datasets, sys\n"
+            "datasets.Dataset.from_dict({'x': list(range(5000))}).save_to_disk(sys.argv[1])\n"
+            "ds = datasets.load_from_disk(sys.argv[1])\n"
+            "ds.map(lambda b: {'y': ['z' * 1000 for _ in b['x']]}, batched=True)\n",
+            encoding="utf-8",
+        )
+        env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(cache))
+        failed = cachetool_run("p.py", str(cache / "s"), env=env, cwd=tmp_path, check=False)
+        assert failed.returncode == 1 and "No space left on device" in failed.stderr, failed.stderr[-2000:]
+        human = " ".join(invoke("explain", "--last", "--cache-dir", str(cache / "s"), env=env).stdout.split())
+        assert (
+            "The run failed in map <lambda> @ p.py:4 (OSError: [Errno 28] No space left on device)" in human
+        )
+        assert "may be damaged" not in human, human
+        assert f"The disk was full: `cachetool ls --sort size --cache-dir {cache / 's'}` lists" in human, (
+            human
+        )
+    finally:
+        subprocess.run(["umount", "-l", cache], check=False)

@@ -350,3 +350,54 @@ def test_a_run_from_a_folder_whose_name_is_not_utf8_is_recorded_readably(tmp_pat
     explained = invoke("explain", "--last", "--cache-dir", str(tmp_path / "cache"), env=env)
     assert explained.exit_code == 0, explained.stderr
     assert "map <lambda> @ p.py:2" in explained.stdout
+
+
+@pytest.mark.slow
+def test_a_ledger_another_user_may_not_read_is_named_not_called_empty(tmp_path: Path) -> None:
+    """A cache whose `.cachetool/` another user made under umask 077 (0700): as this user `ls`
+    lists the cache (it stopped at "Error: .../.cachetool/ledger: Permission denied"), `explain
+    --last` names the ledger folder and says "Permission denied" instead of "no recorded run ...
+    run the pipeline with `cachetool run`", and `stats` warns so beside its zeros."""
+    from tests.conftest import cachetool_run, hf_env, invoke
+
+    if os.geteuid() != 0:
+        pytest.skip("another user's ledger needs root to make")
+    (tmp_path / "d.csv").write_text("x\n1\n2\n")
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\n"
+        "load_dataset('csv', data_files='d.csv', split='train').map(lambda ex: {'y': ex['x'] * 2})\n"
+    )
+    env = hf_env(tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    root = tmp_path / "cache"
+    for dirpath, _, _ in os.walk(tmp_path):
+        os.chmod(dirpath, 0o755)
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o005)
+        p = p.parent
+    os.chmod(ledger_dir(root).parent, 0o700)
+    args = ("--cache-dir", str(root))
+    assert invoke("explain", "--last", *args, env=env).exit_code == 0  # imports what the child needs
+    commands = (["explain", "--last"], ["stats"], ["ls", "-q"])
+    seen = [invoke(*cmd, *args, env=env).stdout for cmd in commands]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child, another user: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            done = [invoke(*cmd, *args, env=env) for cmd in commands]
+            got = [d.stderr for d in done[:2]] + [d.stdout for d in done[2:]]
+            os.write(w, json.dumps(got).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        explained, stats, listed = json.loads(f.read())
+    os.waitpid(pid, 0)
+    denied = f"{ledger_dir(root)}: Permission denied: its recorded runs are not read"
+    assert explained.startswith(f"Error: no recorded run in {root}: {denied}"), explained
+    assert f"Warning: {denied}" in stats, stats
+    assert listed == seen[2] and listed.strip()

@@ -254,7 +254,8 @@ def test_ls_and_show_say_an_arrow_file_a_live_process_writes_is_being_written(od
 def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path) -> None:
     """In a shared cache (folders every user may write), a cache file of another user that this
     user may not read is not proven damaged: `verify --quarantine` (`quarantine(report)`) leaves
-    it where it is, saying why, instead of moving that user's data aside."""
+    it where it is, saying why, instead of moving that user's data aside, and `verify` says whose
+    file it is instead of hinting to move it aside."""
     from cachetool.maintenance.verify import verify_cache
     from cachetool.maintenance.verify.quarantine import quarantine
 
@@ -280,7 +281,10 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
             os.setgid(65534)
             os.setuid(65534)
             done = quarantine(verify_cache(odd_cache))
-            os.write(w, json.dumps([(f.code, f.problem) for f in done.findings]).encode())
+            said = [(f.code, f.problem) for f in done.findings] + [
+                f.hint for f in done.findings if f.path == secret
+            ]
+            os.write(w, json.dumps(said).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -292,6 +296,9 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
         "not-quarantined",
         "not quarantined: another user's file this user may not read: it may be whole",
     ) in [tuple(x) for x in json.loads(got)], got
+    # and verify does not tell this user to move it aside (it said "move it aside with `cachetool
+    # verify --quarantine`", which then moved nothing)
+    assert "another user's file (uid 0): its owner or root can check it" in json.loads(got), got
 
 
 @pytest.mark.slow
@@ -317,3 +324,35 @@ def test_a_folder_named_like_a_cache_file_is_named_by_the_verify_explain_points_
     assert (finding["path"], finding["severity"]) == (f"{root}/cache-{FP}.arrow", "warning"), finding
     assert "a folder" in finding["problem"], finding
     assert f"cache-{FP}.arrow" in invoke("ls", root, env=env).stderr
+
+
+def test_show_of_a_result_in_a_folder_this_user_may_not_read_names_the_folder(tmp_path: Path) -> None:
+    """`cachetool show PREFIX` of a result that lies in a folder another user made under umask 077
+    says it found no entry and names the folder this user may not read, instead of only "no cache
+    entry matches"."""
+    if os.geteuid() != 0:
+        pytest.skip("another user's folder needs root to make")
+    root = tmp_path / "cache"
+    hidden = root / "saved"
+    hidden.mkdir(parents=True)
+    write_stream(hidden / "cache-abababababababab.arrow", fingerprint="abababababababab")
+    _make_traversable(root)
+    os.chmod(root, 0o755)
+    os.chmod(hidden, 0o700)
+    run = CliRunner().invoke
+    assert run(app, ["show", "abab", "--cache-dir", str(root)]).exit_code == 0  # imports, as root
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child, another user: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(w, run(app, ["show", "abab", "--cache-dir", str(root)]).stderr.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert said == f"Error: no cache entry matches 'abab' in {root} (this user may not read {hidden})\n", said

@@ -205,7 +205,7 @@ def enclosing_root(path: str | os.PathLike[str]) -> Path:
         return default
     saved: Path | None = None
     for folder in (here, *here.parents):
-        if (folder / ".cachetool" / "ledger").is_dir() or _holds_root_locks(folder):
+        if os.path.isdir(folder / ".cachetool" / "ledger") or _holds_root_locks(folder):
             return folder
         if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
             saved = folder

@@ -139,7 +139,8 @@ def _by_prefix(
         where = f"files of {entry.id}" if entry is not None else "no cache file"
         candidates[f"{fp} (recorded in the ledger, {where})"] = Resolved(fp, entry)
     if not candidates:
-        raise UnknownFingerprint(name, report.root)
+        unread = [e.path for e in report.entries if e.kind == Kind.UNREADABLE and not e.files]
+        raise UnknownFingerprint(name, report.root, unread)
     # The tmp files of a killed num_proc map's shards, none finished: parts of one <fp>, which the
     # name stands for (not one shard's tmp file, a part that has no lineage of its own).
     bases = {m.group(1) if (m := _SHARD_OF.match(r.fingerprint)) else None for r in candidates.values()}

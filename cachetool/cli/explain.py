@@ -317,6 +317,9 @@ def _failed_lines(out: Output, f: Failure, root: Path) -> None:
     if f.read_error:
         out.line("  A cache file it read may be damaged; to find it, run:")
         out.line(f"    {shell_command('verify', '--cache-dir', os.fspath(root))}", wrap=False)
+    elif f.disk_full:
+        command = shell_command("ls", "--sort", "size", "--cache-dir", os.fspath(root))
+        out.line(f"  The disk was full: `{command}` lists what holds the room.")
     out.line("")
 
 

@@ -42,18 +42,24 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_SEGMENT_BYTES = 256 * 1024 * 1024
 
 
-def iter_segments(root: str | os.PathLike[str]) -> Iterator[Path]:
-    """Segment files of `root` (own ledger and user fallback), in name order (`segments_in`)."""
+def iter_segments(root: str | os.PathLike[str], warnings: list[str] | None = None) -> Iterator[Path]:
+    """Segment files of `root` (own ledger and user fallback), in name order (`segments_in`). A
+    ledger folder this user may not list (another user's, made under umask 077) is a warning in
+    `warnings`: its runs are there, unread."""
     for d in ledger_dirs(root):
-        yield from segments_in(d)
+        yield from segments_in(d, warnings)
 
 
-def segments_in(folder: Path) -> list[Path]:
+def segments_in(folder: Path, warnings: list[str] | None = None) -> list[Path]:
     """The segment files of one ledger folder, in name order; a segment a compacted segment
     replaces is left out while it still has the size it was read at (a compaction killed before
     removing it: the next compaction removes it)."""
     try:
         names = sorted(n for n in os.listdir(folder) if n.endswith(SEGMENT_SUFFIX))
+    except PermissionError as e:
+        if warnings is not None:
+            warnings.append(f"{folder}: {e.strerror}: its recorded runs are not read")
+        return []
     except OSError:
         return []
     replaced = replaced_segments(folder, [n for n in names if n.startswith(COMPACTED_PREFIX)])
@@ -241,7 +247,7 @@ def read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
     segments."""
     warnings: list[str] = []
     records: list[LedgerRecord] = []
-    segments = list(iter_segments(root))
+    segments = list(iter_segments(root, warnings))
     label = os.fspath(root)
     for seg in segments:
         records += read_segment(seg, warnings, label)

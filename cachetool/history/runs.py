@@ -75,7 +75,12 @@ class Failure:
     @property
     def read_error(self) -> bool:
         """The exception is one of reading an Arrow file: a damaged cache file, most likely."""
-        return self.exception in _READ_ERRORS
+        return self.exception in _READ_ERRORS and not self.disk_full
+
+    @property
+    def disk_full(self) -> bool:
+        """The exception is a full file system or quota (ENOSPC, EDQUOT), no damaged file."""
+        return self.exception == "OSError" and (self.message or "").startswith(("[Errno 28]", "[Errno 122]"))
 
     def to_json(self) -> dict[str, Any]:
         s, step = self.step, None

@@ -210,7 +210,7 @@ def explain_fingerprint(
     ]
     if not recs:
         _raise_unended(root, view, fp)
-        raise _no_records(root, f"step that made {fp}")
+        raise _no_records(root, f"step that made {fp}", view)
     computed = [r for r in recs if r.computed or r.random_fallback is not None]
     target = computed[-1] if computed else recs[-1]
     step = explain_record(view, target, history=history)
@@ -241,11 +241,13 @@ def explain_fingerprint(
     )
 
 
-def _no_records(root: str | os.PathLike[str], what: str) -> CachetoolError:
-    """The ledger has nothing to explain (no pipeline ran under `cachetool run`)."""
-    return CachetoolError(
-        f"no recorded {what} in {Path(root)}: run the pipeline with `cachetool run script.py`"
+def _no_records(root: str | os.PathLike[str], what: str, view: LedgerView) -> CachetoolError:
+    """The ledger has nothing to explain: no pipeline ran under `cachetool run`, or what the
+    ledger holds this user may not read (the first warning reading it says which file)."""
+    why = (
+        view.ledger.warnings[0] if view.ledger.warnings else "run the pipeline with `cachetool run script.py`"
     )
+    return CachetoolError(f"no recorded {what} in {Path(root)}: {why}")
 
 
 def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
@@ -288,7 +290,7 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
             best = (start.time, start.run)
     if best is None:
         what = f"run of {script}" if script is not None else "run"
-        raise _no_records(root, what)
+        raise _no_records(root, what, view)
     return best[1]
 
 
@@ -318,7 +320,7 @@ def explain_run(
     failed = failure(view.ledger.records, run_id)
     starts = [r.time for r in _unended_starts(view) if r.run == run_id]
     if not records and not (interrupted and starts):  # killed before its first step: said below
-        raise _no_records(root, f"records of run {run_id}")
+        raise _no_records(root, f"records of run {run_id}", view)
     steps = []
     stale: dict[str, StaleHit] = {}
     uncached: list[UncachedStep] = []

@@ -167,6 +167,16 @@ def rel(path: Path, root: Path) -> str:
         return os.fsdecode(path)
 
 
+def owner(e: Entry) -> int | None:
+    """The uid owning the entry's files (its path for a folder that could not be listed)."""
+    if e.files:
+        return e.files[0].uid
+    try:
+        return e.path.lstat().st_uid
+    except OSError:
+        return None
+
+
 # -- the checks --------------------------------------------------------------------------------
 
 #: An interrupted save younger than this may still be running (state.json comes last).
@@ -193,6 +203,9 @@ class Checker:
         nothing recomputes a `save_to_disk` folder, and `--quarantine` never moves it."""
         if e.kind == Kind.SAVED:
             return "nothing recomputes a save_to_disk folder: save it again with the code that made it"
+        uid = owner(e)
+        if uid not in (os.geteuid(), None) and "permission denied" in map(str, e.problems):
+            return f"another user's file (uid {uid}): its owner or root can check it"
         command = shell_command("verify", "--quarantine", "--cache-dir", os.fsdecode(self.report.root))
         return f"move it aside with `{command}`; datasets will recompute it"
 

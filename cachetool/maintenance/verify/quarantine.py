@@ -22,7 +22,7 @@ from cachetool.cache.layout import Kind
 from cachetool.cache.scan import Entry, scan_cache
 from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, parts_under, rename_noreplace
 from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use
-from cachetool.maintenance.verify.findings import Finding, VerifyReport
+from cachetool.maintenance.verify.findings import Finding, VerifyReport, owner
 from cachetool.safejson import json_fields
 
 QUARANTINE_DIR = "quarantine"
@@ -190,20 +190,10 @@ def _stays(f: Finding, e: Entry | None) -> str | None:
         return f"not a file datasets wrote (the cache classifies it as {what}), whatever a record says"
     if f.code == "checksum-changed":
         return "its stream validates in full; a differing checksum alone is no proof of damage"
-    if f.problem == "permission denied" and _owner(e) not in (os.geteuid(), None):
+    if f.problem == "permission denied" and owner(e) not in (os.geteuid(), None):
         # A shared cache: gc leaves other users' files alone too (unless --all-users).
         return "another user's file this user may not read: it may be whole"
     return None
-
-
-def _owner(e: Entry) -> int | None:
-    """The uid owning the entry's files (its path for a folder that could not be listed)."""
-    if e.files:
-        return e.files[0].uid
-    try:
-        return e.path.lstat().st_uid
-    except OSError:
-        return None
 
 
 def quarantine(report: VerifyReport) -> VerifyReport:
