@@ -303,15 +303,19 @@ def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
 
 
 def explain_run(
-    root: str | os.PathLike[str], *, script: str | os.PathLike[str] | None = None, all_roots: bool = False
+    root: str | os.PathLike[str],
+    run: str | None = None,
+    *,
+    script: str | os.PathLike[str] | None = None,
+    all_roots: bool = False,
 ) -> ExplainReport:
-    """Every step of the latest run of the root (or of `script`) that computed its result, each
-    with its reason ("first time this step ran" when there is nothing to compare with), and the
-    stale hits of the run.
+    """Every step of the run `run` (default: the latest run of the root, or of `script`) that
+    computed its result, each with its reason ("first time this step ran" when there is nothing to
+    compare with), and the stale hits of the run.
 
     The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
     view = load_view(root, all_roots=all_roots)
-    run_id = last_run(view, script)
+    run_id = run or last_run(view, script)
     # The run's steps in the other roots the view read (a save_to_disk folder the run mapped in
     # after load_from_disk; the cache root its saved data came from): their stale results count.
     every = sorted((r for r in view.steps if r.run == run_id), key=lambda r: r.seq)
