@@ -23,6 +23,8 @@ from cachetool.cache.arrow import ArrowSummary
 INDEX_NAME = "read-index.z"
 #: Raised whenever the layout or `ArrowSummary`'s fields change: an index of another is not read.
 _MAGIC = b"cachetool read index 9\n"
+#: The fields of a `state.json` that `loaded_fingerprint` hashes with its `_fingerprint`.
+_FORMAT_FIELDS = ("_format_kwargs", "_format_type", "_format_columns", "_output_all_columns")
 #: No index of a real cache comes near this (100,000 files take about 1.3 MB).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 #: (name, size, ctime_ns, inode, summary fields) of one file.
@@ -123,12 +125,7 @@ class ReadIndex:
         fp = state.get("_fingerprint")
         if not isinstance(fp, str):
             return None
-        hashed = repr(
-            [
-                state.get(k)
-                for k in ("_format_kwargs", "_format_type", "_format_columns", "_output_all_columns")
-            ]
-        )
+        hashed = repr([state.get(k) for k in _FORMAT_FIELDS])
         return self._remembered((fp, hashed), "loaded_fingerprint", state)
 
     def _remembered(self, key: tuple[str, str], function: str, *args: Any) -> str:
