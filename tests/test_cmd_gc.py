@@ -141,6 +141,29 @@ def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
 
 
 @pytest.mark.slow
+def test_gc_temp_imports_no_ledger_reader_remote_or_hashing(copy: Path, leftovers: dict[str, Any]) -> None:
+    """`gc --temp -y` of a cache listed before removes the leftovers of killed processes and loads
+    only what it needs: not the step records, the remote command or the fingerprint hashing (each
+    one a cost every such gc paid)."""
+    assert cli("ls", "--cache-dir", str(copy / "cache")).exit_code == 0  # the read index, warm
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['cachetool', 'gc', '--temp', '--min-age', '0', '-y', '--cache-dir', sys.argv[1]]\n"
+        "try:\n    runpy.run_module('cachetool', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('cachetool')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(copy / "cache")], capture_output=True, text=True, check=True
+    )
+    *shown, modules = proc.stdout.strip().splitlines()
+    assert any(line.startswith("Removed ") for line in shown), proc.stdout
+    loaded = set(modules.split())
+    unneeded = {"cachetool.history.records.steps", "cachetool.cli.remote", "cachetool.fingerprint"}
+    assert not loaded & unneeded and len(loaded) <= 40, sorted(loaded)
+
+
+@pytest.mark.slow
 def test_one_failing_item_never_stops_the_rest(copy: Path, leftovers: dict[str, Any]) -> None:
     """An item that cannot be removed (an immutable file) fails alone: the others go, exit 1."""
     stuck = copy / leftovers["leftovers"]["killed_map"][0]

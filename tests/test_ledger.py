@@ -252,8 +252,7 @@ def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
 def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> None:
     """gc's `"files": 1` (a count) and a step's `"files": [...]` (a list) are two classes, so no
     reader can take one for the other; each round-trips through its writer's JSON unchanged."""
-    from cachetool.history.ledger import gc_records
-    from cachetool.history.records import parse_record
+    from cachetool.history.ledger import gc_records, parse_record
     from cachetool.history.records.other import GcRecord
     from cachetool.history.records.steps import StepRecord
     from cachetool.history.writer import GcLog

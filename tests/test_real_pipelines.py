@@ -201,8 +201,7 @@ def test_the_typed_records_serialize_exactly_what_the_writers_wrote(runs: Runs) 
     """Every line the tracer and gc wrote in both caches parses into its record class, and the
     class writes it back as the same JSON object: a writer can build the classes instead of dicts
     without changing a byte of meaning, and no field has two types."""
-    from cachetool.history.ledger import iter_segments
-    from cachetool.history.records import parse_record
+    from cachetool.history.ledger import iter_segments, parse_record
 
     roots = [runs.a, runs.b, runs.a.parent / "saved", runs.b.parent / "saved"]
     seen: set[str] = set()

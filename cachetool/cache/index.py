@@ -3,8 +3,8 @@ that did not change.
 
 `read-index.z` in the user's cache folder (`cachetool.cache.dirs.derived_dir`) is a zlib-compressed
 `marshal` of each folder's rows (relative to the root): a file's name, size, change time, inode and
-`ArrowSummary` fields, and the fingerprints of prepared splits (so a warm listing does not
-hash). A row is used only while the file has the same size, ctime (which a write
+`ArrowSummary` fields, and the fingerprints of prepared splits and of saved datasets (so a warm
+listing does not hash). A row is used only while the file has the same size, ctime (which a write
 changes, and so does putting the mtime back after one) and inode. A folder's rows are decoded when
 the walk reaches it, never all at once; an index that does not decompress is not used. It is
 written whole, only when something changed, and not where it cannot be.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import marshal
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from cachetool.cache.arrow import ArrowSummary
 INDEX_NAME = "read-index.z"
 #: Raised whenever the layout or `ArrowSummary`'s fields change: an index of another is not read.
 _MAGIC = b"cachetool read index 9\n"
+#: The fields of a `state.json` that `loaded_fingerprint` hashes with its `_fingerprint`.
+_FORMAT_FIELDS = ("_format_kwargs", "_format_type", "_format_columns", "_output_all_columns")
 #: No index of a real cache comes near this (100,000 files take about 1.3 MB).
 MAX_INDEX_BYTES = 256 * 1024 * 1024
 #: (name, size, ctime_ns, inode, summary fields) of one file.
@@ -49,7 +52,7 @@ class ReadIndex:
         self._changed = False
 
     def _load(self) -> tuple[dict[str, bytes], dict[tuple[str, str], str]]:
-        """Each folder's rows as stored, and the fingerprints of prepared splits."""
+        """Each folder's rows as stored, and the fingerprints hashed before."""
         from cachetool.cache.store import read_state
         from cachetool.safejson import BadJsonFile
 
@@ -112,12 +115,27 @@ class ReadIndex:
 
     def source_fingerprint(self, relative_data_dir: str, split: str) -> str:
         """`source_split_fingerprint` of a prepared split, hashed once and then remembered."""
-        key = (relative_data_dir, split)
+        return self._remembered(
+            (relative_data_dir, split), "source_split_fingerprint", relative_data_dir, split
+        )
+
+    def loaded_fingerprint(self, state: Mapping[str, Any]) -> str | None:
+        """`loaded_fingerprint` of a saved dataset's `state.json`, hashed once and then remembered
+        under the fields it hashes."""
+        fp = state.get("_fingerprint")
+        if not isinstance(fp, str):
+            return None
+        hashed = repr([state.get(k) for k in _FORMAT_FIELDS])
+        return self._remembered((fp, hashed), "loaded_fingerprint", state)
+
+    def _remembered(self, key: tuple[str, str], function: str, *args: Any) -> str:
+        """`cachetool.fingerprint.hashing.<function>(*args)`, remembered under `key` (what it hashes):
+        a scan that hashes nothing new imports no hashing."""
         fp = self._fingerprints.get(key)
         if fp is None:
-            from cachetool.fingerprint.hashing import source_split_fingerprint
+            from cachetool.fingerprint import hashing
 
-            fp = source_split_fingerprint(relative_data_dir, split)
+            fp = getattr(hashing, function)(*args)
             self._changed = True
         self._fingerprints_now[key] = fp
         return fp

@@ -23,12 +23,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.layout import Kind
 from cachetool.cache.model import CacheReport, Entry, Liveness, RecordedUse
-from cachetool.cache.shard import Shard, parse_shard, shard_report
 from cachetool.errors import BadExpression, CachetoolError
+
+if TYPE_CHECKING:
+    from cachetool.cache.shard import Shard
 
 _FILTER_RE = re.compile(r"(?P<key>[a-zA-Z_]+)\s*(?P<op>==|!=|>=|<=|>|<|=)\s*(?P<value>.+)")
 _NUMBER_UNIT_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)")
@@ -251,6 +253,7 @@ def read_listing(
     the share of shard i of n (`cachetool.cache.shard`) in the report too. The report keeps every
     entry (of the shard) (`listing.report.entries`); `listing.entries` are the ones selected."""
     from cachetool.cache.scan import scan_cache
+    from cachetool.cache.shard import parse_shard, shard_report
 
     check_query(filter, sort, limit)
     chosen = parse_shard(shard)

@@ -493,8 +493,6 @@ class Scanner:
     def saved(
         self, path: Path, items: Sequence[Item], unit: Path | None = None, split_name: str | None = None
     ) -> None:
-        from cachetool.fingerprint.hashing import loaded_fingerprint  # (not for a walk of leftovers)
-
         state = read_json(path / layout.STATE_JSON)
         meta = self.meta_files(items)
         label = f"{unit.name}/{path.name}" if unit is not None else path.name
@@ -505,7 +503,7 @@ class Scanner:
         named: list[str] = []
         if isinstance(state, dict):
             fp = state.get("_fingerprint") if isinstance(state.get("_fingerprint"), str) else None
-            alias = loaded_fingerprint(state)
+            alias = self.read_index().loaded_fingerprint(state)
             aliases = (alias,) if alias and alias != fp else ()
             for d in state.get("_data_files") or []:
                 if isinstance(d, dict) and isinstance(d.get("filename"), str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -203,6 +204,15 @@ SHARD = opt(
 )
 NO_TRUNCATE = opt("--no-truncate", help="Show fingerprints, names and paths whole, however wide the table.")
 OUTPUT = output()
+
+
+def is_remote(value: str | os.PathLike[str] | None) -> bool:
+    """Whether a command's first argument names a remote (`s3://bucket/prefix`), not a cache."""
+    if value is None or ":/" not in os.fspath(value)[:6]:  # a Path keeps one / of `s3://`
+        return False
+    from cachetool.remote.client import is_remote_url
+
+    return is_remote_url(value)
 
 
 def confirm(question: str) -> bool:

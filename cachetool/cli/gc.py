@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, command, confirm, opt
+from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, command, confirm, is_remote, opt
 from cachetool.cli.output import Output, OutputFormat, error, hint, warn
 from cachetool.errors import CachetoolError
 from cachetool.formatting import human_size, short_duration
@@ -82,11 +82,12 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).
     """
-    from cachetool.cli.remote import is_remote, remote_gc
     from cachetool.maintenance.gc import ConfirmationNeeded, gc_cache
 
     fingerprints = keywords.get("fingerprints") or ()
     if break_lease is None and is_remote(next(iter(fingerprints), None)):  # gc s3://bucket/prefix
+        from cachetool.cli.remote import remote_gc
+
         return remote_gc({**keywords, "fingerprints": fingerprints}, cache_dir, out)
     if break_lease is not None:
         from cachetool.cache.dirs import existing_root

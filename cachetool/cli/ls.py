@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, SHARD, arg, command, opt
+from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, SHARD, arg, command, is_remote, opt
 from cachetool.cli.output import Output, OutputFormat, hint, hint_root_elsewhere, warn
 from cachetool.errors import CacheNotFound, CachetoolError
 
@@ -152,9 +152,9 @@ def ls_command(
 
     Exit codes: 0 listed (problems found while listing are warnings); 2 bad option or missing cache.
     """
-    from cachetool.cli.remote import is_remote, remote_ls
-
     if path is not None and is_remote(path):
+        from cachetool.cli.remote import remote_ls
+
         if shard is not None:
             raise CachetoolError("--shard: a remote is listed whole (one listing), not in shards")
         if filter or sort or cache_dir is not None:

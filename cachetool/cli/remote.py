@@ -4,7 +4,6 @@ of what remotes served."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -117,15 +116,6 @@ def remote_command(
             )
     else:
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
-
-
-def is_remote(value: str | os.PathLike[str] | None) -> bool:
-    """Whether a command's first argument names a remote (`s3://bucket/prefix`), not a cache."""
-    if value is None or ":/" not in os.fspath(value)[:6]:  # a Path keeps one / of `s3://`
-        return False
-    from cachetool.remote.client import is_remote_url
-
-    return is_remote_url(value)
 
 
 def remote_ls(url: str, out: Output, limit: int | None) -> None:

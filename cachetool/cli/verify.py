@@ -10,7 +10,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cachetool.cli.common import CACHE_DIR, command, confirm, opt, output
+from cachetool.cli.common import CACHE_DIR, command, confirm, is_remote, opt, output
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 from cachetool.errors import CachetoolError
 
@@ -74,10 +74,10 @@ def verify_command(cache_dir: Path | None, out: Output, yes: bool, **options: An
 
         cachetool verify s3://team-bucket/hf-cache --deep   # a remote
     """
-    from cachetool.cli.remote import is_remote, remote_verify
-
     options["fingerprints"] = options["fingerprints"] or ()
     if is_remote(next(iter(options["fingerprints"]), None)):
+        from cachetool.cli.remote import remote_verify
+
         if options["shard"] is not None:
             raise CachetoolError("--shard: a remote is verified whole, not in shards")
         local = [k for k in ("record", "quarantine", "list_quarantine", "restore", "stale") if options[k]]

@@ -12,8 +12,7 @@ from typing import Any, Literal, NamedTuple
 
 from cachetool.errors import ExitCode
 from cachetool.fingerprint.diff import Culprit, Unpicklable
-from cachetool.history.ledger import read_segment
-from cachetool.history.records import parse_record
+from cachetool.history.ledger import parse_record, read_segment
 from cachetool.history.records.base import BadRecord
 from cachetool.history.records.steps import StepRecord
 from cachetool.safejson import json_fields, json_value

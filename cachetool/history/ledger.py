@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, known_roots, ledger_dirs
 from cachetool.cache.store import NotRegularFile, open_state
-from cachetool.history.records import parse_record
-from cachetool.history.records.base import BadRecord, LedgerRecord, order_key
+from cachetool.history.records.base import RECORD_TYPES, BadRecord, LedgerRecord, order_key
 from cachetool.history.records.other import (
     COMPACTED_PREFIX,
     FpSums,
@@ -28,7 +27,7 @@ from cachetool.history.records.other import (
     add_sums,
     step_sums,
 )
-from cachetool.history.records.steps import SaveRecord, StepRecord, source_hashes
+from cachetool.history.records.steps import SaveRecord, StepRecord, source_hashes  # every type registers
 
 if TYPE_CHECKING:
     from cachetool.cache.lookup import Resolved
@@ -168,6 +167,21 @@ def _decode(line: bytes) -> Any:
     except ValueError:  # not UTF-8 (a byte order mark, UTF-16), or not JSON there
         pass
     return json.loads(line)
+
+
+def parse_record(obj: Any, read_from: str | None = None) -> LedgerRecord:
+    """The typed record for one decoded JSON line (found in the ledger of the root `read_from`);
+    `BadRecord` says why it is not one."""
+    if not isinstance(obj, dict):
+        raise BadRecord("not a JSON object")
+    v = obj.get("v")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise BadRecord("no record version")
+    kind = obj.get("type")
+    cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise BadRecord(f"unknown record type {str(kind)[:40]!r}")
+    return cls.parse(obj, read_from)
 
 
 def _parse_line(

@@ -22,7 +22,7 @@ from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
-    from cachetool.history.records.other import StepStartRecord
+    from cachetool.history.records.steps import StepStartRecord
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from cachetool.cache.arrow import read_summary
 from cachetool.history.records.base import LedgerRecord
-from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
-from cachetool.history.records.steps import StepRecord
+from cachetool.history.records.other import RunEndRecord, RunStartRecord
+from cachetool.history.records.steps import StepRecord, StepStartRecord
 from cachetool.safejson import json_fields
 
 #: "killed": the process is gone; "running": it still runs on this host; "unknown": it ran on

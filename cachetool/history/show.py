@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheFile, CacheReport, Entry
     from cachetool.history.ledger import Ledger
-    from cachetool.history.records.other import GcRecord, StepStartRecord
-    from cachetool.history.records.steps import StepRecord
+    from cachetool.history.records.other import GcRecord
+    from cachetool.history.records.steps import StepRecord, StepStartRecord
 
 #: The fingerprint written inside a file, against the entry's: the same (`matches`; a shard of a
 #: `num_proc` map holds `<fp>_00000_of_00002`), another one (`differs`), or none written (`none`).

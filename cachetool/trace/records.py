@@ -14,9 +14,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from cachetool.history.records.other import RunStartRecord, SourceRecord, StepStartRecord
+from cachetool.history.records.other import RunStartRecord, SourceRecord
 from cachetool.history.records.parts import Compute, DataFile, FileRecord, FunctionInfo, SourceInfo
-from cachetool.history.records.steps import RootRecord, SaveRecord, StepRecord, TransformRecord
+from cachetool.history.records.steps import (
+    RootRecord,
+    SaveRecord,
+    StepRecord,
+    StepStartRecord,
+    TransformRecord,
+)
 from cachetool.history.writer import RECORD_VERSION
 from cachetool.trace.arguments import SOURCES, Arguments, column_heads, operation_of
 from cachetool.trace.calls import CallState, Frame, HashEvent, abs_path, cpu_seconds

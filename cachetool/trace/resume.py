@@ -16,8 +16,8 @@ from typing import Any
 
 from cachetool.cache.arrow import read_summary
 from cachetool.history.ledger import read_ledger
-from cachetool.history.records.other import StepStartRecord
 from cachetool.history.records.parts import Resumed
+from cachetool.history.records.steps import StepStartRecord
 from cachetool.history.runs import run_state
 
 

@@ -34,8 +34,8 @@ from cachetool.history.explain.stale import (
     with_removals,
 )
 from cachetool.history.explain.view import LedgerView, load_view
-from cachetool.history.records.other import RunEndRecord, RunStartRecord, StepStartRecord
-from cachetool.history.records.steps import StepRecord
+from cachetool.history.records.other import RunEndRecord, RunStartRecord
+from cachetool.history.records.steps import StepRecord, StepStartRecord
 from cachetool.history.runs import failure, interruption, open_starts
 
 _NOTHING_CACHED = ": nothing was cached"

@@ -1,18 +1,19 @@
-"""Records that are not steps: run markers (a traced process started or ended, a step began to
-compute), the source text of a user function, an item gc removed, and those of a compacted ledger
-(`cachetool.history.compact`: the marker naming the segments a compacted segment replaces, and the
-summary of one run whose records were folded into it)."""
+"""Records that are not steps: run markers (a traced process started or ended), the source text
+of a user function, an item gc removed, and those of a compacted ledger (`cachetool.history.compact`:
+the marker naming the segments a compacted segment replaces, and the summary of one run whose
+records were folded into it)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cachetool.history.records.base import BadRecord, LedgerRecord, _field, _is_dict
-from cachetool.history.records.parts import CallSite
-from cachetool.history.records.steps import StepRecord
+
+if TYPE_CHECKING:
+    from cachetool.history.records.steps import StepRecord
 
 #: The name of a compacted segment starts with this (`cachetool.history.compact`).
 COMPACTED_PREFIX = "compacted-"
@@ -45,25 +46,6 @@ class RunEndRecord(LedgerRecord):
     message: str | None = None
     #: The `seq` of the step the exception came out of (None: outside any step).
     step: int | None = None
-
-
-@dataclass(init=False, repr=False, eq=False)
-class StepStartRecord(LedgerRecord):
-    """A step began to compute: written when it finds no cache file to load (a miss), before it
-    writes, so a run killed in the step still says which step it was and where it wrote. The
-    step's own record, written when it ends, has the same `run` and `seq`."""
-
-    TYPE: ClassVar[str] = "step-start"
-
-    operation: str | None = None
-    parents: tuple[str, ...] = ()
-    call_site: CallSite | None = None
-    split: str | None = None
-    #: The cache files the step is about to write (they do not exist yet).
-    paths: tuple[str, ...] = ()
-    #: The `tmp*` files already in those folders when the step began (another run's leftovers):
-    #: not what this step wrote.
-    before: tuple[str, ...] = ()
 
 
 @dataclass(init=False, repr=False, eq=False)

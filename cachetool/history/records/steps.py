@@ -1,4 +1,5 @@
-"""Step records: a call that made (or named) a dataset state (transform, root, save, checkpoint)."""
+"""Step records: a call that made (or named) a dataset state (transform, root, save, checkpoint),
+and the marker of a step that began to compute."""
 
 from __future__ import annotations
 
@@ -171,6 +172,25 @@ class CheckpointRecord(StepRecord):
     digest of the object, `args["value"]` its repr (and tree)."""
 
     TYPE: ClassVar[str] = "checkpoint"
+
+
+@dataclass(init=False, repr=False, eq=False)
+class StepStartRecord(LedgerRecord):
+    """A step began to compute: written when it finds no cache file to load (a miss), before it
+    writes, so a run killed in the step still says which step it was and where it wrote. The
+    step's own record, written when it ends, has the same `run` and `seq`."""
+
+    TYPE: ClassVar[str] = "step-start"
+
+    operation: str | None = None
+    parents: tuple[str, ...] = ()
+    call_site: CallSite | None = None
+    split: str | None = None
+    #: The cache files the step is about to write (they do not exist yet).
+    paths: tuple[str, ...] = ()
+    #: The `tmp*` files already in those folders when the step began (another run's leftovers):
+    #: not what this step wrote.
+    before: tuple[str, ...] = ()
 
 
 def site_key(rec: StepRecord, realpaths: dict[str, str] | None = None) -> tuple[object, ...] | None:
