@@ -336,8 +336,8 @@ def test_list_cache_from_python_knows_what_the_ledger_recorded_as_ls_does(golden
 def test_nothing_cached_yet_names_the_cache_dir_the_last_traced_run_wrote_in(tmp_path: Path) -> None:
     """A pipeline caches only under `load_dataset(..., cache_dir=<project>/hfc)`, so the default
     cache root does not exist: `ls` and `stats` say nothing is cached there and name the folder
-    the traced run wrote in with `--cache-dir`, and that `ls` lists the run's entries. They only
-    said "nothing cached yet"."""
+    the traced run wrote in with the command the user ran and `--cache-dir` (`stats` named `ls`),
+    and that `ls` lists the run's entries. They only said "nothing cached yet"."""
     from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
 
@@ -356,7 +356,7 @@ def test_nothing_cached_yet_names_the_cache_dir_the_last_traced_run_wrote_in(tmp
         )
         assert "othing cached yet" in said.stdout + said.stderr, said
         assert f"the last traced run recorded steps in {other}" in " ".join(said.stderr.split()), said
-        assert f"--cache-dir {other}" in said.stderr, said.stderr
+        assert f"`cachetool {args[0]} --cache-dir {other}`" in said.stderr, said.stderr
     listed = forks.run(
         [sys.executable, "-m", "cachetool", "ls", "--cache-dir", other, "--json"],
         env=env,

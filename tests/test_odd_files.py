@@ -302,10 +302,13 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
 
 
 @pytest.mark.slow
-def test_a_folder_named_like_a_cache_file_is_named_by_the_verify_explain_points_to(tmp_path: Path) -> None:
+def test_a_folder_named_like_a_cache_file_is_named_by_the_verify_explain_points_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A folder `cache-<fp>.arrow` in a saved folder makes the traced map whose file that is fail
     ("Expected file path, but … is a directory"); `explain --last` says to run `cachetool verify`,
-    which now names the folder in a warning, and `ls` hints at it. verify found nothing."""
+    which now names the folder in a warning, `ls` hints at it, and `show` of the folder by its name
+    shows it (it said "no cache entry matches"). verify found nothing."""
     env = hf_env(tmp_path)
     (tmp_path / "p.py").write_text(
         "import datasets\n"
@@ -324,6 +327,10 @@ def test_a_folder_named_like_a_cache_file_is_named_by_the_verify_explain_points_
     assert (finding["path"], finding["severity"]) == (f"{root}/cache-{FP}.arrow", "warning"), finding
     assert "a folder" in finding["problem"], finding
     assert f"cache-{FP}.arrow" in invoke("ls", root, env=env).stderr
+    monkeypatch.chdir(root)  # `show` of the folder by its name, as typed where it lies
+    shown = invoke("show", f"cache-{FP}.arrow", "--json", env=env)
+    assert shown.exit_code == 0, shown.stderr
+    assert json.loads(shown.stdout)["path"] == f"{root}/cache-{FP}.arrow", shown.stdout
 
 
 def test_show_of_a_result_in_a_folder_this_user_may_not_read_names_the_folder(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ final data stayed wrong, and explain and verify then said all was well.)"""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -632,9 +633,10 @@ def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_
 
 def test_a_named_cache_file_of_an_earlier_version_is_stale_for_explain_and_verify(tmp_path: Path) -> None:
     """After a run whose edited map loaded its `cache_file_name=` file of the earlier version (and
-    filtered those old rows), `explain --last` lists the file among the stale hits and `verify
-    --stale` flags it and the filter's result made from it; the gc command of verify's hint removes
-    both, so the next run computes the new rows. Only the run's own warning said so."""
+    filtered those old rows), `explain --last` lists the file among the stale hits, `lineage` marks
+    it "stale: written under FP" (it said "code changed") and `verify --stale` flags it and the
+    filter's result made from it; the gc command of verify's hint removes both, so the next run
+    computes the new rows. Only the run's own warning said so."""
     named = tmp_path / "named"
     named.mkdir()
     code = (
@@ -651,6 +653,9 @@ def test_a_named_cache_file_of_an_earlier_version_is_stale_for_explain_and_verif
     explained = " ".join(_cli(env, "explain", "--last", "--cache-dir", str(named)).stdout.split())
     assert "Stale cache hits: cache entry m.arrow" in explained, explained
     assert "written under fingerprint" in explained, explained
+    forest = _cli(env, "lineage", "-a", str(named / "m.arrow"), "--cache-dir", str(named))
+    traced = " ".join(forest.stdout.split())
+    assert re.search(r"stale: written under [0-9a-f]{16}\b", traced) and "code changed" not in traced, traced
     verified = _cli(env, "verify", "--stale", "--cache-dir", str(named), "--json")
     findings = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
     assert verified.returncode == 1 and len(findings) == 2, verified.stdout

@@ -54,7 +54,7 @@ def resolve(
 ) -> Resolved:
     """The one fingerprint `name` means, with one rule for every command:
 
-    1. a path: the entry at that path (as typed, or made absolute); a cache file's name
+    1. a path: the entry at that path (as typed, or made absolute); else a cache file's name
        (`cache-<fp>.arrow`, of one shard too) stands for `<fp>`;
     2. an exact fingerprint: an entry's fingerprint or alias, else one the ledger records (as a
        result or a parent);
@@ -160,11 +160,12 @@ def _partial_of(e: Entry, others: Iterable[Entry]) -> bool:
 
 
 def entry_at_path(report: CacheReport, name: str) -> Entry | None:
-    """The entry at the path `name` (as typed, or made absolute), if `name` is one's path."""
-    absolute = os.path.abspath(name) if (os.sep in name or name in (".", "..")) else None
+    """The entry at the path `name` (as typed, or made absolute: a bare name is one in the
+    working folder), if `name` is one's path."""
+    absolute = os.path.abspath(name)
     for e in report.entries:
         path = os.fsdecode(e.path)
-        if path == name or (absolute is not None and path == absolute):
+        if path in (name, absolute):
             return e
     return None
 

@@ -123,7 +123,8 @@ def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
     try:
         return int(func(**values) or 0)
     except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
-        code = report_exception(e)
+        name = getattr(func, "__name__", None)
+        code = report_exception(e, next((c for c, (_, f, _) in COMMANDS.items() if f == name), None))
         if code is None:
             raise
         return code

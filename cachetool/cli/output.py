@@ -43,11 +43,12 @@ def debug_enabled() -> bool:
     return os.environ.get("CACHETOOL_DEBUG", "") not in ("", "0", "false", "no")
 
 
-def report_exception(e: BaseException) -> int | None:
-    """The process boundary: a `CachetoolError` becomes one `Error: ...` line on stderr and the
-    exit code to end with is returned; None lets the exception go on (`CACHETOOL_DEBUG=1`, or one
-    not handled here). Ctrl-C exits 130; a reader that went away (`cachetool ls | head`) ends it
-    with 0; an unexpected file system error (ENAMETOOLONG, EINVAL, EIO) names the file and why."""
+def report_exception(e: BaseException, command: str | None = None) -> int | None:
+    """The process boundary of `command`: a `CachetoolError` becomes one `Error: ...` line on
+    stderr and the exit code to end with is returned; None lets the exception go on
+    (`CACHETOOL_DEBUG=1`, or one not handled here). Ctrl-C exits 130; a reader that went away
+    (`cachetool ls | head`) ends it with 0; an unexpected file system error (ENAMETOOLONG,
+    EINVAL, EIO) names the file and why."""
     if isinstance(e, BrokenPipeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -57,7 +58,7 @@ def report_exception(e: BaseException) -> int | None:
     if isinstance(e, CachetoolError):
         error(e.message)
         if isinstance(e, CacheNotFound) and e.default:
-            hint_root_elsewhere(e.root)
+            hint_root_elsewhere(e.root, "stats" if command == "stats" else "ls")
         return int(e.exit_code)
     if isinstance(e, KeyboardInterrupt):
         error("interrupted")
@@ -137,15 +138,16 @@ def hint(*messages: str) -> None:
         _stderr_line("Hint:", "dim", message, fit="`" not in message)
 
 
-def hint_root_elsewhere(root: str | os.PathLike[str]) -> None:
+def hint_root_elsewhere(root: str | os.PathLike[str], command: str = "ls") -> None:
     """Nothing is cached in the default root `root`: name the root the last traced run recorded
-    steps in (a pipeline with `cache_dir=`), with the command that lists it."""
+    steps in (a pipeline with `cache_dir=`), with `command` (`ls` or `stats`) run on it."""
     from cachetool.cache.roots import latest_root_elsewhere
     from cachetool.hints import shell_command
 
     other = latest_root_elsewhere(root)
     if other is not None:
-        hint(f"the last traced run recorded steps in {other}: `{shell_command('ls', '--cache-dir', other)}`")
+        shown = shell_command(command, "--cache-dir", other)
+        hint(f"the last traced run recorded steps in {other}: `{shown}`")
 
 
 class Output:

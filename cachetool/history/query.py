@@ -22,6 +22,7 @@ from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.history.explain.answer import StaleHit
     from cachetool.history.records.steps import StepStartRecord
 
 
@@ -497,10 +498,10 @@ def stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) ->
     view = load_view(ledger)
     roots = dict.fromkeys([os.path.abspath(os.fspath(root)), *(os.fspath(r) for r in ledger.roots)])
     found = [s for r in roots for s in stale_hits(r, view=view, only=fps)]
-    return tuple(
-        (
-            s.fingerprint,
-            f"stale: made from {up.fingerprint}" if (up := s.derived_from) else "stale: code changed",
-        )
-        for s in found
-    )
+    return tuple((s.fingerprint, _stale_note(s)) for s in found)
+
+
+def _stale_note(s: StaleHit) -> str:
+    if s.written_under:  # a `cache_file_name=` file loaded whatever its fingerprint
+        return f"stale: written under {s.written_under}"
+    return f"stale: made from {up.fingerprint}" if (up := s.derived_from) else "stale: code changed"
