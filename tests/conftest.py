@@ -333,6 +333,34 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     yield tmp_path
 
 
+def as_another_user(fn: Callable[[], Any]) -> Any:
+    """What `fn` returns (as JSON) run in a forked child as the user nobody (uid 65534): the
+    kernel, not a mock, says no. Import in this process what the child needs first."""
+    import codecs
+
+    codecs.lookup("ascii")  # the codec cachetool reads /proc with: this interpreter's files are root's
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: ends here whatever happens
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(w, json.dumps(fn()).encode())
+        except BaseException:
+            import traceback
+
+            os.write(w, b"\0" + traceback.format_exc().encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    assert got and not got.startswith("\0"), f"the child running as another user failed:\n{got[1:]}"
+    return json.loads(got)
+
+
 def invoke(*args: str, env: Mapping[str, str | None] | None = None, columns: int = 120) -> Any:
     """`cachetool ARGS` run in this process, as at a terminal `columns` wide (stdout and stderr
     apart, exceptions raised; a variable set to None in `env` is unset)."""

@@ -357,7 +357,7 @@ def test_a_ledger_another_user_may_not_read_is_named_not_called_empty(tmp_path: 
     lists the cache (it stopped at "Error: .../.cachetool/ledger: Permission denied"), `explain
     --last` names the ledger folder and says "Permission denied" instead of "no recorded run ...
     run the pipeline with `cachetool run`", and `stats` warns so beside its zeros."""
-    from tests.conftest import cachetool_run, hf_env, invoke
+    from tests.conftest import as_another_user, cachetool_run, hf_env, invoke
 
     if os.geteuid() != 0:
         pytest.skip("another user's ledger needs root to make")
@@ -380,22 +380,12 @@ def test_a_ledger_another_user_may_not_read_is_named_not_called_empty(tmp_path: 
     assert invoke("explain", "--last", *args, env=env).exit_code == 0  # imports what the child needs
     commands = (["explain", "--last"], ["stats"], ["ls", "-q"])
     seen = [invoke(*cmd, *args, env=env).stdout for cmd in commands]
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child, another user: ends here whatever happens
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            done = [invoke(*cmd, *args, env=env) for cmd in commands]
-            got = [d.stderr for d in done[:2]] + [d.stdout for d in done[2:]]
-            os.write(w, json.dumps(got).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        explained, stats, listed = json.loads(f.read())
-    os.waitpid(pid, 0)
+
+    def as_b() -> list[str]:
+        done = [invoke(*cmd, *args, env=env) for cmd in commands]
+        return [d.stderr for d in done[:2]] + [d.stdout for d in done[2:]]
+
+    explained, stats, listed = as_another_user(as_b)
     denied = f"{ledger_dir(root)}: Permission denied: its recorded runs are not read"
     assert explained.startswith(f"Error: no recorded run in {root}: {denied}"), explained
     assert f"Warning: {denied}" in stats, stats

@@ -5,7 +5,6 @@ neither (small real folders, real `flock`s, a real unprivileged child; no datase
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from cachetool.maintenance.gc import GcOptions
 from cachetool.maintenance.gc.plan import plan_gc
 from cachetool.maintenance.liveness import LockState, probe
 from cachetool.maintenance.verify import verify_cache
+from tests.conftest import as_another_user
 
 GONE = "fedcba9876543210"
 LIVE = "abc123abc123abc1"
@@ -97,22 +97,7 @@ def _as_nobody(root: Path, fn: Callable[[], Any]) -> Any:
         p = p.parent
     for dirpath, _, _ in os.walk(root):
         os.chmod(dirpath, 0o777)  # the child may write the cache's own state folder
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            os.write(w, json.dumps(fn()).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    assert data, "the unprivileged child crashed"
-    return json.loads(data)
+    return as_another_user(fn)
 
 
 def test_a_lock_nobody_can_probe_is_kept_by_gc_and_not_stale_to_verify(root: Path) -> None:

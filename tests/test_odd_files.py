@@ -18,7 +18,7 @@ from cachetool.cache.layout import Kind
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
 from tests import forks
-from tests.conftest import cachetool_run, hf_env, invoke
+from tests.conftest import as_another_user, cachetool_run, hf_env, invoke
 
 FP = "0123456789abcdef"
 
@@ -199,23 +199,7 @@ def _scan_here(root: Path) -> dict[str, Any]:
 def _assert_as_nobody(root: Path, what: str) -> dict[str, Any]:
     """Scan as an unprivileged user in a forked child: the kernel, not a mock, says no."""
     _make_traversable(root)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            doc = _scan_here(root)
-            os.write(w, json.dumps(doc).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    assert data, f"the unprivileged scan ({what}) crashed"
-    return json.loads(data)  # type: ignore[no-any-return]
+    return as_another_user(lambda: _scan_here(root))  # type: ignore[no-any-return]
 
 
 WRITER = """
@@ -273,32 +257,22 @@ def test_quarantine_leaves_a_file_of_another_user_it_cannot_read(odd_cache: Path
         os.chmod(dirpath, 0o777)
     quarantine(verify_cache(odd_cache))  # imports what the child needs (nothing to move as root)
     codecs.lookup("ascii")  # and the codec it reads /proc with: this interpreter's files are root's
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: ends here whatever happens
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            done = quarantine(verify_cache(odd_cache))
-            said = [(f.code, f.problem) for f in done.findings] + [
-                f.hint for f in done.findings if f.path == secret
-            ]
-            os.write(w, json.dumps(said).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
+
+    def quarantined() -> list[Any]:
+        done = quarantine(verify_cache(odd_cache))
+        return [(f.code, f.problem) for f in done.findings] + [
+            f.hint for f in done.findings if f.path == secret
+        ]
+
+    got = as_another_user(quarantined)
     assert secret.exists()
     assert (
         "not-quarantined",
         "not quarantined: another user's file this user may not read: it may be whole",
-    ) in [tuple(x) for x in json.loads(got)], got
+    ) in [tuple(x) for x in got], got
     # and verify does not tell this user to move it aside (it said "move it aside with `cachetool
     # verify --quarantine`", which then moved nothing)
-    assert "another user's file (uid 0): its owner or root can check it" in json.loads(got), got
+    assert "another user's file (uid 0): its owner or root can check it" in got, got
 
 
 @pytest.mark.slow
@@ -348,18 +322,5 @@ def test_show_of_a_result_in_a_folder_this_user_may_not_read_names_the_folder(tm
     os.chmod(hidden, 0o700)
     run = CliRunner().invoke
     assert run(app, ["show", "abab", "--cache-dir", str(root)]).exit_code == 0  # imports, as root
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child, another user: ends here whatever happens
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            os.write(w, run(app, ["show", "abab", "--cache-dir", str(root)]).stderr.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        said = f.read()
-    os.waitpid(pid, 0)
+    said = as_another_user(lambda: run(app, ["show", "abab", "--cache-dir", str(root)]).stderr)
     assert said == f"Error: no cache entry matches 'abab' in {root} (this user may not read {hidden})\n", said

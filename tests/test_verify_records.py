@@ -9,14 +9,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import forks
-from tests.conftest import hf_env
+from tests.conftest import as_another_user, hf_env
 from tests.test_stale_downstream import _edit_helper, _project, _run
 
 pytestmark = pytest.mark.slow
@@ -237,7 +236,7 @@ def test_checksums_one_user_recorded_catch_bit_rot_for_every_user(tmp_path: Path
     if os.geteuid() != 0:
         return  # another uid needs root to switch to
     _make_traversable(root)
-    assert _as_another_user(lambda: [f.code for f in verify_cache(root, deep=True).findings]) == [
+    assert as_another_user(lambda: [f.code for f in verify_cache(root, deep=True).findings]) == [
         "checksum-changed"
     ]
 
@@ -260,10 +259,10 @@ def test_checksums_another_user_cannot_read_are_said_unread_and_never_replaced(t
     before = stored.read_bytes()
     _make_traversable(root)
     (root / ".cachetool").chmod(0o777)  # a shared cache: every user may write there
-    assert _as_another_user(lambda: [f.code for f in verify_cache(root, deep=True).findings]) == [
+    assert as_another_user(lambda: [f.code for f in verify_cache(root, deep=True).findings]) == [
         "checksums-unread"
     ]
-    codes = _as_another_user(lambda: [f.code for f in verify_cache(root, deep=True, record=True).findings])
+    codes = as_another_user(lambda: [f.code for f in verify_cache(root, deep=True, record=True).findings])
     assert codes == ["checksums-unread", "checksums-not-stored"]
     assert stored.read_bytes() == before
 
@@ -277,24 +276,3 @@ def _rot(path: Path) -> None:
     with open(path, "r+b") as f:  # in place: same inode, same size
         f.write(data)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
-def _as_another_user(fn: Callable[[], Any]) -> Any:
-    """What `fn` returns (as JSON) run in a forked child as the user nobody, once this process has
-    imported what it needs."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: ends here whatever happens
-        try:
-            os.close(r)
-            os.setgid(65534)
-            os.setuid(65534)
-            os.write(w, json.dumps(fn()).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
-    assert got, "the child crashed"
-    return json.loads(got)
