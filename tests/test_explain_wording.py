@@ -325,7 +325,7 @@ LEAVES = """\
 
     @dataclass
     class Cfg:
-        vocab: set = field(default_factory=lambda: {"alpha", "beta", "gamma", "delta", "epsilon"})
+        vocab: set = field(default_factory=lambda: {"al", "be", "ga", "de", "ep", "ze", "et", "th", "io"})
 
 
     class Tagger:
@@ -338,10 +338,10 @@ LEAVES = """\
 
     class Tok:
         def __init__(self):
-            self.special = frozenset(["[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"])
+            self.special = frozenset(["[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]", "[B]", "[E]", "[1]"])
 
         def __getstate__(self):
-            return {"special": self.special, "extra": {"<s>", "</s>", "<unk>", "<pad>"}}
+            return {"special": self.special, "extra": {"<s>", "</s>", "<u>", "<p>", "<a>", "<b>", "<c>"}}
 
 
     TOK = Tok()
