@@ -295,12 +295,7 @@ def test_gc_temp_keeps_a_resumable_partial_only_while_nothing_else_is_said_of_it
     one named on its command line goes (`gc --temp PATH` as `gc PATH`), as with `--min-age` given,
     and one a live process holds is kept as in use by that process, not as a partial a rerun will
     take back. `show` of its fingerprint calls it resumable, with its rows."""
-    script = PIPELINE.replace("MAP_ARGS", "batched=True, batch_size=100").replace("STRIDE", "1")
-    (tmp_path / "p.py").write_text(script, encoding="utf-8")
-    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), KILL_AT="10000")
-    _run_and_kill(tmp_path, env)
-    (partial,) = (tmp_path / "cache").rglob("tmp*")
+    env, partial = _killed_batched_map(tmp_path)
     hours_ago = time.time() - 2 * 3600  # past the default --min-age 1h, within the day
     os.utime(partial, (hours_ago, hours_ago))
     assert _gc_plan(env, "--temp") == ([], {str(partial): "resumable"})
@@ -330,17 +325,23 @@ def test_gc_temp_keeps_a_resumable_partial_only_while_nothing_else_is_said_of_it
         holder.communicate(b"")
 
 
-def test_a_full_fingerprint_names_its_result_not_a_killed_run_s_partial_of_it(tmp_path: Path) -> None:
-    """Two runs of one pipeline on one cache, one SIGKILLed mid-map while the other (untraced, so it
-    does not take the partial back) finishes: the killed run's `tmp*` partial is made under the same
-    fingerprint as the finished result, and `show`, `lineage` and `pin` given that full fingerprint
-    (or a prefix of it) name the result, not "ambiguous"."""
+def _killed_batched_map(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A batched map of 20,000 rows SIGKILLed at row 10,000 in `tmp_path`: its env and partial."""
     script = PIPELINE.replace("MAP_ARGS", "batched=True, batch_size=100").replace("STRIDE", "1")
     (tmp_path / "p.py").write_text(script, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), KILL_AT="10000")
     _run_and_kill(tmp_path, env)
     (partial,) = (tmp_path / "cache").rglob("tmp*")
+    return env, partial
+
+
+def test_a_full_fingerprint_names_its_result_not_a_killed_run_s_partial_of_it(tmp_path: Path) -> None:
+    """Two runs of one pipeline on one cache, one SIGKILLed mid-map while the other (untraced, so it
+    does not take the partial back) finishes: the killed run's `tmp*` partial is made under the same
+    fingerprint as the finished result, and `show`, `lineage` and `pin` given that full fingerprint
+    (or a prefix of it) name the result, not "ambiguous"."""
+    env, partial = _killed_batched_map(tmp_path)
     done = subprocess.run(
         [sys.executable, "p.py", "d.csv", "-"],
         env={**env, "KILL_AT": "-1"},
