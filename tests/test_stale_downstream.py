@@ -97,6 +97,11 @@ def _edit_helper(project: Path) -> None:
     (project / "helpers.py").write_text(HELPERS.replace(".lower()", ""), encoding="utf-8")
 
 
+def _replace_in(path: Path, old: str, new: str) -> None:
+    """Edit the file at `path` as the user does between two runs."""
+    path.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+
+
 def _hint_command(stderr: str) -> list[str]:
     """The `cachetool gc ...` command a hint gives, as argv."""
     start = stderr.index("`cachetool gc ")
@@ -516,8 +521,7 @@ def test_a_method_a_callable_object_reaches_through_self_is_an_edit(tmp_path: Pa
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
-    helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
-    (tmp_path / "helpers.py").write_text(helpers.replace("t.strip()", "t.strip() + '.'"), encoding="utf-8")
+    _replace_in(tmp_path / "helpers.py", "t.strip()", "t.strip() + '.'")
     run = cachetool_run("p.py", env=env, cwd=tmp_path)
     assert run.stdout == "a\n"  # the old result, reused
     said = " ".join(run.stderr.split())
@@ -543,8 +547,7 @@ def test_a_class_value_a_method_reads_through_self_is_an_edit(tmp_path: Path) ->
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "4\n"
-    helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
-    (tmp_path / "helpers.py").write_text(helpers.replace("LIMIT = 5", "LIMIT = 7"), encoding="utf-8")
+    _replace_in(tmp_path / "helpers.py", "LIMIT = 5", "LIMIT = 7")
     run = cachetool_run("p.py", env=env, cwd=tmp_path)
     said = " ".join(run.stderr.split())
     assert run.stdout == "4\n" and "(the value of `Keep.LIMIT` it reads)" in said, said
@@ -574,8 +577,7 @@ def test_a_staticmethod_or_classmethod_called_through_its_class_is_an_edit(tmp_p
         ("t.upper()", "t.upper() + '!'", 1, "up"),
         ("t.strip()", "t.strip() + '.'", 2, "clean"),
     ):
-        helpers = (tmp_path / "helpers.py").read_text(encoding="utf-8")
-        (tmp_path / "helpers.py").write_text(helpers.replace(old, new), encoding="utf-8")
+        _replace_in(tmp_path / "helpers.py", old, new)
         run = cachetool_run("p.py", env=env, cwd=tmp_path)
         said = " ".join(run.stderr.split())
         assert run.stdout == first and f"this run loaded {stale} stale result(s)" in said, said
