@@ -52,7 +52,7 @@ def measure(base: Path, results: int, pull_mb: int, pairs: int) -> list[dict[str
     import xxhash
 
     from cachetool.remote.client import open_remote
-    from cachetool.remote.record import RemoteFile, make_record
+    from cachetool.remote.transfer import RemoteFile, make_record
     from tests.remote.servers import SESSION_BUCKET, seaweed
 
     rows: list[dict[str, Any]] = []

@@ -37,7 +37,7 @@ COMMAND_FUNCTIONS = {
     "check-determinism": "check_determinism",
     "report": "write_report",
     "merge": "merge_documents",
-    "remote": "cachetool.remote.push",
+    "remote": "cachetool.remote.transfer.push",
 }
 
 #: Options that choose how a result is shown (and the exit code it gives), or whether a plan is
@@ -53,7 +53,7 @@ OTHER_FUNCTION = {
     ("stats", "zero"): "zero_stats",
     ("gc", "break_lease"): "break_lease",
     ("verify", "list"): "quarantined",
-    ("remote", "action"): "cachetool.remote.pull",
+    ("remote", "action"): "cachetool.remote.transfer.pull",
 }
 
 #: Arguments whose keyword is shorter than the name the help shows (`[SCRIPT_ARGS]...`).
@@ -182,6 +182,10 @@ GONE = {
     "cachetool.history.explain.source_text",
     "cachetool.maintenance.verify.checks",
     "cachetool.trace.roots",
+    "cachetool.remote.push",
+    "cachetool.remote.pull",
+    "cachetool.remote.hook",
+    "cachetool.remote.record",
 }
 
 

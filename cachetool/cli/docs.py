@@ -114,7 +114,8 @@ API = (
     ("The demo: `demo`", "build_demo"),
     (
         "Many machines: `remote`, `ls s3://`, `verify s3://`, `gc s3://`",
-        "remote.push remote.pull remote.Pushed remote.Pulled remote.fleet.list_remote "
+        "remote.transfer.push remote.transfer.pull remote.transfer.Pushed remote.transfer.Pulled "
+        "remote.fleet.list_remote "
         "remote.fleet.verify_remote remote.fleet.plan_remote_gc remote.fleet.execute_remote_gc",
     ),
     ("Errors and exit codes", "errors.CachetoolError errors.ExitCode"),

@@ -73,7 +73,7 @@ def remote_command(
     import typer
 
     from cachetool.hints import shell_command
-    from cachetool.remote import pull, push
+    from cachetool.remote.transfer import pull, push
 
     names = list(fingerprints or ())
     if action == "push":

@@ -12,7 +12,7 @@ from typing import Any
 
 from cachetool.errors import ExitCode
 from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote, short_error
-from cachetool.remote.record import RECORD_NAME, read_record
+from cachetool.remote.transfer import RECORD_NAME, read_record
 from cachetool.safejson import json_fields
 
 #: The first range read of a file: enough for the schema message `datasets` writes (a few kB).

@@ -1,26 +1,145 @@
-"""`push` and `pull`: one step's cache files to the remote and back (docs/remote.md). Push writes
-each file once, then the record; pull downloads under `tmpXXXXXXXX` names, checks sizes, xxh3 and
-the Arrow stream, and only then links each file to its name (never replacing one).
+"""Results on the remote (docs/remote.md): the producer record of each (`<fp>/record.json`, written
+after the files it names: name, size, xxh3; HMAC-signed with a key; a reader trusts nothing in it it
+has not checked), `push` and `pull`, and the hooks of a traced run. Push writes each file once,
+then the record; pull downloads under `tmpXXXXXXXX` names, checks sizes, xxh3 and the Arrow stream,
+and only then links each file to its name (never replacing one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
+import hashlib
+import hmac
+import json
 import os
 import secrets
+import socket
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cachetool.cache.layout import parse_cache_file, shard_fingerprint
-from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote
-from cachetool.remote.record import RECORD_NAME, Record, RemoteFile, read_record
+from cachetool.formatting import human_size
+from cachetool.remote.client import KEY_ENV, REMOTE_ENV, Remote, RemoteError, RemoteRefused, open_remote
 from cachetool.safejson import json_fields
 
 _CHUNK = 8 << 20
+
+
+# -- the producer record ------------------------------------------------------------------------
+RECORD_NAME = "record.json"
+FORMAT = "cachetool-remote-record/1"
+#: A record larger than this is not read (one lists a few files).
+MAX_RECORD_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a result: its name in the cache folder, size in bytes, xxh3-64 (hex)."""
+
+    name: str
+    size: int
+    xxh3: str
+
+    def to_json(self) -> dict[str, Any]:
+        return json_fields(self)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a reader uses of a checked producer record."""
+
+    fingerprint: str
+    folder: str  # where the files live, relative to a cache root (posix)
+    files: tuple[RemoteFile, ...]
+
+
+def make_record(
+    fingerprint: str,
+    folder: str,
+    files: list[RemoteFile],
+    versions: dict[str, str],
+    call_site: Any,
+    key: bytes | None,
+) -> bytes:
+    """The bytes of the record of `files` (signed with `key` when given)."""
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "fingerprint": fingerprint,
+        "folder": folder,
+        "files": [f.to_json() for f in files],
+        "versions": versions,
+        "host": socket.gethostname(),
+        "user": _user(),
+        "time": time.time(),
+        "call_site": call_site,
+    }
+    if key is not None:
+        doc["signature"] = _sign(doc, key)
+    return json.dumps(doc, sort_keys=True, indent=1).encode()
+
+
+def read_record(data: bytes, fingerprint: str, key: bytes | None) -> Record:
+    """The record `data` for `fingerprint`, checked: RemoteRefused saying why it is not used
+    (not a record, another fingerprint, a file name that is not one of its cache files, a folder
+    outside the root, and with `key` a missing or wrong signature)."""
+
+    def refuse(why: str) -> RemoteRefused:
+        return RemoteRefused(f"the remote record of {fingerprint} is not used: {why}")
+
+    if len(data) > MAX_RECORD_BYTES:
+        raise refuse(f"larger than {MAX_RECORD_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise refuse("not JSON") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise refuse("not a cachetool record")
+    signature = doc.get("signature")
+    if key is not None:
+        if not isinstance(signature, str):
+            raise refuse(f"unsigned, and {KEY_ENV} is set")
+        if not hmac.compare_digest(signature, _sign(doc, key)):
+            raise refuse(f"its signature does not match {KEY_ENV}")
+    if doc.get("fingerprint") != fingerprint:
+        raise refuse(f"it names another fingerprint ({str(doc.get('fingerprint'))[:70]})")
+    folder = doc.get("folder")
+    parts = PurePosixPath(folder).parts if isinstance(folder, str) else ("..",)
+    if not isinstance(folder, str) or folder.startswith("/") or ".." in parts or "\\" in folder:
+        raise refuse("its folder is not a relative path inside a cache root")
+    files = []
+    raw = doc.get("files")
+    for f in raw if isinstance(raw, list) and raw else [None]:
+        if not (
+            isinstance(f, dict)
+            and isinstance(f.get("name"), str)
+            and isinstance(f.get("size"), int)
+            and isinstance(f.get("xxh3"), str)
+        ):
+            raise refuse("its list of files is malformed")
+        parsed = parse_cache_file(f["name"])
+        if parsed is None or parsed[0] != fingerprint or "/" in f["name"]:
+            raise refuse(f"{f['name'][:80]!r} is not a cache file of {fingerprint}")
+        files.append(RemoteFile(f["name"], f["size"], f["xxh3"]))
+    return Record(fingerprint, folder, tuple(files))
+
+
+def _sign(doc: dict[str, Any], key: bytes) -> str:
+    body = {k: v for k, v in doc.items() if k != "signature"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key, text, hashlib.sha256).hexdigest()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no name for this uid (a container)
+        return "?"
 
 
 @dataclass(frozen=True)
@@ -157,8 +276,6 @@ def push_step(
                 f"{remote.url}/{key} already holds other bytes (an upload of another writer): "
                 f"not replaced, {fingerprint} not pushed"
             )
-    from cachetool.remote.record import make_record
-
     if call_site is None:
         call_site = _call_site(root, fingerprint)
     rel = Path(os.path.relpath(folder, root)).as_posix()
@@ -187,13 +304,9 @@ def pull_record(remote: Remote, record: Record, folder: Path) -> Pulled:
             _check_arrow(folder / tmp, f, fp)
             return got
 
-        if len(temps) == 1:
-            received = fetch(temps[0])
-        else:  # the shards of a num_proc map at once; one failed check refuses them all
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(min(8, len(temps))) as pool:
-                received = sum(pool.map(fetch, temps))
+        # The shards of a num_proc map at once; one failed check refuses them all.
+        with ThreadPoolExecutor(min(8, len(temps))) as pool:
+            received = sum(pool.map(fetch, temps))
         for tmp, f in temps:
             try:
                 os.link(tmp, f.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
@@ -272,9 +385,6 @@ class Served:
 
 def note_served(root: str | os.PathLike[str], pulled: Pulled, seconds: float, url: str) -> None:
     """Append to the root's log that `pulled` came from the remote `url` (never raises)."""
-    import json
-    import socket
-
     from cachetool.cache.layout import LEDGER_DIR
     from cachetool.cache.store import append_state
 
@@ -286,8 +396,6 @@ def note_served(root: str | os.PathLike[str], pulled: Pulled, seconds: float, ur
 
 def served(root: str | os.PathLike[str], since: float | None = None) -> list[Served]:
     """Per host, what the remote served into `root` (since `since`, seconds since the epoch)."""
-    import json
-
     from cachetool.cache.layout import LEDGER_DIR
     from cachetool.cache.store import read_state
 
@@ -401,3 +509,87 @@ def _call_site(root: str | os.PathLike[str], fingerprint: str) -> Any:
     except Exception:  # the record is still worth writing without it
         return None
     return None
+
+
+# -- the hooks of a traced run ------------------------------------------------------------------
+def _say(message: str) -> None:
+    sys.stderr.write(f"cachetool: {message}\n")
+
+
+class RemoteHook:
+    """Pull on a miss, push after a compute, for one traced process."""
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+        self._failed = False
+
+    def before_compute(self, path: str, kwargs: Mapping[str, Any]) -> None:
+        """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
+        it nor one of its shards is there, place the remote's copy (checked) so that `datasets`
+        finds it. Not for a step told to compute (`load_from_cache_file=False`), nor with caching
+        off."""
+        folder, name = os.path.split(path)
+        parsed = parse_cache_file(name)
+        if kwargs.get("load_from_cache_file") is False or parsed is None or self._failed:
+            return
+        fingerprinting = sys.modules.get("datasets.fingerprint")
+        if fingerprinting is not None and not fingerprinting.is_caching_enabled():
+            return  # `disable_caching()`: datasets would not load it
+        if cache_files_of(folder, parsed[0]):
+            return
+        try:
+            record = fetch_record(self.remote, parsed[0])
+            if record is None:
+                return
+            started = time.monotonic()
+            pulled = pull_record(self.remote, record, Path(folder))
+            if pulled.received:
+                from cachetool.cache.dirs import enclosing_root
+
+                took = time.monotonic() - started
+                note_served(enclosing_root(folder), pulled, took, self.remote.url)
+            _say(f"{parsed[0]} from {self.remote.url} ({human_size(pulled.received)}, checked)")
+        except RemoteRefused as e:
+            _say(f"{e.message}; the step computes here")
+        except Exception as e:
+            self._give_up(e)
+
+    def after_compute(self, records: Iterable[Any]) -> None:
+        """Push what the steps of `records` (ledger records) computed and wrote in a cache root."""
+        from cachetool.history.records.steps import StepRecord
+
+        seen = set()
+        for rec in records:
+            if not (isinstance(rec, StepRecord) and rec.computed and rec.root) or self._failed:
+                continue
+            for f in rec.files:
+                folder, name = os.path.split(f.path)
+                parsed = parse_cache_file(name)
+                inside = folder.startswith(rec.root.rstrip("/") + "/")
+                if f.status != "written" or parsed is None or not inside or (folder, parsed[0]) in seen:
+                    continue
+                seen.add((folder, parsed[0]))
+                call_site = rec.call_site.to_json() if rec.call_site is not None else None
+                try:
+                    push_step(self.remote, rec.root, folder, parsed[0], call_site)
+                except RemoteRefused as e:
+                    _say(e.message)
+                except Exception as e:
+                    self._give_up(e)
+
+    def _give_up(self, e: Exception) -> None:
+        self._failed = True
+        why = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        _say(f"the remote is not used for the rest of this run: {why}")
+
+
+def hook_from_env() -> RemoteHook | None:
+    """The hooks of the remote `CACHETOOL_REMOTE` names; None (nothing imported) when unset or
+    when it cannot be used (said once on stderr)."""
+    if not os.environ.get(REMOTE_ENV):
+        return None
+    try:
+        return RemoteHook(open_remote())
+    except Exception as e:
+        _say(f"{REMOTE_ENV} is not used: {getattr(e, 'message', e)}")
+        return None

@@ -185,7 +185,7 @@ class Tracer:
         #: The run's start (`start_run`), written to each root before the run's first record there.
         self._start: LedgerRecord | None = None
         self._entered: set[str] = set()  # roots the run wrote in: each has the start and a lease
-        #: Pull on a miss, push after a compute (`cachetool.remote.hook`): with a remote configured.
+        #: Pull on a miss, push after a compute (`cachetool.remote.transfer`): with a remote configured.
         self.remote: Any = None
 
     # -- installation -----------------------------------------------------------------------
@@ -217,7 +217,7 @@ class Tracer:
             warn(f"tracing is off: installing the hooks failed ({type(e).__name__}: {e})")
             return False
         if self._ledger and os.environ.get("CACHETOOL_REMOTE"):
-            from cachetool.remote.hook import hook_from_env
+            from cachetool.remote.transfer import hook_from_env
 
             self.remote = hook_from_env()
         self.enabled = True

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.remote import push
+from cachetool.remote.transfer import push
 from tests.conftest import invoke
 from tests.remote.conftest import Bucket
 from tests.remote.test_remote import FOLDER, FP, cache_file

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cachetool.remote import pull, push
+from cachetool.remote.transfer import pull, push
 from tests.conftest import invoke
 from tests.remote.conftest import Bucket
 
