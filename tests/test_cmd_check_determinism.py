@@ -19,8 +19,13 @@ from typer.testing import CliRunner
 from cachetool.cli.app import app
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.render import cause_lines, github_lines, human_lines
-from cachetool.determinism.report import DeterminismReport, load_events
+from cachetool.determinism.report import (
+    DeterminismReport,
+    cause_lines,
+    github_lines,
+    human_lines,
+    load_events,
+)
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
 from tests.corpus_pipeline import causes_of, check_once, events_of, once

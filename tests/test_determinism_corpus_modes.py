@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.render import cause_lines, human_lines
-from cachetool.determinism.report import DeterminismReport
+from cachetool.determinism.report import DeterminismReport, cause_lines, human_lines
 from tests.conftest import hf_env
 from tests.corpus_pipeline import CORPUS, causes_of, once, write_pipeline
 

@@ -21,8 +21,7 @@ import xxhash
 
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.render import human_lines
-from cachetool.determinism.report import DeterminismReport
+from cachetool.determinism.report import DeterminismReport, human_lines
 from cachetool.errors import ExitCode
 from cachetool.history.records.parts import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env

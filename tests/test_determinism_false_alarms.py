@@ -288,8 +288,7 @@ def test_a_value_set_on_first_use_is_named_as_present_in_some_runs_only() -> Non
 def test_two_dicts_that_differ_give_every_leaf_capped_with_a_count() -> None:
     """Two dicts of a function differ in 5 keys each: all 10 differing leaves are counted, the first
     few named, each with its own kind and hint."""
-    from cachetool.determinism.render import cause_lines
-    from cachetool.determinism.report import Cause, Step
+    from cachetool.determinism.report import Cause, Step, cause_lines
     from cachetool.fingerprint.diff import diff_trees
 
     def fn(offset: int) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def check_determinism_command(
     import sys
 
     from cachetool.determinism.check import CheckOptions, check_determinism
-    from cachetool.determinism.render import github_lines, human_lines
+    from cachetool.determinism.report import github_lines, human_lines
 
     # `script_args` is `args` of check_determinism, named for the help and the reference
     options = CheckOptions(args=script_args or [], hash_seeds=_parse_seeds(hash_seeds), **keywords)
