@@ -240,12 +240,11 @@ def pull(
     record = fetch_record(target, fingerprint)
     if record is None:
         raise RemoteError(f"{fingerprint} is not on the remote {target.url}")
-    started = time.monotonic()
-    got = pull_record(target, record, root / record.folder)
+    folder = root / record.folder
+    got = pull_record(target, record, folder, root)
     if got.received:
-        note_served(root, got, time.monotonic() - started, target.url)
         return got
-    folder = root / record.folder  # every file was there: are they the remote's?
+    # Every file was there: are they the remote's?
     other = tuple(folder / f.name for f in record.files if file_digest(folder / f.name) != (f.size, f.xxh3))
     return replace(got, other_bytes=other)
 
@@ -286,9 +285,10 @@ def push_step(
     return Pushed(fingerprint, tuple(names), sent)
 
 
-def pull_record(remote: Remote, record: Record, folder: Path) -> Pulled:
-    """Place the files of the checked `record` in `folder`; see the module's docstring."""
-    fp = record.fingerprint
+def pull_record(remote: Remote, record: Record, folder: Path, root: str | os.PathLike[str]) -> Pulled:
+    """Place the files of the checked `record` in `folder` (see the module's docstring), and note
+    in the cache root `root` what was received."""
+    fp, started = record.fingerprint, time.monotonic()
     present = [f for f in record.files if os.path.lexists(folder / f.name)]
     if len(present) == len(record.files):
         return Pulled(fp, tuple(folder / f.name for f in record.files))
@@ -312,7 +312,9 @@ def pull_record(remote: Remote, record: Record, folder: Path) -> Pulled:
                 os.link(tmp, f.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
             except FileExistsError:  # another process placed (or wrote) it meanwhile: theirs stays
                 pass
-        return Pulled(fp, tuple(folder / f.name for f in record.files), received)
+        pulled = Pulled(fp, tuple(folder / f.name for f in record.files), received)
+        note_served(root, pulled, time.monotonic() - started, remote.url)
+        return pulled
     finally:
         for tmp, _ in temps:
             with contextlib.suppress(OSError):
@@ -541,13 +543,9 @@ class RemoteHook:
             record = fetch_record(self.remote, parsed[0])
             if record is None:
                 return
-            started = time.monotonic()
-            pulled = pull_record(self.remote, record, Path(folder))
-            if pulled.received:
-                from cachetool.cache.dirs import enclosing_root
+            from cachetool.cache.dirs import enclosing_root
 
-                took = time.monotonic() - started
-                note_served(enclosing_root(folder), pulled, took, self.remote.url)
+            pulled = pull_record(self.remote, record, Path(folder), enclosing_root(folder))
             _say(f"{parsed[0]} from {self.remote.url} ({human_size(pulled.received)}, checked)")
         except RemoteRefused as e:
             _say(f"{e.message}; the step computes here")
