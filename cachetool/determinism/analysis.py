@@ -34,8 +34,6 @@ from cachetool.fingerprint.diff import (
 from cachetool.fingerprint.tree import as_node, iter_nodes, node_at, part_key, types_on_path
 from cachetool.history.records.parts import ArgInfo
 
-__all__ = ["align", "analyze"]
-
 _SHARD = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
 
 #: What a call is, wherever it happened: type, operation, transform, call site, internal or not.

@@ -224,21 +224,11 @@ def check_determinism(
 ) -> DeterminismReport:
     """Run `script` `runs` times with distinct hash seeds, compare every fingerprint, explain the first.
 
-    `hash_seeds` fixes the seeds (its length sets the number of runs); the default is ``1..runs``, so
-    a verdict is reproducible. `isolated` gives each run a fresh temporary cache; the runs go one
-    after another, or up to `jobs` at once for a script that writes no file outside its cache (a
-    `save_to_disk` folder two runs write at once can kill a run with SIGBUS). When a difference is
-    found and `rerun` is true, one more run with the first run's seed tells whether the difference
-    depends on ``PYTHONHASHSEED`` or changes on every run. `launcher` replaces the traced
-    interpreter (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events).
-    `progress` is called about twice a second per running run (the steps it recorded so far) and
-    once when it ends. With `cold` (the default) the first run of a shared cache computes every
-    step, so a step whose function changes what a later step hashes shows even on a warm cache;
-    it writes what the cache lacks where a plain run would (the next run loads it) and leaves the
-    files the cache holds alone. ``cold=False`` saves that recomputation.
-
-    Mirrors ``cachetool check-determinism`` (``--runs``, ``--hash-seeds``, ``--timeout``,
-    ``--isolated``, ``--jobs``, ``--no-cold``).
+    The options are `CheckOptions`' (``cachetool check-determinism``'s). When a difference is found
+    and `rerun` is true, one more run with the first run's seed tells whether it depends on
+    ``PYTHONHASHSEED`` or changes on every run. `launcher` replaces the traced interpreter
+    (``[sys.executable]`` runs the script plainly: only `cachetool.checkpoint` events). `progress`
+    is called about twice a second per running run and once when it ends.
     """
     o = CheckOptions(script, tuple(args), runs, hash_seeds, timeout, isolated, jobs, rerun, cold)
     env = dict(os.environ if env is None else env)

@@ -417,10 +417,6 @@ def _relative(path: str) -> str:
     return path if rel.startswith(".." + os.sep) else rel
 
 
-def _location(step: Step) -> str:
-    return _relative(step.location)
-
-
 def _what(cause: Cause) -> str:
     step = cause.step
     parts = [step.operation or step.type]
@@ -445,7 +441,7 @@ _VARIATIONS = {
 def _step_name(step: Step) -> str:
     what = f"{step.operation} {step.function}" if step.function else step.operation
     split = f" on split {step.split}" if step.split else ""
-    return f"step {step.index + 1} ({what}{split} at {_location(step)})"
+    return f"step {step.index + 1} ({what}{split} at {_relative(step.location)})"
 
 
 def _source_lines(cause: Cause) -> list[str]:
@@ -561,10 +557,14 @@ _BY_KIND: dict[str, Callable[[Cause], list[str]]] = {
 }
 
 
+def _headline(cause: Cause, fingerprints: str) -> str:
+    return f"{_relative(cause.step.location)}  {_what(cause)}: fingerprint {fingerprints}"
+
+
 def cause_lines(cause: Cause) -> list[str]:
     """The explanation of one cause, as indented lines."""
     fps = " vs ".join(dict.fromkeys(_short(fp) for fp in cause.step.results))
-    lines = [f"{_location(cause.step)}  {_what(cause)}: fingerprint {fps}"]
+    lines = [_headline(cause, fps)]
     lines += _BY_KIND.get(cause.kind, _argument_lines)(cause)
     if cause.variation:
         lines.append(f"  {_VARIATIONS[cause.variation]}")
@@ -578,7 +578,7 @@ def unobserved_lines(cause: Cause) -> list[str]:
     """A step every run agrees on that hashes an object an earlier step changed, where every run
     computed that step: a note (not a cause: nothing was observed to differ)."""
     lines = [
-        f"{_location(cause.step)}  {_what(cause)}: fingerprint {_short(cause.step.results[0])} in every run",
+        _headline(cause, f"{_short(cause.step.results[0])} in every run"),
         f"  note: it hashes an object that {_origin(cause)} changes while it runs, and every run here "
         "computed",
         "  that step: whether a run that loads it from the cache gives the same fingerprint was not seen",

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["GO", "GO_FD_ENV", "PREIMPORT_ENV", "main"]
-
 #: The file descriptor this interpreter waits on.
 GO_FD_ENV = "CACHETOOL_CHECK_GO_FD"
 #: "1": import `datasets` while waiting (the script sets no environment variable of its own).
