@@ -327,9 +327,8 @@ def _download(remote: Remote, key: str, dir_fd: int, tmp: str, f: RemoteFile) ->
     import xxhash
 
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    mask = os.umask(0)
-    os.umask(mask)
-    fd = os.open(tmp, flags, 0o666 & ~mask, dir_fd=dir_fd)
+    # The umask applies, as to a file `datasets` writes (never set here: the shards download at once).
+    fd = os.open(tmp, flags, 0o666, dir_fd=dir_fd)
     h, size = xxhash.xxh3_64(), 0
     with os.fdopen(fd, "wb") as out:
         try:

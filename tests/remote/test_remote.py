@@ -72,6 +72,28 @@ def test_push_then_pull_gives_the_same_file_where_its_producer_had_it(
     assert pull(FP, cache_dir=b).received == 0  # there already: nothing downloaded
 
 
+def test_pulled_shards_get_the_mode_the_umask_gives_every_new_file(
+    bucket: Bucket, host_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shards of a num_proc map are downloaded at once; each placed file is readable as any file
+    the user's umask makes (0o640 under umask 027), none left writable by others."""
+    use(monkeypatch, bucket)
+    shards = [f"cache-{FP}_{i:05d}_of_00004.arrow" for i in range(4)]
+    for name in shards:
+        cache_file(host_a / FOLDER / name, f"{FP}_{shards.index(name):05d}_of_00004")
+    (host_a / FOLDER / f"cache-{FP}.arrow").unlink()
+    push([FP], cache_dir=host_a)
+    b = tmp_path / "b"
+    b.mkdir()
+    old = os.umask(0o027)
+    try:
+        got = pull(FP, cache_dir=b)
+    finally:
+        os.umask(old)
+    assert sorted(f.name for f in got.files) == shards
+    assert {oct(f.stat().st_mode & 0o777) for f in got.files} == {oct(0o640)}
+
+
 def test_a_second_push_sends_nothing(bucket: Bucket, host_a: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pushing what is on the remote already is a no-op that says so (exit 0)."""
     use(monkeypatch, bucket)
