@@ -13,7 +13,6 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from cachetool.errors import CacheNotFound, CachetoolError, ExitCode
@@ -285,8 +284,10 @@ class Output:
     def json(self, doc: dict[str, Any]) -> None:
         """One document in the envelope every command shares: `version` first, then the fields."""
         # Indented for a person at a terminal; compact (and several times faster) in a pipe.
+        from cachetool.safejson import json_value  # paths, enums and typed values
+
         indent = 2 if sys.stdout.isatty() else None
-        text = json.dumps(envelope(doc), indent=indent, ensure_ascii=True, default=_json_default)
+        text = json.dumps(envelope(doc), indent=indent, ensure_ascii=True, default=json_value)
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
@@ -477,11 +478,3 @@ def whole_fits(
     need = sum(widths[h][0] for h in whole) + 2 * (len(headers) - 1)
     need += sum(min(12, max([len(headers[i]), *(len(r[i]) for r in rows)])) for i in others)
     return need <= width
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return os.fsdecode(obj)
-    if isinstance(obj, Enum):
-        return obj.value
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
