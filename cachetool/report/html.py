@@ -411,19 +411,6 @@ def _problems_html(data: ReportData) -> str:
     )
 
 
-def write_page(data: ReportData, output: str | os.PathLike[str]) -> int:
-    """Write the page to `output` (atomically: a partial page never replaces a good one) and
-    return its size in bytes."""
-    # A file name that is not UTF-8 holds surrogate-escaped bytes: shown escaped (`\udce9`).
-    text = render_html(data).encode("utf-8", "backslashreplace")
-    out = os.fspath(output)
-    tmp = f"{out}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(text)
-    os.replace(tmp, out)
-    return len(text)
-
-
 def write_report(
     root: str | os.PathLike[str], output: str | os.PathLike[str] = "report.html", *, verify: bool = True
 ) -> tuple[ReportData, int]:
@@ -433,12 +420,18 @@ def write_report(
     [--no-verify]`.
 
     Raises `CachetoolError` when `output` cannot be written (its folder missing, no permission)."""
-    folder = os.path.dirname(os.fspath(output)) or "."
+    out = os.fspath(output)
+    folder = os.path.dirname(out) or "."
     if not os.path.isdir(folder):
-        raise CachetoolError(f"cannot write {os.fspath(output)}: folder {folder} does not exist")
+        raise CachetoolError(f"cannot write {out}: folder {folder} does not exist")
     data = build_report(root, verify=verify)
-    try:
-        size = write_page(data, output)
+    # A file name that is not UTF-8 holds surrogate-escaped bytes: shown escaped (`\udce9`).
+    text = render_html(data).encode("utf-8", "backslashreplace")
+    tmp = f"{out}.tmp-{os.getpid()}"
+    try:  # a partial page never replaces a good one
+        with open(tmp, "wb") as f:
+            f.write(text)
+        os.replace(tmp, out)
     except OSError as e:
-        raise CachetoolError(f"cannot write {os.fspath(output)}: {e.strerror or e}") from None
-    return data, size
+        raise CachetoolError(f"cannot write {out}: {e.strerror or e}") from None
+    return data, len(text)
