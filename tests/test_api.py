@@ -171,6 +171,8 @@ GONE = {
     "cachetool.cache.query.is_pinned",
     "cachetool.history.explain.stale_hits",
     "cachetool.report.report",
+    "cachetool.cli.completions",
+    "cachetool.cli.tables",
     "cachetool.determinism.events.read_events",
     "cachetool.fingerprint.decompose",
     "cachetool.cache.ipc_headers",

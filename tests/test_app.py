@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cachetool import __version__
 from cachetool.cli.app import app
-from cachetool.cli.completions import SHELLS, completion_script
+from cachetool.cli.docs import SHELLS, completion_script
 from tests import forks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_completion_scripts_are_current() -> None:
     for shell, name in SHELLS.items():
         path = ROOT / "completions" / name
         assert path.read_text() == completion_script(shell), (
-            f"{path} is stale: run python -m cachetool.cli.completions completions"
+            f"{path} is stale: run python -m cachetool.cli.docs"
         )
 
 

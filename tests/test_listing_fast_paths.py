@@ -155,7 +155,7 @@ def test_large_tables_are_drawn_as_rich_draws_them() -> None:
     120 columns; a table too wide for the terminal is still Rich's."""
     import random
 
-    from cachetool.cli.tables import plain_column_lines
+    from cachetool.cli.output import plain_column_lines
 
     def plain_table_lines(columns: Any, rows: Any, widths: Any, width: int) -> list[str] | None:
         return plain_column_lines(

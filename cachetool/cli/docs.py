@@ -1,8 +1,9 @@
-"""Generate from the app the command reference (docs/commands.md), and the Python API reference
-(docs/api.md) from the docstrings.
+"""Generate from the app the command reference (docs/commands.md), the Python API reference
+(docs/api.md) from the docstrings, and the shell completion scripts (completions/).
 
-`python -m cachetool.cli.docs` rewrites the part between each file's `start` / `end` markers; a
-test fails when one is stale.
+`python -m cachetool.cli.docs` rewrites the part between each file's `start` / `end` markers and
+the scripts; a test fails when one is stale. The scripts ask `cachetool` itself for candidates at
+TAB time (Click's completion protocol), so command and option names come from the installed app.
 """
 
 from __future__ import annotations
@@ -175,18 +176,38 @@ BLOCKS = {
 }
 
 
+#: The completion script of each shell, by its file name in completions/.
+SHELLS = {"bash": "cachetool.bash", "zsh": "_cachetool", "fish": "cachetool.fish"}
+
+
+def completion_script(shell: str) -> str:
+    from typer.completion import get_completion_script
+
+    return (
+        get_completion_script(prog_name="cachetool", complete_var="_CACHETOOL_COMPLETE", shell=shell) + "\n"
+    )
+
+
 def update(path: Path) -> bool:
-    """Rewrite the generated block of `path` (named in `BLOCKS`); True when the file changed."""
+    """Rewrite the generated block of `path` (named in `BLOCKS`), or the scripts in the folder
+    `completions`; True when a file changed."""
+    if path.name == "completions":
+        path.mkdir(parents=True, exist_ok=True)
+        return any([_write(path / name, completion_script(shell)) for shell, name in SHELLS.items()])
     start, end, body = BLOCKS[path.name]
     text = path.read_text(encoding="utf-8")
     head, _, rest = text.partition(start)
-    new = f"{head}{start}\n\n{body()}\n{end}{rest.partition(end)[2]}"
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-    return new != text
+    return _write(path, f"{head}{start}\n\n{body()}\n{end}{rest.partition(end)[2]}")
+
+
+def _write(path: Path, text: str) -> bool:
+    changed = not path.exists() or path.read_text(encoding="utf-8") != text
+    if changed:
+        path.write_text(text, encoding="utf-8")
+    return changed
 
 
 if __name__ == "__main__":
-    targets = [Path("docs/commands.md"), Path("docs/api.md")]
+    targets = [Path("docs/commands.md"), Path("docs/api.md"), Path("completions")]
     for target in [Path(a) for a in sys.argv[1:]] or targets:
         print(f"{target}: {'updated' if update(target) else 'up to date'}")

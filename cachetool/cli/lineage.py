@@ -19,21 +19,13 @@ NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 @command(
     fingerprint=arg("A fingerprint or a unique prefix of one.", default=REQUIRED),
     descendants=opt("--descendants", "-d", help="Show the tree of what was made from it."),
-    all_=opt("--all", "-a", help="Show the whole forest of its dataset (every branch)."),
+    all=opt("--all", "-a", help="Show the whole forest of its dataset (every branch)."),
     internal=opt("--internal", help="Include calls datasets makes itself (set_format, shards)."),
     cache_dir=CACHE_DIR,
     all_roots=ALL_ROOTS,
     **output("dot", "mermaid", quiet="the steps' fingerprints, one a line"),
 )
-def run_lineage(
-    fingerprint: str,
-    cache_dir: Path | None,
-    out: Output,
-    descendants: bool,
-    all_: bool,
-    internal: bool,
-    all_roots: bool,
-) -> None:
+def run_lineage(fingerprint: str, cache_dir: Path | None, out: Output, **options: bool) -> None:
     """Show where a fingerprint comes from: the chain of recorded steps from its source.
 
     One step a line: operation, function (name @ file:line), key arguments, fingerprint, how many
@@ -64,7 +56,6 @@ def run_lineage(
     from cachetool.cache.walk import gc_paused
     from cachetool.history.query import lineage
 
-    options = {"descendants": descendants, "all": all_, "internal": internal, "all_roots": all_roots}
     with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
         view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
     if out.format == OutputFormat.dot:
@@ -107,7 +98,7 @@ def _runs(step: Step) -> str:
 
 
 def _notes(step: Step) -> str:
-    rf = step.random_fallback
+    rf, rec = step.random_fallback, step.record
     notes = [
         "new_fingerprint= given" if step.fingerprint_given else "",
         f"random fingerprint: {rf.argument or 'the transform'} could not be hashed ({rf.error})"
@@ -118,15 +109,10 @@ def _notes(step: Step) -> str:
         *(f"saved to {path}" for path in step.saved_to),
         step.deleted or "",
         step.where or "",
-        *_given_back(step),
+        # what its latest run gave back: the rows it resumed, the result it re-keyed
+        *(p.text for p in ((rec.resumed, rec.rekeyed) if rec else ()) if p is not None),
     ]
     return "; ".join(n for n in notes if n)
-
-
-def _given_back(step: Step) -> list[str]:
-    """What the step's latest run gave back: the rows it resumed, the result it re-keyed."""
-    rec = step.record
-    return [p.text for p in (rec.resumed, rec.rekeyed) if p is not None] if rec is not None else []
 
 
 def _parts(step: Step) -> list[str]:

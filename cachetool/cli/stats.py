@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -35,16 +35,7 @@ if TYPE_CHECKING:
     cache_dir=CACHE_DIR,
     **output(quiet="the hit rate alone, 0 to 1 (empty: no lookups)"),
 )
-def stats_command(
-    since: str | None,
-    zero: bool,
-    all_: bool,
-    top: int,
-    compact: bool,
-    dry_run: bool,
-    cache_dir: Path | None,
-    out: Output,
-) -> None:
+def stats_command(zero: bool, top: int, cache_dir: Path | None, out: Output, **options: Any) -> None:
     """Summarise the cache's hits and misses from the recorded runs, like `ccache -s`.
 
     Counts runs, steps, hits, misses (a num_proc step that reused some shards is a partial
@@ -72,7 +63,7 @@ def stats_command(
 
     Exit codes: 0 shown (also when nothing is recorded); 2 usage (bad --since, missing cache).
     """
-    if dry_run and not compact:
+    if options["dry_run"] and not options["compact"]:
         raise typer.BadParameter("goes with --compact", param_hint="--dry-run")
     from cachetool.cache.dirs import existing_root
     from cachetool.history.stats import ledger_stats, zero_stats
@@ -85,7 +76,7 @@ def stats_command(
                 f"Statistics zeroed at {_when(t)} (records kept; `cachetool stats --all` still sees them)"
             )
         return
-    report = ledger_stats(root, since=since, all_=all_, compact=compact, dry_run=dry_run)
+    report = ledger_stats(root, **options)  # since, all_, compact, dry_run
     if report.compaction is not None and out.human:
         render_compaction(out, report.compaction)
     from cachetool.cli.remote import served_lines
@@ -103,7 +94,7 @@ def stats_command(
         if report.start is not None and ledger_stats(root, all_=True).total.steps:
             how = (
                 "a longer --since counts earlier runs"
-                if since
+                if options["since"]
                 else "`cachetool stats --all` counts those before --zero"
             )
             hint(f"no step recorded since {_when(report.start)}: {how}")

@@ -202,7 +202,7 @@ def _show(out: Output, report: VerifyReport) -> None:
     """The report in the chosen sink."""
     shown = report.errors + (report.warnings if report.strict else ())
     if out.format == OutputFormat.github:
-        from cachetool.annotations import annotation
+        from cachetool.formatting import annotation
 
         for f in report.findings:
             level = {"error": "error", "warning": "warning", "info": "notice"}[f.severity.value]

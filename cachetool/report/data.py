@@ -20,16 +20,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Tile:
-    """One rectangle of the treemap: the root, a dataset folder, or an entry."""
+    """One rectangle of the treemap: the root, a dataset folder, or an entry, with what it holds."""
 
-    id: str
-    parent: str  # "" for the root
     label: str
     size: int
     kind: str  # an entry's kind; "dataset" or "root" for folders
-    age: float | None  # seconds since last use, entries only
+    age: float | None = None  # seconds since last use, entries only
     rows: int | None = None
     fingerprint: str | None = None
+    children: tuple[Tile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class Problem:
 class ReportData:
     root: Path
     generated_at: float
-    tiles: tuple[Tile, ...]
+    tree: Tile  # the root: its dataset folders and the entries at its top
     nodes: tuple[Node, ...]
     edges: tuple[tuple[str, str], ...]  # (parent, child) fingerprints
     site_runs: tuple[SiteRun, ...]
@@ -80,15 +79,16 @@ class ReportData:
 
     @property
     def size(self) -> int:
-        return sum(t.size for t in self.tiles if t.parent == "")
+        return self.tree.size
 
     @property
     def dataset_count(self) -> int:
-        return sum(t.kind == "dataset" for t in self.tiles)
+        return sum(t.kind == "dataset" for t in (self.tree, *self.tree.children))
 
     @property
     def entry_count(self) -> int:
-        return sum(t.kind not in ("dataset", "root") for t in self.tiles)
+        tops = self.tree.children
+        return sum(len(t.children) if t.kind == "dataset" else 1 for t in tops)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,7 +122,6 @@ def build_report(
     ledger = Ledger.load(Path(root).expanduser().resolve())
     report = scan_cache(root, usage=ledger.usage(), liveness=scan_in_use)
     warnings: list[str] = [str(w) for w in report.warnings]
-    tiles = _tiles(report, now)
     graph = load_graph(ledger, warnings=warnings)
     nodes, edges = _lineage(graph)
     site_runs = _site_runs(graph.records)
@@ -141,7 +140,7 @@ def build_report(
     return ReportData(
         report.root,
         now,
-        tuple(tiles),
+        _tree(report, now),
         tuple(nodes),
         tuple(edges),
         tuple(site_runs),
@@ -150,46 +149,32 @@ def build_report(
     )
 
 
-def _tiles(report: Any, now: float) -> list[Tile]:
-    root_id = os.fsdecode(report.root)
+def _tree(report: Any, now: float) -> Tile:
+    """The root's tile: a tile per dataset folder (its entries inside), then one per entry at the
+    top of the root. A root that is itself a dataset folder (a `save_to_disk` folder) is one."""
+    root = os.fsdecode(report.root)
     names = {os.fsdecode(d.path): d.name for d in report.datasets}
-    # a root that is itself a dataset folder (a `save_to_disk` folder) is counted and named as one
-    kind = "dataset" if root_id in names else "root"
-    tiles = [
-        Tile(root_id, "", names.get(root_id, os.path.basename(root_id) or root_id), report.size, kind, None)
-    ]
-    folders: dict[str, list[Any]] = defaultdict(list)
+    folders: dict[str, list[Tile]] = {folder: [] for folder in names}
     for e in report.entries:
-        folder = os.fsdecode(e.dataset_dir) if e.dataset_dir else root_id
-        folders[folder].append(e)
-    for d in report.datasets:
-        folders.setdefault(os.fsdecode(d.path), [])
-    for folder, entries in sorted(folders.items()):
-        parent = root_id
-        if folder != root_id:
-            parent = folder
-            size = sum(e.size for e in entries)
-            tiles.append(
-                Tile(folder, root_id, names.get(folder, os.path.basename(folder)), size, "dataset", None)
-            )
-        for e in entries:
-            used = e.used
-            label = f"{e.kind.value} {e.fingerprint[:8]}" if e.fingerprint else e.path.name
-            if e.split and e.kind in (Kind.SOURCE, Kind.SAVED):
-                label = f"{e.split} ({label})"
-            tiles.append(
-                Tile(
-                    f"{folder}\x00{os.fsdecode(e.path)}",
-                    parent,
-                    label,
-                    e.size,
-                    e.kind.value,
-                    None if used is None else max(0.0, now - used),
-                    e.rows,
-                    e.fingerprint,
-                )
-            )
-    return tiles
+        label = f"{e.kind.value} {e.fingerprint[:8]}" if e.fingerprint else e.path.name
+        if e.split and e.kind in (Kind.SOURCE, Kind.SAVED):
+            label = f"{e.split} ({label})"
+        age = None if e.used is None else max(0.0, now - e.used)
+        tile = Tile(label, e.size, e.kind.value, age, e.rows, e.fingerprint)
+        folders.setdefault(os.fsdecode(e.dataset_dir) if e.dataset_dir else root, []).append(tile)
+    tops = [
+        Tile(
+            names.get(folder, os.path.basename(folder)),
+            sum(t.size for t in tiles),
+            "dataset",
+            children=tuple(tiles),
+        )
+        for folder, tiles in sorted(folders.items())
+        if folder != root
+    ]
+    kind = "dataset" if root in names else "root"
+    label = names.get(root, os.path.basename(root) or root)
+    return Tile(label, report.size, kind, children=(*folders.get(root, ()), *tops))
 
 
 def _lineage(graph: Any) -> tuple[list[Node], list[tuple[str, str]]]:

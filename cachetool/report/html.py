@@ -111,18 +111,14 @@ def _tile_title(t: Tile) -> list[str]:
 def treemap_svg(data: ReportData, width: int = 1200, height: int = 520) -> str:
     """The cache's space as nested rectangles: a box per dataset folder (entries at the top of the
     root gathered in one), inside it a rectangle per entry coloured by kind."""
-    children: dict[str, list[Tile]] = defaultdict(list)
-    for t in data.tiles:
-        children[t.parent].append(t)
-    root = children[""][0] if children[""] else None
-    tops = children[root.id] if root else []
-    loose = [t for t in tops if t.kind != "dataset" and t.size > 0]
+    root = data.tree
+    loose = [t for t in root.children if t.kind != "dataset" and t.size > 0]
     folders: list[tuple[str, list[str], list[Tile]]] = [
-        (t.label, _tile_title(t), [c for c in children[t.id] if c.size > 0])
-        for t in tops
+        (t.label, _tile_title(t), [c for c in t.children if c.size > 0])
+        for t in root.children
         if t.kind == "dataset"
     ]
-    if loose and root is not None and root.kind == "dataset":  # the root is a saved folder
+    if loose and root.kind == "dataset":  # the root is a saved folder
         folders.append((root.label, _tile_title(root), loose))
     elif loose:
         folders.append(("(top of the cache)", ["entries at the top of the cache"], loose))
@@ -150,7 +146,7 @@ def treemap_svg(data: ReportData, width: int = 1200, height: int = 520) -> str:
         least = sum(c.size for c in entries) * 16 / (w * h)
         small = [c for c in entries if c.size < least]
         if len(small) > 1:
-            rest = Tile("", "", f"{len(small)} smaller entries", sum(c.size for c in small), "other", None)
+            rest = Tile(f"{len(small)} smaller entries", sum(c.size for c in small), "other")
             entries = sorted([*entries[: len(entries) - len(small)], rest], key=lambda c: -c.size)
         inner = (x + side + 2, y + top + 1, max(w - side - 4, 1.0), max(h - top - 3, 1.0))
         for c, (ex, ey, ew, eh) in zip(entries, _squarify([c.size for c in entries], *inner), strict=True):
@@ -415,19 +411,6 @@ def _problems_html(data: ReportData) -> str:
     )
 
 
-def write_page(data: ReportData, output: str | os.PathLike[str]) -> int:
-    """Write the page to `output` (atomically: a partial page never replaces a good one) and
-    return its size in bytes."""
-    # A file name that is not UTF-8 holds surrogate-escaped bytes: shown escaped (`\udce9`).
-    text = render_html(data).encode("utf-8", "backslashreplace")
-    out = os.fspath(output)
-    tmp = f"{out}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(text)
-    os.replace(tmp, out)
-    return len(text)
-
-
 def write_report(
     root: str | os.PathLike[str], output: str | os.PathLike[str] = "report.html", *, verify: bool = True
 ) -> tuple[ReportData, int]:
@@ -437,12 +420,18 @@ def write_report(
     [--no-verify]`.
 
     Raises `CachetoolError` when `output` cannot be written (its folder missing, no permission)."""
-    folder = os.path.dirname(os.fspath(output)) or "."
+    out = os.fspath(output)
+    folder = os.path.dirname(out) or "."
     if not os.path.isdir(folder):
-        raise CachetoolError(f"cannot write {os.fspath(output)}: folder {folder} does not exist")
+        raise CachetoolError(f"cannot write {out}: folder {folder} does not exist")
     data = build_report(root, verify=verify)
-    try:
-        size = write_page(data, output)
+    # A file name that is not UTF-8 holds surrogate-escaped bytes: shown escaped (`\udce9`).
+    text = render_html(data).encode("utf-8", "backslashreplace")
+    tmp = f"{out}.tmp-{os.getpid()}"
+    try:  # a partial page never replaces a good one
+        with open(tmp, "wb") as f:
+            f.write(text)
+        os.replace(tmp, out)
     except OSError as e:
-        raise CachetoolError(f"cannot write {os.fspath(output)}: {e.strerror or e}") from None
-    return data, size
+        raise CachetoolError(f"cannot write {out}: {e.strerror or e}") from None
+    return data, len(text)

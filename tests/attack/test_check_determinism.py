@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cachetool.annotations import annotation
 from cachetool.cli.app import app
 from cachetool.determinism.check import check_determinism
 from cachetool.determinism.process import OUTPUT_CAP
 from cachetool.errors import ExitCode
+from cachetool.formatting import annotation
 from tests.attack.races import SLOW_MAP
 from tests.conftest import hf_env, short_tmp_dir
 
