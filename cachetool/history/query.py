@@ -491,11 +491,10 @@ def stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) ->
     """The stale entries among `fps`, each with a few words of why: in `root` and in the other
     roots the ledger read (a `save_to_disk` folder a map after `load_from_disk` wrote in)."""
     from cachetool.history.explain.stale import stale_hits
-    from cachetool.history.explain.view import load_view
 
     if not any(r.may_go_stale for r in ledger.steps(include_internal=True)):
         return ()
-    view = load_view(ledger)
+    view = ledger.view
     roots = dict.fromkeys([os.path.abspath(os.fspath(root)), *(os.fspath(r) for r in ledger.roots)])
     found = [s for r in roots for s in stale_hits(r, view=view, only=fps)]
     return tuple((s.fingerprint, _stale_note(s)) for s in found)
