@@ -137,13 +137,6 @@ def _files_now(rec: StepRecord) -> list[FileNow]:
     return files
 
 
-def _count_run(st: list[float], rec: StepRecord) -> None:
-    """One more run of a fingerprint's origin in its stats: ``[runs, hits, misses, last_used]``."""
-    st[0] += 1
-    st[1] += rec.cache == "hit"
-    st[2] += rec.computed
-
-
 class LineageGraph:
     """Every recorded fingerprint with its origin and children.
 
@@ -154,14 +147,12 @@ class LineageGraph:
         self, records: Iterable[LedgerRecord], *, include_internal: bool = False, root: str | None = None
     ) -> None:
         self.root = root
-        self._origin: dict[str, StepRecord] = {}
-        self._stats: dict[str, list[float]] = {}  # fp -> [runs, hits, misses, last_used]
+        self.include_internal = include_internal
+        self._origin: dict[str, StepRecord] = {}  # fp -> its latest origin (records come oldest first)
+        self._by_result: dict[str, list[StepRecord]] = {}  # fp -> its shown records, saves included
         self._children: dict[str, list[str]] = {}
-        self._saved: dict[str, list[str]] = {}
         self._removed: dict[str, GcRecord] = {}  # fp -> the latest gc record that removed its files
         self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
-        self._hosts: dict[str, list[StepRecord]] = {}  # fp -> its origins from hosts not seen before
-        self._kept: dict[str, StepRecord] = {}  # fp -> its latest origin with files in a cache
         self.records: list[StepRecord] = []
         made_file: dict[str, list[StepRecord]] = {}  # fp -> its hidden internal origins with files
         for rec in records:
@@ -174,47 +165,21 @@ class LineageGraph:
                         self._internal[rec.result] = rec
                         if rec.files:
                             made_file.setdefault(rec.result, []).append(rec)
-                else:
-                    self._add_step(rec)
-        self._adopt_internal_files(made_file)
+                    continue
+                self.records.append(rec)
+                if rec.result is not None:
+                    self._by_result.setdefault(rec.result, []).append(rec)
+                    if rec.is_origin:
+                        self._origin[rec.result] = rec
+        # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
+        # still a cache entry: its step stays reachable, marked internal, with every run that wrote
+        # or reused it (the latest run may well have loaded it from the cache).
+        for fp, made in made_file.items():
+            if fp not in self._origin:
+                self._origin[fp] = made[-1]
+                self._by_result.setdefault(fp, []).extend(made)
         self._bridge_internal()
         self._link_children()
-
-    def _add_step(self, rec: StepRecord) -> None:
-        """Count a shown step (records come oldest first: the latest origin of a fingerprint wins)."""
-        self.records.append(rec)
-        fp = rec.result
-        if fp is None:
-            return
-        st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
-        st[3] = max(st[3], rec.time)
-        if isinstance(rec, SaveRecord):
-            path = rec.saved_path
-            if path is not None and path not in self._saved.setdefault(fp, []):
-                self._saved[fp].append(path)
-            return
-        if not rec.is_origin:
-            return  # says nothing about where fp comes from
-        _count_run(st, rec)
-        self._origin[fp] = rec
-        if rec.files and rec.uncached is None:
-            self._kept[fp] = rec
-        seen = self._hosts.setdefault(fp, [])
-        if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
-            seen.append(rec)
-
-    def _adopt_internal_files(self, made_file: dict[str, list[StepRecord]]) -> None:
-        """A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
-        still a cache entry: its step stays reachable, marked internal, with every run that wrote
-        or reused it (the latest run may well have loaded it from the cache)."""
-        for fp, made in made_file.items():
-            if fp in self._origin:
-                continue
-            self._origin[fp] = made[-1]
-            st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
-            for rec in made:
-                _count_run(st, rec)
-                st[3] = max(st[3], rec.time)
 
     def _link_children(self) -> None:
         for fp, rec in self._origin.items():
@@ -249,7 +214,7 @@ class LineageGraph:
     @property
     def fingerprints(self) -> set[str]:
         """Every fingerprint a record names, as a result or as a parent."""
-        out = set(self._origin) | set(self._stats)
+        out = set(self._origin) | set(self._by_result)
         for rec in self._origin.values():
             out.update(rec.parents)
         return out
@@ -282,13 +247,15 @@ class LineageGraph:
     def step(self, fp: str) -> Step:
         """What the records say about `fp`, with its files checked on disk now."""
         rec = self._origin.get(fp)
-        st = self._stats.get(fp)
+        recs = self._by_result.get(fp, [])
+        last_used = max((r.time for r in recs), default=None)
+        saved = (r.saved_path for r in recs if isinstance(r, SaveRecord) and r.saved_path is not None)
         if rec is None:
-            return Step(
-                fp, recorded=False, last_used=st[3] if st else None, saved_to=tuple(self._saved.get(fp, ()))
-            )
+            return Step(fp, recorded=False, last_used=last_used, saved_to=tuple(dict.fromkeys(saved)))
+        origins = [r for r in recs if r.is_origin]
+        shown = [r for r in origins if self.include_internal or not r.internal]
         files = _files_now(rec)
-        kept = self._kept.get(fp)
+        kept = next((r for r in reversed(shown) if r.files and r.uncached is None), None)
         if kept is not None and kept is not rec and not any(f.exists for f in files):
             files = _files_now(kept)  # the latest run wrote to a temp folder (disable_caching())
         args = [
@@ -297,23 +264,25 @@ class LineageGraph:
             # An empty `fn_kwargs` says nothing; a non-empty one tells branches apart.
             if name not in _QUIET_ARGS and a.repr is not None and not (name == "fn_kwargs" and a.repr == "{}")
         ]
-        runs, hits, misses, last_used = st or [0, 0, 0, 0.0]
+        hosts: dict[tuple[str | None, bool], StepRecord] = {}  # the first of each host, per outcome
+        for r in shown:
+            hosts.setdefault((r.host, r.computed), r)
         return Step(
             fingerprint=fp,
             recorded=True,
             parents=self.parents(fp),
             args=tuple(args),
-            runs=int(runs),
-            hits=int(hits),
-            misses=int(misses),
+            runs=len(origins),
+            hits=sum(r.cache == "hit" for r in origins),
+            misses=sum(r.computed for r in origins),
             files=tuple(files),
             root=rec.where or None,
             foreign=bool(self.root and rec.read_from and Path(rec.read_from) != Path(self.root)),
             last_used=last_used or None,
-            saved_to=tuple(self._saved.get(fp, ())),
+            saved_to=tuple(dict.fromkeys(saved)),
             record=rec,
             deleted=self._deleted(fp),
-            where=where_sentence(self._hosts.get(fp, ())),
+            where=where_sentence(hosts.values()),
             **{k: getattr(rec, k) for k in _AS_RECORDED},
         )
 
