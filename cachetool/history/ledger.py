@@ -1,6 +1,7 @@
 """The ledger of a cache root read: segments into typed records, the `Ledger` of a root (read
 once per command, with the other roots it reaches), what it says about each fingerprint
-(`Usage`), and naming a fingerprint in a root (`resolve_in_root`, `named_elsewhere`).
+(`Usage`), its records indexed for comparisons (`LedgerView`), and naming a fingerprint in a root
+(`resolve_in_root`, `named_elsewhere`).
 
 How the ledger is kept, and its record schema: docs/ledger.md.
 """
