@@ -33,7 +33,7 @@ _LAZY = {
     "list_cache": "cachetool.cli.ls",
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.lookup",
-    "show_entry": "cachetool.history.show",
+    "show_entry": "cachetool.history.query",
     "resolve_dirs": "cachetool.cache.dirs",
     "resolve_cache_root": "cachetool.cache.dirs",
     "build_demo": "cachetool.demo",

@@ -163,6 +163,7 @@ GONE = {
     "cachetool.history.segments",
     "cachetool.history.narrow.narrow_report",
     "cachetool.history.usage",
+    "cachetool.history.show",
     "cachetool.cache.lean",
     "cachetool.cache.snapshot",
     "cachetool.cache.listing.list_cache_lean",

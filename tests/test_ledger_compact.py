@@ -20,7 +20,7 @@ import pytest
 
 from cachetool.cache.roots import ledger_dir
 from cachetool.history.compact import KILL_AT_ENV, compact_ledger, ledger_bytes
-from cachetool.history.ledger import read_ledger
+from cachetool.history.ledger import Ledger, read_ledger
 from cachetool.history.query import lineage
 from cachetool.history.stats import ledger_stats
 from cachetool.history.writer import LedgerWriter
@@ -415,7 +415,6 @@ def test_explain_after_a_compaction_still_knows_the_earlier_runs(tmp_path: Path)
     first run recorded in this cache", before and after the earlier runs were summarised; its
     explanation through the index is the one from every record, both times."""
     from cachetool.history.explain.explainer import explain_fingerprint
-    from cachetool.history.explain.view import load_view
 
     root = tmp_path / "cache"
     _write_runs(root, 8, 3)
@@ -428,7 +427,7 @@ def test_explain_after_a_compaction_still_knows_the_earlier_runs(tmp_path: Path)
     w.close()
 
     def said() -> list[Any]:
-        whole = explain_fingerprint(root, "new", view=load_view(root)).to_json()
+        whole = explain_fingerprint(root, "new", view=Ledger.load(root).view).to_json()
         assert explain_fingerprint(root, "new").to_json() == whole
         return [r["message"] for s in whole["steps"] for r in s["reasons"]]
 

@@ -11,14 +11,14 @@ from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, 
 from cachetool.cli.output import Output, hint, warn
 from cachetool.formatting import local_time, time_ago
 from cachetool.hints import shell_command
-from cachetool.history.show import fingerprint_check
+from cachetool.history.query import fingerprint_check
 
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheFile
     from cachetool.cache.scan import Entry
+    from cachetool.history.query import EntryReport
     from cachetool.history.records.parts import CallSite
     from cachetool.history.records.steps import StepRecord
-    from cachetool.history.show import EntryReport
 
 
 @command(
@@ -47,7 +47,7 @@ def run_show(fingerprint: str, cache_dir: Path | None, out: Output) -> None:
     """
     from cachetool.cache.dirs import root_for
     from cachetool.cli.ls import report_warnings, scan_with_progress
-    from cachetool.history.show import show_entry
+    from cachetool.history.query import show_entry
 
     shown = show_entry(
         root_for(fingerprint, cache_dir),

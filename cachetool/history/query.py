@@ -1,12 +1,13 @@
-"""Lineage (`cachetool lineage`): the graph of recorded steps, fingerprints as nodes and recorded
-calls as edges, across roots (a saved folder's parent lives in the cache root it was computed in);
-a fingerprint as lineage shows it (`Step`), and the answer (`LineageView`).
+"""What the ledger says of one fingerprint. Lineage (`cachetool lineage`): the graph of recorded
+steps, fingerprints as nodes and recorded calls as edges, across roots (a saved folder's parent
+lives in the cache root it was computed in); a fingerprint as lineage shows it (`Step`), and the
+answer (`LineageView`). `cachetool show`: one entry from the disk and the ledger (`EntryReport`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +22,7 @@ from cachetool.history.stats import where_sentence
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
+    from cachetool.cache.model import CacheFile
     from cachetool.cache.scan import CacheReport, Entry
     from cachetool.history.explain.answer import StaleHit
     from cachetool.history.records.steps import StepStartRecord
@@ -135,13 +137,6 @@ def _files_now(rec: StepRecord) -> list[FileNow]:
     return files
 
 
-def _count_run(st: list[float], rec: StepRecord) -> None:
-    """One more run of a fingerprint's origin in its stats: ``[runs, hits, misses, last_used]``."""
-    st[0] += 1
-    st[1] += rec.cache == "hit"
-    st[2] += rec.computed
-
-
 class LineageGraph:
     """Every recorded fingerprint with its origin and children.
 
@@ -152,14 +147,12 @@ class LineageGraph:
         self, records: Iterable[LedgerRecord], *, include_internal: bool = False, root: str | None = None
     ) -> None:
         self.root = root
-        self._origin: dict[str, StepRecord] = {}
-        self._stats: dict[str, list[float]] = {}  # fp -> [runs, hits, misses, last_used]
+        self.include_internal = include_internal
+        self._origin: dict[str, StepRecord] = {}  # fp -> its latest origin (records come oldest first)
+        self._by_result: dict[str, list[StepRecord]] = {}  # fp -> its shown records, saves included
         self._children: dict[str, list[str]] = {}
-        self._saved: dict[str, list[str]] = {}
         self._removed: dict[str, GcRecord] = {}  # fp -> the latest gc record that removed its files
         self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
-        self._hosts: dict[str, list[StepRecord]] = {}  # fp -> its origins from hosts not seen before
-        self._kept: dict[str, StepRecord] = {}  # fp -> its latest origin with files in a cache
         self.records: list[StepRecord] = []
         made_file: dict[str, list[StepRecord]] = {}  # fp -> its hidden internal origins with files
         for rec in records:
@@ -172,47 +165,21 @@ class LineageGraph:
                         self._internal[rec.result] = rec
                         if rec.files:
                             made_file.setdefault(rec.result, []).append(rec)
-                else:
-                    self._add_step(rec)
-        self._adopt_internal_files(made_file)
+                    continue
+                self.records.append(rec)
+                if rec.result is not None:
+                    self._by_result.setdefault(rec.result, []).append(rec)
+                    if rec.is_origin:
+                        self._origin[rec.result] = rec
+        # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
+        # still a cache entry: its step stays reachable, marked internal, with every run that wrote
+        # or reused it (the latest run may well have loaded it from the cache).
+        for fp, made in made_file.items():
+            if fp not in self._origin:
+                self._origin[fp] = made[-1]
+                self._by_result.setdefault(fp, []).extend(made)
         self._bridge_internal()
         self._link_children()
-
-    def _add_step(self, rec: StepRecord) -> None:
-        """Count a shown step (records come oldest first: the latest origin of a fingerprint wins)."""
-        self.records.append(rec)
-        fp = rec.result
-        if fp is None:
-            return
-        st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
-        st[3] = max(st[3], rec.time)
-        if isinstance(rec, SaveRecord):
-            path = rec.saved_path
-            if path is not None and path not in self._saved.setdefault(fp, []):
-                self._saved[fp].append(path)
-            return
-        if not rec.is_origin:
-            return  # says nothing about where fp comes from
-        _count_run(st, rec)
-        self._origin[fp] = rec
-        if rec.files and rec.uncached is None:
-            self._kept[fp] = rec
-        seen = self._hosts.setdefault(fp, [])
-        if not any(r.host == rec.host and r.computed == rec.computed for r in seen):
-            seen.append(rec)
-
-    def _adopt_internal_files(self, made_file: dict[str, list[StepRecord]]) -> None:
-        """A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
-        still a cache entry: its step stays reachable, marked internal, with every run that wrote
-        or reused it (the latest run may well have loaded it from the cache)."""
-        for fp, made in made_file.items():
-            if fp in self._origin:
-                continue
-            self._origin[fp] = made[-1]
-            st = self._stats.setdefault(fp, [0, 0, 0, 0.0])
-            for rec in made:
-                _count_run(st, rec)
-                st[3] = max(st[3], rec.time)
 
     def _link_children(self) -> None:
         for fp, rec in self._origin.items():
@@ -247,7 +214,7 @@ class LineageGraph:
     @property
     def fingerprints(self) -> set[str]:
         """Every fingerprint a record names, as a result or as a parent."""
-        out = set(self._origin) | set(self._stats)
+        out = set(self._origin) | set(self._by_result)
         for rec in self._origin.values():
             out.update(rec.parents)
         return out
@@ -280,13 +247,15 @@ class LineageGraph:
     def step(self, fp: str) -> Step:
         """What the records say about `fp`, with its files checked on disk now."""
         rec = self._origin.get(fp)
-        st = self._stats.get(fp)
+        recs = self._by_result.get(fp, [])
+        last_used = max((r.time for r in recs), default=None)
+        saved = (r.saved_path for r in recs if isinstance(r, SaveRecord) and r.saved_path is not None)
         if rec is None:
-            return Step(
-                fp, recorded=False, last_used=st[3] if st else None, saved_to=tuple(self._saved.get(fp, ()))
-            )
+            return Step(fp, recorded=False, last_used=last_used, saved_to=tuple(dict.fromkeys(saved)))
+        origins = [r for r in recs if r.is_origin]
+        shown = [r for r in origins if self.include_internal or not r.internal]
         files = _files_now(rec)
-        kept = self._kept.get(fp)
+        kept = next((r for r in reversed(shown) if r.files and r.uncached is None), None)
         if kept is not None and kept is not rec and not any(f.exists for f in files):
             files = _files_now(kept)  # the latest run wrote to a temp folder (disable_caching())
         args = [
@@ -295,23 +264,25 @@ class LineageGraph:
             # An empty `fn_kwargs` says nothing; a non-empty one tells branches apart.
             if name not in _QUIET_ARGS and a.repr is not None and not (name == "fn_kwargs" and a.repr == "{}")
         ]
-        runs, hits, misses, last_used = st or [0, 0, 0, 0.0]
+        hosts: dict[tuple[str | None, bool], StepRecord] = {}  # the first of each host, per outcome
+        for r in shown:
+            hosts.setdefault((r.host, r.computed), r)
         return Step(
             fingerprint=fp,
             recorded=True,
             parents=self.parents(fp),
             args=tuple(args),
-            runs=int(runs),
-            hits=int(hits),
-            misses=int(misses),
+            runs=len(origins),
+            hits=sum(r.cache == "hit" for r in origins),
+            misses=sum(r.computed for r in origins),
             files=tuple(files),
             root=rec.where or None,
             foreign=bool(self.root and rec.read_from and Path(rec.read_from) != Path(self.root)),
             last_used=last_used or None,
-            saved_to=tuple(self._saved.get(fp, ())),
+            saved_to=tuple(dict.fromkeys(saved)),
             record=rec,
             deleted=self._deleted(fp),
-            where=where_sentence(self._hosts.get(fp, ())),
+            where=where_sentence(hosts.values()),
             **{k: getattr(rec, k) for k in _AS_RECORDED},
         )
 
@@ -491,11 +462,10 @@ def stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) ->
     """The stale entries among `fps`, each with a few words of why: in `root` and in the other
     roots the ledger read (a `save_to_disk` folder a map after `load_from_disk` wrote in)."""
     from cachetool.history.explain.stale import stale_hits
-    from cachetool.history.explain.view import load_view
 
     if not any(r.may_go_stale for r in ledger.steps(include_internal=True)):
         return ()
-    view = load_view(ledger)
+    view = ledger.view
     roots = dict.fromkeys([os.path.abspath(os.fspath(root)), *(os.fspath(r) for r in ledger.roots)])
     found = [s for r in roots for s in stale_hits(r, view=view, only=fps)]
     return tuple((s.fingerprint, _stale_note(s)) for s in found)
@@ -505,3 +475,122 @@ def _stale_note(s: StaleHit) -> str:
     if s.written_under:  # a `cache_file_name=` file loaded whatever its fingerprint
         return f"stale: written under {s.written_under}"
     return f"stale: made from {up.fingerprint}" if (up := s.derived_from) else "stale: code changed"
+
+
+#: The fingerprint written inside a file, against the entry's: the same (`matches`; a shard of a
+#: `num_proc` map holds `<fp>_00000_of_00002`), another one (`differs`), or none written (`none`).
+FingerprintCheck = Literal["matches", "differs", "none"]
+
+
+def fingerprint_check(entry: Entry, file: CacheFile) -> FingerprintCheck:
+    """Whether the fingerprint recorded inside `file` is the one its entry is named after."""
+    s = file.summary
+    if s is None or s.fingerprint is None:
+        return "none"
+    fp = entry.fingerprint
+    if fp and (s.fingerprint == fp or (file.shard and s.fingerprint.startswith(fp + "_"))):
+        return "matches"
+    return "differs"
+
+
+@dataclass(frozen=True)
+class EntryReport:
+    """One entry (None: a fingerprint only the ledger records, no cache file holds it), the
+    records of the steps that made it (oldest first), and whether it is pinned."""
+
+    report: CacheReport
+    fingerprint: str
+    entry: Entry | None
+    records: tuple[StepRecord, ...]
+    pinned: bool = False
+    #: What could not be read (a damaged pins file: the entry is shown as not pinned).
+    warnings: tuple[str, ...] = ()
+    #: When no cache file holds it: the latest record of gc removing it or verify quarantining it.
+    removed: GcRecord | None = None
+    #: Why the entry is stale (`stale: code changed`, `stale: made from FP`), as lineage says, or None.
+    stale: str | None = None
+    #: When no record made it: the step that began to make it in a run killed (or still running)
+    #: in it (`cachetool.history.runs.unended_step`).
+    unended: StepStartRecord | None = None
+
+    @property
+    def features(self) -> dict[str, Any] | None:
+        """The `features` of the first file that records them."""
+        e = self.entry
+        if e is None:
+            return None
+        return next((f.summary.features for f in e.files if f.summary and f.summary.features), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--json` document of `show` (schema in docs/listing.md)."""
+        root = os.fsdecode(self.report.root)
+        records = [r.to_json() for r in self.records]
+        e = self.entry
+        if e is None:
+            return {
+                "fingerprint": self.fingerprint,
+                "kind": None,
+                "root": root,
+                "files": [],
+                "records": records,
+                "removed": self.removed.to_json() if self.removed is not None else None,
+                "unended": self.unended.to_json() if self.unended is not None else None,
+            }
+        doc = e.to_json()
+        doc["root"] = root
+        doc["files"] = [f.to_json() for f in e.files]
+        doc["schema"] = [{"name": n, "type": t} for n, t in e.columns]
+        doc["features"] = self.features
+        doc["records"] = records
+        doc["pinned"] = self.pinned
+        doc["stale"] = self.stale
+        return doc
+
+
+def show_entry(
+    root: str | os.PathLike[str],
+    fingerprint: str,
+    *,
+    progress: Callable[[str | os.PathLike[str], Ledger | bool], CacheReport] | None = None,
+) -> EntryReport:
+    """Everything known about the entry `fingerprint` names (a unique prefix, an alias, a path,
+    a cache file's name: `cachetool.cache.lookup.resolve`) in the cache at `root`: its files
+    and what each holds, and the records of the steps that made it. A fingerprint only the ledger
+    records gives `entry=None` with those records. `progress` scans the cache in place of
+    `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
+    from cachetool.cache.dirs import enclosing_root
+    from cachetool.cache.lookup import Resolved, entry_at_path, resolve
+    from cachetool.cache.pins import read_pins
+    from cachetool.cache.scan import scan_cache
+    from cachetool.errors import CachetoolError
+    from cachetool.history.records.base import order_key
+    from cachetool.history.runs import unended_step
+
+    root_path = Path(os.fspath(root)).expanduser().resolve()
+    with named_elsewhere(root_path, fingerprint, "show"):
+        ledger = Ledger.load(root_path, follow=False)
+        report = scan_cache(root, usage=ledger.usage()) if progress is None else progress(root, ledger)
+        at_path = entry_at_path(report, fingerprint)  # a leftover or a lock has no fingerprint
+        got = (
+            Resolved(fingerprint, at_path)
+            if at_path and not at_path.fingerprint
+            else resolve(fingerprint, report, ledger)
+        )
+    entry = got.entry
+    if entry is None:
+        fp = got.fingerprint
+        removed = next((g for g in reversed(ledger.gc_records()) if fp in g.fingerprints), None)
+        made = tuple(ledger.for_result(fp))
+        unended = None if made else unended_step(ledger.records, fp)
+        return EntryReport(report, fp, None, made, removed=removed, unended=unended)
+    # The records of the entry's fingerprints, and of the one named when its step wrote the
+    # entry's files under another name.
+    fps = dict.fromkeys(fp for fp in (entry.fingerprint, *entry.aliases, got.fingerprint) if fp)
+    records = sorted((r for fp in fps for r in ledger.for_result(fp)), key=order_key)
+    warnings: tuple[str, ...] = ()
+    try:
+        pinned = entry.pinned_in(frozenset(read_pins(enclosing_root(report.root))))
+    except CachetoolError as e:
+        pinned, warnings = False, (e.message,)
+    stale = next((note for fp, note in stale_notes(root_path, ledger, list(fps)) if fp in fps), None)
+    return EntryReport(report, got.fingerprint, entry, tuple(records), pinned, warnings, stale=stale)

@@ -640,14 +640,12 @@ def _nondeterminism(ledger: Ledger, recomputed: list[StepRecord]) -> Nondetermin
     if not recomputed:
         return Nondeterminism()
     from cachetool.history.explain.explainer import explain_record
-    from cachetool.history.explain.view import LedgerView
 
-    view = LedgerView(ledger)
     total = Hours()
     culprits: dict[tuple[str, str], Lost] = {}
     sites: dict[str, Lost] = {}
     for rec in recomputed:
-        reasons = [r for r in explain_record(view, rec).reasons if r.kind in NONDETERMINISM]
+        reasons = [r for r in explain_record(ledger.view, rec).reasons if r.kind in NONDETERMINISM]
         if not reasons:
             continue
         wall, cpu = compute_time(rec)

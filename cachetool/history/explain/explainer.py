@@ -33,7 +33,7 @@ from cachetool.history.explain.stale import (
     stale_input,
     with_removals,
 )
-from cachetool.history.explain.view import LedgerView, load_view
+from cachetool.history.ledger import Ledger, LedgerView
 from cachetool.history.records.other import RunEndRecord, RunStartRecord
 from cachetool.history.records.steps import StepRecord, StepStartRecord
 from cachetool.history.runs import failure, interruption, open_starts
@@ -202,7 +202,7 @@ def explain_fingerprint(
 
     The Python side of `cachetool explain FINGERPRINT`; `all_roots` compares with the records of
     every known cache root too (`--all-roots`)."""
-    view = view or load_view(root, all_roots=all_roots)
+    view = view or Ledger.load(root, all_roots=all_roots).view
     fp = resolve_fingerprint(view, fingerprint)
     made = view.by_result.get(fp, [])
     recs = [r for r in made if fp not in r.parents and view.own(r)] or [
@@ -314,7 +314,7 @@ def explain_run(
     compare with), and the stale hits of the run.
 
     The Python side of `cachetool explain --last` / `--script` (`all_roots`: `--all-roots`)."""
-    view = load_view(root, all_roots=all_roots)
+    view = Ledger.load(root, all_roots=all_roots).view
     run_id = run or last_run(view, script)
     # The run's steps in the other roots the view read (a save_to_disk folder the run mapped in
     # after load_from_disk; the cache root its saved data came from): their stale results count.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import UNCACHED_TEXT, Reason, StepRef
 from cachetool.history.explain.stale import line_changes
-from cachetool.history.explain.view import LedgerView
+from cachetool.history.ledger import LedgerView
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import StepRecord

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef, strip_module
-from cachetool.history.explain.view import LedgerView, load_view
+from cachetool.history.ledger import Ledger, LedgerView
 from cachetool.history.records.parts import FunctionInfo, FunctionRef
 from cachetool.history.records.steps import StepRecord
 
@@ -198,7 +198,7 @@ def stale_hits(
     computed (`reused_at` None). Changes in comments and blank lines do not count.
 
     The Python side of `cachetool verify --stale`."""
-    view = view or load_view(root)
+    view = view or Ledger.load(root).view
     root_abs = os.path.abspath(os.fspath(root))
     wanted = None if only is None else {only} if isinstance(only, str) else set(only)
     scope = None if wanted is None else wanted.union(*(view.ancestors(fp) for fp in wanted))
