@@ -243,8 +243,12 @@ def live_leases(root: str | os.PathLike[str]) -> tuple[Lease, ...]:
     """The live leases of `root` that speak for processes `/proc` cannot show: other hosts, other
     PID namespaces. (A live lease of this host adds nothing: what its process writes, it holds
     open, and gc's other rules keep what it writes in bursts.)"""
+    return _guarding(judge_leases(root))
+
+
+def _guarding(judged: Iterable[tuple[Lease, LeaseState]]) -> tuple[Lease, ...]:
     me = this_host()
-    return tuple(lease for lease, state in judge_leases(root) if state == "live" and not lease.is_local(me))
+    return tuple(lease for lease, state in judged if state == "live" and not lease.is_local(me))
 
 
 def _frozen(found: dict[_K, set[int]]) -> dict[_K, frozenset[int]]:
@@ -632,6 +636,11 @@ class SharedState:
     @property
     def live(self) -> tuple[Lease, ...]:
         return tuple(lease for lease, state in self.leases if state == "live")
+
+    @property
+    def guarding(self) -> tuple[Lease, ...]:
+        """The live leases gc's rules read (`live_leases`), as judged here."""
+        return _guarding(self.leases)
 
     @property
     def stale(self) -> tuple[tuple[Lease, LeaseState], ...]:
