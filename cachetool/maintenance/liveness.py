@@ -243,12 +243,7 @@ def live_leases(root: str | os.PathLike[str]) -> tuple[Lease, ...]:
     """The live leases of `root` that speak for processes `/proc` cannot show: other hosts, other
     PID namespaces. (A live lease of this host adds nothing: what its process writes, it holds
     open, and gc's other rules keep what it writes in bursts.)"""
-    return _guarding(judge_leases(root))
-
-
-def _guarding(judged: Iterable[tuple[Lease, LeaseState]]) -> tuple[Lease, ...]:
-    me = this_host()
-    return tuple(lease for lease, state in judged if state == "live" and not lease.is_local(me))
+    return SharedState(None, tuple(judge_leases(root))).guarding
 
 
 def _frozen(found: dict[_K, set[int]]) -> dict[_K, frozenset[int]]:
@@ -639,8 +634,9 @@ class SharedState:
 
     @property
     def guarding(self) -> tuple[Lease, ...]:
-        """The live leases gc's rules read (`live_leases`), as judged here."""
-        return _guarding(self.leases)
+        """The live leases gc's rules read (`live_leases`)."""
+        me = this_host()
+        return tuple(lease for lease in self.live if not lease.is_local(me))
 
     @property
     def stale(self) -> tuple[tuple[Lease, LeaseState], ...]:

@@ -106,20 +106,10 @@ def verify_cache(
     confirm: Callable[[QuarantinePlan], bool] | None = None,
     **options: Any,
 ) -> VerifyReport:
-    """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
-
-    `deep` reads and validates every buffer, on `jobs` threads (default: one per core), and
-    compares every byte with the checksum stored for its file; `record` stores the checksums so a
-    later deep verify reports changed bytes.
-    `stale` adds an error for each entry computed by code that has changed since. `restore` first
-    puts quarantined files back (`report.restored`). `quarantine` then moves what has errors aside
-    (`plan_quarantine(report).execute()`): with `dry_run` nothing moves and `report.would_quarantine`
-    says what would; `confirm(plan)`, when given, is asked first and moves nothing unless true.
-    `strict` makes warnings fail too (`report.exit_code`). `shard` (`(i, n)` or `"i/n"`) checks
-    shard i of n alone (`cachetool.cache.shard` says which entries; `cachetool merge` joins the
-    shards' `to_json()`). Invalid options (`record` without
-    `deep`, `dry_run` without `quarantine`, see `VerifyOptions`) raise `CachetoolError` (usage)
-    before anything is read."""
+    """Check every entry of `root` (or the entries `fingerprints` name) and return the findings;
+    the other keywords are the fields of `VerifyOptions`, which refuses (`CachetoolError`, usage)
+    what the command refuses before anything is read. `progress(done, total)` follows the scan
+    and the deep pass; `confirm(plan)`, when given, is asked before `quarantine` moves anything."""
     chosen = options_of(VerifyOptions, ("list_quarantine",), fingerprints=fingerprints, **options)
     return run_verify(root, chosen, progress=progress, ledger=ledger, confirm=confirm)
 
