@@ -566,15 +566,6 @@ def lock_guard(
     return Guard(kind, base, (parent / base, parent / (base + layout.INCOMPLETE_DIR_SUFFIX)))
 
 
-def stale_guard(lock: Path, root: Path | None) -> Guard | None:
-    """The guard of a stale lock: what it guards is gone and the probe won it. None when the
-    lock is useful, held, unattributable, or the probe cannot tell."""
-    guard = lock_guard(lock, root)
-    if guard is None or guard.alive():
-        return None
-    return guard if probe(lock) == LockState.FREE else None
-
-
 def _decode_root_lock(
     mangled: str, listings: dict[Path, list[str]], budget: int = 64
 ) -> tuple[Path, ...] | None:
