@@ -243,8 +243,7 @@ def live_leases(root: str | os.PathLike[str]) -> tuple[Lease, ...]:
     """The live leases of `root` that speak for processes `/proc` cannot show: other hosts, other
     PID namespaces. (A live lease of this host adds nothing: what its process writes, it holds
     open, and gc's other rules keep what it writes in bursts.)"""
-    me = this_host()
-    return tuple(lease for lease, state in judge_leases(root) if state == "live" and not lease.is_local(me))
+    return SharedState(None, tuple(judge_leases(root))).guarding
 
 
 def _frozen(found: dict[_K, set[int]]) -> dict[_K, frozenset[int]]:
@@ -567,15 +566,6 @@ def lock_guard(
     return Guard(kind, base, (parent / base, parent / (base + layout.INCOMPLETE_DIR_SUFFIX)))
 
 
-def stale_guard(lock: Path, root: Path | None) -> Guard | None:
-    """The guard of a stale lock: what it guards is gone and the probe won it. None when the
-    lock is useful, held, unattributable, or the probe cannot tell."""
-    guard = lock_guard(lock, root)
-    if guard is None or guard.alive():
-        return None
-    return guard if probe(lock) == LockState.FREE else None
-
-
 def _decode_root_lock(
     mangled: str, listings: dict[Path, list[str]], budget: int = 64
 ) -> tuple[Path, ...] | None:
@@ -632,6 +622,12 @@ class SharedState:
     @property
     def live(self) -> tuple[Lease, ...]:
         return tuple(lease for lease, state in self.leases if state == "live")
+
+    @property
+    def guarding(self) -> tuple[Lease, ...]:
+        """The live leases gc's rules read (`live_leases`)."""
+        me = this_host()
+        return tuple(lease for lease in self.live if not lease.is_local(me))
 
     @property
     def stale(self) -> tuple[tuple[Lease, LeaseState], ...]:

@@ -6,14 +6,14 @@ through folder descriptors (`plan.Rules` holds the checks both ask).
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import Field, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.errors import CachetoolError, ExitCode, option
+from cachetool.maintenance import keyword_signature, option_keyword, options_of
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
@@ -132,15 +132,6 @@ class GcOptions:
         if self.tmp_dir is not None and not self.temp:
             raise CachetoolError("--tmp-dir only makes sense with --temp (tmp_dir needs temp=True)")
 
-    @classmethod
-    def of(cls, **keywords: Any) -> GcOptions:
-        """The options of `cachetool gc`'s keywords (`dataset=` for `datasets`)."""
-        names = {option_keyword(f): f.name for f in fields(cls)}
-        unknown = sorted(set(keywords) - set(names))
-        if unknown:
-            raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
-        return cls(**{names[k]: v for k, v in keywords.items()})
-
     def to_json(self) -> dict[str, Any]:
         """The options as `--json` shows them (the temp dir is the plan's `temp_dir`)."""
         return json_fields(self, skip=("tmp_dir", "force_root"))
@@ -157,11 +148,6 @@ class GcOptions:
         """False when nothing is selected (no `--temp`, no entries named, no limit, no
         `--quarantine`): nothing to do."""
         return self.temp or self.evicts or self.quarantine
-
-
-def option_keyword(f: Field[Any]) -> str:
-    """The keyword (and, dashed, the `--flag`) of a `GcOptions` field."""
-    return f.metadata["keyword"] or f.name
 
 
 def _parse(value: str, how: str, option: str) -> float:
@@ -249,7 +235,7 @@ def gc_cache(
     from cachetool.maintenance.gc.execute import execute
     from cachetool.maintenance.gc.plan import GcResult, plan_gc, plan_temp_only
 
-    o = GcOptions.of(fingerprints=fingerprints, **options)
+    o = options_of(GcOptions, fingerprints=fingerprints, **options)
     default = resolve_cache_root(cache_dir).path.expanduser()
     if cache_dir is None and o.temp and not o.evicts and not os.path.lexists(default):
         plan = plan_temp_only(default, o)  # nothing cached yet: the temp dir may hold leftovers
@@ -284,21 +270,4 @@ def _compact_if_large(root: Path, dry_run: bool = False) -> CompactionReport | N
     return compact_if_large(root, dry_run=dry_run)
 
 
-def _keyword_signature() -> inspect.Signature:
-    """`gc_cache`'s signature with every option keyword, as `GcOptions` declares them."""
-    sig = inspect.signature(gc_cache)
-    head, tail = list(sig.parameters.values())[:2], list(sig.parameters.values())[2:-1]
-    keywords = [
-        inspect.Parameter(
-            option_keyword(f),
-            inspect.Parameter.KEYWORD_ONLY,
-            default=f.default,
-            annotation=f"str | {f.type}" if f.metadata["parse"] else f.type,
-        )
-        for f in fields(GcOptions)
-        if f.name != "fingerprints"
-    ]
-    return sig.replace(parameters=[*head, *keywords, *tail])
-
-
-gc_cache.__signature__ = _keyword_signature()  # type: ignore[attr-defined]
+gc_cache.__signature__ = keyword_signature(gc_cache, GcOptions)  # type: ignore[attr-defined]

@@ -42,6 +42,7 @@ from cachetool.maintenance.liveness import (
     Lease,
     LockBusy,
     acquire,
+    live_leases,
     lock_guard,
     pids_holding,
     pids_text,
@@ -114,7 +115,7 @@ def execute(
 
                 gclog = stack.enter_context(contextlib.closing(GcLog(plan.root)))
         temp = plan.temp_dir if any(i.scope == "temp" for i in plan.items) else None
-        rules = Rules.take(plan.options, plan.root, temp, in_use=in_use)
+        rules = Rules.take(plan.options, live_leases(plan.root), temp, in_use=in_use)
         ctx = RunContext(**vars(rules), anchors=anchors, anchor_errors=anchor_errors, root=plan.root)
         ctx.refresh = in_use is None
         outcomes: dict[int, Outcome] = {}
@@ -285,8 +286,6 @@ def _refresh_leases(ctx: RunContext) -> None:
     another host may have started since. (What this host's processes hold is checked once more,
     in `/proc`, after each item is set aside.)"""
     if ctx.refresh and ctx.root is not None and time.monotonic() - ctx.taken > SNAPSHOT_MAX_AGE:
-        from cachetool.maintenance.liveness import live_leases
-
         ctx.in_use = dataclasses.replace(ctx.in_use, leases=live_leases(ctx.root))
         ctx.taken = time.monotonic()
 

@@ -381,15 +381,16 @@ class Rules:
     def take(
         cls,
         options: GcOptions,
-        root: Path | None,
+        leases: tuple[Lease, ...],
         temp_dir: Path | None,
         in_use: InUse | None = None,
     ) -> Rules:
-        """A liveness snapshot of this host (and `root`'s leases; `in_use` when given) for the
-        rules, with the possible owners of folders in `temp_dir` (None: no such folder to judge)."""
+        """A liveness snapshot of this host with the root's live `leases` (`in_use` when given)
+        for the rules, with the possible owners of folders in `temp_dir` (None: none to judge)."""
         from cachetool.maintenance.liveness import bound_sockets, scan_in_use, temp_dir_users
 
-        in_use = in_use if in_use is not None else scan_in_use(root=root, writers=False)
+        if in_use is None:
+            in_use = dataclasses.replace(scan_in_use(writers=False), leases=leases)
         users = temp_dir_users(temp_dir, in_use) if temp_dir is not None else ()
         return cls(options, in_use, bound_sockets(), users)
 
@@ -1151,14 +1152,11 @@ def _outermost(units: Sequence[_Unit]) -> list[_Unit]:
     return [u for u in units if not any(f in u.key.parents for f in folders)]
 
 
-def recorded_parents(root: str | os.PathLike[str] | Ledger) -> dict[str, frozenset[str]]:
-    """Every parent the ledger of `root` records for each fingerprint, across all runs.
+def recorded_parents(ledger: Ledger) -> dict[str, frozenset[str]]:
+    """Every parent `ledger` records for each fingerprint, across all runs.
 
     All records count, internal ones too (a `set_format` inside `load_from_disk` links two
     fingerprints of one state): for protection, a superset of the true ancestry is the safe side."""
-    from cachetool.history.ledger import Ledger
-
-    ledger = root if isinstance(root, Ledger) else Ledger.load(root, follow=False)
     parents: dict[str, set[str]] = {}
     for rec in ledger.own_steps(include_internal=True):
         if rec.result is None:
@@ -1369,7 +1367,9 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
         parents = recorded_parents(ledger) if pins or options.keep or options.fingerprints else {}
         costs = recompute_costs(ledger.own_steps())
     refused = _ROOT_REFUSALS[why] if why else None
-    plan = _build_live(report, options, pins=pins, parents=parents, root_refused=refused, costs=costs)
+    plan = _build_live(
+        report, options, shared.guarding, pins=pins, parents=parents, root_refused=refused, costs=costs
+    )
     # What a killed run may have left unfinished: leftovers (a complete result is another run's).
     modified = {e.path: e.modified for e in report.entries if e.kind in layout.LEFTOVER_KINDS}
     kept = {
@@ -1424,13 +1424,15 @@ def plan_purge(root: Path, options: GcOptions) -> GcPlan:
     return GcPlan(root, None, options, tuple(items), (), kept, kept_bytes, reasons, root_id=_folder_id(root))
 
 
-def _build_live(report: CacheReport, options: GcOptions, **keywords: Any) -> GcPlan:
+def _build_live(
+    report: CacheReport, options: GcOptions, leases: tuple[Lease, ...] = (), **keywords: Any
+) -> GcPlan:
     """`build_plan` with the temp dir's scan (with `--temp`) and this host's liveness, taken last:
     the snapshot should be younger than everything it judges."""
     from cachetool.cache.dirs import temp_dir
 
     temp = scan_temp_dir(options.tmp_dir or temp_dir().path) if options.temp else None
-    rules = Rules.take(options, report.root, temp.path if temp and temp.folders else None)
+    rules = Rules.take(options, leases, temp.path if temp and temp.folders else None)
     return build_plan(report, rules, temp=temp, **keywords)
 
 

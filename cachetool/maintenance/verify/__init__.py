@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from cachetool.cache.layout import MOVABLE_KINDS
 from cachetool.cache.lookup import find_entry
@@ -16,6 +17,7 @@ from cachetool.cache.scan import CacheReport, scan_cache
 from cachetool.cache.shard import Shard, parse_shard
 from cachetool.errors import CachetoolError, option
 from cachetool.history.ledger import Ledger
+from cachetool.maintenance import keyword_signature, options_of
 from cachetool.maintenance.liveness import scan_in_use
 from cachetool.maintenance.verify.deep import deep_pass
 from cachetool.maintenance.verify.findings import Checker, Finding, Severity, VerifyReport, check_indices
@@ -99,46 +101,22 @@ def verify_cache(
     root: str | os.PathLike[str],
     fingerprints: Sequence[str] = (),
     *,
-    deep: bool = False,
-    record: bool = False,
-    stale: bool = False,
-    quarantine: bool = False,
-    dry_run: bool = False,
-    restore: bool = False,
-    jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     ledger: Ledger | None = None,
     confirm: Callable[[QuarantinePlan], bool] | None = None,
-    strict: bool = False,
-    shard: Shard | tuple[int, int] | str | None = None,
+    **options: Any,
 ) -> VerifyReport:
-    """Check every entry of `root` (or the entries `fingerprints` name) and return the findings.
+    """Check every entry of `root` (or the entries `fingerprints` name) and return the findings;
+    the other keywords are the fields of `VerifyOptions`, which refuses (`CachetoolError`, usage)
+    what the command refuses before anything is read. `progress(done, total)` follows the scan
+    and the deep pass; `confirm(plan)`, when given, is asked before `quarantine` moves anything."""
+    chosen = options_of(VerifyOptions, ("list_quarantine",), fingerprints=fingerprints, **options)
+    return run_verify(root, chosen, progress=progress, ledger=ledger, confirm=confirm)
 
-    `deep` reads and validates every buffer, on `jobs` threads (default: one per core), and
-    compares every byte with the checksum stored for its file; `record` stores the checksums so a
-    later deep verify reports changed bytes.
-    `stale` adds an error for each entry computed by code that has changed since. `restore` first
-    puts quarantined files back (`report.restored`). `quarantine` then moves what has errors aside
-    (`plan_quarantine(report).execute()`): with `dry_run` nothing moves and `report.would_quarantine`
-    says what would; `confirm(plan)`, when given, is asked first and moves nothing unless true.
-    `strict` makes warnings fail too (`report.exit_code`). `shard` (`(i, n)` or `"i/n"`) checks
-    shard i of n alone (`cachetool.cache.shard` says which entries; `cachetool merge` joins the
-    shards' `to_json()`). Invalid options (`record` without
-    `deep`, `dry_run` without `quarantine`, see `VerifyOptions`) raise `CachetoolError` (usage)
-    before anything is read."""
-    options = VerifyOptions(
-        fingerprints,
-        deep=deep,
-        record=record,
-        stale=stale,
-        quarantine=quarantine,
-        dry_run=dry_run,
-        restore=restore,
-        strict=strict,
-        jobs=jobs,
-        shard=parse_shard(shard),
-    )
-    return run_verify(root, options, progress=progress, ledger=ledger, confirm=confirm)
+
+verify_cache.__signature__ = keyword_signature(  # type: ignore[attr-defined]
+    verify_cache, VerifyOptions, skip=("list_quarantine",)
+)
 
 
 def run_verify(

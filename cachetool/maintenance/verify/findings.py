@@ -23,7 +23,7 @@ from cachetool.errors import ExitCode
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
 from cachetool.maintenance.fdops import identity
-from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use, stale_guard
+from cachetool.maintenance.liveness import InUse, LockState, lock_guard, pids_text, probe, scan_in_use
 from cachetool.safejson import json_fields
 
 
@@ -388,8 +388,8 @@ class Checker:
 
     def lock(self, e: Entry) -> None:
         """A lock is stale when what it guards is gone and nobody holds it (`maintenance.liveness`)."""
-        guard = stale_guard(e.path, self.report.root)
-        if guard is not None:
+        guard = lock_guard(e.path, self.report.root)
+        if guard is not None and not guard.alive() and probe(e.path) == LockState.FREE:
             self.removable("stale-lock", e, f"stale lock: {guard.name} no longer exists")
 
 
