@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import json
 import os
 import platform
@@ -498,8 +499,37 @@ def bench_run(base: Path, steps: int, pairs: int) -> list[Row]:
     )
     b, c = statistics.median(result[3]), statistics.median(result[4])
     wall = statistics.median(walls["run"]) / statistics.median(walls["python"])
-    detail = f"CPU: python {b:.3f}s, cachetool run {c:.3f}s; wall-clock medians {wall:.2f}×"
+    modules, kb = traced_imports(env, work, steps)
+    detail = (
+        f"CPU: python {b:.3f}s, cachetool run {c:.3f}s; wall-clock medians {wall:.2f}×; "
+        f"imports {modules} cachetool modules ({kb:.0f} kB of bytecode: the start-up part, whatever the load)"
+    )
     return [row(f"cachetool run / python (CPU), {steps} cache-hit transforms", result, 1.05, detail=detail)]
+
+
+def traced_imports(env: dict[str, str], work: Path, steps: int) -> tuple[int, float]:
+    """The cachetool modules `cachetool run` of the pipeline imports, and their compiled size."""
+    import importlib.util
+
+    p = subprocess.run(
+        [PY, "-X", "importtime", *CT[1:], "run", "pipeline.py", str(steps)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    names = [
+        line.rsplit("|", 1)[1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")
+    ]
+    names = [n for n in names if n == "cachetool" or n.startswith("cachetool.")]
+    size = 0
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            with contextlib.suppress(OSError):
+                size += os.path.getsize(importlib.util.cache_from_source(spec.origin))
+    return len(names), size / 1e3
 
 
 # --- check-determinism ------------------------------------------------------------------------

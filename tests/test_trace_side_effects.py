@@ -1,6 +1,7 @@
 """Tracing never changes what the program does to its own folders and descriptors: a folder the
 program deleted stays deleted (the lease thread never recreates it), and a program that saves to
-more folders than it may hold descriptors runs traced as it runs plain."""
+more folders than it may hold descriptors runs traced as it runs plain. A run of cache hits
+imports none of the machinery only a miss needs."""
 
 from __future__ import annotations
 
@@ -107,3 +108,44 @@ def test_saving_to_more_folders_than_open_files_allowed_works_traced(tmp_path: P
     assert int(str(outputs["traced"]["fds"])) <= int(str(outputs["plain"]["fds"])) + 40
     ledgers = [p / ".cachetool" / "ledger" for p in (tmp_path / "traced").iterdir()]
     assert sum(1 for ledger in ledgers if list(ledger.glob("*.jsonl"))) == 80
+
+
+#: Three maps of a csv, then the cachetool modules the process imported.
+HITS = textwrap.dedent(
+    """\
+    import json, os, sys
+    from datasets import load_dataset
+    def add(ex, k):
+        return {"v": ex["x"] + k}
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    for k in range(3):
+        ds = ds.map(add, fn_kwargs={"k": k})
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith("cachetool"))))
+    """
+)
+
+#: What only a step that computes (resume, re-key, the remote), a loaded file of a name of the
+#: user's (the stale checks, the ledger), or a determinism run (hash trees) needs.
+MISS_ONLY = (
+    "cachetool.trace.resume",
+    "cachetool.trace.rekey",
+    "cachetool.remote",
+    "cachetool.history.explain.stale",
+    "cachetool.history.ledger",
+    "cachetool.cache.model",
+    "cachetool.fingerprint.tree",
+)
+
+
+def test_a_run_of_cache_hits_imports_nothing_only_a_miss_needs(tmp_path: Path) -> None:
+    """`cachetool run` of a pipeline whose every step is a cache hit imports neither resume nor
+    re-key, the stale-result checks, the ledger reader nor the hash trees (the run's start-up is
+    most of what tracing costs there); the first run, whose maps compute, imports resume."""
+    script = tmp_path / "hits.py"
+    script.write_text(HITS, encoding="utf-8")
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
+    env = subprocess_env(tmp_path / "env")
+    imported = [json.loads(cachetool_run(script, env=env).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    assert "cachetool.trace.resume" in imported[0]
+    assert [m for m in imported[1] if m.startswith(MISS_ONLY)] == []

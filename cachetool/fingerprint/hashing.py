@@ -64,6 +64,23 @@ def try_hash(obj: Any) -> tuple[str | None, str | None]:
         return None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
+def by_reference(fn: Any) -> bool:
+    """Whether dill (and so `datasets`) pickles this function or class as module + name, not by
+    value."""
+    module = getattr(fn, "__module__", None)
+    if module in (None, "__main__", "__mp_main__"):
+        return False
+    qualname = getattr(fn, "__qualname__", "")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        return False
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is fn or getattr(obj, "__func__", None) is fn  # a classmethod's function
+
+
 def pickled_filename(code: CodeType) -> str:
     """The file name `datasets` keeps in a code object's pickle: the base name of its file, or ""
     for a lambda, a notebook cell or a ``<string>``. Renaming a script changes it, so every

@@ -11,12 +11,11 @@ import functools
 import itertools
 import re
 import reprlib
-import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
-from cachetool.fingerprint.hashing import hash_bytes, pickled_filename, try_hash
+from cachetool.fingerprint.hashing import by_reference, hash_bytes, pickled_filename, try_hash
 
 
 class HashNode(TypedDict, total=False):
@@ -328,23 +327,6 @@ _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None), range,
 _TIMES = (datetime.datetime, datetime.date, datetime.time, datetime.timedelta)
 
 MORE: Any = object()  # a marker label: more items than shown
-
-
-def by_reference(fn: Any) -> bool:
-    """Whether dill (and so `datasets`) pickles this function or class as module + name, not by
-    value."""
-    module = getattr(fn, "__module__", None)
-    if module in (None, "__main__", "__mp_main__"):
-        return False
-    qualname = getattr(fn, "__qualname__", "")
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        return False
-    obj: Any = sys.modules.get(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return False
-    return obj is fn or getattr(obj, "__func__", None) is fn  # a classmethod's function
 
 
 def _tokenizer_state(obj: Any) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ import types
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cachetool.fingerprint.tree import by_reference
+from cachetool.fingerprint.hashing import by_reference
 from cachetool.history.records.parts import ArgInfo, ColumnHead, FunctionInfo, FunctionRef, RandomFallback
 from cachetool.trace.calls import Frame, HashEvent
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from cachetool.cache.roots import MAX_LEASE_SECONDS, leases_dir, make_state_dir
 from cachetool.processes import process_start, this_host
-from cachetool.safejson import json_fields
 
 #: Seconds a lease lives after its last renewal, unless `CACHETOOL_LEASE_SECONDS` says otherwise.
 DEFAULT_LEASE_SECONDS = 60.0
@@ -43,7 +42,7 @@ class _Holder:
         start = process_start(self.pid) or time.time()
         command = " ".join(sys.argv)[:500]
         self._doc = dict(
-            v=1, **json_fields(me), pid=self.pid, start=start, lifetime=self.lifetime, command=command
+            v=1, **me._asdict(), pid=self.pid, start=start, lifetime=self.lifetime, command=command
         )
         self.name = f"{me.host}-{self.pid}-{int(start * 1000)}.json"
         self._paths: dict[str, Path] = {}

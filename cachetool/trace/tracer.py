@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from cachetool.cache.layout import parse_cache_file
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord
 from cachetool.history.records.steps import StepRecord
@@ -568,6 +569,8 @@ class Tracer:
 def _check_named_file(record: StepRecord, fp: str, path: str) -> None:
     """Warn when a step loaded a file it named (`cache_file_name=`) that an earlier version of the
     step wrote: `datasets` loads a named file whatever the fingerprint."""
+    if parse_cache_file(os.path.basename(path)) is not None:
+        return  # a name `datasets` gives: nothing to read (and no `stale` to import) on each hit
     from cachetool.history.explain.stale import written_under
 
     written = written_under(fp, path)
