@@ -9,7 +9,9 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,3 +102,108 @@ def test_an_edited_module_the_function_reads_is_a_change_of_yours_not_a_value_va
 
     third = cachetool_run(project / "pipeline.py", env=env, cwd=project).stdout.split()[-1]
     assert third == second  # the module hashes the same in another process
+
+
+# A map that writes one batch, then waits (as a slow map does) until `go` appears.
+SLOW_MAP = textwrap.dedent(
+    """\
+    import os
+    import sys
+    import time
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    def slow(ex, i):
+        while i >= 10 and not os.path.exists(os.path.join(here, "go")):
+            time.sleep(0.05)
+        return {"n": len(ex["text"])}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    print("mapping", flush=True)
+    ds.map(slow, with_indices=True, writer_batch_size=10)
+    """
+)
+
+
+def test_another_users_live_temp_file_lists_as_a_temp_file_of_theirs_not_as_other(tmp_path: Path) -> None:
+    """In a shared cache, another user's map is writing its temporary file (0600, as `datasets`
+    makes it): this user cannot read it, and `ls` lists it as a temporary file of that user's (a
+    writer in progress or killed), not as "other" with nothing said; gc --temp keeps it, and verify,
+    which cannot see that user's processes, does not call it a killed writer's leftover with a gc
+    command that then refuses."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from cachetool.cache.scan import scan_cache
+    from cachetool.cli.app import app
+
+    try:
+        from tests.conftest import as_another_user
+    except ImportError:
+        from conftest import as_another_user  # type: ignore[no-redef]
+
+    if os.geteuid() != 0:
+        pytest.skip("another user's file needs root to make")
+    project, env = _project(tmp_path, SLOW_MAP)
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
+        env=env,
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "mapping"
+        cache = tmp_path / "cache"
+        temp = None
+        for _ in range(600):
+            temp = next((p for p in cache.rglob("tmp*") if p.is_file()), None)
+            if temp is not None:
+                break
+            time.sleep(0.05)
+        assert temp is not None, "\n".join(sorted(map(str, tmp_path.rglob("*"))))
+        assert temp.stat().st_mode & 0o777 == 0o600
+        for p in (tmp_path, *(d for d in cache.rglob("*") if d.is_dir()), cache):
+            os.chmod(p, 0o755)
+        os.chmod(tmp_path.parent, os.stat(tmp_path.parent).st_mode | 0o005)
+        os.chmod(tmp_path.parent.parent, os.stat(tmp_path.parent.parent).st_mode | 0o005)
+        as_root = [e for e in scan_cache(cache).entries if e.path == temp]
+        assert [e.kind.value for e in as_root] == ["temp"]
+        CliRunner().invoke(app, ["gc", "--temp", "--dry-run", "--cache-dir", str(cache), "--json"])
+
+        def look() -> list[Any]:
+            (entry,) = [e for e in scan_cache(cache).entries if e.path == temp]
+            planned = CliRunner().invoke(
+                app, ["gc", "--temp", "--dry-run", "--cache-dir", str(cache), "--json"]
+            )
+            checked = CliRunner().invoke(app, ["verify", "--cache-dir", str(cache), "--json"])
+            found = [f for f in json.loads(checked.stdout)["findings"] if f["path"] == str(temp)]
+            return [
+                entry.kind.value,
+                [str(p) for p in entry.problems],
+                planned.exit_code,
+                planned.stdout,
+                found,
+            ]
+
+        kind, problems, code, planned, found = as_another_user(look)
+        assert kind == "temp", (kind, problems)
+        assert problems == [
+            "another user's temporary file (uid 0) this user may not read: a writer in progress or killed"
+        ]
+        # verify cannot see that user's processes: it says so, and gives no gc command that refuses
+        assert [(f["problem"], "--min-age" in f["hint"]) for f in found] == [
+            ("temporary file of another user's (uid 0): a writer in progress or killed", False)
+        ], found
+        assert code == 0 and str(temp) not in [i["path"] for i in json.loads(planned).get("items", [])], (
+            planned
+        )
+    finally:
+        (project / "go").write_text("")
+        writer.wait(timeout=120)
