@@ -171,8 +171,8 @@ def test_another_users_live_temp_file_lists_as_a_temp_file_of_theirs_not_as_othe
         assert temp.stat().st_mode & 0o777 == 0o600
         for p in (tmp_path, *(d for d in cache.rglob("*") if d.is_dir()), cache):
             os.chmod(p, 0o755)
-        os.chmod(tmp_path.parent, os.stat(tmp_path.parent).st_mode | 0o005)
-        os.chmod(tmp_path.parent.parent, os.stat(tmp_path.parent.parent).st_mode | 0o005)
+        for p in tmp_path.parents:  # pytest's folders above it are root's, 0700
+            os.chmod(p, os.stat(p).st_mode | 0o005)
         as_root = [e for e in scan_cache(cache).entries if e.path == temp]
         assert [e.kind.value for e in as_root] == ["temp"]
         CliRunner().invoke(app, ["gc", "--temp", "--dry-run", "--cache-dir", str(cache), "--json"])
@@ -207,3 +207,4 @@ def test_another_users_live_temp_file_lists_as_a_temp_file_of_theirs_not_as_othe
     finally:
         (project / "go").write_text("")
         writer.wait(timeout=120)
+
