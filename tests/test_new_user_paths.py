@@ -208,3 +208,65 @@ def test_another_users_live_temp_file_lists_as_a_temp_file_of_theirs_not_as_othe
         (project / "go").write_text("")
         writer.wait(timeout=120)
 
+
+# load_dataset of a source whose preparation waits (as a big one takes time) until `go` appears.
+GATED_SOURCE = textwrap.dedent(
+    """\
+    import os
+    import sys
+    import time
+
+    from datasets import Dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    def rows():
+        print("generating", flush=True)
+        while not os.path.exists(os.path.join(here, "go")):
+            time.sleep(0.05)
+        for i in range(10):
+            yield {"i": i}
+
+
+    print("loading", flush=True)
+    ds = Dataset.from_generator(rows)
+    print(ds._fingerprint, flush=True)
+    """
+)
+
+
+def test_a_run_that_waited_for_another_runs_preparation_loaded_it_from_the_cache(tmp_path: Path) -> None:
+    """Two runs at once on one cache: the first prepares the source, the second waits on datasets'
+    lock and then loads what the first made (it generates nothing). The ledger says so: one miss
+    and one hit, and explain of the second run says it loaded the step from the cache, not that
+    it computed it because "its cache file was gone"."""
+    project, env = _project(tmp_path, GATED_SOURCE)
+    command = [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")]
+    kw: dict[str, Any] = {"env": env, "cwd": project, "stdout": subprocess.PIPE, "text": True}
+    first = subprocess.Popen(command, stderr=subprocess.DEVNULL, **kw)
+    second = None
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "loading"
+        assert first.stdout.readline().strip() == "generating"
+        second = subprocess.Popen(command, stderr=subprocess.DEVNULL, **kw)
+        assert second.stdout is not None and second.stdout.readline().strip() == "loading"
+        time.sleep(1.5)  # into datasets' lock, which the first run holds
+        (project / "go").write_text("")
+        out_first, _ = first.communicate(timeout=120)
+        out_second, _ = second.communicate(timeout=120)
+    finally:
+        (project / "go").write_text("")
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "generating" not in out_second  # the second run generated nothing
+    assert out_first.split()[-1] == out_second.split()[-1]
+
+    stats = json.loads(_cli(env, "stats", "--json").stdout)
+    assert (stats["hits"], stats["misses"]) == (1, 1), stats
+    explained = _cli(env, "explain", "--last", "--json")
+    doc = json.loads(explained.stdout)
+    assert (doc["computed"], doc["loaded"]) == (0, 1), doc
+    assert "cache file was gone" not in explained.stdout
