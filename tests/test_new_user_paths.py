@@ -80,9 +80,9 @@ def test_an_edited_module_the_function_reads_is_a_change_of_yours_not_a_value_va
     tmp_path: Path,
 ) -> None:
     """A map's function calls `helpers.normalize` of the user's module; the user edits a constant
-    in helpers.py and runs again: the step is recomputed, and explain says the module differs —
-    a change of the user's (it names the value that changed) — never that the module "pickles
-    differently in every process", which a rerun without the edit disproves (it hits)."""
+    in helpers.py and runs again: the step is recomputed, and explain names the value of the module
+    that changed, with its values — never that the module "pickles differently in every process",
+    which a rerun without the edit disproves (it hits)."""
     project, env = _project(tmp_path, MODULE_PIPELINE, **{"helpers.py": HELPERS})
     first = cachetool_run(project / "pipeline.py", env=env, cwd=project).stdout.split()[-1]
     (project / "helpers.py").write_text(HELPERS.replace('"a"}', '"a", "quick"}'), encoding="utf-8")
@@ -96,8 +96,7 @@ def test_an_edited_module_the_function_reads_is_a_change_of_yours_not_a_value_va
     kinds = [r["kind"] for r in step["reasons"]]
     assert kinds == ["argument"], step["reasons"]
     message = step["reasons"][0]["message"]
-    assert "function → global 'helpers'" in message
-    assert "a change of yours" in message and "STOP" in message, message
+    assert message.startswith("`function → global 'helpers' → .STOP` changed {"), message
     assert "pickles differently in every process" not in message
 
     third = cachetool_run(project / "pipeline.py", env=env, cwd=project).stdout.split()[-1]
@@ -270,3 +269,49 @@ def test_a_run_that_waited_for_another_runs_preparation_loaded_it_from_the_cache
     doc = json.loads(explained.stdout)
     assert (doc["computed"], doc["loaded"]) == (0, 1), doc
     assert "cache file was gone" not in explained.stdout
+
+
+# A module of the user's that takes the time when it is imported; the map calls a helper of it.
+TIMED_HELPERS = textwrap.dedent(
+    """\
+    import time
+
+    STARTED = time.time()
+
+
+    def norm(s):
+        return s.lower()
+    """
+)
+TIMED_PIPELINE = textwrap.dedent(
+    """\
+    import os
+
+    from datasets import load_dataset
+
+    import timed_helpers
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    print(ds.map(lambda e: {"t": timed_helpers.norm(e["text"])})._fingerprint)
+    """
+)
+
+
+def test_check_determinism_names_the_value_in_the_users_module_not_the_module(tmp_path: Path) -> None:
+    """`datasets` hashes a module of the user's with all it holds: when a value in it is made at
+    run time, check-determinism names that value (`… → global 'timed_helpers' → .STARTED`, a
+    timestamp), not the module it sits in."""
+    project, env = _project(tmp_path, TIMED_PIPELINE, **{"timed_helpers.py": TIMED_HELPERS})
+    proc = forks.run(
+        [sys.executable, "-m", "cachetool", "check-determinism", "pipeline.py", "--json"],
+        env=env,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    (difference,) = json.loads(proc.stdout)["differences"]
+    culprits = [(c["path"], c["kind"]) for c in difference["culprits"]]
+    assert culprits == [(["global 'timed_helpers'", ".STARTED"], "timestamp")], difference
