@@ -315,3 +315,44 @@ def test_check_determinism_names_the_value_in_the_users_module_not_the_module(tm
     (difference,) = json.loads(proc.stdout)["differences"]
     culprits = [(c["path"], c["kind"]) for c in difference["culprits"]]
     assert culprits == [(["global 'timed_helpers'", ".STARTED"], "timestamp")], difference
+
+
+KWARGS_PIPELINE = textwrap.dedent(
+    """\
+    import os
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    WORDS = ("fox", "dog")
+
+
+    def drop(ex, words):
+        return {"text": " ".join(w for w in ex["text"].split() if w not in words)}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    print(ds.map(drop, fn_kwargs={"words": WORDS})._fingerprint)
+    """
+)
+
+
+def test_explain_of_a_value_grown_past_what_the_ledger_keeps_says_what_it_was_and_that_it_changed(
+    tmp_path: Path,
+) -> None:
+    """The user lengthens a tuple passed in fn_kwargs past the text the ledger keeps of a value:
+    explain says it changed from its old value to another one whose text is not kept, never
+    "changed ('fox', 'dog') → " with nothing after the arrow."""
+    project, env = _project(tmp_path, KWARGS_PIPELINE)
+    cachetool_run(project / "pipeline.py", env=env, cwd=project)
+    longer = '("fox", "dog", "number", "quick", "the", "lazy", "brown", "jumps")'
+    script = project / "pipeline.py"
+    script.write_text(script.read_text(encoding="utf-8").replace('("fox", "dog")', longer), encoding="utf-8")
+    cachetool_run(script, env=env, cwd=project)
+
+    proc = _cli(env, "explain", "--last", "--json")
+    steps = json.loads(proc.stdout)["steps"]
+    (reason,) = [r for s in steps for r in s["reasons"]]
+    assert reason["path"] == "fn_kwargs['words']", reason
+    assert reason["before"] == "('fox', 'dog')" and reason["after"], reason
+    assert not reason["message"].rstrip().endswith("→"), reason["message"]

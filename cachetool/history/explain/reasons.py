@@ -293,7 +293,10 @@ def _part_reason(
             "run time (`cachetool check-determinism` on the script names the latter)"
         )
         return Reason("argument", message, part.argument, path)
-    changed = _changed(part.argument, path, part.reprs[0], part.reprs[-1])
+    # The ledger keeps a value's text only when it is short: one side may have none.
+    unkept = "a value too long for the ledger to keep its text"
+    before, after = (r or unkept for r in (part.reprs[0], part.reprs[-1]))
+    changed = _changed(part.argument, path, before, after)
     fa, fb = old.function or FunctionInfo(), new.function or FunctionInfo()
     same_source = fa.source_hash is not None and fa.source_hash == fb.source_hash
     if len(part.path) == 1 and part.path[0].startswith("default ") and same_source:
