@@ -356,3 +356,41 @@ def test_explain_of_a_value_grown_past_what_the_ledger_keeps_says_what_it_was_an
     assert reason["path"] == "fn_kwargs['words']", reason
     assert reason["before"] == "('fox', 'dog')" and reason["after"], reason
     assert not reason["message"].rstrip().endswith("→"), reason["message"]
+
+
+def test_after_following_the_hint_of_a_killed_run_explain_does_not_say_it_wrote_nothing(
+    tmp_path: Path,
+) -> None:
+    """A run killed (SIGKILL) in a map: explain --last names its unfinished file and the gc command
+    that removes it; after the user runs that command, explain no longer names the file, and does
+    not say the run "had written nothing yet" (it had: gc removed it)."""
+    import signal
+
+    project, env = _project(tmp_path, SLOW_MAP)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
+        env=env,
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
+        cache = tmp_path / "cache"
+        for _ in range(600):
+            if any(p.is_file() for p in cache.rglob("tmp*")):
+                break
+            time.sleep(0.05)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+    before = _cli(env, "explain", "--last").stdout
+    command = f"cachetool gc --temp --min-age 0 --cache-dir {cache}"
+    assert "It had written (unfinished" in before and command in before, before
+    removed = _cli(env, *command.split()[1:], "--yes")
+    assert removed.returncode == 0, removed.stderr
+    after = _cli(env, "explain", "--last").stdout
+    assert "killed" in after and "It had written (unfinished" not in after, after
+    assert "It had written nothing yet" not in after, after
+    assert "Nothing it wrote is left in the cache." in after, after

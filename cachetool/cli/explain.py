@@ -285,7 +285,7 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
                 rows = f", {f.resumable_rows:,} rows" if files is partial else ""
                 out.line(f"    {f.path}  {human_size(f.size)}{rows}")
         if not i.written:
-            out.line("  It had written nothing yet.")
+            out.line("  Nothing it wrote is left in the cache.")  # never written, or removed since
         if (tmp or partial) and i.state == "killed":
             root = step.root or os.path.dirname((tmp or partial)[0].path)
             if partial:  # `gc --temp` keeps a resumable partial for a day; removing it loses its rows
