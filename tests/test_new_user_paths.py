@@ -128,6 +128,31 @@ SLOW_MAP = textwrap.dedent(
 )
 
 
+def _slow_map_writing(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
+    """`cachetool run` of SLOW_MAP, and the temporary file its map is writing (once it exists)."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
+        env=env,
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
+        cache = Path(env["HF_DATASETS_CACHE"])
+        for _ in range(600):
+            temp = next((p for p in cache.rglob("tmp*") if p.is_file()), None)
+            if temp is not None:
+                return run, temp
+            time.sleep(0.05)
+        raise AssertionError("\n".join(sorted(map(str, cache.rglob("*")))))
+    except BaseException:
+        run.kill()
+        run.wait()
+        raise
+
+
 def test_another_users_live_temp_file_lists_as_a_temp_file_of_theirs_not_as_other(tmp_path: Path) -> None:
     """In a shared cache, another user's map is writing its temporary file (0600, as `datasets`
     makes it): this user cannot read it, and `ls` lists it as a temporary file of that user's (a
@@ -149,24 +174,9 @@ def test_another_users_live_temp_file_lists_as_a_temp_file_of_theirs_not_as_othe
     if os.geteuid() != 0:
         pytest.skip("another user's file needs root to make")
     project, env = _project(tmp_path, SLOW_MAP)
-    writer = subprocess.Popen(
-        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
-        env=env,
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    writer, temp = _slow_map_writing(project, env)
+    cache = tmp_path / "cache"
     try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "mapping"
-        cache = tmp_path / "cache"
-        temp = None
-        for _ in range(600):
-            temp = next((p for p in cache.rglob("tmp*") if p.is_file()), None)
-            if temp is not None:
-                break
-            time.sleep(0.05)
-        assert temp is not None, "\n".join(sorted(map(str, tmp_path.rglob("*"))))
         assert temp.stat().st_mode & 0o777 == 0o600
         for p in (tmp_path, *(d for d in cache.rglob("*") if d.is_dir()), cache):
             os.chmod(p, 0o755)
@@ -367,24 +377,10 @@ def test_after_following_the_hint_of_a_killed_run_explain_does_not_say_it_wrote_
     import signal
 
     project, env = _project(tmp_path, SLOW_MAP)
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
-        env=env,
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
-        cache = tmp_path / "cache"
-        for _ in range(600):
-            if any(p.is_file() for p in cache.rglob("tmp*")):
-                break
-            time.sleep(0.05)
-    finally:
-        run.send_signal(signal.SIGKILL)
-        run.wait()
+    run, _ = _slow_map_writing(project, env)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    cache = tmp_path / "cache"
     before = _cli(env, "explain", "--last").stdout
     command = f"cachetool gc --temp --min-age 0 --cache-dir {cache}"
     assert "It had written (unfinished" in before and command in before, before
