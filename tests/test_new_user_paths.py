@@ -5,7 +5,9 @@ code the docs contradict."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -159,8 +161,6 @@ def test_another_users_live_temp_file_lists_as_a_temp_file_of_theirs_not_as_othe
     writer in progress or killed), not as "other" with nothing said; gc --temp keeps it, and verify,
     which cannot see that user's processes, does not call it a killed writer's leftover with a gc
     command that then refuses."""
-    import os
-
     from typer.testing import CliRunner
 
     from cachetool.cache.scan import scan_cache
@@ -390,3 +390,82 @@ def test_after_following_the_hint_of_a_killed_run_explain_does_not_say_it_wrote_
     assert "killed" in after and "It had written (unfinished" not in after, after
     assert "It had written nothing yet" not in after, after
     assert "Nothing it wrote is left in the cache." in after, after
+
+
+# A num_proc=2 map whose workers write a batch each, then wait until `go` appears.
+GATED_WORKERS = textwrap.dedent(
+    """\
+    import os
+    import time
+
+    from datasets import load_dataset
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+
+    def slow(ex, i):
+        while i % 10 >= 2 and not os.path.exists(os.path.join(here, "go")):
+            time.sleep(0.05)
+        return {"n": len(ex["text"])}
+
+
+    ds = load_dataset("csv", data_files=os.path.join(here, "data.csv"), split="train")
+    print("mapping", flush=True)
+    ds.map(slow, with_indices=True, writer_batch_size=1, num_proc=2)
+    """
+)
+
+
+def _children(pid: int) -> set[int]:
+    """The child processes of `pid`, and theirs."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            kids = {int(k) for k in f.read().split()}
+    except OSError:
+        return set()
+    return kids.union(*(_children(k) for k in kids))
+
+
+def test_a_killed_run_whose_num_proc_workers_still_write_is_not_told_to_rerun_or_remove_their_files(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of a run in a num_proc map leaves its pool workers alive, still writing their
+    temporary files (they then finish the shards). explain --last says they are still writing
+    (their pids), and gives neither the gc command (gc keeps files in use) nor "run the pipeline
+    again" over files being written."""
+    import signal
+
+    project, env = _project(tmp_path, GATED_WORKERS)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
+        env=env,
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    workers: set[int] = set()
+    try:
+        assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
+        cache = tmp_path / "cache"
+        for _ in range(600):
+            if len([p for p in cache.rglob("tmp*") if p.is_file()]) == 2:
+                break
+            time.sleep(0.05)
+        workers = _children(run.pid)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        said = _cli(env, "explain", "--last").stdout
+        assert "was killed" in said, said
+        alive = sorted(w for w in workers if Path(f"/proc/{w}").exists())
+        assert alive and "still writing" in said and str(alive[0]) in said, said
+        assert "cachetool gc" not in said and "run the pipeline again" not in said, said
+    finally:
+        (project / "go").write_text("")
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        time.sleep(3)  # the workers finish their shards
+        for pid in workers:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
