@@ -130,8 +130,8 @@ SLOW_MAP = textwrap.dedent(
 )
 
 
-def _slow_map_writing(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
-    """`cachetool run` of SLOW_MAP, and the temporary file its map is writing (once it exists)."""
+def _mapping(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`cachetool run` of the project's pipeline in the background, once it says "mapping"."""
     run = subprocess.Popen(
         [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
         env=env,
@@ -140,8 +140,14 @@ def _slow_map_writing(project: Path, env: dict[str, str]) -> tuple[subprocess.Po
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
+    return run
+
+
+def _slow_map_writing(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
+    """`cachetool run` of SLOW_MAP, and the temporary file its map is writing (once it exists)."""
+    run = _mapping(project, env)
     try:
-        assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
         cache = Path(env["HF_DATASETS_CACHE"])
         for _ in range(600):
             temp = next((p for p in cache.rglob("tmp*") if p.is_file()), None)
@@ -436,17 +442,9 @@ def test_a_killed_run_whose_num_proc_workers_still_write_is_not_told_to_rerun_or
     import signal
 
     project, env = _project(tmp_path, GATED_WORKERS)
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
-        env=env,
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    run = _mapping(project, env)
     workers: set[int] = set()
     try:
-        assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
         cache = tmp_path / "cache"
         for _ in range(600):
             if len([p for p in cache.rglob("tmp*") if p.is_file()]) == 2:
