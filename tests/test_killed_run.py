@@ -177,7 +177,7 @@ def _explained(tmp_path: Path, env: dict[str, str], pid: int, before: set[Path])
     assert new, "datasets left no unfinished file"
     assert all(p.name in human for p in new), human
     assert not any(p.name in human for p in before), human
-    assert "It had written nothing yet" not in human, human
+    assert "Nothing it wrote is left in the cache." not in human, human
     command = f"cachetool gc --temp --min-age 0 --cache-dir {tmp_path / 'cache'}"
     assert command in human, human
 
@@ -235,7 +235,7 @@ def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) ->
         time.sleep(0.1)
     human = invoke("explain", "--last", env=env, columns=200).stdout
     assert f"killed (process {pid} " in human, human
-    assert "It had written nothing yet" not in human, human
+    assert "Nothing it wrote is left in the cache." not in human, human
     assert human.count(f"cache-{fp}_0000") == 2, human
     written = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]["written"]
     assert len(written) == 2 and all(w["finished"] for w in written), written

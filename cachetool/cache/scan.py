@@ -446,7 +446,13 @@ class Scanner:
             return Entry(Kind.LOCK, it.path, (self.cache_file(it, arrow=False),), *where(ds))
         if name.startswith(layout.GC_TRASH_PREFIX) and layout.GC_TRASH_RE.match(name):
             return self.gc_trash(it, ds)
-        if name.startswith("tmp") and layout.TEMP_FILE_RE.match(name) and looks_like_arrow_stream(it.path):
+        temp_name = name.startswith("tmp") and layout.TEMP_FILE_RE.match(name)
+        if temp_name and (uid := unreadable_owner(it)) is not None:
+            # Another user's writer (datasets makes its temp files 0600): its name is all there is.
+            text = f"another user's temporary file (uid {uid}) this user may not read"
+            unread = (EntryProblem(f"{text}: a writer in progress or killed"),)
+            return Entry(Kind.TEMP, it.path, (self.cache_file(it, arrow=False),), *where(ds), problems=unread)
+        if temp_name and looks_like_arrow_stream(it.path):
             f = self.cache_file(it, arrow=True)
             fp = f.summary.fingerprint if f.summary else None
             rows = f.summary.resumable_rows(it.path.parent) if f.summary else 0
@@ -759,6 +765,18 @@ def is_interrupted_save(items: Sequence[Item]) -> bool:
         if not layout.SAVED_SHARD_RE.match(it.name) or not looks_like_arrow_stream(it.path):
             return False
     return True
+
+
+def unreadable_owner(it: Item) -> int | None:
+    """The owner of a regular file of another user's that this user may not read, else None."""
+    st = it.st
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid == os.geteuid():
+        return None
+    return (
+        None
+        if os.access(it.path, os.R_OK, effective_ids=os.access in os.supports_effective_ids)
+        else st.st_uid
+    )
 
 
 def looks_like_arrow_stream(path: Path) -> bool:

@@ -249,8 +249,25 @@ _ENDED = {
 }
 
 
+def _writers(files: list[Any]) -> frozenset[int]:
+    """The live processes of this host writing any of `files` (`UnfinishedFile`s)."""
+    if not files:
+        return frozenset()
+    from cachetool.maintenance.liveness import scan_in_use
+
+    in_use = scan_in_use()
+    pids: set[int] = set()
+    for f in files:
+        try:
+            pids |= in_use.writer_pids(os.stat(f.path, follow_symlinks=False))
+        except OSError:
+            continue
+    return frozenset(pids)
+
+
 def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
     from cachetool.formatting import human_size
+    from cachetool.maintenance.liveness import pids_text
 
     where = f"process {i.pid} on {i.host}" if i.pid is not None else "its process"
     step = i.step
@@ -268,10 +285,18 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         )
         partial = [f for f in i.written if not f.finished and f.resumable_rows]
         tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
-        # Still writing: what a rerun would take back is not known yet.
-        writing, tmp, partial = (tmp + partial, [], []) if i.state == "running" else ([], tmp, partial)
+        # Still writing: what a rerun would take back is not known yet. A killed map's num_proc
+        # workers outlive it and go on writing (they finish the shards).
+        workers = _writers(tmp + partial) if i.state == "killed" else frozenset()
+        still = i.state == "running" or bool(workers)
+        writing, tmp, partial = (tmp + partial, [], []) if still else ([], tmp, partial)
+        by = (
+            f"Its num_proc workers (pid {pids_text(workers)}) are still writing"
+            if workers
+            else "It is writing"
+        )
         for title, files in (
-            ("It is writing (unfinished):", writing),
+            (f"{by} (unfinished):", writing),
             ("Its partial output (a traced rerun of the pipeline reuses these rows):", partial),
             ("It had written (unfinished; datasets does not reuse these):", tmp),
             (
@@ -285,7 +310,7 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
                 rows = f", {f.resumable_rows:,} rows" if files is partial else ""
                 out.line(f"    {f.path}  {human_size(f.size)}{rows}")
         if not i.written:
-            out.line("  It had written nothing yet.")
+            out.line("  Nothing it wrote is left in the cache.")  # never written, or removed since
         if (tmp or partial) and i.state == "killed":
             root = step.root or os.path.dirname((tmp or partial)[0].path)
             if partial:  # `gc --temp` keeps a resumable partial for a day; removing it loses its rows

@@ -660,7 +660,7 @@ def human_lines(report: DeterminismReport) -> list[str]:
 
 def github_lines(report: DeterminismReport) -> list[str]:
     """``::error file=...,line=...::message`` workflow commands, one per cause (GitHub Actions)."""
-    from cachetool.annotations import annotation
+    from cachetool.formatting import annotation
 
     out: list[str] = []
     failed = report.failed_run

@@ -370,8 +370,21 @@ def _pandas_columns(obj: Any) -> list[tuple[str, Any]] | None:
         return None
 
 
+def pickled_with_contents(module: types.ModuleType) -> bool:
+    """Whether dill (and so `datasets`) pickles this module with all it holds: a module of the
+    user's (not of Python or an installed package), whose values then change the fingerprint."""
+    try:
+        from dill._dill import _is_builtin_module
+
+        return module.__name__ not in ("builtins", "dill", "dill._dill") and not _is_builtin_module(module)
+    except Exception:
+        return False
+
+
 def decomposable(obj: Any) -> bool:
-    if isinstance(obj, (_SCALARS, set, frozenset, types.ModuleType, _TIMES)):
+    if isinstance(obj, types.ModuleType):
+        return pickled_with_contents(obj)
+    if isinstance(obj, (_SCALARS, set, frozenset, _TIMES)):
         return False
     if _tokenizer_state(obj) is not None or _pandas_columns(obj) is not None:
         return True
@@ -436,6 +449,9 @@ def _children_unsafe(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
         yield ".flags", obj.flags
     elif isinstance(obj, types.CellType):
         yield "cell_contents", obj.cell_contents
+    elif isinstance(obj, types.ModuleType):  # as dill pickles it: its namespace, less two names
+        names = sorted(set(vars(obj)) - {"__builtins__", "__loader__"})
+        yield from _items([(f".{name}", vars(obj)[name]) for name in names], max_items)
     elif (state := _tokenizer_state(obj)) is not None:
         for key, value in state.items():
             yield f".{key}", value

@@ -457,13 +457,25 @@ class Tracer:
         def download_and_prepare(builder: Any, *args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(builder, *args, **kwargs)
-            existed = None
+            # datasets decides under its lock whether to generate: only then does it call the
+            # builder's `_download_and_prepare`. A run that waited for another run's preparation
+            # generates nothing; the output folder missing before the call does not say that.
+            generated: list[bool] = []
             with contextlib.suppress(Exception):
-                existed = os.path.isdir(builder._output_dir)
                 self.enter_root(local_path(builder._cache_dir_root) or self.roots.default)
-            out = original(builder, *args, **kwargs)
+                prepare = builder._download_and_prepare
+
+                def mark(*a: Any, **kw: Any) -> Any:
+                    generated.append(True)
+                    return prepare(*a, **kw)
+
+                builder.__dict__["_download_and_prepare"] = mark
+            try:
+                out = original(builder, *args, **kwargs)
+            finally:
+                builder.__dict__.pop("_download_and_prepare", None)
             with contextlib.suppress(Exception):
-                builder.__dict__["_cachetool_prepared"] = "hit" if existed else "miss"
+                builder.__dict__["_cachetool_prepared"] = "miss" if generated else "hit"
             return out
 
         return download_and_prepare

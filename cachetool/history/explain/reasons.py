@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import UNCACHED_TEXT, Reason, StepRef
-from cachetool.history.explain.stale import line_changes
+from cachetool.history.explain.stale import _code_changes, line_changes
 from cachetool.history.ledger import LedgerView
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
@@ -278,7 +278,8 @@ def _part_reason(
     path = render_path(part.argument, part.path)
     if part.kind in NONDETERMINISTIC_KINDS or part.kind == "code":
         return _nondeterministic(part.argument, path, part.description, part.hint, part.kind)
-    below = below or _summary_stops_at(view, new, part.argument, part.path)
+    # A module of the user's is a leaf of the tree, yet dill pickles it with all it holds.
+    below = below or part.type == "module" or _summary_stops_at(view, new, part.argument, part.path)
     if not below and not part.text_differs and any(part.reprs):
         return _nondeterministic(part.argument, path, part.description, part.hint, part.kind)
     state = _cache_state(view, new, old, part.argument, part.path)
@@ -286,12 +287,16 @@ def _part_reason(
         return state
     if not part.text_differs:
         where = "below the levels the ledger keeps of it" if below else "(the ledger keeps no text of it)"
+        edits = _module_edits(view, new, old, part) if part.type == "module" else ""
         message = (
-            f"`{path}` ({part.description}) differs {where}: a change of yours, or a value made at run "
-            "time (`cachetool check-determinism` on the script names the latter)"
+            f"`{path}` ({part.description}) differs {where}{edits}: a change of yours, or a value made at "
+            "run time (`cachetool check-determinism` on the script names the latter)"
         )
         return Reason("argument", message, part.argument, path)
-    changed = _changed(part.argument, path, part.reprs[0], part.reprs[-1])
+    # The ledger keeps a value's text only when it is short: one side may have none.
+    unkept = "a value too long for the ledger to keep its text"
+    before, after = (r or unkept for r in (part.reprs[0], part.reprs[-1]))
+    changed = _changed(part.argument, path, before, after)
     fa, fb = old.function or FunctionInfo(), new.function or FunctionInfo()
     same_source = fa.source_hash is not None and fa.source_hash == fb.source_hash
     if len(part.path) == 1 and part.path[0].startswith("default ") and same_source:
@@ -304,6 +309,19 @@ def _part_reason(
         )
         return replace(changed, message=message, hint=hint)
     return changed
+
+
+def _module_edits(view: LedgerView, new: StepRecord, old: StepRecord, part: Culprit) -> str:
+    """` (in helpers.py: STOP changed)`: what the records of the step's helpers say changed in the
+    module `part` is, or "" when they say nothing."""
+    name = part.reprs[-1].removeprefix("<module ").removesuffix(">")
+    fa, fb = old.function or FunctionInfo(), new.function or FunctionInfo()
+    changes = [c for c in _code_changes(view, fa, fb) if c.qualname.startswith(f"{name}.")]
+    what = [f"{v} changed" for c in changes for v in c.values]
+    what += [f"the code of {c.name} changed" for c in changes if c.lines]
+    if not what:
+        return ""
+    return f" (in {os.path.basename(changes[0].file or name)}: {', '.join(dict.fromkeys(what))})"
 
 
 def _summary_node(

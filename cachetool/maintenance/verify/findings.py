@@ -349,6 +349,15 @@ class Checker:
             return
         if self.leased(e):
             return
+        uid = owner(e)
+        if uid not in (os.geteuid(), None):  # its writer's files in /proc are hidden from this user
+            detail = f"temporary file of another user's (uid {uid}): a writer in progress or killed"
+            hint = (
+                f"only uid {uid} or root sees whether its writer still runs: `cachetool gc --temp` as "
+                "that user removes it once it is left over"
+            )
+            self.add("leftover-temp", e, e.path, detail, hint)
+            return
         if e.resumable_rows:  # as ls and gc --temp call it; the hint stays a command to paste
             of = f" of {e.aliases[0]}" if e.aliases else ""
             self.removable(
