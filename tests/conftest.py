@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -179,6 +180,74 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") != "load":
         return None
     return module_aware_load(config, log)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-top",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the run, list the N tests and the N files that took the most CPU time: their "
+        "own (setup, call, teardown) and that of the processes they started and waited for",
+    )
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU time (user + system) of this process, and of its children that have been waited for
+    (with theirs): a subprocess a test ran is counted once the test has reaped it."""
+    me, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+
+
+_CPU_START = pytest.StashKey[tuple[float, float]]()
+_CPU_PROPERTY = "cpu seconds (self, children)"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.config.getoption("cpu_top"):
+        item.stash[_CPU_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """With `--cpu-top`, the teardown report of each test carries the CPU time spent from its
+    setup to its teardown (a module or session fixture counts for the test that made it).
+    Processes that the tests' warm parent (tests/forks.py) forked are the parent's children,
+    not counted."""
+    if call.when == "teardown" and _CPU_START in item.stash:
+        (me, children), (me_now, children_now) = item.stash[_CPU_START], _cpu_seconds()
+        item.user_properties.append((_CPU_PROPERTY, (me_now - me, children_now - children)))
+    yield
+
+
+_CPU_SPENT: dict[str, tuple[float, float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties if report.when == "teardown" else ():
+        if name == _CPU_PROPERTY:
+            _CPU_SPENT[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    top = config.getoption("cpu_top")
+    if not top or not _CPU_SPENT:
+        return
+    per_file: dict[str, list[float]] = {}
+    for nodeid, (me, children) in _CPU_SPENT.items():
+        spent = per_file.setdefault(nodeid.split("::")[0], [0.0, 0.0])
+        spent[0] += me
+        spent[1] += children
+    write = terminalreporter.write_line
+    total = [sum(v[i] for v in _CPU_SPENT.values()) for i in (0, 1)]
+    terminalreporter.section(f"CPU seconds (tests {total[0]:.0f} + their processes {total[1]:.0f})")
+    write(f"{'total':>7} {'test':>7} {'procs':>7}")
+    for title, rows in (("tests", _CPU_SPENT), ("files", per_file)):
+        write(f"-- the {top} {title} that took the most")
+        for name, (me, children) in sorted(rows.items(), key=lambda kv: -sum(kv[1]))[:top]:
+            write(f"{me + children:7.1f} {me:7.1f} {children:7.1f}  {name}")
 
 
 def _home_contents() -> list[str]:

@@ -147,10 +147,11 @@ class Zygote:
     read: frozenset[str]
     key: dict[str, str]
     log: str
+    preload: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def serves(self, env: Mapping[str, str]) -> bool:
-        return _key(env, self.read) == self.key
+    def serves(self, env: Mapping[str, str], preload: tuple[str, ...] = ()) -> bool:
+        return preload == self.preload and _key(env, self.read) == self.key
 
     def died(self, what: str) -> ZygoteDied:
         try:
@@ -185,7 +186,7 @@ _zygotes: list[Zygote] = []
 _lock = threading.Lock()
 
 
-def _start(env: Mapping[str, str]) -> Zygote:
+def _start(env: Mapping[str, str], preload: tuple[str, ...] = ()) -> Zygote:
     here, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     fd, log = tempfile.mkstemp(prefix="cachetool-zygote-", suffix=".log")
     code = (
@@ -194,7 +195,7 @@ def _start(env: Mapping[str, str]) -> Zygote:
         "module = importlib.util.module_from_spec(spec)\n"
         "sys.modules[spec.name] = module\n"
         "spec.loader.exec_module(module)\n"
-        f"module.serve({theirs.fileno()})\n"
+        f"module.serve({theirs.fileno()}, {preload!r})\n"
     )
     try:
         proc = subprocess.Popen(
@@ -209,7 +210,7 @@ def _start(env: Mapping[str, str]) -> Zygote:
     finally:
         theirs.close()
         os.close(fd)
-    zygote = Zygote(proc, here, frozenset(), {}, log)
+    zygote = Zygote(proc, here, frozenset(), {}, log, preload)
     ready, _, _ = select.select([here], [], [], START_TIMEOUT)
     hello = here.recv(1 << 16) if ready else b""
     if not hello:
@@ -224,20 +225,21 @@ def _start(env: Mapping[str, str]) -> Zygote:
     return zygote
 
 
-def zygote_for(env: Mapping[str, str]) -> Zygote:
-    """The running zygote whose environment serves `env`, started if there is none."""
+def zygote_for(env: Mapping[str, str], preload: tuple[str, ...] = ()) -> Zygote:
+    """The running zygote whose environment serves `env` (that has imported `preload` too),
+    started if there is none."""
     with _lock:
         for z in list(_zygotes):
             if z.proc.poll() is not None:  # died between commands: start another
                 _zygotes.remove(z)
                 z.close()
-            elif z.serves(env):
+            elif z.serves(env, preload):
                 _zygotes.remove(z)
                 _zygotes.append(z)  # the most recently used last
                 return z
         while len(_zygotes) >= KEEP:
             _zygotes.pop(0).close()
-        z = _start(env)
+        z = _start(env, preload)
         _zygotes.append(z)
         return z
 
@@ -274,7 +276,7 @@ def _fd_for(spec: Any, std: int, mode: str, ours: list[int]) -> tuple[int, int |
 class ForkedProcess:
     """A cachetool command running as a child of the zygote: `pid`, `returncode` (a negative
     signal number for a child killed by a signal, as `subprocess`), `wait`, `send_signal`,
-    `kill`, `communicate`."""
+    `kill`, `communicate`. `preload`: as for `run`."""
 
     def __init__(
         self,
@@ -285,6 +287,7 @@ class ForkedProcess:
         stdin: Any = None,
         stdout: Any = None,
         stderr: Any = None,
+        preload: Sequence[str] = (),
     ) -> None:
         self.args = list(argv)
         env = dict(os.environ if env is None else env)
@@ -306,7 +309,7 @@ class ForkedProcess:
             self.stdout_fd, self.stderr_fd = r_out, r_err  # to read from before `communicate`
             self._status, status_w = os.pipe()
             ours.append(status_w)
-            self.zygote = zygote_for(env)
+            self.zygote = zygote_for(env, tuple(preload))
             # A fresh interpreter keeps SIGINT ignored if its caller ignores it (a background job
             # of a non-interactive shell), else makes it KeyboardInterrupt: the child does alike.
             ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
@@ -468,10 +471,16 @@ def run(
     errors: str | None = None,
     timeout: float | None = None,
     check: bool = False,
+    preload: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run(args, ...)` for `args` = `[sys.executable, "-m", "cachetool", ...]`, the
     command run forked from the zygote: the same arguments, the same `CompletedProcess` (or
-    `TimeoutExpired`, the child killed; `CalledProcessError` with `check`)."""
+    `TimeoutExpired`, the child killed; `CalledProcessError` with `check`).
+
+    `preload` names modules of HEAVY that the command imports in any case (pyarrow, with the
+    numpy it imports, for `verify` and `gc`): a zygote of its own imports them too, so that each
+    command does not (0.1 to 0.2 s of CPU each). Never for a command that runs otherwise with
+    one of them loaded: a listing, or anything that fingerprints (`cachetool.fingerprint`)."""
     if tuple(args[: len(CLI)]) != CLI:
         raise ValueError(f"not a `python -m cachetool` command line: {args!r}")
     if not available():
@@ -488,7 +497,7 @@ def run(
         stdin = subprocess.PIPE
         if isinstance(input, str):
             input = input.encode(*coding)
-    proc = ForkedProcess(args, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr)
+    proc = ForkedProcess(args, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, preload=preload)
     try:
         out, err = proc.communicate(input, timeout)
     except BaseException:  # a timeout too: as `subprocess.run`, kill and wait, never read on
@@ -544,8 +553,9 @@ class _Recording(MutableMapping[str, str]):
         return dict(self.environ)
 
 
-def _import_warm() -> tuple[set[str], str | None]:
-    """Import WARM, noting the variables read and whether the working directory was asked."""
+def _import_warm(preload: Sequence[str] = ()) -> tuple[set[str], str | None]:
+    """Import WARM, then `preload`, noting the variables read and whether the working directory
+    was asked. WARM may load no module of HEAVY."""
     import importlib
 
     read: set[str] = set()
@@ -567,9 +577,11 @@ def _import_warm() -> tuple[set[str], str | None]:
                 # became (slower, never wrong). A missing import inside a module still fails.
                 if not (e.name and f"{name}.".startswith(f"{e.name}.")):
                     raise
+        heavy = [m for m in HEAVY if m in sys.modules]
+        for name in preload:
+            importlib.import_module(name)
     finally:
         os.environ, os.getcwd = environ, getcwd
-    heavy = [m for m in HEAVY if m in sys.modules]
     refused = None
     if "*" in read:
         refused = "an import reads the whole environment"
@@ -580,13 +592,13 @@ def _import_warm() -> tuple[set[str], str | None]:
     return read, refused
 
 
-def serve(fd: int) -> None:
-    """The zygote: import the CLI, then fork a child per command line read on `fd` until its
-    end; write each child's pid, then its status, on the command's status pipe."""
+def serve(fd: int, preload: Sequence[str] = ()) -> None:
+    """The zygote: import the CLI (and `preload`), then fork a child per command line read on
+    `fd` until its end; write each child's pid, then its status, on the command's status pipe."""
     sys.path.pop(0)  # `-c` put the working directory first; each child puts its own there
     atexit.unregister(close_all)  # the caller's, not a child's
     sock = socket.socket(fileno=fd)
-    read, refused = _import_warm()
+    read, refused = _import_warm(preload)
     sys.modules.pop("__main__").__dict__.clear()  # the `-c` code: each child gets a fresh one
     sys.modules["__main__"] = type(sys)("__main__")
     hello: dict[str, Any] = {"read": sorted(read), "pid": os.getpid()}

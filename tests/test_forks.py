@@ -237,3 +237,25 @@ def test_a_timeout_does_not_wait_for_what_the_command_started(tmp_path: Path) ->
     finally:
         if pid_file.exists():
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_command_forked_with_pyarrow_preloaded_answers_as_a_fresh_interpreter(tmp_path: Path) -> None:
+    """`run(preload=("pyarrow",))` forks the command from a warm parent of its own, which has
+    pyarrow loaded (the plain one has not): `verify` answers as a fresh `python -m cachetool
+    verify`, the same exit code, stdout and stderr."""
+    root = tmp_path / "cache"
+    damaged = synthesize_cache(root, 3)[0]
+    damaged.write_bytes(damaged.read_bytes()[:200])
+    env = hf_env(tmp_path)
+    args = [*CLI, "verify", "--cache-dir", str(root)]
+    warm = forks.run(args, env=env, capture_output=True, timeout=120, preload=("pyarrow",))
+    cold = subprocess.run(args, env=env, capture_output=True, timeout=120)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    assert warm.returncode == 1 and damaged.name.encode() in warm.stdout, warm.stdout
+
+    def loads_arrow(pid: int) -> bool:
+        return "libarrow" in Path(f"/proc/{pid}/maps").read_text()
+
+    preloaded, plain = forks.zygote_for(env, ("pyarrow",)), forks.zygote_for(env)
+    assert preloaded.proc.pid != plain.proc.pid
+    assert loads_arrow(preloaded.proc.pid) and not loads_arrow(plain.proc.pid)
