@@ -1,13 +1,14 @@
 """The read index: what a scan read of each Arrow file, so a repeat scan only `stat`s the files
 that did not change.
 
-`read-index.z` in the user's cache folder (`cachetool.cache.dirs.derived_dir`) is a zlib-compressed
-`marshal` of each folder's rows (relative to the root): a file's name, size, change time, inode and
-`ArrowSummary` fields, and the fingerprints of prepared splits and of saved datasets (so a warm
-listing does not hash). A row is used only while the file has the same size, ctime (which a write
-changes, and so does putting the mtime back after one) and inode. A folder's rows are decoded when
-the walk reaches it, never all at once; an index that does not decompress is not used. It is
-written whole, only when something changed, and not where it cannot be.
+`read-index.z` in the user's cache folder (`cachetool.cache.dirs.derived_dir`) is a CRC and a
+`marshal` of each folder's rows (relative to the root; a file's name, size, change time, inode and
+`ArrowSummary` fields), zlib-compressed folder by folder, and of the fingerprints of prepared
+splits and saved datasets (so a warm listing does not hash). A row is used only while the file has
+the same size, ctime (which a write changes, and so does putting the mtime back after one) and
+inode. A folder's rows are decompressed when the walk reaches it, never all at once (1M files: 15
+MB, 110 MB decoded); an index that fails its CRC is not used. It is written whole, only when
+something changed, and not where it cannot be.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from cachetool.cache.arrow import ArrowSummary
 
 INDEX_NAME = "read-index.z"
 #: Raised whenever the layout or `ArrowSummary`'s fields change: an index of another is not read.
-_MAGIC = b"cachetool read index 9\n"
+_MAGIC = b"cachetool read index 10\n"
 #: The fields of a `state.json` that `loaded_fingerprint` hashes with its `_fingerprint`.
 _FORMAT_FIELDS = ("_format_kwargs", "_format_type", "_format_columns", "_output_all_columns")
 #: No index of a real cache comes near this (100,000 files take about 1.3 MB).
@@ -40,7 +41,7 @@ class ReadIndex:
         folder = derived_dir(root)
         self.enabled = enabled and folder is not None
         self.path = (folder or root) / INDEX_NAME
-        #: Each folder's rows marshalled, until the walk reaches it.
+        #: Each folder's rows marshalled and compressed, until the walk reaches it.
         self._stored, self._fingerprints = self._load() if self.enabled else ({}, {})
         self._fingerprints_now: dict[tuple[str, str], str] = {}  # those asked now
         self._folder: str | None = None  # the folder whose rows are in `_rows`
@@ -58,11 +59,12 @@ class ReadIndex:
 
         try:
             data = read_state(self.path, MAX_INDEX_BYTES)
-            if data.startswith(_MAGIC):
-                stored = marshal.loads(zlib.decompress(memoryview(data)[len(_MAGIC) :]))
+            body = memoryview(data)[len(_MAGIC) + 4 :]
+            if data[: len(_MAGIC) + 4] == _MAGIC + zlib.crc32(body).to_bytes(4, "big"):
+                stored = marshal.loads(body)
                 if type(stored) is tuple and len(stored) == 2:
                     return stored
-        except (OSError, BadJsonFile, zlib.error, ValueError, EOFError, TypeError, MemoryError):
+        except (OSError, BadJsonFile, ValueError, EOFError, TypeError, MemoryError):
             pass  # a damaged index: every file is read again
         return {}, {}
 
@@ -72,8 +74,8 @@ class ReadIndex:
         self._folder, self._new, self._read_now = folder, [], False
         blob = self._stored.pop(folder, None)  # let go of once decoded
         try:
-            self._rows = {row[0]: row for row in marshal.loads(blob)} if blob is not None else {}
-        except (ValueError, EOFError, TypeError, IndexError, KeyError):  # damaged: read again
+            self._rows = {row[0]: row for row in _rows_of(blob)} if blob is not None else {}
+        except (zlib.error, ValueError, EOFError, TypeError, IndexError, KeyError):  # damaged: read again
             self._rows = {}
 
     def _flush(self) -> None:
@@ -84,12 +86,12 @@ class ReadIndex:
         if folder in self._kept:  # the folder met again: rarely
             old = self._kept[folder]
             blob = old if old is not None else self._load()[0].get(folder)
-            new = [*(marshal.loads(blob) if blob else ()), *new]
+            new = [*(_rows_of(blob) if blob else ()), *new]
         elif len(new) == len(self._rows) and not self._read_now:
             self._kept[folder] = None  # unchanged: its rows as they are
             return
         self._changed = True
-        self._kept[folder] = marshal.dumps(new)
+        self._kept[folder] = zlib.compress(marshal.dumps(new), 1)
 
     def get_in(self, folder: str, name: str, size: int, ctime_ns: int, inode: int) -> ArrowSummary | None:
         """The summary of the file `name` of `folder` (relative to the root, "" for the root) if
@@ -156,8 +158,13 @@ class ReadIndex:
                 for f, rows in self._kept.items()
                 if rows is not None or f in stored
             }
-            data = _MAGIC + zlib.compress(marshal.dumps((kept, self._fingerprints_now)), 1)
-            write_whole(self.path, data, create_folders=True)
+            body = marshal.dumps((kept, self._fingerprints_now))
+            write_whole(self.path, _MAGIC + zlib.crc32(body).to_bytes(4, "big") + body, create_folders=True)
         except (OSError, ValueError):
             return False
         return True
+
+
+def _rows_of(blob: bytes) -> list[_Row]:
+    """The rows of one folder, as `_flush` keeps them."""
+    return marshal.loads(zlib.decompress(blob))

@@ -154,20 +154,16 @@ def child_maker(folder: Path) -> Callable[[str], Path]:
         return lambda name: Path(prefix + name)
     new = object.__new__
     cls = _ChildPath
-    set_folder = _ChildPath.__dict__["_folder"].__set__
-    set_name = _ChildPath.__dict__["_name"].__set__
-    set_prefix = _ChildPath.__dict__["_prefix"].__set__
-    set_drv = PurePath._drv.__set__  # type: ignore[attr-defined]
-    set_root = PurePath._root.__set__  # type: ignore[attr-defined]
     drv, root = folder.drive, folder.root
 
     def child(name: str) -> Path:
+        # Plain slot stores (specialised by the interpreter): twice as fast as descriptor calls.
         p = new(cls)
-        set_folder(p, folder)
-        set_name(p, name)
-        set_prefix(p, prefix)
-        set_drv(p, drv)
-        set_root(p, root)
+        p._folder = folder
+        p._name = name
+        p._prefix = prefix
+        p._drv = drv  # type: ignore[attr-defined]
+        p._root = root  # type: ignore[attr-defined]
         return p
 
     return child

@@ -79,17 +79,19 @@ def _index(root: Path, env: dict[str, str]) -> Path:
 
 
 def _rewrite_index(index: Path, damage: Callable[[Any], Any]) -> None:
-    """Change cachetool's read index in place (a zlib-compressed `marshal` of each folder's rows,
-    themselves marshalled, and the prepared splits' fingerprints) with `damage`, which takes and
-    gives a row."""
+    """Change cachetool's read index in place (after its magic line a CRC, then a `marshal` of
+    each folder's rows, themselves marshalled and zlib-compressed, and the prepared splits'
+    fingerprints) with `damage`, which takes and gives a row; the CRC is made to match."""
     import marshal
     import zlib
 
     magic, _, data = index.read_bytes().partition(b"\n")
-    folders, fingerprints = marshal.loads(zlib.decompress(data))
+    folders, fingerprints = marshal.loads(data[4:])
     for folder, rows in folders.items():
-        folders[folder] = marshal.dumps([damage(row) for row in marshal.loads(rows)])
-    index.write_bytes(magic + b"\n" + zlib.compress(marshal.dumps((folders, fingerprints))))
+        damaged = [damage(row) for row in marshal.loads(zlib.decompress(rows))]
+        folders[folder] = zlib.compress(marshal.dumps(damaged))
+    body = marshal.dumps((folders, fingerprints))
+    index.write_bytes(magic + b"\n" + zlib.crc32(body).to_bytes(4, "big") + body)
 
 
 @pytest.mark.parametrize(
