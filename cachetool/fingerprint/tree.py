@@ -60,8 +60,11 @@ def build_tree(
     # Digests by object id for this build; the objects are kept alive so ids stay unique.
     digests: dict[int, tuple[Any, str | None, str | None]] = {}
     on_path: set[int] = set()
+    # Classes hashed by value (a dataclass's fields, methods and their code) are expanded after
+    # every value, so they never spend the node budget before the data they sit beside.
+    classes: list[tuple[HashNode, Any, int, frozenset[int]]] = []
 
-    def node(label: str, obj: Any, depth: int) -> HashNode:
+    def node(label: str, obj: Any, depth: int, expand_class: bool = False) -> HashNode:
         nonlocal count
         count += 1
         known = digests.get(id(obj))
@@ -81,6 +84,10 @@ def build_tree(
             out["o"] = order
         parts = list(parts_of(obj, max_items)) if decomposable(obj) else []
         if not parts:
+            return out
+        if isinstance(obj, type) and not expand_class:
+            out["x"] = "nodes"  # until its turn comes in `classes`
+            classes.append((out, obj, depth, frozenset(on_path)))
             return out
         stop = "cycle" if id(obj) in on_path else "depth" if depth >= max_depth else None
         if stop is not None or count >= max_nodes:
@@ -103,7 +110,19 @@ def build_tree(
             out["c"] = children
         return out
 
-    return node("", obj, 0)
+    root = node("", obj, 0)
+    while classes and count < max_nodes:
+        placeholder, cls, depth, ancestors = classes.pop(0)
+        if id(cls) in ancestors:
+            placeholder["x"] = "cycle"
+            continue
+        count -= 1  # the placeholder was counted; its expansion counts it again
+        on_path.clear()
+        on_path.update(ancestors)
+        expanded = node(placeholder["l"], cls, depth, expand_class=True)
+        placeholder.pop("x")
+        placeholder.update(expanded)
+    return root
 
 
 def graft(
