@@ -45,3 +45,16 @@ def test_two_culprits_deep_in_dataclasses_are_each_named_at_the_leaf(tmp_path: P
         ((".config", ".outer", ".inner", ".leaf", ".stop"), "frozenset", "set-order"),
         ((".rs",), "numpy.RandomState", "random-state"),
     }
+
+
+@pytest.mark.slow
+def test_a_getstate_pair_that_is_not_dict_and_slots_is_named_by_its_item(tmp_path: Path) -> None:
+    """`__getstate__` returning `(vocab, tuple(stop))` is a state of its own, not pickle's
+    `(dict, slots)` pair: the culprit is `state → [1]`, the tuple in hash-seed order. Before, the
+    pair was read as a dict and slots, the tuple was dropped, and the report named the whole
+    object (`function (Tok)`)."""
+    report = check_json("leaf_getstate_pair.py", tmp_path)
+    (difference,) = report["differences"]
+    (culprit,) = difference["culprits"]
+    assert (culprit["argument"], culprit["path"], culprit["type"]) == ("function", ["state", "[1]"], "tuple")
+    assert culprit["kind"] == "order"

@@ -558,7 +558,8 @@ def _object_children(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
     for i, arg in enumerate(args or ()):
         yield f"args[{i}]", arg
     slots = None
-    if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)):
+    # Pickle's (dict, slots) pair; any other tuple (a __getstate__ returning a pair) is a state.
+    if isinstance(state, tuple) and len(state) == 2 and all(p is None or isinstance(p, dict) for p in state):
         state, slots = state
     if state is not None and not isinstance(state, dict):
         yield "state", state
