@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from cachetool.fingerprint.tree import DEFAULT_MAX_NODES, build_tree, iter_nodes
 from tests.conftest import hf_env
 
 HERE = Path(__file__).parent
@@ -58,3 +59,21 @@ def test_a_getstate_pair_that_is_not_dict_and_slots_is_named_by_its_item(tmp_pat
     (culprit,) = difference["culprits"]
     assert (culprit["argument"], culprit["path"], culprit["type"]) == ("function", ["state", "[1]"], "tuple")
     assert culprit["kind"] == "order"
+
+
+def test_values_and_classes_each_have_a_node_budget() -> None:
+    """Values that fill the node budget leave the attributes of a class hashed by value (defined
+    in a function, as in a script's `__main__`) in the tree: a frozenset class attribute is a
+    culprit too. The classes come after the values, with a budget of their own."""
+
+    class Tok:
+        STOP = frozenset({"the", "a", "in", "on", "and", "cat", "dog", "bird"})
+
+        def __init__(self) -> None:
+            self.rows = [{"a": i, "b": [i, i + 1, i + 2], "c": {"d": [i]}} for i in range(64)]
+            self.more = [{"a": i, "b": [i, i + 1, i + 2]} for i in range(64)]
+
+    paths = {path for path, _ in iter_nodes(build_tree(Tok()))}
+    assert ("class", ".STOP") in paths
+    assert (".more", "[63]", "['b']", "[2]") in paths
+    assert len(paths) <= 2 * DEFAULT_MAX_NODES

@@ -61,7 +61,8 @@ def build_tree(
     digests: dict[int, tuple[Any, str | None, str | None]] = {}
     on_path: set[int] = set()
     # Classes hashed by value (a dataclass's fields, methods and their code) are expanded after
-    # every value, so they never spend the node budget before the data they sit beside.
+    # every value, with a budget of their own: neither spends the other's (up to 2 * max_nodes).
+    budget = max_nodes
     classes: list[tuple[HashNode, Any, int, frozenset[int]]] = []
 
     def node(label: str, obj: Any, depth: int, expand_class: bool = False) -> HashNode:
@@ -90,7 +91,7 @@ def build_tree(
             classes.append((out, obj, depth, frozenset(on_path)))
             return out
         stop = "cycle" if id(obj) in on_path else "depth" if depth >= max_depth else None
-        if stop is not None or count >= max_nodes:
+        if stop is not None or count >= budget:
             out["x"] = stop or "nodes"
             return out
         children = []
@@ -100,7 +101,7 @@ def build_tree(
                 if child_label is MORE:
                     out["x"] = "items"
                     continue
-                if count >= max_nodes:
+                if count >= budget:
                     out["x"] = "nodes"
                     break
                 children.append(node(child_label, child, depth + 1))
@@ -111,7 +112,8 @@ def build_tree(
         return out
 
     root = node("", obj, 0)
-    while classes and count < max_nodes:
+    budget = count + max_nodes
+    while classes and count < budget:
         placeholder, cls, depth, ancestors = classes.pop(0)
         if id(cls) in ancestors:
             placeholder["x"] = "cycle"
