@@ -14,7 +14,7 @@ from cachetool.hints import shell_command
 
 if TYPE_CHECKING:
     from cachetool.history.explain.answer import ExplainReport, Reason, StaleHit, StepExplanation
-    from cachetool.history.runs import Failure, Interruption
+    from cachetool.history.runs import Failure, Interruption, UnfinishedFile
 
 
 @command(
@@ -249,8 +249,24 @@ _ENDED = {
 }
 
 
+def _held_open(files: list[UnfinishedFile]) -> dict[str, frozenset[int]]:
+    """The pids of live processes holding each of `files` open (by path; the files no process
+    holds are left out)."""
+    from cachetool.maintenance.liveness import pids_holding
+
+    keys: dict[tuple[int, int], str] = {}
+    for f in files:
+        try:
+            st = os.stat(f.path, follow_symlinks=False)
+        except OSError:
+            continue
+        keys[(st.st_dev, st.st_ino)] = f.path
+    return {keys[k]: pids for k, pids in pids_holding(keys).items()}
+
+
 def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
     from cachetool.formatting import human_size
+    from cachetool.maintenance.liveness import pids_text
 
     where = f"process {i.pid} on {i.host}" if i.pid is not None else "its process"
     step = i.step
@@ -270,8 +286,17 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
         # Still writing: what a rerun would take back is not known yet.
         writing, tmp, partial = (tmp + partial, [], []) if i.state == "running" else ([], tmp, partial)
+        # Killed, its num_proc pool workers write on: their files are neither leftovers nor done.
+        held = _held_open(tmp + partial) if i.state == "killed" else {}
+        if held:
+            writing = [f for f in tmp + partial if f.path in held]
+            tmp = [f for f in tmp if f.path not in held]
+            partial = [f for f in partial if f.path not in held]
+        pids = pids_text(sorted({p for ps in held.values() for p in ps}))
         for title, files in (
-            ("It is writing (unfinished):", writing),
+            (f"Its pool workers, left by the kill, are still writing (pid {pids}):", writing)
+            if held
+            else ("It is writing (unfinished):", writing),
             ("Its partial output (a traced rerun of the pipeline reuses these rows):", partial),
             ("It had written (unfinished; datasets does not reuse these):", tmp),
             (
