@@ -59,8 +59,12 @@ def build_tree(
     # Digests by object id for this build; the objects are kept alive so ids stay unique.
     digests: dict[int, tuple[Any, str | None, str | None]] = {}
     on_path: set[int] = set()
+    # Classes hashed by value (a dataclass's fields, methods and their code) are expanded after
+    # every value, with a budget of their own: neither spends the other's (up to 2 * max_nodes).
+    budget = max_nodes
+    classes: list[tuple[HashNode, Any, int, frozenset[int]]] = []
 
-    def node(label: str, obj: Any, depth: int) -> HashNode:
+    def node(label: str, obj: Any, depth: int, expand_class: bool = False) -> HashNode:
         nonlocal count
         count += 1
         known = digests.get(id(obj))
@@ -81,8 +85,12 @@ def build_tree(
         parts = list(parts_of(obj, max_items)) if decomposable(obj) else []
         if not parts:
             return out
+        if isinstance(obj, type) and not expand_class:
+            out["x"] = "nodes"  # until its turn comes in `classes`
+            classes.append((out, obj, depth, frozenset(on_path)))
+            return out
         stop = "cycle" if id(obj) in on_path else "depth" if depth >= max_depth else None
-        if stop is not None or count >= max_nodes:
+        if stop is not None or count >= budget:
             out["x"] = stop or "nodes"
             return out
         children = []
@@ -92,7 +100,7 @@ def build_tree(
                 if child_label is MORE:
                     out["x"] = "items"
                     continue
-                if count >= max_nodes:
+                if count >= budget:
                     out["x"] = "nodes"
                     break
                 children.append(node(child_label, child, depth + 1))
@@ -102,7 +110,20 @@ def build_tree(
             out["c"] = children
         return out
 
-    return node("", obj, 0)
+    root = node("", obj, 0)
+    budget = count + max_nodes
+    while classes and count < budget:
+        placeholder, cls, depth, ancestors = classes.pop(0)
+        if id(cls) in ancestors:
+            placeholder["x"] = "cycle"
+            continue
+        count -= 1  # the placeholder was counted; its expansion counts it again
+        on_path.clear()
+        on_path.update(ancestors)
+        expanded = node(placeholder["l"], cls, depth, expand_class=True)
+        placeholder.pop("x")
+        placeholder.update(expanded)
+    return root
 
 
 def graft(
@@ -537,7 +558,8 @@ def _object_children(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
     for i, arg in enumerate(args or ()):
         yield f"args[{i}]", arg
     slots = None
-    if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)):
+    # Pickle's (dict, slots) pair; any other tuple (a __getstate__ returning a pair) is a state.
+    if isinstance(state, tuple) and len(state) == 2 and all(p is None or isinstance(p, dict) for p in state):
         state, slots = state
     if state is not None and not isinstance(state, dict):
         yield "state", state

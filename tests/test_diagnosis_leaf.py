@@ -1,0 +1,79 @@
+"""check-determinism names the exact object that differs (the path to the leaf), never a parent,
+on what users write: dataclass configs on `self`, enums, unseeded numpy generators, two culprits in
+one step. Real scripts (tests/diagnosis) checked by the real command in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachetool.fingerprint.tree import DEFAULT_MAX_NODES, build_tree, iter_nodes
+from tests.conftest import hf_env
+
+HERE = Path(__file__).parent
+
+
+def check_json(script: str, tmp_path: Path) -> dict[str, Any]:
+    """`cachetool check-determinism SCRIPT --format json` on a copy of tests/diagnosis/SCRIPT."""
+    shutil.copy(HERE / "corpus" / "corpus_data.py", tmp_path / "corpus_data.py")
+    shutil.copy(HERE / "diagnosis" / script, tmp_path / script)
+    argv = [sys.executable, "-m", "cachetool", "check-determinism", script, "--format", "json"]
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=hf_env(tmp_path), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 1, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_two_culprits_deep_in_dataclasses_are_each_named_at_the_leaf(tmp_path: Path) -> None:
+    """The frozenset four dataclasses down and the RandomState beside the config are both named,
+    each by its full path; no parent (the config, a dataclass) is named instead. Before, the
+    classes of the dataclasses (expanded by value, first) used up the tree's node budget, so the
+    report stopped at `.config (Config)` and never reached the generator."""
+    report = check_json("leaf_two_culprits_deep.py", tmp_path)
+    (difference,) = report["differences"]
+    (culprit,) = difference["culprits"]
+    assert (culprit["argument"], culprit["path"]) == ("function", [])  # the callable, split in places
+    places = {(tuple(p["path"]), p["type"], p["kind"]) for p in culprit["parts"]}
+    assert places == {
+        ((".config", ".outer", ".inner", ".leaf", ".stop"), "frozenset", "set-order"),
+        ((".rs",), "numpy.RandomState", "random-state"),
+    }
+
+
+@pytest.mark.slow
+def test_a_getstate_pair_that_is_not_dict_and_slots_is_named_by_its_item(tmp_path: Path) -> None:
+    """`__getstate__` returning `(vocab, tuple(stop))` is a state of its own, not pickle's
+    `(dict, slots)` pair: the culprit is `state → [1]`, the tuple in hash-seed order. Before, the
+    pair was read as a dict and slots, the tuple was dropped, and the report named the whole
+    object (`function (Tok)`)."""
+    report = check_json("leaf_getstate_pair.py", tmp_path)
+    (difference,) = report["differences"]
+    (culprit,) = difference["culprits"]
+    assert (culprit["argument"], culprit["path"], culprit["type"]) == ("function", ["state", "[1]"], "tuple")
+    assert culprit["kind"] == "order"
+
+
+def test_values_and_classes_each_have_a_node_budget() -> None:
+    """Values that fill the node budget leave the attributes of a class hashed by value (defined
+    in a function, as in a script's `__main__`) in the tree: a frozenset class attribute is a
+    culprit too. The classes come after the values, with a budget of their own."""
+
+    class Tok:
+        STOP = frozenset({"the", "a", "in", "on", "and", "cat", "dog", "bird"})
+
+        def __init__(self) -> None:
+            self.rows = [{"a": i, "b": [i, i + 1, i + 2], "c": {"d": [i]}} for i in range(64)]
+            self.more = [{"a": i, "b": [i, i + 1, i + 2]} for i in range(64)]
+
+    paths = {path for path, _ in iter_nodes(build_tree(Tok()))}
+    assert ("class", ".STOP") in paths
+    assert (".more", "[63]", "['b']", "[2]") in paths
+    assert len(paths) <= 2 * DEFAULT_MAX_NODES
