@@ -461,6 +461,7 @@ class Tracer:
             # builder's `_download_and_prepare`. A run that waited for another run's preparation
             # generates nothing; the output folder missing before the call does not say that.
             generated: list[bool] = []
+            watched = False  # where the counter could not be put in place, the load counts as a miss
             with contextlib.suppress(Exception):
                 self.enter_root(local_path(builder._cache_dir_root) or self.roots.default)
                 prepare = builder._download_and_prepare
@@ -470,12 +471,13 @@ class Tracer:
                     return prepare(*a, **kw)
 
                 builder.__dict__["_download_and_prepare"] = mark
+                watched = True
             try:
                 out = original(builder, *args, **kwargs)
             finally:
                 builder.__dict__.pop("_download_and_prepare", None)
             with contextlib.suppress(Exception):
-                builder.__dict__["_cachetool_prepared"] = "miss" if generated else "hit"
+                builder.__dict__["_cachetool_prepared"] = "miss" if generated or not watched else "hit"
             return out
 
         return download_and_prepare
