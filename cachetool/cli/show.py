@@ -11,7 +11,6 @@ from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, REQUIRED, arg, 
 from cachetool.cli.output import Output, hint, warn
 from cachetool.formatting import local_time, time_ago
 from cachetool.hints import shell_command
-from cachetool.history.query import fingerprint_check
 
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheFile
@@ -158,6 +157,8 @@ def _file_row(out: Output, e: Entry, f: CacheFile, name: str, narrow: bool) -> t
     s = f.summary
     if s is None:
         return (name, f.size_str, "", "") if narrow else (name, f.size_str, "", "", "", "")
+    from cachetool.history.query import fingerprint_check
+
     check = fingerprint_check(e, f)
     if check == "none":
         fp_note = "(none)"
