@@ -194,6 +194,7 @@ def option(
     type: Any = None,
     cli_default: Any = None,
     parse: str | None = None,
+    accepts: str | None = None,
     **cli: Any,
 ) -> Any:
     """A field of a command's options dataclass (`GcOptions`, `VerifyOptions`, ...): the one
@@ -201,9 +202,10 @@ def option(
     the field's; the command's `--help` says `help`; `flags` default to `--keyword` (the field's
     name unless `keyword` says otherwise), or it is the command's `argument`; `type` and
     `cli_default` are the command line's when not the field's; `parse` says how a string value is
-    read ("duration", "size"); `cli`: Typer's other keywords (`min`, `metavar`, ...)."""
+    read ("duration", "size"); `accepts`: the values Python may give, when more than the field's
+    type (the keyword's annotation); `cli`: Typer's other keywords (`min`, `metavar`, ...)."""
     from dataclasses import MISSING, field
 
     m = {"help": help, "flags": flags, "argument": argument, "keyword": keyword, "type": type}
-    m |= {"cli_default": cli_default, "parse": parse, "cli": cli}
+    m |= {"cli_default": cli_default, "parse": parse, "accepts": accepts, "cli": cli}
     return field(metadata=m) if default is MISSING else field(default=default, metadata=m)

@@ -291,3 +291,41 @@ def test_python_api_reference_is_generated_from_the_docstrings() -> None:
     block = text.split(API_START, 1)[1].split(API_END, 1)[0]
     assert block.strip() == api_reference().strip(), "run: python -m cachetool.cli.docs docs/api.md"
     assert "### `scan_cache(" in block and "### `verify_cache(" in block and "### `plan_gc(" in block
+
+
+@pytest.mark.parametrize(
+    "dotted",
+    [
+        "cachetool.VerifyOptions",
+        "cachetool.GcOptions",
+        "cachetool.history.explain.explainer.ExplainOptions",
+        "cachetool.determinism.check.CheckOptions",
+    ],
+)
+def test_api_reference_says_what_each_option_of_an_options_class_does(dotted: str) -> None:
+    """The functions' docstrings send the reader to these classes for their keywords, so each
+    field's section row has its type, default and meaning (the option's help, one declaration)."""
+    import dataclasses
+
+    from cachetool.cli.docs import api_reference
+
+    module, _, name = dotted.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    section = api_reference().split(f"### `{name}`\n", 1)[1].split("\n### ", 1)[0]
+    for f in dataclasses.fields(cls):
+        row = next((line for line in section.splitlines() if line.startswith(f"| `{f.name}` |")), "")
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+        assert len(cells) == 4 and all(cells), f"{name}.{f.name}: {row or 'no row'}"
+        meaning = " ".join((f.metadata.get("help") or f.metadata["doc"]).split())
+        assert cells[3] == meaning.replace("<", "&lt;"), f"{name}.{f.name}"
+
+
+def test_python_reference_keeps_what_the_old_docstrings_said_of_some_options(tmp_path: Path) -> None:
+    """What `verify_cache` and `check_determinism` once said of these keywords themselves."""
+    from cachetool.cli.docs import api_reference
+
+    text = api_reference()
+    assert "shard: str | tuple[int, int] | Shard | None = None" in text
+    assert "default: one per core" in text and "SIGBUS" in text
+    assert "the files the cache holds are left alone" in text
+    assert cachetool.verify_cache(tmp_path, shard=(1, 2)).to_json()["shard"] == {"index": 1, "count": 2}

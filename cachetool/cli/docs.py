@@ -143,7 +143,9 @@ def _api_item(dotted: str) -> str:
     if kind == "class":
         import dataclasses
 
-        if dataclasses.is_dataclass(obj):
+        if dataclasses.is_dataclass(obj) and _is_options(obj):
+            lines += ["", _option_table(obj)]
+        elif dataclasses.is_dataclass(obj):
             fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(obj) if not f.name.startswith("_"))
             lines += ["", f"Fields: {fields}."]
         elif issubclass(obj, enum.Enum):
@@ -158,6 +160,29 @@ def _api_item(dotted: str) -> str:
         if members:
             lines += ["", *members]
     return "\n".join(lines) + "\n"
+
+
+def _is_options(cls: Any) -> bool:
+    """True for an options dataclass: its fields declare the command's options (`option()`)."""
+    import dataclasses
+
+    return any("help" in f.metadata for f in dataclasses.fields(cls))
+
+
+def _option_table(cls: Any) -> str:
+    """Markdown: each field of the options dataclass `cls` with its type (what Python may give),
+    default and meaning (the option's help, or a Python-only field's `doc`)."""
+    import dataclasses
+
+    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(cls):
+        m = f.metadata
+        kind = m.get("accepts") or (f"str | {f.type}" if m.get("parse") else str(f.type))
+        default = "required" if f.default is dataclasses.MISSING else f"`{f.default!r}`"
+        meaning = " ".join((m.get("help") or m.get("doc") or "").split())
+        cells = [f"`{f.name}`", f"`{kind}`", default, _md_text(meaning)]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
 
 
 def api_reference() -> str:

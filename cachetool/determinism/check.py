@@ -165,19 +165,26 @@ class CheckOptions:
     jobs: int | None = option(
         None,
         "With --isolated: runs at once, for a script that writes no file outside its cache "
-        "(a save_to_disk folder written by two runs at once can kill one). Default: 1.",
+        "(a save_to_disk folder written by two runs at once can kill one with SIGBUS). Default: 1.",
         "--jobs",
         "-j",
         min=1,
         show_default=False,
     )
-    rerun: bool = True
+    rerun: bool = dataclasses.field(
+        default=True,
+        metadata={
+            "doc": "When runs differ, one more run with the first run's seed tells whether the "
+            "difference depends on PYTHONHASHSEED or changes on every run (Python only; the "
+            "command always reruns)."
+        },
+    )
     cold: bool = option(
         True,
         "Make the first run compute every step (what the cache lacks it writes there, "
-        "for the next run to load), so a step that changes an object a later step hashes "
-        "is found on a warm cache too. --no-cold: faster on a large warm cache, but such a "
-        "change goes unseen.",
+        "for the next run to load; the files the cache holds are left alone), so a step that "
+        "changes an object a later step hashes is found on a warm cache too. --no-cold: faster "
+        "on a large warm cache, but such a change goes unseen.",
         "--cold/--no-cold",
     )
 

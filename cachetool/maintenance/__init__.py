@@ -40,7 +40,8 @@ def keyword_signature(func: Callable[..., Any], cls: type, skip: tuple[str, ...]
             option_keyword(f),
             inspect.Parameter.KEYWORD_ONLY,
             default=f.default,
-            annotation=f"str | {f.type}" if f.metadata["parse"] or f.metadata["type"] else f.type,
+            annotation=f.metadata["accepts"]
+            or (f"str | {f.type}" if f.metadata["parse"] or f.metadata["type"] else f.type),
         )
         for f in fields(cls)
         if f.name not in taken

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cachetool.errors import CachetoolError, option
@@ -154,7 +154,11 @@ class ExplainOptions:
         None, "Like --last, for the most recent run of this script.", type=Path | None, show_default=False
     )
     history: int = option(3, "With a fingerprint: also compare this many earlier runs.", min=0)
-    all_roots: bool = False  # `--all-roots`, as every command that reads the ledger says it
+    #: `--all-roots`, declared as every command that reads the ledger declares it.
+    all_roots: bool = field(
+        default=False,
+        metadata={"doc": "Also read the ledgers of every other cache root this user traced (--all-roots)."},
+    )
 
     def __post_init__(self) -> None:
         if self.fingerprint is None and not self.last and self.script is None:

@@ -75,6 +75,7 @@ class VerifyOptions:
         "Check only shard I of N (from 0): an even, stable share of the entries by fingerprint hex "
         "prefix, for N jobs on one or many hosts; join their --json with `cachetool merge`.",
         type=str | None,
+        accepts="str | tuple[int, int] | Shard | None",
         metavar="I/N",
     )
 
