@@ -189,6 +189,10 @@ GONE = {
     "cachetool.remote.pull",
     "cachetool.remote.hook",
     "cachetool.remote.record",
+    "cachetool.determinism.render",
+    "cachetool.history.explain.view",
+    "cachetool.report.data.ReportData.tiles",
+    "cachetool.report.html.write_page",
 }
 
 
