@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import math
 import os
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -203,13 +205,21 @@ def _proc_pids() -> Iterable[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != me]
 
 
-def _dev_from_maps(dev: str) -> int:
-    """The device number of a maps line; -1 (no device) if unreadable."""
+@functools.cache
+def _dev_from_maps(dev: bytes) -> int:
+    """The device number of a maps line's `major:minor` (hex); -1 (no device) if unreadable."""
     try:
-        major, minor = dev.split(":")
+        major, minor = dev.split(b":")
         return os.makedev(int(major, 16), int(minor, 16))
     except ValueError:
         return -1
+
+
+#: A maps line of a file (inode not 0, a name): its device, inode and name. One search over the
+#: whole file in C instead of splitting each of its (often thousands of) lines in Python.
+_MAPPED_FILE = re.compile(
+    rb"^[0-9a-f]+-[0-9a-f]+ \S+ [0-9a-f]+ ([0-9a-f]+:[0-9a-f]+) ([1-9][0-9]*)[ \t]+(\S[^\n]*)$", re.M
+)
 
 
 def scan_in_use(root: str | os.PathLike[str] | None = None, writers: bool = True) -> InUse:
@@ -268,15 +278,20 @@ def _read_fds(pid: int, found: dict[str, dict[Any, set[int]]], writers: bool) ->
     for fd in fds:
         try:
             target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if not target.startswith("/"):
+            # A pipe, socket or anonymous inode: on a pseudo file system, never a file of a cache
+            # or temp dir, so its inode is not asked for.
+            if target.startswith("socket:["):
+                found["paths"][target].add(pid)  # who listens on a bound socket (`socket_reason`)
+            continue
+        try:
             st = os.stat(f"{fd_dir}/{fd}")
         except OSError:
             continue
         key = (st.st_dev, st.st_ino)
-        found["holders"][key].add(pid)  # pipes and sockets too: their devices hold no cache file
-        if not target.startswith("/"):
-            if target.startswith("socket:["):
-                found["paths"][target].add(pid)  # who listens on a bound socket (`socket_reason`)
-            continue
+        found["holders"][key].add(pid)
         found["paths"][target].add(pid)
         if writers and _opened_for_writing(pid, fd):
             found["writers"][key].add(pid)
@@ -298,21 +313,20 @@ def _read_maps(
     """Add the files process `pid` has memory-mapped to `found`, and to `programs` whether it
     has pyarrow and libpython loaded."""
     try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+        with open(f"/proc/{pid}/maps", "rb") as f:
             maps = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return "gone"
     except OSError:
         return "denied"
-    for line in maps.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) == 6 and parts[4] != "0" and parts[4].isdigit():
-            key = (_dev_from_maps(parts[3]), int(parts[4]))
-            found["holders"][key].add(pid)
-            found["maps"][key].add(pid)
-            if parts[5].startswith("/"):
-                found["paths"][parts[5]].add(pid)
-    programs[pid] = ("libarrow" in maps, "libpython" in maps)
+    # A library is mapped in several segments: each distinct (device, inode, name) once.
+    for dev, ino, name in set(_MAPPED_FILE.findall(maps)):
+        key = (_dev_from_maps(dev), int(ino))
+        found["holders"][key].add(pid)
+        found["maps"][key].add(pid)
+        if name.startswith(b"/"):
+            found["paths"][name.decode("utf-8", "replace")].add(pid)
+    programs[pid] = (b"libarrow" in maps, b"libpython" in maps)
     return "read"
 
 
