@@ -278,6 +278,10 @@ def _read_fds(pid: int, found: dict[str, dict[Any, set[int]]], writers: bool) ->
     for fd in fds:
         try:
             target = os.readlink(f"{fd_dir}/{fd}")
+        except PermissionError:
+            # Listed but not readable (the same ptrace check guards every link, and the maps):
+            # the rest would only fail alike, one exception each.
+            return "denied"
         except OSError:
             continue
         if not target.startswith("/"):
