@@ -5,6 +5,7 @@ options are `VerifyOptions`) turns a scan into typed findings (`findings`), adds
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -157,11 +158,13 @@ def _check(
     # Without `deep` every header is read again; with it the deep pass reads every byte anyway,
     # so the listing may take what the read index remembers (keyed by size, mtime and inode).
     usage = ledger.usage()  # once: the listing and the indices check both need it
+    # One pass over /proc at most, taken when the listing or a check first needs it, for both.
+    liveness = functools.cache(scan_in_use)
     report = scan_cache(
         root,
         use_index=options.deep,
         usage=usage,
-        liveness=scan_in_use,
+        liveness=liveness,
         progress=(lambda n: progress(n, 0)) if progress is not None else None,
     )
     entries = list(report.entries)
@@ -171,7 +174,7 @@ def _check(
     shard = options.shard
     if shard is not None:
         entries = [e for e in entries if shard.holds_entry(e, report.root)]
-    checker = Checker(report)
+    checker = Checker(report, liveness)
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)

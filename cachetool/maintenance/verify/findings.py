@@ -186,8 +186,9 @@ RECENT_SAVE_SECONDS = 300.0
 class Checker:
     """Collects the findings about the entries of one scan (`entry(e)` for each)."""
 
-    def __init__(self, report: CacheReport) -> None:
+    def __init__(self, report: CacheReport, liveness: Callable[..., InUse] = scan_in_use) -> None:
         self.report = report
+        self.liveness = liveness  # called as `liveness(root=...)`, as `scan_cache` calls it
         self.now = time.time()
         self.findings: list[Finding] = []
 
@@ -196,7 +197,7 @@ class Checker:
         """Who holds which file, taken the first time a check needs it (a leftover, a lock, a
         shard set being written): a cache without any spends nothing on reading every process's
         files."""
-        return scan_in_use(root=self.report.root)
+        return self.liveness(root=self.report.root)
 
     def recompute(self, e: Entry) -> str:
         """The hint for a damaged entry `e`: quarantine moves it aside, datasets recomputes it;
