@@ -1,0 +1,84 @@
+"""Small wrong answers a first use of cachetool met: each one, as a user saw it, with real
+`datasets` in real processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+try:  # tests/ may or may not be a package
+    from tests.conftest import cachetool_run, invoke
+    from tests.lineage_pipeline import subprocess_env
+except ImportError:
+    from conftest import cachetool_run, invoke  # type: ignore[no-redef]
+    from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
+
+# A map that says when it is well under way (argv[2] names the marker; "-": no marker, full speed).
+SLOW_MAP = textwrap.dedent(
+    """\
+    import sys, time
+    from pathlib import Path
+    from datasets import load_dataset
+
+    def slow(ex, idx):
+        marker = sys.argv[2]
+        if marker != "-" and idx == 300:
+            Path(marker).write_text("busy")
+        time.sleep(0.002 if marker != "-" and idx >= 300 else 0)
+        return {"y": ex["x"] * 2}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    ds = ds.map(slow, with_indices=True, writer_batch_size=50)
+    print("finished")
+    """
+)
+
+
+def _csv(path: Path, rows: int) -> None:
+    path.write_text("x\n" + "".join(f"{i}\n" for i in range(rows)), encoding="utf-8")
+
+
+def _run_and_kill(tmp_path: Path, env: dict[str, str]) -> None:
+    """`cachetool run p.py d.csv busy`, SIGKILLed once the map says it is under way."""
+    marker = tmp_path / "busy"
+    cmd = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_explain_after_a_killed_attempt_on_other_input_is_not_a_first_time(tmp_path: Path) -> None:
+    """A traced run is SIGKILLed in its map; the input file changes; the rerun computes the map.
+    `explain --last` said "first time this step ran", though the ledger holds the killed attempt of
+    that call site: it says an earlier attempt was killed, and that the input differs."""
+    (tmp_path / "p.py").write_text(SLOW_MAP, encoding="utf-8")
+    _csv(tmp_path / "d.csv", 1200)
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
+    _csv(tmp_path / "d.csv", 900)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
+    (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
+    kinds = [r["kind"] for r in step["reasons"]]
+    assert "first-run" not in kinds, step["reasons"]
+    (reason,) = step["reasons"]
+    assert reason["kind"] == "killed-before", reason
+    assert f"in run {killed}" in reason["message"] and "input" in reason["message"], reason
+    told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+    assert "first time" not in told and "was killed" in told, told
