@@ -82,3 +82,25 @@ def test_explain_after_a_killed_attempt_on_other_input_is_not_a_first_time(tmp_p
     assert f"in run {killed}" in reason["message"] and "input" in reason["message"], reason
     told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert "first time" not in told and "was killed" in told, told
+
+
+def test_an_untraced_map_s_hint_names_tracing_in_python_too(tmp_path: Path) -> None:
+    """A map run as plain `python p.py` left no record: `lineage` and `explain` said to run the
+    pipeline with `cachetool run` only; a notebook (or code that is not a script) records with
+    `cachetool.tracing()`, and both say so."""
+    (tmp_path / "d.csv").write_text("x\n1\n2\n3\n", encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\n"
+        "ds = load_dataset('csv', data_files='d.csv', split='train').map(lambda ex: {'y': ex['x'] * 2})\n"
+        "print(ds.cache_files[0]['filename'])\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    done = subprocess.run(
+        [sys.executable, "p.py"], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    path = done.stdout.strip().splitlines()[-1]
+    for command in ("lineage", "explain"):
+        said = invoke(command, path, env=env, columns=250)
+        told = " ".join((said.stdout + said.stderr).split())
+        assert "`cachetool run" in told and "`cachetool.tracing()`" in told, (command, told)

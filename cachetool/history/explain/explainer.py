@@ -251,9 +251,8 @@ def explain_fingerprint(
 def _no_records(root: str | os.PathLike[str], what: str, view: LedgerView) -> CachetoolError:
     """The ledger has nothing to explain: no pipeline ran under `cachetool run`, or what the
     ledger holds this user may not read (the first warning reading it says which file)."""
-    why = (
-        view.ledger.warnings[0] if view.ledger.warnings else "run the pipeline with `cachetool run script.py`"
-    )
+    traced = "run the pipeline with `cachetool run script.py`, or `cachetool.tracing()` in Python"
+    why = view.ledger.warnings[0] if view.ledger.warnings else traced
     return CachetoolError(f"no recorded {what} in {Path(root)}: {why}")
 
 
