@@ -104,3 +104,14 @@ def test_an_untraced_map_s_hint_names_tracing_in_python_too(tmp_path: Path) -> N
         said = invoke(command, path, env=env, columns=250)
         told = " ".join((said.stdout + said.stderr).split())
         assert "`cachetool run" in told and "`cachetool.tracing()`" in told, (command, told)
+
+
+def test_check_determinism_help_of_isolated_agrees_with_jobs() -> None:
+    """`check-determinism --help` said of --isolated "Either way the runs go one after the other",
+    while --jobs runs isolated runs at once: the help of --isolated says what --jobs does to it."""
+    said = invoke("check-determinism", "--help", columns=250)
+    told = " ".join(said.stdout.split())
+    assert said.exit_code == 0, said.stderr
+    assert "Either way the runs go one after the other" not in told, told
+    isolated = told[told.index("--isolated Give") : told.index("--cold / --no-cold")]
+    assert "one after the other" in isolated and "at a time" in isolated, isolated
