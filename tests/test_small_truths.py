@@ -115,3 +115,22 @@ def test_check_determinism_help_of_isolated_agrees_with_jobs() -> None:
     assert "Either way the runs go one after the other" not in told, told
     isolated = told[told.index("--isolated Give") : told.index("--cold / --no-cold")]
     assert "one after the other" in isolated and "at a time" in isolated, isolated
+
+
+def test_api_reference_names_the_keywords_gc_cache_takes() -> None:
+    """docs/api.md's `GcOptions` table named the field `datasets`, while `gc_cache()` takes the
+    keyword `dataset` (`datasets=` is a TypeError): the table names the keyword the function takes."""
+    import inspect
+    import re
+
+    import cachetool
+
+    text = (Path(__file__).parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    section = text[text.index("### `GcOptions`") :]
+    table = section[section.index("\n|") : section.index("\n\n", section.index("\n|"))]
+    names = (
+        re.match(r"\| `([^`]+)`(?: \(keyword `([^`]+)`\))?", row) for row in table.strip().splitlines()[2:]
+    )
+    shown = [m.group(2) or m.group(1) for m in names if m is not None]
+    takes = set(inspect.signature(cachetool.gc_cache).parameters)
+    assert "dataset" in shown and not set(shown) - takes, (shown, takes)
