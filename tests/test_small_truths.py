@@ -134,3 +134,30 @@ def test_api_reference_names_the_keywords_gc_cache_takes() -> None:
     shown = [m.group(2) or m.group(1) for m in names if m is not None]
     takes = set(inspect.signature(cachetool.gc_cache).parameters)
     assert "dataset" in shown and not set(shown) - takes, (shown, takes)
+
+
+@pytest.mark.slow
+def test_a_tmp_file_renamed_while_ls_reads_its_folder_is_not_called_other(tmp_path: Path) -> None:
+    """`datasets` renames a map's `tmp*` file to its `cache-<fp>.arrow` name when the map ends; one
+    renamed after the scan listed its folder, before it read the file, was listed as `other`.
+    Here a killed map's real `tmp*` file is renamed between the listing and the reading: the
+    scan leaves the name that is gone out (the next listing shows the file under its new name)."""
+    from cachetool.cache.layout import Kind
+    from cachetool.cache.scan import Scanner
+    from cachetool.cache.walk import list_dir
+
+    (tmp_path / "p.py").write_text(SLOW_MAP, encoding="utf-8")
+    _csv(tmp_path / "d.csv", 1200)
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _run_and_kill(tmp_path, env)
+    (tmp,) = (tmp_path / "cache").rglob("tmp*")
+    folder = tmp.parent
+    scanner = Scanner(folder, False, None)
+    items, error = list_dir(folder)
+    assert error is None and tmp.name in [it.name for it in items]
+    ds = scanner.builder_dir(folder, items)
+    tmp.rename(folder / "cache-0123456789abcdef.arrow")
+    scanner.files_in(folder, items, ds)
+    kinds = {e.path.name: e.kind for e in scanner.entries}
+    assert kinds.get(tmp.name) != Kind.OTHER, kinds
+    assert Kind.OTHER not in kinds.values(), kinds
