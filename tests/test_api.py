@@ -317,7 +317,7 @@ def test_api_reference_says_what_each_option_of_an_options_class_does(dotted: st
     cls = getattr(importlib.import_module(module), name)
     section = api_reference().split(f"### `{name}`\n", 1)[1].split("\n### ", 1)[0]
     for f in dataclasses.fields(cls):
-        row = next((line for line in section.splitlines() if line.startswith(f"| `{f.name}` |")), "")
+        row = next((line for line in section.splitlines() if line.startswith(f"| `{f.name}` ")), "")
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
         assert len(cells) == 4 and all(cells), f"{name}.{f.name}: {row or 'no row'}"
         meaning = " ".join((f.metadata.get("help") or f.metadata["doc"]).split())

@@ -417,6 +417,8 @@ class Scanner:
                 entries.append(plain_arrow_entry(self.cache_file(it, arrow=True), ds))
             else:
                 kind = Kind.METADATA if ds is None and name in layout.METADATA_NAMES else Kind.OTHER
+                if kind == Kind.OTHER and not os.path.lexists(it.path):
+                    continue  # gone since listed: a `tmp*` file renamed as its map ended
                 entries.append(Entry(kind, it.path, (self.cache_file(it, arrow=False),), *where(ds)))
         for fp, files in sorted(shard_groups.items()):
             entries.append(shard_set_entry(fp, files, max(f.shard[1] for f in files if f.shard), ds))

@@ -170,8 +170,9 @@ def _is_options(cls: Any) -> bool:
 
 
 def _option_table(cls: Any) -> str:
-    """Markdown: each field of the options dataclass `cls` with its type (what Python may give),
-    default and meaning (the option's help, or a Python-only field's `doc`)."""
+    """Markdown: each field of the options dataclass `cls` (and the keyword its function takes, when
+    another name) with its type (what Python may give), default and meaning (the option's help, or
+    a Python-only field's `doc`)."""
     import dataclasses
 
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
@@ -180,7 +181,10 @@ def _option_table(cls: Any) -> str:
         kind = m.get("accepts") or (f"str | {f.type}" if m.get("parse") else str(f.type))
         default = "required" if f.default is dataclasses.MISSING else f"`{f.default!r}`"
         meaning = " ".join((m.get("help") or m.get("doc") or "").split())
-        cells = [f"`{f.name}`", f"`{kind}`", default, _md_text(meaning)]
+        # An option's keyword is its function's too (an argument's names only the command's)
+        keyword = (None if m.get("argument") else m.get("keyword")) or f.name
+        name = f"`{f.name}`" + (f" (keyword `{keyword}`)" if keyword != f.name else "")
+        cells = [name, f"`{kind}`", default, _md_text(meaning)]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows)
 

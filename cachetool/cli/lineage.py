@@ -66,7 +66,8 @@ def run_lineage(fingerprint: str, cache_dir: Path | None, out: Output, **options
         render(out, view)
     warn(*view.warnings)
     if not view.recorded and view.unended is None:
-        hint("lineage is recorded while a pipeline runs: `cachetool run pipeline.py`")
+        how = "`cachetool run pipeline.py`, or `cachetool.tracing()` in Python"
+        hint(f"lineage is recorded while a pipeline runs: {how}")
 
 
 # ------------------------------------------------------------------------------------------

@@ -160,7 +160,8 @@ class CheckOptions:
     isolated: bool = option(
         False,
         "Give each run a fresh temporary HF_DATASETS_CACHE (removed afterwards). Default: "
-        "the cache the script uses anyway. Either way the runs go one after the other.",
+        "the cache the script uses anyway, the runs one after the other; isolated runs go --jobs "
+        "at a time (default 1).",
     )
     jobs: int | None = option(
         None,

@@ -98,7 +98,10 @@ def _reasons(
             if gap < 120
             else f"in run {killed.run} at {clock_time(killed.time)},"
         )
-        why = f"its last attempt, {attempt} was killed before it finished: nothing was cached"
+        if killed.parents == rec.parents:
+            why = f"its last attempt, {attempt} was killed before it finished: nothing was cached"
+        else:
+            why = f"an earlier attempt, {attempt} was killed before it finished; its input differed"
         return (Reason("killed-before", why),), None
     if view.first_run(rec):
         loaded = any(
@@ -110,8 +113,8 @@ def _reasons(
 
 
 def _killed_attempt(view: LedgerView, rec: StepRecord) -> StepStartRecord | None:
-    """The latest start of this step (same call site and input) by an earlier run that never wrote
-    the step's record: it was killed in the step."""
+    """The latest start of this step (same call site; same input first, else any) by an earlier run
+    that never wrote the step's record: it was killed in the step."""
     site = rec.call_site
     if site is None:
         return None
@@ -120,11 +123,11 @@ def _killed_attempt(view: LedgerView, rec: StepRecord) -> StepStartRecord | None
         for r in open_starts(view.ledger.records)
         if r.run != rec.run
         and r.time < rec.time
-        and r.parents == rec.parents
         and r.call_site is not None
         and (r.call_site.file, r.call_site.line) == (site.file, site.line)
     ]
-    return max(starts, key=lambda r: r.time, default=None)
+    same = [r for r in starts if r.parents == rec.parents]
+    return max(same or starts, key=lambda r: r.time, default=None)
 
 
 def resolve_fingerprint(view: LedgerView, name: str) -> str:
@@ -248,9 +251,8 @@ def explain_fingerprint(
 def _no_records(root: str | os.PathLike[str], what: str, view: LedgerView) -> CachetoolError:
     """The ledger has nothing to explain: no pipeline ran under `cachetool run`, or what the
     ledger holds this user may not read (the first warning reading it says which file)."""
-    why = (
-        view.ledger.warnings[0] if view.ledger.warnings else "run the pipeline with `cachetool run script.py`"
-    )
+    traced = "run the pipeline with `cachetool run script.py`, or `cachetool.tracing()` in Python"
+    why = view.ledger.warnings[0] if view.ledger.warnings else traced
     return CachetoolError(f"no recorded {what} in {Path(root)}: {why}")
 
 
