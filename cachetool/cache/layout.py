@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from enum import Enum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 
 class Kind(str, Enum):
@@ -54,56 +54,24 @@ DATASET_DICT_JSON = "dataset_dict.json"
 METADATA_NAMES = frozenset({DATASET_INFO, STATE_JSON, DATASET_DICT_JSON, "dataset_infos.json", "LICENSE"})
 LEDGER_DIR = ".cachetool"
 
+# datasets' validate_fingerprint() refuses these characters and anything longer than 64.
+_FP = r"[^<>:/\\|?*]{1,64}?"
+CACHE_FILE_RE = re.compile(rf"^cache-(?P<fp>{_FP})(?:_(?P<rank>\d{{5}})_of_(?P<count>\d{{5}}))?\.arrow$")
+TEMP_FILE_RE = re.compile(r"^tmp[a-z0-9_]{8}$")
+SAVED_SHARD_RE = re.compile(r"^data-(?P<index>\d{5})-of-(?P<count>\d{5})\.arrow$")
+SOURCE_SHARD_RE = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?:arrow|parquet)$")
 INCOMPLETE_DIR_SUFFIX = ".incomplete"
+#: What `datasets` names a preparation folder (and its `.incomplete`) after: a module hash or a version.
+PREPARE_NAME_RE = re.compile(r"^(?:[0-9a-f]{16,64}|\d+\.\d+\.\d+)$")
+TEMP_DIR_RE = re.compile(r"^hf_datasets-[a-z0-9_]{8}$")
 #: What gc sets aside before it removes it (same folder, so a rename never crosses file systems):
 #: `.cachetool-gc-<gc pid>-<n>`. Left behind only by a gc that was killed; the next gc removes it.
 GC_TRASH_PREFIX = ".cachetool-gc-"
-
-# datasets' validate_fingerprint() refuses these characters and anything longer than 64.
-_FP = r"[^<>:/\\|?*]{1,64}?"
-#: The name patterns, each compiled when first read (`__getattr__`): a traced run imports this
-#: module on its every start and needs none of them.
-_PATTERNS = {
-    "CACHE_FILE_RE": rf"^cache-(?P<fp>{_FP})(?:_(?P<rank>\d{{5}})_of_(?P<count>\d{{5}}))?\.arrow$",
-    "TEMP_FILE_RE": r"^tmp[a-z0-9_]{8}$",
-    "SAVED_SHARD_RE": r"^data-(?P<index>\d{5})-of-(?P<count>\d{5})\.arrow$",
-    "SOURCE_SHARD_RE": r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.(?:arrow|parquet)$",
-    # What `datasets` names a preparation folder (and its `.incomplete`) after: a module hash or a version.
-    "PREPARE_NAME_RE": r"^(?:[0-9a-f]{16,64}|\d+\.\d+\.\d+)$",
-    "TEMP_DIR_RE": r"^hf_datasets-[a-z0-9_]{8}$",
-    "GC_TRASH_RE": r"^\.cachetool-gc-(?P<pid>\d+)-\d+$",
-    "POOL_DIR_RE": r"^pymp-[a-z0-9_]{8}$",
-    # The temp folder of a `cachetool check-determinism` run: `cachetool-determinism-<pid>-<random>`
-    # (older ones have no pid).
-    "CHECK_DIR_RE": r"^cachetool-determinism-(?:(?P<pid>\d+)-)?[a-z0-9_]{8}$",
-    "VERSION_RE": r"^\d+\.\d+\.\d+$",
-}
-CACHE_FILE_RE: re.Pattern[str]
-TEMP_FILE_RE: re.Pattern[str]
-SAVED_SHARD_RE: re.Pattern[str]
-SOURCE_SHARD_RE: re.Pattern[str]
-PREPARE_NAME_RE: re.Pattern[str]
-TEMP_DIR_RE: re.Pattern[str]
-GC_TRASH_RE: re.Pattern[str]
-POOL_DIR_RE: re.Pattern[str]
-CHECK_DIR_RE: re.Pattern[str]
-VERSION_RE: re.Pattern[str]
-
-
-def pattern(name: str) -> re.Pattern[str]:
-    """The compiled pattern `name` of `_PATTERNS` (`layout.TEMP_FILE_RE` is `pattern("TEMP_FILE_RE")`)."""
-    compiled = globals().get(name)
-    if compiled is None:
-        compiled = globals()[name] = re.compile(_PATTERNS[name])
-    return compiled
-
-
-if not TYPE_CHECKING:  # (mypy reads the declarations above)
-
-    def __getattr__(name: str) -> re.Pattern[str]:
-        if name not in _PATTERNS:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        return pattern(name)
+GC_TRASH_RE = re.compile(r"^\.cachetool-gc-(?P<pid>\d+)-\d+$")
+POOL_DIR_RE = re.compile(r"^pymp-[a-z0-9_]{8}$")
+#: The temp folder of a `cachetool check-determinism` run: `cachetool-determinism-<pid>-<random>`
+#: (older ones have no pid).
+CHECK_DIR_RE = re.compile(r"^cachetool-determinism-(?:(?P<pid>\d+)-)?[a-z0-9_]{8}$")
 
 
 #: What a temp-dir folder gc looks at is: `hf_datasets-*`, `pymp-*` or `cachetool-determinism-*`.
@@ -112,13 +80,16 @@ TempKind = Literal["hf_datasets", "pymp", "determinism"]
 
 def temp_folder_kind(name: str) -> TempKind | None:
     """What a temp-dir entry is to gc: "hf_datasets", "pymp", "determinism", or None (not ours)."""
-    if pattern("TEMP_DIR_RE").match(name):
+    if TEMP_DIR_RE.match(name):
         return "hf_datasets"
-    if pattern("POOL_DIR_RE").match(name):
+    if POOL_DIR_RE.match(name):
         return "pymp"
-    if pattern("CHECK_DIR_RE").match(name):
+    if CHECK_DIR_RE.match(name):
         return "determinism"
     return None
+
+
+VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 
 
 def parse_cache_file(name: str) -> tuple[str, int | None, int | None] | None:
@@ -126,7 +97,7 @@ def parse_cache_file(name: str) -> tuple[str, int | None, int | None] | None:
     fp = name[6:-6]
     if fp.isalnum() and fp.isascii() and len(fp) <= 64 and name[:6] == "cache-" and name[-6:] == ".arrow":
         return fp, None, None  # the usual name, told without the pattern (no `_`: no shard part)
-    m = pattern("CACHE_FILE_RE").match(name)
+    m = CACHE_FILE_RE.match(name)
     if m is None:
         return None
     rank, count = m.group("rank"), m.group("count")
@@ -145,7 +116,7 @@ def source_split_of(name: str, splits: list[str]) -> tuple[str, int | None, int 
     Longest split names first, so `train` does not claim `my-train`.
     """
     index = count = None
-    m = pattern("SOURCE_SHARD_RE").match(name)
+    m = SOURCE_SHARD_RE.match(name)
     if m is not None:
         stem = m.group("prefix")
         index, count = int(m.group("index")), int(m.group("count"))
