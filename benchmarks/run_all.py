@@ -50,7 +50,6 @@ from bench_ls import derived, synthesize  # noqa: E402
 
 PY = sys.executable
 CT = [PY, "-m", "cachetool"]
-APP = [PY, "-c", "import sys; sys.argv[0] = 'cachetool'; from cachetool.cli.app import main; main()"]
 
 
 @dataclass
@@ -365,12 +364,6 @@ def bench_startup(base: Path, pairs: int) -> list[Row]:
         row(
             "cachetool ls --json, empty cache / import typer",
             paired(typer_t, lambda: run([*CT, "ls", str(empty), "--json"], env).seconds, pairs),
-            1.5,
-        ),
-        # The light path's reason (cachetool/cli/light.py): the same command line through Typer.
-        row(
-            "the same, through the Typer app / import typer",
-            paired(typer_t, lambda: run([*APP, "ls", str(empty), "--json"], env).seconds, pairs),
             1.5,
         ),
     ]

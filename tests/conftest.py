@@ -95,7 +95,6 @@ def _compile_tests(config: pytest.Config) -> None:
 #: under xdist they start first, so that no worker begins one when the other is nearly done.
 #: A name missing here costs only time.
 LONG_FIRST = (
-    "tests/test_light.py",
     "tests/test_user_pipeline.py",
     "tests/attack/test_gc_races.py",
     "tests/test_cmd_lineage.py",

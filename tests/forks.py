@@ -4,7 +4,7 @@
 
 A warm parent (the zygote: a Python process started once per pytest worker, on the first `run`,
 and ended at the end of the session) imports what a `python -m cachetool` imports before it does
-the work (the entry, the light path, the Typer app with its Click, shellingham and the pydantic
+the work (the entry, the Typer app with its Click, shellingham and the pydantic
 its option parsing loads, the model modules of the commands), and nothing heavy (no pyarrow,
 numpy, dill or datasets: a listing behaves differently with them loaded). For each command line
 it forks a child that is a real process of its own (own pid, the caller's stdin/stdout/stderr, a
@@ -29,7 +29,7 @@ import) are not imported by the zygote: a child imports them under its own envir
 What a fork cannot give: the hash seed of `str` (randomized once per interpreter) is the
 zygote's, shared by its children. So `cachetool run` and `check-determinism` (which run a
 user's pipeline in the process, or compare runs) stay cold execs, and so does every test about
-start-up itself: imports, the light path, `--version`, packaging, a closed stdout.
+start-up itself: imports, `--version`, packaging, a closed stdout.
 
 Where `os.fork` or `os.pidfd_open` is missing, or with `CACHETOOL_TESTS_COLD=1` in the
 environment of the tests, `run` is `subprocess.run`.
@@ -65,7 +65,6 @@ CLI = (sys.executable, "-m", "cachetool")
 #: longer exists is skipped.
 WARM = (
     "cachetool.cli.entry",
-    "cachetool.cli.light",
     "cachetool.cli.app",
     "pydantic",
     "typer._adapters",

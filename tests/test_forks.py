@@ -29,8 +29,8 @@ pytestmark = [
 
 CLI = [sys.executable, "-m", "cachetool"]
 
-# Each line: what a user runs (a `{...}` names a part of the golden cache): listings (the light
-# path and the Typer app), `--json` documents, human output, model errors (`Error:` and exit 2),
+# Each line: what a user runs (a `{...}` names a part of the golden cache): listings, `--json`
+# documents, human output, model errors (`Error:` and exit 2),
 # Click's usage errors, help at a set width.
 LINES: list[list[str]] = [
     ["ls", "-q"],

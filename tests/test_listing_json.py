@@ -198,16 +198,22 @@ def test_a_ledger_only_in_the_per_user_fallback_still_gives_entries_their_lineag
 @pytest.mark.slow
 def test_a_plain_listing_imports_no_hashing_where_no_per_user_ledger_exists(isolated_env: Path) -> None:
     """Start-up: a root without a ledger, and no per-user `ledgers` folder, is listed without
-    importing `hashlib` (OpenSSL) or `tempfile`."""
+    importing `hashlib` (OpenSSL) or `tempfile`. The `ls` command is called as the Typer app calls
+    it, without the app: Typer's option parsing (pydantic) imports both."""
     import subprocess
     import sys
 
     root = isolated_env / "cache"
     root.mkdir()
     code = (
-        "import sys; from cachetool.cli.entry import main; sys.argv[1:] = ['ls', sys.argv[1], '--json']\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from cachetool.cli.common import invoke, params_of\n"
+        "from cachetool.cli.ls import ls_command\n"
+        "values = {name: p.default for name, p in params_of(ls_command).items()}\n"
+        "invoke(ls_command, {**values, 'path': Path(sys.argv[1]), 'as_json': True})\n"
         "print(sorted(m for m in ('hashlib', 'tempfile') if m in sys.modules), file=sys.stderr)"
     )
     done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)["entries"] == [], done.stdout
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr

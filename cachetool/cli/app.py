@@ -11,6 +11,7 @@ import importlib
 import inspect
 import os
 import sys
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -139,9 +140,29 @@ def _register(argv: list[str]) -> None:
 _register(sys.argv[1:])
 
 
+def closed_stdout(argv: Sequence[str]) -> int | None:
+    """The exit code of a command started with its standard output closed (`cachetool ls >&-`):
+    one `Error:` line instead of a traceback at the first line written, and nothing done.
+    None when stdout is open, for `run` (the script's stdout is the script's) and at a TAB. A
+    closed stderr becomes /dev/null: messages are lost, exit codes are not, and no file the
+    command opens takes its place."""
+    from cachetool.cli import completing
+
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
+    if sys.stdout is not None or argv[:1] == ["run"] or completing():
+        return None
+    from cachetool.cli.output import error
+    from cachetool.errors import ExitCode
+
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (what the error line flushes first)
+    error("standard output is closed (to discard the output: >/dev/null)")
+    return int(ExitCode.USAGE)
+
+
 def main() -> None:
-    """The Typer app with nothing in front (the console script is `cachetool.cli.entry.main`)."""
-    from cachetool.cli import closed_stdout, completing
+    """The Typer app (behind `cachetool.cli.entry.main`, the console script)."""
+    from cachetool.cli import completing
 
     argv = sys.argv[1:]
     code = closed_stdout(argv)

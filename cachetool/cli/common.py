@@ -1,7 +1,7 @@
-"""What every command shares, without Typer: its arguments and options as data (`Param`, declared
-with `command` or on the fields of its options dataclass), the options every command spells the
-same way, and the error boundary (`invoke`). `app` builds the Typer commands from them, `light`
-its grammar.
+"""What every command shares: its arguments and options as data (`Param`, declared with `command`
+or on the fields of its options dataclass), the options every command spells the same way, and the
+error boundary (`invoke`). `app` builds the Typer commands from them, `docs` the reference and
+the completions; Typer itself is imported only by `app` (and here where a value is refused).
 """
 
 from __future__ import annotations
@@ -113,8 +113,7 @@ def _fields(cls: type) -> dict[str, Param]:
 
 def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
     """`func`'s exit code once called with a command line's `values` (`fmt`, `--json`, `-q` and
-    `--no-truncate` made the one sink `out`), behind the process boundary (`report_exception`):
-    the light path and the Typer commands end the same way."""
+    `--no-truncate` made the one sink `out`), behind the process boundary (`report_exception`)."""
     if "fmt" in values:
         values = dict(values)
         fmt, as_json, quiet = values.pop("fmt"), values.pop("as_json"), values.pop("quiet")

@@ -1,6 +1,6 @@
 """The `cachetool` console script and `python -m cachetool`: `run SCRIPT` goes straight to the
-script (before anything heavy is imported), plain command lines to `cachetool.cli.light`, the rest
-to the Typer app. Imports no Typer, Click or pydantic.
+script before Typer is imported (a traced run of cache hits costs what the script costs, #27);
+every other command line goes to the Typer app (`cachetool.cli.app`).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from cachetool.cli import closed_stdout, completing
+from cachetool.cli import completing
 
 
 def main() -> None:
@@ -16,13 +16,6 @@ def main() -> None:
     argv = sys.argv[1:]
     if len(argv) >= 2 and argv[0] == "run" and not completing():
         _run(argv[1:])  # returns only what the Typer app answers
-    code = closed_stdout(argv)
-    if code is None:
-        from cachetool.cli.light import answer
-
-        code = answer(argv)
-    if code is not None:
-        sys.exit(code)
     from cachetool.cli.app import main as app_main
 
     app_main()
