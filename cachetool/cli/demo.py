@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from cachetool.cli.common import arg, command
@@ -31,6 +30,8 @@ def demo_command(folder: Path | None) -> None:
 
     Exit codes: 0 built and listed; 2 `datasets` not installed, or the pipeline failed.
     """
+    import tempfile  # (not at import: `cachetool --help` imports every command's module)
+
     from cachetool.cache.roots import forget_roots, known_roots
 
     target = folder if folder is not None else Path(tempfile.mkdtemp(prefix="cachetool-demo-"))
