@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -30,6 +31,26 @@ def command_names() -> list[str]:
 def test_version_and_module_entry_point() -> None:
     proc = subprocess.run([sys.executable, "-m", "cachetool", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == f"cachetool {__version__}\n"
+
+
+def test_version_imports_no_command() -> None:
+    """`cachetool --version` prints and exits before a command is looked up: no command's module
+    (nor what it imports to read its options) is imported."""
+    code = (
+        "import atexit, json, runpy, sys\n"
+        "cli = lambda: sorted(m for m in sys.modules if m.startswith('cachetool.cli.'))\n"
+        "atexit.register(lambda: print(json.dumps(cli())))\n"
+        "runpy.run_module('cachetool', run_name='__main__', alter_sys=True)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True)
+    version, imported = proc.stdout.splitlines()
+    assert proc.returncode == 0 and version == f"cachetool {__version__}"
+    assert json.loads(imported) == [
+        "cachetool.cli.app",
+        "cachetool.cli.common",
+        "cachetool.cli.entry",
+        "cachetool.cli.output",
+    ]
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], *([name, "--help"] for name in command_names())])

@@ -115,9 +115,9 @@ class TyperCallback:
 def _register(argv: list[str]) -> None:
     """Registers the command a launched command line names (its first word: the root's own
     options all exit), or a TAB's words, else every command (`--help`, a TAB, an unknown or
-    abbreviated name, an import by a test or the docs): `cachetool gc` imports gc's modules only.
-    The root's help and a TAB before a command is named read each command's name and summary
-    (its docstring's first paragraph, whole), not its options."""
+    abbreviated name, an import by a test or the docs): `cachetool gc` imports gc's modules only,
+    `cachetool --version` none. The root's help and a TAB before a command is named read each
+    command's name and summary (its docstring's first paragraph, whole), not its options."""
     from cachetool.cli import completing
 
     launched = sys.argv[0].endswith(("cachetool", "__main__.py"))
@@ -125,6 +125,8 @@ def _register(argv: list[str]) -> None:
         argv = (os.environ.get("COMP_WORDS") or os.environ.get("_TYPER_COMPLETE_ARGS") or "").split()[1:]
     elif not launched:
         argv = []
+    if launched and argv[:1] in (["--version"], ["-V"]) and not completing():
+        return  # eager: it prints and exits before a command is looked up
     named = argv[0] if argv[:1] and argv[0] in COMMANDS else None
     bare = named is None and (completing() or (launched and argv in (["--help"], ["-h"])))
     for name, (module, function, _) in COMMANDS.items():
