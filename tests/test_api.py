@@ -181,6 +181,7 @@ GONE = {
     "cachetool.cache.recognize",
     "cachetool.cache.store.connect_image",
     "cachetool.cli.ls_table",
+    "cachetool.cli.light",
     "cachetool.determinism.events",
     "cachetool.history.explain.source_text",
     "cachetool.maintenance.verify.checks",
