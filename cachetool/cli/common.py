@@ -1,7 +1,7 @@
 """What every command shares: its arguments and options as data (`Param`, declared with `command`
 or on the fields of its options dataclass), the options every command spells the same way, and the
-error boundary (`invoke`). `app` builds the Typer commands from them, `docs` the reference and
-the completions; Typer itself is imported only by `app` (and here where a value is refused).
+error boundary (`invoke`). `app` builds the Typer commands from them, `docs` the command
+reference; this module imports Typer only where a value is refused.
 """
 
 from __future__ import annotations
