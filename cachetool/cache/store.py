@@ -29,6 +29,7 @@ STALE_SECONDS = 3600.0
 STATE_FILES = (
     "ledger/*.jsonl",  # cachetool.history.ledger: the ledger (gc's log included)
     "leases/*.json",  # cachetool.trace.leases
+    "once/*.json",  # cachetool.trace.leases: a step's lease (`cachetool run --once`)
     "pins.json",  # cachetool.cache.pins
     "pins.json.lock",
     "stats.json",  # cachetool.history.stats
@@ -210,6 +211,35 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: b
         except OSError:
             return
         _remove_stale(dir_fd, prefix, now)
+    finally:
+        os.close(dir_fd)
+
+
+def create_whole(path: Path, data: bytes, *, mode: int = 0o644) -> bool:
+    """Write `path` whole unless a file of that name exists, in one step: a temporary file, then
+    one `link(2)`, which refuses an existing name on every file system (NFS included), so of
+    several processes creating one name exactly one succeeds and nobody sees half a file. True
+    when this call made it, False when the name was taken. Makes the folders below `.cachetool/`
+    (never the root); OSError when it cannot write there."""
+    import secrets
+
+    _check_registered(_split(path)[1])
+    dir_fd = open_folder(path.parent, create=True)
+    try:
+        tmp = f".{path.name.split('.', 1)[0]}-{secrets.token_hex(4)}"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd
+        )
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        return True
     finally:
         os.close(dir_fd)
 
