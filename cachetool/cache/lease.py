@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cachetool.cache.roots import MAX_LEASE_SECONDS
 from cachetool.formatting import safe_text
@@ -24,6 +24,30 @@ MAX_LEASE_BYTES = 64 * 1024
 CLOCK_SKEW = 300.0
 
 LeaseState = Literal["live", "expired", "dead"]
+
+#: Seconds a lease lives after its last renewal, unless `CACHETOOL_LEASE_SECONDS` says otherwise.
+DEFAULT_LEASE_SECONDS = 60.0
+
+
+def lease_seconds(environ: dict[str, str] | None = None) -> float:
+    """The lease lifetime: `CACHETOOL_LEASE_SECONDS` (a positive number, at most
+    `MAX_LEASE_SECONDS`: `inf` is that), else 60."""
+    raw = (os.environ if environ is None else environ).get("CACHETOOL_LEASE_SECONDS", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return DEFAULT_LEASE_SECONDS
+    return min(value, MAX_LEASE_SECONDS) if value > 0 else DEFAULT_LEASE_SECONDS
+
+
+def lease_document(lifetime: float) -> dict[str, Any]:
+    """What a lease of this process says, less the time of its renewal (`renewed`)."""
+    import sys
+
+    me, pid = this_host(), os.getpid()
+    start = process_start(pid) or time.time()
+    command = " ".join(sys.argv)[:500]
+    return dict(v=1, **me._asdict(), pid=pid, start=start, lifetime=lifetime, command=command)
 
 
 @dataclass(frozen=True)

@@ -12,27 +12,12 @@ import atexit
 import contextlib
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
-from cachetool.cache.roots import MAX_LEASE_SECONDS, leases_dir, make_state_dir
-from cachetool.processes import process_start, this_host
-
-#: Seconds a lease lives after its last renewal, unless `CACHETOOL_LEASE_SECONDS` says otherwise.
-DEFAULT_LEASE_SECONDS = 60.0
-
-
-def lease_seconds(environ: dict[str, str] | None = None) -> float:
-    """The lease lifetime: `CACHETOOL_LEASE_SECONDS` (a positive number, at most
-    `MAX_LEASE_SECONDS`: `inf` is that), else 60."""
-    raw = (os.environ if environ is None else environ).get("CACHETOOL_LEASE_SECONDS", "")
-    try:
-        value = float(raw)
-    except ValueError:
-        return DEFAULT_LEASE_SECONDS
-    return min(value, MAX_LEASE_SECONDS) if value > 0 else DEFAULT_LEASE_SECONDS
+from cachetool.cache.lease import lease_document, lease_seconds
+from cachetool.cache.roots import leases_dir, make_state_dir
 
 
 class _Holder:
@@ -41,13 +26,8 @@ class _Holder:
     def __init__(self) -> None:
         self.lifetime = lease_seconds()
         self.pid = os.getpid()
-        me = this_host()
-        start = process_start(self.pid) or time.time()
-        command = " ".join(sys.argv)[:500]
-        self._doc = dict(
-            v=1, **me._asdict(), pid=self.pid, start=start, lifetime=self.lifetime, command=command
-        )
-        self.name = f"{me.host}-{self.pid}-{int(start * 1000)}.json"
+        self._doc = lease_document(self.lifetime)
+        self.name = f"{self._doc['host']}-{self.pid}-{int(self._doc['start'] * 1000)}.json"
         self._paths: dict[str, Path] = {}
         self._steps: dict[Path, dict[str, str]] = {}  # step leases held, with what they add
         self._lock = threading.Lock()
