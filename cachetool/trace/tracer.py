@@ -441,10 +441,11 @@ class Tracer:
                 path = self._fresh_path(path)
             if self.enabled and self.local.stack:
                 try:
-                    if self.once and not self.recompute:  # before anything looks at the cache
+                    once = self.once and not self.recompute
+                    if once:  # before anything looks at the cache
                         self._take_turn(path)
                     if self.remote is not None:  # a miss here may be a hit on the remote
-                        self.remote.before_compute(path, self.local.stack[-1].kwargs)
+                        self.remote.before_compute(path, self.local.stack[-1].kwargs, once)
                     self.calls.snapshot(path)
                     self._note_start(path)
                     self._resume(path)
@@ -580,6 +581,8 @@ class Tracer:
                     from cachetool.trace.once import give_back
 
                     give_back(local.once)
+                if self.remote is not None:
+                    self.remote.end_call()  # after the push: the others pull what it sent
 
     def _emit(self, record: LedgerRecord, like: LedgerRecord | None = None) -> None:
         if (record.root or self.roots.default) not in self._entered:
