@@ -20,7 +20,8 @@ verify (--deep against cat), run (cachetool run against python on cache hits), d
 (check-determinism against one plain run), ledger (a long-lived ledger, never compacted and after
 `stats --compact`: ls, lineage, explain, stats and bytes), gc (`gc --temp` of 2,000 leftovers
 beside 400 sleeping processes against none), remote (SeaweedFS on 127.0.0.1: `ls s3://` of 100,000
-objects, shallow `verify s3://` in files/s, `remote pull` of 256 MB against a plain download).
+objects, shallow `verify s3://` in files/s, `remote pull` of 256 MB against a plain download), once
+(8 ranks on one cache: `run --once` against `run`, CPU and wall after imports).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 
@@ -816,9 +817,16 @@ def bench_remote(base: Path, results: int, pull_mb: int, pairs: int) -> list[Row
     return [Row(**r) for r in got]
 
 
+def bench_once(base: Path, ranks: int, rows: int, pairs: int) -> list[Row]:
+    """8 ranks on one cache under `run --once` against `run` (`bench_once.measure`)."""
+    from bench_once import measure
+
+    return [Row(**r) for r in measure(base / "once", ranks, rows, pairs)]
+
+
 # --- main -------------------------------------------------------------------------------------
 
-ALL = ("ls", "ls100k", "startup", "verify", "run", "determinism", "ledger", "gc", "remote")
+ALL = ("ls", "ls100k", "startup", "verify", "run", "determinism", "ledger", "gc", "remote", "once")
 #: Rows that take minutes, run only when named (`--only ls1m`).
 EXTRA = ("ls1m",)
 
@@ -873,6 +881,8 @@ def main() -> None:
                 rows += bench_gc(base, 500 if quick else 2000, 100 if quick else 400, pairs)
             elif name == "remote":
                 rows += bench_remote(base, 2000 if quick else 50_000, 32 if quick else 256, pairs)
+            elif name == "once":
+                rows += bench_once(base, 8, 20_000 if quick else 100_000, min(pairs, 3))
             loads.append(os.getloadavg()[0])
             print(f"[{name}] {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
         report(rows, ns.json, loads)  # before the clean-up: removing 100,000 files can take minutes

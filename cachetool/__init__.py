@@ -41,6 +41,7 @@ _LAZY = {
     "run_script": "cachetool.trace.runner",
     "tracing": "cachetool.trace.install",
     "install_tracing": "cachetool.trace.install",
+    "prepare_once": "cachetool.trace.install",
     "lineage": "cachetool.history.query",
     "load_graph": "cachetool.history.query",
     # verify

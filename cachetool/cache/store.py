@@ -29,6 +29,7 @@ STALE_SECONDS = 3600.0
 STATE_FILES = (
     "ledger/*.jsonl",  # cachetool.history.ledger: the ledger (gc's log included)
     "leases/*.json",  # cachetool.trace.leases
+    "once/*.json",  # cachetool.trace.leases: a step's lease (`cachetool run --once`)
     "pins.json",  # cachetool.cache.pins
     "pins.json.lock",
     "stats.json",  # cachetool.history.stats
@@ -182,24 +183,34 @@ def flock_within(fd: int, timeout: float) -> bool:
             time.sleep(0.05)
 
 
+def _write_temporary(dir_fd: int, prefix: str, data: bytes, mode: int) -> str:
+    """Write `data` to a new file `<prefix><random>` of the folder `dir_fd`; its name (the file
+    removed when the write fails)."""
+    import secrets
+
+    tmp = f"{prefix}{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    return tmp
+
+
 def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: bool = False) -> None:
     """Replace `path` by `data` through a temporary file and one rename, through the descriptor of
     its folder (`open_folder`), so the writes never land outside the root. OSError (the temporary
     file removed) when the folder is missing, read-only, full, or a symlink. The file gets `mode`
     less the umask (0o644 for what every user of a shared cache must read)."""
-    import secrets
-
     _check_registered(_split(path)[1])
     prefix = f".{path.name.split('.', 1)[0]}-"  # `.read-index-` for `read-index.z`
     dir_fd = open_folder(path.parent, create=create_folders)
     try:
-        tmp = f"{prefix}{secrets.token_hex(4)}"
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd
-        )
+        tmp = _write_temporary(dir_fd, prefix, data, mode)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
             os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -210,6 +221,30 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o600, create_folders: b
         except OSError:
             return
         _remove_stale(dir_fd, prefix, now)
+    finally:
+        os.close(dir_fd)
+
+
+def create_whole(path: Path, data: bytes, *, mode: int = 0o644) -> bool:
+    """Write `path` whole unless a file of that name exists, in one step: a temporary file, then
+    one `link(2)`, which refuses an existing name on every file system (NFS included), so of
+    several processes creating one name exactly one succeeds and nobody sees half a file. True
+    when this call made it, False when the name was taken. Makes the folders below `.cachetool/`
+    (never the root); OSError when it cannot write there."""
+    _check_registered(_split(path)[1])
+    dir_fd = open_folder(path.parent, create=True)
+    try:
+        tmp = _write_temporary(dir_fd, f".{path.name.split('.', 1)[0]}-", data, mode)
+        try:
+            os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            # Over NFS a link whose reply was lost is retried and then "exists": it is this
+            # call's when the temporary file has two names now.
+            return os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False).st_nlink == 2
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        return True
     finally:
         os.close(dir_fd)
 

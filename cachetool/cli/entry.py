@@ -30,11 +30,11 @@ def _run(args: Sequence[str]) -> None:
     from cachetool.errors import CachetoolError
     from cachetool.trace.runner import check_script, run_here
 
-    while len(args) >= 2 and args[0] in ("--reuse-equivalent", "--remote"):
-        if args[0] == "--reuse-equivalent":
-            from cachetool.trace.install import REUSE_ENV
+    while len(args) >= 2 and args[0] in ("--reuse-equivalent", "--once", "--remote"):
+        if args[0] in ("--reuse-equivalent", "--once"):
+            from cachetool.trace.install import ONCE_ENV, REUSE_ENV
 
-            os.environ[REUSE_ENV] = "1"
+            os.environ[REUSE_ENV if args[0] == "--reuse-equivalent" else ONCE_ENV] = "1"
             args = args[1:]
             continue
         from cachetool.remote.client import is_remote_url  # (the remote package: only for --remote)

@@ -28,6 +28,11 @@ from cachetool.errors import CachetoolError
         "site on the same input (same function source) once 8 sampled batches computed again "
         "equal it, instead of computing it all (see docs/resume.md).",
     ),
+    once=opt(
+        "--once",
+        help="Compute each step once among the processes that run it on one cache: the first "
+        "takes a lease on the step, the others wait for it and load its result (see docs/hosts.md).",
+    ),
     remote=opt(
         "--remote",
         type=str | None,
@@ -37,7 +42,12 @@ from cachetool.errors import CachetoolError
     ),
 )
 def run_command(
-    script: str | None, args: list[str] | None, module: str | None, reuse_equivalent: bool, remote: str | None
+    script: str | None,
+    args: list[str] | None,
+    module: str | None,
+    reuse_equivalent: bool,
+    once: bool,
+    remote: str | None,
 ) -> None:
     """Run a pipeline script exactly as `python script.py args...` would, recording lineage.
 
@@ -55,6 +65,11 @@ def run_command(
     not in the local cache is looked up there first and, once checked, loaded as a cache hit;
     what a step computes is pushed (docs/remote.md).
 
+    With `--once`, the ranks of a job that run the script together on one shared cache compute
+    each step once: the first to reach a step takes a lease on its fingerprint and computes it,
+    the others wait and load the result; a killed leader's step is taken over by one of them
+    (`cachetool.prepare_once()` in code; docs/hosts.md).
+
     **Examples**
 
         cachetool run pipeline.py
@@ -69,6 +84,8 @@ def run_command(
 
         cachetool run --reuse-equivalent pipeline.py
 
+        srun cachetool run --once train_prep.py
+
     Exit codes: the script's own; 2 when the script does not exist or is a folder without
     `__main__.py`, an option before it is not one of these, or `--remote` is not a remote URL.
     """
@@ -81,7 +98,7 @@ def run_command(
     reuse = reuse_equivalent
     if module is not None:
         rest = [*([script] if script is not None else []), *(args or [])]
-        run_script(module, rest, module=True, reuse_equivalent=reuse, remote=remote)
+        run_script(module, rest, module=True, reuse_equivalent=reuse, once=once, remote=remote)
     elif script is None:
         raise typer.BadParameter("give a script to run, or -m MODULE", param_hint="SCRIPT")
     elif script.startswith("-") and not os.path.exists(script):  # an option of the other commands
@@ -93,4 +110,4 @@ def run_command(
             )
         raise CachetoolError(why)
     else:
-        run_script(script, list(args or []), reuse_equivalent=reuse, remote=remote)
+        run_script(script, list(args or []), reuse_equivalent=reuse, once=once, remote=remote)

@@ -205,6 +205,7 @@ def render(out: Output, r: StatsReport, top: int = 10) -> None:
         if k == "Lost to concurrent runs":
             for c in r.concurrent[:top]:
                 out.line(f"    {c.sentence()}")
+            out.line("    Hint: `cachetool run --once` computes each step once (docs/hosts.md)", style="dim")
         if k == "Recomputed for nondeterminism":
             for lost in (*nd.culprits[:top], *nd.call_sites[:top]):
                 what = f"culprit `{lost.key}` ({lost.kind})" if lost.kind else f"call site {lost.key}"

@@ -10,13 +10,12 @@ import contextlib
 import errno
 import fcntl
 import functools
-import math
 import os
 import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -24,92 +23,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from cachetool.cache import layout
 from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR, LockKind
-from cachetool.cache.roots import LEASES_DIR, MAX_LEASE_SECONDS, leases_dir
+from cachetool.cache.lease import CLOCK_SKEW, Lease, LeaseState, lease_state, read_lease
+from cachetool.cache.roots import LEASES_DIR, leases_dir
 from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_duration, safe_text
 from cachetool.maintenance.fdops import O_DIR, open_parent
-from cachetool.processes import HostId, process_start, this_host
+from cachetool.processes import process_start, this_host
 
 if TYPE_CHECKING:
     from cachetool.history.writer import GcLog
-
-#: The most a lease file is read of (one is about 300 bytes).
-MAX_LEASE_BYTES = 64 * 1024
-#: How far the clocks of two hosts (and a file server's) may disagree: a lease covers files
-#: modified up to this long before its process started.
-CLOCK_SKEW = 300.0
-
-LeaseState = Literal["live", "expired", "dead"]
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One writing process's announcement, as read from its lease file."""
-
-    path: Path
-    host: str
-    boot_id: str
-    pid: int
-    pid_ns: int
-    start: float  # when the process started
-    renewed: float  # its last renewal (the later of the recorded time and the file's mtime)
-    lifetime: float
-    command: str = ""
-
-    @property
-    def expires(self) -> float:
-        return self.renewed + self.lifetime
-
-    def is_local(self, me: HostId) -> bool:
-        """Of this kernel and of a PID namespace whose processes `/proc` shows by these pids."""
-        return bool(self.boot_id) and self.boot_id == me.boot_id and self.pid_ns == me.pid_ns
-
-    def __str__(self) -> str:
-        return f"pid {self.pid} on {safe_text(self.host)}"
-
-    def to_json(self) -> dict[str, object]:
-        return {**asdict(self), "path": os.fsdecode(self.path)}
-
-
-def read_lease(path: Path) -> Lease | None:
-    """A lease file, or None when it is not one (read through `cachetool.cache.store`; times must be
-    finite; its lifetime is at most `MAX_LEASE_SECONDS`)."""
-    from cachetool.cache.store import open_state  # (not for every importer of this module)
-    from cachetool.safejson import parse_json, read_open_file
-
-    try:
-        fd = open_state(path)
-    except (OSError, ValueError):
-        return None
-    try:
-        st = os.fstat(fd)
-        doc = parse_json(read_open_file(fd, MAX_LEASE_BYTES))
-        start, renewed, lifetime = (float(doc[k]) for k in ("start", "renewed", "lifetime"))
-        if not all(map(math.isfinite, (start, renewed, lifetime))) or lifetime <= 0:
-            return None
-        host, boot_id, command = str(doc["host"]), str(doc["boot_id"]), str(doc.get("command", ""))
-        renewed, lifetime = max(renewed, st.st_mtime), min(lifetime, MAX_LEASE_SECONDS)
-        return Lease(
-            path, host, boot_id, int(doc["pid"]), int(doc["pid_ns"]), start, renewed, lifetime, command
-        )
-    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
-        return None
-    finally:
-        os.close(fd)
-
-
-def lease_state(lease: Lease, me: HostId | None = None, now: float | None = None) -> LeaseState:
-    """`live`, `expired` (another host's lease, not renewed within its lifetime) or `dead` (a
-    lease of this host whose process is gone, has ended unreaped, or is another process with the
-    same pid)."""
-    me = me or this_host()
-    if lease.is_local(me):
-        started = process_start(lease.pid)
-        return "live" if started is not None and abs(started - lease.start) < 2.0 else "dead"
-    now = time.time() if now is None else now
-    if lease.renewed > now + CLOCK_SKEW:  # a renewal from the future is not one: it never expires
-        return "expired"
-    return "live" if now < lease.expires else "expired"
 
 
 def judge_leases(root: str | os.PathLike[str]) -> list[tuple[Lease, LeaseState]]:

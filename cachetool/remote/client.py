@@ -114,6 +114,17 @@ class Remote:
         except Exception as e:
             raise self._failed("list", prefix or "", e) from None
 
+    def delete(self, path: str) -> None:
+        """Remove the object at `path` (none there: nothing happens)."""
+        import obstore
+
+        try:
+            obstore.delete(self.store, path)
+        except FileNotFoundError:
+            return
+        except Exception as e:
+            raise self._failed("remove", path, e) from None
+
     def _failed(self, what: str, path: str, e: Exception) -> RemoteError:
         why = short_error(e)
         if "/latest/api/token" in why and not _credentials_given():  # the client's last resort

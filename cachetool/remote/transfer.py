@@ -523,12 +523,15 @@ class RemoteHook:
     def __init__(self, remote: Remote) -> None:
         self.remote = remote
         self._failed = False
+        self._leases: Any = None  # `cachetool.remote.once.RemoteLeases`, once `--once` needs one
 
-    def before_compute(self, path: str, kwargs: Mapping[str, Any]) -> None:
+    def before_compute(self, path: str, kwargs: Mapping[str, Any], once: bool = False) -> None:
         """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
         it nor one of its shards is there, place the remote's copy (checked) so that `datasets`
         finds it. Not for a step told to compute (`load_from_cache_file=False`), nor with caching
-        off."""
+        off. With `once` (`cachetool run --once`), when the remote has no copy either, wait while
+        a process of another host computes it (its lease on the remote), then place its copy;
+        or take the lease: this process computes (`end_call` gives it back)."""
         folder, name = os.path.split(path)
         parsed = parse_cache_file(name)
         if kwargs.get("load_from_cache_file") is False or parsed is None or self._failed:
@@ -540,6 +543,8 @@ class RemoteHook:
             return
         try:
             record = fetch_record(self.remote, parsed[0])
+            if record is None and once and not kwargs.get("keep_in_memory"):
+                record = self._wait_turn(parsed[0])
             if record is None:
                 return
             from cachetool.cache.dirs import enclosing_root
@@ -573,6 +578,29 @@ class RemoteHook:
                     _say(e.message)
                 except Exception as e:
                     self._give_up(e)
+
+    def _wait_turn(self, fingerprint: str) -> Record | None:
+        """`--once`: the record of `fingerprint` once another process pushed it; None when this
+        process took the step's lease on the remote (it computes and pushes)."""
+        if self._leases is None:
+            from cachetool.remote.once import RemoteLeases
+
+            self._leases = RemoteLeases(self.remote)
+        found: list[Record] = []
+
+        def ready() -> bool:
+            record = fetch_record(self.remote, fingerprint)
+            found.extend([record] if record is not None else [])
+            return record is not None
+
+        self._leases.take(fingerprint, ready)
+        return found[-1] if found else None
+
+    def end_call(self) -> None:
+        """The user's call ended (after `after_compute` pushed what it computed): give back the
+        remote leases it took."""
+        if self._leases is not None:
+            self._leases.give_back_all()
 
     def _give_up(self, e: Exception) -> None:
         self._failed = True

@@ -101,6 +101,8 @@ class CallState(threading.local):
         self.watch: HashEvent | None = None  # the `update_fingerprint` call running
         #: Output path -> (inode, size) before the call wrote (size -1: not known), None: absent.
         self.snapshot: dict[str, tuple[int, int] | None] = {}
+        #: The step leases the running call took (`cachetool.trace.once`), given back when it ends.
+        self.once: list[Any] = []
 
 
 class Calls:

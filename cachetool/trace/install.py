@@ -32,7 +32,9 @@ SEED_ENV = "CACHETOOL_USER_PYTHONHASHSEED"
 #: Set by `cachetool run --reuse-equivalent`: a map about to compute takes an equivalent earlier
 #: result once sampled batches prove it (`cachetool.trace.rekey`).
 REUSE_ENV = "CACHETOOL_REUSE_EQUIVALENT"
-_RUN_VARIABLES = (EVENTS_ENV, TREES_ENV, COLD_ENV, SEED_ENV, REUSE_ENV)
+#: Set by `cachetool run --once`: a step another process computes is waited for, then loaded.
+ONCE_ENV = "CACHETOOL_ONCE"
+_RUN_VARIABLES = (EVENTS_ENV, TREES_ENV, COLD_ENV, SEED_ENV, REUSE_ENV, ONCE_ENV)
 #: Set by the determinism runner: marks every process of one run (inherited through fork, exec and
 #: setsid), so the processes a run leaves behind can be found and stopped even when they left its
 #: process group. Kept in the process's environment, out of ``os.environ`` (its value is new in each
@@ -49,6 +51,7 @@ _tracer: Tracer | None = None
 _pending: tuple[str | None, bool, bool] | None = None
 _at_fork_registered = False
 _reuse_equivalent = False  # `tracing(reuse_equivalent=True)`
+_once = False  # `prepare_once()`
 
 
 def take_environment() -> None:
@@ -122,6 +125,7 @@ def _install_now(events: str | None, trees: bool, cold: bool) -> None:
         tracer.recompute = bool(cold and events)
         settings = _taken if _taken is not None else os.environ
         tracer.reuse_equivalent = _reuse_equivalent or settings.get(REUSE_ENV, "") not in ("", "0")
+        tracer.once = _once or settings.get(ONCE_ENV, "") not in ("", "0")
         if not tracer.install():
             sink.close()
             return
@@ -175,7 +179,7 @@ def uninstall_tracing() -> None:
 
 @contextlib.contextmanager
 def tracing(
-    events_file: str | os.PathLike[str] | None = None, *, reuse_equivalent: bool = False
+    events_file: str | os.PathLike[str] | None = None, *, reuse_equivalent: bool = False, once: bool = False
 ) -> Iterator[None]:
     """Record the `datasets` transform calls made inside the block::
 
@@ -185,23 +189,45 @@ def tracing(
     `reuse_equivalent` (as `cachetool run --reuse-equivalent`): a `map` about to compute under a
     new fingerprint takes the earlier result of its call site on the same input, with the same
     function source, once sampled batches computed again equal it (docs/resume.md).
+    `once` (as `cachetool run --once`; `prepare_once()`): a step that another process is
+    computing in the same cache is waited for, then loaded (docs/hosts.md).
     Hooks installed before the block (by `cachetool run` or `install_tracing()`) stay after it.
     """
-    global _reuse_equivalent
+    global _reuse_equivalent, _once
     already = _tracer is not None or _pending
-    before, _reuse_equivalent = _reuse_equivalent, _reuse_equivalent or reuse_equivalent
+    before = _reuse_equivalent, _once
+    _reuse_equivalent, _once = _reuse_equivalent or reuse_equivalent, _once or once
     install_tracing(events_file)
-    tracer, was = _tracer, _tracer.reuse_equivalent if _tracer is not None else False
+    tracer = _tracer
+    was = (tracer.reuse_equivalent, tracer.once) if tracer is not None else (False, False)
     if tracer is not None:
-        tracer.reuse_equivalent = was or reuse_equivalent
+        tracer.reuse_equivalent, tracer.once = was[0] or reuse_equivalent, was[1] or once
     try:
         yield
     finally:
-        _reuse_equivalent = before
+        _reuse_equivalent, _once = before
         if tracer is not None:
-            tracer.reuse_equivalent = was
+            tracer.reuse_equivalent, tracer.once = was
         if not already:
             uninstall_tracing()
+
+
+@contextlib.contextmanager
+def prepare_once() -> Iterator[None]:
+    """Compute each step of the block once among every process that runs it on one cache::
+
+        with cachetool.prepare_once():  # in every rank of a job
+            ds = load_dataset("csv", data_files="x.csv", split="train").map(tokenize)
+
+    Tracing (as `tracing()`) with `cachetool run --once`'s behaviour: the first process to reach a
+    step its cache does not hold takes a lease on the step's fingerprint (in the root's
+    `.cachetool/once/`) and computes it; the others wait until that lease is gone, then load the
+    result as a cache hit. A leader killed on this host is seen dead at once, one on another
+    host once its lease expires (`CACHETOOL_LEASE_SECONDS`); then one waiter takes over
+    (docs/hosts.md).
+    """
+    with tracing(once=True):
+        yield
 
 
 class _Finder:

@@ -119,6 +119,7 @@ def run_script(
     events_file: str | None = None,
     module: bool = False,
     reuse_equivalent: bool = False,
+    once: bool = False,
     remote: str | None = None,
 ) -> NoReturn:
     """Replace this process by `python script.py args...` (with `module`, `python -m script
@@ -127,9 +128,10 @@ def run_script(
 
     With `events_file`, every event goes to that JSON Lines file instead of the ledger. With
     `reuse_equivalent`, a map about to compute takes an equivalent earlier result once sampled
-    batches prove it (`cachetool.trace.rekey`). With `remote` (`s3://bucket/prefix`, as
-    `CACHETOOL_REMOTE`), a step's result is pulled from it on a miss and pushed to it once computed
-    (docs/remote.md)."""
+    batches prove it (`cachetool.trace.rekey`). With `once`, a step another process computes in
+    the same cache is waited for, then loaded (`cachetool.trace.once`). With `remote`
+    (`s3://bucket/prefix`, as `CACHETOOL_REMOTE`), a step's result is pulled from it on a miss
+    and pushed to it once computed (docs/remote.md)."""
     if not module:
         check_script(script)
     env = dict(os.environ)
@@ -139,6 +141,8 @@ def run_script(
         env["CACHETOOL_TRACE_EVENTS"] = os.path.abspath(events_file)
     if reuse_equivalent:
         env["CACHETOOL_REUSE_EQUIVALENT"] = "1"
+    if once:
+        env["CACHETOOL_ONCE"] = "1"
     argv = command(script, args, module=module)
     sys.stdout.flush()
     sys.stderr.flush()

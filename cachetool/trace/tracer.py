@@ -99,6 +99,11 @@ def _is_fingerprint_transform(value: Any) -> bool:
     return False
 
 
+def warn_note(message: str) -> None:
+    """A note on stderr (`warn` without "warning: ")."""
+    warn(message, kind="")
+
+
 def warn(message: str, kind: str = "warning: ") -> None:
     """One line on stderr (`kind` "": a note, not a warning), never an exception."""
     with contextlib.suppress(Exception):
@@ -188,6 +193,9 @@ class Tracer:
         self._entered: set[str] = set()  # roots the run wrote in: each has the start and a lease
         #: Pull on a miss, push after a compute (`cachetool.remote.transfer`): with a remote configured.
         self.remote: Any = None
+        #: `cachetool run --once`: a step another process computes is waited for, then loaded
+        #: (`cachetool.trace.once`).
+        self.once = False
 
     # -- installation -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -433,8 +441,11 @@ class Tracer:
                 path = self._fresh_path(path)
             if self.enabled and self.local.stack:
                 try:
+                    once = self.once and not self.recompute
+                    if once:  # before anything looks at the cache
+                        self._take_turn(path)
                     if self.remote is not None:  # a miss here may be a hit on the remote
-                        self.remote.before_compute(path, self.local.stack[-1].kwargs)
+                        self.remote.before_compute(path, self.local.stack[-1].kwargs, once)
                     self.calls.snapshot(path)
                     self._note_start(path)
                     self._resume(path)
@@ -443,6 +454,22 @@ class Tracer:
             return path
 
         return _get_cache_file_path
+
+    def _take_turn(self, path: str) -> None:
+        """`--once`: wait while another process computes this step; take its lease when none
+        does (given back when the user's call ends, in `_exit`)."""
+        kwargs = self.local.stack[-1].kwargs
+        if kwargs.get("load_from_cache_file") is False or kwargs.get("keep_in_memory"):
+            return  # computed by every process whatever the others do
+        folder = os.path.dirname(abs_path(path))
+        if os.path.basename(folder).startswith("hf_datasets-"):
+            return  # caching is off: each process writes its own temporary file
+        from cachetool.trace.once import take_turn
+
+        held = self.local.once
+        lease = take_turn(path, self.roots.of_folder(folder), may_wait=not held, say=warn_note)
+        if lease is not None:
+            held.append(lease)
 
     def _fresh_path(self, path: str, parent: Any = None) -> str:
         """`fresh_path`, or `path` when that fails (the failure said once)."""
@@ -550,6 +577,12 @@ class Tracer:
         finally:
             if not stack:
                 local.snapshot.clear()
+                if local.once:
+                    from cachetool.trace.once import give_back
+
+                    give_back(local.once)
+                if self.remote is not None:
+                    self.remote.end_call()  # after the push: the others pull what it sent
 
     def _emit(self, record: LedgerRecord, like: LedgerRecord | None = None) -> None:
         if (record.root or self.roots.default) not in self._entered:

@@ -1,0 +1,300 @@
+"""One preparation per shared cache: `cachetool run --once` and `cachetool.prepare_once()`.
+
+Real ranks: processes started together on one cache folder (they wait for a file, then run
+`tests/once_pipeline.py`); a leader killed by SIGKILL in the middle of its map. The lease rules
+themselves (a live lease waited for, an expired one taken over, exactly one taker) are checked
+in this process without `datasets`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cachetool.cache.layout import LEDGER_DIR
+from cachetool.cache.lease import read_lease
+from cachetool.processes import this_host
+from cachetool.trace.leases import claim_step, drop_step
+from cachetool.trace.once import once_dir, result_present, take_turn
+from tests import forks
+from tests.conftest import hf_env
+
+PIPELINE = Path(__file__).with_name("once_pipeline.py")
+#: Lines a user function writes when its step computes: the map (batches of 10) over train (20
+#: rows) and test (10 rows), the filter once per split, the num_proc map once per shard.
+ONE_COMPUTATION = {"map": 3, "filter": 2, "num_proc": 2}
+
+
+def _work(base: Path) -> Path:
+    work = base / "work"
+    work.mkdir()
+    (work / "train.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(1, 21)))
+    (work / "test.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(21, 31)))
+    return work
+
+
+def _start(base: Path, work: Path, ranks: int, *, once: bool) -> list[subprocess.Popen[bytes]]:
+    """`ranks` processes of the pipeline on one cache; under `once`, every other one runs it inside
+    `cachetool.prepare_once()`, the rest under `cachetool run --once`."""
+    env = hf_env(base)
+    procs = []
+    for i in range(ranks):
+        out = str(base / f"out-{i}.json")
+        if once and i % 2:
+            cmd = [sys.executable, str(PIPELINE), str(work), out, "--api"]
+        else:
+            cmd = [
+                sys.executable,
+                "-m",
+                "cachetool",
+                "run",
+                *(["--once"] * once),
+                str(PIPELINE),
+                str(work),
+                out,
+            ]
+        with open(base / f"err-{i}.txt", "wb") as err:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err))
+    return procs
+
+
+def _wait(base: Path, procs: list[subprocess.Popen[bytes]], skip: int | None = None) -> None:
+    for i, proc in enumerate(procs):
+        code = proc.wait(timeout=300)
+        if proc.pid != skip:
+            assert code == 0, (base / f"err-{i}.txt").read_text()[-3000:]
+
+
+def _counts(work: Path) -> dict[str, list[tuple[int, int]]]:
+    """Per step, (pid, first value of the batch) of each call of its function."""
+    out = {}
+    for step in ONE_COMPUTATION:
+        path = work / f"count-{step}"
+        lines = path.read_text().splitlines() if path.exists() else []
+        out[step] = [(int(pid), int(first)) for pid, first in (line.split() for line in lines)]
+    return out
+
+
+def _computations(counts: dict[str, list[tuple[int, int]]]) -> dict[str, int]:
+    """How many times each step computed each split: the calls of a batch that only starts a
+    computation (the map's first batch of train, x=1, and of test, x=21; the filter's per split;
+    the num_proc map's first shard, y=4)."""
+    starts = {"map": {1: "train", 21: "test"}, "filter": {2: "train", 42: "test"}, "num_proc": {4: "train"}}
+    out: dict[str, int] = {}
+    for step, calls in counts.items():
+        for _, first in calls:
+            if first in starts[step]:
+                key = f"{step} {starts[step][first]}"
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _outputs(base: Path, procs: list[subprocess.Popen[bytes]], skip: int | None = None) -> set[str]:
+    return {(base / f"out-{i}.json").read_text() for i, p in enumerate(procs) if p.pid != skip}
+
+
+def _rows(output: str) -> list[list[tuple[int, ...]]]:
+    """The rows of a pipeline's result, in order of `x` (the train split is shuffled)."""
+    train, test = json.loads(output)["rows"]
+    return [
+        sorted(zip(train["x"], train["y"], train["z"], strict=True)),
+        sorted(zip(test["x"], test["y"], strict=True)),
+    ]
+
+
+EXPECTED_ROWS = [
+    [(x, 2 * x, 2 * x + 1) for x in range(2, 21, 2)],
+    [(x, 2 * x) for x in range(22, 31, 2)],
+]
+
+
+def _stats(base: Path) -> dict:
+    proc = forks.run(
+        [*forks.CLI, "stats", "--json", "--cache-dir", str(base / "cache")],
+        env=hf_env(base),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_eight_ranks_under_once_compute_each_step_once(tmp_path: Path) -> None:
+    """8 processes run one pipeline together on one cache, half under `cachetool run --once`, half
+    inside `cachetool.prepare_once()`: the function of every step runs exactly once (a
+    DatasetDict map and filter: once per split; a num_proc map: once per shard), all 8 end with
+    the same data, `stats` reports no miss storm, and no step lease is left behind."""
+    work = _work(tmp_path)
+    procs = _start(tmp_path, work, 8, once=True)
+    (work / "go").touch()
+    _wait(tmp_path, procs)
+    counts = _counts(work)
+    assert {step: len(calls) for step, calls in counts.items()} == ONE_COMPUTATION, counts
+    assert set(_computations(counts).values()) == {1}
+    (output,) = _outputs(tmp_path, procs)
+    assert _rows(output) == EXPECTED_ROWS
+    assert _stats(tmp_path)["concurrent"]["count"] == 0
+    assert os.listdir(once_dir(tmp_path / "cache")) == []
+
+
+@pytest.mark.slow
+def test_without_once_every_step_computed_twice_at_once_is_a_reported_miss_storm(tmp_path: Path) -> None:
+    """The same 8 ranks without `--once` may compute a step several times at once (whether they
+    do depends on timing); every computation more than one is in `stats`' miss storms, and all 8
+    still end with the same data."""
+    work = _work(tmp_path)
+    procs = _start(tmp_path, work, 8, once=False)
+    (work / "go").touch()
+    _wait(tmp_path, procs)
+    computations = _computations(_counts(work))
+    assert len(computations) == 5  # every step, every split
+    storms = [
+        c for c in _stats(tmp_path)["concurrent"]["computations"] if c["operation"] in ("map", "filter")
+    ]
+    # A rank computes a step only when no other had finished it: every computation more than one
+    # overlaps another, and stats reports it. (It may report more: a rank that found the file
+    # missing when the step began and another's file in place a moment later loaded it, but its
+    # record says it computed.)
+    assert sum(len(c["computations"]) - 1 for c in storms) >= sum(n - 1 for n in computations.values())
+    assert all(c["runs"] == len(c["computations"]) > 1 for c in storms)
+    (output,) = _outputs(tmp_path, procs)
+    assert _rows(output) == EXPECTED_ROWS
+
+
+@pytest.mark.slow
+def test_a_leader_killed_in_its_map_is_taken_over_by_exactly_one_survivor(tmp_path: Path) -> None:
+    """3 ranks under `--once`; the one computing the map is SIGKILLed half-way (its unfinished
+    `tmp*` file stays in the cache folder): the two others finish, the map is computed again by
+    exactly one of them, both end with the right data (nothing of the dead leader's file is
+    used), and no step lease is left."""
+    work = _work(tmp_path)
+    (work / "block").touch()
+    procs = _start(tmp_path, work, 3, once=True)
+    (work / "go").touch()
+    started = work / "started"
+    deadline = time.monotonic() + 120
+    while not started.exists() or not started.read_text():
+        assert all(p.poll() is None for p in procs), [p.returncode for p in procs]
+        assert time.monotonic() < deadline, "no rank got into the map"
+        time.sleep(0.02)
+    leader = int(started.read_text())
+    os.kill(leader, signal.SIGKILL)
+    (work / "release").touch()
+    _wait(tmp_path, procs, skip=leader)
+    counts = _counts(work)
+    assert [first for pid, first in counts["map"] if pid == leader] == [1, 11]  # killed in its 2nd batch
+    survivors = {step: [c for c in calls if c[0] != leader] for step, calls in counts.items()}
+    assert {step: len(calls) for step, calls in survivors.items()} == ONE_COMPUTATION, counts
+    assert set(_computations(survivors).values()) == {1}
+    outputs = _outputs(tmp_path, procs, skip=leader)
+    assert len(outputs) == 1 and _rows(outputs.pop()) == EXPECTED_ROWS
+    leftovers = [p for p in (tmp_path / "cache").rglob("tmp*") if p.is_file()]
+    assert leftovers, "the killed leader's unfinished file"
+    assert os.listdir(once_dir(tmp_path / "cache")) == []
+
+
+# The lease rules, in this process.
+
+
+def _lease_doc(**changes: object) -> bytes:
+    me = this_host()
+    doc = {"v": 1, "host": "node-7", "boot_id": "another-boot", "pid": 4242, "pid_ns": me.pid_ns}
+    doc |= {"start": time.time() - 100, "renewed": time.time(), "lifetime": 60, "fingerprint": "ab" * 8}
+    return json.dumps(doc | changes).encode()
+
+
+def _root(tmp_path: Path) -> tuple[Path, str]:
+    root = tmp_path / "cache"
+    (root / "csv").mkdir(parents=True)
+    return root, str(root / "csv" / f"cache-{'ab' * 8}.arrow")
+
+
+def test_a_live_lease_of_another_host_is_waited_for_until_the_result_is_there(tmp_path: Path) -> None:
+    """A step whose lease another host renews is waited for (short pauses), and this process
+    takes no lease: once the result is in place it goes on to load it."""
+    root, path = _root(tmp_path)
+    once_dir(root).mkdir(parents=True)
+    (once_dir(root) / f"{'ab' * 8}.0.json").write_bytes(_lease_doc())
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 5:
+            Path(path).write_bytes(b"done")
+
+    assert take_turn(path, root, sleep=sleep) is None
+    assert len(pauses) == 5 and max(pauses) <= 0.5
+    assert sorted(os.listdir(once_dir(root))) == [f"{'ab' * 8}.0.json"]
+    assert take_turn(path, root, may_wait=False) is None  # present: no lease taken
+
+
+def test_an_expired_or_dead_lease_is_taken_over_by_the_next_generation(tmp_path: Path) -> None:
+    """Another host's lease not renewed within its lifetime, or one of this host whose process
+    is gone, is over: the step's next lease (generation n + 1) is taken, the old one removed;
+    giving it back leaves nothing. Without a result, a process that may not wait computes
+    without a lease when a live one is held."""
+    root, path = _root(tmp_path)
+    folder = once_dir(root)
+    folder.mkdir(parents=True)
+    fp = "ab" * 8
+    expired = folder / f"{fp}.3.json"
+    expired.write_bytes(_lease_doc(renewed=time.time() - 61))
+    os.utime(expired, (time.time() - 61, time.time() - 61))  # a renewal is the later of the two
+    taken = take_turn(path, root, sleep=lambda s: pytest.fail("waited for an expired lease"))
+    assert taken == folder / f"{fp}.4.json" and os.listdir(folder) == [f"{fp}.4.json"]
+    lease = read_lease(taken)
+    assert lease is not None and lease.pid == os.getpid()
+    drop_step(taken)
+    me = this_host()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    gone = _lease_doc(host=me.host, boot_id=me.boot_id, pid=int(dead.stdout), renewed=time.time())
+    (folder / f"{fp}.0.json").write_bytes(gone)
+    taken = take_turn(path, root, sleep=lambda s: pytest.fail("waited for a dead process"))
+    assert taken == folder / f"{fp}.1.json"
+    assert take_turn(path, root, may_wait=False) is None  # held by this live process: not waited for
+    drop_step(taken)
+    assert os.listdir(folder) == []
+
+
+def test_of_many_takers_of_one_lease_exactly_one_wins(tmp_path: Path) -> None:
+    """16 threads claiming one step lease at once: exactly one gets it."""
+    root, _ = _root(tmp_path)
+    path = once_dir(root) / "cd.0.json"
+    barrier = threading.Barrier(16)
+    wins: list[bool] = []
+
+    def claim() -> None:
+        barrier.wait()
+        wins.append(claim_step(path, "cd"))
+
+    threads = [threading.Thread(target=claim) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False] * 15 + [True]
+    drop_step(path)
+    assert not path.exists() and (root / LEDGER_DIR / "once").is_dir()
+
+
+def test_a_result_is_there_once_its_file_or_a_whole_set_of_shards_is(tmp_path: Path) -> None:
+    """`datasets` renames each file into place when written: the step's file, or every shard of
+    one num_proc count, means the result is there; a partial set of shards does not."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    path = str(folder / "cache-0123456789abcdef.arrow")
+    assert not result_present(path)
+    (folder / "cache-0123456789abcdef_00000_of_00002.arrow").touch()
+    (folder / "tmpab12cd34").touch()
+    assert not result_present(path)
+    (folder / "cache-0123456789abcdef_00001_of_00002.arrow").touch()
+    assert result_present(path)
