@@ -86,8 +86,9 @@ def test_a_closed_stdout_is_one_error_line(golden: dict[str, Any], golden_env: d
     2, for every command that writes to it, instead of a traceback; a full disk (`> /dev/full`)
     and a closed stderr (`2>&-`) keep the error line or the exit code; `run` leaves the script's
     standard output to the script."""
-    lines = (["ls", "--json"], ["ls"], ["show", golden["final"]], ["-V"], ["dirs"], ["explain", "--last"])
-    for args in lines:
+    final = golden["final"]
+    lines = (["ls", "--json"], ["ls"], ["show", final], ["lineage", final], ["-V"], ["dirs"], ["verify"])
+    for args in (*lines, ["explain", "--last"], ["stats"]):
         assert _run_stdout_closed(args, golden_env) == (2, CLOSED), args
     with open("/dev/full", "w") as full:
         proc = subprocess.run([*CLI, "--version"], env=golden_env, stdout=full, stderr=subprocess.PIPE)
