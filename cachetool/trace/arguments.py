@@ -125,8 +125,7 @@ class Arguments:
         """The `function` field for `fn`, described once per code object (and functions given in
         `fn_kwargs`, helpers it calls too) and process."""
         target, code = unwrap(fn)
-        kwargs = fn_kwargs.values() if isinstance(fn_kwargs, dict) else ()
-        given = tuple(v for v in kwargs if isinstance(v, types.FunctionType))
+        given = _given_functions(fn, fn_kwargs)
         key = (code if code is not None else id(target), *map(id, given))
         info = _FN_INFO.get(key)
         if info is None:
@@ -503,6 +502,21 @@ def unwrap(fn: Any) -> tuple[Any, types.CodeType | None]:
         if code is not None:
             target = call
     return target, code if isinstance(code, types.CodeType) else None
+
+
+def _given_functions(fn: Any, fn_kwargs: Any) -> tuple[types.FunctionType, ...]:
+    """The functions `fn` is given rather than names: in `fn_kwargs`, bound by a
+    `functools.partial`, or held by the object whose method (or `__call__`) it is (`self.fix`)."""
+    values = list(fn_kwargs.values()) if isinstance(fn_kwargs, dict) else []
+    for _ in range(8):
+        if not isinstance(fn, functools.partial):
+            break
+        values += [*fn.args, *fn.keywords.values()]
+        fn = fn.func
+    owner = fn.__self__ if isinstance(fn, types.MethodType) else fn
+    if not isinstance(owner, (type, types.ModuleType, types.FunctionType)):
+        values += list(getattr(owner, "__dict__", {}).values())
+    return tuple(v for v in values if isinstance(v, types.FunctionType))
 
 
 def describe(
