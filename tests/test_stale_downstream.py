@@ -619,6 +619,41 @@ def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_pat
     assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
 
 
+def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_an_edit(
+    tmp_path: Path,
+) -> None:
+    """Three maps call `tok.encode(...)` of a `Tok` from the user's module, the object given in
+    `fn_kwargs`, as a default argument, and in a closure (`datasets` pickles it by its class's
+    name): once `Tok.encode` is edited, the run warns that it loaded 3 stale results, naming
+    `Tok.encode`. It said nothing (only a function given so, or an object named as a global,
+    was followed)."""
+    (tmp_path / "helpers.py").write_text(
+        "class Tok:\n    def __init__(self, n):\n        self.n = n\n\n"
+        "    def encode(self, t):\n        return t[: self.n]\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nfrom helpers import Tok\n\n\n"
+        "def given(r, tok):\n    return {'u': tok.encode(r['t'])}\n\n\n"
+        "def default(r, tok=Tok(2)):\n    return {'v': tok.encode(r['t'])}\n\n\n"
+        "def make(tok):\n    def closed(r):\n        return {'w': tok.encode(r['t'])}\n\n"
+        "    return closed\n\n\n"
+        "ds = datasets.Dataset.from_dict({'t': ['abcdef']})\n"
+        "a = ds.map(given, fn_kwargs={'tok': Tok(3)}, cache_file_name='./a.arrow')[0]['u']\n"
+        "b = ds.map(default, cache_file_name='./b.arrow')[0]['v']\n"
+        "c = ds.map(make(Tok(4)), cache_file_name='./c.arrow')[0]['w']\n"
+        "print(a, b, c)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "abc ab abcd\n"
+    _replace_in(tmp_path / "helpers.py", "t[: self.n]", "t[: self.n].upper()")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == "abc ab abcd\n" and "this run loaded 3 stale result(s)" in said, said
+    assert "`Tok.encode` in helpers.py changed" in said, said
+
+
 def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_path: Path) -> None:
     """A map given `cache_file_name=` is edited: `datasets` loads the named file whatever the new
     fingerprint, so the run gets the old rows. The run says so: the file, the fingerprint it was

@@ -506,7 +506,10 @@ def unwrap(fn: Any) -> tuple[Any, types.CodeType | None]:
 
 def _given_functions(fn: Any, fn_kwargs: Any) -> tuple[types.FunctionType, ...]:
     """The functions `fn` is given rather than names: in `fn_kwargs`, bound by a
-    `functools.partial`, or held by the object whose method (or `__call__`) it is (`self.fix`)."""
+    `functools.partial`, or held by the object whose method (or `__call__`) it is (`self.fix`);
+    for an object of a class of the user's given so (`tok`), the methods of it `fn` names."""
+    _, code = unwrap(fn)
+    names = _names(code) if code is not None else []
     values = list(fn_kwargs.values()) if isinstance(fn_kwargs, dict) else []
     for _ in range(8):
         if not isinstance(fn, functools.partial):
@@ -516,7 +519,8 @@ def _given_functions(fn: Any, fn_kwargs: Any) -> tuple[types.FunctionType, ...]:
     owner = fn.__self__ if isinstance(fn, types.MethodType) else fn
     if not isinstance(owner, (type, types.ModuleType, types.FunctionType)):
         values += list(getattr(owner, "__dict__", {}).values())
-    return tuple(v for v in values if isinstance(v, types.FunctionType))
+    found = [f for v in values for f in ([v] if isinstance(v, types.FunctionType) else _methods_of(v, names))]
+    return tuple(dict.fromkeys(found))
 
 
 def describe(
@@ -635,16 +639,8 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
         value = g.get(name)
         if isinstance(value, types.FunctionType):
             found.append(value)
-        elif value is not None and not isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
-            # A user class called in the function, or an object of one: its methods run too, and an
-            # object pickles its attributes but names its class (the code of its methods is not in
-            # the fingerprint).
-            cls = value if isinstance(value, type) else type(value)
-            if is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
-                # those it names (`Text.clean(x)`, `tok.encode(x)`) and the special ones (`__call__`)
-                named = (v for c in cls.__mro__ for k, v in vars(c).items() if k in names or k[:2] == "__")
-                methods = (getattr(v, "__func__", v) for v in named)  # static and class ones too
-                found.extend(v for v in methods if isinstance(v, types.FunctionType))
+        else:
+            found.extend(_methods_of(value, names))
     for module in _user_modules(names, g):
         for name in dict.fromkeys(names):
             value = getattr(module, name, None)
@@ -655,8 +651,24 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
             value = cell.cell_contents
         except ValueError:
             continue
-        if isinstance(value, types.FunctionType):
-            found.append(value)
+        found.extend([value] if isinstance(value, types.FunctionType) else _methods_of(value, names))
     defaults = (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values())  # `def f(r, fix=clean)`
-    found.extend(v for v in defaults if isinstance(v, types.FunctionType))
+    for v in defaults:
+        found.extend([v] if isinstance(v, types.FunctionType) else _methods_of(v, names))
     return found
+
+
+def _methods_of(value: Any, names: list[str]) -> list[types.FunctionType]:
+    """A user class, or an object of one, that code naming `names` calls or is given: its methods
+    run too, and an object pickles its attributes but names its class (the code of its methods is
+    not in the fingerprint). Those the code names (`Text.clean(x)`, `tok.encode(x)`) and the
+    special ones (`__call__`); static and class methods too."""
+    if value is None or isinstance(value, (types.ModuleType, types.BuiltinFunctionType, types.FunctionType)):
+        return []
+    cls = value if isinstance(value, type) else type(value)
+    if not is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
+        return []
+    wanted = set(names)
+    named = (v for c in cls.__mro__ for k, v in vars(c).items() if k in wanted or k[:2] == "__")
+    methods = (getattr(v, "__func__", v) for v in named)
+    return [v for v in methods if isinstance(v, types.FunctionType)]
