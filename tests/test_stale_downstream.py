@@ -654,6 +654,37 @@ def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_
     assert "`Tok.encode` in helpers.py changed" in said, said
 
 
+def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp_path: Path) -> None:
+    """`Dataset.from_generator(gen, gen_kwargs={"path": "words.txt"})`, the generator reading the
+    file, then a map: once words.txt gets a third line, `datasets` reuses the two-row dataset
+    (it hashes the file's name only). The run warns that it loaded 2 stale results, naming the
+    file, `verify --stale` flags both, and the gc command of the hint makes the next run read
+    the file anew. All said nothing ("Nothing was recomputed")."""
+    (tmp_path / "words.txt").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import Dataset\n\n\ndef gen(path):\n    with open(path) as f:\n"
+        "        for line in f:\n            yield {'w': line.strip()}\n\n\n"
+        "ds = Dataset.from_generator(gen, gen_kwargs={'path': 'words.txt'})\n"
+        "print(ds.map(lambda r: {'u': r['w'].upper()})['u'])\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    assert "'A', 'B']" in first
+    (tmp_path / "words.txt").write_text("a\nb\nc\n", encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == first and "this run loaded 2 stale result(s)" in said, said
+    assert "a file its generator reads changed (words.txt: size 4 → 6 bytes)" in said, said
+    verified = _cli(env, "verify", "--stale", "--json")
+    errors = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
+    assert verified.returncode == 1 and len(errors) == 2, verified.stdout
+    removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
+    assert removed.returncode == 0, removed.stderr
+    again = cachetool_run("p.py", env=env, cwd=tmp_path)
+    assert "'A', 'B', 'C']" in again.stdout and "stale" not in again.stderr, again
+
+
 def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_path: Path) -> None:
     """A map given `cache_file_name=` is edited: `datasets` loads the named file whatever the new
     fingerprint, so the run gets the old rows. The run says so: the file, the fingerprint it was
