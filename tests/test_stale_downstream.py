@@ -654,6 +654,32 @@ def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_
     assert "`Tok.encode` in helpers.py changed" in said, said
 
 
+def test_a_class_or_an_object_reached_through_the_users_module_is_an_edit(tmp_path: Path) -> None:
+    """Maps calling `helpers.Tok(3).encode(...)` (a class of the user's module reached as a module
+    attribute) and `helpers.TOK.encode(...)` (an object made in that module): once `Tok.encode` is
+    edited, the run warns that it loaded 2 stale results, naming `Tok.encode`. It said nothing
+    (only functions were followed through a module, not classes and objects)."""
+    (tmp_path / "helpers.py").write_text(
+        "class Tok:\n    def __init__(self, n):\n        self.n = n\n\n"
+        "    def encode(self, t):\n        return t[: self.n]\n\n\nTOK = Tok(2)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "p.py").write_text(
+        "import datasets\nimport helpers\n\nds = datasets.Dataset.from_dict({'t': ['abcdef']})\n"
+        "a = ds.map(lambda r: {'u': helpers.Tok(3).encode(r['t'])}, cache_file_name='./a.arrow')[0]['u']\n"
+        "b = ds.map(lambda r: {'v': helpers.TOK.encode(r['t'])}, cache_file_name='./b.arrow')[0]['v']\n"
+        "print(a, b)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "abc ab\n"
+    _replace_in(tmp_path / "helpers.py", "t[: self.n]", "t[: self.n].upper()")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == "abc ab\n" and "this run loaded 2 stale result(s)" in said, said
+    assert "`Tok.encode` in helpers.py changed" in said, said
+
+
 def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp_path: Path) -> None:
     """`Dataset.from_generator(gen, gen_kwargs={"path": "words.txt"})`, the generator reading the
     file, then a map: once words.txt gets a third line, `datasets` reuses the two-row dataset

@@ -644,8 +644,7 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
     for module in _user_modules(names, g):
         for name in dict.fromkeys(names):
             value = getattr(module, name, None)
-            if isinstance(value, types.FunctionType):
-                found.append(value)
+            found.extend([value] if isinstance(value, types.FunctionType) else _methods_of(value, names))
     for cell in fn.__closure__ or ():
         try:
             value = cell.cell_contents
