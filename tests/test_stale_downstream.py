@@ -680,6 +680,26 @@ def test_a_class_or_an_object_reached_through_the_users_module_is_an_edit(tmp_pa
     assert "`Tok.encode` in helpers.py changed" in said, said
 
 
+def test_a_helper_a_generator_is_given_in_gen_kwargs_is_an_edit(tmp_path: Path) -> None:
+    """`Dataset.from_generator(gen, gen_kwargs={"fix": clean})`, `clean` from the user's module
+    (`datasets` hashes it by name): once `clean` is edited, the run warns that it loaded a stale
+    result, naming `clean`. It said nothing (what a generator is given was not followed)."""
+    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import Dataset\nfrom helpers import clean\n\n\n"
+        "def gen(fix):\n    for t in [' a ', ' b ']:\n        yield {'w': fix(t)}\n\n\n"
+        "print(Dataset.from_generator(gen, gen_kwargs={'fix': clean})['w'])\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    _replace_in(tmp_path / "helpers.py", "t.strip()", "t.strip() + '.'")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == first and "this run loaded 1 stale result(s)" in said, said
+    assert "`clean` in helpers.py changed" in said, said
+
+
 def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp_path: Path) -> None:
     """`Dataset.from_generator(gen, gen_kwargs={"path": "words.txt"})`, the generator reading the
     file, then a map: once words.txt gets a third line, `datasets` reuses the two-row dataset

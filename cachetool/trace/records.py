@@ -254,8 +254,9 @@ class RecordBuilder:
         gen_files: tuple[DataFile, ...] = ()
         with contextlib.suppress(Exception):
             generator = getattr(getattr(builder, "config", None), "generator", None)
-            function = self.arguments.function_info(generator) if callable(generator) else None
             gen_kwargs = getattr(getattr(builder, "config", None), "gen_kwargs", None)
+            # the functions and objects of the user's it is given there are followed as a map's are
+            function = self.arguments.function_info(generator, gen_kwargs) if callable(generator) else None
             if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
                 gen_files = _gen_files(gen_kwargs)
