@@ -619,6 +619,26 @@ def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_pat
     assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
 
 
+TOK = (
+    "class Tok:\n    def __init__(self, n):\n        self.n = n\n\n"
+    "    def encode(self, t):\n        return t[: self.n]\n"
+)
+
+
+def _edited_rerun(base: Path, helpers: str, script: str, old: str, new: str) -> tuple[str, str]:
+    """Run `script` beside `helpers` (helpers.py) under `cachetool run`, replace `old` by `new` in
+    helpers.py and run it again: the first run's stdout, and the second run's stdout and stderr
+    (its whitespace folded), once both runs printed the same."""
+    (base / "helpers.py").write_text(helpers, encoding="utf-8")
+    (base / "p.py").write_text(script, encoding="utf-8")
+    env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
+    first = cachetool_run("p.py", env=env, cwd=base).stdout
+    _replace_in(base / "helpers.py", old, new)
+    run = cachetool_run("p.py", env=env, cwd=base)
+    assert run.stdout == first, (first, run.stdout)  # the old result, reused
+    return first, " ".join(run.stderr.split())
+
+
 def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_an_edit(
     tmp_path: Path,
 ) -> None:
@@ -627,12 +647,7 @@ def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_
     name): once `Tok.encode` is edited, the run warns that it loaded 3 stale results, naming
     `Tok.encode`. It said nothing (only a function given so, or an object named as a global,
     was followed)."""
-    (tmp_path / "helpers.py").write_text(
-        "class Tok:\n    def __init__(self, n):\n        self.n = n\n\n"
-        "    def encode(self, t):\n        return t[: self.n]\n",
-        encoding="utf-8",
-    )
-    (tmp_path / "p.py").write_text(
+    script = (
         "import datasets\nfrom helpers import Tok\n\n\n"
         "def given(r, tok):\n    return {'u': tok.encode(r['t'])}\n\n\n"
         "def default(r, tok=Tok(2)):\n    return {'v': tok.encode(r['t'])}\n\n\n"
@@ -642,15 +657,10 @@ def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_
         "a = ds.map(given, fn_kwargs={'tok': Tok(3)}, cache_file_name='./a.arrow')[0]['u']\n"
         "b = ds.map(default, cache_file_name='./b.arrow')[0]['v']\n"
         "c = ds.map(make(Tok(4)), cache_file_name='./c.arrow')[0]['w']\n"
-        "print(a, b, c)\n",
-        encoding="utf-8",
+        "print(a, b, c)\n"
     )
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "abc ab abcd\n"
-    _replace_in(tmp_path / "helpers.py", "t[: self.n]", "t[: self.n].upper()")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
-    said = " ".join(run.stderr.split())
-    assert run.stdout == "abc ab abcd\n" and "this run loaded 3 stale result(s)" in said, said
+    first, said = _edited_rerun(tmp_path, TOK, script, "t[: self.n]", "t[: self.n].upper()")
+    assert first == "abc ab abcd\n" and "this run loaded 3 stale result(s)" in said, said
     assert "`Tok.encode` in helpers.py changed" in said, said
 
 
@@ -659,24 +669,15 @@ def test_a_class_or_an_object_reached_through_the_users_module_is_an_edit(tmp_pa
     attribute) and `helpers.TOK.encode(...)` (an object made in that module): once `Tok.encode` is
     edited, the run warns that it loaded 2 stale results, naming `Tok.encode`. It said nothing
     (only functions were followed through a module, not classes and objects)."""
-    (tmp_path / "helpers.py").write_text(
-        "class Tok:\n    def __init__(self, n):\n        self.n = n\n\n"
-        "    def encode(self, t):\n        return t[: self.n]\n\n\nTOK = Tok(2)\n",
-        encoding="utf-8",
-    )
-    (tmp_path / "p.py").write_text(
+    script = (
         "import datasets\nimport helpers\n\nds = datasets.Dataset.from_dict({'t': ['abcdef']})\n"
         "a = ds.map(lambda r: {'u': helpers.Tok(3).encode(r['t'])}, cache_file_name='./a.arrow')[0]['u']\n"
         "b = ds.map(lambda r: {'v': helpers.TOK.encode(r['t'])}, cache_file_name='./b.arrow')[0]['v']\n"
-        "print(a, b)\n",
-        encoding="utf-8",
+        "print(a, b)\n"
     )
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "abc ab\n"
-    _replace_in(tmp_path / "helpers.py", "t[: self.n]", "t[: self.n].upper()")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
-    said = " ".join(run.stderr.split())
-    assert run.stdout == "abc ab\n" and "this run loaded 2 stale result(s)" in said, said
+    helpers = TOK + "\n\nTOK = Tok(2)\n"
+    first, said = _edited_rerun(tmp_path, helpers, script, "t[: self.n]", "t[: self.n].upper()")
+    assert first == "abc ab\n" and "this run loaded 2 stale result(s)" in said, said
     assert "`Tok.encode` in helpers.py changed" in said, said
 
 
@@ -684,20 +685,14 @@ def test_a_helper_a_generator_is_given_in_gen_kwargs_is_an_edit(tmp_path: Path) 
     """`Dataset.from_generator(gen, gen_kwargs={"fix": clean})`, `clean` from the user's module
     (`datasets` hashes it by name): once `clean` is edited, the run warns that it loaded a stale
     result, naming `clean`. It said nothing (what a generator is given was not followed)."""
-    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
-    (tmp_path / "p.py").write_text(
+    script = (
         "from datasets import Dataset\nfrom helpers import clean\n\n\n"
         "def gen(fix):\n    for t in [' a ', ' b ']:\n        yield {'w': fix(t)}\n\n\n"
-        "print(Dataset.from_generator(gen, gen_kwargs={'fix': clean})['w'])\n",
-        encoding="utf-8",
+        "print(Dataset.from_generator(gen, gen_kwargs={'fix': clean})['w'])\n"
     )
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
-    _replace_in(tmp_path / "helpers.py", "t.strip()", "t.strip() + '.'")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
-    said = " ".join(run.stderr.split())
-    assert run.stdout == first and "this run loaded 1 stale result(s)" in said, said
-    assert "`clean` in helpers.py changed" in said, said
+    helpers = "def clean(t):\n    return t.strip()\n"
+    _, said = _edited_rerun(tmp_path, helpers, script, "t.strip()", "t.strip() + '.'")
+    assert "this run loaded 1 stale result(s)" in said and "`clean` in helpers.py changed" in said, said
 
 
 def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp_path: Path) -> None:
