@@ -695,6 +695,24 @@ def test_a_helper_a_generator_is_given_in_gen_kwargs_is_an_edit(tmp_path: Path) 
     assert "this run loaded 1 stale result(s)" in said and "`clean` in helpers.py changed" in said, said
 
 
+def test_a_helper_a_function_imports_in_its_body_is_an_edit(tmp_path: Path) -> None:
+    """Two maps import the user's helpers.py in their body (`import helpers`, `from helpers import
+    clean`), as one does for num_proc workers: once `clean` is edited, the run warns that it
+    loaded 2 stale results, naming `clean`. It said nothing: the module is imported only when the
+    map runs (never, on a cache hit), so it was not among what the function was seen to reach."""
+    script = (
+        "import datasets\n\n\ndef f(r):\n    import helpers\n\n    return {'u': helpers.clean(r['t'])}\n\n\n"
+        "def g(r):\n    from helpers import clean\n\n    return {'v': clean(r['t'])}\n\n\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ']})\n"
+        "u = ds.map(f, cache_file_name='./m.arrow')[0]['u']\n"
+        "print(u, ds.map(g, cache_file_name='./n.arrow')[0]['v'])\n"
+    )
+    helpers = "def clean(t):\n    return t.strip()\n"
+    first, said = _edited_rerun(tmp_path, helpers, script, "t.strip()", "t.strip() + '.'")
+    assert first == "a a\n" and "this run loaded 2 stale result(s)" in said, said
+    assert "`clean` in helpers.py changed" in said, said
+
+
 def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp_path: Path) -> None:
     """`Dataset.from_generator(gen, gen_kwargs={"path": "words.txt"})`, the generator reading the
     file, then a map: once words.txt gets a third line, `datasets` reuses the two-row dataset
