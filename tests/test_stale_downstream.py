@@ -738,6 +738,8 @@ def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp
     verified = _cli(env, "verify", "--stale", "--json")
     errors = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
     assert verified.returncode == 1 and len(errors) == 2, verified.stdout
+    chain = " ".join(_cli(env, "lineage", errors[-1]["entry"]).stdout.split())
+    assert "[stale: a file it reads changed]" in chain, chain  # the generator's step, not "code changed"
     removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
     assert removed.returncode == 0, removed.stderr
     again = cachetool_run("p.py", env=env, cwd=tmp_path)

@@ -479,6 +479,8 @@ def stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) ->
 def _stale_note(s: StaleHit) -> str:
     if s.written_under:  # a `cache_file_name=` file loaded whatever its fingerprint
         return f"stale: written under {s.written_under}"
+    if s.inputs and not s.changes and s.derived_from is None:  # a file its generator reads
+        return "stale: a file it reads changed"
     return f"stale: made from {up.fingerprint}" if (up := s.derived_from) else "stale: code changed"
 
 
@@ -512,7 +514,7 @@ class EntryReport:
     warnings: tuple[str, ...] = ()
     #: When no cache file holds it: the latest record of gc removing it or verify quarantining it.
     removed: GcRecord | None = None
-    #: Why the entry is stale (`stale: code changed`, `stale: made from FP`), as lineage says, or None.
+    #: Why the entry is stale (`stale: code changed`, `stale: made from FP`, ...), as lineage says, or None.
     stale: str | None = None
     #: When no record made it: the step that began to make it in a run killed (or still running)
     #: in it (`cachetool.history.runs.unended_step`).
