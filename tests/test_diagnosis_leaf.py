@@ -77,3 +77,48 @@ def test_values_and_classes_each_have_a_node_budget() -> None:
     assert ("class", ".STOP") in paths
     assert (".more", "[63]", "['b']", "[2]") in paths
     assert len(paths) <= 2 * DEFAULT_MAX_NODES
+
+
+# A script's own classes pickle by value: their methods' code is in the hash tree too.
+SUMMARIZED = """\
+import dataclasses, json
+from cachetool.fingerprint.tree import as_node, iter_nodes
+from cachetool.trace.arguments import summarize
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    tags: frozenset
+    name: str = "x"
+
+
+class Pre:
+    def __init__(self, words):
+        self.opts = {"cfg": Cfg(tags=frozenset(words)), "n": 3}
+
+    def run(self, ex):
+        return {"a": sum(w in self.opts["cfg"].tags for w in ex["text"].split())}
+
+
+summary = summarize(Pre(["quick", "fox", "the", "number", "lazy", "dog"]).run)
+print(json.dumps([[list(path), n.get("t")] for path, n in iter_nodes(as_node(summary))]))
+"""
+
+
+def test_the_ledger_keeps_the_path_to_a_frozenset_in_a_dataclass_in_a_dict_on_self(tmp_path: Path) -> None:
+    """A script maps `pre.run`, `pre.opts["cfg"].tags` a frozenset of str in a frozen dataclass:
+    the summary the ledger keeps of the function reaches it, so `explain` says it depends on
+    PYTHONHASHSEED. It stopped at `.opts['cfg']` ("differs below the levels the ledger keeps of
+    it"): the script's classes, walked first, used the whole budget of visits on their methods."""
+    (tmp_path / "s.py").write_text(SUMMARIZED, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "s.py"],
+        cwd=tmp_path,
+        env=hf_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert [["__self__", ".opts", "['cfg']", ".tags"], "frozenset"] in found, found

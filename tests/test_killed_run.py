@@ -858,3 +858,28 @@ def test_explain_last_of_a_run_that_filled_its_disk_says_so_not_a_damaged_file(t
         )
     finally:
         subprocess.run(["umount", "-l", cache], check=False)
+
+
+def test_the_shards_a_failed_num_proc_map_left_name_the_step_that_raised(tmp_path: Path) -> None:
+    """A traced `num_proc=2` map whose function raises on the last row: shard 0 is finished and
+    lists as `shards 1/2`. `lineage` and `explain` of it name the map and the exception it
+    raised; they said "parent not recorded — run the pipeline with `cachetool run`" and
+    "no recorded step that made it", of a pipeline that was run just so."""
+    rows = "".join(f"{i},text {i}\n" for i in range(50))
+    (tmp_path / "d.csv").write_text("id,text\n" + rows, encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import load_dataset\n\n\ndef bad(ex):\n    if ex['id'] == 49:\n"
+        "        raise ValueError('row 49 is bad')\n    return {'n': len(ex['text'])}\n\n\n"
+        "load_dataset('csv', data_files='d.csv', split='train').map(bad, num_proc=2)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 1
+    (shard,) = (tmp_path / "cache").rglob("cache-*_00000_of_00002.arrow")
+    fp = shard.name.removeprefix("cache-")[:16]
+    said = {c: invoke(c, fp, env=env, columns=200) for c in ("lineage", "explain")}
+    for command, got in said.items():
+        text = " ".join((got.stdout + got.stderr).split())
+        assert "map @ p.py:10" in text and "ValueError: row 49 is bad" in text, (command, text)
+        assert "cachetool run" not in text and "killed" not in text, (command, text)
+    assert json.loads(invoke("lineage", fp, "--json", env=env).stdout)["unended"]["operation"] == "map"

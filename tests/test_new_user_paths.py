@@ -467,3 +467,22 @@ def test_a_killed_run_whose_num_proc_workers_still_write_is_not_told_to_rerun_or
         for pid in workers:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_ls_of_a_cache_the_last_run_recorded_in_points_nowhere_else(tmp_path: Path) -> None:
+    """A pipeline loads with `cache_dir='other'`; the next traced run maps an in-memory dataset and
+    records in the default cache, which holds no file. `ls` said "the last traced run recorded
+    steps in …/other" (the root written to last other than this one), of a run that was not the
+    last; it names that root only when its ledger was written to after this one's."""
+    in_memory = "from datasets import Dataset\nDataset.from_dict({'x': [1]}).map(lambda r: {'y': 1})\n"
+    elsewhere = (
+        "from datasets import load_dataset\nload_dataset('csv', data_files='data.csv', cache_dir='other')\n"
+    )
+    project, env = _project(tmp_path, in_memory, **{"elsewhere.py": elsewhere})
+    cachetool_run(project / "elsewhere.py", env=env, cwd=project)
+    said = _cli(env, "ls")
+    assert "recorded steps in" in said.stderr and str(project / "other") in said.stderr, said.stderr
+    cachetool_run(project / "pipeline.py", env=env, cwd=project)
+    said = _cli(env, "ls")
+    assert said.returncode == 0 and "No entries" in said.stdout, said.stdout
+    assert "recorded steps in" not in said.stderr, said.stderr

@@ -584,11 +584,13 @@ def test_a_staticmethod_or_classmethod_called_through_its_class_is_an_edit(tmp_p
         assert f"`Text.{name}` in helpers.py changed" in said, said
 
 
-@pytest.mark.parametrize("given", ["default", "fn_kwargs"])
+@pytest.mark.parametrize("given", ["default", "fn_kwargs", "partial", "attribute"])
 def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path, given: str) -> None:
-    """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, `clean`
+    """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, or
+    `functools.partial(step, fix=clean)`, or `Step(clean)` whose `__call__` calls `self.fix`, `clean`
     from the user's module (`datasets` pickles it by name): once `clean` is edited the run warns
-    that it loaded a stale result, naming `clean`. It said nothing."""
+    that it loaded a stale result, naming `clean`. It said nothing (the partial and the object's
+    attribute said nothing until their functions were followed too)."""
     (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
     (tmp_path / "p.py").write_text(
         "import datasets\nfrom helpers import clean\n\n\n"
@@ -599,12 +601,149 @@ def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_pat
     if given == "fn_kwargs":
         script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
         (tmp_path / "p.py").write_text(script.replace("map(step,", "map(step, fn_kwargs={'fix': clean},"))
+    if given == "partial":
+        script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
+        script = script.replace("map(step,", "map(__import__('functools').partial(step, fix=clean),")
+        (tmp_path / "p.py").write_text(script, encoding="utf-8")
+    if given == "attribute":
+        step = "class Step:\n    def __init__(self, fix):\n        self.fix = fix\n\n"
+        step += "    def __call__(self, r):\n        return {'u': self.fix(r['t'])}"
+        script = (tmp_path / "p.py").read_text(encoding="utf-8")
+        script = script.replace("def step(r, fix=clean):\n    return {'u': fix(r['t'])}", step)
+        (tmp_path / "p.py").write_text(script.replace("map(step,", "map(Step(clean),"), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
     (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip() + '.'\n", encoding="utf-8")
     run = cachetool_run("p.py", env=env, cwd=tmp_path)
     said = " ".join(run.stderr.split())
     assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
+
+
+TOK = (
+    "class Tok:\n    def __init__(self, n):\n        self.n = n\n\n"
+    "    def encode(self, t):\n        return t[: self.n]\n"
+)
+
+
+def _edited_rerun(base: Path, helpers: str, script: str, old: str, new: str) -> tuple[str, str]:
+    """Run `script` beside `helpers` (helpers.py) under `cachetool run`, replace `old` by `new` in
+    helpers.py and run it again: the first run's stdout, and the second run's stdout and stderr
+    (its whitespace folded), once both runs printed the same."""
+    (base / "helpers.py").write_text(helpers, encoding="utf-8")
+    (base / "p.py").write_text(script, encoding="utf-8")
+    env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
+    first = cachetool_run("p.py", env=env, cwd=base).stdout
+    _replace_in(base / "helpers.py", old, new)
+    run = cachetool_run("p.py", env=env, cwd=base)
+    assert run.stdout == first, (first, run.stdout)  # the old result, reused
+    return first, " ".join(run.stderr.split())
+
+
+def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_an_edit(
+    tmp_path: Path,
+) -> None:
+    """Three maps call `tok.encode(...)` of a `Tok` from the user's module, the object given in
+    `fn_kwargs`, as a default argument, and in a closure (`datasets` pickles it by its class's
+    name): once `Tok.encode` is edited, the run warns that it loaded 3 stale results, naming
+    `Tok.encode`. It said nothing (only a function given so, or an object named as a global,
+    was followed)."""
+    script = (
+        "import datasets\nfrom helpers import Tok\n\n\n"
+        "def given(r, tok):\n    return {'u': tok.encode(r['t'])}\n\n\n"
+        "def default(r, tok=Tok(2)):\n    return {'v': tok.encode(r['t'])}\n\n\n"
+        "def make(tok):\n    def closed(r):\n        return {'w': tok.encode(r['t'])}\n\n"
+        "    return closed\n\n\n"
+        "ds = datasets.Dataset.from_dict({'t': ['abcdef']})\n"
+        "a = ds.map(given, fn_kwargs={'tok': Tok(3)}, cache_file_name='./a.arrow')[0]['u']\n"
+        "b = ds.map(default, cache_file_name='./b.arrow')[0]['v']\n"
+        "c = ds.map(make(Tok(4)), cache_file_name='./c.arrow')[0]['w']\n"
+        "print(a, b, c)\n"
+    )
+    first, said = _edited_rerun(tmp_path, TOK, script, "t[: self.n]", "t[: self.n].upper()")
+    assert first == "abc ab abcd\n" and "this run loaded 3 stale result(s)" in said, said
+    assert "`Tok.encode` in helpers.py changed" in said, said
+
+
+def test_a_class_or_an_object_reached_through_the_users_module_is_an_edit(tmp_path: Path) -> None:
+    """Maps calling `helpers.Tok(3).encode(...)` (a class of the user's module reached as a module
+    attribute) and `helpers.TOK.encode(...)` (an object made in that module): once `Tok.encode` is
+    edited, the run warns that it loaded 2 stale results, naming `Tok.encode`. It said nothing
+    (only functions were followed through a module, not classes and objects)."""
+    script = (
+        "import datasets\nimport helpers\n\nds = datasets.Dataset.from_dict({'t': ['abcdef']})\n"
+        "a = ds.map(lambda r: {'u': helpers.Tok(3).encode(r['t'])}, cache_file_name='./a.arrow')[0]['u']\n"
+        "b = ds.map(lambda r: {'v': helpers.TOK.encode(r['t'])}, cache_file_name='./b.arrow')[0]['v']\n"
+        "print(a, b)\n"
+    )
+    helpers = TOK + "\n\nTOK = Tok(2)\n"
+    first, said = _edited_rerun(tmp_path, helpers, script, "t[: self.n]", "t[: self.n].upper()")
+    assert first == "abc ab\n" and "this run loaded 2 stale result(s)" in said, said
+    assert "`Tok.encode` in helpers.py changed" in said, said
+
+
+def test_a_helper_a_generator_is_given_in_gen_kwargs_is_an_edit(tmp_path: Path) -> None:
+    """`Dataset.from_generator(gen, gen_kwargs={"fix": clean})`, `clean` from the user's module
+    (`datasets` hashes it by name): once `clean` is edited, the run warns that it loaded a stale
+    result, naming `clean`. It said nothing (what a generator is given was not followed)."""
+    script = (
+        "from datasets import Dataset\nfrom helpers import clean\n\n\n"
+        "def gen(fix):\n    for t in [' a ', ' b ']:\n        yield {'w': fix(t)}\n\n\n"
+        "print(Dataset.from_generator(gen, gen_kwargs={'fix': clean})['w'])\n"
+    )
+    helpers = "def clean(t):\n    return t.strip()\n"
+    _, said = _edited_rerun(tmp_path, helpers, script, "t.strip()", "t.strip() + '.'")
+    assert "this run loaded 1 stale result(s)" in said and "`clean` in helpers.py changed" in said, said
+
+
+def test_a_helper_a_function_imports_in_its_body_is_an_edit(tmp_path: Path) -> None:
+    """Two maps import the user's helpers.py in their body (`import helpers`, `from helpers import
+    clean`), as one does for num_proc workers: once `clean` is edited, the run warns that it
+    loaded 2 stale results, naming `clean`. It said nothing: the module is imported only when the
+    map runs (never, on a cache hit), so it was not among what the function was seen to reach."""
+    script = (
+        "import datasets\n\n\ndef f(r):\n    import helpers\n\n    return {'u': helpers.clean(r['t'])}\n\n\n"
+        "def g(r):\n    from helpers import clean\n\n    return {'v': clean(r['t'])}\n\n\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ']})\n"
+        "u = ds.map(f, cache_file_name='./m.arrow')[0]['u']\n"
+        "print(u, ds.map(g, cache_file_name='./n.arrow')[0]['v'])\n"
+    )
+    helpers = "def clean(t):\n    return t.strip()\n"
+    first, said = _edited_rerun(tmp_path, helpers, script, "t.strip()", "t.strip() + '.'")
+    assert first == "a a\n" and "this run loaded 2 stale result(s)" in said, said
+    assert "`clean` in helpers.py changed" in said, said
+
+
+def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp_path: Path) -> None:
+    """`Dataset.from_generator(gen, gen_kwargs={"path": "words.txt"})`, the generator reading the
+    file, then a map: once words.txt gets a third line, `datasets` reuses the two-row dataset
+    (it hashes the file's name only). The run warns that it loaded 2 stale results, naming the
+    file, `verify --stale` flags both, and the gc command of the hint makes the next run read
+    the file anew. All said nothing ("Nothing was recomputed")."""
+    (tmp_path / "words.txt").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "from datasets import Dataset\n\n\ndef gen(path):\n    with open(path) as f:\n"
+        "        for line in f:\n            yield {'w': line.strip()}\n\n\n"
+        "ds = Dataset.from_generator(gen, gen_kwargs={'path': 'words.txt'})\n"
+        "print(ds.map(lambda r: {'u': r['w'].upper()})['u'])\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
+    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    assert "'A', 'B']" in first
+    (tmp_path / "words.txt").write_text("a\nb\nc\n", encoding="utf-8")
+    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    said = " ".join(run.stderr.split())
+    assert run.stdout == first and "this run loaded 2 stale result(s)" in said, said
+    assert "a file its generator reads changed (words.txt: size 4 → 6 bytes)" in said, said
+    verified = _cli(env, "verify", "--stale", "--json")
+    errors = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
+    assert verified.returncode == 1 and len(errors) == 2, verified.stdout
+    chain = " ".join(_cli(env, "lineage", errors[-1]["entry"]).stdout.split())
+    assert "[stale: a file it reads changed]" in chain, chain  # the generator's step, not "code changed"
+    removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
+    assert removed.returncode == 0, removed.stderr
+    again = cachetool_run("p.py", env=env, cwd=tmp_path)
+    assert "'A', 'B', 'C']" in again.stdout and "stale" not in again.stderr, again
 
 
 def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -155,9 +156,17 @@ def newest_segment_elsewhere(root: str | os.PathLike[str]) -> tuple[float, str, 
 
 
 def latest_root_elsewhere(root: str | os.PathLike[str]) -> str | None:
-    """The root of the registry, other than `root`, whose ledger was written to last, or None."""
+    """The root of the registry, other than `root`, whose ledger was written to last, or None
+    when a later run recorded in `root` only (a segment is named after its run)."""
     newest = newest_segment_elsewhere(root)
-    return newest[1] if newest else None
+    if newest is None:
+        return None
+    when, other, last = newest
+    for segment in ledger_dir(root).glob("*.jsonl"):
+        with contextlib.suppress(OSError):
+            if segment.stem != last.stem and segment.stat().st_mtime > when:
+                return None
+    return other
 
 
 def register_root(root: str | os.PathLike[str], kind: str = "cache") -> None:

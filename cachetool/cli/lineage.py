@@ -122,16 +122,16 @@ def _parts(step: Step) -> list[str]:
 
 
 def _unended(view: LineageView) -> str | None:
-    """What made the fingerprint no record explains: a step of a run killed in it."""
+    """What made the fingerprint no record explains: a step of a run killed in it, or that raised."""
     start = view.unended
     if start is None:
         return None
     site = start.call_site
     at = f" @ {Path(site.file or '?').name}:{site.line}" if site is not None else ""
-    return (
-        f"made by {start.operation or 'a step'}{at} in run {start.run}, which was killed in "
-        "that step (its record was never written)"
-    )
+    made = f"made by {start.operation or 'a step'}{at} in run {start.run}"
+    if view.failed is not None:
+        return f"{made}, which raised in that step ({view.failed})"
+    return f"{made}, which was killed in that step (its record was never written)"
 
 
 def step_line(step: Step, stale: str | None = None, unended: str | None = None) -> str:

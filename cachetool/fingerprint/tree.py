@@ -6,6 +6,7 @@ libraries are leaves. A node is a `HashNode`.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import functools
 import itertools
@@ -139,33 +140,44 @@ def graft(
     """`tree` (a bounded tree of `obj`) with, below each node it stops at for depth, the path to each
     part that is `wanted` (one that varies between processes by itself, however deep it sits), so
     that a diff of two such trees reaches that part. Parts are looked at (never hashed) up to
-    `max_depth` levels below the root and `max_visits` in all; only the nodes on a path are hashed."""
+    `max_depth` levels below the root and `max_visits` in all, each node the tree stops at its share
+    of them (the methods of a script's class, walked first, left none for `self`'s attributes);
+    only the nodes on a path are hashed."""
+    stops = sum(1 for _, n in iter_nodes(tree) if n.get("x") == "depth" and not n.get("c"))
+    share = max(max_visits // max(stops, 1), 16)
     visits = 0
+    limit = 0
     paths = 0
 
-    def found_below(value: Any, depth: int, seen: set[int]) -> list[HashNode]:
-        """Nodes of the parts of `value` that lead to wanted parts (each with its path below it)."""
+    def found_below(value: Any, depth: int) -> list[HashNode]:
+        """Nodes of the parts of `value` that lead to wanted parts (each with its path below it),
+        looked for breadth first: an attribute before the insides of the object's class."""
         nonlocal visits, paths
         out: list[HashNode] = []
-        if depth >= max_depth or not decomposable(value) or id(value) in seen:
-            return out
-        seen.add(id(value))
-        for label, part in parts_of(value, max_items):
-            if label is MORE or visits >= max_visits or paths >= max_paths:
-                break
-            visits += 1
-            if wanted(part):
-                paths += 1
-                out.append(_alone(label, part))
+        seen = {id(value)}
+        queue: collections.deque[tuple[Any, int, tuple[tuple[str, Any], ...]]] = collections.deque()
+        queue.append((value, depth, ()))
+        while queue:
+            current, level, path = queue.popleft()
+            if level >= max_depth or not decomposable(current):
                 continue
-            below = found_below(part, depth + 1, seen)
-            if below:
-                out.append({**_alone(label, part), "c": below})
+            for label, part in parts_of(current, max_items):
+                if label is MORE or visits >= min(limit, max_visits) or paths >= max_paths:
+                    break
+                visits += 1
+                if wanted(part):
+                    paths += 1
+                    _insert(out, (*path, (label, part)))
+                elif id(part) not in seen:
+                    seen.add(id(part))
+                    queue.append((part, level + 1, (*path, (label, part))))
         return out
 
     def walk(node: HashNode, value: Any, depth: int) -> HashNode:
+        nonlocal limit
         if node.get("x") == "depth" and not node.get("c"):
-            below = found_below(value, depth, set())
+            limit = visits + share
+            below = found_below(value, depth)
             return {**node, "c": below} if below else node
         children = node.get("c")
         if not children:
@@ -174,6 +186,17 @@ def graft(
         return {**node, "c": [walk(c, parts[c["l"]], depth + 1) if c["l"] in parts else c for c in children]}
 
     return walk(tree, obj, 0)
+
+
+def _insert(nodes: list[HashNode], path: Sequence[tuple[str, Any]]) -> None:
+    """Add the nodes of `path` (labels and parts, the last one wanted) to the tree `nodes`."""
+    (label, part), rest = path[0], path[1:]
+    node = next((n for n in nodes if n["l"] == label), None)
+    if node is None:
+        node = _alone(label, part)
+        nodes.append(node)
+    if rest:
+        _insert(node.setdefault("c", []), rest)
 
 
 def _alone(label: str, obj: Any) -> HashNode:

@@ -373,6 +373,8 @@ class LineageView:
     #: For a fingerprint no record explains: the step that began to make it in a run killed
     #: before the step ended (`cachetool.history.runs.unended_step`).
     unended: StepStartRecord | None = None
+    #: When that step raised rather than was killed: the exception its record keeps.
+    failed: str | None = None
 
     def stale_note(self, fp: str) -> str | None:
         """Why `fp`'s entry is stale, or None."""
@@ -389,7 +391,7 @@ class LineageView:
                 {"depth": d, **s.to_json(), "stale": self.stale_note(s.fingerprint) is not None}
                 for d, s in self.steps
             ],
-            **json_fields(self, "edges", "entry", "unended"),
+            **json_fields(self, "edges", "entry", "unended", "failed"),
         }
 
 
@@ -441,13 +443,16 @@ def lineage_view(
     else:
         items = [(0, x) for x in graph.ancestors(fp)]
     fps = [x for _, x in items]
-    unended = None
+    unended, failed = None, None
     if fp not in graph.recorded:
-        from cachetool.history.runs import unended_step
+        from cachetool.history.runs import failed_step, unended_step
 
         unended = unended_step(ledger.records, fp)
+        if unended is None and (raised := failed_step(ledger.records, fp)) is not None:
+            unended, failed = raised
     return LineageView(
         unended=unended,
+        failed=failed,
         stale=stale_notes(report.root, ledger, fps),
         fingerprint=fp,
         mode=mode,
@@ -474,6 +479,8 @@ def stale_notes(root: str | os.PathLike[str], ledger: Ledger, fps: list[str]) ->
 def _stale_note(s: StaleHit) -> str:
     if s.written_under:  # a `cache_file_name=` file loaded whatever its fingerprint
         return f"stale: written under {s.written_under}"
+    if s.inputs and not s.changes and s.derived_from is None:  # a file its generator reads
+        return "stale: a file it reads changed"
     return f"stale: made from {up.fingerprint}" if (up := s.derived_from) else "stale: code changed"
 
 
@@ -507,7 +514,7 @@ class EntryReport:
     warnings: tuple[str, ...] = ()
     #: When no cache file holds it: the latest record of gc removing it or verify quarantining it.
     removed: GcRecord | None = None
-    #: Why the entry is stale (`stale: code changed`, `stale: made from FP`), as lineage says, or None.
+    #: Why the entry is stale (`stale: code changed`, `stale: made from FP`, ...), as lineage says, or None.
     stale: str | None = None
     #: When no record made it: the step that began to make it in a run killed (or still running)
     #: in it (`cachetool.history.runs.unended_step`).

@@ -138,6 +138,21 @@ def unended_step(records: Iterable[LedgerRecord], fp: str) -> StepStartRecord | 
     return open_[-1] if open_ else None
 
 
+def failed_step(records: Iterable[LedgerRecord], fp: str) -> tuple[StepStartRecord, str] | None:
+    """The latest step that began to compute `fp`'s cache file and raised, with the exception its
+    record keeps (a `num_proc` map leaves the shards its other workers finished)."""
+    name = f"cache-{fp}.arrow"
+    starts: dict[tuple[str, int], StepStartRecord] = {}
+    errors: dict[tuple[str, int], str] = {}
+    for rec in records:
+        if isinstance(rec, StepStartRecord) and any(os.path.basename(p) == name for p in rec.paths):
+            starts[(rec.run, rec.seq)] = rec
+        elif isinstance(rec, StepRecord) and rec.error is not None and rec.result is None:
+            errors[(rec.run, rec.seq)] = rec.error
+    failed = [(start, errors[key]) for key, start in starts.items() if key in errors]
+    return failed[-1] if failed else None
+
+
 def open_starts(records: Iterable[LedgerRecord]) -> list[StepStartRecord]:
     """The step starts, in the order recorded, whose step wrote no record of its end (the same
     `run` and `seq`): its run was killed in it, or still runs it."""

@@ -6,6 +6,7 @@ calls a user-defined `__repr__` or raises into a traced call.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -125,8 +126,7 @@ class Arguments:
         """The `function` field for `fn`, described once per code object (and functions given in
         `fn_kwargs`, helpers it calls too) and process."""
         target, code = unwrap(fn)
-        kwargs = fn_kwargs.values() if isinstance(fn_kwargs, dict) else ()
-        given = tuple(v for v in kwargs if isinstance(v, types.FunctionType))
+        given = _given_functions(fn, fn_kwargs)
         key = (code if code is not None else id(target), *map(id, given))
         info = _FN_INFO.get(key)
         if info is None:
@@ -424,7 +424,7 @@ def reads(fn: types.FunctionType) -> dict[str, str]:
     method `Class.NAME`, a value of its class): what `datasets` does not see of a function it
     hashes by name. Sets and dicts are described in a sorted order, so a digest is the same in
     every process; any other value (a function, a class, an object) is left out."""
-    g = fn.__globals__
+    g = _imported_here(fn)
     names = list(dict.fromkeys(_names(fn.__code__)))
     values = {n: g[n] for n in names if n in g}
     for module in _user_modules(names, g):  # `config.MAX_LEN`, `pkg.config.MAX_LEN`
@@ -505,6 +505,25 @@ def unwrap(fn: Any) -> tuple[Any, types.CodeType | None]:
     return target, code if isinstance(code, types.CodeType) else None
 
 
+def _given_functions(fn: Any, fn_kwargs: Any) -> tuple[types.FunctionType, ...]:
+    """The functions `fn` is given rather than names: in `fn_kwargs`, bound by a
+    `functools.partial`, or held by the object whose method (or `__call__`) it is (`self.fix`);
+    for an object of a class of the user's given so (`tok`), the methods of it `fn` names."""
+    _, code = unwrap(fn)
+    names = _names(code) if code is not None else []
+    values = list(fn_kwargs.values()) if isinstance(fn_kwargs, dict) else []
+    for _ in range(8):
+        if not isinstance(fn, functools.partial):
+            break
+        values += [*fn.args, *fn.keywords.values()]
+        fn = fn.func
+    owner = fn.__self__ if isinstance(fn, types.MethodType) else fn
+    if not isinstance(owner, (type, types.ModuleType, types.FunctionType)):
+        values += list(getattr(owner, "__dict__", {}).values())
+    found = [f for v in values for f in ([v] if isinstance(v, types.FunctionType) else _methods_of(v, names))]
+    return tuple(dict.fromkeys(found))
+
+
 def describe(
     fn: Any, sources: dict[str, dict[str, Any]], given: tuple[types.FunctionType, ...] = ()
 ) -> FunctionInfo:
@@ -567,7 +586,72 @@ def _deps(
                 out.append(FunctionRef(**ref, reads=reads(callee)))
             if len(out) >= MAX_DEPS:
                 break
+        known = {ref.qualname for ref in out}
+        out.extend(
+            [r for r in _not_imported(current, sources) if r.qualname not in known][: MAX_DEPS - len(out)]
+        )
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _local_imports(code: types.CodeType, depth: int = 0) -> tuple[str, ...]:
+    """The modules a function imports in its body (`import helpers`, `from helpers import clean`)."""
+    import dis
+
+    found = [str(i.argval) for i in dis.get_instructions(code) if i.opname == "IMPORT_NAME"]
+    if depth < 10:
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                found.extend(_local_imports(const, depth + 1))
+    return tuple(found)
+
+
+def _imported_here(fn: types.FunctionType) -> Mapping[str, Any]:
+    """`fn`'s globals, and the modules of the user's it imports in its body that are imported by
+    now, under the names its code uses for them (`helpers`, `pkg` and `pkg.text`)."""
+    local: dict[str, Any] = {}
+    for name in _local_imports(fn.__code__):
+        for part in {name, name.split(".", 1)[0]}:
+            if part not in fn.__globals__ and part in sys.modules:
+                local[part] = sys.modules[part]
+    return collections.ChainMap(local, fn.__globals__) if local else fn.__globals__
+
+
+def _not_imported(fn: types.FunctionType, sources: dict[str, dict[str, Any]]) -> list[FunctionRef]:
+    """The functions `fn` names of a module of the user's that it imports in its body and that
+    is not imported yet (it runs no earlier than the step computes: on a cache hit, never),
+    found in the module's source file without importing it. `datasets` hashes the import by
+    name only, so an edit of one leaves the step's result stale."""
+    import ast
+    import importlib.util
+
+    out: list[FunctionRef] = []
+    names = set(_names(fn.__code__))
+    for module in dict.fromkeys(_local_imports(fn.__code__)):
+        if "." in module or module in sys.modules:  # a package's part would import the package
+            continue
+        try:
+            spec = importlib.util.find_spec(module)
+            path = spec.origin if spec is not None else None
+            if path is None or not path.endswith(".py") or not is_user_file(path):
+                continue
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            lines = text.splitlines(keepends=True)
+            tree = ast.parse(text)
+        except Exception:  # an odd module: the fingerprint still says what it says
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                source = "".join(inspect.getblock(lines[first - 1 :]))
+                ref = {**_ref(f"{module}.{node.name}", None, source, sources), "file": path, "line": first}
+                out.append(FunctionRef(**ref, reads={}))
+                kept = {"text": source[:MAX_SOURCE_CHARS], "truncated": len(source) > MAX_SOURCE_CHARS}
+                sources.setdefault(
+                    ref["source_hash"], {"qualname": ref["qualname"], "file": path, "line": first, **kept}
+                )
+    return out
 
 
 def _names(code: types.CodeType, depth: int = 0) -> list[str]:
@@ -579,7 +663,7 @@ def _names(code: types.CodeType, depth: int = 0) -> list[str]:
     return names
 
 
-def _user_modules(names: list[str], g: dict[str, Any]) -> list[types.ModuleType]:
+def _user_modules(names: list[str], g: Mapping[str, Any]) -> list[types.ModuleType]:
     """The modules of the user's that code with these `names` reaches from its globals `g`:
     `helpers` of `helpers.clean`, and `pkg` and `pkg.a` of `pkg.a.clean`."""
     found: list[types.ModuleType] = []
@@ -608,7 +692,7 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
     """Functions `fn` names through its globals (`helper(x)`, `module.helper(x)`), its closure or
     its defaults, or, in a method, through `self` (`self.clean(x)`: of its class or of a base)."""
     names = _names(fn.__code__)
-    g = fn.__globals__
+    g = _imported_here(fn)
     found: list[types.FunctionType] = []
     owner = _owner_class(fn)
     mro = owner.__mro__ if owner is not None else ()
@@ -621,28 +705,35 @@ def _referenced_functions(fn: types.FunctionType) -> list[types.FunctionType]:
         value = g.get(name)
         if isinstance(value, types.FunctionType):
             found.append(value)
-        elif value is not None and not isinstance(value, (types.ModuleType, types.BuiltinFunctionType)):
-            # A user class called in the function, or an object of one: its methods run too, and an
-            # object pickles its attributes but names its class (the code of its methods is not in
-            # the fingerprint).
-            cls = value if isinstance(value, type) else type(value)
-            if is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
-                # those it names (`Text.clean(x)`, `tok.encode(x)`) and the special ones (`__call__`)
-                named = (v for c in cls.__mro__ for k, v in vars(c).items() if k in names or k[:2] == "__")
-                methods = (getattr(v, "__func__", v) for v in named)  # static and class ones too
-                found.extend(v for v in methods if isinstance(v, types.FunctionType))
+        else:
+            found.extend(_methods_of(value, names))
     for module in _user_modules(names, g):
         for name in dict.fromkeys(names):
             value = getattr(module, name, None)
-            if isinstance(value, types.FunctionType):
-                found.append(value)
+            found.extend([value] if isinstance(value, types.FunctionType) else _methods_of(value, names))
     for cell in fn.__closure__ or ():
         try:
             value = cell.cell_contents
         except ValueError:
             continue
-        if isinstance(value, types.FunctionType):
-            found.append(value)
+        found.extend([value] if isinstance(value, types.FunctionType) else _methods_of(value, names))
     defaults = (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values())  # `def f(r, fix=clean)`
-    found.extend(v for v in defaults if isinstance(v, types.FunctionType))
+    for v in defaults:
+        found.extend([v] if isinstance(v, types.FunctionType) else _methods_of(v, names))
     return found
+
+
+def _methods_of(value: Any, names: list[str]) -> list[types.FunctionType]:
+    """A user class, or an object of one, that code naming `names` calls or is given: its methods
+    run too, and an object pickles its attributes but names its class (the code of its methods is
+    not in the fingerprint). Those the code names (`Text.clean(x)`, `tok.encode(x)`) and the
+    special ones (`__call__`); static and class methods too."""
+    if value is None or isinstance(value, (types.ModuleType, types.BuiltinFunctionType, types.FunctionType)):
+        return []
+    cls = value if isinstance(value, type) else type(value)
+    if not is_user_file(getattr(sys.modules.get(cls.__module__), "__file__", None)):
+        return []
+    wanted = set(names)
+    named = (v for c in cls.__mro__ for k, v in vars(c).items() if k in wanted or k[:2] == "__")
+    methods = (getattr(v, "__func__", v) for v in named)
+    return [v for v in methods if isinstance(v, types.FunctionType)]

@@ -251,12 +251,15 @@ class RecordBuilder:
         # by name only: their code is recorded as a mapped function's is (stale results).
         function = None
         args = {}
+        gen_files: tuple[DataFile, ...] = ()
         with contextlib.suppress(Exception):
             generator = getattr(getattr(builder, "config", None), "generator", None)
-            function = self.arguments.function_info(generator) if callable(generator) else None
             gen_kwargs = getattr(getattr(builder, "config", None), "gen_kwargs", None)
+            # the functions and objects of the user's it is given there are followed as a map's are
+            function = self.arguments.function_info(generator, gen_kwargs) if callable(generator) else None
             if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
+                gen_files = _gen_files(gen_kwargs)
         records: list[StepRecord] = []
         for output, ds in items:
             records.append(
@@ -275,6 +278,7 @@ class RecordBuilder:
                         relative_data_dir=_str_or_none(rel),
                         split=split_of(ds),
                         data_files=data_files,
+                        gen_files=gen_files,
                     ),
                 )
             )
@@ -483,6 +487,20 @@ def _dataset_fields(ds: Any, status: str, cache: str) -> dict[str, Any]:
         "in_memory": not files,
         "split": split,
     }
+
+
+def _gen_files(gen_kwargs: Any) -> tuple[DataFile, ...]:
+    """The local files a generator is given by name in `gen_kwargs` (a path, or a list of them),
+    with their size and mtime: `datasets` hashes the names, not what the files hold."""
+    out: list[DataFile] = []
+    for value in gen_kwargs.values() if isinstance(gen_kwargs, dict) else ():
+        for name in value if isinstance(value, (list, tuple)) else [value]:
+            path = local_path(name) if isinstance(name, (str, os.PathLike)) else None
+            with contextlib.suppress(OSError):
+                if path is not None and len(out) < MAX_DATA_FILES and os.path.isfile(path):
+                    st = os.stat(path)
+                    out.append(DataFile(None, path, st.st_size, st.st_mtime))
+    return tuple(out)
 
 
 def _data_files(builder: Any) -> tuple[DataFile, ...]:

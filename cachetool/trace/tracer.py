@@ -604,6 +604,7 @@ class Tracer:
                 for part in (fn, *fn.deps):
                     sources.update([part.file] if part.file else ())
                     sources.update(_module_file(name) for name in part.reads if "." in name)
+                sources.update(f.path for f in (record.source.gen_files if record.source else ()))
             rf = record.random_fallback
             if rf and rf.predictable and not record.internal and record.call_site not in self._warned:
                 from cachetool.history.explain.reasons import predictable_warning

@@ -216,6 +216,9 @@ class StaleHit:
     #: The fingerprint the file it loaded (named by `cache_file_name=`) was written under, when not
     #: the step's: `datasets` loads a named file whatever changed.
     written_under: str | None = None
+    #: The files its generator was given by name that changed since it was computed, each as
+    #: `words.txt: size 4 → 6 bytes`: `datasets` hashes their names, not what they hold.
+    inputs: tuple[str, ...] = ()
 
     @property
     def file_name(self) -> str:
@@ -256,6 +259,14 @@ class StaleHit:
                     f"{clock_time(self.recomputed_at)} by changed code"
                 )
             return f"{what} was made from the stale result of {up.label}"
+        if self.inputs and not self.changes:
+            what = f"a file its generator reads changed ({', '.join(self.inputs)})"
+            if self.reused_at is not None:
+                return (
+                    f"cache entry {self.file_name} was reused at {clock_time(self.reused_at)}, but {what} "
+                    "since it was computed"
+                )
+            return f"cache entry {self.file_name} was computed before {what}; the next run will reuse it"
         names = ", ".join(
             f"`{c.name}` in {os.path.basename(c.file)}" if c.file else f"`{c.name}`" for c in self.changes
         )
@@ -291,6 +302,13 @@ class StaleHit:
                 f"what was made from it (`{self.gc_command}`), or pass load_from_cache_file=False, "
                 "to compute it again"
             )
+        if self.inputs and not self.changes:
+            return (
+                "datasets hashes the names of the files a generator is given, not what they hold, "
+                f"and what was made from a stale result is stale too: remove them all "
+                f"(`{self.gc_command}`) to generate it again, or give the generator the file's "
+                "modification time too (in gen_kwargs), which changes the fingerprint when the file does"
+            )
         return (
             "datasets hashes functions from your own modules by name, not by code, and what was "
             f"made from a stale result is stale too: remove them all (`{self.gc_command}`), or "
@@ -314,7 +332,7 @@ class StaleHit:
             **json_fields(
                 self, "reused_run", "changes", "step", "derived_from", "recomputed_at", "predictable"
             ),
-            **json_fields(self, "written_under"),
+            **json_fields(self, "written_under", "inputs"),
             "remove": list(self.remove or (self.fingerprint,)),
             **json_fields(self, "message", "hint"),
         }

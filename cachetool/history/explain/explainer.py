@@ -257,14 +257,23 @@ def _no_records(root: str | os.PathLike[str], what: str, view: LedgerView) -> Ca
 
 
 def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
-    """When a step began to make `fp` in a run killed in it: say so (the run was traced)."""
-    from cachetool.history.runs import unended_step
+    """When a step began to make `fp` in a run killed in it, or raised: say so (the run was traced)."""
+    from cachetool.history.runs import failed_step, unended_step
 
     start = unended_step(view.ledger.records, fp)
+    raised = failed_step(view.ledger.records, fp) if start is None else None
+    if raised is not None:
+        start = raised[0]
     if start is None:
         return
     site = start.call_site
     at = f" @ {os.path.basename(site.file or '?')}:{site.line}" if site is not None else ""
+    if raised is not None:
+        raise CachetoolError(
+            f"the step that made {fp} ({start.operation or 'a step'}{at}) raised in run {start.run} "
+            f"({raised[1]}), so it recorded no result (`cachetool explain --last` says how the run "
+            "ended, when it is the latest run)"
+        )
     raise CachetoolError(
         f"the step that made {fp} ({start.operation or 'a step'}{at}) never ended: its run "
         f"{start.run} was killed in it (`cachetool explain --last` says what it left, when it is "

@@ -16,9 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef, strip_module
 from cachetool.history.ledger import Ledger, LedgerView
-from cachetool.history.records.parts import FunctionInfo, FunctionRef
+from cachetool.history.records.parts import DataFile, FunctionInfo, FunctionRef
 from cachetool.history.records.steps import StepRecord
 
 _MAX_LINES = 6
@@ -104,9 +105,43 @@ def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
     if fn_hit is None or comp is None or comp.function is None:
         return []
     changes = _code_changes(view, comp.function, fn_hit)
-    if not changes:
+    recorded = hit.source.gen_files if hit.source is not None else ()
+    inputs = input_changes(comp, recorded) if recorded else ()
+    if not changes and not inputs:
         return []
-    return [_hit(fp, hit.file_paths, comp, hit, hit, changes=tuple(changes), root=hit.where or None)]
+    return [
+        _hit(
+            fp, hit.file_paths, comp, hit, hit, changes=tuple(changes), inputs=inputs, root=hit.where or None
+        )
+    ]
+
+
+def input_changes(comp: StepRecord, now: tuple[DataFile, ...] | None = None) -> tuple[str, ...]:
+    """The files `comp`'s generator was given by name that differ from `now` (as a later run
+    recorded them; None: as they are on disk now), each as `words.txt: size 4 → 6 bytes`."""
+    then = comp.source.gen_files if comp.source is not None else ()
+    if now is None:
+        now = tuple(_on_disk(f.path) for f in then)
+    seen = {f.path: f for f in now}
+    out = []
+    for old in then:
+        new = seen.get(old.path)
+        name = os.path.basename(old.path)
+        if new is None or new.size is None:
+            out.append(f"{name}: removed")
+        elif new.size != old.size:
+            out.append(f"{name}: size {old.size} → {new.size} bytes")
+        elif new.mtime != old.mtime:
+            out.append(f"{name}: modified {clock_time(new.mtime or 0)}")
+    return tuple(out)
+
+
+def _on_disk(path: str) -> DataFile:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return DataFile(None, path)
+    return DataFile(None, path, st.st_size, st.st_mtime)
 
 
 #: What makes a result stale though its own code is the same: the step upstream it was made
@@ -224,7 +259,10 @@ def stale_hits(
         # The latest reuse by other code, if any.
         reused, found = next(((h, f) for h in reversed(later) if (f := stale_for_hit(view, h))), (None, []))
         changes, checked = _disk_changes(view, comp.function)
-        if not checked:
+        inputs = input_changes(comp)
+        if inputs:  # a file the generator reads changed (its code may have too)
+            stale[fp] = _hit(fp, files, comp, reused, comp, changes=tuple(changes), inputs=inputs)
+        elif not checked:
             # The sources cannot be read here (another machine, a moved file): the runs decide.
             stale.update((s.fingerprint, s) for s in found)
         elif changes:

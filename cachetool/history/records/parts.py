@@ -123,12 +123,16 @@ class SourceInfo(Part):
     state_fingerprint: str | None = None
     constructor: str | None = None
     data_files: tuple[DataFile, ...] = ()
+    #: The local files a generator (`from_generator`) was given by name in `gen_kwargs`, with
+    #: their size and mtime: `datasets` hashes their names only, so an edited one leaves it stale.
+    gen_files: tuple[DataFile, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         if self.kind != "builder":
             return {k: v for k, v in super().to_json().items() if k == "kind" or v not in (None, [])}
         out = {k: getattr(self, k) for k in ("kind", "builder", "config", "relative_data_dir", "split")}
-        return out | {"data_files": [x.to_json() for x in self.data_files]}
+        gen = {"gen_files": [x.to_json() for x in self.gen_files]} if self.gen_files else {}
+        return out | {"data_files": [x.to_json() for x in self.data_files]} | gen
 
 
 @dataclass(init=False, repr=False, eq=False)

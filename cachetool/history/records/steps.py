@@ -92,9 +92,11 @@ class StepRecord(LedgerRecord):
     def may_go_stale(self) -> bool:
         """Code can change under this step's fingerprint: its function, or a helper of the user's
         it calls, is hashed by `datasets` by name only, or the fingerprint is a random fallback
-        that repeats after `random.seed`. Steps without one are never the cause of a stale hit."""
+        that repeats after `random.seed`, or a generator reads files given by name (`SourceInfo.gen_files`).
+        Steps without one are never the cause of a stale hit."""
         fn, rf = self.function, self.random_fallback
-        return bool(fn and (fn.by_reference or fn.deps)) or bool(rf and rf.predictable)
+        gen = self.source is not None and bool(self.source.gen_files)
+        return bool(fn and (fn.by_reference or fn.deps)) or bool(rf and rf.predictable) or gen
 
     @property
     def is_origin(self) -> bool:

@@ -249,7 +249,7 @@ def _with_stale_findings(report: VerifyReport, scanned: CacheReport, shard: Shar
             "stale",
             Path(next((p for p in s.files if os.fsdecode(p) in own), s.files[0])),
             s.hint
-            if s.written_under
+            if s.written_under or s.inputs
             else "datasets hashes functions from your own modules by name: delete the entry and what was "
             f"made from it (`{s.gc_command}`, or --quarantine), or pass new_fingerprint= to the step",
         )
