@@ -29,10 +29,30 @@ REMOTE = opt(
     ),
     remote=REMOTE,
     cache_dir=CACHE_DIR,
+    saved=opt(
+        "--saved",
+        type=Path | None,
+        metavar="DIR",
+        help="push: this save_to_disk folder (a Dataset or a DatasetDict), to the URL given.",
+    ),
+    to=opt(
+        "--to",
+        type=Path | None,
+        metavar="DIR",
+        help="pull: the saved dataset at the URL given, into DIR (any folder; made when missing).",
+    ),
+    yes=opt("--yes", "-y", help="pull --to: replace what DIR holds when it is another dataset."),
     **OUTPUT,
 )
 def remote_command(
-    action: str, fingerprints: list[str] | None, remote: str | None, cache_dir: Path | None, out: Output
+    action: str,
+    fingerprints: list[str] | None,
+    remote: str | None,
+    cache_dir: Path | None,
+    saved: Path | None,
+    to: Path | None,
+    yes: bool,
+    out: Output,
 ) -> None:
     """Push a step's cache files to the remote, or pull them from it into this cache.
 
@@ -53,6 +73,12 @@ def remote_command(
     With a remote set, `cachetool run` does both for every step: pull on a miss, push after a
     step computed (docs/remote.md).
 
+    **Saved datasets** (`save_to_disk` folders) live under a URL of their own: `push --saved DIR
+    URL` uploads the folder (write-once, then `saved.json` naming each file's size and xxh3 and
+    the `state.json` fingerprints); `pull URL --to DIR` fetches it once: when DIR holds those
+    fingerprints and files already, nothing is transferred; else everything is downloaded beside
+    DIR, checked, and renamed into place. DIR holding another dataset is replaced only with --yes.
+
     **Examples**
 
         export CACHETOOL_REMOTE=s3://team-bucket/hf-cache
@@ -65,6 +91,10 @@ def remote_command(
 
         cachetool ls s3://team-bucket/hf-cache
 
+        cachetool remote push --saved ./squad-tok s3://team-bucket/datasets/squad-tok
+
+        cachetool remote pull s3://team-bucket/datasets/squad-tok --to /scratch/squad-tok
+
     Exit codes: 0 pushed or pulled (or there already); 1 refused: a checksum, the Arrow stream or
     the signature failed, or other bytes stand on the remote where a file would go (nothing
     placed, nothing replaced); 2 usage (no remote, unknown fingerprint, not on the remote, the
@@ -76,7 +106,11 @@ def remote_command(
     from cachetool.remote.transfer import pull, push
 
     names = list(fingerprints or ())
-    if action == "push":
+    if saved is not None or to is not None:
+        _saved_command(action, names, remote, cache_dir, saved, to, yes, out)
+    elif yes:
+        raise typer.BadParameter("--yes is for pull --to", param_hint="--yes")
+    elif action == "push":
         pushed = push(names, cache_dir=cache_dir, remote=remote)
         human = not out.emit(
             lambda: {"pushed": [p.to_json() for p in pushed]}, (p.fingerprint for p in pushed)
@@ -116,6 +150,56 @@ def remote_command(
             )
     else:
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
+
+
+def _saved_command(
+    action: str,
+    names: list[str],
+    remote: str | None,
+    cache_dir: Path | None,
+    saved: Path | None,
+    to: Path | None,
+    yes: bool,
+    out: Output,
+) -> None:
+    """`remote push --saved DIR URL` and `remote pull URL --to DIR` (`push_saved`, `pull_saved`)."""
+    import typer
+
+    from cachetool.cli.common import is_remote
+    from cachetool.remote.saved import pull_saved, push_saved
+
+    flag = "--saved" if action == "push" else "--to"
+    if (saved if action == "push" else to) is None or (saved is not None and to is not None):
+        raise typer.BadParameter(
+            f"it goes with {action} only: push --saved DIR, pull --to DIR", param_hint=flag
+        )
+    if cache_dir is not None:
+        raise typer.BadParameter(
+            f"{flag} names the folder; a cache root is not used", param_hint="--cache-dir"
+        )
+    if len(names) > 1 or (names and not is_remote(names[0])) or (names and remote):
+        raise typer.BadParameter(f"{action} {flag} takes one URL (or --remote)", param_hint="FINGERPRINTS")
+    url = names[0] if names else remote
+    if url is None:
+        raise typer.BadParameter(f"{action} {flag} needs the dataset's URL: s3://bucket/datasets/name")
+    if action == "push":
+        assert saved is not None
+        done = push_saved(saved, url)
+        verb, none = "Pushed", f"already at {done.url}: nothing sent"
+    else:
+        assert to is not None
+        done = pull_saved(url, to, yes=yes)
+        verb, none = "Pulled", f"in {done.folder} already: nothing received"
+    key = "pushed" if action == "push" else "pulled"
+    if out.emit(lambda: {key: done.to_json()}, done.fingerprints.values()):
+        return
+    fps = ", ".join(done.fingerprints.values())
+    if not done.bytes:
+        out.line(f"{fps} {none}")
+        return
+    where = f"to {done.url}" if action == "push" else f"checked, into {out.path(done.folder, out.width - 40)}"
+    replaced = " (replacing what it held)" if done.replaced else ""
+    out.line(f"{verb} {fps}: {len(done.files)} files, {human_size(done.bytes)}, {where}{replaced}")
 
 
 def remote_ls(url: str, out: Output, limit: int | None) -> None:

@@ -48,9 +48,16 @@ def list_remote(url: str | None = None, *, key: str | None = None) -> list[Remot
 
 
 def _entries(remote: Remote) -> list[RemoteEntry]:
+    """The results of the remote: saved datasets pushed under its prefix (a folder holding
+    `saved.json`) are not results, and no command on results touches them."""
+    from cachetool.remote.saved import SAVED_RECORD
+
     found: dict[str, dict[str, Any]] = {}
+    saved = set()
     for obj in remote.list():
         fp, _, name = str(obj["path"]).partition("/")
+        if name == SAVED_RECORD:
+            saved.add(fp)
         if not name or "/" in name:
             continue  # not something cachetool writes
         e = found.setdefault(fp, {"files": [], "modified": 0.0, "record": False})
@@ -62,6 +69,7 @@ def _entries(remote: Remote) -> list[RemoteEntry]:
     return [
         RemoteEntry(fp, tuple(sorted(e["files"])), e["modified"], e["record"])
         for fp, e in sorted(found.items())
+        if fp not in saved
     ]
 
 
