@@ -265,15 +265,15 @@ def _count(n: int, word: str) -> str:
 
 
 #: The gc options that apply to a remote (the others are for a local cache).
-_REMOTE_GC = {"fingerprints", "older_than", "dry_run", "yes", "min_age"}
+_REMOTE_GC = {"fingerprints", "older_than", "max_size", "min_age", "dry_run", "yes"}
 
 
 def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> int:
-    """`cachetool gc s3://... --older-than D [--dry-run] [-y]`: `plan_remote_gc`, shown, then
-    confirmed and executed (`execute_remote_gc`)."""
+    """`cachetool gc s3://... [--older-than D] [--max-size S] [--min-age A] [--dry-run] [-y]`:
+    `plan_remote_gc`, shown, then confirmed and executed (`execute_remote_gc`)."""
     import sys
 
-    from cachetool.cache.query import parse_duration
+    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
     from cachetool.cli.common import confirm
     from cachetool.errors import CachetoolError
     from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
@@ -282,17 +282,42 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
     local = [k for k, v in options.items() if v and k not in _REMOTE_GC and (k, v) != ("policy", "lru")]
     if rest or local or cache_dir is not None:
         what = "fingerprints" if rest else "--" + (local[0] if local else "cache_dir").replace("_", "-")
-        raise CachetoolError(f"{what}: gc of a remote takes --older-than, --dry-run and --yes only")
-    older = options["older_than"]
-    if older is None:
-        raise CachetoolError("gc of a remote needs --older-than (e.g. 30d)")
-    seconds = parse_duration(older, "--older-than") if isinstance(older, str) else float(older)
-    plan = plan_remote_gc(url, older_than=seconds)
+        raise CachetoolError(
+            f"{what}: gc of a remote takes --older-than, --max-size, --min-age, --dry-run and --yes only"
+        )
+
+    def parsed(name: str, seconds: bool) -> float | None:
+        value, flag = options.get(name), "--" + name.replace("_", "-")
+        if not isinstance(value, str):
+            return None if value is None else float(value)
+        return parse_duration(value, flag) if seconds else parse_quantity(value, BYTE_UNITS, flag, value)
+
+    max_size = parsed("max_size", False)
+    min_age = parsed("min_age", True)
+    plan = plan_remote_gc(
+        url,
+        older_than=parsed("older_than", True),
+        max_size=None if max_size is None else int(max_size),
+        min_age=3600.0 if min_age is None else min_age,
+    )
+    if out.human and plan.max_size is not None and plan.size_after > plan.max_size:
+        hint(
+            f"{plan.url} stays over --max-size ({human_size(plan.size_after)}): what is left is "
+            "uploads younger than --min-age"
+        )
     if out.format == OutputFormat.json and options["dry_run"]:
         out.json({**plan.to_json(), "dry_run": True})
         return 0
     if out.human and not plan.items:
-        out.line(f"Nothing on {plan.url} is older than that.")
+        why = [
+            w
+            for w, on in (
+                ("nothing older than that", plan.older_than is not None),
+                (f"{human_size(plan.size)}, under --max-size", plan.max_size is not None),
+            )
+            if on
+        ]
+        out.line(f"Nothing on {plan.url} to remove: {' and '.join(why)}.")
     elif out.human:
         _entries_table(out, plan.items, "no")
         out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")

@@ -231,20 +231,31 @@ def _pyarrow_reads_schema(message: bytes) -> bool:
 
 @dataclass(frozen=True)
 class RemoteGcPlan:
-    """What `gc s3://... --older-than D` would remove: each result (all of its objects) whose
-    newest object is older than `older_than` seconds; a result without a record (an upload that
-    may still be running) only once older than `STALE_SECONDS` too."""
+    """What `gc s3://... --older-than D --max-size S` would remove, oldest written first: each
+    result (all of its objects) nobody wrote to for `older_than` seconds, then more until what
+    stays is under `max_size` bytes. A result without a record (an upload that may still be
+    running) only once nothing of it was written for `min_age` seconds. `size`: the bytes of
+    every result before."""
 
     url: str
-    older_than: float
+    older_than: float | None
     items: tuple[RemoteEntry, ...]
+    max_size: int | None = None
+    min_age: float = 3600.0
+    size: int = 0
 
     @property
     def expected_freed(self) -> int:
         return sum(e.size for e in self.items)
 
+    @property
+    def size_after(self) -> int:
+        """The bytes the remote holds once the plan ran."""
+        return self.size - self.expected_freed
+
     def to_json(self) -> dict[str, Any]:
-        return {"remote": self.url, **json_fields(self, "older_than", "items", "expected_freed")}
+        names = ("older_than", "max_size", "min_age", "items", "expected_freed", "size", "size_after")
+        return {"remote": self.url, **json_fields(self, *names)}
 
 
 @dataclass(frozen=True)
@@ -256,37 +267,55 @@ class RemoteGcResult:
     kept: tuple[tuple[str, str], ...] = ()
 
 
-def plan_remote_gc(url: str | None = None, *, older_than: float, now: float | None = None) -> RemoteGcPlan:
-    """The plan of removing what the remote `url` (else `CACHETOOL_REMOTE`) holds that nobody
-    wrote to for `older_than` seconds. Nothing is removed here."""
+def plan_remote_gc(
+    url: str | None = None,
+    *,
+    older_than: float | None = None,
+    max_size: int | None = None,
+    min_age: float = 3600.0,
+    now: float | None = None,
+) -> RemoteGcPlan:
+    """The plan of removing from the remote `url` (else `CACHETOOL_REMOTE`) what nobody wrote to
+    for `older_than` seconds, then the oldest written results until the rest is under `max_size`
+    bytes (an object store records no reads: "least recently used" is "least recently written").
+    Files without a record first, and only once older than `min_age`: an upload writes its record
+    last, so a result being pushed is one of those, and is younger. Nothing is removed here."""
     import time
 
-    from cachetool.cache.store import STALE_SECONDS
-
+    if older_than is None and max_size is None:
+        raise RemoteError("gc of a remote needs --older-than or --max-size (e.g. --older-than 30d)")
     remote = open_remote(url)
     now = time.time() if now is None else now
-    items = tuple(
-        e
-        for e in _entries(remote)
-        if now - e.modified > older_than and (e.record or now - e.modified > STALE_SECONDS)
+    entries = _entries(remote)
+    size = sum(e.size for e in entries)
+    # Oldest first; files without a record (a killed upload, once old enough) before any result.
+    candidates = sorted(
+        (e for e in entries if e.record or now - e.modified > min_age),
+        key=lambda e: (e.record, e.modified, e.fingerprint),
     )
-    return RemoteGcPlan(remote.url, older_than, items)
+    chosen = [e for e in candidates if older_than is not None and now - e.modified > older_than]
+    if max_size is not None:
+        left, taken = size - sum(e.size for e in chosen), {e.fingerprint for e in chosen}
+        for e in candidates:
+            if left <= max_size:
+                break
+            if e.fingerprint not in taken:
+                chosen.append(e)
+                left -= e.size
+    return RemoteGcPlan(remote.url, older_than, tuple(chosen), max_size, min_age, size)
 
 
-def execute_remote_gc(plan: RemoteGcPlan, now: float | None = None) -> RemoteGcResult:
+def execute_remote_gc(plan: RemoteGcPlan) -> RemoteGcResult:
     """Remove each result of `plan`, its record first (from then on no reader uses it), then its
     files. Right before, its objects are listed again: one written since the plan (a push that
-    came back) keeps the result."""
-    import time
-
+    came back, the record of an upload) keeps the result."""
     import obstore
 
     remote = open_remote(plan.url)
     removed, kept, freed = [], [], 0
     for e in plan.items:
-        now_ = time.time() if now is None else now
         objects = list(remote.list(e.fingerprint))  # a path prefix: `fp/...` only
-        if any(now_ - o["last_modified"].timestamp() <= plan.older_than for o in objects):
+        if any(o["last_modified"].timestamp() > e.modified for o in objects):
             kept.append((e.fingerprint, "written to since the plan was made"))
             continue
         paths = sorted((str(o["path"]) for o in objects), key=lambda p: not p.endswith("/" + RECORD_NAME))
