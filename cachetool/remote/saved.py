@@ -204,6 +204,7 @@ def push_saved(folder: str | os.PathLike[str], url: str, *, key: str | None = No
     existing = remote.get(SAVED_RECORD)
     if existing is not None:
         return _same_saved(remote, existing, fingerprints, files, done)
+    remote.check_sizes((os.fspath(local / f.name), f.size) for f in files)
     sent = 0
     for f in files:
         if remote.put_once(f.name, local / f.name):

@@ -25,7 +25,15 @@ from typing import Any
 
 from cachetool.cache.layout import parse_cache_file, shard_fingerprint
 from cachetool.formatting import human_size
-from cachetool.remote.client import KEY_ENV, REMOTE_ENV, Remote, RemoteError, RemoteRefused, open_remote
+from cachetool.remote.client import (
+    KEY_ENV,
+    REMOTE_ENV,
+    Remote,
+    RemoteError,
+    RemoteRefused,
+    TooLarge,
+    open_remote,
+)
 from cachetool.safejson import json_fields
 
 _CHUNK = 8 << 20
@@ -265,6 +273,7 @@ def push_step(
     existing = remote.get(f"{fingerprint}/{RECORD_NAME}")
     if existing is not None:
         return Pushed(fingerprint, tuple(names), 0, True, *_same(existing, fingerprint, remote, files))
+    remote.check_sizes((os.path.join(folder, f.name), f.size) for f in files)
     sent = 0
     for f in files:
         key = f"{fingerprint}/{f.name}"
@@ -569,7 +578,7 @@ class RemoteHook:
                 call_site = rec.call_site.to_json() if rec.call_site is not None else None
                 try:
                     push_step(self.remote, rec.root, folder, parsed[0], call_site)
-                except RemoteRefused as e:
+                except (RemoteRefused, TooLarge) as e:
                     _say(e.message)
                 except Exception as e:
                     self._give_up(e)
