@@ -23,7 +23,7 @@ REMOTE = opt(
     action=arg("push (upload) or pull (download).", default=REQUIRED, show_default=False),
     fingerprints=arg(
         "Fingerprints, unique prefixes or cache file paths (push without any: every cache file "
-        "of the cache).",
+        "of the cache); with --saved or --to: the saved dataset's URL.",
         list[str] | None,
         show_default=False,
     ),
@@ -91,14 +91,15 @@ def remote_command(
 
         cachetool ls s3://team-bucket/hf-cache
 
-        cachetool remote push --saved ./squad-tok s3://team-bucket/datasets/squad-tok
+        cachetool remote push --saved ./tok s3://team-bucket/datasets/tok
 
-        cachetool remote pull s3://team-bucket/datasets/squad-tok --to /scratch/squad-tok
+        cachetool remote pull s3://team-bucket/datasets/tok --to /scratch/tok
 
     Exit codes: 0 pushed or pulled (or there already); 1 refused: a checksum, the Arrow stream or
     the signature failed, or other bytes stand on the remote where a file would go (nothing
     placed, nothing replaced); 2 usage (no remote, unknown fingerprint, not on the remote, the
-    remote unreachable).
+    remote unreachable, a file larger than one put takes, a --to folder holding another dataset
+    without --yes).
     """
     import typer
 
