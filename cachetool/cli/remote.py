@@ -108,7 +108,8 @@ def remote_command(
 
     names = list(fingerprints or ())
     if saved is not None or to is not None:
-        _saved_command(action, names, remote, cache_dir, saved, to, yes, out)
+        folder = _saved_folder(action, saved, to, cache_dir)
+        _saved_command(action, _saved_url(action, names, remote), folder, yes, out)
     elif yes:
         raise typer.BadParameter("--yes is for pull --to", param_hint="--yes")
     elif action == "push":
@@ -153,24 +154,12 @@ def remote_command(
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
 
 
-def _saved_command(
-    action: str,
-    names: list[str],
-    remote: str | None,
-    cache_dir: Path | None,
-    saved: Path | None,
-    to: Path | None,
-    yes: bool,
-    out: Output,
-) -> None:
-    """`remote push --saved DIR URL` and `remote pull URL --to DIR` (`push_saved`, `pull_saved`)."""
+def _saved_folder(action: str, saved: Path | None, to: Path | None, cache_dir: Path | None) -> Path:
+    """The folder of `remote push --saved DIR` or `remote pull --to DIR` (usage errors else)."""
     import typer
 
-    from cachetool.cli.common import is_remote
-    from cachetool.remote.saved import pull_saved, push_saved
-
-    flag = "--saved" if action == "push" else "--to"
-    if (saved if action == "push" else to) is None or (saved is not None and to is not None):
+    flag, folder = ("--saved", saved) if action == "push" else ("--to", to)
+    if folder is None or (saved is not None and to is not None):
         raise typer.BadParameter(
             f"it goes with {action} only: push --saved DIR, pull --to DIR", param_hint=flag
         )
@@ -178,18 +167,33 @@ def _saved_command(
         raise typer.BadParameter(
             f"{flag} names the folder; a cache root is not used", param_hint="--cache-dir"
         )
+    return folder
+
+
+def _saved_url(action: str, names: list[str], remote: str | None) -> str:
+    """The one URL of a saved dataset: the argument, else --remote (never CACHETOOL_REMOTE)."""
+    import typer
+
+    from cachetool.cli.common import is_remote
+
+    flag = "--saved" if action == "push" else "--to"
     if len(names) > 1 or (names and not is_remote(names[0])) or (names and remote):
         raise typer.BadParameter(f"{action} {flag} takes one URL (or --remote)", param_hint="FINGERPRINTS")
     url = names[0] if names else remote
     if url is None:
         raise typer.BadParameter(f"{action} {flag} needs the dataset's URL: s3://bucket/datasets/name")
+    return url
+
+
+def _saved_command(action: str, url: str, folder: Path, yes: bool, out: Output) -> None:
+    """`remote push --saved DIR URL` and `remote pull URL --to DIR` (`push_saved`, `pull_saved`)."""
+    from cachetool.remote.saved import pull_saved, push_saved
+
     if action == "push":
-        assert saved is not None
-        done = push_saved(saved, url)
+        done = push_saved(folder, url)
         verb, none = "Pushed", f"already at {done.url}: nothing sent"
     else:
-        assert to is not None
-        done = pull_saved(url, to, yes=yes)
+        done = pull_saved(url, folder, yes=yes)
         verb, none = "Pulled", f"in {done.folder} already: nothing received"
     key = "pushed" if action == "push" else "pulled"
     if out.emit(lambda: {key: done.to_json()}, done.fingerprints.values()):

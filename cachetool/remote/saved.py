@@ -10,7 +10,6 @@ folder beside it, checks every size, xxh3 and Arrow stream, and only then rename
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import os
 import secrets
@@ -25,18 +24,19 @@ from typing import Any
 
 from cachetool.cache.layout import DATASET_DICT_JSON, STATE_JSON
 from cachetool.errors import CachetoolError
-from cachetool.remote.client import KEY_ENV, Remote, RemoteError, RemoteRefused, open_remote
+from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote
 from cachetool.remote.transfer import (
-    MAX_RECORD_BYTES,
     RemoteFile,
     _download,
     _sign,
     _user,
     _versions,
     file_digest,
+    listed_files,
     object_digest,
+    signed_document,
 )
-from cachetool.safejson import json_fields, parse_json, read_json_file
+from cachetool.safejson import json_fields, read_json_file
 
 SAVED_RECORD = "saved.json"
 SAVED_FORMAT = "cachetool-saved-record/1"
@@ -150,20 +150,7 @@ def read_saved_record(data: bytes, url: str, key: bytes | None) -> SavedRecord:
     def refuse(why: str) -> RemoteRefused:
         return RemoteRefused(f"the saved dataset at {url} is not used: {why}")
 
-    if len(data) > MAX_RECORD_BYTES:
-        raise refuse(f"its {SAVED_RECORD} is larger than {MAX_RECORD_BYTES} bytes")
-    try:
-        doc = parse_json(data)
-    except ValueError:
-        raise refuse(f"its {SAVED_RECORD} is not JSON") from None
-    if not isinstance(doc, dict) or doc.get("format") != SAVED_FORMAT:
-        raise refuse(f"its {SAVED_RECORD} is not a cachetool record")
-    signature = doc.get("signature")
-    if key is not None:
-        if not isinstance(signature, str):
-            raise refuse(f"unsigned, and {KEY_ENV} is set")
-        if not hmac.compare_digest(signature, _sign(doc, key)):
-            raise refuse(f"its signature does not match {KEY_ENV}")
+    doc = signed_document(data, SAVED_FORMAT, key, refuse)
     fps = doc.get("fingerprints")
     if not (
         isinstance(fps, dict)
@@ -171,21 +158,11 @@ def read_saved_record(data: bytes, url: str, key: bytes | None) -> SavedRecord:
         and all(isinstance(v, str) and v and (k == "" or _plain_name(k)) for k, v in fps.items())
     ):
         raise refuse("its fingerprints are malformed")
-    files = []
-    raw = doc.get("files")
-    for f in raw if isinstance(raw, list) and raw else [None]:
-        if not (
-            isinstance(f, dict)
-            and isinstance(f.get("name"), str)
-            and isinstance(f.get("size"), int)
-            and f["size"] >= 0
-            and isinstance(f.get("xxh3"), str)
-        ):
-            raise refuse("its list of files is malformed")
-        parts = PurePosixPath(f["name"]).parts
-        if not 1 <= len(parts) <= 2 or not all(_plain_name(p) for p in parts) or "//" in f["name"]:
-            raise refuse(f"{f['name'][:80]!r} is not a path inside the dataset's folder")
-        files.append(RemoteFile(f["name"], f["size"], f["xxh3"]))
+    files = listed_files(doc, refuse)
+    for f in files:
+        parts = PurePosixPath(f.name).parts
+        if not 1 <= len(parts) <= 2 or not all(_plain_name(p) for p in parts) or "//" in f.name:
+            raise refuse(f"{f.name[:80]!r} is not a path inside the dataset's folder")
     if len({f.name for f in files}) != len(files):
         raise refuse("it names a file twice")
     return SavedRecord(dict(fps), tuple(files))
