@@ -224,20 +224,35 @@ def pull_saved(
     if data is None:
         raise RemoteError(f"no saved dataset at {remote.url} (no {SAVED_RECORD}): push one with --saved")
     record = read_saved_record(data, remote.url, remote.key)
-    target = Path(os.path.abspath(to))
+    target = Path(os.path.realpath(to))  # a link to a folder: the folder (the download goes beside it)
+    if target.exists() and not target.is_dir():
+        raise CachetoolError(f"{target} is not a folder: not replaced")
     names = tuple(f.name for f in record.files)
     done = SavedTransfer(remote.url, target, record.fingerprints, names)
-    holds = _holding(target)
-    if holds == record.fingerprints and all(_sized(target / f.name, f.size) for f in record.files):
+    if _holds_record(target, record):
         return done
+    holds = _holding(target)
     if holds is not None and not yes:
         what = f"another dataset (fingerprint {', '.join(holds.values())})" if holds else "other files"
         raise CachetoolError(f"{target} holds {what}: not replaced; pass --yes to replace it")
-    received = 0
     with _staging(target) as staging:
         received = _fetch_all(remote, record, staging)
-        replaced = _place(staging, target, holds is not None)
+        try:
+            replaced = _place(staging, target, holds is not None)
+        except OSError:
+            if not _holds_record(target, record):
+                raise CachetoolError(
+                    f"{target} was written meanwhile by another process: not replaced"
+                ) from None
+            replaced = False  # a concurrent pull placed the same dataset first
     return SavedTransfer(remote.url, target, record.fingerprints, names, received, replaced)
+
+
+def _holds_record(folder: Path, record: SavedRecord) -> bool:
+    """`folder` holds the saved dataset of `record`: its fingerprints, every file at its size."""
+    return _holding(folder) == record.fingerprints and all(
+        _sized(folder / f.name, f.size) for f in record.files
+    )
 
 
 def _holding(folder: Path) -> dict[str, str] | None:

@@ -136,12 +136,18 @@ def test_pull_never_replaces_another_dataset_without_yes(
     replaced = invoke("remote", "pull", url, "--to", str(to), "--yes")
     assert replaced.exit_code == 0 and "(replacing what it held)" in replaced.stdout, replaced.output
     assert datasets.load_from_disk(str(to)).num_rows == 300
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["to"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["to"]  # nothing old or staged left
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / "notes.txt").write_text("mine")
     other = invoke("remote", "pull", url, "--to", str(junk))
     assert other.exit_code == 2 and f"{junk} holds other files: not replaced" in other.stderr
     assert (junk / "notes.txt").read_text() == "mine"
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked = invoke("remote", "pull", url, "--to", str(tmp_path / "link"))
+    assert linked.exit_code == 0, linked.output
+    assert datasets.load_from_disk(str(tmp_path / "link")).num_rows == 300
+    assert (tmp_path / "link").is_symlink()
     missing = invoke("remote", "pull", f"{moto_bucket.url}/nothing", "--to", str(tmp_path / "n"))
     assert missing.exit_code == 2 and "no saved dataset at" in missing.stderr
