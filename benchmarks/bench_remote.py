@@ -4,12 +4,14 @@ prints the rows; alone: `python benchmarks/bench_remote.py [--quick]`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,25 @@ def _timed(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - t
 
 
+@contextlib.contextmanager
+def _latency_proxy(endpoint: str, one_way_ms: float) -> Iterator[str]:
+    """The endpoint of a proxy to `endpoint` adding `one_way_ms` each way (latency_proxy.py)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target = endpoint.rsplit(":", 1)[1]
+    args = [PY, str(HERE / "latency_proxy.py"), str(port), target, str(one_way_ms)]
+    proxy = subprocess.Popen(args, stdout=subprocess.PIPE)
+    try:
+        assert proxy.stdout is not None and proxy.stdout.readline() == b"ready\n"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proxy.kill()
+        proxy.wait()
+
+
 def measure(base: Path, results: int, pull_mb: int, pairs: int) -> list[dict[str, Any]]:
     """The rows (what, value, low, high, goal, met, detail) of the remote tier."""
     import obstore
@@ -64,15 +85,18 @@ def measure(base: Path, results: int, pull_mb: int, pairs: int) -> list[dict[str
         _cache_file(base / "one.arrow", "0" * 16, 200)
         data = (base / "one.arrow").read_bytes()
 
-        def put(i: int) -> None:
+        def put(i: int, store: Any = remote.store) -> None:
             fp = f"{i:016x}"
             d = data.replace(b"0" * 16, fp.encode())
-            obstore.put(remote.store, f"{fp}/cache-{fp}.arrow", d)
+            obstore.put(store, f"{fp}/cache-{fp}.arrow", d)
             f = RemoteFile(f"cache-{fp}.arrow", len(d), xxhash.xxh3_64(d).hexdigest())
-            obstore.put(remote.store, f"{fp}/record.json", make_record(fp, "x", [f], {}, None, None))
+            obstore.put(store, f"{fp}/record.json", make_record(fp, "x", [f], {}, None, None))
 
+        far, far_url = min(results, 2000), f"{url}-far"
+        far_store = open_remote(far_url).store
         with ThreadPoolExecutor(32) as pool:
             list(pool.map(put, range(results)))
+            list(pool.map(lambda i: put(i, far_store), range(far)))
         ct = [PY, "-m", "cachetool"]
         listing = [_timed([*ct, "ls", url, "-q"], env) for _ in range(pairs)]
         t = sorted(listing)[len(listing) // 2]
@@ -97,6 +121,21 @@ def measure(base: Path, results: int, pull_mb: int, pairs: int) -> list[dict[str
                 high=max(verify),
                 goal="≥ 2000 files/s",
                 met=v >= 2000,
+            )
+        )
+        # The same check of a remote 20 ms away (a round trip through latency_proxy.py): what
+        # requests in flight are worth for a server in another building or region.
+        with _latency_proxy(server.endpoint, 10) as endpoint:
+            far_env = {**env, "AWS_ENDPOINT_URL": endpoint}
+            away = [far / _timed([*ct, "verify", far_url, "-q"], far_env) for _ in range(pairs)]
+        rows.append(
+            dict(
+                what=f"verify s3:// (shallow), 20 ms away, {far:,} files (files/s)",
+                ratio=sorted(away)[len(away) // 2],
+                low=min(away),
+                high=max(away),
+                goal="",
+                met=None,
             )
         )
         # One result of `pull_mb` MB in 4 num_proc shards: a pull (checks included) against a

@@ -20,8 +20,9 @@ verify (--deep against cat), run (cachetool run against python on cache hits), d
 (check-determinism against one plain run), ledger (a long-lived ledger, never compacted and after
 `stats --compact`: ls, lineage, explain, stats and bytes), gc (`gc --temp` of 2,000 leftovers
 beside 400 sleeping processes against none), remote (SeaweedFS on 127.0.0.1: `ls s3://` of 100,000
-objects, shallow `verify s3://` in files/s, `remote pull` of 256 MB against a plain download), once
-(8 ranks on one cache: `run --once` against `run`, CPU and wall after imports).
+objects, shallow `verify s3://` in files/s, also through 20 ms round trips, `remote pull` of 256 MB
+against a plain download), once (8 ranks on one cache: `run --once` against `run`, CPU and wall
+after imports).
 Compile the package first on machines that set PYTHONDONTWRITEBYTECODE (this script does it).
 """
 

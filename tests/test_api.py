@@ -54,6 +54,9 @@ OTHER_FUNCTION = {
     ("gc", "break_lease"): "break_lease",
     ("verify", "list"): "quarantined",
     ("remote", "action"): "cachetool.remote.transfer.pull",
+    ("remote", "saved"): "cachetool.remote.saved.push_saved",
+    ("remote", "to"): "cachetool.remote.saved.pull_saved",
+    ("remote", "yes"): "cachetool.remote.saved.pull_saved",
 }
 
 #: Arguments whose keyword is shorter than the name the help shows (`[SCRIPT_ARGS]...`).

@@ -116,6 +116,7 @@ API = (
     (
         "Many machines: `remote`, `ls s3://`, `verify s3://`, `gc s3://`",
         "remote.transfer.push remote.transfer.pull remote.transfer.Pushed remote.transfer.Pulled "
+        "remote.saved.push_saved remote.saved.pull_saved remote.saved.SavedTransfer "
         "remote.fleet.list_remote "
         "remote.fleet.verify_remote remote.fleet.plan_remote_gc remote.fleet.execute_remote_gc",
     ),

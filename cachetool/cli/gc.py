@@ -78,6 +78,8 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
 
         cachetool gc s3://team-bucket/hf-cache --older-than 90d --dry-run
 
+        cachetool gc s3://team-bucket/hf-cache --max-size 500GB -y
+
     Exit codes: 0 the plan ran (or there was nothing to do, also when nothing was selected);
     1 some item failed, an entry named on the command line was kept, or another gc is running;
     2 bad options, or confirmation needed (pass --yes).

@@ -23,16 +23,36 @@ REMOTE = opt(
     action=arg("push (upload) or pull (download).", default=REQUIRED, show_default=False),
     fingerprints=arg(
         "Fingerprints, unique prefixes or cache file paths (push without any: every cache file "
-        "of the cache).",
+        "of the cache); with --saved or --to: the saved dataset's URL.",
         list[str] | None,
         show_default=False,
     ),
     remote=REMOTE,
     cache_dir=CACHE_DIR,
+    saved=opt(
+        "--saved",
+        type=Path | None,
+        metavar="DIR",
+        help="push: this save_to_disk folder (a Dataset or a DatasetDict), to the URL given.",
+    ),
+    to=opt(
+        "--to",
+        type=Path | None,
+        metavar="DIR",
+        help="pull: the saved dataset at the URL given, into DIR (any folder; made when missing).",
+    ),
+    yes=opt("--yes", "-y", help="pull --to: replace what DIR holds when it is another dataset."),
     **OUTPUT,
 )
 def remote_command(
-    action: str, fingerprints: list[str] | None, remote: str | None, cache_dir: Path | None, out: Output
+    action: str,
+    fingerprints: list[str] | None,
+    remote: str | None,
+    cache_dir: Path | None,
+    saved: Path | None,
+    to: Path | None,
+    yes: bool,
+    out: Output,
 ) -> None:
     """Push a step's cache files to the remote, or pull them from it into this cache.
 
@@ -53,6 +73,12 @@ def remote_command(
     With a remote set, `cachetool run` does both for every step: pull on a miss, push after a
     step computed (docs/remote.md).
 
+    **Saved datasets** (`save_to_disk` folders) live under a URL of their own: `push --saved DIR
+    URL` uploads the folder (write-once, then `saved.json` naming each file's size and xxh3 and
+    the `state.json` fingerprints); `pull URL --to DIR` fetches it once: when DIR holds those
+    fingerprints and files already, nothing is transferred; else everything is downloaded beside
+    DIR, checked, and renamed into place. DIR holding another dataset is replaced only with --yes.
+
     **Examples**
 
         export CACHETOOL_REMOTE=s3://team-bucket/hf-cache
@@ -65,10 +91,15 @@ def remote_command(
 
         cachetool ls s3://team-bucket/hf-cache
 
+        cachetool remote push --saved ./tok s3://team-bucket/datasets/tok
+
+        cachetool remote pull s3://team-bucket/datasets/tok --to /scratch/tok
+
     Exit codes: 0 pushed or pulled (or there already); 1 refused: a checksum, the Arrow stream or
     the signature failed, or other bytes stand on the remote where a file would go (nothing
     placed, nothing replaced); 2 usage (no remote, unknown fingerprint, not on the remote, the
-    remote unreachable).
+    remote unreachable, a file larger than one put takes, a --to folder holding another dataset
+    without --yes).
     """
     import typer
 
@@ -76,7 +107,12 @@ def remote_command(
     from cachetool.remote.transfer import pull, push
 
     names = list(fingerprints or ())
-    if action == "push":
+    if saved is not None or to is not None:
+        folder = _saved_folder(action, saved, to, cache_dir)
+        _saved_command(action, _saved_url(action, names, remote), folder, yes, out)
+    elif yes:
+        raise typer.BadParameter("--yes is for pull --to", param_hint="--yes")
+    elif action == "push":
         pushed = push(names, cache_dir=cache_dir, remote=remote)
         human = not out.emit(
             lambda: {"pushed": [p.to_json() for p in pushed]}, (p.fingerprint for p in pushed)
@@ -116,6 +152,59 @@ def remote_command(
             )
     else:
         raise typer.BadParameter(f"'{action}' is not push or pull", param_hint="ACTION")
+
+
+def _saved_folder(action: str, saved: Path | None, to: Path | None, cache_dir: Path | None) -> Path:
+    """The folder of `remote push --saved DIR` or `remote pull --to DIR` (usage errors else)."""
+    import typer
+
+    flag, folder = ("--saved", saved) if action == "push" else ("--to", to)
+    if folder is None or (saved is not None and to is not None):
+        raise typer.BadParameter(
+            f"it goes with {action} only: push --saved DIR, pull --to DIR", param_hint=flag
+        )
+    if cache_dir is not None:
+        raise typer.BadParameter(
+            f"{flag} names the folder; a cache root is not used", param_hint="--cache-dir"
+        )
+    return folder
+
+
+def _saved_url(action: str, names: list[str], remote: str | None) -> str:
+    """The one URL of a saved dataset: the argument, else --remote (never CACHETOOL_REMOTE)."""
+    import typer
+
+    from cachetool.cli.common import is_remote
+
+    flag = "--saved" if action == "push" else "--to"
+    if len(names) > 1 or (names and not is_remote(names[0])) or (names and remote):
+        raise typer.BadParameter(f"{action} {flag} takes one URL (or --remote)", param_hint="FINGERPRINTS")
+    url = names[0] if names else remote
+    if url is None:
+        raise typer.BadParameter(f"{action} {flag} needs the dataset's URL: s3://bucket/datasets/name")
+    return url
+
+
+def _saved_command(action: str, url: str, folder: Path, yes: bool, out: Output) -> None:
+    """`remote push --saved DIR URL` and `remote pull URL --to DIR` (`push_saved`, `pull_saved`)."""
+    from cachetool.remote.saved import pull_saved, push_saved
+
+    if action == "push":
+        done = push_saved(folder, url)
+        verb, none = "Pushed", f"already at {done.url}: nothing sent"
+    else:
+        done = pull_saved(url, folder, yes=yes)
+        verb, none = "Pulled", f"in {done.folder} already: nothing received"
+    key = "pushed" if action == "push" else "pulled"
+    if out.emit(lambda: {key: done.to_json()}, done.fingerprints.values()):
+        return
+    fps = ", ".join(done.fingerprints.values())
+    if not done.bytes:
+        out.line(f"{fps} {none}")
+        return
+    where = f"to {done.url}" if action == "push" else f"checked, into {out.path(done.folder, out.width - 40)}"
+    replaced = " (replacing what it held)" if done.replaced else ""
+    out.line(f"{verb} {fps}: {len(done.files)} files, {human_size(done.bytes)}, {where}{replaced}")
 
 
 def remote_ls(url: str, out: Output, limit: int | None) -> None:
@@ -181,15 +270,15 @@ def _count(n: int, word: str) -> str:
 
 
 #: The gc options that apply to a remote (the others are for a local cache).
-_REMOTE_GC = {"fingerprints", "older_than", "dry_run", "yes", "min_age"}
+_REMOTE_GC = {"fingerprints", "older_than", "max_size", "min_age", "dry_run", "yes"}
 
 
 def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> int:
-    """`cachetool gc s3://... --older-than D [--dry-run] [-y]`: `plan_remote_gc`, shown, then
-    confirmed and executed (`execute_remote_gc`)."""
+    """`cachetool gc s3://... [--older-than D] [--max-size S] [--min-age A] [--dry-run] [-y]`:
+    `plan_remote_gc`, shown, then confirmed and executed (`execute_remote_gc`)."""
     import sys
 
-    from cachetool.cache.query import parse_duration
+    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
     from cachetool.cli.common import confirm
     from cachetool.errors import CachetoolError
     from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
@@ -198,17 +287,42 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
     local = [k for k, v in options.items() if v and k not in _REMOTE_GC and (k, v) != ("policy", "lru")]
     if rest or local or cache_dir is not None:
         what = "fingerprints" if rest else "--" + (local[0] if local else "cache_dir").replace("_", "-")
-        raise CachetoolError(f"{what}: gc of a remote takes --older-than, --dry-run and --yes only")
-    older = options["older_than"]
-    if older is None:
-        raise CachetoolError("gc of a remote needs --older-than (e.g. 30d)")
-    seconds = parse_duration(older, "--older-than") if isinstance(older, str) else float(older)
-    plan = plan_remote_gc(url, older_than=seconds)
+        raise CachetoolError(
+            f"{what}: gc of a remote takes --older-than, --max-size, --min-age, --dry-run and --yes only"
+        )
+
+    def parsed(name: str, seconds: bool) -> float | None:
+        value, flag = options.get(name), "--" + name.replace("_", "-")
+        if not isinstance(value, str):
+            return None if value is None else float(value)
+        return parse_duration(value, flag) if seconds else parse_quantity(value, BYTE_UNITS, flag, value)
+
+    max_size = parsed("max_size", False)
+    min_age = parsed("min_age", True)
+    plan = plan_remote_gc(
+        url,
+        older_than=parsed("older_than", True),
+        max_size=None if max_size is None else int(max_size),
+        min_age=3600.0 if min_age is None else min_age,
+    )
+    if out.human and plan.max_size is not None and plan.size_after > plan.max_size:
+        hint(
+            f"{plan.url} stays over --max-size ({human_size(plan.size_after)}): what is left is "
+            "uploads younger than --min-age"
+        )
     if out.format == OutputFormat.json and options["dry_run"]:
         out.json({**plan.to_json(), "dry_run": True})
         return 0
     if out.human and not plan.items:
-        out.line(f"Nothing on {plan.url} is older than that.")
+        why = [
+            w
+            for w, on in (
+                ("nothing older than that", plan.older_than is not None),
+                (f"{human_size(plan.size)}, under --max-size", plan.max_size is not None),
+            )
+            if on
+        ]
+        out.line(f"Nothing on {plan.url} to remove: {' and '.join(why)}.")
     elif out.human:
         _entries_table(out, plan.items, "no")
         out.line(f"Would remove {_count(len(plan.items), 'result')}, {human_size(plan.expected_freed)}.")

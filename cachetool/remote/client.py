@@ -9,7 +9,7 @@ import configparser
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,6 +18,11 @@ from cachetool.errors import CachetoolError, ExitCode
 
 REMOTE_ENV = "CACHETOOL_REMOTE"
 KEY_ENV = "CACHETOOL_REMOTE_KEY"
+MAX_PUT_ENV = "CACHETOOL_REMOTE_MAX_PUT"
+#: The largest object one PUT may write, by scheme: 5 GiB on AWS S3 (and most servers speaking
+#: its protocol), 5,000 MiB for an Azure block blob; a GCS upload has no such limit. A write-once
+#: put cannot be a multipart upload through obstore (it sends a conditional put as one request).
+MAX_PUT = {"s3": 5 << 30, "az": 5000 << 20, "abfs": 5000 << 20}
 #: The schemes of a remote, as a `Path` keeps them (`Path("s3://b/p")` reads `s3:/b/p`).
 _SCHEMES = ("s3:/", "gs:/", "az:/", "abfs:/")
 
@@ -46,6 +51,10 @@ class RemoteRefused(CachetoolError):
     exit_code = ExitCode.PROBLEMS_FOUND
 
 
+class TooLarge(RemoteError):
+    """A file is larger than one write-once put can write to this remote (nothing was sent)."""
+
+
 @dataclass(frozen=True)
 class Remote:
     """One remote: its URL, the obstore store rooted at its prefix, and the signing key."""
@@ -53,6 +62,29 @@ class Remote:
     url: str
     store: Any
     key: bytes | None = None
+
+    @property
+    def max_put(self) -> int | None:
+        """The largest object one put writes here: `CACHETOOL_REMOTE_MAX_PUT` (bytes, or a size
+        such as 5GB), else the scheme's (`MAX_PUT`); None: no limit."""
+        given = os.environ.get(MAX_PUT_ENV)
+        if given:
+            from cachetool.cache.query import BYTE_UNITS, parse_quantity
+
+            return int(parse_quantity(given, BYTE_UNITS, MAX_PUT_ENV, given))
+        return MAX_PUT.get(self.url.partition(":")[0])
+
+    def check_sizes(self, files: Iterable[tuple[str, int]]) -> None:
+        """TooLarge naming the first of `files` (name, size) that one put cannot write here."""
+        limit = self.max_put
+        for name, size in files:
+            if limit is not None and size > limit:
+                from cachetool.formatting import human_size
+
+                raise TooLarge(
+                    f"{name}: {human_size(size)}, over the {human_size(limit)} one write-once put can "
+                    f"write to {self.url} (a conditional put is never multipart): nothing pushed"
+                )
 
     def put_once(self, path: str, data: Any) -> bool:
         """Write `data` (bytes or a local `Path`) at `path` unless an object is there already

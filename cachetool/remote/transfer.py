@@ -17,7 +17,7 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -25,7 +25,15 @@ from typing import Any
 
 from cachetool.cache.layout import parse_cache_file, shard_fingerprint
 from cachetool.formatting import human_size
-from cachetool.remote.client import KEY_ENV, REMOTE_ENV, Remote, RemoteError, RemoteRefused, open_remote
+from cachetool.remote.client import (
+    KEY_ENV,
+    REMOTE_ENV,
+    Remote,
+    RemoteError,
+    RemoteRefused,
+    TooLarge,
+    open_remote,
+)
 from cachetool.safejson import json_fields
 
 _CHUNK = 8 << 20
@@ -92,13 +100,33 @@ def read_record(data: bytes, fingerprint: str, key: bytes | None) -> Record:
     def refuse(why: str) -> RemoteRefused:
         return RemoteRefused(f"the remote record of {fingerprint} is not used: {why}")
 
+    doc = signed_document(data, FORMAT, key, refuse)
+    if doc.get("fingerprint") != fingerprint:
+        raise refuse(f"it names another fingerprint ({str(doc.get('fingerprint'))[:70]})")
+    folder = doc.get("folder")
+    parts = PurePosixPath(folder).parts if isinstance(folder, str) else ("..",)
+    if not isinstance(folder, str) or folder.startswith("/") or ".." in parts or "\\" in folder:
+        raise refuse("its folder is not a relative path inside a cache root")
+    files = listed_files(doc, refuse)
+    for f in files:
+        parsed = parse_cache_file(f.name)
+        if parsed is None or parsed[0] != fingerprint or "/" in f.name:
+            raise refuse(f"{f.name[:80]!r} is not a cache file of {fingerprint}")
+    return Record(fingerprint, folder, tuple(files))
+
+
+def signed_document(
+    data: bytes, fmt: str, key: bytes | None, refuse: Callable[[str], RemoteRefused]
+) -> dict[str, Any]:
+    """The JSON object of the record `data` of format `fmt`, its signature checked with `key`
+    (`refuse(why)` raised when it is not one, or not signed with `key`)."""
     if len(data) > MAX_RECORD_BYTES:
         raise refuse(f"larger than {MAX_RECORD_BYTES} bytes")
     try:
         doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise refuse("not JSON") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise refuse("not a cachetool record")
     signature = doc.get("signature")
     if key is not None:
@@ -106,12 +134,11 @@ def read_record(data: bytes, fingerprint: str, key: bytes | None) -> Record:
             raise refuse(f"unsigned, and {KEY_ENV} is set")
         if not hmac.compare_digest(signature, _sign(doc, key)):
             raise refuse(f"its signature does not match {KEY_ENV}")
-    if doc.get("fingerprint") != fingerprint:
-        raise refuse(f"it names another fingerprint ({str(doc.get('fingerprint'))[:70]})")
-    folder = doc.get("folder")
-    parts = PurePosixPath(folder).parts if isinstance(folder, str) else ("..",)
-    if not isinstance(folder, str) or folder.startswith("/") or ".." in parts or "\\" in folder:
-        raise refuse("its folder is not a relative path inside a cache root")
+    return doc
+
+
+def listed_files(doc: dict[str, Any], refuse: Callable[[str], RemoteRefused]) -> list[RemoteFile]:
+    """The files a record `doc` names (at least one, each with a name, a size and an xxh3)."""
     files = []
     raw = doc.get("files")
     for f in raw if isinstance(raw, list) and raw else [None]:
@@ -119,14 +146,12 @@ def read_record(data: bytes, fingerprint: str, key: bytes | None) -> Record:
             isinstance(f, dict)
             and isinstance(f.get("name"), str)
             and isinstance(f.get("size"), int)
+            and f["size"] >= 0
             and isinstance(f.get("xxh3"), str)
         ):
             raise refuse("its list of files is malformed")
-        parsed = parse_cache_file(f["name"])
-        if parsed is None or parsed[0] != fingerprint or "/" in f["name"]:
-            raise refuse(f"{f['name'][:80]!r} is not a cache file of {fingerprint}")
         files.append(RemoteFile(f["name"], f["size"], f["xxh3"]))
-    return Record(fingerprint, folder, tuple(files))
+    return files
 
 
 def _sign(doc: dict[str, Any], key: bytes) -> str:
@@ -265,6 +290,7 @@ def push_step(
     existing = remote.get(f"{fingerprint}/{RECORD_NAME}")
     if existing is not None:
         return Pushed(fingerprint, tuple(names), 0, True, *_same(existing, fingerprint, remote, files))
+    remote.check_sizes((os.path.join(folder, f.name), f.size) for f in files)
     sent = 0
     for f in files:
         key = f"{fingerprint}/{f.name}"
@@ -574,7 +600,7 @@ class RemoteHook:
                 call_site = rec.call_site.to_json() if rec.call_site is not None else None
                 try:
                     push_step(self.remote, rec.root, folder, parsed[0], call_site)
-                except RemoteRefused as e:
+                except (RemoteRefused, TooLarge) as e:
                     _say(e.message)
                 except Exception as e:
                     self._give_up(e)

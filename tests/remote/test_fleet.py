@@ -120,8 +120,65 @@ def test_gc_of_a_remote_removes_whole_old_results_and_never_an_upload_in_progres
     assert pushed.objects() == ["0000aaaa0000aaaa/cache-0000aaaa0000aaaa.arrow"]
     wrong = invoke("gc", pushed.url, "--older-than", "0s", "--temp")
     assert (
-        wrong.exit_code == 2 and "gc of a remote takes --older-than, --dry-run and --yes only" in wrong.stderr
+        wrong.exit_code == 2
+        and "gc of a remote takes --older-than, --max-size, --min-age, --dry-run and --yes only"
+        in wrong.stderr
     )
+
+
+def test_gc_of_a_remote_under_max_size_evicts_the_oldest_written_results_first(
+    moto_bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gc s3://... --max-size S` removes whole results, the least recently written first, until
+    the rest is under S; files without a record younger than --min-age (an upload in progress:
+    its record comes last) stay even at --max-size 0, and a saved dataset under the prefix is not
+    a result at all."""
+    import time
+
+    for k in list(os.environ):
+        if k.startswith(("CACHETOOL_REMOTE", "AWS_")):
+            monkeypatch.delenv(k)
+    for k, v in moto_bucket.env().items():
+        monkeypatch.setenv(k, v)
+    fp3 = "7777777777777777"
+    root = tmp_path / "a"
+    for rank in range(2):
+        cache_file(root / FOLDER / f"cache-{FP2}_{rank:05d}_of_00002.arrow", f"{FP2}_{rank:05d}_of_00002")
+    push([FP2], cache_dir=root)
+    time.sleep(1.1)  # the store's times have a resolution of a second
+    for fp in (FP, fp3):
+        cache_file(root / FOLDER / f"cache-{fp}.arrow", fp)
+    push([FP, fp3], cache_dir=root)
+    moto_bucket.put("0000aaaa0000aaaa/cache-0000aaaa0000aaaa.arrow", b"an upload in progress")
+    moto_bucket.put("squad/saved.json", b"{}")
+    moto_bucket.put("squad/state.json", b"{}")
+    listed = {
+        e["fingerprint"]: e["size"]
+        for e in json.loads(invoke("ls", moto_bucket.url, "--json").stdout)["entries"]
+    }
+    assert sorted(listed) == ["0000aaaa0000aaaa", FP, fp3, FP2]
+    total = sum(listed.values())
+
+    one = json.loads(
+        invoke("gc", moto_bucket.url, "--max-size", str(total - 1), "--dry-run", "--json").stdout
+    )
+    assert [e["fingerprint"] for e in one["items"]] == [FP2]  # the oldest, not the first by name
+    assert (one["size"], one["size_after"]) == (total, total - listed[FP2])
+    under = invoke("gc", moto_bucket.url, "--max-size", str(total), "--dry-run")
+    assert under.stdout.startswith(f"Nothing on {moto_bucket.url} to remove: "), under.output
+    stale = json.loads(
+        invoke("gc", moto_bucket.url, "--max-size", "0", "--min-age", "0s", "--dry-run", "--json").stdout
+    )
+    assert stale["items"][0]["fingerprint"] == "0000aaaa0000aaaa"  # a killed upload first
+
+    done = invoke("gc", moto_bucket.url, "--max-size", "0", "-y")
+    assert done.exit_code == 0, done.output
+    assert "stays over --max-size" in done.stderr and "younger than --min-age" in done.stderr
+    assert moto_bucket.objects() == [
+        "0000aaaa0000aaaa/cache-0000aaaa0000aaaa.arrow",
+        "squad/saved.json",
+        "squad/state.json",
+    ]
 
 
 def test_ls_and_verify_of_the_prefix_above_a_remote_say_where_its_results_are(

@@ -233,6 +233,22 @@ def test_files_left_without_a_record_are_not_used_and_the_next_push_completes(
     assert squatted.objects() == [f"{FP}/cache-{FP}.arrow"]
 
 
+def test_a_file_larger_than_one_put_takes_is_a_one_line_error_and_nothing_is_sent(
+    moto_bucket: Bucket, host_a: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write-once put is one request (never multipart), so a file over the remote's limit for
+    one PUT (5 GiB on S3; lowered here with CACHETOOL_REMOTE_MAX_PUT) stops the push before
+    anything is sent, in one line naming the file and the limit (exit 2)."""
+    use(monkeypatch, moto_bucket)
+    local = host_a / FOLDER / f"cache-{FP}.arrow"
+    result = invoke("remote", "push", FP, "--cache-dir", str(host_a), env={"CACHETOOL_REMOTE_MAX_PUT": "1kB"})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {local}: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "over the 1.0 kB one write-once put can write to" in result.stderr
+    assert moto_bucket.objects() == []
+    assert invoke("remote", "push", FP, "--cache-dir", str(host_a)).exit_code == 0
+
+
 def test_no_remote_configured_is_a_usage_error(host_a: Path) -> None:
     """Without CACHETOOL_REMOTE or --remote, push says how to configure one (exit 2)."""
     result = invoke("remote", "push", FP, "--cache-dir", str(host_a))
