@@ -259,7 +259,7 @@ def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: 
     (tmp_path / "small.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(100)), encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path)
+    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path, warm=True)
     complete = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
 
     pid = _run_and_kill(tmp_path, env, "load.py")
@@ -286,7 +286,7 @@ def test_a_run_that_writes_only_under_cache_dir_records_nothing_in_the_default_r
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     default = tmp_path / "cache"
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(default))
-    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path)
+    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path, warm=True)
     assert not default.exists(), sorted(default.rglob("*"))
     other = ("--cache-dir", str(tmp_path / "other"))
     there = invoke("explain", "--last", "--json", *other, env=env)
@@ -458,12 +458,12 @@ def test_explain_last_says_the_run_failed_in_the_map_that_read_a_damaged_file(tm
     )
     cache = tmp_path / "cache"
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(cache))
-    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True)
     up = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["steps"][-1]
     assert up["function"] == "up"
     damaged = next(cache.rglob(f"cache-{up['fingerprint']}.arrow"))
     os.truncate(damaged, damaged.stat().st_size // 2)
-    failed = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, check=False)
+    failed = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, check=False, warm=True)
     assert failed.returncode == 1 and "Expected to be able to read" in failed.stderr
 
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
@@ -494,7 +494,7 @@ def test_explain_last_says_a_module_run_failed_in_its_map(tmp_path: Path) -> Non
     )
     (tmp_path / "d.csv").write_text("text\na\nb\n", encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    failed = cachetool_run("-m", "boom", "d.csv", env=env, cwd=tmp_path, check=False)
+    failed = cachetool_run("-m", "boom", "d.csv", env=env, cwd=tmp_path, check=False, warm=True)
     assert failed.returncode == 1 and "ValueError: no such column" in failed.stderr
 
     ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
@@ -550,7 +550,7 @@ def test_a_killed_map_s_partial_is_one_a_traced_rerun_takes_back_in_every_comman
     [problem] = [p for p in json.loads(report.stdout)["problems"] if p["path"] == partial["path"]]
     assert problem["what"].startswith("temp resumable, "), problem
 
-    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path, warm=True)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     [step] = [s for s in doc["steps"] if s["operation"] == "map"]
     assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
@@ -653,7 +653,7 @@ def test_the_dead_run_hint_names_only_what_the_killed_run_may_have_left(tmp_path
     pid = _run_and_kill(tmp_path, env)
     (left,) = _tmp_sizes(tmp_path)
     before = set((tmp_path / "cache").rglob("cache-*.arrow"))
-    cachetool_run("other.py", env=env, cwd=tmp_path)
+    cachetool_run("other.py", env=env, cwd=tmp_path, warm=True)
     (complete,) = set((tmp_path / "cache").rglob("cache-*.arrow")) - before
 
     said = invoke("gc", "--temp", "--max-size", "1B", "--dry-run", env=env, columns=250)
@@ -741,7 +741,7 @@ def test_a_run_that_ends_by_os_exit_half_way_is_not_called_killed(tmp_path: Path
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     for status in (5, 0):
-        ended = cachetool_run("p.py", str(status), env=env, cwd=tmp_path, check=False)
+        ended = cachetool_run("p.py", str(status), env=env, cwd=tmp_path, check=False, warm=True)
         assert ended.returncode == status, ended.stderr
         doc = json.loads(invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path), env=env).stdout)
         assert doc["interrupted"] is None, doc["interrupted"]
@@ -801,7 +801,7 @@ def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_c
     said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "The run failed in map slow @ p.py:12 (RuntimeError: One of the subprocesses" in said, said
 
-    cachetool_run("p.py", "d.csv", str(marker), env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", str(marker), env=env, cwd=tmp_path, warm=True)
     said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "it failed when it last ran" in said and "rows reused from" in said, said
     assert "nothing was cached" not in said, said
@@ -818,7 +818,7 @@ def test_a_sys_exit_inside_a_map_names_the_map_the_run_ended_in(tmp_path: Path) 
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 3
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False, warm=True).returncode == 3
     ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
     assert ended["status"] == 3 and ended["step"]["operation"] == "map", ended
     human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
@@ -846,7 +846,7 @@ def test_explain_last_of_a_run_that_filled_its_disk_says_so_not_a_damaged_file(t
             encoding="utf-8",
         )
         env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(cache))
-        failed = cachetool_run("p.py", str(cache / "s"), env=env, cwd=tmp_path, check=False)
+        failed = cachetool_run("p.py", str(cache / "s"), env=env, cwd=tmp_path, check=False, warm=True)
         assert failed.returncode == 1 and "No space left on device" in failed.stderr, failed.stderr[-2000:]
         human = " ".join(invoke("explain", "--last", "--cache-dir", str(cache / "s"), env=env).stdout.split())
         assert (

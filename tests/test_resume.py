@@ -186,7 +186,7 @@ def test_a_rerun_resumes_a_map_killed_part_way(
         if p.stat().st_size > 100:  # a worker killed as it began holds less than a schema
             os.truncate(p, p.stat().st_size - 100)
 
-    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder, warm=True)
     fp = out.stdout.split()[-1]
     assert reference.wait(timeout=120) == 0, reference.stderr.read() if reference.stderr else ""
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
@@ -214,7 +214,7 @@ def test_a_rerun_resumes_a_map_killed_part_way(
     # The partial files given back are removed; one not reused stays, untouched, for gc.
     assert list((tmp_path / "cache").rglob("tmp*")) == (partials if case == "fewer-rows" else [])
 
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder, warm=True)
     again = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     assert again["computed"] == 0 and again["loaded"] == 2, again  # the CSV and the map
     assert [os.stat(p).st_ino for p in mine] == [
@@ -250,7 +250,7 @@ def test_a_run_killed_while_it_resumes_leaves_the_first_run_s_rows_resumable(tmp
     _run_and_kill(tmp_path, env)  # in the rest of the map, after the first 10,000 rows
     assert partial.exists()
 
-    out = cachetool_run("p.py", "d.csv", "-", env={**env, "KILL_AT": "-1"}, cwd=tmp_path)
+    out = cachetool_run("p.py", "d.csv", "-", env={**env, "KILL_AT": "-1"}, cwd=tmp_path, warm=True)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
     said = [r["message"] for r in step["reasons"] if r["kind"] == "resumed"]
@@ -273,7 +273,7 @@ def test_a_rerun_told_not_to_load_from_the_cache_computes_everything(tmp_path: P
     size = partial.stat().st_size
     again = script.replace("MAP_ARGS", "batched=True, batch_size=100, load_from_cache_file=False")
     (tmp_path / "p.py").write_text(again)
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path, warm=True)
     said = invoke("explain", "--last", "--json", env=env).stdout
     assert json.loads(said)["uncached"] and "resumed" not in said, said
     assert partial.stat().st_size == size
@@ -405,7 +405,7 @@ def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> N
     told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert "unfinished; datasets does not reuse these" in told and "partial output" not in told, told
     # The rerun computes it all; explain says the killed run began it, not "first time this step ran".
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path, warm=True)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     (step,) = [s for s in doc["steps"] if s["operation"] == "filter"]
     assert [r["kind"] for r in step["reasons"]] == ["killed-before"], step["reasons"]
@@ -452,7 +452,7 @@ def test_a_num_proc_map_resumes_unless_that_is_much_slower(
     partials = list((tmp_path / "cache").rglob("tmp*"))
     assert partials  # (on a loaded machine a worker may have finished, or not begun, by then)
 
-    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder, warm=True)
     said = invoke("explain", "--last", env=env, columns=200).stdout
     assert ("resumed:" in said) == resumes, said
     fp = out.stdout.split()[-1]
