@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests import forks
     from tests.conftest import cachetool_run, invoke
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    import forks  # type: ignore[no-redef]
     from conftest import cachetool_run, invoke  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
@@ -109,8 +111,9 @@ def _tmp_sizes(tmp_path: Path, folder: str = "cache") -> dict[Path, int]:
 def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache") -> int:
     """`cachetool run SCRIPT d.csv` (the process becomes the script's), SIGKILLed once the script
     says it is busy and, for a map (p.py, saved.py), once its unfinished file in `writes_in`
-    holds bytes."""
-    proc = _start_and_kill(tmp_path, env, script, writes_in)
+    holds bytes. Forked warm (`forks.PIPELINE`): the killed runs and the reruns of these
+    pipelines hash no set nor str, so sharing a hash seed changes nothing they show."""
+    proc = _start_and_kill(tmp_path, env, script, writes_in, warm=True)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert b"finished" not in (tmp_path / "out.txt").read_bytes()
@@ -124,23 +127,27 @@ def _start_and_kill(
     writes_in: str = "cache",
     *,
     ctrl_c: bool = False,
-) -> subprocess.Popen[bytes]:
-    """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits.
+    warm: bool = False,
+) -> subprocess.Popen[bytes] | forks.ForkedProcess:
+    """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits
+    (unless `warm`: forked from the warm parent of `forks.PIPELINE`, which reaps it at once).
     Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open.
     With `ctrl_c`, SIGINT goes to the run's process group instead, as a terminal's Ctrl-C does."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
     before = set(_tmp_sizes(tmp_path, writes_in))
     output = tmp_path / "out.txt"
+    argv = [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)]
+    proc: subprocess.Popen[bytes] | forks.ForkedProcess
     with open(output, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=ctrl_c,
-        )
+        if warm and not ctrl_c and forks.available():
+            proc = forks.ForkedProcess(
+                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, preload=forks.PIPELINE
+            )
+        else:
+            proc = subprocess.Popen(
+                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, start_new_session=ctrl_c
+            )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
