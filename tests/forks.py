@@ -159,6 +159,7 @@ class Zygote:
     log: str
     preload: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
+    spent: float = 0.0  # CPU seconds of its children that ended (in `forked_cpu` until it is reaped)
 
     def serves(self, env: Mapping[str, str], preload: tuple[str, ...] = ()) -> bool:
         return preload == self.preload and _key(env, self.read) == self.key
@@ -190,6 +191,10 @@ class Zygote:
             os.unlink(self.log)
         except OSError:
             pass
+        # Reaped, the zygote's CPU counts in this process's RUSAGE_CHILDREN with that of the
+        # children it reaped: they leave `forked_cpu`, so that nothing is counted twice.
+        _spent[self.preload] = _spent.get(self.preload, 0.0) - self.spent
+        self.spent = 0.0
 
 
 _zygotes: list[Zygote] = []
@@ -392,6 +397,7 @@ class ForkedProcess:
         self.returncode = os.waitstatus_to_exitcode(int(status))
         self.cpu = float(cpu)
         _spent[self.zygote.preload] = _spent.get(self.zygote.preload, 0.0) + self.cpu
+        self.zygote.spent += self.cpu
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
