@@ -195,7 +195,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=0,
         metavar="N",
         help="after the run, list the N tests and the N files that took the most CPU time: their "
-        "own (setup, call, teardown) and that of the processes they started and waited for",
+        "own (setup, call, teardown) and that of the processes they started and waited for, and of "
+        "the commands and pipelines they ran forked (tests/forks.py)",
     )
 
 
