@@ -119,8 +119,9 @@ COLD = "CACHETOOL_TESTS_COLD"
 #: so loaded that every test would fail anyway).
 START_TIMEOUT = 120.0
 #: Zygotes kept at once (one per environment that differs in what the imports read, such as a
-#: test's own HOME); the one used longest ago is ended to make room.
-KEEP = 3
+#: test's own HOME, and per `preload`: the plain one, pyarrow's and PIPELINE's are in use all
+#: along); the one used longest ago is ended to make room.
+KEEP = 4
 
 
 class ZygoteDied(RuntimeError):
