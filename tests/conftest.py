@@ -98,6 +98,12 @@ LONG_FIRST = (
     "tests/test_user_pipeline.py",
     "tests/attack/test_gc_races.py",
     "tests/test_cmd_lineage.py",
+    "tests/test_rekey.py",
+    "tests/test_cmd_check_determinism.py::test_the_cold_run_computes_every_step_and_leaves_the_cache_as",
+    "tests/test_stale_downstream.py::test_stale_results_reach_into_a_saved_folder_and_the_hints_remove",
+    "tests/test_resume.py",
+    "tests/test_trace.py::test_run_m_runs_a_module_as_python_m_does",
+    "tests/remote/test_pipelines.py",
     "tests/attack/test_gc_swaps.py",
     "tests/test_tfdata.py",
     "tests/test_real_pipelines.py",
@@ -188,19 +194,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=0,
         metavar="N",
         help="after the run, list the N tests and the N files that took the most CPU time: their "
-        "own (setup, call, teardown) and that of the processes they started and waited for",
+        "own (setup, call, teardown) and that of the processes they started and waited for, and of "
+        "the commands and pipelines they ran forked (tests/forks.py)",
     )
 
 
-def _cpu_seconds() -> tuple[float, float]:
-    """CPU time (user + system) of this process, and of its children that have been waited for
-    (with theirs): a subprocess a test ran is counted once the test has reaped it."""
+#: What `--cpu-top` counts for a test: its own CPU, that of the processes it started, that of the
+#: commands and of the pipelines it ran forked by tests/forks.py.
+CPU_PARTS = ("test", "procs", "forked", "fpipes")
+
+
+def _cpu_seconds() -> tuple[float, ...]:
+    """CPU time (user + system) of this process, of its children that have been waited for
+    (with theirs), and of the commands and the pipelines it forked (tests/forks.py) that have
+    ended: a process a test ran is counted once it has ended and been reaped."""
     me, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+    forked = [sys.modules[m].forked_cpu() for m in ("tests.forks", "forks") if m in sys.modules]
+    commands, pipelines = (sum(f[i] for f in forked) for i in (0, 1))
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime, commands, pipelines
 
 
-_CPU_START = pytest.StashKey[tuple[float, float]]()
-_CPU_PROPERTY = "cpu seconds (self, children)"
+_CPU_START = pytest.StashKey[tuple[float, ...]]()
+_CPU_PROPERTY = "cpu seconds (" + ", ".join(CPU_PARTS) + ")"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -212,22 +227,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """With `--cpu-top`, the teardown report of each test carries the CPU time spent from its
-    setup to its teardown (a module or session fixture counts for the test that made it).
-    Processes that the tests' warm parent (tests/forks.py) forked are the parent's children,
-    not counted."""
+    setup to its teardown (a module or session fixture counts for the test that made it). The
+    warm parents of tests/forks.py (a second or so each, once per worker) are not counted."""
     if call.when == "teardown" and _CPU_START in item.stash:
-        (me, children), (me_now, children_now) = item.stash[_CPU_START], _cpu_seconds()
-        item.user_properties.append((_CPU_PROPERTY, (me_now - me, children_now - children)))
+        then, now = item.stash[_CPU_START], _cpu_seconds()
+        item.user_properties.append((_CPU_PROPERTY, tuple(b - a for a, b in zip(then, now, strict=True))))
     yield
 
 
-_CPU_SPENT: dict[str, tuple[float, float]] = {}
+_CPU_SPENT: dict[str, tuple[float, ...]] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for name, value in report.user_properties if report.when == "teardown" else ():
         if name == _CPU_PROPERTY:
-            _CPU_SPENT[report.nodeid] = value
+            _CPU_SPENT[report.nodeid] = tuple(value)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -235,18 +249,21 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if not top or not _CPU_SPENT:
         return
     per_file: dict[str, list[float]] = {}
-    for nodeid, (me, children) in _CPU_SPENT.items():
-        spent = per_file.setdefault(nodeid.split("::")[0], [0.0, 0.0])
-        spent[0] += me
-        spent[1] += children
+    for nodeid, parts in _CPU_SPENT.items():
+        spent = per_file.setdefault(nodeid.split("::")[0], [0.0] * len(CPU_PARTS))
+        for i, part in enumerate(parts):
+            spent[i] += part
     write = terminalreporter.write_line
-    total = [sum(v[i] for v in _CPU_SPENT.values()) for i in (0, 1)]
-    terminalreporter.section(f"CPU seconds (tests {total[0]:.0f} + their processes {total[1]:.0f})")
-    write(f"{'total':>7} {'test':>7} {'procs':>7}")
+    total = [sum(v[i] for v in _CPU_SPENT.values()) for i in range(len(CPU_PARTS))]
+    terminalreporter.section(
+        f"CPU seconds {sum(total):.0f} (tests {total[0]:.0f} + their processes {total[1]:.0f}"
+        f" + forked commands {total[2]:.0f} + forked pipelines {total[3]:.0f})"
+    )
+    write(" ".join(f"{name:>7}" for name in ("total", *CPU_PARTS)))
     for title, rows in (("tests", _CPU_SPENT), ("files", per_file)):
         write(f"-- the {top} {title} that took the most")
-        for name, (me, children) in sorted(rows.items(), key=lambda kv: -sum(kv[1]))[:top]:
-            write(f"{me + children:7.1f} {me:7.1f} {children:7.1f}  {name}")
+        for name, parts in sorted(rows.items(), key=lambda kv: -sum(kv[1]))[:top]:
+            write(" ".join(f"{x:7.1f}" for x in (sum(parts), *parts)) + f"  {name}")
 
 
 def _home_contents() -> list[str]:
@@ -472,20 +489,32 @@ def cachetool_run(
     cwd: str | os.PathLike[str] | None = None,
     timeout: float = 300,
     check: bool = True,
+    warm: bool = False,
     **kwargs: Any,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m cachetool run SCRIPT ARGS...` as a user runs a pipeline: a process of its own
     with the environment `env` (see `hf_env`), its output captured as text. With `check`, a
-    failure fails the test with the end of the pipeline's stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", os.fspath(script), *args],
-        env=dict(env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **kwargs,
-    )
+    failure fails the test with the end of the pipeline's stderr.
+
+    With `warm`, the process is forked from a warm parent that has imported what `datasets`
+    imports but `datasets` itself (`forks.PIPELINE`: 0.35 s of CPU a run instead of 1.1): still
+    a process of its own that imports and runs the real `datasets`, but every warm run of the
+    session shares one `str` hash seed. Only for a test whose runs may share it: none of its
+    assertions may hold because two runs hashed a set or a `str` alike."""
+    argv = [sys.executable, "-m", "cachetool", "run", os.fspath(script), *args]
+    if warm:
+        try:
+            from tests import forks
+        except ImportError:
+            import forks  # type: ignore[no-redef]
+        proc = forks.run(
+            argv, env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+            preload=forks.PIPELINE, **kwargs,
+        )  # fmt: skip
+    else:
+        proc = subprocess.run(
+            argv, env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout, **kwargs
+        )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

@@ -27,9 +27,13 @@ directory. Rich and typer.rich_utils (which reads `TERMINAL_WIDTH`, `FORCE_COLOR
 import) are not imported by the zygote: a child imports them under its own environment.
 
 What a fork cannot give: the hash seed of `str` (randomized once per interpreter) is the
-zygote's, shared by its children. So `cachetool run` and `check-determinism` (which run a
-user's pipeline in the process, or compare runs) stay cold execs, and so does every test about
-start-up itself: imports, `--version`, packaging, a closed stdout.
+zygote's, shared by its children. So `check-determinism` (which compares runs made under
+different seeds) stays a cold exec, and so does every test about start-up itself: imports,
+`--version`, packaging, a closed stdout. `cachetool run` of a pipeline forks only
+where a test asks for it (`preload=PIPELINE`, `cachetool_run(..., warm=True)` in conftest): its
+runs then share one hash seed, which a test whose runs could differ by the seed must not.
+The legacy global random state of numpy (seeded at its import, and what `datasets` draws an
+unseeded shuffle's seed from) is seeded again in each child, as a fresh interpreter has its own.
 
 Where `os.fork` or `os.pidfd_open` is missing, or with `CACHETOOL_TESTS_COLD=1` in the
 environment of the tests, `run` is `subprocess.run`.
@@ -100,6 +104,12 @@ HEAVY = (
     "spacy",
     "tiktoken",
 )
+#: `preload` for `cachetool run` of a pipeline: what `import datasets` spends most of its time on
+#: (about 0.5 s of CPU of its 0.85), of what reads neither the whole environment, nor the working
+#: directory, nor the temp dir at import (dill, multiprocess, fsspec and tqdm do: `datasets`
+#: itself and huggingface_hub read HF_* variables). A forked run costs about 0.35 s of CPU
+#: where a cold one costs 1.1.
+PIPELINE = ("pyarrow", "numpy", "pandas", "xxhash", "requests", "yaml", "aiohttp", "filelock")
 #: What the interpreter reads from the environment as it starts (not through `os.environ`).
 STARTUP_PREFIXES = ("PYTHON", "LC_")
 STARTUP_NAMES = ("LANG", "TZ")
@@ -108,8 +118,9 @@ COLD = "CACHETOOL_TESTS_COLD"
 #: so loaded that every test would fail anyway).
 START_TIMEOUT = 120.0
 #: Zygotes kept at once (one per environment that differs in what the imports read, such as a
-#: test's own HOME); the one used longest ago is ended to make room.
-KEEP = 3
+#: test's own HOME, and per `preload`: the plain one, pyarrow's and PIPELINE's are in use all
+#: along); the one used longest ago is ended to make room.
+KEEP = 4
 
 
 class ZygoteDied(RuntimeError):
@@ -148,6 +159,7 @@ class Zygote:
     log: str
     preload: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
+    spent: float = 0.0  # CPU seconds of its children that ended (in `forked_cpu` until it is reaped)
 
     def serves(self, env: Mapping[str, str], preload: tuple[str, ...] = ()) -> bool:
         return preload == self.preload and _key(env, self.read) == self.key
@@ -179,10 +191,24 @@ class Zygote:
             os.unlink(self.log)
         except OSError:
             pass
+        # Reaped, the zygote's CPU counts in this process's RUSAGE_CHILDREN with that of the
+        # children it reaped: they leave `forked_cpu`, so that nothing is counted twice.
+        _spent[self.preload] = _spent.get(self.preload, 0.0) - self.spent
+        self.spent = 0.0
 
 
 _zygotes: list[Zygote] = []
 _lock = threading.Lock()
+#: CPU seconds of the children that ended, by the `preload` of their zygote (`forked_cpu`).
+_spent: dict[tuple[str, ...], float] = {}
+
+
+def forked_cpu() -> tuple[float, float]:
+    """CPU seconds (user + system, their own children included) of the forked commands that
+    have ended in this process so far, those of PIPELINE (`cachetool run`) apart:
+    `resource.getrusage(RUSAGE_CHILDREN)` counts neither. (commands, pipelines)"""
+    pipelines = _spent.get(PIPELINE, 0.0)
+    return sum(_spent.values()) - pipelines, pipelines
 
 
 def _start(env: Mapping[str, str], preload: tuple[str, ...] = ()) -> Zygote:
@@ -370,6 +396,8 @@ class ForkedProcess:
         status, cpu = line.split()
         self.returncode = os.waitstatus_to_exitcode(int(status))
         self.cpu = float(cpu)
+        _spent[self.zygote.preload] = _spent.get(self.zygote.preload, 0.0) + self.cpu
+        self.zygote.spent += self.cpu
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -478,7 +506,8 @@ def run(
 
     `preload` names modules of HEAVY that the command imports in any case (pyarrow, with the
     numpy it imports, for `verify` and `gc`): a zygote of its own imports them too, so that each
-    command does not (0.1 to 0.2 s of CPU each). Never for a command that runs otherwise with
+    command does not (0.1 to 0.2 s of CPU each); PIPELINE for `cachetool run` of a script that
+    imports `datasets` (which imports them all). Never for a command that runs otherwise with
     one of them loaded: a listing, or anything that fingerprints (`cachetool.fingerprint`)."""
     if tuple(args[: len(CLI)]) != CLI:
         raise ValueError(f"not a `python -m cachetool` command line: {args!r}")
@@ -700,6 +729,8 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
         sys.orig_argv = [sys.executable, "-m", "cachetool", *request["argv"]]
         sys.path.insert(0, request["cwd"])
         sys.modules.pop("_cachetool_zygote", None)
+        if "numpy.random" in sys.modules:  # a fresh interpreter seeds it from the OS at import
+            sys.modules["numpy.random"].seed()
         import builtins
         import runpy
 

@@ -192,7 +192,7 @@ def test_lineage_shows_a_step_gc_removed_as_deleted(tmp_path: Path) -> None:
 
     env = hf_env(tmp_path)
     script = write_demo_files(tmp_path / "demo")
-    run = cachetool_run(script, env=env)
+    run = cachetool_run(script, env=env, warm=True)
     final = run.stdout.strip().splitlines()[-1]
     cache = env["HF_DATASETS_CACHE"]
     chain = json.loads(invoke("lineage", final, "--cache-dir", cache, "--json", env=env).stdout)["steps"]
@@ -224,7 +224,7 @@ def test_lineage_after_the_cache_folder_was_moved_finds_the_files_at_the_new_pla
 
     env = hf_env(tmp_path)
     script = write_demo_files(tmp_path / "demo")
-    run = cachetool_run(script, env=env)
+    run = cachetool_run(script, env=env, warm=True)
     final = run.stdout.strip().splitlines()[-1]
     old = Path(env["HF_DATASETS_CACHE"])
     new = tmp_path / "moved" / "cache"
@@ -255,12 +255,12 @@ def test_a_damaged_ledger_of_an_unrelated_root_is_not_warned_about(tmp_path: Pat
     (tmp_path / "p.py").write_text(script, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
     env = hf_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "other"))
-    cachetool_run("p.py", "0", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "0", env=env, cwd=tmp_path, warm=True)
     [segment] = (tmp_path / "other" / ".cachetool" / "ledger").glob("*.jsonl")
     with open(segment, "ab") as f:
         f.write(b'{"unreadable\n')
     env["HF_DATASETS_CACHE"] = str(tmp_path / "cache")
-    cachetool_run("p.py", "1", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "1", env=env, cwd=tmp_path, warm=True)
 
     [fp] = [
         e["fingerprint"]
@@ -292,9 +292,9 @@ def test_lineage_from_a_saved_folder_counts_the_runs_of_the_cache_its_steps_ran_
     )
     env = hf_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "other"))
     for _ in range(2):
-        cachetool_run("load.py", env=env, cwd=tmp_path)
+        cachetool_run("load.py", env=env, cwd=tmp_path, warm=True)
     env["HF_DATASETS_CACHE"] = str(tmp_path / "cache")
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
 
     saved = json.loads((tmp_path / "saved" / "state.json").read_text())["_fingerprint"]
     here = json.loads(invoke("lineage", saved, "--json", env=env).stdout)["steps"][0]
@@ -334,8 +334,8 @@ def test_a_map_written_to_a_folder_of_its_own_after_load_from_disk_has_its_whole
         encoding="utf-8",
     )
     env = hf_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    fp = cachetool_run("u.py", env=env, cwd=tmp_path).stdout.split()[-1]
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
+    fp = cachetool_run("u.py", env=env, cwd=tmp_path, warm=True).stdout.split()[-1]
 
     there = invoke("lineage", fp, "--cache-dir", str(tmp_path / "out"), env=env)
     assert there.exit_code == 0 and NOT_RECORDED not in there.stdout, there.stdout
@@ -369,8 +369,8 @@ def test_a_run_with_caching_disabled_does_not_make_the_cached_files_gone(tmp_pat
     )
     (tmp_path / "d.csv").write_text("x\n1\n2\n", encoding="utf-8")
     env = hf_env(tmp_path)
-    final = cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split()[-1]
-    assert cachetool_run("p.py", "off", env=env, cwd=tmp_path).stdout.split()[-1] == final
+    final = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout.split()[-1]
+    assert cachetool_run("p.py", "off", env=env, cwd=tmp_path, warm=True).stdout.split()[-1] == final
     step = json.loads(invoke("lineage", final, "--json", env=env).stdout)["steps"][-1]
     assert step["fingerprint"] == final and step["files"], step
     assert all(f["exists"] and f["path"].startswith(env["HF_DATASETS_CACHE"]) for f in step["files"]), step

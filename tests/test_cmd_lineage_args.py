@@ -67,7 +67,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
         encoding="utf-8",
     )
     env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
-    proc = cachetool_run("p.py", "d.csv", env=env, cwd=base)
+    proc = cachetool_run("p.py", "d.csv", env=env, cwd=base, warm=True)
     return Made(base, env, json.loads(proc.stdout.strip().splitlines()[-1]))
 
 

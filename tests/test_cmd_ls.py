@@ -278,9 +278,9 @@ def test_the_file_a_cast_writes_lists_as_the_cast(tmp_path: Path) -> None:
     (tmp_path / "data.csv").write_text("text,label\na,pos\nb,neg\nc,pos\n")
     (tmp_path / "pipe.py").write_text(CAST_PIPELINE)
     env = hf_env(tmp_path)
-    cachetool_run("pipe.py", env=env, cwd=tmp_path)
-    time.sleep(1.1)
-    cachetool_run("pipe.py", env=env, cwd=tmp_path)
+    cachetool_run("pipe.py", env=env, cwd=tmp_path, warm=True)
+    time.sleep(1.01 - time.time() % 1)  # times are listed to the second: the next one
+    cachetool_run("pipe.py", env=env, cwd=tmp_path, warm=True)
     entries = json.loads(invoke("ls", env["HF_DATASETS_CACHE"], "--json", env=env).stdout)["entries"]
     by_fp = {e["fingerprint"]: e for e in entries if e["fingerprint"]}
     source = next(e for e in entries if e["kind"] == "source")
@@ -348,7 +348,7 @@ def test_nothing_cached_yet_names_the_cache_dir_the_last_traced_run_wrote_in(tmp
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     other = str(tmp_path / "hfc")
     for args in (["ls"], ["stats"]):
         said = forks.run(
@@ -383,7 +383,7 @@ def test_an_empty_default_root_names_the_saved_folder_the_last_traced_run_wrote_
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     said = forks.run([sys.executable, "-m", "cachetool", "ls"], env=env, capture_output=True, text=True)
     assert "No entries." in said.stdout, said
     command = f"cachetool ls --cache-dir {tmp_path / 'saved'}"

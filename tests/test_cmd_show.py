@@ -63,11 +63,16 @@ def test_ls_and_show_give_one_entry_the_same_age(
     copy_cache(Path(real_cache["cache"]), cache)
     fp = real_cache["csv_source"]
     doc = json.loads(invoke("show", fp, "--cache-dir", str(cache), "--json").stdout)
-    then = time.time() - age
-    for f in doc["files"]:
-        os.utime(f["path"], (then, then))
+
+    def aged() -> None:  # just before each command: a second more under load is another age
+        then = time.time() - age
+        for f in doc["files"]:
+            os.utime(f["path"], (then, then))
+
+    aged()
     row = next(line for line in invoke("ls", str(cache)).stdout.splitlines() if fp[:8] in line)
     assert listed in row, row
+    aged()
     assert f"({shown})" in invoke("show", fp, "--cache-dir", str(cache)).stdout
 
 

@@ -1005,7 +1005,7 @@ def test_verify_and_report_leave_out_what_gc_removed_and_logged(tmp_path: Path) 
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(50)), encoding="utf-8")
     env = hf_env(tmp_path)
     cache = tmp_path / "cache"
-    a, b, c = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path).stdout.split()
+    a, b, c = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True).stdout.split()
     (c_file,) = cache.rglob(f"cache-{c}.arrow")
     said = CliRunner().invoke(app, ["gc", a, b, "--min-age", "0", "-y", "--cache-dir", str(cache)], env=env)
     assert said.exit_code == 0, said.stdout
@@ -1161,7 +1161,7 @@ def test_indices_made_from_a_num_proc_filter_index_the_data_below_it(tmp_path: P
     (tmp_path / "p.py").write_text(FILTER_THEN_SORT, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(300)), encoding="utf-8")
     env = hf_env(tmp_path)
-    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True)
     root = tmp_path / "cache"
     kinds = {(e.kind, e.content) for e in scan_cache(root).entries}
     assert {(Kind.SHARDS, "indices"), (Kind.INDICES, "indices")} <= kinds, kinds
@@ -1189,7 +1189,7 @@ def test_show_and_explain_name_the_quarantine_a_damaged_result_went_to(tmp_path:
     (tmp_path / "p.py").write_text(QUARANTINED_PIPELINE)
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(50)))
     env = hf_env(tmp_path)
-    fp = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path).stdout.split()[-1]
+    fp = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True).stdout.split()[-1]
     root = Path(env["HF_DATASETS_CACHE"])
     (damaged,) = root.rglob(f"cache-{fp}.arrow")
     damaged.write_bytes(damaged.read_bytes()[:300])
@@ -1201,7 +1201,7 @@ def test_show_and_explain_name_the_quarantine_a_damaged_result_went_to(tmp_path:
     show = runner.invoke(app, ["show", fp, "--cache-dir", str(root)], env={**env, "COLUMNS": "300"})
     assert "quarantined by cachetool verify" in show.stdout and str(where) in show.stdout, show.stdout
 
-    assert cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path).stdout.split()[-1] == fp
+    assert cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True).stdout.split()[-1] == fp
     said = runner.invoke(app, ["explain", fp, "--cache-dir", str(root)], env={**env, "COLUMNS": "300"})
     assert "quarantined by cachetool verify at " in said.stdout and str(where) in said.stdout, said.stdout
     assert "gone (deleted" not in said.stdout

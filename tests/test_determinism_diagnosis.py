@@ -587,7 +587,7 @@ def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
     fingerprints = []
     for name in ("pipeline.py", "pipeline_b.py"):
         (tmp_path / name).write_text(RENAMED)
-        proc = cachetool_run(name, str(data), env=env, cwd=tmp_path, timeout=120)
+        proc = cachetool_run(name, str(data), env=env, cwd=tmp_path, timeout=120, warm=True)
         fingerprints.append(proc.stdout.split()[-1])
     assert fingerprints[0] != fingerprints[1]
     report = explain_fingerprint(env["HF_DATASETS_CACHE"], fingerprints[1])
@@ -611,7 +611,7 @@ def test_everyday_tracing_builds_no_hash_tree(base: Path) -> None:
     """`cachetool run` (the ledger) keeps bounded summaries only: no hash tree at hash time, no
     tree after the step, no column heads; those are for check-determinism's runs."""
     env = hf_env(base / "everyday")
-    cachetool_run("m01_tokenizer_truncation_inside_map.py", env=env, cwd=CORPUS, timeout=120)
+    cachetool_run("m01_tokenizer_truncation_inside_map.py", env=env, cwd=CORPUS, timeout=120, warm=True)
     segments = list(Path(env["HF_DATASETS_CACHE"]).glob(".cachetool/**/*.jsonl"))
     records = [json.loads(line) for seg in segments for line in seg.read_text().splitlines() if line]
     maps = [r for r in records if r.get("type") == "transform" and r.get("operation") == "map"]

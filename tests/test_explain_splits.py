@@ -54,7 +54,7 @@ PIPELINE = textwrap.dedent(
 
 
 def _run(project: Path, env: dict[str, str], **extra: str) -> dict[str, list[str]]:
-    proc = cachetool_run(project / "pipeline.py", env={**env, **extra}, cwd=project, timeout=240)
+    proc = cachetool_run(project / "pipeline.py", env={**env, **extra}, cwd=project, timeout=240, warm=True)
     out: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out
 

@@ -236,7 +236,7 @@ def test_a_first_traced_run_that_loaded_results_does_not_say_the_cache_held_noth
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     subprocess.run([sys.executable, "p.py"], env=env, cwd=tmp_path, check=True, capture_output=True)
     (tmp_path / "p.py").write_text(script.replace("* 2", "* 3").replace("+ 1", "+ 5"), encoding="utf-8")
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
 
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     assert (doc["computed"], doc["loaded"]) == (2, 1), doc
@@ -262,7 +262,7 @@ def test_explain_last_all_roots_does_not_point_at_a_root_whose_steps_it_shows(tm
     (tmp_path / "p.py").write_text(script, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     hint = "also recorded steps in"
     assert hint in invoke("explain", "--last", env=env).stderr
     both = invoke("explain", "--last", "--all-roots", env=env, columns=200)
@@ -278,8 +278,8 @@ def test_explain_last_all_roots_explains_this_cache_s_latest_run(tmp_path: Path)
     (tmp_path / "p.py").write_text(script, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    cachetool_run("p.py", env={**env, "HF_DATASETS_CACHE": str(tmp_path / "other")}, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
+    cachetool_run("p.py", env={**env, "HF_DATASETS_CACHE": str(tmp_path / "other")}, cwd=tmp_path, warm=True)
     mine = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
     both = json.loads(invoke("explain", "--last", "--all-roots", "--json", env=env).stdout)["run"]
     assert both == mine
@@ -302,8 +302,8 @@ def test_explain_last_of_a_run_that_computed_only_in_another_cache_says_so(tmp_p
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("p.py", env=env, cwd=tmp_path)
-    cachetool_run("u.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
+    cachetool_run("u.py", env=env, cwd=tmp_path, warm=True)
     said = invoke("explain", "--last", "--cache-dir", str(tmp_path / "saved"), env=env, columns=200)
     assert said.exit_code == 0, said.stderr
     assert "Nothing was recomputed.\n" not in said.stdout, said.stdout
@@ -485,16 +485,16 @@ def test_explain_last_points_at_a_later_run_from_this_folder_that_recorded_elsew
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    cachetool_run("a.py", env=env, cwd=tmp_path)
+    cachetool_run("a.py", env=env, cwd=tmp_path, warm=True)
     first = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "d.csv").write_bytes((tmp_path / "d.csv").read_bytes())
     (elsewhere / "b.py").write_bytes((tmp_path / "b.py").read_bytes())
-    cachetool_run("b.py", env=env, cwd=elsewhere)
+    cachetool_run("b.py", env=env, cwd=elsewhere, warm=True)
     assert "later traced run" not in invoke("explain", "--last", env=env).stderr
 
-    cachetool_run("b.py", env=env, cwd=tmp_path)
+    cachetool_run("b.py", env=env, cwd=tmp_path, warm=True)
     said = invoke("explain", "--last", env=env, columns=200)
     assert said.exit_code == 0 and first in said.stdout, said.stdout
     assert "a later traced run from this folder" in said.stderr, said.stderr

@@ -259,3 +259,45 @@ def test_a_command_forked_with_pyarrow_preloaded_answers_as_a_fresh_interpreter(
     preloaded, plain = forks.zygote_for(env, ("pyarrow",)), forks.zygote_for(env)
     assert preloaded.proc.pid != plain.proc.pid
     assert loads_arrow(preloaded.proc.pid) and not loads_arrow(plain.proc.pid)
+
+
+#: Prints what a pipeline's run depends on beyond its code: a map's fingerprint, the fingerprint
+#: of a shuffle without a seed (`datasets` takes its seed from numpy's global random state), the
+#: temp dir, the working directory and its arguments.
+PIPELINE_PROBE = """\
+import json, os, sys, tempfile
+from datasets import Dataset
+ds = Dataset.from_dict({"x": list(range(20))})
+print(json.dumps({
+    "map": ds.map(lambda ex: {"y": ex["x"] * 2})._fingerprint,
+    "shuffled": ds.shuffle()._fingerprint,
+    "tmp": tempfile.gettempdir(),
+    "cwd": os.getcwd(),
+    "argv": sys.argv[1:],
+}))
+"""
+
+
+def test_a_pipeline_forked_with_datasets_dependencies_preloaded_runs_as_a_fresh_one(tmp_path: Path) -> None:
+    """`cachetool run` of a pipeline forked from a warm parent that has imported what `datasets`
+    imports (`forks.PIPELINE`) gives what a fresh one gives: the same fingerprints, temp dir,
+    working directory and arguments; and two forked runs shuffle without a seed differently, as
+    two fresh interpreters do (numpy's global random state is the zygote's unless seeded again)."""
+    (tmp_path / "p.py").write_text(PIPELINE_PROBE, encoding="utf-8")
+    env = hf_env(tmp_path)
+    args = [*CLI, "run", "p.py", "an argument"]
+
+    def ran(warm: bool) -> dict[str, Any]:
+        how = {"preload": forks.PIPELINE} if warm else {}
+        proc = (forks.run if warm else subprocess.run)(
+            args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, **how
+        )
+        assert proc.returncode == 0, proc.stderr
+        out: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+        return out
+
+    cold, warm, again = ran(False), ran(True), ran(True)
+    assert warm["shuffled"] != again["shuffled"]
+    for out in (warm, again):
+        assert {**out, "shuffled": ""} == {**cold, "shuffled": ""}
+    assert cold["tmp"] == env["TMPDIR"] and cold["cwd"] == str(tmp_path) and cold["argv"] == ["an argument"]

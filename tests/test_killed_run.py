@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests import forks
     from tests.conftest import cachetool_run, invoke
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    import forks  # type: ignore[no-redef]
     from conftest import cachetool_run, invoke  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
@@ -109,8 +111,9 @@ def _tmp_sizes(tmp_path: Path, folder: str = "cache") -> dict[Path, int]:
 def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", writes_in: str = "cache") -> int:
     """`cachetool run SCRIPT d.csv` (the process becomes the script's), SIGKILLed once the script
     says it is busy and, for a map (p.py, saved.py), once its unfinished file in `writes_in`
-    holds bytes."""
-    proc = _start_and_kill(tmp_path, env, script, writes_in)
+    holds bytes. Forked warm (`forks.PIPELINE`): the killed runs and the reruns of these
+    pipelines hash no set nor str, so sharing a hash seed changes nothing they show."""
+    proc = _start_and_kill(tmp_path, env, script, writes_in, warm=True)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert b"finished" not in (tmp_path / "out.txt").read_bytes()
@@ -124,23 +127,27 @@ def _start_and_kill(
     writes_in: str = "cache",
     *,
     ctrl_c: bool = False,
-) -> subprocess.Popen[bytes]:
-    """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits.
+    warm: bool = False,
+) -> subprocess.Popen[bytes] | forks.ForkedProcess:
+    """`_run_and_kill` without reaping: the killed process stays a zombie until the caller waits
+    (unless `warm`: forked from the warm parent of `forks.PIPELINE`, which reaps it at once).
     Its output goes to `out.txt`, not a pipe: pool workers orphaned by the kill keep a pipe open.
     With `ctrl_c`, SIGINT goes to the run's process group instead, as a terminal's Ctrl-C does."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
     before = set(_tmp_sizes(tmp_path, writes_in))
     output = tmp_path / "out.txt"
+    argv = [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)]
+    proc: subprocess.Popen[bytes] | forks.ForkedProcess
     with open(output, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", script, "d.csv", str(marker)],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=ctrl_c,
-        )
+        if warm and not ctrl_c and forks.available():
+            proc = forks.ForkedProcess(
+                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, preload=forks.PIPELINE
+            )
+        else:
+            proc = subprocess.Popen(
+                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, start_new_session=ctrl_c
+            )
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
@@ -259,7 +266,7 @@ def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: 
     (tmp_path / "small.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(100)), encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path)
+    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path, warm=True)
     complete = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
 
     pid = _run_and_kill(tmp_path, env, "load.py")
@@ -286,7 +293,7 @@ def test_a_run_that_writes_only_under_cache_dir_records_nothing_in_the_default_r
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     default = tmp_path / "cache"
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(default))
-    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path)
+    cachetool_run("load.py", "small.csv", str(tmp_path / "unused"), env=env, cwd=tmp_path, warm=True)
     assert not default.exists(), sorted(default.rglob("*"))
     other = ("--cache-dir", str(tmp_path / "other"))
     there = invoke("explain", "--last", "--json", *other, env=env)
@@ -458,12 +465,12 @@ def test_explain_last_says_the_run_failed_in_the_map_that_read_a_damaged_file(tm
     )
     cache = tmp_path / "cache"
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(cache))
-    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True)
     up = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["steps"][-1]
     assert up["function"] == "up"
     damaged = next(cache.rglob(f"cache-{up['fingerprint']}.arrow"))
     os.truncate(damaged, damaged.stat().st_size // 2)
-    failed = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, check=False)
+    failed = cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, check=False, warm=True)
     assert failed.returncode == 1 and "Expected to be able to read" in failed.stderr
 
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
@@ -494,7 +501,7 @@ def test_explain_last_says_a_module_run_failed_in_its_map(tmp_path: Path) -> Non
     )
     (tmp_path / "d.csv").write_text("text\na\nb\n", encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    failed = cachetool_run("-m", "boom", "d.csv", env=env, cwd=tmp_path, check=False)
+    failed = cachetool_run("-m", "boom", "d.csv", env=env, cwd=tmp_path, check=False, warm=True)
     assert failed.returncode == 1 and "ValueError: no such column" in failed.stderr
 
     ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
@@ -550,7 +557,7 @@ def test_a_killed_map_s_partial_is_one_a_traced_rerun_takes_back_in_every_comman
     [problem] = [p for p in json.loads(report.stdout)["problems"] if p["path"] == partial["path"]]
     assert problem["what"].startswith("temp resumable, "), problem
 
-    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", str(tmp_path / "busy"), env=env, cwd=tmp_path, warm=True)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     [step] = [s for s in doc["steps"] if s["operation"] == "map"]
     assert [r["kind"] for r in step["reasons"]] == ["resumed"], step["reasons"]
@@ -653,7 +660,7 @@ def test_the_dead_run_hint_names_only_what_the_killed_run_may_have_left(tmp_path
     pid = _run_and_kill(tmp_path, env)
     (left,) = _tmp_sizes(tmp_path)
     before = set((tmp_path / "cache").rglob("cache-*.arrow"))
-    cachetool_run("other.py", env=env, cwd=tmp_path)
+    cachetool_run("other.py", env=env, cwd=tmp_path, warm=True)
     (complete,) = set((tmp_path / "cache").rglob("cache-*.arrow")) - before
 
     said = invoke("gc", "--temp", "--max-size", "1B", "--dry-run", env=env, columns=250)
@@ -672,13 +679,18 @@ def test_a_run_beside_a_killed_one_says_how_long_before_it_that_one_began(tmp_pa
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     first, second = tmp_path / "busy1", tmp_path / "busy2"
 
-    def start(marker: Path) -> subprocess.Popen[bytes]:
+    def start(marker: Path) -> subprocess.Popen[bytes] | forks.ForkedProcess:
+        # Forked warm: a cold second run, slow to start under load, found the first one's map
+        # finished and loaded it, never computing beside it.
         cmd = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)]
-        return subprocess.Popen(
-            cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        quiet = subprocess.DEVNULL
+        if forks.available():
+            return forks.ForkedProcess(
+                cmd, env=env, cwd=tmp_path, stdout=quiet, stderr=quiet, preload=forks.PIPELINE
+            )
+        return subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=quiet, stderr=quiet)
 
-    def wait_for(marker: Path, proc: subprocess.Popen[bytes]) -> None:
+    def wait_for(marker: Path, proc: subprocess.Popen[bytes] | forks.ForkedProcess) -> None:
         deadline = time.monotonic() + 120
         while not marker.exists():
             assert proc.poll() is None and time.monotonic() < deadline
@@ -741,7 +753,7 @@ def test_a_run_that_ends_by_os_exit_half_way_is_not_called_killed(tmp_path: Path
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     for status in (5, 0):
-        ended = cachetool_run("p.py", str(status), env=env, cwd=tmp_path, check=False)
+        ended = cachetool_run("p.py", str(status), env=env, cwd=tmp_path, check=False, warm=True)
         assert ended.returncode == status, ended.stderr
         doc = json.loads(invoke("explain", "--last", "--json", "--cache-dir", str(tmp_path), env=env).stdout)
         assert doc["interrupted"] is None, doc["interrupted"]
@@ -801,7 +813,7 @@ def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_c
     said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "The run failed in map slow @ p.py:12 (RuntimeError: One of the subprocesses" in said, said
 
-    cachetool_run("p.py", "d.csv", str(marker), env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", str(marker), env=env, cwd=tmp_path, warm=True)
     said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "it failed when it last ran" in said and "rows reused from" in said, said
     assert "nothing was cached" not in said, said
@@ -818,7 +830,7 @@ def test_a_sys_exit_inside_a_map_names_the_map_the_run_ended_in(tmp_path: Path) 
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 3
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False, warm=True).returncode == 3
     ended = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["failed"]
     assert ended["status"] == 3 and ended["step"]["operation"] == "map", ended
     human = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
@@ -846,7 +858,7 @@ def test_explain_last_of_a_run_that_filled_its_disk_says_so_not_a_damaged_file(t
             encoding="utf-8",
         )
         env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(cache))
-        failed = cachetool_run("p.py", str(cache / "s"), env=env, cwd=tmp_path, check=False)
+        failed = cachetool_run("p.py", str(cache / "s"), env=env, cwd=tmp_path, check=False, warm=True)
         assert failed.returncode == 1 and "No space left on device" in failed.stderr, failed.stderr[-2000:]
         human = " ".join(invoke("explain", "--last", "--cache-dir", str(cache / "s"), env=env).stdout.split())
         assert (

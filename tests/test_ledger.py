@@ -342,7 +342,7 @@ def test_a_run_from_a_folder_whose_name_is_not_utf8_is_recorded_readably(tmp_pat
         encoding="utf-8",
     )
     env = hf_env(tmp_path)
-    cachetool_run("p.py", env=env, cwd=project)
+    cachetool_run("p.py", env=env, cwd=project, warm=True)
     ledger = read_ledger(tmp_path / "cache")
     assert ledger.warnings == ()
     assert any(r.type == "run-start" for r in ledger.records)
@@ -367,7 +367,7 @@ def test_a_ledger_another_user_may_not_read_is_named_not_called_empty(tmp_path: 
         "load_dataset('csv', data_files='d.csv', split='train').map(lambda ex: {'y': ex['x'] * 2})\n"
     )
     env = hf_env(tmp_path)
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     root = tmp_path / "cache"
     for dirpath, _, _ in os.walk(tmp_path):
         os.chmod(dirpath, 0o755)

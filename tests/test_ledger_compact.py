@@ -554,7 +554,7 @@ def test_a_traced_run_that_ends_compacts_a_long_ledger_so_reading_it_stays_cheap
         "from datasets import load_dataset\n"
         "load_dataset('csv', data_files='d.csv', split='train').map(lambda x: {'b': x['a'] * 2})\n"
     )
-    cachetool_run(script, env=hf_env(tmp_path), cwd=tmp_path)
+    cachetool_run(script, env=hf_env(tmp_path), cwd=tmp_path, warm=True)
 
     assert [n for n in _segments(root) if n.startswith("compacted-")], _segments(root)
     assert foldable_bytes(root) <= AUTO_BYTES and ledger_bytes(root) < size / 4

@@ -360,11 +360,11 @@ def test_explain_of_a_value_grown_past_what_the_ledger_keeps_says_what_it_was_an
     explain says it changed from its old value to another one whose text is not kept, never
     "changed ('fox', 'dog') → " with nothing after the arrow."""
     project, env = _project(tmp_path, KWARGS_PIPELINE)
-    cachetool_run(project / "pipeline.py", env=env, cwd=project)
+    cachetool_run(project / "pipeline.py", env=env, cwd=project, warm=True)
     longer = '("fox", "dog", "number", "quick", "the", "lazy", "brown", "jumps")'
     script = project / "pipeline.py"
     script.write_text(script.read_text(encoding="utf-8").replace('("fox", "dog")', longer), encoding="utf-8")
-    cachetool_run(script, env=env, cwd=project)
+    cachetool_run(script, env=env, cwd=project, warm=True)
 
     proc = _cli(env, "explain", "--last", "--json")
     steps = json.loads(proc.stdout)["steps"]

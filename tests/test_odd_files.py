@@ -291,7 +291,7 @@ def test_a_folder_named_like_a_cache_file_is_named_by_the_verify_explain_points_
     )
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / f"cache-{FP}.arrow").mkdir()
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 1
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False, warm=True).returncode == 1
     root = str(tmp_path / "s")
     verify = f"cachetool verify --cache-dir {root}"
     explained = " ".join(invoke("explain", "--last", "--cache-dir", root, env=env).stdout.split())

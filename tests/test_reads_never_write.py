@@ -80,8 +80,8 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     (base / "p.py").write_text(PIPELINE, encoding="utf-8")
     (base / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(60)), encoding="utf-8")
     env = hf_env(base)
-    cachetool_run("p.py", env=env, cwd=base)
-    fp = cachetool_run("p.py", env=env, cwd=base).stdout.split()[-1]
+    cachetool_run("p.py", env=env, cwd=base, warm=True)
+    fp = cachetool_run("p.py", env=env, cwd=base, warm=True).stdout.split()[-1]
     return base / "cache", fp
 
 

@@ -79,6 +79,7 @@ def _run(base: Path, env: dict[str, str], cache: Path, *args: str) -> subprocess
         cwd=base / "project",
         timeout=240,
         check=False,
+        warm=True,
     )
 
 

@@ -20,10 +20,12 @@ import pytest
 from cachetool.cache.arrow import read_summary
 
 try:  # tests/ may or may not be a package
+    from tests import forks
     from tests.conftest import cachetool_run, invoke
     from tests.lineage_pipeline import subprocess_env
     from tests.test_killed_run import _run_and_kill
 except ImportError:
+    import forks  # type: ignore[no-redef]
     from conftest import cachetool_run, invoke  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
     from test_killed_run import _run_and_kill  # type: ignore[no-redef]
@@ -88,7 +90,31 @@ def _kill_group(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 #: `shared(script, rows)`: the folder of a pipeline and its uninterrupted run.
-Shared = Callable[[str, int], tuple[Path, "subprocess.Popen[str]"]]
+Shared = Callable[[str, int], tuple[Path, "Reference"]]
+
+
+class Reference:
+    """The uninterrupted run of a pipeline, forked warm (`forks.PIPELINE`: these pipelines hash
+    no set nor str), its stderr kept in a file beside its cache."""
+
+    def __init__(self, case: Path) -> None:
+        self.err = case / "reference.err"
+        argv = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", "-"]
+        env = subprocess_env(case, HF_DATASETS_CACHE=str(case / "reference"))
+        with open(self.err, "wb") as err:
+            if forks.available():
+                self.proc: forks.ForkedProcess | subprocess.Popen[bytes] = forks.ForkedProcess(
+                    argv, env=env, cwd=case, stdout=subprocess.DEVNULL, stderr=err, preload=forks.PIPELINE
+                )
+            else:
+                self.proc = subprocess.Popen(argv, env=env, cwd=case, stdout=subprocess.DEVNULL, stderr=err)
+
+    def finished(self, timeout: float) -> bool:
+        """Whether it ended well (waiting for it at most `timeout` seconds)."""
+        return self.proc.wait(timeout=timeout) == 0
+
+    def why(self) -> str:
+        return self.err.read_text(errors="replace")[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -98,28 +124,20 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     once for the module's tests of that pipeline: `datasets` hashes the data file's path and time
     into the fingerprints, so each of them runs the pipeline in that folder (its own cache given
     by HF_DATASETS_CACHE) to compare with that run."""
-    made: dict[tuple[str, int], tuple[Path, subprocess.Popen[str]]] = {}
+    made: dict[tuple[str, int], tuple[Path, Reference]] = {}
 
-    def make(script: str, rows: int) -> tuple[Path, subprocess.Popen[str]]:
+    def make(script: str, rows: int) -> tuple[Path, Reference]:
         if (script, rows) not in made:
             case = tmp_path_factory.mktemp("pipeline")
             (case / "p.py").write_text(script, encoding="utf-8")
             (case / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(rows)), encoding="utf-8")
-            reference = subprocess.Popen(
-                [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", "-"],
-                env=subprocess_env(case, HF_DATASETS_CACHE=str(case / "reference")),
-                cwd=case,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            made[script, rows] = (case, reference)
+            made[script, rows] = (case, Reference(case))
         return made[script, rows]
 
     yield make
     for _, reference in made.values():
-        reference.kill()
-        reference.communicate()
+        reference.proc.kill()
+        reference.proc.wait()
 
 
 CASES = {
@@ -186,9 +204,9 @@ def test_a_rerun_resumes_a_map_killed_part_way(
         if p.stat().st_size > 100:  # a worker killed as it began holds less than a schema
             os.truncate(p, p.stat().st_size - 100)
 
-    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder, warm=True)
     fp = out.stdout.split()[-1]
-    assert reference.wait(timeout=120) == 0, reference.stderr.read() if reference.stderr else ""
+    assert reference.finished(timeout=120), reference.why()
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
     said = [r["message"] for r in step["reasons"] if r["kind"] == "resumed"]
@@ -214,7 +232,7 @@ def test_a_rerun_resumes_a_map_killed_part_way(
     # The partial files given back are removed; one not reused stays, untouched, for gc.
     assert list((tmp_path / "cache").rglob("tmp*")) == (partials if case == "fewer-rows" else [])
 
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder, warm=True)
     again = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     assert again["computed"] == 0 and again["loaded"] == 2, again  # the CSV and the map
     assert [os.stat(p).st_ino for p in mine] == [
@@ -250,7 +268,7 @@ def test_a_run_killed_while_it_resumes_leaves_the_first_run_s_rows_resumable(tmp
     _run_and_kill(tmp_path, env)  # in the rest of the map, after the first 10,000 rows
     assert partial.exists()
 
-    out = cachetool_run("p.py", "d.csv", "-", env={**env, "KILL_AT": "-1"}, cwd=tmp_path)
+    out = cachetool_run("p.py", "d.csv", "-", env={**env, "KILL_AT": "-1"}, cwd=tmp_path, warm=True)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
     said = [r["message"] for r in step["reasons"] if r["kind"] == "resumed"]
@@ -273,7 +291,7 @@ def test_a_rerun_told_not_to_load_from_the_cache_computes_everything(tmp_path: P
     size = partial.stat().st_size
     again = script.replace("MAP_ARGS", "batched=True, batch_size=100, load_from_cache_file=False")
     (tmp_path / "p.py").write_text(again)
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path, warm=True)
     said = invoke("explain", "--last", "--json", env=env).stdout
     assert json.loads(said)["uncached"] and "resumed" not in said, said
     assert partial.stat().st_size == size
@@ -405,7 +423,7 @@ def test_a_killed_filter_s_tmp_file_is_not_called_resumable(tmp_path: Path) -> N
     told = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert "unfinished; datasets does not reuse these" in told and "partial output" not in told, told
     # The rerun computes it all; explain says the killed run began it, not "first time this step ran".
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path, warm=True)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     (step,) = [s for s in doc["steps"] if s["operation"] == "filter"]
     assert [r["kind"] for r in step["reasons"]] == ["killed-before"], step["reasons"]
@@ -446,13 +464,13 @@ def test_a_num_proc_map_resumes_unless_that_is_much_slower(
     after the other against 5,000 side by side) the rerun leaves it to `datasets`' workers, and at
     about 90% it resumes; either way the files are an uninterrupted run's."""
     folder, reference = shared(BOTH_WORKERS, 20_000)
-    assert reference.wait(timeout=240) == 0, reference.stderr.read() if reference.stderr else ""
+    assert reference.finished(timeout=240), reference.why()
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     _kill_group(folder, {**env, "KILL_AT": str(kill_at)})
     partials = list((tmp_path / "cache").rglob("tmp*"))
     assert partials  # (on a loaded machine a worker may have finished, or not begun, by then)
 
-    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder)
+    out = cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder, warm=True)
     said = invoke("explain", "--last", env=env, columns=200).stdout
     assert ("resumed:" in said) == resumes, said
     fp = out.stdout.split()[-1]

@@ -72,7 +72,7 @@ def test_explain_after_a_killed_attempt_on_other_input_is_not_a_first_time(tmp_p
     _run_and_kill(tmp_path, env)
     killed = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["run"]
     _csv(tmp_path / "d.csv", 900)
-    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path, warm=True)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     (step,) = [s for s in doc["steps"] if s["operation"] == "map"]
     kinds = [r["kind"] for r in step["reasons"]]

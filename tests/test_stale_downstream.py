@@ -80,7 +80,7 @@ def _project(base: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _run(project: Path, env: dict[str, str]) -> dict[str, object]:
-    proc = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    proc = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out
 
@@ -120,7 +120,7 @@ def test_following_the_hint_removes_every_stale_entry_and_the_data_comes_out_rig
     fps = first["fps"]
     assert isinstance(fps, list)
     _edit_helper(project)
-    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     second = json.loads(run.stdout.strip().splitlines()[-1])
     assert second["fps"] == fps and second["upper"] == 0  # reused: the stale result
     # The run itself says so, and its hint removes all three.
@@ -158,7 +158,7 @@ def test_following_the_hint_removes_every_stale_entry_and_the_data_comes_out_rig
 
     removed = _cli(env, *command[1:], "--yes")
     assert removed.returncode == 0, removed.stderr
-    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     assert "stale" not in run.stderr, run.stderr
     third = json.loads(run.stdout.strip().splitlines()[-1])
     assert third["fps"] == fps
@@ -180,7 +180,7 @@ def test_an_input_recomputed_by_changed_code_makes_what_was_made_from_it_stale(t
     _edit_helper(project)
     removed = _cli(env, "gc", fps[0], "--min-age", "0", "--cache-dir", str(tmp_path / "cache"), "--yes")
     assert removed.returncode == 0, removed.stderr
-    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     assert json.loads(run.stdout.strip().splitlines()[-1])["upper"] == 0  # still wrong: the later
     assert "warning: this run loaded 2 stale result(s)" in run.stderr, run.stderr  # steps reused old files
 
@@ -339,7 +339,7 @@ def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there
     cache, saved = str(tmp_path / "cache"), str(project / "saved_dd")
 
     def run(*args: str) -> dict[str, object]:
-        proc = cachetool_run(project / "prep.py", *args, env=env, cwd=project, timeout=240)
+        proc = cachetool_run(project / "prep.py", *args, env=env, cwd=project, timeout=240, warm=True)
         out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
         return out
 
@@ -451,10 +451,10 @@ def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> N
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
     fps = _run(project, env)["fps"]
     assert isinstance(fps, list)
-    again = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    again = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     assert "stale" not in again.stderr, again.stderr  # SEEN was filled by the first run's map
     (project / "config.py").write_text('SUFFIX = "?"\n', encoding="utf-8")
-    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     assert json.loads(run.stdout.strip().splitlines()[-1])["upper"] == 0  # the old results, reused
     assert "this run loaded 3 stale result(s)" in run.stderr and "`config.SUFFIX`" in run.stderr, run.stderr
 
@@ -469,7 +469,7 @@ def test_a_constant_a_helper_reads_is_an_edit_of_the_helper(tmp_path: Path) -> N
     assert _run(project, env)["upper"] == 20
 
     (project / "helpers.py").write_text(helpers.replace('PREFIX = ""', 'PREFIX = "> "'), encoding="utf-8")
-    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     assert "this run loaded 3 stale result(s)" in run.stderr and "`PREFIX`" in run.stderr, run.stderr
 
 
@@ -493,7 +493,7 @@ def test_a_helper_reached_through_package_attributes_two_modules_deep_is_an_edit
     fps = _run(project, env)["fps"]
     assert isinstance(fps, list)
     (package / "b.py").write_text(HELPERS.replace(".lower()", ""), encoding="utf-8")
-    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240)
+    run = cachetool_run(project / "pipeline.py", env=env, cwd=project, timeout=240, warm=True)
     assert json.loads(run.stdout.strip().splitlines()[-1])["fps"] == fps
     assert "this run loaded 3 stale result(s)" in run.stderr, run.stderr
     assert "`clean_text` in b.py changed" in run.stderr, run.stderr
@@ -520,9 +520,9 @@ def test_a_method_a_callable_object_reaches_through_self_is_an_edit(tmp_path: Pa
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout == "a\n"
     _replace_in(tmp_path / "helpers.py", "t.strip()", "t.strip() + '.'")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     assert run.stdout == "a\n"  # the old result, reused
     said = " ".join(run.stderr.split())
     assert "this run loaded 1 stale result(s)" in said and "`Base.clean` in helpers.py changed" in said, said
@@ -546,9 +546,9 @@ def test_a_class_value_a_method_reads_through_self_is_an_edit(tmp_path: Path) ->
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "4\n"
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout == "4\n"
     _replace_in(tmp_path / "helpers.py", "LIMIT = 5", "LIMIT = 7")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     said = " ".join(run.stderr.split())
     assert run.stdout == "4\n" and "(the value of `Keep.LIMIT` it reads)" in said, said
 
@@ -572,13 +572,13 @@ def test_a_staticmethod_or_classmethod_called_through_its_class_is_an_edit(tmp_p
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    first = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout
     for old, new, stale, name in (
         ("t.upper()", "t.upper() + '!'", 1, "up"),
         ("t.strip()", "t.strip() + '.'", 2, "clean"),
     ):
         _replace_in(tmp_path / "helpers.py", old, new)
-        run = cachetool_run("p.py", env=env, cwd=tmp_path)
+        run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
         said = " ".join(run.stderr.split())
         assert run.stdout == first and f"this run loaded {stale} stale result(s)" in said, said
         assert f"`Text.{name}` in helpers.py changed" in said, said
@@ -612,9 +612,9 @@ def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_pat
         script = script.replace("def step(r, fix=clean):\n    return {'u': fix(r['t'])}", step)
         (tmp_path / "p.py").write_text(script.replace("map(step,", "map(Step(clean),"), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout == "a\n"
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout == "a\n"
     (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip() + '.'\n", encoding="utf-8")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     said = " ".join(run.stderr.split())
     assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
 
@@ -760,11 +760,11 @@ def test_a_named_cache_file_of_an_earlier_version_of_the_step_is_said_stale(tmp_
     (tmp_path / "named").mkdir()
     script.write_text(code, encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    first = cachetool_run(script, env=env, cwd=tmp_path)
-    again = cachetool_run(script, env=env, cwd=tmp_path)
+    first = cachetool_run(script, env=env, cwd=tmp_path, warm=True)
+    again = cachetool_run(script, env=env, cwd=tmp_path, warm=True)
     assert again.stdout == first.stdout and "warning" not in again.stderr, again.stderr
     script.write_text(code.replace("+ 1", "+ 2"), encoding="utf-8")
-    edited = cachetool_run(script, env=env, cwd=tmp_path)
+    edited = cachetool_run(script, env=env, cwd=tmp_path, warm=True)
     old_fp, new_fp = first.stdout.split()[1], edited.stdout.split()[1]
     assert edited.stdout.split()[0] == "1" and new_fp != old_fp  # the old rows, reused
     said = " ".join(edited.stderr.split())
@@ -788,9 +788,9 @@ def test_a_named_cache_file_of_an_earlier_version_is_stale_for_explain_and_verif
     ).format(str(named / "m.arrow"))
     (tmp_path / "p.py").write_text(code, encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["40"]
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout.split() == ["40"]
     (tmp_path / "p.py").write_text(code.replace("+ 1", "+ 2"), encoding="utf-8")
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["40"]  # the old rows
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout.split() == ["40"]  # the old rows
     explained = " ".join(_cli(env, "explain", "--last", "--cache-dir", str(named)).stdout.split())
     assert "Stale cache hits: cache entry m.arrow" in explained, explained
     assert "written under fingerprint" in explained, explained
@@ -802,7 +802,7 @@ def test_a_named_cache_file_of_an_earlier_version_is_stale_for_explain_and_verif
     assert verified.returncode == 1 and len(findings) == 2, verified.stdout
     hint = next(f["hint"] for f in findings if f["path"].endswith("m.arrow"))
     assert _cli(env, *_hint_command(hint)[1:], "-y").returncode == 0
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split() == ["51"]
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout.split() == ["51"]
 
 
 def test_the_run_warning_removes_every_stale_result_it_counts(tmp_path: Path) -> None:
@@ -823,12 +823,12 @@ def test_the_run_warning_removes_every_stale_result_it_counts(tmp_path: Path) ->
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split()[-1] == "28"
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout.split()[-1] == "28"
     (tmp_path / "helpers.py").write_text(
         "LIMIT = 9\n\n\ndef keep(n):\n    return n > LIMIT\n", encoding="utf-8"
     )
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     assert "this run loaded 2 stale result(s)" in run.stderr, run.stderr
     removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
     assert removed.returncode == 0, removed.stdout + removed.stderr
-    assert cachetool_run("p.py", env=env, cwd=tmp_path).stdout.split()[-1] == "20"
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout.split()[-1] == "20"

@@ -306,7 +306,7 @@ def test_a_computed_step_records_its_wall_and_cpu_time_workers_included(tmp_path
     script.write_text(COMPUTE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(40)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    proc = cachetool_run(script, str(tmp_path / "d.csv"), env=env, timeout=120)
+    proc = cachetool_run(script, str(tmp_path / "d.csv"), env=env, timeout=120, warm=True)
     fp = json.loads(proc.stdout.strip().splitlines()[-1])
     miss, hit = [r for r in read_ledger(tmp_path / "cache").steps() if r.result == fp and not r.internal]
     assert (miss.cache, hit.cache) == ("miss", "hit")

@@ -63,7 +63,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Traced:
     saved = tmp_path / "saved"
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     proc = cachetool_run(
-        tmp_path / "p.py", str(tmp_path / "d.csv"), str(saved), env=env, cwd=work, timeout=180
+        tmp_path / "p.py", str(tmp_path / "d.csv"), str(saved), env=env, cwd=work, timeout=180, warm=True
     )
     assert "cachetool: warning" not in proc.stderr
     return Traced(tmp_path, work, saved, env, json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -170,7 +170,7 @@ def test_load_dataset_with_a_file_url_as_cache_dir_records_in_that_cache(tmp_pat
     cache = tmp_path / "cache"
     env = subprocess_env(tmp_path)
     csv = str(tmp_path / "d.csv")
-    proc = cachetool_run(tmp_path / "p.py", csv, str(cache), env=env, cwd=work, timeout=180)
+    proc = cachetool_run(tmp_path / "p.py", csv, str(cache), env=env, cwd=work, timeout=180, warm=True)
     fp = json.loads(proc.stdout.strip().splitlines()[-1])["map"]
     assert list(work.iterdir()) == []
     records = [json.loads(line) for p in cache.glob(".cachetool/ledger/*.jsonl") for line in p.open()]

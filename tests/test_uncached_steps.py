@@ -57,8 +57,8 @@ def test_explain_and_stats_name_steps_without_a_persistent_cache(tmp_path: Path)
         assert said.exit_code == 0, said.stderr
         return str(said.stdout)
 
-    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
-    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True)
+    cachetool_run("p.py", "d.csv", env=env, cwd=tmp_path, warm=True)
     human = cli("explain", "--last")
     assert "Nothing was recomputed" not in human
     assert "5 steps ran without a persistent cache" in human

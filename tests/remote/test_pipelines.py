@@ -64,7 +64,9 @@ def _run(
         base, MARKER=str(base / "marker"), **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     )
     args = ("--load-only",) if load_only else ()
-    proc = cachetool_run(*remote, "pipeline.py", str(data), *args, env=env, cwd=tmp_path, timeout=180)
+    proc = cachetool_run(
+        *remote, "pipeline.py", str(data), *args, env=env, cwd=tmp_path, timeout=180, warm=True
+    )
     if load_only:
         return {}, "", proc.stderr
     marker = base / "marker"
