@@ -229,8 +229,13 @@ def test_a_rerun_resumes_a_map_killed_part_way(
         assert got.schema.equals(want.schema, check_metadata=True), (got.schema, want.schema)
         assert got.equals(want)
         assert oct(m.stat().st_mode & 0o777) == oct(t.stat().st_mode & 0o777)
-    # The partial files given back are removed; one not reused stays, untouched, for gc.
-    assert list((tmp_path / "cache").rglob("tmp*")) == (partials if case == "fewer-rows" else [])
+    # The partial files given back are removed; one not reused stays, untouched, for gc: all of
+    # them when the rows differ, else only a worker's killed before it wrote a whole batch.
+    left = list((tmp_path / "cache").rglob("tmp*"))
+    if case == "fewer-rows":
+        assert left == partials
+    else:
+        assert set(left) <= set(partials) and not any(read_summary(p).rows for p in left), left
 
     cachetool_run("p.py", "d.csv", "-", env=env, cwd=folder, warm=True)
     again = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
