@@ -768,9 +768,9 @@ def test_ctrl_c_in_a_num_proc_map_is_said_as_an_interrupt_not_the_pool_s_timeout
     raises a `TimeoutError` and the script ends with exit status 1, as under plain python.
     `explain --last` says the run was interrupted (Ctrl-C) in that map; it said the run failed
     in it with a TimeoutError; `stats` counts the map as interrupted, not as a step that failed."""
-    (tmp_path / "p.py").write_text(
-        PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)"), encoding="utf-8"
-    )
+    # Rows slow enough (20 s left) that a loaded machine cannot finish the map before Ctrl-C.
+    script = PIPELINE.replace("writer_batch_size=50)", "writer_batch_size=50, num_proc=2)")
+    (tmp_path / "p.py").write_text(script.replace("0.002 if", "0.02 if"), encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     proc = _start_and_kill(tmp_path, env, ctrl_c=True)
