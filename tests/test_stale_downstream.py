@@ -632,9 +632,9 @@ def _edited_rerun(base: Path, helpers: str, script: str, old: str, new: str) -> 
     (base / "helpers.py").write_text(helpers, encoding="utf-8")
     (base / "p.py").write_text(script, encoding="utf-8")
     env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
-    first = cachetool_run("p.py", env=env, cwd=base).stdout
+    first = cachetool_run("p.py", env=env, cwd=base, warm=True).stdout
     _replace_in(base / "helpers.py", old, new)
-    run = cachetool_run("p.py", env=env, cwd=base)
+    run = cachetool_run("p.py", env=env, cwd=base, warm=True)
     assert run.stdout == first, (first, run.stdout)  # the old result, reused
     return first, " ".join(run.stderr.split())
 
@@ -728,10 +728,10 @@ def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
-    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    first = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout
     assert "'A', 'B']" in first
     (tmp_path / "words.txt").write_text("a\nb\nc\n", encoding="utf-8")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     said = " ".join(run.stderr.split())
     assert run.stdout == first and "this run loaded 2 stale result(s)" in said, said
     assert "a file its generator reads changed (words.txt: size 4 → 6 bytes)" in said, said
@@ -742,7 +742,7 @@ def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp
     assert "[stale: a file it reads changed]" in chain, chain  # the generator's step, not "code changed"
     removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
     assert removed.returncode == 0, removed.stderr
-    again = cachetool_run("p.py", env=env, cwd=tmp_path)
+    again = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     assert "'A', 'B', 'C']" in again.stdout and "stale" not in again.stderr, again
 
 
