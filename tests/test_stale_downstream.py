@@ -584,39 +584,30 @@ def test_a_staticmethod_or_classmethod_called_through_its_class_is_an_edit(tmp_p
         assert f"`Text.{name}` in helpers.py changed" in said, said
 
 
-@pytest.mark.parametrize("given", ["default", "fn_kwargs", "partial", "attribute"])
-def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path, given: str) -> None:
-    """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, or
-    `functools.partial(step, fix=clean)`, or `Step(clean)` whose `__call__` calls `self.fix`, `clean`
-    from the user's module (`datasets` pickles it by name): once `clean` is edited the run warns
-    that it loaded a stale result, naming `clean`. It said nothing (the partial and the object's
-    attribute said nothing until their functions were followed too)."""
-    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
-    (tmp_path / "p.py").write_text(
-        "import datasets\nfrom helpers import clean\n\n\n"
+def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path) -> None:
+    """Four maps of the same rows: `def step(r, fix=clean)` mapped, `given` mapped with
+    `fn_kwargs={"fix": clean}`, `functools.partial(given, fix=clean)`, and `Step(clean)` whose
+    `__call__` calls `self.fix`, `clean` from the user's module (`datasets` pickles it by name):
+    once `clean` is edited the run warns that it loaded 4 stale results (one for each way of
+    giving it), naming `clean`. It said nothing (the partial and the object's attribute said
+    nothing until their functions were followed too)."""
+    script = (
+        "import functools\n\nimport datasets\nfrom helpers import clean\n\n\n"
         "def step(r, fix=clean):\n    return {'u': fix(r['t'])}\n\n\n"
-        "print(datasets.Dataset.from_dict({'t': [' a ']}).map(step, cache_file_name='./m.arrow')[0]['u'])\n",
-        encoding="utf-8",
+        "def given(r, fix):\n    return {'u': fix(r['t'])}\n\n\n"
+        "class Step:\n    def __init__(self, fix):\n        self.fix = fix\n\n"
+        "    def __call__(self, r):\n        return {'u': self.fix(r['t'])}\n\n\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ']})\n"
+        "a = ds.map(step, cache_file_name='./a.arrow')[0]['u']\n"
+        "b = ds.map(given, fn_kwargs={'fix': clean}, cache_file_name='./b.arrow')[0]['u']\n"
+        "c = ds.map(functools.partial(given, fix=clean), cache_file_name='./c.arrow')[0]['u']\n"
+        "d = ds.map(Step(clean), cache_file_name='./d.arrow')[0]['u']\n"
+        "print(a, b, c, d)\n"
     )
-    if given == "fn_kwargs":
-        script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
-        (tmp_path / "p.py").write_text(script.replace("map(step,", "map(step, fn_kwargs={'fix': clean},"))
-    if given == "partial":
-        script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
-        script = script.replace("map(step,", "map(__import__('functools').partial(step, fix=clean),")
-        (tmp_path / "p.py").write_text(script, encoding="utf-8")
-    if given == "attribute":
-        step = "class Step:\n    def __init__(self, fix):\n        self.fix = fix\n\n"
-        step += "    def __call__(self, r):\n        return {'u': self.fix(r['t'])}"
-        script = (tmp_path / "p.py").read_text(encoding="utf-8")
-        script = script.replace("def step(r, fix=clean):\n    return {'u': fix(r['t'])}", step)
-        (tmp_path / "p.py").write_text(script.replace("map(step,", "map(Step(clean),"), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout == "a\n"
-    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip() + '.'\n", encoding="utf-8")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
-    said = " ".join(run.stderr.split())
-    assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
+    helpers = "def clean(t):\n    return t.strip()\n"
+    first, said = _edited_rerun(tmp_path, helpers, script, "t.strip()", "t.strip() + '.'")
+    assert first == "a a a a\n" and "this run loaded 4 stale result(s)" in said, said
+    assert "`clean` in helpers.py changed" in said, said
 
 
 TOK = (
