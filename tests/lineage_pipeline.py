@@ -5,7 +5,10 @@ under plain `python` (no cachetool at all), and under `cachetool run` with an ev
 determinism runner's mode). Each run gets its own cache root; the input files are shared, so the
 fingerprints must agree across the runs. The traced runs save with a spawn pool of 2 processes
 (`save_to_disk(num_proc=2)`); the plain run, which is there for its fingerprints, saves in its
-own process (`--save-here`: 2.6 s of CPU less, two interpreters that import datasets).
+own process (`--save-here`: 2.6 s of CPU less, two interpreters that import datasets). The
+`cachetool run`s fork from a warm parent (tests/forks.py): they share a hash seed, so what
+proves that tracing changes no fingerprint is their agreement with the plain run, a fresh
+interpreter with a seed of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:  # tests/ may or may not be a package
+    from tests import forks
+except ImportError:
+    import forks  # type: ignore[no-redef]
 
 PIPELINE = textwrap.dedent(
     '''\
@@ -213,15 +221,21 @@ def _run_pipelines(base: Path, env: dict[str, str], events_file: Path) -> dict[s
             {**env, "CACHETOOL_TRACE_EVENTS": str(events_file), "CACHETOOL_TRACE_TREES": "1"},
         ),
     }
-    procs = {
-        name: subprocess.Popen(
-            cmd, env=e, cwd=base / "project", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for name, (cmd, e) in runs.items()
-    }
+    procs = {name: _start(cmd, e, base / "project") for name, (cmd, e) in runs.items()}
     outputs = {}
     for name, proc in procs.items():
-        out, err = proc.communicate(timeout=240)
+        out, err = (b.decode() for b in proc.communicate(timeout=240))
         assert proc.returncode == 0, f"{name} run failed:\n{err[-4000:]}"
         outputs[name] = (json.loads(out.strip().splitlines()[-1]), err)
     return outputs
+
+
+def _start(cmd: list[str], env: dict[str, str], cwd: Path) -> forks.ForkedProcess | subprocess.Popen[bytes]:
+    """`cmd` started with its output piped: a `cachetool run` forked warm (`forks.PIPELINE`: the
+    traced runs share a hash seed, and each is compared with the plain run, a fresh interpreter
+    with its own), the plain `python` run as a process of its own."""
+    if cmd[1:3] == ["-m", "cachetool"] and forks.available():
+        return forks.ForkedProcess(
+            cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preload=forks.PIPELINE
+        )
+    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -375,9 +375,9 @@ def fail_then_fix(
         encoding="utf-8",
     )
     env = hf_env(tmp_path)
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 1
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True, check=False).returncode == 1
     (tmp_path / "helpers.py").write_text("def n(ex):\n    return {'n': len(ex['text'])}\n", encoding="utf-8")
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     monkeypatch.setenv("CACHETOOL_HOME", env["CACHETOOL_HOME"])
     return env
 
@@ -464,8 +464,8 @@ def test_another_split_slice_is_named_and_the_loaded_source_not_called_recompute
     )
     (tmp_path / "p.py").write_text(script, encoding="utf-8")
     env = hf_env(tmp_path)
-    cachetool_run("p.py", "train[:10%]", env=env, cwd=tmp_path)
-    cachetool_run("p.py", "train[:20%]", env=env, cwd=tmp_path)
+    cachetool_run("p.py", "train[:10%]", env=env, cwd=tmp_path, warm=True)
+    cachetool_run("p.py", "train[:20%]", env=env, cwd=tmp_path, warm=True)
     said = " ".join(invoke("explain", "--last", env=env, columns=80).stdout.split())
     assert "another split was asked for (train[:10%] → train[:20%])" in said, said
     assert "was recomputed" not in said and "source dataset changed" not in said, said

@@ -620,18 +620,21 @@ def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Pat
 
 def _busy_run(
     tmp_path: Path, env: dict[str, str], ready: Callable[[], bool], *, group: bool = False
-) -> subprocess.Popen[bytes]:
-    """`cachetool run p.py d.csv busy` started (in a session of its own with `group`), returned
-    once the map says it is busy and `ready()` holds; its output goes to out.txt."""
+) -> subprocess.Popen[bytes] | forks.ForkedProcess:
+    """`cachetool run p.py d.csv busy` started (in a session of its own with `group`, else forked
+    warm: the pipeline hashes no set nor str), returned once the map says it is busy and
+    `ready()` holds; its output goes to out.txt."""
+    argv = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")]
+    proc: subprocess.Popen[bytes] | forks.ForkedProcess
     with open(tmp_path / "out.txt", "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=group,
-        )
+        if not group and forks.available():
+            proc = forks.ForkedProcess(
+                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, preload=forks.PIPELINE
+            )
+        else:
+            proc = subprocess.Popen(
+                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, start_new_session=group
+            )
     deadline = time.monotonic() + 120
     try:
         while not (tmp_path / "busy").exists() or not ready():

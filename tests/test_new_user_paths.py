@@ -479,10 +479,10 @@ def test_ls_of_a_cache_the_last_run_recorded_in_points_nowhere_else(tmp_path: Pa
         "from datasets import load_dataset\nload_dataset('csv', data_files='data.csv', cache_dir='other')\n"
     )
     project, env = _project(tmp_path, in_memory, **{"elsewhere.py": elsewhere})
-    cachetool_run(project / "elsewhere.py", env=env, cwd=project)
+    cachetool_run(project / "elsewhere.py", env=env, cwd=project, warm=True)
     said = _cli(env, "ls")
     assert "recorded steps in" in said.stderr and str(project / "other") in said.stderr, said.stderr
-    cachetool_run(project / "pipeline.py", env=env, cwd=project)
+    cachetool_run(project / "pipeline.py", env=env, cwd=project, warm=True)
     said = _cli(env, "ls")
     assert said.returncode == 0 and "No entries" in said.stdout, said.stdout
     assert "recorded steps in" not in said.stderr, said.stderr

@@ -584,39 +584,27 @@ def test_a_staticmethod_or_classmethod_called_through_its_class_is_an_edit(tmp_p
         assert f"`Text.{name}` in helpers.py changed" in said, said
 
 
-@pytest.mark.parametrize("given", ["default", "fn_kwargs", "partial", "attribute"])
-def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path, given: str) -> None:
-    """`def step(r, fix=clean)` mapped, or `step` mapped with `fn_kwargs={"fix": clean}`, or
-    `functools.partial(step, fix=clean)`, or `Step(clean)` whose `__call__` calls `self.fix`, `clean`
-    from the user's module (`datasets` pickles it by name): once `clean` is edited the run warns
-    that it loaded a stale result, naming `clean`. It said nothing (the partial and the object's
-    attribute said nothing until their functions were followed too)."""
-    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip()\n", encoding="utf-8")
-    (tmp_path / "p.py").write_text(
-        "import datasets\nfrom helpers import clean\n\n\n"
+def test_a_helper_given_as_a_default_argument_or_in_fn_kwargs_is_an_edit(tmp_path: Path) -> None:
+    """Four maps of the same rows: `def step(r, fix=clean)` mapped, `given` mapped with
+    `fn_kwargs={"fix": clean}`, `functools.partial(given, fix=clean)`, and `Step(clean)` whose
+    `__call__` calls `self.fix`, `clean` from the user's module (`datasets` pickles it by name):
+    once `clean` is edited the run warns that it loaded 4 stale results (one for each way of
+    giving it), naming `clean`. It said nothing (the partial and the object's attribute said
+    nothing until their functions were followed too)."""
+    script = (
+        "import functools\n\nimport datasets\nfrom helpers import clean\n\n\n"
         "def step(r, fix=clean):\n    return {'u': fix(r['t'])}\n\n\n"
-        "print(datasets.Dataset.from_dict({'t': [' a ']}).map(step, cache_file_name='./m.arrow')[0]['u'])\n",
-        encoding="utf-8",
+        "def given(r, fix):\n    return {'u': fix(r['t'])}\n\n\n"
+        "class Step:\n    def __init__(self, fix):\n        self.fix = fix\n\n"
+        "    def __call__(self, r):\n        return {'u': self.fix(r['t'])}\n\n\n"
+        "ds = datasets.Dataset.from_dict({'t': [' a ']})\n"
+        "a = ds.map(step, cache_file_name='./a.arrow')[0]['u']\n"
+        "b = ds.map(given, fn_kwargs={'fix': clean}, cache_file_name='./b.arrow')[0]['u']\n"
+        "c = ds.map(functools.partial(given, fix=clean), cache_file_name='./c.arrow')[0]['u']\n"
+        "d = ds.map(Step(clean), cache_file_name='./d.arrow')[0]['u']\n"
+        "print(a, b, c, d)\n"
     )
-    if given == "fn_kwargs":
-        script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
-        (tmp_path / "p.py").write_text(script.replace("map(step,", "map(step, fn_kwargs={'fix': clean},"))
-    if given == "partial":
-        script = (tmp_path / "p.py").read_text(encoding="utf-8").replace("fix=clean", "fix")
-        script = script.replace("map(step,", "map(__import__('functools').partial(step, fix=clean),")
-        (tmp_path / "p.py").write_text(script, encoding="utf-8")
-    if given == "attribute":
-        step = "class Step:\n    def __init__(self, fix):\n        self.fix = fix\n\n"
-        step += "    def __call__(self, r):\n        return {'u': self.fix(r['t'])}"
-        script = (tmp_path / "p.py").read_text(encoding="utf-8")
-        script = script.replace("def step(r, fix=clean):\n    return {'u': fix(r['t'])}", step)
-        (tmp_path / "p.py").write_text(script.replace("map(step,", "map(Step(clean),"), encoding="utf-8")
-    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout == "a\n"
-    (tmp_path / "helpers.py").write_text("def clean(t):\n    return t.strip() + '.'\n", encoding="utf-8")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
-    said = " ".join(run.stderr.split())
-    assert run.stdout == "a\n" and "`clean` in helpers.py changed" in said, said
+    _clean_edited(tmp_path, script, 4, "a a a a\n")
 
 
 TOK = (
@@ -632,11 +620,21 @@ def _edited_rerun(base: Path, helpers: str, script: str, old: str, new: str) -> 
     (base / "helpers.py").write_text(helpers, encoding="utf-8")
     (base / "p.py").write_text(script, encoding="utf-8")
     env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
-    first = cachetool_run("p.py", env=env, cwd=base).stdout
+    first = cachetool_run("p.py", env=env, cwd=base, warm=True).stdout
     _replace_in(base / "helpers.py", old, new)
-    run = cachetool_run("p.py", env=env, cwd=base)
+    run = cachetool_run("p.py", env=env, cwd=base, warm=True)
     assert run.stdout == first, (first, run.stdout)  # the old result, reused
     return first, " ".join(run.stderr.split())
+
+
+def _clean_edited(base: Path, script: str, stale: int, first: str | None = None) -> None:
+    """`_edited_rerun` of `script` beside a helpers.py whose `clean(t)` strips `t`, edited to add
+    a period: the first run printed `first` (when given), and the second warns that it loaded
+    `stale` stale results, naming `clean`."""
+    helpers = "def clean(t):\n    return t.strip()\n"
+    printed, said = _edited_rerun(base, helpers, script, "t.strip()", "t.strip() + '.'")
+    assert first in (None, printed) and f"this run loaded {stale} stale result(s)" in said, (printed, said)
+    assert "`clean` in helpers.py changed" in said, said
 
 
 def test_an_object_of_a_user_class_given_in_fn_kwargs_a_default_or_a_closure_is_an_edit(
@@ -690,9 +688,7 @@ def test_a_helper_a_generator_is_given_in_gen_kwargs_is_an_edit(tmp_path: Path) 
         "def gen(fix):\n    for t in [' a ', ' b ']:\n        yield {'w': fix(t)}\n\n\n"
         "print(Dataset.from_generator(gen, gen_kwargs={'fix': clean})['w'])\n"
     )
-    helpers = "def clean(t):\n    return t.strip()\n"
-    _, said = _edited_rerun(tmp_path, helpers, script, "t.strip()", "t.strip() + '.'")
-    assert "this run loaded 1 stale result(s)" in said and "`clean` in helpers.py changed" in said, said
+    _clean_edited(tmp_path, script, 1)
 
 
 def test_a_helper_a_function_imports_in_its_body_is_an_edit(tmp_path: Path) -> None:
@@ -707,10 +703,7 @@ def test_a_helper_a_function_imports_in_its_body_is_an_edit(tmp_path: Path) -> N
         "u = ds.map(f, cache_file_name='./m.arrow')[0]['u']\n"
         "print(u, ds.map(g, cache_file_name='./n.arrow')[0]['v'])\n"
     )
-    helpers = "def clean(t):\n    return t.strip()\n"
-    first, said = _edited_rerun(tmp_path, helpers, script, "t.strip()", "t.strip() + '.'")
-    assert first == "a a\n" and "this run loaded 2 stale result(s)" in said, said
-    assert "`clean` in helpers.py changed" in said, said
+    _clean_edited(tmp_path, script, 2, "a a\n")
 
 
 def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp_path: Path) -> None:
@@ -728,10 +721,10 @@ def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="80")
-    first = cachetool_run("p.py", env=env, cwd=tmp_path).stdout
+    first = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True).stdout
     assert "'A', 'B']" in first
     (tmp_path / "words.txt").write_text("a\nb\nc\n", encoding="utf-8")
-    run = cachetool_run("p.py", env=env, cwd=tmp_path)
+    run = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     said = " ".join(run.stderr.split())
     assert run.stdout == first and "this run loaded 2 stale result(s)" in said, said
     assert "a file its generator reads changed (words.txt: size 4 → 6 bytes)" in said, said
@@ -742,7 +735,7 @@ def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp
     assert "[stale: a file it reads changed]" in chain, chain  # the generator's step, not "code changed"
     removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")
     assert removed.returncode == 0, removed.stderr
-    again = cachetool_run("p.py", env=env, cwd=tmp_path)
+    again = cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     assert "'A', 'B', 'C']" in again.stdout and "stale" not in again.stderr, again
 
 

@@ -48,10 +48,11 @@ DELETED = textwrap.dedent(
 )
 
 
-def _run(mode: str, script: Path, out: Path, env: dict[str, str]) -> dict[str, object]:
-    """`script out` under `cachetool run` ("traced") or plain `python` ("plain"): its last line."""
+def _run(mode: str, script: Path, out: Path, env: dict[str, str], warm: bool = False) -> dict[str, object]:
+    """`script out` under `cachetool run` ("traced", forked warm with `warm`) or plain `python`
+    ("plain"): its last line."""
     if mode == "traced":
-        proc = cachetool_run(script, str(out), env=env, timeout=300)
+        proc = cachetool_run(script, str(out), env=env, timeout=300, warm=warm)
     else:
         cmd = [sys.executable, os.fspath(script), str(out)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -73,7 +74,7 @@ def test_a_deleted_folder_stays_deleted(tmp_path: Path) -> None:
         work.mkdir()
         env = subprocess_env(tmp_path / f"{mode}-env", CACHETOOL_LEASE_SECONDS="0.6")
         out = work / "out"
-        outputs[mode] = _run(mode, script, out, env)
+        outputs[mode] = _run(mode, script, out, env, warm=True)
         assert sorted(p.name for p in work.iterdir()) == ["out"], mode
         assert sorted(p.name for p in out.iterdir()) == ["data"], mode
     assert outputs["traced"] == outputs["plain"] == {"out": False, "temp": False, "renamed": ["data"]}
