@@ -898,3 +898,42 @@ def test_the_shards_a_failed_num_proc_map_left_name_the_step_that_raised(tmp_pat
         assert "map @ p.py:10" in text and "ValueError: row 49 is bad" in text, (command, text)
         assert "cachetool run" not in text and "killed" not in text, (command, text)
     assert json.loads(invoke("lineage", fp, "--json", env=env).stdout)["unended"]["operation"] == "map"
+
+
+def test_explain_last_of_a_run_killed_in_save_to_disk_names_the_unfinished_folder(tmp_path: Path) -> None:
+    """A traced run SIGKILLed while `save_to_disk` writes its shards: `explain --last` says it was
+    killed in save_to_disk, names the folder it left without state.json and the command that
+    removes it, which works as printed. It said "killed between steps" and nothing of the folder."""
+    (tmp_path / "s.py").write_text(
+        "from datasets import Dataset\n\n"
+        "Dataset.from_dict({'t': ['x' * 2000] * 20000}).save_to_disk('my saved', num_shards=200)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="200")
+    folder = tmp_path / "my saved"
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachetool", "run", "s.py"],
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=sink,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / "data-00003-of-00200.arrow").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+            time.sleep(0.01)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (folder / "state.json").exists(), "the save finished before it could be killed"
+    human = " ".join(invoke("explain", "--last", env=env).stdout.split())
+    assert f"killed (process {proc.pid} on " in human and ") in save_to_disk @ s.py:3," in human, human
+    assert f"It left {folder} unfinished (no state.json" in human and "between steps" not in human, human
+    interrupted = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]
+    step = interrupted["step"]
+    assert step["operation"] == "save_to_disk" and step["paths"] == [str(folder)], interrupted
+    command = human[human.index("rm -r ") :]
+    subprocess.run(command, shell=True, check=True, cwd="/")
+    assert not folder.exists()

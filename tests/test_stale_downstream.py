@@ -710,8 +710,9 @@ def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp
     """`Dataset.from_generator(gen, gen_kwargs={"path": "words.txt"})`, the generator reading the
     file, then a map: once words.txt gets a third line, `datasets` reuses the two-row dataset
     (it hashes the file's name only). The run warns that it loaded 2 stale results, naming the
-    file, `verify --stale` flags both, and the gc command of the hint makes the next run read
-    the file anew. All said nothing ("Nothing was recomputed")."""
+    file, `verify --stale` flags both, each with the file's reason (the map's hint said `datasets`
+    hashes functions by name), and the gc command of the hint makes the next run read the file
+    anew. All said nothing ("Nothing was recomputed")."""
     (tmp_path / "words.txt").write_text("a\nb\n", encoding="utf-8")
     (tmp_path / "p.py").write_text(
         "from datasets import Dataset\n\n\ndef gen(path):\n    with open(path) as f:\n"
@@ -731,6 +732,8 @@ def test_a_file_a_generator_is_given_by_name_edited_leaves_its_dataset_stale(tmp
     verified = _cli(env, "verify", "--stale", "--json")
     errors = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
     assert verified.returncode == 1 and len(errors) == 2, verified.stdout
+    for f in errors:  # the map made from it too: the file's reason, not "hashes functions by name"
+        assert "names of the files a generator is given" in f["hint"], f
     chain = " ".join(_cli(env, "lineage", errors[-1]["entry"]).stdout.split())
     assert "[stale: a file it reads changed]" in chain, chain  # the generator's step, not "code changed"
     removed = _cli(env, *_hint_command(run.stderr)[1:], "--yes")

@@ -91,7 +91,7 @@ def test_fsspec_urls_are_paths_or_the_cache_root_never_folders_in_the_cwd(traced
     remote = [r for r in loads if r not in local]
     assert [r["source"]["path"] for r in remote] == ["memory://bucket/ds"]
     assert remote[0]["root"] == str(tmp_path / "cache")
-    save = [r for r in records if r.get("operation") == "save_to_disk" and "memory" in r["source"]["path"]]
+    save = [r for r in records if r.get("type") == "save" and "memory" in r["source"]["path"]]
     assert [(r["source"]["path"], r["root"]) for r in save] == [("memory://bucket/ds", remote[0]["root"])]
 
     lineage = forks.run(

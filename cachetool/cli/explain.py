@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from cachetool.hints import shell_command
 
 if TYPE_CHECKING:
     from cachetool.history.explain.answer import ExplainReport, Reason, StaleHit, StepExplanation
-    from cachetool.history.runs import Failure, Interruption
+    from cachetool.history.runs import Failure, Interruption, RunState
 
 
 @command(
@@ -283,6 +284,10 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
             f"started at {local_time(step.time)}.",
             style="bold red",
         )
+        if step.operation == "save_to_disk" and step.paths:
+            _save_lines(out, i.state, step.paths[0])
+            out.line("")
+            return
         partial = [f for f in i.written if not f.finished and f.resumable_rows]
         tmp = [f for f in i.written if not f.finished and not f.resumable_rows]
         # Still writing: what a rerun would take back is not known yet. A killed map's num_proc
@@ -321,6 +326,21 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
                 f"    {shell_command('gc', '--temp', '--min-age', '0', '--cache-dir', root)}", wrap=False
             )
     out.line("")
+
+
+def _save_lines(out: Output, state: RunState, folder: str) -> None:
+    """The folder a run killed in `save_to_disk` left unfinished (`state.json` comes last:
+    `load_from_disk` cannot read it), and what to do."""
+    if not os.path.isdir(folder):
+        out.line(f"  It was saving to {folder}, which is gone since.")
+        return
+    if state == "running":
+        out.line(f"  It is saving to {folder} (unfinished until its state.json is written).")
+        return
+    left = "left" if state == "killed" else "may have left"
+    out.line(f"  It {left} {folder} unfinished (no state.json: load_from_disk cannot read it).")
+    out.line("  To save it anew, run the pipeline again; to remove the unfinished folder:")
+    out.line(f"    {shlex.join(['rm', '-r', folder])}", wrap=False)
 
 
 def _failed_lines(out: Output, f: Failure, root: Path) -> None:

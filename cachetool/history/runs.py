@@ -126,7 +126,7 @@ def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | No
         host=first.host,
         pid=first.pid,
         step=step,
-        written=_unfinished(step) if step is not None else (),
+        written=_unfinished(step) if step is not None and step.operation != "save_to_disk" else (),
     )
 
 
@@ -158,12 +158,28 @@ def open_starts(records: Iterable[LedgerRecord]) -> list[StepStartRecord]:
     `run` and `seq`): its run was killed in it, or still runs it."""
     starts: list[StepStartRecord] = []
     done: set[tuple[str, int]] = set()
+    ended: set[str] = set()
     for rec in records:
         if isinstance(rec, StepStartRecord):
             starts.append(rec)
         elif isinstance(rec, StepRecord):
             done.add((rec.run, rec.seq))
-    return [s for s in starts if (s.run, s.seq) not in done]
+        elif isinstance(rec, RunEndRecord):
+            ended.add(rec.run)
+    return [s for s in starts if (s.run, s.seq) not in done and not _saved(s, ended)]
+
+
+def _saved(start: StepStartRecord, ended: set[str]) -> bool:
+    """A `save_to_disk` start that ended: its record is in the folder's own ledger, so here its
+    run's end or the folder's `state.json` (written last, since the save began) tells."""
+    if start.operation != "save_to_disk" or not start.paths:
+        return False
+    if start.run in ended:
+        return True
+    try:
+        return os.stat(os.path.join(start.paths[0], "state.json")).st_mtime >= start.time - _SLACK
+    except OSError:
+        return False
 
 
 def run_state(rec: LedgerRecord) -> RunState:

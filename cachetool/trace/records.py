@@ -414,6 +414,24 @@ class RecordBuilder:
             before=_tmp_names(os.path.dirname(path)),
         )
 
+    def save_start(self, top: Frame) -> StepStartRecord | None:
+        """The user's `save_to_disk` `top` begins to write its local folder (None: not a local
+        one), in the run's own ledger: the folder's ledger records the save when it ends, and a
+        folder whose `state.json` is missing or older is an unfinished save (`runs.open_starts`)."""
+        raw = top.args[1] if len(top.args) > 1 else top.kwargs.get("dataset_path")
+        local = local_path(raw) if isinstance(raw, (str, os.PathLike)) else None
+        if local is None:
+            return None
+        return StepStartRecord(
+            **self.constants,
+            seq=top.seq,
+            time=round(top.start, 6),
+            root=self.roots.default,
+            operation="save_to_disk",
+            call_site=top.call_site,
+            paths=(local,),
+        )
+
     def run_start(self) -> RunStartRecord:
         """The run starts (in the ledger of the process's cache root)."""
         return RunStartRecord(

@@ -423,6 +423,8 @@ class Tracer:
             except Exception as e:
                 self._hook_failed(op, e)
                 return original(*args, **kwargs)
+            if kind == "save":
+                self._note_save(frame)
             try:
                 out = original(*args, **kwargs)
             except BaseException as e:
@@ -524,6 +526,16 @@ class Tracer:
             return
         top.started = True
         self._emit(self.records.step_start(top, path))
+
+    def _note_save(self, frame: Frame) -> None:
+        """The user's `save_to_disk` is about to write its folder: say so in the run's own ledger,
+        so that a run killed inside it still tells which folder it left unfinished."""
+        if not self._ledger or frame.internal or self.local.stack[0] is not frame:
+            return
+        with contextlib.suppress(Exception):
+            record = self.records.save_start(frame)
+            if record is not None:
+                self._emit(record)
 
     def _resume(self, path: str) -> None:
         """A map about to compute: reuse what its killed attempt wrote (`resume`), else, with

@@ -217,7 +217,8 @@ class StaleHit:
     #: the step's: `datasets` loads a named file whatever changed.
     written_under: str | None = None
     #: The files its generator was given by name that changed since it was computed, each as
-    #: `words.txt: size 4 → 6 bytes`: `datasets` hashes their names, not what they hold.
+    #: `words.txt: size 4 → 6 bytes`: `datasets` hashes their names, not what they hold (for an
+    #: entry made from a stale result, those of the generator upstream that made it stale).
     inputs: tuple[str, ...] = ()
 
     @property

@@ -145,8 +145,9 @@ def _on_disk(path: str) -> DataFile:
 
 
 #: What makes a result stale though its own code is the same: the step upstream it was made
-#: from, and when that step was recomputed by changed code (None: its result is stale itself).
-_Cause = tuple[StepRef, float | None]
+#: from, when that step was recomputed by changed code (None: its result is stale itself), and
+#: the files that step's generator reads that changed, when they are why (`StaleHit.inputs`).
+_Cause = tuple[StepRef, float | None, tuple[str, ...]]
 
 
 def _changed_on_disk(view: LedgerView, rec: StepRecord) -> bool:
@@ -169,16 +170,17 @@ def stale_input(
     for anc in view.ancestors(fp):
         found = stale.get(anc)
         if found is not None:
-            return (found.derived_from, found.recomputed_at) if found.derived_from else (found.step, None)
+            inputs = () if found.changes else found.inputs
+            return (found.derived_from or found.step, found.recomputed_at, inputs)
         old = view.computing(anc, before=made_at)
         if old is None or old.function is None:
             continue
         new = view.computing(anc)
         fn = new.function if new is not None and new is not old else None
         if new is not None and fn is not None and _code_changes(view, old.function, fn):
-            return StepRef.of(new), new.time
+            return StepRef.of(new), new.time, ()
         if disk and _changed_on_disk(view, old):
-            return StepRef.of(old), None
+            return StepRef.of(old), None, ()
     return None
 
 
@@ -197,6 +199,7 @@ def derived_hit(
         root=step.where or None,
         derived_from=cause[0],
         recomputed_at=cause[1],
+        inputs=cause[2],
         source=comp.type == "root",
     )
 
