@@ -573,6 +573,8 @@ class Tracer:
                 path = abs_path(path)
                 root = self.roots.of_folder(os.path.dirname(path))
                 top.resumed = resume_map(top.original, top.args, top.kwargs, path, root, self.sink.run_id)
+                if top.resumed is not None:
+                    self.local.writes.add(path)  # written here, from the killed attempt's rows
                 if top.resumed is None and self.reuse_equivalent and self._ledger:
                     self._rekey(top, path, root)
             finally:
