@@ -218,7 +218,7 @@ class RecordBuilder:
                 continue
             if isinstance(before, tuple):
                 new = before[0] != st.st_ino
-            elif loads:
+            elif loads and frame.resumed is None and frame.rekeyed is None:  # those wrote here
                 # Absent when the call began: another process may have renamed its file into
                 # place before `datasets` looked, which then loaded it. Written here only if
                 # `datasets` set out to write it here.
