@@ -3,9 +3,10 @@
 (the steps inside `cachetool.prepare_once()`). It waits for `WORK/go` (so that every rank starts its
 steps together), then runs a DatasetDict map and filter (one fingerprint per split), a num_proc
 map and a shuffle. Each call of a user function appends a line to `WORK/count-<step>`: the pid
-and the first value of its batch (which tells the split). With `WORK/block` present, the map's
-second batch (the first is in its unfinished file) writes the process's pid to `WORK/started`
-and waits for `WORK/release`. The result (fingerprints and rows) goes to OUT as JSON.
+of the rank (the parent of a num_proc worker) and the first value of its batch (which tells the
+split). With `WORK/block` present, the map's second batch (the first is in its unfinished file)
+writes the process's pid to `WORK/started` and waits for `WORK/release`. The result (fingerprints
+and rows) goes to OUT as JSON.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def main(work: Path, out: Path) -> None:
 
     def counted(step: str, first: int) -> None:
         with open(work / f"count-{step}", "a") as f:
-            f.write(f"{os.getpid()} {first}\n")
+            # A num_proc map's function runs in the workers: the rank is their parent.
+            f.write(f"{os.getppid() if step == 'num_proc' else os.getpid()} {first}\n")
 
     def double(batch: dict[str, list[int]]) -> dict[str, list[int]]:
         counted("map", batch["x"][0])

@@ -103,6 +103,9 @@ class CallState(threading.local):
         self.snapshot: dict[str, tuple[int, int] | None] = {}
         #: The step leases the running call took (`cachetool.trace.once`), given back when it ends.
         self.once: list[Any] = []
+        #: The cache files `datasets` set out to write in this process during the running call
+        #: (the files its map or select computes): any other file that appeared was loaded.
+        self.writes: set[str] = set()
 
 
 class Calls:

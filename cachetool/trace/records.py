@@ -216,11 +216,18 @@ class RecordBuilder:
                 st = os.stat(path)
             except OSError:
                 continue
-            if before is _MISSING:
+            if isinstance(before, tuple):
+                new = before[0] != st.st_ino
+            elif loads and frame.resumed is None and frame.rekeyed is None:  # those wrote here
+                # Absent when the call began: another process may have renamed its file into
+                # place before `datasets` looked, which then loaded it. Written here only if
+                # `datasets` set out to write it here.
+                new = path in self.local.writes
+            elif before is _MISSING:
                 # Not predicted (a custom file name): judge by the time it was last written.
                 new = st.st_mtime >= frame.start - 0.005
             else:
-                new = not isinstance(before, tuple) or before[0] != st.st_ino
+                new = True
             written += new
             reused += not new
             files.append(FileRecord(path, st.st_size, "written" if new else "reused"))

@@ -265,6 +265,14 @@ class Tracer:
         load = methods["load_from_disk"].__func__
         patch(ad.Dataset, "load_from_disk", self._wrap_method(load, "load_from_disk", "load_saved"))
         patch(ad.Dataset, "_get_cache_file_path", self._wrap_cache_path(methods["_get_cache_file_path"]))
+        # The writers of cache files: what this process computes (not what another process wrote
+        # in the meantime and `datasets` then loaded).
+        map_single = methods["_map_single"].__func__
+        patch(ad.Dataset, "_map_single", self._wrap_writer(map_single, "cache_file_name"))
+        select = self._wrap_writer(methods["_select_with_indices_mapping"], "indices_cache_file_name")
+        patch(ad.Dataset, "_select_with_indices_mapping", select)
+        pool = ad.iflatmap_unordered
+        self.patches.patch_imported({"iflatmap_unordered": (pool, self._wrap_pool(pool))})
         builders = vars(DatasetBuilder)
         patch(
             DatasetBuilder, "as_dataset", self._wrap_method(builders["as_dataset"], "as_dataset", "builder")
@@ -457,6 +465,34 @@ class Tracer:
 
         return _get_cache_file_path
 
+    def _wrap_writer(self, original: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """A `datasets` function that writes the cache file named by its argument `name`."""
+        local = self.local
+
+        @functools.wraps(original)
+        def writer(*args: Any, **kwargs: Any) -> Any:
+            path = kwargs.get(name)
+            if path and local.stack:
+                local.writes.add(abs_path(path))
+            return original(*args, **kwargs)
+
+        return writer
+
+    def _wrap_pool(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """`iflatmap_unordered`: a num_proc map's workers write the shards this process computes."""
+        local = self.local
+
+        @functools.wraps(original)
+        def iflatmap_unordered(pool: Any, func: Any, *, kwargs_iterable: Any) -> Any:
+            if local.stack:
+                kwargs_iterable = list(kwargs_iterable)
+                for kwargs in kwargs_iterable:
+                    if isinstance(kwargs, Mapping) and kwargs.get("cache_file_name"):
+                        local.writes.add(abs_path(kwargs["cache_file_name"]))
+            return original(pool, func, kwargs_iterable=kwargs_iterable)
+
+        return iflatmap_unordered
+
     def _take_turn(self, path: str) -> None:
         """`--once`: wait while another process computes this step; take its lease when none
         does (given back when the user's call ends, in `_exit`)."""
@@ -549,6 +585,8 @@ class Tracer:
                 path = abs_path(path)
                 root = self.roots.of_folder(os.path.dirname(path))
                 top.resumed = resume_map(top.original, top.args, top.kwargs, path, root, self.sink.run_id)
+                if top.resumed is not None:
+                    self.local.writes.add(path)  # written here, from the killed attempt's rows
                 if top.resumed is None and self.reuse_equivalent and self._ledger:
                     self._rekey(top, path, root)
             finally:
@@ -564,6 +602,8 @@ class Tracer:
         hashed = self.arguments.hashed(h)
         say = functools.partial(warn, kind="")
         top.rekeyed = rekey_map(top.original, top.args, top.kwargs, path, root, hashed, top.call_site, say)
+        if top.rekeyed is not None:
+            self.local.writes.add(path)  # written here, from the equivalent result
 
     def _exit(self, frame: Frame, out: Any, exc: BaseException | None) -> None:
         local = self.local
@@ -589,6 +629,7 @@ class Tracer:
         finally:
             if not stack:
                 local.snapshot.clear()
+                local.writes.clear()
                 if local.once:
                     from cachetool.trace.once import give_back
 
