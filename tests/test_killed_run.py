@@ -120,6 +120,10 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
     return proc.pid
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_and_kill(
     tmp_path: Path,
     env: dict[str, str],
@@ -145,8 +149,16 @@ def _start_and_kill(
                 argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, preload=forks.PIPELINE
             )
         else:
+            # A terminal's Ctrl-C reaches a process that has not ignored SIGINT, even when the
+            # tests run as a background job (which inherits SIGINT ignored).
             proc = subprocess.Popen(
-                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, start_new_session=ctrl_c
+                argv,
+                env=env,
+                cwd=tmp_path,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=ctrl_c,
+                preexec_fn=_default_sigint if ctrl_c else None,
             )
     try:
         deadline = time.monotonic() + 120
