@@ -35,6 +35,7 @@ from cachetool.remote.transfer import (
     listed_files,
     object_digest,
     signed_document,
+    stream_problem,
 )
 from cachetool.safejson import json_fields, read_json_file
 
@@ -328,12 +329,7 @@ def _fetch_all(remote: Remote, record: SavedRecord, staging: Path) -> int:
 
 def _check_stream(path: Path, name: str) -> None:
     """The downloaded file is a whole Arrow stream (to its end-of-stream marker)."""
-    from cachetool.cache.arrow import STREAM, read_summary
-
-    summary = read_summary(path)
-    why = summary.error
-    if why is None and summary.format != STREAM:
-        why = f"not an Arrow stream ({summary.format})"
+    _, why = stream_problem(path)
     if why is not None:
         raise RemoteRefused(f"{name} from the remote is not used: {why}")
 

@@ -373,15 +373,21 @@ def _download(remote: Remote, key: str, dir_fd: int, tmp: str, f: RemoteFile) ->
     return size
 
 
-def _check_arrow(path: Path, f: RemoteFile, fingerprint: str) -> None:
-    """The downloaded file is a whole Arrow stream (to its end-of-stream marker) of `fingerprint`
-    (of its shard's fingerprint for a `num_proc` shard), as `cachetool verify` reads one."""
+def stream_problem(path: Path) -> tuple[Any, str | None]:
+    """The summary of a downloaded file, and why it is not a whole Arrow stream (None: it is)."""
     from cachetool.cache.arrow import STREAM, read_summary
 
     summary = read_summary(path)
     why = summary.error
     if why is None and summary.format != STREAM:
         why = f"not an Arrow stream ({summary.format})"
+    return summary, why
+
+
+def _check_arrow(path: Path, f: RemoteFile, fingerprint: str) -> None:
+    """The downloaded file is a whole Arrow stream (to its end-of-stream marker) of `fingerprint`
+    (of its shard's fingerprint for a `num_proc` shard), as `cachetool verify` reads one."""
+    summary, why = stream_problem(path)
     parsed = parse_cache_file(f.name)
     want = fingerprint
     if parsed is not None and parsed[1] is not None and parsed[2] is not None:
