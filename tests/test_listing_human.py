@@ -145,8 +145,8 @@ def test_an_empty_folder_lists_the_same_both_ways(
 def test_tables_laid_out_from_columns_are_those_laid_out_from_rows(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`Output.column_table` (how a listing draws its tables) writes what `Output.table` writes
-    for the same cells: cut and padded cells, wide characters, markup-like text, control
+    """`Output.table` given cells column by column (how a listing draws its tables) writes what it
+    writes given the same cells as rows: cut and padded cells, wide characters, markup-like text, control
     characters and tabs, tables too wide for the width, piped and on a terminal."""
     import random
 
@@ -178,7 +178,9 @@ def test_tables_laid_out_from_columns_are_those_laid_out_from_rows(
                     )
                     by_rows = capsys.readouterr().out
                     cells = [list(col) for col in zip(*rows, strict=True)]
-                    Output(OutputFormat.human, no_truncate=no_truncate).column_table(columns, cells, widths)
+                    Output(OutputFormat.human, no_truncate=no_truncate).table(
+                        None, columns, widths=widths, cells=cells
+                    )
                     assert capsys.readouterr().out == by_rows, (rows, width, terminal, no_truncate)
 
 

@@ -455,7 +455,7 @@ def _entry_table(
     justify = {
         n: ("right" if n in ("files", "rows", "cols", "size", "modified", "used") else "left") for n in names
     }
-    out.column_table([(n, justify[n]) for n in names], [columns[n] for n in names], widths=widths)
+    out.table(None, [(n, justify[n]) for n in names], widths=widths, cells=[columns[n] for n in names])
 
 
 def _fit_columns(

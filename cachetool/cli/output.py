@@ -7,6 +7,7 @@ tab); elsewhere the sink writes the very bytes Rich would, at the width Rich wou
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -193,30 +194,34 @@ class Output:
         self,
         title: str | None,
         columns: Sequence[tuple[str, str]],
-        rows: Iterable[Sequence[Any]],
+        rows: Iterable[Sequence[Any]] = (),
         widths: dict[str, tuple[int, int]] | None = None,
         whole: Sequence[str] = (),
+        cells: Sequence[Sequence[Any]] | None = None,
     ) -> None:
-        """Columns are (header, justify); every cell is escaped. Cells of the `whole` columns
-        (names, paths) are never split: other columns give way. A table that fits is written
-        directly, as Rich lays it out (Rich takes ~0.4 ms per row); Rich draws the rest."""
-        rows = _safe_cells(rows)
+        """Columns are (header, justify); the cells come as `rows`, or column by column as
+        `cells` (a long listing builds them so); every cell is escaped. Cells of the `whole`
+        columns (names, paths) are never split: other columns give way. A table that fits is
+        written directly, as Rich lays it out (Rich takes ~0.4 ms per row); Rich draws the rest."""
+        if cells is None:
+            cells = list(zip(*rows, strict=True)) or [() for _ in columns]
+        cols = [_safe_column(col) for col in cells]
         headers = [h for h, _ in columns]
         widths = dict(widths or {})
         for header in whole:
-            i = headers.index(header)
-            longest = max((len(r[i]) for r in rows), default=len(header))
-            widths[header] = (max(longest, len(header)), max(longest, len(header)))
+            col = cols[headers.index(header)]
+            longest = max([len(header), *map(len, col)])
+            widths[header] = (longest, longest)
         if title is None or self.plain:
-            cells = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
-            lines = plain_column_lines(columns, cells, {} if self.no_truncate else widths, self.room)
+            lines = plain_column_lines(columns, cols, {} if self.no_truncate else widths, self.room)
             if lines is not None and title is not None:
                 lines = _titled(title, lines)
             if lines is not None:
                 self._write_plain_table(lines)
                 return
-        table = rich_table(title, columns, rows, {} if self.no_truncate else widths)
-        if not whole or self.no_truncate or whole_fits(headers, rows, widths, whole, self.width):
+        table_rows = list(zip(*cols, strict=True))
+        table = rich_table(title, columns, table_rows, {} if self.no_truncate else widths)
+        if not whole or self.no_truncate or whole_fits(headers, table_rows, widths, whole, self.width):
             room = max(self.width, self.console.measure(table).maximum) if self.no_truncate else None
             self.console.print(table, width=room)
             return
@@ -225,25 +230,11 @@ class Output:
         if title:
             self.line(title, style="bold")
         others = [i for i, h in enumerate(headers) if h not in whole]
-        for row in rows:
+        for row in table_rows:
             for h in whole:
                 self.line(row[headers.index(h)])
             pairs = [f"{headers[i]} {row[i]}".strip() for i in others if row[i]]
             self.line("  " + " · ".join(pairs), style="dim")
-
-    def column_table(
-        self,
-        columns: Sequence[tuple[str, str]],
-        cells: Sequence[list[str]],
-        widths: dict[str, tuple[int, int]] | None = None,
-    ) -> None:
-        """`table(None, columns, rows, widths=widths)` of text cells given column by column."""
-        safe = [col if "".join(col).isprintable() else [safe_text(c) for c in col] for col in cells]
-        lines = plain_column_lines(columns, safe, {} if self.no_truncate else dict(widths or {}), self.room)
-        if lines is not None:
-            self._write_plain_table(lines)
-            return
-        self.table(None, columns, list(zip(*cells, strict=True)), widths=widths)
 
     def _write_plain_table(self, lines: list[str]) -> None:
         if not self.plain and self.console.is_terminal:
@@ -332,17 +323,13 @@ def _titled(title: str, lines: list[str]) -> list[str] | None:
     return [" " * left + text + " " * (width - left - len(text)), *lines]
 
 
-def _safe_cells(rows: Iterable[Sequence[Any]]) -> list[list[str]]:
-    """Each cell as text safe for a terminal (None is empty); a column of plain strings with
-    nothing to escape is taken as it is."""
-    table = [list(row) for row in rows]
-    for i, col in enumerate(zip(*table, strict=True)):
-        if set(map(type, col)) == {str} and "".join(col).isprintable():
-            continue
-        for row in table:
-            c = row[i]
-            row[i] = safe_text("" if c is None else str(c))
-    return table
+def _safe_column(col: Sequence[Any]) -> Sequence[str]:
+    """A column's cells as text safe for a terminal (None is empty); a column of plain strings
+    with nothing to escape is taken as it is."""
+    with contextlib.suppress(TypeError):  # not all text
+        if "".join(col).isprintable():
+            return col
+    return [safe_text("" if c is None else str(c)) for c in col]
 
 
 def envelope(doc: dict[str, Any]) -> dict[str, Any]:
