@@ -33,9 +33,9 @@ from cachetool.remote.transfer import (
     _versions,
     file_digest,
     listed_files,
-    object_digest,
     signed_document,
     stream_problem,
+    upload,
 )
 from cachetool.safejson import json_fields, read_json_file
 
@@ -68,8 +68,7 @@ class SavedTransfer:
     replaced: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        doc = json_fields(self, "url", "folder", "fingerprints", "files", "bytes", "replaced")
-        return doc
+        return json_fields(self)
 
 
 # -- what a save_to_disk folder holds ----------------------------------------------------------
@@ -182,16 +181,7 @@ def push_saved(folder: str | os.PathLike[str], url: str, *, key: str | None = No
     existing = remote.get(SAVED_RECORD)
     if existing is not None:
         return _same_saved(remote, existing, fingerprints, files, done)
-    remote.check_sizes((os.fspath(local / f.name), f.size) for f in files)
-    sent = 0
-    for f in files:
-        if remote.put_once(f.name, local / f.name):
-            sent += f.size
-        elif object_digest(remote, f.name) != (f.size, f.xxh3):
-            raise RemoteRefused(
-                f"{remote.url}/{f.name} already holds other bytes (an upload of another writer): "
-                "not replaced, the dataset not pushed"
-            )
+    sent = upload(remote, files, local, "", "the dataset")
     if not remote.put_once(SAVED_RECORD, make_saved_record(fingerprints, files, remote.key)):
         return _same_saved(remote, remote.get(SAVED_RECORD) or b"", fingerprints, files, done)
     return SavedTransfer(remote.url, local, fingerprints, tuple(names), sent)

@@ -290,17 +290,7 @@ def push_step(
     existing = remote.get(f"{fingerprint}/{RECORD_NAME}")
     if existing is not None:
         return Pushed(fingerprint, tuple(names), 0, True, *_same(existing, fingerprint, remote, files))
-    remote.check_sizes((os.path.join(folder, f.name), f.size) for f in files)
-    sent = 0
-    for f in files:
-        key = f"{fingerprint}/{f.name}"
-        if remote.put_once(key, Path(folder, f.name)):
-            sent += f.size
-        elif object_digest(remote, key) != (f.size, f.xxh3):
-            raise RemoteRefused(
-                f"{remote.url}/{key} already holds other bytes (an upload of another writer): "
-                f"not replaced, {fingerprint} not pushed"
-            )
+    sent = upload(remote, files, folder, f"{fingerprint}/", fingerprint)
     if call_site is None:
         call_site = _call_site(root, fingerprint)
     rel = Path(os.path.relpath(folder, root)).as_posix()
@@ -309,6 +299,25 @@ def push_step(
         again = remote.get(f"{fingerprint}/{RECORD_NAME}") or b""
         return Pushed(fingerprint, tuple(names), sent, True, *_same(again, fingerprint, remote, files))
     return Pushed(fingerprint, tuple(names), sent)
+
+
+def upload(
+    remote: Remote, files: Sequence[RemoteFile], folder: str | os.PathLike[str], prefix: str, what: str
+) -> int:
+    """Put each file of `folder` at `prefix` + its name, write-once; the bytes sent now.
+    RemoteRefused when other bytes stand at one of those keys (`what` was not pushed)."""
+    remote.check_sizes((os.path.join(folder, f.name), f.size) for f in files)
+    sent = 0
+    for f in files:
+        key = prefix + f.name
+        if remote.put_once(key, Path(folder, f.name)):
+            sent += f.size
+        elif object_digest(remote, key) != (f.size, f.xxh3):
+            raise RemoteRefused(
+                f"{remote.url}/{key} already holds other bytes (an upload of another writer): "
+                f"not replaced, {what} not pushed"
+            )
+    return sent
 
 
 def pull_record(remote: Remote, record: Record, folder: Path, root: str | os.PathLike[str]) -> Pulled:
