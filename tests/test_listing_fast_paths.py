@@ -120,16 +120,26 @@ def test_ls_json_text_is_what_json_dumps_writes(real_cache: dict[str, Any], tmp_
     pinned = frozenset({entries[0].id})
     for pins in (frozenset(), pinned):
         text = "".join(ls_document_text(report, entries, pins))
-        assert text == json.dumps(envelope(ls_document(report, entries, pins)))
+        _assert_is_the_document(text, report, entries, pins)
     proc = subprocess.run(
         [sys.executable, "-m", "cachetool", "ls", str(root), "--json"],
         env=hf_env(tmp_path),
         capture_output=True,
         check=True,
     )
-    report = scan_cache(root)
-    expected = json.loads(json.dumps(envelope(ls_document(report, list(report.entries)))))
-    assert json.loads(proc.stdout)["entries"] == expected["entries"]
+    assert json.loads(proc.stdout)["entries"] == [
+        e.to_json() | {"pinned": False} for e in scan_cache(root).entries
+    ]
+
+
+def _assert_is_the_document(text: str, report: Any, entries: list[Any], pinned: frozenset[str]) -> None:
+    """`text` is what json.dumps writes of the listing's document: its envelope, and each entry's
+    object with whether it is pinned."""
+    doc = json.loads(text)
+    assert text == json.dumps(doc)
+    assert doc == envelope(ls_document(report)) | {
+        "entries": [e.to_json() | {"pinned": e.pinned_in(pinned)} for e in entries]
+    }
 
 
 def _rich_lines(columns: list[tuple[str, str]], rows: list[list[str]], widths: Any, width: int) -> str:
@@ -226,7 +236,7 @@ def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
     assert {e.parent for e in entries} >= {"p0", "pé→", None}
     pinned = frozenset({entries[1].id})
     text = "".join(ls_document_text(report, entries, pinned))
-    assert text == json.dumps(envelope(ls_document(report, entries, pinned)))
+    _assert_is_the_document(text, report, entries, pinned)
 
 
 def test_paths_of_listed_files_are_the_paths_of_their_text(tmp_path: Path) -> None:
@@ -315,7 +325,7 @@ def test_ls_json_text_of_thousands_of_entries_is_what_json_dumps_writes(tmp_path
     assert len(entries) > 2000
     for pins in (frozenset(), frozenset({entries[0].id})):
         text = "".join(ls_document_text(report, entries, pins))
-        assert text == json.dumps(envelope(ls_document(report, entries, pins)))
+        _assert_is_the_document(text, report, entries, pins)
 
 
 def _fields(e: Entry) -> dict[str, Any]:

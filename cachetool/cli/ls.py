@@ -185,10 +185,7 @@ def ls_command(
         warn(*listing.warnings)
         report, entries, pinned = listing.report, listing.entries, listing.pinned
         if out.format == OutputFormat.json:
-            out.json_pieces(
-                lambda: ls_document(report, entries, pinned, chosen),
-                lambda: ls_document_text(report, entries, pinned, chosen),
-            )
+            out.json_pieces(lambda: ls_document_text(report, entries, pinned, chosen))
         elif out.format == OutputFormat.quiet:
             out.ids(e.id for e in entries)
         else:
@@ -205,7 +202,7 @@ def _nothing_cached(out: Output, e: CacheNotFound, shard: Shard | None) -> None:
     if out.format == OutputFormat.json:
         from cachetool.cache.model import CacheReport
 
-        out.json(ls_document(CacheReport(Path(e.root), (), ()), [], shard=shard))
+        out.json(ls_document(CacheReport(Path(e.root), (), ()), shard))
     elif out.human:
         where = out.path(e.root, out.width - 40)
         out.line(f"Nothing cached yet: {where} does not exist (datasets makes it on first use).")
@@ -279,20 +276,16 @@ def quarantine_line(out: Output, root: Path) -> None:
         out.line(f"quarantine: {n} item{'s' if n != 1 else ''}, {size} (`{command}`)")
 
 
-def ls_document(
-    report: CacheReport,
-    entries: Sequence[Entry],
-    pinned: frozenset[str] = frozenset(),
-    shard: Shard | None = None,
-) -> dict[str, object]:
-    """The `--json` document (schema in docs/listing.md, key names in docs/json.md)."""
+def ls_document(report: CacheReport, shard: Shard | None = None) -> dict[str, object]:
+    """The `--json` document (schema in docs/listing.md, key names in docs/json.md) with its
+    `entries` left empty: `ls_document_text` writes them."""
     from cachetool.cache.shard import fleet_fields
 
     totals = report.totals()
     return {
         "root": os.fsdecode(report.root),
         **fleet_fields(shard),
-        "entries": _entry_docs(entries, pinned),
+        "entries": [],
         "totals": {k: {"files": n, "bytes": b} for k, (n, b) in totals.items()},
         "warnings": [{"path": os.fsdecode(w.path), "problem": w.problem} for w in report.warnings],
     }
@@ -304,25 +297,19 @@ def ls_document_text(
     pinned: frozenset[str] = frozenset(),
     shard: Shard | None = None,
 ) -> Iterator[str]:
-    """`ls_document` in its envelope as compact JSON text (what `json.dumps` writes), in pieces
-    of a thousand entries: never the dicts or the whole text of a 100,000-entry listing at once."""
+    """The `--json` document of `entries` in its envelope as compact JSON text (what `json.dumps`
+    writes), in pieces of a thousand entries: never the dicts or the whole text of a
+    100,000-entry listing at once."""
     from cachetool.cache.model import entries_json
     from cachetool.cli.output import envelope
 
-    head = json.dumps(envelope(ls_document(report, [], pinned, shard)))
+    head = json.dumps(envelope(ls_document(report, shard)))
     cut = head.index('"entries": []') + len('"entries": [')
     yield head[:cut]
     for start in range(0, len(entries), 1000):
         text = entries_json(entries[start : start + 1000], pinned)
         yield text if start == 0 else ", " + text
     yield head[cut:]
-
-
-def _entry_docs(entries: Sequence[Entry], pinned: frozenset[str]) -> list[dict[str, object]]:
-    """Each entry's `--json` object, with whether it is pinned."""
-    from cachetool.cache.model import entries_json
-
-    return json.loads("[" + entries_json(entries, pinned) + "]") if entries else []
 
 
 def _short(path: Path, root: Path) -> str:

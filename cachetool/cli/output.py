@@ -282,11 +282,11 @@ class Output:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
-    def json_pieces(self, doc: Callable[[], Any], pieces: Callable[[], Iterable[str]]) -> None:
-        """The same document as `json(doc())`; in a pipe (compact) written from `pieces`, the
-        document's text in order, so a large listing is never held whole as objects or text."""
+    def json_pieces(self, pieces: Callable[[], Iterable[str]]) -> None:
+        """The document whose compact text `pieces()` gives in order: in a pipe written as it
+        comes, so a large listing is never held whole as objects or text; indented at a terminal."""
         if sys.stdout.isatty():
-            self.json(doc())
+            self.json(json.loads("".join(pieces())))
             return
         for piece in pieces():
             sys.stdout.write(piece)
