@@ -44,25 +44,11 @@ class TfIndex:
 class TfCache:
     """One `tf.data` file cache: every file that shares its prefix, and what state it is in."""
 
-    folder: str
-    prefix: str  # the basename given to `Dataset.cache()`
+    path: str  # the folder and the prefix given to `Dataset.cache()`
     state: TfState
     files: tuple[str, ...]  # basenames
-    size: int
     writer_pids: tuple[int, ...] = ()  # live processes holding its files (being-written)
-    created_at: float | None = None  # from the lockfile
     problems: tuple[str, ...] = field(default=())
-
-    @property
-    def path(self) -> str:
-        return os.path.join(self.folder, self.prefix)
-
-    @property
-    def leftovers(self) -> tuple[str, ...]:
-        """What a killed writer left: its lockfiles and temp state (removable once proven dead)."""
-        if self.state != "abandoned":
-            return ()
-        return tuple(n for n in self.files if LOCK_RE.match(n) or TEMPSTATE_RE.match(n))
 
 
 # --- the index -------------------------------------------------------------------------------
@@ -242,8 +228,7 @@ def find_tf_caches(
         else:
             problems = tuple(check_complete(folder, prefix, files, size_of))
             state = "incomplete" if problems else "complete"
-        total = sum(size_of(n) for n in files)
-        out.append(TfCache(folder, prefix, state, tuple(files), total, tuple(pids), created, problems))
+        out.append(TfCache(os.path.join(folder, prefix), state, tuple(files), tuple(pids), problems))
     return out
 
 
