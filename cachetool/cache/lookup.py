@@ -13,7 +13,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cachetool.cache.layout import Kind
+from cachetool.cache.layout import Kind, parse_cache_file
 from cachetool.errors import RecordedOnly
 
 if TYPE_CHECKING:
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 #: `<fp>_00000_of_00002`: the fingerprint `datasets` gives shard 0 of a `num_proc=2` map.
 _SHARD_OF = re.compile(r"^(.+)_\d{5}_of_\d{5}$")
-#: `cache-<fp>.arrow` (or one shard's `cache-<fp>_00000_of_00002.arrow`): a cache file's name.
-_CACHE_FILE = re.compile(r"^cache-(.+?)(?:_\d{5}_of_\d{5})?\.arrow$")
 
 
 @dataclass(frozen=True)
@@ -101,8 +99,8 @@ def resolve(
 def cache_file_key(name: str) -> str:
     """The fingerprint a cache file's name (`cache-<fp>.arrow`, of one shard too) stands for;
     any other name as it is."""
-    file_name = _CACHE_FILE.match(name) if os.sep not in name else None
-    return file_name.group(1) if file_name is not None else name
+    parsed = parse_cache_file(name) if os.sep not in name else None
+    return parsed[0] if parsed is not None else name
 
 
 def _by_prefix(
