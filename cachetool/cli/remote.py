@@ -278,9 +278,9 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
     `plan_remote_gc`, shown, then confirmed and executed (`execute_remote_gc`)."""
     import sys
 
-    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
     from cachetool.cli.common import confirm
     from cachetool.errors import CachetoolError
+    from cachetool.maintenance.gc import GcOptions
     from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
 
     url, *rest = options["fingerprints"]
@@ -291,20 +291,10 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
             f"{what}: gc of a remote takes --older-than, --max-size, --min-age, --dry-run and --yes only"
         )
 
-    def parsed(name: str, seconds: bool) -> float | None:
-        value, flag = options.get(name), "--" + name.replace("_", "-")
-        if not isinstance(value, str):
-            return None if value is None else float(value)
-        return parse_duration(value, flag) if seconds else parse_quantity(value, BYTE_UNITS, flag, value)
-
-    max_size = parsed("max_size", False)
-    min_age = parsed("min_age", True)
-    plan = plan_remote_gc(
-        url,
-        older_than=parsed("older_than", True),
-        max_size=None if max_size is None else int(max_size),
-        min_age=3600.0 if min_age is None else min_age,
-    )
+    # The limits read as gc reads them for a cache.
+    given = {k: options[k] for k in ("older_than", "max_size", "min_age") if options.get(k) is not None}
+    limits = GcOptions(**given)
+    plan = plan_remote_gc(url, older_than=limits.older_than, max_size=limits.max_size, min_age=limits.min_age)
     if out.human and plan.max_size is not None and plan.size_after > plan.max_size:
         hint(
             f"{plan.url} stays over --max-size ({human_size(plan.size_after)}): what is left is "
