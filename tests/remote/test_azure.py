@@ -4,6 +4,7 @@ PATH). The same client and code as for S3: write-once puts are `If-None-Match: *
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -49,9 +50,10 @@ def fresh_url() -> str:
     return f"az://{CONTAINER}/t-{uuid.uuid4().hex[:12]}"
 
 
-def test_push_pull_and_a_second_push_on_azure(host_a: Path, tmp_path: Path) -> None:
+def test_push_pull_ls_verify_and_gc_on_azure(host_a: Path, tmp_path: Path) -> None:
     """Pushed to an az:// remote, a result is its file and a record; a second push sends
-    nothing; pulled into another cache root it is the same bytes at the same place."""
+    nothing; pulled into another cache root it is the same bytes at the same place; `ls` and
+    `verify` (shallow: range reads; and --deep) see it whole; `gc` removes it, record and file."""
     url = fresh_url()
     first = invoke("remote", "push", FP, "--cache-dir", str(host_a), "--remote", url)
     assert first.exit_code == 0 and first.stdout.startswith(f"Pushed {FP}: 1 file,"), first.output
@@ -67,6 +69,14 @@ def test_push_pull_and_a_second_push_on_azure(host_a: Path, tmp_path: Path) -> N
     name = f"cache-{FP}.arrow"
     assert (b / FOLDER / name).read_bytes() == (host_a / FOLDER / name).read_bytes()
     assert os.listdir(b / FOLDER) == [name]  # no temporary file left
+
+    assert invoke("ls", url, "-q").stdout.split() == [FP]
+    for depth in ([], ["--deep"]):
+        verified = json.loads(invoke("verify", url, "--json", *depth).stdout)
+        assert (verified["results"], verified["files"], verified["findings"]) == (1, 1, [])
+    removed = invoke("gc", url, "--older-than", "0s", "--yes")
+    assert removed.stdout.splitlines()[-1].startswith("Removed 1 result, "), removed.output
+    assert list(remote.list()) == []
 
 
 def test_azure_never_replaces_an_object_and_a_tampered_copy_is_refused(host_a: Path, tmp_path: Path) -> None:
