@@ -192,7 +192,7 @@ def azurite(base: Path) -> Iterator[AzureServer]:
         raise RuntimeError("Azurite is not installed (npm install -g azurite)")
     port = _free_port()
     args = [binary, "--inMemoryPersistence", "--blobHost", "127.0.0.1", f"--blobPort={port}"]
-    args += ["--skipApiVersionCheck", "--disableProductStyleUrl"]
+    args += ["--skipApiVersionCheck", "--disableProductStyleUrl", "--disableTelemetry"]
     log = open(base / "azurite.log", "wb")  # noqa: SIM115 - open while the server runs
     proc = subprocess.Popen(args, cwd=base, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     endpoint = f"http://127.0.0.1:{port}"
