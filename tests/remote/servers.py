@@ -1,6 +1,6 @@
 """A real S3-protocol server on 127.0.0.1 for the tests (tests/remote/conftest.py, which also
 starts moto's) and the benchmarks (benchmarks/bench_remote.py): SeaweedFS (`weed server`), and
-how a client signs in to either."""
+how a client signs in to either; and Azurite, the Azure Storage emulator, for `az://` remotes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,21 +97,8 @@ def seaweed(base: Path) -> Iterator[S3Server]:
     log = open(base / "weed.log", "wb")  # noqa: SIM115 - open while the server runs
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     endpoint = f"http://127.0.0.1:{s3}"
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            try:
-                urllib.request.urlopen(endpoint + "/", timeout=1)
-                break
-            except urllib.error.HTTPError:
-                break  # 403: up, and asking for a signature
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    raise RuntimeError(
-                        "SeaweedFS did not start:\n" + (base / "weed.log").read_text()[-3000:]
-                    ) from None
-                time.sleep(0.1)
+        _wait_started("SeaweedFS", proc, base / "weed.log", lambda: _answers(endpoint + "/"), 60)
         server = S3Server("seaweed", endpoint)
         _wait_writable(server)
         yield server
@@ -119,6 +106,29 @@ def seaweed(base: Path) -> Iterator[S3Server]:
         os.killpg(proc.pid, signal.SIGKILL)  # a scratch store: it stops slowly on SIGTERM (10 s)
         proc.wait()
         log.close()
+
+
+def _answers(url: str) -> bool:
+    """Whether a server answers at `url`, with any status (403: up, and asking for a signature)."""
+    try:
+        urllib.request.urlopen(url, timeout=1)
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _wait_started(
+    name: str, proc: subprocess.Popen[bytes], log: Path, up: Callable[[], bool], timeout: float
+) -> None:
+    """Wait until `up()`; RuntimeError with the end of `log` when `proc` exits or `timeout`
+    seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not up():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not start:\n" + log.read_text()[-3000:])
+        time.sleep(0.05)
 
 
 def _wait_writable(server: S3Server) -> None:
@@ -135,3 +145,62 @@ def _wait_writable(server: S3Server) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+#: Azurite's one account and its published key (the Azure Storage emulator's well-known pair).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+@dataclass(frozen=True)
+class AzureServer:
+    """A running Azurite blob service: where it answers."""
+
+    endpoint: str
+
+    def env(self) -> dict[str, str]:
+        """The variables a user sets to reach the emulator (the client library reads them)."""
+        return {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": self.endpoint}
+
+    def create_container(self, name: str) -> None:
+        """Create the container `name` (the client library cannot): one PUT signed with the
+        account's shared key."""
+        import base64
+        import email.utils
+        import hashlib
+        import hmac
+        import http.client
+
+        headers = {"x-ms-date": email.utils.formatdate(usegmt=True), "x-ms-version": "2021-08-06"}
+        signed = "PUT\n" + "\n" * 11 + "".join(f"{k}:{v}\n" for k, v in sorted(headers.items()))
+        signed += f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{name}\nrestype:container"
+        mac = hmac.new(base64.b64decode(AZURITE_KEY), signed.encode(), hashlib.sha256).digest()
+        headers["Authorization"] = f"SharedKey {AZURITE_ACCOUNT}:{base64.b64encode(mac).decode()}"
+        connection = http.client.HTTPConnection(self.endpoint.removeprefix("http://"), timeout=10)
+        connection.request("PUT", f"/{AZURITE_ACCOUNT}/{name}?restype=container", b"", headers)
+        response = connection.getresponse()
+        if response.status != 201:
+            raise RuntimeError(f"Azurite refused a container: {response.status} {response.read()[:300]!r}")
+
+
+@contextlib.contextmanager
+def azurite(base: Path) -> Iterator[AzureServer]:
+    """Azurite's blob service (`azurite-blob`, from the npm package azurite) in memory on a free
+    port of 127.0.0.1; killed on exit. RuntimeError when it does not start."""
+    binary = shutil.which("azurite-blob")
+    if binary is None:
+        raise RuntimeError("Azurite is not installed (npm install -g azurite)")
+    port = _free_port()
+    args = [binary, "--inMemoryPersistence", "--blobHost", "127.0.0.1", f"--blobPort={port}"]
+    args += ["--skipApiVersionCheck", "--disableProductStyleUrl", "--disableTelemetry"]
+    log = open(base / "azurite.log", "wb")  # noqa: SIM115 - open while the server runs
+    proc = subprocess.Popen(args, cwd=base, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        _wait_started("Azurite", proc, base / "azurite.log", lambda: _answers(endpoint + "/"), 30)
+        yield AzureServer(endpoint)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # it did not start
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
