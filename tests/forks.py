@@ -301,7 +301,9 @@ def _fd_for(spec: Any, std: int, mode: str, ours: list[int]) -> tuple[int, int |
 class ForkedProcess:
     """A cachetool command running as a child of the zygote: `pid`, `returncode` (a negative
     signal number for a child killed by a signal, as `subprocess`), `wait`, `send_signal`,
-    `kill`, `communicate`. `preload`: as for `run`."""
+    `kill`, `communicate`. `preload`: as for `run`. `start_new_session`: as `subprocess.Popen`'s,
+    the child starts a session (and process group) of its own, which `os.killpg(pid)` ends with
+    every process it started."""
 
     def __init__(
         self,
@@ -313,6 +315,7 @@ class ForkedProcess:
         stdout: Any = None,
         stderr: Any = None,
         preload: Sequence[str] = (),
+        start_new_session: bool = False,
     ) -> None:
         self.args = list(argv)
         env = dict(os.environ if env is None else env)
@@ -339,7 +342,13 @@ class ForkedProcess:
             # of a non-interactive shell), else makes it KeyboardInterrupt: the child does alike.
             ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
             request = json.dumps(
-                {"argv": self.args[len(CLI) :], "env": env, "cwd": cwd, "sigint_ignored": ignored}
+                {
+                    "argv": self.args[len(CLI) :],
+                    "env": env,
+                    "cwd": cwd,
+                    "sigint_ignored": ignored,
+                    "new_session": start_new_session,
+                }
             ).encode()
             try:
                 with self.zygote.lock:
@@ -711,6 +720,8 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
         for fd in set(std):
             if fd > 2:
                 os.close(fd)
+        if request["new_session"]:
+            os.setsid()
         signal.signal(
             signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler
         )
