@@ -44,6 +44,7 @@ This module imports the standard library only: the zygote loads it by path.
 from __future__ import annotations
 
 import atexit
+import gc
 import io
 import json
 import locale
@@ -638,6 +639,9 @@ def serve(fd: int, preload: Sequence[str] = ()) -> None:
     read, refused = _import_warm(preload)
     sys.modules.pop("__main__").__dict__.clear()  # the `-c` code: each child gets a fresh one
     sys.modules["__main__"] = type(sys)("__main__")
+    # What the imports made is never garbage: out of the collector's reach, a child's collections
+    # neither walk it nor write to its pages (each write copies a page the zygote shares with it).
+    gc.freeze()
     hello: dict[str, Any] = {"read": sorted(read), "pid": os.getpid()}
     if refused:
         hello["refused"] = refused
