@@ -44,6 +44,7 @@ This module imports the standard library only: the zygote loads it by path.
 from __future__ import annotations
 
 import atexit
+import gc
 import io
 import json
 import locale
@@ -301,7 +302,9 @@ def _fd_for(spec: Any, std: int, mode: str, ours: list[int]) -> tuple[int, int |
 class ForkedProcess:
     """A cachetool command running as a child of the zygote: `pid`, `returncode` (a negative
     signal number for a child killed by a signal, as `subprocess`), `wait`, `send_signal`,
-    `kill`, `communicate`. `preload`: as for `run`."""
+    `kill`, `communicate`. `preload`: as for `run`. `start_new_session`: as `subprocess.Popen`'s,
+    the child starts a session (and process group) of its own, which `os.killpg(pid)` ends with
+    every process it started."""
 
     def __init__(
         self,
@@ -313,6 +316,7 @@ class ForkedProcess:
         stdout: Any = None,
         stderr: Any = None,
         preload: Sequence[str] = (),
+        start_new_session: bool = False,
     ) -> None:
         self.args = list(argv)
         env = dict(os.environ if env is None else env)
@@ -339,7 +343,13 @@ class ForkedProcess:
             # of a non-interactive shell), else makes it KeyboardInterrupt: the child does alike.
             ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
             request = json.dumps(
-                {"argv": self.args[len(CLI) :], "env": env, "cwd": cwd, "sigint_ignored": ignored}
+                {
+                    "argv": self.args[len(CLI) :],
+                    "env": env,
+                    "cwd": cwd,
+                    "sigint_ignored": ignored,
+                    "new_session": start_new_session,
+                }
             ).encode()
             try:
                 with self.zygote.lock:
@@ -629,6 +639,9 @@ def serve(fd: int, preload: Sequence[str] = ()) -> None:
     read, refused = _import_warm(preload)
     sys.modules.pop("__main__").__dict__.clear()  # the `-c` code: each child gets a fresh one
     sys.modules["__main__"] = type(sys)("__main__")
+    # What the imports made is never garbage: out of the collector's reach, a child's collections
+    # neither walk it nor write to its pages (each write copies a page the zygote shares with it).
+    gc.freeze()
     hello: dict[str, Any] = {"read": sorted(read), "pid": os.getpid()}
     if refused:
         hello["refused"] = refused
@@ -711,6 +724,8 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
         for fd in set(std):
             if fd > 2:
                 os.close(fd)
+        if request["new_session"]:
+            os.setsid()
         signal.signal(
             signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler
         )

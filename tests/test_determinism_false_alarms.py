@@ -3,8 +3,9 @@ the order of events, so a warm run that records fewer of datasets' internal call
 shifts nothing; an internal step is never a cause; a cause is observed (a fingerprint that differs),
 never inferred; a report whose fingerprints all match has no cause and exits 0. Checked on real
 pipelines of tests/corpus (k14: a ClassLabel cast, a split, a save and a reload; k15: a seeded
-generator that reshuffles each epoch; c19: a real cause after a cached split) through the command,
-in the default, `--no-cold` and `--isolated` modes."""
+generator that reshuffles each epoch; c19: a real cause after a cached split) with the function
+the command calls, in the default, `--no-cold` and `--isolated` modes, each report read both as the
+command's JSON and as its text."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from typing import Any
 import pytest
 
 from cachetool.determinism.analysis import analyze
+from cachetool.determinism.check import check_determinism
+from cachetool.determinism.report import human_lines
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
 from tests.corpus_pipeline import write_pipeline
 
 CORPUS = Path(__file__).parent / "corpus"
-MODES = {"default": (), "no-cold": ("--no-cold",), "isolated": ("--isolated",)}
+MODES: dict[str, dict[str, Any]] = {"default": {}, "no-cold": {"cold": False}, "isolated": {"isolated": True}}
 
 
 def ev(op: str, line: int, result: str, parents: list[str], **kw: Any) -> dict[str, Any]:
@@ -110,17 +113,15 @@ def test_a_step_seen_in_one_run_only_is_named() -> None:
     assert analysis.causes == ()
 
 
-def check(script: str, base: Path, *options: str) -> tuple[int, dict[str, Any], str]:
-    """`cachetool check-determinism SCRIPT OPTIONS` as a user runs it, once as JSON and once for a
-    person (the second on the cache the first left, as a user reruns it): exit code, JSON, text."""
-    env = hf_env(base)
-    command = [sys.executable, "-m", "cachetool", "check-determinism", str(CORPUS / script), *options]
-    as_json = subprocess.run(
-        [*command, "--json"], env=env, cwd=CORPUS, capture_output=True, text=True, timeout=300
-    )
-    text = subprocess.run(command, env=env, cwd=CORPUS, capture_output=True, text=True, timeout=300)
-    assert as_json.returncode == text.returncode, text.stdout + text.stderr
-    return as_json.returncode, json.loads(as_json.stdout), text.stdout + text.stderr
+def check(script: str, base: Path, **options: Any) -> tuple[int, dict[str, Any], str]:
+    """`check_determinism(SCRIPT, **options)` as `cachetool check-determinism SCRIPT` run in the
+    corpus folder calls it (on the cache the script uses): exit code, and the one report as the
+    command's JSON and as its text (with the warnings it prints on stderr)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(CORPUS)  # the text names files relative to the working folder, as the command's
+        report = check_determinism(CORPUS / script, env=hf_env(base), **options)
+        text = "\n".join([*human_lines(report), *report.warnings])
+    return int(report.exit_code), json.loads(json.dumps(report.to_dict())), text
 
 
 def assert_deterministic(code: int, report: dict[str, Any], text: str) -> None:
@@ -150,7 +151,7 @@ def controls(tmp_path_factory: pytest.TempPathFactory) -> Any:
         if mode not in checked:
             base = tmp_path_factory.mktemp(f"controls-{mode}")
             script = write_pipeline(base / "controls.py", CONTROLS)
-            checked[mode] = check(str(script), base, *MODES[mode])
+            checked[mode] = check(str(script), base, **MODES[mode])
         return checked[mode]
 
     return checked_in

@@ -115,6 +115,24 @@ def test_the_child_is_a_process_of_its_own(tmp_path: Path) -> None:
     assert forked["argv"] == [str(probe), "a b"] and forked["stdin"] == "typed"
 
 
+def test_a_child_in_a_session_of_its_own_leads_its_process_group(tmp_path: Path) -> None:
+    """`start_new_session=True`, as `subprocess.Popen`'s: the child leads a session and a process
+    group of its own (which `os.killpg(pid)` ends with every process it started); without it, the
+    child is in the zygote's."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import json, os\nprint(json.dumps([os.getsid(0), os.getpgid(0)]))\n")
+    kw: dict[str, Any] = {"env": hf_env(tmp_path), "cwd": tmp_path, "stdout": subprocess.PIPE}
+    for new_session in (True, False):
+        proc = forks.ForkedProcess([*CLI, "run", str(probe)], start_new_session=new_session, **kw)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        sid, pgid = json.loads(out)
+        if new_session:
+            assert sid == pgid == proc.pid
+        else:
+            assert sid != proc.pid and pgid == os.getpgid(proc.zygote.proc.pid)
+
+
 def _waiting_gc(tmp_path: Path) -> tuple[list[str], dict[str, str], int, int]:
     """A gc that asks on a terminal and waits for the answer: its command line, environment and
     the terminal (master, slave)."""

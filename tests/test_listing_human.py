@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from cachetool.cache.pins import add_pin
 from cachetool.cache.query import read_listing
 from cachetool.cli.ls import live_in, recorded_usage, render_human
 from cachetool.cli.output import Output, OutputFormat
+from cachetool.maintenance.liveness import InUse
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
-from tests.test_listing_json import _write_stream
+from tests.test_listing_json import _write_stream, live_once
 
 #: (arguments of `cachetool ls`, terminal width, whether stdout is a terminal for Rich)
 FORMS: list[tuple[list[str], int, bool]] = [
@@ -45,10 +47,12 @@ FORMS: list[tuple[list[str], int, bool]] = [
 FEW_FORMS = [FORMS[i] for i in (0, 3, 7, 9, 11, 14)]
 
 
-def _object_path_text(root: Path, args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+def _object_path_text(
+    root: Path, args: list[str], capsys: pytest.CaptureFixture[str], liveness: Callable[..., InUse] = live_in
+) -> str:
     """What `ls ARGS` writes, from the listing that makes every `Entry`."""
     limit = int(args[args.index("--limit") + 1]) if "--limit" in args else None
-    listing = read_listing(root, limit=limit, usage=recorded_usage(root), liveness=live_in)
+    listing = read_listing(root, limit=limit, usage=recorded_usage(root), liveness=liveness)
     capsys.readouterr()
     if "-q" in args or "quiet" in args:
         Output(OutputFormat.quiet).ids(e.id for e in listing.entries)
@@ -67,6 +71,7 @@ def assert_human_is_the_listing(
     """Every form of `forms`, then `FEW_FORMS` with one entry pinned: the same bytes both
     ways, at one clock (ages count from the scan's time)."""
     read_listing(root)  # the read index, written
+    liveness = live_once()
     now = time.time()
     with monkeypatch.context() as m:
         m.setattr(time, "time", lambda: now)
@@ -79,7 +84,7 @@ def assert_human_is_the_listing(
                 m.setenv("TTY_COMPATIBLE", "1" if terminal else "0")
                 got = invoke("ls", str(root), *args, columns=width)
                 assert got.exit_code == 0, (args, got.output)
-                assert got.stdout == _object_path_text(root, args, capsys), (args, width, terminal)
+                assert got.stdout == _object_path_text(root, args, capsys, liveness), (args, width, terminal)
         m.setenv("TTY_COMPATIBLE", "0")
         lines = [line.split()[:3] for line in invoke("ls", str(root)).stdout.splitlines()]
         assert ["kind", "fingerprint", "pin"] in lines  # the pin showed

@@ -69,18 +69,27 @@ def _table(path: Path) -> pa.Table:
 
 def _kill_group(tmp_path: Path, env: dict[str, str]) -> None:
     """`cachetool run p.py` SIGKILLed with its `num_proc` workers (the OOM killer or a scheduler
-    ending the job) once the map says it is busy: every worker's `tmp*` file stays."""
+    ending the job) once the map says it is busy: every worker's `tmp*` file stays. Forked warm in
+    a session of its own (`forks.PIPELINE`: these pipelines hash no set nor str)."""
     marker = tmp_path / "busy"
     marker.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)]
+    proc: forks.ForkedProcess | subprocess.Popen[bytes]
     with open(tmp_path / "out.txt", "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        if forks.available():
+            proc = forks.ForkedProcess(
+                argv,
+                env=env,
+                cwd=tmp_path,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                preload=forks.PIPELINE,
+                start_new_session=True,
+            )
+        else:
+            proc = subprocess.Popen(
+                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
     deadline = time.monotonic() + 120
     while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()

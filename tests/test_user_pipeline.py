@@ -64,17 +64,17 @@ class Pipeline:
 
 
 def cachetool(p: Pipeline, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
-    """`cachetool ARGS` in the project folder; forked from a warm parent but for `run` and
-    `check-determinism`, which run the user's pipeline and stay fresh interpreters."""
-    start = subprocess.run if args[0] in ("run", "check-determinism") else forks.run
-    return start(
-        [sys.executable, "-m", "cachetool", *args],
-        env={**p.env, "COLUMNS": str(columns)},
-        cwd=p.base / "project",
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    """`cachetool ARGS` in the project folder, forked from a warm parent (`run` from one holding
+    what `datasets` imports: its runs share one hash seed, and
+    `test_check_determinism_of_a_deterministic_pipeline_warns_of_nothing` shows the pipeline's
+    fingerprints do not depend on it); `check-determinism`, which compares runs under different
+    hash seeds, stays a fresh interpreter."""
+    argv = [sys.executable, "-m", "cachetool", *args]
+    env, cwd = {**p.env, "COLUMNS": str(columns)}, p.base / "project"
+    if args[0] == "check-determinism":
+        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=240)
+    preload = forks.PIPELINE if args[0] == "run" else ()
+    return forks.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=240, preload=preload)
 
 
 @pytest.fixture(scope="module")
