@@ -58,9 +58,10 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
 
     Runs under `cachetool run` or `cachetool.tracing()` hold a lease in the cache
     (`.cachetool/leases/`): what they may be writing stays while the lease lives, on every host.
-    Leases that expired, or whose process on this host is gone, are removed and logged. A lease
-    lives at most an hour after its last renewal, whatever it says; gc shows each live one with
-    its file, host, pid and expiry, and `--break-lease ID` removes one whose run you know is gone.
+    Leases that expired, or whose process on this host is gone, are removed and logged (the step
+    leases of `run --once`, `.cachetool/once/`, too). A lease lives at most an hour after its
+    last renewal, whatever it says; gc shows each live one with its file, host, pid and expiry,
+    and `--break-lease ID` removes one whose run you know is gone.
 
     **Examples**
 
