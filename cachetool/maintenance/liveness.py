@@ -59,7 +59,7 @@ def judge_leases(root: str | os.PathLike[str]) -> list[tuple[Lease, LeaseState]]
 
 
 def lease_kind(lease: Lease) -> str:
-    """ "lease" for a run's, "step lease <file>" for a step's (`run --once`)."""
+    """What gc's lines call a lease: "lease" (a run's), "step lease <file>" (`run --once`)."""
     return f"step lease {lease.path.name}" if lease.path.parent.name == ONCE_DIR else "lease"
 
 
