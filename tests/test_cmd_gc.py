@@ -1192,3 +1192,64 @@ def test_policy_cost_loses_30_percent_fewer_recompute_seconds_than_lru_on_a_repl
         for policy in lost:
             lost[policy] += replay(trace, limit, policy, Path("/bench/cache"))[0]
     assert lost["cost"] <= 0.7 * lost["lru"], lost
+
+
+@pytest.mark.slow
+def test_gc_removes_the_step_lease_of_a_killed_once_leader_and_never_a_live_one(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    """A `run --once` leader SIGKILLed in its map leaves its step lease
+    (`.cachetool/once/<fp>.<n>.json`): `gc --dry-run` (evicting or `--temp`) lists it as dead and
+    `gc --temp -y` removes it, as the once code judges it (pid and start time on this host). A
+    live step lease of this host and an unexpired one of another host stay; `--break-lease`
+    removes the latter."""
+    from cachetool.cache.lease import read_lease
+    from cachetool.processes import this_host
+    from cachetool.trace.leases import claim_step, drop_step
+    from cachetool.trace.once import once_dir
+    from tests.test_once import _start, _work
+
+    work = _work(tmp_path)
+    (work / "block").touch()
+    (work / "go").touch()
+    (proc,) = _start(tmp_path, work, 1, once=True)
+    deadline = time.monotonic() + 120
+    started = work / "started"
+    while not started.exists() or not started.read_text():
+        assert proc.poll() is None, (tmp_path / "err-0.txt").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the leader never got into its map"
+        time.sleep(0.02)
+    os.kill(int(started.read_text()), signal.SIGKILL)
+    proc.wait(timeout=60)
+    root = tmp_path / "cache"
+    folder = once_dir(root)
+    (dead,) = folder.glob("*.json")
+    assert read_lease(dead) is not None and read_lease(dead).pid == proc.pid  # type: ignore[union-attr]
+    live = folder / f"{'cd' * 8}.0.json"
+    assert claim_step(live, "cd" * 8)  # this process: alive
+    me = this_host()
+    other = folder / f"{'ef' * 8}.2.json"
+    doc = {"v": 1, "host": "node-7", "boot_id": "another-boot", "pid": 4242, "pid_ns": me.pid_ns}
+    other.write_text(json.dumps(doc | {"start": time.time() - 100, "renewed": time.time(), "lifetime": 60}))
+    try:
+        for mode in (["--temp"], ["--older-than", "3650d"]):
+            code, doc = gc_json(tmp_path, *mode, "--dry-run")
+            assert code == 0, doc
+            states = {Path(x["path"]).name: x["state"] for x in doc["plan"]["leases"]}
+            assert {n: states.get(n) for n in (dead.name, live.name, other.name)} == {
+                dead.name: "dead",
+                live.name: "live",
+                other.name: "live",
+            }, doc["plan"]["leases"]
+        human = cli("gc", "--cache-dir", str(root), "--temp", "--dry-run").stdout
+        assert f"step lease {dead.name} would be removed" in human, human
+        assert dead.exists()
+        code, doc = gc_json(tmp_path, "--temp", "-y")
+        assert code == 0, doc
+        removed = {Path(x["path"]) for x in doc["result"]["leases_removed"]}
+        assert dead in removed and not dead.exists(), doc["result"]
+        assert live.exists() and other.exists()
+        broken = cli("gc", "--break-lease", other.stem, "--cache-dir", str(root))
+        assert broken.exit_code == 0 and not other.exists(), broken.stdout + broken.stderr
+    finally:
+        drop_step(live)

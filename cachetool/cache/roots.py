@@ -25,6 +25,8 @@ SEGMENT_SUFFIX = ".jsonl"
 ROOTS_FILE = "roots.json"
 #: Where a root keeps its leases (`cachetool.trace.leases`), below its `.cachetool/` folder.
 LEASES_DIR = "leases"
+#: Where a root keeps its step leases (`cachetool.trace.once`), below its `.cachetool/` folder.
+ONCE_DIR = "once"
 #: The longest a lease lives after its last renewal, whatever it or `CACHETOOL_LEASE_SECONDS`
 #: says: a lease file is written by whoever can write the cache, and one that claimed to live
 #: forever would keep gc from freeing anything.

@@ -58,9 +58,10 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
 
     Runs under `cachetool run` or `cachetool.tracing()` hold a lease in the cache
     (`.cachetool/leases/`): what they may be writing stays while the lease lives, on every host.
-    Leases that expired, or whose process on this host is gone, are removed and logged. A lease
-    lives at most an hour after its last renewal, whatever it says; gc shows each live one with
-    its file, host, pid and expiry, and `--break-lease ID` removes one whose run you know is gone.
+    Leases that expired, or whose process on this host is gone, are removed and logged (the step
+    leases of `run --once`, `.cachetool/once/`, too). A lease lives at most an hour after its
+    last renewal, whatever it says; gc shows each live one with its file, host, pid and expiry,
+    and `--break-lease ID` removes one whose run you know is gone.
 
     **Examples**
 
@@ -144,8 +145,7 @@ def _show_run(out: Output, run: GcRun, *, plan_shown: bool) -> int:
         return 0
     if not plan.items and out.human:
         show_plan(out, plan, dry_run=False, final=True)
-        for lease in run.result.leases_removed:
-            out.line(f"Removed the stale lease of {lease}.", style="dim")
+        _say_leases_removed(out, run.result)
     else:
         if not plan_shown and out.human:
             show_plan(out, plan, dry_run=False, final=False)
@@ -302,5 +302,11 @@ def show_result(out: Output, result: GcResult, compaction: CompactionReport | No
         f"Removed {len(result.removed)} item(s), freed {freed}; "
         f"{len(result.skipped)} kept on a last check, {len(result.failed)} failed."
     )
+    _say_leases_removed(out, result)
+
+
+def _say_leases_removed(out: Output, result: GcResult) -> None:
+    from cachetool.maintenance.liveness import lease_kind
+
     for lease in result.leases_removed:
-        out.line(f"Removed the stale lease of {lease}.", style="dim")
+        out.line(f"Removed the stale {lease_kind(lease)} of {lease}.", style="dim")

@@ -24,7 +24,7 @@ from cachetool.cache import layout
 from cachetool.cache.fstype import FileSystem, file_system
 from cachetool.cache.layout import LEDGER_DIR, LockKind
 from cachetool.cache.lease import CLOCK_SKEW, Lease, LeaseState, lease_state, read_lease
-from cachetool.cache.roots import LEASES_DIR, leases_dir
+from cachetool.cache.roots import LEASES_DIR, ONCE_DIR, leases_dir
 from cachetool.errors import CachetoolError
 from cachetool.formatting import compact_duration, safe_text
 from cachetool.maintenance.fdops import O_DIR, open_parent
@@ -34,22 +34,33 @@ if TYPE_CHECKING:
     from cachetool.history.writer import GcLog
 
 
+#: The folders of a root's `.cachetool/` that hold leases: the runs' and their steps' (`run --once`).
+LEASE_FOLDERS = (LEASES_DIR, ONCE_DIR)
+
+
 def judge_leases(root: str | os.PathLike[str]) -> list[tuple[Lease, LeaseState]]:
-    """Every lease of `root` with its state (unreadable lease files are left alone)."""
-    folder = leases_dir(root)
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
+    """Every lease of `root`, the runs' and their steps', with its state (unreadable lease files
+    are left alone)."""
     me = this_host()
     out = []
-    for name in names:
-        if name.startswith(".") or not name.endswith(".json"):
+    for sub in LEASE_FOLDERS:
+        folder = Path(root) / LEDGER_DIR / sub
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
             continue
-        lease = read_lease(folder / name)
-        if lease is not None:
-            out.append((lease, lease_state(lease, me)))
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            lease = read_lease(folder / name)
+            if lease is not None:
+                out.append((lease, lease_state(lease, me)))
     return out
+
+
+def lease_kind(lease: Lease) -> str:
+    """What gc's lines call a lease: "lease" (a run's), "step lease <file>" (`run --once`)."""
+    return f"step lease {lease.path.name}" if lease.path.parent.name == ONCE_DIR else "lease"
 
 
 FileKey = tuple[int, int]  # (st_dev, st_ino)
@@ -592,7 +603,7 @@ class SharedState:
             out.append(f"  if its process is gone: `{break_command(self.root, lease)}`")
         # A plan, shown before it runs (or when it is refused): what happened is the result's.
         for lease, state in self.stale:
-            out.append(f"{_stale_reason(lease, state, now)}: its lease would be removed")
+            out.append(f"{_stale_reason(lease, state, now)}: its {lease_kind(lease)} would be removed")
             for other in self.elsewhere.get(lease.path.name, ()):
                 from cachetool.hints import shell_command
 
@@ -622,7 +633,7 @@ def dead_writer_hint(
     fs = state.filesystem
     if fs is not None and fs.shared:
         return None
-    dead = [lease for lease, s in state.stale if s == "dead"]
+    dead = [lease for lease, s in state.stale if s == "dead" and lease.path.parent.name == LEASES_DIR]
     by_lease: dict[Lease, list[Path]] = {}
     for path, mtime in sorted(young.items()):
         lease = next((x for x in dead if mtime is not None and x.start - 1.0 <= mtime <= x.expires), None)
@@ -671,12 +682,16 @@ def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
         f"no lease {safe_text(name)} in {safe_text(os.fsdecode(root_path))} (gc lists them)"
     )
     file = name if name.endswith(".json") else f"{name}.json"
-    lease = read_lease(leases_dir(root_path) / file) if "/" not in file and file != ".json" else None
-    if lease is None:
+    valid = "/" not in file and file != ".json"
+    found = [
+        (sub, x) for sub in LEASE_FOLDERS if valid and (x := read_lease(root_path / LEDGER_DIR / sub / file))
+    ]
+    if not found:
         raise missing
+    (sub, lease), *_ = found
     root_fd = os.open(root_path, O_DIR)
     try:
-        size, _ = _unlink_lease(root_fd, file)
+        size, _ = _unlink_lease(root_fd, sub, file)
     except (FileNotFoundError, LookupError):
         raise missing from None
     finally:
@@ -687,12 +702,12 @@ def break_lease(root: str | os.PathLike[str], name: str) -> Lease:
 
 
 def _unlink_lease(
-    root_fd: int, file: str, why: Callable[[Lease], str | None] = lambda _: ""
+    root_fd: int, sub: str, file: str, why: Callable[[Lease], str | None] = lambda _: ""
 ) -> tuple[int, str]:
-    """Remove the lease file `file`, reached from the root's descriptor without following a
-    symlink, when `why(the lease as read now)` gives a reason; its size and that reason (else
-    `LookupError`)."""
-    fd = open_parent(root_fd, (LEDGER_DIR, LEASES_DIR, file))
+    """Remove the lease file `file` of `.cachetool/<sub>/`, reached from the root's descriptor
+    without following a symlink, when `why(the lease as read now)` gives a reason; its size and
+    that reason (else `LookupError`)."""
+    fd = open_parent(root_fd, (LEDGER_DIR, sub, file))
     try:
         again = read_lease(Path(f"/proc/self/fd/{fd}") / file)
         reason = why(again) if again is not None else None
@@ -767,7 +782,7 @@ def remove_stale_leases(root_fd: int, state: SharedState, log: GcLog | None) -> 
     removed: list[Lease] = []
     for lease, _ in state.stale:
         try:
-            size, reason = _unlink_lease(root_fd, lease.path.name, still_stale)
+            size, reason = _unlink_lease(root_fd, lease.path.parent.name, lease.path.name, still_stale)
         except (OSError, LookupError):
             continue
         removed.append(lease)

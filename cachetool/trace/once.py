@@ -21,11 +21,10 @@ from pathlib import Path
 
 from cachetool.cache.layout import LEDGER_DIR, parse_cache_file
 from cachetool.cache.lease import lease_state, read_lease
+from cachetool.cache.roots import ONCE_DIR
 from cachetool.processes import this_host
 from cachetool.trace.leases import claim_step, drop_step
 
-#: The folder of step leases, below a root's `.cachetool/`.
-ONCE_DIR = "once"
 #: A waiter's first pause (s); each next is 1.5 times longer, up to `LONGEST_POLL`.
 FIRST_POLL = 0.02
 LONGEST_POLL = 0.5

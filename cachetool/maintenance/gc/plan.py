@@ -771,11 +771,21 @@ class Planner(Rules):
             )
             return
         lock = final.with_name(layout.builder_lock_name(final.name))
+        if not self.busy(e, "a preparation", lock):
+            self.leftover_folder(e, "interrupted preparation, its builder lock is free", lock=lock)
+
+    def busy(self, e: Entry, who: str, lock: Path, path: Path | None = None, size: int | None = None) -> bool:
+        """Whether `who` (a preparation, a download) may be running: its `lock` is held or cannot be
+        probed. Then `e` (or its file `path`) stays, with that reason."""
         state = probe(lock)
-        if state.held:
-            self.skip(e, _busy_reason("a preparation", lock, state))
-            return
-        self.leftover_folder(e, "interrupted preparation, its builder lock is free", lock=lock)
+        if state == LockState.HELD:
+            self.skip(
+                e, Refusal("lock-held", f"{who} is running ({lock.name} is held)"), path=path, size=size
+            )
+        elif state.held:
+            why = Refusal("lock-unknown", f"{who} may be running ({lock.name} cannot be probed)")
+            self.skip(e, why, path=path, size=size)
+        return state.held
 
     def incomplete_save(self, e: Entry) -> None:
         if e.path == self.root:
@@ -795,12 +805,9 @@ class Planner(Rules):
                 continue
             base = f.name[: -len(layout.INCOMPLETE_DIR_SUFFIX)]
             lock = f.path.with_name(layout.download_lock_name(base))
-            state = probe(lock)
-            if state.held:
-                self.skip(e, _busy_reason("a download", lock, state), path=f.path, size=f.size)
-                continue
-            reason = "interrupted download, its lock is free"
-            self.leftover_file(e, f, Kind.DOWNLOAD, reason, dataset=e.dataset, lock=lock)
+            if not self.busy(e, "a download", lock, path=f.path, size=f.size):
+                reason = "interrupted download, its lock is free"
+                self.leftover_file(e, f, Kind.DOWNLOAD, reason, dataset=e.dataset, lock=lock)
 
     def lock(self, e: Entry, named: bool = False) -> None:
         f = e.files[0] if e.files else None
@@ -1119,12 +1126,6 @@ def cost_rank(seconds: float | None, size: int) -> tuple[int, float]:
     return (1, seconds / max(size, 1) * 1e9)
 
 
-def _busy_reason(who: str, lock: Path, state: LockState) -> Refusal:
-    if state == LockState.HELD:
-        return Refusal("lock-held", f"{who} is running ({lock.name} is held)")
-    return Refusal("lock-unknown", f"{who} may be running ({lock.name} cannot be probed)")
-
-
 def _unit(key: Path, kind: Kind, members: list[Entry], files: list[CacheFile], folder: bool = False) -> _Unit:
     """A unit of `members` removing `files` (as one folder, or file by file)."""
     size = sum(f.size for f in files)
@@ -1372,21 +1373,18 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     )
     # What a killed run may have left unfinished: leftovers (a complete result is another run's).
     modified = {e.path: e.modified for e in report.entries if e.kind in layout.LEFTOVER_KINDS}
-    kept = {
-        code: {s.path: modified[s.path] for s in plan.skipped if s.code == code and s.path in modified}
-        for code in ("too-young", "resumable")
-    }
-    hints = (
-        dead_writer_hint(report.root, shared, kept["too-young"], options.min_age),
-        dead_writer_hint(
-            report.root,
-            shared,
-            kept["resumable"],
-            options.min_age,
-            "as resumable partials (a traced rerun of its pipeline reuses their rows)",
-        ),
-    )
+    hints = []
+    for code, kept_as in _KEPT_AS.items():
+        kept = {s.path: modified[s.path] for s in plan.skipped if s.code == code and s.path in modified}
+        hints.append(dead_writer_hint(report.root, shared, kept, options.min_age, kept_as))
     return dataclasses.replace(plan, root_id=root_id, shared=shared, hints=tuple(h for h in hints if h))
+
+
+#: The leftovers a dead run may have left that gc keeps, by why, as its hint says so ("": as too young).
+_KEPT_AS: dict[KeepCode, str] = {
+    "too-young": "",
+    "resumable": "as resumable partials (a traced rerun of its pipeline reuses their rows)",
+}
 
 
 def plan_purge(root: Path, options: GcOptions) -> GcPlan:
