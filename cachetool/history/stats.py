@@ -99,12 +99,8 @@ class Counts:
         runs = {r.run for r, _ in steps if r.run}
         for s in summaries:  # their call sites and datasets are not kept
             runs.update(s.run if s.runs == 1 else f"{s.run}#{i}" for i in range(s.runs))
-            c = replace(c, **{k: getattr(c, k) + getattr(s, k) for k in _SUMMED})
+            c = replace(c, **{k: getattr(c, k) + getattr(s, k) for k in counts})  # a summary holds them too
         return replace(c, runs=len(runs))
-
-
-#: The counts a run's summary holds as `Counts` does (`step_counts`).
-_SUMMED = ("steps", "hits", "misses", "partial", "no_file", "failed", "miss_seconds", "bytes_written")
 
 
 @dataclass(frozen=True)
