@@ -83,8 +83,9 @@ def _loads(data: bytes | str, **options: Any) -> Any:
 
 
 def json_value(value: Any) -> Any:
-    """A value as JSON shows it: a typed value by its `to_json` (or `to_dict`), a tuple or list
-    as a list of such values, a path as its text, an enum member as its value."""
+    """A value as JSON shows it: a typed value by its `to_json` (or `to_dict`; a dataclass without
+    either by its fields), a tuple or list as a list of such values, a path as its text, an enum
+    member as its value."""
     if isinstance(value, (tuple, list)):
         return [json_value(v) for v in value]
     if isinstance(value, PurePath):
@@ -92,6 +93,8 @@ def json_value(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     to_json = getattr(value, "to_json", None) or getattr(value, "to_dict", None)
+    if to_json is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_fields(value)
     return to_json() if to_json is not None else value
 
 

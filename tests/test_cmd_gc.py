@@ -130,9 +130,9 @@ def test_gc_temp_removes_exactly_the_leftovers_of_killed_processes(
     kinds = {"temp", "incomplete-prepare", "incomplete-save", "lock", "download"}
     assert {r["kind"] for r in result["removed"]} == kinds
 
-    from cachetool.history.ledger import gc_records
+    from cachetool.history.ledger import read_ledger
 
-    records = gc_records(copy / "cache")
+    records = read_ledger(copy / "cache").gc_records()
     assert sorted(r.path or "" for r in records) == sorted(r["path"] for r in result["removed"])
     assert all(r.reason and r.size is not None for r in records)
 
@@ -619,9 +619,9 @@ def test_older_than_evicts_whole_entries_and_keeps_sources(copy: Path, leftovers
     assert kept["reasons"] == {"used in the last 30d": 6, "source splits and saved datasets": 2}
     assert kept["summary"].startswith(f"keeps {kept['entries']} entries")
 
-    from cachetool.history.ledger import gc_records
+    from cachetool.history.ledger import read_ledger
 
-    assert {fp for r in gc_records(copy / "cache") for fp in r.fingerprints} >= set(removed)
+    assert {fp for r in read_ledger(copy / "cache").gc_records() for fp in r.fingerprints} >= set(removed)
 
 
 @pytest.mark.slow

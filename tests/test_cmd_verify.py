@@ -1139,9 +1139,9 @@ def test_the_quarantine_shows_in_ls_and_its_list_and_restore_says_once_why_a_fil
     listed = CliRunner().invoke(app, ["verify", "--quarantine", "--list", "--cache-dir", str(cache)], env=env)
     assert "The quarantine is empty." in listed.stdout, listed.stdout
     assert "quarantine:" not in CliRunner().invoke(app, ["ls", "--cache-dir", str(cache)], env=env).stdout
-    from cachetool.history.ledger import gc_records
+    from cachetool.history.ledger import read_ledger
 
-    assert [r.path for r in gc_records(cache)][-1] == str(qpath)
+    assert [r.path for r in read_ledger(cache).gc_records()][-1] == str(qpath)
 
 
 FILTER_THEN_SORT = """\

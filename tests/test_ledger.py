@@ -252,7 +252,7 @@ def test_a_record_with_a_field_of_the_wrong_type_is_skipped_with_a_warning(
 def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> None:
     """gc's `"files": 1` (a count) and a step's `"files": [...]` (a list) are two classes, so no
     reader can take one for the other; each round-trips through its writer's JSON unchanged."""
-    from cachetool.history.ledger import gc_records, parse_record
+    from cachetool.history.ledger import parse_record
     from cachetool.history.records.other import GcRecord
     from cachetool.history.records.steps import StepRecord
     from cachetool.history.writer import GcLog
@@ -266,7 +266,7 @@ def test_gc_records_count_files_and_step_records_list_them(tmp_path: Path) -> No
     w.close()
     got = read_ledger(root)
     assert got.warnings == ()
-    (gc,) = gc_records(root)
+    (gc,) = read_ledger(root).gc_records()
     assert isinstance(gc, GcRecord) and gc.files == 1 and gc.paths == (str(root / "tmp1234"),)
     (step,) = got.steps()
     assert isinstance(step, StepRecord) and step.files[0].path == "/x.arrow"

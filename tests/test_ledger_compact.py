@@ -179,7 +179,6 @@ def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
     leaves the ledger as it is and says why; the lineage of what has files, the totals and the gc
     records stay whole, and reading warns of nothing."""
     from cachetool.history import ledger
-    from cachetool.history.ledger import gc_records
 
     monkeypatch.setattr(ledger, "MAX_SEGMENT_BYTES", 48 * 1024)
     root = tmp_path / "cache"
@@ -213,13 +212,13 @@ def test_compaction_never_writes_a_segment_readers_would_read_only_part_of(
                 },
             )
         w.close()
-    before = (_totals(root), _chain(root, living), len(gc_records(root)))
+    before = (_totals(root), _chain(root, living), len(read_ledger(root).gc_records()))
     assert before[2] == 720 and not read_ledger(root).warnings
 
     done = compact_ledger(root, keep_runs=5)
     assert done.segments == 0
     assert any("more than readers read of one segment" in w for w in done.warnings), done.warnings
-    assert (_totals(root), _chain(root, living), len(gc_records(root))) == before
+    assert (_totals(root), _chain(root, living), len(read_ledger(root).gc_records())) == before
     assert not read_ledger(root).warnings
 
 
@@ -473,7 +472,6 @@ def test_gc_history_is_compacted_so_a_cache_cleaned_every_day_keeps_a_bounded_le
     recorded file missing."""
     import pyarrow as pa
 
-    from cachetool.history.ledger import gc_records
     from cachetool.maintenance.verify import verify_cache
 
     root = tmp_path / "cache"
@@ -496,7 +494,7 @@ def test_gc_history_is_compacted_so_a_cache_cleaned_every_day_keeps_a_bounded_le
         return [str(f.path) for f in verify_cache(root).findings if parent in str(f.path)]
 
     days(6, 0)
-    assert not path.exists() and len(gc_records(root)) == 6 * 20 + 1
+    assert not path.exists() and len(read_ledger(root).gc_records()) == 6 * 20 + 1
     assert deleted() and not missing()
     first = compact_ledger(root, keep_runs=3)
     assert first.segments > 0 and first.gc_folded >= 3 * 20
@@ -507,7 +505,7 @@ def test_gc_history_is_compacted_so_a_cache_cleaned_every_day_keeps_a_bounded_le
     second = compact_ledger(root, keep_runs=3)
     assert second.segments > 0 and first.gc_folded + 6 * 20 <= second.gc_folded <= 9 * 20
     assert ledger_bytes(root) < size + 2048 < grown, (size, grown, ledger_bytes(root))
-    assert len(gc_records(root)) <= 3 * 20 + 1  # the newest runs whole, the eviction kept
+    assert len(read_ledger(root).gc_records()) <= 3 * 20 + 1  # the newest runs whole, the eviction kept
     assert deleted() and not missing()
     assert _totals(root)["runs"] == 10
 

@@ -15,6 +15,7 @@ from cachetool.cli.common import CACHE_DIR, NO_TRUNCATE, OUTPUT, command, confir
 from cachetool.cli.output import Output, OutputFormat, error, hint, warn
 from cachetool.errors import CachetoolError
 from cachetool.formatting import human_size, short_duration
+from cachetool.safejson import json_value
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
@@ -187,7 +188,7 @@ def gc_document(
         "options": plan.options.to_json(),
         "plan": plan.to_json(),
         "result": result.to_json() if result is not None else None,
-        "compaction": compaction.to_json() if compaction is not None else None,
+        "compaction": json_value(compaction),
     }
 
 

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, ledger_dirs, segment_name, user_state_dir
 from cachetool.errors import CachetoolError
@@ -40,7 +39,6 @@ from cachetool.history.records.other import (
 from cachetool.history.records.steps import COUNTED, StepRecord, source_hashes, step_counts, written_bytes
 from cachetool.history.writer import ENCODER, KEEP_RUNS, RECORD_VERSION, utf8
 from cachetool.processes import alive
-from cachetool.safejson import json_fields
 
 _SOFT_LIMIT = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 #: Segments one compaction locks and replaces at most (each lock is an open descriptor): half
@@ -183,9 +181,6 @@ class CompactionReport:
         if self.left:
             why.append(f"{len(self.left)} older one(s) left whole")
         return "; ".join(why) or "no segment"
-
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self)
 
     def plus(self, other: CompactionReport) -> CompactionReport:
         """This report with what `other` (of another ledger folder of the same root) did."""

@@ -12,7 +12,7 @@ import functools
 import json
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,35 +239,6 @@ class Usage:
     made_as: str | None = None
 
 
-def usage_of(steps: Iterable[StepRecord], summaries: Iterable[RunSummaryRecord] = ()) -> dict[str, Usage]:
-    sums: dict[str, FpSums] = {}
-    origin: dict[str, StepRecord] = {}
-    for summary in summaries:  # runs a compaction folded away: their uses and origin counts
-        for fp, got in summary.fps.items():
-            sums[fp] = add_sums(sums.get(fp), got)
-    for rec in steps:  # oldest first: the latest origin wins
-        if rec.is_origin:  # a save or a no-op map says nothing about where it comes from
-            for made in rec.made:
-                origin[made] = rec
-        for fp, got in step_sums(rec):
-            sums[fp] = add_sums(sums.get(fp), got)
-    out: dict[str, Usage] = {}
-    for fp, (when, records, hits, misses, random) in sums.items():
-        o = origin.get(fp)
-        out[fp] = Usage(
-            last_used=when,
-            parent=o.parents[0] if o and o.parents else None,
-            operation=o.operation if o else None,
-            parents=o.parents if o else (),
-            records=records,
-            hits=hits,
-            misses=misses,
-            random_fallback=bool(random),
-            made_as=o.result if o is not None and o.result != fp else None,
-        )
-    return out
-
-
 def read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
     """The records of every segment of `root`'s ledger, the warnings reading them gave, and the
     segments."""
@@ -431,7 +402,32 @@ class Ledger:
     def usage(self) -> dict[str, Usage]:
         """Per fingerprint of this root: last use, recorded origin, hits and misses (of summarised
         runs too)."""
-        return usage_of(self.own_steps(), self.summaries())
+        sums: dict[str, FpSums] = {}
+        origin: dict[str, StepRecord] = {}
+        for summary in self.summaries():  # runs a compaction folded away: their uses and origin counts
+            for fp, got in summary.fps.items():
+                sums[fp] = add_sums(sums.get(fp), got)
+        for rec in self.own_steps():  # oldest first: the latest origin wins
+            if rec.is_origin:  # a save or a no-op map says nothing about where it comes from
+                for made in rec.made:
+                    origin[made] = rec
+            for fp, got in step_sums(rec):
+                sums[fp] = add_sums(sums.get(fp), got)
+        out: dict[str, Usage] = {}
+        for fp, (when, records, hits, misses, random) in sums.items():
+            o = origin.get(fp)
+            out[fp] = Usage(
+                last_used=when,
+                parent=o.parents[0] if o and o.parents else None,
+                operation=o.operation if o else None,
+                parents=o.parents if o else (),
+                records=records,
+                hits=hits,
+                misses=misses,
+                random_fallback=bool(random),
+                made_as=o.result if o is not None and o.result != fp else None,
+            )
+        return out
 
 
 class LedgerView:
@@ -440,7 +436,6 @@ class LedgerView:
     the origin of a fingerprint, the computation a cache hit reused."""
 
     def __init__(self, ledger: Ledger) -> None:
-        self._root = os.fspath(ledger.root)  # compared as a string: `read_from` is normalized
         self.ledger = ledger
         self.all_roots = ledger.all_roots  # records of other roots count as this root's
         self.sources: dict[str, str] = {}
@@ -493,7 +488,7 @@ class LedgerView:
 
     def own(self, rec: LedgerRecord) -> bool:
         """The record was read from this root's ledger (not followed into another root)."""
-        return self.all_roots or rec.read_from is None or rec.read_from == self._root
+        return self.all_roots or not self.ledger.is_foreign(rec)
 
     def first_run(self, rec: StepRecord) -> bool:
         """No run of this root was recorded before `rec`'s run, and that run loaded nothing its
@@ -627,11 +622,6 @@ def _has_summaries(rec: StepRecord) -> bool:
 def read_ledger(root: str | os.PathLike[str]) -> Ledger:
     """The ledger of `root` alone (no other root)."""
     return Ledger.load(root, follow=False)
-
-
-def gc_records(root: str | os.PathLike[str]) -> list[GcRecord]:
-    """Every gc record of `root`, oldest first."""
-    return read_ledger(root).gc_records()
 
 
 def resolve_in_root(

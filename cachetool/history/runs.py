@@ -53,8 +53,7 @@ class Interruption:
     def to_json(self) -> dict[str, Any]:
         names = ("operation", "seq", "time", "parents", "call_site", "split", "paths")
         step = None if self.step is None else json_fields(self.step, *names)
-        written = [json_fields(f) for f in self.written]
-        return {**json_fields(self, skip=("step", "written")), "step": step, "written": written}
+        return json_fields(self) | {"step": step}
 
 
 #: Exceptions of reading an Arrow file (a cache file cut short or overwritten): `verify` finds it.

@@ -24,7 +24,7 @@ from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord, RunSummaryRecord
 from cachetool.history.records.steps import COUNTED, StepRecord, step_counts, written_bytes
 from cachetool.history.runs import open_starts, run_state
-from cachetool.safejson import json_fields
+from cachetool.safejson import json_fields, json_value
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
@@ -99,12 +99,8 @@ class Counts:
         runs = {r.run for r, _ in steps if r.run}
         for s in summaries:  # their call sites and datasets are not kept
             runs.update(s.run if s.runs == 1 else f"{s.run}#{i}" for i in range(s.runs))
-            c = replace(c, **{k: getattr(c, k) + getattr(s, k) for k in _SUMMED})
+            c = replace(c, **{k: getattr(c, k) + getattr(s, k) for k in counts})  # a summary holds them too
         return replace(c, runs=len(runs))
-
-
-#: The counts a run's summary holds as `Counts` does (`step_counts`).
-_SUMMED = ("steps", "hits", "misses", "partial", "no_file", "failed", "miss_seconds", "bytes_written")
 
 
 @dataclass(frozen=True)
@@ -130,9 +126,6 @@ class RandomReason:
     error: str
     count: int
 
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self)
-
 
 @dataclass(frozen=True)
 class Computation:
@@ -143,9 +136,6 @@ class Computation:
     pid: int | None
     start: float
     duration: float
-
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -376,7 +366,7 @@ class StatsReport:
         return sum(c.lost_seconds for c in self.concurrent)
 
     def to_json(self) -> dict[str, Any]:
-        compaction = {"compaction": self.compaction.to_json()} if self.compaction is not None else {}
+        compaction = {"compaction": json_value(self.compaction)} if self.compaction is not None else {}
         return {
             **compaction,
             "version": 1,
@@ -391,18 +381,16 @@ class StatsReport:
             "saves": self.saves,
             "random_fingerprints": {
                 "count": self.random_count,
-                "reasons": [r.to_json() for r in self.random],
+                "reasons": json_value(self.random),
             },
-            "call_sites": [g.to_json() for g in self.call_sites],
-            "datasets": [g.to_json() for g in self.datasets],
+            **json_fields(self, "call_sites", "datasets"),
             "hosts": dict(self.hosts),
             "concurrent": {
                 "count": len(self.concurrent),
                 "lost_seconds": round(self.concurrent_seconds, 6),
-                "computations": [c.to_json() for c in self.concurrent],
+                "computations": json_value(self.concurrent),
             },
-            "nondeterminism": self.nondeterminism.to_json(),
-            "given_back": self.given_back.to_json(),
+            **json_fields(self, "nondeterminism", "given_back"),
         }
 
 

@@ -59,9 +59,6 @@ class LineChange:
     before: str | None
     after: str | None
 
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self, "line", "before", "after")
-
     def __str__(self) -> str:
         if self.before is None:
             return f"line {self.line}: added `{self.after}`"
@@ -168,9 +165,6 @@ class SourceChange:
         if not self.file:
             return self.qualname
         return strip_module(self.qualname, self.file) or self.qualname.rsplit(".", 1)[-1]
-
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self, "qualname", "file", "lines", "values")
 
 
 def strip_module(qualname: str, path: str) -> str | None:
@@ -394,9 +388,6 @@ class UncachedStep:
     @property
     def reason_text(self) -> str:
         return UNCACHED_TEXT.get(self.reason, self.reason)
-
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self, "step", "reason", "duration")
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def predictable_warning(rec: StepRecord, rf: RandomFallback) -> str:
 
 
 def _versions_reason(new: StepRecord, old: StepRecord) -> Reason:
-    va, vb = old.version("datasets"), new.version("datasets")
+    va, vb = old.versions.get("datasets"), new.versions.get("datasets")
     extra = f" (datasets {va} → {vb})" if va != vb else ""
     message = f"datasets hashes this step differently now: {old.transform} → {new.transform}{extra}"
     return Reason("versions", message, before=str(old.transform), after=str(new.transform))

@@ -400,10 +400,6 @@ class LedgerRecord(_Fields):
         values["read_from"], values["extra"] = read_from, _unknown(d, c.keys)
         return _new(cls, values)
 
-    def version(self, package: str) -> str | None:
-        """The version of `package` ("datasets", "python", ...) the record was written with."""
-        return self.versions.get(package)
-
     @property
     def end(self) -> float:
         """When the call finished (seconds since the epoch)."""

@@ -125,12 +125,6 @@ class StepRecord(LedgerRecord):
         return tuple(made)
 
     @property
-    def used(self) -> tuple[str, ...]:
-        """The fingerprints this step uses, what it made and its parents: the ledger's usage takes
-        each one's last use from the step's end."""
-        return (*self.made, *self.parents)
-
-    @property
     def origin_counts(self) -> tuple[int, int, int]:
         """What this record, an origin of its result, adds to the result's usage: hits, misses,
         a random fingerprint (0 or 1)."""
