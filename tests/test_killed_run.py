@@ -949,3 +949,35 @@ def test_explain_last_of_a_run_killed_in_save_to_disk_names_the_unfinished_folde
     command = human[human.index("rm -r ") :]
     subprocess.run(command, shell=True, check=True, cwd="/")
     assert not folder.exists()
+
+
+def test_a_datasetdict_save_killed_in_a_split_names_the_dict_s_folder_to_remove(tmp_path: Path) -> None:
+    """A traced run SIGKILLed while `DatasetDict.save_to_disk` writes its second split:
+    `explain --last` names the DatasetDict's folder as the unfinished one, and its `rm -r` hint
+    removes that folder. It named the split's subfolder: removing it as printed left a
+    `dataset_dict.json` naming a split that is gone, and a folder `load_from_disk` cannot read."""
+    (tmp_path / "s.py").write_text(
+        "import os, signal\n"
+        "import datasets.arrow_writer as aw\n"
+        "from datasets import Dataset, DatasetDict\n\n"
+        "write = aw.ArrowWriter.write_table\n\n\n"
+        "def write_then_die_in_test(self, table, *args, **kwargs):\n"
+        "    write(self, table, *args, **kwargs)\n"
+        "    if f'{os.sep}test{os.sep}' in str(self._path):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n\n\n"
+        "aw.ArrowWriter.write_table = write_then_die_in_test\n"
+        "parts = {s: Dataset.from_dict({'x': list(range(100))}) for s in ('train', 'test')}\n"
+        "DatasetDict(parts).save_to_disk('my saved')\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("s.py", env=env, cwd=tmp_path, check=False).returncode == -signal.SIGKILL
+    folder = tmp_path / "my saved"
+    assert (folder / "train" / "state.json").is_file() and not (folder / "test" / "state.json").exists()
+    human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+    assert ") in save_to_disk @ s.py:16," in human, human
+    assert f"It left {folder} unfinished" in human and f"{folder}/test" not in human, human
+    command = human[human.index("rm -r ") :]
+    assert command == f"rm -r '{folder}'", human
+    subprocess.run(command, shell=True, check=True, cwd="/")
+    assert not folder.exists()

@@ -338,7 +338,14 @@ def _save_lines(out: Output, state: RunState, folder: str) -> None:
         out.line(f"  It is saving to {folder} (unfinished until its state.json is written).")
         return
     left = "left" if state == "killed" else "may have left"
-    out.line(f"  It {left} {folder} unfinished (no state.json: load_from_disk cannot read it).")
+    what = "no state.json"
+    parent = os.path.dirname(folder)
+    if os.path.isfile(os.path.join(parent, "dataset_dict.json")):
+        # A DatasetDict's split: the user saved the dict's folder, whose dataset_dict.json would
+        # still name the split once the split's folder alone is removed.
+        what = f"its split {os.path.basename(folder)} has no state.json"
+        folder = parent
+    out.line(f"  It {left} {folder} unfinished ({what}: load_from_disk cannot read it).")
     out.line("  To save it anew, run the pipeline again; to remove the unfinished folder:")
     out.line(f"    {shlex.join(['rm', '-r', folder])}", wrap=False)
 
