@@ -889,9 +889,10 @@ def test_explain_last_of_a_run_that_filled_its_disk_says_so_not_a_damaged_file(t
 
 def test_the_shards_a_failed_num_proc_map_left_name_the_step_that_raised(tmp_path: Path) -> None:
     """A traced `num_proc=2` map whose function raises on the last row: shard 0 is finished and
-    lists as `shards 1/2`. `lineage` and `explain` of it name the map and the exception it
-    raised; they said "parent not recorded — run the pipeline with `cachetool run`" and
-    "no recorded step that made it", of a pipeline that was run just so."""
+    lists as `shards 1/2`, with the map and its parent in `ls`. `lineage` and `explain` of it name
+    the map and the exception it raised. `ls` showed no op nor parent, and they said "parent not
+    recorded — run the pipeline with `cachetool run`" and "no recorded step that made it", of a
+    pipeline that was run just so."""
     rows = "".join(f"{i},text {i}\n" for i in range(50))
     (tmp_path / "d.csv").write_text("id,text\n" + rows, encoding="utf-8")
     (tmp_path / "p.py").write_text(
@@ -910,6 +911,9 @@ def test_the_shards_a_failed_num_proc_map_left_name_the_step_that_raised(tmp_pat
         assert "map @ p.py:10" in text and "ValueError: row 49 is bad" in text, (command, text)
         assert "cachetool run" not in text and "killed" not in text, (command, text)
     assert json.loads(invoke("lineage", fp, "--json", env=env).stdout)["unended"]["operation"] == "map"
+    listed = {e["fingerprint"]: e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"]}
+    (source,) = (e["fingerprint"] for e in listed.values() if e["kind"] == "source")
+    assert (listed[fp]["operation"], listed[fp]["parent"]) == ("map", source), listed[fp]
 
 
 def test_explain_last_of_a_run_killed_in_save_to_disk_names_the_unfinished_folder(tmp_path: Path) -> None:
