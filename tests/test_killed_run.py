@@ -272,8 +272,10 @@ def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) ->
 def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: Path) -> None:
     """A complete run, then a run SIGKILLed while `load_dataset` still builds its CSV (no
     transform began): `explain --last` is about the killed run and says it was killed (the
-    process named), in human and JSON output. It explained the complete run before: the build
-    writes no step record, and the latest run was the one with the latest step."""
+    process named) in load_dataset, with the unfinished folder it left and the command that
+    removes it, in human and JSON output. It explained the complete run before: the build
+    writes no step record, and the latest run was the one with the latest step; then it said the
+    run was killed "between steps"."""
     (tmp_path / "load.py").write_text(LOADING, encoding="utf-8")
     (tmp_path / "small.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(100)), encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
@@ -286,9 +288,17 @@ def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: 
     assert doc["run"] != complete, doc
     assert doc["interrupted"] is not None, doc
     assert doc["interrupted"]["state"] == "killed" and doc["interrupted"]["pid"] == pid, doc
-    assert doc["steps"] == [] and doc["interrupted"]["step"] is None, doc
-    human = invoke("explain", "--last", env=env).stdout
+    step = doc["interrupted"]["step"]
+    assert doc["steps"] == [] and step["operation"] == "load_dataset", doc
+    (building,) = (tmp_path / "cache").rglob("*.incomplete")
+    assert step["paths"] == [str(building).removesuffix(".incomplete")], step
+    human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert f"Run {doc['run']} " in human and f"was killed (process {pid} " in human, human
+    assert ") in load_dataset @ load.py:11," in human and "between steps" not in human, human
+    assert f"It left {building} unfinished" in human, human
+    command = human[human.index("cachetool gc --temp") :].split(" ")
+    assert command[:5] == ["cachetool", "gc", "--temp", "--min-age", "0"], human
+    assert invoke(*command[1:], "-y", env=env).exit_code == 0 and not building.exists()
     for other in (["--last", "--all-roots"], ["--script", str(tmp_path / "load.py")]):  # the whole ledger
         assert json.loads(invoke("explain", "--json", *other, env=env).stdout)["run"] == doc["run"], other
 
