@@ -268,11 +268,15 @@ class RecordBuilder:
             if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
                 gen_files = _gen_files(gen_kwargs)
+        call = self._call(frame)
+        prepared_in = getattr(builder, "__dict__", {}).pop("_cachetool_prepare_time", None)
+        if prepared_in is not None and operation == "load_dataset":  # it prepared, then `as_dataset`
+            call.update(time=round(prepared_in[0], 6), duration=round(call["duration"] + prepared_in[1], 6))
         records: list[StepRecord] = []
         for output, ds in items:
             records.append(
                 RootRecord(
-                    **self._call(frame, next(self.seq) if records else frame.seq),
+                    **{**call, "seq": next(self.seq) if records else frame.seq},
                     **_dataset_fields(ds, status, prepared),
                     root=cache_root,
                     operation=operation,

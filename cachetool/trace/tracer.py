@@ -538,12 +538,15 @@ class Tracer:
 
                 builder.__dict__["_download_and_prepare"] = mark
                 watched = True
+            began = time.time()
             try:
                 out = original(builder, *args, **kwargs)
             finally:
                 builder.__dict__.pop("_download_and_prepare", None)
             with contextlib.suppress(Exception):
                 builder.__dict__["_cachetool_prepared"] = "miss" if generated or not watched else "hit"
+                if generated:  # the step `as_dataset` records began here: most of its time
+                    builder.__dict__["_cachetool_prepare_time"] = (began, time.time() - began)
             return out
 
         return download_and_prepare
