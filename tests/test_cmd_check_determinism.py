@@ -148,6 +148,28 @@ def test_a_differing_source_is_reported_as_such() -> None:
     assert "the source dataset differs between runs" in lines
 
 
+def test_a_source_read_from_another_folder_in_each_run_is_a_difference_not_unaligned() -> None:
+    """A script that loads a CSV it writes into a new temporary folder each run: its load (and
+    what is made from it) differs between runs, a source cause naming the file's folder. The runs
+    were "not aligned" instead (the files read were the load's identity), and the script
+    "deterministic"."""
+
+    def run(folder: str, n: str) -> list[dict[str, Any]]:
+        files = [{"split": "train", "path": f"/tmp/{folder}/f.csv", "size": 8, "mtime": 1.0}]
+        src = {"kind": "builder", "relative_data_dir": f"csv/default-{n * 4}/0.0.0/h", "data_files": files}
+        return [ev("load_dataset", 1, f"r{n}", [], type="root", source=src), ev("map", 2, f"m{n}", [f"r{n}"])]
+
+    analysis = analyze([run("tmpa", "a"), run("tmpb", "b")])
+    assert analysis.unaligned == 0
+    (cause,) = analysis.causes
+    assert cause.kind == "source" and cause.cascade == 1
+    dirs = ("csv/default-aaaa/0.0.0/h", "csv/default-bbbb/0.0.0/h")
+    assert ("relative_data_dir", dirs) in cause.source_diffs
+    assert ("data_files[f.csv].folder", ("/tmp/tmpa", "/tmp/tmpb")) in cause.source_diffs
+    lines = " ".join(" ".join(human_lines(_report([run("tmpa", "a"), run("tmpb", "b")]))).split())
+    assert "hint: the data files are read from another folder in each run" in lines, lines
+
+
 def test_random_fallbacks_are_not_hashing_differences() -> None:
     """A random fingerprint differs by construction: it is reported with the unpicklable piece,
     and alone it makes exit code 3, not 1."""

@@ -272,8 +272,10 @@ def test_a_killed_num_proc_map_is_told_by_explain_and_lineage(tmp_path: Path) ->
 def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: Path) -> None:
     """A complete run, then a run SIGKILLed while `load_dataset` still builds its CSV (no
     transform began): `explain --last` is about the killed run and says it was killed (the
-    process named), in human and JSON output. It explained the complete run before: the build
-    writes no step record, and the latest run was the one with the latest step."""
+    process named) in load_dataset, with the unfinished folder it left and the command that
+    removes it, in human and JSON output. It explained the complete run before: the build
+    writes no step record, and the latest run was the one with the latest step; then it said the
+    run was killed "between steps"."""
     (tmp_path / "load.py").write_text(LOADING, encoding="utf-8")
     (tmp_path / "small.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(100)), encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
@@ -286,9 +288,17 @@ def test_explain_last_is_about_a_run_killed_while_load_dataset_builds(tmp_path: 
     assert doc["run"] != complete, doc
     assert doc["interrupted"] is not None, doc
     assert doc["interrupted"]["state"] == "killed" and doc["interrupted"]["pid"] == pid, doc
-    assert doc["steps"] == [] and doc["interrupted"]["step"] is None, doc
-    human = invoke("explain", "--last", env=env).stdout
+    step = doc["interrupted"]["step"]
+    assert doc["steps"] == [] and step["operation"] == "load_dataset", doc
+    (building,) = (tmp_path / "cache").rglob("*.incomplete")
+    assert step["paths"] == [str(building).removesuffix(".incomplete")], step
+    human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert f"Run {doc['run']} " in human and f"was killed (process {pid} " in human, human
+    assert ") in load_dataset @ load.py:11," in human and "between steps" not in human, human
+    assert f"It left {building} unfinished" in human, human
+    command = human[human.index("cachetool gc --temp") :].split(" ")
+    assert command[:5] == ["cachetool", "gc", "--temp", "--min-age", "0"], human
+    assert invoke(*command[1:], "-y", env=env).exit_code == 0 and not building.exists()
     for other in (["--last", "--all-roots"], ["--script", str(tmp_path / "load.py")]):  # the whole ledger
         assert json.loads(invoke("explain", "--json", *other, env=env).stdout)["run"] == doc["run"], other
 
@@ -889,9 +899,10 @@ def test_explain_last_of_a_run_that_filled_its_disk_says_so_not_a_damaged_file(t
 
 def test_the_shards_a_failed_num_proc_map_left_name_the_step_that_raised(tmp_path: Path) -> None:
     """A traced `num_proc=2` map whose function raises on the last row: shard 0 is finished and
-    lists as `shards 1/2`. `lineage` and `explain` of it name the map and the exception it
-    raised; they said "parent not recorded — run the pipeline with `cachetool run`" and
-    "no recorded step that made it", of a pipeline that was run just so."""
+    lists as `shards 1/2`, with the map and its parent in `ls`. `lineage` and `explain` of it name
+    the map and the exception it raised. `ls` showed no op nor parent, and they said "parent not
+    recorded — run the pipeline with `cachetool run`" and "no recorded step that made it", of a
+    pipeline that was run just so."""
     rows = "".join(f"{i},text {i}\n" for i in range(50))
     (tmp_path / "d.csv").write_text("id,text\n" + rows, encoding="utf-8")
     (tmp_path / "p.py").write_text(
@@ -910,6 +921,9 @@ def test_the_shards_a_failed_num_proc_map_left_name_the_step_that_raised(tmp_pat
         assert "map @ p.py:10" in text and "ValueError: row 49 is bad" in text, (command, text)
         assert "cachetool run" not in text and "killed" not in text, (command, text)
     assert json.loads(invoke("lineage", fp, "--json", env=env).stdout)["unended"]["operation"] == "map"
+    listed = {e["fingerprint"]: e for e in json.loads(invoke("ls", "--json", env=env).stdout)["entries"]}
+    (source,) = (e["fingerprint"] for e in listed.values() if e["kind"] == "source")
+    assert (listed[fp]["operation"], listed[fp]["parent"]) == ("map", source), listed[fp]
 
 
 def test_explain_last_of_a_run_killed_in_save_to_disk_names_the_unfinished_folder(tmp_path: Path) -> None:
@@ -947,5 +961,37 @@ def test_explain_last_of_a_run_killed_in_save_to_disk_names_the_unfinished_folde
     step = interrupted["step"]
     assert step["operation"] == "save_to_disk" and step["paths"] == [str(folder)], interrupted
     command = human[human.index("rm -r ") :]
+    subprocess.run(command, shell=True, check=True, cwd="/")
+    assert not folder.exists()
+
+
+def test_a_datasetdict_save_killed_in_a_split_names_the_dict_s_folder_to_remove(tmp_path: Path) -> None:
+    """A traced run SIGKILLed while `DatasetDict.save_to_disk` writes its second split:
+    `explain --last` names the DatasetDict's folder as the unfinished one, and its `rm -r` hint
+    removes that folder. It named the split's subfolder: removing it as printed left a
+    `dataset_dict.json` naming a split that is gone, and a folder `load_from_disk` cannot read."""
+    (tmp_path / "s.py").write_text(
+        "import os, signal\n"
+        "import datasets.arrow_writer as aw\n"
+        "from datasets import Dataset, DatasetDict\n\n"
+        "write = aw.ArrowWriter.write_table\n\n\n"
+        "def write_then_die_in_test(self, table, *args, **kwargs):\n"
+        "    write(self, table, *args, **kwargs)\n"
+        "    if f'{os.sep}test{os.sep}' in str(self._path):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n\n\n"
+        "aw.ArrowWriter.write_table = write_then_die_in_test\n"
+        "parts = {s: Dataset.from_dict({'x': list(range(100))}) for s in ('train', 'test')}\n"
+        "DatasetDict(parts).save_to_disk('my saved')\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    assert cachetool_run("s.py", env=env, cwd=tmp_path, check=False).returncode == -signal.SIGKILL
+    folder = tmp_path / "my saved"
+    assert (folder / "train" / "state.json").is_file() and not (folder / "test" / "state.json").exists()
+    human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+    assert ") in save_to_disk @ s.py:16," in human, human
+    assert f"It left {folder} unfinished" in human and f"{folder}/test" not in human, human
+    command = human[human.index("rm -r ") :]
+    assert command == f"rm -r '{folder}'", human
     subprocess.run(command, shell=True, check=True, cwd="/")
     assert not folder.exists()

@@ -161,3 +161,22 @@ def test_a_tmp_file_renamed_while_ls_reads_its_folder_is_not_called_other(tmp_pa
     kinds = {e.path.name: e.kind for e in scanner.entries}
     assert kinds.get(tmp.name) != Kind.OTHER, kinds
     assert Kind.OTHER not in kinds.values(), kinds
+
+
+def test_a_load_dataset_that_prepares_is_recorded_with_the_time_it_took(tmp_path: Path) -> None:
+    """A traced `load_dataset` whose CSV takes half a second to convert is recorded as computed in
+    at least that long, in the ledger `explain` and `stats` read. It recorded only the time of
+    `as_dataset`, after the preparation: "load_dataset … (computed, 4 ms)"."""
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(10)), encoding="utf-8")
+    (tmp_path / "p.py").write_text(
+        "import time\nfrom datasets import load_dataset\n\n\ndef slow(value):\n"
+        "    time.sleep(0.05)\n    return int(value)\n\n\n"
+        "load_dataset('csv', data_files='d.csv', split='train', converters={'x': slow})\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    began = time.time()
+    cachetool_run("p.py", env=env, cwd=tmp_path)
+    (step,) = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["steps"]
+    assert step["operation"] == "load_dataset" and step["status"] == "computed", step
+    assert step["duration"] >= 0.5 and step["time"] >= began, step

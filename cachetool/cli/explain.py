@@ -268,6 +268,7 @@ def _writers(files: list[Any]) -> frozenset[int]:
 
 def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
     from cachetool.formatting import human_size
+    from cachetool.history.runs import PREPARE_OPERATIONS
     from cachetool.maintenance.liveness import pids_text
 
     where = f"process {i.pid} on {i.host}" if i.pid is not None else "its process"
@@ -286,6 +287,10 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
         )
         if step.operation == "save_to_disk" and step.paths:
             _save_lines(out, i.state, step.paths[0])
+            out.line("")
+            return
+        if step.operation in PREPARE_OPERATIONS and step.paths:
+            _prepare_lines(out, i.state, step.paths[0], step.root)
             out.line("")
             return
         partial = [f for f in i.written if not f.finished and f.resumable_rows]
@@ -338,9 +343,37 @@ def _save_lines(out: Output, state: RunState, folder: str) -> None:
         out.line(f"  It is saving to {folder} (unfinished until its state.json is written).")
         return
     left = "left" if state == "killed" else "may have left"
-    out.line(f"  It {left} {folder} unfinished (no state.json: load_from_disk cannot read it).")
+    what = "no state.json"
+    parent = os.path.dirname(folder)
+    if os.path.isfile(os.path.join(parent, "dataset_dict.json")):
+        # A DatasetDict's split: the user saved the dict's folder, whose dataset_dict.json would
+        # still name the split once the split's folder alone is removed.
+        what = f"its split {os.path.basename(folder)} has no state.json"
+        folder = parent
+    out.line(f"  It {left} {folder} unfinished ({what}: load_from_disk cannot read it).")
     out.line("  To save it anew, run the pipeline again; to remove the unfinished folder:")
     out.line(f"    {shlex.join(['rm', '-r', folder])}", wrap=False)
+
+
+def _prepare_lines(out: Output, state: RunState, folder: str, root: str | None) -> None:
+    """The `.incomplete` folder a run killed in `load_dataset` left (datasets renames it to
+    `folder` when the preparation ends, and prepares anew over a leftover), and what to do."""
+    from cachetool.cache.layout import INCOMPLETE_DIR_SUFFIX
+
+    building = folder + INCOMPLETE_DIR_SUFFIX
+    if not os.path.isdir(building):
+        done = "which is prepared since" if os.path.isdir(folder) else "and nothing it wrote is left"
+        out.line(f"  It was preparing {folder}, {done}.")
+        return
+    if state == "running":
+        out.line(f"  It is preparing {folder} (writing {building}).")
+        return
+    left = "left" if state == "killed" else "may have left"
+    out.line(f"  It {left} {building} unfinished (the next run prepares the dataset anew).")
+    if state == "killed":
+        out.line("  To remove it:")
+        where = root or os.path.dirname(folder)
+        out.line(f"    {shell_command('gc', '--temp', '--min-age', '0', '--cache-dir', where)}", wrap=False)
 
 
 def _failed_lines(out: Output, f: Failure, root: Path) -> None:

@@ -70,10 +70,14 @@ def _identities(run: Sequence[Event], known: dict[tuple[Any, ...], int]) -> list
                 return made.get(name, made_inside.get(name, -1))
         return -1
 
+    # A call that loads several sources (a loop over a set loads them in another order) tells
+    # them by the files they read; one that loads one source is that source, wherever its files
+    # are (a folder made anew by each run differs, it is no other step).
+    loads = Counter(_key(e) for e in run if e.type == "root")
     for event in run:
-        # Parents as a set (a concatenation over a set's order is still the same step), and a
-        # source by the files it reads (a loop over a set loads them in another order).
-        lineage = (_key(event), tuple(sorted(parent(p) for p in event.parents)), _source_identity(event))
+        # Parents as a set (a concatenation over a set's order is still the same step).
+        source = _source_identity(event) if loads[_key(event)] > 1 else ()
+        lineage = (_key(event), tuple(sorted(parent(p) for p in event.parents)), source)
         identity = number((*lineage, seen[lineage]))
         seen[lineage] += 1
         out.append(identity)
@@ -489,10 +493,12 @@ def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:
         for k, v in value.items():
             _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
     elif isinstance(value, list) and value and all(isinstance(v, Mapping) and "path" in v for v in value):
-        # Files: keyed by their name, so an added or removed file shows as such.
+        # Files: keyed by their name, so an added or removed file shows as such; a file read
+        # from another folder shows its folder.
         for v in value:
-            name = str(v["path"]).rsplit("/", 1)[-1]
-            _flatten({k: x for k, x in v.items() if k != "path"}, f"{prefix}[{name}]", out)
+            folder, _, name = str(v["path"]).rpartition("/")
+            rest = {k: x for k, x in v.items() if k != "path"}
+            _flatten({"folder": folder, **rest}, f"{prefix}[{name}]", out)
     else:
         out[prefix] = str(value)
 

@@ -462,7 +462,13 @@ def _source_lines(cause: Cause) -> list[str]:
         lines.append("  an input file rewritten or touched between runs, or data built at run time.")
     lines += [f"  source {d.key}: {' vs '.join(dict.fromkeys(d.values))}" for d in cause.source_diffs]
     lines += [f"  differs: {c.path_str}: {c.values_str}" for c in cause.culprits]
-    if cause.step.operation == "load_dataset" or any(
+    if any(d.key.endswith("].folder") for d in cause.source_diffs):
+        lines.append(
+            "  hint: the data files are read from another folder in each run (a new temporary "
+            "folder?): load_dataset caches a source by its files' paths, so each run prepares it "
+            "anew; read them from one folder."
+        )
+    elif cause.step.operation == "load_dataset" or any(
         d.key == "relative_data_dir" for d in cause.source_diffs
     ):
         lines.append(

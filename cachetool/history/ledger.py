@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cachetool.cache.layout import parse_cache_file
 from cachetool.cache.roots import SEGMENT_SUFFIX, is_segment_name, known_roots, ledger_dirs
 from cachetool.cache.store import NotRegularFile, open_state
 from cachetool.history.records.base import RECORD_TYPES, BadRecord, LedgerRecord, order_key
@@ -34,6 +35,7 @@ from cachetool.history.records.steps import (  # every type registers
     RootRecord,
     SaveRecord,
     StepRecord,
+    StepStartRecord,
     TransformRecord,
     fn_key,
     moved_key,
@@ -403,7 +405,15 @@ class Ledger:
         """Per fingerprint of this root: last use, recorded origin, hits and misses (of summarised
         runs too)."""
         sums: dict[str, FpSums] = {}
-        origin: dict[str, StepRecord] = {}
+        origin: dict[str, StepRecord | StepStartRecord] = {}
+        for start in self.records:  # a step that raised or was killed: only its start names what it made
+            if not isinstance(start, StepStartRecord) or self.is_foreign(start):
+                continue
+            for path in start.paths:
+                parsed = parse_cache_file(os.path.basename(path))
+                if parsed is not None:
+                    origin[parsed[0]] = start
+                    sums.setdefault(parsed[0], (start.time, 0, 0, 0, 0))
         for summary in self.summaries():  # runs a compaction folded away: their uses and origin counts
             for fp, got in summary.fps.items():
                 sums[fp] = add_sums(sums.get(fp), got)
@@ -425,7 +435,7 @@ class Ledger:
                 hits=hits,
                 misses=misses,
                 random_fallback=bool(random),
-                made_as=o.result if o is not None and o.result != fp else None,
+                made_as=o.result if isinstance(o, StepRecord) and o.result != fp else None,
             )
         return out
 

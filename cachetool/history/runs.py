@@ -22,6 +22,12 @@ from cachetool.safejson import json_fields
 #: another host, so cachetool cannot tell.
 RunState = Literal["killed", "running", "unknown"]
 
+#: The operations of a preparation's start (`load_dataset` building its folder): its `paths` is
+#: the folder, which it writes as `<folder>.incomplete` and renames when done.
+PREPARE_OPERATIONS = frozenset({"load_dataset", "download_and_prepare"})
+#: Steps that write a folder of their own rather than cache files (`_unfinished` is not theirs).
+_OWN_FOLDER = PREPARE_OPERATIONS | {"save_to_disk"}
+
 #: A file written this long before the step's recorded start still counts as the step's (clocks).
 _SLACK = 1.0
 
@@ -125,7 +131,7 @@ def interruption(records: Iterable[LedgerRecord], run: str) -> Interruption | No
         host=first.host,
         pid=first.pid,
         step=step,
-        written=_unfinished(step) if step is not None and step.operation != "save_to_disk" else (),
+        written=_unfinished(step) if step is not None and step.operation not in _OWN_FOLDER else (),
     )
 
 
@@ -158,14 +164,28 @@ def open_starts(records: Iterable[LedgerRecord]) -> list[StepStartRecord]:
     starts: list[StepStartRecord] = []
     done: set[tuple[str, int]] = set()
     ended: set[str] = set()
+    last: dict[str, int] = {}  # each run's latest step
     for rec in records:
         if isinstance(rec, StepStartRecord):
             starts.append(rec)
         elif isinstance(rec, StepRecord):
             done.add((rec.run, rec.seq))
+            last[rec.run] = max(last.get(rec.run, rec.seq), rec.seq)
         elif isinstance(rec, RunEndRecord):
             ended.add(rec.run)
-    return [s for s in starts if (s.run, s.seq) not in done and not _saved(s, ended)]
+    return [
+        s
+        for s in starts
+        if (s.run, s.seq) not in done and not _saved(s, ended) and not _prepared(s, ended, last)
+    ]
+
+
+def _prepared(start: StepStartRecord, ended: set[str], last: dict[str, int]) -> bool:
+    """A preparation start (`load_dataset`) that ended: it has no step record of its own, so its
+    run's end or a later step (the builder's records follow it) tells."""
+    if start.operation not in PREPARE_OPERATIONS:
+        return False
+    return start.run in ended or last.get(start.run, -1) > start.seq
 
 
 def _saved(start: StepStartRecord, ended: set[str]) -> bool:

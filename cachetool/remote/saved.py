@@ -10,11 +10,13 @@ folder beside it, checks every size, xxh3 and Arrow stream, and only then rename
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +25,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from cachetool.cache.layout import DATASET_DICT_JSON, STATE_JSON
+from cachetool.cache.lease import Lease, lease_state
 from cachetool.errors import CachetoolError
+from cachetool.processes import process_start, this_host
 from cachetool.remote.client import Remote, RemoteError, RemoteRefused, open_remote
 from cachetool.remote.transfer import (
     RemoteFile,
@@ -271,15 +275,47 @@ def _sized(path: Path, size: int) -> bool:
 
 @contextlib.contextmanager
 def _staging(target: Path) -> Iterator[Path]:
-    """A new folder beside `target` (`.<name>.pull-XXXXXXXX`), removed on the way out unless it
-    became `target`."""
+    """A new folder beside `target`, removed on the way out unless it became `target`; named
+    `.<name>.pull-<host>-<pid>-<start>-XXXXXXXX` after this process, so that a later pull to
+    `target` can tell it dead once this one is killed (`_remove_dead_staging`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.pull-{secrets.token_hex(4)}"
+    _remove_dead_staging(target)
+    pid = os.getpid()
+    start = process_start(pid) or time.time()
+    staging = target.parent / f".{target.name}.pull-{_host_tag()}-{pid}-{start:.0f}-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _host_tag() -> str:
+    """This kernel and PID namespace, short: a staging folder of another host is never judged."""
+    me = this_host()
+    return hashlib.blake2b(f"{me.boot_id}:{me.pid_ns}".encode(), digest_size=6).hexdigest()
+
+
+def _remove_dead_staging(target: Path) -> None:
+    """Remove the staging folders of pulls to `target` killed on this host: their process is
+    gone, or another one has its pid (the rule of a lease, `lease_state`). Another host's, a
+    live one, another user's and anything not a folder of ours stay."""
+    me, tag = this_host(), _host_tag()
+    if not me.boot_id:  # nothing tells this kernel from another
+        return
+    prefix = f".{target.name}.pull-{tag}-"
+    with contextlib.suppress(OSError), os.scandir(target.parent) as found:
+        for entry in found:
+            pid, _, rest = entry.name.removeprefix(prefix).partition("-")
+            start = rest.partition("-")[0]
+            if not (entry.name.startswith(prefix) and pid.isdigit() and start.isdigit()):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            owner = Lease(Path(entry.path), me.host, me.boot_id, int(pid), me.pid_ns, float(start), 0.0, 1.0)
+            if lease_state(owner, me) == "dead":
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _fetch_all(remote: Remote, record: SavedRecord, staging: Path) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from cachetool.cache.layout import INCOMPLETE_DIR_SUFFIX
 from cachetool.history.records.other import RunStartRecord, SourceRecord
 from cachetool.history.records.parts import Compute, DataFile, FileRecord, FunctionInfo, SourceInfo
 from cachetool.history.records.steps import (
@@ -25,7 +26,7 @@ from cachetool.history.records.steps import (
 )
 from cachetool.history.writer import RECORD_VERSION
 from cachetool.trace.arguments import SOURCES, Arguments, column_heads, operation_of
-from cachetool.trace.calls import CallState, Frame, HashEvent, abs_path, cpu_seconds
+from cachetool.trace.calls import Calls, CallState, Frame, HashEvent, abs_path, cpu_seconds
 
 #: Local data files recorded per builder root (enough to name the one that changed).
 MAX_DATA_FILES = 16
@@ -267,11 +268,15 @@ class RecordBuilder:
             if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
                 gen_files = _gen_files(gen_kwargs)
+        call = self._call(frame)
+        prepared_in = getattr(builder, "__dict__", {}).pop("_cachetool_prepare_time", None)
+        if prepared_in is not None and operation == "load_dataset":  # it prepared, then `as_dataset`
+            call.update(time=round(prepared_in[0], 6), duration=round(call["duration"] + prepared_in[1], 6))
         records: list[StepRecord] = []
         for output, ds in items:
             records.append(
                 RootRecord(
-                    **self._call(frame, next(self.seq) if records else frame.seq),
+                    **{**call, "seq": next(self.seq) if records else frame.seq},
                     **_dataset_fields(ds, status, prepared),
                     root=cache_root,
                     operation=operation,
@@ -437,6 +442,25 @@ class RecordBuilder:
             operation="save_to_disk",
             call_site=top.call_site,
             paths=(local,),
+        )
+
+    def prepare_start(self, builder: Any, caller: Any, calls: Calls) -> StepStartRecord | None:
+        """`load_dataset` (or the user's `download_and_prepare`) begins to prepare `builder`'s
+        local folder (None: not a local one); its `.incomplete` folder holds what it writes
+        (and is the builder's output folder meanwhile)."""
+        out = local_path(getattr(builder, "_output_dir", None))
+        if out is None:
+            return None
+        out = out.removesuffix(INCOMPLETE_DIR_SUFFIX)
+        _, site, entry = calls.call_site(caller)
+        return StepStartRecord(
+            **self.constants,
+            seq=next(self.seq),
+            time=round(time.time(), 6),
+            root=local_path(getattr(builder, "_cache_dir_root", None)) or self.roots.default,
+            operation="download_and_prepare" if entry == "download_and_prepare" else "load_dataset",
+            call_site=site,
+            paths=(out,),
         )
 
     def run_start(self) -> RunStartRecord:

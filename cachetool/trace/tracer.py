@@ -533,16 +533,20 @@ class Tracer:
 
                 def mark(*a: Any, **kw: Any) -> Any:
                     generated.append(True)
+                    self._note_prepare(builder)
                     return prepare(*a, **kw)
 
                 builder.__dict__["_download_and_prepare"] = mark
                 watched = True
+            began = time.time()
             try:
                 out = original(builder, *args, **kwargs)
             finally:
                 builder.__dict__.pop("_download_and_prepare", None)
             with contextlib.suppress(Exception):
                 builder.__dict__["_cachetool_prepared"] = "miss" if generated or not watched else "hit"
+                if generated:  # the step `as_dataset` records began here: most of its time
+                    builder.__dict__["_cachetool_prepare_time"] = (began, time.time() - began)
             return out
 
         return download_and_prepare
@@ -570,6 +574,16 @@ class Tracer:
             return
         with contextlib.suppress(Exception):
             record = self.records.save_start(frame)
+            if record is not None:
+                self._emit(record)
+
+    def _note_prepare(self, builder: Any) -> None:
+        """`load_dataset` is about to prepare `builder`'s folder: say so in the ledger, so that a
+        run killed in it still tells which call it was and what it left unfinished."""
+        if not self._ledger or self.local.stack:
+            return
+        with contextlib.suppress(Exception):
+            record = self.records.prepare_start(builder, sys._getframe(2), self.calls)
             if record is not None:
                 self._emit(record)
 

@@ -151,3 +151,60 @@ def test_pull_never_replaces_another_dataset_without_yes(
     assert (tmp_path / "link").is_symlink()
     missing = invoke("remote", "pull", f"{moto_bucket.url}/nothing", "--to", str(tmp_path / "n"))
     assert missing.exit_code == 2 and "no saved dataset at" in missing.stderr
+
+
+# A pull that stops inside its download, its staging folder made: SIGKILLed there ("die"), or
+# waiting there until the test kills it (after making the file named instead), live meanwhile.
+_STOPPED_PULL = """\
+import os, signal, sys, time
+import cachetool.remote.saved as saved
+from cachetool.cli.entry import main
+
+marker = sys.argv.pop(1)  # "die", or the file to make once waiting
+
+
+def stop(*args):
+    if marker == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    open(marker, "w").close()
+    time.sleep(120)
+
+
+saved._fetch_all = stop
+main()
+"""
+
+
+def test_a_pull_removes_the_staging_folders_of_killed_pulls_to_its_folder_never_a_live_one(
+    moto_bucket: Bucket, saved: Path, tmp_path: Path, env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `remote pull --to DIR` SIGKILLed while downloading leaves its `.DIR.pull-…` folder; the
+    next pull to DIR removes it, and leaves the one of a pull to DIR that still runs. Nothing
+    removed a killed pull's folder: each kill left one more beside DIR."""
+    import subprocess
+    import sys
+    import time
+
+    use(monkeypatch, moto_bucket)
+    url = f"{moto_bucket.url}/one"
+    assert invoke("remote", "push", "--saved", str(saved / "one"), url).exit_code == 0
+    to, marker = tmp_path / "to", tmp_path / "waiting"
+    pull = [sys.executable, "-c", _STOPPED_PULL]
+    args = ["remote", "pull", url, "--to", str(to)]
+    env = {k: v for k, v in os.environ.items() if k != "CACHETOOL_REMOTE"}
+    killed = subprocess.run([*pull, "die", *args], env=env, capture_output=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    (dead,) = (p for p in tmp_path.iterdir() if p.name.startswith(".to.pull-"))
+    live = subprocess.Popen([*pull, str(marker), *args], env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert live.poll() is None and time.monotonic() < deadline, live.stderr
+            time.sleep(0.02)
+        (staging,) = (p for p in tmp_path.iterdir() if p.name.startswith(".to.pull-") and p != dead)
+        pulled = invoke("remote", "pull", url, "--to", str(to))
+        assert pulled.exit_code == 0, pulled.output
+        assert not dead.exists() and staging.is_dir()
+    finally:
+        live.kill()
+        live.wait()
