@@ -10,8 +10,6 @@ from typing import Any
 
 from cachetool.trace.install import event_counter, run_settings
 
-EVENT_VERSION = 1
-
 
 def checkpoint(name: str, obj: Any) -> str | None:
     """Record `obj`'s digest (and, in a determinism run, its hash tree) under `name`.
@@ -29,7 +27,7 @@ def checkpoint(name: str, obj: Any) -> str | None:
     from cachetool.fingerprint.tree import build_tree, short_repr
     from cachetool.history.records.parts import ArgInfo, CallSite, RandomFallback
     from cachetool.history.records.steps import CheckpointRecord
-    from cachetool.history.writer import SegmentWriter
+    from cachetool.history.writer import RECORD_VERSION, SegmentWriter
 
     frame = sys._getframe(1)
     tree = build_tree(obj) if trees else None
@@ -38,7 +36,7 @@ def checkpoint(name: str, obj: Any) -> str | None:
     else:
         digest, error = try_hash(obj)
     event = CheckpointRecord(
-        v=EVENT_VERSION,
+        v=RECORD_VERSION,
         seq=next(event_counter),
         time=time.time(),
         operation="checkpoint",

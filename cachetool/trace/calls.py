@@ -13,6 +13,7 @@ import resource
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachetool.history.records.base import LedgerRecord
@@ -25,72 +26,59 @@ _SITES: dict[tuple[Any, int], CallSite] = {}  # (code object, line) -> its call 
 FILE_NAME_ARGS = tuple(f"{p}cache_file_name" for p in ("", "indices_", "train_indices_", "test_indices_"))
 
 
+@dataclass(slots=True, eq=False)  # compared by identity: two hashes may see the same values
 class HashEvent:
     """One `update_fingerprint` call: what `Hasher.hash` saw while it ran (each top-level digest,
     the error swallowed before a random fallback), then its parent fingerprint, transform,
     arguments and result."""
 
-    __slots__ = (
-        *("digests", "depth", "error", "error_type", "error_at", "random", "predictable"),
-        *("parent", "transform", "args", "result", "seq", "start", "call_site", "trees"),
-    )
-
-    def __init__(self) -> None:
-        self.digests: list[str] = []
-        self.depth = 0
-        self.error: str | None = None
-        self.error_type: str | None = None
-        self.error_at: int | None = None
-        self.random = False
-        self.predictable = False  # the random fallback came from Python's global `random`
-        self.parent: Any = None
-        self.transform: Any = None
-        self.args: Any = None
-        self.result: Any = None
-        self.seq = 0
-        self.start = 0.0  # set for hashes outside any traced call; others use their call's start
-        self.call_site: CallSite | None = None
-        #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
-        self.trees: dict[str, Any] | None = None
+    digests: list[str] = field(default_factory=list)
+    depth: int = 0
+    error: str | None = None
+    error_type: str | None = None
+    error_at: int | None = None
+    random: bool = False
+    predictable: bool = False  # the random fallback came from Python's global `random`
+    parent: Any = None
+    transform: Any = None
+    args: Any = None
+    result: Any = None
+    seq: int = 0
+    start: float = 0.0  # set for hashes outside any traced call; others use their call's start
+    call_site: CallSite | None = None
+    #: Hash trees of the arguments, built when datasets hashed them (determinism runs only).
+    trees: dict[str, Any] | None = None
 
 
+@dataclass(slots=True, eq=False)
 class Frame:
     """One hooked call in progress: what it was given, where it was called from, the hashes made
     directly inside it and the records of the calls nested in it."""
 
-    __slots__ = (
-        *("op", "kind", "original", "args", "kwargs", "call_site", "entry", "internal", "seq"),
-        *("parents", "parent_fps", "start", "t0", "duration", "hashes", "started", "resumed"),
-        *("rekeyed", "cpu0", "children", "pending"),
-    )
+    op: str
+    kind: str
+    original: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    call_site: CallSite | None
+    entry: str | None
+    internal: bool
+    seq: int
+    parents: list[Any]
+    parent_fps: list[Any] = field(init=False)
+    start: float = field(init=False, default_factory=time.time)
+    t0: float = field(init=False, default_factory=time.perf_counter)
+    duration: float = 0.0
+    hashes: list[HashEvent] = field(default_factory=list)
+    started: bool = False  # a step-start record was written for this call
+    resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
+    rekeyed: Any = None  # the `Rekeyed` part of a map given an equivalent earlier result
+    cpu0: float | None = None  # a call the user made: CPU seconds used before it
+    children: list[StepRecord] = field(default_factory=list)
+    pending: list[LedgerRecord] = field(default_factory=list)
 
-    def __init__(
-        self,
-        op: str,
-        kind: str,
-        original: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        call_site: CallSite | None,
-        entry: str | None,
-        internal: bool,
-        seq: int,
-        parents: list[Any],
-    ) -> None:
-        self.op, self.kind, self.original, self.args, self.kwargs = op, kind, original, args, kwargs
-        self.call_site, self.entry, self.internal, self.seq = call_site, entry, internal, seq
-        self.parents = parents
-        self.parent_fps = [getattr(d, "_fingerprint", None) for d in parents]
-        self.start = time.time()
-        self.t0 = time.perf_counter()
-        self.duration = 0.0
-        self.hashes: list[HashEvent] = []
-        self.started = False  # a step-start record was written for this call
-        self.resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
-        self.rekeyed: Any = None  # the `Rekeyed` part of a map given an equivalent earlier result
-        self.cpu0: float | None = None  # a call the user made: CPU seconds used before it
-        self.children: list[StepRecord] = []
-        self.pending: list[LedgerRecord] = []
+    def __post_init__(self) -> None:
+        self.parent_fps = [getattr(d, "_fingerprint", None) for d in self.parents]
 
 
 class CallState(threading.local):
