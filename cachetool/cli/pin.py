@@ -70,9 +70,10 @@ def _change(pin: bool, fingerprint: str, cache_dir: Path | None, out: Output) ->
     """Pin or unpin, and say what changed."""
     from cachetool.cache.dirs import root_for
     from cachetool.maintenance import pinning
+    from cachetool.safejson import json_value
 
     change = (pinning.pin if pin else pinning.unpin)(root_for(fingerprint, cache_dir), fingerprint)
-    if out.emit(change.to_json, [change.fingerprint]):
+    if out.emit(lambda: json_value(change), [change.fingerprint]):
         return
     if not change.pinned:
         out.line(f"Unpinned {change.fingerprint}")

@@ -366,6 +366,7 @@ def served_lines(root: Path, since: float | None) -> tuple[dict[str, Any], list[
     and human lines; nothing at all when no result was pulled."""
     from cachetool.formatting import short_duration
     from cachetool.remote.transfer import served
+    from cachetool.safejson import json_value
 
     hosts = served(root, since)
     if not hosts:
@@ -379,4 +380,4 @@ def served_lines(root: Path, since: float | None) -> tuple[dict[str, Any], list[
         f"  {h.host}: {_count(h.results, 'result')}, {human_size(h.bytes)} in {short_duration(h.seconds)}"
         for h in hosts
     ]
-    return {"remote_served": [h.to_json() for h in hosts]}, lines
+    return {"remote_served": json_value(hosts)}, lines

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetool.formatting import iso_time
-from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
     from cachetool.cache.model import Entry
@@ -25,9 +24,6 @@ class PinChange:
     fingerprint: str
     pinned: bool
     changed: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self)
 
 
 @dataclass(frozen=True)

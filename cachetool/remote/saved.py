@@ -41,7 +41,7 @@ from cachetool.remote.transfer import (
     stream_problem,
     upload,
 )
-from cachetool.safejson import json_fields, read_json_file
+from cachetool.safejson import json_fields, json_value, read_json_file
 
 SAVED_RECORD = "saved.json"
 SAVED_FORMAT = "cachetool-saved-record/1"
@@ -136,7 +136,7 @@ def make_saved_record(fingerprints: dict[str, str], files: list[RemoteFile], key
     doc: dict[str, Any] = {
         "format": SAVED_FORMAT,
         "fingerprints": fingerprints,
-        "files": [f.to_json() for f in files],
+        "files": json_value(files),
         "versions": _versions(),
         "host": socket.gethostname(),
         "user": _user(),

@@ -34,7 +34,7 @@ from cachetool.remote.client import (
     TooLarge,
     open_remote,
 )
-from cachetool.safejson import json_fields
+from cachetool.safejson import json_value
 
 _CHUNK = 8 << 20
 
@@ -53,9 +53,6 @@ class RemoteFile:
     name: str
     size: int
     xxh3: str
-
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ def make_record(
         "format": FORMAT,
         "fingerprint": fingerprint,
         "folder": folder,
-        "files": [f.to_json() for f in files],
+        "files": json_value(files),
         "versions": versions,
         "host": socket.gethostname(),
         "user": _user(),
@@ -420,9 +417,6 @@ class Served:
     results: int = 0
     bytes: int = 0
     seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return json_fields(self)
 
 
 def note_served(root: str | os.PathLike[str], pulled: Pulled, seconds: float, url: str) -> None:
