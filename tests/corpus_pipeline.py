@@ -48,9 +48,9 @@ _run_each({paths!r}, {corpus!r})
 """
 
 
-def write_pipeline(script: Path, scripts: Sequence[str]) -> Path:
-    """Write `script`, a pipeline that runs the corpus `scripts` (file names) in turn."""
-    paths = [str(CORPUS / s) for s in scripts]
+def write_pipeline(script: Path, scripts: Sequence[str], folder: Path = CORPUS) -> Path:
+    """Write `script`, a pipeline that runs the corpus `scripts` (file names in `folder`) in turn."""
+    paths = [str(folder / s) for s in scripts]
     script.write_text(_DRIVER.format(paths=paths, corpus=str(CORPUS)), encoding="utf-8")
     return script
 

@@ -5,7 +5,6 @@ one step. Real scripts (tests/diagnosis) checked by the real command in a subpro
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,30 +14,49 @@ import pytest
 
 from cachetool.fingerprint.tree import DEFAULT_MAX_NODES, build_tree, iter_nodes
 from tests.conftest import hf_env
+from tests.corpus_pipeline import once, write_pipeline
 
 HERE = Path(__file__).parent
 
 
-def check_json(script: str, tmp_path: Path) -> dict[str, Any]:
-    """`cachetool check-determinism SCRIPT --format json` on a copy of tests/diagnosis/SCRIPT."""
-    shutil.copy(HERE / "corpus" / "corpus_data.py", tmp_path / "corpus_data.py")
-    shutil.copy(HERE / "diagnosis" / script, tmp_path / script)
-    argv = [sys.executable, "-m", "cachetool", "check-determinism", script, "--format", "json"]
-    done = subprocess.run(
-        argv, cwd=tmp_path, env=hf_env(tmp_path), capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 1, done.stderr
-    return json.loads(done.stdout)
+#: The scripts of tests/diagnosis, checked as one pipeline (tests/corpus_pipeline.py: each runs as
+#: `python SCRIPT` would, one after the other in one interpreter) by the real command.
+SCRIPTS = ("leaf_two_culprits_deep.py", "leaf_getstate_pair.py")
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`cachetool check-determinism pipeline.py --format json` of the pipeline of SCRIPTS, run in
+    a folder of its own (once per session): its JSON document."""
+
+    def run(folder: Path) -> dict[str, Any]:
+        write_pipeline(folder / "pipeline.py", SCRIPTS, HERE / "diagnosis")
+        argv = [sys.executable, "-m", "cachetool", "check-determinism", "pipeline.py", "--format", "json"]
+        done = subprocess.run(
+            argv, cwd=folder, env=hf_env(folder), capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 1, done.stderr
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report
+
+    return once(tmp_path_factory, "diagnosis-leaf", run)[1]
+
+
+def difference_of(script: str, report: dict[str, Any]) -> dict[str, Any]:
+    """The one difference the steps of `script` made in the report on the pipeline."""
+    mine = [d for d in report["differences"] if d["call_site"]["file"] == str(HERE / "diagnosis" / script)]
+    assert len(mine) == 1, report["differences"]
+    assert len(report["differences"]) == len(SCRIPTS), report["differences"]
+    return mine[0]
 
 
 @pytest.mark.slow
-def test_two_culprits_deep_in_dataclasses_are_each_named_at_the_leaf(tmp_path: Path) -> None:
+def test_two_culprits_deep_in_dataclasses_are_each_named_at_the_leaf(checked: dict[str, Any]) -> None:
     """The frozenset four dataclasses down and the RandomState beside the config are both named,
     each by its full path; no parent (the config, a dataclass) is named instead. Before, the
     classes of the dataclasses (expanded by value, first) used up the tree's node budget, so the
     report stopped at `.config (Config)` and never reached the generator."""
-    report = check_json("leaf_two_culprits_deep.py", tmp_path)
-    (difference,) = report["differences"]
+    difference = difference_of(SCRIPTS[0], checked)
     (culprit,) = difference["culprits"]
     assert (culprit["argument"], culprit["path"]) == ("function", [])  # the callable, split in places
     places = {(tuple(p["path"]), p["type"], p["kind"]) for p in culprit["parts"]}
@@ -49,13 +67,12 @@ def test_two_culprits_deep_in_dataclasses_are_each_named_at_the_leaf(tmp_path: P
 
 
 @pytest.mark.slow
-def test_a_getstate_pair_that_is_not_dict_and_slots_is_named_by_its_item(tmp_path: Path) -> None:
+def test_a_getstate_pair_that_is_not_dict_and_slots_is_named_by_its_item(checked: dict[str, Any]) -> None:
     """`__getstate__` returning `(vocab, tuple(stop))` is a state of its own, not pickle's
     `(dict, slots)` pair: the culprit is `state → [1]`, the tuple in hash-seed order. Before, the
     pair was read as a dict and slots, the tuple was dropped, and the report named the whole
     object (`function (Tok)`)."""
-    report = check_json("leaf_getstate_pair.py", tmp_path)
-    (difference,) = report["differences"]
+    difference = difference_of(SCRIPTS[1], checked)
     (culprit,) = difference["culprits"]
     assert (culprit["argument"], culprit["path"], culprit["type"]) == ("function", ["state", "[1]"], "tuple")
     assert culprit["kind"] == "order"
