@@ -47,10 +47,16 @@ STATE_CHANGES: dict[str, tuple[str, tuple[str, ...], str]] = {
 
 
 @pytest.mark.slow
-def test_no_cold_skips_the_recomputation_and_says_what_it_cannot_see(base: Path) -> None:
-    """`--no-cold` / `cold=False` on a warm cache: no run computes every step, so the tokenizer a
-    map configures goes unseen (the trade-off its help states); the default run names it."""
-    report = check("m01_tokenizer_truncation_inside_map.py", base / "no-cold", "warm", cold=False)
+def test_no_cold_skips_the_recomputation_and_says_what_it_cannot_see(
+    base: Path, m01_on_an_empty_cache: tuple[Path, DeterminismReport]
+) -> None:
+    """`--no-cold` / `cold=False` on a warm cache (a copy of the one the check of
+    `m01_on_an_empty_cache` left, which a plain run loads in full): no run computes every step, so
+    the tokenizer a map configures goes unseen (the trade-off its help states); the default run
+    names it."""
+    filled, _ = m01_on_an_empty_cache
+    script = "m01_tokenizer_truncation_inside_map.py"
+    report = check(script, base / "no-cold", "warm", cold=False, filled=filled)
     assert [run.cold for run in report.runs] == [False, False]
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
 
@@ -119,14 +125,17 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache-state")
 
 
-def check(script: str, where: Path, mode: str, cold: bool = True) -> DeterminismReport:
+def check(
+    script: str, where: Path, mode: str, cold: bool = True, filled: Path | None = None
+) -> DeterminismReport:
     """check-determinism in `mode`: default (the script's cache, empty at first), warm (the same
     after a plain run filled it: the usual moment, a user who noticed a recompute) or isolated.
-    The plain run of a script is made once, beside `where`; each warm check starts on a copy of
-    its cache, with its temp dir (where the corpus writes its data files, which key the cache)."""
+    The plain run of a script is made once, beside `where` (or `filled` is a folder whose cache
+    the script already filled); each warm check starts on a copy of its cache, with its temp dir
+    (where the corpus writes its data files, which key the cache)."""
     env = hf_env(where)
     if mode == "warm":
-        filled = where.parent / "plain-runs" / Path(script).name
+        filled = filled or where.parent / "plain-runs" / Path(script).name
         env["TMPDIR"] = hf_env(filled)["TMPDIR"]
         if not filled.exists():
             proc = subprocess.run(
