@@ -109,3 +109,43 @@ def lines_of(script: str, report: DeterminismReport, checked: Sequence[str]) -> 
         if cause.step.file == path:
             lines.extend(cause_lines(cause))
     return lines
+
+
+def shared_scripts(mode: str) -> list[str]:
+    """The corpus scripts the test files check in `mode` ("isolated" or "default"), all of them:
+    each file names its own (imported here when first asked, after the files are)."""
+    from tests import test_cmd_check_determinism as command
+    from tests import test_determinism_corpus_modes as modes
+    from tests import test_determinism_diagnosis as diagnosis
+
+    scripts = [*modes.SCRIPTS, *diagnosis.PIPELINES[mode]]
+    if mode == "isolated":
+        scripts += command.TOGETHER
+    assert len(set(scripts)) == len(scripts), scripts
+    return sorted(scripts)
+
+
+def shared_reports(
+    tmp_path_factory: pytest.TempPathFactory, mode: str
+) -> tuple[Path, list[str], list[DeterminismReport]]:
+    """The corpus scripts of every test file that checks some in `mode`, checked as one pipeline
+    (one `import datasets` per run for all of them), once per session: the folder it was checked
+    in (`<session>/corpus-<mode>`), those scripts and the reports. "isolated": one check with
+    `--isolated`. "default": the default mode on an empty cache, then the same again on the cache
+    the first check left (a warm repeat)."""
+    from cachetool.determinism.check import check_determinism
+    from tests.conftest import hf_env
+
+    scripts = shared_scripts(mode)
+
+    def check(script: Path, folder: Path) -> list[DeterminismReport]:
+        env = hf_env(folder)
+        if mode == "isolated":
+            return [check_determinism(script, env=env, cwd=CORPUS, isolated=True, rerun=False, timeout=120)]
+        return [check_determinism(script, env=env, cwd=CORPUS, rerun=False, timeout=120) for _ in range(2)]
+
+    name = f"corpus-{mode}"
+    folder, reports = once(
+        tmp_path_factory, name, lambda folder: check(write_pipeline(folder / f"{name}.py", scripts), folder)
+    )
+    return folder, scripts, reports

@@ -28,7 +28,7 @@ from cachetool.determinism.report import (
 )
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
-from tests.corpus_pipeline import causes_of, check_once, events_of, once
+from tests.corpus_pipeline import causes_of, events_of, once, shared_reports
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -765,15 +765,12 @@ TOGETHER = sorted((set(CULPRITS) | set(UNPICKLABLE)) - {CLI_CHECKED})
 
 
 @pytest.fixture(scope="module")
-def together(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeterminismReport]:
-    """The folder the `TOGETHER` pipeline was checked in, and its report (once per session)."""
-
-    def check(script: Path, folder: Path) -> DeterminismReport:
-        return check_determinism(
-            script, env=clean_env(folder), cwd=CORPUS, isolated=True, rerun=False, timeout=120
-        )
-
-    return check_once(tmp_path_factory, "corpus-together", TOGETHER, check)
+def together(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], DeterminismReport]:
+    """The folder the `TOGETHER` pipeline was checked in, the scripts checked and its report (once
+    per session, with `--isolated`, in tests/corpus_pipeline.py `shared_reports`: one pipeline with
+    the corpus scripts other files check in that mode)."""
+    folder, checked, (report,) = shared_reports(tmp_path_factory, "isolated")
+    return folder, checked, report
 
 
 @pytest.mark.slow
@@ -786,7 +783,7 @@ def test_corpus_culprit_is_named(script: str, request: pytest.FixtureRequest) ->
     if script == CLI_CHECKED:
         (base, _, report), checked = request.getfixturevalue("cli_github"), [script]
     else:
-        (base, report), checked = request.getfixturevalue("together"), TOGETHER
+        base, checked, report = request.getfixturevalue("together")
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, "\n".join(human_lines(report))
     causes = causes_of(script, report, checked)
     assert causes, "\n".join(human_lines(report))
@@ -816,13 +813,15 @@ def test_corpus_culprit_is_named(script: str, request: pytest.FixtureRequest) ->
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(UNPICKLABLE))
-def test_corpus_unpicklable_argument_exits_3(script: str, together: tuple[Path, DeterminismReport]) -> None:
+def test_corpus_unpicklable_argument_exits_3(
+    script: str, together: tuple[Path, list[str], DeterminismReport]
+) -> None:
     """A transform datasets cannot hash: the piece that fails to pickle and the real exception.
     Checked in the `TOGETHER` pipeline: no fingerprint of the script's steps differs but by a
     random fallback (alone, it exits 3), and exactly one of its steps fell back."""
-    _, report = together
-    assert not causes_of(script, report, TOGETHER)
-    (cause,) = causes_of(script, report, TOGETHER, random=True)
+    _, checked, report = together
+    assert not causes_of(script, report, checked)
+    (cause,) = causes_of(script, report, checked, random=True)
     path, error = UNPICKLABLE[script]
     assert cause.unpicklable[0].path_str == path
     assert error in cause.unpicklable[0].error
@@ -870,14 +869,16 @@ def test_corpus_controls_are_deterministic(corpus_base: Path) -> None:
 
 @pytest.mark.slow
 def test_recorded_fingerprints_equal_a_plain_run(
-    corpus_base: Path, together: tuple[Path, DeterminismReport]
+    corpus_base: Path, together: tuple[Path, list[str], DeterminismReport]
 ) -> None:
     """Tracing changes no fingerprint: a plain `python c05_prompt_from_set.py` with a run's hash
     seed prints the fingerprint that run recorded last in the script's steps (in the `TOGETHER`
-    pipeline; its fingerprint depends on the seed, which makes this a strong check)."""
-    script, (_, report) = SEEDED, together
-    assert [run.hash_seed for run in report.runs] == [1, 2]
-    for k, run in enumerate(report.runs):
+    pipeline; its fingerprint depends on the seed, which makes this a strong check). The two
+    compared runs (a third, on the first run's cache, observes the cache-state notes of other
+    scripts of the pipeline)."""
+    script, (_, _, report) = SEEDED, together
+    assert [run.hash_seed for run in report.runs[:2]] == [1, 2]
+    for k, run in enumerate(report.runs[:2]):
         env = {**clean_env(corpus_base / "plain"), "PYTHONHASHSEED": str(run.hash_seed)}
         proc = subprocess.run(
             [sys.executable, str(CORPUS / script)],

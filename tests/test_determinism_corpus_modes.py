@@ -6,14 +6,10 @@ control is deterministic, in all three."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from cachetool.determinism.check import check_determinism
 from cachetool.determinism.report import DeterminismReport, cause_lines, human_lines
-from tests.conftest import hf_env
-from tests.corpus_pipeline import CORPUS, causes_of, once, write_pipeline
+from tests.corpus_pipeline import causes_of, shared_reports
 
 pytestmark = pytest.mark.slow
 
@@ -50,29 +46,24 @@ MODES = ("isolated", "default", "warm")
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DeterminismReport]:
-    """The pipeline of every case, checked in each mode (once per session)."""
-
-    def check(folder: Path) -> dict[str, DeterminismReport]:
-        script = write_pipeline(folder / "pipeline.py", SCRIPTS)
-        env = hf_env(folder)
-        out = {"isolated": check_determinism(script, env=env, cwd=CORPUS, isolated=True, rerun=False)}
-        for mode in ("default", "warm"):  # the second on the cache the first left
-            out[mode] = check_determinism(script, env=env, cwd=CORPUS, rerun=False)
-        return out
-
-    return once(tmp_path_factory, "corpus-modes", check)[1]
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[str], DeterminismReport]]:
+    """The pipeline of every case, checked in each mode (once per session, in the pipelines of
+    tests/corpus_pipeline.py `shared_reports`, with the scripts other files check in that mode):
+    the scripts checked and the report."""
+    _, isolated, (report,) = shared_reports(tmp_path_factory, "isolated")
+    _, default, (first, again) = shared_reports(tmp_path_factory, "default")
+    return {"isolated": (isolated, report), "default": (default, first), "warm": (default, again)}
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("script", sorted(CULPRITS))
 def test_each_culprit_is_named_at_its_leaf(
-    script: str, mode: str, reports: dict[str, DeterminismReport]
+    script: str, mode: str, reports: dict[str, tuple[list[str], DeterminismReport]]
 ) -> None:
     """One cause per case, at the step that makes it, of the kind its mechanism is, naming the
     part to fix (a source's reordered inputs, the leaf of an argument) with the kind of that part."""
-    report = reports[mode]
-    causes = causes_of(script, report, SCRIPTS)
+    checked, report = reports[mode]
+    causes = causes_of(script, report, checked)
     assert len(causes) == 1, "\n".join(human_lines(report))
     (cause,) = causes
     kind, operation, argument, where, leaf = CULPRITS[script]
@@ -87,9 +78,11 @@ def test_each_culprit_is_named_at_its_leaf(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_controls_are_deterministic(mode: str, reports: dict[str, DeterminismReport]) -> None:
+def test_controls_are_deterministic(
+    mode: str, reports: dict[str, tuple[list[str], DeterminismReport]]
+) -> None:
     """The same pipelines made deterministic (sorted, a tuple, a module-level constant, a warmed
     cached property, ints in a set, the host name): no cause in any mode."""
-    report = reports[mode]
+    checked, report = reports[mode]
     for script in CONTROLS:
-        assert not causes_of(script, report, SCRIPTS), (script, "\n".join(human_lines(report)))
+        assert not causes_of(script, report, checked), (script, "\n".join(human_lines(report)))

@@ -25,7 +25,7 @@ from cachetool.determinism.report import DeterminismReport, human_lines
 from cachetool.errors import ExitCode
 from cachetool.history.records.parts import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
-from tests.corpus_pipeline import causes_of, check_once, lines_of, once
+from tests.corpus_pipeline import causes_of, check_once, lines_of, once, shared_reports, shared_scripts
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -216,7 +216,7 @@ def test_a_step_that_hashes_what_an_earlier_step_changed_is_named(
     from the report on `PIPELINES[mode]`: the step that changed the object is one of the script's
     own)."""
     argument, path, mode = STATE_CHANGES[script]
-    report, checked = pipeline_report(mode, tmp_path_factory), PIPELINES[mode]
+    report, checked = pipeline_report(mode, tmp_path_factory), checked_in(mode)
     text = "\n".join(lines_of(script, report, checked))
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, text
     (cause,) = causes_of(script, report, checked)
@@ -262,7 +262,7 @@ def test_look_alike_controls_stay_deterministic(
         if name in ALONE:
             report, checked = check(name, base / name, mode), [name]
         else:
-            report, checked = pipeline_report(mode, tmp_path_factory), PIPELINES[mode]
+            report, checked = pipeline_report(mode, tmp_path_factory), checked_in(mode)
         said = "\n".join(lines_of(name, report, checked))
         assert not causes_of(name, report, checked), said
         assert not causes_of(name, report, checked, random=True), said
@@ -342,7 +342,8 @@ LEAVES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
 
 
 #: The pipelines of this file, checked as one per mode (tests/corpus_pipeline.py: each runs as under
-#: `python xNN.py`, in one interpreter). Checked alone (2 runs, hash seeds 1 and 2), each of them
+#: `python xNN.py`, in one interpreter; the isolated and default ones in `shared_reports`, with
+#: the scripts other files check in those modes). Checked alone (2 runs, hash seeds 1 and 2), each of them
 #: gave what it gives in its mode's pipeline: the cause's kind, argument, culprit path and kind,
 #: the step that changed the object, the source that differs, the unpicklable piece, and no cause
 #: for a control. m01 comes first in the warm one: its test reads the number of the step that
@@ -374,15 +375,25 @@ _PIPELINE_REPORTS: dict[str, DeterminismReport] = {}
 
 
 def pipeline_report(mode: str, tmp_path_factory: pytest.TempPathFactory) -> DeterminismReport:
-    """The report on `PIPELINES[mode]`, checked in `mode` once per session."""
+    """The report on `PIPELINES[mode]`, checked in `mode` once per session: in the isolated and
+    default modes, in the pipeline of tests/corpus_pipeline.py `shared_reports` (with the scripts
+    other files check in that mode; in the default mode, its check on an empty cache)."""
     if mode not in _PIPELINE_REPORTS:
+        if mode in ("isolated", "default"):
+            _, _, (report, *_) = shared_reports(tmp_path_factory, mode)
+        else:
 
-        def check_in_mode(script: Path, folder: Path) -> DeterminismReport:
-            return check(str(script), folder, mode)
+            def check_in_mode(script: Path, folder: Path) -> DeterminismReport:
+                return check(str(script), folder, mode)
 
-        _, report = check_once(tmp_path_factory, f"corpus-{mode}", PIPELINES[mode], check_in_mode)
+            _, report = check_once(tmp_path_factory, f"corpus-{mode}", PIPELINES[mode], check_in_mode)
         _PIPELINE_REPORTS[mode] = report
     return _PIPELINE_REPORTS[mode]
+
+
+def checked_in(mode: str) -> list[str]:
+    """The scripts of the pipeline `pipeline_report(mode)` is on."""
+    return PIPELINES[mode] if mode == "warm" else shared_scripts(mode)
 
 
 @pytest.fixture(scope="module")
@@ -398,9 +409,9 @@ def test_culprits_read_as_what_they_are(script: str, isolated_report: Determinis
     Read from `isolated_report`: the script's own cause and its lines."""
     argument, path, kind, text = LEAVES[script]
     report = isolated_report
-    lines = "\n".join(lines_of(script, report, PIPELINES["isolated"]))
+    lines = "\n".join(lines_of(script, report, checked_in("isolated")))
     assert report.exit_code == ExitCode.PROBLEMS_FOUND, lines
-    (cause,) = causes_of(script, report, PIPELINES["isolated"])
+    (cause,) = causes_of(script, report, checked_in("isolated"))
     (culprit,) = cause.culprits
     assert (culprit.argument, culprit.path, culprit.kind) == (argument, path, kind), lines
     assert text in lines
@@ -412,11 +423,11 @@ def test_an_in_memory_source_names_the_column_and_first_value(isolated_report: D
     """from_pandas of a frame with a column filled at run time: the column and its first value
     (l04, in `isolated_report`)."""
     script, report = "l04_from_pandas_root.py", isolated_report
-    (cause,) = causes_of(script, report, PIPELINES["isolated"])
+    (cause,) = causes_of(script, report, checked_in("isolated"))
     assert cause.kind == "source" and cause.step.operation == "from_pandas"
     (key, values), *_ = cause.source_diffs
     assert key == "column 'loaded_at' row 0" and len(set(values)) == len(report.runs)  # one per run
-    lines = lines_of(script, report, PIPELINES["isolated"])
+    lines = lines_of(script, report, checked_in("isolated"))
     assert any(line.startswith("  source column 'loaded_at' row 0: ") for line in lines)
 
 
@@ -428,7 +439,7 @@ def test_an_unpicklable_pool_is_blamed_on_its_work_queue(tmp_path_factory: pytes
     script, report, checked = (
         "m09_threadpool_global.py",
         pipeline_report("default", tmp_path_factory),
-        PIPELINES["default"],
+        checked_in("default"),
     )
     lines = "\n".join(lines_of(script, report, checked))
     assert not causes_of(script, report, checked), lines
@@ -609,7 +620,7 @@ def test_explain_says_the_script_was_renamed(tmp_path: Path) -> None:
 def test_a_function_from_a_per_run_file_names_the_file(isolated_report: DeterminismReport) -> None:
     """check-determinism: the function's code differs only by the file name datasets keeps (l05, in
     `isolated_report`)."""
-    (cause,) = causes_of("l05_function_from_generated_file.py", isolated_report, PIPELINES["isolated"])
+    (cause,) = causes_of("l05_function_from_generated_file.py", isolated_report, checked_in("isolated"))
     (culprit,) = cause.culprits
     assert culprit.path == ("code", "filename") and culprit.kind == "source-file"
     assert "the function is the same but its source file changed (prep_" in culprit.hint
