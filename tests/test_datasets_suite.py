@@ -4,9 +4,11 @@ says how many tests it compared. Checked on a small stand-in for the `datasets` 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
-import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -55,17 +57,41 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _compare(repo: Path, rev: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[2])}
-    cmd = [sys.executable, str(SCRIPT), str(repo), "--rev", rev]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+@dataclass(frozen=True)
+class Compared:
+    """What `run_compare.py REPO --rev REV` gave: its exit code and its stdout."""
+
+    returncode: int
+    stdout: str
 
 
-def test_a_test_file_that_does_not_load_fails_the_comparison(repo: Path) -> None:
+@pytest.fixture
+def compare(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[[Path, str], Compared]:
+    """`run_compare.py REPO --rev REV` as its `main` (in this process: the script's two pytest
+    runs are processes of their own, and import this checkout's cachetool)."""
+    monkeypatch.setenv("PYTHONPATH", str(SCRIPT.parents[2]))
+    spec = importlib.util.spec_from_file_location("run_compare", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def run(repo: Path, rev: str) -> Compared:
+        capsys.readouterr()
+        code = module.main([str(repo), "--rev", rev])
+        return Compared(code, capsys.readouterr().out)
+
+    return run
+
+
+def test_a_test_file_that_does_not_load_fails_the_comparison(
+    repo: Path, compare: Callable[[Path, str], Compared]
+) -> None:
     """One of the test files imports a module that is not installed: the comparison names it
     and exits 2, though the test that loaded has the same outcome traced and plain."""
-    proc = _compare(repo, "broken")
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    proc = compare(repo, "broken")
+    assert proc.returncode == 2, proc.stdout
     lines = proc.stdout.splitlines()
     assert (
         "NOT LOADED tests/test_fingerprint.py: not loaded "
@@ -78,14 +104,16 @@ def test_a_test_file_that_does_not_load_fails_the_comparison(repo: Path) -> None
     assert "not compared: tests/test_builder.py is not in the repository at broken" in lines
 
 
-def test_nothing_compared_fails_and_a_real_comparison_says_how_many(repo: Path) -> None:
+def test_nothing_compared_fails_and_a_real_comparison_says_how_many(
+    repo: Path, compare: Callable[[Path, str], Compared]
+) -> None:
     """Only a skipped test: nothing was compared, exit 2. Three passing tests, traced and plain:
     "3 tests compared", exit 0."""
-    skipped = _compare(repo, "skipped")
-    assert skipped.returncode == 2, skipped.stdout + skipped.stderr
+    skipped = compare(repo, "skipped")
+    assert skipped.returncode == 2, skipped.stdout
     assert "FAILED: nothing was compared (no test ran in both passes)" in skipped.stdout.splitlines()
-    good = _compare(repo, "good")
-    assert good.returncode == 0, good.stdout + good.stderr
+    good = compare(repo, "good")
+    assert good.returncode == 0, good.stdout
     summary = (
         "3 tests compared (3 passed without tracing); 0 differ with tracing on; 0 test file(s) did not load"
     )
