@@ -149,3 +149,20 @@ def shared_reports(
         tmp_path_factory, name, lambda folder: check(write_pipeline(folder / f"{name}.py", scripts), folder)
     )
     return folder, scripts, reports
+
+
+def controls_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], DeterminismReport]:
+    """The look-alike controls the test files check with `--isolated` (each file names its own),
+    checked as one pipeline over 3 runs, once per session: those scripts and the report."""
+    from cachetool.determinism.check import check_determinism
+    from tests import test_cmd_check_determinism as command
+    from tests import test_determinism_false_alarms as alarms
+    from tests.conftest import hf_env
+
+    scripts = sorted({*command.CONTROLS, *alarms.CONTROLS})
+
+    def check(script: Path, folder: Path) -> DeterminismReport:
+        env = hf_env(folder)
+        return check_determinism(script, env=env, cwd=CORPUS, isolated=True, rerun=False, timeout=120, runs=3)
+
+    return scripts, check_once(tmp_path_factory, "corpus-controls", scripts, check)[1]

@@ -28,7 +28,7 @@ from cachetool.determinism.report import (
 )
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
-from tests.corpus_pipeline import causes_of, events_of, once, shared_reports
+from tests.corpus_pipeline import causes_of, controls_report, events_of, once, shared_reports
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -680,18 +680,11 @@ CONTROLS = sorted(
     for p in CORPUS.glob(pattern)
     if not p.name.endswith("_helpers.py") and not p.name.startswith(("uk12_", "uk13_"))
 )
-#: The controls run as one pipeline: a script that runs each of them in turn, as `python k0N.py`
-#: would (`runpy.run_path` as `__main__`, the corpus folder on `sys.path`). Three runs: the `set`
-#: of five words in k01 iterates in a different order under each of the hash seeds 1, 2 and 3, so
-#: the third run is a third order compared with the other two; and with --isolated, 3 runs are
-#: more than the workers of a 2-core machine, so one run waits for a worker to free up.
-CONTROLS_SCRIPT = (
-    "import os, runpy, sys\n"
-    "corpus = os.getcwd()\n"
-    "sys.path.insert(0, corpus)\n"
-    "for name in {names!r}:\n"
-    "    runpy.run_path(os.path.join(corpus, name), run_name='__main__')\n"
-)
+#: The controls run as one pipeline (tests/corpus_pipeline.py: each runs as `python k0N.py` would,
+#: one after the other in one interpreter). Three runs: the `set` of five words in k01 iterates in
+#: a different order under each of the hash seeds 1, 2 and 3, so the third run is a third order
+#: compared with the other two; and with --isolated, 3 runs are more than the workers of a 2-core
+#: machine, so one run waits for a worker to free up.
 
 
 @pytest.fixture(scope="module")
@@ -844,24 +837,16 @@ def test_corpus_input_rewritten_between_runs_is_a_source_difference(corpus_base:
 
 
 @pytest.mark.slow
-def test_corpus_controls_are_deterministic(corpus_base: Path) -> None:
+def test_corpus_controls_are_deterministic(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Look-alikes (set attribute, tuple literal, lock, seeded shuffle, sorted set, int frozenset,
     imported function, timestamp taken inside, tokenizer configured before), run one after
-    another in one pipeline over 3 runs (`CONTROLS_SCRIPT` says what the third run adds), report
-    no difference, with at least two steps of each of them compared."""
-    script = corpus_base / "controls.py"
-    script.write_text(CONTROLS_SCRIPT.format(names=CONTROLS), encoding="utf-8")
-    report = check_determinism(
-        script,
-        env=clean_env(corpus_base / "controls"),
-        cwd=CORPUS,
-        isolated=True,
-        rerun=False,
-        timeout=120,
-        runs=3,
-    )
+    another in one pipeline over 3 runs (tests/corpus_pipeline.py `controls_report`, with the
+    controls tests/test_determinism_false_alarms.py checks; `CONTROLS` says what the third run
+    adds), report no difference, with at least two steps of each of them compared."""
+    _, report = controls_report(tmp_path_factory)
     assert report.exit_code == ExitCode.OK, "\n".join(human_lines(report))
-    assert [run.hash_seed for run in report.runs] == [1, 2, 3]
+    # and a fourth on the first run's cache, which observes k15's cache-state note
+    assert [run.hash_seed for run in report.runs] == [1, 2, 3, 1]
     assert report.analysis is not None
     compared = Counter(Path(step.file).name for step in report.analysis.steps if step.file)
     assert all(compared[name] >= 2 for name in CONTROLS), compared

@@ -19,10 +19,10 @@ import pytest
 
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.report import human_lines
+from cachetool.determinism.report import DeterminismReport, human_lines
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
-from tests.corpus_pipeline import write_pipeline
+from tests.corpus_pipeline import controls_report, write_pipeline
 
 CORPUS = Path(__file__).parent / "corpus"
 MODES: dict[str, dict[str, Any]] = {"default": {}, "no-cold": {"cold": False}, "isolated": {"isolated": True}}
@@ -118,8 +118,15 @@ def check(script: str, base: Path, **options: Any) -> tuple[int, dict[str, Any],
     corpus folder calls it (on the cache the script uses): exit code, and the one report as the
     command's JSON and as its text (with the warnings it prints on stderr)."""
     with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(CORPUS)
+        return read(check_determinism(CORPUS / script, env=hf_env(base), **options))
+
+
+def read(report: DeterminismReport) -> tuple[int, dict[str, Any], str]:
+    """A report's exit code, its JSON and its text (with its warnings), as the command prints them
+    in the corpus folder."""
+    with pytest.MonkeyPatch.context() as mp:
         mp.chdir(CORPUS)  # the text names files relative to the working folder, as the command's
-        report = check_determinism(CORPUS / script, env=hf_env(base), **options)
         text = "\n".join([*human_lines(report), *report.warnings])
     return int(report.exit_code), json.loads(json.dumps(report.to_dict())), text
 
@@ -144,10 +151,13 @@ CONTROLS = (
 
 @pytest.fixture(scope="module")
 def controls(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """`check` of the pipeline of CONTROLS in a mode, once per mode for the module."""
+    """`check` of the pipeline of CONTROLS in a mode, once per mode for the module; with
+    `--isolated`, the pipeline of tests/corpus_pipeline.py `controls_report` (3 runs)."""
     checked: dict[str, tuple[int, dict[str, Any], str]] = {}
 
     def checked_in(mode: str) -> tuple[int, dict[str, Any], str]:
+        if mode == "isolated":  # with the controls of tests/test_cmd_check_determinism.py
+            return read(controls_report(tmp_path_factory)[1])
         if mode not in checked:
             base = tmp_path_factory.mktemp(f"controls-{mode}")
             script = write_pipeline(base / "controls.py", CONTROLS)
