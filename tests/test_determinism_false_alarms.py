@@ -22,7 +22,7 @@ from cachetool.determinism.check import check_determinism
 from cachetool.determinism.report import DeterminismReport, human_lines
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
-from tests.corpus_pipeline import controls_report, write_pipeline
+from tests.corpus_pipeline import controls_report, once, write_pipeline
 
 CORPUS = Path(__file__).parent / "corpus"
 MODES: dict[str, dict[str, Any]] = {"default": {}, "no-cold": {"cold": False}, "isolated": {"isolated": True}}
@@ -151,18 +151,18 @@ CONTROLS = (
 
 @pytest.fixture(scope="module")
 def controls(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """`check` of the pipeline of CONTROLS in a mode, once per mode for the module; with
-    `--isolated`, the pipeline of tests/corpus_pipeline.py `controls_report` (3 runs)."""
-    checked: dict[str, tuple[int, dict[str, Any], str]] = {}
+    """`check` of the pipeline of CONTROLS in a mode, once per mode per session (however the
+    tests are spread over workers); with `--isolated`, the pipeline of tests/corpus_pipeline.py
+    `controls_report` (3 runs)."""
 
     def checked_in(mode: str) -> tuple[int, dict[str, Any], str]:
         if mode == "isolated":  # with the controls of tests/test_cmd_check_determinism.py
             return read(controls_report(tmp_path_factory)[1])
-        if mode not in checked:
-            base = tmp_path_factory.mktemp(f"controls-{mode}")
-            script = write_pipeline(base / "controls.py", CONTROLS)
-            checked[mode] = check(str(script), base, **MODES[mode])
-        return checked[mode]
+
+        def make(base: Path) -> tuple[int, dict[str, Any], str]:
+            return check(str(write_pipeline(base / "controls.py", CONTROLS)), base, **MODES[mode])
+
+        return once(tmp_path_factory, f"false-alarms-controls-{mode}", make)[1]
 
     return checked_in
 
@@ -204,9 +204,12 @@ HASHED = (
 
 @pytest.fixture(scope="module")
 def hashed(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str]:
-    """`check` of the pipeline of HASHED, once for the module."""
-    base = tmp_path_factory.mktemp("hashed")
-    return check(str(write_pipeline(base / "hashed.py", HASHED)), base)
+    """`check` of the pipeline of HASHED, once per session."""
+
+    def make(base: Path) -> tuple[int, dict[str, Any], str]:
+        return check(str(write_pipeline(base / "hashed.py", HASHED)), base)
+
+    return once(tmp_path_factory, "false-alarms-hashed", make)[1]
 
 
 def difference_of(script: str, checked: tuple[int, dict[str, Any], str]) -> tuple[dict[str, Any], str]:
