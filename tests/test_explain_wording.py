@@ -79,7 +79,8 @@ def not_yours(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     (base / "p.py").write_text(NOT_YOURS, encoding="utf-8")
     (base / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(10)), encoding="utf-8")
     env = subprocess_env(base, HF_DATASETS_CACHE=str(base / "cache"))
-    cachetool_run("p.py", env=env, cwd=base)
+    # The first run forked warm, the second a fresh interpreter: two hash seeds.
+    cachetool_run("p.py", env=env, cwd=base, warm=True)
     cachetool_run("p.py", env=env, cwd=base)
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     lines = [s["call_site"]["line"] for s in doc["steps"]]
@@ -162,15 +163,17 @@ def test_a_source_given_its_inputs_in_a_sets_order_is_not_called_changed(
 
 
 def _two_runs(tmp_path: Path, script: str, *, edit: tuple[str, str] | None = None) -> dict:
-    """Run `script` twice on one cache (applying `edit` to it in between): explain --last --json."""
+    """Run `script` twice on one cache (applying `edit` to it in between): explain --last --json.
+    With `edit`, both runs fork warm (sharing a hash seed: the edit is the difference); without,
+    the first forks warm and the second is a fresh interpreter (two hash seeds and random states)."""
     (tmp_path / "p.py").write_text(textwrap.dedent(script), encoding="utf-8")
     (tmp_path / "d.csv").write_text("w\na\nb\nc\n", encoding="utf-8")
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     if edit is not None:
         text = (tmp_path / "p.py").read_text(encoding="utf-8")
         (tmp_path / "p.py").write_text(text.replace(*edit), encoding="utf-8")
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=edit is not None)
     return json.loads(invoke("explain", "--last", "--json", env=env).stdout)
 
 

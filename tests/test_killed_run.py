@@ -13,6 +13,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,6 +123,25 @@ def _run_and_kill(tmp_path: Path, env: dict[str, str], script: str = "p.py", wri
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _warm(
+    argv: list[str], tmp_path: Path, env: dict[str, str], sink: Any, *, group: bool = False
+) -> subprocess.Popen[bytes] | forks.ForkedProcess:
+    """`argv` (a `cachetool run` of a pipeline that hashes no set nor str) started in `tmp_path`,
+    its stdout and stderr to `sink`, in a session of its own with `group`: forked warm
+    (`forks.PIPELINE`) where forks are available."""
+    if forks.available():
+        return forks.ForkedProcess(
+            argv,
+            env=env,
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=sink,
+            preload=forks.PIPELINE,
+            start_new_session=group,
+        )
+    return subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=sink, stderr=sink, start_new_session=group)
 
 
 def _start_and_kill(
@@ -643,20 +663,11 @@ def test_explain_of_a_run_still_in_its_map_says_what_it_is_writing(tmp_path: Pat
 def _busy_run(
     tmp_path: Path, env: dict[str, str], ready: Callable[[], bool], *, group: bool = False
 ) -> subprocess.Popen[bytes] | forks.ForkedProcess:
-    """`cachetool run p.py d.csv busy` started (in a session of its own with `group`, else forked
-    warm: the pipeline hashes no set nor str), returned once the map says it is busy and
-    `ready()` holds; its output goes to out.txt."""
+    """`cachetool run p.py d.csv busy` started (`_warm`, in a session of its own with `group`),
+    returned once the map says it is busy and `ready()` holds; its output goes to out.txt."""
     argv = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(tmp_path / "busy")]
-    proc: subprocess.Popen[bytes] | forks.ForkedProcess
     with open(tmp_path / "out.txt", "wb") as sink:
-        if not group and forks.available():
-            proc = forks.ForkedProcess(
-                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, preload=forks.PIPELINE
-            )
-        else:
-            proc = subprocess.Popen(
-                argv, env=env, cwd=tmp_path, stdout=sink, stderr=subprocess.STDOUT, start_new_session=group
-            )
+        proc = _warm(argv, tmp_path, env, sink, group=group)
     deadline = time.monotonic() + 120
     try:
         while not (tmp_path / "busy").exists() or not ready():
@@ -821,12 +832,8 @@ def test_a_num_proc_map_whose_worker_was_killed_is_resumed_without_nothing_was_c
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     marker = tmp_path / "busy"
     with open(tmp_path / "out.txt", "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
+        proc = _warm(
+            [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)], tmp_path, env, sink
         )
     deadline = time.monotonic() + 120
     while not marker.exists() or not any(_tmp_sizes(tmp_path).values()):
@@ -912,7 +919,7 @@ def test_the_shards_a_failed_num_proc_map_left_name_the_step_that_raised(tmp_pat
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False).returncode == 1
+    assert cachetool_run("p.py", env=env, cwd=tmp_path, check=False, warm=True).returncode == 1
     (shard,) = (tmp_path / "cache").rglob("cache-*_00000_of_00002.arrow")
     fp = shard.name.removeprefix("cache-")[:16]
     said = {c: invoke(c, fp, env=env, columns=200) for c in ("lineage", "explain")}
@@ -938,13 +945,7 @@ def test_explain_last_of_a_run_killed_in_save_to_disk_names_the_unfinished_folde
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"), COLUMNS="200")
     folder = tmp_path / "my saved"
     with open(tmp_path / "out.txt", "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cachetool", "run", "s.py"],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=sink,
-        )
+        proc = _warm([sys.executable, "-m", "cachetool", "run", "s.py"], tmp_path, env, sink)
     try:
         deadline = time.monotonic() + 120
         while not (folder / "data-00003-of-00200.arrow").exists():
@@ -985,7 +986,7 @@ def test_a_datasetdict_save_killed_in_a_split_names_the_dict_s_folder_to_remove(
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("s.py", env=env, cwd=tmp_path, check=False).returncode == -signal.SIGKILL
+    assert cachetool_run("s.py", env=env, cwd=tmp_path, check=False, warm=True).returncode == -signal.SIGKILL
     folder = tmp_path / "my saved"
     assert (folder / "train" / "state.json").is_file() and not (folder / "test" / "state.json").exists()
     human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())

@@ -86,7 +86,8 @@ def test_an_edited_module_the_function_reads_is_a_change_of_yours_not_a_value_va
     that changed, with its values — never that the module "pickles differently in every process",
     which a rerun without the edit disproves (it hits)."""
     project, env = _project(tmp_path, MODULE_PIPELINE, **{"helpers.py": HELPERS})
-    first = cachetool_run(project / "pipeline.py", env=env, cwd=project).stdout.split()[-1]
+    # The first and third runs fork warm (one hash seed), the second is a fresh interpreter (another).
+    first = cachetool_run(project / "pipeline.py", env=env, cwd=project, warm=True).stdout.split()[-1]
     (project / "helpers.py").write_text(HELPERS.replace('"a"}', '"a", "quick"}'), encoding="utf-8")
     second = cachetool_run(project / "pipeline.py", env=env, cwd=project).stdout.split()[-1]
     assert first != second
@@ -101,7 +102,7 @@ def test_an_edited_module_the_function_reads_is_a_change_of_yours_not_a_value_va
     assert message.startswith("`function → global 'helpers' → .STOP` changed {"), message
     assert "pickles differently in every process" not in message
 
-    third = cachetool_run(project / "pipeline.py", env=env, cwd=project).stdout.split()[-1]
+    third = cachetool_run(project / "pipeline.py", env=env, cwd=project, warm=True).stdout.split()[-1]
     assert third == second  # the module hashes the same in another process
 
 
@@ -130,21 +131,45 @@ SLOW_MAP = textwrap.dedent(
 )
 
 
-def _mapping(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+Running = subprocess.Popen[bytes] | forks.ForkedProcess
+
+
+def _started(project: Path, env: dict[str, str], name: str) -> tuple[Running, Path]:
+    """`cachetool run` of the project's pipeline in the background, forked warm (`forks.PIPELINE`:
+    these pipelines hash no set nor str), and the file beside the project its stdout goes to."""
+    argv = [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")]
+    out = project.parent / f"{name}.out"
+    with open(out, "wb") as sink:
+        if forks.available():
+            run: Running = forks.ForkedProcess(
+                argv, env=env, cwd=project, stdout=sink, stderr=subprocess.DEVNULL, preload=forks.PIPELINE
+            )
+        else:
+            run = subprocess.Popen(argv, env=env, cwd=project, stdout=sink, stderr=subprocess.DEVNULL)
+    return run, out
+
+
+def _said(run: Running, out: Path, *lines: str) -> None:
+    """Wait until the run has printed `lines` (and nothing else)."""
+    deadline = time.monotonic() + 120
+    while out.read_text(encoding="utf-8").split() != list(lines):
+        assert run.poll() is None and time.monotonic() < deadline, out.read_text(encoding="utf-8")
+        time.sleep(0.02)
+
+
+def _mapping(project: Path, env: dict[str, str]) -> Running:
     """`cachetool run` of the project's pipeline in the background, once it says "mapping"."""
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")],
-        env=env,
-        cwd=project,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert run.stdout is not None and run.stdout.readline().strip() == "mapping"
+    run, out = _started(project, env, "mapping")
+    try:
+        _said(run, out, "mapping")
+    except BaseException:
+        run.kill()
+        run.wait()
+        raise
     return run
 
 
-def _slow_map_writing(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
+def _slow_map_writing(project: Path, env: dict[str, str]) -> tuple[Running, Path]:
     """`cachetool run` of SLOW_MAP, and the temporary file its map is writing (once it exists)."""
     run = _mapping(project, env)
     try:
@@ -257,25 +282,22 @@ def test_a_run_that_waited_for_another_runs_preparation_loaded_it_from_the_cache
     and one hit, and explain of the second run says it loaded the step from the cache, not that
     it computed it because "its cache file was gone"."""
     project, env = _project(tmp_path, GATED_SOURCE)
-    command = [sys.executable, "-m", "cachetool", "run", str(project / "pipeline.py")]
-    kw: dict[str, Any] = {"env": env, "cwd": project, "stdout": subprocess.PIPE, "text": True}
-    first = subprocess.Popen(command, stderr=subprocess.DEVNULL, **kw)
-    second = None
+    first, out = _started(project, env, "first")
+    second: Running | None = None
     try:
-        assert first.stdout is not None and first.stdout.readline().strip() == "loading"
-        assert first.stdout.readline().strip() == "generating"
-        second = subprocess.Popen(command, stderr=subprocess.DEVNULL, **kw)
-        assert second.stdout is not None and second.stdout.readline().strip() == "loading"
+        _said(first, out, "loading", "generating")
+        second, out2 = _started(project, env, "second")
+        _said(second, out2, "loading")
         time.sleep(1.5)  # into datasets' lock, which the first run holds
         (project / "go").write_text("")
-        out_first, _ = first.communicate(timeout=120)
-        out_second, _ = second.communicate(timeout=120)
+        assert first.wait(timeout=120) == 0 and second.wait(timeout=120) == 0
     finally:
         (project / "go").write_text("")
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    out_first, out_second = out.read_text(encoding="utf-8"), out2.read_text(encoding="utf-8")
     assert "generating" not in out_second  # the second run generated nothing
     assert out_first.split()[-1] == out_second.split()[-1]
 

@@ -58,6 +58,13 @@ def _table(root: Path, fp: str) -> pa.Table:
         return pa.ipc.open_stream(source).read_all()
 
 
+def _run(cwd: Path, *args: str, env: dict[str, str], seed: str) -> subprocess.CompletedProcess[str]:
+    """`cachetool run ARGS` in `cwd` under PYTHONHASHSEED=`seed`, forked from a warm parent started
+    with that seed (`forks` starts one per value of it): its `str` hashes are those of a fresh
+    interpreter under that seed."""
+    return cachetool_run(*args, env={**env, "PYTHONHASHSEED": seed}, cwd=cwd, warm=True)
+
+
 def test_a_map_whose_fingerprint_changed_for_nothing_is_rekeyed_and_one_whose_output_changed_is_not(
     tmp_path: Path,
 ) -> None:
@@ -69,16 +76,8 @@ def test_a_map_whose_fingerprint_changed_for_nothing_is_rekeyed_and_one_whose_ou
     its file is a fresh run's."""
     _write(tmp_path)
     env = hf_env(tmp_path)
-    first = cachetool_run("p.py", env={**env, "PYTHONHASHSEED": "1"}, cwd=tmp_path).stdout.split()
-    proc = subprocess.run(
-        [sys.executable, "-m", "cachetool", "run", "--reuse-equivalent", "p.py"],
-        env={**env, "PYTHONHASHSEED": "2"},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    first = _run(tmp_path, "p.py", env=env, seed="1").stdout.split()
+    proc = _run(tmp_path, "--reuse-equivalent", "p.py", env=env, seed="2")
     cleaned, labelled = proc.stdout.split()
     assert (cleaned, labelled) != tuple(first) and cleaned != first[0]
     said = f"cachetool: map @ p.py:14: re-keyed from {first[0]}, proven on 3 batches"
@@ -87,9 +86,9 @@ def test_a_map_whose_fingerprint_changed_for_nothing_is_rekeyed_and_one_whose_ou
 
     # A fresh run under seed 2 in a cache of its own: what the re-keyed file must hold.
     fresh = tmp_path / "fresh"
-    fresh_env = {**hf_env(fresh), "PYTHONHASHSEED": "2"}
+    fresh_env = hf_env(fresh)
     fresh.mkdir(exist_ok=True)
-    assert cachetool_run("p.py", env=fresh_env, cwd=tmp_path).stdout.split() == [cleaned, labelled]
+    assert _run(tmp_path, "p.py", env=fresh_env, seed="2").stdout.split() == [cleaned, labelled]
     root = Path(env["HF_DATASETS_CACHE"])
     for fp in (cleaned, labelled):
         mine, theirs = _table(root, fp), _table(Path(fresh_env["HF_DATASETS_CACHE"]), fp)
@@ -105,7 +104,7 @@ def test_a_map_whose_fingerprint_changed_for_nothing_is_rekeyed_and_one_whose_ou
     stats = json.loads(invoke("stats", "--json", env=env).stdout)
     assert stats["given_back"]["rekey"]["steps"] == 1, stats["given_back"]
 
-    again = cachetool_run("p.py", env={**env, "PYTHONHASHSEED": "2"}, cwd=tmp_path)
+    again = _run(tmp_path, "p.py", env=env, seed="2")
     assert again.stdout.split() == [cleaned, labelled]
     doc = json.loads(invoke("explain", "--last", "--json", env=env).stdout)
     assert doc["computed"] == 0, doc
@@ -116,8 +115,8 @@ def test_tracing_reuse_equivalent_in_python_and_no_rekey_without_it(tmp_path: Pa
     it computes (re-keying is opt-in)."""
     _write(tmp_path)
     env = hf_env(tmp_path)
-    cachetool_run("p.py", env={**env, "PYTHONHASHSEED": "1"}, cwd=tmp_path)
-    plain = cachetool_run("p.py", env={**env, "PYTHONHASHSEED": "2"}, cwd=tmp_path)
+    _run(tmp_path, "p.py", env=env, seed="1")
+    plain = _run(tmp_path, "p.py", env=env, seed="2")
     assert "re-keyed" not in plain.stderr, plain.stderr
     script = (
         PIPELINE.replace("import sys\n", "import sys, cachetool\n")

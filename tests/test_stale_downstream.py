@@ -17,13 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests import forks
-
 try:  # tests/ may or may not be a package
-    from tests.conftest import cachetool_run
+    from tests.conftest import cachetool_run, invoke
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
-    from conftest import cachetool_run  # type: ignore[no-redef]
+    from conftest import cachetool_run, invoke  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
@@ -86,10 +84,10 @@ def _run(project: Path, env: dict[str, str]) -> dict[str, object]:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`cachetool ARGS` as a user runs it, forked from the warm parent (`forks.run`)."""
-    return forks.run(
-        [sys.executable, "-m", "cachetool", *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    """`cachetool ARGS` run in this process (`invoke`) under `env`, as at a terminal of its
+    COLUMNS (80 unless given): its exit status and output."""
+    said = invoke(*args, env=env, columns=int(env.get("COLUMNS", "80")))
+    return subprocess.CompletedProcess(["cachetool", *args], said.exit_code, said.stdout, said.stderr)
 
 
 def _edit_helper(project: Path) -> None:
