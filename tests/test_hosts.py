@@ -107,12 +107,25 @@ def _tmp_files(base: Path) -> set[Path]:
     return {p for p in (base / "cache").rglob("tmp*") if p.is_file()}
 
 
-def _writer(base: Path, *, leased: bool, **env: str) -> subprocess.Popen[str]:
+Writer = subprocess.Popen[str] | forks.ForkedProcess
+
+
+def _writer(base: Path, *, leased: bool, **env: str) -> Writer:
+    """The writer run by `cachetool run` (forked warm, `forks.PIPELINE`: its output is bytes),
+    which leases the cache, or by plain `python`, which does not."""
     script = base / "writer.py"
     script.write_text(WRITER)
-    cmd = [CACHETOOL, "run"] if leased else [sys.executable]
+    args = [str(script), _csv(base), str(base / "stop")]
+    if leased and forks.available():
+        return forks.ForkedProcess(
+            [*CLI, "run", *args],
+            env=hf_env(base, **env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preload=forks.PIPELINE,
+        )
     return subprocess.Popen(
-        [*cmd, str(script), _csv(base), str(base / "stop")],
+        [*([*CLI, "run"] if leased else [sys.executable]), *args],
         env=hf_env(base, **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -120,7 +133,7 @@ def _writer(base: Path, *, leased: bool, **env: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for_tmp(base: Path, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+def _wait_for_tmp(base: Path, proc: Writer, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while not _tmp_files(base):
         assert proc.poll() is None and time.time() < deadline, "the writer never wrote a tmp file"
