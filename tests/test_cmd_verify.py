@@ -550,7 +550,7 @@ ds = Dataset.from_dict({"i": list(range(4000)), "t": ["row %d" % i for i in rang
 ds.save_to_disk(sys.argv[1] + "/base")
 ds = load_from_disk(sys.argv[1] + "/base")
 def slow(x):
-    time.sleep(0.0005)
+    time.sleep(0.00025)
     return {"j": x["i"] * 2}
 out = ds.map(slow, writer_batch_size=100)
 out.save_to_disk(sys.argv[1] + "/out", num_shards=8)
@@ -831,13 +831,16 @@ def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
 ) -> None:
     """`quarantine(verify_cache(root))` called in a loop (a file datasets writes broken again
     and again): each call moves the file into a folder of its own, even two calls in the same
-    second from the same process (both were `<time>-<pid>`: the second failed, `File exists`)."""
+    second from the same process (both were `<time>-<pid>`: the second failed, `File exists`).
+    The root holds that file alone: each call verifies one file, and the loop ends sooner."""
     import shutil
 
-    root = clean_copy(real_cache, tmp_path)
-    target = cut(between_batches)(root, real_cache)
-    broken = tmp_path / "broken.arrow"
-    shutil.copy2(target, broken)
+    full = clean_copy(real_cache, tmp_path / "full")
+    broken = cut(between_batches)(full, real_cache)
+    root = tmp_path / "cache"
+    target = root / broken.relative_to(full)
+    target.parent.mkdir(parents=True)
+    shutil.copy2(broken, target)
     folders: list[str] = []
     deadline = time.monotonic() + 60
     while not any(f.endswith("-2") for f in folders):  # until two calls shared a second
