@@ -343,13 +343,22 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def _pipeline(base: Path, host: str | None, ready: str) -> subprocess.Popen[str]:
+def _pipeline(base: Path, host: str | None, ready: str) -> Writer:
+    """The pipeline under `cachetool run` on `host`, or on this host (`vm`) forked warm."""
     script = base / "pipeline.py"
     script.write_text(PIPELINE)
-    cmd = [CACHETOOL, "run", str(script), _csv(base), str(base / ready), str(base / "ready-*")]
-    if host is not None:
-        cmd = [*_other_host(host), *cmd]
-    return subprocess.Popen(cmd, env=hf_env(base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["run", str(script), _csv(base), str(base / ready), str(base / "ready-*")]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    if host is None and forks.available():
+        return forks.ForkedProcess([*CLI, *args], env=hf_env(base), preload=forks.PIPELINE, **pipes)
+    cmd = [CACHETOOL, *args] if host is None else [*_other_host(host), CACHETOOL, *args]
+    return subprocess.Popen(cmd, env=hf_env(base), text=True, **pipes)
+
+
+def _outputs(proc: Writer) -> tuple[str, str]:
+    """Its stdout and stderr once it ended, as text."""
+    out, err = proc.communicate(timeout=300)
+    return (out.decode(), err.decode()) if isinstance(out, bytes) else (out, err)
 
 
 def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
@@ -359,7 +368,7 @@ def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
     run recorded in this cache"); a later run on `node-9` loads it; `lineage` says where it was
     computed and where loaded."""
     procs = [_pipeline(base, None, "ready-a"), _pipeline(base, "node-7", "ready-b")]
-    outs = [p.communicate(timeout=300) for p in procs]
+    outs = [_outputs(p) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     fps = {out.strip().splitlines()[-1] for out, _ in outs}
     assert len(fps) == 1
