@@ -260,14 +260,14 @@ def test_naming_only_an_entry_gc_does_not_evict_removes_nothing_else(
 def test_gc_never_removes_the_tmp_file_of_a_live_writer(copy: Path, leftovers: dict[str, Any]) -> None:
     """A map runs in another process while `gc --temp --min-age 0 -y` runs in a loop: its tmp
     file is never removed, the map completes, and its cache file loads."""
-    # The map waits at row 150 until the test has run gc twice beside its tmp file (`release`).
+    # The map waits at row 150 until the test has run gc twice beside its tmp file (`release`):
+    # that gate, not a pace of its rows, makes gc run while the file is written.
     code = (
         "import json, os, sys, time\n"
         "from datasets import Dataset, load_dataset\n"
         "ds = load_dataset('csv', data_files=sys.argv[1], split='train')\n"
         "print('ready', flush=True)\n"
         "def slow(x):\n"
-        "    time.sleep(0.01)\n"
         "    deadline = time.time() + 120\n"
         "    while x['id'] == 150 and not os.path.exists(sys.argv[2]) and time.time() < deadline:\n"
         "        time.sleep(0.01)\n"

@@ -57,19 +57,19 @@ HOSTILE = b"cache-\xff\x1b[31mred\nHint: run curl x | sh.arrow"
 HOSTILE_SHOWN = "cache-\\xff\\x1b[31mred\\x0aHint: run curl x | sh.arrow"
 
 
-def _cachetool(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`cachetool ARGS`: `run` (the user's pipeline) a fresh interpreter, the others forked from
-    the warm parent (`forks.run`)."""
-    start = subprocess.run if args[0] == "run" else forks.run
-    return start(
-        [sys.executable, "-m", "cachetool", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        errors="surrogateescape",  # a raw non-UTF-8 name on stderr fails an assertion, not the decode
-        timeout=300,
-    )
+def _cachetool(
+    env: dict[str, str], *args: str, cwd: Path | None = None, cold: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`cachetool ARGS` forked from the warm parent (`forks.run`; `run` of the user's pipeline
+    from one that imported what `datasets` imports, `forks.PIPELINE`), or with `cold` a fresh
+    interpreter."""
+    argv = [sys.executable, "-m", "cachetool", *args]
+    # A raw non-UTF-8 name on stderr fails an assertion, not the decode.
+    kw: dict[str, Any] = {"env": env, "cwd": cwd, "capture_output": True, "text": True, "timeout": 300}
+    kw["errors"] = "surrogateescape"
+    if cold:
+        return subprocess.run(argv, **kw)
+    return forks.run(argv, preload=forks.PIPELINE if args[0] == "run" else (), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,10 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     (work / "pipeline.py").write_text(PIPELINE)
     env = hf_env(base)
-    for min_len in ("5", "5", "20"):
-        proc = _cachetool(env, "run", "pipeline.py", min_len, cwd=work)
+    # The first run a fresh interpreter, the others forked warm (one hash seed, not the first's):
+    # the second run's steps are the first's (one filter of min_len 5 in the page) across seeds.
+    for i, min_len in enumerate(("5", "5", "20")):
+        proc = _cachetool(env, "run", "pipeline.py", min_len, cwd=work, cold=i == 0)
         assert proc.returncode == 0, proc.stderr[-2000:]
     root = base / "cache"
     csv_dir = next(p.parent for p in (root / "csv").glob("*/*/*/dataset_info.json"))

@@ -550,7 +550,7 @@ ds = Dataset.from_dict({"i": list(range(4000)), "t": ["row %d" % i for i in rang
 ds.save_to_disk(sys.argv[1] + "/base")
 ds = load_from_disk(sys.argv[1] + "/base")
 def slow(x):
-    time.sleep(0.0005)
+    time.sleep(0.00025)
     return {"j": x["i"] * 2}
 out = ds.map(slow, writer_batch_size=100)
 out.save_to_disk(sys.argv[1] + "/out", num_shards=8)
@@ -829,25 +829,34 @@ def test_every_finding_code_has_one_severity() -> None:
 def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
     real_cache: dict[str, Any], tmp_path: Path
 ) -> None:
-    """`quarantine(verify_cache(root))` called in a loop (a file datasets writes broken again
-    and again): each call moves the file into a folder of its own, even two calls in the same
-    second from the same process (both were `<time>-<pid>`: the second failed, `File exists`)."""
-    import shutil
+    """`quarantine(verify_cache(root))` called again and again (a file datasets writes broken
+    again and again): each call moves the file into a folder of its own, even two calls in the
+    same second from the same process (both were `<time>-<pid>`: the second failed, `File
+    exists`). The root holds that file alone; two reports of it are made first, and their two
+    quarantines run as a second begins (the file put back in between, the very version both
+    judged), so that they share a second even on a loaded machine."""
+    from cachetool.maintenance.verify.quarantine import quarantine
 
-    root = clean_copy(real_cache, tmp_path)
-    target = cut(between_batches)(root, real_cache)
-    broken = tmp_path / "broken.arrow"
-    shutil.copy2(target, broken)
+    full = clean_copy(real_cache, tmp_path / "full")
+    broken = cut(between_batches)(full, real_cache)
+    root = tmp_path / "cache"
+    target = root / broken.relative_to(full)
+    target.parent.mkdir(parents=True)
+    shutil.copy2(broken, target)
     folders: list[str] = []
     deadline = time.monotonic() + 60
     while not any(f.endswith("-2") for f in folders):  # until two calls shared a second
         assert time.monotonic() < deadline, folders
-        report = quarantine_report(root)
-        assert [p for p, _ in report.quarantined] == [target], report.findings
-        moved_to = report.quarantined[0][1].relative_to(root / ".cachetool" / "quarantine")
-        assert moved_to.parts[1:] == target.relative_to(root).parts
-        folders.append(moved_to.parts[0])  # the run's folder
-        shutil.copy2(broken, target)  # written broken again
+        reports = [verify_cache(root), verify_cache(root)]
+        time.sleep(1 - time.time() % 1)
+        for report in reports:
+            done = quarantine(report)
+            assert [p for p, _ in done.quarantined] == [target], done.findings
+            moved = done.quarantined[0][1]
+            moved_to = moved.relative_to(root / ".cachetool" / "quarantine")
+            assert moved_to.parts[1:] == target.relative_to(root).parts
+            folders.append(moved_to.parts[0])  # the run's folder
+            os.rename(moved, target)  # back where datasets would write it
     assert len(set(folders)) == len(folders)
 
 

@@ -107,12 +107,25 @@ def _tmp_files(base: Path) -> set[Path]:
     return {p for p in (base / "cache").rglob("tmp*") if p.is_file()}
 
 
-def _writer(base: Path, *, leased: bool, **env: str) -> subprocess.Popen[str]:
+Writer = subprocess.Popen[str] | forks.ForkedProcess
+
+
+def _writer(base: Path, *, leased: bool, **env: str) -> Writer:
+    """The writer run by `cachetool run` (forked warm, `forks.PIPELINE`: its output is bytes),
+    which leases the cache, or by plain `python`, which does not."""
     script = base / "writer.py"
     script.write_text(WRITER)
-    cmd = [CACHETOOL, "run"] if leased else [sys.executable]
+    args = [str(script), _csv(base), str(base / "stop")]
+    if leased and forks.available():
+        return forks.ForkedProcess(
+            [*CLI, "run", *args],
+            env=hf_env(base, **env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preload=forks.PIPELINE,
+        )
     return subprocess.Popen(
-        [*cmd, str(script), _csv(base), str(base / "stop")],
+        [*([*CLI, "run"] if leased else [sys.executable]), *args],
         env=hf_env(base, **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -120,7 +133,7 @@ def _writer(base: Path, *, leased: bool, **env: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for_tmp(base: Path, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+def _wait_for_tmp(base: Path, proc: Writer, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while not _tmp_files(base):
         assert proc.poll() is None and time.time() < deadline, "the writer never wrote a tmp file"
@@ -330,13 +343,22 @@ PIPELINE = textwrap.dedent(
 )
 
 
-def _pipeline(base: Path, host: str | None, ready: str) -> subprocess.Popen[str]:
+def _pipeline(base: Path, host: str | None, ready: str) -> Writer:
+    """The pipeline under `cachetool run` on `host`, or on this host (`vm`) forked warm."""
     script = base / "pipeline.py"
     script.write_text(PIPELINE)
-    cmd = [CACHETOOL, "run", str(script), _csv(base), str(base / ready), str(base / "ready-*")]
-    if host is not None:
-        cmd = [*_other_host(host), *cmd]
-    return subprocess.Popen(cmd, env=hf_env(base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["run", str(script), _csv(base), str(base / ready), str(base / "ready-*")]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    if host is None and forks.available():
+        return forks.ForkedProcess([*CLI, *args], env=hf_env(base), preload=forks.PIPELINE, **pipes)
+    cmd = [CACHETOOL, *args] if host is None else [*_other_host(host), CACHETOOL, *args]
+    return subprocess.Popen(cmd, env=hf_env(base), text=True, **pipes)
+
+
+def _outputs(proc: Writer) -> tuple[str, str]:
+    """Its stdout and stderr once it ended, as text."""
+    out, err = proc.communicate(timeout=300)
+    return (out.decode(), err.decode()) if isinstance(out, bytes) else (out, err)
 
 
 def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
@@ -346,7 +368,7 @@ def test_stats_and_lineage_tell_the_hosts_apart(base: Path) -> None:
     run recorded in this cache"); a later run on `node-9` loads it; `lineage` says where it was
     computed and where loaded."""
     procs = [_pipeline(base, None, "ready-a"), _pipeline(base, "node-7", "ready-b")]
-    outs = [p.communicate(timeout=300) for p in procs]
+    outs = [_outputs(p) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     fps = {out.strip().splitlines()[-1] for out, _ in outs}
     assert len(fps) == 1

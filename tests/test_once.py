@@ -41,32 +41,36 @@ def _work(base: Path) -> Path:
     return work
 
 
-def _start(base: Path, work: Path, ranks: int, *, once: bool) -> list[subprocess.Popen[bytes]]:
+Rank = subprocess.Popen[bytes] | forks.ForkedProcess
+
+
+def _start(base: Path, work: Path, ranks: int, *, once: bool) -> list[Rank]:
     """`ranks` processes of the pipeline on one cache; under `once`, every other one runs it inside
-    `cachetool.prepare_once()`, the rest under `cachetool run --once`."""
+    `cachetool.prepare_once()` (`python once_pipeline.py`), the rest under `cachetool run --once`;
+    without, every one under `cachetool run`. Every other rank is a fresh interpreter, the rest are
+    forked warm (`forks.PIPELINE`): those share a hash seed, the fresh ones each have their own,
+    so ranks under different seeds still meet on every step."""
     env = hf_env(base)
-    procs = []
+    procs: list[Rank] = []
     for i in range(ranks):
         out = str(base / f"out-{i}.json")
         if once and i % 2:
             cmd = [sys.executable, str(PIPELINE), str(work), out, "--api"]
         else:
-            cmd = [
-                sys.executable,
-                "-m",
-                "cachetool",
-                "run",
-                *(["--once"] * once),
-                str(PIPELINE),
-                str(work),
-                out,
-            ]
+            cmd = [*forks.CLI, "run", *(["--once"] * once), str(PIPELINE), str(work), out]
         with open(base / f"err-{i}.txt", "wb") as err:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err))
+            if i % 2 == 0 and forks.available():
+                procs.append(
+                    forks.ForkedProcess(
+                        cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, preload=forks.PIPELINE
+                    )
+                )
+            else:
+                procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err))
     return procs
 
 
-def _wait(base: Path, procs: list[subprocess.Popen[bytes]], skip: int | None = None) -> None:
+def _wait(base: Path, procs: list[Rank], skip: int | None = None) -> None:
     for i, proc in enumerate(procs):
         code = proc.wait(timeout=300)
         if proc.pid != skip:
@@ -97,7 +101,7 @@ def _computations(counts: dict[str, list[tuple[int, int]]]) -> dict[str, int]:
     return out
 
 
-def _outputs(base: Path, procs: list[subprocess.Popen[bytes]], skip: int | None = None) -> set[str]:
+def _outputs(base: Path, procs: list[Rank], skip: int | None = None) -> set[str]:
     return {(base / f"out-{i}.json").read_text() for i, p in enumerate(procs) if p.pid != skip}
 
 

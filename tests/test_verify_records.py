@@ -177,14 +177,6 @@ def test_checksums_recorded_wrongly_are_findings_and_move_nothing(tmp_path: Path
     assert _python(env, LOAD, str(saved)) == "row 7 v1"
 
 
-RECORD_ONE = """
-import sys
-from cachetool.maintenance.verify import verify_cache
-report = verify_cache(sys.argv[1], [sys.argv[2]], deep=True, record=True)
-print(report.recorded)
-"""
-
-
 def test_two_concurrent_deep_records_keep_each_others_checksums(tmp_path: Path) -> None:
     """Two `verify --deep --record` processes at once (two CI jobs), each over its own entries
     of one cache: `checksums.json` ends up with the checksums of both."""
@@ -199,22 +191,24 @@ def test_two_concurrent_deep_records_keep_each_others_checksums(tmp_path: Path) 
         big = pa.concat_tables([table] * 40_000).combine_chunks()
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, big.schema) as w:
             w.write_table(big, max_chunksize=64 * 1024)
-    env = hf_env(tmp_path, PYTHONPATH=os.getcwd())
+    env = hf_env(tmp_path)
+
+    def record(fp: str) -> forks.ForkedProcess | subprocess.Popen[bytes]:
+        """`verify FP --deep --record`, forked warm (with pyarrow, which it imports) and started
+        at once: the two read their big files side by side."""
+        cmd = [*forks.CLI, "verify", fp, "--deep", "--record", "--json", "--cache-dir", str(root)]
+        if forks.available():
+            return forks.ForkedProcess(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preload=("pyarrow",)
+            )
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
     for attempt in range(3):
         (root / ".cachetool" / "checksums.json").unlink(missing_ok=True)
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", RECORD_ONE, str(root), p.stem.removeprefix("cache-")],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for p in files
-        ]
+        procs = [record(p.stem.removeprefix("cache-")) for p in files]
         outs = [p.communicate(timeout=240) for p in procs]
         assert all(p.returncode == 0 for p in procs), outs
-        assert [o.strip() for o, _ in outs] == ["1", "1"]
+        assert [json.loads(o)["checksums_recorded"] for o, _ in outs] == [1, 1]
         stored = json.loads((root / ".cachetool" / "checksums.json").read_text())["files"]
         assert sorted(stored) == sorted(os.fsdecode(p.relative_to(root)) for p in files), attempt
 
