@@ -315,7 +315,8 @@ def test_nothing_cached_yet_is_an_empty_listing_and_gc_temp_still_cleans_the_tem
 
     said = invoke("gc", "--temp", "--min-age", "0", "-y", "--json", env=env)
     assert said.exit_code == 0, said.stderr
-    assert [r["path"] for r in json.loads(said.stdout)["result"]["removed"]] == [str(pymp)]
+    doc = json.loads(said.stdout)
+    assert [r["path"] for r in doc["result"]["removed"]] == [str(pymp)], doc["plan"]
     assert not pymp.exists() and not default.exists()
 
 
