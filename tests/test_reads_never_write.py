@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,31 @@ PIPELINE = textwrap.dedent(
     ds = ds.map(lambda ex: {"y": ex["x"] * 2}).filter(lambda ex: ex["x"] % 3 > 0)
     parts = ds.train_test_split(test_size=0.25, seed=0)
     print(parts["train"].map(lambda ex: {"z": ex["y"] + 1})._fingerprint)
+    """
+)
+
+
+FORKS = Path(__file__).with_name("forks.py")
+
+#: Run inside the mount namespace: each command of `OUT/commands.json` as `python -m cachetool`,
+#: forked from a warm parent started there (tests/forks.py), its stdout, stderr and exit status
+#: written to OUT/I.out, I.err and I.rc.
+RUN_READS = textwrap.dedent(
+    """\
+    import importlib.util, json, os, sys
+    spec = importlib.util.spec_from_file_location("forks", sys.argv[1])
+    forks = importlib.util.module_from_spec(spec)
+    sys.modules["forks"] = forks
+    spec.loader.exec_module(forks)
+    out = sys.argv[2]
+    with open(os.path.join(out, "commands.json"), encoding="utf-8") as f:
+        commands = json.load(f)
+    for i, args in enumerate(commands):
+        done = forks.run([*forks.CLI, *args], capture_output=True, timeout=120)
+        for ext, data in (("out", done.stdout), ("err", done.stderr), ("rc", b"%d" % done.returncode)):
+            with open(os.path.join(out, f"{i}.{ext}"), "wb") as f:
+                f.write(data)
+    forks.close_all()
     """
 )
 
@@ -118,23 +144,18 @@ def test_read_commands_work_on_a_read_only_root(traced: tuple[Path, str], tmp_pa
     mnt.mkdir()
     out.mkdir()
     env = {**hf_env(tmp_path), "HF_DATASETS_CACHE": str(mnt), "CACHETOOL_HOME": str(tmp_path / "home")}
-    lines = [f"mount --bind {src} {mnt}", f"mount -o remount,ro,bind {mnt}", f"! touch {mnt}/x 2>/dev/null"]
     reads = _reads(fp, out)
-    for i, args in enumerate(reads):
-        cmd = " ".join(
-            [
-                sys.executable,
-                "-m",
-                "cachetool",
-                *args,
-                *(["--cache-dir", str(mnt)] if args != ["dirs"] else []),
-            ]
-        )
-        lines.append(f"rc=0; {cmd} > {out}/{i}.out 2> {out}/{i}.err || rc=$?; echo $rc > {out}/{i}.rc")
+    commands = [[*args, *(["--cache-dir", str(mnt)] if args != ["dirs"] else [])] for args in reads]
+    (out / "commands.json").write_text(json.dumps(commands), encoding="utf-8")
+    run = f"{shlex.quote(sys.executable)} -c {shlex.quote(RUN_READS)} {shlex.quote(str(FORKS))} {out}"
+    mounted = out / "mounted"
+    lines = [f"mount --bind {src} {mnt}", f"mount -o remount,ro,bind {mnt}", f"! touch {mnt}/x 2>/dev/null"]
+    lines += [f"touch {mounted}", run]
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     done = subprocess.run(["unshare", *user, "--mount", "sh", "-ec", "\n".join(lines)], env=env, timeout=300)
-    if done.returncode != 0:
+    if not mounted.exists():
         pytest.skip("cannot mount read-only here (no mount namespace)")
+    assert done.returncode == 0
     for i, args in enumerate(reads):
         rc = (out / f"{i}.rc").read_text().strip()
         assert rc == "0", (args, (out / f"{i}.err").read_text()[-2000:])
