@@ -479,7 +479,7 @@ def test_run_m_runs_a_module_as_python_m_does(tmp_path: Path) -> None:
         plain = subprocess.run(
             [sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
-        traced = cachetool_run("-m", *args, env=env, cwd=tmp_path, timeout=120, check=False)
+        traced = cachetool_run("-m", *args, env=env, cwd=tmp_path, timeout=120, check=False, warm=True)
         assert (traced.returncode, traced.stdout) == (plain.returncode, plain.stdout), traced.stderr[-2000:]
         assert traced.stderr.splitlines()[-1:] == plain.stderr.splitlines()[-1:]
     assert plain.returncode == 1 and "No module named no_such_module" in plain.stderr
