@@ -15,6 +15,7 @@ import pytest
 
 from cachetool.maintenance.verify import verify_cache
 from cachetool.maintenance.verify.quarantine import plan_quarantine, quarantine
+from tests import forks
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env
 
@@ -181,23 +182,13 @@ def test_quarantine_beside_a_process_swapping_good_and_broken_versions(tmp_path:
             if runs > 1 and not moved and hold < 32:
                 hold *= 2
                 staging.with_name(staging.name + ".hold").write_text(str(hold))
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "cachetool",
-                    "verify",
-                    "--deep",
-                    "--quarantine",
-                    "--yes",
-                    "--json",
-                    "--cache-dir",
-                    str(root),
-                ],
+            proc = forks.run(  # a process of its own, forked warm: the hash seed plays no part
+                [*forks.CLI, "verify", "--deep", "--quarantine", "--yes", "--json", "--cache-dir", str(root)],
                 env=env,
                 capture_output=True,
                 text=True,
                 timeout=120,
+                preload=("pyarrow",),
             )
             assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
             for q in json.loads(proc.stdout)["quarantined"]:
