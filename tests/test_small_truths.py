@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ may or may not be a package
+    from tests import forks
     from tests.conftest import cachetool_run, invoke
     from tests.lineage_pipeline import subprocess_env
 except ImportError:
+    import forks  # type: ignore[no-redef]
     from conftest import cachetool_run, invoke  # type: ignore[no-redef]
     from lineage_pipeline import subprocess_env  # type: ignore[no-redef]
 
@@ -46,10 +48,16 @@ def _csv(path: Path, rows: int) -> None:
 
 
 def _run_and_kill(tmp_path: Path, env: dict[str, str]) -> None:
-    """`cachetool run p.py d.csv busy`, SIGKILLed once the map says it is under way."""
+    """`cachetool run p.py d.csv busy` (forked warm: tests/forks.py), SIGKILLed once the map says
+    it is under way."""
     marker = tmp_path / "busy"
-    cmd = [sys.executable, "-m", "cachetool", "run", "p.py", "d.csv", str(marker)]
-    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [*forks.CLI, "run", "p.py", "d.csv", str(marker)]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    proc: forks.ForkedProcess | subprocess.Popen[bytes]
+    if forks.available():
+        proc = forks.ForkedProcess(cmd, env=env, cwd=tmp_path, preload=forks.PIPELINE, **quiet)
+    else:
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, **quiet)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists():
@@ -176,7 +184,7 @@ def test_a_load_dataset_that_prepares_is_recorded_with_the_time_it_took(tmp_path
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
     began = time.time()
-    cachetool_run("p.py", env=env, cwd=tmp_path)
+    cachetool_run("p.py", env=env, cwd=tmp_path, warm=True)
     (step,) = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["steps"]
     assert step["operation"] == "load_dataset" and step["status"] == "computed", step
     assert step["duration"] >= 0.5 and step["time"] >= began, step
