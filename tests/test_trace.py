@@ -19,8 +19,9 @@ except ImportError:
     from conftest import cachetool_run, shared_session_dir  # type: ignore[no-redef]
     from lineage_pipeline import PIPELINE, PipelineRuns, pipeline_runs, subprocess_env  # type: ignore[no-redef]
 
+from cachetool.history.graph import StepGraph
 from cachetool.history.ledger import read_ledger
-from cachetool.history.query import LineageGraph, load_graph
+from cachetool.history.lineage import load_graph
 from cachetool.history.records.steps import StepRecord
 
 pytestmark = pytest.mark.slow
@@ -32,7 +33,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> PipelineRuns:
 
 
 @pytest.fixture
-def graph(runs: PipelineRuns, monkeypatch: pytest.MonkeyPatch) -> LineageGraph:
+def graph(runs: PipelineRuns, monkeypatch: pytest.MonkeyPatch) -> StepGraph:
     monkeypatch.setenv("CACHETOOL_HOME", runs.env["CACHETOOL_HOME"])
     warnings: list[str] = []
     g = load_graph(runs.cache, warnings=warnings)
@@ -56,9 +57,7 @@ def test_fingerprints_under_cachetool_run_equal_plain_python(runs: PipelineRuns)
     assert "cachetool: warning" not in runs.stderr
 
 
-def test_each_chain_matches_the_fingerprints_datasets_reports(
-    runs: PipelineRuns, graph: LineageGraph
-) -> None:
+def test_each_chain_matches_the_fingerprints_datasets_reports(runs: PipelineRuns, graph: StepGraph) -> None:
     """The chain of every step, from its source, is exactly the sequence of `ds._fingerprint`s
     the script saw, across the saved folder and back into the cache root."""
     fp = runs.fps
@@ -81,7 +80,7 @@ def test_each_chain_matches_the_fingerprints_datasets_reports(
     assert set(graph.children(fp["map"])) == {fp["batched"], "my-step-1"}
 
 
-def test_operations_functions_arguments_and_files(runs: PipelineRuns, graph: LineageGraph) -> None:
+def test_operations_functions_arguments_and_files(runs: PipelineRuns, graph: StepGraph) -> None:
     """Each step says what it was, which user function ran (name, file, line, source hash), its
     small arguments, and the cache files it wrote; steps that write no file say so."""
     fp = runs.fps
@@ -144,7 +143,7 @@ def test_operations_functions_arguments_and_files(runs: PipelineRuns, graph: Lin
 
 
 def test_an_unhashable_function_is_recorded_as_a_random_fallback(
-    graph: LineageGraph, runs: PipelineRuns
+    graph: StepGraph, runs: PipelineRuns
 ) -> None:
     """A function closing over a generator cannot be pickled: the record names the argument and
     the exception text `datasets` swallowed before making the fingerprint up."""
@@ -161,15 +160,15 @@ def test_an_unhashable_function_is_recorded_as_a_random_fallback(
 def test_internal_calls_are_recorded_but_hidden_by_default(runs: PipelineRuns) -> None:
     """`set_format` inside map and the per-shard `select` of a num_proc map are in the ledger,
     marked internal; the lineage graph leaves them out unless asked."""
-    records = read_ledger(runs.cache).records
-    internal = [r for r in records if r.internal]
+    ledger = read_ledger(runs.cache)
+    internal = [r for r in ledger.records if r.internal]
     assert {"set_format", "select"} <= {getattr(r, "operation", None) for r in internal}
     steps = read_ledger(runs.cache).steps(include_internal=True)
     assert all(not r.internal for r in steps if r.result == runs.fps["map"] and r.operation == "map")
-    shown = LineageGraph(records)
-    assert all(not r.internal for r in shown.records)
-    with_internal = LineageGraph(records, include_internal=True)
-    assert len(with_internal.records) == len(steps)
+    shown = StepGraph(ledger)
+    assert all(not r.internal for r in shown.steps)
+    with_internal = StepGraph(ledger, include_internal=True)
+    assert len(with_internal.steps) == sum(r.type not in ("save", "checkpoint") for r in steps)
 
 
 def test_records_carry_run_host_pid_versions_and_timing(runs: PipelineRuns) -> None:

@@ -58,7 +58,7 @@ def _show_demo(target: Path) -> None:
     report_warnings(report)
     if demo.final_fingerprint:
         from cachetool.cli.lineage import render as render_lineage
-        from cachetool.history.query import lineage_view
+        from cachetool.history.lineage import lineage_view
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))

@@ -11,7 +11,8 @@ from cachetool.cli.common import ALL_ROOTS, CACHE_DIR, REQUIRED, arg, command, o
 from cachetool.cli.output import Output, OutputFormat, hint, warn
 
 if TYPE_CHECKING:
-    from cachetool.history.query import LineageView, Step
+    from cachetool.history.graph import Step
+    from cachetool.history.lineage import LineageView
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
@@ -54,7 +55,7 @@ def run_lineage(fingerprint: str, cache_dir: Path | None, out: Output, **options
     """
     from cachetool.cache.dirs import root_for
     from cachetool.cache.walk import gc_paused
-    from cachetool.history.query import lineage
+    from cachetool.history.lineage import lineage
 
     with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
         view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)

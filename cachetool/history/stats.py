@@ -209,27 +209,6 @@ def concurrent_computations(records: Iterable[Any]) -> tuple[ConcurrentComputati
     return tuple(out)
 
 
-def where_sentence(records: Iterable[Any]) -> str | None:
-    """ "computed on node-3, loaded on node-7" for the records of one fingerprint, when more than
-    one host appears in them; None otherwise (one host says nothing a reader needs)."""
-    computed: list[str] = []
-    loaded: list[str] = []
-    for rec in records:
-        if not isinstance(rec, StepRecord) or not rec.host:
-            continue
-        target = computed if rec.computed else loaded if rec.cache == "hit" else None
-        if target is not None and rec.host not in target:
-            target.append(rec.host)
-    if len(set(computed) | set(loaded)) < 2:
-        return None
-    parts = []
-    if computed:
-        parts.append(f"computed on {', '.join(computed)}")
-    if loaded:
-        parts.append(f"loaded on {', '.join(loaded)}")
-    return ", ".join(parts)
-
-
 #: The kinds of `explain` reasons that make a recomputation the doing of nondeterminism: a part
 #: that hashes differently in every process, a random fallback fingerprint, an object an earlier
 #: step changes while it computes.

@@ -115,7 +115,7 @@ def build_report(
 
     from cachetool.cache.scan import scan_cache
     from cachetool.history.ledger import Ledger
-    from cachetool.history.query import load_graph
+    from cachetool.history.lineage import load_graph
     from cachetool.maintenance.liveness import scan_in_use
 
     now = time.time() if now is None else now
@@ -124,7 +124,7 @@ def build_report(
     warnings: list[str] = [str(w) for w in report.warnings]
     graph = load_graph(ledger, warnings=warnings)
     nodes, edges = _lineage(graph)
-    site_runs = _site_runs(graph.records)
+    site_runs = _site_runs(graph.steps)
     problems = [
         Problem("leftover", "warning", os.fsdecode(e.path), f"{e.kind_str}, {e.size_str}")
         for e in report.entries

@@ -33,7 +33,8 @@ from cachetool.history.explain.stale import (
     stale_input,
     with_removals,
 )
-from cachetool.history.ledger import Ledger, LedgerView
+from cachetool.history.graph import StepGraph
+from cachetool.history.ledger import Ledger
 from cachetool.history.records.other import RunEndRecord, RunStartRecord
 from cachetool.history.records.steps import StepRecord, StepStartRecord
 from cachetool.history.runs import failure, interruption, open_starts
@@ -42,7 +43,7 @@ _NOTHING_CACHED = ": nothing was cached"
 _STATUS: dict[str, StepStatus] = {"miss": "computed", "partial": "partial", "hit": "loaded"}
 
 
-def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> StepExplanation:
+def explain_record(view: StepGraph, rec: StepRecord, *, history: int = 0) -> StepExplanation:
     """Why `rec`'s step computed its result: compared with its most recent sibling."""
     siblings = view.siblings(rec)
     reasons, compared = _reasons(view, rec, siblings)
@@ -70,7 +71,7 @@ def explain_record(view: LedgerView, rec: StepRecord, *, history: int = 0) -> St
 
 
 def _reasons(
-    view: LedgerView, rec: StepRecord, siblings: list[StepRecord]
+    view: StepGraph, rec: StepRecord, siblings: list[StepRecord]
 ) -> tuple[tuple[Reason, ...], StepRef | None]:
     """The reasons `rec` computed its result, and the record they compare it with."""
     same = view.earlier_same(rec)
@@ -112,7 +113,7 @@ def _reasons(
     return (Reason("first-run", "first time this step ran (nothing recorded to compare with)"),), None
 
 
-def _killed_attempt(view: LedgerView, rec: StepRecord) -> StepStartRecord | None:
+def _killed_attempt(view: StepGraph, rec: StepRecord) -> StepStartRecord | None:
     """The latest start of this step (same call site; same input first, else any) by an earlier run
     that never wrote the step's record: it was killed in the step."""
     site = rec.call_site
@@ -130,7 +131,7 @@ def _killed_attempt(view: LedgerView, rec: StepRecord) -> StepStartRecord | None
     return max(same or starts, key=lambda r: r.time, default=None)
 
 
-def resolve_fingerprint(view: LedgerView, name: str) -> str:
+def resolve_fingerprint(view: StepGraph, name: str) -> str:
     """The recorded fingerprint `name` names, by the one naming rule
     (`cachetool.cache.lookup.resolve`: path, cache file name, exact fingerprint or alias,
     unique prefix). An entry whose own fingerprint is not recorded resolves to the one of its
@@ -201,7 +202,7 @@ def explain_fingerprint(
     fingerprint: str,
     *,
     history: int = 3,
-    view: LedgerView | None = None,
+    view: StepGraph | None = None,
     all_roots: bool = False,
 ) -> ExplainReport:
     """Why the step that made `fingerprint` (a unique prefix is enough) was computed: its latest
@@ -248,7 +249,7 @@ def explain_fingerprint(
     )
 
 
-def _no_records(root: str | os.PathLike[str], what: str, view: LedgerView) -> CachetoolError:
+def _no_records(root: str | os.PathLike[str], what: str, view: StepGraph) -> CachetoolError:
     """The ledger has nothing to explain: no pipeline ran under `cachetool run`, or what the
     ledger holds this user may not read (the first warning reading it says which file)."""
     traced = "run the pipeline with `cachetool run script.py`, or `cachetool.tracing()` in Python"
@@ -256,7 +257,7 @@ def _no_records(root: str | os.PathLike[str], what: str, view: LedgerView) -> Ca
     return CachetoolError(f"no recorded {what} in {Path(root)}: {why}")
 
 
-def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> None:
+def _raise_unended(root: str | os.PathLike[str], view: StepGraph, fp: str) -> None:
     """When a step began to make `fp` in a run killed in it, or raised: say so (the run was traced)."""
     from cachetool.history.runs import failed_step, unended_step
 
@@ -281,7 +282,7 @@ def _raise_unended(root: str | os.PathLike[str], view: LedgerView, fp: str) -> N
     )
 
 
-def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> str:
+def last_run(view: StepGraph, script: str | os.PathLike[str] | None = None) -> str:
     """The id of the most recent recorded run of this root (of `script`, when given): the run of
     the latest step, or a later run that started and never ended (killed, or still running,
     before its first step: in `load_dataset`'s own build, which records no step start)."""
@@ -309,7 +310,7 @@ def last_run(view: LedgerView, script: str | os.PathLike[str] | None = None) -> 
     return best[1]
 
 
-def _unended_starts(view: LedgerView) -> list[RunStartRecord]:
+def _unended_starts(view: StepGraph) -> list[RunStartRecord]:
     """The starts of this root's runs that wrote no end."""
     records = view.ledger.records
     ended = {r.run for r in records if isinstance(r, RunEndRecord)}
@@ -371,7 +372,7 @@ def explain_run(
     )
 
 
-def _derived_for_hit(view: LedgerView, hit: StepRecord, stale: Mapping[str, StaleHit]) -> list[StaleHit]:
+def _derived_for_hit(view: StepGraph, hit: StepRecord, stale: Mapping[str, StaleHit]) -> list[StaleHit]:
     """A hit of a result made from a stale result upstream (`stale`: those of the run so far)."""
     fp = hit.result
     comp = view.computing(fp, before=hit.time) if fp is not None else None
@@ -381,7 +382,7 @@ def _derived_for_hit(view: LedgerView, hit: StepRecord, stale: Mapping[str, Stal
     return [derived_hit(fp, comp, hit.file_paths, cause, hit)] if cause is not None else []
 
 
-def _removing_all(view: LedgerView, found: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
+def _removing_all(view: StepGraph, found: Iterable[StaleHit]) -> tuple[StaleHit, ...]:
     """`found`, deduplicated, each hint removing every stale entry of the report in its cache
     root (the view's unless found in another) that still exists: one gc command per root, since gc
     takes one `--cache-dir`."""

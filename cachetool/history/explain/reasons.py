@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import UNCACHED_TEXT, Reason, StepRef
 from cachetool.history.explain.stale import _code_changes, line_changes
-from cachetool.history.ledger import LedgerView
+from cachetool.history.graph import StepGraph
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import ArgInfo, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import StepRecord
@@ -48,7 +48,7 @@ _VARIES = {
 NONDETERMINISTIC_KINDS = frozenset(_VARIES)
 
 
-def compare(view: LedgerView, new: StepRecord, old: StepRecord, depth: int = 0) -> list[Reason]:
+def compare(view: StepGraph, new: StepRecord, old: StepRecord, depth: int = 0) -> list[Reason]:
     """What differs between two records of the same step, `old` computed before `new`."""
     new_s, old_s = view.with_summaries(new), view.with_summaries(old)
     rf = new.random_fallback or old.random_fallback
@@ -117,7 +117,7 @@ def _versions_reason(new: StepRecord, old: StepRecord) -> Reason:
     return Reason("versions", message, before=str(old.transform), after=str(new.transform))
 
 
-def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
+def _input_reasons(view: StepGraph, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
     """The parent fingerprints differ: explain the parent against the old parent, upstream."""
     new_parents, old_parents = list(new.parents), list(old.parents)
     out: list[Reason] = []
@@ -141,7 +141,7 @@ def _input_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: in
     return out
 
 
-def _source_reasons(view: LedgerView, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
+def _source_reasons(view: StepGraph, new: StepRecord, old: StepRecord, depth: int) -> list[Reason]:
     src_new, src_old = new.source or SourceInfo(), old.source or SourceInfo()
     if src_new.kind == "builder":
         reordered = _reordered_files(src_old, src_new)
@@ -206,7 +206,7 @@ def _reordered_files(old: SourceInfo, new: SourceInfo) -> Reason | None:
     return Reason("nondeterministic", message, "data_files", "data_files", before, after, hint=hint)
 
 
-def _argument_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
+def _argument_reasons(view: StepGraph, new: StepRecord, old: StepRecord) -> list[Reason]:
     args_new, args_old = new.args, old.args
     differing = [
         name
@@ -239,13 +239,13 @@ def _repr(entry: ArgInfo | None) -> str:
     return entry.repr if entry.repr is not None else f"<{entry.type or '?'}>"
 
 
-def _value_reasons(view: LedgerView, new_rec: StepRecord, old_rec: StepRecord, name: str) -> list[Reason]:
+def _value_reasons(view: StepGraph, new_rec: StepRecord, old_rec: StepRecord, name: str) -> list[Reason]:
     """An argument other than the function changed: name the part, with its values."""
     found = _culprit_reasons(view, new_rec, old_rec, name)
     return found or [_changed(name, name, _repr(old_rec.arg(name)), _repr(new_rec.arg(name)))]
 
 
-def _culprit_reasons(view: LedgerView, new: StepRecord, old: StepRecord, name: str) -> list[Reason] | None:
+def _culprit_reasons(view: StepGraph, new: StepRecord, old: StepRecord, name: str) -> list[Reason] | None:
     """What the part of argument `name` that differs is, as their recorded summaries say (None
     when they do not), one reason per place where it differs in several (a frozenset on an
     attribute and a set literal in a method of one object; a part present in one run only, an
@@ -268,7 +268,7 @@ def _culprit_reasons(view: LedgerView, new: StepRecord, old: StepRecord, name: s
 
 
 def _part_reason(
-    view: LedgerView, new: StepRecord, old: StepRecord, part: Culprit, below: bool = False
+    view: StepGraph, new: StepRecord, old: StepRecord, part: Culprit, below: bool = False
 ) -> Reason:
     """One part that differs: varying by itself (check-determinism's words), hashing alike with the
     same text (by itself too), changed by an earlier step, differing below what the ledger keeps of
@@ -311,7 +311,7 @@ def _part_reason(
     return changed
 
 
-def _module_edits(view: LedgerView, new: StepRecord, old: StepRecord, part: Culprit) -> str:
+def _module_edits(view: StepGraph, new: StepRecord, old: StepRecord, part: Culprit) -> str:
     """` (in helpers.py: STOP changed)`: what the records of the step's helpers say changed in the
     module `part` is, or "" when they say nothing."""
     name = part.reprs[-1].removeprefix("<module ").removesuffix(">")
@@ -325,7 +325,7 @@ def _module_edits(view: LedgerView, new: StepRecord, old: StepRecord, part: Culp
 
 
 def _summary_node(
-    view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]
+    view: StepGraph, rec: StepRecord, argument: str, path: tuple[str, ...]
 ) -> tuple[HashNode, HashNode] | None:
     """The recorded summary of `argument` (`rec`'s, or that of the computation it reused) and its
     node at `path`, when there is one."""
@@ -337,14 +337,14 @@ def _summary_node(
     return (tree, node) if tree is not None and node is not None else None
 
 
-def _summary_stops_at(view: LedgerView, rec: StepRecord, argument: str, path: tuple[str, ...]) -> bool:
+def _summary_stops_at(view: StepGraph, rec: StepRecord, argument: str, path: tuple[str, ...]) -> bool:
     """Whether the recorded summary of `argument` stops at `path`: what differs lies below it."""
     got = _summary_node(view, rec, argument, path)
     return got is not None and "x" in got[1]
 
 
 def _cache_state(
-    view: LedgerView, new: StepRecord, old: StepRecord, argument: str, path: tuple[str, ...]
+    view: StepGraph, new: StepRecord, old: StepRecord, argument: str, path: tuple[str, ...]
 ) -> Reason | None:
     """The part of `argument` at `path` is an object an earlier step of both runs hashes too (the
     same fingerprint in each), which that step computed in one run and loaded from the cache in
@@ -398,7 +398,7 @@ def _nondeterministic(
     return Reason("nondeterministic", message, argument=argument, path=path, hint=hint)
 
 
-def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> list[Reason]:
+def _function_reasons(view: StepGraph, new: StepRecord, old: StepRecord) -> list[Reason]:
     fa, fb = old.function or FunctionInfo(), new.function or FunctionInfo()
     if fa.qualname != fb.qualname:
         message = f"another function: {fa.qualname} → {fb.qualname}"
@@ -422,7 +422,7 @@ def _function_reasons(view: LedgerView, new: StepRecord, old: StepRecord) -> lis
 
 
 def _same_code_reasons(
-    view: LedgerView, new: StepRecord, old: StepRecord, qualname: str | None
+    view: StepGraph, new: StepRecord, old: StepRecord, qualname: str | None
 ) -> list[Reason]:
     """The function's code is the same, yet it hashes differently: the part of its hash tree
     that differs, or what varies from process to process."""
@@ -438,7 +438,7 @@ def _on_other_host(other: StepRecord, rec: StepRecord) -> str:
     return f" on {other.host}" if other.host and rec.host and other.host != rec.host else ""
 
 
-def _removed_between(view: LedgerView, fp: str | None, after: float, before: float) -> GcRecord | None:
+def _removed_between(view: StepGraph, fp: str | None, after: float, before: float) -> GcRecord | None:
     """The latest gc record of this root that removed `fp`'s files between two of its steps."""
     if fp is None:
         return None
@@ -456,7 +456,7 @@ def concurrent_reason(rec: StepRecord, same: StepRecord) -> Reason:
     )
 
 
-def same_fingerprint_reason(view: LedgerView, rec: StepRecord, same: StepRecord) -> Reason:
+def same_fingerprint_reason(view: StepGraph, rec: StepRecord, same: StepRecord) -> Reason:
     """`rec` computed a fingerprint `same` had made before: its file was gone (gc says when)."""
     gone = "some of its num_proc shards were" if rec.cache == "partial" else "its cache file was"
     removal = _removed_between(view, rec.result, same.time, rec.time)

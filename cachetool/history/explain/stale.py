@@ -18,7 +18,8 @@ from typing import Any
 
 from cachetool.formatting import clock_time
 from cachetool.history.explain.answer import LineChange, SourceChange, StaleHit, StepRef, strip_module
-from cachetool.history.ledger import Ledger, LedgerView
+from cachetool.history.graph import StepGraph
+from cachetool.history.ledger import Ledger
 from cachetool.history.records.parts import DataFile, FunctionInfo, FunctionRef
 from cachetool.history.records.steps import StepRecord
 
@@ -30,7 +31,7 @@ def _by_reference_parts(fn: FunctionInfo) -> list[FunctionRef]:
     return [fn, *fn.deps] if fn.by_reference else list(fn.deps)
 
 
-def _code_changes(view: LedgerView, old: FunctionInfo, new: FunctionInfo) -> list[SourceChange]:
+def _code_changes(view: StepGraph, old: FunctionInfo, new: FunctionInfo) -> list[SourceChange]:
     """The by-reference parts (`datasets` hashes them by name) whose code differs between two
     recorded versions of a step's function: the parts of `new` that `old` had too."""
     then = {str(p.qualname): p for p in _by_reference_parts(old)}
@@ -81,7 +82,7 @@ def written_under(fp: str, path: str) -> str | None:
     return written if written and not written.startswith(fp) else None
 
 
-def stale_for_hit(view: LedgerView, hit: StepRecord) -> list[StaleHit]:
+def stale_for_hit(view: StepGraph, hit: StepRecord) -> list[StaleHit]:
     """A hit whose function or helpers differ from those of the computation it reused, whose
     fingerprint is a random fallback that repeats after `random.seed` (whatever the code), or that
     loaded a file it named, written under another fingerprint (`StaleHit.written_under`)."""
@@ -150,7 +151,7 @@ def _on_disk(path: str) -> DataFile:
 _Cause = tuple[StepRef, float | None, tuple[str, ...]]
 
 
-def _changed_on_disk(view: LedgerView, rec: StepRecord) -> bool:
+def _changed_on_disk(view: StepGraph, rec: StepRecord) -> bool:
     """The code of `rec`'s function (its by-reference parts) differs on disk now, asked once per
     record (`verify --stale` asks of every entry's ancestors)."""
     found = view.on_disk.get(id(rec))
@@ -161,13 +162,13 @@ def _changed_on_disk(view: LedgerView, rec: StepRecord) -> bool:
 
 
 def stale_input(
-    view: LedgerView, fp: str, made_at: float, stale: Mapping[str, StaleHit], disk: bool = False
+    view: StepGraph, fp: str, made_at: float, stale: Mapping[str, StaleHit], disk: bool = False
 ) -> _Cause | None:
     """Why the result of `fp` made at `made_at` is stale although its own code is unchanged: the
     nearest ancestor whose result is stale (`stale`, by fingerprint; the step that made that one
     stale when it is derived itself), or whose result `fp` was made from was computed by code
     that has changed since: recomputed later by other code, or (with `disk`) other code on disk now."""
-    for anc in view.ancestors(fp):
+    for anc in view.upstream(fp):
         found = stale.get(anc)
         if found is not None:
             inputs = () if found.changes else found.inputs
@@ -204,7 +205,7 @@ def derived_hit(
     )
 
 
-def with_removals(view: LedgerView, found: Iterable[StaleHit]) -> list[StaleHit]:
+def with_removals(view: StepGraph, found: Iterable[StaleHit]) -> list[StaleHit]:
     """`found`, each with the stale entries made from it that still exist (`StaleHit.remove`):
     the hint removes them in one command."""
     found = list(found)
@@ -212,7 +213,7 @@ def with_removals(view: LedgerView, found: Iterable[StaleHit]) -> list[StaleHit]
     sources = {s.written_under or s.fingerprint for s in found if s.source}
     out = []
     for s in found:
-        family = [fp for fp in present if fp == s.fingerprint or s.fingerprint in view.ancestors(fp)]
+        family = [fp for fp in present if fp == s.fingerprint or s.fingerprint in view.upstream(fp)]
         first = s.written_under or s.fingerprint  # a named file is the entry it was written under
         remove = tuple(dict.fromkeys([first, *(fp for fp in family if fp != s.fingerprint)]))
         out.append(replace(s, remove=remove, remove_sources=bool(sources.intersection(remove))))
@@ -222,7 +223,7 @@ def with_removals(view: LedgerView, found: Iterable[StaleHit]) -> list[StaleHit]
 def stale_hits(
     root: str | os.PathLike[str],
     *,
-    view: LedgerView | None = None,
+    view: StepGraph | None = None,
     only: str | Collection[str] | None = None,
 ) -> list[StaleHit]:
     """Cache entries of `root` that still exist and were computed by code that has changed since:
@@ -239,7 +240,7 @@ def stale_hits(
     view = view or Ledger.load(root).view
     root_abs = os.path.abspath(os.fspath(root))
     wanted = None if only is None else {only} if isinstance(only, str) else set(only)
-    scope = None if wanted is None else wanted.union(*(view.ancestors(fp) for fp in wanted))
+    scope = None if wanted is None else wanted.union(*(view.upstream(fp) for fp in wanted))
     stale: dict[str, StaleHit] = {}
     entries: dict[str, tuple[StepRecord, tuple[str, ...], StepRecord | None]] = {}
     for fp, recs in view.by_result.items():
@@ -273,7 +274,7 @@ def stale_hits(
         else:  # the code on disk is as it was; a value it reads is not on disk: the runs decide
             stale.update((s.fingerprint, s) for s in found if any(c.values for c in s.changes))
     # Ancestors before descendants: an ancestor has fewer ancestors than what is made from it.
-    for fp in sorted(entries, key=lambda x: len(view.ancestors(x))):
+    for fp in sorted(entries, key=lambda x: len(view.upstream(x))):
         if fp in stale:
             continue
         comp, files, reused = entries[fp]
@@ -290,7 +291,7 @@ def _inside(files: Iterable[str], root_abs: str) -> bool:
     return any(os.path.abspath(p).startswith(root_abs + os.sep) for p in files)
 
 
-def _disk_changes(view: LedgerView, fn: FunctionInfo) -> tuple[list[SourceChange], int]:
+def _disk_changes(view: StepGraph, fn: FunctionInfo) -> tuple[list[SourceChange], int]:
     """The by-reference parts of `fn` whose source on disk now differs from the recorded one, and
     how many parts could be compared at all (the files read are kept in `view.disk`)."""
     changes = []
