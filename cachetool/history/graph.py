@@ -6,6 +6,7 @@ and `report`.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
 from collections.abc import Callable, Container, Iterable
@@ -181,23 +182,18 @@ class StepGraph:
         self._internal: dict[str, StepRecord] = {}  # fp -> its latest internal origin, when hidden
         self._made_hidden: dict[str, list[StepRecord]] = {}  # fp -> its hidden origins with files
         self._realpaths: dict[str, str] = {}
-        self._by_key: dict[tuple[object, ...], list[StepRecord]] = {}
-        first: dict[str, float] = {}  # the first time of each run of this root
-        made: dict[str, set[str]] = {}  # per run, the results its steps had made or loaded
-        #: Runs that loaded a result none of their steps had made: the cache held something.
-        self._found_results: set[str] = set()
+        self._summaries: list[RunSummaryRecord] = []  # of runs a compaction folded away
         for rec in ledger.records:
             if isinstance(rec, StepRecord):
-                self._add(rec, first, made)
+                self._add(rec)
             elif isinstance(rec, SourceRecord):
                 if rec.hash is not None and rec.text is not None:
                     self.sources.setdefault(rec.hash, rec.text)
             elif isinstance(rec, GcRecord):
                 for gone in rec.fingerprints:
                     self._removed[gone] = rec
-            elif isinstance(rec, RunSummaryRecord) and self.own(rec):  # folded runs were runs too
-                first[rec.run] = min(rec.time, first.get(rec.run, rec.time))
-        self._earliest = sorted((t, run) for run, t in first.items())[:2]
+            elif isinstance(rec, RunSummaryRecord):
+                self._summaries.append(rec)
         self._lineages: dict[int, tuple[object, ...]] = {}  # by id of a record of `steps`
         self._upstream: dict[str, tuple[str, ...]] = {}
         #: Source files read (None: unreadable), and per record whether its function's code
@@ -215,7 +211,7 @@ class StepGraph:
         self._bridge_internal()
         self._link_children()
 
-    def _add(self, rec: StepRecord, first: dict[str, float], made: dict[str, set[str]]) -> None:
+    def _add(self, rec: StepRecord) -> None:
         """Index one step record (oldest first)."""
         fp = rec.result
         if rec.internal and not self.include_internal:
@@ -229,20 +225,10 @@ class StepGraph:
                 self._saves.setdefault(fp, []).append(rec)
             return
         self.steps.append(rec)
-        own = self.own(rec)
-        if own and not rec.internal:
-            first[rec.run] = min(rec.time, first.get(rec.run, rec.time))
         if fp is not None:
             self.by_result.setdefault(fp, []).append(rec)
             if rec.is_origin:
                 self._origin[fp] = rec
-            mine = made.setdefault(rec.run, set())
-            if rec.cache == "hit" and fp not in mine and own:
-                self._found_results.add(rec.run)
-            mine.add(fp)
-        for key in self._keys(rec):
-            if key is not None:
-                self._by_key.setdefault(key, []).append(rec)
 
     def _link_children(self) -> None:
         for fp in self._origin:
@@ -272,6 +258,17 @@ class StepGraph:
                 break
             fp = hidden.parents[0]
         return fp
+
+    @functools.cached_property
+    def _by_key(self) -> dict[tuple[object, ...], list[StepRecord]]:
+        """The steps by call site, by function, and by function code (a step's siblings): made
+        when first asked for (`lineage` never asks)."""
+        out: dict[tuple[object, ...], list[StepRecord]] = {}
+        for rec in self.steps:
+            for key in self._keys(rec):
+                if key is not None:
+                    out.setdefault(key, []).append(rec)
+        return out
 
     def _keys(self, rec: StepRecord) -> tuple[tuple[object, ...] | None, ...]:
         site, fn, moved = site_key(rec, self._realpaths), fn_key(rec), moved_key(rec)
@@ -344,10 +341,32 @@ class StepGraph:
     def first_run(self, rec: StepRecord) -> bool:
         """No run of this root was recorded before `rec`'s run, and that run loaded nothing its
         own steps had not made: the cache started empty (an untraced run may have filled it)."""
-        if rec.run in self._found_results:
+        earliest, found_results = self._runs
+        if rec.run in found_results:
             return False
-        other = next((t for t, run in self._earliest if run != rec.run), None)
+        other = next((t for t, run in earliest if run != rec.run), None)
         return other is None or other >= rec.time
+
+    @functools.cached_property
+    def _runs(self) -> tuple[list[tuple[float, str]], set[str]]:
+        """The first two runs of this root (start time, id), and the runs that loaded a result
+        none of their steps had made: the cache held something."""
+        first: dict[str, float] = {}
+        made: dict[str, set[str]] = {}  # per run, the results its steps had made or loaded
+        found: set[str] = set()
+        for summary in self._summaries:  # the runs a compaction folded away were runs too
+            if self.own(summary):
+                first[summary.run] = min(summary.time, first.get(summary.run, summary.time))
+        for rec in self.steps:
+            if rec.internal or not self.own(rec):
+                continue
+            first[rec.run] = min(rec.time, first.get(rec.run, rec.time))
+            if rec.result is not None:
+                mine = made.setdefault(rec.run, set())
+                if rec.cache == "hit" and rec.result not in mine:
+                    found.add(rec.run)
+                mine.add(rec.result)
+        return sorted((t, run) for run, t in first.items())[:2], found
 
     def _deleted(self, fp: str) -> str | None:
         """What gc said when it removed `fp`, while the files it removed are still gone."""
