@@ -231,8 +231,10 @@ def explain_fingerprint(
     )
     found = _removing_all(view, stale)
     if found:
-        # What was made from it is stale too, and only the whole ledger knows all of it.
-        whole = next((s for s in stale_hits(root) if s.fingerprint == fp), None)
+        # What was made from it is stale too, and only the whole ledger knows all of it (the one
+        # read already, unless that holds the other roots' records too).
+        every_hit = stale_hits(root, view=None if all_roots else view)
+        whole = next((s for s in every_hit if s.fingerprint == fp), None)
         if whole is not None:
             every = tuple(dict.fromkeys((*found[0].remove, *whole.remove)))
             sources = whole.remove_sources or found[0].remove_sources
