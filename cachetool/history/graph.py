@@ -156,15 +156,11 @@ def where_sentence(records: Iterable[Any]) -> str | None:
 
 
 class StepGraph:
-    """The step records of a ledger, indexed in one pass: by result fingerprint (origin, parents,
-    children, records), by call site and function (a step's siblings), by run (the first runs
-    of the root). A question is a lookup, not a pass over every record (a long ledger has
-    100,000 of them). Built once per read (`Ledger.view`); `lineage --internal` builds its own
-    (`include_internal`), where the calls `datasets` makes itself are steps too.
-
-    Records read from another root than the ledger's (a parent followed into the cache a saved
-    folder came from) are steps of the graph; their steps are marked `foreign`, and they are not
-    this root's siblings or runs (`own`)."""
+    """The step records of a ledger indexed in one pass, by result fingerprint (origin, parents,
+    children), by call site and function (siblings), by run: a question is a lookup, not a pass
+    over every record (a long ledger has 100,000). Built once per read (`Ledger.view`); with
+    `include_internal` (`lineage --internal`) the calls `datasets` makes itself are steps too.
+    Steps read from another root are `foreign` in lineage, and not this root's (`own`)."""
 
     def __init__(self, ledger: Ledger, *, include_internal: bool = False) -> None:
         self.ledger = ledger
@@ -203,11 +199,8 @@ class StepGraph:
         # A file a hidden internal step wrote (`cast_column` writes through an internal `map`) is
         # still a cache entry: its step stays reachable, marked internal, with every run that wrote
         # or reused it (the latest run may well have loaded it from the cache).
-        for fp, hidden in list(self._made_hidden.items()):
-            if fp in self._origin:
-                del self._made_hidden[fp]
-            else:
-                self._origin[fp] = hidden[-1]
+        self._made_hidden = {fp: made for fp, made in self._made_hidden.items() if fp not in self._origin}
+        self._origin.update((fp, made[-1]) for fp, made in self._made_hidden.items())
         self._bridge_internal()
         self._link_children()
 
