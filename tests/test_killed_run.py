@@ -1064,6 +1064,11 @@ def test_a_datasetdict_save_killed_in_a_split_is_one_unfinished_dict_for_explain
         assert [(f["path"], f["severity"]) for f in found] == [(str(where), "error")], found
         assert found[0]["problem"] == "its split test has no state.json: an interrupted save_to_disk", found
         command = _hint_command(found[0]["hint"])
+        if where == root:  # verify --quarantine moves nothing out of the root (it said it would)
+            moves = json.loads(
+                invoke("verify", "-n", "--quarantine", "--json", "--cache-dir", str(root), env=env).stdout
+            )
+            assert moves["would_quarantine"] == [], moves
         if command.startswith("rm "):
             assert command == f"rm -r '{where}'", found
             subprocess.run(command, shell=True, check=True, cwd="/")
