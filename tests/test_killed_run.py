@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -966,33 +968,114 @@ def test_explain_last_of_a_run_killed_in_save_to_disk_names_the_unfinished_folde
     assert not folder.exists()
 
 
-def test_a_datasetdict_save_killed_in_a_split_names_the_dict_s_folder_to_remove(tmp_path: Path) -> None:
-    """A traced run SIGKILLed while `DatasetDict.save_to_disk` writes its second split:
-    `explain --last` names the DatasetDict's folder as the unfinished one, and its `rm -r` hint
-    removes that folder. It named the split's subfolder: removing it as printed left a
-    `dataset_dict.json` naming a split that is gone, and a folder `load_from_disk` cannot read."""
-    (tmp_path / "s.py").write_text(
-        "import os, signal\n"
-        "import datasets.arrow_writer as aw\n"
-        "from datasets import Dataset, DatasetDict\n\n"
-        "write = aw.ArrowWriter.write_table\n\n\n"
-        "def write_then_die_in_test(self, table, *args, **kwargs):\n"
-        "    write(self, table, *args, **kwargs)\n"
-        "    if f'{os.sep}test{os.sep}' in str(self._path):\n"
-        "        os.kill(os.getpid(), signal.SIGKILL)\n\n\n"
-        "aw.ArrowWriter.write_table = write_then_die_in_test\n"
-        "parts = {s: Dataset.from_dict({'x': list(range(100))}) for s in ('train', 'test')}\n"
-        "DatasetDict(parts).save_to_disk('my saved')\n",
-        encoding="utf-8",
-    )
+# A DatasetDict save that stops in its second split (test) once it has written there, until killed.
+HALF_SAVED = textwrap.dedent(
+    """\
+    import os, time
+    from pathlib import Path
+    import datasets.arrow_writer as aw
+    from datasets import Dataset, DatasetDict
+
+    write = aw.ArrowWriter.write_table
+
+    def write_then_wait_in_test(self, table, *args, **kwargs):
+        write(self, table, *args, **kwargs)
+        if f"{os.sep}test{os.sep}" in str(self._path):
+            Path("busy").write_text("busy")
+            time.sleep(600)
+
+    aw.ArrowWriter.write_table = write_then_wait_in_test
+    parts = {s: Dataset.from_dict({"x": list(range(100))}) for s in ("train", "test")}
+    DatasetDict(parts).save_to_disk("data/my saved")
+    """
+)
+
+
+def _hint_command(hint: str) -> str:
+    """The command quoted in a verify hint (`... `CMD` ...`), or the hint after "; " when unquoted."""
+    return hint.split("`")[1] if "`" in hint else hint.rpartition("; ")[2]
+
+
+def test_a_datasetdict_save_killed_in_a_split_is_one_unfinished_dict_for_explain_gc_and_verify(
+    tmp_path: Path,
+) -> None:
+    """A traced `DatasetDict.save_to_disk` SIGKILLed while it writes its second split: explain,
+    gc and verify all name the DatasetDict's folder, and what their hints remove is that whole
+    folder. They named the split's subfolder (explain until it was fixed, gc and verify after):
+    removing it as printed left a `dataset_dict.json` naming a split that is gone, a folder
+    `load_from_disk` cannot read, which verify then called clean. While the save runs, gc keeps
+    the folder (its writer holds a file in it) and verify says it is being written."""
+    (tmp_path / "s.py").write_text(HALF_SAVED, encoding="utf-8")
+    (tmp_path / "data").mkdir()
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
-    assert cachetool_run("s.py", env=env, cwd=tmp_path, check=False, warm=True).returncode == -signal.SIGKILL
-    folder = tmp_path / "my saved"
+    data, folder = tmp_path / "data", tmp_path / "data" / "my saved"
+    with open(tmp_path / "out.txt", "wb") as sink:
+        proc = _warm([sys.executable, "-m", "cachetool", "run", "s.py"], tmp_path, env, sink)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "busy").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+            time.sleep(0.01)
+        live = json.loads(
+            invoke("gc", "--temp", "--min-age", "0", "-n", "--json", "--cache-dir", str(data), env=env).stdout
+        )["plan"]
+        assert live["items"] == [], live
+        kept = [(s["path"], s["code"]) for s in live["skipped"] if s["scope"] == "root"]
+        assert kept == [(str(folder), "in-use")], live
+        writing = json.loads(invoke("verify", "--json", "--cache-dir", str(data), env=env).stdout)["findings"]
+        assert [(f["path"], f["severity"]) for f in writing] == [(str(folder), "info")], writing
+        assert "being written by pid" in writing[0]["problem"], writing
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     assert (folder / "train" / "state.json").is_file() and not (folder / "test" / "state.json").exists()
+
     human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert ") in save_to_disk @ s.py:16," in human, human
-    assert f"It left {folder} unfinished" in human and f"{folder}/test" not in human, human
-    command = human[human.index("rm -r ") :]
-    assert command == f"rm -r '{folder}'", human
-    subprocess.run(command, shell=True, check=True, cwd="/")
-    assert not folder.exists()
+    assert f"It left {folder} unfinished (its split test has no state.json" in human, human
+    assert f"{folder}/test" not in human, human
+    assert human[human.index("rm -r ") :] == f"rm -r '{folder}'", human
+
+    plan = json.loads(
+        invoke("gc", "--temp", "--min-age", "0", "-n", "--json", "--cache-dir", str(data), env=env).stdout
+    )["plan"]
+    assert [(i["path"], i["paths"], i["kind"]) for i in plan["items"]] == [
+        (str(folder), [str(folder)], "incomplete-save")
+    ], plan
+    assert "its split test has no state.json" in plan["items"][0]["reason"], plan
+    # Its own cache root (where the run's lease is): gc never removes the root, and says how to.
+    own = json.loads(invoke("gc", "--temp", "-n", "--json", "--cache-dir", str(folder), env=env).stdout)[
+        "plan"
+    ]
+    assert own["items"] == [] and own["hints"] == [], own
+    assert [(s["path"], s["code"]) for s in own["skipped"] if s["scope"] == "root"] == [
+        (str(folder), "cache-root")
+    ], own
+    assert f"rm -r '{folder}'" in own["skipped"][0]["reason"], own
+
+    # verify calls a save interrupted once its last write is 5 minutes old.
+    old = time.time() - 3600
+    for p in [folder, *folder.rglob("*")]:
+        os.utime(p, (old, old), follow_symlinks=False)
+    copy = tmp_path / "copy" / "my saved"
+    shutil.copytree(folder, copy, symlinks=True)
+    for where, root in ((copy, copy), (folder, data)):
+        found = json.loads(invoke("verify", "--json", "--cache-dir", str(root), env=env).stdout)["findings"]
+        assert [(f["path"], f["severity"]) for f in found] == [(str(where), "error")], found
+        assert found[0]["problem"] == "its split test has no state.json: an interrupted save_to_disk", found
+        command = _hint_command(found[0]["hint"])
+        if where == root:  # verify --quarantine moves nothing out of the root (it said it would)
+            moves = json.loads(
+                invoke("verify", "-n", "--quarantine", "--json", "--cache-dir", str(root), env=env).stdout
+            )
+            assert moves["would_quarantine"] == [], moves
+        if command.startswith("rm "):
+            assert command == f"rm -r '{where}'", found
+            subprocess.run(command, shell=True, check=True, cwd="/")
+        else:
+            assert command.split()[:2] == ["cachetool", "gc"] and str(where) in found[0]["hint"], found
+            removed = invoke(*shlex.split(command)[1:], "--yes", env=env)
+            assert removed.exit_code == 0, removed.stdout + removed.stderr
+        assert not where.exists()
+        after = json.loads(invoke("verify", "--json", "--cache-dir", str(where.parent), env=env).stdout)
+        assert after["findings"] == [], after

@@ -492,3 +492,50 @@ def test_a_num_proc_map_resumes_unless_that_is_much_slower(
     theirs = sorted((folder / "reference").rglob(f"cache-{fp}*.arrow"))
     assert [p.name for p in mine] == [p.name for p in theirs] and len(mine) == 4
     assert all(_table(m).equals(_table(t)) for m, t in zip(mine, theirs, strict=True))
+
+
+# A batched `num_proc=2` map whose every batch of 500 takes 0.1 s: each worker's 10,000 rows take 2 s,
+# side by side. Each worker stops in its last batch (rows 9,500 on of its shard) once KILL_AT is set.
+TIMED = textwrap.dedent(
+    """\
+    import os, sys, time
+    from pathlib import Path
+    from datasets import load_dataset
+
+    def f(ex, idx):
+        if 0 <= int(os.environ.get("KILL_AT", -1)) <= idx[-1] % 10_000:
+            Path(sys.argv[2]).write_text("busy")
+            time.sleep(60)
+        time.sleep(0.1)
+        return {"y": [x * 2 for x in ex["x"]]}
+
+    ds = load_dataset("csv", data_files=sys.argv[1], split="train")
+    ds = ds.map(f, with_indices=True, batched=True, batch_size=500, num_proc=2)
+    print("finished", ds._fingerprint)
+    """
+)
+
+
+def test_stats_gives_back_the_time_the_killed_run_spent_on_the_rows_reused(tmp_path: Path) -> None:
+    """A `num_proc=2` batched map SIGKILLed in each worker's last batch, resumed by a rerun under
+    `cachetool run`: `stats` gives back the rows reused (about 9,000 written by each worker) and
+    the time the killed run spent computing them: at least what the busier worker slept through
+    them (0.1 s a batch), at most the killed step's own time until the kill (its two workers ran
+    side by side). It said 10 s for 18,000 rows: the rerun's time for its last 2,000 rows (the
+    rests of both shards one after the other, a batch of each checked again, the set-up) scaled
+    up to 18,000 rows."""
+    (tmp_path / "p.py").write_text(TIMED, encoding="utf-8")
+    (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(20_000)), encoding="utf-8")
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    _kill_group(tmp_path, {**env, "KILL_AT": "9500"})
+    killed_by = time.time()
+    started = json.loads(invoke("explain", "--last", "--json", env=env).stdout)["interrupted"]["step"]["time"]
+    # Each worker's rows in whole batches of 500 (one may be a batch behind the other when killed).
+    rows = [(read_summary(p).rows or 0) // 500 * 500 for p in (tmp_path / "cache").rglob("tmp*")]
+    assert len(rows) == 2 and min(rows) >= 5000, rows
+
+    cachetool_run("p.py", "d.csv", "-", env=env, cwd=tmp_path, warm=True)
+    back = json.loads(invoke("stats", "--json", env=env).stdout)["given_back"]["resume"]
+    assert (back["steps"], back["rows"]) == (1, sum(rows)), (back, rows)
+    # 0.1 s a batch of 500 rows: the worker that wrote the most slept longest.
+    assert max(rows) / 5000 <= back["seconds"] <= killed_by - started, (back, rows, killed_by - started)

@@ -197,7 +197,7 @@ class Entry:
     dataset_dir: Path | None = None
     fingerprint: str | None = None
     aliases: tuple[str, ...] = ()  # other fingerprints of the same state (after load_from_disk)
-    split: str | None = None
+    split: str | None = None  # a half-saved DatasetDict (incomplete-save): its unfinished split
     content: str | None = None  # "data" | "indices" for Arrow entries
     expected_rows: int | None = None  # source splits: dataset_info.json
     expected_files: int | None = None  # shard sets: the N of _of_N / -of-N

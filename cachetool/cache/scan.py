@@ -560,11 +560,16 @@ class Scanner:
         if not isinstance(splits, list):
             self.warn(path / layout.DATASET_DICT_JSON, "unreadable dataset_dict.json")
             splits = []
+        listed = {it.name: list_dir(it.path) for it in items if it.is_dir}
+        unfinished = next((s for s in splits if _interrupted_split(s, listed)), None)
+        if unfinished is not None:
+            self.half_saved_dict(path, items, unfinished)
+            return
         meta = self.meta_files(items)
         self.datasets.append(DatasetDir(path, path.name, DirKind.SAVED_DICT, meta_files=meta))
         for it in items:
             if it.is_dir:
-                sub_items, err = list_dir(it.path)
+                sub_items, err = listed[it.name]
                 if err is None and any(s.name == layout.STATE_JSON for s in sub_items):
                     self.saved(it.path, sub_items, unit=path, split_name=it.name)
                 else:
@@ -577,13 +582,25 @@ class Scanner:
             if isinstance(s, str) and not (path / s / layout.STATE_JSON).is_file():
                 self.warn(path / s, "dataset_dict.json names this split, but it has no state.json")
 
-    def incomplete_save(self, path: Path, items: Sequence[Item]) -> None:
+    def half_saved_dict(self, path: Path, items: Sequence[Item], split: str) -> None:
+        """A DatasetDict whose save was killed in `split`: one interrupted save, the dict's whole
+        folder. `datasets` writes dataset_dict.json first and each split's state.json last; a
+        finished split inside is part of the same unfinished save (`load_from_disk` cannot read
+        the dict), and removing the unfinished split alone would leave a dataset_dict.json
+        naming a split that is gone."""
+        self.warn(path, f"dataset_dict.json names the split {split}, which has no state.json")
+        self.incomplete_save(path, items, split)
+
+    def incomplete_save(self, path: Path, items: Sequence[Item], split: str | None = None) -> None:
+        """An interrupted save's folder as one entry (of a DatasetDict: `split` is the one it
+        stopped in)."""
         files = []
         for it in items:
             if it.is_dir:
                 files.extend(self.tree_files(it.path))
             elif it.ok:
                 files.append(self.cache_file(it, arrow=bool(layout.SAVED_SHARD_RE.match(it.name))))
+        what = f"its split {split} has no state.json" if split else "data-*.arrow without state.json"
         self.entries.append(
             Entry(
                 Kind.INCOMPLETE_SAVE,
@@ -591,7 +608,8 @@ class Scanner:
                 tuple(files),
                 dataset=path.name,
                 dataset_dir=path,
-                problems=(EntryProblem("data-*.arrow without state.json: an interrupted save_to_disk"),),
+                split=split,
+                problems=(EntryProblem(f"{what}: an interrupted save_to_disk"),),
             )
         )
 
@@ -767,6 +785,21 @@ def is_interrupted_save(items: Sequence[Item]) -> bool:
         if not layout.SAVED_SHARD_RE.match(it.name) or not looks_like_arrow_stream(it.path):
             return False
     return True
+
+
+def _interrupted_split(split: object, listed: Mapping[str, tuple[list[Item], str | None]]) -> bool:
+    """Whether the folder of `split` (a name dataset_dict.json gives) holds what a killed
+    `save_to_disk` leaves: data-*.arrow and no state.json."""
+    if not isinstance(split, str) or split not in listed:
+        return False
+    items, err = listed[split]
+    names = {it.name for it in items if it.is_file}
+    return (
+        err is None
+        and layout.STATE_JSON not in names
+        and any(layout.SAVED_SHARD_RE.match(n) for n in names)
+        and is_interrupted_save(items)
+    )
 
 
 def unreadable_owner(it: Item) -> int | None:

@@ -581,18 +581,18 @@ def ledger_stats(
 
 
 def _given_back(back: GivenBack, rec: StepRecord, computed: dict[object, StepRecord], site: str) -> GivenBack:
-    """`back` with what `rec` gave back: by resume, its reused rows at the rate it computed the
-    rest; by re-key (its `rekeyed` part), the compute time of the earlier result it names (else of
-    the latest of its call site and input), less its own time."""
+    """`back` with what `rec` gave back: by resume, the time its killed run spent computing the
+    rows it reused (records written before that time was kept: its reused rows at the rate it
+    computed the rest); by re-key (its `rekeyed` part), the compute time of the earlier result it
+    names (else of the latest of its call site and input), less its own time."""
     wall = compute_time(rec)[0]
-    if rec.resumed is not None and rec.resumed.rows:
-        left = rec.resumed.of - rec.resumed.rows
-        back = replace(
-            back,
-            resume=back.resume.plus(
-                wall * rec.resumed.rows / left if left > 0 else 0.0, rows=rec.resumed.rows
-            ),
-        )
+    resumed = rec.resumed
+    if resumed is not None and resumed.rows:
+        left = resumed.of - resumed.rows
+        seconds = resumed.seconds
+        if seconds is None:
+            seconds = wall * resumed.rows / left if left > 0 else 0.0
+        back = replace(back, resume=back.resume.plus(seconds, rows=resumed.rows))
     if rec.rekeyed is not None:
         earlier = computed.get(rec.rekeyed.source) or computed.get((site, rec.parents))
         saved = max(0.0, compute_time(earlier)[0] - rec.duration) if earlier is not None else 0.0

@@ -45,6 +45,7 @@ def resume_map(
     # Each partial to resume: it, its run, its file, the first and the number of rows of its
     # `num_proc` worker (all rows without workers), its rank, the number of shards, its rows.
     found: list[tuple[str, Any, str, int, int, int | None, int, int]] = []
+    written: dict[str, float] = {}  # each partial's last write, the end of the rows it holds
     for tmp in tmps:
         partial = os.path.join(folder, tmp)
         # Its writer: the latest run that began this step when the file was not there yet.
@@ -52,6 +53,8 @@ def resume_map(
         if owner is None or run_state(owner) != "killed" or _held(partial):
             continue
         summary = read_summary(partial)
+        with contextlib.suppress(OSError):
+            written[partial] = os.stat(partial).st_mtime
         got = summary.fingerprint  # `<fp>_00001_of_00002` for a num_proc shard
         suffix = got[len(fp) :] if got and got.startswith(fp) else None
         shard = re.fullmatch(r"_(\d+)_of_(\d+)", suffix or "")
@@ -66,16 +69,23 @@ def resume_map(
             )
     found = [f for f in found if _pays_off(f[6], found, path, len(ds), step, given["num_proc"])]
     reused, runs = 0, []
-    for partial, owner, target, first, count, worker, _, _ in found:
+    spent: dict[str, float] = {}  # per killed run: the longest any of its workers spent on reused rows
+    for partial, owner, target, first, count, worker, _, complete in found:
         exists = os.path.exists(target)  # (resumed from an earlier partial of the same worker)
         done = None if exists else _resume_file(map_fn, ds, given, partial, target, first, count, worker)
         if done:
             reused += done
             runs.append(owner.run)
+            took = max(0.0, written.get(partial, owner.time) - owner.time) * done / max(done, complete)
+            spent[owner.run] = max(spent.get(owner.run, 0.0), took)
             with contextlib.suppress(OSError):
                 if not _held(partial):
                     os.unlink(partial)
-    return Resumed(rows=reused, of=len(ds), run=", ".join(dict.fromkeys(runs))) if reused else None
+    if not reused:
+        return None
+    # A killed run's workers computed their rows side by side: its time is its slowest worker's.
+    seconds = round(sum(spent.values()), 6)
+    return Resumed(rows=reused, of=len(ds), run=", ".join(dict.fromkeys(runs)), seconds=seconds)
 
 
 def map_call(

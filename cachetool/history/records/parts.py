@@ -137,11 +137,15 @@ class SourceInfo(Part):
 
 @dataclass(init=False, repr=False, eq=False)
 class Resumed(Part):
-    """A map that reused `rows` of its `of` rows from the `tmp*` files its killed run `run` left."""
+    """A map that reused `rows` of its `of` rows from the `tmp*` files its killed run `run` left;
+    `seconds`: the wall time the killed run(s) spent computing them (None in older records)."""
+
+    OMIT: ClassVar[tuple[str, ...]] = ("seconds",)
 
     rows: int = 0
     of: int = 0
     run: str | None = None
+    seconds: float | None = None
 
     @property
     def text(self) -> str:

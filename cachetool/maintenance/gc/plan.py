@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import stat
 import time
 from collections import Counter, deque
@@ -788,10 +789,18 @@ class Planner(Rules):
         return state.held
 
     def incomplete_save(self, e: Entry) -> None:
+        """An interrupted save's folder (a half-saved DatasetDict's whole folder) as one item. The
+        root itself stays: where no live writer keeps it, the reason says how to remove it."""
         if e.path == self.root:
-            self.skip(e, Refusal("cache-root", "is the cache root itself"))
+            uids = [f.uid for f in e.files] + [owner_uid(e.path)]
+            why = self.refusal(uids, newest_mtime(e), self.in_use.pids_under(e.path))
+            if why is None or why.code == "too-young":
+                rm = shlex.join(["rm", "-r", os.fsdecode(e.path)])
+                why = Refusal("cache-root", f"is the cache root itself: save it again, or remove it: `{rm}`")
+            self.skip(e, why)
             return
-        self.leftover_folder(e, "interrupted save_to_disk (no state.json)")
+        what = f"its split {e.split} has no state.json" if e.split else "no state.json"
+        self.leftover_folder(e, f"interrupted save_to_disk ({what})")
 
     def leftover_folder(self, e: Entry, reason: str, lock: Path | None = None) -> None:
         """Plan to remove a leftover folder as one item, unless something in it says keep."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import stat
 import time
 from collections.abc import Callable, Sequence
@@ -375,26 +376,27 @@ class Checker:
             self.removable("leftover-prepare", e, "leftover of an interrupted load_dataset preparation")
 
     def incomplete_save(self, e: Entry) -> None:
+        """A save_to_disk folder without state.json (of a DatasetDict: a split without it, the
+        whole dict's folder being the entry): recent, it may still be running; older, it was
+        interrupted, and the hint removes the folder (gc never removes the root: `rm -r` then)."""
         if self.being_written(e, "save_to_disk in progress: ") or self.leased(e):
             return
+        what = f"its split {e.split} has no state.json" if e.split else "data-*.arrow without state.json"
         age = self.now - (e.modified or 0.0)
         if age < RECENT_SAVE_SECONDS:
             self.add(
                 "recent-save",
                 e,
                 e.path,
-                f"data-*.arrow without state.json, last written {int(age)}s ago: a save in progress "
-                "or an interrupted one",
+                f"{what}, last written {int(age)}s ago: a save in progress or an interrupted one",
                 "verify again later; if it stays, it is interrupted",
             )
             return
-        self.add(
-            "interrupted-save",
-            e,
-            e.path,
-            "data-*.arrow without state.json: an interrupted save_to_disk",
-            "save it again; " + gc_command(self.report.root, os.fsdecode(e.path)),
-        )
+        if e.path == self.report.root:
+            hint = f"save it again, or remove the folder: `{shlex.join(['rm', '-r', os.fsdecode(e.path)])}`"
+        else:
+            hint = "save it again; " + gc_command(self.report.root, os.fsdecode(e.path))
+        self.add("interrupted-save", e, e.path, f"{what}: an interrupted save_to_disk", hint)
 
     def lock(self, e: Entry) -> None:
         """A lock is stale when what it guards is gone and nobody holds it (`maintenance.liveness`)."""

@@ -163,6 +163,8 @@ def plan_quarantine(report: VerifyReport) -> QuarantinePlan:
     for f in errors:
         e = by_path.get(f.path)
         why = _stays(f, e)
+        if why is None and f.path == report.root:  # an interrupted save that is the root itself
+            why = "it is the cache root itself: nothing is moved out of it"
         if why is not None:
             refused.append(_not_quarantined(f, why))
             continue
