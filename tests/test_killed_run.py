@@ -451,10 +451,19 @@ def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dea
     unfinished file (a resumable partial, kept a day) and says why it may go now: the run's
     process is gone and nothing holds the file, with the command that removes it; that command
     does. A plan refused for want of --yes says the dead run's lease "would be removed" and removes
-    nothing (it said "its lease is removed")."""
+    nothing (it said "its lease is removed"). The hint names the run that was killed in the map, not
+    an earlier killed run whose lease had not expired yet when the file was written (it named the
+    first dead lease that could have written it)."""
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    (tmp_path / "k.py").write_text(
+        "import os, signal, sys\nfrom datasets import load_dataset\n"
+        "load_dataset('csv', data_files=sys.argv[1], split='train')\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        encoding="utf-8",
+    )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    earlier = cachetool_run("k.py", "d.csv", env=env, cwd=tmp_path, check=False, warm=True)
+    assert earlier.returncode == -signal.SIGKILL, earlier.stderr[-2000:]
     pid = _run_and_kill(tmp_path, env)
     (left,) = _tmp_sizes(tmp_path)
     leases = list((tmp_path / "cache" / ".cachetool" / "leases").glob("*.json"))
@@ -471,6 +480,7 @@ def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dea
     assert left.exists()
     command = f"cachetool gc {left} --min-age 0 --cache-dir {tmp_path / 'cache'}"
     assert f"Hint: pid {pid} on " in said.stderr and f"`{command}` removes it now" in said.stderr, said.stderr
+    assert said.stderr.count("Hint: pid ") == 1, said.stderr
     gone = invoke(*command.split()[1:], "-y", env=env)
     assert gone.exit_code == 0, gone.stderr
     assert not left.exists()
