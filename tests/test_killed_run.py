@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -1006,3 +1007,49 @@ def test_a_datasetdict_save_killed_in_a_split_names_the_dict_s_folder_to_remove(
     assert command == f"rm -r '{folder}'", human
     subprocess.run(command, shell=True, check=True, cwd="/")
     assert not folder.exists()
+
+
+def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_one(tmp_path: Path) -> None:
+    """A traced run SIGKILLed between two shards of a `save_to_disk` over a folder an earlier save
+    wrote: the folder keeps the earlier state.json over data files of both saves. `explain --last`
+    says so and gives the `rm -r` of the folder; it said "no state.json: load_from_disk cannot
+    read it" of a folder that has one, which load_from_disk reads as a mix of the two saves."""
+    (tmp_path / "s.py").write_text(
+        "import os, signal, sys\n"
+        "import datasets.arrow_writer as aw\n"
+        "from datasets import Dataset\n\n"
+        "close = aw.ArrowWriter.close\n\n\n"
+        "def close_then_die_after_shard_1(self):\n"
+        "    close(self)\n"
+        "    if 'data-00001-of' in str(self._path):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n\n\n"
+        "if sys.argv[1:] == ['again']:\n"
+        "    aw.ArrowWriter.close = close_then_die_after_shard_1\n"
+        "Dataset.from_dict({'x': [len(sys.argv)] * 100}).save_to_disk('my saved', num_shards=4)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("s.py", env=env, cwd=tmp_path, warm=True)
+    folder = tmp_path / "my saved"
+    earlier = time.time() - 3600  # the earlier save, an hour ago
+    for f in folder.iterdir():
+        os.utime(f, (earlier, earlier))
+    assert invoke("verify", "--cache-dir", str(folder), env=env).exit_code == 0
+    killed = cachetool_run("s.py", "again", env=env, cwd=tmp_path, check=False, warm=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert (folder / "state.json").is_file()
+    # Every file is whole, but two are the second save's: verify says so (it said all was well).
+    doc = json.loads(invoke("verify", "--json", "--cache-dir", str(folder), env=env).stdout)
+    (found,) = [f for f in doc["findings"] if f["severity"] == "error"]
+    assert "data-00000-of-00004.arrow, data-00001-of-00004.arrow written after state.json" in found["problem"]
+    assert invoke("verify", "--cache-dir", str(folder), env=env).exit_code == 1
+    copy = tmp_path / "copy"  # a copy that does not keep times is a fresh folder, not a mix
+    shutil.copytree(folder, copy, copy_function=shutil.copyfile)
+    os.utime(copy / "data-00003-of-00004.arrow", (time.time() + 5, time.time() + 5))
+    assert invoke("verify", "--cache-dir", str(copy), env=env).exit_code == 0
+    human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+    assert ") in save_to_disk @ s.py:16," in human, human
+    assert "no state.json" not in human, human
+    left = f"It left {folder} unfinished (an earlier save's state.json, over data files of both saves:"
+    assert left in human, human
+    assert human[human.index("rm -r ") :].startswith(f"rm -r '{folder}'"), human
