@@ -448,16 +448,21 @@ def check_saves(checker: Checker, entries: Sequence[Entry], ledger: Ledger) -> N
     copy that did not keep times, a save nobody traced) proves nothing either way: no finding."""
     from cachetool.history.records.steps import SaveRecord
 
-    for e in entries:
-        if e.kind != Kind.SAVED or e.fingerprint is None or e.problems:
-            continue
+    saved = [e for e in entries if e.kind == Kind.SAVED and e.fingerprint is not None and not e.problems]
+    if not saved:
+        return
+    saves: dict[str, list[SaveRecord]] = {}  # the ledger read once, whatever the number of splits
+    for r in ledger.own_steps(include_internal=True):
+        if isinstance(r, SaveRecord) and r.result is not None:
+            saves.setdefault(r.result, []).append(r)
+    for e in saved:
         state = next((f for f in e.files if f.path.name == "state.json"), None)
         if state is None:
             continue
         ends = [
             r.time + r.duration
-            for r in ledger.for_result(e.fingerprint, include_internal=True)
-            if isinstance(r, SaveRecord) and any(Path(f.path).parent == e.path for f in r.files)
+            for r in saves.get(e.fingerprint or "", ())
+            if any(Path(f.path).parent == e.path for f in r.files)
         ]
         if not any(state.mtime <= end + _SAVE_SLACK for end in ends):
             continue
