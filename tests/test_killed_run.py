@@ -453,10 +453,19 @@ def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dea
     unfinished file (a resumable partial, kept a day) and says why it may go now: the run's
     process is gone and nothing holds the file, with the command that removes it; that command
     does. A plan refused for want of --yes says the dead run's lease "would be removed" and removes
-    nothing (it said "its lease is removed")."""
+    nothing (it said "its lease is removed"). The hint names the run that was killed in the map, not
+    an earlier killed run whose lease had not expired yet when the file was written (it named the
+    first dead lease that could have written it)."""
     (tmp_path / "p.py").write_text(PIPELINE, encoding="utf-8")
     (tmp_path / "d.csv").write_text("x\n" + "".join(f"{i}\n" for i in range(2000)), encoding="utf-8")
+    (tmp_path / "k.py").write_text(
+        "import os, signal, sys\nfrom datasets import load_dataset\n"
+        "load_dataset('csv', data_files=sys.argv[1], split='train')\nos.kill(os.getpid(), signal.SIGKILL)\n",
+        encoding="utf-8",
+    )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    earlier = cachetool_run("k.py", "d.csv", env=env, cwd=tmp_path, check=False, warm=True)
+    assert earlier.returncode == -signal.SIGKILL, earlier.stderr[-2000:]
     pid = _run_and_kill(tmp_path, env)
     (left,) = _tmp_sizes(tmp_path)
     leases = list((tmp_path / "cache" / ".cachetool" / "leases").glob("*.json"))
@@ -473,6 +482,7 @@ def test_gc_temp_right_after_a_kill_offers_the_command_that_removes_what_the_dea
     assert left.exists()
     command = f"cachetool gc {left} --min-age 0 --cache-dir {tmp_path / 'cache'}"
     assert f"Hint: pid {pid} on " in said.stderr and f"`{command}` removes it now" in said.stderr, said.stderr
+    assert said.stderr.count("Hint: pid ") == 1, said.stderr
     gone = invoke(*command.split()[1:], "-y", env=env)
     assert gone.exit_code == 0, gone.stderr
     assert not left.exists()
@@ -1079,3 +1089,49 @@ def test_a_datasetdict_save_killed_in_a_split_is_one_unfinished_dict_for_explain
         assert not where.exists()
         after = json.loads(invoke("verify", "--json", "--cache-dir", str(where.parent), env=env).stdout)
         assert after["findings"] == [], after
+
+
+def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_one(tmp_path: Path) -> None:
+    """A traced run SIGKILLed between two shards of a `save_to_disk` over a folder an earlier save
+    wrote: the folder keeps the earlier state.json over data files of both saves. `explain --last`
+    says so and gives the `rm -r` of the folder; it said "no state.json: load_from_disk cannot
+    read it" of a folder that has one, which load_from_disk reads as a mix of the two saves."""
+    (tmp_path / "s.py").write_text(
+        "import os, signal, sys\n"
+        "import datasets.arrow_writer as aw\n"
+        "from datasets import Dataset\n\n"
+        "close = aw.ArrowWriter.close\n\n\n"
+        "def close_then_die_after_shard_1(self):\n"
+        "    close(self)\n"
+        "    if 'data-00001-of' in str(self._path):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n\n\n"
+        "if sys.argv[1:] == ['again']:\n"
+        "    aw.ArrowWriter.close = close_then_die_after_shard_1\n"
+        "Dataset.from_dict({'x': [len(sys.argv)] * 100}).save_to_disk('my saved', num_shards=4)\n",
+        encoding="utf-8",
+    )
+    env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
+    cachetool_run("s.py", env=env, cwd=tmp_path, warm=True)
+    folder = tmp_path / "my saved"
+    earlier = time.time() - 3600  # the earlier save, an hour ago
+    for f in folder.iterdir():
+        os.utime(f, (earlier, earlier))
+    assert invoke("verify", "--cache-dir", str(folder), env=env).exit_code == 0
+    killed = cachetool_run("s.py", "again", env=env, cwd=tmp_path, check=False, warm=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert (folder / "state.json").is_file()
+    # Every file is whole, but two are the second save's: verify says so (it said all was well).
+    doc = json.loads(invoke("verify", "--json", "--cache-dir", str(folder), env=env).stdout)
+    (found,) = [f for f in doc["findings"] if f["severity"] == "error"]
+    assert "data-00000-of-00004.arrow, data-00001-of-00004.arrow written after state.json" in found["problem"]
+    assert invoke("verify", "--cache-dir", str(folder), env=env).exit_code == 1
+    copy = tmp_path / "copy"  # a copy that does not keep times is a fresh folder, not a mix
+    shutil.copytree(folder, copy, copy_function=shutil.copyfile)
+    os.utime(copy / "data-00003-of-00004.arrow", (time.time() + 5, time.time() + 5))
+    assert invoke("verify", "--cache-dir", str(copy), env=env).exit_code == 0
+    human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
+    assert ") in save_to_disk @ s.py:16," in human, human
+    assert "no state.json" not in human, human
+    left = f"It left {folder} unfinished (an earlier save's state.json, over data files of both saves:"
+    assert left in human, human
+    assert human[human.index("rm -r ") :].startswith(f"rm -r '{folder}'"), human

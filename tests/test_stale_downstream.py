@@ -336,8 +336,11 @@ def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there
     project, env = _saved_project(tmp_path)
     cache, saved = str(tmp_path / "cache"), str(project / "saved_dd")
 
+    said: list[str] = []  # each run's stderr
+
     def run(*args: str) -> dict[str, object]:
         proc = cachetool_run(project / "prep.py", *args, env=env, cwd=project, timeout=240, warm=True)
+        said.append(proc.stderr)
         out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
         return out
 
@@ -346,6 +349,7 @@ def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there
     assert run() == first  # every step loaded from the cache
     (project / "helpers.py").write_text("def clean_text(s):\n    return s.strip()\n", encoding="utf-8")
     assert run() == first  # the stale results, reused
+    warned = said[-1]  # the run says so for each root, with one gc command per root
     # The user-visible truth: the same project, run plainly with caching disabled.
     truth_dir = tmp_path / "truth"
     truth_dir.mkdir()
@@ -404,11 +408,25 @@ def test_stale_results_reach_into_a_saved_folder_and_the_hints_remove_them_there
         )
         assert in_saved <= found, (args, found)
 
-    for command in commands:
-        removed = _cli(env, *command[1:], "--yes")
-        assert removed.returncode == 0, removed.stdout + removed.stderr
+    # The run's own warnings: one per root, each with the gc command of its root.
+    assert "this run loaded 6 stale result(s)" in warned, warned
+    assert f"this run loaded {len(in_saved)} stale result(s)" in warned, warned
+    from_run = _gc_commands(warned)
+    assert [_cache_dir(c) for c in from_run] == [cache, saved], warned
+    assert set(from_run[0]) & stale == stale - in_saved and set(from_run[1]) & stale == in_saved
+    # Following the cache root's command only: the rerun recomputes the edited step under the same
+    # fingerprint and reuses the saved folder's map files made from its old result, and says so.
+    removed = _cli(env, *from_run[0][1:], "--yes")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert run()["upper"] != expected
+    rest = _gc_commands(said[-1])
+    assert [_cache_dir(c) for c in rest] == [saved], said[-1]
+    assert set(rest[0]) & stale == in_saved, said[-1]
+    removed = _cli(env, *rest[0][1:], "--yes")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
     final = run()
     assert final["fps"] == fps and final["upper"] == expected
+    assert "stale" not in said[-1], said[-1]
 
     for root in (cache, saved):
         after = _cli(env, "explain", "--last", "--json", "--cache-dir", root)

@@ -286,7 +286,7 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
             style="bold red",
         )
         if step.operation == "save_to_disk" and step.paths:
-            _save_lines(out, i.state, step.paths[0])
+            _save_lines(out, i.state, step.paths[0], step.time)
             out.line("")
             return
         if step.operation in PREPARE_OPERATIONS and step.paths:
@@ -333,9 +333,10 @@ def _interrupted_lines(out: Output, i: Interruption, elsewhere: bool) -> None:
     out.line("")
 
 
-def _save_lines(out: Output, state: RunState, folder: str) -> None:
-    """The folder a run killed in `save_to_disk` left unfinished (`state.json` comes last:
-    `load_from_disk` cannot read it), and what to do."""
+def _save_lines(out: Output, state: RunState, folder: str, started: float) -> None:
+    """The folder a run killed in `save_to_disk` (begun at `started`) left unfinished
+    (`state.json` comes last: without one `load_from_disk` cannot read it; with an earlier save's
+    it reads the files of both saves as one), and what to do."""
     if not os.path.isdir(folder):
         out.line(f"  It was saving to {folder}, which is gone since.")
         return
@@ -343,14 +344,19 @@ def _save_lines(out: Output, state: RunState, folder: str) -> None:
         out.line(f"  It is saving to {folder} (unfinished until its state.json is written).")
         return
     left = "left" if state == "killed" else "may have left"
-    what = "no state.json"
+    try:  # the state.json of an earlier save into the folder (this one writes its own last)
+        earlier = os.stat(os.path.join(folder, "state.json")).st_mtime < started
+    except OSError:
+        earlier = False
+    what = "an earlier save's state.json, over data files of both saves" if earlier else "no state.json"
     parent = os.path.dirname(folder)
     if os.path.isfile(os.path.join(parent, "dataset_dict.json")):
         # A DatasetDict's split: the user saved the dict's folder, whose dataset_dict.json would
         # still name the split once the split's folder alone is removed.
-        what = f"its split {os.path.basename(folder)} has no state.json"
+        what = f"its split {os.path.basename(folder)} has {what}"
         folder = parent
-    out.line(f"  It {left} {folder} unfinished ({what}: load_from_disk cannot read it).")
+    what += ": load_from_disk reads them as one" if earlier else ": load_from_disk cannot read it"
+    out.line(f"  It {left} {folder} unfinished ({what}).")
     out.line("  To save it anew, run the pipeline again; to remove the unfinished folder:")
     out.line(f"    {shlex.join(['rm', '-r', folder])}", wrap=False)
 

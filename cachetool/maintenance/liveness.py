@@ -636,7 +636,10 @@ def dead_writer_hint(
     dead = [lease for lease, s in state.stale if s == "dead" and lease.path.parent.name == LEASES_DIR]
     by_lease: dict[Lease, list[Path]] = {}
     for path, mtime in sorted(young.items()):
-        lease = next((x for x in dead if mtime is not None and x.start - 1.0 <= mtime <= x.expires), None)
+        # A dead lease's window runs until it would expire, so a run killed earlier may still
+        # cover the file: the latest started of those that do is the one that last wrote it.
+        could = [x for x in dead if mtime is not None and x.start - 1.0 <= mtime <= x.expires]
+        lease = max(could, key=lambda x: x.start, default=None)
         if lease is not None:
             by_lease.setdefault(lease, []).append(path)
     if not by_lease:

@@ -184,10 +184,12 @@ class Tracer:
         #: Call sites already warned of a fallback fingerprint that repeats after `random.seed`.
         self._warned: set[Any] = set()
         #: Per root, the results this run loaded (fingerprint to files), and the source files of
-        #: the user's modules its steps' functions reach (`StepRecord.may_go_stale`): checked for
-        #: stale results when the run ends, when a source is newer than a loaded file.
+        #: the user's modules its steps' functions reach (`StepRecord.may_go_stale`), in any root:
+        #: checked for stale results when the run ends, in each root where a source is newer than
+        #: a loaded file (a map after `load_from_disk` in a saved folder is stale through a step
+        #: of the cache root).
         self._hits: dict[str, dict[str, tuple[str, ...]]] = {}
-        self._by_name: dict[str, set[str]] = {}
+        self._by_name: set[str] = set()
         #: The run's start (`start_run`), written to each root before the run's first record there.
         self._start: LedgerRecord | None = None
         self._entered: set[str] = set()  # roots the run wrote in: each has the start and a lease
@@ -331,9 +333,9 @@ class Tracer:
             self.enter_root(self.roots.default)  # failed before writing anything: say so where users look
         for root in list(sink.roots):
             self._emit(RunEndRecord(**self.records.now(), root=root, **(self._outcome or {})))
-        for root, sources in self._by_name.items():
-            if _older_than(self._hits.get(root, {}), sources):
-                _warn_stale(root, set(self._hits[root]))
+        for root, hits in self._hits.items():
+            if _older_than(hits, self._by_name):
+                _warn_stale(root, set(hits))
         for root in list(sink.roots):  # a long ledger is compacted by the run that made it long
             if foldable_bytes(root) > AUTO_BYTES:
                 from cachetool.history.compact import compact_if_large
@@ -667,7 +669,7 @@ class Tracer:
                 if record.TYPE == "transform" and record.files and not record.internal:
                     _check_named_file(record, record.result, record.files[0].path)
             if record.may_go_stale and (fn := record.function):
-                sources = self._by_name.setdefault(root, set())
+                sources = self._by_name
                 for part in (fn, *fn.deps):
                     sources.update([part.file] if part.file else ())
                     sources.update(_module_file(name) for name in part.reads if "." in name)

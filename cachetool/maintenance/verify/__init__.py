@@ -21,7 +21,14 @@ from cachetool.history.ledger import Ledger
 from cachetool.maintenance import keyword_signature, options_of
 from cachetool.maintenance.liveness import scan_in_use
 from cachetool.maintenance.verify.deep import deep_pass
-from cachetool.maintenance.verify.findings import Checker, Finding, Severity, VerifyReport, check_indices
+from cachetool.maintenance.verify.findings import (
+    Checker,
+    Finding,
+    Severity,
+    VerifyReport,
+    check_indices,
+    check_saves,
+)
 from cachetool.maintenance.verify.quarantine import QuarantinePlan, plan_quarantine, restore
 
 _ORDER = {s: i for i, s in enumerate(Severity)}
@@ -178,6 +185,7 @@ def _check(
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)
+    check_saves(checker, entries, ledger)
     if not options.fingerprints:
         _ledger_findings(checker, ledger, shard)
     bytes_checked = recorded = 0
