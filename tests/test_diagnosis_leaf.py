@@ -21,7 +21,12 @@ HERE = Path(__file__).parent
 
 #: The scripts of tests/diagnosis, checked as one pipeline (tests/corpus_pipeline.py: each runs as
 #: `python SCRIPT` would, one after the other in one interpreter) by the real command.
-SCRIPTS = ("leaf_two_culprits_deep.py", "leaf_getstate_pair.py")
+SCRIPTS = (
+    "leaf_two_culprits_deep.py",
+    "leaf_getstate_pair.py",
+    "leaf_random_on_self.py",
+    "leaf_object_array.py",
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +81,26 @@ def test_a_getstate_pair_that_is_not_dict_and_slots_is_named_by_its_item(checked
     (culprit,) = difference["culprits"]
     assert (culprit["argument"], culprit["path"], culprit["type"]) == ("function", ["state", "[1]"], "tuple")
     assert culprit["kind"] == "order"
+
+
+@pytest.mark.slow
+def test_an_unseeded_random_random_is_named_as_a_generator(checked: dict[str, Any]) -> None:
+    """`random.Random()` on the callable is the culprit, with a seed hint. Before, its pickled
+    state was decomposed: `.rng → state[1]` "differs in 63 places", each an int with a value hint
+    (some read as timestamps)."""
+    (culprit,) = difference_of("leaf_random_on_self.py", checked)["culprits"]
+    assert (culprit["path"], culprit["type"], culprit["kind"]) == ([".rng"], "random.Random", "random-state")
+    assert not culprit["parts"] and "random.Random(42)" in culprit["hint"]
+
+
+@pytest.mark.slow
+def test_frozensets_in_a_numpy_object_array_are_named_by_index(checked: dict[str, Any]) -> None:
+    """Each frozenset of the array is named (`closure 'table'[0]` ...) with the frozenset hint.
+    Before, the array was a leaf: `closure 'table' (numpy.ndarray)` with a hash-seed hint."""
+    (culprit,) = difference_of("leaf_object_array.py", checked)["culprits"]
+    assert culprit["path"] == ["closure 'table'"]
+    places = [(tuple(p["path"]), p["type"], p["kind"]) for p in culprit["parts"]]
+    assert places == [(("closure 'table'", f"[{i}]"), "frozenset", "set-order") for i in range(3)]
 
 
 def test_values_and_classes_each_have_a_node_budget() -> None:

@@ -424,6 +424,11 @@ def _order_hint(type_name: str, last: str, same_items: bool, frozen_keys: bool) 
 
 def _state_hint(type_name: str, argument: str) -> tuple[str, str] | None:
     """An object whose type says it is made at run time: a random generator, a timestamp."""
+    if type_name == "random.Random":
+        return "random-state", (
+            "an unseeded random.Random() (datasets hashes its state, new in every run): create it with a "
+            "fixed seed (random.Random(42)), or inside the function from a seed argument."
+        )
     if type_name.split(".")[-1] in ("Generator", "RandomState", "BitGenerator", "PCG64", "MT19937"):
         if argument in ("generator", "seed", ""):
             return "random-state", (
