@@ -26,6 +26,9 @@ SCRIPTS = (
     "leaf_getstate_pair.py",
     "leaf_random_on_self.py",
     "leaf_object_array.py",
+    "leaf_features_from_set.py",
+    "leaf_generator_global_from_set.py",
+    "leaf_csv_column_names_from_set.py",
 )
 
 
@@ -103,6 +106,28 @@ def test_frozensets_in_a_numpy_object_array_are_named_by_index(checked: dict[str
     assert places == [(("closure 'table'", f"[{i}]"), "frozenset", "set-order") for i in range(3)]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "argument", "path", "type_"),
+    [
+        ("leaf_features_from_set.py", "features", ["['label']", ".names"], "list"),
+        ("leaf_generator_global_from_set.py", "generator", ["global 'WORDS'"], "list"),
+        ("leaf_csv_column_names_from_set.py", "column_names", [], "list"),
+    ],
+)
+def test_a_source_configured_from_a_set_names_its_configuration(
+    checked: dict[str, Any], script: str, argument: str, path: list[str], type_: str
+) -> None:
+    """`features=`, a csv's `column_names=` and a generator are hashed into the name of the
+    source's cache folder: the culprit is the list built from a set inside them (order), not a
+    data file. Before, only the folder's name was said to differ, with the hint for a data file
+    rewritten before each run."""
+    difference = difference_of(script, checked)
+    culprits = difference["culprits"]
+    places = [(c["argument"], p["path"], p["type"], p["kind"]) for c in culprits for p in c["parts"] or [c]]
+    assert (argument, path, type_, "order") in places, difference
+
+
 def test_values_and_classes_each_have_a_node_budget() -> None:
     """Values that fill the node budget leave the attributes of a class hashed by value (defined
     in a function, as in a script's `__main__`) in the tree: a frozenset class attribute is a
@@ -164,3 +189,25 @@ def test_the_ledger_keeps_the_path_to_a_frozenset_in_a_dataclass_in_a_dict_on_se
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert [["__self__", ".opts", "['cfg']", ".tags"], "frozenset"] in found, found
+
+
+def test_a_source_configured_differently_is_said_so_without_the_data_file_hint() -> None:
+    """A source whose folder name differs because an argument does (`features=`) reads as that
+    argument and its culprit; the hint for a data file rewritten before each run is left out (it
+    was the only hint before)."""
+    from cachetool.determinism.report import Cause, SourceDiff, Step, cause_lines
+    from cachetool.fingerprint.diff import diff_trees
+
+    names = [["pos", "neg", "mixed"], ["neg", "mixed", "pos"]]
+    culprit = diff_trees("features", [build_tree({"label": {"names": n}}) for n in names])
+    assert culprit is not None
+    step = Step(0, (0, 0), "root", "load_dataset", "", "/p/prep.py", 3, None, False, ("a", "b"), ((), ()))
+    folders = ("json/default-f64eef66d1ec918f/0.0.0", "json/default-fa3879fc2e72a188/0.0.0")
+    cause = Cause(
+        step, "source", ("features",), (culprit,), source_diffs=(SourceDiff("relative_data_dir", folders),)
+    )
+    text = "\n".join(cause_lines(cause))
+    assert "load_dataset is configured differently in each run" in text
+    assert "differing argument(s): features" in text
+    assert "culprit: features['label']['names'] (list of 3 str)" in text, text
+    assert "rewritten" not in text and "no argument differs" not in text, text

@@ -447,6 +447,11 @@ def _step_name(step: Step) -> str:
 def _source_lines(cause: Cause) -> list[str]:
     """A source that differs; when its inputs are the same in every run in another order (data
     files, the datasets it concatenates, a generator's paths), what is reordered and the fix."""
+    configured = [a for a in cause.differing_args if a != "gen_kwargs"]
+    if configured and cause.culprits and all(d.key == "relative_data_dir" for d in cause.source_diffs):
+        # `features=`, a generator: hashed into the name of the source's cache folder.
+        said = f"  {cause.step.operation} is configured differently in each run"
+        return [f"{said} (its cache folder's name differs):", *_argument_lines(cause)]
     orders = [d for d in cause.source_diffs if d.key in ORDER_HINTS]
     culprits = [c for c in cause.culprits if c.kind in ("order", "set-order")]
     if orders or culprits:

@@ -10,13 +10,13 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
 from cachetool.cache.layout import INCOMPLETE_DIR_SUFFIX
 from cachetool.history.records.other import RunStartRecord, SourceRecord
-from cachetool.history.records.parts import Compute, DataFile, FileRecord, FunctionInfo, SourceInfo
+from cachetool.history.records.parts import ArgInfo, Compute, DataFile, FileRecord, FunctionInfo, SourceInfo
 from cachetool.history.records.steps import (
     RootRecord,
     SaveRecord,
@@ -32,6 +32,8 @@ from cachetool.trace.calls import Calls, CallState, Frame, HashEvent, abs_path, 
 MAX_DATA_FILES = 16
 
 _MISSING = object()
+#: A builder's config kwargs the source describes already (its files) or names (its folder).
+_DESCRIBED_BY_SOURCE = frozenset({"data_files", "data_dir", "name", "version"})
 
 
 class RecordBuilder:
@@ -268,6 +270,8 @@ class RecordBuilder:
             if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
                 gen_files = _gen_files(gen_kwargs)
+        with contextlib.suppress(Exception):
+            args.update(self._config_args(builder, args))
         call = self._call(frame)
         prepared_in = getattr(builder, "__dict__", {}).pop("_cachetool_prepare_time", None)
         if prepared_in is not None and operation == "load_dataset":  # it prepared, then `as_dataset`
@@ -295,6 +299,23 @@ class RecordBuilder:
                 )
             )
         return records
+
+    def _config_args(self, builder: Any, recorded: Mapping[str, ArgInfo]) -> dict[str, ArgInfo]:
+        """The builder's configuration that `datasets` hashes into its config id (the cache
+        folder's name) besides the data files the source describes: `features=`, a csv's
+        `column_names=`, a generator and its `gen_kwargs`: for check-determinism, which compares
+        their hash trees (the ledger keeps what it kept: `explain` compares a step with records
+        written before these were). None when the id was given (`from_generator(fingerprint=)`)."""
+        if not self.arguments.trees or str(getattr(builder, "config_id", "")).startswith(
+            "default-fingerprint="
+        ):
+            return {}
+        given = getattr(builder, "config_kwargs", None) or {}
+        return {
+            key: self.arguments.value_info(value)
+            for key, value in sorted(given.items())
+            if key not in _DESCRIBED_BY_SOURCE and key not in recorded and value is not None
+        }
 
     def load_saved(self, frame: Frame, out: Any) -> list[StepRecord]:
         """`load_from_disk`: its parent is the saved state."""
