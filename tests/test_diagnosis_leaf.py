@@ -30,7 +30,11 @@ SCRIPTS = (
     "leaf_generator_global_from_set.py",
     "leaf_csv_column_names_from_set.py",
     "leaf_cast_features_from_set.py",
+    "leaf_dataset_in_closure.py",
+    "leaf_from_list_key_order.py",
 )
+#: Scripts that make more than one difference (each other script makes one).
+DIFFERENCES = {"leaf_dataset_in_closure.py": 2}
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +55,15 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return once(tmp_path_factory, "diagnosis-leaf", run)[1]
 
 
-def difference_of(script: str, report: dict[str, Any]) -> dict[str, Any]:
-    """The one difference the steps of `script` made in the report on the pipeline."""
-    mine = [d for d in report["differences"] if d["call_site"]["file"] == str(HERE / "diagnosis" / script)]
-    assert len(mine) == 1, report["differences"]
-    assert len(report["differences"]) == len(SCRIPTS), report["differences"]
-    return mine[0]
+def difference_of(script: str, report: dict[str, Any], operation: str | None = None) -> dict[str, Any]:
+    """The one difference the steps of `script` (its `operation`) made in the report on the
+    pipeline."""
+    differences = report["differences"]
+    mine = [d for d in differences if d["call_site"]["file"] == str(HERE / "diagnosis" / script)]
+    assert len(mine) == DIFFERENCES.get(script, 1), differences
+    assert len(differences) == sum(DIFFERENCES.get(s, 1) for s in SCRIPTS), differences
+    (found,) = [d for d in mine if operation in (None, d["operation"])]
+    return found
 
 
 @pytest.mark.slow
@@ -141,6 +148,33 @@ def test_a_cast_names_the_features_the_map_inside_it_hashed(checked: dict[str, A
     (culprit,) = difference["culprits"]
     places = {(tuple(p["path"]), p["kind"]) for p in culprit["parts"]}
     assert (("['label']", ".names"), "order") in places, difference
+
+
+@pytest.mark.slow
+def test_a_dataset_the_function_holds_is_named_as_a_dataset(checked: dict[str, Any]) -> None:
+    """The lookup dataset made from a set is a cause (its column's first row), and the map whose
+    function holds it another, whose culprit is that dataset with a hint that says what it is.
+    Before, the hint was that of a value from hash() of a string."""
+    made = difference_of("leaf_dataset_in_closure.py", checked, "from_dict")
+    assert made["kind"] == "source" and "column 'word' row 0" in made["source_differences"]
+    held = difference_of("leaf_dataset_in_closure.py", checked, "map")
+    (culprit,) = held["culprits"]
+    assert (culprit["path"], culprit["type"], culprit["kind"]) == (
+        ["global 'lookup'"],
+        "datasets.Dataset",
+        "dataset",
+    )
+    assert "holds a dataset" in culprit["hint"]
+
+
+@pytest.mark.slow
+def test_columns_in_another_order_are_named_as_such(checked: dict[str, Any]) -> None:
+    """`from_list` of rows keyed from a set: "columns order" with each run's order, which the
+    report reads as the same inputs in another order, with its hint. Before, no column differed
+    and the report said only that the data was built at run time."""
+    difference = difference_of("leaf_from_list_key_order.py", checked)
+    orders = difference["source_differences"]["columns order"]
+    assert len(set(orders)) == 2 and len({tuple(sorted(o.split(", "))) for o in orders}) == 1, difference
 
 
 def test_values_and_classes_each_have_a_node_budget() -> None:

@@ -498,6 +498,9 @@ def _column_diffs(row: Sequence[Event]) -> list[SourceDiff]:
     if not all(tables):
         return []
     out: list[SourceDiff] = []
+    names = [list(t) for t in tables]
+    if reordered(names):  # the same columns in another order (`from_list` of dicts keyed from a set)
+        out.append(SourceDiff("columns order", tuple(", ".join(n) for n in names)))
     for name in tables[0]:
         columns = [t.get(name) for t in tables]
         present = [c for c in columns if c is not None]

@@ -45,7 +45,7 @@ class Culprit(_Part):
     digests: tuple[str | None, ...]
     #: What kind of difference this is: ``set-order``, ``order``, ``timestamp``, ``uuid``,
     #: ``temp-path``, ``address``, ``code``, ``source-file``, ``lines``, ``random-state``,
-    #: ``cache-state``, ``value``.
+    #: ``dataset``, ``cache-state``, ``value``.
     kind: str
     hint: str
     #: When the differences sit in several places, each of them (paths below the argument).
@@ -424,6 +424,12 @@ def _order_hint(type_name: str, last: str, same_items: bool, frozen_keys: bool) 
 
 def _state_hint(type_name: str, argument: str) -> tuple[str, str] | None:
     """An object whose type says it is made at run time: a random generator, a timestamp."""
+    if type_name in ("datasets.Dataset", "datasets.DatasetDict"):
+        return "dataset", (
+            "the function holds a dataset, which datasets hashes with its contents (its table, or its "
+            "files and fingerprint): that dataset is made differently in each run (a cause above names "
+            "where, if it is one of the script's steps); or give the function the plain values it needs."
+        )
     if type_name == "random.Random":
         return "random-state", (
             "an unseeded random.Random() (datasets hashes its state, new in every run): create it with a "
@@ -518,6 +524,8 @@ ORDER_HINTS = {
     "set, or os.listdir/glob unsorted): pass data_files=sorted(...).",
     "inputs order": "the datasets are concatenated in another order in each run (a loop over a set or "
     "dict built from one): loop over sorted(...).",
+    "columns order": "the columns are in another order in each run (rows built as dicts whose keys "
+    "come from a set, or columns listed from one): build them in a fixed order (sorted(...)).",
 }
 
 
