@@ -32,6 +32,8 @@ SCRIPTS = (
     "leaf_cast_features_from_set.py",
     "leaf_dataset_in_closure.py",
     "leaf_from_list_key_order.py",
+    "leaf_digest_of_set_text.py",
+    "leaf_generator_fingerprint_given.py",
 )
 #: Scripts that make more than one difference (each other script makes one).
 DIFFERENCES = {"leaf_dataset_in_closure.py": 2}
@@ -175,6 +177,31 @@ def test_columns_in_another_order_are_named_as_such(checked: dict[str, Any]) -> 
     difference = difference_of("leaf_from_list_key_order.py", checked)
     orders = difference["source_differences"]["columns order"]
     assert len(set(orders)) == 2 and len({tuple(sorted(o.split(", "))) for o in orders}) == 1, difference
+
+
+@pytest.mark.slow
+def test_a_digest_an_equal_hash_seed_repeats_follows_the_hash_seed(checked: dict[str, Any]) -> None:
+    """An md5 hex digest of `str(set)` reads as a uuid; the run with an equal hash seed gave it
+    again, so it is a `hash-seed` culprit with that hint. Before: "a uuid is made at run time",
+    beside "depends on PYTHONHASHSEED"."""
+    difference = difference_of("leaf_digest_of_set_text.py", checked)
+    (culprit,) = difference["culprits"]
+    assert (culprit["path"], culprit["kind"]) == (["global 'CONFIG_KEY'"], "hash-seed"), difference
+    assert difference["variation"] == "PYTHONHASHSEED" and "uuid" not in culprit["hint"]
+
+
+@pytest.mark.slow
+def test_a_fingerprint_given_to_from_generator_is_the_one_cause(checked: dict[str, Any]) -> None:
+    """`from_generator(fingerprint=uuid4().hex)` is a `given` cause and the map after it its
+    downstream step. Before, the root was a source difference with the hint for a data file
+    rewritten before each run, and the map a second cause ("the source dataset differs"): the
+    root was recorded with the fingerprint `datasets` replaces by the given one after it."""
+    difference = difference_of("leaf_generator_fingerprint_given.py", checked)
+    assert (difference["operation"], difference["kind"], difference["cascade"]) == (
+        "from_generator",
+        "given",
+        1,
+    )
 
 
 def test_values_and_classes_each_have_a_node_budget() -> None:

@@ -288,6 +288,8 @@ class _Comparison:
         change = self.changes.get(step.index)
         if fallback:
             cause, status = random_cause(step, row), "random"
+        elif step.type == "root" and any(e.fingerprint_given for e in row):
+            cause = Cause(step, "given")  # `from_generator(fingerprint=)`
         elif len(set(step.parents)) > 1 or step.type == "root":
             cause, status = source_cause(step, row, self.names), "source"
         elif change is not None:

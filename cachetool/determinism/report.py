@@ -554,14 +554,19 @@ def _argument_lines(cause: Cause) -> list[str]:
     return lines
 
 
+def _given_lines(cause: Cause) -> list[str]:
+    name = "fingerprint" if cause.step.type == "root" else "new_fingerprint"  # `from_generator`
+    return [
+        f"  the fingerprint was given with {name}= and differs between runs",
+        f"  hint: derive {name} from inputs that are the same in every run (not a clock or uuid)",
+    ]
+
+
 _BY_KIND: dict[str, Callable[[Cause], list[str]]] = {
     "source": _source_lines,
     "random": _random_lines,
     "cache-state": _state_lines,
-    "given": lambda _: [
-        "  the fingerprint was given with new_fingerprint= and differs between runs",
-        "  hint: derive new_fingerprint from inputs that are the same in every run (not a clock or uuid)",
-    ],
+    "given": _given_lines,
     "unexplained": lambda _: [
         "  no recorded argument differs; the difference is in what datasets hashed internally"
     ],

@@ -94,11 +94,13 @@ def _named(node: HashNode) -> tuple[str, str]:
 
 def seeded(culprit: Culprit) -> Culprit:
     """`culprit` once an equal hash seed reproduced it: a plain value (kind ``value``, "different in
-    each run") follows the hash seed instead (kind ``hash-seed``), in each of its parts too."""
+    each run") follows the hash seed instead (kind ``hash-seed``), in each of its parts too; so
+    does text that reads as a uuid (a hex digest of text made by iterating a set: a uuid4 is
+    never made again)."""
     parts = tuple(seeded(p) for p in culprit.parts)
     if culprit.kind == "value" and culprit.type == "set":  # datasets sorts sets from 2.15 on
         return replace(culprit, kind="set-order", hint=OLD_SET_HINT, parts=parts)
-    if culprit.kind == "value":
+    if culprit.kind in ("value", "uuid") and culprit.type != "UUID":
         return replace(culprit, kind="hash-seed", hint=HASH_SEED_HINT, parts=parts)
     return replace(culprit, parts=parts)
 

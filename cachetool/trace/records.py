@@ -34,6 +34,8 @@ MAX_DATA_FILES = 16
 _MISSING = object()
 #: A builder's config kwargs the source describes already (its files) or names (its folder).
 _DESCRIBED_BY_SOURCE = frozenset({"data_files", "data_dir", "name", "version"})
+#: The config id of a builder given its fingerprint (`Dataset.from_generator(fingerprint=)`).
+_GIVEN_CONFIG_ID = "default-fingerprint="
 
 
 class RecordBuilder:
@@ -276,12 +278,18 @@ class RecordBuilder:
         prepared_in = getattr(builder, "__dict__", {}).pop("_cachetool_prepare_time", None)
         if prepared_in is not None and operation == "load_dataset":  # it prepared, then `as_dataset`
             call.update(time=round(prepared_in[0], 6), duration=round(call["duration"] + prepared_in[1], 6))
+        # `from_generator(fingerprint=)`: datasets sets the dataset's fingerprint to it once this
+        # returns (the builder's folder is named after it): the steps made from it name it.
+        config_id = str(getattr(builder, "config_id", None) or "")
+        given = config_id.removeprefix(_GIVEN_CONFIG_ID) if config_id.startswith(_GIVEN_CONFIG_ID) else None
         records: list[StepRecord] = []
         for output, ds in items:
+            fields = _dataset_fields(ds, status, prepared)
             records.append(
                 RootRecord(
                     **{**call, "seq": next(self.seq) if records else frame.seq},
-                    **_dataset_fields(ds, status, prepared),
+                    **(fields if given is None else {**fields, "result": given}),
+                    fingerprint_given=given is not None,
                     root=cache_root,
                     operation=operation,
                     output=None if output is None else str(output),
@@ -306,9 +314,7 @@ class RecordBuilder:
         `column_names=`, a generator and its `gen_kwargs`: for check-determinism, which compares
         their hash trees (the ledger keeps what it kept: `explain` compares a step with records
         written before these were). None when the id was given (`from_generator(fingerprint=)`)."""
-        if not self.arguments.trees or str(getattr(builder, "config_id", "")).startswith(
-            "default-fingerprint="
-        ):
+        if not self.arguments.trees or str(getattr(builder, "config_id", "")).startswith(_GIVEN_CONFIG_ID):
             return {}
         given = getattr(builder, "config_kwargs", None) or {}
         return {
