@@ -287,3 +287,18 @@ def test_a_source_configured_differently_is_said_so_without_the_data_file_hint()
     assert "differing argument(s): features" in text
     assert "culprit: features['label']['names'] (list of 3 str)" in text, text
     assert "rewritten" not in text and "no argument differs" not in text, text
+
+
+def test_a_dict_keyed_by_tuples_from_sets_is_told_to_sort_the_keys() -> None:
+    """Keys that are the same items in another order in each run (`tuple(set(...))`): the hint
+    says to make the keys sorted. Before, it said the dict was built by iterating a set (its
+    values are the same), and sorting the dict fixes nothing."""
+    from cachetool.fingerprint.diff import diff_trees
+
+    runs = [
+        {("cats", "cat", "kitten"): "feline", ("dog", "puppy"): "canine"},
+        {("kitten", "cat", "cats"): "feline", ("puppy", "dog"): "canine"},
+    ]
+    culprit = diff_trees("function", [build_tree(groups) for groups in runs])
+    assert culprit is not None and culprit.path == () and culprit.kind == "order"
+    assert "tuple(sorted(words))" in culprit.hint, culprit.hint

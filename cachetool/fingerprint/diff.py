@@ -389,12 +389,26 @@ def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str 
     frozen_keys = type_name == "dict" and any(
         str(c.get("l", "")).startswith("[frozenset(") for c in nodes[0].get("c", ())
     )
+    if type_name == "dict" and not frozen_keys and _keys_reordered_inside(nodes):
+        return "order", (
+            "a dict keyed by tuples (or strings) built by iterating a set: each key holds the same "
+            "items in another order in each run; make the keys from sorted(...) (tuple(sorted(words)))."
+        )
     return (
         _order_hint(type_name, last, same_items, frozen_keys)
         or _state_hint(type_name, argument)
         or _code_hint(type_name, last, reprs)
         or _value_hint(type_name, reprs)
     )
+
+
+def _keys_reordered_inside(nodes: Sequence[HashNode]) -> bool:
+    """Dicts whose keys differ between runs, each key of one run the same characters as a key of
+    the others (``('cat', 'cats')`` then ``('cats', 'cat')``): keys built by iterating a set."""
+    keys = [sorted(str(c.get("l", "")) for c in n.get("c", ())) for n in nodes]
+    if not keys[0] or len({tuple(k) for k in keys}) == 1 or any(n.get("x") for n in nodes):
+        return False
+    return len({tuple(sorted("".join(sorted(k)) for k in ks)) for ks in keys}) == 1
 
 
 def _order_hint(type_name: str, last: str, same_items: bool, frozen_keys: bool) -> tuple[str, str] | None:
