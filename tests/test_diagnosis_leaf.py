@@ -302,3 +302,14 @@ def test_a_dict_keyed_by_tuples_from_sets_is_told_to_sort_the_keys() -> None:
     culprit = diff_trees("function", [build_tree(groups) for groups in runs])
     assert culprit is not None and culprit.path == () and culprit.kind == "order"
     assert "tuple(sorted(words))" in culprit.hint, culprit.hint
+
+
+def test_values_drawn_into_one_list_are_one_culprit() -> None:
+    """`random.sample(range(100), 10)` in a global list: the list is the culprit, with one hint,
+    and its items are its leaves. Before: "differs in 10 places", the same hint for each item."""
+    from cachetool.fingerprint.diff import diff_trees
+
+    runs = [[86, 61, 78, 85, 67, 0, 1], [8, 99, 6, 25, 15, 0, 1]]
+    culprit = diff_trees("function", [build_tree({"keep": ids}) for ids in runs])
+    assert culprit is not None and culprit.path == ("['keep']",) and culprit.kind == "value"
+    assert not culprit.parts and len(culprit.leaves) == 5

@@ -150,6 +150,8 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
             culprit = _culprit(argument, place, [n for n in (node_at(t, place) for t in nodes) if n], ())
     if culprit.kind == "value" and common:
         culprit = _as_path(culprit, [node_at(t, common[:-1]) for t in nodes])
+    if _items_of_one_container(nodes, common, leaves):
+        return culprit  # a list of values drawn at run time (`random.sample`): one thing to fix
     # The differences sit in several places below a node that is not itself the problem (a
     # function, an object): name each place. A dict or list reordered as a whole is one problem.
     if (len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value") or (
@@ -166,6 +168,23 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
                 parts.append(_added(argument, place, found_nodes))
         culprit = replace(culprit, parts=tuple(parts), leaves=tuple(places))
     return culprit
+
+
+def _items_of_one_container(
+    trees: Sequence[HashNode], common: tuple[str, ...], leaves: Sequence[tuple[str, ...]]
+) -> bool:
+    """Several items of one list or tuple differ, each a plain value present in every run
+    (`random.sample(...)`, numbers drawn at run time): the container is the culprit, not each item."""
+    if len(leaves) < 2 or any(len(leaf) != len(common) + 1 for leaf in leaves):
+        return False
+    containers = [node_at(t, common) for t in trees]
+    if any(c is None or c.get("t") not in ("list", "tuple") for c in containers):
+        return False
+    items = [node_at(t, leaf) for t in trees for leaf in leaves]
+    return all(n is not None and str(n.get("t", "")) in SCALAR_TYPES for n in items) and all(
+        hint_for([n for n in (node_at(t, leaf) for t in trees) if n is not None])[0] == "value"
+        for leaf in leaves
+    )
 
 
 def _as_path(culprit: Culprit, parents: Sequence[HashNode | None]) -> Culprit:
