@@ -288,6 +288,8 @@ class _Comparison:
         change = self.changes.get(step.index)
         if fallback:
             cause, status = random_cause(step, row), "random"
+        elif step.type == "root" and any(e.fingerprint_given for e in row):
+            cause = Cause(step, "given")  # `from_generator(fingerprint=)`
         elif len(set(step.parents)) > 1 or step.type == "root":
             cause, status = source_cause(step, row, self.names), "source"
         elif change is not None:
@@ -296,6 +298,8 @@ class _Comparison:
             cause = Cause(step, "given")
         else:
             diffs = arg_diffs(row)
+            if not diffs.differing_args:
+                diffs = self._inside(step)
             kind: CauseKind = "arguments" if diffs.differing_args else "unexplained"
             cause = Cause(step, kind, *diffs)
         repeated = next((i for i, c in enumerate(self.causes) if same_story(c, cause)), None)
@@ -306,6 +310,26 @@ class _Comparison:
         step = replace(step, status=status, cause=cause_index)
         self.causes.append(replace(cause, step=step))
         return step, cause_index
+
+    def _inside(self, step: Step) -> ArgDiffs:
+        """The arguments that differ in the steps `datasets` makes inside a call from the same
+        input in every run (`cast(features)` maps with `features=`): what makes the call's
+        fingerprint differ when the call itself records no argument."""
+        for row in self.rows[step.index + 1 :]:
+            if _site(row[0]) != (step.file, step.line):
+                continue
+            if not row[0].internal:
+                break  # the same call again (a loop)
+            if len({tuple(e.parents) for e in row}) == 1:
+                diffs = arg_diffs(row, skip_datasets=True)
+                given = [a for a in diffs.differing_args if a != "function" or step.function is not None]
+                if given:
+                    # datasets' own function (a `table_cast` partial of the schema) follows from
+                    # the arguments the user gave: those are named.
+                    return ArgDiffs(tuple(given), tuple(c for c in diffs.culprits if c.argument in given))
+                if diffs.differing_args:
+                    return diffs
+        return ArgDiffs((), ())
 
     def result(self, unaligned: int) -> Analysis:
         steps = self.steps
@@ -345,8 +369,15 @@ class ArgDiffs(NamedTuple):
     culprits: tuple[Culprit, ...]
 
 
+#: Datasets given as arguments (hashed by their fingerprint); not `datasets.Features` or a
+#: `ClassLabel`, which are hashed by value.
+_DATASET_TYPES = frozenset(
+    f"datasets.{name}" for name in ("Dataset", "DatasetDict", "IterableDataset", "IterableDatasetDict")
+)
+
+
 def _is_dataset(tree: Mapping[str, Any] | None) -> bool:
-    return tree is not None and str(tree.get("t", "")).startswith("datasets.")
+    return tree is not None and str(tree.get("t", "")) in _DATASET_TYPES
 
 
 def arg_diffs(row: Sequence[Event], *, skip_datasets: bool = False) -> ArgDiffs:
@@ -469,6 +500,9 @@ def _column_diffs(row: Sequence[Event]) -> list[SourceDiff]:
     if not all(tables):
         return []
     out: list[SourceDiff] = []
+    names = [list(t) for t in tables]
+    if reordered(names):  # the same columns in another order (`from_list` of dicts keyed from a set)
+        out.append(SourceDiff("columns order", tuple(", ".join(n) for n in names)))
     for name in tables[0]:
         columns = [t.get(name) for t in tables]
         present = [c for c in columns if c is not None]

@@ -447,6 +447,11 @@ def _step_name(step: Step) -> str:
 def _source_lines(cause: Cause) -> list[str]:
     """A source that differs; when its inputs are the same in every run in another order (data
     files, the datasets it concatenates, a generator's paths), what is reordered and the fix."""
+    configured = [a for a in cause.differing_args if a != "gen_kwargs"]
+    if configured and cause.culprits and all(d.key == "relative_data_dir" for d in cause.source_diffs):
+        # `features=`, a generator: hashed into the name of the source's cache folder.
+        said = f"  {cause.step.operation} is configured differently in each run"
+        return [f"{said} (its cache folder's name differs):", *_argument_lines(cause)]
     orders = [d for d in cause.source_diffs if d.key in ORDER_HINTS]
     culprits = [c for c in cause.culprits if c.kind in ("order", "set-order")]
     if orders or culprits:
@@ -549,14 +554,19 @@ def _argument_lines(cause: Cause) -> list[str]:
     return lines
 
 
+def _given_lines(cause: Cause) -> list[str]:
+    name = "fingerprint" if cause.step.type == "root" else "new_fingerprint"  # `from_generator`
+    return [
+        f"  the fingerprint was given with {name}= and differs between runs",
+        f"  hint: derive {name} from inputs that are the same in every run (not a clock or uuid)",
+    ]
+
+
 _BY_KIND: dict[str, Callable[[Cause], list[str]]] = {
     "source": _source_lines,
     "random": _random_lines,
     "cache-state": _state_lines,
-    "given": lambda _: [
-        "  the fingerprint was given with new_fingerprint= and differs between runs",
-        "  hint: derive new_fingerprint from inputs that are the same in every run (not a clock or uuid)",
-    ],
+    "given": _given_lines,
     "unexplained": lambda _: [
         "  no recorded argument differs; the difference is in what datasets hashed internally"
     ],

@@ -45,7 +45,7 @@ class Culprit(_Part):
     digests: tuple[str | None, ...]
     #: What kind of difference this is: ``set-order``, ``order``, ``timestamp``, ``uuid``,
     #: ``temp-path``, ``address``, ``code``, ``source-file``, ``lines``, ``random-state``,
-    #: ``cache-state``, ``value``.
+    #: ``dataset``, ``cache-state``, ``value``.
     kind: str
     hint: str
     #: When the differences sit in several places, each of them (paths below the argument).
@@ -94,11 +94,13 @@ def _named(node: HashNode) -> tuple[str, str]:
 
 def seeded(culprit: Culprit) -> Culprit:
     """`culprit` once an equal hash seed reproduced it: a plain value (kind ``value``, "different in
-    each run") follows the hash seed instead (kind ``hash-seed``), in each of its parts too."""
+    each run") follows the hash seed instead (kind ``hash-seed``), in each of its parts too; so
+    does text that reads as a uuid (a hex digest of text made by iterating a set: a uuid4 is
+    never made again)."""
     parts = tuple(seeded(p) for p in culprit.parts)
     if culprit.kind == "value" and culprit.type == "set":  # datasets sorts sets from 2.15 on
         return replace(culprit, kind="set-order", hint=OLD_SET_HINT, parts=parts)
-    if culprit.kind == "value":
+    if culprit.kind in ("value", "uuid") and culprit.type != "UUID":
         return replace(culprit, kind="hash-seed", hint=HASH_SEED_HINT, parts=parts)
     return replace(culprit, parts=parts)
 
@@ -148,6 +150,8 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
             culprit = _culprit(argument, place, [n for n in (node_at(t, place) for t in nodes) if n], ())
     if culprit.kind == "value" and common:
         culprit = _as_path(culprit, [node_at(t, common[:-1]) for t in nodes])
+    if _items_of_one_container(nodes, common, leaves):
+        return culprit  # a list of values drawn at run time (`random.sample`): one thing to fix
     # The differences sit in several places below a node that is not itself the problem (a
     # function, an object): name each place. A dict or list reordered as a whole is one problem.
     if (len(leaves) > 1 and hint_for(culprit_nodes, common)[0] == "value") or (
@@ -164,6 +168,23 @@ def diff_trees(argument: str, trees: Sequence[HashNode | None]) -> Culprit | Non
                 parts.append(_added(argument, place, found_nodes))
         culprit = replace(culprit, parts=tuple(parts), leaves=tuple(places))
     return culprit
+
+
+def _items_of_one_container(
+    trees: Sequence[HashNode], common: tuple[str, ...], leaves: Sequence[tuple[str, ...]]
+) -> bool:
+    """Several items of one list or tuple differ, each a plain value present in every run
+    (`random.sample(...)`, numbers drawn at run time): the container is the culprit, not each item."""
+    if len(leaves) < 2 or any(len(leaf) != len(common) + 1 for leaf in leaves):
+        return False
+    containers = [node_at(t, common) for t in trees]
+    if any(c is None or c.get("t") not in ("list", "tuple") for c in containers):
+        return False
+    items = [node_at(t, leaf) for t in trees for leaf in leaves]
+    return all(n is not None and str(n.get("t", "")) in SCALAR_TYPES for n in items) and all(
+        hint_for([n for n in (node_at(t, leaf) for t in trees) if n is not None])[0] == "value"
+        for leaf in leaves
+    )
 
 
 def _as_path(culprit: Culprit, parents: Sequence[HashNode | None]) -> Culprit:
@@ -387,12 +408,26 @@ def hint_for(nodes: Sequence[HashNode], path: Sequence[str] = (), argument: str 
     frozen_keys = type_name == "dict" and any(
         str(c.get("l", "")).startswith("[frozenset(") for c in nodes[0].get("c", ())
     )
+    if type_name == "dict" and not frozen_keys and _keys_reordered_inside(nodes):
+        return "order", (
+            "a dict keyed by tuples (or strings) built by iterating a set: each key holds the same "
+            "items in another order in each run; make the keys from sorted(...) (tuple(sorted(words)))."
+        )
     return (
         _order_hint(type_name, last, same_items, frozen_keys)
         or _state_hint(type_name, argument)
         or _code_hint(type_name, last, reprs)
         or _value_hint(type_name, reprs)
     )
+
+
+def _keys_reordered_inside(nodes: Sequence[HashNode]) -> bool:
+    """Dicts whose keys differ between runs, each key of one run the same characters as a key of
+    the others (``('cat', 'cats')`` then ``('cats', 'cat')``): keys built by iterating a set."""
+    keys = [sorted(str(c.get("l", "")) for c in n.get("c", ())) for n in nodes]
+    if not keys[0] or len({tuple(k) for k in keys}) == 1 or any(n.get("x") for n in nodes):
+        return False
+    return len({tuple(sorted("".join(sorted(k)) for k in ks)) for ks in keys}) == 1
 
 
 def _order_hint(type_name: str, last: str, same_items: bool, frozen_keys: bool) -> tuple[str, str] | None:
@@ -424,6 +459,17 @@ def _order_hint(type_name: str, last: str, same_items: bool, frozen_keys: bool) 
 
 def _state_hint(type_name: str, argument: str) -> tuple[str, str] | None:
     """An object whose type says it is made at run time: a random generator, a timestamp."""
+    if type_name in ("datasets.Dataset", "datasets.DatasetDict"):
+        return "dataset", (
+            "the function holds a dataset, which datasets hashes with its contents (its table, or its "
+            "files and fingerprint): that dataset is made differently in each run (a cause above names "
+            "where, if it is one of the script's steps); or give the function the plain values it needs."
+        )
+    if type_name == "random.Random":
+        return "random-state", (
+            "an unseeded random.Random() (datasets hashes its state, new in every run): create it with a "
+            "fixed seed (random.Random(42)), or inside the function from a seed argument."
+        )
     if type_name.split(".")[-1] in ("Generator", "RandomState", "BitGenerator", "PCG64", "MT19937"):
         if argument in ("generator", "seed", ""):
             return "random-state", (
@@ -513,6 +559,8 @@ ORDER_HINTS = {
     "set, or os.listdir/glob unsorted): pass data_files=sorted(...).",
     "inputs order": "the datasets are concatenated in another order in each run (a loop over a set or "
     "dict built from one): loop over sorted(...).",
+    "columns order": "the columns are in another order in each run (rows built as dicts whose keys "
+    "come from a set, or columns listed from one): build them in a fixed order (sorted(...)).",
 }
 
 

@@ -297,6 +297,8 @@ LEAF_MODULES = (
     "polars",
     "transformers",
     "tokenizers",
+    # `random.Random` pickles its whole Mersenne Twister state: 625 ints no person reads.
+    "random",
 )
 
 _repr = reprlib.Repr()
@@ -414,6 +416,23 @@ def _pandas_columns(obj: Any) -> list[tuple[str, Any]] | None:
         return None
 
 
+def _object_items(obj: Any) -> list[tuple[str, Any]] | None:
+    """``[(label, item)]`` of a small numpy array of Python objects (``[0]``, or ``[1, 2]`` in
+    two dimensions), which pickles each item as `datasets` pickles it (a frozenset in hash-seed
+    order); None for anything else (an array of numbers is a leaf)."""
+    cls = type(obj)
+    if cls.__name__ != "ndarray" or not (getattr(cls, "__module__", "") or "").startswith("numpy"):
+        return None
+    try:
+        if obj.dtype.kind != "O" or obj.size > _MAX_CELLS:
+            return None
+        import numpy as np
+
+        return [(f"[{', '.join(map(str, i))}]", obj[i]) for i in np.ndindex(obj.shape)]
+    except Exception:
+        return None
+
+
 def pickled_with_contents(module: types.ModuleType) -> bool:
     """Whether dill (and so `datasets`) pickles this module with all it holds: a module of the
     user's (not of Python or an installed package), whose values then change the fingerprint."""
@@ -430,7 +449,7 @@ def decomposable(obj: Any) -> bool:
         return pickled_with_contents(obj)
     if isinstance(obj, (_SCALARS, set, frozenset, _TIMES)):
         return False
-    if _tokenizer_state(obj) is not None or _pandas_columns(obj) is not None:
+    if any(read(obj) is not None for read in (_tokenizer_state, _pandas_columns, _object_items)):
         return True
     full_module = getattr(type(obj), "__module__", "") or ""
     if full_module.split(".")[0] in LEAF_MODULES or full_module.startswith(_DATASETS_DATA_MODULES):
@@ -501,6 +520,8 @@ def _children_unsafe(obj: Any, max_items: int) -> Iterator[tuple[str, Any]]:
             yield f".{key}", value
     elif (columns := _pandas_columns(obj)) is not None:
         yield from _items(columns, max_items)
+    elif (items := _object_items(obj)) is not None:
+        yield from _items(items, max_items)
     else:
         yield from _object_children(obj, max_items)
 

@@ -10,13 +10,13 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
 from cachetool.cache.layout import INCOMPLETE_DIR_SUFFIX
 from cachetool.history.records.other import RunStartRecord, SourceRecord
-from cachetool.history.records.parts import Compute, DataFile, FileRecord, FunctionInfo, SourceInfo
+from cachetool.history.records.parts import ArgInfo, Compute, DataFile, FileRecord, FunctionInfo, SourceInfo
 from cachetool.history.records.steps import (
     RootRecord,
     SaveRecord,
@@ -32,6 +32,10 @@ from cachetool.trace.calls import Calls, CallState, Frame, HashEvent, abs_path, 
 MAX_DATA_FILES = 16
 
 _MISSING = object()
+#: A builder's config kwargs the source describes already (its files) or names (its folder).
+_DESCRIBED_BY_SOURCE = frozenset({"data_files", "data_dir", "name", "version"})
+#: The config id of a builder given its fingerprint (`Dataset.from_generator(fingerprint=)`).
+_GIVEN_CONFIG_ID = "default-fingerprint="
 
 
 class RecordBuilder:
@@ -268,16 +272,24 @@ class RecordBuilder:
             if callable(generator) and gen_kwargs:  # hashed into the config id, in its order
                 args["gen_kwargs"] = self.arguments.value_info(gen_kwargs)
                 gen_files = _gen_files(gen_kwargs)
+        with contextlib.suppress(Exception):
+            args.update(self._config_args(builder, args))
         call = self._call(frame)
         prepared_in = getattr(builder, "__dict__", {}).pop("_cachetool_prepare_time", None)
         if prepared_in is not None and operation == "load_dataset":  # it prepared, then `as_dataset`
             call.update(time=round(prepared_in[0], 6), duration=round(call["duration"] + prepared_in[1], 6))
+        # `from_generator(fingerprint=)`: datasets sets the dataset's fingerprint to it once this
+        # returns (the builder's folder is named after it): the steps made from it name it.
+        config_id = str(getattr(builder, "config_id", None) or "")
+        given = config_id.removeprefix(_GIVEN_CONFIG_ID) if config_id.startswith(_GIVEN_CONFIG_ID) else None
         records: list[StepRecord] = []
         for output, ds in items:
+            fields = _dataset_fields(ds, status, prepared)
             records.append(
                 RootRecord(
                     **{**call, "seq": next(self.seq) if records else frame.seq},
-                    **_dataset_fields(ds, status, prepared),
+                    **(fields if given is None else {**fields, "result": given}),
+                    fingerprint_given=given is not None,
                     root=cache_root,
                     operation=operation,
                     output=None if output is None else str(output),
@@ -295,6 +307,21 @@ class RecordBuilder:
                 )
             )
         return records
+
+    def _config_args(self, builder: Any, recorded: Mapping[str, ArgInfo]) -> dict[str, ArgInfo]:
+        """The builder's configuration that `datasets` hashes into its config id (the cache
+        folder's name) besides the data files the source describes: `features=`, a csv's
+        `column_names=`, a generator and its `gen_kwargs`: for check-determinism, which compares
+        their hash trees (the ledger keeps what it kept: `explain` compares a step with records
+        written before these were). None when the id was given (`from_generator(fingerprint=)`)."""
+        if not self.arguments.trees or str(getattr(builder, "config_id", "")).startswith(_GIVEN_CONFIG_ID):
+            return {}
+        given = getattr(builder, "config_kwargs", None) or {}
+        return {
+            key: self.arguments.value_info(value)
+            for key, value in sorted(given.items())
+            if key not in _DESCRIBED_BY_SOURCE and key not in recorded and value is not None
+        }
 
     def load_saved(self, frame: Frame, out: Any) -> list[StepRecord]:
         """`load_from_disk`: its parent is the saved state."""
