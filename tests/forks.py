@@ -160,16 +160,13 @@ class Zygote:
     log: str
     preload: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
-    spent: float = 0.0  # CPU seconds of its children that ended (in `forked_cpu` until it is reaped)
+    spent: float = 0.0  # CPU seconds of its children that ended (counted in `forked_cpu`)
 
     def serves(self, env: Mapping[str, str], preload: tuple[str, ...] = ()) -> bool:
         return preload == self.preload and _key(env, self.read) == self.key
 
     def died(self, what: str) -> ZygoteDied:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = self.reap(5)
         try:
             with open(self.log, encoding="utf-8", errors="replace") as f:
                 tail = f.read()[-2000:]
@@ -180,36 +177,80 @@ class Zygote:
             + (f"; its stderr ends:\n{tail}" if tail else "")
         )
 
+    def exited(self) -> bool:
+        """Whether the zygote has ended, without reaping it (`close` reads its CPU first)."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def reap(self, timeout: float) -> int | None:
+        """Its exit status once it ended (within `timeout` seconds, else None), counting its CPU
+        (`_count_reaped`) before it is reaped."""
+        deadline = time.monotonic() + timeout
+        while not self.exited():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+        _count_reaped(self)
+        return self.proc.wait()
+
     def close(self) -> None:
         """End the zygote (its children still running are killed, all are reaped) and reap it."""
         self.sock.close()  # it reads end-of-file: kills what still runs, reaps, exits
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if self.reap(30) is None:
             self.proc.kill()
-            self.proc.wait()
+            self.reap(30)
         try:
             os.unlink(self.log)
         except OSError:
             pass
-        # Reaped, the zygote's CPU counts in this process's RUSAGE_CHILDREN with that of the
-        # children it reaped: they leave `forked_cpu`, so that nothing is counted twice.
-        _spent[self.preload] = _spent.get(self.preload, 0.0) - self.spent
-        self.spent = 0.0
+
+
+def _count_reaped(zygote: Zygote) -> None:
+    """Before the ended `zygote` is reaped: what its reaping adds to this process's
+    RUSAGE_CHILDREN (its own CPU and that of every child it reaped, from its /proc stat, which
+    an unreaped process keeps) goes to `_reaped`, and what of it `forked_cpu` did not count (the
+    zygote's own: its imports, its forks, and children killed at its end) to `_zygotes_own`."""
+    if zygote.proc.returncode is None:
+        try:
+            os.waitid(os.P_PID, zygote.proc.pid, os.WEXITED | os.WNOWAIT)  # returns once it ended
+            with open(f"/proc/{zygote.proc.pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return  # reaped elsewhere: its CPU counts where that happened
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = sum(int(x) for x in fields[11:15]) / ticks  # utime, stime, cutime, cstime
+        global _reaped, _zygotes_own
+        _reaped += total
+        _zygotes_own += max(0.0, total - zygote.spent)
 
 
 _zygotes: list[Zygote] = []
 _lock = threading.Lock()
 #: CPU seconds of the children that ended, by the `preload` of their zygote (`forked_cpu`).
 _spent: dict[tuple[str, ...], float] = {}
+#: CPU seconds that the zygotes reaped so far added to this process's RUSAGE_CHILDREN (theirs
+#: and their children's), and the part of it that is the zygotes' own (`zygote_cpu`).
+_reaped = 0.0
+_zygotes_own = 0.0
 
 
 def forked_cpu() -> tuple[float, float]:
     """CPU seconds (user + system, their own children included) of the forked commands that
     have ended in this process so far, those of PIPELINE (`cachetool run`) apart:
-    `resource.getrusage(RUSAGE_CHILDREN)` counts neither. (commands, pipelines)"""
+    `resource.getrusage(RUSAGE_CHILDREN)` counts them only once their zygote is reaped (see
+    `zygote_cpu`). (commands, pipelines)"""
     pipelines = _spent.get(PIPELINE, 0.0)
     return sum(_spent.values()) - pipelines, pipelines
+
+
+def zygote_cpu() -> tuple[float, float]:
+    """(the own CPU seconds of the zygotes reaped so far, those not in `forked_cpu`;
+    what reaping them added to `resource.getrusage(RUSAGE_CHILDREN)`, `forked_cpu` included)."""
+    return _zygotes_own, _reaped
 
 
 def _start(env: Mapping[str, str], preload: tuple[str, ...] = ()) -> Zygote:
@@ -256,7 +297,7 @@ def zygote_for(env: Mapping[str, str], preload: tuple[str, ...] = ()) -> Zygote:
     started if there is none."""
     with _lock:
         for z in list(_zygotes):
-            if z.proc.poll() is not None:  # died between commands: start another
+            if z.exited():  # died between commands: start another
                 _zygotes.remove(z)
                 z.close()
             elif z.serves(env, preload):
