@@ -1,6 +1,8 @@
 """`python -m cachetool ARGS` as a process forked from a warm parent: `forks.run` is
 `subprocess.run` for a cachetool command line, without the interpreter start and the imports
-(about 0.2 s of CPU per command, most of what a test of `ls` or `verify` spends).
+(about 0.2 s of CPU per command, most of what a test of `ls` or `verify` spends). A test's own
+script, `python SCRIPT.py ARGS`, runs forked the same way (in `__main__`, its folder first on
+`sys.path`), with `preload=PIPELINE` when it imports `datasets`.
 
 A warm parent (the zygote: a Python process started once per pytest worker, on the first `run`,
 and ended at the end of the session) imports what a `python -m cachetool` imports before it does
@@ -130,6 +132,17 @@ class ZygoteDied(RuntimeError):
 
 # ---------------------------------------------------------------------------------------------
 # The caller's side (the test process)
+
+
+def _is_cli(args: Sequence[str]) -> bool:
+    """`python -m cachetool ...`."""
+    return tuple(args[: len(CLI)]) == CLI
+
+
+def _is_script(args: Sequence[str]) -> bool:
+    """`python SCRIPT.py ...` (a script of the tests: run with `preload=PIPELINE` when it imports
+    `datasets`, on the terms of `cachetool run`'s warm runs, see the module's docstring)."""
+    return len(args) >= 2 and args[0] == sys.executable and str(args[1]).endswith(".py")
 
 
 def available() -> bool:
@@ -385,7 +398,8 @@ class ForkedProcess:
             ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
             request = json.dumps(
                 {
-                    "argv": self.args[len(CLI) :],
+                    "argv": self.args[len(CLI) :] if _is_cli(self.args) else self.args[1:],
+                    "script": not _is_cli(self.args),
                     "env": env,
                     "cwd": cwd,
                     "sigint_ignored": ignored,
@@ -560,8 +574,8 @@ def run(
     command does not (0.1 to 0.2 s of CPU each); PIPELINE for `cachetool run` of a script that
     imports `datasets` (which imports them all). Never for a command that runs otherwise with
     one of them loaded: a listing, or anything that fingerprints (`cachetool.fingerprint`)."""
-    if tuple(args[: len(CLI)]) != CLI:
-        raise ValueError(f"not a `python -m cachetool` command line: {args!r}")
+    if not (_is_cli(args) or _is_script(args)):
+        raise ValueError(f"not a `python -m cachetool` or `python SCRIPT.py` command line: {args!r}")
     if not available():
         return subprocess.run(
             list(args), env=env, cwd=cwd, input=input, stdin=stdin, stdout=stdout, stderr=stderr,
@@ -781,9 +795,14 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
             for i, (n, s) in enumerate(zip(names, like, strict=True))
         )
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
-        sys.argv = ["-m", *request["argv"]]
-        sys.orig_argv = [sys.executable, "-m", "cachetool", *request["argv"]]
-        sys.path.insert(0, request["cwd"])
+        if request.get("script"):  # `python SCRIPT ARGS`: the script's folder first on the path
+            sys.argv = list(request["argv"])
+            sys.orig_argv = [sys.executable, *request["argv"]]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(request["argv"][0])))
+        else:
+            sys.argv = ["-m", *request["argv"]]
+            sys.orig_argv = [sys.executable, "-m", "cachetool", *request["argv"]]
+            sys.path.insert(0, request["cwd"])
         sys.modules.pop("_cachetool_zygote", None)
         if "numpy.random" in sys.modules:  # a fresh interpreter seeds it from the OS at import
             sys.modules["numpy.random"].seed()
@@ -796,14 +815,27 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
 
         os.write(2, f"forks: setting up the child failed:\n{traceback.format_exc()}".encode())
         os._exit(125)
-    os._exit(_main(runpy))
+    os._exit(_main(runpy, bool(request.get("script"))))
 
 
-def _main(runpy: Any) -> int:
-    """Run `-m cachetool` and end as the interpreter does (`Py_RunMain`, `Py_FinalizeEx`)."""
+def _run_script(path: str) -> None:
+    """Run the script at `path` in `__main__`, as `python PATH` does."""
+    main = sys.modules["__main__"]
+    main.__dict__.update(__name__="__main__", __file__=path, __cached__=None, __spec__=None)
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec")
+    exec(code, main.__dict__)
+
+
+def _main(runpy: Any, script: bool = False) -> int:
+    """Run `-m cachetool` (or, with `script`, the script `sys.argv[0]`) and end as the interpreter
+    does (`Py_RunMain`, `Py_FinalizeEx`)."""
     code = 0
     try:
-        runpy._run_module_as_main("cachetool")
+        if script:
+            _run_script(sys.argv[0])
+        else:
+            runpy._run_module_as_main("cachetool")
     except SystemExit as e:
         if e.code is None:
             code = 0
