@@ -140,9 +140,12 @@ def _is_cli(args: Sequence[str]) -> bool:
 
 
 def _is_script(args: Sequence[str]) -> bool:
-    """`python SCRIPT.py ...` (a script of the tests: run with `preload=PIPELINE` when it imports
-    `datasets`, on the terms of `cachetool run`'s warm runs, see the module's docstring)."""
-    return len(args) >= 2 and args[0] == sys.executable and str(args[1]).endswith(".py")
+    """`python SCRIPT.py ...` or `python -c CODE ...` (a script of the tests: run with
+    `preload=PIPELINE` when it imports `datasets`, on the terms of `cachetool run`'s warm runs,
+    see the module's docstring)."""
+    if len(args) < 2 or args[0] != sys.executable:
+        return False
+    return str(args[1]).endswith(".py") or (args[1] == "-c" and len(args) >= 3)
 
 
 def available() -> bool:
@@ -795,10 +798,11 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
             for i, (n, s) in enumerate(zip(names, like, strict=True))
         )
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
-        if request.get("script"):  # `python SCRIPT ARGS`: the script's folder first on the path
-            sys.argv = list(request["argv"])
+        if request.get("script"):  # `python SCRIPT ARGS` (its folder first on the path), `-c CODE`
+            code = request["argv"][0] == "-c"
+            sys.argv = ["-c", *request["argv"][2:]] if code else list(request["argv"])
             sys.orig_argv = [sys.executable, *request["argv"]]
-            sys.path.insert(0, os.path.dirname(os.path.abspath(request["argv"][0])))
+            sys.path.insert(0, "" if code else os.path.dirname(os.path.abspath(request["argv"][0])))
         else:
             sys.argv = ["-m", *request["argv"]]
             sys.orig_argv = [sys.executable, "-m", "cachetool", *request["argv"]]
@@ -815,25 +819,29 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
 
         os.write(2, f"forks: setting up the child failed:\n{traceback.format_exc()}".encode())
         os._exit(125)
-    os._exit(_main(runpy, bool(request.get("script"))))
+    os._exit(_main(runpy, request["argv"] if request.get("script") else None))
 
 
-def _run_script(path: str) -> None:
-    """Run the script at `path` in `__main__`, as `python PATH` does."""
+def _run_script(argv: Sequence[str]) -> None:
+    """Run the script `argv[0]` (`-c CODE`: the code `argv[1]`) in `__main__`, as `python` does."""
     main = sys.modules["__main__"]
-    main.__dict__.update(__name__="__main__", __file__=path, __cached__=None, __spec__=None)
-    with open(path, "rb") as f:
-        code = compile(f.read(), path, "exec")
+    main.__dict__.update(__name__="__main__", __cached__=None, __spec__=None)
+    if argv[0] == "-c":
+        code = compile(argv[1], "<string>", "exec")
+    else:
+        main.__dict__["__file__"] = argv[0]
+        with open(argv[0], "rb") as f:
+            code = compile(f.read(), argv[0], "exec")
     exec(code, main.__dict__)
 
 
-def _main(runpy: Any, script: bool = False) -> int:
-    """Run `-m cachetool` (or, with `script`, the script `sys.argv[0]`) and end as the interpreter
-    does (`Py_RunMain`, `Py_FinalizeEx`)."""
+def _main(runpy: Any, script: Sequence[str] | None = None) -> int:
+    """Run `-m cachetool` (or the `script` command line, see `_run_script`) and end as the
+    interpreter does (`Py_RunMain`, `Py_FinalizeEx`)."""
     code = 0
     try:
-        if script:
-            _run_script(sys.argv[0])
+        if script is not None:
+            _run_script(script)
         else:
             runpy._run_module_as_main("cachetool")
     except SystemExit as e:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests import forks
 from tests.conftest import copy_cache, hf_env, invoke
 
 
@@ -130,7 +130,9 @@ def test_show_of_a_damaged_file_says_only_verify_deep_reads_every_byte(tmp_path:
     reads every byte; that command finds the damage (exit 1). It said `ok` and nothing else."""
     env = hf_env(tmp_path)
     save = "import datasets as d;d.Dataset.from_dict({'t': [f'r{i}' for i in range(2000)]}).save_to_disk('s')"
-    subprocess.run([sys.executable, "-c", save], env=env, cwd=tmp_path, check=True, timeout=120)
+    forks.run(
+        [sys.executable, "-c", save], env=env, cwd=tmp_path, check=True, timeout=120, preload=forks.PIPELINE
+    )
     (data,) = (tmp_path / "s").glob("*.arrow")
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 4 : len(raw) // 4 + 16] = b"\xff" * 16
