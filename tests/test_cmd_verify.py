@@ -467,7 +467,13 @@ def test_save_to_disk_killed_midway(tmp_path: Path) -> None:
     once it is old; gc is the hint."""
     env = hf_env(tmp_path)
     target = tmp_path / "cache" / "saved" / "big"
-    proc = subprocess.Popen([sys.executable, "-c", KILL_SAVE, str(target)], env=env)
+    # Forked warm where it can (a save's files do not depend on the hash seed); as real a SIGKILL.
+    cmd = [sys.executable, "-c", KILL_SAVE, str(target)]
+    proc: forks.ForkedProcess | subprocess.Popen[bytes] = (
+        forks.ForkedProcess(cmd, env=env, preload=forks.PIPELINE)
+        if forks.available()
+        else subprocess.Popen(cmd, env=env)
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not list(target.glob("data-0000[3-9]-of-*.arrow")):
         time.sleep(0.01)
@@ -670,12 +676,13 @@ def test_quarantined_source_split_is_prepared_again_by_datasets(
         "from datasets import load_dataset\n"
         f"print(len(load_dataset('csv', data_files={str(csv)!r}, split='train')))"
     )
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-c", code],
         env=hf_env(tmp_path, HF_DATASETS_CACHE=str(root)),
         capture_output=True,
         text=True,
         timeout=120,
+        preload=forks.PIPELINE,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "300"
