@@ -204,14 +204,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 CPU_PARTS = ("test", "procs", "forked", "fpipes")
 
 
+def _forks_cpu() -> tuple[float, float, float, float]:
+    """tests/forks.py's counts: (forked commands, forked pipelines, the warm parents' own CPU,
+    what reaping the warm parents added to RUSAGE_CHILDREN), all 0 before it is imported."""
+    counts = [
+        (*sys.modules[m].forked_cpu(), *sys.modules[m].zygote_cpu())
+        for m in ("tests.forks", "forks")
+        if m in sys.modules
+    ]
+    return tuple(sum(c[i] for c in counts) for i in range(4))  # type: ignore[return-value]
+
+
 def _cpu_seconds() -> tuple[float, ...]:
     """CPU time (user + system) of this process, of its children that have been waited for
     (with theirs), and of the commands and the pipelines it forked (tests/forks.py) that have
-    ended: a process a test ran is counted once it has ended and been reaped."""
+    ended: a process a test ran is counted once it has ended and been reaped. A warm parent
+    reaped during a test (one too many kept) is left out of its children: its commands are
+    counted as they end, its own CPU apart (`_cpu_outside_tests`)."""
     me, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    forked = [sys.modules[m].forked_cpu() for m in ("tests.forks", "forks") if m in sys.modules]
-    commands, pipelines = (sum(f[i] for f in forked) for i in (0, 1))
-    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime, commands, pipelines
+    commands, pipelines, _, reaped = _forks_cpu()
+    children_cpu = children.ru_utime + children.ru_stime - reaped
+    return me.ru_utime + me.ru_stime, children_cpu, commands, pipelines
 
 
 _CPU_START = pytest.StashKey[tuple[float, ...]]()
@@ -228,14 +241,42 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """With `--cpu-top`, the teardown report of each test carries the CPU time spent from its
     setup to its teardown (a module or session fixture counts for the test that made it). The
-    warm parents of tests/forks.py (a second or so each, once per worker) are not counted."""
+    warm parents of tests/forks.py (a second or so each, once per worker) are counted apart, at
+    the end of the session (`_cpu_outside_tests`)."""
     if call.when == "teardown" and _CPU_START in item.stash:
         then, now = item.stash[_CPU_START], _cpu_seconds()
-        item.user_properties.append((_CPU_PROPERTY, tuple(b - a for a, b in zip(then, now, strict=True))))
+        spent = tuple(b - a for a, b in zip(then, now, strict=True))
+        item.user_properties.append((_CPU_PROPERTY, spent))
+        _CPU_HERE[:] = [a + b for a, b in zip(_CPU_HERE, spent, strict=True)]
     yield
 
 
 _CPU_SPENT: dict[str, tuple[float, ...]] = {}
+#: What the tests run in this process spent, by CPU_PARTS.
+_CPU_HERE: list[float] = [0.0] * len(CPU_PARTS)
+#: What `--cpu-top` adds to the tests' CPU: the warm parents' own, and pytest's outside tests
+#: (start, collection, xdist; each worker's and the controller's).
+OUTSIDE_PARTS = ("warm parents", "pytest outside tests")
+_CPU_OUTSIDE: list[float] = [0.0] * len(OUTSIDE_PARTS)
+_WORKERS_DOWN: list[Any] = []  # the xdist workers that ended (in the controller)
+
+
+def _cpu_outside_tests(children: bool = True) -> tuple[float, float]:
+    """This process's CPU not counted in a test (called at the end of the session, once the warm
+    parents are reaped): the warm parents' own, and its own (and with `children`, that of the
+    children it reaped) outside tests."""
+    me, kids = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    _, _, zygotes, reaped = _forks_cpu()
+    mine = me.ru_utime + me.ru_stime + (kids.ru_utime + kids.ru_stime - reaped if children else 0.0)
+    return zygotes, mine - _CPU_HERE[0] - _CPU_HERE[1]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller adds up what each worker spent outside its tests (`pytest_sessionfinish`)."""
+    _WORKERS_DOWN.append(node)
+    for i, spent in enumerate(getattr(node, "workeroutput", {}).get("cpu_outside_tests", ())):
+        _CPU_OUTSIDE[i] += spent
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -255,10 +296,19 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             spent[i] += part
     write = terminalreporter.write_line
     total = [sum(v[i] for v in _CPU_SPENT.values()) for i in range(len(CPU_PARTS))]
+    outside = list(_CPU_OUTSIDE)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # this process: the controller, or the only one
+        # A controller's children are its workers, counted by themselves.
+        zygotes, mine = _cpu_outside_tests(children=not _WORKERS_DOWN)
+        outside[0] += zygotes
+        outside[1] += mine
     terminalreporter.section(
-        f"CPU seconds {sum(total):.0f} (tests {total[0]:.0f} + their processes {total[1]:.0f}"
-        f" + forked commands {total[2]:.0f} + forked pipelines {total[3]:.0f})"
+        f"CPU seconds {sum(total) + sum(outside):.0f} (tests {total[0]:.0f} + their processes"
+        f" {total[1]:.0f} + forked commands {total[2]:.0f} + forked pipelines {total[3]:.0f}"
+        f" + warm parents {outside[0]:.0f} + pytest outside tests {outside[1]:.0f})"
     )
+    for name, spent in zip(OUTSIDE_PARTS, outside, strict=True):
+        write(f"{spent:7.1f}  {name} (in no test below)")
     write(" ".join(f"{name:>7}" for name in ("total", *CPU_PARTS)))
     for title, rows in (("tests", _CPU_SPENT), ("files", per_file)):
         write(f"-- the {top} {title} that took the most")
@@ -286,6 +336,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for name in ("tests.forks", "forks"):  # the warm parents of `forks.run` (tests/ a package or not)
         if name in sys.modules:
             sys.modules[name].close_all()
+    workeroutput = getattr(session.config, "workeroutput", None)  # an xdist worker's, for the controller
+    if workeroutput is not None and session.config.getoption("cpu_top"):
+        workeroutput["cpu_outside_tests"] = _cpu_outside_tests()
     for path in _SHORT_TMP_DIRS:
         shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(TEST_HOME, ignore_errors=True)

@@ -1,6 +1,8 @@
 """`python -m cachetool ARGS` as a process forked from a warm parent: `forks.run` is
 `subprocess.run` for a cachetool command line, without the interpreter start and the imports
-(about 0.2 s of CPU per command, most of what a test of `ls` or `verify` spends).
+(about 0.2 s of CPU per command, most of what a test of `ls` or `verify` spends). A test's own
+script, `python SCRIPT.py ARGS`, runs forked the same way (in `__main__`, its folder first on
+`sys.path`), with `preload=PIPELINE` when it imports `datasets`.
 
 A warm parent (the zygote: a Python process started once per pytest worker, on the first `run`,
 and ended at the end of the session) imports what a `python -m cachetool` imports before it does
@@ -132,6 +134,20 @@ class ZygoteDied(RuntimeError):
 # The caller's side (the test process)
 
 
+def _is_cli(args: Sequence[str]) -> bool:
+    """`python -m cachetool ...`."""
+    return tuple(args[: len(CLI)]) == CLI
+
+
+def _is_script(args: Sequence[str]) -> bool:
+    """`python SCRIPT.py ...` or `python -c CODE ...` (a script of the tests: run with
+    `preload=PIPELINE` when it imports `datasets`, on the terms of `cachetool run`'s warm runs,
+    see the module's docstring)."""
+    if len(args) < 2 or args[0] != sys.executable:
+        return False
+    return str(args[1]).endswith(".py") or (args[1] == "-c" and len(args) >= 3)
+
+
 def available() -> bool:
     """Whether commands run forked (else `run` is `subprocess.run`)."""
     return (
@@ -160,16 +176,13 @@ class Zygote:
     log: str
     preload: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
-    spent: float = 0.0  # CPU seconds of its children that ended (in `forked_cpu` until it is reaped)
+    spent: float = 0.0  # CPU seconds of its children that ended (counted in `forked_cpu`)
 
     def serves(self, env: Mapping[str, str], preload: tuple[str, ...] = ()) -> bool:
         return preload == self.preload and _key(env, self.read) == self.key
 
     def died(self, what: str) -> ZygoteDied:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = self.reap(5)
         try:
             with open(self.log, encoding="utf-8", errors="replace") as f:
                 tail = f.read()[-2000:]
@@ -180,36 +193,80 @@ class Zygote:
             + (f"; its stderr ends:\n{tail}" if tail else "")
         )
 
+    def exited(self) -> bool:
+        """Whether the zygote has ended, without reaping it (`close` reads its CPU first)."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def reap(self, timeout: float) -> int | None:
+        """Its exit status once it ended (within `timeout` seconds, else None), counting its CPU
+        (`_count_reaped`) before it is reaped."""
+        deadline = time.monotonic() + timeout
+        while not self.exited():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+        _count_reaped(self)
+        return self.proc.wait()
+
     def close(self) -> None:
         """End the zygote (its children still running are killed, all are reaped) and reap it."""
         self.sock.close()  # it reads end-of-file: kills what still runs, reaps, exits
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if self.reap(30) is None:
             self.proc.kill()
-            self.proc.wait()
+            self.reap(30)
         try:
             os.unlink(self.log)
         except OSError:
             pass
-        # Reaped, the zygote's CPU counts in this process's RUSAGE_CHILDREN with that of the
-        # children it reaped: they leave `forked_cpu`, so that nothing is counted twice.
-        _spent[self.preload] = _spent.get(self.preload, 0.0) - self.spent
-        self.spent = 0.0
+
+
+def _count_reaped(zygote: Zygote) -> None:
+    """Before the ended `zygote` is reaped: what its reaping adds to this process's
+    RUSAGE_CHILDREN (its own CPU and that of every child it reaped, from its /proc stat, which
+    an unreaped process keeps) goes to `_reaped`, and what of it `forked_cpu` did not count (the
+    zygote's own: its imports, its forks, and children killed at its end) to `_zygotes_own`."""
+    if zygote.proc.returncode is None:
+        try:
+            os.waitid(os.P_PID, zygote.proc.pid, os.WEXITED | os.WNOWAIT)  # returns once it ended
+            with open(f"/proc/{zygote.proc.pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return  # reaped elsewhere: its CPU counts where that happened
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = sum(int(x) for x in fields[11:15]) / ticks  # utime, stime, cutime, cstime
+        global _reaped, _zygotes_own
+        _reaped += total
+        _zygotes_own += max(0.0, total - zygote.spent)
 
 
 _zygotes: list[Zygote] = []
 _lock = threading.Lock()
 #: CPU seconds of the children that ended, by the `preload` of their zygote (`forked_cpu`).
 _spent: dict[tuple[str, ...], float] = {}
+#: CPU seconds that the zygotes reaped so far added to this process's RUSAGE_CHILDREN (theirs
+#: and their children's), and the part of it that is the zygotes' own (`zygote_cpu`).
+_reaped = 0.0
+_zygotes_own = 0.0
 
 
 def forked_cpu() -> tuple[float, float]:
     """CPU seconds (user + system, their own children included) of the forked commands that
     have ended in this process so far, those of PIPELINE (`cachetool run`) apart:
-    `resource.getrusage(RUSAGE_CHILDREN)` counts neither. (commands, pipelines)"""
+    `resource.getrusage(RUSAGE_CHILDREN)` counts them only once their zygote is reaped (see
+    `zygote_cpu`). (commands, pipelines)"""
     pipelines = _spent.get(PIPELINE, 0.0)
     return sum(_spent.values()) - pipelines, pipelines
+
+
+def zygote_cpu() -> tuple[float, float]:
+    """(the own CPU seconds of the zygotes reaped so far, those not in `forked_cpu`;
+    what reaping them added to `resource.getrusage(RUSAGE_CHILDREN)`, `forked_cpu` included)."""
+    return _zygotes_own, _reaped
 
 
 def _start(env: Mapping[str, str], preload: tuple[str, ...] = ()) -> Zygote:
@@ -256,7 +313,7 @@ def zygote_for(env: Mapping[str, str], preload: tuple[str, ...] = ()) -> Zygote:
     started if there is none."""
     with _lock:
         for z in list(_zygotes):
-            if z.proc.poll() is not None:  # died between commands: start another
+            if z.exited():  # died between commands: start another
                 _zygotes.remove(z)
                 z.close()
             elif z.serves(env, preload):
@@ -344,7 +401,8 @@ class ForkedProcess:
             ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
             request = json.dumps(
                 {
-                    "argv": self.args[len(CLI) :],
+                    "argv": self.args[len(CLI) :] if _is_cli(self.args) else self.args[1:],
+                    "script": not _is_cli(self.args),
                     "env": env,
                     "cwd": cwd,
                     "sigint_ignored": ignored,
@@ -519,8 +577,8 @@ def run(
     command does not (0.1 to 0.2 s of CPU each); PIPELINE for `cachetool run` of a script that
     imports `datasets` (which imports them all). Never for a command that runs otherwise with
     one of them loaded: a listing, or anything that fingerprints (`cachetool.fingerprint`)."""
-    if tuple(args[: len(CLI)]) != CLI:
-        raise ValueError(f"not a `python -m cachetool` command line: {args!r}")
+    if not (_is_cli(args) or _is_script(args)):
+        raise ValueError(f"not a `python -m cachetool` or `python SCRIPT.py` command line: {args!r}")
     if not available():
         return subprocess.run(
             list(args), env=env, cwd=cwd, input=input, stdin=stdin, stdout=stdout, stderr=stderr,
@@ -740,9 +798,15 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
             for i, (n, s) in enumerate(zip(names, like, strict=True))
         )
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
-        sys.argv = ["-m", *request["argv"]]
-        sys.orig_argv = [sys.executable, "-m", "cachetool", *request["argv"]]
-        sys.path.insert(0, request["cwd"])
+        if request.get("script"):  # `python SCRIPT ARGS` (its folder first on the path), `-c CODE`
+            code = request["argv"][0] == "-c"
+            sys.argv = ["-c", *request["argv"][2:]] if code else list(request["argv"])
+            sys.orig_argv = [sys.executable, *request["argv"]]
+            sys.path.insert(0, "" if code else os.path.dirname(os.path.abspath(request["argv"][0])))
+        else:
+            sys.argv = ["-m", *request["argv"]]
+            sys.orig_argv = [sys.executable, "-m", "cachetool", *request["argv"]]
+            sys.path.insert(0, request["cwd"])
         sys.modules.pop("_cachetool_zygote", None)
         if "numpy.random" in sys.modules:  # a fresh interpreter seeds it from the OS at import
             sys.modules["numpy.random"].seed()
@@ -755,14 +819,31 @@ def _child(request: dict[str, Any], std: list[int]) -> None:
 
         os.write(2, f"forks: setting up the child failed:\n{traceback.format_exc()}".encode())
         os._exit(125)
-    os._exit(_main(runpy))
+    os._exit(_main(runpy, request["argv"] if request.get("script") else None))
 
 
-def _main(runpy: Any) -> int:
-    """Run `-m cachetool` and end as the interpreter does (`Py_RunMain`, `Py_FinalizeEx`)."""
+def _run_script(argv: Sequence[str]) -> None:
+    """Run the script `argv[0]` (`-c CODE`: the code `argv[1]`) in `__main__`, as `python` does."""
+    main = sys.modules["__main__"]
+    main.__dict__.update(__name__="__main__", __cached__=None, __spec__=None)
+    if argv[0] == "-c":
+        code = compile(argv[1], "<string>", "exec")
+    else:
+        main.__dict__["__file__"] = argv[0]
+        with open(argv[0], "rb") as f:
+            code = compile(f.read(), argv[0], "exec")
+    exec(code, main.__dict__)
+
+
+def _main(runpy: Any, script: Sequence[str] | None = None) -> int:
+    """Run `-m cachetool` (or the `script` command line, see `_run_script`) and end as the
+    interpreter does (`Py_RunMain`, `Py_FinalizeEx`)."""
     code = 0
     try:
-        runpy._run_module_as_main("cachetool")
+        if script is not None:
+            _run_script(script)
+        else:
+            runpy._run_module_as_main("cachetool")
     except SystemExit as e:
         if e.code is None:
             code = 0

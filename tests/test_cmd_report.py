@@ -237,7 +237,9 @@ def test_report_of_a_saved_folder_counts_it(tmp_path: Path) -> None:
     folder under its own name; it said "0 dataset folder(s)" and "(top of the cache)"."""
     env = hf_env(tmp_path)
     save = "import datasets; datasets.Dataset.from_dict({'a': list(range(50))}).save_to_disk('saved')"
-    subprocess.run([sys.executable, "-c", save], env=env, cwd=tmp_path, check=True, timeout=120)
+    forks.run(
+        [sys.executable, "-c", save], env=env, cwd=tmp_path, check=True, timeout=120, preload=forks.PIPELINE
+    )
     out = tmp_path / "r.html"
     proc = _cachetool(env, "report", "--cache-dir", str(tmp_path / "saved"), "-o", str(out), "--json")
     assert proc.returncode == 0, proc.stderr

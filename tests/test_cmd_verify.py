@@ -467,7 +467,13 @@ def test_save_to_disk_killed_midway(tmp_path: Path) -> None:
     once it is old; gc is the hint."""
     env = hf_env(tmp_path)
     target = tmp_path / "cache" / "saved" / "big"
-    proc = subprocess.Popen([sys.executable, "-c", KILL_SAVE, str(target)], env=env)
+    # Forked warm where it can (a save's files do not depend on the hash seed); as real a SIGKILL.
+    cmd = [sys.executable, "-c", KILL_SAVE, str(target)]
+    proc: forks.ForkedProcess | subprocess.Popen[bytes] = (
+        forks.ForkedProcess(cmd, env=env, preload=forks.PIPELINE)
+        if forks.available()
+        else subprocess.Popen(cmd, env=env)
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not list(target.glob("data-0000[3-9]-of-*.arrow")):
         time.sleep(0.01)
@@ -670,12 +676,13 @@ def test_quarantined_source_split_is_prepared_again_by_datasets(
         "from datasets import load_dataset\n"
         f"print(len(load_dataset('csv', data_files={str(csv)!r}, split='train')))"
     )
-    proc = subprocess.run(
+    proc = forks.run(
         [sys.executable, "-c", code],
         env=hf_env(tmp_path, HF_DATASETS_CACHE=str(root)),
         capture_output=True,
         text=True,
         timeout=120,
+        preload=forks.PIPELINE,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "300"
@@ -832,9 +839,10 @@ def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
     """`quarantine(verify_cache(root))` called again and again (a file datasets writes broken
     again and again): each call moves the file into a folder of its own, even two calls in the
     same second from the same process (both were `<time>-<pid>`: the second failed, `File
-    exists`). The root holds that file alone; two reports of it are made first, and their two
-    quarantines run as a second begins (the file put back in between, the very version both
-    judged), so that they share a second even on a loaded machine."""
+    exists`). The root holds that file alone. After the first call, the folder a call of this
+    process would take in each of the next 60 seconds is there already, as the first call's is in
+    its own second: the second call shares a second with a call before it however loaded the
+    machine is (waiting for two calls to fall in one second took up to a minute under load)."""
     from cachetool.maintenance.verify.quarantine import quarantine
 
     full = clean_copy(real_cache, tmp_path / "full")
@@ -843,20 +851,21 @@ def test_quarantines_in_one_second_from_one_process_each_get_a_folder(
     target = root / broken.relative_to(full)
     target.parent.mkdir(parents=True)
     shutil.copy2(broken, target)
+    quarantined = root / ".cachetool" / "quarantine"
     folders: list[str] = []
-    deadline = time.monotonic() + 60
-    while not any(f.endswith("-2") for f in folders):  # until two calls shared a second
-        assert time.monotonic() < deadline, folders
-        reports = [verify_cache(root), verify_cache(root)]
-        time.sleep(1 - time.time() % 1)
-        for report in reports:
-            done = quarantine(report)
-            assert [p for p, _ in done.quarantined] == [target], done.findings
-            moved = done.quarantined[0][1]
-            moved_to = moved.relative_to(root / ".cachetool" / "quarantine")
-            assert moved_to.parts[1:] == target.relative_to(root).parts
-            folders.append(moved_to.parts[0])  # the run's folder
-            os.rename(moved, target)  # back where datasets would write it
+    for call in range(3):
+        done = quarantine(verify_cache(root))
+        assert [p for p, _ in done.quarantined] == [target], done.findings
+        moved_to = done.quarantined[0][1].relative_to(quarantined)
+        assert moved_to.parts[1:] == target.relative_to(root).parts
+        folders.append(moved_to.parts[0])  # the call's folder
+        os.rename(done.quarantined[0][1], target)  # back where datasets would write it
+        if call == 0:
+            start = time.time()
+            for second in range(61):
+                taken = f"{time.strftime('%Y%m%dT%H%M%S', time.localtime(start + second))}-{os.getpid()}"
+                (quarantined / taken).mkdir(exist_ok=True)
+    assert folders[1].endswith("-2") and folders[2].endswith(("-2", "-3")), folders
     assert len(set(folders)) == len(folders)
 
 

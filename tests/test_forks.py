@@ -319,3 +319,27 @@ def test_a_pipeline_forked_with_datasets_dependencies_preloaded_runs_as_a_fresh_
     for out in (warm, again):
         assert {**out, "shuffled": ""} == {**cold, "shuffled": ""}
     assert cold["tmp"] == env["TMPDIR"] and cold["cwd"] == str(tmp_path) and cold["argv"] == ["an argument"]
+
+
+def test_a_forked_script_runs_as_python_runs_it(tmp_path: Path) -> None:
+    """`forks.run([python, SCRIPT.py, ARGS])` runs the script as `python SCRIPT.py ARGS` does: in
+    `__main__`, with its path as `__file__` and `sys.argv[0]`, its folder first on `sys.path`, its
+    arguments, its output and its exit status; `[python, -c, CODE, ARGS]` as `python -c` does."""
+    code = (
+        "import json, sys\n"
+        "def f(): pass\n"
+        "print(json.dumps([__name__, globals().get('__file__'), sys.argv, sys.path[0], f.__module__,"
+        " sys.modules['__main__'].f is f]))\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "sys.exit(int(sys.argv[-1]))\n"
+    )
+    script = tmp_path / "folder" / "report.py"
+    script.parent.mkdir()
+    script.write_text(code)
+    env = hf_env(tmp_path)
+    for args in ([sys.executable, str(script), "an argument", "3"], [sys.executable, "-c", code, "arg", "4"]):
+        forked = forks.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        cold = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        said = [(p.returncode, p.stdout, p.stderr) for p in (forked, cold)]
+        assert said[0] == said[1]
+        assert cold.returncode == int(args[-1]) and json.loads(cold.stdout)[-1] is True

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from cachetool.cache.ipc import decode_schema
+from tests import forks
 from tests.attack.damaged_arrow import schema_length
 
 
@@ -219,7 +220,9 @@ def test_the_schemas_datasets_features_make_are_decoded_as_pyarrow_decodes_them(
     an extension type, left to pyarrow): each column decodes as pyarrow decodes it."""
     import pyarrow as pa
 
-    message = subprocess.run([sys.executable, "-c", _FEATURES], capture_output=True, check=True).stdout
+    message = forks.run(
+        [sys.executable, "-c", _FEATURES], capture_output=True, check=True, preload=forks.PIPELINE
+    ).stdout
     schema = pa.ipc.read_schema(pa.py_buffer(message))
     assert len(schema) == 15 and schema.metadata and b"huggingface" in schema.metadata
     assert decode_schema(message) is None  # the Array2D column's extension metadata

@@ -372,10 +372,13 @@ class TempDirUser:
 
 
 def _proc_temp_dir(pid: int) -> str | None:
-    """The temp dir `tempfile` picks in process `pid`, from its initial environment; None if unknown."""
+    """The temp dir `tempfile` picks in process `pid`, from its initial environment; None if
+    unknown; "" for a process with no memory any more (ending: it makes and uses no folder)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             raw = f.read()
+    except ProcessLookupError:  # ESRCH: its memory is gone, though /proc still shows it running
+        return ""
     except OSError:
         return None
     env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
