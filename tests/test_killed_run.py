@@ -38,10 +38,11 @@ def _no_orphans(tmp_path: Path) -> Iterator[None]:
     yield
     mine = os.fsencode(tmp_path)
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
+        try:  # a cold run names tmp_path in its command line; a warm fork only in its directory
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if mine in f.read():
-                    os.kill(int(pid), signal.SIGKILL)
+                named = mine in f.read()
+            if named or os.fsencode(os.readlink(f"/proc/{pid}/cwd")).startswith(mine):
+                os.kill(int(pid), signal.SIGKILL)
         except OSError:
             continue
 
