@@ -84,7 +84,7 @@ WARM = (
     "cachetool.cache.dirs",
     "cachetool.cache.pins",
     "cachetool.cache.scan",
-    "cachetool.cache.query",
+    "cachetool.cache.selection",
     "cachetool.history.ledger",
     "cachetool.history.stats",
     "cachetool.history.compact",

@@ -80,9 +80,9 @@ API_END = "<!-- api:end -->"
 API = (
     (
         "Listing: `ls`, `show`, `dirs`",
-        "list_cache cache.query.Listing scan_cache find_entry show_entry CacheReport Entry "
-        "CacheFile DatasetDir Kind cache.query.apply_filters cache.query.sort_entries "
-        "cache.query.parse_duration resolve_dirs resolve_cache_root",
+        "list_cache cache.selection.Listing scan_cache find_entry show_entry CacheReport Entry "
+        "CacheFile DatasetDir Kind cache.selection.apply_filters cache.selection.sort_entries "
+        "cache.selection.parse_duration resolve_dirs resolve_cache_root",
     ),
     ("Lineage: `run`, `lineage`", "run_script lineage tracing install_tracing load_graph"),
     (

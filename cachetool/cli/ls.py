@@ -19,7 +19,7 @@ from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheReport, Entry, RecordedUse
-    from cachetool.cache.query import Listing
+    from cachetool.cache.selection import Listing
     from cachetool.cache.shard import Shard
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
@@ -161,7 +161,7 @@ def ls_command(
             raise CachetoolError("a remote is listed whole: --filter, --sort and --cache-dir are for a cache")
         return remote_ls(os.fspath(path), out, limit)
     from cachetool.cache.dirs import existing_root
-    from cachetool.cache.query import check_query
+    from cachetool.cache.selection import check_query
     from cachetool.cache.shard import parse_shard
     from cachetool.cache.walk import gc_paused
 
@@ -224,7 +224,7 @@ def list_cache(
     match: `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the
     most entries kept; bad ones raise `BadExpression` before the folder is read. `shard` (`(i, n)`
     or `"i/n"`, `--shard`) lists shard i of n alone (`cachetool.cache.shard` says which entries)."""
-    from cachetool.cache.query import check_query, read_listing
+    from cachetool.cache.selection import check_query, read_listing
 
     check_query(filter, sort, limit)
     root = Path(path).expanduser()

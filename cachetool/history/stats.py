@@ -489,7 +489,7 @@ def ledger_stats(
         raise CachetoolError("--dry-run goes with --compact")
     end = time.time() if now is None else now
     if isinstance(since, str):
-        from cachetool.cache.query import parse_duration
+        from cachetool.cache.selection import parse_duration
 
         # A period longer than the clock's past (`--since 9999999999y`) means every recorded run.
         since = max(0.0, end - parse_duration(since, "--since"))

@@ -151,7 +151,7 @@ class GcOptions:
 
 
 def _parse(value: str, how: str, option: str) -> float:
-    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
+    from cachetool.cache.selection import BYTE_UNITS, parse_duration, parse_quantity
 
     return (
         parse_duration(value, option)

@@ -989,7 +989,7 @@ class Planner(Rules):
         """The units named on the command line (all without names), of `--dataset` if given."""
         scoped = units if explicit_keys is None else [u for u in units if u.key in explicit_keys]
         if self.options.datasets:
-            from cachetool.cache.query import compile_filter
+            from cachetool.cache.selection import compile_filter
 
             tests = [compile_filter(f"dataset={name}") for name in self.options.datasets]
             scoped = [u for u in scoped if any(t(e, self.now) for e in u.members for t in tests)]
