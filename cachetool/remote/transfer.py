@@ -558,7 +558,7 @@ class RemoteHook:
     def __init__(self, remote: Remote) -> None:
         self.remote = remote
         self._failed = False
-        self._leases: Any = None  # `cachetool.remote.once.RemoteLeases`, once `--once` needs one
+        self._leases: Any = None  # `cachetool.remote.step_leases.RemoteLeases`, once `--once` needs one
 
     def before_compute(self, path: str, kwargs: Mapping[str, Any], once: bool = False) -> None:
         """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
@@ -618,7 +618,7 @@ class RemoteHook:
         """`--once`: the record of `fingerprint` once another process pushed it; None when this
         process took the step's lease on the remote (it computes and pushes)."""
         if self._leases is None:
-            from cachetool.remote.once import RemoteLeases
+            from cachetool.remote.step_leases import RemoteLeases
 
             self._leases = RemoteLeases(self.remote)
         found: list[Record] = []
