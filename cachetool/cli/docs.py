@@ -117,8 +117,8 @@ API = (
         "Many machines: `remote`, `ls s3://`, `verify s3://`, `gc s3://`",
         "remote.transfer.push remote.transfer.pull remote.transfer.Pushed remote.transfer.Pulled "
         "remote.saved.push_saved remote.saved.pull_saved remote.saved.SavedTransfer "
-        "remote.fleet.list_remote "
-        "remote.fleet.verify_remote remote.fleet.plan_remote_gc remote.fleet.execute_remote_gc",
+        "remote.upkeep.list_remote "
+        "remote.upkeep.verify_remote remote.upkeep.plan_remote_gc remote.upkeep.execute_remote_gc",
     ),
     ("Errors and exit codes", "errors.CachetoolError errors.ExitCode"),
 )
