@@ -12,7 +12,7 @@ Owns the public names (`_LAZY`: each lives in one module, imported when first us
 may import: `errors` (exceptions, exit codes), `formatting`, `safejson`, `processes`,
 `annotations`, `hints`; they import no other part of cachetool but each other. Layers, top down
 (import-linter checks them, deferred imports included): `cli` -> `determinism` | `report` |
-`demo` -> `maintenance` -> `trace` -> `history` -> `cache` -> `fingerprint` -> base modules.
+`demo_cache` -> `maintenance` -> `trace` -> `history` -> `cache` -> `fingerprint` -> base modules.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ _LAZY = {
     "show_entry": "cachetool.history.query",
     "resolve_dirs": "cachetool.cache.dirs",
     "resolve_cache_root": "cachetool.cache.dirs",
-    "build_demo": "cachetool.demo",
+    "build_demo": "cachetool.demo_cache",
     # run, lineage
     "run_script": "cachetool.trace.runner",
     "tracing": "cachetool.trace.install",

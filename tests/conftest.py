@@ -531,7 +531,7 @@ def _golden_csv(made: Path) -> None:
     the same time find the file complete: it appears by one rename, with its mtime set)."""
     from filelock import FileLock
 
-    from cachetool.demo import DEMO_MTIME
+    from cachetool.demo_cache import DEMO_MTIME
 
     GOLDEN_CSV.parent.mkdir(exist_ok=True)
     data = made.read_bytes()
@@ -554,7 +554,7 @@ def golden() -> dict[str, Any]:
     `num_proc=2` map, a `save_to_disk`) run under `cachetool run` on GOLDEN_CSV, built once per
     session. Its fingerprints and sizes are the same in every session; only times and the temp
     folder differ. Tests read it; a test that changes it puts it back as it was."""
-    from cachetool.demo import write_demo_files
+    from cachetool.demo_cache import write_demo_files
 
     # A folder whose path has the same length in every session, so that where a command shortens
     # a path to fit (`show`), it keeps the same names.

@@ -48,7 +48,7 @@ def demo_command(folder: Path | None) -> None:
 def _show_demo(target: Path) -> None:
     from cachetool.cache.scan import scan_cache
     from cachetool.cli.ls import live_in, recorded_usage, render_human, report_warnings
-    from cachetool.demo import build_demo
+    from cachetool.demo_cache import build_demo
 
     out = Output(OutputFormat.human)
     out.line(f"Building a demo cache in {target} with the real datasets library…")

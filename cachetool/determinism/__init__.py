@@ -2,5 +2,5 @@
 (the runs compared), `verdict` (the result and its text forms), `checkpoint`.
 
 A command layer: may import `maintenance`, `trace`, `history`, `cache`, `fingerprint` and the base
-modules; not `cli`, `report` or `demo`.
+modules; not `cli`, `report` or `demo_cache`.
 """
