@@ -60,8 +60,8 @@ _LAZY = {
     "explain": "cachetool.history.explain.explainer",
     "explain_fingerprint": "cachetool.history.explain.explainer",
     "explain_run": "cachetool.history.explain.explainer",
-    "ledger_stats": "cachetool.history.stats",
-    "zero_stats": "cachetool.history.stats",
+    "ledger_stats": "cachetool.history.ledger_stats",
+    "zero_stats": "cachetool.history.ledger_stats",
     # check-determinism
     "check_determinism": "cachetool.determinism.check",
     "checkpoint": "cachetool.determinism.checkpoint",

@@ -86,7 +86,7 @@ WARM = (
     "cachetool.cache.scan",
     "cachetool.cache.selection",
     "cachetool.history.ledger",
-    "cachetool.history.stats",
+    "cachetool.history.ledger_stats",
     "cachetool.history.compact",
     "cachetool.maintenance.verify",
     "cachetool.maintenance.gc.execute",

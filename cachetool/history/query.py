@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.formatting import human_size, iso_time
 from cachetool.history.ledger import Ledger, named_elsewhere
+from cachetool.history.ledger_stats import where_sentence
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import GcRecord
 from cachetool.history.records.parts import CallSite, FunctionInfo, RandomFallback, SourceInfo
 from cachetool.history.records.steps import SaveRecord, StepRecord
-from cachetool.history.stats import where_sentence
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:

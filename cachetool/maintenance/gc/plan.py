@@ -1362,7 +1362,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     costs: dict[str, float] = {}
     if ledger is not None:  # only eviction asks what is pinned and what it descends from
         from cachetool.cache.pins import read_pins
-        from cachetool.history.stats import recompute_costs
+        from cachetool.history.ledger_stats import recompute_costs
 
         pins = read_pins(report.root)
         parents = recorded_parents(ledger) if pins or options.keep or options.fingerprints else {}

@@ -350,7 +350,7 @@ class StatsReport:
     warnings: tuple[str, ...] = field(default=(), compare=False)
     #: steps per host (the ledger of a shared cache merges every node's segments)
     hosts: tuple[tuple[str, int], ...] = ()
-    #: fingerprints two or more runs computed at the same time (`cachetool.history.stats`)
+    #: fingerprints two or more runs computed at the same time (`cachetool.history.ledger_stats`)
     concurrent: tuple[ConcurrentComputation, ...] = ()
     #: what `--compact` did (or with `--dry-run` would do) before counting
     compaction: CompactionReport | None = None
