@@ -34,8 +34,8 @@ _LAZY = {
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.lookup",
     "show_entry": "cachetool.history.query",
-    "resolve_dirs": "cachetool.cache.dirs",
-    "resolve_cache_root": "cachetool.cache.dirs",
+    "resolve_dirs": "cachetool.cache.locations",
+    "resolve_cache_root": "cachetool.cache.locations",
     "build_demo": "cachetool.demo_cache",
     # run, lineage
     "run_script": "cachetool.trace.runner",

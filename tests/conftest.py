@@ -37,7 +37,7 @@ def short_tmp_dir(base: Path) -> Path:
 #: The suite runs with HOME pointed here (and no XDG_* folders): nothing may be written into it.
 TEST_HOME = Path(tempfile.mkdtemp(prefix="cachetool-test-home-"))
 #: The user's cache folder of the tests (outside the home folder, which must stay empty): what
-#: read commands keep to be faster next time (`cachetool.cache.dirs.derived_dir`) goes there.
+#: read commands keep to be faster next time (`cachetool.cache.locations.derived_dir`) goes there.
 TEST_XDG_CACHE = Path(tempfile.mkdtemp(prefix="cachetool-test-xdg-cache-"))
 _XDG = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 

@@ -81,7 +81,7 @@ WARM = (
     "importlib.metadata",
     "zoneinfo",
     "runpy",
-    "cachetool.cache.dirs",
+    "cachetool.cache.locations",
     "cachetool.cache.pins",
     "cachetool.cache.scan",
     "cachetool.cache.selection",

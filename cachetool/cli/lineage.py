@@ -52,7 +52,7 @@ def run_lineage(fingerprint: str, cache_dir: Path | None, out: Output, **options
     Exit codes: 0 shown (even when no parent is recorded); 2 unknown or ambiguous fingerprint,
     or missing cache.
     """
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.cache.walk import gc_paused
     from cachetool.history.query import lineage
 

@@ -44,7 +44,7 @@ def run_show(fingerprint: str, cache_dir: Path | None, out: Output) -> None:
 
     Exit codes: 0 shown; 2 unknown or ambiguous fingerprint (candidates listed), or missing cache.
     """
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.cli.ls import report_warnings, scan_with_progress
     from cachetool.history.query import show_entry
 

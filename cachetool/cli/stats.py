@@ -65,7 +65,7 @@ def stats_command(zero: bool, top: int, cache_dir: Path | None, out: Output, **o
     """
     if options["dry_run"] and not options["compact"]:
         raise typer.BadParameter("goes with --compact", param_hint="--dry-run")
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.locations import existing_root
     from cachetool.history.ledger_stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))

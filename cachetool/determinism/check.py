@@ -72,7 +72,7 @@ class Leftovers:
     since), each through gc's own checks (not open, not mapped, not owned by a live process)."""
 
     def __init__(self, isolated: bool, env: Mapping[str, str]) -> None:
-        from cachetool.cache.dirs import resolve_cache_root, temp_dir
+        from cachetool.cache.locations import resolve_cache_root, temp_dir
 
         # Isolated runs' caches go with the check's temp folder.
         self.cache_root = None if isolated else resolve_cache_root(None, environ=env).path.expanduser()

@@ -221,7 +221,7 @@ def push(
     the remote (`remote`, else `CACHETOOL_REMOTE`), records signed with `key` (else
     `CACHETOOL_REMOTE_KEY`, when set). What is on the remote already is never replaced: pushing
     again sends nothing. RemoteRefused when an object of other bytes stands where a file would go."""
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.cache.lookup import find_entry
     from cachetool.cache.scan import scan_cache
 
@@ -255,7 +255,7 @@ def pull(
     it as a cache hit. With `key` (else `CACHETOOL_REMOTE_KEY`) only a record signed with it is
     used. RemoteError when the remote has no record of it; RemoteRefused (nothing placed) when a
     check fails: a checksum, the Arrow stream, the signature."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.locations import existing_root
 
     target = open_remote(remote, key)
     root = existing_root(cache_dir)
@@ -582,7 +582,7 @@ class RemoteHook:
                 record = self._wait_turn(parsed[0])
             if record is None:
                 return
-            from cachetool.cache.dirs import enclosing_root
+            from cachetool.cache.locations import enclosing_root
 
             pulled = pull_record(self.remote, record, Path(folder), enclosing_root(folder))
             _say(f"{parsed[0]} from {self.remote.url} ({human_size(pulled.received)}, checked)")

@@ -1297,8 +1297,8 @@ def _pins_elsewhere(root: Path) -> tuple[str, Path] | None:
     """The cache root around `root` (`enclosing_root`) or below it (a folder or two down:
     `datasets/` of an HF home) that holds pins gc would not read when told to evict from `root`,
     with how the two are placed; None when there is none."""
-    from cachetool.cache.dirs import enclosing_root
     from cachetool.cache.layout import LEDGER_DIR
+    from cachetool.cache.locations import enclosing_root
     from cachetool.cache.pins import read_pins
 
     up = enclosing_root(root)
@@ -1313,7 +1313,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
     named, no limit) nothing is scanned: the plan is empty and its one warning says so. A root
     that is not an existing folder is a `CachetoolError` (exit 2), as for the command."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.locations import existing_root
 
     root = existing_root(root)
     if not options.selects:
@@ -1427,7 +1427,7 @@ def _build_live(
 ) -> GcPlan:
     """`build_plan` with the temp dir's scan (with `--temp`) and this host's liveness, taken last:
     the snapshot should be younger than everything it judges."""
-    from cachetool.cache.dirs import temp_dir
+    from cachetool.cache.locations import temp_dir
 
     temp = scan_temp_dir(options.tmp_dir or temp_dir().path) if options.temp else None
     rules = Rules.take(options, leases, temp.path if temp and temp.folders else None)

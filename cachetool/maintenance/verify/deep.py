@@ -260,11 +260,11 @@ def first_line(e: BaseException) -> str:
 class SchemaVerdicts:
     """`load_error` per schema, once each; with a `root`, remembered for the `datasets` and
     `pyarrow` installed now (a verdict stored by another install is not used) in the user's cache
-    folder, beside the folders of the roots (`cache.dirs.derived_dir`, never a root): a verdict
+    folder, beside the folders of the roots (`cache.locations.derived_dir`, never a root): a verdict
     holds for every cache."""
 
     def __init__(self, root: Path | None = None) -> None:
-        from cachetool.cache.dirs import derived_dir
+        from cachetool.cache.locations import derived_dir
 
         folder = derived_dir(root) if root is not None else None  # <user cache>/roots/<root>
         self.path = folder.parent.parent / VERDICTS_NAME if folder is not None else None
