@@ -197,6 +197,19 @@ GONE = {
     "cachetool.history.explain.view",
     "cachetool.report.data.ReportData.tiles",
     "cachetool.report.html.write_page",
+    "cachetool.cache.dirs",
+    "cachetool.cache.dirs.derived_dir",
+    "cachetool.cache.dirs.root_for",
+    "cachetool.cache.query",
+    "cachetool.cache.query.apply_filters",
+    "cachetool.demo",
+    "cachetool.demo.build_demo",
+    "cachetool.determinism.report",
+    "cachetool.history.stats",
+    "cachetool.remote.fleet",
+    "cachetool.remote.fleet.verify_remote",
+    "cachetool.remote.once",
+    "cachetool.trace.records",
 }
 
 
