@@ -13,8 +13,7 @@ from cachetool.formatting import local_time, time_ago
 from cachetool.hints import shell_command
 
 if TYPE_CHECKING:
-    from cachetool.cache.model import CacheFile
-    from cachetool.cache.scan import Entry
+    from cachetool.cache.model import CacheFile, Entry
     from cachetool.history.query import EntryReport
     from cachetool.history.records.parts import CallSite
     from cachetool.history.records.steps import StepRecord

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, LockKind, TempKind
+from cachetool.cache.lease import Lease
 from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time, short_duration
@@ -29,7 +30,6 @@ from cachetool.maintenance.fdops import O_DIR, inventory
 from cachetool.maintenance.gc import DEFAULT_MIN_AGE, NOTHING_SELECTED, GcOptions
 from cachetool.maintenance.liveness import (
     InUse,
-    Lease,
     LockState,
     SharedState,
     TempDirUser,

@@ -20,8 +20,7 @@ from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile
-from cachetool.cache.scan import CacheReport, Entry
+from cachetool.cache.model import CacheFile, CacheReport, Entry
 from cachetool.cache.store import lock_state, read_state_json, write_whole
 from cachetool.cache.walk import gc_paused
 from cachetool.formatting import local_time
