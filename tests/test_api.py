@@ -254,7 +254,7 @@ def _sections(text: str) -> list[str]:
 
 
 def _documented() -> tuple[set[str], dict[str, set[str]]]:
-    """Dotted names (`cachetool.x.y`, `from cachetool.x import y`), and each bare function name
+    """Dotted names (`cachetool.X.y`, `from cachetool.X import y`), and each bare function name
     written as a call in backticks with the modules named in its section (between headings)."""
     dotted: set[str] = set()
     bare: dict[str, set[str]] = {}
@@ -273,7 +273,7 @@ def _documented() -> tuple[set[str], dict[str, set[str]]]:
 
 
 def test_every_dotted_name_in_the_docs_resolves() -> None:
-    """`from cachetool.x import y` and `cachetool.x.y` written in README, docs/ and CHANGELOG work,
+    """`from cachetool.X import y` and `cachetool.X.y` written in README, docs/ and CHANGELOG work,
     but the ones the CHANGELOG says are gone (GONE), which stay gone."""
     dotted, _ = _documented()
     assert "cachetool.fingerprint.hash_object" in dotted or "cachetool.fingerprint" in dotted
